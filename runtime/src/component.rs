@@ -1,0 +1,86 @@
+//! The [`Component`] lifecycle every component implements.
+
+use std::any::Any;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::dynamic::DynamicComponent;
+use crate::key::ComponentKey;
+use crate::metadata::Metadata;
+
+/// Error a component reports from its lifecycle hooks or its operations.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ComponentError {
+    /// What went wrong, in the component's words (never a secret value).
+    pub message: String,
+}
+
+impl ComponentError {
+    /// An error with the given message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+/// Whether a component can serve requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Serving.
+    Ready,
+    /// Not serving yet (or any more), with the reason.
+    NotReady(String),
+}
+
+/// What a component receives when it is initialised.
+#[derive(Debug, Clone)]
+pub struct InitContext {
+    /// The component being initialised.
+    pub key: ComponentKey,
+    /// The application id from the configuration file.
+    pub app_id: String,
+    /// Resolved metadata: the declared metadata with secretRef and
+    /// configurationRef values filled in.
+    pub metadata: Metadata,
+    /// Cancelled when the component is being closed or its start abandoned;
+    /// background tasks the component spawns should stop on it.
+    pub shutdown: CancellationToken,
+    /// How long the runtime waits for the component to become ready.
+    pub ready_timeout: Duration,
+}
+
+/// The lifecycle of a component. Every hook has a default, so a component
+/// with nothing to do at start writes `impl Component for MyThing {}`.
+///
+/// Components are reached through handles (see [`crate::handle`]), never
+/// held directly, so the runtime can swap instances during a reload.
+#[async_trait]
+pub trait Component: Any + Send + Sync {
+    /// Called once, after injection, before the component serves anything.
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let _ = cx;
+        Ok(())
+    }
+
+    /// Polled after `init` until it answers [`Readiness::Ready`] or the
+    /// readiness timeout passes.
+    async fn readiness(&self) -> Readiness {
+        Readiness::Ready
+    }
+
+    /// Called once when the instance is retired (shutdown, removal, or
+    /// replacement by a reload), after its last in-flight user let go.
+    async fn close(&self) -> Result<(), ComponentError> {
+        Ok(())
+    }
+
+    /// The in-place update hook, for components that implement
+    /// [`DynamicComponent`]: return `Some(self)`.
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        None
+    }
+}

@@ -1,0 +1,266 @@
+//! Hot-swappable handles: how anything reaches a component.
+//!
+//! The runtime publishes each generation of the component set as one
+//! immutable [`Generation`] behind an `ArcSwap`. A handle names a component
+//! and resolves it in the current generation on every `load()`, so a reload
+//! swaps instances without touching the handle's holders. Whoever needs a
+//! consistent view of several components loads one [`Generation`] snapshot
+//! and uses it throughout.
+//!
+//! While a component is being initialised (at start-up or in a reload,
+//! before its generation is published), its handles resolve in the
+//! generation being built, so `init` can already use what it was given.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::component::Component;
+use crate::instance::Instance;
+use crate::key::ComponentKey;
+use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
+
+/// One published version of the whole component set.
+#[derive(Debug, Default)]
+pub struct Generation {
+    /// Increases by one with every successful start or reload.
+    pub number: u64,
+    instances: BTreeMap<ComponentKey, Instance>,
+}
+
+impl Generation {
+    /// A generation holding `instances`.
+    pub fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
+        Self { number, instances }
+    }
+
+    /// The instance of `key`, if the generation has it.
+    pub fn get(&self, key: &ComponentKey) -> Option<&Instance> {
+        self.instances.get(key)
+    }
+
+    /// Every instance, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&ComponentKey, &Instance)> {
+        self.instances.iter()
+    }
+
+    /// Number of components.
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Whether the generation has no component.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+}
+
+/// Where the current generation is published.
+pub type LiveGeneration = Arc<ArcSwap<Generation>>;
+
+tokio::task_local! {
+    /// The generation being built, seen by handles used inside `init`.
+    static STAGED: Arc<Generation>;
+}
+
+/// Runs `future` with handles resolving in `staged` first.
+pub(crate) async fn with_staged<F: std::future::Future>(staged: Arc<Generation>, future: F) -> F::Output {
+    STAGED.scope(staged, future).await
+}
+
+/// Why a handle could not give its component.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// The handle was never injected.
+    #[error("handle not injected")]
+    NotInjected,
+    /// The component is not in the current generation (removed).
+    #[error("component `{0}` is not running")]
+    NotRunning(ComponentKey),
+    /// The component is not of the kind the handle expects.
+    #[error("component `{0}` is not a {1}")]
+    WrongKind(ComponentKey, &'static str),
+    /// A typed load asked for another concrete type.
+    #[error("component `{0}` is not a `{1}`")]
+    WrongType(ComponentKey, &'static str),
+}
+
+/// The untyped part of every handle.
+#[derive(Clone, Default)]
+struct Target {
+    bound: Option<(ComponentKey, LiveGeneration)>,
+}
+
+impl Target {
+    fn resolve(&self) -> Result<Instance, HandleError> {
+        let (key, live) = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
+        let staged = STAGED.try_with(|staged| staged.get(key).cloned()).ok().flatten();
+        match staged {
+            Some(instance) => Ok(instance),
+            None => live.load().get(key).cloned().ok_or_else(|| HandleError::NotRunning(key.clone())),
+        }
+    }
+
+    fn key(&self) -> Option<&ComponentKey> {
+        self.bound.as_ref().map(|(key, _)| key)
+    }
+}
+
+macro_rules! typed_handle {
+    ($(#[$doc:meta])* $name:ident, $variant:ident, $trait:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Default)]
+        pub struct $name(Target);
+
+        impl $name {
+            /// A handle to `key`, resolved in `live`.
+            pub fn new(key: ComponentKey, live: LiveGeneration) -> Self {
+                Self(Target { bound: Some((key, live)) })
+            }
+
+            /// The current instance.
+            pub fn load(&self) -> Result<Arc<dyn $trait>, HandleError> {
+                match self.0.resolve()? {
+                    Instance::$variant(instance) => Ok(instance),
+                    _ => Err(HandleError::WrongKind(self.0.key().cloned().unwrap_or_else(|| ComponentKey::new("?", "?")), $what)),
+                }
+            }
+
+            /// The component this handle points to, once injected.
+            pub fn key(&self) -> Option<&ComponentKey> {
+                self.0.key()
+            }
+
+            /// Whether the handle has been injected.
+            pub fn is_bound(&self) -> bool {
+                self.0.bound.is_some()
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_tuple(stringify!($name)).field(&self.0.key()).finish()
+            }
+        }
+    };
+}
+
+typed_handle!(
+    /// A handle to a config store.
+    ConfigStoreHandle, ConfigStore, ConfigStore, "config store"
+);
+typed_handle!(
+    /// A handle to a secret store.
+    SecretStoreHandle, SecretStore, SecretStore, "secret store"
+);
+typed_handle!(
+    /// A handle to a state store.
+    StateStoreHandle, State, StateStore, "state store"
+);
+typed_handle!(
+    /// A handle to a lock.
+    LockHandle, Lock, Lock, "lock"
+);
+
+/// A handle to a component of any kind (typically a custom one).
+#[derive(Clone, Default)]
+pub struct ComponentHandle(Target);
+
+impl ComponentHandle {
+    /// A handle to `key`, resolved in `live`.
+    pub fn new(key: ComponentKey, live: LiveGeneration) -> Self {
+        Self(Target {
+            bound: Some((key, live)),
+        })
+    }
+
+    /// The current instance, with its kind.
+    pub fn load_instance(&self) -> Result<Instance, HandleError> {
+        self.0.resolve()
+    }
+
+    /// The current instance as a plain component.
+    pub fn load(&self) -> Result<Arc<dyn Component>, HandleError> {
+        self.0.resolve().map(|instance| instance.component())
+    }
+
+    /// The current instance as its concrete type `T`.
+    pub fn load_as<T: Component>(&self) -> Result<Arc<T>, HandleError> {
+        let any: Arc<dyn std::any::Any + Send + Sync> = self.load()?;
+        any.downcast::<T>().map_err(|_| {
+            HandleError::WrongType(
+                self.0.key().cloned().unwrap_or_else(|| ComponentKey::new("?", "?")),
+                std::any::type_name::<T>(),
+            )
+        })
+    }
+
+    /// The component this handle points to, once injected.
+    pub fn key(&self) -> Option<&ComponentKey> {
+        self.0.key()
+    }
+
+    /// Whether the handle has been injected.
+    pub fn is_bound(&self) -> bool {
+        self.0.bound.is_some()
+    }
+}
+
+impl std::fmt::Debug for ComponentHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ComponentHandle").field(&self.0.key()).finish()
+    }
+}
+
+/// A handle as given to a component's setters.
+#[derive(Debug, Clone)]
+pub enum InjectedHandle {
+    /// A config store.
+    ConfigStore(ConfigStoreHandle),
+    /// A secret store.
+    SecretStore(SecretStoreHandle),
+    /// A state store.
+    State(StateStoreHandle),
+    /// A lock.
+    Lock(LockHandle),
+    /// A component of a custom kind.
+    Custom(ComponentHandle),
+}
+
+impl InjectedHandle {
+    /// A handle of the right variant for `key` in `live`, judged by the
+    /// kind of `instance`.
+    pub fn for_instance(key: ComponentKey, instance: &Instance, live: LiveGeneration) -> Self {
+        match instance {
+            Instance::ConfigStore(_) => Self::ConfigStore(ConfigStoreHandle::new(key, live)),
+            Instance::SecretStore(_) => Self::SecretStore(SecretStoreHandle::new(key, live)),
+            Instance::State(_) => Self::State(StateStoreHandle::new(key, live)),
+            Instance::Lock(_) => Self::Lock(LockHandle::new(key, live)),
+            Instance::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
+        }
+    }
+
+    /// The component the handle points to.
+    pub fn key(&self) -> Option<&ComponentKey> {
+        match self {
+            Self::ConfigStore(h) => h.key(),
+            Self::SecretStore(h) => h.key(),
+            Self::State(h) => h.key(),
+            Self::Lock(h) => h.key(),
+            Self::Custom(h) => h.key(),
+        }
+    }
+
+    /// The same target as an any-kind handle.
+    pub fn to_component_handle(&self) -> ComponentHandle {
+        let target = match self {
+            Self::ConfigStore(h) => h.0.clone(),
+            Self::SecretStore(h) => h.0.clone(),
+            Self::State(h) => h.0.clone(),
+            Self::Lock(h) => h.0.clone(),
+            Self::Custom(h) => h.0.clone(),
+        };
+        ComponentHandle(target)
+    }
+}

@@ -1,0 +1,60 @@
+//! Distributed locks (`lock`): try-lock with expiry, unlock by owner, as in
+//! Dapr's lock API.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::component::Component;
+
+/// Take a lock.
+#[derive(Debug, Clone)]
+pub struct TryLockRequest {
+    /// What is locked.
+    pub resource_id: String,
+    /// Who takes it (only the owner can unlock).
+    pub lock_owner: String,
+    /// The lock is released after this long if not unlocked.
+    pub expiry: Duration,
+}
+
+/// Release a lock.
+#[derive(Debug, Clone)]
+pub struct UnlockRequest {
+    /// What is unlocked.
+    pub resource_id: String,
+    /// Who releases it.
+    pub lock_owner: String,
+}
+
+/// Outcome of an unlock, with Dapr's status values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnlockStatus {
+    /// Released.
+    Success,
+    /// No such lock (never taken, or expired).
+    LockDoesNotExist,
+    /// Held by another owner; left as is.
+    LockBelongsToOthers,
+}
+
+/// Why a lock operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// The request is malformed.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The backend failed.
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// A lock store.
+#[async_trait]
+pub trait Lock: Component {
+    /// Takes the lock if free; `Ok(false)` if someone holds it.
+    async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError>;
+
+    /// Releases the lock if `lock_owner` holds it.
+    async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError>;
+}

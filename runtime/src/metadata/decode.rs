@@ -1,0 +1,145 @@
+//! Decoding metadata into typed structs with errors that name the field.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::lenient::{Lenient, PLACEHOLDER};
+
+/// Why metadata did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    /// A field the component does not know.
+    #[error("unknown metadata field `{field}`{}", suggestion_text(.suggestion, .known))]
+    UnknownField {
+        /// The offending field path.
+        field: String,
+        /// The closest known field name, if one is close.
+        suggestion: Option<String>,
+        /// Every field the component knows at that level.
+        known: Vec<String>,
+    },
+    /// A field whose value has the wrong type, or is missing.
+    #[error("metadata field `{field}`: {message}")]
+    Invalid {
+        /// The field path (`.` for the whole object).
+        field: String,
+        /// What serde expected.
+        message: String,
+    },
+}
+
+fn suggestion_text(suggestion: &Option<String>, known: &[String]) -> String {
+    match suggestion {
+        Some(s) => format!(" (did you mean `{s}`?)"),
+        None if known.is_empty() => " (this component takes no metadata)".to_string(),
+        None => format!(" (known fields: {})", known.join(", ")),
+    }
+}
+
+/// Decodes `map` into `T`.
+pub fn decode<T: DeserializeOwned>(map: &Map<String, Value>) -> Result<T, MetadataError> {
+    decode_with(map, false)
+}
+
+/// Decodes `map` into `T` where some values are not known yet: `injected`
+/// fields (filled later by secretRef/configurationRef) are accepted whatever
+/// type `T` wants for them, and absent ones are not reported missing.
+pub fn decode_for_validation<T: DeserializeOwned>(
+    map: &Map<String, Value>,
+    injected: &[String],
+) -> Result<(), MetadataError> {
+    let mut map = map.clone();
+    for field in injected {
+        map.insert(field.clone(), Value::String(PLACEHOLDER.to_string()));
+    }
+    decode_with::<T>(&map, true).map(|_| ())
+}
+
+fn decode_with<T: DeserializeOwned>(
+    map: &Map<String, Value>,
+    placeholders: bool,
+) -> Result<T, MetadataError> {
+    let value = Value::Object(map.clone());
+    let unknown = std::cell::RefCell::new(None);
+    let deserializer = Lenient::new(&value, placeholders, &unknown);
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        if let Some(found) = unknown.borrow_mut().take() {
+            return found;
+        }
+        let path = err.path().to_string();
+        MetadataError::Invalid {
+            field: path,
+            message: strip_position(&err.into_inner().to_string()),
+        }
+    })
+}
+
+/// serde_json adds no position for `Value` input, but custom messages may.
+fn strip_position(message: &str) -> String {
+    message.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    struct Redis {
+        redis_host: String,
+        #[serde(default)]
+        redis_db: u32,
+        #[serde(default)]
+        enable_tls: bool,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    }
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn strings_are_accepted_for_numbers_and_bools() {
+        let r: Redis = decode(&map(json!({"redisHost": "h", "redisDB": "3", "enableTls": "true", "timeoutMs": "250"}).into()))
+            .map_err(|e| e.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.redis_db, 3);
+        assert!(r.enable_tls);
+        assert_eq!(r.timeout_ms, Some(250));
+    }
+
+    #[test]
+    fn unknown_field_suggests_closest() {
+        let err = decode::<Redis>(&map(json!({"redisHots": "h"}))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown metadata field `redisHots` (did you mean `redisHost`?)"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_field() {
+        let err = decode::<Redis>(&map(json!({"redisHost": "h", "redisDB": "x"}))).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("metadata field `redisDB`"), "{text}");
+        assert!(text.contains("u32"), "{text}");
+    }
+
+    #[test]
+    fn missing_field_is_reported() {
+        let err = decode::<Redis>(&map(json!({}))).unwrap_err();
+        assert!(err.to_string().contains("redisHost"), "{err}");
+    }
+
+    #[test]
+    fn injected_fields_pass_validation_whatever_their_type() {
+        decode_for_validation::<Redis>(&map(json!({})), &["redisHost".into(), "redisDB".into()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = decode_for_validation::<Redis>(&map(json!({"redisDB": "x"})), &["redisHost".into()])
+            .unwrap_err();
+        assert!(err.to_string().contains("redisDB"));
+    }
+}

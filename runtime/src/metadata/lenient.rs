@@ -1,0 +1,284 @@
+//! A `serde_json::Value` deserializer that accepts strings for scalars and
+//! rejects unknown struct fields, recording which one.
+
+use std::cell::RefCell;
+
+use serde::de::value::BorrowedStrDeserializer;
+use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Unexpected, Visitor};
+use serde_json::{Map, Value};
+
+use super::decode::MetadataError;
+
+/// Stands for a value injected later (validation only).
+pub(crate) const PLACEHOLDER: &str = "\u{0}rewire:injected";
+
+type Error = serde_json::Error;
+
+/// Deserializes a borrowed [`Value`] leniently.
+pub(crate) struct Lenient<'a> {
+    value: &'a Value,
+    placeholders: bool,
+    unknown: &'a RefCell<Option<MetadataError>>,
+    path: String,
+}
+
+impl<'a> Lenient<'a> {
+    pub(crate) fn new(
+        value: &'a Value,
+        placeholders: bool,
+        unknown: &'a RefCell<Option<MetadataError>>,
+    ) -> Self {
+        Self {
+            value,
+            placeholders,
+            unknown,
+            path: String::new(),
+        }
+    }
+
+    fn child(&self, value: &'a Value, segment: &str) -> Self {
+        let path = if self.path.is_empty() {
+            segment.to_string()
+        } else if segment.starts_with('[') {
+            format!("{}{segment}", self.path)
+        } else {
+            format!("{}.{segment}", self.path)
+        };
+        Self {
+            value,
+            placeholders: self.placeholders,
+            unknown: self.unknown,
+            path,
+        }
+    }
+
+    fn is_placeholder(&self) -> bool {
+        self.placeholders && matches!(self.value, Value::String(s) if s == PLACEHOLDER)
+    }
+
+    fn number<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        if self.is_placeholder() {
+            return visitor.visit_u64(0);
+        }
+        match self.value {
+            Value::String(s) => {
+                let s = s.trim();
+                if let Ok(n) = s.parse::<u64>() {
+                    visitor.visit_u64(n)
+                } else if let Ok(n) = s.parse::<i64>() {
+                    visitor.visit_i64(n)
+                } else if let Ok(n) = s.parse::<f64>() {
+                    visitor.visit_f64(n)
+                } else {
+                    Err(de::Error::invalid_type(Unexpected::Str(s), &visitor))
+                }
+            }
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn check_fields(&self, map: &Map<String, Value>, fields: &'static [&'static str]) -> Result<(), Error> {
+        let Some(field) = map.keys().find(|k| !fields.contains(&k.as_str())) else {
+            return Ok(());
+        };
+        let suggestion = fields
+            .iter()
+            .map(|known| (strsim::jaro_winkler(&field.to_lowercase(), &known.to_lowercase()), *known))
+            .filter(|(score, _)| *score > 0.8)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, known)| known.to_string());
+        let full = if self.path.is_empty() {
+            field.clone()
+        } else {
+            format!("{}.{field}", self.path)
+        };
+        *self.unknown.borrow_mut() = Some(MetadataError::UnknownField {
+            field: full,
+            suggestion,
+            known: fields.iter().map(|f| f.to_string()).collect(),
+        });
+        Err(de::Error::custom(format!("unknown field `{field}`")))
+    }
+}
+
+macro_rules! lenient_numbers {
+    ($($method:ident)*) => {
+        $(fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+            self.number(visitor)
+        })*
+    };
+}
+
+macro_rules! forward_to_any {
+    ($($method:ident)*) => {
+        $(fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+            self.deserialize_any(visitor)
+        })*
+    };
+}
+
+impl<'a> Deserializer<'a> for Lenient<'a> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.value {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(*b),
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    visitor.visit_u64(u)
+                } else if let Some(i) = n.as_i64() {
+                    visitor.visit_i64(i)
+                } else {
+                    visitor.visit_f64(n.as_f64().unwrap_or_default())
+                }
+            }
+            Value::String(s) if self.is_placeholder() => {
+                let _ = s;
+                visitor.visit_borrowed_str("")
+            }
+            Value::String(s) => visitor.visit_borrowed_str(s),
+            Value::Array(items) => visitor.visit_seq(Items {
+                parent: &self,
+                items: items.iter().enumerate(),
+            }),
+            Value::Object(map) => visitor.visit_map(Entries {
+                parent: &self,
+                entries: map.iter(),
+                value: None,
+            }),
+        }
+    }
+
+    lenient_numbers!(deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_i128
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128
+        deserialize_f32 deserialize_f64);
+
+    forward_to_any!(deserialize_char deserialize_bytes deserialize_byte_buf deserialize_unit
+        deserialize_seq deserialize_map deserialize_identifier deserialize_ignored_any);
+
+    fn deserialize_bool<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        if self.is_placeholder() {
+            return visitor.visit_bool(false);
+        }
+        match self.value {
+            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+                "true" => visitor.visit_bool(true),
+                "false" => visitor.visit_bool(false),
+                _ => Err(de::Error::invalid_type(Unexpected::Str(s), &visitor)),
+            },
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.value {
+            Value::Number(n) => visitor.visit_string(n.to_string()),
+            Value::Bool(b) => visitor.visit_string(b.to_string()),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.value {
+            Value::Null => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'a>>(self, _name: &'static str, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_any(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'a>>(self, _name: &'static str, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_tuple<V: Visitor<'a>>(self, _len: usize, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_any(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_any(visitor)
+    }
+
+    fn deserialize_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        if let Value::Object(map) = self.value {
+            self.check_fields(map, fields)?;
+        }
+        self.deserialize_any(visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match self.value {
+            Value::String(s) if self.is_placeholder() => {
+                let _ = s;
+                let first = variants.first().copied().unwrap_or_default();
+                visitor.visit_enum(first.into_deserializer())
+            }
+            value => value.deserialize_enum(name, variants, visitor),
+        }
+    }
+}
+
+struct Items<'p, 'a> {
+    parent: &'p Lenient<'a>,
+    items: std::iter::Enumerate<std::slice::Iter<'a, Value>>,
+}
+
+impl<'a> SeqAccess<'a> for Items<'_, 'a> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(&mut self, seed: T) -> Result<Option<T::Value>, Error> {
+        match self.items.next() {
+            Some((i, value)) => seed.deserialize(self.parent.child(value, &format!("[{i}]"))).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+struct Entries<'p, 'a> {
+    parent: &'p Lenient<'a>,
+    entries: serde_json::map::Iter<'a>,
+    value: Option<(&'a String, &'a Value)>,
+}
+
+impl<'a> MapAccess<'a> for Entries<'_, 'a> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Result<Option<K::Value>, Error> {
+        match self.entries.next() {
+            Some((key, value)) => {
+                self.value = Some((key, value));
+                seed.deserialize(BorrowedStrDeserializer::new(key)).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        match self.value.take() {
+            Some((key, value)) => seed.deserialize(self.parent.child(value, key)),
+            None => Err(de::Error::custom("value requested before key")),
+        }
+    }
+}

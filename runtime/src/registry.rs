@@ -1,0 +1,79 @@
+//! The registry of component types, collected with `inventory` from every
+//! linked crate.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::build::Buildable;
+use crate::metadata::{Metadata, MetadataError};
+
+/// Describes one component type. `#[derive(Component)]` submits one per
+/// component; a hand-written component can `inventory::submit!` its own.
+#[derive(Debug, Clone, Copy)]
+pub struct ComponentDescriptor {
+    /// The kind it serves (`state`, `config_store`, ... or a custom kind).
+    pub kind: &'static str,
+    /// The type name used in configuration (`memory`, `redis`...).
+    pub type_name: &'static str,
+    /// One line about it, for `rewire components`.
+    pub description: &'static str,
+    /// Example metadata, as JSON.
+    pub example_metadata: &'static str,
+    /// Checks metadata ahead of start: `injected` fields are filled later.
+    pub validate: fn(&Map<String, Value>, &[String]) -> Result<(), MetadataError>,
+    /// Makes an instance (not initialised) from resolved metadata.
+    pub build: fn(&Metadata) -> Result<Box<dyn Buildable>, MetadataError>,
+}
+
+inventory::collect!(ComponentDescriptor);
+
+/// The known component types, by kind then type name.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    by_kind: BTreeMap<&'static str, BTreeMap<&'static str, ComponentDescriptor>>,
+}
+
+impl Registry {
+    /// Every descriptor submitted by a linked crate.
+    pub fn collected() -> Self {
+        let mut registry = Self::default();
+        for descriptor in inventory::iter::<ComponentDescriptor> {
+            registry.register(*descriptor);
+        }
+        registry
+    }
+
+    /// Adds (or replaces) a descriptor.
+    pub fn register(&mut self, descriptor: ComponentDescriptor) {
+        self.by_kind
+            .entry(descriptor.kind)
+            .or_default()
+            .insert(descriptor.type_name, descriptor);
+    }
+
+    /// The descriptor of `type_name` in `kind`.
+    pub fn get(&self, kind: &str, type_name: &str) -> Option<&ComponentDescriptor> {
+        self.by_kind.get(kind)?.get(type_name)
+    }
+
+    /// The registered type names of `kind`.
+    pub fn types_of(&self, kind: &str) -> Vec<&'static str> {
+        self.by_kind.get(kind).map(|types| types.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Every descriptor, by kind then type.
+    pub fn iter(&self) -> impl Iterator<Item = &ComponentDescriptor> {
+        self.by_kind.values().flat_map(|types| types.values())
+    }
+
+    /// Number of registered types.
+    pub fn len(&self) -> usize {
+        self.by_kind.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

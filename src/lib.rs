@@ -1,0 +1,12 @@
+//! rewire: a component runtime with dependency injection and lossless hot
+//! reload.
+//!
+//! Write a component with `#[derive(Component)]`, declare it in JSON, and
+//! the runtime builds it, injects what it references, and keeps it live.
+//! See `docs/components.md` for the authoring guide.
+
+pub use rewire_runtime::*;
+
+/// The community components (memory, file, env...), linked into the
+/// binary so their registrations are collected.
+pub use rewire_components as components;
