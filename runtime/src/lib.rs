@@ -2,16 +2,21 @@
 //! the reference graph, injection, handles and start-up.
 #![doc = include_str!("../README.md")]
 
+pub mod assemble;
 pub mod build;
 pub mod component;
+pub mod config;
 pub mod dynamic;
+pub mod graph;
 pub mod handle;
 pub mod inject;
 pub mod instance;
 pub mod key;
 pub mod kinds;
 pub mod metadata;
+pub mod redact;
 pub mod registry;
+pub mod runtime;
 
 pub use build::Buildable;
 pub use component::{Component, ComponentError, InitContext, Readiness};
@@ -26,6 +31,10 @@ pub use key::ComponentKey;
 pub use kinds::*;
 pub use metadata::{Metadata, MetadataError};
 pub use registry::{ComponentDescriptor, Registry};
+pub use runtime::{Runtime, RuntimeOptions, StartError};
+pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
+pub use config::{ConfigFile, Problem, Problems, ValidConfig};
+pub use graph::{DependencyGraph, GraphFormat};
 pub use rewire_macros::Component;
 
 /// Everything a component author usually needs.

@@ -89,7 +89,7 @@ mod tests {
     #[serde(rename_all = "camelCase")]
     struct Redis {
         redis_host: String,
-        #[serde(default)]
+        #[serde(default, rename = "redisDB")]
         redis_db: u32,
         #[serde(default)]
         enable_tls: bool,
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn strings_are_accepted_for_numbers_and_bools() {
-        let r: Redis = decode(&map(json!({"redisHost": "h", "redisDB": "3", "enableTls": "true", "timeoutMs": "250"}).into()))
+        let r: Redis = decode(&map(json!({"redisHost": "h", "redisDB": "3", "enableTls": "true", "timeoutMs": "250"})))
             .map_err(|e| e.to_string())
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.redis_db, 3);

@@ -1,0 +1,251 @@
+//! Assembling one component: resolve its secretRef/configurationRef values,
+//! build it, inject its references, init it and wait until it is ready.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::build::Buildable;
+use crate::component::{InitContext, Readiness};
+use crate::config::ComponentSpec;
+use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
+use crate::inject::Inject;
+use crate::instance::Instance;
+use crate::key::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::kinds::ConfigQuery;
+use crate::metadata::Metadata;
+use crate::redact::Redactor;
+use crate::registry::ComponentDescriptor;
+
+/// Timeouts of component start.
+#[derive(Debug, Clone, Copy)]
+pub struct StartTimeouts {
+    /// Longest `init` may take.
+    pub init: Duration,
+    /// Longest a component may take to become ready after `init`.
+    pub ready: Duration,
+    /// How often readiness is polled.
+    pub ready_poll: Duration,
+}
+
+impl Default for StartTimeouts {
+    fn default() -> Self {
+        Self {
+            init: Duration::from_secs(30),
+            ready: Duration::from_secs(10),
+            ready_poll: Duration::from_millis(20),
+        }
+    }
+}
+
+/// The step at which a component failed to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedStep {
+    /// Reading a secretRef or configurationRef value.
+    Resolve,
+    /// Decoding its metadata.
+    Metadata,
+    /// Calling its setters.
+    Inject,
+    /// `init` returned an error.
+    Init,
+    /// `init` took longer than the init timeout.
+    InitTimeout,
+    /// It did not become ready in time.
+    NotReady,
+}
+
+impl fmt::Display for FailedStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailedStep::Resolve => "resolving references failed",
+            FailedStep::Metadata => "invalid metadata",
+            FailedStep::Inject => "injection failed",
+            FailedStep::Init => "init failed",
+            FailedStep::InitTimeout => "init timed out",
+            FailedStep::NotReady => "not ready in time",
+        })
+    }
+}
+
+/// Why one component could not be assembled. Never holds a secret value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{component}: {step}: {message}")]
+pub struct ComponentFailure {
+    /// The component.
+    pub component: ComponentKey,
+    /// Where it failed.
+    pub step: FailedStep,
+    /// Why, with secret values scrubbed.
+    pub message: String,
+}
+
+/// A component that started: its instance, and what it was started with.
+#[derive(Debug, Clone)]
+pub struct Assembled {
+    /// The running instance.
+    pub instance: Instance,
+    /// Cancelled when the instance is retired.
+    pub shutdown: CancellationToken,
+    /// The metadata it was initialised with (contains secret values: never
+    /// show it).
+    pub resolved: Metadata,
+}
+
+/// What assembling needs besides the component's spec.
+#[derive(Debug, Clone)]
+pub struct AssemblyContext {
+    /// The application id.
+    pub app_id: String,
+    /// Where the generation being assembled will be published.
+    pub live: LiveGeneration,
+    /// The components already assembled for this generation.
+    pub staged: Arc<Generation>,
+    /// Start timeouts.
+    pub timeouts: StartTimeouts,
+    /// Remembers secret values so they can be scrubbed from errors.
+    pub redactor: Redactor,
+}
+
+impl AssemblyContext {
+    fn fail(&self, key: &ComponentKey, step: FailedStep, message: impl fmt::Display) -> ComponentFailure {
+        ComponentFailure {
+            component: key.clone(),
+            step,
+            message: self.redactor.scrub(&message.to_string()),
+        }
+    }
+}
+
+/// Resolves every secretRef and configurationRef of `spec` from the staged
+/// stores into a copy of its metadata: all of them or an error.
+pub async fn resolve_metadata(spec: &ComponentSpec, cx: &AssemblyContext) -> Result<Metadata, ComponentFailure> {
+    let key = &spec.key;
+    let mut metadata = Metadata(spec.metadata.clone());
+    for (i, r) in spec.secret_refs.iter().enumerate() {
+        let store_key = ComponentKey::new(SECRET_STORE, &r.store);
+        let store = match cx.staged.get(&store_key) {
+            Some(Instance::SecretStore(store)) => store.clone(),
+            _ => return Err(cx.fail(key, FailedStep::Resolve, format!("secretRef[{i}]: secret store `{}` is not running", r.store))),
+        };
+        let secret = with_staged(cx.staged.clone(), store.get_secret(&r.name, &HashMap::new()))
+            .await
+            .map_err(|err| cx.fail(key, FailedStep::Resolve, format!("secretRef[{i}] ({}/{}): {err}", r.store, r.name)))?;
+        let value = secret.get(&r.key).ok_or_else(|| {
+            cx.fail(
+                key,
+                FailedStep::Resolve,
+                format!("secretRef[{i}]: secret `{}` in store `{}` has no key `{}`", r.name, r.store, r.key),
+            )
+        })?;
+        cx.redactor.remember(value.expose());
+        metadata.insert(r.inject_as.clone(), Value::String(value.expose().to_string()));
+    }
+    for (i, r) in spec.configuration_refs.iter().enumerate() {
+        let store_key = ComponentKey::new(CONFIG_STORE, &r.store);
+        let store = match cx.staged.get(&store_key) {
+            Some(Instance::ConfigStore(store)) => store.clone(),
+            _ => return Err(cx.fail(key, FailedStep::Resolve, format!("configurationRef[{i}]: config store `{}` is not running", r.store))),
+        };
+        let query = ConfigQuery {
+            keys: vec![r.key.clone()],
+            group: r.group.clone(),
+            label: r.label.clone(),
+            metadata: HashMap::new(),
+        };
+        let items = with_staged(cx.staged.clone(), store.get(&query))
+            .await
+            .map_err(|err| cx.fail(key, FailedStep::Resolve, format!("configurationRef[{i}] ({}/{}): {err}", r.store, r.key)))?;
+        let item = items.into_iter().find(|item| item.key == r.key).ok_or_else(|| {
+            cx.fail(
+                key,
+                FailedStep::Resolve,
+                format!("configurationRef[{i}]: key `{}` not found in config store `{}`", r.key, r.store),
+            )
+        })?;
+        metadata.insert(r.inject_as.clone(), Value::String(item.value));
+    }
+    Ok(metadata)
+}
+
+/// Assembles `spec` (type `descriptor`) against the staged generation.
+pub async fn assemble(
+    spec: &ComponentSpec,
+    descriptor: &ComponentDescriptor,
+    cx: &AssemblyContext,
+) -> Result<Assembled, ComponentFailure> {
+    let key = &spec.key;
+    let resolved = resolve_metadata(spec, cx).await?;
+    let mut component = (descriptor.build)(&resolved).map_err(|err| cx.fail(key, FailedStep::Metadata, err))?;
+    inject(spec, component.as_mut(), cx)?;
+    let shutdown = CancellationToken::new();
+    let init_cx = InitContext {
+        key: key.clone(),
+        app_id: cx.app_id.clone(),
+        metadata: resolved.clone(),
+        shutdown: shutdown.clone(),
+        ready_timeout: cx.timeouts.ready,
+    };
+    let init = with_staged(cx.staged.clone(), async {
+        tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)).await
+    })
+    .await;
+    match init {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            shutdown.cancel();
+            return Err(cx.fail(key, FailedStep::Init, err));
+        }
+        Err(_) => {
+            shutdown.cancel();
+            return Err(cx.fail(key, FailedStep::InitTimeout, format!("no answer within {:?}", cx.timeouts.init)));
+        }
+    }
+    let instance = component.into_instance();
+    if let Err(reason) = wait_ready(&instance, cx).await {
+        shutdown.cancel();
+        let _ = instance.component().close().await;
+        return Err(cx.fail(key, FailedStep::NotReady, reason));
+    }
+    Ok(Assembled {
+        instance,
+        shutdown,
+        resolved,
+    })
+}
+
+fn inject(spec: &ComponentSpec, component: &mut dyn Buildable, cx: &AssemblyContext) -> Result<(), ComponentFailure> {
+    let key = &spec.key;
+    for (i, r) in spec.component_refs.iter().enumerate() {
+        let instance = cx.staged.get(&r.key).ok_or_else(|| {
+            cx.fail(key, FailedStep::Inject, format!("componentRef[{i}]: `{}` is not running", r.key))
+        })?;
+        let handle = InjectedHandle::for_instance(r.key.clone(), instance, cx.live.clone());
+        let result = match handle {
+            InjectedHandle::ConfigStore(h) => Inject::set_config_store(component, h),
+            InjectedHandle::SecretStore(h) => Inject::set_secret_store(component, h),
+            other => Inject::set_component(component, other),
+        };
+        result.map_err(|err| cx.fail(key, FailedStep::Inject, format!("componentRef[{i}]: {err}")))?;
+    }
+    Inject::check_injected(component).map_err(|err| cx.fail(key, FailedStep::Inject, err))
+}
+
+async fn wait_ready(instance: &Instance, cx: &AssemblyContext) -> Result<(), String> {
+    let component = instance.component();
+    let deadline = tokio::time::Instant::now() + cx.timeouts.ready;
+    loop {
+        let readiness = with_staged(cx.staged.clone(), component.readiness()).await;
+        match readiness {
+            Readiness::Ready => return Ok(()),
+            Readiness::NotReady(reason) if tokio::time::Instant::now() >= deadline => {
+                return Err(format!("still not ready after {:?}: {reason}", cx.timeouts.ready));
+            }
+            Readiness::NotReady(_) => tokio::time::sleep(cx.timeouts.ready_poll).await,
+        }
+    }
+}

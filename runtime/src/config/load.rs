@@ -1,0 +1,296 @@
+//! Parsing a configuration document into the typed model, collecting every
+//! problem with the component it belongs to.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::model::{ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
+use super::problem::{Problem, Problems};
+use super::raw::{RawComponent, RawConfigurationRef, RawFile, RawSecretRef};
+use crate::key::ComponentKey;
+use crate::metadata::{decode, MetadataError};
+
+/// Largest configuration document accepted, in bytes.
+pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
+
+/// Reads and parses the configuration file at `path`.
+pub fn load_file(path: &Path) -> Result<ConfigFile, Problems> {
+    match std::fs::read(path) {
+        Ok(bytes) => parse(&bytes),
+        Err(err) => Err(Problems(vec![Problem::file(format!(
+            "cannot read configuration file {}: {err}",
+            path.display()
+        ))])),
+    }
+}
+
+/// Parses a configuration document. Structural problems of every component
+/// are collected; references and types are checked later by
+/// [`super::validate`].
+pub fn parse(bytes: &[u8]) -> Result<ConfigFile, Problems> {
+    let document = parse_document(bytes).map_err(|p| Problems(vec![p]))?;
+    let mut problems = Problems::default();
+    let raw: RawFile = match decode(&document) {
+        Ok(raw) => raw,
+        Err(err) => return Err(Problems(vec![Problem::file(top_level_message(&err))])),
+    };
+    let app_id = match (raw.app_id, raw.app_id_layotto) {
+        (Some(a), Some(b)) if a != b => {
+            problems.push(Problem::file(format!("`appId` ({a}) and `app_id` ({b}) disagree")));
+            a
+        }
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => String::new(),
+    };
+    let overlay = raw.overlay.map(|o| OverlaySpec { store: o.store, key: o.key });
+    let mut components = BTreeMap::new();
+    match raw.components {
+        Some(kinds) => {
+            for (kind, named) in kinds {
+                parse_kind(&kind, named, &mut components, &mut problems);
+            }
+        }
+        None => problems.push(Problem::file("missing `components` (an object of kind -> name -> component)")),
+    }
+    problems.into_result(ConfigFile {
+        app_id,
+        components,
+        overlay,
+    })
+}
+
+fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problem> {
+    if bytes.len() > MAX_CONFIG_BYTES {
+        return Err(Problem::file(format!(
+            "configuration is {} bytes, more than the {MAX_CONFIG_BYTES} accepted",
+            bytes.len()
+        )));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Problem::file("configuration is empty"));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|err| {
+        Problem::file(format!("configuration is not valid UTF-8 (at byte {})", err.valid_up_to()))
+    })?;
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Problem::file("configuration must be a JSON object")),
+        Err(err) => Err(Problem::file(format!(
+            "malformed JSON at line {}, column {}: {}",
+            err.line(),
+            err.column(),
+            strip_location(&err.to_string())
+        ))),
+    }
+}
+
+/// serde_json appends " at line L column C"; we state it up front instead.
+fn strip_location(message: &str) -> &str {
+    message.rfind(" at line ").map_or(message, |at| &message[..at])
+}
+
+fn top_level_message(err: &MetadataError) -> String {
+    match err {
+        MetadataError::UnknownField { field, suggestion, .. } => match suggestion {
+            Some(s) => format!("unknown top-level field `{field}` (did you mean `{s}`?)"),
+            None => format!("unknown top-level field `{field}` (expected appId, components, overlay)"),
+        },
+        MetadataError::Invalid { field, message } => format!("field `{field}`: {message}"),
+    }
+}
+
+fn parse_kind(
+    kind: &str,
+    named: Value,
+    components: &mut BTreeMap<ComponentKey, ComponentSpec>,
+    problems: &mut Problems,
+) {
+    let Value::Object(named) = named else {
+        problems.push(Problem::file(format!(
+            "components.{kind}: expected an object of name -> component"
+        )));
+        return;
+    };
+    if kind.is_empty() {
+        problems.push(Problem::file("components: a kind must not be empty"));
+        return;
+    }
+    for (name, body) in named {
+        let key = ComponentKey::new(kind, &name);
+        if name.is_empty() || name.contains('/') {
+            problems.push(Problem::component(&key, "a component name must be non-empty and contain no `/`"));
+            continue;
+        }
+        let Value::Object(body) = body else {
+            problems.push(Problem::component(&key, "expected an object with `type` and `metadata`"));
+            continue;
+        };
+        match decode::<RawComponent>(&body) {
+            Ok(raw) => {
+                let before = problems.0.len();
+                let spec = to_spec(key, raw, problems);
+                if problems.0.len() == before {
+                    components.insert(spec.key.clone(), spec);
+                }
+            }
+            Err(err) => problems.push(Problem::component(&key, component_message(&err))),
+        }
+    }
+}
+
+fn component_message(err: &MetadataError) -> String {
+    match err {
+        MetadataError::UnknownField { field, suggestion, .. } => match suggestion {
+            Some(s) => format!("unknown field `{field}` (did you mean `{s}`?)"),
+            None => format!(
+                "unknown field `{field}` (expected type, metadata, componentRef, secretRef, configurationRef)"
+            ),
+        },
+        MetadataError::Invalid { field, message } => format!("field `{field}`: {message}"),
+    }
+}
+
+fn to_spec(key: ComponentKey, raw: RawComponent, problems: &mut Problems) -> ComponentSpec {
+    let mut component_refs = Vec::new();
+    for (i, r) in raw.component_ref.into_iter().flatten().enumerate() {
+        let kind = match (r.kind, r.kind_as_type) {
+            (Some(a), Some(b)) if a != b => {
+                problems.push(Problem::component(
+                    &key,
+                    format!("componentRef[{i}]: `kind` ({a}) and `type` ({b}) disagree"),
+                ));
+                continue;
+            }
+            (Some(kind), _) | (None, Some(kind)) => kind,
+            (None, None) => {
+                problems.push(Problem::component(
+                    &key,
+                    format!("componentRef[{i}]: missing `type` (the referenced component's kind)"),
+                ));
+                continue;
+            }
+        };
+        component_refs.push(ComponentRef {
+            key: ComponentKey::new(kind, r.name),
+        });
+    }
+    for (kind, name) in raw.component_ref_layotto.into_iter().flatten() {
+        match name {
+            Value::String(name) => component_refs.push(ComponentRef {
+                key: ComponentKey::new(kind, name),
+            }),
+            _ => problems.push(Problem::component(
+                &key,
+                format!("component_ref.{kind}: expected the referenced component's name as a string"),
+            )),
+        }
+    }
+    let secret_refs = raw
+        .secret_ref
+        .into_iter()
+        .flatten()
+        .chain(raw.secret_ref_layotto.into_iter().flatten())
+        .enumerate()
+        .filter_map(|(i, r)| to_secret_ref(&key, i, r, problems))
+        .collect::<Vec<_>>();
+    let configuration_refs = raw
+        .configuration_ref
+        .into_iter()
+        .flatten()
+        .chain(raw.configuration_ref_layotto.into_iter().flatten())
+        .enumerate()
+        .filter_map(|(i, r)| to_configuration_ref(&key, i, r, problems))
+        .collect::<Vec<_>>();
+    let spec = ComponentSpec {
+        type_name: raw.type_name.unwrap_or_else(|| key.name.clone()),
+        metadata: raw.metadata.unwrap_or_default(),
+        component_refs,
+        secret_refs,
+        configuration_refs,
+        key,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for field in spec.injected_fields() {
+        if !seen.insert(field.clone()) {
+            problems.push(Problem::component(
+                &spec.key,
+                format!("metadata field `{field}` is injected by more than one secretRef/configurationRef"),
+            ));
+        }
+    }
+    spec
+}
+
+fn one_of(key: &ComponentKey, what: &str, a: Option<String>, b: Option<String>, problems: &mut Problems) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) if a != b => {
+            problems.push(Problem::component(key, format!("{what}: two spellings disagree ({a} vs {b})")));
+            None
+        }
+        (Some(a), _) | (None, Some(a)) => Some(a),
+        (None, None) => None,
+    }
+}
+
+fn to_secret_ref(key: &ComponentKey, i: usize, r: RawSecretRef, problems: &mut Problems) -> Option<SecretRef> {
+    let at = format!("secretRef[{i}]");
+    let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
+    let inject_as = one_of(key, &format!("{at}.injectAs"), r.inject_as, r.inject_as_layotto, problems);
+    let Some(store) = store else {
+        problems.push(Problem::component(key, format!("{at}: missing `store` (the secret store's name)")));
+        return None;
+    };
+    // rewire: `name` is the secret, `key` the key inside it. Layotto: `key`
+    // is the secret and `sub_key` the key inside it (defaulting to `key`).
+    let (name, inner) = match (r.name, r.key, r.sub_key) {
+        (Some(name), Some(inner), None) => (name, inner),
+        (Some(name), None, None) => (name.clone(), name),
+        (None, Some(name), sub_key) => (name.clone(), sub_key.unwrap_or(name)),
+        (Some(_), _, Some(_)) => {
+            problems.push(Problem::component(
+                key,
+                format!("{at}: give either `name` + `key` (rewire) or `key` + `sub_key` (Layotto), not both"),
+            ));
+            return None;
+        }
+        (None, None, _) => {
+            problems.push(Problem::component(key, format!("{at}: missing `name` (the secret's name)")));
+            return None;
+        }
+    };
+    Some(SecretRef {
+        store,
+        inject_as: inject_as.unwrap_or_else(|| inner.clone()),
+        name,
+        key: inner,
+        watch: r.watch,
+    })
+}
+
+fn to_configuration_ref(
+    key: &ComponentKey,
+    i: usize,
+    r: RawConfigurationRef,
+    problems: &mut Problems,
+) -> Option<ConfigurationRef> {
+    let at = format!("configurationRef[{i}]");
+    let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
+    let inject_as = one_of(key, &format!("{at}.injectAs"), r.inject_as, r.inject_as_layotto, problems);
+    let Some(store) = store else {
+        problems.push(Problem::component(key, format!("{at}: missing `store` (the config store's name)")));
+        return None;
+    };
+    Some(ConfigurationRef {
+        store,
+        inject_as: inject_as.unwrap_or_else(|| r.key.clone()),
+        key: r.key,
+        group: r.group,
+        label: r.label,
+        watch: r.watch,
+    })
+}
+
+#[cfg(test)]
+mod tests;

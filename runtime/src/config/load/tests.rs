@@ -1,0 +1,101 @@
+use super::*;
+
+fn problems(text: &str) -> Vec<String> {
+    match parse(text.as_bytes()) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn parses_the_design_example_with_defaults() {
+    let config = parse(
+        br#"{"appId": "checkout", "components": {
+            "secret_store": {"local": {"type": "local.file", "metadata": {"secretsFile": "s.json"}}},
+            "state": {"orders": {"type": "redis", "metadata": {"redisHost": "h:1"},
+                "componentRef": [{"type": "config_store", "name": "apollo"}],
+                "secretRef": [{"store": "local", "name": "redis", "key": "password", "injectAs": "redisPassword", "watch": true}],
+                "configurationRef": [{"store": "apollo", "key": "orders.redisHost", "injectAs": "redisHost"}]}},
+            "config_store": {"apollo": {}}
+        }, "overlay": {"store": "apollo", "key": "rewire.components"}}"#,
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
+    assert_eq!(config.app_id, "checkout");
+    let orders = &config.components[&ComponentKey::new("state", "orders")];
+    assert_eq!(orders.component_refs[0].key, ComponentKey::new("config_store", "apollo"));
+    assert_eq!(orders.secret_refs[0].name, "redis");
+    assert_eq!(orders.secret_refs[0].key, "password");
+    assert!(orders.secret_refs[0].watch);
+    assert_eq!(orders.configuration_refs[0].inject_as, "redisHost");
+    let apollo = &config.components[&ComponentKey::new("config_store", "apollo")];
+    assert_eq!(apollo.type_name, "apollo", "type defaults to the name");
+    assert_eq!(config.overlay.as_ref().map(|o| o.key.as_str()), Some("rewire.components"));
+}
+
+#[test]
+fn accepts_layotto_spellings() {
+    let config = parse(
+        br#"{"components": {"state": {"redis": {
+            "component_ref": {"config_store": "apollo", "secret_store": "local"},
+            "secret_ref": [{"store_name": "local", "key": "redis", "sub_key": "password", "inject_as": "redisPassword"},
+                           {"store_name": "local", "key": "token"}]}}}}"#,
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
+    let redis = &config.components[&ComponentKey::new("state", "redis")];
+    let refs: Vec<String> = redis.component_refs.iter().map(|r| r.key.to_string()).collect();
+    assert_eq!(refs, ["config_store/apollo", "secret_store/local"]);
+    assert_eq!(
+        (redis.secret_refs[0].name.as_str(), redis.secret_refs[0].key.as_str(), redis.secret_refs[0].inject_as.as_str()),
+        ("redis", "password", "redisPassword")
+    );
+    assert_eq!(
+        (redis.secret_refs[1].name.as_str(), redis.secret_refs[1].key.as_str(), redis.secret_refs[1].inject_as.as_str()),
+        ("token", "token", "token")
+    );
+}
+
+#[test]
+fn malformed_json_gives_line_and_column() {
+    let found = problems("{\n  \"components\": {\n    \"state\": { ,\n}");
+    assert_eq!(found.len(), 1);
+    assert!(found[0].starts_with("malformed JSON at line 3, column 16: key must be a string"), "{found:?}");
+}
+
+#[test]
+fn empty_and_non_utf8_and_non_object_files_are_rejected() {
+    assert_eq!(problems("  \n"), ["configuration is empty"]);
+    assert!(problems("{\"a\": \"\u{e9}\"}").len() == 1);
+    let bytes = [b'{', 0xff, b'}'];
+    assert!(parse(&bytes).is_err_and(|p| p.to_string().contains("UTF-8")));
+    assert_eq!(problems("[1]"), ["configuration must be a JSON object"]);
+}
+
+#[test]
+fn every_component_problem_is_collected_with_its_key() {
+    let found = problems(
+        r#"{"components": {"state": {
+            "a": {"tpye": "memory"},
+            "b": {"componentRef": [{"name": "x"}]},
+            "c": {"secretRef": [{"name": "n", "key": "k"}]},
+            "d": {"secretRef": [{"store": "s", "name": "n", "key": "k", "injectAs": "f"}],
+                  "configurationRef": [{"store": "c", "key": "k", "injectAs": "f"}]}
+        }}}"#,
+    );
+    assert_eq!(
+        found,
+        [
+            "state/a: unknown field `tpye` (did you mean `type`?)",
+            "state/b: componentRef[0]: missing `type` (the referenced component's kind)",
+            "state/c: secretRef[0]: missing `store` (the secret store's name)",
+            "state/d: metadata field `f` is injected by more than one secretRef/configurationRef",
+        ]
+    );
+}
+
+#[test]
+fn unknown_top_level_field_is_named() {
+    assert_eq!(
+        problems(r#"{"component": {}}"#),
+        ["unknown top-level field `component` (did you mean `components`?)"]
+    );
+}

@@ -1,0 +1,112 @@
+//! The typed configuration, after aliases are resolved.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::key::ComponentKey;
+
+/// A whole configuration: the app id, every component, and the optional
+/// overlay key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConfigFile {
+    /// The application id (`appId`).
+    pub app_id: String,
+    /// Every component, by key.
+    pub components: BTreeMap<ComponentKey, ComponentSpec>,
+    /// Where overrides of this configuration live in a config store.
+    pub overlay: Option<OverlaySpec>,
+}
+
+/// One declared component.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComponentSpec {
+    /// Its kind and name.
+    pub key: ComponentKey,
+    /// The implementation (`type`; defaults to the component's name).
+    pub type_name: String,
+    /// Metadata as declared (before secretRef/configurationRef injection).
+    pub metadata: Map<String, Value>,
+    /// Components injected through setters.
+    pub component_refs: Vec<ComponentRef>,
+    /// Secrets injected into metadata.
+    pub secret_refs: Vec<SecretRef>,
+    /// Configuration values injected into metadata.
+    pub configuration_refs: Vec<ConfigurationRef>,
+}
+
+impl ComponentSpec {
+    /// The metadata fields filled by secretRef and configurationRef.
+    pub fn injected_fields(&self) -> Vec<String> {
+        self.secret_refs
+            .iter()
+            .map(|r| r.inject_as.clone())
+            .chain(self.configuration_refs.iter().map(|r| r.inject_as.clone()))
+            .collect()
+    }
+
+    /// Every component this one depends on (refs and the stores its
+    /// secretRef/configurationRef read from), without duplicates.
+    pub fn dependencies(&self) -> Vec<ComponentKey> {
+        let mut deps: Vec<ComponentKey> = self
+            .component_refs
+            .iter()
+            .map(|r| r.key.clone())
+            .chain(self.secret_refs.iter().map(|r| ComponentKey::new(crate::key::SECRET_STORE, &r.store)))
+            .chain(self.configuration_refs.iter().map(|r| ComponentKey::new(crate::key::CONFIG_STORE, &r.store)))
+            .collect();
+        deps.sort();
+        deps.dedup();
+        deps
+    }
+}
+
+/// `componentRef`: inject another component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentRef {
+    /// The referenced component.
+    pub key: ComponentKey,
+}
+
+/// `secretRef`: put key `key` of secret `name` from secret store `store`
+/// into metadata field `inject_as`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The secret store's name.
+    pub store: String,
+    /// The secret's name.
+    pub name: String,
+    /// The key inside the secret.
+    pub key: String,
+    /// The metadata field to fill.
+    pub inject_as: String,
+    /// Re-apply the component when the value changes.
+    pub watch: bool,
+}
+
+/// `configurationRef`: put config value `key` from config store `store` into
+/// metadata field `inject_as`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigurationRef {
+    /// The config store's name.
+    pub store: String,
+    /// The configuration key.
+    pub key: String,
+    /// The group of the key, if the store has groups.
+    pub group: Option<String>,
+    /// The label of the key, if any.
+    pub label: Option<String>,
+    /// The metadata field to fill.
+    pub inject_as: String,
+    /// Re-apply the component when the value changes.
+    pub watch: bool,
+}
+
+/// `overlay`: a config-store key whose value overrides components.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlaySpec {
+    /// The config store's name.
+    pub store: String,
+    /// The key; `<key>.<appId>` wins over it.
+    pub key: String,
+}

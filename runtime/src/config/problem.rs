@@ -1,0 +1,83 @@
+//! Configuration problems, each tied to the component it is about.
+
+use std::fmt;
+
+use crate::key::ComponentKey;
+
+/// One thing wrong with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The component concerned, if any (file-level problems have none).
+    pub component: Option<ComponentKey>,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem with the whole file.
+    pub fn file(message: impl Into<String>) -> Self {
+        Self {
+            component: None,
+            message: message.into(),
+        }
+    }
+
+    /// A problem with one component.
+    pub fn component(key: &ComponentKey, message: impl Into<String>) -> Self {
+        Self {
+            component: Some(key.clone()),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.component {
+            Some(key) => write!(f, "{key}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// Every problem found in a configuration, one per line when displayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+pub struct Problems(pub Vec<Problem>);
+
+impl Problems {
+    /// Adds a problem.
+    pub fn push(&mut self, problem: Problem) {
+        self.0.push(problem);
+    }
+
+    /// Whether nothing is wrong.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `Ok(value)` when nothing is wrong, else `Err(self)`.
+    pub fn into_result<T>(self, value: T) -> Result<T, Problems> {
+        if self.is_empty() {
+            Ok(value)
+        } else {
+            Err(self)
+        }
+    }
+
+    /// The problems, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Problem> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! Checking a parsed configuration against the registry and itself: types,
+//! metadata, references and cycles, with every problem collected.
+
+use super::model::ConfigFile;
+use super::problem::{Problem, Problems};
+use crate::graph::DependencyGraph;
+use crate::key::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::registry::Registry;
+
+/// A configuration that passed validation, with its dependency graph.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    /// The configuration.
+    pub config: ConfigFile,
+    /// Its dependency graph (acyclic).
+    pub graph: DependencyGraph,
+}
+
+/// Validates `config` against `registry`: every problem is collected.
+pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, Problems> {
+    let mut problems = Problems::default();
+    for spec in config.components.values() {
+        let key = &spec.key;
+        match registry.get(&key.kind, &spec.type_name) {
+            Some(descriptor) => {
+                if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
+                    problems.push(Problem::component(key, err.to_string()));
+                }
+            }
+            None => problems.push(Problem::component(key, unknown_type(registry, &key.kind, &spec.type_name))),
+        }
+        for (i, r) in spec.component_refs.iter().enumerate() {
+            if &r.key == key {
+                problems.push(Problem::component(key, format!("componentRef[{i}]: a component cannot reference itself")));
+            } else {
+                check_target(&config, key, &format!("componentRef[{i}]"), &r.key, &mut problems);
+            }
+        }
+        for (i, r) in spec.secret_refs.iter().enumerate() {
+            let target = ComponentKey::new(SECRET_STORE, &r.store);
+            check_target(&config, key, &format!("secretRef[{i}]"), &target, &mut problems);
+        }
+        for (i, r) in spec.configuration_refs.iter().enumerate() {
+            let target = ComponentKey::new(CONFIG_STORE, &r.store);
+            check_target(&config, key, &format!("configurationRef[{i}]"), &target, &mut problems);
+        }
+    }
+    if let Some(overlay) = &config.overlay {
+        if !config.components.contains_key(&ComponentKey::new(CONFIG_STORE, &overlay.store)) {
+            problems.push(Problem::file(format!(
+                "overlay.store: no config store named `{}`",
+                overlay.store
+            )));
+        }
+    }
+    let graph = DependencyGraph::build(&config);
+    for cycle in graph.cycles() {
+        let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
+        problems.push(Problem::component(&cycle[0], format!("reference cycle: {}", path.join(" -> "))));
+    }
+    problems.into_result(ValidConfig { config, graph })
+}
+
+fn unknown_type(registry: &Registry, kind: &str, type_name: &str) -> String {
+    let known = registry.types_of(kind);
+    if known.is_empty() {
+        format!("unknown type `{type_name}`: no component types are registered for kind `{kind}`")
+    } else {
+        format!(
+            "unknown type `{type_name}` for kind `{kind}` (registered: {})",
+            known.join(", ")
+        )
+    }
+}
+
+fn check_target(config: &ConfigFile, user: &ComponentKey, at: &str, target: &ComponentKey, problems: &mut Problems) {
+    if config.components.contains_key(target) {
+        return;
+    }
+    let elsewhere: Vec<String> = config
+        .components
+        .keys()
+        .filter(|k| k.name == target.name)
+        .map(ComponentKey::to_string)
+        .collect();
+    let message = if elsewhere.is_empty() {
+        format!("{at}: references `{target}`, which is not declared")
+    } else {
+        format!(
+            "{at}: references `{target}`, which is not declared; `{}` is, but it is not a {}",
+            elsewhere.join("`, `"),
+            target.kind
+        )
+    };
+    problems.push(Problem::component(user, message));
+}
+
+#[cfg(test)]
+mod tests;

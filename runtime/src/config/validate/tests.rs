@@ -1,0 +1,100 @@
+use super::*;
+use crate::config::parse;
+use crate::metadata::{decode_for_validation, MetadataError, NoMetadata};
+use crate::registry::ComponentDescriptor;
+use serde_json::{Map, Value};
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct RedisMeta {
+    redis_host: String,
+    #[serde(default)]
+    redis_password: String,
+}
+
+fn redis_validate(map: &Map<String, Value>, injected: &[String]) -> Result<(), MetadataError> {
+    decode_for_validation::<RedisMeta>(map, injected)
+}
+
+fn none_validate(map: &Map<String, Value>, injected: &[String]) -> Result<(), MetadataError> {
+    decode_for_validation::<NoMetadata>(map, injected)
+}
+
+fn unbuildable(_: &crate::Metadata) -> Result<Box<dyn crate::Buildable>, MetadataError> {
+    Err(MetadataError::Invalid { field: ".".into(), message: "test registry cannot build".into() })
+}
+
+fn registry() -> Registry {
+    let mut registry = Registry::default();
+    for (kind, type_name, validate) in [
+        ("state", "redis", redis_validate as fn(&Map<String, Value>, &[String]) -> Result<(), MetadataError>),
+        ("state", "memory", none_validate),
+        ("config_store", "memory", none_validate),
+        ("secret_store", "env", none_validate),
+    ] {
+        registry.register(ComponentDescriptor {
+            kind,
+            type_name,
+            description: "",
+            example_metadata: "{}",
+            validate,
+            build: unbuildable,
+        });
+    }
+    registry
+}
+
+fn problems(text: &str) -> Vec<String> {
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    match validate(config, &registry()) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn all_problems_in_one_pass() {
+    let found = problems(
+        r#"{"components": {
+            "state": {
+                "a": {"type": "memory", "componentRef": [{"type": "config_store", "name": "b"}]},
+                "orders": {"type": "redis", "metadata": {"redisHots": "h"},
+                           "secretRef": [{"store": "vault", "name": "r", "key": "password", "injectAs": "redisPassword"}]},
+                "cache": {"type": "redsi"},
+                "wrongkind": {"type": "memory", "componentRef": [{"type": "config_store", "name": "env"}]}
+            },
+            "config_store": {"b": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}},
+            "secret_store": {"env": {}}
+        }}"#,
+    );
+    let mut expected = vec![
+        "config_store/b: reference cycle: config_store/b -> state/a -> config_store/b",
+        "state/cache: unknown type `redsi` for kind `state` (registered: memory, redis)",
+        "state/orders: unknown metadata field `redisHots` (did you mean `redisHost`?)",
+        "state/orders: secretRef[0]: references `secret_store/vault`, which is not declared",
+        "state/wrongkind: componentRef[0]: references `config_store/env`, which is not declared; `secret_store/env` is, but it is not a config_store",
+    ];
+    expected.sort();
+    let mut found = found;
+    found.sort();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn injected_fields_satisfy_required_metadata() {
+    let found = problems(
+        r#"{"components": {
+            "secret_store": {"env": {}},
+            "state": {"orders": {"type": "redis",
+                "secretRef": [{"store": "env", "name": "REDIS", "key": "REDIS", "injectAs": "redisHost"}]}}
+        }}"#,
+    );
+    assert!(found.is_empty(), "{found:?}");
+}
+
+#[test]
+fn self_reference_is_rejected() {
+    let found = problems(r#"{"components": {"state": {"a": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}}}}"#);
+    assert!(found.iter().any(|p| p == "state/a: componentRef[0]: a component cannot reference itself"), "{found:?}");
+}

@@ -1,0 +1,189 @@
+//! The dependency graph: an edge from each referenced component to its
+//! user, so a topological order starts stores before their users.
+
+mod render;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use petgraph::algo::tarjan_scc;
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::Direction;
+
+use crate::config::ConfigFile;
+use crate::key::ComponentKey;
+
+pub use render::GraphFormat;
+
+/// The components and who references whom.
+#[derive(Debug, Clone, Default)]
+pub struct DependencyGraph {
+    graph: StableDiGraph<ComponentKey, ()>,
+    nodes: BTreeMap<ComponentKey, NodeIndex>,
+    types: BTreeMap<ComponentKey, String>,
+}
+
+impl DependencyGraph {
+    /// The graph of `config`. References to undeclared components are left
+    /// out (validation reports them).
+    pub fn build(config: &ConfigFile) -> Self {
+        let mut this = Self::default();
+        for (key, spec) in &config.components {
+            let node = this.graph.add_node(key.clone());
+            this.nodes.insert(key.clone(), node);
+            this.types.insert(key.clone(), spec.type_name.clone());
+        }
+        for (key, spec) in &config.components {
+            for dependency in spec.dependencies() {
+                if let (Some(&from), Some(&to)) = (this.nodes.get(&dependency), this.nodes.get(key)) {
+                    this.graph.add_edge(from, to, ());
+                }
+            }
+        }
+        this
+    }
+
+    /// What `key` depends on directly.
+    pub fn dependencies(&self, key: &ComponentKey) -> Vec<ComponentKey> {
+        self.neighbours(key, Direction::Incoming)
+    }
+
+    /// What depends on `key` directly.
+    pub fn dependents(&self, key: &ComponentKey) -> Vec<ComponentKey> {
+        self.neighbours(key, Direction::Outgoing)
+    }
+
+    /// `keys` plus everything that depends on them, transitively.
+    pub fn with_dependents(&self, keys: &BTreeSet<ComponentKey>) -> BTreeSet<ComponentKey> {
+        let mut out = keys.clone();
+        let mut queue: Vec<ComponentKey> = keys.iter().cloned().collect();
+        while let Some(key) = queue.pop() {
+            for dependent in self.dependents(&key) {
+                if out.insert(dependent.clone()) {
+                    queue.push(dependent);
+                }
+            }
+        }
+        out
+    }
+
+    fn neighbours(&self, key: &ComponentKey, direction: Direction) -> Vec<ComponentKey> {
+        let Some(&node) = self.nodes.get(key) else {
+            return Vec::new();
+        };
+        let mut out: Vec<ComponentKey> = self
+            .graph
+            .neighbors_directed(node, direction)
+            .map(|n| self.graph[n].clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Every cycle, each as a path in "depends on" order that ends where it
+    /// starts: `state/a -> config_store/b -> state/a`.
+    pub fn cycles(&self) -> Vec<Vec<ComponentKey>> {
+        let mut cycles = Vec::new();
+        for scc in tarjan_scc(&self.graph) {
+            let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
+            let Some(&start) = scc.iter().min_by_key(|n| &self.graph[**n]) else {
+                continue;
+            };
+            let self_loop = self.graph.contains_edge(start, start);
+            if members.len() < 2 && !self_loop {
+                continue;
+            }
+            cycles.push(self.cycle_through(start, &members));
+        }
+        cycles.sort();
+        cycles
+    }
+
+    /// A cycle through `start` inside one strongly connected component,
+    /// following "depends on" (incoming) edges.
+    fn cycle_through(&self, start: NodeIndex, members: &BTreeSet<NodeIndex>) -> Vec<ComponentKey> {
+        let mut path = vec![start];
+        let mut visited = BTreeSet::from([start]);
+        let mut stack = vec![self.sorted_deps(start, members)];
+        while let Some(candidates) = stack.last_mut() {
+            match candidates.pop() {
+                Some(next) if next == start => {
+                    path.push(start);
+                    return path.into_iter().map(|n| self.graph[n].clone()).collect();
+                }
+                Some(next) if visited.insert(next) => {
+                    path.push(next);
+                    stack.push(self.sorted_deps(next, members));
+                }
+                Some(_) => {}
+                None => {
+                    stack.pop();
+                    path.pop();
+                }
+            }
+        }
+        vec![self.graph[start].clone(), self.graph[start].clone()]
+    }
+
+    /// Dependencies of `node` within `members`, in reverse key order (so
+    /// popping yields them in key order).
+    fn sorted_deps(&self, node: NodeIndex, members: &BTreeSet<NodeIndex>) -> Vec<NodeIndex> {
+        let mut deps: Vec<NodeIndex> = self
+            .graph
+            .neighbors_directed(node, Direction::Incoming)
+            .filter(|n| members.contains(n))
+            .collect();
+        deps.sort_by(|a, b| self.graph[*b].cmp(&self.graph[*a]));
+        deps.dedup();
+        deps
+    }
+
+    /// Start levels: level 0 depends on nothing, level n+1 only on levels
+    /// up to n. Components of one level can start concurrently. Only
+    /// meaningful for an acyclic graph (cyclic members are left out).
+    pub fn levels(&self) -> Vec<Vec<ComponentKey>> {
+        let mut level_of: BTreeMap<NodeIndex, usize> = BTreeMap::new();
+        let Ok(order) = petgraph::algo::toposort(&self.graph, None) else {
+            return Vec::new();
+        };
+        for node in order {
+            let level = self
+                .graph
+                .neighbors_directed(node, Direction::Incoming)
+                .filter_map(|dep| level_of.get(&dep))
+                .map(|l| l + 1)
+                .max()
+                .unwrap_or(0);
+            level_of.insert(node, level);
+        }
+        let mut levels: Vec<Vec<ComponentKey>> = Vec::new();
+        for (node, level) in level_of {
+            if levels.len() <= level {
+                levels.resize(level + 1, Vec::new());
+            }
+            levels[level].push(self.graph[node].clone());
+        }
+        for level in &mut levels {
+            level.sort();
+        }
+        levels
+    }
+
+    /// Every component in a start order (level by level).
+    pub fn start_order(&self) -> Vec<ComponentKey> {
+        self.levels().into_iter().flatten().collect()
+    }
+
+    /// Number of components.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph has no component.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;

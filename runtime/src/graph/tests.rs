@@ -1,0 +1,70 @@
+use super::*;
+use crate::config::parse;
+
+fn graph(text: &str) -> DependencyGraph {
+    DependencyGraph::build(&parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}")))
+}
+
+fn key(s: &str) -> ComponentKey {
+    let (kind, name) = s.split_once('/').unwrap_or((s, ""));
+    ComponentKey::new(kind, name)
+}
+
+const CHAIN: &str = r#"{"components": {
+    "secret_store": {"local": {}},
+    "config_store": {"cfg": {"secretRef": [{"store": "local", "name": "k"}]}},
+    "state": {"orders": {"configurationRef": [{"store": "cfg", "key": "host"}]},
+              "other": {}},
+    "custom": {"svc": {"componentRef": [{"type": "state", "name": "orders"}, {"type": "config_store", "name": "cfg"}]}}
+}}"#;
+
+#[test]
+fn levels_put_stores_first() {
+    let levels = graph(CHAIN).levels();
+    let names: Vec<Vec<String>> = levels.iter().map(|l| l.iter().map(ToString::to_string).collect()).collect();
+    assert_eq!(
+        names,
+        vec![
+            vec!["secret_store/local".to_string(), "state/other".to_string()],
+            vec!["config_store/cfg".to_string()],
+            vec!["state/orders".to_string()],
+            vec!["custom/svc".to_string()],
+        ]
+    );
+}
+
+#[test]
+fn dependents_are_transitive() {
+    let g = graph(CHAIN);
+    let impact = g.with_dependents(&[key("secret_store/local")].into_iter().collect());
+    let names: Vec<String> = impact.iter().map(ToString::to_string).collect();
+    assert_eq!(names, ["config_store/cfg", "custom/svc", "secret_store/local", "state/orders"]);
+}
+
+#[test]
+fn cycle_path_follows_references() {
+    let g = graph(
+        r#"{"components": {
+            "state": {"a": {"componentRef": [{"type": "config_store", "name": "b"}]}},
+            "config_store": {"b": {"componentRef": [{"type": "lock", "name": "c"}]}},
+            "lock": {"c": {"componentRef": [{"type": "state", "name": "a"}]}}
+        }}"#,
+    );
+    let cycles: Vec<Vec<String>> = g.cycles().iter().map(|c| c.iter().map(ToString::to_string).collect()).collect();
+    assert_eq!(cycles, vec![vec!["config_store/b", "lock/c", "state/a", "config_store/b"]]);
+    assert!(g.levels().is_empty());
+}
+
+#[test]
+fn render_lists_stores_before_users() {
+    let g = graph(CHAIN);
+    for format in [GraphFormat::Dot, GraphFormat::Mermaid] {
+        let text = g.render(format);
+        let at = |s: &str| text.find(s).unwrap_or_else(|| panic!("{s} missing in {text}"));
+        assert!(at("secret_store/local") < at("config_store/cfg"));
+        assert!(at("config_store/cfg") < at("state/orders"));
+        assert!(at("state/orders") < at("custom/svc"));
+    }
+    assert!(g.render(GraphFormat::Mermaid).starts_with("flowchart LR\n"));
+    assert!(g.render(GraphFormat::Dot).contains("n0 -> n2;"));
+}
