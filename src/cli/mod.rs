@@ -1,0 +1,84 @@
+//! Command-line interface: `rewire run|validate|graph|components`.
+
+mod components;
+mod default_config;
+mod graph;
+mod run;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use rewire::config::{load_file, validate, ValidConfig};
+use rewire::{Problems, Registry};
+
+/// rewire: a component runtime with dependency injection and lossless hot reload.
+#[derive(Debug, Parser)]
+#[command(name = "rewire", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start every component and keep them running until Ctrl-C or SIGTERM.
+    Run(run::RunArgs),
+    /// Check a configuration file: prints every problem, one per line, and exits 1 if any.
+    Validate {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print the dependency graph of a configuration (stores before their users).
+    Graph {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Dot)]
+        format: Format,
+    },
+    /// List the registered component kinds and types.
+    Components,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Dot,
+    Mermaid,
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs the chosen command.
+pub async fn dispatch(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Run(args) => run::run(args).await,
+        Command::Validate { config } => validate::validate_command(&config),
+        Command::Graph { config, format } => graph::graph_command(&config, format),
+        Command::Components => components::components_command(),
+    }
+}
+
+/// Loads and validates `path` against the linked registry.
+fn load_valid(path: &Path, registry: &Registry) -> Result<ValidConfig, Problems> {
+    let config = load_file(path)?;
+    validate(config, registry)
+}
+
+/// Prints every problem on its own line to stderr.
+fn print_problems(problems: &Problems) {
+    for problem in problems.iter() {
+        eprintln!("{problem}");
+    }
+}

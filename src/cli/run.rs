@@ -1,0 +1,95 @@
+//! `rewire run`: start, wait for Ctrl-C or SIGTERM, close in reverse order.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use rewire::config::{load_file, parse, validate};
+use rewire::{Registry, Runtime, RuntimeOptions};
+
+use super::default_config::{default_config, default_home};
+use super::print_problems;
+
+/// Arguments of `rewire run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Configuration file (default: ./rewire.json if present, else the built-in default).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// gRPC listen address of the sidecar APIs.
+    #[arg(long, default_value = "127.0.0.1:50001")]
+    grpc_addr: SocketAddr,
+    /// HTTP listen address of the sidecar APIs.
+    #[arg(long, default_value = "127.0.0.1:3500")]
+    http_addr: SocketAddr,
+}
+
+/// Starts the runtime and waits for a stop signal.
+pub async fn run(args: RunArgs) -> ExitCode {
+    let registry = Registry::collected();
+    let loaded = match args.config.or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists())) {
+        Some(path) => {
+            tracing::info!(config = %path.display(), "Loading configuration.");
+            load_file(&path)
+        }
+        None => {
+            let home = default_home();
+            tracing::info!(home = %home.display(), "No configuration given: using the built-in default.");
+            match default_config(&home) {
+                Ok(bytes) => parse(&bytes),
+                Err(err) => {
+                    eprintln!("error: cannot prepare the built-in default in {}: {err}", home.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let valid = match loaded.and_then(|config| validate(config, &registry)) {
+        Ok(valid) => valid,
+        Err(problems) => {
+            print_problems(&problems);
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(grpc = %args.grpc_addr, http = %args.http_addr, "API addresses reserved (the APIs are not served by this build yet).");
+    let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: start-up failed:\n{err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let generation = runtime.generation();
+    tracing::info!(generation = generation.number, components = generation.len(), "Runtime started.");
+    drop(generation);
+    let signal = wait_for_stop().await;
+    tracing::info!(signal, "Stopping.");
+    runtime.shutdown().await;
+    tracing::info!("Stopped.");
+    ExitCode::SUCCESS
+}
+
+/// Waits for Ctrl-C or (on Unix) SIGTERM; returns which.
+async fn wait_for_stop() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            },
+            Err(err) => {
+                tracing::warn!(error = %err, "Cannot listen for SIGTERM; Ctrl-C only.");
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}
