@@ -5,6 +5,7 @@ use super::model::ConfigFile;
 use super::problem::{Problem, Problems};
 use crate::graph::DependencyGraph;
 use crate::key::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::metadata::MetadataError;
 use crate::registry::Registry;
 
 /// A configuration that passed validation, with its dependency graph.
@@ -24,7 +25,7 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
         match registry.get(&key.kind, &spec.type_name) {
             Some(descriptor) => {
                 if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
-                    problems.push(Problem::component(key, err.to_string()));
+                    problems.push(Problem::component(key, metadata_message(spec, &err)));
                 }
             }
             None => problems.push(Problem::component(key, unknown_type(registry, &key.kind, &spec.type_name))),
@@ -59,6 +60,31 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
         problems.push(Problem::component(&cycle[0], format!("reference cycle: {}", path.join(" -> "))));
     }
     problems.into_result(ValidConfig { config, graph })
+}
+
+/// Names the ref when the unknown field is one a ref injects.
+fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) -> String {
+    let MetadataError::UnknownField { field, known, .. } = err else {
+        return err.to_string();
+    };
+    let injected_by = spec
+        .secret_refs
+        .iter()
+        .position(|r| &r.inject_as == field)
+        .map(|i| format!("secretRef[{i}]"))
+        .or_else(|| {
+            spec.configuration_refs
+                .iter()
+                .position(|r| &r.inject_as == field)
+                .map(|i| format!("configurationRef[{i}]"))
+        });
+    match injected_by {
+        Some(at) => format!(
+            "{at}: injects metadata field `{field}`, which this component does not have (set `injectAs`; known fields: {})",
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        ),
+        None => err.to_string(),
+    }
 }
 
 fn unknown_type(registry: &Registry, kind: &str, type_name: &str) -> String {
