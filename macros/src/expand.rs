@@ -1,0 +1,206 @@
+//! Stage four: the generated code.
+//!
+//! Everything goes in one `const _: () = { ... };` block: the `Inject` and
+//! `Buildable` impls, the factory and validator, and the registration.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{LitStr, Path};
+
+use crate::validate::{Component, FieldRole};
+
+/// The built-in kinds and their `Instance` variants.
+const BUILT_IN_KINDS: &[(&str, &str)] = &[
+    ("state", "State"),
+    ("config_store", "ConfigStore"),
+    ("secret_store", "SecretStore"),
+    ("lock", "Lock"),
+];
+
+/// The code for `component`, reaching the runtime through `krate`.
+pub(crate) fn expand(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let inject = inject_impl(component, krate);
+    let buildable = buildable_impl(component, krate);
+    let factory = factory(component, krate);
+    let validator = validator(component, krate);
+    let registration = registration(component, krate);
+    quote! {
+        #[doc(hidden)]
+        const _: () = {
+            #inject
+            #buildable
+            #factory
+            #validator
+            #registration
+        };
+    }
+}
+
+fn inject_impl(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let ident = component.ident;
+    let injected: Vec<_> = component
+        .fields
+        .iter()
+        .filter_map(|field| match &field.role {
+            FieldRole::Inject { name } => Some((field, name)),
+            _ => None,
+        })
+        .collect();
+    if injected.is_empty() {
+        return quote! {
+            #[automatically_derived]
+            impl #krate::Inject for #ident {}
+        };
+    }
+    // Fields that name their component get first pick, so an unnamed field
+    // does not take the component a named one asked for.
+    let offer_order = injected
+        .iter()
+        .filter(|(_, name)| name.is_some())
+        .chain(injected.iter().filter(|(_, name)| name.is_none()));
+    let offers = offer_order.map(|(field, name)| {
+        let (field_ident, ty) = (field.ident, field.ty);
+        let name = match name {
+            Some(name) => quote!(::core::option::Option::Some(#name)),
+            None => quote!(::core::option::Option::None),
+        };
+        quote_spanned! {ty.span()=>
+            let handle = match <#ty as #krate::InjectField>::offer(&mut self.#field_ident, handle, #name) {
+                ::core::option::Option::Some(handle) => handle,
+                ::core::option::Option::None => return ::core::result::Result::Ok(()),
+            };
+        }
+    });
+    let checks = injected.iter().map(|(field, _)| {
+        let (field_ident, ty) = (field.ident, field.ty);
+        let field_name = field_ident.to_string();
+        quote_spanned! {ty.span()=>
+            if !<#ty as #krate::InjectField>::satisfied(&self.#field_ident) {
+                return ::core::result::Result::Err(#krate::InjectError::Missing {
+                    field: #field_name,
+                    what: <#ty as #krate::InjectField>::WHAT,
+                });
+            }
+        }
+    });
+    quote! {
+        #[automatically_derived]
+        impl #krate::Inject for #ident {
+            fn set_component(
+                &mut self,
+                handle: #krate::InjectedHandle,
+            ) -> ::core::result::Result<(), #krate::InjectError> {
+                #(#offers)*
+                ::core::result::Result::Err(#krate::InjectError::not_accepted(&handle))
+            }
+
+            fn check_injected(&self) -> ::core::result::Result<(), #krate::InjectError> {
+                #(#checks)*
+                ::core::result::Result::Ok(())
+            }
+        }
+    }
+}
+
+fn buildable_impl(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let ident = component.ident;
+    let kind = &component.kind;
+    let span = kind.span();
+    let built_in = BUILT_IN_KINDS
+        .iter()
+        .find(|(name, _)| kind.value() == *name);
+    // Spanned on `kind = "..."`: a missing kind trait (`StateStore` for
+    // "state"...) is reported there, as "`T: StateStore` is not satisfied".
+    let instance = match built_in {
+        Some((_, variant)) => {
+            let variant = syn::Ident::new(variant, span);
+            quote_spanned! {span=> #krate::Instance::#variant(::std::sync::Arc::new(*self)) }
+        }
+        // A custom kind has no kind trait; a missing `Component` is
+        // reported on the struct name, as the `Buildable` impl's is.
+        None => {
+            quote_spanned! {ident.span()=> #krate::Instance::Custom(::std::sync::Arc::new(*self)) }
+        }
+    };
+    quote! {
+        #[automatically_derived]
+        impl #krate::Buildable for #ident {
+            fn into_instance(self: ::std::boxed::Box<Self>) -> #krate::Instance {
+                #instance
+            }
+        }
+    }
+}
+
+fn factory(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let ident = component.ident;
+    let decode = match component.metadata_field() {
+        Some(field) => {
+            let ty = field.ty;
+            quote_spanned! {ty.span()=>
+                let decoded = #krate::metadata::decode::<#ty>(&metadata.0)?;
+            }
+        }
+        None => quote! {
+            let _ = #krate::metadata::decode::<#krate::metadata::NoMetadata>(&metadata.0)?;
+        },
+    };
+    let inits = component.fields.iter().map(|field| {
+        let field_ident = field.ident;
+        match field.role {
+            FieldRole::Metadata => quote!(#field_ident: decoded),
+            FieldRole::Inject { .. } | FieldRole::Default => {
+                quote_spanned!(field.ty.span()=> #field_ident: ::core::default::Default::default())
+            }
+        }
+    });
+    quote! {
+        fn build(
+            metadata: &#krate::Metadata,
+        ) -> ::core::result::Result<::std::boxed::Box<dyn #krate::Buildable>, #krate::MetadataError> {
+            #decode
+            ::core::result::Result::Ok(::std::boxed::Box::new(#ident { #(#inits,)* }))
+        }
+    }
+}
+
+fn validator(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let metadata_ty = match component.metadata_field() {
+        Some(field) => {
+            let ty = field.ty;
+            quote!(#ty)
+        }
+        None => quote!(#krate::metadata::NoMetadata),
+    };
+    quote! {
+        fn validate(
+            metadata: &#krate::__private::serde_json::Map<
+                ::std::string::String,
+                #krate::__private::serde_json::Value,
+            >,
+            injected: &[::std::string::String],
+        ) -> ::core::result::Result<(), #krate::MetadataError> {
+            #krate::metadata::decode_for_validation::<#metadata_ty>(metadata, injected)
+        }
+    }
+}
+
+fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let kind = LitStr::new(&component.kind.value(), Span::call_site());
+    let type_name = LitStr::new(&component.type_name.value(), Span::call_site());
+    let description = &component.description;
+    let example = &component.example;
+    quote! {
+        #krate::__private::inventory::submit! {
+            #krate::ComponentDescriptor {
+                kind: #kind,
+                type_name: #type_name,
+                description: #description,
+                example_metadata: #example,
+                validate,
+                build,
+            }
+        }
+    }
+}
