@@ -15,7 +15,7 @@ mod validate;
 
 /// Derives registration, factory, metadata decoding and setters.
 ///
-/// ```ignore
+/// ```text
 /// /// In-memory state store.
 /// #[derive(Component)]
 /// #[component(kind = "state", type = "memory", example = r#"{"capacity": 100}"#)]

@@ -47,10 +47,11 @@ impl Instance {
 
     /// Whether two instances are the very same object.
     pub fn same_as(&self, other: &Instance) -> bool {
-        Arc::ptr_eq(&self.component(), &other.component())
+        std::ptr::addr_eq(Arc::as_ptr(&self.component()), Arc::as_ptr(&other.component()))
     }
 
-    /// How many holders the instance has (the generation counts as one).
+    /// How many holders the instance has (each generation and each loaded
+    /// handle counts as one).
     pub fn holders(&self) -> usize {
         // `component()` makes one more holder for the duration of the call.
         Arc::strong_count(&self.component()) - 1

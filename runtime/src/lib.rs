@@ -22,7 +22,7 @@ pub use build::Buildable;
 pub use component::{Component, ComponentError, InitContext, Readiness};
 pub use dynamic::{Applied, DynamicComponent};
 pub use handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, LiveGeneration, LockHandle,
+    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Live, LiveGeneration, LockHandle,
     SecretStoreHandle, StateStoreHandle,
 };
 pub use inject::{Inject, InjectError, InjectField};

@@ -4,14 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::assemble::{assemble, Assembled, AssemblyContext, ComponentFailure, StartTimeouts};
 use crate::config::{Problems, ValidConfig};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
 };
 use crate::instance::Instance;
 use crate::key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
@@ -65,7 +64,7 @@ impl Runtime {
     /// dependency graph starts concurrently once the previous one is ready.
     /// On any failure, what was started is closed in reverse order.
     pub async fn start(config: ValidConfig, registry: Registry, options: RuntimeOptions) -> Result<Self, StartError> {
-        let live: LiveGeneration = Arc::new(ArcSwap::from_pointee(Generation::default()));
+        let live = Live::new();
         let registry = Arc::new(registry);
         let redactor = Redactor::default();
         let mut running: BTreeMap<ComponentKey, Running> = BTreeMap::new();
@@ -93,7 +92,7 @@ impl Runtime {
                 return Err(StartError::Failed(failures));
             }
         }
-        live.store(Arc::new(Generation::new(1, instances_of(&running))));
+        live.publish(Generation::new(1, instances_of(&running)));
         Ok(Self {
             live,
             registry,
@@ -166,8 +165,8 @@ impl Runtime {
             let mut state = self.lock();
             (state.config.graph.levels(), std::mem::take(&mut state.running))
         };
-        let number = self.live.load().number + 1;
-        self.live.store(Arc::new(Generation::new(number, BTreeMap::new())));
+        let number = self.live.current().number + 1;
+        self.live.publish(Generation::new(number, BTreeMap::new()));
         close_in_reverse(&levels, &mut running).await;
     }
 

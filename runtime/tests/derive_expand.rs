@@ -2,12 +2,11 @@
 //! validator, setters and instance conversion.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use arc_swap::ArcSwap;
 use rewire_runtime::kinds::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
 use rewire_runtime::{
-    Component, ComponentKey, ConfigStoreHandle, Generation, InjectError, Instance, LockHandle,
+    Component, ComponentKey, ConfigStoreHandle, InjectError, Instance, LockHandle,
     Metadata, MetadataError, Registry, StateStore,
 };
 use serde_json::json;
@@ -79,7 +78,7 @@ impl Component for Plain {}
 fn handle(name: &str) -> ConfigStoreHandle {
     ConfigStoreHandle::new(
         ComponentKey::new("config_store", name),
-        Arc::new(ArcSwap::from_pointee(Generation::default())),
+        rewire_runtime::Live::new(),
     )
 }
 

@@ -11,10 +11,13 @@
 //! before its generation is published), its handles resolve in the
 //! generation being built, so `init` can already use what it was given.
 
+mod live;
+mod subscription;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+pub use live::{Live, LiveGeneration};
 
 use crate::component::Component;
 use crate::instance::Instance;
@@ -56,9 +59,6 @@ impl Generation {
     }
 }
 
-/// Where the current generation is published.
-pub type LiveGeneration = Arc<ArcSwap<Generation>>;
-
 tokio::task_local! {
     /// The generation being built, seen by handles used inside `init`.
     static STAGED: Arc<Generation>;
@@ -98,12 +98,16 @@ impl Target {
         let staged = STAGED.try_with(|staged| staged.get(key).cloned()).ok().flatten();
         match staged {
             Some(instance) => Ok(instance),
-            None => live.load().get(key).cloned().ok_or_else(|| HandleError::NotRunning(key.clone())),
+            None => live.current().get(key).cloned().ok_or_else(|| HandleError::NotRunning(key.clone())),
         }
     }
 
     fn key(&self) -> Option<&ComponentKey> {
         self.bound.as_ref().map(|(key, _)| key)
+    }
+
+    fn live(&self) -> Option<&LiveGeneration> {
+        self.bound.as_ref().map(|(_, live)| live)
     }
 }
 

@@ -1,0 +1,148 @@
+//! Subscriptions through a [`ConfigStoreHandle`] that follow the store
+//! across reloads.
+//!
+//! A subscription made on a store instance ends with that instance. One
+//! made through the handle is forwarded by a task that, whenever a new
+//! generation replaces the store, subscribes to the new instance and sends
+//! the keys whose values differ from the last ones delivered — so the
+//! subscriber sees every change, whichever instance made it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::ConfigStoreHandle;
+use crate::kinds::{ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription};
+
+/// How many undelivered changes a handle subscription buffers.
+const BUFFER: usize = 256;
+
+type ItemId = (Option<String>, Option<String>, String);
+
+fn id_of(item: &ConfigItem) -> ItemId {
+    (item.group.clone(), item.label.clone(), item.key.clone())
+}
+
+fn same_instance(a: &Arc<dyn ConfigStore>, b: &Arc<dyn ConfigStore>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+impl ConfigStoreHandle {
+    /// Subscribes to `query` through the handle: unlike a subscription on
+    /// a loaded instance, it keeps delivering after the store is rebuilt by
+    /// a reload. It ends when the store is removed or the runtime stops.
+    pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        let store = self.load().map_err(|e| ConfigError::Backend(e.to_string()))?;
+        let live = self.0.live().cloned().ok_or_else(|| ConfigError::Backend("handle not injected".into()))?;
+        let inner = store.subscribe(query.clone()).await?;
+        let last = snapshot(&store, &query).await;
+        let (sender, changes) = mpsc::channel(BUFFER);
+        let id = inner.id.clone();
+        let forwarder = Forwarder {
+            handle: self.clone(),
+            query,
+            store,
+            inner: Some(inner),
+            last,
+            sender,
+        };
+        let published = live.changes();
+        tokio::spawn(forwarder.run(published));
+        Ok(ConfigSubscription { id, changes })
+    }
+}
+
+async fn snapshot(store: &Arc<dyn ConfigStore>, query: &ConfigQuery) -> BTreeMap<ItemId, String> {
+    match store.get(query).await {
+        Ok(items) => items.iter().map(|i| (id_of(i), i.value.clone())).collect(),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+struct Forwarder {
+    handle: ConfigStoreHandle,
+    query: ConfigQuery,
+    store: Arc<dyn ConfigStore>,
+    inner: Option<ConfigSubscription>,
+    last: BTreeMap<ItemId, String>,
+    sender: mpsc::Sender<ConfigChange>,
+}
+
+impl Forwarder {
+    async fn run(mut self, mut published: tokio::sync::watch::Receiver<u64>) {
+        loop {
+            tokio::select! {
+                change = next_change(&mut self.inner) => match change {
+                    Some(change) => {
+                        for item in &change.items {
+                            self.last.insert(id_of(item), item.value.clone());
+                        }
+                        if self.sender.send(change).await.is_err() {
+                            return;
+                        }
+                    }
+                    // The instance closed its side: wait for its successor.
+                    None => self.inner = None,
+                },
+                changed = published.changed() => {
+                    if changed.is_err() || !self.follow().await {
+                        return;
+                    }
+                }
+                () = self.sender.closed() => return,
+            }
+        }
+    }
+
+    /// After a publish: moves to the new instance if the store was
+    /// replaced. Returns false when the subscription should end.
+    async fn follow(&mut self) -> bool {
+        let Ok(current) = self.handle.load() else {
+            return false;
+        };
+        if same_instance(&current, &self.store) {
+            return true;
+        }
+        let inner = match current.subscribe(self.query.clone()).await {
+            Ok(inner) => inner,
+            Err(err) => {
+                tracing::warn!(error = %err, "Re-subscribing to a rebuilt config store failed; subscription ended.");
+                return false;
+            }
+        };
+        let now = snapshot(&current, &self.query).await;
+        let mut items = Vec::new();
+        for (id, value) in &now {
+            if self.last.get(id) != Some(value) {
+                items.push(item_of(id, value));
+            }
+        }
+        for id in self.last.keys() {
+            if !now.contains_key(id) {
+                items.push(item_of(id, ""));
+            }
+        }
+        self.store = current;
+        self.inner = Some(inner);
+        self.last = now;
+        items.is_empty() || self.sender.send(ConfigChange { items }).await.is_ok()
+    }
+}
+
+fn item_of(id: &ItemId, value: &str) -> ConfigItem {
+    ConfigItem {
+        key: id.2.clone(),
+        value: value.to_string(),
+        group: id.0.clone(),
+        label: id.1.clone(),
+        ..ConfigItem::default()
+    }
+}
+
+async fn next_change(inner: &mut Option<ConfigSubscription>) -> Option<ConfigChange> {
+    match inner {
+        Some(subscription) => subscription.changes.recv().await,
+        None => std::future::pending().await,
+    }
+}
