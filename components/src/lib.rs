@@ -1,1 +1,27 @@
-//! components
+//! rewire's built-in components: `memory` state store, lock and config
+//! store, `file` config store, `local.file` and `env` secret stores.
+//!
+//! Each component registers itself with `#[derive(Component)]`; the runtime
+//! finds it through [`rewire_runtime::Registry::collected`] as long as this
+//! crate is linked (see [`link`]).
+
+pub mod env;
+pub mod file;
+pub mod json_text;
+pub mod live;
+pub mod local_file;
+pub mod memory;
+
+pub use env::EnvSecretStore;
+pub use file::config_store::FileConfigStore;
+pub use live::LiveMetadata;
+pub use local_file::LocalFileSecretStore;
+pub use memory::config_store::MemoryConfigStore;
+pub use memory::lock::MemoryLock;
+pub use memory::state::MemoryStateStore;
+
+/// Referenced by the binary so this crate's registrations are linked.
+///
+/// `inventory` only sees the registrations of crates that are linked into
+/// the final binary; calling this (it does nothing) makes sure this one is.
+pub fn link() {}

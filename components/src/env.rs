@@ -1,0 +1,170 @@
+//! The `env` secret store: secrets are the process's environment variables.
+//!
+//! `get_secret("NAME")` reads the variable `<prefix>NAME` and answers
+//! `{"NAME": value}`. The bulk read returns every variable that starts with
+//! the prefix, named without it. Variables are read at each request, so
+//! nothing is cached; a change of `prefix` is applied in place.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+
+use rewire_runtime::{
+    Applied, Component, ComponentError, DynamicComponent, Metadata, SecretError, SecretMap,
+    SecretStore, SecretString,
+};
+use serde::Deserialize;
+
+use crate::live::LiveMetadata;
+
+/// Metadata of the `env` secret store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EnvSecretMetadata {
+    /// Put before every secret name to get the variable name (e.g. `APP_`).
+    pub prefix: String,
+}
+
+/// Secrets read from environment variables, as Dapr's
+/// `secretstores.local.env`, with an optional name prefix.
+#[derive(rewire_runtime::Component, Debug, Default)]
+#[component(kind = "secret_store", type = "env", example = r#"{"prefix": ""}"#)]
+pub struct EnvSecretStore {
+    #[metadata]
+    settings: LiveMetadata<EnvSecretMetadata>,
+}
+
+impl EnvSecretStore {
+    /// A store for `settings`.
+    pub fn new(settings: EnvSecretMetadata) -> Self {
+        Self {
+            settings: LiveMetadata::new(settings),
+        }
+    }
+}
+
+/// The value of the variable `name` as a secret; `None` if it is unset or
+/// the name cannot be a variable name.
+fn variable(name: &str, secret: &str) -> Result<Option<SecretString>, SecretError> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Ok(None);
+    }
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(value) => value
+            .into_string()
+            .map(|value| Some(SecretString::new(value)))
+            .map_err(|_| {
+                SecretError::Backend(format!(
+                    "secret `{secret}`: the environment variable is not UTF-8"
+                ))
+            }),
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for EnvSecretStore {
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl DynamicComponent for EnvSecretStore {
+    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+        self.settings
+            .replace(LiveMetadata::<EnvSecretMetadata>::decode(metadata)?);
+        Ok(Applied::Applied)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl SecretStore for EnvSecretStore {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _metadata: &HashMap<String, String>,
+    ) -> Result<SecretMap, SecretError> {
+        let prefix = &self.settings.load().prefix;
+        match variable(&format!("{prefix}{name}"), name)? {
+            Some(value) => Ok(SecretMap::from([(name.to_string(), value)])),
+            None => Err(SecretError::NotFound(name.to_string())),
+        }
+    }
+
+    async fn bulk_get_secret(
+        &self,
+        _metadata: &HashMap<String, String>,
+    ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
+        let prefix = self.settings.load().prefix.clone();
+        Ok(std::env::vars_os()
+            .filter_map(|(name, value): (OsString, OsString)| {
+                let name = name
+                    .into_string()
+                    .ok()?
+                    .strip_prefix(prefix.as_str())?
+                    .to_string();
+                let value = value.into_string().ok()?;
+                (!name.is_empty()).then(|| {
+                    (
+                        name.clone(),
+                        SecretMap::from([(name, SecretString::new(value))]),
+                    )
+                })
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Every test here uses its own variable names, so they can run in
+    // parallel; the variables are set before any read.
+    fn set_var(name: &str, value: &str) {
+        // A safe fn on edition 2021; std serialises it with its own reads.
+        std::env::set_var(name, value);
+    }
+
+    fn exposed(map: &SecretMap) -> Vec<(&str, &str)> {
+        map.iter().map(|(k, v)| (k.as_str(), v.expose())).collect()
+    }
+
+    #[tokio::test]
+    async fn reads_a_variable_and_reports_missing_ones() {
+        set_var("REWIRE_ENV_TEST_PLAIN", "v1");
+        let store = EnvSecretStore::default();
+        let secret = store
+            .get_secret("REWIRE_ENV_TEST_PLAIN", &HashMap::new())
+            .await;
+        let secret = secret.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(exposed(&secret), vec![("REWIRE_ENV_TEST_PLAIN", "v1")]);
+        let missing = store
+            .get_secret("REWIRE_ENV_TEST_ABSENT", &HashMap::new())
+            .await;
+        assert_eq!(
+            missing,
+            Err(SecretError::NotFound("REWIRE_ENV_TEST_ABSENT".into()))
+        );
+        let odd = store.get_secret("A=B", &HashMap::new()).await;
+        assert_eq!(odd, Err(SecretError::NotFound("A=B".into())));
+    }
+
+    #[tokio::test]
+    async fn prefix_is_prepended_and_stripped() {
+        set_var("REWIRE_ENVP_DB_PASSWORD", "s3cret");
+        set_var("REWIRE_ENVP_TOKEN", "t");
+        let store = EnvSecretStore::new(EnvSecretMetadata {
+            prefix: "REWIRE_ENVP_".into(),
+        });
+        let secret = store.get_secret("DB_PASSWORD", &HashMap::new()).await;
+        let secret = secret.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(exposed(&secret), vec![("DB_PASSWORD", "s3cret")]);
+        let all = store
+            .bulk_get_secret(&HashMap::new())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(all.keys().collect::<Vec<_>>(), vec!["DB_PASSWORD", "TOKEN"]);
+        assert_eq!(exposed(&all["TOKEN"]), vec![("TOKEN", "t")]);
+    }
+}

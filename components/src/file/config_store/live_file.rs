@@ -1,0 +1,222 @@
+//! [`LiveFile`]: the last good content of the configuration file, kept up
+//! to date by re-reading it, and the subscribers to its changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, SubscriptionHub};
+use tracing::{info, warn};
+
+use super::snapshot::{diff, parse, FileConfigError};
+
+/// The file's values as last read successfully, shared by the store and its
+/// watcher task.
+#[derive(Debug)]
+pub(crate) struct LiveFile {
+    path: PathBuf,
+    state: Mutex<State>,
+    hub: SubscriptionHub,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The raw text last accepted, to skip re-parsing identical content.
+    text: String,
+    /// Key → (value, revision that last changed it).
+    values: BTreeMap<String, (String, u64)>,
+    /// Increases with every accepted change of the content.
+    revision: u64,
+    /// The last problem reported, so a lasting problem is logged once.
+    problem: Option<String>,
+}
+
+impl LiveFile {
+    /// Reads `path` for the first time; fails if it is missing or invalid.
+    pub(crate) async fn open(path: &Path) -> Result<Self, FileConfigError> {
+        let text = read(path).await?;
+        let values = parse(path, &text)?;
+        let state = State {
+            values: values.into_iter().map(|(k, v)| (k, (v, 1))).collect(),
+            text,
+            revision: 1,
+            problem: None,
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            state: Mutex::new(state),
+            hub: SubscriptionHub::default(),
+        })
+    }
+
+    /// The path being served.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Re-reads the file. New content is taken and its changes published; a
+    /// missing, half-written or invalid file keeps the last good content
+    /// (with one warning per distinct problem). Returns how many keys
+    /// changed.
+    pub(crate) async fn reload(&self) -> usize {
+        let parsed = match read(&self.path).await {
+            Ok(text) if text == self.state().text => Ok(None),
+            Ok(text) => parse(&self.path, &text).map(|values| Some((text, values))),
+            Err(err) => Err(err),
+        };
+        let mut state = self.state();
+        let (text, values) = match parsed {
+            Ok(Some(new)) => new,
+            Ok(None) => {
+                if state.problem.take().is_some() {
+                    info!(path = %self.path.display(), "Config file is readable again; its content did not change.");
+                }
+                return 0;
+            }
+            Err(err) => {
+                let problem = err.to_string();
+                if state.problem.as_ref() != Some(&problem) {
+                    warn!(path = %self.path.display(), error = %problem, "Config file not reloaded; keeping the last good content.");
+                    state.problem = Some(problem);
+                }
+                return 0;
+            }
+        };
+        state.problem = None;
+        let old: BTreeMap<String, String> = state
+            .values
+            .iter()
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect();
+        let changes = diff(&old, &values);
+        state.text = text;
+        if changes.is_empty() {
+            return 0;
+        }
+        state.revision += 1;
+        let revision = state.revision;
+        let mut published = Vec::with_capacity(changes.len());
+        let mut removed = 0;
+        for (key, value) in changes {
+            match &value {
+                Some(value) => {
+                    state.values.insert(key.clone(), (value.clone(), revision));
+                }
+                None => {
+                    state.values.remove(&key);
+                    removed += 1;
+                }
+            }
+            published.push(item(key, value.unwrap_or_default(), revision));
+        }
+        info!(
+            path = %self.path.display(),
+            revision,
+            changed = published.len() - removed,
+            removed,
+            "Config file reloaded."
+        );
+        self.hub.publish(&published);
+        published.len()
+    }
+
+    /// The values matching `query` (group and label already checked).
+    pub(crate) fn get(&self, query: &ConfigQuery) -> Vec<ConfigItem> {
+        let state = self.state();
+        if query.keys.is_empty() {
+            return state
+                .values
+                .iter()
+                .map(|(key, (value, revision))| item(key.clone(), value.clone(), *revision))
+                .collect();
+        }
+        query
+            .keys
+            .iter()
+            .filter_map(|key| {
+                let (value, revision) = state.values.get(key)?;
+                Some(item(key.clone(), value.clone(), *revision))
+            })
+            .collect()
+    }
+
+    /// Subscribes to changes of the keys of `query`.
+    pub(crate) fn subscribe(&self, query: ConfigQuery) -> ConfigSubscription {
+        self.hub.subscribe(query)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+async fn read(path: &Path) -> Result<String, FileConfigError> {
+    tokio::fs::read_to_string(path)
+        .await
+        .map_err(|source| FileConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+fn item(key: String, value: String, revision: u64) -> ConfigItem {
+    ConfigItem {
+        key,
+        value,
+        version: revision.to_string(),
+        group: None,
+        label: None,
+        metadata: HashMap::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reload_publishes_changes_and_keeps_the_last_good_content() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("c.json");
+        std::fs::write(&path, r#"{"a": "1", "b": "1"}"#).unwrap_or_else(|e| panic!("{e}"));
+        let live = LiveFile::open(&path)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut sub = live.subscribe(ConfigQuery::default());
+        assert_eq!(live.reload().await, 0);
+
+        std::fs::write(&path, r#"{"a": "2""#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(live.reload().await, 0);
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(live.reload().await, 0);
+        assert_eq!(live.get(&ConfigQuery::keys(["a"]))[0].value, "1");
+
+        std::fs::write(&path, r#"{"a": "2"}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(live.reload().await, 2);
+        let change = sub
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        let pairs: Vec<_> = change
+            .iter()
+            .map(|i| (i.key.as_str(), i.value.as_str(), i.version.as_str()))
+            .collect();
+        assert_eq!(pairs, vec![("a", "2", "2"), ("b", "", "2")]);
+        assert!(live.get(&ConfigQuery::keys(["b"])).is_empty());
+    }
+
+    #[tokio::test]
+    async fn open_fails_on_a_missing_file_naming_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("absent.json");
+        let err = LiveFile::open(&path)
+            .await
+            .map(|_| ())
+            .expect_err("expected an error");
+        assert!(err.to_string().contains("absent.json"), "{err}");
+    }
+}

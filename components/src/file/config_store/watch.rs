@@ -1,0 +1,234 @@
+//! The background task that keeps a [`LiveFile`] current: it watches the
+//! file's directory (so editors' rename-writes and Kubernetes ConfigMap
+//! `..data` symlink swaps are seen), debounces bursts of events, and
+//! re-reads the file periodically in case events are lost. The content is
+//! compared, never the inode, so any way of replacing the file works.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::live_file::LiveFile;
+
+/// Quiet time after the last event before the file is re-read.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// A steady stream of events still gets a re-read this often.
+const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// The running watcher task; stopped when cancelled or dropped.
+#[derive(Debug)]
+pub(crate) struct FileWatch {
+    token: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl FileWatch {
+    /// Starts watching `live`'s file; stops when `token` is cancelled.
+    /// `resync` is the period of unconditional re-reads (`None`: never).
+    ///
+    /// The OS watch is in place when this returns, so no change made after
+    /// it can be missed; the task re-reads the file once at its start for
+    /// changes made between the first read and the watch.
+    pub(crate) fn start(
+        live: Arc<LiveFile>,
+        resync: Option<Duration>,
+        token: CancellationToken,
+    ) -> Self {
+        let signal = Arc::new(Notify::new());
+        let watcher = watch_directory(live.path(), &signal);
+        let task = tokio::spawn(run(live, watcher, signal, resync, token.clone()));
+        Self {
+            token,
+            task: Some(task),
+        }
+    }
+
+    /// Stops the task and waits for it to end.
+    pub(crate) async fn stop(mut self) {
+        self.token.cancel();
+        if let Some(task) = self.task.take() {
+            if let Err(err) = task.await {
+                warn!(error = %err, "Config file watcher task failed.");
+            }
+        }
+    }
+}
+
+impl Drop for FileWatch {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
+async fn run(
+    live: Arc<LiveFile>,
+    mut watcher: Option<RecommendedWatcher>,
+    signal: Arc<Notify>,
+    resync: Option<Duration>,
+    token: CancellationToken,
+) {
+    live.reload().await;
+    let mut ticks = resync.map(|period| {
+        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticks
+    });
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            _ = signal.notified() => {
+                if !settle(&signal, &token).await {
+                    break;
+                }
+                live.reload().await;
+            }
+            _ = tick(&mut ticks) => {
+                if watcher.is_none() {
+                    watcher = watch_directory(live.path(), &signal);
+                }
+                live.reload().await;
+            }
+        }
+    }
+    drop(watcher);
+    debug!(path = %live.path().display(), "Config file watcher stopped.");
+}
+
+/// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`]);
+/// `false` if cancelled meanwhile.
+async fn settle(signal: &Notify, token: &CancellationToken) -> bool {
+    let deadline = Instant::now() + MAX_DEBOUNCE;
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return false,
+            _ = tokio::time::sleep(DEBOUNCE) => return true,
+            _ = signal.notified() => {
+                if Instant::now() >= deadline {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+async fn tick(ticks: &mut Option<Interval>) {
+    match ticks {
+        Some(ticks) => {
+            ticks.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Starts an OS watcher on the directory of `path` that pokes `signal` on
+/// relevant events; `None` (with a warning) if the OS refuses, in which case
+/// the periodic re-read carries on and the watch is retried at each one.
+fn watch_directory(path: &Path, signal: &Arc<Notify>) -> Option<RecommendedWatcher> {
+    let dir = directory_of(path);
+    let file_name = path.file_name().map(OsString::from).unwrap_or_default();
+    let poke = Arc::clone(signal);
+    let handler = move |event: notify::Result<Event>| match event {
+        Ok(event) if !is_relevant(&event, &file_name) => {}
+        Ok(_) => poke.notify_one(),
+        Err(err) => {
+            debug!(error = %err, "Config file watcher reported an error; re-reading.");
+            poke.notify_one();
+        }
+    };
+    let started = notify::recommended_watcher(handler).and_then(|mut watcher| {
+        watcher
+            .watch(&dir, RecursiveMode::NonRecursive)
+            .map(|()| watcher)
+    });
+    match started {
+        Ok(watcher) => {
+            debug!(directory = %dir.display(), "Watching config file directory.");
+            Some(watcher)
+        }
+        Err(err) => {
+            warn!(directory = %dir.display(), error = %err, "Cannot watch config file directory; relying on periodic re-reads.");
+            None
+        }
+    }
+}
+
+/// Whether `event` may mean the file's content changed: anything but plain
+/// opens and reads, on the file itself or on a `..`-prefixed entry (the
+/// Kubernetes ConfigMap `..data` link and its timestamped directories).
+fn is_relevant(event: &Event, file_name: &OsString) -> bool {
+    if let EventKind::Access(kind) = event.kind {
+        if kind != AccessKind::Close(AccessMode::Write) {
+            return false;
+        }
+    }
+    event.need_rescan()
+        || event.paths.is_empty()
+        || event.paths.iter().any(|path| {
+            path.file_name().is_some_and(|name| {
+                name == file_name.as_os_str() || name.to_string_lossy().starts_with("..")
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, ModifyKind, RenameMode};
+
+    fn event(kind: EventKind, path: &str) -> Event {
+        Event::new(kind).add_path(PathBuf::from(path))
+    }
+
+    #[test]
+    fn relevant_events() {
+        let name = OsString::from("config.json");
+        let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        assert!(is_relevant(&event(renamed, "/d/config.json"), &name));
+        assert!(is_relevant(&event(renamed, "/d/..data"), &name));
+        assert!(is_relevant(
+            &event(EventKind::Create(CreateKind::Folder), "/d/..2026_v2"),
+            &name
+        ));
+        assert!(is_relevant(
+            &event(
+                EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                "/d/config.json"
+            ),
+            &name
+        ));
+        assert!(!is_relevant(
+            &event(
+                EventKind::Access(AccessKind::Open(AccessMode::Any)),
+                "/d/config.json"
+            ),
+            &name
+        ));
+        assert!(!is_relevant(&event(renamed, "/d/other.json"), &name));
+    }
+
+    #[test]
+    fn a_bare_file_name_lives_in_the_current_directory() {
+        assert_eq!(directory_of(Path::new("c.json")), PathBuf::from("."));
+        assert_eq!(
+            directory_of(Path::new("/etc/app/c.json")),
+            PathBuf::from("/etc/app")
+        );
+    }
+}

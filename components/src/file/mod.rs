@@ -1,0 +1,3 @@
+//! The `file` components: stores backed by a file on disk.
+
+pub mod config_store;

@@ -1,0 +1,225 @@
+//! The `local.file` secret store: secrets read from a JSON file at init, as
+//! in Dapr's local file secret store.
+//!
+//! Nested objects are flattened with `nestedSeparator` (default `:`). By
+//! default every leaf is its own secret (`get_secret("db:password")` →
+//! `{"db:password": …}`); with `multiValued` every top-level key is a secret
+//! holding the flattened keys below it. Errors name the file, and for bad
+//! JSON the line and column, never a value.
+
+mod flatten;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use rewire_runtime::{Component, ComponentError, InitContext, SecretError, SecretMap, SecretStore};
+use serde::Deserialize;
+use serde_json::Value;
+use tracing::info;
+
+use flatten::Secrets;
+
+/// Metadata of the `local.file` secret store.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalFileSecretMetadata {
+    /// The JSON file holding the secrets (`path` is accepted too).
+    #[serde(alias = "path")]
+    pub secrets_file: PathBuf,
+    /// Joins the keys of nested objects into one name.
+    #[serde(default = "default_separator")]
+    pub nested_separator: String,
+    /// Whether each top-level key is one secret with several keys.
+    #[serde(default)]
+    pub multi_valued: bool,
+}
+
+fn default_separator() -> String {
+    ":".to_string()
+}
+
+impl LocalFileSecretMetadata {
+    /// Metadata reading `secrets_file`, single-valued, separator `:`.
+    pub fn new(secrets_file: impl Into<PathBuf>) -> Self {
+        Self {
+            secrets_file: secrets_file.into(),
+            nested_separator: default_separator(),
+            multi_valued: false,
+        }
+    }
+}
+
+/// Why the secrets file could not be loaded. Never carries file content.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsFileError {
+    /// The file could not be read.
+    #[error("cannot read secrets file `{}`: {source}", .path.display())]
+    Read {
+        /// The configured path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The file is not valid JSON.
+    #[error("secrets file `{}` is not valid JSON ({problem} at line {line}, column {column})", .path.display())]
+    Parse {
+        /// The configured path.
+        path: PathBuf,
+        /// The kind of problem (syntax error, unexpected end of file).
+        problem: &'static str,
+        /// 1-based line of the problem.
+        line: usize,
+        /// 1-based column of the problem.
+        column: usize,
+    },
+    /// The file is JSON but not an object.
+    #[error("secrets file `{}` must hold a JSON object", .path.display())]
+    NotAnObject {
+        /// The configured path.
+        path: PathBuf,
+    },
+}
+
+/// Reads and flattens the secrets file of `settings`.
+async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFileError> {
+    let path: &Path = &settings.secrets_file;
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|source| SecretsFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    // The serde_json message may quote the input, so only its category,
+    // line and column are kept.
+    let value: Value = serde_json::from_str(&text).map_err(|err| SecretsFileError::Parse {
+        path: path.to_path_buf(),
+        problem: match err.classify() {
+            serde_json::error::Category::Eof => "unexpected end of file",
+            _ => "syntax error",
+        },
+        line: err.line(),
+        column: err.column(),
+    })?;
+    match value {
+        Value::Object(root) => Ok(flatten::secrets(
+            &root,
+            &settings.nested_separator,
+            settings.multi_valued,
+        )),
+        _ => Err(SecretsFileError::NotAnObject {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+/// Secrets from a local JSON file, as Dapr's `secretstores.local.file`.
+/// Meant for development: the file is read once, at init.
+#[derive(rewire_runtime::Component, Debug)]
+#[component(
+    kind = "secret_store",
+    type = "local.file",
+    example = r#"{"secretsFile": "secrets.json", "nestedSeparator": ":", "multiValued": false}"#
+)]
+pub struct LocalFileSecretStore {
+    #[metadata]
+    settings: LocalFileSecretMetadata,
+    secrets: Secrets,
+}
+
+impl LocalFileSecretStore {
+    /// A store for `settings`, not initialised (holding no secret) yet.
+    pub fn new(settings: LocalFileSecretMetadata) -> Self {
+        Self {
+            settings,
+            secrets: Secrets::new(),
+        }
+    }
+
+    /// Names of the secrets loaded.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.secrets.keys().map(String::as_str)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for LocalFileSecretStore {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        self.secrets = load(&self.settings)
+            .await
+            .map_err(|err| ComponentError::new(err.to_string()))?;
+        info!(
+            component = %cx.key,
+            path = %self.settings.secrets_file.display(),
+            secrets = self.secrets.len(),
+            "Secrets file loaded."
+        );
+        Ok(())
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl SecretStore for LocalFileSecretStore {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _metadata: &HashMap<String, String>,
+    ) -> Result<SecretMap, SecretError> {
+        self.secrets
+            .get(name)
+            .cloned()
+            .ok_or_else(|| SecretError::NotFound(name.to_string()))
+    }
+
+    async fn bulk_get_secret(
+        &self,
+        _metadata: &HashMap<String, String>,
+    ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
+        Ok(self.secrets.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Metadata;
+    use serde_json::json;
+
+    #[test]
+    fn path_is_an_alias_of_secrets_file() {
+        let metadata = Metadata(
+            json!({"path": "s.json"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let decoded: LocalFileSecretMetadata = metadata.decode().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(decoded, LocalFileSecretMetadata::new("s.json"));
+    }
+
+    #[tokio::test]
+    async fn parse_errors_name_the_place_but_not_the_content() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("secrets.json");
+        std::fs::write(&path, "{\"db\": \"hunter2\" \"x\": 1}").unwrap_or_else(|e| panic!("{e}"));
+        let err = load(&LocalFileSecretMetadata::new(&path))
+            .await
+            .map(|_| ())
+            .expect_err("expected an error");
+        let text = err.to_string();
+        assert!(
+            text.contains("secrets.json") && text.contains("line 1, column"),
+            "{text}"
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_names_the_path() {
+        let err = load(&LocalFileSecretMetadata::new("/nonexistent/s.json"))
+            .await
+            .map(|_| ())
+            .expect_err("expected an error");
+        assert!(err.to_string().contains("/nonexistent/s.json"), "{err}");
+    }
+}

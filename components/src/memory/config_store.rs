@@ -1,0 +1,421 @@
+//! The `memory` config store: keyed values with group and label, kept in
+//! process, with change subscriptions.
+//!
+//! A value is identified by `(group, label, key)`. Every set or delete gives
+//! the value a new version (increasing across the store) and is published to
+//! the subscribers; a deleted key is published with an empty value. The
+//! optional `items` metadata seeds the store; a metadata change is applied in
+//! place: items whose value changed or that are new are set (and published),
+//! everything else, including values set since, is kept.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use rewire_runtime::{
+    Applied, Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, DynamicComponent, InitContext, Metadata, SubscriptionHub,
+};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use tracing::info;
+
+use crate::json_text::value_text;
+use crate::live::LiveMetadata;
+
+/// Metadata of the `memory` config store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MemoryConfigMetadata {
+    /// Initial values (no group, no label).
+    pub items: InitialItems,
+}
+
+/// Initial key → value pairs: a JSON object, or a string holding one (as
+/// the Lifecycle API's `map<string,string>` carries it). Values that are not
+/// strings are stored as their JSON text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitialItems(pub BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for InitialItems {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let object = match value {
+            Value::Null => return Ok(Self::default()),
+            Value::Object(object) => object,
+            Value::String(text) => match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Object(object)) => object,
+                _ => {
+                    return Err(serde::de::Error::custom(
+                        "expected a JSON object of key → value",
+                    ))
+                }
+            },
+            _ => {
+                return Err(serde::de::Error::custom(
+                    "expected a JSON object of key → value",
+                ))
+            }
+        };
+        Ok(Self(
+            object
+                .iter()
+                .map(|(k, v)| (k.clone(), value_text(v)))
+                .collect(),
+        ))
+    }
+}
+
+/// `(group, label, key)`.
+type ItemId = (Option<String>, Option<String>, String);
+
+#[derive(Debug, Clone)]
+struct Stored {
+    value: String,
+    version: u64,
+    metadata: HashMap<String, String>,
+}
+
+#[derive(Debug, Default)]
+struct ConfigTable {
+    items: BTreeMap<ItemId, Stored>,
+    last_version: u64,
+}
+
+impl ConfigTable {
+    fn put(&mut self, id: ItemId, value: String, metadata: HashMap<String, String>) -> ConfigItem {
+        self.last_version += 1;
+        let stored = Stored {
+            value,
+            version: self.last_version,
+            metadata,
+        };
+        let item = to_item(&id, &stored);
+        self.items.insert(id, stored);
+        item
+    }
+}
+
+fn to_item((group, label, key): &ItemId, stored: &Stored) -> ConfigItem {
+    ConfigItem {
+        key: key.clone(),
+        value: stored.value.clone(),
+        version: stored.version.to_string(),
+        group: group.clone(),
+        label: label.clone(),
+        metadata: stored.metadata.clone(),
+    }
+}
+
+fn plain_id(key: &str) -> ItemId {
+    (None, None, key.to_string())
+}
+
+/// An in-process config store with groups, labels and subscriptions. Its
+/// data survives every configuration change except a change of type.
+#[derive(rewire_runtime::Component, Debug, Default)]
+#[component(
+    kind = "config_store",
+    type = "memory",
+    example = r#"{"items": {"greeting": "hello"}}"#
+)]
+pub struct MemoryConfigStore {
+    #[metadata]
+    settings: LiveMetadata<MemoryConfigMetadata>,
+    table: Mutex<ConfigTable>,
+    hub: SubscriptionHub,
+}
+
+impl MemoryConfigStore {
+    /// A store seeded with the `items` of `metadata`.
+    pub fn new(metadata: MemoryConfigMetadata) -> Self {
+        let store = Self {
+            settings: LiveMetadata::new(metadata),
+            ..Self::default()
+        };
+        store.seed();
+        store
+    }
+
+    /// Number of stored values.
+    pub fn len(&self) -> usize {
+        self.table().items.len()
+    }
+
+    /// Whether the store holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds the initial items that are not there yet.
+    fn seed(&self) {
+        let settings = self.settings.load();
+        let mut table = self.table();
+        for (key, value) in &settings.items.0 {
+            if !table.items.contains_key(&plain_id(key)) {
+                table.put(plain_id(key), value.clone(), HashMap::new());
+            }
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, ConfigTable> {
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for MemoryConfigStore {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        self.seed();
+        Ok(())
+    }
+
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl DynamicComponent for MemoryConfigStore {
+    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+        let new = LiveMetadata::<MemoryConfigMetadata>::decode(metadata)?;
+        let old = self.settings.replace(new.clone());
+        let mut table = self.table();
+        let changed: Vec<ConfigItem> = new
+            .items
+            .0
+            .iter()
+            .filter(|(key, value)| old.items.0.get(*key) != Some(value))
+            .map(|(key, value)| table.put(plain_id(key), value.clone(), HashMap::new()))
+            .collect();
+        if !changed.is_empty() {
+            self.hub.publish(&changed);
+        }
+        info!(
+            changed = changed.len(),
+            keys = table.items.len(),
+            "Memory config store metadata applied in place."
+        );
+        Ok(Applied::Applied)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl ConfigStore for MemoryConfigStore {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let table = self.table();
+        Ok(table
+            .items
+            .iter()
+            .map(|(id, stored)| to_item(id, stored))
+            .filter(|item| query.matches(item))
+            .collect())
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        if items.iter().any(|item| item.key.is_empty()) {
+            return Err(ConfigError::Invalid("an item has an empty key".into()));
+        }
+        let mut table = self.table();
+        let stored: Vec<ConfigItem> = items
+            .into_iter()
+            .map(|item| {
+                table.put(
+                    (item.group, item.label, item.key),
+                    item.value,
+                    item.metadata,
+                )
+            })
+            .collect();
+        self.hub.publish(&stored);
+        Ok(())
+    }
+
+    async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigError> {
+        if query.keys.is_empty() {
+            return Err(ConfigError::Invalid("delete needs at least one key".into()));
+        }
+        let mut table = self.table();
+        let doomed: Vec<ItemId> = table
+            .items
+            .iter()
+            .filter(|(id, stored)| query.matches(&to_item(id, stored)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut removed = Vec::with_capacity(doomed.len());
+        for id in doomed {
+            if let Some(old) = table.items.remove(&id) {
+                table.last_version += 1;
+                let gone = Stored {
+                    value: String::new(),
+                    version: table.last_version,
+                    metadata: old.metadata,
+                };
+                removed.push(to_item(&id, &gone));
+            }
+        }
+        if !removed.is_empty() {
+            self.hub.publish(&removed);
+        }
+        Ok(())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Ok(self.hub.subscribe(query))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn item(group: Option<&str>, key: &str, value: &str) -> ConfigItem {
+        ConfigItem {
+            key: key.into(),
+            value: value.into(),
+            group: group.map(Into::into),
+            ..ConfigItem::default()
+        }
+    }
+
+    fn metadata(value: Value) -> Metadata {
+        Metadata(value.as_object().cloned().unwrap_or_default())
+    }
+
+    fn decoded(value: Value) -> MemoryConfigMetadata {
+        metadata(value).decode().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    async fn values(store: &MemoryConfigStore, query: &ConfigQuery) -> Vec<(String, String)> {
+        let items = store.get(query).await.unwrap_or_else(|e| panic!("{e}"));
+        items.into_iter().map(|i| (i.key, i.value)).collect()
+    }
+
+    #[test]
+    fn items_accept_an_object_or_a_json_string() {
+        let from_object = decoded(json!({"items": {"a": "1", "n": 2}}));
+        let from_text = decoded(json!({"items": "{\"a\": \"1\", \"n\": 2}"}));
+        assert_eq!(from_object, from_text);
+        assert_eq!(from_object.items.0.get("n").map(String::as_str), Some("2"));
+        let err = metadata(json!({"items": "[1]"}))
+            .decode::<MemoryConfigMetadata>()
+            .expect_err("expected an error");
+        assert!(err.to_string().contains("items"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn groups_and_labels_are_part_of_the_identity() {
+        let store = MemoryConfigStore::default();
+        let mut labelled = item(Some("g"), "k", "gl");
+        labelled.label = Some("prod".into());
+        let items = vec![
+            item(None, "k", "plain"),
+            item(Some("g"), "k", "g"),
+            labelled,
+        ];
+        store.set(items).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.len(), 3);
+        let query = ConfigQuery {
+            keys: vec!["k".into()],
+            group: Some("g".into()),
+            label: Some("prod".into()),
+            ..ConfigQuery::default()
+        };
+        assert_eq!(
+            values(&store, &query).await,
+            vec![("k".to_string(), "gl".to_string())]
+        );
+        assert_eq!(values(&store, &ConfigQuery::keys(["k"])).await.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_sets_and_deletes_with_rising_versions() {
+        let store = MemoryConfigStore::new(decoded(json!({"items": {"a": "1"}})));
+        let mut sub = store
+            .subscribe(ConfigQuery::keys(["a"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let before = store
+            .get(&ConfigQuery::keys(["a"]))
+            .await
+            .unwrap_or_default();
+        store
+            .set(vec![item(None, "a", "2"), item(None, "b", "x")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let change = sub
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(change.len(), 1);
+        assert_eq!(change[0].value, "2");
+        let version =
+            |items: &[ConfigItem]| items.first().and_then(|i| i.version.parse::<u64>().ok());
+        assert!(version(&change) > version(&before));
+        store
+            .delete(&ConfigQuery::keys(["a"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let deleted = sub
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(
+            (deleted[0].key.as_str(), deleted[0].value.as_str()),
+            ("a", "")
+        );
+        assert!(version(&deleted) > version(&change));
+        assert!(values(&store, &ConfigQuery::keys(["a"])).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn apply_config_keeps_data_and_publishes_changed_items() {
+        let store = MemoryConfigStore::new(decoded(json!({"items": {"a": "1", "b": "1"}})));
+        store
+            .set(vec![item(None, "b", "runtime")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut sub = store
+            .subscribe(ConfigQuery::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let applied = store
+            .apply_config(&metadata(json!({"items": {"a": "2", "b": "1"}})))
+            .await;
+        assert_eq!(applied.ok(), Some(Applied::Applied));
+        let change = sub
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(
+            change.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+            vec!["a"]
+        );
+        let all = values(&store, &ConfigQuery::default()).await;
+        assert_eq!(
+            all,
+            vec![("a".into(), "2".into()), ("b".into(), "runtime".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_writes_are_invalid() {
+        let store = MemoryConfigStore::default();
+        assert!(matches!(
+            store.set(vec![item(None, "", "v")]).await,
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            store.delete(&ConfigQuery::default()).await,
+            Err(ConfigError::Invalid(_))
+        ));
+    }
+}

@@ -1,0 +1,248 @@
+//! The `memory` state store: keys in process, with Dapr's etag, first-write
+//! and TTL semantics.
+//!
+//! Etags are version numbers (as text) that increase with every write of
+//! any key, so a deleted and re-created key never gets an old etag back.
+//! Expired entries are invisible at once and dropped by the next operation
+//! (an expiry index makes that proportional to what expired, so nothing
+//! leaks). Every metadata change applies in place: the data lives in this
+//! process and survives reloads.
+
+mod table;
+mod ttl;
+
+use std::sync::{Mutex, MutexGuard};
+
+use rewire_runtime::{
+    Applied, Component, ComponentError, DeleteRequest, DynamicComponent, GetRequest, Metadata,
+    SetRequest, StateEntry, StateError, StateStore,
+};
+use serde::Deserialize;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use crate::live::LiveMetadata;
+use table::{Condition, StateTable};
+
+/// Metadata of the `memory` state store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MemoryStateMetadata {
+    /// TTL given to writes that ask for none; zero or negative: no default.
+    pub default_ttl_in_seconds: i64,
+}
+
+/// An in-process state store with Dapr semantics (etags, first-write, TTL).
+/// Its data survives every configuration change except a change of type.
+#[derive(rewire_runtime::Component, Debug, Default)]
+#[component(
+    kind = "state",
+    type = "memory",
+    example = r#"{"defaultTtlInSeconds": 0}"#
+)]
+pub struct MemoryStateStore {
+    #[metadata]
+    settings: LiveMetadata<MemoryStateMetadata>,
+    table: Mutex<StateTable>,
+}
+
+impl MemoryStateStore {
+    /// A store with the given metadata and no data.
+    pub fn new(metadata: MemoryStateMetadata) -> Self {
+        Self {
+            settings: LiveMetadata::new(metadata),
+            table: Mutex::default(),
+        }
+    }
+
+    /// The metadata in force.
+    pub fn metadata(&self) -> MemoryStateMetadata {
+        (*self.settings.load()).clone()
+    }
+
+    /// Number of keys held (expired ones included until the next operation).
+    pub fn len(&self) -> usize {
+        self.table().len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn table(&self) -> MutexGuard<'_, StateTable> {
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for MemoryStateStore {
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl DynamicComponent for MemoryStateStore {
+    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+        let new = LiveMetadata::<MemoryStateMetadata>::decode(metadata)?;
+        let default_ttl_in_seconds = new.default_ttl_in_seconds;
+        self.settings.replace(new);
+        info!(
+            default_ttl_in_seconds,
+            keys = self.len(),
+            "Memory state store metadata applied in place."
+        );
+        Ok(Applied::Applied)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl StateStore for MemoryStateStore {
+    async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
+        Ok(self.table().get(&req.key, Instant::now()))
+    }
+
+    async fn set(&self, req: SetRequest) -> Result<(), StateError> {
+        if req.key.is_empty() {
+            return Err(StateError::Invalid("the key is empty".into()));
+        }
+        let default_ttl = self.settings.load().default_ttl_in_seconds;
+        let ttl = ttl::write_ttl(&req.key, req.ttl, &req.metadata, default_ttl)?;
+        let now = Instant::now();
+        let expires_at = ttl.map(|ttl| now + ttl);
+        let condition = Condition {
+            etag: req.etag.as_deref(),
+            concurrency: req.concurrency,
+        };
+        let etag = self
+            .table()
+            .set(&req.key, req.value, condition, expires_at, now)?;
+        debug!(key = %req.key, etag = %etag, ttl_ms = ttl.map(|t| t.as_millis() as u64), "State written.");
+        Ok(())
+    }
+
+    async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
+        self.table()
+            .delete(&req.key, req.etag.as_deref(), Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Concurrency;
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    fn set(key: &str, value: &str) -> SetRequest {
+        SetRequest {
+            key: key.into(),
+            value: value.as_bytes().to_vec(),
+            ..SetRequest::default()
+        }
+    }
+
+    async fn value(store: &MemoryStateStore, key: &str) -> Option<Vec<u8>> {
+        let req = GetRequest {
+            key: key.into(),
+            metadata: HashMap::new(),
+        };
+        store
+            .get(req)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| e.data)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ttl_from_request_metadata_and_default() {
+        let store = MemoryStateStore::new(MemoryStateMetadata {
+            default_ttl_in_seconds: 10,
+        });
+        let mut short = set("short", "s");
+        short.ttl = Some(Duration::from_millis(50));
+        let mut forever = set("forever", "f");
+        forever.metadata.insert("ttlInSeconds".into(), "-1".into());
+        let mut by_meta = set("by_meta", "m");
+        by_meta.metadata.insert("ttlInSeconds".into(), "2".into());
+        for req in [short, forever, by_meta, set("default", "d")] {
+            store.set(req).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(value(&store, "short").await, None);
+        assert!(value(&store, "by_meta").await.is_some());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(value(&store, "by_meta").await, None);
+        assert!(value(&store, "default").await.is_some());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(value(&store, "default").await, None);
+        assert_eq!(value(&store, "forever").await, Some(b"f".to_vec()));
+        assert_eq!(store.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn apply_config_keeps_the_data() {
+        let store = MemoryStateStore::default();
+        store
+            .set(set("k", "v"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut metadata = Metadata::default();
+        metadata.insert("defaultTtlInSeconds", serde_json::json!("30"));
+        assert_eq!(
+            store.apply_config(&metadata).await.ok(),
+            Some(Applied::Applied)
+        );
+        assert_eq!(store.metadata().default_ttl_in_seconds, 30);
+        assert_eq!(value(&store, "k").await, Some(b"v".to_vec()));
+        metadata.insert("defaultTtl", serde_json::json!(1));
+        let err = store
+            .apply_config(&metadata)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("defaultTtlInSeconds"), "{err}");
+        assert_eq!(store.metadata().default_ttl_in_seconds, 30);
+    }
+
+    #[tokio::test]
+    async fn first_write_and_bulk() {
+        let store = MemoryStateStore::default();
+        let mut first = set("k", "a");
+        first.concurrency = Concurrency::FirstWrite;
+        store
+            .set(first.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            store.set(first).await,
+            Err(StateError::EtagMismatch("k".into()))
+        );
+        store
+            .bulk_set(vec![set("a", "1"), set("b", "2")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let items = store
+            .bulk_get(vec!["a".into(), "b".into(), "zz".into()])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let found: Vec<_> = items
+            .iter()
+            .map(|i| i.entry.as_ref().map(|e| e.data.clone()))
+            .collect();
+        assert_eq!(found, vec![Some(b"1".to_vec()), Some(b"2".to_vec()), None]);
+        let deletes = ["a", "b"].map(|key| DeleteRequest {
+            key: key.into(),
+            ..DeleteRequest::default()
+        });
+        store
+            .bulk_delete(deletes.to_vec())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(value(&store, "a").await, None);
+    }
+}

@@ -1,0 +1,130 @@
+//! The `local.file` secret store, built through the registry: nested
+//! secrets flattened with the separator, multi-valued secrets, not-found.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rewire_runtime::{Instance, SecretError, SecretMap, SecretStore};
+use serde_json::json;
+
+const FILE: &str = r#"{
+    "redis": {"password": "r3d1s", "port": 6379},
+    "apollo": {"access_key": "ak", "tls": {"enabled": true}},
+    "token": "t0k"
+}"#;
+
+async fn secret_store(metadata: serde_json::Value) -> Arc<dyn SecretStore> {
+    match common::start("secret_store", "local.file", metadata).await {
+        Ok(Instance::SecretStore(store)) => store,
+        Ok(other) => panic!("expected a secret store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn exposed(map: &SecretMap) -> Vec<(&str, &str)> {
+    map.iter().map(|(k, v)| (k.as_str(), v.expose())).collect()
+}
+
+fn secrets_file(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("secrets.json");
+    std::fs::write(&path, FILE).unwrap_or_else(|e| panic!("{e}"));
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn nested_secrets_are_flattened_with_the_separator() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = secret_store(json!({"secretsFile": secrets_file(&dir)})).await;
+    let none = HashMap::new();
+    let secret = store
+        .get_secret("redis:password", &none)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(exposed(&secret), vec![("redis:password", "r3d1s")]);
+    let port = store
+        .get_secret("redis:port", &none)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(exposed(&port), vec![("redis:port", "6379")]);
+    assert_eq!(
+        store.get_secret("redis", &none).await,
+        Err(SecretError::NotFound("redis".into()))
+    );
+    let all = store
+        .bulk_get_secret(&none)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<_> = all.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        vec![
+            "apollo:access_key",
+            "apollo:tls:enabled",
+            "redis:password",
+            "redis:port",
+            "token"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn multi_valued_secrets_hold_their_nested_keys() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let metadata =
+        json!({"secretsFile": secrets_file(&dir), "multiValued": "true", "nestedSeparator": "."});
+    let store = secret_store(metadata).await;
+    let none = HashMap::new();
+    let apollo = store
+        .get_secret("apollo", &none)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        exposed(&apollo),
+        vec![("access_key", "ak"), ("tls.enabled", "true")]
+    );
+    let token = store
+        .get_secret("token", &none)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(exposed(&token), vec![("token", "t0k")]);
+    assert_eq!(
+        store.get_secret("apollo.access_key", &none).await,
+        Err(SecretError::NotFound("apollo.access_key".into()))
+    );
+    assert_eq!(
+        store.bulk_get_secret(&none).await.map(|all| all.len()),
+        Ok(3)
+    );
+}
+
+#[tokio::test]
+async fn a_bad_file_fails_init_without_revealing_values() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("secrets.json");
+    std::fs::write(&path, "{\n  \"db\": \"sup3rsecret\n}").unwrap_or_else(|e| panic!("{e}"));
+    let err = common::start(
+        "secret_store",
+        "local.file",
+        json!({"secretsFile": path.display().to_string()}),
+    )
+    .await
+    .map(|_| ())
+    .expect_err("expected an error");
+    assert!(
+        err.contains("secrets.json") && err.contains("line"),
+        "{err}"
+    );
+    assert!(!err.contains("sup3rsecret"), "{err}");
+    let missing = dir.path().join("absent.json").display().to_string();
+    let err = common::start(
+        "secret_store",
+        "local.file",
+        json!({"secretsFile": missing.clone()}),
+    )
+    .await
+    .map(|_| ())
+    .expect_err("expected an error");
+    assert!(err.contains(&missing), "{err}");
+}
