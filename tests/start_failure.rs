@@ -90,6 +90,7 @@ async fn hanging_init_times_out() {
             init: Duration::from_millis(200),
             ..StartTimeouts::default()
         },
+        ..RuntimeOptions::default()
     };
     let config = support::valid(
         r#"{"components": {"probe": {

@@ -55,6 +55,8 @@ pub enum FailedStep {
     Init,
     /// `init` took longer than the init timeout.
     InitTimeout,
+    /// `apply_config` failed and rebuilding was not possible.
+    Apply,
     /// It did not become ready in time.
     NotReady,
 }
@@ -67,6 +69,7 @@ impl fmt::Display for FailedStep {
             FailedStep::Inject => "injection failed",
             FailedStep::Init => "init failed",
             FailedStep::InitTimeout => "init timed out",
+            FailedStep::Apply => "in-place update failed",
             FailedStep::NotReady => "not ready in time",
         })
     }
@@ -112,7 +115,8 @@ pub struct AssemblyContext {
 }
 
 impl AssemblyContext {
-    fn fail(&self, key: &ComponentKey, step: FailedStep, message: impl fmt::Display) -> ComponentFailure {
+    /// A failure of `key` at `step`, with secret values scrubbed.
+    pub fn fail(&self, key: &ComponentKey, step: FailedStep, message: impl fmt::Display) -> ComponentFailure {
         ComponentFailure {
             component: key.clone(),
             step,
@@ -178,8 +182,18 @@ pub async fn assemble(
     descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {
-    let key = &spec.key;
     let resolved = resolve_metadata(spec, cx).await?;
+    assemble_resolved(spec, descriptor, resolved, cx).await
+}
+
+/// Assembles `spec` with its metadata already resolved.
+pub async fn assemble_resolved(
+    spec: &ComponentSpec,
+    descriptor: &ComponentDescriptor,
+    resolved: Metadata,
+    cx: &AssemblyContext,
+) -> Result<Assembled, ComponentFailure> {
+    let key = &spec.key;
     let mut component = (descriptor.build)(&resolved).map_err(|err| cx.fail(key, FailedStep::Metadata, err))?;
     inject(spec, component.as_mut(), cx)?;
     let shutdown = CancellationToken::new();

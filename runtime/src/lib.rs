@@ -16,6 +16,7 @@ pub mod kinds;
 pub mod metadata;
 pub mod redact;
 pub mod registry;
+pub mod reload;
 pub mod runtime;
 
 pub use build::Buildable;
@@ -32,6 +33,7 @@ pub use kinds::*;
 pub use metadata::{Metadata, MetadataError};
 pub use registry::{ComponentDescriptor, Registry};
 pub use runtime::{Runtime, RuntimeOptions, StartError};
+pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 pub use config::{ConfigFile, Problem, Problems, ValidConfig};
 pub use graph::{DependencyGraph, GraphFormat};

@@ -1,27 +1,53 @@
 //! The [`Runtime`]: starts a validated configuration level by level, serves
-//! it through handles, and closes it in reverse order.
+//! it through handles, reloads it transactionally, and closes it in reverse
+//! order.
+
+mod start;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::assemble::{assemble, Assembled, AssemblyContext, ComponentFailure, StartTimeouts};
-use crate::config::{Problems, ValidConfig};
+use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
+use crate::config::{ComponentSpec, Problems, ValidConfig};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle, SecretStoreHandle,
+    StateStoreHandle,
 };
 use crate::instance::Instance;
 use crate::key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 use crate::redact::Redactor;
 use crate::registry::Registry;
+use crate::reload::{History, ReloadRecord};
 
-/// How the runtime starts components.
-#[derive(Debug, Clone, Default)]
+pub(crate) use start::close_one;
+
+/// How the runtime starts, reloads and retires components.
+#[derive(Debug, Clone)]
 pub struct RuntimeOptions {
     /// Init and readiness timeouts, per component.
     pub timeouts: StartTimeouts,
+    /// How long a replaced instance may keep in-flight users before it is
+    /// closed anyway.
+    pub drain_grace: Duration,
+    /// How many reload records are kept.
+    pub history_capacity: usize,
+    /// How often watched secretRefs are polled (secret stores cannot
+    /// notify).
+    pub secret_poll_interval: Duration,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            timeouts: StartTimeouts::default(),
+            drain_grace: Duration::from_secs(10),
+            history_capacity: 100,
+            secret_poll_interval: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Why the runtime did not start.
@@ -31,32 +57,54 @@ pub enum StartError {
     #[error("{0}")]
     Invalid(Problems),
     /// Components failed to start; everything started was closed.
-    #[error("{}", lines(.0))]
+    #[error("{}", failure_lines(.0))]
     Failed(Vec<ComponentFailure>),
 }
 
-fn lines(failures: &[ComponentFailure]) -> String {
+/// One failure per line.
+pub(crate) fn failure_lines(failures: &[ComponentFailure]) -> String {
     failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
 }
 
-/// What the runtime knows about a running component.
+/// A running component: how it was declared and what was started.
 #[derive(Debug, Clone)]
 pub(crate) struct Running {
+    pub(crate) spec: ComponentSpec,
     pub(crate) assembled: Assembled,
 }
 
-/// A running set of components.
+/// A running set of components. Cheap to clone: clones share the runtime.
+#[derive(Clone)]
 pub struct Runtime {
-    live: LiveGeneration,
-    registry: Arc<Registry>,
-    options: RuntimeOptions,
-    redactor: Redactor,
-    state: Mutex<RuntimeState>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct RuntimeState {
-    config: ValidConfig,
-    running: BTreeMap<ComponentKey, Running>,
+pub(crate) struct Inner {
+    pub(crate) live: LiveGeneration,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) options: RuntimeOptions,
+    pub(crate) redactor: Redactor,
+    pub(crate) state: Mutex<RuntimeState>,
+    /// Held for the whole of a reload: reloads are serialised.
+    pub(crate) reload_lock: tokio::sync::Mutex<()>,
+    pub(crate) history: Mutex<History>,
+    /// Cancelled at shutdown: background triggers stop on it.
+    pub(crate) stopped: CancellationToken,
+}
+
+pub(crate) struct RuntimeState {
+    pub(crate) config: ValidConfig,
+    pub(crate) running: BTreeMap<ComponentKey, Running>,
+}
+
+impl Inner {
+    pub(crate) fn state(&self) -> MutexGuard<'_, RuntimeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn record(&self, record: ReloadRecord) {
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+    }
 }
 
 impl Runtime {
@@ -65,180 +113,103 @@ impl Runtime {
     /// On any failure, what was started is closed in reverse order.
     pub async fn start(config: ValidConfig, registry: Registry, options: RuntimeOptions) -> Result<Self, StartError> {
         let live = Live::new();
-        let registry = Arc::new(registry);
         let redactor = Redactor::default();
-        let mut running: BTreeMap<ComponentKey, Running> = BTreeMap::new();
-        let mut started: Vec<Vec<ComponentKey>> = Vec::new();
-        for level in config.graph.levels() {
-            let staged = Arc::new(Generation::new(0, instances_of(&running)));
-            let cx = AssemblyContext {
-                app_id: config.config.app_id.clone(),
-                live: live.clone(),
-                staged,
-                timeouts: options.timeouts,
-                redactor: redactor.clone(),
-            };
-            let (assembled, failures) = assemble_level(&level, &config, &registry, &cx).await;
-            started.push(assembled.keys().cloned().collect());
-            for (key, assembled) in assembled {
-                tracing::info!(component = %key, "Component started.");
-                running.insert(key, Running { assembled });
-            }
-            if !failures.is_empty() {
-                for failure in &failures {
-                    tracing::error!(component = %failure.component, step = %failure.step, error = %failure.message, "Component failed to start.");
-                }
-                close_in_reverse(&started, &mut running).await;
-                return Err(StartError::Failed(failures));
-            }
-        }
+        let running = start::start_all(&config, &registry, &options, &live, &redactor).await?;
         live.publish(Generation::new(1, instances_of(&running)));
         Ok(Self {
-            live,
-            registry,
-            options,
-            redactor,
-            state: Mutex::new(RuntimeState { config, running }),
+            inner: Arc::new(Inner {
+                live,
+                registry: Arc::new(registry),
+                history: Mutex::new(History::new(options.history_capacity)),
+                options,
+                redactor,
+                state: Mutex::new(RuntimeState { config, running }),
+                reload_lock: tokio::sync::Mutex::new(()),
+                stopped: CancellationToken::new(),
+            }),
         })
     }
 
     /// The current generation: load it once per request and use it
     /// throughout for a consistent view.
     pub fn generation(&self) -> Arc<Generation> {
-        self.live.load_full()
+        self.inner.live.load_full()
     }
 
     /// Where generations are published (for handles made by hand).
     pub fn live(&self) -> LiveGeneration {
-        self.live.clone()
+        self.inner.live.clone()
     }
 
     /// The running configuration.
     pub fn config(&self) -> ValidConfig {
-        self.lock().config.clone()
+        self.inner.state().config.clone()
     }
 
     /// The registry the runtime builds from.
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        &self.inner.registry
     }
 
     /// The runtime's options.
     pub fn options(&self) -> &RuntimeOptions {
-        &self.options
+        &self.inner.options
+    }
+
+    /// The last reloads, oldest first.
+    pub fn history(&self) -> Vec<ReloadRecord> {
+        self.inner.history.lock().unwrap_or_else(|p| p.into_inner()).records()
     }
 
     /// Scrubs secret values the runtime has seen from `text`.
     pub fn redact(&self, text: &str) -> String {
-        self.redactor.scrub(text)
+        self.inner.redactor.scrub(text)
     }
 
     /// A handle to the state store `name`.
     pub fn state_store(&self, name: &str) -> StateStoreHandle {
-        StateStoreHandle::new(ComponentKey::new(STATE, name), self.live.clone())
+        StateStoreHandle::new(ComponentKey::new(STATE, name), self.live())
     }
 
     /// A handle to the config store `name`.
     pub fn config_store(&self, name: &str) -> ConfigStoreHandle {
-        ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, name), self.live.clone())
+        ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, name), self.live())
     }
 
     /// A handle to the secret store `name`.
     pub fn secret_store(&self, name: &str) -> SecretStoreHandle {
-        SecretStoreHandle::new(ComponentKey::new(SECRET_STORE, name), self.live.clone())
+        SecretStoreHandle::new(ComponentKey::new(SECRET_STORE, name), self.live())
     }
 
     /// A handle to the lock `name`.
     pub fn lock_store(&self, name: &str) -> LockHandle {
-        LockHandle::new(ComponentKey::new(LOCK, name), self.live.clone())
+        LockHandle::new(ComponentKey::new(LOCK, name), self.live())
     }
 
     /// A handle to any component.
     pub fn component(&self, key: ComponentKey) -> ComponentHandle {
-        ComponentHandle::new(key, self.live.clone())
+        ComponentHandle::new(key, self.live())
     }
 
-    /// Closes every component, users before the stores they use, and
-    /// publishes an empty generation.
+    /// Stops background triggers, waits for a reload in progress, closes
+    /// every component (users before the stores they use) and publishes an
+    /// empty generation.
     pub async fn shutdown(&self) {
+        self.inner.stopped.cancel();
+        let _reloads = self.inner.reload_lock.lock().await;
         let (levels, mut running) = {
-            let mut state = self.lock();
+            let mut state = self.inner.state();
             (state.config.graph.levels(), std::mem::take(&mut state.running))
         };
-        let number = self.live.current().number + 1;
-        self.live.publish(Generation::new(number, BTreeMap::new()));
-        close_in_reverse(&levels, &mut running).await;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, RuntimeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        let number = self.inner.live.current().number + 1;
+        self.inner.live.publish(Generation::new(number, BTreeMap::new()));
+        start::close_in_reverse(&levels, &mut running).await;
     }
 }
 
-fn instances_of(running: &BTreeMap<ComponentKey, Running>) -> BTreeMap<ComponentKey, Instance> {
+pub(crate) fn instances_of(running: &BTreeMap<ComponentKey, Running>) -> BTreeMap<ComponentKey, Instance> {
     running
         .iter()
         .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))
         .collect()
-}
-
-/// Assembles one level concurrently; returns what started and what failed.
-async fn assemble_level(
-    level: &[ComponentKey],
-    config: &ValidConfig,
-    registry: &Registry,
-    cx: &AssemblyContext,
-) -> (BTreeMap<ComponentKey, Assembled>, Vec<ComponentFailure>) {
-    let mut tasks = JoinSet::new();
-    let mut failures = Vec::new();
-    for key in level {
-        let Some(spec) = config.config.components.get(key).cloned() else {
-            continue;
-        };
-        let Some(descriptor) = registry.get(&key.kind, &spec.type_name).copied() else {
-            failures.push(ComponentFailure {
-                component: key.clone(),
-                step: crate::assemble::FailedStep::Metadata,
-                message: format!("unknown type `{}`", spec.type_name),
-            });
-            continue;
-        };
-        let cx = cx.clone();
-        tasks.spawn(async move { (spec.key.clone(), assemble(&spec, &descriptor, &cx).await) });
-    }
-    let mut assembled = BTreeMap::new();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((key, Ok(component))) => {
-                assembled.insert(key, component);
-            }
-            Ok((_, Err(failure))) => failures.push(failure),
-            Err(err) => failures.push(ComponentFailure {
-                component: ComponentKey::new("?", "?"),
-                step: crate::assemble::FailedStep::Init,
-                message: format!("start task panicked: {err}"),
-            }),
-        }
-    }
-    failures.sort_by(|a, b| a.component.cmp(&b.component));
-    (assembled, failures)
-}
-
-/// Closes the components of `levels` found in `running`, last level first.
-async fn close_in_reverse(levels: &[Vec<ComponentKey>], running: &mut BTreeMap<ComponentKey, Running>) {
-    for level in levels.iter().rev() {
-        for key in level.iter().rev() {
-            if let Some(r) = running.remove(key) {
-                close_one(key, &r.assembled.instance, &r.assembled.shutdown).await;
-            }
-        }
-    }
-}
-
-pub(crate) async fn close_one(key: &ComponentKey, instance: &Instance, shutdown: &CancellationToken) {
-    shutdown.cancel();
-    match instance.component().close().await {
-        Ok(()) => tracing::info!(component = %key, "Component closed."),
-        Err(err) => tracing::warn!(component = %key, error = %err, "Component close failed."),
-    }
 }

@@ -1,0 +1,122 @@
+//! Structural difference between two configurations.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::config::{ComponentSpec, ConfigFile};
+use crate::key::ComponentKey;
+
+/// What changed in one component's declaration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpecChange {
+    /// `type` changed: the component must be rebuilt.
+    pub type_changed: bool,
+    /// The set of `componentRef`s changed: setters run at build, so the
+    /// component must be rebuilt.
+    pub component_refs_changed: bool,
+    /// Declared metadata or secretRef/configurationRef changed: its
+    /// resolved metadata may differ.
+    pub metadata_changed: bool,
+}
+
+impl SpecChange {
+    /// Compares two declarations of one component (metadata compared as
+    /// normalised JSON: object key order does not matter).
+    pub fn between(old: &ComponentSpec, new: &ComponentSpec) -> Self {
+        let refs = |spec: &ComponentSpec| spec.component_refs.iter().map(|r| r.key.clone()).collect::<BTreeSet<_>>();
+        Self {
+            type_changed: old.type_name != new.type_name,
+            component_refs_changed: refs(old) != refs(new),
+            metadata_changed: old.metadata != new.metadata
+                || old.secret_refs != new.secret_refs
+                || old.configuration_refs != new.configuration_refs,
+        }
+    }
+
+    /// Whether anything changed.
+    pub fn any(&self) -> bool {
+        self.type_changed || self.component_refs_changed || self.metadata_changed
+    }
+
+    /// Whether only an in-place update may be needed.
+    pub fn needs_rebuild(&self) -> bool {
+        self.type_changed || self.component_refs_changed
+    }
+}
+
+/// Added, removed and changed components between two configurations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigDiff {
+    /// In the new configuration only.
+    pub added: BTreeSet<ComponentKey>,
+    /// In the old configuration only.
+    pub removed: BTreeSet<ComponentKey>,
+    /// In both, declared differently.
+    pub changed: BTreeMap<ComponentKey, SpecChange>,
+}
+
+impl ConfigDiff {
+    /// The difference from `old` to `new`.
+    pub fn between(old: &ConfigFile, new: &ConfigFile) -> Self {
+        let mut diff = Self::default();
+        for (key, new_spec) in &new.components {
+            match old.components.get(key) {
+                None => {
+                    diff.added.insert(key.clone());
+                }
+                Some(old_spec) => {
+                    let change = SpecChange::between(old_spec, new_spec);
+                    if change.any() {
+                        diff.changed.insert(key.clone(), change);
+                    }
+                }
+            }
+        }
+        for key in old.components.keys() {
+            if !new.components.contains_key(key) {
+                diff.removed.insert(key.clone());
+            }
+        }
+        diff
+    }
+
+    /// Whether the two configurations declare the same components alike.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    /// Added plus changed keys: the roots of the impact set.
+    pub fn touched(&self) -> BTreeSet<ComponentKey> {
+        self.added.iter().chain(self.changed.keys()).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    fn config(text: &str) -> ConfigFile {
+        parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+    }
+
+    #[test]
+    fn classifies_added_removed_and_changed() {
+        let old = config(r#"{"components": {"state": {"a": {"type": "memory", "metadata": {"x": 1, "y": 2}}, "b": {}, "c": {}}}}"#);
+        let new = config(
+            r#"{"components": {"state": {"a": {"type": "memory", "metadata": {"y": 2, "x": 1}}, "b": {"type": "redis"}, "d": {}},
+                              "lock": {"c": {}}}}"#,
+        );
+        let diff = ConfigDiff::between(&old, &new);
+        let names = |set: &BTreeSet<ComponentKey>| set.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(names(&diff.added), ["lock/c", "state/d"]);
+        assert_eq!(names(&diff.removed), ["state/c"]);
+        assert_eq!(diff.changed.len(), 1, "key order of metadata does not matter");
+        assert!(diff.changed[&ComponentKey::new("state", "b")].type_changed);
+    }
+
+    #[test]
+    fn diff_of_a_config_with_itself_is_empty() {
+        let c = config(r#"{"components": {"state": {"a": {"metadata": {"n": [1, {"b": 2, "a": 1}]}}}}}"#);
+        assert!(ConfigDiff::between(&c, &c.clone()).is_empty());
+    }
+}

@@ -1,0 +1,114 @@
+//! The record of past reloads.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+
+use serde::Serialize;
+
+/// What started a reload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The configuration file changed.
+    File,
+    /// The overlay key in a config store changed.
+    Overlay,
+    /// A watched secretRef/configurationRef value changed.
+    Watch,
+    /// A push through the Lifecycle API.
+    Api,
+    /// `Runtime::apply` from the embedding program.
+    Programmatic,
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Trigger::File => "file",
+            Trigger::Overlay => "overlay",
+            Trigger::Watch => "watch",
+            Trigger::Api => "api",
+            Trigger::Programmatic => "programmatic",
+        })
+    }
+}
+
+/// What a reload did to one component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Kept its very instance, untouched.
+    Unchanged,
+    /// `apply_config` took the new metadata.
+    UpdatedInPlace,
+    /// A new instance replaced the old one.
+    Rebuilt,
+    /// New component.
+    Added,
+    /// Component gone.
+    Removed,
+}
+
+/// How a reload ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A new generation is serving.
+    Applied,
+    /// Nothing differed from the running configuration.
+    NoChange,
+    /// The candidate was invalid or stale; nothing was touched.
+    Rejected,
+    /// Building the new generation failed; the old one keeps serving.
+    RolledBack,
+}
+
+/// One reload, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReloadRecord {
+    /// The generation serving after the reload.
+    pub generation: u64,
+    /// What started it.
+    pub trigger: Trigger,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Why it was rejected or rolled back (secret values scrubbed).
+    pub error: Option<String>,
+    /// Per component (`kind/name`), what was done (or would have been, for a
+    /// rolled-back reload).
+    pub actions: BTreeMap<String, Action>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// When it ended, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// The last reloads, oldest first.
+#[derive(Debug, Clone)]
+pub struct History {
+    records: VecDeque<ReloadRecord>,
+    capacity: usize,
+}
+
+impl History {
+    /// Keeps the last `capacity` records.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            records: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Adds a record, forgetting the oldest beyond capacity.
+    pub fn push(&mut self, record: ReloadRecord) {
+        if self.records.len() == self.capacity {
+            self.records.pop_front();
+        }
+        self.records.push_back(record);
+    }
+
+    /// The records, oldest first.
+    pub fn records(&self) -> Vec<ReloadRecord> {
+        self.records.iter().cloned().collect()
+    }
+}
