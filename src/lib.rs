@@ -5,6 +5,9 @@
 //! the runtime builds it, injects what it references, and keeps it live.
 //! See `docs/components.md` for the authoring guide.
 
+// Lets `#[derive(Component)]` (which names `::rewire`) work in this crate too.
+extern crate self as rewire;
+
 pub use rewire_runtime::*;
 
 /// The community components (memory, file, env...), linked into the

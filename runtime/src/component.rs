@@ -58,6 +58,11 @@ pub struct InitContext {
 ///
 /// Components are reached through handles (see [`crate::handle`]), never
 /// held directly, so the runtime can swap instances during a reload.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a component",
+    label = "needs `impl Component for {Self}`",
+    note = "add `#[async_trait] impl Component for {Self} {}` (every lifecycle hook has a default)"
+)]
 #[async_trait]
 pub trait Component: Any + Send + Sync {
     /// Called once, after injection, before the component serves anything.

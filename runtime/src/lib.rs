@@ -2,6 +2,9 @@
 //! the reference graph, injection, handles and start-up.
 #![doc = include_str!("../README.md")]
 
+// Lets `#[derive(Component)]` (which names `::rewire_runtime`) work here too.
+extern crate self as rewire_runtime;
+
 pub mod assemble;
 pub mod build;
 pub mod component;

@@ -91,6 +91,10 @@ pub enum ConfigError {
 }
 
 /// A configuration store.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is declared with `kind = \"config_store\"` but does not implement `ConfigStore`",
+    note = "add `#[async_trait] impl ConfigStore for {Self}` with the operations of the kind"
+)]
 #[async_trait]
 pub trait ConfigStore: Component {
     /// The items matching `query` (keys not found are simply absent).

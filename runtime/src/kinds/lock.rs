@@ -50,6 +50,10 @@ pub enum LockError {
 }
 
 /// A lock store.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is declared with `kind = \"lock\"` but does not implement `Lock`",
+    note = "add `#[async_trait] impl Lock for {Self}` with the operations of the kind"
+)]
 #[async_trait]
 pub trait Lock: Component {
     /// Takes the lock if free; `Ok(false)` if someone holds it.

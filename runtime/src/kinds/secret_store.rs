@@ -52,6 +52,10 @@ pub enum SecretError {
 }
 
 /// A secret store.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is declared with `kind = \"secret_store\"` but does not implement `SecretStore`",
+    note = "add `#[async_trait] impl SecretStore for {Self}` with the operations of the kind"
+)]
 #[async_trait]
 pub trait SecretStore: Component {
     /// The secret `name` (all its keys).

@@ -96,6 +96,10 @@ pub enum StateError {
 }
 
 /// A state store.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is declared with `kind = \"state\"` but does not implement `StateStore`",
+    note = "add `#[async_trait] impl StateStore for {Self}` with the operations of the kind"
+)]
 #[async_trait]
 pub trait StateStore: Component {
     /// The entry for the key, or `None` if it does not exist.
