@@ -61,7 +61,7 @@ pub struct InitContext {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a component",
     label = "needs `impl Component for {Self}`",
-    note = "add `#[async_trait] impl Component for {Self} {}` (every lifecycle hook has a default)"
+    note = "add `#[async_trait] impl Component for {Self}` with an empty body: every lifecycle hook has a default"
 )]
 #[async_trait]
 pub trait Component: Any + Send + Sync {
