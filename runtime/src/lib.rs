@@ -21,6 +21,7 @@ pub mod redact;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
+pub mod watch;
 
 pub use build::Buildable;
 pub use component::{Component, ComponentError, InitContext, Readiness};

@@ -12,7 +12,6 @@
 
 mod live_file;
 mod snapshot;
-mod watch;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,7 +26,7 @@ use tracing::info;
 
 use live_file::LiveFile;
 pub use snapshot::FileConfigError;
-use watch::FileWatch;
+use rewire_runtime::watch::{FileWatch, OnChange};
 
 /// Metadata of the `file` config store.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -119,7 +118,15 @@ impl Component for FileConfigStore {
         );
         let resync =
             Some(Duration::from_millis(self.settings.poll_interval_ms)).filter(|d| !d.is_zero());
-        let watch = FileWatch::start(Arc::clone(&live), resync, cx.shutdown.child_token());
+        let reloaded = Arc::clone(&live);
+        let on_change: OnChange = Arc::new(move || {
+            let live = Arc::clone(&reloaded);
+            Box::pin(async move {
+                live.reload().await;
+            })
+        });
+        let path = live.path().to_path_buf();
+        let watch = FileWatch::start(path, on_change, resync, cx.shutdown.child_token());
         if let Some(previous) = self
             .watch
             .get_mut()

@@ -1,10 +1,11 @@
-//! The background task that keeps a [`LiveFile`] current: it watches the
-//! file's directory (so editors' rename-writes and Kubernetes ConfigMap
+//! Watching one file for changes of its content: the directory is watched (so editors' rename-writes and Kubernetes ConfigMap
 //! `..data` symlink swaps are seen), debounces bursts of events, and
 //! re-reads the file periodically in case events are lost. The content is
 //! compared, never the inode, so any way of replacing the file works.
 
 use std::ffi::OsString;
+use std::future::Future;
+use std::pin::Pin;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,9 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::live_file::LiveFile;
+/// What to do when the file may have changed: typically re-read it and
+/// compare its content with the last one.
+pub type OnChange = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Quiet time after the last event before the file is re-read.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -26,26 +29,23 @@ const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// The running watcher task; stopped when cancelled or dropped.
 #[derive(Debug)]
-pub(crate) struct FileWatch {
+pub struct FileWatch {
     token: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
 
 impl FileWatch {
-    /// Starts watching `live`'s file; stops when `token` is cancelled.
-    /// `resync` is the period of unconditional re-reads (`None`: never).
+    /// Starts watching `path`, calling `on_change` after each settled
+    /// burst of events and every `resync` (`None`: never); stops when
+    /// `token` is cancelled.
     ///
     /// The OS watch is in place when this returns, so no change made after
-    /// it can be missed; the task re-reads the file once at its start for
-    /// changes made between the first read and the watch.
-    pub(crate) fn start(
-        live: Arc<LiveFile>,
-        resync: Option<Duration>,
-        token: CancellationToken,
-    ) -> Self {
+    /// it can be missed; the task calls `on_change` once at its start for
+    /// changes made between the caller's first read and the watch.
+    pub fn start(path: PathBuf, on_change: OnChange, resync: Option<Duration>, token: CancellationToken) -> Self {
         let signal = Arc::new(Notify::new());
-        let watcher = watch_directory(live.path(), &signal);
-        let task = tokio::spawn(run(live, watcher, signal, resync, token.clone()));
+        let watcher = watch_directory(&path, &signal);
+        let task = tokio::spawn(run(path, on_change, watcher, signal, resync, token.clone()));
         Self {
             token,
             task: Some(task),
@@ -53,11 +53,11 @@ impl FileWatch {
     }
 
     /// Stops the task and waits for it to end.
-    pub(crate) async fn stop(mut self) {
+    pub async fn stop(mut self) {
         self.token.cancel();
         if let Some(task) = self.task.take() {
             if let Err(err) = task.await {
-                warn!(error = %err, "Config file watcher task failed.");
+                warn!(error = %err, "File watcher task failed.");
             }
         }
     }
@@ -70,13 +70,14 @@ impl Drop for FileWatch {
 }
 
 async fn run(
-    live: Arc<LiveFile>,
+    path: PathBuf,
+    on_change: OnChange,
     mut watcher: Option<RecommendedWatcher>,
     signal: Arc<Notify>,
     resync: Option<Duration>,
     token: CancellationToken,
 ) {
-    live.reload().await;
+    on_change().await;
     let mut ticks = resync.map(|period| {
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -89,18 +90,18 @@ async fn run(
                 if !settle(&signal, &token).await {
                     break;
                 }
-                live.reload().await;
+                on_change().await;
             }
             _ = tick(&mut ticks) => {
                 if watcher.is_none() {
-                    watcher = watch_directory(live.path(), &signal);
+                    watcher = watch_directory(&path, &signal);
                 }
-                live.reload().await;
+                on_change().await;
             }
         }
     }
     drop(watcher);
-    debug!(path = %live.path().display(), "Config file watcher stopped.");
+    debug!(path = %path.display(), "File watcher stopped.");
 }
 
 /// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`]);
@@ -148,7 +149,7 @@ fn watch_directory(path: &Path, signal: &Arc<Notify>) -> Option<RecommendedWatch
         Ok(event) if !is_relevant(&event, &file_name) => {}
         Ok(_) => poke.notify_one(),
         Err(err) => {
-            debug!(error = %err, "Config file watcher reported an error; re-reading.");
+            debug!(error = %err, "File watcher reported an error; re-reading.");
             poke.notify_one();
         }
     };
@@ -159,11 +160,11 @@ fn watch_directory(path: &Path, signal: &Arc<Notify>) -> Option<RecommendedWatch
     });
     match started {
         Ok(watcher) => {
-            debug!(directory = %dir.display(), "Watching config file directory.");
+            debug!(directory = %dir.display(), "Watching directory.");
             Some(watcher)
         }
         Err(err) => {
-            warn!(directory = %dir.display(), error = %err, "Cannot watch config file directory; relying on periodic re-reads.");
+            warn!(directory = %dir.display(), error = %err, "Cannot watch directory; relying on periodic re-reads.");
             None
         }
     }
