@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::model::{ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
+use super::model::{ComponentRef, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
+use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawConfigurationRef, RawFile, RawSecretRef};
 use crate::key::ComponentKey;
@@ -30,6 +31,19 @@ pub fn load_file(path: &Path) -> Result<ConfigFile, Problems> {
 /// are collected; references and types are checked later by
 /// [`super::validate`].
 pub fn parse(bytes: &[u8]) -> Result<ConfigFile, Problems> {
+    let patch = parse_patch(bytes)?;
+    if !patch.has_components {
+        return Err(Problems(vec![Problem::file(
+            "missing `components` (an object of kind -> name -> component)",
+        )]));
+    }
+    Ok(patch.into_config())
+}
+
+/// Parses a document of the configuration's shape where every part is
+/// optional (an overlay): absent `type`, metadata fields and refs leave the
+/// underlying configuration's as they are.
+pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
     let document = parse_document(bytes).map_err(|p| Problems(vec![p]))?;
     let mut problems = Problems::default();
     let raw: RawFile = match decode(&document) {
@@ -39,25 +53,22 @@ pub fn parse(bytes: &[u8]) -> Result<ConfigFile, Problems> {
     let app_id = match (raw.app_id, raw.app_id_layotto) {
         (Some(a), Some(b)) if a != b => {
             problems.push(Problem::file(format!("`appId` ({a}) and `app_id` ({b}) disagree")));
-            a
+            Some(a)
         }
-        (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => String::new(),
+        (Some(a), _) | (None, Some(a)) => Some(a),
+        (None, None) => None,
     };
     let overlay = raw.overlay.map(|o| OverlaySpec { store: o.store, key: o.key });
     let mut components = BTreeMap::new();
-    match raw.components {
-        Some(kinds) => {
-            for (kind, named) in kinds {
-                parse_kind(&kind, named, &mut components, &mut problems);
-            }
-        }
-        None => problems.push(Problem::file("missing `components` (an object of kind -> name -> component)")),
+    let has_components = raw.components.is_some();
+    for (kind, named) in raw.components.into_iter().flatten() {
+        parse_kind(&kind, named, &mut components, &mut problems);
     }
-    problems.into_result(ConfigFile {
+    problems.into_result(ConfigPatch {
         app_id,
         components,
         overlay,
+        has_components,
     })
 }
 
@@ -104,7 +115,7 @@ fn top_level_message(err: &MetadataError) -> String {
 fn parse_kind(
     kind: &str,
     named: Value,
-    components: &mut BTreeMap<ComponentKey, ComponentSpec>,
+    components: &mut BTreeMap<ComponentKey, ComponentPatch>,
     problems: &mut Problems,
 ) {
     let Value::Object(named) = named else {
@@ -130,9 +141,9 @@ fn parse_kind(
         match decode::<RawComponent>(&body) {
             Ok(raw) => {
                 let before = problems.0.len();
-                let spec = to_spec(key, raw, problems);
+                let patch = to_patch(&key, raw, problems);
                 if problems.0.len() == before {
-                    components.insert(spec.key.clone(), spec);
+                    components.insert(key, patch);
                 }
             }
             Err(err) => problems.push(Problem::component(&key, component_message(&err))),
@@ -152,13 +163,14 @@ fn component_message(err: &MetadataError) -> String {
     }
 }
 
-fn to_spec(key: ComponentKey, raw: RawComponent, problems: &mut Problems) -> ComponentSpec {
+fn to_patch(key: &ComponentKey, raw: RawComponent, problems: &mut Problems) -> ComponentPatch {
+    let given_refs = raw.component_ref.is_some() || raw.component_ref_layotto.is_some();
     let mut component_refs = Vec::new();
     for (i, r) in raw.component_ref.into_iter().flatten().enumerate() {
         let kind = match (r.kind, r.kind_as_type) {
             (Some(a), Some(b)) if a != b => {
                 problems.push(Problem::component(
-                    &key,
+                    key,
                     format!("componentRef[{i}]: `kind` ({a}) and `type` ({b}) disagree"),
                 ));
                 continue;
@@ -166,7 +178,7 @@ fn to_spec(key: ComponentKey, raw: RawComponent, problems: &mut Problems) -> Com
             (Some(kind), _) | (None, Some(kind)) => kind,
             (None, None) => {
                 problems.push(Problem::component(
-                    &key,
+                    key,
                     format!("componentRef[{i}]: missing `type` (the referenced component's kind)"),
                 ));
                 continue;
@@ -182,18 +194,20 @@ fn to_spec(key: ComponentKey, raw: RawComponent, problems: &mut Problems) -> Com
                 key: ComponentKey::new(kind, name),
             }),
             _ => problems.push(Problem::component(
-                &key,
+                key,
                 format!("component_ref.{kind}: expected the referenced component's name as a string"),
             )),
         }
     }
+    let given_secrets = raw.secret_ref.is_some() || raw.secret_ref_layotto.is_some();
+    let given_configuration = raw.configuration_ref.is_some() || raw.configuration_ref_layotto.is_some();
     let secret_refs = raw
         .secret_ref
         .into_iter()
         .flatten()
         .chain(raw.secret_ref_layotto.into_iter().flatten())
         .enumerate()
-        .filter_map(|(i, r)| to_secret_ref(&key, i, r, problems))
+        .filter_map(|(i, r)| to_secret_ref(key, i, r, problems))
         .collect::<Vec<_>>();
     let configuration_refs = raw
         .configuration_ref
@@ -201,26 +215,15 @@ fn to_spec(key: ComponentKey, raw: RawComponent, problems: &mut Problems) -> Com
         .flatten()
         .chain(raw.configuration_ref_layotto.into_iter().flatten())
         .enumerate()
-        .filter_map(|(i, r)| to_configuration_ref(&key, i, r, problems))
+        .filter_map(|(i, r)| to_configuration_ref(key, i, r, problems))
         .collect::<Vec<_>>();
-    let spec = ComponentSpec {
-        type_name: raw.type_name.unwrap_or_else(|| key.name.clone()),
+    ComponentPatch {
+        type_name: raw.type_name,
         metadata: raw.metadata.unwrap_or_default(),
-        component_refs,
-        secret_refs,
-        configuration_refs,
-        key,
-    };
-    let mut seen = std::collections::BTreeSet::new();
-    for field in spec.injected_fields() {
-        if !seen.insert(field.clone()) {
-            problems.push(Problem::component(
-                &spec.key,
-                format!("metadata field `{field}` is injected by more than one secretRef/configurationRef"),
-            ));
-        }
+        component_refs: given_refs.then_some(component_refs),
+        secret_refs: given_secrets.then_some(secret_refs),
+        configuration_refs: given_configuration.then_some(configuration_refs),
     }
-    spec
 }
 
 fn one_of(key: &ComponentKey, what: &str, a: Option<String>, b: Option<String>, problems: &mut Problems) -> Option<String> {

@@ -1,13 +1,17 @@
 //! The configuration file: its model, loading with Layotto aliases, and
 //! validation that collects every problem.
 
+mod layers;
 mod load;
 mod model;
+mod patch;
 mod problem;
 mod raw;
 mod validate;
 
-pub use load::{load_file, parse};
+pub use layers::{ComponentSources, Layer, Layers, Push};
+pub use load::{load_file, parse, parse_patch};
+pub use patch::{ComponentPatch, ConfigPatch};
 pub use model::{ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
 pub use problem::{Problem, Problems};
 pub use validate::{validate, ValidConfig};

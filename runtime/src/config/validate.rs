@@ -22,6 +22,15 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
     let mut problems = Problems::default();
     for spec in config.components.values() {
         let key = &spec.key;
+        let mut injected = std::collections::BTreeSet::new();
+        for field in spec.injected_fields() {
+            if !injected.insert(field.clone()) {
+                problems.push(Problem::component(
+                    key,
+                    format!("metadata field `{field}` is injected by more than one secretRef/configurationRef"),
+                ));
+            }
+        }
         match registry.get(&key.kind, &spec.type_name) {
             Some(descriptor) => {
                 if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {

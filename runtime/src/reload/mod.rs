@@ -19,15 +19,15 @@ pub use diff::{ConfigDiff, SpecChange};
 pub use history::{Action, History, Outcome, ReloadRecord, Trigger};
 
 use crate::assemble::{AssemblyContext, ComponentFailure};
-use crate::config::{validate, ConfigFile, Problems};
+use crate::config::{validate, ComponentPatch, ConfigFile, ConfigPatch, Layers, Problems, Push};
 use crate::handle::Generation;
 use crate::key::ComponentKey;
 use crate::runtime::{failure_lines, instances_of, Runtime};
 
-/// A reload to perform.
+/// A reload of the base configuration (the file layer) to perform.
 #[derive(Debug, Clone)]
 pub struct ReloadRequest {
-    /// The whole candidate configuration.
+    /// The new base configuration; overlays and pushes stay laid over it.
     pub candidate: ConfigFile,
     /// What asked for it.
     pub trigger: Trigger,
@@ -73,15 +73,83 @@ pub enum ReloadError {
     Stopped,
 }
 
+/// A change to one layer of the configuration.
+#[derive(Debug, Clone)]
+pub(crate) enum LayerChange {
+    /// A new base configuration.
+    File(ConfigFile),
+    /// New overlay documents (common, app-specific).
+    Overlay(Option<ConfigPatch>, Option<ConfigPatch>),
+    /// A control-plane decision about one component.
+    Push(ComponentKey, Push),
+}
+
 impl Runtime {
-    /// Applies `candidate` as the new configuration (the embedding
-    /// program's own reload).
+    /// Applies `candidate` as the new base configuration (the embedding
+    /// program's own reload); overlays and pushes stay laid over it.
     pub async fn apply(&self, candidate: ConfigFile) -> Result<ReloadRecord, ReloadError> {
         self.reload(ReloadRequest::new(candidate, Trigger::Programmatic)).await
     }
 
-    /// Runs one reload transaction; reloads are serialised.
+    /// Runs one reload of the base configuration; reloads are serialised.
     pub async fn reload(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
+        let changes = vec![LayerChange::File(request.candidate)];
+        self.transact(request.trigger, changes, request.forced, request.based_on_generation)
+            .await
+    }
+
+    /// Declares one component from the control plane: it replaces whatever
+    /// the file and the overlay say about it, and survives their changes.
+    pub async fn apply_component(
+        &self,
+        key: ComponentKey,
+        patch: ComponentPatch,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        let changes = vec![LayerChange::Push(key, Push::Declare(patch))];
+        self.transact(Trigger::Api, changes, BTreeSet::new(), based_on_generation).await
+    }
+
+    /// Removes one component from the control plane, whatever the file and
+    /// the overlay say.
+    pub async fn remove_component(
+        &self,
+        key: ComponentKey,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        let changes = vec![LayerChange::Push(key, Push::Remove)];
+        self.transact(Trigger::Api, changes, BTreeSet::new(), based_on_generation).await
+    }
+
+    /// The layers of the configuration (file, overlay, pushes).
+    pub fn layers(&self) -> Layers {
+        self.inner.state().layers.clone()
+    }
+
+    /// Records a candidate that could not even be parsed.
+    pub(crate) fn record_rejected(&self, trigger: Trigger, error: &str) {
+        let record = ReloadRecord {
+            generation: self.inner.live.current().number,
+            trigger,
+            outcome: Outcome::Rejected,
+            error: Some(self.inner.redactor.scrub(error)),
+            actions: BTreeMap::new(),
+            duration_ms: 0,
+            at_unix_ms: now_unix_ms(),
+        };
+        log_record(&record);
+        self.inner.record(record);
+    }
+
+    /// One reload transaction over the layers changed by `changes`;
+    /// serialised with every other. The layers change only if it applies.
+    pub(crate) async fn transact(
+        &self,
+        trigger: Trigger,
+        changes: Vec<LayerChange>,
+        forced: BTreeSet<ComponentKey>,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
         let inner = &self.inner;
         let _serialised = inner.reload_lock.lock().await;
         if inner.stopped.is_cancelled() {
@@ -89,7 +157,6 @@ impl Runtime {
         }
         let started = Instant::now();
         let running_generation = inner.live.current().number;
-        let trigger = request.trigger.clone();
         let finish = |outcome, generation, actions: BTreeMap<ComponentKey, Action>, error: Option<String>| {
             let record = ReloadRecord {
                 generation,
@@ -98,16 +165,13 @@ impl Runtime {
                 error: error.map(|e| inner.redactor.scrub(&e)),
                 actions: actions.into_iter().map(|(k, a)| (k.to_string(), a)).collect(),
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                at_unix_ms: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                    .unwrap_or_default(),
+                at_unix_ms: now_unix_ms(),
             };
             log_record(&record);
             inner.record(record.clone());
             record
         };
-        if let Some(based_on) = request.based_on_generation.filter(|g| *g < running_generation) {
+        if let Some(based_on) = based_on_generation.filter(|g| *g < running_generation) {
             let err = ReloadError::Stale {
                 based_on,
                 running: running_generation,
@@ -115,7 +179,21 @@ impl Runtime {
             finish(Outcome::Rejected, running_generation, BTreeMap::new(), Some(err.to_string()));
             return Err(err);
         }
-        let candidate = match validate(request.candidate, &inner.registry) {
+        let mut layers = inner.state().layers.clone();
+        for change in changes {
+            match change {
+                LayerChange::File(file) => layers.file = file,
+                LayerChange::Overlay(common, app) => {
+                    layers.overlay = common;
+                    layers.overlay_app = app;
+                }
+                LayerChange::Push(key, push) => {
+                    layers.pushes.insert(key, push);
+                }
+            }
+        }
+        let (effective, _) = layers.effective();
+        let candidate = match validate(effective, &inner.registry) {
             Ok(candidate) => candidate,
             Err(problems) => {
                 finish(Outcome::Rejected, running_generation, BTreeMap::new(), Some(problems.to_string()));
@@ -134,7 +212,7 @@ impl Runtime {
             redactor: inner.redactor.clone(),
         };
         let prepared =
-            match transaction::prepare(&current, &old, &candidate, &request.forced, &inner.registry, &cx).await {
+            match transaction::prepare(&current, &old, &candidate, &forced, &inner.registry, &cx).await {
                 Ok(prepared) => prepared,
                 Err(failed) => {
                     let error = failure_lines(&failed.failures);
@@ -153,6 +231,7 @@ impl Runtime {
             }
             state.config = candidate;
             state.running = prepared.running;
+            state.layers = layers;
         }
         let mut retired = prepared.retired;
         retired.sort_by_key(|(key, _)| std::cmp::Reverse(old_order.iter().position(|k| k == key)));
@@ -160,6 +239,13 @@ impl Runtime {
         let outcome = if changed { Outcome::Applied } else { Outcome::NoChange };
         Ok(finish(outcome, generation, prepared.actions, None))
     }
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
 }
 
 fn log_record(record: &ReloadRecord) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
-use crate::config::{ComponentSpec, Problems, ValidConfig};
+use crate::config::{ComponentSpec, Layers, Problems, ValidConfig};
 use crate::handle::{
     ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle, SecretStoreHandle,
     StateStoreHandle,
@@ -93,7 +93,10 @@ pub(crate) struct Inner {
 }
 
 pub(crate) struct RuntimeState {
+    /// The effective configuration (layers merged, validated).
     pub(crate) config: ValidConfig,
+    /// The layers it was merged from.
+    pub(crate) layers: Layers,
     pub(crate) running: BTreeMap<ComponentKey, Running>,
 }
 
@@ -123,7 +126,11 @@ impl Runtime {
                 history: Mutex::new(History::new(options.history_capacity)),
                 options,
                 redactor,
-                state: Mutex::new(RuntimeState { config, running }),
+                state: Mutex::new(RuntimeState {
+                    layers: Layers::new(config.config.clone()),
+                    config,
+                    running,
+                }),
                 reload_lock: tokio::sync::Mutex::new(()),
                 stopped: CancellationToken::new(),
             }),

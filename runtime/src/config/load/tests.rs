@@ -87,7 +87,6 @@ fn every_component_problem_is_collected_with_its_key() {
             "state/a: unknown field `tpye` (did you mean `type`?)",
             "state/b: componentRef[0]: missing `type` (the referenced component's kind)",
             "state/c: secretRef[0]: missing `store` (the secret store's name)",
-            "state/d: metadata field `f` is injected by more than one secretRef/configurationRef",
         ]
     );
 }

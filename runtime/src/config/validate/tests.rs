@@ -98,3 +98,17 @@ fn self_reference_is_rejected() {
     let found = problems(r#"{"components": {"state": {"a": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}}}}"#);
     assert!(found.iter().any(|p| p == "state/a: componentRef[0]: a component cannot reference itself"), "{found:?}");
 }
+
+#[test]
+fn a_field_injected_twice_is_rejected() {
+    let found = problems(
+        r#"{"components": {
+            "secret_store": {"env": {}},
+            "config_store": {"c": {"type": "memory"}},
+            "state": {"d": {"type": "redis", "metadata": {"redisHost": "h"},
+                "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}],
+                "configurationRef": [{"store": "c", "key": "k", "injectAs": "redisPassword"}]}}
+        }}"#,
+    );
+    assert_eq!(found, ["state/d: metadata field `redisPassword` is injected by more than one secretRef/configurationRef"]);
+}

@@ -1,0 +1,126 @@
+//! Partial configurations: overlays and control-plane pushes are patches
+//! laid over the file.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::model::{ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
+use crate::key::ComponentKey;
+
+/// A partial component declaration: what is absent is left as it was.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ComponentPatch {
+    /// A new `type`, if given.
+    pub type_name: Option<String>,
+    /// Metadata fields to set; a `null` value removes the field.
+    pub metadata: Map<String, Value>,
+    /// New `componentRef`s, replacing the old ones, if given.
+    pub component_refs: Option<Vec<ComponentRef>>,
+    /// New `secretRef`s, replacing the old ones, if given.
+    pub secret_refs: Option<Vec<SecretRef>>,
+    /// New `configurationRef`s, replacing the old ones, if given.
+    pub configuration_refs: Option<Vec<ConfigurationRef>>,
+}
+
+impl ComponentPatch {
+    /// The declaration this patch makes on its own (`type` defaults to the
+    /// component's name, as in the file).
+    pub fn into_spec(self, key: ComponentKey) -> ComponentSpec {
+        let mut metadata = self.metadata;
+        metadata.retain(|_, v| !v.is_null());
+        ComponentSpec {
+            type_name: self.type_name.unwrap_or_else(|| key.name.clone()),
+            metadata,
+            component_refs: self.component_refs.unwrap_or_default(),
+            secret_refs: self.secret_refs.unwrap_or_default(),
+            configuration_refs: self.configuration_refs.unwrap_or_default(),
+            key,
+        }
+    }
+
+    /// Lays this patch over `spec`, field by field.
+    pub fn apply_to(&self, spec: &mut ComponentSpec) {
+        if let Some(type_name) = &self.type_name {
+            spec.type_name = type_name.clone();
+        }
+        for (field, value) in &self.metadata {
+            if value.is_null() {
+                spec.metadata.remove(field);
+            } else {
+                spec.metadata.insert(field.clone(), value.clone());
+            }
+        }
+        if let Some(refs) = &self.component_refs {
+            spec.component_refs = refs.clone();
+        }
+        if let Some(refs) = &self.secret_refs {
+            spec.secret_refs = refs.clone();
+        }
+        if let Some(refs) = &self.configuration_refs {
+            spec.configuration_refs = refs.clone();
+        }
+    }
+
+    /// The patch that declares `spec` whole.
+    pub fn from_spec(spec: &ComponentSpec) -> Self {
+        Self {
+            type_name: Some(spec.type_name.clone()),
+            metadata: spec.metadata.clone(),
+            component_refs: Some(spec.component_refs.clone()),
+            secret_refs: Some(spec.secret_refs.clone()),
+            configuration_refs: Some(spec.configuration_refs.clone()),
+        }
+    }
+}
+
+/// A parsed document of the configuration's shape, every part optional.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConfigPatch {
+    /// `appId`, if given.
+    pub app_id: Option<String>,
+    /// Component patches, by key.
+    pub components: BTreeMap<ComponentKey, ComponentPatch>,
+    /// `overlay`, if given.
+    pub overlay: Option<OverlaySpec>,
+    /// Whether the document had a `components` object at all.
+    pub has_components: bool,
+}
+
+impl ConfigPatch {
+    /// The configuration this document declares on its own.
+    pub fn into_config(self) -> ConfigFile {
+        ConfigFile {
+            app_id: self.app_id.unwrap_or_default(),
+            components: self
+                .components
+                .into_iter()
+                .map(|(key, patch)| (key.clone(), patch.into_spec(key)))
+                .collect(),
+            overlay: self.overlay,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_patch;
+
+    #[test]
+    fn patch_sets_and_removes_fields_and_keeps_the_rest() {
+        let base = crate::config::parse(
+            br#"{"components": {"state": {"s": {"type": "memory", "metadata": {"a": 1, "b": 2},
+                "componentRef": [{"type": "lock", "name": "l"}]}}}}"#,
+        )
+        .unwrap_or_else(|p| panic!("{p}"));
+        let patch = parse_patch(br#"{"components": {"state": {"s": {"metadata": {"b": null, "c": 3}}}}}"#)
+            .unwrap_or_else(|p| panic!("{p}"));
+        let key = ComponentKey::new("state", "s");
+        let mut spec = base.components[&key].clone();
+        patch.components[&key].apply_to(&mut spec);
+        assert_eq!(spec.type_name, "memory");
+        assert_eq!(Value::Object(spec.metadata), serde_json::json!({"a": 1, "c": 3}));
+        assert_eq!(spec.component_refs.len(), 1, "refs not given in the patch are kept");
+    }
+}
