@@ -21,6 +21,7 @@ pub mod redact;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
+pub mod status;
 pub mod watch;
 
 pub use build::Buildable;
@@ -37,6 +38,7 @@ pub use kinds::*;
 pub use metadata::{Metadata, MetadataError};
 pub use registry::{ComponentDescriptor, Registry};
 pub use runtime::{Runtime, RuntimeOptions, StartError};
+pub use status::{ComponentStatus, Status};
 pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 pub use config::{ConfigFile, Problem, Problems, ValidConfig};

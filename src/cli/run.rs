@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use rewire::config::{load_file, parse, validate};
@@ -10,6 +11,9 @@ use rewire::{Registry, Runtime, RuntimeOptions};
 
 use super::default_config::{default_config, default_home};
 use super::print_problems;
+
+/// How often the configuration file is re-read even without a change event.
+const CONFIG_RESYNC: Duration = Duration::from_secs(30);
 
 /// Arguments of `rewire run`.
 #[derive(Debug, Args)]
@@ -28,10 +32,11 @@ pub struct RunArgs {
 /// Starts the runtime and waits for a stop signal.
 pub async fn run(args: RunArgs) -> ExitCode {
     let registry = Registry::collected();
-    let loaded = match args.config.or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists())) {
+    let config_path = args.config.or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()));
+    let loaded = match &config_path {
         Some(path) => {
             tracing::info!(config = %path.display(), "Loading configuration.");
-            load_file(&path)
+            load_file(path)
         }
         None => {
             let home = default_home();
@@ -63,6 +68,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let generation = runtime.generation();
     tracing::info!(generation = generation.number, components = generation.len(), "Runtime started.");
     drop(generation);
+    // Edits of the file (ConfigMap updates included) reload the runtime.
+    let _watch = config_path.map(|path| runtime.watch_config_file(path, CONFIG_RESYNC));
     let signal = wait_for_stop().await;
     tracing::info!(signal, "Stopping.");
     runtime.shutdown().await;

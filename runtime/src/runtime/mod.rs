@@ -20,7 +20,10 @@ use crate::instance::Instance;
 use crate::key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 use crate::redact::Redactor;
 use crate::registry::Registry;
-use crate::reload::{History, ReloadRecord};
+use crate::reload::{History, LayerChange, ReloadRecord, Trigger};
+use crate::watch::overlay::read_overlay;
+use crate::watch::queue::{self, Queued, QueueSender};
+use crate::watch::supervisor;
 
 pub(crate) use start::close_one;
 
@@ -90,6 +93,8 @@ pub(crate) struct Inner {
     pub(crate) history: Mutex<History>,
     /// Cancelled at shutdown: background triggers stop on it.
     pub(crate) stopped: CancellationToken,
+    /// Where background triggers queue their changes.
+    pub(crate) queue: QueueSender,
 }
 
 pub(crate) struct RuntimeState {
@@ -119,7 +124,10 @@ impl Runtime {
         let redactor = Redactor::default();
         let running = start::start_all(&config, &registry, &options, &live, &redactor).await?;
         live.publish(Generation::new(1, instances_of(&running)));
-        Ok(Self {
+        let (queue, queued) = tokio::sync::mpsc::unbounded_channel();
+        let overlay = config.config.overlay.clone();
+        let app_id = config.config.app_id.clone();
+        let runtime = Self {
             inner: Arc::new(Inner {
                 live,
                 registry: Arc::new(registry),
@@ -133,8 +141,36 @@ impl Runtime {
                 }),
                 reload_lock: tokio::sync::Mutex::new(()),
                 stopped: CancellationToken::new(),
+                queue,
             }),
-        })
+        };
+        if let Some(spec) = overlay {
+            runtime.apply_initial_overlay(&spec, &app_id).await;
+        }
+        queue::spawn_worker(Arc::downgrade(&runtime.inner), queued);
+        supervisor::spawn_supervisor(Arc::downgrade(&runtime.inner));
+        Ok(runtime)
+    }
+
+    /// Lays the overlay over the file before anything else happens, so the
+    /// overlay's values are in force when `start` returns. A failure leaves
+    /// the file's configuration running and is recorded.
+    async fn apply_initial_overlay(&self, spec: &crate::config::OverlaySpec, app_id: &str) {
+        match read_overlay(self, spec, app_id).await {
+            Ok((None, None)) => {}
+            Ok((common, app)) => {
+                let changes = vec![LayerChange::Overlay(common, app)];
+                let _ = self.transact(Trigger::Overlay, changes, Default::default(), None).await;
+            }
+            Err(error) => self.record_rejected(Trigger::Overlay, &error),
+        }
+    }
+
+    /// Queues a change for the reload worker.
+    pub(crate) fn enqueue(&self, queued: Queued) {
+        if self.inner.queue.send(queued).is_err() {
+            tracing::debug!("Reload queue closed; change dropped at shutdown.");
+        }
     }
 
     /// The current generation: load it once per request and use it

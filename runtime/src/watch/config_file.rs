@@ -1,0 +1,70 @@
+//! The configuration file as a reload trigger: every settled change of its
+//! content (plain writes, rename-writes, Kubernetes ConfigMap `..data`
+//! swaps) is parsed and queued; an invalid or half-written file is recorded
+//! as rejected and the next good write applies.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::file::{FileWatch, OnChange};
+use super::queue::Queued;
+use crate::config::parse;
+use crate::reload::{LayerChange, Trigger};
+use crate::runtime::Runtime;
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Runtime {
+    /// Watches the configuration file at `path`: when its content changes,
+    /// the new content becomes the base configuration (through the reload
+    /// queue, so bursts coalesce). `resync` re-reads it periodically in case
+    /// an event is lost. The watch ends at shutdown.
+    pub fn watch_config_file(&self, path: PathBuf, resync: Duration) -> FileWatch {
+        let last = Arc::new(Mutex::new(std::fs::read(&path).ok().map(|b| digest(&b))));
+        let runtime = self.clone();
+        let watched = path.clone();
+        let on_change: OnChange = Arc::new(move || {
+            let runtime = runtime.clone();
+            let path = watched.clone();
+            let last = Arc::clone(&last);
+            Box::pin(async move { runtime.config_file_changed(&path, &last).await })
+        });
+        FileWatch::start(path, on_change, Some(resync), self.inner.stopped.child_token())
+    }
+
+    async fn config_file_changed(&self, path: &PathBuf, last: &Mutex<Option<u64>>) {
+        let bytes = match tokio::fs::read(path).await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "Cannot read the configuration file; keeping the running configuration.");
+                return;
+            }
+        };
+        let hash = digest(&bytes);
+        {
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            if *last == Some(hash) {
+                return;
+            }
+            *last = Some(hash);
+        }
+        match parse(&bytes) {
+            Ok(config) => {
+                tracing::info!(path = %path.display(), "Configuration file changed.");
+                self.enqueue(Queued {
+                    trigger: Trigger::File,
+                    change: Some(LayerChange::File(config)),
+                    forced: Default::default(),
+                });
+            }
+            Err(problems) => self.record_rejected(Trigger::File, &problems.to_string()),
+        }
+    }
+}
