@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     pub(crate) stopped: CancellationToken,
     /// Where background triggers queue their changes.
     pub(crate) queue: QueueSender,
+    /// Every reload record, as it is made.
+    pub(crate) reload_events: tokio::sync::broadcast::Sender<ReloadRecord>,
 }
 
 pub(crate) struct RuntimeState {
@@ -111,7 +113,9 @@ impl Inner {
     }
 
     pub(crate) fn record(&self, record: ReloadRecord) {
-        self.history.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).push(record.clone());
+        // No receiver is fine: nobody is counting.
+        let _ = self.reload_events.send(record);
     }
 }
 
@@ -142,6 +146,7 @@ impl Runtime {
                 reload_lock: tokio::sync::Mutex::new(()),
                 stopped: CancellationToken::new(),
                 queue,
+                reload_events: tokio::sync::broadcast::channel(64).0,
             }),
         };
         if let Some(spec) = overlay {
@@ -202,6 +207,11 @@ impl Runtime {
     /// The last reloads, oldest first.
     pub fn history(&self) -> Vec<ReloadRecord> {
         self.inner.history.lock().unwrap_or_else(|p| p.into_inner()).records()
+    }
+
+    /// Every reload record from now on, as it is made.
+    pub fn reload_events(&self) -> tokio::sync::broadcast::Receiver<ReloadRecord> {
+        self.inner.reload_events.subscribe()
     }
 
     /// Scrubs secret values the runtime has seen from `text`.
