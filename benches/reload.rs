@@ -1,0 +1,34 @@
+//! The `reload` benchmark: how fast rewire reaches a component, reloads,
+//! scales, and how many requests fail while it reloads — each against a
+//! baseline measured in the same run. See docs/BENCHMARKS.md.
+//!
+//! `cargo bench --bench reload` runs it in full (about two minutes on two
+//! cores); `REWIRE_BENCH_QUICK=1` makes it a ten-second pass. Invoked
+//! without `--bench` (as `cargo test --all-targets` does) it makes a
+//! smoke pass of a few seconds, so the test suite stays fast. Nothing here
+//! asserts on time.
+
+mod support;
+
+use support::timing::Mode;
+
+fn main() {
+    rewire::components::link();
+    let mode = Mode::from_env();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    let plan = mode.plan();
+    println!(
+        "# rewire reload bench ({mode:?} mode: {} warm-up + median of {} runs; {cores} cores, {cores} tokio workers)\n",
+        plan.warmup, plan.runs
+    );
+    let started = std::time::Instant::now();
+    support::handle_load::run(&rt, mode);
+    support::reload_latency::run(&rt, mode);
+    support::scaling::run(&rt, mode);
+    support::failed_requests::run(&rt, mode);
+    println!("Bench finished in {}.", support::timing::human(started.elapsed()));
+}

@@ -1,0 +1,102 @@
+//! 2. Reload latency: a change applied in place, a change that rebuilds a
+//! component, and validating the same configuration as the baseline.
+
+use std::time::{Duration, Instant};
+
+use rewire::config::validate;
+use rewire::{Action, Outcome, Registry, Runtime, RuntimeOptions};
+
+use super::timing::{human, per_op, ratio, Mode};
+use super::{parsed, print_table, valid};
+
+/// A memory state store (takes metadata in place), a lock, and a no-op
+/// node using the lock whose `shape` change it refuses (so it is rebuilt).
+/// Either change impacts one component: nothing depends on either.
+fn config(ttl: u64, shape: u64) -> String {
+    serde_json::json!({
+        "appId": "bench",
+        "components": {
+            "state": {"orders": {"type": "memory", "metadata": {"defaultTtlInSeconds": ttl}}},
+            "lock": {"locks": {"type": "memory"}},
+            "bench": {"probe": {"type": "bench.node", "metadata": {"epoch": 0, "shape": shape},
+                                "componentRef": [{"type": "lock", "name": "locks"}]}}
+        }
+    })
+    .to_string()
+}
+
+/// Measures and prints the reload latency table.
+pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
+    println!("## 2. Reload latency (3 components; each reload = parse + `Runtime::apply`)\n");
+    let registry = Registry::collected();
+    let ops = mode.ops(500);
+    let plan = mode.plan();
+
+    // Baseline: parse + validate of the same texts the reloads apply.
+    let texts = [config(0, 0), config(1, 0)];
+    let validate_only = plan.median(|| {
+        let started = Instant::now();
+        for i in 0..ops {
+            let text = &texts[(i % 2) as usize];
+            std::hint::black_box(validate(parsed(text), &registry).ok());
+        }
+        per_op(started.elapsed(), ops)
+    });
+
+    let runtime = rt
+        .block_on(Runtime::start(valid(&config(0, 0), &registry), registry.clone(), RuntimeOptions::default()))
+        .unwrap_or_else(|e| panic!("start failed: {e}"));
+    let mut ttl = 0;
+    let in_place = rt.block_on(plan.median_async(|| {
+        let runtime = runtime.clone();
+        let texts: Vec<String> = (0..ops).map(|_| {
+            ttl = 1 - ttl;
+            config(ttl, 0)
+        }).collect();
+        async move { timed_applies(&runtime, &texts, "state/orders", Action::UpdatedInPlace).await }
+    }));
+    let mut shape = 0;
+    let rebuild = rt.block_on(plan.median_async(|| {
+        let runtime = runtime.clone();
+        let texts: Vec<String> = (0..ops).map(|_| {
+            shape = 1 - shape;
+            config(ttl, shape)
+        }).collect();
+        async move { timed_applies(&runtime, &texts, "bench/probe", Action::Rebuilt).await }
+    }));
+    rt.block_on(runtime.shutdown());
+
+    let rows = vec![
+        vec!["validate only: parse + validate (baseline)".into(), human(validate_only), "1.00×".into(), "—".into()],
+        vec![
+            "in place: `state/orders` metadata".into(),
+            human(in_place),
+            ratio(in_place, validate_only),
+            "1.00×".into(),
+        ],
+        vec![
+            "rebuild: `bench/probe` refuses its change".into(),
+            human(rebuild),
+            ratio(rebuild, validate_only),
+            ratio(rebuild, in_place),
+        ],
+    ];
+    print_table(&["reload", "latency", "vs validate only", "vs in place"], &rows);
+}
+
+/// Applies `texts` one after the other; time per reload. Each reload must
+/// apply with `expected` for `component`.
+async fn timed_applies(runtime: &Runtime, texts: &[String], component: &str, expected: Action) -> Duration {
+    let mut total = Duration::ZERO;
+    for text in texts {
+        let started = Instant::now();
+        let record = runtime
+            .apply(parsed(text))
+            .await
+            .unwrap_or_else(|e| panic!("reload failed: {e}"));
+        total += started.elapsed();
+        assert_eq!(record.outcome, Outcome::Applied, "bench reload did not apply");
+        assert_eq!(record.actions.get(component), Some(&expected), "bench reload took another path: {:?}", record.actions);
+    }
+    per_op(total, texts.len() as u64)
+}
