@@ -123,7 +123,7 @@ fn run_exits_non_zero_naming_the_component_that_failed() {
 fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
     let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut child = rewire()
-        .arg("run")
+        .args(["run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
         .current_dir(home.path())
         .env("REWIRE_HOME", home.path())
         .env("RUST_LOG", "info")

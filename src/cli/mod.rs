@@ -4,6 +4,7 @@ mod components;
 mod default_config;
 mod graph;
 mod run;
+mod status;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,12 @@ enum Command {
     },
     /// List the registered component kinds and types.
     Components,
+    /// Show the running sidecar's generation, components and last reloads.
+    Status {
+        /// HTTP address of the sidecar.
+        #[arg(long, default_value = rewire::api::DEFAULT_HTTP_ADDR)]
+        http_addr: std::net::SocketAddr,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -67,6 +74,7 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
         Command::Validate { config } => validate::validate_command(&config),
         Command::Graph { config, format } => graph::graph_command(&config, format),
         Command::Components => components::components_command(),
+        Command::Status { http_addr } => status::status_command(http_addr).await,
     }
 }
 
@@ -80,5 +88,13 @@ fn load_valid(path: &Path, registry: &Registry) -> Result<ValidConfig, Problems>
 fn print_problems(problems: &Problems) {
     for problem in problems.iter() {
         eprintln!("{problem}");
+    }
+}
+
+/// Prints `value` as indented JSON on stdout.
+fn print_json(value: &serde_json::Value) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(_) => println!("{value}"),
     }
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::Args;
 use rewire::config::{load_file, parse, validate};
+use rewire::api::{ApiOptions, ApiServer};
 use rewire::{Registry, Runtime, RuntimeOptions};
+use tokio_util::sync::CancellationToken;
 
 use super::default_config::{default_config, default_home};
 use super::print_problems;
@@ -22,10 +24,10 @@ pub struct RunArgs {
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// gRPC listen address of the sidecar APIs.
-    #[arg(long, default_value = "127.0.0.1:50001")]
+    #[arg(long, default_value = rewire::api::DEFAULT_GRPC_ADDR)]
     grpc_addr: SocketAddr,
     /// HTTP listen address of the sidecar APIs.
-    #[arg(long, default_value = "127.0.0.1:3500")]
+    #[arg(long, default_value = rewire::api::DEFAULT_HTTP_ADDR)]
     http_addr: SocketAddr,
 }
 
@@ -57,7 +59,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(grpc = %args.grpc_addr, http = %args.http_addr, "API addresses reserved (the APIs are not served by this build yet).");
     let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -70,11 +71,32 @@ pub async fn run(args: RunArgs) -> ExitCode {
     drop(generation);
     // Edits of the file (ConfigMap updates included) reload the runtime.
     let _watch = config_path.map(|path| runtime.watch_config_file(path, CONFIG_RESYNC));
+    let stop_serving = CancellationToken::new();
+    let server = match ApiServer::bind(runtime.clone(), ApiOptions::from_env(), args.grpc_addr, args.http_addr, stop_serving.clone()).await {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!("error: {err}");
+            runtime.shutdown().await;
+            return ExitCode::FAILURE;
+        }
+    };
     let signal = wait_for_stop().await;
+    // Stop accepting, let in-flight calls finish, then close components
+    // users-first.
     tracing::info!(signal, "Stopping.");
+    stop_serving.cancel();
+    let served = server.stopped().await;
     runtime.shutdown().await;
-    tracing::info!("Stopped.");
-    ExitCode::SUCCESS
+    match served {
+        Ok(()) => {
+            tracing::info!("Stopped.");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Waits for Ctrl-C or (on Unix) SIGTERM; returns which.
