@@ -5,8 +5,8 @@
 #[path = "support/reload.rs"]
 mod reload_support;
 
-use rewire::{Action, GetRequest, Outcome, SetRequest, Trigger};
 use reload_support::{action, actions, apply_ok, inits, instance, probe, start};
+use rewire::{Action, GetRequest, Outcome, SetRequest, Trigger};
 
 const BEFORE: &str = r#"{"appId": "add", "components": {
     "probe": {"a": {"type": "test.reload.probe", "metadata": {"tag": "add-a"}}},
@@ -32,8 +32,17 @@ async fn added_components_serve_and_the_others_keep_their_instance() {
         value: b"v".to_vec(),
         ..SetRequest::default()
     };
-    runtime.state_store("cache").load().unwrap_or_else(|e| panic!("{e}")).set(set).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(runtime.state_store("extra").load().is_err(), "not declared yet");
+    runtime
+        .state_store("cache")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .set(set)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        runtime.state_store("extra").load().is_err(),
+        "not declared yet"
+    );
 
     let record = apply_ok(&runtime, AFTER).await;
 
@@ -54,10 +63,17 @@ async fn added_components_serve_and_the_others_keep_their_instance() {
     // The added ones serve, the probe with its reference injected.
     let b = probe(&runtime, "b");
     assert_eq!(b.meta().tag, "add-b");
-    let upstream = b.upstream().unwrap_or_else(|| panic!("probe/b has no upstream"));
-    let a_seen_by_b = upstream.load_as::<reload_support::Probe>().unwrap_or_else(|e| panic!("{e}"));
+    let upstream = b
+        .upstream()
+        .unwrap_or_else(|| panic!("probe/b has no upstream"));
+    let a_seen_by_b = upstream
+        .load_as::<reload_support::Probe>()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(a_seen_by_b.meta().tag, "add-a");
-    let extra = runtime.state_store("extra").load().unwrap_or_else(|e| panic!("{e}"));
+    let extra = runtime
+        .state_store("extra")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
     let set = SetRequest {
         key: "x".into(),
         value: b"1".to_vec(),
@@ -66,14 +82,28 @@ async fn added_components_serve_and_the_others_keep_their_instance() {
     extra.set(set).await.unwrap_or_else(|e| panic!("{e}"));
 
     // The others are the very same instances, with their data.
-    assert!(instance(&runtime, "probe/a").same_as(&a), "probe/a was replaced");
-    assert!(instance(&runtime, "state/cache").same_as(&cache), "state/cache was replaced");
+    assert!(
+        instance(&runtime, "probe/a").same_as(&a),
+        "probe/a was replaced"
+    );
+    assert!(
+        instance(&runtime, "state/cache").same_as(&cache),
+        "state/cache was replaced"
+    );
     let get = GetRequest {
         key: "k".into(),
         ..GetRequest::default()
     };
-    let kept = runtime.state_store("cache").load().unwrap_or_else(|e| panic!("{e}")).get(get).await;
-    assert_eq!(kept.unwrap_or_else(|e| panic!("{e}")).map(|e| e.data), Some(b"v".to_vec()));
+    let kept = runtime
+        .state_store("cache")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .get(get)
+        .await;
+    assert_eq!(
+        kept.unwrap_or_else(|e| panic!("{e}")).map(|e| e.data),
+        Some(b"v".to_vec())
+    );
     assert_eq!(inits("add-a"), 1, "probe/a was initialised again");
     assert_eq!(inits("add-b"), 1);
 

@@ -5,8 +5,10 @@
 #[path = "support/reload.rs"]
 mod reload_support;
 
+use reload_support::{
+    actions, address, applied, apply_ok, closes, inits, instance, key, probe, start, wait_until,
+};
 use rewire::{Action, Outcome};
-use reload_support::{actions, address, applied, apply_ok, closes, inits, instance, key, probe, start, wait_until};
 
 const BEFORE: &str = r#"{"appId": "change-ref", "components": {"probe": {
     "t1": {"type": "test.reload.probe", "metadata": {"tag": "cr-t1"}},
@@ -24,8 +26,15 @@ const AFTER: &str = r#"{"appId": "change-ref", "components": {"probe": {
 
 fn upstream_tag(runtime: &rewire::Runtime) -> String {
     let user = probe(runtime, "user");
-    let upstream = user.upstream().cloned().unwrap_or_else(|| panic!("probe/user has no upstream"));
-    upstream.load_as::<reload_support::Probe>().unwrap_or_else(|e| panic!("{e}")).meta().tag
+    let upstream = user
+        .upstream()
+        .cloned()
+        .unwrap_or_else(|| panic!("probe/user has no upstream"));
+    upstream
+        .load_as::<reload_support::Probe>()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .meta()
+        .tag
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,11 +56,22 @@ async fn ref_change_rebuilds_and_the_handle_reaches_the_new_target() {
             ("probe/user".to_string(), Action::Rebuilt),
         ]
     );
-    assert_ne!(address(&runtime, "probe/user"), old_user, "probe/user was not replaced");
-    assert_eq!(applied("cr-user"), 0, "a ref change must not go through apply_config");
+    assert_ne!(
+        address(&runtime, "probe/user"),
+        old_user,
+        "probe/user was not replaced"
+    );
+    assert_eq!(
+        applied("cr-user"),
+        0,
+        "a ref change must not go through apply_config"
+    );
     assert_eq!(inits("cr-user"), 2);
     let user = probe(&runtime, "user");
-    assert_eq!(user.upstream().and_then(|h| h.key().cloned()), Some(key("probe/t2")));
+    assert_eq!(
+        user.upstream().and_then(|h| h.key().cloned()),
+        Some(key("probe/t2"))
+    );
     drop(user);
     assert_eq!(upstream_tag(&runtime), "cr-t2");
 

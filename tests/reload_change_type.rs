@@ -4,9 +4,9 @@
 #[path = "support/reload.rs"]
 mod reload_support;
 
+use reload_support::{actions, applied, apply_ok, closes, instance, key, start, wait_until, Probe};
 use rewire::prelude::*;
 use rewire::{Action, HandleError, Outcome};
-use reload_support::{actions, applied, apply_ok, closes, instance, key, start, wait_until, Probe};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -55,18 +55,37 @@ async fn type_change_rebuilds_with_the_new_type() {
         ]
     );
     // The same handle now gives the new type.
-    let alt = handle.load_as::<Alt>().unwrap_or_else(|e| panic!("probe/x is not the new type: {e}"));
+    let alt = handle
+        .load_as::<Alt>()
+        .unwrap_or_else(|e| panic!("probe/x is not the new type: {e}"));
     assert_eq!(alt.meta.tag, "ct-x-alt");
-    assert!(matches!(handle.load_as::<Probe>(), Err(HandleError::WrongType(..))));
-    assert_eq!(applied("ct-x"), 0, "a type change must not go through apply_config");
+    assert!(matches!(
+        handle.load_as::<Probe>(),
+        Err(HandleError::WrongType(..))
+    ));
+    assert_eq!(
+        applied("ct-x"),
+        0,
+        "a type change must not go through apply_config"
+    );
     let running = runtime.config();
-    let spec = running.config.components.get(&key("probe/x")).unwrap_or_else(|| panic!("probe/x not in config"));
+    let spec = running
+        .config
+        .components
+        .get(&key("probe/x"))
+        .unwrap_or_else(|| panic!("probe/x not in config"));
     assert_eq!(spec.type_name, "test.change_type.alt");
 
     // The dependent keeps its instance and its handle reaches the new type.
     assert!(instance(&runtime, "probe/user").same_as(&user));
-    let user_probe = runtime.component(key("probe/user")).load_as::<Probe>().unwrap_or_else(|e| panic!("{e}"));
-    let upstream = user_probe.upstream().cloned().unwrap_or_else(|| panic!("no upstream"));
+    let user_probe = runtime
+        .component(key("probe/user"))
+        .load_as::<Probe>()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let upstream = user_probe
+        .upstream()
+        .cloned()
+        .unwrap_or_else(|| panic!("no upstream"));
     assert!(upstream.load_as::<Alt>().is_ok());
 
     wait_until("the old probe/x is closed", || closes("ct-x") == 1).await;

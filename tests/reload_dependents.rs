@@ -9,9 +9,13 @@ mod reload_support;
 
 use std::collections::BTreeMap;
 
+use reload_support::{
+    actions, address, applied, apply_ok, closes, inits, instance, probe, start, wait_until,
+};
 use rewire::prelude::*;
-use rewire::{Action, ConfigError, ConfigItem, ConfigQuery, ConfigSubscription, Outcome, SubscriptionHub};
-use reload_support::{actions, address, applied, apply_ok, closes, inits, instance, probe, start, wait_until};
+use rewire::{
+    Action, ConfigError, ConfigItem, ConfigQuery, ConfigSubscription, Outcome, SubscriptionHub,
+};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -99,7 +103,11 @@ async fn store_updated_in_place_reaches_its_dependents_in_order() {
     assert!(instance(&runtime, "config_store/s").same_as(&s));
     assert!(instance(&runtime, "probe/a_in").same_as(&a_in));
     assert_eq!(probe(&runtime, "a_in").meta().value.as_deref(), Some("b"));
-    assert_ne!(address(&runtime, "probe/a_re"), a_re, "probe/a_re was not rebuilt");
+    assert_ne!(
+        address(&runtime, "probe/a_re"),
+        a_re,
+        "probe/a_re was not rebuilt"
+    );
     assert_eq!(probe(&runtime, "a_re").meta().value.as_deref(), Some("b"));
     // Users whose own values did not change keep their instance and their
     // values; the unrelated probe is untouched.
@@ -107,8 +115,19 @@ async fn store_updated_in_place_reaches_its_dependents_in_order() {
     assert!(instance(&runtime, "probe/b_re").same_as(&b_re));
     assert_eq!(probe(&runtime, "b_in").meta().value.as_deref(), Some("80"));
     assert!(instance(&runtime, "probe/u").same_as(&u));
-    assert_eq!((applied("dep-b-in"), applied("dep-u"), applied("dep-a-in")), (0, 0, 1));
-    assert_eq!((inits("dep-a-in"), inits("dep-a-re"), inits("dep-b-in"), inits("dep-b-re")), (1, 2, 1, 1));
+    assert_eq!(
+        (applied("dep-b-in"), applied("dep-u"), applied("dep-a-in")),
+        (0, 0, 1)
+    );
+    assert_eq!(
+        (
+            inits("dep-a-in"),
+            inits("dep-a-re"),
+            inits("dep-b-in"),
+            inits("dep-b-re")
+        ),
+        (1, 2, 1, 1)
+    );
     wait_until("the old probe/a_re is closed", || closes("dep-a-re") == 1).await;
     assert_eq!(runtime.history().len(), 1);
     runtime.shutdown().await;
@@ -158,21 +177,41 @@ async fn rebuilt_store_with_identical_values_leaves_its_readers_alone() {
             ("probe/user".to_string(), Action::Unchanged),
         ]
     );
-    assert_ne!(address(&runtime, "config_store/s"), s, "config_store/s was not rebuilt");
+    assert_ne!(
+        address(&runtime, "config_store/s"),
+        s,
+        "config_store/s was not rebuilt"
+    );
     // Identical resolved values: the very same instances, not even asked
     // to apply anything, so the reader that refuses in-place changes is not
     // rebuilt either.
     assert!(instance(&runtime, "probe/same").same_as(&same));
     assert!(instance(&runtime, "probe/same_re").same_as(&same_re));
-    assert_eq!((applied("dep2-same"), inits("dep2-same"), inits("dep2-same-re")), (0, 1, 1));
+    assert_eq!(
+        (
+            applied("dep2-same"),
+            inits("dep2-same"),
+            inits("dep2-same-re")
+        ),
+        (0, 1, 1)
+    );
     // The value that differs in the new store is read from it.
     assert!(instance(&runtime, "probe/diff").same_as(&diff));
     assert_eq!(probe(&runtime, "diff").meta().value.as_deref(), Some("81"));
     assert!(instance(&runtime, "probe/user").same_as(&user));
     assert!(instance(&runtime, "probe/u").same_as(&u));
-    let store = runtime.config_store("s").load().unwrap_or_else(|e| panic!("{e}"));
-    let items = store.get(&ConfigQuery::keys(["port"])).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("s")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let items = store
+        .get(&ConfigQuery::keys(["port"]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(items.first().map(|i| i.value.as_str()), Some("81"));
-    assert_eq!(runtime.history().last().map(|r| r.outcome), Some(Outcome::Applied));
+    assert_eq!(
+        runtime.history().last().map(|r| r.outcome),
+        Some(Outcome::Applied)
+    );
     runtime.shutdown().await;
 }

@@ -4,12 +4,13 @@
 #[path = "support/reload.rs"]
 mod reload_support;
 
+use reload_support::{actions, address, apply_ok, instance, key, start};
 use rewire::components::{MemoryConfigStore, MemoryStateStore};
 use rewire::prelude::*;
 use rewire::{
-    Action, ConfigItem, ConfigQuery, DeleteRequest, GetRequest, Runtime, SetRequest, StateEntry, StateError,
+    Action, ConfigItem, ConfigQuery, DeleteRequest, GetRequest, Runtime, SetRequest, StateEntry,
+    StateError,
 };
-use reload_support::{actions, address, apply_ok, instance, key, start};
 
 /// A state store of another type that holds nothing.
 #[derive(rewire::Component)]
@@ -51,17 +52,30 @@ fn empty_config(state_type: &str) -> String {
 }
 
 async fn read(runtime: &Runtime, key: &str) -> Option<Vec<u8>> {
-    let store = runtime.state_store("cache").load().unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .state_store("cache")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
     let req = GetRequest {
         key: key.into(),
         ..GetRequest::default()
     };
-    store.get(req).await.unwrap_or_else(|e| panic!("{e}")).map(|e| e.data)
+    store
+        .get(req)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|e| e.data)
 }
 
 async fn config_values(runtime: &Runtime) -> Vec<(String, String)> {
-    let store = runtime.config_store("settings").load().unwrap_or_else(|e| panic!("{e}"));
-    let items = store.get(&ConfigQuery::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("settings")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let items = store
+        .get(&ConfigQuery::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     items.into_iter().map(|i| (i.key, i.value)).collect()
 }
 
@@ -70,7 +84,10 @@ async fn memory_data_survives_metadata_changes_and_not_type_changes() {
     let runtime = start(&config("memory", 0, "hi")).await;
     let cache = instance(&runtime, "state/cache");
     let settings = instance(&runtime, "config_store/settings");
-    let state = runtime.state_store("cache").load().unwrap_or_else(|e| panic!("{e}"));
+    let state = runtime
+        .state_store("cache")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
     let set = SetRequest {
         key: "order-1".into(),
         value: b"paid".to_vec(),
@@ -83,8 +100,14 @@ async fn memory_data_survives_metadata_changes_and_not_type_changes() {
         value: "set at run time".into(),
         ..ConfigItem::default()
     };
-    let store = runtime.config_store("settings").load().unwrap_or_else(|e| panic!("{e}"));
-    store.set(vec![extra]).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("settings")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    store
+        .set(vec![extra])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     drop(store);
 
     // Metadata changes of both memory stores: applied in place, data kept.
@@ -98,9 +121,15 @@ async fn memory_data_survives_metadata_changes_and_not_type_changes() {
     );
     assert!(instance(&runtime, "state/cache").same_as(&cache));
     assert!(instance(&runtime, "config_store/settings").same_as(&settings));
-    let memory = runtime.component(key("state/cache")).load_as::<MemoryStateStore>();
+    let memory = runtime
+        .component(key("state/cache"))
+        .load_as::<MemoryStateStore>();
     let memory = memory.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(memory.metadata().default_ttl_in_seconds, 3600, "new metadata not in force");
+    assert_eq!(
+        memory.metadata().default_ttl_in_seconds,
+        3600,
+        "new metadata not in force"
+    );
     drop(memory);
     assert_eq!(read(&runtime, "order-1").await, Some(b"paid".to_vec()));
     assert_eq!(
@@ -113,7 +142,10 @@ async fn memory_data_survives_metadata_changes_and_not_type_changes() {
 
     // Removing the metadata field altogether is a metadata change too.
     let record = apply_ok(&runtime, &empty_config("memory")).await;
-    assert_eq!(reload_support::action(&record, "state/cache"), Action::UpdatedInPlace);
+    assert_eq!(
+        reload_support::action(&record, "state/cache"),
+        Action::UpdatedInPlace
+    );
     assert_eq!(read(&runtime, "order-1").await, Some(b"paid".to_vec()));
     drop(cache);
 
@@ -131,12 +163,21 @@ async fn memory_data_survives_metadata_changes_and_not_type_changes() {
     assert_eq!(read(&runtime, "order-1").await, None);
     // ...and does not come back with the old type: a fresh memory store.
     let record = apply_ok(&runtime, &empty_config("memory")).await;
-    assert_eq!(reload_support::action(&record, "state/cache"), Action::Rebuilt);
-    assert!(runtime.component(key("state/cache")).load_as::<MemoryStateStore>().is_ok());
+    assert_eq!(
+        reload_support::action(&record, "state/cache"),
+        Action::Rebuilt
+    );
+    assert!(runtime
+        .component(key("state/cache"))
+        .load_as::<MemoryStateStore>()
+        .is_ok());
     assert_eq!(read(&runtime, "order-1").await, None);
     // The config store, untouched by those, kept everything.
     assert!(instance(&runtime, "config_store/settings").same_as(&settings));
-    assert!(runtime.component(key("config_store/settings")).load_as::<MemoryConfigStore>().is_ok());
+    assert!(runtime
+        .component(key("config_store/settings"))
+        .load_as::<MemoryConfigStore>()
+        .is_ok());
     assert_eq!(config_values(&runtime).await.len(), 2);
     assert_eq!(runtime.generation().number, 5);
     assert_eq!(runtime.history().len(), 4);

@@ -8,8 +8,11 @@ mod reload_support;
 
 use std::time::Duration;
 
+use reload_support::{
+    actions, address, address_of, applied, apply_ok, closes, inits, instance, probe, start,
+    wait_until,
+};
 use rewire::{Action, Outcome};
-use reload_support::{actions, address, address_of, applied, apply_ok, closes, inits, instance, probe, start, wait_until};
 
 const BEFORE: &str = r#"{"appId": "rebuild", "components": {"probe": {
     "r": {"type": "test.reload.probe", "metadata": {"tag": "rb-r", "rev": 1}},
@@ -45,28 +48,43 @@ async fn refused_in_place_change_rebuilds_and_drains_the_old_instance() {
     assert_ne!(address_of(&new), old_address, "probe/r was not replaced");
     drop(new);
     assert_eq!(probe(&runtime, "r").meta().rev, 2);
-    assert_eq!(old.meta().rev, 1, "the refused change leaked into the old instance");
+    assert_eq!(
+        old.meta().rev,
+        1,
+        "the refused change leaked into the old instance"
+    );
     assert_eq!(applied("rb-r"), 0);
     assert_eq!(inits("rb-r"), 2);
 
     // The dependent keeps its instance and reaches the new one.
     assert!(instance(&runtime, "probe/user").same_as(&user));
     assert_eq!(inits("rb-user"), 1);
-    let upstream = probe(&runtime, "user").upstream().cloned().unwrap_or_else(|| panic!("no upstream"));
-    let reached = upstream.load_as::<reload_support::Probe>().unwrap_or_else(|e| panic!("{e}"));
+    let upstream = probe(&runtime, "user")
+        .upstream()
+        .cloned()
+        .unwrap_or_else(|| panic!("no upstream"));
+    let reached = upstream
+        .load_as::<reload_support::Probe>()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(reached.meta().rev, 2);
     drop(reached);
 
     // Drain: open while the in-flight user holds it, closed once after.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!old.is_closed(), "the old instance was closed under an in-flight user");
+    assert!(
+        !old.is_closed(),
+        "the old instance was closed under an in-flight user"
+    );
     assert_eq!(closes("rb-r"), 0);
     drop(old);
     wait_until("the old probe/r is closed", || closes("rb-r") == 1).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(closes("rb-r"), 1, "only the old instance is closed, once");
     assert_eq!(closes("rb-user"), 0);
-    assert!(!probe(&runtime, "r").is_closed(), "the new instance was closed");
+    assert!(
+        !probe(&runtime, "r").is_closed(),
+        "the new instance was closed"
+    );
 
     let history = runtime.history();
     assert_eq!(history.len(), 1);

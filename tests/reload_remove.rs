@@ -7,8 +7,8 @@ mod reload_support;
 
 use std::time::Duration;
 
-use rewire::{Action, HandleError, Outcome};
 use reload_support::{actions, apply_ok, closes, inits, instance, key, probe, start, wait_until};
+use rewire::{Action, HandleError, Outcome};
 
 const BEFORE: &str = r#"{"appId": "remove", "components": {
     "probe": {
@@ -38,7 +38,9 @@ async fn removed_components_close_after_drain_and_others_are_untouched() {
     let c_handle = runtime.component(key("probe/c"));
     let gone_handle = runtime.state_store("gone");
     // An in-flight user of probe/c: it must not be closed under this one.
-    let in_flight = c_handle.load_as::<reload_support::Probe>().unwrap_or_else(|e| panic!("{e}"));
+    let in_flight = c_handle
+        .load_as::<reload_support::Probe>()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(gone_handle.load().is_ok());
 
     let record = apply_ok(&runtime, AFTER).await;
@@ -58,13 +60,23 @@ async fn removed_components_close_after_drain_and_others_are_untouched() {
     assert_eq!(runtime.generation().len(), 3);
 
     // Handles to the removed components error, old handles included.
-    assert_eq!(c_handle.load().err(), Some(HandleError::NotRunning(key("probe/c"))));
-    assert_eq!(gone_handle.load().err(), Some(HandleError::NotRunning(key("state/gone"))));
+    assert_eq!(
+        c_handle.load().err(),
+        Some(HandleError::NotRunning(key("probe/c")))
+    );
+    assert_eq!(
+        gone_handle.load().err(),
+        Some(HandleError::NotRunning(key("state/gone")))
+    );
     assert!(runtime.state_store("gone").load().is_err());
 
     // Drain: the removed probe stays open while a user holds it...
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(closes("rm-c"), 0, "probe/c was closed under an in-flight user");
+    assert_eq!(
+        closes("rm-c"),
+        0,
+        "probe/c was closed under an in-flight user"
+    );
     assert!(!in_flight.is_closed());
     // ...and is closed, once, when that user lets go.
     drop(in_flight);
@@ -79,8 +91,13 @@ async fn removed_components_close_after_drain_and_others_are_untouched() {
     assert!(instance(&runtime, "state/keep").same_as(&keep));
     assert_eq!((inits("rm-a"), inits("rm-b")), (1, 1));
     assert_eq!((closes("rm-a"), closes("rm-b")), (0, 0));
-    let upstream = probe(&runtime, "b").upstream().cloned().unwrap_or_else(|| panic!("no upstream"));
-    let reached = upstream.load_as::<reload_support::Probe>().unwrap_or_else(|e| panic!("{e}"));
+    let upstream = probe(&runtime, "b")
+        .upstream()
+        .cloned()
+        .unwrap_or_else(|| panic!("no upstream"));
+    let reached = upstream
+        .load_as::<reload_support::Probe>()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(reached.meta().tag, "rm-a");
 
     let history = runtime.history();

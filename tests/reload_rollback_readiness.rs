@@ -8,8 +8,12 @@ mod reload_support;
 
 use std::time::Duration;
 
-use rewire::{Action, FailedStep, HandleError, Outcome, ReloadError, RuntimeOptions, StartTimeouts};
-use reload_support::{action, applied, candidate, closes, inits, instance, key, probe, start_with, wait_until};
+use reload_support::{
+    action, applied, candidate, closes, inits, instance, key, probe, start_with, wait_until,
+};
+use rewire::{
+    Action, FailedStep, HandleError, Outcome, ReloadError, RuntimeOptions, StartTimeouts,
+};
 
 /// `ip` takes changes in place; `slow` refuses them and, in the candidate,
 /// never becomes ready; `extra` is only in the candidate.
@@ -52,7 +56,10 @@ async fn never_ready_component_rolls_back_everything() {
     });
     // While the new probe/slow is waiting to become ready, the old
     // generation serves.
-    wait_until("the new probe/slow is initialised", || inits("rbr-slow") == 2).await;
+    wait_until("the new probe/slow is initialised", || {
+        inits("rbr-slow") == 2
+    })
+    .await;
     assert_eq!(runtime.generation().number, 1);
     assert_eq!(probe(&runtime, "slow").meta().rev, 1);
     assert!(instance(&runtime, "probe/slow").same_as(&slow));
@@ -67,7 +74,11 @@ async fn never_ready_component_rolls_back_everything() {
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert_eq!(failures[0].component, key("probe/slow"));
     assert_eq!(failures[0].step, FailedStep::NotReady);
-    assert!(failures[0].message.contains("waiting forever"), "{}", failures[0].message);
+    assert!(
+        failures[0].message.contains("waiting forever"),
+        "{}",
+        failures[0].message
+    );
 
     let history = runtime.history();
     assert_eq!(history.len(), 1);
@@ -92,13 +103,21 @@ async fn never_ready_component_rolls_back_everything() {
     assert_eq!(probe(&runtime, "slow").meta().rev, 1);
 
     // What was built was closed: the never-ready instance and the added one.
-    assert_eq!(closes("rbr-slow"), 1, "the never-ready instance was not closed");
+    assert_eq!(
+        closes("rbr-slow"),
+        1,
+        "the never-ready instance was not closed"
+    );
     assert_eq!(closes("rbr-extra"), 1, "the added probe was not closed");
     assert_eq!((closes("rbr-ip"), closes("rbr-user")), (0, 0));
     assert_eq!(inits("rbr-user"), 1, "probe/user was rebuilt");
 
     // The in-place update was reverted.
     assert_eq!(applied("rbr-ip"), 2, "applied, then reverted");
-    assert_eq!(probe(&runtime, "ip").meta().rev, 1, "the in-place update was not reverted");
+    assert_eq!(
+        probe(&runtime, "ip").meta().rev,
+        1,
+        "the in-place update was not reverted"
+    );
     runtime.shutdown().await;
 }

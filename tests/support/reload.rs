@@ -11,7 +11,10 @@ use std::time::Duration;
 use rewire::components::LiveMetadata;
 use rewire::config::{parse, validate};
 use rewire::prelude::*;
-use rewire::{Action, ComponentKey, ConfigFile, Instance, Outcome, Registry, ReloadRecord, Runtime, RuntimeOptions};
+use rewire::{
+    Action, ComponentKey, ConfigFile, Instance, Outcome, Registry, ReloadRecord, Runtime,
+    RuntimeOptions,
+};
 use serde::Deserialize;
 
 /// Metadata of [`Probe`]: every field is optional.
@@ -44,12 +47,18 @@ static APPLIED: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
 
 fn bump(counter: &Mutex<Option<HashMap<String, usize>>>, tag: &str) {
     let mut guard = counter.lock().unwrap_or_else(|p| p.into_inner());
-    *guard.get_or_insert_with(HashMap::new).entry(tag.to_string()).or_default() += 1;
+    *guard
+        .get_or_insert_with(HashMap::new)
+        .entry(tag.to_string())
+        .or_default() += 1;
 }
 
 fn count(counter: &Mutex<Option<HashMap<String, usize>>>, tag: &str) -> usize {
     let guard = counter.lock().unwrap_or_else(|p| p.into_inner());
-    guard.as_ref().and_then(|m| m.get(tag).copied()).unwrap_or_default()
+    guard
+        .as_ref()
+        .and_then(|m| m.get(tag).copied())
+        .unwrap_or_default()
 }
 
 /// How many times a probe tagged `tag` was initialised (attempts included).
@@ -108,7 +117,10 @@ impl Component for Probe {
             tokio::time::sleep(Duration::from_millis(meta.init_delay_ms)).await;
         }
         if meta.fail_init {
-            return Err(ComponentError::new(format!("probe {} refused to start", meta.tag)));
+            return Err(ComponentError::new(format!(
+                "probe {} refused to start",
+                meta.tag
+            )));
         }
         Ok(())
     }
@@ -135,7 +147,9 @@ impl Component for Probe {
 #[async_trait]
 impl DynamicComponent for Probe {
     async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
-        let new: ProbeMeta = metadata.decode().map_err(|e| ComponentError::new(e.to_string()))?;
+        let new: ProbeMeta = metadata
+            .decode()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
         if !new.in_place {
             return Ok(Applied::NeedsReload);
         }
@@ -152,7 +166,8 @@ pub fn candidate(json: &str) -> ConfigFile {
 
 /// Starts `json` with `options`.
 pub async fn start_with(json: &str, options: RuntimeOptions) -> Runtime {
-    let config = validate(candidate(json), &Registry::collected()).unwrap_or_else(|p| panic!("validation failed:\n{p}"));
+    let config = validate(candidate(json), &Registry::collected())
+        .unwrap_or_else(|p| panic!("validation failed:\n{p}"));
     Runtime::start(config, Registry::collected(), options)
         .await
         .unwrap_or_else(|e| panic!("start failed: {e}"))
@@ -165,7 +180,9 @@ pub async fn start(json: &str) -> Runtime {
 
 /// `kind/name` as a key.
 pub fn key(text: &str) -> ComponentKey {
-    let (kind, name) = text.split_once('/').unwrap_or_else(|| panic!("not kind/name: {text}"));
+    let (kind, name) = text
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not kind/name: {text}"));
     ComponentKey::new(kind, name)
 }
 
@@ -207,12 +224,20 @@ pub fn action(record: &ReloadRecord, component: &str) -> Action {
 /// The actions of `record` as (component, action) pairs, for whole-map
 /// assertions.
 pub fn actions(record: &ReloadRecord) -> Vec<(String, Action)> {
-    record.actions.iter().map(|(k, a)| (k.clone(), *a)).collect()
+    record
+        .actions
+        .iter()
+        .map(|(k, a)| (k.clone(), *a))
+        .collect()
 }
 
 /// The last reload record.
 pub fn last_record(runtime: &Runtime) -> ReloadRecord {
-    runtime.history().last().cloned().unwrap_or_else(|| panic!("no reload recorded"))
+    runtime
+        .history()
+        .last()
+        .cloned()
+        .unwrap_or_else(|| panic!("no reload recorded"))
 }
 
 /// Applies `json`, expecting it to apply.

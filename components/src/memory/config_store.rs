@@ -5,7 +5,9 @@
 //! the value a new version (increasing across the store) and is published to
 //! the subscribers; a deleted key is published with an empty value. The
 //! optional `items` metadata seeds the store; a metadata change is applied in
-//! place: items whose value changed or that are new are set (and published),
+//! place: items whose value changed or that are new are set (and published);
+//! items dropped from `items` are deleted if they still hold their seeded
+//! value (so re-applying the previous metadata undoes a change exactly);
 //! everything else, including values set since, is kept.
 
 use std::collections::{BTreeMap, HashMap};
@@ -92,6 +94,15 @@ impl ConfigTable {
         let item = to_item(&id, &stored);
         self.items.insert(id, stored);
         item
+    }
+
+    /// Deletes `id`; the deletion as published (empty value, new version).
+    fn remove(&mut self, id: &ItemId) -> Option<ConfigItem> {
+        let mut stored = self.items.remove(id)?;
+        self.last_version += 1;
+        stored.value.clear();
+        stored.version = self.last_version;
+        Some(to_item(id, &stored))
     }
 }
 
@@ -182,13 +193,21 @@ impl DynamicComponent for MemoryConfigStore {
         let new = LiveMetadata::<MemoryConfigMetadata>::decode(metadata)?;
         let old = self.settings.replace(new.clone());
         let mut table = self.table();
-        let changed: Vec<ConfigItem> = new
+        let mut changed: Vec<ConfigItem> = new
             .items
             .0
             .iter()
             .filter(|(key, value)| old.items.0.get(*key) != Some(value))
             .map(|(key, value)| table.put(plain_id(key), value.clone(), HashMap::new()))
             .collect();
+        for (key, seeded) in &old.items.0 {
+            let untouched = table.items.get(&plain_id(key)).is_some_and(|s| &s.value == seeded);
+            if !new.items.0.contains_key(key) && untouched {
+                if let Some(removed) = table.remove(&plain_id(key)) {
+                    changed.push(removed);
+                }
+            }
+        }
         if !changed.is_empty() {
             self.hub.publish(&changed);
         }
@@ -243,18 +262,7 @@ impl ConfigStore for MemoryConfigStore {
             .filter(|(id, stored)| query.matches(&to_item(id, stored)))
             .map(|(id, _)| id.clone())
             .collect();
-        let mut removed = Vec::with_capacity(doomed.len());
-        for id in doomed {
-            if let Some(old) = table.items.remove(&id) {
-                table.last_version += 1;
-                let gone = Stored {
-                    value: String::new(),
-                    version: table.last_version,
-                    metadata: old.metadata,
-                };
-                removed.push(to_item(&id, &gone));
-            }
-        }
+        let removed: Vec<ConfigItem> = doomed.iter().filter_map(|id| table.remove(id)).collect();
         if !removed.is_empty() {
             self.hub.publish(&removed);
         }

@@ -33,8 +33,11 @@ impl ConfigStoreHandle {
     /// a loaded instance, it keeps delivering after the store is rebuilt by
     /// a reload. It ends when the store is removed or the runtime stops.
     pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
-        let store = self.load().map_err(|e| ConfigError::Backend(e.to_string()))?;
         let live = self.0.live().cloned().ok_or_else(|| ConfigError::Backend("handle not injected".into()))?;
+        // Taken before the store is loaded: a generation published from
+        // here on is seen by the forwarder, which then follows it.
+        let published = live.changes();
+        let store = self.load().map_err(|e| ConfigError::Backend(e.to_string()))?;
         let inner = store.subscribe(query.clone()).await?;
         let last = snapshot(&store, &query).await;
         let (sender, changes) = mpsc::channel(BUFFER);
@@ -47,7 +50,6 @@ impl ConfigStoreHandle {
             last,
             sender,
         };
-        let published = live.changes();
         tokio::spawn(forwarder.run(published));
         Ok(ConfigSubscription { id, changes })
     }

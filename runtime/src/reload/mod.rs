@@ -143,7 +143,33 @@ impl Runtime {
 
     /// One reload transaction over the layers changed by `changes`;
     /// serialised with every other. The layers change only if it applies.
+    ///
+    /// The transaction runs in its own task: a caller that gives up (a
+    /// timeout, a disconnected API client) cannot leave it half done.
     pub(crate) async fn transact(
+        &self,
+        trigger: Trigger,
+        changes: Vec<LayerChange>,
+        forced: BTreeSet<ComponentKey>,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        let runtime = self.clone();
+        let task = tokio::spawn(async move {
+            runtime
+                .transact_to_the_end(trigger, changes, forced, based_on_generation)
+                .await
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(err) => Err(ReloadError::RolledBack(vec![ComponentFailure {
+                component: ComponentKey::new("?", "?"),
+                step: crate::assemble::FailedStep::Init,
+                message: format!("reload task failed: {err}"),
+            }])),
+        }
+    }
+
+    async fn transact_to_the_end(
         &self,
         trigger: Trigger,
         changes: Vec<LayerChange>,

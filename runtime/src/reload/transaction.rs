@@ -70,7 +70,14 @@ pub(crate) async fn prepare(
     registry: &Registry,
     cx: &AssemblyContext,
 ) -> Result<Prepared, Failed> {
-    let diff = ConfigDiff::between(&old.config, &candidate.config);
+    let mut diff = ConfigDiff::between(&old.config, &candidate.config);
+    if old.config.app_id != candidate.config.app_id {
+        // Components were initialised with the app id: all must restart.
+        for key in candidate.config.components.keys().filter(|k| current.contains_key(*k)) {
+            let change = diff.changed.entry(key.clone()).or_default();
+            change.type_changed = true;
+        }
+    }
     let roots: BTreeSet<ComponentKey> = diff.touched().into_iter().chain(forced.iter().cloned()).collect();
     let impact = candidate.graph.with_dependents(&roots);
     let mut next: BTreeMap<ComponentKey, Running> = BTreeMap::new();
@@ -169,8 +176,12 @@ async fn decide_and_run(
         }
         let component = previous.assembled.instance.component();
         if let Some(dynamic) = component.as_dynamic() {
-            match with_staged(cx.staged.clone(), dynamic.apply_config(&resolved)).await {
-                Ok(Applied::Applied) => {
+            let apply = tokio::time::timeout(cx.timeouts.init, dynamic.apply_config(&resolved));
+            match with_staged(cx.staged.clone(), apply).await {
+                Err(_) => {
+                    tracing::warn!(component = %spec.key, timeout = ?cx.timeouts.init, "In-place update did not answer in time; rebuilding.");
+                }
+                Ok(Ok(Applied::Applied)) => {
                     let old_metadata = previous.assembled.resolved.clone();
                     let mut updated = previous;
                     updated.spec = spec;
@@ -180,8 +191,8 @@ async fn decide_and_run(
                         previous: old_metadata,
                     });
                 }
-                Ok(Applied::NeedsReload) => {}
-                Err(err) => {
+                Ok(Ok(Applied::NeedsReload)) => {}
+                Ok(Err(err)) => {
                     let err = cx.redactor.scrub(&err.to_string());
                     tracing::info!(component = %spec.key, error = %err, "In-place update refused; rebuilding.");
                 }
@@ -209,7 +220,10 @@ async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
                 let key = &running.spec.key;
                 let component = running.assembled.instance.component();
                 let restored = match component.as_dynamic() {
-                    Some(dynamic) => matches!(dynamic.apply_config(&previous).await, Ok(Applied::Applied)),
+                    Some(dynamic) => matches!(
+                        tokio::time::timeout(cx.timeouts.init, dynamic.apply_config(&previous)).await,
+                        Ok(Ok(Applied::Applied))
+                    ),
                     None => false,
                 };
                 if restored {
@@ -220,5 +234,4 @@ async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
             }
         }
     }
-    let _ = cx;
 }
