@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs rewire's whole test suite on a fresh machine: installs what the tests
-# need (redis-server, etcd-server) when missing, then runs every test.
+# need when missing (redis-server, etcd-server, protobuf-compiler for the
+# etcd client, the Dapr Python SDK for the SDK compatibility test), then runs
+# every test of every crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 if [ ${#need[@]} -gt 0 ]; then
   echo "Installing ${need[*]}..."
   SUDO=""
@@ -15,4 +18,9 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-cargo test --workspace --all-targets -j2 "$@"
+if ! python3 -c "import dapr.clients" >/dev/null 2>&1; then
+  echo "Installing the Dapr Python SDK..."
+  python3 -m pip install --quiet --disable-pip-version-check dapr
+fi
+
+cargo test --workspace --all-targets --features etcd -j2 "$@"
