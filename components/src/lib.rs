@@ -11,6 +11,7 @@ pub mod json_text;
 pub mod live;
 pub mod local_file;
 pub mod memory;
+pub mod redis;
 
 pub use env::EnvSecretStore;
 pub use file::config_store::FileConfigStore;

@@ -1,0 +1,227 @@
+//! Making a verified connection: find the server (directly, or the master
+//! through the sentinels), connect (`AUTH` and `SELECT` happen as the
+//! connection opens), `PING` — all within `dialTimeout`. Errors name the
+//! metadata field to look at and never carry the password.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind, IntoConnectionInfo,
+    RedisConnectionInfo, RedisError,
+};
+
+use super::metadata::{ConnectionSettings, RedisMetadataError};
+
+/// Longest pause between two reconnection attempts of a dropped connection.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// Why a connection could not be made. Names the metadata field to look
+/// at; never holds the password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    /// The metadata cannot describe a connection.
+    #[error(transparent)]
+    Metadata(#[from] RedisMetadataError),
+    /// No verified connection within `dialTimeout`.
+    #[error(
+        "redis at {host} (`redisHost`): no verified connection within {timeout:?} (`dialTimeout`)"
+    )]
+    Timeout {
+        /// `redisHost`.
+        host: String,
+        /// `dialTimeout`.
+        timeout: Duration,
+    },
+    /// The server could not be reached or did not answer properly.
+    #[error("redis at {host} (`redisHost`): {message}")]
+    Unreachable {
+        /// `redisHost`.
+        host: String,
+        /// What the client said.
+        message: String,
+    },
+    /// The server refused the credentials.
+    #[error("redis at {host}: authentication failed, check `redisPassword`{}: {message}", if *.username { " and `redisUsername`" } else { "" })]
+    Auth {
+        /// `redisHost`.
+        host: String,
+        /// Whether a user name was given.
+        username: bool,
+        /// What the server said.
+        message: String,
+    },
+    /// The server refused `SELECT`.
+    #[error("redis at {host}: cannot select database {db} (`redisDB`): {message}")]
+    Database {
+        /// `redisHost`.
+        host: String,
+        /// `redisDB`.
+        db: u32,
+        /// What the server said.
+        message: String,
+    },
+    /// The sentinels did not name a master.
+    #[error("redis sentinels at {host} (`redisHost`), master `{master}` (`sentinelMasterName`): {message}")]
+    Sentinel {
+        /// `redisHost`.
+        host: String,
+        /// `sentinelMasterName`.
+        master: String,
+        /// What the client said.
+        message: String,
+    },
+}
+
+/// A verified connection and the server it reached.
+#[derive(Clone)]
+pub struct Opened {
+    /// The connection; reconnects by itself when it drops.
+    pub manager: ConnectionManager,
+    /// `host:port` of the server (with failover: the master the sentinels
+    /// named).
+    pub server: String,
+}
+
+/// Opens a connection for `settings` and verifies it, within `dial`.
+pub async fn open(settings: &ConnectionSettings) -> Result<Opened, ConnectError> {
+    match tokio::time::timeout(settings.dial, open_unbounded(settings)).await {
+        Ok(result) => result,
+        Err(_) => Err(timed_out(settings)),
+    }
+}
+
+async fn open_unbounded(settings: &ConnectionSettings) -> Result<Opened, ConnectError> {
+    let client = client(settings).await?;
+    let server = match (&settings.master_name, client.get_connection_info().addr()) {
+        (None, _) => settings.host(),
+        (Some(_), ConnectionAddr::Tcp(host, port)) => format!("{host}:{port}"),
+        (Some(_), other) => other.to_string(),
+    };
+    // One plain attempt first: its error is the server's own answer (bad
+    // password, refused connection), where the manager would retry.
+    let probe_config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.dial))
+        .set_response_timeout(Some(settings.dial));
+    let mut probe = client
+        .get_multiplexed_async_connection_with_config(&probe_config)
+        .await
+        .map_err(|err| classify(settings, &err))?;
+    ping(&mut probe)
+        .await
+        .map_err(|err| classify(settings, &err))?;
+    drop(probe);
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.dial))
+        .set_response_timeout(settings.response)
+        .set_max_delay(RECONNECT_MAX_DELAY);
+    let mut manager = ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(|err| classify(settings, &err))?;
+    ping(&mut manager)
+        .await
+        .map_err(|err| classify(settings, &err))?;
+    Ok(Opened { manager, server })
+}
+
+/// `PING`, expecting `PONG`.
+pub async fn ping(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), RedisError> {
+    redis::cmd("PING")
+        .query_async::<String>(conn)
+        .await
+        .map(drop)
+}
+
+/// A client for the server, or for the master the sentinels name.
+async fn client(settings: &ConnectionSettings) -> Result<Client, ConnectError> {
+    let unreachable = |err: RedisError| classify(settings, &err);
+    let Some(master) = &settings.master_name else {
+        let Some((host, port)) = settings.addresses.first() else {
+            return Err(ConnectError::Unreachable {
+                host: settings.host(),
+                message: "no address given".into(),
+            });
+        };
+        let info = ConnectionAddr::Tcp(host.clone(), *port)
+            .into_connection_info()
+            .map_err(unreachable)?
+            .set_redis_settings(redis_settings(settings));
+        return Client::open(info).map_err(unreachable);
+    };
+    let sentinel_error = |err: RedisError| ConnectError::Sentinel {
+        host: settings.host(),
+        master: master.clone(),
+        message: settings.scrub(&err.to_string()),
+    };
+    let sentinels = settings
+        .addresses
+        .iter()
+        .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+    let mut builder = SentinelClientBuilder::new(sentinels, master, SentinelServerType::Master)
+        .map_err(sentinel_error)?
+        .set_client_to_redis_db(i64::from(settings.db));
+    if !settings.username.is_empty() {
+        builder = builder.set_client_to_redis_username(&settings.username);
+    }
+    if !settings.password.is_empty() {
+        builder = builder.set_client_to_redis_password(&settings.password);
+    }
+    let mut sentinel = builder.build().map_err(sentinel_error)?;
+    sentinel.async_get_client().await.map_err(sentinel_error)
+}
+
+fn redis_settings(settings: &ConnectionSettings) -> RedisConnectionInfo {
+    let mut info = RedisConnectionInfo::default().set_db(i64::from(settings.db));
+    if !settings.username.is_empty() {
+        info = info.set_username(&settings.username);
+    }
+    if !settings.password.is_empty() {
+        info = info.set_password(&settings.password);
+    }
+    info
+}
+
+fn timed_out(settings: &ConnectionSettings) -> ConnectError {
+    ConnectError::Timeout {
+        host: settings.host(),
+        timeout: settings.dial,
+    }
+}
+
+/// Sorts a client error by the metadata field it points at.
+fn classify(settings: &ConnectionSettings, err: &RedisError) -> ConnectError {
+    let host = settings.host();
+    let message = settings.scrub(&err.to_string());
+    let code = err.code().unwrap_or_default();
+    if err.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
+        ConnectError::Auth {
+            host,
+            username: !settings.username.is_empty(),
+            message,
+        }
+    } else if message.contains("switch database") {
+        ConnectError::Database {
+            host,
+            db: settings.db,
+            message,
+        }
+    } else if err.is_timeout() {
+        timed_out(settings)
+    } else {
+        ConnectError::Unreachable { host, message }
+    }
+}
+
+/// Whether `err` on a command suggests the server is gone or demoted, so
+/// that with failover the sentinels should be asked again.
+pub fn suggests_failover(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+        || matches!(
+            err.code().unwrap_or_default(),
+            "READONLY" | "MASTERDOWN" | "LOADING"
+        )
+}

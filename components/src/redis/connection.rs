@@ -1,0 +1,306 @@
+//! The swappable connection of a `redis` component.
+//!
+//! The component holds a [`Session`] (metadata in force + connection)
+//! behind an `ArcSwap`. A command loads the session once and keeps it for
+//! its duration; a new connection is made and verified (see
+//! [`super::connect`]) before it is swapped in, so a bad host or password
+//! leaves the old one serving, and the old one closes when the last command
+//! using it lets go.
+//!
+//! With `failover`, a command error that suggests the master is gone or
+//! demoted makes the component ask the sentinels again in the background
+//! and swap to the master they name now.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use redis::aio::ConnectionManager;
+use redis::RedisError;
+use rewire_runtime::{Applied, ComponentError, ComponentKey, Readiness};
+use serde::{Deserialize, Deserializer};
+use tracing::{info, warn};
+
+use super::connect::{open, ping, suggests_failover};
+use super::metadata::{ConnectionSettings, RedisMetadata};
+
+/// Longest wait for the `PING` of a readiness check.
+const READINESS_PING_LIMIT: Duration = Duration::from_secs(2);
+
+/// The metadata in force and the connection that goes with it.
+pub struct Session {
+    metadata: Arc<RedisMetadata>,
+    link: Option<Link>,
+}
+
+#[derive(Clone)]
+struct Link {
+    manager: ConnectionManager,
+    settings: ConnectionSettings,
+    /// The server actually reached (with failover: the master).
+    server: String,
+}
+
+/// A command found no open connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the redis connection is not open (the component is not initialised, or closed)")]
+pub struct NotConnected;
+
+impl Session {
+    /// The metadata in force.
+    pub fn metadata(&self) -> &RedisMetadata {
+        &self.metadata
+    }
+
+    /// A handle on the connection (cheap: it is shared).
+    pub fn connection(&self) -> Result<ConnectionManager, NotConnected> {
+        self.link
+            .as_ref()
+            .map(|link| link.manager.clone())
+            .ok_or(NotConnected)
+    }
+
+    /// `key` with `keyPrefix` in front.
+    pub fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.metadata.key_prefix)
+    }
+
+    fn server(&self) -> &str {
+        self.link
+            .as_ref()
+            .map_or(&self.metadata.redis_host, |link| &link.server)
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        match &self.link {
+            Some(link) => link.settings.scrub(text),
+            None if self.metadata.redis_password.is_empty() => text.to_string(),
+            None => text.replace(&self.metadata.redis_password, "<redacted>"),
+        }
+    }
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("metadata", &self.metadata)
+            .field("server", &self.link.as_ref().map(|l| &l.server))
+            .finish()
+    }
+}
+
+/// What the component and its background failover task share.
+struct Shared {
+    session: ArcSwap<Session>,
+    /// Serialises metadata changes and failover swaps.
+    changing: tokio::sync::Mutex<()>,
+    /// Whether a failover task is running.
+    refreshing: AtomicBool,
+    /// The component key, for logs (set at init).
+    label: std::sync::OnceLock<String>,
+}
+
+impl Shared {
+    fn label(&self) -> &str {
+        self.label.get().map_or("redis", String::as_str)
+    }
+}
+
+/// The swappable connection of a `redis` component. Decodes from the
+/// component's metadata (as [`RedisMetadata`]); connects in [`init`].
+///
+/// [`init`]: RedisConnection::init
+pub struct RedisConnection {
+    shared: Arc<Shared>,
+}
+
+impl RedisConnection {
+    /// Not connected yet, with `metadata`.
+    pub fn new(metadata: RedisMetadata) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                session: ArcSwap::from_pointee(Session {
+                    metadata: Arc::new(metadata),
+                    link: None,
+                }),
+                changing: tokio::sync::Mutex::new(()),
+                refreshing: AtomicBool::new(false),
+                label: std::sync::OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The session in force; a command keeps it for its duration.
+    pub fn session(&self) -> Arc<Session> {
+        self.shared.session.load_full()
+    }
+
+    /// Connects and verifies, within `dialTimeout`.
+    pub async fn init(&mut self, key: &ComponentKey) -> Result<(), ComponentError> {
+        let _ = self.shared.label.set(key.to_string());
+        let _one_at_a_time = self.shared.changing.lock().await;
+        let metadata = self.session().metadata.clone();
+        let settings = metadata
+            .connection_settings()
+            .map_err(|err| ComponentError::new(err.to_string()))?;
+        let opened = open(&settings)
+            .await
+            .map_err(|err| ComponentError::new(err.to_string()))?;
+        info!(component = %key, host = %settings.host(), server = %opened.server, db = settings.db, "Redis connected.");
+        self.shared.session.store(Arc::new(Session {
+            metadata,
+            link: Some(Link {
+                manager: opened.manager,
+                settings,
+                server: opened.server,
+            }),
+        }));
+        Ok(())
+    }
+
+    /// Takes new metadata: when the connection settings changed, a new
+    /// connection is made and verified, then swapped in; otherwise only the
+    /// metadata changes. On error nothing changes.
+    pub async fn apply(&self, metadata: RedisMetadata) -> Result<Applied, ComponentError> {
+        let shared = &self.shared;
+        let _one_at_a_time = shared.changing.lock().await;
+        let current = self.session();
+        let rejected =
+            |err: &dyn fmt::Display| ComponentError::new(format!("new metadata rejected: {err}"));
+        let settings = metadata
+            .connection_settings()
+            .map_err(|err| rejected(&err))?;
+        let link = match &current.link {
+            Some(link) if link.settings == settings => {
+                info!(component = %shared.label(), host = %settings.host(), "Redis metadata applied in place.");
+                Some(link.clone())
+            }
+            Some(_) => match open(&settings).await {
+                Ok(opened) => {
+                    info!(component = %shared.label(), host = %settings.host(), server = %opened.server, db = settings.db, "Redis connection swapped.");
+                    Some(Link {
+                        manager: opened.manager,
+                        settings,
+                        server: opened.server,
+                    })
+                }
+                Err(err) => {
+                    warn!(component = %shared.label(), host = %settings.host(), error = %err, "New Redis connection failed; the old one keeps serving.");
+                    return Err(rejected(&err));
+                }
+            },
+            None => None,
+        };
+        shared.session.store(Arc::new(Session {
+            metadata: Arc::new(metadata),
+            link,
+        }));
+        Ok(Applied::Applied)
+    }
+
+    /// `PING` within a short limit.
+    pub async fn readiness(&self) -> Readiness {
+        let session = self.session();
+        let Some(link) = &session.link else {
+            return Readiness::NotReady(NotConnected.to_string());
+        };
+        let mut conn = link.manager.clone();
+        let limit = link.settings.dial.min(READINESS_PING_LIMIT);
+        match tokio::time::timeout(limit, ping(&mut conn)).await {
+            Ok(Ok(())) => Readiness::Ready,
+            Ok(Err(err)) => Readiness::NotReady(self.describe(&session, &err)),
+            Err(_) => {
+                self.follow_failover(&session);
+                Readiness::NotReady(format!(
+                    "redis at {}: no answer to PING within {limit:?}",
+                    session.server()
+                ))
+            }
+        }
+    }
+
+    /// `err`, met by a command on `session`, as the text of a backend
+    /// error: with the server, without the password. With failover, an
+    /// error that suggests the master is gone starts a look-up of the new
+    /// one.
+    pub fn describe(&self, session: &Arc<Session>, err: &RedisError) -> String {
+        if suggests_failover(err) {
+            self.follow_failover(session);
+        }
+        session.scrub(&format!("redis at {}: {err}", session.server()))
+    }
+
+    /// Lets go of the connection; commands still running keep it until
+    /// they finish.
+    pub fn close(&self) {
+        let current = self.shared.session.swap(Arc::new(Session {
+            metadata: self.session().metadata.clone(),
+            link: None,
+        }));
+        if let Some(link) = &current.link {
+            info!(component = %self.shared.label(), server = %link.server, "Redis connection released.");
+        }
+    }
+
+    /// With failover: asks the sentinels for the master in the background
+    /// (one look-up at a time) and swaps to it if it moved.
+    fn follow_failover(&self, seen: &Arc<Session>) {
+        let Some(link) = &seen.link else { return };
+        if link.settings.master_name.is_none() {
+            return;
+        }
+        if self.shared.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = self.shared.clone();
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            refresh_master(&shared, &seen).await;
+            shared.refreshing.store(false, Ordering::Release);
+        });
+    }
+}
+
+async fn refresh_master(shared: &Shared, seen: &Arc<Session>) {
+    let _one_at_a_time = shared.changing.lock().await;
+    let current = shared.session.load_full();
+    // Replaced meanwhile (metadata change, close, an earlier look-up).
+    if !Arc::ptr_eq(&current, seen) {
+        return;
+    }
+    let Some(link) = &current.link else { return };
+    match open(&link.settings).await {
+        Ok(opened) if opened.server == link.server => {}
+        Ok(opened) => {
+            info!(component = %shared.label(), old = %link.server, new = %opened.server, "Redis master moved; connection swapped.");
+            shared.session.store(Arc::new(Session {
+                metadata: current.metadata.clone(),
+                link: Some(Link {
+                    manager: opened.manager,
+                    settings: link.settings.clone(),
+                    server: opened.server,
+                }),
+            }));
+        }
+        Err(err) => {
+            warn!(component = %shared.label(), error = %err, "Asking the sentinels for the Redis master failed.");
+        }
+    }
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConnection")
+            .field("component", &self.shared.label())
+            .field("session", &*self.shared.session.load())
+            .finish()
+    }
+}
+
+impl<'de> Deserialize<'de> for RedisConnection {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        RedisMetadata::deserialize(deserializer).map(Self::new)
+    }
+}

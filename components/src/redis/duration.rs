@@ -1,0 +1,164 @@
+//! Timeouts as Dapr writes them: Go duration strings (`"5s"`, `"100ms"`,
+//! `"1m30s"`, `"1.5s"`) or a plain number of milliseconds (`250`, `"250"`).
+//! A negative value (`"-1"`, Dapr's "no timeout") is kept as
+//! [`Timeout::Never`]; the empty string (a value injected later, during
+//! validation) counts as not set.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+
+/// A configured timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeout {
+    /// Give up after this long (zero: the default applies).
+    After(Duration),
+    /// Never give up (a negative value in the metadata).
+    Never,
+}
+
+/// Why a duration text did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a duration (write `5s`, `100ms`, `1m30s`, or a number of milliseconds)")]
+pub struct DurationError {
+    text: String,
+}
+
+/// Parses `text`: a number of milliseconds, or a Go duration. `Ok(None)`
+/// for the empty string.
+pub fn parse_timeout(text: &str) -> Result<Option<Timeout>, DurationError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let error = || DurationError {
+        text: text.to_string(),
+    };
+    let (negative, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let duration = match body.parse::<f64>() {
+        Ok(ms) if ms.is_finite() => seconds(ms / 1000.0).ok_or_else(error)?,
+        _ => parse_go_duration(body).ok_or_else(error)?,
+    };
+    Ok(Some(if negative && !duration.is_zero() {
+        Timeout::Never
+    } else {
+        Timeout::After(duration)
+    }))
+}
+
+/// A Go duration without sign: one or more `<number><unit>` groups.
+fn parse_go_duration(mut text: &str) -> Option<Duration> {
+    if text.is_empty() {
+        return None;
+    }
+    let mut total = 0.0_f64;
+    while !text.is_empty() {
+        let number_len = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(text.len());
+        let (number, rest) = text.split_at(number_len);
+        let value: f64 = number.parse().ok()?;
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let (unit, rest) = rest.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += value * scale;
+        text = rest;
+    }
+    seconds(total)
+}
+
+fn seconds(value: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(value).ok()
+}
+
+/// `deserialize_with` for an optional timeout field.
+pub fn deserialize_timeout<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Timeout>, D::Error> {
+    deserializer.deserialize_any(TimeoutVisitor)
+}
+
+struct TimeoutVisitor;
+
+impl Visitor<'_> for TimeoutVisitor {
+    type Value = Option<Timeout>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duration such as `5s` or `100ms`, or a number of milliseconds")
+    }
+
+    fn visit_u64<E: de::Error>(self, ms: u64) -> Result<Self::Value, E> {
+        Ok(Some(Timeout::After(Duration::from_millis(ms))))
+    }
+
+    fn visit_i64<E: de::Error>(self, ms: i64) -> Result<Self::Value, E> {
+        match u64::try_from(ms) {
+            Ok(ms) => self.visit_u64(ms),
+            Err(_) => Ok(Some(Timeout::Never)),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, ms: f64) -> Result<Self::Value, E> {
+        parse_timeout(&ms.to_string()).map_err(E::custom)
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        parse_timeout(text).map_err(E::custom)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after(ms: u64) -> Result<Option<Timeout>, DurationError> {
+        Ok(Some(Timeout::After(Duration::from_millis(ms))))
+    }
+
+    #[test]
+    fn go_durations_and_milliseconds() {
+        assert_eq!(parse_timeout("5s"), after(5000));
+        assert_eq!(parse_timeout("100ms"), after(100));
+        assert_eq!(parse_timeout("1m30s"), after(90_000));
+        assert_eq!(parse_timeout("1.5s"), after(1500));
+        assert_eq!(parse_timeout("1h"), after(3_600_000));
+        assert_eq!(parse_timeout(" 250 "), after(250));
+        assert_eq!(parse_timeout("0"), after(0));
+        assert_eq!(parse_timeout(""), Ok(None));
+    }
+
+    #[test]
+    fn negative_means_never_and_junk_is_an_error() {
+        assert_eq!(parse_timeout("-1"), Ok(Some(Timeout::Never)));
+        assert_eq!(parse_timeout("-1s"), Ok(Some(Timeout::Never)));
+        for junk in ["5 seconds", "s", "5x", "1..2s", "--1"] {
+            let err = parse_timeout(junk).map(|_| ()).map_err(|e| e.to_string());
+            assert!(
+                matches!(&err, Err(m) if m.contains(junk.trim())),
+                "{junk}: {err:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! The metadata of the `redis` state store and lock, with Dapr's field
+//! names, and the part of it that decides which server to talk to
+//! ([`ConnectionSettings`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+
+use super::duration::{deserialize_timeout, Timeout};
+
+/// `dialTimeout` when none is given (go-redis's default, as in Dapr).
+pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// `readTimeout` (and `writeTimeout`) when none is given.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(3);
+/// The port of a `redisHost` written without one.
+pub const DEFAULT_PORT: u16 = 6379;
+
+/// Metadata of the `redis` components, named as in Dapr's
+/// `state.redis` / `lock.redis`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisMetadata {
+    /// `host:port` of the server; with `failover`, the sentinels'
+    /// addresses, comma-separated.
+    #[serde(deserialize_with = "deserialize_host")]
+    pub redis_host: String,
+    /// Password (`AUTH`); empty: none.
+    #[serde(default)]
+    pub redis_password: String,
+    /// ACL user name (Redis 6+); empty: the default user.
+    #[serde(default)]
+    pub redis_username: String,
+    /// Database number (`SELECT`).
+    #[serde(default, rename = "redisDB")]
+    pub redis_db: u32,
+    /// How long connecting (and verifying) may take; default 5 s.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub dial_timeout: Option<Timeout>,
+    /// How long a reply may take; default 3 s, negative: no limit.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub read_timeout: Option<Timeout>,
+    /// How long sending a command may take; default 3 s, negative: no limit.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub write_timeout: Option<Timeout>,
+    /// Whether `redisHost` names Redis Sentinels rather than the server.
+    #[serde(default)]
+    pub failover: bool,
+    /// With `failover`: the name of the master the sentinels monitor.
+    #[serde(default)]
+    pub sentinel_master_name: String,
+    /// Must be false: TLS is not built into these components.
+    #[serde(default, rename = "enableTLS", deserialize_with = "deserialize_tls")]
+    pub enable_tls: bool,
+    /// Prepended to every key (state) or resource id (lock); default none.
+    #[serde(default)]
+    pub key_prefix: String,
+    /// State store only: TTL of writes that ask for none (`-1`: never
+    /// expire, clearing an older TTL), as Dapr's `ttlInSeconds`.
+    #[serde(default)]
+    pub ttl_in_seconds: Option<i64>,
+}
+
+impl RedisMetadata {
+    /// Metadata for the server at `redis_host`, everything else default.
+    pub fn new(redis_host: impl Into<String>) -> Self {
+        Self {
+            redis_host: redis_host.into(),
+            redis_password: String::new(),
+            redis_username: String::new(),
+            redis_db: 0,
+            dial_timeout: None,
+            read_timeout: None,
+            write_timeout: None,
+            failover: false,
+            sentinel_master_name: String::new(),
+            enable_tls: false,
+            key_prefix: String::new(),
+            ttl_in_seconds: None,
+        }
+    }
+
+    /// The settings that decide the connection (everything but the key
+    /// prefix and the TTL), checked.
+    pub fn connection_settings(&self) -> Result<ConnectionSettings, RedisMetadataError> {
+        let addresses =
+            parse_addresses(&self.redis_host).map_err(|reason| RedisMetadataError::Host {
+                host: self.redis_host.clone(),
+                reason,
+            })?;
+        if self.enable_tls {
+            return Err(RedisMetadataError::Tls);
+        }
+        if self.failover && self.sentinel_master_name.trim().is_empty() {
+            return Err(RedisMetadataError::MasterName);
+        }
+        if !self.failover && addresses.len() > 1 {
+            return Err(RedisMetadataError::Host {
+                host: self.redis_host.clone(),
+                reason: "several addresses are only allowed with `failover` (sentinels)".into(),
+            });
+        }
+        let dial = match self.dial_timeout {
+            None => DEFAULT_DIAL_TIMEOUT,
+            Some(Timeout::After(d)) if d.is_zero() => DEFAULT_DIAL_TIMEOUT,
+            Some(Timeout::After(d)) => d,
+            Some(Timeout::Never) => return Err(RedisMetadataError::DialTimeout),
+        };
+        let read = effective(self.read_timeout);
+        let write = effective(self.write_timeout);
+        Ok(ConnectionSettings {
+            addresses,
+            password: self.redis_password.clone(),
+            username: self.redis_username.clone(),
+            db: self.redis_db,
+            dial,
+            response: read.zip(write).map(|(r, w)| r + w),
+            master_name: self
+                .failover
+                .then(|| self.sentinel_master_name.trim().to_string()),
+        })
+    }
+}
+
+fn effective(timeout: Option<Timeout>) -> Option<Duration> {
+    match timeout {
+        None => Some(DEFAULT_READ_TIMEOUT),
+        Some(Timeout::After(d)) if d.is_zero() => Some(DEFAULT_READ_TIMEOUT),
+        Some(Timeout::After(d)) => Some(d),
+        Some(Timeout::Never) => None,
+    }
+}
+
+impl fmt::Debug for RedisMetadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisMetadata")
+            .field("redis_host", &self.redis_host)
+            .field("redis_password", &redacted(&self.redis_password))
+            .field("redis_username", &self.redis_username)
+            .field("redis_db", &self.redis_db)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .field("failover", &self.failover)
+            .field("sentinel_master_name", &self.sentinel_master_name)
+            .field("key_prefix", &self.key_prefix)
+            .field("ttl_in_seconds", &self.ttl_in_seconds)
+            .finish()
+    }
+}
+
+fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() {
+        ""
+    } else {
+        "<redacted>"
+    }
+}
+
+/// What decides the connection: when any of it changes, a new connection
+/// is made and verified before it replaces the old one.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// The server's address, or the sentinels' (with `master_name`).
+    pub addresses: Vec<(String, u16)>,
+    /// Password; empty: none.
+    pub password: String,
+    /// User name; empty: none.
+    pub username: String,
+    /// Database number.
+    pub db: u32,
+    /// Limit on connecting and verifying.
+    pub dial: Duration,
+    /// Limit on one command (read + write timeouts); `None`: no limit.
+    pub response: Option<Duration>,
+    /// With failover: the master's name at the sentinels.
+    pub master_name: Option<String>,
+}
+
+impl ConnectionSettings {
+    /// The addresses as written in `redisHost` (`host:port,host:port`).
+    pub fn host(&self) -> String {
+        self.addresses
+            .iter()
+            .map(|(host, port)| match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `text` with the password (if any) masked, for errors and logs.
+    pub fn scrub(&self, text: &str) -> String {
+        if self.password.is_empty() {
+            text.to_string()
+        } else {
+            text.replace(&self.password, "<redacted>")
+        }
+    }
+}
+
+impl fmt::Debug for ConnectionSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionSettings")
+            .field("host", &self.host())
+            .field("password", &redacted(&self.password))
+            .field("username", &self.username)
+            .field("db", &self.db)
+            .field("dial", &self.dial)
+            .field("response", &self.response)
+            .field("master_name", &self.master_name)
+            .finish()
+    }
+}
+
+/// Why the metadata cannot make a connection. Names the field, never a
+/// password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedisMetadataError {
+    /// `redisHost` is not `host:port` (or a list of them).
+    #[error("metadata field `redisHost`: `{host}` {reason}")]
+    Host {
+        /// The value given.
+        host: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `enableTLS` is true.
+    #[error("metadata field `enableTLS`: {TLS_MESSAGE}")]
+    Tls,
+    /// `failover` without `sentinelMasterName`.
+    #[error("metadata field `sentinelMasterName` is required when `failover` is true")]
+    MasterName,
+    /// A negative `dialTimeout`.
+    #[error("metadata field `dialTimeout` must not be negative")]
+    DialTimeout,
+}
+
+const TLS_MESSAGE: &str = "TLS is not built into rewire's redis components; \
+    set it to false (or reach Redis through a TLS tunnel on loopback)";
+
+/// Parses `redisHost`: `host:port` (port defaults to 6379), `[v6]:port`,
+/// or several of them comma-separated.
+pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
+    let parts: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err("is empty: give `host:port`".into());
+    }
+    parts.into_iter().map(parse_address).collect()
+}
+
+fn parse_address(text: &str) -> Result<(String, u16), String> {
+    if text.contains("://") {
+        return Err(format!(
+            "is not `host:port`: give `{text}` without a URL scheme"
+        ));
+    }
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("is not `host:port`: `{text}` lacks `]`"))?;
+        match after.strip_prefix(':') {
+            Some(port) => (host, Some(port)),
+            None if after.is_empty() => (host, None),
+            None => return Err(format!("is not `host:port`: `{text}`")),
+        }
+    } else {
+        match text.split_once(':') {
+            Some((_, rest)) if rest.contains(':') => {
+                return Err(format!(
+                    "is not `host:port`: write an IPv6 address as `[{text}]:port`"
+                ))
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) || host.contains('/') {
+        return Err(format!("is not `host:port`: bad host in `{text}`"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("is not `host:port`: bad port in `{text}`"))?,
+    };
+    Ok((host.to_string(), port))
+}
+
+/// `redisHost` is checked as it is decoded, so `rewire validate` reports a
+/// malformed one; the empty string (a value injected later) passes here and
+/// fails when connecting.
+fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if !text.trim().is_empty() {
+        parse_addresses(&text).map_err(|reason| de::Error::custom(format!("`{text}` {reason}")))?;
+    }
+    Ok(text)
+}
+
+fn deserialize_tls<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    match bool::deserialize(deserializer)? {
+        true => Err(de::Error::custom(TLS_MESSAGE)),
+        false => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Metadata;
+    use serde_json::json;
+
+    fn decode(value: serde_json::Value) -> Result<RedisMetadata, String> {
+        Metadata(value.as_object().cloned().unwrap_or_default())
+            .decode::<RedisMetadata>()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn dapr_names_and_lenient_values() {
+        let m = decode(json!({
+            "redisHost": "127.0.0.1:7000", "redisPassword": "pw", "redisDB": "2",
+            "dialTimeout": "1s", "readTimeout": 250, "writeTimeout": "100ms",
+            "enableTLS": "false", "keyPrefix": "app||", "ttlInSeconds": "-1"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let settings = m.connection_settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(settings.addresses, vec![("127.0.0.1".to_string(), 7000)]);
+        assert_eq!(settings.db, 2);
+        assert_eq!(settings.dial, Duration::from_secs(1));
+        assert_eq!(settings.response, Some(Duration::from_millis(350)));
+        assert_eq!(m.ttl_in_seconds, Some(-1));
+        assert!(!format!("{m:?} {settings:?}").contains("pw"));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        for (value, field) in [
+            (json!({"redisHost": "h:port"}), "redisHost"),
+            (json!({"redisHost": "h:1", "enableTLS": true}), "enableTLS"),
+            (
+                json!({"redisHost": "h:1", "dialTimeout": "soon"}),
+                "dialTimeout",
+            ),
+            (json!({"redisHost": "h:1", "redisDb": 1}), "redisDB"),
+        ] {
+            let err = decode(value).map(|_| ()).expect_err("expected an error");
+            assert!(err.contains(field), "{err}");
+        }
+        let failover = decode(json!({"redisHost": "a:1,b:2", "failover": true}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = failover
+            .connection_settings()
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(
+            matches!(&err, Err(m) if m.contains("sentinelMasterName")),
+            "{err:?}"
+        );
+        let err = RedisMetadata::new("a:1,b:2")
+            .connection_settings()
+            .map(|_| ());
+        assert!(matches!(err, Err(RedisMetadataError::Host { .. })));
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(parse_addresses("h"), Ok(vec![("h".into(), DEFAULT_PORT)]));
+        assert_eq!(
+            parse_addresses("[::1]:7000, b:1"),
+            Ok(vec![("::1".into(), 7000), ("b".into(), 1)])
+        );
+        assert!(parse_addresses("").is_err());
+        assert!(parse_addresses("h:0").is_err());
+        assert!(parse_addresses("::1").is_err());
+        assert!(parse_addresses("redis://h:1").is_err());
+    }
+
+    #[test]
+    fn timeouts_default_and_never() {
+        let mut m = RedisMetadata::new("h:1");
+        let s = m.connection_settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.dial, DEFAULT_DIAL_TIMEOUT);
+        assert_eq!(s.response, Some(DEFAULT_READ_TIMEOUT * 2));
+        m.read_timeout = Some(Timeout::Never);
+        let s = m.connection_settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.response, None);
+        m.dial_timeout = Some(Timeout::Never);
+        assert_eq!(
+            m.connection_settings().map(|_| ()),
+            Err(RedisMetadataError::DialTimeout)
+        );
+    }
+}

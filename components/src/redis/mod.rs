@@ -1,0 +1,31 @@
+//! The `redis` components: a state store and a lock on Redis, with Dapr's
+//! metadata names and data layout (`state.redis`, `lock.redis`).
+//!
+//! Both share the connection handling: [`connection::RedisConnection`]
+//! connects and verifies within `dialTimeout` at init ([`connect`]), and on
+//! a metadata change makes a new connection, verifies it, then swaps it in,
+//! so requests never fail during the change and a bad new server or
+//! password leaves the old connection serving. With `failover`, the master
+//! is found through Redis Sentinel, and found again when it stops
+//! answering or turns read-only. Errors and logs name the metadata field at
+//! fault and never carry the password.
+//!
+//! Metadata (see [`RedisMetadata`]): `redisHost` (required), `redisPassword`,
+//! `redisUsername`, `redisDB`, `dialTimeout`, `readTimeout`, `writeTimeout`
+//! (`"5s"`, `"100ms"` or milliseconds), `failover` + `sentinelMasterName`
+//! (`redisHost` then lists the sentinels), `enableTLS` (must be false),
+//! `keyPrefix`, and for the state store `ttlInSeconds`.
+
+pub mod connect;
+pub mod connection;
+pub mod duration;
+pub mod lock;
+pub mod metadata;
+pub mod scripts;
+pub mod state;
+
+pub use connect::ConnectError;
+pub use connection::RedisConnection;
+pub use lock::RedisLock;
+pub use metadata::{RedisMetadata, RedisMetadataError};
+pub use state::RedisStateStore;

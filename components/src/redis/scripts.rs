@@ -1,0 +1,83 @@
+//! The Lua scripts that make conditional writes atomic. Each key of the
+//! state store is a hash with fields `data` and `version`; a lock is a
+//! string key holding its owner.
+//!
+//! Scripts are sent with `EVALSHA` and loaded on a `NOSCRIPT` reply, so a
+//! fresh server (after a failover, or a swapped connection) just works.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Reply of [`SET`] and [`DELETE_IF_VERSION`] when the condition fails.
+pub const MISMATCH: i64 = -1;
+
+/// Writes a state key if its condition holds; replies with the new version,
+/// or [`MISMATCH`].
+///
+/// `KEYS[1]`: the key. `ARGV[1]`: the expected version (`""`: none).
+/// `ARGV[2]`: `"1"` for first-write (without a version, only a missing key
+/// may be written). `ARGV[3]`: the data. `ARGV[4]`: TTL in milliseconds
+/// (`> 0`: expire after it, `< 0`: never expire (clears an older TTL),
+/// `0`: leave the key's TTL as it is).
+///
+/// A key that is not a hash (an old plain value) has no version: it is
+/// replaced by an unconditional write and fails a conditional one.
+pub static SET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local version = redis.pcall("HGET", KEYS[1], "version")
+if type(version) ~= "string" then version = false end
+local exists = redis.call("EXISTS", KEYS[1]) == 1
+if ARGV[1] ~= "" then
+  if version ~= ARGV[1] then return -1 end
+elseif ARGV[2] == "1" and exists then
+  return -1
+end
+if exists and not version then redis.call("DEL", KEYS[1]) end
+redis.call("HSET", KEYS[1], "data", ARGV[3])
+local new = redis.call("HINCRBY", KEYS[1], "version", 1)
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call("PEXPIRE", KEYS[1], ttl)
+elseif ttl < 0 then
+  redis.call("PERSIST", KEYS[1])
+end
+return new
+"#,
+    )
+});
+
+/// Deletes a state key if its version is `ARGV[1]`; replies `1`, or
+/// [`MISMATCH`] (other version, or no such key).
+pub static DELETE_IF_VERSION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local version = redis.pcall("HGET", KEYS[1], "version")
+if type(version) ~= "string" or version ~= ARGV[1] then return -1 end
+redis.call("DEL", KEYS[1])
+return 1
+"#,
+    )
+});
+
+/// Reply of [`UNLOCK`]: released.
+pub const UNLOCKED: i64 = 1;
+/// Reply of [`UNLOCK`]: no such lock.
+pub const NO_LOCK: i64 = 0;
+/// Reply of [`UNLOCK`]: held by another owner, left as is.
+pub const OTHER_OWNER: i64 = -1;
+
+/// Releases lock `KEYS[1]` if `ARGV[1]` owns it; replies [`UNLOCKED`],
+/// [`NO_LOCK`] or [`OTHER_OWNER`].
+pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local owner = redis.call("GET", KEYS[1])
+if not owner then return 0 end
+if owner ~= ARGV[1] then return -1 end
+redis.call("DEL", KEYS[1])
+return 1
+"#,
+    )
+});

@@ -1,0 +1,318 @@
+//! The `redis` state store, with the data layout and semantics of Dapr's
+//! `state.redis`: each key is a hash with fields `data` and `version`,
+//! written by a Lua script that checks the etag (the version, as text),
+//! honours first-write, bumps the version and sets the TTL atomically.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::RedisResult;
+use rewire_runtime::{
+    Applied, BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, DynamicComponent,
+    GetRequest, InitContext, Metadata, Readiness, SetRequest, StateEntry, StateError, StateStore,
+};
+use tracing::debug;
+
+use super::connection::{RedisConnection, Session};
+use super::metadata::RedisMetadata;
+use super::scripts;
+
+/// The request metadata key Dapr uses for a per-write TTL.
+const TTL_METADATA_KEY: &str = "ttlInSeconds";
+
+/// A state store on Redis (standalone, or its master found through
+/// Sentinel), compatible with data written by Dapr's `state.redis`.
+///
+/// Every metadata change applies in place: a change of server, password,
+/// database or timeouts connects anew and swaps the connection once it
+/// answers, so no request fails and a bad new server leaves the old one
+/// serving.
+#[derive(rewire_runtime::Component, Debug)]
+#[component(
+    kind = "state",
+    type = "redis",
+    example = r#"{"redisHost": "127.0.0.1:6379", "redisPassword": "", "redisDB": 0, "dialTimeout": "5s", "keyPrefix": ""}"#
+)]
+pub struct RedisStateStore {
+    #[metadata]
+    connection: RedisConnection,
+}
+
+impl RedisStateStore {
+    /// A store for `metadata`, not connected until `init`.
+    pub fn new(metadata: RedisMetadata) -> Self {
+        Self {
+            connection: RedisConnection::new(metadata),
+        }
+    }
+
+    /// The metadata in force.
+    pub fn metadata(&self) -> RedisMetadata {
+        self.connection.session().metadata().clone()
+    }
+
+    fn session(&self) -> Result<(std::sync::Arc<Session>, ConnectionManager), StateError> {
+        let session = self.connection.session();
+        let conn = session
+            .connection()
+            .map_err(|err| StateError::Backend(err.to_string()))?;
+        Ok((session, conn))
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for RedisStateStore {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        self.connection.init(&cx.key).await
+    }
+
+    async fn readiness(&self) -> Readiness {
+        self.connection.readiness().await
+    }
+
+    async fn close(&self) -> Result<(), ComponentError> {
+        self.connection.close();
+        Ok(())
+    }
+
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl DynamicComponent for RedisStateStore {
+    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+        let new = metadata
+            .decode::<RedisMetadata>()
+            .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        self.connection.apply(new).await
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl StateStore for RedisStateStore {
+    async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
+        let (session, mut conn) = self.session()?;
+        let fields: (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
+            .arg(session.key(&req.key))
+            .arg("data")
+            .arg("version")
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
+        entry(&req.key, fields)
+    }
+
+    async fn set(&self, req: SetRequest) -> Result<(), StateError> {
+        if req.key.is_empty() {
+            return Err(StateError::Invalid("the key is empty".into()));
+        }
+        let (session, mut conn) = self.session()?;
+        let etag = etag_arg(&req.key, req.etag.as_deref())?;
+        let ttl_ms = ttl_arg(
+            &req.key,
+            req.ttl,
+            &req.metadata,
+            session.metadata().ttl_in_seconds,
+        )?;
+        let first_write = match (req.concurrency, etag.is_empty()) {
+            (Concurrency::FirstWrite, true) => "1",
+            _ => "0",
+        };
+        let version: i64 = scripts::SET
+            .key(session.key(&req.key))
+            .arg(&etag)
+            .arg(first_write)
+            .arg(&req.value)
+            .arg(ttl_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
+        if version == scripts::MISMATCH {
+            return Err(StateError::EtagMismatch(req.key));
+        }
+        debug!(key = %req.key, etag = version, ttl_ms, "State written.");
+        Ok(())
+    }
+
+    async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
+        let (session, mut conn) = self.session()?;
+        let etag = etag_arg(&req.key, req.etag.as_deref())?;
+        let key = session.key(&req.key);
+        let outcome: RedisResult<i64> = if etag.is_empty() {
+            redis::cmd("DEL").arg(&key).query_async(&mut conn).await
+        } else {
+            scripts::DELETE_IF_VERSION
+                .key(&key)
+                .arg(&etag)
+                .invoke_async(&mut conn)
+                .await
+        };
+        match outcome {
+            Ok(scripts::MISMATCH) => Err(StateError::EtagMismatch(req.key)),
+            Ok(_) => Ok(()),
+            Err(err) => Err(StateError::Backend(
+                self.connection.describe(&session, &err),
+            )),
+        }
+    }
+
+    /// One round trip: an `HMGET` per key, pipelined.
+    async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (session, mut conn) = self.session()?;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for key in &keys {
+            pipe.cmd("HMGET")
+                .arg(session.key(key))
+                .arg("data")
+                .arg("version");
+        }
+        let replies: Vec<RedisResult<(Option<Vec<u8>>, Option<String>)>> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
+        if replies.len() != keys.len() {
+            return Err(StateError::Backend(format!(
+                "redis answered {} replies for {} keys",
+                replies.len(),
+                keys.len()
+            )));
+        }
+        Ok(keys
+            .into_iter()
+            .zip(replies)
+            .map(|(key, reply)| {
+                let found = reply
+                    .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))
+                    .and_then(|fields| entry(&key, fields));
+                match found {
+                    Ok(entry) => BulkGetItem {
+                        key,
+                        entry,
+                        error: None,
+                    },
+                    Err(err) => BulkGetItem {
+                        key,
+                        entry: None,
+                        error: Some(err.to_string()),
+                    },
+                }
+            })
+            .collect())
+    }
+}
+
+/// The entry of a hash's `data` and `version`; a hash without `data` is a
+/// missing key.
+fn entry(
+    key: &str,
+    (data, version): (Option<Vec<u8>>, Option<String>),
+) -> Result<Option<StateEntry>, StateError> {
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    let etag = version.ok_or_else(|| {
+        StateError::Backend(format!(
+            "key `{key}` has no `version` field (not written by a Dapr-compatible store)"
+        ))
+    })?;
+    Ok(Some(StateEntry {
+        data,
+        etag,
+        metadata: HashMap::new(),
+    }))
+}
+
+/// The etag as the script compares it: the version number in canonical
+/// text, or `""` for none.
+fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateError> {
+    match etag.map(str::trim).filter(|e| !e.is_empty()) {
+        None => Ok(String::new()),
+        Some(etag) => etag
+            .parse::<u64>()
+            .map(|v| v.to_string())
+            .map_err(|_| StateError::EtagInvalid(key.to_string())),
+    }
+}
+
+/// The TTL argument of the set script, in milliseconds: `> 0` expire,
+/// `< 0` never expire (clear an older TTL), `0` leave the TTL alone.
+///
+/// The first of these that is set decides: the request's `ttl` (zero:
+/// never expire), its `ttlInSeconds` metadata, the store's `ttlInSeconds`
+/// (for both, zero or negative, like Dapr's `-1`: never expire).
+fn ttl_arg(
+    key: &str,
+    ttl: Option<Duration>,
+    metadata: &HashMap<String, String>,
+    default_ttl_in_seconds: Option<i64>,
+) -> Result<i64, StateError> {
+    if let Some(ttl) = ttl {
+        return Ok(match ttl.as_millis() {
+            0 => -1,
+            ms => i64::try_from(ms).unwrap_or(i64::MAX),
+        });
+    }
+    let requested = metadata
+        .get(TTL_METADATA_KEY)
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty());
+    let seconds = match requested {
+        Some(text) => Some(text.parse::<i64>().map_err(|_| {
+            StateError::Invalid(format!(
+                "metadata `{TTL_METADATA_KEY}` of key `{key}` is not a whole number of seconds: `{text}`"
+            ))
+        })?),
+        None => default_ttl_in_seconds,
+    };
+    Ok(match seconds {
+        None => 0,
+        Some(s) if s <= 0 => -1,
+        Some(s) => s.saturating_mul(1000),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(ttl: &str) -> HashMap<String, String> {
+        HashMap::from([(TTL_METADATA_KEY.to_string(), ttl.to_string())])
+    }
+
+    #[test]
+    fn ttl_argument() {
+        let none = HashMap::new();
+        assert_eq!(
+            ttl_arg("k", Some(Duration::from_millis(1500)), &meta("9"), Some(7)),
+            Ok(1500)
+        );
+        assert_eq!(ttl_arg("k", Some(Duration::ZERO), &none, None), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &meta("9"), Some(7)), Ok(9000));
+        assert_eq!(ttl_arg("k", None, &meta("-1"), Some(7)), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &none, Some(7)), Ok(7000));
+        assert_eq!(ttl_arg("k", None, &none, Some(-1)), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &none, None), Ok(0));
+        assert!(matches!(
+            ttl_arg("k", None, &meta("soon"), None),
+            Err(StateError::Invalid(m)) if m.contains("ttlInSeconds")
+        ));
+    }
+
+    #[test]
+    fn etags_are_canonical_versions() {
+        assert_eq!(etag_arg("k", None), Ok(String::new()));
+        assert_eq!(etag_arg("k", Some(" ")), Ok(String::new()));
+        assert_eq!(etag_arg("k", Some("007")), Ok("7".into()));
+        assert_eq!(
+            etag_arg("k", Some("x1")),
+            Err(StateError::EtagInvalid("k".into()))
+        );
+    }
+}
