@@ -33,6 +33,7 @@ pub struct RunArgs {
 
 /// Starts the runtime and waits for a stop signal.
 pub async fn run(args: RunArgs) -> ExitCode {
+    let stop = StopSignals::listen();
     let registry = Registry::collected();
     let config_path = args.config.or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()));
     let loaded = match &config_path {
@@ -80,7 +81,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let signal = wait_for_stop().await;
+    let signal = stop.wait().await;
     // Stop accepting, let in-flight calls finish, then close components
     // users-first.
     tracing::info!(signal, "Stopping.");
@@ -99,26 +100,58 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-/// Waits for Ctrl-C or (on Unix) SIGTERM; returns which.
-async fn wait_for_stop() -> &'static str {
+/// Ctrl-C and SIGTERM, listened for from creation on: a signal that
+/// arrives while the runtime is still starting is not lost (and does not
+/// kill the process with the default action).
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-            },
-            Err(err) => {
-                tracing::warn!(error = %err, "Cannot listen for SIGTERM; Ctrl-C only.");
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let listen = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(err) => {
+                    tracing::warn!(signal = name, error = %err, "Cannot listen for a stop signal.");
+                    None
+                }
+            };
+            Self {
+                interrupt: listen(SignalKind::interrupt(), "SIGINT"),
+                terminate: listen(SignalKind::terminate(), "SIGTERM"),
             }
         }
+        #[cfg(not(unix))]
+        Self {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "SIGINT"
+
+    /// Waits for the first stop signal; returns its name.
+    async fn wait(self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn next(signal: Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = next(self.interrupt) => "SIGINT",
+                () = next(self.terminate) => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
     }
 }

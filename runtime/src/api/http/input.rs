@@ -1,0 +1,104 @@
+//! Reading requests: JSON bodies within the size limit, and Dapr's
+//! `metadata.<name>` query parameters.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::Query;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::error::HttpError;
+
+/// The query string as name/value pairs (a name may repeat).
+pub type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+/// A body read by axum under `DefaultBodyLimit`.
+pub type RawBody = Result<Bytes, BytesRejection>;
+
+/// Decodes a JSON body; too large a body is a 413, anything else wrong a
+/// 400 naming the problem.
+pub fn json_body<T: DeserializeOwned>(body: RawBody, limit: usize) -> Result<T, HttpError> {
+    let bytes = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => HttpError::BodyTooLarge { limit },
+        _ => HttpError::Malformed(rejection.body_text()),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| HttpError::Malformed(e.to_string()))
+}
+
+/// The query pairs, or a 400.
+pub fn query_pairs(query: QueryPairs) -> Result<Vec<(String, String)>, HttpError> {
+    query
+        .map(|Query(pairs)| pairs)
+        .map_err(|e| HttpError::Malformed(e.body_text()))
+}
+
+/// The value of the first query parameter `name`.
+pub fn query_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Dapr's request metadata: every `metadata.<name>=<value>` parameter.
+pub fn request_metadata(pairs: &[(String, String)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("metadata.")
+                .map(|name| (name.to_string(), v.clone()))
+        })
+        .collect()
+}
+
+/// A metadata map whose values may be JSON strings, numbers or booleans
+/// (SDKs send strings; people write `"ttlInSeconds": 60`).
+pub fn lenient_metadata<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<HashMap<String, String>, D::Error> {
+    let map = Option::<HashMap<String, Value>>::deserialize(deserializer)?.unwrap_or_default();
+    Ok(map
+        .into_iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| match v {
+            Value::String(s) => (k, s),
+            other => (k, other.to_string()),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_metadata_parameters_are_metadata() {
+        let pairs = vec![
+            ("metadata.ttlInSeconds".to_string(), "5".to_string()),
+            ("consistency".to_string(), "strong".to_string()),
+        ];
+        let metadata = request_metadata(&pairs);
+        assert_eq!(metadata.len(), 1);
+        assert_eq!(metadata["ttlInSeconds"], "5");
+        assert_eq!(query_value(&pairs, "consistency"), Some("strong"));
+    }
+
+    #[test]
+    fn metadata_values_may_be_numbers() {
+        #[derive(Deserialize)]
+        struct Item {
+            #[serde(default, deserialize_with = "lenient_metadata")]
+            metadata: HashMap<String, String>,
+        }
+        let item: Item =
+            serde_json::from_str(r#"{"metadata": {"ttlInSeconds": 60, "a": "b", "n": null}}"#)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(item.metadata["ttlInSeconds"], "60");
+        assert_eq!(item.metadata["a"], "b");
+        assert!(!item.metadata.contains_key("n"));
+    }
+}

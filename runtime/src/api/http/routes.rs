@@ -1,0 +1,29 @@
+//! The paths served, Dapr's where Dapr has the route.
+
+/// Readiness of every component.
+pub const HEALTHZ: &str = "/v1.0/healthz";
+/// Whether the sidecar can serve outbound calls (the Dapr SDKs poll it).
+pub const HEALTHZ_OUTBOUND: &str = "/v1.0/healthz/outbound";
+/// Save state (a JSON array of items).
+pub const STATE: &str = "/v1.0/state/{store}";
+/// Get or delete one key.
+pub const STATE_KEY: &str = "/v1.0/state/{store}/{key}";
+/// Get several keys.
+pub const STATE_BULK: &str = "/v1.0/state/{store}/bulk";
+/// Get one secret.
+pub const SECRET: &str = "/v1.0/secrets/{store}/{name}";
+/// Get every secret of a store.
+pub const SECRETS_BULK: &str = "/v1.0/secrets/{store}/bulk";
+/// Get configuration items.
+pub const CONFIGURATION: &str = "/v1.0/configuration/{store}";
+/// Get configuration items (the path of Dapr's alpha API).
+pub const CONFIGURATION_ALPHA1: &str = "/v1.0-alpha1/configuration/{store}";
+/// The sidecar's metadata.
+pub const METADATA: &str = "/v1.0/metadata";
+/// Prometheus metrics.
+pub const METRICS: &str = "/metrics";
+/// rewire's status: generation, components, reloads.
+pub const STATUS: &str = "/v1.0/rewire/status";
+
+/// The routes served without the app token (health probes).
+pub const UNAUTHENTICATED: [&str; 2] = [HEALTHZ, HEALTHZ_OUTBOUND];
