@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let descriptors = protox::compile(protos, ["proto"])?;
         tonic_prost_build::configure()
             .build_client(true)
+            .build_transport(false)
             .build_server(true)
             .compile_fds(descriptors)?;
     }
