@@ -29,8 +29,9 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:3500";
 pub struct ApiOptions {
     /// Required on every app-facing call when set (`dapr-api-token`).
     pub app_token: Option<ApiToken>,
-    /// Required on every Lifecycle call when set (`dapr-api-token` too, or
-    /// `rewire-admin-token`).
+    /// Required on every Lifecycle call when set (in `rewire-admin-token`
+    /// or `dapr-api-token`); when unset, the app token guards the Lifecycle
+    /// API too.
     pub admin_token: Option<ApiToken>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,

@@ -64,9 +64,11 @@ pub async fn serve(
     let lifecycle =
         LifecycleServer::new(LifecycleApi::new(state.clone())).max_decoding_message_size(limit);
     // The admin token may come in its own header or, as Dapr clients send
-    // tokens, in `dapr-api-token`.
+    // tokens, in `dapr-api-token`. Without an admin token, the app token (if
+    // any) guards the Lifecycle API too: it is never more open than the app
+    // API.
     let admin_auth = RequireToken::new(
-        options.admin_token.clone(),
+        options.admin_token.clone().or_else(|| options.app_token.clone()),
         &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
         &state,
     );
