@@ -5,6 +5,7 @@
 //! finds it through [`rewire_runtime::Registry::collected`] as long as this
 //! crate is linked (see [`link`]).
 
+pub mod apollo;
 pub mod env;
 pub mod file;
 pub mod json_text;

@@ -220,7 +220,7 @@ pub async fn assemble_resolved(
         }
     }
     let instance = component.into_instance();
-    if let Err(reason) = wait_ready(&instance, cx).await {
+    if let Err(reason) = wait_ready(key, &instance, cx).await {
         shutdown.cancel();
         let _ = instance.component().close().await;
         return Err(cx.fail(key, FailedStep::NotReady, reason));
@@ -249,13 +249,17 @@ fn inject(spec: &ComponentSpec, component: &mut dyn Buildable, cx: &AssemblyCont
     Inject::check_injected(component).map_err(|err| cx.fail(key, FailedStep::Inject, err))
 }
 
-async fn wait_ready(instance: &Instance, cx: &AssemblyContext) -> Result<(), String> {
+async fn wait_ready(key: &ComponentKey, instance: &Instance, cx: &AssemblyContext) -> Result<(), String> {
     let component = instance.component();
     let deadline = tokio::time::Instant::now() + cx.timeouts.ready;
     loop {
         let readiness = with_staged(cx.staged.clone(), component.readiness()).await;
         match readiness {
             Readiness::Ready => return Ok(()),
+            Readiness::Degraded(reason) => {
+                tracing::warn!(component = %key, reason = %cx.redactor.scrub(&reason), "Component started degraded.");
+                return Ok(());
+            }
             Readiness::NotReady(reason) if tokio::time::Instant::now() >= deadline => {
                 return Err(format!("still not ready after {:?}: {reason}", cx.timeouts.ready));
             }

@@ -32,6 +32,10 @@ impl ComponentError {
 pub enum Readiness {
     /// Serving.
     Ready,
+    /// Serving, but impaired (e.g. from a backup cache while its backend is
+    /// unreachable): counts as ready for start-up and health, and the reason
+    /// is shown in the status.
+    Degraded(String),
     /// Not serving yet (or any more), with the reason.
     NotReady(String),
 }

@@ -39,9 +39,9 @@ pub struct ComponentStatus {
     /// Its type.
     #[serde(rename = "type")]
     pub type_name: String,
-    /// `ready` or `not_ready`.
+    /// `ready`, `degraded` or `not_ready`.
     pub state: &'static str,
-    /// Why it is not ready.
+    /// Why it is degraded or not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Its effective metadata: declared values, configurationRef values as
@@ -68,6 +68,7 @@ impl Runtime {
             let readiness = tokio::time::timeout(READINESS_TIMEOUT, running.assembled.instance.component().readiness()).await;
             let (state, reason) = match readiness {
                 Ok(Readiness::Ready) => ("ready", None),
+                Ok(Readiness::Degraded(reason)) => ("degraded", Some(self.redact(&reason))),
                 Ok(Readiness::NotReady(reason)) => ("not_ready", Some(self.redact(&reason))),
                 Err(_) => ("not_ready", Some(format!("no readiness answer within {READINESS_TIMEOUT:?}"))),
             };

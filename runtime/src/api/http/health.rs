@@ -24,7 +24,7 @@ pub async fn healthz(call: Call) -> Result<StatusCode, HttpError> {
         let (key, component) = (key.clone(), instance.component());
         checks.spawn(async move {
             match tokio::time::timeout(READINESS_TIMEOUT, component.readiness()).await {
-                Ok(Readiness::Ready) => None,
+                Ok(Readiness::Ready | Readiness::Degraded(_)) => None,
                 Ok(Readiness::NotReady(reason)) => Some(format!("{key}: {reason}")),
                 Err(_) => Some(format!(
                     "{key}: no readiness answer within {READINESS_TIMEOUT:?}"

@@ -1,0 +1,181 @@
+//! [`BackupCache`]: the last release of each namespace on disk, so a store
+//! can start while the config service is unreachable.
+//!
+//! One file per namespace, `{dir}/{appId}+{cluster}+{namespace}.json`,
+//! holding the config service's own answer (`appId`, `cluster`,
+//! `namespaceName`, `configurations`, `releaseKey`). A file is written to a
+//! temporary name and renamed over the old one, so a reader never sees half
+//! of it. A namespace without release is stored with no configuration and
+//! an empty `releaseKey`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::client::ApolloConfig;
+use super::error::ApolloError;
+
+/// Distinguishes the temporary files of concurrent writers in a process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The backup files of one app and cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct BackupCache {
+    dir: PathBuf,
+    app_id: String,
+    cluster: String,
+}
+
+/// Keeps file names to one path component of plain characters.
+fn file_part(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl BackupCache {
+    /// The cache of `app_id`/`cluster` in `dir`.
+    pub(crate) fn new(dir: PathBuf, app_id: &str, cluster: &str) -> Self {
+        Self {
+            dir,
+            app_id: app_id.to_string(),
+            cluster: cluster.to_string(),
+        }
+    }
+
+    /// The directory of the files.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of `namespace`.
+    pub(crate) fn path(&self, namespace: &str) -> PathBuf {
+        let name = format!(
+            "{}+{}+{}.json",
+            file_part(&self.app_id),
+            file_part(&self.cluster),
+            file_part(namespace)
+        );
+        self.dir.join(name)
+    }
+
+    /// Replaces the file of `config.namespace_name` with `config`.
+    pub(crate) async fn write(&self, config: &ApolloConfig) -> Result<(), ApolloError> {
+        let path = self.path(&config.namespace_name);
+        let failed = |message: String| ApolloError::Cache {
+            path: path.clone(),
+            message,
+        };
+        let text = serde_json::to_string_pretty(config).map_err(|err| failed(err.to_string()))?;
+        tokio::fs::create_dir_all(&self.dir)
+            .await
+            .map_err(|err| failed(format!("cannot create the directory: {err}")))?;
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = self.dir.join(format!(
+            ".{file_name}.{}.{}.tmp",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        if let Err(err) = tokio::fs::write(&temp, text).await {
+            let _ = tokio::fs::remove_file(&temp).await;
+            return Err(failed(format!("cannot write: {err}")));
+        }
+        if let Err(err) = tokio::fs::rename(&temp, &path).await {
+            let _ = tokio::fs::remove_file(&temp).await;
+            return Err(failed(format!("cannot replace: {err}")));
+        }
+        Ok(())
+    }
+
+    /// The stored release of `namespace`; `None` when there is no file.
+    pub(crate) async fn read(&self, namespace: &str) -> Result<Option<ApolloConfig>, ApolloError> {
+        let path = self.path(namespace);
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => {
+                return Err(ApolloError::Cache {
+                    path,
+                    message: format!("cannot read: {err}"),
+                })
+            }
+        };
+        let mut config: ApolloConfig =
+            serde_json::from_str(&text).map_err(|err| ApolloError::Cache {
+                path: path.clone(),
+                message: format!("not a backup file: {err}"),
+            })?;
+        config.namespace_name = namespace.to_string();
+        Ok(Some(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(namespace: &str, pairs: &[(&str, &str)], release_key: &str) -> ApolloConfig {
+        ApolloConfig {
+            app_id: "app".into(),
+            cluster: "default".into(),
+            namespace_name: namespace.into(),
+            configurations: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            release_key: release_key.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_atomically_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cache = BackupCache::new(dir.path().join("nested"), "app", "default");
+        assert_eq!(cache.read("application").await, Ok(None));
+        cache
+            .write(&config("application", &[("k", "v1")], "r1"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        cache
+            .write(&config("application", &[("k", "v2")], "r2"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let read = cache
+            .read("application")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read, Some(config("application", &[("k", "v2")], "r2")));
+        let names: Vec<String> = std::fs::read_dir(cache.dir())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["app+default+application.json".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn a_damaged_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cache = BackupCache::new(dir.path().to_path_buf(), "app", "default");
+        std::fs::write(cache.path("ns"), "{oops").unwrap_or_else(|e| panic!("{e}"));
+        let err = cache.read("ns").await.expect_err("expected an error");
+        assert!(err.to_string().contains("app+default+ns.json"), "{err}");
+    }
+
+    #[test]
+    fn file_names_stay_in_the_directory() {
+        let cache = BackupCache::new(PathBuf::from("/tmp/x"), "../app", "default");
+        assert_eq!(
+            cache.path("a/b"),
+            PathBuf::from("/tmp/x/.._app+default+a_b.json")
+        );
+    }
+}

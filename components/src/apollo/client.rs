@@ -1,0 +1,339 @@
+//! [`ConfigServiceClient`]: the two routes of Apollo's config service that
+//! a client uses.
+//!
+//! * `GET /configs/{appId}/{cluster}/{namespace}?releaseKey=..&ip=..` —
+//!   200 with the namespace's released configuration, 304 when
+//!   `releaseKey` is still the current release, 404 when the namespace has
+//!   no release.
+//! * `GET /notifications/v2?appId=..&cluster=..&notifications=[..]` — the
+//!   long poll: the service holds it (up to 60 s) until one of the
+//!   namespaces has a notification id above the one sent, then answers 200
+//!   with the new ids; 304 when nothing happened.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::{StatusCode, Url};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::error::{excerpt, ApolloError};
+use super::signing;
+use crate::json_text::value_text;
+
+/// One release of a namespace, as the config service sends it (and as the
+/// backup cache stores it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ApolloConfig {
+    #[serde(default)]
+    pub app_id: String,
+    #[serde(default)]
+    pub cluster: String,
+    pub namespace_name: String,
+    /// Key → value; values that are not strings are taken as JSON text.
+    #[serde(deserialize_with = "text_values")]
+    pub configurations: BTreeMap<String, String>,
+    #[serde(default)]
+    pub release_key: String,
+}
+
+fn text_values<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw = Option::<BTreeMap<String, Value>>::deserialize(deserializer)?.unwrap_or_default();
+    Ok(raw
+        .iter()
+        .map(|(k, v)| (k.clone(), value_text(v)))
+        .collect())
+}
+
+/// A namespace and the last notification id the client knows of it (-1
+/// for none yet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Notification {
+    pub namespace_name: String,
+    pub notification_id: i64,
+}
+
+/// What the config service said about a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fetched {
+    /// 200: a release other than the one we have.
+    Released(ApolloConfig),
+    /// 304: the release we have is current.
+    Unchanged,
+    /// 404: the namespace has no release (served as empty).
+    NotReleased,
+}
+
+/// A client of one config service for one app and cluster.
+pub(crate) struct ConfigServiceClient {
+    http: reqwest::Client,
+    server: Url,
+    /// `server` without trailing `/`, for logs.
+    server_text: String,
+    /// "config service `{server}`", for errors.
+    label: String,
+    app_id: String,
+    cluster: String,
+    secret: Option<String>,
+    ip: Option<String>,
+    request_timeout: Duration,
+    long_poll_timeout: Duration,
+}
+
+/// Everything but the secret.
+impl fmt::Debug for ConfigServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigServiceClient")
+            .field("server", &self.server_text)
+            .field("app_id", &self.app_id)
+            .field("cluster", &self.cluster)
+            .field("signed", &self.secret.is_some())
+            .finish()
+    }
+}
+
+/// Settings of a [`ConfigServiceClient`].
+pub(crate) struct ClientSettings<'a> {
+    pub server: &'a str,
+    pub app_id: &'a str,
+    pub cluster: &'a str,
+    pub secret: Option<&'a str>,
+    pub ip: Option<&'a str>,
+    pub request_timeout: Duration,
+    pub long_poll_timeout: Duration,
+}
+
+/// Parses an `http://` base URL (a trailing `/` is ignored), naming
+/// `field` in the error.
+pub(crate) fn base_url(text: &str, field: &str) -> Result<Url, ApolloError> {
+    let trimmed = text.trim().trim_end_matches('/');
+    let url = Url::parse(trimmed).map_err(|err| {
+        ApolloError::Config(format!(
+            "metadata field `{field}`: `{trimmed}` is not a URL: {err}"
+        ))
+    })?;
+    match url.scheme() {
+        "http" => Ok(url),
+        "https" => Err(ApolloError::Config(format!(
+            "metadata field `{field}`: `{trimmed}` uses https, which this build does not support (no TLS); use http"
+        ))),
+        other => Err(ApolloError::Config(format!(
+            "metadata field `{field}`: `{trimmed}` must be an http:// URL, not {other}:"
+        ))),
+    }
+}
+
+/// `base` with `segments` appended, each percent-encoded.
+pub(crate) fn join(base: &Url, segments: &[&str]) -> Url {
+    let mut url = base.clone();
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty().extend(segments);
+    }
+    url
+}
+
+/// The path and query of `url` as they go on the request line.
+fn path_with_query(url: &Url) -> String {
+    match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_string(),
+    }
+}
+
+impl ConfigServiceClient {
+    /// A client for `settings`.
+    pub(crate) fn new(settings: ClientSettings<'_>) -> Result<Self, ApolloError> {
+        let server = base_url(settings.server, "config_server")?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.request_timeout)
+            .build()
+            .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;
+        let server_text = server.as_str().trim_end_matches('/').to_string();
+        Ok(Self {
+            http,
+            label: format!("config service `{server_text}` (config_server)"),
+            server_text,
+            server,
+            app_id: settings.app_id.to_string(),
+            cluster: settings.cluster.to_string(),
+            secret: settings
+                .secret
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            ip: settings.ip.map(str::to_string),
+            request_timeout: settings.request_timeout,
+            long_poll_timeout: settings.long_poll_timeout,
+        })
+    }
+
+    /// The config service address, as configured.
+    pub(crate) fn server(&self) -> &str {
+        &self.server_text
+    }
+
+    /// Fetches `namespace`; `release_key` is the release we hold, if any.
+    pub(crate) async fn fetch(
+        &self,
+        namespace: &str,
+        release_key: Option<&str>,
+    ) -> Result<Fetched, ApolloError> {
+        let mut url = join(
+            &self.server,
+            &["configs", &self.app_id, &self.cluster, namespace],
+        );
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(key) = release_key.filter(|k| !k.is_empty()) {
+                query.append_pair("releaseKey", key);
+            }
+            if let Some(ip) = &self.ip {
+                query.append_pair("ip", ip);
+            }
+        }
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        let (status, body) = self.send(url.clone(), self.request_timeout).await?;
+        match status {
+            StatusCode::OK => serde_json::from_str::<ApolloConfig>(&body)
+                .map(Fetched::Released)
+                .map_err(|err| self.malformed(&url, &err)),
+            StatusCode::NOT_MODIFIED => Ok(Fetched::Unchanged),
+            StatusCode::NOT_FOUND => Ok(Fetched::NotReleased),
+            other => Err(self.unexpected(&url, other, &body)),
+        }
+    }
+
+    /// Long-polls for notifications after `known`: `None` when nothing
+    /// changed (304), else the namespaces with a newer notification id.
+    pub(crate) async fn poll(
+        &self,
+        known: &[Notification],
+    ) -> Result<Option<Vec<Notification>>, ApolloError> {
+        let notifications = serde_json::to_string(known)
+            .map_err(|err| ApolloError::Config(format!("cannot encode notifications: {err}")))?;
+        let mut url = join(&self.server, &["notifications", "v2"]);
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("appId", &self.app_id);
+            query.append_pair("cluster", &self.cluster);
+            query.append_pair("notifications", &notifications);
+            if let Some(ip) = &self.ip {
+                query.append_pair("ip", ip);
+            }
+        }
+        let (status, body) = self.send(url.clone(), self.long_poll_timeout).await?;
+        match status {
+            StatusCode::OK => serde_json::from_str::<Vec<Notification>>(&body)
+                .map(Some)
+                .map_err(|err| self.malformed(&url, &err)),
+            StatusCode::NOT_MODIFIED => Ok(None),
+            other => Err(self.unexpected(&url, other, &body)),
+        }
+    }
+
+    /// Sends a signed GET of `url`; the status and body of the answer.
+    async fn send(&self, url: Url, timeout: Duration) -> Result<(StatusCode, String), ApolloError> {
+        let path = url.path().to_string();
+        let mut request = self.http.get(url.clone()).timeout(timeout);
+        if let Some(secret) = &self.secret {
+            let (authorization, timestamp) =
+                signing::headers(&self.app_id, &path_with_query(&url), secret);
+            request = request
+                .header(reqwest::header::AUTHORIZATION, authorization)
+                .header(signing::TIMESTAMP_HEADER, timestamp);
+        }
+        let transport =
+            |err: reqwest::Error| ApolloError::transport(&self.label, &path, &err, timeout);
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(ApolloError::Unauthorized {
+                server: self.label.clone(),
+                path,
+                app_id: self.app_id.clone(),
+                status: status.as_u16(),
+                check: if self.secret.is_some() {
+                    "`secret` (the app's access key)"
+                } else {
+                    "`secret`: the app has an access key but none is set"
+                },
+            });
+        }
+        let body = response.text().await.map_err(transport)?;
+        Ok((status, body))
+    }
+
+    fn malformed(&self, url: &Url, err: &serde_json::Error) -> ApolloError {
+        ApolloError::Malformed {
+            server: self.label.clone(),
+            path: url.path().to_string(),
+            message: err.to_string(),
+        }
+    }
+
+    fn unexpected(&self, url: &Url, status: StatusCode, body: &str) -> ApolloError {
+        ApolloError::Status {
+            server: self.label.clone(),
+            path: url.path().to_string(),
+            status: status.as_u16(),
+            body: excerpt(body),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_encode_each_segment_and_keep_the_base_path() {
+        let base =
+            base_url("http://h:8080/apollo/", "config_server").unwrap_or_else(|e| panic!("{e}"));
+        let url = join(&base, &["configs", "app id", "default", "a/b"]);
+        assert_eq!(
+            url.as_str(),
+            "http://h:8080/apollo/configs/app%20id/default/a%2Fb"
+        );
+        let root = base_url("http://h:8080", "config_server").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            join(&root, &["notifications", "v2"]).path(),
+            "/notifications/v2"
+        );
+    }
+
+    #[test]
+    fn only_http_is_accepted() {
+        let err = base_url("https://h", "config_server").expect_err("expected an error");
+        assert!(err.to_string().contains("https"), "{err}");
+        assert!(base_url("not a url", "config_server").is_err());
+    }
+
+    #[test]
+    fn configurations_accept_non_string_values() {
+        let config: ApolloConfig = serde_json::from_str(
+            r#"{"appId":"a","cluster":"default","namespaceName":"application",
+                "configurations":{"s":"x","n":5},"releaseKey":"r1"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            config.configurations.get("n").map(String::as_str),
+            Some("5")
+        );
+        assert_eq!(config.release_key, "r1");
+    }
+
+    #[test]
+    fn notifications_ignore_messages() {
+        let parsed: Vec<Notification> = serde_json::from_str(
+            r#"[{"namespaceName":"application","notificationId":7,"messages":{"details":{"a+default+application":7}}}]"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed[0].notification_id, 7);
+    }
+}

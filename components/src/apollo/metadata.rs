@@ -1,0 +1,268 @@
+//! [`ApolloMetadata`]: the settings of the `apollo` config store, named as
+//! Layotto's apollo component names them where the two overlap.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Metadata of the `apollo` config store.
+///
+/// Layotto's names are kept (`app_id`, `cluster`, `namespace_name`,
+/// `secret`, `is_backup_config`, `open_api_*`); the config service address
+/// is `config_server` (Layotto's `address` is accepted too). The timing
+/// fields are rewire's own and use its camelCase spelling.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+pub struct ApolloMetadata {
+    /// Base URL of the config service (`http://host:8080`). `address` is
+    /// accepted as an alias. Only `http://` is supported (no TLS in this
+    /// build).
+    #[serde(alias = "address")]
+    pub config_server: String,
+    /// The Apollo app id; defaults to the runtime's `appId`.
+    #[serde(default)]
+    pub app_id: Option<String>,
+    /// The cluster (default `default`).
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// The namespaces to serve, comma-separated, in lookup order (default
+    /// `application`).
+    #[serde(default = "default_namespace")]
+    pub namespace_name: String,
+    /// Access-key secret: when set, every config service request is
+    /// signed. Never logged.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Keep a backup copy of every namespace on disk and start from it when
+    /// the config service is unreachable (default true).
+    #[serde(default = "default_true")]
+    pub is_backup_config: bool,
+    /// Directory of the backup copies (default: the system temp dir +
+    /// `/rewire-apollo`).
+    #[serde(default)]
+    pub backup_config_path: Option<PathBuf>,
+    /// Open API (portal) token; with `open_api_address` it enables `set`
+    /// and `delete`. Never logged.
+    #[serde(default)]
+    pub open_api_token: Option<String>,
+    /// Base URL of the Apollo portal serving the Open API.
+    #[serde(default)]
+    pub open_api_address: Option<String>,
+    /// The portal user recorded as author of writes and releases (default
+    /// `apollo`).
+    #[serde(default = "default_open_api_user")]
+    pub open_api_user: String,
+    /// The environment the Open API writes to (default `DEV`).
+    #[serde(default = "default_env")]
+    pub env: String,
+    /// Client IP reported to the config service (for gray releases);
+    /// omitted when absent.
+    #[serde(default)]
+    pub ip: Option<String>,
+    /// Read timeout of a long poll, in milliseconds (default 90 000; the
+    /// config service holds a poll up to 60 s).
+    #[serde(default = "default_long_poll_timeout_ms", rename = "longPollTimeoutMs")]
+    pub long_poll_timeout_ms: u64,
+    /// Timeout of every other request, in milliseconds (default 5 000).
+    #[serde(default = "default_request_timeout_ms", rename = "requestTimeoutMs")]
+    pub request_timeout_ms: u64,
+    /// First wait after a failure, in milliseconds; doubles up to
+    /// `maxRetryIntervalMs` (default 1 000).
+    #[serde(default = "default_retry_interval_ms", rename = "retryIntervalMs")]
+    pub retry_interval_ms: u64,
+    /// Longest wait between retries, in milliseconds (default 120 000).
+    #[serde(
+        default = "default_max_retry_interval_ms",
+        rename = "maxRetryIntervalMs"
+    )]
+    pub max_retry_interval_ms: u64,
+}
+
+fn default_cluster() -> String {
+    "default".into()
+}
+
+fn default_namespace() -> String {
+    "application".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_open_api_user() -> String {
+    "apollo".into()
+}
+
+fn default_env() -> String {
+    "DEV".into()
+}
+
+fn default_long_poll_timeout_ms() -> u64 {
+    90_000
+}
+
+fn default_request_timeout_ms() -> u64 {
+    5_000
+}
+
+fn default_retry_interval_ms() -> u64 {
+    1_000
+}
+
+fn default_max_retry_interval_ms() -> u64 {
+    120_000
+}
+
+impl ApolloMetadata {
+    /// Metadata for `config_server` with every other field at its default.
+    pub fn new(config_server: impl Into<String>) -> Self {
+        Self {
+            config_server: config_server.into(),
+            app_id: None,
+            cluster: default_cluster(),
+            namespace_name: default_namespace(),
+            secret: None,
+            is_backup_config: true,
+            backup_config_path: None,
+            open_api_token: None,
+            open_api_address: None,
+            open_api_user: default_open_api_user(),
+            env: default_env(),
+            ip: None,
+            long_poll_timeout_ms: default_long_poll_timeout_ms(),
+            request_timeout_ms: default_request_timeout_ms(),
+            retry_interval_ms: default_retry_interval_ms(),
+            max_retry_interval_ms: default_max_retry_interval_ms(),
+        }
+    }
+
+    /// The namespaces of `namespace_name`, trimmed, empty entries and
+    /// repeats dropped, in order.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for name in self.namespace_name.split(',').map(str::trim) {
+            if !name.is_empty() && !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+        names
+    }
+
+    /// The backup directory in force.
+    pub fn backup_dir(&self) -> PathBuf {
+        self.backup_config_path
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("rewire-apollo"))
+    }
+
+    pub(crate) fn long_poll_timeout(&self) -> Duration {
+        Duration::from_millis(self.long_poll_timeout_ms.max(1))
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+
+    pub(crate) fn retry_interval(&self) -> Duration {
+        Duration::from_millis(self.retry_interval_ms.max(1))
+    }
+
+    pub(crate) fn max_retry_interval(&self) -> Duration {
+        Duration::from_millis(
+            self.max_retry_interval_ms
+                .max(self.retry_interval_ms)
+                .max(1),
+        )
+    }
+}
+
+/// Shows every field but the secret and the token.
+impl fmt::Debug for ApolloMetadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hidden = |value: &Option<String>| value.as_ref().map(|_| "[redacted]");
+        f.debug_struct("ApolloMetadata")
+            .field("config_server", &self.config_server)
+            .field("app_id", &self.app_id)
+            .field("cluster", &self.cluster)
+            .field("namespace_name", &self.namespace_name)
+            .field("secret", &hidden(&self.secret))
+            .field("is_backup_config", &self.is_backup_config)
+            .field("backup_config_path", &self.backup_config_path)
+            .field("open_api_token", &hidden(&self.open_api_token))
+            .field("open_api_address", &self.open_api_address)
+            .field("open_api_user", &self.open_api_user)
+            .field("env", &self.env)
+            .field("ip", &self.ip)
+            .field("long_poll_timeout_ms", &self.long_poll_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("retry_interval_ms", &self.retry_interval_ms)
+            .field("max_retry_interval_ms", &self.max_retry_interval_ms)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Metadata;
+    use serde_json::{json, Value};
+
+    fn metadata(value: Value) -> Metadata {
+        Metadata(value.as_object().cloned().unwrap_or_default())
+    }
+
+    #[test]
+    fn defaults_and_lenient_scalars() {
+        let decoded: ApolloMetadata = metadata(json!({
+            "config_server": "http://127.0.0.1:8080",
+            "is_backup_config": "false",
+            "longPollTimeoutMs": "1500",
+        }))
+        .decode()
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(decoded.cluster, "default");
+        assert_eq!(decoded.namespaces(), vec!["application".to_string()]);
+        assert!(!decoded.is_backup_config);
+        assert_eq!(decoded.long_poll_timeout(), Duration::from_millis(1500));
+        assert_eq!(decoded.env, "DEV");
+    }
+
+    #[test]
+    fn layotto_address_is_an_alias_of_config_server() {
+        let decoded: ApolloMetadata = metadata(json!({"address": "http://h:1", "app_id": "a"}))
+            .decode()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(decoded.config_server, "http://h:1");
+    }
+
+    #[test]
+    fn unknown_fields_suggest_the_closest_name() {
+        let err = metadata(json!({"config_server": "http://h", "namespace": "a"}))
+            .decode::<ApolloMetadata>()
+            .map(|_| ())
+            .expect_err("expected an error");
+        assert!(err.to_string().contains("namespace_name"), "{err}");
+    }
+
+    #[test]
+    fn namespaces_are_trimmed_and_deduplicated() {
+        let mut settings = ApolloMetadata::new("http://h");
+        settings.namespace_name = " application, common,,application ,x.json".into();
+        assert_eq!(
+            settings.namespaces(),
+            vec!["application", "common", "x.json"]
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_secret_and_the_token() {
+        let mut settings = ApolloMetadata::new("http://h");
+        settings.secret = Some("very-secret-value".into());
+        settings.open_api_token = Some("very-secret-token".into());
+        let text = format!("{settings:?}");
+        assert!(!text.contains("very-secret"), "{text}");
+        assert!(text.contains("[redacted]"), "{text}");
+    }
+}

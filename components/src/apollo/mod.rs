@@ -1,0 +1,463 @@
+//! The `apollo` config store: serves namespaces of an
+//! [Apollo](https://www.apolloconfig.com) app through Apollo's client
+//! protocol, follows their releases by long polling, and writes through the
+//! Open API.
+//!
+//! * **Reads.** At init every namespace of `namespace_name`
+//!   (comma-separated) is fetched from `GET /configs/{appId}/{cluster}/{ns}`.
+//!   A namespace without release (404) is served empty, with a warning.
+//!   `get`/`subscribe` with a `group` read that namespace; without a group
+//!   they read all namespaces merged, the first namespace in
+//!   `namespace_name` that has a key winning. Keys narrow the query (none =
+//!   every key). An item's `version` is the release key of its namespace;
+//!   `metadata["namespace"]` names the namespace. Apollo has no labels: a
+//!   label is rejected.
+//! * **Changes.** A background task long-polls `GET /notifications/v2`
+//!   (held by the service up to 60 s, read timeout `longPollTimeoutMs`),
+//!   re-fetches the namespaces it names and publishes changed keys to
+//!   subscribers, removed keys with an empty value. Failures back off
+//!   exponentially from `retryIntervalMs` to `maxRetryIntervalMs`, keeping
+//!   the last good configuration. The task stops on the runtime's shutdown
+//!   token and in `close`.
+//! * **Access key.** With `secret`, every config service request is signed
+//!   (`Authorization: Apollo {appId}:{signature}`, `Timestamp`). A rejected
+//!   signature fails init at once, naming the server and the status.
+//! * **Backup cache.** With `is_backup_config` (default), each release is
+//!   written to `{backup_config_path}/{appId}+{cluster}+{namespace}.json`
+//!   (write + rename). If the config service cannot be reached at init,
+//!   the store starts from those files and reports
+//!   `NotReady("serving from backup cache: config service unreachable")`
+//!   until the service answers. Without a backup, init retries until the
+//!   readiness timeout, then fails naming `config_server`.
+//! * **Writes.** With `open_api_address` and `open_api_token`, `set` and
+//!   `delete` edit items through the Open API (in the item's group, or the
+//!   first namespace) and release each touched namespace as
+//!   `open_api_user`; the store then reads the namespace back, so a `get`
+//!   right after a write sees it. Without them, writes are unsupported.
+//! * **Metadata changes** rebuild the store (`apply_config` answers
+//!   `NeedsReload`); the new instance starts from the service or the cache.
+
+mod backoff;
+mod cache;
+mod client;
+mod error;
+mod metadata;
+mod namespaces;
+mod open_api;
+mod poller;
+mod refresh;
+mod signing;
+
+use std::sync::{Arc, Mutex};
+
+use rewire_runtime::{
+    Applied, Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, DynamicComponent, InitContext, Metadata, Readiness,
+};
+use tracing::{info, warn};
+
+use backoff::Backoff;
+use cache::BackupCache;
+use client::{ClientSettings, ConfigServiceClient};
+use error::ApolloError;
+pub use metadata::ApolloMetadata;
+use namespaces::LiveNamespaces;
+use open_api::{OpenApiClient, OpenApiSettings};
+use poller::PollerTask;
+use refresh::Refresher;
+
+/// Config store reading an Apollo config service: several namespaces,
+/// long-polled releases, access-key signing, backup cache, Open API writes.
+///
+/// See the [module docs](self) for the behaviour.
+#[derive(rewire_runtime::Component, Debug)]
+#[component(
+    kind = "config_store",
+    type = "apollo",
+    example = r#"{"config_server": "http://127.0.0.1:8080", "app_id": "checkout", "cluster": "default", "namespace_name": "application"}"#
+)]
+pub struct ApolloConfigStore {
+    #[metadata]
+    settings: ApolloMetadata,
+    running: Option<Running>,
+    poller: Mutex<Option<PollerTask>>,
+}
+
+/// What `init` set up.
+#[derive(Debug)]
+struct Running {
+    refresher: Arc<Refresher>,
+    open_api: Option<OpenApiClient>,
+}
+
+impl ApolloConfigStore {
+    /// A store for `settings`, not initialised yet.
+    pub fn new(settings: ApolloMetadata) -> Self {
+        Self {
+            settings,
+            running: None,
+            poller: Mutex::default(),
+        }
+    }
+
+    fn running(&self) -> Result<&Running, ConfigError> {
+        self.running.as_ref().ok_or_else(|| {
+            ConfigError::Backend("the apollo config store is not initialised".into())
+        })
+    }
+
+    fn take_poller(&self) -> Option<PollerTask> {
+        self.poller.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Builds the clients for `app_id`.
+    fn connect(&self, cx: &InitContext, app_id: &str) -> Result<Running, ApolloError> {
+        let settings = &self.settings;
+        let namespaces = settings.namespaces();
+        if namespaces.is_empty() {
+            return Err(ApolloError::Config(
+                "metadata field `namespace_name` names no namespace".into(),
+            ));
+        }
+        let client = ConfigServiceClient::new(ClientSettings {
+            server: &settings.config_server,
+            app_id,
+            cluster: &settings.cluster,
+            secret: settings.secret.as_deref(),
+            ip: settings.ip.as_deref(),
+            request_timeout: settings.request_timeout(),
+            long_poll_timeout: settings.long_poll_timeout(),
+        })?;
+        let address = settings
+            .open_api_address
+            .as_deref()
+            .filter(|s| !s.trim().is_empty());
+        let token = settings.open_api_token.as_deref().filter(|s| !s.is_empty());
+        let open_api = match (address, token) {
+            (Some(address), Some(token)) => Some(OpenApiClient::new(OpenApiSettings {
+                address,
+                token,
+                user: &settings.open_api_user,
+                env: &settings.env,
+                app_id,
+                cluster: &settings.cluster,
+                timeout: settings.request_timeout(),
+            })?),
+            (Some(_), None) => {
+                return Err(ApolloError::Config(
+                    "metadata field `open_api_address` is set but `open_api_token` is not".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ApolloError::Config(
+                    "metadata field `open_api_token` is set but `open_api_address` is not".into(),
+                ))
+            }
+            (None, None) => None,
+        };
+        let cache = settings
+            .is_backup_config
+            .then(|| BackupCache::new(settings.backup_dir(), app_id, &settings.cluster));
+        let live = Arc::new(LiveNamespaces::new(namespaces));
+        let refresher = Refresher::new(
+            cx.key.clone(),
+            client,
+            live,
+            cache,
+            app_id,
+            &settings.cluster,
+        );
+        Ok(Running {
+            refresher: Arc::new(refresher),
+            open_api,
+        })
+    }
+
+    /// The first load: every namespace from the config service, else from
+    /// the backup cache, else retried until the readiness timeout.
+    async fn first_load(&self, refresher: &Refresher, cx: &InitContext) -> Result<(), ApolloError> {
+        let deadline = tokio::time::Instant::now() + cx.ready_timeout;
+        let mut backoff = Backoff::new(
+            self.settings.retry_interval(),
+            self.settings.max_retry_interval(),
+        );
+        loop {
+            let mut last_error = None;
+            for namespace in refresher.live.unconfirmed() {
+                match refresher.refresh(&namespace).await {
+                    Ok(_) => {}
+                    Err(err) if !err.is_retryable() => return Err(err),
+                    Err(err) => last_error = Some(err),
+                }
+            }
+            let Some(err) = last_error else {
+                return Ok(());
+            };
+            if self.serve_backup(refresher, cx, &err).await {
+                return Ok(());
+            }
+            let wait = backoff.next_wait();
+            if tokio::time::Instant::now() + wait > deadline {
+                let backup = match &refresher.cache {
+                    Some(cache) => format!("no backup cache in `{}`", cache.dir().display()),
+                    None => "backup cache off (`is_backup_config` is false)".to_string(),
+                };
+                return Err(ApolloError::Config(format!(
+                    "no answer from config_server within {:?}: {err}; {backup}",
+                    cx.ready_timeout
+                )));
+            }
+            warn!(
+                component = %cx.key,
+                error = %err,
+                retry_in_ms = wait.as_millis() as u64,
+                "Apollo config service not answering yet."
+            );
+            tokio::select! {
+                () = cx.shutdown.cancelled() => {
+                    return Err(ApolloError::Config("start abandoned".into()));
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Serves the namespaces the service did not answer for from the cache,
+    /// if every one of them is there. Returns whether it did.
+    async fn serve_backup(
+        &self,
+        refresher: &Refresher,
+        cx: &InitContext,
+        err: &ApolloError,
+    ) -> bool {
+        let Some(cache) = &refresher.cache else {
+            return false;
+        };
+        let mut backups = Vec::new();
+        for namespace in refresher.live.unconfirmed() {
+            match cache.read(&namespace).await {
+                Ok(Some(config)) => backups.push(config),
+                Ok(None) => return false,
+                Err(cache_err) => {
+                    warn!(component = %cx.key, error = %cache_err, "Apollo backup cache unusable.");
+                    return false;
+                }
+            }
+        }
+        let names: Vec<String> = backups.iter().map(|c| c.namespace_name.clone()).collect();
+        for config in backups {
+            refresher.serve_backup(config);
+        }
+        warn!(
+            component = %cx.key,
+            error = %err,
+            namespaces = %names.join(","),
+            dir = %cache.dir().display(),
+            "Config service unreachable; serving the backup cache until it answers."
+        );
+        true
+    }
+
+    /// The namespace a write or read with `group` is about.
+    fn namespace_of(
+        &self,
+        running: &Running,
+        group: Option<&String>,
+    ) -> Result<String, ConfigError> {
+        let live = &running.refresher.live;
+        match group {
+            None => Ok(live.order().first().cloned().unwrap_or_default()),
+            Some(group) if live.contains(group) => Ok(group.clone()),
+            Some(group) => Err(ConfigError::Invalid(format!(
+                "group `{group}` is not a namespace of this store (namespaces: {})",
+                live.order().join(", ")
+            ))),
+        }
+    }
+
+    fn check_query(&self, running: &Running, query: &ConfigQuery) -> Result<(), ConfigError> {
+        no_label(query.label.as_ref())?;
+        self.namespace_of(running, query.group.as_ref()).map(|_| ())
+    }
+
+    fn open_api<'a>(
+        &self,
+        running: &'a Running,
+        operation: &str,
+    ) -> Result<&'a OpenApiClient, ConfigError> {
+        running.open_api.as_ref().ok_or_else(|| {
+            ConfigError::Unsupported(format!(
+                "{operation}: apollo writes go through the Open API; set `open_api_address` and `open_api_token`"
+            ))
+        })
+    }
+
+    /// Releases `namespace` and reads it back (a failed read-back is left
+    /// to the long poll).
+    async fn release(
+        &self,
+        running: &Running,
+        open_api: &OpenApiClient,
+        namespace: &str,
+    ) -> Result<(), ConfigError> {
+        open_api.release(namespace).await.map_err(backend)?;
+        if let Err(err) = running.refresher.refresh(namespace).await {
+            warn!(namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
+        }
+        Ok(())
+    }
+}
+
+fn no_label(label: Option<&String>) -> Result<(), ConfigError> {
+    match label {
+        Some(label) => Err(ConfigError::Invalid(format!(
+            "apollo has no labels, but label `{label}` was asked for"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn backend(err: ApolloError) -> ConfigError {
+    ConfigError::Backend(err.to_string())
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for ApolloConfigStore {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let app_id = match self.settings.app_id.as_deref().map(str::trim) {
+            Some(id) if !id.is_empty() => id.to_string(),
+            _ => cx.app_id.clone(),
+        };
+        if app_id.is_empty() {
+            return Err(ComponentError::new(
+                "metadata field `app_id` is required (the runtime has no appId either)",
+            ));
+        }
+        let running = self
+            .connect(cx, &app_id)
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        let refresher = Arc::clone(&running.refresher);
+        self.first_load(&refresher, cx)
+            .await
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        let backoff = Backoff::new(
+            self.settings.retry_interval(),
+            self.settings.max_retry_interval(),
+        );
+        let task = PollerTask::start(Arc::clone(&refresher), backoff, cx.shutdown.child_token());
+        if let Some(previous) = self
+            .poller
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(task)
+        {
+            previous.stop().await;
+        }
+        info!(
+            component = %cx.key,
+            server = %refresher.client.server(),
+            app_id = %app_id,
+            cluster = %self.settings.cluster,
+            namespaces = %refresher.live.order().join(","),
+            signed = self.settings.secret.is_some(),
+            writable = running.open_api.is_some(),
+            "Apollo config store started."
+        );
+        self.running = Some(running);
+        Ok(())
+    }
+
+    async fn readiness(&self) -> Readiness {
+        match &self.running {
+            Some(running) => running.refresher.live.readiness(),
+            None => Readiness::NotReady("not initialised".into()),
+        }
+    }
+
+    async fn close(&self) -> Result<(), ComponentError> {
+        if let Some(task) = self.take_poller() {
+            task.stop().await;
+        }
+        Ok(())
+    }
+
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl DynamicComponent for ApolloConfigStore {
+    /// Any change rebuilds the store: the new instance starts from the
+    /// config service (or the backup cache).
+    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+        let new: ApolloMetadata = metadata
+            .decode()
+            .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        Ok(if new == self.settings {
+            Applied::Applied
+        } else {
+            Applied::NeedsReload
+        })
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl ConfigStore for ApolloConfigStore {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let running = self.running()?;
+        self.check_query(running, query)?;
+        Ok(running.refresher.live.get(query))
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        let running = self.running()?;
+        let open_api = self.open_api(running, "set")?;
+        let mut touched: Vec<String> = Vec::new();
+        let mut writes = Vec::with_capacity(items.len());
+        for item in &items {
+            if item.key.is_empty() {
+                return Err(ConfigError::Invalid("an item has an empty key".into()));
+            }
+            no_label(item.label.as_ref())?;
+            let namespace = self.namespace_of(running, item.group.as_ref())?;
+            if !touched.contains(&namespace) {
+                touched.push(namespace.clone());
+            }
+            writes.push((namespace, item));
+        }
+        for (namespace, item) in writes {
+            open_api
+                .put_item(&namespace, &item.key, &item.value)
+                .await
+                .map_err(backend)?;
+        }
+        for namespace in &touched {
+            self.release(running, open_api, namespace).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigError> {
+        let running = self.running()?;
+        let open_api = self.open_api(running, "delete")?;
+        no_label(query.label.as_ref())?;
+        if query.keys.is_empty() {
+            return Err(ConfigError::Invalid("delete needs at least one key".into()));
+        }
+        let namespace = self.namespace_of(running, query.group.as_ref())?;
+        for key in &query.keys {
+            open_api
+                .delete_item(&namespace, key)
+                .await
+                .map_err(backend)?;
+        }
+        self.release(running, open_api, &namespace).await
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        let running = self.running()?;
+        self.check_query(running, &query)?;
+        Ok(running.refresher.live.subscribe(query))
+    }
+}

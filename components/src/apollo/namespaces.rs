@@ -1,0 +1,433 @@
+//! [`LiveNamespaces`]: the configuration of every served namespace, where
+//! it came from, and the subscribers to its changes.
+//!
+//! Two views are served. A query with a group reads that namespace alone;
+//! its items carry the group. A query without group reads the namespaces
+//! merged in the configured order — a key is taken from the first namespace
+//! that has it — and its items carry no group (the namespace they came from
+//! is in `metadata["namespace"]`). Each view has its own subscribers, so a
+//! change hidden by an earlier namespace reaches only the subscribers of
+//! that namespace's group.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, Readiness, SubscriptionHub};
+
+use super::client::Notification;
+
+/// The readiness reason while a namespace is served from the backup cache.
+pub(crate) const BACKUP_REASON: &str = "serving from backup cache: config service unreachable";
+
+/// Where a namespace's configuration came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Nothing loaded yet.
+    Pending,
+    /// The config service's release.
+    Server,
+    /// The config service said the namespace has no release (served empty).
+    NotReleased,
+    /// The backup cache; the config service has not answered yet.
+    Backup,
+}
+
+#[derive(Debug)]
+struct Namespace {
+    values: BTreeMap<String, String>,
+    release_key: String,
+    notification_id: i64,
+    source: Source,
+}
+
+/// Key → (value, namespace, release key) of the merged view.
+type Merged = BTreeMap<String, (String, String, String)>;
+
+/// The served namespaces, in lookup order.
+#[derive(Debug)]
+pub(crate) struct LiveNamespaces {
+    order: Vec<String>,
+    state: Mutex<Vec<Namespace>>,
+    merged_hub: SubscriptionHub,
+    grouped_hub: SubscriptionHub,
+}
+
+/// What [`LiveNamespaces::apply`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// The source before.
+    pub previous: Source,
+    /// Keys of the namespace whose value changed (removals included).
+    pub changed: usize,
+}
+
+impl LiveNamespaces {
+    /// `order` with nothing loaded.
+    pub(crate) fn new(order: Vec<String>) -> Self {
+        let state = order
+            .iter()
+            .map(|_| Namespace {
+                values: BTreeMap::new(),
+                release_key: String::new(),
+                notification_id: -1,
+                source: Source::Pending,
+            })
+            .collect();
+        Self {
+            order,
+            state: Mutex::new(state),
+            merged_hub: SubscriptionHub::default(),
+            grouped_hub: SubscriptionHub::default(),
+        }
+    }
+
+    /// The namespaces, in lookup order.
+    pub(crate) fn order(&self) -> &[String] {
+        &self.order
+    }
+
+    /// Whether `namespace` is served.
+    pub(crate) fn contains(&self, namespace: &str) -> bool {
+        self.index(namespace).is_some()
+    }
+
+    /// Takes `values` at `release_key` from `source` for `namespace`, and
+    /// publishes what changed to both views' subscribers.
+    pub(crate) fn apply(
+        &self,
+        namespace: &str,
+        values: BTreeMap<String, String>,
+        release_key: &str,
+        source: Source,
+    ) -> Applied {
+        let Some(index) = self.index(namespace) else {
+            return Applied {
+                previous: Source::Pending,
+                changed: 0,
+            };
+        };
+        let mut state = self.state();
+        let merged_before = self.merged(&state);
+        let entry = &mut state[index];
+        let previous = entry.source;
+        let mut grouped = Vec::new();
+        for (key, value) in &values {
+            if entry.values.get(key) != Some(value) {
+                grouped.push(item(key, value, Some(namespace), namespace, release_key));
+            }
+        }
+        for key in entry.values.keys().filter(|k| !values.contains_key(*k)) {
+            grouped.push(item(key, "", Some(namespace), namespace, release_key));
+        }
+        entry.values = values;
+        entry.release_key = release_key.to_string();
+        entry.source = source;
+        let merged_after = self.merged(&state);
+        let mut merged = Vec::new();
+        for (key, (value, from, version)) in &merged_after {
+            if merged_before.get(key).map(|(v, _, _)| v) != Some(value) {
+                merged.push(item(key, value, None, from, version));
+            }
+        }
+        for (key, (_, from, _)) in &merged_before {
+            if !merged_after.contains_key(key) {
+                merged.push(item(key, "", None, from, release_key));
+            }
+        }
+        // Published under the lock, so subscribers see changes in order.
+        if !grouped.is_empty() {
+            self.grouped_hub.publish(&grouped);
+        }
+        if !merged.is_empty() {
+            self.merged_hub.publish(&merged);
+        }
+        Applied {
+            previous,
+            changed: grouped.len(),
+        }
+    }
+
+    /// Records that the config service confirmed the release we hold.
+    pub(crate) fn confirm(&self, namespace: &str) -> Source {
+        let Some(index) = self.index(namespace) else {
+            return Source::Pending;
+        };
+        let mut state = self.state();
+        let previous = state[index].source;
+        if previous == Source::Backup || previous == Source::Pending {
+            state[index].source = if state[index].release_key.is_empty() {
+                Source::NotReleased
+            } else {
+                Source::Server
+            };
+        }
+        previous
+    }
+
+    /// The release key held for `namespace`, if any.
+    pub(crate) fn release_key(&self, namespace: &str) -> Option<String> {
+        let index = self.index(namespace)?;
+        Some(self.state()[index].release_key.clone()).filter(|k| !k.is_empty())
+    }
+
+    /// The namespaces the config service has not answered for yet.
+    pub(crate) fn unconfirmed(&self) -> Vec<String> {
+        let state = self.state();
+        self.order
+            .iter()
+            .zip(state.iter())
+            .filter(|(_, ns)| matches!(ns.source, Source::Backup | Source::Pending))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// The notification ids to long-poll with.
+    pub(crate) fn notifications(&self) -> Vec<Notification> {
+        let state = self.state();
+        self.order
+            .iter()
+            .zip(state.iter())
+            .map(|(name, ns)| Notification {
+                namespace_name: name.clone(),
+                notification_id: ns.notification_id,
+            })
+            .collect()
+    }
+
+    /// Records the notification id of `namespace` once its release is in.
+    pub(crate) fn set_notification_id(&self, namespace: &str, id: i64) {
+        if let Some(index) = self.index(namespace) {
+            self.state()[index].notification_id = id;
+        }
+    }
+
+    /// The served namespace `name` refers to (exactly, or ignoring case as
+    /// Apollo does).
+    pub(crate) fn resolve(&self, name: &str) -> Option<&str> {
+        self.order
+            .iter()
+            .find(|n| *n == name)
+            .or_else(|| self.order.iter().find(|n| n.eq_ignore_ascii_case(name)))
+            .map(String::as_str)
+    }
+
+    /// Ready unless a namespace is served from the backup cache.
+    pub(crate) fn readiness(&self) -> Readiness {
+        let state = self.state();
+        if state.iter().any(|ns| ns.source == Source::Backup) {
+            Readiness::Degraded(BACKUP_REASON.to_string())
+        } else if state.iter().any(|ns| ns.source == Source::Pending) {
+            Readiness::NotReady("waiting for the config service's first answer".into())
+        } else {
+            Readiness::Ready
+        }
+    }
+
+    /// The items matching `query` (group already checked to be served).
+    pub(crate) fn get(&self, query: &ConfigQuery) -> Vec<ConfigItem> {
+        let state = self.state();
+        let entries: Vec<ConfigItem> = match &query.group {
+            Some(group) => {
+                let Some(index) = self.index(group) else {
+                    return Vec::new();
+                };
+                let ns = &state[index];
+                ns.values
+                    .iter()
+                    .map(|(k, v)| item(k, v, Some(group), group, &ns.release_key))
+                    .collect()
+            }
+            None => self
+                .merged(&state)
+                .iter()
+                .map(|(k, (v, from, version))| item(k, v, None, from, version))
+                .collect(),
+        };
+        if query.keys.is_empty() {
+            return entries;
+        }
+        query
+            .keys
+            .iter()
+            .filter_map(|key| entries.iter().find(|i| &i.key == key).cloned())
+            .collect()
+    }
+
+    /// Subscribes to the view `query` reads.
+    pub(crate) fn subscribe(&self, query: ConfigQuery) -> ConfigSubscription {
+        if query.group.is_some() {
+            self.grouped_hub.subscribe(query)
+        } else {
+            self.merged_hub.subscribe(query)
+        }
+    }
+
+    fn merged(&self, state: &[Namespace]) -> Merged {
+        let mut merged = Merged::new();
+        for (name, ns) in self.order.iter().zip(state.iter()) {
+            for (key, value) in &ns.values {
+                merged
+                    .entry(key.clone())
+                    .or_insert_with(|| (value.clone(), name.clone(), ns.release_key.clone()));
+            }
+        }
+        merged
+    }
+
+    fn index(&self, namespace: &str) -> Option<usize> {
+        self.order.iter().position(|n| n == namespace)
+    }
+
+    fn state(&self) -> MutexGuard<'_, Vec<Namespace>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn item(
+    key: &str,
+    value: &str,
+    group: Option<&str>,
+    namespace: &str,
+    release_key: &str,
+) -> ConfigItem {
+    ConfigItem {
+        key: key.to_string(),
+        value: value.to_string(),
+        version: release_key.to_string(),
+        group: group.map(str::to_string),
+        label: None,
+        metadata: HashMap::from([("namespace".to_string(), namespace.to_string())]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn pairs(items: &[ConfigItem]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|i| (i.key.clone(), i.value.clone()))
+            .collect()
+    }
+
+    fn live() -> LiveNamespaces {
+        let live = LiveNamespaces::new(vec!["app".into(), "common".into()]);
+        live.apply(
+            "app",
+            values(&[("a", "1"), ("shared", "app")]),
+            "r1",
+            Source::Server,
+        );
+        live.apply(
+            "common",
+            values(&[("b", "2"), ("shared", "common")]),
+            "c1",
+            Source::Server,
+        );
+        live
+    }
+
+    #[test]
+    fn first_namespace_wins_without_group() {
+        let live = live();
+        let merged = live.get(&ConfigQuery::keys(["shared", "b", "absent"]));
+        assert_eq!(
+            pairs(&merged),
+            vec![("shared".into(), "app".into()), ("b".into(), "2".into())]
+        );
+        assert_eq!(merged[0].group, None);
+        assert_eq!(merged[0].version, "r1");
+        assert_eq!(
+            merged[1].metadata.get("namespace").map(String::as_str),
+            Some("common")
+        );
+        let grouped = live.get(&ConfigQuery {
+            keys: vec!["shared".into()],
+            group: Some("common".into()),
+            ..ConfigQuery::default()
+        });
+        assert_eq!(pairs(&grouped), vec![("shared".into(), "common".into())]);
+        assert_eq!(grouped[0].group.as_deref(), Some("common"));
+    }
+
+    #[tokio::test]
+    async fn hidden_changes_reach_only_their_group() {
+        let live = live();
+        let mut merged = live.subscribe(ConfigQuery::default());
+        let mut common = live.subscribe(ConfigQuery {
+            group: Some("common".into()),
+            ..ConfigQuery::default()
+        });
+        live.apply(
+            "common",
+            values(&[("b", "2"), ("shared", "new")]),
+            "c2",
+            Source::Server,
+        );
+        let change = common
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(pairs(&change), vec![("shared".into(), "new".into())]);
+        assert!(
+            merged.changes.try_recv().is_err(),
+            "a hidden change reached the merged view"
+        );
+
+        // Removing the key from the first namespace uncovers the second one.
+        live.apply("app", values(&[("a", "1")]), "r2", Source::Server);
+        let change = merged
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(pairs(&change), vec![("shared".into(), "new".into())]);
+        assert_eq!(change[0].version, "c2");
+    }
+
+    #[tokio::test]
+    async fn removed_keys_are_published_empty() {
+        let live = live();
+        let mut sub = live.subscribe(ConfigQuery::default());
+        live.apply(
+            "common",
+            values(&[("shared", "common")]),
+            "c2",
+            Source::Server,
+        );
+        let change = sub
+            .changes
+            .recv()
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(pairs(&change), vec![("b".into(), String::new())]);
+        assert_eq!(change[0].version, "c2");
+    }
+
+    #[test]
+    fn readiness_follows_the_sources() {
+        let live = LiveNamespaces::new(vec!["app".into()]);
+        assert!(matches!(live.readiness(), Readiness::NotReady(_)));
+        live.apply("app", values(&[("a", "1")]), "r1", Source::Backup);
+        assert_eq!(live.readiness(), Readiness::Degraded(BACKUP_REASON.into()));
+        assert_eq!(live.unconfirmed(), vec!["app".to_string()]);
+        assert_eq!(live.confirm("app"), Source::Backup);
+        assert_eq!(live.readiness(), Readiness::Ready);
+        assert!(live.unconfirmed().is_empty());
+        assert_eq!(live.release_key("app").as_deref(), Some("r1"));
+    }
+}

@@ -1,0 +1,155 @@
+//! The long-poll task: waits on the config service's notifications and
+//! re-fetches the namespaces they name.
+//!
+//! Each round first re-fetches the namespaces still served from the backup
+//! cache, then long-polls `notifications/v2` with the ids known so far. A
+//! namespace's new id is kept only once its release is in, so a failed
+//! fetch is retried by the next poll (which answers at once). Failures wait
+//! with exponential backoff; the first failure of a streak is logged as a
+//! warning, the recovery as info. The task ends when its token is
+//! cancelled (the runtime's shutdown, or `close`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::backoff::Backoff;
+use super::error::ApolloError;
+use super::refresh::Refresher;
+
+/// A running long-poll task.
+#[derive(Debug)]
+pub(crate) struct PollerTask {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl PollerTask {
+    /// Starts polling for `refresher`; stops when `stop` is cancelled.
+    pub(crate) fn start(
+        refresher: Arc<Refresher>,
+        backoff: Backoff,
+        stop: CancellationToken,
+    ) -> Self {
+        let poller = Poller {
+            refresher,
+            backoff,
+            failing: None,
+        };
+        let task = tokio::spawn(poller.run(stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Stops the task and waits for it to end.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+struct Poller {
+    refresher: Arc<Refresher>,
+    backoff: Backoff,
+    /// The error of the current failure streak, if one is going on.
+    failing: Option<String>,
+}
+
+impl Poller {
+    async fn run(mut self, stop: CancellationToken) {
+        debug!(component = %self.refresher.key, "Apollo long polling started.");
+        loop {
+            let round = tokio::select! {
+                () = stop.cancelled() => break,
+                round = self.round() => round,
+            };
+            match round {
+                Ok(()) => self.succeeded(),
+                Err(err) => {
+                    let wait = self.failed(&err);
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+        debug!(component = %self.refresher.key, "Apollo long polling stopped.");
+    }
+
+    /// One round: catch up on unconfirmed namespaces, then one long poll
+    /// and the fetches it calls for.
+    async fn round(&self) -> Result<(), ApolloError> {
+        let refresher = &self.refresher;
+        for namespace in refresher.live.unconfirmed() {
+            refresher.refresh(&namespace).await?;
+        }
+        let known = refresher.live.notifications();
+        let Some(notifications) = refresher.client.poll(&known).await? else {
+            return Ok(());
+        };
+        let mut first_error = None;
+        for notification in notifications {
+            let Some(namespace) = refresher.live.resolve(&notification.namespace_name) else {
+                debug!(
+                    component = %refresher.key,
+                    namespace = %notification.namespace_name,
+                    "Notification for a namespace this store does not serve; ignored."
+                );
+                continue;
+            };
+            match refresher.refresh(namespace).await {
+                Ok(_) => refresher
+                    .live
+                    .set_notification_id(namespace, notification.notification_id),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn succeeded(&mut self) {
+        self.backoff.reset();
+        if self.failing.take().is_some() {
+            info!(
+                component = %self.refresher.key,
+                server = %self.refresher.client.server(),
+                "Config service reachable again."
+            );
+        }
+    }
+
+    /// Logs `err` (once per streak at warning level) and returns the wait.
+    fn failed(&mut self, err: &ApolloError) -> Duration {
+        let wait = self.backoff.next_wait();
+        let message = err.to_string();
+        if self.failing.is_none() {
+            warn!(
+                component = %self.refresher.key,
+                error = %message,
+                retry_in_ms = wait.as_millis() as u64,
+                "Apollo long polling failed; keeping the last good configuration."
+            );
+        } else if self.failing.as_deref() != Some(message.as_str()) {
+            warn!(
+                component = %self.refresher.key,
+                error = %message,
+                retry_in_ms = wait.as_millis() as u64,
+                "Apollo long polling still failing."
+            );
+        } else {
+            debug!(
+                component = %self.refresher.key,
+                error = %message,
+                retry_in_ms = wait.as_millis() as u64,
+                "Apollo long polling still failing."
+            );
+        }
+        self.failing = Some(message);
+        wait
+    }
+}

@@ -1,0 +1,146 @@
+//! [`Refresher`]: fetches a namespace from the config service, takes the
+//! answer into [`LiveNamespaces`] and the backup cache.
+//!
+//! Fetches are serialised, so an older answer can never replace a newer one
+//! (the long poll and a write's read-back may fetch the same namespace).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rewire_runtime::ComponentKey;
+use tracing::{info, warn};
+
+use super::cache::BackupCache;
+use super::client::{ApolloConfig, ConfigServiceClient, Fetched};
+use super::error::ApolloError;
+use super::namespaces::{LiveNamespaces, Source};
+
+/// Keeps [`LiveNamespaces`] in line with the config service.
+#[derive(Debug)]
+pub(crate) struct Refresher {
+    pub(crate) key: ComponentKey,
+    pub(crate) client: ConfigServiceClient,
+    pub(crate) live: Arc<LiveNamespaces>,
+    pub(crate) cache: Option<BackupCache>,
+    pub(crate) app_id: String,
+    pub(crate) cluster: String,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Refresher {
+    /// A refresher of `live` through `client`, backing up to `cache`.
+    pub(crate) fn new(
+        key: ComponentKey,
+        client: ConfigServiceClient,
+        live: Arc<LiveNamespaces>,
+        cache: Option<BackupCache>,
+        app_id: &str,
+        cluster: &str,
+    ) -> Self {
+        Self {
+            key,
+            client,
+            live,
+            cache,
+            app_id: app_id.to_string(),
+            cluster: cluster.to_string(),
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Fetches `namespace` and takes the answer. Returns how many keys
+    /// changed.
+    pub(crate) async fn refresh(&self, namespace: &str) -> Result<usize, ApolloError> {
+        let _serialised = self.lock.lock().await;
+        let held = self.live.release_key(namespace);
+        let fetched = self.client.fetch(namespace, held.as_deref()).await?;
+        let (config, source) = match fetched {
+            Fetched::Unchanged => {
+                let previous = self.live.confirm(namespace);
+                self.log_confirmed(namespace, previous);
+                return Ok(0);
+            }
+            Fetched::Released(mut config) => {
+                config.namespace_name = namespace.to_string();
+                (config, Source::Server)
+            }
+            Fetched::NotReleased => (self.empty(namespace), Source::NotReleased),
+        };
+        self.back_up(&config).await;
+        let applied = self.live.apply(
+            namespace,
+            config.configurations,
+            &config.release_key,
+            source,
+        );
+        if source == Source::NotReleased && applied.previous != Source::NotReleased {
+            warn!(
+                component = %self.key,
+                server = %self.client.server(),
+                namespace,
+                "Apollo namespace has no release (HTTP 404); serving it empty."
+            );
+        } else {
+            self.log_confirmed(namespace, applied.previous);
+        }
+        if applied.previous == Source::Pending {
+            info!(
+                component = %self.key,
+                namespace,
+                release_key = %config.release_key,
+                keys = applied.changed,
+                "Apollo namespace loaded."
+            );
+        } else if applied.changed > 0 {
+            info!(
+                component = %self.key,
+                namespace,
+                release_key = %config.release_key,
+                changed = applied.changed,
+                "Apollo namespace updated."
+            );
+        }
+        Ok(applied.changed)
+    }
+
+    /// Serves `config` (read from the backup cache) until the config
+    /// service answers for its namespace.
+    pub(crate) fn serve_backup(&self, config: ApolloConfig) {
+        self.live.apply(
+            &config.namespace_name.clone(),
+            config.configurations,
+            &config.release_key,
+            Source::Backup,
+        );
+    }
+
+    fn empty(&self, namespace: &str) -> ApolloConfig {
+        ApolloConfig {
+            app_id: self.app_id.clone(),
+            cluster: self.cluster.clone(),
+            namespace_name: namespace.to_string(),
+            configurations: BTreeMap::new(),
+            release_key: String::new(),
+        }
+    }
+
+    async fn back_up(&self, config: &ApolloConfig) {
+        let Some(cache) = &self.cache else {
+            return;
+        };
+        if let Err(err) = cache.write(config).await {
+            warn!(component = %self.key, error = %err, "Apollo backup cache not written.");
+        }
+    }
+
+    fn log_confirmed(&self, namespace: &str, previous: Source) {
+        if previous == Source::Backup {
+            info!(
+                component = %self.key,
+                server = %self.client.server(),
+                namespace,
+                "Config service answered; no longer serving the backup cache."
+            );
+        }
+    }
+}
