@@ -1,5 +1,6 @@
 //! Command-line interface: `rewire run|validate|graph|components`.
 
+mod apply;
 mod components;
 mod default_config;
 mod graph;
@@ -43,6 +44,8 @@ enum Command {
     },
     /// List the registered component kinds and types.
     Components,
+    /// Push one component's configuration to a running sidecar (Lifecycle API).
+    Apply(apply::ApplyArgs),
     /// Show the running sidecar's generation, components and last reloads.
     Status {
         /// HTTP address of the sidecar.
@@ -75,6 +78,7 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
         Command::Graph { config, format } => graph::graph_command(&config, format),
         Command::Components => components::components_command(),
         Command::Status { http_addr } => status::status_command(http_addr).await,
+        Command::Apply(args) => apply::apply_command(args).await,
     }
 }
 

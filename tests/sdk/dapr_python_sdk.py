@@ -1,0 +1,104 @@
+"""Drives a running rewire sidecar with the official Dapr Python SDK.
+
+Run by tests/dapr_python_sdk.rs, which starts `rewire run` and sets
+DAPR_GRPC_PORT / DAPR_HTTP_PORT and REWIRE_SDK_CONFIG_FILE (the file config
+store's JSON file, rewritten here to trigger a configuration change).
+Exits non-zero with a message on the first broken expectation.
+"""
+
+import json
+import os
+import sys
+import threading
+
+import grpc
+from dapr.clients import DaprClient
+from dapr.clients.grpc._response import UnlockResponseStatus
+from dapr.clients.grpc._state import Concurrency, StateOptions
+
+
+def check(condition, message):
+    if not condition:
+        print(f"FAILED: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
+def state(d):
+    d.save_state("statestore", "order-1", "v1")
+    got = d.get_state("statestore", "order-1")
+    check(got.data == b"v1", f"get_state returned {got.data!r}")
+    check(got.etag, "get_state returned no etag")
+    d.save_state("statestore", "order-1", "v2", etag=got.etag)
+    try:
+        d.save_state("statestore", "order-1", "v3", etag=got.etag)
+        check(False, "a stale etag was accepted")
+    except grpc.RpcError as err:
+        check(err.code() == grpc.StatusCode.ABORTED, f"stale etag gave {err.code()}")
+    first = StateOptions(concurrency=Concurrency.first_write)
+    try:
+        d.save_state("statestore", "order-1", "v4", options=first)
+        check(False, "first-write overwrote an existing key")
+    except grpc.RpcError as err:
+        check(err.code() == grpc.StatusCode.ABORTED, f"first-write gave {err.code()}")
+    current = d.get_state("statestore", "order-1")
+    check(current.data == b"v2", f"after the rejected writes: {current.data!r}")
+    d.delete_state("statestore", "order-1", etag=current.etag)
+    gone = d.get_state("statestore", "order-1")
+    check(gone.data == b"", f"deleted key still has {gone.data!r}")
+
+
+def secrets(d):
+    secret = d.get_secret("secretstore", "db")
+    check(secret.secret == {"password": "pw-123456", "user": "app"}, f"get_secret: {secret.secret}")
+    bulk = d.get_bulk_secret("secretstore")
+    check(bulk.secrets.get("db", {}).get("user") == "app", f"get_bulk_secret: {bulk.secrets}")
+
+
+def configuration(d, config_file):
+    got = d.get_configuration("configstore", ["greeting"])
+    check(got.items["greeting"].value == "hello", f"get_configuration: {got.items}")
+    changed = threading.Event()
+    seen = []
+
+    def handler(_id, response):
+        for key, item in response.items.items():
+            seen.append((key, item.value))
+            if key == "greeting" and item.value == "bonjour":
+                changed.set()
+
+    subscription = d.subscribe_configuration("configstore", ["greeting"], handler)
+    check(bool(subscription), "subscribe_configuration returned no id")
+    # Let the stream open before changing the value.
+    threading.Event().wait(1.0)
+    with open(config_file + ".tmp", "w") as out:
+        json.dump({"greeting": "bonjour"}, out)
+    os.replace(config_file + ".tmp", config_file)
+    check(changed.wait(15), f"no configuration update received; seen {seen}")
+    check(d.unsubscribe_configuration("configstore", subscription), "unsubscribe_configuration failed")
+
+
+def lock(d):
+    taken = d.try_lock("lockstore", "inventory", "owner-a", 60)
+    check(taken.success, "owner-a could not take a free lock")
+    contended = d.try_lock("lockstore", "inventory", "owner-b", 60)
+    check(not contended.success, "owner-b took a held lock")
+    others = d.unlock("lockstore", "inventory", "owner-b")
+    check(others.status == UnlockResponseStatus.lock_belongs_to_others, f"unlock by non-owner: {others.status}")
+    released = d.unlock("lockstore", "inventory", "owner-a")
+    check(released.status == UnlockResponseStatus.success, f"unlock by owner: {released.status}")
+    missing = d.unlock("lockstore", "inventory", "owner-a")
+    check(missing.status == UnlockResponseStatus.lock_does_not_exist, f"unlock of a free lock: {missing.status}")
+
+
+def main():
+    config_file = os.environ["REWIRE_SDK_CONFIG_FILE"]
+    with DaprClient() as d:
+        state(d)
+        secrets(d)
+        configuration(d, config_file)
+        lock(d)
+    print("dapr python sdk: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
