@@ -1,5 +1,9 @@
-//! The `local.file` secret store: secrets read from a JSON file at init, as
-//! in Dapr's local file secret store.
+//! The `local.file` secret store: secrets read from a JSON file, as in
+//! Dapr's local file secret store — and kept current: the file is watched
+//! (rename-writes and Kubernetes secret-volume `..data` swaps included), so a
+//! rotated secret is served without a restart, and `watch: true` secretRefs
+//! re-apply their components. A file that turns invalid keeps the last good
+//! secrets.
 //!
 //! Nested objects are flattened with `nestedSeparator` (default `:`). By
 //! default every leaf is its own secret (`get_secret("db:password")` →
@@ -12,11 +16,16 @@ mod flatten;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rewire_runtime::watch::{FileWatch, OnChange};
 
 use rewire_runtime::{Component, ComponentError, InitContext, SecretError, SecretMap, SecretStore};
 use serde::Deserialize;
 use serde_json::Value;
-use tracing::info;
+use tracing::{info, warn};
 
 use flatten::Secrets;
 
@@ -113,8 +122,11 @@ async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFile
     }
 }
 
-/// Secrets from a local JSON file, as Dapr's `secretstores.local.file`.
-/// Meant for development: the file is read once, at init.
+/// How often the secrets file is re-read even without a change event.
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// Secrets from a local JSON file, as Dapr's `secretstores.local.file`,
+/// re-read whenever the file changes.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "secret_store",
@@ -124,7 +136,8 @@ async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFile
 pub struct LocalFileSecretStore {
     #[metadata]
     settings: LocalFileSecretMetadata,
-    secrets: Secrets,
+    secrets: Arc<ArcSwap<Secrets>>,
+    watch: Mutex<Option<FileWatch>>,
 }
 
 impl LocalFileSecretStore {
@@ -132,28 +145,60 @@ impl LocalFileSecretStore {
     pub fn new(settings: LocalFileSecretMetadata) -> Self {
         Self {
             settings,
-            secrets: Secrets::new(),
+            secrets: Arc::default(),
+            watch: Mutex::default(),
         }
     }
 
     /// Names of the secrets loaded.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.secrets.keys().map(String::as_str)
+    pub fn names(&self) -> Vec<String> {
+        self.secrets.load().keys().cloned().collect()
+    }
+
+    /// Re-reads the file when it changes; a bad file keeps the last good
+    /// secrets (the warning names the file and the position, never a value).
+    fn watch_file(&self, cx: &InitContext) -> FileWatch {
+        let (settings, secrets, key) = (self.settings.clone(), Arc::clone(&self.secrets), cx.key.clone());
+        let on_change: OnChange = Arc::new(move || {
+            let (settings, secrets, key) = (settings.clone(), Arc::clone(&secrets), key.clone());
+            Box::pin(async move {
+                match load(&settings).await {
+                    Ok(fresh) if **secrets.load() != fresh => {
+                        info!(component = %key, secrets = fresh.len(), "Secrets file changed.");
+                        secrets.store(Arc::new(fresh));
+                    }
+                    Ok(_) => {}
+                    Err(err) => warn!(component = %key, error = %err, "Secrets file unreadable; keeping the last good secrets."),
+                }
+            })
+        });
+        FileWatch::start(self.settings.secrets_file.clone(), on_change, Some(RESYNC), cx.shutdown.child_token())
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for LocalFileSecretStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        self.secrets = load(&self.settings)
+        let secrets = load(&self.settings)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
         info!(
             component = %cx.key,
             path = %self.settings.secrets_file.display(),
-            secrets = self.secrets.len(),
+            secrets = secrets.len(),
             "Secrets file loaded."
         );
+        self.secrets.store(Arc::new(secrets));
+        let watch = self.watch_file(cx);
+        *self.watch.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(watch);
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<(), ComponentError> {
+        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(watch) = watch {
+            watch.stop().await;
+        }
         Ok(())
     }
 }
@@ -166,6 +211,7 @@ impl SecretStore for LocalFileSecretStore {
         _metadata: &HashMap<String, String>,
     ) -> Result<SecretMap, SecretError> {
         self.secrets
+            .load()
             .get(name)
             .cloned()
             .ok_or_else(|| SecretError::NotFound(name.to_string()))
@@ -175,7 +221,7 @@ impl SecretStore for LocalFileSecretStore {
         &self,
         _metadata: &HashMap<String, String>,
     ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
-        Ok(self.secrets.clone())
+        Ok(self.secrets.load().as_ref().clone())
     }
 }
 
