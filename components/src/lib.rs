@@ -7,6 +7,8 @@
 
 pub mod apollo;
 pub mod env;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod file;
 pub mod json_text;
 pub mod live;

@@ -1,0 +1,344 @@
+//! The metadata of the `etcd` config store ([`EtcdMetadata`]) and its
+//! checked form ([`EtcdSettings`]). The password never appears in `Debug`
+//! output or in an error.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+
+use crate::redis::duration::{deserialize_timeout, Timeout};
+
+/// `dialTimeout` when none is given.
+pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// `watchRetryMs` when none is given.
+pub const DEFAULT_WATCH_RETRY_MS: u64 = 500;
+/// Longest wait between two attempts at re-watching.
+pub const MAX_WATCH_RETRY: Duration = Duration::from_secs(30);
+/// The port of an endpoint written without one.
+pub const DEFAULT_PORT: u16 = 2379;
+
+/// Metadata of the `etcd` config store.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMetadata {
+    /// The servers, `host:port` comma-separated (port 2379 when left out).
+    #[serde(deserialize_with = "deserialize_endpoints")]
+    pub endpoints: String,
+    /// Prepended to every key path; default none. Written as is: give the
+    /// trailing `/` yourself (`/config/checkout/`).
+    #[serde(default)]
+    pub key_prefix: String,
+    /// User name for etcd's authentication; empty: none.
+    #[serde(default)]
+    pub username: String,
+    /// Password of `username`.
+    #[serde(default)]
+    pub password: String,
+    /// How long connecting, and each request, may take (`"5s"`, `"500ms"`
+    /// or milliseconds); default 5 s.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub dial_timeout: Option<Timeout>,
+    /// First wait before watching again after the watch stream dropped, in
+    /// milliseconds (doubling on each failure, at most 30 s); default 500.
+    #[serde(default = "default_watch_retry_ms")]
+    pub watch_retry_ms: u64,
+}
+
+fn default_watch_retry_ms() -> u64 {
+    DEFAULT_WATCH_RETRY_MS
+}
+
+impl EtcdMetadata {
+    /// Metadata for the servers at `endpoints`, everything else default.
+    pub fn new(endpoints: impl Into<String>) -> Self {
+        Self {
+            endpoints: endpoints.into(),
+            key_prefix: String::new(),
+            username: String::new(),
+            password: String::new(),
+            dial_timeout: None,
+            watch_retry_ms: DEFAULT_WATCH_RETRY_MS,
+        }
+    }
+
+    /// The metadata checked and with its defaults applied.
+    pub fn settings(&self) -> Result<EtcdSettings, EtcdMetadataError> {
+        let endpoints =
+            parse_endpoints(&self.endpoints).map_err(|reason| EtcdMetadataError::Endpoints {
+                endpoints: self.endpoints.clone(),
+                reason,
+            })?;
+        let dial = match self.dial_timeout {
+            None => DEFAULT_DIAL_TIMEOUT,
+            Some(Timeout::After(d)) if d.is_zero() => DEFAULT_DIAL_TIMEOUT,
+            Some(Timeout::After(d)) => d,
+            Some(Timeout::Never) => return Err(EtcdMetadataError::DialTimeout),
+        };
+        let credentials = match (self.username.trim(), self.password.is_empty()) {
+            ("", true) => None,
+            ("", false) => return Err(EtcdMetadataError::PasswordWithoutUser),
+            (user, _) => Some(Credentials {
+                username: user.to_string(),
+                password: self.password.clone(),
+            }),
+        };
+        let retry_ms = match self.watch_retry_ms {
+            0 => DEFAULT_WATCH_RETRY_MS,
+            ms => ms,
+        };
+        Ok(EtcdSettings {
+            endpoints,
+            key_prefix: self.key_prefix.clone(),
+            credentials,
+            dial,
+            watch_retry: Duration::from_millis(retry_ms).min(MAX_WATCH_RETRY),
+        })
+    }
+}
+
+impl fmt::Debug for EtcdMetadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdMetadata")
+            .field("endpoints", &self.endpoints)
+            .field("key_prefix", &self.key_prefix)
+            .field("username", &self.username)
+            .field("password", &redacted(&self.password))
+            .field("dial_timeout", &self.dial_timeout)
+            .field("watch_retry_ms", &self.watch_retry_ms)
+            .finish()
+    }
+}
+
+fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() {
+        ""
+    } else {
+        "<redacted>"
+    }
+}
+
+/// A user name and its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// `username`.
+    pub username: String,
+    /// `password`.
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &redacted(&self.password))
+            .finish()
+    }
+}
+
+/// The checked metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdSettings {
+    /// `host:port` of each server.
+    pub endpoints: Vec<String>,
+    /// `keyPrefix`.
+    pub key_prefix: String,
+    /// `username` and `password`, when a user name is given.
+    pub credentials: Option<Credentials>,
+    /// `dialTimeout`: limit on connecting and on each request.
+    pub dial: Duration,
+    /// `watchRetryMs`, at most 30 s: first wait before re-watching.
+    pub watch_retry: Duration,
+}
+
+impl EtcdSettings {
+    /// The endpoints as written in the metadata (`host:port,host:port`).
+    pub fn endpoints_text(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    /// The endpoints as URLs, for the client.
+    pub fn urls(&self) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .map(|e| format!("http://{e}"))
+            .collect()
+    }
+
+    /// `text` with the password (if any) masked, for errors and logs.
+    pub fn scrub(&self, text: &str) -> String {
+        match &self.credentials {
+            Some(c) if !c.password.is_empty() => text.replace(&c.password, "<redacted>"),
+            _ => text.to_string(),
+        }
+    }
+}
+
+/// Why the metadata cannot describe a connection. Names the field, never
+/// the password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdMetadataError {
+    /// `endpoints` is not a list of `host:port`.
+    #[error("metadata field `endpoints`: `{endpoints}` {reason}")]
+    Endpoints {
+        /// The value given.
+        endpoints: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A negative `dialTimeout`.
+    #[error("metadata field `dialTimeout` must not be negative")]
+    DialTimeout,
+    /// `password` without `username`.
+    #[error("metadata field `password` is set but `username` is not")]
+    PasswordWithoutUser,
+}
+
+/// Parses `endpoints`: `host:port` (port defaults to 2379), `[v6]:port`,
+/// optionally with an `http://` scheme, comma-separated. Returns them as
+/// `host:port`.
+pub fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
+    let parts: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err("is empty: give `host:port`".into());
+    }
+    parts.into_iter().map(parse_endpoint).collect()
+}
+
+fn parse_endpoint(text: &str) -> Result<String, String> {
+    if text.starts_with("https://") {
+        return Err(format!(
+            "asks for TLS (`{text}`), which is not built into rewire's etcd store; give `host:port`"
+        ));
+    }
+    let bare = text.strip_prefix("http://").unwrap_or(text);
+    let bare = bare.strip_suffix('/').unwrap_or(bare);
+    if bare.contains("://") || bare.contains('/') {
+        return Err(format!("is not `host:port`: `{text}`"));
+    }
+    let (host, port) = if let Some(rest) = bare.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("is not `host:port`: `{text}` lacks `]`"))?;
+        match after.strip_prefix(':') {
+            Some(port) => (format!("[{host}]"), Some(port)),
+            None if after.is_empty() => (format!("[{host}]"), None),
+            None => return Err(format!("is not `host:port`: `{text}`")),
+        }
+    } else {
+        match bare.split_once(':') {
+            Some((_, rest)) if rest.contains(':') => {
+                return Err(format!(
+                    "is not `host:port`: write an IPv6 address as `[{bare}]:port`"
+                ))
+            }
+            Some((host, port)) => (host.to_string(), Some(port)),
+            None => (bare.to_string(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" || host.contains(char::is_whitespace) {
+        return Err(format!("is not `host:port`: bad host in `{text}`"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("is not `host:port`: bad port in `{text}`"))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+/// `endpoints` is checked as it is decoded, so `rewire validate` reports a
+/// malformed one; the empty string (a value injected later) passes here and
+/// fails at init.
+fn deserialize_endpoints<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if !text.trim().is_empty() {
+        parse_endpoints(&text).map_err(|reason| de::Error::custom(format!("`{text}` {reason}")))?;
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Metadata;
+    use serde_json::json;
+
+    fn decode(value: serde_json::Value) -> Result<EtcdMetadata, String> {
+        Metadata(value.as_object().cloned().unwrap_or_default())
+            .decode::<EtcdMetadata>()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_lenient_values() {
+        let m = decode(json!({"endpoints": "127.0.0.1:2379, h"})).unwrap_or_else(|e| panic!("{e}"));
+        let s = m.settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.endpoints, vec!["127.0.0.1:2379", "h:2379"]);
+        assert_eq!(s.dial, DEFAULT_DIAL_TIMEOUT);
+        assert_eq!(s.watch_retry, Duration::from_millis(500));
+        assert_eq!(s.credentials, None);
+        assert_eq!(s.urls()[1], "http://h:2379");
+
+        let m = decode(json!({
+            "endpoints": "http://[::1]:2380", "keyPrefix": "/app/", "username": "root",
+            "password": "pw", "dialTimeout": "500ms", "watchRetryMs": "90000"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let s = m.settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.endpoints, vec!["[::1]:2380"]);
+        assert_eq!(s.dial, Duration::from_millis(500));
+        assert_eq!(s.watch_retry, MAX_WATCH_RETRY);
+        assert_eq!(s.key_prefix, "/app/");
+        assert!(!format!("{m:?} {s:?}").contains("pw"));
+        assert_eq!(s.scrub("bad pw"), "bad <redacted>");
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        for (value, field) in [
+            (json!({}), "endpoints"),
+            (json!({"endpoints": "h:port"}), "endpoints"),
+            (json!({"endpoints": "https://h:1"}), "endpoints"),
+            (
+                json!({"endpoints": "h:1", "dialTimeout": "soon"}),
+                "dialTimeout",
+            ),
+            (json!({"endpoints": "h:1", "keyprefix": "x"}), "keyPrefix"),
+        ] {
+            let err = decode(value).map(|_| ()).expect_err("expected an error");
+            assert!(err.contains(field), "{err}");
+        }
+        let mut m = EtcdMetadata::new("h:1");
+        m.password = "secret".into();
+        let err = m.settings().map(|_| ()).map_err(|e| e.to_string());
+        assert!(matches!(&err, Err(e) if e.contains("username") && !e.contains("secret")));
+        m.password.clear();
+        m.dial_timeout = Some(Timeout::Never);
+        assert_eq!(
+            m.settings().map(|_| ()),
+            Err(EtcdMetadataError::DialTimeout)
+        );
+        assert!(EtcdMetadata::new(" ").settings().is_err());
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            parse_endpoints("a:1,b"),
+            Ok(vec!["a:1".into(), "b:2379".into()])
+        );
+        assert!(parse_endpoints("::1").is_err());
+        assert!(parse_endpoints("h:0").is_err());
+        assert!(parse_endpoints("h:1/x").is_err());
+        assert!(parse_endpoints("grpc://h:1").is_err());
+    }
+}

@@ -1,0 +1,69 @@
+//! The `etcd` config store: configuration items kept in etcd v3, with
+//! change subscriptions fed by a watch that never misses nor repeats a
+//! change. Built with the `etcd` cargo feature.
+//!
+//! # Key mapping
+//!
+//! An item `(group, key, label)` is the etcd key
+//!
+//! ```text
+//! {keyPrefix}[{group}/]{key}[@{label}]
+//! ```
+//!
+//! so with `keyPrefix` `/config/`: key `timeout` → `/config/timeout`; group
+//! `db`, key `host` → `/config/db/host`; label `prod` →
+//! `/config/db/host@prod`. An item's `version` is the key's
+//! `mod_revision`.
+//!
+//! Read back (listings, watch events), the path after `keyPrefix` is split
+//! at its first `/` into group and key, and the key's last `@` starts the
+//! label; paths that do not fit are not items and are left out. So that
+//! every item reads back as written, a key may not contain `@`, nor `/`
+//! without a group; a group may not contain `/`; a label neither `/` nor
+//! `@`. An empty group or label counts as none. Give a leading `/` in
+//! `keyPrefix` (`/config/`), not in keys: with an empty `keyPrefix`, the
+//! path `/a` would have an empty group and is not an item.
+//!
+//! # Operations
+//!
+//! * `get` with keys reads exactly those paths (in one transaction per 128
+//!   keys); with no keys it lists `{keyPrefix}` (every group) or, with a
+//!   group, `{keyPrefix}{group}/`, keeping the items that match the query's
+//!   label (no label: every label).
+//! * `set` puts each item; `delete` deletes each key of the query (keys are
+//!   required).
+//! * `subscribe` registers with the store's subscribers: the changes of
+//!   one prefix watch on `keyPrefix` are matched against each query as
+//!   [`ConfigQuery::matches`](rewire_runtime::ConfigQuery::matches) does (a
+//!   query without group or label also gets the grouped or labelled items
+//!   of its keys). A delete arrives with an empty value.
+//!
+//! # Watching
+//!
+//! At init the store connects, reads the whole prefix and starts one watch
+//! task from the revision after that read. A dropped stream is watched
+//! again, with exponential backoff from `watchRetryMs` (at most 30 s), from
+//! the revision after the last one seen: no change is lost or published
+//! twice, etcd restarts included. If that revision was compacted away, the
+//! task re-reads the prefix, publishes what changed meanwhile (deleted keys
+//! with an empty value) and watches on from the re-read. The task stops on
+//! the runtime's shutdown token and in `close`.
+//!
+//! # Metadata
+//!
+//! `endpoints` (`host:port`, comma-separated, required), `keyPrefix`,
+//! `username` and `password` (etcd authentication; the password never
+//! appears in logs or errors), `dialTimeout` (`"5s"`, `"500ms"` or
+//! milliseconds; default 5 s; also the limit on each request),
+//! `watchRetryMs` (default 500). Readiness is a one-key read answered
+//! within 1 s. Any metadata change rebuilds the store.
+
+mod cache;
+mod keys;
+pub mod metadata;
+mod store;
+mod watch;
+
+pub use keys::KeyError;
+pub use metadata::{EtcdMetadata, EtcdMetadataError, EtcdSettings};
+pub use store::EtcdConfigStore;

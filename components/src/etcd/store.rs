@@ -1,0 +1,357 @@
+//! [`EtcdConfigStore`]: the component — connection at init, reads and
+//! writes through the KV API, subscriptions fed by the watch task.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
+use rewire_runtime::{
+    Applied, Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, DynamicComponent, InitContext, Metadata, Readiness, SubscriptionHub,
+};
+use tracing::info;
+
+use super::cache::{entry_of, item_at, read_prefix};
+use super::keys::{normalized, KeyError, KeyLayout};
+use super::metadata::{EtcdMetadata, EtcdSettings};
+use super::watch::{Follower, WatchTask};
+
+/// How long a readiness probe may take.
+const READINESS_LIMIT: Duration = Duration::from_secs(1);
+/// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// etcd's default limit on operations in one transaction (`--max-txn-ops`).
+const MAX_TXN_OPS: usize = 128;
+
+/// Config store on etcd v3: an item `(group, key, label)` is the etcd key
+/// `{keyPrefix}[{group}/]{key}[@{label}]`, its version the key's
+/// `mod_revision`; changes arrive through one prefix watch on `keyPrefix`
+/// that resumes without loss after a dropped connection or a compaction.
+///
+/// See the [module docs](super) for the behaviour.
+#[derive(rewire_runtime::Component, Debug)]
+#[component(
+    kind = "config_store",
+    type = "etcd",
+    example = r#"{"endpoints": "127.0.0.1:2379", "keyPrefix": "/config/checkout/", "dialTimeout": "5s"}"#
+)]
+pub struct EtcdConfigStore {
+    #[metadata]
+    metadata: EtcdMetadata,
+    running: Option<Running>,
+    watch: Mutex<Option<WatchTask>>,
+}
+
+/// What `init` set up.
+struct Running {
+    client: Client,
+    settings: EtcdSettings,
+    layout: KeyLayout,
+    hub: Arc<SubscriptionHub>,
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Running")
+            .field("settings", &self.settings)
+            .field("layout", &self.layout)
+            .field("subscribers", &self.hub.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Running {
+    /// A backend error naming the servers, never the password.
+    fn backend(&self, err: &etcd_client::Error) -> ConfigError {
+        ConfigError::Backend(self.settings.scrub(&format!(
+            "etcd at {}: {err}",
+            self.settings.endpoints_text()
+        )))
+    }
+
+    /// The item stored at `path`, read from a key-value.
+    fn item(&self, kv: &etcd_client::KeyValue) -> Option<ConfigItem> {
+        let (path, entry) = entry_of(kv)?;
+        item_at(&self.layout, &path, entry.value, entry.mod_revision)
+    }
+
+    async fn get_keys(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let paths = self.layout.paths(query).map_err(invalid)?;
+        let mut kv = self.client.kv_client();
+        let mut items = Vec::with_capacity(paths.len());
+        for chunk in paths.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk.iter().map(|p| TxnOp::get(p.as_str(), None)).collect();
+            let response = kv
+                .txn(Txn::new().and_then(ops))
+                .await
+                .map_err(|err| self.backend(&err))?;
+            for op in response.op_responses() {
+                if let TxnOpResponse::Get(got) = op {
+                    items.extend(got.kvs().iter().filter_map(|kv| self.item(kv)));
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    async fn get_all(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        self.layout.paths(query).map_err(invalid)?;
+        let prefix = self
+            .layout
+            .list_prefix(query.group.as_deref())
+            .map_err(invalid)?;
+        let response = self
+            .client
+            .kv_client()
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|err| self.backend(&err))?;
+        Ok(response
+            .kvs()
+            .iter()
+            .filter_map(|kv| self.item(kv))
+            .filter(|item| query.matches(item))
+            .collect())
+    }
+}
+
+fn invalid(err: KeyError) -> ConfigError {
+    ConfigError::Invalid(err.to_string())
+}
+
+/// Why init failed; names the servers and the field to look at, never the
+/// password.
+fn init_error(settings: &EtcdSettings, err: &etcd_client::Error) -> ComponentError {
+    let endpoints = settings.endpoints_text();
+    let text = settings.scrub(&err.to_string());
+    let lower = text.to_lowercase();
+    let message = if lower.contains("authentication failed") || lower.contains("invalid auth") {
+        format!(
+            "etcd at {endpoints}: authentication failed, check `username` and `password`: {text}"
+        )
+    } else if lower.contains("user name is empty") {
+        format!("etcd at {endpoints}: the server requires authentication, set `username` and `password`: {text}")
+    } else if lower.contains("permission denied") {
+        format!(
+            "etcd at {endpoints}: user `{}` may not read `keyPrefix` `{}`: {text}",
+            settings
+                .credentials
+                .as_ref()
+                .map_or("", |c| c.username.as_str()),
+            settings.key_prefix
+        )
+    } else {
+        format!("etcd at {endpoints} (`endpoints`): {text}")
+    };
+    ComponentError::new(message)
+}
+
+impl EtcdConfigStore {
+    /// A store for `metadata`, not initialised yet.
+    pub fn new(metadata: EtcdMetadata) -> Self {
+        Self {
+            metadata,
+            running: None,
+            watch: Mutex::default(),
+        }
+    }
+
+    fn running(&self) -> Result<&Running, ConfigError> {
+        self.running
+            .as_ref()
+            .ok_or_else(|| ConfigError::Backend("the etcd config store is not initialised".into()))
+    }
+
+    fn take_watch(&self) -> Option<WatchTask> {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for EtcdConfigStore {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let settings = self
+            .metadata
+            .settings()
+            .map_err(|err| ComponentError::new(err.to_string()))?;
+        let layout = KeyLayout::new(settings.key_prefix.clone());
+        let mut options = ConnectOptions::new()
+            .with_timeout(settings.dial)
+            .with_connect_timeout(settings.dial)
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, settings.dial);
+        if let Some(credentials) = &settings.credentials {
+            // Simple tokens expire (5 min idle by default): log in again
+            // rather than fail the request or the re-watch.
+            options = options
+                .with_user(&credentials.username, &credentials.password)
+                .with_auto_token_refresh(true);
+        }
+        let connect = async {
+            let client = Client::connect(settings.urls(), Some(options)).await?;
+            let snapshot = read_prefix(&mut client.kv_client(), &layout).await?;
+            Ok::<_, etcd_client::Error>((client, snapshot))
+        };
+        let (client, snapshot) = match tokio::time::timeout(settings.dial, connect).await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(err)) => return Err(init_error(&settings, &err)),
+            Err(_) => {
+                return Err(ComponentError::new(format!(
+                    "etcd at {} (`endpoints`): no answer within {:?} (`dialTimeout`)",
+                    settings.endpoints_text(),
+                    settings.dial
+                )))
+            }
+        };
+        let hub = Arc::new(SubscriptionHub::default());
+        info!(
+            component = %cx.key,
+            endpoints = %settings.endpoints_text(),
+            key_prefix = %settings.key_prefix,
+            keys = snapshot.entries.len(),
+            revision = snapshot.revision,
+            authenticated = settings.credentials.is_some(),
+            "etcd config store started."
+        );
+        let follower = Follower::new(
+            cx.key.clone(),
+            client.clone(),
+            settings.clone(),
+            layout.clone(),
+            Arc::clone(&hub),
+            snapshot,
+        );
+        let task = WatchTask::start(follower, cx.shutdown.child_token());
+        let previous = self
+            .watch
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(task);
+        if let Some(previous) = previous {
+            previous.stop().await;
+        }
+        self.running = Some(Running {
+            client,
+            settings,
+            layout,
+            hub,
+        });
+        Ok(())
+    }
+
+    async fn readiness(&self) -> Readiness {
+        let Some(running) = &self.running else {
+            return Readiness::NotReady("not initialised".into());
+        };
+        let mut kv = running.client.kv_client();
+        let probe = kv.get(
+            running.layout.prefix(),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_limit(1)
+                    .with_keys_only(),
+            ),
+        );
+        let endpoints = running.settings.endpoints_text();
+        match tokio::time::timeout(READINESS_LIMIT, probe).await {
+            Ok(Ok(_)) => Readiness::Ready,
+            Ok(Err(err)) => Readiness::NotReady(
+                running
+                    .settings
+                    .scrub(&format!("etcd at {endpoints}: {err}")),
+            ),
+            Err(_) => Readiness::NotReady(format!(
+                "etcd at {endpoints}: no answer within {READINESS_LIMIT:?}"
+            )),
+        }
+    }
+
+    async fn close(&self) -> Result<(), ComponentError> {
+        if let Some(task) = self.take_watch() {
+            task.stop().await;
+        }
+        Ok(())
+    }
+
+    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl DynamicComponent for EtcdConfigStore {
+    /// Any change rebuilds the store: the new instance connects, reads the
+    /// prefix and watches from there; the runtime moves the subscriptions
+    /// made through handles to it.
+    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+        let new: EtcdMetadata = metadata
+            .decode()
+            .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        Ok(if new == self.metadata {
+            Applied::Applied
+        } else {
+            Applied::NeedsReload
+        })
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl ConfigStore for EtcdConfigStore {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let running = self.running()?;
+        let query = normalized(query.clone());
+        if query.keys.is_empty() {
+            running.get_all(&query).await
+        } else {
+            running.get_keys(&query).await
+        }
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        let running = self.running()?;
+        let writes = items
+            .into_iter()
+            .map(|item| {
+                let path =
+                    running
+                        .layout
+                        .path(item.group.as_deref(), &item.key, item.label.as_deref())?;
+                Ok((path, item.value))
+            })
+            .collect::<Result<Vec<_>, KeyError>>()
+            .map_err(invalid)?;
+        let mut kv = running.client.kv_client();
+        for (path, value) in writes {
+            kv.put(path, value, None)
+                .await
+                .map_err(|err| running.backend(&err))?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigError> {
+        let running = self.running()?;
+        let query = normalized(query.clone());
+        if query.keys.is_empty() {
+            return Err(ConfigError::Invalid(
+                "delete needs keys: the etcd store does not delete a whole group or prefix".into(),
+            ));
+        }
+        let paths = running.layout.paths(&query).map_err(invalid)?;
+        let mut kv = running.client.kv_client();
+        for path in paths {
+            kv.delete(path, None)
+                .await
+                .map_err(|err| running.backend(&err))?;
+        }
+        Ok(())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        let running = self.running()?;
+        let query = normalized(query);
+        running.layout.paths(&query).map_err(invalid)?;
+        Ok(running.hub.subscribe(query))
+    }
+}

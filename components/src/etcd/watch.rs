@@ -1,0 +1,349 @@
+//! The watch task: one prefix watch on `keyPrefix` per store instance,
+//! resumed where it left off whenever the stream drops.
+//!
+//! The task starts from the revision after the initial read of the prefix
+//! and keeps `last_seen`, the newest revision it has applied. Each watch
+//! response's events newer than `last_seen` update the cache and are
+//! published to the subscribers (a delete with an empty value), all events
+//! of one response in one batch; older ones (already seen) are skipped, so
+//! nothing is published twice. Progress notifications advance `last_seen`
+//! too.
+//!
+//! * **Dropped stream, connection error:** wait (exponential backoff from
+//!   `watchRetryMs`, at most 30 s, reset once a watch is created again),
+//!   then watch again from `last_seen + 1` — nothing missed.
+//! * **Compaction** (the revision to resume from is gone: the response
+//!   carries a `compact_revision`, or the watch is canceled for it), or a
+//!   server whose revision went backwards (restored or re-created): re-read
+//!   the whole prefix, publish what differs from the cache (changed values,
+//!   removed keys with an empty value), and watch again from that read's
+//!   revision + 1.
+//!
+//! The task ends when its token is cancelled: the runtime's shutdown, or
+//! the store's `close`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, WatchOptions, WatchResponse};
+use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::cache::{entry_of, item_at, read_prefix, Difference, KvCache, Snapshot};
+use super::keys::KeyLayout;
+use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
+
+/// A running watch task.
+#[derive(Debug)]
+pub(crate) struct WatchTask {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl WatchTask {
+    /// Starts `follower` on its own task; it stops when
+    /// `stop` is cancelled.
+    pub(crate) fn start(follower: Follower, stop: CancellationToken) -> Self {
+        let task = tokio::spawn(follower.run(stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Stops the task and waits for it to end.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// What the task needs: the client, the layout, the subscribers, and where
+/// the initial read left off.
+pub(crate) struct Follower {
+    key: ComponentKey,
+    client: Client,
+    settings: EtcdSettings,
+    layout: KeyLayout,
+    hub: Arc<SubscriptionHub>,
+    cache: KvCache,
+    last_seen: i64,
+    backoff: Backoff,
+    /// The error of the current failure streak, if one is going on.
+    failing: Option<String>,
+}
+
+/// Why following the watch stream stopped.
+#[derive(Debug)]
+enum Interrupt {
+    /// The revision to resume from is compacted away, or the server's
+    /// revision went backwards: re-read the prefix.
+    Resync(String),
+    /// The stream or the connection failed: wait, then resume.
+    Failed(String),
+}
+
+impl Follower {
+    /// A follower continuing from `snapshot`, the initial read.
+    pub(crate) fn new(
+        key: ComponentKey,
+        client: Client,
+        settings: EtcdSettings,
+        layout: KeyLayout,
+        hub: Arc<SubscriptionHub>,
+        snapshot: Snapshot,
+    ) -> Self {
+        let last_seen = snapshot.revision;
+        let backoff = Backoff::new(settings.watch_retry, MAX_WATCH_RETRY);
+        Self {
+            key,
+            client,
+            settings,
+            layout,
+            hub,
+            cache: KvCache::new(snapshot),
+            last_seen,
+            backoff,
+            failing: None,
+        }
+    }
+
+    async fn run(mut self, stop: CancellationToken) {
+        debug!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch started.");
+        let mut resync = false;
+        loop {
+            if resync {
+                let read = tokio::select! {
+                    () = stop.cancelled() => break,
+                    read = self.resync() => read,
+                };
+                if let Err(err) = read {
+                    if !self.wait_after(&stop, &err).await {
+                        break;
+                    }
+                    continue;
+                }
+                resync = false;
+            }
+            let interrupt = tokio::select! {
+                () = stop.cancelled() => break,
+                interrupt = self.follow() => interrupt,
+            };
+            match interrupt {
+                Interrupt::Resync(reason) => {
+                    info!(component = %self.key, last_seen = self.last_seen, reason = %reason, "etcd watch cannot resume; re-reading the prefix.");
+                    resync = true;
+                }
+                Interrupt::Failed(err) => {
+                    if !self.wait_after(&stop, &err).await {
+                        break;
+                    }
+                }
+            }
+        }
+        debug!(component = %self.key, last_seen = self.last_seen, "etcd watch stopped.");
+    }
+
+    /// Watches from `last_seen + 1` and applies responses until the stream
+    /// stops.
+    async fn follow(&mut self) -> Interrupt {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(self.last_seen + 1)
+            .with_progress_notify();
+        let mut watch_client = self.client.watch_client();
+        let mut stream = match watch_client
+            .watch(self.layout.prefix(), Some(options))
+            .await
+        {
+            Ok(stream) => stream,
+            Err(err) => return Interrupt::Failed(self.describe(&err)),
+        };
+        loop {
+            let response = match stream.message().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
+                Err(err) => return Interrupt::Failed(self.describe(&err)),
+            };
+            if response.compact_revision() > 0 {
+                return Interrupt::Resync(format!(
+                    "revision {} is compacted (compacted up to {})",
+                    self.last_seen + 1,
+                    response.compact_revision()
+                ));
+            }
+            if response.canceled() {
+                let reason = response.cancel_reason();
+                if reason.contains("compact") {
+                    return Interrupt::Resync(reason.to_string());
+                }
+                return Interrupt::Failed(format!("the server canceled the watch: {reason}"));
+            }
+            if response.created() {
+                let revision = response.header().map_or(0, |h| h.revision());
+                if revision < self.last_seen {
+                    return Interrupt::Resync(format!(
+                        "the server is at revision {revision}, behind the {} already seen (restored or re-created?)",
+                        self.last_seen
+                    ));
+                }
+                self.recovered();
+                continue;
+            }
+            self.apply(&response);
+        }
+    }
+
+    /// Applies the events of `response` that are newer than `last_seen`.
+    fn apply(&mut self, response: &WatchResponse) {
+        let seen = self.last_seen;
+        let mut newest = seen;
+        let mut items: Vec<ConfigItem> = Vec::new();
+        for event in response.events() {
+            let Some(kv) = event.kv() else { continue };
+            let revision = kv.mod_revision();
+            if revision <= seen {
+                continue;
+            }
+            newest = newest.max(revision);
+            let Some((path, entry)) = entry_of(kv) else {
+                continue;
+            };
+            let value = match event.event_type() {
+                EventType::Put => {
+                    let value = entry.value.clone();
+                    self.cache.put(path.clone(), entry);
+                    value
+                }
+                EventType::Delete => {
+                    self.cache.remove(&path);
+                    String::new()
+                }
+            };
+            items.extend(item_at(&self.layout, &path, value, revision));
+        }
+        if response.events().is_empty() {
+            // A progress notification: no event at or below this revision
+            // is still to come.
+            newest = newest.max(response.header().map_or(0, |h| h.revision()));
+        }
+        self.last_seen = newest;
+        if !items.is_empty() {
+            debug!(component = %self.key, revision = newest, items = items.len(), "etcd changes published.");
+            self.hub.publish(&items);
+        }
+    }
+
+    /// Re-reads the prefix, publishes what differs from the cache and
+    /// continues from the read's revision.
+    async fn resync(&mut self) -> Result<(), String> {
+        let mut kv = self.client.kv_client();
+        let snapshot = read_prefix(&mut kv, &self.layout)
+            .await
+            .map_err(|err| self.describe(&err))?;
+        let revision = snapshot.revision;
+        let differences = self.cache.replace(snapshot.entries);
+        let mut removed = 0;
+        let items: Vec<ConfigItem> = differences
+            .into_iter()
+            .filter_map(|difference| match difference {
+                Difference::Changed(path, entry) => {
+                    item_at(&self.layout, &path, entry.value, entry.mod_revision)
+                }
+                Difference::Removed(path) => {
+                    removed += 1;
+                    item_at(&self.layout, &path, String::new(), revision)
+                }
+            })
+            .collect();
+        self.last_seen = revision;
+        info!(
+            component = %self.key,
+            revision,
+            keys = self.cache.len(),
+            published = items.len(),
+            removed,
+            "etcd prefix re-read; watching again."
+        );
+        if !items.is_empty() {
+            self.hub.publish(&items);
+        }
+        Ok(())
+    }
+
+    /// Logs `err` (a warning once per failure streak) and waits the next
+    /// backoff. Returns false if `stop` was cancelled meanwhile.
+    async fn wait_after(&mut self, stop: &CancellationToken, err: &str) -> bool {
+        let wait = self.backoff.next_wait();
+        let retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        if self.failing.is_none() {
+            warn!(component = %self.key, error = %err, last_seen = self.last_seen, retry_in_ms, "etcd watch interrupted; will resume without missing a change.");
+        } else {
+            debug!(component = %self.key, error = %err, retry_in_ms, "etcd watch still interrupted.");
+        }
+        self.failing = Some(err.to_string());
+        tokio::select! {
+            () = stop.cancelled() => false,
+            () = tokio::time::sleep(wait) => true,
+        }
+    }
+
+    fn recovered(&mut self) {
+        self.backoff.reset();
+        if self.failing.take().is_some() {
+            info!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch resumed.");
+        }
+    }
+
+    fn describe(&self, err: &etcd_client::Error) -> String {
+        self.settings.scrub(&format!(
+            "etcd at {}: {err}",
+            self.settings.endpoints_text()
+        ))
+    }
+}
+
+/// Waits `min`, then twice as long after each further failure, up to `max`;
+/// a success starts over.
+#[derive(Debug, Clone)]
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    last: Option<Duration>,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max: max.max(min),
+            last: None,
+        }
+    }
+
+    fn next_wait(&mut self) -> Duration {
+        let next = match self.last {
+            None => self.min,
+            Some(last) => last.saturating_mul(2).min(self.max),
+        };
+        self.last = Some(next);
+        next
+    }
+
+    fn reset(&mut self) {
+        self.last = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(3));
+        let waits: Vec<u128> = (0..5).map(|_| backoff.next_wait().as_millis()).collect();
+        assert_eq!(waits, vec![500, 1000, 2000, 3000, 3000]);
+        backoff.reset();
+        assert_eq!(backoff.next_wait(), Duration::from_millis(500));
+    }
+}
