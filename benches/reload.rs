@@ -25,10 +25,29 @@ fn main() {
         "# rewire reload bench ({mode:?} mode: {} warm-up + median of {} runs; {cores} cores, {cores} tokio workers)\n",
         plan.warmup, plan.runs
     );
+    println!("Load average before: {}\n", load_average());
     let started = std::time::Instant::now();
     support::handle_load::run(&rt, mode);
     support::reload_latency::run(&rt, mode);
     support::scaling::run(&rt, mode);
     support::failed_requests::run(&rt, mode);
-    println!("Bench finished in {}.", support::timing::human(started.elapsed()));
+    println!(
+        "Bench finished in {}; load average after: {}.",
+        support::timing::human(started.elapsed()),
+        load_average()
+    );
+}
+
+/// The 1, 5 and 15 minute load averages (other work on the machine skews
+/// the numbers), where the system tells them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| "unknown".into())
 }

@@ -46,7 +46,9 @@ impl Component for BenchNode {
 #[async_trait]
 impl DynamicComponent for BenchNode {
     async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
-        let new: NodeMetadata = metadata.decode().map_err(|e| ComponentError::new(e.to_string()))?;
+        let new: NodeMetadata = metadata
+            .decode()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
         if new.shape != self.meta.shape {
             return Ok(Applied::NeedsReload);
         }
@@ -126,8 +128,13 @@ impl Component for SlowStore {
 #[async_trait]
 impl DynamicComponent for SlowStore {
     async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
-        let new: SlowStoreMetadata = metadata.decode().map_err(|e| ComponentError::new(e.to_string()))?;
-        if new.shape != self.meta.shape || new.init_ms != self.meta.init_ms || new.io_ms != self.meta.io_ms {
+        let new: SlowStoreMetadata = metadata
+            .decode()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        if new.shape != self.meta.shape
+            || new.init_ms != self.meta.init_ms
+            || new.io_ms != self.meta.io_ms
+        {
             return Ok(Applied::NeedsReload);
         }
         self.epoch.store(new.epoch, Ordering::Relaxed);

@@ -1,6 +1,6 @@
-//! 4. Failed requests while a state store is reloaded under load: rewire
-//! (build, swap, drain, then close) against close-then-init (Dapr's
-//! strategy), the latter implemented here only.
+//! Measurement 4, failed requests while a state store is reloaded under
+//! load: rewire (build, swap, drain, then close) against close-then-init
+//! (Dapr's strategy), the latter implemented here only.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -10,7 +10,7 @@ use rewire::{Action, GetRequest, Registry, Runtime, RuntimeOptions, StateStore, 
 
 use super::components::{SlowStore, SlowStoreMetadata};
 use super::timing::{human, Mode};
-use super::{parsed, print_table, valid};
+use super::{on_worker, parsed, print_table, valid};
 
 /// How long the store's init (its backend connection) takes.
 const INIT_MS: u64 = 5;
@@ -53,7 +53,10 @@ impl Tally {
     }
 
     fn read(&self) -> (u64, u64) {
-        (self.failed.load(Ordering::Relaxed), self.total.load(Ordering::Relaxed))
+        (
+            self.failed.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -82,7 +85,12 @@ impl Target {
 }
 
 /// Runs `tasks` request loops against `target` until `stop`.
-fn load(target: &Target, tasks: usize, tally: &Arc<Tally>, stop: &Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<()>> {
+fn load(
+    target: &Target,
+    tasks: usize,
+    tally: &Arc<Tally>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..tasks)
         .map(|_| {
             let (target, tally, stop) = (target.clone(), tally.clone(), stop.clone());
@@ -114,8 +122,8 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
          request {IO_MS} ms, {} ms between reloads)\n",
         PAUSE.as_millis()
     );
-    let (rewire, in_place, rebuilt) = rt.block_on(rewire_run(reloads, tasks));
-    let dapr = rt.block_on(close_then_init_run(reloads, tasks));
+    let (rewire, in_place, rebuilt) = rt.block_on(on_worker(rewire_run(reloads, tasks)));
+    let dapr = rt.block_on(on_worker(close_then_init_run(reloads, tasks)));
     let rate = |r: &Run| r.failed as f64 / r.total.max(1) as f64;
     let rows = vec![
         vec![
@@ -131,11 +139,22 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
             human(dapr.window),
         ],
     ];
-    print_table(&["strategy", "failed / total", "failure rate", "reload window"], &rows);
+    print_table(
+        &[
+            "strategy",
+            "failed / total",
+            "failure rate",
+            "reload window",
+        ],
+        &rows,
+    );
     if rewire.failed == 0 {
         println!("Failure-rate ratio close-then-init / rewire: ∞ (rewire failed none).\n");
     } else {
-        println!("Failure-rate ratio close-then-init / rewire: {:.1}×.\n", rate(&dapr) / rate(&rewire));
+        println!(
+            "Failure-rate ratio close-then-init / rewire: {:.1}×.\n",
+            rate(&dapr) / rate(&rewire)
+        );
     }
 }
 
@@ -171,14 +190,24 @@ async fn rewire_run(reloads: u64, tasks: usize) -> (Run, usize, usize) {
     }
     runtime.shutdown().await;
     let (failed, total) = tally.read();
-    (Run { failed, total, window }, in_place, rebuilt)
+    (
+        Run {
+            failed,
+            total,
+            window,
+        },
+        in_place,
+        rebuilt,
+    )
 }
 
 /// Close-then-init: every reload takes the store out, closes it, inits the
 /// new one and puts it back; requests in between find no store, and
 /// requests in flight at the close fail.
 async fn close_then_init_run(reloads: u64, tasks: usize) -> Run {
-    let slot = Arc::new(RwLock::new(Some(Arc::new(SlowStore::open(metadata_of(0)).await))));
+    let slot = Arc::new(RwLock::new(Some(Arc::new(
+        SlowStore::open(metadata_of(0)).await,
+    ))));
     let target = Target::CloseThenInit(slot.clone());
     let (tally, stop) = (Arc::new(Tally::default()), Arc::new(AtomicBool::new(false)));
     let workers = load(&target, tasks, &tally, &stop);
@@ -198,5 +227,9 @@ async fn close_then_init_run(reloads: u64, tasks: usize) -> Run {
         let _ = worker.await;
     }
     let (failed, total) = tally.read();
-    Run { failed, total, window }
+    Run {
+        failed,
+        total,
+        window,
+    }
 }

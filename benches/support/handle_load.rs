@@ -1,5 +1,5 @@
-//! 1. Reaching a component: rewire's handle against the lookups other
-//! runtimes use, on one and two threads.
+//! Measurement 1, reaching a component: rewire's handle against the
+//! lookups other runtimes use, on one and two threads.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rewire::{ComponentKey, Registry, Runtime, RuntimeOptions, StateStore};
 
-use super::timing::{human, per_op, ratio, Mode};
+use super::timing::{human, per_op, Mode};
 use super::{print_table, valid};
 
 /// State stores in the runtime and in the maps (the lookup is not alone).
@@ -33,69 +33,84 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
     let instances: HashMap<String, Arc<dyn StateStore>> = (0..STORES)
         .map(|i| {
             let name = format!("store-{i}");
-            let store = runtime.state_store(&name).load().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let store = runtime
+                .state_store(&name)
+                .load()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             (name, store)
         })
         .collect();
     let rwlock = RwLock::new(instances.clone());
     let mutex = Mutex::new(instances);
 
+    let names = [
+        "`RwLock<HashMap>` get + clone (baseline)",
+        "`Mutex<HashMap>` get + clone (FireFly style)",
+        "rewire `StateStoreHandle::load()`",
+        "rewire `runtime.generation()` + get + clone",
+    ];
+    let lookups: [&(dyn Fn() + Sync); 4] = [
+        &|| {
+            let map = rwlock.read().unwrap_or_else(|p| p.into_inner());
+            black_box(map.get(black_box(TARGET)).cloned());
+        },
+        &|| {
+            let map = mutex.lock().unwrap_or_else(|p| p.into_inner());
+            black_box(map.get(black_box(TARGET)).cloned());
+        },
+        &|| {
+            black_box(black_box(&handle).load().ok());
+        },
+        &|| {
+            let generation = runtime.generation();
+            black_box(generation.get(black_box(&key)).cloned());
+        },
+    ];
     let ops = mode.ops(2_000_000);
     let mut rows = Vec::new();
     for threads in [1, 2] {
-        let measure = |f: &(dyn Fn() + Sync)| threaded(mode, threads, ops, f);
-        let baseline = measure(&|| {
-            let map = rwlock.read().unwrap_or_else(|p| p.into_inner());
-            black_box(map.get(black_box(TARGET)).cloned());
-        });
-        let mutexed = measure(&|| {
-            let map = mutex.lock().unwrap_or_else(|p| p.into_inner());
-            black_box(map.get(black_box(TARGET)).cloned());
-        });
-        let handled = measure(&|| {
-            black_box(black_box(&handle).load().ok());
-        });
-        let snapshot = measure(&|| {
-            let generation = runtime.generation();
-            black_box(generation.get(black_box(&key)).cloned());
-        });
-        for (name, t) in [
-            ("`RwLock<HashMap>` get + clone (baseline)", baseline),
-            ("`Mutex<HashMap>` get + clone (FireFly style)", mutexed),
-            ("rewire `StateStoreHandle::load()`", handled),
-            ("rewire `runtime.generation()` + get + clone", snapshot),
-        ] {
-            rows.push(vec![name.to_string(), threads.to_string(), human(t), ratio(t, baseline)]);
+        // The four are measured back to back in every run.
+        let times = mode
+            .plan()
+            .interleaved(lookups.len(), |v| threaded(threads, ops, lookups[v]));
+        for (v, name) in names.iter().enumerate() {
+            rows.push(vec![
+                name.to_string(),
+                threads.to_string(),
+                human(times.median(v)),
+                times.ratio(v, 0),
+            ]);
         }
     }
-    print_table(&["lookup", "threads", "time/op (per thread)", "vs RwLock"], &rows);
+    print_table(
+        &["lookup", "threads", "time/op (per thread)", "vs RwLock"],
+        &rows,
+    );
     rt.block_on(runtime.shutdown());
 }
 
-/// Median time per call of `f` when `threads` threads call it `ops` times
-/// each at once (the slowest thread's time per call).
-fn threaded(mode: Mode, threads: usize, ops: u64, f: &(dyn Fn() + Sync)) -> Duration {
-    mode.plan().median(|| {
-        let barrier = Barrier::new(threads);
-        let slowest = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        barrier.wait();
-                        let started = Instant::now();
-                        for _ in 0..ops {
-                            f();
-                        }
-                        started.elapsed()
-                    })
+/// Time per call of `f` when `threads` threads call it `ops` times each at
+/// once (the slowest thread's time per call).
+fn threaded(threads: usize, ops: u64, f: &(dyn Fn() + Sync)) -> Duration {
+    let barrier = Barrier::new(threads);
+    let slowest = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let started = Instant::now();
+                    for _ in 0..ops {
+                        f();
+                    }
+                    started.elapsed()
                 })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|_| panic!("bench thread panicked")))
-                .max()
-                .unwrap_or_default()
-        });
-        per_op(slowest, ops)
-    })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| panic!("bench thread panicked")))
+            .max()
+            .unwrap_or_default()
+    });
+    per_op(slowest, ops)
 }

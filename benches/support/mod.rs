@@ -11,6 +11,16 @@ pub mod timing;
 use rewire::config::{parse, validate};
 use rewire::{ConfigFile, Registry, ValidConfig};
 
+/// Runs `future` as a task on the tokio workers, as a reload triggered
+/// inside a service runs (not on the thread blocked on the runtime).
+pub async fn on_worker<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    tokio::spawn(future)
+        .await
+        .unwrap_or_else(|e| panic!("bench task failed: {e}"))
+}
+
 /// Parses a configuration the bench wrote (a parse error is a bench bug).
 pub fn parsed(text: &str) -> ConfigFile {
     parse(text.as_bytes()).unwrap_or_else(|p| panic!("bench config does not parse:\n{p}"))

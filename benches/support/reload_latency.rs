@@ -1,13 +1,14 @@
-//! 2. Reload latency: a change applied in place, a change that rebuilds a
-//! component, and validating the same configuration as the baseline.
+//! Measurement 2, reload latency: a change applied in place, a change that
+//! rebuilds a component, and validating the same configuration as the
+//! baseline.
 
 use std::time::{Duration, Instant};
 
 use rewire::config::validate;
 use rewire::{Action, Outcome, Registry, Runtime, RuntimeOptions};
 
-use super::timing::{human, per_op, ratio, Mode};
-use super::{parsed, print_table, valid};
+use super::timing::{human, per_op, Mode};
+use super::{on_worker, parsed, print_table, valid};
 
 /// A memory state store (takes metadata in place), a lock, and a no-op
 /// node using the lock whose `shape` change it refuses (so it is rebuilt).
@@ -30,63 +31,85 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
     println!("## 2. Reload latency (3 components; each reload = parse + `Runtime::apply`)\n");
     let registry = Registry::collected();
     let ops = mode.ops(500);
-    let plan = mode.plan();
-
-    // Baseline: parse + validate of the same texts the reloads apply.
-    let texts = [config(0, 0), config(1, 0)];
-    let validate_only = plan.median(|| {
-        let started = Instant::now();
-        for i in 0..ops {
-            let text = &texts[(i % 2) as usize];
-            std::hint::black_box(validate(parsed(text), &registry).ok());
-        }
-        per_op(started.elapsed(), ops)
-    });
-
     let runtime = rt
-        .block_on(Runtime::start(valid(&config(0, 0), &registry), registry.clone(), RuntimeOptions::default()))
+        .block_on(Runtime::start(
+            valid(&config(0, 0), &registry),
+            registry.clone(),
+            RuntimeOptions::default(),
+        ))
         .unwrap_or_else(|e| panic!("start failed: {e}"));
-    let mut ttl = 0;
-    let in_place = rt.block_on(plan.median_async(|| {
+    // The three are measured back to back in every run. Each alternates
+    // between two configurations, so every reload is a change; `ttl` and
+    // `shape` track what the runtime runs.
+    let (mut ttl, mut shape) = (0, 0);
+    let times = mode.plan().interleaved(3, |variant| {
+        let texts: Vec<String> = (0..ops)
+            .map(|i| match variant {
+                0 => config(i % 2, 0),
+                1 => {
+                    ttl = 1 - ttl;
+                    config(ttl, shape)
+                }
+                _ => {
+                    shape = 1 - shape;
+                    config(ttl, shape)
+                }
+            })
+            .collect();
         let runtime = runtime.clone();
-        let texts: Vec<String> = (0..ops).map(|_| {
-            ttl = 1 - ttl;
-            config(ttl, 0)
-        }).collect();
-        async move { timed_applies(&runtime, &texts, "state/orders", Action::UpdatedInPlace).await }
-    }));
-    let mut shape = 0;
-    let rebuild = rt.block_on(plan.median_async(|| {
-        let runtime = runtime.clone();
-        let texts: Vec<String> = (0..ops).map(|_| {
-            shape = 1 - shape;
-            config(ttl, shape)
-        }).collect();
-        async move { timed_applies(&runtime, &texts, "bench/probe", Action::Rebuilt).await }
-    }));
+        match variant {
+            0 => {
+                // Baseline: parse + validate of the texts a reload applies.
+                let started = Instant::now();
+                for text in &texts {
+                    std::hint::black_box(validate(parsed(text), &registry).ok());
+                }
+                per_op(started.elapsed(), ops)
+            }
+            1 => rt.block_on(on_worker(async move {
+                timed_applies(&runtime, &texts, "state/orders", Action::UpdatedInPlace).await
+            })),
+            _ => rt.block_on(on_worker(async move {
+                timed_applies(&runtime, &texts, "bench/probe", Action::Rebuilt).await
+            })),
+        }
+    });
     rt.block_on(runtime.shutdown());
 
     let rows = vec![
-        vec!["validate only: parse + validate (baseline)".into(), human(validate_only), "1.00×".into(), "—".into()],
+        vec![
+            "validate only: parse + validate (baseline)".into(),
+            human(times.median(0)),
+            "1.00×".into(),
+            "—".into(),
+        ],
         vec![
             "in place: `state/orders` metadata".into(),
-            human(in_place),
-            ratio(in_place, validate_only),
+            human(times.median(1)),
+            times.ratio(1, 0),
             "1.00×".into(),
         ],
         vec![
             "rebuild: `bench/probe` refuses its change".into(),
-            human(rebuild),
-            ratio(rebuild, validate_only),
-            ratio(rebuild, in_place),
+            human(times.median(2)),
+            times.ratio(2, 0),
+            times.ratio(2, 1),
         ],
     ];
-    print_table(&["reload", "latency", "vs validate only", "vs in place"], &rows);
+    print_table(
+        &["reload", "latency", "vs validate only", "vs in place"],
+        &rows,
+    );
 }
 
 /// Applies `texts` one after the other; time per reload. Each reload must
 /// apply with `expected` for `component`.
-async fn timed_applies(runtime: &Runtime, texts: &[String], component: &str, expected: Action) -> Duration {
+async fn timed_applies(
+    runtime: &Runtime,
+    texts: &[String],
+    component: &str,
+    expected: Action,
+) -> Duration {
     let mut total = Duration::ZERO;
     for text in texts {
         let started = Instant::now();
@@ -95,8 +118,17 @@ async fn timed_applies(runtime: &Runtime, texts: &[String], component: &str, exp
             .await
             .unwrap_or_else(|e| panic!("reload failed: {e}"));
         total += started.elapsed();
-        assert_eq!(record.outcome, Outcome::Applied, "bench reload did not apply");
-        assert_eq!(record.actions.get(component), Some(&expected), "bench reload took another path: {:?}", record.actions);
+        assert_eq!(
+            record.outcome,
+            Outcome::Applied,
+            "bench reload did not apply"
+        );
+        assert_eq!(
+            record.actions.get(component),
+            Some(&expected),
+            "bench reload took another path: {:?}",
+            record.actions
+        );
     }
     per_op(total, texts.len() as u64)
 }

@@ -1,5 +1,5 @@
-//! 3. How validation, the graph, the diff, a one-component reload and
-//! start-up grow with the number of components.
+//! Measurement 3, scaling: how validation, the graph, the diff, a
+//! one-component reload and start-up grow with the number of components.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -9,13 +9,17 @@ use rewire::reload::ConfigDiff;
 use rewire::{Action, ConfigFile, Outcome, Registry, Runtime, RuntimeOptions};
 
 use super::timing::{human, per_op, Mode};
-use super::{parsed, print_table};
+use super::{on_worker, parsed, print_table};
 
 /// Components per level: node `i` references node `i - width`.
 /// `REWIRE_BENCH_WIDTH` overrides it (to see what the number of levels
 /// costs at a given size).
 fn width() -> usize {
-    std::env::var("REWIRE_BENCH_WIDTH").ok().and_then(|w| w.parse().ok()).filter(|w| *w > 0).unwrap_or(100)
+    std::env::var("REWIRE_BENCH_WIDTH")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .filter(|w| *w > 0)
+        .unwrap_or(100)
 }
 
 /// `n` no-op nodes in levels of `width`, each referencing the node one
@@ -24,9 +28,11 @@ fn config(n: usize, width: usize, leaf_epoch: u64) -> ConfigFile {
     let nodes: serde_json::Map<String, serde_json::Value> = (0..n)
         .map(|i| {
             let epoch = if i + 1 == n { leaf_epoch } else { 0 };
-            let mut node = serde_json::json!({"type": "bench.node", "metadata": {"epoch": epoch, "shape": 0}});
+            let mut node =
+                serde_json::json!({"type": "bench.node", "metadata": {"epoch": epoch, "shape": 0}});
             if i >= width {
-                node["componentRef"] = serde_json::json!([{"type": "bench", "name": name(i - width)}]);
+                node["componentRef"] =
+                    serde_json::json!([{"type": "bench", "name": name(i - width)}]);
             }
             (name(i), node)
         })
@@ -52,7 +58,9 @@ struct Row {
 /// Measures and prints the scaling table.
 pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
     let width = width();
-    println!("## 3. Scaling with the number of components (levels of {width}, one componentRef each)\n");
+    println!(
+        "## 3. Scaling with the number of components (levels of {width}, one componentRef each)\n"
+    );
     let sizes: &[usize] = match mode {
         Mode::Smoke => &[10, 100],
         Mode::Quick | Mode::Full => &[10, 100, 1_000, 10_000],
@@ -98,18 +106,26 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
 
         let ops = budget(20_000);
         let runtime = rt
-            .block_on(Runtime::start(valid_a.clone(), registry.clone(), RuntimeOptions::default()))
+            .block_on(Runtime::start(
+                valid_a.clone(),
+                registry.clone(),
+                RuntimeOptions::default(),
+            ))
             .unwrap_or_else(|e| panic!("start failed: {e}"));
         let mut flip = false;
         let apply_time = rt.block_on(plan.median_async(|| {
             let candidates: Vec<ConfigFile> = (0..ops)
                 .map(|_| {
                     flip = !flip;
-                    if flip { b.clone() } else { a.clone() }
+                    if flip {
+                        b.clone()
+                    } else {
+                        a.clone()
+                    }
                 })
                 .collect();
             let runtime = runtime.clone();
-            async move { timed_applies(&runtime, candidates).await }
+            on_worker(async move { timed_applies(&runtime, candidates).await })
         }));
         rt.block_on(runtime.shutdown());
 
@@ -117,7 +133,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         let start_time = rt.block_on(plan.median_async(|| {
             let config = valid_a.clone();
             let registry = registry.clone();
-            async move {
+            on_worker(async move {
                 let mut total = Duration::ZERO;
                 for _ in 0..ops {
                     let (config, registry) = (config.clone(), registry.clone());
@@ -129,7 +145,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
                     runtime.shutdown().await;
                 }
                 per_op(total, ops)
-            }
+            })
         }));
         rows.push(Row {
             n,
@@ -150,19 +166,42 @@ async fn timed_applies(runtime: &Runtime, candidates: Vec<ConfigFile>) -> Durati
     let mut total = Duration::ZERO;
     for candidate in candidates {
         let started = Instant::now();
-        let record = runtime.apply(candidate).await.unwrap_or_else(|e| panic!("reload failed: {e}"));
+        let record = runtime
+            .apply(candidate)
+            .await
+            .unwrap_or_else(|e| panic!("reload failed: {e}"));
         total += started.elapsed();
-        assert_eq!(record.outcome, Outcome::Applied, "bench reload did not apply");
-        let in_place = record.actions.values().filter(|a| **a == Action::UpdatedInPlace).count();
-        let changed = record.actions.values().filter(|a| **a != Action::Unchanged).count();
-        assert_eq!((in_place, changed), (1, 1), "one component should change, in place");
+        assert_eq!(
+            record.outcome,
+            Outcome::Applied,
+            "bench reload did not apply"
+        );
+        let in_place = record
+            .actions
+            .values()
+            .filter(|a| **a == Action::UpdatedInPlace)
+            .count();
+        let changed = record
+            .actions
+            .values()
+            .filter(|a| **a != Action::Unchanged)
+            .count();
+        assert_eq!(
+            (in_place, changed),
+            (1, 1),
+            "one component should change, in place"
+        );
     }
     per_op(total, count)
 }
 
 fn print_rows(rows: &[Row]) {
     let cell = |row: &Row, prev: Option<&Row>, pick: fn(&Row) -> Duration| match prev {
-        Some(prev) => format!("{} (×{:.1})", human(pick(row)), pick(row).as_secs_f64() / pick(prev).as_secs_f64()),
+        Some(prev) => format!(
+            "{} (×{:.1})",
+            human(pick(row)),
+            pick(row).as_secs_f64() / pick(prev).as_secs_f64()
+        ),
         None => human(pick(row)),
     };
     let table: Vec<Vec<String>> = rows
@@ -182,7 +221,15 @@ fn print_rows(rows: &[Row]) {
         })
         .collect();
     print_table(
-        &["components", "levels", "validate", "graph levels", "diff", "apply 1 change", "start"],
+        &[
+            "components",
+            "levels",
+            "validate",
+            "graph levels",
+            "diff",
+            "apply 1 change",
+            "start",
+        ],
         &table,
     );
     println!("(×g) = growth against the row above (10× the components); ×10 is linear.\n");

@@ -89,6 +89,56 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Measures `variants` alternatives back to back in every run (so a
+    /// change of machine load hits all of them alike); `run(v)` returns
+    /// the time of one run of variant `v`.
+    pub fn interleaved(
+        &self,
+        variants: usize,
+        mut run: impl FnMut(usize) -> Duration,
+    ) -> Interleaved {
+        let mut samples = vec![Vec::new(); variants];
+        for i in 0..self.warmup + self.runs {
+            for (v, kept) in samples.iter_mut().enumerate() {
+                let elapsed = run(v);
+                if i >= self.warmup {
+                    kept.push(elapsed);
+                }
+            }
+        }
+        Interleaved { samples }
+    }
+}
+
+/// Per-run times of alternatives measured back to back.
+pub struct Interleaved {
+    samples: Vec<Vec<Duration>>,
+}
+
+impl Interleaved {
+    /// Median time of variant `v`.
+    pub fn median(&self, v: usize) -> Duration {
+        median(self.samples[v].clone())
+    }
+
+    /// Median over runs of `a / b` within the same run, formatted as
+    /// `1.23×`.
+    pub fn ratio(&self, a: usize, b: usize) -> String {
+        let mut ratios: Vec<f64> = self.samples[a]
+            .iter()
+            .zip(&self.samples[b])
+            .filter(|(_, b)| !b.is_zero())
+            .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        match ratios.get(ratios.len() / 2) {
+            Some(r) => format!("{r:.2}×"),
+            None => "n/a".into(),
+        }
+    }
+}
+
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples.get(samples.len() / 2).copied().unwrap_or_default()
@@ -112,12 +162,4 @@ pub fn human(d: Duration) -> String {
     } else {
         format!("{:.2} s", ns / 1e9)
     }
-}
-
-/// `a / b`, formatted as `1.23×`.
-pub fn ratio(a: Duration, b: Duration) -> String {
-    if b.is_zero() {
-        return "n/a".into();
-    }
-    format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
 }
