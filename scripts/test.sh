@@ -23,4 +23,4 @@ if ! python3 -c "import dapr.clients" >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check dapr
 fi
 
-cargo test --workspace --all-targets --features etcd -j2 "$@"
+cargo test --workspace --all-targets --features etcd --no-fail-fast -j2 "$@"

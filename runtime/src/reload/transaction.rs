@@ -12,11 +12,11 @@ use super::history::Action;
 use crate::assemble::{assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep};
 use crate::config::{ComponentSpec, ValidConfig};
 use crate::dynamic::Applied;
-use crate::handle::{with_staged, Generation};
+use crate::handle::with_staged;
 use crate::key::ComponentKey;
 use crate::metadata::Metadata;
 use crate::registry::Registry;
-use crate::runtime::{instances_of, Running};
+use crate::runtime::{staged_for, Running};
 
 /// What happened to one component in the transaction.
 pub(crate) enum Step {
@@ -92,10 +92,14 @@ pub(crate) async fn prepare(
     }
     let mut done: Vec<Step> = Vec::new();
     for level in candidate.graph.levels() {
-        let staged = Arc::new(Generation::new(0, instances_of(&next)));
+        let level: Vec<ComponentKey> = level.into_iter().filter(|k| impact.contains(k)).collect();
+        if level.is_empty() {
+            continue;
+        }
+        let staged = Arc::new(staged_for(&level, &candidate.graph, &next));
         let level_cx = AssemblyContext { staged, ..cx.clone() };
         let mut tasks = JoinSet::new();
-        for key in level.into_iter().filter(|k| impact.contains(k)) {
+        for key in level {
             let Some(spec) = candidate.config.components.get(&key).cloned() else {
                 continue;
             };

@@ -260,6 +260,22 @@ impl Runtime {
     }
 }
 
+/// The instances the components of `level` depend on: what they may reach
+/// while they are assembled. Only direct dependencies, so assembling a
+/// level costs in proportion to its edges, not to the whole set.
+pub(crate) fn staged_for(
+    level: &[ComponentKey],
+    graph: &crate::graph::DependencyGraph,
+    running: &BTreeMap<ComponentKey, Running>,
+) -> Generation {
+    let instances = level
+        .iter()
+        .flat_map(|key| graph.dependencies(key))
+        .filter_map(|dep| running.get(&dep).map(|r| (dep, r.assembled.instance.clone())))
+        .collect();
+    Generation::new(0, instances)
+}
+
 pub(crate) fn instances_of(running: &BTreeMap<ComponentKey, Running>) -> BTreeMap<ComponentKey, Instance> {
     running
         .iter()

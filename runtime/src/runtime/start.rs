@@ -7,10 +7,10 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{instances_of, Running, RuntimeOptions, StartError};
+use super::{staged_for, Running, RuntimeOptions, StartError};
 use crate::assemble::{assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep};
 use crate::config::{ComponentSpec, ValidConfig};
-use crate::handle::{Generation, LiveGeneration};
+use crate::handle::LiveGeneration;
 use crate::instance::Instance;
 use crate::key::ComponentKey;
 use crate::redact::Redactor;
@@ -30,7 +30,7 @@ pub(super) async fn start_all(
         let cx = AssemblyContext {
             app_id: config.config.app_id.clone(),
             live: live.clone(),
-            staged: Arc::new(Generation::new(0, instances_of(&running))),
+            staged: Arc::new(staged_for(&level, &config.graph, &running)),
             timeouts: options.timeouts,
             redactor: redactor.clone(),
         };
