@@ -217,7 +217,24 @@ fn to_patch(key: &ComponentKey, raw: RawComponent, problems: &mut Problems) -> C
         .enumerate()
         .filter_map(|(i, r)| to_configuration_ref(key, i, r, problems))
         .collect::<Vec<_>>();
+    let scopes = raw.scopes.map(|scopes| {
+        scopes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, scope)| match scope.split_once('/') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Some(ComponentKey::new(kind, name)),
+                _ => {
+                    problems.push(Problem::component(
+                        key,
+                        format!("scopes[{i}]: `{scope}` is not a component key (expected `kind/name`)"),
+                    ));
+                    None
+                }
+            })
+            .collect()
+    });
     ComponentPatch {
+        scopes,
         type_name: raw.type_name,
         metadata: raw.metadata.unwrap_or_default(),
         component_refs: given_refs.then_some(component_refs),

@@ -33,9 +33,17 @@ pub struct ComponentSpec {
     pub secret_refs: Vec<SecretRef>,
     /// Configuration values injected into metadata.
     pub configuration_refs: Vec<ConfigurationRef>,
+    /// The components allowed to reference this one (componentRef, or
+    /// secretRef/configurationRef of a store). `None`: every component.
+    pub scopes: Option<Vec<ComponentKey>>,
 }
 
 impl ComponentSpec {
+    /// Whether `user` may reference this component.
+    pub fn allows(&self, user: &ComponentKey) -> bool {
+        self.scopes.as_ref().is_none_or(|scopes| scopes.contains(user))
+    }
+
     /// The metadata fields filled by secretRef and configurationRef.
     pub fn injected_fields(&self) -> Vec<String> {
         self.secret_refs

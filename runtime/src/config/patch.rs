@@ -21,6 +21,8 @@ pub struct ComponentPatch {
     pub secret_refs: Option<Vec<SecretRef>>,
     /// New `configurationRef`s, replacing the old ones, if given.
     pub configuration_refs: Option<Vec<ConfigurationRef>>,
+    /// New `scopes`, replacing the old ones, if given.
+    pub scopes: Option<Vec<ComponentKey>>,
 }
 
 impl ComponentPatch {
@@ -35,6 +37,7 @@ impl ComponentPatch {
             component_refs: self.component_refs.unwrap_or_default(),
             secret_refs: self.secret_refs.unwrap_or_default(),
             configuration_refs: self.configuration_refs.unwrap_or_default(),
+            scopes: self.scopes,
             key,
         }
     }
@@ -60,6 +63,9 @@ impl ComponentPatch {
         if let Some(refs) = &self.configuration_refs {
             spec.configuration_refs = refs.clone();
         }
+        if let Some(scopes) = &self.scopes {
+            spec.scopes = Some(scopes.clone());
+        }
     }
 
     /// The patch that declares `spec` whole.
@@ -70,6 +76,7 @@ impl ComponentPatch {
             component_refs: Some(spec.component_refs.clone()),
             secret_refs: Some(spec.secret_refs.clone()),
             configuration_refs: Some(spec.configuration_refs.clone()),
+            scopes: spec.scopes.clone(),
         }
     }
 }

@@ -48,6 +48,9 @@ pub(super) struct RawComponent {
     pub configuration_ref: Option<Vec<RawConfigurationRef>>,
     #[serde(rename = "configuration_ref", default)]
     pub configuration_ref_layotto: Option<Vec<RawConfigurationRef>>,
+    /// Who may reference this component (`kind/name` each); absent: anyone.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// One `componentRef` entry.

@@ -109,7 +109,15 @@ fn unknown_type(registry: &Registry, kind: &str, type_name: &str) -> String {
 }
 
 fn check_target(config: &ConfigFile, user: &ComponentKey, at: &str, target: &ComponentKey, problems: &mut Problems) {
-    if config.components.contains_key(target) {
+    if let Some(spec) = config.components.get(target) {
+        if !spec.allows(user) {
+            let scopes: Vec<String> = spec.scopes.iter().flatten().map(ComponentKey::to_string).collect();
+            let allowed = if scopes.is_empty() { "none".to_string() } else { scopes.join(", ") };
+            problems.push(Problem::component(
+                user,
+                format!("{at}: `{target}` may not be referenced by `{user}` (its scopes allow: {allowed})"),
+            ));
+        }
         return;
     }
     let elsewhere: Vec<String> = config

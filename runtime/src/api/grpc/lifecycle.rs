@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use tonic::{Request, Response, Status};
 
+use crate::config::ComponentPatch;
 use super::call::{observed, Call};
 use super::lifecycle_patch::patch_of;
 use super::proto::rewire::lifecycle::v1 as pb;
@@ -82,15 +83,14 @@ async fn apply(
         .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
     let key = key_of(&config.kind, &config.name)?;
     call.label(key.to_string());
-    let running_type = call
-        .runtime()
-        .config()
-        .config
-        .components
-        .get(&key)
-        .map(|spec| spec.type_name.clone());
+    let running = call.runtime().config().config.components.get(&key).cloned();
+    let running_type = running.as_ref().map(|spec| spec.type_name.clone());
     let patch = match patch_of(config, running_type) {
-        Ok(patch) => patch,
+        // A push says nothing of scopes: the running component's stay.
+        Ok(patch) => ComponentPatch {
+            scopes: running.and_then(|spec| spec.scopes),
+            ..patch
+        },
         Err(problems) => {
             let errors = problems.iter().map(|p| format!("{key}: {p}")).collect();
             return Ok(nack(&call, Outcome::Rejected, errors));

@@ -84,6 +84,7 @@ pub(super) fn patch_of(
         component_refs: Some(component_refs),
         secret_refs: Some(secret_refs),
         configuration_refs: Some(configuration_refs),
+        scopes: None,
     })
 }
 

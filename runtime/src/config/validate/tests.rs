@@ -112,3 +112,27 @@ fn a_field_injected_twice_is_rejected() {
     );
     assert_eq!(found, ["state/d: metadata field `redisPassword` is injected by more than one secretRef/configurationRef"]);
 }
+
+#[test]
+fn scopes_limit_who_may_reference_a_store() {
+    let found = problems(
+        r#"{"components": {
+            "secret_store": {"env": {"scopes": ["state/orders"]}},
+            "config_store": {"c": {"type": "memory", "scopes": []}},
+            "state": {
+                "orders": {"type": "redis", "metadata": {"redisHost": "h"},
+                    "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}]},
+                "cache": {"type": "redis", "metadata": {"redisHost": "h"},
+                    "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}],
+                    "componentRef": [{"type": "config_store", "name": "c"}]}
+            }
+        }}"#,
+    );
+    assert_eq!(
+        found,
+        [
+            "state/cache: componentRef[0]: `config_store/c` may not be referenced by `state/cache` (its scopes allow: none)",
+            "state/cache: secretRef[0]: `secret_store/env` may not be referenced by `state/cache` (its scopes allow: state/orders)",
+        ]
+    );
+}
