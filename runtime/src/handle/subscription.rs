@@ -80,12 +80,25 @@ impl Forwarder {
                         for item in &change.items {
                             self.last.insert(id_of(item), item.value.clone());
                         }
-                        if self.sender.send(change).await.is_err() {
+                        if !self.deliver(change) {
                             return;
                         }
                     }
-                    // The instance closed its side: wait for its successor.
-                    None => self.inner = None,
+                    // The instance closed its side. Replaced by a reload:
+                    // move to its successor (now, or at its publish).
+                    // Still the current one: it dropped this subscription
+                    // (a slow reader) — end it too.
+                    None => {
+                        self.inner = None;
+                        let current = self.handle.load();
+                        if current.is_ok_and(|c| same_instance(&c, &self.store)) {
+                            tracing::warn!("Configuration subscription ended by its store (the subscriber fell behind).");
+                            return;
+                        }
+                        if !self.follow().await {
+                            return;
+                        }
+                    }
                 },
                 changed = published.changed() => {
                     if changed.is_err() || !self.follow().await {
@@ -128,7 +141,21 @@ impl Forwarder {
         self.store = current;
         self.inner = Some(inner);
         self.last = now;
-        items.is_empty() || self.sender.send(ConfigChange { items }).await.is_ok()
+        items.is_empty() || self.deliver(ConfigChange { items })
+    }
+
+    /// Hands `change` to the subscriber without waiting: a subscriber that
+    /// stopped reading (its buffer is full) is dropped, so it cannot make
+    /// memory grow or hold up the store. False when the subscription ends.
+    fn deliver(&self, change: ConfigChange) -> bool {
+        match self.sender.try_send(change) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(buffer = BUFFER, "Configuration subscriber dropped: it stopped reading.");
+                false
+            }
+        }
     }
 }
 

@@ -134,7 +134,11 @@ impl Subscriptions {
     }
 }
 
-/// Forwards one subscription's changes to its stream.
+/// How long a dropped slow subscriber is given to take the reason.
+const SLOW_CLIENT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Forwards one subscription's changes to its stream, never waiting on the
+/// client: a client that lets its stream's buffer fill is dropped.
 struct Forward {
     id: String,
     store: String,
@@ -161,9 +165,20 @@ impl Forward {
                 ))),
             };
             let ended = message.is_err();
-            tokio::select! {
-                () = self.cancel.cancelled() => break,
-                sent = self.sender.send(message) => if sent.is_err() { break },
+            match self.sender.try_send(message) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Closed(_)) => break,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // The client stopped reading: drop it rather than buffer
+                    // without bound, and tell it why (if it ever reads again).
+                    tracing::warn!(subscription = %self.id, store = %self.store, "Configuration subscriber dropped: it stopped reading.");
+                    let reason = Status::resource_exhausted(format!(
+                        "subscription `{}` dropped: the client stopped reading its changes",
+                        self.id
+                    ));
+                    let _ = tokio::time::timeout(SLOW_CLIENT_GRACE, self.sender.send(Err(reason))).await;
+                    break;
+                }
             }
             if ended {
                 break;
