@@ -40,6 +40,7 @@ pub use kinds::*;
 pub use metadata::{Metadata, MetadataError};
 pub use registry::{ComponentDescriptor, Registry};
 pub use runtime::{Runtime, RuntimeOptions, StartError};
+pub use redact::RedactingWriter;
 pub use status::{ComponentStatus, Status};
 pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};

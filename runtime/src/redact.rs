@@ -1,7 +1,8 @@
 //! Keeps secret values out of every error and status text.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, RwLock};
+use std::io::{self, Write};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// Secret values shorter than this are not scrubbed from text (scrubbing a
 /// one-letter value would mangle every message); such values are too weak to
@@ -15,6 +16,13 @@ pub struct Redactor {
 }
 
 impl Redactor {
+    /// The process-wide redactor every runtime uses, so that one log writer
+    /// ([`RedactingWriter`]) can scrub the secrets of all of them.
+    pub fn shared() -> Self {
+        static SHARED: OnceLock<Redactor> = OnceLock::new();
+        SHARED.get_or_init(Redactor::default).clone()
+    }
+
     /// Remembers a secret value.
     pub fn remember(&self, value: &str) {
         if value.len() >= MIN_SCRUBBED_LEN {
@@ -34,6 +42,39 @@ impl Redactor {
             }
         }
         out
+    }
+}
+
+/// A writer that scrubs every secret value the runtimes have seen from what
+/// passes through it: the last line of defence for logs, which also catches
+/// a component that logs its own password. Give it to the log subscriber
+/// (`tracing_subscriber::fmt().with_writer(|| RedactingWriter::new(std::io::stderr()))`).
+/// Each write is scrubbed on its own, as log formatters write whole events.
+#[derive(Debug)]
+pub struct RedactingWriter<W> {
+    inner: W,
+    redactor: Redactor,
+}
+
+impl<W: Write> RedactingWriter<W> {
+    /// Scrubs with the shared redactor before writing to `inner`.
+    pub fn new(inner: W) -> Self {
+        Self {
+            inner,
+            redactor: Redactor::shared(),
+        }
+    }
+}
+
+impl<W: Write> Write for RedactingWriter<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let text = String::from_utf8_lossy(bytes);
+        self.inner.write_all(self.redactor.scrub(&text).as_bytes())?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 

@@ -60,13 +60,14 @@ enum Format {
     Mermaid,
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs to stderr, with every known secret value scrubbed; `RUST_LOG`
+/// filters (default `info`).
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| rewire::RedactingWriter::new(std::io::stderr()))
         .try_init();
 }
 

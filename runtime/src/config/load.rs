@@ -221,7 +221,8 @@ fn to_patch(key: &ComponentKey, raw: RawComponent, problems: &mut Problems) -> C
         scopes
             .iter()
             .enumerate()
-            .filter_map(|(i, scope)| match scope.split_once('/') {
+            // A name never contains `/` but a custom kind may: split at the last one.
+            .filter_map(|(i, scope)| match scope.rsplit_once('/') {
                 Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Some(ComponentKey::new(kind, name)),
                 _ => {
                     problems.push(Problem::component(

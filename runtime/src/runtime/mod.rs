@@ -125,7 +125,7 @@ impl Runtime {
     /// On any failure, what was started is closed in reverse order.
     pub async fn start(config: ValidConfig, registry: Registry, options: RuntimeOptions) -> Result<Self, StartError> {
         let live = Live::new();
-        let redactor = Redactor::default();
+        let redactor = Redactor::shared();
         let running = start::start_all(&config, &registry, &options, &live, &redactor).await?;
         live.publish(Generation::new(1, instances_of(&running)));
         let (queue, queued) = tokio::sync::mpsc::unbounded_channel();
