@@ -3,6 +3,7 @@
 //! through the runtime's handles, so a reload never fails a request.
 
 pub mod auth;
+pub mod dapr_names;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

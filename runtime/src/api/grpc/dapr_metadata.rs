@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use super::call::Call;
+use crate::api::dapr_names::dapr_component_type;
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::key::{CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 
 /// The sidecar's metadata.
 pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {
@@ -21,7 +21,7 @@ pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {
                 .map_or("unknown", |spec| spec.type_name.as_str());
             pb::RegisteredComponents {
                 name: key.name.clone(),
-                r#type: format!("{}.{type_name}", dapr_category(&key.kind)),
+                r#type: dapr_component_type(&key.kind, type_name),
                 version: "v1".into(),
                 capabilities: Vec::new(),
             }
@@ -37,30 +37,5 @@ pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {
         extended_metadata,
         runtime_version: env!("CARGO_PKG_VERSION").into(),
         enabled_features: Vec::new(),
-    }
-}
-
-/// Dapr's name for the category of a kind.
-fn dapr_category(kind: &str) -> &str {
-    match kind {
-        STATE => "state",
-        SECRET_STORE => "secretstores",
-        CONFIG_STORE => "configuration",
-        LOCK => "lock",
-        custom => custom,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn built_in_kinds_use_dapr_categories() {
-        assert_eq!(dapr_category(STATE), "state");
-        assert_eq!(dapr_category(SECRET_STORE), "secretstores");
-        assert_eq!(dapr_category(CONFIG_STORE), "configuration");
-        assert_eq!(dapr_category(LOCK), "lock");
-        assert_eq!(dapr_category("greeter"), "greeter");
     }
 }

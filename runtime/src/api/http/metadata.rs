@@ -9,7 +9,7 @@ use axum::Json;
 use serde::Serialize;
 
 use super::call::Call;
-use crate::key::{CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+use crate::api::dapr_names::dapr_component_type;
 
 /// The answer, as Dapr's `GetMetadata`.
 #[derive(Debug, Serialize)]
@@ -44,7 +44,7 @@ pub async fn get(call: Call) -> Json<Metadata> {
                 .map_or("unknown", |spec| spec.type_name.as_str());
             RegisteredComponent {
                 name: key.name.clone(),
-                type_name: format!("{}.{type_name}", dapr_category(&key.kind)),
+                type_name: dapr_component_type(&key.kind, type_name),
                 version: "v1",
                 capabilities: Vec::new(),
             }
@@ -60,28 +60,4 @@ pub async fn get(call: Call) -> Json<Metadata> {
         components,
         extended,
     })
-}
-
-/// Dapr's name for the category of a kind.
-fn dapr_category(kind: &str) -> &str {
-    match kind {
-        STATE => "state",
-        SECRET_STORE => "secretstores",
-        CONFIG_STORE => "configuration",
-        LOCK => "lock",
-        custom => custom,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn built_in_kinds_use_dapr_categories() {
-        assert_eq!(dapr_category(STATE), "state");
-        assert_eq!(dapr_category(SECRET_STORE), "secretstores");
-        assert_eq!(dapr_category(CONFIG_STORE), "configuration");
-        assert_eq!(dapr_category("probe"), "probe");
-    }
 }
