@@ -6,6 +6,7 @@
 //! crate is linked (see [`link`]).
 
 pub mod apollo;
+mod backoff;
 pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -37,7 +37,6 @@
 //! * **Metadata changes** rebuild the store (`apply_config` answers
 //!   `NeedsReload`); the new instance starts from the service or the cache.
 
-mod backoff;
 mod cache;
 mod client;
 mod error;
@@ -56,7 +55,7 @@ use rewire_runtime::{
 };
 use tracing::{info, warn};
 
-use backoff::Backoff;
+use crate::backoff::Backoff;
 use cache::BackupCache;
 use client::{ClientSettings, ConfigServiceClient};
 use error::ApolloError;

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::backoff::Backoff;
+use crate::backoff::Backoff;
 use super::error::ApolloError;
 use super::refresh::Refresher;
 

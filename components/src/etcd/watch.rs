@@ -23,12 +23,12 @@
 //! the store's `close`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions, WatchResponse};
 use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use crate::backoff::Backoff;
 use tracing::{debug, info, warn};
 
 use super::cache::{entry_of, item_at, read_prefix, Difference, KvCache, Snapshot};
@@ -302,48 +302,3 @@ impl Follower {
     }
 }
 
-/// Waits `min`, then twice as long after each further failure, up to `max`;
-/// a success starts over.
-#[derive(Debug, Clone)]
-struct Backoff {
-    min: Duration,
-    max: Duration,
-    last: Option<Duration>,
-}
-
-impl Backoff {
-    fn new(min: Duration, max: Duration) -> Self {
-        Self {
-            min,
-            max: max.max(min),
-            last: None,
-        }
-    }
-
-    fn next_wait(&mut self) -> Duration {
-        let next = match self.last {
-            None => self.min,
-            Some(last) => last.saturating_mul(2).min(self.max),
-        };
-        self.last = Some(next);
-        next
-    }
-
-    fn reset(&mut self) {
-        self.last = None;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(3));
-        let waits: Vec<u128> = (0..5).map(|_| backoff.next_wait().as_millis()).collect();
-        assert_eq!(waits, vec![500, 1000, 2000, 3000, 3000]);
-        backoff.reset();
-        assert_eq!(backoff.next_wait(), Duration::from_millis(500));
-    }
-}
