@@ -1,5 +1,6 @@
-//! rewire's built-in components: `memory` state store, lock and config
-//! store, `file` config store, `local.file` and `env` secret stores.
+//! rewire's components: `memory` state store, lock and config store, `file`
+//! config store, `local.file` and `env` secret stores, `redis` state store
+//! and lock, `apollo` config store, and (feature `etcd`) `etcd` config store.
 //!
 //! Each component registers itself with `#[derive(Component)]`; the runtime
 //! finds it through [`rewire_runtime::Registry::collected`] as long as this

@@ -13,6 +13,9 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("config_store", "file"),
     ("secret_store", "local.file"),
     ("secret_store", "env"),
+    ("state", "redis"),
+    ("lock", "redis"),
+    ("config_store", "apollo"),
 ];
 
 #[test]
