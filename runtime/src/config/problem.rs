@@ -33,10 +33,28 @@ impl Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.component {
-            Some(key) => write!(f, "{key}: {}", self.message),
-            None => f.write_str(&self.message),
+        if let Some(key) = &self.component {
+            write!(f, "{}: ", OneLine(&key.to_string()))?;
         }
+        write!(f, "{}", OneLine(&self.message))
+    }
+}
+
+/// Writes text with its control characters escaped (`\n`, `\u{1b}`): kinds,
+/// names, fields and values quoted from a document must not split a problem
+/// over several lines.
+struct OneLine<'a>(&'a str);
+
+impl fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
     }
 }
 
