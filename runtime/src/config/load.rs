@@ -2,6 +2,7 @@
 //! problem with the component it belongs to.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 
 use serde_json::{Map, Value};
@@ -16,15 +17,45 @@ use crate::metadata::{decode, MetadataError};
 /// Largest configuration document accepted, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
 
-/// Reads and parses the configuration file at `path`.
+/// Reads and parses the configuration file at `path`. A file over
+/// [`MAX_CONFIG_BYTES`] is refused without being read whole (nor is an
+/// endless stream such as `/dev/zero`).
 pub fn load_file(path: &Path) -> Result<ConfigFile, Problems> {
-    match std::fs::read(path) {
-        Ok(bytes) => parse(&bytes),
-        Err(err) => Err(Problems(vec![Problem::file(format!(
+    parse(&read_config_bytes(path)?)
+}
+
+/// Reads the configuration file at `path`, refusing one larger than
+/// [`MAX_CONFIG_BYTES`] without reading more than that (so `/dev/zero` or a
+/// runaway file cannot exhaust memory).
+pub fn read_config_bytes(path: &Path) -> Result<Vec<u8>, Problems> {
+    let cannot_read = |err: std::io::Error| {
+        Problems(vec![Problem::file(format!(
             "cannot read configuration file {}: {err}",
             path.display()
-        ))])),
+        ))])
+    };
+    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    if let Ok(meta) = file.metadata() {
+        if meta.is_file() && meta.len() > MAX_CONFIG_BYTES as u64 {
+            return Err(Problems(vec![too_large(meta.len())]));
+        }
     }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot_read)?;
+    if bytes.len() > MAX_CONFIG_BYTES {
+        return Err(Problems(vec![Problem::file(format!(
+            "configuration is larger than the {MAX_CONFIG_BYTES} bytes accepted"
+        ))]));
+    }
+    Ok(bytes)
+}
+
+fn too_large(len: u64) -> Problem {
+    Problem::file(format!(
+        "configuration is {len} bytes, more than the {MAX_CONFIG_BYTES} accepted"
+    ))
 }
 
 /// Parses a configuration document. Structural problems of every component
@@ -44,7 +75,7 @@ pub fn parse(bytes: &[u8]) -> Result<ConfigFile, Problems> {
 /// optional (an overlay): absent `type`, metadata fields and refs leave the
 /// underlying configuration's as they are.
 pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
-    let document = parse_document(bytes).map_err(|p| Problems(vec![p]))?;
+    let document = parse_document(bytes)?;
     let mut problems = Problems::default();
     let raw: RawFile = match decode(&document) {
         Ok(raw) => raw,
@@ -72,29 +103,50 @@ pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
     })
 }
 
-fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problem> {
+fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
+    let one = |problem: Problem| Problems(vec![problem]);
     if bytes.len() > MAX_CONFIG_BYTES {
-        return Err(Problem::file(format!(
-            "configuration is {} bytes, more than the {MAX_CONFIG_BYTES} accepted",
-            bytes.len()
-        )));
+        return Err(one(too_large(bytes.len() as u64)));
     }
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(Problem::file("configuration is empty"));
+        return Err(one(Problem::file("configuration is empty")));
     }
-    let text = std::str::from_utf8(bytes).map_err(|err| {
-        Problem::file(format!("configuration is not valid UTF-8 (at byte {})", err.valid_up_to()))
-    })?;
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Problem::file("configuration must be a JSON object")),
-        Err(err) => Err(Problem::file(format!(
-            "malformed JSON at line {}, column {}: {}",
-            err.line(),
-            err.column(),
-            strip_location(&err.to_string())
-        ))),
+    let text = std::str::from_utf8(bytes).map_err(|err| one(not_utf8(bytes, err.valid_up_to())))?;
+    let map = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Err(one(Problem::file("configuration must be a JSON object"))),
+        Err(err) => {
+            let what = strip_location(&err.to_string()).to_string();
+            return Err(one(Problem::file(if what == "recursion limit exceeded" {
+                format!(
+                    "JSON nested too deeply at line {}, column {} (more than 128 levels)",
+                    err.line(),
+                    err.column()
+                )
+            } else {
+                format!("malformed JSON at line {}, column {}: {what}", err.line(), err.column())
+            })));
+        }
+    };
+    // serde_json keeps the last of two equal keys without a word, which
+    // would drop a component declaration (or a field) silently.
+    let twice = duplicates::duplicate_keys(text);
+    if !twice.is_empty() {
+        return Err(Problems(twice.iter().map(|path| duplicates::problem(path)).collect()));
     }
+    Ok(map)
+}
+
+/// Where the first byte that is not UTF-8 is: line, column (in
+/// characters) and byte offset.
+fn not_utf8(bytes: &[u8], valid_up_to: usize) -> Problem {
+    let before = bytes.get(..valid_up_to).unwrap_or(bytes);
+    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let column = std::str::from_utf8(before.get(line_start..).unwrap_or_default()).map_or(0, |s| s.chars().count()) + 1;
+    Problem::file(format!(
+        "configuration is not valid UTF-8 (line {line}, column {column}, byte {valid_up_to})"
+    ))
 }
 
 /// serde_json appends " at line L column C"; we state it up front instead.
@@ -244,14 +296,22 @@ fn to_patch(key: &ComponentKey, raw: RawComponent, problems: &mut Problems) -> C
     }
 }
 
-fn one_of(key: &ComponentKey, what: &str, a: Option<String>, b: Option<String>, problems: &mut Problems) -> Option<String> {
+/// The value given in either spelling; `Err` (reported) when both are
+/// given and disagree.
+fn one_of(
+    key: &ComponentKey,
+    what: &str,
+    a: Option<String>,
+    b: Option<String>,
+    problems: &mut Problems,
+) -> Result<Option<String>, ()> {
     match (a, b) {
         (Some(a), Some(b)) if a != b => {
             problems.push(Problem::component(key, format!("{what}: two spellings disagree ({a} vs {b})")));
-            None
+            Err(())
         }
-        (Some(a), _) | (None, Some(a)) => Some(a),
-        (None, None) => None,
+        (Some(a), _) | (None, Some(a)) => Ok(Some(a)),
+        (None, None) => Ok(None),
     }
 }
 
@@ -259,6 +319,9 @@ fn to_secret_ref(key: &ComponentKey, i: usize, r: RawSecretRef, problems: &mut P
     let at = format!("secretRef[{i}]");
     let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
     let inject_as = one_of(key, &format!("{at}.injectAs"), r.inject_as, r.inject_as_layotto, problems);
+    let (Ok(store), Ok(inject_as)) = (store, inject_as) else {
+        return None;
+    };
     let Some(store) = store else {
         problems.push(Problem::component(key, format!("{at}: missing `store` (the secret store's name)")));
         return None;
@@ -299,6 +362,9 @@ fn to_configuration_ref(
     let at = format!("configurationRef[{i}]");
     let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
     let inject_as = one_of(key, &format!("{at}.injectAs"), r.inject_as, r.inject_as_layotto, problems);
+    let (Ok(store), Ok(inject_as)) = (store, inject_as) else {
+        return None;
+    };
     let Some(store) = store else {
         problems.push(Problem::component(key, format!("{at}: missing `store` (the config store's name)")));
         return None;
@@ -313,5 +379,6 @@ fn to_configuration_ref(
     })
 }
 
+mod duplicates;
 #[cfg(test)]
 mod tests;

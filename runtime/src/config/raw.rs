@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 /// The top level of the file.
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with `appId`, `components` and `overlay`")]
 pub(super) struct RawFile {
     #[serde(rename = "appId", default)]
     pub app_id: Option<String>,
@@ -23,6 +24,7 @@ pub(super) struct RawFile {
 
 /// `overlay`.
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with `store` and `key`")]
 pub(super) struct RawOverlay {
     pub store: String,
     pub key: String,
@@ -30,6 +32,7 @@ pub(super) struct RawOverlay {
 
 /// One component.
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with `type` and `metadata`")]
 pub(super) struct RawComponent {
     #[serde(rename = "type", default)]
     pub type_name: Option<String>,
@@ -55,6 +58,7 @@ pub(super) struct RawComponent {
 
 /// One `componentRef` entry.
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with `type` and `name`")]
 pub(super) struct RawComponentRef {
     #[serde(rename = "type", default)]
     pub kind_as_type: Option<String>,
@@ -67,6 +71,7 @@ pub(super) struct RawComponentRef {
 /// `injectAs`) or Layotto's (`store_name`, `key` = secret name, `sub_key`,
 /// `inject_as`).
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with `store`, `name`, `key`, `injectAs`")]
 pub(super) struct RawSecretRef {
     #[serde(default)]
     pub store: Option<String>,
@@ -88,6 +93,7 @@ pub(super) struct RawSecretRef {
 
 /// One `configurationRef` entry.
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an object with `store`, `key`, `injectAs`")]
 pub(super) struct RawConfigurationRef {
     #[serde(default)]
     pub store: Option<String>,

@@ -22,6 +22,10 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
     let mut problems = Problems::default();
     for spec in config.components.values() {
         let key = &spec.key;
+        if let Some(problem) = key_problem(key) {
+            problems.push(problem);
+            continue;
+        }
         let mut injected = std::collections::BTreeSet::new();
         for field in spec.injected_fields() {
             if !injected.insert(field.clone()) {
@@ -37,7 +41,7 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
                     problems.push(Problem::component(key, metadata_message(spec, &err)));
                 }
             }
-            None => problems.push(Problem::component(key, unknown_type(registry, &key.kind, &spec.type_name))),
+            None => problems.push(Problem::component(key, unknown_type(registry, spec))),
         }
         for (i, r) in spec.component_refs.iter().enumerate() {
             if &r.key == key {
@@ -96,15 +100,40 @@ fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) ->
     }
 }
 
-fn unknown_type(registry: &Registry, kind: &str, type_name: &str) -> String {
+/// What is wrong with a component's kind or name, if anything. The file's
+/// loader checks names as it reads them; this catches what reaches
+/// validation another way (a push), and what the loader lets through.
+fn key_problem(key: &ComponentKey) -> Option<Problem> {
+    if key.kind.chars().chain(key.name.chars()).any(char::is_control) {
+        // Shown escaped: a raw newline would split the problem's line.
+        return Some(Problem::file(format!(
+            "{}/{}: a component kind or name must not contain control characters (such as a newline)",
+            key.kind.escape_debug(),
+            key.name.escape_debug()
+        )));
+    }
+    if key.kind.trim().is_empty() {
+        return Some(Problem::component(key, "a component kind must not be blank"));
+    }
+    if key.name.is_empty() || key.name.contains('/') {
+        return Some(Problem::component(key, "a component name must be non-empty and contain no `/`"));
+    }
+    None
+}
+
+fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> String {
+    let (kind, type_name) = (&spec.key.kind, &spec.type_name);
     let known = registry.types_of(kind);
-    if known.is_empty() {
-        format!("unknown type `{type_name}`: no component types are registered for kind `{kind}`")
-    } else {
-        format!(
-            "unknown type `{type_name}` for kind `{kind}` (registered: {})",
+    // `type` defaults to the name: say so when that may be what happened.
+    let defaulted = if *type_name == spec.key.name { "; `type` defaults to the component's name" } else { "" };
+    match (type_name.is_empty(), known.is_empty()) {
+        (true, true) => format!("`type` is empty: no component types are registered for kind `{kind}`"),
+        (true, false) => format!("`type` is empty (registered for kind `{kind}`: {})", known.join(", ")),
+        (false, true) => format!("unknown type `{type_name}`: no component types are registered for kind `{kind}`"),
+        (false, false) => format!(
+            "unknown type `{type_name}` for kind `{kind}` (registered: {}{defaulted})",
             known.join(", ")
-        )
+        ),
     }
 }
 

@@ -67,10 +67,17 @@ fn decode_with<T: DeserializeOwned>(
             return found;
         }
         let path = err.path().to_string();
-        MetadataError::Invalid {
-            field: path,
-            message: strip_position(&err.into_inner().to_string()),
+        let message = strip_position(&err.into_inner().to_string());
+        // serde says "missing field `x`" about the object holding it (path
+        // `.` at the top): name the missing field itself.
+        if let Some(missing) = message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
+            let field = if path == "." { missing.to_string() } else { format!("{path}.{missing}") };
+            return MetadataError::Invalid {
+                field,
+                message: "required but missing".to_string(),
+            };
         }
+        MetadataError::Invalid { field: path, message }
     })
 }
 

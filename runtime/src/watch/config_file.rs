@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::file::{FileWatch, OnChange};
 use super::queue::Queued;
-use crate::config::parse;
+use crate::config::{parse, read_config_bytes};
 use crate::reload::{LayerChange, Trigger};
 use crate::runtime::Runtime;
 
@@ -40,10 +40,24 @@ impl Runtime {
     }
 
     async fn config_file_changed(&self, path: &PathBuf, last: &Mutex<Option<u64>>) {
-        let bytes = match tokio::fs::read(path).await {
-            Ok(bytes) => bytes,
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_config_bytes(&path)).await
+        };
+        let bytes = match read {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(problems)) => {
+                // Recorded once per distinct problem, not at every resync.
+                let hash = digest(problems.to_string().as_bytes());
+                let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                if *last != Some(hash) {
+                    *last = Some(hash);
+                    self.record_rejected(Trigger::File, &problems.to_string());
+                }
+                return;
+            }
             Err(err) => {
-                tracing::warn!(path = %path.display(), error = %err, "Cannot read the configuration file; keeping the running configuration.");
+                tracing::warn!(path = %path.display(), error = %err, "Reading the configuration file failed.");
                 return;
             }
         };
