@@ -496,7 +496,6 @@ fn a_problem_stays_on_one_line_whatever_the_names() {
 /// `"ratio": "1.2…e126"` decode to different `f64`s. Fix: enable
 /// `float_roundtrip` on the workspace's serde_json dependency.
 #[test]
-#[ignore = "serde_json's default float parsing is not exact; needs its `float_roundtrip` feature"]
 fn float_metadata_reads_back_exactly() {
     let written = -9.087533197447323e126_f64;
     let text = format!(

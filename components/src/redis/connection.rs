@@ -23,6 +23,7 @@ use rewire_runtime::{Applied, ComponentError, ComponentKey, Readiness};
 use serde::{Deserialize, Deserializer};
 use tracing::{info, warn};
 
+use super::bounded::BoundedConnection;
 use super::connect::{open, ping, suggests_failover};
 use super::metadata::{ConnectionSettings, RedisMetadata};
 
@@ -54,11 +55,15 @@ impl Session {
         &self.metadata
     }
 
-    /// A handle on the connection (cheap: it is shared).
-    pub fn connection(&self) -> Result<ConnectionManager, NotConnected> {
+    /// A handle on the connection (cheap: it is shared), every command of
+    /// which is bounded by `dialTimeout` + `readTimeout` + `writeTimeout`.
+    pub fn connection(&self) -> Result<BoundedConnection, NotConnected> {
         self.link
             .as_ref()
-            .map(|link| link.manager.clone())
+            .map(|link| {
+                let limit = link.settings.response.map(|response| response + link.settings.dial);
+                BoundedConnection::new(link.manager.clone(), limit)
+            })
             .ok_or(NotConnected)
     }
 

@@ -16,7 +16,8 @@
 //! (`redisHost` then lists the sentinels), `enableTLS` (must be false),
 //! `keyPrefix`, and for the state store `ttlInSeconds`.
 
-pub mod connect;
+pub mod bounded;
+mod connect;
 pub mod connection;
 pub mod duration;
 pub mod lock;

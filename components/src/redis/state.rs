@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use super::bounded::BoundedConnection;
 use redis::RedisResult;
 use rewire_runtime::{
     Applied, BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, DynamicComponent,
@@ -52,7 +52,7 @@ impl RedisStateStore {
         self.connection.session().metadata().clone()
     }
 
-    fn session(&self) -> Result<(std::sync::Arc<Session>, ConnectionManager), StateError> {
+    fn session(&self) -> Result<(std::sync::Arc<Session>, BoundedConnection), StateError> {
         let session = self.connection.session();
         let conn = session
             .connection()
