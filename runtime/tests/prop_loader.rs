@@ -487,14 +487,9 @@ fn a_problem_stays_on_one_line_whatever_the_names() {
     );
 }
 
-/// A float in metadata reads back as written. Found by
-/// `generated_documents_parse_to_what_was_generated` (before expectations
-/// went through serde_json's own reading): serde_json without its
-/// `float_roundtrip` feature reads `-9.087533197447323e126` as
-/// `-9.087533197447324e126` (1 ULP off), while the lenient decoder reads the
-/// same digits given as a string exactly, so `"ratio": 1.2…e126` and
-/// `"ratio": "1.2…e126"` decode to different `f64`s. Fix: enable
-/// `float_roundtrip` on the workspace's serde_json dependency.
+/// A number in metadata reads back exactly, whether written as a JSON
+/// number or as a string (the workspace enables serde_json's
+/// `float_roundtrip`; without it `-9.087533197447323e126` read 1 ULP off).
 #[test]
 fn float_metadata_reads_back_exactly() {
     let written = -9.087533197447323e126_f64;
