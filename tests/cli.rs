@@ -160,3 +160,27 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
     assert!(rest.iter().any(|l| l.contains("state/statestore") && l.contains("Component closed.")), "{}", rest.join("\n"));
     assert!(home.path().join("configuration.json").exists());
 }
+
+#[test]
+fn validate_reports_parse_and_validation_problems_in_one_run() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = write(
+        &dir,
+        "mixed.json",
+        r#"{"components": {"state": {
+            "a": {"type": "memory", "metdata": {}},
+            "b": {"type": "memory", "metadata": {"defaultTtlInSeconds": "abc"}},
+            "c": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}
+        }}}"#,
+    );
+    let (code, _, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
+    assert_eq!(code, 1);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            "state/a: unknown field `metdata` (did you mean `metadata`?)",
+            "state/b: metadata field `defaultTtlInSeconds`: invalid type: string \"abc\", expected i64",
+        ],
+        "a component that did not parse is reported once, and the others are still validated"
+    );
+}

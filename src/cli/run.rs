@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rewire::config::{load_file, parse, validate};
+use rewire::config::{parse_and_validate, read_config_bytes};
 use rewire::api::{ApiOptions, ApiServer};
 use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
@@ -39,13 +39,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let loaded = match &config_path {
         Some(path) => {
             tracing::info!(config = %path.display(), "Loading configuration.");
-            load_file(path)
+            read_config_bytes(path).and_then(|bytes| parse_and_validate(&bytes, &registry))
         }
         None => {
             let home = default_home();
             tracing::info!(home = %home.display(), "No configuration given: using the built-in default.");
             match default_config(&home) {
-                Ok(bytes) => parse(&bytes),
+                Ok(bytes) => parse_and_validate(&bytes, &registry),
                 Err(err) => {
                     eprintln!("error: cannot prepare the built-in default in {}: {err}", home.display());
                     return ExitCode::FAILURE;
@@ -53,7 +53,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             }
         }
     };
-    let valid = match loaded.and_then(|config| validate(config, &registry)) {
+    let valid = match loaded {
         Ok(valid) => valid,
         Err(problems) => {
             print_problems(&problems);

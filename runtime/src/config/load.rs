@@ -1,7 +1,7 @@
 //! Parsing a configuration document into the typed model, collecting every
 //! problem with the component it belongs to.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 
@@ -13,6 +13,8 @@ use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawConfigurationRef, RawFile, RawSecretRef};
 use crate::key::ComponentKey;
 use crate::metadata::{decode, MetadataError};
+use crate::registry::Registry;
+use super::validate::{validate_declared, ValidConfig};
 
 /// Largest configuration document accepted, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
@@ -75,6 +77,35 @@ pub fn parse(bytes: &[u8]) -> Result<ConfigFile, Problems> {
 /// optional (an overlay): absent `type`, metadata fields and refs leave the
 /// underlying configuration's as they are.
 pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
+    let (patch, problems) = parse_patch_collecting(bytes)?;
+    problems.into_result(patch)
+}
+
+/// Parses and validates a configuration document, reporting every problem
+/// in one pass: the structural ones of the components that did not parse,
+/// then the validation problems of the rest (a reference to a component
+/// that did not parse is not reported again as undeclared).
+pub fn parse_and_validate(bytes: &[u8], registry: &Registry) -> Result<ValidConfig, Problems> {
+    let (patch, mut problems) = parse_patch_collecting(bytes)?;
+    if !patch.has_components {
+        problems.push(Problem::file("missing `components` (an object of kind -> name -> component)"));
+        return Err(problems);
+    }
+    let broken: BTreeSet<ComponentKey> = problems.iter().filter_map(|p| p.component.clone()).collect();
+    match validate_declared(patch.into_config(), registry, &broken) {
+        Ok(valid) if problems.is_empty() => Ok(valid),
+        Ok(_) => Err(problems),
+        Err(more) => {
+            problems.0.extend(more.0);
+            Err(problems)
+        }
+    }
+}
+
+/// Parses what can be parsed: file-level failures (syntax, size, encoding,
+/// top-level shape) are `Err`; component problems come back beside the
+/// components that parsed.
+fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Problems> {
     let document = parse_document(bytes)?;
     let mut problems = Problems::default();
     let raw: RawFile = match decode(&document) {
@@ -95,12 +126,13 @@ pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
     for (kind, named) in raw.components.into_iter().flatten() {
         parse_kind(&kind, named, &mut components, &mut problems);
     }
-    problems.into_result(ConfigPatch {
+    let patch = ConfigPatch {
         app_id,
         components,
         overlay,
         has_components,
-    })
+    };
+    Ok((patch, problems))
 }
 
 fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {

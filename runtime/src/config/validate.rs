@@ -1,6 +1,8 @@
 //! Checking a parsed configuration against the registry and itself: types,
 //! metadata, references and cycles, with every problem collected.
 
+use std::collections::BTreeSet;
+
 use super::model::ConfigFile;
 use super::problem::{Problem, Problems};
 use crate::graph::DependencyGraph;
@@ -19,6 +21,17 @@ pub struct ValidConfig {
 
 /// Validates `config` against `registry`: every problem is collected.
 pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, Problems> {
+    validate_declared(config, registry, &BTreeSet::new())
+}
+
+/// [`validate`], where `broken` are components the document declares but
+/// that did not parse (already reported): references to them are not
+/// reported again.
+pub(crate) fn validate_declared(
+    config: ConfigFile,
+    registry: &Registry,
+    broken: &BTreeSet<ComponentKey>,
+) -> Result<ValidConfig, Problems> {
     let mut problems = Problems::default();
     for spec in config.components.values() {
         let key = &spec.key;
@@ -46,17 +59,21 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
         for (i, r) in spec.component_refs.iter().enumerate() {
             if &r.key == key {
                 problems.push(Problem::component(key, format!("componentRef[{i}]: a component cannot reference itself")));
-            } else {
+            } else if !broken.contains(&r.key) {
                 check_target(&config, key, &format!("componentRef[{i}]"), &r.key, &mut problems);
             }
         }
         for (i, r) in spec.secret_refs.iter().enumerate() {
             let target = ComponentKey::new(SECRET_STORE, &r.store);
-            check_target(&config, key, &format!("secretRef[{i}]"), &target, &mut problems);
+            if !broken.contains(&target) {
+                check_target(&config, key, &format!("secretRef[{i}]"), &target, &mut problems);
+            }
         }
         for (i, r) in spec.configuration_refs.iter().enumerate() {
             let target = ComponentKey::new(CONFIG_STORE, &r.store);
-            check_target(&config, key, &format!("configurationRef[{i}]"), &target, &mut problems);
+            if !broken.contains(&target) {
+                check_target(&config, key, &format!("configurationRef[{i}]"), &target, &mut problems);
+            }
         }
     }
     if let Some(overlay) = &config.overlay {
