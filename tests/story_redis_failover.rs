@@ -1,92 +1,41 @@
 //! The user stories rewire started from, end to end with real servers:
 //!
-//! 1. An operator releases a new Redis host (the disaster-recovery cluster)
+//! 1. An operator releases a new Redis host (the disaster-recovery server)
 //!    in Apollo; the Redis state store moves its traffic there, in place,
-//!    while requests keep flowing — none fails.
+//!    while requests keep flowing: none fails, and every acknowledged write
+//!    is on a server.
 //! 2. A weak Redis password is rotated in the secret store; the component
-//!    picks it up without a restart and without a failed request.
+//!    picks it up without a restart and without a failed request. A wrong
+//!    new password is refused and the old connection keeps serving.
+//!
+//! The same story with etcd as the config store:
+//! `components/tests/story_etcd_failover.rs`.
 
 #[path = "../components/tests/support/apollo_server.rs"]
 mod apollo_server;
 #[path = "../components/tests/support/redis_server.rs"]
 mod redis_server;
-mod support;
+#[path = "../components/tests/support/story_load.rs"]
+mod story_load;
 #[path = "support/triggers.rs"]
 mod triggers;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use apollo_server::ApolloServer;
 use redis_server::RedisServer;
 use rewire::config::{parse, validate};
-use rewire::{Action, GetRequest, Registry, Runtime, RuntimeOptions, SetRequest, Trigger};
-use triggers::applied_after;
+use rewire::{Action, ComponentKey, Outcome, Registry, Runtime, RuntimeOptions, SetRequest, Trigger};
+use story_load::{lost_writes, start_load};
+use triggers::{applied_after, eventually, records_of};
 
 const OLD_PASSWORD: &str = "weak-pass-1";
 const NEW_PASSWORD: &str = "strong-pass-7f3a9c";
 
-struct Load {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicU64>,
-    missed: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<Vec<String>>>,
-}
-
-/// Four tasks writing and reading back their own keys through the handle.
-/// A call that errors is a failed request. A write whose read-back misses
-/// is not: it lands on the old server and the read on the new one, which is
-/// what a switch to a non-replicated DR server means; those are counted
-/// apart and can only happen at the switch itself.
-fn start_load(runtime: &Runtime) -> Load {
-    let (stop, ok) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let (missed, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let tasks = (0..4)
-        .map(|task| {
-            let (handle, stop, ok) = (runtime.state_store("orders"), stop.clone(), ok.clone());
-            let (missed, failed) = (missed.clone(), failed.clone());
-            tokio::spawn(async move {
-                let mut errors = Vec::new();
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let key = format!("t{task}-{n}");
-                    let result = async {
-                        let store = handle.load().map_err(|e| e.to_string())?;
-                        let set = SetRequest { key: key.clone(), value: n.to_string().into_bytes(), ..SetRequest::default() };
-                        store.set(set).await.map_err(|e| e.to_string())?;
-                        let got = store.get(GetRequest { key, ..GetRequest::default() }).await.map_err(|e| e.to_string())?;
-                        Ok::<bool, String>(got.map(|e| e.data) == Some(n.to_string().into_bytes()))
-                    }
-                    .await;
-                    match result {
-                        Ok(true) => ok.fetch_add(1, Ordering::Relaxed),
-                        Ok(false) => missed.fetch_add(1, Ordering::Relaxed),
-                        Err(err) => {
-                            errors.push(err);
-                            failed.fetch_add(1, Ordering::Relaxed)
-                        }
-                    };
-                }
-                errors
-            })
-        })
-        .collect();
-    Load { stop, ok, missed, failed, tasks }
-}
-
-impl Load {
-    async fn finish(self) -> (u64, u64, u64, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut errors = Vec::new();
-        for task in self.tasks {
-            errors.extend(task.await.unwrap_or_default());
-        }
-        let counts = (self.ok.load(Ordering::Relaxed), self.missed.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed));
-        (counts.0, counts.1, counts.2, errors)
-    }
+fn write_secret(dir: &std::path::Path, password: &str) {
+    let temp = dir.join("secrets.json.tmp");
+    std::fs::write(&temp, format!(r#"{{"redis": {{"password": "{password}"}}}}"#)).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::rename(&temp, dir.join("secrets.json")).unwrap_or_else(|e| panic!("{e}"));
 }
 
 async fn keys_on(server: &RedisServer) -> usize {
@@ -102,16 +51,15 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
     let apollo = ApolloServer::start().await;
     apollo.release("application", &[("orders.redisHost", primary.addr().as_str())]);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let secrets = dir.path().join("secrets.json");
-    std::fs::write(&secrets, format!(r#"{{"redis": {{"password": "{OLD_PASSWORD}"}}}}"#)).unwrap_or_else(|e| panic!("{e}"));
+    write_secret(dir.path(), OLD_PASSWORD);
     let config = serde_json::json!({
         "appId": "checkout",
         "components": {
-            "secret_store": {"local": {"type": "local.file", "metadata": {"secretsFile": secrets, "multiValued": true}}},
+            "secret_store": {"local": {"type": "local.file", "metadata": {"secretsFile": dir.path().join("secrets.json"), "multiValued": true}}},
             "config_store": {"apollo": {"type": "apollo", "metadata": {
                 "config_server": apollo.url(), "app_id": "checkout", "namespace_name": "application",
                 "is_backup_config": false, "retryIntervalMs": 100}}},
-            "state": {"orders": {"type": "redis",
+            "state": {"orders": {"type": "redis", "metadata": {"dialTimeout": "1s"},
                 "configurationRef": [{"store": "apollo", "key": "orders.redisHost", "injectAs": "redisHost", "watch": true}],
                 "secretRef": [{"store": "local", "name": "redis", "key": "password", "injectAs": "redisPassword", "watch": true}]}}
         }
@@ -120,10 +68,10 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
         .unwrap_or_else(|p| panic!("{p}"));
     let options = RuntimeOptions { secret_poll_interval: Duration::from_millis(100), ..RuntimeOptions::default() };
     let runtime = Runtime::start(valid, Registry::collected(), options).await.unwrap_or_else(|e| panic!("{e}"));
-    let orders = runtime.generation().get(&rewire::ComponentKey::new("state", "orders")).cloned();
+    let orders = runtime.generation().get(&ComponentKey::new("state", "orders")).cloned();
 
     // Story 1: the DR switch, released in Apollo.
-    let load = start_load(&runtime);
+    let load = start_load(runtime.state_store("orders"), 4, "t");
     tokio::time::sleep(Duration::from_millis(300)).await;
     apollo.release("application", &[("orders.redisHost", dr.addr().as_str())]);
     let switch = applied_after(&runtime, Trigger::Watch, 0).await;
@@ -136,16 +84,26 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
     // open connections stay authenticated), then the secret store.
     let mut admin = dr.connection().await;
     let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg(NEW_PASSWORD).query_async(&mut admin).await.unwrap_or_else(|e| panic!("{e}"));
-    let temp = dir.path().join("secrets.json.tmp");
-    std::fs::write(&temp, format!(r#"{{"redis": {{"password": "{NEW_PASSWORD}"}}}}"#)).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::rename(&temp, &secrets).unwrap_or_else(|e| panic!("{e}"));
+    write_secret(dir.path(), NEW_PASSWORD);
     let rotation = applied_after(&runtime, Trigger::Watch, 1).await;
     assert_eq!(rotation.actions.get("state/orders"), Some(&Action::UpdatedInPlace), "{rotation:?}");
+
+    // A wrong new password: refused, the reload rolls back, traffic goes on.
+    write_secret(dir.path(), "not-the-password-0000");
+    let refused = eventually(Duration::from_secs(10), || {
+        records_of(&runtime, Trigger::Watch).into_iter().find(|r| r.outcome == Outcome::RolledBack)
+    })
+    .await
+    .unwrap_or_else(|| panic!("a wrong password was not refused: {:#?}", runtime.history()));
+    assert!(refused.error.as_deref().is_some_and(|e| e.contains("state/orders")), "{refused:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (ok, missed, failed, errors) = load.finish().await;
-    assert!(ok > 100, "too little traffic to prove anything: {ok}");
-    assert_eq!(failed, 0, "failed requests during the switch and the rotation: {errors:?}");
-    assert!(missed <= 4, "{missed} read-backs missed: more than one per task at the switch");
+    let seen = load.finish().await;
+    assert!(seen.acked.len() > 100, "too little traffic to prove anything: {}", seen.acked.len());
+    assert!(seen.failed.is_empty(), "failed requests during the switch and the rotations: {:?}", seen.failed);
+    assert!(seen.missed <= 4, "{} read-backs missed: more than one per task at the switch", seen.missed);
+    let lost = lost_writes(&seen.acked, &[primary.client(), dr.client_with_password(NEW_PASSWORD)]).await;
+    assert!(lost.is_empty(), "acknowledged writes on neither server: {lost:?}");
+    assert_eq!(runtime.generation().number, 3, "the refused password left the generation as it was");
 
     // The component reconnects with the new password: drop every client
     // connection on the server; the next request re-authenticates.
@@ -163,8 +121,8 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
     }
     assert!(reconnected, "no request succeeded with the rotated password");
 
-    // The same instance served throughout: both changes were in place.
-    let now = runtime.generation().get(&rewire::ComponentKey::new("state", "orders")).cloned();
+    // The same instance served throughout: every change was in place.
+    let now = runtime.generation().get(&ComponentKey::new("state", "orders")).cloned();
     assert!(matches!((orders, now), (Some(a), Some(b)) if a.same_as(&b)));
     let status = serde_json::to_string(&runtime.status().await).unwrap_or_default();
     assert!(!status.contains(OLD_PASSWORD) && !status.contains(NEW_PASSWORD), "a password reached the status");

@@ -98,6 +98,13 @@ impl RedisServer {
         redis::Client::open(url).unwrap_or_else(|e| panic!("client: {e}"))
     }
 
+    /// A plain client of this server authenticating with `password` (after
+    /// the server's password was changed with `CONFIG SET requirepass`).
+    pub fn client_with_password(&self, password: &str) -> redis::Client {
+        let url = format!("redis://:{password}@127.0.0.1:{}/", self.port);
+        redis::Client::open(url).unwrap_or_else(|e| panic!("client: {e}"))
+    }
+
     /// A connection of a plain client.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
         self.client()
