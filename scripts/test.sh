@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs rewire's whole test suite on a fresh machine: installs what the tests
 # need when missing (redis-server, etcd-server, protobuf-compiler for the
-# etcd client, the Dapr Python SDK for the SDK compatibility test), then runs
+# etcd client, the Dapr Python SDK for the SDK compatibility test, the
+# mermaid parser for the graph test), then runs
 # every test of every crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,11 @@ fi
 if ! python3 -c "import dapr.clients" >/dev/null 2>&1; then
   echo "Installing the Dapr Python SDK..."
   python3 -m pip install --quiet --disable-pip-version-check dapr
+fi
+
+if [ ! -d tests/mermaid/node_modules/mermaid ]; then
+  echo "Installing the mermaid parser (for the graph test)..."
+  npm install --prefix tests/mermaid --no-audit --no-fund --silent
 fi
 
 cargo test --workspace --all-targets --features etcd --no-fail-fast -j2 "$@"
