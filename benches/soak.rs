@@ -11,13 +11,16 @@
 //!
 //! `REWIRE_SOAK_SECS=600 cargo bench --bench soak` soaks for ten minutes
 //! (default 60 s; `REWIRE_SOAK_TASKS` sets the number of request loops,
-//! default 8). Invoked without `--bench` (as `cargo test --all-targets`
+//! default 8; `REWIRE_SOAK_RELOAD_MS` the time between reloads, default
+//! 100, 0 for the load alone). Invoked without `--bench` (as `cargo test --all-targets`
 //! does) it runs for about two seconds. It exits non-zero if any request
 //! failed, a reload ended otherwise than it must, or a replaced instance
 //! was never freed. Nothing here asserts on time.
 
 #[path = "support/soak_backend.rs"]
 mod soak_backend;
+#[path = "support/soak_histogram.rs"]
+mod soak_histogram;
 #[path = "support/soak_load.rs"]
 mod soak_load;
 #[path = "support/soak_reloads.rs"]
@@ -33,9 +36,10 @@ use std::time::{Duration, Instant};
 use rewire::config::{parse, validate};
 use rewire::{Registry, Runtime, RuntimeOptions};
 
+use soak_histogram::Histogram;
 use soak_load::{Load, Tally};
 use soak_reloads::{Kind, Reloads};
-use soak_report::{human, load_average, mib, percentile, print_table, rss_kib, RssTrend};
+use soak_report::{human, load_average, mib, print_table, rss_kib, RssTrend};
 
 /// How long and how hard the soak runs.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +52,8 @@ struct Plan {
     warmup: Duration,
     /// Request loops.
     tasks: usize,
+    /// Time between two reloads (`None`: no reloads, load alone).
+    reload_every: Option<Duration>,
     /// RSS is sampled this often after the warm-up.
     sample_every: Duration,
     /// A progress line is printed this often (`None`: never).
@@ -63,6 +69,7 @@ impl Plan {
                 duration: Duration::from_secs(2),
                 warmup: Duration::from_millis(500),
                 tasks: 4,
+                reload_every: Some(soak_reloads::PERIOD),
                 sample_every: Duration::from_millis(250),
                 progress_every: None,
             };
@@ -79,6 +86,13 @@ impl Plan {
             duration,
             warmup: (duration / 10).clamp(Duration::from_secs(1), Duration::from_secs(60)),
             tasks: number("REWIRE_SOAK_TASKS").map_or(8, |n| n as usize),
+            reload_every: match std::env::var("REWIRE_SOAK_RELOAD_MS") {
+                Ok(v) if v.trim() == "0" => None,
+                _ => Some(
+                    number("REWIRE_SOAK_RELOAD_MS")
+                        .map_or(soak_reloads::PERIOD, Duration::from_millis),
+                ),
+            },
             sample_every: Duration::from_secs(5),
             progress_every: Some(
                 (duration / 10).clamp(Duration::from_secs(5), Duration::from_secs(60)),
@@ -112,11 +126,12 @@ fn main() -> ExitCode {
         .build()
         .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
     println!(
-        "# rewire soak ({} mode: {} of load, {} request loops, a reload every {} ms; {cores} cores, {cores} tokio workers)\n",
+        "# rewire soak ({} mode: {} of load, {} request loops, {}; {cores} cores, {cores} tokio workers)\n",
         if plan.bench { "bench" } else { "smoke" },
         human(plan.duration),
         plan.tasks,
-        soak_reloads::PERIOD.as_millis()
+        plan.reload_every
+            .map_or("no reloads".into(), |every| format!("a reload every {}", human(every)))
     );
     println!("Load average before: {}\n", load_average());
     let started = Instant::now();
@@ -152,7 +167,13 @@ async fn soak(plan: Plan) -> Measured {
     let tally = Arc::new(Tally::default());
     let load = Load::start(&runtime, plan.tasks, &tally);
     let stop_reloads = Arc::new(AtomicBool::new(false));
-    let reloader = tokio::spawn(soak_reloads::run(runtime.clone(), stop_reloads.clone()));
+    let reloader = plan.reload_every.map(|every| {
+        tokio::spawn(soak_reloads::run(
+            runtime.clone(),
+            every,
+            stop_reloads.clone(),
+        ))
+    });
 
     let started = Instant::now();
     tokio::time::sleep(plan.warmup).await;
@@ -191,9 +212,12 @@ async fn soak(plan: Plan) -> Measured {
     let rss_end = rss_kib();
     let after_warmup = warm_at.elapsed();
     stop_reloads.store(true, Ordering::Relaxed);
-    let reloads = reloader
-        .await
-        .unwrap_or_else(|e| panic!("reload loop failed: {e}"));
+    let reloads = match reloader {
+        Some(reloader) => reloader
+            .await
+            .unwrap_or_else(|e| panic!("reload loop failed: {e}")),
+        None => Reloads::default(),
+    };
     load.stop().await;
 
     // Replaced instances are closed once their users let go (or after the
@@ -220,10 +244,10 @@ async fn soak(plan: Plan) -> Measured {
 }
 
 /// Prints the report; whether the run was healthy.
-fn report(plan: &Plan, mut m: Measured) -> bool {
+fn report(plan: &Plan, m: Measured) -> bool {
     println!();
     let failed = report_requests(&m.tally);
-    let anomalies = report_reloads(&mut m.reloads);
+    let anomalies = report_reloads(plan, &m.reloads);
     report_memory(plan, &m);
 
     println!("## Instances of soak/backend\n");
@@ -285,10 +309,14 @@ fn report_requests(tally: &Tally) -> u64 {
 }
 
 /// Prints the reload tables; the number of unexpected outcomes.
-fn report_reloads(reloads: &mut Reloads) -> usize {
+fn report_reloads(plan: &Plan, reloads: &Reloads) -> usize {
+    let Some(every) = plan.reload_every else {
+        println!("## Reloads\n\nNone (`REWIRE_SOAK_RELOAD_MS=0`): the load alone.\n");
+        return 0;
+    };
     println!(
-        "## Reloads (one every {} ms; latency = parse + `Runtime::apply`)\n",
-        soak_reloads::PERIOD.as_millis()
+        "## Reloads (one every {}; latency = parse + `Runtime::apply`, percentiles to within 1%)\n",
+        human(every)
     );
     println!(
         "{} reloads: {} applied, {} rejected, {} rolled back; {} ended otherwise than they must.\n",
@@ -300,22 +328,22 @@ fn report_reloads(reloads: &mut Reloads) -> usize {
     );
     let mut rows = Vec::new();
     let mut p50s = Vec::new();
-    let mut row = |label: &str, samples: &mut Vec<Duration>| {
-        let p50 = percentile(samples, 50.0);
+    let mut row = |label: &str, samples: &Histogram| {
+        let p50 = samples.percentile(50.0);
         p50s.push(p50);
         rows.push(vec![
             label.to_string(),
             samples.len().to_string(),
             human(p50),
-            human(percentile(samples, 90.0)),
-            human(percentile(samples, 99.0)),
-            human(samples.iter().max().copied().unwrap_or_default()),
+            human(samples.percentile(90.0)),
+            human(samples.percentile(99.0)),
+            human(samples.max()),
         ]);
     };
     for (slot, kind) in Kind::ALL.iter().enumerate() {
-        row(kind.label(), &mut reloads.latencies[slot]);
+        row(kind.label(), &reloads.latencies[slot]);
     }
-    row("all", &mut reloads.all_latencies());
+    row("all", &reloads.all_latencies());
     print_table(&["reload", "count", "p50", "p90", "p99", "max"], &rows);
     if let (Some(in_place), Some(rebuild)) = (p50s.first(), p50s.get(1)) {
         if !in_place.is_zero() {

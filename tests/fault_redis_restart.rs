@@ -32,35 +32,69 @@ const CALL_LIMIT: Duration = Duration::from_millis(1500 + 1000);
 /// hanging the suite).
 const HANG_GUARD: Duration = Duration::from_secs(15);
 
-/// Phases of the scenario; each request is counted in the phase it
-/// started in.
-const BEFORE: u8 = 0;
-const OUTAGE_PHASE: u8 = 1;
-const RESTARTED: u8 = 2;
-const RECOVERED: u8 = 3;
-const PHASES: usize = 4;
-/// How a call of each phase is described.
-const PHASE_NAMES: [&str; PHASES] = [
-    "before the outage",
-    "made while the server was down",
-    "that ended while the server restarted",
-    "after recovery",
-];
+/// Phases of the scenario. A request records the phase it started in and
+/// the one it ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// The server is up.
+    Before = 0,
+    /// The server is being killed (a request may still get through).
+    Killing = 1,
+    /// The server is dead.
+    Down = 2,
+    /// The server is starting again on the same port.
+    Restarting = 3,
+    /// Requests were served again, and every loop has finished the request
+    /// it had started before.
+    Recovered = 4,
+}
 
-/// What one task saw in each phase.
-#[derive(Debug, Default, Clone)]
-struct Seen {
-    ok: [u64; PHASES],
-    failed: [u64; PHASES],
-    /// Longest call (a set or a get) per phase.
-    longest: [Duration; PHASES],
-    /// Errors met, per phase (first few).
-    errors: [Vec<String>; PHASES],
+impl Phase {
+    fn from_u8(n: u8) -> Self {
+        match n {
+            0 => Phase::Before,
+            1 => Phase::Killing,
+            2 => Phase::Down,
+            3 => Phase::Restarting,
+            _ => Phase::Recovered,
+        }
+    }
+}
+
+/// The phase of the scenario, shared with the loops.
+#[derive(Clone, Default)]
+struct PhaseCell(Arc<AtomicU8>);
+
+impl PhaseCell {
+    fn get(&self) -> Phase {
+        Phase::from_u8(self.0.load(Ordering::SeqCst))
+    }
+
+    fn set(&self, phase: Phase) {
+        self.0.store(phase as u8, Ordering::SeqCst);
+    }
+}
+
+/// One request as a loop saw it.
+#[derive(Debug, Clone)]
+struct Request {
+    started: Phase,
+    ended: Phase,
+    /// The longer of its two calls (set, get).
+    longest: Duration,
+    error: Option<String>,
+}
+
+impl Request {
+    /// Started and ended in `phase`.
+    fn within(&self, phase: Phase) -> bool {
+        self.started == phase && self.ended == phase
+    }
 }
 
 struct Load {
     stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<Seen>>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Request>>>,
 }
 
 /// One call, timed and bounded by [`HANG_GUARD`].
@@ -103,41 +137,37 @@ async fn request(
     }
 }
 
-fn start_load(runtime: &Runtime, phase: &Arc<AtomicU8>) -> Load {
+fn start_load(runtime: &Runtime, phase: &PhaseCell) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let tasks = (0..TASKS)
         .map(|task| {
             let handle = runtime.state_store("orders");
             let (stop, phase) = (stop.clone(), phase.clone());
             tokio::spawn(async move {
-                let mut seen = Seen::default();
+                let mut requests = Vec::new();
                 let mut n = 0u64;
                 while !stop.load(Ordering::SeqCst) {
                     n += 1;
-                    let started_in = phase.load(Ordering::SeqCst);
+                    let started = phase.get();
                     let key = format!("t{task}-{}", n % 100);
                     let value = n.to_string().into_bytes();
                     let mut longest = Duration::ZERO;
                     let result = request(&handle, key, value, &mut longest).await;
-                    // A request belongs to the latest phase it saw: one in
-                    // flight when the server dies is an outage request.
-                    let p = usize::from(started_in.max(phase.load(Ordering::SeqCst)));
-                    seen.longest[p] = seen.longest[p].max(longest);
-                    match result {
-                        Ok(()) => seen.ok[p] += 1,
-                        Err(err) => {
-                            seen.failed[p] += 1;
-                            if seen.errors[p].len() < 3 {
-                                seen.errors[p].push(err);
-                            }
-                            // A failing client backs off a little, as
-                            // real ones do.
-                            sleep(Duration::from_millis(10)).await;
-                        }
+                    let failed = result.is_err();
+                    requests.push(Request {
+                        started,
+                        ended: phase.get(),
+                        longest,
+                        error: result.err(),
+                    });
+                    if failed {
+                        // A failing client backs off a little, as real
+                        // ones do.
+                        sleep(Duration::from_millis(10)).await;
                     }
                     sleep(Duration::from_millis(1)).await;
                 }
-                seen
+                requests
             })
         })
         .collect();
@@ -145,17 +175,18 @@ fn start_load(runtime: &Runtime, phase: &Arc<AtomicU8>) -> Load {
 }
 
 impl Load {
-    async fn finish(self) -> Vec<Seen> {
+    /// Stops the loops: per task, every request it made.
+    async fn finish(self) -> Vec<Vec<Request>> {
         self.stop.store(true, Ordering::SeqCst);
-        let mut seen = Vec::new();
+        let mut all = Vec::new();
         for task in self.tasks {
             // A panic in a request would surface here.
-            seen.push(
+            all.push(
                 task.await
                     .unwrap_or_else(|e| panic!("request loop panicked: {e}")),
             );
         }
-        seen
+        all
     }
 }
 
@@ -175,22 +206,56 @@ async fn wait_until_served(runtime: &Runtime) {
     panic!("requests did not succeed again after the restart; last error: {last}");
 }
 
-fn total(seen: &[Seen], pick: impl Fn(&Seen) -> u64) -> u64 {
-    seen.iter().map(pick).sum()
+/// What the loops saw, and the server's address.
+struct Observed {
+    tasks: Vec<Vec<Request>>,
+    host: String,
 }
 
-/// What the scenario saw, and the server's address.
-struct Observed {
-    seen: Vec<Seen>,
-    host: String,
-    report: String,
+impl Observed {
+    fn all(&self) -> impl Iterator<Item = &Request> {
+        self.tasks.iter().flatten()
+    }
+
+    /// (succeeded, failed) among the requests that pass `pick`.
+    fn count(&self, pick: impl Fn(&Request) -> bool) -> (usize, usize) {
+        let picked: Vec<&Request> = self.all().filter(|r| pick(r)).collect();
+        let failed = picked.iter().filter(|r| r.error.is_some()).count();
+        (picked.len() - failed, failed)
+    }
+
+    /// A summary for assertion messages: per phase pair, counts, the
+    /// longest call and the first errors.
+    fn report(&self) -> String {
+        let mut lines = Vec::new();
+        for started in 0..=4 {
+            for ended in started..=4 {
+                let (started, ended) = (Phase::from_u8(started), Phase::from_u8(ended));
+                let of = |r: &&Request| r.started == started && r.ended == ended;
+                let picked: Vec<&Request> = self.all().filter(of).collect();
+                if picked.is_empty() {
+                    continue;
+                }
+                let failed: Vec<&String> = picked.iter().filter_map(|r| r.error.as_ref()).collect();
+                let longest = picked.iter().map(|r| r.longest).max().unwrap_or_default();
+                lines.push(format!(
+                    "{started:?} -> {ended:?}: {} ok, {} failed, longest call {longest:?}, first errors {:?}",
+                    picked.len() - failed.len(),
+                    failed.len(),
+                    failed.iter().take(3).collect::<Vec<_>>()
+                ));
+            }
+        }
+        lines.join("\n")
+    }
 }
 
 /// Starts Redis and a runtime with a `redis` state store on it, runs the
 /// load, kills the server for `outage`, restarts it on the same port, and
 /// waits until requests are served again. Checks what must hold whatever
 /// the outage: traffic before it, recovery after it with no failed
-/// request, on the same instance, without a reload; no call hung.
+/// request, on the same instance, without a reload; no call hung, every
+/// error names the server.
 async fn kill_and_restart_under_load(outage: Duration) -> Observed {
     let mut server = RedisServer::start().await;
     let host = server.addr();
@@ -213,52 +278,52 @@ async fn kill_and_restart_under_load(outage: Duration) -> Observed {
         .cloned()
         .unwrap_or_else(|| panic!("state/orders is not running"));
 
-    let phase = Arc::new(AtomicU8::new(BEFORE));
+    let phase = PhaseCell::default();
     let load = start_load(&runtime, &phase);
     sleep(Duration::from_millis(300)).await;
 
     // The outage.
-    phase.store(OUTAGE_PHASE, Ordering::SeqCst);
+    phase.set(Phase::Killing);
     server.stop();
+    phase.set(Phase::Down);
     sleep(outage).await;
 
     // Back on the same port, empty (no persistence).
-    phase.store(RESTARTED, Ordering::SeqCst);
+    phase.set(Phase::Restarting);
     server.restart().await;
     assert_eq!(server.addr(), host);
     wait_until_served(&runtime).await;
     // Let every loop finish the request it had started before recovery.
     sleep(CALL_LIMIT).await;
-    phase.store(RECOVERED, Ordering::SeqCst);
+    phase.set(Phase::Recovered);
     sleep(Duration::from_millis(500)).await;
-    let seen = load.finish().await;
-    let report = format!("{seen:#?}");
+    let observed = Observed {
+        tasks: load.finish().await,
+        host,
+    };
+    let report = observed.report();
 
     // Before the outage: all good.
-    assert!(
-        total(&seen, |s| s.ok[0]) > 0,
-        "no traffic before the outage: {report}"
-    );
-    assert_eq!(total(&seen, |s| s.failed[0]), 0, "{report}");
+    let (ok, failed) = observed.count(|r| r.within(Phase::Before));
+    assert!(ok > 0, "no traffic before the outage:\n{report}");
+    assert_eq!(failed, 0, "{report}");
     // No call hung; every error names the Redis server.
-    for s in &seen {
-        for err in s.errors.iter().flatten() {
-            assert!(!err.contains("HUNG"), "a call hung: {err}");
-            assert!(
-                err.contains(&format!("redis at {host}")),
-                "the error does not name the Redis server: {err}"
-            );
-        }
+    for err in observed.all().filter_map(|r| r.error.as_ref()) {
+        assert!(!err.contains("HUNG"), "a call hung: {err}");
+        assert!(
+            err.contains(&format!("redis at {}", observed.host)),
+            "the error does not name the Redis server: {err}"
+        );
     }
+    // A request made while the server was dead cannot succeed.
+    let (ok, _) = observed.count(|r| r.within(Phase::Down));
+    assert_eq!(ok, 0, "a request succeeded with the server down:\n{report}");
     // After the restart: every request succeeds again.
-    assert!(
-        total(&seen, |s| s.ok[3]) >= TASKS as u64,
-        "no traffic after recovery: {report}"
-    );
+    let (ok, failed) = observed.count(|r| r.within(Phase::Recovered));
+    assert!(ok >= TASKS, "no traffic after recovery:\n{report}");
     assert_eq!(
-        total(&seen, |s| s.failed[3]),
-        0,
-        "requests still fail after the restart: {report}"
+        failed, 0,
+        "requests still fail after the restart:\n{report}"
     );
 
     // Same instance, no reload, no restart.
@@ -271,23 +336,19 @@ async fn kill_and_restart_under_load(outage: Duration) -> Observed {
     );
     drop(instance);
     runtime.shutdown().await;
-    Observed { seen, host, report }
+    observed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_and_restarted_under_load_recovers_without_a_reload() {
-    let Observed { seen, host, report } = kill_and_restart_under_load(Duration::from_secs(3)).await;
-    // Requests in flight when the server died failed, with an error that
-    // names it (checked for every error above).
+    let observed = kill_and_restart_under_load(Duration::from_secs(3)).await;
+    // Requests met the outage and failed, each with an error that names
+    // the server (checked for every error above).
+    let (_, failed) = observed.count(|r| r.started >= Phase::Killing && r.ended <= Phase::Down);
     assert!(
-        total(&seen, |s| s.failed[1]) >= 1,
-        "no request failed while the server was down: {report}"
-    );
-    assert!(
-        seen.iter()
-            .flat_map(|s| &s.errors[1])
-            .any(|e| e.contains(&format!("redis at {host}"))),
-        "{report}"
+        failed >= 1,
+        "no request failed while the server was down:\n{}",
+        observed.report()
     );
 }
 
@@ -298,31 +359,32 @@ async fn redis_killed_and_restarted_under_load_recovers_without_a_reload() {
 /// about 5 s here: the store bounds every command itself.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_during_a_redis_outage_fail_within_the_configured_timeouts() {
-    let Observed { seen, report, .. } = kill_and_restart_under_load(Duration::from_secs(4)).await;
-    for p in [OUTAGE_PHASE, RESTARTED] {
-        let longest = seen
-            .iter()
-            .map(|s| s.longest[usize::from(p)])
-            .max()
-            .unwrap_or_default();
-        assert!(
-            longest <= CALL_LIMIT,
-            "a call {} took {longest:?}, beyond the configured timeouts \
-             (dial {DIAL:?} + read {READ:?} + write {WRITE:?}, {CALL_LIMIT:?} with slack): {report}",
-            PHASE_NAMES[usize::from(p)]
-        );
-    }
-    // Four seconds down: every loop met the outage, and no request
-    // started while the server was down succeeded.
-    for (task, s) in seen.iter().enumerate() {
-        assert!(
-            s.failed[1] >= 2,
-            "task {task} did not see the outage: {report}"
-        );
-    }
-    assert_eq!(
-        total(&seen, |s| s.ok[1]),
-        0,
-        "a request succeeded with the server down: {report}"
+    let observed = kill_and_restart_under_load(Duration::from_secs(4)).await;
+    let report = observed.report();
+    let longest = observed
+        .all()
+        .filter(|r| r.ended >= Phase::Killing && r.started <= Phase::Restarting)
+        .map(|r| r.longest)
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest <= CALL_LIMIT,
+        "a call during the outage took {longest:?}, beyond the configured timeouts \
+         (dial {DIAL:?} + read {READ:?} + write {WRITE:?}, {CALL_LIMIT:?} with slack):\n{report}"
     );
+    // Four seconds down: every loop met the outage, and its requests
+    // failed rather than waited for the server (a call is cut at 1.5 s, so
+    // each loop makes at least two requests that start while the server
+    // dies or is dead and end before it restarts).
+    for (task, requests) in observed.tasks.iter().enumerate() {
+        let failed = requests
+            .iter()
+            .filter(|r| r.started >= Phase::Killing && r.ended <= Phase::Down)
+            .filter(|r| r.error.is_some())
+            .count();
+        assert!(
+            failed >= 2,
+            "task {task} failed {failed} requests while the server was down:\n{report}"
+        );
+    }
 }

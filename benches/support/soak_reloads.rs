@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use rewire::config::parse;
 use rewire::{Action, FailedStep, Outcome, ReloadError, Runtime};
 
-/// Time between two reloads.
+use super::soak_histogram::Histogram;
+
+/// Time between two reloads, unless `REWIRE_SOAK_RELOAD_MS` says
+/// otherwise.
 pub const PERIOD: Duration = Duration::from_millis(100);
 /// The backend's init delay.
 pub const INIT_MS: u64 = 10;
@@ -90,8 +93,8 @@ pub fn initial_text() -> String {
 /// The latencies and outcomes of the reloads made.
 #[derive(Debug, Default)]
 pub struct Reloads {
-    /// Per kind (index in [`Kind::ALL`]): the latency of each reload.
-    pub latencies: [Vec<Duration>; 4],
+    /// Per kind (index in [`Kind::ALL`]): the latencies of the reloads.
+    pub latencies: [Histogram; 4],
     /// Reloads that applied (a new generation).
     pub applied: u64,
     /// Reloads rejected (invalid candidate).
@@ -104,13 +107,17 @@ pub struct Reloads {
 
 impl Reloads {
     /// Every latency, all kinds together.
-    pub fn all_latencies(&self) -> Vec<Duration> {
-        self.latencies.iter().flatten().copied().collect()
+    pub fn all_latencies(&self) -> Histogram {
+        let mut all = Histogram::default();
+        for kind in &self.latencies {
+            all.merge(kind);
+        }
+        all
     }
 
     /// Reloads made.
     pub fn total(&self) -> u64 {
-        self.latencies.iter().map(|l| l.len() as u64).sum()
+        self.latencies.iter().map(Histogram::len).sum()
     }
 
     fn anomaly(&mut self, text: String) {
@@ -120,11 +127,11 @@ impl Reloads {
     }
 }
 
-/// Reloads `runtime` every [`PERIOD`] until `stop`.
-pub async fn run(runtime: Runtime, stop: Arc<AtomicBool>) -> Reloads {
+/// Reloads `runtime` every `period` until `stop`.
+pub async fn run(runtime: Runtime, period: Duration, stop: Arc<AtomicBool>) -> Reloads {
     let mut reloads = Reloads::default();
     let mut declared = Declared::default();
-    let mut ticks = tokio::time::interval(PERIOD);
+    let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     let mut i = 0u64;
@@ -145,7 +152,7 @@ pub async fn run(runtime: Runtime, stop: Arc<AtomicBool>) -> Reloads {
         };
         let latency = started.elapsed();
         let slot = Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
-        reloads.latencies[slot].push(latency);
+        reloads.latencies[slot].record(latency);
         match &result {
             Ok(record) if record.outcome == Outcome::Applied => reloads.applied += 1,
             Err(ReloadError::Invalid(_)) => reloads.rejected += 1,

@@ -69,16 +69,6 @@ impl RssTrend {
     }
 }
 
-/// The `p`-th percentile (0–100) of `samples`, nearest rank.
-pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
-    if samples.is_empty() {
-        return Duration::ZERO;
-    }
-    samples.sort();
-    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
-    samples[rank.clamp(1, samples.len()) - 1]
-}
-
 /// A duration with a unit that keeps three significant figures.
 pub fn human(d: Duration) -> String {
     let ns = d.as_secs_f64() * 1e9;
