@@ -1,5 +1,6 @@
-//! A component whose init fails stops start-up with an error naming it, and
-//! everything started before it is closed, users before their stores.
+//! A component whose init fails stops start-up with an error naming it; it
+//! is closed (to release what it took), then everything started before it,
+//! users before their stores.
 
 mod support;
 
@@ -80,7 +81,11 @@ async fn init_failure_names_the_component_and_closes_what_started() {
     assert_eq!(failures[0].component.to_string(), "probe/broken");
     assert_eq!(failures[0].step, FailedStep::Init);
     assert_eq!(failures[0].to_string(), "probe/broken: init failed: backend refused the connection");
-    assert_eq!(closed_of("f-"), ["f-middle", "f-base"], "closed in reverse order; never-started ones untouched");
+    assert_eq!(
+        closed_of("f-"),
+        ["f-broken", "f-middle", "f-base"],
+        "the failed one is closed to release what it took, then the started ones in reverse order; never-started ones untouched"
+    );
 }
 
 #[tokio::test]
@@ -105,5 +110,5 @@ async fn hanging_init_times_out() {
     };
     assert_eq!(failures[0].component.to_string(), "probe/stuck");
     assert_eq!(failures[0].step, FailedStep::InitTimeout);
-    assert_eq!(closed_of("h-"), ["h-ok"]);
+    assert_eq!(closed_of("h-"), ["h-stuck", "h-ok"], "the abandoned init is closed too");
 }

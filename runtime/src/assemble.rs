@@ -211,11 +211,11 @@ pub async fn assemble_resolved(
     match init {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
-            shutdown.cancel();
+            close_unstarted(key, component.as_ref(), &shutdown, cx).await;
             return Err(cx.fail(key, FailedStep::Init, err));
         }
         Err(_) => {
-            shutdown.cancel();
+            close_unstarted(key, component.as_ref(), &shutdown, cx).await;
             return Err(cx.fail(key, FailedStep::InitTimeout, format!("no answer within {:?}", cx.timeouts.init)));
         }
     }
@@ -230,6 +230,18 @@ pub async fn assemble_resolved(
         shutdown,
         resolved,
     })
+}
+
+/// Lets a component whose init failed or timed out release what it may
+/// have taken: its shutdown token is cancelled and `close` is called
+/// (bounded by the init timeout).
+async fn close_unstarted(key: &ComponentKey, component: &dyn Buildable, shutdown: &CancellationToken, cx: &AssemblyContext) {
+    shutdown.cancel();
+    match tokio::time::timeout(cx.timeouts.init, component.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed."),
+        Err(_) => tracing::warn!(component = %key, "Close after a failed init did not answer in time."),
+    }
 }
 
 fn inject(spec: &ComponentSpec, component: &mut dyn Buildable, cx: &AssemblyContext) -> Result<(), ComponentFailure> {

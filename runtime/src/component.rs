@@ -82,7 +82,9 @@ pub trait Component: Any + Send + Sync {
     }
 
     /// Called once when the instance is retired (shutdown, removal, or
-    /// replacement by a reload), after its last in-flight user let go.
+    /// replacement by a reload), after its last in-flight user let go; also
+    /// after an `init` that failed or timed out, so that what it took is
+    /// released.
     async fn close(&self) -> Result<(), ComponentError> {
         Ok(())
     }

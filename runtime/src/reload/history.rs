@@ -47,6 +47,8 @@ pub enum Action {
     Added,
     /// Component gone.
     Removed,
+    /// Its new instance or in-place update failed: the reload rolled back.
+    Failed,
 }
 
 /// How a reload ended.

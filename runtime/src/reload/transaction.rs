@@ -133,6 +133,9 @@ pub(crate) async fn prepare(
         }
         if !failures.is_empty() {
             failures.sort_by(|a, b| a.component.cmp(&b.component));
+            for failure in &failures {
+                actions.insert(failure.component.clone(), Action::Failed);
+            }
             undo(done, cx).await;
             return Err(Failed { failures, actions });
         }
