@@ -11,7 +11,10 @@ fn main() -> ExitCode {
     cli::init_tracing();
     // The registry must see the community components: reference the crate.
     rewire::components::link();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");

@@ -148,12 +148,14 @@ async fn without_an_admin_token_the_app_token_guards_the_lifecycle_api() {
     };
     let sidecar = Sidecar::start(CONFIG, options).await;
     let mut client = grpc::lifecycle_client(sidecar.grpc_url()).await;
-    let missing = client.get_status(GetStatusRequest {}).await.expect_err("no token");
+    let missing = client
+        .get_status(GetStatusRequest {})
+        .await
+        .expect_err("no token");
     assert_eq!(missing.code(), Code::Unauthenticated);
     let request = with_header(GetStatusRequest {}, APP_TOKEN_HEADER, APP_TOKEN);
-    client
-        .get_status(request)
-        .await
-        .unwrap_or_else(|e| panic!("the app token opens the lifecycle API when no admin token is set: {e}"));
+    client.get_status(request).await.unwrap_or_else(|e| {
+        panic!("the app token opens the lifecycle API when no admin token is set: {e}")
+    });
     sidecar.stop().await;
 }

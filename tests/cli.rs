@@ -15,7 +15,9 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf 
 }
 
 fn output(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run rewire: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run rewire: {e}"));
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -59,16 +61,27 @@ fn validate_reports_every_problem_on_its_own_line() {
 #[test]
 fn validate_gives_line_and_column_of_malformed_json() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let path = write(&dir, "bad.json", "{\"components\": {\n  \"state\": {\"a\": {\"type\": \"memory\",}}\n}");
+    let path = write(
+        &dir,
+        "bad.json",
+        "{\"components\": {\n  \"state\": {\"a\": {\"type\": \"memory\",}}\n}",
+    );
     let (code, _, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
     assert_eq!(code, 1);
-    assert!(stderr.starts_with("malformed JSON at line 2, column 36: trailing comma"), "{stderr}");
+    assert!(
+        stderr.starts_with("malformed JSON at line 2, column 36: trailing comma"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn validate_accepts_a_valid_file() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let path = write(&dir, "ok.json", r#"{"components": {"state": {"s": {"type": "memory"}}, "lock": {"l": {"type": "memory"}}}}"#);
+    let path = write(
+        &dir,
+        "ok.json",
+        r#"{"components": {"state": {"s": {"type": "memory"}}, "lock": {"l": {"type": "memory"}}}}"#,
+    );
     let (code, stdout, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("valid (2 components)"), "{stdout}");
@@ -87,9 +100,17 @@ fn graph_lists_stores_before_users_in_both_formats() {
         }}"#,
     );
     for format in ["dot", "mermaid"] {
-        let (code, stdout, stderr) = output(rewire().args(["graph", "--format", format, "--config"]).arg(&path));
+        let (code, stdout, stderr) = output(
+            rewire()
+                .args(["graph", "--format", format, "--config"])
+                .arg(&path),
+        );
         assert_eq!(code, 0, "{stderr}");
-        let at = |s: &str| stdout.find(s).unwrap_or_else(|| panic!("{s} missing:\n{stdout}"));
+        let at = |s: &str| {
+            stdout
+                .find(s)
+                .unwrap_or_else(|| panic!("{s} missing:\n{stdout}"))
+        };
         assert!(at("config_store/cfg") < at("state/orders"));
         assert!(at("state/orders") < at("lock/l"));
     }
@@ -99,7 +120,14 @@ fn graph_lists_stores_before_users_in_both_formats() {
 fn components_lists_the_linked_registry() {
     let (code, stdout, _) = output(rewire().arg("components"));
     assert_eq!(code, 0);
-    for expected in ["state/memory", "lock/memory", "config_store/memory", "config_store/file", "secret_store/local.file", "secret_store/env"] {
+    for expected in [
+        "state/memory",
+        "lock/memory",
+        "config_store/memory",
+        "config_store/file",
+        "secret_store/local.file",
+        "secret_store/env",
+    ] {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }
 }
@@ -123,7 +151,13 @@ fn run_exits_non_zero_naming_the_component_that_failed() {
 fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
     let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut child = rewire()
-        .args(["run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args([
+            "run",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
         .current_dir(home.path())
         .env("REWIRE_HOME", home.path())
         .env("RUST_LOG", "info")
@@ -150,14 +184,30 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
             }
         }
     }
-    assert!(seen.iter().any(|l| l.contains("components=4")), "{}", seen.join("\n"));
-    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(
+        seen.iter().any(|l| l.contains("components=4")),
+        "{}",
+        seen.join("\n")
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     assert!(killed.is_ok_and(|s| s.success()));
     let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
     let rest: Vec<String> = rx.iter().collect();
     assert!(status.success(), "exit {status}:\n{}", rest.join("\n"));
-    assert!(rest.iter().any(|l| l.contains("signal=\"SIGTERM\"") || l.contains("signal=SIGTERM")), "{}", rest.join("\n"));
-    assert!(rest.iter().any(|l| l.contains("state/statestore") && l.contains("Component closed.")), "{}", rest.join("\n"));
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("signal=\"SIGTERM\"") || l.contains("signal=SIGTERM")),
+        "{}",
+        rest.join("\n")
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("state/statestore") && l.contains("Component closed.")),
+        "{}",
+        rest.join("\n")
+    );
     assert!(home.path().join("configuration.json").exists());
 }
 

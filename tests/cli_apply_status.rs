@@ -65,32 +65,63 @@ fn start(config: &std::path::Path, grpc: &str, http: &str) -> Running {
 fn apply_changes_a_running_component_and_status_shows_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let config = dir.path().join("rewire.json");
-    std::fs::write(&config, r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let grpc = format!("127.0.0.1:{}", free_port());
     let http = format!("127.0.0.1:{}", free_port());
     let _sidecar = start(&config, &grpc, &http);
 
-    let applied = rewire(&["apply", "--kind", "state", "--name", "orders", "-m", "defaultTtlInSeconds=30", "--addr", &grpc]);
+    let applied = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=30",
+        "--addr",
+        &grpc,
+    ]);
     assert!(applied.status.success(), "{}", text(&applied.stderr));
     assert_eq!(
         text(&applied.stdout),
         "state/orders: applied (generation 2)\n  state/orders: updated_in_place\n"
     );
 
-    let rejected = rewire(&["apply", "--kind", "state", "--name", "orders", "-m", "defaultTtlInSecs=30", "--addr", &grpc]);
+    let rejected = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSecs=30",
+        "--addr",
+        &grpc,
+    ]);
     assert_eq!(rejected.status.code(), Some(1));
     assert_eq!(
         text(&rejected.stderr),
         "state/orders: rejected (generation 2 keeps serving)\n  state/orders: unknown metadata field `defaultTtlInSecs` (did you mean `defaultTtlInSeconds`?)\n"
     );
 
-    let added = rewire(&["apply", "--kind", "lock", "--name", "locks", "--type", "memory", "--addr", &grpc]);
+    let added = rewire(&[
+        "apply", "--kind", "lock", "--name", "locks", "--type", "memory", "--addr", &grpc,
+    ]);
     assert!(added.status.success(), "{}", text(&added.stderr));
-    assert!(text(&added.stdout).contains("lock/locks: added"), "{}", text(&added.stdout));
+    assert!(
+        text(&added.stdout).contains("lock/locks: added"),
+        "{}",
+        text(&added.stdout)
+    );
 
     let status = rewire(&["status", "--http-addr", &http]);
     assert!(status.status.success(), "{}", text(&status.stderr));
-    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_else(|e| panic!("status is not JSON: {e}"));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout)
+        .unwrap_or_else(|e| panic!("status is not JSON: {e}"));
     assert_eq!(status["generation"], 3);
     let orders = status["components"]
         .as_array()
@@ -98,21 +129,47 @@ fn apply_changes_a_running_component_and_status_shows_it() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(orders["metadata"]["defaultTtlInSeconds"], "30");
-    assert_eq!(orders["sources"]["metadata"]["defaultTtlInSeconds"], "control_plane");
-    let outcomes: Vec<&str> = status["reloads"].as_array().map(|r| r.iter().filter_map(|r| r["outcome"].as_str()).collect()).unwrap_or_default();
+    assert_eq!(
+        orders["sources"]["metadata"]["defaultTtlInSeconds"],
+        "control_plane"
+    );
+    let outcomes: Vec<&str> = status["reloads"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|r| r["outcome"].as_str()).collect())
+        .unwrap_or_default();
     assert_eq!(outcomes, ["applied", "rejected", "applied"]);
 }
 
 #[test]
 fn apply_and_status_say_clearly_when_no_sidecar_runs() {
     let port = free_port();
-    let apply = rewire(&["apply", "--kind", "state", "--name", "x", "--addr", &format!("127.0.0.1:{port}")]);
+    let apply = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "x",
+        "--addr",
+        &format!("127.0.0.1:{port}"),
+    ]);
     assert_eq!(apply.status.code(), Some(1));
-    assert!(text(&apply.stderr).contains("cannot reach the sidecar"), "{}", text(&apply.stderr));
+    assert!(
+        text(&apply.stderr).contains("cannot reach the sidecar"),
+        "{}",
+        text(&apply.stderr)
+    );
     let status = rewire(&["status", "--http-addr", &format!("127.0.0.1:{port}")]);
     assert_eq!(status.status.code(), Some(1));
-    assert!(text(&status.stderr).contains("cannot reach the sidecar"), "{}", text(&status.stderr));
+    assert!(
+        text(&status.stderr).contains("cannot reach the sidecar"),
+        "{}",
+        text(&status.stderr)
+    );
     let malformed = rewire(&["apply", "--kind", "state", "--name", "x", "-m", "novalue"]);
     assert_eq!(malformed.status.code(), Some(2));
-    assert!(text(&malformed.stderr).contains("expected key=value"), "{}", text(&malformed.stderr));
+    assert!(
+        text(&malformed.stderr).contains("expected key=value"),
+        "{}",
+        text(&malformed.stderr)
+    );
 }

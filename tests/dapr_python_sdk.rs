@@ -17,7 +17,9 @@ fn free_port() -> u16 {
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
-    let sdk = Command::new("python3").args(["-c", "import dapr.clients"]).output();
+    let sdk = Command::new("python3")
+        .args(["-c", "import dapr.clients"])
+        .output();
     assert!(
         sdk.as_ref().is_ok_and(|o| o.status.success()),
         "the Dapr Python SDK is not installed: run ./scripts/test.sh (it installs it with pip)"
@@ -26,7 +28,11 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
     let config_file = dir.path().join("configuration.json");
     let secrets_file = dir.path().join("secrets.json");
     std::fs::write(&config_file, r#"{"greeting": "hello"}"#).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(&secrets_file, r#"{"db": {"password": "pw-123456", "user": "app"}}"#).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        &secrets_file,
+        r#"{"db": {"password": "pw-123456", "user": "app"}}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let rewire_json = dir.path().join("rewire.json");
     let config = serde_json::json!({
         "appId": "sdk-test",
@@ -58,7 +64,10 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
     });
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut log = Vec::new();
-    while !log.iter().any(|l: &String| l.contains("Sidecar APIs listening.")) {
+    while !log
+        .iter()
+        .any(|l: &String| l.contains("Sidecar APIs listening."))
+    {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(line) => log.push(line),
             Err(_) => {
@@ -76,7 +85,9 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
         .env("DAPR_HEALTH_TIMEOUT", "30")
         .env("REWIRE_SDK_CONFIG_FILE", &config_file)
         .output();
-    let _ = Command::new("kill").args(["-TERM", &sidecar.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &sidecar.id().to_string()])
+        .status();
     let status = sidecar.wait();
     log.extend(rx.try_iter());
     let run = run.unwrap_or_else(|e| panic!("cannot run python3: {e}"));
@@ -88,6 +99,13 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
         log.join("\n")
     );
     assert!(stdout.contains("all checks passed"), "{stdout}");
-    assert!(status.is_ok_and(|s| s.success()), "sidecar did not stop cleanly:\n{}", log.join("\n"));
-    assert!(!log.iter().any(|l| l.contains("pw-123456")), "a secret value reached the sidecar's log");
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "sidecar did not stop cleanly:\n{}",
+        log.join("\n")
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("pw-123456")),
+        "a secret value reached the sidecar's log"
+    );
 }

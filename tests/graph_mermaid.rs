@@ -31,7 +31,11 @@ fn the_mermaid_graph_parses_with_the_official_mermaid_parser() {
         .arg(&config)
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(graph.status.success(), "{}", String::from_utf8_lossy(&graph.stderr));
+    assert!(
+        graph.status.success(),
+        "{}",
+        String::from_utf8_lossy(&graph.stderr)
+    );
     let mmd = dir.path().join("graph.mmd");
     std::fs::write(&mmd, &graph.stdout).unwrap_or_else(|e| panic!("{e}"));
     let parsed = Command::new("node")

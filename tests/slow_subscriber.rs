@@ -21,10 +21,20 @@ use tonic::Code;
 const CONFIG: &str = r#"{"components": {"config_store": {"config": {"type": "memory", "metadata": {"items": {"k": "0"}}}}}}"#;
 
 async fn publish(runtime: &rewire::Runtime, count: usize) {
-    let store = runtime.config_store("config").load().unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("config")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
     for n in 1..=count {
-        let item = ConfigItem { key: "k".into(), value: format!("{n:0>200}"), ..ConfigItem::default() };
-        store.set(vec![item]).await.unwrap_or_else(|e| panic!("{e}"));
+        let item = ConfigItem {
+            key: "k".into(),
+            value: format!("{n:0>200}"),
+            ..ConfigItem::default()
+        };
+        store
+            .set(vec![item])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         if n % 100 == 0 {
             tokio::task::yield_now().await;
         }
@@ -49,7 +59,10 @@ async fn a_handle_subscriber_that_stops_reading_is_dropped() {
             Err(_) => panic!("the slow subscriber was neither fed nor dropped"),
         }
     }
-    assert!(delivered < 2_000, "every change was buffered ({delivered}): nothing bounds a slow subscriber");
+    assert!(
+        delivered < 2_000,
+        "every change was buffered ({delivered}): nothing bounds a slow subscriber"
+    );
     runtime.shutdown().await;
 }
 
@@ -57,9 +70,20 @@ async fn a_handle_subscriber_that_stops_reading_is_dropped() {
 async fn a_grpc_subscriber_that_stops_reading_gets_resource_exhausted() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
-    let request = SubscribeConfigurationRequest { store_name: "config".into(), keys: vec!["k".into()], metadata: HashMap::new() };
-    let mut stream = client.subscribe_configuration(request).await.unwrap_or_else(|e| panic!("{e}")).into_inner();
-    let first = grpc::next(&mut stream).await.and_then(Result::ok).unwrap_or_else(|| panic!("no id message"));
+    let request = SubscribeConfigurationRequest {
+        store_name: "config".into(),
+        keys: vec!["k".into()],
+        metadata: HashMap::new(),
+    };
+    let mut stream = client
+        .subscribe_configuration(request)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_inner();
+    let first = grpc::next(&mut stream)
+        .await
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no id message"));
     assert!(!first.id.is_empty());
     publish(&sidecar.runtime, 20_000).await;
     let mut delivered = 0;
@@ -72,7 +96,11 @@ async fn a_grpc_subscriber_that_stops_reading_gets_resource_exhausted() {
         }
     };
     assert_eq!(ended.code(), Code::ResourceExhausted, "{ended:?}");
-    assert!(ended.message().contains("stopped reading"), "{}", ended.message());
+    assert!(
+        ended.message().contains("stopped reading"),
+        "{}",
+        ended.message()
+    );
     assert!(delivered < 20_000);
     sidecar.stop().await;
 }

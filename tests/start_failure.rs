@@ -45,7 +45,10 @@ impl Component for Probe {
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
-        CLOSED.lock().unwrap_or_else(|p| p.into_inner()).push(self.meta.name.clone());
+        CLOSED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.meta.name.clone());
         Ok(())
     }
 }
@@ -80,7 +83,10 @@ async fn init_failure_names_the_component_and_closes_what_started() {
     assert_eq!(failures.len(), 1);
     assert_eq!(failures[0].component.to_string(), "probe/broken");
     assert_eq!(failures[0].step, FailedStep::Init);
-    assert_eq!(failures[0].to_string(), "probe/broken: init failed: backend refused the connection");
+    assert_eq!(
+        failures[0].to_string(),
+        "probe/broken: init failed: backend refused the connection"
+    );
     assert_eq!(
         closed_of("f-"),
         ["f-broken", "f-middle", "f-base"],
@@ -110,5 +116,9 @@ async fn hanging_init_times_out() {
     };
     assert_eq!(failures[0].component.to_string(), "probe/stuck");
     assert_eq!(failures[0].step, FailedStep::InitTimeout);
-    assert_eq!(closed_of("h-"), ["h-stuck", "h-ok"], "the abandoned init is closed too");
+    assert_eq!(
+        closed_of("h-"),
+        ["h-stuck", "h-ok"],
+        "the abandoned init is closed too"
+    );
 }

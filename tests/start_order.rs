@@ -9,8 +9,8 @@ use std::sync::Mutex;
 
 use rewire::prelude::*;
 use rewire::{
-    ConfigError, ConfigItem, ConfigQuery, ConfigSubscription, DeleteRequest, GetRequest, SecretError, SecretMap,
-    SecretString, SetRequest, StateEntry, StateError, SubscriptionHub,
+    ConfigError, ConfigItem, ConfigQuery, ConfigSubscription, DeleteRequest, GetRequest,
+    SecretError, SecretMap, SecretString, SetRequest, StateEntry, StateError, SubscriptionHub,
 };
 use serde::Deserialize;
 
@@ -36,14 +36,24 @@ impl Component for ChainSecrets {
 
 #[async_trait]
 impl SecretStore for ChainSecrets {
-    async fn get_secret(&self, name: &str, _: &HashMap<String, String>) -> Result<SecretMap, SecretError> {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _: &HashMap<String, String>,
+    ) -> Result<SecretMap, SecretError> {
         match name {
-            "db" => Ok(SecretMap::from([("password".to_string(), SecretString::new("s3cret-pw"))])),
+            "db" => Ok(SecretMap::from([(
+                "password".to_string(),
+                SecretString::new("s3cret-pw"),
+            )])),
             other => Err(SecretError::NotFound(other.into())),
         }
     }
 
-    async fn bulk_get_secret(&self, _: &HashMap<String, String>) -> Result<BTreeMap<String, SecretMap>, SecretError> {
+    async fn bulk_get_secret(
+        &self,
+        _: &HashMap<String, String>,
+    ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
         Ok(BTreeMap::new())
     }
 }
@@ -78,7 +88,10 @@ impl ConfigStore for ChainConfig {
             value: "db.internal:6379".into(),
             ..ConfigItem::default()
         };
-        Ok(vec![item].into_iter().filter(|i| query.matches(i)).collect())
+        Ok(vec![item]
+            .into_iter()
+            .filter(|i| query.matches(i))
+            .collect())
     }
 
     async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
@@ -107,7 +120,10 @@ struct ChainState {
 #[async_trait]
 impl Component for ChainState {
     async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
-        let store = self.config.load().map_err(|e| ComponentError::new(e.to_string()))?;
+        let store = self
+            .config
+            .load()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
         let host = store
             .get(&ConfigQuery::keys(["host"]))
             .await
@@ -181,5 +197,8 @@ async fn chain_starts_in_dependency_order_with_values_injected() {
     assert_eq!(generation.len(), 4);
     assert!(runtime.state_store("orders").load().is_ok());
     runtime.shutdown().await;
-    assert!(runtime.state_store("orders").load().is_err(), "closed runtime serves nothing");
+    assert!(
+        runtime.state_store("orders").load().is_err(),
+        "closed runtime serves nothing"
+    );
 }

@@ -24,37 +24,75 @@ fn s() -> ComponentKey {
 }
 
 async fn set(runtime: &rewire::Runtime, key: &str, value: &str) {
-    let store = runtime.config_store("cfg").load().unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("cfg")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
     let item = ConfigItem {
         key: key.into(),
         value: value.into(),
         ..ConfigItem::default()
     };
-    store.set(vec![item]).await.unwrap_or_else(|e| panic!("{e}"));
+    store
+        .set(vec![item])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_specific_overlay_beats_the_common_one_which_beats_the_file() {
     // The common overlay sets an unknown field `x`: the merged candidate is
     // invalid, so the start keeps the file's configuration and says why.
-    let runtime = support::start(CONFIG).await.unwrap_or_else(|e| panic!("{e}"));
+    let runtime = support::start(CONFIG)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let rejected = records_of(&runtime, Trigger::Overlay);
     assert_eq!(rejected.len(), 1, "{rejected:#?}");
     assert_eq!(rejected[0].outcome, Outcome::Rejected);
-    assert!(rejected[0].error.as_deref().is_some_and(|e| e.contains("state/s: unknown metadata field `x`")), "{rejected:#?}");
-    assert_eq!(running_field(&runtime, &s(), "defaultTtlInSeconds"), Some(json!(1)));
+    assert!(
+        rejected[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("state/s: unknown metadata field `x`")),
+        "{rejected:#?}"
+    );
+    assert_eq!(
+        running_field(&runtime, &s(), "defaultTtlInSeconds"),
+        Some(json!(1))
+    );
 
     // Fix the common key: both overlays apply, the app's wins.
-    set(&runtime, "rewire.components", r#"{"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 2}}}}}"#).await;
+    set(
+        &runtime,
+        "rewire.components",
+        r#"{"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 2}}}}}"#,
+    )
+    .await;
     applied_after(&runtime, Trigger::Overlay, 0).await;
-    assert_eq!(running_field(&runtime, &s(), "defaultTtlInSeconds"), Some(json!(3)));
+    assert_eq!(
+        running_field(&runtime, &s(), "defaultTtlInSeconds"),
+        Some(json!(3))
+    );
     let status = runtime.status().await;
-    let sources = status.components.iter().find(|c| c.name == "s").map(|c| c.sources.clone());
-    assert_eq!(sources.and_then(|s| s.metadata.get("defaultTtlInSeconds").copied()), Some(Layer::OverlayApp));
+    let sources = status
+        .components
+        .iter()
+        .find(|c| c.name == "s")
+        .map(|c| c.sources.clone());
+    assert_eq!(
+        sources.and_then(|s| s.metadata.get("defaultTtlInSeconds").copied()),
+        Some(Layer::OverlayApp)
+    );
 
     // Drop the app key: the common overlay's value is in force.
-    let store = runtime.config_store("cfg").load().unwrap_or_else(|e| panic!("{e}"));
-    store.delete(&ConfigQuery::keys(["rewire.components.shop"])).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("cfg")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    store
+        .delete(&ConfigQuery::keys(["rewire.components.shop"]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let common = eventually(std::time::Duration::from_secs(10), || {
         (running_field(&runtime, &s(), "defaultTtlInSeconds") == Some(json!(2))).then_some(())
     })

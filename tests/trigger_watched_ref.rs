@@ -31,7 +31,10 @@ async fn a_watched_configuration_ref_change_is_applied_in_place() {
     let orders = ComponentKey::new("state", "orders");
     let before = runtime.generation().get(&orders).cloned();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let store = runtime.config_store("cfg").load().unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime
+        .config_store("cfg")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
     store
         .set(vec![ConfigItem {
             key: "orders.ttl".into(),
@@ -41,13 +44,27 @@ async fn a_watched_configuration_ref_change_is_applied_in_place() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let record = applied_after(&runtime, Trigger::Watch, 0).await;
-    assert_eq!(record.actions.get("state/orders"), Some(&Action::UpdatedInPlace));
-    assert_eq!(record.actions.get("state/unwatched"), Some(&Action::Unchanged), "only the watching component is re-resolved");
+    assert_eq!(
+        record.actions.get("state/orders"),
+        Some(&Action::UpdatedInPlace)
+    );
+    assert_eq!(
+        record.actions.get("state/unwatched"),
+        Some(&Action::Unchanged),
+        "only the watching component is re-resolved"
+    );
     let after = runtime.generation().get(&orders).cloned();
     assert!(matches!((before, after), (Some(a), Some(b)) if a.same_as(&b)));
     let status = runtime.status().await;
-    let shown = status.components.iter().find(|c| c.name == "orders").map(|c| c.metadata.clone());
-    assert_eq!(shown.and_then(|m| m.get("defaultTtlInSeconds").cloned()), Some(json!("7")));
+    let shown = status
+        .components
+        .iter()
+        .find(|c| c.name == "orders")
+        .map(|c| c.metadata.clone());
+    assert_eq!(
+        shown.and_then(|m| m.get("defaultTtlInSeconds").cloned()),
+        Some(json!("7"))
+    );
     runtime.shutdown().await;
 }
 
@@ -66,14 +83,26 @@ async fn a_watched_secret_ref_change_is_picked_up_by_polling() {
         secret_poll_interval: Duration::from_millis(50),
         ..RuntimeOptions::default()
     };
-    let valid = rewire::config::validate(parse(config.as_bytes()).unwrap_or_else(|p| panic!("{p}")), &Registry::collected())
-        .unwrap_or_else(|p| panic!("{p}"));
-    let runtime = Runtime::start(valid, Registry::collected(), options).await.unwrap_or_else(|e| panic!("{e}"));
+    let valid = rewire::config::validate(
+        parse(config.as_bytes()).unwrap_or_else(|p| panic!("{p}")),
+        &Registry::collected(),
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(valid, Registry::collected(), options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     std::env::set_var(&variable, "9");
     let record = applied_after(&runtime, Trigger::Watch, 0).await;
-    assert_eq!(record.actions.get("state/orders"), Some(&Action::UpdatedInPlace));
+    assert_eq!(
+        record.actions.get("state/orders"),
+        Some(&Action::UpdatedInPlace)
+    );
     let status = runtime.status().await;
-    let shown = status.components.iter().find(|c| c.name == "orders").map(|c| c.metadata.clone());
+    let shown = status
+        .components
+        .iter()
+        .find(|c| c.name == "orders")
+        .map(|c| c.metadata.clone());
     assert_eq!(
         shown.and_then(|m| m.get("defaultTtlInSeconds").cloned()),
         Some(json!(format!("[secret env/{variable}#{variable}]"))),

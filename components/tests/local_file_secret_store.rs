@@ -130,10 +130,19 @@ async fn a_bad_file_fails_init_without_revealing_values() {
 }
 
 /// Reads `name`/`key` until it equals `expected` (bounded).
-async fn eventually_equals(store: &Arc<dyn SecretStore>, name: &str, key: &str, expected: &str) -> bool {
+async fn eventually_equals(
+    store: &Arc<dyn SecretStore>,
+    name: &str,
+    key: &str,
+    expected: &str,
+) -> bool {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while tokio::time::Instant::now() < deadline {
-        let value = store.get_secret(name, &HashMap::new()).await.ok().and_then(|s| s.get(key).map(|v| v.expose().to_string()));
+        let value = store
+            .get_secret(name, &HashMap::new())
+            .await
+            .ok()
+            .and_then(|s| s.get(key).map(|v| v.expose().to_string()));
         if value.as_deref() == Some(expected) {
             return true;
         }
@@ -150,9 +159,13 @@ async fn a_rotated_secret_is_served_without_a_restart_and_a_bad_file_keeps_the_l
     assert!(eventually_equals(&store, "redis", "password", "r3d1s").await);
     // A rotation written the safe way: temp file, then rename over.
     let temp = dir.path().join("secrets.json.tmp");
-    std::fs::write(&temp, r#"{"redis": {"password": "rotated-9f8e7d"}}"#).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&temp, r#"{"redis": {"password": "rotated-9f8e7d"}}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
     std::fs::rename(&temp, &path).unwrap_or_else(|e| panic!("{e}"));
-    assert!(eventually_equals(&store, "redis", "password", "rotated-9f8e7d").await, "rotation not picked up");
+    assert!(
+        eventually_equals(&store, "redis", "password", "rotated-9f8e7d").await,
+        "rotation not picked up"
+    );
     // A broken write keeps the last good secrets.
     std::fs::write(&path, r#"{"redis": {"password": "#).unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;

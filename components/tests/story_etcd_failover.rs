@@ -35,12 +35,18 @@ async fn dr_switch_in_etcd_without_a_failed_request() {
                 "configurationRef": [{"store": "etcd", "key": "orders.redisHost", "injectAs": "redisHost", "watch": true}]}}
         }
     });
-    let valid = validate(parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}")), &Registry::collected())
-        .unwrap_or_else(|p| panic!("{p}"));
+    let valid = validate(
+        parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}")),
+        &Registry::collected(),
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
     let runtime = Runtime::start(valid, Registry::collected(), RuntimeOptions::default())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let orders = runtime.generation().get(&ComponentKey::new("state", "orders")).cloned();
+    let orders = runtime
+        .generation()
+        .get(&ComponentKey::new("state", "orders"))
+        .cloned();
 
     let load = start_load(runtime.state_store("orders"), 4, "t");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -54,21 +60,54 @@ async fn dr_switch_in_etcd_without_a_failed_request() {
         if let Some(record) = applied {
             break record;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no switch: {:#?}", runtime.history());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no switch: {:#?}",
+            runtime.history()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(switch.actions.get("state/orders"), Some(&Action::UpdatedInPlace), "{switch:?}");
+    assert_eq!(
+        switch.actions.get("state/orders"),
+        Some(&Action::UpdatedInPlace),
+        "{switch:?}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let seen = load.finish().await;
 
-    assert!(seen.acked.len() > 100, "too little traffic to prove anything: {}", seen.acked.len());
-    assert!(seen.failed.is_empty(), "failed requests during the switch: {:?}", seen.failed);
-    assert!(seen.missed <= 4, "{} read-backs missed: more than one per task at the switch", seen.missed);
+    assert!(
+        seen.acked.len() > 100,
+        "too little traffic to prove anything: {}",
+        seen.acked.len()
+    );
+    assert!(
+        seen.failed.is_empty(),
+        "failed requests during the switch: {:?}",
+        seen.failed
+    );
+    assert!(
+        seen.missed <= 4,
+        "{} read-backs missed: more than one per task at the switch",
+        seen.missed
+    );
     let last = seen.acked.last().cloned().unwrap_or_default();
-    assert_eq!(story_load::stored_value(&dr.client(), &last.0).await, Some(last.1), "the last writes are not on the DR server");
+    assert_eq!(
+        story_load::stored_value(&dr.client(), &last.0).await,
+        Some(last.1),
+        "the last writes are not on the DR server"
+    );
     let lost = lost_writes(&seen.acked, &[primary.client(), dr.client()]).await;
-    assert!(lost.is_empty(), "acknowledged writes on neither server: {lost:?}");
-    let now = runtime.generation().get(&ComponentKey::new("state", "orders")).cloned();
-    assert!(matches!((orders, now), (Some(a), Some(b)) if a.same_as(&b)), "the switch was not in place");
+    assert!(
+        lost.is_empty(),
+        "acknowledged writes on neither server: {lost:?}"
+    );
+    let now = runtime
+        .generation()
+        .get(&ComponentKey::new("state", "orders"))
+        .cloned();
+    assert!(
+        matches!((orders, now), (Some(a), Some(b)) if a.same_as(&b)),
+        "the switch was not in place"
+    );
     runtime.shutdown().await;
 }

@@ -49,10 +49,19 @@ struct Greeter {
 #[async_trait]
 impl Component for Greeter {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let store = self.config.load().map_err(|e| ComponentError::new(e.to_string()))?;
+        let store = self
+            .config
+            .load()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
         let query = ConfigQuery::keys(["greeter.greeting"]);
-        let current = store.get(&query).await.map_err(|e| ComponentError::new(e.to_string()))?;
-        let greeting = current.first().map(|i| i.value.clone()).unwrap_or_else(|| "Hello".into());
+        let current = store
+            .get(&query)
+            .await
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        let greeting = current
+            .first()
+            .map(|i| i.value.clone())
+            .unwrap_or_else(|| "Hello".into());
         for _ in 0..self.meta.repeat {
             tracing::info!(
                 component = %cx.key,
@@ -61,8 +70,15 @@ impl Component for Greeter {
                 self.meta.audience
             );
         }
-        let mut subscription = store.subscribe(query).await.map_err(|e| ComponentError::new(e.to_string()))?;
-        let (key, audience, shutdown) = (cx.key.clone(), self.meta.audience.clone(), cx.shutdown.clone());
+        let mut subscription = store
+            .subscribe(query)
+            .await
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        let (key, audience, shutdown) = (
+            cx.key.clone(),
+            self.meta.audience.clone(),
+            cx.shutdown.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -90,7 +106,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = load_file(&dir.join("rewire.json")).and_then(|c| validate(c, &registry));
     let config = config.map_err(|problems| problems.to_string())?;
     let runtime = Runtime::start(config, registry, RuntimeOptions::default()).await?;
-    tracing::info!("Edit examples/custom_component/config.json to change the greeting; Ctrl-C to stop.");
+    tracing::info!(
+        "Edit examples/custom_component/config.json to change the greeting; Ctrl-C to stop."
+    );
     tokio::signal::ctrl_c().await?;
     runtime.shutdown().await;
     Ok(())

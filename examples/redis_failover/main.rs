@@ -17,9 +17,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("info").init();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/redis_failover");
     std::env::set_current_dir(&dir)?;
-    let config = std::env::args().nth(1).unwrap_or_else(|| "rewire.json".into());
+    let config = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "rewire.json".into());
     let registry = Registry::collected();
-    let valid = load_file(&dir.join(&config)).and_then(|c| validate(c, &registry)).map_err(|p| p.to_string())?;
+    let valid = load_file(&dir.join(&config))
+        .and_then(|c| validate(c, &registry))
+        .map_err(|p| p.to_string())?;
     let options = RuntimeOptions {
         secret_poll_interval: Duration::from_secs(1),
         ..RuntimeOptions::default()
@@ -35,9 +39,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let key = format!("order-{worker}-{}", n % 1000);
                 let result = async {
                     let store = orders.load().map_err(|e| e.to_string())?;
-                    let set = SetRequest { key: key.clone(), value: n.to_string().into_bytes(), ..SetRequest::default() };
+                    let set = SetRequest {
+                        key: key.clone(),
+                        value: n.to_string().into_bytes(),
+                        ..SetRequest::default()
+                    };
                     store.set(set).await.map_err(|e| e.to_string())?;
-                    store.get(GetRequest { key, ..GetRequest::default() }).await.map_err(|e| e.to_string())
+                    store
+                        .get(GetRequest {
+                            key,
+                            ..GetRequest::default()
+                        })
+                        .await
+                        .map_err(|e| e.to_string())
                 }
                 .await;
                 match result {

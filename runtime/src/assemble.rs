@@ -116,7 +116,12 @@ pub struct AssemblyContext {
 
 impl AssemblyContext {
     /// A failure of `key` at `step`, with secret values scrubbed.
-    pub fn fail(&self, key: &ComponentKey, step: FailedStep, message: impl fmt::Display) -> ComponentFailure {
+    pub fn fail(
+        &self,
+        key: &ComponentKey,
+        step: FailedStep,
+        message: impl fmt::Display,
+    ) -> ComponentFailure {
         ComponentFailure {
             component: key.clone(),
             step,
@@ -127,33 +132,66 @@ impl AssemblyContext {
 
 /// Resolves every secretRef and configurationRef of `spec` from the staged
 /// stores into a copy of its metadata: all of them or an error.
-pub async fn resolve_metadata(spec: &ComponentSpec, cx: &AssemblyContext) -> Result<Metadata, ComponentFailure> {
+pub async fn resolve_metadata(
+    spec: &ComponentSpec,
+    cx: &AssemblyContext,
+) -> Result<Metadata, ComponentFailure> {
     let key = &spec.key;
     let mut metadata = Metadata(spec.metadata.clone());
     for (i, r) in spec.secret_refs.iter().enumerate() {
         let store_key = ComponentKey::new(SECRET_STORE, &r.store);
         let store = match cx.staged.get(&store_key) {
             Some(Instance::SecretStore(store)) => store.clone(),
-            _ => return Err(cx.fail(key, FailedStep::Resolve, format!("secretRef[{i}]: secret store `{}` is not running", r.store))),
+            _ => {
+                return Err(cx.fail(
+                    key,
+                    FailedStep::Resolve,
+                    format!("secretRef[{i}]: secret store `{}` is not running", r.store),
+                ))
+            }
         };
-        let secret = with_staged(cx.staged.clone(), store.get_secret(&r.name, &HashMap::new()))
-            .await
-            .map_err(|err| cx.fail(key, FailedStep::Resolve, format!("secretRef[{i}] ({}/{}): {err}", r.store, r.name)))?;
+        let secret = with_staged(
+            cx.staged.clone(),
+            store.get_secret(&r.name, &HashMap::new()),
+        )
+        .await
+        .map_err(|err| {
+            cx.fail(
+                key,
+                FailedStep::Resolve,
+                format!("secretRef[{i}] ({}/{}): {err}", r.store, r.name),
+            )
+        })?;
         let value = secret.get(&r.key).ok_or_else(|| {
             cx.fail(
                 key,
                 FailedStep::Resolve,
-                format!("secretRef[{i}]: secret `{}` in store `{}` has no key `{}`", r.name, r.store, r.key),
+                format!(
+                    "secretRef[{i}]: secret `{}` in store `{}` has no key `{}`",
+                    r.name, r.store, r.key
+                ),
             )
         })?;
         cx.redactor.remember(value.expose());
-        metadata.insert(r.inject_as.clone(), Value::String(value.expose().to_string()));
+        metadata.insert(
+            r.inject_as.clone(),
+            Value::String(value.expose().to_string()),
+        );
     }
     for (i, r) in spec.configuration_refs.iter().enumerate() {
         let store_key = ComponentKey::new(CONFIG_STORE, &r.store);
         let store = match cx.staged.get(&store_key) {
             Some(Instance::ConfigStore(store)) => store.clone(),
-            _ => return Err(cx.fail(key, FailedStep::Resolve, format!("configurationRef[{i}]: config store `{}` is not running", r.store))),
+            _ => {
+                return Err(cx.fail(
+                    key,
+                    FailedStep::Resolve,
+                    format!(
+                        "configurationRef[{i}]: config store `{}` is not running",
+                        r.store
+                    ),
+                ))
+            }
         };
         let query = ConfigQuery {
             keys: vec![r.key.clone()],
@@ -163,14 +201,26 @@ pub async fn resolve_metadata(spec: &ComponentSpec, cx: &AssemblyContext) -> Res
         };
         let items = with_staged(cx.staged.clone(), store.get(&query))
             .await
-            .map_err(|err| cx.fail(key, FailedStep::Resolve, format!("configurationRef[{i}] ({}/{}): {err}", r.store, r.key)))?;
-        let item = items.into_iter().find(|item| item.key == r.key).ok_or_else(|| {
-            cx.fail(
-                key,
-                FailedStep::Resolve,
-                format!("configurationRef[{i}]: key `{}` not found in config store `{}`", r.key, r.store),
-            )
-        })?;
+            .map_err(|err| {
+                cx.fail(
+                    key,
+                    FailedStep::Resolve,
+                    format!("configurationRef[{i}] ({}/{}): {err}", r.store, r.key),
+                )
+            })?;
+        let item = items
+            .into_iter()
+            .find(|item| item.key == r.key)
+            .ok_or_else(|| {
+                cx.fail(
+                    key,
+                    FailedStep::Resolve,
+                    format!(
+                        "configurationRef[{i}]: key `{}` not found in config store `{}`",
+                        r.key, r.store
+                    ),
+                )
+            })?;
         metadata.insert(r.inject_as.clone(), Value::String(item.value));
     }
     Ok(metadata)
@@ -194,7 +244,8 @@ pub async fn assemble_resolved(
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {
     let key = &spec.key;
-    let mut component = (descriptor.build)(&resolved).map_err(|err| cx.fail(key, FailedStep::Metadata, err))?;
+    let mut component =
+        (descriptor.build)(&resolved).map_err(|err| cx.fail(key, FailedStep::Metadata, err))?;
     inject(spec, component.as_mut(), cx)?;
     let shutdown = CancellationToken::new();
     let init_cx = InitContext {
@@ -216,7 +267,11 @@ pub async fn assemble_resolved(
         }
         Err(_) => {
             close_unstarted(key, component.as_ref(), &shutdown, cx).await;
-            return Err(cx.fail(key, FailedStep::InitTimeout, format!("no answer within {:?}", cx.timeouts.init)));
+            return Err(cx.fail(
+                key,
+                FailedStep::InitTimeout,
+                format!("no answer within {:?}", cx.timeouts.init),
+            ));
         }
     }
     let instance = component.into_instance();
@@ -235,20 +290,37 @@ pub async fn assemble_resolved(
 /// Lets a component whose init failed or timed out release what it may
 /// have taken: its shutdown token is cancelled and `close` is called
 /// (bounded by the init timeout).
-async fn close_unstarted(key: &ComponentKey, component: &dyn Buildable, shutdown: &CancellationToken, cx: &AssemblyContext) {
+async fn close_unstarted(
+    key: &ComponentKey,
+    component: &dyn Buildable,
+    shutdown: &CancellationToken,
+    cx: &AssemblyContext,
+) {
     shutdown.cancel();
     match tokio::time::timeout(cx.timeouts.init, component.close()).await {
         Ok(Ok(())) => {}
-        Ok(Err(err)) => tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed."),
-        Err(_) => tracing::warn!(component = %key, "Close after a failed init did not answer in time."),
+        Ok(Err(err)) => {
+            tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed.")
+        }
+        Err(_) => {
+            tracing::warn!(component = %key, "Close after a failed init did not answer in time.")
+        }
     }
 }
 
-fn inject(spec: &ComponentSpec, component: &mut dyn Buildable, cx: &AssemblyContext) -> Result<(), ComponentFailure> {
+fn inject(
+    spec: &ComponentSpec,
+    component: &mut dyn Buildable,
+    cx: &AssemblyContext,
+) -> Result<(), ComponentFailure> {
     let key = &spec.key;
     for (i, r) in spec.component_refs.iter().enumerate() {
         let instance = cx.staged.get(&r.key).ok_or_else(|| {
-            cx.fail(key, FailedStep::Inject, format!("componentRef[{i}]: `{}` is not running", r.key))
+            cx.fail(
+                key,
+                FailedStep::Inject,
+                format!("componentRef[{i}]: `{}` is not running", r.key),
+            )
         })?;
         let handle = InjectedHandle::for_instance(r.key.clone(), instance, cx.live.clone());
         let result = match handle {
@@ -256,12 +328,17 @@ fn inject(spec: &ComponentSpec, component: &mut dyn Buildable, cx: &AssemblyCont
             InjectedHandle::SecretStore(h) => Inject::set_secret_store(component, h),
             other => Inject::set_component(component, other),
         };
-        result.map_err(|err| cx.fail(key, FailedStep::Inject, format!("componentRef[{i}]: {err}")))?;
+        result
+            .map_err(|err| cx.fail(key, FailedStep::Inject, format!("componentRef[{i}]: {err}")))?;
     }
     Inject::check_injected(component).map_err(|err| cx.fail(key, FailedStep::Inject, err))
 }
 
-async fn wait_ready(key: &ComponentKey, instance: &Instance, cx: &AssemblyContext) -> Result<(), String> {
+async fn wait_ready(
+    key: &ComponentKey,
+    instance: &Instance,
+    cx: &AssemblyContext,
+) -> Result<(), String> {
     let component = instance.component();
     let deadline = tokio::time::Instant::now() + cx.timeouts.ready;
     loop {
@@ -273,7 +350,10 @@ async fn wait_ready(key: &ComponentKey, instance: &Instance, cx: &AssemblyContex
                 return Ok(());
             }
             Readiness::NotReady(reason) if tokio::time::Instant::now() >= deadline => {
-                return Err(format!("still not ready after {:?}: {reason}", cx.timeouts.ready));
+                return Err(format!(
+                    "still not ready after {:?}: {reason}",
+                    cx.timeouts.ready
+                ));
             }
             Readiness::NotReady(_) => tokio::time::sleep(cx.timeouts.ready_poll).await,
         }

@@ -1,6 +1,9 @@
 //! Setters: how a component receives the components it references.
 
-use crate::handle::{ComponentHandle, ConfigStoreHandle, InjectedHandle, LockHandle, SecretStoreHandle, StateStoreHandle};
+use crate::handle::{
+    ComponentHandle, ConfigStoreHandle, InjectedHandle, LockHandle, SecretStoreHandle,
+    StateStoreHandle,
+};
 use crate::key::ComponentKey;
 
 /// Why an injection failed.
@@ -22,7 +25,12 @@ pub enum InjectError {
 impl InjectError {
     /// `NotAccepted` for the component of `handle`.
     pub fn not_accepted(handle: &InjectedHandle) -> Self {
-        Self::NotAccepted(handle.key().map(ComponentKey::to_string).unwrap_or_default())
+        Self::NotAccepted(
+            handle
+                .key()
+                .map(ComponentKey::to_string)
+                .unwrap_or_default(),
+        )
     }
 }
 
@@ -73,7 +81,11 @@ pub trait InjectField {
     fn satisfied(&self) -> bool;
 }
 
-fn wants(current: Option<&ComponentKey>, offered: Option<&ComponentKey>, name: Option<&str>) -> bool {
+fn wants(
+    current: Option<&ComponentKey>,
+    offered: Option<&ComponentKey>,
+    name: Option<&str>,
+) -> bool {
     match name {
         Some(name) => offered.is_some_and(|key| key.name == name),
         None => current.is_none(),
@@ -85,7 +97,11 @@ macro_rules! inject_field {
         impl InjectField for $handle {
             const WHAT: &'static str = $what;
 
-            fn offer(&mut self, handle: InjectedHandle, name: Option<&str>) -> Option<InjectedHandle> {
+            fn offer(
+                &mut self,
+                handle: InjectedHandle,
+                name: Option<&str>,
+            ) -> Option<InjectedHandle> {
                 match handle {
                     InjectedHandle::$variant(h) if wants(self.key(), h.key(), name) => {
                         *self = h;

@@ -47,7 +47,10 @@ impl Instance {
 
     /// Whether two instances are the very same object.
     pub fn same_as(&self, other: &Instance) -> bool {
-        std::ptr::addr_eq(Arc::as_ptr(&self.component()), Arc::as_ptr(&other.component()))
+        std::ptr::addr_eq(
+            Arc::as_ptr(&self.component()),
+            Arc::as_ptr(&other.component()),
+        )
     }
 
     /// How many holders the instance has (each generation and each loaded

@@ -26,34 +26,34 @@ pub mod runtime;
 pub mod status;
 pub mod watch;
 
+pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 pub use build::Buildable;
 pub use component::{Component, ComponentError, InitContext, Readiness};
+pub use config::{ConfigFile, Problem, Problems, ValidConfig};
 pub use dynamic::{Applied, DynamicComponent};
+pub use graph::{DependencyGraph, GraphFormat};
 pub use handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Live, LiveGeneration, LockHandle,
-    SecretStoreHandle, StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Live,
+    LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
 };
 pub use inject::{Inject, InjectError, InjectField};
 pub use instance::Instance;
 pub use key::ComponentKey;
 pub use kinds::*;
 pub use metadata::{Metadata, MetadataError};
-pub use registry::{ComponentDescriptor, Registry};
-pub use runtime::{Runtime, RuntimeOptions, StartError};
 pub use redact::RedactingWriter;
-pub use status::{ComponentStatus, Status};
+pub use registry::{ComponentDescriptor, Registry};
 pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
-pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
-pub use config::{ConfigFile, Problem, Problems, ValidConfig};
-pub use graph::{DependencyGraph, GraphFormat};
 pub use rewire_macros::Component;
+pub use runtime::{Runtime, RuntimeOptions, StartError};
+pub use status::{ComponentStatus, Status};
 
 /// Everything a component author usually needs.
 pub mod prelude {
     pub use crate::{
-        Applied, Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle, DynamicComponent,
-        InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore, SecretStoreHandle, StateStore,
-        StateStoreHandle,
+        Applied, Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle,
+        DynamicComponent, InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore,
+        SecretStoreHandle, StateStore, StateStoreHandle,
     };
     pub use async_trait::async_trait;
 }

@@ -26,7 +26,10 @@ impl Redactor {
     /// Remembers a secret value.
     pub fn remember(&self, value: &str) {
         if value.len() >= MIN_SCRUBBED_LEN {
-            self.values.write().unwrap_or_else(|p| p.into_inner()).insert(value.to_string());
+            self.values
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(value.to_string());
         }
     }
 
@@ -69,7 +72,8 @@ impl<W: Write> RedactingWriter<W> {
 impl<W: Write> Write for RedactingWriter<W> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let text = String::from_utf8_lossy(bytes);
-        self.inner.write_all(self.redactor.scrub(&text).as_bytes())?;
+        self.inner
+            .write_all(self.redactor.scrub(&text).as_bytes())?;
         Ok(bytes.len())
     }
 

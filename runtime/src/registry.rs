@@ -59,7 +59,10 @@ impl Registry {
 
     /// The registered type names of `kind`.
     pub fn types_of(&self, kind: &str) -> Vec<&'static str> {
-        self.by_kind.get(kind).map(|types| types.keys().copied().collect()).unwrap_or_default()
+        self.by_kind
+            .get(kind)
+            .map(|types| types.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Every descriptor, by kind then type.

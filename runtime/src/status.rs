@@ -60,21 +60,37 @@ impl Runtime {
         let (running, sources, app_id) = {
             let state = self.inner.state();
             let (_, sources) = state.layers.effective();
-            (state.running.clone(), sources, state.config.config.app_id.clone())
+            (
+                state.running.clone(),
+                sources,
+                state.config.config.app_id.clone(),
+            )
         };
         let generation = self.inner.live.current().number;
         let mut components = Vec::with_capacity(running.len());
         for (key, running) in running {
-            let readiness = tokio::time::timeout(READINESS_TIMEOUT, running.assembled.instance.component().readiness()).await;
+            let readiness = tokio::time::timeout(
+                READINESS_TIMEOUT,
+                running.assembled.instance.component().readiness(),
+            )
+            .await;
             let (state, reason) = match readiness {
                 Ok(Readiness::Ready) => ("ready", None),
                 Ok(Readiness::Degraded(reason)) => ("degraded", Some(self.redact(&reason))),
                 Ok(Readiness::NotReady(reason)) => ("not_ready", Some(self.redact(&reason))),
-                Err(_) => ("not_ready", Some(format!("no readiness answer within {READINESS_TIMEOUT:?}"))),
+                Err(_) => (
+                    "not_ready",
+                    Some(format!("no readiness answer within {READINESS_TIMEOUT:?}")),
+                ),
             };
             components.push(ComponentStatus {
                 metadata: self.shown_metadata(&running.spec, &running.assembled.resolved.0),
-                component_refs: running.spec.component_refs.iter().map(|r| r.key.to_string()).collect(),
+                component_refs: running
+                    .spec
+                    .component_refs
+                    .iter()
+                    .map(|r| r.key.to_string())
+                    .collect(),
                 sources: sources.get(&key).cloned().unwrap_or_default(),
                 kind: key.kind,
                 name: key.name,
@@ -91,7 +107,11 @@ impl Runtime {
         }
     }
 
-    fn shown_metadata(&self, spec: &ComponentSpec, resolved: &Map<String, Value>) -> Map<String, Value> {
+    fn shown_metadata(
+        &self,
+        spec: &ComponentSpec,
+        resolved: &Map<String, Value>,
+    ) -> Map<String, Value> {
         let mut shown: Map<String, Value> = spec.metadata.clone();
         for r in &spec.configuration_refs {
             if let Some(value) = resolved.get(&r.inject_as) {
@@ -102,7 +122,10 @@ impl Runtime {
             let source = format!("[secret {}/{}#{}]", r.store, r.name, r.key);
             shown.insert(r.inject_as.clone(), Value::String(source));
         }
-        scrub(self, Value::Object(shown)).as_object().cloned().unwrap_or_default()
+        scrub(self, Value::Object(shown))
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -111,7 +134,13 @@ fn scrub(runtime: &Runtime, value: Value) -> Value {
     match value {
         Value::String(s) => Value::String(runtime.redact(&s)),
         Value::Array(items) => Value::Array(items.into_iter().map(|v| scrub(runtime, v)).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, scrub(runtime, v))).collect::<BTreeMap<_, _>>().into_iter().collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, scrub(runtime, v)))
+                .collect::<BTreeMap<_, _>>()
+                .into_iter()
+                .collect(),
+        ),
         other => other,
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use rewire_runtime::kinds::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
 use rewire_runtime::{
-    Component, ComponentKey, ConfigStoreHandle, InjectError, Instance, LockHandle,
-    Metadata, MetadataError, Registry, StateStore,
+    Component, ComponentKey, ConfigStoreHandle, InjectError, Instance, LockHandle, Metadata,
+    MetadataError, Registry, StateStore,
 };
 use serde_json::json;
 

@@ -84,7 +84,10 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
             }
         }
     }
-    let answer = match LifecycleClient::new(channel).apply_configuration(request).await {
+    let answer = match LifecycleClient::new(channel)
+        .apply_configuration(request)
+        .await
+    {
         Ok(answer) => answer.into_inner(),
         Err(status) => {
             eprintln!("error: {:?}: {}", status.code(), status.message());
@@ -93,15 +96,25 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     };
     let key = format!("{}/{}", args.kind, args.name);
     if answer.accepted {
-        println!("{key}: {} (generation {})", answer.outcome, answer.generation);
-        let mut actions: Vec<_> = answer.actions.into_iter().filter(|(_, a)| a != "unchanged").collect();
+        println!(
+            "{key}: {} (generation {})",
+            answer.outcome, answer.generation
+        );
+        let mut actions: Vec<_> = answer
+            .actions
+            .into_iter()
+            .filter(|(_, a)| a != "unchanged")
+            .collect();
         actions.sort();
         for (component, action) in actions {
             println!("  {component}: {action}");
         }
         ExitCode::SUCCESS
     } else {
-        eprintln!("{key}: {} (generation {} keeps serving)", answer.outcome, answer.generation);
+        eprintln!(
+            "{key}: {} (generation {} keeps serving)",
+            answer.outcome, answer.generation
+        );
         for error in answer.errors {
             eprintln!("  {error}");
         }

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rewire::config::{parse_and_validate, read_config_bytes};
 use rewire::api::{ApiOptions, ApiServer};
+use rewire::config::{parse_and_validate, read_config_bytes};
 use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,9 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> ExitCode {
     let stop = StopSignals::listen();
     let registry = Registry::collected();
-    let config_path = args.config.or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()));
+    let config_path = args
+        .config
+        .or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()));
     let loaded = match &config_path {
         Some(path) => {
             tracing::info!(config = %path.display(), "Loading configuration.");
@@ -47,7 +49,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
             match default_config(&home) {
                 Ok(bytes) => parse_and_validate(&bytes, &registry),
                 Err(err) => {
-                    eprintln!("error: cannot prepare the built-in default in {}: {err}", home.display());
+                    eprintln!(
+                        "error: cannot prepare the built-in default in {}: {err}",
+                        home.display()
+                    );
                     return ExitCode::FAILURE;
                 }
             }
@@ -68,12 +73,24 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let generation = runtime.generation();
-    tracing::info!(generation = generation.number, components = generation.len(), "Runtime started.");
+    tracing::info!(
+        generation = generation.number,
+        components = generation.len(),
+        "Runtime started."
+    );
     drop(generation);
     // Edits of the file (ConfigMap updates included) reload the runtime.
     let _watch = config_path.map(|path| runtime.watch_config_file(path, CONFIG_RESYNC));
     let stop_serving = CancellationToken::new();
-    let server = match ApiServer::bind(runtime.clone(), ApiOptions::from_env(), args.grpc_addr, args.http_addr, stop_serving.clone()).await {
+    let server = match ApiServer::bind(
+        runtime.clone(),
+        ApiOptions::from_env(),
+        args.grpc_addr,
+        args.http_addr,
+        stop_serving.clone(),
+    )
+    .await
+    {
         Ok(server) => server,
         Err(err) => {
             eprintln!("error: {err}");

@@ -9,7 +9,10 @@ use super::print_json;
 pub async fn status_command(http_addr: SocketAddr) -> ExitCode {
     let url = format!("http://{http_addr}/v1.0/rewire/status");
     let mut request = reqwest::Client::new().get(&url);
-    if let Some(token) = std::env::var("DAPR_API_TOKEN").ok().or_else(|| std::env::var("REWIRE_API_TOKEN").ok()) {
+    if let Some(token) = std::env::var("DAPR_API_TOKEN")
+        .ok()
+        .or_else(|| std::env::var("REWIRE_API_TOKEN").ok())
+    {
         request = request.header("dapr-api-token", token);
     }
     let response = match request.send().await {

@@ -11,7 +11,11 @@ use super::{load_valid, print_problems};
 pub fn validate_command(path: &Path) -> ExitCode {
     match load_valid(path, &Registry::collected()) {
         Ok(valid) => {
-            println!("{}: valid ({} components)", path.display(), valid.config.components.len());
+            println!(
+                "{}: valid ({} components)",
+                path.display(),
+                valid.config.components.len()
+            );
             ExitCode::SUCCESS
         }
         Err(problems) => {

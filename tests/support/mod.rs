@@ -12,5 +12,10 @@ pub fn valid(json: &str) -> ValidConfig {
 
 /// Starts `json` with default options.
 pub async fn start(json: &str) -> Result<Runtime, StartError> {
-    Runtime::start(valid(json), Registry::collected(), RuntimeOptions::default()).await
+    Runtime::start(
+        valid(json),
+        Registry::collected(),
+        RuntimeOptions::default(),
+    )
+    .await
 }

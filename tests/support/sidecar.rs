@@ -19,7 +19,9 @@ pub struct Sidecar {
 impl Sidecar {
     /// Starts `json` and serves it with `options` on ports picked by the OS.
     pub async fn start(json: &str, options: ApiOptions) -> Self {
-        let runtime = super::start(json).await.unwrap_or_else(|e| panic!("start failed: {e}"));
+        let runtime = super::start(json)
+            .await
+            .unwrap_or_else(|e| panic!("start failed: {e}"));
         Self::serve(runtime, options).await
     }
 
@@ -53,7 +55,10 @@ impl Sidecar {
     pub async fn stop(mut self) {
         self.shutdown.cancel();
         if let Some(server) = self.server.take() {
-            server.stopped().await.unwrap_or_else(|e| panic!("server failed: {e}"));
+            server
+                .stopped()
+                .await
+                .unwrap_or_else(|e| panic!("server failed: {e}"));
         }
         self.runtime.shutdown().await;
     }

@@ -21,7 +21,11 @@ pub async fn eventually<T>(limit: Duration, mut check: impl FnMut() -> Option<T>
 
 /// The reload records of `trigger`.
 pub fn records_of(runtime: &Runtime, trigger: Trigger) -> Vec<ReloadRecord> {
-    runtime.history().into_iter().filter(|r| r.trigger == trigger).collect()
+    runtime
+        .history()
+        .into_iter()
+        .filter(|r| r.trigger == trigger)
+        .collect()
 }
 
 /// Waits for an applied reload of `trigger` after the first `seen` ones.
@@ -33,10 +37,26 @@ pub async fn applied_after(runtime: &Runtime, trigger: Trigger, seen: usize) -> 
             .find(|r| r.outcome == Outcome::Applied)
     })
     .await;
-    found.unwrap_or_else(|| panic!("no applied {trigger} reload; history: {:#?}", runtime.history()))
+    found.unwrap_or_else(|| {
+        panic!(
+            "no applied {trigger} reload; history: {:#?}",
+            runtime.history()
+        )
+    })
 }
 
 /// The declared metadata field `field` of `key` in the running configuration.
-pub fn running_field(runtime: &Runtime, key: &ComponentKey, field: &str) -> Option<serde_json::Value> {
-    runtime.config().config.components.get(key)?.metadata.get(field).cloned()
+pub fn running_field(
+    runtime: &Runtime,
+    key: &ComponentKey,
+    field: &str,
+) -> Option<serde_json::Value> {
+    runtime
+        .config()
+        .config
+        .components
+        .get(key)?
+        .metadata
+        .get(field)
+        .cloned()
 }

@@ -16,9 +16,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::backoff::Backoff;
 use super::error::ApolloError;
 use super::refresh::Refresher;
+use crate::backoff::Backoff;
 
 /// A running long-poll task.
 #[derive(Debug)]

@@ -24,11 +24,11 @@
 
 use std::sync::Arc;
 
+use crate::backoff::Backoff;
 use etcd_client::{Client, EventType, WatchOptions, WatchResponse};
 use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use crate::backoff::Backoff;
 use tracing::{debug, info, warn};
 
 use super::cache::{entry_of, item_at, read_prefix, Difference, KvCache, Snapshot};
@@ -301,4 +301,3 @@ impl Follower {
         ))
     }
 }
-

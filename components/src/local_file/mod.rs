@@ -158,7 +158,11 @@ impl LocalFileSecretStore {
     /// Re-reads the file when it changes; a bad file keeps the last good
     /// secrets (the warning names the file and the position, never a value).
     fn watch_file(&self, cx: &InitContext) -> FileWatch {
-        let (settings, secrets, key) = (self.settings.clone(), Arc::clone(&self.secrets), cx.key.clone());
+        let (settings, secrets, key) = (
+            self.settings.clone(),
+            Arc::clone(&self.secrets),
+            cx.key.clone(),
+        );
         let on_change: OnChange = Arc::new(move || {
             let (settings, secrets, key) = (settings.clone(), Arc::clone(&secrets), key.clone());
             Box::pin(async move {
@@ -168,11 +172,18 @@ impl LocalFileSecretStore {
                         secrets.store(Arc::new(fresh));
                     }
                     Ok(_) => {}
-                    Err(err) => warn!(component = %key, error = %err, "Secrets file unreadable; keeping the last good secrets."),
+                    Err(err) => {
+                        warn!(component = %key, error = %err, "Secrets file unreadable; keeping the last good secrets.")
+                    }
                 }
             })
         });
-        FileWatch::start(self.settings.secrets_file.clone(), on_change, Some(RESYNC), cx.shutdown.child_token())
+        FileWatch::start(
+            self.settings.secrets_file.clone(),
+            on_change,
+            Some(RESYNC),
+            cx.shutdown.child_token(),
+        )
     }
 }
 

@@ -201,7 +201,10 @@ impl DynamicComponent for MemoryConfigStore {
             .map(|(key, value)| table.put(plain_id(key), value.clone(), HashMap::new()))
             .collect();
         for (key, seeded) in &old.items.0 {
-            let untouched = table.items.get(&plain_id(key)).is_some_and(|s| &s.value == seeded);
+            let untouched = table
+                .items
+                .get(&plain_id(key))
+                .is_some_and(|s| &s.value == seeded);
             if !new.items.0.contains_key(key) && untouched {
                 if let Some(removed) = table.remove(&plain_id(key)) {
                     changed.push(removed);

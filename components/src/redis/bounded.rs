@@ -39,7 +39,9 @@ impl ConnectionLike for BoundedConnection {
         let call = self.inner.req_packed_command(cmd);
         Box::pin(async move {
             match limit {
-                Some(limit) => tokio::time::timeout(limit, call).await.map_err(|_| timed_out(limit))?,
+                Some(limit) => tokio::time::timeout(limit, call)
+                    .await
+                    .map_err(|_| timed_out(limit))?,
                 None => call.await,
             }
         })
@@ -55,7 +57,9 @@ impl ConnectionLike for BoundedConnection {
         let call = self.inner.req_packed_commands(cmd, offset, count);
         Box::pin(async move {
             match limit {
-                Some(limit) => tokio::time::timeout(limit, call).await.map_err(|_| timed_out(limit))?,
+                Some(limit) => tokio::time::timeout(limit, call)
+                    .await
+                    .map_err(|_| timed_out(limit))?,
                 None => call.await,
             }
         })

@@ -61,7 +61,10 @@ impl Session {
         self.link
             .as_ref()
             .map(|link| {
-                let limit = link.settings.response.map(|response| response + link.settings.dial);
+                let limit = link
+                    .settings
+                    .response
+                    .map(|response| response + link.settings.dial);
                 BoundedConnection::new(link.manager.clone(), limit)
             })
             .ok_or(NotConnected)

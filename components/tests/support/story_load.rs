@@ -33,7 +33,12 @@ pub fn start_load(handle: StateStoreHandle, tasks: usize, prefix: &str) -> Load 
     let seen = Arc::new(Mutex::new(Seen::default()));
     let tasks = (0..tasks)
         .map(|task| {
-            let (handle, stop, seen, prefix) = (handle.clone(), stop.clone(), seen.clone(), prefix.to_string());
+            let (handle, stop, seen, prefix) = (
+                handle.clone(),
+                stop.clone(),
+                seen.clone(),
+                prefix.to_string(),
+            );
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -46,13 +51,23 @@ pub fn start_load(handle: StateStoreHandle, tasks: usize, prefix: &str) -> Load 
                             continue;
                         }
                     };
-                    let set = SetRequest { key: key.clone(), value: value.clone().into_bytes(), ..SetRequest::default() };
+                    let set = SetRequest {
+                        key: key.clone(),
+                        value: value.clone().into_bytes(),
+                        ..SetRequest::default()
+                    };
                     if let Err(err) = store.set(set).await {
                         record(&seen, |s| s.failed.push(err.to_string()));
                         continue;
                     }
                     record(&seen, |s| s.acked.push((key.clone(), value.clone())));
-                    match store.get(GetRequest { key, ..GetRequest::default() }).await {
+                    match store
+                        .get(GetRequest {
+                            key,
+                            ..GetRequest::default()
+                        })
+                        .await
+                    {
                         Ok(Some(entry)) if entry.data == value.as_bytes() => {}
                         Ok(_) => record(&seen, |s| s.missed += 1),
                         Err(err) => record(&seen, |s| s.failed.push(err.to_string())),
@@ -82,11 +97,20 @@ impl Load {
 /// The `data` field of the Dapr-layout hash `key` on the server at `url`.
 pub async fn stored_value(client: &redis::Client, key: &str) -> Option<String> {
     let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    redis::cmd("HGET").arg(key).arg("data").query_async::<Option<String>>(&mut connection).await.ok().flatten()
+    redis::cmd("HGET")
+        .arg(key)
+        .arg("data")
+        .query_async::<Option<String>>(&mut connection)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Acknowledged writes found on neither server.
-pub async fn lost_writes(acked: &[(String, String)], servers: &[redis::Client]) -> Vec<(String, String)> {
+pub async fn lost_writes(
+    acked: &[(String, String)],
+    servers: &[redis::Client],
+) -> Vec<(String, String)> {
     let mut lost = Vec::new();
     'writes: for (key, value) in acked {
         for server in servers {

@@ -23,8 +23,14 @@ mod tests {
     #[test]
     fn built_in_kinds_use_dapr_categories() {
         assert_eq!(dapr_component_type(STATE, "redis"), "state.redis");
-        assert_eq!(dapr_component_type(SECRET_STORE, "local.file"), "secretstores.local.file");
-        assert_eq!(dapr_component_type(CONFIG_STORE, "apollo"), "configuration.apollo");
+        assert_eq!(
+            dapr_component_type(SECRET_STORE, "local.file"),
+            "secretstores.local.file"
+        );
+        assert_eq!(
+            dapr_component_type(CONFIG_STORE, "apollo"),
+            "configuration.apollo"
+        );
         assert_eq!(dapr_component_type(LOCK, "memory"), "lock.memory");
         assert_eq!(dapr_component_type("greeter", "english"), "greeter.english");
     }

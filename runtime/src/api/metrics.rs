@@ -71,14 +71,35 @@ impl ApiMetrics {
         let generation = Gauge::default();
         let components = Family::<KindLabels, Gauge>::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        let request_seconds =
-            Family::<LatencyLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.00005, 2.0, 18)));
+        let request_seconds = Family::<LatencyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00005, 2.0, 18))
+        });
         registry.register("reloads", "Reloads by outcome and trigger", reloads.clone());
-        registry.register("reload_duration_seconds", "Duration of reload transactions", reload_seconds.clone());
-        registry.register("generation", "The generation of the component set serving", generation.clone());
-        registry.register("components", "Running components by kind", components.clone());
-        registry.register("requests", "API requests by API, method, store and result code", requests.clone());
-        registry.register("request_duration_seconds", "API request latency by API and method", request_seconds.clone());
+        registry.register(
+            "reload_duration_seconds",
+            "Duration of reload transactions",
+            reload_seconds.clone(),
+        );
+        registry.register(
+            "generation",
+            "The generation of the component set serving",
+            generation.clone(),
+        );
+        registry.register(
+            "components",
+            "Running components by kind",
+            components.clone(),
+        );
+        registry.register(
+            "requests",
+            "API requests by API, method, store and result code",
+            requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "API request latency by API and method",
+            request_seconds.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             reloads,
@@ -116,13 +137,22 @@ impl ApiMetrics {
                     })
                     .inc();
                 #[allow(clippy::cast_precision_loss)]
-                metrics.reload_seconds.observe(record.duration_ms as f64 / 1000.0);
+                metrics
+                    .reload_seconds
+                    .observe(record.duration_ms as f64 / 1000.0);
             }
         });
     }
 
     /// Records one API request.
-    pub fn observe_request(&self, api: &str, method: &str, store: &str, code: &str, elapsed: Duration) {
+    pub fn observe_request(
+        &self,
+        api: &str,
+        method: &str,
+        store: &str,
+        code: &str,
+        elapsed: Duration,
+    ) {
         self.requests
             .get_or_create(&RequestLabels {
                 api: api.into(),
@@ -143,10 +173,15 @@ impl ApiMetrics {
     /// counts taken from `runtime` now.
     pub fn render(&self, runtime: &Runtime) -> String {
         let generation = runtime.generation();
-        self.generation.set(i64::try_from(generation.number).unwrap_or(i64::MAX));
+        self.generation
+            .set(i64::try_from(generation.number).unwrap_or(i64::MAX));
         self.components.clear();
         for (key, _) in generation.iter() {
-            self.components.get_or_create(&KindLabels { kind: key.kind.clone() }).inc();
+            self.components
+                .get_or_create(&KindLabels {
+                    kind: key.kind.clone(),
+                })
+                .inc();
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());

@@ -57,7 +57,9 @@ impl ApiOptions {
     pub fn from_env() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         Self {
-            app_token: var("DAPR_API_TOKEN").or_else(|| var("REWIRE_API_TOKEN")).map(ApiToken::new),
+            app_token: var("DAPR_API_TOKEN")
+                .or_else(|| var("REWIRE_API_TOKEN"))
+                .map(ApiToken::new),
             admin_token: var("REWIRE_ADMIN_TOKEN").map(ApiToken::new),
             ..Self::default()
         }
@@ -114,14 +116,28 @@ impl ApiServer {
         http_addr: SocketAddr,
         shutdown: CancellationToken,
     ) -> Result<Self, ApiError> {
-        let grpc_listener = TcpListener::bind(grpc_addr)
-            .await
-            .map_err(|source| ApiError::Bind { addr: grpc_addr, source })?;
-        let http_listener = TcpListener::bind(http_addr)
-            .await
-            .map_err(|source| ApiError::Bind { addr: http_addr, source })?;
-        let local = |l: &TcpListener, addr| l.local_addr().map_err(|source| ApiError::Bind { addr, source });
-        let (grpc_addr, http_addr) = (local(&grpc_listener, grpc_addr)?, local(&http_listener, http_addr)?);
+        let grpc_listener =
+            TcpListener::bind(grpc_addr)
+                .await
+                .map_err(|source| ApiError::Bind {
+                    addr: grpc_addr,
+                    source,
+                })?;
+        let http_listener =
+            TcpListener::bind(http_addr)
+                .await
+                .map_err(|source| ApiError::Bind {
+                    addr: http_addr,
+                    source,
+                })?;
+        let local = |l: &TcpListener, addr| {
+            l.local_addr()
+                .map_err(|source| ApiError::Bind { addr, source })
+        };
+        let (grpc_addr, http_addr) = (
+            local(&grpc_listener, grpc_addr)?,
+            local(&http_listener, http_addr)?,
+        );
         let metrics = Arc::new(ApiMetrics::new());
         metrics.follow_reloads(&runtime);
         let state = ApiState {
@@ -143,7 +159,8 @@ impl ApiServer {
     /// Waits until both servers have stopped (after the shutdown token is
     /// cancelled, in-flight calls finish first).
     pub async fn stopped(self) -> Result<(), ApiError> {
-        let join = |r: Result<Result<(), ApiError>, tokio::task::JoinError>, what: fn(String) -> ApiError| {
+        let join = |r: Result<Result<(), ApiError>, tokio::task::JoinError>,
+                    what: fn(String) -> ApiError| {
             r.map_err(|e| what(e.to_string())).and_then(|inner| inner)
         };
         let (grpc, http) = tokio::join!(self.grpc, self.http);

@@ -76,13 +76,18 @@ impl Layers {
             .iter()
             .map(|(key, spec)| (key.clone(), whole(spec.metadata.keys(), Layer::File)))
             .collect();
-        for (layer, patch) in [(Layer::Overlay, &self.overlay), (Layer::OverlayApp, &self.overlay_app)] {
+        for (layer, patch) in [
+            (Layer::Overlay, &self.overlay),
+            (Layer::OverlayApp, &self.overlay_app),
+        ] {
             for (key, component) in patch.iter().flat_map(|p| p.components.iter()) {
                 let source = sources.entry(key.clone()).or_default();
                 match config.components.get_mut(key) {
                     Some(spec) => component.apply_to(spec),
                     None => {
-                        config.components.insert(key.clone(), component.clone().into_spec(key.clone()));
+                        config
+                            .components
+                            .insert(key.clone(), component.clone().into_spec(key.clone()));
                         *source = whole(std::iter::empty(), layer);
                     }
                 }
@@ -108,7 +113,10 @@ impl Layers {
             match push {
                 Push::Declare(patch) => {
                     let spec = patch.clone().into_spec(key.clone());
-                    sources.insert(key.clone(), whole(spec.metadata.keys(), Layer::ControlPlane));
+                    sources.insert(
+                        key.clone(),
+                        whole(spec.metadata.keys(), Layer::ControlPlane),
+                    );
                     config.components.insert(key.clone(), spec);
                 }
                 Push::Remove => {
@@ -144,8 +152,12 @@ mod tests {
         let file = parse(br#"{"components": {"state": {"s": {"type": "memory", "metadata": {"a": "file", "b": "file", "c": "file"}}, "t": {}}}}"#)
             .unwrap_or_else(|p| panic!("{p}"));
         let mut layers = Layers::new(file);
-        layers.overlay = Some(patch(r#"{"components": {"state": {"s": {"metadata": {"a": "common", "b": "common"}}}}}"#));
-        layers.overlay_app = Some(patch(r#"{"components": {"state": {"s": {"metadata": {"a": "app"}}}}}"#));
+        layers.overlay = Some(patch(
+            r#"{"components": {"state": {"s": {"metadata": {"a": "common", "b": "common"}}}}}"#,
+        ));
+        layers.overlay_app = Some(patch(
+            r#"{"components": {"state": {"s": {"metadata": {"a": "app"}}}}}"#,
+        ));
         let s = ComponentKey::new("state", "s");
         let (config, sources) = layers.effective();
         assert_eq!(
@@ -159,7 +171,10 @@ mod tests {
         layers.pushes.insert(s.clone(), Push::Declare(patch(r#"{"components": {"state": {"s": {"type": "memory", "metadata": {"a": "push"}}}}}"#).components[&s].clone()));
         layers.pushes.insert(t.clone(), Push::Remove);
         let (config, sources) = layers.effective();
-        assert_eq!(serde_json::Value::Object(config.components[&s].metadata.clone()), json!({"a": "push"}));
+        assert_eq!(
+            serde_json::Value::Object(config.components[&s].metadata.clone()),
+            json!({"a": "push"})
+        );
         assert_eq!(sources[&s].metadata["a"], Layer::ControlPlane);
         assert!(!config.components.contains_key(&t));
     }

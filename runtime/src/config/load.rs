@@ -11,10 +11,10 @@ use super::model::{ComponentRef, ConfigFile, ConfigurationRef, OverlaySpec, Secr
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawConfigurationRef, RawFile, RawSecretRef};
+use super::validate::{validate_declared, ValidConfig};
 use crate::key::ComponentKey;
 use crate::metadata::{decode, MetadataError};
 use crate::registry::Registry;
-use super::validate::{validate_declared, ValidConfig};
 
 /// Largest configuration document accepted, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
@@ -88,10 +88,15 @@ pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
 pub fn parse_and_validate(bytes: &[u8], registry: &Registry) -> Result<ValidConfig, Problems> {
     let (patch, mut problems) = parse_patch_collecting(bytes)?;
     if !patch.has_components {
-        problems.push(Problem::file("missing `components` (an object of kind -> name -> component)"));
+        problems.push(Problem::file(
+            "missing `components` (an object of kind -> name -> component)",
+        ));
         return Err(problems);
     }
-    let broken: BTreeSet<ComponentKey> = problems.iter().filter_map(|p| p.component.clone()).collect();
+    let broken: BTreeSet<ComponentKey> = problems
+        .iter()
+        .filter_map(|p| p.component.clone())
+        .collect();
     match validate_declared(patch.into_config(), registry, &broken) {
         Ok(valid) if problems.is_empty() => Ok(valid),
         Ok(_) => Err(problems),
@@ -114,13 +119,18 @@ fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Probl
     };
     let app_id = match (raw.app_id, raw.app_id_layotto) {
         (Some(a), Some(b)) if a != b => {
-            problems.push(Problem::file(format!("`appId` ({a}) and `app_id` ({b}) disagree")));
+            problems.push(Problem::file(format!(
+                "`appId` ({a}) and `app_id` ({b}) disagree"
+            )));
             Some(a)
         }
         (Some(a), _) | (None, Some(a)) => Some(a),
         (None, None) => None,
     };
-    let overlay = raw.overlay.map(|o| OverlaySpec { store: o.store, key: o.key });
+    let overlay = raw.overlay.map(|o| OverlaySpec {
+        store: o.store,
+        key: o.key,
+    });
     let mut components = BTreeMap::new();
     let has_components = raw.components.is_some();
     for (kind, named) in raw.components.into_iter().flatten() {
@@ -156,7 +166,11 @@ fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
                     err.column()
                 )
             } else {
-                format!("malformed JSON at line {}, column {}: {what}", err.line(), err.column())
+                format!(
+                    "malformed JSON at line {}, column {}: {what}",
+                    err.line(),
+                    err.column()
+                )
             })));
         }
     };
@@ -164,7 +178,9 @@ fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
     // would drop a component declaration (or a field) silently.
     let twice = duplicates::duplicate_keys(text);
     if !twice.is_empty() {
-        return Err(Problems(twice.iter().map(|path| duplicates::problem(path)).collect()));
+        return Err(Problems(
+            twice.iter().map(|path| duplicates::problem(path)).collect(),
+        ));
     }
     Ok(map)
 }
@@ -173,9 +189,14 @@ fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
 /// characters) and byte offset.
 fn not_utf8(bytes: &[u8], valid_up_to: usize) -> Problem {
     let before = bytes.get(..valid_up_to).unwrap_or(bytes);
-    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let line_start = before
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
     let line = before.iter().filter(|b| **b == b'\n').count() + 1;
-    let column = std::str::from_utf8(before.get(line_start..).unwrap_or_default()).map_or(0, |s| s.chars().count()) + 1;
+    let column = std::str::from_utf8(before.get(line_start..).unwrap_or_default())
+        .map_or(0, |s| s.chars().count())
+        + 1;
     Problem::file(format!(
         "configuration is not valid UTF-8 (line {line}, column {column}, byte {valid_up_to})"
     ))
@@ -183,14 +204,20 @@ fn not_utf8(bytes: &[u8], valid_up_to: usize) -> Problem {
 
 /// serde_json appends " at line L column C"; we state it up front instead.
 fn strip_location(message: &str) -> &str {
-    message.rfind(" at line ").map_or(message, |at| &message[..at])
+    message
+        .rfind(" at line ")
+        .map_or(message, |at| &message[..at])
 }
 
 fn top_level_message(err: &MetadataError) -> String {
     match err {
-        MetadataError::UnknownField { field, suggestion, .. } => match suggestion {
+        MetadataError::UnknownField {
+            field, suggestion, ..
+        } => match suggestion {
             Some(s) => format!("unknown top-level field `{field}` (did you mean `{s}`?)"),
-            None => format!("unknown top-level field `{field}` (expected appId, components, overlay)"),
+            None => {
+                format!("unknown top-level field `{field}` (expected appId, components, overlay)")
+            }
         },
         MetadataError::Invalid { field, message } => format!("field `{field}`: {message}"),
     }
@@ -215,11 +242,17 @@ fn parse_kind(
     for (name, body) in named {
         let key = ComponentKey::new(kind, &name);
         if name.is_empty() || name.contains('/') {
-            problems.push(Problem::component(&key, "a component name must be non-empty and contain no `/`"));
+            problems.push(Problem::component(
+                &key,
+                "a component name must be non-empty and contain no `/`",
+            ));
             continue;
         }
         let Value::Object(body) = body else {
-            problems.push(Problem::component(&key, "expected an object with `type` and `metadata`"));
+            problems.push(Problem::component(
+                &key,
+                "expected an object with `type` and `metadata`",
+            ));
             continue;
         };
         match decode::<RawComponent>(&body) {
@@ -279,12 +312,15 @@ fn to_patch(key: &ComponentKey, raw: RawComponent, problems: &mut Problems) -> C
             }),
             _ => problems.push(Problem::component(
                 key,
-                format!("component_ref.{kind}: expected the referenced component's name as a string"),
+                format!(
+                    "component_ref.{kind}: expected the referenced component's name as a string"
+                ),
             )),
         }
     }
     let given_secrets = raw.secret_ref.is_some() || raw.secret_ref_layotto.is_some();
-    let given_configuration = raw.configuration_ref.is_some() || raw.configuration_ref_layotto.is_some();
+    let given_configuration =
+        raw.configuration_ref.is_some() || raw.configuration_ref_layotto.is_some();
     let secret_refs = raw
         .secret_ref
         .into_iter()
@@ -307,11 +343,15 @@ fn to_patch(key: &ComponentKey, raw: RawComponent, problems: &mut Problems) -> C
             .enumerate()
             // A name never contains `/` but a custom kind may: split at the last one.
             .filter_map(|(i, scope)| match scope.rsplit_once('/') {
-                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Some(ComponentKey::new(kind, name)),
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => {
+                    Some(ComponentKey::new(kind, name))
+                }
                 _ => {
                     problems.push(Problem::component(
                         key,
-                        format!("scopes[{i}]: `{scope}` is not a component key (expected `kind/name`)"),
+                        format!(
+                            "scopes[{i}]: `{scope}` is not a component key (expected `kind/name`)"
+                        ),
                     ));
                     None
                 }
@@ -339,7 +379,10 @@ fn one_of(
 ) -> Result<Option<String>, ()> {
     match (a, b) {
         (Some(a), Some(b)) if a != b => {
-            problems.push(Problem::component(key, format!("{what}: two spellings disagree ({a} vs {b})")));
+            problems.push(Problem::component(
+                key,
+                format!("{what}: two spellings disagree ({a} vs {b})"),
+            ));
             Err(())
         }
         (Some(a), _) | (None, Some(a)) => Ok(Some(a)),
@@ -347,15 +390,29 @@ fn one_of(
     }
 }
 
-fn to_secret_ref(key: &ComponentKey, i: usize, r: RawSecretRef, problems: &mut Problems) -> Option<SecretRef> {
+fn to_secret_ref(
+    key: &ComponentKey,
+    i: usize,
+    r: RawSecretRef,
+    problems: &mut Problems,
+) -> Option<SecretRef> {
     let at = format!("secretRef[{i}]");
     let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
-    let inject_as = one_of(key, &format!("{at}.injectAs"), r.inject_as, r.inject_as_layotto, problems);
+    let inject_as = one_of(
+        key,
+        &format!("{at}.injectAs"),
+        r.inject_as,
+        r.inject_as_layotto,
+        problems,
+    );
     let (Ok(store), Ok(inject_as)) = (store, inject_as) else {
         return None;
     };
     let Some(store) = store else {
-        problems.push(Problem::component(key, format!("{at}: missing `store` (the secret store's name)")));
+        problems.push(Problem::component(
+            key,
+            format!("{at}: missing `store` (the secret store's name)"),
+        ));
         return None;
     };
     // rewire: `name` is the secret, `key` the key inside it. Layotto: `key`
@@ -372,7 +429,10 @@ fn to_secret_ref(key: &ComponentKey, i: usize, r: RawSecretRef, problems: &mut P
             return None;
         }
         (None, None, _) => {
-            problems.push(Problem::component(key, format!("{at}: missing `name` (the secret's name)")));
+            problems.push(Problem::component(
+                key,
+                format!("{at}: missing `name` (the secret's name)"),
+            ));
             return None;
         }
     };
@@ -393,12 +453,21 @@ fn to_configuration_ref(
 ) -> Option<ConfigurationRef> {
     let at = format!("configurationRef[{i}]");
     let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
-    let inject_as = one_of(key, &format!("{at}.injectAs"), r.inject_as, r.inject_as_layotto, problems);
+    let inject_as = one_of(
+        key,
+        &format!("{at}.injectAs"),
+        r.inject_as,
+        r.inject_as_layotto,
+        problems,
+    );
     let (Ok(store), Ok(inject_as)) = (store, inject_as) else {
         return None;
     };
     let Some(store) = store else {
-        problems.push(Problem::component(key, format!("{at}: missing `store` (the config store's name)")));
+        problems.push(Problem::component(
+            key,
+            format!("{at}: missing `store` (the config store's name)"),
+        ));
         return None;
     };
     Some(ConfigurationRef {

@@ -10,8 +10,12 @@ mod raw;
 mod validate;
 
 pub use layers::{ComponentSources, Layer, Layers, Push};
-pub use load::{load_file, parse, parse_and_validate, parse_patch, read_config_bytes, MAX_CONFIG_BYTES};
+pub use load::{
+    load_file, parse, parse_and_validate, parse_patch, read_config_bytes, MAX_CONFIG_BYTES,
+};
+pub use model::{
+    ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef,
+};
 pub use patch::{ComponentPatch, ConfigPatch};
-pub use model::{ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
 pub use problem::{Problem, Problems};
 pub use validate::{validate, ValidConfig};

@@ -41,7 +41,9 @@ pub struct ComponentSpec {
 impl ComponentSpec {
     /// Whether `user` may reference this component.
     pub fn allows(&self, user: &ComponentKey) -> bool {
-        self.scopes.as_ref().is_none_or(|scopes| scopes.contains(user))
+        self.scopes
+            .as_ref()
+            .is_none_or(|scopes| scopes.contains(user))
     }
 
     /// The metadata fields filled by secretRef and configurationRef.
@@ -60,8 +62,16 @@ impl ComponentSpec {
             .component_refs
             .iter()
             .map(|r| r.key.clone())
-            .chain(self.secret_refs.iter().map(|r| ComponentKey::new(crate::key::SECRET_STORE, &r.store)))
-            .chain(self.configuration_refs.iter().map(|r| ComponentKey::new(crate::key::CONFIG_STORE, &r.store)))
+            .chain(
+                self.secret_refs
+                    .iter()
+                    .map(|r| ComponentKey::new(crate::key::SECRET_STORE, &r.store)),
+            )
+            .chain(
+                self.configuration_refs
+                    .iter()
+                    .map(|r| ComponentKey::new(crate::key::CONFIG_STORE, &r.store)),
+            )
             .collect();
         deps.sort();
         deps.dedup();

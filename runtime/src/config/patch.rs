@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::model::{ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
+use super::model::{
+    ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef,
+};
 use crate::key::ComponentKey;
 
 /// A partial component declaration: what is absent is left as it was.
@@ -121,13 +123,21 @@ mod tests {
                 "componentRef": [{"type": "lock", "name": "l"}]}}}}"#,
         )
         .unwrap_or_else(|p| panic!("{p}"));
-        let patch = parse_patch(br#"{"components": {"state": {"s": {"metadata": {"b": null, "c": 3}}}}}"#)
-            .unwrap_or_else(|p| panic!("{p}"));
+        let patch =
+            parse_patch(br#"{"components": {"state": {"s": {"metadata": {"b": null, "c": 3}}}}}"#)
+                .unwrap_or_else(|p| panic!("{p}"));
         let key = ComponentKey::new("state", "s");
         let mut spec = base.components[&key].clone();
         patch.components[&key].apply_to(&mut spec);
         assert_eq!(spec.type_name, "memory");
-        assert_eq!(Value::Object(spec.metadata), serde_json::json!({"a": 1, "c": 3}));
-        assert_eq!(spec.component_refs.len(), 1, "refs not given in the patch are kept");
+        assert_eq!(
+            Value::Object(spec.metadata),
+            serde_json::json!({"a": 1, "c": 3})
+        );
+        assert_eq!(
+            spec.component_refs.len(),
+            1,
+            "refs not given in the patch are kept"
+        );
     }
 }

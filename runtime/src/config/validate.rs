@@ -58,26 +58,50 @@ pub(crate) fn validate_declared(
         }
         for (i, r) in spec.component_refs.iter().enumerate() {
             if &r.key == key {
-                problems.push(Problem::component(key, format!("componentRef[{i}]: a component cannot reference itself")));
+                problems.push(Problem::component(
+                    key,
+                    format!("componentRef[{i}]: a component cannot reference itself"),
+                ));
             } else if !broken.contains(&r.key) {
-                check_target(&config, key, &format!("componentRef[{i}]"), &r.key, &mut problems);
+                check_target(
+                    &config,
+                    key,
+                    &format!("componentRef[{i}]"),
+                    &r.key,
+                    &mut problems,
+                );
             }
         }
         for (i, r) in spec.secret_refs.iter().enumerate() {
             let target = ComponentKey::new(SECRET_STORE, &r.store);
             if !broken.contains(&target) {
-                check_target(&config, key, &format!("secretRef[{i}]"), &target, &mut problems);
+                check_target(
+                    &config,
+                    key,
+                    &format!("secretRef[{i}]"),
+                    &target,
+                    &mut problems,
+                );
             }
         }
         for (i, r) in spec.configuration_refs.iter().enumerate() {
             let target = ComponentKey::new(CONFIG_STORE, &r.store);
             if !broken.contains(&target) {
-                check_target(&config, key, &format!("configurationRef[{i}]"), &target, &mut problems);
+                check_target(
+                    &config,
+                    key,
+                    &format!("configurationRef[{i}]"),
+                    &target,
+                    &mut problems,
+                );
             }
         }
     }
     if let Some(overlay) = &config.overlay {
-        if !config.components.contains_key(&ComponentKey::new(CONFIG_STORE, &overlay.store)) {
+        if !config
+            .components
+            .contains_key(&ComponentKey::new(CONFIG_STORE, &overlay.store))
+        {
             problems.push(Problem::file(format!(
                 "overlay.store: no config store named `{}`",
                 overlay.store
@@ -87,7 +111,10 @@ pub(crate) fn validate_declared(
     let graph = DependencyGraph::build(&config);
     for cycle in graph.cycles() {
         let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
-        problems.push(Problem::component(&cycle[0], format!("reference cycle: {}", path.join(" -> "))));
+        problems.push(Problem::component(
+            &cycle[0],
+            format!("reference cycle: {}", path.join(" -> ")),
+        ));
     }
     problems.into_result(ValidConfig { config, graph })
 }
@@ -121,7 +148,12 @@ fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) ->
 /// loader checks names as it reads them; this catches what reaches
 /// validation another way (a push), and what the loader lets through.
 fn key_problem(key: &ComponentKey) -> Option<Problem> {
-    if key.kind.chars().chain(key.name.chars()).any(char::is_control) {
+    if key
+        .kind
+        .chars()
+        .chain(key.name.chars())
+        .any(char::is_control)
+    {
         // Shown escaped: a raw newline would split the problem's line.
         return Some(Problem::file(format!(
             "{}/{}: a component kind or name must not contain control characters (such as a newline)",
@@ -130,10 +162,16 @@ fn key_problem(key: &ComponentKey) -> Option<Problem> {
         )));
     }
     if key.kind.trim().is_empty() {
-        return Some(Problem::component(key, "a component kind must not be blank"));
+        return Some(Problem::component(
+            key,
+            "a component kind must not be blank",
+        ));
     }
     if key.name.is_empty() || key.name.contains('/') {
-        return Some(Problem::component(key, "a component name must be non-empty and contain no `/`"));
+        return Some(Problem::component(
+            key,
+            "a component name must be non-empty and contain no `/`",
+        ));
     }
     None
 }
@@ -142,11 +180,22 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
     let (kind, type_name) = (&spec.key.kind, &spec.type_name);
     let known = registry.types_of(kind);
     // `type` defaults to the name: say so when that may be what happened.
-    let defaulted = if *type_name == spec.key.name { "; `type` defaults to the component's name" } else { "" };
+    let defaulted = if *type_name == spec.key.name {
+        "; `type` defaults to the component's name"
+    } else {
+        ""
+    };
     match (type_name.is_empty(), known.is_empty()) {
-        (true, true) => format!("`type` is empty: no component types are registered for kind `{kind}`"),
-        (true, false) => format!("`type` is empty (registered for kind `{kind}`: {})", known.join(", ")),
-        (false, true) => format!("unknown type `{type_name}`: no component types are registered for kind `{kind}`"),
+        (true, true) => {
+            format!("`type` is empty: no component types are registered for kind `{kind}`")
+        }
+        (true, false) => format!(
+            "`type` is empty (registered for kind `{kind}`: {})",
+            known.join(", ")
+        ),
+        (false, true) => format!(
+            "unknown type `{type_name}`: no component types are registered for kind `{kind}`"
+        ),
         (false, false) => format!(
             "unknown type `{type_name}` for kind `{kind}` (registered: {}{defaulted})",
             known.join(", ")
@@ -154,11 +203,26 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
     }
 }
 
-fn check_target(config: &ConfigFile, user: &ComponentKey, at: &str, target: &ComponentKey, problems: &mut Problems) {
+fn check_target(
+    config: &ConfigFile,
+    user: &ComponentKey,
+    at: &str,
+    target: &ComponentKey,
+    problems: &mut Problems,
+) {
     if let Some(spec) = config.components.get(target) {
         if !spec.allows(user) {
-            let scopes: Vec<String> = spec.scopes.iter().flatten().map(ComponentKey::to_string).collect();
-            let allowed = if scopes.is_empty() { "none".to_string() } else { scopes.join(", ") };
+            let scopes: Vec<String> = spec
+                .scopes
+                .iter()
+                .flatten()
+                .map(ComponentKey::to_string)
+                .collect();
+            let allowed = if scopes.is_empty() {
+                "none".to_string()
+            } else {
+                scopes.join(", ")
+            };
             problems.push(Problem::component(
                 user,
                 format!("{at}: `{target}` may not be referenced by `{user}` (its scopes allow: {allowed})"),

@@ -34,7 +34,8 @@ impl DependencyGraph {
         }
         for (key, spec) in &config.components {
             for dependency in spec.dependencies() {
-                if let (Some(&from), Some(&to)) = (this.nodes.get(&dependency), this.nodes.get(key)) {
+                if let (Some(&from), Some(&to)) = (this.nodes.get(&dependency), this.nodes.get(key))
+                {
                     this.graph.add_edge(from, to, ());
                 }
             }

@@ -31,7 +31,13 @@ impl DependencyGraph {
                 out.push_str("digraph rewire {\n  rankdir=LR;\n  node [shape=box];\n");
                 for key in &order {
                     let (name, type_name) = label(key);
-                    let _ = writeln!(out, "  n{} [label=\"{}\\n({})\"];", id(key), escape_dot(&name), escape_dot(&type_name));
+                    let _ = writeln!(
+                        out,
+                        "  n{} [label=\"{}\\n({})\"];",
+                        id(key),
+                        escape_dot(&name),
+                        escape_dot(&type_name)
+                    );
                 }
                 for key in &order {
                     for dependency in self.dependencies(key) {
@@ -44,7 +50,13 @@ impl DependencyGraph {
                 out.push_str("flowchart LR\n");
                 for key in &order {
                     let (name, type_name) = label(key);
-                    let _ = writeln!(out, "  n{}[\"{}<br/>({})\"]", id(key), escape_mermaid(&name), escape_mermaid(&type_name));
+                    let _ = writeln!(
+                        out,
+                        "  n{}[\"{}<br/>({})\"]",
+                        id(key),
+                        escape_mermaid(&name),
+                        escape_mermaid(&type_name)
+                    );
                 }
                 for key in &order {
                     for dependency in self.dependencies(key) {
@@ -62,5 +74,7 @@ fn escape_dot(text: &str) -> String {
 }
 
 fn escape_mermaid(text: &str) -> String {
-    text.replace('"', "#quot;").replace('<', "#lt;").replace('>', "#gt;")
+    text.replace('"', "#quot;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
 }

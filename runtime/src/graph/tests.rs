@@ -21,7 +21,10 @@ const CHAIN: &str = r#"{"components": {
 #[test]
 fn levels_put_stores_first() {
     let levels = graph(CHAIN).levels();
-    let names: Vec<Vec<String>> = levels.iter().map(|l| l.iter().map(ToString::to_string).collect()).collect();
+    let names: Vec<Vec<String>> = levels
+        .iter()
+        .map(|l| l.iter().map(ToString::to_string).collect())
+        .collect();
     assert_eq!(
         names,
         vec![
@@ -38,7 +41,15 @@ fn dependents_are_transitive() {
     let g = graph(CHAIN);
     let impact = g.with_dependents(&[key("secret_store/local")].into_iter().collect());
     let names: Vec<String> = impact.iter().map(ToString::to_string).collect();
-    assert_eq!(names, ["config_store/cfg", "custom/svc", "secret_store/local", "state/orders"]);
+    assert_eq!(
+        names,
+        [
+            "config_store/cfg",
+            "custom/svc",
+            "secret_store/local",
+            "state/orders"
+        ]
+    );
 }
 
 #[test]
@@ -50,8 +61,20 @@ fn cycle_path_follows_references() {
             "lock": {"c": {"componentRef": [{"type": "state", "name": "a"}]}}
         }}"#,
     );
-    let cycles: Vec<Vec<String>> = g.cycles().iter().map(|c| c.iter().map(ToString::to_string).collect()).collect();
-    assert_eq!(cycles, vec![vec!["config_store/b", "lock/c", "state/a", "config_store/b"]]);
+    let cycles: Vec<Vec<String>> = g
+        .cycles()
+        .iter()
+        .map(|c| c.iter().map(ToString::to_string).collect())
+        .collect();
+    assert_eq!(
+        cycles,
+        vec![vec![
+            "config_store/b",
+            "lock/c",
+            "state/a",
+            "config_store/b"
+        ]]
+    );
     assert!(g.levels().is_empty());
 }
 
@@ -60,7 +83,10 @@ fn render_lists_stores_before_users() {
     let g = graph(CHAIN);
     for format in [GraphFormat::Dot, GraphFormat::Mermaid] {
         let text = g.render(format);
-        let at = |s: &str| text.find(s).unwrap_or_else(|| panic!("{s} missing in {text}"));
+        let at = |s: &str| {
+            text.find(s)
+                .unwrap_or_else(|| panic!("{s} missing in {text}"))
+        };
         assert!(at("secret_store/local") < at("config_store/cfg"));
         assert!(at("config_store/cfg") < at("state/orders"));
         assert!(at("state/orders") < at("custom/svc"));

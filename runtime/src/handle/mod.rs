@@ -65,7 +65,10 @@ tokio::task_local! {
 }
 
 /// Runs `future` with handles resolving in `staged` first.
-pub(crate) async fn with_staged<F: std::future::Future>(staged: Arc<Generation>, future: F) -> F::Output {
+pub(crate) async fn with_staged<F: std::future::Future>(
+    staged: Arc<Generation>,
+    future: F,
+) -> F::Output {
     STAGED.scope(staged, future).await
 }
 
@@ -95,10 +98,17 @@ struct Target {
 impl Target {
     fn resolve(&self) -> Result<Instance, HandleError> {
         let (key, live) = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
-        let staged = STAGED.try_with(|staged| staged.get(key).cloned()).ok().flatten();
+        let staged = STAGED
+            .try_with(|staged| staged.get(key).cloned())
+            .ok()
+            .flatten();
         match staged {
             Some(instance) => Ok(instance),
-            None => live.current().get(key).cloned().ok_or_else(|| HandleError::NotRunning(key.clone())),
+            None => live
+                .current()
+                .get(key)
+                .cloned()
+                .ok_or_else(|| HandleError::NotRunning(key.clone())),
         }
     }
 
@@ -194,7 +204,10 @@ impl ComponentHandle {
         let any: Arc<dyn std::any::Any + Send + Sync> = self.load()?;
         any.downcast::<T>().map_err(|_| {
             HandleError::WrongType(
-                self.0.key().cloned().unwrap_or_else(|| ComponentKey::new("?", "?")),
+                self.0
+                    .key()
+                    .cloned()
+                    .unwrap_or_else(|| ComponentKey::new("?", "?")),
                 std::any::type_name::<T>(),
             )
         })
@@ -213,7 +226,9 @@ impl ComponentHandle {
 
 impl std::fmt::Debug for ComponentHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("ComponentHandle").field(&self.0.key()).finish()
+        f.debug_tuple("ComponentHandle")
+            .field(&self.0.key())
+            .finish()
     }
 }
 

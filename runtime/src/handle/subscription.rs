@@ -13,7 +13,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::ConfigStoreHandle;
-use crate::kinds::{ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription};
+use crate::kinds::{
+    ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription,
+};
 
 /// How many undelivered changes a handle subscription buffers.
 const BUFFER: usize = 256;
@@ -33,11 +35,17 @@ impl ConfigStoreHandle {
     /// a loaded instance, it keeps delivering after the store is rebuilt by
     /// a reload. It ends when the store is removed or the runtime stops.
     pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
-        let live = self.0.live().cloned().ok_or_else(|| ConfigError::Backend("handle not injected".into()))?;
+        let live = self
+            .0
+            .live()
+            .cloned()
+            .ok_or_else(|| ConfigError::Backend("handle not injected".into()))?;
         // Taken before the store is loaded: a generation published from
         // here on is seen by the forwarder, which then follows it.
         let published = live.changes();
-        let store = self.load().map_err(|e| ConfigError::Backend(e.to_string()))?;
+        let store = self
+            .load()
+            .map_err(|e| ConfigError::Backend(e.to_string()))?;
         let inner = store.subscribe(query.clone()).await?;
         let last = snapshot(&store, &query).await;
         let (sender, changes) = mpsc::channel(BUFFER);
@@ -152,7 +160,10 @@ impl Forwarder {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Closed(_)) => false,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(buffer = BUFFER, "Configuration subscriber dropped: it stopped reading.");
+                tracing::warn!(
+                    buffer = BUFFER,
+                    "Configuration subscriber dropped: it stopped reading."
+                );
                 false
             }
         }

@@ -6,10 +6,13 @@ pub mod secret_store;
 pub mod state_store;
 mod subscriptions;
 
-pub use config_store::{ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription};
+pub use config_store::{
+    ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription,
+};
 pub use lock::{Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
 pub use secret_store::{SecretError, SecretMap, SecretStore, SecretString};
 pub use state_store::{
-    BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError, StateStore,
+    BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError,
+    StateStore,
 };
 pub use subscriptions::SubscriptionHub;

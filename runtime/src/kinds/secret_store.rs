@@ -59,7 +59,11 @@ pub enum SecretError {
 #[async_trait]
 pub trait SecretStore: Component {
     /// The secret `name` (all its keys).
-    async fn get_secret(&self, name: &str, metadata: &HashMap<String, String>) -> Result<SecretMap, SecretError>;
+    async fn get_secret(
+        &self,
+        name: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<SecretMap, SecretError>;
 
     /// Every secret the store holds.
     async fn bulk_get_secret(

@@ -120,7 +120,11 @@ pub trait StateStore: Component {
                 metadata: HashMap::new(),
             };
             items.push(match self.get(req).await {
-                Ok(entry) => BulkGetItem { key, entry, error: None },
+                Ok(entry) => BulkGetItem {
+                    key,
+                    entry,
+                    error: None,
+                },
                 Err(err) => BulkGetItem {
                     key,
                     entry: None,

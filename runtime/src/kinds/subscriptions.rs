@@ -40,7 +40,11 @@ impl SubscriptionHub {
     /// Tells every subscriber about the items it asked for.
     pub fn publish(&self, items: &[ConfigItem]) {
         self.lock().retain(|subscriber| {
-            let matching: Vec<ConfigItem> = items.iter().filter(|i| subscriber.query.matches(i)).cloned().collect();
+            let matching: Vec<ConfigItem> = items
+                .iter()
+                .filter(|i| subscriber.query.matches(i))
+                .cloned()
+                .collect();
             if matching.is_empty() {
                 return !subscriber.sender.is_closed();
             }
@@ -48,7 +52,10 @@ impl SubscriptionHub {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(buffer = SUBSCRIBER_BUFFER, "Configuration subscriber dropped: it stopped reading.");
+                    tracing::warn!(
+                        buffer = SUBSCRIBER_BUFFER,
+                        "Configuration subscriber dropped: it stopped reading."
+                    );
                     false
                 }
             }
@@ -66,7 +73,9 @@ impl SubscriptionHub {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscriber>> {
-        self.subscribers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -70,14 +70,24 @@ fn decode_with<T: DeserializeOwned>(
         let message = strip_position(&err.into_inner().to_string());
         // serde says "missing field `x`" about the object holding it (path
         // `.` at the top): name the missing field itself.
-        if let Some(missing) = message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
-            let field = if path == "." { missing.to_string() } else { format!("{path}.{missing}") };
+        if let Some(missing) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.strip_suffix('`'))
+        {
+            let field = if path == "." {
+                missing.to_string()
+            } else {
+                format!("{path}.{missing}")
+            };
             return MetadataError::Invalid {
                 field,
                 message: "required but missing".to_string(),
             };
         }
-        MetadataError::Invalid { field: path, message }
+        MetadataError::Invalid {
+            field: path,
+            message,
+        }
     })
 }
 
@@ -110,9 +120,11 @@ mod tests {
 
     #[test]
     fn strings_are_accepted_for_numbers_and_bools() {
-        let r: Redis = decode(&map(json!({"redisHost": "h", "redisDB": "3", "enableTls": "true", "timeoutMs": "250"})))
-            .map_err(|e| e.to_string())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let r: Redis = decode(&map(
+            json!({"redisHost": "h", "redisDB": "3", "enableTls": "true", "timeoutMs": "250"}),
+        ))
+        .map_err(|e| e.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.redis_db, 3);
         assert!(r.enable_tls);
         assert_eq!(r.timeout_ms, Some(250));
@@ -145,8 +157,9 @@ mod tests {
     fn injected_fields_pass_validation_whatever_their_type() {
         decode_for_validation::<Redis>(&map(json!({})), &["redisHost".into(), "redisDB".into()])
             .unwrap_or_else(|e| panic!("{e}"));
-        let err = decode_for_validation::<Redis>(&map(json!({"redisDB": "x"})), &["redisHost".into()])
-            .unwrap_err();
+        let err =
+            decode_for_validation::<Redis>(&map(json!({"redisDB": "x"})), &["redisHost".into()])
+                .unwrap_err();
         assert!(err.to_string().contains("redisDB"));
     }
 }

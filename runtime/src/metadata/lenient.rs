@@ -4,7 +4,10 @@
 use std::cell::RefCell;
 
 use serde::de::value::BorrowedStrDeserializer;
-use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Unexpected, Visitor};
+use serde::de::{
+    self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Unexpected,
+    Visitor,
+};
 use serde_json::{Map, Value};
 
 use super::decode::MetadataError;
@@ -77,13 +80,22 @@ impl<'a> Lenient<'a> {
         }
     }
 
-    fn check_fields(&self, map: &Map<String, Value>, fields: &'static [&'static str]) -> Result<(), Error> {
+    fn check_fields(
+        &self,
+        map: &Map<String, Value>,
+        fields: &'static [&'static str],
+    ) -> Result<(), Error> {
         let Some(field) = map.keys().find(|k| !fields.contains(&k.as_str())) else {
             return Ok(());
         };
         let suggestion = fields
             .iter()
-            .map(|known| (strsim::jaro_winkler(&field.to_lowercase(), &known.to_lowercase()), *known))
+            .map(|known| {
+                (
+                    strsim::jaro_winkler(&field.to_lowercase(), &known.to_lowercase()),
+                    *known,
+                )
+            })
             .filter(|(score, _)| *score > 0.8)
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, known)| known.to_string());
@@ -190,11 +202,19 @@ impl<'a> Deserializer<'a> for Lenient<'a> {
         }
     }
 
-    fn deserialize_unit_struct<V: Visitor<'a>>(self, _name: &'static str, visitor: V) -> Result<V::Value, Error> {
+    fn deserialize_unit_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
         self.deserialize_any(visitor)
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'a>>(self, _name: &'static str, visitor: V) -> Result<V::Value, Error> {
+    fn deserialize_newtype_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
         visitor.visit_newtype_struct(self)
     }
 
@@ -248,9 +268,14 @@ struct Items<'p, 'a> {
 impl<'a> SeqAccess<'a> for Items<'_, 'a> {
     type Error = Error;
 
-    fn next_element_seed<T: DeserializeSeed<'a>>(&mut self, seed: T) -> Result<Option<T::Value>, Error> {
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
         match self.items.next() {
-            Some((i, value)) => seed.deserialize(self.parent.child(value, &format!("[{i}]"))).map(Some),
+            Some((i, value)) => seed
+                .deserialize(self.parent.child(value, &format!("[{i}]")))
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -265,11 +290,15 @@ struct Entries<'p, 'a> {
 impl<'a> MapAccess<'a> for Entries<'_, 'a> {
     type Error = Error;
 
-    fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Result<Option<K::Value>, Error> {
+    fn next_key_seed<K: DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
         match self.entries.next() {
             Some((key, value)) => {
                 self.value = Some((key, value));
-                seed.deserialize(BorrowedStrDeserializer::new(key)).map(Some)
+                seed.deserialize(BorrowedStrDeserializer::new(key))
+                    .map(Some)
             }
             None => Ok(None),
         }

@@ -22,7 +22,12 @@ impl SpecChange {
     /// Compares two declarations of one component (metadata compared as
     /// normalised JSON: object key order does not matter).
     pub fn between(old: &ComponentSpec, new: &ComponentSpec) -> Self {
-        let refs = |spec: &ComponentSpec| spec.component_refs.iter().map(|r| r.key.clone()).collect::<BTreeSet<_>>();
+        let refs = |spec: &ComponentSpec| {
+            spec.component_refs
+                .iter()
+                .map(|r| r.key.clone())
+                .collect::<BTreeSet<_>>()
+        };
         Self {
             type_changed: old.type_name != new.type_name,
             component_refs_changed: refs(old) != refs(new),
@@ -86,7 +91,11 @@ impl ConfigDiff {
 
     /// Added plus changed keys: the roots of the impact set.
     pub fn touched(&self) -> BTreeSet<ComponentKey> {
-        self.added.iter().chain(self.changed.keys()).cloned().collect()
+        self.added
+            .iter()
+            .chain(self.changed.keys())
+            .cloned()
+            .collect()
     }
 }
 
@@ -101,22 +110,31 @@ mod tests {
 
     #[test]
     fn classifies_added_removed_and_changed() {
-        let old = config(r#"{"components": {"state": {"a": {"type": "memory", "metadata": {"x": 1, "y": 2}}, "b": {}, "c": {}}}}"#);
+        let old = config(
+            r#"{"components": {"state": {"a": {"type": "memory", "metadata": {"x": 1, "y": 2}}, "b": {}, "c": {}}}}"#,
+        );
         let new = config(
             r#"{"components": {"state": {"a": {"type": "memory", "metadata": {"y": 2, "x": 1}}, "b": {"type": "redis"}, "d": {}},
                               "lock": {"c": {}}}}"#,
         );
         let diff = ConfigDiff::between(&old, &new);
-        let names = |set: &BTreeSet<ComponentKey>| set.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let names =
+            |set: &BTreeSet<ComponentKey>| set.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(names(&diff.added), ["lock/c", "state/d"]);
         assert_eq!(names(&diff.removed), ["state/c"]);
-        assert_eq!(diff.changed.len(), 1, "key order of metadata does not matter");
+        assert_eq!(
+            diff.changed.len(),
+            1,
+            "key order of metadata does not matter"
+        );
         assert!(diff.changed[&ComponentKey::new("state", "b")].type_changed);
     }
 
     #[test]
     fn diff_of_a_config_with_itself_is_empty() {
-        let c = config(r#"{"components": {"state": {"a": {"metadata": {"n": [1, {"b": 2, "a": 1}]}}}}}"#);
+        let c = config(
+            r#"{"components": {"state": {"a": {"metadata": {"n": [1, {"b": 2, "a": 1}]}}}}}"#,
+        );
         assert!(ConfigDiff::between(&c, &c.clone()).is_empty());
     }
 }

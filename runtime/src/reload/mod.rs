@@ -88,14 +88,20 @@ impl Runtime {
     /// Applies `candidate` as the new base configuration (the embedding
     /// program's own reload); overlays and pushes stay laid over it.
     pub async fn apply(&self, candidate: ConfigFile) -> Result<ReloadRecord, ReloadError> {
-        self.reload(ReloadRequest::new(candidate, Trigger::Programmatic)).await
+        self.reload(ReloadRequest::new(candidate, Trigger::Programmatic))
+            .await
     }
 
     /// Runs one reload of the base configuration; reloads are serialised.
     pub async fn reload(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
         let changes = vec![LayerChange::File(request.candidate)];
-        self.transact(request.trigger, changes, request.forced, request.based_on_generation)
-            .await
+        self.transact(
+            request.trigger,
+            changes,
+            request.forced,
+            request.based_on_generation,
+        )
+        .await
     }
 
     /// Declares one component from the control plane: it replaces whatever
@@ -107,7 +113,8 @@ impl Runtime {
         based_on_generation: Option<u64>,
     ) -> Result<ReloadRecord, ReloadError> {
         let changes = vec![LayerChange::Push(key, Push::Declare(patch))];
-        self.transact(Trigger::Api, changes, BTreeSet::new(), based_on_generation).await
+        self.transact(Trigger::Api, changes, BTreeSet::new(), based_on_generation)
+            .await
     }
 
     /// Removes one component from the control plane, whatever the file and
@@ -118,7 +125,8 @@ impl Runtime {
         based_on_generation: Option<u64>,
     ) -> Result<ReloadRecord, ReloadError> {
         let changes = vec![LayerChange::Push(key, Push::Remove)];
-        self.transact(Trigger::Api, changes, BTreeSet::new(), based_on_generation).await
+        self.transact(Trigger::Api, changes, BTreeSet::new(), based_on_generation)
+            .await
     }
 
     /// The layers of the configuration (file, overlay, pushes).
@@ -183,13 +191,19 @@ impl Runtime {
         }
         let started = Instant::now();
         let running_generation = inner.live.current().number;
-        let finish = |outcome, generation, actions: BTreeMap<ComponentKey, Action>, error: Option<String>| {
+        let finish = |outcome,
+                      generation,
+                      actions: BTreeMap<ComponentKey, Action>,
+                      error: Option<String>| {
             let record = ReloadRecord {
                 generation,
                 trigger: trigger.clone(),
                 outcome,
                 error: error.map(|e| inner.redactor.scrub(&e)),
-                actions: actions.into_iter().map(|(k, a)| (k.to_string(), a)).collect(),
+                actions: actions
+                    .into_iter()
+                    .map(|(k, a)| (k.to_string(), a))
+                    .collect(),
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 at_unix_ms: now_unix_ms(),
             };
@@ -202,7 +216,12 @@ impl Runtime {
                 based_on,
                 running: running_generation,
             };
-            finish(Outcome::Rejected, running_generation, BTreeMap::new(), Some(err.to_string()));
+            finish(
+                Outcome::Rejected,
+                running_generation,
+                BTreeMap::new(),
+                Some(err.to_string()),
+            );
             return Err(err);
         }
         let mut layers = inner.state().layers.clone();
@@ -222,7 +241,12 @@ impl Runtime {
         let candidate = match validate(effective, &inner.registry) {
             Ok(candidate) => candidate,
             Err(problems) => {
-                finish(Outcome::Rejected, running_generation, BTreeMap::new(), Some(problems.to_string()));
+                finish(
+                    Outcome::Rejected,
+                    running_generation,
+                    BTreeMap::new(),
+                    Some(problems.to_string()),
+                );
                 return Err(ReloadError::Invalid(problems));
             }
         };
@@ -238,22 +262,35 @@ impl Runtime {
             redactor: inner.redactor.clone(),
         };
         let prepared =
-            match transaction::prepare(&current, &old, &candidate, &forced, &inner.registry, &cx).await {
+            match transaction::prepare(&current, &old, &candidate, &forced, &inner.registry, &cx)
+                .await
+            {
                 Ok(prepared) => prepared,
                 Err(failed) => {
                     let error = failure_lines(&failed.failures);
-                    finish(Outcome::RolledBack, running_generation, failed.actions, Some(error));
+                    finish(
+                        Outcome::RolledBack,
+                        running_generation,
+                        failed.actions,
+                        Some(error),
+                    );
                     return Err(ReloadError::RolledBack(failed.failures));
                 }
             };
         drop(current);
         let changed = prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = old.graph.start_order();
-        let generation = if changed { running_generation + 1 } else { running_generation };
+        let generation = if changed {
+            running_generation + 1
+        } else {
+            running_generation
+        };
         {
             let mut state = inner.state();
             if changed {
-                inner.live.publish(Generation::new(generation, instances_of(&prepared.running)));
+                inner
+                    .live
+                    .publish(Generation::new(generation, instances_of(&prepared.running)));
             }
             state.config = candidate;
             state.running = prepared.running;
@@ -262,7 +299,11 @@ impl Runtime {
         let mut retired = prepared.retired;
         retired.sort_by_key(|(key, _)| std::cmp::Reverse(old_order.iter().position(|k| k == key)));
         drain::spawn_drain(retired, inner.options.drain_grace);
-        let outcome = if changed { Outcome::Applied } else { Outcome::NoChange };
+        let outcome = if changed {
+            Outcome::Applied
+        } else {
+            Outcome::NoChange
+        };
         Ok(finish(outcome, generation, prepared.actions, None))
     }
 }
@@ -281,7 +322,11 @@ fn log_record(record: &ReloadRecord) {
         }
     }
     match &record.error {
-        None => tracing::info!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, duration_ms = record.duration_ms, "Reload finished."),
-        Some(error) => tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload not applied."),
+        None => {
+            tracing::info!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, duration_ms = record.duration_ms, "Reload finished.")
+        }
+        Some(error) => {
+            tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload not applied.")
+        }
     }
 }

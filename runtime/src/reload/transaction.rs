@@ -9,7 +9,9 @@ use tokio::task::JoinSet;
 
 use super::diff::{ConfigDiff, SpecChange};
 use super::history::Action;
-use crate::assemble::{assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep};
+use crate::assemble::{
+    assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
+};
 use crate::config::{ComponentSpec, ValidConfig};
 use crate::dynamic::Applied;
 use crate::handle::with_staged;
@@ -23,9 +25,15 @@ pub(crate) enum Step {
     /// Kept its instance (its spec may be updated to an equivalent one).
     Kept(Running),
     /// `apply_config` took the new metadata; `previous` undoes it.
-    InPlace { running: Running, previous: Metadata },
+    InPlace {
+        running: Running,
+        previous: Metadata,
+    },
     /// A new instance; `replaced` is the old one, if any.
-    Built { running: Running, replaced: Option<Running> },
+    Built {
+        running: Running,
+        replaced: Option<Running>,
+    },
 }
 
 impl Step {
@@ -33,14 +41,18 @@ impl Step {
         match self {
             Step::Kept(_) => Action::Unchanged,
             Step::InPlace { .. } => Action::UpdatedInPlace,
-            Step::Built { replaced: Some(_), .. } => Action::Rebuilt,
+            Step::Built {
+                replaced: Some(_), ..
+            } => Action::Rebuilt,
             Step::Built { replaced: None, .. } => Action::Added,
         }
     }
 
     fn running(&self) -> &Running {
         match self {
-            Step::Kept(running) | Step::InPlace { running, .. } | Step::Built { running, .. } => running,
+            Step::Kept(running) | Step::InPlace { running, .. } | Step::Built { running, .. } => {
+                running
+            }
         }
     }
 }
@@ -73,12 +85,21 @@ pub(crate) async fn prepare(
     let mut diff = ConfigDiff::between(&old.config, &candidate.config);
     if old.config.app_id != candidate.config.app_id {
         // Components were initialised with the app id: all must restart.
-        for key in candidate.config.components.keys().filter(|k| current.contains_key(*k)) {
+        for key in candidate
+            .config
+            .components
+            .keys()
+            .filter(|k| current.contains_key(*k))
+        {
             let change = diff.changed.entry(key.clone()).or_default();
             change.type_changed = true;
         }
     }
-    let roots: BTreeSet<ComponentKey> = diff.touched().into_iter().chain(forced.iter().cloned()).collect();
+    let roots: BTreeSet<ComponentKey> = diff
+        .touched()
+        .into_iter()
+        .chain(forced.iter().cloned())
+        .collect();
     let impact = candidate.graph.with_dependents(&roots);
     let mut next: BTreeMap<ComponentKey, Running> = BTreeMap::new();
     let mut actions: BTreeMap<ComponentKey, Action> = BTreeMap::new();
@@ -97,7 +118,10 @@ pub(crate) async fn prepare(
             continue;
         }
         let staged = Arc::new(staged_for(&level, &candidate.graph, &next));
-        let level_cx = AssemblyContext { staged, ..cx.clone() };
+        let level_cx = AssemblyContext {
+            staged,
+            ..cx.clone()
+        };
         let mut tasks = JoinSet::new();
         for key in level {
             let Some(spec) = candidate.config.components.get(&key).cloned() else {
@@ -109,7 +133,11 @@ pub(crate) async fn prepare(
             let level_cx = level_cx.clone();
             tasks.spawn(async move {
                 let Some(descriptor) = descriptor else {
-                    return Err(level_cx.fail(&key, FailedStep::Metadata, format!("unknown type `{}`", spec.type_name)));
+                    return Err(level_cx.fail(
+                        &key,
+                        FailedStep::Metadata,
+                        format!("unknown type `{}`", spec.type_name),
+                    ));
                 };
                 decide_and_run(spec, change, previous, &descriptor, &level_cx).await
             });
@@ -142,7 +170,11 @@ pub(crate) async fn prepare(
     }
     let mut retired = Vec::new();
     for step in done {
-        if let Step::Built { replaced: Some(old), .. } = step {
+        if let Step::Built {
+            replaced: Some(old),
+            ..
+        } = step
+        {
             retired.push((old.spec.key.clone(), old));
         }
     }
@@ -220,15 +252,20 @@ async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
         match step {
             Step::Kept(_) => {}
             Step::Built { running, .. } => {
-                crate::runtime::close_one(&running.spec.key, &running.assembled.instance, &running.assembled.shutdown)
-                    .await;
+                crate::runtime::close_one(
+                    &running.spec.key,
+                    &running.assembled.instance,
+                    &running.assembled.shutdown,
+                )
+                .await;
             }
             Step::InPlace { running, previous } => {
                 let key = &running.spec.key;
                 let component = running.assembled.instance.component();
                 let restored = match component.as_dynamic() {
                     Some(dynamic) => matches!(
-                        tokio::time::timeout(cx.timeouts.init, dynamic.apply_config(&previous)).await,
+                        tokio::time::timeout(cx.timeouts.init, dynamic.apply_config(&previous))
+                            .await,
                         Ok(Ok(Applied::Applied))
                     ),
                     None => false,

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
 use crate::config::{ComponentSpec, Layers, Problems, ValidConfig};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle, SecretStoreHandle,
-    StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle,
+    SecretStoreHandle, StateStoreHandle,
 };
 use crate::instance::Instance;
 use crate::key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
@@ -22,7 +22,7 @@ use crate::redact::Redactor;
 use crate::registry::Registry;
 use crate::reload::{History, LayerChange, ReloadRecord, Trigger};
 use crate::watch::overlay::read_overlay;
-use crate::watch::queue::{self, Queued, QueueSender};
+use crate::watch::queue::{self, QueueSender, Queued};
 use crate::watch::supervisor;
 
 pub(crate) use start::close_one;
@@ -66,7 +66,11 @@ pub enum StartError {
 
 /// One failure per line.
 pub(crate) fn failure_lines(failures: &[ComponentFailure]) -> String {
-    failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A running component: how it was declared and what was started.
@@ -113,7 +117,10 @@ impl Inner {
     }
 
     pub(crate) fn record(&self, record: ReloadRecord) {
-        self.history.lock().unwrap_or_else(|p| p.into_inner()).push(record.clone());
+        self.history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record.clone());
         // No receiver is fine: nobody is counting.
         let _ = self.reload_events.send(record);
     }
@@ -123,7 +130,11 @@ impl Runtime {
     /// Starts every component of `config`, stores first: each level of the
     /// dependency graph starts concurrently once the previous one is ready.
     /// On any failure, what was started is closed in reverse order.
-    pub async fn start(config: ValidConfig, registry: Registry, options: RuntimeOptions) -> Result<Self, StartError> {
+    pub async fn start(
+        config: ValidConfig,
+        registry: Registry,
+        options: RuntimeOptions,
+    ) -> Result<Self, StartError> {
         let live = Live::new();
         let redactor = Redactor::shared();
         let running = start::start_all(&config, &registry, &options, &live, &redactor).await?;
@@ -165,7 +176,9 @@ impl Runtime {
             Ok((None, None)) => {}
             Ok((common, app)) => {
                 let changes = vec![LayerChange::Overlay(common, app)];
-                let _ = self.transact(Trigger::Overlay, changes, Default::default(), None).await;
+                let _ = self
+                    .transact(Trigger::Overlay, changes, Default::default(), None)
+                    .await;
             }
             Err(error) => self.record_rejected(Trigger::Overlay, &error),
         }
@@ -206,7 +219,11 @@ impl Runtime {
 
     /// The last reloads, oldest first.
     pub fn history(&self) -> Vec<ReloadRecord> {
-        self.inner.history.lock().unwrap_or_else(|p| p.into_inner()).records()
+        self.inner
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .records()
     }
 
     /// Every reload record from now on, as it is made.
@@ -252,10 +269,15 @@ impl Runtime {
         let _reloads = self.inner.reload_lock.lock().await;
         let (levels, mut running) = {
             let mut state = self.inner.state();
-            (state.config.graph.levels(), std::mem::take(&mut state.running))
+            (
+                state.config.graph.levels(),
+                std::mem::take(&mut state.running),
+            )
         };
         let number = self.inner.live.current().number + 1;
-        self.inner.live.publish(Generation::new(number, BTreeMap::new()));
+        self.inner
+            .live
+            .publish(Generation::new(number, BTreeMap::new()));
         start::close_in_reverse(&levels, &mut running).await;
     }
 }
@@ -271,12 +293,18 @@ pub(crate) fn staged_for(
     let instances = level
         .iter()
         .flat_map(|key| graph.dependencies(key))
-        .filter_map(|dep| running.get(&dep).map(|r| (dep, r.assembled.instance.clone())))
+        .filter_map(|dep| {
+            running
+                .get(&dep)
+                .map(|r| (dep, r.assembled.instance.clone()))
+        })
         .collect();
     Generation::new(0, instances)
 }
 
-pub(crate) fn instances_of(running: &BTreeMap<ComponentKey, Running>) -> BTreeMap<ComponentKey, Instance> {
+pub(crate) fn instances_of(
+    running: &BTreeMap<ComponentKey, Running>,
+) -> BTreeMap<ComponentKey, Instance> {
     running
         .iter()
         .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))

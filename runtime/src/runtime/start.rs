@@ -34,7 +34,10 @@ pub(super) async fn start_all(
             timeouts: options.timeouts,
             redactor: redactor.clone(),
         };
-        let specs: Vec<ComponentSpec> = level.iter().filter_map(|k| config.config.components.get(k).cloned()).collect();
+        let specs: Vec<ComponentSpec> = level
+            .iter()
+            .filter_map(|k| config.config.components.get(k).cloned())
+            .collect();
         let (assembled, failures) = assemble_all(specs, registry, &cx).await;
         started.push(assembled.keys().cloned().collect());
         for (key, (spec, assembled)) in assembled {
@@ -57,7 +60,10 @@ pub(crate) async fn assemble_all(
     specs: Vec<ComponentSpec>,
     registry: &Registry,
     cx: &AssemblyContext,
-) -> (BTreeMap<ComponentKey, (ComponentSpec, Assembled)>, Vec<ComponentFailure>) {
+) -> (
+    BTreeMap<ComponentKey, (ComponentSpec, Assembled)>,
+    Vec<ComponentFailure>,
+) {
     let mut tasks = JoinSet::new();
     let mut failures = Vec::new();
     for spec in specs {
@@ -94,7 +100,10 @@ pub(crate) async fn assemble_all(
 }
 
 /// Closes the components of `levels` found in `running`, last level first.
-pub(crate) async fn close_in_reverse(levels: &[Vec<ComponentKey>], running: &mut BTreeMap<ComponentKey, Running>) {
+pub(crate) async fn close_in_reverse(
+    levels: &[Vec<ComponentKey>],
+    running: &mut BTreeMap<ComponentKey, Running>,
+) {
     for level in levels.iter().rev() {
         for key in level.iter().rev() {
             if let Some(r) = running.remove(key) {
@@ -105,7 +114,11 @@ pub(crate) async fn close_in_reverse(levels: &[Vec<ComponentKey>], running: &mut
 }
 
 /// Cancels a component's background work and closes it.
-pub(crate) async fn close_one(key: &ComponentKey, instance: &Instance, shutdown: &CancellationToken) {
+pub(crate) async fn close_one(
+    key: &ComponentKey,
+    instance: &Instance,
+    shutdown: &CancellationToken,
+) {
     shutdown.cancel();
     match instance.component().close().await {
         Ok(()) => tracing::info!(component = %key, "Component closed."),

@@ -36,7 +36,12 @@ impl Runtime {
             let last = Arc::clone(&last);
             Box::pin(async move { runtime.config_file_changed(&path, &last).await })
         });
-        FileWatch::start(path, on_change, Some(resync), self.inner.stopped.child_token())
+        FileWatch::start(
+            path,
+            on_change,
+            Some(resync),
+            self.inner.stopped.child_token(),
+        )
     }
 
     async fn config_file_changed(&self, path: &PathBuf, last: &Mutex<Option<u64>>) {

@@ -5,8 +5,8 @@
 
 use std::ffi::OsString;
 use std::future::Future;
-use std::pin::Pin;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +42,12 @@ impl FileWatch {
     /// The OS watch is in place when this returns, so no change made after
     /// it can be missed; the task calls `on_change` once at its start for
     /// changes made between the caller's first read and the watch.
-    pub fn start(path: PathBuf, on_change: OnChange, resync: Option<Duration>, token: CancellationToken) -> Self {
+    pub fn start(
+        path: PathBuf,
+        on_change: OnChange,
+        resync: Option<Duration>,
+        token: CancellationToken,
+    ) -> Self {
         let signal = Arc::new(Notify::new());
         let watcher = watch_directory(&path, &signal);
         let task = tokio::spawn(run(path, on_change, watcher, signal, resync, token.clone()));

@@ -19,8 +19,11 @@ pub(crate) async fn read_overlay(
     spec: &OverlaySpec,
     app_id: &str,
 ) -> Result<(Option<ConfigPatch>, Option<ConfigPatch>), String> {
-    let handle = ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &spec.store), runtime.live());
-    let store = handle.load().map_err(|e| format!("overlay store `{}`: {e}", spec.store))?;
+    let handle =
+        ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &spec.store), runtime.live());
+    let store = handle
+        .load()
+        .map_err(|e| format!("overlay store `{}`: {e}", spec.store))?;
     let (common, app) = overlay_keys(spec, app_id);
     let items = store
         .get(&ConfigQuery::keys([common.clone(), app.clone()]))

@@ -88,9 +88,21 @@ mod tests {
             }))
         };
         let (trigger, changes, forced) = coalesce(vec![
-            Queued { trigger: Trigger::File, change: file("one"), forced: BTreeSet::new() },
-            Queued { trigger: Trigger::Watch, change: None, forced: [ComponentKey::new("state", "a")].into() },
-            Queued { trigger: Trigger::File, change: file("two"), forced: BTreeSet::new() },
+            Queued {
+                trigger: Trigger::File,
+                change: file("one"),
+                forced: BTreeSet::new(),
+            },
+            Queued {
+                trigger: Trigger::Watch,
+                change: None,
+                forced: [ComponentKey::new("state", "a")].into(),
+            },
+            Queued {
+                trigger: Trigger::File,
+                change: file("two"),
+                forced: BTreeSet::new(),
+            },
         ]);
         assert_eq!(trigger, Trigger::File);
         assert_eq!(forced.len(), 1);

@@ -23,7 +23,10 @@ use crate::runtime::{Inner, Runtime};
 /// Starts the supervisor; it ends at shutdown or when the runtime is dropped.
 pub(crate) fn spawn_supervisor(inner: Weak<Inner>) {
     tokio::spawn(async move {
-        let Some((mut published, stopped)) = inner.upgrade().map(|i| (i.live.changes(), i.stopped.clone())) else {
+        let Some((mut published, stopped)) = inner
+            .upgrade()
+            .map(|i| (i.live.changes(), i.stopped.clone()))
+        else {
             return;
         };
         loop {
@@ -47,13 +50,25 @@ fn start_watches(runtime: &Runtime, round: &CancellationToken) {
         for (key, running) in &state.running {
             let resolved = &running.assembled.resolved;
             for r in running.spec.configuration_refs.iter().filter(|r| r.watch) {
-                watched.push(Watch::Config(key.clone(), r.clone(), resolved.get(&r.inject_as).cloned()));
+                watched.push(Watch::Config(
+                    key.clone(),
+                    r.clone(),
+                    resolved.get(&r.inject_as).cloned(),
+                ));
             }
             for r in running.spec.secret_refs.iter().filter(|r| r.watch) {
-                watched.push(Watch::Secret(key.clone(), r.clone(), resolved.get(&r.inject_as).cloned()));
+                watched.push(Watch::Secret(
+                    key.clone(),
+                    r.clone(),
+                    resolved.get(&r.inject_as).cloned(),
+                ));
             }
         }
-        (state.config.config.app_id.clone(), state.config.config.overlay.clone(), watched)
+        (
+            state.config.config.app_id.clone(),
+            state.config.config.overlay.clone(),
+            watched,
+        )
     };
     for watch in watched {
         tokio::spawn(watch.run(runtime.clone(), round.clone()));
@@ -78,8 +93,12 @@ impl Watch {
 
     async fn watch(self, runtime: &Runtime) {
         match self {
-            Watch::Config(component, r, resolved) => watch_configuration(runtime, component, r, resolved).await,
-            Watch::Secret(component, r, resolved) => watch_secret(runtime, component, r, resolved).await,
+            Watch::Config(component, r, resolved) => {
+                watch_configuration(runtime, component, r, resolved).await
+            }
+            Watch::Secret(component, r, resolved) => {
+                watch_secret(runtime, component, r, resolved).await
+            }
         }
     }
 }
@@ -93,7 +112,12 @@ fn force(runtime: &Runtime, component: ComponentKey) {
     });
 }
 
-async fn watch_configuration(runtime: &Runtime, component: ComponentKey, r: ConfigurationRef, resolved: Option<Value>) {
+async fn watch_configuration(
+    runtime: &Runtime,
+    component: ComponentKey,
+    r: ConfigurationRef,
+    resolved: Option<Value>,
+) {
     let handle = ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &r.store), runtime.live());
     let query = ConfigQuery {
         keys: vec![r.key.clone()],
@@ -111,7 +135,10 @@ async fn watch_configuration(runtime: &Runtime, component: ComponentKey, r: Conf
     // A change between the component's start and the subscription.
     if let Ok(store) = handle.load() {
         if let Ok(items) = store.get(&query).await {
-            let now = items.into_iter().find(|i| i.key == r.key).map(|i| Value::String(i.value));
+            let now = items
+                .into_iter()
+                .find(|i| i.key == r.key)
+                .map(|i| Value::String(i.value));
             if now.is_some() && now != resolved {
                 force(runtime, component);
                 return;
@@ -130,7 +157,12 @@ async fn watch_configuration(runtime: &Runtime, component: ComponentKey, r: Conf
     }
 }
 
-async fn watch_secret(runtime: &Runtime, component: ComponentKey, r: SecretRef, resolved: Option<Value>) {
+async fn watch_secret(
+    runtime: &Runtime,
+    component: ComponentKey,
+    r: SecretRef,
+    resolved: Option<Value>,
+) {
     let handle = SecretStoreHandle::new(ComponentKey::new(SECRET_STORE, &r.store), runtime.live());
     let mut ticks = tokio::time::interval(runtime.inner.options.secret_poll_interval);
     loop {
@@ -140,7 +172,9 @@ async fn watch_secret(runtime: &Runtime, component: ComponentKey, r: SecretRef, 
         };
         // Errors (store briefly unavailable) are retried at the next tick.
         if let Ok(secret) = store.get_secret(&r.name, &HashMap::new()).await {
-            let now = secret.get(&r.key).map(|v| Value::String(v.expose().to_string()));
+            let now = secret
+                .get(&r.key)
+                .map(|v| Value::String(v.expose().to_string()));
             if now.is_some() && now != resolved {
                 force(runtime, component);
                 return;
@@ -149,8 +183,14 @@ async fn watch_secret(runtime: &Runtime, component: ComponentKey, r: SecretRef, 
     }
 }
 
-async fn watch_overlay(runtime: Runtime, spec: OverlaySpec, app_id: String, round: CancellationToken) {
-    let handle = ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &spec.store), runtime.live());
+async fn watch_overlay(
+    runtime: Runtime,
+    spec: OverlaySpec,
+    app_id: String,
+    round: CancellationToken,
+) {
+    let handle =
+        ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &spec.store), runtime.live());
     let (common, app) = overlay_keys(&spec, &app_id);
     let subscription = handle.subscribe(ConfigQuery::keys([common, app])).await;
     let mut subscription = match subscription {
@@ -172,7 +212,12 @@ async fn watch_overlay(runtime: Runtime, spec: OverlaySpec, app_id: String, roun
 
 /// Queues the overlay if it differs from the layers in force; records an
 /// invalid one as rejected (once per distinct error).
-async fn overlay_changed(runtime: &Runtime, spec: &OverlaySpec, app_id: &str, last_error: &mut Option<String>) {
+async fn overlay_changed(
+    runtime: &Runtime,
+    spec: &OverlaySpec,
+    app_id: &str,
+    last_error: &mut Option<String>,
+) {
     match read_overlay(runtime, spec, app_id).await {
         Ok((common, app)) => {
             let layers = runtime.layers();

@@ -25,8 +25,8 @@ use serde::Deserialize;
 use tracing::info;
 
 use live_file::LiveFile;
-pub use snapshot::FileConfigError;
 use rewire_runtime::watch::{FileWatch, OnChange};
+pub use snapshot::FileConfigError;
 
 /// Metadata of the `file` config store.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use super::call::Call;
-use crate::api::dapr_names::dapr_component_type;
 use super::proto::dapr::proto::runtime::v1 as pb;
+use crate::api::dapr_names::dapr_component_type;
 
 /// The sidecar's metadata.
 pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {

@@ -10,12 +10,12 @@ use std::collections::HashMap;
 
 use tonic::{Request, Response, Status};
 
-use crate::config::ComponentPatch;
 use super::call::{observed, Call};
 use super::lifecycle_patch::patch_of;
 use super::proto::rewire::lifecycle::v1 as pb;
 use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle;
 use crate::api::ApiState;
+use crate::config::ComponentPatch;
 use crate::key::ComponentKey;
 use crate::reload::{Outcome, ReloadError, ReloadRecord};
 

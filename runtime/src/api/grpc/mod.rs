@@ -68,7 +68,10 @@ pub async fn serve(
     // any) guards the Lifecycle API too: it is never more open than the app
     // API.
     let admin_auth = RequireToken::new(
-        options.admin_token.clone().or_else(|| options.app_token.clone()),
+        options
+            .admin_token
+            .clone()
+            .or_else(|| options.app_token.clone()),
         &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
         &state,
     );

@@ -176,7 +176,8 @@ impl Forward {
                         "subscription `{}` dropped: the client stopped reading its changes",
                         self.id
                     ));
-                    let _ = tokio::time::timeout(SLOW_CLIENT_GRACE, self.sender.send(Err(reason))).await;
+                    let _ = tokio::time::timeout(SLOW_CLIENT_GRACE, self.sender.send(Err(reason)))
+                        .await;
                     break;
                 }
             }

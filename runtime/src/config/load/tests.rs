@@ -22,14 +22,20 @@ fn parses_the_design_example_with_defaults() {
     .unwrap_or_else(|p| panic!("{p}"));
     assert_eq!(config.app_id, "checkout");
     let orders = &config.components[&ComponentKey::new("state", "orders")];
-    assert_eq!(orders.component_refs[0].key, ComponentKey::new("config_store", "apollo"));
+    assert_eq!(
+        orders.component_refs[0].key,
+        ComponentKey::new("config_store", "apollo")
+    );
     assert_eq!(orders.secret_refs[0].name, "redis");
     assert_eq!(orders.secret_refs[0].key, "password");
     assert!(orders.secret_refs[0].watch);
     assert_eq!(orders.configuration_refs[0].inject_as, "redisHost");
     let apollo = &config.components[&ComponentKey::new("config_store", "apollo")];
     assert_eq!(apollo.type_name, "apollo", "type defaults to the name");
-    assert_eq!(config.overlay.as_ref().map(|o| o.key.as_str()), Some("rewire.components"));
+    assert_eq!(
+        config.overlay.as_ref().map(|o| o.key.as_str()),
+        Some("rewire.components")
+    );
 }
 
 #[test]
@@ -42,14 +48,26 @@ fn accepts_layotto_spellings() {
     )
     .unwrap_or_else(|p| panic!("{p}"));
     let redis = &config.components[&ComponentKey::new("state", "redis")];
-    let refs: Vec<String> = redis.component_refs.iter().map(|r| r.key.to_string()).collect();
+    let refs: Vec<String> = redis
+        .component_refs
+        .iter()
+        .map(|r| r.key.to_string())
+        .collect();
     assert_eq!(refs, ["config_store/apollo", "secret_store/local"]);
     assert_eq!(
-        (redis.secret_refs[0].name.as_str(), redis.secret_refs[0].key.as_str(), redis.secret_refs[0].inject_as.as_str()),
+        (
+            redis.secret_refs[0].name.as_str(),
+            redis.secret_refs[0].key.as_str(),
+            redis.secret_refs[0].inject_as.as_str()
+        ),
         ("redis", "password", "redisPassword")
     );
     assert_eq!(
-        (redis.secret_refs[1].name.as_str(), redis.secret_refs[1].key.as_str(), redis.secret_refs[1].inject_as.as_str()),
+        (
+            redis.secret_refs[1].name.as_str(),
+            redis.secret_refs[1].key.as_str(),
+            redis.secret_refs[1].inject_as.as_str()
+        ),
         ("token", "token", "token")
     );
 }
@@ -58,7 +76,10 @@ fn accepts_layotto_spellings() {
 fn malformed_json_gives_line_and_column() {
     let found = problems("{\n  \"components\": {\n    \"state\": { ,\n}");
     assert_eq!(found.len(), 1);
-    assert!(found[0].starts_with("malformed JSON at line 3, column 16: key must be a string"), "{found:?}");
+    assert!(
+        found[0].starts_with("malformed JSON at line 3, column 16: key must be a string"),
+        "{found:?}"
+    );
 }
 
 #[test]

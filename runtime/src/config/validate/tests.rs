@@ -22,13 +22,20 @@ fn none_validate(map: &Map<String, Value>, injected: &[String]) -> Result<(), Me
 }
 
 fn unbuildable(_: &crate::Metadata) -> Result<Box<dyn crate::Buildable>, MetadataError> {
-    Err(MetadataError::Invalid { field: ".".into(), message: "test registry cannot build".into() })
+    Err(MetadataError::Invalid {
+        field: ".".into(),
+        message: "test registry cannot build".into(),
+    })
 }
 
 fn registry() -> Registry {
     let mut registry = Registry::default();
     for (kind, type_name, validate) in [
-        ("state", "redis", redis_validate as fn(&Map<String, Value>, &[String]) -> Result<(), MetadataError>),
+        (
+            "state",
+            "redis",
+            redis_validate as fn(&Map<String, Value>, &[String]) -> Result<(), MetadataError>,
+        ),
         ("state", "memory", none_validate),
         ("config_store", "memory", none_validate),
         ("secret_store", "env", none_validate),
@@ -95,8 +102,15 @@ fn injected_fields_satisfy_required_metadata() {
 
 #[test]
 fn self_reference_is_rejected() {
-    let found = problems(r#"{"components": {"state": {"a": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}}}}"#);
-    assert!(found.iter().any(|p| p == "state/a: componentRef[0]: a component cannot reference itself"), "{found:?}");
+    let found = problems(
+        r#"{"components": {"state": {"a": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}}}}"#,
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p == "state/a: componentRef[0]: a component cannot reference itself"),
+        "{found:?}"
+    );
 }
 
 #[test]
