@@ -390,19 +390,22 @@ fn one_of(
     }
 }
 
-fn to_secret_ref(
+/// The store (required) and `injectAs` of a secretRef/configurationRef,
+/// each given in rewire's or Layotto's spelling (`store`/`store_name`,
+/// `injectAs`/`inject_as`); `None` after reporting a problem.
+fn store_and_inject_as(
     key: &ComponentKey,
-    i: usize,
-    r: RawSecretRef,
+    at: &str,
+    [(store, store_name), (inject_as, inject_as_layotto)]: [(Option<String>, Option<String>); 2],
+    what: &str,
     problems: &mut Problems,
-) -> Option<SecretRef> {
-    let at = format!("secretRef[{i}]");
-    let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
+) -> Option<(String, Option<String>)> {
+    let store = one_of(key, &format!("{at}.store"), store, store_name, problems);
     let inject_as = one_of(
         key,
         &format!("{at}.injectAs"),
-        r.inject_as,
-        r.inject_as_layotto,
+        inject_as,
+        inject_as_layotto,
         problems,
     );
     let (Ok(store), Ok(inject_as)) = (store, inject_as) else {
@@ -411,10 +414,22 @@ fn to_secret_ref(
     let Some(store) = store else {
         problems.push(Problem::component(
             key,
-            format!("{at}: missing `store` (the secret store's name)"),
+            format!("{at}: missing `store` (the {what}'s name)"),
         ));
         return None;
     };
+    Some((store, inject_as))
+}
+
+fn to_secret_ref(
+    key: &ComponentKey,
+    i: usize,
+    r: RawSecretRef,
+    problems: &mut Problems,
+) -> Option<SecretRef> {
+    let at = format!("secretRef[{i}]");
+    let spellings = [(r.store, r.store_name), (r.inject_as, r.inject_as_layotto)];
+    let (store, inject_as) = store_and_inject_as(key, &at, spellings, "secret store", problems)?;
     // rewire: `name` is the secret, `key` the key inside it. Layotto: `key`
     // is the secret and `sub_key` the key inside it (defaulting to `key`).
     let (name, inner) = match (r.name, r.key, r.sub_key) {
@@ -452,24 +467,8 @@ fn to_configuration_ref(
     problems: &mut Problems,
 ) -> Option<ConfigurationRef> {
     let at = format!("configurationRef[{i}]");
-    let store = one_of(key, &format!("{at}.store"), r.store, r.store_name, problems);
-    let inject_as = one_of(
-        key,
-        &format!("{at}.injectAs"),
-        r.inject_as,
-        r.inject_as_layotto,
-        problems,
-    );
-    let (Ok(store), Ok(inject_as)) = (store, inject_as) else {
-        return None;
-    };
-    let Some(store) = store else {
-        problems.push(Problem::component(
-            key,
-            format!("{at}: missing `store` (the config store's name)"),
-        ));
-        return None;
-    };
+    let spellings = [(r.store, r.store_name), (r.inject_as, r.inject_as_layotto)];
+    let (store, inject_as) = store_and_inject_as(key, &at, spellings, "config store", problems)?;
     Some(ConfigurationRef {
         store,
         inject_as: inject_as.unwrap_or_else(|| r.key.clone()),
