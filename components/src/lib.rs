@@ -16,6 +16,7 @@ pub mod json_text;
 pub mod live;
 pub mod local_file;
 pub mod memory;
+mod redacted;
 pub mod redis;
 
 pub use env::EnvSecretStore;

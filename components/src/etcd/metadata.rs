@@ -2,6 +2,7 @@
 //! checked form ([`EtcdSettings`]). The password never appears in `Debug`
 //! output or in an error.
 
+use crate::redacted::redacted;
 use std::fmt;
 use std::time::Duration;
 
@@ -108,14 +109,6 @@ impl fmt::Debug for EtcdMetadata {
             .field("dial_timeout", &self.dial_timeout)
             .field("watch_retry_ms", &self.watch_retry_ms)
             .finish()
-    }
-}
-
-fn redacted(secret: &str) -> &'static str {
-    if secret.is_empty() {
-        ""
-    } else {
-        "<redacted>"
     }
 }
 

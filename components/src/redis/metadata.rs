@@ -2,6 +2,7 @@
 //! names, and the part of it that decides which server to talk to
 //! ([`ConnectionSettings`]).
 
+use crate::redacted::redacted;
 use std::fmt;
 use std::time::Duration;
 
@@ -147,14 +148,6 @@ impl fmt::Debug for RedisMetadata {
             .field("key_prefix", &self.key_prefix)
             .field("ttl_in_seconds", &self.ttl_in_seconds)
             .finish()
-    }
-}
-
-fn redacted(secret: &str) -> &'static str {
-    if secret.is_empty() {
-        ""
-    } else {
-        "<redacted>"
     }
 }
 
