@@ -139,11 +139,11 @@ fn factory(component: &Component<'_>, krate: &Path) -> TokenStream {
         Some(field) => {
             let ty = field.ty;
             quote_spanned! {ty.span()=>
-                let decoded = #krate::metadata::decode::<#ty>(&metadata.0)?;
+                let decoded = #krate::__private::decode::<#ty>(&metadata.0)?;
             }
         }
         None => quote! {
-            let _ = #krate::metadata::decode::<#krate::metadata::NoMetadata>(&metadata.0)?;
+            let _ = #krate::__private::decode::<#krate::NoMetadata>(&metadata.0)?;
         },
     };
     let inits = component.fields.iter().map(|field| {
@@ -171,7 +171,7 @@ fn validator(component: &Component<'_>, krate: &Path) -> TokenStream {
             let ty = field.ty;
             quote!(#ty)
         }
-        None => quote!(#krate::metadata::NoMetadata),
+        None => quote!(#krate::NoMetadata),
     };
     quote! {
         fn validate(
@@ -181,7 +181,7 @@ fn validator(component: &Component<'_>, krate: &Path) -> TokenStream {
             >,
             injected: &[::std::string::String],
         ) -> ::core::result::Result<(), #krate::MetadataError> {
-            #krate::metadata::decode_for_validation::<#metadata_ty>(metadata, injected)
+            #krate::__private::decode_for_validation::<#metadata_ty>(metadata, injected)
         }
     }
 }

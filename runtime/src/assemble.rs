@@ -9,17 +9,17 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::build::Buildable;
+use crate::component::{ComponentKey, CONFIG_STORE, SECRET_STORE};
 use crate::component::{InitContext, Readiness};
 use crate::config::ComponentSpec;
+use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
-use crate::inject::Inject;
-use crate::instance::Instance;
-use crate::key::{ComponentKey, CONFIG_STORE, SECRET_STORE};
 use crate::kinds::ConfigQuery;
 use crate::metadata::Metadata;
 use crate::redact::Redactor;
+use crate::registry::Buildable;
 use crate::registry::ComponentDescriptor;
+use crate::registry::Inject;
 
 /// Timeouts of component start.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +59,8 @@ pub enum FailedStep {
     Apply,
     /// It did not become ready in time.
     NotReady,
+    /// The task building it panicked (the component is not known).
+    Panicked,
 }
 
 impl fmt::Display for FailedStep {
@@ -71,20 +73,41 @@ impl fmt::Display for FailedStep {
             FailedStep::InitTimeout => "init timed out",
             FailedStep::Apply => "in-place update failed",
             FailedStep::NotReady => "not ready in time",
+            FailedStep::Panicked => "panicked",
         })
     }
 }
 
 /// Why one component could not be assembled. Never holds a secret value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{component}: {step}: {message}")]
+#[error("{}{step}: {message}", component.as_ref().map(|c| format!("{c}: ")).unwrap_or_default())]
 pub struct ComponentFailure {
-    /// The component.
-    pub component: ComponentKey,
+    /// The component; `None` when a task panicked before saying which.
+    pub component: Option<ComponentKey>,
     /// Where it failed.
     pub step: FailedStep,
     /// Why, with secret values scrubbed.
     pub message: String,
+}
+
+impl ComponentFailure {
+    /// A `what` task that panicked (or was cancelled) with `err`.
+    pub(crate) fn panicked(what: &str, err: &tokio::task::JoinError) -> Self {
+        Self {
+            component: None,
+            step: FailedStep::Panicked,
+            message: format!("{what} task failed: {err}"),
+        }
+    }
+}
+
+/// Failures, one per line.
+pub(crate) fn failure_lines(failures: &[ComponentFailure]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A component that started: its instance, and what it was started with.
@@ -123,7 +146,7 @@ impl AssemblyContext {
         message: impl fmt::Display,
     ) -> ComponentFailure {
         ComponentFailure {
-            component: key.clone(),
+            component: Some(key.clone()),
             step,
             message: self.redactor.scrub(&message.to_string()),
         }

@@ -1,60 +1,69 @@
 //! rewire's core: the component model, the registry, configuration,
-//! the reference graph, injection, handles and start-up.
+//! the reference graph, injection, handles, start-up and hot reload.
 #![doc = include_str!("../README.md")]
 
 // Lets `#[derive(Component)]` (which names `::rewire_runtime`) work here too.
 extern crate self as rewire_runtime;
 
-#[cfg(feature = "sidecar")]
-pub mod api;
-pub mod assemble;
-pub mod build;
-pub mod component;
+mod assemble;
+mod component;
 pub mod config;
-pub mod dynamic;
-pub mod graph;
-pub mod handle;
-pub mod inject;
-pub mod instance;
-pub mod key;
-pub mod kinds;
-pub mod metadata;
-pub mod redact;
-pub mod registry;
-pub mod reload;
-pub mod runtime;
-pub mod status;
-pub mod watch;
+mod fs_watch;
+mod handle;
+mod kinds;
+mod metadata;
+mod redact;
+mod registry;
+mod reload;
+mod running;
+mod runtime;
+mod trigger;
 
+#[doc(inline)]
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
-pub use build::Buildable;
-pub use component::{Component, ComponentError, InitContext, Readiness};
+#[doc(inline)]
+pub use component::{
+    Applied, Component, ComponentError, ComponentKey, DynamicComponent, InitContext, Readiness,
+    CONFIG_STORE, LOCK, SECRET_STORE, STATE,
+};
+#[doc(inline)]
 pub use config::{ConfigFile, Problem, Problems, ValidConfig};
-pub use dynamic::{Applied, DynamicComponent};
-pub use graph::{DependencyGraph, GraphFormat};
+#[doc(inline)]
+pub use fs_watch::{FileWatch, OnChange};
+#[doc(inline)]
 pub use handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Live,
+    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Instance,
     LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
 };
-pub use inject::{Inject, InjectError, InjectField};
-pub use instance::Instance;
-pub use key::ComponentKey;
-pub use kinds::*;
-pub use metadata::{Metadata, MetadataError};
+#[doc(inline)]
+pub use kinds::{
+    BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, DeleteRequest, GetRequest, Lock, LockError, SecretError, SecretMap,
+    SecretStore, SecretString, SetRequest, StateEntry, StateError, StateStore, SubscriptionHub,
+    TryLockRequest, UnlockRequest, UnlockStatus,
+};
+#[doc(inline)]
+pub use metadata::{Metadata, MetadataError, NoMetadata};
+#[doc(inline)]
 pub use redact::RedactingWriter;
-pub use registry::{ComponentDescriptor, Registry};
+#[doc(inline)]
+pub use registry::{Buildable, ComponentDescriptor, Inject, InjectError, InjectField, Registry};
+#[doc(inline)]
 pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
+#[doc(inline)]
 pub use rewire_macros::Component;
-pub use runtime::{Runtime, RuntimeOptions, StartError};
-pub use status::{ComponentStatus, Status};
+#[doc(inline)]
+pub use runtime::{ComponentStatus, Runtime, RuntimeOptions, StartError, Status};
 
 /// Everything a component author usually needs.
 pub mod prelude {
+    #[doc(hidden)]
     pub use crate::{
         Applied, Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle,
         DynamicComponent, InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore,
         SecretStoreHandle, StateStore, StateStoreHandle,
     };
+    #[doc(hidden)]
     pub use async_trait::async_trait;
 }
 
@@ -65,4 +74,6 @@ pub mod __private {
     pub use inventory;
     pub use serde;
     pub use serde_json;
+
+    pub use crate::metadata::{decode, decode_for_validation};
 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use rewire_runtime::watch::{FileWatch, OnChange};
+use rewire_runtime::{FileWatch, OnChange};
 
 use rewire_runtime::{Component, ComponentError, InitContext, SecretError, SecretMap, SecretStore};
 use serde::Deserialize;

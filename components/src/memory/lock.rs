@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
-use rewire_runtime::metadata::NoMetadata;
+use rewire_runtime::NoMetadata;
 use rewire_runtime::{
     Applied, Component, ComponentError, DynamicComponent, Lock, LockError, Metadata,
     TryLockRequest, UnlockRequest, UnlockStatus,

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::model::ConfigFile;
 use super::patch::{ComponentPatch, ConfigPatch};
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 
 /// Where a value of the effective configuration came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -32,6 +32,17 @@ pub enum Push {
     Declare(ComponentPatch),
     /// The component is removed, whatever lower layers say.
     Remove,
+}
+
+/// A change to one layer of the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LayerChange {
+    /// A new base configuration.
+    File(ConfigFile),
+    /// New overlay documents: the common key's, then the app-specific key's.
+    Overlay(Option<ConfigPatch>, Option<ConfigPatch>),
+    /// A control-plane decision about one component.
+    Push(ComponentKey, Push),
 }
 
 /// Where each part of one component's effective declaration came from.
@@ -65,6 +76,20 @@ impl Layers {
         Self {
             file,
             ..Self::default()
+        }
+    }
+
+    /// Lays `change` over these layers.
+    pub fn apply(&mut self, change: LayerChange) {
+        match change {
+            LayerChange::File(file) => self.file = file,
+            LayerChange::Overlay(common, app) => {
+                self.overlay = common;
+                self.overlay_app = app;
+            }
+            LayerChange::Push(key, push) => {
+                self.pushes.insert(key, push);
+            }
         }
     }
 

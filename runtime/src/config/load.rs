@@ -12,7 +12,7 @@ use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawConfigurationRef, RawFile, RawSecretRef};
 use super::validate::{validate_declared, ValidConfig};
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 use crate::metadata::{decode, MetadataError};
 use crate::registry::Registry;
 

@@ -1,6 +1,8 @@
 //! The configuration file: its model, loading with Layotto aliases, and
 //! validation that collects every problem.
 
+mod diff;
+mod graph;
 mod layers;
 mod load;
 mod model;
@@ -9,7 +11,9 @@ mod problem;
 mod raw;
 mod validate;
 
-pub use layers::{ComponentSources, Layer, Layers, Push};
+pub use diff::{ConfigDiff, SpecChange};
+pub use graph::{DependencyGraph, GraphFormat};
+pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
 pub use load::{
     load_file, parse, parse_and_validate, parse_patch, read_config_bytes, MAX_CONFIG_BYTES,
 };

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 
 /// A whole configuration: the app id, every component, and the optional
 /// overlay key.
@@ -65,12 +65,12 @@ impl ComponentSpec {
             .chain(
                 self.secret_refs
                     .iter()
-                    .map(|r| ComponentKey::new(crate::key::SECRET_STORE, &r.store)),
+                    .map(|r| ComponentKey::new(crate::component::SECRET_STORE, &r.store)),
             )
             .chain(
                 self.configuration_refs
                     .iter()
-                    .map(|r| ComponentKey::new(crate::key::CONFIG_STORE, &r.store)),
+                    .map(|r| ComponentKey::new(crate::component::CONFIG_STORE, &r.store)),
             )
             .collect();
         deps.sort();

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::model::{
     ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef,
 };
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 
 /// A partial component declaration: what is absent is left as it was.
 #[derive(Debug, Clone, Default, PartialEq)]

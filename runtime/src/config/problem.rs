@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 
 /// One thing wrong with a configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use super::model::ConfigFile;
 use super::problem::{Problem, Problems};
-use crate::graph::DependencyGraph;
-use crate::key::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::component::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::config::DependencyGraph;
 use crate::metadata::MetadataError;
 use crate::registry::Registry;
 

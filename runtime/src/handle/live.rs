@@ -19,7 +19,7 @@ pub type LiveGeneration = Arc<Live>;
 
 impl Live {
     /// An empty generation 0, as before start-up.
-    pub fn new() -> LiveGeneration {
+    pub(crate) fn new() -> LiveGeneration {
         Arc::new(Self {
             current: ArcSwap::from_pointee(Generation::default()),
             published: watch::channel(0).0,
@@ -37,7 +37,7 @@ impl Live {
     }
 
     /// Publishes `generation`: every handle resolves in it from now on.
-    pub fn publish(&self, generation: Generation) {
+    pub(crate) fn publish(&self, generation: Generation) {
         let number = generation.number;
         self.current.store(Arc::new(generation));
         self.published.send_replace(number);

@@ -11,17 +11,18 @@
 //! before its generation is published), its handles resolve in the
 //! generation being built, so `init` can already use what it was given.
 
+mod instance;
 mod live;
 mod subscription;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 
 use crate::component::Component;
-use crate::instance::Instance;
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
 
 /// One published version of the whole component set.
@@ -34,7 +35,7 @@ pub struct Generation {
 
 impl Generation {
     /// A generation holding `instances`.
-    pub fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
+    pub(crate) fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
         Self { number, instances }
     }
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::key::ComponentKey;
-use crate::runtime::{close_one, Running};
+use crate::component::ComponentKey;
+use crate::running::{close_one, Running};
 
 /// How often the holders of a retired instance are counted.
 const POLL: Duration = Duration::from_millis(5);

@@ -13,8 +13,10 @@ pub enum Trigger {
     File,
     /// The overlay key in a config store changed.
     Overlay,
-    /// A watched secretRef/configurationRef value changed.
-    Watch,
+    /// A watched secretRef/configurationRef value changed (shown as
+    /// `watch`).
+    #[serde(rename = "watch")]
+    WatchedRef,
     /// A push through the Lifecycle API.
     Api,
     /// `Runtime::apply` from the embedding program.
@@ -26,7 +28,7 @@ impl fmt::Display for Trigger {
         f.write_str(match self {
             Trigger::File => "file",
             Trigger::Overlay => "overlay",
-            Trigger::Watch => "watch",
+            Trigger::WatchedRef => "watch",
             Trigger::Api => "api",
             Trigger::Programmatic => "programmatic",
         })
@@ -39,7 +41,7 @@ impl fmt::Display for Trigger {
 pub enum Action {
     /// Kept its very instance, untouched.
     Unchanged,
-    /// `apply_config` took the new metadata.
+    /// The running instance took the new metadata in place.
     UpdatedInPlace,
     /// A new instance replaced the old one.
     Rebuilt,
@@ -87,14 +89,14 @@ pub struct ReloadRecord {
 
 /// The last reloads, oldest first.
 #[derive(Debug, Clone)]
-pub struct History {
+pub(crate) struct History {
     records: VecDeque<ReloadRecord>,
     capacity: usize,
 }
 
 impl History {
     /// Keeps the last `capacity` records.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             records: VecDeque::new(),
             capacity: capacity.max(1),
@@ -102,7 +104,7 @@ impl History {
     }
 
     /// Adds a record, forgetting the oldest beyond capacity.
-    pub fn push(&mut self, record: ReloadRecord) {
+    pub(crate) fn push(&mut self, record: ReloadRecord) {
         if self.records.len() == self.capacity {
             self.records.pop_front();
         }
@@ -110,7 +112,7 @@ impl History {
     }
 
     /// The records, oldest first.
-    pub fn records(&self) -> Vec<ReloadRecord> {
+    pub(crate) fn records(&self) -> Vec<ReloadRecord> {
         self.records.iter().cloned().collect()
     }
 }

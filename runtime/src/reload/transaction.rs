@@ -7,18 +7,17 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::diff::{ConfigDiff, SpecChange};
 use super::history::Action;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
-use crate::config::{ComponentSpec, ValidConfig};
-use crate::dynamic::Applied;
+use crate::component::Applied;
+use crate::component::ComponentKey;
+use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::handle::with_staged;
-use crate::key::ComponentKey;
 use crate::metadata::Metadata;
-use crate::registry::Registry;
-use crate::runtime::{staged_for, Running};
+use crate::registry::{ComponentDescriptor, Registry};
+use crate::running::{close_one, staged_for, Components, Running};
 
 /// What happened to one component in the transaction.
 pub(crate) enum Step {
@@ -32,7 +31,7 @@ pub(crate) enum Step {
     /// A new instance; `replaced` is the old one, if any.
     Built {
         running: Running,
-        replaced: Option<Running>,
+        replaced: Option<Box<Running>>,
     },
 }
 
@@ -57,12 +56,14 @@ impl Step {
     }
 }
 
-/// A transaction that succeeded, ready to be published.
+/// A transaction that succeeded, ready to be committed.
 pub(crate) struct Prepared {
-    pub(crate) running: BTreeMap<ComponentKey, Running>,
+    pub(crate) components: Components,
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
     /// Old instances to drain and close after the swap.
     pub(crate) retired: Vec<(ComponentKey, Running)>,
+    /// The old configuration's start order (retired users close first).
+    pub(crate) old_order: Vec<ComponentKey>,
 }
 
 /// A transaction that failed and was undone.
@@ -71,64 +72,105 @@ pub(crate) struct Failed {
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
 }
 
-/// Builds the generation for `candidate` from `current`. Nothing is
-/// visible to callers until the caller publishes the result; on failure,
-/// everything built is closed and in-place updates are reverted.
-pub(crate) async fn prepare(
-    current: &BTreeMap<ComponentKey, Running>,
-    old: &ValidConfig,
-    candidate: &ValidConfig,
-    forced: &BTreeSet<ComponentKey>,
-    registry: &Registry,
-    cx: &AssemblyContext,
-) -> Result<Prepared, Failed> {
-    let mut diff = ConfigDiff::between(&old.config, &candidate.config);
-    if old.config.app_id != candidate.config.app_id {
-        // Components were initialised with the app id: all must restart.
-        for key in candidate
-            .config
-            .components
-            .keys()
-            .filter(|k| current.contains_key(*k))
-        {
-            let change = diff.changed.entry(key.clone()).or_default();
-            change.type_changed = true;
+/// What a transaction goes from and to.
+pub(crate) struct Plan {
+    /// What runs now.
+    pub(crate) current: Components,
+    /// The running configuration.
+    pub(crate) old: ValidConfig,
+    /// The validated candidate.
+    pub(crate) candidate: ValidConfig,
+    /// Components to re-resolve although their declaration did not change.
+    pub(crate) forced: BTreeSet<ComponentKey>,
+}
+
+/// The transaction under way: what the new generation holds so far.
+struct Progress {
+    next: Components,
+    actions: BTreeMap<ComponentKey, Action>,
+    done: Vec<Step>,
+}
+
+impl Plan {
+    /// Builds the generation for the candidate. Nothing is visible to
+    /// callers until the result is committed; on failure, everything built
+    /// is closed and in-place updates are reverted.
+    pub(crate) async fn prepare(
+        self,
+        registry: &Registry,
+        cx: &AssemblyContext,
+    ) -> Result<Prepared, Failed> {
+        let diff = ConfigDiff::for_reload(&self.old.config, &self.candidate.config);
+        let roots: BTreeSet<ComponentKey> = diff
+            .touched()
+            .into_iter()
+            .chain(self.forced.iter().cloned())
+            .collect();
+        let impact = self.candidate.graph.with_dependents(&roots);
+        let mut progress = self.keep_unimpacted(&impact);
+        for level in self.candidate.graph.levels() {
+            let level: Vec<ComponentKey> =
+                level.into_iter().filter(|k| impact.contains(k)).collect();
+            if level.is_empty() {
+                continue;
+            }
+            let failures = self
+                .run_level(level, &diff, &mut progress, registry, cx)
+                .await;
+            if !failures.is_empty() {
+                let mut actions = progress.actions;
+                for failure in &failures {
+                    if let Some(component) = &failure.component {
+                        actions.insert(component.clone(), Action::Failed);
+                    }
+                }
+                undo(progress.done, cx).await;
+                return Err(Failed { failures, actions });
+            }
         }
+        Ok(self.retire(progress))
     }
-    let roots: BTreeSet<ComponentKey> = diff
-        .touched()
-        .into_iter()
-        .chain(forced.iter().cloned())
-        .collect();
-    let impact = candidate.graph.with_dependents(&roots);
-    let mut next: BTreeMap<ComponentKey, Running> = BTreeMap::new();
-    let mut actions: BTreeMap<ComponentKey, Action> = BTreeMap::new();
-    for (key, spec) in &candidate.config.components {
-        if let (false, Some(running)) = (impact.contains(key), current.get(key)) {
-            let mut kept = running.clone();
-            kept.spec = spec.clone();
-            next.insert(key.clone(), kept);
-            actions.insert(key.clone(), Action::Unchanged);
+
+    /// Components outside the impact set keep their very instance.
+    fn keep_unimpacted(&self, impact: &BTreeSet<ComponentKey>) -> Progress {
+        let mut progress = Progress {
+            next: Components::new(),
+            actions: BTreeMap::new(),
+            done: Vec::new(),
+        };
+        for (key, spec) in &self.candidate.config.components {
+            if let (false, Some(running)) = (impact.contains(key), self.current.get(key)) {
+                let mut kept = running.clone();
+                kept.spec = spec.clone();
+                progress.next.insert(key.clone(), kept);
+                progress.actions.insert(key.clone(), Action::Unchanged);
+            }
         }
+        progress
     }
-    let mut done: Vec<Step> = Vec::new();
-    for level in candidate.graph.levels() {
-        let level: Vec<ComponentKey> = level.into_iter().filter(|k| impact.contains(k)).collect();
-        if level.is_empty() {
-            continue;
-        }
-        let staged = Arc::new(staged_for(&level, &candidate.graph, &next));
+
+    /// Runs the impacted components of one level concurrently, against the
+    /// instances the new generation holds so far; returns the failures.
+    async fn run_level(
+        &self,
+        level: Vec<ComponentKey>,
+        diff: &ConfigDiff,
+        progress: &mut Progress,
+        registry: &Registry,
+        cx: &AssemblyContext,
+    ) -> Vec<ComponentFailure> {
+        let staged = Arc::new(staged_for(&level, &self.candidate.graph, &progress.next));
         let level_cx = AssemblyContext {
             staged,
             ..cx.clone()
         };
         let mut tasks = JoinSet::new();
         for key in level {
-            let Some(spec) = candidate.config.components.get(&key).cloned() else {
+            let Some(spec) = self.candidate.config.components.get(&key).cloned() else {
                 continue;
             };
             let change = diff.changed.get(&key).copied().unwrap_or_default();
-            let previous = current.get(&key).cloned();
+            let previous = self.current.get(&key).cloned();
             let descriptor = registry.get(&key.kind, &spec.type_name).copied();
             let level_cx = level_cx.clone();
             tasks.spawn(async move {
@@ -145,50 +187,54 @@ pub(crate) async fn prepare(
         let mut failures = Vec::new();
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok(Ok(step)) => done.push(step),
+                Ok(Ok(step)) => {
+                    let running = step.running();
+                    progress
+                        .actions
+                        .insert(running.spec.key.clone(), step.action());
+                    progress
+                        .next
+                        .insert(running.spec.key.clone(), running.clone());
+                    progress.done.push(step);
+                }
                 Ok(Err(failure)) => failures.push(failure),
-                Err(err) => failures.push(ComponentFailure {
-                    component: ComponentKey::new("?", "?"),
-                    step: FailedStep::Init,
-                    message: format!("reload task panicked: {err}"),
-                }),
+                Err(err) => failures.push(ComponentFailure::panicked("reload", &err)),
             }
         }
-        for step in &done {
-            let running = step.running();
-            actions.insert(running.spec.key.clone(), step.action());
-            next.insert(running.spec.key.clone(), running.clone());
-        }
-        if !failures.is_empty() {
-            failures.sort_by(|a, b| a.component.cmp(&b.component));
-            for failure in &failures {
-                actions.insert(failure.component.clone(), Action::Failed);
+        failures.sort_by(|a, b| a.component.cmp(&b.component));
+        failures
+    }
+
+    /// The replaced and removed instances, to drain after the commit.
+    fn retire(self, progress: Progress) -> Prepared {
+        let Progress {
+            next,
+            mut actions,
+            done,
+        } = progress;
+        let mut retired = Vec::new();
+        for step in done {
+            if let Step::Built {
+                replaced: Some(old),
+                ..
+            } = step
+            {
+                retired.push((old.spec.key.clone(), *old));
             }
-            undo(done, cx).await;
-            return Err(Failed { failures, actions });
+        }
+        for (key, running) in self.current {
+            if !self.candidate.config.components.contains_key(&key) {
+                actions.insert(key.clone(), Action::Removed);
+                retired.push((key, running));
+            }
+        }
+        Prepared {
+            components: next,
+            actions,
+            retired,
+            old_order: self.old.graph.start_order(),
         }
     }
-    let mut retired = Vec::new();
-    for step in done {
-        if let Step::Built {
-            replaced: Some(old),
-            ..
-        } = step
-        {
-            retired.push((old.spec.key.clone(), old));
-        }
-    }
-    for (key, running) in current {
-        if !candidate.config.components.contains_key(key) {
-            actions.insert(key.clone(), Action::Removed);
-            retired.push((key.clone(), running.clone()));
-        }
-    }
-    Ok(Prepared {
-        running: next,
-        actions,
-        retired,
-    })
 }
 
 /// Keeps, updates in place, or rebuilds one impacted component.
@@ -196,7 +242,7 @@ async fn decide_and_run(
     spec: ComponentSpec,
     change: SpecChange,
     previous: Option<Running>,
-    descriptor: &crate::registry::ComponentDescriptor,
+    descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
 ) -> Result<Step, ComponentFailure> {
     let resolved = resolve_metadata(&spec, cx).await?;
@@ -241,7 +287,7 @@ async fn decide_and_run(
     let assembled = assemble_resolved(&spec, descriptor, resolved, cx).await?;
     Ok(Step::Built {
         running: Running { spec, assembled },
-        replaced: Some(previous),
+        replaced: Some(Box::new(previous)),
     })
 }
 
@@ -252,7 +298,7 @@ async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
         match step {
             Step::Kept(_) => {}
             Step::Built { running, .. } => {
-                crate::runtime::close_one(
+                close_one(
                     &running.spec.key,
                     &running.assembled.instance,
                     &running.assembled.shutdown,

@@ -1,57 +1,39 @@
-//! The [`Runtime`]: starts a validated configuration level by level, serves
-//! it through handles, reloads it transactionally, and closes it in reverse
-//! order.
+//! The [`Runtime`]: the public face of a running component set. It starts a
+//! validated configuration, hands out handles, takes reloads (its own
+//! [`apply`](Runtime::apply) and the control plane's pushes) and drives the
+//! triggers' queue; the work itself is done by the running set, the
+//! reloader and the triggers underneath.
 
-mod start;
+mod options;
+mod status;
+mod worker;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
-use crate::config::{ComponentSpec, Layers, Problems, ValidConfig};
-use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, Live, LiveGeneration, LockHandle,
-    SecretStoreHandle, StateStoreHandle,
+use crate::assemble::{failure_lines, ComponentFailure};
+use crate::component::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+use crate::config::{
+    ComponentPatch, ConfigFile, LayerChange, Layers, OverlaySpec, Problems, Push, ValidConfig,
 };
-use crate::instance::Instance;
-use crate::key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+use crate::fs_watch::FileWatch;
+use crate::handle::{
+    ComponentHandle, ConfigStoreHandle, Generation, LiveGeneration, LockHandle, SecretStoreHandle,
+    StateStoreHandle,
+};
 use crate::redact::Redactor;
 use crate::registry::Registry;
-use crate::reload::{History, LayerChange, ReloadRecord, Trigger};
-use crate::watch::overlay::read_overlay;
-use crate::watch::queue::{self, QueueSender, Queued};
-use crate::watch::supervisor;
+use crate::reload::queue::{self, QueueSender};
+use crate::reload::{ReloadError, ReloadRecord, ReloadRequest, ReloadSettings, Reloader, Trigger};
+use crate::running::RunningSet;
+use crate::trigger::{self, TriggerContext};
 
-pub(crate) use start::close_one;
-
-/// How the runtime starts, reloads and retires components.
-#[derive(Debug, Clone)]
-pub struct RuntimeOptions {
-    /// Init and readiness timeouts, per component.
-    pub timeouts: StartTimeouts,
-    /// How long a replaced instance may keep in-flight users before it is
-    /// closed anyway.
-    pub drain_grace: Duration,
-    /// How many reload records are kept.
-    pub history_capacity: usize,
-    /// How often watched secretRefs are polled (secret stores cannot
-    /// notify).
-    pub secret_poll_interval: Duration,
-}
-
-impl Default for RuntimeOptions {
-    fn default() -> Self {
-        Self {
-            timeouts: StartTimeouts::default(),
-            drain_grace: Duration::from_secs(10),
-            history_capacity: 100,
-            secret_poll_interval: Duration::from_secs(10),
-        }
-    }
-}
+pub use crate::running::ComponentStatus;
+pub use options::RuntimeOptions;
+pub use status::Status;
 
 /// Why the runtime did not start.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -64,66 +46,21 @@ pub enum StartError {
     Failed(Vec<ComponentFailure>),
 }
 
-/// One failure per line.
-pub(crate) fn failure_lines(failures: &[ComponentFailure]) -> String {
-    failures
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// A running component: how it was declared and what was started.
-#[derive(Debug, Clone)]
-pub(crate) struct Running {
-    pub(crate) spec: ComponentSpec,
-    pub(crate) assembled: Assembled,
-}
-
 /// A running set of components. Cheap to clone: clones share the runtime.
 #[derive(Clone)]
 pub struct Runtime {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) live: LiveGeneration,
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) options: RuntimeOptions,
-    pub(crate) redactor: Redactor,
-    pub(crate) state: Mutex<RuntimeState>,
-    /// Held for the whole of a reload: reloads are serialised.
-    pub(crate) reload_lock: tokio::sync::Mutex<()>,
-    pub(crate) history: Mutex<History>,
-    /// Cancelled at shutdown: background triggers stop on it.
-    pub(crate) stopped: CancellationToken,
-    /// Where background triggers queue their changes.
-    pub(crate) queue: QueueSender,
-    /// Every reload record, as it is made.
-    pub(crate) reload_events: tokio::sync::broadcast::Sender<ReloadRecord>,
-}
-
-pub(crate) struct RuntimeState {
-    /// The effective configuration (layers merged, validated).
-    pub(crate) config: ValidConfig,
-    /// The layers it was merged from.
-    pub(crate) layers: Layers,
-    pub(crate) running: BTreeMap<ComponentKey, Running>,
-}
-
-impl Inner {
-    pub(crate) fn state(&self) -> MutexGuard<'_, RuntimeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn record(&self, record: ReloadRecord) {
-        self.history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(record.clone());
-        // No receiver is fine: nobody is counting.
-        let _ = self.reload_events.send(record);
-    }
+struct Inner {
+    reloader: Arc<Reloader>,
+    registry: Arc<Registry>,
+    options: RuntimeOptions,
+    redactor: Redactor,
+    /// Cancelled at shutdown: the triggers and the worker stop on it.
+    stopped: CancellationToken,
+    /// Where the triggers send their changes.
+    queue: QueueSender,
 }
 
 impl Runtime {
@@ -135,76 +72,154 @@ impl Runtime {
         registry: Registry,
         options: RuntimeOptions,
     ) -> Result<Self, StartError> {
-        let live = Live::new();
         let redactor = Redactor::shared();
-        let running = start::start_all(&config, &registry, &options, &live, &redactor).await?;
-        live.publish(Generation::new(1, instances_of(&running)));
-        let (queue, queued) = tokio::sync::mpsc::unbounded_channel();
+        let registry = Arc::new(registry);
         let overlay = config.config.overlay.clone();
         let app_id = config.config.app_id.clone();
+        let running = RunningSet::start(config, &registry, options.timeouts, &redactor)
+            .await
+            .map_err(StartError::Failed)?;
+        let settings = ReloadSettings {
+            timeouts: options.timeouts,
+            drain_grace: options.drain_grace,
+        };
+        let reloader = Reloader::new(
+            running,
+            Arc::clone(&registry),
+            settings,
+            redactor.clone(),
+            options.history_capacity,
+        );
+        let (queue, queued) = queue::queue();
         let runtime = Self {
             inner: Arc::new(Inner {
-                live,
-                registry: Arc::new(registry),
-                history: Mutex::new(History::new(options.history_capacity)),
+                reloader: Arc::new(reloader),
+                registry,
                 options,
                 redactor,
-                state: Mutex::new(RuntimeState {
-                    layers: Layers::new(config.config.clone()),
-                    config,
-                    running,
-                }),
-                reload_lock: tokio::sync::Mutex::new(()),
                 stopped: CancellationToken::new(),
                 queue,
-                reload_events: tokio::sync::broadcast::channel(64).0,
             }),
         };
         if let Some(spec) = overlay {
             runtime.apply_initial_overlay(&spec, &app_id).await;
         }
-        queue::spawn_worker(Arc::downgrade(&runtime.inner), queued);
-        supervisor::spawn_supervisor(Arc::downgrade(&runtime.inner));
+        worker::spawn_worker(
+            Arc::downgrade(&runtime.inner.reloader),
+            queued,
+            runtime.inner.stopped.clone(),
+        );
+        trigger::spawn_watched_refs(runtime.trigger_context());
         Ok(runtime)
     }
 
     /// Lays the overlay over the file before anything else happens, so the
     /// overlay's values are in force when `start` returns. A failure leaves
     /// the file's configuration running and is recorded.
-    async fn apply_initial_overlay(&self, spec: &crate::config::OverlaySpec, app_id: &str) {
-        match read_overlay(self, spec, app_id).await {
+    async fn apply_initial_overlay(&self, spec: &OverlaySpec, app_id: &str) {
+        match trigger::read_overlay(self.live_generation(), spec, app_id).await {
             Ok((None, None)) => {}
             Ok((common, app)) => {
-                let changes = vec![LayerChange::Overlay(common, app)];
-                let _ = self
-                    .transact(Trigger::Overlay, changes, Default::default(), None)
-                    .await;
+                let change = LayerChange::Overlay(common, app);
+                let request = ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
+                let _ = self.reload(request).await;
             }
-            Err(error) => self.record_rejected(Trigger::Overlay, &error),
+            Err(error) => self.reloader().record_rejected(Trigger::Overlay, &error),
         }
     }
 
-    /// Queues a change for the reload worker.
-    pub(crate) fn enqueue(&self, queued: Queued) {
-        if self.inner.queue.send(queued).is_err() {
-            tracing::debug!("Reload queue closed; change dropped at shutdown.");
+    fn reloader(&self) -> &Arc<Reloader> {
+        &self.inner.reloader
+    }
+
+    fn running(&self) -> &RunningSet {
+        self.inner.reloader.running()
+    }
+
+    fn live_generation(&self) -> &LiveGeneration {
+        self.running().live()
+    }
+
+    fn trigger_context(&self) -> TriggerContext {
+        TriggerContext {
+            queue: self.inner.queue.clone(),
+            plan: self.running().watch_plan(),
+            stopped: self.inner.stopped.clone(),
+            live: self.live_generation().clone(),
+            secret_poll_interval: self.inner.options.secret_poll_interval,
         }
+    }
+
+    /// Applies `candidate` as the new base configuration (the embedding
+    /// program's own reload); overlays and pushes stay laid over it.
+    pub async fn apply(&self, candidate: ConfigFile) -> Result<ReloadRecord, ReloadError> {
+        self.reload(ReloadRequest::new(candidate, Trigger::Programmatic))
+            .await
+    }
+
+    /// Runs one reload; reloads are serialised.
+    pub async fn reload(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
+        self.reloader().reload(request).await
+    }
+
+    /// Declares one component from the control plane: it replaces whatever
+    /// the file and the overlay say about it, and survives their changes.
+    pub async fn apply_component(
+        &self,
+        key: ComponentKey,
+        patch: ComponentPatch,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        self.push(key, Push::Declare(patch), based_on_generation)
+            .await
+    }
+
+    /// Removes one component from the control plane, whatever the file and
+    /// the overlay say.
+    pub async fn remove_component(
+        &self,
+        key: ComponentKey,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        self.push(key, Push::Remove, based_on_generation).await
+    }
+
+    async fn push(
+        &self,
+        key: ComponentKey,
+        push: Push,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        let change = LayerChange::Push(key, push);
+        let request = ReloadRequest {
+            based_on_generation,
+            ..ReloadRequest::of_changes(Trigger::Api, vec![change])
+        };
+        self.reload(request).await
+    }
+
+    /// Watches the configuration file at `path`: when its content changes,
+    /// the new content becomes the base configuration (through the reload
+    /// queue, so bursts coalesce). `resync` re-reads it periodically in case
+    /// an event is lost. The watch ends at shutdown.
+    pub fn watch_config_file(&self, path: PathBuf, resync: Duration) -> FileWatch {
+        trigger::watch_config_file(&self.trigger_context(), path, resync)
     }
 
     /// The current generation: load it once per request and use it
     /// throughout for a consistent view.
     pub fn generation(&self) -> Arc<Generation> {
-        self.inner.live.load_full()
-    }
-
-    /// Where generations are published (for handles made by hand).
-    pub fn live(&self) -> LiveGeneration {
-        self.inner.live.clone()
+        self.live_generation().load_full()
     }
 
     /// The running configuration.
     pub fn config(&self) -> ValidConfig {
-        self.inner.state().config.clone()
+        self.running().config()
+    }
+
+    /// The layers of the configuration (file, overlay, pushes).
+    pub fn layers(&self) -> Layers {
+        self.running().layers()
     }
 
     /// The registry the runtime builds from.
@@ -219,16 +234,12 @@ impl Runtime {
 
     /// The last reloads, oldest first.
     pub fn history(&self) -> Vec<ReloadRecord> {
-        self.inner
-            .history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .records()
+        self.reloader().history()
     }
 
     /// Every reload record from now on, as it is made.
     pub fn reload_events(&self) -> tokio::sync::broadcast::Receiver<ReloadRecord> {
-        self.inner.reload_events.subscribe()
+        self.reloader().events()
     }
 
     /// Scrubs secret values the runtime has seen from `text`.
@@ -238,75 +249,46 @@ impl Runtime {
 
     /// A handle to the state store `name`.
     pub fn state_store(&self, name: &str) -> StateStoreHandle {
-        StateStoreHandle::new(ComponentKey::new(STATE, name), self.live())
+        StateStoreHandle::new(
+            ComponentKey::new(STATE, name),
+            self.live_generation().clone(),
+        )
     }
 
     /// A handle to the config store `name`.
     pub fn config_store(&self, name: &str) -> ConfigStoreHandle {
-        ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, name), self.live())
+        ConfigStoreHandle::new(
+            ComponentKey::new(CONFIG_STORE, name),
+            self.live_generation().clone(),
+        )
     }
 
     /// A handle to the secret store `name`.
     pub fn secret_store(&self, name: &str) -> SecretStoreHandle {
-        SecretStoreHandle::new(ComponentKey::new(SECRET_STORE, name), self.live())
+        SecretStoreHandle::new(
+            ComponentKey::new(SECRET_STORE, name),
+            self.live_generation().clone(),
+        )
     }
 
     /// A handle to the lock `name`.
     pub fn lock_store(&self, name: &str) -> LockHandle {
-        LockHandle::new(ComponentKey::new(LOCK, name), self.live())
+        LockHandle::new(
+            ComponentKey::new(LOCK, name),
+            self.live_generation().clone(),
+        )
     }
 
     /// A handle to any component.
     pub fn component(&self, key: ComponentKey) -> ComponentHandle {
-        ComponentHandle::new(key, self.live())
+        ComponentHandle::new(key, self.live_generation().clone())
     }
 
-    /// Stops background triggers, waits for a reload in progress, closes
-    /// every component (users before the stores they use) and publishes an
-    /// empty generation.
+    /// Stops the triggers, waits for a reload in progress, closes every
+    /// component (users before the stores they use) and publishes an empty
+    /// generation.
     pub async fn shutdown(&self) {
         self.inner.stopped.cancel();
-        let _reloads = self.inner.reload_lock.lock().await;
-        let (levels, mut running) = {
-            let mut state = self.inner.state();
-            (
-                state.config.graph.levels(),
-                std::mem::take(&mut state.running),
-            )
-        };
-        let number = self.inner.live.current().number + 1;
-        self.inner
-            .live
-            .publish(Generation::new(number, BTreeMap::new()));
-        start::close_in_reverse(&levels, &mut running).await;
+        self.reloader().shutdown().await;
     }
-}
-
-/// The instances the components of `level` depend on: what they may reach
-/// while they are assembled. Only direct dependencies, so assembling a
-/// level costs in proportion to its edges, not to the whole set.
-pub(crate) fn staged_for(
-    level: &[ComponentKey],
-    graph: &crate::graph::DependencyGraph,
-    running: &BTreeMap<ComponentKey, Running>,
-) -> Generation {
-    let instances = level
-        .iter()
-        .flat_map(|key| graph.dependencies(key))
-        .filter_map(|dep| {
-            running
-                .get(&dep)
-                .map(|r| (dep, r.assembled.instance.clone()))
-        })
-        .collect();
-    Generation::new(0, instances)
-}
-
-pub(crate) fn instances_of(
-    running: &BTreeMap<ComponentKey, Running>,
-) -> BTreeMap<ComponentKey, Instance> {
-    running
-        .iter()
-        .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))
-        .collect()
 }

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use live_file::LiveFile;
-use rewire_runtime::watch::{FileWatch, OnChange};
+use rewire_runtime::{FileWatch, OnChange};
 pub use snapshot::FileConfigError;
 
 /// Metadata of the `file` config store.

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::DependencyGraph;
-use crate::key::ComponentKey;
+use crate::component::ComponentKey;
 
 /// Output format of [`DependencyGraph::render`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

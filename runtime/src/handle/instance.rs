@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::component::Component;
-use crate::key::{CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+use crate::component::{CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
 
 /// A running component instance, as the trait object of its kind.

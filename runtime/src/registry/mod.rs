@@ -1,12 +1,16 @@
 //! The registry of component types, collected with `inventory` from every
 //! linked crate.
 
+mod build;
+mod inject;
+
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::build::Buildable;
 use crate::metadata::{Metadata, MetadataError};
+pub use build::Buildable;
+pub use inject::{Inject, InjectError, InjectField};
 
 /// Describes one component type. `#[derive(Component)]` submits one per
 /// component; a hand-written component can `inventory::submit!` its own.
@@ -21,12 +25,16 @@ pub struct ComponentDescriptor {
     /// Example metadata, as JSON.
     pub example_metadata: &'static str,
     /// Checks metadata ahead of start: `injected` fields are filled later.
-    pub validate: fn(&Map<String, Value>, &[String]) -> Result<(), MetadataError>,
+    pub validate: ValidateMetadata,
     /// Makes an instance (not initialised) from resolved metadata.
     pub build: fn(&Metadata) -> Result<Box<dyn Buildable>, MetadataError>,
 }
 
 inventory::collect!(ComponentDescriptor);
+
+/// Checks declared metadata; the fields named in the slice are injected
+/// later (secretRef, configurationRef) and may hold anything.
+pub type ValidateMetadata = fn(&Map<String, Value>, &[String]) -> Result<(), MetadataError>;
 
 /// The known component types, by kind then type name.
 #[derive(Debug, Clone, Default)]

@@ -9,8 +9,8 @@ use petgraph::algo::tarjan_scc;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::Direction;
 
+use crate::component::ComponentKey;
 use crate::config::ConfigFile;
-use crate::key::ComponentKey;
 
 pub use render::GraphFormat;
 

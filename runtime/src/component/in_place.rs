@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::component::ComponentError;
+use super::ComponentError;
 use crate::metadata::Metadata;
 
 /// Outcome of [`DynamicComponent::apply_config`].

@@ -1,4 +1,11 @@
-//! The [`Component`] lifecycle every component implements.
+//! What a component author implements: the [`Component`] lifecycle, the
+//! in-place update hook, and the identity of a declared component.
+
+mod in_place;
+mod key;
+
+pub use in_place::{Applied, DynamicComponent};
+pub use key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 
 use std::any::Any;
 use std::time::Duration;
@@ -6,8 +13,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::dynamic::DynamicComponent;
-use crate::key::ComponentKey;
 use crate::metadata::Metadata;
 
 /// Error a component reports from its lifecycle hooks or its operations.

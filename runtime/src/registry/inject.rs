@@ -1,10 +1,10 @@
 //! Setters: how a component receives the components it references.
 
+use crate::component::ComponentKey;
 use crate::handle::{
     ComponentHandle, ConfigStoreHandle, InjectedHandle, LockHandle, SecretStoreHandle,
     StateStoreHandle,
 };
-use crate::key::ComponentKey;
 
 /// Why an injection failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, ConfigFile};
-use crate::key::ComponentKey;
 
 /// What changed in one component's declaration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,7 +42,8 @@ impl SpecChange {
         self.type_changed || self.component_refs_changed || self.metadata_changed
     }
 
-    /// Whether only an in-place update may be needed.
+    /// Whether the component must be built fresh: an in-place update
+    /// cannot take a new type or new setters.
     pub fn needs_rebuild(&self) -> bool {
         self.type_changed || self.component_refs_changed
     }
@@ -79,6 +80,23 @@ impl ConfigDiff {
         for key in old.components.keys() {
             if !new.components.contains_key(key) {
                 diff.removed.insert(key.clone());
+            }
+        }
+        diff
+    }
+
+    /// The difference a reload acts on: as [`ConfigDiff::between`], and
+    /// when the app id changed, every component in both must be rebuilt,
+    /// since each was initialised with the old app id.
+    pub fn for_reload(old: &ConfigFile, new: &ConfigFile) -> Self {
+        let mut diff = Self::between(old, new);
+        if old.app_id != new.app_id {
+            for key in new
+                .components
+                .keys()
+                .filter(|k| old.components.contains_key(*k))
+            {
+                diff.changed.entry(key.clone()).or_default().type_changed = true;
             }
         }
         diff

@@ -1,5 +1,5 @@
-//! What is running, where each value came from, and what the last reloads
-//! did — with every secret value redacted.
+//! What each running component is, how it is doing, and where each value
+//! came from — with every secret value redacted.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,25 +9,12 @@ use serde_json::{Map, Value};
 
 use crate::component::Readiness;
 use crate::config::{ComponentSources, ComponentSpec};
-use crate::reload::ReloadRecord;
-use crate::runtime::Runtime;
+use crate::redact::Redactor;
+
+use super::RunningSet;
 
 /// How long a status waits for one component's readiness answer.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A snapshot of the runtime, safe to show (no secret values).
-#[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    /// The generation serving.
-    pub generation: u64,
-    /// The application id.
-    #[serde(rename = "appId")]
-    pub app_id: String,
-    /// Every running component.
-    pub components: Vec<ComponentStatus>,
-    /// The last reloads, oldest first.
-    pub reloads: Vec<ReloadRecord>,
-}
 
 /// One running component.
 #[derive(Debug, Clone, Serialize)]
@@ -54,21 +41,21 @@ pub struct ComponentStatus {
     pub sources: ComponentSources,
 }
 
-impl Runtime {
-    /// The runtime's status (asks each component for its readiness).
-    pub async fn status(&self) -> Status {
-        let (running, sources, app_id) = {
-            let state = self.inner.state();
+impl RunningSet {
+    /// The app id and every running component's status (asks each
+    /// component for its readiness, each within a deadline).
+    pub(crate) async fn statuses(&self, redactor: &Redactor) -> (String, Vec<ComponentStatus>) {
+        let (components, sources, app_id) = {
+            let state = self.state();
             let (_, sources) = state.layers.effective();
             (
-                state.running.clone(),
+                state.components.clone(),
                 sources,
                 state.config.config.app_id.clone(),
             )
         };
-        let generation = self.inner.live.current().number;
-        let mut components = Vec::with_capacity(running.len());
-        for (key, running) in running {
+        let mut statuses = Vec::with_capacity(components.len());
+        for (key, running) in components {
             let readiness = tokio::time::timeout(
                 READINESS_TIMEOUT,
                 running.assembled.instance.component().readiness(),
@@ -76,15 +63,15 @@ impl Runtime {
             .await;
             let (state, reason) = match readiness {
                 Ok(Readiness::Ready) => ("ready", None),
-                Ok(Readiness::Degraded(reason)) => ("degraded", Some(self.redact(&reason))),
-                Ok(Readiness::NotReady(reason)) => ("not_ready", Some(self.redact(&reason))),
+                Ok(Readiness::Degraded(reason)) => ("degraded", Some(redactor.scrub(&reason))),
+                Ok(Readiness::NotReady(reason)) => ("not_ready", Some(redactor.scrub(&reason))),
                 Err(_) => (
                     "not_ready",
                     Some(format!("no readiness answer within {READINESS_TIMEOUT:?}")),
                 ),
             };
-            components.push(ComponentStatus {
-                metadata: self.shown_metadata(&running.spec, &running.assembled.resolved.0),
+            statuses.push(ComponentStatus {
+                metadata: shown_metadata(redactor, &running.spec, &running.assembled.resolved.0),
                 component_refs: running
                     .spec
                     .component_refs
@@ -99,44 +86,43 @@ impl Runtime {
                 reason,
             });
         }
-        Status {
-            generation,
-            app_id,
-            components,
-            reloads: self.history(),
-        }
-    }
-
-    fn shown_metadata(
-        &self,
-        spec: &ComponentSpec,
-        resolved: &Map<String, Value>,
-    ) -> Map<String, Value> {
-        let mut shown: Map<String, Value> = spec.metadata.clone();
-        for r in &spec.configuration_refs {
-            if let Some(value) = resolved.get(&r.inject_as) {
-                shown.insert(r.inject_as.clone(), value.clone());
-            }
-        }
-        for r in &spec.secret_refs {
-            let source = format!("[secret {}/{}#{}]", r.store, r.name, r.key);
-            shown.insert(r.inject_as.clone(), Value::String(source));
-        }
-        scrub(self, Value::Object(shown))
-            .as_object()
-            .cloned()
-            .unwrap_or_default()
+        (app_id, statuses)
     }
 }
 
+/// The metadata shown for a component: declared values, configurationRef
+/// values as resolved, secretRef values replaced by where they come from.
+fn shown_metadata(
+    redactor: &Redactor,
+    spec: &ComponentSpec,
+    resolved: &Map<String, Value>,
+) -> Map<String, Value> {
+    let mut shown: Map<String, Value> = spec.metadata.clone();
+    for r in &spec.configuration_refs {
+        if let Some(value) = resolved.get(&r.inject_as) {
+            shown.insert(r.inject_as.clone(), value.clone());
+        }
+    }
+    for r in &spec.secret_refs {
+        let source = format!("[secret {}/{}#{}]", r.store, r.name, r.key);
+        shown.insert(r.inject_as.clone(), Value::String(source));
+    }
+    scrub(redactor, Value::Object(shown))
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Redacts every remembered secret value found in any string of `value`.
-fn scrub(runtime: &Runtime, value: Value) -> Value {
+fn scrub(redactor: &Redactor, value: Value) -> Value {
     match value {
-        Value::String(s) => Value::String(runtime.redact(&s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(|v| scrub(runtime, v)).collect()),
+        Value::String(s) => Value::String(redactor.scrub(&s)),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| scrub(redactor, v)).collect())
+        }
         Value::Object(map) => Value::Object(
             map.into_iter()
-                .map(|(k, v)| (k, scrub(runtime, v)))
+                .map(|(k, v)| (k, scrub(redactor, v)))
                 .collect::<BTreeMap<_, _>>()
                 .into_iter()
                 .collect(),

@@ -1,0 +1,99 @@
+//! Recording a reload: the record, the log lines, the history.
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::history::{Action, Outcome, ReloadRecord, Trigger};
+use super::Reloader;
+use crate::component::ComponentKey;
+
+/// A reload being timed, until it is recorded.
+pub(super) struct Recording {
+    trigger: Trigger,
+    started: Instant,
+}
+
+/// How a reload ended, to be recorded.
+pub(super) struct Ending {
+    pub(super) outcome: Outcome,
+    /// The generation serving afterwards.
+    pub(super) generation: u64,
+    pub(super) actions: BTreeMap<ComponentKey, Action>,
+    /// Why it did not apply (scrubbed before it is kept).
+    pub(super) error: Option<String>,
+}
+
+impl Recording {
+    pub(super) fn start(trigger: Trigger) -> Self {
+        Self {
+            trigger,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Reloader {
+    /// Records the end of `recording`: history, event, log.
+    pub(super) fn finish(&self, recording: Recording, ending: Ending) -> ReloadRecord {
+        let record = ReloadRecord {
+            generation: ending.generation,
+            trigger: recording.trigger,
+            outcome: ending.outcome,
+            error: ending.error.map(|e| self.redactor.scrub(&e)),
+            actions: ending
+                .actions
+                .into_iter()
+                .map(|(k, a)| (k.to_string(), a))
+                .collect(),
+            duration_ms: u64::try_from(recording.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            at_unix_ms: now_unix_ms(),
+        };
+        self.keep(record.clone());
+        record
+    }
+
+    /// Records a change that could not even be parsed.
+    pub(crate) fn record_rejected(&self, trigger: Trigger, error: &str) {
+        let ending = Ending {
+            outcome: Outcome::Rejected,
+            generation: self.running.generation_number(),
+            actions: BTreeMap::new(),
+            error: Some(error.to_string()),
+        };
+        // Nothing ran: its duration is that of recording it, 0 ms.
+        self.finish(Recording::start(trigger), ending);
+    }
+
+    fn keep(&self, record: ReloadRecord) {
+        log_record(&record);
+        self.history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record.clone());
+        // No receiver is fine: nobody is counting.
+        let _ = self.events.send(record);
+    }
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+fn log_record(record: &ReloadRecord) {
+    for (component, action) in &record.actions {
+        if *action != Action::Unchanged {
+            tracing::info!(component = %component, generation = record.generation, ?action, "Component reloaded.");
+        }
+    }
+    match &record.error {
+        None => {
+            tracing::info!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, duration_ms = record.duration_ms, "Reload finished.")
+        }
+        Some(error) => {
+            tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload not applied.")
+        }
+    }
+}

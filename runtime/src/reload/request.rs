@@ -1,0 +1,64 @@
+//! What a reload is asked to do, and why one may not apply.
+
+use std::collections::BTreeSet;
+
+use super::history::Trigger;
+use crate::assemble::{failure_lines, ComponentFailure};
+use crate::component::ComponentKey;
+use crate::config::{ConfigFile, LayerChange, Problems};
+
+/// One reload to perform: changes to any layers of the configuration
+/// (file, overlay, control-plane pushes), laid over the running layers.
+#[derive(Debug, Clone)]
+pub struct ReloadRequest {
+    /// What asked for it.
+    pub trigger: Trigger,
+    /// The layer changes, applied in order.
+    pub changes: Vec<LayerChange>,
+    /// Components to re-resolve even if their declaration did not change
+    /// (a watched value changed).
+    pub forced: BTreeSet<ComponentKey>,
+    /// Reject the reload if the running generation is newer than this.
+    pub based_on_generation: Option<u64>,
+}
+
+impl ReloadRequest {
+    /// A reload of `candidate` as the new base configuration (the file
+    /// layer), started by `trigger`; overlays and pushes stay laid over it.
+    pub fn new(candidate: ConfigFile, trigger: Trigger) -> Self {
+        Self::of_changes(trigger, vec![LayerChange::File(candidate)])
+    }
+
+    /// A reload applying `changes`, started by `trigger`.
+    pub fn of_changes(trigger: Trigger, changes: Vec<LayerChange>) -> Self {
+        Self {
+            trigger,
+            changes,
+            forced: BTreeSet::new(),
+            based_on_generation: None,
+        }
+    }
+}
+
+/// Why a reload did not apply. In every case the running generation is
+/// untouched.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReloadError {
+    /// The candidate is invalid (every problem listed).
+    #[error("configuration rejected:\n{0}")]
+    Invalid(Problems),
+    /// The update was based on an older generation than the running one.
+    #[error("stale update: based on generation {based_on}, but generation {running} is running")]
+    Stale {
+        /// The generation the update was based on.
+        based_on: u64,
+        /// The running generation.
+        running: u64,
+    },
+    /// A component failed to build or become ready; everything was undone.
+    #[error("reload rolled back:\n{}", failure_lines(.0))]
+    RolledBack(Vec<ComponentFailure>),
+    /// The runtime is shut down.
+    #[error("the runtime is shut down")]
+    Stopped,
+}

@@ -1,0 +1,139 @@
+//! One reload, as named steps: check it is fresh, lay the changes over the
+//! layers, validate, prepare the transaction, commit, record.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::drain::spawn_drain;
+use super::history::{Action, Outcome, ReloadRecord};
+use super::record::{Ending, Recording};
+use super::request::{ReloadError, ReloadRequest};
+use super::transaction::{self, Prepared};
+use super::Reloader;
+use crate::assemble::{failure_lines, AssemblyContext};
+use crate::config::{validate, Layers, ValidConfig};
+use crate::handle::Generation;
+use crate::running::{Commit, Snapshot};
+
+impl Reloader {
+    /// Runs `request` to the end; the running set changes only if it
+    /// applies.
+    pub(super) async fn run(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
+        let _serial = self.serial.lock().await;
+        if self.stopped.is_cancelled() {
+            return Err(ReloadError::Stopped);
+        }
+        let recording = Recording::start(request.trigger.clone());
+        let snapshot = self.running.snapshot();
+        let rejected = |error: ReloadError| Ending {
+            outcome: Outcome::Rejected,
+            generation: snapshot.generation,
+            actions: BTreeMap::new(),
+            error: Some(match &error {
+                ReloadError::Invalid(problems) => problems.to_string(),
+                other => other.to_string(),
+            }),
+        };
+        let candidate = match self.candidate(&snapshot, &request) {
+            Ok(candidate) => candidate,
+            Err(error) => {
+                self.finish(recording, rejected(error.clone()));
+                return Err(error);
+            }
+        };
+        let (config, layers) = candidate;
+        let prepared = match self.prepare(snapshot, config.clone(), &request).await {
+            Ok(prepared) => prepared,
+            Err((ending, error)) => {
+                self.finish(recording, ending);
+                return Err(error);
+            }
+        };
+        let ending = self.commit(config, layers, prepared);
+        Ok(self.finish(recording, ending))
+    }
+
+    /// Checks `request` is not stale, lays its changes over the running
+    /// layers and validates the result whole.
+    fn candidate(
+        &self,
+        snapshot: &Snapshot,
+        request: &ReloadRequest,
+    ) -> Result<(ValidConfig, Layers), ReloadError> {
+        if let Some(based_on) = request
+            .based_on_generation
+            .filter(|g| *g < snapshot.generation)
+        {
+            return Err(ReloadError::Stale {
+                based_on,
+                running: snapshot.generation,
+            });
+        }
+        let mut layers = snapshot.layers.clone();
+        for change in request.changes.iter().cloned() {
+            layers.apply(change);
+        }
+        let (effective, _) = layers.effective();
+        let config = validate(effective, &self.registry).map_err(ReloadError::Invalid)?;
+        Ok((config, layers))
+    }
+
+    /// Builds the new generation off to the side; on failure everything
+    /// built is undone and the ending to record is returned.
+    async fn prepare(
+        &self,
+        snapshot: Snapshot,
+        candidate: ValidConfig,
+        request: &ReloadRequest,
+    ) -> Result<Prepared, (Ending, ReloadError)> {
+        let cx = AssemblyContext {
+            app_id: candidate.config.app_id.clone(),
+            live: self.running.live().clone(),
+            staged: Arc::new(Generation::default()),
+            timeouts: self.settings.timeouts,
+            redactor: self.redactor.clone(),
+        };
+        let generation = snapshot.generation;
+        let plan = transaction::Plan {
+            current: snapshot.components,
+            old: snapshot.config,
+            candidate,
+            forced: request.forced.clone(),
+        };
+        plan.prepare(&self.registry, &cx).await.map_err(|failed| {
+            let ending = Ending {
+                outcome: Outcome::RolledBack,
+                generation,
+                actions: failed.actions,
+                error: Some(failure_lines(&failed.failures)),
+            };
+            (ending, ReloadError::RolledBack(failed.failures))
+        })
+    }
+
+    /// Commits `prepared` as the running set and drains what it replaced,
+    /// users before the stores they use.
+    fn commit(&self, config: ValidConfig, layers: Layers, prepared: Prepared) -> Ending {
+        let changed = prepared.actions.values().any(|a| *a != Action::Unchanged);
+        let old_order = prepared.old_order;
+        let generation = self.running.commit(Commit {
+            config,
+            layers,
+            components: prepared.components,
+            publish: changed,
+        });
+        let mut retired = prepared.retired;
+        retired.sort_by_key(|(key, _)| std::cmp::Reverse(old_order.iter().position(|k| k == key)));
+        spawn_drain(retired, self.settings.drain_grace);
+        Ending {
+            outcome: if changed {
+                Outcome::Applied
+            } else {
+                Outcome::NoChange
+            },
+            generation,
+            actions: prepared.actions,
+            error: None,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The running set — the one owner of what is running: which instance
+//! serves each component, the configuration and layers it was built from,
+//! and the generation published to handles. They change together, in one
+//! place: [`RunningSet::commit`].
+
+mod close;
+mod start;
+mod status;
+mod watch_plan;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
+use crate::component::ComponentKey;
+use crate::config::{ComponentSpec, DependencyGraph, Layers, ValidConfig};
+use crate::handle::{Generation, Instance, Live, LiveGeneration};
+use crate::redact::Redactor;
+use crate::registry::Registry;
+
+pub(crate) use close::close_one;
+pub use status::ComponentStatus;
+pub(crate) use watch_plan::{WatchPlan, WatchedRef};
+
+/// A running component: how it was declared and what was started.
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    pub(crate) spec: ComponentSpec,
+    pub(crate) assembled: Assembled,
+}
+
+/// Running components by key.
+pub(crate) type Components = BTreeMap<ComponentKey, Running>;
+
+/// A consistent copy of the running set, for a reload to build on.
+pub(crate) struct Snapshot {
+    /// The generation serving.
+    pub(crate) generation: u64,
+    /// The effective configuration.
+    pub(crate) config: ValidConfig,
+    /// The layers it was merged from.
+    pub(crate) layers: Layers,
+    /// What runs.
+    pub(crate) components: Components,
+}
+
+/// What a reload hands over to become the running set.
+pub(crate) struct Commit {
+    /// The new effective configuration.
+    pub(crate) config: ValidConfig,
+    /// The layers it was merged from.
+    pub(crate) layers: Layers,
+    /// What runs from now on.
+    pub(crate) components: Components,
+    /// Whether any instance changed: only then is a new generation
+    /// published.
+    pub(crate) publish: bool,
+}
+
+struct State {
+    config: ValidConfig,
+    layers: Layers,
+    components: Components,
+}
+
+/// The owner of the running set.
+pub(crate) struct RunningSet {
+    live: LiveGeneration,
+    state: Mutex<State>,
+    plan: watch::Sender<Arc<WatchPlan>>,
+}
+
+impl RunningSet {
+    /// Starts every component of `config` level by level (see
+    /// [`start::start_all`]) and publishes generation 1.
+    pub(crate) async fn start(
+        config: ValidConfig,
+        registry: &Registry,
+        timeouts: StartTimeouts,
+        redactor: &Redactor,
+    ) -> Result<Self, Vec<ComponentFailure>> {
+        let live = Live::new();
+        let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
+        live.publish(Generation::new(1, instances_of(&components)));
+        let state = State {
+            layers: Layers::new(config.config.clone()),
+            config,
+            components,
+        };
+        let plan = watch::channel(Arc::new(WatchPlan::of(
+            1,
+            &state.config,
+            &state.layers,
+            &state.components,
+        )))
+        .0;
+        Ok(Self {
+            live,
+            state: Mutex::new(state),
+            plan,
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where generations are published.
+    pub(crate) fn live(&self) -> &LiveGeneration {
+        &self.live
+    }
+
+    /// The number of the generation serving.
+    pub(crate) fn generation_number(&self) -> u64 {
+        self.live.current().number
+    }
+
+    /// A consistent copy of the running set.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let state = self.state();
+        Snapshot {
+            generation: self.generation_number(),
+            config: state.config.clone(),
+            layers: state.layers.clone(),
+            components: state.components.clone(),
+        }
+    }
+
+    /// The layers of the running configuration.
+    pub(crate) fn layers(&self) -> Layers {
+        self.state().layers.clone()
+    }
+
+    /// The running configuration.
+    pub(crate) fn config(&self) -> ValidConfig {
+        self.state().config.clone()
+    }
+
+    /// Makes `commit` the running set: publishes its generation (when an
+    /// instance changed) together with its configuration and layers, then
+    /// tells the triggers what to watch. Returns the generation serving.
+    pub(crate) fn commit(&self, commit: Commit) -> u64 {
+        let mut state = self.state();
+        let mut number = self.generation_number();
+        if commit.publish {
+            number += 1;
+            self.live
+                .publish(Generation::new(number, instances_of(&commit.components)));
+        }
+        *state = State {
+            config: commit.config,
+            layers: commit.layers,
+            components: commit.components,
+        };
+        let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
+        self.plan.send_replace(Arc::new(plan));
+        number
+    }
+
+    /// What the triggers should watch, republished after every commit.
+    pub(crate) fn watch_plan(&self) -> watch::Receiver<Arc<WatchPlan>> {
+        self.plan.subscribe()
+    }
+
+    /// Publishes an empty generation and closes every component, users
+    /// before the stores they use.
+    pub(crate) async fn close_all(&self) {
+        let (levels, mut components) = {
+            let mut state = self.state();
+            let levels = state.config.graph.levels();
+            let number = self.generation_number() + 1;
+            self.live.publish(Generation::new(number, BTreeMap::new()));
+            (levels, std::mem::take(&mut state.components))
+        };
+        close::close_in_reverse(&levels, &mut components).await;
+    }
+}
+
+/// The instances the components of `level` depend on: what they may reach
+/// while they are assembled. Only direct dependencies, so assembling a
+/// level costs in proportion to its edges, not to the whole set.
+pub(crate) fn staged_for(
+    level: &[ComponentKey],
+    graph: &DependencyGraph,
+    components: &Components,
+) -> Generation {
+    let instances = level
+        .iter()
+        .flat_map(|key| graph.dependencies(key))
+        .filter_map(|dep| {
+            components
+                .get(&dep)
+                .map(|r| (dep, r.assembled.instance.clone()))
+        })
+        .collect();
+    Generation::new(0, instances)
+}
+
+fn instances_of(components: &Components) -> BTreeMap<ComponentKey, Instance> {
+    components
+        .iter()
+        .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))
+        .collect()
+}

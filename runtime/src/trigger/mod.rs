@@ -1,0 +1,56 @@
+//! Triggers: producers that watch the world — the configuration file,
+//! `watch: true` refs, the overlay key — and send what they see to the
+//! reload queue. They never hold the runtime: each gets a
+//! [`TriggerContext`].
+
+mod config_file;
+mod overlay;
+mod watched_refs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::handle::LiveGeneration;
+use crate::reload::queue::{QueueSender, Queued};
+use crate::reload::{ReloadRequest, Trigger};
+use crate::running::WatchPlan;
+
+pub(crate) use config_file::watch_config_file;
+pub(crate) use overlay::read_overlay;
+pub(crate) use watched_refs::spawn_watched_refs;
+
+/// What a trigger is given.
+#[derive(Clone)]
+pub(crate) struct TriggerContext {
+    /// Where to send reload requests and rejections.
+    pub(crate) queue: QueueSender,
+    /// What to watch, republished after every commit.
+    pub(crate) plan: watch::Receiver<Arc<WatchPlan>>,
+    /// Cancelled at shutdown.
+    pub(crate) stopped: CancellationToken,
+    /// The published generation, to reach the stores being watched.
+    pub(crate) live: LiveGeneration,
+    /// How often watched secretRefs are polled.
+    pub(crate) secret_poll_interval: Duration,
+}
+
+impl TriggerContext {
+    /// Sends a reload request.
+    pub(crate) fn request(&self, request: ReloadRequest) {
+        self.send(Queued::Reload(request));
+    }
+
+    /// Sends a change that could not be parsed, to be recorded as rejected.
+    pub(crate) fn reject(&self, trigger: Trigger, error: String) {
+        self.send(Queued::Rejected { trigger, error });
+    }
+
+    fn send(&self, queued: Queued) {
+        if self.queue.send(queued).is_err() {
+            tracing::debug!("Reload queue closed; change dropped at shutdown.");
+        }
+    }
+}
