@@ -13,7 +13,7 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(default)]
 pub struct NodeMetadata {
-    /// Applied in place.
+    /// InPlace in place.
     pub epoch: u64,
     /// Refused in place: changing it rebuilds the node.
     pub shape: u64,
@@ -38,22 +38,22 @@ impl Component for BenchNode {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl DynamicComponent for BenchNode {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for BenchNode {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: NodeMetadata = metadata
             .decode()
             .map_err(|e| ComponentError::new(e.to_string()))?;
         if new.shape != self.meta.shape {
-            return Ok(Applied::NeedsReload);
+            return Ok(InPlace::NeedsRebuild);
         }
         self.epoch.store(new.epoch, Ordering::Relaxed);
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 
@@ -65,7 +65,7 @@ pub struct SlowStoreMetadata {
     pub init_ms: u64,
     /// How long one request spends at the backend.
     pub io_ms: u64,
-    /// Applied in place.
+    /// InPlace in place.
     pub epoch: u64,
     /// Refused in place: changing it rebuilds the store.
     pub shape: u64,
@@ -120,14 +120,14 @@ impl Component for SlowStore {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl DynamicComponent for SlowStore {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for SlowStore {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: SlowStoreMetadata = metadata
             .decode()
             .map_err(|e| ComponentError::new(e.to_string()))?;
@@ -135,10 +135,10 @@ impl DynamicComponent for SlowStore {
             || new.init_ms != self.meta.init_ms
             || new.io_ms != self.meta.io_ms
         {
-            return Ok(Applied::NeedsReload);
+            return Ok(InPlace::NeedsRebuild);
         }
         self.epoch.store(new.epoch, Ordering::Relaxed);
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rewire::config::validate;
 use rewire::reload::ConfigDiff;
-use rewire::{Action, ConfigFile, Outcome, Registry, Runtime, RuntimeOptions};
+use rewire::{Action, Config, Outcome, Registry, Runtime, RuntimeOptions};
 
 use super::timing::{human, per_op, Mode};
 use super::{on_worker, parsed, print_table};
@@ -24,7 +24,7 @@ fn width() -> usize {
 
 /// `n` no-op nodes in levels of `width`, each referencing the node one
 /// level up; the last node's `epoch` is `leaf_epoch` (an in-place change).
-fn config(n: usize, width: usize, leaf_epoch: u64) -> ConfigFile {
+fn config(n: usize, width: usize, leaf_epoch: u64) -> Config {
     let nodes: serde_json::Map<String, serde_json::Value> = (0..n)
         .map(|i| {
             let epoch = if i + 1 == n { leaf_epoch } else { 0 };
@@ -114,7 +114,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
             .unwrap_or_else(|e| panic!("start failed: {e}"));
         let mut flip = false;
         let apply_time = rt.block_on(plan.median_async(|| {
-            let candidates: Vec<ConfigFile> = (0..ops)
+            let candidates: Vec<Config> = (0..ops)
                 .map(|_| {
                     flip = !flip;
                     if flip {
@@ -161,7 +161,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
 }
 
 /// Applies each candidate (each changes one leaf's metadata in place).
-async fn timed_applies(runtime: &Runtime, candidates: Vec<ConfigFile>) -> Duration {
+async fn timed_applies(runtime: &Runtime, candidates: Vec<Config>) -> Duration {
     let count = candidates.len() as u64;
     let mut total = Duration::ZERO;
     for candidate in candidates {

@@ -63,7 +63,7 @@ pub struct BackendMetadata {
     pub init_ms: u64,
     /// How long a read spends at the backend.
     pub io_ms: u64,
-    /// Applied in place.
+    /// InPlace in place.
     pub epoch: u64,
     /// Refused in place: a new `shape` needs a new instance.
     pub shape: u64,
@@ -132,14 +132,14 @@ impl Component for SoakBackend {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl DynamicComponent for SoakBackend {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for SoakBackend {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: BackendMetadata = metadata
             .decode()
             .map_err(|e| ComponentError::new(e.to_string()))?;
@@ -148,9 +148,9 @@ impl DynamicComponent for SoakBackend {
             ..new
         };
         if same_but_epoch != self.meta {
-            return Ok(Applied::NeedsReload);
+            return Ok(InPlace::NeedsRebuild);
         }
         self.epoch.store(new.epoch, Ordering::Relaxed);
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 
 use rewire_runtime::{
-    Applied, Component, ComponentError, DynamicComponent, Metadata, SecretError, SecretMap,
+    Component, ComponentError, InPlace, InPlaceUpdate, Metadata, SecretError, SecretMap,
     SecretStore, SecretString,
 };
 use serde::Deserialize;
@@ -63,17 +63,17 @@ fn variable(name: &str, secret: &str) -> Result<Option<SecretString>, SecretErro
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for EnvSecretStore {
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for EnvSecretStore {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for EnvSecretStore {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         self.settings
             .replace(LiveMetadata::<EnvSecretMetadata>::decode(metadata)?);
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 

@@ -11,18 +11,18 @@ mod backoff;
 pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-pub mod file;
+pub mod file_config;
 pub mod json_text;
 pub mod live;
-pub mod local_file;
+pub mod local_file_secrets;
 pub mod memory;
 mod redacted;
 pub mod redis;
 
 pub use env::EnvSecretStore;
-pub use file::config_store::FileConfigStore;
+pub use file_config::FileConfigStore;
 pub use live::LiveMetadata;
-pub use local_file::LocalFileSecretStore;
+pub use local_file_secrets::LocalFileSecretStore;
 pub use memory::config_store::MemoryConfigStore;
 pub use memory::lock::MemoryLock;
 pub use memory::state::MemoryStateStore;

@@ -4,7 +4,7 @@
 //! Components that keep their data in process (the memory stores) must take
 //! every metadata change in place. They declare their `#[metadata]` field as
 //! `LiveMetadata<TheirMetadata>`: it decodes exactly like `TheirMetadata`
-//! (same field names, same unknown-field errors), and `apply_config` swaps in
+//! (same field names, same unknown-field errors), and `update_in_place` swaps in
 //! the new value without touching the data.
 
 use std::fmt;

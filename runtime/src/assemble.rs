@@ -55,8 +55,6 @@ pub enum FailedStep {
     Init,
     /// `init` took longer than the init timeout.
     InitTimeout,
-    /// `apply_config` failed and rebuilding was not possible.
-    Apply,
     /// It did not become ready in time.
     NotReady,
     /// The task building it panicked (the component is not known).
@@ -71,7 +69,6 @@ impl fmt::Display for FailedStep {
             FailedStep::Inject => "injection failed",
             FailedStep::Init => "init failed",
             FailedStep::InitTimeout => "init timed out",
-            FailedStep::Apply => "in-place update failed",
             FailedStep::NotReady => "not ready in time",
             FailedStep::Panicked => "panicked",
         })

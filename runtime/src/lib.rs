@@ -23,11 +23,11 @@ mod trigger;
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 #[doc(inline)]
 pub use component::{
-    Applied, Component, ComponentError, ComponentKey, DynamicComponent, InitContext, Readiness,
+    Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Readiness,
     CONFIG_STORE, LOCK, SECRET_STORE, STATE,
 };
 #[doc(inline)]
-pub use config::{ConfigFile, Problem, Problems, ValidConfig};
+pub use config::{Config, Problem, Problems, ValidConfig};
 #[doc(inline)]
 pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]
@@ -59,8 +59,8 @@ pub use runtime::{ComponentStatus, Runtime, RuntimeOptions, StartError, Status};
 pub mod prelude {
     #[doc(hidden)]
     pub use crate::{
-        Applied, Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle,
-        DynamicComponent, InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore,
+        Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle, InPlace,
+        InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore,
         SecretStoreHandle, StateStore, StateStoreHandle,
     };
     #[doc(hidden)]

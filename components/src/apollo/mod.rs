@@ -26,7 +26,7 @@
 //!   written to `{backup_config_path}/{appId}+{cluster}+{namespace}.json`
 //!   (write + rename). If the config service cannot be reached at init,
 //!   the store starts from those files and reports
-//!   `NotReady("serving from backup cache: config service unreachable")`
+//!   `Degraded("serving from backup cache: config service unreachable")`
 //!   until the service answers. Without a backup, init retries until the
 //!   readiness timeout, then fails naming `config_server`.
 //! * **Writes.** With `open_api_address` and `open_api_token`, `set` and
@@ -34,8 +34,8 @@
 //!   first namespace) and release each touched namespace as
 //!   `open_api_user`; the store then reads the namespace back, so a `get`
 //!   right after a write sees it. Without them, writes are unsupported.
-//! * **Metadata changes** rebuild the store (`apply_config` answers
-//!   `NeedsReload`); the new instance starts from the service or the cache.
+//! * **Metadata changes** rebuild the store (`update_in_place` answers
+//!   `NeedsRebuild`); the new instance starts from the service or the cache.
 
 mod cache;
 mod client;
@@ -50,8 +50,8 @@ mod signing;
 use std::sync::{Arc, Mutex};
 
 use rewire_runtime::{
-    Applied, Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
-    ConfigSubscription, DynamicComponent, InitContext, Metadata, Readiness,
+    Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness,
 };
 use tracing::{info, warn};
 
@@ -380,23 +380,23 @@ impl Component for ApolloConfigStore {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for ApolloConfigStore {
+impl InPlaceUpdate for ApolloConfigStore {
     /// Any change rebuilds the store: the new instance starts from the
     /// config service (or the backup cache).
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: ApolloMetadata = metadata
             .decode()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         Ok(if new == self.settings {
-            Applied::Applied
+            InPlace::Applied
         } else {
-            Applied::NeedsReload
+            InPlace::NeedsRebuild
         })
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
 use rewire_runtime::{
-    Applied, Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
-    ConfigSubscription, DynamicComponent, InitContext, Metadata, Readiness, SubscriptionHub,
+    Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness, SubscriptionHub,
 };
 use tracing::info;
 
@@ -274,24 +274,24 @@ impl Component for EtcdConfigStore {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for EtcdConfigStore {
+impl InPlaceUpdate for EtcdConfigStore {
     /// Any change rebuilds the store: the new instance connects, reads the
     /// prefix and watches from there; the runtime moves the subscriptions
     /// made through handles to it.
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: EtcdMetadata = metadata
             .decode()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         Ok(if new == self.metadata {
-            Applied::Applied
+            InPlace::Applied
         } else {
-            Applied::NeedsReload
+            InPlace::NeedsRebuild
         })
     }
 }

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{
-    Applied, Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
-    ConfigSubscription, DynamicComponent, InitContext, Metadata, SubscriptionHub,
+    Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, SubscriptionHub,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -182,14 +182,14 @@ impl Component for MemoryConfigStore {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for MemoryConfigStore {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for MemoryConfigStore {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new = LiveMetadata::<MemoryConfigMetadata>::decode(metadata)?;
         let old = self.settings.replace(new.clone());
         let mut table = self.table();
@@ -219,7 +219,7 @@ impl DynamicComponent for MemoryConfigStore {
             keys = table.items.len(),
             "Memory config store metadata applied in place."
         );
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 
@@ -397,9 +397,9 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let applied = store
-            .apply_config(&metadata(json!({"items": {"a": "2", "b": "1"}})))
+            .update_in_place(&metadata(json!({"items": {"a": "2", "b": "1"}})))
             .await;
-        assert_eq!(applied.ok(), Some(Applied::Applied));
+        assert_eq!(applied.ok(), Some(InPlace::Applied));
         let change = sub
             .changes
             .recv()

@@ -9,8 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::NoMetadata;
 use rewire_runtime::{
-    Applied, Component, ComponentError, DynamicComponent, Lock, LockError, Metadata,
-    TryLockRequest, UnlockRequest, UnlockStatus,
+    Component, ComponentError, InPlace, InPlaceUpdate, Lock, LockError, Metadata, TryLockRequest,
+    UnlockRequest, UnlockStatus,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -114,18 +114,18 @@ fn require(what: &str, value: &str) -> Result<(), LockError> {
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryLock {
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for MemoryLock {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for MemoryLock {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         metadata
             .decode::<NoMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 
@@ -256,12 +256,12 @@ mod tests {
             Ok(true)
         );
         assert_eq!(
-            store.apply_config(&Metadata::default()).await.ok(),
-            Some(Applied::Applied)
+            store.update_in_place(&Metadata::default()).await.ok(),
+            Some(InPlace::Applied)
         );
         assert_eq!(store.held(), 1);
         let mut metadata = Metadata::default();
         metadata.insert("ttl", serde_json::json!(1));
-        assert!(store.apply_config(&metadata).await.is_err());
+        assert!(store.update_in_place(&metadata).await.is_err());
     }
 }

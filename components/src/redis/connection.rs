@@ -19,7 +19,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use redis::aio::ConnectionManager;
 use redis::RedisError;
-use rewire_runtime::{Applied, ComponentError, ComponentKey, Readiness};
+use rewire_runtime::{ComponentError, ComponentKey, InPlace, Readiness};
 use serde::{Deserialize, Deserializer};
 use tracing::{info, warn};
 
@@ -171,7 +171,7 @@ impl RedisConnection {
     /// Takes new metadata: when the connection settings changed, a new
     /// connection is made and verified, then swapped in; otherwise only the
     /// metadata changes. On error nothing changes.
-    pub async fn apply(&self, metadata: RedisMetadata) -> Result<Applied, ComponentError> {
+    pub async fn apply(&self, metadata: RedisMetadata) -> Result<InPlace, ComponentError> {
         let shared = &self.shared;
         let _one_at_a_time = shared.changing.lock().await;
         let current = self.session();
@@ -205,7 +205,7 @@ impl RedisConnection {
             metadata: Arc::new(metadata),
             link,
         }));
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 
     /// `PING` within a short limit.

@@ -3,7 +3,7 @@
 //! Lua script only when the owner matches.
 
 use rewire_runtime::{
-    Applied, Component, ComponentError, DynamicComponent, InitContext, Lock, LockError, Metadata,
+    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Lock, LockError, Metadata,
     Readiness, TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use tracing::debug;
@@ -78,14 +78,14 @@ impl Component for RedisLock {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for RedisLock {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for RedisLock {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new = metadata
             .decode::<RedisMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;

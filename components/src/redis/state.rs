@@ -9,8 +9,9 @@ use std::time::Duration;
 use super::bounded::BoundedConnection;
 use redis::RedisResult;
 use rewire_runtime::{
-    Applied, BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, DynamicComponent,
-    GetRequest, InitContext, Metadata, Readiness, SetRequest, StateEntry, StateError, StateStore,
+    BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, GetRequest, InPlace,
+    InPlaceUpdate, InitContext, Metadata, Readiness, SetRequest, StateEntry, StateError,
+    StateStore,
 };
 use tracing::debug;
 
@@ -76,14 +77,14 @@ impl Component for RedisStateStore {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for RedisStateStore {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for RedisStateStore {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new = metadata
             .decode::<RedisMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;

@@ -4,7 +4,7 @@
 mod in_place;
 mod key;
 
-pub use in_place::{Applied, DynamicComponent};
+pub use in_place::{InPlace, InPlaceUpdate};
 pub use key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 
 use std::any::Any;
@@ -65,7 +65,7 @@ pub struct InitContext {
 /// The lifecycle of a component. Every hook has a default, so a component
 /// with nothing to do at start writes `impl Component for MyThing {}`.
 ///
-/// Components are reached through handles (see [`crate::handle`]), never
+/// Components are reached through handles (see [`ComponentHandle`](crate::ComponentHandle)), never
 /// held directly, so the runtime can swap instances during a reload.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a component",
@@ -95,8 +95,8 @@ pub trait Component: Any + Send + Sync {
     }
 
     /// The in-place update hook, for components that implement
-    /// [`DynamicComponent`]: return `Some(self)`.
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    /// [`InPlaceUpdate`]: return `Some(self)`.
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         None
     }
 }

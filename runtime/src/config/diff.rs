@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::component::ComponentKey;
-use crate::config::{ComponentSpec, ConfigFile};
+use crate::config::{ComponentSpec, Config};
 
 /// What changed in one component's declaration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,7 +62,7 @@ pub struct ConfigDiff {
 
 impl ConfigDiff {
     /// The difference from `old` to `new`.
-    pub fn between(old: &ConfigFile, new: &ConfigFile) -> Self {
+    pub fn between(old: &Config, new: &Config) -> Self {
         let mut diff = Self::default();
         for (key, new_spec) in &new.components {
             match old.components.get(key) {
@@ -88,7 +88,7 @@ impl ConfigDiff {
     /// The difference a reload acts on: as [`ConfigDiff::between`], and
     /// when the app id changed, every component in both must be rebuilt,
     /// since each was initialised with the old app id.
-    pub fn for_reload(old: &ConfigFile, new: &ConfigFile) -> Self {
+    pub fn for_reload(old: &Config, new: &Config) -> Self {
         let mut diff = Self::between(old, new);
         if old.app_id != new.app_id {
             for key in new
@@ -122,7 +122,7 @@ mod tests {
     use super::*;
     use crate::config::parse;
 
-    fn config(text: &str) -> ConfigFile {
+    fn config(text: &str) -> Config {
         parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"))
     }
 

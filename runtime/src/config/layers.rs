@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::model::ConfigFile;
+use super::model::Config;
 use super::patch::{ComponentPatch, ConfigPatch};
 use crate::component::ComponentKey;
 
@@ -38,7 +38,7 @@ pub enum Push {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LayerChange {
     /// A new base configuration.
-    File(ConfigFile),
+    File(Config),
     /// New overlay documents: the common key's, then the app-specific key's.
     Overlay(Option<ConfigPatch>, Option<ConfigPatch>),
     /// A control-plane decision about one component.
@@ -61,7 +61,7 @@ pub struct ComponentSources {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Layers {
     /// The base configuration.
-    pub file: ConfigFile,
+    pub file: Config,
     /// The overlay's common document.
     pub overlay: Option<ConfigPatch>,
     /// The overlay's app-specific document.
@@ -72,7 +72,7 @@ pub struct Layers {
 
 impl Layers {
     /// Layers holding only `file`.
-    pub fn new(file: ConfigFile) -> Self {
+    pub fn new(file: Config) -> Self {
         Self {
             file,
             ..Self::default()
@@ -94,7 +94,7 @@ impl Layers {
     }
 
     /// The effective configuration and the source of each value.
-    pub fn effective(&self) -> (ConfigFile, BTreeMap<ComponentKey, ComponentSources>) {
+    pub fn effective(&self) -> (Config, BTreeMap<ComponentKey, ComponentSources>) {
         let mut config = self.file.clone();
         let mut sources: BTreeMap<ComponentKey, ComponentSources> = config
             .components

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::model::{ComponentRef, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef};
+use super::model::{ComponentRef, Config, ConfigurationRef, OverlaySpec, SecretRef};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawConfigurationRef, RawFile, RawSecretRef};
@@ -22,7 +22,7 @@ pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
 /// Reads and parses the configuration file at `path`. A file over
 /// [`MAX_CONFIG_BYTES`] is refused without being read whole (nor is an
 /// endless stream such as `/dev/zero`).
-pub fn load_file(path: &Path) -> Result<ConfigFile, Problems> {
+pub fn load_file(path: &Path) -> Result<Config, Problems> {
     parse(&read_config_bytes(path)?)
 }
 
@@ -63,7 +63,7 @@ fn too_large(len: u64) -> Problem {
 /// Parses a configuration document. Structural problems of every component
 /// are collected; references and types are checked later by
 /// [`super::validate`].
-pub fn parse(bytes: &[u8]) -> Result<ConfigFile, Problems> {
+pub fn parse(bytes: &[u8]) -> Result<Config, Problems> {
     let patch = parse_patch(bytes)?;
     if !patch.has_components {
         return Err(Problems(vec![Problem::file(

@@ -17,9 +17,7 @@ pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
 pub use load::{
     load_file, parse, parse_and_validate, parse_patch, read_config_bytes, MAX_CONFIG_BYTES,
 };
-pub use model::{
-    ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef,
-};
+pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use validate::{validate, ValidConfig};

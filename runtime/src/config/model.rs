@@ -9,7 +9,7 @@ use crate::component::ComponentKey;
 /// A whole configuration: the app id, every component, and the optional
 /// overlay key.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ConfigFile {
+pub struct Config {
     /// The application id (`appId`).
     pub app_id: String,
     /// Every component, by key.

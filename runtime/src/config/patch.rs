@@ -5,9 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::model::{
-    ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef,
-};
+use super::model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 use crate::component::ComponentKey;
 
 /// A partial component declaration: what is absent is left as it was.
@@ -98,8 +96,8 @@ pub struct ConfigPatch {
 
 impl ConfigPatch {
     /// The configuration this document declares on its own.
-    pub fn into_config(self) -> ConfigFile {
-        ConfigFile {
+    pub fn into_config(self) -> Config {
+        Config {
             app_id: self.app_id.unwrap_or_default(),
             components: self
                 .components

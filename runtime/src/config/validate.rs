@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::model::ConfigFile;
+use super::model::Config;
 use super::problem::{Problem, Problems};
 use crate::component::{ComponentKey, CONFIG_STORE, SECRET_STORE};
 use crate::config::DependencyGraph;
@@ -14,13 +14,13 @@ use crate::registry::Registry;
 #[derive(Debug, Clone)]
 pub struct ValidConfig {
     /// The configuration.
-    pub config: ConfigFile,
+    pub config: Config,
     /// Its dependency graph (acyclic).
     pub graph: DependencyGraph,
 }
 
 /// Validates `config` against `registry`: every problem is collected.
-pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, Problems> {
+pub fn validate(config: Config, registry: &Registry) -> Result<ValidConfig, Problems> {
     validate_declared(config, registry, &BTreeSet::new())
 }
 
@@ -28,7 +28,7 @@ pub fn validate(config: ConfigFile, registry: &Registry) -> Result<ValidConfig, 
 /// that did not parse (already reported): references to them are not
 /// reported again.
 pub(crate) fn validate_declared(
-    config: ConfigFile,
+    config: Config,
     registry: &Registry,
     broken: &BTreeSet<ComponentKey>,
 ) -> Result<ValidConfig, Problems> {
@@ -204,7 +204,7 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
 }
 
 fn check_target(
-    config: &ConfigFile,
+    config: &Config,
     user: &ComponentKey,
     at: &str,
     target: &ComponentKey,

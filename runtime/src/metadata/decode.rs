@@ -67,7 +67,7 @@ fn decode_with<T: DeserializeOwned>(
             return found;
         }
         let path = err.path().to_string();
-        let message = strip_position(&err.into_inner().to_string());
+        let message = err.into_inner().to_string();
         // serde says "missing field `x`" about the object holding it (path
         // `.` at the top): name the missing field itself.
         if let Some(missing) = message
@@ -89,11 +89,6 @@ fn decode_with<T: DeserializeOwned>(
             message,
         }
     })
-}
-
-/// serde_json adds no position for `Value` input, but custom messages may.
-fn strip_position(message: &str) -> String {
-    message.to_string()
 }
 
 #[cfg(test)]

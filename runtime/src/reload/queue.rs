@@ -66,15 +66,15 @@ pub(crate) fn coalesce(batch: Vec<ReloadRequest>) -> ReloadRequest {
 mod tests {
     use super::*;
     use crate::component::ComponentKey;
-    use crate::config::ConfigFile;
+    use crate::config::Config;
 
     #[test]
     fn a_burst_keeps_the_last_file_and_every_forced_component() {
         let file = |app: &str| {
             ReloadRequest::new(
-                ConfigFile {
+                Config {
                     app_id: app.into(),
-                    ..ConfigFile::default()
+                    ..Config::default()
                 },
                 Trigger::File,
             )

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use super::history::Trigger;
 use crate::assemble::{failure_lines, ComponentFailure};
 use crate::component::ComponentKey;
-use crate::config::{ConfigFile, LayerChange, Problems};
+use crate::config::{Config, LayerChange, Problems};
 
 /// One reload to perform: changes to any layers of the configuration
 /// (file, overlay, control-plane pushes), laid over the running layers.
@@ -25,7 +25,7 @@ pub struct ReloadRequest {
 impl ReloadRequest {
     /// A reload of `candidate` as the new base configuration (the file
     /// layer), started by `trigger`; overlays and pushes stay laid over it.
-    pub fn new(candidate: ConfigFile, trigger: Trigger) -> Self {
+    pub fn new(candidate: Config, trigger: Trigger) -> Self {
         Self::of_changes(trigger, vec![LayerChange::File(candidate)])
     }
 

@@ -11,8 +11,8 @@ use super::history::Action;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
-use crate::component::Applied;
 use crate::component::ComponentKey;
+use crate::component::InPlace;
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::handle::with_staged;
 use crate::metadata::Metadata;
@@ -23,7 +23,7 @@ use crate::running::{close_one, staged_for, Components, Running};
 pub(crate) enum Step {
     /// Kept its instance (its spec may be updated to an equivalent one).
     Kept(Running),
-    /// `apply_config` took the new metadata; `previous` undoes it.
+    /// `update_in_place` took the new metadata; `previous` undoes it.
     InPlace {
         running: Running,
         previous: Metadata,
@@ -260,13 +260,13 @@ async fn decide_and_run(
             return Ok(Step::Kept(kept));
         }
         let component = previous.assembled.instance.component();
-        if let Some(dynamic) = component.as_dynamic() {
-            let apply = tokio::time::timeout(cx.timeouts.init, dynamic.apply_config(&resolved));
+        if let Some(dynamic) = component.as_in_place() {
+            let apply = tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&resolved));
             match with_staged(cx.staged.clone(), apply).await {
                 Err(_) => {
                     tracing::warn!(component = %spec.key, timeout = ?cx.timeouts.init, "In-place update did not answer in time; rebuilding.");
                 }
-                Ok(Ok(Applied::Applied)) => {
+                Ok(Ok(InPlace::Applied)) => {
                     let old_metadata = previous.assembled.resolved.clone();
                     let mut updated = previous;
                     updated.spec = spec;
@@ -276,7 +276,7 @@ async fn decide_and_run(
                         previous: old_metadata,
                     });
                 }
-                Ok(Ok(Applied::NeedsReload)) => {}
+                Ok(Ok(InPlace::NeedsRebuild)) => {}
                 Ok(Err(err)) => {
                     let err = cx.redactor.scrub(&err.to_string());
                     tracing::info!(component = %spec.key, error = %err, "In-place update refused; rebuilding.");
@@ -308,11 +308,11 @@ async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
             Step::InPlace { running, previous } => {
                 let key = &running.spec.key;
                 let component = running.assembled.instance.component();
-                let restored = match component.as_dynamic() {
+                let restored = match component.as_in_place() {
                     Some(dynamic) => matches!(
-                        tokio::time::timeout(cx.timeouts.init, dynamic.apply_config(&previous))
+                        tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&previous))
                             .await,
-                        Ok(Ok(Applied::Applied))
+                        Ok(Ok(InPlace::Applied))
                     ),
                     None => false,
                 };

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::assemble::{failure_lines, ComponentFailure};
 use crate::component::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
 use crate::config::{
-    ComponentPatch, ConfigFile, LayerChange, Layers, OverlaySpec, Problems, Push, ValidConfig,
+    ComponentPatch, Config, LayerChange, Layers, OverlaySpec, Problems, Push, ValidConfig,
 };
 use crate::fs_watch::FileWatch;
 use crate::handle::{
@@ -152,7 +152,7 @@ impl Runtime {
 
     /// Applies `candidate` as the new base configuration (the embedding
     /// program's own reload); overlays and pushes stay laid over it.
-    pub async fn apply(&self, candidate: ConfigFile) -> Result<ReloadRecord, ReloadError> {
+    pub async fn apply(&self, candidate: Config) -> Result<ReloadRecord, ReloadError> {
         self.reload(ReloadRequest::new(candidate, Trigger::Programmatic))
             .await
     }

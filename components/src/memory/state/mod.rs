@@ -14,7 +14,7 @@ mod ttl;
 use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{
-    Applied, Component, ComponentError, DeleteRequest, DynamicComponent, GetRequest, Metadata,
+    Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate, Metadata,
     SetRequest, StateEntry, StateError, StateStore,
 };
 use serde::Deserialize;
@@ -79,14 +79,14 @@ impl MemoryStateStore {
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryStateStore {
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
-impl DynamicComponent for MemoryStateStore {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for MemoryStateStore {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new = LiveMetadata::<MemoryStateMetadata>::decode(metadata)?;
         let default_ttl_in_seconds = new.default_ttl_in_seconds;
         self.settings.replace(new);
@@ -95,7 +95,7 @@ impl DynamicComponent for MemoryStateStore {
             keys = self.len(),
             "Memory state store metadata applied in place."
         );
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 
@@ -193,14 +193,14 @@ mod tests {
         let mut metadata = Metadata::default();
         metadata.insert("defaultTtlInSeconds", serde_json::json!("30"));
         assert_eq!(
-            store.apply_config(&metadata).await.ok(),
-            Some(Applied::Applied)
+            store.update_in_place(&metadata).await.ok(),
+            Some(InPlace::Applied)
         );
         assert_eq!(store.metadata().default_ttl_in_seconds, 30);
         assert_eq!(value(&store, "k").await, Some(b"v".to_vec()));
         metadata.insert("defaultTtl", serde_json::json!(1));
         let err = store
-            .apply_config(&metadata)
+            .update_in_place(&metadata)
             .await
             .err()
             .map(|e| e.to_string())

@@ -10,7 +10,7 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::Direction;
 
 use crate::component::ComponentKey;
-use crate::config::ConfigFile;
+use crate::config::Config;
 
 pub use render::GraphFormat;
 
@@ -25,7 +25,7 @@ pub struct DependencyGraph {
 impl DependencyGraph {
     /// The graph of `config`. References to undeclared components are left
     /// out (validation reports them).
-    pub fn build(config: &ConfigFile) -> Self {
+    pub fn build(config: &Config) -> Self {
         let mut this = Self::default();
         for (key, spec) in &config.components {
             let node = this.graph.add_node(key.clone());
