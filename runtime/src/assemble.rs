@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::component::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::component::ComponentKey;
 use crate::component::{InitContext, Readiness};
-use crate::config::ComponentSpec;
+use crate::config::{ComponentSpec, InjectedRef};
 use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
 use crate::kinds::ConfigQuery;
@@ -152,102 +152,70 @@ impl AssemblyContext {
 
 /// Resolves every secretRef and configurationRef of `spec` from the staged
 /// stores into a copy of its metadata: all of them or an error.
-pub async fn resolve_metadata(
+pub(crate) async fn resolve_metadata(
     spec: &ComponentSpec,
     cx: &AssemblyContext,
 ) -> Result<Metadata, ComponentFailure> {
-    let key = &spec.key;
     let mut metadata = Metadata(spec.metadata.clone());
-    for (i, r) in spec.secret_refs.iter().enumerate() {
-        let store_key = ComponentKey::new(SECRET_STORE, &r.store);
-        let store = match cx.staged.get(&store_key) {
-            Some(Instance::SecretStore(store)) => store.clone(),
-            _ => {
-                return Err(cx.fail(
-                    key,
-                    FailedStep::Resolve,
-                    format!("secretRef[{i}]: secret store `{}` is not running", r.store),
-                ))
-            }
-        };
-        let secret = with_staged(
-            cx.staged.clone(),
-            store.get_secret(&r.name, &HashMap::new()),
-        )
-        .await
-        .map_err(|err| {
-            cx.fail(
-                key,
-                FailedStep::Resolve,
-                format!("secretRef[{i}] ({}/{}): {err}", r.store, r.name),
-            )
-        })?;
-        let value = secret.get(&r.key).ok_or_else(|| {
-            cx.fail(
-                key,
-                FailedStep::Resolve,
-                format!(
-                    "secretRef[{i}]: secret `{}` in store `{}` has no key `{}`",
-                    r.name, r.store, r.key
-                ),
-            )
-        })?;
-        cx.redactor.remember(value.expose());
-        metadata.insert(
-            r.inject_as.clone(),
-            Value::String(value.expose().to_string()),
-        );
-    }
-    for (i, r) in spec.configuration_refs.iter().enumerate() {
-        let store_key = ComponentKey::new(CONFIG_STORE, &r.store);
-        let store = match cx.staged.get(&store_key) {
-            Some(Instance::ConfigStore(store)) => store.clone(),
-            _ => {
-                return Err(cx.fail(
-                    key,
-                    FailedStep::Resolve,
-                    format!(
-                        "configurationRef[{i}]: config store `{}` is not running",
-                        r.store
-                    ),
-                ))
-            }
-        };
-        let query = ConfigQuery {
-            keys: vec![r.key.clone()],
-            group: r.group.clone(),
-            label: r.label.clone(),
-            metadata: HashMap::new(),
-        };
-        let items = with_staged(cx.staged.clone(), store.get(&query))
+    for reference in spec.injected_refs() {
+        let value = read_injected(&reference, cx)
             .await
-            .map_err(|err| {
-                cx.fail(
-                    key,
-                    FailedStep::Resolve,
-                    format!("configurationRef[{i}] ({}/{}): {err}", r.store, r.key),
-                )
-            })?;
-        let item = items
-            .into_iter()
-            .find(|item| item.key == r.key)
-            .ok_or_else(|| {
-                cx.fail(
-                    key,
-                    FailedStep::Resolve,
-                    format!(
-                        "configurationRef[{i}]: key `{}` not found in config store `{}`",
-                        r.key, r.store
-                    ),
-                )
-            })?;
-        metadata.insert(r.inject_as.clone(), Value::String(item.value));
+            .map_err(|message| cx.fail(&spec.key, FailedStep::Resolve, message))?;
+        metadata.insert(reference.inject_as(), Value::String(value));
     }
     Ok(metadata)
 }
 
+/// Reads the value of one ref from its staged store; an error says which
+/// ref and why.
+async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<String, String> {
+    let at = reference.position();
+    let store = cx.staged.get(&reference.store());
+    match (reference, store) {
+        (InjectedRef::Secret(_, r), Some(Instance::SecretStore(store))) => {
+            let no_options = HashMap::new();
+            let read = store.get_secret(&r.name, &no_options);
+            let secret = with_staged(cx.staged.clone(), read)
+                .await
+                .map_err(|err| format!("{at} ({}/{}): {err}", r.store, r.name))?;
+            let value = secret.get(&r.key).ok_or_else(|| {
+                format!(
+                    "{at}: secret `{}` in store `{}` has no key `{}`",
+                    r.name, r.store, r.key
+                )
+            })?;
+            cx.redactor.remember(value.expose());
+            Ok(value.expose().to_string())
+        }
+        (InjectedRef::Configuration(_, r), Some(Instance::ConfigStore(store))) => {
+            let query = ConfigQuery {
+                keys: vec![r.key.clone()],
+                group: r.group.clone(),
+                label: r.label.clone(),
+                metadata: HashMap::new(),
+            };
+            let items = with_staged(cx.staged.clone(), store.get(&query))
+                .await
+                .map_err(|err| format!("{at} ({}/{}): {err}", r.store, r.key))?;
+            let item = items.into_iter().find(|item| item.key == r.key);
+            item.map(|item| item.value).ok_or_else(|| {
+                format!(
+                    "{at}: key `{}` not found in config store `{}`",
+                    r.key, r.store
+                )
+            })
+        }
+        (InjectedRef::Secret(_, r), _) => {
+            Err(format!("{at}: secret store `{}` is not running", r.store))
+        }
+        (InjectedRef::Configuration(_, r), _) => {
+            Err(format!("{at}: config store `{}` is not running", r.store))
+        }
+    }
+}
+
 /// Assembles `spec` (type `descriptor`) against the staged generation.
-pub async fn assemble(
+pub(crate) async fn assemble(
     spec: &ComponentSpec,
     descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
@@ -257,7 +225,7 @@ pub async fn assemble(
 }
 
 /// Assembles `spec` with its metadata already resolved.
-pub async fn assemble_resolved(
+pub(crate) async fn assemble_resolved(
     spec: &ComponentSpec,
     descriptor: &ComponentDescriptor,
     resolved: Metadata,

@@ -23,8 +23,7 @@ mod trigger;
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 #[doc(inline)]
 pub use component::{
-    Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Readiness,
-    CONFIG_STORE, LOCK, SECRET_STORE, STATE,
+    Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind, Readiness,
 };
 #[doc(inline)]
 pub use config::{Config, Problem, Problems, ValidConfig};

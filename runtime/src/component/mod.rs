@@ -3,9 +3,11 @@
 
 mod in_place;
 mod key;
+mod kind;
 
 pub use in_place::{InPlace, InPlaceUpdate};
-pub use key::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+pub use key::ComponentKey;
+pub use kind::Kind;
 
 use std::any::Any;
 use std::time::Duration;

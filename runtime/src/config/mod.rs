@@ -3,6 +3,7 @@
 
 mod diff;
 mod graph;
+mod injected;
 mod layers;
 mod load;
 mod model;
@@ -13,6 +14,7 @@ mod validate;
 
 pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
+pub use injected::InjectedRef;
 pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
 pub use load::{
     load_file, parse, parse_and_validate, parse_patch, read_config_bytes, MAX_CONFIG_BYTES,

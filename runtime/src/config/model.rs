@@ -48,10 +48,8 @@ impl ComponentSpec {
 
     /// The metadata fields filled by secretRef and configurationRef.
     pub fn injected_fields(&self) -> Vec<String> {
-        self.secret_refs
-            .iter()
-            .map(|r| r.inject_as.clone())
-            .chain(self.configuration_refs.iter().map(|r| r.inject_as.clone()))
+        self.injected_refs()
+            .map(|r| r.inject_as().to_string())
             .collect()
     }
 
@@ -62,16 +60,7 @@ impl ComponentSpec {
             .component_refs
             .iter()
             .map(|r| r.key.clone())
-            .chain(
-                self.secret_refs
-                    .iter()
-                    .map(|r| ComponentKey::new(crate::component::SECRET_STORE, &r.store)),
-            )
-            .chain(
-                self.configuration_refs
-                    .iter()
-                    .map(|r| ComponentKey::new(crate::component::CONFIG_STORE, &r.store)),
-            )
+            .chain(self.injected_refs().map(|r| r.store()))
             .collect();
         deps.sort();
         deps.dedup();

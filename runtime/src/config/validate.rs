@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::model::Config;
 use super::problem::{Problem, Problems};
-use crate::component::{ComponentKey, CONFIG_STORE, SECRET_STORE};
+use crate::component::{ComponentKey, Kind};
 use crate::config::DependencyGraph;
 use crate::metadata::MetadataError;
 use crate::registry::Registry;
@@ -48,7 +48,7 @@ pub(crate) fn validate_declared(
                 ));
             }
         }
-        match registry.get(&key.kind, &spec.type_name) {
+        match registry.get(key.kind.as_str(), &spec.type_name) {
             Some(descriptor) => {
                 if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
                     problems.push(Problem::component(key, metadata_message(spec, &err)));
@@ -72,35 +72,17 @@ pub(crate) fn validate_declared(
                 );
             }
         }
-        for (i, r) in spec.secret_refs.iter().enumerate() {
-            let target = ComponentKey::new(SECRET_STORE, &r.store);
+        for r in spec.injected_refs() {
+            let target = r.store();
             if !broken.contains(&target) {
-                check_target(
-                    &config,
-                    key,
-                    &format!("secretRef[{i}]"),
-                    &target,
-                    &mut problems,
-                );
-            }
-        }
-        for (i, r) in spec.configuration_refs.iter().enumerate() {
-            let target = ComponentKey::new(CONFIG_STORE, &r.store);
-            if !broken.contains(&target) {
-                check_target(
-                    &config,
-                    key,
-                    &format!("configurationRef[{i}]"),
-                    &target,
-                    &mut problems,
-                );
+                check_target(&config, key, &r.position(), &target, &mut problems);
             }
         }
     }
     if let Some(overlay) = &config.overlay {
         if !config
             .components
-            .contains_key(&ComponentKey::new(CONFIG_STORE, &overlay.store))
+            .contains_key(&ComponentKey::new(Kind::ConfigStore, &overlay.store))
         {
             problems.push(Problem::file(format!(
                 "overlay.store: no config store named `{}`",
@@ -125,16 +107,9 @@ fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) ->
         return err.to_string();
     };
     let injected_by = spec
-        .secret_refs
-        .iter()
-        .position(|r| &r.inject_as == field)
-        .map(|i| format!("secretRef[{i}]"))
-        .or_else(|| {
-            spec.configuration_refs
-                .iter()
-                .position(|r| &r.inject_as == field)
-                .map(|i| format!("configurationRef[{i}]"))
-        });
+        .injected_refs()
+        .find(|r| r.inject_as() == field)
+        .map(|r| r.position());
     match injected_by {
         Some(at) => format!(
             "{at}: injects metadata field `{field}`, which this component does not have (set `injectAs`; known fields: {})",
@@ -150,6 +125,7 @@ fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) ->
 fn key_problem(key: &ComponentKey) -> Option<Problem> {
     if key
         .kind
+        .as_str()
         .chars()
         .chain(key.name.chars())
         .any(char::is_control)
@@ -157,11 +133,11 @@ fn key_problem(key: &ComponentKey) -> Option<Problem> {
         // Shown escaped: a raw newline would split the problem's line.
         return Some(Problem::file(format!(
             "{}/{}: a component kind or name must not contain control characters (such as a newline)",
-            key.kind.escape_debug(),
+            key.kind.as_str().escape_debug(),
             key.name.escape_debug()
         )));
     }
-    if key.kind.trim().is_empty() {
+    if key.kind.as_str().trim().is_empty() {
         return Some(Problem::component(
             key,
             "a component kind must not be blank",
@@ -178,7 +154,7 @@ fn key_problem(key: &ComponentKey) -> Option<Problem> {
 
 fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> String {
     let (kind, type_name) = (&spec.key.kind, &spec.type_name);
-    let known = registry.types_of(kind);
+    let known = registry.types_of(kind.as_str());
     // `type` defaults to the name: say so when that may be what happened.
     let defaulted = if *type_name == spec.key.name {
         "; `type` defaults to the component's name"

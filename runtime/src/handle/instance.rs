@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::component::Component;
-use crate::component::{CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+use crate::component::Kind;
 use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
 
 /// A running component instance, as the trait object of its kind.
@@ -33,15 +33,24 @@ impl Instance {
         }
     }
 
-    /// Whether this instance is of `kind` (custom instances match any kind
-    /// that is not one of the four built-in ones).
-    pub fn is_of_kind(&self, kind: &str) -> bool {
+    /// The kind this instance serves; `None` for a custom instance, which
+    /// serves whatever custom kind it was declared as.
+    pub fn built_in_kind(&self) -> Option<Kind> {
         match self {
-            Instance::ConfigStore(_) => kind == CONFIG_STORE,
-            Instance::SecretStore(_) => kind == SECRET_STORE,
-            Instance::State(_) => kind == STATE,
-            Instance::Lock(_) => kind == LOCK,
-            Instance::Custom(_) => ![CONFIG_STORE, SECRET_STORE, STATE, LOCK].contains(&kind),
+            Instance::ConfigStore(_) => Some(Kind::ConfigStore),
+            Instance::SecretStore(_) => Some(Kind::SecretStore),
+            Instance::State(_) => Some(Kind::State),
+            Instance::Lock(_) => Some(Kind::Lock),
+            Instance::Custom(_) => None,
+        }
+    }
+
+    /// Whether this instance is of `kind` (custom instances match any kind
+    /// that is not one of the built-in ones).
+    pub fn is_of_kind(&self, kind: &Kind) -> bool {
+        match self.built_in_kind() {
+            Some(own) => own == *kind,
+            None => matches!(kind, Kind::Custom(_)),
         }
     }
 

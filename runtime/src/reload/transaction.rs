@@ -171,7 +171,7 @@ impl Plan {
             };
             let change = diff.changed.get(&key).copied().unwrap_or_default();
             let previous = self.current.get(&key).cloned();
-            let descriptor = registry.get(&key.kind, &spec.type_name).copied();
+            let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
             let level_cx = level_cx.clone();
             tasks.spawn(async move {
                 let Some(descriptor) = descriptor else {

@@ -67,7 +67,10 @@ pub(crate) async fn assemble_all(
     let mut tasks = JoinSet::new();
     let mut failures = Vec::new();
     for spec in specs {
-        let Some(descriptor) = registry.get(&spec.key.kind, &spec.type_name).copied() else {
+        let Some(descriptor) = registry
+            .get(spec.key.kind.as_str(), &spec.type_name)
+            .copied()
+        else {
             failures.push(cx.fail(
                 &spec.key,
                 FailedStep::Metadata,

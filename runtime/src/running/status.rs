@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::component::Readiness;
-use crate::config::{ComponentSources, ComponentSpec};
+use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
 use crate::redact::Redactor;
 
 use super::RunningSet;
@@ -79,7 +79,7 @@ impl RunningSet {
                     .map(|r| r.key.to_string())
                     .collect(),
                 sources: sources.get(&key).cloned().unwrap_or_default(),
-                kind: key.kind,
+                kind: key.kind.to_string(),
                 name: key.name,
                 type_name: running.spec.type_name,
                 state,
@@ -98,14 +98,21 @@ fn shown_metadata(
     resolved: &Map<String, Value>,
 ) -> Map<String, Value> {
     let mut shown: Map<String, Value> = spec.metadata.clone();
-    for r in &spec.configuration_refs {
-        if let Some(value) = resolved.get(&r.inject_as) {
-            shown.insert(r.inject_as.clone(), value.clone());
+    // Secrets last: where a field is injected twice, the secret's source
+    // is what shows.
+    let mut refs: Vec<InjectedRef> = spec.injected_refs().collect();
+    refs.sort_by_key(|r| matches!(r, InjectedRef::Secret(..)));
+    for r in refs {
+        let shown_value = match &r {
+            InjectedRef::Configuration(..) => resolved.get(r.inject_as()).cloned(),
+            InjectedRef::Secret(_, s) => Some(Value::String(format!(
+                "[secret {}/{}#{}]",
+                s.store, s.name, s.key
+            ))),
+        };
+        if let Some(value) = shown_value {
+            shown.insert(r.inject_as().to_string(), value);
         }
-    }
-    for r in &spec.secret_refs {
-        let source = format!("[secret {}/{}#{}]", r.store, r.name, r.key);
-        shown.insert(r.inject_as.clone(), Value::String(source));
     }
     scrub(redactor, Value::Object(shown))
         .as_object()

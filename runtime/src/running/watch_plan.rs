@@ -5,16 +5,18 @@ use serde_json::Value;
 
 use super::Components;
 use crate::component::ComponentKey;
-use crate::config::{ConfigPatch, ConfigurationRef, Layers, OverlaySpec, SecretRef, ValidConfig};
+use crate::config::{ConfigPatch, InjectedRef, Layers, OverlaySpec, ValidConfig};
 
 /// A `watch: true` ref of a running component, and the value the
 /// component was started with (it may be a secret: never show it).
 #[derive(Clone)]
-pub(crate) enum WatchedRef {
-    /// A configurationRef: its store is subscribed to.
-    Configuration(ComponentKey, ConfigurationRef, Option<Value>),
-    /// A secretRef: its store is polled (secret stores cannot notify).
-    Secret(ComponentKey, SecretRef, Option<Value>),
+pub(crate) struct WatchedRef {
+    /// The component to re-apply when the value changes.
+    pub(crate) component: ComponentKey,
+    /// The ref.
+    pub(crate) reference: InjectedRef,
+    /// The value the component was started with.
+    pub(crate) resolved: Option<Value>,
 }
 
 /// Everything the triggers need to know of the running set.
@@ -41,14 +43,16 @@ impl WatchPlan {
     ) -> Self {
         let mut refs = Vec::new();
         for (key, running) in components {
-            let resolved = &running.assembled.resolved;
-            for r in running.spec.configuration_refs.iter().filter(|r| r.watch) {
-                let value = resolved.get(&r.inject_as).cloned();
-                refs.push(WatchedRef::Configuration(key.clone(), r.clone(), value));
-            }
-            for r in running.spec.secret_refs.iter().filter(|r| r.watch) {
-                let value = resolved.get(&r.inject_as).cloned();
-                refs.push(WatchedRef::Secret(key.clone(), r.clone(), value));
+            for reference in running.spec.injected_refs().filter(InjectedRef::watch) {
+                refs.push(WatchedRef {
+                    component: key.clone(),
+                    resolved: running
+                        .assembled
+                        .resolved
+                        .get(reference.inject_as())
+                        .cloned(),
+                    reference,
+                });
             }
         }
         Self {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::assemble::{failure_lines, ComponentFailure};
-use crate::component::{ComponentKey, CONFIG_STORE, LOCK, SECRET_STORE, STATE};
+use crate::component::{ComponentKey, Kind};
 use crate::config::{
     ComponentPatch, Config, LayerChange, Layers, OverlaySpec, Problems, Push, ValidConfig,
 };
@@ -250,7 +250,7 @@ impl Runtime {
     /// A handle to the state store `name`.
     pub fn state_store(&self, name: &str) -> StateStoreHandle {
         StateStoreHandle::new(
-            ComponentKey::new(STATE, name),
+            ComponentKey::new(Kind::State, name),
             self.live_generation().clone(),
         )
     }
@@ -258,7 +258,7 @@ impl Runtime {
     /// A handle to the config store `name`.
     pub fn config_store(&self, name: &str) -> ConfigStoreHandle {
         ConfigStoreHandle::new(
-            ComponentKey::new(CONFIG_STORE, name),
+            ComponentKey::new(Kind::ConfigStore, name),
             self.live_generation().clone(),
         )
     }
@@ -266,7 +266,7 @@ impl Runtime {
     /// A handle to the secret store `name`.
     pub fn secret_store(&self, name: &str) -> SecretStoreHandle {
         SecretStoreHandle::new(
-            ComponentKey::new(SECRET_STORE, name),
+            ComponentKey::new(Kind::SecretStore, name),
             self.live_generation().clone(),
         )
     }
@@ -274,7 +274,7 @@ impl Runtime {
     /// A handle to the lock `name`.
     pub fn lock_store(&self, name: &str) -> LockHandle {
         LockHandle::new(
-            ComponentKey::new(LOCK, name),
+            ComponentKey::new(Kind::Lock, name),
             self.live_generation().clone(),
         )
     }

@@ -5,7 +5,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::TriggerContext;
-use crate::component::{ComponentKey, CONFIG_STORE};
+use crate::component::{ComponentKey, Kind};
 use crate::config::{parse_patch, ConfigPatch, LayerChange, OverlaySpec};
 use crate::handle::{ConfigStoreHandle, LiveGeneration};
 use crate::kinds::ConfigQuery;
@@ -26,7 +26,10 @@ pub(crate) async fn read_overlay(
     spec: &OverlaySpec,
     app_id: &str,
 ) -> Result<OverlayDocuments, String> {
-    let handle = ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &spec.store), live.clone());
+    let handle = ConfigStoreHandle::new(
+        ComponentKey::new(Kind::ConfigStore, &spec.store),
+        live.clone(),
+    );
     let store = handle
         .load()
         .map_err(|e| format!("overlay store `{}`: {e}", spec.store))?;
@@ -55,7 +58,7 @@ pub(crate) async fn watch_overlay(
     round: CancellationToken,
 ) {
     let handle = ConfigStoreHandle::new(
-        ComponentKey::new(CONFIG_STORE, &spec.store),
+        ComponentKey::new(Kind::ConfigStore, &spec.store),
         cx.live.clone(),
     );
     let (common, app) = overlay_keys(&spec, &app_id);

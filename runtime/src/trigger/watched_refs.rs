@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::overlay::watch_overlay;
 use super::TriggerContext;
-use crate::component::{ComponentKey, CONFIG_STORE, SECRET_STORE};
-use crate::config::{ConfigurationRef, SecretRef};
+use crate::component::{ComponentKey, Kind};
+use crate::config::{ConfigurationRef, InjectedRef, SecretRef};
 use crate::handle::{ConfigStoreHandle, SecretStoreHandle};
 use crate::kinds::ConfigQuery;
 use crate::reload::{ReloadRequest, Trigger};
@@ -67,13 +67,14 @@ async fn run_watch(cx: TriggerContext, watched: WatchedRef, round: CancellationT
 }
 
 async fn watch(cx: &TriggerContext, watched: WatchedRef) {
-    match watched {
-        WatchedRef::Configuration(component, r, resolved) => {
-            watch_configuration(cx, component, r, resolved).await
-        }
-        WatchedRef::Secret(component, r, resolved) => {
-            watch_secret(cx, component, r, resolved).await
-        }
+    let WatchedRef {
+        component,
+        reference,
+        resolved,
+    } = watched;
+    match reference {
+        InjectedRef::Configuration(_, r) => watch_configuration(cx, component, r, resolved).await,
+        InjectedRef::Secret(_, r) => watch_secret(cx, component, r, resolved).await,
     }
 }
 
@@ -91,7 +92,10 @@ async fn watch_configuration(
     r: ConfigurationRef,
     resolved: Option<Value>,
 ) {
-    let handle = ConfigStoreHandle::new(ComponentKey::new(CONFIG_STORE, &r.store), cx.live.clone());
+    let handle = ConfigStoreHandle::new(
+        ComponentKey::new(Kind::ConfigStore, &r.store),
+        cx.live.clone(),
+    );
     let query = ConfigQuery {
         keys: vec![r.key.clone()],
         group: r.group.clone(),
@@ -136,7 +140,10 @@ async fn watch_secret(
     r: SecretRef,
     resolved: Option<Value>,
 ) {
-    let handle = SecretStoreHandle::new(ComponentKey::new(SECRET_STORE, &r.store), cx.live.clone());
+    let handle = SecretStoreHandle::new(
+        ComponentKey::new(Kind::SecretStore, &r.store),
+        cx.live.clone(),
+    );
     let mut ticks = tokio::time::interval(cx.secret_poll_interval);
     loop {
         ticks.tick().await;
