@@ -137,6 +137,12 @@ pub(crate) fn excerpt(body: &str) -> String {
     }
 }
 
+impl From<ApolloError> for rewire_runtime::ComponentError {
+    fn from(err: ApolloError) -> Self {
+        Self::new(err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -332,13 +332,9 @@ impl Component for ApolloConfigStore {
                 "metadata field `app_id` is required (the runtime has no appId either)",
             ));
         }
-        let running = self
-            .connect(cx, &app_id)
-            .map_err(|e| ComponentError::new(e.to_string()))?;
+        let running = self.connect(cx, &app_id)?;
         let refresher = Arc::clone(&running.refresher);
-        self.first_load(&refresher, cx)
-            .await
-            .map_err(|e| ComponentError::new(e.to_string()))?;
+        self.first_load(&refresher, cx).await?;
         let backoff = Backoff::new(
             self.settings.retry_interval(),
             self.settings.max_retry_interval(),

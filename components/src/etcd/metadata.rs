@@ -259,6 +259,12 @@ fn deserialize_endpoints<'de, D: Deserializer<'de>>(deserializer: D) -> Result<S
     Ok(text)
 }
 
+impl From<EtcdMetadataError> for rewire_runtime::ComponentError {
+    fn from(err: EtcdMetadataError) -> Self {
+        Self::new(err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

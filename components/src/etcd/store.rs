@@ -171,10 +171,7 @@ impl EtcdConfigStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let settings = self
-            .metadata
-            .settings()
-            .map_err(|err| ComponentError::new(err.to_string()))?;
+        let settings = self.metadata.settings()?;
         let layout = KeyLayout::new(settings.key_prefix.clone());
         let mut options = ConnectOptions::new()
             .with_timeout(settings.dial)

@@ -111,11 +111,7 @@ fn plain_keys_only(query: &ConfigQuery) -> Result<(), ConfigError> {
 #[rewire_runtime::prelude::async_trait]
 impl Component for FileConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let live = Arc::new(
-            LiveFile::open(&self.settings.path)
-                .await
-                .map_err(|err| ComponentError::new(err.to_string()))?,
-        );
+        let live = Arc::new(LiveFile::open(&self.settings.path).await?);
         let resync =
             Some(Duration::from_millis(self.settings.poll_interval_ms)).filter(|d| !d.is_zero());
         let reloaded = Arc::clone(&live);

@@ -81,6 +81,12 @@ pub(crate) fn diff(old: &Values, new: &Values) -> Vec<(String, Option<String>)> 
     changed.chain(removed).collect()
 }
 
+impl From<FileConfigError> for rewire_runtime::ComponentError {
+    fn from(err: FileConfigError) -> Self {
+        Self::new(err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

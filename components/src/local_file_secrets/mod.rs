@@ -190,9 +190,7 @@ impl LocalFileSecretStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for LocalFileSecretStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let secrets = load(&self.settings)
-            .await
-            .map_err(|err| ComponentError::new(err.to_string()))?;
+        let secrets = load(&self.settings).await?;
         info!(
             component = %cx.key,
             path = %self.settings.secrets_file.display(),
@@ -233,6 +231,12 @@ impl SecretStore for LocalFileSecretStore {
         _metadata: &HashMap<String, String>,
     ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
         Ok(self.secrets.load().as_ref().clone())
+    }
+}
+
+impl From<SecretsFileError> for rewire_runtime::ComponentError {
+    fn from(err: SecretsFileError) -> Self {
+        Self::new(err.to_string())
     }
 }
 

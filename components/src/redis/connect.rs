@@ -225,3 +225,9 @@ pub fn suggests_failover(err: &RedisError) -> bool {
             "READONLY" | "MASTERDOWN" | "LOADING"
         )
 }
+
+impl From<ConnectError> for rewire_runtime::ComponentError {
+    fn from(err: ConnectError) -> Self {
+        Self::new(err.to_string())
+    }
+}

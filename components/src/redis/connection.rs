@@ -150,12 +150,8 @@ impl RedisConnection {
         let _ = self.shared.label.set(key.to_string());
         let _one_at_a_time = self.shared.changing.lock().await;
         let metadata = self.session().metadata.clone();
-        let settings = metadata
-            .connection_settings()
-            .map_err(|err| ComponentError::new(err.to_string()))?;
-        let opened = open(&settings)
-            .await
-            .map_err(|err| ComponentError::new(err.to_string()))?;
+        let settings = metadata.connection_settings()?;
+        let opened = open(&settings).await?;
         info!(component = %key, host = %settings.host(), server = %opened.server, db = settings.db, "Redis connected.");
         self.shared.session.store(Arc::new(Session {
             metadata,

@@ -306,6 +306,12 @@ fn deserialize_tls<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D
     }
 }
 
+impl From<RedisMetadataError> for rewire_runtime::ComponentError {
+    fn from(err: RedisMetadataError) -> Self {
+        Self::new(err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

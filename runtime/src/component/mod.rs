@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::metadata::Metadata;
+use crate::metadata::{Metadata, MetadataError};
 
 /// Error a component reports from its lifecycle hooks or its operations.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -31,6 +31,12 @@ impl ComponentError {
         Self {
             message: message.into(),
         }
+    }
+}
+
+impl From<MetadataError> for ComponentError {
+    fn from(err: MetadataError) -> Self {
+        ComponentError::new(err.to_string())
     }
 }
 

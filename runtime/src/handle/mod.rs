@@ -21,8 +21,8 @@ use std::sync::Arc;
 pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 
-use crate::component::Component;
 use crate::component::ComponentKey;
+use crate::component::{Component, ComponentError};
 use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
 
 /// One published version of the whole component set.
@@ -282,5 +282,11 @@ impl InjectedHandle {
             Self::Custom(h) => h.0.clone(),
         };
         ComponentHandle(target)
+    }
+}
+
+impl From<HandleError> for ComponentError {
+    fn from(err: HandleError) -> Self {
+        ComponentError::new(err.to_string())
     }
 }

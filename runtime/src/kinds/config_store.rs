@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::component::Component;
+use crate::component::{Component, ComponentError};
 
 /// One configuration value.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -114,4 +114,10 @@ pub trait ConfigStore: Component {
 
     /// Subscribes to changes of the keys of `query`.
     async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError>;
+}
+
+impl From<ConfigError> for ComponentError {
+    fn from(err: ConfigError) -> Self {
+        ComponentError::new(err.to_string())
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::component::Component;
+use crate::component::{Component, ComponentError};
 
 /// Take a lock.
 #[derive(Debug, Clone)]
@@ -61,4 +61,10 @@ pub trait Lock: Component {
 
     /// Releases the lock if `lock_owner` holds it.
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError>;
+}
+
+impl From<LockError> for ComponentError {
+    fn from(err: LockError) -> Self {
+        ComponentError::new(err.to_string())
+    }
 }

@@ -6,7 +6,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::component::Component;
+use crate::component::{Component, ComponentError};
 
 /// A secret value. Its `Debug` and `Display` never show the value, so a
 /// secret that slips into a log line or an error stays hidden.
@@ -70,4 +70,10 @@ pub trait SecretStore: Component {
         &self,
         metadata: &HashMap<String, String>,
     ) -> Result<BTreeMap<String, SecretMap>, SecretError>;
+}
+
+impl From<SecretError> for ComponentError {
+    fn from(err: SecretError) -> Self {
+        ComponentError::new(err.to_string())
+    }
 }

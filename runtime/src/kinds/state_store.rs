@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::component::Component;
+use crate::component::{Component, ComponentError};
 
 /// Concurrency mode of a write, as in Dapr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -149,5 +149,11 @@ pub trait StateStore: Component {
             self.delete(req).await?;
         }
         Ok(())
+    }
+}
+
+impl From<StateError> for ComponentError {
+    fn from(err: StateError) -> Self {
+        ComponentError::new(err.to_string())
     }
 }

@@ -1,6 +1,6 @@
 //! Setters: how a component receives the components it references.
 
-use crate::component::ComponentKey;
+use crate::component::{ComponentError, ComponentKey};
 use crate::handle::{
     ComponentHandle, ConfigStoreHandle, InjectedHandle, LockHandle, SecretStoreHandle,
     StateStoreHandle,
@@ -154,5 +154,11 @@ impl<H: InjectField + Default> InjectField for Option<H> {
 
     fn satisfied(&self) -> bool {
         true
+    }
+}
+
+impl From<InjectError> for ComponentError {
+    fn from(err: InjectError) -> Self {
+        ComponentError::new(err.to_string())
     }
 }
