@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::model::Config;
+use super::model::{ComponentSpec, Config};
 use super::problem::{Problem, Problems};
 use crate::component::{ComponentKey, Kind};
 use crate::config::DependencyGraph;
@@ -34,50 +34,11 @@ pub(crate) fn validate_declared(
 ) -> Result<ValidConfig, Problems> {
     let mut problems = Problems::default();
     for spec in config.components.values() {
-        let key = &spec.key;
-        if let Some(problem) = key_problem(key) {
+        if let Some(problem) = key_problem(&spec.key) {
             problems.push(problem);
             continue;
         }
-        let mut injected = std::collections::BTreeSet::new();
-        for field in spec.injected_fields() {
-            if !injected.insert(field.clone()) {
-                problems.push(Problem::component(
-                    key,
-                    format!("metadata field `{field}` is injected by more than one secretRef/configurationRef"),
-                ));
-            }
-        }
-        match registry.get(key.kind.as_str(), &spec.type_name) {
-            Some(descriptor) => {
-                if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
-                    problems.push(Problem::component(key, metadata_message(spec, &err)));
-                }
-            }
-            None => problems.push(Problem::component(key, unknown_type(registry, spec))),
-        }
-        for (i, r) in spec.component_refs.iter().enumerate() {
-            if &r.key == key {
-                problems.push(Problem::component(
-                    key,
-                    format!("componentRef[{i}]: a component cannot reference itself"),
-                ));
-            } else if !broken.contains(&r.key) {
-                check_target(
-                    &config,
-                    key,
-                    &format!("componentRef[{i}]"),
-                    &r.key,
-                    &mut problems,
-                );
-            }
-        }
-        for r in spec.injected_refs() {
-            let target = r.store();
-            if !broken.contains(&target) {
-                check_target(&config, key, &r.position(), &target, &mut problems);
-            }
-        }
+        check_component(&config, spec, registry, broken, &mut problems);
     }
     if let Some(overlay) = &config.overlay {
         if !config
@@ -99,6 +60,51 @@ pub(crate) fn validate_declared(
         ));
     }
     problems.into_result(ValidConfig { config, graph })
+}
+
+/// Checks one component: its injected fields, its type and metadata, and
+/// its references (except to `broken` components).
+fn check_component(
+    config: &Config,
+    spec: &ComponentSpec,
+    registry: &Registry,
+    broken: &BTreeSet<ComponentKey>,
+    problems: &mut Problems,
+) {
+    let key = &spec.key;
+    let mut injected = BTreeSet::new();
+    for field in spec.injected_fields() {
+        if !injected.insert(field.clone()) {
+            problems.push(Problem::component(
+                key,
+                format!("metadata field `{field}` is injected by more than one secretRef/configurationRef"),
+            ));
+        }
+    }
+    match registry.get(key.kind.as_str(), &spec.type_name) {
+        Some(descriptor) => {
+            if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
+                problems.push(Problem::component(key, metadata_message(spec, &err)));
+            }
+        }
+        None => problems.push(Problem::component(key, unknown_type(registry, spec))),
+    }
+    for (i, r) in spec.component_refs.iter().enumerate() {
+        if &r.key == key {
+            problems.push(Problem::component(
+                key,
+                format!("componentRef[{i}]: a component cannot reference itself"),
+            ));
+        } else if !broken.contains(&r.key) {
+            check_target(config, key, &format!("componentRef[{i}]"), &r.key, problems);
+        }
+    }
+    for r in spec.injected_refs() {
+        let target = r.store();
+        if !broken.contains(&target) {
+            check_target(config, key, &r.position(), &target, problems);
+        }
+    }
 }
 
 /// Names the ref when the unknown field is one a ref injects.
