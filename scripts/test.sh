@@ -32,3 +32,5 @@ if [ ! -d tests/mermaid/node_modules/mermaid ]; then
 fi
 
 cargo test --workspace --all-targets --features etcd --no-fail-fast -j2 "$@"
+# Documentation examples (`--all-targets` leaves doctests out).
+cargo test --workspace --doc --features etcd -j2

@@ -15,19 +15,34 @@ mod validate;
 
 /// Derives registration, factory, metadata decoding and setters.
 ///
-/// ```text
-/// /// In-memory state store.
-/// #[derive(Component)]
-/// #[component(kind = "state", type = "memory", example = r#"{"capacity": 100}"#)]
-/// pub struct MemoryStateStore {
+/// ```
+/// use rewire_runtime::prelude::*;
+/// use rewire_runtime::Registry;
+///
+/// #[derive(serde::Deserialize)]
+/// struct CacheMetadata {
+///     capacity: usize,
+/// }
+///
+/// /// A cache in front of config stores.
+/// #[derive(rewire_runtime::Component)]
+/// #[component(kind = "cache", type = "lru", example = r#"{"capacity": 100}"#)]
+/// struct LruCache {
 ///     #[metadata]
-///     meta: MemoryMeta,
+///     meta: CacheMetadata,
 ///     #[inject]
 ///     config: ConfigStoreHandle,
 ///     #[inject(name = "apollo")]
 ///     apollo: Option<ConfigStoreHandle>,
-///     data: std::sync::Mutex<std::collections::HashMap<String, String>>,
+///     entries: std::sync::Mutex<Vec<(String, String)>>,
 /// }
+///
+/// #[async_trait]
+/// impl Component for LruCache {}
+///
+/// // Registered: a configuration can declare `cache/<name>` of type `lru`.
+/// let lru = Registry::collected().get("cache", "lru").copied();
+/// assert_eq!(lru.map(|d| d.example_metadata), Some(r#"{"capacity": 100}"#));
 /// ```
 ///
 /// * `#[component(...)]` (required, on the struct): `kind` and `type`

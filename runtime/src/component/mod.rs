@@ -73,6 +73,45 @@ pub struct InitContext {
 /// The lifecycle of a component. Every hook has a default, so a component
 /// with nothing to do at start writes `impl Component for MyThing {}`.
 ///
+/// A component with background work starts it in `init`, stops it on the
+/// shutdown token, and says whether it can serve:
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use rewire_runtime::prelude::*;
+///
+/// /// Counts seconds in the background.
+/// #[derive(Default)]
+/// struct Clock {
+///     ticks: Arc<AtomicU64>,
+/// }
+///
+/// #[async_trait]
+/// impl Component for Clock {
+///     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+///         let (ticks, shutdown) = (Arc::clone(&self.ticks), cx.shutdown.clone());
+///         tokio::spawn(async move {
+///             loop {
+///                 tokio::select! {
+///                     () = shutdown.cancelled() => return,
+///                     () = tokio::time::sleep(Duration::from_secs(1)) => {
+///                         ticks.fetch_add(1, Ordering::Relaxed);
+///                     }
+///                 }
+///             }
+///         });
+///         Ok(())
+///     }
+///
+///     async fn readiness(&self) -> Readiness {
+///         Readiness::Ready
+///     }
+/// }
+/// ```
+///
 /// Components are reached through handles (see [`ComponentHandle`](crate::ComponentHandle)), never
 /// held directly, so the runtime can swap instances during a reload.
 #[diagnostic::on_unimplemented(

@@ -47,6 +47,56 @@ pub enum StartError {
 }
 
 /// A running set of components. Cheap to clone: clones share the runtime.
+///
+/// Start it from a validated configuration, reach components through
+/// handles, and change the configuration while it runs:
+///
+/// ```
+/// use rewire_runtime::config::{parse, validate};
+/// use rewire_runtime::prelude::*;
+/// use rewire_runtime::{Action, ComponentKey, Registry, Runtime, RuntimeOptions};
+///
+/// #[derive(serde::Deserialize)]
+/// struct GreeterMetadata {
+///     greeting: String,
+/// }
+///
+/// /// Says its greeting.
+/// #[derive(rewire_runtime::Component)]
+/// #[component(kind = "greeter", type = "plain")]
+/// struct Greeter {
+///     #[metadata]
+///     meta: GreeterMetadata,
+/// }
+///
+/// #[async_trait]
+/// impl Component for Greeter {}
+///
+/// fn config(greeting: &str) -> String {
+///     format!(r#"{{"components": {{"greeter": {{"hello": {{
+///         "type": "plain", "metadata": {{"greeting": "{greeting}"}}}}}}}}}}"#)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let registry = Registry::collected();
+/// let valid = validate(parse(config("hi").as_bytes())?, &registry)?;
+/// let runtime = Runtime::start(valid, registry, RuntimeOptions::default()).await?;
+///
+/// // A handle resolves in the current generation at every load.
+/// let hello = runtime.component(ComponentKey::new("greeter", "hello"));
+/// assert_eq!(hello.load_as::<Greeter>()?.meta.greeting, "hi");
+///
+/// // A new declaration is validated, diffed, built, and swapped in whole.
+/// let record = runtime.apply(parse(config("hello").as_bytes())?).await?;
+/// assert_eq!(record.generation, 2);
+/// assert_eq!(record.actions["greeter/hello"], Action::Rebuilt);
+/// assert_eq!(hello.load_as::<Greeter>()?.meta.greeting, "hello");
+///
+/// runtime.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
