@@ -46,6 +46,7 @@ mod open_api;
 mod poller;
 mod refresh;
 mod signing;
+mod start;
 
 use std::sync::{Arc, Mutex};
 
@@ -56,12 +57,9 @@ use rewire_runtime::{
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
-use cache::BackupCache;
-use client::{ClientSettings, ConfigServiceClient};
 use error::ApolloError;
 pub use metadata::ApolloMetadata;
-use namespaces::LiveNamespaces;
-use open_api::{OpenApiClient, OpenApiSettings};
+use open_api::OpenApiClient;
 use poller::PollerTask;
 use refresh::Refresher;
 
@@ -107,154 +105,6 @@ impl ApolloConfigStore {
 
     fn take_poller(&self) -> Option<PollerTask> {
         self.poller.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    /// Builds the clients for `app_id`.
-    fn connect(&self, cx: &InitContext, app_id: &str) -> Result<Running, ApolloError> {
-        let settings = &self.settings;
-        let namespaces = settings.namespaces();
-        if namespaces.is_empty() {
-            return Err(ApolloError::Config(
-                "metadata field `namespace_name` names no namespace".into(),
-            ));
-        }
-        let client = ConfigServiceClient::new(ClientSettings {
-            server: &settings.config_server,
-            app_id,
-            cluster: &settings.cluster,
-            secret: settings.secret.as_deref(),
-            ip: settings.ip.as_deref(),
-            request_timeout: settings.request_timeout(),
-            long_poll_timeout: settings.long_poll_timeout(),
-        })?;
-        let address = settings
-            .open_api_address
-            .as_deref()
-            .filter(|s| !s.trim().is_empty());
-        let token = settings.open_api_token.as_deref().filter(|s| !s.is_empty());
-        let open_api = match (address, token) {
-            (Some(address), Some(token)) => Some(OpenApiClient::new(OpenApiSettings {
-                address,
-                token,
-                user: &settings.open_api_user,
-                env: &settings.env,
-                app_id,
-                cluster: &settings.cluster,
-                timeout: settings.request_timeout(),
-            })?),
-            (Some(_), None) => {
-                return Err(ApolloError::Config(
-                    "metadata field `open_api_address` is set but `open_api_token` is not".into(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ApolloError::Config(
-                    "metadata field `open_api_token` is set but `open_api_address` is not".into(),
-                ))
-            }
-            (None, None) => None,
-        };
-        let cache = settings
-            .is_backup_config
-            .then(|| BackupCache::new(settings.backup_dir(), app_id, &settings.cluster));
-        let live = Arc::new(LiveNamespaces::new(namespaces));
-        let refresher = Refresher::new(
-            cx.key.clone(),
-            client,
-            live,
-            cache,
-            app_id,
-            &settings.cluster,
-        );
-        Ok(Running {
-            refresher: Arc::new(refresher),
-            open_api,
-        })
-    }
-
-    /// The first load: every namespace from the config service, else from
-    /// the backup cache, else retried until the readiness timeout.
-    async fn first_load(&self, refresher: &Refresher, cx: &InitContext) -> Result<(), ApolloError> {
-        let deadline = tokio::time::Instant::now() + cx.ready_timeout;
-        let mut backoff = Backoff::new(
-            self.settings.retry_interval(),
-            self.settings.max_retry_interval(),
-        );
-        loop {
-            let mut last_error = None;
-            for namespace in refresher.live.unconfirmed() {
-                match refresher.refresh(&namespace).await {
-                    Ok(_) => {}
-                    Err(err) if !err.is_retryable() => return Err(err),
-                    Err(err) => last_error = Some(err),
-                }
-            }
-            let Some(err) = last_error else {
-                return Ok(());
-            };
-            if self.serve_backup(refresher, cx, &err).await {
-                return Ok(());
-            }
-            let wait = backoff.next_wait();
-            if tokio::time::Instant::now() + wait > deadline {
-                let backup = match &refresher.cache {
-                    Some(cache) => format!("no backup cache in `{}`", cache.dir().display()),
-                    None => "backup cache off (`is_backup_config` is false)".to_string(),
-                };
-                return Err(ApolloError::Config(format!(
-                    "no answer from config_server within {:?}: {err}; {backup}",
-                    cx.ready_timeout
-                )));
-            }
-            warn!(
-                component = %cx.key,
-                error = %err,
-                retry_in_ms = wait.as_millis() as u64,
-                "Apollo config service not answering yet."
-            );
-            tokio::select! {
-                () = cx.shutdown.cancelled() => {
-                    return Err(ApolloError::Config("start abandoned".into()));
-                }
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-
-    /// Serves the namespaces the service did not answer for from the cache,
-    /// if every one of them is there. Returns whether it did.
-    async fn serve_backup(
-        &self,
-        refresher: &Refresher,
-        cx: &InitContext,
-        err: &ApolloError,
-    ) -> bool {
-        let Some(cache) = &refresher.cache else {
-            return false;
-        };
-        let mut backups = Vec::new();
-        for namespace in refresher.live.unconfirmed() {
-            match cache.read(&namespace).await {
-                Ok(Some(config)) => backups.push(config),
-                Ok(None) => return false,
-                Err(cache_err) => {
-                    warn!(component = %cx.key, error = %cache_err, "Apollo backup cache unusable.");
-                    return false;
-                }
-            }
-        }
-        let names: Vec<String> = backups.iter().map(|c| c.namespace_name.clone()).collect();
-        for config in backups {
-            refresher.serve_backup(config);
-        }
-        warn!(
-            component = %cx.key,
-            error = %err,
-            namespaces = %names.join(","),
-            dir = %cache.dir().display(),
-            "Config service unreachable; serving the backup cache until it answers."
-        );
-        true
     }
 
     /// The namespace a write or read with `group` is about.
