@@ -13,9 +13,8 @@
 
 use std::path::PathBuf;
 
-use rewire::config::{load_file, validate};
 use rewire::prelude::*;
-use rewire::{ConfigQuery, Registry, Runtime, RuntimeOptions};
+use rewire::{ConfigQuery, Registry, Runtime, RuntimeOptions, ValidConfig};
 use serde::Deserialize;
 
 /// The greeter's typed metadata.
@@ -103,7 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Paths in the example's rewire.json are relative to its folder.
     std::env::set_current_dir(&dir)?;
     let registry = Registry::collected();
-    let config = load_file(&dir.join("rewire.json")).and_then(|c| validate(c, &registry));
+    let config = ValidConfig::from_path(&dir.join("rewire.json"), &registry);
     let config = config.map_err(|problems| problems.to_string())?;
     let runtime = Runtime::start(config, registry, RuntimeOptions::default()).await?;
     tracing::info!(

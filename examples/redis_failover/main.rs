@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rewire::config::{load_file, validate};
-use rewire::{ComponentKey, GetRequest, Registry, Runtime, RuntimeOptions, SetRequest};
+use rewire::{
+    ComponentKey, GetRequest, Registry, Runtime, RuntimeOptions, SetRequest, ValidConfig,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,8 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "rewire.json".into());
     let registry = Registry::collected();
-    let valid = load_file(&dir.join(&config))
-        .and_then(|c| validate(c, &registry))
+    let valid = ValidConfig::from_path(&dir.join(&config), &registry)
         .map_err(|p| p.to_string())?;
     let options = RuntimeOptions {
         secret_poll_interval: Duration::from_secs(1),

@@ -20,17 +20,10 @@ use component::to_patch;
 /// Largest configuration document accepted, in bytes.
 pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
 
-/// Reads and parses the configuration file at `path`. A file over
-/// [`MAX_CONFIG_BYTES`] is refused without being read whole (nor is an
-/// endless stream such as `/dev/zero`).
-pub fn load_file(path: &Path) -> Result<Config, Problems> {
-    parse(&read_config_bytes(path)?)
-}
-
 /// Reads the configuration file at `path`, refusing one larger than
 /// [`MAX_CONFIG_BYTES`] without reading more than that (so `/dev/zero` or a
 /// runaway file cannot exhaust memory).
-pub fn read_config_bytes(path: &Path) -> Result<Vec<u8>, Problems> {
+pub(crate) fn read_config_bytes(path: &Path) -> Result<Vec<u8>, Problems> {
     let cannot_read = |err: std::io::Error| {
         Problems(vec![Problem::file(format!(
             "cannot read configuration file {}: {err}",
@@ -86,7 +79,10 @@ pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
 /// in one pass: the structural ones of the components that did not parse,
 /// then the validation problems of the rest (a reference to a component
 /// that did not parse is not reported again as undeclared).
-pub fn parse_and_validate(bytes: &[u8], registry: &Registry) -> Result<ValidConfig, Problems> {
+pub(crate) fn parse_and_validate(
+    bytes: &[u8],
+    registry: &Registry,
+) -> Result<ValidConfig, Problems> {
     let (patch, mut problems) = parse_patch_collecting(bytes)?;
     if !patch.has_components {
         problems.push(Problem::file(

@@ -16,9 +16,8 @@ pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
 pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
-pub use load::{
-    load_file, parse, parse_and_validate, parse_patch, read_config_bytes, MAX_CONFIG_BYTES,
-};
+pub(crate) use load::read_config_bytes;
+pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};

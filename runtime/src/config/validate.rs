@@ -2,7 +2,9 @@
 //! metadata, references and cycles, with every problem collected.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
+use super::load::{parse_and_validate, read_config_bytes};
 use super::model::{ComponentSpec, Config};
 use super::problem::{Problem, Problems};
 use crate::component::{ComponentKey, Kind};
@@ -19,7 +21,27 @@ pub struct ValidConfig {
     pub graph: DependencyGraph,
 }
 
-/// Validates `config` against `registry`: every problem is collected.
+impl ValidConfig {
+    /// Reads, parses and validates the configuration file at `path`,
+    /// reporting every problem in one pass. A file over
+    /// [`MAX_CONFIG_BYTES`](super::MAX_CONFIG_BYTES) is refused without
+    /// being read whole (nor is an endless stream such as `/dev/zero`).
+    pub fn from_path(path: &Path, registry: &Registry) -> Result<Self, Problems> {
+        Self::from_slice(&read_config_bytes(path)?, registry)
+    }
+
+    /// Parses and validates a configuration document, reporting every
+    /// problem in one pass: the structural ones of the components that did
+    /// not parse, then the validation problems of the rest.
+    pub fn from_slice(bytes: &[u8], registry: &Registry) -> Result<Self, Problems> {
+        parse_and_validate(bytes, registry)
+    }
+}
+
+/// Validates a configuration built in code (or [`parse`](super::parse)d)
+/// against `registry`: every problem is collected. A document is better
+/// read with [`ValidConfig::from_slice`], which also reports the problems
+/// of the components that did not parse.
 pub fn validate(config: Config, registry: &Registry) -> Result<ValidConfig, Problems> {
     validate_declared(config, registry, &BTreeSet::new())
 }
