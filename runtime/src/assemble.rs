@@ -15,7 +15,7 @@ use crate::config::{ComponentSpec, InjectedRef};
 use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
 use crate::kinds::ConfigQuery;
-use crate::metadata::Metadata;
+use crate::metadata::{Metadata, MetadataError};
 use crate::redact::Redactor;
 use crate::registry::Buildable;
 use crate::registry::ComponentDescriptor;
@@ -158,8 +158,18 @@ pub(crate) async fn resolve_metadata(
 ) -> Result<Metadata, ComponentFailure> {
     let mut metadata = Metadata(spec.metadata.clone());
     for reference in spec.injected_refs() {
-        let value = read_injected(&reference, cx)
+        // A store that does not answer must not hold the reload (and every
+        // later one) forever: reading counts against the init timeout.
+        let value = tokio::time::timeout(cx.timeouts.init, read_injected(&reference, cx))
             .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "{}: store `{}` did not answer within {:?}",
+                    reference.position(),
+                    reference.store_name(),
+                    cx.timeouts.init
+                ))
+            })
             .map_err(|message| cx.fail(&spec.key, FailedStep::Resolve, message))?;
         metadata.insert(reference.inject_as(), Value::String(value));
     }
@@ -232,8 +242,8 @@ pub(crate) async fn assemble_resolved(
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {
     let key = &spec.key;
-    let mut component =
-        (descriptor.build)(&resolved).map_err(|err| cx.fail(key, FailedStep::Metadata, err))?;
+    let mut component = (descriptor.build)(&resolved)
+        .map_err(|err| cx.fail(key, FailedStep::Metadata, secret_safe(spec, err)))?;
     inject(spec, component.as_mut(), cx)?;
     let shutdown = CancellationToken::new();
     let init_cx = InitContext {
@@ -273,6 +283,24 @@ pub(crate) async fn assemble_resolved(
         shutdown,
         resolved,
     })
+}
+
+/// The message of a metadata error, without the value when the field is
+/// fed by a secretRef (a decode error may quote the value it rejected).
+fn secret_safe(spec: &ComponentSpec, err: MetadataError) -> String {
+    let MetadataError::Invalid { field, .. } = &err else {
+        return err.to_string();
+    };
+    let secret = spec
+        .injected_refs()
+        .find(|r| matches!(r, InjectedRef::Secret(..)) && r.inject_as() == field);
+    match secret {
+        Some(r) => format!(
+            "metadata field `{field}`: the value injected by {} is not valid for this field (not shown: it is a secret)",
+            r.position()
+        ),
+        None => err.to_string(),
+    }
 }
 
 /// Lets a component whose init failed or timed out release what it may

@@ -8,6 +8,7 @@ extern crate self as rewire_runtime;
 mod assemble;
 mod component;
 pub mod config;
+mod fs_read;
 mod fs_watch;
 mod handle;
 mod kinds;
@@ -27,6 +28,8 @@ pub use component::{
 };
 #[doc(inline)]
 pub use config::{Config, Problem, Problems, ValidConfig};
+#[doc(inline)]
+pub use fs_read::{read_bounded, FileReadError};
 #[doc(inline)]
 pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]

@@ -23,13 +23,16 @@ impl Redactor {
         SHARED.get_or_init(Redactor::default).clone()
     }
 
-    /// Remembers a secret value.
+    /// Remembers a secret value, and the forms in which it may be printed:
+    /// JSON-escaped (an error quoting a document) and Debug-escaped (an
+    /// error quoting a string), where they differ from the raw value.
     pub fn remember(&self, value: &str) {
-        if value.len() >= MIN_SCRUBBED_LEN {
-            self.values
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(value.to_string());
+        if value.len() < MIN_SCRUBBED_LEN {
+            return;
+        }
+        let mut values = self.values.write().unwrap_or_else(|p| p.into_inner());
+        for form in printed_forms(value) {
+            values.insert(form);
         }
     }
 
@@ -46,6 +49,25 @@ impl Redactor {
         }
         out
     }
+}
+
+/// `value` as written raw, inside a JSON string, and by `{:?}` (quotes
+/// stripped).
+fn printed_forms(value: &str) -> Vec<String> {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let debug = format!("{value:?}");
+    let unquote = |quoted: &str| {
+        quoted
+            .strip_prefix('"')
+            .and_then(|q| q.strip_suffix('"'))
+            .map(str::to_string)
+    };
+    let mut forms = vec![value.to_string()];
+    forms.extend(unquote(&json));
+    forms.extend(unquote(&debug));
+    forms.sort();
+    forms.dedup();
+    forms
 }
 
 /// A writer that scrubs every secret value the runtimes have seen from what
@@ -85,6 +107,23 @@ impl<W: Write> Write for RedactingWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrubs_the_escaped_forms_of_a_value() {
+        let redactor = Redactor::default();
+        let pem = "-----BEGIN KEY-----\nab\"c\\d\te\n-----END KEY-----";
+        redactor.remember(pem);
+        let json = serde_json::to_string(pem).unwrap_or_default();
+        let debug = format!("invalid value: {pem:?}");
+        for text in [pem.to_string(), json, debug] {
+            let scrubbed = redactor.scrub(&text);
+            assert!(
+                !scrubbed.contains("ab\\\"c") && !scrubbed.contains("ab\"c"),
+                "{scrubbed}"
+            );
+            assert!(scrubbed.contains("[redacted]"), "{scrubbed}");
+        }
+    }
 
     #[test]
     fn scrubs_longest_first_and_skips_short_values() {

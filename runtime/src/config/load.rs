@@ -2,7 +2,6 @@
 //! problem with the component it belongs to.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::{Map, Value};
@@ -13,6 +12,7 @@ use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
+use crate::fs_read::{read_bounded, FileReadError};
 use crate::metadata::{decode, MetadataError};
 use crate::registry::Registry;
 use component::to_patch;
@@ -22,30 +22,29 @@ pub const MAX_CONFIG_BYTES: usize = 16 * 1024 * 1024;
 
 /// Reads the configuration file at `path`, refusing one larger than
 /// [`MAX_CONFIG_BYTES`] without reading more than that (so `/dev/zero` or a
-/// runaway file cannot exhaust memory).
+/// runaway file cannot exhaust memory) and one that is not a regular file
+/// (a FIFO would block the reader for good).
 pub(crate) fn read_config_bytes(path: &Path) -> Result<Vec<u8>, Problems> {
-    let cannot_read = |err: std::io::Error| {
-        Problems(vec![Problem::file(format!(
-            "cannot read configuration file {}: {err}",
-            path.display()
-        ))])
-    };
-    let file = std::fs::File::open(path).map_err(cannot_read)?;
-    if let Ok(meta) = file.metadata() {
-        if meta.is_file() && meta.len() > MAX_CONFIG_BYTES as u64 {
-            return Err(Problems(vec![too_large(meta.len())]));
-        }
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot_read)?;
-    if bytes.len() > MAX_CONFIG_BYTES {
-        return Err(Problems(vec![Problem::file(format!(
-            "configuration is larger than the {MAX_CONFIG_BYTES} bytes accepted"
-        ))]));
-    }
-    Ok(bytes)
+    read_bounded(path, MAX_CONFIG_BYTES).map_err(|err| {
+        let problem = match err {
+            FileReadError::Io { source, .. } => format!(
+                "cannot read configuration file {}: {source}",
+                path.display()
+            ),
+            FileReadError::NotRegular { .. } => format!(
+                "configuration file {} is not a regular file",
+                path.display()
+            ),
+            FileReadError::TooLarge { .. } => match std::fs::metadata(path) {
+                // A file that says its size is named with it; a stream is not.
+                Ok(meta) if meta.len() > MAX_CONFIG_BYTES as u64 => {
+                    return Problems(vec![too_large(meta.len())])
+                }
+                _ => format!("configuration is larger than the {MAX_CONFIG_BYTES} bytes accepted"),
+            },
+        };
+        Problems(vec![Problem::file(problem)])
+    })
 }
 
 fn too_large(len: u64) -> Problem {

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
+use tokio::task::JoinSet;
 
-use crate::component::Readiness;
+use crate::component::{ComponentKey, Readiness};
 use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
 use crate::redact::Redactor;
 
@@ -54,18 +55,14 @@ impl RunningSet {
                 state.config.config.app_id.clone(),
             )
         };
+        let mut readiness = readiness_of(&components).await;
         let mut statuses = Vec::with_capacity(components.len());
         for (key, running) in components {
-            let readiness = tokio::time::timeout(
-                READINESS_TIMEOUT,
-                running.assembled.instance.component().readiness(),
-            )
-            .await;
-            let (state, reason) = match readiness {
+            let (state, reason) = match readiness.remove(&key).unwrap_or(Err(())) {
                 Ok(Readiness::Ready) => ("ready", None),
                 Ok(Readiness::Degraded(reason)) => ("degraded", Some(redactor.scrub(&reason))),
                 Ok(Readiness::NotReady(reason)) => ("not_ready", Some(redactor.scrub(&reason))),
-                Err(_) => (
+                Err(()) => (
                     "not_ready",
                     Some(format!("no readiness answer within {READINESS_TIMEOUT:?}")),
                 ),
@@ -88,6 +85,28 @@ impl RunningSet {
         }
         (app_id, statuses)
     }
+}
+
+/// Every component's readiness, asked concurrently: the answer takes at
+/// most [`READINESS_TIMEOUT`] however many components are slow.
+async fn readiness_of(
+    components: &super::Components,
+) -> BTreeMap<ComponentKey, Result<Readiness, ()>> {
+    let mut asked = JoinSet::new();
+    for (key, running) in components {
+        let (key, component) = (key.clone(), running.assembled.instance.component());
+        asked.spawn(async move {
+            let answer = tokio::time::timeout(READINESS_TIMEOUT, component.readiness()).await;
+            (key, answer.map_err(|_| ()))
+        });
+    }
+    let mut answers = BTreeMap::new();
+    while let Some(joined) = asked.join_next().await {
+        if let Ok((key, answer)) = joined {
+            answers.insert(key, answer);
+        }
+    }
+    answers
 }
 
 /// The metadata shown for a component: declared values, configurationRef

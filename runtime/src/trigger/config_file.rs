@@ -25,7 +25,8 @@ fn digest(bytes: &[u8]) -> u64 {
 /// queue, so bursts coalesce). `resync` re-reads it periodically in case
 /// an event is lost. The watch ends at shutdown.
 pub(crate) fn watch_config_file(cx: &TriggerContext, path: PathBuf, resync: Duration) -> FileWatch {
-    let last = Arc::new(Mutex::new(std::fs::read(&path).ok().map(|b| digest(&b))));
+    let first = read_config_bytes(&path).ok();
+    let last = Arc::new(Mutex::new(first.map(|b| digest(&b))));
     let stop = cx.stopped.child_token();
     let cx = cx.clone();
     let watched = path.clone();
