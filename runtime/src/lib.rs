@@ -55,7 +55,7 @@ pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trig
 #[doc(inline)]
 pub use rewire_macros::Component;
 #[doc(inline)]
-pub use runtime::{ComponentStatus, Runtime, RuntimeOptions, StartError, Status};
+pub use runtime::{ComponentStatus, PendingRetry, Runtime, RuntimeOptions, StartError, Status};
 
 /// Everything a component author usually needs.
 pub mod prelude {

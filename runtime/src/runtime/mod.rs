@@ -34,6 +34,7 @@ use crate::trigger::{self, TriggerContext};
 pub use crate::running::ComponentStatus;
 pub use options::RuntimeOptions;
 pub use status::Status;
+pub use worker::PendingRetry;
 
 /// Why the runtime did not start.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -111,6 +112,8 @@ struct Inner {
     stopped: CancellationToken,
     /// Where the triggers send their changes.
     queue: QueueSender,
+    /// A triggered reload that rolled back and is tried again.
+    retry: worker::RetrySlot,
 }
 
 impl Runtime {
@@ -149,6 +152,7 @@ impl Runtime {
                 redactor,
                 stopped: CancellationToken::new(),
                 queue,
+                retry: worker::RetrySlot::default(),
             }),
         };
         if let Some(spec) = overlay {
@@ -158,6 +162,7 @@ impl Runtime {
             Arc::downgrade(&runtime.inner.reloader),
             queued,
             runtime.inner.stopped.clone(),
+            Arc::clone(&runtime.inner.retry),
         );
         trigger::spawn_watched_refs(runtime.trigger_context());
         Ok(runtime)
