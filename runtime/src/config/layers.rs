@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::model::Config;
 use super::patch::{ComponentPatch, ConfigPatch};
+use super::problem::Problem;
 use crate::component::ComponentKey;
 
 /// Where a value of the effective configuration came from.
@@ -43,6 +44,9 @@ pub enum LayerChange {
     Overlay(Option<ConfigPatch>, Option<ConfigPatch>),
     /// A control-plane decision about one component.
     Push(ComponentKey, Push),
+    /// The control plane lets go of one component: the file and the
+    /// overlay say again what it is.
+    Release(ComponentKey),
 }
 
 /// Where each part of one component's effective declaration came from.
@@ -79,18 +83,48 @@ impl Layers {
         }
     }
 
-    /// Lays `change` over these layers.
-    pub fn apply(&mut self, change: LayerChange) {
+    /// Lays `change` over these layers. A push without `type` keeps the
+    /// type in force now (read here, inside the serialised reload, so a
+    /// concurrent type change is not undone); removing or releasing a
+    /// component the layers do not have is refused.
+    pub fn apply(&mut self, change: LayerChange) -> Result<(), Problem> {
         match change {
             LayerChange::File(file) => self.file = file,
             LayerChange::Overlay(common, app) => {
                 self.overlay = common;
                 self.overlay_app = app;
             }
-            LayerChange::Push(key, push) => {
-                self.pushes.insert(key, push);
+            LayerChange::Push(key, Push::Declare(mut patch)) => {
+                if patch.type_name.is_none() {
+                    patch.type_name = self.type_in_force(&key);
+                }
+                self.pushes.insert(key, Push::Declare(patch));
+            }
+            LayerChange::Push(key, Push::Remove) => {
+                if !self.pushes.contains_key(&key) && self.type_in_force(&key).is_none() {
+                    return Err(Problem::component(&key, "no such component to remove"));
+                }
+                self.pushes.insert(key, Push::Remove);
+            }
+            LayerChange::Release(key) => {
+                if self.pushes.remove(&key).is_none() {
+                    return Err(Problem::component(
+                        &key,
+                        "no control-plane push of this component to release",
+                    ));
+                }
             }
         }
+        Ok(())
+    }
+
+    /// The type of `key` in the effective configuration, if declared.
+    fn type_in_force(&self, key: &ComponentKey) -> Option<String> {
+        let (config, _) = self.effective();
+        config
+            .components
+            .get(key)
+            .map(|spec| spec.type_name.clone())
     }
 
     /// The effective configuration and the source of each value.
@@ -137,7 +171,13 @@ impl Layers {
         for (key, push) in &self.pushes {
             match push {
                 Push::Declare(patch) => {
-                    let spec = patch.clone().into_spec(key.clone());
+                    // A push says nothing of scopes: the lower layers' stay
+                    // in force, and follow their changes.
+                    let below = config.components.get(key).and_then(|s| s.scopes.clone());
+                    let mut spec = patch.clone().into_spec(key.clone());
+                    if patch.scopes.is_none() {
+                        spec.scopes = below;
+                    }
                     sources.insert(
                         key.clone(),
                         whole(spec.metadata.keys(), Layer::ControlPlane),
@@ -202,5 +242,49 @@ mod tests {
         );
         assert_eq!(sources[&s].metadata["a"], Layer::ControlPlane);
         assert!(!config.components.contains_key(&t));
+    }
+
+    fn file(text: &str) -> Config {
+        parse(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_push_keeps_the_type_in_force_and_follows_the_files_scopes() {
+        let s = ComponentKey::new("state", "s");
+        let mut layers = Layers::new(file(
+            r#"{"components": {"state": {"s": {"type": "redis", "scopes": ["lock/a"]}}}}"#,
+        ));
+        let untyped = ComponentPatch::default();
+        layers
+            .apply(LayerChange::Push(s.clone(), Push::Declare(untyped)))
+            .unwrap();
+        // A later file narrows the scopes and changes the type: the push
+        // keeps the type it was given, the scopes follow the file.
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"s": {"type": "memory", "scopes": []}}}}"#,
+            )))
+            .unwrap();
+        let (config, _) = layers.effective();
+        assert_eq!(config.components[&s].type_name, "redis");
+        assert_eq!(config.components[&s].scopes, Some(Vec::new()));
+        // Released, the file says again what it is.
+        layers.apply(LayerChange::Release(s.clone())).unwrap();
+        assert_eq!(layers.effective().0.components[&s].type_name, "memory");
+    }
+
+    #[test]
+    fn removing_or_releasing_what_is_not_there_is_refused() {
+        let mut layers = Layers::new(file(r#"{"components": {"state": {"s": {}}}}"#));
+        let ghost = ComponentKey::new("state", "ghost");
+        assert!(layers
+            .apply(LayerChange::Push(ghost.clone(), Push::Remove))
+            .is_err());
+        assert!(layers.apply(LayerChange::Release(ghost)).is_err());
+        let s = ComponentKey::new("state", "s");
+        assert!(layers
+            .apply(LayerChange::Push(s.clone(), Push::Remove))
+            .is_ok());
+        assert!(layers.apply(LayerChange::Release(s)).is_ok());
     }
 }

@@ -51,7 +51,7 @@ pub(crate) fn coalesce(batch: Vec<ReloadRequest>) -> ReloadRequest {
             match change {
                 LayerChange::File(_) => file = Some(change),
                 LayerChange::Overlay(..) => overlay = Some(change),
-                LayerChange::Push(..) => pushes.push(change),
+                LayerChange::Push(..) | LayerChange::Release(_) => pushes.push(change),
             }
         }
     }

@@ -11,7 +11,7 @@ use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
 use super::Reloader;
 use crate::assemble::{failure_lines, AssemblyContext};
-use crate::config::{validate, Layers, ValidConfig};
+use crate::config::{validate, Layers, Problems, ValidConfig};
 use crate::handle::Generation;
 use crate::running::{Commit, Snapshot};
 
@@ -71,7 +71,9 @@ impl Reloader {
         }
         let mut layers = snapshot.layers.clone();
         for change in request.changes.iter().cloned() {
-            layers.apply(change);
+            layers
+                .apply(change)
+                .map_err(|problem| ReloadError::Invalid(Problems(vec![problem])))?;
         }
         let (effective, _) = layers.effective();
         let config = validate(effective, &self.registry).map_err(ReloadError::Invalid)?;

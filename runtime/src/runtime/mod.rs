@@ -239,13 +239,33 @@ impl Runtime {
         self.push(key, Push::Remove, based_on_generation).await
     }
 
+    /// Lets go of a component declared or removed by the control plane:
+    /// the file and the overlay say again what it is.
+    pub async fn release_component(
+        &self,
+        key: ComponentKey,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        self.control(LayerChange::Release(key), based_on_generation)
+            .await
+    }
+
     async fn push(
         &self,
         key: ComponentKey,
         push: Push,
         based_on_generation: Option<u64>,
     ) -> Result<ReloadRecord, ReloadError> {
-        let change = LayerChange::Push(key, push);
+        self.control(LayerChange::Push(key, push), based_on_generation)
+            .await
+    }
+
+    /// One control-plane change, as a reload.
+    async fn control(
+        &self,
+        change: LayerChange,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
         let request = ReloadRequest {
             based_on_generation,
             ..ReloadRequest::of_changes(Trigger::Api, vec![change])
