@@ -8,7 +8,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{LitStr, Path};
 
-use crate::validate::{Component, FieldRole};
+use crate::validate::{Component, FieldPlan, FieldRole};
 
 /// The built-in kinds and their `Instance` variants.
 const BUILT_IN_KINDS: &[(&str, &str)] = &[
@@ -21,6 +21,7 @@ const BUILT_IN_KINDS: &[(&str, &str)] = &[
 /// The code for `component`, reaching the runtime through `krate`.
 pub(crate) fn expand(component: &Component<'_>, krate: &Path) -> TokenStream {
     let inject = inject_impl(component, krate);
+    let probe = probe(component, krate);
     let buildable = buildable_impl(component, krate);
     let factory = factory(component, krate);
     let validator = validator(component, krate);
@@ -29,6 +30,7 @@ pub(crate) fn expand(component: &Component<'_>, krate: &Path) -> TokenStream {
         #[doc(hidden)]
         const _: () = {
             #inject
+            #probe
             #buildable
             #factory
             #validator
@@ -37,16 +39,44 @@ pub(crate) fn expand(component: &Component<'_>, krate: &Path) -> TokenStream {
     }
 }
 
-fn inject_impl(component: &Component<'_>, krate: &Path) -> TokenStream {
-    let ident = component.ident;
-    let injected: Vec<_> = component
+/// The `#[inject]` fields, with the component each names.
+type Injected<'c, 'a> = Vec<(&'c FieldPlan<'a>, &'c Option<String>)>;
+
+fn injected_fields<'c, 'a>(component: &'c Component<'a>) -> Injected<'c, 'a> {
+    component
         .fields
         .iter()
         .filter_map(|field| match &field.role {
             FieldRole::Inject { name } => Some((field, name)),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+fn inject_impl(component: &Component<'_>, krate: &Path) -> TokenStream {
+    inject_impl_for(component.ident, &injected_fields(component), krate)
+}
+
+/// A struct of just the `#[inject]` fields, with the same setters: what
+/// validation offers a configuration's componentRefs to, ahead of start.
+fn probe(component: &Component<'_>, krate: &Path) -> TokenStream {
+    let ident = syn::Ident::new("__RewireInjectProbe", Span::call_site());
+    let injected = injected_fields(component);
+    let fields = injected.iter().map(|(field, _)| {
+        let (field_ident, ty) = (field.ident, field.ty);
+        quote!(#field_ident: #ty)
+    });
+    let inject = inject_impl_for(&ident, &injected, krate);
+    quote! {
+        #[derive(Default)]
+        struct #ident {
+            #(#fields,)*
+        }
+        #inject
+    }
+}
+
+fn inject_impl_for(ident: &syn::Ident, injected: &Injected<'_, '_>, krate: &Path) -> TokenStream {
     if injected.is_empty() {
         return quote! {
             #[automatically_derived]
@@ -200,6 +230,9 @@ fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
                 example_metadata: #example,
                 validate,
                 build,
+                check_refs: ::core::option::Option::Some(
+                    #krate::__private::check_refs::<__RewireInjectProbe>,
+                ),
             }
         }
     }

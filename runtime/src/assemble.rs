@@ -19,7 +19,7 @@ use crate::metadata::{Metadata, MetadataError};
 use crate::redact::Redactor;
 use crate::registry::Buildable;
 use crate::registry::ComponentDescriptor;
-use crate::registry::Inject;
+use crate::registry::{offer_to, Inject};
 
 /// Timeouts of component start.
 #[derive(Debug, Clone, Copy)]
@@ -339,12 +339,7 @@ fn inject(
             )
         })?;
         let handle = InjectedHandle::for_instance(r.key.clone(), instance, cx.live.clone());
-        let result = match handle {
-            InjectedHandle::ConfigStore(h) => Inject::set_config_store(component, h),
-            InjectedHandle::SecretStore(h) => Inject::set_secret_store(component, h),
-            other => Inject::set_component(component, other),
-        };
-        result
+        offer_to(component, handle)
             .map_err(|err| cx.fail(key, FailedStep::Inject, format!("componentRef[{i}]: {err}")))?;
     }
     Inject::check_injected(component).map_err(|err| cx.fail(key, FailedStep::Inject, err))

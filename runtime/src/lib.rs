@@ -49,7 +49,10 @@ pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]
 pub use redact::RedactingWriter;
 #[doc(inline)]
-pub use registry::{Buildable, ComponentDescriptor, Inject, InjectError, InjectField, Registry};
+pub use registry::{
+    Buildable, CheckRefs, ComponentDescriptor, Inject, InjectError, InjectField, RefRefused,
+    Registry, ValidateMetadata,
+};
 #[doc(inline)]
 pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
 #[doc(inline)]
@@ -78,4 +81,5 @@ pub mod __private {
     pub use serde_json;
 
     pub use crate::metadata::{decode, decode_for_validation};
+    pub use crate::registry::check_refs;
 }

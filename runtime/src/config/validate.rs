@@ -108,6 +108,18 @@ fn check_component(
             if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
                 problems.push(Problem::component(key, metadata_message(spec, &err)));
             }
+            if let Some(check_refs) = descriptor.check_refs {
+                let refs: Vec<ComponentKey> =
+                    spec.component_refs.iter().map(|r| r.key.clone()).collect();
+                if let Err(refused) = check_refs(&refs) {
+                    // Worded as start-up words it, so validate and run agree.
+                    let message = match refused.index {
+                        Some(i) => format!("componentRef[{i}]: {}", refused.error),
+                        None => refused.error.to_string(),
+                    };
+                    problems.push(Problem::component(key, message));
+                }
+            }
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),
     }

@@ -22,7 +22,7 @@ pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
-use crate::component::{Component, ComponentError};
+use crate::component::{Component, ComponentError, Kind};
 use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
 
 /// One published version of the whole component set.
@@ -251,13 +251,28 @@ pub enum InjectedHandle {
 impl InjectedHandle {
     /// A handle of the right variant for `key` in `live`, judged by the
     /// kind of `instance`.
-    pub fn for_instance(key: ComponentKey, instance: &Instance, live: LiveGeneration) -> Self {
+    pub(crate) fn for_instance(
+        key: ComponentKey,
+        instance: &Instance,
+        live: LiveGeneration,
+    ) -> Self {
         match instance {
             Instance::ConfigStore(_) => Self::ConfigStore(ConfigStoreHandle::new(key, live)),
             Instance::SecretStore(_) => Self::SecretStore(SecretStoreHandle::new(key, live)),
             Instance::State(_) => Self::State(StateStoreHandle::new(key, live)),
             Instance::Lock(_) => Self::Lock(LockHandle::new(key, live)),
             Instance::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
+        }
+    }
+
+    /// A handle of the variant `key`'s kind calls for, in `live`.
+    pub(crate) fn for_key(key: ComponentKey, live: LiveGeneration) -> Self {
+        match key.kind {
+            Kind::ConfigStore => Self::ConfigStore(ConfigStoreHandle::new(key, live)),
+            Kind::SecretStore => Self::SecretStore(SecretStoreHandle::new(key, live)),
+            Kind::State => Self::State(StateStoreHandle::new(key, live)),
+            Kind::Lock => Self::Lock(LockHandle::new(key, live)),
+            Kind::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::component::{ComponentError, ComponentKey};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, InjectedHandle, LockHandle, SecretStoreHandle,
+    ComponentHandle, ConfigStoreHandle, InjectedHandle, Live, LockHandle, SecretStoreHandle,
     StateStoreHandle,
 };
 
@@ -60,6 +60,46 @@ pub trait Inject {
     fn check_injected(&self) -> Result<(), InjectError> {
         Ok(())
     }
+}
+
+/// Gives `handle` to the setter its kind goes to.
+pub(crate) fn offer_to<T: Inject + ?Sized>(
+    target: &mut T,
+    handle: InjectedHandle,
+) -> Result<(), InjectError> {
+    match handle {
+        InjectedHandle::ConfigStore(h) => target.set_config_store(h),
+        InjectedHandle::SecretStore(h) => target.set_secret_store(h),
+        other => target.set_component(other),
+    }
+}
+
+/// A componentRef a component refuses, found ahead of start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefRefused {
+    /// The position of the refused componentRef; `None` when a required
+    /// reference is missing.
+    pub index: Option<usize>,
+    /// Why.
+    pub error: InjectError,
+}
+
+/// Checks ahead of start that `T` (the `#[inject]` fields of a derived
+/// component) takes every one of `refs` and lacks none: the same setters
+/// run as at start, on handles bound to nothing. Used by generated code.
+pub fn check_refs<T: Inject + Default>(refs: &[ComponentKey]) -> Result<(), RefRefused> {
+    let mut probe = T::default();
+    let nowhere = Live::new();
+    for (i, key) in refs.iter().enumerate() {
+        let handle = InjectedHandle::for_key(key.clone(), nowhere.clone());
+        offer_to(&mut probe, handle).map_err(|error| RefRefused {
+            index: Some(i),
+            error,
+        })?;
+    }
+    probe
+        .check_injected()
+        .map_err(|error| RefRefused { index: None, error })
 }
 
 /// A field type that `#[inject]` can fill: the handle types and `Option` of

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 
 use crate::metadata::{Metadata, MetadataError};
 pub use build::Buildable;
-pub use inject::{Inject, InjectError, InjectField};
+pub use inject::check_refs;
+pub(crate) use inject::offer_to;
+pub use inject::{Inject, InjectError, InjectField, RefRefused};
 
 /// Describes one component type. `#[derive(Component)]` submits one per
 /// component; a hand-written component can `inventory::submit!` its own.
@@ -28,9 +30,15 @@ pub struct ComponentDescriptor {
     pub validate: ValidateMetadata,
     /// Makes an instance (not initialised) from resolved metadata.
     pub build: fn(&Metadata) -> Result<Box<dyn Buildable>, MetadataError>,
+    /// Checks ahead of start that the component takes the given
+    /// componentRefs and lacks none (`None`: not known before start).
+    pub check_refs: Option<CheckRefs>,
 }
 
 inventory::collect!(ComponentDescriptor);
+
+/// Checks ahead of start that a component takes these componentRefs.
+pub type CheckRefs = fn(&[crate::component::ComponentKey]) -> Result<(), RefRefused>;
 
 /// Checks declared metadata; the fields named in the slice are injected
 /// later (secretRef, configurationRef) and may hold anything.

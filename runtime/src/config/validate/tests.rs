@@ -47,6 +47,7 @@ fn registry() -> Registry {
             example_metadata: "{}",
             validate,
             build: unbuildable,
+            check_refs: None,
         });
     }
     registry
@@ -148,5 +149,52 @@ fn scopes_limit_who_may_reference_a_store() {
             "state/cache: componentRef[0]: `config_store/c` may not be referenced by `state/cache` (its scopes allow: none)",
             "state/cache: secretRef[0]: `secret_store/env` may not be referenced by `state/cache` (its scopes allow: state/orders)",
         ]
+    );
+}
+
+/// Takes a config store through `#[inject]`, as a derived component does.
+#[derive(crate::Component)]
+#[component(kind = "cache", type = "probe")]
+#[allow(dead_code)]
+struct Cache {
+    #[inject]
+    store: crate::ConfigStoreHandle,
+}
+
+#[async_trait::async_trait]
+impl crate::Component for Cache {}
+
+fn cache_problems(refs: &str) -> Vec<String> {
+    let mut registry = registry();
+    registry.register(
+        Registry::collected()
+            .get("cache", "probe")
+            .copied()
+            .unwrap_or_else(|| panic!("the derive registers cache/probe")),
+    );
+    let text = format!(
+        r#"{{"components": {{"config_store": {{"c": {{"type": "memory"}}}},
+            "state": {{"s": {{"type": "memory"}}}},
+            "cache": {{"x": {{"type": "probe", "componentRef": [{refs}]}}}}}}}}"#
+    );
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    match validate(config, &registry) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn validation_offers_component_refs_as_start_up_does() {
+    assert!(cache_problems(r#"{"type": "config_store", "name": "c"}"#).is_empty());
+    assert_eq!(
+        cache_problems(
+            r#"{"type": "config_store", "name": "c"}, {"type": "state", "name": "s"}"#
+        ),
+        ["cache/x: componentRef[1]: does not accept a reference to `state/s` (no #[inject] field takes it)"]
+    );
+    assert_eq!(
+        cache_problems(""),
+        ["cache/x: field `store` needs a config store but no componentRef provides one"]
     );
 }
