@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rewire_runtime::kinds::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
+use rewire_runtime::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
 use rewire_runtime::prelude::*;
 
 #[derive(serde::Deserialize)]
