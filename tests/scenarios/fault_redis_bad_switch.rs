@@ -6,7 +6,7 @@
 //! fault (and never the password); the old connection serves throughout —
 //! no request fails — and a valid change still applies afterwards.
 //!
-//! (components/tests/redis_dynamic.rs checks the same refusals on the
+//! (components/tests/components/redis_dynamic.rs checks the same refusals on the
 //! component alone; this is the whole path through `Runtime::apply`.)
 
 use crate::support;

@@ -9,7 +9,7 @@
 //!    new password is refused and the old connection keeps serving.
 //!
 //! The same story with etcd as the config store:
-//! `components/tests/story_etcd_failover.rs`.
+//! `components/tests/components/story_etcd_failover.rs`.
 
 use crate::support::story_load;
 use crate::support::triggers;

@@ -2,7 +2,7 @@
 //! Redis host is a watched configurationRef on an etcd key; changing the key
 //! moves the traffic to the DR server, in place, with no failed request and
 //! every acknowledged write on a server. (With Apollo:
-//! `tests/story_redis_failover.rs`.)
+//! `tests/scenarios/story_redis_failover.rs`.)
 #![cfg(feature = "etcd")]
 
 use crate::support::etcd_server;

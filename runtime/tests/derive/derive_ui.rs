@@ -3,7 +3,7 @@
 //! (`tests/ui/fail`, with the compiler output in `.stderr` snapshots).
 //!
 //! Refresh snapshots with `TRYBUILD=overwrite cargo test -p rewire-runtime
-//! --test derive_ui`, then read every changed `.stderr`.
+//! --test derive derive_ui`, then read every changed `.stderr`.
 
 #[test]
 fn derive_ui() {
