@@ -14,12 +14,15 @@ const START_LIMIT: Duration = Duration::from_secs(10);
 /// Attempts at finding a free port.
 const PORT_ATTEMPTS: usize = 5;
 
+/// Builds the command of one start.
+type CommandFn = Box<dyn Fn() -> Command + Send + Sync>;
+
 /// A running `redis-server`.
 pub struct RedisServer {
     process: ChildProcess,
     port: u16,
     password: Option<String>,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -74,7 +77,7 @@ impl RedisServer {
                 process,
                 port,
                 password: password.clone(),
-                dir,
+                _dir: dir,
             };
             match server.launch().await {
                 Ok(()) => return server,
@@ -189,9 +192,9 @@ fn server_command(
     port: u16,
     password: Option<String>,
     replica_of: Option<u16>,
-) -> impl Fn() -> Command + Send + Sync + 'static {
+) -> CommandFn {
     let dir = dir.to_path_buf();
-    move || {
+    Box::new(move || {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &port.to_string()])
@@ -207,7 +210,7 @@ fn server_command(
             command.args(["--replicaof", "127.0.0.1", &master_port.to_string()]);
         }
         command
-    }
+    })
 }
 
 /// Writes the sentinel's configuration file (the sentinel rewrites it).
@@ -216,7 +219,7 @@ fn sentinel_command(
     port: u16,
     name: &str,
     master_port: u16,
-) -> Result<impl Fn() -> Command + Send + Sync + 'static, String> {
+) -> Result<CommandFn, String> {
     let conf = dir.join("sentinel.conf");
     let text = format!(
         "port {port}\nbind 127.0.0.1\ndir {dir}\n\
@@ -226,9 +229,9 @@ fn sentinel_command(
         dir = dir.display(),
     );
     fs::write(&conf, text).map_err(|e| format!("sentinel.conf: {e}"))?;
-    Ok(move || {
+    Ok(Box::new(move || {
         let mut command = Command::new("redis-server");
         command.arg(&conf).arg("--sentinel");
         command
-    })
+    }))
 }

@@ -4,7 +4,6 @@
 //! larger than `max_request_bytes` gets `RESOURCE_EXHAUSTED` naming the
 //! limit.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
@@ -15,7 +14,6 @@ use grpc::with_header;
 use rewire::api::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use rewire::api::{ApiOptions, ApiToken};
 use sidecar::Sidecar;
-use support::start;
 use tonic::{Code, Request};
 
 const CONFIG: &str =

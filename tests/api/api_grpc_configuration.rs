@@ -4,7 +4,6 @@
 //! by a hot reload (`memory` → `file`, same name); unsubscribe ends the
 //! stream; the per-call timeout does not cut a stream; shutdown ends it.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
@@ -20,7 +19,6 @@ use rewire::api::ApiOptions;
 use rewire::config::parse;
 use rewire::{Action, ComponentKey, ConfigItem};
 use sidecar::Sidecar;
-use support::start;
 use tonic::{Code, Streaming};
 
 const CONFIG: &str = r#"{"appId": "shop", "components": {"config_store": {"config": {"type": "memory",

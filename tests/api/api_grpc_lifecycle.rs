@@ -5,7 +5,6 @@
 //! rolled back; `RemoveComponent` removes; `GetStatus` reports the
 //! generation; a request naming no component is an invalid argument.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
@@ -22,7 +21,6 @@ use grpc::lifecycle::{
 use rewire::api::ApiOptions;
 use serde_json::Value;
 use sidecar::Sidecar;
-use support::start;
 use tonic::transport::Channel;
 use tonic::Code;
 

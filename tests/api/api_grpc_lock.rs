@@ -2,7 +2,6 @@
 //! (`LOCK_BELONGS_TO_OTHERS`), of a lock nobody holds
 //! (`LOCK_DOES_NOT_EXIST`), and Dapr's validation errors.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
@@ -10,7 +9,6 @@ use grpc::dapr::unlock_response::Status as UnlockStatus;
 use grpc::dapr::{TryLockRequest, UnlockRequest};
 use rewire::api::ApiOptions;
 use sidecar::Sidecar;
-use support::start;
 use tonic::transport::Channel;
 use tonic::Code;
 

@@ -2,14 +2,12 @@
 //! Dapr-style types; a Dapr method outside the served subset
 //! (`InvokeService`) answers `UNIMPLEMENTED`.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
 use grpc::dapr::{GetMetadataRequest, GetMetadataResponse};
 use rewire::api::ApiOptions;
 use sidecar::Sidecar;
-use support::start;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::Code;
 use tonic_prost::ProstCodec;

@@ -3,7 +3,6 @@
 //! missing secret (`INTERNAL`, naming the key, never a value) and an
 //! unknown store.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
@@ -12,7 +11,6 @@ use std::collections::HashMap;
 use grpc::dapr::{GetBulkSecretRequest, GetSecretRequest};
 use rewire::api::ApiOptions;
 use sidecar::Sidecar;
-use support::start;
 use tonic::Code;
 
 async fn sidecar(dir: &tempfile::TempDir) -> Sidecar {

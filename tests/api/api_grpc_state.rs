@@ -2,7 +2,6 @@
 //! and delete with etags (a stale etag is `ABORTED`), first-write, TTL from
 //! `ttlInSeconds`, bulk get, and Dapr's error for an unknown store.
 
-use crate::support;
 use crate::support::grpc;
 use crate::support::sidecar;
 
@@ -15,7 +14,6 @@ use grpc::dapr::dapr_client::DaprClient;
 use grpc::dapr::{DeleteStateRequest, GetBulkStateRequest, GetStateRequest, SaveStateRequest};
 use rewire::api::ApiOptions;
 use sidecar::Sidecar;
-use support::start;
 use tonic::transport::Channel;
 use tonic::Code;
 

@@ -2,14 +2,12 @@
 //! health probes answers 401 without the `dapr-api-token` header (or with
 //! a wrong one) and serves with it; a body over `max_request_bytes` is 413.
 
-use crate::support;
 use crate::support::sidecar;
 
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 use rewire::api::{ApiOptions, ApiToken};
 use serde_json::{json, Value};
 use sidecar::Sidecar;
-use support::start;
 
 const TOKEN: &str = "app-token-7f3a";
 

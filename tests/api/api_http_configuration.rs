@@ -1,14 +1,12 @@
 //! The Dapr configuration route over HTTP (`/v1.0/configuration/{store}`
 //! and the alpha1 path), against a `memory` config store.
 
-use crate::support;
 use crate::support::sidecar;
 
 use reqwest::{Client, Response, StatusCode};
 use rewire::api::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
-use support::start;
 
 const CONFIG: &str = r#"{"appId": "shop", "components": {"config_store": {
     "settings": {"type": "memory", "metadata": {"items": {"greeting": "hello", "limits": {"max": 3}, "mode": "fast"}}}

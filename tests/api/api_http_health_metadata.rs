@@ -3,7 +3,6 @@
 //! never answers, within a bounded time); `/v1.0/healthz/outbound` is 204;
 //! `/v1.0/metadata` lists the components as Dapr does.
 
-use crate::support;
 use crate::support::sidecar;
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -13,7 +12,6 @@ use rewire::api::ApiOptions;
 use rewire::prelude::*;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
-use support::start;
 
 const READY: u8 = 0;
 const NOT_READY: u8 = 1;

@@ -4,7 +4,6 @@
 //! and state, and the reloads newest last with their actions. A secret
 //! injected through a secretRef never appears in any of it.
 
-use crate::support;
 use crate::support::sidecar;
 
 use std::time::Duration;
@@ -14,7 +13,6 @@ use rewire::api::ApiOptions;
 use rewire::config::parse;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
-use support::start;
 
 /// The injected secret: it must never leave the secret route.
 const SECRET: &str = "123456789";

@@ -1,14 +1,12 @@
 //! The Dapr secret routes over HTTP, against a `local.file` secret store:
 //! one secret, every secret, a missing secret and an unknown store.
 
-use crate::support;
 use crate::support::sidecar;
 
 use reqwest::{Client, Response, StatusCode};
 use rewire::api::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
-use support::start;
 
 async fn body_json(response: Response) -> Value {
     response.json().await.expect("not JSON")

@@ -2,7 +2,6 @@
 //! (`ETag` / `If-Match`), conflicts (409), first-write, TTL from
 //! `ttlInSeconds` metadata, bulk get, and Dapr's error for an unknown store.
 
-use crate::support;
 use crate::support::sidecar;
 
 use std::time::Duration;
@@ -11,7 +10,6 @@ use reqwest::{Client, Response, StatusCode};
 use rewire::api::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
-use support::start;
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;

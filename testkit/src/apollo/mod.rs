@@ -62,18 +62,26 @@ pub enum Fault {
 /// An item of a namespace's draft.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraftItem {
+    /// The item's value.
     pub value: String,
+    /// Who created it (`dataChangeCreatedBy`).
     pub created_by: String,
+    /// Who last changed it (`dataChangeLastModifiedBy`).
     pub modified_by: String,
 }
 
 /// One release of a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseRecord {
+    /// The release title.
     pub title: String,
+    /// Who released it.
     pub released_by: String,
+    /// The release key clients send back.
     pub release_key: String,
+    /// The notification id of this release.
     pub notification_id: i64,
+    /// The released items.
     pub configurations: BTreeMap<String, String>,
 }
 

@@ -1,5 +1,5 @@
-//! Shared helpers for the gRPC scenario tests: clients of the generated
-//! services over a tonic channel, and token metadata.
+//! gRPC helpers: clients of the generated services over a tonic channel,
+//! token metadata, and waiting for a stream's next message.
 
 use std::time::Duration;
 

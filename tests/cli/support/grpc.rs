@@ -1,5 +1,4 @@
-//! Shared helpers for the gRPC scenario tests: clients of the generated
-//! services over a tonic channel, and token metadata.
+//! gRPC clients of the generated services over a tonic channel.
 
 use std::time::Duration;
 
@@ -9,9 +8,7 @@ pub use rewire::api::grpc::proto::rewire::lifecycle::v1 as lifecycle;
 
 use dapr::dapr_client::DaprClient;
 use lifecycle::lifecycle_client::LifecycleClient;
-use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
-use tonic::Request;
 
 /// How long a test waits for anything that should happen at once.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -34,20 +31,4 @@ pub async fn dapr_client(url: String) -> DaprClient<Channel> {
 /// A client of the Lifecycle service at `url`.
 pub async fn lifecycle_client(url: String) -> LifecycleClient<Channel> {
     LifecycleClient::new(channel(url).await)
-}
-
-/// `message` carrying `value` in metadata `header`.
-pub fn with_header<T>(message: T, header: &'static str, value: &str) -> Request<T> {
-    let mut request = Request::new(message);
-    let value: MetadataValue<_> = value.parse().expect("bad metadata value");
-    request.metadata_mut().insert(header, value);
-    request
-}
-
-/// Waits (at most [`PATIENCE`]) for the next message of a stream.
-pub async fn next<T>(stream: &mut tonic::Streaming<T>) -> Option<Result<T, tonic::Status>> {
-    tokio::time::timeout(PATIENCE, stream.message())
-        .await
-        .unwrap_or_else(|_| panic!("no message within {PATIENCE:?}"))
-        .transpose()
 }

@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 pub struct Sidecar {
     pub runtime: Runtime,
     pub grpc_addr: SocketAddr,
-    pub http_addr: SocketAddr,
     shutdown: CancellationToken,
     server: Option<ApiServer>,
 }
@@ -32,15 +31,9 @@ impl Sidecar {
         Self {
             runtime,
             grpc_addr: server.grpc_addr,
-            http_addr: server.http_addr,
             shutdown,
             server: Some(server),
         }
-    }
-
-    /// `http://127.0.0.1:PORT` of the HTTP API.
-    pub fn http_url(&self) -> String {
-        format!("http://{}", self.http_addr)
     }
 
     /// `http://127.0.0.1:PORT` of the gRPC API (for tonic channels).

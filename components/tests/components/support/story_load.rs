@@ -2,7 +2,7 @@
 //! keys through a state store handle and reading them back.
 
 use rewire_runtime::{GetRequest, SetRequest, StateStoreHandle};
-pub use testkit::load::lost_writes;
+pub use testkit::load::{lost_writes, stored_value};
 use testkit::load::{Load, ReadBack, Round};
 
 /// Starts `tasks` loops on `handle`; keys are `{prefix}{task}-{n}`.

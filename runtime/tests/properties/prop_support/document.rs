@@ -11,7 +11,7 @@ use rewire_runtime::config::{
 use rewire_runtime::ComponentKey;
 use serde_json::{Map, Value};
 
-use super::json::{field_name, nested_metadata, reparsed, scalar_metadata};
+use super::json::{nested_metadata, reparsed, scalar_metadata};
 
 /// The built-in kinds, a custom one, and one with a `/` in it (kinds are
 /// "any custom kind string"; only names must not contain `/`).
