@@ -11,6 +11,8 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# The etcd client's protos import Google's well-known types.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "Installing ${need[*]}..."
   SUDO=""
