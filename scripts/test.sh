@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs rewire's whole test suite on a fresh machine: installs what the tests
-# need when missing (redis-server, etcd-server, protobuf-compiler for the
-# etcd client, the Dapr Python SDK for the SDK compatibility test, the
-# mermaid parser for the graph test), then runs
+# need when missing (redis-server, etcd-server, protobuf-compiler and
+# libprotobuf-dev for the etcd client, the Dapr Python SDK for the SDK
+# compatibility test, the mermaid parser for the graph test), then runs
 # every test of every crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
