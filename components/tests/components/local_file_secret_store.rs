@@ -2,6 +2,8 @@
 //! secrets flattened with the separator, multi-valued secrets, not-found.
 
 use crate::common;
+use crate::support::apollo_server::harness::eventually;
+use crate::support::logs;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,6 +140,7 @@ async fn eventually_equals(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_secret_is_served_without_a_restart_and_a_bad_file_keeps_the_last_good_one() {
+    logs::capture();
     let dir = tempfile::tempdir().unwrap();
     let path = secrets_file(&dir);
     let store = secret_store(json!({"secretsFile": path, "multiValued": true})).await;
@@ -152,6 +155,9 @@ async fn a_rotated_secret_is_served_without_a_restart_and_a_bad_file_keeps_the_l
     );
     // A broken write keeps the last good secrets.
     std::fs::write(&path, r#"{"redis": {"password": "#).unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    eventually("the broken write is read and refused", || {
+        logs::any(&["keeping the last good secrets", &path])
+    })
+    .await;
     assert!(eventually_equals(&store, "redis", "password", "rotated-9f8e7d").await);
 }

@@ -4,5 +4,6 @@
 pub mod apollo_server;
 #[cfg(feature = "etcd")]
 pub mod etcd_server;
+pub mod logs;
 #[cfg(feature = "etcd")]
 pub mod story_load;
