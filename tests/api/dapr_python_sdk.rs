@@ -4,16 +4,10 @@
 //! change), and locks.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
-}
+use testkit::free_port;
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {

@@ -3,16 +3,10 @@
 //! invalid push is rejected with the reason and changes nothing.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
-}
+use testkit::free_port;
 
 fn rewire(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rewire"))
