@@ -1,11 +1,12 @@
-//! One child-process type under every launcher: spawn with output to a log
-//! file, wait until it answers, stop, restart on the same arguments, and the
-//! tail of the log for error messages.
+//! One child-process type under every launcher and every test that runs a
+//! program: spawn with output to a log file, wait until it answers (or logs
+//! that it is ready), stop or terminate, restart on the same arguments, and
+//! the log (or its tail, for error messages).
 
 use std::fs;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -91,6 +92,49 @@ impl ChildProcess {
         }
     }
 
+    /// Spawns the process and blocks (at most `limit`) until its log
+    /// contains `line`: for tests without an async runtime, and for
+    /// processes that say when they are ready (`rewire run`). On failure
+    /// the process is stopped and the error quotes the end of its log.
+    pub fn start_until_logged(&mut self, limit: Duration, line: &str) -> Result<(), String> {
+        self.spawn()?;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if self.log().contains(line) {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("exited with {status}: {}", self.log_tail()));
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                self.stop();
+                return Err(format!("no `{line}` within {limit:?}:\n{}", self.log()));
+            }
+            std::thread::sleep(PROBE_EVERY);
+        }
+    }
+
+    /// Sends SIGTERM (through `kill`) and waits for the process to exit.
+    pub fn terminate(&mut self) -> Result<ExitStatus, String> {
+        let mut child = self
+            .child
+            .take()
+            .ok_or_else(|| format!("{} does not run", self.name))?;
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .map_err(|e| format!("cannot run kill: {e}"))?;
+        if !killed.success() {
+            return Err(format!("kill -TERM {} failed: {killed}", child.id()));
+        }
+        child
+            .wait()
+            .map_err(|e| format!("wait for {}: {e}", self.name))
+    }
+
     fn spawn(&mut self) -> Result<(), String> {
         let log = fs::OpenOptions::new()
             .create(true)
@@ -126,9 +170,14 @@ impl ChildProcess {
         &self.log
     }
 
+    /// The whole log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last lines of the log, joined with ` | `.
     pub fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.log();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(TAIL_LINES)..].join(" | ")
     }

@@ -3,11 +3,10 @@
 //! first-write, secrets, configuration get and subscribe (receiving a
 //! change), and locks.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use testkit::free_port;
+use testkit::{free_port, ChildProcess};
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
@@ -39,36 +38,23 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
     });
     std::fs::write(&rewire_json, config.to_string()).unwrap();
     let (grpc_port, http_port) = (free_port(), free_port());
-    let mut sidecar = Command::new(env!("CARGO_BIN_EXE_rewire"))
-        .arg("run")
-        .arg("--config")
-        .arg(&rewire_json)
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rewire");
-    let stderr = sidecar.stderr.take().expect("no stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
+    let mut sidecar = ChildProcess::new("rewire run", dir.path().join("sidecar.log"), {
+        let rewire_json = rewire_json.clone();
+        move || {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+            command
+                .arg("run")
+                .arg("--config")
+                .arg(&rewire_json)
+                .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
+                .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+                .env("NO_COLOR", "1");
+            command
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut log = Vec::new();
-    while !log
-        .iter()
-        .any(|l: &String| l.contains("Sidecar APIs listening."))
+    if let Err(err) = sidecar.start_until_logged(Duration::from_secs(30), "Sidecar APIs listening.")
     {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => log.push(line),
-            Err(_) => {
-                let _ = sidecar.kill();
-                panic!("sidecar did not start:\n{}", log.join("\n"));
-            }
-        }
+        panic!("sidecar did not start: {err}");
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/dapr_python_sdk.py");
     let run = Command::new("python3")
@@ -79,11 +65,8 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
         .env("DAPR_HEALTH_TIMEOUT", "30")
         .env("REWIRE_SDK_CONFIG_FILE", &config_file)
         .output();
-    let _ = Command::new("kill")
-        .args(["-TERM", &sidecar.id().to_string()])
-        .status();
-    let status = sidecar.wait();
-    log.extend(rx.try_iter());
+    let status = sidecar.terminate();
+    let log: Vec<String> = sidecar.log().lines().map(String::from).collect();
     let run = run.expect("cannot run python3");
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);

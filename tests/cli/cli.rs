@@ -1,8 +1,9 @@
 //! The `rewire` binary: validate, graph, components, and run's start/stop.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::ChildProcess;
 
 fn rewire() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rewire"))
@@ -148,51 +149,37 @@ fn run_exits_non_zero_naming_the_component_that_failed() {
 #[test]
 fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = rewire()
-        .args([
-            "run",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .current_dir(home.path())
-        .env("REWIRE_HOME", home.path())
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let stderr = child.stderr.take().expect("no stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
+    let logs = tempfile::tempdir().unwrap();
+    let mut child = ChildProcess::new("rewire run", logs.path().join("rewire.log"), {
+        let home = home.path().to_path_buf();
+        move || {
+            let mut command = rewire();
+            command
+                .args([
+                    "run",
+                    "--grpc-addr",
+                    "127.0.0.1:0",
+                    "--http-addr",
+                    "127.0.0.1:0",
+                ])
+                .current_dir(&home)
+                .env("REWIRE_HOME", &home)
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1");
+            command
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.contains("Runtime started.")) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => seen.push(line),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("no start within 30s:\n{}", seen.join("\n"));
-            }
-        }
+    if let Err(err) = child.start_until_logged(Duration::from_secs(30), "Runtime started.") {
+        panic!("no start within 30s: {err}");
     }
+    let seen: Vec<String> = child.log().lines().map(String::from).collect();
     assert!(
         seen.iter().any(|l| l.contains("components=4")),
         "{}",
         seen.join("\n")
     );
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    assert!(killed.is_ok_and(|s| s.success()));
-    let status = child.wait().expect("wait");
-    let rest: Vec<String> = rx.iter().collect();
+    let status = child.terminate().expect("kill -TERM");
+    let rest: Vec<String> = child.log().lines().map(String::from).collect();
     assert!(status.success(), "exit {status}:\n{}", rest.join("\n"));
     assert!(
         rest.iter()

@@ -2,11 +2,10 @@
 //! push changes a running component (in place, then with a rebuild), an
 //! invalid push is rejected with the reason and changes nothing.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use testkit::free_port;
+use testkit::{free_port, ChildProcess};
 
 fn rewire(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rewire"))
@@ -21,38 +20,29 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(config: &std::path::Path, grpc: &str, http: &str) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rewire"))
-        .args(["run", "--grpc-addr", grpc, "--http-addr", http, "--config"])
-        .arg(config)
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let stderr = child.stderr.take().expect("no stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
+fn start(config: &std::path::Path, grpc: &str, http: &str) -> ChildProcess {
+    let log = config.with_extension("log");
+    let (config, grpc, http) = (config.to_path_buf(), grpc.to_string(), http.to_string());
+    let mut sidecar = ChildProcess::new("rewire run", log, move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .args([
+                "run",
+                "--grpc-addr",
+                &grpc,
+                "--http-addr",
+                &http,
+                "--config",
+            ])
+            .arg(&config)
+            .env("NO_COLOR", "1");
+        command
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) if line.contains("Sidecar APIs listening.") => return Running(child),
-            Ok(_) => {}
-            Err(_) => panic!("sidecar did not start"),
-        }
+    if let Err(err) = sidecar.start_until_logged(Duration::from_secs(30), "Sidecar APIs listening.")
+    {
+        panic!("sidecar did not start: {err}");
     }
+    sidecar
 }
 
 #[test]
