@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs rewire's whole test suite on a fresh machine: installs what the tests
-# need when missing (redis-server, etcd-server, protobuf-compiler for the
-# etcd client and libprotobuf-dev for its well-known types, the Dapr Python SDK for the SDK compatibility test, the
-# mermaid parser for the graph test), then runs
+# need when missing (redis-server, etcd-server, protobuf-compiler and
+# libprotobuf-dev for the etcd client, the Dapr Python SDK for the SDK
+# compatibility test, the mermaid parser for the graph test), then runs
 # every test of every crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-# protoc's well-known types (google/protobuf/*.proto), which etcd's protos import.
+# The etcd client's protos import Google's well-known types.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "Installing ${need[*]}..."

@@ -1,0 +1,131 @@
+//! The `apollo` config store backs every namespace up to disk; a new
+//! instance that cannot reach the config service starts from that backup,
+//! reports Degraded while it does (it serves, so the runtime starts), and becomes Ready with the server's
+//! current release when the server is back on the same address. Without a
+//! backup, init fails naming the config server.
+
+use crate::support::apollo_server;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apollo_server::harness::{
+    expect_change, metadata, start, start_within, subscribe, value_of, with, PATIENCE,
+};
+use apollo_server::ApolloServer;
+use rewire_runtime::{ConfigQuery, ConfigStore, Readiness};
+use serde_json::{json, Value};
+
+fn backup(dir: &Path, namespace: &str) -> Value {
+    let path = dir.join(format!("checkout+default+{namespace}.json"));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+}
+
+async fn wait_ready(store: &Arc<dyn ConfigStore>) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        match store.readiness().await {
+            Readiness::Ready => return,
+            Readiness::NotReady(reason) | Readiness::Degraded(reason) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "still not ready: {reason}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_new_instance_starts_from_the_backup_and_recovers_when_the_server_returns() {
+    let server = ApolloServer::start().await;
+    let first_key = server.release("application", &[("k", "v1")]);
+    server.release("common", &[("c", "1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"namespace_name": "application,common"}),
+    );
+
+    let first = start(meta.clone()).await.expect("start");
+    first.store.close().await.unwrap();
+    let written = backup(dir.path(), "application");
+    assert_eq!(written["releaseKey"], json!(first_key));
+    assert_eq!(written["configurations"], json!({"k": "v1"}));
+    assert_eq!(written["namespaceName"], json!("application"));
+    let files = std::fs::read_dir(dir.path())
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(files, 2, "one file per namespace, no temporary file left");
+
+    let stopped = server.stop().await;
+    let second = start(meta).await.expect("start from backup");
+    let store = &second.store;
+    match store.readiness().await {
+        Readiness::Degraded(reason) => assert!(reason.contains("backup"), "{reason}"),
+        other => panic!("serving the backup must be degraded, got {other:?}"),
+    }
+    assert_eq!(value_of(store, "k").await.as_deref(), Some("v1"));
+    assert_eq!(value_of(store, "c").await.as_deref(), Some("1"));
+    let mut sub = subscribe(store, ConfigQuery::default()).await;
+
+    // Released while this client could not see the server.
+    let second_key = stopped.release("application", &[("k", "v2")]);
+    let server = stopped.restart().await;
+    expect_change(&mut sub, "k", "v2").await;
+    wait_ready(store).await;
+    assert_eq!(
+        backup(dir.path(), "application")["releaseKey"],
+        json!(second_key)
+    );
+
+    // And it follows releases again.
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+    server.release("application", &[("k", "v3")]);
+    expect_change(&mut sub, "k", "v3").await;
+    second.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_a_backup_init_fails_naming_the_config_server() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let cached = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    cached.store.close().await.unwrap();
+    let stopped = server.stop().await;
+
+    let empty = tempfile::tempdir().unwrap();
+    let err = start_within(
+        metadata(&stopped.url(), empty.path()),
+        Duration::from_millis(500),
+    )
+    .await
+    .err()
+    .unwrap_or_default();
+    assert!(
+        err.contains(&stopped.url()) && err.contains("config_server"),
+        "{err}"
+    );
+    assert!(err.contains("no backup cache"), "{err}");
+
+    // A backup exists, but the store is told not to use one.
+    let off = with(
+        metadata(&stopped.url(), dir.path()),
+        json!({"is_backup_config": false}),
+    );
+    let err = start_within(off, Duration::from_millis(500))
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(
+        err.contains(&stopped.url()) && err.contains("is_backup_config"),
+        "{err}"
+    );
+}

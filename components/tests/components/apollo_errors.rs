@@ -1,0 +1,168 @@
+//! The `apollo` config store rides out a failing config service: 500s and
+//! hung requests are retried with exponential backoff and the store
+//! recovers when the server heals; malformed JSON is logged and the last
+//! good configuration kept. At init, a failing service without backup ends
+//! in an error naming the server once the readiness timeout is spent.
+
+use crate::support::apollo_server;
+
+use std::time::Duration;
+
+use apollo_server::harness::{
+    eventually, expect_change, logs, metadata, start, start_within, subscribe, value_of, with,
+    PATIENCE,
+};
+use apollo_server::{ApolloServer, Fault, Route};
+use rewire_runtime::ConfigQuery;
+use serde_json::json;
+
+fn config_service_requests(server: &ApolloServer) -> u64 {
+    server.requests(Route::Configs) + server.requests(Route::Notifications)
+}
+
+#[tokio::test]
+async fn server_errors_back_off_and_recover_when_the_server_heals() {
+    logs::capture();
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    // Backoff from 50 ms, doubling up to 400 ms.
+    let started = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+
+    server.set_fault(Route::Configs, Some(Fault::ServerError));
+    server.set_fault(Route::Notifications, Some(Fault::ServerError));
+    let before = config_service_requests(&server);
+    // Wakes the held poll; the fetch it calls for gets a 500.
+    server.release("application", &[("k", "v2")]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let attempts = config_service_requests(&server) - before;
+    // Waits of 50, 100, 200, 400, 400... ms: about 7 attempts in 1.5 s,
+    // where retrying without backoff would make hundreds.
+    assert!((3..=15).contains(&attempts), "{attempts} attempts in 1.5 s");
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    assert!(sub.changes.try_recv().is_err());
+    assert!(
+        logs::any(&["WARN", "500", "keeping the last good configuration"]),
+        "{:#?}",
+        logs::lines()
+    );
+
+    server.set_fault(Route::Configs, None);
+    server.set_fault(Route::Notifications, None);
+    expect_change(&mut sub, "k", "v2").await;
+    eventually("recovery is logged", || logs::any(&["reachable again"])).await;
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn malformed_json_is_logged_and_the_last_good_configuration_kept() {
+    logs::capture();
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+
+    server.set_fault(Route::Configs, Some(Fault::MalformedJson));
+    let fetches = server.requests(Route::Configs);
+    server.release("application", &[("k", "v2")]);
+    // The notification is kept until its fetch succeeds, so it is retried.
+    eventually("the malformed fetch is retried", || {
+        server.requests(Route::Configs) >= fetches + 2
+    })
+    .await;
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    assert!(
+        sub.changes.try_recv().is_err(),
+        "a malformed answer was published"
+    );
+    assert!(
+        logs::any(&["malformed JSON", "/configs/checkout/default/application"]),
+        "{:#?}",
+        logs::lines()
+    );
+    let backup = std::fs::read_to_string(dir.path().join("checkout+default+application.json"))
+        .unwrap_or_default();
+    assert!(backup.contains("v1") && !backup.contains("v2"), "{backup}");
+
+    // A malformed long-poll answer is survived the same way.
+    server.set_fault(Route::Notifications, Some(Fault::MalformedJson));
+    server.set_fault(Route::Configs, None);
+    let polls = server.requests(Route::Notifications);
+    eventually("the malformed poll is retried", || {
+        server.requests(Route::Notifications) >= polls + 2
+    })
+    .await;
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+
+    server.set_fault(Route::Notifications, None);
+    expect_change(&mut sub, "k", "v2").await;
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hung_long_poll_times_out_and_is_retried() {
+    let server = ApolloServer::start().await;
+    server.set_hold(Duration::from_millis(100));
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"longPollTimeoutMs": 300}),
+    );
+    let started = start(meta).await.expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+
+    server.set_fault(Route::Notifications, Some(Fault::Hang));
+    let polls = server.requests(Route::Notifications);
+    eventually("hung polls time out and are retried", || {
+        server.requests(Route::Notifications) >= polls + 3
+    })
+    .await;
+    server.release("application", &[("k", "v2")]);
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    server.set_fault(Route::Notifications, None);
+    expect_change(&mut sub, "k", "v2").await;
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn init_gives_up_on_a_failing_service_after_the_readiness_timeout() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    server.set_fault(Route::Configs, Some(Fault::ServerError));
+    let dir = tempfile::tempdir().unwrap();
+    let err = start_within(
+        metadata(&server.url(), dir.path()),
+        Duration::from_millis(600),
+    )
+    .await
+    .err()
+    .unwrap_or_default();
+    assert!(err.contains(&server.url()) && err.contains("500"), "{err}");
+    assert!(
+        err.contains("within") && err.contains("no backup cache"),
+        "{err}"
+    );
+    assert!(server.requests(Route::Configs) >= 3, "init did not retry");
+
+    // Healed before the readiness timeout: init succeeds.
+    let healing = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.set_fault(Route::Configs, None);
+    };
+    let (started, ()) = tokio::join!(
+        start_within(metadata(&server.url(), dir.path()), PATIENCE),
+        healing
+    );
+    let started = started.expect("start");
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    started.store.close().await.unwrap();
+}

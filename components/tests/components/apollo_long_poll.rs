@@ -1,0 +1,147 @@
+//! The `apollo` config store follows releases through the config service's
+//! held long poll: a release wakes the held poll, the store re-fetches the
+//! namespace and publishes what changed (removed keys empty); polls that
+//! time out (304) change nothing; the poll stops with the runtime's
+//! shutdown token and with `close`.
+
+use crate::support::apollo_server;
+
+use std::time::Duration;
+
+use apollo_server::harness::{
+    eventually, expect_change, metadata, start, subscribe, value_of, with, PATIENCE,
+};
+use apollo_server::{ApolloServer, Route};
+use rewire_runtime::ConfigQuery;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_release_reaches_subscribers_through_the_held_long_poll() {
+    let server = ApolloServer::start().await;
+    server.release(
+        "application",
+        &[("k", "v1"), ("gone", "soon"), ("same", "s")],
+    );
+    server.release("common", &[("c", "1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"namespace_name": "application,common"}),
+    );
+    let started = start(meta).await.expect("start");
+    let store = &started.store;
+    let mut all = subscribe(store, ConfigQuery::default()).await;
+    let mut only_k = subscribe(store, ConfigQuery::keys(["k"])).await;
+    let mut common = subscribe(
+        store,
+        ConfigQuery {
+            group: Some("common".into()),
+            ..ConfigQuery::default()
+        },
+    )
+    .await;
+
+    assert!(
+        server.wait_for_held_poll(PATIENCE).await,
+        "no long poll was held"
+    );
+    assert_eq!(server.held_polls_notified(), 0);
+    let release_key = server.release("application", &[("k", "v2"), ("same", "s")]);
+
+    let items = expect_change(&mut all, "k", "v2").await;
+    let mut seen: Vec<_> = items
+        .iter()
+        .map(|i| (i.key.as_str(), i.value.as_str()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![("gone", ""), ("k", "v2")],
+        "unchanged keys are not published"
+    );
+    assert!(items.iter().all(|i| i.version == release_key), "{items:?}");
+    assert!(
+        server.held_polls_notified() >= 1,
+        "the change did not come through a held poll"
+    );
+
+    let items = expect_change(&mut only_k, "k", "v2").await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(common.changes.try_recv().is_err(), "common did not change");
+    assert_eq!(value_of(store, "k").await.as_deref(), Some("v2"));
+    assert_eq!(value_of(store, "gone").await, None);
+
+    // The next release of the other namespace reaches its group.
+    server.release("common", &[("c", "2")]);
+    expect_change(&mut common, "c", "2").await;
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn polls_that_time_out_change_nothing() {
+    let server = ApolloServer::start().await;
+    server.set_hold(Duration::from_millis(100));
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    // The first poll (id -1) answers at once; the store re-fetches (304).
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+    let fetches = server.requests(Route::Configs);
+    let polls = server.requests(Route::Notifications);
+    eventually("three more long polls", || {
+        server.requests(Route::Notifications) >= polls + 3
+    })
+    .await;
+    assert_eq!(
+        server.requests(Route::Configs),
+        fetches,
+        "a 304 poll caused a fetch"
+    );
+    assert!(
+        sub.changes.try_recv().is_err(),
+        "a 304 poll published a change"
+    );
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_shutdown_token_and_close_stop_the_long_poll() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+
+    let by_token = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let by_close = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    eventually("both stores hold a long poll", || {
+        server.outstanding_polls() >= 2
+    })
+    .await;
+
+    by_token.shutdown.cancel();
+    by_close.store.close().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fetches = server.requests(Route::Configs);
+    let polls = server.requests(Route::Notifications);
+    server.release("application", &[("k", "v2")]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        server.requests(Route::Configs),
+        fetches,
+        "a stopped store fetched"
+    );
+    assert_eq!(
+        server.requests(Route::Notifications),
+        polls,
+        "a stopped store polled"
+    );
+    assert_eq!(value_of(&by_token.store, "k").await.as_deref(), Some("v1"));
+    assert_eq!(value_of(&by_close.store, "k").await.as_deref(), Some("v1"));
+}

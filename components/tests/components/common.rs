@@ -1,0 +1,43 @@
+//! Building components the way the runtime does: through the registry.
+
+use std::time::Duration;
+
+use rewire_runtime::{Buildable, ComponentKey, InitContext, Instance, Metadata, Registry};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// An init context for `kind/name` with `metadata`.
+pub fn context(kind: &str, metadata: &Metadata) -> InitContext {
+    InitContext {
+        key: ComponentKey::new(kind, "test"),
+        app_id: "test".into(),
+        metadata: metadata.clone(),
+        shutdown: CancellationToken::new(),
+        ready_timeout: Duration::from_secs(5),
+    }
+}
+
+/// `value` (a JSON object) as metadata.
+pub fn metadata(value: Value) -> Metadata {
+    Metadata(value.as_object().cloned().unwrap_or_default())
+}
+
+/// The uninitialised component of `kind`/`type_name` built from `value`.
+pub fn build(kind: &str, type_name: &str, value: Value) -> Result<Box<dyn Buildable>, String> {
+    rewire_components::link();
+    let registry = Registry::collected();
+    let descriptor = registry
+        .get(kind, type_name)
+        .ok_or_else(|| format!("{kind}/{type_name} is not registered"))?;
+    (descriptor.build)(&metadata(value)).map_err(|e| e.to_string())
+}
+
+/// The initialised instance of `kind`/`type_name` with metadata `value`.
+pub async fn start(kind: &str, type_name: &str, value: Value) -> Result<Instance, String> {
+    let mut built = build(kind, type_name, value.clone())?;
+    built
+        .init(&context(kind, &metadata(value)))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(built.into_instance())
+}

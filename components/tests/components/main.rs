@@ -1,0 +1,32 @@
+//! Integration tests of the components (memory, file, env, redis, etcd,
+//! apollo) against real servers started by `testkit`. One test binary.
+// Test code: a failed setup step should panic where it happens.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod support;
+
+mod apollo_backup;
+mod apollo_errors;
+mod apollo_fetch;
+mod apollo_long_poll;
+mod apollo_open_api;
+mod apollo_signature;
+mod env_secret_store;
+mod etcd_auth;
+mod etcd_compaction;
+mod etcd_kv;
+mod etcd_restart;
+mod etcd_watch;
+mod file_config_store;
+mod local_file_secret_store;
+mod memory_config_store;
+mod memory_lock;
+mod memory_state_store;
+mod redis_dynamic;
+mod redis_failover;
+mod redis_init;
+mod redis_lock;
+mod redis_state;
+mod registry;
+mod story_etcd_failover;

@@ -1,0 +1,112 @@
+//! The `memory` config store, built through the registry: initial items,
+//! subscriptions receiving sets and deletes, in-place metadata changes.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::{
+    Applied, ConfigChange, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
+};
+use serde_json::json;
+
+async fn config_store(metadata: serde_json::Value) -> Arc<dyn ConfigStore> {
+    match common::start("config_store", "memory", metadata).await {
+        Ok(Instance::ConfigStore(store)) => store,
+        Ok(other) => panic!("expected a config store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn next(sub: &mut ConfigSubscription) -> ConfigChange {
+    tokio::time::timeout(Duration::from_secs(5), sub.changes.recv())
+        .await
+        .ok()
+        .flatten()
+        .expect("no change arrived")
+}
+
+fn item(key: &str, value: &str) -> ConfigItem {
+    ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        ..ConfigItem::default()
+    }
+}
+
+#[tokio::test]
+async fn subscribers_receive_sets_and_deletes() {
+    let store = config_store(json!({"items": {"feature.x": "off", "limit": 10}})).await;
+    let initial = store
+        .get(&ConfigQuery::keys(["limit"]))
+        .await
+        .unwrap_or_default();
+    assert_eq!(initial.first().map(|i| i.value.as_str()), Some("10"));
+
+    let mut sub = store
+        .subscribe(ConfigQuery::keys(["feature.x"]))
+        .await
+        .unwrap();
+    store
+        .set(vec![item("feature.x", "on"), item("unrelated", "1")])
+        .await
+        .unwrap();
+    let change = next(&mut sub).await;
+    assert_eq!(change.items.len(), 1);
+    assert_eq!(change.items[0].value, "on");
+    let set_version: u64 = change.items[0].version.parse().unwrap_or_default();
+
+    store
+        .delete(&ConfigQuery::keys(["feature.x"]))
+        .await
+        .unwrap();
+    let change = next(&mut sub).await;
+    assert_eq!(
+        (change.items[0].key.as_str(), change.items[0].value.as_str()),
+        ("feature.x", "")
+    );
+    assert!(change.items[0].version.parse::<u64>().unwrap_or_default() > set_version);
+}
+
+#[tokio::test]
+async fn a_group_is_part_of_the_key() {
+    let store = config_store(json!({})).await;
+    let mut grouped = item("timeout", "5s");
+    grouped.group = Some("payments".into());
+    store
+        .set(vec![grouped, item("timeout", "1s")])
+        .await
+        .unwrap();
+    let query = ConfigQuery {
+        keys: vec!["timeout".into()],
+        group: Some("payments".into()),
+        ..ConfigQuery::default()
+    };
+    let items = store.get(&query).await.unwrap_or_default();
+    assert_eq!(
+        items.iter().map(|i| i.value.as_str()).collect::<Vec<_>>(),
+        vec!["5s"]
+    );
+}
+
+#[tokio::test]
+async fn metadata_changes_apply_in_place() {
+    let store = config_store(json!({"items": {"a": "1"}})).await;
+    store.set(vec![item("b", "runtime")]).await.unwrap();
+    let mut sub = store.subscribe(ConfigQuery::default()).await.unwrap();
+    let dynamic = store
+        .as_dynamic()
+        .expect("memory config store is not dynamic");
+    let applied = dynamic
+        .apply_config(&common::metadata(json!({"items": {"a": "2"}})))
+        .await;
+    assert_eq!(applied.ok(), Some(Applied::Applied));
+    assert_eq!(next(&mut sub).await.items[0].value, "2");
+    let all = store.get(&ConfigQuery::default()).await.unwrap_or_default();
+    let pairs: Vec<_> = all
+        .iter()
+        .map(|i| (i.key.as_str(), i.value.as_str()))
+        .collect();
+    assert_eq!(pairs, vec![("a", "2"), ("b", "runtime")]);
+}

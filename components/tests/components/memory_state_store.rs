@@ -1,0 +1,173 @@
+//! The `memory` state store, built through the registry: Dapr etag,
+//! first-write and TTL semantics, bulk operations, and data that survives
+//! metadata changes.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::{
+    Applied, Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
+};
+use serde_json::json;
+
+async fn store(metadata: serde_json::Value) -> Arc<dyn StateStore> {
+    match common::start("state", "memory", metadata).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
+    SetRequest {
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        etag: etag.map(Into::into),
+        ..SetRequest::default()
+    }
+}
+
+async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {
+    let req = GetRequest {
+        key: key.into(),
+        ..GetRequest::default()
+    };
+    let entry = store
+        .get(req)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"))?;
+    Some((
+        String::from_utf8_lossy(&entry.data).into_owned(),
+        entry.etag,
+    ))
+}
+
+#[tokio::test]
+async fn optimistic_concurrency_with_etags() {
+    let store = store(json!({})).await;
+    store.set(write("order", "v1", None)).await.unwrap();
+    let (_, etag1) = read(&*store, "order").await.unwrap_or_default();
+
+    // Two writers read etag1; the first wins, the second gets a mismatch.
+    store.set(write("order", "a", Some(&etag1))).await.unwrap();
+    let loser = store.set(write("order", "b", Some(&etag1))).await;
+    assert_eq!(loser, Err(StateError::EtagMismatch("order".into())));
+    let (value, etag2) = read(&*store, "order").await.unwrap_or_default();
+    assert_eq!(value, "a");
+    assert_ne!(etag1, etag2);
+
+    assert_eq!(
+        store.set(write("order", "c", Some("not-a-number"))).await,
+        Err(StateError::EtagInvalid("order".into()))
+    );
+    let stale_delete = DeleteRequest {
+        key: "order".into(),
+        etag: Some(etag1),
+        ..DeleteRequest::default()
+    };
+    assert_eq!(
+        store.delete(stale_delete).await,
+        Err(StateError::EtagMismatch("order".into()))
+    );
+    let delete = DeleteRequest {
+        key: "order".into(),
+        etag: Some(etag2),
+        ..DeleteRequest::default()
+    };
+    store.delete(delete).await.unwrap();
+    assert_eq!(read(&*store, "order").await, None);
+    let missing = DeleteRequest {
+        key: "order".into(),
+        ..DeleteRequest::default()
+    };
+    assert_eq!(store.delete(missing).await, Ok(()));
+}
+
+#[tokio::test]
+async fn first_write_wins() {
+    let store = store(json!({})).await;
+    let mut first = write("seat", "alice", None);
+    first.concurrency = Concurrency::FirstWrite;
+    let mut second = write("seat", "bob", None);
+    second.concurrency = Concurrency::FirstWrite;
+    store.set(first).await.unwrap();
+    assert_eq!(
+        store.set(second).await,
+        Err(StateError::EtagMismatch("seat".into()))
+    );
+    assert_eq!(
+        read(&*store, "seat").await.map(|(v, _)| v).as_deref(),
+        Some("alice")
+    );
+}
+
+#[tokio::test]
+async fn entries_expire_after_their_ttl() {
+    let store = store(json!({})).await;
+    let mut short = write("session", "s", None);
+    short.ttl = Some(Duration::from_millis(50));
+    let mut by_metadata = write("token", "t", None);
+    by_metadata
+        .metadata
+        .insert("ttlInSeconds".into(), "3600".into());
+    store.bulk_set(vec![short, by_metadata]).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while read(&*store, "session").await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`session` never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(read(&*store, "token").await.is_some());
+}
+
+#[tokio::test]
+async fn bulk_operations() {
+    let store = store(json!({})).await;
+    let writes = (0..5)
+        .map(|i| write(&format!("k{i}"), &i.to_string(), None))
+        .collect();
+    store.bulk_set(writes).await.unwrap();
+    let keys = vec!["k0".to_string(), "k4".to_string(), "nope".to_string()];
+    let items = store.bulk_get(keys).await.unwrap();
+    let found: Vec<_> = items
+        .iter()
+        .map(|i| (i.key.as_str(), i.entry.as_ref().map(|e| e.data.clone())))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("k0", Some(b"0".to_vec())),
+            ("k4", Some(b"4".to_vec())),
+            ("nope", None)
+        ]
+    );
+    let deletes = (0..5)
+        .map(|i| DeleteRequest {
+            key: format!("k{i}"),
+            ..DeleteRequest::default()
+        })
+        .collect();
+    store.bulk_delete(deletes).await.unwrap();
+    assert_eq!(read(&*store, "k2").await, None);
+}
+
+#[tokio::test]
+async fn every_metadata_change_applies_in_place_and_keeps_the_data() {
+    let store = store(json!({"defaultTtlInSeconds": 0})).await;
+    store.set(write("kept", "v", None)).await.unwrap();
+    let dynamic = store
+        .as_dynamic()
+        .expect("memory state store is not dynamic");
+    let applied = dynamic
+        .apply_config(&common::metadata(json!({"defaultTtlInSeconds": "60"})))
+        .await;
+    assert_eq!(applied.ok(), Some(Applied::Applied));
+    assert_eq!(
+        read(&*store, "kept").await.map(|(v, _)| v).as_deref(),
+        Some("v")
+    );
+}

@@ -1,0 +1,325 @@
+//! The `redis` state store against a real `redis-server`, built through the
+//! registry: Dapr's data layout, etags, first-write, TTL, bulk operations
+//! and deletes.
+
+use crate::common;
+use testkit::redis as redis_server;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_server::RedisServer;
+use rewire_runtime::{
+    Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
+};
+use serde_json::{json, Value};
+
+async fn store(metadata: Value) -> Arc<dyn StateStore> {
+    match common::start("state", "redis", metadata).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn started() -> (RedisServer, Arc<dyn StateStore>) {
+    let server = RedisServer::start().await;
+    let store = store(json!({"redisHost": server.addr()})).await;
+    (server, store)
+}
+
+fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
+    SetRequest {
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        etag: etag.map(Into::into),
+        ..SetRequest::default()
+    }
+}
+
+fn delete(key: &str, etag: Option<&str>) -> DeleteRequest {
+    DeleteRequest {
+        key: key.into(),
+        etag: etag.map(Into::into),
+        ..DeleteRequest::default()
+    }
+}
+
+async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {
+    let req = GetRequest {
+        key: key.into(),
+        ..GetRequest::default()
+    };
+    let entry = store
+        .get(req)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"))?;
+    Some((
+        String::from_utf8_lossy(&entry.data).into_owned(),
+        entry.etag,
+    ))
+}
+
+async fn put(store: &dyn StateStore, req: SetRequest) {
+    let key = req.key.clone();
+    store
+        .set(req)
+        .await
+        .unwrap_or_else(|e| panic!("set {key}: {e}"));
+}
+
+#[tokio::test]
+async fn set_get_and_the_dapr_layout() {
+    let (server, store) = started().await;
+    assert_eq!(read(&*store, "order").await, None);
+    put(&*store, write("order", "v1", None)).await;
+    assert_eq!(
+        read(&*store, "order").await,
+        Some(("v1".into(), "1".into()))
+    );
+    put(&*store, write("order", "v2", None)).await;
+    assert_eq!(
+        read(&*store, "order").await,
+        Some(("v2".into(), "2".into()))
+    );
+    // The key is a hash with `data` and `version`, as Dapr writes it.
+    let mut raw = server.connection().await;
+    let hash: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("order")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        hash,
+        HashMap::from([
+            ("data".to_string(), "v2".to_string()),
+            ("version".to_string(), "2".to_string())
+        ])
+    );
+    assert!(
+        matches!(
+            store.set(write("", "v", None)).await,
+            Err(StateError::Invalid(_))
+        ),
+        "an empty key is invalid"
+    );
+}
+
+#[tokio::test]
+async fn etags_guard_writes() {
+    let (_server, store) = started().await;
+    put(&*store, write("order", "v1", None)).await;
+    let (_, etag1) = read(&*store, "order").await.unwrap_or_default();
+    put(&*store, write("order", "a", Some(&etag1))).await;
+    assert_eq!(
+        store.set(write("order", "b", Some(&etag1))).await,
+        Err(StateError::EtagMismatch("order".into()))
+    );
+    let (value, etag2) = read(&*store, "order").await.unwrap_or_default();
+    assert_eq!(value, "a");
+    assert_ne!(etag1, etag2);
+    assert_eq!(
+        store.set(write("order", "c", Some("not-a-number"))).await,
+        Err(StateError::EtagInvalid("order".into()))
+    );
+    // An etag on a missing key cannot match.
+    assert_eq!(
+        store.set(write("missing", "x", Some("1"))).await,
+        Err(StateError::EtagMismatch("missing".into()))
+    );
+    // Last-write without an etag always wins.
+    put(&*store, write("order", "last", None)).await;
+    assert_eq!(
+        read(&*store, "order").await.map(|(v, _)| v).as_deref(),
+        Some("last")
+    );
+}
+
+#[tokio::test]
+async fn first_write_wins() {
+    let (_server, store) = started().await;
+    let mut first = write("seat", "alice", None);
+    first.concurrency = Concurrency::FirstWrite;
+    let mut second = write("seat", "bob", None);
+    second.concurrency = Concurrency::FirstWrite;
+    put(&*store, first).await;
+    assert_eq!(
+        store.set(second).await,
+        Err(StateError::EtagMismatch("seat".into()))
+    );
+    let (value, etag) = read(&*store, "seat").await.unwrap_or_default();
+    assert_eq!(value, "alice");
+    // First-write with the current etag is an update.
+    let mut update = write("seat", "carol", Some(&etag));
+    update.concurrency = Concurrency::FirstWrite;
+    put(&*store, update).await;
+    assert_eq!(
+        read(&*store, "seat").await.map(|(v, _)| v).as_deref(),
+        Some("carol")
+    );
+}
+
+#[tokio::test]
+async fn entries_expire_after_their_ttl() {
+    let (server, store) = started().await;
+    let mut short = write("session", "s", None);
+    short.ttl = Some(Duration::from_secs(1));
+    put(&*store, short).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while read(&*store, "session").await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`session` never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // ttlInSeconds = -1 removes an earlier TTL.
+    let mut expiring = write("token", "t", None);
+    expiring
+        .metadata
+        .insert("ttlInSeconds".into(), "3600".into());
+    put(&*store, expiring).await;
+    let mut raw = server.connection().await;
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("token")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(ttl > 3500, "TTL {ttl}");
+    let mut persist = write("token", "t2", None);
+    persist.metadata.insert("ttlInSeconds".into(), "-1".into());
+    put(&*store, persist).await;
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("token")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "the TTL was not removed");
+    assert_eq!(
+        read(&*store, "token").await.map(|(v, _)| v).as_deref(),
+        Some("t2")
+    );
+    let mut bad = write("token", "t3", None);
+    bad.metadata.insert("ttlInSeconds".into(), "soon".into());
+    assert!(matches!(store.set(bad).await, Err(StateError::Invalid(_))));
+}
+
+#[tokio::test]
+async fn store_wide_ttl_and_key_prefix() {
+    let server = RedisServer::start().await;
+    let store = store(json!({
+        "redisHost": server.addr(), "keyPrefix": "app||", "ttlInSeconds": "60"
+    }))
+    .await;
+    put(&*store, write("k", "v", None)).await;
+    let mut raw = server.connection().await;
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("app||k")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!((1..=60).contains(&ttl), "TTL {ttl}");
+    assert_eq!(
+        read(&*store, "k").await.map(|(v, _)| v).as_deref(),
+        Some("v")
+    );
+}
+
+#[tokio::test]
+async fn bulk_get_and_set() {
+    let (_server, store) = started().await;
+    let writes = (0..5)
+        .map(|i| write(&format!("k{i}"), &i.to_string(), None))
+        .collect();
+    store.bulk_set(writes).await.unwrap();
+    let keys = vec!["k0".to_string(), "k4".to_string(), "nope".to_string()];
+    let items = store.bulk_get(keys).await.unwrap();
+    let found: Vec<_> = items
+        .iter()
+        .map(|i| {
+            (
+                i.key.as_str(),
+                i.entry.as_ref().map(|e| (e.data.clone(), e.etag.clone())),
+                i.error.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("k0", Some((b"0".to_vec(), "1".to_string())), None),
+            ("k4", Some((b"4".to_vec(), "1".to_string())), None),
+            ("nope", None, None)
+        ]
+    );
+    // Bulk writes keep per-key semantics: a stale etag stops the batch.
+    let batch = vec![
+        write("k0", "new", Some("1")),
+        write("k1", "stale", Some("9")),
+        write("k2", "never", None),
+    ];
+    assert_eq!(
+        store.bulk_set(batch).await,
+        Err(StateError::EtagMismatch("k1".into()))
+    );
+    assert_eq!(
+        read(&*store, "k0").await.map(|(v, _)| v).as_deref(),
+        Some("new")
+    );
+    assert_eq!(
+        read(&*store, "k2").await.map(|(v, _)| v).as_deref(),
+        Some("2")
+    );
+    assert!(store.bulk_get(Vec::new()).await.is_ok_and(|i| i.is_empty()));
+}
+
+#[tokio::test]
+async fn deletes_check_the_etag() {
+    let (_server, store) = started().await;
+    put(&*store, write("order", "v", None)).await;
+    let (_, etag) = read(&*store, "order").await.unwrap_or_default();
+    assert_eq!(
+        store.delete(delete("order", Some("999"))).await,
+        Err(StateError::EtagMismatch("order".into()))
+    );
+    assert_eq!(
+        store.delete(delete("order", Some("x"))).await,
+        Err(StateError::EtagInvalid("order".into()))
+    );
+    assert!(read(&*store, "order").await.is_some());
+    assert_eq!(store.delete(delete("order", Some(&etag))).await, Ok(()));
+    assert_eq!(read(&*store, "order").await, None);
+    // A missing key: fine without an etag, a mismatch with one.
+    assert_eq!(store.delete(delete("order", None)).await, Ok(()));
+    assert_eq!(
+        store.delete(delete("order", Some(&etag))).await,
+        Err(StateError::EtagMismatch("order".into()))
+    );
+    // Without an etag, any existing key goes.
+    put(&*store, write("other", "v", None)).await;
+    assert_eq!(store.delete(delete("other", None)).await, Ok(()));
+    assert_eq!(read(&*store, "other").await, None);
+}
+
+#[tokio::test]
+async fn a_plain_value_under_the_key_is_replaced_by_a_write() {
+    let (server, store) = started().await;
+    let mut raw = server.connection().await;
+    let _: () = redis::cmd("SET")
+        .arg("legacy")
+        .arg("old")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.set(write("legacy", "x", Some("1"))).await,
+        Err(StateError::EtagMismatch("legacy".into()))
+    );
+    put(&*store, write("legacy", "new", None)).await;
+    assert_eq!(
+        read(&*store, "legacy").await,
+        Some(("new".into(), "1".into()))
+    );
+}

@@ -1,0 +1,453 @@
+//! An Apollo server for tests: the config service's client protocol
+//! (`/configs`, `/notifications/v2` long polling, access-key signatures)
+//! and the Open API's item and release routes, on 127.0.0.1.
+//!
+//! It keeps real Apollo state: per `(appId, cluster, namespace)` a draft of
+//! items (what the Open API edits), the current release (configurations +
+//! release key) and the notification id of that release (a global message
+//! id, as Apollo's `ReleaseMessage.id`). A release copies the draft, gives it
+//! a new release key and notification id, and wakes every held long poll.
+//! Fault switches make config service routes answer 500, hang, or send
+//! malformed JSON; counters record requests per route.
+
+mod config_service;
+pub mod hmac;
+mod open_api;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::routing::{get, post, put};
+use axum::Router;
+use tokio::net::TcpSocket;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The app the helpers work on.
+pub const APP_ID: &str = "checkout";
+/// The cluster the helpers work on.
+pub const CLUSTER: &str = "default";
+/// The only environment of the Open API.
+pub const ENV: &str = "DEV";
+
+/// A route, for counters and faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// `GET /configs/{appId}/{cluster}/{namespace}`.
+    Configs,
+    /// `GET /notifications/v2`.
+    Notifications,
+    /// `PUT`/`DELETE /openapi/v1/.../items/{key}`.
+    OpenApiItems,
+    /// `POST /openapi/v1/.../releases`.
+    OpenApiReleases,
+}
+
+/// A failure the config service routes can be switched to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer 500.
+    ServerError,
+    /// Do not answer until the fault is cleared or the server stops.
+    Hang,
+    /// Answer 200 with a body that is not JSON.
+    MalformedJson,
+}
+
+/// An item of a namespace's draft.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraftItem {
+    /// The item's value.
+    pub value: String,
+    /// Who created it (`dataChangeCreatedBy`).
+    pub created_by: String,
+    /// Who last changed it (`dataChangeLastModifiedBy`).
+    pub modified_by: String,
+}
+
+/// One release of a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseRecord {
+    /// The release title.
+    pub title: String,
+    /// Who released it.
+    pub released_by: String,
+    /// The release key clients send back.
+    pub release_key: String,
+    /// The notification id of this release.
+    pub notification_id: i64,
+    /// The released items.
+    pub configurations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default)]
+struct Namespace {
+    draft: BTreeMap<String, DraftItem>,
+    releases: Vec<ReleaseRecord>,
+}
+
+type NamespaceId = (String, String, String);
+
+#[derive(Debug, Default)]
+struct Data {
+    namespaces: BTreeMap<NamespaceId, Namespace>,
+    last_message_id: i64,
+}
+
+/// The server's state, kept across a stop and restart.
+#[derive(Debug)]
+pub struct Shared {
+    data: Mutex<Data>,
+    /// Bumped by every release; held long polls wait on it.
+    released: watch::Sender<u64>,
+    faults: watch::Sender<HashMap<Route, Fault>>,
+    hold: Mutex<Duration>,
+    secret: Mutex<Option<String>>,
+    open_api_token: Mutex<Option<String>>,
+    counters: Mutex<HashMap<Route, u64>>,
+    outstanding_polls: AtomicUsize,
+    held_polls_notified: AtomicU64,
+    signatures_verified: AtomicU64,
+    signatures_rejected: AtomicU64,
+}
+
+fn id(namespace: &str) -> NamespaceId {
+    (
+        APP_ID.to_string(),
+        CLUSTER.to_string(),
+        namespace.to_string(),
+    )
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn new() -> Self {
+        Self {
+            data: Mutex::default(),
+            released: watch::channel(0).0,
+            faults: watch::channel(HashMap::new()).0,
+            hold: Mutex::new(Duration::from_secs(2)),
+            secret: Mutex::new(None),
+            open_api_token: Mutex::new(None),
+            counters: Mutex::default(),
+            outstanding_polls: AtomicUsize::new(0),
+            held_polls_notified: AtomicU64::new(0),
+            signatures_verified: AtomicU64::new(0),
+            signatures_rejected: AtomicU64::new(0),
+        }
+    }
+
+    /// Creates `namespace` of the app with an empty draft and no release.
+    pub fn create_namespace(&self, namespace: &str) {
+        lock(&self.data)
+            .namespaces
+            .entry(id(namespace))
+            .or_default();
+    }
+
+    /// Replaces the draft of `namespace` with `pairs` and releases it, as
+    /// `admin`; returns the new release key.
+    pub fn release(&self, namespace: &str, pairs: &[(&str, &str)]) -> String {
+        {
+            let mut data = lock(&self.data);
+            let ns = data.namespaces.entry(id(namespace)).or_default();
+            ns.draft = pairs
+                .iter()
+                .map(|(k, v)| {
+                    let item = DraftItem {
+                        value: v.to_string(),
+                        created_by: "admin".into(),
+                        modified_by: "admin".into(),
+                    };
+                    (k.to_string(), item)
+                })
+                .collect();
+        }
+        self.release_draft(&id(namespace), "test release", "admin")
+            .map(|r| r.release_key)
+            .unwrap_or_default()
+    }
+
+    /// Releases the draft of `ns`; `None` if there is no such namespace.
+    fn release_draft(&self, ns: &NamespaceId, title: &str, by: &str) -> Option<ReleaseRecord> {
+        let record = {
+            let mut data = lock(&self.data);
+            data.last_message_id += 1;
+            let message_id = data.last_message_id;
+            let namespace = data.namespaces.get_mut(ns)?;
+            let record = ReleaseRecord {
+                title: title.to_string(),
+                released_by: by.to_string(),
+                release_key: format!("20260101000000-{message_id:04}{:08x}", rand_part()),
+                notification_id: message_id,
+                configurations: namespace
+                    .draft
+                    .iter()
+                    .map(|(k, i)| (k.clone(), i.value.clone()))
+                    .collect(),
+            };
+            namespace.releases.push(record.clone());
+            record
+        };
+        self.released.send_modify(|n| *n += 1);
+        Some(record)
+    }
+
+    /// The current release of `namespace`.
+    pub fn current(&self, namespace: &str) -> Option<ReleaseRecord> {
+        self.current_of(&id(namespace))
+    }
+
+    fn current_of(&self, ns: &NamespaceId) -> Option<ReleaseRecord> {
+        lock(&self.data)
+            .namespaces
+            .get(ns)?
+            .releases
+            .last()
+            .cloned()
+    }
+
+    /// Every release of `namespace`, oldest first.
+    pub fn releases(&self, namespace: &str) -> Vec<ReleaseRecord> {
+        lock(&self.data)
+            .namespaces
+            .get(&id(namespace))
+            .map(|ns| ns.releases.clone())
+            .unwrap_or_default()
+    }
+
+    /// The draft of `namespace`.
+    pub fn draft(&self, namespace: &str) -> BTreeMap<String, DraftItem> {
+        lock(&self.data)
+            .namespaces
+            .get(&id(namespace))
+            .map(|ns| ns.draft.clone())
+            .unwrap_or_default()
+    }
+
+    /// Switches `route` to `fault` (`None` heals it).
+    pub fn set_fault(&self, route: Route, fault: Option<Fault>) {
+        self.faults.send_modify(|faults| match fault {
+            Some(fault) => {
+                faults.insert(route, fault);
+            }
+            None => {
+                faults.remove(&route);
+            }
+        });
+    }
+
+    fn fault(&self, route: Route) -> Option<Fault> {
+        self.faults.borrow().get(&route).copied()
+    }
+
+    /// How long a long poll is held before a 304.
+    pub fn set_hold(&self, hold: Duration) {
+        *lock(&self.hold) = hold;
+    }
+
+    /// Requires access-key signatures made with `secret`.
+    pub fn require_secret(&self, secret: &str) {
+        *lock(&self.secret) = Some(secret.to_string());
+    }
+
+    /// Accepts Open API calls carrying `token`.
+    pub fn accept_open_api_token(&self, token: &str) {
+        *lock(&self.open_api_token) = Some(token.to_string());
+    }
+
+    /// Requests received on `route`.
+    pub fn requests(&self, route: Route) -> u64 {
+        lock(&self.counters).get(&route).copied().unwrap_or(0)
+    }
+
+    fn count(&self, route: Route) {
+        *lock(&self.counters).entry(route).or_insert(0) += 1;
+    }
+
+    /// Long polls being held right now.
+    pub fn outstanding_polls(&self) -> usize {
+        self.outstanding_polls.load(Ordering::SeqCst)
+    }
+
+    /// Long polls that were held and then answered 200 by a release.
+    pub fn held_polls_notified(&self) -> u64 {
+        self.held_polls_notified.load(Ordering::SeqCst)
+    }
+
+    /// Signatures checked and accepted.
+    pub fn signatures_verified(&self) -> u64 {
+        self.signatures_verified.load(Ordering::SeqCst)
+    }
+
+    /// Requests refused for a missing or wrong signature.
+    pub fn signatures_rejected(&self) -> u64 {
+        self.signatures_rejected.load(Ordering::SeqCst)
+    }
+
+    /// Waits (up to `patience`) until a long poll is held.
+    pub async fn wait_for_held_poll(&self, patience: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + patience;
+        while self.outstanding_polls() == 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+}
+
+/// Some bits that differ between runs, for release keys.
+fn rand_part() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    nanos ^ std::process::id()
+}
+
+/// The state a request handler sees.
+#[derive(Clone)]
+struct AppState {
+    shared: Arc<Shared>,
+    /// Cancelled when this run of the server stops.
+    stop: CancellationToken,
+}
+
+fn router(state: AppState) -> Router {
+    let namespace =
+        "/openapi/v1/envs/{env}/apps/{app_id}/clusters/{cluster}/namespaces/{namespace}";
+    Router::new()
+        .route(
+            "/configs/{app_id}/{cluster}/{namespace}",
+            get(config_service::configs),
+        )
+        .route("/notifications/v2", get(config_service::notifications))
+        .route(
+            &format!("{namespace}/items/{{key}}"),
+            put(open_api::put_item).delete(open_api::delete_item),
+        )
+        .route(&format!("{namespace}/releases"), post(open_api::release))
+        .with_state(state)
+}
+
+/// A running server.
+pub struct ApolloServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// A stopped server: its state and port, ready to restart.
+pub struct StoppedServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl ApolloServer {
+    /// A server on a free port holding long polls 2 s.
+    pub async fn start() -> Self {
+        Self::serve(Arc::new(Shared::new()), "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    async fn serve(shared: Arc<Shared>, addr: SocketAddr) -> Self {
+        let listener = bind(addr).await;
+        let addr = listener.local_addr().expect("local addr");
+        let stop = CancellationToken::new();
+        let app = router(AppState {
+            shared: Arc::clone(&shared),
+            stop: stop.clone(),
+        });
+        let signal = stop.clone();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { signal.cancelled().await })
+                .await;
+            if let Err(err) = served {
+                eprintln!("apollo test server: {err}");
+            }
+        });
+        Self {
+            addr,
+            shared,
+            stop,
+            task,
+        }
+    }
+
+    /// The base URL (`http://127.0.0.1:port`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving (connections closed, port freed), keeping the state.
+    pub async fn stop(self) -> StoppedServer {
+        self.stop.cancel();
+        if tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .is_err()
+        {
+            panic!("the apollo test server did not stop within 5 s");
+        }
+        StoppedServer {
+            addr: self.addr,
+            shared: self.shared,
+        }
+    }
+}
+
+impl Deref for ApolloServer {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl StoppedServer {
+    /// The base URL the server had.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Serves the same state on the same port again.
+    pub async fn restart(self) -> ApolloServer {
+        ApolloServer::serve(self.shared, self.addr).await
+    }
+}
+
+impl Deref for StoppedServer {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// Binds `addr` (retrying a little: a restart rebinds a port just freed).
+async fn bind(addr: SocketAddr) -> tokio::net::TcpListener {
+    let mut last = None;
+    for _ in 0..50 {
+        let attempt = TcpSocket::new_v4().and_then(|socket| {
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            socket.listen(1024)
+        });
+        match attempt {
+            Ok(listener) => return listener,
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("cannot bind {addr}: {last:?}");
+}

@@ -1,0 +1,223 @@
+//! A real single-member `etcd` on free loopback ports, in its own
+//! temporary directory (data and log), killed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use etcd_client::{Client, CompactionOptions, ConnectOptions};
+use tokio::time::timeout;
+
+use crate::child::ChildProcess;
+pub use crate::free_port;
+
+/// How long a server may take to answer its first request.
+const START_LIMIT: Duration = Duration::from_secs(10);
+/// Attempts at finding free ports.
+const PORT_ATTEMPTS: usize = 5;
+/// Limit on one request of a helper client.
+const REQUEST_LIMIT: Duration = Duration::from_secs(2);
+
+/// A running `etcd`.
+pub struct EtcdServer {
+    process: ChildProcess,
+    client_port: u16,
+    /// `(user, password)` once authentication is on.
+    root: Option<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl EtcdServer {
+    /// A server on free ports.
+    pub async fn start() -> Self {
+        let mut last_error = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (client_port, peer_port) = (free_port(), free_port());
+            let command = etcd_command(dir.path(), client_port, peer_port);
+            let process = ChildProcess::new("etcd", dir.path().join("etcd.log"), command);
+            let mut server = Self {
+                process,
+                client_port,
+                root: None,
+                _dir: dir,
+            };
+            match server.launch().await {
+                Ok(()) => return server,
+                Err(err) => last_error = err,
+            }
+        }
+        panic!("etcd did not start: {last_error}")
+    }
+
+    /// `127.0.0.1:port`, as `endpoints` wants it.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// The client port.
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// A plain client of this server (as root once authentication is on).
+    pub async fn client(&self) -> Client {
+        self.try_client()
+            .await
+            .unwrap_or_else(|e| panic!("client of {}: {e}", self.endpoint()))
+    }
+
+    async fn try_client(&self) -> Result<Client, etcd_client::Error> {
+        connect(&self.endpoint(), self.root.as_ref()).await
+    }
+
+    /// Puts `key` = `value`; returns the revision of the write.
+    pub async fn put(&self, key: &str, value: &str) -> i64 {
+        let response = self
+            .client()
+            .await
+            .put(key, value, None)
+            .await
+            .unwrap_or_else(|e| panic!("put {key}: {e}"));
+        response.header().map_or(0, |h| h.revision())
+    }
+
+    /// Deletes `key`; returns the revision of the delete.
+    pub async fn delete(&self, key: &str) -> i64 {
+        let response = self
+            .client()
+            .await
+            .delete(key, None)
+            .await
+            .unwrap_or_else(|e| panic!("delete {key}: {e}"));
+        response.header().map_or(0, |h| h.revision())
+    }
+
+    /// The value of `key`, if any.
+    pub async fn value(&self, key: &str) -> Option<String> {
+        let response = self
+            .client()
+            .await
+            .get(key, None)
+            .await
+            .unwrap_or_else(|e| panic!("get {key}: {e}"));
+        response
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+    }
+
+    /// The store's current revision.
+    pub async fn revision(&self) -> i64 {
+        let response = self.client().await.get("\0", None).await.expect("revision");
+        response.header().map_or(0, |h| h.revision())
+    }
+
+    /// Compacts (physically) at the current revision, with a separate
+    /// client; returns that revision.
+    pub async fn compact(&self) -> i64 {
+        let revision = self.revision().await;
+        self.client()
+            .await
+            .compact(revision, Some(CompactionOptions::new().with_physical()))
+            .await
+            .unwrap_or_else(|e| panic!("compact at {revision}: {e}"));
+        revision
+    }
+
+    /// Turns authentication on with user `root` (role `root`) and
+    /// `password`; the helpers log in as root afterwards.
+    pub async fn enable_auth(&mut self, password: &str) {
+        let mut client = self.client().await;
+        client
+            .user_add("root", password, None)
+            .await
+            .expect("user add root");
+        client
+            .user_grant_role("root", "root")
+            .await
+            .expect("grant root");
+        client.auth_enable().await.expect("auth enable");
+        self.root = Some(("root".into(), password.into()));
+    }
+
+    /// Kills the server (its ports become free, its data stays).
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Starts the server again on the same ports and data directory
+    /// (retrying while a port is still held); a no-op if it runs.
+    pub async fn start_again(&mut self) {
+        if self.process.is_running() {
+            return;
+        }
+        self.restart().await;
+    }
+
+    /// Kills the server and starts it again on the same ports and data.
+    pub async fn restart(&mut self) {
+        let (endpoint, root) = (self.endpoint(), self.root.clone());
+        let answers = move || answers(endpoint.clone(), root.clone());
+        if let Err(err) = self.process.restart(START_LIMIT, answers).await {
+            panic!("{err}");
+        }
+    }
+
+    async fn launch(&mut self) -> Result<(), String> {
+        let (endpoint, root) = (self.endpoint(), self.root.clone());
+        let answers = move || answers(endpoint.clone(), root.clone());
+        self.process.start(START_LIMIT, answers).await
+    }
+
+    /// The server's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.process.log_path().to_path_buf()
+    }
+}
+
+async fn connect(
+    endpoint: &str,
+    root: Option<&(String, String)>,
+) -> Result<Client, etcd_client::Error> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(REQUEST_LIMIT)
+        .with_timeout(REQUEST_LIMIT);
+    if let Some((user, password)) = root {
+        options = options.with_user(user, password);
+    }
+    Client::connect([format!("http://{endpoint}")], Some(options)).await
+}
+
+async fn answers(endpoint: String, root: Option<(String, String)>) -> bool {
+    let probe = async {
+        let mut client = connect(&endpoint, root.as_ref()).await.ok()?;
+        client.status().await.ok()
+    };
+    matches!(timeout(REQUEST_LIMIT, probe).await, Ok(Some(_)))
+}
+
+fn etcd_command(
+    dir: &Path,
+    client_port: u16,
+    peer_port: u16,
+) -> impl Fn() -> Command + Send + Sync + 'static {
+    let data = dir.join("data");
+    move || {
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut command = Command::new("etcd");
+        command
+            .args(["--name", "t"])
+            // Fast election, so a (re)start takes ~0.1 s rather than ~1.5 s.
+            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")]);
+        command
+    }
+}

@@ -1,0 +1,28 @@
+//! Launchers for rewire's tests and benchmarks: real `redis-server` and
+//! `etcd` processes on free loopback ports, an in-process Apollo protocol
+//! server, a load driver, and the timing loops and tables of the benchmarks. Every external process runs as one
+//! [`ChildProcess`] (spawn, wait until it answers, restart, log tail).
+//!
+//! This crate knows nothing of rewire (it must not depend on `rewire`,
+//! `rewire-runtime` or `rewire-components`); helpers that need rewire types
+//! live in a `support` module of the test binary that uses them.
+// Test support: a failure to set up a test should panic right there.
+#![allow(clippy::unwrap_used)]
+
+pub mod apollo;
+pub mod bench;
+pub mod child;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod load;
+pub mod redis;
+
+pub use child::ChildProcess;
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}

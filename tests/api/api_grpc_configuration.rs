@@ -1,0 +1,240 @@
+//! The Dapr configuration RPCs over gRPC: get; subscribe (the first message
+//! carries only the subscription id, then one message per change); the
+//! subscription keeps delivering after the config store itself is rebuilt
+//! by a hot reload (`memory` → `file`, same name); unsubscribe ends the
+//! stream; the per-call timeout does not cut a stream; shutdown ends it.
+
+use crate::support::grpc;
+use crate::support::sidecar;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use grpc::dapr::{
+    GetConfigurationRequest, SubscribeConfigurationRequest, SubscribeConfigurationResponse,
+    UnsubscribeConfigurationRequest,
+};
+use rewire::api::ApiOptions;
+use rewire::config::parse;
+use rewire::{Action, ComponentKey, ConfigItem};
+use sidecar::Sidecar;
+use tonic::{Code, Streaming};
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {"config_store": {"config": {"type": "memory",
+    "metadata": {"items": {"color": "red", "size": "L", "other": "x"}}}}}}"#;
+
+fn subscribe_request(keys: &[&str]) -> SubscribeConfigurationRequest {
+    SubscribeConfigurationRequest {
+        store_name: "config".into(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        metadata: HashMap::new(),
+    }
+}
+
+fn unsubscribe_request(id: &str) -> UnsubscribeConfigurationRequest {
+    UnsubscribeConfigurationRequest {
+        store_name: "config".into(),
+        id: id.into(),
+    }
+}
+
+/// The next update's `key` → value.
+async fn next_values(
+    stream: &mut Streaming<SubscribeConfigurationResponse>,
+    id: &str,
+) -> HashMap<String, String> {
+    let message = grpc::next(stream)
+        .await
+        .expect("the stream ended")
+        .expect("the stream failed");
+    assert_eq!(message.id, id, "every message carries the subscription id");
+    message
+        .items
+        .into_iter()
+        .map(|(k, item)| (k, item.value))
+        .collect()
+}
+
+async fn set(sidecar: &Sidecar, key: &str, value: &str) {
+    let store = sidecar.runtime.config_store("config").load().unwrap();
+    let item = ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        ..ConfigItem::default()
+    };
+    store.set(vec![item]).await.expect("set failed");
+}
+
+fn write_json(path: &Path, json: &str) {
+    // Written beside, then renamed: the store never reads half a file.
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, json).unwrap();
+    std::fs::rename(&partial, path).unwrap();
+}
+
+#[tokio::test]
+async fn get_items_of_some_keys_or_all() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let request = GetConfigurationRequest {
+        store_name: "config".into(),
+        keys: vec!["color".into(), "missing".into()],
+        metadata: HashMap::new(),
+    };
+    let items = client
+        .get_configuration(request.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(items.len(), 1);
+    assert_eq!(items["color"].value, "red");
+    assert!(!items["color"].version.is_empty());
+    let alpha = client
+        .get_configuration_alpha1(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(alpha, items, "Alpha1 shares the implementation");
+
+    let all = GetConfigurationRequest {
+        store_name: "config".into(),
+        ..GetConfigurationRequest::default()
+    };
+    let items = client
+        .get_configuration(all)
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(items.len(), 3, "no keys: every key");
+
+    let unknown = GetConfigurationRequest {
+        store_name: "nope".into(),
+        ..GetConfigurationRequest::default()
+    };
+    let status = client
+        .get_configuration(unknown)
+        .await
+        .expect_err("no such store");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(status.message(), "configuration store `nope` is not found");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn subscription_survives_a_rebuild_of_the_store_and_ends_on_unsubscribe() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.json");
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+
+    let mut stream = client
+        .subscribe_configuration(subscribe_request(&["color", "size"]))
+        .await
+        .expect("subscribe failed")
+        .into_inner();
+    let first = grpc::next(&mut stream)
+        .await
+        .and_then(Result::ok)
+        .expect("the first message");
+    assert!(
+        !first.id.is_empty(),
+        "the first message carries the subscription id"
+    );
+    assert!(first.items.is_empty(), "and no items");
+    let id = first.id;
+
+    set(&sidecar, "other", "ignored").await;
+    set(&sidecar, "color", "blue").await;
+    assert_eq!(
+        next_values(&mut stream, &id).await,
+        HashMap::from([("color".into(), "blue".into())])
+    );
+
+    // Rebuild the store: a type change (memory → file) under the same name.
+    write_json(&file, r#"{"color": "green", "size": "L"}"#);
+    let candidate = serde_json::json!({"appId": "shop", "components": {"config_store": {"config": {
+        "type": "file", "metadata": {"path": file, "pollIntervalMs": 100}}}}});
+    let candidate = parse(candidate.to_string().as_bytes()).unwrap();
+    let record = sidecar
+        .runtime
+        .apply(candidate)
+        .await
+        .expect("reload failed");
+    assert_eq!(
+        record
+            .actions
+            .get(&ComponentKey::new("config_store", "config").to_string()),
+        Some(&Action::Rebuilt)
+    );
+    assert_eq!(
+        next_values(&mut stream, &id).await,
+        HashMap::from([("color".into(), "green".into())]),
+        "the values that differ in the new store"
+    );
+
+    write_json(&file, r#"{"color": "yellow", "size": "L"}"#);
+    assert_eq!(
+        next_values(&mut stream, &id).await,
+        HashMap::from([("color".into(), "yellow".into())]),
+        "changes made on the rebuilt store keep coming"
+    );
+
+    let answer = client
+        .unsubscribe_configuration(unsubscribe_request(&id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.ok, "{}", answer.message);
+    assert!(
+        grpc::next(&mut stream).await.is_none(),
+        "unsubscribing ends the stream"
+    );
+
+    let again = client
+        .unsubscribe_configuration_alpha1(unsubscribe_request(&id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!again.ok);
+    assert!(again.message.contains(&id), "{}", again.message);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn alpha1_subscriptions_outlive_the_call_timeout_and_end_at_shutdown() {
+    let options = ApiOptions {
+        request_timeout: Duration::from_millis(200),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut stream = client
+        .subscribe_configuration_alpha1(subscribe_request(&["size"]))
+        .await
+        .expect("subscribe failed")
+        .into_inner();
+    let id = grpc::next(&mut stream)
+        .await
+        .and_then(Result::ok)
+        .expect("the first message")
+        .id;
+    // The per-call timeout bounds unary calls, not an open stream.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    set(&sidecar, "size", "XL").await;
+    assert_eq!(
+        next_values(&mut stream, &id).await,
+        HashMap::from([("size".into(), "XL".into())])
+    );
+    // An open subscription does not hold the server up at shutdown.
+    tokio::time::timeout(grpc::PATIENCE, sidecar.stop())
+        .await
+        .expect("shutdown waited for the open stream");
+    assert!(
+        matches!(grpc::next(&mut stream).await, None | Some(Err(_))),
+        "the stream ended"
+    );
+}

@@ -1,0 +1,80 @@
+//! The Dapr configuration route over HTTP (`/v1.0/configuration/{store}`
+//! and the alpha1 path), against a `memory` config store.
+
+use crate::support::sidecar;
+
+use reqwest::{Client, Response, StatusCode};
+use rewire::api::ApiOptions;
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {"config_store": {
+    "settings": {"type": "memory", "metadata": {"items": {"greeting": "hello", "limits": {"max": 3}, "mode": "fast"}}}
+}}}"#;
+
+async fn body_json(response: Response) -> Value {
+    response.json().await.expect("not JSON")
+}
+
+async fn get(client: &Client, url: String) -> Response {
+    client.get(url).send().await.expect("request failed")
+}
+
+#[tokio::test]
+async fn get_keys_in_dapr_shape_on_both_paths() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    for prefix in ["v1.0", "v1.0-alpha1"] {
+        let url = format!(
+            "{}/{prefix}/configuration/settings?key=greeting&key=limits",
+            sidecar.http_url()
+        );
+        let response = get(&client, url).await;
+        assert_eq!(response.status(), StatusCode::OK, "{prefix}");
+        let items = body_json(response).await;
+        let items = items.as_object().expect("not an object");
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert_eq!(items["greeting"]["value"], "hello");
+        assert_eq!(items["limits"]["value"], r#"{"max":3}"#);
+        assert!(items["greeting"]["version"].is_string(), "{items:?}");
+    }
+
+    // No key: every key.
+    let all = get(
+        &client,
+        format!("{}/v1.0/configuration/settings", sidecar.http_url()),
+    )
+    .await;
+    let all = body_json(all).await;
+    assert_eq!(all.as_object().map(|o| o.len()), Some(3), "{all}");
+    assert_eq!(all["mode"]["value"], "fast");
+
+    // Only unknown keys: nothing found, 204 as in Dapr.
+    let none = get(
+        &client,
+        format!(
+            "{}/v1.0/configuration/settings?key=nope",
+            sidecar.http_url()
+        ),
+    )
+    .await;
+    assert_eq!(none.status(), StatusCode::NO_CONTENT);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_store_is_a_dapr_error() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let response = get(
+        &client,
+        format!("{}/v1.0/configuration/apollo?key=a", sidecar.http_url()),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body_json(response).await,
+        json!({"errorCode": "ERR_CONFIGURATION_STORE_NOT_FOUND", "message": "configuration store apollo not found"})
+    );
+    sidecar.stop().await;
+}

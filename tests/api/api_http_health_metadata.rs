@@ -1,0 +1,109 @@
+//! Health and metadata over HTTP: `/v1.0/healthz` is 204 while every
+//! component is ready and 500 listing the ones that are not (also one that
+//! never answers, within a bounded time); `/v1.0/healthz/outbound` is 204;
+//! `/v1.0/metadata` lists the components as Dapr does.
+
+use crate::support::sidecar;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use reqwest::{Client, Response, StatusCode};
+use rewire::api::ApiOptions;
+use rewire::prelude::*;
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+
+const READY: u8 = 0;
+const NOT_READY: u8 = 1;
+const SILENT: u8 = 2;
+
+/// What the probe's readiness answers, flipped by the tests.
+static PROBE_STATE: AtomicU8 = AtomicU8::new(READY);
+
+/// Ready, not ready or silent, as [`PROBE_STATE`] says.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.health.probe")]
+struct Probe {}
+
+#[async_trait]
+impl Component for Probe {
+    async fn readiness(&self) -> Readiness {
+        match PROBE_STATE.load(Ordering::SeqCst) {
+            READY => Readiness::Ready,
+            NOT_READY => Readiness::NotReady("cache still warming".into()),
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {
+    "state": {"orders": {"type": "memory"}},
+    "probe": {"p": {"type": "test.health.probe"}}
+}}"#;
+
+async fn get(client: &Client, url: String) -> Response {
+    client.get(url).send().await.expect("request failed")
+}
+
+async fn body_json(response: Response) -> Value {
+    response.json().await.expect("not JSON")
+}
+
+#[tokio::test]
+async fn healthz_lists_components_that_are_not_ready() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let healthz = format!("{}/v1.0/healthz", sidecar.http_url());
+
+    let ready = get(&client, healthz.clone()).await;
+    assert_eq!(ready.status(), StatusCode::NO_CONTENT);
+    let outbound = get(&client, format!("{healthz}/outbound")).await;
+    assert_eq!(outbound.status(), StatusCode::NO_CONTENT);
+
+    PROBE_STATE.store(NOT_READY, Ordering::SeqCst);
+    let not_ready = get(&client, healthz.clone()).await;
+    assert_eq!(not_ready.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = body_json(not_ready).await;
+    assert_eq!(body["errorCode"], "ERR_HEALTH_NOT_READY");
+    assert_eq!(body["notReady"], json!(["probe/p: cache still warming"]));
+
+    // A component that never answers is reported, and healthz still answers.
+    PROBE_STATE.store(SILENT, Ordering::SeqCst);
+    let silent = get(&client, healthz.clone()).await;
+    assert_eq!(silent.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = body_json(silent).await;
+    let reason = body["notReady"][0].as_str().unwrap_or_default();
+    assert!(reason.starts_with("probe/p: no readiness answer"), "{body}");
+
+    PROBE_STATE.store(READY, Ordering::SeqCst);
+    assert_eq!(get(&client, healthz).await.status(), StatusCode::NO_CONTENT);
+
+    let metadata = get(&client, format!("{}/v1.0/metadata", sidecar.http_url())).await;
+    assert_eq!(metadata.status(), StatusCode::OK);
+    let metadata = body_json(metadata).await;
+    assert_eq!(metadata["id"], "shop");
+    assert!(metadata["runtimeVersion"].is_string(), "{metadata}");
+    let components = metadata["components"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let listed: Vec<(String, String)> = components
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["type"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("p".to_string(), "probe.test.health.probe".to_string()),
+            ("orders".to_string(), "state.memory".to_string()),
+        ]
+    );
+    assert_eq!(components[1]["version"], "v1");
+    assert_eq!(metadata["extended"]["rewire.generation"], "1");
+    sidecar.stop().await;
+}

@@ -1,0 +1,91 @@
+//! The Dapr secret routes over HTTP, against a `local.file` secret store:
+//! one secret, every secret, a missing secret and an unknown store.
+
+use crate::support::sidecar;
+
+use reqwest::{Client, Response, StatusCode};
+use rewire::api::ApiOptions;
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+
+async fn body_json(response: Response) -> Value {
+    response.json().await.expect("not JSON")
+}
+
+async fn get(client: &Client, url: String) -> Response {
+    client.get(url).send().await.expect("request failed")
+}
+
+/// A sidecar with `local` (multi-valued: one secret per top-level key) and
+/// `flat` (single-valued: every leaf its own secret) over the same file.
+async fn sidecar(dir: &tempfile::TempDir) -> Sidecar {
+    let path = dir.path().join("secrets.json");
+    let secrets = json!({
+        "db": {"user": "app", "password": "s3cr3t-db"},
+        "api": {"key": "s3cr3t-api"}
+    });
+    std::fs::write(&path, secrets.to_string()).unwrap();
+    let config = json!({
+        "appId": "shop",
+        "components": {"secret_store": {
+            "local": {"type": "local.file", "metadata": {"secretsFile": path, "multiValued": true}},
+            "flat": {"type": "local.file", "metadata": {"secretsFile": path}}
+        }}
+    });
+    Sidecar::start(&config.to_string(), ApiOptions::default()).await
+}
+
+#[tokio::test]
+async fn get_one_secret_and_every_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = sidecar(&dir).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/secrets", sidecar.http_url());
+
+    let db = get(&client, format!("{base}/local/db")).await;
+    assert_eq!(db.status(), StatusCode::OK);
+    assert_eq!(
+        body_json(db).await,
+        json!({"user": "app", "password": "s3cr3t-db"})
+    );
+
+    let flat = get(&client, format!("{base}/flat/db:password")).await;
+    assert_eq!(body_json(flat).await, json!({"db:password": "s3cr3t-db"}));
+
+    let bulk = get(&client, format!("{base}/local/bulk")).await;
+    assert_eq!(bulk.status(), StatusCode::OK);
+    assert_eq!(
+        body_json(bulk).await,
+        json!({"db": {"user": "app", "password": "s3cr3t-db"}, "api": {"key": "s3cr3t-api"}})
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn missing_secret_and_unknown_store_are_dapr_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = sidecar(&dir).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/secrets", sidecar.http_url());
+
+    let missing = get(&client, format!("{base}/local/nope")).await;
+    assert_eq!(missing.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let error = body_json(missing).await;
+    assert_eq!(error["errorCode"], "ERR_SECRET_GET");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("nope") && message.contains("local"),
+        "{message}"
+    );
+    assert!(!message.contains("s3cr3t"), "{message}");
+
+    for url in [format!("{base}/vault/db"), format!("{base}/vault/bulk")] {
+        let unknown = get(&client, url).await;
+        assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body_json(unknown).await,
+            json!({"errorCode": "ERR_SECRET_STORE_NOT_FOUND", "message": "failed finding secret store with key vault"})
+        );
+    }
+    sidecar.stop().await;
+}

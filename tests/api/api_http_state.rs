@@ -1,0 +1,236 @@
+//! The Dapr state routes over HTTP: save, get and delete with etags
+//! (`ETag` / `If-Match`), conflicts (409), first-write, TTL from
+//! `ttlInSeconds` metadata, bulk get, and Dapr's error for an unknown store.
+
+use crate::support::sidecar;
+
+use std::time::Duration;
+
+use reqwest::{Client, Response, StatusCode};
+use rewire::api::ApiOptions;
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+
+const CONFIG: &str =
+    r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;
+
+async fn sidecar() -> (Sidecar, Client, String) {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let url = format!("{}/v1.0/state/orders", sidecar.http_url());
+    (sidecar, Client::new(), url)
+}
+
+async fn body_json(response: Response) -> Value {
+    response.json().await.expect("not JSON")
+}
+
+fn etag_of(response: &Response) -> String {
+    response
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .expect("no ETag header")
+        .to_string()
+}
+
+async fn send(request: reqwest::RequestBuilder) -> Response {
+    request.send().await.expect("request failed")
+}
+
+#[tokio::test]
+async fn save_get_and_delete_with_etags() {
+    let (sidecar, client, url) = sidecar().await;
+
+    let saved = send(client.post(&url).json(&json!([
+        {"key": "order-1", "value": {"item": "book", "qty": 2}},
+        {"key": "note", "value": "plain text"}
+    ])))
+    .await;
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+
+    let got = send(client.get(format!("{url}/order-1"))).await;
+    assert_eq!(got.status(), StatusCode::OK);
+    assert_eq!(got.headers()["content-type"], "application/json");
+    let etag = etag_of(&got);
+    assert_eq!(body_json(got).await, json!({"item": "book", "qty": 2}));
+    // A string value is stored as its JSON, as Dapr does.
+    let note = send(client.get(format!("{url}/note"))).await;
+    assert_eq!(note.text().await.unwrap_or_default(), r#""plain text""#);
+
+    // A stale etag is a conflict; the current one writes.
+    let stale = send(
+        client
+            .post(&url)
+            .json(&json!([{"key": "order-1", "value": 1, "etag": "999999"}])),
+    )
+    .await;
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    assert_eq!(body_json(stale).await["errorCode"], "ERR_STATE_SAVE");
+    let fresh = send(
+        client
+            .post(&url)
+            .json(&json!([{"key": "order-1", "value": 3, "etag": etag}])),
+    )
+    .await;
+    assert_eq!(fresh.status(), StatusCode::NO_CONTENT);
+    let got = send(client.get(format!("{url}/order-1"))).await;
+    let new_etag = etag_of(&got);
+    assert_ne!(new_etag, etag);
+    assert_eq!(body_json(got).await, json!(3));
+
+    // Delete: the old etag conflicts, the current one deletes.
+    let conflict = send(
+        client
+            .delete(format!("{url}/order-1"))
+            .header("If-Match", &etag),
+    )
+    .await;
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    assert_eq!(body_json(conflict).await["errorCode"], "ERR_STATE_DELETE");
+    let deleted = send(
+        client
+            .delete(format!("{url}/order-1"))
+            .header("If-Match", &new_etag),
+    )
+    .await;
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+
+    // A missing key is 204 with no body.
+    let missing = send(client.get(format!("{url}/order-1"))).await;
+    assert_eq!(missing.status(), StatusCode::NO_CONTENT);
+    assert!(missing.bytes().await.unwrap_or_default().is_empty());
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn first_write_only_creates() {
+    let (sidecar, client, url) = sidecar().await;
+    let first_write = |value: i32| json!([{"key": "seat-7", "value": value, "options": {"concurrency": "first-write", "consistency": "strong"}}]);
+
+    let created = send(client.post(&url).json(&first_write(1))).await;
+    assert_eq!(created.status(), StatusCode::NO_CONTENT);
+    let again = send(client.post(&url).json(&first_write(2))).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(body_json(again).await["errorCode"], "ERR_STATE_SAVE");
+    let got = send(client.get(format!("{url}/seat-7"))).await;
+    assert_eq!(body_json(got).await, json!(1));
+
+    let unknown = send(
+        client
+            .post(&url)
+            .json(&json!([{"key": "k", "value": 1, "options": {"concurrency": "fastest"}}])),
+    )
+    .await;
+    assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body_json(unknown).await["errorCode"],
+        "ERR_MALFORMED_REQUEST"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn ttl_in_seconds_expires_the_key() {
+    let (sidecar, client, url) = sidecar().await;
+    let saved = send(client.post(&url).json(&json!([
+        {"key": "session", "value": "s", "metadata": {"ttlInSeconds": "1"}},
+        {"key": "kept", "value": "k", "metadata": {"ttlInSeconds": -1}}
+    ])))
+    .await;
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        send(client.get(format!("{url}/session"))).await.status(),
+        StatusCode::OK
+    );
+
+    let mut expired = false;
+    for _ in 0..100 {
+        if send(client.get(format!("{url}/session"))).await.status() == StatusCode::NO_CONTENT {
+            expired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(expired, "the key with ttlInSeconds=1 never expired");
+    assert_eq!(
+        send(client.get(format!("{url}/kept"))).await.status(),
+        StatusCode::OK
+    );
+
+    // TTL as a query parameter, as Dapr also accepts it.
+    let by_query = send(
+        client
+            .post(format!("{url}?metadata.ttlInSeconds=abc"))
+            .json(&json!([{"key": "q", "value": 1}])),
+    )
+    .await;
+    assert_eq!(by_query.status(), StatusCode::BAD_REQUEST);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn bulk_get_answers_in_order_with_etags() {
+    let (sidecar, client, url) = sidecar().await;
+    let saved = send(client.post(&url).json(&json!([
+        {"key": "a", "value": {"n": 1}},
+        {"key": "b", "value": "two"}
+    ])))
+    .await;
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+
+    let bulk = send(
+        client
+            .post(format!("{url}/bulk"))
+            .json(&json!({"keys": ["b", "missing", "a"], "parallelism": 4})),
+    )
+    .await;
+    assert_eq!(bulk.status(), StatusCode::OK);
+    let items = body_json(bulk).await;
+    let items = items.as_array().expect("not an array");
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0]["key"], "b");
+    assert_eq!(items[0]["data"], "two");
+    assert!(items[0]["etag"].is_string());
+    assert_eq!(items[1], json!({"key": "missing"}));
+    assert_eq!(items[2]["data"], json!({"n": 1}));
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_store_and_bad_bodies_are_dapr_errors() {
+    let (sidecar, client, url) = sidecar().await;
+    let base = format!("{}/v1.0/state/nope", sidecar.http_url());
+    let expected = json!({"errorCode": "ERR_STATE_STORE_NOT_FOUND", "message": "state store nope is not found"});
+    for request in [
+        client.post(&base).json(&json!([{"key": "k", "value": 1}])),
+        client.get(format!("{base}/k")),
+        client.delete(format!("{base}/k")),
+        client
+            .post(format!("{base}/bulk"))
+            .json(&json!({"keys": ["k"]})),
+    ] {
+        let response = send(request).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(body_json(response).await, expected);
+    }
+
+    let not_json = send(client.post(&url).body("{not json")).await;
+    assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body_json(not_json).await["errorCode"],
+        "ERR_MALFORMED_REQUEST"
+    );
+    let no_key = send(client.post(&url).json(&json!([{"key": "", "value": 1}]))).await;
+    assert_eq!(no_key.status(), StatusCode::BAD_REQUEST);
+
+    let nowhere = send(client.get(format!("{}/v1.0/nowhere", sidecar.http_url()))).await;
+    assert_eq!(nowhere.status(), StatusCode::NOT_FOUND);
+    assert_eq!(body_json(nowhere).await["errorCode"], "ERR_NOT_FOUND");
+    let wrong_method = send(client.put(format!("{url}/k"))).await;
+    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        body_json(wrong_method).await["errorCode"],
+        "ERR_METHOD_NOT_ALLOWED"
+    );
+    sidecar.stop().await;
+}

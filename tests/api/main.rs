@@ -1,0 +1,22 @@
+//! The sidecar's Dapr-compatible gRPC and HTTP APIs and the Lifecycle API,
+//! plus the Dapr Python SDK as a client. One test binary; one module per API area.
+// Test code: a failed setup step should panic where it happens.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+mod api_grpc_auth;
+mod api_grpc_configuration;
+mod api_grpc_lifecycle;
+mod api_grpc_lock;
+mod api_grpc_metadata_unimplemented;
+mod api_grpc_secrets;
+mod api_grpc_state;
+mod api_http_auth;
+mod api_http_configuration;
+mod api_http_health_metadata;
+mod api_http_metrics_status;
+mod api_http_secrets;
+mod api_http_shutdown;
+mod api_http_state;
+mod dapr_python_sdk;

@@ -1,0 +1,221 @@
+//! The `rewire` binary: validate, graph, components, and run's start/stop.
+
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::ChildProcess;
+
+fn rewire() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rewire"))
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
+    path
+}
+
+fn output(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("cannot run rewire");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const BROKEN: &str = r#"{"appId": "shop", "components": {
+  "state": {
+    "a": {"type": "memory", "componentRef": [{"type": "config_store", "name": "b"}]},
+    "orders": {"type": "memroy"},
+    "cache": {"type": "memory", "metadata": {"defaultTtlInSecond": 5}},
+    "carts": {"type": "memory", "configurationRef": [{"store": "nowhere", "key": "k"}]},
+    "wrong": {"type": "memory", "componentRef": [{"type": "config_store", "name": "files"}]}
+  },
+  "config_store": {"b": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}},
+  "secret_store": {"files": {"type": "local.file", "metadata": {"secretsFile": "s.json"}}}
+}}"#;
+
+#[test]
+fn validate_reports_every_problem_on_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "broken.json", BROKEN);
+    let (code, _, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
+    assert_eq!(code, 1);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let expected = [
+        "config_store/b: reference cycle: config_store/b -> state/a -> config_store/b",
+        "state/cache: unknown metadata field `defaultTtlInSecond` (did you mean `defaultTtlInSeconds`?)",
+        "state/carts: configurationRef[0]: references `config_store/nowhere`, which is not declared",
+        "state/carts: configurationRef[0]: injects metadata field `k`, which this component does not have (set `injectAs`; known fields: defaultTtlInSeconds)",
+        "state/orders: unknown type `memroy` for kind `state` (registered: memory, redis)",
+        "state/wrong: componentRef[0]: references `config_store/files`, which is not declared; `secret_store/files` is, but it is not a config_store",
+    ];
+    for line in expected {
+        assert!(lines.contains(&line), "missing {line:?} in:\n{stderr}");
+    }
+    assert_eq!(lines.len(), expected.len(), "{stderr}");
+}
+
+#[test]
+fn validate_gives_line_and_column_of_malformed_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "bad.json",
+        "{\"components\": {\n  \"state\": {\"a\": {\"type\": \"memory\",}}\n}",
+    );
+    let (code, _, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with("malformed JSON at line 2, column 36: trailing comma"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn validate_accepts_a_valid_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "ok.json",
+        r#"{"components": {"state": {"s": {"type": "memory"}}, "lock": {"l": {"type": "memory"}}}}"#,
+    );
+    let (code, stdout, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("valid (2 components)"), "{stdout}");
+}
+
+#[test]
+fn graph_lists_stores_before_users_in_both_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "g.json",
+        r#"{"components": {
+            "state": {"orders": {"type": "memory", "componentRef": [{"type": "config_store", "name": "cfg"}]}},
+            "config_store": {"cfg": {"type": "memory", "configurationRef": []}},
+            "lock": {"l": {"type": "memory", "componentRef": [{"type": "state", "name": "orders"}]}}
+        }}"#,
+    );
+    for format in ["dot", "mermaid"] {
+        let (code, stdout, stderr) = output(
+            rewire()
+                .args(["graph", "--format", format, "--config"])
+                .arg(&path),
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let at = |s: &str| {
+            stdout
+                .find(s)
+                .unwrap_or_else(|| panic!("{s} missing:\n{stdout}"))
+        };
+        assert!(at("config_store/cfg") < at("state/orders"));
+        assert!(at("state/orders") < at("lock/l"));
+    }
+}
+
+#[test]
+fn components_lists_the_linked_registry() {
+    let (code, stdout, _) = output(rewire().arg("components"));
+    assert_eq!(code, 0);
+    for expected in [
+        "state/memory",
+        "lock/memory",
+        "config_store/memory",
+        "config_store/file",
+        "secret_store/local.file",
+        "secret_store/env",
+    ] {
+        assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
+    }
+}
+
+#[test]
+fn run_exits_non_zero_naming_the_component_that_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let config = format!(
+        r#"{{"components": {{"state": {{"s": {{"type": "memory"}}}},
+            "config_store": {{"cfg": {{"type": "file", "metadata": {{"path": {:?}}}}}}}}}}}"#,
+        missing.display().to_string()
+    );
+    let path = write(&dir, "run.json", &config);
+    let (code, _, stderr) = output(rewire().args(["run", "--config"]).arg(&path));
+    assert_ne!(code, 0);
+    assert!(stderr.contains("config_store/cfg: init failed"), "{stderr}");
+}
+
+#[test]
+fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
+    let home = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let mut child = ChildProcess::new("rewire run", logs.path().join("rewire.log"), {
+        let home = home.path().to_path_buf();
+        move || {
+            let mut command = rewire();
+            command
+                .args([
+                    "run",
+                    "--grpc-addr",
+                    "127.0.0.1:0",
+                    "--http-addr",
+                    "127.0.0.1:0",
+                ])
+                .current_dir(&home)
+                .env("REWIRE_HOME", &home)
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1");
+            command
+        }
+    });
+    if let Err(err) = child.start_until_logged(Duration::from_secs(30), "Runtime started.") {
+        panic!("no start within 30s: {err}");
+    }
+    let seen: Vec<String> = child.log().lines().map(String::from).collect();
+    assert!(
+        seen.iter().any(|l| l.contains("components=4")),
+        "{}",
+        seen.join("\n")
+    );
+    let status = child.terminate().expect("kill -TERM");
+    let rest: Vec<String> = child.log().lines().map(String::from).collect();
+    assert!(status.success(), "exit {status}:\n{}", rest.join("\n"));
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("signal=\"SIGTERM\"") || l.contains("signal=SIGTERM")),
+        "{}",
+        rest.join("\n")
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("state/statestore") && l.contains("Component closed.")),
+        "{}",
+        rest.join("\n")
+    );
+    assert!(home.path().join("configuration.json").exists());
+}
+
+#[test]
+fn validate_reports_parse_and_validation_problems_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "mixed.json",
+        r#"{"components": {"state": {
+            "a": {"type": "memory", "metdata": {}},
+            "b": {"type": "memory", "metadata": {"defaultTtlInSeconds": "abc"}},
+            "c": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}
+        }}}"#,
+    );
+    let (code, _, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
+    assert_eq!(code, 1);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            "state/a: unknown field `metdata` (did you mean `metadata`?)",
+            "state/b: metadata field `defaultTtlInSeconds`: invalid type: string \"abc\", expected i64",
+        ],
+        "a component that did not parse is reported once, and the others are still validated"
+    );
+}

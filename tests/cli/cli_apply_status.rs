@@ -1,0 +1,159 @@
+//! `rewire apply` and `rewire status` against a running `rewire run`: a
+//! push changes a running component (in place, then with a rebuild), an
+//! invalid push is rejected with the reason and changes nothing.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use testkit::{free_port, ChildProcess};
+
+fn rewire(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rewire"))
+        .args(args)
+        .env_remove("DAPR_API_TOKEN")
+        .env_remove("REWIRE_ADMIN_TOKEN")
+        .output()
+        .expect("cannot run rewire")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn start(config: &std::path::Path, grpc: &str, http: &str) -> ChildProcess {
+    let log = config.with_extension("log");
+    let (config, grpc, http) = (config.to_path_buf(), grpc.to_string(), http.to_string());
+    let mut sidecar = ChildProcess::new("rewire run", log, move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .args([
+                "run",
+                "--grpc-addr",
+                &grpc,
+                "--http-addr",
+                &http,
+                "--config",
+            ])
+            .arg(&config)
+            .env("NO_COLOR", "1");
+        command
+    });
+    if let Err(err) = sidecar.start_until_logged(Duration::from_secs(30), "Sidecar APIs listening.")
+    {
+        panic!("sidecar did not start: {err}");
+    }
+    sidecar
+}
+
+#[test]
+fn apply_changes_a_running_component_and_status_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#,
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start(&config, &grpc, &http);
+
+    let applied = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=30",
+        "--addr",
+        &grpc,
+    ]);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    assert_eq!(
+        text(&applied.stdout),
+        "state/orders: applied (generation 2)\n  state/orders: updated_in_place\n"
+    );
+
+    let rejected = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSecs=30",
+        "--addr",
+        &grpc,
+    ]);
+    assert_eq!(rejected.status.code(), Some(1));
+    assert_eq!(
+        text(&rejected.stderr),
+        "state/orders: rejected (generation 2 keeps serving)\n  state/orders: unknown metadata field `defaultTtlInSecs` (did you mean `defaultTtlInSeconds`?)\n"
+    );
+
+    let added = rewire(&[
+        "apply", "--kind", "lock", "--name", "locks", "--type", "memory", "--addr", &grpc,
+    ]);
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    assert!(
+        text(&added.stdout).contains("lock/locks: added"),
+        "{}",
+        text(&added.stdout)
+    );
+
+    let status = rewire(&["status", "--http-addr", &http]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    let status: serde_json::Value =
+        serde_json::from_slice(&status.stdout).expect("status is not JSON");
+    assert_eq!(status["generation"], 3);
+    let orders = status["components"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "orders"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(orders["metadata"]["defaultTtlInSeconds"], "30");
+    assert_eq!(
+        orders["sources"]["metadata"]["defaultTtlInSeconds"],
+        "control_plane"
+    );
+    let outcomes: Vec<&str> = status["reloads"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|r| r["outcome"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(outcomes, ["applied", "rejected", "applied"]);
+}
+
+#[test]
+fn apply_and_status_say_clearly_when_no_sidecar_runs() {
+    let port = free_port();
+    let apply = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "x",
+        "--addr",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(apply.status.code(), Some(1));
+    assert!(
+        text(&apply.stderr).contains("cannot reach the sidecar"),
+        "{}",
+        text(&apply.stderr)
+    );
+    let status = rewire(&["status", "--http-addr", &format!("127.0.0.1:{port}")]);
+    assert_eq!(status.status.code(), Some(1));
+    assert!(
+        text(&status.stderr).contains("cannot reach the sidecar"),
+        "{}",
+        text(&status.stderr)
+    );
+    let malformed = rewire(&["apply", "--kind", "state", "--name", "x", "-m", "novalue"]);
+    assert_eq!(malformed.status.code(), Some(2));
+    assert!(
+        text(&malformed.stderr).contains("expected key=value"),
+        "{}",
+        text(&malformed.stderr)
+    );
+}

@@ -1,0 +1,13 @@
+//! The `rewire` command line, the Mermaid graph output and the error corpus
+//! (validate, Lifecycle pushes, watched files). One test binary.
+// Test code: a failed setup step should panic where it happens.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+mod cli;
+mod cli_apply_status;
+mod corpus_lifecycle;
+mod corpus_validate;
+mod corpus_watched_file;
+mod graph_mermaid;

@@ -1,0 +1,34 @@
+//! gRPC clients of the generated services over a tonic channel.
+
+use std::time::Duration;
+
+pub use rewire::api::grpc::proto::dapr::proto::common::v1 as common;
+pub use rewire::api::grpc::proto::dapr::proto::runtime::v1 as dapr;
+pub use rewire::api::grpc::proto::rewire::lifecycle::v1 as lifecycle;
+
+use dapr::dapr_client::DaprClient;
+use lifecycle::lifecycle_client::LifecycleClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// How long a test waits for anything that should happen at once.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A channel to the gRPC API at `url`.
+pub async fn channel(url: String) -> Channel {
+    Endpoint::from_shared(url)
+        .expect("bad url")
+        .connect_timeout(PATIENCE)
+        .connect()
+        .await
+        .expect("cannot connect")
+}
+
+/// A client of the Dapr service at `url`.
+pub async fn dapr_client(url: String) -> DaprClient<Channel> {
+    DaprClient::new(channel(url).await)
+}
+
+/// A client of the Lifecycle service at `url`.
+pub async fn lifecycle_client(url: String) -> LifecycleClient<Channel> {
+    LifecycleClient::new(channel(url).await)
+}

@@ -1,0 +1,52 @@
+//! Starting a runtime with its sidecar APIs on free loopback ports.
+
+use std::net::SocketAddr;
+
+use rewire::api::{ApiOptions, ApiServer};
+use rewire::Runtime;
+use tokio_util::sync::CancellationToken;
+
+/// A runtime serving its APIs; stopped on `stop()`.
+pub struct Sidecar {
+    pub runtime: Runtime,
+    pub grpc_addr: SocketAddr,
+    shutdown: CancellationToken,
+    server: Option<ApiServer>,
+}
+
+impl Sidecar {
+    /// Starts `json` and serves it with `options` on ports picked by the OS.
+    pub async fn start(json: &str, options: ApiOptions) -> Self {
+        let runtime = super::start(json).await.expect("start failed");
+        Self::serve(runtime, options).await
+    }
+
+    /// Serves an already started runtime.
+    pub async fn serve(runtime: Runtime, options: ApiOptions) -> Self {
+        let shutdown = CancellationToken::new();
+        let any = "127.0.0.1:0".parse().unwrap();
+        let server = ApiServer::bind(runtime.clone(), options, any, any, shutdown.clone())
+            .await
+            .expect("bind failed");
+        Self {
+            runtime,
+            grpc_addr: server.grpc_addr,
+            shutdown,
+            server: Some(server),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` of the gRPC API (for tonic channels).
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+
+    /// Stops the servers (in-flight calls finish) and the runtime.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            server.stopped().await.expect("server failed");
+        }
+        self.runtime.shutdown().await;
+    }
+}

@@ -1,0 +1,161 @@
+//! A reload in which a rebuilt component's init fails is rolled back whole:
+//! the error names the component, the old generation keeps serving with its
+//! very instances, everything built for the candidate is closed, and an
+//! in-place update made in the same transaction is reverted.
+
+use crate::support::reload as reload_support;
+
+use reload_support::{
+    action, applied, apply_ok, candidate, closes, inits, instance, key, probe, start,
+};
+use rewire::{Action, FailedStep, HandleError, Outcome, ReloadError};
+
+/// `ip` takes changes in place; `base` and `bad` refuse them; `bad` uses
+/// `base`; `extra` is only in the candidate.
+fn config(rev: u32, fail: bool, extra: bool) -> String {
+    let extra = if extra {
+        r#", "extra": {"type": "test.reload.probe", "metadata": {"tag": "rbi-extra"}}"#
+    } else {
+        ""
+    };
+    format!(
+        r#"{{"appId": "rollback-init", "components": {{"probe": {{
+            "ip": {{"type": "test.reload.probe", "metadata": {{"tag": "rbi-ip", "inPlace": true, "rev": {rev}}}}},
+            "base": {{"type": "test.reload.probe", "metadata": {{"tag": "rbi-base", "rev": {rev}}}}},
+            "bad": {{"type": "test.reload.probe", "metadata": {{"tag": "rbi-bad", "rev": {rev}, "failInit": {fail}}},
+                     "componentRef": [{{"type": "probe", "name": "base"}}]}}
+            {extra}
+        }}}}}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_init_rolls_back_everything() {
+    let runtime = start(&config(1, false, false)).await;
+    let ip = instance(&runtime, "probe/ip");
+    let base = instance(&runtime, "probe/base");
+    let bad = instance(&runtime, "probe/bad");
+    let old_base = probe(&runtime, "base");
+
+    let result = runtime.apply(candidate(&config(2, true, true))).await;
+
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].component, key("probe/bad"));
+    assert_eq!(failures[0].step, FailedStep::Init);
+    assert_eq!(failures[0].message, "probe rbi-bad refused to start");
+
+    // Recorded as rolled back, with what would have been done.
+    let history = runtime.history();
+    assert_eq!(history.len(), 1);
+    let record = &history[0];
+    assert_eq!(record.outcome, Outcome::RolledBack);
+    assert_eq!(record.generation, 1);
+    let error = record.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("probe/bad: init failed: probe rbi-bad refused to start"),
+        "{error}"
+    );
+    assert_eq!(action(record, "probe/ip"), Action::UpdatedInPlace);
+    assert_eq!(action(record, "probe/base"), Action::Rebuilt);
+    assert_eq!(action(record, "probe/extra"), Action::Added);
+
+    // Nothing changed for callers: same generation, same instances.
+    assert_eq!(runtime.generation().number, 1);
+    assert_eq!(runtime.generation().len(), 3);
+    assert!(instance(&runtime, "probe/ip").same_as(&ip));
+    assert!(instance(&runtime, "probe/base").same_as(&base));
+    assert!(instance(&runtime, "probe/bad").same_as(&bad));
+    assert_eq!(
+        runtime.component(key("probe/extra")).load().err(),
+        Some(HandleError::NotRunning(key("probe/extra")))
+    );
+    assert_eq!(probe(&runtime, "bad").meta().rev, 1);
+    assert!(!probe(&runtime, "bad").is_closed());
+    // probe/bad's dependency, as probe/bad sees it, is still the old one.
+    let upstream = probe(&runtime, "bad")
+        .upstream()
+        .cloned()
+        .expect("no upstream");
+    let reached = upstream.load_as::<reload_support::Probe>().unwrap();
+    assert_eq!(reached.meta().rev, 1);
+    drop(reached);
+
+    // What was built for the candidate was closed (not the old instances).
+    assert_eq!(
+        (inits("rbi-base"), inits("rbi-extra"), inits("rbi-bad")),
+        (2, 1, 2)
+    );
+    assert_eq!(closes("rbi-extra"), 1, "the added probe was not closed");
+    assert_eq!(closes("rbi-base"), 1, "the new probe/base was not closed");
+    assert!(!old_base.is_closed(), "the old probe/base was closed");
+    assert_eq!(closes("rbi-ip"), 0);
+
+    // The in-place update was reverted.
+    assert_eq!(applied("rbi-ip"), 2, "applied, then reverted");
+    assert_eq!(
+        probe(&runtime, "ip").meta().rev,
+        1,
+        "the in-place update was not reverted"
+    );
+    let running = runtime.config();
+    let ip_spec = running
+        .config
+        .components
+        .get(&key("probe/ip"))
+        .expect("no probe/ip");
+    assert_eq!(ip_spec.metadata.get("rev"), Some(&serde_json::json!(1)));
+
+    // The runtime is not wedged: a good candidate applies.
+    let record = apply_ok(&runtime, &config(2, false, true)).await;
+    assert_eq!(record.generation, 2);
+    assert_eq!(action(&record, "probe/bad"), Action::Rebuilt);
+    assert_eq!(probe(&runtime, "ip").meta().rev, 2);
+    runtime.shutdown().await;
+}
+
+/// The memory config store `s` with `items`, read by `reader`, which fails
+/// to start when told.
+fn store_config(items: &str, fail: bool) -> String {
+    format!(
+        r#"{{"appId": "rollback-init", "components": {{
+            "config_store": {{"s": {{"type": "memory", "metadata": {{"items": {items}}}}}}},
+            "probe": {{"reader": {{"type": "test.reload.probe", "metadata": {{"tag": "rbi-reader", "failInit": {fail}}},
+                                  "configurationRef": [{{"store": "s", "key": "host", "injectAs": "value"}}]}}}}
+        }}}}"#
+    )
+}
+
+/// A rolled-back reload must leave no trace in a config store it updated in
+/// place: a key the candidate added must be gone again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolled_back_config_store_update_leaves_no_trace() {
+    let runtime = start(&store_config(r#"{"host": "a"}"#, false)).await;
+    let s = instance(&runtime, "config_store/s");
+
+    let result = runtime
+        .apply(candidate(&store_config(
+            r#"{"host": "b", "added": "x"}"#,
+            true,
+        )))
+        .await;
+
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    assert_eq!(failures[0].component, key("probe/reader"));
+    let record = reload_support::last_record(&runtime);
+    assert_eq!(action(&record, "config_store/s"), Action::UpdatedInPlace);
+    assert!(instance(&runtime, "config_store/s").same_as(&s));
+    let store = runtime.config_store("s").load().unwrap();
+    let items = store.get(&rewire::ConfigQuery::default()).await.unwrap();
+    let values: Vec<(String, String)> = items.into_iter().map(|i| (i.key, i.value)).collect();
+    assert_eq!(
+        values,
+        [("host".to_string(), "a".to_string())],
+        "the rolled-back candidate's items are still served"
+    );
+    runtime.shutdown().await;
+}

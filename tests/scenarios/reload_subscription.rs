@@ -1,0 +1,406 @@
+//! A subscription made through an injected `ConfigStoreHandle` follows the
+//! config store across rebuilds: after a reload replaces the store (type
+//! change, or a metadata change of a store that is not dynamic), the
+//! subscriber gets a synthetic change for every value that differs in the
+//! new instance (a deletion for a key it lacks), then every change made on
+//! the new instance — and nothing from the retired one.
+
+use crate::support::reload as reload_support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reload_support::{actions, address, apply_ok, instance, start, wait_until};
+use rewire::prelude::*;
+use rewire::{
+    Action, ConfigError, ConfigItem, ConfigQuery, ConfigSubscription, Runtime, SubscriptionHub,
+};
+use serde::Deserialize;
+
+/// Every (key, value) delivered to one watcher, in order.
+type Deliveries = Vec<(String, String)>;
+
+/// `tag` → what its watcher was delivered.
+static SEEN: Mutex<Option<HashMap<String, Deliveries>>> = Mutex::new(None);
+
+fn seen(tag: &str) -> Vec<(String, String)> {
+    let guard = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    guard
+        .as_ref()
+        .and_then(|m| m.get(tag).cloned())
+        .unwrap_or_default()
+}
+
+fn has_seen(tag: &str, key: &str, value: &str) -> bool {
+    seen(tag).iter().any(|(k, v)| k == key && v == value)
+}
+
+#[derive(Deserialize)]
+struct WatcherMeta {
+    tag: String,
+}
+
+/// Subscribes in `init` through its injected handle and records every
+/// delivered change.
+#[derive(rewire::Component)]
+#[component(kind = "watcher", type = "test.subscription.watcher")]
+struct Watcher {
+    #[metadata]
+    meta: WatcherMeta,
+    #[inject]
+    config: ConfigStoreHandle,
+}
+
+#[async_trait]
+impl Component for Watcher {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let query = ConfigQuery::keys(["color", "size"]);
+        let mut subscription = self
+            .config
+            .subscribe(query)
+            .await
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        let tag = self.meta.tag.clone();
+        let shutdown = cx.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    change = subscription.changes.recv() => {
+                        let Some(change) = change else { return };
+                        let mut guard = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+                        let log = guard.get_or_insert_with(HashMap::new).entry(tag.clone()).or_default();
+                        log.extend(change.items.into_iter().map(|i| (i.key, i.value)));
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct SeededMeta {
+    #[serde(default)]
+    items: BTreeMap<String, String>,
+}
+
+/// A writable config store seeded from its `items`; not dynamic, so any
+/// metadata change rebuilds it (and loses what was set at run time).
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.subscription.seeded")]
+struct Seeded {
+    #[metadata]
+    meta: SeededMeta,
+    values: Mutex<BTreeMap<String, String>>,
+    hub: SubscriptionHub,
+}
+
+#[async_trait]
+impl Component for Seeded {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        *self.values.lock().unwrap_or_else(|p| p.into_inner()) = self.meta.items.clone();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ConfigStore for Seeded {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        let items = values.iter().map(|(key, value)| ConfigItem {
+            key: key.clone(),
+            value: value.clone(),
+            ..ConfigItem::default()
+        });
+        Ok(items.filter(|item| query.matches(item)).collect())
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        for item in &items {
+            values.insert(item.key.clone(), item.value.clone());
+        }
+        drop(values);
+        self.hub.publish(&items);
+        Ok(())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Ok(self.hub.subscribe(query))
+    }
+}
+
+fn config(store_type: &str, size: &str) -> String {
+    config_with(
+        store_type,
+        &format!(r#"{{"color": "blue", "size": "{size}"}}"#),
+    )
+}
+
+fn config_with(store_type: &str, items: &str) -> String {
+    r#"{"appId": "subscription", "components": {
+        "config_store": {"cfg": {"type": "TYPE", "metadata": {"items": ITEMS}}},
+        "watcher": {"w": {"type": "test.subscription.watcher", "metadata": {"tag": "sub-w"},
+                          "componentRef": [{"type": "config_store", "name": "cfg"}]}}
+    }}"#
+    .replace("TYPE", store_type)
+    .replace("ITEMS", items)
+}
+
+async fn set(store: &dyn ConfigStore, key: &str, value: &str) {
+    let item = ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        ..ConfigItem::default()
+    };
+    store
+        .set(vec![item])
+        .await
+        .unwrap_or_else(|e| panic!("set {key}: {e}"));
+}
+
+async fn set_current(runtime: &Runtime, key: &str, value: &str) {
+    let store = runtime.config_store("cfg").load().unwrap();
+    set(store.as_ref(), key, value).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handle_subscription_follows_the_store_across_rebuilds() {
+    let tag = "sub-w";
+    let runtime = start(&config("memory", "s")).await;
+    let watcher = instance(&runtime, "watcher/w");
+    set_current(&runtime, "color", "red").await;
+    wait_until("color=red is delivered", || has_seen(tag, "color", "red")).await;
+
+    // 1. Type change: memory -> seeded, with color=blue and size=m.
+    let memory = runtime.config_store("cfg").load().unwrap();
+    let before = address(&runtime, "config_store/cfg");
+    let record = apply_ok(&runtime, &config("test.subscription.seeded", "m")).await;
+    assert_eq!(
+        actions(&record),
+        [
+            ("config_store/cfg".to_string(), Action::Rebuilt),
+            ("watcher/w".to_string(), Action::Unchanged),
+        ]
+    );
+    assert_ne!(address(&runtime, "config_store/cfg"), before);
+    assert!(
+        instance(&runtime, "watcher/w").same_as(&watcher),
+        "the subscriber was rebuilt"
+    );
+    // Synthetic changes for what differs from what was last delivered:
+    // color (red -> blue) and size (s -> m).
+    wait_until("the synthetic change is delivered", || {
+        has_seen(tag, "color", "blue") && has_seen(tag, "size", "m")
+    })
+    .await;
+    // The retired instance no longer reaches the subscriber.
+    set(memory.as_ref(), "color", "ghost").await;
+    drop(memory);
+    // Changes on the new instance do.
+    set_current(&runtime, "color", "green").await;
+    wait_until("color=green is delivered", || {
+        has_seen(tag, "color", "green")
+    })
+    .await;
+
+    // 2. Metadata change of the seeded store (not dynamic): rebuilt again;
+    // it starts from its items (color=blue, size=l), both differ from what
+    // was delivered last (green, m).
+    let before = address(&runtime, "config_store/cfg");
+    let record = apply_ok(&runtime, &config("test.subscription.seeded", "l")).await;
+    assert_eq!(
+        reload_support::action(&record, "config_store/cfg"),
+        Action::Rebuilt
+    );
+    assert_ne!(address(&runtime, "config_store/cfg"), before);
+    wait_until("the second synthetic change is delivered", || {
+        has_seen(tag, "size", "l")
+    })
+    .await;
+    set_current(&runtime, "size", "xl").await;
+    wait_until("size=xl is delivered", || has_seen(tag, "size", "xl")).await;
+
+    // 3. Rebuilt without `color`: its deletion is delivered (empty value);
+    // `size` is what was delivered last, so it is not sent again.
+    let record = apply_ok(
+        &runtime,
+        &config_with("test.subscription.seeded", r#"{"size": "xl"}"#),
+    )
+    .await;
+    assert_eq!(
+        reload_support::action(&record, "config_store/cfg"),
+        Action::Rebuilt
+    );
+    wait_until("the deletion of color is delivered", || {
+        has_seen(tag, "color", "")
+    })
+    .await;
+
+    let log = seen(tag);
+    let pairs = |items: &[(&str, &str)]| {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    // The order of keys inside one synthetic change is not specified.
+    let mut first_synthetic = log[1..3].to_vec();
+    first_synthetic.sort();
+    let mut second_synthetic = log[4..6].to_vec();
+    second_synthetic.sort();
+    assert_eq!(log[0], ("color".to_string(), "red".to_string()), "{log:?}");
+    assert_eq!(
+        first_synthetic,
+        pairs(&[("color", "blue"), ("size", "m")]),
+        "{log:?}"
+    );
+    assert_eq!(
+        log[3],
+        ("color".to_string(), "green".to_string()),
+        "{log:?}"
+    );
+    assert_eq!(
+        second_synthetic,
+        pairs(&[("color", "blue"), ("size", "l")]),
+        "{log:?}"
+    );
+    assert_eq!(log[6..], pairs(&[("size", "xl"), ("color", "")]), "{log:?}");
+    assert!(
+        !has_seen(tag, "color", "ghost"),
+        "a change on the retired store was delivered: {log:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        seen(tag).len(),
+        8,
+        "unexpected extra deliveries: {:?}",
+        seen(tag)
+    );
+    assert!(
+        instance(&runtime, "watcher/w").same_as(&watcher),
+        "the subscriber was rebuilt"
+    );
+    runtime.shutdown().await;
+}
+
+/// Whether the gated store's `get` may answer.
+static GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether a gated `get` is waiting.
+static GATE_REACHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[derive(Deserialize)]
+struct GatedMeta {
+    #[serde(default)]
+    gated: bool,
+    #[serde(default)]
+    items: BTreeMap<String, String>,
+}
+
+/// A seeded, writable config store whose `get` waits for [`GATE_OPEN`]
+/// when `gated` (a slow backend); not dynamic.
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.subscription.gated")]
+struct Gated {
+    #[metadata]
+    meta: GatedMeta,
+    inner: Seeded,
+}
+
+#[async_trait]
+impl Component for Gated {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        self.inner.meta.items = self.meta.items.clone();
+        self.inner.init(cx).await
+    }
+}
+
+#[async_trait]
+impl ConfigStore for Gated {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        use std::sync::atomic::Ordering;
+        if self.meta.gated {
+            GATE_REACHED.store(true, Ordering::SeqCst);
+            while !GATE_OPEN.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        self.inner.get(query).await
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        self.inner.set(items).await
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        self.inner.subscribe(query).await
+    }
+}
+
+impl Default for Seeded {
+    fn default() -> Self {
+        Self {
+            meta: SeededMeta {
+                items: BTreeMap::new(),
+            },
+            values: Mutex::default(),
+            hub: SubscriptionHub::default(),
+        }
+    }
+}
+
+fn gated_config(gated: bool, color: &str) -> String {
+    format!(
+        r#"{{"appId": "subscription", "components": {{"config_store": {{"slow": {{"type": "test.subscription.gated",
+            "metadata": {{"gated": {gated}, "items": {{"color": "{color}"}}}}}}}}}}}}"#
+    )
+}
+
+/// A reload that replaces the store while `subscribe` is still reading its
+/// first snapshot must not leave the subscription on the retired instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_made_during_a_rebuild_follows_the_new_store() {
+    use std::sync::atomic::Ordering;
+    let runtime = start(&gated_config(true, "red")).await;
+    let handle = runtime.config_store("slow");
+    let subscribing =
+        tokio::spawn(async move { handle.subscribe(ConfigQuery::keys(["color"])).await });
+    wait_until("subscribe reads its first snapshot", || {
+        GATE_REACHED.load(Ordering::SeqCst)
+    })
+    .await;
+
+    // The store is rebuilt (metadata change, not dynamic) meanwhile.
+    let record = apply_ok(&runtime, &gated_config(false, "blue")).await;
+    assert_eq!(
+        reload_support::action(&record, "config_store/slow"),
+        Action::Rebuilt
+    );
+    GATE_OPEN.store(true, Ordering::SeqCst);
+    let mut subscription = subscribing
+        .await
+        .expect("subscribe task")
+        .expect("subscribe");
+
+    // The value that differs in the new store, then a change made on it,
+    // must both arrive.
+    let store = runtime.config_store("slow").load().unwrap();
+    set(store.as_ref(), "color", "green").await;
+    drop(store);
+    let mut delivered = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while !delivered.contains(&("color".to_string(), "green".to_string())) {
+        match tokio::time::timeout_at(deadline, subscription.changes.recv()).await {
+            Ok(Some(change)) => {
+                delivered.extend(change.items.into_iter().map(|i| (i.key, i.value)))
+            }
+            Ok(None) => panic!("the subscription ended; delivered {delivered:?}"),
+            Err(_) => {
+                panic!("the subscription is stuck on the retired store; delivered {delivered:?}")
+            }
+        }
+    }
+    runtime.shutdown().await;
+}

@@ -1,0 +1,26 @@
+//! Shared helpers of this test binary.
+
+pub mod grpc;
+pub mod reload;
+pub mod sidecar;
+pub mod story_load;
+pub mod triggers;
+
+use rewire::config::{parse, validate};
+use rewire::{Registry, Runtime, RuntimeOptions, StartError, ValidConfig};
+
+/// Parses and validates `json` against every linked component type.
+pub fn valid(json: &str) -> ValidConfig {
+    let config = parse(json.as_bytes()).expect("parse failed");
+    validate(config, &Registry::collected()).expect("validation failed")
+}
+
+/// Starts `json` with default options.
+pub async fn start(json: &str) -> Result<Runtime, StartError> {
+    Runtime::start(
+        valid(json),
+        Registry::collected(),
+        RuntimeOptions::default(),
+    )
+    .await
+}

@@ -1,0 +1,158 @@
+//! The configuration file as a trigger: bursts coalesce, rename-writes and
+//! Kubernetes ConfigMap `..data` symlink swaps are seen, and an invalid
+//! write is rejected while the next good one applies.
+
+use crate::support;
+use crate::support::triggers;
+
+use std::path::Path;
+use std::time::Duration;
+
+use rewire::{ComponentKey, Outcome, Trigger};
+use serde_json::json;
+use triggers::{applied_after, eventually, records_of, running_field};
+
+fn config(ttl: u64) -> String {
+    format!(
+        r#"{{"components": {{"state": {{"s": {{"type": "memory", "metadata": {{"defaultTtlInSeconds": {ttl}}}}}}}}}}}"#
+    )
+}
+
+fn key() -> ComponentKey {
+    ComponentKey::new("state", "s")
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_rapid_writes_end_with_the_last_in_a_handful_of_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &config(0));
+    let runtime = support::start(&config(0)).await.unwrap();
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    let instance = runtime.generation().get(&key()).cloned();
+    for ttl in 1..=20 {
+        write(&path, &config(ttl));
+    }
+    let done = eventually(Duration::from_secs(10), || {
+        (running_field(&runtime, &key(), "defaultTtlInSeconds") == Some(json!(20))).then_some(())
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "final content not applied: {:#?}",
+        runtime.history()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // `std::fs::write` truncates first: a read may catch a half-written
+    // file, which is rejected (the next read applies). Only the applied
+    // reloads count against "a handful".
+    let reloads = records_of(&runtime, Trigger::File);
+    let applied = reloads
+        .iter()
+        .filter(|r| r.outcome == Outcome::Applied)
+        .count();
+    assert!(
+        (1..=5).contains(&applied),
+        "{applied} reloads for 20 writes: {reloads:#?}"
+    );
+    assert!(reloads.len() <= 10, "{reloads:#?}");
+    let now = runtime.generation().get(&key()).cloned();
+    assert!(
+        matches!((instance, now), (Some(a), Some(b)) if a.same_as(&b)),
+        "the memory store takes metadata changes in place"
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_configmap_symlink_swap_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("..2026_11_30_v1")).unwrap();
+    write(&root.join("..2026_11_30_v1/rewire.json"), &config(1));
+    std::os::unix::fs::symlink("..2026_11_30_v1", root.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/rewire.json", root.join("rewire.json")).unwrap();
+    let runtime = support::start(&config(1)).await.unwrap();
+    let _watch = runtime.watch_config_file(root.join("rewire.json"), Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // What the kubelet does: a new timestamped dir, then an atomic rename
+    // of a fresh symlink over `..data`.
+    std::fs::create_dir(root.join("..2026_11_30_v2")).unwrap();
+    write(&root.join("..2026_11_30_v2/rewire.json"), &config(2));
+    std::os::unix::fs::symlink("..2026_11_30_v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_11_30_v1")).unwrap();
+    let record = applied_after(&runtime, Trigger::File, 0).await;
+    assert_eq!(
+        record.actions.get("state/s"),
+        Some(&rewire::Action::UpdatedInPlace)
+    );
+    assert_eq!(
+        running_field(&runtime, &key(), "defaultTtlInSeconds"),
+        Some(json!(2))
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_rename_write_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &config(1));
+    let runtime = support::start(&config(1)).await.unwrap();
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let temp = dir.path().join(".rewire.json.swp");
+    write(&temp, &config(3));
+    std::fs::rename(&temp, &path).unwrap();
+    applied_after(&runtime, Trigger::File, 0).await;
+    assert_eq!(
+        running_field(&runtime, &key(), "defaultTtlInSeconds"),
+        Some(json!(3))
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_write_is_rejected_and_the_next_good_one_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &config(1));
+    let runtime = support::start(&config(1)).await.unwrap();
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    write(
+        &path,
+        r#"{"components": {"state": {"s": {"type": "memory", "metadata": {"defaultTtlInSeconds": 9"#,
+    );
+    let rejected = eventually(Duration::from_secs(10), || {
+        records_of(&runtime, Trigger::File)
+            .into_iter()
+            .find(|r| r.outcome == Outcome::Rejected)
+    })
+    .await
+    .unwrap_or_else(|| panic!("half-written file not rejected: {:#?}", runtime.history()));
+    assert!(
+        rejected
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("malformed JSON at line 1")),
+        "{rejected:?}"
+    );
+    assert_eq!(runtime.generation().number, 1);
+    assert_eq!(
+        running_field(&runtime, &key(), "defaultTtlInSeconds"),
+        Some(json!(1))
+    );
+    write(&path, &config(4));
+    applied_after(&runtime, Trigger::File, 0).await;
+    assert_eq!(
+        running_field(&runtime, &key(), "defaultTtlInSeconds"),
+        Some(json!(4))
+    );
+    runtime.shutdown().await;
+}

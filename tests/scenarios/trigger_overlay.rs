@@ -1,0 +1,90 @@
+//! The overlay: a config-store key of component overrides; the app-specific
+//! key `<key>.<appId>` beats the common one, which beats the file; changes
+//! of either key reload the runtime.
+
+use crate::support;
+use crate::support::triggers;
+
+use rewire::config::Layer;
+use rewire::{ComponentKey, ConfigItem, ConfigQuery, Outcome, Trigger};
+use serde_json::json;
+use triggers::{applied_after, eventually, records_of, running_field};
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {
+    "config_store": {"cfg": {"type": "memory", "metadata": {"items": {
+        "rewire.components": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 2, "x": 1}}}}},
+        "rewire.components.shop": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 3}}}}}
+    }}}},
+    "state": {"s": {"type": "memory", "metadata": {"defaultTtlInSeconds": 1}}}
+}, "overlay": {"store": "cfg", "key": "rewire.components"}}"#;
+
+fn s() -> ComponentKey {
+    ComponentKey::new("state", "s")
+}
+
+async fn set(runtime: &rewire::Runtime, key: &str, value: &str) {
+    let store = runtime.config_store("cfg").load().unwrap();
+    let item = ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        ..ConfigItem::default()
+    };
+    store.set(vec![item]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_specific_overlay_beats_the_common_one_which_beats_the_file() {
+    // The common overlay sets an unknown field `x`: the merged candidate is
+    // invalid, so the start keeps the file's configuration and says why.
+    let runtime = support::start(CONFIG).await.unwrap();
+    let rejected = records_of(&runtime, Trigger::Overlay);
+    assert_eq!(rejected.len(), 1, "{rejected:#?}");
+    assert_eq!(rejected[0].outcome, Outcome::Rejected);
+    assert!(
+        rejected[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("state/s: unknown metadata field `x`")),
+        "{rejected:#?}"
+    );
+    assert_eq!(
+        running_field(&runtime, &s(), "defaultTtlInSeconds"),
+        Some(json!(1))
+    );
+
+    // Fix the common key: both overlays apply, the app's wins.
+    set(
+        &runtime,
+        "rewire.components",
+        r#"{"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 2}}}}}"#,
+    )
+    .await;
+    applied_after(&runtime, Trigger::Overlay, 0).await;
+    assert_eq!(
+        running_field(&runtime, &s(), "defaultTtlInSeconds"),
+        Some(json!(3))
+    );
+    let status = runtime.status().await;
+    let sources = status
+        .components
+        .iter()
+        .find(|c| c.name == "s")
+        .map(|c| c.sources.clone());
+    assert_eq!(
+        sources.and_then(|s| s.metadata.get("defaultTtlInSeconds").copied()),
+        Some(Layer::OverlayApp)
+    );
+
+    // Drop the app key: the common overlay's value is in force.
+    let store = runtime.config_store("cfg").load().unwrap();
+    store
+        .delete(&ConfigQuery::keys(["rewire.components.shop"]))
+        .await
+        .unwrap();
+    let common = eventually(std::time::Duration::from_secs(10), || {
+        (running_field(&runtime, &s(), "defaultTtlInSeconds") == Some(json!(2))).then_some(())
+    })
+    .await;
+    assert!(common.is_some(), "{:#?}", runtime.history());
+    runtime.shutdown().await;
+}
