@@ -83,7 +83,7 @@ fn component_config(push: &PushSpec) -> ComponentConfig {
 /// What must not change when a push is refused.
 struct Snapshot {
     generation: Arc<Generation>,
-    config: rewire::ConfigFile,
+    config: rewire::Config,
     layers: Layers,
     start_order: Vec<ComponentKey>,
 }

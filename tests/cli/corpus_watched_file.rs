@@ -53,7 +53,7 @@ async fn next_file_record(events: &mut broadcast::Receiver<ReloadRecord>) -> Opt
 /// What must not change when a write is refused.
 struct Snapshot {
     generation: Arc<Generation>,
-    config: rewire::ConfigFile,
+    config: rewire::Config,
     layers: Layers,
 }
 

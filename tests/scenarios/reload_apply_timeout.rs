@@ -1,5 +1,5 @@
 //! An in-place update that never answers must not wedge reloads: like
-//! `init`, `apply_config` is bounded (by the init timeout), after which the
+//! `init`, `update_in_place` is bounded (by the init timeout), after which the
 //! engine falls back to a rebuild or rolls back — and later reloads run.
 
 use crate::support::reload as reload_support;
@@ -29,21 +29,21 @@ struct Stuck {
 
 #[async_trait]
 impl Component for Stuck {
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl DynamicComponent for Stuck {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for Stuck {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: StuckMeta = metadata
             .decode()
             .map_err(|e| ComponentError::new(e.to_string()))?;
         if new.hang_on_apply && new.rev != self.meta.rev {
             std::future::pending::<()>().await;
         }
-        Ok(Applied::NeedsReload)
+        Ok(InPlace::NeedsRebuild)
     }
 }
 
@@ -71,7 +71,7 @@ async fn hanging_apply_config_does_not_wedge_reloads() {
     )
     .await;
     let Ok(first) = first else {
-        panic!("a reload waited forever on apply_config (no timeout around it)");
+        panic!("a reload waited forever on update_in_place (no timeout around it)");
     };
     match &first {
         Ok(record) => assert_eq!(record.outcome, Outcome::Applied),

@@ -63,7 +63,7 @@ async fn ref_change_rebuilds_and_the_handle_reaches_the_new_target() {
     assert_eq!(
         applied("cr-user"),
         0,
-        "a ref change must not go through apply_config"
+        "a ref change must not go through update_in_place"
     );
     assert_eq!(inits("cr-user"), 2);
     let user = probe(&runtime, "user");

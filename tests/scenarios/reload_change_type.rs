@@ -65,7 +65,7 @@ async fn type_change_rebuilds_with_the_new_type() {
     assert_eq!(
         applied("ct-x"),
         0,
-        "a type change must not go through apply_config"
+        "a type change must not go through update_in_place"
     );
     let running = runtime.config();
     let spec = running

@@ -76,22 +76,22 @@ impl Component for Durable {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl DynamicComponent for Durable {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for Durable {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: DurableMeta = metadata
             .decode()
             .map_err(|e| ComponentError::new(e.to_string()))?;
         if !new.in_place {
-            return Ok(Applied::NeedsReload);
+            return Ok(InPlace::NeedsRebuild);
         }
         self.meta.replace(new);
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 

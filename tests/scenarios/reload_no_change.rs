@@ -77,7 +77,7 @@ async fn same_configuration_is_no_change() {
     assert_eq!(
         (applied("nc-reader"), applied("nc-user")),
         (0, 0),
-        "apply_config was called"
+        "update_in_place was called"
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!((closes("nc-reader"), closes("nc-user")), (0, 0));

@@ -149,7 +149,7 @@ async fn no_secret_value_reaches_any_output() {
         runtime
             .history()
             .into_iter()
-            .find(|r| r.trigger == Trigger::Watch && r.error.is_some())
+            .find(|r| r.trigger == Trigger::WatchedRef && r.error.is_some())
     })
     .await
     .unwrap_or_else(|| {

@@ -94,7 +94,7 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
     let load = start_load(runtime.state_store("orders"), 4, "t");
     tokio::time::sleep(Duration::from_millis(300)).await;
     apollo.release("application", &[("orders.redisHost", dr.addr().as_str())]);
-    let switch = applied_after(&runtime, Trigger::Watch, 0).await;
+    let switch = applied_after(&runtime, Trigger::WatchedRef, 0).await;
     assert_eq!(
         switch.actions.get("state/orders"),
         Some(&Action::UpdatedInPlace),
@@ -118,7 +118,7 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
         .await
         .unwrap();
     write_secret(dir.path(), NEW_PASSWORD);
-    let rotation = applied_after(&runtime, Trigger::Watch, 1).await;
+    let rotation = applied_after(&runtime, Trigger::WatchedRef, 1).await;
     assert_eq!(
         rotation.actions.get("state/orders"),
         Some(&Action::UpdatedInPlace),
@@ -128,7 +128,7 @@ async fn dr_switch_in_apollo_and_password_rotation_without_a_failed_request() {
     // A wrong new password: refused, the reload rolls back, traffic goes on.
     write_secret(dir.path(), "not-the-password-0000");
     let refused = eventually(Duration::from_secs(10), || {
-        records_of(&runtime, Trigger::Watch)
+        records_of(&runtime, Trigger::WatchedRef)
             .into_iter()
             .find(|r| r.outcome == Outcome::RolledBack)
     })

@@ -39,7 +39,7 @@ async fn a_watched_configuration_ref_change_is_applied_in_place() {
         }])
         .await
         .unwrap();
-    let record = applied_after(&runtime, Trigger::Watch, 0).await;
+    let record = applied_after(&runtime, Trigger::WatchedRef, 0).await;
     assert_eq!(
         record.actions.get("state/orders"),
         Some(&Action::UpdatedInPlace)
@@ -85,7 +85,7 @@ async fn a_watched_secret_ref_change_is_picked_up_by_polling() {
         .await
         .unwrap();
     std::env::set_var(&variable, "9");
-    let record = applied_after(&runtime, Trigger::Watch, 0).await;
+    let record = applied_after(&runtime, Trigger::WatchedRef, 0).await;
     assert_eq!(
         record.actions.get("state/orders"),
         Some(&Action::UpdatedInPlace)

@@ -10,7 +10,7 @@ pub mod scaling;
 pub use testkit::bench::{print_table, timing};
 
 use rewire::config::{parse, validate};
-use rewire::{ConfigFile, Registry, ValidConfig};
+use rewire::{Config, Registry, ValidConfig};
 
 /// Runs `future` as a task on the tokio workers, as a reload triggered
 /// inside a service runs (not on the thread blocked on the runtime).
@@ -21,7 +21,7 @@ pub async fn on_worker<T: Send + 'static>(
 }
 
 /// Parses a configuration the bench wrote (a parse error is a bench bug).
-pub fn parsed(text: &str) -> ConfigFile {
+pub fn parsed(text: &str) -> Config {
     parse(text.as_bytes()).expect("bench config does not parse")
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::{
-    Applied, ConfigChange, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
+    InPlace, ConfigChange, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
 };
 use serde_json::json;
 
@@ -96,12 +96,12 @@ async fn metadata_changes_apply_in_place() {
     store.set(vec![item("b", "runtime")]).await.unwrap();
     let mut sub = store.subscribe(ConfigQuery::default()).await.unwrap();
     let dynamic = store
-        .as_dynamic()
+        .as_in_place()
         .expect("memory config store is not dynamic");
     let applied = dynamic
-        .apply_config(&common::metadata(json!({"items": {"a": "2"}})))
+        .update_in_place(&common::metadata(json!({"items": {"a": "2"}})))
         .await;
-    assert_eq!(applied.ok(), Some(Applied::Applied));
+    assert_eq!(applied.ok(), Some(InPlace::Applied));
     assert_eq!(next(&mut sub).await.items[0].value, "2");
     let all = store.get(&ConfigQuery::default()).await.unwrap_or_default();
     let pairs: Vec<_> = all

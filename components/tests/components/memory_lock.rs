@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rewire_runtime::{Applied, Instance, Lock, TryLockRequest, UnlockRequest, UnlockStatus};
+use rewire_runtime::{InPlace, Instance, Lock, TryLockRequest, UnlockRequest, UnlockStatus};
 use serde_json::json;
 
 async fn lock_store() -> Arc<dyn Lock> {
@@ -91,13 +91,13 @@ async fn metadata_changes_keep_held_locks() {
         store.try_lock(try_lock("a", Duration::from_secs(60))).await,
         Ok(true)
     );
-    let dynamic = store.as_dynamic().expect("memory lock is not dynamic");
+    let dynamic = store.as_in_place().expect("memory lock is not dynamic");
     assert_eq!(
         dynamic
-            .apply_config(&common::metadata(json!({})))
+            .update_in_place(&common::metadata(json!({})))
             .await
             .ok(),
-        Some(Applied::Applied)
+        Some(InPlace::Applied)
     );
     assert_eq!(
         store.try_lock(try_lock("b", Duration::from_secs(60))).await,

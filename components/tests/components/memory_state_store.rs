@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::{
-    Applied, Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
+    InPlace, Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
 };
 use serde_json::json;
 
@@ -160,12 +160,12 @@ async fn every_metadata_change_applies_in_place_and_keeps_the_data() {
     let store = store(json!({"defaultTtlInSeconds": 0})).await;
     store.set(write("kept", "v", None)).await.unwrap();
     let dynamic = store
-        .as_dynamic()
+        .as_in_place()
         .expect("memory state store is not dynamic");
     let applied = dynamic
-        .apply_config(&common::metadata(json!({"defaultTtlInSeconds": "60"})))
+        .update_in_place(&common::metadata(json!({"defaultTtlInSeconds": "60"})))
         .await;
-    assert_eq!(applied.ok(), Some(Applied::Applied));
+    assert_eq!(applied.ok(), Some(InPlace::Applied));
     assert_eq!(
         read(&*store, "kept").await.map(|(v, _)| v).as_deref(),
         Some("v")

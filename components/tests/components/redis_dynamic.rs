@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::{free_port, RedisServer};
-use rewire_runtime::{Applied, GetRequest, Instance, Lock, SetRequest, StateStore, TryLockRequest};
+use rewire_runtime::{InPlace, GetRequest, Instance, Lock, SetRequest, StateStore, TryLockRequest};
 use serde_json::{json, Value};
 
 async fn store(metadata: Value) -> Arc<dyn StateStore> {
@@ -22,12 +22,12 @@ async fn store(metadata: Value) -> Arc<dyn StateStore> {
     }
 }
 
-async fn apply(store: &dyn StateStore, metadata: Value) -> Result<Applied, String> {
+async fn apply(store: &dyn StateStore, metadata: Value) -> Result<InPlace, String> {
     let dynamic = store
-        .as_dynamic()
+        .as_in_place()
         .expect("the redis state store is not dynamic");
     dynamic
-        .apply_config(&common::metadata(metadata))
+        .update_in_place(&common::metadata(metadata))
         .await
         .map_err(|e| e.to_string())
 }
@@ -108,7 +108,7 @@ async fn moving_to_another_server_loses_no_request() {
     let before_swap = ops.load(Ordering::Relaxed);
     assert_eq!(
         apply(&*store, json!({"redisHost": second.addr()})).await,
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     );
     let at_swap = ops.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -217,7 +217,7 @@ async fn passwords_work_and_never_show_in_errors() {
             json!({"redisHost": other.addr(), "redisPassword": secret})
         )
         .await,
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     );
     put(&*store, "k3", "new").await;
     assert_eq!(raw_data(&other, "k3").await.as_deref(), Some("new"));
@@ -233,14 +233,14 @@ async fn key_prefix_and_database_changes_apply_in_place() {
             json!({"redisHost": server.addr(), "keyPrefix": "p:"})
         )
         .await,
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     );
     put(&*store, "k", "v").await;
     assert_eq!(raw_data(&server, "p:k").await.as_deref(), Some("v"));
 
     assert_eq!(
         apply(&*store, json!({"redisHost": server.addr(), "redisDB": "3"})).await,
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     );
     put(&*store, "in3", "v").await;
     assert_eq!(raw_data(&server, "in3").await, None, "written to db 0");
@@ -283,12 +283,12 @@ async fn the_lock_moves_to_another_server_too() {
         expiry: Duration::from_secs(60),
     };
     assert_eq!(lock.try_lock(req.clone()).await, Ok(true));
-    let dynamic = lock.as_dynamic().expect("the redis lock is not dynamic");
+    let dynamic = lock.as_in_place().expect("the redis lock is not dynamic");
     let applied = dynamic
-        .apply_config(&common::metadata(json!({"redisHost": second.addr()})))
+        .update_in_place(&common::metadata(json!({"redisHost": second.addr()})))
         .await
         .map_err(|e| e.to_string());
-    assert_eq!(applied, Ok(Applied::Applied));
+    assert_eq!(applied, Ok(InPlace::Applied));
     // The new server has no lock yet.
     assert_eq!(lock.try_lock(req).await, Ok(true));
     let mut conn = second.connection().await;

@@ -53,7 +53,7 @@ async fn dr_switch_in_etcd_without_a_failed_request() {
         let applied = runtime
             .history()
             .into_iter()
-            .find(|r| r.trigger == Trigger::Watch && r.outcome == Outcome::Applied);
+            .find(|r| r.trigger == Trigger::WatchedRef && r.outcome == Outcome::Applied);
         if let Some(record) = applied {
             break record;
         }

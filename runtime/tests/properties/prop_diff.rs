@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use rewire_runtime::config::{parse, ComponentSpec, ConfigFile, ConfigurationRef, SecretRef};
+use rewire_runtime::config::{parse, ComponentSpec, Config, ConfigurationRef, SecretRef};
 use rewire_runtime::reload::ConfigDiff;
 use rewire_runtime::ComponentKey;
 use serde_json::Value;
@@ -151,7 +151,7 @@ impl Pair {
         }
     }
 
-    fn parse(&self, new: bool) -> Result<ConfigFile, TestCaseError> {
+    fn parse(&self, new: bool) -> Result<Config, TestCaseError> {
         let seed = if new { self.new_seed } else { self.old_seed };
         let text = to_text(&self.side(new).to_value(), seed);
         parse(text.as_bytes()).map_err(|p| TestCaseError::fail(format!("{p}\nin {text}")))

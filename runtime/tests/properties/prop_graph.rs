@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use rewire_runtime::config::{parse, validate, ComponentSpec, ConfigFile};
+use rewire_runtime::config::{parse, validate, ComponentSpec, Config};
 use rewire_runtime::{ComponentKey, DependencyGraph};
 
 use prop_support::{
@@ -95,7 +95,7 @@ impl GenGraph {
         to_text(&serde_json::Value::Object(doc), 0)
     }
 
-    fn parse(&self) -> Result<ConfigFile, TestCaseError> {
+    fn parse(&self) -> Result<Config, TestCaseError> {
         let text = self.document();
         parse(text.as_bytes()).map_err(|p| TestCaseError::fail(format!("{p}\nin {text}")))
     }
@@ -161,7 +161,7 @@ fn cyclic(max: usize) -> impl Strategy<Value = GenGraph> {
 /// What `spec` depends on, read straight from its refs: componentRef
 /// targets, and the stores its secretRef/configurationRef read from
 /// (declared ones only).
-fn depends_on(spec: &ComponentSpec, config: &ConfigFile) -> BTreeSet<ComponentKey> {
+fn depends_on(spec: &ComponentSpec, config: &Config) -> BTreeSet<ComponentKey> {
     spec.component_refs
         .iter()
         .map(|r| r.key.clone())
@@ -180,7 +180,7 @@ fn depends_on(spec: &ComponentSpec, config: &ConfigFile) -> BTreeSet<ComponentKe
 }
 
 /// The "depends on" relation of `config`.
-fn edges(config: &ConfigFile) -> BTreeMap<ComponentKey, BTreeSet<ComponentKey>> {
+fn edges(config: &Config) -> BTreeMap<ComponentKey, BTreeSet<ComponentKey>> {
     config
         .components
         .iter()
@@ -235,7 +235,7 @@ fn scc_of(
     forward.intersection(&backward).cloned().collect()
 }
 
-fn check_dag(graph: &DependencyGraph, config: &ConfigFile) -> Result<(), TestCaseError> {
+fn check_dag(graph: &DependencyGraph, config: &Config) -> Result<(), TestCaseError> {
     let edges = edges(config);
     let users = dependents(&edges);
     prop_assert!(
@@ -308,7 +308,7 @@ fn check_dag(graph: &DependencyGraph, config: &ConfigFile) -> Result<(), TestCas
     Ok(())
 }
 
-fn check_cycles(graph: &DependencyGraph, config: &ConfigFile) -> Result<(), TestCaseError> {
+fn check_cycles(graph: &DependencyGraph, config: &Config) -> Result<(), TestCaseError> {
     let edges = edges(config);
     let cycles = graph.cycles();
     prop_assert!(!cycles.is_empty(), "no cycle found");

@@ -6,7 +6,7 @@ use crate::prop_support;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use rewire_runtime::config::{parse, parse_patch, validate, ConfigFile, Problems};
+use rewire_runtime::config::{parse, parse_patch, validate, Config, Problems};
 use rewire_runtime::ComponentKey;
 use serde_json::{Map, Value};
 
@@ -68,7 +68,7 @@ fn check_problems(problems: &Problems, document: Option<&Value>) -> Result<(), T
 
 /// Checks what `parse` accepted: keys match the document's, refs and
 /// names are well formed.
-fn check_parsed(config: &ConfigFile, document: &Value) -> Result<(), TestCaseError> {
+fn check_parsed(config: &Config, document: &Value) -> Result<(), TestCaseError> {
     for (key, spec) in &config.components {
         prop_assert_eq!(key, &spec.key);
         prop_assert!(

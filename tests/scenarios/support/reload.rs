@@ -11,7 +11,7 @@ use rewire::components::LiveMetadata;
 use rewire::config::{parse, validate};
 use rewire::prelude::*;
 use rewire::{
-    Action, ComponentKey, ConfigFile, Instance, Outcome, Registry, ReloadRecord, Runtime,
+    Action, ComponentKey, Config, Instance, Outcome, Registry, ReloadRecord, Runtime,
     RuntimeOptions,
 };
 use serde::Deserialize;
@@ -28,7 +28,7 @@ pub struct ProbeMeta {
     pub init_delay_ms: u64,
     /// `readiness` never answers ready.
     pub never_ready: bool,
-    /// `apply_config` takes new metadata only when the new metadata says
+    /// `update_in_place` takes new metadata only when the new metadata says
     /// `inPlace: true`; otherwise it asks for a rebuild.
     pub in_place: bool,
     /// Free value (a configurationRef may inject it).
@@ -138,28 +138,28 @@ impl Component for Probe {
         Ok(())
     }
 
-    fn as_dynamic(&self) -> Option<&dyn DynamicComponent> {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl DynamicComponent for Probe {
-    async fn apply_config(&self, metadata: &Metadata) -> Result<Applied, ComponentError> {
+impl InPlaceUpdate for Probe {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: ProbeMeta = metadata
             .decode()
             .map_err(|e| ComponentError::new(e.to_string()))?;
         if !new.in_place {
-            return Ok(Applied::NeedsReload);
+            return Ok(InPlace::NeedsRebuild);
         }
         self.meta.replace(new);
         bump(&APPLIED, &self.built_tag);
-        Ok(Applied::Applied)
+        Ok(InPlace::Applied)
     }
 }
 
 /// Parses a candidate configuration.
-pub fn candidate(json: &str) -> ConfigFile {
+pub fn candidate(json: &str) -> Config {
     parse(json.as_bytes()).expect("parse failed")
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use rewire_runtime::config::{
-    ComponentRef, ComponentSpec, ConfigFile, ConfigurationRef, OverlaySpec, SecretRef,
+    ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef,
 };
 use rewire_runtime::ComponentKey;
 use serde_json::{Map, Value};
@@ -317,8 +317,8 @@ impl GenConfig {
     }
 
     /// The configuration `parse` must produce.
-    pub fn expected(&self) -> ConfigFile {
-        ConfigFile {
+    pub fn expected(&self) -> Config {
+        Config {
             app_id: self.app_id.clone().unwrap_or_default(),
             components: self
                 .components
@@ -482,6 +482,6 @@ pub fn boxed_nested_metadata() -> BoxedStrategy<Map<String, Value>> {
 }
 
 /// The keys of `config`'s components.
-pub fn key_set(config: &ConfigFile) -> BTreeSet<ComponentKey> {
+pub fn key_set(config: &Config) -> BTreeSet<ComponentKey> {
     config.components.keys().cloned().collect()
 }
