@@ -169,11 +169,11 @@ fn factory(component: &Component<'_>, krate: &Path) -> TokenStream {
         Some(field) => {
             let ty = field.ty;
             quote_spanned! {ty.span()=>
-                let decoded = #krate::__private::decode::<#ty>(&metadata.0)?;
+                let decoded = #krate::metadata::decode::<#ty>(&metadata.0)?;
             }
         }
         None => quote! {
-            let _ = #krate::__private::decode::<#krate::NoMetadata>(&metadata.0)?;
+            let _ = #krate::metadata::decode::<#krate::NoMetadata>(&metadata.0)?;
         },
     };
     let inits = component.fields.iter().map(|field| {
@@ -211,7 +211,7 @@ fn validator(component: &Component<'_>, krate: &Path) -> TokenStream {
             >,
             injected: &[::std::string::String],
         ) -> ::core::result::Result<(), #krate::MetadataError> {
-            #krate::__private::decode_for_validation::<#metadata_ty>(metadata, injected)
+            #krate::metadata::decode_for_validation::<#metadata_ty>(metadata, injected)
         }
     }
 }

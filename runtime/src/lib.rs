@@ -12,7 +12,7 @@ mod fs_read;
 mod fs_watch;
 mod handle;
 mod kinds;
-mod metadata;
+pub mod metadata;
 mod redact;
 mod registry;
 mod reload;
@@ -80,6 +80,5 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
 
-    pub use crate::metadata::{decode, decode_for_validation};
     pub use crate::registry::check_refs;
 }

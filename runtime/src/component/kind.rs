@@ -75,6 +75,21 @@ impl From<&Kind> for Kind {
     }
 }
 
+impl From<Kind> for String {
+    fn from(kind: Kind) -> Self {
+        match kind {
+            Kind::Custom(kind) => kind,
+            built_in => built_in.as_str().to_string(),
+        }
+    }
+}
+
+impl AsRef<str> for Kind {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
 impl PartialEq<str> for Kind {
     fn eq(&self, other: &str) -> bool {
         self.as_str() == other

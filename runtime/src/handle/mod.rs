@@ -134,6 +134,13 @@ macro_rules! typed_handle {
                 Self(Target { bound: Some((key, live)) })
             }
 
+            /// A handle to `key` in no runtime: every load fails with
+            /// [`HandleError::NotRunning`]. For testing a component's
+            /// setters without starting anything.
+            pub fn detached(key: ComponentKey) -> Self {
+                Self::new(key, Live::new())
+            }
+
             /// The current instance.
             pub fn load(&self) -> Result<Arc<dyn $trait>, HandleError> {
                 match self.0.resolve()? {
@@ -188,6 +195,13 @@ impl ComponentHandle {
         Self(Target {
             bound: Some((key, live)),
         })
+    }
+
+    /// A handle to `key` in no runtime: every load fails with
+    /// [`HandleError::NotRunning`]. For testing a component's setters
+    /// without starting anything.
+    pub fn detached(key: ComponentKey) -> Self {
+        Self::new(key, Live::new())
     }
 
     /// The current instance, with its kind.

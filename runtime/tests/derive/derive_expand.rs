@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rewire_runtime::kinds::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
 use rewire_runtime::{
     Component, ComponentKey, ConfigStoreHandle, InjectError, Instance, LockHandle, Metadata,
     MetadataError, Registry, StateStore,
 };
+use rewire_runtime::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
 use serde_json::json;
 
 #[derive(Debug, serde::Deserialize)]
@@ -76,10 +76,7 @@ struct Plain {}
 impl Component for Plain {}
 
 fn handle(name: &str) -> ConfigStoreHandle {
-    ConfigStoreHandle::new(
-        ComponentKey::new("config_store", name),
-        rewire_runtime::Live::new(),
-    )
+    ConfigStoreHandle::detached(ComponentKey::new("config_store", name))
 }
 
 fn metadata(value: serde_json::Value) -> Metadata {

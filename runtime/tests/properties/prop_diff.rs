@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use rewire_runtime::config::ConfigDiff;
 use rewire_runtime::config::{parse, ComponentSpec, Config, ConfigurationRef, SecretRef};
-use rewire_runtime::reload::ConfigDiff;
 use rewire_runtime::ComponentKey;
 use serde_json::Value;
 

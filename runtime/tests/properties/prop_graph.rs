@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use rewire_runtime::config::DependencyGraph;
 use rewire_runtime::config::{parse, validate, ComponentSpec, Config};
-use rewire_runtime::{ComponentKey, DependencyGraph};
+use rewire_runtime::ComponentKey;
 
 use prop_support::{
     clean_name, config, name, open_registry, to_text, GenComponent, GenConfigurationRef,

@@ -47,7 +47,7 @@ fn check_problems(problems: &Problems, document: Option<&Value>) -> Result<(), T
         let line = problem.to_string();
         prop_assert!(!line.is_empty());
         if let Some(key) = &problem.component {
-            let prefix = format!("{}/{}: ", one_line(&key.kind), one_line(&key.name));
+            let prefix = format!("{}/{}: ", one_line(key.kind.as_str()), one_line(&key.name));
             prop_assert!(
                 line.starts_with(&prefix),
                 "{line:?} does not start with {prefix:?}"
@@ -56,7 +56,7 @@ fn check_problems(problems: &Problems, document: Option<&Value>) -> Result<(), T
             if let Some(document) = document {
                 let declared = document
                     .get("components")
-                    .and_then(|c| c.get(&key.kind))
+                    .and_then(|c| c.get(key.kind.as_str()))
                     .and_then(|n| n.get(&key.name))
                     .is_some();
                 prop_assert!(declared, "problem about undeclared `{key}`: {line:?}");
@@ -72,12 +72,12 @@ fn check_parsed(config: &Config, document: &Value) -> Result<(), TestCaseError> 
     for (key, spec) in &config.components {
         prop_assert_eq!(key, &spec.key);
         prop_assert!(
-            !key.kind.is_empty() && !key.name.is_empty() && !key.name.contains('/'),
+            !key.kind.as_str().is_empty() && !key.name.is_empty() && !key.name.contains('/'),
             "{key:?}"
         );
         let declared = document
             .get("components")
-            .and_then(|c| c.get(&key.kind))
+            .and_then(|c| c.get(key.kind.as_str()))
             .and_then(|n| n.get(&key.name))
             .is_some();
         prop_assert!(

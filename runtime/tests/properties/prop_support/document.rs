@@ -140,10 +140,10 @@ impl GenComponent {
                 .map(|(key, spelling)| {
                     let mut r = Map::new();
                     if matches!(spelling, KindSpelling::Type | KindSpelling::Both) {
-                        r.insert("type".into(), Value::String(key.kind.clone()));
+                        r.insert("type".into(), Value::String(key.kind.to_string()));
                     }
                     if matches!(spelling, KindSpelling::Kind | KindSpelling::Both) {
-                        r.insert("kind".into(), Value::String(key.kind.clone()));
+                        r.insert("kind".into(), Value::String(key.kind.to_string()));
                     }
                     r.insert("name".into(), Value::String(key.name.clone()));
                     Value::Object(r)

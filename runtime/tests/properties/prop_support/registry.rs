@@ -75,6 +75,7 @@ pub fn registry() -> Registry {
             example_metadata: "{}",
             validate,
             build: unbuildable,
+            check_refs: None,
         });
     }
     registry
@@ -96,6 +97,7 @@ pub fn open_registry() -> Registry {
             example_metadata: "{}",
             validate: open_validate,
             build: unbuildable,
+            check_refs: None,
         });
     }
     registry
