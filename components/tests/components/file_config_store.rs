@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rewire_components::file::config_store::{FileConfigMetadata, FileConfigStore};
+use rewire_components::file_config::{FileConfigMetadata, FileConfigStore};
 use rewire_runtime::{
     Component, ComponentKey, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription,
     InitContext, Metadata,
