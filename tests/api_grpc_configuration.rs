@@ -18,7 +18,7 @@ use grpc::dapr::{
     GetConfigurationRequest, SubscribeConfigurationRequest, SubscribeConfigurationResponse,
     UnsubscribeConfigurationRequest,
 };
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use rewire::config::parse;
 use rewire::{Action, ComponentKey, ConfigItem};
 use sidecar::Sidecar;

@@ -10,7 +10,7 @@ mod support;
 
 use grpc::dapr::unlock_response::Status as UnlockStatus;
 use grpc::dapr::{TryLockRequest, UnlockRequest};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use support::start;
 use tonic::transport::Channel;

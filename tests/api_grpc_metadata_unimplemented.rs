@@ -9,7 +9,7 @@ mod sidecar;
 mod support;
 
 use grpc::dapr::{GetMetadataRequest, GetMetadataResponse};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use support::start;
 use tonic::codegen::http::uri::PathAndQuery;

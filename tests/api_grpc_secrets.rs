@@ -12,7 +12,7 @@ mod support;
 use std::collections::HashMap;
 
 use grpc::dapr::{GetBulkSecretRequest, GetSecretRequest};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use support::start;
 use tonic::Code;

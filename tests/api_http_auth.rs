@@ -7,7 +7,7 @@ mod sidecar;
 mod support;
 
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
-use rewire::api::{ApiOptions, ApiToken};
+use rewire::sidecar::{ApiOptions, ApiToken};
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 use support::start;

@@ -6,7 +6,7 @@ mod sidecar;
 mod support;
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 use support::start;

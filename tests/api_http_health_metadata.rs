@@ -10,7 +10,7 @@ mod support;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use rewire::prelude::*;
 use serde_json::{json, Value};
 use sidecar::Sidecar;

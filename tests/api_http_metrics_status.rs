@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use rewire::config::parse;
 use serde_json::{json, Value};
 use sidecar::Sidecar;

@@ -26,7 +26,7 @@ use grpc::lifecycle::{
     ApplyConfigurationResponse, ComponentConfig, ComponentRef, ConfigurationRef,
     DynamicConfiguration, SecretRef,
 };
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use rewire::config::Layers;
 use rewire::handle::Generation;
 use rewire::{ComponentKey, Runtime};

@@ -18,7 +18,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use rewire::config::{parse, validate};
 use rewire::prelude::*;
 use rewire::{GraphFormat, Registry, Runtime, RuntimeOptions, Trigger};

@@ -5,8 +5,6 @@
 // Lets `#[derive(Component)]` (which names `::rewire_runtime`) work here too.
 extern crate self as rewire_runtime;
 
-#[cfg(feature = "sidecar")]
-pub mod api;
 pub mod assemble;
 pub mod build;
 pub mod component;

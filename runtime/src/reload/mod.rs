@@ -22,7 +22,7 @@ use crate::assemble::{AssemblyContext, ComponentFailure};
 use crate::config::{validate, ComponentPatch, ConfigFile, ConfigPatch, Layers, Problems, Push};
 use crate::handle::Generation;
 use crate::key::ComponentKey;
-use crate::runtime::{failure_lines, instances_of, Runtime};
+use crate::runtime::{failure_lines, instances_of, types_of, Runtime};
 
 /// A reload of the base configuration (the file layer) to perform.
 #[derive(Debug, Clone)]
@@ -287,10 +287,13 @@ impl Runtime {
         };
         {
             let mut state = inner.state();
-            if changed {
-                inner
-                    .live
-                    .publish(Generation::new(generation, instances_of(&prepared.running)));
+            // A new app id alone (no component running) changes no
+            // instance, but the generation's description.
+            if changed || old.config.app_id != candidate.config.app_id {
+                inner.live.publish(
+                    Generation::new(generation, instances_of(&prepared.running))
+                        .described(&candidate.config.app_id, types_of(&prepared.running)),
+                );
             }
             state.config = candidate;
             state.running = prepared.running;

@@ -138,7 +138,10 @@ impl Runtime {
         let live = Live::new();
         let redactor = Redactor::shared();
         let running = start::start_all(&config, &registry, &options, &live, &redactor).await?;
-        live.publish(Generation::new(1, instances_of(&running)));
+        live.publish(
+            Generation::new(1, instances_of(&running))
+                .described(&config.config.app_id, types_of(&running)),
+        );
         let (queue, queued) = tokio::sync::mpsc::unbounded_channel();
         let overlay = config.config.overlay.clone();
         let app_id = config.config.app_id.clone();
@@ -274,10 +277,13 @@ impl Runtime {
                 std::mem::take(&mut state.running),
             )
         };
-        let number = self.inner.live.current().number + 1;
+        let (number, app_id) = {
+            let current = self.inner.live.current();
+            (current.number + 1, current.app_id().to_string())
+        };
         self.inner
             .live
-            .publish(Generation::new(number, BTreeMap::new()));
+            .publish(Generation::new(number, BTreeMap::new()).described(app_id, BTreeMap::new()));
         start::close_in_reverse(&levels, &mut running).await;
     }
 }
@@ -308,5 +314,16 @@ pub(crate) fn instances_of(
     running
         .iter()
         .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))
+        .collect()
+}
+
+/// Each running component's configured `type`, for the generation's
+/// description.
+pub(crate) fn types_of(
+    running: &BTreeMap<ComponentKey, Running>,
+) -> BTreeMap<ComponentKey, String> {
+    running
+        .iter()
+        .map(|(key, r)| (key.clone(), r.spec.type_name.clone()))
         .collect()
 }
