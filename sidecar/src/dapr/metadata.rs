@@ -70,7 +70,28 @@ pub fn dapr_component_type(kind: &str, type_name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use rewire_runtime::config::{validate, ConfigFile};
+    use rewire_runtime::{Registry, Runtime, RuntimeOptions};
+
     use super::*;
+    use crate::dapr::StoreLabel;
+
+    #[tokio::test]
+    async fn metadata_comes_from_the_generation_snapshot() {
+        let file = ConfigFile {
+            app_id: "checkout".into(),
+            ..ConfigFile::default()
+        };
+        let config = validate(file, &Registry::default()).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let answer = metadata(&Call::new(&runtime, StoreLabel::default()));
+        assert_eq!(answer.app_id, "checkout");
+        assert_eq!(answer.generation, 1);
+        assert!(answer.components.is_empty());
+        runtime.shutdown().await;
+    }
 
     #[test]
     fn built_in_kinds_use_dapr_categories() {

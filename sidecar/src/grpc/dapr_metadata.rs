@@ -1,4 +1,4 @@
-//! `GetMetadata`: the shared [`metadata`](crate::dapr::metadata) of the
+//! `GetMetadata`: the shared [`metadata()`](crate::dapr::metadata()) of the
 //! call's generation, as protobuf.
 
 use std::collections::HashMap;

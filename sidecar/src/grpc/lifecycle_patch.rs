@@ -28,51 +28,9 @@ pub(super) fn patch_of(
     for (field, value) in config.metadata {
         metadata.insert(field, Value::String(value));
     }
-    let component_refs = config
-        .component_refs
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, r)| {
-            let missing = required(&[("kind", &r.kind), ("name", &r.name)]);
-            report(&mut problems, &format!("component_refs[{i}]"), missing)?;
-            Some(ComponentRef {
-                key: ComponentKey::new(r.kind, r.name),
-            })
-        })
-        .collect();
-    let secret_refs = config
-        .secret_refs
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, r)| {
-            let missing = required(&[("store", &r.store), ("name", &r.name), ("key", &r.key)]);
-            report(&mut problems, &format!("secret_refs[{i}]"), missing)?;
-            Some(SecretRef {
-                inject_as: or_default(r.inject_as, &r.key),
-                store: r.store,
-                name: r.name,
-                key: r.key,
-                watch: r.watch,
-            })
-        })
-        .collect();
-    let configuration_refs = config
-        .configuration_refs
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, r)| {
-            let missing = required(&[("store", &r.store), ("key", &r.key)]);
-            report(&mut problems, &format!("configuration_refs[{i}]"), missing)?;
-            Some(ConfigurationRef {
-                inject_as: or_default(r.inject_as, &r.key),
-                group: Some(r.group).filter(|g| !g.is_empty()),
-                label: Some(r.label).filter(|l| !l.is_empty()),
-                store: r.store,
-                key: r.key,
-                watch: r.watch,
-            })
-        })
-        .collect();
+    let component_refs = component_refs_of(config.component_refs, &mut problems);
+    let secret_refs = secret_refs_of(config.secret_refs, &mut problems);
+    let configuration_refs = configuration_refs_of(config.configuration_refs, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -87,6 +45,62 @@ pub(super) fn patch_of(
         configuration_refs: Some(configuration_refs),
         scopes: None,
     })
+}
+
+/// The component refs of a push; each one missing a field is a problem.
+fn component_refs_of(refs: Vec<pb::ComponentRef>, problems: &mut Vec<String>) -> Vec<ComponentRef> {
+    refs.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let missing = required(&[("kind", &r.kind), ("name", &r.name)]);
+            report(problems, &format!("component_refs[{i}]"), missing)?;
+            Some(ComponentRef {
+                key: ComponentKey::new(r.kind, r.name),
+            })
+        })
+        .collect()
+}
+
+/// The secret refs of a push (`inject_as` defaults to the key); each one
+/// missing a field is a problem.
+fn secret_refs_of(refs: Vec<pb::SecretRef>, problems: &mut Vec<String>) -> Vec<SecretRef> {
+    refs.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let missing = required(&[("store", &r.store), ("name", &r.name), ("key", &r.key)]);
+            report(problems, &format!("secret_refs[{i}]"), missing)?;
+            Some(SecretRef {
+                inject_as: or_default(r.inject_as, &r.key),
+                store: r.store,
+                name: r.name,
+                key: r.key,
+                watch: r.watch,
+            })
+        })
+        .collect()
+}
+
+/// The configuration refs of a push (`inject_as` defaults to the key,
+/// empty group and label are none); each one missing a field is a problem.
+fn configuration_refs_of(
+    refs: Vec<pb::ConfigurationRef>,
+    problems: &mut Vec<String>,
+) -> Vec<ConfigurationRef> {
+    refs.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let missing = required(&[("store", &r.store), ("key", &r.key)]);
+            report(problems, &format!("configuration_refs[{i}]"), missing)?;
+            Some(ConfigurationRef {
+                inject_as: or_default(r.inject_as, &r.key),
+                group: Some(r.group).filter(|g| !g.is_empty()),
+                label: Some(r.label).filter(|l| !l.is_empty()),
+                store: r.store,
+                key: r.key,
+                watch: r.watch,
+            })
+        })
+        .collect()
 }
 
 /// The fields of `metadata_json` (empty text: none).

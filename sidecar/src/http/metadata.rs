@@ -1,5 +1,5 @@
 //! `GET /v1.0/metadata`, in Dapr's shape: the shared
-//! [`metadata`](crate::dapr::metadata) of the generation serving (app id,
+//! [`metadata()`](crate::dapr::metadata()) of the generation serving (app id,
 //! runtime version, components with Dapr-style types) as JSON.
 
 use std::collections::BTreeMap;
