@@ -18,8 +18,8 @@ use grpc::dapr::{
     GetConfigurationRequest, SubscribeConfigurationRequest, SubscribeConfigurationResponse,
     UnsubscribeConfigurationRequest,
 };
-use rewire::sidecar::ApiOptions;
 use rewire::config::parse;
+use rewire::sidecar::ApiOptions;
 use rewire::{Action, ComponentKey, ConfigItem};
 use sidecar::Sidecar;
 use support::start;

@@ -10,8 +10,8 @@ mod support;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::sidecar::ApiOptions;
 use rewire::prelude::*;
+use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 use support::start;

@@ -11,8 +11,8 @@ mod support;
 use std::time::Duration;
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::sidecar::ApiOptions;
 use rewire::config::parse;
+use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 use support::start;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rewire::sidecar::{ApiOptions, ApiServer};
 use rewire::config::{parse_and_validate, read_config_bytes};
+use rewire::sidecar::{ApiOptions, ApiServer};
 use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 

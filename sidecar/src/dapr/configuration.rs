@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use rewire_runtime::key::CONFIG_STORE;
-use rewire_runtime::{ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance};
+use rewire_runtime::{
+    ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
+};
 
 use super::call::Call;
 
@@ -72,21 +74,13 @@ pub struct ConfigOps {
 }
 
 impl ConfigOps {
-    /// The store's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The items of the keys asked for (all when none).
     pub async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigOpError> {
-        self.store
-            .get(query)
-            .await
-            .map_err(|e| ConfigOpError::Get {
-                store: self.name.clone(),
-                keys: query.keys.clone(),
-                source: self.scrubbed(e),
-            })
+        self.store.get(query).await.map_err(|e| ConfigOpError::Get {
+            store: self.name.clone(),
+            keys: query.keys.clone(),
+            source: self.scrubbed(e),
+        })
     }
 
     /// Subscribes to `query` through the store's handle, which follows the

@@ -16,15 +16,15 @@
 //! HTTP wording).
 
 mod call;
-pub mod configuration;
-pub mod lock;
-pub mod metadata;
-pub mod secrets;
-pub mod state;
+mod configuration;
+mod lock;
+mod metadata;
+mod secrets;
+mod state;
 
 pub use call::{Call, StoreLabel};
 pub use configuration::{ConfigOpError, ConfigOps};
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
-pub use secrets::{SecretOpError, SecretOps};
+pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use state::{StateOpError, StateOps};

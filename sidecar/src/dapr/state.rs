@@ -90,11 +90,6 @@ pub struct StateOps {
 }
 
 impl StateOps {
-    /// The store's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The value and etag of one key (`None` when absent).
     pub async fn get(&self, request: GetRequest) -> Result<Option<StateEntry>, StateOpError> {
         let key = request.key.clone();

@@ -5,8 +5,7 @@
 use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::secrets::exposed;
-use crate::dapr::Call;
+use crate::dapr::{exposed, Call};
 
 /// `GetSecret`: every key of one secret.
 pub(super) async fn get(

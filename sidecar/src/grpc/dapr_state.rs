@@ -118,10 +118,7 @@ fn concurrency_of(options: Option<&StateOptions>) -> Concurrency {
 /// `ttlInSeconds` from the item's metadata: a positive number of seconds,
 /// or zero/negative (Dapr's `-1`) for "never expires", which overrides a
 /// store default.
-fn ttl_of(
-    key: &str,
-    metadata: &HashMap<String, String>,
-) -> Result<Option<Duration>, StateError> {
+fn ttl_of(key: &str, metadata: &HashMap<String, String>) -> Result<Option<Duration>, StateError> {
     let Some(text) = metadata
         .get(TTL_IN_SECONDS)
         .map(|t| t.trim())

@@ -72,7 +72,9 @@ mod tests {
     async fn every_call_is_counted_with_its_code_and_only_known_stores_label_it() {
         let state = state().await;
         let missing = observed(&state, "GetState", |call| async move {
-            call.state_store("random-name").map(|_| ()).map_err(Status::from)
+            call.state_store("random-name")
+                .map(|_| ())
+                .map_err(Status::from)
         })
         .await;
         assert_eq!(missing.map_err(|s| s.code()), Err(Code::InvalidArgument));

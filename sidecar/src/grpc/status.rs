@@ -99,7 +99,9 @@ mod tests {
         let mismatch = save_failed(StateError::EtagMismatch("k".into()));
         assert_eq!(mismatch.code(), Code::Aborted);
         assert!(
-            mismatch.message().starts_with("failed saving state in state store `s`: ")
+            mismatch
+                .message()
+                .starts_with("failed saving state in state store `s`: ")
                 && mismatch.message().contains("etag mismatch"),
             "{}",
             mismatch.message()

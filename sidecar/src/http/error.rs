@@ -290,7 +290,10 @@ mod tests {
         let not_found = HttpError::from(StateOpError::NotFound("x".into()));
         assert_eq!(not_found.body()["message"], "state store x is not found");
         let not_found = HttpError::from(ConfigOpError::NotFound("c".into()));
-        assert_eq!(not_found.body()["message"], "configuration store c not found");
+        assert_eq!(
+            not_found.body()["message"],
+            "configuration store c not found"
+        );
     }
 
     #[test]

@@ -9,8 +9,7 @@ use axum::Json;
 
 use super::error::HttpError;
 use super::input::{query_pairs, request_metadata, QueryPairs};
-use crate::dapr::secrets::exposed;
-use crate::dapr::Call;
+use crate::dapr::{exposed, Call};
 
 /// `GET /v1.0/secrets/{store}/{name}`: `{"key": "value", ...}`.
 pub async fn get(
