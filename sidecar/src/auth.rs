@@ -2,7 +2,7 @@
 
 use subtle::ConstantTimeEq;
 
-use rewire_runtime::kinds::SecretString;
+use rewire_runtime::SecretString;
 
 /// The header (HTTP) and metadata key (gRPC) carrying the app token, as in
 /// Dapr.
