@@ -13,3 +13,8 @@ pub use rewire_runtime::*;
 /// The community components (memory, file, env...), linked into the
 /// binary so their registrations are collected.
 pub use rewire_components as components;
+
+/// The sidecar APIs (feature `sidecar`): Dapr-compatible gRPC and HTTP,
+/// the Lifecycle API, health, metrics and status.
+#[cfg(feature = "sidecar")]
+pub use rewire_sidecar as sidecar;

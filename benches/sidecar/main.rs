@@ -42,10 +42,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
-use rewire::api::grpc::proto::dapr::proto::runtime::v1::dapr_client::DaprClient;
-use rewire::api::grpc::proto::dapr::proto::runtime::v1::GetStateRequest;
-use rewire::api::{ApiOptions, ApiServer};
 use rewire::config::{parse, validate};
+use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::dapr_client::DaprClient;
+use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::GetStateRequest;
+use rewire::sidecar::{ApiOptions, ApiServer};
 use rewire::{GetRequest, Registry, Runtime, RuntimeOptions, SetRequest, StateStoreHandle};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};

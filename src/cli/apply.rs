@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 
 use clap::Args;
-use rewire::api::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
-use rewire::api::grpc::proto::rewire::lifecycle::v1::lifecycle_client::LifecycleClient;
-use rewire::api::grpc::proto::rewire::lifecycle::v1::{ComponentConfig, DynamicConfiguration};
+use rewire::sidecar::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
+use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::lifecycle_client::LifecycleClient;
+use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::{ComponentConfig, DynamicConfiguration};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 use tonic::Request;
@@ -31,7 +31,7 @@ pub struct ApplyArgs {
     #[arg(long)]
     based_on_generation: Option<u64>,
     /// gRPC address of the sidecar.
-    #[arg(long, default_value = rewire::api::DEFAULT_GRPC_ADDR)]
+    #[arg(long, default_value = rewire::sidecar::DEFAULT_GRPC_ADDR)]
     addr: std::net::SocketAddr,
 }
 

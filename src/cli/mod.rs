@@ -49,7 +49,7 @@ enum Command {
     /// Show the running sidecar's generation, components and last reloads.
     Status {
         /// HTTP address of the sidecar.
-        #[arg(long, default_value = rewire::api::DEFAULT_HTTP_ADDR)]
+        #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR)]
         http_addr: std::net::SocketAddr,
     },
 }

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rewire::api::{ApiOptions, ApiServer};
 use rewire::config::{parse_and_validate, read_config_bytes};
+use rewire::sidecar::{ApiOptions, ApiServer};
 use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -24,10 +24,10 @@ pub struct RunArgs {
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// gRPC listen address of the sidecar APIs.
-    #[arg(long, default_value = rewire::api::DEFAULT_GRPC_ADDR)]
+    #[arg(long, default_value = rewire::sidecar::DEFAULT_GRPC_ADDR)]
     grpc_addr: SocketAddr,
     /// HTTP listen address of the sidecar APIs.
-    #[arg(long, default_value = rewire::api::DEFAULT_HTTP_ADDR)]
+    #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR)]
     http_addr: SocketAddr,
 }
 

@@ -11,8 +11,8 @@ use grpc::common::StateItem;
 use grpc::dapr::{GetMetadataRequest, SaveStateRequest};
 use grpc::lifecycle::GetStatusRequest;
 use grpc::with_header;
-use rewire::api::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
-use rewire::api::{ApiOptions, ApiToken};
+use rewire::sidecar::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
+use rewire::sidecar::{ApiOptions, ApiToken};
 use sidecar::Sidecar;
 use tonic::{Code, Request};
 

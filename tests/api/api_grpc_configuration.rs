@@ -15,8 +15,8 @@ use grpc::dapr::{
     GetConfigurationRequest, SubscribeConfigurationRequest, SubscribeConfigurationResponse,
     UnsubscribeConfigurationRequest,
 };
-use rewire::api::ApiOptions;
 use rewire::config::parse;
+use rewire::sidecar::ApiOptions;
 use rewire::{Action, ComponentKey, ConfigItem};
 use sidecar::Sidecar;
 use tonic::{Code, Streaming};

@@ -18,7 +18,7 @@ use grpc::lifecycle::{
     ApplyConfigurationResponse, ComponentConfig, DynamicConfiguration, GetStatusRequest,
     RemoveComponentRequest,
 };
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use serde_json::Value;
 use sidecar::Sidecar;
 use tonic::transport::Channel;

@@ -7,7 +7,7 @@ use crate::support::sidecar;
 
 use grpc::dapr::unlock_response::Status as UnlockStatus;
 use grpc::dapr::{TryLockRequest, UnlockRequest};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use tonic::transport::Channel;
 use tonic::Code;

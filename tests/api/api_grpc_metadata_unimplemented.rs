@@ -6,7 +6,7 @@ use crate::support::grpc;
 use crate::support::sidecar;
 
 use grpc::dapr::{GetMetadataRequest, GetMetadataResponse};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::Code;

@@ -9,7 +9,7 @@ use crate::support::sidecar;
 use std::collections::HashMap;
 
 use grpc::dapr::{GetBulkSecretRequest, GetSecretRequest};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use tonic::Code;
 

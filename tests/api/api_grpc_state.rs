@@ -12,7 +12,7 @@ use grpc::common::state_options::StateConcurrency;
 use grpc::common::{Etag, StateItem, StateOptions};
 use grpc::dapr::dapr_client::DaprClient;
 use grpc::dapr::{DeleteStateRequest, GetBulkStateRequest, GetStateRequest, SaveStateRequest};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use tonic::transport::Channel;
 use tonic::Code;

@@ -5,7 +5,7 @@
 use crate::support::sidecar;
 
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
-use rewire::api::{ApiOptions, ApiToken};
+use rewire::sidecar::{ApiOptions, ApiToken};
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 

@@ -4,7 +4,7 @@
 use crate::support::sidecar;
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 

@@ -8,8 +8,8 @@ use crate::support::sidecar;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::api::ApiOptions;
 use rewire::prelude::*;
+use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 

@@ -9,8 +9,8 @@ use crate::support::sidecar;
 use std::time::Duration;
 
 use reqwest::{Client, Response, StatusCode};
-use rewire::api::ApiOptions;
 use rewire::config::parse;
+use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use reqwest::StatusCode;
-use rewire::api::{http, ApiMetrics, ApiOptions, ApiState};
 use rewire::prelude::*;
+use rewire::sidecar::{http, ApiMetrics, ApiOptions, ApiState};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 

@@ -23,9 +23,9 @@ use grpc::lifecycle::{
     ApplyConfigurationResponse, ComponentConfig, ComponentRef, ConfigurationRef,
     DynamicConfiguration, SecretRef,
 };
-use rewire::api::ApiOptions;
 use rewire::config::Layers;
 use rewire::handle::Generation;
+use rewire::sidecar::ApiOptions;
 use rewire::{ComponentKey, Runtime};
 use sidecar::Sidecar;
 // `support/sidecar.rs` starts runtimes through the crate root's `start`.

@@ -15,9 +15,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rewire::api::ApiOptions;
 use rewire::config::{parse, validate};
 use rewire::prelude::*;
+use rewire::sidecar::ApiOptions;
 use rewire::{GraphFormat, Registry, Runtime, RuntimeOptions, Trigger};
 use serde::Deserialize;
 use sidecar::Sidecar;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use grpc::dapr::SubscribeConfigurationRequest;
-use rewire::api::ApiOptions;
+use rewire::sidecar::ApiOptions;
 use rewire::{ConfigItem, ConfigQuery};
 use sidecar::Sidecar;
 use support::start;

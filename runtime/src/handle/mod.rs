@@ -31,12 +31,43 @@ pub struct Generation {
     /// Increases by one with every successful start or reload.
     pub number: u64,
     instances: BTreeMap<ComponentKey, Instance>,
+    /// The app id the generation serves.
+    app_id: String,
+    /// Each component's `type`, as configured.
+    types: BTreeMap<ComponentKey, String>,
 }
 
 impl Generation {
     /// A generation holding `instances`.
     pub(crate) fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
-        Self { number, instances }
+        Self {
+            number,
+            instances,
+            ..Self::default()
+        }
+    }
+
+    /// This generation, described: the app id it serves and each
+    /// component's configured `type` (what the metadata APIs show), so a
+    /// reader needs nothing but the snapshot.
+    pub(crate) fn described(
+        mut self,
+        app_id: impl Into<String>,
+        types: BTreeMap<ComponentKey, String>,
+    ) -> Self {
+        self.app_id = app_id.into();
+        self.types = types;
+        self
+    }
+
+    /// The app id this generation serves.
+    pub fn app_id(&self) -> &str {
+        &self.app_id
+    }
+
+    /// The configured `type` of component `key`, if the generation has it.
+    pub fn type_name(&self, key: &ComponentKey) -> Option<&str> {
+        self.types.get(key).map(String::as_str)
     }
 
     /// The instance of `key`, if the generation has it.

@@ -83,7 +83,7 @@ impl RunningSet {
     ) -> Result<Self, Vec<ComponentFailure>> {
         let live = Live::new();
         let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
-        live.publish(Generation::new(1, instances_of(&components)));
+        live.publish(described(1, &config, &components));
         let state = State {
             layers: Layers::new(config.config.clone()),
             config,
@@ -144,10 +144,15 @@ impl RunningSet {
     pub(crate) fn commit(&self, commit: Commit) -> u64 {
         let mut state = self.state();
         let mut number = self.generation_number();
+        // A new app id alone (no component running) changes no instance,
+        // but the generation's description: republished under its number.
+        let app_id_changed = state.config.config.app_id != commit.config.config.app_id;
         if commit.publish {
             number += 1;
+        }
+        if commit.publish || app_id_changed {
             self.live
-                .publish(Generation::new(number, instances_of(&commit.components)));
+                .publish(described(number, &commit.config, &commit.components));
         }
         *state = State {
             config: commit.config,
@@ -171,7 +176,9 @@ impl RunningSet {
             let mut state = self.state();
             let levels = state.config.graph.levels();
             let number = self.generation_number() + 1;
-            self.live.publish(Generation::new(number, BTreeMap::new()));
+            let app_id = state.config.config.app_id.clone();
+            let empty = Generation::new(number, BTreeMap::new()).described(app_id, BTreeMap::new());
+            self.live.publish(empty);
             (levels, std::mem::take(&mut state.components))
         };
         close::close_in_reverse(&levels, &mut components).await;
@@ -198,9 +205,17 @@ pub(crate) fn staged_for(
     Generation::new(0, instances)
 }
 
-fn instances_of(components: &Components) -> BTreeMap<ComponentKey, Instance> {
-    components
+/// The generation numbered `number` of `components`, described with the
+/// app id and each component's configured type (what the metadata APIs
+/// show), so a reader needs nothing but the snapshot.
+fn described(number: u64, config: &ValidConfig, components: &Components) -> Generation {
+    let instances: BTreeMap<ComponentKey, Instance> = components
         .iter()
         .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))
-        .collect()
+        .collect();
+    let types = components
+        .iter()
+        .map(|(key, r)| (key.clone(), r.spec.type_name.clone()))
+        .collect();
+    Generation::new(number, instances).described(&config.config.app_id, types)
 }

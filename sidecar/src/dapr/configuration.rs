@@ -1,0 +1,110 @@
+//! Dapr's configuration operations: get items, and subscribe to changes.
+//!
+//! A subscription is made through the runtime's config store handle, so it
+//! keeps delivering after the store is hot-reloaded: when a reload rebuilds
+//! the store, the subscriber gets the values that differ in the new
+//! instance, then every change made on it.
+
+use std::sync::Arc;
+
+use rewire_runtime::Kind;
+use rewire_runtime::{
+    ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
+};
+
+use super::call::Call;
+
+/// Why a configuration operation failed (messages in Dapr's gRPC wording).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigOpError {
+    /// No configuration store with that name in the call's generation.
+    #[error("configuration store `{0}` is not found")]
+    NotFound(String),
+    /// Items could not be read.
+    #[error("failed to get {keys:?} from configuration store `{store}`: {source}")]
+    Get {
+        /// The store.
+        store: String,
+        /// The keys asked for.
+        keys: Vec<String>,
+        /// Why (scrubbed).
+        source: ConfigError,
+    },
+    /// A subscription could not be made.
+    #[error("failed to subscribe to {keys:?} in configuration store `{store}`: {source}")]
+    Subscribe {
+        /// The store.
+        store: String,
+        /// The keys asked for.
+        keys: Vec<String>,
+        /// Why (scrubbed).
+        source: ConfigError,
+    },
+}
+
+impl ConfigOpError {
+    /// The store's own error, when the store was found.
+    pub fn store_error(&self) -> Option<&ConfigError> {
+        match self {
+            Self::NotFound(_) => None,
+            Self::Get { source, .. } | Self::Subscribe { source, .. } => Some(source),
+        }
+    }
+}
+
+impl Call {
+    /// The configuration store `name` of the call's generation.
+    pub fn config_store(&self, name: &str) -> Result<ConfigOps, ConfigOpError> {
+        match self.instance(Kind::ConfigStore, name) {
+            Some(Instance::ConfigStore(store)) => Ok(ConfigOps {
+                name: name.to_string(),
+                store: store.clone(),
+                call: self.clone(),
+            }),
+            _ => Err(ConfigOpError::NotFound(name.to_string())),
+        }
+    }
+}
+
+/// Dapr's configuration operations on one store of a call's generation.
+pub struct ConfigOps {
+    name: String,
+    store: Arc<dyn ConfigStore>,
+    call: Call,
+}
+
+impl ConfigOps {
+    /// The items of the keys asked for (all when none).
+    pub async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigOpError> {
+        self.store.get(query).await.map_err(|e| ConfigOpError::Get {
+            store: self.name.clone(),
+            keys: query.keys.clone(),
+            source: self.scrubbed(e),
+        })
+    }
+
+    /// Subscribes to `query` through the store's handle, which follows the
+    /// store across reloads (the store was checked in the call's
+    /// generation).
+    pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigOpError> {
+        let keys = query.keys.clone();
+        self.call
+            .runtime()
+            .config_store(&self.name)
+            .subscribe(query)
+            .await
+            .map_err(|e| ConfigOpError::Subscribe {
+                store: self.name.clone(),
+                keys,
+                source: self.scrubbed(e),
+            })
+    }
+
+    fn scrubbed(&self, error: ConfigError) -> ConfigError {
+        match error {
+            ConfigError::Unsupported(m) => ConfigError::Unsupported(self.call.scrub(&m)),
+            ConfigError::Invalid(m) => ConfigError::Invalid(self.call.scrub(&m)),
+            ConfigError::Backend(m) => ConfigError::Backend(self.call.scrub(&m)),
+        }
+    }
+}

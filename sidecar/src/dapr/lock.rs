@@ -1,0 +1,147 @@
+//! Dapr's lock operations: try-lock with an expiry, unlock by owner, with
+//! Dapr's validation messages.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::Kind;
+use rewire_runtime::{Instance, Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
+
+use super::call::Call;
+
+/// Why a lock operation failed (messages in Dapr's gRPC wording).
+#[derive(Debug, thiserror::Error)]
+pub enum LockOpError {
+    /// No lock store with that name in the call's generation.
+    #[error("lock store `{0}` is not found")]
+    NotFound(String),
+    /// The request names no resource.
+    #[error("ResourceId is empty in lock store `{0}`")]
+    ResourceIdEmpty(String),
+    /// The request names no owner.
+    #[error("LockOwner is empty in lock store `{0}`")]
+    LockOwnerEmpty(String),
+    /// The expiry is zero or negative.
+    #[error("ExpiryInSeconds is not positive in lock store `{0}`")]
+    ExpiryNotPositive(String),
+    /// The store failed to take the lock.
+    #[error("failed to try acquiring lock `{resource_id}` in lock store `{store}`: {source}")]
+    TryLock {
+        /// The store.
+        store: String,
+        /// The resource.
+        resource_id: String,
+        /// Why (scrubbed).
+        source: LockError,
+    },
+    /// The store failed to release the lock.
+    #[error("failed to release lock `{resource_id}` in lock store `{store}`: {source}")]
+    Unlock {
+        /// The store.
+        store: String,
+        /// The resource.
+        resource_id: String,
+        /// Why (scrubbed).
+        source: LockError,
+    },
+}
+
+impl LockOpError {
+    /// The store's own error, when the store was asked.
+    pub fn store_error(&self) -> Option<&LockError> {
+        match self {
+            Self::TryLock { source, .. } | Self::Unlock { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Call {
+    /// The lock store `name` of the call's generation.
+    pub fn lock_store(&self, name: &str) -> Result<LockOps, LockOpError> {
+        match self.instance(Kind::Lock, name) {
+            Some(Instance::Lock(store)) => Ok(LockOps {
+                name: name.to_string(),
+                store: store.clone(),
+                call: self.clone(),
+            }),
+            _ => Err(LockOpError::NotFound(name.to_string())),
+        }
+    }
+}
+
+/// Dapr's lock operations on one store of a call's generation.
+pub struct LockOps {
+    name: String,
+    store: Arc<dyn Lock>,
+    call: Call,
+}
+
+impl LockOps {
+    /// Takes the lock on `resource_id` for `lock_owner` if it is free;
+    /// whether it was taken.
+    pub async fn try_lock(
+        &self,
+        resource_id: String,
+        lock_owner: String,
+        expiry_in_seconds: i64,
+    ) -> Result<bool, LockOpError> {
+        self.require(&resource_id, &lock_owner)?;
+        let seconds = u64::try_from(expiry_in_seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.name.clone()))?;
+        let request = TryLockRequest {
+            resource_id: resource_id.clone(),
+            lock_owner,
+            expiry: Duration::from_secs(seconds),
+        };
+        self.store
+            .try_lock(request)
+            .await
+            .map_err(|e| LockOpError::TryLock {
+                store: self.name.clone(),
+                resource_id,
+                source: self.scrubbed(e),
+            })
+    }
+
+    /// Releases the lock on `resource_id` if `lock_owner` holds it.
+    pub async fn unlock(
+        &self,
+        resource_id: String,
+        lock_owner: String,
+    ) -> Result<UnlockStatus, LockOpError> {
+        self.require(&resource_id, &lock_owner)?;
+        let request = UnlockRequest {
+            resource_id: resource_id.clone(),
+            lock_owner,
+        };
+        self.store
+            .unlock(request)
+            .await
+            .map_err(|e| LockOpError::Unlock {
+                store: self.name.clone(),
+                resource_id,
+                source: self.scrubbed(e),
+            })
+    }
+
+    /// Dapr's checks: a resource and an owner are required.
+    fn require(&self, resource_id: &str, lock_owner: &str) -> Result<(), LockOpError> {
+        if resource_id.is_empty() {
+            return Err(LockOpError::ResourceIdEmpty(self.name.clone()));
+        }
+        if lock_owner.is_empty() {
+            return Err(LockOpError::LockOwnerEmpty(self.name.clone()));
+        }
+        Ok(())
+    }
+
+    fn scrubbed(&self, error: LockError) -> LockError {
+        match error {
+            LockError::Invalid(m) => LockError::Invalid(self.call.scrub(&m)),
+            LockError::Backend(m) => LockError::Backend(self.call.scrub(&m)),
+        }
+    }
+}

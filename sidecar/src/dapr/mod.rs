@@ -1,0 +1,30 @@
+//! Dapr's operations, once, for every transport.
+//!
+//! A transport adapter ([`crate::grpc`], [`crate::http`]) decodes its wire
+//! format, opens a [`Call`] (one snapshot of the generation serving), finds
+//! the store the request names through it (typed: [`Call::state_store`],
+//! [`Call::secret_store`], [`Call::config_store`], [`Call::lock_store`]),
+//! runs the operation and maps the domain result or error back to its wire
+//! format. Everything Dapr-specific that is not a wire format lives here:
+//! which store kind a name means, what an operation failure says, the
+//! scrubbing of secret values from component errors, and the sidecar's
+//! metadata built from the generation.
+//!
+//! Each area has its own error enum ([`StateOpError`], [`SecretOpError`],
+//! [`ConfigOpError`], [`LockOpError`]); their messages are Dapr's gRPC
+//! wording, and each adapter chooses its own codes (and, for HTTP, Dapr's
+//! HTTP wording).
+
+mod call;
+mod configuration;
+mod lock;
+mod metadata;
+mod secrets;
+mod state;
+
+pub use call::{Call, StoreLabel};
+pub use configuration::{ConfigOpError, ConfigOps};
+pub use lock::{LockOpError, LockOps};
+pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
+pub use secrets::{exposed, SecretOpError, SecretOps};
+pub use state::{StateOpError, StateOps};

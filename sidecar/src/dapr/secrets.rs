@@ -1,0 +1,106 @@
+//! Dapr's secret operations: one secret, or every secret of a store.
+//! Values go to the caller and nowhere else: never logged, never in an
+//! error.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use rewire_runtime::Kind;
+use rewire_runtime::{Instance, SecretError, SecretMap, SecretStore};
+
+use super::call::Call;
+
+/// Why a secret operation failed (messages in Dapr's gRPC wording; never a
+/// secret value).
+#[derive(Debug, thiserror::Error)]
+pub enum SecretOpError {
+    /// No secret store with that name in the call's generation.
+    #[error("secret store `{0}` is not found")]
+    NotFound(String),
+    /// A secret could not be read.
+    #[error("failed getting secret with key `{name}` from secret store `{store}`: {source}")]
+    Get {
+        /// The store.
+        store: String,
+        /// The secret's name.
+        name: String,
+        /// Why (scrubbed).
+        source: SecretError,
+    },
+    /// The secrets of a store could not be read.
+    #[error("failed getting secrets from secret store `{store}`: {source}")]
+    BulkGet {
+        /// The store.
+        store: String,
+        /// Why (scrubbed).
+        source: SecretError,
+    },
+}
+
+impl Call {
+    /// The secret store `name` of the call's generation.
+    pub fn secret_store(&self, name: &str) -> Result<SecretOps, SecretOpError> {
+        match self.instance(Kind::SecretStore, name) {
+            Some(Instance::SecretStore(store)) => Ok(SecretOps {
+                name: name.to_string(),
+                store: store.clone(),
+                call: self.clone(),
+            }),
+            _ => Err(SecretOpError::NotFound(name.to_string())),
+        }
+    }
+}
+
+/// Dapr's secret operations on one store of a call's generation.
+pub struct SecretOps {
+    name: String,
+    store: Arc<dyn SecretStore>,
+    call: Call,
+}
+
+impl SecretOps {
+    /// Every key of secret `name`.
+    pub async fn get(
+        &self,
+        name: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<SecretMap, SecretOpError> {
+        self.store
+            .get_secret(name, metadata)
+            .await
+            .map_err(|e| SecretOpError::Get {
+                store: self.name.clone(),
+                name: name.to_string(),
+                source: self.scrubbed(e),
+            })
+    }
+
+    /// Every secret of the store, by name.
+    pub async fn bulk_get(
+        &self,
+        metadata: &HashMap<String, String>,
+    ) -> Result<BTreeMap<String, SecretMap>, SecretOpError> {
+        self.store
+            .bulk_get_secret(metadata)
+            .await
+            .map_err(|e| SecretOpError::BulkGet {
+                store: self.name.clone(),
+                source: self.scrubbed(e),
+            })
+    }
+
+    fn scrubbed(&self, error: SecretError) -> SecretError {
+        match error {
+            SecretError::Backend(m) => SecretError::Backend(self.call.scrub(&m)),
+            other => other,
+        }
+    }
+}
+
+/// The values of `secret` themselves, for the caller who asked for them.
+pub fn exposed<M: FromIterator<(String, String)>>(secret: SecretMap) -> M {
+    secret
+        .into_iter()
+        .map(|(key, value)| (key, value.expose().to_string()))
+        .collect()
+}

@@ -1,0 +1,82 @@
+//! Configuration: `GetConfiguration`, `SubscribeConfiguration`,
+//! `UnsubscribeConfiguration` (and their `Alpha1` twins, which share the
+//! implementation) on the shared [`ConfigOps`](crate::dapr::ConfigOps).
+//!
+//! A subscription follows its store across reloads: when a reload rebuilds
+//! the store, the subscriber gets the values that differ in the new
+//! instance, then every change made on it.
+
+use rewire_runtime::ConfigQuery;
+use tonic::Status;
+
+use super::proto::dapr::proto::common::v1::ConfigurationItem;
+use super::proto::dapr::proto::runtime::v1 as pb;
+use super::subscriptions::{SubscriptionStream, Subscriptions};
+use crate::dapr::Call;
+
+/// `GetConfiguration`: the items of the keys asked for (all when none).
+pub(super) async fn get(
+    call: Call,
+    req: pb::GetConfigurationRequest,
+) -> Result<pb::GetConfigurationResponse, Status> {
+    let store = call.config_store(&req.store_name)?;
+    let query = ConfigQuery {
+        keys: req.keys,
+        metadata: req.metadata,
+        ..ConfigQuery::default()
+    };
+    let items = store.get(&query).await?;
+    let items = items
+        .into_iter()
+        .map(|item| {
+            let value = ConfigurationItem {
+                value: item.value,
+                version: item.version,
+                metadata: item.metadata,
+            };
+            (item.key, value)
+        })
+        .collect();
+    Ok(pb::GetConfigurationResponse { items })
+}
+
+/// `SubscribeConfiguration`: a stream whose first message carries only the
+/// subscription id, then one message per change.
+pub(super) async fn subscribe(
+    call: Call,
+    subscriptions: &Subscriptions,
+    req: pb::SubscribeConfigurationRequest,
+) -> Result<SubscriptionStream, Status> {
+    // Checked in the call's generation; the subscription then follows the
+    // store.
+    let store = call.config_store(&req.store_name)?;
+    let query = ConfigQuery {
+        keys: req.keys,
+        metadata: req.metadata,
+        ..ConfigQuery::default()
+    };
+    let subscription = store.subscribe(query).await?;
+    Ok(subscriptions.open(&req.store_name, subscription))
+}
+
+/// `UnsubscribeConfiguration`: ends the stream of subscription `id`
+/// (`ok = false` with the reason when there is none).
+pub(super) fn unsubscribe(
+    call: &Call,
+    subscriptions: &Subscriptions,
+    req: pb::UnsubscribeConfigurationRequest,
+) -> pb::UnsubscribeConfigurationResponse {
+    match subscriptions.close(&req.store_name, &req.id) {
+        Ok(()) => {
+            call.label(&req.store_name);
+            pb::UnsubscribeConfigurationResponse {
+                ok: true,
+                message: String::new(),
+            }
+        }
+        Err(err) => pb::UnsubscribeConfigurationResponse {
+            ok: false,
+            message: format!("failed to unsubscribe: {err}"),
+        },
+    }
+}

@@ -1,0 +1,172 @@
+//! State: `GetState`, `GetBulkState`, `SaveState`, `DeleteState` on the
+//! shared [`StateOps`](crate::dapr::StateOps); here only the protobuf
+//! messages, with Dapr's etag, first-write and TTL fields. Values are
+//! bytes, as the Dapr SDKs send them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tonic::Status;
+
+use rewire_runtime::{Concurrency, DeleteRequest, GetRequest, SetRequest, StateError};
+
+use super::proto::dapr::proto::common::v1::state_options::StateConcurrency;
+use super::proto::dapr::proto::common::v1::{Etag, StateItem, StateOptions};
+use super::proto::dapr::proto::runtime::v1 as pb;
+use crate::dapr::Call;
+
+/// Dapr's request metadata key for a per-write time to live.
+const TTL_IN_SECONDS: &str = "ttlInSeconds";
+
+/// `GetState`: the value and etag of one key (empty when absent, as Dapr).
+pub(super) async fn get(
+    call: Call,
+    req: pb::GetStateRequest,
+) -> Result<pb::GetStateResponse, Status> {
+    let store = call.state_store(&req.store_name)?;
+    let request = GetRequest {
+        key: req.key,
+        metadata: req.metadata,
+    };
+    let entry = store.get(request).await?;
+    Ok(entry.map_or_else(pb::GetStateResponse::default, |entry| {
+        pb::GetStateResponse {
+            data: entry.data,
+            etag: entry.etag,
+            metadata: entry.metadata,
+        }
+    }))
+}
+
+/// `GetBulkState`: every key asked for, each with its value or its own
+/// error (`parallelism` is left to the store).
+pub(super) async fn get_bulk(
+    call: Call,
+    req: pb::GetBulkStateRequest,
+) -> Result<pb::GetBulkStateResponse, Status> {
+    let store = call.state_store(&req.store_name)?;
+    let items = store.bulk_get(req.keys).await?;
+    let items = items
+        .into_iter()
+        .map(|item| {
+            let (data, etag, metadata) = item
+                .entry
+                .map(|entry| (entry.data, entry.etag, entry.metadata))
+                .unwrap_or_default();
+            pb::BulkStateItem {
+                key: item.key,
+                data,
+                etag,
+                error: item.error.unwrap_or_default(),
+                metadata,
+            }
+        })
+        .collect();
+    Ok(pb::GetBulkStateResponse { items })
+}
+
+/// `SaveState`: writes every item (a bulk write when there are several).
+pub(super) async fn save(call: Call, req: pb::SaveStateRequest) -> Result<(), Status> {
+    let store = call.state_store(&req.store_name)?;
+    let writes = req
+        .states
+        .into_iter()
+        .map(set_request)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| store.save_error(e))?;
+    Ok(store.save(writes).await?)
+}
+
+/// `DeleteState`: deletes one key, checking its etag when given.
+pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<(), Status> {
+    let store = call.state_store(&req.store_name)?;
+    let delete = DeleteRequest {
+        etag: etag_of(req.etag),
+        concurrency: concurrency_of(req.options.as_ref()),
+        metadata: req.metadata,
+        key: req.key,
+    };
+    Ok(store.delete(delete).await?)
+}
+
+/// The write of one `StateItem`.
+fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
+    let ttl = ttl_of(&item.key, &item.metadata)?;
+    Ok(SetRequest {
+        etag: etag_of(item.etag),
+        concurrency: concurrency_of(item.options.as_ref()),
+        ttl,
+        metadata: item.metadata,
+        value: item.value,
+        key: item.key,
+    })
+}
+
+/// An etag given with an empty value counts as none.
+fn etag_of(etag: Option<Etag>) -> Option<String> {
+    etag.map(|e| e.value).filter(|v| !v.is_empty())
+}
+
+/// Dapr's concurrency enum: first-write, else last-write (the default).
+fn concurrency_of(options: Option<&StateOptions>) -> Concurrency {
+    match options.map(StateOptions::concurrency) {
+        Some(StateConcurrency::ConcurrencyFirstWrite) => Concurrency::FirstWrite,
+        _ => Concurrency::LastWrite,
+    }
+}
+
+/// `ttlInSeconds` from the item's metadata: a positive number of seconds,
+/// or zero/negative (Dapr's `-1`) for "never expires", which overrides a
+/// store default.
+fn ttl_of(key: &str, metadata: &HashMap<String, String>) -> Result<Option<Duration>, StateError> {
+    let Some(text) = metadata
+        .get(TTL_IN_SECONDS)
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+    else {
+        return Ok(None);
+    };
+    let seconds: i64 = text.parse().map_err(|_| {
+        StateError::Invalid(format!(
+            "metadata `{TTL_IN_SECONDS}` of key `{key}` is not a whole number of seconds: `{text}`"
+        ))
+    })?;
+    Ok(Some(Duration::from_secs(
+        u64::try_from(seconds).unwrap_or(0),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(ttl: &str) -> HashMap<String, String> {
+        HashMap::from([(TTL_IN_SECONDS.to_string(), ttl.to_string())])
+    }
+
+    #[test]
+    fn ttl_in_seconds_becomes_the_write_ttl() {
+        assert_eq!(ttl_of("k", &HashMap::new()), Ok(None));
+        assert_eq!(ttl_of("k", &meta("5")), Ok(Some(Duration::from_secs(5))));
+        assert_eq!(ttl_of("k", &meta("-1")), Ok(Some(Duration::ZERO)));
+        let err = ttl_of("k", &meta("soon")).expect_err("not a number");
+        assert!(err.to_string().contains("ttlInSeconds"), "{err}");
+    }
+
+    #[test]
+    fn concurrency_and_etags_follow_dapr() {
+        let first = StateOptions {
+            concurrency: StateConcurrency::ConcurrencyFirstWrite as i32,
+            consistency: 0,
+        };
+        assert_eq!(concurrency_of(Some(&first)), Concurrency::FirstWrite);
+        assert_eq!(concurrency_of(None), Concurrency::LastWrite);
+        assert_eq!(
+            etag_of(Some(Etag {
+                value: String::new()
+            })),
+            None
+        );
+        assert_eq!(etag_of(Some(Etag { value: "3".into() })), Some("3".into()));
+    }
+}

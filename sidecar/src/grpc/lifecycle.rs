@@ -1,0 +1,210 @@
+//! The `Lifecycle` service: a control plane pushes one component's whole
+//! configuration, removes a component, or reads the status.
+//!
+//! A push the runtime does not take is not a gRPC error: it is answered
+//! `accepted = false` with every reason (a NACK, as in Envoy's xDS), and the
+//! running generation keeps serving. Only a request that names no component
+//! is refused (`INVALID_ARGUMENT`).
+
+use std::collections::HashMap;
+
+use tonic::{Request, Response, Status};
+
+use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
+
+use super::lifecycle_patch::patch_of;
+use super::observe::observed;
+use super::proto::rewire::lifecycle::v1 as pb;
+use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle;
+use crate::dapr::Call;
+use crate::ApiState;
+
+/// The `rewire.lifecycle.v1.Lifecycle` service.
+pub(super) struct LifecycleApi {
+    state: ApiState,
+}
+
+impl LifecycleApi {
+    /// Serves `state`.
+    pub(super) fn new(state: ApiState) -> Self {
+        Self { state }
+    }
+}
+
+#[tonic::async_trait]
+impl Lifecycle for LifecycleApi {
+    async fn apply_configuration(
+        &self,
+        request: Request<pb::DynamicConfiguration>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        observed(&self.state, "ApplyConfiguration", |call| {
+            apply(call, request.into_inner())
+        })
+        .await
+        .map(Response::new)
+    }
+
+    async fn remove_component(
+        &self,
+        request: Request<pb::RemoveComponentRequest>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        observed(&self.state, "RemoveComponent", |call| {
+            remove(call, request.into_inner())
+        })
+        .await
+        .map(Response::new)
+    }
+
+    async fn get_status(
+        &self,
+        _request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        observed(&self.state, "GetStatus", |call| async move {
+            let status = call.runtime().status().await;
+            let status_json = serde_json::to_string(&status)
+                .map_err(|e| Status::internal(format!("cannot serialise the status: {e}")))?;
+            Ok(pb::GetStatusResponse {
+                generation: status.generation,
+                status_json,
+            })
+        })
+        .await
+        .map(Response::new)
+    }
+}
+
+/// `ApplyConfiguration`: declares the component, answering ACK or NACK.
+async fn apply(
+    call: Call,
+    req: pb::DynamicConfiguration,
+) -> Result<pb::ApplyConfigurationResponse, Status> {
+    let config = req
+        .component_config
+        .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
+    let key = key_of(&config.kind, &config.name)?;
+    call.label(&key.to_string());
+    // The push stores only what it declares: an empty type keeps the type
+    // in force and scopes stay the file's, both resolved inside the
+    // serialised reload.
+    let patch = match patch_of(config) {
+        Ok(patch) => patch,
+        Err(problems) => {
+            let errors = problems.iter().map(|p| format!("{key}: {p}")).collect();
+            return Ok(nack(&call, Outcome::Rejected, errors));
+        }
+    };
+    let result = call
+        .runtime()
+        .apply_component(key, patch, req.based_on_generation)
+        .await;
+    answer(&call, result)
+}
+
+/// `RemoveComponent`: removes the component, answering ACK or NACK.
+async fn remove(
+    call: Call,
+    req: pb::RemoveComponentRequest,
+) -> Result<pb::ApplyConfigurationResponse, Status> {
+    let key = key_of(&req.kind, &req.name)?;
+    call.label(&key.to_string());
+    let result = call
+        .runtime()
+        .remove_component(key, req.based_on_generation)
+        .await;
+    answer(&call, result)
+}
+
+fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
+    match (kind.is_empty(), name.is_empty()) {
+        (false, false) => Ok(ComponentKey::new(kind, name)),
+        (true, _) => Err(Status::invalid_argument(
+            "the component's `kind` is required",
+        )),
+        (false, true) => Err(Status::invalid_argument(
+            "the component's `name` is required",
+        )),
+    }
+}
+
+/// The answer to a reload: ACK with the record, or NACK with every reason.
+fn answer(
+    call: &Call,
+    result: Result<ReloadRecord, ReloadError>,
+) -> Result<pb::ApplyConfigurationResponse, Status> {
+    match result {
+        Ok(record) => Ok(pb::ApplyConfigurationResponse {
+            accepted: true,
+            generation: record.generation,
+            errors: Vec::new(),
+            outcome: snake_case(&record.outcome),
+            actions: record
+                .actions
+                .iter()
+                .map(|(component, action)| (component.clone(), snake_case(action)))
+                .collect(),
+        }),
+        Err(ReloadError::Invalid(problems)) => Ok(nack(
+            call,
+            Outcome::Rejected,
+            problems.iter().map(ToString::to_string).collect(),
+        )),
+        Err(err @ ReloadError::Stale { .. }) => {
+            Ok(nack(call, Outcome::Rejected, vec![err.to_string()]))
+        }
+        Err(ReloadError::RolledBack(failures)) => Ok(nack(
+            call,
+            Outcome::RolledBack,
+            failures.iter().map(ToString::to_string).collect(),
+        )),
+        Err(err @ ReloadError::Stopped) => Err(Status::unavailable(err.to_string())),
+    }
+}
+
+/// A NACK: the generation still serving, and every reason (secret values
+/// scrubbed).
+fn nack(call: &Call, outcome: Outcome, errors: Vec<String>) -> pb::ApplyConfigurationResponse {
+    pb::ApplyConfigurationResponse {
+        accepted: false,
+        generation: call.runtime().generation().number,
+        errors: errors.iter().map(|e| call.runtime().redact(e)).collect(),
+        outcome: snake_case(&outcome),
+        actions: HashMap::new(),
+    }
+}
+
+/// The serde name of an outcome or action (`rolled_back`, `updated_in_place`).
+fn snake_case<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Action;
+
+    #[test]
+    fn outcomes_and_actions_use_their_snake_case_names() {
+        assert_eq!(snake_case(&Outcome::RolledBack), "rolled_back");
+        assert_eq!(snake_case(&Outcome::NoChange), "no_change");
+        assert_eq!(snake_case(&Action::UpdatedInPlace), "updated_in_place");
+    }
+
+    #[test]
+    fn a_component_must_be_named() {
+        assert_eq!(
+            key_of("state", "s").ok(),
+            Some(ComponentKey::new("state", "s"))
+        );
+        assert_eq!(
+            key_of("", "s").map_err(|s| s.code()),
+            Err(tonic::Code::InvalidArgument)
+        );
+        assert_eq!(
+            key_of("state", "").map_err(|s| s.code()),
+            Err(tonic::Code::InvalidArgument)
+        );
+    }
+}

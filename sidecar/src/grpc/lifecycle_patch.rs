@@ -1,0 +1,237 @@
+//! A pushed `ComponentConfig` as the runtime's [`ComponentPatch`].
+//!
+//! A push declares the component whole. Metadata comes from
+//! `metadata_json` (a JSON object, for values that are not strings) with the
+//! `metadata` map laid over it; the map's values stay strings, which the
+//! components' lenient decoding turns into numbers or booleans where their
+//! fields want them. An empty `type` is left out: the reload keeps the type
+//! in force, so a push that only changes metadata does not turn into a type
+//! change.
+
+use serde_json::{Map, Value};
+
+use rewire_runtime::config::{ComponentPatch, ComponentRef, ConfigurationRef, SecretRef};
+use rewire_runtime::ComponentKey;
+
+use super::proto::rewire::lifecycle::v1 as pb;
+
+/// The patch `config` declares, or every reason it cannot be taken.
+pub(super) fn patch_of(config: pb::ComponentConfig) -> Result<ComponentPatch, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut metadata = metadata_of(&config.metadata_json).unwrap_or_else(|problem| {
+        problems.push(problem);
+        Map::new()
+    });
+    for (field, value) in config.metadata {
+        metadata.insert(field, Value::String(value));
+    }
+    let component_refs = component_refs_of(config.component_refs, &mut problems);
+    let secret_refs = secret_refs_of(config.secret_refs, &mut problems);
+    let configuration_refs = configuration_refs_of(config.configuration_refs, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let type_name = Some(config.r#type).filter(|t| !t.is_empty());
+    Ok(ComponentPatch {
+        type_name,
+        metadata,
+        component_refs: Some(component_refs),
+        secret_refs: Some(secret_refs),
+        configuration_refs: Some(configuration_refs),
+        scopes: None,
+    })
+}
+
+/// The component refs of a push; each one missing a field is a problem.
+fn component_refs_of(refs: Vec<pb::ComponentRef>, problems: &mut Vec<String>) -> Vec<ComponentRef> {
+    refs.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let missing = required(&[("kind", &r.kind), ("name", &r.name)]);
+            report(problems, &format!("component_refs[{i}]"), missing)?;
+            Some(ComponentRef {
+                key: ComponentKey::new(r.kind, r.name),
+            })
+        })
+        .collect()
+}
+
+/// The secret refs of a push (`inject_as` defaults to the key); each one
+/// missing a field is a problem.
+fn secret_refs_of(refs: Vec<pb::SecretRef>, problems: &mut Vec<String>) -> Vec<SecretRef> {
+    refs.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let missing = required(&[("store", &r.store), ("name", &r.name), ("key", &r.key)]);
+            report(problems, &format!("secret_refs[{i}]"), missing)?;
+            Some(SecretRef {
+                inject_as: or_default(r.inject_as, &r.key),
+                store: r.store,
+                name: r.name,
+                key: r.key,
+                watch: r.watch,
+            })
+        })
+        .collect()
+}
+
+/// The configuration refs of a push (`inject_as` defaults to the key,
+/// empty group and label are none); each one missing a field is a problem.
+fn configuration_refs_of(
+    refs: Vec<pb::ConfigurationRef>,
+    problems: &mut Vec<String>,
+) -> Vec<ConfigurationRef> {
+    refs.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let missing = required(&[("store", &r.store), ("key", &r.key)]);
+            report(problems, &format!("configuration_refs[{i}]"), missing)?;
+            Some(ConfigurationRef {
+                inject_as: or_default(r.inject_as, &r.key),
+                group: Some(r.group).filter(|g| !g.is_empty()),
+                label: Some(r.label).filter(|l| !l.is_empty()),
+                store: r.store,
+                key: r.key,
+                watch: r.watch,
+            })
+        })
+        .collect()
+}
+
+/// The fields of `metadata_json` (empty text: none).
+fn metadata_of(text: &str) -> Result<Map<String, Value>, String> {
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    // Only the position is kept from a parse error: its text may quote the
+    // input, which may hold a secret.
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err("metadata_json: expected a JSON object".to_string()),
+        Err(err) => Err(format!(
+            "metadata_json: not valid JSON (at line {}, column {})",
+            err.line(),
+            err.column()
+        )),
+    }
+}
+
+/// The names of the empty fields among `fields`.
+fn required(fields: &[(&'static str, &str)]) -> Vec<&'static str> {
+    fields
+        .iter()
+        .filter(|(_, v)| v.is_empty())
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// Records a problem for `what` when fields are missing; `None` then.
+fn report(problems: &mut Vec<String>, what: &str, missing: Vec<&'static str>) -> Option<()> {
+    if missing.is_empty() {
+        return Some(());
+    }
+    let fields = missing
+        .iter()
+        .map(|f| format!("`{f}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    problems.push(format!("{what}: {fields} must not be empty"));
+    None
+}
+
+fn or_default(value: String, default: &str) -> String {
+    if value.is_empty() {
+        default.to_string()
+    } else {
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config() -> pb::ComponentConfig {
+        pb::ComponentConfig {
+            kind: "state".into(),
+            name: "orders".into(),
+            ..pb::ComponentConfig::default()
+        }
+    }
+
+    #[test]
+    fn map_values_win_over_metadata_json_and_stay_strings() {
+        let mut c = config();
+        c.metadata_json = r#"{"a": 1, "b": {"nested": true}}"#.into();
+        c.metadata.insert("a".into(), "5".into());
+        let patch = patch_of(c).expect("valid");
+        assert_eq!(
+            Value::Object(patch.metadata),
+            json!({"a": "5", "b": {"nested": true}})
+        );
+        assert_eq!(patch.type_name, None);
+    }
+
+    #[test]
+    fn empty_type_is_left_to_the_reload_and_refs_get_defaults() {
+        let mut c = config();
+        c.secret_refs.push(pb::SecretRef {
+            store: "local".into(),
+            name: "redis".into(),
+            key: "password".into(),
+            ..pb::SecretRef::default()
+        });
+        c.configuration_refs.push(pb::ConfigurationRef {
+            store: "cfg".into(),
+            key: "host".into(),
+            inject_as: "redisHost".into(),
+            ..pb::ConfigurationRef::default()
+        });
+        let patch = patch_of(c.clone()).expect("valid");
+        assert_eq!(patch.type_name, None);
+        let secret = &patch.secret_refs.unwrap_or_default()[0];
+        assert_eq!(secret.inject_as, "password");
+        let conf = &patch.configuration_refs.unwrap_or_default()[0];
+        assert_eq!(
+            (conf.inject_as.as_str(), conf.group.clone()),
+            ("redisHost", None)
+        );
+        c.r#type = "redis".into();
+        assert_eq!(
+            patch_of(c)
+                .ok()
+                .and_then(|p| p.type_name)
+                .as_deref(),
+            Some("redis")
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let mut c = config();
+        c.metadata_json = "[1, 2]".into();
+        c.component_refs.push(pb::ComponentRef::default());
+        c.secret_refs.push(pb::SecretRef {
+            store: "s".into(),
+            ..pb::SecretRef::default()
+        });
+        let problems = patch_of(c).expect_err("invalid");
+        assert_eq!(
+            problems,
+            vec![
+                "metadata_json: expected a JSON object".to_string(),
+                "component_refs[0]: `kind`, `name` must not be empty".to_string(),
+                "secret_refs[0]: `name`, `key` must not be empty".to_string(),
+            ]
+        );
+        let mut c = config();
+        c.metadata_json = r#"{"password": "hunter2"#.into();
+        let problems = patch_of(c).expect_err("invalid");
+        assert!(
+            problems[0].starts_with("metadata_json: not valid JSON"),
+            "{problems:?}"
+        );
+        assert!(!problems[0].contains("hunter2"));
+    }
+}

@@ -1,0 +1,94 @@
+//! gRPC: `dapr.proto.runtime.v1.Dapr` (the subset rewire serves) and
+//! `rewire.lifecycle.v1.Lifecycle`, on one server.
+//!
+//! Every call loads the generation serving once and uses that snapshot
+//! throughout, so it sees one consistent component set even while a reload
+//! swaps instances. Methods of Dapr's API that are not in the subset answer
+//! `UNIMPLEMENTED` (the generated server does that for unknown paths).
+//!
+//! * The app token (`dapr-api-token`) guards the Dapr service and the admin
+//!   token (`rewire-admin-token`) the Lifecycle service, each through its
+//!   own interceptor (`auth`).
+//! * Requests larger than [`ApiOptions::max_request_bytes`] are refused with
+//!   `RESOURCE_EXHAUSTED` naming the size and the limit (`limits`).
+//! * Unary calls are cut after [`ApiOptions::request_timeout`]; streams
+//!   (configuration subscriptions) last until unsubscribed, the client
+//!   leaves, or the server shuts down.
+//! * Every call is counted in the request metrics (`observe`).
+//! * The handlers are thin: they turn messages into calls of the shared
+//!   Dapr operations ([`crate::dapr`]) and their errors into statuses
+//!   (`status`).
+//!
+//! [`ApiOptions::max_request_bytes`]: crate::ApiOptions::max_request_bytes
+//! [`ApiOptions::request_timeout`]: crate::ApiOptions::request_timeout
+
+mod auth;
+mod dapr;
+mod dapr_config;
+mod dapr_lock;
+mod dapr_metadata;
+mod dapr_secrets;
+mod dapr_state;
+mod lifecycle;
+mod lifecycle_patch;
+mod limits;
+mod observe;
+pub mod proto;
+mod status;
+mod subscriptions;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Server;
+
+use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
+use crate::{ApiError, ApiState};
+use auth::RequireToken;
+use dapr::DaprApi;
+use lifecycle::LifecycleApi;
+use limits::ClearLimit;
+use proto::dapr::proto::runtime::v1::dapr_server::DaprServer;
+use proto::rewire::lifecycle::v1::lifecycle_server::LifecycleServer;
+
+/// Serves gRPC on `listener` until `shutdown` is cancelled; in-flight calls
+/// finish first, and open configuration subscriptions end.
+pub async fn serve(
+    state: ApiState,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ApiError> {
+    let options = state.options.clone();
+    let limit = options.max_request_bytes;
+    let dapr = DaprServer::new(DaprApi::new(state.clone(), shutdown.clone()))
+        .max_decoding_message_size(limit);
+    let app_auth = RequireToken::new(options.app_token.clone(), &[APP_TOKEN_HEADER], &state);
+    let lifecycle =
+        LifecycleServer::new(LifecycleApi::new(state.clone())).max_decoding_message_size(limit);
+    // The admin token may come in its own header or, as Dapr clients send
+    // tokens, in `dapr-api-token`. Without an admin token, the app token (if
+    // any) guards the Lifecycle API too: it is never more open than the app
+    // API.
+    let admin_auth = RequireToken::new(
+        options
+            .admin_token
+            .clone()
+            .or_else(|| options.app_token.clone()),
+        &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
+        &state,
+    );
+    Server::builder()
+        .timeout(options.request_timeout)
+        .add_service(InterceptedService::new(
+            ClearLimit::new(dapr, limit),
+            app_auth,
+        ))
+        .add_service(InterceptedService::new(
+            ClearLimit::new(lifecycle, limit),
+            admin_auth,
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled())
+        .await
+        .map_err(|e| ApiError::Grpc(e.to_string()))
+}

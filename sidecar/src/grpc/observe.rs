@@ -1,0 +1,102 @@
+//! One gRPC call: run with a fresh generation snapshot ([`Call`]), secret
+//! values scrubbed from its error, and its entry in the request metrics.
+
+use std::future::Future;
+use std::time::Instant;
+
+use tonic::{Code, Status};
+
+use super::status::code_name;
+use crate::dapr::{Call, StoreLabel};
+use crate::ApiState;
+
+/// Runs `handler` as the gRPC method `method`: with a fresh generation
+/// snapshot, secret values scrubbed from its error, and the call counted in
+/// the request metrics.
+pub(super) async fn observed<T, F, Fut>(
+    state: &ApiState,
+    method: &'static str,
+    handler: F,
+) -> Result<T, Status>
+where
+    F: FnOnce(Call) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    let started = Instant::now();
+    let label = StoreLabel::default();
+    let call = Call::new(&state.runtime, label.clone());
+    let result = handler(call)
+        .await
+        .map_err(|status| Status::new(status.code(), state.runtime.redact(status.message())));
+    let code = result.as_ref().err().map_or(Code::Ok, Status::code);
+    let store = label.get();
+    state
+        .metrics
+        .observe_request("grpc", method, store, code_name(code), started.elapsed());
+    if let Err(status) = &result {
+        tracing::debug!(
+            method,
+            store,
+            code = code_name(code),
+            message = status.message(),
+            "gRPC call failed."
+        );
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rewire_runtime::config::{validate, Config};
+    use rewire_runtime::{Registry, Runtime, RuntimeOptions};
+
+    use super::*;
+    use crate::{ApiMetrics, ApiOptions};
+
+    async fn state() -> ApiState {
+        let config =
+            validate(Config::default(), &Registry::default()).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        ApiState {
+            runtime,
+            options: Arc::new(ApiOptions::default()),
+            metrics: Arc::new(ApiMetrics::new()),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_call_is_counted_with_its_code_and_only_known_stores_label_it() {
+        let state = state().await;
+        let missing = observed(&state, "GetState", |call| async move {
+            call.state_store("random-name")
+                .map(|_| ())
+                .map_err(Status::from)
+        })
+        .await;
+        assert_eq!(missing.map_err(|s| s.code()), Err(Code::InvalidArgument));
+        let answered = observed(&state, "GetMetadata", |call| async move {
+            call.label("orders");
+            Ok(call.generation().number)
+        })
+        .await;
+        assert_eq!(answered.ok(), Some(1));
+        let text = state.metrics.render(&state.runtime);
+        assert!(
+            text.contains(r#"rewire_requests_total{api="grpc",method="GetState",store="",code="INVALID_ARGUMENT"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rewire_requests_total{api="grpc",method="GetMetadata",store="orders",code="OK"} 1"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains("random-name"),
+            "unknown stores do not become labels"
+        );
+        state.runtime.shutdown().await;
+    }
+}

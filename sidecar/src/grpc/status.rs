@@ -1,0 +1,133 @@
+//! How the Dapr operations' errors become gRPC statuses, with Dapr's codes
+//! (their messages are already Dapr's gRPC wording).
+
+use rewire_runtime::{ConfigError, LockError, StateError};
+use tonic::{Code, Status};
+
+use crate::dapr::{ConfigOpError, LockOpError, SecretOpError, StateOpError};
+
+/// The canonical gRPC name of `code` (`OK`, `INVALID_ARGUMENT`...), as the
+/// metrics label it.
+pub(super) fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A state store's code, as Dapr answers it: an etag mismatch is
+/// `ABORTED`, a malformed etag `INVALID_ARGUMENT`.
+fn state_code(err: &StateError) -> Code {
+    match err {
+        StateError::EtagMismatch(_) => Code::Aborted,
+        StateError::EtagInvalid(_) | StateError::Invalid(_) => Code::InvalidArgument,
+        StateError::Backend(_) => Code::Internal,
+    }
+}
+
+/// A store the call names is not running: `INVALID_ARGUMENT`, as Dapr.
+impl From<StateOpError> for Status {
+    fn from(err: StateOpError) -> Self {
+        let code = err.store_error().map_or(Code::InvalidArgument, state_code);
+        Status::new(code, err.to_string())
+    }
+}
+
+/// Dapr answers `INTERNAL` for a missing secret too.
+impl From<SecretOpError> for Status {
+    fn from(err: SecretOpError) -> Self {
+        let code = match err {
+            SecretOpError::NotFound(_) => Code::InvalidArgument,
+            SecretOpError::Get { .. } | SecretOpError::BulkGet { .. } => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+impl From<ConfigOpError> for Status {
+    fn from(err: ConfigOpError) -> Self {
+        let code = match err.store_error() {
+            None => Code::InvalidArgument,
+            Some(ConfigError::Unsupported(_)) => Code::Unimplemented,
+            Some(ConfigError::Invalid(_)) => Code::InvalidArgument,
+            Some(ConfigError::Backend(_)) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+/// Invalid requests (no resource, no owner, no expiry) are
+/// `INVALID_ARGUMENT`.
+impl From<LockOpError> for Status {
+    fn from(err: LockOpError) -> Self {
+        let code = match err.store_error() {
+            None | Some(LockError::Invalid(_)) => Code::InvalidArgument,
+            Some(LockError::Backend(_)) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn save_failed(source: StateError) -> Status {
+        Status::from(StateOpError::Save {
+            store: "s".into(),
+            source,
+        })
+    }
+
+    #[test]
+    fn etag_errors_get_dapr_codes() {
+        let mismatch = save_failed(StateError::EtagMismatch("k".into()));
+        assert_eq!(mismatch.code(), Code::Aborted);
+        assert!(
+            mismatch
+                .message()
+                .starts_with("failed saving state in state store `s`: ")
+                && mismatch.message().contains("etag mismatch"),
+            "{}",
+            mismatch.message()
+        );
+        let invalid = save_failed(StateError::EtagInvalid("k".into()));
+        assert_eq!(invalid.code(), Code::InvalidArgument);
+        assert_eq!(
+            save_failed(StateError::Backend("down".into())).code(),
+            Code::Internal
+        );
+    }
+
+    #[test]
+    fn unknown_stores_are_invalid_arguments_naming_the_store() {
+        let status = Status::from(StateOpError::NotFound("orders".into()));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(status.message(), "state store `orders` is not found");
+        let status = Status::from(LockOpError::NotFound("l".into()));
+        assert_eq!(status.message(), "lock store `l` is not found");
+        assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn lock_requests_are_checked_as_dapr_does() {
+        let status = Status::from(LockOpError::ResourceIdEmpty("l".into()));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(status.message(), "ResourceId is empty in lock store `l`");
+    }
+}

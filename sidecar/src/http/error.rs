@@ -1,0 +1,305 @@
+//! Dapr-style JSON errors: `{"errorCode": "ERR_…", "message": "…"}` with
+//! Dapr's status codes and messages, so the Dapr SDKs report them as they
+//! would report Dapr's own.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use rewire_runtime::{ConfigError, SecretError, StateError};
+
+use crate::dapr::{ConfigOpError, SecretOpError, StateOpError};
+
+/// Why an HTTP call failed. Messages never carry a secret value: component
+/// errors are scrubbed by the shared Dapr operations ([`crate::dapr`])
+/// before they get here.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// No state store with that name in the generation serving.
+    #[error("state store {0} is not found")]
+    StateStoreNotFound(String),
+    /// No secret store with that name.
+    #[error("failed finding secret store with key {0}")]
+    SecretStoreNotFound(String),
+    /// No configuration store with that name.
+    #[error("configuration store {0} not found")]
+    ConfigStoreNotFound(String),
+    /// The body or the query could not be understood.
+    #[error("failed deserializing HTTP body: {0}")]
+    Malformed(String),
+    /// The body is larger than `max_request_bytes`.
+    #[error("request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// A save failed.
+    #[error("failed saving state in state store {store}: {source}")]
+    StateSave {
+        /// The store.
+        store: String,
+        /// Why.
+        source: StateError,
+    },
+    /// A read failed.
+    #[error("fail to get {key} from state store {store}: {source}")]
+    StateGet {
+        /// The store.
+        store: String,
+        /// The key.
+        key: String,
+        /// Why.
+        source: StateError,
+    },
+    /// A delete failed.
+    #[error("failed deleting state with key {key}: {source}")]
+    StateDelete {
+        /// The key.
+        key: String,
+        /// Why.
+        source: StateError,
+    },
+    /// A bulk read failed as a whole.
+    #[error("failed bulk get in state store {store}: {source}")]
+    StateBulkGet {
+        /// The store.
+        store: String,
+        /// Why.
+        source: StateError,
+    },
+    /// A secret could not be read.
+    #[error("failed getting secret with key {name} from secret store {store}: {source}")]
+    SecretGet {
+        /// The store.
+        store: String,
+        /// The secret's name.
+        name: String,
+        /// Why (never a value).
+        source: SecretError,
+    },
+    /// The secrets of a store could not be read.
+    #[error("failed getting secrets from secret store {store}: {source}")]
+    SecretBulkGet {
+        /// The store.
+        store: String,
+        /// Why (never a value).
+        source: SecretError,
+    },
+    /// Configuration items could not be read.
+    #[error("failed to get {keys:?} from Configuration store {store}: {source}")]
+    ConfigGet {
+        /// The store.
+        store: String,
+        /// The keys asked for.
+        keys: Vec<String>,
+        /// Why.
+        source: ConfigError,
+    },
+    /// A configuration subscription could not be made.
+    #[error("failed to subscribe to {keys:?} from Configuration store {store}: {source}")]
+    ConfigSubscribe {
+        /// The store.
+        store: String,
+        /// The keys asked for.
+        keys: Vec<String>,
+        /// Why.
+        source: ConfigError,
+    },
+    /// Components are not ready (`kind/name: reason` each).
+    #[error("dapr is not ready: {} component(s) not ready", .0.len())]
+    NotReady(Vec<String>),
+    /// The app token is missing or wrong.
+    #[error("missing or invalid API token in header `dapr-api-token`")]
+    Unauthorized,
+    /// No such route.
+    #[error("method {method} {path} is not found")]
+    RouteNotFound {
+        /// The HTTP method.
+        method: String,
+        /// The path.
+        path: String,
+    },
+    /// The route exists, not with this method.
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The HTTP method.
+        method: String,
+        /// The path.
+        path: String,
+    },
+    /// The call took longer than `request_timeout`.
+    #[error("the request did not complete within {0:?}")]
+    Timeout(Duration),
+}
+
+impl HttpError {
+    /// Dapr's error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::StateStoreNotFound(_) => "ERR_STATE_STORE_NOT_FOUND",
+            Self::SecretStoreNotFound(_) => "ERR_SECRET_STORE_NOT_FOUND",
+            Self::ConfigStoreNotFound(_) => "ERR_CONFIGURATION_STORE_NOT_FOUND",
+            Self::Malformed(_) => "ERR_MALFORMED_REQUEST",
+            Self::BodyTooLarge { .. } => "ERR_BODY_TOO_LARGE",
+            Self::StateSave { .. } => "ERR_STATE_SAVE",
+            Self::StateGet { .. } => "ERR_STATE_GET",
+            Self::StateDelete { .. } => "ERR_STATE_DELETE",
+            Self::StateBulkGet { .. } => "ERR_STATE_BULK_GET",
+            Self::SecretGet { .. } | Self::SecretBulkGet { .. } => "ERR_SECRET_GET",
+            Self::ConfigGet { .. } => "ERR_CONFIGURATION_GET",
+            Self::ConfigSubscribe { .. } => "ERR_CONFIGURATION_SUBSCRIBE",
+            Self::NotReady(_) => "ERR_HEALTH_NOT_READY",
+            Self::Unauthorized => "ERR_API_UNAUTHORIZED",
+            Self::RouteNotFound { .. } => "ERR_NOT_FOUND",
+            Self::MethodNotAllowed { .. } => "ERR_METHOD_NOT_ALLOWED",
+            Self::Timeout(_) => "ERR_TIMEOUT",
+        }
+    }
+
+    /// The HTTP status, as Dapr answers it.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::StateStoreNotFound(_)
+            | Self::SecretStoreNotFound(_)
+            | Self::ConfigStoreNotFound(_)
+            | Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::StateSave { source, .. } | Self::StateDelete { source, .. } => {
+                state_status(source)
+            }
+            Self::StateGet { .. }
+            | Self::StateBulkGet { .. }
+            | Self::SecretGet { .. }
+            | Self::SecretBulkGet { .. }
+            | Self::ConfigGet { .. }
+            | Self::ConfigSubscribe { .. }
+            | Self::NotReady(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The JSON body.
+    fn body(&self) -> Value {
+        let mut body = json!({ "errorCode": self.code(), "message": self.to_string() });
+        if let Self::NotReady(components) = self {
+            body["notReady"] = json!(components);
+        }
+        body
+    }
+}
+
+/// Dapr's statuses for write errors: a stale etag is a conflict, a
+/// malformed one a bad request.
+fn state_status(error: &StateError) -> StatusCode {
+    match error {
+        StateError::EtagMismatch(_) => StatusCode::CONFLICT,
+        StateError::EtagInvalid(_) | StateError::Invalid(_) => StatusCode::BAD_REQUEST,
+        StateError::Backend(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The shared state operations' errors, in Dapr's HTTP wording.
+impl From<StateOpError> for HttpError {
+    fn from(err: StateOpError) -> Self {
+        match err {
+            StateOpError::NotFound(store) => Self::StateStoreNotFound(store),
+            StateOpError::Get { store, key, source } => Self::StateGet { store, key, source },
+            StateOpError::BulkGet { store, source } => Self::StateBulkGet { store, source },
+            StateOpError::Save { store, source } => Self::StateSave { store, source },
+            StateOpError::Delete { key, source, .. } => Self::StateDelete { key, source },
+        }
+    }
+}
+
+/// The shared secret operations' errors, in Dapr's HTTP wording.
+impl From<SecretOpError> for HttpError {
+    fn from(err: SecretOpError) -> Self {
+        match err {
+            SecretOpError::NotFound(store) => Self::SecretStoreNotFound(store),
+            SecretOpError::Get {
+                store,
+                name,
+                source,
+            } => Self::SecretGet {
+                store,
+                name,
+                source,
+            },
+            SecretOpError::BulkGet { store, source } => Self::SecretBulkGet { store, source },
+        }
+    }
+}
+
+/// The shared configuration operations' errors, in Dapr's HTTP wording.
+impl From<ConfigOpError> for HttpError {
+    fn from(err: ConfigOpError) -> Self {
+        match err {
+            ConfigOpError::NotFound(store) => Self::ConfigStoreNotFound(store),
+            ConfigOpError::Get {
+                store,
+                keys,
+                source,
+            } => Self::ConfigGet {
+                store,
+                keys,
+                source,
+            },
+            ConfigOpError::Subscribe {
+                store,
+                keys,
+                source,
+            } => Self::ConfigSubscribe {
+                store,
+                keys,
+                source,
+            },
+        }
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        tracing::debug!(code = self.code(), status = self.status().as_u16(), error = %self, "HTTP call failed.");
+        (self.status(), Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_errors_map_to_dapr_statuses() {
+        let conflict = HttpError::StateSave {
+            store: "s".into(),
+            source: StateError::EtagMismatch("k".into()),
+        };
+        assert_eq!(conflict.status(), StatusCode::CONFLICT);
+        assert_eq!(conflict.code(), "ERR_STATE_SAVE");
+        let invalid = HttpError::StateDelete {
+            key: "k".into(),
+            source: StateError::EtagInvalid("k".into()),
+        };
+        assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+        let not_found = HttpError::from(StateOpError::NotFound("x".into()));
+        assert_eq!(not_found.body()["message"], "state store x is not found");
+        let not_found = HttpError::from(ConfigOpError::NotFound("c".into()));
+        assert_eq!(
+            not_found.body()["message"],
+            "configuration store c not found"
+        );
+    }
+
+    #[test]
+    fn not_ready_lists_the_components() {
+        let error = HttpError::NotReady(vec!["state/a: warming up".into()]);
+        assert_eq!(error.body()["notReady"][0], "state/a: warming up");
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}

@@ -1,0 +1,101 @@
+//! HTTP: health, the Dapr state/secret/configuration/metadata routes,
+//! metrics and status.
+//!
+//! Every call goes through, outermost first: `observe` (request metrics),
+//! `auth` (the app token), `deadline` (`request_timeout`), then its
+//! handler, which loads the generation serving once (a [`Call`](crate::dapr::Call)) and
+//! uses that snapshot throughout. Handlers are thin: they decode the
+//! request, run the shared Dapr operation ([`crate::dapr`]) and encode its
+//! answer or error. Bodies are limited to
+//! `max_request_bytes` (413). Errors are Dapr's JSON errors
+//! ([`HttpError`]); unknown routes answer 404 JSON.
+
+mod auth;
+mod call;
+mod configuration;
+mod deadline;
+mod error;
+mod health;
+mod input;
+mod metadata;
+mod metrics;
+mod observe;
+mod routes;
+mod secrets;
+mod state;
+mod status;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use error::HttpError;
+
+use crate::{ApiError, ApiState};
+
+/// The HTTP API as a router (for serving, or for tests that drive it
+/// without a socket).
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route(routes::HEALTHZ, get(health::healthz))
+        .route(routes::HEALTHZ_OUTBOUND, get(health::outbound))
+        .route(routes::STATE, post(state::save).put(state::save))
+        .route(
+            routes::STATE_BULK,
+            post(state::bulk_get).put(state::bulk_get),
+        )
+        .route(routes::STATE_KEY, get(state::get).delete(state::delete))
+        .route(routes::SECRETS_BULK, get(secrets::bulk))
+        .route(routes::SECRET, get(secrets::get))
+        .route(routes::CONFIGURATION, get(configuration::get))
+        .route(routes::CONFIGURATION_ALPHA1, get(configuration::get))
+        .route(routes::METADATA, get(metadata::get))
+        .route(routes::METRICS, get(metrics::get))
+        .route(routes::STATUS, get(status::get))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.options.max_request_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            deadline::within_timeout,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_app_token,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            observe::observe,
+        ))
+        .with_state(state)
+}
+
+/// Serves HTTP on `listener` until `shutdown` is cancelled; calls in
+/// flight finish first.
+pub async fn serve(
+    state: ApiState,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ApiError> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(|e| ApiError::Http(e.to_string()))
+}
+
+async fn not_found(method: Method, uri: Uri) -> HttpError {
+    HttpError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> HttpError {
+    HttpError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}

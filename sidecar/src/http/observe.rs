@@ -1,0 +1,77 @@
+//! Counts every HTTP call by operation, store and status, and times it.
+//!
+//! The store label is set by the handler once it has found the store in
+//! the generation serving ([`StoreLabel`]), so a caller naming random stores
+//! cannot grow the metric without bound: an unknown store is counted with an
+//! empty label.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::routes;
+use crate::dapr::StoreLabel;
+use crate::ApiState;
+
+/// Middleware: records `observe_request("http", operation, store, status,
+/// elapsed)` for every call.
+pub async fn observe(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let operation = operation(request.method(), request.extensions().get::<MatchedPath>());
+    let label = StoreLabel::default();
+    request.extensions_mut().insert(label.clone());
+    let response = next.run(request).await;
+    state.metrics.observe_request(
+        "http",
+        operation,
+        label.get(),
+        response.status().as_str(),
+        started.elapsed(),
+    );
+    response
+}
+
+/// The operation name of a call (Dapr's names where Dapr has the route), a
+/// fixed set so the metric stays bounded.
+fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
+    let Some(path) = matched.map(MatchedPath::as_str) else {
+        return "NotFound";
+    };
+    match (method.as_str(), path) {
+        ("GET", routes::HEALTHZ) => "Healthz",
+        ("GET", routes::HEALTHZ_OUTBOUND) => "HealthzOutbound",
+        ("POST" | "PUT", routes::STATE) => "SaveState",
+        ("GET", routes::STATE_KEY) => "GetState",
+        ("DELETE", routes::STATE_KEY) => "DeleteState",
+        ("POST" | "PUT", routes::STATE_BULK) => "GetBulkState",
+        ("GET", routes::SECRET) => "GetSecret",
+        ("GET", routes::SECRETS_BULK) => "GetBulkSecret",
+        ("GET", routes::CONFIGURATION | routes::CONFIGURATION_ALPHA1) => "GetConfiguration",
+        ("GET", routes::METADATA) => "GetMetadata",
+        ("GET", routes::METRICS) => "Metrics",
+        ("GET", routes::STATUS) => "Status",
+        _ => "MethodNotAllowed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_store_set_wins() {
+        let label = StoreLabel::default();
+        assert_eq!(label.get(), "");
+        label.set("orders");
+        label.set("other");
+        assert_eq!(label.get(), "orders");
+    }
+
+    #[test]
+    fn unmatched_paths_are_one_label() {
+        assert_eq!(operation(&Method::GET, None), "NotFound");
+    }
+}

@@ -1,0 +1,252 @@
+//! Dapr's state routes: save, get, delete and bulk get, with etags
+//! (`etag` in the body, `If-Match` on delete, `ETag` on get), first-write
+//! concurrency and `ttlInSeconds` metadata. Values are stored as the JSON
+//! bytes of the `value` given, and read back as those bytes.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::header::{CONTENT_TYPE, ETAG, IF_MATCH};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use rewire_runtime::{BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest};
+
+use super::error::HttpError;
+use super::input::{
+    json_body, lenient_metadata, query_pairs, query_value, request_metadata, QueryPairs, RawBody,
+};
+use crate::dapr::Call;
+use crate::ApiState;
+
+/// One item of a save, as Dapr's HTTP API takes it.
+#[derive(Debug, Deserialize)]
+struct SaveItem {
+    key: String,
+    #[serde(default)]
+    value: Value,
+    #[serde(default)]
+    etag: Option<String>,
+    #[serde(default, deserialize_with = "lenient_metadata")]
+    metadata: HashMap<String, String>,
+    #[serde(default)]
+    options: Option<SaveOptions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SaveOptions {
+    #[serde(default)]
+    concurrency: Option<String>,
+}
+
+/// A bulk get, as Dapr's HTTP API takes it.
+#[derive(Debug, Deserialize)]
+struct BulkGet {
+    keys: Vec<String>,
+    /// Accepted for compatibility; the store decides how it reads.
+    #[serde(default)]
+    #[allow(dead_code)]
+    parallelism: Option<u32>,
+}
+
+/// One result of a bulk get, as Dapr answers it.
+#[derive(Debug, Serialize)]
+pub struct BulkItem {
+    key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etag: Option<String>,
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    metadata: HashMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// `POST` (or `PUT`) `/v1.0/state/{store}`: saves every item, 204.
+pub async fn save(
+    State(state): State<ApiState>,
+    call: Call,
+    Path(store_name): Path<String>,
+    query: QueryPairs,
+    body: RawBody,
+) -> Result<StatusCode, HttpError> {
+    let store = call.state_store(&store_name)?;
+    let query = query_pairs(query)?;
+    let items: Vec<SaveItem> = json_body(body, state.options.max_request_bytes)?;
+    let shared = request_metadata(&query);
+    let mut requests = Vec::with_capacity(items.len());
+    for item in items {
+        check_key(&item.key)?;
+        let concurrency = concurrency(item.options.unwrap_or_default().concurrency.as_deref())?;
+        let mut metadata = item.metadata;
+        metadata.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let value =
+            serde_json::to_vec(&item.value).map_err(|e| HttpError::Malformed(e.to_string()))?;
+        requests.push(SetRequest {
+            key: item.key,
+            value,
+            etag: item.etag.filter(|e| !e.is_empty()),
+            concurrency,
+            ttl: None,
+            metadata,
+        });
+    }
+    store.save(requests).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1.0/state/{store}/{key}`: the stored bytes with their `ETag`, or
+/// 204 when the key does not exist.
+pub async fn get(
+    call: Call,
+    Path((store_name, key)): Path<(String, String)>,
+    query: QueryPairs,
+) -> Result<Response, HttpError> {
+    let store = call.state_store(&store_name)?;
+    let query = query_pairs(query)?;
+    let request = GetRequest {
+        key,
+        metadata: request_metadata(&query),
+    };
+    let entry = store.get(request).await?;
+    let Some(entry) = entry else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(etag) = HeaderValue::from_str(&entry.etag) {
+        headers.insert(ETAG, etag);
+    }
+    for (name, value) in &entry.metadata {
+        let name = HeaderName::try_from(format!("metadata.{name}"));
+        if let (Ok(name), Ok(value)) = (name, HeaderValue::from_str(value)) {
+            headers.insert(name, value);
+        }
+    }
+    Ok((StatusCode::OK, headers, entry.data).into_response())
+}
+
+/// `DELETE /v1.0/state/{store}/{key}`: deletes the key (only at the etag
+/// of `If-Match`, when given), 204.
+pub async fn delete(
+    call: Call,
+    Path((store_name, key)): Path<(String, String)>,
+    query: QueryPairs,
+    headers: HeaderMap,
+) -> Result<StatusCode, HttpError> {
+    let store = call.state_store(&store_name)?;
+    let query = query_pairs(query)?;
+    let etag = match headers.get(IF_MATCH) {
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| HttpError::Malformed("the If-Match header is not text".into()))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let request = DeleteRequest {
+        key,
+        etag: etag.filter(|e| !e.is_empty()),
+        concurrency: concurrency(query_value(&query, "concurrency"))?,
+        metadata: request_metadata(&query),
+    };
+    store.delete(request).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST` (or `PUT`) `/v1.0/state/{store}/bulk`: `[{"key", "data", "etag"}]` in the
+/// order asked; missing keys come back with only their key.
+pub async fn bulk_get(
+    State(state): State<ApiState>,
+    call: Call,
+    Path(store_name): Path<String>,
+    body: RawBody,
+) -> Result<Json<Vec<BulkItem>>, HttpError> {
+    let store = call.state_store(&store_name)?;
+    let request: BulkGet = json_body(body, state.options.max_request_bytes)?;
+    let items = store.bulk_get(request.keys).await?;
+    Ok(Json(items.into_iter().map(bulk_item).collect()))
+}
+
+/// One result, its error already scrubbed by the shared operation.
+fn bulk_item(item: BulkGetItem) -> BulkItem {
+    let (data, etag, metadata) = match item.entry {
+        Some(entry) => (
+            Some(stored_json(&entry.data)),
+            Some(entry.etag),
+            entry.metadata,
+        ),
+        None => (None, None, HashMap::new()),
+    };
+    BulkItem {
+        key: item.key,
+        data,
+        etag,
+        metadata,
+        error: item.error,
+    }
+}
+
+/// Stored bytes as JSON: the bytes themselves when they are JSON (what the
+/// HTTP API stores), else their text as a JSON string.
+fn stored_json(data: &[u8]) -> Value {
+    serde_json::from_slice(data)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(data).into_owned()))
+}
+
+/// Dapr's key rules: not empty, no `||` (its key separator).
+fn check_key(key: &str) -> Result<(), HttpError> {
+    if key.is_empty() {
+        return Err(HttpError::Malformed("\"key\" is a required field".into()));
+    }
+    if key.contains("||") {
+        return Err(HttpError::Malformed(format!(
+            "input key `{key}` can't contain `||`"
+        )));
+    }
+    Ok(())
+}
+
+/// Dapr's concurrency option: `first-write` or `last-write` (the default).
+fn concurrency(option: Option<&str>) -> Result<Concurrency, HttpError> {
+    match option.unwrap_or_default() {
+        "" | "last-write" => Ok(Concurrency::LastWrite),
+        "first-write" => Ok(Concurrency::FirstWrite),
+        other => Err(HttpError::Malformed(format!(
+            "unknown concurrency `{other}` (expected `first-write` or `last-write`)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_follows_dapr_spelling() {
+        assert_eq!(concurrency(None).ok(), Some(Concurrency::LastWrite));
+        assert_eq!(
+            concurrency(Some("first-write")).ok(),
+            Some(Concurrency::FirstWrite)
+        );
+        assert!(concurrency(Some("firstWrite")).is_err());
+    }
+
+    #[test]
+    fn keys_follow_dapr_rules() {
+        assert!(check_key("order-1").is_ok());
+        assert!(check_key("").is_err());
+        assert!(check_key("a||b").is_err());
+    }
+
+    #[test]
+    fn stored_bytes_come_back_as_json() {
+        assert_eq!(stored_json(br#"{"a":1}"#), serde_json::json!({"a": 1}));
+        assert_eq!(stored_json(b"plain"), Value::String("plain".into()));
+    }
+}

@@ -1,0 +1,23 @@
+//! rewire's sidecar: the Dapr-compatible gRPC and HTTP APIs, the Lifecycle
+//! API, health, metrics and status, served over a [`rewire_runtime`]
+//! runtime. Every call reaches components through the runtime's handles, so
+//! a reload never fails a request.
+//!
+//! * [`dapr`]: one transport-neutral implementation per Dapr operation
+//!   (typed store lookup, secret scrubbing, metadata from the generation).
+//! * [`grpc`] and [`http`]: thin adapters from the wire to [`dapr`] and
+//!   back (`tonic::Status`, Dapr's JSON errors).
+//! * [`ApiServer`]: both servers, bound and serving.
+
+pub mod auth;
+pub mod dapr;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+mod options;
+mod server;
+
+pub use auth::ApiToken;
+pub use metrics::ApiMetrics;
+pub use options::{ApiOptions, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR};
+pub use server::{ApiError, ApiServer, ApiState};

@@ -1,0 +1,193 @@
+//! Prometheus metrics: reloads by outcome, reload duration, generation,
+//! components by kind, and requests and their latency by API and store.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use rewire_runtime::Runtime;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    outcome: String,
+    trigger: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    api: String,
+    method: String,
+    store: String,
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    api: String,
+    method: String,
+}
+
+/// The sidecar's metrics registry.
+pub struct ApiMetrics {
+    registry: Mutex<Registry>,
+    reloads: Family<ReloadLabels, Counter>,
+    reload_seconds: Histogram,
+    generation: Gauge,
+    components: Family<KindLabels, Gauge>,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<LatencyLabels, Histogram>,
+}
+
+impl std::fmt::Debug for ApiMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiMetrics")
+    }
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ApiMetrics {
+    /// A registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("rewire");
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        let reload_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let generation = Gauge::default();
+        let components = Family::<KindLabels, Gauge>::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let request_seconds = Family::<LatencyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00005, 2.0, 18))
+        });
+        registry.register("reloads", "Reloads by outcome and trigger", reloads.clone());
+        registry.register(
+            "reload_duration_seconds",
+            "Duration of reload transactions",
+            reload_seconds.clone(),
+        );
+        registry.register(
+            "generation",
+            "The generation of the component set serving",
+            generation.clone(),
+        );
+        registry.register(
+            "components",
+            "Running components by kind",
+            components.clone(),
+        );
+        registry.register(
+            "requests",
+            "API requests by API, method, store and result code",
+            requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "API request latency by API and method",
+            request_seconds.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            reloads,
+            reload_seconds,
+            generation,
+            components,
+            requests,
+            request_seconds,
+        }
+    }
+
+    /// Counts every reload of `runtime` from now on (in the background).
+    pub fn follow_reloads(self: &std::sync::Arc<Self>, runtime: &Runtime) {
+        let mut events = runtime.reload_events();
+        let metrics = std::sync::Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let record = match events.recv().await {
+                    Ok(record) => record,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(metrics) = metrics.upgrade() else {
+                    return;
+                };
+                let outcome = serde_json::to_value(record.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels {
+                        outcome,
+                        trigger: record.trigger.to_string(),
+                    })
+                    .inc();
+                #[allow(clippy::cast_precision_loss)]
+                metrics
+                    .reload_seconds
+                    .observe(record.duration_ms as f64 / 1000.0);
+            }
+        });
+    }
+
+    /// Records one API request.
+    pub fn observe_request(
+        &self,
+        api: &str,
+        method: &str,
+        store: &str,
+        code: &str,
+        elapsed: Duration,
+    ) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                api: api.into(),
+                method: method.into(),
+                store: store.into(),
+                code: code.into(),
+            })
+            .inc();
+        self.request_seconds
+            .get_or_create(&LatencyLabels {
+                api: api.into(),
+                method: method.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition, with the generation and component
+    /// counts taken from `runtime` now.
+    pub fn render(&self, runtime: &Runtime) -> String {
+        let generation = runtime.generation();
+        self.generation
+            .set(i64::try_from(generation.number).unwrap_or(i64::MAX));
+        self.components.clear();
+        for (key, _) in generation.iter() {
+            self.components
+                .get_or_create(&KindLabels {
+                    kind: key.kind.to_string(),
+                })
+                .inc();
+        }
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if encode(&mut out, &registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,51 @@
+//! How the APIs are served: addresses, tokens, limits.
+
+use std::time::Duration;
+
+use crate::auth::ApiToken;
+
+/// Default gRPC address (Dapr's).
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50001";
+/// Default HTTP address (Dapr's).
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:3500";
+
+/// How the APIs are served.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// Required on every app-facing call when set (`dapr-api-token`).
+    pub app_token: Option<ApiToken>,
+    /// Required on every Lifecycle call when set (in `rewire-admin-token`
+    /// or `dapr-api-token`); when unset, the app token guards the Lifecycle
+    /// API too.
+    pub admin_token: Option<ApiToken>,
+    /// Largest request body accepted, in bytes.
+    pub max_request_bytes: usize,
+    /// Longest a unary call may take.
+    pub request_timeout: Duration,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        Self {
+            app_token: None,
+            admin_token: None,
+            max_request_bytes: 4 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ApiOptions {
+    /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`)
+    /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self {
+            app_token: var("DAPR_API_TOKEN")
+                .or_else(|| var("REWIRE_API_TOKEN"))
+                .map(ApiToken::new),
+            admin_token: var("REWIRE_ADMIN_TOKEN").map(ApiToken::new),
+            ..Self::default()
+        }
+    }
+}

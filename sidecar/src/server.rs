@@ -1,0 +1,115 @@
+//! Both servers, bound and serving, and what their handlers share.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rewire_runtime::Runtime;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::ApiMetrics;
+use crate::options::ApiOptions;
+use crate::{grpc, http};
+
+/// What every API handler shares.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The runtime served.
+    pub runtime: Runtime,
+    /// Serving options.
+    pub options: Arc<ApiOptions>,
+    /// Request and reload metrics.
+    pub metrics: Arc<ApiMetrics>,
+}
+
+/// Why the APIs could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {0}")]
+    Grpc(String),
+    /// The HTTP server failed.
+    #[error("HTTP server failed: {0}")]
+    Http(String),
+}
+
+/// The APIs, bound and serving.
+pub struct ApiServer {
+    /// Where gRPC is served.
+    pub grpc_addr: SocketAddr,
+    /// Where HTTP is served.
+    pub http_addr: SocketAddr,
+    grpc: tokio::task::JoinHandle<Result<(), ApiError>>,
+    http: tokio::task::JoinHandle<Result<(), ApiError>>,
+}
+
+impl ApiServer {
+    /// Binds both listeners (port 0 picks a free port) and starts serving
+    /// until `shutdown` is cancelled.
+    pub async fn bind(
+        runtime: Runtime,
+        options: ApiOptions,
+        grpc_addr: SocketAddr,
+        http_addr: SocketAddr,
+        shutdown: CancellationToken,
+    ) -> Result<Self, ApiError> {
+        let grpc_listener =
+            TcpListener::bind(grpc_addr)
+                .await
+                .map_err(|source| ApiError::Bind {
+                    addr: grpc_addr,
+                    source,
+                })?;
+        let http_listener =
+            TcpListener::bind(http_addr)
+                .await
+                .map_err(|source| ApiError::Bind {
+                    addr: http_addr,
+                    source,
+                })?;
+        let local = |l: &TcpListener, addr| {
+            l.local_addr()
+                .map_err(|source| ApiError::Bind { addr, source })
+        };
+        let (grpc_addr, http_addr) = (
+            local(&grpc_listener, grpc_addr)?,
+            local(&http_listener, http_addr)?,
+        );
+        let metrics = Arc::new(ApiMetrics::new());
+        metrics.follow_reloads(&runtime);
+        let state = ApiState {
+            runtime,
+            options: Arc::new(options),
+            metrics,
+        };
+        let grpc = tokio::spawn(grpc::serve(state.clone(), grpc_listener, shutdown.clone()));
+        let http = tokio::spawn(http::serve(state, http_listener, shutdown));
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "Sidecar APIs listening.");
+        Ok(Self {
+            grpc_addr,
+            http_addr,
+            grpc,
+            http,
+        })
+    }
+
+    /// Waits until both servers have stopped (after the shutdown token is
+    /// cancelled, in-flight calls finish first).
+    pub async fn stopped(self) -> Result<(), ApiError> {
+        let join = |r: Result<Result<(), ApiError>, tokio::task::JoinError>,
+                    what: fn(String) -> ApiError| {
+            r.map_err(|e| what(e.to_string())).and_then(|inner| inner)
+        };
+        let (grpc, http) = tokio::join!(self.grpc, self.http);
+        join(grpc, ApiError::Grpc)?;
+        join(http, ApiError::Http)
+    }
+}
