@@ -22,8 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "rewire.json".into());
     let registry = Registry::collected();
-    let valid = ValidConfig::from_path(&dir.join(&config), &registry)
-        .map_err(|p| p.to_string())?;
+    let valid = ValidConfig::from_path(&dir.join(&config), &registry).map_err(|p| p.to_string())?;
     let options = RuntimeOptions {
         secret_poll_interval: Duration::from_secs(1),
         ..RuntimeOptions::default()

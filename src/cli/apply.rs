@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use clap::Args;
 use rewire::sidecar::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::lifecycle_client::LifecycleClient;
-use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::{ComponentConfig, DynamicConfiguration};
+use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::{
+    ApplyConfigurationResponse, ComponentConfig, DynamicConfiguration,
+};
 use tonic::metadata::MetadataValue;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 use tonic::Request;
 
 /// Arguments of `rewire apply`.
@@ -45,22 +47,14 @@ fn parse_field(text: &str) -> Result<(String, String), String> {
 /// Sends the component's configuration; exits 1 on a rejection, printing
 /// every reason.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
-    let url = format!("http://{}", args.addr);
-    let channel = match Endpoint::from_shared(url.clone()) {
-        Ok(endpoint) => endpoint.connect().await,
-        Err(err) => {
-            eprintln!("error: bad address {url}: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let channel = match channel {
+    let channel = match connect(&args.addr.to_string()).await {
         Ok(channel) => channel,
-        Err(err) => {
-            eprintln!("error: cannot reach the sidecar at {url}: {err}");
+        Err(error) => {
+            eprintln!("error: {error}");
             return ExitCode::FAILURE;
         }
     };
-    let mut request = Request::new(DynamicConfiguration {
+    let request = DynamicConfiguration {
         component_config: Some(ComponentConfig {
             kind: args.kind.clone(),
             name: args.name.clone(),
@@ -69,32 +63,55 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
             ..ComponentConfig::default()
         }),
         based_on_generation: args.based_on_generation,
-    });
-    let token = std::env::var("REWIRE_ADMIN_TOKEN")
-        .map(|t| (ADMIN_TOKEN_HEADER, t))
-        .or_else(|_| std::env::var("DAPR_API_TOKEN").map(|t| (APP_TOKEN_HEADER, t)));
-    if let Ok((header, token)) = token {
-        match token.parse::<MetadataValue<_>>() {
-            Ok(value) => {
-                request.metadata_mut().insert(header, value);
-            }
-            Err(_) => {
-                eprintln!("error: the token in the environment is not a valid header value");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    let answer = match LifecycleClient::new(channel)
-        .apply_configuration(request)
-        .await
-    {
-        Ok(answer) => answer.into_inner(),
-        Err(status) => {
-            eprintln!("error: {:?}: {}", status.code(), status.message());
+    };
+    let request = match with_token(Request::new(request)) {
+        Ok(request) => request,
+        Err(error) => {
+            eprintln!("error: {error}");
             return ExitCode::FAILURE;
         }
     };
-    let key = format!("{}/{}", args.kind, args.name);
+    match LifecycleClient::new(channel)
+        .apply_configuration(request)
+        .await
+    {
+        Ok(answer) => print_answer(&format!("{}/{}", args.kind, args.name), answer.into_inner()),
+        Err(status) => {
+            eprintln!("error: {:?}: {}", status.code(), status.message());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A channel to the sidecar at `addr`.
+async fn connect(addr: &str) -> Result<Channel, String> {
+    let url = format!("http://{addr}");
+    let endpoint =
+        Endpoint::from_shared(url.clone()).map_err(|err| format!("bad address {url}: {err}"))?;
+    endpoint
+        .connect()
+        .await
+        .map_err(|err| format!("cannot reach the sidecar at {url}: {err}"))
+}
+
+/// `request` with the admin token (else the app token) from the
+/// environment; an empty variable is no token.
+fn with_token<T>(mut request: Request<T>) -> Result<Request<T>, String> {
+    let set = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
+    let token = set("REWIRE_ADMIN_TOKEN")
+        .map(|t| (ADMIN_TOKEN_HEADER, t))
+        .or_else(|| set("DAPR_API_TOKEN").map(|t| (APP_TOKEN_HEADER, t)));
+    if let Some((header, token)) = token {
+        let value = token
+            .parse::<MetadataValue<_>>()
+            .map_err(|_| "the token in the environment is not a valid header value".to_string())?;
+        request.metadata_mut().insert(header, value);
+    }
+    Ok(request)
+}
+
+/// Prints the sidecar's answer about `key`; exits 1 on a rejection.
+fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
     if answer.accepted {
         println!(
             "{key}: {} (generation {})",

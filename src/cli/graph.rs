@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use rewire::{GraphFormat, Registry};
+use rewire::config::GraphFormat;
+use rewire::Registry;
 
 use super::{load_valid, print_problems, Format};
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rewire::config::{parse_and_validate, read_config_bytes, ValidConfig};
+use rewire::ValidConfig;
 use rewire::{Problems, Registry};
 
 /// rewire: a component runtime with dependency injection and lossless hot reload.
@@ -85,7 +85,7 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
 
 /// Loads and validates `path` against the linked registry.
 fn load_valid(path: &Path, registry: &Registry) -> Result<ValidConfig, Problems> {
-    parse_and_validate(&read_config_bytes(path)?, registry)
+    ValidConfig::from_path(path, registry)
 }
 
 /// Prints every problem on its own line to stderr.

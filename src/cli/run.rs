@@ -1,14 +1,13 @@
 //! `rewire run`: start, wait for Ctrl-C or SIGTERM, close in reverse order.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rewire::config::{parse_and_validate, read_config_bytes};
 use rewire::sidecar::{ApiOptions, ApiServer};
-use rewire::{Registry, Runtime, RuntimeOptions};
+use rewire::{Registry, Runtime, RuntimeOptions, ValidConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::default_config::{default_config, default_home};
@@ -37,33 +36,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let registry = Registry::collected();
     let config_path = args
         .config
+        .clone()
         .or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()));
-    let loaded = match &config_path {
-        Some(path) => {
-            tracing::info!(config = %path.display(), "Loading configuration.");
-            read_config_bytes(path).and_then(|bytes| parse_and_validate(&bytes, &registry))
-        }
-        None => {
-            let home = default_home();
-            tracing::info!(home = %home.display(), "No configuration given: using the built-in default.");
-            match default_config(&home) {
-                Ok(bytes) => parse_and_validate(&bytes, &registry),
-                Err(err) => {
-                    eprintln!(
-                        "error: cannot prepare the built-in default in {}: {err}",
-                        home.display()
-                    );
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-    };
-    let valid = match loaded {
-        Ok(valid) => valid,
-        Err(problems) => {
-            print_problems(&problems);
-            return ExitCode::FAILURE;
-        }
+    let Some(valid) = load(config_path.as_deref(), &registry) else {
+        return ExitCode::FAILURE;
     };
     let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {
         Ok(runtime) => runtime,
@@ -81,6 +57,38 @@ pub async fn run(args: RunArgs) -> ExitCode {
     drop(generation);
     // Edits of the file (ConfigMap updates included) reload the runtime.
     let _watch = config_path.map(|path| runtime.watch_config_file(path, CONFIG_RESYNC));
+    serve_until_stopped(runtime, &args, stop).await
+}
+
+/// The configuration at `path`, or the built-in default; `None` after
+/// printing why it cannot be used.
+fn load(path: Option<&Path>, registry: &Registry) -> Option<ValidConfig> {
+    let loaded = match path {
+        Some(path) => {
+            tracing::info!(config = %path.display(), "Loading configuration.");
+            ValidConfig::from_path(path, registry)
+        }
+        None => {
+            let home = default_home();
+            tracing::info!(home = %home.display(), "No configuration given: using the built-in default.");
+            match default_config(&home) {
+                Ok(bytes) => ValidConfig::from_slice(&bytes, registry),
+                Err(err) => {
+                    eprintln!(
+                        "error: cannot prepare the built-in default in {}: {err}",
+                        home.display()
+                    );
+                    return None;
+                }
+            }
+        }
+    };
+    loaded.map_err(|problems| print_problems(&problems)).ok()
+}
+
+/// Serves the sidecar APIs until a stop signal; then stops accepting, lets
+/// in-flight calls finish, and closes components users-first.
+async fn serve_until_stopped(runtime: Runtime, args: &RunArgs, stop: StopSignals) -> ExitCode {
     let stop_serving = CancellationToken::new();
     let server = match ApiServer::bind(
         runtime.clone(),
@@ -99,8 +107,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let signal = stop.wait().await;
-    // Stop accepting, let in-flight calls finish, then close components
-    // users-first.
     tracing::info!(signal, "Stopping.");
     stop_serving.cancel();
     let served = server.stopped().await;

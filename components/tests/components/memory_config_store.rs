@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::{
-    InPlace, ConfigChange, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
+    ConfigChange, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, InPlace, Instance,
 };
 use serde_json::json;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::{
-    InPlace, Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
+    Concurrency, DeleteRequest, GetRequest, InPlace, Instance, SetRequest, StateError, StateStore,
 };
 use serde_json::json;
 

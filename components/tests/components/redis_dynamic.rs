@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::{free_port, RedisServer};
-use rewire_runtime::{InPlace, GetRequest, Instance, Lock, SetRequest, StateStore, TryLockRequest};
+use rewire_runtime::{GetRequest, InPlace, Instance, Lock, SetRequest, StateStore, TryLockRequest};
 use serde_json::{json, Value};
 
 async fn store(metadata: Value) -> Arc<dyn StateStore> {

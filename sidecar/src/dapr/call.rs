@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rewire_runtime::{Kind, ComponentKey, Generation, Instance, Runtime};
+use rewire_runtime::{ComponentKey, Generation, Instance, Kind, Runtime};
 
 /// The store a call used, for its request metric. Set once the store is
 /// found in the generation, so a caller naming random stores cannot grow the

@@ -105,6 +105,9 @@ mod tests {
             "configuration.apollo"
         );
         assert_eq!(dapr_component_type(&Kind::Lock, "memory"), "lock.memory");
-        assert_eq!(dapr_component_type(&Kind::parse("greeter"), "english"), "greeter.english");
+        assert_eq!(
+            dapr_component_type(&Kind::parse("greeter"), "english"),
+            "greeter.english"
+        );
     }
 }

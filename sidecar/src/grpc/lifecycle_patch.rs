@@ -199,10 +199,7 @@ mod tests {
         );
         c.r#type = "redis".into();
         assert_eq!(
-            patch_of(c)
-                .ok()
-                .and_then(|p| p.type_name)
-                .as_deref(),
+            patch_of(c).ok().and_then(|p| p.type_name).as_deref(),
             Some("redis")
         );
     }
