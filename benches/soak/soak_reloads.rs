@@ -225,7 +225,12 @@ fn unexpected(kind: Kind, result: &Result<rewire::ReloadRecord, ReloadError>) ->
         (Kind::InitFails, Err(ReloadError::RolledBack(failures))) => {
             let expected = failures.len() == 1
                 && failures[0].step == FailedStep::Init
-                && failures[0].component.to_string() == "soak/backend";
+                && failures[0]
+                    .component
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .as_deref()
+                    == Some("soak/backend");
             (!expected).then(|| format!("rolled back with {failures:?}"))
         }
         (_, Ok(r)) => Some(format!("outcome {:?}, actions {:?}", r.outcome, r.actions)),

@@ -24,8 +24,8 @@ use grpc::lifecycle::{
     DynamicConfiguration, SecretRef,
 };
 use rewire::config::Layers;
-use rewire::handle::Generation;
 use rewire::sidecar::ApiOptions;
+use rewire::Generation;
 use rewire::{ComponentKey, Runtime};
 use sidecar::Sidecar;
 // `support/sidecar.rs` starts runtimes through the crate root's `start`.

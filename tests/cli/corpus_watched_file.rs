@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use corpus::Case;
 use rewire::config::Layers;
-use rewire::handle::Generation;
+use rewire::Generation;
 use rewire::{Action, ComponentKey, Outcome, ReloadRecord, Runtime, Trigger};
 use tokio::sync::broadcast;
 
@@ -132,7 +132,7 @@ fn check_record(case: &Case, record: Option<ReloadRecord>) -> Vec<String> {
 }
 
 /// Starts a runtime on the base, watching `dir/rewire.json`.
-async fn lane_runtime(dir: &Path) -> (Runtime, PathBuf, rewire::watch::FileWatch) {
+async fn lane_runtime(dir: &Path) -> (Runtime, PathBuf, rewire::FileWatch) {
     let path = dir.join("rewire.json");
     write_whole(&path, corpus::valid_text().as_bytes());
     let runtime = support::start(&corpus::valid_text()).await.unwrap();

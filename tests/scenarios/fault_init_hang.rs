@@ -248,7 +248,7 @@ fn rolled_back_on_timeout(result: &Result<ReloadRecord, ReloadError>) {
         panic!("the reload should roll back, got {result:?}");
     };
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].component, key("worker/w"));
+    assert_eq!(failures[0].component, Some(key("worker/w")));
     assert_eq!(failures[0].step, FailedStep::InitTimeout);
     assert_eq!(
         failures[0].to_string(),

@@ -124,7 +124,10 @@ async fn rolled_back(runtime: &Runtime, text: &str) -> String {
         panic!("the reload should roll back, got {result:?}");
     };
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].component, ComponentKey::new("state", "orders"));
+    assert_eq!(
+        failures[0].component,
+        Some(ComponentKey::new("state", "orders"))
+    );
     assert_eq!(failures[0].step, FailedStep::Init, "{failures:?}");
     failures[0].message.clone()
 }

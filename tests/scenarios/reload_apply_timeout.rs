@@ -76,7 +76,14 @@ async fn hanging_apply_config_does_not_wedge_reloads() {
     match &first {
         Ok(record) => assert_eq!(record.outcome, Outcome::Applied),
         Err(ReloadError::RolledBack(failures)) => {
-            assert_eq!(failures[0].component.to_string(), "worker/w")
+            assert_eq!(
+                failures[0]
+                    .component
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                "worker/w"
+            )
         }
         Err(other) => panic!("unexpected reload error: {other}"),
     }

@@ -43,7 +43,7 @@ async fn failed_init_rolls_back_everything() {
         panic!("the reload should roll back, got {result:?}");
     };
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].component, key("probe/bad"));
+    assert_eq!(failures[0].component, Some(key("probe/bad")));
     assert_eq!(failures[0].step, FailedStep::Init);
     assert_eq!(failures[0].message, "probe rbi-bad refused to start");
 
@@ -145,7 +145,7 @@ async fn rolled_back_config_store_update_leaves_no_trace() {
     let Err(ReloadError::RolledBack(failures)) = result else {
         panic!("the reload should roll back, got {result:?}");
     };
-    assert_eq!(failures[0].component, key("probe/reader"));
+    assert_eq!(failures[0].component, Some(key("probe/reader")));
     let record = reload_support::last_record(&runtime);
     assert_eq!(action(&record, "config_store/s"), Action::UpdatedInPlace);
     assert!(instance(&runtime, "config_store/s").same_as(&s));

@@ -71,7 +71,7 @@ async fn never_ready_component_rolls_back_everything() {
         panic!("the reload should roll back, got {result:?}");
     };
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].component, key("probe/slow"));
+    assert_eq!(failures[0].component, Some(key("probe/slow")));
     assert_eq!(failures[0].step, FailedStep::NotReady);
     assert!(
         failures[0].message.contains("waiting forever"),

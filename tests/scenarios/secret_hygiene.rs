@@ -15,10 +15,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rewire::config::GraphFormat;
 use rewire::config::{parse, validate};
 use rewire::prelude::*;
 use rewire::sidecar::ApiOptions;
-use rewire::{GraphFormat, Registry, Runtime, RuntimeOptions, Trigger};
+use rewire::{Registry, Runtime, RuntimeOptions, Trigger};
 use serde::Deserialize;
 use sidecar::Sidecar;
 use support::start;

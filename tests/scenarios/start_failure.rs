@@ -81,7 +81,14 @@ async fn init_failure_names_the_component_and_closes_what_started() {
         panic!("start should fail");
     };
     assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].component.to_string(), "probe/broken");
+    assert_eq!(
+        failures[0]
+            .component
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        "probe/broken"
+    );
     assert_eq!(failures[0].step, FailedStep::Init);
     assert_eq!(
         failures[0].to_string(),
@@ -114,7 +121,14 @@ async fn hanging_init_times_out() {
     let Err(StartError::Failed(failures)) = result else {
         panic!("start should fail");
     };
-    assert_eq!(failures[0].component.to_string(), "probe/stuck");
+    assert_eq!(
+        failures[0]
+            .component
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        "probe/stuck"
+    );
     assert_eq!(failures[0].step, FailedStep::InitTimeout);
     assert_eq!(
         closed_of("h-"),

@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use rewire::config::validate;
-use rewire::reload::ConfigDiff;
+use rewire::config::ConfigDiff;
 use rewire::{Action, Config, Outcome, Registry, Runtime, RuntimeOptions};
 
 use super::timing::{human, per_op, Mode};

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-pub use rewire::api::grpc::proto::dapr::proto::common::v1 as common;
-pub use rewire::api::grpc::proto::dapr::proto::runtime::v1 as dapr;
-pub use rewire::api::grpc::proto::rewire::lifecycle::v1 as lifecycle;
+pub use rewire::sidecar::grpc::proto::dapr::proto::common::v1 as common;
+pub use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1 as dapr;
+pub use rewire::sidecar::grpc::proto::rewire::lifecycle::v1 as lifecycle;
 
 use dapr::dapr_client::DaprClient;
 use lifecycle::lifecycle_client::LifecycleClient;

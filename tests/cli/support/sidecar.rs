@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use rewire::api::{ApiOptions, ApiServer};
+use rewire::sidecar::{ApiOptions, ApiServer};
 use rewire::Runtime;
 use tokio_util::sync::CancellationToken;
 
