@@ -93,9 +93,11 @@ fn graph_lists_stores_before_users_in_both_formats() {
         &dir,
         "g.json",
         r#"{"components": {
-            "state": {"orders": {"type": "memory", "componentRef": [{"type": "config_store", "name": "cfg"}]}},
-            "config_store": {"cfg": {"type": "memory", "configurationRef": []}},
-            "lock": {"l": {"type": "memory", "componentRef": [{"type": "state", "name": "orders"}]}}
+            "state": {"orders": {"type": "memory",
+                "configurationRef": [{"store": "cfg", "key": "ttl", "injectAs": "defaultTtlInSeconds"}]}},
+            "config_store": {"cfg": {"type": "file", "metadata": {"path": "c.json"},
+                "secretRef": [{"store": "local", "name": "a", "key": "b", "injectAs": "pollIntervalMs"}]}},
+            "secret_store": {"local": {"type": "local.file", "metadata": {"secretsFile": "s.json"}}}
         }}"#,
     );
     for format in ["dot", "mermaid"] {
@@ -110,8 +112,8 @@ fn graph_lists_stores_before_users_in_both_formats() {
                 .find(s)
                 .unwrap_or_else(|| panic!("{s} missing:\n{stdout}"))
         };
+        assert!(at("secret_store/local") < at("config_store/cfg"));
         assert!(at("config_store/cfg") < at("state/orders"));
-        assert!(at("state/orders") < at("lock/l"));
     }
 }
 

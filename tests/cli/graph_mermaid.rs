@@ -20,8 +20,7 @@ fn the_mermaid_graph_parses_with_the_official_mermaid_parser() {
             "config_store": {"settings \"eu\"": {"type": "file", "metadata": {"path": "c.json"},
                 "secretRef": [{"store": "local", "name": "a", "key": "b", "injectAs": "pollIntervalMs"}]}},
             "state": {"orders<v2>": {"type": "redis",
-                "configurationRef": [{"store": "settings \"eu\"", "key": "h", "injectAs": "redisHost"}],
-                "componentRef": [{"type": "config_store", "name": "settings \"eu\""}]}},
+                "configurationRef": [{"store": "settings \"eu\"", "key": "h", "injectAs": "redisHost"}]}},
             "lock": {"l": {"type": "memory"}}
         }}"#,
     )

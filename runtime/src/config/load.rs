@@ -78,10 +78,7 @@ pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
 /// in one pass: the structural ones of the components that did not parse,
 /// then the validation problems of the rest (a reference to a component
 /// that did not parse is not reported again as undeclared).
-pub(crate) fn parse_and_validate(
-    bytes: &[u8],
-    registry: &Registry,
-) -> Result<ValidConfig, Problems> {
+fn parse_and_validate(bytes: &[u8], registry: &Registry) -> Result<ValidConfig, Problems> {
     let (patch, mut problems) = parse_patch_collecting(bytes)?;
     if !patch.has_components {
         problems.push(Problem::file(
@@ -100,6 +97,23 @@ pub(crate) fn parse_and_validate(
             problems.0.extend(more.0);
             Err(problems)
         }
+    }
+}
+
+impl ValidConfig {
+    /// Reads, parses and validates the configuration file at `path`,
+    /// reporting every problem in one pass. A file over
+    /// [`MAX_CONFIG_BYTES`](super::MAX_CONFIG_BYTES) is refused without
+    /// being read whole (nor is an endless stream such as `/dev/zero`).
+    pub fn from_path(path: &Path, registry: &Registry) -> Result<Self, Problems> {
+        Self::from_slice(&read_config_bytes(path)?, registry)
+    }
+
+    /// Parses and validates a configuration document, reporting every
+    /// problem in one pass: the structural ones of the components that did
+    /// not parse, then the validation problems of the rest.
+    pub fn from_slice(bytes: &[u8], registry: &Registry) -> Result<Self, Problems> {
+        parse_and_validate(bytes, registry)
     }
 }
 

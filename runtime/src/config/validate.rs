@@ -2,9 +2,7 @@
 //! metadata, references and cycles, with every problem collected.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
-use super::load::{parse_and_validate, read_config_bytes};
 use super::model::{ComponentSpec, Config};
 use super::problem::{Problem, Problems};
 use crate::component::{ComponentKey, Kind};
@@ -19,23 +17,6 @@ pub struct ValidConfig {
     pub config: Config,
     /// Its dependency graph (acyclic).
     pub graph: DependencyGraph,
-}
-
-impl ValidConfig {
-    /// Reads, parses and validates the configuration file at `path`,
-    /// reporting every problem in one pass. A file over
-    /// [`MAX_CONFIG_BYTES`](super::MAX_CONFIG_BYTES) is refused without
-    /// being read whole (nor is an endless stream such as `/dev/zero`).
-    pub fn from_path(path: &Path, registry: &Registry) -> Result<Self, Problems> {
-        Self::from_slice(&read_config_bytes(path)?, registry)
-    }
-
-    /// Parses and validates a configuration document, reporting every
-    /// problem in one pass: the structural ones of the components that did
-    /// not parse, then the validation problems of the rest.
-    pub fn from_slice(bytes: &[u8], registry: &Registry) -> Result<Self, Problems> {
-        parse_and_validate(bytes, registry)
-    }
 }
 
 /// Validates a configuration built in code (or [`parse`](super::parse)d)
@@ -74,14 +55,58 @@ pub(crate) fn validate_declared(
         }
     }
     let graph = DependencyGraph::build(&config);
+    let mut in_cycles = BTreeSet::new();
     for cycle in graph.cycles() {
+        in_cycles.extend(cycle.iter().cloned());
         let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
         problems.push(Problem::component(
             &cycle[0],
             format!("reference cycle: {}", path.join(" -> ")),
         ));
     }
+    // A component that references one that did not parse is not judged on
+    // that reference again.
+    let mut troubled = in_cycles;
+    troubled.extend(
+        config
+            .components
+            .values()
+            .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
+            .map(|spec| spec.key.clone()),
+    );
+    check_injections(&config, registry, troubled, &mut problems);
     problems.into_result(ValidConfig { config, graph })
+}
+
+/// Offers each component its componentRefs as start-up will, so a ref no
+/// field takes, or a required one missing, is reported before start. Only
+/// for components with no other problem (a bad ref or a cycle comes first)
+/// and not in `troubled`.
+fn check_injections(
+    config: &Config,
+    registry: &Registry,
+    mut troubled: BTreeSet<ComponentKey>,
+    problems: &mut Problems,
+) {
+    troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
+    for spec in config.components.values() {
+        let key = &spec.key;
+        let check = registry
+            .get(key.kind.as_str(), &spec.type_name)
+            .and_then(|descriptor| descriptor.check_refs);
+        let (Some(check_refs), false) = (check, troubled.contains(key)) else {
+            continue;
+        };
+        let refs: Vec<ComponentKey> = spec.component_refs.iter().map(|r| r.key.clone()).collect();
+        if let Err(refused) = check_refs(&refs) {
+            // Worded as start-up words it, so validate and run agree.
+            let message = match refused.index {
+                Some(i) => format!("componentRef[{i}]: {}", refused.error),
+                None => refused.error.to_string(),
+            };
+            problems.push(Problem::component(key, message));
+        }
+    }
 }
 
 /// Checks one component: its injected fields, its type and metadata, and
@@ -107,18 +132,6 @@ fn check_component(
         Some(descriptor) => {
             if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
                 problems.push(Problem::component(key, metadata_message(spec, &err)));
-            }
-            if let Some(check_refs) = descriptor.check_refs {
-                let refs: Vec<ComponentKey> =
-                    spec.component_refs.iter().map(|r| r.key.clone()).collect();
-                if let Err(refused) = check_refs(&refs) {
-                    // Worded as start-up words it, so validate and run agree.
-                    let message = match refused.index {
-                        Some(i) => format!("componentRef[{i}]: {}", refused.error),
-                        None => refused.error.to_string(),
-                    };
-                    problems.push(Problem::component(key, message));
-                }
             }
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),
