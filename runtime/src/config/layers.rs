@@ -129,68 +129,90 @@ impl Layers {
 
     /// The effective configuration and the source of each value.
     pub fn effective(&self) -> (Config, BTreeMap<ComponentKey, ComponentSources>) {
-        let mut config = self.file.clone();
-        let mut sources: BTreeMap<ComponentKey, ComponentSources> = config
-            .components
-            .iter()
-            .map(|(key, spec)| (key.clone(), whole(spec.metadata.keys(), Layer::File)))
-            .collect();
+        let mut effective = Effective {
+            sources: self
+                .file
+                .components
+                .iter()
+                .map(|(key, spec)| (key.clone(), whole(spec.metadata.keys(), Layer::File)))
+                .collect(),
+            config: self.file.clone(),
+        };
         for (layer, patch) in [
             (Layer::Overlay, &self.overlay),
             (Layer::OverlayApp, &self.overlay_app),
         ] {
             for (key, component) in patch.iter().flat_map(|p| p.components.iter()) {
-                let source = sources.entry(key.clone()).or_default();
-                match config.components.get_mut(key) {
-                    Some(spec) => component.apply_to(spec),
-                    None => {
-                        config
-                            .components
-                            .insert(key.clone(), component.clone().into_spec(key.clone()));
-                        *source = whole(std::iter::empty(), layer);
-                    }
-                }
-                if component.type_name.is_some() {
-                    source.type_name = Some(layer);
-                }
-                for (field, value) in &component.metadata {
-                    if value.is_null() {
-                        source.metadata.remove(field);
-                    } else {
-                        source.metadata.insert(field.clone(), layer);
-                    }
-                }
-                let refs_given = component.component_refs.is_some()
-                    || component.secret_refs.is_some()
-                    || component.configuration_refs.is_some();
-                if refs_given {
-                    source.refs = Some(layer);
-                }
+                effective.overlay(layer, key, component);
             }
         }
         for (key, push) in &self.pushes {
-            match push {
-                Push::Declare(patch) => {
-                    // A push says nothing of scopes: the lower layers' stay
-                    // in force, and follow their changes.
-                    let below = config.components.get(key).and_then(|s| s.scopes.clone());
-                    let mut spec = patch.clone().into_spec(key.clone());
-                    if patch.scopes.is_none() {
-                        spec.scopes = below;
-                    }
-                    sources.insert(
-                        key.clone(),
-                        whole(spec.metadata.keys(), Layer::ControlPlane),
-                    );
-                    config.components.insert(key.clone(), spec);
-                }
-                Push::Remove => {
-                    config.components.remove(key);
-                    sources.remove(key);
-                }
+            effective.push(key, push);
+        }
+        (effective.config, effective.sources)
+    }
+}
+
+/// The effective configuration being laid, with where each value came from.
+struct Effective {
+    config: Config,
+    sources: BTreeMap<ComponentKey, ComponentSources>,
+}
+
+impl Effective {
+    /// Lays one overlay component over what is there, field by field.
+    fn overlay(&mut self, layer: Layer, key: &ComponentKey, component: &ComponentPatch) {
+        let source = self.sources.entry(key.clone()).or_default();
+        match self.config.components.get_mut(key) {
+            Some(spec) => component.apply_to(spec),
+            None => {
+                let spec = component.clone().into_spec(key.clone());
+                self.config.components.insert(key.clone(), spec);
+                *source = whole(std::iter::empty(), layer);
             }
         }
-        (config, sources)
+        if component.type_name.is_some() {
+            source.type_name = Some(layer);
+        }
+        for (field, value) in &component.metadata {
+            if value.is_null() {
+                source.metadata.remove(field);
+            } else {
+                source.metadata.insert(field.clone(), layer);
+            }
+        }
+        let refs_given = component.component_refs.is_some()
+            || component.secret_refs.is_some()
+            || component.configuration_refs.is_some();
+        if refs_given {
+            source.refs = Some(layer);
+        }
+    }
+
+    /// Lays one control-plane decision: it replaces the component whole.
+    fn push(&mut self, key: &ComponentKey, push: &Push) {
+        match push {
+            Push::Declare(patch) => {
+                // A push says nothing of scopes: the lower layers' stay in
+                // force, and follow their changes.
+                let below = self
+                    .config
+                    .components
+                    .get(key)
+                    .and_then(|s| s.scopes.clone());
+                let mut spec = patch.clone().into_spec(key.clone());
+                if patch.scopes.is_none() {
+                    spec.scopes = below;
+                }
+                let source = whole(spec.metadata.keys(), Layer::ControlPlane);
+                self.sources.insert(key.clone(), source);
+                self.config.components.insert(key.clone(), spec);
+            }
+            Push::Remove => {
+                self.config.components.remove(key);
+                self.sources.remove(key);
+            }
+        }
     }
 }
 
