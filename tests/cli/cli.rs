@@ -221,3 +221,36 @@ fn validate_reports_parse_and_validation_problems_in_one_run() {
         "a component that did not parse is reported once, and the others are still validated"
     );
 }
+
+#[test]
+fn validate_reports_what_run_would_refuse_at_injection() {
+    // A memory state store has no `#[inject]` field: `run` refuses the
+    // componentRef when it calls the setters, so `validate` says so first.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "inject.json",
+        r#"{"components": {
+            "config_store": {"cfg": {"type": "memory"}},
+            "state": {"s": {"type": "memory", "componentRef": [{"type": "config_store", "name": "cfg"}]}}
+        }}"#,
+    );
+    let expected = "state/s: componentRef[0]: does not accept a reference to `config_store/cfg` (no #[inject] field takes it)";
+    let (code, _, stderr) = output(rewire().args(["validate", "--config"]).arg(&path));
+    assert_eq!(code, 1);
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), [expected]);
+    let (code, _, stderr) = output(
+        rewire()
+            .args([
+                "run",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&path),
+    );
+    assert_eq!(code, 1);
+    assert!(stderr.contains(expected), "{stderr}");
+}
