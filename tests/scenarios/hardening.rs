@@ -322,3 +322,44 @@ async fn a_rolled_back_file_reload_is_retried_until_its_backend_answers() {
     assert_eq!(runtime.pending_retry(), None);
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_watch_on_takes_effect_on_the_reload_that_does_it() {
+    let config = |watch: bool| {
+        json!({"components": {
+            "config_store": {"cfg": {"type": "memory", "metadata": {"items": {"orders.ttl": "5"}}}},
+            "state": {"orders": {"type": "memory",
+                "configurationRef": [{"store": "cfg", "key": "orders.ttl", "injectAs": "defaultTtlInSeconds", "watch": watch}]}}
+        }})
+        .to_string()
+    };
+    let runtime = reload::start(&config(false)).await;
+    // Only `watch` changes: no instance changes, no new generation.
+    let flipped = runtime
+        .apply(reload::candidate(&config(true)))
+        .await
+        .unwrap();
+    assert_eq!(flipped.generation, 1);
+    let store = runtime.config_store("cfg").load().unwrap();
+    // The watch subscribes in the background: change the value until the
+    // change is seen (each write is a real change).
+    let seen = eventually(Duration::from_secs(10), || {
+        let (writer, store) = (runtime.clone(), store.clone());
+        tokio::spawn(async move {
+            let ttl = 6 + writer.history().len();
+            let item = ConfigItem {
+                key: "orders.ttl".into(),
+                value: ttl.to_string(),
+                ..ConfigItem::default()
+            };
+            let _ = store.set(vec![item]).await;
+        });
+        runtime
+            .history()
+            .into_iter()
+            .find(|r| r.trigger == Trigger::WatchedRef && r.outcome == Outcome::Applied)
+    })
+    .await;
+    assert!(seen.is_some(), "{:#?}", runtime.history());
+    runtime.shutdown().await;
+}

@@ -9,7 +9,7 @@ use crate::config::{ConfigPatch, InjectedRef, Layers, OverlaySpec, ValidConfig};
 
 /// A `watch: true` ref of a running component, and the value the
 /// component was started with (it may be a secret: never show it).
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub(crate) struct WatchedRef {
     /// The component to re-apply when the value changes.
     pub(crate) component: ComponentKey,
@@ -34,6 +34,13 @@ pub(crate) struct WatchPlan {
 }
 
 impl WatchPlan {
+    /// Whether `other` watches the same things the same way (any field of
+    /// a ref — `watch`, `store`, `injectAs`, the key — or of the overlay):
+    /// if not, the watches must be rebuilt even when no instance changed.
+    pub(crate) fn watches_as(&self, other: &WatchPlan) -> bool {
+        self.app_id == other.app_id && self.overlay == other.overlay && self.refs == other.refs
+    }
+
     /// The plan for a running set.
     pub(super) fn of(
         generation: u64,

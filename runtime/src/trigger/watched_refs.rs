@@ -6,6 +6,7 @@
 //! change is missed in between.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -17,16 +18,25 @@ use crate::config::{ConfigurationRef, InjectedRef, SecretRef};
 use crate::handle::{ConfigStoreHandle, SecretStoreHandle};
 use crate::kinds::ConfigQuery;
 use crate::reload::{ReloadRequest, Trigger};
-use crate::running::WatchedRef;
+use crate::running::{WatchPlan, WatchedRef};
 
-/// Starts the watches; they end at shutdown or when the plans stop.
+/// Starts the watches; they end at shutdown or when the plans stop. They
+/// are rebuilt whenever a commit changes what is watched, whether or not a
+/// new generation was published (flipping `watch` alone changes no
+/// instance).
 pub(crate) fn spawn_watched_refs(mut cx: TriggerContext) {
     tokio::spawn(async move {
-        let mut watched_generation = None;
+        let mut watching: Option<Arc<WatchPlan>> = None;
         loop {
             let plan = cx.plan.borrow_and_update().clone();
-            if watched_generation != Some(plan.generation) {
-                watched_generation = Some(plan.generation);
+            let rebuild = match &watching {
+                Some(current) => {
+                    current.generation != plan.generation || !current.watches_as(&plan)
+                }
+                None => true,
+            };
+            if rebuild {
+                watching = Some(Arc::clone(&plan));
                 let round = cx.stopped.child_token();
                 for watched in plan.refs.iter().cloned() {
                     tokio::spawn(run_watch(cx.clone(), watched, round.clone()));
@@ -37,23 +47,26 @@ pub(crate) fn spawn_watched_refs(mut cx: TriggerContext) {
                 }
                 let stopped = cx.stopped.clone();
                 tokio::select! {
-                    changed = next_generation(&mut cx, plan.generation) => if changed.is_err() { return },
+                    changed = next_change(&mut cx, &plan) => if changed.is_err() { return },
                     () = stopped.cancelled() => return,
                 }
                 round.cancel();
+            } else if cx.plan.changed().await.is_err() {
+                return;
             }
         }
     });
 }
 
-/// Waits for a plan of another generation than `generation`.
-async fn next_generation(
+/// Waits for a plan that calls for other watches than `plan`.
+async fn next_change(
     cx: &mut TriggerContext,
-    generation: u64,
+    plan: &WatchPlan,
 ) -> Result<(), tokio::sync::watch::error::RecvError> {
     loop {
         cx.plan.changed().await?;
-        if cx.plan.borrow().generation != generation {
+        let next = cx.plan.borrow();
+        if next.generation != plan.generation || !next.watches_as(plan) {
             return Ok(());
         }
     }
