@@ -31,6 +31,13 @@ if [ ! -d tests/mermaid/node_modules/mermaid ]; then
   npm install --prefix tests/mermaid --no-audit --no-fund --silent
 fi
 
+# A user's own sidecar binary, outside the workspace (tests/cli/embedded.rs
+# runs it); built into the workspace's target directory to reuse its build.
+target_dir=${CARGO_TARGET_DIR:-target}
+case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
+cargo build -j2 --manifest-path examples/embedded-sidecar/Cargo.toml --target-dir "$target_dir"
+export REWIRE_EMBEDDED_BIN="$target_dir/debug/greeter-sidecar"
+
 cargo test --workspace --all-targets --features etcd --no-fail-fast -j2 "$@"
 # Documentation examples (`--all-targets` leaves doctests out).
 cargo test --workspace --doc --features etcd -j2

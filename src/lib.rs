@@ -4,15 +4,36 @@
 //! Write a component with `#[derive(Component)]`, declare it in JSON, and
 //! the runtime builds it, injects what it references, and keeps it live.
 //! See `docs/components.md` for the authoring guide.
+//!
+//! A binary that links its own components is a complete rewire sidecar —
+//! every command (`run`, `validate`, `graph`, `components`, `apply`,
+//! `status`) knows its types:
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     rewire::main()
+//! }
+//! ```
 
 // Lets `#[derive(Component)]` (which names `::rewire`) work in this crate too.
 extern crate self as rewire;
 
 pub use rewire_runtime::*;
 
+/// `tracing`, as the runtime logs with it: a component logs with
+/// `rewire::tracing::info!` without a dependency of its own.
+#[doc(no_inline)]
+pub use tracing;
+
 /// The community components (memory, file, env...), linked into the
 /// binary so their registrations are collected.
 pub use rewire_components as components;
+
+#[cfg(feature = "sidecar")]
+mod cli;
+
+#[cfg(feature = "sidecar")]
+pub use cli::main;
 
 /// The sidecar APIs (feature `sidecar`): Dapr-compatible gRPC and HTTP,
 /// the Lifecycle API, health, metrics and status.

@@ -1,25 +1,5 @@
 //! The `rewire` binary: the sidecar and its command-line tools.
 
-mod cli;
-
-use std::process::ExitCode;
-
-use clap::Parser;
-
-fn main() -> ExitCode {
-    let args = cli::Cli::parse();
-    cli::init_tracing();
-    // The registry must see the community components: reference the crate.
-    rewire::components::link();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(cli::dispatch(args))
+fn main() -> std::process::ExitCode {
+    rewire::main()
 }

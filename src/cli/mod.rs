@@ -1,4 +1,5 @@
-//! Command-line interface: `rewire run|validate|graph|components`.
+//! The command line: `rewire run|validate|graph|components|apply|status`,
+//! embeddable in a user's own binary through [`main`].
 
 mod apply;
 mod components;
@@ -11,14 +12,13 @@ mod validate;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::{Problems, Registry, ValidConfig};
 use clap::{Parser, Subcommand, ValueEnum};
-use rewire::ValidConfig;
-use rewire::{Problems, Registry};
 
 /// rewire: a component runtime with dependency injection and lossless hot reload.
 #[derive(Debug, Parser)]
 #[command(name = "rewire", version, about)]
-pub struct Cli {
+struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -60,9 +60,31 @@ enum Format {
     Mermaid,
 }
 
+/// The `rewire` command line, in the calling binary: parses the arguments,
+/// sets up logging, and runs the command with every component type linked
+/// into the binary (the community components and the caller's own).
+/// Returns the process's exit code.
+pub fn main() -> ExitCode {
+    let args = Cli::parse();
+    init_tracing();
+    // The registry must see the community components: reference the crate.
+    crate::components::link();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(dispatch(args))
+}
+
 /// Logs to stderr, with every known secret value scrubbed; `RUST_LOG`
 /// filters (default `info`).
-pub fn init_tracing() {
+fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -72,7 +94,7 @@ pub fn init_tracing() {
 }
 
 /// Runs the chosen command.
-pub async fn dispatch(cli: Cli) -> ExitCode {
+async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Run(args) => run::run(args).await,
         Command::Validate { config } => validate::validate_command(&config),

@@ -10,4 +10,5 @@ mod cli_apply_status;
 mod corpus_lifecycle;
 mod corpus_validate;
 mod corpus_watched_file;
+mod embedded;
 mod graph_mermaid;
