@@ -1,11 +1,16 @@
-//! The built-in configuration `rewire run` uses when there is no
-//! `--config` and no `./rewire.json`: an in-memory state store and lock, a
-//! file config store and a file secret store, so a newcomer has a working
-//! sidecar in one command.
+//! The built-in configuration: an in-memory state store and lock, a file
+//! config store and a file secret store, so a newcomer has a working
+//! sidecar in one command (`rewire run`), and files to extend
+//! (`rewire init`).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+
+/// The config store's data file of the built-in default.
+const CONFIG_STORE_FILE: &str = "config-store.json";
+/// The secret store's data file of the built-in default.
+const SECRETS_FILE: &str = "secrets.json";
 
 /// Where the default stores keep their files: `$REWIRE_HOME`, else a
 /// `rewire` folder in the system temp dir.
@@ -15,18 +20,47 @@ pub fn default_home() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("rewire"))
 }
 
-/// The built-in configuration document, creating its (empty) config and
-/// secrets files under `home` when missing.
+/// The built-in configuration document, creating its (empty) data files
+/// under `home` when missing.
 pub fn default_config(home: &Path) -> std::io::Result<Vec<u8>> {
-    std::fs::create_dir_all(home)?;
-    let configuration = home.join("configuration.json");
-    let secrets = home.join("secrets.json");
+    let (configuration, secrets) = data_files(home, "configuration.json")?;
+    serde_json::to_vec_pretty(&document(&configuration, &secrets)).map_err(std::io::Error::other)
+}
+
+/// Writes the built-in default into `dir` as files to edit: `rewire.json`
+/// and the stores' data files. Refuses to overwrite a `rewire.json`.
+pub fn init(dir: &Path) -> Result<PathBuf, String> {
+    let shown = |err: std::io::Error| format!("{}: {err}", dir.display());
+    std::fs::create_dir_all(dir).map_err(shown)?;
+    let dir = dir.canonicalize().map_err(shown)?;
+    let config = dir.join("rewire.json");
+    if config.exists() {
+        return Err(format!("{} exists: not overwritten", config.display()));
+    }
+    let (configuration, secrets) = data_files(&dir, CONFIG_STORE_FILE).map_err(shown)?;
+    let mut text = serde_json::to_string_pretty(&document(&configuration, &secrets))
+        .map_err(|err| err.to_string())?;
+    text.push('\n');
+    std::fs::write(&config, text).map_err(|err| format!("{}: {err}", config.display()))?;
+    Ok(config)
+}
+
+/// The stores' data files under `dir` (created empty when missing): the
+/// config store's, named `config_store_file`, then the secrets'.
+fn data_files(dir: &Path, config_store_file: &str) -> std::io::Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let configuration = dir.join(config_store_file);
+    let secrets = dir.join(SECRETS_FILE);
     for file in [&configuration, &secrets] {
         if !file.exists() {
             std::fs::write(file, "{}\n")?;
         }
     }
-    let document = json!({
+    Ok((configuration, secrets))
+}
+
+fn document(configuration: &Path, secrets: &Path) -> serde_json::Value {
+    json!({
         "appId": "rewire",
         "components": {
             "state": { "statestore": { "type": "memory" } },
@@ -34,6 +68,5 @@ pub fn default_config(home: &Path) -> std::io::Result<Vec<u8>> {
             "config_store": { "configstore": { "type": "file", "metadata": { "path": configuration } } },
             "secret_store": { "secretstore": { "type": "local.file", "metadata": { "secretsFile": secrets } } }
         }
-    });
-    serde_json::to_vec_pretty(&document).map_err(std::io::Error::other)
+    })
 }

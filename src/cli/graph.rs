@@ -1,17 +1,18 @@
 //! `rewire graph`.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rewire::config::GraphFormat;
-use rewire::Registry;
+use crate::config::GraphFormat;
+use crate::Registry;
 
-use super::{load_valid, print_problems, Format};
+use super::{config_source, Format};
 
-/// Prints the dependency graph of the file at `path`.
-pub fn graph_command(path: &Path, format: Format) -> ExitCode {
-    match load_valid(path, &Registry::collected()) {
-        Ok(valid) => {
+/// Prints the dependency graph of the chosen configuration.
+pub fn graph_command(given: Option<PathBuf>, format: Format) -> ExitCode {
+    let path = config_source::chosen(given);
+    match config_source::load(path.as_deref(), &Registry::collected()) {
+        Some(valid) => {
             let format = match format {
                 Format::Dot => GraphFormat::Dot,
                 Format::Mermaid => GraphFormat::Mermaid,
@@ -19,9 +20,6 @@ pub fn graph_command(path: &Path, format: Format) -> ExitCode {
             print!("{}", valid.graph.render(format));
             ExitCode::SUCCESS
         }
-        Err(problems) => {
-            print_problems(&problems);
-            ExitCode::FAILURE
-        }
+        None => ExitCode::FAILURE,
     }
 }

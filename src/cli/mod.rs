@@ -3,16 +3,17 @@
 
 mod apply;
 mod components;
+mod config_source;
 mod default_config;
 mod graph;
 mod run;
 mod status;
 mod validate;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::{Problems, Registry, ValidConfig};
+use crate::Problems;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// rewire: a component runtime with dependency injection and lossless hot reload.
@@ -27,17 +28,23 @@ struct Cli {
 enum Command {
     /// Start every component and keep them running until Ctrl-C or SIGTERM.
     Run(run::RunArgs),
-    /// Check a configuration file: prints every problem, one per line, and exits 1 if any.
+    /// Write the built-in default as files to edit: DIR/rewire.json and its stores' data files.
+    Init {
+        /// Where to write them (default: the current directory).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Check a configuration: prints every problem, one per line, and exits 1 if any.
     Validate {
-        /// The configuration file.
+        /// The configuration file (default: ./rewire.json if present, else the built-in default).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
     /// Print the dependency graph of a configuration (stores before their users).
     Graph {
-        /// The configuration file.
+        /// The configuration file (default: ./rewire.json if present, else the built-in default).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Dot)]
         format: Format,
@@ -97,17 +104,31 @@ fn init_tracing() {
 async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Run(args) => run::run(args).await,
-        Command::Validate { config } => validate::validate_command(&config),
-        Command::Graph { config, format } => graph::graph_command(&config, format),
+        Command::Init { dir } => init_command(&dir),
+        Command::Validate { config } => validate::validate_command(config),
+        Command::Graph { config, format } => graph::graph_command(config, format),
         Command::Components => components::components_command(),
         Command::Status { http_addr } => status::status_command(http_addr).await,
         Command::Apply(args) => apply::apply_command(args).await,
     }
 }
 
-/// Loads and validates `path` against the linked registry.
-fn load_valid(path: &Path, registry: &Registry) -> Result<ValidConfig, Problems> {
-    ValidConfig::from_path(path, registry)
+/// `rewire init`: writes the built-in default into `dir`.
+fn init_command(dir: &std::path::Path) -> ExitCode {
+    match default_config::init(dir) {
+        Ok(config) => {
+            println!(
+                "wrote {} (run it with `rewire run --config {}`)",
+                config.display(),
+                config.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Prints every problem on its own line to stderr.

@@ -1,17 +1,17 @@
 //! `rewire run`: start, wait for Ctrl-C or SIGTERM, close in reverse order.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use rewire::sidecar::{ApiOptions, ApiServer};
-use rewire::{Registry, Runtime, RuntimeOptions, ValidConfig};
+use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
-use super::default_config::{default_config, default_home};
-use super::print_problems;
+use super::config_source;
+use super::default_config::default_home;
 
 /// How often the configuration file is re-read even without a change event.
 const CONFIG_RESYNC: Duration = Duration::from_secs(30);
@@ -34,11 +34,15 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> ExitCode {
     let stop = StopSignals::listen();
     let registry = Registry::collected();
-    let config_path = args
-        .config
-        .clone()
-        .or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()));
-    let Some(valid) = load(config_path.as_deref(), &registry) else {
+    let config_path = config_source::chosen(args.config.clone());
+    match &config_path {
+        Some(path) => tracing::info!(config = %path.display(), "Loading configuration."),
+        None => tracing::info!(
+            home = %default_home().display(),
+            "No configuration given: using the built-in default, its data files in home (`rewire init` writes it as files to edit)."
+        ),
+    }
+    let Some(valid) = config_source::load(config_path.as_deref(), &registry) else {
         return ExitCode::FAILURE;
     };
     let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {
@@ -58,32 +62,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
     // Edits of the file (ConfigMap updates included) reload the runtime.
     let _watch = config_path.map(|path| runtime.watch_config_file(path, CONFIG_RESYNC));
     serve_until_stopped(runtime, &args, stop).await
-}
-
-/// The configuration at `path`, or the built-in default; `None` after
-/// printing why it cannot be used.
-fn load(path: Option<&Path>, registry: &Registry) -> Option<ValidConfig> {
-    let loaded = match path {
-        Some(path) => {
-            tracing::info!(config = %path.display(), "Loading configuration.");
-            ValidConfig::from_path(path, registry)
-        }
-        None => {
-            let home = default_home();
-            tracing::info!(home = %home.display(), "No configuration given: using the built-in default.");
-            match default_config(&home) {
-                Ok(bytes) => ValidConfig::from_slice(&bytes, registry),
-                Err(err) => {
-                    eprintln!(
-                        "error: cannot prepare the built-in default in {}: {err}",
-                        home.display()
-                    );
-                    return None;
-                }
-            }
-        }
-    };
-    loaded.map_err(|problems| print_problems(&problems)).ok()
 }
 
 /// Serves the sidecar APIs until a stop signal; then stops accepting, lets

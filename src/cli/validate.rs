@@ -1,26 +1,30 @@
 //! `rewire validate`.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rewire::Registry;
+use crate::Registry;
 
-use super::{load_valid, print_problems};
+use super::config_source;
 
-/// Prints every problem of the file at `path` and exits 1, or says it is valid.
-pub fn validate_command(path: &Path) -> ExitCode {
-    match load_valid(path, &Registry::collected()) {
-        Ok(valid) => {
+/// Prints every problem of the chosen configuration and exits 1, or says
+/// it is valid.
+pub fn validate_command(given: Option<PathBuf>) -> ExitCode {
+    let path = config_source::chosen(given);
+    match config_source::load(path.as_deref(), &Registry::collected()) {
+        Some(valid) => {
+            let count = valid.config.components.len();
+            let noun = if count == 1 {
+                "component"
+            } else {
+                "components"
+            };
             println!(
-                "{}: valid ({} components)",
-                path.display(),
-                valid.config.components.len()
+                "{}: valid ({count} {noun})",
+                config_source::shown(path.as_deref())
             );
             ExitCode::SUCCESS
         }
-        Err(problems) => {
-            print_problems(&problems);
-            ExitCode::FAILURE
-        }
+        None => ExitCode::FAILURE,
     }
 }

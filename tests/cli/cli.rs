@@ -254,3 +254,39 @@ fn validate_reports_what_run_would_refuse_at_injection() {
     assert_eq!(code, 1);
     assert!(stderr.contains(expected), "{stderr}");
 }
+
+#[test]
+fn init_writes_the_default_as_files_that_validate_and_graph_take_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = output(rewire().arg("init").arg(dir.path()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("rewire.json"), "{stdout}");
+    for file in ["rewire.json", "config-store.json", "secrets.json"] {
+        assert!(dir.path().join(file).exists(), "{file} written");
+    }
+    // In the folder, `validate` and `graph` need no --config.
+    let (code, stdout, stderr) = output(rewire().arg("validate").current_dir(dir.path()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("valid (4 components)"), "{stdout}");
+    let (code, stdout, stderr) = output(rewire().arg("graph").current_dir(dir.path()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.find("secret_store/secretstore").is_some(), "{stdout}");
+    // A second init does not overwrite what the user edited.
+    let (code, _, stderr) = output(rewire().arg("init").arg(dir.path()));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("exists: not overwritten"), "{stderr}");
+}
+
+#[test]
+fn validate_without_a_file_checks_the_built_in_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = output(
+        rewire()
+            .arg("validate")
+            .current_dir(dir.path())
+            .env("REWIRE_HOME", home.path()),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim_end(), "the built-in default: valid (4 components)");
+}
