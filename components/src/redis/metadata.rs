@@ -59,7 +59,11 @@ pub struct RedisMetadata {
     pub key_prefix: String,
     /// State store only: TTL of writes that ask for none (`-1`: never
     /// expire, clearing an older TTL), as Dapr's `ttlInSeconds`.
-    #[serde(default)]
+    /// At most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
+    #[serde(
+        default,
+        deserialize_with = "crate::time_limits::deserialize_optional_ttl_seconds"
+    )]
     pub ttl_in_seconds: Option<i64>,
 }
 
@@ -116,7 +120,7 @@ impl RedisMetadata {
             username: self.redis_username.clone(),
             db: self.redis_db,
             dial,
-            response: read.zip(write).map(|(r, w)| r + w),
+            response: read.zip(write).map(|(r, w)| r.saturating_add(w)),
             master_name: self
                 .failover
                 .then(|| self.sentinel_master_name.trim().to_string()),
