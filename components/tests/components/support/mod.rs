@@ -7,3 +7,4 @@ pub mod etcd_server;
 pub mod logs;
 #[cfg(feature = "etcd")]
 pub mod story_load;
+pub mod extreme;
