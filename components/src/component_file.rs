@@ -141,7 +141,9 @@ mod tests {
         let dir = dir();
         let path = dir.path().join("bin");
         std::fs::write(&path, [0xff, 0xfe]).unwrap_or_else(|e| panic!("{e}"));
-        let err = read_component_file("path", &path).await.expect_err("binary");
+        let err = read_component_file("path", &path)
+            .await
+            .expect_err("binary");
         assert!(err.to_string().contains("not UTF-8"), "{err}");
     }
 }

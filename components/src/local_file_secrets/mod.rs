@@ -27,9 +27,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::component_file::{read_component_file, ComponentFileError};
 #[cfg(doc)]
 use crate::component_file::MAX_COMPONENT_FILE_BYTES;
+use crate::component_file::{read_component_file, ComponentFileError};
 use flatten::Secrets;
 
 /// Metadata of the `local.file` secret store.

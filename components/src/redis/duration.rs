@@ -178,9 +178,19 @@ mod tests {
     #[test]
     fn timeouts_past_a_day_are_refused() {
         assert_eq!(parse_timeout("24h"), after(86_400_000));
-        for long in ["1e22", "25h", "86400001", "1e308", "9223372036854775807", "9999999999999999h"] {
+        for long in [
+            "1e22",
+            "25h",
+            "86400001",
+            "1e308",
+            "9223372036854775807",
+            "9999999999999999h",
+        ] {
             let err = parse_timeout(long).map(|_| ()).map_err(|e| e.to_string());
-            assert!(matches!(&err, Err(m) if m.contains("24h")), "{long}: {err:?}");
+            assert!(
+                matches!(&err, Err(m) if m.contains("24h")),
+                "{long}: {err:?}"
+            );
         }
         let json: Result<Option<Timeout>, _> = deserialize_timeout(serde_json::json!(u64::MAX));
         assert!(json.is_err());

@@ -312,9 +312,15 @@ mod tests {
             ttl_arg("k", None, &meta("soon"), None),
             Err(StateError::Invalid(m)) if m.contains("ttlInSeconds")
         ));
-        for (ttl, meta) in [(Some(Duration::MAX), none.clone()), (None, meta(&i64::MAX.to_string()))] {
+        for (ttl, meta) in [
+            (Some(Duration::MAX), none.clone()),
+            (None, meta(&i64::MAX.to_string())),
+        ] {
             let err = ttl_arg("k", ttl, &meta, None);
-            assert!(matches!(&err, Err(StateError::Invalid(m)) if m.contains("2147483647")), "{err:?}");
+            assert!(
+                matches!(&err, Err(StateError::Invalid(m)) if m.contains("2147483647")),
+                "{err:?}"
+            );
         }
     }
 

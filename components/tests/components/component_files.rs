@@ -105,11 +105,11 @@ async fn the_secrets_watcher_keeps_the_last_good_file_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rotating-secrets.json");
     std::fs::write(&path, r#"{"token": "v1"}"#).unwrap();
-    let store = match common::start("secret_store", "local.file", json!({"secretsFile": path})).await
-    {
-        Ok(Instance::SecretStore(store)) => store,
-        other => panic!("{:?}", other.map(|_| ())),
-    };
+    let store =
+        match common::start("secret_store", "local.file", json!({"secretsFile": path})).await {
+            Ok(Instance::SecretStore(store)) => store,
+            other => panic!("{:?}", other.map(|_| ())),
+        };
     let token = || async {
         let secret = store.get_secret("token", &HashMap::new()).await.unwrap();
         secret.get("token").map(|v| v.expose().to_string())

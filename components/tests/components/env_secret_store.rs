@@ -97,14 +97,18 @@ async fn the_allow_list_narrows_the_names_served() {
     std::env::set_var("REWIRE_IT_ALLOW_KEY", "key");
     let none = HashMap::new();
     for allowed in [json!("DB"), json!(["DB"])] {
-        let store = secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowedSecrets": allowed})).await;
+        let store =
+            secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowedSecrets": allowed})).await;
         assert!(store.get_secret("DB", &none).await.is_ok());
         assert_eq!(
             store.get_secret("KEY", &none).await,
             Err(SecretError::NotFound("KEY".into()))
         );
         let all = store.bulk_get_secret(&none).await.unwrap();
-        assert_eq!(all.keys().map(String::as_str).collect::<Vec<_>>(), vec!["DB"]);
+        assert_eq!(
+            all.keys().map(String::as_str).collect::<Vec<_>>(),
+            vec!["DB"]
+        );
     }
     let aliased = secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowlist": "KEY"})).await;
     assert!(aliased.get_secret("KEY", &none).await.is_ok());

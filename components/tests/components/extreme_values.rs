@@ -85,7 +85,10 @@ async fn start_apply_and_exercise(target: &Target, map: &Map<String, Value>) {
     }
     let Ok(Ok(base)) = tokio::time::timeout(LIMIT, started(target, target.base.clone())).await
     else {
-        panic!("{}/{} did not start from its base metadata", target.kind, target.type_name);
+        panic!(
+            "{}/{} did not start from its base metadata",
+            target.kind, target.type_name
+        );
     };
     let component = base.component();
     if let Some(dynamic) = component.as_in_place() {

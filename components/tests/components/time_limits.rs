@@ -49,7 +49,10 @@ fn write(ttl: Option<Duration>, metadata: &[(&str, &str)]) -> SetRequest {
 /// Every out-of-range TTL is an invalid request naming its field.
 async fn refuses_huge_ttls(store: &dyn StateStore) {
     let cases = [
-        (write(None, &[("ttlInSeconds", HUGE_SECONDS)]), "ttlInSeconds"),
+        (
+            write(None, &[("ttlInSeconds", HUGE_SECONDS)]),
+            "ttlInSeconds",
+        ),
         (write(Some(Duration::MAX), &[]), "ttl"),
         (write(Some(Duration::from_secs(u64::MAX)), &[]), "ttl"),
     ];
@@ -111,7 +114,11 @@ fn refused_ahead_of_start(kind: &str, type_name: &str, metadata: Value, field: &
 
 #[tokio::test]
 async fn a_huge_default_ttl_is_refused_by_validate() {
-    for value in [json!(i64::MAX), json!(HUGE_SECONDS), json!(2_147_483_648_i64)] {
+    for value in [
+        json!(i64::MAX),
+        json!(HUGE_SECONDS),
+        json!(2_147_483_648_i64),
+    ] {
         let metadata = json!({ "defaultTtlInSeconds": value });
         refused_ahead_of_start("state", "memory", metadata, "defaultTtlInSeconds");
     }
@@ -124,7 +131,12 @@ async fn huge_redis_timeouts_are_refused_ahead_of_start_and_in_place() {
     let server = RedisServer::start().await;
     let store = state("redis", json!({"redisHost": server.addr()})).await;
     for field in ["readTimeout", "writeTimeout", "dialTimeout"] {
-        for value in [json!("1e22"), json!(1e22), json!(u64::MAX), json!("300000h")] {
+        for value in [
+            json!("1e22"),
+            json!(1e22),
+            json!(u64::MAX),
+            json!("300000h"),
+        ] {
             let metadata = json!({"redisHost": server.addr(), field: value});
             refused_ahead_of_start("state", "redis", metadata.clone(), field);
             refused_ahead_of_start("lock", "redis", metadata.clone(), field);

@@ -42,7 +42,8 @@ pub(crate) fn write_ttl(
         let seconds = check_ttl_seconds(TTL_METADATA_KEY, seconds).map_err(invalid)?;
         return Ok(seconds_ttl(seconds));
     }
-    let seconds = check_ttl_seconds("defaultTtlInSeconds", default_ttl_in_seconds).map_err(invalid)?;
+    let seconds =
+        check_ttl_seconds("defaultTtlInSeconds", default_ttl_in_seconds).map_err(invalid)?;
     Ok(seconds_ttl(seconds))
 }
 
@@ -98,8 +99,14 @@ mod tests {
         let max = i64::MAX.to_string();
         let cases = [
             (write_ttl("k", None, &meta(&max), 0), "ttlInSeconds"),
-            (write_ttl("k", Some(Duration::MAX), &HashMap::new(), 0), "ttl"),
-            (write_ttl("k", None, &HashMap::new(), i64::MAX), "defaultTtlInSeconds"),
+            (
+                write_ttl("k", Some(Duration::MAX), &HashMap::new(), 0),
+                "ttl",
+            ),
+            (
+                write_ttl("k", None, &HashMap::new(), i64::MAX),
+                "defaultTtlInSeconds",
+            ),
         ];
         for (result, field) in cases {
             let err = result.expect_err("past the limit");

@@ -26,7 +26,10 @@ pub fn runtime() -> tokio::runtime::Runtime {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if std::thread::current().name() == Some(THREAD_NAME) {
-                PANICS.lock().unwrap_or_else(|p| p.into_inner()).push(info.to_string());
+                PANICS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(info.to_string());
             }
             previous(info);
         }));
@@ -84,7 +87,11 @@ impl Servers {
             target("lock", "memory", json!({})),
             target("config_store", "memory", json!({"items": {"a": "b"}})),
             target("config_store", "file", json!({"path": path("config.json")})),
-            target("secret_store", "local.file", json!({"secretsFile": path("secrets.json")})),
+            target(
+                "secret_store",
+                "local.file",
+                json!({"secretsFile": path("secrets.json")}),
+            ),
             target("secret_store", "env", json!({})),
             target("state", "redis", redis.clone()),
             target("lock", "redis", redis),
