@@ -5,9 +5,10 @@
 //! configuration file does: only regular files (symlinks followed), so a
 //! FIFO, `/dev/zero` or a watched file swapped for a symlink to one is
 //! refused, and never more than [`MAX_COMPONENT_FILE_BYTES`]. It runs on a
-//! blocking thread and is abandoned after [`COMPONENT_FILE_READ_DEADLINE`]:
+//! thread of its own and is abandoned after [`COMPONENT_FILE_READ_DEADLINE`]:
 //! a read that blocks (a file swapped for a FIFO between the check and the
-//! open) cannot outlive the init timeout or wedge a watcher.
+//! open) cannot outlive the init timeout, wedge a watcher, or hold up the
+//! process's exit.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,7 +36,7 @@ pub enum ComponentFileError {
         source: FileReadError,
     },
     /// The read did not finish within the deadline.
-    #[error("metadata field `{field}`: reading {} took longer than {}s; given up", .path.display(), .deadline.as_secs())]
+    #[error("metadata field `{field}`: reading {} took longer than {:?}; given up", .path.display(), .deadline)]
     TimedOut {
         /// The metadata field naming the file.
         field: &'static str,
@@ -77,22 +78,63 @@ pub(crate) async fn read_within(
     deadline: Duration,
 ) -> Result<String, ComponentFileError> {
     let owned = path.to_path_buf();
-    let read = tokio::task::spawn_blocking(move || rewire_runtime::read_bounded(&owned, limit));
-    let timed_out = || ComponentFileError::TimedOut {
-        field,
-        path: path.to_path_buf(),
-        deadline,
-    };
-    let bytes = match tokio::time::timeout(deadline, read).await {
-        Err(_) => return Err(timed_out()),
-        // The blocking task panicked or was cancelled (runtime shutting
-        // down): report it as a read that did not finish.
-        Ok(Err(_)) => return Err(timed_out()),
-        Ok(Ok(read)) => read.map_err(|source| ComponentFileError::Read { field, source })?,
+    within(field, path, deadline, move || {
+        rewire_runtime::read_bounded(&owned, limit)
+    })
+    .await
+}
+
+/// The text `read` gets from the file at `path`, or an error naming
+/// `field` and the file; `read` is abandoned after `deadline`.
+async fn within<R>(
+    field: &'static str,
+    path: &Path,
+    deadline: Duration,
+    read: R,
+) -> Result<String, ComponentFileError>
+where
+    R: FnOnce() -> Result<Vec<u8>, FileReadError> + Send + 'static,
+{
+    let bytes = match tokio::time::timeout(deadline, detached(path, read)).await {
+        Err(_) => {
+            return Err(ComponentFileError::TimedOut {
+                field,
+                path: path.to_path_buf(),
+                deadline,
+            })
+        }
+        Ok(read) => read.map_err(|source| ComponentFileError::Read { field, source })?,
     };
     String::from_utf8(bytes).map_err(|_| ComponentFileError::NotText {
         field,
         path: path.to_path_buf(),
+    })
+}
+
+/// Runs `read` (of the file at `path`) on a thread of its own, detached: a
+/// read that never returns (a FIFO swapped in between the check and the
+/// open) pins that one thread, not the async runtime's blocking pool, whose
+/// shutdown would wait for it and keep the process from exiting.
+async fn detached<R>(path: &Path, read: R) -> Result<Vec<u8>, FileReadError>
+where
+    R: FnOnce() -> Result<Vec<u8>, FileReadError> + Send + 'static,
+{
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("rewire-component-file".into())
+        .spawn(move || {
+            // The receiver is gone if the read was abandoned: nothing to do.
+            let _ = sender.send(read());
+        });
+    let io = |source| FileReadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    spawned.map_err(io)?;
+    receiver.await.unwrap_or_else(|_| {
+        Err(io(std::io::Error::other(
+            "the reading thread ended without an answer",
+        )))
     })
 }
 
@@ -145,5 +187,28 @@ mod tests {
             .await
             .expect_err("binary");
         assert!(err.to_string().contains("not UTF-8"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_read_that_never_returns_is_abandoned_at_the_deadline() {
+        let wedged = || {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(Vec::new())
+        };
+        let path = Path::new("/wedged.json");
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(5),
+            within("path", path, Duration::from_millis(50), wedged),
+        )
+        .await;
+        let err = match outcome {
+            Err(_) => panic!("the deadline did not hold"),
+            Ok(read) => read.expect_err("a wedged read cannot succeed"),
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("`path`") && text.contains("/wedged.json") && text.contains("given up"),
+            "{text}"
+        );
     }
 }
