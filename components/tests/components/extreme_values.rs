@@ -11,7 +11,7 @@
 //! path), and sends requests with extreme TTLs and expiries.
 
 use crate::common;
-use crate::support::extreme::{self, Target};
+use crate::support::extreme::{self, Drawn, Target};
 
 use std::time::Duration;
 
@@ -77,10 +77,10 @@ fn every_field_of_every_type_survives_every_extreme_value() {
 /// Starts `target` with `map` (bounded), then applies `map` in place to a
 /// running instance started from its base metadata; exercises whatever
 /// came up with extreme requests, then closes it.
-async fn start_apply_and_exercise(target: &Target, map: &Map<String, Value>) {
+async fn start_apply_and_exercise(target: &Target, map: &Map<String, Value>, drawn: &Drawn) {
     const LIMIT: Duration = Duration::from_secs(3);
     if let Ok(Ok(instance)) = tokio::time::timeout(LIMIT, started(target, map.clone())).await {
-        extreme::exercise(&instance).await;
+        extreme::exercise(&instance, drawn).await;
         let _ = instance.component().close().await;
     }
     let Ok(Ok(base)) = tokio::time::timeout(LIMIT, started(target, target.base.clone())).await
@@ -95,7 +95,7 @@ async fn start_apply_and_exercise(target: &Target, map: &Map<String, Value>) {
         let metadata = Metadata(map.clone());
         let _ = tokio::time::timeout(LIMIT, dynamic.update_in_place(&metadata)).await;
     }
-    extreme::exercise(&base).await;
+    extreme::exercise(&base, drawn).await;
     let _ = component.close().await;
 }
 
@@ -121,23 +121,38 @@ fn extreme_metadata_combinations_start_apply_and_serve_without_panic() {
         })
         .collect();
     let values = extreme::values();
+    let drawn = (
+        any::<u64>(),
+        0..1_000_000_000_u32,
+        any::<i64>(),
+        any::<f64>(),
+    )
+        .prop_map(|(secs, nanos, seconds, float)| Drawn {
+            duration: Duration::new(secs, nanos),
+            ttl_text: if seconds % 2 == 0 {
+                seconds.to_string()
+            } else {
+                float.to_string()
+            },
+        });
     let case = (
         0..targets.len(),
         prop::collection::vec((any::<prop::sample::Index>(), 0..values.len()), 1..=3),
+        drawn,
     );
     let config = Config {
-        cases: 96,
+        cases: 256,
         failure_persistence: None,
         ..Config::default()
     };
-    let result = TestRunner::new(config).run(&case, |(which, picks)| {
+    let result = TestRunner::new(config).run(&case, |(which, picks, drawn)| {
         let (target, fields) = &targets[which];
         let overrides: Vec<(String, Value)> = picks
             .iter()
             .map(|(field, value)| (field.get(fields).clone(), values[*value].clone()))
             .collect();
         let map = with(&target.base, &overrides);
-        runtime.block_on(start_apply_and_exercise(target, &map));
+        runtime.block_on(start_apply_and_exercise(target, &map, &drawn));
         let panics = extreme::panics();
         prop_assert!(panics.is_empty(), "{}: {panics:?}", target.type_name);
         Ok(())

@@ -159,6 +159,15 @@ pub fn values() -> Vec<Value> {
     ]
 }
 
+/// Request values drawn by the property test, on top of the fixed ones.
+#[derive(Debug, Clone, Default)]
+pub struct Drawn {
+    /// A TTL and lock expiry.
+    pub duration: Duration,
+    /// A `ttlInSeconds` text.
+    pub ttl_text: String,
+}
+
 /// Request TTLs and lock expiries at and past every limit.
 fn durations() -> [Duration; 6] {
     [
@@ -184,13 +193,16 @@ const TTL_TEXTS: [&str; 7] = [
 
 /// Sends `instance` requests with extreme TTLs and expiries; every answer
 /// but a panic is fine.
-pub async fn exercise(instance: &Instance) {
+pub async fn exercise(instance: &Instance, drawn: &Drawn) {
+    let mut durations = durations().to_vec();
+    durations.push(drawn.duration);
     match instance {
         Instance::State(store) => {
-            for ttl in durations() {
-                let _ = store.set(set_request(Some(ttl), None)).await;
+            for ttl in &durations {
+                let _ = store.set(set_request(Some(*ttl), None)).await;
             }
-            for text in TTL_TEXTS {
+            let texts = TTL_TEXTS.iter().copied().chain([drawn.ttl_text.as_str()]);
+            for text in texts {
                 let _ = store.set(set_request(None, Some(text))).await;
             }
             let get = GetRequest {
@@ -200,11 +212,11 @@ pub async fn exercise(instance: &Instance) {
             let _ = store.get(get).await;
         }
         Instance::Lock(lock) => {
-            for expiry in durations() {
+            for expiry in &durations {
                 let request = TryLockRequest {
                     resource_id: "extreme".into(),
                     lock_owner: "o".into(),
-                    expiry,
+                    expiry: *expiry,
                 };
                 let _ = lock.try_lock(request).await;
                 let release = UnlockRequest {
