@@ -4,7 +4,8 @@
 //! `NaN`, huge strings...). Errors are fine; a panic — in the call or in a
 //! task it spawned — is not.
 //!
-//! The sweep runs every value through every field's `validate` and factory.
+//! The sweep runs every value through every field's `validate` and factory,
+//! and starts what the factory takes.
 //! The property test combines several extreme fields, starts the component
 //! with them against real servers (redis, etcd, the Apollo protocol server,
 //! real files), applies them in place to a running instance (the reload
@@ -47,12 +48,13 @@ fn with(base: &Map<String, Value>, overrides: &[(String, Value)]) -> Map<String,
     map
 }
 
-/// `validate` and the factory on `map`: any answer but a panic.
-fn validate_and_build(target: &Target, map: &Map<String, Value>) {
+/// `validate` and the factory on `map`: any answer but a panic. Whether
+/// the factory accepted it.
+fn validate_and_build(target: &Target, map: &Map<String, Value>) -> bool {
     let registry = Registry::collected();
     let descriptor = registry.get(target.kind, target.type_name).unwrap();
     let _ = (descriptor.validate)(map, &[]);
-    let _ = (descriptor.build)(&Metadata(map.clone()));
+    (descriptor.build)(&Metadata(map.clone())).is_ok()
 }
 
 #[test]
@@ -60,17 +62,24 @@ fn every_field_of_every_type_survives_every_extreme_value() {
     rewire_components::link();
     let runtime = extreme::runtime();
     let servers = runtime.block_on(extreme::Servers::start());
-    let mut swept = 0;
+    let (mut swept, mut started) = (0, 0);
     for target in servers.targets() {
         for field in fields(&target) {
             for value in extreme::values() {
                 let map = with(&target.base, &[(field.clone(), value)]);
-                validate_and_build(&target, &map);
                 swept += 1;
+                // What the factory takes is also started, applied in place
+                // and sent extreme requests.
+                if validate_and_build(&target, &map) {
+                    started += 1;
+                    let drawn = Drawn::default();
+                    runtime.block_on(start_apply_and_exercise(&target, &map, &drawn));
+                }
             }
         }
     }
     assert!(swept > 1000, "only {swept} combinations swept");
+    assert!(started > 100, "only {started} combinations started");
     assert_eq!(extreme::panics(), Vec::<String>::new());
 }
 
