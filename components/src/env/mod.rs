@@ -6,7 +6,7 @@
 //! nothing is cached; a change of metadata is applied in place.
 //!
 //! The sidecar's own tokens are never served, whatever the prefix (see
-//! [`names`]); `allowedSecrets` narrows the names served further.
+//! [`is_reserved`]); `allowedSecrets` narrows the names served further.
 
 mod names;
 
