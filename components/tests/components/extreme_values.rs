@@ -42,9 +42,12 @@ fn fields(target: &Target) -> Vec<String> {
     known
 }
 
-fn with(base: &Map<String, Value>, overrides: &[(String, Value)]) -> Map<String, Value> {
-    let mut map = base.clone();
-    map.extend(overrides.iter().cloned());
+/// The base metadata of `target` with `overrides`.
+fn with(target: &Target, overrides: &[(String, Value)]) -> Map<String, Value> {
+    let mut map = target.base.clone();
+    for (field, value) in overrides {
+        map.insert(field.clone(), target.value_for(field, value.clone()));
+    }
     map
 }
 
@@ -66,7 +69,7 @@ fn every_field_of_every_type_survives_every_extreme_value() {
     for target in servers.targets() {
         for field in fields(&target) {
             for value in extreme::values() {
-                let map = with(&target.base, &[(field.clone(), value)]);
+                let map = with(&target, &[(field.clone(), value)]);
                 swept += 1;
                 // What the factory takes is also started, applied in place
                 // and sent extreme requests.
@@ -160,7 +163,7 @@ fn extreme_metadata_combinations_start_apply_and_serve_without_panic() {
             .iter()
             .map(|(field, value)| (field.get(fields).clone(), values[*value].clone()))
             .collect();
-        let map = with(&target.base, &overrides);
+        let map = with(target, &overrides);
         runtime.block_on(start_apply_and_exercise(target, &map, &drawn));
         let panics = extreme::panics();
         prop_assert!(panics.is_empty(), "{}: {panics:?}", target.type_name);

@@ -4,6 +4,7 @@
 //! threads (a panicking spawned task is caught by tokio, not by the test).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
@@ -52,6 +53,33 @@ pub struct Target {
     pub kind: &'static str,
     pub type_name: &'static str,
     pub base: Map<String, Value>,
+    /// Fields naming a directory the component writes into, and the
+    /// directory their values are kept under.
+    pub writes_under: Option<(&'static [&'static str], PathBuf)>,
+}
+
+impl Target {
+    /// `value` for `field`, kept inside the test's directory when the
+    /// field names a directory written into (a scalar `x` becomes
+    /// `<dir>/x`), so no value makes the test write into the work tree or
+    /// the system's temporary directory.
+    pub fn value_for(&self, field: &str, value: Value) -> Value {
+        let Some((fields, dir)) = &self.writes_under else {
+            return value;
+        };
+        if !fields.contains(&field) {
+            return value;
+        }
+        let text = match &value {
+            Value::String(text) => text.clone(),
+            Value::Number(_) | Value::Bool(_) => value.to_string(),
+            // Null is "the default directory", outside the test's: keep
+            // the test's.
+            Value::Null => String::new(),
+            _ => return value,
+        };
+        json!(dir.join(text).display().to_string())
+    }
 }
 
 /// The servers and files the targets start against.
@@ -106,6 +134,11 @@ impl Servers {
                 }),
             ),
         ];
+        let apollo = targets.iter_mut().find(|t| t.type_name == "apollo");
+        if let Some(apollo) = apollo {
+            let under = self.dir.path().join("apollo-backups");
+            apollo.writes_under = Some((&["backup_config_path"], under));
+        }
         #[cfg(feature = "etcd")]
         targets.push(target(
             "config_store",
@@ -122,6 +155,7 @@ fn target(kind: &'static str, type_name: &'static str, base: Value) -> Target {
         kind,
         type_name,
         base,
+        writes_under: None,
     }
 }
 
