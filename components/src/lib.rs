@@ -8,6 +8,7 @@
 
 pub mod apollo;
 mod backoff;
+pub mod component_file;
 pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -18,6 +19,7 @@ pub mod local_file_secrets;
 pub mod memory;
 mod redacted;
 pub mod redis;
+pub mod time_limits;
 
 pub use env::EnvSecretStore;
 pub use file_config::FileConfigStore;

@@ -11,8 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rewire_runtime::FileReadError;
+
 use super::client::ApolloConfig;
 use super::error::ApolloError;
+use crate::component_file::{read_component_file, ComponentFileError};
 
 /// Distinguishes the temporary files of concurrent writers in a process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -96,15 +99,19 @@ impl BackupCache {
     }
 
     /// The stored release of `namespace`; `None` when there is no file.
+    /// Read bounded, as every component file (see [`crate::component_file`]).
     pub(crate) async fn read(&self, namespace: &str) -> Result<Option<ApolloConfig>, ApolloError> {
         let path = self.path(namespace);
-        let text = match tokio::fs::read_to_string(&path).await {
+        let text = match read_component_file("backup_config_path", &path).await {
             Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(ComponentFileError::Read {
+                source: FileReadError::Io { source, .. },
+                ..
+            }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(err) => {
                 return Err(ApolloError::Cache {
                     path,
-                    message: format!("cannot read: {err}"),
+                    message: err.to_string(),
                 })
             }
         };
@@ -177,5 +184,19 @@ mod tests {
             cache.path("a/b"),
             PathBuf::from("/tmp/x/.._app+default+a_b.json")
         );
+    }
+
+    #[tokio::test]
+    async fn a_backup_file_swapped_for_a_device_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cache = BackupCache::new(dir.path().to_path_buf(), "app", "default");
+        std::os::unix::fs::symlink("/dev/zero", cache.path("application"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = cache
+            .read("application")
+            .await
+            .map(|_| ())
+            .expect_err("a device is no backup file");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 }

@@ -86,7 +86,9 @@ impl ApolloConfigStore {
         refresher: &Refresher,
         cx: &InitContext,
     ) -> Result<(), ApolloError> {
-        let deadline = tokio::time::Instant::now() + cx.ready_timeout;
+        // Elapsed time against the timeout: no instant arithmetic, so no
+        // timeout or wait is too large.
+        let started = tokio::time::Instant::now();
         let mut backoff = Backoff::new(
             self.settings.retry_interval(),
             self.settings.max_retry_interval(),
@@ -107,7 +109,7 @@ impl ApolloConfigStore {
                 return Ok(());
             }
             let wait = backoff.next_wait();
-            if tokio::time::Instant::now() + wait > deadline {
+            if started.elapsed().saturating_add(wait) > cx.ready_timeout {
                 let backup = match &refresher.cache {
                     Some(cache) => format!("no backup cache in `{}`", cache.dir().display()),
                     None => "backup cache off (`is_backup_config` is false)".to_string(),

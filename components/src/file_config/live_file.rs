@@ -8,6 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, SubscriptionHub};
 use tracing::{info, warn};
 
+use crate::component_file::read_component_file;
+
 use super::snapshot::{diff, parse, FileConfigError};
 
 /// The file's values as last read successfully, shared by the store and its
@@ -153,12 +155,7 @@ impl LiveFile {
 }
 
 async fn read(path: &Path) -> Result<String, FileConfigError> {
-    tokio::fs::read_to_string(path)
-        .await
-        .map_err(|source| FileConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
+    Ok(read_component_file("path", path).await?)
 }
 
 fn item(key: String, value: String, revision: u64) -> ConfigItem {

@@ -2,24 +2,21 @@
 //! working out what changed between two versions of it.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::component_file::ComponentFileError;
 use crate::json_text::value_text;
 
 /// Why a configuration file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum FileConfigError {
-    /// The file could not be read (missing, unreadable...).
-    #[error("cannot read config file `{}`: {source}", .path.display())]
-    Read {
-        /// The configured path.
-        path: PathBuf,
-        /// What the OS said.
-        source: io::Error,
-    },
+    /// The file could not be read: missing, not a regular file (a FIFO, a
+    /// device), larger than the limit of [`crate::component_file`], or too
+    /// slow.
+    #[error("cannot read the config file: {0}")]
+    Read(#[from] ComponentFileError),
     /// The file is not valid JSON.
     #[error("config file `{}` is not valid JSON: {message} at line {line}, column {column}", .path.display())]
     Parse {

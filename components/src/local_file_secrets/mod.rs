@@ -9,12 +9,12 @@
 //! default every leaf is its own secret (`get_secret("db:password")` →
 //! `{"db:password": …}`); with `multiValued` every top-level key is a secret
 //! holding the flattened keys below it. Errors name the file, and for bad
-//! JSON the line and column, never a value.
+//! JSON the line and column, never a value. The file is read bounded (see
+//! [`crate::component_file`]: regular files only, at most 16 MiB, 5 s).
 
 mod flatten;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,6 +27,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
+#[cfg(doc)]
+use crate::component_file::MAX_COMPONENT_FILE_BYTES;
+use crate::component_file::{read_component_file, ComponentFileError};
 use flatten::Secrets;
 
 /// Metadata of the `local.file` secret store.
@@ -62,14 +65,10 @@ impl LocalFileSecretMetadata {
 /// Why the secrets file could not be loaded. Never carries file content.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsFileError {
-    /// The file could not be read.
-    #[error("cannot read secrets file `{}`: {source}", .path.display())]
-    Read {
-        /// The configured path.
-        path: PathBuf,
-        /// What the OS said.
-        source: io::Error,
-    },
+    /// The file could not be read: missing, not a regular file (a FIFO, a
+    /// device), larger than [`MAX_COMPONENT_FILE_BYTES`], or too slow.
+    #[error("cannot read the secrets file: {0}")]
+    Read(#[from] ComponentFileError),
     /// The file is not valid JSON.
     #[error("secrets file `{}` is not valid JSON ({problem} at line {line}, column {column})", .path.display())]
     Parse {
@@ -93,12 +92,7 @@ pub enum SecretsFileError {
 /// Reads and flattens the secrets file of `settings`.
 async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFileError> {
     let path: &Path = &settings.secrets_file;
-    let text = tokio::fs::read_to_string(path)
-        .await
-        .map_err(|source| SecretsFileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let text = read_component_file("secretsFile", path).await?;
     // The serde_json message may quote the input, so only its category,
     // line and column are kept.
     let value: Value = serde_json::from_str(&text).map_err(|err| SecretsFileError::Parse {

@@ -15,6 +15,8 @@ use rewire_runtime::{
 use tokio::time::Instant;
 use tracing::debug;
 
+use crate::time_limits::{check_ttl, deadline};
+
 /// An in-process lock store with Dapr's lock semantics: locks expire, and
 /// only their owner can release them.
 #[derive(rewire_runtime::Component, Debug, Default)]
@@ -70,13 +72,13 @@ impl LockTable {
         }
     }
 
-    fn try_lock(&mut self, req: &TryLockRequest, now: Instant) -> bool {
+    /// Takes the lock if free, until `expires_at`.
+    fn try_lock(&mut self, req: &TryLockRequest, now: Instant, expires_at: Instant) -> bool {
         self.purge_expired(now);
         if self.held.contains_key(&req.resource_id) {
             return false;
         }
         self.last_grant += 1;
-        let expires_at = now + req.expiry;
         self.held.insert(
             req.resource_id.clone(),
             Held {
@@ -140,7 +142,13 @@ impl Lock for MemoryLock {
                 req.resource_id
             )));
         }
-        let taken = self.table().try_lock(&req, Instant::now());
+        let now = Instant::now();
+        let expires_at = check_ttl("expiry", req.expiry)
+            .and_then(|expiry| deadline(now, "expiry", expiry))
+            .map_err(|message| {
+                LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id))
+            })?;
+        let taken = self.table().try_lock(&req, now, expires_at);
         debug!(resource = %req.resource_id, owner = %req.lock_owner, taken, "Lock requested.");
         Ok(taken)
     }

@@ -2,12 +2,16 @@
 //! `"1m30s"`, `"1.5s"`) or a plain number of milliseconds (`250`, `"250"`).
 //! A negative value (`"-1"`, Dapr's "no timeout") is kept as
 //! [`Timeout::Never`]; the empty string (a value injected later, during
-//! validation) counts as not set.
+//! validation) counts as not set. A positive value past
+//! [`MAX_TIMEOUT`] (24 h) is an error, so no timeout can overflow the
+//! arithmetic done with it.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer, Visitor};
+
+use crate::time_limits::MAX_TIMEOUT;
 
 /// A configured timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,9 +24,19 @@ pub enum Timeout {
 
 /// Why a duration text did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{text}` is not a duration (write `5s`, `100ms`, `1m30s`, or a number of milliseconds)")]
+#[error("`{text}` {reason}")]
 pub struct DurationError {
     text: String,
+    reason: Reason,
+}
+
+/// What is wrong with a duration text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Reason {
+    #[error("is not a duration (write `5s`, `100ms`, `1m30s`, or a number of milliseconds)")]
+    Malformed,
+    #[error("is longer than the 24h accepted (write a negative value for no limit)")]
+    TooLong,
 }
 
 /// Parses `text`: a number of milliseconds, or a Go duration. `Ok(None)`
@@ -34,15 +48,25 @@ pub fn parse_timeout(text: &str) -> Result<Option<Timeout>, DurationError> {
     }
     let error = || DurationError {
         text: text.to_string(),
+        reason: Reason::Malformed,
     };
     let (negative, body) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
     };
+    if body.starts_with(['-', '+']) {
+        return Err(error());
+    }
     let duration = match body.parse::<f64>() {
-        Ok(ms) if ms.is_finite() => seconds(ms / 1000.0).ok_or_else(error)?,
+        Ok(ms) if ms.is_finite() => seconds(ms / 1000.0),
         _ => parse_go_duration(body).ok_or_else(error)?,
     };
+    if !negative && duration > MAX_TIMEOUT {
+        return Err(DurationError {
+            text: text.to_string(),
+            reason: Reason::TooLong,
+        });
+    }
     Ok(Some(if negative && !duration.is_zero() {
         Timeout::Never
     } else {
@@ -78,11 +102,13 @@ fn parse_go_duration(mut text: &str) -> Option<Duration> {
         total += value * scale;
         text = rest;
     }
-    seconds(total)
+    Some(seconds(total))
 }
 
-fn seconds(value: f64) -> Option<Duration> {
-    Duration::try_from_secs_f64(value).ok()
+/// `value` seconds (never negative nor NaN here); too many for a
+/// `Duration` saturates, and is then refused as too long.
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value).unwrap_or(Duration::MAX)
 }
 
 /// `deserialize_with` for an optional timeout field.
@@ -102,7 +128,7 @@ impl Visitor<'_> for TimeoutVisitor {
     }
 
     fn visit_u64<E: de::Error>(self, ms: u64) -> Result<Self::Value, E> {
-        Ok(Some(Timeout::After(Duration::from_millis(ms))))
+        parse_timeout(&ms.to_string()).map_err(E::custom)
     }
 
     fn visit_i64<E: de::Error>(self, ms: i64) -> Result<Self::Value, E> {
@@ -147,6 +173,30 @@ mod tests {
         assert_eq!(parse_timeout(" 250 "), after(250));
         assert_eq!(parse_timeout("0"), after(0));
         assert_eq!(parse_timeout(""), Ok(None));
+    }
+
+    #[test]
+    fn timeouts_past_a_day_are_refused() {
+        assert_eq!(parse_timeout("24h"), after(86_400_000));
+        for long in [
+            "1e22",
+            "25h",
+            "86400001",
+            "1e308",
+            "9223372036854775807",
+            "9999999999999999h",
+        ] {
+            let err = parse_timeout(long).map(|_| ()).map_err(|e| e.to_string());
+            assert!(
+                matches!(&err, Err(m) if m.contains("24h")),
+                "{long}: {err:?}"
+            );
+        }
+        let json: Result<Option<Timeout>, _> = deserialize_timeout(serde_json::json!(u64::MAX));
+        assert!(json.is_err());
+        let json: Result<Option<Timeout>, _> = deserialize_timeout(serde_json::json!(1e22));
+        assert!(json.is_err());
+        assert_eq!(parse_timeout("-1e22"), Ok(Some(Timeout::Never)));
     }
 
     #[test]

@@ -8,6 +8,8 @@ use rewire_runtime::{
 };
 use tracing::debug;
 
+use crate::time_limits::check_ttl;
+
 use super::connection::RedisConnection;
 use super::metadata::RedisMetadata;
 use super::scripts;
@@ -105,6 +107,9 @@ impl Lock for RedisLock {
                 req.resource_id
             )));
         }
+        check_ttl("expiry", req.expiry).map_err(|message| {
+            LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id))
+        })?;
         // Rounded up: a sub-millisecond expiry still expires.
         let expiry_ms = u64::try_from(req.expiry.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         let session = self.connection.session();

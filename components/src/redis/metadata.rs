@@ -10,6 +10,7 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
+use crate::time_limits::deserialize_optional_ttl_seconds;
 
 /// `dialTimeout` when none is given (go-redis's default, as in Dapr).
 pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -58,8 +59,9 @@ pub struct RedisMetadata {
     #[serde(default)]
     pub key_prefix: String,
     /// State store only: TTL of writes that ask for none (`-1`: never
-    /// expire, clearing an older TTL), as Dapr's `ttlInSeconds`.
-    #[serde(default)]
+    /// expire, clearing an older TTL), as Dapr's `ttlInSeconds`; at most
+    /// [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
+    #[serde(default, deserialize_with = "deserialize_optional_ttl_seconds")]
     pub ttl_in_seconds: Option<i64>,
 }
 
@@ -116,7 +118,7 @@ impl RedisMetadata {
             username: self.redis_username.clone(),
             db: self.redis_db,
             dial,
-            response: read.zip(write).map(|(r, w)| r + w),
+            response: read.zip(write).map(|(r, w)| r.saturating_add(w)),
             master_name: self
                 .failover
                 .then(|| self.sentinel_master_name.trim().to_string()),

@@ -18,6 +18,7 @@ use tracing::debug;
 use super::connection::{RedisConnection, Session};
 use super::metadata::RedisMetadata;
 use super::scripts;
+use crate::time_limits::{check_ttl, check_ttl_seconds};
 
 /// The request metadata key Dapr uses for a per-write TTL.
 const TTL_METADATA_KEY: &str = "ttlInSeconds";
@@ -247,14 +248,18 @@ fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateError> {
 ///
 /// The first of these that is set decides: the request's `ttl` (zero:
 /// never expire), its `ttlInSeconds` metadata, the store's `ttlInSeconds`
-/// (for both, zero or negative, like Dapr's `-1`: never expire).
+/// (for both, zero or negative, like Dapr's `-1`: never expire). Each is
+/// at most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
 fn ttl_arg(
     key: &str,
     ttl: Option<Duration>,
     metadata: &HashMap<String, String>,
     default_ttl_in_seconds: Option<i64>,
 ) -> Result<i64, StateError> {
+    let invalid = |message: String| StateError::Invalid(format!("key `{key}`: {message}"));
     if let Some(ttl) = ttl {
+        let ttl = check_ttl("ttl", ttl).map_err(invalid)?;
+        // At most MAX_TTL: the milliseconds fit in an i64.
         return Ok(match ttl.as_millis() {
             0 => -1,
             ms => i64::try_from(ms).unwrap_or(i64::MAX),
@@ -272,6 +277,9 @@ fn ttl_arg(
         })?),
         None => default_ttl_in_seconds,
     };
+    let seconds = seconds
+        .map(|s| check_ttl_seconds(TTL_METADATA_KEY, s).map_err(invalid))
+        .transpose()?;
     Ok(match seconds {
         None => 0,
         Some(s) if s <= 0 => -1,
@@ -304,6 +312,16 @@ mod tests {
             ttl_arg("k", None, &meta("soon"), None),
             Err(StateError::Invalid(m)) if m.contains("ttlInSeconds")
         ));
+        for (ttl, meta) in [
+            (Some(Duration::MAX), none.clone()),
+            (None, meta(&i64::MAX.to_string())),
+        ] {
+            let err = ttl_arg("k", ttl, &meta, None);
+            assert!(
+                matches!(&err, Err(StateError::Invalid(m)) if m.contains("2147483647")),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]

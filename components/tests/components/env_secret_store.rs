@@ -52,3 +52,65 @@ async fn variables_are_secrets_and_the_prefix_scopes_them() {
         Some("key")
     );
 }
+
+#[tokio::test]
+async fn the_sidecar_tokens_are_never_served_whatever_the_prefix() {
+    // The variable names the sidecar and `rewire apply` read their tokens
+    // from; this binary starts no sidecar, so setting them is harmless.
+    let tokens = [
+        ("REWIRE_ADMIN_TOKEN", "it-admin-token"),
+        ("REWIRE_API_TOKEN", "it-api-token"),
+        ("DAPR_API_TOKEN", "it-dapr-token"),
+        ("APP_API_TOKEN", "it-app-token"),
+    ];
+    for (name, value) in tokens {
+        std::env::set_var(name, value);
+    }
+    let none = HashMap::new();
+    for prefix in ["", "REWIRE_", "DAPR_", "APP_", "REWIRE_ADMIN_"] {
+        let store = secret_store(json!({ "prefix": prefix })).await;
+        for (variable, _) in tokens {
+            let Some(name) = variable.strip_prefix(prefix) else {
+                continue;
+            };
+            assert_eq!(
+                store.get_secret(name, &none).await,
+                Err(SecretError::NotFound(name.into())),
+                "prefix `{prefix}` served {variable}"
+            );
+        }
+        let all = store.bulk_get_secret(&none).await.unwrap();
+        for (name, secret) in &all {
+            for value in secret.values() {
+                assert!(
+                    !tokens.iter().any(|(_, t)| *t == value.expose()),
+                    "prefix `{prefix}` served a token as `{name}`"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_allow_list_narrows_the_names_served() {
+    std::env::set_var("REWIRE_IT_ALLOW_DB", "db");
+    std::env::set_var("REWIRE_IT_ALLOW_KEY", "key");
+    let none = HashMap::new();
+    for allowed in [json!("DB"), json!(["DB"])] {
+        let store =
+            secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowedSecrets": allowed})).await;
+        assert!(store.get_secret("DB", &none).await.is_ok());
+        assert_eq!(
+            store.get_secret("KEY", &none).await,
+            Err(SecretError::NotFound("KEY".into()))
+        );
+        let all = store.bulk_get_secret(&none).await.unwrap();
+        assert_eq!(
+            all.keys().map(String::as_str).collect::<Vec<_>>(),
+            vec!["DB"]
+        );
+    }
+    let aliased = secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowlist": "KEY"})).await;
+    assert!(aliased.get_secret("KEY", &none).await.is_ok());
+    assert!(aliased.get_secret("DB", &none).await.is_err());
+}

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::live::LiveMetadata;
+use crate::time_limits::deadline;
 use table::{Condition, StateTable};
 
 /// Metadata of the `memory` state store.
@@ -29,6 +30,8 @@ use table::{Condition, StateTable};
 #[serde(rename_all = "camelCase", default)]
 pub struct MemoryStateMetadata {
     /// TTL given to writes that ask for none; zero or negative: no default.
+    /// At most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
+    #[serde(deserialize_with = "crate::time_limits::deserialize_ttl_seconds")]
     pub default_ttl_in_seconds: i64,
 }
 
@@ -112,7 +115,10 @@ impl StateStore for MemoryStateStore {
         let default_ttl = self.settings.load().default_ttl_in_seconds;
         let ttl = ttl::write_ttl(&req.key, req.ttl, &req.metadata, default_ttl)?;
         let now = Instant::now();
-        let expires_at = ttl.map(|ttl| now + ttl);
+        let expires_at = ttl
+            .map(|ttl| deadline(now, "ttl", ttl))
+            .transpose()
+            .map_err(|message| StateError::Invalid(format!("key `{}`: {message}", req.key)))?;
         let condition = Condition {
             etag: req.etag.as_deref(),
             concurrency: req.concurrency,

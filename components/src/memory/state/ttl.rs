@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use rewire_runtime::StateError;
 
+use crate::time_limits::{check_ttl, check_ttl_seconds};
+
 /// The request metadata key Dapr uses for a per-write TTL.
 pub(crate) const TTL_METADATA_KEY: &str = "ttlInSeconds";
 
@@ -13,14 +15,18 @@ pub(crate) const TTL_METADATA_KEY: &str = "ttlInSeconds";
 /// The first of these that is set decides: the request's `ttl` (zero means
 /// never expire), its `ttlInSeconds` metadata (zero or negative, like Dapr's
 /// `-1`, means never expire), the store's `defaultTtlInSeconds` (zero or
-/// negative: no default).
+/// negative: no default). Each is at most
+/// [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS): a longer one
+/// is an invalid request naming the field.
 pub(crate) fn write_ttl(
     key: &str,
     ttl: Option<Duration>,
     metadata: &HashMap<String, String>,
     default_ttl_in_seconds: i64,
 ) -> Result<Option<Duration>, StateError> {
+    let invalid = |message: String| StateError::Invalid(format!("key `{key}`: {message}"));
     if let Some(ttl) = ttl {
+        let ttl = check_ttl("ttl", ttl).map_err(invalid)?;
         return Ok(Some(ttl).filter(|ttl| !ttl.is_zero()));
     }
     if let Some(text) = metadata
@@ -33,9 +39,12 @@ pub(crate) fn write_ttl(
                 "metadata `{TTL_METADATA_KEY}` of key `{key}` is not a whole number of seconds: `{text}`"
             ))
         })?;
+        let seconds = check_ttl_seconds(TTL_METADATA_KEY, seconds).map_err(invalid)?;
         return Ok(seconds_ttl(seconds));
     }
-    Ok(seconds_ttl(default_ttl_in_seconds))
+    let seconds =
+        check_ttl_seconds("defaultTtlInSeconds", default_ttl_in_seconds).map_err(invalid)?;
+    Ok(seconds_ttl(seconds))
 }
 
 fn seconds_ttl(seconds: i64) -> Option<Duration> {
@@ -83,6 +92,29 @@ mod tests {
             write_ttl("k", None, &meta(""), 7),
             Ok(Some(Duration::from_secs(7)))
         );
+    }
+
+    #[test]
+    fn a_ttl_past_the_limit_is_invalid_naming_the_field() {
+        let max = i64::MAX.to_string();
+        let cases = [
+            (write_ttl("k", None, &meta(&max), 0), "ttlInSeconds"),
+            (
+                write_ttl("k", Some(Duration::MAX), &HashMap::new(), 0),
+                "ttl",
+            ),
+            (
+                write_ttl("k", None, &HashMap::new(), i64::MAX),
+                "defaultTtlInSeconds",
+            ),
+        ];
+        for (result, field) in cases {
+            let err = result.expect_err("past the limit");
+            assert!(
+                matches!(err, StateError::Invalid(ref m) if m.contains(&format!("`{field}`"))),
+                "{err}"
+            );
+        }
     }
 
     #[test]

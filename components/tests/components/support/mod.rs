@@ -4,6 +4,7 @@
 pub mod apollo_server;
 #[cfg(feature = "etcd")]
 pub mod etcd_server;
+pub mod extreme;
 pub mod logs;
 #[cfg(feature = "etcd")]
 pub mod story_load;

@@ -3,7 +3,12 @@
 //! `get_secret("NAME")` reads the variable `<prefix>NAME` and answers
 //! `{"NAME": value}`. The bulk read returns every variable that starts with
 //! the prefix, named without it. Variables are read at each request, so
-//! nothing is cached; a change of `prefix` is applied in place.
+//! nothing is cached; a change of metadata is applied in place.
+//!
+//! The sidecar's own tokens are never served, whatever the prefix (see
+//! [`is_reserved`]); `allowedSecrets` narrows the names served further.
+
+mod names;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -15,19 +20,39 @@ use rewire_runtime::{
 use serde::Deserialize;
 
 use crate::live::LiveMetadata;
+pub use names::{is_reserved, RESERVED_PREFIX, RESERVED_VARIABLES};
 
 /// Metadata of the `env` secret store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct EnvSecretMetadata {
-    /// Put before every secret name to get the variable name (e.g. `APP_`).
+    /// Put before every secret name to get the variable name (e.g. `APP_`),
+    /// as Dapr's `prefix`.
     pub prefix: String,
+    /// The only secret names (without the prefix) served: comma-separated
+    /// or an array (`allowlist` is accepted too); empty: every name.
+    #[serde(alias = "allowlist", deserialize_with = "names::deserialize_names")]
+    pub allowed_secrets: Vec<String>,
+}
+
+impl EnvSecretMetadata {
+    /// Metadata with `prefix` and no allow-list.
+    pub fn with_prefix(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            allowed_secrets: Vec::new(),
+        }
+    }
 }
 
 /// Secrets read from environment variables, as Dapr's
-/// `secretstores.local.env`, with an optional name prefix.
+/// `secretstores.local.env`, with an optional name prefix and allow-list.
 #[derive(rewire_runtime::Component, Debug, Default)]
-#[component(kind = "secret_store", type = "env", example = r#"{"prefix": ""}"#)]
+#[component(
+    kind = "secret_store",
+    type = "env",
+    example = r#"{"prefix": "", "allowedSecrets": ""}"#
+)]
 pub struct EnvSecretStore {
     #[metadata]
     settings: LiveMetadata<EnvSecretMetadata>,
@@ -61,6 +86,24 @@ fn variable(name: &str, secret: &str) -> Result<Option<SecretString>, SecretErro
     }
 }
 
+/// The secret name of the variable `(name, value)` under `settings`, with
+/// its value, if it may be served.
+fn served(
+    settings: &EnvSecretMetadata,
+    (variable, value): (OsString, OsString),
+) -> Option<(String, SecretMap)> {
+    let variable = variable.into_string().ok()?;
+    let name = variable.strip_prefix(settings.prefix.as_str())?;
+    if name.is_empty() || !names::may_serve(&variable, name, &settings.allowed_secrets) {
+        return None;
+    }
+    let value = value.into_string().ok()?;
+    Some((
+        name.to_string(),
+        SecretMap::from([(name.to_string(), SecretString::new(value))]),
+    ))
+}
+
 #[rewire_runtime::prelude::async_trait]
 impl Component for EnvSecretStore {
     fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
@@ -79,13 +122,19 @@ impl InPlaceUpdate for EnvSecretStore {
 
 #[rewire_runtime::prelude::async_trait]
 impl SecretStore for EnvSecretStore {
+    /// A reserved or not allowed name answers "not found", as an unset
+    /// variable does: nothing tells it exists.
     async fn get_secret(
         &self,
         name: &str,
         _metadata: &HashMap<String, String>,
     ) -> Result<SecretMap, SecretError> {
-        let prefix = &self.settings.load().prefix;
-        match variable(&format!("{prefix}{name}"), name)? {
+        let settings = self.settings.load();
+        let variable_name = format!("{}{name}", settings.prefix);
+        if !names::may_serve(&variable_name, name, &settings.allowed_secrets) {
+            return Err(SecretError::NotFound(name.to_string()));
+        }
+        match variable(&variable_name, name)? {
             Some(value) => Ok(SecretMap::from([(name.to_string(), value)])),
             None => Err(SecretError::NotFound(name.to_string())),
         }
@@ -95,22 +144,9 @@ impl SecretStore for EnvSecretStore {
         &self,
         _metadata: &HashMap<String, String>,
     ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
-        let prefix = self.settings.load().prefix.clone();
+        let settings = self.settings.load();
         Ok(std::env::vars_os()
-            .filter_map(|(name, value): (OsString, OsString)| {
-                let name = name
-                    .into_string()
-                    .ok()?
-                    .strip_prefix(prefix.as_str())?
-                    .to_string();
-                let value = value.into_string().ok()?;
-                (!name.is_empty()).then(|| {
-                    (
-                        name.clone(),
-                        SecretMap::from([(name, SecretString::new(value))]),
-                    )
-                })
-            })
+            .filter_map(|pair| served(&settings, pair))
             .collect())
     }
 }
@@ -154,9 +190,7 @@ mod tests {
     async fn prefix_is_prepended_and_stripped() {
         set_var("REWIRE_ENVP_DB_PASSWORD", "s3cret");
         set_var("REWIRE_ENVP_TOKEN", "t");
-        let store = EnvSecretStore::new(EnvSecretMetadata {
-            prefix: "REWIRE_ENVP_".into(),
-        });
+        let store = EnvSecretStore::new(EnvSecretMetadata::with_prefix("REWIRE_ENVP_"));
         let secret = store.get_secret("DB_PASSWORD", &HashMap::new()).await;
         let secret = secret.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(exposed(&secret), vec![("DB_PASSWORD", "s3cret")]);
@@ -166,5 +200,50 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(all.keys().collect::<Vec<_>>(), vec!["DB_PASSWORD", "TOKEN"]);
         assert_eq!(exposed(&all["TOKEN"]), vec![("TOKEN", "t")]);
+    }
+
+    #[tokio::test]
+    async fn the_sidecar_tokens_are_never_served_whatever_the_prefix() {
+        set_var("REWIRE_ADMIN_TOKEN", "admin");
+        set_var("DAPR_API_TOKEN", "app");
+        for prefix in ["", "REWIRE_", "DAPR_"] {
+            let store = EnvSecretStore::new(EnvSecretMetadata::with_prefix(prefix));
+            for variable in ["REWIRE_ADMIN_TOKEN", "DAPR_API_TOKEN"] {
+                let name = variable.strip_prefix(prefix).unwrap_or(variable);
+                let got = store.get_secret(name, &HashMap::new()).await;
+                assert_eq!(got, Err(SecretError::NotFound(name.into())), "{prefix}");
+            }
+            let all = store
+                .bulk_get_secret(&HashMap::new())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let leaked: Vec<_> = all
+                .values()
+                .flat_map(|m| m.values())
+                .filter(|v| ["admin", "app"].contains(&v.expose()))
+                .collect();
+            assert!(leaked.is_empty(), "prefix `{prefix}` served a token");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_allow_list_narrows_the_names_served() {
+        set_var("REWIRE_ENVA_DB", "db");
+        set_var("REWIRE_ENVA_KEY", "key");
+        let store = EnvSecretStore::new(EnvSecretMetadata {
+            prefix: "REWIRE_ENVA_".into(),
+            allowed_secrets: vec!["DB".into()],
+        });
+        let none = HashMap::new();
+        assert!(store.get_secret("DB", &none).await.is_ok());
+        assert_eq!(
+            store.get_secret("KEY", &none).await,
+            Err(SecretError::NotFound("KEY".into()))
+        );
+        let all = store
+            .bulk_get_secret(&none)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(all.keys().collect::<Vec<_>>(), vec!["DB"]);
     }
 }
