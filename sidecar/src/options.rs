@@ -20,6 +20,10 @@ pub struct ApiOptions {
     pub admin_token: Option<ApiToken>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,
+    /// Largest answer built for a client, in bytes: bulk state and
+    /// configuration answers over it are refused (`RESOURCE_EXHAUSTED`,
+    /// HTTP 413), and a subscriber may have at most this many bytes queued.
+    pub max_response_bytes: usize,
     /// Longest a unary call may take.
     pub request_timeout: Duration,
 }
@@ -30,6 +34,7 @@ impl Default for ApiOptions {
             app_token: None,
             admin_token: None,
             max_request_bytes: 4 * 1024 * 1024,
+            max_response_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
         }
     }

@@ -35,6 +35,7 @@ mod limits;
 mod observe;
 pub mod proto;
 mod status;
+mod subscription_queue;
 mod subscriptions;
 
 use tokio::net::TcpListener;

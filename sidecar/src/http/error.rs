@@ -36,6 +36,9 @@ pub enum HttpError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// An answer would be larger than `max_response_bytes`.
+    #[error("{0}")]
+    ResponseTooLarge(String),
     /// A save failed.
     #[error("failed saving state in state store {store}: {source}")]
     StateSave {
@@ -144,6 +147,7 @@ impl HttpError {
             Self::ConfigStoreNotFound(_) => "ERR_CONFIGURATION_STORE_NOT_FOUND",
             Self::Malformed(_) => "ERR_MALFORMED_REQUEST",
             Self::BodyTooLarge { .. } => "ERR_BODY_TOO_LARGE",
+            Self::ResponseTooLarge(_) => "ERR_RESPONSE_TOO_LARGE",
             Self::StateSave { .. } => "ERR_STATE_SAVE",
             Self::StateGet { .. } => "ERR_STATE_GET",
             Self::StateDelete { .. } => "ERR_STATE_DELETE",
@@ -166,7 +170,7 @@ impl HttpError {
             | Self::SecretStoreNotFound(_)
             | Self::ConfigStoreNotFound(_)
             | Self::Malformed(_) => StatusCode::BAD_REQUEST,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::ResponseTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::StateSave { source, .. } | Self::StateDelete { source, .. } => {
                 state_status(source)
             }
@@ -209,6 +213,9 @@ impl From<StateOpError> for HttpError {
     fn from(err: StateOpError) -> Self {
         match err {
             StateOpError::NotFound(store) => Self::StateStoreNotFound(store),
+            too_large @ StateOpError::BulkTooLarge { .. } => {
+                Self::ResponseTooLarge(too_large.to_string())
+            }
             StateOpError::Get { store, key, source } => Self::StateGet { store, key, source },
             StateOpError::BulkGet { store, source } => Self::StateBulkGet { store, source },
             StateOpError::Save { store, source } => Self::StateSave { store, source },
@@ -241,6 +248,9 @@ impl From<ConfigOpError> for HttpError {
     fn from(err: ConfigOpError) -> Self {
         match err {
             ConfigOpError::NotFound(store) => Self::ConfigStoreNotFound(store),
+            too_large @ ConfigOpError::TooLarge { .. } => {
+                Self::ResponseTooLarge(too_large.to_string())
+            }
             ConfigOpError::Get {
                 store,
                 keys,
