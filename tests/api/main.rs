@@ -19,4 +19,5 @@ mod api_http_metrics_status;
 mod api_http_secrets;
 mod api_http_shutdown;
 mod api_http_state;
+mod api_limits;
 mod dapr_python_sdk;

@@ -26,7 +26,11 @@ impl DaprApi {
     /// Serves `state`; configuration subscriptions end when `shutdown` is
     /// cancelled.
     pub(super) fn new(state: ApiState, shutdown: CancellationToken) -> Self {
-        let subscriptions = Subscriptions::new(shutdown, state.options.max_response_bytes);
+        let subscriptions = Subscriptions::new(
+            shutdown,
+            state.options.max_response_bytes,
+            state.metrics.clone(),
+        );
         Self {
             state,
             subscriptions,

@@ -21,6 +21,7 @@ use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use super::subscription_queue::{queue, QueueSender, Refused};
 use crate::dapr::config_item_bytes;
+use crate::metrics::ApiMetrics;
 use rewire_runtime::{ConfigChange, ConfigSubscription};
 
 pub use super::subscription_queue::SubscriptionStream;
@@ -37,6 +38,7 @@ struct Inner {
     open: Mutex<HashMap<String, Open>>,
     shutdown: CancellationToken,
     limit: usize,
+    metrics: Arc<ApiMetrics>,
 }
 
 struct Open {
@@ -63,8 +65,9 @@ pub(super) enum UnsubscribeError {
 
 impl Subscriptions {
     /// No subscription yet; all of them end when `shutdown` is cancelled; a
-    /// subscriber may have `limit` bytes queued.
-    pub(super) fn new(shutdown: CancellationToken, limit: usize) -> Self {
+    /// subscriber may have `limit` bytes queued (drops are counted in
+    /// `metrics`).
+    pub(super) fn new(shutdown: CancellationToken, limit: usize, metrics: Arc<ApiMetrics>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 next: AtomicU64::new(0),
@@ -72,6 +75,7 @@ impl Subscriptions {
                 open: Mutex::new(HashMap::new()),
                 shutdown,
                 limit,
+                metrics,
             }),
         }
     }
@@ -224,6 +228,7 @@ impl Forward {
             ),
         };
         tracing::warn!(subscription = %self.id, store = %self.store, reason = %why, "Configuration subscriber dropped.");
+        self.subscriptions.inner.metrics.subscriber_dropped();
         let reason = Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
         self.drop_with(reason).await;
     }
@@ -272,7 +277,7 @@ mod tests {
 
     #[tokio::test]
     async fn first_message_is_the_id_then_changes_until_closed() {
-        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20);
+        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20, Arc::new(ApiMetrics::new()));
         let (changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
         let first = stream
@@ -314,7 +319,7 @@ mod tests {
     #[tokio::test]
     async fn shutdown_ends_every_stream() {
         let shutdown = CancellationToken::new();
-        let subscriptions = Subscriptions::new(shutdown.clone(), 1 << 20);
+        let subscriptions = Subscriptions::new(shutdown.clone(), 1 << 20, Arc::new(ApiMetrics::new()));
         let (_changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
         assert!(stream.next().await.is_some());
@@ -324,7 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn ids_are_unguessable_and_only_their_connection_closes_them() {
-        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20);
+        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20, Arc::new(ApiMetrics::new()));
         let owner: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
         let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
         let (_a, first) = subscription();
@@ -347,7 +352,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_behind_by_more_bytes_than_the_limit_is_dropped_with_the_reason() {
-        let subscriptions = Subscriptions::new(CancellationToken::new(), 10_000);
+        let subscriptions = Subscriptions::new(CancellationToken::new(), 10_000, Arc::new(ApiMetrics::new()));
         let (changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
         let big = |n: usize| ConfigChange {
