@@ -12,6 +12,7 @@ mod api_grpc_lock;
 mod api_grpc_metadata_unimplemented;
 mod api_grpc_secrets;
 mod api_grpc_state;
+mod api_http_admin;
 mod api_http_auth;
 mod api_http_configuration;
 mod api_http_health_metadata;

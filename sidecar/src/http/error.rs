@@ -114,6 +114,13 @@ pub enum HttpError {
     /// Components are not ready (`kind/name: reason` each).
     #[error("dapr is not ready: {} component(s) not ready", .0.len())]
     NotReady(Vec<String>),
+    /// Components are not ready; the caller presented no token, so which
+    /// and why is withheld.
+    #[error("dapr is not ready: present the API token in header `dapr-api-token` for details")]
+    NotReadyWithheld,
+    /// The admin token is missing or wrong (status, metrics).
+    #[error("missing or invalid admin token in header `rewire-admin-token`")]
+    AdminUnauthorized,
     /// The app token is missing or wrong.
     #[error("missing or invalid API token in header `dapr-api-token`")]
     Unauthorized,
@@ -155,8 +162,8 @@ impl HttpError {
             Self::SecretGet { .. } | Self::SecretBulkGet { .. } => "ERR_SECRET_GET",
             Self::ConfigGet { .. } => "ERR_CONFIGURATION_GET",
             Self::ConfigSubscribe { .. } => "ERR_CONFIGURATION_SUBSCRIBE",
-            Self::NotReady(_) => "ERR_HEALTH_NOT_READY",
-            Self::Unauthorized => "ERR_API_UNAUTHORIZED",
+            Self::NotReady(_) | Self::NotReadyWithheld => "ERR_HEALTH_NOT_READY",
+            Self::Unauthorized | Self::AdminUnauthorized => "ERR_API_UNAUTHORIZED",
             Self::RouteNotFound { .. } => "ERR_NOT_FOUND",
             Self::MethodNotAllowed { .. } => "ERR_METHOD_NOT_ALLOWED",
             Self::Timeout(_) => "ERR_TIMEOUT",
@@ -180,8 +187,9 @@ impl HttpError {
             | Self::SecretBulkGet { .. }
             | Self::ConfigGet { .. }
             | Self::ConfigSubscribe { .. }
-            | Self::NotReady(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            | Self::NotReady(_)
+            | Self::NotReadyWithheld => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unauthorized | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,

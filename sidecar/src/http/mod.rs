@@ -2,7 +2,7 @@
 //! metrics and status.
 //!
 //! Every call goes through, outermost first: `observe` (request metrics),
-//! `auth` (the app token), `deadline` (`request_timeout`), then its
+//! `auth` (the app token; the admin token for status and metrics), `deadline` (`request_timeout`), then its
 //! handler, which loads the generation serving once (a [`Call`](crate::dapr::Call)) and
 //! uses that snapshot throughout. Handlers are thin: they decode the
 //! request, run the shared Dapr operation ([`crate::dapr`]) and encode its
@@ -64,7 +64,7 @@ pub fn router(state: ApiState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            auth::require_app_token,
+            auth::require_token,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
