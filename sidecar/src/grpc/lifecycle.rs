@@ -1,5 +1,6 @@
 //! The `Lifecycle` service: a control plane pushes one component's whole
-//! configuration, removes a component, or reads the status.
+//! configuration, removes a component, releases a pushed component back to
+//! the file, or reads the status.
 //!
 //! A push the runtime does not take is not a gRPC error: it is answered
 //! `accepted = false` with every reason (a NACK, as in Envoy's xDS), and the
@@ -50,6 +51,17 @@ impl Lifecycle for LifecycleApi {
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         observed(&self.state, "RemoveComponent", |call| {
             remove(call, request.into_inner())
+        })
+        .await
+        .map(Response::new)
+    }
+
+    async fn release_component(
+        &self,
+        request: Request<pb::ReleaseComponentRequest>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        observed(&self.state, "ReleaseComponent", |call| {
+            release(call, request.into_inner())
         })
         .await
         .map(Response::new)
@@ -110,6 +122,20 @@ async fn remove(
     let result = call
         .runtime()
         .remove_component(key, req.based_on_generation)
+        .await;
+    answer(&call, result)
+}
+
+/// `ReleaseComponent`: lets go of a push, answering ACK or NACK.
+async fn release(
+    call: Call,
+    req: pb::ReleaseComponentRequest,
+) -> Result<pb::ApplyConfigurationResponse, Status> {
+    let key = key_of(&req.kind, &req.name)?;
+    call.label(&key.to_string());
+    let result = call
+        .runtime()
+        .release_component(key, req.based_on_generation)
         .await;
     answer(&call, result)
 }
