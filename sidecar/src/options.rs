@@ -24,8 +24,13 @@ pub struct ApiOptions {
     /// configuration answers over it are refused (`RESOURCE_EXHAUSTED`,
     /// HTTP 413), and a subscriber may have at most this many bytes queued.
     pub max_response_bytes: usize,
-    /// Longest a unary call may take.
+    /// Longest a unary call of the Dapr API may take.
     pub request_timeout: Duration,
+    /// Longest a Lifecycle call may take (raised to the runtime's init
+    /// timeout plus 15 s when shorter): a push is answered before it, or
+    /// before the caller's own deadline when sooner, with its outcome or
+    /// `queued` (not applied yet).
+    pub push_timeout: Duration,
 }
 
 impl Default for ApiOptions {
@@ -36,6 +41,7 @@ impl Default for ApiOptions {
             max_request_bytes: 4 * 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
+            push_timeout: Duration::from_secs(45),
         }
     }
 }

@@ -72,7 +72,9 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             name: args.name,
             based_on_generation: args.based_on_generation,
         };
-        client.release_component(with_token(Request::new(request))?).await
+        client
+            .release_component(with_token(Request::new(request))?)
+            .await
     } else {
         let request = DynamicConfiguration {
             component_config: Some(ComponentConfig {
@@ -84,7 +86,9 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             }),
             based_on_generation: args.based_on_generation,
         };
-        client.apply_configuration(with_token(Request::new(request))?).await
+        client
+            .apply_configuration(with_token(Request::new(request))?)
+            .await
     };
     answer
         .map(tonic::Response::into_inner)

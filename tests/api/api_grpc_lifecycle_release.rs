@@ -66,7 +66,11 @@ async fn release(
         name: name.into(),
         based_on_generation: None,
     };
-    lifecycle.release_component(request).await.unwrap().into_inner()
+    lifecycle
+        .release_component(request)
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 #[tokio::test]
@@ -77,7 +81,10 @@ async fn a_released_push_gives_the_component_back_to_the_file() {
     assert!(!never_pushed.accepted, "a release of nothing was ACKed");
     assert_eq!(never_pushed.outcome, "rejected");
     assert!(
-        never_pushed.errors.iter().any(|e| e.contains("state/orders")),
+        never_pushed
+            .errors
+            .iter()
+            .any(|e| e.contains("state/orders")),
         "{:?}",
         never_pushed.errors
     );
@@ -91,7 +98,11 @@ async fn a_released_push_gives_the_component_back_to_the_file() {
         }),
         based_on_generation: None,
     };
-    let pushed = lifecycle.apply_configuration(push).await.unwrap().into_inner();
+    let pushed = lifecycle
+        .apply_configuration(push)
+        .await
+        .unwrap()
+        .into_inner();
     assert!(pushed.accepted, "{:?}", pushed.errors);
     let ttl = orders_ttl(&sidecar.runtime).await;
     assert!(
@@ -124,7 +135,11 @@ async fn removing_an_unknown_component_is_nacked_and_the_file_can_add_it_later()
         name: "audit".into(),
         based_on_generation: None,
     };
-    let answer = lifecycle.remove_component(request).await.unwrap().into_inner();
+    let answer = lifecycle
+        .remove_component(request)
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!answer.accepted, "removing an unknown component was ACKed");
     assert_eq!(answer.outcome, "rejected");
     assert!(

@@ -94,6 +94,9 @@ async fn unhealthy_detail_only_to_callers_with_a_token() {
     let (status, body) = get(&sidecar, "/v1.0/healthz", &[("dapr-api-token", APP)]).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     let body: Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(body["notReady"][0], format!("probe/p: cannot reach {BACKEND}"));
+    assert_eq!(
+        body["notReady"][0],
+        format!("probe/p: cannot reach {BACKEND}")
+    );
     sidecar.stop().await;
 }

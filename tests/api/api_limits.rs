@@ -14,8 +14,8 @@ use std::collections::HashMap;
 
 use grpc::common::StateItem;
 use grpc::dapr::{
-    GetBulkStateRequest, GetConfigurationRequest, SaveStateRequest,
-    SubscribeConfigurationRequest, UnsubscribeConfigurationRequest,
+    GetBulkStateRequest, GetConfigurationRequest, SaveStateRequest, SubscribeConfigurationRequest,
+    UnsubscribeConfigurationRequest,
 };
 use reqwest::{Client, StatusCode};
 use rewire::sidecar::ApiOptions;
@@ -85,7 +85,10 @@ async fn a_bulk_of_one_large_key_repeated_is_refused_naming_the_limit_on_http_an
         keys: keys.into_iter().map(String::from).collect(),
         ..GetBulkStateRequest::default()
     };
-    let once = dapr.get_bulk_state(bulk(vec!["big", "absent"])).await.unwrap();
+    let once = dapr
+        .get_bulk_state(bulk(vec!["big", "absent"]))
+        .await
+        .unwrap();
     assert_eq!(once.into_inner().items.len(), 2);
     let refused = dapr
         .get_bulk_state(bulk(vec!["big"; 200]))
@@ -180,8 +183,16 @@ async fn a_subscriber_that_stops_reading_is_dropped_by_bytes_with_its_reason() {
     // the transport's buffers are full, the queue crosses 64 KiB.
     let mut changes = 0;
     while dropped(&sidecar).await == 0 {
-        assert!(changes < 2_000, "no subscriber dropped after {changes} changes");
-        set(&sidecar, "big", format!("{changes}{}", "v".repeat(30 * 1024))).await;
+        assert!(
+            changes < 2_000,
+            "no subscriber dropped after {changes} changes"
+        );
+        set(
+            &sidecar,
+            "big",
+            format!("{changes}{}", "v".repeat(30 * 1024)),
+        )
+        .await;
         changes += 1;
     }
     let reason = loop {
@@ -217,7 +228,11 @@ async fn only_the_subscribing_connection_can_unsubscribe() {
         streams.push(stream);
     }
     assert_ne!(ids[0], ids[1]);
-    assert!(ids[0].len() >= "config-".len() + 32, "guessable id {}", ids[0]);
+    assert!(
+        ids[0].len() >= "config-".len() + 32,
+        "guessable id {}",
+        ids[0]
+    );
     let unsubscribe = |id: &str| UnsubscribeConfigurationRequest {
         store_name: "config".into(),
         id: id.into(),
@@ -228,7 +243,11 @@ async fn only_the_subscribing_connection_can_unsubscribe() {
         .unwrap()
         .into_inner();
     assert!(!stolen.ok, "another connection cancelled the subscription");
-    assert!(stolen.message.contains("does not exist"), "{}", stolen.message);
+    assert!(
+        stolen.message.contains("does not exist"),
+        "{}",
+        stolen.message
+    );
     let own = owner
         .unsubscribe_configuration(unsubscribe(&ids[0]))
         .await

@@ -8,6 +8,7 @@ mod support;
 mod api_grpc_auth;
 mod api_grpc_configuration;
 mod api_grpc_lifecycle;
+mod api_grpc_lifecycle_deadline;
 mod api_grpc_lifecycle_release;
 mod api_grpc_lock;
 mod api_grpc_metadata_unimplemented;

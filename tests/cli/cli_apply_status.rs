@@ -172,7 +172,14 @@ fn apply_release_hands_a_pushed_component_back_to_the_file() {
     let _sidecar = start(&config, &grpc, &http);
     let release = || {
         rewire(&[
-            "apply", "--release", "--kind", "state", "--name", "orders", "--addr", &grpc,
+            "apply",
+            "--release",
+            "--kind",
+            "state",
+            "--name",
+            "orders",
+            "--addr",
+            &grpc,
         ])
     };
     let nothing = release();

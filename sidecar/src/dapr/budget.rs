@@ -12,7 +12,9 @@ pub struct ResponseBudget {
 
 /// An answer that would exceed its budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the answer would exceed the sidecar's response limit of {limit} bytes (max_response_bytes)")]
+#[error(
+    "the answer would exceed the sidecar's response limit of {limit} bytes (max_response_bytes)"
+)]
 pub struct OverBudget {
     /// The limit, in bytes.
     pub limit: usize,

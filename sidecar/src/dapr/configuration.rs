@@ -90,11 +90,15 @@ impl ConfigOps {
         query: &ConfigQuery,
         mut budget: ResponseBudget,
     ) -> Result<Vec<ConfigItem>, ConfigOpError> {
-        let items = self.store.get(query).await.map_err(|e| ConfigOpError::Get {
-            store: self.name.clone(),
-            keys: query.keys.clone(),
-            source: self.scrubbed(e),
-        })?;
+        let items = self
+            .store
+            .get(query)
+            .await
+            .map_err(|e| ConfigOpError::Get {
+                store: self.name.clone(),
+                keys: query.keys.clone(),
+                source: self.scrubbed(e),
+            })?;
         for item in &items {
             budget
                 .take(config_item_bytes(item))

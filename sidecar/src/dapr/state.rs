@@ -133,12 +133,14 @@ impl StateOps {
         // What is held while reading, each key once.
         let mut held = ResponseBudget::new(budget.limit());
         for chunk in unique.chunks(BULK_CHUNK) {
-            let items = self.store.bulk_get(chunk.to_vec()).await.map_err(|e| {
-                StateOpError::BulkGet {
-                    store: self.name.clone(),
-                    source: self.scrubbed(e),
-                }
-            })?;
+            let items =
+                self.store
+                    .bulk_get(chunk.to_vec())
+                    .await
+                    .map_err(|e| StateOpError::BulkGet {
+                        store: self.name.clone(),
+                        source: self.scrubbed(e),
+                    })?;
             for item in items {
                 let size = item_bytes(&item);
                 self.within(&mut held, size)?;
@@ -168,10 +170,12 @@ impl StateOps {
     }
 
     fn within(&self, budget: &mut ResponseBudget, bytes: usize) -> Result<(), StateOpError> {
-        budget.take(bytes).map_err(|source| StateOpError::BulkTooLarge {
-            store: self.name.clone(),
-            source,
-        })
+        budget
+            .take(bytes)
+            .map_err(|source| StateOpError::BulkTooLarge {
+                store: self.name.clone(),
+                source,
+            })
     }
 
     /// Writes every item: none, one, or a bulk write.
@@ -225,7 +229,10 @@ fn item_bytes(item: &BulkGetItem) -> usize {
     let entry = item.entry.as_ref().map_or(0, |e| {
         e.data.len()
             + e.etag.len()
-            + e.metadata.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            + e.metadata
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
     });
     item.key.len() + entry + item.error.as_ref().map_or(0, String::len)
 }

@@ -56,9 +56,18 @@ impl DaprApi {
     {
         let peer = request.remote_addr();
         let message = request.into_inner();
-        observed(&self.state, method, |call| handler(self, call, message, peer))
-            .await
-            .map(Response::new)
+        let timeout = self.state.options.request_timeout;
+        observed(&self.state, method, |call| async move {
+            tokio::time::timeout(timeout, handler(self, call, message, peer))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded(format!(
+                        "the call did not complete within {timeout:?} (request_timeout)"
+                    )))
+                })
+        })
+        .await
+        .map(Response::new)
     }
 }
 

@@ -11,7 +11,9 @@
 //!   own interceptor (`auth`).
 //! * Requests larger than [`ApiOptions::max_request_bytes`] are refused with
 //!   `RESOURCE_EXHAUSTED` naming the size and the limit (`limits`).
-//! * Unary calls are cut after [`ApiOptions::request_timeout`]; streams
+//! * Unary Dapr calls are cut after [`ApiOptions::request_timeout`];
+//!   Lifecycle calls answer before [`ApiOptions::push_timeout`] (at least
+//!   the init timeout plus 15 s) or the caller's deadline; streams
 //!   (configuration subscriptions) last until unsubscribed, the client
 //!   leaves, or the server shuts down.
 //! * Every call is counted in the request metrics (`observe`).
@@ -21,6 +23,7 @@
 //!
 //! [`ApiOptions::max_request_bytes`]: crate::ApiOptions::max_request_bytes
 //! [`ApiOptions::request_timeout`]: crate::ApiOptions::request_timeout
+//! [`ApiOptions::push_timeout`]: crate::ApiOptions::push_timeout
 
 mod auth;
 mod dapr;
@@ -31,6 +34,7 @@ mod dapr_secrets;
 mod dapr_state;
 mod lifecycle;
 mod lifecycle_patch;
+mod lifecycle_wait;
 mod limits;
 mod observe;
 pub mod proto;
@@ -65,8 +69,9 @@ pub async fn serve(
     let dapr = DaprServer::new(DaprApi::new(state.clone(), shutdown.clone()))
         .max_decoding_message_size(limit);
     let app_auth = RequireToken::new(options.app_token.clone(), &[APP_TOKEN_HEADER], &state);
-    let lifecycle =
-        LifecycleServer::new(LifecycleApi::new(state.clone())).max_decoding_message_size(limit);
+    let push_timeout = lifecycle_wait::lifecycle_timeout(&state);
+    let lifecycle = LifecycleServer::new(LifecycleApi::new(state.clone(), push_timeout))
+        .max_decoding_message_size(limit);
     // The admin token may come in its own header or, as Dapr clients send
     // tokens, in `dapr-api-token`. Without an admin token, the app token (if
     // any) guards the Lifecycle API too: it is never more open than the app
@@ -80,7 +85,8 @@ pub async fn serve(
         &state,
     );
     Server::builder()
-        .timeout(options.request_timeout)
+        // The Dapr service bounds its calls by `request_timeout` itself.
+        .timeout(options.request_timeout.max(push_timeout))
         .add_service(InterceptedService::new(
             ClearLimit::new(dapr, limit),
             app_auth,

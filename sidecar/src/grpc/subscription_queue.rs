@@ -71,15 +71,13 @@ impl QueueSender {
             return Err(Refused::Behind);
         }
         self.queued.fetch_add(size, Ordering::AcqRel);
-        self.sender
-            .try_send((message, size))
-            .map_err(|e| {
-                self.queued.fetch_sub(size, Ordering::AcqRel);
-                match e {
-                    mpsc::error::TrySendError::Closed(_) => Refused::Closed,
-                    mpsc::error::TrySendError::Full(_) => Refused::Behind,
-                }
-            })
+        self.sender.try_send((message, size)).map_err(|e| {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            match e {
+                mpsc::error::TrySendError::Closed(_) => Refused::Closed,
+                mpsc::error::TrySendError::Full(_) => Refused::Behind,
+            }
+        })
     }
 
     /// Queues `status` (a reason to end), waiting for room.

@@ -229,7 +229,8 @@ impl Forward {
         };
         tracing::warn!(subscription = %self.id, store = %self.store, reason = %why, "Configuration subscriber dropped.");
         self.subscriptions.inner.metrics.subscriber_dropped();
-        let reason = Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
+        let reason =
+            Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
         self.drop_with(reason).await;
     }
 
@@ -277,7 +278,11 @@ mod tests {
 
     #[tokio::test]
     async fn first_message_is_the_id_then_changes_until_closed() {
-        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20, Arc::new(ApiMetrics::new()));
+        let subscriptions = Subscriptions::new(
+            CancellationToken::new(),
+            1 << 20,
+            Arc::new(ApiMetrics::new()),
+        );
         let (changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
         let first = stream
@@ -319,7 +324,8 @@ mod tests {
     #[tokio::test]
     async fn shutdown_ends_every_stream() {
         let shutdown = CancellationToken::new();
-        let subscriptions = Subscriptions::new(shutdown.clone(), 1 << 20, Arc::new(ApiMetrics::new()));
+        let subscriptions =
+            Subscriptions::new(shutdown.clone(), 1 << 20, Arc::new(ApiMetrics::new()));
         let (_changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
         assert!(stream.next().await.is_some());
@@ -329,7 +335,11 @@ mod tests {
 
     #[tokio::test]
     async fn ids_are_unguessable_and_only_their_connection_closes_them() {
-        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20, Arc::new(ApiMetrics::new()));
+        let subscriptions = Subscriptions::new(
+            CancellationToken::new(),
+            1 << 20,
+            Arc::new(ApiMetrics::new()),
+        );
         let owner: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
         let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
         let (_a, first) = subscription();
@@ -346,13 +356,20 @@ mod tests {
             subscriptions.close("config", &id1, Some(other)),
             Err(UnsubscribeError::Unknown(id1.clone()))
         );
-        assert_eq!(subscriptions.close("config", &id1, None), Err(UnsubscribeError::Unknown(id1.clone())));
+        assert_eq!(
+            subscriptions.close("config", &id1, None),
+            Err(UnsubscribeError::Unknown(id1.clone()))
+        );
         assert_eq!(subscriptions.close("config", &id1, Some(owner)), Ok(()));
     }
 
     #[tokio::test]
     async fn a_subscriber_behind_by_more_bytes_than_the_limit_is_dropped_with_the_reason() {
-        let subscriptions = Subscriptions::new(CancellationToken::new(), 10_000, Arc::new(ApiMetrics::new()));
+        let subscriptions = Subscriptions::new(
+            CancellationToken::new(),
+            10_000,
+            Arc::new(ApiMetrics::new()),
+        );
         let (changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
         let big = |n: usize| ConfigChange {
@@ -381,7 +398,11 @@ mod tests {
         }
         let reason = messages.pop().expect("a reason").expect_err("dropped");
         assert_eq!(reason.code(), tonic::Code::ResourceExhausted);
-        assert!(reason.message().contains("10000 bytes"), "{}", reason.message());
+        assert!(
+            reason.message().contains("10000 bytes"),
+            "{}",
+            reason.message()
+        );
         assert_eq!(messages.len(), 1, "one change was queued");
         assert_eq!(subscriptions.len(), 0);
     }

@@ -19,7 +19,11 @@ const ADMIN_HEADERS: [&str; 2] = [ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER];
 
 /// Middleware: 401 unless the call carries the token its route needs (or
 /// none is set, or the route is a health probe).
-pub async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+pub async fn require_token(
+    State(state): State<ApiState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let path = request.uri().path();
     if routes::UNAUTHENTICATED.contains(&path) {
         return next.run(request).await;
@@ -90,6 +94,9 @@ mod tests {
         assert!(!authenticated(&guarded, &HeaderMap::new()));
         assert!(!authenticated(&guarded, &headers(APP_TOKEN_HEADER, "nope")));
         assert!(authenticated(&guarded, &headers(APP_TOKEN_HEADER, "app")));
-        assert!(authenticated(&guarded, &headers(ADMIN_TOKEN_HEADER, "admin")));
+        assert!(authenticated(
+            &guarded,
+            &headers(ADMIN_TOKEN_HEADER, "admin")
+        ));
     }
 }
