@@ -43,12 +43,12 @@ mod subscription_queue;
 mod subscriptions;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
 use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
+use crate::connection::{accept_loop, ConnectionLimits};
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
 use dapr::DaprApi;
@@ -58,7 +58,9 @@ use proto::dapr::proto::runtime::v1::dapr_server::DaprServer;
 use proto::rewire::lifecycle::v1::lifecycle_server::LifecycleServer;
 
 /// Serves gRPC on `listener` until `shutdown` is cancelled; in-flight calls
-/// finish first, and open configuration subscriptions end.
+/// finish first (within `shutdown_grace`, then every connection is cut),
+/// and open configuration subscriptions end. Connections are bounded
+/// ([`crate::connection`]).
 pub async fn serve(
     state: ApiState,
     listener: TcpListener,
@@ -84,9 +86,14 @@ pub async fn serve(
         &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
         &state,
     );
+    let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
+    let ping = options.idle_timeout / 3;
+    let incoming = accept_loop(listener, limits, shutdown.clone());
     Server::builder()
         // The Dapr service bounds its calls by `request_timeout` itself.
         .timeout(options.request_timeout.max(push_timeout))
+        .http2_keepalive_interval(Some(ping))
+        .http2_keepalive_timeout(Some(ping))
         .add_service(InterceptedService::new(
             ClearLimit::new(dapr, limit),
             app_auth,
@@ -95,7 +102,7 @@ pub async fn serve(
             ClearLimit::new(lifecycle, limit),
             admin_auth,
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled())
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
         .await
         .map_err(|e| ApiError::Grpc(e.to_string()))
 }

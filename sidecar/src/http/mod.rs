@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::HttpError;
 
+use crate::connection::{accept_loop, ConnectionLimits};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -74,13 +75,16 @@ pub fn router(state: ApiState) -> Router {
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled; calls in
-/// flight finish first.
+/// flight finish first (within `shutdown_grace`, then every connection is
+/// cut). Connections are bounded ([`crate::connection`]).
 pub async fn serve(
     state: ApiState,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
-    axum::serve(listener, router(state))
+    let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
+    let accepted = accept_loop(listener, limits, shutdown.clone());
+    axum::serve(accepted, router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .map_err(|e| ApiError::Http(e.to_string()))
