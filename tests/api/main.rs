@@ -5,6 +5,7 @@
 
 mod support;
 
+mod api_connections;
 mod api_grpc_auth;
 mod api_grpc_configuration;
 mod api_grpc_lifecycle;
