@@ -21,5 +21,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(cli::dispatch(args))
+    let code = runtime.block_on(cli::dispatch(args));
+    // A blocking task still running (a read that never returns) must not
+    // keep the process alive once the command is done.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }

@@ -43,7 +43,9 @@ async fn idle_connections_are_closed_on_both_listeners() {
         closed_by_server(&mut silent).await;
         // Half a request head, then nothing.
         let mut half = TcpStream::connect(addr).await.unwrap();
-        half.write_all(b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        half.write_all(b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
         closed_by_server(&mut half).await;
     }
     sidecar.stop().await;
@@ -53,7 +55,10 @@ async fn healthz(addr: SocketAddr) -> reqwest::Result<reqwest::StatusCode> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))
         .build()?;
-    let response = client.get(format!("http://{addr}/v1.0/healthz")).send().await?;
+    let response = client
+        .get(format!("http://{addr}/v1.0/healthz"))
+        .send()
+        .await?;
     Ok(response.status())
 }
 
@@ -93,7 +98,9 @@ async fn shutdown_cuts_stalled_connections_after_the_grace() {
     let sidecar = Sidecar::start(CONFIG, options).await;
     let _idle_grpc = TcpStream::connect(sidecar.grpc_addr).await.unwrap();
     let mut half = TcpStream::connect(sidecar.http_addr).await.unwrap();
-    half.write_all(b"POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    half.write_all(b"POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
     let stopped = tokio::time::timeout(grpc::PATIENCE, sidecar.stop()).await;
     assert!(stopped.is_ok(), "a stalled connection held the servers up");
 }

@@ -59,8 +59,14 @@ pub struct Accepted {
 }
 
 /// Accepts on `listener` under `limits` until `stop` is cancelled.
-pub fn accept_loop(listener: TcpListener, limits: ConnectionLimits, stop: CancellationToken) -> Accepted {
-    let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+pub fn accept_loop(
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    stop: CancellationToken,
+) -> Accepted {
+    let local = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let (sender, receiver) = mpsc::channel(1);
     let listener = Arc::new(listener);
     let accept = move || {

@@ -68,7 +68,11 @@ impl Connection {
     }
 
     /// Maps a socket poll through the cut and the idle timer.
-    fn bounded<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn bounded<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         match poll {
             Poll::Ready(result) => {
                 self.touch();

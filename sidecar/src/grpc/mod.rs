@@ -39,6 +39,7 @@ mod limits;
 mod observe;
 pub mod proto;
 mod status;
+mod subscription_forward;
 mod subscription_queue;
 mod subscriptions;
 

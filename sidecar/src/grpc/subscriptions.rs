@@ -15,14 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 
-use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
-use super::subscription_queue::{queue, QueueSender, Refused};
-use crate::dapr::config_item_bytes;
+use super::subscription_forward::Forward;
+use super::subscription_queue::queue;
 use crate::metrics::ApiMetrics;
-use rewire_runtime::{ConfigChange, ConfigSubscription};
+use rewire_runtime::ConfigSubscription;
 
 pub use super::subscription_queue::SubscriptionStream;
 
@@ -161,8 +159,14 @@ impl Subscriptions {
         self.lock().len()
     }
 
-    fn forget(&self, id: &str) {
+    /// Forgets subscription `id` (its stream has ended).
+    pub(super) fn forget(&self, id: &str) {
         self.lock().remove(id);
+    }
+
+    /// Counts one subscriber dropped for falling behind.
+    pub(super) fn count_dropped(&self) {
+        self.inner.metrics.subscriber_dropped();
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Open>> {
@@ -170,100 +174,13 @@ impl Subscriptions {
     }
 }
 
-/// How long a dropped slow subscriber is given to take the reason.
-const SLOW_CLIENT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Forwards one subscription's changes to its stream, never waiting on the
-/// client: a client whose queue fills (in bytes or messages) is dropped.
-struct Forward {
-    id: String,
-    store: String,
-    subscription: ConfigSubscription,
-    sender: QueueSender,
-    cancel: CancellationToken,
-    subscriptions: Subscriptions,
-}
-
-impl Forward {
-    async fn run(mut self) {
-        tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription opened.");
-        loop {
-            let change = tokio::select! {
-                () = self.cancel.cancelled() => break,
-                () = self.sender.closed() => break,
-                change = self.subscription.changes.recv() => change,
-            };
-            let Some(change) = change else {
-                let ended = Status::unavailable(format!(
-                    "subscription `{}` ended: configuration store `{}` is no longer running",
-                    self.id, self.store
-                ));
-                self.drop_with(ended).await;
-                break;
-            };
-            let size = change.items.iter().map(config_item_bytes).sum::<usize>() + self.id.len();
-            match self.sender.try_send(Ok(self.response(change)), size) {
-                Ok(()) => {}
-                Err(Refused::Closed) => break,
-                Err(refused) => {
-                    self.drop_slow(refused, size).await;
-                    break;
-                }
-            }
-        }
-        self.subscriptions.forget(&self.id);
-        tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription closed.");
-    }
-
-    /// Drops the subscriber rather than buffer without bound, and tells it
-    /// why (if it ever reads again).
-    async fn drop_slow(&self, refused: Refused, size: usize) {
-        let limit = self.sender.limit();
-        let why = match refused {
-            Refused::TooLarge => format!(
-                "a change of {size} bytes is larger than the limit of {limit} bytes per subscriber (max_response_bytes)"
-            ),
-            _ => format!(
-                "the client stopped reading its changes (more than {limit} bytes or 64 messages queued, max_response_bytes)"
-            ),
-        };
-        tracing::warn!(subscription = %self.id, store = %self.store, reason = %why, "Configuration subscriber dropped.");
-        self.subscriptions.inner.metrics.subscriber_dropped();
-        let reason =
-            Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
-        self.drop_with(reason).await;
-    }
-
-    async fn drop_with(&self, reason: Status) {
-        let _ = tokio::time::timeout(SLOW_CLIENT_GRACE, self.sender.send_reason(reason)).await;
-    }
-
-    fn response(&self, change: ConfigChange) -> SubscribeConfigurationResponse {
-        let items = change
-            .items
-            .into_iter()
-            .map(|item| {
-                let value = ConfigurationItem {
-                    value: item.value,
-                    version: item.version,
-                    metadata: item.metadata,
-                };
-                (item.key, value)
-            })
-            .collect();
-        SubscribeConfigurationResponse {
-            id: self.id.clone(),
-            items,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rewire_runtime::ConfigItem;
+    use rewire_runtime::{ConfigChange, ConfigItem};
     use tokio::sync::mpsc;
     use tokio_stream::StreamExt;
+    use tonic::Status;
 
     fn subscription() -> (mpsc::Sender<ConfigChange>, ConfigSubscription) {
         let (sender, changes) = mpsc::channel(4);
