@@ -64,6 +64,10 @@ impl Forward {
     async fn drop_slow(&self, refused: Refused, size: usize) {
         let limit = self.sender.limit();
         let why = match refused {
+            Refused::Crowded => format!(
+                "the sidecar's subscribers together have {} bytes queued, its limit (16 x max_response_bytes)",
+                self.sender.total_limit()
+            ),
             Refused::TooLarge => format!(
                 "a change of {size} bytes is larger than the limit of {limit} bytes per subscriber (max_response_bytes)"
             ),

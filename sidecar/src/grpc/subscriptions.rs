@@ -6,7 +6,8 @@
 //! Ids are unguessable and bound to the connection that subscribed: only
 //! that connection can unsubscribe (another caller is told the id does not
 //! exist). A subscriber's queue is bounded in bytes (`max_response_bytes`)
-//! and in messages; one that falls behind is dropped with its reason.
+//! and in messages, and all queues together in bytes (16 times that); a
+//! subscriber that falls behind is dropped with its reason.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -18,11 +19,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use super::subscription_forward::Forward;
-use super::subscription_queue::queue;
+use super::subscription_queue::{queue, QueuedBytes};
 use crate::metrics::ApiMetrics;
 use rewire_runtime::ConfigSubscription;
 
 pub use super::subscription_queue::SubscriptionStream;
+
+/// All subscribers together may have this many times the per-subscriber
+/// limit queued.
+const TOTAL_PER_SUBSCRIBER_LIMIT: usize = 16;
 
 /// The open subscriptions, by id.
 #[derive(Clone)]
@@ -36,6 +41,7 @@ struct Inner {
     open: Mutex<HashMap<String, Open>>,
     shutdown: CancellationToken,
     limit: usize,
+    total: QueuedBytes,
     metrics: Arc<ApiMetrics>,
 }
 
@@ -73,6 +79,7 @@ impl Subscriptions {
                 open: Mutex::new(HashMap::new()),
                 shutdown,
                 limit,
+                total: QueuedBytes::new(limit.saturating_mul(TOTAL_PER_SUBSCRIBER_LIMIT)),
                 metrics,
             }),
         }
@@ -95,7 +102,7 @@ impl Subscriptions {
             cancel: cancel.clone(),
         };
         self.lock().insert(id.clone(), open);
-        let (sender, stream) = queue(self.inner.limit);
+        let (sender, stream) = queue(self.inner.limit, self.inner.total.clone());
         let first = SubscribeConfigurationResponse {
             id: id.clone(),
             items: HashMap::new(),
