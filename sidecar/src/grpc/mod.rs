@@ -58,6 +58,11 @@ use limits::ClearLimit;
 use proto::dapr::proto::runtime::v1::dapr_server::DaprServer;
 use proto::rewire::lifecycle::v1::lifecycle_server::LifecycleServer;
 
+/// Streams (calls and subscriptions) open at once on one connection.
+const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+/// Header bytes one request may carry.
+const MAX_HEADER_BYTES: u32 = 16 * 1024;
+
 /// Serves gRPC on `listener` until `shutdown` is cancelled; in-flight calls
 /// finish first (within `shutdown_grace`, then every connection is cut),
 /// and open configuration subscriptions end. Connections are bounded
@@ -95,6 +100,9 @@ pub async fn serve(
         .timeout(options.request_timeout.max(push_timeout))
         .http2_keepalive_interval(Some(ping))
         .http2_keepalive_timeout(Some(ping))
+        // Per-connection bounds: streams (subscriptions) and header bytes.
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_max_header_list_size(MAX_HEADER_BYTES)
         .add_service(InterceptedService::new(
             ClearLimit::new(dapr, limit),
             app_auth,
