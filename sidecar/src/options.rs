@@ -31,7 +31,8 @@ pub struct ApiOptions {
     pub max_connections: usize,
     /// A connection with no byte read or written for this long is closed
     /// (gRPC connections are pinged at a third of it, so a live client's
-    /// quiet subscription stays open).
+    /// quiet subscription stays open). Keep it above `request_timeout`: an
+    /// HTTP/1 call in flight moves no byte either.
     pub idle_timeout: Duration,
     /// After shutdown starts, how long calls in flight may finish before
     /// every connection is cut.
