@@ -21,9 +21,9 @@ use crate::ApiState;
 const READINESS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// `GET /v1.0/healthz`: 204 when every component is ready, else 500
-/// listing the others (`kind/name: reason`) to a caller presenting a token
-/// (when the app API has one), without the list to anyone else: backend
-/// addresses and errors are not for unauthenticated callers.
+/// listing the others (`kind/name: reason`) to a caller presenting the app
+/// or the admin token (when one is set), without the list to anyone else:
+/// backend addresses and errors are not for unauthenticated callers.
 pub async fn healthz(
     State(state): State<ApiState>,
     headers: HeaderMap,
