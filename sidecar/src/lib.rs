@@ -7,9 +7,12 @@
 //!   (typed store lookup, secret scrubbing, metadata from the generation).
 //! * [`grpc`] and [`http`]: thin adapters from the wire to [`dapr`] and
 //!   back (`tonic::Status`, Dapr's JSON errors).
+//! * [`connection`]: both listeners' connections, capped, idle-timed and
+//!   cut after the shutdown grace; accept errors backed off.
 //! * [`ApiServer`]: both servers, bound and serving.
 
 pub mod auth;
+pub mod connection;
 pub mod dapr;
 pub mod grpc;
 pub mod http;

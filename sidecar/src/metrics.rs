@@ -48,6 +48,7 @@ pub struct ApiMetrics {
     components: Family<KindLabels, Gauge>,
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<LatencyLabels, Histogram>,
+    subscribers_dropped: Counter,
 }
 
 impl std::fmt::Debug for ApiMetrics {
@@ -100,7 +101,14 @@ impl ApiMetrics {
             "API request latency by API and method",
             request_seconds.clone(),
         );
+        let subscribers_dropped = Counter::default();
+        registry.register(
+            "config_subscribers_dropped",
+            "Configuration subscribers dropped for falling behind (bytes or messages queued)",
+            subscribers_dropped.clone(),
+        );
         Self {
+            subscribers_dropped,
             registry: Mutex::new(registry),
             reloads,
             reload_seconds,
@@ -142,6 +150,11 @@ impl ApiMetrics {
                     .observe(record.duration_ms as f64 / 1000.0);
             }
         });
+    }
+
+    /// Counts one configuration subscriber dropped for falling behind.
+    pub fn subscriber_dropped(&self) {
+        self.subscribers_dropped.inc();
     }
 
     /// Records one API request.

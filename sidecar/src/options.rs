@@ -20,8 +20,28 @@ pub struct ApiOptions {
     pub admin_token: Option<ApiToken>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,
-    /// Longest a unary call may take.
+    /// Largest answer built for a client, in bytes: bulk state and
+    /// configuration answers over it are refused (`RESOURCE_EXHAUSTED`,
+    /// HTTP 413), and a subscriber may have at most this many bytes queued.
+    pub max_response_bytes: usize,
+    /// Longest a unary call of the Dapr API may take.
     pub request_timeout: Duration,
+    /// Connections open at once per listener (gRPC, HTTP), at most; beyond
+    /// it, new clients wait in the kernel's backlog.
+    pub max_connections: usize,
+    /// A connection with no byte read or written for this long is closed
+    /// (gRPC connections are pinged at a third of it, so a live client's
+    /// quiet subscription stays open). Keep it above `request_timeout`: an
+    /// HTTP/1 call in flight moves no byte either.
+    pub idle_timeout: Duration,
+    /// After shutdown starts, how long calls in flight may finish before
+    /// every connection is cut.
+    pub shutdown_grace: Duration,
+    /// Longest a Lifecycle call may take (raised to the runtime's init
+    /// timeout plus 15 s when shorter): a push is answered before it, or
+    /// before the caller's own deadline when sooner, with its outcome or
+    /// `queued` (not applied yet).
+    pub push_timeout: Duration,
 }
 
 impl Default for ApiOptions {
@@ -30,7 +50,12 @@ impl Default for ApiOptions {
             app_token: None,
             admin_token: None,
             max_request_bytes: 4 * 1024 * 1024,
+            max_response_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
+            push_timeout: Duration::from_secs(45),
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(120),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }

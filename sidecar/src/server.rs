@@ -83,6 +83,7 @@ impl ApiServer {
             local(&grpc_listener, grpc_addr)?,
             local(&http_listener, http_addr)?,
         );
+        warn_if_open(&options);
         let metrics = Arc::new(ApiMetrics::new());
         metrics.follow_reloads(&runtime);
         let state = ApiState {
@@ -111,5 +112,15 @@ impl ApiServer {
         let (grpc, http) = tokio::join!(self.grpc, self.http);
         join(grpc, ApiError::Grpc)?;
         join(http, ApiError::Http)
+    }
+}
+
+/// Says at start-up which APIs any local process can call.
+fn warn_if_open(options: &ApiOptions) {
+    if options.app_token.is_none() {
+        tracing::warn!("The app APIs (Dapr gRPC and HTTP) run without a token: any process that can reach them may call them. Set DAPR_API_TOKEN.");
+    }
+    if options.admin_token.is_none() && options.app_token.is_none() {
+        tracing::warn!("The Lifecycle API, status and metrics run without a token: any process that can reach them may push configuration. Set REWIRE_ADMIN_TOKEN.");
     }
 }

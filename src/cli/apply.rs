@@ -1,5 +1,6 @@
 //! `rewire apply`: push one component's configuration to a running sidecar
-//! through the Lifecycle API, as a control plane does.
+//! through the Lifecycle API, as a control plane does (or, with
+//! `--release`, hand it back to the file).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use clap::Args;
 use rewire::sidecar::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::lifecycle_client::LifecycleClient;
 use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::{
-    ApplyConfigurationResponse, ComponentConfig, DynamicConfiguration,
+    ApplyConfigurationResponse, ComponentConfig, DynamicConfiguration, ReleaseComponentRequest,
 };
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
@@ -29,6 +30,11 @@ pub struct ApplyArgs {
     /// A metadata field, `key=value`; repeat for several.
     #[arg(long = "metadata", short = 'm', value_parser = parse_field)]
     metadata: Vec<(String, String)>,
+    /// Release the component instead: let go of what was pushed (or
+    /// removed) through the Lifecycle API, so the file and the overlay say
+    /// again what it is.
+    #[arg(long, conflicts_with_all = ["type_name", "metadata"])]
+    release: bool,
     /// Reject the push if the sidecar runs a newer generation than this.
     #[arg(long)]
     based_on_generation: Option<u64>,
@@ -44,43 +50,49 @@ fn parse_field(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Sends the component's configuration; exits 1 on a rejection, printing
-/// every reason.
+/// Sends the component's configuration (or its release); exits 1 on a
+/// rejection, printing every reason.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
-    let channel = match connect(&args.addr.to_string()).await {
-        Ok(channel) => channel,
+    let key = format!("{}/{}", args.kind, args.name);
+    match send(args).await {
+        Ok(answer) => print_answer(&key, answer),
         Err(error) => {
             eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let request = DynamicConfiguration {
-        component_config: Some(ComponentConfig {
-            kind: args.kind.clone(),
-            name: args.name.clone(),
-            r#type: args.type_name.unwrap_or_default(),
-            metadata: args.metadata.into_iter().collect::<HashMap<_, _>>(),
-            ..ComponentConfig::default()
-        }),
-        based_on_generation: args.based_on_generation,
-    };
-    let request = match with_token(Request::new(request)) {
-        Ok(request) => request,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match LifecycleClient::new(channel)
-        .apply_configuration(request)
-        .await
-    {
-        Ok(answer) => print_answer(&format!("{}/{}", args.kind, args.name), answer.into_inner()),
-        Err(status) => {
-            eprintln!("error: {:?}: {}", status.code(), status.message());
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sends the push or the release, with the token from the environment.
+async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
+    let mut client = LifecycleClient::new(connect(&args.addr.to_string()).await?);
+    let answer = if args.release {
+        let request = ReleaseComponentRequest {
+            kind: args.kind,
+            name: args.name,
+            based_on_generation: args.based_on_generation,
+        };
+        client
+            .release_component(with_token(Request::new(request))?)
+            .await
+    } else {
+        let request = DynamicConfiguration {
+            component_config: Some(ComponentConfig {
+                kind: args.kind,
+                name: args.name,
+                r#type: args.type_name.unwrap_or_default(),
+                metadata: args.metadata.into_iter().collect::<HashMap<_, _>>(),
+                ..ComponentConfig::default()
+            }),
+            based_on_generation: args.based_on_generation,
+        };
+        client
+            .apply_configuration(with_token(Request::new(request))?)
+            .await
+    };
+    answer
+        .map(tonic::Response::into_inner)
+        .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
 }
 
 /// A channel to the sidecar at `addr`.

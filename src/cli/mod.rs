@@ -86,7 +86,11 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(dispatch(args))
+    let code = runtime.block_on(dispatch(args));
+    // A blocking task still running (a read that never returns) must not
+    // keep the process alive once the command is done.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 /// Logs to stderr, with every known secret value scrubbed; `RUST_LOG`

@@ -13,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::config_source;
 use super::default_config::default_home;
 
+/// How much longer than the shutdown grace the servers may take to stop.
+const STOP_MARGIN: Duration = Duration::from_secs(5);
+
 /// How often the configuration file is re-read even without a change event.
 const CONFIG_RESYNC: Duration = Duration::from_secs(30);
 
@@ -65,12 +68,16 @@ pub async fn run(args: RunArgs) -> ExitCode {
 }
 
 /// Serves the sidecar APIs until a stop signal; then stops accepting, lets
-/// in-flight calls finish, and closes components users-first.
+/// in-flight calls finish (up to the shutdown grace, then every connection
+/// is cut), and closes components users-first.
 async fn serve_until_stopped(runtime: Runtime, args: &RunArgs, stop: StopSignals) -> ExitCode {
     let stop_serving = CancellationToken::new();
+    let options = ApiOptions::from_env();
+    // Connections are cut after the grace; this bounds the rest.
+    let serving_bound = options.shutdown_grace + STOP_MARGIN;
     let server = match ApiServer::bind(
         runtime.clone(),
-        ApiOptions::from_env(),
+        options,
         args.grpc_addr,
         args.http_addr,
         stop_serving.clone(),
@@ -87,7 +94,13 @@ async fn serve_until_stopped(runtime: Runtime, args: &RunArgs, stop: StopSignals
     let signal = stop.wait().await;
     tracing::info!(signal, "Stopping.");
     stop_serving.cancel();
-    let served = server.stopped().await;
+    let served = match tokio::time::timeout(serving_bound, server.stopped()).await {
+        Ok(served) => served,
+        Err(_) => {
+            tracing::warn!(waited = ?serving_bound, "The APIs did not stop in time; closing components anyway.");
+            Ok(())
+        }
+    };
     runtime.shutdown().await;
     match served {
         Ok(()) => {

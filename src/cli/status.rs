@@ -9,11 +9,13 @@ use super::print_json;
 pub async fn status_command(http_addr: SocketAddr) -> ExitCode {
     let url = format!("http://{http_addr}/v1.0/rewire/status");
     let mut request = reqwest::Client::new().get(&url);
-    if let Some(token) = std::env::var("DAPR_API_TOKEN")
-        .ok()
-        .or_else(|| std::env::var("REWIRE_API_TOKEN").ok())
-    {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(token) = var("DAPR_API_TOKEN").or_else(|| var("REWIRE_API_TOKEN")) {
         request = request.header("dapr-api-token", token);
+    }
+    // Status is admin data: with an admin token set, it needs that one.
+    if let Some(token) = var("REWIRE_ADMIN_TOKEN") {
+        request = request.header("rewire-admin-token", token);
     }
     let response = match request.send().await {
         Ok(response) => response,

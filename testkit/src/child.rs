@@ -135,6 +135,36 @@ impl ChildProcess {
             .map_err(|e| format!("wait for {}: {e}", self.name))
     }
 
+    /// Sends SIGTERM and waits at most `limit` for the process to exit;
+    /// past it, kills the process and says so.
+    pub fn terminate_within(&mut self, limit: Duration) -> Result<ExitStatus, String> {
+        let mut child = self
+            .child
+            .take()
+            .ok_or_else(|| format!("{} does not run", self.name))?;
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .map_err(|e| format!("cannot run kill: {e}"))?;
+        if !killed.success() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("kill -TERM {} failed: {killed}", child.id()));
+        }
+        let started = std::time::Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Ok(status),
+                Ok(None) if started.elapsed() < limit => std::thread::sleep(PROBE_EVERY),
+                Ok(None) | Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("{} still ran {limit:?} after SIGTERM", self.name));
+                }
+            }
+        }
+    }
+
     fn spawn(&mut self) -> Result<(), String> {
         let log = fs::OpenOptions::new()
             .create(true)

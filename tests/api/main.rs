@@ -5,13 +5,17 @@
 
 mod support;
 
+mod api_connections;
 mod api_grpc_auth;
 mod api_grpc_configuration;
 mod api_grpc_lifecycle;
+mod api_grpc_lifecycle_deadline;
+mod api_grpc_lifecycle_release;
 mod api_grpc_lock;
 mod api_grpc_metadata_unimplemented;
 mod api_grpc_secrets;
 mod api_grpc_state;
+mod api_http_admin;
 mod api_http_auth;
 mod api_http_configuration;
 mod api_http_health_metadata;
@@ -19,4 +23,5 @@ mod api_http_metrics_status;
 mod api_http_secrets;
 mod api_http_shutdown;
 mod api_http_state;
+mod api_limits;
 mod dapr_python_sdk;

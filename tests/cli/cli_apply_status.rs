@@ -157,3 +157,54 @@ fn apply_and_status_say_clearly_when_no_sidecar_runs() {
         text(&malformed.stderr)
     );
 }
+
+#[test]
+fn apply_release_hands_a_pushed_component_back_to_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#,
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start(&config, &grpc, &http);
+    let release = || {
+        rewire(&[
+            "apply",
+            "--release",
+            "--kind",
+            "state",
+            "--name",
+            "orders",
+            "--addr",
+            &grpc,
+        ])
+    };
+    let nothing = release();
+    assert!(!nothing.status.success(), "a release of nothing succeeded");
+    assert!(
+        text(&nothing.stderr).contains("state/orders: rejected"),
+        "{}",
+        text(&nothing.stderr)
+    );
+    let applied = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=30",
+        "--addr",
+        &grpc,
+    ]);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let released = release();
+    assert!(released.status.success(), "{}", text(&released.stderr));
+    assert_eq!(
+        text(&released.stdout),
+        "state/orders: applied (generation 3)\n  state/orders: updated_in_place\n"
+    );
+}

@@ -12,6 +12,7 @@ use rewire_runtime::{
     ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
 };
 
+use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
 
 /// Why a configuration operation failed (messages in Dapr's gRPC wording).
@@ -30,6 +31,14 @@ pub enum ConfigOpError {
         /// Why (scrubbed).
         source: ConfigError,
     },
+    /// The items asked for are larger than the response limit.
+    #[error("configuration answer from configuration store `{store}` refused: {source}; ask for fewer keys")]
+    TooLarge {
+        /// The store.
+        store: String,
+        /// The limit exceeded.
+        source: OverBudget,
+    },
     /// A subscription could not be made.
     #[error("failed to subscribe to {keys:?} in configuration store `{store}`: {source}")]
     Subscribe {
@@ -46,7 +55,7 @@ impl ConfigOpError {
     /// The store's own error, when the store was found.
     pub fn store_error(&self) -> Option<&ConfigError> {
         match self {
-            Self::NotFound(_) => None,
+            Self::NotFound(_) | Self::TooLarge { .. } => None,
             Self::Get { source, .. } | Self::Subscribe { source, .. } => Some(source),
         }
     }
@@ -74,13 +83,31 @@ pub struct ConfigOps {
 }
 
 impl ConfigOps {
-    /// The items of the keys asked for (all when none).
-    pub async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigOpError> {
-        self.store.get(query).await.map_err(|e| ConfigOpError::Get {
-            store: self.name.clone(),
-            keys: query.keys.clone(),
-            source: self.scrubbed(e),
-        })
+    /// The items of the keys asked for (all when none), refused when they
+    /// do not fit `budget` ([`ConfigOpError::TooLarge`]).
+    pub async fn get(
+        &self,
+        query: &ConfigQuery,
+        mut budget: ResponseBudget,
+    ) -> Result<Vec<ConfigItem>, ConfigOpError> {
+        let items = self
+            .store
+            .get(query)
+            .await
+            .map_err(|e| ConfigOpError::Get {
+                store: self.name.clone(),
+                keys: query.keys.clone(),
+                source: self.scrubbed(e),
+            })?;
+        for item in &items {
+            budget
+                .take(config_item_bytes(item))
+                .map_err(|source| ConfigOpError::TooLarge {
+                    store: self.name.clone(),
+                    source,
+                })?;
+        }
+        Ok(items)
     }
 
     /// Subscribes to `query` through the store's handle, which follows the
@@ -107,4 +134,10 @@ impl ConfigOps {
             ConfigError::Backend(m) => ConfigError::Backend(self.call.scrub(&m)),
         }
     }
+}
+
+/// What one configuration item adds to an answer, in bytes.
+pub(crate) fn config_item_bytes(item: &ConfigItem) -> usize {
+    let metadata: usize = item.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    item.key.len() + item.value.len() + item.version.len() + metadata
 }

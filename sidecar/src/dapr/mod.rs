@@ -15,6 +15,7 @@
 //! wording, and each adapter chooses its own codes (and, for HTTP, Dapr's
 //! HTTP wording).
 
+mod budget;
 mod call;
 mod configuration;
 mod lock;
@@ -22,7 +23,9 @@ mod metadata;
 mod secrets;
 mod state;
 
+pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
+pub(crate) use configuration::config_item_bytes;
 pub use configuration::{ConfigOpError, ConfigOps};
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};

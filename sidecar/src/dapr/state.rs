@@ -9,7 +9,12 @@ use rewire_runtime::{
     StateStore,
 };
 
+use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
+
+/// Keys read from the store at once in a bulk get: the answer is counted
+/// after each chunk, so a bulk of large values stops near the limit.
+const BULK_CHUNK: usize = 16;
 
 /// Why a state operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +40,14 @@ pub enum StateOpError {
         /// Why (scrubbed).
         source: StateError,
     },
+    /// A bulk answer would be larger than the response limit.
+    #[error("bulk state answer from state store `{store}` refused: {source}; ask for fewer keys")]
+    BulkTooLarge {
+        /// The store.
+        store: String,
+        /// The limit exceeded.
+        source: OverBudget,
+    },
     /// A save failed (or one of its items is invalid).
     #[error("failed saving state in state store `{store}`: {source}")]
     Save {
@@ -59,7 +72,7 @@ impl StateOpError {
     /// The store's own error, when the store was found.
     pub fn store_error(&self) -> Option<&StateError> {
         match self {
-            Self::NotFound(_) => None,
+            Self::NotFound(_) | Self::BulkTooLarge { .. } => None,
             Self::Get { source, .. }
             | Self::BulkGet { source, .. }
             | Self::Save { source, .. }
@@ -103,23 +116,66 @@ impl StateOps {
             })
     }
 
-    /// Every key asked for, each with its entry or its own (scrubbed) error.
-    pub async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateOpError> {
-        let items = self
-            .store
-            .bulk_get(keys)
-            .await
-            .map_err(|e| StateOpError::BulkGet {
-                store: self.name.clone(),
-                source: self.scrubbed(e),
-            })?;
-        Ok(items
+    /// Every key asked for, each with its entry or its own (scrubbed)
+    /// error, in the order asked. A key asked for twice is read once; the
+    /// whole answer (repeats included) must fit `budget`, else nothing is
+    /// answered ([`StateOpError::BulkTooLarge`]).
+    pub async fn bulk_get(
+        &self,
+        keys: Vec<String>,
+        mut budget: ResponseBudget,
+    ) -> Result<Vec<BulkGetItem>, StateOpError> {
+        let mut unique: Vec<String> = keys.clone();
+        let mut seen = std::collections::HashSet::new();
+        unique.retain(|k| seen.insert(k.clone()));
+        let mut read = std::collections::HashMap::with_capacity(unique.len());
+        let mut sizes = std::collections::HashMap::with_capacity(unique.len());
+        // What is held while reading, each key once.
+        let mut held = ResponseBudget::new(budget.limit());
+        for chunk in unique.chunks(BULK_CHUNK) {
+            let items =
+                self.store
+                    .bulk_get(chunk.to_vec())
+                    .await
+                    .map_err(|e| StateOpError::BulkGet {
+                        store: self.name.clone(),
+                        source: self.scrubbed(e),
+                    })?;
+            for item in items {
+                let size = item_bytes(&item);
+                self.within(&mut held, size)?;
+                sizes.insert(item.key.clone(), size);
+                read.insert(item.key.clone(), item);
+            }
+        }
+        for key in &keys {
+            let size = sizes.get(key).copied().unwrap_or(key.len());
+            self.within(&mut budget, size)?;
+        }
+        Ok(keys
             .into_iter()
-            .map(|item| BulkGetItem {
-                error: item.error.map(|e| self.call.scrub(&e)),
-                ..item
+            .map(|key| match read.get(&key) {
+                Some(item) => BulkGetItem {
+                    key,
+                    entry: item.entry.clone(),
+                    error: item.error.as_ref().map(|e| self.call.scrub(e)),
+                },
+                None => BulkGetItem {
+                    key,
+                    entry: None,
+                    error: None,
+                },
             })
             .collect())
+    }
+
+    fn within(&self, budget: &mut ResponseBudget, bytes: usize) -> Result<(), StateOpError> {
+        budget
+            .take(bytes)
+            .map_err(|source| StateOpError::BulkTooLarge {
+                store: self.name.clone(),
+                source,
+            })
     }
 
     /// Writes every item: none, one, or a bulk write.
@@ -165,4 +221,18 @@ impl StateOps {
             other => other,
         }
     }
+}
+
+/// What one bulk item adds to an answer, in bytes (its key, value, etag,
+/// metadata and error).
+fn item_bytes(item: &BulkGetItem) -> usize {
+    let entry = item.entry.as_ref().map_or(0, |e| {
+        e.data.len()
+            + e.etag.len()
+            + e.metadata
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    });
+    item.key.len() + entry + item.error.as_ref().map_or(0, String::len)
 }

@@ -6,18 +6,22 @@
 //! the store, the subscriber gets the values that differ in the new
 //! instance, then every change made on it.
 
+use std::net::SocketAddr;
+
 use rewire_runtime::ConfigQuery;
 use tonic::Status;
 
 use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
-use crate::dapr::Call;
+use crate::dapr::{Call, ResponseBudget};
 
-/// `GetConfiguration`: the items of the keys asked for (all when none).
+/// `GetConfiguration`: the items of the keys asked for (all when none),
+/// within `budget`.
 pub(super) async fn get(
     call: Call,
     req: pb::GetConfigurationRequest,
+    budget: ResponseBudget,
 ) -> Result<pb::GetConfigurationResponse, Status> {
     let store = call.config_store(&req.store_name)?;
     let query = ConfigQuery {
@@ -25,7 +29,7 @@ pub(super) async fn get(
         metadata: req.metadata,
         ..ConfigQuery::default()
     };
-    let items = store.get(&query).await?;
+    let items = store.get(&query, budget).await?;
     let items = items
         .into_iter()
         .map(|item| {
@@ -41,11 +45,13 @@ pub(super) async fn get(
 }
 
 /// `SubscribeConfiguration`: a stream whose first message carries only the
-/// subscription id, then one message per change.
+/// subscription id, then one message per change; owned by the connection
+/// `peer`.
 pub(super) async fn subscribe(
     call: Call,
     subscriptions: &Subscriptions,
     req: pb::SubscribeConfigurationRequest,
+    peer: Option<SocketAddr>,
 ) -> Result<SubscriptionStream, Status> {
     // Checked in the call's generation; the subscription then follows the
     // store.
@@ -56,17 +62,18 @@ pub(super) async fn subscribe(
         ..ConfigQuery::default()
     };
     let subscription = store.subscribe(query).await?;
-    Ok(subscriptions.open(&req.store_name, subscription))
+    Ok(subscriptions.open(&req.store_name, subscription, peer))
 }
 
 /// `UnsubscribeConfiguration`: ends the stream of subscription `id`
-/// (`ok = false` with the reason when there is none).
+/// (`ok = false` with the reason when the connection `peer` has none).
 pub(super) fn unsubscribe(
     call: &Call,
     subscriptions: &Subscriptions,
     req: pb::UnsubscribeConfigurationRequest,
+    peer: Option<SocketAddr>,
 ) -> pb::UnsubscribeConfigurationResponse {
-    match subscriptions.close(&req.store_name, &req.id) {
+    match subscriptions.close(&req.store_name, &req.id, peer) {
         Ok(()) => {
             call.label(&req.store_name);
             pb::UnsubscribeConfigurationResponse {

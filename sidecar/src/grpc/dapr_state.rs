@@ -13,7 +13,7 @@ use rewire_runtime::{Concurrency, DeleteRequest, GetRequest, SetRequest, StateEr
 use super::proto::dapr::proto::common::v1::state_options::StateConcurrency;
 use super::proto::dapr::proto::common::v1::{Etag, StateItem, StateOptions};
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::Call;
+use crate::dapr::{Call, ResponseBudget};
 
 /// Dapr's request metadata key for a per-write time to live.
 const TTL_IN_SECONDS: &str = "ttlInSeconds";
@@ -39,13 +39,14 @@ pub(super) async fn get(
 }
 
 /// `GetBulkState`: every key asked for, each with its value or its own
-/// error (`parallelism` is left to the store).
+/// error (`parallelism` is left to the store), within `budget`.
 pub(super) async fn get_bulk(
     call: Call,
     req: pb::GetBulkStateRequest,
+    budget: ResponseBudget,
 ) -> Result<pb::GetBulkStateResponse, Status> {
     let store = call.state_store(&req.store_name)?;
-    let items = store.bulk_get(req.keys).await?;
+    let items = store.bulk_get(req.keys, budget).await?;
     let items = items
         .into_iter()
         .map(|item| {
@@ -91,6 +92,13 @@ pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<()
 
 /// The write of one `StateItem`.
 fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
+    // Dapr's key separator, refused as the HTTP API and Dapr refuse it.
+    if item.key.contains("||") {
+        return Err(StateError::Invalid(format!(
+            "input key `{}` can't contain `||`",
+            item.key
+        )));
+    }
     let ttl = ttl_of(&item.key, &item.metadata)?;
     Ok(SetRequest {
         etag: etag_of(item.etag),

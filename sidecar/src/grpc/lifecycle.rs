@@ -1,5 +1,9 @@
 //! The `Lifecycle` service: a control plane pushes one component's whole
-//! configuration, removes a component, or reads the status.
+//! configuration, removes a component, releases a pushed component back to
+//! the file, or reads the status.
+//!
+//! Every push is answered before its caller's deadline, with its outcome or
+//! `queued` (`lifecycle_wait`).
 //!
 //! A push the runtime does not take is not a gRPC error: it is answered
 //! `accepted = false` with every reason (a NACK, as in Envoy's xDS), and the
@@ -8,11 +12,13 @@
 
 use std::collections::HashMap;
 
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
+use rewire_runtime::{ComponentKey, Outcome, ReloadError};
 
 use super::lifecycle_patch::patch_of;
+use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
 use super::observe::observed;
 use super::proto::rewire::lifecycle::v1 as pb;
 use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle;
@@ -22,12 +28,16 @@ use crate::ApiState;
 /// The `rewire.lifecycle.v1.Lifecycle` service.
 pub(super) struct LifecycleApi {
     state: ApiState,
+    pushes: PushQueue,
 }
 
 impl LifecycleApi {
-    /// Serves `state`.
-    pub(super) fn new(state: ApiState) -> Self {
-        Self { state }
+    /// Serves `state`; pushes are answered within `timeout`.
+    pub(super) fn new(state: ApiState, timeout: std::time::Duration) -> Self {
+        Self {
+            state,
+            pushes: PushQueue::new(timeout),
+        }
     }
 }
 
@@ -37,8 +47,9 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let metadata = request.metadata().clone();
         observed(&self.state, "ApplyConfiguration", |call| {
-            apply(call, request.into_inner())
+            apply(call, request.into_inner(), (&self.pushes, &metadata))
         })
         .await
         .map(Response::new)
@@ -48,8 +59,21 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::RemoveComponentRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let metadata = request.metadata().clone();
         observed(&self.state, "RemoveComponent", |call| {
-            remove(call, request.into_inner())
+            remove(call, request.into_inner(), (&self.pushes, &metadata))
+        })
+        .await
+        .map(Response::new)
+    }
+
+    async fn release_component(
+        &self,
+        request: Request<pb::ReleaseComponentRequest>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let metadata = request.metadata().clone();
+        observed(&self.state, "ReleaseComponent", |call| {
+            release(call, request.into_inner(), (&self.pushes, &metadata))
         })
         .await
         .map(Response::new)
@@ -77,6 +101,7 @@ impl Lifecycle for LifecycleApi {
 async fn apply(
     call: Call,
     req: pb::DynamicConfiguration,
+    wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let config = req
         .component_config
@@ -93,25 +118,43 @@ async fn apply(
             return Ok(nack(&call, Outcome::Rejected, errors));
         }
     };
-    let result = call
-        .runtime()
-        .apply_component(key, patch, req.based_on_generation)
-        .await;
-    answer(&call, result)
+    let runtime = call.runtime().clone();
+    let reload = async move {
+        runtime
+            .apply_component(key, patch, req.based_on_generation)
+            .await
+    };
+    answer(&call, wait.0.run(wait.1, reload).await?)
 }
 
 /// `RemoveComponent`: removes the component, answering ACK or NACK.
 async fn remove(
     call: Call,
     req: pb::RemoveComponentRequest,
+    wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
     call.label(&key.to_string());
-    let result = call
-        .runtime()
-        .remove_component(key, req.based_on_generation)
-        .await;
-    answer(&call, result)
+    let runtime = call.runtime().clone();
+    let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
+    answer(&call, wait.0.run(wait.1, reload).await?)
+}
+
+/// `ReleaseComponent`: lets go of a push, answering ACK or NACK.
+async fn release(
+    call: Call,
+    req: pb::ReleaseComponentRequest,
+    wait: Wait<'_>,
+) -> Result<pb::ApplyConfigurationResponse, Status> {
+    let key = key_of(&req.kind, &req.name)?;
+    call.label(&key.to_string());
+    let runtime = call.runtime().clone();
+    let reload = async move {
+        runtime
+            .release_component(key, req.based_on_generation)
+            .await
+    };
+    answer(&call, wait.0.run(wait.1, reload).await?)
 }
 
 fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
@@ -126,11 +169,20 @@ fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
     }
 }
 
-/// The answer to a reload: ACK with the record, or NACK with every reason.
-fn answer(
-    call: &Call,
-    result: Result<ReloadRecord, ReloadError>,
-) -> Result<pb::ApplyConfigurationResponse, Status> {
+/// The push queue and the caller's request metadata (its deadline).
+type Wait<'a> = (&'a PushQueue, &'a MetadataMap);
+
+/// The answer to a reload: ACK with the record, NACK with every reason, or
+/// `queued` when it had not finished when the answer was due.
+fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse, Status> {
+    let result = match waited {
+        Waited::Done(result) => result,
+        Waited::Queued { ahead, waited } => {
+            let mut queued = nack(call, Outcome::Rejected, vec![queued_reason(ahead, waited)]);
+            queued.outcome = "queued".to_string();
+            return Ok(queued);
+        }
+    };
     match result {
         Ok(record) => Ok(pb::ApplyConfigurationResponse {
             accepted: true,

@@ -43,7 +43,10 @@ fn state_code(err: &StateError) -> Code {
 /// A store the call names is not running: `INVALID_ARGUMENT`, as Dapr.
 impl From<StateOpError> for Status {
     fn from(err: StateOpError) -> Self {
-        let code = err.store_error().map_or(Code::InvalidArgument, state_code);
+        let code = match err {
+            StateOpError::BulkTooLarge { .. } => Code::ResourceExhausted,
+            _ => err.store_error().map_or(Code::InvalidArgument, state_code),
+        };
         Status::new(code, err.to_string())
     }
 }
@@ -62,6 +65,7 @@ impl From<SecretOpError> for Status {
 impl From<ConfigOpError> for Status {
     fn from(err: ConfigOpError) -> Self {
         let code = match err.store_error() {
+            None if matches!(err, ConfigOpError::TooLarge { .. }) => Code::ResourceExhausted,
             None => Code::InvalidArgument,
             Some(ConfigError::Unsupported(_)) => Code::Unimplemented,
             Some(ConfigError::Invalid(_)) => Code::InvalidArgument,

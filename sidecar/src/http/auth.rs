@@ -1,35 +1,105 @@
-//! The app token: when one is configured, every route but the health
-//! probes needs it in `dapr-api-token`, compared in constant time.
+//! Tokens on HTTP, compared in constant time: the health probes are open;
+//! the admin routes (status, metrics) need the admin token, as the
+//! Lifecycle API does (without one, the app token); every other route needs
+//! the app token, when one is configured.
 
 use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::HttpError;
 use super::routes;
-use crate::auth::APP_TOKEN_HEADER;
-use crate::ApiState;
+use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
+use crate::{ApiOptions, ApiState, ApiToken};
 
-/// Middleware: 401 unless the call carries the app token (or none is set,
-/// or the route is a health probe).
-pub async fn require_app_token(
+/// Where the admin token may come: its own header, or `dapr-api-token` as
+/// Dapr clients send tokens.
+const ADMIN_HEADERS: [&str; 2] = [ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER];
+
+/// Middleware: 401 unless the call carries the token its route needs (or
+/// none is set, or the route is a health probe).
+pub async fn require_token(
     State(state): State<ApiState>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(token) = state.options.app_token.as_ref() else {
-        return next.run(request).await;
-    };
-    if routes::UNAUTHENTICATED.contains(&request.uri().path()) {
+    let path = request.uri().path();
+    if routes::UNAUTHENTICATED.contains(&path) {
         return next.run(request).await;
     }
-    let presented = request
-        .headers()
-        .get(APP_TOKEN_HEADER)
-        .map(|v| v.as_bytes());
-    if presented.is_some_and(|p| token.matches(p)) {
-        next.run(request).await
+    let admin = routes::ADMIN.contains(&path);
+    let (token, headers, refusal) = if admin {
+        (
+            admin_token(&state.options),
+            &ADMIN_HEADERS[..],
+            HttpError::AdminUnauthorized,
+        )
     } else {
-        HttpError::Unauthorized.into_response()
+        (
+            state.options.app_token.as_ref(),
+            &[APP_TOKEN_HEADER][..],
+            HttpError::Unauthorized,
+        )
+    };
+    match token {
+        Some(token) if !presents(request.headers(), token, headers) => refusal.into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// The token guarding admin data: the admin token, else the app token.
+fn admin_token(options: &ApiOptions) -> Option<&ApiToken> {
+    options.admin_token.as_ref().or(options.app_token.as_ref())
+}
+
+/// Whether one of `headers` carries `token`.
+fn presents(map: &HeaderMap, token: &ApiToken, headers: &[&str]) -> bool {
+    headers
+        .iter()
+        .filter_map(|h| map.get(*h))
+        .any(|v| token.matches(v.as_bytes()))
+}
+
+/// Whether a caller of an open route may see details: no token is set at
+/// all, or the call carries the app token or the admin token.
+pub fn authenticated(options: &ApiOptions, headers: &HeaderMap) -> bool {
+    let app = options
+        .app_token
+        .as_ref()
+        .is_some_and(|app| presents(headers, app, &[APP_TOKEN_HEADER]));
+    match admin_token(options) {
+        None => true,
+        Some(admin) => app || presents(headers, admin, &ADMIN_HEADERS),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(name: &'static str, value: &'static str) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        map.insert(name, HeaderValue::from_static(value));
+        map
+    }
+
+    #[test]
+    fn details_need_a_token_once_any_is_set() {
+        let open = ApiOptions::default();
+        assert!(authenticated(&open, &HeaderMap::new()));
+        let guarded = ApiOptions {
+            app_token: Some(ApiToken::new("app")),
+            admin_token: Some(ApiToken::new("admin")),
+            ..ApiOptions::default()
+        };
+        assert!(!authenticated(&guarded, &HeaderMap::new()));
+        assert!(!authenticated(&guarded, &headers(APP_TOKEN_HEADER, "nope")));
+        assert!(authenticated(&guarded, &headers(APP_TOKEN_HEADER, "app")));
+        assert!(authenticated(
+            &guarded,
+            &headers(ADMIN_TOKEN_HEADER, "admin")
+        ));
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,7 +15,8 @@ use rewire_runtime::ConfigQuery;
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
-use crate::dapr::Call;
+use crate::dapr::{Call, ResponseBudget};
+use crate::ApiState;
 
 /// One item, as Dapr answers it.
 #[derive(Debug, Serialize)]
@@ -29,6 +30,7 @@ pub struct Item {
 
 /// `GET /v1.0/configuration/{store}`: the items found, or 204 when none is.
 pub async fn get(
+    State(state): State<ApiState>,
     call: Call,
     Path(store_name): Path<String>,
     query: QueryPairs,
@@ -45,7 +47,8 @@ pub async fn get(
         label: query_value(&pairs, "label").map(str::to_string),
         metadata: request_metadata(&pairs),
     };
-    let items = store.get(&query).await?;
+    let budget = ResponseBudget::new(state.options.max_response_bytes);
+    let items = store.get(&query, budget).await?;
     if items.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }

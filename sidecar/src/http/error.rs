@@ -36,6 +36,9 @@ pub enum HttpError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// An answer would be larger than `max_response_bytes`.
+    #[error("{0}")]
+    ResponseTooLarge(String),
     /// A save failed.
     #[error("failed saving state in state store {store}: {source}")]
     StateSave {
@@ -111,6 +114,13 @@ pub enum HttpError {
     /// Components are not ready (`kind/name: reason` each).
     #[error("dapr is not ready: {} component(s) not ready", .0.len())]
     NotReady(Vec<String>),
+    /// Components are not ready; the caller presented no token, so which
+    /// and why is withheld.
+    #[error("dapr is not ready: present the API token in header `dapr-api-token` for details")]
+    NotReadyWithheld,
+    /// The admin token is missing or wrong (status, metrics).
+    #[error("missing or invalid admin token in header `rewire-admin-token`")]
+    AdminUnauthorized,
     /// The app token is missing or wrong.
     #[error("missing or invalid API token in header `dapr-api-token`")]
     Unauthorized,
@@ -144,6 +154,7 @@ impl HttpError {
             Self::ConfigStoreNotFound(_) => "ERR_CONFIGURATION_STORE_NOT_FOUND",
             Self::Malformed(_) => "ERR_MALFORMED_REQUEST",
             Self::BodyTooLarge { .. } => "ERR_BODY_TOO_LARGE",
+            Self::ResponseTooLarge(_) => "ERR_RESPONSE_TOO_LARGE",
             Self::StateSave { .. } => "ERR_STATE_SAVE",
             Self::StateGet { .. } => "ERR_STATE_GET",
             Self::StateDelete { .. } => "ERR_STATE_DELETE",
@@ -151,8 +162,8 @@ impl HttpError {
             Self::SecretGet { .. } | Self::SecretBulkGet { .. } => "ERR_SECRET_GET",
             Self::ConfigGet { .. } => "ERR_CONFIGURATION_GET",
             Self::ConfigSubscribe { .. } => "ERR_CONFIGURATION_SUBSCRIBE",
-            Self::NotReady(_) => "ERR_HEALTH_NOT_READY",
-            Self::Unauthorized => "ERR_API_UNAUTHORIZED",
+            Self::NotReady(_) | Self::NotReadyWithheld => "ERR_HEALTH_NOT_READY",
+            Self::Unauthorized | Self::AdminUnauthorized => "ERR_API_UNAUTHORIZED",
             Self::RouteNotFound { .. } => "ERR_NOT_FOUND",
             Self::MethodNotAllowed { .. } => "ERR_METHOD_NOT_ALLOWED",
             Self::Timeout(_) => "ERR_TIMEOUT",
@@ -166,7 +177,7 @@ impl HttpError {
             | Self::SecretStoreNotFound(_)
             | Self::ConfigStoreNotFound(_)
             | Self::Malformed(_) => StatusCode::BAD_REQUEST,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::ResponseTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::StateSave { source, .. } | Self::StateDelete { source, .. } => {
                 state_status(source)
             }
@@ -176,8 +187,9 @@ impl HttpError {
             | Self::SecretBulkGet { .. }
             | Self::ConfigGet { .. }
             | Self::ConfigSubscribe { .. }
-            | Self::NotReady(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            | Self::NotReady(_)
+            | Self::NotReadyWithheld => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unauthorized | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -209,6 +221,9 @@ impl From<StateOpError> for HttpError {
     fn from(err: StateOpError) -> Self {
         match err {
             StateOpError::NotFound(store) => Self::StateStoreNotFound(store),
+            too_large @ StateOpError::BulkTooLarge { .. } => {
+                Self::ResponseTooLarge(too_large.to_string())
+            }
             StateOpError::Get { store, key, source } => Self::StateGet { store, key, source },
             StateOpError::BulkGet { store, source } => Self::StateBulkGet { store, source },
             StateOpError::Save { store, source } => Self::StateSave { store, source },
@@ -241,6 +256,9 @@ impl From<ConfigOpError> for HttpError {
     fn from(err: ConfigOpError) -> Self {
         match err {
             ConfigOpError::NotFound(store) => Self::ConfigStoreNotFound(store),
+            too_large @ ConfigOpError::TooLarge { .. } => {
+                Self::ResponseTooLarge(too_large.to_string())
+            }
             ConfigOpError::Get {
                 store,
                 keys,

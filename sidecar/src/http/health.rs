@@ -6,20 +6,29 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
 use tokio::task::JoinSet;
 
 use rewire_runtime::Readiness;
 
+use super::auth::authenticated;
 use super::error::HttpError;
 use crate::dapr::Call;
+use crate::ApiState;
 
 /// How long one component may take to answer its readiness.
 const READINESS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// `GET /v1.0/healthz`: 204 when every component is ready, else 500
-/// listing the others (`kind/name: reason`).
-pub async fn healthz(call: Call) -> Result<StatusCode, HttpError> {
+/// listing the others (`kind/name: reason`) to a caller presenting the app
+/// or the admin token (when one is set), without the list to anyone else:
+/// backend addresses and errors are not for unauthenticated callers.
+pub async fn healthz(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    call: Call,
+) -> Result<StatusCode, HttpError> {
     let mut checks = JoinSet::new();
     for (key, instance) in call.generation().iter() {
         let (key, component) = (key.clone(), instance.component());
@@ -43,6 +52,9 @@ pub async fn healthz(call: Call) -> Result<StatusCode, HttpError> {
     }
     if not_ready.is_empty() {
         return Ok(StatusCode::NO_CONTENT);
+    }
+    if !authenticated(&state.options, &headers) {
+        return Err(HttpError::NotReadyWithheld);
     }
     not_ready.sort();
     Err(HttpError::NotReady(not_ready))

@@ -2,7 +2,7 @@
 //! metrics and status.
 //!
 //! Every call goes through, outermost first: `observe` (request metrics),
-//! `auth` (the app token), `deadline` (`request_timeout`), then its
+//! `auth` (the app token; the admin token for status and metrics), `deadline` (`request_timeout`), then its
 //! handler, which loads the generation serving once (a [`Call`](crate::dapr::Call)) and
 //! uses that snapshot throughout. Handlers are thin: they decode the
 //! request, run the shared Dapr operation ([`crate::dapr`]) and encode its
@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::HttpError;
 
+use crate::connection::{accept_loop, ConnectionLimits};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -64,7 +65,7 @@ pub fn router(state: ApiState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            auth::require_app_token,
+            auth::require_token,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -74,13 +75,16 @@ pub fn router(state: ApiState) -> Router {
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled; calls in
-/// flight finish first.
+/// flight finish first (within `shutdown_grace`, then every connection is
+/// cut). Connections are bounded ([`crate::connection`]).
 pub async fn serve(
     state: ApiState,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
-    axum::serve(listener, router(state))
+    let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
+    let accepted = accept_loop(listener, limits, shutdown.clone());
+    axum::serve(accepted, router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .map_err(|e| ApiError::Http(e.to_string()))

@@ -27,3 +27,7 @@ pub const STATUS: &str = "/v1.0/rewire/status";
 
 /// The routes served without the app token (health probes).
 pub const UNAUTHENTICATED: [&str; 2] = [HEALTHZ, HEALTHZ_OUTBOUND];
+
+/// The routes serving admin data: they need the admin token (else the app
+/// token), as the Lifecycle API does.
+pub const ADMIN: [&str; 2] = [STATUS, METRICS];

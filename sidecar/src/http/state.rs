@@ -19,7 +19,7 @@ use super::error::HttpError;
 use super::input::{
     json_body, lenient_metadata, query_pairs, query_value, request_metadata, QueryPairs, RawBody,
 };
-use crate::dapr::Call;
+use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
 
 /// One item of a save, as Dapr's HTTP API takes it.
@@ -169,7 +169,8 @@ pub async fn bulk_get(
 ) -> Result<Json<Vec<BulkItem>>, HttpError> {
     let store = call.state_store(&store_name)?;
     let request: BulkGet = json_body(body, state.options.max_request_bytes)?;
-    let items = store.bulk_get(request.keys).await?;
+    let budget = ResponseBudget::new(state.options.max_response_bytes);
+    let items = store.bulk_get(request.keys, budget).await?;
     Ok(Json(items.into_iter().map(bulk_item).collect()))
 }
 

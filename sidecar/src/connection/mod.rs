@@ -1,0 +1,52 @@
+//! The connections of both listeners, bounded: at most
+//! [`ApiOptions::max_connections`](crate::ApiOptions::max_connections) open
+//! per listener (beyond it, clients wait in the kernel's backlog), each
+//! closed after [`ApiOptions::idle_timeout`](crate::ApiOptions::idle_timeout)
+//! without a byte read or written, and every one cut once the shutdown
+//! grace has passed. Accept errors (`EMFILE` at the descriptor limit) are
+//! backed off, never spun on.
+//!
+//! * `accept`: the accept loop, one task per listener, handing connections
+//!   to the server through a channel.
+//! * `io`: the connection itself, a `TcpStream` with its idle timer, the
+//!   shutdown cut and its slot under the cap.
+
+mod accept;
+mod io;
+
+pub use accept::{accept_loop, Accepted, Backoff};
+pub use io::Connection;
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+impl ConnectionLimits {
+    /// The limits of `options`, cutting every connection `grace` after
+    /// `shutdown` is cancelled.
+    pub fn after_shutdown(options: &crate::ApiOptions, shutdown: &CancellationToken) -> Self {
+        let cut = CancellationToken::new();
+        let (shutdown, grace, cutting) = (shutdown.clone(), options.shutdown_grace, cut.clone());
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+            cutting.cancel();
+        });
+        Self {
+            max_connections: options.max_connections,
+            idle_timeout: options.idle_timeout,
+            cut,
+        }
+    }
+}
+
+/// How connections are bounded.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Connections open at once per listener, at most.
+    pub max_connections: usize,
+    /// Closed after this long without a byte read or written.
+    pub idle_timeout: Duration,
+    /// Cancelled when every connection must end now.
+    pub cut: CancellationToken,
+}

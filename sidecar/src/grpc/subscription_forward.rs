@@ -1,0 +1,107 @@
+//! The task behind one configuration subscription: it takes each change
+//! from the runtime's handle as it comes (so nothing piles up there) and
+//! queues it for the client without waiting; a client whose queue is full
+//! (bytes or messages) is dropped with its reason.
+
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use super::proto::dapr::proto::common::v1::ConfigurationItem;
+use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
+use super::subscription_queue::{QueueSender, Refused};
+use super::subscriptions::Subscriptions;
+use crate::dapr::config_item_bytes;
+use rewire_runtime::{ConfigChange, ConfigSubscription};
+
+/// How long a dropped slow subscriber is given to take the reason.
+const SLOW_CLIENT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Forwards one subscription's changes to its stream, never waiting on the
+/// client: a client whose queue fills (in bytes or messages) is dropped.
+pub(super) struct Forward {
+    pub(super) id: String,
+    pub(super) store: String,
+    pub(super) subscription: ConfigSubscription,
+    pub(super) sender: QueueSender,
+    pub(super) cancel: CancellationToken,
+    pub(super) subscriptions: Subscriptions,
+}
+
+impl Forward {
+    /// Forwards until the subscription ends, then forgets it.
+    pub(super) async fn run(mut self) {
+        tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription opened.");
+        loop {
+            let change = tokio::select! {
+                () = self.cancel.cancelled() => break,
+                () = self.sender.closed() => break,
+                change = self.subscription.changes.recv() => change,
+            };
+            let Some(change) = change else {
+                let ended = Status::unavailable(format!(
+                    "subscription `{}` ended: configuration store `{}` is no longer running",
+                    self.id, self.store
+                ));
+                self.drop_with(ended).await;
+                break;
+            };
+            let size = change.items.iter().map(config_item_bytes).sum::<usize>() + self.id.len();
+            match self.sender.try_send(Ok(self.response(change)), size) {
+                Ok(()) => {}
+                Err(Refused::Closed) => break,
+                Err(refused) => {
+                    self.drop_slow(refused, size).await;
+                    break;
+                }
+            }
+        }
+        self.subscriptions.forget(&self.id);
+        tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription closed.");
+    }
+
+    /// Drops the subscriber rather than buffer without bound, and tells it
+    /// why (if it ever reads again).
+    async fn drop_slow(&self, refused: Refused, size: usize) {
+        let limit = self.sender.limit();
+        let why = match refused {
+            Refused::Crowded => format!(
+                "the sidecar's subscribers together have {} bytes queued, its limit (16 x max_response_bytes)",
+                self.sender.total_limit()
+            ),
+            Refused::TooLarge => format!(
+                "a change of {size} bytes is larger than the limit of {limit} bytes per subscriber (max_response_bytes)"
+            ),
+            _ => format!(
+                "the client stopped reading its changes (more than {limit} bytes or 64 messages queued, max_response_bytes)"
+            ),
+        };
+        tracing::warn!(subscription = %self.id, store = %self.store, reason = %why, "Configuration subscriber dropped.");
+        self.subscriptions.count_dropped();
+        let reason =
+            Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
+        self.drop_with(reason).await;
+    }
+
+    async fn drop_with(&self, reason: Status) {
+        let _ = tokio::time::timeout(SLOW_CLIENT_GRACE, self.sender.send_reason(reason)).await;
+    }
+
+    fn response(&self, change: ConfigChange) -> SubscribeConfigurationResponse {
+        let items = change
+            .items
+            .into_iter()
+            .map(|item| {
+                let value = ConfigurationItem {
+                    value: item.value,
+                    version: item.version,
+                    metadata: item.metadata,
+                };
+                (item.key, value)
+            })
+            .collect();
+        SubscribeConfigurationResponse {
+            id: self.id.clone(),
+            items,
+        }
+    }
+}

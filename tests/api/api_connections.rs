@@ -1,0 +1,106 @@
+//! Connections are bounded on both listeners: one that says nothing is
+//! closed after `idle_timeout`, at most `max_connections` are open at once
+//! (the next client is served once a slot frees), and after shutdown a
+//! connection still sending its request head is cut after
+//! `shutdown_grace`, so the servers stop.
+
+use crate::support::{grpc, sidecar};
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rewire::sidecar::ApiOptions;
+use sidecar::Sidecar;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CONFIG: &str = r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#;
+
+/// Waits until the server closes `stream` (EOF or an error).
+async fn closed_by_server(stream: &mut TcpStream) {
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the server kept the connection open");
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_on_both_listeners() {
+    let options = ApiOptions {
+        idle_timeout: Duration::from_millis(300),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    for addr in [sidecar.grpc_addr, sidecar.http_addr] {
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        closed_by_server(&mut silent).await;
+        // Half a request head, then nothing.
+        let mut half = TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        closed_by_server(&mut half).await;
+    }
+    sidecar.stop().await;
+}
+
+async fn healthz(addr: SocketAddr) -> reqwest::Result<reqwest::StatusCode> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()?;
+    let response = client
+        .get(format!("http://{addr}/v1.0/healthz"))
+        .send()
+        .await?;
+    Ok(response.status())
+}
+
+#[tokio::test]
+async fn at_the_cap_new_clients_wait_for_a_free_slot() {
+    let options = ApiOptions {
+        max_connections: 2,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let first = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    let _second = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    assert!(
+        healthz(sidecar.http_addr).await.is_err(),
+        "a third connection was served over the cap of 2"
+    );
+    drop(first);
+    let served = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            if let Ok(status) = healthz(sidecar.http_addr).await {
+                return status;
+            }
+        }
+    })
+    .await
+    .expect("never served after a slot freed");
+    assert!(served.is_success(), "{served}");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_cuts_stalled_connections_after_the_grace() {
+    let options = ApiOptions {
+        shutdown_grace: Duration::from_millis(200),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let _idle_grpc = TcpStream::connect(sidecar.grpc_addr).await.unwrap();
+    let mut half = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    half.write_all(b"POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let stopped = tokio::time::timeout(grpc::PATIENCE, sidecar.stop()).await;
+    assert!(stopped.is_ok(), "a stalled connection held the servers up");
+}

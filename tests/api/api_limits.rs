@@ -1,0 +1,282 @@
+//! What a client can make the sidecar hold is bounded in bytes: bulk state
+//! answers (a redis store, repeated keys included) and configuration
+//! answers are refused over `max_response_bytes` with the limit named
+//! (HTTP 413, gRPC `RESOURCE_EXHAUSTED`); a configuration subscriber that
+//! stops reading is dropped once its queue holds more than that many bytes,
+//! with its reason. Also here: keys with `||` refused on gRPC as on HTTP,
+//! and subscription ids bound to the connection that subscribed.
+
+use crate::support::grpc;
+use crate::support::sidecar;
+use testkit::redis::RedisServer;
+
+use std::collections::HashMap;
+
+use grpc::common::StateItem;
+use grpc::dapr::{
+    GetBulkStateRequest, GetConfigurationRequest, SaveStateRequest, SubscribeConfigurationRequest,
+    UnsubscribeConfigurationRequest,
+};
+use reqwest::{Client, StatusCode};
+use rewire::sidecar::ApiOptions;
+use rewire::ConfigItem;
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+use tonic::Code;
+
+/// A response limit small enough for a test to cross.
+const LIMIT: usize = 64 * 1024;
+
+fn options() -> ApiOptions {
+    ApiOptions {
+        max_response_bytes: LIMIT,
+        ..ApiOptions::default()
+    }
+}
+
+fn redis_config(server: &RedisServer) -> String {
+    json!({"appId": "shop", "components": {"state": {"orders": {"type": "redis",
+        "metadata": {"redisHost": server.addr()}}}}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_bulk_of_one_large_key_repeated_is_refused_naming_the_limit_on_http_and_grpc() {
+    let redis = RedisServer::start().await;
+    let sidecar = Sidecar::start(&redis_config(&redis), options()).await;
+    let url = format!("{}/v1.0/state/orders", sidecar.http_url());
+    let client = Client::new();
+    let big = "x".repeat(40 * 1024);
+    let saved = client
+        .post(&url)
+        .json(&json!([{"key": "big", "value": big}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+
+    // Once fits; 200 times the same key does not (and is read once).
+    let once = client
+        .post(format!("{url}/bulk"))
+        .json(&json!({"keys": ["big"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(once.status(), StatusCode::OK);
+    let once: Value = once.json().await.unwrap();
+    assert_eq!(once[0]["data"], json!(big));
+    let keys = vec!["big"; 200];
+    let repeated = client
+        .post(format!("{url}/bulk"))
+        .json(&json!({ "keys": keys }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(repeated.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = repeated.json().await.unwrap();
+    assert_eq!(body["errorCode"], "ERR_RESPONSE_TOO_LARGE");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("{LIMIT} bytes")), "{message}");
+    assert!(message.contains("max_response_bytes"), "{message}");
+
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let bulk = |keys: Vec<&str>| GetBulkStateRequest {
+        store_name: "orders".into(),
+        keys: keys.into_iter().map(String::from).collect(),
+        ..GetBulkStateRequest::default()
+    };
+    let once = dapr
+        .get_bulk_state(bulk(vec!["big", "absent"]))
+        .await
+        .unwrap();
+    assert_eq!(once.into_inner().items.len(), 2);
+    let refused = dapr
+        .get_bulk_state(bulk(vec!["big"; 200]))
+        .await
+        .expect_err("over the response limit");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().contains(&format!("{LIMIT} bytes")),
+        "{}",
+        refused.message()
+    );
+    sidecar.stop().await;
+}
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {"config_store": {"config": {"type": "memory",
+    "metadata": {"items": {"small": "s"}}}}}}"#;
+
+async fn set(sidecar: &Sidecar, key: &str, value: String) {
+    let store = sidecar.runtime.config_store("config").load().unwrap();
+    let item = ConfigItem {
+        key: key.into(),
+        value,
+        ..ConfigItem::default()
+    };
+    store.set(vec![item]).await.expect("set failed");
+}
+
+#[tokio::test]
+async fn configuration_answers_over_the_limit_are_refused_naming_it() {
+    let sidecar = Sidecar::start(CONFIG, options()).await;
+    set(&sidecar, "huge", "h".repeat(LIMIT + 1)).await;
+    let url = format!("{}/v1.0/configuration/config", sidecar.http_url());
+    let small = reqwest::get(format!("{url}?key=small")).await.unwrap();
+    assert_eq!(small.status(), StatusCode::OK);
+    let all = reqwest::get(&url).await.unwrap();
+    assert_eq!(all.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = all.json().await.unwrap();
+    assert_eq!(body["errorCode"], "ERR_RESPONSE_TOO_LARGE");
+
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let refused = dapr
+        .get_configuration(GetConfigurationRequest {
+            store_name: "config".into(),
+            keys: vec!["huge".into()],
+            metadata: HashMap::new(),
+        })
+        .await
+        .expect_err("over the response limit");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().contains(&format!("{LIMIT} bytes")),
+        "{}",
+        refused.message()
+    );
+    sidecar.stop().await;
+}
+
+fn subscribe() -> SubscribeConfigurationRequest {
+    SubscribeConfigurationRequest {
+        store_name: "config".into(),
+        keys: vec!["big".into()],
+        metadata: HashMap::new(),
+    }
+}
+
+/// `rewire_config_subscribers_dropped_total` from `/metrics`.
+async fn dropped(sidecar: &Sidecar) -> u64 {
+    let text = reqwest::get(format!("{}/metrics", sidecar.http_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with("rewire_config_subscribers_dropped_total"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_subscriber_that_stops_reading_is_dropped_by_bytes_with_its_reason() {
+    let sidecar = Sidecar::start(CONFIG, options()).await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut stream = dapr
+        .subscribe_configuration(subscribe())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(grpc::next(&mut stream).await.is_some(), "the id");
+    // The client reads nothing more while changes of 30 KB pile up: once
+    // the transport's buffers are full, the queue crosses 64 KiB.
+    let mut changes = 0;
+    while dropped(&sidecar).await == 0 {
+        assert!(
+            changes < 2_000,
+            "no subscriber dropped after {changes} changes"
+        );
+        set(
+            &sidecar,
+            "big",
+            format!("{changes}{}", "v".repeat(30 * 1024)),
+        )
+        .await;
+        changes += 1;
+    }
+    let reason = loop {
+        match grpc::next(&mut stream).await {
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => break status,
+            None => panic!("the stream ended without a reason"),
+        }
+    };
+    assert_eq!(reason.code(), Code::ResourceExhausted);
+    assert!(
+        reason.message().contains(&format!("{LIMIT} bytes")),
+        "{}",
+        reason.message()
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn only_the_subscribing_connection_can_unsubscribe() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut owner = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut other = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut ids = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut stream = owner
+            .subscribe_configuration(subscribe())
+            .await
+            .unwrap()
+            .into_inner();
+        ids.push(grpc::next(&mut stream).await.unwrap().unwrap().id);
+        streams.push(stream);
+    }
+    assert_ne!(ids[0], ids[1]);
+    assert!(
+        ids[0].len() >= "config-".len() + 32,
+        "guessable id {}",
+        ids[0]
+    );
+    let unsubscribe = |id: &str| UnsubscribeConfigurationRequest {
+        store_name: "config".into(),
+        id: id.into(),
+    };
+    let stolen = other
+        .unsubscribe_configuration(unsubscribe(&ids[0]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stolen.ok, "another connection cancelled the subscription");
+    assert!(
+        stolen.message.contains("does not exist"),
+        "{}",
+        stolen.message
+    );
+    let own = owner
+        .unsubscribe_configuration(unsubscribe(&ids[0]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(own.ok, "{}", own.message);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_save_state_refuses_keys_with_the_key_separator() {
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let refused = dapr
+        .save_state(SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![StateItem {
+                key: "a||b".into(),
+                value: b"1".to_vec(),
+                ..StateItem::default()
+            }],
+        })
+        .await
+        .expect_err("|| accepted");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("||"), "{}", refused.message());
+    sidecar.stop().await;
+}
