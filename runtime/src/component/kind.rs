@@ -136,7 +136,7 @@ mod tests {
             assert_eq!(Kind::parse(kind.as_str()), kind);
         }
         assert_eq!(Kind::parse("binding"), Kind::Custom("binding".into()));
-        let mut kinds = vec![Kind::State, Kind::parse("binding"), Kind::ConfigStore];
+        let mut kinds = [Kind::State, Kind::parse("binding"), Kind::ConfigStore];
         kinds.sort();
         let spelled: Vec<&str> = kinds.iter().map(Kind::as_str).collect();
         assert_eq!(spelled, ["binding", "config_store", "state"]);
