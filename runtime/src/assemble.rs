@@ -132,6 +132,8 @@ pub struct AssemblyContext {
     pub timeouts: StartTimeouts,
     /// Remembers secret values so they can be scrubbed from errors.
     pub redactor: Redactor,
+    /// The configuration file's folder, where relative paths resolve.
+    pub config_dir: Option<std::path::PathBuf>,
 }
 
 impl AssemblyContext {
@@ -252,6 +254,7 @@ pub(crate) async fn assemble_resolved(
         metadata: resolved.clone(),
         shutdown: shutdown.clone(),
         ready_timeout: cx.timeouts.ready,
+        config_dir: cx.config_dir.clone(),
     };
     let init = with_staged(cx.staged.clone(), async {
         tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)).await

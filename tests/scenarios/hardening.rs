@@ -363,3 +363,55 @@ async fn turning_watch_on_takes_effect_on_the_reload_that_does_it() {
     assert!(seen.is_some(), "{:#?}", runtime.history());
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_paths_in_metadata_are_the_configuration_files_neighbours() {
+    // The process runs elsewhere (the package root): `c.json` and `s.json`
+    // are found next to the configuration file, not in the working directory.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.json"), r#"{"greeting": "hello"}"#).unwrap();
+    std::fs::write(dir.path().join("s.json"), r#"{"db": "pw-relative-1"}"#).unwrap();
+    let path = dir.path().join("rewire.json");
+    let config = |store_file: &str| {
+        json!({"components": {
+            "config_store": {"cfg": {"type": "file", "metadata": {"path": store_file}}},
+            "secret_store": {"local": {"type": "local.file", "metadata": {"secretsFile": "s.json"}}}
+        }})
+        .to_string()
+    };
+    std::fs::write(&path, config("c.json")).unwrap();
+    let registry = rewire::Registry::collected();
+    let valid = rewire::ValidConfig::from_path(&path, &registry).unwrap();
+    let runtime = rewire::Runtime::start(valid, registry, RuntimeOptions::default())
+        .await
+        .expect("relative paths resolve against the file's folder");
+    let items = runtime
+        .config_store("cfg")
+        .load()
+        .unwrap()
+        .get(&ConfigQuery::keys(["greeting"]))
+        .await
+        .unwrap();
+    assert_eq!(items[0].value, "hello");
+    // A reload from the watched file resolves the same way, and a missing
+    // file is named by its full path.
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    std::fs::write(&path, config("missing.json")).unwrap();
+    let rolled_back = eventually(Duration::from_secs(10), || {
+        runtime
+            .history()
+            .into_iter()
+            .find(|r| r.trigger == Trigger::File && r.outcome == Outcome::RolledBack)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", runtime.history()));
+    let full = dir.path().join("missing.json");
+    assert!(
+        rolled_back
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains(&full.display().to_string())),
+        "{rolled_back:?}"
+    );
+    runtime.shutdown().await;
+}

@@ -61,9 +61,13 @@ impl ApolloConfigStore {
             }
             (None, None) => None,
         };
-        let cache = settings
-            .is_backup_config
-            .then(|| BackupCache::new(settings.backup_dir(), app_id, &settings.cluster));
+        let cache = settings.is_backup_config.then(|| {
+            BackupCache::new(
+                cx.resolve_path(settings.backup_dir()),
+                app_id,
+                &settings.cluster,
+            )
+        });
         let live = Arc::new(LiveNamespaces::new(namespaces));
         let refresher = Refresher::new(
             cx.key.clone(),

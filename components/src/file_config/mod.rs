@@ -111,6 +111,8 @@ fn plain_keys_only(query: &ConfigQuery) -> Result<(), ConfigError> {
 #[rewire_runtime::prelude::async_trait]
 impl Component for FileConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        // A relative `path` is the configuration file's neighbour.
+        self.settings.path = cx.resolve_path(&self.settings.path);
         let live = Arc::new(LiveFile::open(&self.settings.path).await?);
         let resync =
             Some(Duration::from_millis(self.settings.poll_interval_ms)).filter(|d| !d.is_zero());

@@ -184,6 +184,8 @@ impl LocalFileSecretStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for LocalFileSecretStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        // A relative `secretsFile` is the configuration file's neighbour.
+        self.settings.secrets_file = cx.resolve_path(&self.settings.secrets_file);
         let secrets = load(&self.settings).await?;
         info!(
             component = %cx.key,

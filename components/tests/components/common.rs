@@ -14,6 +14,7 @@ pub fn context(kind: &str, metadata: &Metadata) -> InitContext {
         metadata: metadata.clone(),
         shutdown: CancellationToken::new(),
         ready_timeout: Duration::from_secs(5),
+        config_dir: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn context(shutdown: CancellationToken) -> InitContext {
         metadata: Metadata::default(),
         shutdown,
         ready_timeout: Duration::from_secs(5),
+        config_dir: None,
     }
 }
 

@@ -10,6 +10,7 @@ pub use key::ComponentKey;
 pub use kind::Kind;
 
 use std::any::Any;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -68,6 +69,29 @@ pub struct InitContext {
     pub shutdown: CancellationToken,
     /// How long the runtime waits for the component to become ready.
     pub ready_timeout: Duration,
+    /// The folder of the configuration file, where relative paths in
+    /// metadata resolve (`None`: the working directory).
+    pub config_dir: Option<PathBuf>,
+}
+
+impl InitContext {
+    /// `path` from this component's metadata as the file it names: an
+    /// absolute path as is; a relative one against the configuration
+    /// file's folder (else the working directory), so that a configuration
+    /// means the same files wherever the process was started, and errors
+    /// name the full path.
+    pub fn resolve_path(&self, path: impl AsRef<Path>) -> PathBuf {
+        let path = path.as_ref();
+        if path.is_absolute() {
+            return path.to_path_buf();
+        }
+        match &self.config_dir {
+            Some(dir) => dir.join(path),
+            None => std::env::current_dir()
+                .map(|cwd| cwd.join(path))
+                .unwrap_or_else(|_| path.to_path_buf()),
+        }
+    }
 }
 
 /// The lifecycle of a component. Every hook has a default, so a component

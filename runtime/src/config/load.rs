@@ -53,6 +53,13 @@ fn too_large(len: u64) -> Problem {
     ))
 }
 
+/// The absolute folder of the file at `path`.
+pub(crate) fn folder_of(path: &Path) -> Option<std::path::PathBuf> {
+    std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+}
+
 /// Parses a configuration document. Structural problems of every component
 /// are collected; references and types are checked later by
 /// [`super::validate`].
@@ -105,8 +112,12 @@ impl ValidConfig {
     /// reporting every problem in one pass. A file over
     /// [`MAX_CONFIG_BYTES`](super::MAX_CONFIG_BYTES) is refused without
     /// being read whole (nor is an endless stream such as `/dev/zero`).
+    /// Relative paths in its components' metadata resolve against the
+    /// file's folder.
     pub fn from_path(path: &Path, registry: &Registry) -> Result<Self, Problems> {
-        Self::from_slice(&read_config_bytes(path)?, registry)
+        let mut valid = Self::from_slice(&read_config_bytes(path)?, registry)?;
+        valid.config.base_dir = folder_of(path);
+        Ok(valid)
     }
 
     /// Parses and validates a configuration document, reporting every

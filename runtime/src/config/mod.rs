@@ -16,7 +16,7 @@ pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
 pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
-pub(crate) use load::read_config_bytes;
+pub(crate) use load::{folder_of, read_config_bytes};
 pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};

@@ -1,6 +1,7 @@
 //! The typed configuration, after aliases are resolved.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
@@ -16,6 +17,10 @@ pub struct Config {
     pub components: BTreeMap<ComponentKey, ComponentSpec>,
     /// Where overrides of this configuration live in a config store.
     pub overlay: Option<OverlaySpec>,
+    /// The folder of the file it was read from: relative paths in component
+    /// metadata resolve against it (see [`InitContext::resolve_path`](crate::InitContext::resolve_path)).
+    /// `None` for a configuration that came from no file.
+    pub base_dir: Option<PathBuf>,
 }
 
 /// One declared component.

@@ -105,6 +105,7 @@ impl ConfigPatch {
                 .map(|(key, patch)| (key.clone(), patch.into_spec(key)))
                 .collect(),
             overlay: self.overlay,
+            base_dir: None,
         }
     }
 }

@@ -94,6 +94,7 @@ impl Reloader {
             staged: Arc::new(Generation::default()),
             timeouts: self.settings.timeouts,
             redactor: self.redactor.clone(),
+            config_dir: candidate.config.base_dir.clone(),
         };
         let generation = snapshot.generation;
         let plan = transaction::Plan {

@@ -33,6 +33,7 @@ pub(super) async fn start_all(
             staged: Arc::new(staged_for(&level, &config.graph, &components)),
             timeouts,
             redactor: redactor.clone(),
+            config_dir: config.config.base_dir.clone(),
         };
         let specs: Vec<ComponentSpec> = level
             .iter()

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::TriggerContext;
-use crate::config::{parse, read_config_bytes};
+use crate::config::{folder_of, parse, read_config_bytes};
 use crate::fs_watch::{FileWatch, OnChange};
 use crate::reload::{ReloadRequest, Trigger};
 
@@ -70,7 +70,8 @@ async fn config_file_changed(cx: &TriggerContext, path: &Path, last: &Mutex<Opti
         *last = Some(hash);
     }
     match parse(&bytes) {
-        Ok(config) => {
+        Ok(mut config) => {
+            config.base_dir = folder_of(path);
             tracing::info!(path = %path.display(), "Configuration file changed.");
             cx.request(ReloadRequest::new(config, Trigger::File));
         }

@@ -329,6 +329,8 @@ impl GenConfig {
                 .overlay
                 .clone()
                 .map(|(store, key)| OverlaySpec { store, key }),
+            // Parsed text comes from no file.
+            base_dir: None,
         }
     }
 }

@@ -68,6 +68,7 @@ pub async fn start_within(metadata: Value, ready_timeout: Duration) -> Result<St
         metadata,
         shutdown: shutdown.clone(),
         ready_timeout,
+        config_dir: None,
     };
     built.init(&cx).await.map_err(|e| e.to_string())?;
     match built.into_instance() {
