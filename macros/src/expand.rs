@@ -221,6 +221,24 @@ fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
     let type_name = LitStr::new(&component.type_name.value(), Span::call_site());
     let description = &component.description;
     let example = &component.example;
+    let ident = component.ident;
+    // Spanned on `in_place`: a missing `InPlaceUpdate` impl is reported
+    // there, by the trait's own message.
+    let in_place = match component.in_place {
+        Some(span) => quote_spanned! {span=>
+            ::core::option::Option::Some({
+                fn in_place(
+                    component: &dyn #krate::Component,
+                ) -> ::core::option::Option<&dyn #krate::InPlaceUpdate> {
+                    let any: &dyn ::core::any::Any = component;
+                    any.downcast_ref::<#ident>()
+                        .map(|own| own as &dyn #krate::InPlaceUpdate)
+                }
+                in_place as #krate::InPlaceHook
+            })
+        },
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         #krate::__private::inventory::submit! {
             #krate::ComponentDescriptor {
@@ -233,6 +251,7 @@ fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
                 check_refs: ::core::option::Option::Some(
                     #krate::__private::check_refs::<__RewireInjectProbe>,
                 ),
+                in_place: #in_place,
             }
         }
     }

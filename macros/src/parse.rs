@@ -10,7 +10,7 @@ use syn::{Attribute, Data, DeriveInput, Fields, Generics, Ident, LitStr, Type};
 use crate::errors::{closest, unknown_key, Errors};
 
 /// The keys `#[component(...)]` knows.
-pub(crate) const COMPONENT_KEYS: &[&str] = &["kind", "type", "example", "crate"];
+pub(crate) const COMPONENT_KEYS: &[&str] = &["kind", "type", "example", "crate", "in_place"];
 /// The keys `#[inject(...)]` knows.
 pub(crate) const INJECT_KEYS: &[&str] = &["name"];
 
@@ -56,6 +56,8 @@ pub(crate) struct ComponentArgs {
     pub example: Option<LitStr>,
     /// `crate = "..."`.
     pub krate: Option<LitStr>,
+    /// `in_place`: the component implements `InPlaceUpdate`.
+    pub in_place: Option<Span>,
     /// Keys already reported on (given with a bad value, or suggested for
     /// a misspelt key): not reported missing as well.
     pub reported: Vec<&'static str>,
@@ -132,6 +134,7 @@ fn parse_component_attr(attr: &Attribute, args: &mut Option<ComponentArgs>, erro
         type_name: None,
         example: None,
         krate: None,
+        in_place: None,
         reported: Vec::new(),
     });
     let result = attr.parse_nested_meta(|meta| {
@@ -140,6 +143,9 @@ fn parse_component_attr(attr: &Attribute, args: &mut Option<ComponentArgs>, erro
             .get_ident()
             .map(ToString::to_string)
             .unwrap_or_default();
+        if key == "in_place" {
+            return in_place_flag(&meta, args, errors);
+        }
         let slot = match key.as_str() {
             "kind" => &mut args.kind,
             "type" => &mut args.type_name,
@@ -182,6 +188,30 @@ fn parse_component_attr(attr: &Attribute, args: &mut Option<ComponentArgs>, erro
     if let Err(error) = result {
         errors.push(error);
     }
+}
+
+/// `in_place`, a flag: no value, at most once.
+fn in_place_flag(
+    meta: &syn::meta::ParseNestedMeta<'_>,
+    args: &mut ComponentArgs,
+    errors: &mut Errors,
+) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        errors.at(
+            meta.path.span(),
+            "`in_place` takes no value: write `#[component(..., in_place)]`",
+        );
+        return skip_value(meta);
+    }
+    if args.in_place.is_some() {
+        errors.at(
+            meta.path.span(),
+            "`in_place` is given twice in `#[component(...)]`",
+        );
+    } else {
+        args.in_place = Some(meta.path.span());
+    }
+    Ok(())
 }
 
 fn parse_field<'a>(field: &'a syn::Field, errors: &mut Errors) -> Option<ParsedField<'a>> {

@@ -29,6 +29,8 @@ pub(crate) struct Component<'a> {
     pub example: String,
     /// `crate = "..."`, as a path.
     pub crate_override: Option<syn::Path>,
+    /// `in_place`: where it was written.
+    pub in_place: Option<proc_macro2::Span>,
     /// First paragraph of the doc comment.
     pub description: String,
     /// Every field, with what fills it.
@@ -111,6 +113,7 @@ pub(crate) fn validate(parsed: ParsedInput<'_>) -> syn::Result<Component<'_>> {
             format!("#[derive(Component)] does not support generic structs: the registry needs one concrete type for `{ident}`"),
         );
     }
+    let in_place = args.as_ref().and_then(|a| a.in_place);
     let args = check_args(ident, args, &mut errors);
     let fields = check_fields(fields, &mut errors);
     errors.finish(())?;
@@ -127,6 +130,7 @@ pub(crate) fn validate(parsed: ParsedInput<'_>) -> syn::Result<Component<'_>> {
         type_name,
         example,
         crate_override,
+        in_place,
         description,
         fields,
     })

@@ -50,8 +50,8 @@ pub use metadata::{Metadata, MetadataError, NoMetadata};
 pub use redact::RedactingWriter;
 #[doc(inline)]
 pub use registry::{
-    Buildable, CheckRefs, ComponentDescriptor, Inject, InjectError, InjectField, RefRefused,
-    Registry, ValidateMetadata,
+    Buildable, CheckRefs, ComponentDescriptor, InPlaceHook, Inject, InjectError, InjectField,
+    RefRefused, Registry, ValidateMetadata,
 };
 #[doc(inline)]
 pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};

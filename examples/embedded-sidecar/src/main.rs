@@ -26,9 +26,15 @@ fn everyone() -> String {
     "everyone".to_string()
 }
 
-/// Greets its audience; takes a new greeting in place.
+/// Greets its audience; takes a new greeting in place (`in_place`: the
+/// derive finds the `InPlaceUpdate` impl below).
 #[derive(rewire::Component)]
-#[component(kind = "greeter", type = "hello", example = r#"{"greeting": "hello"}"#)]
+#[component(
+    kind = "greeter",
+    type = "hello",
+    example = r#"{"greeting": "hello"}"#,
+    in_place
+)]
 struct Greeter {
     #[metadata]
     meta: LiveMetadata<GreeterMetadata>,
@@ -40,10 +46,6 @@ impl Component for Greeter {
         let meta = self.meta.load();
         rewire::tracing::info!(component = %cx.key, greeting = %meta.greeting, audience = %meta.audience, "Greeter ready.");
         Ok(())
-    }
-
-    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
-        Some(self)
     }
 }
 

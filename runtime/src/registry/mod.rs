@@ -33,9 +33,28 @@ pub struct ComponentDescriptor {
     /// Checks ahead of start that the component takes the given
     /// componentRefs and lacks none (`None`: not known before start).
     pub check_refs: Option<CheckRefs>,
+    /// The component's in-place update, when it is declared with
+    /// `#[component(in_place)]` (else only `Component::as_in_place` says).
+    pub in_place: Option<InPlaceHook>,
 }
 
 inventory::collect!(ComponentDescriptor);
+
+/// The in-place update of a built component, if its type has one.
+pub type InPlaceHook = for<'a> fn(
+    &'a dyn crate::component::Component,
+) -> Option<&'a dyn crate::component::InPlaceUpdate>;
+
+/// The in-place update of `component`: its own `as_in_place`, else the
+/// one its type declared with `#[component(in_place)]`.
+pub(crate) fn in_place_of<'a>(
+    component: &'a dyn crate::component::Component,
+    hook: Option<InPlaceHook>,
+) -> Option<&'a dyn crate::component::InPlaceUpdate> {
+    component
+        .as_in_place()
+        .or_else(|| hook.and_then(|in_place| in_place(component)))
+}
 
 /// Checks ahead of start that a component takes these componentRefs.
 pub type CheckRefs = fn(&[crate::component::ComponentKey]) -> Result<(), RefRefused>;

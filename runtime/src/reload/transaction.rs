@@ -16,7 +16,7 @@ use crate::component::InPlace;
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::handle::with_staged;
 use crate::metadata::Metadata;
-use crate::registry::{ComponentDescriptor, Registry};
+use crate::registry::{in_place_of, ComponentDescriptor, InPlaceHook, Registry};
 use crate::running::{close_one, staged_for, Components, Running};
 
 /// What happened to one component in the transaction.
@@ -27,6 +27,8 @@ pub(crate) enum Step {
     InPlace {
         running: Running,
         previous: Metadata,
+        /// The type's declared in-place update, to revert with.
+        hook: Option<InPlaceHook>,
     },
     /// A new instance; `replaced` is the old one, if any.
     Built {
@@ -260,7 +262,7 @@ async fn decide_and_run(
             return Ok(Step::Kept(kept));
         }
         let component = previous.assembled.instance.component();
-        if let Some(dynamic) = component.as_in_place() {
+        if let Some(dynamic) = in_place_of(component.as_ref(), descriptor.in_place) {
             let apply = tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&resolved));
             match with_staged(cx.staged.clone(), apply).await {
                 Err(_) => {
@@ -274,6 +276,7 @@ async fn decide_and_run(
                     return Ok(Step::InPlace {
                         running: updated,
                         previous: old_metadata,
+                        hook: descriptor.in_place,
                     });
                 }
                 Ok(Ok(InPlace::NeedsRebuild)) => {}
@@ -305,10 +308,14 @@ async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
                 )
                 .await;
             }
-            Step::InPlace { running, previous } => {
+            Step::InPlace {
+                running,
+                previous,
+                hook,
+            } => {
                 let key = &running.spec.key;
                 let component = running.assembled.instance.component();
-                let restored = match component.as_in_place() {
+                let restored = match in_place_of(component.as_ref(), hook) {
                     Some(dynamic) => matches!(
                         tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&previous))
                             .await,

@@ -48,6 +48,7 @@ fn registry() -> Registry {
             validate,
             build: unbuildable,
             check_refs: None,
+            in_place: None,
         });
     }
     registry

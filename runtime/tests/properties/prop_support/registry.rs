@@ -76,6 +76,7 @@ pub fn registry() -> Registry {
             validate,
             build: unbuildable,
             check_refs: None,
+            in_place: None,
         });
     }
     registry
@@ -98,6 +99,7 @@ pub fn open_registry() -> Registry {
             validate: open_validate,
             build: unbuildable,
             check_refs: None,
+            in_place: None,
         });
     }
     registry
