@@ -47,10 +47,10 @@ pub type InPlaceHook = for<'a> fn(
 
 /// The in-place update of `component`: its own `as_in_place`, else the
 /// one its type declared with `#[component(in_place)]`.
-pub(crate) fn in_place_of<'a>(
-    component: &'a dyn crate::component::Component,
+pub(crate) fn in_place_of(
+    component: &dyn crate::component::Component,
     hook: Option<InPlaceHook>,
-) -> Option<&'a dyn crate::component::InPlaceUpdate> {
+) -> Option<&dyn crate::component::InPlaceUpdate> {
     component
         .as_in_place()
         .or_else(|| hook.and_then(|in_place| in_place(component)))
