@@ -12,18 +12,26 @@ const CONFIG_STORE_FILE: &str = "config-store.json";
 /// The secret store's data file of the built-in default.
 const SECRETS_FILE: &str = "secrets.json";
 
-/// Where the default stores keep their files: `$REWIRE_HOME`, else a
-/// `rewire` folder in the system temp dir.
+/// Where the default stores keep their files, per user: `$REWIRE_HOME`,
+/// else `$XDG_DATA_HOME/rewire`, else `$HOME/.local/share/rewire`, else a
+/// `rewire-<user>` folder in the system temp dir.
 pub fn default_home() -> PathBuf {
-    std::env::var_os("REWIRE_HOME")
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    var("REWIRE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("rewire"))
+        .or_else(|| var("XDG_DATA_HOME").map(|d| PathBuf::from(d).join("rewire")))
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".local/share/rewire")))
+        .unwrap_or_else(|| {
+            let user =
+                var("USER").map_or_else(|| "user".into(), |u| u.to_string_lossy().into_owned());
+            std::env::temp_dir().join(format!("rewire-{user}"))
+        })
 }
 
 /// The built-in configuration document, creating its (empty) data files
 /// under `home` when missing.
 pub fn default_config(home: &Path) -> std::io::Result<Vec<u8>> {
-    let (configuration, secrets) = data_files(home, "configuration.json")?;
+    let (configuration, secrets) = data_files(home, CONFIG_STORE_FILE)?;
     serde_json::to_vec_pretty(&document(&configuration, &secrets)).map_err(std::io::Error::other)
 }
 

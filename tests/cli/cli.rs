@@ -195,7 +195,7 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
         "{}",
         rest.join("\n")
     );
-    assert!(home.path().join("configuration.json").exists());
+    assert!(home.path().join("config-store.json").exists());
 }
 
 #[test]
