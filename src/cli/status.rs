@@ -135,7 +135,10 @@ fn field(value: &Value, name: &str) -> String {
 
 /// A field's array, empty if missing.
 fn list<'a>(value: &'a Value, name: &str) -> &'a [Value] {
-    value.get(name).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    value
+        .get(name)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 /// The first line of a (possibly multi-line) message.
@@ -174,7 +177,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("  lock/locks               redis            not_ready: connection refused\n"),
+            text.contains(
+                "  lock/locks               redis            not_ready: connection refused\n"
+            ),
             "{text}"
         );
         assert!(
@@ -192,7 +197,10 @@ mod tests {
     fn summary_says_when_there_were_no_reloads_and_omits_a_missing_retry() {
         let status = json!({"generation": 1, "appId": "a", "components": [], "reloads": []});
         let text = summary(&status);
-        assert!(text.contains("last reloads (oldest first):\n  none\n"), "{text}");
+        assert!(
+            text.contains("last reloads (oldest first):\n  none\n"),
+            "{text}"
+        );
         assert!(!text.contains("pending retry"), "{text}");
     }
 }

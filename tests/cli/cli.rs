@@ -276,7 +276,10 @@ fn init_writes_the_default_as_files_that_validate_and_graph_take_as_they_are() {
     assert!(stdout.contains("valid (4 components)"), "{stdout}");
     let (code, stdout, stderr) = output(rewire().arg("graph").current_dir(dir.path()));
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.find("secret_store/secretstore").is_some(), "{stdout}");
+    assert!(
+        stdout.find("secret_store/secretstore").is_some(),
+        "{stdout}"
+    );
     // A second init does not overwrite what the user edited.
     let (code, _, stderr) = output(rewire().arg("init").arg(dir.path()));
     assert_eq!(code, 1);
@@ -294,5 +297,8 @@ fn validate_without_a_file_checks_the_built_in_default() {
             .env("REWIRE_HOME", home.path()),
     );
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(stdout.trim_end(), "the built-in default: valid (4 components)");
+    assert_eq!(
+        stdout.trim_end(),
+        "the built-in default: valid (4 components)"
+    );
 }

@@ -82,8 +82,14 @@ mod tests {
         let problems = Problems(vec![Problem::file("first"), Problem::file("second")]);
         let error = ReloadError::Invalid(problems);
         let returned: Box<dyn std::error::Error> = Box::new(error.clone());
-        assert_eq!(format!("{returned:?}"), "configuration rejected:\nfirst\nsecond");
-        let stale = ReloadError::Stale { based_on: 1, running: 2 };
+        assert_eq!(
+            format!("{returned:?}"),
+            "configuration rejected:\nfirst\nsecond"
+        );
+        let stale = ReloadError::Stale {
+            based_on: 1,
+            running: 2,
+        };
         assert_eq!(format!("{stale:?}"), stale.to_string());
     }
 }
