@@ -10,6 +10,7 @@ mod run;
 mod status;
 mod validate;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,6 +59,9 @@ enum Command {
         /// HTTP address of the sidecar.
         #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR)]
         http_addr: std::net::SocketAddr,
+        /// Print the sidecar's status JSON as is (for scripts).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -94,14 +98,25 @@ pub fn main() -> ExitCode {
 }
 
 /// Logs to stderr, with every known secret value scrubbed; `RUST_LOG`
-/// filters (default `info`).
+/// filters (default `info`). Coloured only when stderr is a terminal and
+/// `NO_COLOR` is unset.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_wanted(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_writer(|| rewire::RedactingWriter::new(std::io::stderr()))
         .try_init();
+}
+
+/// Colour only on a terminal, and never when `NO_COLOR` is set (to any
+/// non-empty value, as <https://no-color.org> says).
+fn colour_wanted(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Runs the chosen command.
@@ -112,7 +127,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         Command::Validate { config } => validate::validate_command(config),
         Command::Graph { config, format } => graph::graph_command(config, format),
         Command::Components => components::components_command(),
-        Command::Status { http_addr } => status::status_command(http_addr).await,
+        Command::Status { http_addr, json } => status::status_command(http_addr, json).await,
         Command::Apply(args) => apply::apply_command(args).await,
     }
 }
@@ -147,5 +162,18 @@ fn print_json(value: &serde_json::Value) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => println!("{text}"),
         Err(_) => println!("{value}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour_wanted;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some("".into())));
+        assert!(!colour_wanted(true, Some("1".into())));
+        assert!(!colour_wanted(false, None));
     }
 }

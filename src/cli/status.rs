@@ -1,23 +1,22 @@
-//! `rewire status`: the running sidecar's status, from its HTTP API.
+//! `rewire status`: the running sidecar's status, from its HTTP API, as a
+//! readable summary (or, with `--json`, the API's JSON as is).
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use serde_json::Value;
+
 use super::print_json;
 
-/// Prints the status of the sidecar at `http_addr` as JSON.
-pub async fn status_command(http_addr: SocketAddr) -> ExitCode {
+/// How many of the last reloads the summary shows.
+const RELOADS_SHOWN: usize = 5;
+
+/// Prints the status of the sidecar at `http_addr`: a summary, or the
+/// JSON the sidecar answered when `json` is set.
+pub async fn status_command(http_addr: SocketAddr, json: bool) -> ExitCode {
     let url = format!("http://{http_addr}/v1.0/rewire/status");
-    let mut request = reqwest::Client::new().get(&url);
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if let Some(token) = var("DAPR_API_TOKEN").or_else(|| var("REWIRE_API_TOKEN")) {
-        request = request.header("dapr-api-token", token);
-    }
-    // Status is admin data: with an admin token set, it needs that one.
-    if let Some(token) = var("REWIRE_ADMIN_TOKEN") {
-        request = request.header("rewire-admin-token", token);
-    }
-    let response = match request.send().await {
+    let response = match request(&url).send().await {
         Ok(response) => response,
         Err(err) => {
             eprintln!("error: cannot reach the sidecar at {url}: {err}");
@@ -25,9 +24,13 @@ pub async fn status_command(http_addr: SocketAddr) -> ExitCode {
         }
     };
     let status = response.status();
-    match response.json::<serde_json::Value>().await {
+    match response.json::<Value>().await {
         Ok(body) if status.is_success() => {
-            print_json(&body);
+            if json {
+                print_json(&body);
+            } else {
+                print!("{}", summary(&body));
+            }
             ExitCode::SUCCESS
         }
         Ok(body) => {
@@ -38,5 +41,166 @@ pub async fn status_command(http_addr: SocketAddr) -> ExitCode {
             eprintln!("error: the sidecar answered {status} with an unreadable body: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The status request, with the API and admin tokens from the environment.
+fn request(url: &str) -> reqwest::RequestBuilder {
+    let mut request = reqwest::Client::new().get(url);
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(token) = var("DAPR_API_TOKEN").or_else(|| var("REWIRE_API_TOKEN")) {
+        request = request.header("dapr-api-token", token);
+    }
+    // Status is admin data: with an admin token set, it needs that one.
+    if let Some(token) = var("REWIRE_ADMIN_TOKEN") {
+        request = request.header("rewire-admin-token", token);
+    }
+    request
+}
+
+/// The status as text: generation and app id, one line per component,
+/// the last reloads and a pending retry.
+pub(crate) fn summary(status: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "generation {}, app id {}",
+        field(status, "generation"),
+        field(status, "appId")
+    );
+    let components = list(status, "components");
+    let _ = writeln!(out, "\ncomponents ({}):", components.len());
+    for component in components {
+        out.push_str(&component_line(component));
+    }
+    let reloads = list(status, "reloads");
+    let skipped = reloads.len().saturating_sub(RELOADS_SHOWN);
+    let _ = writeln!(out, "\nlast reloads (oldest first):");
+    if reloads.is_empty() {
+        out.push_str("  none\n");
+    }
+    for reload in &reloads[skipped..] {
+        out.push_str(&reload_line(reload));
+    }
+    if let Some(retry) = status.get("pendingRetry").filter(|r| !r.is_null()) {
+        let _ = writeln!(
+            out,
+            "\npending retry: {} reload, {} attempt(s), next at {} (unix ms)",
+            field(retry, "trigger"),
+            field(retry, "attempts"),
+            field(retry, "next_at_unix_ms")
+        );
+    }
+    out
+}
+
+/// `  kind/name  type  state[: reason]`.
+fn component_line(component: &Value) -> String {
+    let key = format!("{}/{}", field(component, "kind"), field(component, "name"));
+    let mut line = format!(
+        "  {key:<24} {:<16} {}",
+        field(component, "type"),
+        field(component, "state")
+    );
+    if let Some(reason) = component.get("reason").and_then(Value::as_str) {
+        let _ = write!(line, ": {}", first_line(reason));
+    }
+    line.push('\n');
+    line
+}
+
+/// `  generation N  trigger  outcome[: error's first line]`.
+fn reload_line(reload: &Value) -> String {
+    let mut line = format!(
+        "  generation {:<4} {:<12} {}",
+        field(reload, "generation"),
+        field(reload, "trigger"),
+        field(reload, "outcome")
+    );
+    if let Some(error) = reload.get("error").and_then(Value::as_str) {
+        let _ = write!(line, ": {}", first_line(error));
+    }
+    line.push('\n');
+    line
+}
+
+/// A field as text: strings unquoted, anything missing as `?`.
+fn field(value: &Value, name: &str) -> String {
+    match value.get(name) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => "?".to_string(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// A field's array, empty if missing.
+fn list<'a>(value: &'a Value, name: &str) -> &'a [Value] {
+    value
+        .get(name)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The first line of a (possibly multi-line) message.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+    use serde_json::json;
+
+    #[test]
+    fn summary_lists_components_reloads_and_the_pending_retry() {
+        let status = json!({
+            "generation": 3,
+            "appId": "shop",
+            "components": [
+                {"kind": "state", "name": "orders", "type": "memory", "state": "ready",
+                 "metadata": {}, "componentRefs": [], "sources": {}},
+                {"kind": "lock", "name": "locks", "type": "redis", "state": "not_ready",
+                 "reason": "connection refused\nmore detail"}
+            ],
+            "reloads": [
+                {"generation": 2, "trigger": "api", "outcome": "applied", "error": null},
+                {"generation": 2, "trigger": "file", "outcome": "rejected",
+                 "error": "state/orders: bad field\nstate/x: other"}
+            ],
+            "pendingRetry": {"trigger": "watch", "attempts": 2, "next_at_unix_ms": 1000}
+        });
+        let text = summary(&status);
+        assert!(text.starts_with("generation 3, app id shop\n"), "{text}");
+        assert!(text.contains("components (2):\n"), "{text}");
+        assert!(
+            text.contains("  state/orders             memory           ready\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  lock/locks               redis            not_ready: connection refused\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  generation 2    file         rejected: state/orders: bad field\n"),
+            "{text}"
+        );
+        assert!(!text.contains("state/x: other"), "{text}");
+        assert!(
+            text.contains("pending retry: watch reload, 2 attempt(s), next at 1000 (unix ms)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn summary_says_when_there_were_no_reloads_and_omits_a_missing_retry() {
+        let status = json!({"generation": 1, "appId": "a", "components": [], "reloads": []});
+        let text = summary(&status);
+        assert!(
+            text.contains("last reloads (oldest first):\n  none\n"),
+            "{text}"
+        );
+        assert!(!text.contains("pending retry"), "{text}");
     }
 }

@@ -167,13 +167,19 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
                 .current_dir(&home)
                 .env("REWIRE_HOME", &home)
                 .env("RUST_LOG", "info")
-                .env("NO_COLOR", "1");
+                // Logs to a file, with NO_COLOR unset: still no colour codes.
+                .env_remove("NO_COLOR");
             command
         }
     });
     if let Err(err) = child.start_until_logged(Duration::from_secs(30), "Runtime started.") {
         panic!("no start within 30s: {err}");
     }
+    assert!(
+        !child.log().contains('\x1b'),
+        "ANSI codes in a log written to a file:\n{}",
+        child.log()
+    );
     let seen: Vec<String> = child.log().lines().map(String::from).collect();
     assert!(
         seen.iter().any(|l| l.contains("components=4")),

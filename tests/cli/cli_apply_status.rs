@@ -102,7 +102,18 @@ fn apply_changes_a_running_component_and_status_shows_it() {
         text(&added.stdout)
     );
 
-    let status = rewire(&["status", "--http-addr", &http]);
+    let summary = rewire(&["status", "--http-addr", &http]);
+    assert!(summary.status.success(), "{}", text(&summary.stderr));
+    let summary = text(&summary.stdout);
+    assert!(summary.starts_with("generation 3, app id "), "{summary}");
+    assert!(summary.contains("\n  state/orders "), "{summary}");
+    assert!(summary.contains("\n  lock/locks "), "{summary}");
+    assert!(
+        summary.contains("api          rejected: ") && summary.contains("defaultTtlInSecs"),
+        "{summary}"
+    );
+
+    let status = rewire(&["status", "--json", "--http-addr", &http]);
     assert!(status.status.success(), "{}", text(&status.stderr));
     let status: serde_json::Value =
         serde_json::from_slice(&status.stdout).expect("status is not JSON");

@@ -126,7 +126,7 @@ fn run_serves_the_users_component_and_a_file_edit_updates_it_in_place() {
     std::fs::write(&path, greeter("bonjour")).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let status = loop {
-        let status = sidecar(&["status", "--http-addr", &http]);
+        let status = sidecar(&["status", "--json", "--http-addr", &http]);
         let stdout = text(&status.stdout);
         if stdout.contains("bonjour") && stdout.contains("updated_in_place") {
             break stdout;

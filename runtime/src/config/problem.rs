@@ -59,7 +59,21 @@ impl fmt::Display for OneLine<'_> {
 }
 
 /// Every problem found in a configuration, one per line when displayed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+///
+/// Its `Debug` is its `Display` too, so a `main` returning it with `?`
+/// (`fn main() -> Result<(), Box<dyn Error>>`) prints the problems, one
+/// per line, not a dump of the structure:
+///
+/// ```
+/// use rewire_runtime::config::{Problem, Problems};
+///
+/// let mut problems = Problems::default();
+/// problems.push(Problem::file("first problem"));
+/// problems.push(Problem::file("second problem"));
+/// assert_eq!(format!("{problems:?}"), "first problem\nsecond problem");
+/// assert_eq!(format!("{problems:?}"), problems.to_string());
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, thiserror::Error)]
 pub struct Problems(pub Vec<Problem>);
 
 impl Problems {
@@ -85,6 +99,12 @@ impl Problems {
     /// The problems, in order.
     pub fn iter(&self) -> impl Iterator<Item = &Problem> {
         self.0.iter()
+    }
+}
+
+impl fmt::Debug for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

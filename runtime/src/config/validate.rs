@@ -265,8 +265,12 @@ fn check_target(
         .filter(|k| k.name == target.name)
         .map(ComponentKey::to_string)
         .collect();
+    // The same name under another kind is the likelier slip: say that alone.
     let message = if elsewhere.is_empty() {
-        format!("{at}: references `{target}`, which is not declared")
+        let hint = closest_of_kind(config, target)
+            .map(|close| format!(" (did you mean `{close}`?)"))
+            .unwrap_or_default();
+        format!("{at}: references `{target}`, which is not declared{hint}")
     } else {
         format!(
             "{at}: references `{target}`, which is not declared; `{}` is, but it is not a {}",
@@ -275,6 +279,21 @@ fn check_target(
         )
     };
     problems.push(Problem::component(user, message));
+}
+
+/// The declared component of `target`'s kind whose name is closest to
+/// `target`'s, if one is close enough to be a likely misspelling (the same
+/// measure and threshold as metadata's did-you-mean).
+fn closest_of_kind<'a>(config: &'a Config, target: &ComponentKey) -> Option<&'a ComponentKey> {
+    let wanted = target.name.to_lowercase();
+    config
+        .components
+        .keys()
+        .filter(|k| k.kind == target.kind && k.name != target.name)
+        .map(|k| (strsim::jaro_winkler(&wanted, &k.name.to_lowercase()), k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
 }
 
 #[cfg(test)]

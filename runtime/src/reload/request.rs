@@ -42,7 +42,10 @@ impl ReloadRequest {
 
 /// Why a reload did not apply. In every case the running generation is
 /// untouched.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// Its `Debug` is its `Display` (one problem per line), so a host's `main`
+/// that returns it with `?` prints readable text, not the structure.
+#[derive(Clone, thiserror::Error)]
 pub enum ReloadError {
     /// The candidate is invalid (every problem listed).
     #[error("configuration rejected:\n{0}")]
@@ -61,4 +64,32 @@ pub enum ReloadError {
     /// The runtime is shut down.
     #[error("the runtime is shut down")]
     Stopped,
+}
+
+impl std::fmt::Debug for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReloadError;
+    use crate::config::{Problem, Problems};
+
+    #[test]
+    fn debug_is_the_readable_display_one_problem_per_line() {
+        let problems = Problems(vec![Problem::file("first"), Problem::file("second")]);
+        let error = ReloadError::Invalid(problems);
+        let returned: Box<dyn std::error::Error> = Box::new(error.clone());
+        assert_eq!(
+            format!("{returned:?}"),
+            "configuration rejected:\nfirst\nsecond"
+        );
+        let stale = ReloadError::Stale {
+            based_on: 1,
+            running: 2,
+        };
+        assert_eq!(format!("{stale:?}"), stale.to_string());
+    }
 }

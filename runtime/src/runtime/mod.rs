@@ -37,7 +37,27 @@ pub use status::Status;
 pub use worker::PendingRetry;
 
 /// Why the runtime did not start.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// Its `Debug` is its `Display` (one problem per line), so a host's
+/// `fn main() -> Result<(), Box<dyn Error>>` that returns it with `?`
+/// prints readable text rather than a dump of the structure:
+///
+/// ```
+/// use rewire_runtime::{ComponentFailure, ComponentKey, FailedStep, StartError};
+///
+/// let failure = |name: &str| ComponentFailure {
+///     component: Some(ComponentKey::new("state", name)),
+///     step: FailedStep::Init,
+///     message: "connection refused".to_string(),
+/// };
+/// let error = StartError::Failed(vec![failure("orders"), failure("carts")]);
+/// let returned: Box<dyn std::error::Error> = Box::new(error.clone());
+/// let shown = format!("{returned:?}"); // what `main` prints after `Error: `
+/// assert_eq!(shown, error.to_string());
+/// assert_eq!(shown.lines().count(), 2);
+/// assert!(!shown.contains("ComponentFailure"), "{shown}");
+/// ```
+#[derive(Clone, thiserror::Error)]
 pub enum StartError {
     /// The configuration is invalid (every problem listed).
     #[error("{0}")]
@@ -45,6 +65,12 @@ pub enum StartError {
     /// Components failed to start; everything started was closed.
     #[error("{}", failure_lines(.0))]
     Failed(Vec<ComponentFailure>),
+}
+
+impl std::fmt::Debug for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// A running set of components. Cheap to clone: clones share the runtime.

@@ -199,3 +199,29 @@ fn validation_offers_component_refs_as_start_up_does() {
         ["cache/x: field `store` needs a config store but no componentRef provides one"]
     );
 }
+
+#[test]
+fn a_misspelled_ref_target_gets_the_closest_declared_component_of_its_kind() {
+    let found = problems(
+        r#"{"components": {
+            "secret_store": {"vault": {"type": "env"}, "valut2": {"type": "env"}},
+            "config_store": {"settings": {"type": "memory"}, "vaults": {"type": "memory"}},
+            "state": {
+                "a": {"type": "memory", "componentRef": [{"type": "config_store", "name": "setings"}]},
+                "b": {"type": "memory",
+                      "secretRef": [{"store": "vualt", "name": "s", "key": "k", "injectAs": "x"}]},
+                "c": {"type": "memory",
+                      "configurationRef": [{"store": "setting", "key": "k", "injectAs": "x"}]},
+                "d": {"type": "memory", "componentRef": [{"type": "config_store", "name": "zzz"}]}
+            }
+        }}"#,
+    );
+    for line in [
+        "state/a: componentRef[0]: references `config_store/setings`, which is not declared (did you mean `config_store/settings`?)",
+        "state/b: secretRef[0]: references `secret_store/vualt`, which is not declared (did you mean `secret_store/vault`?)",
+        "state/c: configurationRef[0]: references `config_store/setting`, which is not declared (did you mean `config_store/settings`?)",
+        "state/d: componentRef[0]: references `config_store/zzz`, which is not declared",
+    ] {
+        assert!(found.iter().any(|p| p == line), "missing {line:?} in {found:?}");
+    }
+}
