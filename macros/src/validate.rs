@@ -1,21 +1,11 @@
 //! Stage two: the model checked for user mistakes, each reported on the
 //! user's tokens and in the user's terms.
 
-use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{Ident, LitStr, Type};
 
 use crate::errors::Errors;
 use crate::parse::{ComponentArgs, ParsedField, ParsedInput, Shape};
-
-/// The handle types an `#[inject]` field can have (bare or in an `Option`).
-pub(crate) const HANDLE_TYPES: &[&str] = &[
-    "ConfigStoreHandle",
-    "SecretStoreHandle",
-    "StateStoreHandle",
-    "LockHandle",
-    "ComponentHandle",
-];
 
 /// A component the derive can expand.
 pub(crate) struct Component<'a> {
@@ -269,7 +259,6 @@ fn check_fields<'a>(fields: Vec<ParsedField<'a>>, errors: &mut Errors) -> Vec<Fi
                 FieldRole::Metadata
             }
             (None, Some(inject)) => {
-                check_handle_type(ident, field.ty, errors);
                 let name = inject.name.as_ref().and_then(|lit| {
                     let name = lit.value();
                     if name.trim().is_empty() {
@@ -293,71 +282,6 @@ fn check_fields<'a>(fields: Vec<ParsedField<'a>>, errors: &mut Errors) -> Vec<Fi
         });
     }
     plans
-}
-
-fn check_handle_type(ident: &Ident, ty: &Type, errors: &mut Errors) {
-    let is_handle = match last_segment(ty) {
-        Some(segment) if segment.ident == "Option" => option_inner(segment)
-            .and_then(last_segment)
-            .is_some_and(is_handle_segment),
-        Some(segment) => is_handle_segment(segment),
-        None => false,
-    };
-    if !is_handle {
-        errors.at(
-            ty.span(),
-            format!(
-                "field `{ident}` is `#[inject]` but its type `{}` is not a component handle (use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, ComponentHandle, or an Option of one)",
-                type_text(ty)
-            ),
-        );
-    }
-}
-
-fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
-    match ty {
-        Type::Path(path) if path.qself.is_none() => path.path.segments.last(),
-        Type::Group(group) => last_segment(&group.elem),
-        Type::Paren(paren) => last_segment(&paren.elem),
-        _ => None,
-    }
-}
-
-fn option_inner(segment: &syn::PathSegment) -> Option<&Type> {
-    let syn::PathArguments::AngleBracketed(args) = &segment.arguments else {
-        return None;
-    };
-    if args.args.len() != 1 {
-        return None;
-    }
-    match args.args.first() {
-        Some(syn::GenericArgument::Type(inner)) => Some(inner),
-        _ => None,
-    }
-}
-
-fn is_handle_segment(segment: &syn::PathSegment) -> bool {
-    segment.arguments.is_empty() && HANDLE_TYPES.iter().any(|handle| segment.ident == handle)
-}
-
-/// The type as the user would write it (`Option<String>`, not `Option < String >`).
-fn type_text(ty: &Type) -> String {
-    let text = ty.to_token_stream().to_string();
-    let mut out = String::with_capacity(text.len());
-    let chars: Vec<char> = text.chars().collect();
-    for (i, c) in chars.iter().enumerate() {
-        if *c == ' ' {
-            let prev = if i > 0 { chars[i - 1] } else { ' ' };
-            let next = chars.get(i + 1).copied().unwrap_or(' ');
-            if matches!(prev, '<' | ':' | '&' | '(' | '[')
-                || matches!(next, '<' | '>' | ':' | ',' | ')' | ']')
-            {
-                continue;
-            }
-        }
-        out.push(*c);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -409,11 +333,5 @@ mod tests {
             messages[0].contains("`crate` must be a path"),
             "{messages:?}"
         );
-    }
-
-    #[test]
-    fn type_text_is_compact() {
-        let ty: Type = syn::parse_quote!(std::option::Option<Vec<(u8, String)>>);
-        assert_eq!(type_text(&ty), "std::option::Option<Vec<(u8, String)>>");
     }
 }

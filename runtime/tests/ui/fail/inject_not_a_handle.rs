@@ -11,4 +11,6 @@ struct Greeter {
     many: Vec<ConfigStoreHandle>,
 }
 
+impl rewire_runtime::Component for Greeter {}
+
 fn main() {}
