@@ -29,6 +29,20 @@ pub use tracing;
 /// binary so their registrations are collected.
 pub use rewire_components as components;
 
+mod host;
+pub use host::Host;
+
+/// `tokio`, as the runtime runs on it: a host writes
+/// `#[rewire::tokio::main(crate = "rewire::tokio")]` without a dependency
+/// of its own.
+#[doc(no_inline)]
+pub use tokio;
+
+#[cfg(feature = "logging")]
+mod logging;
+#[cfg(feature = "logging")]
+pub use logging::init_logging;
+
 #[cfg(feature = "sidecar")]
 mod cli;
 

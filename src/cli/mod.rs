@@ -10,7 +10,6 @@ mod run;
 mod status;
 mod validate;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,7 +76,7 @@ enum Format {
 /// Returns the process's exit code.
 pub fn main() -> ExitCode {
     let args = Cli::parse();
-    init_tracing();
+    crate::init_logging();
     // The registry must see the community components: reference the crate.
     crate::components::link();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -95,28 +94,6 @@ pub fn main() -> ExitCode {
     // keep the process alive once the command is done.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     code
-}
-
-/// Logs to stderr, with every known secret value scrubbed; `RUST_LOG`
-/// filters (default `info`). Coloured only when stderr is a terminal and
-/// `NO_COLOR` is unset.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour_wanted(
-            std::io::stderr().is_terminal(),
-            std::env::var_os("NO_COLOR"),
-        ))
-        .with_writer(|| rewire::RedactingWriter::new(std::io::stderr()))
-        .try_init();
-}
-
-/// Colour only on a terminal, and never when `NO_COLOR` is set (to any
-/// non-empty value, as <https://no-color.org> says).
-fn colour_wanted(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
-    is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Runs the chosen command.
@@ -162,18 +139,5 @@ fn print_json(value: &serde_json::Value) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => println!("{text}"),
         Err(_) => println!("{value}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::colour_wanted;
-
-    #[test]
-    fn colour_only_on_a_terminal_without_no_color() {
-        assert!(colour_wanted(true, None));
-        assert!(colour_wanted(true, Some("".into())));
-        assert!(!colour_wanted(true, Some("1".into())));
-        assert!(!colour_wanted(false, None));
     }
 }

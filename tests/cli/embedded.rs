@@ -145,3 +145,60 @@ fn run_serves_the_users_component_and_a_file_edit_updates_it_in_place() {
     let stopped = running.terminate();
     assert!(stopped.is_ok_and(|s| s.success()), "{}", running.log());
 }
+
+/// The example's second binary: a program hosting rewire as a library
+/// (`rewire::Host`), with `rewire` as its only dependency.
+fn host_binary() -> PathBuf {
+    binary().with_file_name("greeter-host")
+}
+
+#[test]
+fn a_library_host_starts_from_a_file_follows_it_and_reaches_its_component_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("greeter.json");
+    std::fs::write(&path, greeter("hello")).unwrap();
+    let config = path.clone();
+    let mut host = ChildProcess::new("greeter-host", dir.path().join("host.log"), move || {
+        let mut command = Command::new(host_binary());
+        command.arg(&config).env("NO_COLOR", "1");
+        command
+    });
+    host.start_until_logged(Duration::from_secs(60), "greeting: hello, everyone")
+        .unwrap_or_else(|err| panic!("the host did not start: {err}"));
+
+    // An edit of the file is a reload; the typed handle sees the new value.
+    std::fs::write(&path, greeter("bonjour")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !host.log().contains("greeting: bonjour, everyone") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edit did not reach the host:\n{}",
+            host.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        host.log().contains("generation 2: greeting: bonjour"),
+        "{}",
+        host.log()
+    );
+
+    // An invalid edit is refused; the host keeps serving the old greeting.
+    std::fs::write(
+        &path,
+        r#"{"components": {"greeter": {"hi": {"type": "hello", "metadata": {"greting": "x"}}}}}"#,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !host.log().contains("greting") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rejection logged:\n{}",
+            host.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!host.log().contains("generation 3"), "{}", host.log());
+    let stopped = host.terminate();
+    assert!(stopped.is_ok_and(|s| s.success()), "{}", host.log());
+}

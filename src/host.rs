@@ -1,0 +1,131 @@
+//! A runtime started from a configuration file in one call, for programs
+//! that host rewire as a library (a sidecar binary calls `rewire::main()`
+//! instead).
+
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::{
+    Component, ComponentKey, FileWatch, HandleError, Registry, Runtime, RuntimeOptions, StartError,
+    ValidConfig,
+};
+
+/// How often a followed file is re-read in case a change event was lost.
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// A [`Runtime`] started from a file and following it: every edit of the
+/// file is validated and applied as a reload, until [`Host::shutdown`].
+/// Derefs to the runtime, so everything `Runtime` offers is at hand.
+///
+/// ```no_run
+/// use rewire::{ComponentKey, Host};
+/// # #[derive(rewire::Component)]
+/// # #[component(kind = "greeter", type = "hello")]
+/// # struct Greeter {}
+/// # impl rewire::Component for Greeter {}
+///
+/// #[rewire::tokio::main(crate = "rewire::tokio")]
+/// async fn main() -> Result<(), rewire::StartError> {
+///     rewire::init_logging();
+///     let host = Host::start("rewire.json").await?;
+///     // Typed access to a component of your own, in the current generation.
+///     let greeter = host.component::<Greeter>("greeter", "hi");
+///     host.run_until_stopped().await;
+///     Ok(())
+/// }
+/// ```
+pub struct Host {
+    runtime: Runtime,
+    /// Ends with the host: the file is followed while it lives.
+    _watch: FileWatch,
+}
+
+impl Host {
+    /// Validates the file at `path` against every linked component type,
+    /// starts its components and follows the file. Paths in component
+    /// metadata are relative to the file's folder.
+    pub async fn start(path: impl AsRef<Path>) -> Result<Self, StartError> {
+        Self::start_with(path, Registry::collected(), RuntimeOptions::default()).await
+    }
+
+    /// [`Host::start`] with a registry and options of the caller's choice.
+    pub async fn start_with(
+        path: impl AsRef<Path>,
+        registry: Registry,
+        options: RuntimeOptions,
+    ) -> Result<Self, StartError> {
+        let path = absolute(path.as_ref());
+        let config = ValidConfig::from_path(&path, &registry).map_err(StartError::Invalid)?;
+        let runtime = Runtime::start(config, registry, options).await?;
+        let watch = runtime.watch_config_file(path, RESYNC);
+        Ok(Self {
+            runtime,
+            _watch: watch,
+        })
+    }
+
+    /// The runtime, to keep beyond the host (it is cheap to clone).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The component `kind/name` as its concrete type `T`, in the current
+    /// generation. Call it per use: a reload may replace the instance, and
+    /// the `Arc` keeps the old one alive while held.
+    pub fn component<T: Component>(&self, kind: &str, name: &str) -> Result<Arc<T>, HandleError> {
+        self.runtime
+            .component(ComponentKey::new(kind, name))
+            .load_as::<T>()
+    }
+
+    /// Waits for Ctrl-C (or SIGTERM on Unix), then shuts down: components
+    /// close users first.
+    pub async fn run_until_stopped(self) {
+        stopped().await;
+        self.shutdown().await;
+    }
+
+    /// Stops following the file and closes every component.
+    pub async fn shutdown(self) {
+        self.runtime.shutdown().await;
+    }
+}
+
+impl Deref for Host {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
+}
+
+/// `path` against the working directory, so the file is found again
+/// whatever the process does to its directory later.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Resolves on Ctrl-C, or SIGTERM on Unix.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
