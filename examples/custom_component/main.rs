@@ -4,17 +4,14 @@
 //!
 //! Run it from the repository root:
 //!
-//! ```text
-//! cargo run --example custom_component
+//! ```sh
+//! cargo run --example custom_component [-- path/to/rewire.json]
 //! ```
 //!
 //! then edit `examples/custom_component/config.json` (change
 //! `greeter.greeting`) and watch the log. Ctrl-C stops it.
 
-use std::path::PathBuf;
-
 use rewire::prelude::*;
-use rewire::{ConfigQuery, Registry, Runtime, RuntimeOptions, ValidConfig};
 use serde::Deserialize;
 
 /// The greeter's typed metadata.
@@ -48,43 +45,36 @@ struct Greeter {
 #[async_trait]
 impl Component for Greeter {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let store = self
-            .config
-            .load()
-            .map_err(|e| ComponentError::new(e.to_string()))?;
         let query = ConfigQuery::keys(["greeter.greeting"]);
-        let current = store
-            .get(&query)
-            .await
-            .map_err(|e| ComponentError::new(e.to_string()))?;
+        // Load once per operation; never keep the instance.
+        let current = self.config.load()?.get(&query).await?;
         let greeting = current
             .first()
             .map(|i| i.value.clone())
             .unwrap_or_else(|| "Hello".into());
         for _ in 0..self.meta.repeat {
-            tracing::info!(
+            rewire::tracing::info!(
                 component = %cx.key,
                 token_length = self.meta.api_token.len(),
                 "{greeting}, {}!",
                 self.meta.audience
             );
         }
-        let mut subscription = store
-            .subscribe(query)
-            .await
-            .map_err(|e| ComponentError::new(e.to_string()))?;
+        // Subscribe through the handle, not the loaded instance: when a
+        // reload rebuilds the store, the subscription follows the new one.
+        let mut subscription = self.config.subscribe(query).await?;
         let (key, audience, shutdown) = (
             cx.key.clone(),
             self.meta.audience.clone(),
             cx.shutdown.clone(),
         );
-        tokio::spawn(async move {
+        rewire::tokio::spawn(async move {
             loop {
-                tokio::select! {
+                rewire::tokio::select! {
                     _ = shutdown.cancelled() => break,
                     change = subscription.changes.recv() => match change {
                         Some(change) => for item in change.items {
-                            tracing::info!(component = %key, version = %item.version, "Greeting changed: {}, {audience}!", item.value);
+                            rewire::tracing::info!(component = %key, version = %item.version, "Greeting changed: {}, {audience}!", item.value);
                         },
                         None => break,
                     },
@@ -95,20 +85,22 @@ impl Component for Greeter {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt().with_env_filter("info").init();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/custom_component");
-    // Paths in the example's rewire.json are relative to its folder.
-    std::env::set_current_dir(&dir)?;
-    let registry = Registry::collected();
-    let config = ValidConfig::from_path(&dir.join("rewire.json"), &registry);
-    let config = config.map_err(|problems| problems.to_string())?;
-    let runtime = Runtime::start(config, registry, RuntimeOptions::default()).await?;
-    tracing::info!(
+#[rewire::tokio::main(crate = "rewire::tokio")]
+async fn main() -> Result<(), rewire::StartError> {
+    rewire::init_logging();
+    // The example's own rewire.json, or the file given as argument. Paths
+    // in it are relative to its folder; edits of it reload.
+    let config = std::env::args_os().nth(1).map_or_else(
+        || {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/custom_component/rewire.json")
+        },
+        Into::into,
+    );
+    let host = rewire::Host::start(config).await?;
+    rewire::tracing::info!(
         "Edit examples/custom_component/config.json to change the greeting; Ctrl-C to stop."
     );
-    tokio::signal::ctrl_c().await?;
-    runtime.shutdown().await;
+    host.run_until_stopped().await;
     Ok(())
 }

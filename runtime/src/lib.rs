@@ -64,9 +64,17 @@ pub use runtime::{ComponentStatus, PendingRetry, Runtime, RuntimeOptions, StartE
 pub mod prelude {
     #[doc(hidden)]
     pub use crate::{
-        Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle, InPlace,
-        InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore,
-        SecretStoreHandle, StateStore, StateStoreHandle,
+        Component, ComponentError, ComponentHandle, ComponentKey, ConfigStore, ConfigStoreHandle,
+        HandleError, InPlace, InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, Readiness,
+        SecretStore, SecretStoreHandle, StateStore, StateStoreHandle,
+    };
+    // What the kinds' operations take and return.
+    #[doc(hidden)]
+    pub use crate::{
+        BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery,
+        ConfigSubscription, DeleteRequest, GetRequest, LockError, SecretError, SecretMap,
+        SecretString, SetRequest, StateEntry, StateError, TryLockRequest, UnlockRequest,
+        UnlockStatus,
     };
     #[doc(hidden)]
     pub use async_trait::async_trait;

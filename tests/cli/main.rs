@@ -12,4 +12,5 @@ mod corpus_lifecycle;
 mod corpus_validate;
 mod corpus_watched_file;
 mod embedded;
+mod example_custom_component;
 mod graph_mermaid;
