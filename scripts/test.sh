@@ -40,4 +40,8 @@ export REWIRE_EMBEDDED_BIN="$target_dir/debug/greeter-sidecar"
 
 cargo test --workspace --all-targets --features etcd --no-fail-fast -j2 "$@"
 # Documentation examples (`--all-targets` leaves doctests out).
-cargo test --workspace --doc --features etcd -j2
+cargo test --workspace --doc --features etcd -j2 2>&1 | tee "$target_dir/doctests.log"
+echo "Compiled documentation: $(grep -c '^test .* - .* ok$' "$target_dir/doctests.log") doctests passed;" \
+  "$(cargo test --test cli --features etcd -j2 -q -- docs_compile --nocapture 2>/dev/null | grep -o '[0-9]* Rust blocks of the docs are compiled as examples')."
+# Every crate packages for crates.io, in dependency order (no upload).
+cargo package --workspace --exclude testkit --no-verify --quiet
