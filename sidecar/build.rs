@@ -6,6 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/dapr/proto/common/v1/common.proto",
         "proto/dapr/proto/runtime/v1/dapr.proto",
         "proto/rewire/lifecycle/v1/lifecycle.proto",
+        "proto/layotto/runtime/v1/runtime.proto",
+        "proto/layotto/runtime/v1/lifecycle.proto",
     ];
     for proto in &protos {
         println!("cargo:rerun-if-changed={proto}");

@@ -25,3 +25,5 @@ mod api_http_shutdown;
 mod api_http_state;
 mod api_limits;
 mod dapr_python_sdk;
+mod layotto_grpc;
+mod layotto_grpc_backends;

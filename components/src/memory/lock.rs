@@ -92,6 +92,26 @@ impl LockTable {
         true
     }
 
+    fn keep_alive(
+        &mut self,
+        req: &TryLockRequest,
+        now: Instant,
+        expires_at: Instant,
+    ) -> UnlockStatus {
+        self.purge_expired(now);
+        match self.held.get_mut(&req.resource_id) {
+            None => UnlockStatus::LockDoesNotExist,
+            Some(held) if held.owner != req.lock_owner => UnlockStatus::LockBelongsToOthers,
+            Some(held) => {
+                self.expiries.remove(&(held.expires_at, held.grant));
+                held.expires_at = expires_at;
+                self.expiries
+                    .insert((expires_at, held.grant), req.resource_id.clone());
+                UnlockStatus::Success
+            }
+        }
+    }
+
     fn unlock(&mut self, req: &UnlockRequest, now: Instant) -> UnlockStatus {
         self.purge_expired(now);
         match self.held.get(&req.resource_id) {
@@ -134,20 +154,8 @@ impl InPlaceUpdate for MemoryLock {
 #[rewire_runtime::prelude::async_trait]
 impl Lock for MemoryLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
-        require("resource id", &req.resource_id)?;
-        require("lock owner", &req.lock_owner)?;
-        if req.expiry.is_zero() {
-            return Err(LockError::Invalid(format!(
-                "expiry of the lock on `{}` must be positive",
-                req.resource_id
-            )));
-        }
         let now = Instant::now();
-        let expires_at = check_ttl("expiry", req.expiry)
-            .and_then(|expiry| deadline(now, "expiry", expiry))
-            .map_err(|message| {
-                LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id))
-            })?;
+        let expires_at = checked_expiry(&req, now)?;
         let taken = self.table().try_lock(&req, now, expires_at);
         debug!(resource = %req.resource_id, owner = %req.lock_owner, taken, "Lock requested.");
         Ok(taken)
@@ -160,6 +168,30 @@ impl Lock for MemoryLock {
         debug!(resource = %req.resource_id, owner = %req.lock_owner, ?status, "Unlock requested.");
         Ok(status)
     }
+
+    async fn keep_alive(&self, req: TryLockRequest) -> Result<UnlockStatus, LockError> {
+        let now = Instant::now();
+        let expires_at = checked_expiry(&req, now)?;
+        let status = self.table().keep_alive(&req, now, expires_at);
+        debug!(resource = %req.resource_id, owner = %req.lock_owner, ?status, "Lock renewal requested.");
+        Ok(status)
+    }
+}
+
+/// When a lock taken or renewed `now` by `req` expires; an empty resource
+/// or owner, a zero expiry and an over-long one refused.
+fn checked_expiry(req: &TryLockRequest, now: Instant) -> Result<Instant, LockError> {
+    require("resource id", &req.resource_id)?;
+    require("lock owner", &req.lock_owner)?;
+    if req.expiry.is_zero() {
+        return Err(LockError::Invalid(format!(
+            "expiry of the lock on `{}` must be positive",
+            req.resource_id
+        )));
+    }
+    check_ttl("expiry", req.expiry)
+        .and_then(|expiry| deadline(now, "expiry", expiry))
+        .map_err(|message| LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id)))
 }
 
 #[cfg(test)]

@@ -101,17 +101,7 @@ impl Lock for RedisLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
         require("resource id", &req.resource_id)?;
         require("lock owner", &req.lock_owner)?;
-        if req.expiry.is_zero() {
-            return Err(LockError::Invalid(format!(
-                "expiry of the lock on `{}` must be positive",
-                req.resource_id
-            )));
-        }
-        check_ttl("expiry", req.expiry).map_err(|message| {
-            LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id))
-        })?;
-        // Rounded up: a sub-millisecond expiry still expires.
-        let expiry_ms = u64::try_from(req.expiry.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+        let expiry_ms = expiry_ms(&req)?;
         let session = self.connection.session();
         let mut conn = session
             .connection()
@@ -143,17 +133,55 @@ impl Lock for RedisLock {
             .invoke_async(&mut conn)
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
-        let status = match reply {
-            scripts::UNLOCKED => UnlockStatus::Success,
-            scripts::NO_LOCK => UnlockStatus::LockDoesNotExist,
-            scripts::OTHER_OWNER => UnlockStatus::LockBelongsToOthers,
-            other => {
-                return Err(LockError::Backend(format!(
-                    "unexpected reply {other} from the unlock script"
-                )))
-            }
-        };
+        let status = status_of(reply, "unlock")?;
         debug!(resource = %req.resource_id, owner = %req.lock_owner, ?status, "Unlock requested.");
         Ok(status)
+    }
+
+    async fn keep_alive(&self, req: TryLockRequest) -> Result<UnlockStatus, LockError> {
+        require("resource id", &req.resource_id)?;
+        require("lock owner", &req.lock_owner)?;
+        let expiry_ms = expiry_ms(&req)?;
+        let session = self.connection.session();
+        let mut conn = session
+            .connection()
+            .map_err(|err| LockError::Backend(err.to_string()))?;
+        let reply: i64 = scripts::KEEP_ALIVE
+            .key(session.key(&req.resource_id))
+            .arg(&req.lock_owner)
+            .arg(expiry_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
+        let status = status_of(reply, "keep-alive")?;
+        debug!(resource = %req.resource_id, owner = %req.lock_owner, expiry_ms, ?status, "Lock renewal requested.");
+        Ok(status)
+    }
+}
+
+/// The expiry in whole milliseconds, rounded up (a sub-millisecond expiry
+/// still expires); zero and over-long expiries refused.
+fn expiry_ms(req: &TryLockRequest) -> Result<u64, LockError> {
+    if req.expiry.is_zero() {
+        return Err(LockError::Invalid(format!(
+            "expiry of the lock on `{}` must be positive",
+            req.resource_id
+        )));
+    }
+    check_ttl("expiry", req.expiry).map_err(|message| {
+        LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id))
+    })?;
+    Ok(u64::try_from(req.expiry.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
+}
+
+/// The status a reply of the unlock or keep-alive script means.
+fn status_of(reply: i64, script: &str) -> Result<UnlockStatus, LockError> {
+    match reply {
+        scripts::UNLOCKED => Ok(UnlockStatus::Success),
+        scripts::NO_LOCK => Ok(UnlockStatus::LockDoesNotExist),
+        scripts::OTHER_OWNER => Ok(UnlockStatus::LockBelongsToOthers),
+        other => Err(LockError::Backend(format!(
+            "unexpected reply {other} from the {script} script"
+        ))),
     }
 }

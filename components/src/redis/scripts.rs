@@ -81,3 +81,17 @@ return 1
 "#,
     )
 });
+
+/// Renews lock `KEYS[1]` to `ARGV[2]` milliseconds if `ARGV[1]` owns it;
+/// replies as [`UNLOCK`] does ([`UNLOCKED`] meaning renewed).
+pub static KEEP_ALIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local owner = redis.call("GET", KEYS[1])
+if not owner then return 0 end
+if owner ~= ARGV[1] then return -1 end
+redis.call("PEXPIRE", KEYS[1], ARGV[2])
+return 1
+"#,
+    )
+});

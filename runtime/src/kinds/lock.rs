@@ -47,6 +47,9 @@ pub enum LockError {
     /// The backend failed.
     #[error("{0}")]
     Backend(String),
+    /// The store does not offer the operation.
+    #[error("operation not supported: {0}")]
+    Unsupported(String),
 }
 
 /// A lock store.
@@ -61,6 +64,17 @@ pub trait Lock: Component {
 
     /// Releases the lock if `lock_owner` holds it.
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError>;
+
+    /// Renews the lease: if `lock_owner` holds the lock, it now expires
+    /// `expiry` from now (Layotto's `LockKeepAlive`). The outcome uses the
+    /// unlock statuses. A store without leases keeps the default, which
+    /// answers [`LockError::Unsupported`].
+    async fn keep_alive(&self, req: TryLockRequest) -> Result<UnlockStatus, LockError> {
+        Err(LockError::Unsupported(format!(
+            "this lock store cannot renew the lock on `{}`",
+            req.resource_id
+        )))
+    }
 }
 
 impl From<LockError> for ComponentError {

@@ -39,6 +39,26 @@ pub enum ConfigOpError {
         /// The limit exceeded.
         source: OverBudget,
     },
+    /// Items could not be written (or the store is read-only).
+    #[error("failed to save {keys:?} in configuration store `{store}`: {source}")]
+    Save {
+        /// The store.
+        store: String,
+        /// The keys written.
+        keys: Vec<String>,
+        /// Why (scrubbed).
+        source: ConfigError,
+    },
+    /// Items could not be deleted (or the store is read-only).
+    #[error("failed to delete {keys:?} from configuration store `{store}`: {source}")]
+    Delete {
+        /// The store.
+        store: String,
+        /// The keys asked for.
+        keys: Vec<String>,
+        /// Why (scrubbed).
+        source: ConfigError,
+    },
     /// A subscription could not be made.
     #[error("failed to subscribe to {keys:?} in configuration store `{store}`: {source}")]
     Subscribe {
@@ -56,7 +76,10 @@ impl ConfigOpError {
     pub fn store_error(&self) -> Option<&ConfigError> {
         match self {
             Self::NotFound(_) | Self::TooLarge { .. } => None,
-            Self::Get { source, .. } | Self::Subscribe { source, .. } => Some(source),
+            Self::Get { source, .. }
+            | Self::Save { source, .. }
+            | Self::Delete { source, .. }
+            | Self::Subscribe { source, .. } => Some(source),
         }
     }
 }
@@ -108,6 +131,32 @@ impl ConfigOps {
                 })?;
         }
         Ok(items)
+    }
+
+    /// Writes `items` (Layotto's `SaveConfiguration`); a read-only store
+    /// answers [`ConfigError::Unsupported`].
+    pub async fn save(&self, items: Vec<ConfigItem>) -> Result<(), ConfigOpError> {
+        let keys = items.iter().map(|item| item.key.clone()).collect();
+        self.store
+            .set(items)
+            .await
+            .map_err(|e| ConfigOpError::Save {
+                store: self.name.clone(),
+                keys,
+                source: self.scrubbed(e),
+            })
+    }
+
+    /// Deletes the items `query` covers (Layotto's `DeleteConfiguration`).
+    pub async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigOpError> {
+        self.store
+            .delete(query)
+            .await
+            .map_err(|e| ConfigOpError::Delete {
+                store: self.name.clone(),
+                keys: query.keys.clone(),
+                source: self.scrubbed(e),
+            })
     }
 
     /// Subscribes to `query` through the store's handle, which follows the

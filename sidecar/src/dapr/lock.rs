@@ -34,6 +34,16 @@ pub enum LockOpError {
         /// Why (scrubbed).
         source: LockError,
     },
+    /// The store failed to renew the lock.
+    #[error("failed to renew lock `{resource_id}` in lock store `{store}`: {source}")]
+    KeepAlive {
+        /// The store.
+        store: String,
+        /// The resource.
+        resource_id: String,
+        /// Why (scrubbed).
+        source: LockError,
+    },
     /// The store failed to release the lock.
     #[error("failed to release lock `{resource_id}` in lock store `{store}`: {source}")]
     Unlock {
@@ -50,7 +60,9 @@ impl LockOpError {
     /// The store's own error, when the store was asked.
     pub fn store_error(&self) -> Option<&LockError> {
         match self {
-            Self::TryLock { source, .. } | Self::Unlock { source, .. } => Some(source),
+            Self::TryLock { source, .. }
+            | Self::Unlock { source, .. }
+            | Self::KeepAlive { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -106,6 +118,34 @@ impl LockOps {
             })
     }
 
+    /// Renews the lock on `resource_id` for `expiry_in_seconds` if
+    /// `lock_owner` holds it.
+    pub async fn keep_alive(
+        &self,
+        resource_id: String,
+        lock_owner: String,
+        expiry_in_seconds: i64,
+    ) -> Result<UnlockStatus, LockOpError> {
+        self.require(&resource_id, &lock_owner)?;
+        let seconds = u64::try_from(expiry_in_seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.name.clone()))?;
+        let request = TryLockRequest {
+            resource_id: resource_id.clone(),
+            lock_owner,
+            expiry: Duration::from_secs(seconds),
+        };
+        self.store
+            .keep_alive(request)
+            .await
+            .map_err(|e| LockOpError::KeepAlive {
+                store: self.name.clone(),
+                resource_id,
+                source: self.scrubbed(e),
+            })
+    }
+
     /// Releases the lock on `resource_id` if `lock_owner` holds it.
     pub async fn unlock(
         &self,
@@ -142,6 +182,7 @@ impl LockOps {
         match error {
             LockError::Invalid(m) => LockError::Invalid(self.call.scrub(&m)),
             LockError::Backend(m) => LockError::Backend(self.call.scrub(&m)),
+            LockError::Unsupported(m) => LockError::Unsupported(self.call.scrub(&m)),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! gRPC: `dapr.proto.runtime.v1.Dapr` (the subset rewire serves) and
-//! `rewire.lifecycle.v1.Lifecycle`, on one server.
+//! gRPC: `dapr.proto.runtime.v1.Dapr` (the subset rewire serves),
+//! `rewire.lifecycle.v1.Lifecycle`, and Layotto's
+//! `spec.proto.runtime.v1.Runtime` and `.Lifecycle`, on one server.
 //!
 //! Every call loads the generation serving once and uses that snapshot
 //! throughout, so it sees one consistent component set even while a reload
@@ -32,6 +33,10 @@ mod dapr_lock;
 mod dapr_metadata;
 mod dapr_secrets;
 mod dapr_state;
+mod layotto;
+mod layotto_config;
+mod layotto_convert;
+mod layotto_lifecycle;
 mod lifecycle;
 mod lifecycle_patch;
 mod lifecycle_wait;
@@ -53,10 +58,14 @@ use crate::connection::{accept_loop, ConnectionLimits};
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
 use dapr::DaprApi;
+use layotto::LayottoApi;
+use layotto_lifecycle::LayottoLifecycleApi;
 use lifecycle::LifecycleApi;
 use limits::ClearLimit;
 use proto::dapr::proto::runtime::v1::dapr_server::DaprServer;
 use proto::rewire::lifecycle::v1::lifecycle_server::LifecycleServer;
+use proto::spec::proto::runtime::v1::lifecycle_server::LifecycleServer as LayottoLifecycleServer;
+use proto::spec::proto::runtime::v1::runtime_server::RuntimeServer as LayottoRuntimeServer;
 
 /// Streams (calls and subscriptions) open at once on one connection.
 const MAX_STREAMS_PER_CONNECTION: u32 = 256;
@@ -78,7 +87,13 @@ pub async fn serve(
         .max_decoding_message_size(limit);
     let app_auth = RequireToken::new(options.app_token.clone(), &[APP_TOKEN_HEADER], &state);
     let push_timeout = lifecycle_wait::lifecycle_timeout(&state);
-    let lifecycle = LifecycleServer::new(LifecycleApi::new(state.clone(), push_timeout))
+    let lifecycle_api = std::sync::Arc::new(LifecycleApi::new(state.clone(), push_timeout));
+    let lifecycle =
+        LifecycleServer::from_arc(lifecycle_api.clone()).max_decoding_message_size(limit);
+    // Layotto's services: the same operations, tokens and limits.
+    let layotto = LayottoRuntimeServer::new(LayottoApi::new(state.clone(), shutdown.clone()))
+        .max_decoding_message_size(limit);
+    let layotto_lifecycle = LayottoLifecycleServer::new(LayottoLifecycleApi::new(lifecycle_api))
         .max_decoding_message_size(limit);
     // The admin token may come in its own header or, as Dapr clients send
     // tokens, in `dapr-api-token`. Without an admin token, the app token (if
@@ -105,10 +120,18 @@ pub async fn serve(
         .http2_max_header_list_size(MAX_HEADER_BYTES)
         .add_service(InterceptedService::new(
             ClearLimit::new(dapr, limit),
+            app_auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            ClearLimit::new(layotto, limit),
             app_auth,
         ))
         .add_service(InterceptedService::new(
             ClearLimit::new(lifecycle, limit),
+            admin_auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            ClearLimit::new(layotto_lifecycle, limit),
             admin_auth,
         ))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled())

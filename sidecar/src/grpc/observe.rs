@@ -45,6 +45,33 @@ where
     result
 }
 
+/// One unary call of `method`, [`observed`], cut after the API's
+/// `request_timeout`: `handler` gets the call and the request message.
+pub(super) async fn unary<Req, Resp, F, Fut>(
+    state: &ApiState,
+    method: &'static str,
+    request: tonic::Request<Req>,
+    handler: F,
+) -> Result<tonic::Response<Resp>, Status>
+where
+    F: FnOnce(Call, Req) -> Fut,
+    Fut: Future<Output = Result<Resp, Status>>,
+{
+    let message = request.into_inner();
+    let timeout = state.options.request_timeout;
+    observed(state, method, |call| async move {
+        tokio::time::timeout(timeout, handler(call, message))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "the call did not complete within {timeout:?} (request_timeout)"
+                )))
+            })
+    })
+    .await
+    .map(tonic::Response::new)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

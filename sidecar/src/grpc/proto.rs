@@ -37,3 +37,17 @@ pub mod rewire {
         }
     }
 }
+
+/// `spec.proto.runtime.v1`: Layotto's `Runtime` and `Lifecycle` services.
+pub mod spec {
+    /// `spec.proto.*`
+    pub mod proto {
+        /// `spec.proto.runtime.*`
+        pub mod runtime {
+            /// `spec.proto.runtime.v1`: Layotto's API.
+            pub mod v1 {
+                tonic::include_proto!("spec.proto.runtime.v1");
+            }
+        }
+    }
+}

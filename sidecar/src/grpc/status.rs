@@ -82,6 +82,7 @@ impl From<LockOpError> for Status {
         let code = match err.store_error() {
             None | Some(LockError::Invalid(_)) => Code::InvalidArgument,
             Some(LockError::Backend(_)) => Code::Internal,
+            Some(LockError::Unsupported(_)) => Code::Unimplemented,
         };
         Status::new(code, err.to_string())
     }

@@ -268,6 +268,22 @@ impl From<ConfigOpError> for HttpError {
                 keys,
                 source,
             },
+            // Writes are not routed over HTTP (Dapr has none); should one
+            // be, it reads as the configuration error it is.
+            ConfigOpError::Save {
+                store,
+                keys,
+                source,
+            }
+            | ConfigOpError::Delete {
+                store,
+                keys,
+                source,
+            } => Self::ConfigGet {
+                store,
+                keys,
+                source,
+            },
             ConfigOpError::Subscribe {
                 store,
                 keys,

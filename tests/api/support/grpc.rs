@@ -6,6 +6,9 @@ use std::time::Duration;
 pub use rewire::sidecar::grpc::proto::dapr::proto::common::v1 as common;
 pub use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1 as dapr;
 pub use rewire::sidecar::grpc::proto::rewire::lifecycle::v1 as lifecycle;
+/// Layotto's API (`spec.proto.runtime.v1`), generated from rewire's copy of
+/// its definitions: the clients a Layotto SDK would use.
+pub use rewire::sidecar::grpc::proto::spec::proto::runtime::v1 as layotto;
 
 use dapr::dapr_client::DaprClient;
 use lifecycle::lifecycle_client::LifecycleClient;

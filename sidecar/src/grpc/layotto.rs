@@ -1,0 +1,321 @@
+//! Layotto's `spec.proto.runtime.v1.Runtime` service: a third thin adapter
+//! over the shared operations. State, locks and secrets are Dapr's messages
+//! under another package and go through the Dapr handlers
+//! (`layotto_convert`); configuration has Layotto's own shape (group,
+//! label, app id, writes, a bidirectional subscription: `layotto_config`).
+//! What rewire does not offer answers `UNIMPLEMENTED` saying so.
+
+use std::pin::Pin;
+
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::layotto_config::{self, ConfigurationStream};
+use super::layotto_convert as convert;
+use super::observe::unary;
+use super::proto::spec::proto::runtime::v1 as pb;
+use super::proto::spec::proto::runtime::v1::lock_keep_alive_response::Status as KeepAliveCode;
+use super::proto::spec::proto::runtime::v1::runtime_server::Runtime;
+use super::{dapr_lock, dapr_secrets, dapr_state};
+use crate::dapr::ResponseBudget;
+use crate::ApiState;
+use rewire_runtime::UnlockStatus;
+
+/// The `spec.proto.runtime.v1.Runtime` service.
+pub(super) struct LayottoApi {
+    state: ApiState,
+    shutdown: CancellationToken,
+}
+
+impl LayottoApi {
+    /// Serves `state`; subscription streams end when `shutdown` is
+    /// cancelled.
+    pub(super) fn new(state: ApiState, shutdown: CancellationToken) -> Self {
+        Self { state, shutdown }
+    }
+
+    fn budget(&self) -> ResponseBudget {
+        ResponseBudget::new(self.state.options.max_response_bytes)
+    }
+}
+
+type Answer<T> = Result<Response<T>, Status>;
+type BoxStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+
+/// `UNIMPLEMENTED`, naming what rewire does not offer.
+fn not_offered(what: &str) -> Status {
+    Status::unimplemented(format!("{what} is not offered by rewire"))
+}
+
+#[tonic::async_trait]
+impl Runtime for LayottoApi {
+    type SubscribeConfigurationStream = ConfigurationStream;
+    type SubscribeTopicEventsStream = BoxStream<pb::SubscribeTopicEventsResponse>;
+    type GetFileStream = BoxStream<pb::GetFileResponse>;
+
+    async fn say_hello(&self, _: Request<pb::SayHelloRequest>) -> Answer<pb::SayHelloResponse> {
+        Err(not_offered("SayHello (Layotto's test method)"))
+    }
+
+    async fn invoke_service(
+        &self,
+        _: Request<pb::InvokeServiceRequest>,
+    ) -> Answer<pb::InvokeResponse> {
+        Err(not_offered("service invocation (InvokeService)"))
+    }
+
+    async fn invoke_binding(
+        &self,
+        _: Request<pb::InvokeBindingRequest>,
+    ) -> Answer<pb::InvokeBindingResponse> {
+        Err(not_offered("output bindings (InvokeBinding)"))
+    }
+
+    async fn get_configuration(
+        &self,
+        request: Request<pb::GetConfigurationRequest>,
+    ) -> Answer<pb::GetConfigurationResponse> {
+        let budget = self.budget();
+        unary(
+            &self.state,
+            "layotto.GetConfiguration",
+            request,
+            |call, req| layotto_config::get(call, req, budget),
+        )
+        .await
+    }
+
+    async fn save_configuration(
+        &self,
+        request: Request<pb::SaveConfigurationRequest>,
+    ) -> Answer<()> {
+        unary(
+            &self.state,
+            "layotto.SaveConfiguration",
+            request,
+            layotto_config::save,
+        )
+        .await
+    }
+
+    async fn delete_configuration(
+        &self,
+        request: Request<pb::DeleteConfigurationRequest>,
+    ) -> Answer<()> {
+        unary(
+            &self.state,
+            "layotto.DeleteConfiguration",
+            request,
+            layotto_config::delete,
+        )
+        .await
+    }
+
+    async fn subscribe_configuration(
+        &self,
+        request: Request<Streaming<pb::SubscribeConfigurationRequest>>,
+    ) -> Answer<ConfigurationStream> {
+        let stream = layotto_config::subscribe(
+            self.state.clone(),
+            request.into_inner(),
+            self.shutdown.clone(),
+        );
+        Ok(Response::new(stream))
+    }
+
+    async fn try_lock(&self, request: Request<pb::TryLockRequest>) -> Answer<pb::TryLockResponse> {
+        unary(
+            &self.state,
+            "layotto.TryLock",
+            request,
+            |call, req| async move {
+                let answer = dapr_lock::try_lock(call, convert::try_lock(req)).await?;
+                Ok(pb::TryLockResponse {
+                    success: answer.success,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn unlock(&self, request: Request<pb::UnlockRequest>) -> Answer<pb::UnlockResponse> {
+        unary(
+            &self.state,
+            "layotto.Unlock",
+            request,
+            |call, req| async move {
+                let answer = dapr_lock::unlock(call, convert::unlock(req)).await?;
+                Ok(convert::unlock_response(answer))
+            },
+        )
+        .await
+    }
+
+    async fn lock_keep_alive(
+        &self,
+        request: Request<pb::LockKeepAliveRequest>,
+    ) -> Answer<pb::LockKeepAliveResponse> {
+        unary(
+            &self.state,
+            "layotto.LockKeepAlive",
+            request,
+            |call, req| async move {
+                let store = call.lock_store(&req.store_name)?;
+                let status = store
+                    .keep_alive(req.resource_id, req.lock_owner, i64::from(req.expire))
+                    .await?;
+                let status = match status {
+                    UnlockStatus::Success => KeepAliveCode::Success,
+                    UnlockStatus::LockDoesNotExist => KeepAliveCode::LockUnexist,
+                    UnlockStatus::LockBelongsToOthers => KeepAliveCode::LockBelongToOthers,
+                };
+                Ok(pb::LockKeepAliveResponse {
+                    status: status as i32,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn get_next_id(&self, _: Request<pb::GetNextIdRequest>) -> Answer<pb::GetNextIdResponse> {
+        Err(not_offered("the sequencer (GetNextId)"))
+    }
+
+    async fn get_state(
+        &self,
+        request: Request<pb::GetStateRequest>,
+    ) -> Answer<pb::GetStateResponse> {
+        unary(
+            &self.state,
+            "layotto.GetState",
+            request,
+            |call, req| async move {
+                let answer = dapr_state::get(call, convert::get_state(req)).await?;
+                Ok(convert::get_state_response(answer))
+            },
+        )
+        .await
+    }
+
+    async fn get_bulk_state(
+        &self,
+        request: Request<pb::GetBulkStateRequest>,
+    ) -> Answer<pb::GetBulkStateResponse> {
+        let budget = self.budget();
+        unary(
+            &self.state,
+            "layotto.GetBulkState",
+            request,
+            |call, req| async move {
+                let answer =
+                    dapr_state::get_bulk(call, convert::get_bulk_state(req), budget).await?;
+                Ok(convert::get_bulk_state_response(answer))
+            },
+        )
+        .await
+    }
+
+    async fn save_state(&self, request: Request<pb::SaveStateRequest>) -> Answer<()> {
+        unary(&self.state, "layotto.SaveState", request, |call, req| {
+            dapr_state::save(call, convert::save_state(req))
+        })
+        .await
+    }
+
+    async fn delete_state(&self, request: Request<pb::DeleteStateRequest>) -> Answer<()> {
+        unary(&self.state, "layotto.DeleteState", request, |call, req| {
+            dapr_state::delete(call, convert::delete_state(req))
+        })
+        .await
+    }
+
+    async fn delete_bulk_state(&self, request: Request<pb::DeleteBulkStateRequest>) -> Answer<()> {
+        unary(
+            &self.state,
+            "layotto.DeleteBulkState",
+            request,
+            |call, req| async move {
+                // One by one, in order, stopping at the first failure, as
+                // Layotto does.
+                for delete in convert::delete_bulk_state(req) {
+                    dapr_state::delete(call.clone(), delete).await?;
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    async fn execute_state_transaction(
+        &self,
+        _: Request<pb::ExecuteStateTransactionRequest>,
+    ) -> Answer<()> {
+        Err(not_offered("state transactions (ExecuteStateTransaction)"))
+    }
+
+    async fn publish_event(&self, _: Request<pb::PublishEventRequest>) -> Answer<()> {
+        Err(not_offered("pub/sub (PublishEvent)"))
+    }
+
+    async fn subscribe_topic_events(
+        &self,
+        _: Request<Streaming<pb::SubscribeTopicEventsRequest>>,
+    ) -> Answer<Self::SubscribeTopicEventsStream> {
+        Err(not_offered("pub/sub (SubscribeTopicEvents)"))
+    }
+
+    async fn get_file(&self, _: Request<pb::GetFileRequest>) -> Answer<Self::GetFileStream> {
+        Err(not_offered("the file API (GetFile)"))
+    }
+
+    async fn put_file(&self, _: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
+        Err(not_offered("the file API (PutFile)"))
+    }
+
+    async fn list_file(&self, _: Request<pb::ListFileRequest>) -> Answer<pb::ListFileResp> {
+        Err(not_offered("the file API (ListFile)"))
+    }
+
+    async fn del_file(&self, _: Request<pb::DelFileRequest>) -> Answer<()> {
+        Err(not_offered("the file API (DelFile)"))
+    }
+
+    async fn get_file_meta(
+        &self,
+        _: Request<pb::GetFileMetaRequest>,
+    ) -> Answer<pb::GetFileMetaResponse> {
+        Err(not_offered("the file API (GetFileMeta)"))
+    }
+
+    async fn get_secret(
+        &self,
+        request: Request<pb::GetSecretRequest>,
+    ) -> Answer<pb::GetSecretResponse> {
+        unary(
+            &self.state,
+            "layotto.GetSecret",
+            request,
+            |call, req| async move {
+                let answer = dapr_secrets::get(call, convert::get_secret(req)).await?;
+                Ok(pb::GetSecretResponse { data: answer.data })
+            },
+        )
+        .await
+    }
+
+    async fn get_bulk_secret(
+        &self,
+        request: Request<pb::GetBulkSecretRequest>,
+    ) -> Answer<pb::GetBulkSecretResponse> {
+        unary(
+            &self.state,
+            "layotto.GetBulkSecret",
+            request,
+            |call, req| async move {
+                let answer = dapr_secrets::get_bulk(call, convert::get_bulk_secret(req)).await?;
+                Ok(convert::get_bulk_secret_response(answer))
+            },
+        )
+        .await
+    }
+}

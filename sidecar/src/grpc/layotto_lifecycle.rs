@@ -1,0 +1,108 @@
+//! Layotto's `Lifecycle.ApplyConfiguration`, served by rewire's own
+//! Lifecycle implementation: the push is the same reload, through the same
+//! queue, with the same deadline. Layotto's answer has no fields, so a push
+//! rewire does not take is a gRPC error carrying every reason.
+
+use std::sync::Arc;
+
+use tonic::{Code, Request, Response, Status};
+
+use super::lifecycle::LifecycleApi;
+use super::proto::rewire::lifecycle::v1 as rewire_pb;
+use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle as _;
+use super::proto::spec::proto::runtime::v1 as pb;
+use super::proto::spec::proto::runtime::v1::lifecycle_server::Lifecycle;
+
+/// `spec.proto.runtime.v1.Lifecycle`, over rewire's Lifecycle service.
+pub(super) struct LayottoLifecycleApi {
+    rewire: Arc<LifecycleApi>,
+}
+
+impl LayottoLifecycleApi {
+    /// Serves Layotto's pushes with `rewire`'s implementation.
+    pub(super) fn new(rewire: Arc<LifecycleApi>) -> Self {
+        Self { rewire }
+    }
+}
+
+#[tonic::async_trait]
+impl Lifecycle for LayottoLifecycleApi {
+    async fn apply_configuration(
+        &self,
+        request: Request<pb::DynamicConfiguration>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let (metadata, extensions, message) = request.into_parts();
+        let component_config = message
+            .component_config
+            .map(|config| rewire_pb::ComponentConfig {
+                kind: config.kind,
+                name: config.name,
+                metadata: config.metadata,
+                ..rewire_pb::ComponentConfig::default()
+            });
+        let push = rewire_pb::DynamicConfiguration {
+            component_config,
+            based_on_generation: None,
+        };
+        let answer = self
+            .rewire
+            .apply_configuration(Request::from_parts(metadata, extensions, push))
+            .await?
+            .into_inner();
+        match status_of(&answer) {
+            None => Ok(Response::new(pb::ApplyConfigurationResponse {})),
+            Some(status) => Err(status),
+        }
+    }
+}
+
+/// The gRPC error a refused push becomes: `INVALID_ARGUMENT` for a
+/// rejected one, `ABORTED` when it rolled back, `DEADLINE_EXCEEDED` when it
+/// is still queued (it will be applied); `None` when it was taken.
+fn status_of(answer: &rewire_pb::ApplyConfigurationResponse) -> Option<Status> {
+    if answer.accepted {
+        return None;
+    }
+    let code = match answer.outcome.as_str() {
+        "rolled_back" => Code::Aborted,
+        "queued" => Code::DeadlineExceeded,
+        _ => Code::InvalidArgument,
+    };
+    let reasons = answer.errors.join("\n");
+    Some(Status::new(
+        code,
+        format!(
+            "{} (generation {} still serving):\n{reasons}",
+            answer.outcome, answer.generation
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(accepted: bool, outcome: &str) -> rewire_pb::ApplyConfigurationResponse {
+        rewire_pb::ApplyConfigurationResponse {
+            accepted,
+            generation: 4,
+            errors: vec!["state/a: unknown type x".into(), "state/a: second".into()],
+            outcome: outcome.into(),
+            actions: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_refused_push_is_an_error_with_every_reason() {
+        assert!(status_of(&answer(true, "applied")).is_none());
+        let rejected = status_of(&answer(false, "rejected")).expect("an error");
+        assert_eq!(rejected.code(), Code::InvalidArgument);
+        assert!(rejected.message().contains("unknown type x"));
+        assert!(rejected.message().contains("second"));
+        assert!(rejected.message().contains("generation 4"));
+        let rolled_back = status_of(&answer(false, "rolled_back")).expect("an error");
+        assert_eq!(rolled_back.code(), Code::Aborted);
+        let queued = status_of(&answer(false, "queued")).expect("an error");
+        assert_eq!(queued.code(), Code::DeadlineExceeded);
+    }
+}

@@ -1,0 +1,433 @@
+//! Layotto's `spec.proto.runtime.v1.Runtime` and `.Lifecycle` services,
+//! driven through clients generated from Layotto's definitions (same
+//! package, names and field numbers), against in-memory stores: every
+//! method rewire offers, the app token, and what it does not offer.
+
+use std::collections::HashMap;
+
+use crate::support::grpc::{self, layotto, with_header};
+use crate::support::sidecar::Sidecar;
+use layotto::lifecycle_client::LifecycleClient;
+use layotto::lock_keep_alive_response::Status as KeepAliveStatus;
+use layotto::runtime_client::RuntimeClient;
+use layotto::unlock_response::Status as UnlockStatus;
+use rewire::sidecar::ApiOptions;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {
+    "state": {"orders": {"type": "memory"}},
+    "lock": {"locks": {"type": "memory"}},
+    "config_store": {"settings": {"type": "memory"}},
+    "secret_store": {"vault": {"type": "env", "metadata": {"prefix": "LAYOTTO_TEST_"}}}
+}}"#;
+
+async fn runtime(sidecar: &Sidecar) -> RuntimeClient<Channel> {
+    RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await)
+}
+
+fn item(key: &str, content: &str, group: &str, label: &str) -> layotto::ConfigurationItem {
+    layotto::ConfigurationItem {
+        key: key.into(),
+        content: content.into(),
+        group: group.into(),
+        label: label.into(),
+        ..Default::default()
+    }
+}
+
+fn state_item(key: &str, value: &str) -> layotto::StateItem {
+    layotto::StateItem {
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn configuration_with_group_label_app_id_writes_and_a_bidirectional_subscription() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    client
+        .save_configuration(layotto::SaveConfigurationRequest {
+            store_name: "settings".into(),
+            app_id: "shop".into(),
+            items: vec![
+                item("timeout", "5s", "db", "prod"),
+                item("timeout", "1s", "db", "dev"),
+            ],
+            metadata: HashMap::new(),
+        })
+        .await
+        .expect("save");
+    let get = |label: &str| layotto::GetConfigurationRequest {
+        store_name: "settings".into(),
+        group: "db".into(),
+        label: label.into(),
+        keys: vec!["timeout".into()],
+        ..Default::default()
+    };
+    let prod = client
+        .get_configuration(get("prod"))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(prod.items.len(), 1, "{prod:?}");
+    assert_eq!(
+        (prod.items[0].content.as_str(), prod.items[0].label.as_str()),
+        ("5s", "prod")
+    );
+    assert_eq!(prod.items[0].group, "db");
+
+    // Another app's id is refused; this sidecar's and none are served.
+    let other = layotto::GetConfigurationRequest {
+        app_id: "billing".into(),
+        ..get("prod")
+    };
+    let refused = client
+        .get_configuration(other)
+        .await
+        .expect_err("another app");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("billing"), "{refused:?}");
+
+    // A bidirectional stream: each request adds a subscription.
+    let (requests, outgoing) = tokio::sync::mpsc::channel(4);
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let subscribe = |key: &str| layotto::SubscribeConfigurationRequest {
+        store_name: "settings".into(),
+        group: "db".into(),
+        label: "prod".into(),
+        keys: vec![key.into()],
+        ..Default::default()
+    };
+    requests.send(subscribe("timeout")).await.unwrap();
+    requests.send(subscribe("pool")).await.unwrap();
+    // The stream does not say when a subscription is in place: write until
+    // both keys are seen (each write a new value, so each is a change).
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for round in 0.. {
+        assert!(round < 50, "the subscriptions never delivered: {seen:?}");
+        let (timeout, pool) = (format!("7s-{round}"), format!("10-{round}"));
+        client
+            .save_configuration(layotto::SaveConfigurationRequest {
+                store_name: "settings".into(),
+                items: vec![
+                    item("timeout", &timeout, "db", "prod"),
+                    item("pool", &pool, "db", "prod"),
+                ],
+                ..Default::default()
+            })
+            .await
+            .expect("save");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(300);
+        while let Ok(answer) = tokio::time::timeout_at(deadline, answers.message()).await {
+            let answer = answer.expect("no error").expect("stream open");
+            assert_eq!(
+                (answer.store_name.as_str(), answer.app_id.as_str()),
+                ("settings", "shop")
+            );
+            for item in answer.items {
+                assert_eq!(item.label, "prod", "only the label subscribed: {item:?}");
+                seen.insert(item.key, item.content);
+            }
+        }
+        if seen.get("timeout") == Some(&timeout) && seen.get("pool") == Some(&pool) {
+            break;
+        }
+    }
+
+    client
+        .delete_configuration(layotto::DeleteConfigurationRequest {
+            store_name: "settings".into(),
+            group: "db".into(),
+            label: "prod".into(),
+            keys: vec!["timeout".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+    let after = client
+        .get_configuration(get("prod"))
+        .await
+        .expect("get")
+        .into_inner();
+    assert!(after.items.is_empty(), "{after:?}");
+    let dev = client
+        .get_configuration(get("dev"))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(dev.items[0].content, "1s", "the other label is kept");
+    drop(requests);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn state_locks_with_keep_alive_and_secrets() {
+    std::env::set_var("LAYOTTO_TEST_DB", "s3cret");
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+
+    client
+        .save_state(layotto::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![
+                state_item("a", "1"),
+                state_item("b", "2"),
+                state_item("c", "3"),
+            ],
+        })
+        .await
+        .expect("save");
+    let a = client
+        .get_state(layotto::GetStateRequest {
+            store_name: "orders".into(),
+            key: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(a.data, b"1");
+    assert!(!a.etag.is_empty());
+    // A stale etag is refused, as in Dapr.
+    let stale = layotto::StateItem {
+        etag: Some(layotto::Etag {
+            value: "999".into(),
+        }),
+        ..state_item("a", "x")
+    };
+    let refused = client
+        .save_state(layotto::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![stale],
+        })
+        .await
+        .expect_err("stale etag");
+    assert_eq!(refused.code(), Code::Aborted, "{refused:?}");
+    client
+        .delete_bulk_state(layotto::DeleteBulkStateRequest {
+            store_name: "orders".into(),
+            states: vec![state_item("a", ""), state_item("b", "")],
+        })
+        .await
+        .expect("delete bulk");
+    let bulk = client
+        .get_bulk_state(layotto::GetBulkStateRequest {
+            store_name: "orders".into(),
+            keys: vec!["a".into(), "b".into(), "c".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("bulk")
+        .into_inner();
+    let values: HashMap<_, _> = bulk.items.into_iter().map(|i| (i.key, i.data)).collect();
+    assert_eq!((values["a"].len(), values["b"].len()), (0, 0), "deleted");
+    assert_eq!(values["c"], b"3");
+    client
+        .delete_state(layotto::DeleteStateRequest {
+            store_name: "orders".into(),
+            key: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+
+    let lock = |owner: &str, expire: i32| layotto::TryLockRequest {
+        store_name: "locks".into(),
+        resource_id: "order-1".into(),
+        lock_owner: owner.into(),
+        expire,
+    };
+    assert!(
+        client
+            .try_lock(lock("alice", 1))
+            .await
+            .unwrap()
+            .into_inner()
+            .success
+    );
+    assert!(
+        !client
+            .try_lock(lock("bob", 60))
+            .await
+            .unwrap()
+            .into_inner()
+            .success
+    );
+    let keep_alive = |owner: &str| layotto::LockKeepAliveRequest {
+        store_name: "locks".into(),
+        resource_id: "order-1".into(),
+        lock_owner: owner.into(),
+        expire: 60,
+    };
+    let renewed = client
+        .lock_keep_alive(keep_alive("alice"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(renewed.status(), KeepAliveStatus::Success);
+    let others = client
+        .lock_keep_alive(keep_alive("bob"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(others.status(), KeepAliveStatus::LockBelongToOthers);
+    // Renewed to 60 s: still held after the first 1 s lease has passed.
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    assert!(
+        !client
+            .try_lock(lock("bob", 60))
+            .await
+            .unwrap()
+            .into_inner()
+            .success
+    );
+    let unlock = |owner: &str| layotto::UnlockRequest {
+        store_name: "locks".into(),
+        resource_id: "order-1".into(),
+        lock_owner: owner.into(),
+    };
+    let by_bob = client.unlock(unlock("bob")).await.unwrap().into_inner();
+    assert_eq!(by_bob.status(), UnlockStatus::LockBelongToOthers);
+    let by_alice = client.unlock(unlock("alice")).await.unwrap().into_inner();
+    assert_eq!(by_alice.status(), UnlockStatus::Success);
+    let gone = client
+        .lock_keep_alive(keep_alive("alice"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(gone.status(), KeepAliveStatus::LockUnexist);
+
+    let secret = client
+        .get_secret(layotto::GetSecretRequest {
+            store_name: "vault".into(),
+            key: "DB".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("secret")
+        .into_inner();
+    assert_eq!(secret.data.get("DB").map(String::as_str), Some("s3cret"));
+    let bulk = client
+        .get_bulk_secret(layotto::GetBulkSecretRequest {
+            store_name: "vault".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("bulk secrets")
+        .into_inner();
+    assert_eq!(bulk.data["DB"].secrets["DB"], "s3cret");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn what_rewire_does_not_offer_is_unimplemented_and_tokens_guard_both_services() {
+    let options = ApiOptions {
+        app_token: Some(rewire::sidecar::ApiToken::new("app-token")),
+        admin_token: Some(rewire::sidecar::ApiToken::new("admin-token")),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut client = runtime(&sidecar).await;
+    let hello = client
+        .say_hello(with_header(
+            layotto::SayHelloRequest::default(),
+            "dapr-api-token",
+            "app-token",
+        ))
+        .await
+        .expect_err("not offered");
+    assert_eq!(hello.code(), Code::Unimplemented);
+    assert!(
+        hello.message().contains("not offered by rewire"),
+        "{hello:?}"
+    );
+    let binding = client
+        .invoke_binding(with_header(
+            layotto::InvokeBindingRequest::default(),
+            "dapr-api-token",
+            "app-token",
+        ))
+        .await
+        .expect_err("not offered");
+    assert_eq!(binding.code(), Code::Unimplemented);
+
+    let unauthenticated = client
+        .get_state(layotto::GetStateRequest {
+            store_name: "orders".into(),
+            key: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no token");
+    assert_eq!(unauthenticated.code(), Code::Unauthenticated);
+
+    let mut lifecycle = LifecycleClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let push = layotto::DynamicConfiguration {
+        component_config: Some(layotto::ComponentConfig {
+            kind: "state".into(),
+            name: "orders".into(),
+            metadata: HashMap::new(),
+        }),
+    };
+    let refused = lifecycle
+        .apply_configuration(with_header(push, "dapr-api-token", "app-token"))
+        .await
+        .expect_err("the app token is not the admin token");
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_layotto_lifecycle_push_changes_a_running_component_or_says_why_not() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut lifecycle = LifecycleClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let push = |kind: &str, name: &str, metadata: &[(&str, &str)]| layotto::DynamicConfiguration {
+        component_config: Some(layotto::ComponentConfig {
+            kind: kind.into(),
+            name: name.into(),
+            metadata: metadata
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }),
+    };
+    let before = sidecar.runtime.generation().number;
+    // A new component, as Layotto's control plane adds one: its name is its
+    // type when none is given.
+    lifecycle
+        .apply_configuration(push("lock", "memory", &[]))
+        .await
+        .expect("taken");
+    assert!(sidecar.runtime.generation().number > before);
+    let mut client = runtime(&sidecar).await;
+    let lock = layotto::TryLockRequest {
+        store_name: "memory".into(),
+        resource_id: "r".into(),
+        lock_owner: "o".into(),
+        expire: 10,
+    };
+    assert!(
+        client.try_lock(lock).await.unwrap().into_inner().success,
+        "the pushed lock serves"
+    );
+
+    // A push rewire does not take: an error with every reason, and the
+    // running generation keeps serving.
+    let serving = sidecar.runtime.generation().number;
+    let refused = lifecycle
+        .apply_configuration(push("state", "orders", &[("nonsense", "1")]))
+        .await
+        .expect_err("unknown field");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("state/orders"), "{refused:?}");
+    assert!(refused.message().contains("nonsense"), "{refused:?}");
+    assert_eq!(sidecar.runtime.generation().number, serving);
+    sidecar.stop().await;
+}
