@@ -32,6 +32,7 @@ mod dapr_lock;
 mod dapr_metadata;
 mod dapr_secrets;
 mod dapr_state;
+mod dapr_state_transaction;
 mod lifecycle;
 mod lifecycle_patch;
 mod lifecycle_wait;
