@@ -37,7 +37,10 @@ fn op(kind: &str, key: &str, value: &str, etag: Option<&str>) -> TransactionalSt
     }
 }
 
-fn transaction(store: &str, operations: Vec<TransactionalStateOperation>) -> ExecuteStateTransactionRequest {
+fn transaction(
+    store: &str,
+    operations: Vec<TransactionalStateOperation>,
+) -> ExecuteStateTransactionRequest {
     ExecuteStateTransactionRequest {
         store_name: store.into(),
         operations,
@@ -52,7 +55,12 @@ async fn read(client: &mut Client, keys: &[&str]) -> Vec<(String, String, String
         keys: keys.iter().map(|k| k.to_string()).collect(),
         ..GetBulkStateRequest::default()
     };
-    let items = client.get_bulk_state(request).await.expect("bulk get").into_inner().items;
+    let items = client
+        .get_bulk_state(request)
+        .await
+        .expect("bulk get")
+        .into_inner()
+        .items;
     items
         .into_iter()
         .map(|i| (i.key, String::from_utf8_lossy(&i.data).into_owned(), i.etag))
@@ -64,31 +72,43 @@ async fn transactions_over_grpc_are_all_or_nothing() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
     client
-        .execute_state_transaction(transaction("orders", vec![
-            op("upsert", "a", "1", None),
-            op("upsert", "b", "2", None),
-        ]))
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![op("upsert", "a", "1", None), op("upsert", "b", "2", None)],
+        ))
         .await
         .expect("transaction");
     let before = read(&mut client, &["a", "b"]).await;
     assert_eq!((before[0].1.as_str(), before[1].1.as_str()), ("1", "2"));
 
     let stale = client
-        .execute_state_transaction(transaction("orders", vec![
-            op("upsert", "a", "10", Some(&before[0].2)),
-            op("delete", "b", "", Some("999999")),
-        ]))
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![
+                op("upsert", "a", "10", Some(&before[0].2)),
+                op("delete", "b", "", Some("999999")),
+            ],
+        ))
         .await
         .expect_err("a stale etag was accepted");
     assert_eq!(stale.code(), Code::Internal, "{stale:?}");
-    assert!(stale.message().contains("error while executing state transaction"), "{}", stale.message());
+    assert!(
+        stale
+            .message()
+            .contains("error while executing state transaction"),
+        "{}",
+        stale.message()
+    );
     assert_eq!(read(&mut client, &["a", "b"]).await, before);
 
     client
-        .execute_state_transaction(transaction("orders", vec![
-            op("upsert", "a", "10", Some(&before[0].2)),
-            op("delete", "b", "", Some(&before[1].2)),
-        ]))
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![
+                op("upsert", "a", "10", Some(&before[0].2)),
+                op("delete", "b", "", Some(&before[1].2)),
+            ],
+        ))
         .await
         .expect("transaction at the current etags");
     let after = read(&mut client, &["a", "b"]).await;
@@ -105,18 +125,32 @@ async fn transactions_over_grpc_are_all_or_nothing() {
         .await
         .expect_err("plain has no transactions");
     assert_eq!(plain.code(), Code::Unimplemented);
-    assert_eq!(plain.message(), "state store `plain` doesn't support transactions");
+    assert_eq!(
+        plain.message(),
+        "state store `plain` doesn't support transactions"
+    );
     let missing = client
         .execute_state_transaction(transaction("nope", Vec::new()))
         .await
         .expect_err("no such store");
     assert_eq!(missing.code(), Code::InvalidArgument);
 
-    let metadata = client.get_metadata(GetMetadataRequest {}).await.expect("metadata").into_inner();
-    let orders = metadata.registered_components.iter().find(|c| c.name == "orders");
+    let metadata = client
+        .get_metadata(GetMetadataRequest {})
+        .await
+        .expect("metadata")
+        .into_inner();
+    let orders = metadata
+        .registered_components
+        .iter()
+        .find(|c| c.name == "orders");
     assert_eq!(
         orders.map(|c| c.capabilities.clone()),
-        Some(vec!["ETAG".to_string(), "TRANSACTIONAL".to_string(), "TTL".to_string()])
+        Some(vec![
+            "ETAG".to_string(),
+            "TRANSACTIONAL".to_string(),
+            "TTL".to_string()
+        ])
     );
     sidecar.stop().await;
 }

@@ -15,7 +15,12 @@ use sidecar::Sidecar;
 const CONFIG: &str = r#"{"appId": "shop", "components": {"lock": {"locks": {"type": "memory"}}}}"#;
 
 async fn post(client: &Client, url: String, body: Value) -> (StatusCode, Value) {
-    let answer: Response = client.post(url).json(&body).send().await.expect("request failed");
+    let answer: Response = client
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("request failed");
     let status = answer.status();
     (status, answer.json().await.expect("not JSON"))
 }
@@ -26,11 +31,18 @@ async fn lock_and_unlock_over_http() {
     let client = Client::new();
     let lock = format!("{}/v1.0-alpha1/lock/locks", sidecar.http_url());
     let unlock = format!("{}/v1.0-alpha1/unlock/locks", sidecar.http_url());
-    let take = |owner: &str| json!({"resourceId": "order-1", "lockOwner": owner, "expiryInSeconds": 60});
+    let take =
+        |owner: &str| json!({"resourceId": "order-1", "lockOwner": owner, "expiryInSeconds": 60});
     let release = |owner: &str| json!({"resourceId": "order-1", "lockOwner": owner});
 
-    assert_eq!(post(&client, lock.clone(), take("alice")).await, (StatusCode::OK, json!({"success": true})));
-    assert_eq!(post(&client, lock.clone(), take("bob")).await, (StatusCode::OK, json!({"success": false})));
+    assert_eq!(
+        post(&client, lock.clone(), take("alice")).await,
+        (StatusCode::OK, json!({"success": true}))
+    );
+    assert_eq!(
+        post(&client, lock.clone(), take("bob")).await,
+        (StatusCode::OK, json!({"success": false}))
+    );
     // The gRPC API sees the same lock.
     let mut grpc_client = grpc::dapr_client(sidecar.grpc_url()).await;
     let over_grpc = grpc_client
@@ -62,22 +74,52 @@ async fn lock_errors_are_dapr_errors() {
     let client = Client::new();
     let base = sidecar.http_url();
     let cases = [
-        ("lock/nope", json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}),
-            "ERR_LOCK_STORE_NOT_FOUND", "lock store `nope` is not found"),
-        ("unlock/nope", json!({"resourceId": "r", "lockOwner": "o"}),
-            "ERR_LOCK_STORE_NOT_FOUND", "lock store `nope` is not found"),
-        ("lock/locks", json!({"lockOwner": "o", "expiryInSeconds": 5}),
-            "ERR_MALFORMED_REQUEST", "ResourceId is empty"),
-        ("lock/locks", json!({"resourceId": "r", "expiryInSeconds": 5}),
-            "ERR_MALFORMED_REQUEST", "LockOwner is empty"),
-        ("lock/locks", json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 0}),
-            "ERR_MALFORMED_REQUEST", "ExpiryInSeconds is not positive"),
-        ("unlock/locks", json!({"resourceId": "r"}), "ERR_MALFORMED_REQUEST", "LockOwner is empty"),
-        ("lock/locks", json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": "soon"}),
-            "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body"),
+        (
+            "lock/nope",
+            json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}),
+            "ERR_LOCK_STORE_NOT_FOUND",
+            "lock store `nope` is not found",
+        ),
+        (
+            "unlock/nope",
+            json!({"resourceId": "r", "lockOwner": "o"}),
+            "ERR_LOCK_STORE_NOT_FOUND",
+            "lock store `nope` is not found",
+        ),
+        (
+            "lock/locks",
+            json!({"lockOwner": "o", "expiryInSeconds": 5}),
+            "ERR_MALFORMED_REQUEST",
+            "ResourceId is empty",
+        ),
+        (
+            "lock/locks",
+            json!({"resourceId": "r", "expiryInSeconds": 5}),
+            "ERR_MALFORMED_REQUEST",
+            "LockOwner is empty",
+        ),
+        (
+            "lock/locks",
+            json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 0}),
+            "ERR_MALFORMED_REQUEST",
+            "ExpiryInSeconds is not positive",
+        ),
+        (
+            "unlock/locks",
+            json!({"resourceId": "r"}),
+            "ERR_MALFORMED_REQUEST",
+            "LockOwner is empty",
+        ),
+        (
+            "lock/locks",
+            json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": "soon"}),
+            "ERR_MALFORMED_REQUEST",
+            "failed deserializing HTTP body",
+        ),
     ];
     for (path, body, code, message) in cases {
-        let (status, error) = post(&client, format!("{base}/v1.0-alpha1/{path}"), body.clone()).await;
+        let (status, error) =
+            post(&client, format!("{base}/v1.0-alpha1/{path}"), body.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {body}");
         assert_eq!(error["errorCode"], code, "{path} {body}: {error}");
         let text = error["message"].as_str().unwrap_or_default();

@@ -26,20 +26,47 @@ fn served() -> Vec<(Method, &'static str, Option<Value>)> {
     vec![
         get("/v1.0/healthz"),
         get("/v1.0/healthz/outbound"),
-        (Method::POST, "/v1.0/state/orders", Some(json!([{"key": "k", "value": 1}]))),
-        (Method::PUT, "/v1.0/state/orders", Some(json!([{"key": "k", "value": 1}]))),
+        (
+            Method::POST,
+            "/v1.0/state/orders",
+            Some(json!([{"key": "k", "value": 1}])),
+        ),
+        (
+            Method::PUT,
+            "/v1.0/state/orders",
+            Some(json!([{"key": "k", "value": 1}])),
+        ),
         get("/v1.0/state/orders/k"),
         (Method::DELETE, "/v1.0/state/orders/k", None),
-        (Method::POST, "/v1.0/state/orders/bulk", Some(json!({"keys": ["k"]}))),
-        (Method::PUT, "/v1.0/state/orders/bulk", Some(json!({"keys": ["k"]}))),
-        (Method::POST, "/v1.0/state/orders/transaction", Some(tx.clone())),
+        (
+            Method::POST,
+            "/v1.0/state/orders/bulk",
+            Some(json!({"keys": ["k"]})),
+        ),
+        (
+            Method::PUT,
+            "/v1.0/state/orders/bulk",
+            Some(json!({"keys": ["k"]})),
+        ),
+        (
+            Method::POST,
+            "/v1.0/state/orders/transaction",
+            Some(tx.clone()),
+        ),
         (Method::PUT, "/v1.0/state/orders/transaction", Some(tx)),
         get("/v1.0/secrets/vault/bulk"),
         get("/v1.0/configuration/config?key=a"),
         get("/v1.0-alpha1/configuration/config?key=a"),
-        (Method::POST, "/v1.0-alpha1/lock/locks",
-            Some(json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}))),
-        (Method::POST, "/v1.0-alpha1/unlock/locks", Some(json!({"resourceId": "r", "lockOwner": "o"}))),
+        (
+            Method::POST,
+            "/v1.0-alpha1/lock/locks",
+            Some(json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5})),
+        ),
+        (
+            Method::POST,
+            "/v1.0-alpha1/unlock/locks",
+            Some(json!({"resourceId": "r", "lockOwner": "o"})),
+        ),
         get("/v1.0/metadata"),
     ]
 }
@@ -95,7 +122,12 @@ async fn every_dapr_route_is_served_or_not_found() {
     let base = sidecar.http_url();
     // Keys named like the routes: a GET there must never read them.
     let keys = json!([{"key": "bulk", "value": "b"}, {"key": "transaction", "value": "t"}]);
-    let saved = client.post(format!("{base}/v1.0/state/orders")).json(&keys).send().await.unwrap();
+    let saved = client
+        .post(format!("{base}/v1.0/state/orders"))
+        .json(&keys)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(saved.status(), StatusCode::NO_CONTENT);
 
     for (method, path, body) in served() {
@@ -109,18 +141,31 @@ async fn every_dapr_route_is_served_or_not_found() {
         assert!(status.is_success(), "{method} {path}: {status} {text}");
     }
     for (method, path) in others() {
-        let answer = client.request(method.clone(), format!("{base}{path}")).send().await.unwrap();
+        let answer = client
+            .request(method.clone(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
         let status = answer.status();
         assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
         if status == StatusCode::NOT_FOUND {
             let body: Value = answer.json().await.unwrap_or(Value::Null);
-            assert_eq!(body["errorCode"], "ERR_NOT_FOUND", "{method} {path}: {body}");
+            assert_eq!(
+                body["errorCode"], "ERR_NOT_FOUND",
+                "{method} {path}: {body}"
+            );
             let message = body["message"].as_str().unwrap_or_default();
-            assert!(message.contains(path.split('?').next().unwrap_or(path)), "{message}");
+            assert!(
+                message.contains(path.split('?').next().unwrap_or(path)),
+                "{message}"
+            );
         } else {
             // Served by a later version: then it is not a key lookup.
             let text = answer.text().await.unwrap_or_default();
-            assert!(!text.contains("\"b\"") && !text.contains("\"t\""), "{method} {path}: {text}");
+            assert!(
+                !text.contains("\"b\"") && !text.contains("\"t\""),
+                "{method} {path}: {text}"
+            );
         }
     }
     sidecar.stop().await;

@@ -30,7 +30,7 @@ mod redis_failover;
 mod redis_init;
 mod redis_lock;
 mod redis_state;
-mod state_transaction;
 mod registry;
+mod state_transaction;
 mod story_etcd_failover;
 mod time_limits;

@@ -82,7 +82,10 @@ async fn all_or_nothing(store: &dyn StateStore) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let before = read(store, &["a", "b"]).await;
-    assert_eq!((value(&before[0]), value(&before[1])), (Some("1"), Some("2")));
+    assert_eq!(
+        (value(&before[0]), value(&before[1])),
+        (Some("1"), Some("2"))
+    );
 
     // A right etag on `a`, a stale one on `b`: nothing changes.
     let stale = transact(
@@ -134,7 +137,10 @@ async fn all_or_nothing(store: &dyn StateStore) {
     .unwrap_or_else(|e| panic!("{e}"));
     let after = read(store, &["a", "b"]).await;
     assert_eq!((value(&after[0]), value(&after[1])), (Some("fresh"), None));
-    assert_ne!(etag(&after[0]), etag(&before[0]));
+    // The new version's etag guards the next write.
+    transact(store, vec![upsert("a", "next", Some(etag(&after[0])))])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     transact(store, Vec::new())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -251,24 +257,40 @@ async fn redis_transactions_are_all_or_nothing() {
 #[tokio::test]
 async fn redis_transactions_keep_dapr_layout_and_ttl() {
     let server = RedisServer::start().await;
-    let store = store("redis", json!({"redisHost": server.addr(), "keyPrefix": "app||"})).await;
+    let store = store(
+        "redis",
+        json!({"redisHost": server.addr(), "keyPrefix": "app||"}),
+    )
+    .await;
     let mut with_ttl = SetRequest {
         key: "session".into(),
         value: b"s".to_vec(),
         ..SetRequest::default()
     };
-    with_ttl.metadata.insert("ttlInSeconds".into(), "100".into());
+    with_ttl
+        .metadata
+        .insert("ttlInSeconds".into(), "100".into());
     transact(
         store.as_ref(),
-        vec![TransactionOperation::Upsert(with_ttl), upsert("plain", "p", None)],
+        vec![
+            TransactionOperation::Upsert(with_ttl),
+            upsert("plain", "p", None),
+        ],
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     let mut conn = server.connection().await;
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let mut keys = keys;
     keys.sort();
-    assert_eq!(keys, vec!["app||plain".to_string(), "app||session".to_string()]);
+    assert_eq!(
+        keys,
+        vec!["app||plain".to_string(), "app||session".to_string()]
+    );
     let (data, version): (String, String) = redis::cmd("HMGET")
         .arg("app||session")
         .arg("data")
@@ -277,8 +299,16 @@ async fn redis_transactions_keep_dapr_layout_and_ttl() {
         .await
         .unwrap();
     assert_eq!((data.as_str(), version.as_str()), ("s", "1"));
-    let ttl: i64 = redis::cmd("TTL").arg("app||session").query_async(&mut conn).await.unwrap();
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("app||session")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!((1..=100).contains(&ttl), "ttl {ttl}");
-    let ttl: i64 = redis::cmd("TTL").arg("app||plain").query_async(&mut conn).await.unwrap();
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("app||plain")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(ttl, -1);
 }

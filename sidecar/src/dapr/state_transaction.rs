@@ -37,10 +37,16 @@ impl StateOps {
     /// Whether the store takes transactions; else Dapr's "doesn't support
     /// transactions" (checked before the request is read, as Dapr does).
     pub fn require_transactions(&self) -> Result<(), StateOpError> {
-        if self.store().features().contains(&StateFeature::Transactional) {
+        if self
+            .store()
+            .features()
+            .contains(&StateFeature::Transactional)
+        {
             Ok(())
         } else {
-            Err(StateOpError::TransactionsNotSupported(self.name().to_string()))
+            Err(StateOpError::TransactionsNotSupported(
+                self.name().to_string(),
+            ))
         }
     }
 
@@ -111,7 +117,9 @@ mod tests {
             transaction_operation("delete", item.clone()),
             Ok(TransactionOperation::Delete(d)) if d.etag.as_deref() == Some("3")
         ));
-        let err = transaction_operation("merge", item).err().map(|e| e.to_string());
+        let err = transaction_operation("merge", item)
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("operation type merge not supported"));
     }
 

@@ -83,7 +83,9 @@ pub async fn unlock(
 ) -> Result<Json<UnlockAnswer>, HttpError> {
     let store = call.lock_store(&store_name)?;
     let request: Unlock = json_body(body, state.options.max_request_bytes)?;
-    let status = store.unlock(request.resource_id, request.lock_owner).await?;
+    let status = store
+        .unlock(request.resource_id, request.lock_owner)
+        .await?;
     Ok(Json(UnlockAnswer {
         status: unlock_number(status),
     }))

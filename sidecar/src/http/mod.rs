@@ -105,4 +105,3 @@ async fn not_found(method: Method, uri: Uri) -> HttpError {
         path: uri.path().to_string(),
     }
 }
-

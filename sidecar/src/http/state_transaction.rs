@@ -15,7 +15,9 @@ use serde::Deserialize;
 use rewire_runtime::{StateError, TransactionRequest};
 
 use super::error::HttpError;
-use super::input::{json_body, lenient_metadata, query_pairs, request_metadata, QueryPairs, RawBody};
+use super::input::{
+    json_body, lenient_metadata, query_pairs, request_metadata, QueryPairs, RawBody,
+};
 use super::state::{set_request, SaveItem};
 use crate::dapr::{transaction_operation, Call, StateOpError};
 use crate::ApiState;

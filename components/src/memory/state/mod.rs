@@ -15,8 +15,8 @@ mod ttl;
 use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{
-    BulkGetItem, Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate, Metadata,
-    SetRequest, StateEntry, StateError, StateFeature, StateStore, TransactionRequest,
+    BulkGetItem, Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate,
+    Metadata, SetRequest, StateEntry, StateError, StateFeature, StateStore, TransactionRequest,
 };
 use serde::Deserialize;
 use tokio::time::Instant;

@@ -97,17 +97,21 @@ pub(super) fn apply(
     table.purge_expired(now);
     dry_run(table, &operations)?;
     for operation in operations {
-        let condition = operation.condition();
-        match &operation {
+        match operation {
             Prepared::Upsert {
                 key,
                 data,
+                etag,
+                concurrency,
                 expires_at,
-                ..
             } => {
-                table.set(key, data.clone(), condition, *expires_at, now)?;
+                let condition = Condition {
+                    etag: etag.as_deref(),
+                    concurrency,
+                };
+                table.set(&key, data, condition, expires_at, now)?;
             }
-            Prepared::Delete { key, etag } => table.delete(key, etag.as_deref(), now)?,
+            Prepared::Delete { key, etag } => table.delete(&key, etag.as_deref(), now)?,
         }
     }
     Ok(())
@@ -157,8 +161,12 @@ mod tests {
     fn a_stale_etag_fails_the_whole_transaction() {
         let now = Instant::now();
         let mut table = StateTable::default();
-        apply(&mut table, vec![upsert("a", "1", None), upsert("b", "1", None)], now)
-            .unwrap_or_else(|e| panic!("{e}"));
+        apply(
+            &mut table,
+            vec![upsert("a", "1", None), upsert("b", "1", None)],
+            now,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let a = table.get("a", now).map(|e| e.etag).unwrap_or_default();
         let refused = apply(
             &mut table,
