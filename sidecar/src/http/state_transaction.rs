@@ -114,6 +114,6 @@ mod tests {
             r#"{"operations": [{"operation": "delete", "request": {"key": "k"}}]}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(body.operations[0].request.key, "k");
+        assert_eq!(body.operations[0].operation, "delete");
     }
 }
