@@ -120,6 +120,24 @@ async fn transactions_over_grpc_are_all_or_nothing() {
         .expect_err("merge is no operation");
     assert_eq!(unknown.code(), Code::Unimplemented);
     assert_eq!(unknown.message(), "operation type merge not supported");
+    let no_request = TransactionalStateOperation {
+        operation_type: "upsert".into(),
+        request: None,
+    };
+    let malformed = client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![op("upsert", "a", "2", None), no_request],
+        ))
+        .await
+        .expect_err("an operation without a request");
+    assert_eq!(malformed.code(), Code::InvalidArgument);
+    assert!(
+        malformed.message().contains("has no `request`"),
+        "{}",
+        malformed.message()
+    );
+    assert_eq!(read(&mut client, &["a"]).await[0].1, "10");
     let plain = client
         .execute_state_transaction(transaction("plain", vec![op("upsert", "a", "1", None)]))
         .await

@@ -5,11 +5,11 @@
 
 use tonic::Status;
 
-use rewire_runtime::TransactionRequest;
+use rewire_runtime::{StateError, TransactionRequest};
 
 use super::dapr_state::set_request;
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{transaction_operation, Call, StateOpError};
+use crate::dapr::{transaction_operation, Call};
 
 /// `ExecuteStateTransaction`: every operation, all or none.
 pub(super) async fn execute(
@@ -23,10 +23,10 @@ pub(super) async fn execute(
         .into_iter()
         .map(|operation| {
             let item = operation.request.ok_or_else(|| {
-                StateOpError::UnsupportedOperation(format!(
-                    "{} without a request",
+                store.transaction_failed(StateError::Invalid(format!(
+                    "an operation of type `{}` has no `request`",
                     operation.operation_type
-                ))
+                )))
             })?;
             let write = set_request(item).map_err(|e| store.transaction_failed(e))?;
             transaction_operation(&operation.operation_type, write)
