@@ -112,7 +112,7 @@ for i = 1, #KEYS do
     return i
   end
   if ARGV[base + 1] == "s" then
-    versions[key] = tostring((version and tonumber(version) or 0) + 1)
+    versions[key] = string.format("%d", (version and tonumber(version) or 0) + 1)
     exists[key] = true
   else
     versions[key], exists[key] = false, false
