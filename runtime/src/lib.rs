@@ -45,6 +45,8 @@ pub use kinds::{
     TryLockRequest, UnlockRequest, UnlockStatus,
 };
 #[doc(inline)]
+pub use kinds::{StateFeature, TransactionOperation, TransactionRequest};
+#[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]
 pub use redact::RedactingWriter;

@@ -1,15 +1,35 @@
 //! The official Dapr Python SDK (`pip install dapr`, installed by
 //! `scripts/test.sh`) against a real `rewire run`: state with etags and
-//! first-write, secrets, configuration get and subscribe (receiving a
-//! change), and locks.
+//! first-write, state transactions (a stale etag refusing the whole one),
+//! the store's capabilities in the metadata, secrets, configuration get and
+//! subscribe (receiving a change), and locks — with memory state and lock
+//! stores, then with redis ones on a real `redis-server`.
 
 use std::process::Command;
 use std::time::Duration;
 
+use serde_json::{json, Value};
+use testkit::redis::RedisServer;
 use testkit::{free_port, ChildProcess};
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
+    let memory = json!({"type": "memory"});
+    run_sdk_script(&memory, &memory);
+}
+
+#[test]
+fn the_official_dapr_python_sdk_works_against_rewire_on_redis() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(RedisServer::start());
+    let redis = json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
+    run_sdk_script(&redis, &redis);
+    drop(server);
+}
+
+/// Runs `tests/sdk/dapr_python_sdk.py` against `rewire run` with `state`
+/// and `lock` as its state store and lock.
+fn run_sdk_script(state: &Value, lock: &Value) {
     let sdk = Command::new("python3")
         .args(["-c", "import dapr.clients"])
         .output();
@@ -27,11 +47,11 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
     )
     .unwrap();
     let rewire_json = dir.path().join("rewire.json");
-    let config = serde_json::json!({
+    let config = json!({
         "appId": "sdk-test",
         "components": {
-            "state": {"statestore": {"type": "memory"}},
-            "lock": {"lockstore": {"type": "memory"}},
+            "state": {"statestore": state},
+            "lock": {"lockstore": lock},
             "config_store": {"configstore": {"type": "file", "metadata": {"path": config_file}}},
             "secret_store": {"secretstore": {"type": "local.file", "metadata": {"secretsFile": secrets_file, "multiValued": true}}}
         }

@@ -238,6 +238,46 @@ async fn state_locks_with_keep_alive_and_secrets() {
         .await
         .expect("delete");
 
+    // A transaction: all of it, or (a stale etag) none of it.
+    let upsert =
+        |key: &str, value: &str, etag: Option<&str>| layotto::TransactionalStateOperation {
+            operation_type: "upsert".into(),
+            request: Some(layotto::StateItem {
+                etag: etag.map(|e| layotto::Etag { value: e.into() }),
+                ..state_item(key, value)
+            }),
+        };
+    let transact = |operations| layotto::ExecuteStateTransactionRequest {
+        store_name: "orders".into(),
+        operations,
+        metadata: HashMap::new(),
+    };
+    client
+        .execute_state_transaction(transact(vec![
+            upsert("t1", "a", None),
+            upsert("t2", "b", None),
+        ]))
+        .await
+        .expect("transaction");
+    let refused = client
+        .execute_state_transaction(transact(vec![
+            upsert("t1", "x", None),
+            upsert("t2", "y", Some("999")),
+        ]))
+        .await
+        .expect_err("stale etag");
+    assert_ne!(refused.code(), Code::Ok);
+    let t1 = client
+        .get_state(layotto::GetStateRequest {
+            store_name: "orders".into(),
+            key: "t1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(t1.data, b"a", "the refused transaction changed nothing");
+
     let lock = |owner: &str, expire: i32| layotto::TryLockRequest {
         store_name: "locks".into(),
         resource_id: "order-1".into(),

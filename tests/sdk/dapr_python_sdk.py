@@ -1,6 +1,7 @@
 """Drives a running rewire sidecar with the official Dapr Python SDK.
 
-Run by tests/dapr_python_sdk.rs, which starts `rewire run` and sets
+Run by tests/api/dapr_python_sdk.rs, which starts `rewire run` (with memory,
+then redis, state and lock stores) and sets
 DAPR_GRPC_PORT / DAPR_HTTP_PORT and REWIRE_SDK_CONFIG_FILE (the file config
 store's JSON file, rewritten here to trigger a configuration change).
 Exits non-zero with a message on the first broken expectation.
@@ -14,6 +15,7 @@ import threading
 import grpc
 from dapr.clients import DaprClient
 from dapr.clients.grpc._response import UnlockResponseStatus
+from dapr.clients.grpc._request import TransactionalStateOperation, TransactionOperationType
 from dapr.clients.grpc._state import Concurrency, StateOptions
 
 
@@ -45,6 +47,48 @@ def state(d):
     d.delete_state("statestore", "order-1", etag=current.etag)
     gone = d.get_state("statestore", "order-1")
     check(gone.data == b"", f"deleted key still has {gone.data!r}")
+
+
+def transaction(d):
+    d.execute_state_transaction(
+        "statestore",
+        [
+            TransactionalStateOperation(key="tx-a", data="1"),
+            TransactionalStateOperation(key="tx-b", data="2"),
+        ],
+    )
+    a = d.get_state("statestore", "tx-a")
+    b = d.get_state("statestore", "tx-b")
+    check((a.data, b.data) == (b"1", b"2"), f"after a transaction: {a.data!r} {b.data!r}")
+    try:
+        d.execute_state_transaction(
+            "statestore",
+            [
+                TransactionalStateOperation(key="tx-a", data="10", etag=a.etag),
+                TransactionalStateOperation(key="tx-b", data="20", etag="999999"),
+            ],
+        )
+        check(False, "a transaction with a stale etag was accepted")
+    except grpc.RpcError as err:
+        check(err.code() == grpc.StatusCode.INTERNAL, f"stale etag in a transaction gave {err.code()}")
+    kept = d.get_bulk_state("statestore", ["tx-a", "tx-b"]).items
+    check([i.data for i in kept] == [b"1", b"2"], f"a refused transaction changed {[i.data for i in kept]}")
+    d.execute_state_transaction(
+        "statestore",
+        [
+            TransactionalStateOperation(key="tx-a", data="10", etag=a.etag),
+            TransactionalStateOperation(
+                key="tx-b", etag=b.etag, operation_type=TransactionOperationType.delete
+            ),
+        ],
+        transactional_metadata={"partitionKey": "p"},
+    )
+    a = d.get_state("statestore", "tx-a")
+    b = d.get_state("statestore", "tx-b")
+    check((a.data, b.data) == (b"10", b""), f"after a transfer: {a.data!r} {b.data!r}")
+    components = {c.name: c for c in d.get_metadata().registered_components}
+    store = components.get("statestore")
+    check(store is not None and "TRANSACTIONAL" in store.capabilities, f"metadata: {components}")
 
 
 def secrets(d):
@@ -94,6 +138,7 @@ def main():
     config_file = os.environ["REWIRE_SDK_CONFIG_FILE"]
     with DaprClient() as d:
         state(d)
+        transaction(d)
         secrets(d)
         configuration(d, config_file)
         lock(d)

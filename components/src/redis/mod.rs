@@ -24,6 +24,7 @@ pub mod lock;
 pub mod metadata;
 pub mod scripts;
 pub mod state;
+mod state_transaction;
 
 pub use connect::ConnectError;
 pub use connection::RedisConnection;

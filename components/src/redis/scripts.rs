@@ -95,3 +95,63 @@ return 1
 "#,
     )
 });
+
+/// A state transaction, all or none: every condition is checked first
+/// against the versions the keys would have at that operation's turn (an
+/// earlier operation of the same transaction may have written or deleted
+/// the key), and only when all hold are the writes and deletes applied.
+/// Replies `0`, or the (1-based) number of the first operation whose
+/// condition fails; then nothing is changed.
+///
+/// `KEYS[i]`: the key of operation `i` (a key may repeat). Per operation,
+/// five values of `ARGV`: `"s"` (write) or `"d"` (delete),
+/// the expected version (`""`: none), `"1"` for first-write, the data, the
+/// TTL in milliseconds (as for [`SET`]).
+pub static TRANSACTION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local versions, exists = {}, {}
+for i = 1, #KEYS do
+  local key, base = KEYS[i], (i - 1) * 5
+  if versions[key] == nil then
+    local v = redis.pcall("HGET", key, "version")
+    if type(v) ~= "string" then v = false end
+    versions[key] = v
+    exists[key] = redis.call("EXISTS", key) == 1
+  end
+  local version, etag = versions[key], ARGV[base + 2]
+  if etag ~= "" then
+    if version ~= etag then return i end
+  elseif ARGV[base + 1] == "s" and ARGV[base + 3] == "1" and exists[key] then
+    return i
+  end
+  if ARGV[base + 1] == "s" then
+    versions[key] = string.format("%d", (version and tonumber(version) or 0) + 1)
+    exists[key] = true
+  else
+    versions[key], exists[key] = false, false
+  end
+end
+for i = 1, #KEYS do
+  local key, base = KEYS[i], (i - 1) * 5
+  if ARGV[base + 1] == "s" then
+    local version = redis.pcall("HGET", key, "version")
+    if redis.call("EXISTS", key) == 1 and type(version) ~= "string" then
+      redis.call("DEL", key)
+    end
+    redis.call("HSET", key, "data", ARGV[base + 4])
+    redis.call("HINCRBY", key, "version", 1)
+    local ttl = tonumber(ARGV[base + 5])
+    if ttl > 0 then
+      redis.call("PEXPIRE", key, ttl)
+    elseif ttl < 0 then
+      redis.call("PERSIST", key)
+    end
+  else
+    redis.call("DEL", key)
+  end
+end
+return 0
+"#,
+    )
+});

@@ -11,7 +11,7 @@ use redis::RedisResult;
 use rewire_runtime::{
     BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, GetRequest, InPlace,
     InPlaceUpdate, InitContext, Metadata, Readiness, SetRequest, StateEntry, StateError,
-    StateStore,
+    StateFeature, StateStore, TransactionRequest,
 };
 use tracing::debug;
 
@@ -54,12 +54,24 @@ impl RedisStateStore {
         self.connection.session().metadata().clone()
     }
 
-    fn session(&self) -> Result<(std::sync::Arc<Session>, BoundedConnection), StateError> {
+    /// The session in force and a connection of it.
+    pub(super) fn session(
+        &self,
+    ) -> Result<(std::sync::Arc<Session>, BoundedConnection), StateError> {
         let session = self.connection.session();
         let conn = session
             .connection()
             .map_err(|err| StateError::Backend(err.to_string()))?;
         Ok((session, conn))
+    }
+
+    /// A Redis failure of `session`, described without secrets.
+    pub(super) fn backend_error(
+        &self,
+        session: &std::sync::Arc<Session>,
+        err: &redis::RedisError,
+    ) -> StateError {
+        StateError::Backend(self.connection.describe(session, err))
     }
 }
 
@@ -161,14 +173,15 @@ impl StateStore for RedisStateStore {
         }
     }
 
-    /// One round trip: an `HMGET` per key, pipelined.
+    /// One round trip: an `HMGET` per key in one `MULTI`/`EXEC`, so the
+    /// answer is one snapshot (never half of a transaction).
     async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let (session, mut conn) = self.session()?;
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
+        pipe.atomic().ignore_errors();
         for key in &keys {
             pipe.cmd("HMGET")
                 .arg(session.key(key))
@@ -208,6 +221,19 @@ impl StateStore for RedisStateStore {
             })
             .collect())
     }
+
+    fn features(&self) -> Vec<StateFeature> {
+        vec![
+            StateFeature::Etag,
+            StateFeature::Transactional,
+            StateFeature::Ttl,
+        ]
+    }
+
+    /// One Lua script: every etag checked, then every write, atomically.
+    async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
+        super::state_transaction::execute(self, req).await
+    }
 }
 
 /// The entry of a hash's `data` and `version`; a hash without `data` is a
@@ -233,7 +259,7 @@ fn entry(
 
 /// The etag as the script compares it: the version number in canonical
 /// text, or `""` for none.
-fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateError> {
+pub(super) fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateError> {
     match etag.map(str::trim).filter(|e| !e.is_empty()) {
         None => Ok(String::new()),
         Some(etag) => etag
@@ -250,7 +276,7 @@ fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateError> {
 /// never expire), its `ttlInSeconds` metadata, the store's `ttlInSeconds`
 /// (for both, zero or negative, like Dapr's `-1`: never expire). Each is
 /// at most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
-fn ttl_arg(
+pub(super) fn ttl_arg(
     key: &str,
     ttl: Option<Duration>,
     metadata: &HashMap<String, String>,

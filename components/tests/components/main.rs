@@ -31,5 +31,6 @@ mod redis_init;
 mod redis_lock;
 mod redis_state;
 mod registry;
+mod state_transaction;
 mod story_etcd_failover;
 mod time_limits;

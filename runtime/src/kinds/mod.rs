@@ -4,6 +4,7 @@ pub mod config_store;
 pub mod lock;
 pub mod secret_store;
 pub mod state_store;
+pub mod state_transaction;
 mod subscriptions;
 
 pub use config_store::{
@@ -15,4 +16,5 @@ pub use state_store::{
     BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError,
     StateStore,
 };
+pub use state_transaction::{StateFeature, TransactionOperation, TransactionRequest};
 pub use subscriptions::SubscriptionHub;

@@ -7,6 +7,8 @@ use async_trait::async_trait;
 
 use crate::component::{Component, ComponentError};
 
+use super::state_transaction::{StateFeature, TransactionRequest};
+
 /// Concurrency mode of a write, as in Dapr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Concurrency {
@@ -93,6 +95,9 @@ pub enum StateError {
     /// The backend failed.
     #[error("{0}")]
     Backend(String),
+    /// The store does not support the operation (e.g. transactions).
+    #[error("{0} not supported by this state store")]
+    Unsupported(String),
 }
 
 /// A state store.
@@ -149,6 +154,21 @@ pub trait StateStore: Component {
             self.delete(req).await?;
         }
         Ok(())
+    }
+
+    /// What the store supports, reported in the sidecar's metadata. The
+    /// sidecar offers transactions only on a store that lists
+    /// [`StateFeature::Transactional`]. Default: nothing declared.
+    fn features(&self) -> Vec<StateFeature> {
+        Vec::new()
+    }
+
+    /// Applies every operation of `req` in order, all or none: a failed
+    /// etag check ([`StateError::EtagMismatch`]) leaves every key as it was.
+    /// Default: [`StateError::Unsupported`].
+    async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
+        let _ = req;
+        Err(StateError::Unsupported("transactions".into()))
     }
 }
 

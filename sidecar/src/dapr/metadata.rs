@@ -7,7 +7,7 @@
 //! carries the app id and each component's type), so the answer never pairs
 //! one generation's components with another's configuration.
 
-use rewire_runtime::Kind;
+use rewire_runtime::{Instance, Kind};
 
 use super::call::Call;
 
@@ -31,6 +31,9 @@ pub struct RegisteredComponent {
     pub name: String,
     /// Its Dapr-style type (see [`dapr_component_type`]).
     pub type_name: String,
+    /// What it can do, in Dapr's names (a state store's features:
+    /// `ETAG`, `TRANSACTIONAL`, `TTL`).
+    pub capabilities: Vec<String>,
 }
 
 /// The metadata of the call's generation.
@@ -38,12 +41,13 @@ pub fn metadata(call: &Call) -> SidecarMetadata {
     let generation = call.generation();
     let components = generation
         .iter()
-        .map(|(key, _)| RegisteredComponent {
+        .map(|(key, instance)| RegisteredComponent {
             name: key.name.clone(),
             type_name: dapr_component_type(
                 &key.kind,
                 generation.type_name(key).unwrap_or("unknown"),
             ),
+            capabilities: capabilities(instance),
         })
         .collect();
     SidecarMetadata {
@@ -51,6 +55,18 @@ pub fn metadata(call: &Call) -> SidecarMetadata {
         runtime_version: env!("CARGO_PKG_VERSION"),
         generation: generation.number,
         components,
+    }
+}
+
+/// A component's capabilities, in Dapr's names.
+fn capabilities(instance: &Instance) -> Vec<String> {
+    match instance {
+        Instance::State(store) => store
+            .features()
+            .into_iter()
+            .map(|feature| feature.dapr_name().to_string())
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -22,6 +22,7 @@ mod lock;
 mod metadata;
 mod secrets;
 mod state;
+mod state_transaction;
 
 pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
@@ -31,3 +32,4 @@ pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
 pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use state::{StateOpError, StateOps};
+pub use state_transaction::{transaction_operation, MAX_TRANSACTION_OPERATIONS};

@@ -56,6 +56,31 @@ pub enum StateOpError {
         /// Why (scrubbed).
         source: StateError,
     },
+    /// The store does not take transactions.
+    #[error("state store `{0}` doesn't support transactions")]
+    TransactionsNotSupported(String),
+    /// A transaction names an operation type other than `upsert` and
+    /// `delete`.
+    #[error("operation type {0} not supported")]
+    UnsupportedOperation(String),
+    /// A transaction holds more operations than allowed.
+    #[error("the transaction contains {count} operations, which is more than what the state store `{store}` supports: {max}")]
+    TooManyOperations {
+        /// The store.
+        store: String,
+        /// Operations sent.
+        count: usize,
+        /// Operations allowed.
+        max: usize,
+    },
+    /// A transaction failed as a whole (nothing of it was applied).
+    #[error("error while executing state transaction in state store `{store}`: {source}")]
+    Transaction {
+        /// The store.
+        store: String,
+        /// Why (scrubbed).
+        source: StateError,
+    },
     /// A delete failed.
     #[error("failed deleting state with key `{key}` from state store `{store}`: {source}")]
     Delete {
@@ -72,8 +97,13 @@ impl StateOpError {
     /// The store's own error, when the store was found.
     pub fn store_error(&self) -> Option<&StateError> {
         match self {
-            Self::NotFound(_) | Self::BulkTooLarge { .. } => None,
+            Self::NotFound(_)
+            | Self::BulkTooLarge { .. }
+            | Self::TransactionsNotSupported(_)
+            | Self::UnsupportedOperation(_)
+            | Self::TooManyOperations { .. } => None,
             Self::Get { source, .. }
+            | Self::Transaction { source, .. }
             | Self::BulkGet { source, .. }
             | Self::Save { source, .. }
             | Self::Delete { source, .. } => Some(source),
@@ -213,11 +243,22 @@ impl StateOps {
             })
     }
 
+    /// The store's name in the call's generation.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The store itself.
+    pub(super) fn store(&self) -> &dyn StateStore {
+        self.store.as_ref()
+    }
+
     /// `error` with every secret value the runtime knows scrubbed.
-    fn scrubbed(&self, error: StateError) -> StateError {
+    pub(super) fn scrubbed(&self, error: StateError) -> StateError {
         match error {
             StateError::Invalid(m) => StateError::Invalid(self.call.scrub(&m)),
             StateError::Backend(m) => StateError::Backend(self.call.scrub(&m)),
+            StateError::Unsupported(m) => StateError::Unsupported(self.call.scrub(&m)),
             other => other,
         }
     }

@@ -12,7 +12,9 @@ use super::observe::observed;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
-use super::{dapr_config, dapr_lock, dapr_metadata, dapr_secrets, dapr_state};
+use super::{
+    dapr_config, dapr_lock, dapr_metadata, dapr_secrets, dapr_state, dapr_state_transaction,
+};
 use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
 
@@ -100,6 +102,8 @@ dapr_service! {
         |_, call, req, _| dapr_state::save(call, req);
     delete_state(pb::DeleteStateRequest) -> () = "DeleteState",
         |_, call, req, _| dapr_state::delete(call, req);
+    execute_state_transaction(pb::ExecuteStateTransactionRequest) -> () = "ExecuteStateTransaction",
+        |_, call, req, _| dapr_state_transaction::execute(call, req);
     get_secret(pb::GetSecretRequest) -> pb::GetSecretResponse = "GetSecret",
         |_, call, req, _| dapr_secrets::get(call, req);
     get_bulk_secret(pb::GetBulkSecretRequest) -> pb::GetBulkSecretResponse = "GetBulkSecret",

@@ -16,7 +16,7 @@ pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {
             name: component.name,
             r#type: component.type_name,
             version: "v1".into(),
-            capabilities: Vec::new(),
+            capabilities: component.capabilities,
         })
         .collect();
     let extended_metadata = HashMap::from([(

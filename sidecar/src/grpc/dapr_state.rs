@@ -91,7 +91,7 @@ pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<()
 }
 
 /// The write of one `StateItem`.
-fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
+pub(super) fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
     // Dapr's key separator, refused as the HTTP API and Dapr refuse it.
     if item.key.contains("||") {
         return Err(StateError::Invalid(format!(

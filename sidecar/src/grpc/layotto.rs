@@ -16,7 +16,7 @@ use super::observe::unary;
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::proto::spec::proto::runtime::v1::lock_keep_alive_response::Status as KeepAliveCode;
 use super::proto::spec::proto::runtime::v1::runtime_server::Runtime;
-use super::{dapr_lock, dapr_secrets, dapr_state};
+use super::{dapr_lock, dapr_secrets, dapr_state, dapr_state_transaction};
 use crate::dapr::ResponseBudget;
 use crate::ApiState;
 use rewire_runtime::UnlockStatus;
@@ -248,9 +248,15 @@ impl Runtime for LayottoApi {
 
     async fn execute_state_transaction(
         &self,
-        _: Request<pb::ExecuteStateTransactionRequest>,
+        request: Request<pb::ExecuteStateTransactionRequest>,
     ) -> Answer<()> {
-        Err(not_offered("state transactions (ExecuteStateTransaction)"))
+        unary(
+            &self.state,
+            "layotto.ExecuteStateTransaction",
+            request,
+            |call, req| dapr_state_transaction::execute(call, convert::transaction(req)),
+        )
+        .await
     }
 
     async fn publish_event(&self, _: Request<pb::PublishEventRequest>) -> Answer<()> {

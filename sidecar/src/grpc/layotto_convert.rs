@@ -103,6 +103,23 @@ fn options(options: layotto::StateOptions) -> dapr_common::StateOptions {
     }
 }
 
+pub(super) fn transaction(
+    req: layotto::ExecuteStateTransactionRequest,
+) -> dapr::ExecuteStateTransactionRequest {
+    dapr::ExecuteStateTransactionRequest {
+        store_name: req.store_name,
+        operations: req
+            .operations
+            .into_iter()
+            .map(|op| dapr::TransactionalStateOperation {
+                operation_type: op.operation_type,
+                request: op.request.map(state_item),
+            })
+            .collect(),
+        metadata: req.metadata,
+    }
+}
+
 pub(super) fn try_lock(req: layotto::TryLockRequest) -> dapr::TryLockRequest {
     dapr::TryLockRequest {
         store_name: req.store_name,

@@ -33,6 +33,7 @@ mod dapr_lock;
 mod dapr_metadata;
 mod dapr_secrets;
 mod dapr_state;
+mod dapr_state_transaction;
 mod layotto;
 mod layotto_config;
 mod layotto_convert;

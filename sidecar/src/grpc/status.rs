@@ -37,14 +37,24 @@ fn state_code(err: &StateError) -> Code {
         StateError::EtagMismatch(_) => Code::Aborted,
         StateError::EtagInvalid(_) | StateError::Invalid(_) => Code::InvalidArgument,
         StateError::Backend(_) => Code::Internal,
+        StateError::Unsupported(_) => Code::Unimplemented,
     }
 }
 
 /// A store the call names is not running: `INVALID_ARGUMENT`, as Dapr.
 impl From<StateOpError> for Status {
     fn from(err: StateOpError) -> Self {
-        let code = match err {
+        let code = match &err {
             StateOpError::BulkTooLarge { .. } => Code::ResourceExhausted,
+            StateOpError::TransactionsNotSupported(_) | StateOpError::UnsupportedOperation(_) => {
+                Code::Unimplemented
+            }
+            // Dapr answers INTERNAL for any failed transaction, a stale
+            // etag included; a malformed one is still the caller's.
+            StateOpError::Transaction { source, .. } => match source {
+                StateError::EtagInvalid(_) | StateError::Invalid(_) => Code::InvalidArgument,
+                _ => Code::Internal,
+            },
             _ => err.store_error().map_or(Code::InvalidArgument, state_code),
         };
         Status::new(code, err.to_string())

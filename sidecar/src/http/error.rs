@@ -124,17 +124,10 @@ pub enum HttpError {
     /// The app token is missing or wrong.
     #[error("missing or invalid API token in header `dapr-api-token`")]
     Unauthorized,
-    /// No such route.
+    /// No such route, or not with this method (Dapr answers 404 for both;
+    /// a path that is no route is never read as a key).
     #[error("method {method} {path} is not found")]
     RouteNotFound {
-        /// The HTTP method.
-        method: String,
-        /// The path.
-        path: String,
-    },
-    /// The route exists, not with this method.
-    #[error("method {method} is not allowed on {path}")]
-    MethodNotAllowed {
         /// The HTTP method.
         method: String,
         /// The path.
@@ -143,6 +136,17 @@ pub enum HttpError {
     /// The call took longer than `request_timeout`.
     #[error("the request did not complete within {0:?}")]
     Timeout(Duration),
+    /// An error of an area that maps its own Dapr code and status (locks,
+    /// state transactions).
+    #[error("{message}")]
+    Api {
+        /// The HTTP status.
+        status: StatusCode,
+        /// Dapr's error code.
+        code: &'static str,
+        /// The message.
+        message: String,
+    },
 }
 
 impl HttpError {
@@ -165,8 +169,8 @@ impl HttpError {
             Self::NotReady(_) | Self::NotReadyWithheld => "ERR_HEALTH_NOT_READY",
             Self::Unauthorized | Self::AdminUnauthorized => "ERR_API_UNAUTHORIZED",
             Self::RouteNotFound { .. } => "ERR_NOT_FOUND",
-            Self::MethodNotAllowed { .. } => "ERR_METHOD_NOT_ALLOWED",
             Self::Timeout(_) => "ERR_TIMEOUT",
+            Self::Api { code, .. } => code,
         }
     }
 
@@ -191,8 +195,8 @@ impl HttpError {
             | Self::NotReadyWithheld => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Api { status, .. } => *status,
         }
     }
 
@@ -212,7 +216,7 @@ fn state_status(error: &StateError) -> StatusCode {
     match error {
         StateError::EtagMismatch(_) => StatusCode::CONFLICT,
         StateError::EtagInvalid(_) | StateError::Invalid(_) => StatusCode::BAD_REQUEST,
-        StateError::Backend(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        StateError::Backend(_) | StateError::Unsupported(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -228,6 +232,12 @@ impl From<StateOpError> for HttpError {
             StateOpError::BulkGet { store, source } => Self::StateBulkGet { store, source },
             StateOpError::Save { store, source } => Self::StateSave { store, source },
             StateOpError::Delete { key, source, .. } => Self::StateDelete { key, source },
+            transaction @ (StateOpError::TransactionsNotSupported(_)
+            | StateOpError::UnsupportedOperation(_)
+            | StateOpError::TooManyOperations { .. }
+            | StateOpError::Transaction { .. }) => {
+                super::state_transaction::transaction_error(transaction)
+            }
         }
     }
 }

@@ -39,7 +39,7 @@ pub async fn get(call: Call) -> Json<Metadata> {
             name: component.name,
             type_name: component.type_name,
             version: "v1",
-            capabilities: Vec::new(),
+            capabilities: component.capabilities,
         })
         .collect();
     let extended = BTreeMap::from([(

@@ -8,7 +8,8 @@
 //! request, run the shared Dapr operation ([`crate::dapr`]) and encode its
 //! answer or error. Bodies are limited to
 //! `max_request_bytes` (413). Errors are Dapr's JSON errors
-//! ([`HttpError`]); unknown routes answer 404 JSON.
+//! ([`HttpError`]); unknown routes, and known routes with another method,
+//! answer 404 `ERR_NOT_FOUND` (never a key lookup).
 
 mod auth;
 mod call;
@@ -17,12 +18,14 @@ mod deadline;
 mod error;
 mod health;
 mod input;
+mod lock;
 mod metadata;
 mod metrics;
 mod observe;
 mod routes;
 mod secrets;
 mod state;
+mod state_transaction;
 mod status;
 
 use axum::extract::DefaultBodyLimit;
@@ -48,7 +51,13 @@ pub fn router(state: ApiState) -> Router {
             routes::STATE_BULK,
             post(state::bulk_get).put(state::bulk_get),
         )
+        .route(
+            routes::STATE_TRANSACTION,
+            post(state_transaction::execute).put(state_transaction::execute),
+        )
         .route(routes::STATE_KEY, get(state::get).delete(state::delete))
+        .route(routes::LOCK, post(lock::try_lock))
+        .route(routes::UNLOCK, post(lock::unlock))
         .route(routes::SECRETS_BULK, get(secrets::bulk))
         .route(routes::SECRET, get(secrets::get))
         .route(routes::CONFIGURATION, get(configuration::get))
@@ -57,7 +66,7 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::METRICS, get(metrics::get))
         .route(routes::STATUS, get(status::get))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(state.options.max_request_bytes))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -92,13 +101,6 @@ pub async fn serve(
 
 async fn not_found(method: Method, uri: Uri) -> HttpError {
     HttpError::RouteNotFound {
-        method: method.to_string(),
-        path: uri.path().to_string(),
-    }
-}
-
-async fn method_not_allowed(method: Method, uri: Uri) -> HttpError {
-    HttpError::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_string(),
     }

@@ -47,13 +47,16 @@ fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
         ("GET", routes::STATE_KEY) => "GetState",
         ("DELETE", routes::STATE_KEY) => "DeleteState",
         ("POST" | "PUT", routes::STATE_BULK) => "GetBulkState",
+        ("POST" | "PUT", routes::STATE_TRANSACTION) => "ExecuteStateTransaction",
+        ("POST", routes::LOCK) => "TryLockAlpha1",
+        ("POST", routes::UNLOCK) => "UnlockAlpha1",
         ("GET", routes::SECRET) => "GetSecret",
         ("GET", routes::SECRETS_BULK) => "GetBulkSecret",
         ("GET", routes::CONFIGURATION | routes::CONFIGURATION_ALPHA1) => "GetConfiguration",
         ("GET", routes::METADATA) => "GetMetadata",
         ("GET", routes::METRICS) => "Metrics",
         ("GET", routes::STATUS) => "Status",
-        _ => "MethodNotAllowed",
+        _ => "NotFound",
     }
 }
 

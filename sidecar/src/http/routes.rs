@@ -10,6 +10,12 @@ pub const STATE: &str = "/v1.0/state/{store}";
 pub const STATE_KEY: &str = "/v1.0/state/{store}/{key}";
 /// Get several keys.
 pub const STATE_BULK: &str = "/v1.0/state/{store}/bulk";
+/// Run a state transaction (beats `STATE_KEY`: never a key lookup).
+pub const STATE_TRANSACTION: &str = "/v1.0/state/{store}/transaction";
+/// Take a lock.
+pub const LOCK: &str = "/v1.0-alpha1/lock/{store}";
+/// Release a lock.
+pub const UNLOCK: &str = "/v1.0-alpha1/unlock/{store}";
 /// Get one secret.
 pub const SECRET: &str = "/v1.0/secrets/{store}/{name}";
 /// Get every secret of a store.

@@ -22,9 +22,10 @@ use super::input::{
 use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
 
-/// One item of a save, as Dapr's HTTP API takes it.
+/// One item of a save (or a transaction's `request`), as Dapr's HTTP API
+/// takes it.
 #[derive(Debug, Deserialize)]
-struct SaveItem {
+pub(super) struct SaveItem {
     key: String,
     #[serde(default)]
     value: Value,
@@ -78,25 +79,33 @@ pub async fn save(
     let query = query_pairs(query)?;
     let items: Vec<SaveItem> = json_body(body, state.options.max_request_bytes)?;
     let shared = request_metadata(&query);
-    let mut requests = Vec::with_capacity(items.len());
-    for item in items {
-        check_key(&item.key)?;
-        let concurrency = concurrency(item.options.unwrap_or_default().concurrency.as_deref())?;
-        let mut metadata = item.metadata;
-        metadata.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let value =
-            serde_json::to_vec(&item.value).map_err(|e| HttpError::Malformed(e.to_string()))?;
-        requests.push(SetRequest {
-            key: item.key,
-            value,
-            etag: item.etag.filter(|e| !e.is_empty()),
-            concurrency,
-            ttl: None,
-            metadata,
-        });
-    }
+    let requests = items
+        .into_iter()
+        .map(|item| set_request(item, &shared))
+        .collect::<Result<Vec<_>, _>>()?;
     store.save(requests).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The write of one item; `shared` (the query's `metadata.*`) is added to
+/// the item's metadata.
+pub(super) fn set_request(
+    item: SaveItem,
+    shared: &HashMap<String, String>,
+) -> Result<SetRequest, HttpError> {
+    check_key(&item.key)?;
+    let concurrency = concurrency(item.options.unwrap_or_default().concurrency.as_deref())?;
+    let mut metadata = item.metadata;
+    metadata.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let value = serde_json::to_vec(&item.value).map_err(|e| HttpError::Malformed(e.to_string()))?;
+    Ok(SetRequest {
+        key: item.key,
+        value,
+        etag: item.etag.filter(|e| !e.is_empty()),
+        concurrency,
+        ttl: None,
+        metadata,
+    })
 }
 
 /// `GET /v1.0/state/{store}/{key}`: the stored bytes with their `ETag`, or

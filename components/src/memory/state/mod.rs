@@ -9,13 +9,14 @@
 //! process and survives reloads.
 
 mod table;
+mod transaction;
 mod ttl;
 
 use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{
-    Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate, Metadata,
-    SetRequest, StateEntry, StateError, StateStore,
+    BulkGetItem, Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate,
+    Metadata, SetRequest, StateEntry, StateError, StateFeature, StateStore, TransactionRequest,
 };
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -133,6 +134,39 @@ impl StateStore for MemoryStateStore {
     async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
         self.table()
             .delete(&req.key, req.etag.as_deref(), Instant::now())
+    }
+
+    /// Every key read under one lock: one snapshot.
+    async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
+        let now = Instant::now();
+        let mut table = self.table();
+        Ok(keys
+            .into_iter()
+            .map(|key| BulkGetItem {
+                entry: table.get(&key, now),
+                key,
+                error: None,
+            })
+            .collect())
+    }
+
+    fn features(&self) -> Vec<StateFeature> {
+        vec![
+            StateFeature::Etag,
+            StateFeature::Transactional,
+            StateFeature::Ttl,
+        ]
+    }
+
+    /// All or none, under the table's lock.
+    async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
+        let default_ttl = self.settings.load().default_ttl_in_seconds;
+        let now = Instant::now();
+        let operations = transaction::prepare(req.operations, default_ttl, now)?;
+        let count = operations.len();
+        transaction::apply(&mut self.table(), operations, now)?;
+        debug!(operations = count, "State transaction applied.");
+        Ok(())
     }
 }
 

@@ -125,24 +125,45 @@ impl StateTable {
     }
 
     fn check(&self, key: &str, condition: Condition<'_>) -> Result<(), StateError> {
-        let stored = self.entries.get(key).map(|e| e.version);
-        match condition.etag.filter(|etag| !etag.is_empty()) {
-            Some(etag) => {
-                let wanted: u64 = etag
-                    .trim()
-                    .parse()
-                    .map_err(|_| StateError::EtagInvalid(key.to_string()))?;
-                if stored == Some(wanted) {
-                    Ok(())
-                } else {
-                    Err(StateError::EtagMismatch(key.to_string()))
-                }
-            }
-            None if condition.concurrency == Concurrency::FirstWrite && stored.is_some() => {
+        check(key, self.version(key), condition)
+    }
+
+    /// The version of `key`, if it is held (expired entries count until
+    /// the next purge).
+    pub(crate) fn version(&self, key: &str) -> Option<u64> {
+        self.entries.get(key).map(|e| e.version)
+    }
+
+    /// The last version handed out: the next write gets the one after it.
+    pub(crate) fn last_version(&self) -> u64 {
+        self.last_version
+    }
+}
+
+/// Dapr's rule for a conditional write of `key`, whose stored version is
+/// `stored`: the etag must be that version; first-write without an etag
+/// only writes a missing key.
+pub(crate) fn check(
+    key: &str,
+    stored: Option<u64>,
+    condition: Condition<'_>,
+) -> Result<(), StateError> {
+    match condition.etag.filter(|etag| !etag.is_empty()) {
+        Some(etag) => {
+            let wanted: u64 = etag
+                .trim()
+                .parse()
+                .map_err(|_| StateError::EtagInvalid(key.to_string()))?;
+            if stored == Some(wanted) {
+                Ok(())
+            } else {
                 Err(StateError::EtagMismatch(key.to_string()))
             }
-            None => Ok(()),
         }
+        None if condition.concurrency == Concurrency::FirstWrite && stored.is_some() => {
+            Err(StateError::EtagMismatch(key.to_string()))
+        }
+        None => Ok(()),
     }
 }
 

@@ -1,0 +1,215 @@
+//! Transactions of the memory state store: every operation is checked
+//! against the versions the keys would have at its turn (a dry run), and
+//! only when all pass are they applied, all under the table's one lock, so
+//! no reader ever sees part of a transaction and a failed etag changes
+//! nothing.
+
+use std::collections::HashMap;
+
+use rewire_runtime::{Concurrency, StateError, TransactionOperation};
+use tokio::time::Instant;
+
+use super::table::{check, Condition, StateTable};
+use super::ttl;
+use crate::time_limits::deadline;
+
+/// An operation with its expiry worked out (before the lock is taken).
+#[derive(Debug)]
+pub(super) enum Prepared {
+    /// Write `key`.
+    Upsert {
+        key: String,
+        data: Vec<u8>,
+        etag: Option<String>,
+        concurrency: Concurrency,
+        expires_at: Option<Instant>,
+    },
+    /// Delete `key`.
+    Delete { key: String, etag: Option<String> },
+}
+
+impl Prepared {
+    fn key(&self) -> &str {
+        match self {
+            Self::Upsert { key, .. } | Self::Delete { key, .. } => key,
+        }
+    }
+
+    fn condition(&self) -> Condition<'_> {
+        match self {
+            Self::Upsert {
+                etag, concurrency, ..
+            } => Condition {
+                etag: etag.as_deref(),
+                concurrency: *concurrency,
+            },
+            Self::Delete { etag, .. } => Condition {
+                etag: etag.as_deref(),
+                concurrency: Concurrency::LastWrite,
+            },
+        }
+    }
+}
+
+/// Checks keys and works out each write's expiry (`default_ttl` as the
+/// store's `defaultTtlInSeconds`).
+pub(super) fn prepare(
+    operations: Vec<TransactionOperation>,
+    default_ttl: i64,
+    now: Instant,
+) -> Result<Vec<Prepared>, StateError> {
+    operations
+        .into_iter()
+        .map(|operation| {
+            if operation.key().is_empty() {
+                return Err(StateError::Invalid("the key is empty".into()));
+            }
+            Ok(match operation {
+                TransactionOperation::Upsert(set) => {
+                    let ttl = ttl::write_ttl(&set.key, set.ttl, &set.metadata, default_ttl)?;
+                    let expires_at = ttl
+                        .map(|ttl| deadline(now, "ttl", ttl))
+                        .transpose()
+                        .map_err(|m| StateError::Invalid(format!("key `{}`: {m}", set.key)))?;
+                    Prepared::Upsert {
+                        key: set.key,
+                        data: set.value,
+                        etag: set.etag,
+                        concurrency: set.concurrency,
+                        expires_at,
+                    }
+                }
+                TransactionOperation::Delete(delete) => Prepared::Delete {
+                    key: delete.key,
+                    etag: delete.etag,
+                },
+            })
+        })
+        .collect()
+}
+
+/// Applies `operations` to `table` all or none (the caller holds the lock).
+pub(super) fn apply(
+    table: &mut StateTable,
+    operations: Vec<Prepared>,
+    now: Instant,
+) -> Result<(), StateError> {
+    table.purge_expired(now);
+    dry_run(table, &operations)?;
+    for operation in operations {
+        match operation {
+            Prepared::Upsert {
+                key,
+                data,
+                etag,
+                concurrency,
+                expires_at,
+            } => {
+                let condition = Condition {
+                    etag: etag.as_deref(),
+                    concurrency,
+                };
+                table.set(&key, data, condition, expires_at, now)?;
+            }
+            Prepared::Delete { key, etag } => table.delete(&key, etag.as_deref(), now)?,
+        }
+    }
+    Ok(())
+}
+
+/// Checks every operation against the version its key would have at its
+/// turn: the stored one, or the one an earlier operation of the
+/// transaction gave it.
+fn dry_run(table: &StateTable, operations: &[Prepared]) -> Result<(), StateError> {
+    let mut versions: HashMap<&str, Option<u64>> = HashMap::new();
+    let mut next = table.last_version();
+    for operation in operations {
+        let key = operation.key();
+        let stored = *versions.entry(key).or_insert_with(|| table.version(key));
+        check(key, stored, operation.condition())?;
+        let after = match operation {
+            Prepared::Upsert { .. } => {
+                next += 1;
+                Some(next)
+            }
+            Prepared::Delete { .. } => None,
+        };
+        versions.insert(key, after);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upsert(key: &str, value: &str, etag: Option<&str>) -> Prepared {
+        Prepared::Upsert {
+            key: key.into(),
+            data: value.as_bytes().to_vec(),
+            etag: etag.map(String::from),
+            concurrency: Concurrency::LastWrite,
+            expires_at: None,
+        }
+    }
+
+    fn value(table: &mut StateTable, key: &str) -> Option<Vec<u8>> {
+        table.get(key, Instant::now()).map(|e| e.data)
+    }
+
+    #[test]
+    fn a_stale_etag_fails_the_whole_transaction() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        apply(
+            &mut table,
+            vec![upsert("a", "1", None), upsert("b", "1", None)],
+            now,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let a = table.get("a", now).map(|e| e.etag).unwrap_or_default();
+        let refused = apply(
+            &mut table,
+            vec![upsert("a", "2", Some(&a)), upsert("b", "2", Some("999"))],
+            now,
+        );
+        assert_eq!(refused, Err(StateError::EtagMismatch("b".into())));
+        assert_eq!(value(&mut table, "a"), Some(b"1".to_vec()));
+        assert_eq!(value(&mut table, "b"), Some(b"1".to_vec()));
+    }
+
+    #[test]
+    fn later_operations_see_earlier_ones() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        // The write gives `k` the next version; the delete names it.
+        let next = (table.last_version() + 1).to_string();
+        let ops = vec![
+            upsert("k", "1", None),
+            Prepared::Delete {
+                key: "k".into(),
+                etag: Some(next),
+            },
+            upsert("k", "again", None),
+        ];
+        apply(&mut table, ops, now).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(value(&mut table, "k"), Some(b"again".to_vec()));
+        let stale = vec![
+            Prepared::Delete {
+                key: "k".into(),
+                etag: None,
+            },
+            upsert("other", "x", None),
+            Prepared::Delete {
+                key: "k".into(),
+                etag: Some("1".into()),
+            },
+        ];
+        assert_eq!(
+            apply(&mut table, stale, now),
+            Err(StateError::EtagMismatch("k".into()))
+        );
+        assert_eq!(value(&mut table, "k"), Some(b"again".to_vec()));
+        assert_eq!(value(&mut table, "other"), None);
+    }
+}

@@ -1,0 +1,40 @@
+//! `ExecuteStateTransaction` on the shared
+//! [`StateOps::transact`](crate::dapr::StateOps::transact): here only the
+//! protobuf messages (each operation an `operationType` and a `StateItem`,
+//! read as `SaveState` reads its items).
+
+use tonic::Status;
+
+use rewire_runtime::{StateError, TransactionRequest};
+
+use super::dapr_state::set_request;
+use super::proto::dapr::proto::runtime::v1 as pb;
+use crate::dapr::{transaction_operation, Call};
+
+/// `ExecuteStateTransaction`: every operation, all or none.
+pub(super) async fn execute(
+    call: Call,
+    req: pb::ExecuteStateTransactionRequest,
+) -> Result<(), Status> {
+    let store = call.state_store(&req.store_name)?;
+    store.require_transactions()?;
+    let operations = req
+        .operations
+        .into_iter()
+        .map(|operation| {
+            let item = operation.request.ok_or_else(|| {
+                store.transaction_failed(StateError::Invalid(format!(
+                    "an operation of type `{}` has no `request`",
+                    operation.operation_type
+                )))
+            })?;
+            let write = set_request(item).map_err(|e| store.transaction_failed(e))?;
+            transaction_operation(&operation.operation_type, write)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = TransactionRequest {
+        operations,
+        metadata: req.metadata,
+    };
+    Ok(store.transact(request).await?)
+}

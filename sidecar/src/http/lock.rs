@@ -1,0 +1,178 @@
+//! Dapr's lock routes: `POST /v1.0-alpha1/lock/{store}` (`{"resourceId",
+//! "lockOwner", "expiryInSeconds"}` → `{"success": bool}`) and `POST
+//! /v1.0-alpha1/unlock/{store}` (`{"resourceId", "lockOwner"}` →
+//! `{"status": 0|1|2|3}`), on the shared [`LockOps`](crate::dapr::LockOps)
+//! that gRPC uses too. Errors carry Dapr's codes and statuses.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use rewire_runtime::UnlockStatus;
+
+use super::error::HttpError;
+use super::input::{json_body, RawBody};
+use crate::dapr::{Call, LockOpError};
+use crate::ApiState;
+
+/// A try-lock, as Dapr's HTTP API takes it (protobuf JSON: camelCase or
+/// the proto's own names).
+#[derive(Debug, Deserialize)]
+struct TryLock {
+    #[serde(default, alias = "resource_id", rename = "resourceId")]
+    resource_id: String,
+    #[serde(default, alias = "lock_owner", rename = "lockOwner")]
+    lock_owner: String,
+    #[serde(
+        default,
+        alias = "expiry_in_seconds",
+        rename = "expiryInSeconds",
+        deserialize_with = "whole_number"
+    )]
+    expiry_in_seconds: i64,
+}
+
+/// An unlock, as Dapr's HTTP API takes it.
+#[derive(Debug, Deserialize)]
+struct Unlock {
+    #[serde(default, alias = "resource_id", rename = "resourceId")]
+    resource_id: String,
+    #[serde(default, alias = "lock_owner", rename = "lockOwner")]
+    lock_owner: String,
+}
+
+/// Whether the lock was taken.
+#[derive(Debug, Serialize)]
+pub struct TryLockAnswer {
+    success: bool,
+}
+
+/// The unlock outcome as Dapr's enum number.
+#[derive(Debug, Serialize)]
+pub struct UnlockAnswer {
+    status: i32,
+}
+
+/// `POST /v1.0-alpha1/lock/{store}`.
+pub async fn try_lock(
+    State(state): State<ApiState>,
+    call: Call,
+    Path(store_name): Path<String>,
+    body: RawBody,
+) -> Result<Json<TryLockAnswer>, HttpError> {
+    let store = call.lock_store(&store_name)?;
+    let request: TryLock = json_body(body, state.options.max_request_bytes)?;
+    let success = store
+        .try_lock(
+            request.resource_id,
+            request.lock_owner,
+            request.expiry_in_seconds,
+        )
+        .await?;
+    Ok(Json(TryLockAnswer { success }))
+}
+
+/// `POST /v1.0-alpha1/unlock/{store}`.
+pub async fn unlock(
+    State(state): State<ApiState>,
+    call: Call,
+    Path(store_name): Path<String>,
+    body: RawBody,
+) -> Result<Json<UnlockAnswer>, HttpError> {
+    let store = call.lock_store(&store_name)?;
+    let request: Unlock = json_body(body, state.options.max_request_bytes)?;
+    let status = store
+        .unlock(request.resource_id, request.lock_owner)
+        .await?;
+    Ok(Json(UnlockAnswer {
+        status: unlock_number(status),
+    }))
+}
+
+/// Dapr's `UnlockResponse.Status` numbers.
+fn unlock_number(status: UnlockStatus) -> i32 {
+    match status {
+        UnlockStatus::Success => 0,
+        UnlockStatus::LockDoesNotExist => 1,
+        UnlockStatus::LockBelongsToOthers => 2,
+    }
+}
+
+/// A JSON number, or a string holding one (protobuf JSON's int64 form).
+fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| serde::de::Error::custom(format!("`{n}` is not a whole number"))),
+        Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("`{s}` is not a whole number"))),
+        Value::Null => Ok(0),
+        other => Err(serde::de::Error::custom(format!(
+            "`{other}` is not a whole number"
+        ))),
+    }
+}
+
+/// The shared lock operations' errors, with Dapr's HTTP codes.
+impl From<LockOpError> for HttpError {
+    fn from(err: LockOpError) -> Self {
+        let (status, code) = match &err {
+            LockOpError::NotFound(_) => (StatusCode::BAD_REQUEST, "ERR_LOCK_STORE_NOT_FOUND"),
+            LockOpError::ResourceIdEmpty(_)
+            | LockOpError::LockOwnerEmpty(_)
+            | LockOpError::ExpiryNotPositive(_) => {
+                (StatusCode::BAD_REQUEST, "ERR_MALFORMED_REQUEST")
+            }
+            LockOpError::TryLock { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_TRY_LOCK"),
+            LockOpError::Unlock { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_UNLOCK"),
+            // Layotto's gRPC-only lease renewal; not routed over HTTP.
+            LockOpError::KeepAlive { .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "ERR_LOCK_KEEP_ALIVE")
+            }
+        };
+        HttpError::Api {
+            status,
+            code,
+            message: err.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_take_dapr_json() {
+        let lock: TryLock = serde_json::from_str(
+            r#"{"resourceId": "r", "lockOwner": "o", "expiryInSeconds": "60"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (lock.resource_id.as_str(), lock.lock_owner.as_str()),
+            ("r", "o")
+        );
+        assert_eq!(lock.expiry_in_seconds, 60);
+        let snake: TryLock =
+            serde_json::from_str(r#"{"resource_id": "r", "expiry_in_seconds": 5}"#)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snake.expiry_in_seconds, 5);
+        assert!(serde_json::from_str::<TryLock>(r#"{"expiryInSeconds": 1.5}"#).is_err());
+    }
+
+    #[test]
+    fn errors_have_dapr_codes() {
+        let err = HttpError::from(LockOpError::NotFound("l".into()));
+        assert_eq!(
+            (err.status(), err.code()),
+            (StatusCode::BAD_REQUEST, "ERR_LOCK_STORE_NOT_FOUND")
+        );
+        let err = HttpError::from(LockOpError::ExpiryNotPositive("l".into()));
+        assert_eq!(err.code(), "ERR_MALFORMED_REQUEST");
+        assert_eq!(unlock_number(UnlockStatus::LockBelongsToOthers), 2);
+    }
+}

@@ -1,0 +1,119 @@
+//! `POST` (or `PUT`) `/v1.0/state/{store}/transaction`: Dapr's state
+//! transaction, `{"operations": [{"operation": "upsert"|"delete",
+//! "request": {"key", "value", "etag", "metadata", "options"}}],
+//! "metadata": {...}}`, on the shared
+//! [`StateOps::transact`](crate::dapr::StateOps::transact), all or none.
+//! The query's `metadata.*` parameters apply to every operation, as in
+//! Dapr.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+
+use rewire_runtime::{StateError, TransactionRequest};
+
+use super::error::HttpError;
+use super::input::{
+    json_body, lenient_metadata, query_pairs, request_metadata, QueryPairs, RawBody,
+};
+use super::state::{set_request, SaveItem};
+use crate::dapr::{transaction_operation, Call, StateOpError};
+use crate::ApiState;
+
+/// The body of a transaction.
+#[derive(Debug, Deserialize)]
+struct Transaction {
+    #[serde(default)]
+    operations: Vec<Operation>,
+    #[serde(default, deserialize_with = "lenient_metadata")]
+    metadata: HashMap<String, String>,
+}
+
+/// One operation: its type and its state item.
+#[derive(Debug, Deserialize)]
+struct Operation {
+    operation: String,
+    request: SaveItem,
+}
+
+/// Runs the transaction; 204 when every operation applied.
+pub async fn execute(
+    State(state): State<ApiState>,
+    call: Call,
+    Path(store_name): Path<String>,
+    query: QueryPairs,
+    body: RawBody,
+) -> Result<StatusCode, HttpError> {
+    let store = call.state_store(&store_name)?;
+    store.require_transactions()?;
+    let query = query_pairs(query)?;
+    let body: Transaction = json_body(body, state.options.max_request_bytes)?;
+    let shared = request_metadata(&query);
+    let mut operations = Vec::with_capacity(body.operations.len());
+    for operation in body.operations {
+        let write = set_request(operation.request, &shared)?;
+        operations.push(transaction_operation(&operation.operation, write)?);
+    }
+    let mut metadata = body.metadata;
+    metadata.extend(shared);
+    store
+        .transact(TransactionRequest {
+            operations,
+            metadata,
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A transaction's errors, with Dapr's HTTP codes: a store without
+/// transactions is a 500 `ERR_STATE_STORE_NOT_SUPPORTED`, a failed
+/// transaction (a stale etag included) a 500 `ERR_STATE_TRANSACTION`.
+pub(super) fn transaction_error(err: StateOpError) -> HttpError {
+    let (status, code) = match &err {
+        StateOpError::TransactionsNotSupported(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "ERR_STATE_STORE_NOT_SUPPORTED",
+        ),
+        StateOpError::UnsupportedOperation(_) => {
+            (StatusCode::BAD_REQUEST, "ERR_NOT_SUPPORTED_STATE_OPERATION")
+        }
+        StateOpError::TooManyOperations { .. } => (
+            StatusCode::BAD_REQUEST,
+            "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS",
+        ),
+        StateOpError::Transaction {
+            source: StateError::Invalid(_) | StateError::EtagInvalid(_),
+            ..
+        } => (StatusCode::BAD_REQUEST, "ERR_STATE_TRANSACTION"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_STATE_TRANSACTION"),
+    };
+    HttpError::Api {
+        status,
+        code,
+        message: err.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_have_dapr_codes() {
+        let mismatch = transaction_error(StateOpError::Transaction {
+            store: "s".into(),
+            source: StateError::EtagMismatch("k".into()),
+        });
+        assert_eq!(mismatch.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(mismatch.code(), "ERR_STATE_TRANSACTION");
+        let unsupported = transaction_error(StateOpError::TransactionsNotSupported("s".into()));
+        assert_eq!(unsupported.code(), "ERR_STATE_STORE_NOT_SUPPORTED");
+        let body: Transaction = serde_json::from_str(
+            r#"{"operations": [{"operation": "delete", "request": {"key": "k"}}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(body.operations[0].operation, "delete");
+    }
+}

@@ -1,0 +1,174 @@
+//! `ExecuteStateTransaction` over gRPC: upserts and deletes with etags,
+//! all or none; a stale etag fails the whole transaction with Dapr's
+//! `INTERNAL`; unknown operation types and stores without transactions
+//! answer `UNIMPLEMENTED`; `GetMetadata` reports the store's capabilities.
+
+use crate::support::grpc;
+use crate::support::sidecar;
+
+use grpc::common::{Etag, StateItem};
+use grpc::dapr::{
+    ExecuteStateTransactionRequest, GetBulkStateRequest, GetMetadataRequest,
+    TransactionalStateOperation,
+};
+use rewire::sidecar::ApiOptions;
+use sidecar::Sidecar;
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Client = grpc::dapr::dapr_client::DaprClient<Channel>;
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {"state": {
+    "orders": {"type": "memory"},
+    "plain": {"type": "test.api.plain_state"}
+}}}"#;
+
+fn op(kind: &str, key: &str, value: &str, etag: Option<&str>) -> TransactionalStateOperation {
+    TransactionalStateOperation {
+        operation_type: kind.into(),
+        request: Some(StateItem {
+            key: key.into(),
+            value: value.as_bytes().to_vec(),
+            etag: etag.map(|value| Etag {
+                value: value.into(),
+            }),
+            ..StateItem::default()
+        }),
+    }
+}
+
+fn transaction(
+    store: &str,
+    operations: Vec<TransactionalStateOperation>,
+) -> ExecuteStateTransactionRequest {
+    ExecuteStateTransactionRequest {
+        store_name: store.into(),
+        operations,
+        metadata: Default::default(),
+    }
+}
+
+/// `(key, value, etag)` of each key.
+async fn read(client: &mut Client, keys: &[&str]) -> Vec<(String, String, String)> {
+    let request = GetBulkStateRequest {
+        store_name: "orders".into(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        ..GetBulkStateRequest::default()
+    };
+    let items = client
+        .get_bulk_state(request)
+        .await
+        .expect("bulk get")
+        .into_inner()
+        .items;
+    items
+        .into_iter()
+        .map(|i| (i.key, String::from_utf8_lossy(&i.data).into_owned(), i.etag))
+        .collect()
+}
+
+#[tokio::test]
+async fn transactions_over_grpc_are_all_or_nothing() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![op("upsert", "a", "1", None), op("upsert", "b", "2", None)],
+        ))
+        .await
+        .expect("transaction");
+    let before = read(&mut client, &["a", "b"]).await;
+    assert_eq!((before[0].1.as_str(), before[1].1.as_str()), ("1", "2"));
+
+    let stale = client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![
+                op("upsert", "a", "10", Some(&before[0].2)),
+                op("delete", "b", "", Some("999999")),
+            ],
+        ))
+        .await
+        .expect_err("a stale etag was accepted");
+    assert_eq!(stale.code(), Code::Internal, "{stale:?}");
+    assert!(
+        stale
+            .message()
+            .contains("error while executing state transaction"),
+        "{}",
+        stale.message()
+    );
+    assert_eq!(read(&mut client, &["a", "b"]).await, before);
+
+    client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![
+                op("upsert", "a", "10", Some(&before[0].2)),
+                op("delete", "b", "", Some(&before[1].2)),
+            ],
+        ))
+        .await
+        .expect("transaction at the current etags");
+    let after = read(&mut client, &["a", "b"]).await;
+    assert_eq!((after[0].1.as_str(), after[1].1.as_str()), ("10", ""));
+
+    let unknown = client
+        .execute_state_transaction(transaction("orders", vec![op("merge", "a", "1", None)]))
+        .await
+        .expect_err("merge is no operation");
+    assert_eq!(unknown.code(), Code::Unimplemented);
+    assert_eq!(unknown.message(), "operation type merge not supported");
+    let no_request = TransactionalStateOperation {
+        operation_type: "upsert".into(),
+        request: None,
+    };
+    let malformed = client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![op("upsert", "a", "2", None), no_request],
+        ))
+        .await
+        .expect_err("an operation without a request");
+    assert_eq!(malformed.code(), Code::InvalidArgument);
+    assert!(
+        malformed.message().contains("has no `request`"),
+        "{}",
+        malformed.message()
+    );
+    assert_eq!(read(&mut client, &["a"]).await[0].1, "10");
+    let plain = client
+        .execute_state_transaction(transaction("plain", vec![op("upsert", "a", "1", None)]))
+        .await
+        .expect_err("plain has no transactions");
+    assert_eq!(plain.code(), Code::Unimplemented);
+    assert_eq!(
+        plain.message(),
+        "state store `plain` doesn't support transactions"
+    );
+    let missing = client
+        .execute_state_transaction(transaction("nope", Vec::new()))
+        .await
+        .expect_err("no such store");
+    assert_eq!(missing.code(), Code::InvalidArgument);
+
+    let metadata = client
+        .get_metadata(GetMetadataRequest {})
+        .await
+        .expect("metadata")
+        .into_inner();
+    let orders = metadata
+        .registered_components
+        .iter()
+        .find(|c| c.name == "orders");
+    assert_eq!(
+        orders.map(|c| c.capabilities.clone()),
+        Some(vec![
+            "ETAG".to_string(),
+            "TRANSACTIONAL".to_string(),
+            "TTL".to_string()
+        ])
+    );
+    sidecar.stop().await;
+}
