@@ -27,10 +27,21 @@ fn main() {
     );
     println!("Load average before: {}\n", load_average());
     let started = std::time::Instant::now();
-    support::handle_load::run(&rt, mode);
-    support::reload_latency::run(&rt, mode);
-    support::scaling::run(&rt, mode);
-    support::failed_requests::run(&rt, mode);
+    // `REWIRE_BENCH_ONLY=handle_load,scaling` runs those sections alone.
+    let only = std::env::var("REWIRE_BENCH_ONLY").unwrap_or_default();
+    let wanted = |section: &str| only.is_empty() || only.split(',').any(|s| s.trim() == section);
+    if wanted("handle_load") {
+        support::handle_load::run(&rt, mode);
+    }
+    if wanted("reload_latency") {
+        support::reload_latency::run(&rt, mode);
+    }
+    if wanted("scaling") {
+        support::scaling::run(&rt, mode);
+    }
+    if wanted("failed_requests") {
+        support::failed_requests::run(&rt, mode);
+    }
     println!(
         "Bench finished in {}; load average after: {}.",
         support::timing::human(started.elapsed()),

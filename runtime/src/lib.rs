@@ -34,7 +34,7 @@ pub use fs_read::{read_bounded, FileReadError};
 pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]
 pub use handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Instance,
+    Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Instance,
     LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
 };
 #[doc(inline)]

@@ -8,6 +8,7 @@ mod support;
 mod fault_init_hang;
 mod fault_redis_bad_switch;
 mod fault_redis_restart;
+mod handle_borrow;
 mod hardening;
 mod reload_add;
 mod reload_apply_timeout;

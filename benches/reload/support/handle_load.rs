@@ -47,9 +47,10 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         "`RwLock<HashMap>` get + clone (baseline)",
         "`Mutex<HashMap>` get + clone (FireFly style)",
         "rewire `StateStoreHandle::load()`",
+        "rewire `StateStoreHandle::borrow()` (no clone)",
         "rewire `runtime.generation()` + get + clone",
     ];
-    let lookups: [&(dyn Fn() + Sync); 4] = [
+    let lookups: [&(dyn Fn() + Sync); 5] = [
         &|| {
             let map = rwlock.read().unwrap_or_else(|p| p.into_inner());
             black_box(map.get(black_box(TARGET)).cloned());
@@ -62,6 +63,10 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
             black_box(black_box(&handle).load().ok());
         },
         &|| {
+            let borrowed = black_box(&handle).borrow();
+            black_box(borrowed.as_deref().ok().map(|store| store as *const _));
+        },
+        &|| {
             let generation = runtime.generation();
             black_box(generation.get(black_box(&key)).cloned());
         },
@@ -69,7 +74,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
     let ops = mode.ops(2_000_000);
     let mut rows = Vec::new();
     for threads in [1, 2] {
-        // The four are measured back to back in every run.
+        // All are measured back to back in every run.
         let times = mode
             .plan()
             .interleaved(lookups.len(), |v| threaded(threads, ops, lookups[v]));
@@ -79,11 +84,12 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
                 threads.to_string(),
                 human(times.median(v)),
                 times.ratio(v, 0),
+                times.ratio(v, 1),
             ]);
         }
     }
     print_table(
-        &["lookup", "threads", "time/op (per thread)", "vs RwLock"],
+        &["lookup", "threads", "time/op (per thread)", "vs RwLock", "vs Mutex"],
         &rows,
     );
     rt.block_on(runtime.shutdown());

@@ -5,12 +5,16 @@ use std::sync::Arc;
 use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
+use super::slot::{Slot, Slots};
 use super::Generation;
+use crate::component::ComponentKey;
 
 /// The published generation of a runtime, and a signal of each new one.
 #[derive(Debug)]
 pub struct Live {
     current: ArcSwap<Generation>,
+    /// Each key's instance, for the handles naming it.
+    slots: Slots,
     published: watch::Sender<u64>,
 }
 
@@ -22,6 +26,7 @@ impl Live {
     pub(crate) fn new() -> LiveGeneration {
         Arc::new(Self {
             current: ArcSwap::from_pointee(Generation::default()),
+            slots: Slots::default(),
             published: watch::channel(0).0,
         })
     }
@@ -39,8 +44,17 @@ impl Live {
     /// Publishes `generation`: every handle resolves in it from now on.
     pub(crate) fn publish(&self, generation: Generation) {
         let number = generation.number;
-        self.current.store(Arc::new(generation));
+        let generation = Arc::new(generation);
+        self.current.store(generation.clone());
+        // Before the notification: whoever is told finds every handle
+        // already resolving in the new generation.
+        self.slots.republish(&generation);
         self.published.send_replace(number);
+    }
+
+    /// The slot of `key`, shared by every handle naming it.
+    pub(crate) fn slot(&self, key: &ComponentKey) -> Arc<Slot> {
+        self.slots.slot(key, &self.current.load())
     }
 
     /// A receiver told about each publish.

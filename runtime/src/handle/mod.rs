@@ -11,13 +11,17 @@
 //! before its generation is published), its handles resolve in the
 //! generation being built, so `init` can already use what it was given.
 
+mod borrowed;
 mod instance;
 mod live;
+mod slot;
 mod subscription;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+pub use borrowed::Borrowed;
 pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 
@@ -96,12 +100,45 @@ tokio::task_local! {
     static STAGED: Arc<Generation>;
 }
 
+/// Staged scopes open now, in any task: while none is, a handle load does
+/// not look for one (outside a reload, the task-local costs nothing).
+static STAGED_SCOPES: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a staged scope while it lives.
+struct StagedScope;
+
+impl StagedScope {
+    fn open() -> Self {
+        STAGED_SCOPES.fetch_add(1, Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for StagedScope {
+    fn drop(&mut self) {
+        STAGED_SCOPES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Runs `future` with handles resolving in `staged` first.
 pub(crate) async fn with_staged<F: std::future::Future>(
     staged: Arc<Generation>,
     future: F,
 ) -> F::Output {
+    let _open = StagedScope::open();
     STAGED.scope(staged, future).await
+}
+
+/// The instance of `key` in the generation being built, when the calling
+/// task is initialising one.
+fn staged(key: &ComponentKey) -> Option<Instance> {
+    if STAGED_SCOPES.load(Ordering::SeqCst) == 0 {
+        return None;
+    }
+    STAGED
+        .try_with(|staged| staged.get(key).cloned())
+        .ok()
+        .flatten()
 }
 
 /// Why a handle could not give its component.
@@ -121,35 +158,66 @@ pub enum HandleError {
     WrongType(ComponentKey, &'static str),
 }
 
+/// What a handle is bound to: a key, its runtime, and the key's slot.
+#[derive(Clone)]
+struct Bound {
+    key: ComponentKey,
+    live: LiveGeneration,
+    slot: Arc<slot::Slot>,
+}
+
 /// The untyped part of every handle.
 #[derive(Clone, Default)]
 struct Target {
-    bound: Option<(ComponentKey, LiveGeneration)>,
+    bound: Option<Bound>,
 }
 
 impl Target {
-    fn resolve(&self) -> Result<Instance, HandleError> {
-        let (key, live) = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
-        let staged = STAGED
-            .try_with(|staged| staged.get(key).cloned())
-            .ok()
-            .flatten();
-        match staged {
-            Some(instance) => Ok(instance),
-            None => live
-                .current()
-                .get(key)
-                .cloned()
-                .ok_or_else(|| HandleError::NotRunning(key.clone())),
+    fn new(key: ComponentKey, live: LiveGeneration) -> Self {
+        let slot = live.slot(&key);
+        Self {
+            bound: Some(Bound { key, live, slot }),
         }
     }
 
+    /// The instance now, borrowed from the slot (or owned, from the
+    /// generation being built).
+    fn borrow(&self) -> Result<borrowed::Held, HandleError> {
+        let bound = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
+        if let Some(instance) = staged(&bound.key) {
+            return Ok(borrowed::Held::Owned(instance));
+        }
+        let guard = bound.slot.load();
+        if guard.is_none() {
+            return Err(HandleError::NotRunning(bound.key.clone()));
+        }
+        Ok(borrowed::Held::Slot(guard))
+    }
+
+    fn resolve(&self) -> Result<Instance, HandleError> {
+        let bound = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
+        if let Some(instance) = staged(&bound.key) {
+            return Ok(instance);
+        }
+        bound
+            .slot
+            .load()
+            .as_deref()
+            .cloned()
+            .ok_or_else(|| HandleError::NotRunning(bound.key.clone()))
+    }
+
     fn key(&self) -> Option<&ComponentKey> {
-        self.bound.as_ref().map(|(key, _)| key)
+        self.bound.as_ref().map(|bound| &bound.key)
     }
 
     fn live(&self) -> Option<&LiveGeneration> {
-        self.bound.as_ref().map(|(_, live)| live)
+        self.bound.as_ref().map(|bound| &bound.live)
+    }
+
+    fn wrong_kind(&self, what: &'static str) -> HandleError {
+        let key = self.key().cloned();
+        HandleError::WrongKind(key.unwrap_or_else(|| ComponentKey::new("?", "?")), what)
     }
 }
 
@@ -162,7 +230,7 @@ macro_rules! typed_handle {
         impl $name {
             /// A handle to `key`, resolved in `live`.
             pub fn new(key: ComponentKey, live: LiveGeneration) -> Self {
-                Self(Target { bound: Some((key, live)) })
+                Self(Target::new(key, live))
             }
 
             /// A handle to `key` in no runtime: every load fails with
@@ -172,12 +240,27 @@ macro_rules! typed_handle {
                 Self::new(key, Live::new())
             }
 
-            /// The current instance.
+            /// The current instance, to keep for the operation (one
+            /// reference count taken).
             pub fn load(&self) -> Result<Arc<dyn $trait>, HandleError> {
                 match self.0.resolve()? {
                     Instance::$variant(instance) => Ok(instance),
-                    _ => Err(HandleError::WrongKind(self.0.key().cloned().unwrap_or_else(|| ComponentKey::new("?", "?")), $what)),
+                    _ => Err(self.0.wrong_kind($what)),
                 }
+            }
+
+            /// The current instance, borrowed for one call without taking
+            /// a reference count (the cheapest way in: no shared counter
+            /// is written). Hold it briefly; keep [`Self::load`]'s `Arc`
+            /// instead across long waits.
+            pub fn borrow(&self) -> Result<Borrowed<dyn $trait>, HandleError> {
+                fn project(instance: &Instance) -> Option<&(dyn $trait + 'static)> {
+                    match instance {
+                        Instance::$variant(instance) => Some(&**instance),
+                        _ => None,
+                    }
+                }
+                Borrowed::new(self.0.borrow()?, project).ok_or_else(|| self.0.wrong_kind($what))
             }
 
             /// The component this handle points to, once injected.
@@ -223,9 +306,7 @@ pub struct ComponentHandle(Target);
 impl ComponentHandle {
     /// A handle to `key`, resolved in `live`.
     pub fn new(key: ComponentKey, live: LiveGeneration) -> Self {
-        Self(Target {
-            bound: Some((key, live)),
-        })
+        Self(Target::new(key, live))
     }
 
     /// A handle to `key` in no runtime: every load fails with
