@@ -34,8 +34,8 @@ pub use fs_read::{read_bounded, FileReadError};
 pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]
 pub use handle::{
-    Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Instance,
-    LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
+    Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle,
+    Instance, LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
 };
 #[doc(inline)]
 pub use kinds::{

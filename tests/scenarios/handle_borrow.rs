@@ -8,7 +8,8 @@ use crate::support::reload as reload_support;
 use reload_support::{apply_ok, start};
 use rewire::{GetRequest, HandleError, SetRequest};
 
-const WITH: &str = r#"{"components": {"state": {"a": {"type": "memory"}, "b": {"type": "memory"}}}}"#;
+const WITH: &str =
+    r#"{"components": {"state": {"a": {"type": "memory"}, "b": {"type": "memory"}}}}"#;
 const WITHOUT_A: &str = r#"{"components": {"state": {"b": {"type": "memory"}}}}"#;
 
 fn set(key: &str, value: &str) -> SetRequest {

@@ -89,7 +89,13 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         }
     }
     print_table(
-        &["lookup", "threads", "time/op (per thread)", "vs RwLock", "vs Mutex"],
+        &[
+            "lookup",
+            "threads",
+            "time/op (per thread)",
+            "vs RwLock",
+            "vs Mutex",
+        ],
         &rows,
     );
     rt.block_on(runtime.shutdown());
