@@ -266,7 +266,9 @@ impl Mapping<'_> {
                     "name" => {}
                     "value" => value = Some(self.value(&entry.value, dapr_type, &name)),
                     "secretKeyRef" => {
-                        if let Some(r) = self.secret_key_ref(&entry.value, &name, store, origin) {
+                        if let Some(r) =
+                            self.secret_key_ref(entry, &name, store, origin)
+                        {
                             secret_refs.push(r);
                         }
                     }
@@ -299,12 +301,13 @@ impl Mapping<'_> {
     /// `secretKeyRef: {name, key}` into metadata field `field`.
     fn secret_key_ref(
         &mut self,
-        node: &Node,
+        entry: &Entry,
         field: &str,
         store: Option<&str>,
         origin: &mut Origin,
     ) -> Option<SecretRef> {
         let (mut name, mut key) = (None, None);
+        let (node, line) = (&entry.value, entry.line);
         for entry in map_entries(node) {
             match (entry.key.as_str(), entry.value.as_text()) {
                 ("name", Some(v)) if !v.is_empty() => name = Some(v),
@@ -317,7 +320,7 @@ impl Mapping<'_> {
         }
         let Some(name) = name else {
             self.problem(
-                node.line,
+                line,
                 format!("metadata `{field}`: secretKeyRef needs `name` (the secret's name)"),
             );
             return None;
@@ -325,7 +328,7 @@ impl Mapping<'_> {
         let store = match store {
             Some(store) => store.to_string(),
             None => {
-                origin.defaulted_store = Some(node.line);
+                origin.defaulted_store = Some(line);
                 DEFAULT_SECRET_STORE.to_string()
             }
         };
