@@ -11,5 +11,6 @@ mod cli_shutdown;
 mod corpus_lifecycle;
 mod corpus_validate;
 mod corpus_watched_file;
+mod dapr_resources;
 mod embedded;
 mod graph_mermaid;

@@ -271,10 +271,9 @@ fn sources_locate_validation_problems_and_check_the_default_store() {
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found[0].starts_with("D/statestore.yaml:16: state/statestore: a secretKeyRef without `auth.secretStore` reads Dapr's default secret store `kubernetes`"), "{found:?}");
     assert!(
-        found
-            .iter()
-            .any(|p| p
-                .starts_with("D/statestore.yaml:11: state/statestore: unknown metadata field `redisHots`")),
+        found.iter().any(|p| p.starts_with(
+            "D/statestore.yaml:11: state/statestore: unknown metadata field `redisHots`"
+        )),
         "{found:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
