@@ -335,3 +335,42 @@ async fn adding_and_removing_a_manifest_adds_and_removes_its_component() {
         json!("removed")
     );
 }
+
+#[test]
+fn validate_names_the_file_and_line_of_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = components_folder(dir.path());
+    let typo = statestore("localhost:6379").replace("redisHost", "redisHots");
+    std::fs::write(components.join("statestore.yaml"), typo).unwrap();
+    std::fs::write(
+        components.join("secretstore.yaml"),
+        SECRET_STORE.replace("version: v1", "version: v2"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rewire"))
+        .current_dir(dir.path())
+        .args([
+            "validate",
+            "--components-path",
+            "components",
+            "--app-id",
+            "checkout",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let problems: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("components/"))
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "components/secretstore.yaml:7: secret_store/localsecretstore: unsupported spec.version `v2` (rewire implements v1)",
+            "components/statestore.yaml:9: state/statestore: unknown metadata field `redisHots` (did you mean `redisHost`?)",
+        ],
+        "{stderr}"
+    );
+}
