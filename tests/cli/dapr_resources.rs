@@ -374,3 +374,41 @@ fn validate_names_the_file_and_line_of_every_problem() {
         "{stderr}"
     );
 }
+
+/// Kubernetes' atomic writer: the files live in a timestamped folder that
+/// `..data` links to, each manifest a link through `..data`; an update
+/// writes a new folder and swaps the `..data` link by a rename.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_update_swapping_the_data_link_reloads() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let components = components_folder(dir.path());
+    let cache = |ttl: u32| {
+        format!("apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: cache\nspec:\n  type: state.in-memory\n  metadata:\n  - name: defaultTtlInSeconds\n    value: \"{ttl}\"\n")
+    };
+    let version = |name: &str, ttl: u32| {
+        let folder = components.join(name);
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("cache.yaml"), cache(ttl)).unwrap();
+    };
+    version("..2026_01", 30);
+    symlink("..2026_01", components.join("..data")).unwrap();
+    symlink("..data/cache.yaml", components.join("cache.yaml")).unwrap();
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start(dir.path(), &http_addr);
+    let (base, http) = (format!("http://{http_addr}"), reqwest::Client::new());
+    assert_eq!(status(&http, &base).await["generation"], json!(1));
+
+    version("..2026_02", 60);
+    symlink("..2026_02", components.join("..data_tmp")).unwrap();
+    std::fs::rename(components.join("..data_tmp"), components.join("..data")).unwrap();
+    let updated = status_when(&http, &base, |s| s["generation"].as_u64() >= Some(2)).await;
+    let reload = newest_reload(&updated);
+    assert_eq!(reload["outcome"], json!("applied"), "{updated}");
+    assert_eq!(
+        reload["actions"]["state/cache"],
+        json!("updated_in_place"),
+        "{reload}"
+    );
+}
