@@ -5,6 +5,7 @@
 //! note; every problem names its file and line.
 
 mod component;
+mod spec_metadata;
 mod types;
 mod yaml;
 

@@ -1,16 +1,16 @@
 //! One `kind: Component` document as a rewire component: `metadata.name`,
-//! `spec.type` mapped to a kind and type, `spec.metadata` entries to
-//! metadata fields and secretRefs, `auth.secretStore`, `scopes`.
+//! `spec.type` mapped to a kind and type, `spec.metadata` (see
+//! `spec_metadata`), `auth.secretStore`, `scopes`.
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::Map;
 
-use super::types::{ignored_field, implemented, is_path_field, kind_of, rewire_kind_and_type};
+use super::types::{implemented, kind_of, rewire_kind_and_type};
 use super::yaml::{Entry, Node, NodeValue};
 use super::{Found, Origin};
 use crate::component::ComponentKey;
-use crate::config::model::{ComponentSpec, SecretRef};
+use crate::config::model::ComponentSpec;
 use crate::registry::Registry;
 
 /// Dapr's secret store when a component names none.
@@ -142,14 +142,14 @@ pub(super) fn map_component(
 }
 
 /// The entry `name` of a mapping node.
-fn child<'a>(node: &'a Node, name: &str) -> Option<&'a Node> {
+pub(super) fn child<'a>(node: &'a Node, name: &str) -> Option<&'a Node> {
     map_entries(node)
         .iter()
         .find(|e| e.key == name)
         .map(|e| &e.value)
 }
 
-fn map_entries(node: &Node) -> &[Entry] {
+pub(super) fn map_entries(node: &Node) -> &[Entry] {
     match &node.value {
         NodeValue::Map(entries) => entries,
         _ => &[],
@@ -157,15 +157,15 @@ fn map_entries(node: &Node) -> &[Entry] {
 }
 
 /// One component being mapped: where problems go.
-struct Mapping<'a> {
-    key: ComponentKey,
-    file: &'a str,
-    found: &'a mut Found,
-    ok: bool,
+pub(super) struct Mapping<'a> {
+    pub(super) key: ComponentKey,
+    pub(super) file: &'a str,
+    pub(super) found: &'a mut Found,
+    pub(super) ok: bool,
 }
 
 impl Mapping<'_> {
-    fn problem(&mut self, line: usize, message: impl Into<String>) {
+    pub(super) fn problem(&mut self, line: usize, message: impl Into<String>) {
         self.ok = false;
         self.found
             .problem_at(format!("{}:{line}", self.file), Some(&self.key), message);
@@ -219,125 +219,5 @@ impl Mapping<'_> {
             }
         }
         Some(ids)
-    }
-
-    /// `spec.metadata`: `[{name, value | secretKeyRef}]` as metadata
-    /// fields and secretRefs.
-    fn metadata_items(
-        &mut self,
-        node: &Node,
-        dapr_type: &str,
-        store: Option<&str>,
-        origin: &mut Origin,
-    ) -> (Map<String, Value>, Vec<SecretRef>) {
-        let mut metadata = Map::new();
-        let mut secret_refs = Vec::new();
-        let items = match &node.value {
-            NodeValue::List(items) => items.as_slice(),
-            NodeValue::Scalar(Value::Null) => &[],
-            _ => {
-                self.problem(node.line, "spec.metadata must be a list of `{name, value}`");
-                return (metadata, secret_refs);
-            }
-        };
-        for item in items {
-            let Some(name) = child(item, "name").and_then(|n| n.as_text()) else {
-                self.problem(item.line, "spec.metadata entry without `name`");
-                continue;
-            };
-            if let Some(line) = origin.fields.get(&name) {
-                self.problem(
-                    item.line,
-                    format!("metadata `{name}` given twice (also at line {line})"),
-                );
-                continue;
-            }
-            origin.fields.insert(name.clone(), item.line);
-            if let Some(why) = ignored_field(dapr_type, &name) {
-                self.found.note(format!(
-                    "{}:{}: {}: metadata `{name}` ignored ({why})",
-                    self.file, item.line, self.key
-                ));
-                continue;
-            }
-            let mut value = None;
-            for entry in map_entries(item) {
-                match entry.key.as_str() {
-                    "name" => {}
-                    "value" => value = Some(self.value(&entry.value, dapr_type, &name)),
-                    "secretKeyRef" => {
-                        if let Some(r) =
-                            self.secret_key_ref(entry, &name, store, origin)
-                        {
-                            secret_refs.push(r);
-                        }
-                    }
-                    "envRef" => self.problem(entry.line, format!("metadata `{name}`: envRef is not supported (use a secretKeyRef into a secretstores.local.env store)")),
-                    other => self.problem(entry.line, format!("metadata `{name}`: unsupported field `{other}`")),
-                }
-            }
-            if let Some(value) = value {
-                metadata.insert(name, value);
-            }
-        }
-        (metadata, secret_refs)
-    }
-
-    /// A `value`: Dapr's are strings; numbers, bools and structures are
-    /// kept as they are (rewire's metadata decoding takes either). A file
-    /// path is made absolute against the working directory, as Dapr reads it.
-    fn value(&mut self, node: &Node, dapr_type: &str, name: &str) -> Value {
-        let value = match node.to_json() {
-            Value::Null => Value::String(String::new()),
-            value => value,
-        };
-        match (&value, is_path_field(dapr_type, name)) {
-            (Value::String(path), true) => std::path::absolute(path)
-                .map_or(value.clone(), |p| Value::String(p.display().to_string())),
-            _ => value,
-        }
-    }
-
-    /// `secretKeyRef: {name, key}` into metadata field `field`.
-    fn secret_key_ref(
-        &mut self,
-        entry: &Entry,
-        field: &str,
-        store: Option<&str>,
-        origin: &mut Origin,
-    ) -> Option<SecretRef> {
-        let (mut name, mut key) = (None, None);
-        let (node, line) = (&entry.value, entry.line);
-        for entry in map_entries(node) {
-            match (entry.key.as_str(), entry.value.as_text()) {
-                ("name", Some(v)) if !v.is_empty() => name = Some(v),
-                ("key", Some(v)) => key = Some(v).filter(|k| !k.is_empty()),
-                (other, _) => {
-                    self.problem(entry.line, format!("metadata `{field}`: secretKeyRef.{other} is not supported or not a string"));
-                    return None;
-                }
-            }
-        }
-        let Some(name) = name else {
-            self.problem(
-                line,
-                format!("metadata `{field}`: secretKeyRef needs `name` (the secret's name)"),
-            );
-            return None;
-        };
-        let store = match store {
-            Some(store) => store.to_string(),
-            None => {
-                origin.defaulted_store = Some(line);
-                DEFAULT_SECRET_STORE.to_string()
-            }
-        };
-        Some(SecretRef {
-            store,
-            key: key.unwrap_or_else(|| name.clone()),
-            name,
-            inject_as: field.to_string(),
-            watch: false,
-        })
     }
 }

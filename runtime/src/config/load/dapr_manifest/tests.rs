@@ -178,13 +178,14 @@ fn scopes_load_a_component_only_for_the_apps_listed() {
 #[test]
 fn an_unsupported_type_or_field_is_named_with_file_and_line() {
     let mongo = "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: orders\nspec:\n  type: state.mongodb\n  version: v1\n";
-    let odd = "kind: Component\napiVersion: dapr.io/v1alpha1\nmetadata:\n  name: cache\nspec:\n  type: state.in-memory\n  colour: blue\n  metadata:\n  - name: x\n    envRef: HOME\n";
+    let odd = "kind: Component\napiVersion: dapr.io/v1alpha1\nmetadata:\n  name: cache\nspec:\n  type: state.in-memory\n  colour: blue\n  metadata:\n  - name: x\n    envRef: HOME\n  - name: y\n    value: a\n    secretKeyRef:\n      name: s\n";
     assert_eq!(
         problems_of(&[("mongo.yaml", mongo), ("odd.yml", odd)], "a"),
         [
             "c/mongo.yaml:6: state/orders: unsupported type state.mongodb (rewire implements: secretstores.local.env, secretstores.local.file, state.in-memory, state.redis)",
             "c/odd.yml:7: state/cache: unsupported field `spec.colour`",
             "c/odd.yml:10: state/cache: metadata `x`: envRef is not supported (use a secretKeyRef into a secretstores.local.env store)",
+            "c/odd.yml:11: state/cache: metadata `y`: give `value` or `secretKeyRef`, not both",
         ]
     );
 }
