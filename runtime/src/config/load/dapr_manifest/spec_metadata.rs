@@ -74,6 +74,10 @@ impl Mapping<'_> {
                 Some(value) => {
                     metadata.insert(name, value);
                 }
+                // `- name: x` alone: an empty value, as in Dapr.
+                None if !injected => {
+                    metadata.insert(name, Value::String(String::new()));
+                }
                 None => {}
             }
         }
