@@ -131,7 +131,7 @@ impl ValidConfig {
 /// Parses what can be parsed: file-level failures (syntax, size, encoding,
 /// top-level shape) are `Err`; component problems come back beside the
 /// components that parsed.
-fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Problems> {
+pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Problems> {
     let document = parse_document(bytes)?;
     let mut problems = Problems::default();
     let raw: RawFile = match decode(&document) {
@@ -302,6 +302,7 @@ fn component_message(err: &MetadataError) -> String {
 }
 
 mod component;
+pub(super) mod dapr_manifest;
 mod duplicates;
 #[cfg(test)]
 mod tests;
