@@ -1,7 +1,9 @@
-//! Watching one file for changes of its content: the directory is watched (so editors' rename-writes and Kubernetes ConfigMap
-//! `..data` symlink swaps are seen), debounces bursts of events, and
-//! re-reads the file periodically in case events are lost. The content is
-//! compared, never the inode, so any way of replacing the file works.
+//! Watching one file (or the YAML files of a folder) for changes of its
+//! content: the directory is watched (so editors' rename-writes and
+//! Kubernetes ConfigMap `..data` symlink swaps are seen), debounces bursts
+//! of events, and re-reads the file periodically in case events are lost.
+//! The content is compared, never the inode, so any way of replacing the
+//! file works.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -48,9 +50,36 @@ impl FileWatch {
         resync: Option<Duration>,
         token: CancellationToken,
     ) -> Self {
+        Self::start_target(Target::File(path), on_change, resync, token)
+    }
+
+    /// Like [`start`](Self::start), for the `*.yaml` / `*.yml` files of the
+    /// folder `dir`: one added, changed, renamed or removed is a change.
+    pub fn start_folder(
+        dir: PathBuf,
+        on_change: OnChange,
+        resync: Option<Duration>,
+        token: CancellationToken,
+    ) -> Self {
+        Self::start_target(Target::Folder(dir), on_change, resync, token)
+    }
+
+    fn start_target(
+        target: Target,
+        on_change: OnChange,
+        resync: Option<Duration>,
+        token: CancellationToken,
+    ) -> Self {
         let signal = Arc::new(Notify::new());
-        let watcher = watch_directory(&path, &signal);
-        let task = tokio::spawn(run(path, on_change, watcher, signal, resync, token.clone()));
+        let watcher = watch_directory(&target, &signal);
+        let task = tokio::spawn(run(
+            target,
+            on_change,
+            watcher,
+            signal,
+            resync,
+            token.clone(),
+        ));
         Self {
             token,
             task: Some(task),
@@ -74,8 +103,23 @@ impl Drop for FileWatch {
     }
 }
 
+/// What is watched: one file, or the YAML files of a folder.
+#[derive(Debug, Clone)]
+enum Target {
+    File(PathBuf),
+    Folder(PathBuf),
+}
+
+impl Target {
+    fn shown(&self) -> std::path::Display<'_> {
+        match self {
+            Self::File(path) | Self::Folder(path) => path.display(),
+        }
+    }
+}
+
 async fn run(
-    path: PathBuf,
+    target: Target,
     on_change: OnChange,
     mut watcher: Option<RecommendedWatcher>,
     signal: Arc<Notify>,
@@ -99,14 +143,14 @@ async fn run(
             }
             _ = tick(&mut ticks) => {
                 if watcher.is_none() {
-                    watcher = watch_directory(&path, &signal);
+                    watcher = watch_directory(&target, &signal);
                 }
                 on_change().await;
             }
         }
     }
     drop(watcher);
-    debug!(path = %path.display(), "File watcher stopped.");
+    debug!(path = %target.shown(), "File watcher stopped.");
 }
 
 /// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`]);
@@ -143,15 +187,20 @@ fn directory_of(path: &Path) -> PathBuf {
     }
 }
 
-/// Starts an OS watcher on the directory of `path` that pokes `signal` on
-/// relevant events; `None` (with a warning) if the OS refuses, in which case
-/// the periodic re-read carries on and the watch is retried at each one.
-fn watch_directory(path: &Path, signal: &Arc<Notify>) -> Option<RecommendedWatcher> {
-    let dir = directory_of(path);
-    let file_name = path.file_name().map(OsString::from).unwrap_or_default();
+/// Starts an OS watcher on the directory of the target that pokes `signal`
+/// on relevant events; `None` (with a warning) if the OS refuses, in which
+/// case the periodic re-read carries on and the watch is retried at each one.
+fn watch_directory(target: &Target, signal: &Arc<Notify>) -> Option<RecommendedWatcher> {
+    let (dir, file_name) = match target {
+        Target::File(path) => (
+            directory_of(path),
+            Some(path.file_name().map(OsString::from).unwrap_or_default()),
+        ),
+        Target::Folder(dir) => (dir.clone(), None),
+    };
     let poke = Arc::clone(signal);
     let handler = move |event: notify::Result<Event>| match event {
-        Ok(event) if !is_relevant(&event, &file_name) => {}
+        Ok(event) if !is_relevant(&event, file_name.as_ref()) => {}
         Ok(_) => poke.notify_one(),
         Err(err) => {
             debug!(error = %err, "File watcher reported an error; re-reading.");
@@ -176,9 +225,10 @@ fn watch_directory(path: &Path, signal: &Arc<Notify>) -> Option<RecommendedWatch
 }
 
 /// Whether `event` may mean the file's content changed: anything but plain
-/// opens and reads, on the file itself or on a `..`-prefixed entry (the
-/// Kubernetes ConfigMap `..data` link and its timestamped directories).
-fn is_relevant(event: &Event, file_name: &OsString) -> bool {
+/// opens and reads, on the file itself (for a folder: any `.yaml`/`.yml`
+/// file) or on a `..`-prefixed entry (the Kubernetes ConfigMap `..data`
+/// link and its timestamped directories).
+fn is_relevant(event: &Event, file_name: Option<&OsString>) -> bool {
     if let EventKind::Access(kind) = event.kind {
         if kind != AccessKind::Close(AccessMode::Write) {
             return false;
@@ -188,7 +238,12 @@ fn is_relevant(event: &Event, file_name: &OsString) -> bool {
         || event.paths.is_empty()
         || event.paths.iter().any(|path| {
             path.file_name().is_some_and(|name| {
-                name == file_name.as_os_str() || name.to_string_lossy().starts_with("..")
+                let shown = name.to_string_lossy();
+                let watched = match file_name {
+                    Some(file_name) => name == file_name.as_os_str(),
+                    None => shown.ends_with(".yaml") || shown.ends_with(".yml"),
+                };
+                watched || shown.starts_with("..")
             })
         })
 }
@@ -204,29 +259,34 @@ mod tests {
 
     #[test]
     fn relevant_events() {
-        let name = OsString::from("config.json");
+        let file = OsString::from("config.json");
+        let name = Some(&file);
         let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::To));
-        assert!(is_relevant(&event(renamed, "/d/config.json"), &name));
-        assert!(is_relevant(&event(renamed, "/d/..data"), &name));
+        assert!(is_relevant(&event(renamed, "/d/config.json"), name));
+        assert!(is_relevant(&event(renamed, "/d/..data"), name));
         assert!(is_relevant(
             &event(EventKind::Create(CreateKind::Folder), "/d/..2026_v2"),
-            &name
+            name
         ));
         assert!(is_relevant(
             &event(
                 EventKind::Access(AccessKind::Close(AccessMode::Write)),
                 "/d/config.json"
             ),
-            &name
+            name
         ));
         assert!(!is_relevant(
             &event(
                 EventKind::Access(AccessKind::Open(AccessMode::Any)),
                 "/d/config.json"
             ),
-            &name
+            name
         ));
-        assert!(!is_relevant(&event(renamed, "/d/other.json"), &name));
+        assert!(!is_relevant(&event(renamed, "/d/other.json"), name));
+        assert!(is_relevant(&event(renamed, "/d/statestore.yaml"), None));
+        assert!(is_relevant(&event(renamed, "/d/lock.yml"), None));
+        assert!(is_relevant(&event(renamed, "/d/..data"), None));
+        assert!(!is_relevant(&event(renamed, "/d/notes.txt"), None));
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub use component::{
     Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind, Readiness,
 };
 #[doc(inline)]
-pub use config::{Config, Problem, Problems, ValidConfig};
+pub use config::{Config, ConfigSources, Problem, Problems, ValidConfig};
 #[doc(inline)]
 pub use fs_read::{read_bounded, FileReadError};
 #[doc(inline)]

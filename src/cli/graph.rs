@@ -6,12 +6,13 @@ use std::process::ExitCode;
 use crate::config::GraphFormat;
 use crate::Registry;
 
-use super::{config_source, Format};
+use super::config_source::{self, DaprSourceArgs};
+use super::Format;
 
 /// Prints the dependency graph of the chosen configuration.
-pub fn graph_command(given: Option<PathBuf>, format: Format) -> ExitCode {
-    let path = config_source::chosen(given);
-    match config_source::load(path.as_deref(), &Registry::collected()) {
+pub fn graph_command(given: Option<PathBuf>, dapr: DaprSourceArgs, format: Format) -> ExitCode {
+    let source = config_source::choose(given, dapr);
+    match config_source::load_source(&source, &Registry::collected()) {
         Some(valid) => {
             let format = match format {
                 Format::Dot => GraphFormat::Dot,

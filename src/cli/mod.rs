@@ -39,12 +39,16 @@ enum Command {
         /// The configuration file (default: ./rewire.json if present, else the built-in default).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        dapr: config_source::DaprSourceArgs,
     },
     /// Print the dependency graph of a configuration (stores before their users).
     Graph {
         /// The configuration file (default: ./rewire.json if present, else the built-in default).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        dapr: config_source::DaprSourceArgs,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Dot)]
         format: Format,
@@ -101,8 +105,12 @@ async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Run(args) => run::run(args).await,
         Command::Init { dir } => init_command(&dir),
-        Command::Validate { config } => validate::validate_command(config),
-        Command::Graph { config, format } => graph::graph_command(config, format),
+        Command::Validate { config, dapr } => validate::validate_command(config, dapr),
+        Command::Graph {
+            config,
+            dapr,
+            format,
+        } => graph::graph_command(config, dapr, format),
         Command::Components => components::components_command(),
         Command::Status { http_addr, json } => status::status_command(http_addr, json).await,
         Command::Apply(args) => apply::apply_command(args).await,

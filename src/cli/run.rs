@@ -10,7 +10,7 @@ use rewire::sidecar::{ApiOptions, ApiServer};
 use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
-use super::config_source;
+use super::config_source::{self, DaprSourceArgs, Source};
 use super::default_config::default_home;
 
 /// How much longer than the shutdown grace the servers may take to stop.
@@ -25,6 +25,8 @@ pub struct RunArgs {
     /// Configuration file (default: ./rewire.json if present, else the built-in default).
     #[arg(long, short)]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    dapr: DaprSourceArgs,
     /// gRPC listen address of the sidecar APIs.
     #[arg(long, default_value = rewire::sidecar::DEFAULT_GRPC_ADDR)]
     grpc_addr: SocketAddr,
@@ -37,15 +39,17 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> ExitCode {
     let stop = StopSignals::listen();
     let registry = Registry::collected();
-    let config_path = config_source::chosen(args.config.clone());
-    match &config_path {
-        Some(path) => tracing::info!(config = %path.display(), "Loading configuration."),
-        None => tracing::info!(
+    let source = config_source::choose(args.config.clone(), args.dapr.clone());
+    match &source {
+        Source::Json(None) => tracing::info!(
             home = %default_home().display(),
             "No configuration given: using the built-in default, its data files in home (`rewire init` writes it as files to edit)."
         ),
+        _ => {
+            tracing::info!(config = %config_source::shown_source(&source), "Loading configuration.")
+        }
     }
-    let Some(valid) = config_source::load(config_path.as_deref(), &registry) else {
+    let Some(valid) = config_source::load_source(&source, &registry) else {
         return ExitCode::FAILURE;
     };
     let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {
@@ -62,8 +66,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
         "Runtime started."
     );
     drop(generation);
-    // Edits of the file (ConfigMap updates included) reload the runtime.
-    let _watch = config_path.map(|path| runtime.watch_config_file(path, CONFIG_RESYNC));
+    // Edits of the file or of a manifest (ConfigMap updates included)
+    // reload the runtime.
+    let _watches = match source {
+        Source::Json(path) => path
+            .map(|path| runtime.watch_config_file(path, CONFIG_RESYNC))
+            .into_iter()
+            .collect(),
+        Source::Sources(sources) => runtime.watch_config_sources(sources, CONFIG_RESYNC),
+    };
     serve_until_stopped(runtime, &args, stop).await
 }
 

@@ -5,13 +5,13 @@ use std::process::ExitCode;
 
 use crate::Registry;
 
-use super::config_source;
+use super::config_source::{self, DaprSourceArgs};
 
 /// Prints every problem of the chosen configuration and exits 1, or says
 /// it is valid.
-pub fn validate_command(given: Option<PathBuf>) -> ExitCode {
-    let path = config_source::chosen(given);
-    match config_source::load(path.as_deref(), &Registry::collected()) {
+pub fn validate_command(given: Option<PathBuf>, dapr: DaprSourceArgs) -> ExitCode {
+    let source = config_source::choose(given, dapr);
+    match config_source::load_source(&source, &Registry::collected()) {
         Some(valid) => {
             let count = valid.config.components.len();
             let noun = if count == 1 {
@@ -21,7 +21,7 @@ pub fn validate_command(given: Option<PathBuf>) -> ExitCode {
             };
             println!(
                 "{}: valid ({count} {noun})",
-                config_source::shown(path.as_deref())
+                config_source::shown_source(&source)
             );
             ExitCode::SUCCESS
         }

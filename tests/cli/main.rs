@@ -11,6 +11,7 @@ mod cli_shutdown;
 mod corpus_lifecycle;
 mod corpus_validate;
 mod corpus_watched_file;
+mod dapr_resources;
 mod docs_compile;
 mod embedded;
 mod example_custom_component;

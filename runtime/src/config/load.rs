@@ -131,9 +131,17 @@ impl ValidConfig {
 /// Parses what can be parsed: file-level failures (syntax, size, encoding,
 /// top-level shape) are `Err`; component problems come back beside the
 /// components that parsed.
-fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Problems> {
-    let document = parse_document(bytes)?;
+pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Problems> {
+    let mut document = parse_document(bytes)?;
     let mut problems = Problems::default();
+    if layotto_file::is_layotto(&document) {
+        let converted = layotto_file::convert(&document).map_err(|p| Problems(vec![p]))?;
+        for note in &converted.notes {
+            tracing::info!(note = %note, "Layotto configuration note.");
+        }
+        problems.0.extend(converted.problems);
+        document = converted.document;
+    }
     let raw: RawFile = match decode(&document) {
         Ok(raw) => raw,
         Err(err) => return Err(Problems(vec![Problem::file(top_level_message(&err))])),
@@ -302,6 +310,8 @@ fn component_message(err: &MetadataError) -> String {
 }
 
 mod component;
+pub(super) mod dapr_manifest;
 mod duplicates;
+mod layotto_file;
 #[cfg(test)]
 mod tests;

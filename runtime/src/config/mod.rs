@@ -1,5 +1,6 @@
-//! The configuration file: its model, loading with Layotto aliases, and
-//! validation that collects every problem.
+//! The configuration file: its model, loading with Layotto aliases (and
+//! from Dapr component manifests), and validation that collects every
+//! problem.
 
 mod diff;
 mod graph;
@@ -10,15 +11,18 @@ mod model;
 mod patch;
 mod problem;
 mod raw;
+mod sources;
 mod validate;
 
 pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
 pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
+pub use load::dapr_manifest::{MAX_MANIFEST_BYTES, MAX_MANIFEST_FILES};
 pub(crate) use load::{folder_of, read_config_bytes};
 pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
+pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

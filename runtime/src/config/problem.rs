@@ -11,6 +11,9 @@ pub struct Problem {
     pub component: Option<ComponentKey>,
     /// What is wrong, naming the field.
     pub message: String,
+    /// Where in which file, as `path:line`, when the problem is tied to a
+    /// line (Dapr component manifests).
+    pub location: Option<String>,
 }
 
 impl Problem {
@@ -19,6 +22,7 @@ impl Problem {
         Self {
             component: None,
             message: message.into(),
+            location: None,
         }
     }
 
@@ -27,12 +31,22 @@ impl Problem {
         Self {
             component: Some(key.clone()),
             message: message.into(),
+            location: None,
         }
+    }
+
+    /// The same problem, said to be at `location` (`path:line`).
+    pub fn at(mut self, location: impl Into<String>) -> Self {
+        self.location = Some(location.into());
+        self
     }
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(location) = &self.location {
+            write!(f, "{}: ", OneLine(location))?;
+        }
         if let Some(key) = &self.component {
             write!(f, "{}: ", OneLine(&key.to_string()))?;
         }

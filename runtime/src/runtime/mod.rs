@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::assemble::{failure_lines, ComponentFailure};
 use crate::component::{ComponentKey, Kind};
 use crate::config::{
-    ComponentPatch, Config, LayerChange, Layers, OverlaySpec, Problems, Push, ValidConfig,
+    ComponentPatch, Config, ConfigSources, LayerChange, Layers, OverlaySpec, Problems, Push,
+    ValidConfig,
 };
 use crate::fs_watch::FileWatch;
 use crate::handle::{
@@ -305,6 +306,20 @@ impl Runtime {
     /// an event is lost. The watch ends at shutdown.
     pub fn watch_config_file(&self, path: PathBuf, resync: Duration) -> FileWatch {
         trigger::watch_config_file(&self.trigger_context(), path, resync)
+    }
+
+    /// Watches every source of `sources` (the JSON file, the folder of Dapr
+    /// manifests): when their content changes, what they declare together
+    /// becomes the base configuration, as with
+    /// [`watch_config_file`](Self::watch_config_file). The watches end at
+    /// shutdown.
+    pub fn watch_config_sources(&self, sources: ConfigSources, resync: Duration) -> Vec<FileWatch> {
+        trigger::watch_config_sources(
+            &self.trigger_context(),
+            sources,
+            self.registry().clone(),
+            resync,
+        )
     }
 
     /// The current generation: load it once per request and use it

@@ -1,9 +1,11 @@
-//! Triggers: producers that watch the world — the configuration file,
+//! Triggers: producers that watch the world — the configuration file (and
+//! folder of Dapr manifests),
 //! `watch: true` refs, the overlay key — and send what they see to the
 //! reload queue. They never hold the runtime: each gets a
 //! [`TriggerContext`].
 
 mod config_file;
+mod config_sources;
 mod overlay;
 mod watched_refs;
 
@@ -19,6 +21,7 @@ use crate::reload::{ReloadRequest, Trigger};
 use crate::running::WatchPlan;
 
 pub(crate) use config_file::watch_config_file;
+pub(crate) use config_sources::watch_config_sources;
 pub(crate) use overlay::read_overlay;
 pub(crate) use watched_refs::spawn_watched_refs;
 

@@ -1,0 +1,257 @@
+//! Layotto's own configuration files: a MOSN configuration whose gRPC
+//! filter carries `grpc_config`, an object of kind -> name -> component
+//! (Layotto's `configs/*.json`). The first `grpc_config` found under
+//! `servers[].listeners[].filter_chains[].filters[].config` is turned into
+//! rewire's form, so it loads, validates and reloads as any rewire file.
+//!
+//! Layotto's spellings are kept where rewire reads them already
+//! (`component_ref`, `secret_ref`, `inject_as`); what differs is mapped:
+//! a component without `type` is of the type its name says, `in-memory` is
+//! `memory`, `local.env` is `env`, and a `secret_ref` names its store with
+//! `name`. `hellos` and `app.grpc_callback_port` are dropped with a note;
+//! every other unsupported building block is a problem naming it.
+
+use serde_json::{Map, Value};
+
+use crate::config::problem::Problem;
+
+/// Layotto's building blocks rewire serves, with rewire's kind for each.
+const KINDS: &[(&str, &str)] = &[
+    ("config_store", "config_store"),
+    ("state", "state"),
+    ("lock", "lock"),
+    ("sequencer", "sequencer"),
+    ("pub_subs", "pubsub"),
+    ("secret_store", "secret_store"),
+    ("file", "file"),
+];
+
+/// Layotto type names whose rewire type is spelled otherwise.
+const TYPES: &[(&str, &str)] = &[("in-memory", "memory"), ("local.env", "env")];
+
+/// A Layotto file turned into rewire's form, with what could not be.
+#[derive(Debug, Default)]
+pub(crate) struct Converted {
+    /// The document in rewire's form (`appId`, `components`).
+    pub document: Map<String, Value>,
+    /// What is not supported, each naming where it is.
+    pub problems: Vec<Problem>,
+    /// What was left out on purpose.
+    pub notes: Vec<String>,
+}
+
+/// Whether `document` is a Layotto (MOSN) configuration rather than
+/// rewire's own: it has `servers` and no `components`.
+pub(crate) fn is_layotto(document: &Map<String, Value>) -> bool {
+    document.contains_key("servers") && !document.contains_key("components")
+}
+
+/// The rewire form of the Layotto configuration `document`; a problem when
+/// it has no `grpc_config`.
+pub(crate) fn convert(document: &Map<String, Value>) -> Result<Converted, Problem> {
+    let (at, grpc_config) = find_grpc_config(document).ok_or_else(|| {
+        Problem::file(
+            "a Layotto (MOSN) configuration without `grpc_config`: expected one under \
+             servers[].listeners[].filter_chains[].filters[].config",
+        )
+    })?;
+    let mut converted = Converted::default();
+    let mut components = Map::new();
+    for (block, value) in grpc_config {
+        let here = format!("{at}.{block}");
+        match block.as_str() {
+            "app" => app(&here, value, &mut converted),
+            "hellos" => converted
+                .notes
+                .push(format!("{here}: Layotto's hello components are not part of rewire; left out")),
+            _ => match KINDS.iter().find(|(layotto, _)| layotto == block) {
+                Some((_, kind)) => match value {
+                    Value::Object(named) => {
+                        let entry = components
+                            .entry((*kind).to_string())
+                            .or_insert_with(|| Value::Object(Map::new()));
+                        if let Value::Object(entry) = entry {
+                            for (name, spec) in named {
+                                entry.insert(name.clone(), component(&here, name, spec, &mut converted));
+                            }
+                        }
+                    }
+                    _ => converted.problems.push(Problem::file(format!(
+                        "{here}: must be an object of name -> component"
+                    ))),
+                },
+                None => converted.problems.push(Problem::file(format!(
+                    "{here}: Layotto building block `{block}` is not supported by rewire (supported: {})",
+                    supported()
+                ))),
+            },
+        }
+    }
+    converted
+        .document
+        .insert("components".into(), Value::Object(components));
+    Ok(converted)
+}
+
+fn supported() -> String {
+    let mut names: Vec<&str> = KINDS.iter().map(|(layotto, _)| *layotto).collect();
+    names.extend(["app", "hellos (left out)"]);
+    names.join(", ")
+}
+
+/// The first `grpc_config` object, with where it was found.
+fn find_grpc_config(document: &Map<String, Value>) -> Option<(String, &Map<String, Value>)> {
+    let array = |value: Option<&Value>| value.and_then(Value::as_array).cloned().unwrap_or_default();
+    for (s, server) in array(document.get("servers")).iter().enumerate() {
+        for (l, listener) in array(server.get("listeners")).iter().enumerate() {
+            for (c, chain) in array(listener.get("filter_chains")).iter().enumerate() {
+                for (f, filter) in array(chain.get("filters")).iter().enumerate() {
+                    if filter.pointer("/config/grpc_config").is_some_and(Value::is_object) {
+                        let at = format!(
+                            "servers[{s}].listeners[{l}].filter_chains[{c}].filters[{f}].config.grpc_config"
+                        );
+                        // Found by `pointer` just above, in the original document.
+                        let found = document
+                            .get("servers")?
+                            .get(s)?
+                            .get("listeners")?
+                            .get(l)?
+                            .get("filter_chains")?
+                            .get(c)?
+                            .get("filters")?
+                            .get(f)?
+                            .pointer("/config/grpc_config")?
+                            .as_object()?;
+                        return Some((at, found));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `app`: its `app_id` is the app id; the callback port is rewire's
+/// `--app-port`, not a file setting.
+fn app(here: &str, value: &Value, converted: &mut Converted) {
+    let Some(app) = value.as_object() else {
+        converted
+            .problems
+            .push(Problem::file(format!("{here}: must be an object")));
+        return;
+    };
+    for (field, value) in app {
+        match (field.as_str(), value) {
+            ("app_id", Value::String(id)) => {
+                converted.document.insert("appId".into(), Value::String(id.clone()));
+            }
+            ("app_id", _) => converted
+                .problems
+                .push(Problem::file(format!("{here}.app_id: must be a string"))),
+            ("grpc_callback_port", _) => converted.notes.push(format!(
+                "{here}.grpc_callback_port: left out (the app's callback port is `rewire run --app-port`)"
+            )),
+            _ => converted.problems.push(Problem::file(format!(
+                "{here}.{field}: unknown field (rewire reads `app_id`)"
+            ))),
+        }
+    }
+}
+
+/// One component in rewire's form.
+fn component(here: &str, name: &str, spec: &Value, converted: &mut Converted) -> Value {
+    let Some(spec) = spec.as_object() else {
+        converted
+            .problems
+            .push(Problem::file(format!("{here}.{name}: must be an object")));
+        return Value::Object(Map::new());
+    };
+    let mut out = spec.clone();
+    let type_name = spec.get("type").and_then(Value::as_str).unwrap_or(name);
+    let type_name = TYPES
+        .iter()
+        .find(|(layotto, _)| *layotto == type_name)
+        .map_or(type_name, |(_, rewire)| *rewire);
+    out.insert("type".into(), Value::String(type_name.to_string()));
+    if let Some(Value::Array(refs)) = out.get_mut("secret_ref") {
+        for secret_ref in refs.iter_mut().filter_map(Value::as_object_mut) {
+            // Layotto's files name the store `name` (`{"name": "local.file",
+            // "key": "redisPassword"}`): rewire's Layotto spelling is
+            // `store_name`.
+            let named_store = !secret_ref.contains_key("store_name") && !secret_ref.contains_key("store");
+            if named_store {
+                if let Some(store) = secret_ref.remove("name") {
+                    secret_ref.insert("store_name".into(), store);
+                }
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mosn(grpc_config: Value) -> Map<String, Value> {
+        let document = serde_json::json!({"servers": [{"listeners": [
+            {"name": "actuator", "filter_chains": [{"filters": [{"type": "proxy", "config": {}}]}]},
+            {"name": "grpc", "filter_chains": [{"filters": [{"type": "grpc", "config": {
+                "server_name": "runtime", "grpc_config": grpc_config}}]}]}
+        ]}]});
+        document.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_grpc_config_becomes_rewire_components() {
+        let document = mosn(serde_json::json!({
+            "hellos": {"helloworld": {"hello": "greeting"}},
+            "state": {"in-memory": {"metadata": {}}},
+            "secret_store": {"local.file": {"type": "local.file", "metadata": {"secretsFile": "s.json"}},
+                             "local.env": {"type": "local.env", "metadata": {}}},
+            "sequencer": {"redis": {"metadata": {"redisHost": "127.0.0.1:6380"},
+                                    "secret_ref": [{"name": "local.file", "key": "redisPassword"}]}},
+            "app": {"app_id": "app1", "grpc_callback_port": 9999}
+        }));
+        assert!(is_layotto(&document));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        assert!(converted.problems.is_empty(), "{:?}", converted.problems);
+        assert_eq!(converted.notes.len(), 2, "{:?}", converted.notes);
+        assert!(converted.notes[0].contains("listeners[1]"), "{:?}", converted.notes);
+        let doc = Value::Object(converted.document);
+        assert_eq!(doc["appId"], "app1");
+        assert_eq!(doc["components"]["state"]["in-memory"]["type"], "memory");
+        assert_eq!(doc["components"]["secret_store"]["local.env"]["type"], "env");
+        assert_eq!(doc["components"]["secret_store"]["local.file"]["type"], "local.file");
+        let sequencer = &doc["components"]["sequencer"]["redis"];
+        assert_eq!(sequencer["type"], "redis");
+        assert_eq!(sequencer["secret_ref"][0]["store_name"], "local.file");
+        assert_eq!(sequencer["secret_ref"][0]["key"], "redisPassword");
+        assert!(sequencer["secret_ref"][0].get("name").is_none());
+    }
+
+    #[test]
+    fn unsupported_blocks_and_fields_are_named_where_they_are() {
+        let document = mosn(serde_json::json!({
+            "bindings": {"http": {"metadata": {}}},
+            "app": {"app_id": "a", "colour": "blue"}
+        }));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        let text: Vec<String> = converted.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text.iter().any(|t| t.contains("filters[0].config.grpc_config.bindings")
+            && t.contains("`bindings` is not supported")), "{text:?}");
+        assert!(text.iter().any(|t| t.contains("grpc_config.app.colour: unknown field")), "{text:?}");
+    }
+
+    #[test]
+    fn a_mosn_file_without_grpc_config_is_refused() {
+        let document = serde_json::json!({"servers": [{"listeners": []}]});
+        let document = document.as_object().cloned().unwrap_or_default();
+        assert!(is_layotto(&document));
+        let problem = convert(&document).expect_err("no grpc_config");
+        assert!(problem.to_string().contains("grpc_config"), "{problem}");
+        let rewire = serde_json::json!({"servers": [], "components": {}});
+        assert!(!is_layotto(rewire.as_object().unwrap_or(&Map::new())));
+    }
+}
