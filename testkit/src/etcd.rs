@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use etcd_client::{Client, CompactionOptions, ConnectOptions};
+use rewire_etcd::pb::{request_op, PutRequest, RequestOp, TxnRequest};
+use rewire_etcd::{Client, ConnectOptions, Error};
 use tokio::time::timeout;
 
 use crate::child::ChildProcess;
@@ -67,7 +68,7 @@ impl EtcdServer {
             .unwrap_or_else(|e| panic!("client of {}: {e}", self.endpoint()))
     }
 
-    async fn try_client(&self) -> Result<Client, etcd_client::Error> {
+    async fn try_client(&self) -> Result<Client, Error> {
         connect(&self.endpoint(), self.root.as_ref()).await
     }
 
@@ -76,10 +77,36 @@ impl EtcdServer {
         let response = self
             .client()
             .await
-            .put(key, value, None)
+            .put(key, value)
             .await
             .unwrap_or_else(|e| panic!("put {key}: {e}"));
-        response.header().map_or(0, |h| h.revision())
+        response.header.map_or(0, |h| h.revision)
+    }
+
+    /// Puts every `(key, value)` of `pairs` in one transaction (one
+    /// revision); returns that revision.
+    pub async fn put_all(&self, pairs: &[(&str, &str)]) -> i64 {
+        let success = pairs
+            .iter()
+            .map(|(key, value)| RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: key.as_bytes().to_vec(),
+                    value: value.as_bytes().to_vec(),
+                    ..PutRequest::default()
+                })),
+            })
+            .collect();
+        let request = TxnRequest {
+            success,
+            ..TxnRequest::default()
+        };
+        let response = self
+            .client()
+            .await
+            .txn(request)
+            .await
+            .unwrap_or_else(|e| panic!("txn: {e}"));
+        response.header.map_or(0, |h| h.revision)
     }
 
     /// Deletes `key`; returns the revision of the delete.
@@ -87,10 +114,10 @@ impl EtcdServer {
         let response = self
             .client()
             .await
-            .delete(key, None)
+            .delete(key)
             .await
             .unwrap_or_else(|e| panic!("delete {key}: {e}"));
-        response.header().map_or(0, |h| h.revision())
+        response.header.map_or(0, |h| h.revision)
     }
 
     /// The value of `key`, if any.
@@ -98,19 +125,19 @@ impl EtcdServer {
         let response = self
             .client()
             .await
-            .get(key, None)
+            .get(key)
             .await
             .unwrap_or_else(|e| panic!("get {key}: {e}"));
         response
-            .kvs()
+            .kvs
             .first()
-            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+            .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
     }
 
     /// The store's current revision.
     pub async fn revision(&self) -> i64 {
-        let response = self.client().await.get("\0", None).await.expect("revision");
-        response.header().map_or(0, |h| h.revision())
+        let response = self.client().await.get("\0").await.expect("revision");
+        response.header.map_or(0, |h| h.revision)
     }
 
     /// Compacts (physically) at the current revision, with a separate
@@ -119,7 +146,7 @@ impl EtcdServer {
         let revision = self.revision().await;
         self.client()
             .await
-            .compact(revision, Some(CompactionOptions::new().with_physical()))
+            .compact(revision, true)
             .await
             .unwrap_or_else(|e| panic!("compact at {revision}: {e}"));
         revision
@@ -128,9 +155,9 @@ impl EtcdServer {
     /// Turns authentication on with user `root` (role `root`) and
     /// `password`; the helpers log in as root afterwards.
     pub async fn enable_auth(&mut self, password: &str) {
-        let mut client = self.client().await;
+        let client = self.client().await;
         client
-            .user_add("root", password, None)
+            .user_add("root", password)
             .await
             .expect("user add root");
         client
@@ -179,19 +206,19 @@ impl EtcdServer {
 async fn connect(
     endpoint: &str,
     root: Option<&(String, String)>,
-) -> Result<Client, etcd_client::Error> {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(REQUEST_LIMIT)
-        .with_timeout(REQUEST_LIMIT);
-    if let Some((user, password)) = root {
-        options = options.with_user(user, password);
-    }
-    Client::connect([format!("http://{endpoint}")], Some(options)).await
+) -> Result<Client, Error> {
+    let options = ConnectOptions {
+        connect_timeout: REQUEST_LIMIT,
+        timeout: REQUEST_LIMIT,
+        user: root.cloned(),
+        ..ConnectOptions::default()
+    };
+    Client::connect(&[format!("http://{endpoint}")], options).await
 }
 
 async fn answers(endpoint: String, root: Option<(String, String)>) -> bool {
     let probe = async {
-        let mut client = connect(&endpoint, root.as_ref()).await.ok()?;
+        let client = connect(&endpoint, root.as_ref()).await.ok()?;
         client.status().await.ok()
     };
     matches!(timeout(REQUEST_LIMIT, probe).await, Ok(Some(_)))

@@ -12,7 +12,6 @@
 pub mod apollo;
 pub mod bench;
 pub mod child;
-#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod load;
 pub mod redis;

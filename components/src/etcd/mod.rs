@@ -1,6 +1,6 @@
 //! The `etcd` config store: configuration items kept in etcd v3, with
 //! change subscriptions fed by a watch that never misses nor repeats a
-//! change. Built with the `etcd` cargo feature.
+//! change.
 //!
 //! # Key mapping
 //!

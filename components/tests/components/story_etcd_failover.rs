@@ -3,7 +3,6 @@
 //! moves the traffic to the DR server, in place, with no failed request and
 //! every acknowledged write on a server. (With Apollo:
 //! `tests/scenarios/story_redis_failover.rs`.)
-#![cfg(feature = "etcd")]
 
 use crate::support::etcd_server;
 use crate::support::story_load;
