@@ -19,6 +19,7 @@ pub mod memory;
 mod redacted;
 pub mod redis;
 pub mod time_limits;
+pub mod tls;
 
 pub use env::EnvSecretStore;
 pub use file_config::FileConfigStore;

@@ -11,6 +11,7 @@
 
 pub mod apollo;
 pub mod bench;
+pub mod certs;
 pub mod child;
 pub mod etcd;
 pub mod load;

@@ -30,6 +30,7 @@ mod redis_failover;
 mod redis_init;
 mod redis_lock;
 mod redis_state;
+mod redis_tls;
 mod registry;
 mod story_etcd_failover;
 mod time_limits;
