@@ -50,6 +50,7 @@ use tonic::transport::Server;
 
 use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use crate::connection::{accept_loop, ConnectionLimits};
+use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
 use dapr::DaprApi;
@@ -83,18 +84,23 @@ pub async fn serve(
     // The admin token may come in its own header or, as Dapr clients send
     // tokens, in `dapr-api-token`. Without an admin token, the app token (if
     // any) guards the Lifecycle API too: it is never more open than the app
-    // API.
+    // API. A Lifecycle client CA replaces that fallback (the certificate is
+    // the admin credential), and is required in addition to an admin token.
+    let lifecycle_ca = options.tls.lifecycle_client_ca.is_some();
+    let admin_token = match (&options.admin_token, lifecycle_ca) {
+        (Some(token), _) => Some(token.clone()),
+        (None, false) => options.app_token.clone(),
+        (None, true) => None,
+    };
     let admin_auth = RequireToken::new(
-        options
-            .admin_token
-            .clone()
-            .or_else(|| options.app_token.clone()),
+        admin_token,
         &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
         &state,
     );
+    let admin_cert = RequireClientCert::new(state.tls.grpc.clone(), state.metrics.clone());
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
     let ping = options.idle_timeout / 3;
-    let incoming = accept_loop(listener, limits, shutdown.clone());
+    let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());
     Server::builder()
         // The Dapr service bounds its calls by `request_timeout` itself.
         .timeout(options.request_timeout.max(push_timeout))
@@ -108,8 +114,8 @@ pub async fn serve(
             app_auth,
         ))
         .add_service(InterceptedService::new(
-            ClearLimit::new(lifecycle, limit),
-            admin_auth,
+            InterceptedService::new(ClearLimit::new(lifecycle, limit), admin_auth),
+            admin_cert,
         ))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
         .await

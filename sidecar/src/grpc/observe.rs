@@ -65,6 +65,7 @@ mod tests {
             runtime,
             options: Arc::new(ApiOptions::default()),
             metrics: Arc::new(ApiMetrics::new()),
+            tls: crate::tls::ServingTls::default(),
         }
     }
 

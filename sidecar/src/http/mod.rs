@@ -83,7 +83,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
-    let accepted = accept_loop(listener, limits, shutdown.clone());
+    let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     axum::serve(accepted, router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
