@@ -67,6 +67,7 @@ impl ApiServer {
         http_addr: SocketAddr,
         shutdown: CancellationToken,
     ) -> Result<Self, ApiError> {
+        crate::tls::install_ring_provider();
         let grpc_listener =
             TcpListener::bind(grpc_addr)
                 .await

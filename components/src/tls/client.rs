@@ -156,6 +156,19 @@ impl ClientTls {
     }
 }
 
+/// The configuration of an HTTP client that may speak TLS: `tls`'s, or,
+/// without TLS material, one trusting nothing (every server is `http://`;
+/// the HTTP library still wants a TLS configuration).
+pub fn http_config(tls: Option<&ClientTls>) -> Result<ClientConfig, TlsError> {
+    match tls {
+        Some(tls) => tls.rustls_config(),
+        None => ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map(|b| b.with_root_certificates(RootCertStore::empty()).with_no_client_auth())
+            .map_err(|err| TlsError::Config(err.to_string())),
+    }
+}
+
 /// Accepts any server certificate (`insecureSkipVerify`), still checking
 /// the handshake's signatures.
 #[derive(Debug)]

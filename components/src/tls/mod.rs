@@ -16,7 +16,7 @@
 mod client;
 mod pem;
 
-pub use client::{ClientTls, ClientTlsFields};
+pub use client::{http_config, ClientTls, ClientTlsFields};
 pub use pem::{PemSource, TlsError};
 
 /// Installs rustls's ring provider as the process default, once (later

@@ -73,6 +73,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
+    crate::tls::install_ring_provider();
     let options = state.options.clone();
     let limit = options.max_request_bytes;
     let dapr = DaprServer::new(DaprApi::new(state.clone(), shutdown.clone()))

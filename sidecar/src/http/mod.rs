@@ -82,6 +82,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
+    crate::tls::install_ring_provider();
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     axum::serve(accepted, router(state))
