@@ -12,6 +12,7 @@ mod apollo_fetch;
 mod apollo_long_poll;
 mod apollo_open_api;
 mod apollo_signature;
+mod apollo_tls;
 mod component_files;
 mod env_secret_store;
 mod etcd_auth;
