@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::Error;
 use crate::pb::{
@@ -32,8 +32,48 @@ pub struct ConnectOptions {
     pub keep_alive: Option<(Duration, Duration)>,
     /// `(user, password)` to log in with, if any.
     pub user: Option<(String, String)>,
-    /// TLS settings for `https://` endpoints.
-    pub tls: Option<ClientTlsConfig>,
+    /// TLS settings for `https://` endpoints (default: the system's roots).
+    pub tls: Option<TlsOptions>,
+}
+
+/// TLS for `https://` endpoints, as PEM bytes.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// The CA bundle that signs the servers' certificates; none: the
+    /// system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// `(certificate chain, key)` for etcd's `--client-cert-auth`.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify in the servers' certificates, when not the
+    /// endpoint's host.
+    pub domain: Option<String>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("ca", &self.ca_pem.as_ref().map(|_| "<PEM>"))
+            .field("identity", &self.identity.as_ref().map(|_| "<PEM>"))
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    fn tonic(&self) -> ClientTlsConfig {
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca_pem {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+            None => config.with_enabled_roots(),
+        };
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &self.domain {
+            config = config.domain_name(domain);
+        }
+        config
+    }
 }
 
 impl Default for ConnectOptions {
@@ -294,7 +334,7 @@ fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
             .keep_alive_while_idle(true);
     }
     if url.starts_with("https://") {
-        let tls = options.tls.clone().unwrap_or_default().with_enabled_roots();
+        let tls = options.tls.clone().unwrap_or_default().tonic();
         endpoint = endpoint.tls_config(tls).map_err(|e| invalid(e.to_string()))?;
     }
     Ok(endpoint)

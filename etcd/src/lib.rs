@@ -16,6 +16,6 @@ mod error;
 pub mod pb;
 mod watch;
 
-pub use client::{prefix_range, Client, ConnectOptions};
+pub use client::{prefix_range, Client, ConnectOptions, TlsOptions};
 pub use error::Error;
 pub use watch::WatchStream;

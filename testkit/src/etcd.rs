@@ -6,7 +6,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use rewire_etcd::pb::{request_op, PutRequest, RequestOp, TxnRequest};
-use rewire_etcd::{Client, ConnectOptions, Error};
+use rewire_etcd::{Client, ConnectOptions, Error, TlsOptions};
+
+use crate::certs::CertFiles;
 use tokio::time::timeout;
 
 use crate::child::ChildProcess;
@@ -19,10 +21,26 @@ const PORT_ATTEMPTS: usize = 5;
 /// Limit on one request of a helper client.
 const REQUEST_LIMIT: Duration = Duration::from_secs(2);
 
+/// TLS for a test server: it serves `https://` only with `server` and
+/// requires client certificates from `ca_path`; the helpers' own client
+/// presents `client`.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The server's certificate and key.
+    pub server: CertFiles,
+    /// The CA file (signs the server's and the clients' certificates).
+    pub ca_path: PathBuf,
+    /// The CA, PEM.
+    pub ca_pem: String,
+    /// The certificate the helpers' own client presents.
+    pub client: CertFiles,
+}
+
 /// A running `etcd`.
 pub struct EtcdServer {
     process: ChildProcess,
     client_port: u16,
+    tls: Option<EtcdTls>,
     /// `(user, password)` once authentication is on.
     root: Option<(String, String)>,
     _dir: tempfile::TempDir,
@@ -31,15 +49,25 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// A server on free ports.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A server speaking TLS only, requiring client certificates.
+    pub async fn start_tls(tls: EtcdTls) -> Self {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<EtcdTls>) -> Self {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::tempdir().expect("temp dir");
             let (client_port, peer_port) = (free_port(), free_port());
-            let command = etcd_command(dir.path(), client_port, peer_port);
+            let command = etcd_command(dir.path(), client_port, peer_port, tls.clone());
             let process = ChildProcess::new("etcd", dir.path().join("etcd.log"), command);
             let mut server = Self {
                 process,
                 client_port,
+                tls: tls.clone(),
                 root: None,
                 _dir: dir,
             };
@@ -69,7 +97,13 @@ impl EtcdServer {
     }
 
     async fn try_client(&self) -> Result<Client, Error> {
-        connect(&self.endpoint(), self.root.as_ref()).await
+        connect(&self.endpoint(), self.root.as_ref(), self.tls.as_ref()).await
+    }
+
+    /// The endpoint as a URL (`https://` with TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.endpoint())
     }
 
     /// Puts `key` = `value`; returns the revision of the write.
@@ -184,16 +218,16 @@ impl EtcdServer {
 
     /// Kills the server and starts it again on the same ports and data.
     pub async fn restart(&mut self) {
-        let (endpoint, root) = (self.endpoint(), self.root.clone());
-        let answers = move || answers(endpoint.clone(), root.clone());
+        let (endpoint, root, tls) = (self.endpoint(), self.root.clone(), self.tls.clone());
+        let answers = move || answers(endpoint.clone(), root.clone(), tls.clone());
         if let Err(err) = self.process.restart(START_LIMIT, answers).await {
             panic!("{err}");
         }
     }
 
     async fn launch(&mut self) -> Result<(), String> {
-        let (endpoint, root) = (self.endpoint(), self.root.clone());
-        let answers = move || answers(endpoint.clone(), root.clone());
+        let (endpoint, root, tls) = (self.endpoint(), self.root.clone(), self.tls.clone());
+        let answers = move || answers(endpoint.clone(), root.clone(), tls.clone());
         self.process.start(START_LIMIT, answers).await
     }
 
@@ -206,19 +240,29 @@ impl EtcdServer {
 async fn connect(
     endpoint: &str,
     root: Option<&(String, String)>,
+    tls: Option<&EtcdTls>,
 ) -> Result<Client, Error> {
     let options = ConnectOptions {
         connect_timeout: REQUEST_LIMIT,
         timeout: REQUEST_LIMIT,
         user: root.cloned(),
+        tls: tls.map(|tls| TlsOptions {
+            ca_pem: Some(tls.ca_pem.clone().into_bytes()),
+            identity: Some((
+                tls.client.cert_pem.clone().into_bytes(),
+                tls.client.key_pem.clone().into_bytes(),
+            )),
+            domain: None,
+        }),
         ..ConnectOptions::default()
     };
-    Client::connect(&[format!("http://{endpoint}")], options).await
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    Client::connect(&[format!("{scheme}://{endpoint}")], options).await
 }
 
-async fn answers(endpoint: String, root: Option<(String, String)>) -> bool {
+async fn answers(endpoint: String, root: Option<(String, String)>, tls: Option<EtcdTls>) -> bool {
     let probe = async {
-        let client = connect(&endpoint, root.as_ref()).await.ok()?;
+        let client = connect(&endpoint, root.as_ref(), tls.as_ref()).await.ok()?;
         client.status().await.ok()
     };
     matches!(timeout(REQUEST_LIMIT, probe).await, Ok(Some(_)))
@@ -228,10 +272,12 @@ fn etcd_command(
     dir: &Path,
     client_port: u16,
     peer_port: u16,
+    tls: Option<EtcdTls>,
 ) -> impl Fn() -> Command + Send + Sync + 'static {
     let data = dir.join("data");
     move || {
-        let client_url = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let mut command = Command::new("etcd");
         command
@@ -245,6 +291,16 @@ fn etcd_command(
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("t={peer_url}")]);
+        if let Some(tls) = &tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.server.cert_path)
+                .arg("--key-file")
+                .arg(&tls.server.key_path)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca_path)
+                .arg("--client-cert-auth");
+        }
         command
     }
 }

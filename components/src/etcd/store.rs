@@ -186,7 +186,7 @@ impl EtcdConfigStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let settings = self.metadata.settings()?;
+        let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
         let layout = KeyLayout::new(settings.key_prefix.clone());
         // Simple tokens expire (5 min idle by default): the client logs in
         // again rather than fail the request or the re-watch.
@@ -198,7 +198,11 @@ impl Component for EtcdConfigStore {
                 .credentials
                 .as_ref()
                 .map(|c| (c.username.clone(), c.password.clone())),
-            tls: None,
+            tls: settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
+                ca_pem: tls.ca_pem.clone(),
+                identity: tls.identity.clone(),
+                domain: None,
+            }),
         };
         let connect = async {
             let client = Client::connect(&settings.urls(), options).await?;
@@ -224,6 +228,7 @@ impl Component for EtcdConfigStore {
             keys = snapshot.entries.len(),
             revision = snapshot.revision,
             authenticated = settings.credentials.is_some(),
+            tls = settings.tls.is_some(),
             "etcd config store started."
         );
         let follower = Follower::new(
