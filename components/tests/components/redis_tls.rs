@@ -179,3 +179,82 @@ async fn password_and_client_certificate_rotate_through_build_then_swap() {
     assert!(!err.contains("BEGIN") && !err.contains("second"), "{err}");
     round_trip(&*store, "d", "4").await;
 }
+
+/// The ids of the server's client connections, but the one asking.
+async fn client_ids(server: &RedisServer) -> Vec<String> {
+    let lines = server.query(&["CLIENT", "LIST"]).await.expect("CLIENT LIST");
+    lines
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter(|line| !line.contains("cmd=client|list"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (ca, next_ca) = (TestCa::new("redis-ca"), TestCa::new("next-ca"));
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = (live.path().join("client.crt"), live.path().join("client.key"));
+    ca.client("app-1").install_at(&cert, &key);
+    let store = store(json!({
+        "redisHost": server.addr(), "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": cert, "clientKey": key,
+    }))
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                let request = SetRequest {
+                    key: format!("load-{ok}"),
+                    value: b"v".to_vec(),
+                    ..SetRequest::default()
+                };
+                match store.set(request).await {
+                    Ok(()) => ok += 1,
+                    Err(err) => failed.push(err.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    let before = client_ids(&server).await;
+    assert!(!before.is_empty());
+
+    // The server learns to trust the next CA, then the client's files
+    // change to a certificate from it.
+    let bundle = live.path().join("bundle.pem");
+    std::fs::write(&bundle, format!("{}{}", ca.ca_pem, next_ca.ca_pem)).expect("bundle");
+    let bundle = bundle.to_str().expect("UTF-8").to_string();
+    server.query(&["CONFIG", "SET", "tls-ca-cert-file", &bundle]).await.expect("CONFIG SET");
+    next_ca.client("app-2").install_at(&cert, &key);
+
+    // A new connection replaces the old one.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = client_ids(&server).await;
+        if !now.is_empty() && now.iter().all(|id| !before.contains(id)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no new connection: {before:?} -> {now:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Only the new CA from now on: the connection in force carries its certificate.
+    let next_ca_path = next_ca.ca_path.to_str().expect("UTF-8").to_string();
+    server.query(&["CONFIG", "SET", "tls-ca-cert-file", &next_ca_path]).await.expect("CONFIG SET");
+    round_trip(&*store, "after", "rotation").await;
+
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, failed) = load.await.expect("load");
+    println!("Redis client certificate rotation under load: {ok} writes, {} failed", failed.len());
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(ok > 0);
+}
