@@ -95,7 +95,10 @@ pub(crate) struct TokenInterceptor {
 }
 
 impl Interceptor for TokenInterceptor {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
         let token = self.token.read().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(token) = token {
             request.metadata_mut().insert("token", token);
@@ -163,7 +166,9 @@ impl Client {
         let mut auth = AuthClient::new(self.service.clone());
         let response = self.bounded(auth.authenticate(request)).await?;
         let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
-            Error::Status(tonic::Status::internal("the server sent an auth token that is not ASCII"))
+            Error::Status(tonic::Status::internal(
+                "the server sent an auth token that is not ASCII",
+            ))
         })?;
         *self.token.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token);
         Ok(())
@@ -335,7 +340,9 @@ fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
     }
     if url.starts_with("https://") {
         let tls = options.tls.clone().unwrap_or_default().tonic();
-        endpoint = endpoint.tls_config(tls).map_err(|e| invalid(e.to_string()))?;
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| invalid(e.to_string()))?;
     }
     Ok(endpoint)
 }

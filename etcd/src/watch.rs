@@ -38,7 +38,9 @@ impl Client {
                 };
                 // The channel has room for the first request.
                 let _ = requests.try_send(first);
-                let response = WatchClient::new(s).watch(ReceiverStream::new(receiver)).await?;
+                let response = WatchClient::new(s)
+                    .watch(ReceiverStream::new(receiver))
+                    .await?;
                 Ok(response.map(|responses| WatchStream {
                     _requests: requests,
                     responses,

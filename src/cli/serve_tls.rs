@@ -58,7 +58,9 @@ impl ServeTlsArgs {
             lifecycle_client_ca: self.lifecycle_client_ca.clone(),
         };
         if self.tls_client_ca.is_some() && settings.grpc.is_none() && settings.http.is_none() {
-            return Err("--tls-client-ca needs TLS on a listener: give --tls-cert and --tls-key".into());
+            return Err(
+                "--tls-client-ca needs TLS on a listener: give --tls-cert and --tls-key".into(),
+            );
         }
         if self.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
             return Err("--lifecycle-client-ca needs TLS on gRPC: give --tls-cert and --tls-key (or --grpc-tls-cert and --grpc-tls-key)".into());

@@ -46,8 +46,11 @@ struct Sidecar {
 fn start(tls_args: Vec<String>) -> Sidecar {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("rewire.json");
-    std::fs::write(&config, r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#)
-        .expect("write config");
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#,
+    )
+    .expect("write config");
     let grpc = format!("127.0.0.1:{}", free_port());
     let http = format!("127.0.0.1:{}", free_port());
     let (g, h) = (grpc.clone(), http.clone());
@@ -103,7 +106,14 @@ fn apply_and_status_over_tls_and_the_lifecycle_ca_refuses_other_clients() {
     ]));
     let ca_path = path(&ca.ca_path);
 
-    let status = rewire(&["status", "--http-addr", &sidecar.http, "--tls-ca", ca_path, "--json"]);
+    let status = rewire(&[
+        "status",
+        "--http-addr",
+        &sidecar.http,
+        "--tls-ca",
+        ca_path,
+        "--json",
+    ]);
     assert!(status.status.success(), "{}", text(&status.stderr));
     let body: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
     let listeners: Vec<&str> = body["tls"]
@@ -115,26 +125,57 @@ fn apply_and_status_over_tls_and_the_lifecycle_ca_refuses_other_clients() {
     assert_eq!(listeners, ["grpc", "http"], "{body}");
 
     let plain = rewire(&["status", "--http-addr", &sidecar.http]);
-    assert!(!plain.status.success(), "plain HTTP answered by a TLS listener");
+    assert!(
+        !plain.status.success(),
+        "plain HTTP answered by a TLS listener"
+    );
 
     let without = apply(&sidecar, 30, &["--tls-ca", ca_path]);
-    assert!(!without.status.success(), "a Lifecycle call without a client certificate");
-    assert!(text(&without.stderr).contains("client certificate"), "{}", text(&without.stderr));
+    assert!(
+        !without.status.success(),
+        "a Lifecycle call without a client certificate"
+    );
+    assert!(
+        text(&without.stderr).contains("client certificate"),
+        "{}",
+        text(&without.stderr)
+    );
 
-    let foreign = apply(&sidecar, 30, &[
-        "--tls-ca", ca_path,
-        "--tls-cert", path(&intruder.cert_path),
-        "--tls-key", path(&intruder.key_path),
-    ]);
-    assert!(!foreign.status.success(), "a client certificate from another CA");
+    let foreign = apply(
+        &sidecar,
+        30,
+        &[
+            "--tls-ca",
+            ca_path,
+            "--tls-cert",
+            path(&intruder.cert_path),
+            "--tls-key",
+            path(&intruder.key_path),
+        ],
+    );
+    assert!(
+        !foreign.status.success(),
+        "a client certificate from another CA"
+    );
 
-    let applied = apply(&sidecar, 30, &[
-        "--tls-ca", ca_path,
-        "--tls-cert", path(&admin.cert_path),
-        "--tls-key", path(&admin.key_path),
-    ]);
+    let applied = apply(
+        &sidecar,
+        30,
+        &[
+            "--tls-ca",
+            ca_path,
+            "--tls-cert",
+            path(&admin.cert_path),
+            "--tls-key",
+            path(&admin.key_path),
+        ],
+    );
     assert!(applied.status.success(), "{}", text(&applied.stderr));
-    assert!(text(&applied.stdout).contains("state/orders: applied (generation 2)"), "{}", text(&applied.stdout));
+    assert!(
+        text(&applied.stdout).contains("state/orders: applied (generation 2)"),
+        "{}",
+        text(&applied.stdout)
+    );
 }
 
 /// An HTTPS client trusting `ca_pem` that opens a new connection (a new
@@ -171,14 +212,22 @@ async fn tls_status(client: &reqwest::Client, http: &str) -> Value {
 }
 
 /// Polls status until `done` holds for the HTTP listener's TLS entry.
-async fn wait_for(client: &reqwest::Client, http: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+async fn wait_for(
+    client: &reqwest::Client,
+    http: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let tls = tls_status(client, http).await;
         if done(&tls) {
             return tls;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{what} not seen within {PATIENCE:?}: {tls}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} not seen within {PATIENCE:?}: {tls}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -187,9 +236,13 @@ async fn wait_for(client: &reqwest::Client, http: &str, what: &str, done: impl F
 async fn a_rotated_certificate_serves_new_handshakes_without_a_failed_request() {
     let (old_ca, new_ca) = (TestCa::new("old-ca"), TestCa::new("new-ca"));
     let live = tempfile::tempdir().expect("temp dir");
-    let (cert, key): (PathBuf, PathBuf) = (live.path().join("tls.crt"), live.path().join("tls.key"));
+    let (cert, key): (PathBuf, PathBuf) =
+        (live.path().join("tls.crt"), live.path().join("tls.key"));
     old_ca.server("sidecar").install_at(&cert, &key);
-    let sidecar = start(args(&[("--http-tls-cert", &cert), ("--http-tls-key", &key)]));
+    let sidecar = start(args(&[
+        ("--http-tls-cert", &cert),
+        ("--http-tls-key", &key),
+    ]));
 
     // Clients trust both CAs (a CA bundle mid-migration) and connect anew
     // for every request.
@@ -206,7 +259,12 @@ async fn a_rotated_certificate_serves_new_handshakes_without_a_failed_request() 
         drivers.push(tokio::spawn(async move {
             let mut errors = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                match client.get(&url).send().await.and_then(|r| r.error_for_status()) {
+                match client
+                    .get(&url)
+                    .send()
+                    .await
+                    .and_then(|r| r.error_for_status())
+                {
                     Ok(_) => ok.fetch_add(1, Ordering::SeqCst),
                     Err(err) => {
                         errors.push(err.to_string());
@@ -230,11 +288,22 @@ async fn a_rotated_certificate_serves_new_handshakes_without_a_failed_request() 
     tls_status(&new_only, &sidecar.http).await;
 
     // A corrupt replacement is refused; the rotated certificate stays.
-    replace_file(&cert, "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n");
-    let refused = wait_for(&both, &sidecar.http, "the refusal", |t| !t["error"].is_null()).await;
+    replace_file(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    );
+    let refused = wait_for(&both, &sidecar.http, "the refusal", |t| {
+        !t["error"].is_null()
+    })
+    .await;
     assert_eq!(refused["loads"], 2, "{refused}");
     assert_eq!(refused["certificateSha256"], rotated["certificateSha256"]);
-    assert!(refused["error"].as_str().is_some_and(|e| e.contains("tls.crt")), "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("tls.crt")),
+        "{refused}"
+    );
     tls_status(&new_only, &sidecar.http).await;
 
     stop.store(true, Ordering::SeqCst);

@@ -327,7 +327,6 @@ fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String
     Ok(text)
 }
 
-
 impl From<RedisMetadataError> for rewire_runtime::ComponentError {
     fn from(err: RedisMetadataError) -> Self {
         Self::new(err.to_string())

@@ -143,8 +143,8 @@ impl ClientTls {
                 }
             }
             None => {
-                let (added, _ignored) = roots
-                    .add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+                let (added, _ignored) =
+                    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
                 if added == 0 {
                     return Err(TlsError::Config(
                         "no system root certificates found: set `caCert`".into(),
@@ -162,10 +162,15 @@ impl ClientTls {
 pub fn http_config(tls: Option<&ClientTls>) -> Result<ClientConfig, TlsError> {
     match tls {
         Some(tls) => tls.rustls_config(),
-        None => ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(RootCertStore::empty()).with_no_client_auth())
-            .map_err(|err| TlsError::Config(err.to_string())),
+        None => {
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map(|b| {
+                    b.with_root_certificates(RootCertStore::empty())
+                        .with_no_client_auth()
+                })
+                .map_err(|err| TlsError::Config(err.to_string()))
+        }
     }
 }
 
@@ -192,7 +197,12 @@ impl ServerCertVerifier for AnyServerCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -201,7 +211,12 @@ impl ServerCertVerifier for AnyServerCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -109,7 +109,10 @@ impl PemSource {
     }
 
     /// The certificates in the value (at least one).
-    pub fn certificates(&self, field: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    pub fn certificates(
+        &self,
+        field: &'static str,
+    ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         let bytes = self.read(field)?;
         certificates(&bytes).map_err(|reason| self.invalid(field, reason))
     }
@@ -176,7 +179,13 @@ mod tests {
         assert!(text.starts_with("metadata field `clientCert`"), "{text}");
         assert!(!text.contains("c2VjcmV0"), "{text}");
         let missing = PemSource::File("/nonexistent/ca.pem".into());
-        let text = missing.certificates("caCert").expect_err("missing").to_string();
-        assert!(text.contains("`caCert`") && text.contains("/nonexistent/ca.pem"), "{text}");
+        let text = missing
+            .certificates("caCert")
+            .expect_err("missing")
+            .to_string();
+        assert!(
+            text.contains("`caCert`") && text.contains("/nonexistent/ca.pem"),
+            "{text}"
+        );
     }
 }

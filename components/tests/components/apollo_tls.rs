@@ -58,7 +58,10 @@ async fn a_server_from_another_ca_is_refused_naming_the_server() {
         metadata(&server.url(), dir.path()),
         json!({"caCert": other.ca_pem, "is_backup_config": false}),
     );
-    let err = start(meta).await.map(drop).expect_err("an untrusted server");
+    let err = start(meta)
+        .await
+        .map(drop)
+        .expect_err("an untrusted server");
     assert!(err.contains(&server.url()), "{err}");
     assert!(!err.contains("BEGIN CERTIFICATE"), "{err}");
 
@@ -67,5 +70,8 @@ async fn a_server_from_another_ca_is_refused_naming_the_server() {
         json!({"caCert": "/nonexistent/ca.pem"}),
     );
     let err = start(meta).await.map(drop).expect_err("a missing CA file");
-    assert!(err.contains("`caCert`") && err.contains("/nonexistent/ca.pem"), "{err}");
+    assert!(
+        err.contains("`caCert`") && err.contains("/nonexistent/ca.pem"),
+        "{err}"
+    );
 }

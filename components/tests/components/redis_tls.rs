@@ -48,7 +48,11 @@ async fn round_trip(store: &dyn StateStore, key: &str, value: &str) {
         })
         .await
         .unwrap_or_else(|e| panic!("get {key}: {e}"));
-    assert_eq!(got.map(|e| e.data), Some(value.as_bytes().to_vec()), "{key}");
+    assert_eq!(
+        got.map(|e| e.data),
+        Some(value.as_bytes().to_vec()),
+        "{key}"
+    );
 }
 
 async fn apply(store: &dyn StateStore, metadata: Value) -> Result<InPlace, String> {
@@ -68,7 +72,9 @@ async fn state_and_lock_over_tls_with_a_client_certificate() {
         "redisHost": server.addr(), "enableTLS": true,
         "caCert": ca.ca_path, "clientCert": client.cert_path, "clientKey": client.key_path,
     });
-    let store = store(metadata.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let store = store(metadata.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     round_trip(&*store, "k", "over tls").await;
     let stored: Option<String> = redis::cmd("HGET")
         .arg("k")
@@ -130,7 +136,10 @@ async fn a_foreign_server_or_a_missing_client_certificate_is_refused() {
         .await
         .map(drop)
         .expect_err("a certificate without enableTLS");
-    assert!(err.contains("`clientCert`") && err.contains("enableTLS"), "{err}");
+    assert!(
+        err.contains("`clientCert`") && err.contains("enableTLS"),
+        "{err}"
+    );
 
     let err = store(json!({
         "redisHost": server.addr(), "enableTLS": true, "caCert": ca.ca_path,
@@ -160,7 +169,10 @@ async fn password_and_client_certificate_rotate_through_build_then_swap() {
     round_trip(&*store, "a", "1").await;
 
     // The password rotates on the server, then in the metadata.
-    server.query(&["CONFIG", "SET", "requirepass", "second"]).await.expect("CONFIG SET");
+    server
+        .query(&["CONFIG", "SET", "requirepass", "second"])
+        .await
+        .expect("CONFIG SET");
     let applied = apply(&*store, metadata("second", &one.cert_pem, &one.key_pem)).await;
     assert_eq!(applied, Ok(InPlace::Applied));
     round_trip(&*store, "b", "2").await;
@@ -182,7 +194,10 @@ async fn password_and_client_certificate_rotate_through_build_then_swap() {
 
 /// The ids of the server's client connections, but the one asking.
 async fn client_ids(server: &RedisServer) -> Vec<String> {
-    let lines = server.query(&["CLIENT", "LIST"]).await.expect("CLIENT LIST");
+    let lines = server
+        .query(&["CLIENT", "LIST"])
+        .await
+        .expect("CLIENT LIST");
     lines
         .iter()
         .flat_map(|text| text.lines())
@@ -198,7 +213,10 @@ async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_
     let (ca, next_ca) = (TestCa::new("redis-ca"), TestCa::new("next-ca"));
     let server = RedisServer::start_tls(tls_of(&ca), None).await;
     let live = tempfile::tempdir().expect("temp dir");
-    let (cert, key) = (live.path().join("client.crt"), live.path().join("client.key"));
+    let (cert, key) = (
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
     ca.client("app-1").install_at(&cert, &key);
     let store = store(json!({
         "redisHost": server.addr(), "enableTLS": true,
@@ -234,7 +252,10 @@ async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_
     let bundle = live.path().join("bundle.pem");
     std::fs::write(&bundle, format!("{}{}", ca.ca_pem, next_ca.ca_pem)).expect("bundle");
     let bundle = bundle.to_str().expect("UTF-8").to_string();
-    server.query(&["CONFIG", "SET", "tls-ca-cert-file", &bundle]).await.expect("CONFIG SET");
+    server
+        .query(&["CONFIG", "SET", "tls-ca-cert-file", &bundle])
+        .await
+        .expect("CONFIG SET");
     next_ca.client("app-2").install_at(&cert, &key);
 
     // A new connection replaces the old one.
@@ -244,17 +265,26 @@ async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_
         if !now.is_empty() && now.iter().all(|id| !before.contains(id)) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no new connection: {before:?} -> {now:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new connection: {before:?} -> {now:?}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     // Only the new CA from now on: the connection in force carries its certificate.
     let next_ca_path = next_ca.ca_path.to_str().expect("UTF-8").to_string();
-    server.query(&["CONFIG", "SET", "tls-ca-cert-file", &next_ca_path]).await.expect("CONFIG SET");
+    server
+        .query(&["CONFIG", "SET", "tls-ca-cert-file", &next_ca_path])
+        .await
+        .expect("CONFIG SET");
     round_trip(&*store, "after", "rotation").await;
 
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let (ok, failed) = load.await.expect("load");
-    println!("Redis client certificate rotation under load: {ok} writes, {} failed", failed.len());
+    println!(
+        "Redis client certificate rotation under load: {ok} writes, {} failed",
+        failed.len()
+    );
     assert!(failed.is_empty(), "failed writes: {failed:?}");
     assert!(ok > 0);
 }

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use etcd_server::{EtcdServer, EtcdTls};
 use redis_server::{RedisServer, RedisTls};
-use serde_json::{json, Value};
-use testkit::certs::TestCa;
 use rewire_runtime::config::{parse, validate};
 use rewire_runtime::{Action, ComponentKey, Outcome, Registry, Runtime, RuntimeOptions, Trigger};
+use serde_json::{json, Value};
 use story_load::{lost_writes, start_load};
+use testkit::certs::TestCa;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dr_switch_in_etcd_without_a_failed_request() {
@@ -52,7 +52,11 @@ async fn story(ca: Option<TestCa>) {
         client: ca.client("helper"),
     };
     let (primary, dr, etcd) = match &ca {
-        None => (RedisServer::start().await, RedisServer::start().await, EtcdServer::start().await),
+        None => (
+            RedisServer::start().await,
+            RedisServer::start().await,
+            EtcdServer::start().await,
+        ),
         Some(ca) => (
             RedisServer::start_tls(redis_tls(ca), None).await,
             RedisServer::start_tls(redis_tls(ca), None).await,

@@ -14,8 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use tokio_rustls::server::TlsStream;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::transport::server::Connected;
 
 use super::ConnectionLimits;
@@ -188,9 +188,9 @@ impl Connected for Connection {
                 let (tcp, session) = tls.get_ref();
                 PeerInfo {
                     tcp: tcp.connect_info(),
-                    certificates: session
-                        .peer_certificates()
-                        .map(|chain| Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())),
+                    certificates: session.peer_certificates().map(|chain| {
+                        Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())
+                    }),
                 }
             }
         }

@@ -93,11 +93,8 @@ pub async fn serve(
         (None, false) => options.app_token.clone(),
         (None, true) => None,
     };
-    let admin_auth = RequireToken::new(
-        admin_token,
-        &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
-        &state,
-    );
+    let admin_auth =
+        RequireToken::new(admin_token, &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER], &state);
     let admin_cert = RequireClientCert::new(state.tls.grpc.clone(), state.metrics.clone());
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
     let ping = options.idle_timeout / 3;

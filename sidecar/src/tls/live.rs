@@ -99,7 +99,10 @@ impl LiveTls {
 
     /// What status shows.
     pub fn status(&self) -> TlsStatus {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Follows the files until `stop` is cancelled.
@@ -130,10 +133,13 @@ impl LiveTls {
             }
             *loaded = contents;
         }
-        let built = self.files.server_config().and_then(|(config, fingerprint)| {
-            let lifecycle = self.lifecycle_ca.as_deref().map(ca_verifier).transpose()?;
-            Ok((config, fingerprint, lifecycle))
-        });
+        let built = self
+            .files
+            .server_config()
+            .and_then(|(config, fingerprint)| {
+                let lifecycle = self.lifecycle_ca.as_deref().map(ca_verifier).transpose()?;
+                Ok((config, fingerprint, lifecycle))
+            });
         match built {
             Ok((config, fingerprint, lifecycle)) => {
                 self.config.store(Arc::new(config));
@@ -168,10 +174,7 @@ pub struct ServingTls {
 
 impl ServingTls {
     /// Loads what `settings` asks for and follows the files until `stop`.
-    pub fn start(
-        settings: &super::TlsSettings,
-        stop: &CancellationToken,
-    ) -> Result<Self, String> {
+    pub fn start(settings: &super::TlsSettings, stop: &CancellationToken) -> Result<Self, String> {
         if settings.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
             return Err("a Lifecycle client CA needs TLS on the gRPC listener (--tls-cert and --tls-key, or --grpc-tls-cert and --grpc-tls-key)".into());
         }
@@ -186,7 +189,11 @@ impl ServingTls {
                 .transpose()
         };
         Ok(Self {
-            grpc: load("grpc", &settings.grpc, settings.lifecycle_client_ca.as_deref())?,
+            grpc: load(
+                "grpc",
+                &settings.grpc,
+                settings.lifecycle_client_ca.as_deref(),
+            )?,
             http: load("http", &settings.http, None)?,
         })
     }

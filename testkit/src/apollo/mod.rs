@@ -15,13 +15,13 @@ pub mod hmac;
 mod open_api;
 
 use crate::certs::CertFiles;
-use tokio_rustls::TlsAcceptor;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio_rustls::TlsAcceptor;
 
 use axum::routing::{get, post, put};
 use axum::Router;
@@ -361,13 +361,23 @@ pub struct StoppedServer {
 impl ApolloServer {
     /// A server on a free port holding long polls 2 s.
     pub async fn start() -> Self {
-        Self::serve(Arc::new(Shared::new()), "127.0.0.1:0".parse().unwrap(), None).await
+        Self::serve(
+            Arc::new(Shared::new()),
+            "127.0.0.1:0".parse().unwrap(),
+            None,
+        )
+        .await
     }
 
     /// A server on a free port speaking https only, with `certificate`.
     pub async fn start_tls(certificate: &CertFiles) -> Self {
         let acceptor = tls_acceptor(certificate);
-        Self::serve(Arc::new(Shared::new()), "127.0.0.1:0".parse().unwrap(), Some(acceptor)).await
+        Self::serve(
+            Arc::new(Shared::new()),
+            "127.0.0.1:0".parse().unwrap(),
+            Some(acceptor),
+        )
+        .await
     }
 
     async fn serve(shared: Arc<Shared>, addr: SocketAddr, tls: Option<TlsAcceptor>) -> Self {
@@ -383,10 +393,16 @@ impl ApolloServer {
         let task = tokio::spawn(async move {
             let shutdown = async move { signal.cancelled().await };
             let served = match acceptor {
-                None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+                None => {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                }
                 Some(acceptor) => {
                     let listener = TlsListener { listener, acceptor };
-                    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
                 }
             };
             if let Err(err) = served {

@@ -21,9 +21,13 @@ const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// Whether `metadata` names any TLS file.
 fn names_files(metadata: &RedisMetadata) -> bool {
     metadata.enable_tls
-        && [&metadata.ca_cert, &metadata.client_cert, &metadata.client_key]
-            .into_iter()
-            .any(|v| matches!(PemSource::parse(v), Some(PemSource::File(_))))
+        && [
+            &metadata.ca_cert,
+            &metadata.client_cert,
+            &metadata.client_key,
+        ]
+        .into_iter()
+        .any(|v| matches!(PemSource::parse(v), Some(PemSource::File(_))))
 }
 
 impl RedisConnection {
