@@ -1,15 +1,26 @@
 //! The official Dapr Python SDK (`pip install dapr`, installed by
 //! `scripts/test.sh`) against a real `rewire run`: state with etags and
 //! first-write, secrets, configuration get and subscribe (receiving a
-//! change), and locks.
+//! change), and locks — in plain text, and over TLS (`--tls-cert`,
+//! `--tls-key`; the SDK on `https://` endpoints trusting the test CA).
 
 use std::process::Command;
 use std::time::Duration;
 
+use testkit::certs::TestCa;
 use testkit::{free_port, ChildProcess};
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
+    sdk_against_rewire(None);
+}
+
+#[test]
+fn the_official_dapr_python_sdk_works_over_tls() {
+    sdk_against_rewire(Some(&TestCa::new("sdk-ca")));
+}
+
+fn sdk_against_rewire(tls: Option<&TestCa>) {
     let sdk = Command::new("python3")
         .args(["-c", "import dapr.clients"])
         .output();
@@ -38,6 +49,13 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
     });
     std::fs::write(&rewire_json, config.to_string()).unwrap();
     let (grpc_port, http_port) = (free_port(), free_port());
+    let tls_args: Vec<std::path::PathBuf> = match tls {
+        None => Vec::new(),
+        Some(ca) => {
+            let server = ca.server("sidecar");
+            vec!["--tls-cert".into(), server.cert_path, "--tls-key".into(), server.key_path]
+        }
+    };
     let mut sidecar = ChildProcess::new("rewire run", dir.path().join("sidecar.log"), {
         let rewire_json = rewire_json.clone();
         move || {
@@ -48,6 +66,7 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
                 .arg(&rewire_json)
                 .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
                 .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+                .args(&tls_args)
                 .env("NO_COLOR", "1");
             command
         }
@@ -57,14 +76,24 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
         panic!("sidecar did not start: {err}");
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/dapr_python_sdk.py");
-    let run = Command::new("python3")
+    let mut python = Command::new("python3");
+    python
         .arg(script)
         .env("DAPR_RUNTIME_HOST", "127.0.0.1")
         .env("DAPR_GRPC_PORT", grpc_port.to_string())
         .env("DAPR_HTTP_PORT", http_port.to_string())
         .env("DAPR_HEALTH_TIMEOUT", "30")
-        .env("REWIRE_SDK_CONFIG_FILE", &config_file)
-        .output();
+        .env("REWIRE_SDK_CONFIG_FILE", &config_file);
+    if let Some(ca) = tls {
+        // gRPC (C-core) and Python's ssl (the SDK's HTTP health check)
+        // each read their trusted roots from their own variable.
+        python
+            .env("DAPR_GRPC_ENDPOINT", format!("https://127.0.0.1:{grpc_port}"))
+            .env("DAPR_HTTP_ENDPOINT", format!("https://127.0.0.1:{http_port}"))
+            .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca.ca_path)
+            .env("SSL_CERT_FILE", &ca.ca_path);
+    }
+    let run = python.output();
     let status = sidecar.terminate();
     let log: Vec<String> = sidecar.log().lines().map(String::from).collect();
     let run = run.expect("cannot run python3");
