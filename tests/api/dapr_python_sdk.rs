@@ -53,7 +53,12 @@ fn sdk_against_rewire(tls: Option<&TestCa>) {
         None => Vec::new(),
         Some(ca) => {
             let server = ca.server("sidecar");
-            vec!["--tls-cert".into(), server.cert_path, "--tls-key".into(), server.key_path]
+            vec![
+                "--tls-cert".into(),
+                server.cert_path,
+                "--tls-key".into(),
+                server.key_path,
+            ]
         }
     };
     let mut sidecar = ChildProcess::new("rewire run", dir.path().join("sidecar.log"), {
@@ -88,8 +93,14 @@ fn sdk_against_rewire(tls: Option<&TestCa>) {
         // gRPC (C-core) and Python's ssl (the SDK's HTTP health check)
         // each read their trusted roots from their own variable.
         python
-            .env("DAPR_GRPC_ENDPOINT", format!("https://127.0.0.1:{grpc_port}"))
-            .env("DAPR_HTTP_ENDPOINT", format!("https://127.0.0.1:{http_port}"))
+            .env(
+                "DAPR_GRPC_ENDPOINT",
+                format!("https://127.0.0.1:{grpc_port}"),
+            )
+            .env(
+                "DAPR_HTTP_ENDPOINT",
+                format!("https://127.0.0.1:{http_port}"),
+            )
             .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca.ca_path)
             .env("SSL_CERT_FILE", &ca.ca_path);
     }

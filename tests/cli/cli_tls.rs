@@ -316,3 +316,77 @@ async fn a_rotated_certificate_serves_new_handshakes_without_a_failed_request() 
     assert_eq!(failed, 0, "failed requests: {errors:?}");
     assert!(ok > 0);
 }
+
+/// Runs `rewire run` with `extra` and waits (at most 30 s) for it to exit.
+fn run_exits(extra: &[&str]) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("rewire.json");
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#,
+    )
+    .expect("write config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rewire"))
+        .args([
+            "run",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&config)
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rewire run");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("rewire run {extra:?} did not exit within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    (status.success(), stderr)
+}
+
+#[test]
+fn unusable_tls_files_or_flags_stop_the_start_naming_them() {
+    let (ok, stderr) = run_exits(&[
+        "--tls-cert",
+        "/nonexistent/tls.crt",
+        "--tls-key",
+        "/nonexistent/tls.key",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("/nonexistent/tls.crt"), "{stderr}");
+
+    let ca = TestCa::new("ca");
+    let (ok, stderr) = run_exits(&["--lifecycle-client-ca", path(&ca.ca_path)]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("--lifecycle-client-ca needs TLS"),
+        "{stderr}"
+    );
+
+    let (one, other) = (ca.server("one"), ca.server("other"));
+    let (ok, stderr) = run_exits(&[
+        "--tls-cert",
+        path(&one.cert_path),
+        "--tls-key",
+        path(&other.key_path),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("do not make a server identity"), "{stderr}");
+    assert!(!stderr.contains("PRIVATE KEY"), "{stderr}");
+}
