@@ -54,10 +54,7 @@ impl DaprApi {
         F: FnOnce(&'a Self, Call, Req, Option<SocketAddr>) -> Fut,
         Fut: Future<Output = Result<Resp, Status>> + 'a,
     {
-        let peer = request
-            .extensions()
-            .get::<crate::tls::PeerInfo>()
-            .and_then(|p| p.tcp.remote_addr());
+        let peer = request.remote_addr();
         let message = request.into_inner();
         let timeout = self.state.options.request_timeout;
         observed(&self.state, method, |call| async move {
