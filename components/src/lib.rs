@@ -1,6 +1,6 @@
 //! rewire's components: `memory` state store, lock and config store, `file`
 //! config store, `local.file` and `env` secret stores, `redis` state store
-//! and lock, `apollo` config store, and (feature `etcd`) `etcd` config store.
+//! and lock, `apollo` config store, and `etcd` config store.
 //!
 //! Each component registers itself with `#[derive(Component)]`; the runtime
 //! finds it through [`rewire_runtime::Registry::collected`] as long as this
@@ -10,7 +10,6 @@ pub mod apollo;
 mod backoff;
 pub mod component_file;
 pub mod env;
-#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file_config;
 pub mod json_text;
@@ -20,6 +19,7 @@ pub mod memory;
 mod redacted;
 pub mod redis;
 pub mod time_limits;
+pub mod tls;
 
 pub use env::EnvSecretStore;
 pub use file_config::FileConfigStore;

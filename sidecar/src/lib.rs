@@ -9,6 +9,8 @@
 //!   back (`tonic::Status`, Dapr's JSON errors).
 //! * [`connection`]: both listeners' connections, capped, idle-timed and
 //!   cut after the shutdown grace; accept errors backed off.
+//! * [`tls`]: TLS on the listeners, mutual TLS, the Lifecycle API's
+//!   client CA, certificates followed live.
 //! * [`ApiServer`]: both servers, bound and serving.
 
 pub mod auth;
@@ -19,6 +21,7 @@ pub mod http;
 pub mod metrics;
 mod options;
 mod server;
+pub mod tls;
 
 pub use auth::ApiToken;
 pub use metrics::ApiMetrics;

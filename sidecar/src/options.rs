@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::auth::ApiToken;
+use crate::tls::TlsSettings;
 
 /// Default gRPC address (Dapr's).
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50001";
@@ -42,6 +43,8 @@ pub struct ApiOptions {
     /// before the caller's own deadline when sooner, with its outcome or
     /// `queued` (not applied yet).
     pub push_timeout: Duration,
+    /// TLS on the listeners (default: none, plain text).
+    pub tls: TlsSettings,
 }
 
 impl Default for ApiOptions {
@@ -56,6 +59,7 @@ impl Default for ApiOptions {
             max_connections: 1024,
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(5),
+            tls: TlsSettings::default(),
         }
     }
 }

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::ApiMetrics;
 use crate::options::ApiOptions;
+use crate::tls::ServingTls;
 use crate::{grpc, http};
 
 /// What every API handler shares.
@@ -20,6 +21,8 @@ pub struct ApiState {
     pub options: Arc<ApiOptions>,
     /// Request and reload metrics.
     pub metrics: Arc<ApiMetrics>,
+    /// TLS in force on the listeners.
+    pub tls: ServingTls,
 }
 
 /// Why the APIs could not be served.
@@ -39,6 +42,9 @@ pub enum ApiError {
     /// The HTTP server failed.
     #[error("HTTP server failed: {0}")]
     Http(String),
+    /// A certificate, key or CA file could not be used.
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// The APIs, bound and serving.
@@ -61,6 +67,7 @@ impl ApiServer {
         http_addr: SocketAddr,
         shutdown: CancellationToken,
     ) -> Result<Self, ApiError> {
+        crate::tls::install_ring_provider();
         let grpc_listener =
             TcpListener::bind(grpc_addr)
                 .await
@@ -84,16 +91,24 @@ impl ApiServer {
             local(&http_listener, http_addr)?,
         );
         warn_if_open(&options);
+        let tls = ServingTls::start(&options.tls, &shutdown).map_err(ApiError::Tls)?;
         let metrics = Arc::new(ApiMetrics::new());
         metrics.follow_reloads(&runtime);
         let state = ApiState {
             runtime,
             options: Arc::new(options),
             metrics,
+            tls,
         };
         let grpc = tokio::spawn(grpc::serve(state.clone(), grpc_listener, shutdown.clone()));
-        let http = tokio::spawn(http::serve(state, http_listener, shutdown));
-        tracing::info!(grpc = %grpc_addr, http = %http_addr, "Sidecar APIs listening.");
+        let http = tokio::spawn(http::serve(state.clone(), http_listener, shutdown));
+        tracing::info!(
+            grpc = %grpc_addr,
+            http = %http_addr,
+            grpc_tls = state.tls.grpc.is_some(),
+            http_tls = state.tls.http.is_some(),
+            "Sidecar APIs listening."
+        );
         Ok(Self {
             grpc_addr,
             http_addr,

@@ -41,6 +41,8 @@ pub struct ApplyArgs {
     /// gRPC address of the sidecar.
     #[arg(long, default_value = rewire::sidecar::DEFAULT_GRPC_ADDR)]
     addr: std::net::SocketAddr,
+    #[command(flatten)]
+    tls: super::client_tls::ClientTlsArgs,
 }
 
 fn parse_field(text: &str) -> Result<(String, String), String> {
@@ -65,7 +67,7 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
 
 /// Sends the push or the release, with the token from the environment.
 async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
-    let mut client = LifecycleClient::new(connect(&args.addr.to_string()).await?);
+    let mut client = LifecycleClient::new(connect(&args.addr.to_string(), &args.tls).await?);
     let answer = if args.release {
         let request = ReleaseComponentRequest {
             kind: args.kind,
@@ -96,10 +98,15 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
 }
 
 /// A channel to the sidecar at `addr`.
-async fn connect(addr: &str) -> Result<Channel, String> {
-    let url = format!("http://{addr}");
-    let endpoint =
+async fn connect(addr: &str, tls: &super::client_tls::ClientTlsArgs) -> Result<Channel, String> {
+    let url = format!("{}://{addr}", tls.scheme());
+    let mut endpoint =
         Endpoint::from_shared(url.clone()).map_err(|err| format!("bad address {url}: {err}"))?;
+    if let Some(config) = tls.tonic()? {
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|err| format!("TLS for {url}: {err}"))?;
+    }
     endpoint
         .connect()
         .await

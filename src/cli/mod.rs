@@ -2,11 +2,13 @@
 //! embeddable in a user's own binary through [`main`].
 
 mod apply;
+mod client_tls;
 mod components;
 mod config_source;
 mod default_config;
 mod graph;
 mod run;
+mod serve_tls;
 mod status;
 mod validate;
 
@@ -65,6 +67,8 @@ enum Command {
         /// Print the sidecar's status JSON as is (for scripts).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        tls: client_tls::ClientTlsArgs,
     },
 }
 
@@ -79,6 +83,9 @@ enum Format {
 /// into the binary (the community components and the caller's own).
 /// Returns the process's exit code.
 pub fn main() -> ExitCode {
+    // Every TLS client and server here is rustls with ring; libraries that
+    // build a configuration without naming a provider find it installed.
+    rewire_components::tls::install_ring_provider();
     let args = Cli::parse();
     crate::init_logging();
     // The registry must see the community components: reference the crate.
@@ -112,7 +119,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
             format,
         } => graph::graph_command(config, dapr, format),
         Command::Components => components::components_command(),
-        Command::Status { http_addr, json } => status::status_command(http_addr, json).await,
+        Command::Status {
+            http_addr,
+            json,
+            tls,
+        } => status::status_command(http_addr, json, &tls).await,
         Command::Apply(args) => apply::apply_command(args).await,
     }
 }

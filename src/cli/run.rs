@@ -33,11 +33,20 @@ pub struct RunArgs {
     /// HTTP listen address of the sidecar APIs.
     #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR)]
     http_addr: SocketAddr,
+    #[command(flatten)]
+    tls: super::serve_tls::ServeTlsArgs,
 }
 
 /// Starts the runtime and waits for a stop signal.
 pub async fn run(args: RunArgs) -> ExitCode {
     let stop = StopSignals::listen();
+    let tls = match args.tls.settings() {
+        Ok(tls) => tls,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let registry = Registry::collected();
     let source = config_source::choose(args.config.clone(), args.dapr.clone());
     match &source {
@@ -75,15 +84,23 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .collect(),
         Source::Sources(sources) => runtime.watch_config_sources(sources, CONFIG_RESYNC),
     };
-    serve_until_stopped(runtime, &args, stop).await
+    serve_until_stopped(runtime, &args, tls, stop).await
 }
 
 /// Serves the sidecar APIs until a stop signal; then stops accepting, lets
 /// in-flight calls finish (up to the shutdown grace, then every connection
 /// is cut), and closes components users-first.
-async fn serve_until_stopped(runtime: Runtime, args: &RunArgs, stop: StopSignals) -> ExitCode {
+async fn serve_until_stopped(
+    runtime: Runtime,
+    args: &RunArgs,
+    tls: rewire::sidecar::tls::TlsSettings,
+    stop: StopSignals,
+) -> ExitCode {
     let stop_serving = CancellationToken::new();
-    let options = ApiOptions::from_env();
+    let options = ApiOptions {
+        tls,
+        ..ApiOptions::from_env()
+    };
     // Connections are cut after the grace; this bounds the rest.
     let serving_bound = options.shutdown_grace + STOP_MARGIN;
     let server = match ApiServer::bind(

@@ -14,9 +14,20 @@ const RELOADS_SHOWN: usize = 5;
 
 /// Prints the status of the sidecar at `http_addr`: a summary, or the
 /// JSON the sidecar answered when `json` is set.
-pub async fn status_command(http_addr: SocketAddr, json: bool) -> ExitCode {
-    let url = format!("http://{http_addr}/v1.0/rewire/status");
-    let response = match request(&url).send().await {
+pub async fn status_command(
+    http_addr: SocketAddr,
+    json: bool,
+    tls: &super::client_tls::ClientTlsArgs,
+) -> ExitCode {
+    let url = format!("{}://{http_addr}/v1.0/rewire/status", tls.scheme());
+    let client = match http_client(tls) {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let response = match request(&client, &url).send().await {
         Ok(response) => response,
         Err(err) => {
             eprintln!("error: cannot reach the sidecar at {url}: {err}");
@@ -44,9 +55,19 @@ pub async fn status_command(http_addr: SocketAddr, json: bool) -> ExitCode {
     }
 }
 
+/// An HTTP client, over TLS (rustls, ring) when `tls` asks for it.
+fn http_client(tls: &super::client_tls::ClientTlsArgs) -> Result<reqwest::Client, String> {
+    let builder = reqwest::Client::builder();
+    let builder = match tls.scheme() {
+        "https" => builder.tls_backend_preconfigured(tls.rustls()?),
+        _ => builder,
+    };
+    builder.build().map_err(|err| format!("HTTP client: {err}"))
+}
+
 /// The status request, with the API and admin tokens from the environment.
-fn request(url: &str) -> reqwest::RequestBuilder {
-    let mut request = reqwest::Client::new().get(url);
+fn request(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
+    let mut request = client.get(url);
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     if let Some(token) = var("DAPR_API_TOKEN").or_else(|| var("REWIRE_API_TOKEN")) {
         request = request.header("dapr-api-token", token);

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use etcd_client::{Client, CompactionOptions, ConnectOptions};
+use rewire_etcd::pb::{request_op, PutRequest, RequestOp, TxnRequest};
+use rewire_etcd::{Client, ConnectOptions, Error, TlsOptions};
+
+use crate::certs::CertFiles;
 use tokio::time::timeout;
 
 use crate::child::ChildProcess;
@@ -18,10 +21,26 @@ const PORT_ATTEMPTS: usize = 5;
 /// Limit on one request of a helper client.
 const REQUEST_LIMIT: Duration = Duration::from_secs(2);
 
+/// TLS for a test server: it serves `https://` only with `server` and
+/// requires client certificates from `ca_path`; the helpers' own client
+/// presents `client`.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The server's certificate and key.
+    pub server: CertFiles,
+    /// The CA file (signs the server's and the clients' certificates).
+    pub ca_path: PathBuf,
+    /// The CA, PEM.
+    pub ca_pem: String,
+    /// The certificate the helpers' own client presents.
+    pub client: CertFiles,
+}
+
 /// A running `etcd`.
 pub struct EtcdServer {
     process: ChildProcess,
     client_port: u16,
+    tls: Option<EtcdTls>,
     /// `(user, password)` once authentication is on.
     root: Option<(String, String)>,
     _dir: tempfile::TempDir,
@@ -30,15 +49,25 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// A server on free ports.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A server speaking TLS only, requiring client certificates.
+    pub async fn start_tls(tls: EtcdTls) -> Self {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<EtcdTls>) -> Self {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::tempdir().expect("temp dir");
             let (client_port, peer_port) = (free_port(), free_port());
-            let command = etcd_command(dir.path(), client_port, peer_port);
+            let command = etcd_command(dir.path(), client_port, peer_port, tls.clone());
             let process = ChildProcess::new("etcd", dir.path().join("etcd.log"), command);
             let mut server = Self {
                 process,
                 client_port,
+                tls: tls.clone(),
                 root: None,
                 _dir: dir,
             };
@@ -67,8 +96,14 @@ impl EtcdServer {
             .unwrap_or_else(|e| panic!("client of {}: {e}", self.endpoint()))
     }
 
-    async fn try_client(&self) -> Result<Client, etcd_client::Error> {
-        connect(&self.endpoint(), self.root.as_ref()).await
+    async fn try_client(&self) -> Result<Client, Error> {
+        connect(&self.endpoint(), self.root.as_ref(), self.tls.as_ref()).await
+    }
+
+    /// The endpoint as a URL (`https://` with TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.endpoint())
     }
 
     /// Puts `key` = `value`; returns the revision of the write.
@@ -76,10 +111,36 @@ impl EtcdServer {
         let response = self
             .client()
             .await
-            .put(key, value, None)
+            .put(key, value)
             .await
             .unwrap_or_else(|e| panic!("put {key}: {e}"));
-        response.header().map_or(0, |h| h.revision())
+        response.header.map_or(0, |h| h.revision)
+    }
+
+    /// Puts every `(key, value)` of `pairs` in one transaction (one
+    /// revision); returns that revision.
+    pub async fn put_all(&self, pairs: &[(&str, &str)]) -> i64 {
+        let success = pairs
+            .iter()
+            .map(|(key, value)| RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: key.as_bytes().to_vec(),
+                    value: value.as_bytes().to_vec(),
+                    ..PutRequest::default()
+                })),
+            })
+            .collect();
+        let request = TxnRequest {
+            success,
+            ..TxnRequest::default()
+        };
+        let response = self
+            .client()
+            .await
+            .txn(request)
+            .await
+            .unwrap_or_else(|e| panic!("txn: {e}"));
+        response.header.map_or(0, |h| h.revision)
     }
 
     /// Deletes `key`; returns the revision of the delete.
@@ -87,10 +148,10 @@ impl EtcdServer {
         let response = self
             .client()
             .await
-            .delete(key, None)
+            .delete(key)
             .await
             .unwrap_or_else(|e| panic!("delete {key}: {e}"));
-        response.header().map_or(0, |h| h.revision())
+        response.header.map_or(0, |h| h.revision)
     }
 
     /// The value of `key`, if any.
@@ -98,19 +159,19 @@ impl EtcdServer {
         let response = self
             .client()
             .await
-            .get(key, None)
+            .get(key)
             .await
             .unwrap_or_else(|e| panic!("get {key}: {e}"));
         response
-            .kvs()
+            .kvs
             .first()
-            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+            .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
     }
 
     /// The store's current revision.
     pub async fn revision(&self) -> i64 {
-        let response = self.client().await.get("\0", None).await.expect("revision");
-        response.header().map_or(0, |h| h.revision())
+        let response = self.client().await.get("\0").await.expect("revision");
+        response.header.map_or(0, |h| h.revision)
     }
 
     /// Compacts (physically) at the current revision, with a separate
@@ -119,7 +180,7 @@ impl EtcdServer {
         let revision = self.revision().await;
         self.client()
             .await
-            .compact(revision, Some(CompactionOptions::new().with_physical()))
+            .compact(revision, true)
             .await
             .unwrap_or_else(|e| panic!("compact at {revision}: {e}"));
         revision
@@ -128,9 +189,9 @@ impl EtcdServer {
     /// Turns authentication on with user `root` (role `root`) and
     /// `password`; the helpers log in as root afterwards.
     pub async fn enable_auth(&mut self, password: &str) {
-        let mut client = self.client().await;
+        let client = self.client().await;
         client
-            .user_add("root", password, None)
+            .user_add("root", password)
             .await
             .expect("user add root");
         client
@@ -157,16 +218,16 @@ impl EtcdServer {
 
     /// Kills the server and starts it again on the same ports and data.
     pub async fn restart(&mut self) {
-        let (endpoint, root) = (self.endpoint(), self.root.clone());
-        let answers = move || answers(endpoint.clone(), root.clone());
+        let (endpoint, root, tls) = (self.endpoint(), self.root.clone(), self.tls.clone());
+        let answers = move || answers(endpoint.clone(), root.clone(), tls.clone());
         if let Err(err) = self.process.restart(START_LIMIT, answers).await {
             panic!("{err}");
         }
     }
 
     async fn launch(&mut self) -> Result<(), String> {
-        let (endpoint, root) = (self.endpoint(), self.root.clone());
-        let answers = move || answers(endpoint.clone(), root.clone());
+        let (endpoint, root, tls) = (self.endpoint(), self.root.clone(), self.tls.clone());
+        let answers = move || answers(endpoint.clone(), root.clone(), tls.clone());
         self.process.start(START_LIMIT, answers).await
     }
 
@@ -179,19 +240,29 @@ impl EtcdServer {
 async fn connect(
     endpoint: &str,
     root: Option<&(String, String)>,
-) -> Result<Client, etcd_client::Error> {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(REQUEST_LIMIT)
-        .with_timeout(REQUEST_LIMIT);
-    if let Some((user, password)) = root {
-        options = options.with_user(user, password);
-    }
-    Client::connect([format!("http://{endpoint}")], Some(options)).await
+    tls: Option<&EtcdTls>,
+) -> Result<Client, Error> {
+    let options = ConnectOptions {
+        connect_timeout: REQUEST_LIMIT,
+        timeout: REQUEST_LIMIT,
+        user: root.cloned(),
+        tls: tls.map(|tls| TlsOptions {
+            ca_pem: Some(tls.ca_pem.clone().into_bytes()),
+            identity: Some((
+                tls.client.cert_pem.clone().into_bytes(),
+                tls.client.key_pem.clone().into_bytes(),
+            )),
+            domain: None,
+        }),
+        ..ConnectOptions::default()
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    Client::connect(&[format!("{scheme}://{endpoint}")], options).await
 }
 
-async fn answers(endpoint: String, root: Option<(String, String)>) -> bool {
+async fn answers(endpoint: String, root: Option<(String, String)>, tls: Option<EtcdTls>) -> bool {
     let probe = async {
-        let mut client = connect(&endpoint, root.as_ref()).await.ok()?;
+        let client = connect(&endpoint, root.as_ref(), tls.as_ref()).await.ok()?;
         client.status().await.ok()
     };
     matches!(timeout(REQUEST_LIMIT, probe).await, Ok(Some(_)))
@@ -201,10 +272,12 @@ fn etcd_command(
     dir: &Path,
     client_port: u16,
     peer_port: u16,
+    tls: Option<EtcdTls>,
 ) -> impl Fn() -> Command + Send + Sync + 'static {
     let data = dir.join("data");
     move || {
-        let client_url = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let mut command = Command::new("etcd");
         command
@@ -218,6 +291,16 @@ fn etcd_command(
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("t={peer_url}")]);
+        if let Some(tls) = &tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.server.cert_path)
+                .arg("--key-file")
+                .arg(&tls.server.key_path)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca_path)
+                .arg("--client-cert-auth");
+        }
         command
     }
 }

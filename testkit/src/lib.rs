@@ -11,8 +11,8 @@
 
 pub mod apollo;
 pub mod bench;
+pub mod certs;
 pub mod child;
-#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod load;
 pub mod redis;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::certs::CertFiles;
 use crate::child::ChildProcess;
 pub use crate::free_port;
 
@@ -22,7 +23,23 @@ pub struct RedisServer {
     process: ChildProcess,
     port: u16,
     password: Option<String>,
+    tls: Option<RedisTls>,
     _dir: tempfile::TempDir,
+}
+
+/// TLS for a test server: it serves TLS only, and requires a client
+/// certificate from `ca_pem`; the helpers' own client presents `client`.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    /// The server's certificate and key.
+    pub server: CertFiles,
+    /// The CA file: signs the server's certificate, and the clients' ones
+    /// the server accepts.
+    pub ca_path: PathBuf,
+    /// The CA, PEM.
+    pub ca_pem: String,
+    /// The certificate the helpers' own client presents.
+    pub client: CertFiles,
 }
 
 impl RedisServer {
@@ -37,24 +54,31 @@ impl RedisServer {
     }
 
     async fn start_with(password: Option<String>) -> Self {
-        Self::start_any_port(password, None, None).await
+        Self::start_any_port(password, None, None, None).await
+    }
+
+    /// A server speaking TLS only (`--tls-port`, plain port off) that
+    /// requires a client certificate, with `password` if given.
+    pub async fn start_tls(tls: RedisTls, password: Option<&str>) -> Self {
+        Self::start_any_port(password.map(str::to_string), None, None, Some(tls)).await
     }
 
     /// A replica of the server at `master_port` (no password).
     pub async fn start_replica_of(master_port: u16) -> Self {
-        Self::start_any_port(None, None, Some(master_port)).await
+        Self::start_any_port(None, None, Some(master_port), None).await
     }
 
     /// A sentinel monitoring the master at `master_port` under `name`
     /// (quorum 1, down after 1 s).
     pub async fn start_sentinel(name: &str, master_port: u16) -> Self {
-        Self::start_any_port(None, Some((name.to_string(), master_port)), None).await
+        Self::start_any_port(None, Some((name.to_string(), master_port)), None, None).await
     }
 
     async fn start_any_port(
         password: Option<String>,
         sentinel_of: Option<(String, u16)>,
         replica_of: Option<u16>,
+        tls: Option<RedisTls>,
     ) -> Self {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
@@ -70,13 +94,14 @@ impl RedisServer {
                         }
                     }
                 }
-                None => server_command(dir.path(), port, password.clone(), replica_of),
+                None => server_command(dir.path(), port, password.clone(), replica_of, tls.clone()),
             };
             let process = ChildProcess::new("redis-server", dir.path().join("redis.log"), command);
             let mut server = Self {
                 process,
                 port,
                 password: password.clone(),
+                tls: tls.clone(),
                 _dir: dir,
             };
             match server.launch().await {
@@ -99,13 +124,13 @@ impl RedisServer {
 
     /// A plain client of this server (with its password).
     pub fn client(&self) -> redis::Client {
-        client(self.port, self.password.as_deref())
+        client(self.port, self.password.as_deref(), self.tls.as_ref())
     }
 
     /// A plain client of this server authenticating with `password` (after
     /// the server's password was changed with `CONFIG SET requirepass`).
     pub fn client_with_password(&self, password: &str) -> redis::Client {
-        client(self.port, Some(password))
+        client(self.port, Some(password), self.tls.as_ref())
     }
 
     /// A connection of a plain client.
@@ -124,16 +149,16 @@ impl RedisServer {
     /// Starts the server again on the same port (retrying while the port
     /// is still held).
     pub async fn restart(&mut self) {
-        let (port, password) = (self.port, self.password.clone());
-        let answers = move || answers_ping(client(port, password.as_deref()));
+        let (port, password, tls) = (self.port, self.password.clone(), self.tls.clone());
+        let answers = move || answers_ping(client(port, password.as_deref(), tls.as_ref()));
         if let Err(err) = self.process.restart(START_LIMIT, answers).await {
             panic!("{err}");
         }
     }
 
     async fn launch(&mut self) -> Result<(), String> {
-        let (port, password) = (self.port, self.password.clone());
-        let answers = move || answers_ping(client(port, password.as_deref()));
+        let (port, password, tls) = (self.port, self.password.clone(), self.tls.clone());
+        let answers = move || answers_ping(client(port, password.as_deref(), tls.as_ref()));
         self.process.start(START_LIMIT, answers).await
     }
 
@@ -169,12 +194,35 @@ fn flatten(value: redis::Value) -> Vec<String> {
     }
 }
 
-fn client(port: u16, password: Option<&str>) -> redis::Client {
-    let url = match password {
-        Some(pw) => format!("redis://:{pw}@127.0.0.1:{port}/"),
-        None => format!("redis://127.0.0.1:{port}/"),
+fn client(port: u16, password: Option<&str>, tls: Option<&RedisTls>) -> redis::Client {
+    let Some(tls) = tls else {
+        let url = match password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{port}/"),
+            None => format!("redis://127.0.0.1:{port}/"),
+        };
+        return redis::Client::open(url).expect("redis client");
     };
-    redis::Client::open(url).expect("redis client")
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(pw) = password {
+        settings = settings.set_password(pw);
+    }
+    let address = redis::ConnectionAddr::TcpTls {
+        host: "127.0.0.1".into(),
+        port,
+        insecure: false,
+        tls_params: None,
+    };
+    let info = redis::IntoConnectionInfo::into_connection_info(address)
+        .expect("connection info")
+        .set_redis_settings(settings);
+    let certificates = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: tls.client.cert_pem.clone().into_bytes(),
+            client_key: tls.client.key_pem.clone().into_bytes(),
+        }),
+        root_cert: Some(tls.ca_pem.clone().into_bytes()),
+    };
+    redis::Client::build_with_tls(info, certificates).expect("redis TLS client")
 }
 
 async fn answers_ping(client: redis::Client) -> bool {
@@ -192,12 +240,24 @@ fn server_command(
     port: u16,
     password: Option<String>,
     replica_of: Option<u16>,
+    tls: Option<RedisTls>,
 ) -> CommandFn {
     let dir = dir.to_path_buf();
     Box::new(move || {
         let mut command = Command::new("redis-server");
+        match &tls {
+            None => command.args(["--port", &port.to_string()]),
+            Some(tls) => command
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.server.cert_path)
+                .arg("--tls-key-file")
+                .arg(&tls.server.key_path)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca_path)
+                .args(["--tls-auth-clients", "yes"]),
+        };
         command
-            .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])

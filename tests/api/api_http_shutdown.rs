@@ -44,6 +44,7 @@ async fn in_flight_calls_finish_and_serve_returns_ok() {
         runtime: runtime.clone(),
         options: Arc::new(ApiOptions::default()),
         metrics: Arc::new(ApiMetrics::new()),
+        tls: rewire::sidecar::tls::ServingTls::default(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -3,19 +3,22 @@
 //! first-write, state transactions (a stale etag refusing the whole one),
 //! the store's capabilities in the metadata, secrets, configuration get and
 //! subscribe (receiving a change), and locks — with memory state and lock
-//! stores, then with redis ones on a real `redis-server`.
+//! stores, then with redis ones on a real `redis-server`, and over TLS
+//! (`--tls-cert`, `--tls-key`; the SDK on `https://` endpoints trusting the
+//! test CA).
 
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use testkit::certs::TestCa;
 use testkit::redis::RedisServer;
 use testkit::{free_port, ChildProcess};
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
     let memory = json!({"type": "memory"});
-    run_sdk_script(&memory, &memory);
+    run_sdk_script(&memory, &memory, None);
 }
 
 #[test]
@@ -23,13 +26,19 @@ fn the_official_dapr_python_sdk_works_against_rewire_on_redis() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(RedisServer::start());
     let redis = json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
-    run_sdk_script(&redis, &redis);
+    run_sdk_script(&redis, &redis, None);
     drop(server);
 }
 
+#[test]
+fn the_official_dapr_python_sdk_works_over_tls() {
+    let memory = json!({"type": "memory"});
+    run_sdk_script(&memory, &memory, Some(&TestCa::new("sdk-ca")));
+}
+
 /// Runs `tests/sdk/dapr_python_sdk.py` against `rewire run` with `state`
-/// and `lock` as its state store and lock.
-fn run_sdk_script(state: &Value, lock: &Value) {
+/// and `lock` as its state store and lock, over TLS when `tls` is given.
+fn run_sdk_script(state: &Value, lock: &Value, tls: Option<&TestCa>) {
     let sdk = Command::new("python3")
         .args(["-c", "import dapr.clients"])
         .output();
@@ -58,6 +67,18 @@ fn run_sdk_script(state: &Value, lock: &Value) {
     });
     std::fs::write(&rewire_json, config.to_string()).unwrap();
     let (grpc_port, http_port) = (free_port(), free_port());
+    let tls_args: Vec<std::path::PathBuf> = match tls {
+        None => Vec::new(),
+        Some(ca) => {
+            let server = ca.server("sidecar");
+            vec![
+                "--tls-cert".into(),
+                server.cert_path,
+                "--tls-key".into(),
+                server.key_path,
+            ]
+        }
+    };
     let mut sidecar = ChildProcess::new("rewire run", dir.path().join("sidecar.log"), {
         let rewire_json = rewire_json.clone();
         move || {
@@ -68,6 +89,7 @@ fn run_sdk_script(state: &Value, lock: &Value) {
                 .arg(&rewire_json)
                 .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
                 .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+                .args(&tls_args)
                 .env("NO_COLOR", "1");
             command
         }
@@ -77,14 +99,30 @@ fn run_sdk_script(state: &Value, lock: &Value) {
         panic!("sidecar did not start: {err}");
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/dapr_python_sdk.py");
-    let run = Command::new("python3")
+    let mut python = Command::new("python3");
+    python
         .arg(script)
         .env("DAPR_RUNTIME_HOST", "127.0.0.1")
         .env("DAPR_GRPC_PORT", grpc_port.to_string())
         .env("DAPR_HTTP_PORT", http_port.to_string())
         .env("DAPR_HEALTH_TIMEOUT", "30")
-        .env("REWIRE_SDK_CONFIG_FILE", &config_file)
-        .output();
+        .env("REWIRE_SDK_CONFIG_FILE", &config_file);
+    if let Some(ca) = tls {
+        // gRPC (C-core) and Python's ssl (the SDK's HTTP health check)
+        // each read their trusted roots from their own variable.
+        python
+            .env(
+                "DAPR_GRPC_ENDPOINT",
+                format!("https://127.0.0.1:{grpc_port}"),
+            )
+            .env(
+                "DAPR_HTTP_ENDPOINT",
+                format!("https://127.0.0.1:{http_port}"),
+            )
+            .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca.ca_path)
+            .env("SSL_CERT_FILE", &ca.ca_path);
+    }
+    let run = python.output();
     let status = sidecar.terminate();
     let log: Vec<String> = sidecar.log().lines().map(String::from).collect();
     let run = run.expect("cannot run python3");

@@ -1,11 +1,15 @@
 //! Layotto's API over real backends: state and locks on a real
-//! redis-server (the same Dapr layout Layotto uses).
+//! redis-server (the same Dapr layout Layotto uses), configuration with
+//! group and label on a real etcd.
 
-use crate::support::grpc::{self, layotto};
+use std::collections::HashMap;
+
+use crate::support::grpc::{self, layotto, next};
 use crate::support::sidecar::Sidecar;
 use layotto::lock_keep_alive_response::Status as KeepAliveStatus;
 use layotto::runtime_client::RuntimeClient;
 use rewire::sidecar::ApiOptions;
+use testkit::etcd::EtcdServer;
 use testkit::redis::RedisServer;
 use tonic::transport::Channel;
 
@@ -71,5 +75,86 @@ async fn state_and_locks_on_redis() {
     let ttl = redis.query(&["PTTL", "r"]).await.expect("PTTL");
     let ttl_ms: i64 = ttl[0].parse().expect("a number");
     assert!(ttl_ms > 60_000, "renewed to 120 s, PTTL {ttl_ms}");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn configuration_on_etcd_with_group_and_label() {
+    let etcd = EtcdServer::start().await;
+    let config = format!(
+        r#"{{"components": {{"config_store": {{"settings": {{"type": "etcd",
+            "metadata": {{"endpoints": "{}", "keyPrefix": "/layotto/"}}}}}}}}}}"#,
+        etcd.endpoint()
+    );
+    let sidecar = Sidecar::start(&config, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    requests
+        .send(layotto::SubscribeConfigurationRequest {
+            store_name: "settings".into(),
+            group: "db".into(),
+            label: "prod".into(),
+            keys: vec!["host".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let save = |content: &str| layotto::SaveConfigurationRequest {
+        store_name: "settings".into(),
+        items: vec![layotto::ConfigurationItem {
+            key: "host".into(),
+            content: content.into(),
+            group: "db".into(),
+            label: "prod".into(),
+            ..Default::default()
+        }],
+        metadata: HashMap::new(),
+        ..Default::default()
+    };
+    client
+        .save_configuration(save("10.0.0.1"))
+        .await
+        .expect("save");
+    let answer = next(&mut answers).await.expect("open").expect("no error");
+    assert_eq!(answer.items[0].content, "10.0.0.1");
+    assert_eq!(
+        (
+            answer.items[0].group.as_str(),
+            answer.items[0].label.as_str()
+        ),
+        ("db", "prod")
+    );
+    let got = client
+        .get_configuration(layotto::GetConfigurationRequest {
+            store_name: "settings".into(),
+            group: "db".into(),
+            label: "prod".into(),
+            keys: vec!["host".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(got.items[0].content, "10.0.0.1");
+    assert!(got.items[0].tags.contains_key("version"), "{got:?}");
+    client
+        .delete_configuration(layotto::DeleteConfigurationRequest {
+            store_name: "settings".into(),
+            group: "db".into(),
+            label: "prod".into(),
+            keys: vec!["host".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+    let deleted = next(&mut answers).await.expect("open").expect("no error");
+    assert_eq!(deleted.items[0].content, "", "a deleted key arrives empty");
+    drop(requests);
     sidecar.stop().await;
 }

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod cli_apply_status;
 mod cli_shutdown;
+mod cli_tls;
 mod corpus_lifecycle;
 mod corpus_validate;
 mod corpus_watched_file;

@@ -106,10 +106,12 @@ pub(crate) struct ClientSettings<'a> {
     pub ip: Option<&'a str>,
     pub request_timeout: Duration,
     pub long_poll_timeout: Duration,
+    /// TLS for `https://` (rustls, ring).
+    pub tls: &'a rustls::ClientConfig,
 }
 
-/// Parses an `http://` base URL (a trailing `/` is ignored), naming
-/// `field` in the error.
+/// Parses an `http://` or `https://` base URL (a trailing `/` is
+/// ignored), naming `field` in the error.
 pub(crate) fn base_url(text: &str, field: &str) -> Result<Url, ApolloError> {
     let trimmed = text.trim().trim_end_matches('/');
     let url = Url::parse(trimmed).map_err(|err| {
@@ -118,12 +120,9 @@ pub(crate) fn base_url(text: &str, field: &str) -> Result<Url, ApolloError> {
         ))
     })?;
     match url.scheme() {
-        "http" => Ok(url),
-        "https" => Err(ApolloError::Config(format!(
-            "metadata field `{field}`: `{trimmed}` uses https, which this build does not support (no TLS); use http"
-        ))),
+        "http" | "https" => Ok(url),
         other => Err(ApolloError::Config(format!(
-            "metadata field `{field}`: `{trimmed}` must be an http:// URL, not {other}:"
+            "metadata field `{field}`: `{trimmed}` must be an http:// or https:// URL, not {other}:"
         ))),
     }
 }
@@ -150,6 +149,7 @@ impl ConfigServiceClient {
     pub(crate) fn new(settings: ClientSettings<'_>) -> Result<Self, ApolloError> {
         let server = base_url(settings.server, "config_server")?;
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(settings.tls.clone())
             .connect_timeout(settings.request_timeout)
             .build()
             .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;
@@ -308,9 +308,10 @@ mod tests {
     }
 
     #[test]
-    fn only_http_is_accepted() {
-        let err = base_url("https://h", "config_server").expect_err("expected an error");
-        assert!(err.to_string().contains("https"), "{err}");
+    fn http_and_https_are_accepted() {
+        assert!(base_url("https://h", "config_server").is_ok());
+        let err = base_url("ftp://h", "config_server").expect_err("expected an error");
+        assert!(err.to_string().contains("`config_server`"), "{err}");
         assert!(base_url("not a url", "config_server").is_err());
     }
 

@@ -15,9 +15,8 @@ use serde::Deserialize;
 /// fields are rewire's own and use its camelCase spelling.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 pub struct ApolloMetadata {
-    /// Base URL of the config service (`http://host:8080`). `address` is
-    /// accepted as an alias. Only `http://` is supported (no TLS in this
-    /// build).
+    /// Base URL of the config service (`http://host:8080`, or `https://`).
+    /// `address` is accepted as an alias.
     #[serde(alias = "address")]
     pub config_server: String,
     /// The Apollo app id; defaults to the runtime's `appId`.
@@ -77,6 +76,20 @@ pub struct ApolloMetadata {
         rename = "maxRetryIntervalMs"
     )]
     pub max_retry_interval_ms: u64,
+    /// For `https://` servers (config service and portal): the CA bundle
+    /// that signs their certificates (PEM text or a file path); default:
+    /// the system's roots.
+    #[serde(default, rename = "caCert")]
+    pub ca_cert: Option<String>,
+    /// A client certificate chain for mutual TLS (PEM text or file path).
+    #[serde(default, rename = "clientCert")]
+    pub client_cert: Option<String>,
+    /// The client certificate's private key (PEM text or file path).
+    #[serde(default, rename = "clientKey")]
+    pub client_key: Option<String>,
+    /// Accept any server certificate. For tests only; logged as a warning.
+    #[serde(default, rename = "insecureSkipVerify")]
+    pub insecure_skip_verify: bool,
 }
 
 fn default_cluster() -> String {
@@ -135,7 +148,23 @@ impl ApolloMetadata {
             request_timeout_ms: default_request_timeout_ms(),
             retry_interval_ms: default_retry_interval_ms(),
             max_retry_interval_ms: default_max_retry_interval_ms(),
+            ca_cert: None,
+            client_cert: None,
+            client_key: None,
+            insecure_skip_verify: false,
         }
+    }
+
+    /// The TLS fields as declared, relative paths against `dir`.
+    pub fn tls_fields(&self, dir: Option<&std::path::Path>) -> crate::tls::ClientTlsFields {
+        let source = |v: &Option<String>| v.as_deref().and_then(crate::tls::PemSource::parse);
+        crate::tls::ClientTlsFields {
+            ca_cert: source(&self.ca_cert),
+            client_cert: source(&self.client_cert),
+            client_key: source(&self.client_key),
+            insecure_skip_verify: self.insecure_skip_verify,
+        }
+        .resolved(dir)
     }
 
     /// The namespaces of `namespace_name`, trimmed, empty entries and
@@ -199,6 +228,10 @@ impl fmt::Debug for ApolloMetadata {
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("retry_interval_ms", &self.retry_interval_ms)
             .field("max_retry_interval_ms", &self.max_retry_interval_ms)
+            .field("ca_cert", &self.tls_fields(None).ca_cert)
+            .field("client_cert", &self.tls_fields(None).client_cert)
+            .field("client_key", &self.tls_fields(None).client_key)
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
             .finish()
     }
 }

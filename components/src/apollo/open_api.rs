@@ -50,6 +50,8 @@ pub(crate) struct OpenApiSettings<'a> {
     pub app_id: &'a str,
     pub cluster: &'a str,
     pub timeout: Duration,
+    /// TLS for `https://` (rustls, ring).
+    pub tls: &'a rustls::ClientConfig,
 }
 
 impl OpenApiClient {
@@ -57,6 +59,7 @@ impl OpenApiClient {
     pub(crate) fn new(settings: OpenApiSettings<'_>) -> Result<Self, ApolloError> {
         let address = base_url(settings.address, "open_api_address")?;
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(settings.tls.clone())
             .connect_timeout(settings.timeout)
             .build()
             .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;

@@ -16,6 +16,26 @@ use super::{ApolloConfigStore, Running};
 use crate::backoff::Backoff;
 
 impl ApolloConfigStore {
+    /// The TLS configuration of both clients: the metadata's CA, client
+    /// certificate and key (read now), else the system's roots for an
+    /// `https://` server; no roots at all when every server is `http://`.
+    fn tls_config(&self, cx: &InitContext) -> Result<rustls::ClientConfig, ApolloError> {
+        let settings = &self.settings;
+        let fields = settings.tls_fields(cx.config_dir.as_deref());
+        let https = std::iter::once(settings.config_server.as_str())
+            .chain(settings.open_api_address.as_deref())
+            .any(|url| url.trim().starts_with("https://"));
+        let tls_error = |err: crate::tls::TlsError| ApolloError::Config(err.to_string());
+        if fields.insecure_skip_verify {
+            warn!(component = %cx.key, "insecureSkipVerify: the Apollo servers' certificates are NOT verified. For tests only.");
+        }
+        let material = match https || fields != crate::tls::ClientTlsFields::default() {
+            true => Some(fields.load().map_err(tls_error)?),
+            false => None,
+        };
+        crate::tls::http_config(material.as_ref()).map_err(tls_error)
+    }
+
     /// Builds the clients for `app_id`.
     pub(super) fn connect(&self, cx: &InitContext, app_id: &str) -> Result<Running, ApolloError> {
         let settings = &self.settings;
@@ -25,6 +45,7 @@ impl ApolloConfigStore {
                 "metadata field `namespace_name` names no namespace".into(),
             ));
         }
+        let tls = self.tls_config(cx)?;
         let client = ConfigServiceClient::new(ClientSettings {
             server: &settings.config_server,
             app_id,
@@ -33,6 +54,7 @@ impl ApolloConfigStore {
             ip: settings.ip.as_deref(),
             request_timeout: settings.request_timeout(),
             long_poll_timeout: settings.long_poll_timeout(),
+            tls: &tls,
         })?;
         let address = settings
             .open_api_address
@@ -48,6 +70,7 @@ impl ApolloConfigStore {
                 app_id,
                 cluster: &settings.cluster,
                 timeout: settings.request_timeout(),
+                tls: &tls,
             })?),
             (Some(_), None) => {
                 return Err(ApolloError::Config(

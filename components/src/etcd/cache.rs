@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use etcd_client::{GetOptions, KeyValue, KvClient};
+use rewire_etcd::pb::KeyValue;
+use rewire_etcd::Client;
 use rewire_runtime::ConfigItem;
 
 use super::keys::KeyLayout;
@@ -29,23 +30,21 @@ pub(crate) struct Snapshot {
 
 /// Reads every key under the layout's prefix, in one request.
 pub(crate) async fn read_prefix(
-    kv: &mut KvClient,
+    client: &Client,
     layout: &KeyLayout,
-) -> Result<Snapshot, etcd_client::Error> {
-    let response = kv
-        .get(layout.prefix(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    let revision = response.header().map_or(0, |h| h.revision());
-    let entries = response.kvs().iter().filter_map(entry_of).collect();
+) -> Result<Snapshot, rewire_etcd::Error> {
+    let response = client.get_prefix(layout.prefix()).await?;
+    let revision = response.header.map_or(0, |h| h.revision);
+    let entries = response.kvs.iter().filter_map(entry_of).collect();
     Ok(Snapshot { revision, entries })
 }
 
 /// The key path and entry of `kv`; `None` for a key that is not UTF-8.
 pub(crate) fn entry_of(kv: &KeyValue) -> Option<(String, Entry)> {
-    let path = kv.key_str().ok()?.to_string();
+    let path = std::str::from_utf8(&kv.key).ok()?.to_string();
     let entry = Entry {
-        value: String::from_utf8_lossy(kv.value()).into_owned(),
-        mod_revision: kv.mod_revision(),
+        value: String::from_utf8_lossy(&kv.value).into_owned(),
+        mod_revision: kv.mod_revision,
     };
     Some((path, entry))
 }

@@ -24,7 +24,8 @@ pub const DEFAULT_PORT: u16 = 2379;
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdMetadata {
-    /// The servers, `host:port` comma-separated (port 2379 when left out).
+    /// The servers, `host:port` comma-separated (port 2379 when left out);
+    /// `https://host:port` (any one of them) for TLS to every server.
     #[serde(deserialize_with = "deserialize_endpoints")]
     pub endpoints: String,
     /// Prepended to every key path; default none. Written as is: give the
@@ -45,6 +46,17 @@ pub struct EtcdMetadata {
     /// milliseconds (doubling on each failure, at most 30 s); default 500.
     #[serde(default = "default_watch_retry_ms")]
     pub watch_retry_ms: u64,
+    /// TLS: the CA bundle that signs the servers' certificates (PEM text or
+    /// a file path); default: the system's roots. Implies TLS.
+    #[serde(default)]
+    pub ca_cert: String,
+    /// TLS: a client certificate chain for etcd's `--client-cert-auth`
+    /// (PEM text or a file path). Implies TLS.
+    #[serde(default)]
+    pub client_cert: String,
+    /// TLS: the client certificate's private key (PEM text or file path).
+    #[serde(default)]
+    pub client_key: String,
 }
 
 fn default_watch_retry_ms() -> u64 {
@@ -61,11 +73,37 @@ impl EtcdMetadata {
             password: String::new(),
             dial_timeout: None,
             watch_retry_ms: DEFAULT_WATCH_RETRY_MS,
+            ca_cert: String::new(),
+            client_cert: String::new(),
+            client_key: String::new(),
         }
+    }
+
+    /// The TLS fields as declared (relative paths against `dir`), and
+    /// whether TLS is asked for (an `https://` endpoint or a TLS field).
+    fn tls_fields(&self, dir: Option<&std::path::Path>) -> Option<crate::tls::ClientTlsFields> {
+        use crate::tls::{ClientTlsFields, PemSource};
+        let fields = ClientTlsFields {
+            ca_cert: PemSource::parse(&self.ca_cert),
+            client_cert: PemSource::parse(&self.client_cert),
+            client_key: PemSource::parse(&self.client_key),
+            insecure_skip_verify: false,
+        };
+        let https = self.endpoints.contains("https://");
+        (https || fields != ClientTlsFields::default()).then(|| fields.resolved(dir))
     }
 
     /// The metadata checked and with its defaults applied.
     pub fn settings(&self) -> Result<EtcdSettings, EtcdMetadataError> {
+        self.settings_in(None)
+    }
+
+    /// As [`settings`](Self::settings), certificate paths relative to
+    /// `dir` (the configuration file's folder); reads the TLS material.
+    pub fn settings_in(
+        &self,
+        dir: Option<&std::path::Path>,
+    ) -> Result<EtcdSettings, EtcdMetadataError> {
         let endpoints =
             parse_endpoints(&self.endpoints).map_err(|reason| EtcdMetadataError::Endpoints {
                 endpoints: self.endpoints.clone(),
@@ -89,7 +127,12 @@ impl EtcdMetadata {
             0 => DEFAULT_WATCH_RETRY_MS,
             ms => ms,
         };
+        let tls = match self.tls_fields(dir) {
+            Some(fields) => Some(fields.load()?),
+            None => None,
+        };
         Ok(EtcdSettings {
+            tls,
             endpoints,
             key_prefix: self.key_prefix.clone(),
             credentials,
@@ -108,6 +151,9 @@ impl fmt::Debug for EtcdMetadata {
             .field("password", &redacted(&self.password))
             .field("dial_timeout", &self.dial_timeout)
             .field("watch_retry_ms", &self.watch_retry_ms)
+            .field("ca_cert", &crate::redis::tls::shown(&self.ca_cert))
+            .field("client_cert", &crate::redis::tls::shown(&self.client_cert))
+            .field("client_key", &crate::redis::tls::shown(&self.client_key))
             .finish()
     }
 }
@@ -143,6 +189,8 @@ pub struct EtcdSettings {
     pub dial: Duration,
     /// `watchRetryMs`, at most 30 s: first wait before re-watching.
     pub watch_retry: Duration,
+    /// The TLS material, read, when TLS is asked for.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl EtcdSettings {
@@ -153,9 +201,10 @@ impl EtcdSettings {
 
     /// The endpoints as URLs, for the client.
     pub fn urls(&self) -> Vec<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         self.endpoints
             .iter()
-            .map(|e| format!("http://{e}"))
+            .map(|e| format!("{scheme}://{e}"))
             .collect()
     }
 
@@ -186,11 +235,14 @@ pub enum EtcdMetadataError {
     /// `password` without `username`.
     #[error("metadata field `password` is set but `username` is not")]
     PasswordWithoutUser,
+    /// The TLS fields cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Parses `endpoints`: `host:port` (port defaults to 2379), `[v6]:port`,
-/// optionally with an `http://` scheme, comma-separated. Returns them as
-/// `host:port`.
+/// optionally with an `http://` or `https://` scheme, comma-separated.
+/// Returns them as `host:port`.
 pub fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
     let parts: Vec<&str> = text
         .split(',')
@@ -204,12 +256,10 @@ pub fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
 }
 
 fn parse_endpoint(text: &str) -> Result<String, String> {
-    if text.starts_with("https://") {
-        return Err(format!(
-            "asks for TLS (`{text}`), which is not built into rewire's etcd store; give `host:port`"
-        ));
-    }
-    let bare = text.strip_prefix("http://").unwrap_or(text);
+    let bare = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+        .unwrap_or(text);
     let bare = bare.strip_suffix('/').unwrap_or(bare);
     if bare.contains("://") || bare.contains('/') {
         return Err(format!("is not `host:port`: `{text}`"));
@@ -306,7 +356,7 @@ mod tests {
         for (value, field) in [
             (json!({}), "endpoints"),
             (json!({"endpoints": "h:port"}), "endpoints"),
-            (json!({"endpoints": "https://h:1"}), "endpoints"),
+            (json!({"endpoints": "ftp://h:1"}), "endpoints"),
             (
                 json!({"endpoints": "h:1", "dialTimeout": "soon"}),
                 "dialTimeout",

@@ -1,6 +1,6 @@
 //! The `etcd` config store: configuration items kept in etcd v3, with
 //! change subscriptions fed by a watch that never misses nor repeats a
-//! change. Built with the `etcd` cargo feature.
+//! change.
 //!
 //! # Key mapping
 //!
@@ -51,7 +51,9 @@
 //!
 //! # Metadata
 //!
-//! `endpoints` (`host:port`, comma-separated, required), `keyPrefix`,
+//! `endpoints` (`host:port`, comma-separated, required; `https://host:port`
+//! for TLS), `caCert`, `clientCert`, `clientKey` (TLS: PEM text or file
+//! paths, read when the store starts; any of them turns TLS on), `keyPrefix`,
 //! `username` and `password` (etcd authentication; the password never
 //! appears in logs or errors), `dialTimeout` (`"5s"`, `"500ms"` or
 //! milliseconds; default 5 s; also the limit on each request),

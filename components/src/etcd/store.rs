@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
+use rewire_etcd::pb::{request_op, response_op, RangeRequest, RequestOp, TxnRequest};
+use rewire_etcd::{prefix_range, Client, ConnectOptions};
 use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
     ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness, SubscriptionHub,
@@ -63,7 +64,7 @@ impl fmt::Debug for Running {
 
 impl Running {
     /// A backend error naming the servers, never the password.
-    fn backend(&self, err: &etcd_client::Error) -> ConfigError {
+    fn backend(&self, err: &rewire_etcd::Error) -> ConfigError {
         ConfigError::Backend(self.settings.scrub(&format!(
             "etcd at {}: {err}",
             self.settings.endpoints_text()
@@ -71,24 +72,28 @@ impl Running {
     }
 
     /// The item stored at `path`, read from a key-value.
-    fn item(&self, kv: &etcd_client::KeyValue) -> Option<ConfigItem> {
+    fn item(&self, kv: &rewire_etcd::pb::KeyValue) -> Option<ConfigItem> {
         let (path, entry) = entry_of(kv)?;
         item_at(&self.layout, &path, entry.value, entry.mod_revision)
     }
 
     async fn get_keys(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
         let paths = self.layout.paths(query).map_err(invalid)?;
-        let mut kv = self.client.kv_client();
         let mut items = Vec::with_capacity(paths.len());
         for chunk in paths.chunks(MAX_TXN_OPS) {
-            let ops: Vec<TxnOp> = chunk.iter().map(|p| TxnOp::get(p.as_str(), None)).collect();
-            let response = kv
-                .txn(Txn::new().and_then(ops))
+            let success = chunk.iter().map(|path| get_op(path)).collect();
+            let request = TxnRequest {
+                success,
+                ..TxnRequest::default()
+            };
+            let response = self
+                .client
+                .txn(request)
                 .await
                 .map_err(|err| self.backend(&err))?;
-            for op in response.op_responses() {
-                if let TxnOpResponse::Get(got) = op {
-                    items.extend(got.kvs().iter().filter_map(|kv| self.item(kv)));
+            for op in response.responses {
+                if let Some(response_op::Response::ResponseRange(got)) = op.response {
+                    items.extend(got.kvs.iter().filter_map(|kv| self.item(kv)));
                 }
             }
         }
@@ -103,16 +108,26 @@ impl Running {
             .map_err(invalid)?;
         let response = self
             .client
-            .kv_client()
-            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .get_prefix(prefix)
             .await
             .map_err(|err| self.backend(&err))?;
         Ok(response
-            .kvs()
+            .kvs
             .iter()
             .filter_map(|kv| self.item(kv))
             .filter(|item| query.matches(item))
             .collect())
+    }
+}
+
+/// A transaction operation reading `path`.
+fn get_op(path: &str) -> RequestOp {
+    let range = RangeRequest {
+        key: path.as_bytes().to_vec(),
+        ..RangeRequest::default()
+    };
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(range)),
     }
 }
 
@@ -122,7 +137,7 @@ fn invalid(err: KeyError) -> ConfigError {
 
 /// Why init failed; names the servers and the field to look at, never the
 /// password.
-fn init_error(settings: &EtcdSettings, err: &etcd_client::Error) -> ComponentError {
+fn init_error(settings: &EtcdSettings, err: &rewire_etcd::Error) -> ComponentError {
     let endpoints = settings.endpoints_text();
     let text = settings.scrub(&err.to_string());
     let lower = text.to_lowercase();
@@ -171,23 +186,28 @@ impl EtcdConfigStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let settings = self.metadata.settings()?;
+        let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
         let layout = KeyLayout::new(settings.key_prefix.clone());
-        let mut options = ConnectOptions::new()
-            .with_timeout(settings.dial)
-            .with_connect_timeout(settings.dial)
-            .with_keep_alive(KEEP_ALIVE_INTERVAL, settings.dial);
-        if let Some(credentials) = &settings.credentials {
-            // Simple tokens expire (5 min idle by default): log in again
-            // rather than fail the request or the re-watch.
-            options = options
-                .with_user(&credentials.username, &credentials.password)
-                .with_auto_token_refresh(true);
-        }
+        // Simple tokens expire (5 min idle by default): the client logs in
+        // again rather than fail the request or the re-watch.
+        let options = ConnectOptions {
+            connect_timeout: settings.dial,
+            timeout: settings.dial,
+            keep_alive: Some((KEEP_ALIVE_INTERVAL, settings.dial)),
+            user: settings
+                .credentials
+                .as_ref()
+                .map(|c| (c.username.clone(), c.password.clone())),
+            tls: settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
+                ca_pem: tls.ca_pem.clone(),
+                identity: tls.identity.clone(),
+                domain: None,
+            }),
+        };
         let connect = async {
-            let client = Client::connect(settings.urls(), Some(options)).await?;
-            let snapshot = read_prefix(&mut client.kv_client(), &layout).await?;
-            Ok::<_, etcd_client::Error>((client, snapshot))
+            let client = Client::connect(&settings.urls(), options).await?;
+            let snapshot = read_prefix(&client, &layout).await?;
+            Ok::<_, rewire_etcd::Error>((client, snapshot))
         };
         let (client, snapshot) = match tokio::time::timeout(settings.dial, connect).await {
             Ok(Ok(connected)) => connected,
@@ -208,6 +228,7 @@ impl Component for EtcdConfigStore {
             keys = snapshot.entries.len(),
             revision = snapshot.revision,
             authenticated = settings.credentials.is_some(),
+            tls = settings.tls.is_some(),
             "etcd config store started."
         );
         let follower = Follower::new(
@@ -240,16 +261,14 @@ impl Component for EtcdConfigStore {
         let Some(running) = &self.running else {
             return Readiness::NotReady("not initialised".into());
         };
-        let mut kv = running.client.kv_client();
-        let probe = kv.get(
-            running.layout.prefix(),
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_limit(1)
-                    .with_keys_only(),
-            ),
-        );
+        let (key, range_end) = prefix_range(running.layout.prefix().as_bytes().to_vec());
+        let probe = running.client.range(RangeRequest {
+            key,
+            range_end,
+            limit: 1,
+            keys_only: true,
+            ..RangeRequest::default()
+        });
         let endpoints = running.settings.endpoints_text();
         match tokio::time::timeout(READINESS_LIMIT, probe).await {
             Ok(Ok(_)) => Readiness::Ready,
@@ -318,9 +337,10 @@ impl ConfigStore for EtcdConfigStore {
             })
             .collect::<Result<Vec<_>, KeyError>>()
             .map_err(invalid)?;
-        let mut kv = running.client.kv_client();
         for (path, value) in writes {
-            kv.put(path, value, None)
+            running
+                .client
+                .put(path, value)
                 .await
                 .map_err(|err| running.backend(&err))?;
         }
@@ -336,9 +356,10 @@ impl ConfigStore for EtcdConfigStore {
             ));
         }
         let paths = running.layout.paths(&query).map_err(invalid)?;
-        let mut kv = running.client.kv_client();
         for path in paths {
-            kv.delete(path, None)
+            running
+                .client
+                .delete(path)
                 .await
                 .map_err(|err| running.backend(&err))?;
         }

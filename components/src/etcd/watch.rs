@@ -25,7 +25,8 @@
 use std::sync::Arc;
 
 use crate::backoff::Backoff;
-use etcd_client::{Client, EventType, WatchOptions, WatchResponse};
+use rewire_etcd::pb::{EventType, WatchCreateRequest, WatchResponse};
+use rewire_etcd::{prefix_range, Client};
 use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -146,15 +147,15 @@ impl Follower {
     /// Watches from `last_seen + 1` and applies responses until the stream
     /// stops.
     async fn follow(&mut self) -> Interrupt {
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(self.last_seen + 1)
-            .with_progress_notify();
-        let mut watch_client = self.client.watch_client();
-        let mut stream = match watch_client
-            .watch(self.layout.prefix(), Some(options))
-            .await
-        {
+        let (key, range_end) = prefix_range(self.layout.prefix().as_bytes().to_vec());
+        let create = WatchCreateRequest {
+            key,
+            range_end,
+            start_revision: self.last_seen + 1,
+            progress_notify: true,
+            ..WatchCreateRequest::default()
+        };
+        let mut stream = match self.client.watch(create).await {
             Ok(stream) => stream,
             Err(err) => return Interrupt::Failed(self.describe(&err)),
         };
@@ -164,22 +165,22 @@ impl Follower {
                 Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
                 Err(err) => return Interrupt::Failed(self.describe(&err)),
             };
-            if response.compact_revision() > 0 {
+            if response.compact_revision > 0 {
                 return Interrupt::Resync(format!(
                     "revision {} is compacted (compacted up to {})",
                     self.last_seen + 1,
-                    response.compact_revision()
+                    response.compact_revision
                 ));
             }
-            if response.canceled() {
-                let reason = response.cancel_reason();
+            if response.canceled {
+                let reason = &response.cancel_reason;
                 if reason.contains("compact") {
                     return Interrupt::Resync(reason.to_string());
                 }
                 return Interrupt::Failed(format!("the server canceled the watch: {reason}"));
             }
-            if response.created() {
-                let revision = response.header().map_or(0, |h| h.revision());
+            if response.created {
+                let revision = response.header.as_ref().map_or(0, |h| h.revision);
                 if revision < self.last_seen {
                     return Interrupt::Resync(format!(
                         "the server is at revision {revision}, behind the {} already seen (restored or re-created?)",
@@ -198,9 +199,9 @@ impl Follower {
         let seen = self.last_seen;
         let mut newest = seen;
         let mut items: Vec<ConfigItem> = Vec::new();
-        for event in response.events() {
-            let Some(kv) = event.kv() else { continue };
-            let revision = kv.mod_revision();
+        for event in &response.events {
+            let Some(kv) = &event.kv else { continue };
+            let revision = kv.mod_revision;
             if revision <= seen {
                 continue;
             }
@@ -208,7 +209,7 @@ impl Follower {
             let Some((path, entry)) = entry_of(kv) else {
                 continue;
             };
-            let value = match event.event_type() {
+            let value = match event.r#type() {
                 EventType::Put => {
                     let value = entry.value.clone();
                     self.cache.put(path.clone(), entry);
@@ -221,10 +222,10 @@ impl Follower {
             };
             items.extend(item_at(&self.layout, &path, value, revision));
         }
-        if response.events().is_empty() {
+        if response.events.is_empty() {
             // A progress notification: no event at or below this revision
             // is still to come.
-            newest = newest.max(response.header().map_or(0, |h| h.revision()));
+            newest = newest.max(response.header.as_ref().map_or(0, |h| h.revision));
         }
         self.last_seen = newest;
         if !items.is_empty() {
@@ -236,8 +237,7 @@ impl Follower {
     /// Re-reads the prefix, publishes what differs from the cache and
     /// continues from the read's revision.
     async fn resync(&mut self) -> Result<(), String> {
-        let mut kv = self.client.kv_client();
-        let snapshot = read_prefix(&mut kv, &self.layout)
+        let snapshot = read_prefix(&self.client, &self.layout)
             .await
             .map_err(|err| self.describe(&err))?;
         let revision = snapshot.revision;
@@ -294,7 +294,7 @@ impl Follower {
         }
     }
 
-    fn describe(&self, err: &etcd_client::Error) -> String {
+    fn describe(&self, err: &rewire_etcd::Error) -> String {
         self.settings.scrub(&format!(
             "etcd at {}: {err}",
             self.settings.endpoints_text()

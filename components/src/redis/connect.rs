@@ -13,6 +13,7 @@ use redis::{
 };
 
 use super::metadata::{ConnectionSettings, RedisMetadataError};
+use super::tls;
 
 /// Longest pause between two reconnection attempts of a dropped connection.
 const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
@@ -96,7 +97,9 @@ async fn open_unbounded(settings: &ConnectionSettings) -> Result<Opened, Connect
     let client = client(settings).await?;
     let server = match (&settings.master_name, client.get_connection_info().addr()) {
         (None, _) => settings.host(),
-        (Some(_), ConnectionAddr::Tcp(host, port)) => format!("{host}:{port}"),
+        (Some(_), ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. }) => {
+            format!("{host}:{port}")
+        }
         (Some(_), other) => other.to_string(),
     };
     // One plain attempt first: its error is the server's own answer (bad
@@ -143,11 +146,18 @@ async fn client(settings: &ConnectionSettings) -> Result<Client, ConnectError> {
                 message: "no address given".into(),
             });
         };
-        let info = ConnectionAddr::Tcp(host.clone(), *port)
+        let info = tls::address(host, *port, settings.tls.as_ref())
             .into_connection_info()
             .map_err(unreachable)?
             .set_redis_settings(redis_settings(settings));
-        return Client::open(info).map_err(unreachable);
+        return match &settings.tls {
+            None => Client::open(info),
+            Some(material) => {
+                warn_if_insecure(settings, material);
+                Client::build_with_tls(info, tls::certificates(material))
+            }
+        }
+        .map_err(unreachable);
     };
     let sentinel_error = |err: RedisError| ConnectError::Sentinel {
         host: settings.host(),
@@ -157,10 +167,19 @@ async fn client(settings: &ConnectionSettings) -> Result<Client, ConnectError> {
     let sentinels = settings
         .addresses
         .iter()
-        .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+        .map(|(host, port)| tls::address(host, *port, settings.tls.as_ref()));
     let mut builder = SentinelClientBuilder::new(sentinels, master, SentinelServerType::Master)
         .map_err(sentinel_error)?
         .set_client_to_redis_db(i64::from(settings.db));
+    if let Some(material) = &settings.tls {
+        // The sentinels and the master they name are reached over TLS alike.
+        warn_if_insecure(settings, material);
+        builder = builder
+            .set_client_to_redis_tls_mode(tls::mode(material))
+            .set_client_to_redis_certificates(tls::certificates(material))
+            .set_client_to_sentinel_tls_mode(tls::mode(material))
+            .set_client_to_sentinel_certificates(tls::certificates(material));
+    }
     if !settings.username.is_empty() {
         builder = builder.set_client_to_redis_username(&settings.username);
     }
@@ -169,6 +188,13 @@ async fn client(settings: &ConnectionSettings) -> Result<Client, ConnectError> {
     }
     let mut sentinel = builder.build().map_err(sentinel_error)?;
     sentinel.async_get_client().await.map_err(sentinel_error)
+}
+
+/// `insecureSkipVerify` is for tests only: say so at every connection.
+fn warn_if_insecure(settings: &ConnectionSettings, material: &crate::tls::ClientTls) {
+    if material.insecure_skip_verify {
+        tracing::warn!(host = %settings.host(), "insecureSkipVerify: the Redis server's certificate is NOT verified; anyone on the path can read and change the traffic. For tests only.");
+    }
 }
 
 fn redis_settings(settings: &ConnectionSettings) -> RedisConnectionInfo {

@@ -23,6 +23,8 @@ use rewire_runtime::{ComponentError, ComponentKey, InPlace, Readiness};
 use serde::{Deserialize, Deserializer};
 use tracing::{info, warn};
 
+mod tls_files;
+
 use super::bounded::BoundedConnection;
 use super::connect::{open, ping, suggests_failover};
 use super::metadata::{ConnectionSettings, RedisMetadata};
@@ -161,6 +163,7 @@ impl RedisConnection {
                 server: opened.server,
             }),
         }));
+        self.follow_tls_files();
         Ok(())
     }
 

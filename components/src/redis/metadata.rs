@@ -52,9 +52,26 @@ pub struct RedisMetadata {
     /// With `failover`: the name of the master the sentinels monitor.
     #[serde(default)]
     pub sentinel_master_name: String,
-    /// Must be false: TLS is not built into these components.
-    #[serde(default, rename = "enableTLS", deserialize_with = "deserialize_tls")]
+    /// Connect over TLS (to the server, and to the sentinels with
+    /// `failover`).
+    #[serde(default, rename = "enableTLS")]
     pub enable_tls: bool,
+    /// With `enableTLS`: the CA bundle that signs the server's certificate
+    /// (PEM text or a file path); empty: the system's roots.
+    #[serde(default)]
+    pub ca_cert: String,
+    /// With `enableTLS`: the client certificate chain for mutual TLS (PEM
+    /// text or a file path).
+    #[serde(default)]
+    pub client_cert: String,
+    /// With `enableTLS`: the client certificate's private key (PEM text or
+    /// a file path).
+    #[serde(default)]
+    pub client_key: String,
+    /// With `enableTLS`: accept any server certificate. For tests only;
+    /// logged as a warning at every connection.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
     /// Prepended to every key (state) or resource id (lock); default none.
     #[serde(default)]
     pub key_prefix: String,
@@ -79,6 +96,10 @@ impl RedisMetadata {
             failover: false,
             sentinel_master_name: String::new(),
             enable_tls: false,
+            ca_cert: String::new(),
+            client_cert: String::new(),
+            client_key: String::new(),
+            insecure_skip_verify: false,
             key_prefix: String::new(),
             ttl_in_seconds: None,
         }
@@ -92,9 +113,7 @@ impl RedisMetadata {
                 host: self.redis_host.clone(),
                 reason,
             })?;
-        if self.enable_tls {
-            return Err(RedisMetadataError::Tls);
-        }
+        let tls = super::tls::load(self)?;
         if self.failover && self.sentinel_master_name.trim().is_empty() {
             return Err(RedisMetadataError::MasterName);
         }
@@ -122,6 +141,7 @@ impl RedisMetadata {
             master_name: self
                 .failover
                 .then(|| self.sentinel_master_name.trim().to_string()),
+            tls,
         })
     }
 }
@@ -147,6 +167,11 @@ impl fmt::Debug for RedisMetadata {
             .field("write_timeout", &self.write_timeout)
             .field("failover", &self.failover)
             .field("sentinel_master_name", &self.sentinel_master_name)
+            .field("enable_tls", &self.enable_tls)
+            .field("client_cert", &super::tls::shown(&self.client_cert))
+            .field("client_key", &super::tls::shown(&self.client_key))
+            .field("ca_cert", &super::tls::shown(&self.ca_cert))
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
             .field("key_prefix", &self.key_prefix)
             .field("ttl_in_seconds", &self.ttl_in_seconds)
             .finish()
@@ -171,6 +196,9 @@ pub struct ConnectionSettings {
     pub response: Option<Duration>,
     /// With failover: the master's name at the sentinels.
     pub master_name: Option<String>,
+    /// With `enableTLS`: the TLS material, read (compared by content, so a
+    /// rotated certificate counts as a change).
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl ConnectionSettings {
@@ -206,6 +234,7 @@ impl fmt::Debug for ConnectionSettings {
             .field("dial", &self.dial)
             .field("response", &self.response)
             .field("master_name", &self.master_name)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -222,9 +251,9 @@ pub enum RedisMetadataError {
         /// What is wrong with it.
         reason: String,
     },
-    /// `enableTLS` is true.
-    #[error("metadata field `enableTLS`: {TLS_MESSAGE}")]
-    Tls,
+    /// The TLS fields cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// `failover` without `sentinelMasterName`.
     #[error("metadata field `sentinelMasterName` is required when `failover` is true")]
     MasterName,
@@ -232,9 +261,6 @@ pub enum RedisMetadataError {
     #[error("metadata field `dialTimeout` must not be negative")]
     DialTimeout,
 }
-
-const TLS_MESSAGE: &str = "TLS is not built into rewire's redis components; \
-    set it to false (or reach Redis through a TLS tunnel on loopback)";
 
 /// Parses `redisHost`: `host:port` (port defaults to 6379), `[v6]:port`,
 /// or several of them comma-separated.
@@ -301,13 +327,6 @@ fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String
     Ok(text)
 }
 
-fn deserialize_tls<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
-    match bool::deserialize(deserializer)? {
-        true => Err(de::Error::custom(TLS_MESSAGE)),
-        false => Ok(false),
-    }
-}
-
 impl From<RedisMetadataError> for rewire_runtime::ComponentError {
     fn from(err: RedisMetadataError) -> Self {
         Self::new(err.to_string())
@@ -347,7 +366,7 @@ mod tests {
     fn bad_values_name_their_field() {
         for (value, field) in [
             (json!({"redisHost": "h:port"}), "redisHost"),
-            (json!({"redisHost": "h:1", "enableTLS": true}), "enableTLS"),
+            (json!({"redisHost": "h:1", "enableTls": true}), "enableTLS"),
             (
                 json!({"redisHost": "h:1", "dialTimeout": "soon"}),
                 "dialTimeout",

@@ -13,8 +13,10 @@
 //! Metadata (see [`RedisMetadata`]): `redisHost` (required), `redisPassword`,
 //! `redisUsername`, `redisDB`, `dialTimeout`, `readTimeout`, `writeTimeout`
 //! (`"5s"`, `"100ms"` or milliseconds), `failover` + `sentinelMasterName`
-//! (`redisHost` then lists the sentinels), `enableTLS` (must be false),
-//! `keyPrefix`, and for the state store `ttlInSeconds`.
+//! (`redisHost` then lists the sentinels), `enableTLS` with `caCert`,
+//! `clientCert`, `clientKey` (PEM text or file paths) and
+//! `insecureSkipVerify` (tests only), `keyPrefix`, and for the state store
+//! `ttlInSeconds`.
 
 pub mod bounded;
 mod connect;
@@ -25,6 +27,7 @@ pub mod metadata;
 pub mod scripts;
 pub mod state;
 mod state_transaction;
+pub mod tls;
 
 pub use connect::ConnectError;
 pub use connection::RedisConnection;

@@ -1,4 +1,3 @@
-#![cfg(feature = "etcd")]
 //! The `etcd` config store against an etcd with authentication on: the
 //! right user and password read, write and watch; a wrong password or none
 //! fails init with an error that names the fields to check and never holds

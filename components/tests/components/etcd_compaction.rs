@@ -1,4 +1,3 @@
-#![cfg(feature = "etcd")]
 //! The `etcd` config store's watch falls behind a compaction: while it
 //! waits to re-connect after a restart, keys change and the history is
 //! compacted. It then re-reads the prefix, publishes the final values and

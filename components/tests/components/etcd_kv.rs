@@ -1,4 +1,3 @@
-#![cfg(feature = "etcd")]
 //! The `etcd` config store's reads and writes against a real etcd: the key
 //! mapping `{keyPrefix}[{group}/]{key}[@{label}]` both ways, listings by
 //! prefix, versions (`mod_revision`), put and delete, rejected keys; plus

@@ -1,4 +1,3 @@
-#![cfg(feature = "etcd")]
 //! The `etcd` config store's watch survives etcd being killed and started
 //! again: the changes made after the restart arrive exactly once, and the
 //! ones made before it are not repeated.

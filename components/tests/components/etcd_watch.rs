@@ -1,4 +1,3 @@
-#![cfg(feature = "etcd")]
 //! Subscriptions of the `etcd` config store: puts and deletes arrive in
 //! order and once each, several changes of one transaction together,
 //! filtered by key, group and label; the watch stops on close and on the
@@ -10,7 +9,6 @@ use crate::support::etcd_server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Txn, TxnOp};
 use etcd_server::{items_until, items_within, show, values_of, EtcdServer};
 use rewire_components::etcd::{EtcdConfigStore, EtcdMetadata};
 use rewire_runtime::{Component, ConfigQuery, ConfigStore, ConfigSubscription, Instance};
@@ -105,16 +103,14 @@ async fn a_transaction_arrives_whole_and_filters_apply() {
     )
     .await;
 
-    let mut client = server.client().await;
-    client
-        .txn(Txn::new().and_then(vec![
-            TxnOp::put("/cfg/db/host", "h", None),
-            TxnOp::put("/cfg/db/host@prod", "hp", None),
-            TxnOp::put("/cfg/db/port@prod", "5432", None),
-            TxnOp::put("/cfg/plain", "p", None),
-        ]))
-        .await
-        .expect("txn");
+    server
+        .put_all(&[
+            ("/cfg/db/host", "h"),
+            ("/cfg/db/host@prod", "hp"),
+            ("/cfg/db/port@prod", "5432"),
+            ("/cfg/plain", "p"),
+        ])
+        .await;
 
     let change = tokio::time::timeout(PATIENCE, all.changes.recv())
         .await

@@ -62,7 +62,7 @@ fn metadata_mistakes_are_caught_before_init() {
         (json!({"redisHots": "h:1"}), "did you mean `redisHost`"),
         (json!({"redisHost": "h:1", "redisDB": "x"}), "redisDB"),
         (
-            json!({"redisHost": "h:1", "enableTLS": "true"}),
+            json!({"redisHost": "h:1", "enableTLS": "maybe"}),
             "enableTLS",
         ),
         (

@@ -1,9 +1,9 @@
-//! The DR switch story with etcd as the config store (feature `etcd`): the
-//! Redis host is a watched configurationRef on an etcd key; changing the key
-//! moves the traffic to the DR server, in place, with no failed request and
-//! every acknowledged write on a server. (With Apollo:
+//! The DR switch story with etcd as the config store: the Redis host is a
+//! watched configurationRef on an etcd key; changing the key moves the
+//! traffic to the DR server, in place, with no failed request and every
+//! acknowledged write on a server — in plain text, and with etcd and both
+//! Redis servers on TLS with client certificates. (With Apollo:
 //! `tests/scenarios/story_redis_failover.rs`.)
-#![cfg(feature = "etcd")]
 
 use crate::support::etcd_server;
 use crate::support::story_load;
@@ -11,24 +11,76 @@ use testkit::redis as redis_server;
 
 use std::time::Duration;
 
-use etcd_server::EtcdServer;
-use redis_server::RedisServer;
+use etcd_server::{EtcdServer, EtcdTls};
+use redis_server::{RedisServer, RedisTls};
 use rewire_runtime::config::{parse, validate};
 use rewire_runtime::{Action, ComponentKey, Outcome, Registry, Runtime, RuntimeOptions, Trigger};
+use serde_json::{json, Value};
 use story_load::{lost_writes, start_load};
+use testkit::certs::TestCa;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dr_switch_in_etcd_without_a_failed_request() {
+    story(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dr_switch_over_tls_to_etcd_and_redis_without_a_failed_request() {
+    story(Some(TestCa::new("story-ca"))).await;
+}
+
+/// `metadata` with the TLS fields of a client of `ca`'s servers.
+fn with_tls(mut metadata: Value, ca: Option<&TestCa>, extra: Value) -> Value {
+    if let Some(ca) = ca {
+        let client = ca.client("rewire");
+        let fields = json!({"caCert": ca.ca_path, "clientCert": client.cert_path, "clientKey": client.key_path});
+        for fields in [fields, extra] {
+            if let (Some(m), Value::Object(f)) = (metadata.as_object_mut(), fields) {
+                m.extend(f);
+            }
+        }
+    }
+    metadata
+}
+
+async fn story(ca: Option<TestCa>) {
     rewire_components::link();
-    let primary = RedisServer::start().await;
-    let dr = RedisServer::start().await;
-    let etcd = EtcdServer::start().await;
+    let redis_tls = |ca: &TestCa| RedisTls {
+        server: ca.server("redis"),
+        ca_path: ca.ca_path.clone(),
+        ca_pem: ca.ca_pem.clone(),
+        client: ca.client("helper"),
+    };
+    let (primary, dr, etcd) = match &ca {
+        None => (
+            RedisServer::start().await,
+            RedisServer::start().await,
+            EtcdServer::start().await,
+        ),
+        Some(ca) => (
+            RedisServer::start_tls(redis_tls(ca), None).await,
+            RedisServer::start_tls(redis_tls(ca), None).await,
+            EtcdServer::start_tls(EtcdTls {
+                server: ca.server("etcd"),
+                ca_path: ca.ca_path.clone(),
+                ca_pem: ca.ca_pem.clone(),
+                client: ca.client("etcd-helper"),
+            })
+            .await,
+        ),
+    };
     etcd.put("/rewire/orders.redisHost", &primary.addr()).await;
+    let etcd_metadata = with_tls(
+        json!({"endpoints": etcd.url(), "keyPrefix": "/rewire/"}),
+        ca.as_ref(),
+        json!({}),
+    );
+    let redis_metadata = with_tls(json!({}), ca.as_ref(), json!({"enableTLS": true}));
     let config = serde_json::json!({
         "appId": "checkout",
         "components": {
-            "config_store": {"etcd": {"type": "etcd", "metadata": {"endpoints": etcd.endpoint(), "keyPrefix": "/rewire/"}}},
-            "state": {"orders": {"type": "redis",
+            "config_store": {"etcd": {"type": "etcd", "metadata": etcd_metadata}},
+            "state": {"orders": {"type": "redis", "metadata": redis_metadata,
                 "configurationRef": [{"store": "etcd", "key": "orders.redisHost", "injectAs": "redisHost", "watch": true}]}}
         }
     });

@@ -15,7 +15,11 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 
-use super::{Connection, ConnectionLimits};
+use super::{Connection, ConnectionLimits, Transport};
+use crate::tls::LiveTls;
+
+/// The longest a client may take to complete the TLS handshake.
+pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The first wait after an accept error.
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
@@ -58,11 +62,14 @@ pub struct Accepted {
     local: SocketAddr,
 }
 
-/// Accepts on `listener` under `limits` until `stop` is cancelled.
+/// Accepts on `listener` under `limits` until `stop` is cancelled; with
+/// `tls`, each connection's handshake runs on its own task (within
+/// [`HANDSHAKE_LIMIT`]) with the configuration in force when it arrived.
 pub fn accept_loop(
     listener: TcpListener,
     limits: ConnectionLimits,
     stop: CancellationToken,
+    tls: Option<Arc<LiveTls>>,
 ) -> Accepted {
     let local = listener
         .local_addr()
@@ -73,7 +80,7 @@ pub fn accept_loop(
         let listener = Arc::clone(&listener);
         async move { listener.accept().await }
     };
-    tokio::spawn(run(accept, limits, stop, sender));
+    tokio::spawn(run(accept, limits, stop, sender, tls));
     Accepted { receiver, local }
 }
 
@@ -83,6 +90,7 @@ async fn run<F, Fut>(
     limits: ConnectionLimits,
     stop: CancellationToken,
     sender: mpsc::Sender<(Connection, SocketAddr)>,
+    tls: Option<Arc<LiveTls>>,
 ) where
     F: FnMut() -> Fut,
     Fut: Future<Output = io::Result<(TcpStream, SocketAddr)>>,
@@ -104,10 +112,29 @@ async fn run<F, Fut>(
         match accepted {
             Ok((stream, peer)) => {
                 backoff.succeeded();
-                let connection = Connection::new(stream, &limits, slot);
-                if sender.send((connection, peer)).await.is_err() {
-                    return;
-                }
+                let Some(tls) = &tls else {
+                    let connection = Connection::new(Transport::Plain(stream), &limits, slot);
+                    if sender.send((connection, peer)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                let (acceptor, limits, sender) = (tls.acceptor(), limits.clone(), sender.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let transport = Transport::Tls(Box::new(stream));
+                            let connection = Connection::new(transport, &limits, slot);
+                            let _ = sender.send((connection, peer)).await;
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, error = %error, "TLS handshake failed.");
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, limit = ?HANDSHAKE_LIMIT, "TLS handshake too slow; connection dropped.");
+                        }
+                    }
+                });
             }
             Err(error) => {
                 let wait = backoff.failed();
@@ -181,7 +208,7 @@ mod tests {
         };
         let stop = CancellationToken::new();
         let (sender, _receiver) = mpsc::channel(1);
-        let loop_task = tokio::spawn(run(accept, limits, stop.clone(), sender));
+        let loop_task = tokio::spawn(run(accept, limits, stop.clone(), sender, None));
         tokio::time::sleep(Duration::from_secs(10)).await;
         stop.cancel();
         loop_task.await.expect("the loop ends on stop");

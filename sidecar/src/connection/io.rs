@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,14 +14,62 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::server::TlsStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
 use super::ConnectionLimits;
+use crate::tls::PeerInfo;
+
+/// The socket of a connection: plain, or TLS after the handshake.
+pub enum Transport {
+    /// Plain text.
+    Plain(TcpStream),
+    /// TLS (handshake done).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// Forwards a poll to the socket, whichever it is.
+macro_rules! forward {
+    ($self:expr, $stream:ident => $call:expr) => {
+        match $self {
+            Transport::Plain($stream) => $call,
+            Transport::Tls($stream) => $call,
+        }
+    };
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
+    }
+}
 
 /// An accepted connection, holding its slot under the cap until dropped.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Transport,
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -30,7 +79,7 @@ pub struct Connection {
 impl Connection {
     /// `stream`, bounded by `limits`, holding `slot`.
     pub(super) fn new(
-        stream: TcpStream,
+        stream: Transport,
         limits: &ConnectionLimits,
         slot: OwnedSemaphorePermit,
     ) -> Self {
@@ -127,9 +176,23 @@ impl AsyncWrite for Connection {
 }
 
 impl Connected for Connection {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = PeerInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        match &self.stream {
+            Transport::Plain(tcp) => PeerInfo {
+                tcp: tcp.connect_info(),
+                certificates: None,
+            },
+            Transport::Tls(tls) => {
+                let (tcp, session) = tls.get_ref();
+                PeerInfo {
+                    tcp: tcp.connect_info(),
+                    certificates: session.peer_certificates().map(|chain| {
+                        Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())
+                    }),
+                }
+            }
+        }
     }
 }

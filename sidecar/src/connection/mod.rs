@@ -8,14 +8,14 @@
 //!
 //! * `accept`: the accept loop, one task per listener, handing connections
 //!   to the server through a channel.
-//! * `io`: the connection itself, a `TcpStream` with its idle timer, the
-//!   shutdown cut and its slot under the cap.
+//! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
+//!   its idle timer, the shutdown cut and its slot under the cap.
 
 mod accept;
 mod io;
 
-pub use accept::{accept_loop, Accepted, Backoff};
-pub use io::Connection;
+pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
+pub use io::{Connection, Transport};
 
 use std::time::Duration;
 

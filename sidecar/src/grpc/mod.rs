@@ -52,10 +52,12 @@ mod subscriptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
+use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
 
 use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use crate::connection::{accept_loop, ConnectionLimits};
+use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
 use dapr::DaprApi;
@@ -82,6 +84,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
+    crate::tls::install_ring_provider();
     let options = state.options.clone();
     let limit = options.max_request_bytes;
     let dapr = DaprServer::new(DaprApi::new(state.clone(), shutdown.clone()))
@@ -99,19 +102,23 @@ pub async fn serve(
     // The admin token may come in its own header or, as Dapr clients send
     // tokens, in `dapr-api-token`. Without an admin token, the app token (if
     // any) guards the Lifecycle API too: it is never more open than the app
-    // API.
-    let admin_auth = RequireToken::new(
-        options
-            .admin_token
-            .clone()
-            .or_else(|| options.app_token.clone()),
-        &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
-        &state,
-    );
+    // API. A Lifecycle client CA replaces that fallback (the certificate is
+    // the admin credential), and is required in addition to an admin token.
+    let lifecycle_ca = options.tls.lifecycle_client_ca.is_some();
+    let admin_token = match (&options.admin_token, lifecycle_ca) {
+        (Some(token), _) => Some(token.clone()),
+        (None, false) => options.app_token.clone(),
+        (None, true) => None,
+    };
+    let admin_auth =
+        RequireToken::new(admin_token, &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER], &state);
+    let admin_cert = RequireClientCert::new(state.tls.grpc.clone(), state.metrics.clone());
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
     let ping = options.idle_timeout / 3;
-    let incoming = accept_loop(listener, limits, shutdown.clone());
+    let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());
     Server::builder()
+        // `Request::remote_addr` keeps working: it reads the TCP info.
+        .layer(InterceptorLayer::new(expose_tcp_info))
         // The Dapr service bounds its calls by `request_timeout` itself.
         .timeout(options.request_timeout.max(push_timeout))
         .http2_keepalive_interval(Some(ping))
@@ -128,14 +135,27 @@ pub async fn serve(
             app_auth,
         ))
         .add_service(InterceptedService::new(
-            ClearLimit::new(lifecycle, limit),
-            admin_auth.clone(),
+            InterceptedService::new(ClearLimit::new(lifecycle, limit), admin_auth.clone()),
+            admin_cert.clone(),
         ))
         .add_service(InterceptedService::new(
-            ClearLimit::new(layotto_lifecycle, limit),
-            admin_auth,
+            InterceptedService::new(ClearLimit::new(layotto_lifecycle, limit), admin_auth),
+            admin_cert,
         ))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
         .await
         .map_err(|e| ApiError::Grpc(e.to_string()))
+}
+
+/// Copies the TCP part of a connection's [`PeerInfo`](crate::tls::PeerInfo)
+/// into the request, where `Request::remote_addr` looks for it.
+fn expose_tcp_info(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    if let Some(tcp) = request
+        .extensions()
+        .get::<crate::tls::PeerInfo>()
+        .map(|p| p.tcp.clone())
+    {
+        request.extensions_mut().insert(tcp);
+    }
+    Ok(request)
 }

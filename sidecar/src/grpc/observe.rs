@@ -92,6 +92,7 @@ mod tests {
             runtime,
             options: Arc::new(ApiOptions::default()),
             metrics: Arc::new(ApiMetrics::new()),
+            tls: crate::tls::ServingTls::default(),
         }
     }
 

@@ -91,8 +91,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
+    crate::tls::install_ring_provider();
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
-    let accepted = accept_loop(listener, limits, shutdown.clone());
+    let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     axum::serve(accepted, router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await

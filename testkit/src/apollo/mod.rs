@@ -14,12 +14,14 @@ mod config_service;
 pub mod hmac;
 mod open_api;
 
+use crate::certs::CertFiles;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio_rustls::TlsAcceptor;
 
 use axum::routing::{get, post, put};
 use axum::Router;
@@ -343,6 +345,7 @@ fn router(state: AppState) -> Router {
 /// A running server.
 pub struct ApolloServer {
     addr: SocketAddr,
+    tls: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -351,16 +354,33 @@ pub struct ApolloServer {
 /// A stopped server: its state and port, ready to restart.
 pub struct StoppedServer {
     addr: SocketAddr,
+    tls: Option<TlsAcceptor>,
     shared: Arc<Shared>,
 }
 
 impl ApolloServer {
     /// A server on a free port holding long polls 2 s.
     pub async fn start() -> Self {
-        Self::serve(Arc::new(Shared::new()), "127.0.0.1:0".parse().unwrap()).await
+        Self::serve(
+            Arc::new(Shared::new()),
+            "127.0.0.1:0".parse().unwrap(),
+            None,
+        )
+        .await
     }
 
-    async fn serve(shared: Arc<Shared>, addr: SocketAddr) -> Self {
+    /// A server on a free port speaking https only, with `certificate`.
+    pub async fn start_tls(certificate: &CertFiles) -> Self {
+        let acceptor = tls_acceptor(certificate);
+        Self::serve(
+            Arc::new(Shared::new()),
+            "127.0.0.1:0".parse().unwrap(),
+            Some(acceptor),
+        )
+        .await
+    }
+
+    async fn serve(shared: Arc<Shared>, addr: SocketAddr, tls: Option<TlsAcceptor>) -> Self {
         let listener = bind(addr).await;
         let addr = listener.local_addr().expect("local addr");
         let stop = CancellationToken::new();
@@ -369,25 +389,38 @@ impl ApolloServer {
             stop: stop.clone(),
         });
         let signal = stop.clone();
+        let acceptor = tls.clone();
         let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { signal.cancelled().await })
-                .await;
+            let shutdown = async move { signal.cancelled().await };
+            let served = match acceptor {
+                None => {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                }
+                Some(acceptor) => {
+                    let listener = TlsListener { listener, acceptor };
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                }
+            };
             if let Err(err) = served {
                 eprintln!("apollo test server: {err}");
             }
         });
         Self {
             addr,
+            tls,
             shared,
             stop,
             task,
         }
     }
 
-    /// The base URL (`http://127.0.0.1:port`).
+    /// The base URL (`http://127.0.0.1:port`, `https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        url(self.addr, self.tls.is_some())
     }
 
     /// Stops serving (connections closed, port freed), keeping the state.
@@ -401,6 +434,7 @@ impl ApolloServer {
         }
         StoppedServer {
             addr: self.addr,
+            tls: self.tls,
             shared: self.shared,
         }
     }
@@ -417,12 +451,12 @@ impl Deref for ApolloServer {
 impl StoppedServer {
     /// The base URL the server had.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        url(self.addr, self.tls.is_some())
     }
 
     /// Serves the same state on the same port again.
     pub async fn restart(self) -> ApolloServer {
-        ApolloServer::serve(self.shared, self.addr).await
+        ApolloServer::serve(self.shared, self.addr, self.tls).await
     }
 }
 
@@ -431,6 +465,58 @@ impl Deref for StoppedServer {
 
     fn deref(&self) -> &Shared {
         &self.shared
+    }
+}
+
+fn url(addr: SocketAddr, tls: bool) -> String {
+    format!("{}://{addr}", if tls { "https" } else { "http" })
+}
+
+/// A TLS acceptor (rustls, ring) serving `certificate`.
+fn tls_acceptor(certificate: &CertFiles) -> TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(certificate.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(certificate.key_pem.as_bytes()).expect("key PEM");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("server config");
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// Accepts TCP connections and completes their TLS handshakes (one at a
+/// time, within 5 s; a failed handshake is skipped).
+struct TlsListener {
+    listener: tokio::net::TcpListener,
+    acceptor: TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, peer)) = self.listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let handshake = self.acceptor.accept(stream);
+            if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_secs(5), handshake).await {
+                return (stream, peer);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rewire_runtime::{ConfigItem, ConfigSubscription};
 use tokio::time::{timeout, Instant};
 
-pub use testkit::etcd::{free_port, EtcdServer};
+pub use testkit::etcd::{free_port, EtcdServer, EtcdTls};
 
 /// Reads the items of `sub` until `done` holds for all items read so far;
 /// panics after `limit`, naming `what` and the items read.

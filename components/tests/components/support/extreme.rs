@@ -85,7 +85,6 @@ impl Target {
 /// The servers and files the targets start against.
 pub struct Servers {
     redis: RedisServer,
-    #[cfg(feature = "etcd")]
     etcd: testkit::etcd::EtcdServer,
     apollo: ApolloServer,
     dir: tempfile::TempDir,
@@ -99,7 +98,6 @@ impl Servers {
         std::fs::write(dir.path().join("secrets.json"), r#"{"s": "v"}"#).unwrap();
         Self {
             redis: RedisServer::start().await,
-            #[cfg(feature = "etcd")]
             etcd: testkit::etcd::EtcdServer::start().await,
             apollo: ApolloServer::start().await,
             dir,
@@ -139,7 +137,6 @@ impl Servers {
             let under = self.dir.path().join("apollo-backups");
             apollo.writes_under = Some((&["backup_config_path"], under));
         }
-        #[cfg(feature = "etcd")]
         targets.push(target(
             "config_store",
             "etcd",

@@ -101,12 +101,16 @@ fn supported() -> String {
 
 /// The first `grpc_config` object, with where it was found.
 fn find_grpc_config(document: &Map<String, Value>) -> Option<(String, &Map<String, Value>)> {
-    let array = |value: Option<&Value>| value.and_then(Value::as_array).cloned().unwrap_or_default();
+    let array =
+        |value: Option<&Value>| value.and_then(Value::as_array).cloned().unwrap_or_default();
     for (s, server) in array(document.get("servers")).iter().enumerate() {
         for (l, listener) in array(server.get("listeners")).iter().enumerate() {
             for (c, chain) in array(listener.get("filter_chains")).iter().enumerate() {
                 for (f, filter) in array(chain.get("filters")).iter().enumerate() {
-                    if filter.pointer("/config/grpc_config").is_some_and(Value::is_object) {
+                    if filter
+                        .pointer("/config/grpc_config")
+                        .is_some_and(Value::is_object)
+                    {
                         let at = format!(
                             "servers[{s}].listeners[{l}].filter_chains[{c}].filters[{f}].config.grpc_config"
                         );
@@ -178,7 +182,8 @@ fn component(here: &str, name: &str, spec: &Value, converted: &mut Converted) ->
             // Layotto's files name the store `name` (`{"name": "local.file",
             // "key": "redisPassword"}`): rewire's Layotto spelling is
             // `store_name`.
-            let named_store = !secret_ref.contains_key("store_name") && !secret_ref.contains_key("store");
+            let named_store =
+                !secret_ref.contains_key("store_name") && !secret_ref.contains_key("store");
             if named_store {
                 if let Some(store) = secret_ref.remove("name") {
                     secret_ref.insert("store_name".into(), store);
@@ -217,12 +222,22 @@ mod tests {
         let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
         assert!(converted.problems.is_empty(), "{:?}", converted.problems);
         assert_eq!(converted.notes.len(), 2, "{:?}", converted.notes);
-        assert!(converted.notes[0].contains("listeners[1]"), "{:?}", converted.notes);
+        assert!(
+            converted.notes[0].contains("listeners[1]"),
+            "{:?}",
+            converted.notes
+        );
         let doc = Value::Object(converted.document);
         assert_eq!(doc["appId"], "app1");
         assert_eq!(doc["components"]["state"]["in-memory"]["type"], "memory");
-        assert_eq!(doc["components"]["secret_store"]["local.env"]["type"], "env");
-        assert_eq!(doc["components"]["secret_store"]["local.file"]["type"], "local.file");
+        assert_eq!(
+            doc["components"]["secret_store"]["local.env"]["type"],
+            "env"
+        );
+        assert_eq!(
+            doc["components"]["secret_store"]["local.file"]["type"],
+            "local.file"
+        );
         let sequencer = &doc["components"]["sequencer"]["redis"];
         assert_eq!(sequencer["type"], "redis");
         assert_eq!(sequencer["secret_ref"][0]["store_name"], "local.file");
@@ -239,9 +254,17 @@ mod tests {
         let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
         let text: Vec<String> = converted.problems.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 2, "{text:?}");
-        assert!(text.iter().any(|t| t.contains("filters[0].config.grpc_config.bindings")
-            && t.contains("`bindings` is not supported")), "{text:?}");
-        assert!(text.iter().any(|t| t.contains("grpc_config.app.colour: unknown field")), "{text:?}");
+        assert!(
+            text.iter()
+                .any(|t| t.contains("filters[0].config.grpc_config.bindings")
+                    && t.contains("`bindings` is not supported")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("grpc_config.app.colour: unknown field")),
+            "{text:?}"
+        );
     }
 
     #[test]

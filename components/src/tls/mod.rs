@@ -1,0 +1,27 @@
+//! TLS material for the backends' clients (Redis, Apollo, etcd): one loader
+//! and one rustls configuration with the ring provider, so every component
+//! reads certificates the same way and none pulls in OpenSSL.
+//!
+//! A certificate field (`caCert`, `clientCert`, `clientKey`) holds either
+//! PEM text (a value starting with `-----BEGIN`, typically injected with a
+//! `secretRef`) or the path of a PEM file (relative paths resolve against
+//! the configuration file's folder). Values are never logged nor put in an
+//! error: errors name the component's field and, for a file, its path.
+//!
+//! * `pem`: [`PemSource`], a field's value, and reading it.
+//! * `client`: [`ClientTlsFields`] (the fields as a component declares
+//!   them) → [`ClientTls`] (the material read) → rustls / tonic
+//!   configurations.
+
+mod client;
+mod pem;
+
+pub use client::{http_config, ClientTls, ClientTlsFields};
+pub use pem::{PemSource, TlsError};
+
+/// Installs rustls's ring provider as the process default, once (later
+/// calls are no-ops). Libraries that build rustls configurations without
+/// naming a provider (reqwest built without its own) need one.
+pub fn install_ring_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

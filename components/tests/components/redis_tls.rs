@@ -1,0 +1,290 @@
+//! The `redis` components over TLS, against a `redis-server` serving TLS
+//! only and requiring client certificates: state and lock work; a server
+//! from another CA or a missing client certificate is refused with an
+//! error naming the field; a new password and a new client certificate
+//! are verified on a new connection and swapped in, a bad certificate
+//! leaves the old connection serving. PEM text never shows in an error.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use rewire_runtime::{
+    GetRequest, InPlace, Instance, SetRequest, StateStore, TryLockRequest, UnlockRequest,
+};
+use serde_json::{json, Value};
+use testkit::certs::TestCa;
+use testkit::redis::{RedisServer, RedisTls};
+
+fn tls_of(ca: &TestCa) -> RedisTls {
+    RedisTls {
+        server: ca.server("redis"),
+        ca_path: ca.ca_path.clone(),
+        ca_pem: ca.ca_pem.clone(),
+        client: ca.client("helper"),
+    }
+}
+
+async fn store(metadata: Value) -> Result<Arc<dyn StateStore>, String> {
+    match common::start("state", "redis", metadata).await? {
+        Instance::State(store) => Ok(store),
+        other => Err(format!("expected a state store, got {other:?}")),
+    }
+}
+
+async fn round_trip(store: &dyn StateStore, key: &str, value: &str) {
+    store
+        .set(SetRequest {
+            key: key.into(),
+            value: value.as_bytes().to_vec(),
+            ..SetRequest::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("set {key}: {e}"));
+    let got = store
+        .get(GetRequest {
+            key: key.into(),
+            ..GetRequest::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    assert_eq!(
+        got.map(|e| e.data),
+        Some(value.as_bytes().to_vec()),
+        "{key}"
+    );
+}
+
+async fn apply(store: &dyn StateStore, metadata: Value) -> Result<InPlace, String> {
+    let dynamic = store.as_in_place().expect("dynamic");
+    dynamic
+        .update_in_place(&common::metadata(metadata))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn state_and_lock_over_tls_with_a_client_certificate() {
+    let ca = TestCa::new("redis-ca");
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let client = ca.client("app");
+    let metadata = json!({
+        "redisHost": server.addr(), "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": client.cert_path, "clientKey": client.key_path,
+    });
+    let store = store(metadata.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    round_trip(&*store, "k", "over tls").await;
+    let stored: Option<String> = redis::cmd("HGET")
+        .arg("k")
+        .arg("data")
+        .query_async(&mut server.connection().await)
+        .await
+        .expect("HGET");
+    assert_eq!(stored.as_deref(), Some("over tls"));
+
+    let lock = match common::start("lock", "redis", metadata).await {
+        Ok(Instance::Lock(lock)) => lock,
+        other => panic!("expected a lock: {other:?}"),
+    };
+    let request = TryLockRequest {
+        resource_id: "r".into(),
+        lock_owner: "me".into(),
+        expiry: std::time::Duration::from_secs(10),
+    };
+    assert!(lock.try_lock(request.clone()).await.expect("lock"));
+    let other = TryLockRequest {
+        lock_owner: "other".into(),
+        ..request
+    };
+    assert!(!lock.try_lock(other).await.expect("lock"));
+    lock.unlock(UnlockRequest {
+        resource_id: "r".into(),
+        lock_owner: "me".into(),
+    })
+    .await
+    .expect("unlock");
+}
+
+#[tokio::test]
+async fn a_foreign_server_or_a_missing_client_certificate_is_refused() {
+    let ca = TestCa::new("redis-ca");
+    let other = TestCa::new("other-ca");
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let client = ca.client("app");
+
+    let err = store(json!({
+        "redisHost": server.addr(), "enableTLS": true, "dialTimeout": "2s",
+        "caCert": other.ca_pem, "clientCert": client.cert_pem, "clientKey": client.key_pem,
+    }))
+    .await
+    .map(drop)
+    .expect_err("a server certificate from another CA");
+    assert!(err.contains(&server.addr()), "{err}");
+    assert!(!err.contains("BEGIN"), "PEM text in the error: {err}");
+
+    let err = store(json!({
+        "redisHost": server.addr(), "enableTLS": true, "dialTimeout": "2s", "caCert": ca.ca_path,
+    }))
+    .await
+    .map(drop)
+    .expect_err("no client certificate");
+    assert!(err.contains(&server.addr()), "{err}");
+
+    let err = store(json!({"redisHost": server.addr(), "clientCert": client.cert_path}))
+        .await
+        .map(drop)
+        .expect_err("a certificate without enableTLS");
+    assert!(
+        err.contains("`clientCert`") && err.contains("enableTLS"),
+        "{err}"
+    );
+
+    let err = store(json!({
+        "redisHost": server.addr(), "enableTLS": true, "caCert": ca.ca_path,
+        "clientCert": client.cert_path,
+    }))
+    .await
+    .map(drop)
+    .expect_err("a certificate without its key");
+    assert!(err.contains("`clientKey`"), "{err}");
+}
+
+#[tokio::test]
+async fn password_and_client_certificate_rotate_through_build_then_swap() {
+    let ca = TestCa::new("redis-ca");
+    let foreign = TestCa::new("foreign-ca");
+    let server = RedisServer::start_tls(tls_of(&ca), Some("first")).await;
+    let (one, two) = (ca.client("app-1"), ca.client("app-2"));
+    let metadata = |password: &str, cert: &str, key: &str| {
+        json!({
+            "redisHost": server.addr(), "redisPassword": password, "enableTLS": true,
+            "caCert": ca.ca_pem, "clientCert": cert, "clientKey": key,
+        })
+    };
+    let store = store(metadata("first", &one.cert_pem, &one.key_pem))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    round_trip(&*store, "a", "1").await;
+
+    // The password rotates on the server, then in the metadata.
+    server
+        .query(&["CONFIG", "SET", "requirepass", "second"])
+        .await
+        .expect("CONFIG SET");
+    let applied = apply(&*store, metadata("second", &one.cert_pem, &one.key_pem)).await;
+    assert_eq!(applied, Ok(InPlace::Applied));
+    round_trip(&*store, "b", "2").await;
+
+    // A new client certificate from the same CA: a new connection, swapped in.
+    let applied = apply(&*store, metadata("second", &two.cert_pem, &two.key_pem)).await;
+    assert_eq!(applied, Ok(InPlace::Applied));
+    round_trip(&*store, "c", "3").await;
+
+    // One from a CA the server does not trust: refused, the old one serves.
+    let bad = foreign.client("intruder");
+    let err = apply(&*store, metadata("second", &bad.cert_pem, &bad.key_pem))
+        .await
+        .expect_err("a client certificate the server does not trust");
+    assert!(err.contains("new metadata rejected"), "{err}");
+    assert!(!err.contains("BEGIN") && !err.contains("second"), "{err}");
+    round_trip(&*store, "d", "4").await;
+}
+
+/// The ids of the server's client connections, but the one asking.
+async fn client_ids(server: &RedisServer) -> Vec<String> {
+    let lines = server
+        .query(&["CLIENT", "LIST"])
+        .await
+        .expect("CLIENT LIST");
+    lines
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter(|line| !line.contains("cmd=client|list"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (ca, next_ca) = (TestCa::new("redis-ca"), TestCa::new("next-ca"));
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = (
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    ca.client("app-1").install_at(&cert, &key);
+    let store = store(json!({
+        "redisHost": server.addr(), "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": cert, "clientKey": key,
+    }))
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                let request = SetRequest {
+                    key: format!("load-{ok}"),
+                    value: b"v".to_vec(),
+                    ..SetRequest::default()
+                };
+                match store.set(request).await {
+                    Ok(()) => ok += 1,
+                    Err(err) => failed.push(err.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    let before = client_ids(&server).await;
+    assert!(!before.is_empty());
+
+    // The server learns to trust the next CA, then the client's files
+    // change to a certificate from it.
+    let bundle = live.path().join("bundle.pem");
+    std::fs::write(&bundle, format!("{}{}", ca.ca_pem, next_ca.ca_pem)).expect("bundle");
+    let bundle = bundle.to_str().expect("UTF-8").to_string();
+    server
+        .query(&["CONFIG", "SET", "tls-ca-cert-file", &bundle])
+        .await
+        .expect("CONFIG SET");
+    next_ca.client("app-2").install_at(&cert, &key);
+
+    // A new connection replaces the old one.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = client_ids(&server).await;
+        if !now.is_empty() && now.iter().all(|id| !before.contains(id)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new connection: {before:?} -> {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Only the new CA from now on: the connection in force carries its certificate.
+    let next_ca_path = next_ca.ca_path.to_str().expect("UTF-8").to_string();
+    server
+        .query(&["CONFIG", "SET", "tls-ca-cert-file", &next_ca_path])
+        .await
+        .expect("CONFIG SET");
+    round_trip(&*store, "after", "rotation").await;
+
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, failed) = load.await.expect("load");
+    println!(
+        "Redis client certificate rotation under load: {ok} writes, {} failed",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
+    assert!(ok > 0);
+}

@@ -1,0 +1,385 @@
+//! [`Client`]: a channel to etcd, the auth token, and one method per call
+//! rewire makes.
+
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::error::Error;
+use crate::pb::{
+    auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
+    AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest, AuthenticateRequest,
+    CompactionRequest, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+};
+
+/// The channel with the auth token attached to every request.
+pub(crate) type Service = InterceptedService<Channel, TokenInterceptor>;
+
+/// How to connect: limits, keep-alive, credentials, TLS.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Limit on opening a connection.
+    pub connect_timeout: Duration,
+    /// Limit on each call (for a watch: on opening the stream).
+    pub timeout: Duration,
+    /// HTTP/2 ping interval and the wait for its answer, if any.
+    pub keep_alive: Option<(Duration, Duration)>,
+    /// `(user, password)` to log in with, if any.
+    pub user: Option<(String, String)>,
+    /// TLS settings for `https://` endpoints (default: the system's roots).
+    pub tls: Option<TlsOptions>,
+}
+
+/// TLS for `https://` endpoints, as PEM bytes.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// The CA bundle that signs the servers' certificates; none: the
+    /// system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// `(certificate chain, key)` for etcd's `--client-cert-auth`.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify in the servers' certificates, when not the
+    /// endpoint's host.
+    pub domain: Option<String>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("ca", &self.ca_pem.as_ref().map(|_| "<PEM>"))
+            .field("identity", &self.identity.as_ref().map(|_| "<PEM>"))
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    fn tonic(&self) -> ClientTlsConfig {
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca_pem {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+            None => config.with_enabled_roots(),
+        };
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &self.domain {
+            config = config.domain_name(domain);
+        }
+        config
+    }
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            timeout: Duration::from_secs(5),
+            keep_alive: None,
+            user: None,
+            tls: None,
+        }
+    }
+}
+
+/// Adds the current auth token (if any) to each request as `token`.
+#[derive(Clone, Default)]
+pub(crate) struct TokenInterceptor {
+    token: Arc<RwLock<Option<AsciiMetadataValue>>>,
+}
+
+impl Interceptor for TokenInterceptor {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        let token = self.token.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(token) = token {
+            request.metadata_mut().insert("token", token);
+        }
+        Ok(request)
+    }
+}
+
+/// A connection to an etcd cluster; cheap to clone (clones share the
+/// channel and the token).
+#[derive(Clone)]
+pub struct Client {
+    service: Service,
+    token: TokenInterceptor,
+    user: Option<Arc<(String, String)>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("user", &self.user.as_ref().map(|u| u.0.as_str()))
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client of the servers at `endpoints` (URLs: `http://host:port`,
+    /// `https://host:port`); logs in first when `options.user` is set.
+    /// Connections open lazily: an unreachable server shows in the first
+    /// call.
+    pub async fn connect(endpoints: &[String], options: ConnectOptions) -> Result<Self, Error> {
+        let mut list = Vec::with_capacity(endpoints.len());
+        for url in endpoints {
+            list.push(endpoint(url, &options)?);
+        }
+        let channel = match list.len() {
+            0 => return Err(Error::NoEndpoint),
+            1 => list.remove(0).connect_lazy(),
+            _ => Channel::balance_list(list.into_iter()),
+        };
+        let token = TokenInterceptor::default();
+        let client = Self {
+            service: InterceptedService::new(channel, token.clone()),
+            token,
+            user: options.user.map(Arc::new),
+            timeout: options.timeout,
+        };
+        if client.user.is_some() {
+            client.login().await?;
+        }
+        Ok(client)
+    }
+
+    /// Logs in with the client's user and keeps the token for later calls.
+    async fn login(&self) -> Result<(), Error> {
+        let Some(user) = &self.user else {
+            return Ok(());
+        };
+        let request = AuthenticateRequest {
+            name: user.0.clone(),
+            password: user.1.clone(),
+        };
+        let mut auth = AuthClient::new(self.service.clone());
+        let response = self.bounded(auth.authenticate(request)).await?;
+        let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
+            Error::Status(tonic::Status::internal(
+                "the server sent an auth token that is not ASCII",
+            ))
+        })?;
+        *self.token.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token);
+        Ok(())
+    }
+
+    /// Runs `call` within the time limit.
+    pub(crate) async fn bounded<R>(
+        &self,
+        call: impl Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    ) -> Result<R, Error> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Error::Status(status)),
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        }
+    }
+
+    /// Runs `call` within the time limit; on an expired token, logs in
+    /// again and runs it once more.
+    pub(crate) async fn call<R, F, Fut>(&self, call: F) -> Result<R, Error>
+    where
+        F: Fn(Service) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        match self.bounded(call(self.service.clone())).await {
+            Err(err) if err.is_invalid_token() && self.user.is_some() => {
+                self.login().await?;
+                self.bounded(call(self.service.clone())).await
+            }
+            other => other,
+        }
+    }
+
+    /// `Range`, as given.
+    pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse, Error> {
+        self.call(|s| {
+            let request = request.clone();
+            async move { KvClient::new(s).range(request).await }
+        })
+        .await
+    }
+
+    /// The value of `key`, if any.
+    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<RangeResponse, Error> {
+        self.range(RangeRequest {
+            key: key.into(),
+            ..RangeRequest::default()
+        })
+        .await
+    }
+
+    /// Every key starting with `prefix`.
+    pub async fn get_prefix(&self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Error> {
+        let (key, range_end) = prefix_range(prefix.into());
+        self.range(RangeRequest {
+            key,
+            range_end,
+            ..RangeRequest::default()
+        })
+        .await
+    }
+
+    /// Puts `key` = `value`.
+    pub async fn put(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<PutResponse, Error> {
+        let request = PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..PutRequest::default()
+        };
+        self.call(|s| {
+            let request = request.clone();
+            async move { KvClient::new(s).put(request).await }
+        })
+        .await
+    }
+
+    /// Deletes `key`.
+    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<DeleteRangeResponse, Error> {
+        let request = DeleteRangeRequest {
+            key: key.into(),
+            ..DeleteRangeRequest::default()
+        };
+        self.call(|s| {
+            let request = request.clone();
+            async move { KvClient::new(s).delete_range(request).await }
+        })
+        .await
+    }
+
+    /// `Txn`, as given.
+    pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Error> {
+        self.call(|s| {
+            let request = request.clone();
+            async move { KvClient::new(s).txn(request).await }
+        })
+        .await
+    }
+
+    /// Compacts the history up to `revision` (`physical`: wait until it is
+    /// removed from disk).
+    pub async fn compact(&self, revision: i64, physical: bool) -> Result<(), Error> {
+        let request = CompactionRequest { revision, physical };
+        self.call(|s| async move { KvClient::new(s).compact(request).await })
+            .await
+            .map(drop)
+    }
+
+    /// The status of the member answering.
+    pub async fn status(&self) -> Result<StatusResponse, Error> {
+        self.call(|s| async move { MaintenanceClient::new(s).status(StatusRequest {}).await })
+            .await
+    }
+
+    /// Adds user `name` with `password`.
+    pub async fn user_add(&self, name: &str, password: &str) -> Result<(), Error> {
+        let request = AuthUserAddRequest {
+            name: name.into(),
+            password: password.into(),
+            ..AuthUserAddRequest::default()
+        };
+        self.call(|s| {
+            let request = request.clone();
+            async move { AuthClient::new(s).user_add(request).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Grants `role` to `user`.
+    pub async fn user_grant_role(&self, user: &str, role: &str) -> Result<(), Error> {
+        let request = AuthUserGrantRoleRequest {
+            user: user.into(),
+            role: role.into(),
+        };
+        self.call(|s| {
+            let request = request.clone();
+            async move { AuthClient::new(s).user_grant_role(request).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Turns authentication on.
+    pub async fn auth_enable(&self) -> Result<(), Error> {
+        self.call(|s| async move { AuthClient::new(s).auth_enable(AuthEnableRequest {}).await })
+            .await
+            .map(drop)
+    }
+}
+
+/// The endpoint for `url`, with the limits, keep-alive and TLS of `options`.
+fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
+    let invalid = |reason: String| Error::Endpoint {
+        endpoint: url.to_string(),
+        reason,
+    };
+    let mut endpoint = Endpoint::from_shared(url.to_string())
+        .map_err(|e| invalid(e.to_string()))?
+        .connect_timeout(options.connect_timeout);
+    if let Some((interval, wait)) = options.keep_alive {
+        endpoint = endpoint
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(wait)
+            .keep_alive_while_idle(true);
+    }
+    if url.starts_with("https://") {
+        let tls = options.tls.clone().unwrap_or_default().tonic();
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    Ok(endpoint)
+}
+
+/// `(key, range_end)` of the range of keys starting with `prefix`, as
+/// `Range` and `Watch` want them (`\0`..`\0`, every key, for an empty one).
+pub fn prefix_range(prefix: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+    if prefix.is_empty() {
+        return (vec![0], vec![0]);
+    }
+    let end = prefix_end(&prefix);
+    (prefix, end)
+}
+
+/// The end of the range of keys starting with `prefix`: the prefix with its
+/// last byte below 0xff incremented (`\0`, every key, if there is none).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{prefix_end, prefix_range};
+
+    #[test]
+    fn prefix_end_increments_the_last_byte_below_0xff() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b""), vec![0]);
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_range(Vec::new()), (vec![0], vec![0]));
+    }
+}

@@ -1,0 +1,49 @@
+//! [`Error`]: why a call failed.
+
+use std::time::Duration;
+
+/// Why a call to etcd failed. The text carries the server's own message
+/// (`etcdserver: authentication failed, …`), never a password.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An endpoint is not a valid URL.
+    #[error("invalid endpoint `{endpoint}`: {reason}")]
+    Endpoint {
+        /// The endpoint given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No endpoint was given.
+    #[error("no endpoint given")]
+    NoEndpoint,
+    /// The server answered with an error status.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(tonic::Status),
+    /// The call did not finish within the limit.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl Error {
+    /// The gRPC status, when the server answered with one.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match self {
+            Self::Status(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// Whether the server refused the auth token as expired or unknown.
+    pub(crate) fn is_invalid_token(&self) -> bool {
+        self.status().is_some_and(|s| {
+            s.code() == tonic::Code::Unauthenticated && s.message().contains("invalid auth token")
+        })
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(status: tonic::Status) -> Self {
+        Self::Status(status)
+    }
+}

@@ -1,0 +1,21 @@
+//! A small etcd v3 client: the KV, Watch, Auth and Maintenance calls rewire
+//! uses, over etcd's own protos compiled with protox at build time (no
+//! system `protoc`, nothing beyond `cargo`).
+//!
+//! * [`Client::connect`] opens a channel to one or more endpoints
+//!   (`http://host:port` or `https://host:port` with [`ConnectOptions::tls`]),
+//!   logs in when given a user, and bounds every call by
+//!   [`ConnectOptions::timeout`].
+//! * An expired auth token (etcd's simple tokens expire after 5 idle
+//!   minutes) is renewed by logging in again, and the call retried once.
+//! * [`pb`] holds the generated messages, for requests the helpers here do
+//!   not cover.
+
+mod client;
+mod error;
+pub mod pb;
+mod watch;
+
+pub use client::{prefix_range, Client, ConnectOptions, TlsOptions};
+pub use error::Error;
+pub use watch::WatchStream;

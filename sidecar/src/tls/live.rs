@@ -1,0 +1,209 @@
+//! [`LiveTls`]: one listener's TLS configuration in force, re-read when one
+//! of its files changes.
+//!
+//! Every second the files are read and compared with what was loaded. On a
+//! change a new configuration is built; only if every file parses and the
+//! key matches the certificate is it swapped in, so a half-written
+//! rotation (certificate replaced, key not yet) is refused, shown in
+//! status, and retried on the next change. The next handshake uses
+//! whatever is in force; open connections keep the one they started with.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::ServerConfig;
+use serde::Serialize;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::material::{ca_verifier, Files};
+use super::settings::ListenerTls;
+
+/// How often the files are compared with what was loaded.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What status shows of one listener's TLS. No key material.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsStatus {
+    /// `grpc` or `http`.
+    pub listener: String,
+    /// The certificate file.
+    pub cert_file: String,
+    /// SHA-256 of the certificate in force (hex).
+    pub certificate_sha256: String,
+    /// How many times a configuration was loaded (1 at start).
+    pub loads: u64,
+    /// Whether clients must present a certificate.
+    pub mutual: bool,
+    /// Why the last change of the files was refused, while the files stay
+    /// as they are (`None` once a good set is loaded).
+    pub error: Option<String>,
+}
+
+/// One listener's TLS configuration in force.
+pub struct LiveTls {
+    files: Files,
+    lifecycle_ca: Option<std::path::PathBuf>,
+    config: ArcSwap<ServerConfig>,
+    lifecycle: ArcSwap<Option<Arc<dyn ClientCertVerifier>>>,
+    status: Mutex<TlsStatus>,
+    loaded: Mutex<Vec<Vec<u8>>>,
+}
+
+impl LiveTls {
+    /// Loads `settings` (and the Lifecycle CA, if any) for `listener`.
+    pub fn load(
+        listener: &str,
+        settings: &ListenerTls,
+        lifecycle_ca: Option<&std::path::Path>,
+    ) -> Result<Arc<Self>, String> {
+        let files = Files {
+            cert: settings.cert.clone(),
+            key: settings.key.clone(),
+            required_ca: settings.client_ca.clone(),
+            optional_ca: lifecycle_ca.map(std::path::Path::to_path_buf),
+        };
+        let contents = files.contents()?;
+        let (config, fingerprint) = files.server_config()?;
+        let lifecycle = lifecycle_ca.map(ca_verifier).transpose()?;
+        let status = TlsStatus {
+            listener: listener.to_string(),
+            cert_file: files.cert.display().to_string(),
+            certificate_sha256: fingerprint,
+            loads: 1,
+            mutual: files.required_ca.is_some(),
+            error: None,
+        };
+        Ok(Arc::new(Self {
+            lifecycle_ca: files.optional_ca.clone(),
+            files,
+            config: ArcSwap::from_pointee(config),
+            lifecycle: ArcSwap::from_pointee(lifecycle),
+            status: Mutex::new(status),
+            loaded: Mutex::new(contents),
+        }))
+    }
+
+    /// An acceptor with the configuration in force now.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.config.load_full())
+    }
+
+    /// The Lifecycle API's client verifier in force, if one is configured.
+    pub fn lifecycle_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.lifecycle.load().as_ref().clone()
+    }
+
+    /// What status shows.
+    pub fn status(&self) -> TlsStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Follows the files until `stop` is cancelled.
+    pub fn follow(self: &Arc<Self>, stop: CancellationToken) {
+        let live = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(RECHECK_EVERY) => {}
+                }
+                live.recheck();
+            }
+        });
+    }
+
+    /// Reloads if the files changed since the last load (or the last
+    /// refused attempt).
+    pub fn recheck(&self) {
+        let contents = match self.files.contents() {
+            Ok(contents) => contents,
+            Err(err) => return self.refuse(err),
+        };
+        {
+            let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            if *loaded == contents {
+                return;
+            }
+            *loaded = contents;
+        }
+        let built = self
+            .files
+            .server_config()
+            .and_then(|(config, fingerprint)| {
+                let lifecycle = self.lifecycle_ca.as_deref().map(ca_verifier).transpose()?;
+                Ok((config, fingerprint, lifecycle))
+            });
+        match built {
+            Ok((config, fingerprint, lifecycle)) => {
+                self.config.store(Arc::new(config));
+                self.lifecycle.store(Arc::new(lifecycle));
+                let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                status.certificate_sha256 = fingerprint;
+                status.loads += 1;
+                status.error = None;
+                tracing::info!(listener = %status.listener, certificate_sha256 = %status.certificate_sha256, "TLS certificate reloaded; new handshakes use it.");
+            }
+            Err(err) => self.refuse(err),
+        }
+    }
+
+    fn refuse(&self, err: String) {
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        if status.error.as_deref() != Some(err.as_str()) {
+            tracing::warn!(listener = %status.listener, error = %err, "New TLS files refused; the certificate in force stays.");
+            status.error = Some(err);
+        }
+    }
+}
+
+/// The TLS in force on both listeners (`None`: plain text).
+#[derive(Clone, Default)]
+pub struct ServingTls {
+    /// The gRPC listener's.
+    pub grpc: Option<Arc<LiveTls>>,
+    /// The HTTP listener's.
+    pub http: Option<Arc<LiveTls>>,
+}
+
+impl ServingTls {
+    /// Loads what `settings` asks for and follows the files until `stop`.
+    pub fn start(settings: &super::TlsSettings, stop: &CancellationToken) -> Result<Self, String> {
+        if settings.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
+            return Err("a Lifecycle client CA needs TLS on the gRPC listener (--tls-cert and --tls-key, or --grpc-tls-cert and --grpc-tls-key)".into());
+        }
+        let load = |listener: &str, tls: &Option<ListenerTls>, lifecycle| {
+            tls.as_ref()
+                .map(|tls| {
+                    let live = LiveTls::load(listener, tls, lifecycle)
+                        .map_err(|err| format!("TLS on the {listener} listener: {err}"))?;
+                    live.follow(stop.clone());
+                    Ok::<_, String>(live)
+                })
+                .transpose()
+        };
+        Ok(Self {
+            grpc: load(
+                "grpc",
+                &settings.grpc,
+                settings.lifecycle_client_ca.as_deref(),
+            )?,
+            http: load("http", &settings.http, None)?,
+        })
+    }
+
+    /// Each TLS listener's status.
+    pub fn status(&self) -> Vec<TlsStatus> {
+        [&self.grpc, &self.http]
+            .into_iter()
+            .flatten()
+            .map(|live| live.status())
+            .collect()
+    }
+}

@@ -1,0 +1,30 @@
+//! TLS on the sidecar's own listeners: server certificates, optional
+//! mutual TLS, a client CA for the Lifecycle API, all followed live.
+//!
+//! * `settings`: [`ListenerTls`] and [`TlsSettings`], what the command
+//!   line asks for.
+//! * `material`: reading the PEM files into a rustls server configuration
+//!   (ring provider) and client verifiers.
+//! * `live`: [`LiveTls`], the configuration in force, re-read when a file
+//!   changes: the next handshake uses the new certificate, connections
+//!   already open keep theirs, and a bad new file is refused (the old
+//!   configuration stays) and shown in status.
+//! * `peer`: what a handshake proved about the client, for the Lifecycle
+//!   API's certificate check.
+
+mod live;
+mod material;
+mod peer;
+mod settings;
+
+pub use live::{LiveTls, ServingTls, TlsStatus};
+pub use peer::{PeerInfo, RequireClientCert};
+pub use settings::{ListenerTls, TlsSettings};
+
+/// Installs rustls's ring provider as the process default if no provider
+/// is installed yet (a choice made earlier stands). Called when the APIs
+/// start: HTTP clients in the same process that build a rustls
+/// configuration without naming a provider (reqwest) then find one.
+pub fn install_ring_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,75 @@
+//! What a connection's handshake proved about the client, and the
+//! Lifecycle API's check of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, UnixTime};
+use tonic::service::Interceptor;
+use tonic::transport::server::TcpConnectInfo;
+use tonic::{Request, Status};
+
+use super::live::LiveTls;
+use crate::ApiMetrics;
+
+/// A gRPC connection's peer: its address, and the certificate chain it
+/// presented over TLS (if any). Tonic puts it in each request's
+/// extensions.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    /// The TCP addresses.
+    pub tcp: TcpConnectInfo,
+    /// The client's certificate chain, end entity first.
+    pub certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+/// Rejects a call whose connection did not present a certificate chaining
+/// to the Lifecycle CA in force (`UNAUTHENTICATED`).
+#[derive(Clone)]
+pub struct RequireClientCert {
+    tls: Option<Arc<LiveTls>>,
+    metrics: Arc<ApiMetrics>,
+}
+
+impl RequireClientCert {
+    /// Checks against `tls`'s Lifecycle CA; `None` (or no CA): no check.
+    pub fn new(tls: Option<Arc<LiveTls>>, metrics: Arc<ApiMetrics>) -> Self {
+        Self { tls, metrics }
+    }
+
+    fn verified(&self, request: &Request<()>) -> Result<(), &'static str> {
+        let Some(verifier) = self.tls.as_ref().and_then(|t| t.lifecycle_verifier()) else {
+            return Ok(());
+        };
+        let chain = request
+            .extensions()
+            .get::<PeerInfo>()
+            .and_then(|p| p.certificates.clone())
+            .ok_or("the Lifecycle API requires a client certificate")?;
+        let (end_entity, intermediates) = chain
+            .split_first()
+            .ok_or("the Lifecycle API requires a client certificate")?;
+        verifier
+            .verify_client_cert(end_entity, intermediates, UnixTime::now())
+            .map(drop)
+            .map_err(|_| "the client certificate is not from the Lifecycle API's CA")
+    }
+}
+
+impl Interceptor for RequireClientCert {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        match self.verified(&request) {
+            Ok(()) => Ok(request),
+            Err(reason) => {
+                self.metrics.observe_request(
+                    "grpc",
+                    "Unauthenticated",
+                    "",
+                    "UNAUTHENTICATED",
+                    Duration::ZERO,
+                );
+                Err(Status::unauthenticated(reason))
+            }
+        }
+    }
+}
