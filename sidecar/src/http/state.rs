@@ -1,7 +1,9 @@
 //! Dapr's state routes: save, get, delete and bulk get, with etags
 //! (`etag` in the body, `If-Match` on delete, `ETag` on get), first-write
 //! concurrency and `ttlInSeconds` metadata. Values are stored as the JSON
-//! bytes of the `value` given, and read back as those bytes.
+//! bytes of the `value` given, exactly as sent (never parsed and
+//! re-encoded: key order, number spelling and spacing are kept), and read
+//! back as those bytes.
 
 use std::collections::HashMap;
 
@@ -11,7 +13,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use rewire_runtime::{BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest};
 
@@ -27,8 +29,9 @@ use crate::ApiState;
 #[derive(Debug, Deserialize)]
 pub(super) struct SaveItem {
     key: String,
+    /// The value's JSON text, as sent.
     #[serde(default)]
-    value: Value,
+    value: Option<Box<RawValue>>,
     #[serde(default)]
     etag: Option<String>,
     #[serde(default, deserialize_with = "lenient_metadata")]
@@ -58,7 +61,7 @@ struct BulkGet {
 pub struct BulkItem {
     key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<Value>,
+    data: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     etag: Option<String>,
     #[serde(skip_serializing_if = "HashMap::is_empty")]
@@ -97,7 +100,10 @@ pub(super) fn set_request(
     let concurrency = concurrency(item.options.unwrap_or_default().concurrency.as_deref())?;
     let mut metadata = item.metadata;
     metadata.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let value = serde_json::to_vec(&item.value).map_err(|e| HttpError::Malformed(e.to_string()))?;
+    // An item without `value` stores JSON `null`, as Dapr does.
+    let value = item
+        .value
+        .map_or_else(|| b"null".to_vec(), |raw| raw.get().as_bytes().to_vec());
     Ok(SetRequest {
         key: item.key,
         value,
@@ -204,9 +210,12 @@ fn bulk_item(item: BulkGetItem) -> BulkItem {
 
 /// Stored bytes as JSON: the bytes themselves when they are JSON (what the
 /// HTTP API stores), else their text as a JSON string.
-fn stored_json(data: &[u8]) -> Value {
-    serde_json::from_slice(data)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(data).into_owned()))
+fn stored_json(data: &[u8]) -> Box<RawValue> {
+    let text = String::from_utf8_lossy(data);
+    RawValue::from_string(text.clone().into_owned()).unwrap_or_else(|_| {
+        // A string always encodes.
+        serde_json::value::to_raw_value(&text).unwrap_or_default()
+    })
 }
 
 /// Dapr's key rules: not empty, no `||` (its key separator).
@@ -256,7 +265,9 @@ mod tests {
 
     #[test]
     fn stored_bytes_come_back_as_json() {
-        assert_eq!(stored_json(br#"{"a":1}"#), serde_json::json!({"a": 1}));
-        assert_eq!(stored_json(b"plain"), Value::String("plain".into()));
+        // JSON comes back as stored, byte for byte.
+        let exact = br#"{"zeta":1, "alpha":2.50}"#;
+        assert_eq!(stored_json(exact).get().as_bytes(), exact);
+        assert_eq!(stored_json(b"plain").get(), r#""plain""#);
     }
 }
