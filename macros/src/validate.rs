@@ -311,13 +311,9 @@ mod tests {
         ) else {
             panic!("accepted")
         };
-        assert_eq!(messages.len(), 5, "{messages:?}");
-        assert!(
-            messages
-                .iter()
-                .any(|m| m.contains("its type `String` is not a component handle")),
-            "{messages:?}"
-        );
+        // A field of a type that is no handle is the compiler's to report
+        // (through `InjectField`), so aliases of handles are accepted.
+        assert_eq!(messages.len(), 4, "{messages:?}");
     }
 
     #[test]
