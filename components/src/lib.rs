@@ -13,6 +13,8 @@ pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file_config;
+pub mod file_store;
+pub mod high_water;
 pub mod json_text;
 pub mod live;
 pub mod local_file_secrets;
