@@ -18,7 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock};
+use std::any::Any;
+use std::sync::{Arc, LazyLock, Weak};
 
 use rewire_runtime::{IdRange, SequencerError};
 use tokio::sync::Mutex;
@@ -77,7 +78,7 @@ struct Marks {
 }
 
 /// What an instance knows of one key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Interval {
     /// Ids must be above this.
     above: i64,
@@ -85,6 +86,12 @@ struct Interval {
     handed: i64,
     /// Ids up to this are reserved for this instance (no file: all).
     reserved: i64,
+    /// The backend (session) that last gave an accepted id; held weakly,
+    /// so it is never mistaken for a new one at the same address.
+    backend: Option<Weak<dyn Any + Send + Sync>>,
+    /// Ids from `backend` must be above this: the largest id handed out
+    /// before it was first used.
+    backend_floor: i64,
 }
 
 impl Interval {
@@ -164,6 +171,7 @@ impl HighWater {
         let mut marks = self.marks.lock().await;
         let mut interval = self.interval(&mut marks, key)?;
         let mut range = next_range(key, interval.floor(), size)?;
+        // A counter here: every range lies above every earlier one.
         if range.to > interval.reserved {
             self.reserve(&mut interval, key, range.to).await?;
             range = next_range(key, interval.floor(), size)?;
@@ -173,14 +181,18 @@ impl HighWater {
         Ok(range)
     }
 
-    /// Whether `range`, from a backend, may be handed out: only if
-    /// `still_current` (the backend is still the one in force) and it lies
-    /// above every id handed out (or reserved by anyone else) for `key`.
-    /// An accepted range is recorded (and reserved) before this returns.
-    pub async fn accept(
+    /// Whether `range`, from `backend`, may be handed out: only if
+    /// `still_current` (the backend is still the one in force), above what
+    /// anyone else reserved, and — the first time an id comes from this
+    /// backend, and every time after — above every id handed out before
+    /// it was first used. (Ids from one backend are unique among
+    /// themselves, so they need not arrive in order.) An accepted range is
+    /// recorded (and reserved) before this returns.
+    pub async fn accept<B: Any + Send + Sync>(
         &self,
         key: &str,
         range: IdRange,
+        backend: &Arc<B>,
         still_current: impl FnOnce() -> bool,
     ) -> Result<Verdict, SequencerError> {
         let mut marks = self.marks.lock().await;
@@ -188,12 +200,19 @@ impl HighWater {
         if range.to > interval.reserved {
             self.reserve(&mut interval, key, range.to).await?;
         }
-        let verdict = if !still_current() || range.from <= interval.floor() {
+        let current = still_current();
+        let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(backend) as _;
+        if current && !interval.backend.as_ref().is_some_and(|b| b.ptr_eq(&weak)) {
+            interval.backend = Some(weak);
+            interval.backend_floor = interval.handed;
+        }
+        let floor = interval.above.max(interval.backend_floor);
+        let verdict = if !current || range.from <= floor {
             Verdict::Retry {
                 floor: interval.floor(),
             }
         } else {
-            interval.handed = range.to;
+            interval.handed = interval.handed.max(range.to);
             Verdict::Accept
         };
         marks.keys.insert(key.to_string(), interval);
@@ -202,7 +221,7 @@ impl HighWater {
 
     fn interval(&self, marks: &mut Marks, key: &str) -> Result<Interval, SequencerError> {
         if let Some(interval) = marks.keys.get(key) {
-            return Ok(*interval);
+            return Ok(interval.clone());
         }
         if marks.keys.len() >= MAX_KEYS {
             return Err(SequencerError::Invalid(format!(
@@ -219,6 +238,8 @@ impl HighWater {
             above,
             handed: 0,
             reserved,
+            backend: None,
+            backend_floor: 0,
         })
     }
 
@@ -336,18 +357,19 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(marks.floor("k").await, Ok(10));
-        let five = IdRange { from: 5, to: 5 };
-        assert_eq!(
-            marks.accept("k", five, || true).await,
-            Ok(Verdict::Retry { floor: 10 })
-        );
-        let eleven = IdRange { from: 11, to: 11 };
-        assert_ne!(marks.accept("k", eleven, || false).await, Ok(Verdict::Accept));
-        assert_eq!(marks.accept("k", eleven, || true).await, Ok(Verdict::Accept));
-        assert_eq!(
-            marks.accept("k", eleven, || true).await,
-            Ok(Verdict::Retry { floor: 11 })
-        );
+        let (a, b) = (Arc::new("a"), Arc::new("b"));
+        let range = |id| IdRange { from: id, to: id };
+        let retry = |floor| Ok(Verdict::Retry { floor });
+        assert_eq!(marks.accept("k", range(5), &a, || true).await, retry(10));
+        assert_ne!(marks.accept("k", range(11), &a, || false).await, Ok(Verdict::Accept));
+        assert_eq!(marks.accept("k", range(12), &a, || true).await, Ok(Verdict::Accept));
+        // Out of order from the same backend: still unique, accepted.
+        assert_eq!(marks.accept("k", range(11), &a, || true).await, Ok(Verdict::Accept));
+        // Another backend: only above what the first one gave.
+        assert_eq!(marks.accept("k", range(12), &b, || true).await, retry(12));
+        assert_eq!(marks.accept("k", range(13), &b, || true).await, Ok(Verdict::Accept));
+        // The first one, swapped out: refused.
+        assert_eq!(marks.accept("k", range(14), &a, || false).await, retry(13));
     }
 
     #[tokio::test]

@@ -107,7 +107,7 @@ impl RedisSequencer {
                 to: last,
             };
             let current = || Arc::ptr_eq(&session, &self.connection.session());
-            match marks.accept(key, range, current).await? {
+            match marks.accept(key, range, &session, current).await? {
                 Verdict::Accept => return Ok(range),
                 Verdict::Retry { floor: above } => {
                     debug!(key, from = range.from, floor = above, "Sequencer reply dropped; asking again.");
