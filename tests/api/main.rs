@@ -21,6 +21,7 @@ mod api_http_configuration;
 mod api_http_health_metadata;
 mod api_http_metrics_status;
 mod api_http_secrets;
+mod api_http_sequencer_file;
 mod api_http_shutdown;
 mod api_http_state;
 mod api_limits;
