@@ -16,9 +16,9 @@
 //! instances' reservations never overlap, so their ids never do; ids
 //! between reservations are skipped, never repeated.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::any::Any;
 use std::sync::{Arc, LazyLock, Weak};
 
 use rewire_runtime::{IdRange, SequencerError};
@@ -332,8 +332,14 @@ mod tests {
         let path = dir.path().join("marks.json");
         let none = BTreeMap::new();
         let first = HighWater::load(Some(path.clone()), &none).await.unwrap();
-        assert_eq!(first.take("k", 1).await.unwrap(), IdRange { from: 1, to: 1 });
-        assert_eq!(first.take("k", 5).await.unwrap(), IdRange { from: 2, to: 6 });
+        assert_eq!(
+            first.take("k", 1).await.unwrap(),
+            IdRange { from: 1, to: 1 }
+        );
+        assert_eq!(
+            first.take("k", 5).await.unwrap(),
+            IdRange { from: 2, to: 6 }
+        );
         let second = HighWater::load(Some(path), &none).await.unwrap();
         let next = second.take("k", 1).await.unwrap();
         assert!(next.from > 6);
@@ -361,13 +367,25 @@ mod tests {
         let range = |id| IdRange { from: id, to: id };
         let retry = |floor| Ok(Verdict::Retry { floor });
         assert_eq!(marks.accept("k", range(5), &a, || true).await, retry(10));
-        assert_ne!(marks.accept("k", range(11), &a, || false).await, Ok(Verdict::Accept));
-        assert_eq!(marks.accept("k", range(12), &a, || true).await, Ok(Verdict::Accept));
+        assert_ne!(
+            marks.accept("k", range(11), &a, || false).await,
+            Ok(Verdict::Accept)
+        );
+        assert_eq!(
+            marks.accept("k", range(12), &a, || true).await,
+            Ok(Verdict::Accept)
+        );
         // Out of order from the same backend: still unique, accepted.
-        assert_eq!(marks.accept("k", range(11), &a, || true).await, Ok(Verdict::Accept));
+        assert_eq!(
+            marks.accept("k", range(11), &a, || true).await,
+            Ok(Verdict::Accept)
+        );
         // Another backend: only above what the first one gave.
         assert_eq!(marks.accept("k", range(12), &b, || true).await, retry(12));
-        assert_eq!(marks.accept("k", range(13), &b, || true).await, Ok(Verdict::Accept));
+        assert_eq!(
+            marks.accept("k", range(13), &b, || true).await,
+            Ok(Verdict::Accept)
+        );
         // The first one, swapped out: refused.
         assert_eq!(marks.accept("k", range(14), &a, || false).await, retry(13));
     }
@@ -377,7 +395,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("marks.json");
         std::fs::write(&path, "not json").unwrap();
-        let err = HighWater::load(Some(path), &BTreeMap::new()).await.unwrap_err();
+        let err = HighWater::load(Some(path), &BTreeMap::new())
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("highWaterFile"), "{err}");
     }
 

@@ -42,7 +42,10 @@ async fn next_ids_strong_and_weak() {
     let sidecar = sidecar(&dir, ApiOptions::default()).await;
     let client = Client::new();
     let url = |key: &str, query: &str| {
-        format!("{}/v1.0/rewire/sequencer/ids/{key}{query}", sidecar.http_url())
+        format!(
+            "{}/v1.0/rewire/sequencer/ids/{key}{query}",
+            sidecar.http_url()
+        )
     };
     let mut last = 100;
     for query in ["?increment=strong", "?increment=WEAK", ""] {
@@ -52,14 +55,21 @@ async fn next_ids_strong_and_weak() {
         assert!(id > last, "{id} after {last}");
         last = id;
     }
-    let bad = client.get(url("orders", "?increment=sometimes")).send().await.unwrap();
+    let bad = client
+        .get(url("orders", "?increment=sometimes"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     let bad_key = client.get(url("a|||b", "")).send().await.unwrap();
     assert_eq!(bad_key.status(), StatusCode::BAD_REQUEST);
     assert_eq!(json_of(bad_key).await["errorCode"], "ERR_SEQUENCER_INVALID");
     let unknown = format!("{}/v1.0/rewire/sequencer/nope/orders", sidecar.http_url());
     let unknown = client.get(unknown).send().await.unwrap();
-    assert_eq!(json_of(unknown).await["errorCode"], "ERR_SEQUENCER_NOT_FOUND");
+    assert_eq!(
+        json_of(unknown).await["errorCode"],
+        "ERR_SEQUENCER_NOT_FOUND"
+    );
     sidecar.stop().await;
 }
 
@@ -86,20 +96,45 @@ async fn files_put_get_stat_list_delete_past_the_body_limit() {
     assert_eq!(info["size"], contents.len());
     assert_eq!(info["name"], "reports/2026/big.bin");
     for name in ["reports/a.txt", "reports/b.txt"] {
-        let put = client.put(format!("{base}/{name}")).body("x").send().await.unwrap();
+        let put = client
+            .put(format!("{base}/{name}"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(put.status(), StatusCode::OK);
     }
 
-    let got = client.get(format!("{base}/reports/2026/big.bin")).send().await.unwrap();
+    let got = client
+        .get(format!("{base}/reports/2026/big.bin"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(got.status(), StatusCode::OK);
     assert!(got.headers().contains_key("last-modified"));
     assert_eq!(got.bytes().await.unwrap(), contents);
-    let head = client.head(format!("{base}/reports/a.txt")).send().await.unwrap();
+    let head = client
+        .head(format!("{base}/reports/a.txt"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(head.status(), StatusCode::OK);
     assert_eq!(head.headers()["content-length"], "1");
 
-    let page = json_of(client.get(format!("{base}?prefix=reports/&limit=2")).send().await.unwrap()).await;
-    let names: Vec<&str> = page["files"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let page = json_of(
+        client
+            .get(format!("{base}?prefix=reports/&limit=2"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let names: Vec<&str> = page["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["reports/2026/big.bin", "reports/a.txt"]);
     assert_eq!(page["marker"], "reports/a.txt");
     let next = format!("{base}?prefix=reports/&limit=2&marker=reports/a.txt");
@@ -107,9 +142,17 @@ async fn files_put_get_stat_list_delete_past_the_body_limit() {
     assert_eq!(page, json!({"files": [page["files"][0].clone()]}));
     assert_eq!(page["files"][0]["name"], "reports/b.txt");
 
-    let deleted = client.delete(format!("{base}/reports/a.txt")).send().await.unwrap();
+    let deleted = client
+        .delete(format!("{base}/reports/a.txt"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
-    let gone = client.get(format!("{base}/reports/a.txt")).send().await.unwrap();
+    let gone = client
+        .get(format!("{base}/reports/a.txt"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(gone.status(), StatusCode::NOT_FOUND);
     assert_eq!(json_of(gone).await["errorCode"], "ERR_FILE_NOT_FOUND");
 
@@ -136,7 +179,12 @@ async fn the_routes_need_the_app_token() {
     let refused = client.put(&file).body("x").send().await.unwrap();
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     assert!(!dir.path().join("files/a.txt").exists());
-    let allowed = client.get(&sequencer).header("dapr-api-token", TOKEN).send().await.unwrap();
+    let allowed = client
+        .get(&sequencer)
+        .header("dapr-api-token", TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(allowed.status(), StatusCode::OK);
     sidecar.stop().await;
 }

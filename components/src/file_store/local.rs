@@ -113,7 +113,10 @@ impl LocalFileStore {
     /// The path of an existing regular file `name`.
     async fn existing(&self, name: &str) -> Result<(PathBuf, std::fs::Metadata), FileError> {
         let parts = names::parts(name)?;
-        let path = self.folder(name, &parts, false).await?.join(parts[parts.len() - 1]);
+        let path = self
+            .folder(name, &parts, false)
+            .await?
+            .join(parts[parts.len() - 1]);
         let meta = tokio::fs::symlink_metadata(&path)
             .await
             .map_err(|err| backend("reading", name, err))?;

@@ -53,7 +53,15 @@ mod tests {
     #[test]
     fn escapes_are_refused_and_plain_names_pass() {
         for bad in [
-            "", "/etc/passwd", "../x", "a/../../x", "a/./b", "a//b", "a/", "a\0b", "a\\..\\b",
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a/./b",
+            "a//b",
+            "a/",
+            "a\0b",
+            "a\\..\\b",
             ".rewire-tmp-1",
         ] {
             assert!(matches!(parts(bad), Err(FileError::Invalid(_))), "{bad:?}");

@@ -110,7 +110,12 @@ impl RedisSequencer {
             match marks.accept(key, range, &session, current).await? {
                 Verdict::Accept => return Ok(range),
                 Verdict::Retry { floor: above } => {
-                    debug!(key, from = range.from, floor = above, "Sequencer reply dropped; asking again.");
+                    debug!(
+                        key,
+                        from = range.from,
+                        floor = above,
+                        "Sequencer reply dropped; asking again."
+                    );
                     floor = above;
                 }
             }

@@ -56,7 +56,10 @@ async fn round_trip(store: Arc<dyn FileStore>) {
     };
     let first = store.list(list("a/", None)).await.unwrap();
     assert_eq!(names(&first), ["a/1.txt", "a/2.txt"]);
-    let second = store.list(list("a/", first.marker.as_deref())).await.unwrap();
+    let second = store
+        .list(list("a/", first.marker.as_deref()))
+        .await
+        .unwrap();
     assert_eq!(names(&second), ["a/3.txt", "a/deep/4.txt"]);
     assert_eq!(second.marker, None);
     let after = store.list(list("a/", Some("a/deep/4.txt"))).await.unwrap();
@@ -67,11 +70,23 @@ async fn round_trip(store: Arc<dyn FileStore>) {
         store.stat("a/2.txt").await,
         Err(FileError::NotFound("a/2.txt".into()))
     );
-    assert!(matches!(store.get("a/2.txt").await, Err(FileError::NotFound(_))));
-    assert!(matches!(store.delete("a/2.txt").await, Err(FileError::NotFound(_))));
+    assert!(matches!(
+        store.get("a/2.txt").await,
+        Err(FileError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete("a/2.txt").await,
+        Err(FileError::NotFound(_))
+    ));
     for bad in ["../escape", "/etc/passwd", "a/../../x", "a//b", "a\0b"] {
-        assert!(matches!(store.put(put(bad, b"x")).await, Err(FileError::Invalid(_))), "{bad:?}");
-        assert!(matches!(store.get(bad).await, Err(FileError::Invalid(_))), "{bad:?}");
+        assert!(
+            matches!(store.put(put(bad, b"x")).await, Err(FileError::Invalid(_))),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(store.get(bad).await, Err(FileError::Invalid(_))),
+            "{bad:?}"
+        );
     }
 }
 
@@ -85,7 +100,10 @@ async fn local_and_memory_put_get_list_stat_delete() {
     let outside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(outside.len(), 1);
     let leftovers = walk(&dir.path().join("files"));
-    assert!(leftovers.iter().all(|p| !p.contains(".rewire-tmp-")), "{leftovers:?}");
+    assert!(
+        leftovers.iter().all(|p| !p.contains(".rewire-tmp-")),
+        "{leftovers:?}"
+    );
 }
 
 fn walk(dir: &std::path::Path) -> Vec<String> {
@@ -114,15 +132,33 @@ async fn symbolic_links_out_of_the_root_are_refused() {
     std::os::unix::fs::symlink(outside.join("secret"), root.join("link")).unwrap();
     let store = store("local", json!({ "root": root.display().to_string() })).await;
     for name in ["out/secret", "link"] {
-        assert!(matches!(store.get(name).await, Err(FileError::Invalid(_))), "{name}");
-        assert!(matches!(store.stat(name).await, Err(FileError::Invalid(_))), "{name}");
-        assert!(matches!(store.delete(name).await, Err(FileError::Invalid(_))), "{name}");
+        assert!(
+            matches!(store.get(name).await, Err(FileError::Invalid(_))),
+            "{name}"
+        );
+        assert!(
+            matches!(store.stat(name).await, Err(FileError::Invalid(_))),
+            "{name}"
+        );
+        assert!(
+            matches!(store.delete(name).await, Err(FileError::Invalid(_))),
+            "{name}"
+        );
     }
-    assert!(matches!(store.put(put("out/new", b"x")).await, Err(FileError::Invalid(_))));
-    assert!(matches!(store.put(put("link", b"x")).await, Err(FileError::Invalid(_))));
+    assert!(matches!(
+        store.put(put("out/new", b"x")).await,
+        Err(FileError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.put(put("link", b"x")).await,
+        Err(FileError::Invalid(_))
+    ));
     let listed = store.list(ListRequest::default()).await.unwrap();
     assert!(listed.files.is_empty(), "{:?}", listed.files);
-    assert_eq!(std::fs::read_to_string(outside.join("secret")).unwrap(), "s3cret");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        "s3cret"
+    );
     assert!(!outside.join("new").exists());
 }
 
@@ -144,7 +180,8 @@ impl AsyncRead for Generated {
         _cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        self.largest_read.fetch_max(buf.remaining(), Ordering::Relaxed);
+        self.largest_read
+            .fetch_max(buf.remaining(), Ordering::Relaxed);
         let n = (self.len - self.sent).min(buf.remaining() as u64);
         let start = self.sent;
         let bytes: Vec<u8> = (start..start + n).map(byte_at).collect();
@@ -188,7 +225,12 @@ async fn a_100_mb_file_streams_through_within_the_bound() {
             break;
         }
         for (i, byte) in chunk[..n].iter().enumerate() {
-            assert_eq!(*byte, byte_at(offset + i as u64), "byte {}", offset + i as u64);
+            assert_eq!(
+                *byte,
+                byte_at(offset + i as u64),
+                "byte {}",
+                offset + i as u64
+            );
         }
         offset += n as u64;
     }
@@ -196,7 +238,10 @@ async fn a_100_mb_file_streams_through_within_the_bound() {
 
     // One byte over the bound: refused, the old file kept, nothing left over.
     let refused = store.put(request(SIZE + 1)).await;
-    assert!(matches!(refused, Err(FileError::TooLarge { limit: SIZE, .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(FileError::TooLarge { limit: SIZE, .. })),
+        "{refused:?}"
+    );
     assert_eq!(store.stat("big/file.bin").await.unwrap().size, SIZE);
     assert_eq!(walk(&root).len(), 1);
 }
@@ -205,11 +250,19 @@ async fn a_100_mb_file_streams_through_within_the_bound() {
 async fn the_memory_store_bounds_each_file_and_the_total() {
     let store = store("memory", json!({"maxFileSize": 4, "maxTotalSize": 6})).await;
     store.put(put("a", b"1234")).await.unwrap();
-    assert!(matches!(store.put(put("b", b"12345")).await, Err(FileError::TooLarge { limit: 4, .. })));
-    assert!(matches!(store.put(put("b", b"123")).await, Err(FileError::TooLarge { limit: 6, .. })));
+    assert!(matches!(
+        store.put(put("b", b"12345")).await,
+        Err(FileError::TooLarge { limit: 4, .. })
+    ));
+    assert!(matches!(
+        store.put(put("b", b"123")).await,
+        Err(FileError::TooLarge { limit: 6, .. })
+    ));
     store.put(put("a", b"12")).await.unwrap();
     store.put(put("b", b"1234")).await.unwrap();
-    let err = common::start("file", "memory", json!({"maxFileSize": 0})).await.unwrap_err();
+    let err = common::start("file", "memory", json!({"maxFileSize": 0}))
+        .await
+        .unwrap_err();
     assert!(err.contains("maxFileSize"), "{err}");
     let err = common::start("file", "local", json!({})).await.unwrap_err();
     assert!(err.contains("root"), "{err}");

@@ -103,13 +103,21 @@ async fn redis_strong_ids_never_repeat_across_a_rebuild_on_another_server() {
     let (a, b) = (RedisServer::start().await, RedisServer::start().await);
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks.json").display().to_string();
-    let old = sequencer("redis", json!({"redisHost": a.addr(), "highWaterFile": marks})).await;
+    let old = sequencer(
+        "redis",
+        json!({"redisHost": a.addr(), "highWaterFile": marks}),
+    )
+    .await;
     let current: Current = Arc::new(RwLock::new(old));
     let swap = current.clone();
     let b_addr = b.addr();
     eight_clients(current, || async move {
         // Built while the old one serves, then swapped in, as a reload does.
-        let new = sequencer("redis", json!({"redisHost": b_addr, "highWaterFile": marks})).await;
+        let new = sequencer(
+            "redis",
+            json!({"redisHost": b_addr, "highWaterFile": marks}),
+        )
+        .await;
         *swap.write().unwrap() = new;
     })
     .await;
@@ -143,10 +151,16 @@ async fn bigger_than_and_bad_keys() {
         assert_eq!(sequencer.get_next_id(strong("other")).await, Ok(1));
         for bad in ["", "a|||b"] {
             let refused = sequencer.get_next_id(strong(bad)).await;
-            assert!(matches!(refused, Err(SequencerError::Invalid(_))), "{bad:?}");
+            assert!(
+                matches!(refused, Err(SequencerError::Invalid(_))),
+                "{bad:?}"
+            );
         }
     }
-    let prefixed = server.query(&["GET", "app:sequencer|||orders"]).await.unwrap();
+    let prefixed = server
+        .query(&["GET", "app:sequencer|||orders"])
+        .await
+        .unwrap();
     assert_eq!(prefixed, ["1001"]);
 }
 
@@ -164,6 +178,8 @@ async fn sequencer_fields_are_refused_elsewhere_and_a_bad_file_is_named() {
     let path = dir.path().join("marks.json");
     std::fs::write(&path, "[1, 2]").unwrap();
     let metadata = json!({"highWaterFile": path.display().to_string()});
-    let err = common::start("sequencer", "memory", metadata).await.unwrap_err();
+    let err = common::start("sequencer", "memory", metadata)
+        .await
+        .unwrap_err();
     assert!(err.contains("metadata field `highWaterFile`"), "{err}");
 }

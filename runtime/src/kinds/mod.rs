@@ -15,10 +15,8 @@ pub use file::{
     FileBody, FileError, FileInfo, FileRead, FileStore, ListPage, ListRequest, PutFileRequest,
 };
 pub use lock::{Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
-pub use sequencer::{
-    IdRange, Increment, NextIdRequest, SegmentRequest, Sequencer, SequencerError,
-};
 pub use secret_store::{SecretError, SecretMap, SecretStore, SecretString};
+pub use sequencer::{IdRange, Increment, NextIdRequest, SegmentRequest, Sequencer, SequencerError};
 pub use state_store::{
     BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError,
     StateStore,

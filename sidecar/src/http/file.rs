@@ -117,7 +117,9 @@ pub async fn list(
         })?,
     };
     let request = ListRequest {
-        prefix: query_value(&pairs, "prefix").unwrap_or_default().to_string(),
+        prefix: query_value(&pairs, "prefix")
+            .unwrap_or_default()
+            .to_string(),
         marker: query_value(&pairs, "marker").map(str::to_string),
         max_keys,
     };

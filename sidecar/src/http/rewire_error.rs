@@ -35,9 +35,10 @@ impl RewireHttpError {
             }
             Self::Sequencer(SequencerOpError::NextId { source, .. }) => match source {
                 SequencerError::Invalid(_) => ("ERR_SEQUENCER_INVALID", StatusCode::BAD_REQUEST),
-                SequencerError::Exhausted(_) | SequencerError::Backend(_) => {
-                    ("ERR_SEQUENCER_GET_NEXT_ID", StatusCode::INTERNAL_SERVER_ERROR)
-                }
+                SequencerError::Exhausted(_) | SequencerError::Backend(_) => (
+                    "ERR_SEQUENCER_GET_NEXT_ID",
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                ),
             },
             Self::File(FileOpError::NotFound(_)) => {
                 ("ERR_FILE_STORE_NOT_FOUND", StatusCode::BAD_REQUEST)

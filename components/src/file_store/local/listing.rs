@@ -13,7 +13,11 @@ use crate::file_store::names::TEMP_PREFIX;
 const MAX_DEPTH: usize = 64;
 
 /// The first `size` files (in name order) matching `req`.
-pub(super) async fn page(root: &Path, req: &ListRequest, size: usize) -> Result<ListPage, FileError> {
+pub(super) async fn page(
+    root: &Path,
+    req: &ListRequest,
+    size: usize,
+) -> Result<ListPage, FileError> {
     let mut found: BTreeMap<String, FileInfo> = BTreeMap::new();
     let mut pending = vec![(root.to_path_buf(), String::new(), 0usize)];
     while let Some((folder, prefix, depth)) = pending.pop() {
@@ -39,8 +43,8 @@ pub(super) async fn page(root: &Path, req: &ListRequest, size: usize) -> Result<
             };
             if file_type.is_dir() {
                 let folder_name = format!("{name}/");
-                let may_match = folder_name.starts_with(&req.prefix)
-                    || req.prefix.starts_with(&folder_name);
+                let may_match =
+                    folder_name.starts_with(&req.prefix) || req.prefix.starts_with(&folder_name);
                 if may_match && depth < MAX_DEPTH {
                     pending.push((entry.path(), folder_name, depth + 1));
                 }
@@ -52,7 +56,11 @@ pub(super) async fn page(root: &Path, req: &ListRequest, size: usize) -> Result<
             {
                 continue;
             }
-            if found.len() > size && found.last_key_value().is_some_and(|(last, _)| name >= *last) {
+            if found.len() > size
+                && found
+                    .last_key_value()
+                    .is_some_and(|(last, _)| name >= *last)
+            {
                 continue;
             }
             if let Ok(meta) = entry.metadata().await {
@@ -66,6 +74,8 @@ pub(super) async fn page(root: &Path, req: &ListRequest, size: usize) -> Result<
     let more = found.len() > size;
     let mut files: Vec<FileInfo> = found.into_values().collect();
     files.truncate(size);
-    let marker = more.then(|| files.last().map(|info| info.name.clone())).flatten();
+    let marker = more
+        .then(|| files.last().map(|info| info.name.clone()))
+        .flatten();
     Ok(ListPage { files, marker })
 }
