@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 const CLIENTS: usize = 8;
 const IDS_PER_CLIENT: usize = 10_000;
 
-async fn sequencer(type_name: &str, metadata: Value) -> Arc<dyn Sequencer> {
+pub(crate) async fn sequencer(type_name: &str, metadata: Value) -> Arc<dyn Sequencer> {
     match common::start("sequencer", type_name, metadata).await {
         Ok(Instance::Sequencer(sequencer)) => sequencer,
         Ok(other) => panic!("expected a sequencer, got {other:?}"),
@@ -31,12 +31,21 @@ fn strong(key: &str) -> NextIdRequest {
 }
 
 /// The sequencer the clients use now; a test swaps it as a reload would.
-type Current = Arc<RwLock<Arc<dyn Sequencer>>>;
+pub(crate) type Current = Arc<RwLock<Arc<dyn Sequencer>>>;
 
 /// `CLIENTS` clients taking `IDS_PER_CLIENT` ids each from whatever
 /// sequencer `current` holds; `halfway` runs once half the ids are taken.
 /// Asserts each client's ids strictly increase and no id repeats.
 async fn eight_clients<F, Fut>(current: Current, halfway: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    clients_taking(current, IDS_PER_CLIENT, halfway).await;
+}
+
+/// [`eight_clients`], `per_client` ids each.
+pub(crate) async fn clients_taking<F, Fut>(current: Current, per_client: usize, halfway: F)
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -47,9 +56,9 @@ where
             let current = current.clone();
             let half_tx = half_tx.clone();
             tokio::spawn(async move {
-                let mut ids = Vec::with_capacity(IDS_PER_CLIENT);
-                for i in 0..IDS_PER_CLIENT {
-                    if i == IDS_PER_CLIENT / 2 {
+                let mut ids = Vec::with_capacity(per_client);
+                for i in 0..per_client {
+                    if i == per_client / 2 {
                         let _ = half_tx.send(()).await;
                     }
                     let sequencer = current.read().unwrap().clone();
@@ -75,7 +84,7 @@ where
             assert!(all.insert(id), "id {id} handed out twice");
         }
     }
-    assert_eq!(all.len(), CLIENTS * IDS_PER_CLIENT);
+    assert_eq!(all.len(), CLIENTS * per_client);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
