@@ -102,10 +102,15 @@ impl RedisSequencer {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|err| SequencerError::Backend(self.connection.describe(&session, &err)))?;
-            let range = IdRange {
-                from: last - i64::from(size) + 1,
-                to: last,
-            };
+            // The script lifts the counter above the floor (>= 0), so the
+            // range starts above zero; anything else is not our counter.
+            let from = last
+                .checked_sub(i64::from(size) - 1)
+                .filter(|from| *from > 0)
+                .ok_or_else(|| {
+                    SequencerError::Backend(format!("counter `{counter}` replied {last}"))
+                })?;
+            let range = IdRange { from, to: last };
             let current = || Arc::ptr_eq(&session, &self.connection.session());
             match marks.accept(key, range, &session, current).await? {
                 Verdict::Accept => return Ok(range),
