@@ -12,6 +12,8 @@ pub mod component_file;
 pub mod env;
 pub mod etcd;
 pub mod file_config;
+pub mod file_store;
+pub mod high_water;
 pub mod json_text;
 pub mod live;
 pub mod local_file_secrets;

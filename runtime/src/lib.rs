@@ -38,6 +38,8 @@ pub use handle::{
     Instance, LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
 };
 #[doc(inline)]
+pub use handle::{FileStoreHandle, SequencerHandle};
+#[doc(inline)]
 pub use kinds::{
     BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
     ConfigSubscription, DeleteRequest, GetRequest, Lock, LockError, SecretError, SecretMap,
@@ -46,6 +48,11 @@ pub use kinds::{
 };
 #[doc(inline)]
 pub use kinds::{StateFeature, TransactionOperation, TransactionRequest};
+#[doc(inline)]
+pub use kinds::{
+    FileBody, FileError, FileInfo, FileRead, FileStore, IdRange, Increment, ListPage, ListRequest,
+    NextIdRequest, PutFileRequest, SegmentRequest, Sequencer, SequencerError,
+};
 #[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]
@@ -77,6 +84,13 @@ pub mod prelude {
         ConfigSubscription, DeleteRequest, GetRequest, LockError, SecretError, SecretMap,
         SecretString, SetRequest, StateEntry, StateError, TryLockRequest, UnlockRequest,
         UnlockStatus,
+    };
+    // The sequencer and file kinds.
+    #[doc(hidden)]
+    pub use crate::{
+        FileBody, FileError, FileInfo, FileRead, FileStore, FileStoreHandle, IdRange, Increment,
+        ListPage, ListRequest, NextIdRequest, PutFileRequest, SegmentRequest, Sequencer,
+        SequencerError, SequencerHandle,
     };
     #[doc(hidden)]
     pub use async_trait::async_trait;

@@ -128,6 +128,10 @@ fn components_lists_the_linked_registry() {
         "config_store/file",
         "secret_store/local.file",
         "secret_store/env",
+        "sequencer/memory",
+        "sequencer/redis",
+        "file/local",
+        "file/memory",
     ] {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }

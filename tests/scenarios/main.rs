@@ -25,6 +25,7 @@ mod reload_rebuild;
 mod reload_remove;
 mod reload_rollback_init;
 mod reload_rollback_readiness;
+mod reload_sequencer;
 mod reload_subscription;
 mod secret_hygiene;
 mod slow_subscriber;

@@ -1,6 +1,6 @@
 //! The `etcd` config store: configuration items kept in etcd v3, with
 //! change subscriptions fed by a watch that never misses nor repeats a
-//! change.
+//! change; and the `etcd` sequencer ([`sequencer`]).
 //!
 //! # Key mapping
 //!
@@ -63,9 +63,12 @@
 mod cache;
 mod keys;
 pub mod metadata;
+pub mod sequencer;
+mod sequencer_kv;
 mod store;
 mod watch;
 
 pub use keys::KeyError;
 pub use metadata::{EtcdMetadata, EtcdMetadataError, EtcdSettings};
+pub use sequencer::EtcdSequencer;
 pub use store::EtcdConfigStore;

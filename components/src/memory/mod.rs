@@ -1,7 +1,10 @@
-//! The `memory` components: a state store, a lock and a config store that
-//! keep their data in process. All of them take every metadata change in
-//! place, so their data survives reloads.
+//! The `memory` components: a state store, a lock, a config store and a
+//! sequencer that keep their data in process. All of them take metadata
+//! changes in place, so their data survives reloads (the sequencer: every
+//! change but a new `highWaterFile`). The `memory` file store is in
+//! [`crate::file_store`].
 
 pub mod config_store;
 pub mod lock;
+pub mod sequencer;
 pub mod state;

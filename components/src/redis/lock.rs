@@ -47,6 +47,7 @@ impl RedisLock {
 
 /// The lock has no use for the state store's default TTL.
 fn check_lock_metadata(metadata: &RedisMetadata) -> Result<(), ComponentError> {
+    super::sequencer::refuse_sequencer_fields(metadata)?;
     match metadata.ttl_in_seconds {
         Some(_) => Err(ComponentError::new(
             "metadata field `ttlInSeconds` belongs to the redis state store; \

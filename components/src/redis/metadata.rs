@@ -80,6 +80,14 @@ pub struct RedisMetadata {
     /// [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
     #[serde(default, deserialize_with = "deserialize_optional_ttl_seconds")]
     pub ttl_in_seconds: Option<i64>,
+    /// Sequencer only: the file keeping its high-water marks, so a rebuilt
+    /// sequencer on another server starts above every id handed out.
+    #[serde(default)]
+    pub high_water_file: Option<String>,
+    /// Sequencer only: per key, the value ids must start above (Layotto's
+    /// `biggerThan`).
+    #[serde(default)]
+    pub bigger_than: std::collections::BTreeMap<String, i64>,
 }
 
 impl RedisMetadata {
@@ -102,6 +110,20 @@ impl RedisMetadata {
             insecure_skip_verify: false,
             key_prefix: String::new(),
             ttl_in_seconds: None,
+            high_water_file: None,
+            bigger_than: Default::default(),
+        }
+    }
+
+    /// The first sequencer-only field that is set, for the state store and
+    /// lock to refuse.
+    pub fn sequencer_field_set(&self) -> Option<&'static str> {
+        if self.high_water_file.is_some() {
+            Some("highWaterFile")
+        } else if !self.bigger_than.is_empty() {
+            Some("biggerThan")
+        } else {
+            None
         }
     }
 
@@ -174,6 +196,8 @@ impl fmt::Debug for RedisMetadata {
             .field("insecure_skip_verify", &self.insecure_skip_verify)
             .field("key_prefix", &self.key_prefix)
             .field("ttl_in_seconds", &self.ttl_in_seconds)
+            .field("high_water_file", &self.high_water_file)
+            .field("bigger_than", &self.bigger_than)
             .finish()
     }
 }

@@ -1,5 +1,6 @@
 //! The `redis` components: a state store and a lock on Redis, with Dapr's
-//! metadata names and data layout (`state.redis`, `lock.redis`).
+//! metadata names and data layout (`state.redis`, `lock.redis`), and a
+//! sequencer with Layotto's (`INCR` on `sequencer|||{key}`).
 //!
 //! Both share the connection handling: [`connection::RedisConnection`]
 //! connects and verifies within `dialTimeout` at init ([`connect`]), and on
@@ -25,6 +26,7 @@ pub mod duration;
 pub mod lock;
 pub mod metadata;
 pub mod scripts;
+pub mod sequencer;
 pub mod state;
 mod state_transaction;
 pub mod tls;
@@ -33,4 +35,5 @@ pub use connect::ConnectError;
 pub use connection::RedisConnection;
 pub use lock::RedisLock;
 pub use metadata::{RedisMetadata, RedisMetadataError};
+pub use sequencer::RedisSequencer;
 pub use state::RedisStateStore;

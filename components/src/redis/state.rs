@@ -78,6 +78,7 @@ impl RedisStateStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for RedisStateStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        super::sequencer::refuse_sequencer_fields(self.connection.session().metadata())?;
         self.connection.init(&cx.key).await
     }
 
@@ -101,6 +102,7 @@ impl InPlaceUpdate for RedisStateStore {
         let new = metadata
             .decode::<RedisMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        super::sequencer::refuse_sequencer_fields(&new)?;
         self.connection.apply(new).await
     }
 }

@@ -16,6 +16,10 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("state", "redis"),
     ("lock", "redis"),
     ("config_store", "apollo"),
+    ("sequencer", "memory"),
+    ("sequencer", "redis"),
+    ("file", "local"),
+    ("file", "memory"),
 ];
 
 #[test]

@@ -15,16 +15,22 @@ pub enum Kind {
     SecretStore,
     /// `lock`: a [`Lock`](crate::Lock).
     Lock,
+    /// `sequencer`: a [`Sequencer`](crate::Sequencer).
+    Sequencer,
+    /// `file`: a [`FileStore`](crate::FileStore).
+    File,
     /// Any other kind: a plain [`Component`](crate::Component).
     Custom(String),
 }
 
 impl Kind {
     /// The built-in kinds.
-    pub const BUILT_IN: [Kind; 4] = [
+    pub const BUILT_IN: [Kind; 6] = [
         Kind::ConfigStore,
+        Kind::File,
         Kind::Lock,
         Kind::SecretStore,
+        Kind::Sequencer,
         Kind::State,
     ];
 
@@ -35,6 +41,8 @@ impl Kind {
             Kind::ConfigStore => "config_store",
             Kind::SecretStore => "secret_store",
             Kind::Lock => "lock",
+            Kind::Sequencer => "sequencer",
+            Kind::File => "file",
             Kind::Custom(kind) => kind,
         }
     }
@@ -46,6 +54,8 @@ impl Kind {
             "config_store" => Kind::ConfigStore,
             "secret_store" => Kind::SecretStore,
             "lock" => Kind::Lock,
+            "sequencer" => Kind::Sequencer,
+            "file" => Kind::File,
             other => Kind::Custom(other.to_string()),
         }
     }

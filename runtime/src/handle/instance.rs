@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::component::Component;
 use crate::component::Kind;
-use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
+use crate::kinds::{ConfigStore, FileStore, Lock, SecretStore, Sequencer, StateStore};
 
 /// A running component instance, as the trait object of its kind.
 #[derive(Clone)]
@@ -17,6 +17,10 @@ pub enum Instance {
     State(Arc<dyn StateStore>),
     /// A `lock`.
     Lock(Arc<dyn Lock>),
+    /// A `sequencer`.
+    Sequencer(Arc<dyn Sequencer>),
+    /// A `file` store.
+    File(Arc<dyn FileStore>),
     /// A component of a custom kind.
     Custom(Arc<dyn Component>),
 }
@@ -29,6 +33,8 @@ impl Instance {
             Instance::SecretStore(c) => c.clone(),
             Instance::State(c) => c.clone(),
             Instance::Lock(c) => c.clone(),
+            Instance::Sequencer(c) => c.clone(),
+            Instance::File(c) => c.clone(),
             Instance::Custom(c) => c.clone(),
         }
     }
@@ -41,6 +47,8 @@ impl Instance {
             Instance::SecretStore(_) => Some(Kind::SecretStore),
             Instance::State(_) => Some(Kind::State),
             Instance::Lock(_) => Some(Kind::Lock),
+            Instance::Sequencer(_) => Some(Kind::Sequencer),
+            Instance::File(_) => Some(Kind::File),
             Instance::Custom(_) => None,
         }
     }
@@ -77,6 +85,8 @@ impl std::fmt::Debug for Instance {
             Instance::SecretStore(_) => "SecretStore",
             Instance::State(_) => "State",
             Instance::Lock(_) => "Lock",
+            Instance::Sequencer(_) => "Sequencer",
+            Instance::File(_) => "File",
             Instance::Custom(_) => "Custom",
         };
         write!(f, "Instance::{kind}")

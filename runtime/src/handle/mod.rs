@@ -27,7 +27,7 @@ pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
 use crate::component::{Component, ComponentError, Kind};
-use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
+use crate::kinds::{ConfigStore, FileStore, Lock, SecretStore, Sequencer, StateStore};
 
 /// One published version of the whole component set.
 #[derive(Debug, Default)]
@@ -298,6 +298,14 @@ typed_handle!(
     /// A handle to a lock.
     LockHandle, Lock, Lock, "lock"
 );
+typed_handle!(
+    /// A handle to a sequencer.
+    SequencerHandle, Sequencer, Sequencer, "sequencer"
+);
+typed_handle!(
+    /// A handle to a file store.
+    FileStoreHandle, File, FileStore, "file store"
+);
 
 /// A handle to a component of any kind (typically a custom one).
 #[derive(Clone, Default)]
@@ -370,6 +378,10 @@ pub enum InjectedHandle {
     State(StateStoreHandle),
     /// A lock.
     Lock(LockHandle),
+    /// A sequencer.
+    Sequencer(SequencerHandle),
+    /// A file store.
+    File(FileStoreHandle),
     /// A component of a custom kind.
     Custom(ComponentHandle),
 }
@@ -387,6 +399,8 @@ impl InjectedHandle {
             Instance::SecretStore(_) => Self::SecretStore(SecretStoreHandle::new(key, live)),
             Instance::State(_) => Self::State(StateStoreHandle::new(key, live)),
             Instance::Lock(_) => Self::Lock(LockHandle::new(key, live)),
+            Instance::Sequencer(_) => Self::Sequencer(SequencerHandle::new(key, live)),
+            Instance::File(_) => Self::File(FileStoreHandle::new(key, live)),
             Instance::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
@@ -398,6 +412,8 @@ impl InjectedHandle {
             Kind::SecretStore => Self::SecretStore(SecretStoreHandle::new(key, live)),
             Kind::State => Self::State(StateStoreHandle::new(key, live)),
             Kind::Lock => Self::Lock(LockHandle::new(key, live)),
+            Kind::Sequencer => Self::Sequencer(SequencerHandle::new(key, live)),
+            Kind::File => Self::File(FileStoreHandle::new(key, live)),
             Kind::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
@@ -409,6 +425,8 @@ impl InjectedHandle {
             Self::SecretStore(h) => h.key(),
             Self::State(h) => h.key(),
             Self::Lock(h) => h.key(),
+            Self::Sequencer(h) => h.key(),
+            Self::File(h) => h.key(),
             Self::Custom(h) => h.key(),
         }
     }
@@ -420,6 +438,8 @@ impl InjectedHandle {
             Self::SecretStore(h) => h.0.clone(),
             Self::State(h) => h.0.clone(),
             Self::Lock(h) => h.0.clone(),
+            Self::Sequencer(h) => h.0.clone(),
+            Self::File(h) => h.0.clone(),
             Self::Custom(h) => h.0.clone(),
         };
         ComponentHandle(target)

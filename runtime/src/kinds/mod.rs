@@ -1,8 +1,10 @@
 //! One trait per component kind, each on top of [`crate::Component`].
 
 pub mod config_store;
+pub mod file;
 pub mod lock;
 pub mod secret_store;
+pub mod sequencer;
 pub mod state_store;
 pub mod state_transaction;
 mod subscriptions;
@@ -10,8 +12,12 @@ mod subscriptions;
 pub use config_store::{
     ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription,
 };
+pub use file::{
+    FileBody, FileError, FileInfo, FileRead, FileStore, ListPage, ListRequest, PutFileRequest,
+};
 pub use lock::{Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
 pub use secret_store::{SecretError, SecretMap, SecretStore, SecretString};
+pub use sequencer::{IdRange, Increment, NextIdRequest, SegmentRequest, Sequencer, SequencerError};
 pub use state_store::{
     BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError,
     StateStore,

@@ -2,8 +2,8 @@
 
 use crate::component::{ComponentError, ComponentKey};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, InjectedHandle, Live, LockHandle, SecretStoreHandle,
-    StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, FileStoreHandle, InjectedHandle, Live, LockHandle,
+    SecretStoreHandle, SequencerHandle, StateStoreHandle,
 };
 
 /// Why an injection failed.
@@ -162,6 +162,8 @@ inject_field!(ConfigStoreHandle, ConfigStore, "config store");
 inject_field!(SecretStoreHandle, SecretStore, "secret store");
 inject_field!(StateStoreHandle, State, "state store");
 inject_field!(LockHandle, Lock, "lock");
+inject_field!(SequencerHandle, Sequencer, "sequencer");
+inject_field!(FileStoreHandle, File, "file store");
 
 impl InjectField for ComponentHandle {
     const WHAT: &'static str = "component";

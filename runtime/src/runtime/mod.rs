@@ -395,6 +395,22 @@ impl Runtime {
         )
     }
 
+    /// A handle to the sequencer `name`.
+    pub fn sequencer(&self, name: &str) -> crate::SequencerHandle {
+        crate::SequencerHandle::new(
+            ComponentKey::new(Kind::Sequencer, name),
+            self.live_generation().clone(),
+        )
+    }
+
+    /// A handle to the file store `name`.
+    pub fn file_store(&self, name: &str) -> crate::FileStoreHandle {
+        crate::FileStoreHandle::new(
+            ComponentKey::new(Kind::File, name),
+            self.live_generation().clone(),
+        )
+    }
+
     /// A handle to any component.
     pub fn component(&self, key: ComponentKey) -> ComponentHandle {
         ComponentHandle::new(key, self.live_generation().clone())

@@ -79,6 +79,8 @@ pub fn dapr_component_type(kind: &Kind, type_name: &str) -> String {
         Kind::SecretStore => "secretstores",
         Kind::ConfigStore => "configuration",
         Kind::Lock => "lock",
+        Kind::Sequencer => "sequencer",
+        Kind::File => "file",
         Kind::Custom(custom) => custom,
     };
     format!("{category}.{type_name}")

@@ -18,9 +18,11 @@
 mod budget;
 mod call;
 mod configuration;
+mod file;
 mod lock;
 mod metadata;
 mod secrets;
+mod sequencer;
 mod state;
 mod state_transaction;
 
@@ -28,8 +30,10 @@ pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
 pub(crate) use configuration::config_item_bytes;
 pub use configuration::{ConfigOpError, ConfigOps};
+pub use file::{FileOpError, FileOps};
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
 pub use secrets::{exposed, SecretOpError, SecretOps};
+pub use sequencer::{SequencerOpError, SequencerOps};
 pub use state::{StateOpError, StateOps};
 pub use state_transaction::{transaction_operation, MAX_TRANSACTION_OPERATIONS};

@@ -16,21 +16,24 @@ mod call;
 mod configuration;
 mod deadline;
 mod error;
+mod file;
 mod health;
 mod input;
 mod lock;
 mod metadata;
 mod metrics;
 mod observe;
+mod rewire_error;
 mod routes;
 mod secrets;
+mod sequencer;
 mod state;
 mod state_transaction;
 mod status;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{middleware, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -65,6 +68,15 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::METADATA, get(metadata::get))
         .route(routes::METRICS, get(metrics::get))
         .route(routes::STATUS, get(status::get))
+        .route(routes::SEQUENCER, get(sequencer::next_id))
+        .route(routes::FILES, get(file::list))
+        .route(
+            routes::FILE,
+            put(file::put)
+                .get(file::get)
+                .head(file::stat)
+                .delete(file::delete),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(state.options.max_request_bytes))

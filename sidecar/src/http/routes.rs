@@ -30,6 +30,12 @@ pub const METADATA: &str = "/v1.0/metadata";
 pub const METRICS: &str = "/metrics";
 /// rewire's status: generation, components, reloads.
 pub const STATUS: &str = "/v1.0/rewire/status";
+/// The next id of a sequencer's key (rewire's own route).
+pub const SEQUENCER: &str = "/v1.0/rewire/sequencer/{store}/{key}";
+/// List a file store (rewire's own route).
+pub const FILES: &str = "/v1.0/rewire/file/{store}";
+/// Put, get, stat (HEAD) or delete one file (rewire's own route).
+pub const FILE: &str = "/v1.0/rewire/file/{store}/{*name}";
 
 /// The routes served without the app token (health probes).
 pub const UNAUTHENTICATED: [&str; 2] = [HEALTHZ, HEALTHZ_OUTBOUND];

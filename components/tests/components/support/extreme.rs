@@ -132,6 +132,12 @@ impl Servers {
                 }),
             ),
         ];
+        let under = |name: &str| self.dir.path().join(name);
+        let mut sequencer = target("sequencer", "memory", json!({}));
+        sequencer.writes_under = Some((&["highWaterFile"], under("marks")));
+        let mut files = target("file", "local", json!({"root": path("files")}));
+        files.writes_under = Some((&["root"], under("file-roots")));
+        targets.extend([sequencer, files, target("file", "memory", json!({}))]);
         let apollo = targets.iter_mut().find(|t| t.type_name == "apollo");
         if let Some(apollo) = apollo {
             let under = self.dir.path().join("apollo-backups");
@@ -263,6 +269,17 @@ pub async fn exercise(instance: &Instance, drawn: &Drawn) {
         Instance::SecretStore(store) => {
             let _ = store.get_secret("s", &HashMap::new()).await;
             let _ = store.bulk_get_secret(&HashMap::new()).await;
+        }
+        Instance::Sequencer(sequencer) => {
+            let request = rewire_runtime::NextIdRequest {
+                key: "extreme".into(),
+                ..Default::default()
+            };
+            let _ = sequencer.get_next_id(request).await;
+        }
+        Instance::File(store) => {
+            let _ = store.stat("extreme").await;
+            let _ = store.list(rewire_runtime::ListRequest::default()).await;
         }
         Instance::Custom(_) => {}
     }

@@ -1,0 +1,197 @@
+//! The `memory` file store: files kept in process, bounded per file
+//! (`maxFileSize`, default 64 MiB) and in total (`maxTotalSize`, default
+//! 256 MiB). Metadata changes apply in place and keep the files.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use rewire_runtime::{
+    Component, ComponentError, FileError, FileInfo, FileRead, FileStore, InPlace, InPlaceUpdate,
+    ListPage, ListRequest, Metadata, PutFileRequest,
+};
+use serde::Deserialize;
+
+use super::{copy_bounded, deserialize_size, names, page_size};
+
+/// Metadata of the `memory` file store.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MemoryFileMetadata {
+    /// Largest file, in bytes.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_file_size: u64,
+    /// Largest sum of all files, in bytes.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_total_size: u64,
+}
+
+impl Default for MemoryFileMetadata {
+    fn default() -> Self {
+        Self {
+            max_file_size: 64 << 20,
+            max_total_size: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Stored {
+    data: Arc<[u8]>,
+    modified: SystemTime,
+}
+
+#[derive(Debug, Default)]
+struct Files {
+    by_name: BTreeMap<String, Stored>,
+    total: u64,
+}
+
+/// An in-process file store.
+#[derive(rewire_runtime::Component, Debug, Default)]
+#[component(
+    kind = "file",
+    type = "memory",
+    example = r#"{"maxFileSize": 67108864, "maxTotalSize": 268435456}"#
+)]
+pub struct MemoryFileStore {
+    #[metadata]
+    metadata: MemoryFileMetadata,
+    limits: Mutex<Option<MemoryFileMetadata>>,
+    files: Mutex<Files>,
+}
+
+impl MemoryFileStore {
+    /// An empty store with `metadata`'s limits.
+    pub fn new(metadata: MemoryFileMetadata) -> Self {
+        Self {
+            metadata,
+            ..Self::default()
+        }
+    }
+
+    fn limits(&self) -> MemoryFileMetadata {
+        let limits = self.limits.lock().unwrap_or_else(|p| p.into_inner());
+        limits.clone().unwrap_or_else(|| self.metadata.clone())
+    }
+
+    fn files(&self) -> MutexGuard<'_, Files> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn info(name: &str, stored: &Stored) -> FileInfo {
+        FileInfo {
+            name: name.to_string(),
+            size: stored.data.len() as u64,
+            modified: stored.modified,
+        }
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for MemoryFileStore {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl InPlaceUpdate for MemoryFileStore {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let new = metadata
+            .decode::<MemoryFileMetadata>()
+            .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        *self.limits.lock().unwrap_or_else(|p| p.into_inner()) = Some(new);
+        Ok(InPlace::Applied)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl FileStore for MemoryFileStore {
+    async fn put(&self, req: PutFileRequest) -> Result<FileInfo, FileError> {
+        names::parts(&req.name)?;
+        let limits = self.limits();
+        let mut data = Vec::new();
+        copy_bounded(&req.name, req.body, &mut data, limits.max_file_size).await?;
+        let mut files = self.files();
+        let replaced = files
+            .by_name
+            .get(&req.name)
+            .map_or(0, |old| old.data.len() as u64);
+        let total = files.total - replaced + data.len() as u64;
+        if total > limits.max_total_size {
+            return Err(FileError::TooLarge {
+                name: req.name,
+                limit: limits.max_total_size,
+            });
+        }
+        let stored = Stored {
+            data: data.into(),
+            modified: SystemTime::now(),
+        };
+        let info = Self::info(&req.name, &stored);
+        files.by_name.insert(req.name, stored);
+        files.total = total;
+        Ok(info)
+    }
+
+    async fn get(&self, name: &str) -> Result<FileRead, FileError> {
+        names::parts(name)?;
+        let files = self.files();
+        let stored = files
+            .by_name
+            .get(name)
+            .ok_or_else(|| FileError::NotFound(name.to_string()))?;
+        Ok(FileRead {
+            info: Self::info(name, stored),
+            body: Box::pin(std::io::Cursor::new(stored.data.clone())),
+        })
+    }
+
+    async fn list(&self, req: ListRequest) -> Result<ListPage, FileError> {
+        let size = page_size(&req);
+        let files = self.files();
+        let start = match &req.marker {
+            Some(marker) => Bound::Excluded(marker.clone()),
+            None => Bound::Included(req.prefix.clone()),
+        };
+        let mut page: Vec<FileInfo> = files
+            .by_name
+            .range((start, Bound::Unbounded))
+            .skip_while(|(name, _)| !name.starts_with(&req.prefix) && **name < req.prefix)
+            .take_while(|(name, _)| name.starts_with(&req.prefix))
+            .take(size + 1)
+            .map(|(name, stored)| Self::info(name, stored))
+            .collect();
+        let marker = (page.len() > size).then(|| {
+            page.truncate(size);
+            page.last().map(|info| info.name.clone())
+        });
+        Ok(ListPage {
+            files: page,
+            marker: marker.flatten(),
+        })
+    }
+
+    async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
+        names::parts(name)?;
+        let files = self.files();
+        files
+            .by_name
+            .get(name)
+            .map(|stored| Self::info(name, stored))
+            .ok_or_else(|| FileError::NotFound(name.to_string()))
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), FileError> {
+        names::parts(name)?;
+        let mut files = self.files();
+        let removed = files
+            .by_name
+            .remove(name)
+            .ok_or_else(|| FileError::NotFound(name.to_string()))?;
+        files.total -= removed.data.len() as u64;
+        Ok(())
+    }
+}

@@ -1,0 +1,269 @@
+//! The file stores (`local`, `memory`): put / get / stat / list / delete,
+//! names confined to the store, and a 100 MB file streamed through within
+//! the size bound, never read whole.
+
+use crate::common;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rewire_runtime::{FileError, FileStore, Instance, ListRequest, PutFileRequest};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+
+async fn store(type_name: &str, metadata: Value) -> Arc<dyn FileStore> {
+    match common::start("file", type_name, metadata).await {
+        Ok(Instance::File(store)) => store,
+        Ok(other) => panic!("expected a file store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn put(name: &str, body: &'static [u8]) -> PutFileRequest {
+    PutFileRequest {
+        name: name.into(),
+        body: Box::pin(body),
+        metadata: Default::default(),
+    }
+}
+
+async fn read_all(store: &dyn FileStore, name: &str) -> Result<Vec<u8>, FileError> {
+    let mut read = store.get(name).await?;
+    let mut data = Vec::new();
+    read.body.read_to_end(&mut data).await.unwrap();
+    Ok(data)
+}
+
+fn names(page: &rewire_runtime::ListPage) -> Vec<&str> {
+    page.files.iter().map(|f| f.name.as_str()).collect()
+}
+
+async fn round_trip(store: Arc<dyn FileStore>) {
+    for name in ["a/1.txt", "a/2.txt", "a/3.txt", "b.txt", "a/deep/4.txt"] {
+        let info = store.put(put(name, b"hello")).await.unwrap();
+        assert_eq!((info.name.as_str(), info.size), (name, 5));
+    }
+    store.put(put("b.txt", b"replaced")).await.unwrap();
+    assert_eq!(read_all(&*store, "b.txt").await.unwrap(), b"replaced");
+    assert_eq!(store.stat("a/1.txt").await.unwrap().size, 5);
+
+    let list = |prefix: &str, marker: Option<&str>| ListRequest {
+        prefix: prefix.into(),
+        marker: marker.map(Into::into),
+        max_keys: 2,
+    };
+    let first = store.list(list("a/", None)).await.unwrap();
+    assert_eq!(names(&first), ["a/1.txt", "a/2.txt"]);
+    let second = store
+        .list(list("a/", first.marker.as_deref()))
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["a/3.txt", "a/deep/4.txt"]);
+    assert_eq!(second.marker, None);
+    let after = store.list(list("a/", Some("a/deep/4.txt"))).await.unwrap();
+    assert!(after.files.is_empty() && after.marker.is_none());
+
+    store.delete("a/2.txt").await.unwrap();
+    assert_eq!(
+        store.stat("a/2.txt").await,
+        Err(FileError::NotFound("a/2.txt".into()))
+    );
+    assert!(matches!(
+        store.get("a/2.txt").await,
+        Err(FileError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete("a/2.txt").await,
+        Err(FileError::NotFound(_))
+    ));
+    for bad in ["../escape", "/etc/passwd", "a/../../x", "a//b", "a\0b"] {
+        assert!(
+            matches!(store.put(put(bad, b"x")).await, Err(FileError::Invalid(_))),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(store.get(bad).await, Err(FileError::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn local_and_memory_put_get_list_stat_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files").display().to_string();
+    round_trip(store("local", json!({ "root": root })).await).await;
+    round_trip(store("memory", json!({})).await).await;
+    // Nothing escaped the root; no temporary file is left behind.
+    let outside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(outside.len(), 1);
+    let leftovers = walk(&dir.path().join("files"));
+    assert!(
+        leftovers.iter().all(|p| !p.contains(".rewire-tmp-")),
+        "{leftovers:?}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all.extend(walk(&path));
+        } else {
+            all.push(path.display().to_string());
+        }
+    }
+    all
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn symbolic_links_out_of_the_root_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "s3cret").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("out")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret"), root.join("link")).unwrap();
+    let store = store("local", json!({ "root": root.display().to_string() })).await;
+    for name in ["out/secret", "link"] {
+        assert!(
+            matches!(store.get(name).await, Err(FileError::Invalid(_))),
+            "{name}"
+        );
+        assert!(
+            matches!(store.stat(name).await, Err(FileError::Invalid(_))),
+            "{name}"
+        );
+        assert!(
+            matches!(store.delete(name).await, Err(FileError::Invalid(_))),
+            "{name}"
+        );
+    }
+    assert!(matches!(
+        store.put(put("out/new", b"x")).await,
+        Err(FileError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.put(put("link", b"x")).await,
+        Err(FileError::Invalid(_))
+    ));
+    let listed = store.list(ListRequest::default()).await.unwrap();
+    assert!(listed.files.is_empty(), "{:?}", listed.files);
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        "s3cret"
+    );
+    assert!(!outside.join("new").exists());
+}
+
+/// A body of `len` bytes made up as it is read (never held), recording the
+/// largest read it was asked for.
+struct Generated {
+    len: u64,
+    sent: u64,
+    largest_read: Arc<AtomicUsize>,
+}
+
+fn byte_at(offset: u64) -> u8 {
+    (offset.wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+impl AsyncRead for Generated {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.largest_read
+            .fetch_max(buf.remaining(), Ordering::Relaxed);
+        let n = (self.len - self.sent).min(buf.remaining() as u64);
+        let start = self.sent;
+        let bytes: Vec<u8> = (start..start + n).map(byte_at).collect();
+        buf.put_slice(&bytes);
+        self.sent += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_100_mb_file_streams_through_within_the_bound() {
+    const SIZE: u64 = 100 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let metadata = json!({ "root": root.display().to_string(), "maxFileSize": SIZE });
+    let store = store("local", metadata).await;
+    let largest_read = Arc::new(AtomicUsize::new(0));
+    let body = |len| Generated {
+        len,
+        sent: 0,
+        largest_read: largest_read.clone(),
+    };
+    let request = |len| PutFileRequest {
+        name: "big/file.bin".into(),
+        body: Box::pin(body(len)),
+        metadata: Default::default(),
+    };
+    assert_eq!(store.put(request(SIZE)).await.unwrap().size, SIZE);
+    // The store pulled the body in chunks, never all of it at once.
+    let largest = largest_read.load(Ordering::Relaxed);
+    assert!(largest <= 1024 * 1024, "asked for {largest} bytes at once");
+
+    // Read back through a 64 KiB buffer, checked as it comes.
+    let mut read = store.get("big/file.bin").await.unwrap();
+    assert_eq!(read.info.size, SIZE);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut offset: u64 = 0;
+    loop {
+        let n = read.body.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        for (i, byte) in chunk[..n].iter().enumerate() {
+            assert_eq!(
+                *byte,
+                byte_at(offset + i as u64),
+                "byte {}",
+                offset + i as u64
+            );
+        }
+        offset += n as u64;
+    }
+    assert_eq!(offset, SIZE);
+
+    // One byte over the bound: refused, the old file kept, nothing left over.
+    let refused = store.put(request(SIZE + 1)).await;
+    assert!(
+        matches!(refused, Err(FileError::TooLarge { limit: SIZE, .. })),
+        "{refused:?}"
+    );
+    assert_eq!(store.stat("big/file.bin").await.unwrap().size, SIZE);
+    assert_eq!(walk(&root).len(), 1);
+}
+
+#[tokio::test]
+async fn the_memory_store_bounds_each_file_and_the_total() {
+    let store = store("memory", json!({"maxFileSize": 4, "maxTotalSize": 6})).await;
+    store.put(put("a", b"1234")).await.unwrap();
+    assert!(matches!(
+        store.put(put("b", b"12345")).await,
+        Err(FileError::TooLarge { limit: 4, .. })
+    ));
+    assert!(matches!(
+        store.put(put("b", b"123")).await,
+        Err(FileError::TooLarge { limit: 6, .. })
+    ));
+    store.put(put("a", b"12")).await.unwrap();
+    store.put(put("b", b"1234")).await.unwrap();
+    let err = common::start("file", "memory", json!({"maxFileSize": 0}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("maxFileSize"), "{err}");
+    let err = common::start("file", "local", json!({})).await.unwrap_err();
+    assert!(err.contains("root"), "{err}");
+}

@@ -1,0 +1,133 @@
+//! The file routes (rewire's own; Dapr has none). Contents stream both
+//! ways, bounded by the store's `maxFileSize`, never held whole:
+//!
+//! * `PUT /v1.0/rewire/file/{store}/{*name}`: the body is the file →
+//!   `{"name", "size", "lastModified"}`;
+//! * `GET` the same path: the file (`Content-Length`, `Last-Modified`);
+//! * `HEAD`: the same headers, no body (stat);
+//! * `DELETE`: 204;
+//! * `GET /v1.0/rewire/file/{store}?prefix=&marker=&limit=`: one page,
+//!   `{"files": [...], "marker": "..."}` (`marker` only when more follow).
+
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::extract::Path;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use tokio_stream::StreamExt;
+use tokio_util::io::{ReaderStream, StreamReader};
+
+use rewire_runtime::{FileInfo, ListRequest};
+
+use super::error::HttpError;
+use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
+use super::rewire_error::RewireHttpError;
+use crate::dapr::Call;
+
+/// Bytes sent per chunk of a streamed file.
+const CHUNK: usize = 64 * 1024;
+
+fn http_date(time: SystemTime) -> String {
+    httpdate::fmt_http_date(time)
+}
+
+fn info_json(info: &FileInfo) -> Value {
+    json!({
+        "name": info.name,
+        "size": info.size,
+        "lastModified": http_date(info.modified),
+    })
+}
+
+fn info_headers(info: &FileInfo) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
+    if let Ok(modified) = HeaderValue::from_str(&http_date(info.modified)) {
+        headers.insert(header::LAST_MODIFIED, modified);
+    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers
+}
+
+/// `PUT /v1.0/rewire/file/{store}/{*name}`: writes the body as the file.
+pub async fn put(
+    call: Call,
+    Path((store, name)): Path<(String, String)>,
+    query: QueryPairs,
+    body: Body,
+) -> Result<Json<Value>, RewireHttpError> {
+    let metadata = request_metadata(&query_pairs(query)?).into_iter().collect();
+    let ops = call.file_store(&store)?;
+    let chunks = body
+        .into_data_stream()
+        .map(|chunk| chunk.map_err(std::io::Error::other));
+    let info = ops
+        .put(name, Box::pin(StreamReader::new(chunks)), metadata)
+        .await?;
+    Ok(Json(info_json(&info)))
+}
+
+/// `GET /v1.0/rewire/file/{store}/{*name}`: the file, streamed.
+pub async fn get(
+    call: Call,
+    Path((store, name)): Path<(String, String)>,
+) -> Result<Response, RewireHttpError> {
+    let read = call.file_store(&store)?.get(&name).await?;
+    let body = Body::from_stream(ReaderStream::with_capacity(read.body, CHUNK));
+    Ok((info_headers(&read.info), body).into_response())
+}
+
+/// `HEAD /v1.0/rewire/file/{store}/{*name}`: the file's size and age.
+pub async fn stat(
+    call: Call,
+    Path((store, name)): Path<(String, String)>,
+) -> Result<Response, RewireHttpError> {
+    let info = call.file_store(&store)?.stat(&name).await?;
+    Ok(info_headers(&info).into_response())
+}
+
+/// `DELETE /v1.0/rewire/file/{store}/{*name}`: removes the file.
+pub async fn delete(
+    call: Call,
+    Path((store, name)): Path<(String, String)>,
+) -> Result<StatusCode, RewireHttpError> {
+    call.file_store(&store)?.delete(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1.0/rewire/file/{store}`: one page of the listing.
+pub async fn list(
+    call: Call,
+    Path(store): Path<String>,
+    query: QueryPairs,
+) -> Result<Json<Value>, RewireHttpError> {
+    let pairs = query_pairs(query)?;
+    let max_keys = match query_value(&pairs, "limit") {
+        None => 0,
+        Some(text) => text.parse::<usize>().map_err(|_| {
+            HttpError::Malformed(format!(
+                "query parameter `limit` is `{text}`; expected a whole number"
+            ))
+        })?,
+    };
+    let request = ListRequest {
+        prefix: query_value(&pairs, "prefix")
+            .unwrap_or_default()
+            .to_string(),
+        marker: query_value(&pairs, "marker").map(str::to_string),
+        max_keys,
+    };
+    let page = call.file_store(&store)?.list(request).await?;
+    let files: Vec<Value> = page.files.iter().map(info_json).collect();
+    let mut body = json!({ "files": files });
+    if let Some(marker) = page.marker {
+        body["marker"] = json!(marker);
+    }
+    Ok(Json(body))
+}

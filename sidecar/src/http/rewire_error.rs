@@ -1,0 +1,65 @@
+//! Errors of rewire's own routes (sequencer, file), in the JSON shape of
+//! Dapr's: `{"errorCode": "ERR_…", "message": "…"}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use rewire_runtime::{FileError, SequencerError};
+
+use super::error::HttpError;
+use crate::dapr::{FileOpError, SequencerOpError};
+
+/// Why a call to a rewire route failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RewireHttpError {
+    /// The request itself (query, body) is wrong.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// A sequencer operation failed.
+    #[error(transparent)]
+    Sequencer(#[from] SequencerOpError),
+    /// A file operation failed.
+    #[error(transparent)]
+    File(#[from] FileOpError),
+}
+
+impl RewireHttpError {
+    /// The error code and HTTP status.
+    fn code_and_status(&self) -> (&'static str, StatusCode) {
+        match self {
+            Self::Http(err) => (err.code(), err.status()),
+            Self::Sequencer(SequencerOpError::NotFound(_)) => {
+                ("ERR_SEQUENCER_NOT_FOUND", StatusCode::BAD_REQUEST)
+            }
+            Self::Sequencer(SequencerOpError::NextId { source, .. }) => match source {
+                SequencerError::Invalid(_) => ("ERR_SEQUENCER_INVALID", StatusCode::BAD_REQUEST),
+                SequencerError::Exhausted(_) | SequencerError::Backend(_) => (
+                    "ERR_SEQUENCER_GET_NEXT_ID",
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                ),
+            },
+            Self::File(FileOpError::NotFound(_)) => {
+                ("ERR_FILE_STORE_NOT_FOUND", StatusCode::BAD_REQUEST)
+            }
+            Self::File(FileOpError::Store { source, .. }) => match source {
+                FileError::NotFound(_) => ("ERR_FILE_NOT_FOUND", StatusCode::NOT_FOUND),
+                FileError::Invalid(_) => ("ERR_FILE_INVALID", StatusCode::BAD_REQUEST),
+                FileError::TooLarge { .. } => ("ERR_FILE_TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE),
+                FileError::Backend(_) => ("ERR_FILE_STORE", StatusCode::INTERNAL_SERVER_ERROR),
+            },
+        }
+    }
+}
+
+impl IntoResponse for RewireHttpError {
+    fn into_response(self) -> Response {
+        if let Self::Http(err) = self {
+            return err.into_response();
+        }
+        let (code, status) = self.code_and_status();
+        let body = json!({ "errorCode": code, "message": self.to_string() });
+        (status, Json(body)).into_response()
+    }
+}

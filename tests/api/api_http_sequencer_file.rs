@@ -1,0 +1,190 @@
+//! rewire's own HTTP routes for the sequencer and file kinds: next ids
+//! (STRONG and WEAK), files put / get / HEAD / list / delete streamed past
+//! the JSON body limit, escapes refused, and the app token required.
+
+use crate::support::sidecar;
+
+use reqwest::{Client, StatusCode};
+use rewire::sidecar::{ApiOptions, ApiToken};
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+
+const TOKEN: &str = "app-token";
+
+async fn sidecar(dir: &tempfile::TempDir, options: ApiOptions) -> Sidecar {
+    let config = json!({
+        "appId": "shop",
+        "components": {
+            "sequencer": {"ids": {"type": "memory", "metadata": {"biggerThan": {"orders": 100}}}},
+            "file": {
+                "files": {"type": "local", "metadata": {"root": dir.path().join("files")}},
+                "scratch": {"type": "memory", "metadata": {"maxFileSize": 8}}
+            }
+        }
+    });
+    Sidecar::start(&config.to_string(), options).await
+}
+
+fn with_token() -> ApiOptions {
+    ApiOptions {
+        app_token: Some(ApiToken::new(TOKEN)),
+        ..ApiOptions::default()
+    }
+}
+
+async fn json_of(response: reqwest::Response) -> Value {
+    response.json().await.expect("not JSON")
+}
+
+#[tokio::test]
+async fn next_ids_strong_and_weak() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = sidecar(&dir, ApiOptions::default()).await;
+    let client = Client::new();
+    let url = |key: &str, query: &str| {
+        format!(
+            "{}/v1.0/rewire/sequencer/ids/{key}{query}",
+            sidecar.http_url()
+        )
+    };
+    let mut last = 100;
+    for query in ["?increment=strong", "?increment=WEAK", ""] {
+        let reply = client.get(url("orders", query)).send().await.unwrap();
+        assert_eq!(reply.status(), StatusCode::OK);
+        let id = json_of(reply).await["id"].as_i64().unwrap();
+        assert!(id > last, "{id} after {last}");
+        last = id;
+    }
+    let bad = client
+        .get(url("orders", "?increment=sometimes"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let bad_key = client.get(url("a|||b", "")).send().await.unwrap();
+    assert_eq!(bad_key.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json_of(bad_key).await["errorCode"], "ERR_SEQUENCER_INVALID");
+    let unknown = format!("{}/v1.0/rewire/sequencer/nope/orders", sidecar.http_url());
+    let unknown = client.get(unknown).send().await.unwrap();
+    assert_eq!(
+        json_of(unknown).await["errorCode"],
+        "ERR_SEQUENCER_NOT_FOUND"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn files_put_get_stat_list_delete_past_the_body_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ApiOptions {
+        max_request_bytes: 1024,
+        ..ApiOptions::default()
+    };
+    let sidecar = sidecar(&dir, options).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/rewire/file/files", sidecar.http_url());
+    // 2 MiB through a sidecar whose JSON bodies stop at 1 KiB: streamed.
+    let contents: Vec<u8> = (0..2 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let put = client
+        .put(format!("{base}/reports/2026/big.bin"))
+        .body(contents.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let info = json_of(put).await;
+    assert_eq!(info["size"], contents.len());
+    assert_eq!(info["name"], "reports/2026/big.bin");
+    for name in ["reports/a.txt", "reports/b.txt"] {
+        let put = client
+            .put(format!("{base}/{name}"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), StatusCode::OK);
+    }
+
+    let got = client
+        .get(format!("{base}/reports/2026/big.bin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    assert!(got.headers().contains_key("last-modified"));
+    assert_eq!(got.bytes().await.unwrap(), contents);
+    let head = client
+        .head(format!("{base}/reports/a.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    assert_eq!(head.headers()["content-length"], "1");
+
+    let page = json_of(
+        client
+            .get(format!("{base}?prefix=reports/&limit=2"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let names: Vec<&str> = page["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["reports/2026/big.bin", "reports/a.txt"]);
+    assert_eq!(page["marker"], "reports/a.txt");
+    let next = format!("{base}?prefix=reports/&limit=2&marker=reports/a.txt");
+    let page = json_of(client.get(next).send().await.unwrap()).await;
+    assert_eq!(page, json!({"files": [page["files"][0].clone()]}));
+    assert_eq!(page["files"][0]["name"], "reports/b.txt");
+
+    let deleted = client
+        .delete(format!("{base}/reports/a.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let gone = client
+        .get(format!("{base}/reports/a.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+    assert_eq!(json_of(gone).await["errorCode"], "ERR_FILE_NOT_FOUND");
+
+    // An escape, its slashes percent-encoded so no client tidies it away.
+    let escape = format!("{base}/reports%2F..%2F..%2Fsecrets.json");
+    let escape = client.get(escape).send().await.unwrap();
+    assert_eq!(escape.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json_of(escape).await["errorCode"], "ERR_FILE_INVALID");
+    let scratch = format!("{}/v1.0/rewire/file/scratch/big", sidecar.http_url());
+    let too_large = client.put(scratch).body("123456789").send().await.unwrap();
+    assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn the_routes_need_the_app_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = sidecar(&dir, with_token()).await;
+    let client = Client::new();
+    let sequencer = format!("{}/v1.0/rewire/sequencer/ids/orders", sidecar.http_url());
+    let file = format!("{}/v1.0/rewire/file/files/a.txt", sidecar.http_url());
+    let refused = client.get(&sequencer).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let refused = client.put(&file).body("x").send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(!dir.path().join("files/a.txt").exists());
+    let allowed = client
+        .get(&sequencer)
+        .header("dapr-api-token", TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed.status(), StatusCode::OK);
+    sidecar.stop().await;
+}
