@@ -16,6 +16,8 @@ const BUILT_IN_KINDS: &[(&str, &str)] = &[
     ("config_store", "ConfigStore"),
     ("secret_store", "SecretStore"),
     ("lock", "Lock"),
+    ("pubsub", "PubSub"),
+    ("pub_subs", "PubSub"),
 ];
 
 /// The code for `component`, reaching the runtime through `krate`.

@@ -14,6 +14,7 @@ pub(crate) const HANDLE_TYPES: &[&str] = &[
     "SecretStoreHandle",
     "StateStoreHandle",
     "LockHandle",
+    "PubSubHandle",
     "ComponentHandle",
 ];
 
@@ -307,7 +308,7 @@ fn check_handle_type(ident: &Ident, ty: &Type, errors: &mut Errors) {
         errors.at(
             ty.span(),
             format!(
-                "field `{ident}` is `#[inject]` but its type `{}` is not a component handle (use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, ComponentHandle, or an Option of one)",
+                "field `{ident}` is `#[inject]` but its type `{}` is not a component handle (use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, PubSubHandle, ComponentHandle, or an Option of one)",
                 type_text(ty)
             ),
         );

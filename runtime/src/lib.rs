@@ -35,7 +35,7 @@ pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]
 pub use handle::{
     ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle, Instance,
-    LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
+    LiveGeneration, LockHandle, PubSubHandle, SecretStoreHandle, StateStoreHandle,
 };
 #[doc(inline)]
 pub use kinds::{
@@ -43,6 +43,11 @@ pub use kinds::{
     ConfigSubscription, DeleteRequest, GetRequest, Lock, LockError, SecretError, SecretMap,
     SecretStore, SecretString, SetRequest, StateEntry, StateError, StateStore, SubscriptionHub,
     TryLockRequest, UnlockRequest, UnlockStatus,
+};
+#[doc(inline)]
+pub use kinds::{
+    Delivery, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest, SubscriptionFeed,
 };
 #[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
@@ -65,8 +70,8 @@ pub mod prelude {
     #[doc(hidden)]
     pub use crate::{
         Component, ComponentError, ComponentHandle, ConfigStore, ConfigStoreHandle, InPlace,
-        InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, Readiness, SecretStore,
-        SecretStoreHandle, StateStore, StateStoreHandle,
+        InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, PubSub, PubSubHandle, Readiness,
+        SecretStore, SecretStoreHandle, StateStore, StateStoreHandle,
     };
     #[doc(hidden)]
     pub use async_trait::async_trait;

@@ -4,4 +4,5 @@
 
 pub mod config_store;
 pub mod lock;
+pub mod pubsub;
 pub mod state;

@@ -15,15 +15,18 @@ pub enum Kind {
     SecretStore,
     /// `lock`: a [`Lock`](crate::Lock).
     Lock,
+    /// `pubsub` (Layotto: `pub_subs`): a [`PubSub`](crate::PubSub) broker.
+    PubSub,
     /// Any other kind: a plain [`Component`](crate::Component).
     Custom(String),
 }
 
 impl Kind {
     /// The built-in kinds.
-    pub const BUILT_IN: [Kind; 4] = [
+    pub const BUILT_IN: [Kind; 5] = [
         Kind::ConfigStore,
         Kind::Lock,
+        Kind::PubSub,
         Kind::SecretStore,
         Kind::State,
     ];
@@ -35,6 +38,7 @@ impl Kind {
             Kind::ConfigStore => "config_store",
             Kind::SecretStore => "secret_store",
             Kind::Lock => "lock",
+            Kind::PubSub => "pubsub",
             Kind::Custom(kind) => kind,
         }
     }
@@ -46,6 +50,7 @@ impl Kind {
             "config_store" => Kind::ConfigStore,
             "secret_store" => Kind::SecretStore,
             "lock" => Kind::Lock,
+            "pubsub" | "pub_subs" => Kind::PubSub,
             other => Kind::Custom(other.to_string()),
         }
     }
@@ -136,6 +141,7 @@ mod tests {
             assert_eq!(Kind::parse(kind.as_str()), kind);
         }
         assert_eq!(Kind::parse("binding"), Kind::Custom("binding".into()));
+        assert_eq!(Kind::parse("pub_subs"), Kind::PubSub);
         let mut kinds = [Kind::State, Kind::parse("binding"), Kind::ConfigStore];
         kinds.sort();
         let spelled: Vec<&str> = kinds.iter().map(Kind::as_str).collect();

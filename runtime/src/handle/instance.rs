@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::component::Component;
 use crate::component::Kind;
-use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
+use crate::kinds::{ConfigStore, Lock, PubSub, SecretStore, StateStore};
 
 /// A running component instance, as the trait object of its kind.
 #[derive(Clone)]
@@ -17,6 +17,8 @@ pub enum Instance {
     State(Arc<dyn StateStore>),
     /// A `lock`.
     Lock(Arc<dyn Lock>),
+    /// A `pubsub` broker.
+    PubSub(Arc<dyn PubSub>),
     /// A component of a custom kind.
     Custom(Arc<dyn Component>),
 }
@@ -29,6 +31,7 @@ impl Instance {
             Instance::SecretStore(c) => c.clone(),
             Instance::State(c) => c.clone(),
             Instance::Lock(c) => c.clone(),
+            Instance::PubSub(c) => c.clone(),
             Instance::Custom(c) => c.clone(),
         }
     }
@@ -41,6 +44,7 @@ impl Instance {
             Instance::SecretStore(_) => Some(Kind::SecretStore),
             Instance::State(_) => Some(Kind::State),
             Instance::Lock(_) => Some(Kind::Lock),
+            Instance::PubSub(_) => Some(Kind::PubSub),
             Instance::Custom(_) => None,
         }
     }
@@ -77,6 +81,7 @@ impl std::fmt::Debug for Instance {
             Instance::SecretStore(_) => "SecretStore",
             Instance::State(_) => "State",
             Instance::Lock(_) => "Lock",
+            Instance::PubSub(_) => "PubSub",
             Instance::Custom(_) => "Custom",
         };
         write!(f, "Instance::{kind}")

@@ -1,10 +1,11 @@
 //! Where generations are published, with a notification on every publish.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
+use super::warm::WarmRequest;
 use super::Generation;
 
 /// The published generation of a runtime, and a signal of each new one.
@@ -12,6 +13,8 @@ use super::Generation;
 pub struct Live {
     current: ArcSwap<Generation>,
     published: watch::Sender<u64>,
+    /// Handle subscriptions to warm before each publish (`warm`).
+    pub(super) warmers: Mutex<Vec<tokio::sync::mpsc::Sender<WarmRequest>>>,
 }
 
 /// Shared pointer to a runtime's [`Live`] generation.
@@ -23,6 +26,7 @@ impl Live {
         Arc::new(Self {
             current: ArcSwap::from_pointee(Generation::default()),
             published: watch::channel(0).0,
+            warmers: Mutex::new(Vec::new()),
         })
     }
 

@@ -13,7 +13,9 @@
 
 mod instance;
 mod live;
+mod pubsub_subscription;
 mod subscription;
+mod warm;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
 use crate::component::{Component, ComponentError, Kind};
-use crate::kinds::{ConfigStore, Lock, SecretStore, StateStore};
+use crate::kinds::{ConfigStore, Lock, PubSub, SecretStore, StateStore};
 
 /// One published version of the whole component set.
 #[derive(Debug, Default)]
@@ -215,6 +217,10 @@ typed_handle!(
     /// A handle to a lock.
     LockHandle, Lock, Lock, "lock"
 );
+typed_handle!(
+    /// A handle to a pub/sub broker.
+    PubSubHandle, PubSub, PubSub, "pub/sub"
+);
 
 /// A handle to a component of any kind (typically a custom one).
 #[derive(Clone, Default)]
@@ -289,6 +295,8 @@ pub enum InjectedHandle {
     State(StateStoreHandle),
     /// A lock.
     Lock(LockHandle),
+    /// A pub/sub broker.
+    PubSub(PubSubHandle),
     /// A component of a custom kind.
     Custom(ComponentHandle),
 }
@@ -306,6 +314,7 @@ impl InjectedHandle {
             Instance::SecretStore(_) => Self::SecretStore(SecretStoreHandle::new(key, live)),
             Instance::State(_) => Self::State(StateStoreHandle::new(key, live)),
             Instance::Lock(_) => Self::Lock(LockHandle::new(key, live)),
+            Instance::PubSub(_) => Self::PubSub(PubSubHandle::new(key, live)),
             Instance::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
@@ -317,6 +326,7 @@ impl InjectedHandle {
             Kind::SecretStore => Self::SecretStore(SecretStoreHandle::new(key, live)),
             Kind::State => Self::State(StateStoreHandle::new(key, live)),
             Kind::Lock => Self::Lock(LockHandle::new(key, live)),
+            Kind::PubSub => Self::PubSub(PubSubHandle::new(key, live)),
             Kind::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
@@ -328,6 +338,7 @@ impl InjectedHandle {
             Self::SecretStore(h) => h.key(),
             Self::State(h) => h.key(),
             Self::Lock(h) => h.key(),
+            Self::PubSub(h) => h.key(),
             Self::Custom(h) => h.key(),
         }
     }
@@ -339,6 +350,7 @@ impl InjectedHandle {
             Self::SecretStore(h) => h.0.clone(),
             Self::State(h) => h.0.clone(),
             Self::Lock(h) => h.0.clone(),
+            Self::PubSub(h) => h.0.clone(),
             Self::Custom(h) => h.0.clone(),
         };
         ComponentHandle(target)

@@ -2,6 +2,7 @@
 
 pub mod config_store;
 pub mod lock;
+pub mod pubsub;
 pub mod secret_store;
 pub mod state_store;
 mod subscriptions;
@@ -10,6 +11,10 @@ pub use config_store::{
     ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription,
 };
 pub use lock::{Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
+pub use pubsub::{
+    Delivery, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest, SubscriptionFeed,
+};
 pub use secret_store::{SecretError, SecretMap, SecretStore, SecretString};
 pub use state_store::{
     BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError,

@@ -2,8 +2,8 @@
 
 use crate::component::{ComponentError, ComponentKey};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, InjectedHandle, Live, LockHandle, SecretStoreHandle,
-    StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, InjectedHandle, Live, LockHandle, PubSubHandle,
+    SecretStoreHandle, StateStoreHandle,
 };
 
 /// Why an injection failed.
@@ -106,7 +106,7 @@ pub fn check_refs<T: Inject + Default>(refs: &[ComponentKey]) -> Result<(), RefR
 /// them. Used by generated code.
 #[diagnostic::on_unimplemented(
     message = "`#[inject]` field of type `{Self}` is not a component handle",
-    note = "use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, ComponentHandle, or an Option of one"
+    note = "use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, PubSubHandle, ComponentHandle, or an Option of one"
 )]
 pub trait InjectField {
     /// What the field takes, for error messages.
@@ -162,6 +162,7 @@ inject_field!(ConfigStoreHandle, ConfigStore, "config store");
 inject_field!(SecretStoreHandle, SecretStore, "secret store");
 inject_field!(StateStoreHandle, State, "state store");
 inject_field!(LockHandle, Lock, "lock");
+inject_field!(PubSubHandle, PubSub, "pub/sub");
 
 impl InjectField for ComponentHandle {
     const WHAT: &'static str = "component";
