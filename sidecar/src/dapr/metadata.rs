@@ -63,6 +63,7 @@ pub fn dapr_component_type(kind: &Kind, type_name: &str) -> String {
         Kind::SecretStore => "secretstores",
         Kind::ConfigStore => "configuration",
         Kind::Lock => "lock",
+        Kind::PubSub => "pubsub",
         Kind::Custom(custom) => custom,
     };
     format!("{category}.{type_name}")

@@ -20,6 +20,9 @@ mod call;
 mod configuration;
 mod lock;
 mod metadata;
+mod pubsub;
+mod pubsub_delivery;
+mod pubsub_event;
 mod secrets;
 mod state;
 
@@ -29,5 +32,8 @@ pub(crate) use configuration::config_item_bytes;
 pub use configuration::{ConfigOpError, ConfigOps};
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
+pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
+pub use pubsub_delivery::{EventSink, TopicDelivery};
+pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};
 pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use state::{StateOpError, StateOps};
