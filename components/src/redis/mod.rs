@@ -22,6 +22,9 @@ pub mod connection;
 pub mod duration;
 pub mod lock;
 pub mod metadata;
+pub mod pubsub;
+pub mod pubsub_metadata;
+mod pubsub_reader;
 pub mod scripts;
 pub mod state;
 
@@ -29,4 +32,5 @@ pub use connect::ConnectError;
 pub use connection::RedisConnection;
 pub use lock::RedisLock;
 pub use metadata::{RedisMetadata, RedisMetadataError};
+pub use pubsub::RedisPubSub;
 pub use state::RedisStateStore;
