@@ -29,6 +29,7 @@ mod redis_dynamic;
 mod redis_failover;
 mod redis_init;
 mod redis_lock;
+mod redis_pubsub;
 mod redis_state;
 mod registry;
 mod story_etcd_failover;

@@ -267,6 +267,14 @@ pub async fn exercise(instance: &Instance, drawn: &Drawn) {
             let _ = store.get_secret("s", &HashMap::new()).await;
             let _ = store.bulk_get_secret(&HashMap::new()).await;
         }
+        Instance::PubSub(broker) => {
+            let request = rewire_runtime::PublishRequest {
+                topic: "extreme".into(),
+                data: b"v".to_vec(),
+                ..rewire_runtime::PublishRequest::default()
+            };
+            let _ = broker.publish(request).await;
+        }
         Instance::Custom(_) => {}
     }
 }
