@@ -13,6 +13,7 @@ mod api_grpc_lifecycle_deadline;
 mod api_grpc_lifecycle_release;
 mod api_grpc_lock;
 mod api_grpc_metadata_unimplemented;
+mod api_grpc_pubsub;
 mod api_grpc_secrets;
 mod api_grpc_state;
 mod api_http_admin;
