@@ -25,4 +25,5 @@ mod api_http_secrets;
 mod api_http_shutdown;
 mod api_http_state;
 mod api_limits;
+mod api_pubsub_broker_switch;
 mod dapr_python_sdk;

@@ -82,11 +82,12 @@ impl Reader {
                 }
             }
             let block = (!gate_closed).then_some(BLOCK);
+            // Not cut short by a drain: a read cut after the server
+            // answered would leave its entries pending, undelivered.
             let read = tokio::select! {
                 read = read_group(&mut self.reading, &self.connected.group, &self.topic, tunables.queue_depth, block) => read,
                 () = self.feed.stopped() => return,
                 () = self.connected.shutdown.cancelled() => return,
-                () = self.feed.draining(), if !gate_closed => continue,
             };
             let entries = match read {
                 Ok(entries) => {
