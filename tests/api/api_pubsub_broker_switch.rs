@@ -76,7 +76,7 @@ async fn a_redis_host_switch_mid_stream_loses_no_acknowledged_publish() {
     }
 
     // Reads (and acknowledges) everything until told how much to expect.
-    let (done_tx, done_rx) = watch::channel(None::<HashSet<usize>>);
+    let (done_tx, mut done_rx) = watch::channel(None::<HashSet<usize>>);
     let reader = tokio::spawn(async move {
         let (mut received, mut duplicates) = (HashSet::new(), 0usize);
         loop {
@@ -86,7 +86,11 @@ async fn a_redis_host_switch_mid_stream_loses_no_acknowledged_publish() {
                 }
             }
             let next = tokio::time::timeout(std::time::Duration::from_secs(8), subscriber.next());
-            let event = match next.await {
+            let next = tokio::select! {
+                _ = done_rx.changed() => continue,
+                next = next => next,
+            };
+            let event = match next {
                 Ok(Next::Event(event)) => event,
                 Ok(Next::Ended(status)) => panic!("the stream closed: {status:?}"),
                 Err(_) => {
