@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod connection;
 pub mod dapr;
+pub mod app;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -31,6 +31,20 @@ pub struct RunArgs {
     /// HTTP listen address of the sidecar APIs.
     #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR)]
     http_addr: SocketAddr,
+    /// Port the app listens on (loopback): pub/sub events are delivered to
+    /// it (its `GET /dapr/subscribe`), once it listens.
+    #[arg(long)]
+    app_port: Option<u16>,
+    /// How the app is called on `--app-port`.
+    #[arg(long, value_enum, default_value_t = AppProtocol::Http, requires = "app_port")]
+    app_protocol: AppProtocol,
+}
+
+/// `--app-protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AppProtocol {
+    /// Dapr's HTTP app callback: `GET /dapr/subscribe`, `POST` per event.
+    Http,
 }
 
 /// Starts the runtime and waits for a stop signal.
@@ -91,6 +105,10 @@ async fn serve_until_stopped(runtime: Runtime, args: &RunArgs, stop: StopSignals
             return ExitCode::FAILURE;
         }
     };
+    let _app = args.app_port.map(|port| {
+        let channel = rewire::sidecar::app::AppChannel::local(port);
+        rewire::sidecar::app::serve_app(runtime.clone(), channel, Vec::new(), stop_serving.clone())
+    });
     let signal = stop.wait().await;
     tracing::info!(signal, "Stopping.");
     stop_serving.cancel();

@@ -1,22 +1,30 @@
-//! The lossless broker switch: a streaming subscriber reads while
-//! publishers send thousands of events and the pub/sub's `redisHost` moves
-//! to a second real `redis-server` mid-stream (a rebuild). Every publish
-//! acknowledged to its publisher is delivered at least once, no publish
-//! fails, the stream stays open; duplicates are counted and printed.
+//! The lossless broker switch: a subscriber reads while publishers send
+//! thousands of events and the pub/sub's `redisHost` moves to a second
+//! real `redis-server` mid-stream (a rebuild). Every publish acknowledged
+//! to its publisher is delivered at least once, no publish fails, the
+//! subscription stays open; duplicates are counted and printed. Once with
+//! a streaming subscriber (`SubscribeTopicEventsAlpha1`), once with an
+//! app subscribed over HTTP (`--app-port`: `GET /dapr/subscribe`, a `POST`
+//! per event).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::support::grpc::{self, dapr};
 use crate::support::pubsub::{Next, StreamSubscriber};
 use crate::support::sidecar::Sidecar;
 
+use axum::routing::{get, post};
+use axum::Json;
 use dapr::topic_event_response::TopicEventResponseStatus as Status;
 use rewire::config::parse;
+use rewire::sidecar::app::{serve_app, AppChannel};
 use rewire::sidecar::ApiOptions;
 use rewire::{Action, ComponentKey};
 use testkit::redis::RedisServer;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// Events published in all.
 const EVENTS: usize = 3000;
@@ -24,6 +32,8 @@ const EVENTS: usize = 3000;
 const PUBLISHERS: usize = 4;
 /// The switch happens once this many publishes were acknowledged.
 const SWITCH_AFTER: usize = 1000;
+/// How long the last deliveries may take once publishing is over.
+const SETTLE: Duration = Duration::from_secs(30);
 
 fn config(redis_host: &str) -> String {
     serde_json::json!({"appId": "shop", "components": {"pubsub": {"orders": {
@@ -38,14 +48,43 @@ struct Published {
     failures: Vec<String>,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_redis_host_switch_mid_stream_loses_no_acknowledged_publish() {
-    let (first, second) = (RedisServer::start().await, RedisServer::start().await);
-    let sidecar = Sidecar::start(&config(&first.addr()), ApiOptions::default()).await;
-    let mut subscriber = StreamSubscriber::open(sidecar.grpc_url(), "orders", "orders")
-        .await
-        .expect("subscribed");
+/// What the subscriber got; `count` is told every new sequence number.
+struct Received {
+    seen: Mutex<(HashSet<usize>, usize)>,
+    count: watch::Sender<usize>,
+    probed: watch::Sender<bool>,
+}
 
+impl Received {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            seen: Mutex::new((HashSet::new(), 0)),
+            count: watch::channel(0).0,
+            probed: watch::channel(false).0,
+        })
+    }
+
+    /// Records the event carrying `data` (`{"seq": n}`).
+    fn record(&self, data: &[u8]) {
+        let body: serde_json::Value = serde_json::from_slice(data).expect("json data");
+        if body["probe"] == true {
+            self.probed.send_replace(true);
+            return;
+        }
+        let seq = body["seq"].as_u64().expect("seq") as usize;
+        let mut seen = self.seen.lock().unwrap();
+        if seen.0.insert(seq) {
+            self.count.send_replace(seen.0.len());
+        } else {
+            seen.1 += 1;
+        }
+    }
+}
+
+/// Publishes [`EVENTS`] events while switching the pub/sub to `second`
+/// after [`SWITCH_AFTER`]; waits until `received` has every acknowledged
+/// one (or [`SETTLE`] passes) and checks the guarantee.
+async fn publish_through_a_switch(sidecar: &Sidecar, second: &RedisServer, received: &Received) {
     let published = Arc::new(Mutex::new(Published::default()));
     let (acked_tx, mut acked) = watch::channel(0usize);
     let acked_tx = Arc::new(acked_tx);
@@ -74,46 +113,6 @@ async fn a_redis_host_switch_mid_stream_loses_no_acknowledged_publish() {
             }
         }));
     }
-
-    // Reads (and acknowledges) everything until told how much to expect.
-    let (done_tx, mut done_rx) = watch::channel(None::<HashSet<usize>>);
-    let reader = tokio::spawn(async move {
-        let (mut received, mut duplicates) = (HashSet::new(), 0usize);
-        loop {
-            if let Some(expected) = done_rx.borrow().as_ref() {
-                if expected.is_subset(&received) {
-                    return (received, duplicates);
-                }
-            }
-            let next = tokio::time::timeout(std::time::Duration::from_secs(8), subscriber.next());
-            let next = tokio::select! {
-                _ = done_rx.changed() => continue,
-                next = next => next,
-            };
-            let event = match next {
-                Ok(Next::Event(event)) => event,
-                Ok(Next::Ended(status)) => panic!("the stream closed: {status:?}"),
-                Err(_) => {
-                    let expected = done_rx.borrow().clone().unwrap_or_default();
-                    let mut missing: Vec<_> = expected.difference(&received).copied().collect();
-                    missing.sort_unstable();
-                    panic!(
-                        "nothing delivered for 8 s: {} received, {duplicates} duplicates, {} missing: {:?}",
-                        received.len(),
-                        missing.len(),
-                        &missing[..missing.len().min(20)]
-                    );
-                }
-            };
-            let body: serde_json::Value = serde_json::from_slice(&event.data).expect("json data");
-            let seq = body["seq"].as_u64().expect("seq") as usize;
-            if !received.insert(seq) {
-                duplicates += 1;
-            }
-            subscriber.answer(&event.id, Status::Success).await;
-        }
-    });
-
     acked
         .wait_for(|n| *n >= SWITCH_AFTER)
         .await
@@ -129,9 +128,11 @@ async fn a_redis_host_switch_mid_stream_loses_no_acknowledged_publish() {
         publisher.await.expect("publisher panicked");
     }
     let published = std::mem::take(&mut *published.lock().unwrap());
-    done_tx.send_replace(Some(published.acknowledged.clone()));
-    let (received, duplicates) = reader.await.expect("reader panicked");
-    let lost = published.acknowledged.difference(&received).count();
+    let everything = published.acknowledged.len();
+    let _ = tokio::time::timeout(SETTLE, received.count.subscribe().wait_for(|n| *n >= everything)).await;
+    let (seen, duplicates) = received.seen.lock().unwrap().clone();
+    let mut lost: Vec<usize> = published.acknowledged.difference(&seen).copied().collect();
+    lost.sort_unstable();
     let on_second: u64 = second
         .query(&["XLEN", "orders"])
         .await
@@ -139,14 +140,94 @@ async fn a_redis_host_switch_mid_stream_loses_no_acknowledged_publish() {
         .and_then(|v| v.first().and_then(|n| n.parse().ok()))
         .unwrap_or(0);
     println!(
-        "broker switch: {} acknowledged, {} failed, {} received, {lost} lost, {duplicates} duplicates, {on_second} published to the second server",
-        published.acknowledged.len(),
+        "broker switch: {everything} acknowledged, {} failed, {} received, {} lost, {duplicates} duplicates, {on_second} published to the second server",
         published.failures.len(),
-        received.len()
+        seen.len(),
+        lost.len()
     );
     assert!(published.failures.is_empty(), "publishes failed: {:?}", published.failures);
-    assert_eq!(published.acknowledged.len(), EVENTS);
-    assert_eq!(lost, 0, "acknowledged publishes were not delivered");
+    assert_eq!(everything, EVENTS);
+    assert!(lost.is_empty(), "acknowledged publishes not delivered: {:?}", &lost[..lost.len().min(20)]);
     assert!(on_second > 0, "publishes after the switch go to the second server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_host_switch_mid_stream_loses_nothing_for_a_streaming_subscriber() {
+    let (first, second) = (RedisServer::start().await, RedisServer::start().await);
+    let sidecar = Sidecar::start(&config(&first.addr()), ApiOptions::default()).await;
+    let mut subscriber = StreamSubscriber::open(sidecar.grpc_url(), "orders", "orders")
+        .await
+        .expect("subscribed");
+    let received = Received::new();
+    let reading = CancellationToken::new();
+    let reader = tokio::spawn({
+        let (received, reading) = (received.clone(), reading.clone());
+        async move {
+            loop {
+                let next = tokio::select! {
+                    () = reading.cancelled() => return,
+                    next = subscriber.next() => next,
+                };
+                match next {
+                    Next::Event(event) => {
+                        received.record(&event.data);
+                        subscriber.answer(&event.id, Status::Success).await;
+                    }
+                    Next::Ended(status) => panic!("the stream closed: {status:?}"),
+                }
+            }
+        }
+    });
+    publish_through_a_switch(&sidecar, &second, &received).await;
+    reading.cancel();
+    reader.await.expect("the stream stayed open");
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_host_switch_mid_stream_loses_nothing_for_an_http_app() {
+    let (first, second) = (RedisServer::start().await, RedisServer::start().await);
+    let sidecar = Sidecar::start(&config(&first.addr()), ApiOptions::default()).await;
+    let received = Received::new();
+    let app = axum::Router::new()
+        .route(
+            "/dapr/subscribe",
+            get(|| async {
+                Json(serde_json::json!([{"pubsubname": "orders", "topic": "orders", "route": "/events"}]))
+            }),
+        )
+        .route(
+            "/events",
+            post({
+                let received = received.clone();
+                move |Json(event): Json<serde_json::Value>| async move {
+                    assert_eq!(event["source"], "shop");
+                    received.record(event["data"].to_string().as_bytes());
+                    Json(serde_json::json!({"status": "SUCCESS"}))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let channel = AppChannel::local(listener.local_addr().unwrap().port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let stop_app = CancellationToken::new();
+    serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop_app.clone());
+    // Subscribed once the first event arrives.
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut probed = received.probed.subscribe();
+    let probe = dapr::PublishEventRequest {
+        pubsub_name: "orders".into(),
+        topic: "orders".into(),
+        data: br#"{"probe": true}"#.to_vec(),
+        data_content_type: "application/json".into(),
+        metadata: Default::default(),
+    };
+    client.publish_event(probe).await.expect("probe published");
+    tokio::time::timeout(grpc::PATIENCE, probed.wait_for(|p| *p))
+        .await
+        .expect("the app got the probe")
+        .unwrap();
+    publish_through_a_switch(&sidecar, &second, &received).await;
+    stop_app.cancel();
     sidecar.stop().await;
 }
