@@ -1,15 +1,19 @@
 //! The official Dapr Python SDK (`pip install dapr`, installed by
 //! `scripts/test.sh`) against a real `rewire run`: state with etags and
 //! first-write, secrets, configuration get and subscribe (receiving a
-//! change), and locks.
+//! change), locks, and pub/sub (`publish_event`, `publish_events`,
+//! `subscribe`, `subscribe_with_handler`) on a memory and a redis broker.
 
 use std::process::Command;
 use std::time::Duration;
 
+use testkit::redis::RedisServer;
 use testkit::{free_port, ChildProcess};
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let redis = tokio.block_on(RedisServer::start());
     let sdk = Command::new("python3")
         .args(["-c", "import dapr.clients"])
         .output();
@@ -32,6 +36,10 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
         "components": {
             "state": {"statestore": {"type": "memory"}},
             "lock": {"lockstore": {"type": "memory"}},
+            "pubsub": {
+                "pubsub": {"type": "memory"},
+                "redispubsub": {"type": "redis", "metadata": {"redisHost": redis.addr()}}
+            },
             "config_store": {"configstore": {"type": "file", "metadata": {"path": config_file}}},
             "secret_store": {"secretstore": {"type": "local.file", "metadata": {"secretsFile": secrets_file, "multiValued": true}}}
         }
@@ -64,6 +72,7 @@ fn the_official_dapr_python_sdk_works_against_rewire() {
         .env("DAPR_HTTP_PORT", http_port.to_string())
         .env("DAPR_HEALTH_TIMEOUT", "30")
         .env("REWIRE_SDK_CONFIG_FILE", &config_file)
+        .env("REWIRE_SDK_PUBSUBS", "pubsub,redispubsub")
         .output();
     let status = sidecar.terminate();
     let log: Vec<String> = sidecar.log().lines().map(String::from).collect();
