@@ -21,6 +21,8 @@
 //! 5,000 events per path); `REWIRE_BENCH_QUICK=1` a tenth of that; without
 //! `--bench` a smoke pass of 50 events. Without `redis-server` on the PATH
 //! only the memory row runs. Nothing here asserts on time.
+// Bench code: a failed setup step should panic where it happens.
+#![allow(clippy::unwrap_used)]
 
 use testkit::bench as support;
 use testkit::redis as redis_server;
@@ -104,7 +106,8 @@ impl Clock {
     fn result(&self, n: usize, elapsed: Duration) -> RunResult {
         let mut latencies = self.latencies.lock().unwrap().clone();
         latencies.sort_unstable();
-        let at = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        let at =
+            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
         RunResult {
             per_second: n as f64 / elapsed.as_secs_f64(),
             p50: at(0.50),
@@ -152,7 +155,9 @@ async fn sidecar_run(url: &str, pubsub: &str, topic: &str, n: usize) -> RunResul
         let (clock, done) = (clock.clone(), done.clone());
         async move {
             while let Ok(Some(message)) = stream.message().await {
-                if let Some(Resp::EventMessage(event)) = message.subscribe_topic_events_response_type {
+                if let Some(Resp::EventMessage(event)) =
+                    message.subscribe_topic_events_response_type
+                {
                     let count = clock.delivered(seq_of(&event.data));
                     let processed = pb::SubscribeTopicEventsRequestAlpha1 {
                         subscribe_topic_events_request_type: Some(Req::EventProcessed(
@@ -205,7 +210,11 @@ async fn direct_run(server: &RedisServer, topic: &str, n: usize) -> RunResult {
     let client = server.client();
     let mut setup = client.get_multiplexed_async_connection().await.unwrap();
     let _: Result<redis::Value, _> = redis::cmd("XGROUP")
-        .arg("CREATE").arg(topic).arg("g").arg("$").arg("MKSTREAM")
+        .arg("CREATE")
+        .arg(topic)
+        .arg("g")
+        .arg("$")
+        .arg("MKSTREAM")
         .query_async(&mut setup)
         .await;
     let mut reading = client.get_multiplexed_async_connection().await.unwrap();
@@ -214,15 +223,28 @@ async fn direct_run(server: &RedisServer, topic: &str, n: usize) -> RunResult {
         async move {
             loop {
                 let reply: redis::Value = redis::cmd("XREADGROUP")
-                    .arg("GROUP").arg("g").arg("c").arg("COUNT").arg(100).arg("BLOCK").arg(1000)
-                    .arg("STREAMS").arg(&topic).arg(">")
+                    .arg("GROUP")
+                    .arg("g")
+                    .arg("c")
+                    .arg("COUNT")
+                    .arg(100)
+                    .arg("BLOCK")
+                    .arg(1000)
+                    .arg("STREAMS")
+                    .arg(&topic)
+                    .arg(">")
                     .query_async(&mut reading)
                     .await
                     .expect("XREADGROUP");
                 for (id, data) in entries(reply) {
                     let count = clock.delivered(seq_of(&data));
-                    let _: i64 = redis::cmd("XACK").arg(&topic).arg("g").arg(&id)
-                        .query_async(&mut acking).await.expect("XACK");
+                    let _: i64 = redis::cmd("XACK")
+                        .arg(&topic)
+                        .arg("g")
+                        .arg(&id)
+                        .query_async(&mut acking)
+                        .await
+                        .expect("XACK");
                     if count >= n {
                         return;
                     }
@@ -237,8 +259,14 @@ async fn direct_run(server: &RedisServer, topic: &str, n: usize) -> RunResult {
         publishers.push(tokio::spawn(async move {
             for seq in (p..n).step_by(PUBLISHERS) {
                 clock.sent(seq);
-                let _: String = redis::cmd("XADD").arg(&topic).arg("*").arg("data").arg(seq.to_string())
-                    .query_async(&mut conn).await.expect("XADD");
+                let _: String = redis::cmd("XADD")
+                    .arg(&topic)
+                    .arg("*")
+                    .arg("data")
+                    .arg(seq.to_string())
+                    .query_async(&mut conn)
+                    .await
+                    .expect("XADD");
             }
         }));
     }
@@ -256,10 +284,14 @@ fn entries(reply: redis::Value) -> Vec<(String, Vec<u8>)> {
     let Array(streams) = reply else { return out };
     for stream in streams {
         let Array(mut parts) = stream else { continue };
-        let Some(Array(items)) = parts.pop() else { continue };
+        let Some(Array(items)) = parts.pop() else {
+            continue;
+        };
         for item in items {
             let Array(mut fields) = item else { continue };
-            let (Some(Array(values)), Some(BulkString(id))) = (fields.pop(), fields.pop()) else { continue };
+            let (Some(Array(values)), Some(BulkString(id))) = (fields.pop(), fields.pop()) else {
+                continue;
+            };
             if let Some(BulkString(data)) = values.get(1) {
                 out.push((String::from_utf8_lossy(&id).to_string(), data.clone()));
             }
@@ -291,7 +323,8 @@ fn main() {
     }
     let mut components = serde_json::json!({"memory": {"type": "memory"}});
     if let Some(server) = &redis {
-        components["redis"] = serde_json::json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
+        components["redis"] =
+            serde_json::json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
     }
     let config = serde_json::json!({"appId": "bench", "components": {"pubsub": components}});
     let shutdown = CancellationToken::new();
@@ -302,18 +335,30 @@ fn main() {
             .await
             .expect("start");
         let any = "127.0.0.1:0".parse().unwrap();
-        let server = ApiServer::bind(runtime.clone(), ApiOptions::default(), any, any, shutdown.clone())
-            .await
-            .expect("bind");
+        let server = ApiServer::bind(
+            runtime.clone(),
+            ApiOptions::default(),
+            any,
+            any,
+            shutdown.clone(),
+        )
+        .await
+        .expect("bind");
         (runtime, server)
     });
     let url = format!("http://{}", server.grpc_addr);
-    let callers = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let callers = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut paths = vec![Path::SidecarMemory];
     if redis.is_some() {
         paths.extend([Path::SidecarRedis, Path::DirectRedis]);
     }
-    println!("pubsub: {n} events per run, {PUBLISHERS} publishers, {} warm-up + {} runs", plan.warmup, plan.runs);
+    println!(
+        "pubsub: {n} events per run, {PUBLISHERS} publishers, {} warm-up + {} runs",
+        plan.warmup, plan.runs
+    );
     let mut medians = Vec::new();
     for path in &paths {
         let mut runs = Vec::new();
@@ -323,7 +368,9 @@ fn main() {
                 match path {
                     Path::SidecarMemory => sidecar_run(&url, "memory", &topic, n).await,
                     Path::SidecarRedis => sidecar_run(&url, "redis", &topic, n).await,
-                    Path::DirectRedis => direct_run(redis.as_ref().expect("redis"), &topic, n).await,
+                    Path::DirectRedis => {
+                        direct_run(redis.as_ref().expect("redis"), &topic, n).await
+                    }
                 }
             });
             if round >= plan.warmup {
@@ -334,14 +381,32 @@ fn main() {
         let median = runs[runs.len() / 2];
         medians.push((*path, median));
     }
-    let direct = medians.iter().find(|(p, _)| *p == Path::DirectRedis).map(|(_, r)| *r);
-    println!("{:<48} {:>12} {:>10} {:>10}", "path", "events/s", "p50", "p99");
+    let direct = medians
+        .iter()
+        .find(|(p, _)| *p == Path::DirectRedis)
+        .map(|(_, r)| *r);
+    println!(
+        "{:<48} {:>12} {:>10} {:>10}",
+        "path", "events/s", "p50", "p99"
+    );
     for (path, r) in &medians {
         let vs = direct
             .filter(|_| *path != Path::DirectRedis)
-            .map(|d| format!("  ({:.2}x the direct throughput, p50 {:.1}x)", r.per_second / d.per_second, r.p50.as_secs_f64() / d.p50.as_secs_f64()))
+            .map(|d| {
+                format!(
+                    "  ({:.2}x the direct throughput, p50 {:.1}x)",
+                    r.per_second / d.per_second,
+                    r.p50.as_secs_f64() / d.p50.as_secs_f64()
+                )
+            })
             .unwrap_or_default();
-        println!("{:<48} {:>12.0} {:>10} {:>10}{vs}", path.label(), r.per_second, human(r.p50), human(r.p99));
+        println!(
+            "{:<48} {:>12.0} {:>10} {:>10}{vs}",
+            path.label(),
+            r.per_second,
+            human(r.p50),
+            human(r.p99)
+        );
     }
     shutdown.cancel();
     server_rt.block_on(async {

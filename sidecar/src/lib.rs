@@ -11,10 +11,10 @@
 //!   cut after the shutdown grace; accept errors backed off.
 //! * [`ApiServer`]: both servers, bound and serving.
 
+pub mod app;
 pub mod auth;
 pub mod connection;
 pub mod dapr;
-pub mod app;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

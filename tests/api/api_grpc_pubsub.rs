@@ -11,7 +11,8 @@ use dapr::topic_event_response::TopicEventResponseStatus as Status;
 use rewire::sidecar::ApiOptions;
 use tonic::Code;
 
-const CONFIG: &str = r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
+const CONFIG: &str =
+    r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 fn publish(topic: &str, data: &[u8], content_type: &str) -> dapr::PublishEventRequest {
@@ -44,7 +45,10 @@ async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
     assert_eq!(event.source, "shop");
     assert_eq!(event.r#type, "com.dapr.event.sent");
     assert_eq!(event.spec_version, "1.0");
-    assert_eq!((event.topic.as_str(), event.pubsub_name.as_str()), ("orders", "pubsub"));
+    assert_eq!(
+        (event.topic.as_str(), event.pubsub_name.as_str()),
+        ("orders", "pubsub")
+    );
     assert!(!event.id.is_empty());
     sub.answer(&event.id, Status::Success).await;
 
@@ -56,7 +60,10 @@ async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
     let first = sub.event().await;
     sub.answer(&first.id, Status::Retry).await;
     let again = sub.event().await;
-    assert_eq!((again.id.as_str(), again.data.as_slice()), (first.id.as_str(), &b"retry me"[..]));
+    assert_eq!(
+        (again.id.as_str(), again.data.as_slice()),
+        (first.id.as_str(), &b"retry me"[..])
+    );
     sub.answer(&again.id, Status::Success).await;
 
     // A raw payload arrives as published.
@@ -105,7 +112,10 @@ async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
         .expect("http publish");
     assert_eq!(answer.status(), reqwest::StatusCode::NO_CONTENT);
     let event = sub.event().await;
-    assert_eq!((event.data.as_slice(), event.data_content_type.as_str()), (&b"over http"[..], "text/plain"));
+    assert_eq!(
+        (event.data.as_slice(), event.data_content_type.as_str()),
+        (&b"over http"[..], "text/plain")
+    );
     sub.answer(&event.id, Status::Success).await;
     sidecar.stop().await;
 }
@@ -132,7 +142,10 @@ async fn dropped_events_go_to_the_dead_letter_topic() {
     let event = events.event().await;
     events.answer(&event.id, Status::Drop).await;
     let buried = dead.event().await;
-    assert_eq!((buried.id.as_str(), buried.data.as_slice()), (event.id.as_str(), &b"poison"[..]));
+    assert_eq!(
+        (buried.id.as_str(), buried.data.as_slice()),
+        (event.id.as_str(), &b"poison"[..])
+    );
     dead.answer(&buried.id, Status::Success).await;
     sidecar.stop().await;
 }
@@ -143,8 +156,14 @@ async fn dapr_error_codes() {
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
     let mut unknown = publish("orders", b"x", "");
     unknown.pubsub_name = "nope".into();
-    let status = client.publish_event(unknown).await.expect_err("unknown pubsub");
-    assert_eq!((status.code(), status.message()), (Code::NotFound, "pubsub nope not found"));
+    let status = client
+        .publish_event(unknown)
+        .await
+        .expect_err("unknown pubsub");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::NotFound, "pubsub nope not found")
+    );
     let status = client
         .publish_event(publish("", b"x", ""))
         .await

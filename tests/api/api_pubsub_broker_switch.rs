@@ -118,9 +118,15 @@ async fn publish_through_a_switch(sidecar: &Sidecar, second: &RedisServer, recei
         .await
         .expect("publishers alive");
     let candidate = parse(config(&second.addr()).as_bytes()).unwrap();
-    let record = sidecar.runtime.apply(candidate).await.expect("switch applied");
+    let record = sidecar
+        .runtime
+        .apply(candidate)
+        .await
+        .expect("switch applied");
     assert_eq!(
-        record.actions.get(&ComponentKey::new("pubsub", "orders").to_string()),
+        record
+            .actions
+            .get(&ComponentKey::new("pubsub", "orders").to_string()),
         Some(&Action::Rebuilt),
         "a new redisHost rebuilds the pub/sub"
     );
@@ -129,7 +135,11 @@ async fn publish_through_a_switch(sidecar: &Sidecar, second: &RedisServer, recei
     }
     let published = std::mem::take(&mut *published.lock().unwrap());
     let everything = published.acknowledged.len();
-    let _ = tokio::time::timeout(SETTLE, received.count.subscribe().wait_for(|n| *n >= everything)).await;
+    let _ = tokio::time::timeout(
+        SETTLE,
+        received.count.subscribe().wait_for(|n| *n >= everything),
+    )
+    .await;
     let (seen, duplicates) = received.seen.lock().unwrap().clone();
     let mut lost: Vec<usize> = published.acknowledged.difference(&seen).copied().collect();
     lost.sort_unstable();
@@ -145,10 +155,21 @@ async fn publish_through_a_switch(sidecar: &Sidecar, second: &RedisServer, recei
         seen.len(),
         lost.len()
     );
-    assert!(published.failures.is_empty(), "publishes failed: {:?}", published.failures);
+    assert!(
+        published.failures.is_empty(),
+        "publishes failed: {:?}",
+        published.failures
+    );
     assert_eq!(everything, EVENTS);
-    assert!(lost.is_empty(), "acknowledged publishes not delivered: {:?}", &lost[..lost.len().min(20)]);
-    assert!(on_second > 0, "publishes after the switch go to the second server");
+    assert!(
+        lost.is_empty(),
+        "acknowledged publishes not delivered: {:?}",
+        &lost[..lost.len().min(20)]
+    );
+    assert!(
+        on_second > 0,
+        "publishes after the switch go to the second server"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -211,7 +232,12 @@ async fn a_redis_host_switch_mid_stream_loses_nothing_for_an_http_app() {
     let channel = AppChannel::local(listener.local_addr().unwrap().port());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let stop_app = CancellationToken::new();
-    serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop_app.clone());
+    serve_app(
+        sidecar.runtime.clone(),
+        channel,
+        Vec::new(),
+        stop_app.clone(),
+    );
     // Subscribed once the first event arrives.
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
     let mut probed = received.probed.subscribe();

@@ -19,8 +19,8 @@ use std::sync::{Arc, OnceLock};
 use arc_swap::ArcSwap;
 use redis::aio::ConnectionManager;
 use rewire_runtime::{
-    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PubSub,
-    PubSubError, PubSubSubscription, PublishRequest, Readiness, SubscribeRequest,
+    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PubSub, PubSubError,
+    PubSubSubscription, PublishRequest, Readiness, SubscribeRequest,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::info;

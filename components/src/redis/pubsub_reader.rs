@@ -120,7 +120,11 @@ impl Reader {
     }
 
     /// Delivers again the entries pending longer than `processingTimeout`.
-    async fn reclaim(&mut self, in_flight: &Arc<Semaphore>, tunables: &Tunables) -> Result<(), RedisError> {
+    async fn reclaim(
+        &mut self,
+        in_flight: &Arc<Semaphore>,
+        tunables: &Tunables,
+    ) -> Result<(), RedisError> {
         let idle = u64::try_from(tunables.processing_timeout.as_millis()).unwrap_or(u64::MAX);
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&self.topic)
@@ -202,7 +206,11 @@ async fn read_group(
     block: Option<Duration>,
 ) -> Result<Vec<(String, Vec<u8>)>, RedisError> {
     let mut cmd = redis::cmd("XREADGROUP");
-    cmd.arg("GROUP").arg(group).arg(group).arg("COUNT").arg(count);
+    cmd.arg("GROUP")
+        .arg(group)
+        .arg(group)
+        .arg("COUNT")
+        .arg(count);
     if let Some(block) = block {
         cmd.arg("BLOCK")
             .arg(u64::try_from(block.as_millis()).unwrap_or(1000));

@@ -58,22 +58,38 @@ async fn earlier_publishes_are_delivered_acked_and_a_retry_comes_back() {
         "processingTimeout": "300ms", "redeliverInterval": "100ms"
     }))
     .await;
-    broker.publish(publish("orders", "before")).await.expect("published");
+    broker
+        .publish(publish("orders", "before"))
+        .await
+        .expect("published");
     let mut sub = subscribe(&broker, "orders").await;
-    assert_eq!(next_text(&mut sub, DeliveryOutcome::Success).await, "before");
-    broker.publish(publish("orders", "again")).await.expect("published");
+    assert_eq!(
+        next_text(&mut sub, DeliveryOutcome::Success).await,
+        "before"
+    );
+    broker
+        .publish(publish("orders", "again"))
+        .await
+        .expect("published");
     assert_eq!(next_text(&mut sub, DeliveryOutcome::Retry).await, "again");
     assert_eq!(next_text(&mut sub, DeliveryOutcome::Success).await, "again");
     // Everything settled is acknowledged: nothing pending in the group.
     let mut pending = Vec::new();
     for _ in 0..50 {
-        pending = server.query(&["XPENDING", "orders", "app"]).await.unwrap_or_default();
+        pending = server
+            .query(&["XPENDING", "orders", "app"])
+            .await
+            .unwrap_or_default();
         if pending.first().map(String::as_str) == Some("0") {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(pending.first().map(String::as_str), Some("0"), "{pending:?}");
+    assert_eq!(
+        pending.first().map(String::as_str),
+        Some("0"),
+        "{pending:?}"
+    );
 }
 
 #[tokio::test]
@@ -82,7 +98,10 @@ async fn a_drain_delivers_the_backlog_then_refuses_publishes() {
     let broker = broker(json!({"redisHost": server.addr(), "maxLenApprox": 1000})).await;
     let mut sub = subscribe(&broker, "t").await;
     for i in 0..20 {
-        broker.publish(publish("t", &i.to_string())).await.expect("published");
+        broker
+            .publish(publish("t", &i.to_string()))
+            .await
+            .expect("published");
     }
     sub.drain();
     let mut seen = Vec::new();
@@ -100,8 +119,15 @@ async fn a_drain_delivers_the_backlog_then_refuses_publishes() {
 
 #[tokio::test]
 async fn bad_tunables_name_the_field() {
-    let err = common::start("pubsub", "redis", json!({"redisHost": "127.0.0.1:1", "concurrency": 0}))
-        .await
-        .expect_err("concurrency 0 is refused");
-    assert!(err.to_string().contains("`concurrency` must be at least 1"), "{err}");
+    let err = common::start(
+        "pubsub",
+        "redis",
+        json!({"redisHost": "127.0.0.1:1", "concurrency": 0}),
+    )
+    .await
+    .expect_err("concurrency 0 is refused");
+    assert!(
+        err.to_string().contains("`concurrency` must be at least 1"),
+        "{err}"
+    );
 }

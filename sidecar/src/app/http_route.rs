@@ -32,7 +32,11 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
     }
     let said = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
-        .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(str::to_ascii_uppercase));
+        .and_then(|v| {
+            v.get("status")
+                .and_then(|s| s.as_str())
+                .map(str::to_ascii_uppercase)
+        });
     match said.as_deref() {
         Some("RETRY") => DeliveryOutcome::Retry,
         Some("DROP") => DeliveryOutcome::Drop,
@@ -77,10 +81,25 @@ mod tests {
     #[test]
     fn answers_read_as_dapr_reads_them() {
         assert_eq!(outcome_of(StatusCode::OK, b""), DeliveryOutcome::Success);
-        assert_eq!(outcome_of(StatusCode::OK, br#"{"status":"SUCCESS"}"#), DeliveryOutcome::Success);
-        assert_eq!(outcome_of(StatusCode::OK, br#"{"status":"retry"}"#), DeliveryOutcome::Retry);
-        assert_eq!(outcome_of(StatusCode::OK, br#"{"status":"DROP"}"#), DeliveryOutcome::Drop);
-        assert_eq!(outcome_of(StatusCode::NOT_FOUND, b""), DeliveryOutcome::Drop);
-        assert_eq!(outcome_of(StatusCode::INTERNAL_SERVER_ERROR, b""), DeliveryOutcome::Retry);
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"SUCCESS"}"#),
+            DeliveryOutcome::Success
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"retry"}"#),
+            DeliveryOutcome::Retry
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"DROP"}"#),
+            DeliveryOutcome::Drop
+        );
+        assert_eq!(
+            outcome_of(StatusCode::NOT_FOUND, b""),
+            DeliveryOutcome::Drop
+        );
+        assert_eq!(
+            outcome_of(StatusCode::INTERNAL_SERVER_ERROR, b""),
+            DeliveryOutcome::Retry
+        );
     }
 }

@@ -52,7 +52,10 @@ impl AppChannel {
 pub async fn wait_for_app(channel: &AppChannel, shutdown: &CancellationToken) -> bool {
     let mut logged = false;
     loop {
-        if tokio::net::TcpStream::connect(&channel.address).await.is_ok() {
+        if tokio::net::TcpStream::connect(&channel.address)
+            .await
+            .is_ok()
+        {
             return true;
         }
         if !logged {
@@ -96,11 +99,20 @@ pub fn serve_app(
                 dead_letter_topic: subscription.dead_letter_topic.clone(),
             };
             match delivery
-                .start(&runtime, Arc::new(route), subscription.metadata.clone(), shutdown.clone())
+                .start(
+                    &runtime,
+                    Arc::new(route),
+                    subscription.metadata.clone(),
+                    shutdown.clone(),
+                )
                 .await
             {
-                Ok(_) => tracing::info!(pubsub = %subscription.pubsub_name, topic = %subscription.topic, route = %subscription.route, "App subscribed."),
-                Err(err) => tracing::warn!(pubsub = %subscription.pubsub_name, topic = %subscription.topic, error = %err, "App subscription refused."),
+                Ok(_) => {
+                    tracing::info!(pubsub = %subscription.pubsub_name, topic = %subscription.topic, route = %subscription.route, "App subscribed.")
+                }
+                Err(err) => {
+                    tracing::warn!(pubsub = %subscription.pubsub_name, topic = %subscription.topic, error = %err, "App subscription refused.")
+                }
             }
         }
     })

@@ -87,7 +87,10 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
 
 /// The app's own subscriptions (none when it does not answer, answers
 /// 404, or answers something malformed — each said in the log).
-pub(super) async fn ask_app(client: &reqwest::Client, channel: &AppChannel) -> Vec<AppSubscription> {
+pub(super) async fn ask_app(
+    client: &reqwest::Client,
+    channel: &AppChannel,
+) -> Vec<AppSubscription> {
     let url = channel.url("dapr/subscribe");
     for attempt in 1..=ASK_ATTEMPTS {
         match client.get(&url).send().await {
@@ -134,6 +137,9 @@ mod tests {
         assert_eq!(parsed[1].dead_letter_topic.as_deref(), Some("dlq"));
         let bad = serde_json::json!([{"pubsubname": "p"}]);
         let err = parse_subscriptions(&bad).expect_err("no topic");
-        assert!(err.starts_with("subscription 0: missing field `topic`"), "{err}");
+        assert!(
+            err.starts_with("subscription 0: missing field `topic`"),
+            "{err}"
+        );
     }
 }

@@ -154,9 +154,11 @@ impl TopicEvent {
         };
         let data = match (cloud_event.get("data"), cloud_event.get("data_base64")) {
             (Some(Value::String(s)), _) => s.as_bytes().to_vec(),
-            (Some(Value::Null) | None, Some(Value::String(b64))) => base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .unwrap_or_default(),
+            (Some(Value::Null) | None, Some(Value::String(b64))) => {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap_or_default()
+            }
             (Some(Value::Null) | None, _) => Vec::new(),
             (Some(json), _) => json.to_string().into_bytes(),
         };
@@ -252,7 +254,9 @@ mod tests {
         assert_eq!(event["specversion"], "1.0");
         assert_eq!(event["topic"], "orders");
         assert_eq!(event["pubsubname"], "pubsub");
-        assert!(event["traceparent"].as_str().is_some_and(|t| t.starts_with("00-")));
+        assert!(event["traceparent"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("00-")));
         assert_eq!(event["id"].as_str().map(str::len), Some(36));
         let bytes = serde_json::to_vec(&event).expect("json");
         let message = rewire_runtime::Message {

@@ -8,12 +8,15 @@ use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::dapr_pubsub_stream::TopicEventStream;
 use super::observe::observed;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
-use super::dapr_pubsub_stream::TopicEventStream;
-use super::{dapr_config, dapr_lock, dapr_metadata, dapr_pubsub, dapr_pubsub_stream, dapr_secrets, dapr_state};
+use super::{
+    dapr_config, dapr_lock, dapr_metadata, dapr_pubsub, dapr_pubsub_stream, dapr_secrets,
+    dapr_state,
+};
 use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
 

@@ -30,10 +30,7 @@ pub(super) fn trace_context(headers: &MetadataMap) -> (Option<String>, Option<St
 
 /// `PublishEvent`: one event, wrapped in a CloudEvent unless
 /// `metadata.rawPayload` is `true`.
-pub(super) async fn publish(
-    call: Call,
-    req: pb::PublishEventRequest,
-) -> Result<(), Status> {
+pub(super) async fn publish(call: Call, req: pb::PublishEventRequest) -> Result<(), Status> {
     let trace = current_trace();
     let pubsub = call.pubsub(&req.pubsub_name)?;
     let event = PublishEvent {

@@ -66,7 +66,12 @@ pub(super) async fn subscribe(
     // Queued before any event can be.
     let _ = out.try_send(Ok(initial_response));
     delivery
-        .start(&state.runtime, sink.clone(), initial.metadata, shutdown.clone())
+        .start(
+            &state.runtime,
+            sink.clone(),
+            initial.metadata,
+            shutdown.clone(),
+        )
         .await?;
     tokio::spawn(read_answers(incoming, sink, shutdown));
     Ok(Box::pin(ReceiverStream::new(outgoing)))
@@ -113,7 +118,10 @@ struct StreamSink {
 }
 
 impl StreamSink {
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>> {
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>
+    {
         self.waiting
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

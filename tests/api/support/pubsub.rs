@@ -58,7 +58,10 @@ impl StreamSubscriber {
                 },
             )),
         };
-        answers.send(initial).await.expect("queue the initial request");
+        answers
+            .send(initial)
+            .await
+            .expect("queue the initial request");
         let mut events = client
             .subscribe_topic_events_alpha1(ReceiverStream::new(requests))
             .await?
