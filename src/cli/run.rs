@@ -45,6 +45,8 @@ pub struct RunArgs {
 enum AppProtocol {
     /// Dapr's HTTP app callback: `GET /dapr/subscribe`, `POST` per event.
     Http,
+    /// Dapr's gRPC `AppCallback`: `ListTopicSubscriptions`, `OnTopicEvent`.
+    Grpc,
 }
 
 /// Starts the runtime and waits for a stop signal.
@@ -106,7 +108,11 @@ async fn serve_until_stopped(runtime: Runtime, args: &RunArgs, stop: StopSignals
         }
     };
     let _app = args.app_port.map(|port| {
-        let channel = rewire::sidecar::app::AppChannel::local(port);
+        let protocol = match args.app_protocol {
+            AppProtocol::Http => rewire::sidecar::app::AppProtocol::Http,
+            AppProtocol::Grpc => rewire::sidecar::app::AppProtocol::Grpc,
+        };
+        let channel = rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol);
         rewire::sidecar::app::serve_app(runtime.clone(), channel, Vec::new(), stop_serving.clone())
     });
     let signal = stop.wait().await;

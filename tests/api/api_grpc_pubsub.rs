@@ -1,7 +1,7 @@
 //! Pub/sub through the sidecar, memory broker: `PublishEvent` (CloudEvent
 //! fields, trace context, raw payloads), bulk publish, HTTP publish, a
 //! streaming subscriber's SUCCESS / RETRY / DROP, a dead-letter topic, and
-//! Dapr's error codes.
+//! Dapr's error codes; an app served over gRPC (`AppCallback`).
 
 use crate::support::grpc::{self, dapr, with_header};
 use crate::support::pubsub::StreamSubscriber;
@@ -185,5 +185,94 @@ async fn dapr_error_codes() {
     assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
     let body: serde_json::Value = answer.json().await.expect("json error");
     assert_eq!(body["errorCode"], "ERR_PUBSUB_NOT_FOUND");
+    sidecar.stop().await;
+}
+
+/// An app serving Dapr's `AppCallback`: one subscription, events recorded.
+struct CallbackApp {
+    events: tokio::sync::mpsc::Sender<dapr::TopicEventRequest>,
+    retried: std::sync::atomic::AtomicBool,
+}
+
+#[tonic::async_trait]
+impl dapr::app_callback_server::AppCallback for CallbackApp {
+    async fn list_topic_subscriptions(
+        &self,
+        _: tonic::Request<()>,
+    ) -> Result<tonic::Response<dapr::ListTopicSubscriptionsResponse>, tonic::Status> {
+        let subscription = dapr::TopicSubscription {
+            pubsub_name: "pubsub".into(),
+            topic: "orders".into(),
+            routes: Some(dapr::TopicRoutes {
+                rules: Vec::new(),
+                default: "/orders".into(),
+            }),
+            ..Default::default()
+        };
+        Ok(tonic::Response::new(dapr::ListTopicSubscriptionsResponse {
+            subscriptions: vec![subscription],
+        }))
+    }
+
+    async fn on_topic_event(
+        &self,
+        request: tonic::Request<dapr::TopicEventRequest>,
+    ) -> Result<tonic::Response<dapr::TopicEventResponse>, tonic::Status> {
+        // The first delivery is answered RETRY: the engine tries again.
+        let first = !self.retried.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let status = if first {
+            Status::Retry
+        } else {
+            Status::Success
+        };
+        let _ = self.events.send(request.into_inner()).await;
+        Ok(tonic::Response::new(dapr::TopicEventResponse {
+            status: status as i32,
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_grpc_app_gets_events_through_app_callback() {
+    use rewire::sidecar::app::{serve_app, AppChannel, AppProtocol};
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let (events, mut received) = tokio::sync::mpsc::channel(16);
+    let app = CallbackApp {
+        events,
+        retried: Default::default(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(dapr::app_callback_server::AppCallbackServer::new(app))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let channel = AppChannel::local(port).with_protocol(AppProtocol::Grpc);
+    serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    // Published until the app is subscribed (its first event arrives).
+    let first = loop {
+        client
+            .publish_event(publish("orders", b"to the app", "text/plain"))
+            .await
+            .expect("published");
+        let wait = tokio::time::timeout(std::time::Duration::from_millis(500), received.recv());
+        if let Ok(Some(event)) = wait.await {
+            break event;
+        }
+    };
+    assert_eq!(
+        (first.path.as_str(), first.data.as_slice()),
+        ("/orders", &b"to the app"[..])
+    );
+    assert_eq!(first.source, "shop");
+    let again = tokio::time::timeout(grpc::PATIENCE, received.recv())
+        .await
+        .expect("the retried event comes again")
+        .expect("app alive");
+    assert_eq!(again.id, first.id);
+    stop.cancel();
     sidecar.stop().await;
 }
