@@ -8,12 +8,14 @@
 //! 2. sidecar, redis broker: the same with the `redis` pub/sub;
 //! 3. direct Redis Streams: `XADD` from the publishers, one reader doing
 //!    `XREADGROUP` (COUNT 100, BLOCK) and an `XACK` per entry — what the
-//!    redis broker does, without the sidecar.
+//!    redis broker does, without the sidecar and the CloudEvent.
 //!
-//! Each run sends `MESSAGES` events from `PUBLISHERS` concurrent publishers
-//! (each waits for its publish to be acknowledged before the next) and
-//! measures throughput (events delivered per second, first publish to last
-//! delivery) and latency (publish call start to delivery, p50 and p99).
+//! Throughput: each run sends `MESSAGES` events from `PUBLISHERS`
+//! concurrent publishers (each waits for its publish to be acknowledged
+//! before the next): events delivered per second, first publish to last
+//! delivery. Latency: one publisher, one event in flight (publish, wait for
+//! its delivery, next), a fifth as many events: publish call start to
+//! delivery, p50 and p99.
 //! It prints the median run of each path and the ratios to the direct
 //! baseline. See docs/BENCHMARKS.md, section "Pub/sub".
 //!
@@ -67,6 +69,27 @@ impl Path {
     }
 }
 
+/// How the events are sent.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    /// Publishers sending at once.
+    publishers: usize,
+    /// Each publisher waits for the delivery of its event before the next.
+    closed_loop: bool,
+}
+
+/// Throughput: [`PUBLISHERS`] publishers, each waiting only for its
+/// publish to be acknowledged.
+const THROUGHPUT: Load = Load {
+    publishers: PUBLISHERS,
+    closed_loop: false,
+};
+/// Latency: one publisher, one event in flight (publish, delivery, next).
+const LATENCY: Load = Load {
+    publishers: 1,
+    closed_loop: true,
+};
+
 /// One run's numbers.
 #[derive(Debug, Clone, Copy)]
 struct RunResult {
@@ -79,6 +102,7 @@ struct RunResult {
 struct Clock {
     sent: Mutex<Vec<Option<Instant>>>,
     latencies: Mutex<Vec<Duration>>,
+    count: tokio::sync::watch::Sender<usize>,
 }
 
 impl Clock {
@@ -86,6 +110,7 @@ impl Clock {
         Arc::new(Self {
             sent: Mutex::new(vec![None; n]),
             latencies: Mutex::new(Vec::with_capacity(n)),
+            count: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -100,7 +125,15 @@ impl Clock {
         if let Some(at) = at {
             latencies.push(at.elapsed());
         }
+        self.count.send_replace(latencies.len());
         latencies.len()
+    }
+
+    /// In closed loop: waits until `seq` was delivered.
+    async fn wait_delivered(&self, seq: usize, closed_loop: bool) {
+        if closed_loop {
+            let _ = self.count.subscribe().wait_for(|c| *c > seq).await;
+        }
     }
 
     fn result(&self, n: usize, elapsed: Duration) -> RunResult {
@@ -124,7 +157,7 @@ fn seq_of(data: &[u8]) -> usize {
 }
 
 /// One run through the sidecar's pub/sub `pubsub`.
-async fn sidecar_run(url: &str, pubsub: &str, topic: &str, n: usize) -> RunResult {
+async fn sidecar_run(url: &str, pubsub: &str, topic: &str, n: usize, load: Load) -> RunResult {
     let clock = Clock::new(n);
     let channel = tonic::transport::Endpoint::from_shared(url.to_string())
         .unwrap()
@@ -178,11 +211,11 @@ async fn sidecar_run(url: &str, pubsub: &str, topic: &str, n: usize) -> RunResul
     });
     let started = Instant::now();
     let mut publishers = Vec::new();
-    for p in 0..PUBLISHERS {
+    for p in 0..load.publishers {
         let (mut client, clock) = (DaprClient::new(channel.clone()), clock.clone());
         let (pubsub, topic) = (pubsub.to_string(), topic.to_string());
         publishers.push(tokio::spawn(async move {
-            for seq in (p..n).step_by(PUBLISHERS) {
+            for seq in (p..n).step_by(load.publishers) {
                 clock.sent(seq);
                 let request = pb::PublishEventRequest {
                     pubsub_name: pubsub.clone(),
@@ -192,6 +225,7 @@ async fn sidecar_run(url: &str, pubsub: &str, topic: &str, n: usize) -> RunResul
                     metadata: Default::default(),
                 };
                 client.publish_event(request).await.expect("publish");
+                clock.wait_delivered(seq, load.closed_loop).await;
             }
         }));
     }
@@ -205,7 +239,7 @@ async fn sidecar_run(url: &str, pubsub: &str, topic: &str, n: usize) -> RunResul
 }
 
 /// One run straight on Redis Streams.
-async fn direct_run(server: &RedisServer, topic: &str, n: usize) -> RunResult {
+async fn direct_run(server: &RedisServer, topic: &str, n: usize, load: Load) -> RunResult {
     let clock = Clock::new(n);
     let client = server.client();
     let mut setup = client.get_multiplexed_async_connection().await.unwrap();
@@ -254,10 +288,10 @@ async fn direct_run(server: &RedisServer, topic: &str, n: usize) -> RunResult {
     });
     let started = Instant::now();
     let mut publishers = Vec::new();
-    for p in 0..PUBLISHERS {
+    for p in 0..load.publishers {
         let (mut conn, clock, topic) = (setup.clone(), clock.clone(), topic.to_string());
         publishers.push(tokio::spawn(async move {
-            for seq in (p..n).step_by(PUBLISHERS) {
+            for seq in (p..n).step_by(load.publishers) {
                 clock.sent(seq);
                 let _: String = redis::cmd("XADD")
                     .arg(&topic)
@@ -267,6 +301,7 @@ async fn direct_run(server: &RedisServer, topic: &str, n: usize) -> RunResult {
                     .query_async(&mut conn)
                     .await
                     .expect("XADD");
+                clock.wait_delivered(seq, load.closed_loop).await;
             }
         }));
     }
@@ -361,51 +396,61 @@ fn main() {
     );
     let mut medians = Vec::new();
     for path in &paths {
-        let mut runs = Vec::new();
-        for round in 0..(plan.warmup + plan.runs) {
-            let topic = format!("bench-{round}-{}", runs.len());
-            let result = callers.block_on(async {
-                match path {
-                    Path::SidecarMemory => sidecar_run(&url, "memory", &topic, n).await,
-                    Path::SidecarRedis => sidecar_run(&url, "redis", &topic, n).await,
-                    Path::DirectRedis => {
-                        direct_run(redis.as_ref().expect("redis"), &topic, n).await
+        // Throughput from open-loop runs, latency from closed-loop runs.
+        let mut measured = Vec::new();
+        for (load, events) in [(THROUGHPUT, n), (LATENCY, (n / 5).max(20))] {
+            let mut runs = Vec::new();
+            for round in 0..(plan.warmup + plan.runs) {
+                let topic = format!("bench-{}-{round}-{}", load.publishers, runs.len());
+                let result = callers.block_on(async {
+                    match path {
+                        Path::SidecarMemory => {
+                            sidecar_run(&url, "memory", &topic, events, load).await
+                        }
+                        Path::SidecarRedis => {
+                            sidecar_run(&url, "redis", &topic, events, load).await
+                        }
+                        Path::DirectRedis => {
+                            direct_run(redis.as_ref().expect("redis"), &topic, events, load).await
+                        }
                     }
+                });
+                if round >= plan.warmup {
+                    runs.push(result);
                 }
-            });
-            if round >= plan.warmup {
-                runs.push(result);
             }
+            runs.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+            measured.push(runs[runs.len() / 2]);
         }
-        runs.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
-        let median = runs[runs.len() / 2];
-        medians.push((*path, median));
+        let (throughput, latency) = (measured[0], measured[1]);
+        medians.push((*path, throughput.per_second, latency));
     }
     let direct = medians
         .iter()
-        .find(|(p, _)| *p == Path::DirectRedis)
-        .map(|(_, r)| *r);
+        .find(|(p, _, _)| *p == Path::DirectRedis)
+        .map(|(_, t, l)| (*t, *l));
     println!(
         "{:<48} {:>12} {:>10} {:>10}",
         "path", "events/s", "p50", "p99"
     );
-    for (path, r) in &medians {
+    for (path, per_second, latency) in &medians {
         let vs = direct
             .filter(|_| *path != Path::DirectRedis)
-            .map(|d| {
+            .map(|(t, l)| {
                 format!(
-                    "  ({:.2}x the direct throughput, p50 {:.1}x)",
-                    r.per_second / d.per_second,
-                    r.p50.as_secs_f64() / d.p50.as_secs_f64()
+                    "  (vs direct: throughput {:.2}x, p50 {:.2}x, p99 {:.2}x)",
+                    per_second / t,
+                    latency.p50.as_secs_f64() / l.p50.as_secs_f64(),
+                    latency.p99.as_secs_f64() / l.p99.as_secs_f64()
                 )
             })
             .unwrap_or_default();
         println!(
             "{:<48} {:>12.0} {:>10} {:>10}{vs}",
             path.label(),
-            r.per_second,
-            human(r.p50),
-            human(r.p99)
+            per_second,
+            human(latency.p50),
+            human(latency.p99)
         );
     }
     shutdown.cancel();

@@ -128,6 +128,8 @@ fn components_lists_the_linked_registry() {
         "config_store/file",
         "secret_store/local.file",
         "secret_store/env",
+        "pubsub/memory",
+        "pubsub/redis",
     ] {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }
