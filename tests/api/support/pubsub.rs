@@ -18,7 +18,7 @@ pub struct StreamSubscriber {
 /// Where a stream stands after waiting for an event.
 pub enum Next {
     /// An event.
-    Event(dapr::TopicEventRequest),
+    Event(Box<dapr::TopicEventRequest>),
     /// The server ended the stream (with its status, if any).
     Ended(Option<tonic::Status>),
 }
@@ -85,7 +85,7 @@ impl StreamSubscriber {
     pub async fn next(&mut self) -> Next {
         match grpc::next(&mut self.events).await {
             Some(Ok(message)) => match message.subscribe_topic_events_response_type {
-                Some(ResponseType::EventMessage(event)) => Next::Event(event),
+                Some(ResponseType::EventMessage(event)) => Next::Event(Box::new(event)),
                 other => panic!("unexpected message {other:?}"),
             },
             Some(Err(status)) => Next::Ended(Some(status)),
@@ -96,7 +96,7 @@ impl StreamSubscriber {
     /// The next event; panics if the stream ended.
     pub async fn event(&mut self) -> dapr::TopicEventRequest {
         match self.next().await {
-            Next::Event(event) => event,
+            Next::Event(event) => *event,
             Next::Ended(status) => panic!("the stream ended: {status:?}"),
         }
     }
