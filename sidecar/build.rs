@@ -4,6 +4,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/dapr/proto/common/v1/common.proto",
+        "proto/dapr/proto/runtime/v1/appcallback.proto",
+        "proto/dapr/proto/runtime/v1/pubsub.proto",
         "proto/dapr/proto/runtime/v1/dapr.proto",
         "proto/rewire/lifecycle/v1/lifecycle.proto",
         "proto/layotto/runtime/v1/runtime.proto",

@@ -18,6 +18,7 @@ pub mod json_text;
 pub mod live;
 pub mod local_file_secrets;
 pub mod memory;
+pub mod pubsub;
 mod redacted;
 pub mod redis;
 pub mod time_limits;
@@ -29,6 +30,7 @@ pub use live::LiveMetadata;
 pub use local_file_secrets::LocalFileSecretStore;
 pub use memory::config_store::MemoryConfigStore;
 pub use memory::lock::MemoryLock;
+pub use memory::pubsub::MemoryPubSub;
 pub use memory::state::MemoryStateStore;
 
 /// Referenced by the binary so this crate's registrations are linked.

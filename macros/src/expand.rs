@@ -18,6 +18,8 @@ const BUILT_IN_KINDS: &[(&str, &str)] = &[
     ("lock", "Lock"),
     ("sequencer", "Sequencer"),
     ("file", "File"),
+    ("pubsub", "PubSub"),
+    ("pub_subs", "PubSub"),
 ];
 
 /// The code for `component`, reaching the runtime through `krate`.

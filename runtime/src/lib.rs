@@ -35,7 +35,7 @@ pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]
 pub use handle::{
     Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle,
-    Instance, LiveGeneration, LockHandle, SecretStoreHandle, StateStoreHandle,
+    Instance, LiveGeneration, LockHandle, PubSubHandle, SecretStoreHandle, StateStoreHandle,
 };
 #[doc(inline)]
 pub use handle::{FileStoreHandle, SequencerHandle};
@@ -47,12 +47,17 @@ pub use kinds::{
     TryLockRequest, UnlockRequest, UnlockStatus,
 };
 #[doc(inline)]
-pub use kinds::{StateFeature, TransactionOperation, TransactionRequest};
+pub use kinds::{
+    Delivery, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest, SubscriptionFeed,
+};
 #[doc(inline)]
 pub use kinds::{
     FileBody, FileError, FileInfo, FileRead, FileStore, IdRange, Increment, ListPage, ListRequest,
     NextIdRequest, PutFileRequest, SegmentRequest, Sequencer, SequencerError,
 };
+#[doc(inline)]
+pub use kinds::{StateFeature, TransactionOperation, TransactionRequest};
 #[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]
@@ -74,8 +79,8 @@ pub mod prelude {
     #[doc(hidden)]
     pub use crate::{
         Component, ComponentError, ComponentHandle, ComponentKey, ConfigStore, ConfigStoreHandle,
-        HandleError, InPlace, InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, Readiness,
-        SecretStore, SecretStoreHandle, StateStore, StateStoreHandle,
+        HandleError, InPlace, InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, PubSub,
+        PubSubHandle, Readiness, SecretStore, SecretStoreHandle, StateStore, StateStoreHandle,
     };
     // What the kinds' operations take and return.
     #[doc(hidden)]
@@ -91,6 +96,12 @@ pub mod prelude {
         FileBody, FileError, FileInfo, FileRead, FileStore, FileStoreHandle, IdRange, Increment,
         ListPage, ListRequest, NextIdRequest, PutFileRequest, SegmentRequest, Sequencer,
         SequencerError, SequencerHandle,
+    };
+    // The pub/sub kind.
+    #[doc(hidden)]
+    pub use crate::{
+        Delivery, DeliveryOutcome, Message, PubSubError, PubSubSubscription, PublishRequest,
+        SubscribeRequest,
     };
     #[doc(hidden)]
     pub use async_trait::async_trait;

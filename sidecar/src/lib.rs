@@ -13,6 +13,7 @@
 //!   client CA, certificates followed live.
 //! * [`ApiServer`]: both servers, bound and serving.
 
+pub mod app;
 pub mod auth;
 pub mod connection;
 pub mod dapr;

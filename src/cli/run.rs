@@ -35,6 +35,22 @@ pub struct RunArgs {
     http_addr: SocketAddr,
     #[command(flatten)]
     tls: super::serve_tls::ServeTlsArgs,
+    /// Port the app listens on (loopback): pub/sub events are delivered to
+    /// it (its `GET /dapr/subscribe`), once it listens.
+    #[arg(long)]
+    app_port: Option<u16>,
+    /// How the app is called on `--app-port`.
+    #[arg(long, value_enum, default_value_t = AppProtocol::Http, requires = "app_port")]
+    app_protocol: AppProtocol,
+}
+
+/// `--app-protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AppProtocol {
+    /// Dapr's HTTP app callback: `GET /dapr/subscribe`, `POST` per event.
+    Http,
+    /// Dapr's gRPC `AppCallback`: `ListTopicSubscriptions`, `OnTopicEvent`.
+    Grpc,
 }
 
 /// Starts the runtime and waits for a stop signal.
@@ -119,6 +135,14 @@ async fn serve_until_stopped(
             return ExitCode::FAILURE;
         }
     };
+    let _app = args.app_port.map(|port| {
+        let protocol = match args.app_protocol {
+            AppProtocol::Http => rewire::sidecar::app::AppProtocol::Http,
+            AppProtocol::Grpc => rewire::sidecar::app::AppProtocol::Grpc,
+        };
+        let channel = rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol);
+        rewire::sidecar::app::serve_app(runtime.clone(), channel, Vec::new(), stop_serving.clone())
+    });
     let signal = stop.wait().await;
     tracing::info!(signal, "Stopping.");
     stop_serving.cancel();

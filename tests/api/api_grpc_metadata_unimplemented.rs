@@ -59,7 +59,7 @@ async fn methods_outside_the_subset_are_unimplemented() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let mut raw = tonic::client::Grpc::new(grpc::channel(sidecar.grpc_url()).await);
     let codec: ProstCodec<GetMetadataRequest, GetMetadataResponse> = ProstCodec::default();
-    for method in ["InvokeService", "PublishEvent"] {
+    for method in ["InvokeService", "InvokeBinding"] {
         let path = PathAndQuery::try_from(format!("/dapr.proto.runtime.v1.Dapr/{method}")).unwrap();
         raw.ready().await.expect("not ready");
         let status = raw

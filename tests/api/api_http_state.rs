@@ -250,8 +250,16 @@ async fn values_come_back_byte_for_byte_as_sent() {
     assert_eq!(saved.status(), StatusCode::NO_CONTENT);
     let got = send(client.get(format!("{url}/exact"))).await;
     assert_eq!(got.text().await.unwrap_or_default(), value);
-    let bulk = send(client.post(format!("{url}/bulk")).json(&json!({"keys": ["exact"]}))).await;
+    let bulk = send(
+        client
+            .post(format!("{url}/bulk"))
+            .json(&json!({"keys": ["exact"]})),
+    )
+    .await;
     let text = bulk.text().await.unwrap_or_default();
-    assert!(text.contains(value), "bulk answers the stored JSON as is: {text}");
+    assert!(
+        text.contains(value),
+        "bulk answers the stored JSON as is: {text}"
+    );
     sidecar.stop().await;
 }

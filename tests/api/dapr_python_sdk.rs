@@ -2,10 +2,11 @@
 //! `scripts/test.sh`) against a real `rewire run`: state with etags and
 //! first-write, state transactions (a stale etag refusing the whole one),
 //! the store's capabilities in the metadata, secrets, configuration get and
-//! subscribe (receiving a change), and locks — with memory state and lock
-//! stores, then with redis ones on a real `redis-server`, and over TLS
-//! (`--tls-cert`, `--tls-key`; the SDK on `https://` endpoints trusting the
-//! test CA).
+//! subscribe (receiving a change), locks, and pub/sub (`publish_event`,
+//! `publish_events`, `subscribe`, `subscribe_with_handler`) — with memory
+//! stores and broker, then with redis ones on a real `redis-server`, and over
+//! TLS (`--tls-cert`, `--tls-key`; the SDK on `https://` endpoints trusting
+//! the test CA).
 
 use std::process::Command;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use testkit::{free_port, ChildProcess};
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
     let memory = json!({"type": "memory"});
-    run_sdk_script(&memory, &memory, None);
+    run_sdk_script(&memory, &memory, None, None);
 }
 
 #[test]
@@ -26,19 +27,21 @@ fn the_official_dapr_python_sdk_works_against_rewire_on_redis() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(RedisServer::start());
     let redis = json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
-    run_sdk_script(&redis, &redis, None);
+    run_sdk_script(&redis, &redis, Some(&redis), None);
     drop(server);
 }
 
 #[test]
 fn the_official_dapr_python_sdk_works_over_tls() {
     let memory = json!({"type": "memory"});
-    run_sdk_script(&memory, &memory, Some(&TestCa::new("sdk-ca")));
+    run_sdk_script(&memory, &memory, None, Some(&TestCa::new("sdk-ca")));
 }
 
 /// Runs `tests/sdk/dapr_python_sdk.py` against `rewire run` with `state`
-/// and `lock` as its state store and lock, over TLS when `tls` is given.
-fn run_sdk_script(state: &Value, lock: &Value, tls: Option<&TestCa>) {
+/// and `lock` as its state store and lock, a memory broker `pubsub` and,
+/// when given, `redis_pubsub` as broker `redispubsub`; over TLS when `tls`
+/// is given.
+fn run_sdk_script(state: &Value, lock: &Value, redis_pubsub: Option<&Value>, tls: Option<&TestCa>) {
     let sdk = Command::new("python3")
         .args(["-c", "import dapr.clients"])
         .output();
@@ -55,12 +58,19 @@ fn run_sdk_script(state: &Value, lock: &Value, tls: Option<&TestCa>) {
         r#"{"db": {"password": "pw-123456", "user": "app"}}"#,
     )
     .unwrap();
+    let mut pubsubs = json!({"pubsub": {"type": "memory"}});
+    let mut pubsub_names = "pubsub";
+    if let Some(redis) = redis_pubsub {
+        pubsubs["redispubsub"] = redis.clone();
+        pubsub_names = "pubsub,redispubsub";
+    }
     let rewire_json = dir.path().join("rewire.json");
     let config = json!({
         "appId": "sdk-test",
         "components": {
             "state": {"statestore": state},
             "lock": {"lockstore": lock},
+            "pubsub": pubsubs,
             "config_store": {"configstore": {"type": "file", "metadata": {"path": config_file}}},
             "secret_store": {"secretstore": {"type": "local.file", "metadata": {"secretsFile": secrets_file, "multiValued": true}}}
         }
@@ -106,7 +116,8 @@ fn run_sdk_script(state: &Value, lock: &Value, tls: Option<&TestCa>) {
         .env("DAPR_GRPC_PORT", grpc_port.to_string())
         .env("DAPR_HTTP_PORT", http_port.to_string())
         .env("DAPR_HEALTH_TIMEOUT", "30")
-        .env("REWIRE_SDK_CONFIG_FILE", &config_file);
+        .env("REWIRE_SDK_CONFIG_FILE", &config_file)
+        .env("REWIRE_SDK_PUBSUBS", pubsub_names);
     if let Some(ca) = tls {
         // gRPC (C-core) and Python's ssl (the SDK's HTTP health check)
         // each read their trusted roots from their own variable.

@@ -132,6 +132,8 @@ fn components_lists_the_linked_registry() {
         "sequencer/redis",
         "file/local",
         "file/memory",
+        "pubsub/memory",
+        "pubsub/redis",
     ] {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }

@@ -14,7 +14,7 @@ import threading
 
 import grpc
 from dapr.clients import DaprClient
-from dapr.clients.grpc._response import UnlockResponseStatus
+from dapr.clients.grpc._response import TopicEventResponse, UnlockResponseStatus
 from dapr.clients.grpc._request import TransactionalStateOperation, TransactionOperationType
 from dapr.clients.grpc._state import Concurrency, StateOptions
 
@@ -134,6 +134,42 @@ def lock(d):
     check(missing.status == UnlockResponseStatus.lock_does_not_exist, f"unlock of a free lock: {missing.status}")
 
 
+def pubsub(d, name):
+    """publish_event / publish_events, subscribe (streaming) and subscribe_with_handler on `name`."""
+    sub = d.subscribe(name, "orders")
+    d.publish_event(name, "orders", json.dumps({"n": 1}), data_content_type="application/json")
+    msg = sub.next_message()
+    check(msg.data() == {"n": 1}, f"{name}: subscribe got {msg.raw_data()!r}")
+    check(msg.source() == "sdk-test" and msg.topic() == "orders" and msg.pubsub_name() == name,
+          f"{name}: cloud event fields {msg.source()}, {msg.topic()}, {msg.pubsub_name()}")
+    sub.respond_success(msg)
+    answer = d.publish_events(name, "orders", ["a", "b", "c"], data_content_type="text/plain")
+    check(not answer.failed_entries, f"{name}: publish_events failed {answer.failed_entries}")
+    got = set()
+    for _ in range(3):
+        msg = sub.next_message()
+        got.add(msg.data())
+        sub.respond_success(msg)
+    check(got == {"a", "b", "c"}, f"{name}: publish_events delivered {got}")
+    sub.close()
+
+    handled = []
+    done = threading.Event()
+
+    def handler(message):
+        handled.append(message.data())
+        if len(handled) >= 2:
+            done.set()
+        return TopicEventResponse("success")
+
+    close = d.subscribe_with_handler(name, "handled", handler)
+    d.publish_event(name, "handled", "first", data_content_type="text/plain")
+    d.publish_event(name, "handled", "second", data_content_type="text/plain")
+    check(done.wait(20), f"{name}: subscribe_with_handler got {handled}")
+    close()
+    check(sorted(handled) == ["first", "second"], f"{name}: handler got {handled}")
+
+
 def main():
     config_file = os.environ["REWIRE_SDK_CONFIG_FILE"]
     with DaprClient() as d:
@@ -142,8 +178,15 @@ def main():
         secrets(d)
         configuration(d, config_file)
         lock(d)
+        for name in os.environ.get("REWIRE_SDK_PUBSUBS", "").split(","):
+            if name:
+                pubsub(d, name)
     print("dapr python sdk: all checks passed")
 
 
 if __name__ == "__main__":
+    # A subscription that never gets its message must not hang the suite.
+    watchdog = threading.Timer(120, lambda: (print("FAILED: timed out", file=sys.stderr), os._exit(2)))
+    watchdog.daemon = True
+    watchdog.start()
     main()

@@ -6,5 +6,6 @@
 
 pub mod config_store;
 pub mod lock;
+pub mod pubsub;
 pub mod sequencer;
 pub mod state;

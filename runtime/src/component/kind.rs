@@ -19,16 +19,19 @@ pub enum Kind {
     Sequencer,
     /// `file`: a [`FileStore`](crate::FileStore).
     File,
+    /// `pubsub` (Layotto: `pub_subs`): a [`PubSub`](crate::PubSub) broker.
+    PubSub,
     /// Any other kind: a plain [`Component`](crate::Component).
     Custom(String),
 }
 
 impl Kind {
     /// The built-in kinds.
-    pub const BUILT_IN: [Kind; 6] = [
+    pub const BUILT_IN: [Kind; 7] = [
         Kind::ConfigStore,
         Kind::File,
         Kind::Lock,
+        Kind::PubSub,
         Kind::SecretStore,
         Kind::Sequencer,
         Kind::State,
@@ -43,6 +46,7 @@ impl Kind {
             Kind::Lock => "lock",
             Kind::Sequencer => "sequencer",
             Kind::File => "file",
+            Kind::PubSub => "pubsub",
             Kind::Custom(kind) => kind,
         }
     }
@@ -56,6 +60,7 @@ impl Kind {
             "lock" => Kind::Lock,
             "sequencer" => Kind::Sequencer,
             "file" => Kind::File,
+            "pubsub" | "pub_subs" => Kind::PubSub,
             other => Kind::Custom(other.to_string()),
         }
     }
@@ -146,6 +151,7 @@ mod tests {
             assert_eq!(Kind::parse(kind.as_str()), kind);
         }
         assert_eq!(Kind::parse("binding"), Kind::Custom("binding".into()));
+        assert_eq!(Kind::parse("pub_subs"), Kind::PubSub);
         let mut kinds = [Kind::State, Kind::parse("binding"), Kind::ConfigStore];
         kinds.sort();
         let spelled: Vec<&str> = kinds.iter().map(Kind::as_str).collect();

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::component::Component;
 use crate::component::Kind;
-use crate::kinds::{ConfigStore, FileStore, Lock, SecretStore, Sequencer, StateStore};
+use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer, StateStore};
 
 /// A running component instance, as the trait object of its kind.
 #[derive(Clone)]
@@ -21,6 +21,8 @@ pub enum Instance {
     Sequencer(Arc<dyn Sequencer>),
     /// A `file` store.
     File(Arc<dyn FileStore>),
+    /// A `pubsub` broker.
+    PubSub(Arc<dyn PubSub>),
     /// A component of a custom kind.
     Custom(Arc<dyn Component>),
 }
@@ -35,6 +37,7 @@ impl Instance {
             Instance::Lock(c) => c.clone(),
             Instance::Sequencer(c) => c.clone(),
             Instance::File(c) => c.clone(),
+            Instance::PubSub(c) => c.clone(),
             Instance::Custom(c) => c.clone(),
         }
     }
@@ -49,6 +52,7 @@ impl Instance {
             Instance::Lock(_) => Some(Kind::Lock),
             Instance::Sequencer(_) => Some(Kind::Sequencer),
             Instance::File(_) => Some(Kind::File),
+            Instance::PubSub(_) => Some(Kind::PubSub),
             Instance::Custom(_) => None,
         }
     }
@@ -87,6 +91,7 @@ impl std::fmt::Debug for Instance {
             Instance::Lock(_) => "Lock",
             Instance::Sequencer(_) => "Sequencer",
             Instance::File(_) => "File",
+            Instance::PubSub(_) => "PubSub",
             Instance::Custom(_) => "Custom",
         };
         write!(f, "Instance::{kind}")

@@ -1,11 +1,12 @@
 //! Where generations are published, with a notification on every publish.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
 use super::slot::{Slot, Slots};
+use super::warm::WarmRequest;
 use super::Generation;
 use crate::component::ComponentKey;
 
@@ -16,6 +17,8 @@ pub struct Live {
     /// Each key's instance, for the handles naming it.
     slots: Slots,
     published: watch::Sender<u64>,
+    /// Handle subscriptions to warm before each publish (`warm`).
+    pub(super) warmers: Mutex<Vec<tokio::sync::mpsc::Sender<WarmRequest>>>,
 }
 
 /// Shared pointer to a runtime's [`Live`] generation.
@@ -28,6 +31,7 @@ impl Live {
             current: ArcSwap::from_pointee(Generation::default()),
             slots: Slots::default(),
             published: watch::channel(0).0,
+            warmers: Mutex::new(Vec::new()),
         })
     }
 

@@ -14,8 +14,10 @@
 mod borrowed;
 mod instance;
 mod live;
+mod pubsub_subscription;
 mod slot;
 mod subscription;
+mod warm;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +29,7 @@ pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
 use crate::component::{Component, ComponentError, Kind};
-use crate::kinds::{ConfigStore, FileStore, Lock, SecretStore, Sequencer, StateStore};
+use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer, StateStore};
 
 /// One published version of the whole component set.
 #[derive(Debug, Default)]
@@ -306,6 +308,10 @@ typed_handle!(
     /// A handle to a file store.
     FileStoreHandle, File, FileStore, "file store"
 );
+typed_handle!(
+    /// A handle to a pub/sub broker.
+    PubSubHandle, PubSub, PubSub, "pub/sub"
+);
 
 /// A handle to a component of any kind (typically a custom one).
 #[derive(Clone, Default)]
@@ -382,6 +388,8 @@ pub enum InjectedHandle {
     Sequencer(SequencerHandle),
     /// A file store.
     File(FileStoreHandle),
+    /// A pub/sub broker.
+    PubSub(PubSubHandle),
     /// A component of a custom kind.
     Custom(ComponentHandle),
 }
@@ -401,6 +409,7 @@ impl InjectedHandle {
             Instance::Lock(_) => Self::Lock(LockHandle::new(key, live)),
             Instance::Sequencer(_) => Self::Sequencer(SequencerHandle::new(key, live)),
             Instance::File(_) => Self::File(FileStoreHandle::new(key, live)),
+            Instance::PubSub(_) => Self::PubSub(PubSubHandle::new(key, live)),
             Instance::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
@@ -414,6 +423,7 @@ impl InjectedHandle {
             Kind::Lock => Self::Lock(LockHandle::new(key, live)),
             Kind::Sequencer => Self::Sequencer(SequencerHandle::new(key, live)),
             Kind::File => Self::File(FileStoreHandle::new(key, live)),
+            Kind::PubSub => Self::PubSub(PubSubHandle::new(key, live)),
             Kind::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
         }
     }
@@ -427,6 +437,7 @@ impl InjectedHandle {
             Self::Lock(h) => h.key(),
             Self::Sequencer(h) => h.key(),
             Self::File(h) => h.key(),
+            Self::PubSub(h) => h.key(),
             Self::Custom(h) => h.key(),
         }
     }
@@ -440,6 +451,7 @@ impl InjectedHandle {
             Self::Lock(h) => h.0.clone(),
             Self::Sequencer(h) => h.0.clone(),
             Self::File(h) => h.0.clone(),
+            Self::PubSub(h) => h.0.clone(),
             Self::Custom(h) => h.0.clone(),
         };
         ComponentHandle(target)

@@ -3,6 +3,7 @@
 pub mod config_store;
 pub mod file;
 pub mod lock;
+pub mod pubsub;
 pub mod secret_store;
 pub mod sequencer;
 pub mod state_store;
@@ -16,6 +17,10 @@ pub use file::{
     FileBody, FileError, FileInfo, FileRead, FileStore, ListPage, ListRequest, PutFileRequest,
 };
 pub use lock::{Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
+pub use pubsub::{
+    Delivery, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest, SubscriptionFeed,
+};
 pub use secret_store::{SecretError, SecretMap, SecretStore, SecretString};
 pub use sequencer::{IdRange, Increment, NextIdRequest, SegmentRequest, Sequencer, SequencerError};
 pub use state_store::{

@@ -3,7 +3,7 @@
 use crate::component::{ComponentError, ComponentKey};
 use crate::handle::{
     ComponentHandle, ConfigStoreHandle, FileStoreHandle, InjectedHandle, Live, LockHandle,
-    SecretStoreHandle, SequencerHandle, StateStoreHandle,
+    PubSubHandle, SecretStoreHandle, SequencerHandle, StateStoreHandle,
 };
 
 /// Why an injection failed.
@@ -106,7 +106,7 @@ pub fn check_refs<T: Inject + Default>(refs: &[ComponentKey]) -> Result<(), RefR
 /// them. Used by generated code.
 #[diagnostic::on_unimplemented(
     message = "`#[inject]` field of type `{Self}` is not a component handle",
-    note = "use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, ComponentHandle, or an Option of one"
+    note = "use ConfigStoreHandle, SecretStoreHandle, StateStoreHandle, LockHandle, PubSubHandle, SequencerHandle, FileStoreHandle, ComponentHandle, or an Option of one"
 )]
 pub trait InjectField {
     /// What the field takes, for error messages.
@@ -164,6 +164,7 @@ inject_field!(StateStoreHandle, State, "state store");
 inject_field!(LockHandle, Lock, "lock");
 inject_field!(SequencerHandle, Sequencer, "sequencer");
 inject_field!(FileStoreHandle, File, "file store");
+inject_field!(PubSubHandle, PubSub, "pub/sub");
 
 impl InjectField for ComponentHandle {
     const WHAT: &'static str = "component";

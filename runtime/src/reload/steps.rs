@@ -49,6 +49,16 @@ impl Reloader {
                 return Err(error);
             }
         };
+        if prepared.actions.values().any(|a| *a != Action::Unchanged) {
+            // Pub/sub subscriptions attach to rebuilt brokers while the
+            // old ones still take every publish.
+            let next = prepared
+                .components
+                .iter()
+                .map(|(key, running)| (key.clone(), running.assembled.instance.clone()))
+                .collect();
+            self.running.live().warm(next).await;
+        }
         let ending = self.commit(config, layers, prepared);
         Ok(self.finish(recording, ending))
     }

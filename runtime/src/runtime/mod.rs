@@ -22,8 +22,8 @@ use crate::config::{
 };
 use crate::fs_watch::FileWatch;
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, LiveGeneration, LockHandle, SecretStoreHandle,
-    StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, Generation, LiveGeneration, LockHandle, PubSubHandle,
+    SecretStoreHandle, StateStoreHandle,
 };
 use crate::redact::Redactor;
 use crate::registry::Registry;
@@ -407,6 +407,14 @@ impl Runtime {
     pub fn file_store(&self, name: &str) -> crate::FileStoreHandle {
         crate::FileStoreHandle::new(
             ComponentKey::new(Kind::File, name),
+            self.live_generation().clone(),
+        )
+    }
+
+    /// A handle to the pub/sub broker `name`.
+    pub fn pubsub(&self, name: &str) -> PubSubHandle {
+        PubSubHandle::new(
+            ComponentKey::new(Kind::PubSub, name),
             self.live_generation().clone(),
         )
     }

@@ -112,6 +112,11 @@ async fn run<F, Fut>(
         match accepted {
             Ok((stream, peer)) => {
                 backoff.succeeded();
+                // Small answers and stream messages go out at once: with
+                // Nagle, an event written right after another answer on
+                // the same connection waited for the client's delayed ACK
+                // (some 40 ms).
+                let _ = stream.set_nodelay(true);
                 let Some(tls) = &tls else {
                     let connection = Connection::new(Transport::Plain(stream), &limits, slot);
                     if sender.send((connection, peer)).await.is_err() {

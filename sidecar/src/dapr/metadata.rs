@@ -81,6 +81,7 @@ pub fn dapr_component_type(kind: &Kind, type_name: &str) -> String {
         Kind::Lock => "lock",
         Kind::Sequencer => "sequencer",
         Kind::File => "file",
+        Kind::PubSub => "pubsub",
         Kind::Custom(custom) => custom,
     };
     format!("{category}.{type_name}")

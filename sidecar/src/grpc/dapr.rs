@@ -8,12 +8,14 @@ use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::dapr_pubsub_stream::TopicEventStream;
 use super::observe::observed;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
 use super::{
-    dapr_config, dapr_lock, dapr_metadata, dapr_secrets, dapr_state, dapr_state_transaction,
+    dapr_config, dapr_lock, dapr_metadata, dapr_pubsub, dapr_pubsub_stream, dapr_secrets,
+    dapr_state, dapr_state_transaction,
 };
 use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
@@ -22,6 +24,7 @@ use crate::ApiState;
 pub(super) struct DaprApi {
     state: ApiState,
     subscriptions: Subscriptions,
+    shutdown: CancellationToken,
 }
 
 impl DaprApi {
@@ -29,13 +32,14 @@ impl DaprApi {
     /// cancelled.
     pub(super) fn new(state: ApiState, shutdown: CancellationToken) -> Self {
         let subscriptions = Subscriptions::new(
-            shutdown,
+            shutdown.clone(),
             state.options.max_response_bytes,
             state.metrics.clone(),
         );
         Self {
             state,
             subscriptions,
+            shutdown,
         }
     }
 
@@ -57,10 +61,12 @@ impl DaprApi {
         Fut: Future<Output = Result<Resp, Status>> + 'a,
     {
         let peer = request.remote_addr();
+        let trace = dapr_pubsub::trace_context(request.metadata());
         let message = request.into_inner();
         let timeout = self.state.options.request_timeout;
         observed(&self.state, method, |call| async move {
-            tokio::time::timeout(timeout, handler(self, call, message, peer))
+            let handled = dapr_pubsub::TRACE.scope(trace, handler(self, call, message, peer));
+            tokio::time::timeout(timeout, handled)
                 .await
                 .unwrap_or_else(|_| {
                     Err(Status::deadline_exceeded(format!(
@@ -83,6 +89,19 @@ macro_rules! dapr_service {
         impl Dapr for DaprApi {
             type SubscribeConfigurationAlpha1Stream = SubscriptionStream;
             type SubscribeConfigurationStream = SubscriptionStream;
+            type SubscribeTopicEventsAlpha1Stream = TopicEventStream;
+
+            async fn subscribe_topic_events_alpha1(
+                &self,
+                request: Request<tonic::Streaming<pb::SubscribeTopicEventsRequestAlpha1>>,
+            ) -> Answer<TopicEventStream> {
+                let (state, shutdown) = (&self.state, self.shutdown.clone());
+                observed(state, "SubscribeTopicEventsAlpha1", |_| {
+                    dapr_pubsub_stream::subscribe(state, request.into_inner(), shutdown)
+                })
+                .await
+                .map(Response::new)
+            }
 
             $(
                 async fn $name(&self, request: Request<$req>) -> Answer<$resp> {
@@ -134,6 +153,12 @@ dapr_service! {
         |_, call, req, _| dapr_lock::try_lock(call, req);
     unlock_alpha1(pb::UnlockRequest) -> pb::UnlockResponse = "UnlockAlpha1",
         |_, call, req, _| dapr_lock::unlock(call, req);
+    publish_event(pb::PublishEventRequest) -> () = "PublishEvent",
+        |_, call, req, _| dapr_pubsub::publish(call, req);
+    bulk_publish_event_alpha1(pb::BulkPublishRequest) -> pb::BulkPublishResponse
+        = "BulkPublishEventAlpha1", |_, call, req, _| dapr_pubsub::bulk_publish(call, req);
+    bulk_publish_event(pb::BulkPublishRequest) -> pb::BulkPublishResponse
+        = "BulkPublishEvent", |_, call, req, _| dapr_pubsub::bulk_publish(call, req);
     get_metadata(pb::GetMetadataRequest) -> pb::GetMetadataResponse = "GetMetadata",
         |_, call, _, _| {
             let answer = dapr_metadata::get(&call);

@@ -31,6 +31,8 @@ mod dapr;
 mod dapr_config;
 mod dapr_lock;
 mod dapr_metadata;
+mod dapr_pubsub;
+mod dapr_pubsub_stream;
 mod dapr_secrets;
 mod dapr_state;
 mod dapr_state_transaction;

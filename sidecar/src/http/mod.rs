@@ -23,6 +23,7 @@ mod lock;
 mod metadata;
 mod metrics;
 mod observe;
+mod pubsub;
 mod rewire_error;
 mod routes;
 mod secrets;
@@ -65,6 +66,8 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::SECRET, get(secrets::get))
         .route(routes::CONFIGURATION, get(configuration::get))
         .route(routes::CONFIGURATION_ALPHA1, get(configuration::get))
+        .route(routes::PUBLISH, post(pubsub::publish))
+        .route(routes::PUBLISH_BULK, post(pubsub::bulk_publish))
         .route(routes::METADATA, get(metadata::get))
         .route(routes::METRICS, get(metrics::get))
         .route(routes::STATUS, get(status::get))

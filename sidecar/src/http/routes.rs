@@ -24,6 +24,10 @@ pub const SECRETS_BULK: &str = "/v1.0/secrets/{store}/bulk";
 pub const CONFIGURATION: &str = "/v1.0/configuration/{store}";
 /// Get configuration items (the path of Dapr's alpha API).
 pub const CONFIGURATION_ALPHA1: &str = "/v1.0-alpha1/configuration/{store}";
+/// Publish one event.
+pub const PUBLISH: &str = "/v1.0/publish/{pubsub}/{*topic}";
+/// Publish several events.
+pub const PUBLISH_BULK: &str = "/v1.0-alpha1/publish/bulk/{pubsub}/{*topic}";
 /// The sidecar's metadata.
 pub const METADATA: &str = "/v1.0/metadata";
 /// Prometheus metrics.

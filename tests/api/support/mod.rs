@@ -1,6 +1,7 @@
 //! Shared helpers of this test binary.
 
 pub mod grpc;
+pub mod pubsub;
 pub mod sidecar;
 
 use rewire::config::{parse, validate};

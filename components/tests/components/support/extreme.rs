@@ -281,6 +281,14 @@ pub async fn exercise(instance: &Instance, drawn: &Drawn) {
             let _ = store.stat("extreme").await;
             let _ = store.list(rewire_runtime::ListRequest::default()).await;
         }
+        Instance::PubSub(broker) => {
+            let request = rewire_runtime::PublishRequest {
+                topic: "extreme".into(),
+                data: b"v".to_vec(),
+                ..rewire_runtime::PublishRequest::default()
+            };
+            let _ = broker.publish(request).await;
+        }
         Instance::Custom(_) => {}
     }
 }

@@ -1,0 +1,259 @@
+//! The `memory` pub/sub broker: in process, each topic fanned out to every
+//! subscription, each subscription with a bounded queue.
+//!
+//! A publish waits (up to [`PUBLISH_WAIT`]) for room in every queue of the
+//! topic and succeeds once the message is in all of them, so an
+//! acknowledged publish is delivered to every subscription that existed
+//! when it was made. A message settled `Retry` (or not settled) is
+//! delivered again after [`REDELIVER_AFTER`]; at most
+//! [`MAX_IN_FLIGHT`] deliveries per subscription await their outcome.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rewire_runtime::{
+    Component, ComponentError, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription,
+    PublishRequest, SubscribeRequest, SubscriptionFeed,
+};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::pubsub::PublishGate;
+
+/// Messages a subscription queues before publishes wait.
+pub const QUEUE_CAPACITY: usize = 1024;
+/// How long a publish waits for room in a full queue.
+pub const PUBLISH_WAIT: Duration = Duration::from_secs(5);
+/// Deliveries of one subscription awaiting their outcome.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// When a message settled `Retry` is delivered again.
+pub const REDELIVER_AFTER: Duration = Duration::from_millis(500);
+
+/// An in-process pub/sub broker. It takes no metadata.
+#[derive(rewire_runtime::Component, Debug, Default)]
+#[component(kind = "pubsub", type = "memory", example = "{}")]
+pub struct MemoryPubSub {
+    topics: Arc<Mutex<HashMap<String, Vec<mpsc::Sender<Message>>>>>,
+    gate: Arc<PublishGate>,
+    next_id: AtomicU64,
+}
+
+impl MemoryPubSub {
+    /// A broker with no subscription.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn queues(&self, topic: &str) -> Vec<mpsc::Sender<Message>> {
+        let mut topics = self
+            .topics
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match topics.get_mut(topic) {
+            Some(queues) => {
+                queues.retain(|q| !q.is_closed());
+                queues.clone()
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for MemoryPubSub {
+    async fn close(&self) -> Result<(), ComponentError> {
+        self.gate.close().await;
+        Ok(())
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl PubSub for MemoryPubSub {
+    async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
+        if req.topic.is_empty() {
+            return Err(PubSubError::Invalid("the topic is empty".into()));
+        }
+        let _pass = self.gate.enter().await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let message = Message {
+            id: id.to_string(),
+            topic: req.topic.clone(),
+            data: req.data,
+            content_type: req.content_type,
+            metadata: req.metadata,
+        };
+        for queue in self.queues(&req.topic) {
+            match queue.send_timeout(message.clone(), PUBLISH_WAIT).await {
+                Ok(()) => {}
+                // The subscription ended meanwhile: nobody to deliver to.
+                Err(mpsc::error::SendTimeoutError::Closed(_)) => {}
+                Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                    return Err(PubSubError::Busy(format!(
+                        "a subscription of topic `{}` has {QUEUE_CAPACITY} messages waiting and took none for {PUBLISH_WAIT:?}",
+                        req.topic
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn subscribe(&self, req: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        if req.topic.is_empty() {
+            return Err(PubSubError::Invalid("the topic is empty".into()));
+        }
+        let (queue, messages) = mpsc::channel(QUEUE_CAPACITY);
+        self.topics
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(req.topic)
+            .or_default()
+            .push(queue);
+        let (subscription, feed) = PubSubSubscription::channel(MAX_IN_FLIGHT);
+        tokio::spawn(deliver_queue(messages, feed, self.gate.clone()));
+        Ok(subscription)
+    }
+}
+
+/// Feeds one subscription from its queue until it is stopped, or drained:
+/// then the broker's publishes are closed, and what is queued is delivered.
+async fn deliver_queue(
+    mut messages: mpsc::Receiver<Message>,
+    feed: SubscriptionFeed,
+    gate: Arc<PublishGate>,
+) {
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let (retry, mut retries) = mpsc::channel::<Message>(MAX_IN_FLIGHT);
+    let mut draining = false;
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = feed.stopped() => return,
+            () = feed.draining(), if !draining => {
+                draining = true;
+                gate.close().await;
+                messages.close();
+                continue;
+            }
+            Some(message) = retries.recv() => Some(message),
+            message = messages.recv() => message,
+        };
+        let Some(message) = next else {
+            // Drained: wait for what is in flight (its retries included).
+            let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
+            tokio::select! {
+                () = feed.stopped() => return,
+                _ = in_flight.acquire_many(all) => {}
+            }
+            match retries.try_recv() {
+                Ok(message) => {
+                    if !send(&feed, &in_flight, &retry, message).await {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            }
+        };
+        if !send(&feed, &in_flight, &retry, message).await {
+            return;
+        }
+    }
+}
+
+/// Delivers `message` and, in the background, re-queues it unless it is
+/// settled `Success` or `Drop`. False when the subscription is gone.
+async fn send(
+    feed: &SubscriptionFeed,
+    in_flight: &Arc<Semaphore>,
+    retry: &mpsc::Sender<Message>,
+    message: Message,
+) -> bool {
+    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+        return false;
+    };
+    let Some(outcome) = feed.deliver(message.clone()).await else {
+        return false;
+    };
+    let retry = retry.clone();
+    tokio::spawn(async move {
+        let outcome = outcome.await.unwrap_or(DeliveryOutcome::Retry);
+        if outcome == DeliveryOutcome::Retry {
+            tokio::time::sleep(REDELIVER_AFTER).await;
+            let _ = retry.try_send(message);
+        }
+        drop(permit);
+    });
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish(topic: &str, data: &str) -> PublishRequest {
+        PublishRequest {
+            topic: topic.into(),
+            data: data.as_bytes().to_vec(),
+            ..PublishRequest::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn fans_out_to_every_subscription_and_redelivers_a_retry() {
+        let broker = MemoryPubSub::new();
+        let req = SubscribeRequest {
+            topic: "orders".into(),
+            ..SubscribeRequest::default()
+        };
+        let mut a = broker.subscribe(req.clone()).await.expect("a");
+        let mut b = broker.subscribe(req).await.expect("b");
+        broker
+            .publish(publish("orders", "1"))
+            .await
+            .expect("published");
+        broker
+            .publish(publish("other", "x"))
+            .await
+            .expect("published");
+        let first = a.deliveries.recv().await.expect("a gets it");
+        assert_eq!(first.message.data, b"1");
+        first.settle(DeliveryOutcome::Retry);
+        let again = a.deliveries.recv().await.expect("redelivered");
+        assert_eq!(again.message.data, b"1");
+        again.settle(DeliveryOutcome::Success);
+        let to_b = b.deliveries.recv().await.expect("b gets it");
+        assert_eq!(to_b.message.data, b"1");
+        to_b.settle(DeliveryOutcome::Success);
+    }
+
+    #[tokio::test]
+    async fn a_drain_delivers_what_is_queued_then_refuses_publishes() {
+        let broker = MemoryPubSub::new();
+        let mut sub = broker
+            .subscribe(SubscribeRequest {
+                topic: "t".into(),
+                ..SubscribeRequest::default()
+            })
+            .await
+            .expect("subscribed");
+        for i in 0..3 {
+            broker
+                .publish(publish("t", &i.to_string()))
+                .await
+                .expect("published");
+        }
+        sub.drain();
+        let mut seen = Vec::new();
+        while let Some(delivery) = sub.deliveries.recv().await {
+            seen.push(String::from_utf8_lossy(&delivery.message.data).to_string());
+            delivery.settle(DeliveryOutcome::Success);
+        }
+        assert_eq!(seen, ["0", "1", "2"]);
+        assert_eq!(
+            broker.publish(publish("t", "late")).await,
+            Err(PubSubError::Retired)
+        );
+    }
+}

@@ -1,0 +1,204 @@
+//! The `redis` pub/sub: Redis Streams with the semantics of Dapr's
+//! `pubsub.redis`. A topic is a stream; a publish is an `XADD` (field
+//! `data`, trimmed with `MAXLEN ~ maxLenApprox` when set) and is
+//! acknowledged once the server took it. Each subscription reads through
+//! the consumer group `consumerID` (default: the app id), created at the
+//! start of the stream when missing, with `XREADGROUP`; a delivery settled
+//! `SUCCESS` or `DROP` is `XACK`ed, one not settled stays pending and is
+//! delivered again once it has been pending for `processingTimeout`
+//! (looked for every `redeliverInterval`). Subscriptions of one consumer
+//! ID share its entries (competing consumers), as in Dapr.
+//!
+//! `processingTimeout`, `redeliverInterval`, `queueDepth`, `concurrency`
+//! and `maxLenApprox` apply in place; a change of server, credentials,
+//! database or consumer ID rebuilds the component, and the handle layer
+//! moves subscriptions to the new instance without losing a message.
+
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use redis::aio::ConnectionManager;
+use rewire_runtime::{
+    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PubSub, PubSubError,
+    PubSubSubscription, PublishRequest, Readiness, SubscribeRequest,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::connect::{open, ping};
+use super::metadata::ConnectionSettings;
+use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
+use super::pubsub_reader::{ensure_group, Reader};
+use crate::pubsub::PublishGate;
+
+/// A pub/sub broker on Redis Streams, compatible with Dapr's
+/// `pubsub.redis`.
+#[derive(rewire_runtime::Component)]
+#[component(
+    kind = "pubsub",
+    type = "redis",
+    example = r#"{"redisHost": "127.0.0.1:6379", "consumerID": "", "processingTimeout": "60s", "redeliverInterval": "15s", "concurrency": 10, "maxLenApprox": 10000}"#
+)]
+pub struct RedisPubSub {
+    #[metadata]
+    metadata: RedisPubSubMetadata,
+    connected: OnceLock<Connected>,
+    tunables: Arc<ArcSwap<Tunables>>,
+    gate: Arc<PublishGate>,
+}
+
+impl std::fmt::Debug for RedisPubSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisPubSub")
+            .field("metadata", &self.metadata)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `init` established.
+#[derive(Clone)]
+pub(super) struct Connected {
+    pub(super) manager: ConnectionManager,
+    pub(super) settings: ConnectionSettings,
+    pub(super) server: String,
+    pub(super) group: String,
+    pub(super) shutdown: CancellationToken,
+    pub(super) label: String,
+}
+
+impl Connected {
+    /// `err` as a backend error: with the server, without the password.
+    pub(super) fn describe(&self, err: &dyn std::fmt::Display) -> String {
+        self.settings
+            .scrub(&format!("redis at {}: {err}", self.server))
+    }
+}
+
+impl RedisPubSub {
+    fn connected(&self) -> Result<&Connected, PubSubError> {
+        self.connected
+            .get()
+            .ok_or_else(|| PubSubError::Backend("redis pub/sub is not connected".into()))
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl Component for RedisPubSub {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let key = &cx.key;
+        let tunables = self
+            .metadata
+            .tunables()
+            .map_err(|e| ComponentError::new(format!("{key}: {e}")))?;
+        self.tunables.store(Arc::new(tunables));
+        let settings = self.metadata.connection().connection_settings()?;
+        let opened = open(&settings).await?;
+        let group = match self.metadata.consumer_id.trim() {
+            "" => cx.app_id.clone(),
+            id => id.to_string(),
+        };
+        info!(component = %key, host = %settings.host(), server = %opened.server, group = %group, "Redis pub/sub connected.");
+        let connected = Connected {
+            manager: opened.manager,
+            settings,
+            server: opened.server,
+            group,
+            shutdown: cx.shutdown.clone(),
+            label: key.to_string(),
+        };
+        let _ = self.connected.set(connected);
+        Ok(())
+    }
+
+    async fn readiness(&self) -> Readiness {
+        let Ok(connected) = self.connected() else {
+            return Readiness::NotReady("not connected".into());
+        };
+        let mut manager = connected.manager.clone();
+        match tokio::time::timeout(connected.settings.dial, ping(&mut manager)).await {
+            Ok(Ok(())) => Readiness::Ready,
+            Ok(Err(err)) => Readiness::NotReady(connected.describe(&err)),
+            Err(_) => Readiness::NotReady(connected.describe(&"no answer to PING")),
+        }
+    }
+
+    async fn close(&self) -> Result<(), ComponentError> {
+        self.gate.close().await;
+        if let Some(connected) = self.connected.get() {
+            connected.shutdown.cancel();
+            info!(component = %connected.label, server = %connected.server, "Redis pub/sub closed.");
+        }
+        Ok(())
+    }
+
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl InPlaceUpdate for RedisPubSub {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let new = metadata
+            .decode::<RedisPubSubMetadata>()
+            .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        if !new.same_broker(&self.metadata) {
+            return Ok(InPlace::NeedsRebuild);
+        }
+        let tunables = new
+            .tunables()
+            .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        self.tunables.store(Arc::new(tunables));
+        Ok(InPlace::Applied)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl PubSub for RedisPubSub {
+    async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
+        if req.topic.is_empty() {
+            return Err(PubSubError::Invalid("the topic is empty".into()));
+        }
+        let _pass = self.gate.enter().await?;
+        let connected = self.connected()?;
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&req.topic);
+        if let Some(max_len) = self.tunables.load().max_len_approx {
+            cmd.arg("MAXLEN").arg("~").arg(max_len);
+        }
+        cmd.arg("*").arg("data").arg(&req.data);
+        let mut manager = connected.manager.clone();
+        let _id: String = cmd
+            .query_async(&mut manager)
+            .await
+            .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
+        Ok(())
+    }
+
+    async fn subscribe(&self, req: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        if req.topic.is_empty() {
+            return Err(PubSubError::Invalid("the topic is empty".into()));
+        }
+        let connected = self.connected()?.clone();
+        let mut manager = connected.manager.clone();
+        ensure_group(&mut manager, &req.topic, &connected.group)
+            .await
+            .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
+        // Blocking reads get a connection of their own.
+        let reading = open(&connected.settings)
+            .await
+            .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
+        let tunables = **self.tunables.load();
+        let (subscription, feed) = PubSubSubscription::channel(tunables.concurrency);
+        let reader = Reader {
+            connected,
+            reading: reading.manager,
+            topic: req.topic,
+            tunables: self.tunables.clone(),
+            gate: self.gate.clone(),
+            feed,
+        };
+        tokio::spawn(reader.run());
+        Ok(subscription)
+    }
+}

@@ -1,0 +1,167 @@
+//! The metadata of the `redis` pub/sub, with the names of Dapr's
+//! `pubsub.redis`: the connection fields of [`RedisMetadata`] plus
+//! `consumerID`, `processingTimeout`, `redeliverInterval`, `queueDepth`,
+//! `concurrency` and `maxLenApprox`.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration::{deserialize_timeout, Timeout};
+use super::metadata::RedisMetadata;
+
+/// `processingTimeout` when none is given (Dapr's).
+pub const DEFAULT_PROCESSING_TIMEOUT: Duration = Duration::from_secs(60);
+/// `redeliverInterval` when none is given (Dapr's).
+pub const DEFAULT_REDELIVER_INTERVAL: Duration = Duration::from_secs(15);
+/// `queueDepth` when none is given (Dapr's): entries read at once.
+pub const DEFAULT_QUEUE_DEPTH: usize = 100;
+/// `concurrency` when none is given (Dapr's): deliveries awaiting their
+/// outcome per subscription.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// The highest `queueDepth` and `concurrency` accepted.
+pub const MAX_DEPTH: usize = 10_000;
+
+/// Metadata of the `redis` pub/sub.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisPubSubMetadata {
+    /// `host:port` of the server (with `failover`: the sentinels).
+    pub redis_host: String,
+    /// Password (`AUTH`); empty: none.
+    #[serde(default)]
+    pub redis_password: String,
+    /// ACL user name; empty: the default user.
+    #[serde(default)]
+    pub redis_username: String,
+    /// Database number.
+    #[serde(default, rename = "redisDB")]
+    pub redis_db: u32,
+    /// How long connecting may take; default 5 s.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub dial_timeout: Option<Timeout>,
+    /// How long a reply may take; default 3 s.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub read_timeout: Option<Timeout>,
+    /// How long sending a command may take; default 3 s.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub write_timeout: Option<Timeout>,
+    /// Whether `redisHost` names Redis Sentinels.
+    #[serde(default)]
+    pub failover: bool,
+    /// With `failover`: the master's name.
+    #[serde(default)]
+    pub sentinel_master_name: String,
+    /// Must be false (TLS is not built into this component).
+    #[serde(default, rename = "enableTLS")]
+    pub enable_tls: bool,
+    /// The consumer group (and consumer name); default: the app id.
+    #[serde(default, rename = "consumerID")]
+    pub consumer_id: String,
+    /// A delivered entry not acknowledged for this long is delivered again.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub processing_timeout: Option<Timeout>,
+    /// How often entries past `processingTimeout` are looked for; `0`:
+    /// never.
+    #[serde(default, deserialize_with = "deserialize_timeout")]
+    pub redeliver_interval: Option<Timeout>,
+    /// Entries read at once.
+    #[serde(default)]
+    pub queue_depth: Option<usize>,
+    /// Deliveries awaiting their outcome, per subscription.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// Streams are trimmed to about this many entries (`XADD MAXLEN ~`);
+    /// default: not trimmed.
+    #[serde(default)]
+    pub max_len_approx: Option<u64>,
+}
+
+impl RedisPubSubMetadata {
+    /// The connection part, as the state store's metadata.
+    pub fn connection(&self) -> RedisMetadata {
+        RedisMetadata {
+            redis_password: self.redis_password.clone(),
+            redis_username: self.redis_username.clone(),
+            redis_db: self.redis_db,
+            dial_timeout: self.dial_timeout,
+            read_timeout: self.read_timeout,
+            write_timeout: self.write_timeout,
+            failover: self.failover,
+            sentinel_master_name: self.sentinel_master_name.clone(),
+            enable_tls: self.enable_tls,
+            ..RedisMetadata::new(self.redis_host.clone())
+        }
+    }
+
+    /// The tunables, checked.
+    pub fn tunables(&self) -> Result<Tunables, String> {
+        let depth = |name: &str, value: Option<usize>, default: usize| match value {
+            None => Ok(default),
+            Some(0) => Err(format!("`{name}` must be at least 1")),
+            Some(n) if n > MAX_DEPTH => Err(format!("`{name}` is {n}, more than {MAX_DEPTH}")),
+            Some(n) => Ok(n),
+        };
+        let processing_timeout = match self.processing_timeout {
+            Some(Timeout::After(d)) if !d.is_zero() => d,
+            None | Some(Timeout::After(_)) => DEFAULT_PROCESSING_TIMEOUT,
+            Some(Timeout::Never) => return Err("`processingTimeout` must be positive".into()),
+        };
+        let redeliver_interval = match self.redeliver_interval {
+            None => Some(DEFAULT_REDELIVER_INTERVAL),
+            Some(Timeout::After(d)) if d.is_zero() => None,
+            Some(Timeout::After(d)) => Some(d),
+            Some(Timeout::Never) => None,
+        };
+        Ok(Tunables {
+            processing_timeout,
+            redeliver_interval,
+            queue_depth: depth("queueDepth", self.queue_depth, DEFAULT_QUEUE_DEPTH)?,
+            concurrency: depth("concurrency", self.concurrency, DEFAULT_CONCURRENCY)?,
+            max_len_approx: self.max_len_approx.filter(|n| *n > 0),
+        })
+    }
+
+    /// Whether `other` needs another connection or consumer group.
+    pub fn same_broker(&self, other: &Self) -> bool {
+        self.connection() == other.connection() && self.consumer_id == other.consumer_id
+    }
+}
+
+impl fmt::Debug for RedisPubSubMetadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisPubSubMetadata")
+            .field("redis_host", &self.redis_host)
+            .field("redis_db", &self.redis_db)
+            .field("consumer_id", &self.consumer_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Self {
+            processing_timeout: DEFAULT_PROCESSING_TIMEOUT,
+            redeliver_interval: Some(DEFAULT_REDELIVER_INTERVAL),
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+            concurrency: DEFAULT_CONCURRENCY,
+            max_len_approx: None,
+        }
+    }
+}
+
+/// What can change without a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunables {
+    /// See [`RedisPubSubMetadata::processing_timeout`].
+    pub processing_timeout: Duration,
+    /// `None`: no redelivery of stale entries.
+    pub redeliver_interval: Option<Duration>,
+    /// See [`RedisPubSubMetadata::queue_depth`].
+    pub queue_depth: usize,
+    /// See [`RedisPubSubMetadata::concurrency`].
+    pub concurrency: usize,
+    /// See [`RedisPubSubMetadata::max_len_approx`].
+    pub max_len_approx: Option<u64>,
+}

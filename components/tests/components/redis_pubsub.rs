@@ -1,0 +1,133 @@
+//! The `redis` pub/sub against a real `redis-server`, built through the
+//! registry: a consumer group created at the start of the stream (so what
+//! was published before the first subscription is delivered), `XACK` on
+//! success, redelivery of an entry left pending past `processingTimeout`,
+//! and a drain that delivers the backlog then refuses publishes.
+
+use crate::common;
+use testkit::redis as redis_server;
+
+use std::sync::Arc;
+
+use redis_server::RedisServer;
+use rewire_runtime::{
+    DeliveryOutcome, Instance, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest,
+};
+use serde_json::{json, Value};
+
+async fn broker(metadata: Value) -> Arc<dyn PubSub> {
+    match common::start("pubsub", "redis", metadata).await {
+        Ok(Instance::PubSub(broker)) => broker,
+        Ok(other) => panic!("expected a pub/sub, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn publish(topic: &str, data: &str) -> PublishRequest {
+    PublishRequest {
+        topic: topic.into(),
+        data: data.as_bytes().to_vec(),
+        ..PublishRequest::default()
+    }
+}
+
+async fn subscribe(broker: &Arc<dyn PubSub>, topic: &str) -> PubSubSubscription {
+    let req = SubscribeRequest {
+        topic: topic.into(),
+        ..SubscribeRequest::default()
+    };
+    broker.subscribe(req).await.expect("subscribed")
+}
+
+async fn next_text(sub: &mut PubSubSubscription, outcome: DeliveryOutcome) -> String {
+    let delivery = tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+        .await
+        .expect("a delivery within 10 s")
+        .expect("subscription open");
+    let text = String::from_utf8_lossy(&delivery.message.data).to_string();
+    delivery.settle(outcome);
+    text
+}
+
+#[tokio::test]
+async fn earlier_publishes_are_delivered_acked_and_a_retry_comes_back() {
+    let server = RedisServer::start().await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app",
+        "processingTimeout": "300ms", "redeliverInterval": "100ms"
+    }))
+    .await;
+    broker
+        .publish(publish("orders", "before"))
+        .await
+        .expect("published");
+    let mut sub = subscribe(&broker, "orders").await;
+    assert_eq!(
+        next_text(&mut sub, DeliveryOutcome::Success).await,
+        "before"
+    );
+    broker
+        .publish(publish("orders", "again"))
+        .await
+        .expect("published");
+    assert_eq!(next_text(&mut sub, DeliveryOutcome::Retry).await, "again");
+    assert_eq!(next_text(&mut sub, DeliveryOutcome::Success).await, "again");
+    // Everything settled is acknowledged: nothing pending in the group.
+    let mut pending = Vec::new();
+    for _ in 0..50 {
+        pending = server
+            .query(&["XPENDING", "orders", "app"])
+            .await
+            .unwrap_or_default();
+        if pending.first().map(String::as_str) == Some("0") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        pending.first().map(String::as_str),
+        Some("0"),
+        "{pending:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_drain_delivers_the_backlog_then_refuses_publishes() {
+    let server = RedisServer::start().await;
+    let broker = broker(json!({"redisHost": server.addr(), "maxLenApprox": 1000})).await;
+    let mut sub = subscribe(&broker, "t").await;
+    for i in 0..20 {
+        broker
+            .publish(publish("t", &i.to_string()))
+            .await
+            .expect("published");
+    }
+    sub.drain();
+    let mut seen = Vec::new();
+    while let Some(delivery) = sub.deliveries.recv().await {
+        seen.push(String::from_utf8_lossy(&delivery.message.data).to_string());
+        delivery.settle(DeliveryOutcome::Success);
+    }
+    let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        broker.publish(publish("t", "late")).await,
+        Err(PubSubError::Retired)
+    );
+}
+
+#[tokio::test]
+async fn bad_tunables_name_the_field() {
+    let err = common::start(
+        "pubsub",
+        "redis",
+        json!({"redisHost": "127.0.0.1:1", "concurrency": 0}),
+    )
+    .await
+    .expect_err("concurrency 0 is refused");
+    assert!(
+        err.to_string().contains("`concurrency` must be at least 1"),
+        "{err}"
+    );
+}

@@ -1,0 +1,91 @@
+//! [`GrpcRoute`]: an event delivered through the app's gRPC
+//! `AppCallback.OnTopicEvent` (`--app-protocol grpc`), answered with
+//! Dapr's status values; a failed call retries. The app's subscriptions
+//! come from `AppCallback.ListTopicSubscriptions`.
+
+use rewire_runtime::DeliveryOutcome;
+use tonic::transport::Channel;
+
+use super::AppSubscription;
+use crate::dapr::{EventSink, TopicEvent};
+use crate::grpc::proto::dapr::proto::runtime::v1 as pb;
+use pb::app_callback_client::AppCallbackClient;
+use pb::topic_event_response::TopicEventResponseStatus;
+
+/// One subscription's deliveries over the app's gRPC channel.
+pub struct GrpcRoute {
+    client: AppCallbackClient<Channel>,
+    path: String,
+}
+
+impl GrpcRoute {
+    /// Delivers over `channel`, naming `path` (the subscription's route).
+    pub fn new(channel: Channel, path: String) -> Self {
+        Self {
+            client: AppCallbackClient::new(channel),
+            path,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl EventSink for GrpcRoute {
+    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
+        let request = pb::TopicEventRequest {
+            id: event.id.clone(),
+            source: event.field("source"),
+            r#type: event.field("type"),
+            spec_version: event.field("specversion"),
+            data_content_type: event.data_content_type.clone(),
+            data: event.data.clone(),
+            topic: event.field("topic"),
+            pubsub_name: event.field("pubsubname"),
+            path: self.path.clone(),
+            extensions: None,
+        };
+        match self.client.clone().on_topic_event(request).await {
+            Ok(answer) => match TopicEventResponseStatus::try_from(answer.into_inner().status) {
+                Ok(TopicEventResponseStatus::Success) => DeliveryOutcome::Success,
+                Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
+                _ => DeliveryOutcome::Retry,
+            },
+            Err(status) => {
+                tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
+                DeliveryOutcome::Retry
+            }
+        }
+    }
+
+    async fn closed(&self) {
+        std::future::pending().await
+    }
+}
+
+/// The app's subscriptions from `ListTopicSubscriptions` (none when the
+/// call fails, said in the log).
+pub(super) async fn ask_app(channel: Channel) -> Vec<AppSubscription> {
+    let mut client = AppCallbackClient::new(channel);
+    match client.list_topic_subscriptions(()).await {
+        Ok(answer) => answer
+            .into_inner()
+            .subscriptions
+            .into_iter()
+            .take(super::subscriptions::MAX_SUBSCRIPTIONS)
+            .map(|s| AppSubscription {
+                route: s
+                    .routes
+                    .map(|r| r.default)
+                    .filter(|d| !d.is_empty())
+                    .unwrap_or_default(),
+                pubsub_name: s.pubsub_name,
+                topic: s.topic,
+                dead_letter_topic: Some(s.dead_letter_topic).filter(|t| !t.is_empty()),
+                metadata: s.metadata,
+            })
+            .collect(),
+        Err(status) => {
+            tracing::warn!(code = ?status.code(), message = status.message(), "The app did not list its subscriptions (ListTopicSubscriptions).");
+            Vec::new()
+        }
+    }
+}

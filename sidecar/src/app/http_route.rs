@@ -1,0 +1,105 @@
+//! [`HttpRoute`]: an event delivered as a `POST` of its CloudEvent to one
+//! route of the app, answered as Dapr reads an app's answer: a `2xx` with
+//! no body or `{"status": "SUCCESS"}` acknowledges, `{"status": "RETRY"}`
+//! or any other status code (or no answer) retries, `{"status": "DROP"}`
+//! and `404` drop.
+
+use reqwest::StatusCode;
+use rewire_runtime::DeliveryOutcome;
+
+use crate::dapr::{EventSink, TopicEvent};
+
+/// One route of the app.
+pub struct HttpRoute {
+    client: reqwest::Client,
+    url: String,
+}
+
+impl HttpRoute {
+    /// Delivers to `url` with `client`.
+    pub fn new(client: reqwest::Client, url: String) -> Self {
+        Self { client, url }
+    }
+}
+
+/// The outcome an app's answer means.
+pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
+    if status == StatusCode::NOT_FOUND {
+        return DeliveryOutcome::Drop;
+    }
+    if !status.is_success() {
+        return DeliveryOutcome::Retry;
+    }
+    let said = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.get("status")
+                .and_then(|s| s.as_str())
+                .map(str::to_ascii_uppercase)
+        });
+    match said.as_deref() {
+        Some("RETRY") => DeliveryOutcome::Retry,
+        Some("DROP") => DeliveryOutcome::Drop,
+        _ => DeliveryOutcome::Success,
+    }
+}
+
+#[tonic::async_trait]
+impl EventSink for HttpRoute {
+    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
+        let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
+        let sent = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/cloudevents+json")
+            .header("pubsubname", event.field("pubsubname"))
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(answer) => {
+                let status = answer.status();
+                let body = answer.bytes().await.unwrap_or_default();
+                outcome_of(status, &body)
+            }
+            Err(err) => {
+                tracing::debug!(url = %self.url, error = %err, "Delivering to the app failed; retried.");
+                DeliveryOutcome::Retry
+            }
+        }
+    }
+
+    async fn closed(&self) {
+        std::future::pending().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_read_as_dapr_reads_them() {
+        assert_eq!(outcome_of(StatusCode::OK, b""), DeliveryOutcome::Success);
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"SUCCESS"}"#),
+            DeliveryOutcome::Success
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"retry"}"#),
+            DeliveryOutcome::Retry
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"DROP"}"#),
+            DeliveryOutcome::Drop
+        );
+        assert_eq!(
+            outcome_of(StatusCode::NOT_FOUND, b""),
+            DeliveryOutcome::Drop
+        );
+        assert_eq!(
+            outcome_of(StatusCode::INTERNAL_SERVER_ERROR, b""),
+            DeliveryOutcome::Retry
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! Dapr's publish operations: one event (`PublishEvent`,
+//! `POST /v1.0/publish`) and bulk (`BulkPublishEventAlpha1`), each wrapped
+//! in a CloudEvent unless `metadata.rawPayload` is `true`, with Dapr's
+//! validation messages.
+//!
+//! *Acknowledged publish*: the operation answers success only after the
+//! broker took the message (memory: queued for every subscription of the
+//! topic; redis: `XADD` succeeded). A broker replaced by a reload while the
+//! publish was on its way refuses it as retired; the publish is then sent
+//! to the broker now serving, so a reload never fails a publish.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
+
+use super::call::Call;
+use super::pubsub_event::{envelope, EnvelopeContext, CLOUD_EVENT_CONTENT_TYPE};
+
+/// How many times a publish follows a broker replaced under it.
+const RETIRED_RETRIES: usize = 3;
+
+/// Why a publish failed (messages in Dapr's wording).
+#[derive(Debug, thiserror::Error)]
+pub enum PubSubOpError {
+    /// No pub/sub name given.
+    #[error("pubsub name is empty")]
+    NameEmpty,
+    /// No pub/sub with that name in the call's generation.
+    #[error("pubsub {0} not found")]
+    NotFound(String),
+    /// No topic given.
+    #[error("topic is empty in pubsub {0}")]
+    TopicEmpty(String),
+    /// The broker is full (publishes wait, then give up).
+    #[error("error when publish to topic {topic} in pubsub {pubsub}: {source}")]
+    Busy {
+        /// The pub/sub.
+        pubsub: String,
+        /// The topic.
+        topic: String,
+        /// Why.
+        source: PubSubError,
+    },
+    /// The broker failed.
+    #[error("error when publish to topic {topic} in pubsub {pubsub}: {source}")]
+    Publish {
+        /// The pub/sub.
+        pubsub: String,
+        /// The topic.
+        topic: String,
+        /// Why (scrubbed).
+        source: PubSubError,
+    },
+}
+
+impl Call {
+    /// The pub/sub `name` of the call's generation.
+    pub fn pubsub(&self, name: &str) -> Result<PubSubOps, PubSubOpError> {
+        if name.is_empty() {
+            return Err(PubSubOpError::NameEmpty);
+        }
+        match self.instance(Kind::PubSub, name) {
+            Some(Instance::PubSub(broker)) => Ok(PubSubOps {
+                name: name.to_string(),
+                broker: broker.clone(),
+                call: self.clone(),
+            }),
+            _ => Err(PubSubOpError::NotFound(name.to_string())),
+        }
+    }
+}
+
+/// One event to publish.
+#[derive(Debug, Clone, Default)]
+pub struct PublishEvent {
+    /// The payload.
+    pub data: Vec<u8>,
+    /// Its content type (`data_content_type`, the HTTP `Content-Type`).
+    pub content_type: Option<String>,
+    /// Request metadata (`rawPayload`, ...).
+    pub metadata: HashMap<String, String>,
+    /// W3C `traceparent` of the request, if any.
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` of the request, if any.
+    pub tracestate: Option<String>,
+}
+
+/// Dapr's publish operations on one pub/sub of a call's generation.
+pub struct PubSubOps {
+    name: String,
+    broker: Arc<dyn PubSub>,
+    call: Call,
+}
+
+impl PubSubOps {
+    /// The pub/sub's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Publishes `event` to `topic`.
+    pub async fn publish(&self, topic: &str, event: PublishEvent) -> Result<(), PubSubOpError> {
+        if topic.is_empty() {
+            return Err(PubSubOpError::TopicEmpty(self.name.clone()));
+        }
+        let raw = event
+            .metadata
+            .get("rawPayload")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let (data, content_type) = if raw {
+            (event.data, event.content_type)
+        } else {
+            let cx = EnvelopeContext {
+                app_id: self.call.generation().app_id(),
+                pubsub_name: &self.name,
+                topic,
+                traceparent: event.traceparent.as_deref(),
+                tracestate: event.tracestate.as_deref(),
+            };
+            let envelope = envelope(&event.data, event.content_type.as_deref(), &cx);
+            (
+                serde_json::to_vec(&envelope).unwrap_or_default(),
+                Some(CLOUD_EVENT_CONTENT_TYPE.to_string()),
+            )
+        };
+        let request = PublishRequest {
+            topic: topic.to_string(),
+            data,
+            content_type,
+            metadata: event.metadata,
+        };
+        self.publish_following(request).await
+    }
+
+    /// Publishes on the call's broker; one replaced meanwhile refuses it as
+    /// retired, and the publish goes to the one serving now.
+    async fn publish_following(&self, request: PublishRequest) -> Result<(), PubSubOpError> {
+        let mut broker = self.broker.clone();
+        let mut attempts = 0;
+        loop {
+            match broker.publish(request.clone()).await {
+                Err(PubSubError::Retired) if attempts < RETIRED_RETRIES => {
+                    attempts += 1;
+                    let generation = self.call.runtime().generation();
+                    let key = rewire_runtime::ComponentKey::new(Kind::PubSub, &self.name);
+                    match generation.get(&key) {
+                        Some(Instance::PubSub(now)) => broker = now.clone(),
+                        _ => return Err(PubSubOpError::NotFound(self.name.clone())),
+                    }
+                }
+                Ok(()) => return Ok(()),
+                Err(err @ PubSubError::Busy(_)) => {
+                    return Err(PubSubOpError::Busy {
+                        pubsub: self.name.clone(),
+                        topic: request.topic,
+                        source: err,
+                    })
+                }
+                Err(err) => {
+                    return Err(PubSubOpError::Publish {
+                        pubsub: self.name.clone(),
+                        topic: request.topic.clone(),
+                        source: self.scrubbed(err),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Publishes each of `entries` (`(entry_id, event)`); the ids of the
+    /// failed ones with their errors.
+    pub async fn bulk_publish(
+        &self,
+        topic: &str,
+        entries: Vec<(String, PublishEvent)>,
+    ) -> Result<Vec<(String, String)>, PubSubOpError> {
+        if topic.is_empty() {
+            return Err(PubSubOpError::TopicEmpty(self.name.clone()));
+        }
+        let mut failed = Vec::new();
+        for (entry_id, event) in entries {
+            if let Err(err) = self.publish(topic, event).await {
+                failed.push((entry_id, err.to_string()));
+            }
+        }
+        Ok(failed)
+    }
+
+    fn scrubbed(&self, error: PubSubError) -> PubSubError {
+        match error {
+            PubSubError::Invalid(m) => PubSubError::Invalid(self.call.scrub(&m)),
+            PubSubError::Busy(m) => PubSubError::Busy(self.call.scrub(&m)),
+            PubSubError::Backend(m) => PubSubError::Backend(self.call.scrub(&m)),
+            PubSubError::Retired => PubSubError::Retired,
+        }
+    }
+}

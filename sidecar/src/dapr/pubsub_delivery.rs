@@ -1,0 +1,187 @@
+//! The delivery engine behind every way of subscribing (a gRPC stream, an
+//! app's HTTP routes, an app's gRPC callback): it reads a subscription made
+//! through the pub/sub's handle (so it follows the broker across reloads),
+//! turns each message into its CloudEvent, hands it to an [`EventSink`]
+//! and settles the message with the sink's answer.
+//!
+//! Bounds: at most [`MAX_IN_FLIGHT`] events per subscription await their
+//! answer; an event answered `RETRY` is tried again with a backoff, up to
+//! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
+//! when one is set (and is acknowledged), else back to the broker, which
+//! delivers it again later. `DROP` acknowledges it (after sending it to
+//! the dead-letter topic, when one is set).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::{
+    Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest, Runtime,
+    SubscribeRequest,
+};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::pubsub_event::{TopicEvent, CLOUD_EVENT_CONTENT_TYPE};
+use super::PubSubOpError;
+
+/// Events of one subscription awaiting the subscriber's answer.
+pub const MAX_IN_FLIGHT: usize = 32;
+/// Attempts at one event before it is dead-lettered or handed back.
+pub const MAX_ATTEMPTS: u32 = 5;
+/// The first wait between attempts (doubled each time, up to 5 s).
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Where the events of a subscription go.
+#[tonic::async_trait]
+pub trait EventSink: Send + Sync + 'static {
+    /// Hands `event` to the subscriber; its answer.
+    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome;
+
+    /// Resolves when the subscriber is gone for good.
+    async fn closed(&self);
+}
+
+/// One subscription being delivered to a sink.
+pub struct TopicDelivery {
+    /// The pub/sub's name.
+    pub pubsub_name: String,
+    /// The topic.
+    pub topic: String,
+    /// Where events that fail for good go, if anywhere.
+    pub dead_letter_topic: Option<String>,
+}
+
+impl TopicDelivery {
+    /// Subscribes through `runtime`'s handle of the pub/sub and delivers to
+    /// `sink` in the background until the sink closes, `shutdown` is
+    /// cancelled, or the pub/sub is removed. Fails when the pub/sub does
+    /// not exist or refuses the subscription.
+    pub async fn start(
+        self,
+        runtime: &Runtime,
+        sink: Arc<dyn EventSink>,
+        metadata: std::collections::HashMap<String, String>,
+        shutdown: CancellationToken,
+    ) -> Result<tokio::task::JoinHandle<()>, PubSubOpError> {
+        if self.pubsub_name.is_empty() {
+            return Err(PubSubOpError::NameEmpty);
+        }
+        if self.topic.is_empty() {
+            return Err(PubSubOpError::TopicEmpty(self.pubsub_name));
+        }
+        let handle = runtime.pubsub(&self.pubsub_name);
+        if handle.load().is_err() {
+            return Err(PubSubOpError::NotFound(self.pubsub_name));
+        }
+        let request = SubscribeRequest {
+            topic: self.topic.clone(),
+            metadata,
+        };
+        let subscription =
+            handle
+                .subscribe(request)
+                .await
+                .map_err(|source| PubSubOpError::Publish {
+                    pubsub: self.pubsub_name.clone(),
+                    topic: self.topic.clone(),
+                    source,
+                })?;
+        let this = Arc::new(self);
+        Ok(tokio::spawn(this.run(handle, subscription, sink, shutdown)))
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        handle: PubSubHandle,
+        mut subscription: PubSubSubscription,
+        sink: Arc<dyn EventSink>,
+        shutdown: CancellationToken,
+    ) {
+        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        loop {
+            let permit = tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = sink.closed() => return,
+                permit = in_flight.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
+            let delivery = tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = sink.closed() => return,
+                delivery = subscription.deliveries.recv() => match delivery {
+                    Some(delivery) => delivery,
+                    None => {
+                        tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "Pub/sub subscription ended.");
+                        return;
+                    }
+                },
+            };
+            let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
+            tokio::spawn(async move {
+                let outcome = this.deliver(&delivery, sink.as_ref(), &handle).await;
+                delivery.settle(outcome);
+                drop(permit);
+            });
+        }
+    }
+
+    /// Delivers one message with retries; the outcome for the broker.
+    async fn deliver(
+        &self,
+        delivery: &Delivery,
+        sink: &dyn EventSink,
+        handle: &PubSubHandle,
+    ) -> DeliveryOutcome {
+        let event = TopicEvent::of(&delivery.message, &self.pubsub_name);
+        let mut wait = FIRST_BACKOFF;
+        for attempt in 1..=MAX_ATTEMPTS {
+            match sink.send(&event).await {
+                DeliveryOutcome::Success => return DeliveryOutcome::Success,
+                DeliveryOutcome::Drop => {
+                    tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Subscriber dropped an event.");
+                    self.dead_letter(delivery, handle).await;
+                    return DeliveryOutcome::Drop;
+                }
+                DeliveryOutcome::Retry if attempt < MAX_ATTEMPTS => {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = sink.closed() => return DeliveryOutcome::Retry,
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                DeliveryOutcome::Retry => {}
+            }
+        }
+        if self.dead_letter(delivery, handle).await {
+            DeliveryOutcome::Success
+        } else {
+            DeliveryOutcome::Retry
+        }
+    }
+
+    /// Publishes the message to the dead-letter topic, if one is set.
+    async fn dead_letter(&self, delivery: &Delivery, handle: &PubSubHandle) -> bool {
+        let Some(topic) = &self.dead_letter_topic else {
+            return false;
+        };
+        let request = PublishRequest {
+            topic: topic.clone(),
+            data: delivery.message.data.clone(),
+            content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+            metadata: Default::default(),
+        };
+        let published = match handle.load() {
+            Ok(broker) => broker.publish(request).await,
+            Err(err) => Err(rewire_runtime::PubSubError::Backend(err.to_string())),
+        };
+        match published {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!(pubsub = %self.pubsub_name, topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! CloudEvents 1.0 envelopes as Dapr builds them: on publish
+//! ([`envelope`]) and, for a subscriber, the event a delivered message
+//! reads as ([`TopicEvent::of`]).
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+/// The `type` of events Dapr publishes.
+pub const EVENT_TYPE: &str = "com.dapr.event.sent";
+/// The content type of an envelope.
+pub const CLOUD_EVENT_CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// What goes into an envelope besides the payload.
+#[derive(Debug, Clone, Default)]
+pub struct EnvelopeContext<'a> {
+    /// The publishing app (`source`).
+    pub app_id: &'a str,
+    /// The pub/sub component.
+    pub pubsub_name: &'a str,
+    /// The topic.
+    pub topic: &'a str,
+    /// W3C trace context of the publish, passed through.
+    pub traceparent: Option<&'a str>,
+    /// W3C trace state, passed through.
+    pub tracestate: Option<&'a str>,
+}
+
+/// Whether `content_type` is JSON (`application/json`, `…+json`).
+pub fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
+}
+
+fn is_text(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.starts_with("text/") || essence.eq_ignore_ascii_case("application/xml")
+}
+
+/// The CloudEvent Dapr publishes for `data` of `content_type` (default
+/// `text/plain`, as Dapr's): JSON data is embedded as JSON, text as a
+/// string, anything else as `data_base64`. A payload that is itself a
+/// CloudEvent (`application/cloudevents+json`) keeps its fields; the
+/// missing ones are filled in.
+pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_>) -> Value {
+    let content_type = content_type.filter(|c| !c.is_empty());
+    let mut event = Map::new();
+    let given = content_type
+        .filter(|c| c.starts_with(CLOUD_EVENT_CONTENT_TYPE))
+        .and_then(|_| serde_json::from_slice::<Map<String, Value>>(data).ok());
+    let content_type = match given {
+        Some(fields) => {
+            event = fields;
+            event
+                .get("datacontenttype")
+                .and_then(Value::as_str)
+                .unwrap_or("application/json")
+                .to_string()
+        }
+        None => {
+            let content_type = content_type.unwrap_or("text/plain").to_string();
+            put_data(&mut event, data, &content_type);
+            content_type
+        }
+    };
+    let mut fill = |key: &str, value: Value| {
+        event.entry(key.to_string()).or_insert(value);
+    };
+    fill("id", Value::String(new_event_id()));
+    fill("source", Value::String(cx.app_id.to_string()));
+    fill("type", Value::String(EVENT_TYPE.into()));
+    fill("specversion", Value::String("1.0".into()));
+    fill("datacontenttype", Value::String(content_type));
+    fill("time", Value::String(rfc3339_now()));
+    fill("topic", Value::String(cx.topic.to_string()));
+    fill("pubsubname", Value::String(cx.pubsub_name.to_string()));
+    if let Some(traceparent) = cx.traceparent {
+        fill("traceid", Value::String(traceparent.to_string()));
+        fill("traceparent", Value::String(traceparent.to_string()));
+    }
+    if let Some(tracestate) = cx.tracestate {
+        fill("tracestate", Value::String(tracestate.to_string()));
+    }
+    Value::Object(event)
+}
+
+fn put_data(event: &mut Map<String, Value>, data: &[u8], content_type: &str) {
+    if is_json(content_type) {
+        if let Ok(json) = serde_json::from_slice::<Value>(data) {
+            event.insert("data".into(), json);
+            return;
+        }
+    }
+    match std::str::from_utf8(data) {
+        Ok(text) if is_text(content_type) || is_json(content_type) => {
+            event.insert("data".into(), Value::String(text.to_string()));
+        }
+        _ => {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(data);
+            event.insert("data_base64".into(), Value::String(encoded));
+        }
+    }
+}
+
+/// A delivered message as its subscriber sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicEvent {
+    /// The whole CloudEvent (what an HTTP subscriber receives).
+    pub cloud_event: Map<String, Value>,
+    /// `id`.
+    pub id: String,
+    /// `datacontenttype`.
+    pub data_content_type: String,
+    /// The payload bytes: JSON data as JSON text, a string as its bytes,
+    /// `data_base64` decoded.
+    pub data: Vec<u8>,
+}
+
+impl TopicEvent {
+    /// The event of a delivered message: its CloudEvent, or (a raw
+    /// payload) one made around it, as Dapr does for `rawPayload`.
+    pub fn of(message: &rewire_runtime::Message, pubsub_name: &str) -> Self {
+        let parsed = serde_json::from_slice::<Map<String, Value>>(&message.data)
+            .ok()
+            .filter(|e| e.contains_key("specversion") && e.contains_key("id"));
+        let cloud_event = match parsed {
+            Some(event) => event,
+            None => {
+                let cx = EnvelopeContext {
+                    pubsub_name,
+                    topic: &message.topic,
+                    ..EnvelopeContext::default()
+                };
+                let content_type = message
+                    .content_type
+                    .as_deref()
+                    .unwrap_or("application/octet-stream");
+                match envelope(&message.data, Some(content_type), &cx) {
+                    Value::Object(event) => event,
+                    _ => Map::new(),
+                }
+            }
+        };
+        let text = |key: &str| {
+            cloud_event
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let data = match (cloud_event.get("data"), cloud_event.get("data_base64")) {
+            (Some(Value::String(s)), _) => s.as_bytes().to_vec(),
+            (Some(Value::Null) | None, Some(Value::String(b64))) => {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap_or_default()
+            }
+            (Some(Value::Null) | None, _) => Vec::new(),
+            (Some(json), _) => json.to_string().into_bytes(),
+        };
+        Self {
+            id: text("id"),
+            data_content_type: text("datacontenttype"),
+            data,
+            cloud_event,
+        }
+    }
+
+    /// A field of the CloudEvent, as text.
+    pub fn field(&self, key: &str) -> String {
+        self.cloud_event
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A new random id in the form of a UUID.
+pub fn new_event_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let state = RandomState::new();
+    let mut words = [0u64; 2];
+    for (i, word) in words.iter_mut().enumerate() {
+        let mut hasher = state.build_hasher();
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_usize(i);
+        hasher.write_u128(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        *word = hasher.finish();
+    }
+    let hex = format!("{:016x}{:016x}", words[0], words[1]);
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
+/// Now, as RFC 3339 UTC with seconds.
+fn rfc3339_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cx() -> EnvelopeContext<'static> {
+        EnvelopeContext {
+            app_id: "checkout",
+            pubsub_name: "pubsub",
+            topic: "orders",
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            tracestate: None,
+        }
+    }
+
+    #[test]
+    fn json_data_is_embedded_and_the_fields_are_daprs() {
+        let event = envelope(br#"{"a":1}"#, Some("application/json"), &cx());
+        assert_eq!(event["data"], serde_json::json!({"a": 1}));
+        assert_eq!(event["source"], "checkout");
+        assert_eq!(event["type"], EVENT_TYPE);
+        assert_eq!(event["specversion"], "1.0");
+        assert_eq!(event["topic"], "orders");
+        assert_eq!(event["pubsubname"], "pubsub");
+        assert!(event["traceparent"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("00-")));
+        assert_eq!(event["id"].as_str().map(str::len), Some(36));
+        let bytes = serde_json::to_vec(&event).expect("json");
+        let message = rewire_runtime::Message {
+            data: bytes,
+            ..Default::default()
+        };
+        assert_eq!(TopicEvent::of(&message, "pubsub").data, br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn text_binary_and_raw_payloads() {
+        assert_eq!(envelope(b"hi", None, &cx())["data"], "hi");
+        let binary = envelope(&[0xff, 0], Some("application/octet-stream"), &cx());
+        assert_eq!(binary["data_base64"], "/wA=");
+        let raw = rewire_runtime::Message {
+            topic: "orders".into(),
+            data: vec![0xff, 0],
+            ..Default::default()
+        };
+        let event = TopicEvent::of(&raw, "pubsub");
+        assert_eq!(event.data, vec![0xff, 0]);
+        assert_eq!(event.field("pubsubname"), "pubsub");
+    }
+
+    #[test]
+    fn a_given_cloud_event_keeps_its_fields() {
+        let given = br#"{"id":"mine","source":"s","specversion":"1.0","type":"t","data":"x"}"#;
+        let event = envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx());
+        assert_eq!(event["id"], "mine");
+        assert_eq!(event["type"], "t");
+        assert_eq!(event["topic"], "orders");
+    }
+}

@@ -1,0 +1,94 @@
+//! Publishing: `PublishEvent`, `BulkPublishEventAlpha1` (and
+//! `BulkPublishEvent`) on the shared [`PubSubOps`](crate::dapr::PubSubOps),
+//! with Dapr's codes.
+
+use tonic::metadata::MetadataMap;
+use tonic::{Code, Status};
+
+use super::proto::dapr::proto::runtime::v1 as pb;
+use crate::dapr::{Call, PubSubOpError, PublishEvent};
+
+tokio::task_local! {
+    /// The W3C trace headers of the call being served.
+    pub(super) static TRACE: (Option<String>, Option<String>);
+}
+
+fn current_trace() -> (Option<String>, Option<String>) {
+    TRACE.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// The W3C trace headers of a request, passed into the CloudEvent.
+pub(super) fn trace_context(headers: &MetadataMap) -> (Option<String>, Option<String>) {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    (get("traceparent"), get("tracestate"))
+}
+
+/// `PublishEvent`: one event, wrapped in a CloudEvent unless
+/// `metadata.rawPayload` is `true`.
+pub(super) async fn publish(call: Call, req: pb::PublishEventRequest) -> Result<(), Status> {
+    let trace = current_trace();
+    let pubsub = call.pubsub(&req.pubsub_name)?;
+    let event = PublishEvent {
+        data: req.data,
+        content_type: Some(req.data_content_type).filter(|c| !c.is_empty()),
+        metadata: req.metadata,
+        traceparent: trace.0,
+        tracestate: trace.1,
+    };
+    pubsub.publish(&req.topic, event).await?;
+    Ok(())
+}
+
+/// `BulkPublishEventAlpha1`: every entry published; the failed ones
+/// listed with their errors.
+pub(super) async fn bulk_publish(
+    call: Call,
+    req: pb::BulkPublishRequest,
+) -> Result<pb::BulkPublishResponse, Status> {
+    let trace = current_trace();
+    let pubsub = call.pubsub(&req.pubsub_name)?;
+    let entries = req
+        .entries
+        .into_iter()
+        .map(|entry| {
+            let mut metadata = req.metadata.clone();
+            metadata.extend(entry.metadata);
+            let event = PublishEvent {
+                data: entry.event,
+                content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
+                metadata,
+                traceparent: trace.0.clone(),
+                tracestate: trace.1.clone(),
+            };
+            (entry.entry_id, event)
+        })
+        .collect();
+    let failed = pubsub.bulk_publish(&req.topic, entries).await?;
+    Ok(pb::BulkPublishResponse {
+        failed_entries: failed
+            .into_iter()
+            .map(|(entry_id, error)| pb::BulkPublishResponseFailedEntry { entry_id, error })
+            .collect(),
+    })
+}
+
+/// Dapr's codes: a missing or unknown pub/sub or topic is
+/// `INVALID_ARGUMENT` (Dapr answers `NOT_FOUND` for an unknown pub/sub
+/// since 1.12), a full broker `RESOURCE_EXHAUSTED`, a broker failure
+/// `INTERNAL`.
+impl From<PubSubOpError> for Status {
+    fn from(err: PubSubOpError) -> Self {
+        let code = match err {
+            PubSubOpError::NameEmpty | PubSubOpError::TopicEmpty(_) => Code::InvalidArgument,
+            PubSubOpError::NotFound(_) => Code::NotFound,
+            PubSubOpError::Busy { .. } => Code::ResourceExhausted,
+            PubSubOpError::Publish { .. } => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}

@@ -1,0 +1,278 @@
+//! Pub/sub through the sidecar, memory broker: `PublishEvent` (CloudEvent
+//! fields, trace context, raw payloads), bulk publish, HTTP publish, a
+//! streaming subscriber's SUCCESS / RETRY / DROP, a dead-letter topic, and
+//! Dapr's error codes; an app served over gRPC (`AppCallback`).
+
+use crate::support::grpc::{self, dapr, with_header};
+use crate::support::pubsub::StreamSubscriber;
+use crate::support::sidecar::Sidecar;
+
+use dapr::topic_event_response::TopicEventResponseStatus as Status;
+use rewire::sidecar::ApiOptions;
+use tonic::Code;
+
+const CONFIG: &str =
+    r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+fn publish(topic: &str, data: &[u8], content_type: &str) -> dapr::PublishEventRequest {
+    dapr::PublishEventRequest {
+        pubsub_name: "pubsub".into(),
+        topic: topic.into(),
+        data: data.to_vec(),
+        data_content_type: content_type.into(),
+        metadata: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribed");
+
+    let request = with_header(
+        publish("orders", br#"{"n":1}"#, "application/json"),
+        "traceparent",
+        TRACEPARENT,
+    );
+    client.publish_event(request).await.expect("published");
+    let event = sub.event().await;
+    assert_eq!(event.data, br#"{"n":1}"#);
+    assert_eq!(event.data_content_type, "application/json");
+    assert_eq!(event.source, "shop");
+    assert_eq!(event.r#type, "com.dapr.event.sent");
+    assert_eq!(event.spec_version, "1.0");
+    assert_eq!(
+        (event.topic.as_str(), event.pubsub_name.as_str()),
+        ("orders", "pubsub")
+    );
+    assert!(!event.id.is_empty());
+    sub.answer(&event.id, Status::Success).await;
+
+    // RETRY: the same event again; then SUCCESS ends it.
+    client
+        .publish_event(publish("orders", b"retry me", "text/plain"))
+        .await
+        .expect("published");
+    let first = sub.event().await;
+    sub.answer(&first.id, Status::Retry).await;
+    let again = sub.event().await;
+    assert_eq!(
+        (again.id.as_str(), again.data.as_slice()),
+        (first.id.as_str(), &b"retry me"[..])
+    );
+    sub.answer(&again.id, Status::Success).await;
+
+    // A raw payload arrives as published.
+    let mut raw = publish("orders", &[0xff, 0x00], "application/octet-stream");
+    raw.metadata.insert("rawPayload".into(), "true".into());
+    client.publish_event(raw).await.expect("published");
+    let event = sub.event().await;
+    assert_eq!(event.data, vec![0xff, 0x00]);
+    sub.answer(&event.id, Status::Success).await;
+
+    // Bulk: every entry, none failed.
+    let entries = (0..3)
+        .map(|i| dapr::BulkPublishRequestEntry {
+            entry_id: i.to_string(),
+            event: format!("bulk {i}").into_bytes(),
+            content_type: "text/plain".into(),
+            metadata: Default::default(),
+        })
+        .collect();
+    let bulk = dapr::BulkPublishRequest {
+        pubsub_name: "pubsub".into(),
+        topic: "orders".into(),
+        entries,
+        metadata: Default::default(),
+    };
+    let answer = client.bulk_publish_event_alpha1(bulk).await.expect("bulk");
+    assert!(answer.into_inner().failed_entries.is_empty());
+    let mut bulk_seen = Vec::new();
+    for _ in 0..3 {
+        let event = sub.event().await;
+        bulk_seen.push(String::from_utf8_lossy(&event.data).to_string());
+        sub.answer(&event.id, Status::Success).await;
+    }
+    bulk_seen.sort();
+    assert_eq!(bulk_seen, ["bulk 0", "bulk 1", "bulk 2"]);
+
+    // HTTP publish: 204, delivered with the body's content type.
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1.0/publish/pubsub/orders", sidecar.http_url());
+    let answer = http
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body("over http")
+        .send()
+        .await
+        .expect("http publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::NO_CONTENT);
+    let event = sub.event().await;
+    assert_eq!(
+        (event.data.as_slice(), event.data_content_type.as_str()),
+        (&b"over http"[..], "text/plain")
+    );
+    sub.answer(&event.id, Status::Success).await;
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn dropped_events_go_to_the_dead_letter_topic() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut dead = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "dead")
+        .await
+        .expect("subscribed");
+    let mut events = crate::support::pubsub::StreamSubscriber::open_with_dead_letter(
+        sidecar.grpc_url(),
+        "pubsub",
+        "orders",
+        "dead",
+    )
+    .await
+    .expect("subscribed");
+    client
+        .publish_event(publish("orders", b"poison", "text/plain"))
+        .await
+        .expect("published");
+    let event = events.event().await;
+    events.answer(&event.id, Status::Drop).await;
+    let buried = dead.event().await;
+    assert_eq!(
+        (buried.id.as_str(), buried.data.as_slice()),
+        (event.id.as_str(), &b"poison"[..])
+    );
+    dead.answer(&buried.id, Status::Success).await;
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn dapr_error_codes() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut unknown = publish("orders", b"x", "");
+    unknown.pubsub_name = "nope".into();
+    let status = client
+        .publish_event(unknown)
+        .await
+        .expect_err("unknown pubsub");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::NotFound, "pubsub nope not found")
+    );
+    let status = client
+        .publish_event(publish("", b"x", ""))
+        .await
+        .expect_err("empty topic");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(status.message(), "topic is empty in pubsub pubsub");
+    let Err(status) = StreamSubscriber::open(sidecar.grpc_url(), "nope", "t").await else {
+        panic!("subscribing to an unknown pubsub succeeded");
+    };
+    assert_eq!(status.code(), Code::NotFound);
+
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!("{}/v1.0/publish/nope/orders", sidecar.http_url()))
+        .body("x")
+        .send()
+        .await
+        .expect("http publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: serde_json::Value = answer.json().await.expect("json error");
+    assert_eq!(body["errorCode"], "ERR_PUBSUB_NOT_FOUND");
+    sidecar.stop().await;
+}
+
+/// An app serving Dapr's `AppCallback`: one subscription, events recorded.
+struct CallbackApp {
+    events: tokio::sync::mpsc::Sender<dapr::TopicEventRequest>,
+    retried: std::sync::atomic::AtomicBool,
+}
+
+#[tonic::async_trait]
+impl dapr::app_callback_server::AppCallback for CallbackApp {
+    async fn list_topic_subscriptions(
+        &self,
+        _: tonic::Request<()>,
+    ) -> Result<tonic::Response<dapr::ListTopicSubscriptionsResponse>, tonic::Status> {
+        let subscription = dapr::TopicSubscription {
+            pubsub_name: "pubsub".into(),
+            topic: "orders".into(),
+            routes: Some(dapr::TopicRoutes {
+                rules: Vec::new(),
+                default: "/orders".into(),
+            }),
+            ..Default::default()
+        };
+        Ok(tonic::Response::new(dapr::ListTopicSubscriptionsResponse {
+            subscriptions: vec![subscription],
+        }))
+    }
+
+    async fn on_topic_event(
+        &self,
+        request: tonic::Request<dapr::TopicEventRequest>,
+    ) -> Result<tonic::Response<dapr::TopicEventResponse>, tonic::Status> {
+        // The first delivery is answered RETRY: the engine tries again.
+        let first = !self.retried.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let status = if first {
+            Status::Retry
+        } else {
+            Status::Success
+        };
+        let _ = self.events.send(request.into_inner()).await;
+        Ok(tonic::Response::new(dapr::TopicEventResponse {
+            status: status as i32,
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_grpc_app_gets_events_through_app_callback() {
+    use rewire::sidecar::app::{serve_app, AppChannel, AppProtocol};
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let (events, mut received) = tokio::sync::mpsc::channel(16);
+    let app = CallbackApp {
+        events,
+        retried: Default::default(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(dapr::app_callback_server::AppCallbackServer::new(app))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let channel = AppChannel::local(port).with_protocol(AppProtocol::Grpc);
+    serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    // Published until the app is subscribed (its first event arrives).
+    let first = loop {
+        client
+            .publish_event(publish("orders", b"to the app", "text/plain"))
+            .await
+            .expect("published");
+        let wait = tokio::time::timeout(std::time::Duration::from_millis(500), received.recv());
+        if let Ok(Some(event)) = wait.await {
+            break event;
+        }
+    };
+    assert_eq!(
+        (first.path.as_str(), first.data.as_slice()),
+        ("/orders", &b"to the app"[..])
+    );
+    assert_eq!(first.source, "shop");
+    let again = tokio::time::timeout(grpc::PATIENCE, received.recv())
+        .await
+        .expect("the retried event comes again")
+        .expect("app alive");
+    assert_eq!(again.id, first.id);
+    stop.cancel();
+    sidecar.stop().await;
+}
