@@ -16,6 +16,7 @@ const CONFIG: &str = r#"{"appId": "shop", "components": {
     "state": {"orders": {"type": "memory"}},
     "lock": {"locks": {"type": "memory"}},
     "config_store": {"config": {"type": "memory"}},
+    "pubsub": {"pubsub": {"type": "memory"}},
     "secret_store": {"vault": {"type": "env", "metadata": {"prefix": "REWIRE_ROUTES_TEST_NONE_"}}}
 }}"#;
 
@@ -54,6 +55,16 @@ fn served() -> Vec<(Method, &'static str, Option<Value>)> {
             Some(tx.clone()),
         ),
         (Method::PUT, "/v1.0/state/orders/transaction", Some(tx)),
+        (
+            Method::POST,
+            "/v1.0/publish/pubsub/orders",
+            Some(json!({"order": 1})),
+        ),
+        (
+            Method::POST,
+            "/v1.0-alpha1/publish/bulk/pubsub/orders",
+            Some(json!([{"entryId": "1", "event": {"order": 1}, "contentType": "application/json"}])),
+        ),
         get("/v1.0/secrets/vault/bulk"),
         get("/v1.0/configuration/config?key=a"),
         get("/v1.0-alpha1/configuration/config?key=a"),
@@ -90,8 +101,7 @@ fn others() -> Vec<(Method, &'static str)> {
         (M::PUT, "/v1.0-alpha1/unlock/locks"),
         (M::PUT, "/v1.0/metadata/attribute"),
         (M::DELETE, "/v1.0/metadata"),
-        (M::POST, "/v1.0/publish/pubsub/orders"),
-        (M::POST, "/v1.0-alpha1/publish/bulk/pubsub/orders"),
+        (M::GET, "/v1.0/publish/pubsub/orders"),
         (M::POST, "/v1.0/bindings/queue"),
         (M::GET, "/v1.0/invoke/other-app/method/orders"),
         (M::POST, "/v1.0/invoke/other-app/method/orders/1"),

@@ -370,8 +370,8 @@ async fn calls_during_a_redis_outage_fail_within_the_configured_timeouts() {
     );
     // Four seconds down: every loop met the outage, and its requests
     // failed rather than waited for the server (a call is cut at 1.5 s, so
-    // each loop makes at least two requests that start while the server
-    // dies or is dead and end before it restarts).
+    // an idle machine sees each loop fail two or three times; a loaded one
+    // may start fewer calls, but never none).
     for (task, requests) in observed.tasks.iter().enumerate() {
         let failed = requests
             .iter()
@@ -379,7 +379,7 @@ async fn calls_during_a_redis_outage_fail_within_the_configured_timeouts() {
             .filter(|r| r.error.is_some())
             .count();
         assert!(
-            failed >= 2,
+            failed >= 1,
             "task {task} failed {failed} requests while the server was down:\n{report}"
         );
     }
