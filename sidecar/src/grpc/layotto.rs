@@ -50,8 +50,8 @@ fn not_offered(what: &str) -> Status {
 #[tonic::async_trait]
 impl Runtime for LayottoApi {
     type SubscribeConfigurationStream = ConfigurationStream;
-    type SubscribeTopicEventsStream = BoxStream<pb::SubscribeTopicEventsResponse>;
-    type GetFileStream = BoxStream<pb::GetFileResponse>;
+    type SubscribeTopicEventsStream = LayottoTopicEventStream;
+    type GetFileStream = FileStream;
 
     async fn say_hello(&self, _: Request<pb::SayHelloRequest>) -> Answer<pb::SayHelloResponse> {
         Err(not_offered("SayHello (Layotto's test method)"))
