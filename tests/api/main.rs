@@ -34,3 +34,4 @@ mod api_pubsub_broker_switch;
 mod dapr_python_sdk;
 mod layotto_grpc;
 mod layotto_grpc_backends;
+mod layotto_grpc_blocks;

@@ -17,3 +17,4 @@ mod docs_compile;
 mod embedded;
 mod example_custom_component;
 mod graph_mermaid;
+mod layotto_files;

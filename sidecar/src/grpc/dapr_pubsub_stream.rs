@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
-use tonic::{Status, Streaming};
+use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_request_alpha1::SubscribeTopicEventsRequestType as RequestType;
@@ -32,15 +32,28 @@ pub(super) type TopicEventStream =
 /// in-flight limit besides).
 const OUTGOING: usize = 64;
 
+/// The client's side of the stream: a gRPC request stream, or another
+/// API's messages turned into Dapr's (Layotto's `SubscribeTopicEvents`).
+pub(super) trait IncomingAnswers:
+    Stream<Item = Result<pb::SubscribeTopicEventsRequestAlpha1, Status>> + Send + Unpin + 'static
+{
+}
+
+impl<S> IncomingAnswers for S where
+    S: Stream<Item = Result<pb::SubscribeTopicEventsRequestAlpha1, Status>> + Send + Unpin + 'static
+{
+}
+
 /// Opens the subscription the first message asks for.
 pub(super) async fn subscribe(
     state: &ApiState,
-    mut incoming: Streaming<pb::SubscribeTopicEventsRequestAlpha1>,
+    mut incoming: impl IncomingAnswers,
     shutdown: CancellationToken,
 ) -> Result<TopicEventStream, Status> {
     let first = incoming
-        .message()
-        .await?
+        .next()
+        .await
+        .transpose()?
         .and_then(|m| m.subscribe_topic_events_request_type);
     let Some(RequestType::InitialRequest(initial)) = first else {
         return Err(Status::invalid_argument(
@@ -79,7 +92,7 @@ pub(super) async fn subscribe(
 
 /// Settles events with the client's answers until it leaves.
 async fn read_answers(
-    mut incoming: Streaming<pb::SubscribeTopicEventsRequestAlpha1>,
+    mut incoming: impl IncomingAnswers,
     sink: Arc<StreamSink>,
     shutdown: CancellationToken,
 ) {

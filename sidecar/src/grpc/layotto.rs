@@ -2,17 +2,20 @@
 //! over the shared operations. State, locks and secrets are Dapr's messages
 //! under another package and go through the Dapr handlers
 //! (`layotto_convert`); configuration has Layotto's own shape (group,
-//! label, app id, writes, a bidirectional subscription: `layotto_config`).
-//! What rewire does not offer answers `UNIMPLEMENTED` saying so.
-
-use std::pin::Pin;
+//! label, app id, writes, a bidirectional subscription: `layotto_config`);
+//! pub/sub goes through the Dapr handlers and the shared delivery engine
+//! (`layotto_pubsub`), the sequencer and files through the shared
+//! operations (`layotto_file`). What rewire does not offer answers
+//! `UNIMPLEMENTED` saying so.
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::layotto_config::{self, ConfigurationStream};
 use super::layotto_convert as convert;
-use super::observe::unary;
+use super::layotto_file::{self, FileStream};
+use super::layotto_pubsub::{self, LayottoTopicEventStream};
+use super::observe::{observed, unary};
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::proto::spec::proto::runtime::v1::lock_keep_alive_response::Status as KeepAliveCode;
 use super::proto::spec::proto::runtime::v1::runtime_server::Runtime;
@@ -40,7 +43,6 @@ impl LayottoApi {
 }
 
 type Answer<T> = Result<Response<T>, Status>;
-type BoxStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
 
 /// `UNIMPLEMENTED`, naming what rewire does not offer.
 fn not_offered(what: &str) -> Status {
@@ -50,8 +52,8 @@ fn not_offered(what: &str) -> Status {
 #[tonic::async_trait]
 impl Runtime for LayottoApi {
     type SubscribeConfigurationStream = ConfigurationStream;
-    type SubscribeTopicEventsStream = BoxStream<pb::SubscribeTopicEventsResponse>;
-    type GetFileStream = BoxStream<pb::GetFileResponse>;
+    type SubscribeTopicEventsStream = LayottoTopicEventStream;
+    type GetFileStream = FileStream;
 
     async fn say_hello(&self, _: Request<pb::SayHelloRequest>) -> Answer<pb::SayHelloResponse> {
         Err(not_offered("SayHello (Layotto's test method)"))
@@ -177,8 +179,11 @@ impl Runtime for LayottoApi {
         .await
     }
 
-    async fn get_next_id(&self, _: Request<pb::GetNextIdRequest>) -> Answer<pb::GetNextIdResponse> {
-        Err(not_offered("the sequencer (GetNextId)"))
+    async fn get_next_id(
+        &self,
+        request: Request<pb::GetNextIdRequest>,
+    ) -> Answer<pb::GetNextIdResponse> {
+        unary(&self.state, "layotto.GetNextId", request, layotto_file::next_id).await
     }
 
     async fn get_state(
@@ -259,38 +264,51 @@ impl Runtime for LayottoApi {
         .await
     }
 
-    async fn publish_event(&self, _: Request<pb::PublishEventRequest>) -> Answer<()> {
-        Err(not_offered("pub/sub (PublishEvent)"))
+    async fn publish_event(&self, request: Request<pb::PublishEventRequest>) -> Answer<()> {
+        unary(&self.state, "layotto.PublishEvent", request, layotto_pubsub::publish).await
     }
 
     async fn subscribe_topic_events(
         &self,
-        _: Request<Streaming<pb::SubscribeTopicEventsRequest>>,
+        request: Request<Streaming<pb::SubscribeTopicEventsRequest>>,
     ) -> Answer<Self::SubscribeTopicEventsStream> {
-        Err(not_offered("pub/sub (SubscribeTopicEvents)"))
+        let (state, shutdown) = (&self.state, self.shutdown.clone());
+        observed(state, "layotto.SubscribeTopicEvents", |_| {
+            layotto_pubsub::subscribe(state, request.into_inner(), shutdown)
+        })
+        .await
+        .map(Response::new)
     }
 
-    async fn get_file(&self, _: Request<pb::GetFileRequest>) -> Answer<Self::GetFileStream> {
-        Err(not_offered("the file API (GetFile)"))
+    async fn get_file(&self, request: Request<pb::GetFileRequest>) -> Answer<FileStream> {
+        let message = request.into_inner();
+        observed(&self.state, "layotto.GetFile", |call| layotto_file::get(call, message))
+            .await
+            .map(Response::new)
     }
 
-    async fn put_file(&self, _: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
-        Err(not_offered("the file API (PutFile)"))
+    async fn put_file(&self, request: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
+        // Not cut at `request_timeout`: a large file takes its time; the
+        // store bounds its size and the connection its idle time.
+        let incoming = request.into_inner();
+        observed(&self.state, "layotto.PutFile", |call| layotto_file::put(call, incoming))
+            .await
+            .map(Response::new)
     }
 
-    async fn list_file(&self, _: Request<pb::ListFileRequest>) -> Answer<pb::ListFileResp> {
-        Err(not_offered("the file API (ListFile)"))
+    async fn list_file(&self, request: Request<pb::ListFileRequest>) -> Answer<pb::ListFileResp> {
+        unary(&self.state, "layotto.ListFile", request, layotto_file::list).await
     }
 
-    async fn del_file(&self, _: Request<pb::DelFileRequest>) -> Answer<()> {
-        Err(not_offered("the file API (DelFile)"))
+    async fn del_file(&self, request: Request<pb::DelFileRequest>) -> Answer<()> {
+        unary(&self.state, "layotto.DelFile", request, layotto_file::delete).await
     }
 
     async fn get_file_meta(
         &self,
-        _: Request<pb::GetFileMetaRequest>,
+        request: Request<pb::GetFileMetaRequest>,
     ) -> Answer<pb::GetFileMetaResponse> {
-        Err(not_offered("the file API (GetFileMeta)"))
+        unary(&self.state, "layotto.GetFileMeta", request, layotto_file::meta).await
     }
 
     async fn get_secret(

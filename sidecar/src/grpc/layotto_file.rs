@@ -1,0 +1,175 @@
+//! Layotto's sequencer and File methods on the shared operations
+//! ([`SequencerOps`](crate::dapr::SequencerOps),
+//! [`FileOps`](crate::dapr::FileOps)). Files stream both ways in chunks:
+//! a put is read from the request stream as it comes (the store bounds its
+//! size), a get is sent as it is read, never held whole.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Code, Status, Streaming};
+
+use super::proto::spec::proto::runtime::v1 as pb;
+use crate::dapr::{Call, FileOpError, SequencerOpError};
+
+/// Bytes per `GetFileResponse`.
+const CHUNK: usize = 64 * 1024;
+/// Chunks queued for a slow reader.
+const QUEUED_CHUNKS: usize = 4;
+/// Files per listing page when the request does not say, and at most.
+const PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// The answer stream of `GetFile`.
+pub(super) type FileStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::GetFileResponse, Status>> + Send>>;
+
+/// `GetNextId`: STRONG unless the options say WEAK (no options: STRONG,
+/// the stronger promise).
+pub(super) async fn next_id(call: Call, req: pb::GetNextIdRequest) -> Result<pb::GetNextIdResponse, Status> {
+    let sequencer = call.sequencer(&req.store_name)?;
+    let increment = match req.options.map(|o| o.increment()) {
+        Some(pb::sequencer_options::AutoIncrement::Weak) => Increment::Weak,
+        _ => Increment::Strong,
+    };
+    let metadata: BTreeMap<_, _> = req.metadata.into_iter().collect();
+    let next_id = sequencer.next_id(req.key, increment, metadata).await?;
+    Ok(pb::GetNextIdResponse { next_id })
+}
+
+/// `PutFile`: the first message names the store and the file; its data
+/// and every later message's are the contents.
+pub(super) async fn put(call: Call, mut incoming: Streaming<pb::PutFileRequest>) -> Result<(), Status> {
+    let first = incoming
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument("PutFile: no message (the first names the store and file)"))?;
+    let store = call.file_store(&first.store_name)?;
+    let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
+    let chunks = tokio_stream::once(Ok(first.data))
+        .chain(incoming.map(|m| m.map(|m| m.data)))
+        .map(|chunk| {
+            chunk
+                .map(std::io::Cursor::new)
+                .map_err(|status| std::io::Error::other(status.message().to_string()))
+        });
+    let body = Box::pin(tokio_util::io::StreamReader::new(chunks));
+    store.put(first.name, body, metadata).await?;
+    Ok(())
+}
+
+/// `GetFile`: the contents in chunks of [`CHUNK`] bytes, read as sent.
+pub(super) async fn get(call: Call, req: pb::GetFileRequest) -> Result<FileStream, Status> {
+    let store = call.file_store(&req.store_name)?;
+    let mut read = store.get(&req.name).await?;
+    let (out, stream) = mpsc::channel(QUEUED_CHUNKS);
+    tokio::spawn(async move {
+        let mut buffer = vec![0; CHUNK];
+        loop {
+            let answer = match read.body.read(&mut buffer).await {
+                Ok(0) => break,
+                Ok(n) => Ok(pb::GetFileResponse {
+                    data: buffer[..n].to_vec(),
+                }),
+                Err(err) => Err(Status::internal(format!("reading the file failed: {err}"))),
+            };
+            let failed = answer.is_err();
+            if out.send(answer).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    Ok(Box::pin(ReceiverStream::new(stream)))
+}
+
+/// `ListFile`: one page of the files under the request's name (a prefix).
+pub(super) async fn list(call: Call, req: pb::ListFileRequest) -> Result<pb::ListFileResp, Status> {
+    let request = req
+        .request
+        .ok_or_else(|| Status::invalid_argument("ListFile: `request` (store and prefix) is required"))?;
+    let store = call.file_store(&request.store_name)?;
+    let max_keys = usize::try_from(req.page_size)
+        .ok()
+        .filter(|n| *n > 0)
+        .map_or(PAGE, |n| n.min(MAX_PAGE));
+    let page = store
+        .list(ListRequest {
+            prefix: request.name,
+            marker: Some(req.marker).filter(|m| !m.is_empty()),
+            max_keys,
+        })
+        .await?;
+    Ok(pb::ListFileResp {
+        is_truncated: page.marker.is_some(),
+        marker: page.marker.unwrap_or_default(),
+        files: page.files.into_iter().map(file_info).collect(),
+    })
+}
+
+/// `DelFile`.
+pub(super) async fn delete(call: Call, req: pb::DelFileRequest) -> Result<(), Status> {
+    let request = req
+        .request
+        .ok_or_else(|| Status::invalid_argument("DelFile: `request` (store and name) is required"))?;
+    Ok(call.file_store(&request.store_name)?.delete(&request.name).await?)
+}
+
+/// `GetFileMeta`: size and last modification; `NOT_FOUND` for no such file.
+pub(super) async fn meta(call: Call, req: pb::GetFileMetaRequest) -> Result<pb::GetFileMetaResponse, Status> {
+    let request = req
+        .request
+        .ok_or_else(|| Status::invalid_argument("GetFileMeta: `request` (store and name) is required"))?;
+    let info = call.file_store(&request.store_name)?.stat(&request.name).await?;
+    Ok(pb::GetFileMetaResponse {
+        size: i64::try_from(info.size).unwrap_or(i64::MAX),
+        last_modified: http_date(info.modified),
+        response: Some(pb::FileMeta::default()),
+    })
+}
+
+fn file_info(info: FileInfo) -> pb::FileInfo {
+    pb::FileInfo {
+        size: i64::try_from(info.size).unwrap_or(i64::MAX),
+        last_modified: http_date(info.modified),
+        file_name: info.name,
+        metadata: Default::default(),
+    }
+}
+
+fn http_date(time: SystemTime) -> String {
+    httpdate::fmt_http_date(time)
+}
+
+/// An unknown store is `INVALID_ARGUMENT` (as for every kind); a missing
+/// file `NOT_FOUND`; a refused name `INVALID_ARGUMENT`; a file over the
+/// store's bound `RESOURCE_EXHAUSTED`.
+impl From<FileOpError> for Status {
+    fn from(err: FileOpError) -> Self {
+        let code = match err.store_error() {
+            None => Code::InvalidArgument,
+            Some(FileError::NotFound(_)) => Code::NotFound,
+            Some(FileError::Invalid(_)) => Code::InvalidArgument,
+            Some(FileError::TooLarge { .. }) => Code::ResourceExhausted,
+            Some(FileError::Backend(_)) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+/// An unknown store or a bad key is `INVALID_ARGUMENT`; a sequence out of
+/// ids `RESOURCE_EXHAUSTED`.
+impl From<SequencerOpError> for Status {
+    fn from(err: SequencerOpError) -> Self {
+        let code = match err.store_error() {
+            None | Some(SequencerError::Invalid(_)) => Code::InvalidArgument,
+            Some(SequencerError::Exhausted(_)) => Code::ResourceExhausted,
+            Some(SequencerError::Backend(_)) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}

@@ -1,0 +1,212 @@
+//! Layotto's sequencer, File and pub/sub methods, through clients generated
+//! from Layotto's definitions, on memory components: ids that only grow,
+//! files streamed in and out in several messages, names that escape
+//! refused, and an event published and delivered over Layotto's
+//! bidirectional `SubscribeTopicEvents`.
+
+use crate::support::grpc::{self, layotto, next};
+use crate::support::sidecar::Sidecar;
+use layotto::runtime_client::RuntimeClient;
+use layotto::sequencer_options::AutoIncrement;
+use layotto::subscribe_topic_events_request::SubscribeTopicEventsRequestType as Request;
+use layotto::subscribe_topic_events_response::SubscribeTopicEventsResponseType as Response;
+use rewire::sidecar::ApiOptions;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {
+    "sequencer": {"ids": {"type": "memory"}},
+    "file": {"files": {"type": "memory"}},
+    "pubsub": {"events": {"type": "memory"}}
+}}"#;
+
+async fn runtime(sidecar: &Sidecar) -> RuntimeClient<Channel> {
+    RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await)
+}
+
+#[tokio::test]
+async fn get_next_id_only_grows() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let mut last = 0;
+    for increment in [AutoIncrement::Strong, AutoIncrement::Weak, AutoIncrement::Strong] {
+        let id = client
+            .get_next_id(layotto::GetNextIdRequest {
+                store_name: "ids".into(),
+                key: "orders".into(),
+                options: Some(layotto::SequencerOptions {
+                    increment: increment as i32,
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("next id")
+            .into_inner()
+            .next_id;
+        assert!(id > last, "{id} after {last}");
+        last = id;
+    }
+    let unknown = client
+        .get_next_id(layotto::GetNextIdRequest {
+            store_name: "nope".into(),
+            key: "orders".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such sequencer");
+    assert_eq!(unknown.code(), Code::InvalidArgument);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn files_stream_in_and_out_and_escapes_are_refused() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    // Three messages: the first names the store and file.
+    let parts: Vec<Vec<u8>> = vec![vec![b'a'; 70_000], vec![b'b'; 5], vec![b'c'; 100_000]];
+    let whole: Vec<u8> = parts.concat();
+    let messages: Vec<layotto::PutFileRequest> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, data)| layotto::PutFileRequest {
+            store_name: if i == 0 { "files".into() } else { String::new() },
+            name: if i == 0 { "docs/report.txt".into() } else { String::new() },
+            data: data.clone(),
+            ..Default::default()
+        })
+        .collect();
+    client
+        .put_file(tokio_stream::iter(messages))
+        .await
+        .expect("put");
+
+    let mut got = client
+        .get_file(layotto::GetFileRequest {
+            store_name: "files".into(),
+            name: "docs/report.txt".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    let (mut read, mut messages) = (Vec::new(), 0);
+    while let Some(chunk) = next(&mut got).await {
+        read.extend(chunk.expect("chunk").data);
+        messages += 1;
+    }
+    assert_eq!(read, whole);
+    assert!(messages > 1, "streamed in chunks, not whole");
+
+    let request = |name: &str| layotto::FileRequest {
+        store_name: "files".into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let listed = client
+        .list_file(layotto::ListFileRequest {
+            request: Some(request("docs/")),
+            page_size: 10,
+            marker: String::new(),
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let names: Vec<_> = listed.files.iter().map(|f| f.file_name.as_str()).collect();
+    assert_eq!(names, ["docs/report.txt"]);
+    assert!(!listed.is_truncated);
+    let meta = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(request("docs/report.txt")),
+        })
+        .await
+        .expect("meta")
+        .into_inner();
+    assert_eq!(meta.size, whole.len() as i64);
+    assert!(!meta.last_modified.is_empty());
+
+    let escape = client
+        .put_file(tokio_stream::iter(vec![layotto::PutFileRequest {
+            store_name: "files".into(),
+            name: "../outside".into(),
+            data: b"x".to_vec(),
+            ..Default::default()
+        }]))
+        .await
+        .expect_err("escape");
+    assert_eq!(escape.code(), Code::InvalidArgument, "{escape:?}");
+
+    client
+        .del_file(layotto::DelFileRequest {
+            request: Some(request("docs/report.txt")),
+        })
+        .await
+        .expect("delete");
+    let gone = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(request("docs/report.txt")),
+        })
+        .await
+        .expect_err("deleted");
+    assert_eq!(gone.code(), Code::NotFound);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn publish_and_subscribe_over_layottos_stream() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let (requests, outgoing) = tokio::sync::mpsc::channel(4);
+    requests
+        .send(layotto::SubscribeTopicEventsRequest {
+            subscribe_topic_events_request_type: Some(Request::InitialRequest(
+                layotto::SubscribeTopicEventsRequestInitial {
+                    pubsub_name: "events".into(),
+                    topic: "orders".into(),
+                    ..Default::default()
+                },
+            )),
+        })
+        .await
+        .unwrap();
+    let mut events = client
+        .subscribe_topic_events(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let first = next(&mut events).await.expect("open").expect("no error");
+    assert!(matches!(
+        first.subscribe_topic_events_response_type,
+        Some(Response::InitialResponse(_))
+    ));
+
+    client
+        .publish_event(layotto::PublishEventRequest {
+            pubsub_name: "events".into(),
+            topic: "orders".into(),
+            data: br#"{"order": 7}"#.to_vec(),
+            data_content_type: "application/json".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("publish");
+    let delivered = next(&mut events).await.expect("open").expect("no error");
+    let Some(Response::EventMessage(event)) = delivered.subscribe_topic_events_response_type else {
+        panic!("not an event: {delivered:?}");
+    };
+    assert_eq!((event.topic.as_str(), event.pubsub_name.as_str()), ("orders", "events"));
+    assert_eq!(event.spec_version, "1.0");
+    let data: serde_json::Value = serde_json::from_slice(&event.data).expect("JSON data");
+    assert_eq!(data["order"], 7, "{data}");
+    requests
+        .send(layotto::SubscribeTopicEventsRequest {
+            subscribe_topic_events_request_type: Some(Request::EventProcessed(
+                layotto::SubscribeTopicEventsRequestProcessed {
+                    id: event.id,
+                    status: Some(layotto::TopicEventResponse { status: 0 }),
+                },
+            )),
+        })
+        .await
+        .unwrap();
+    sidecar.stop().await;
+}

@@ -1,0 +1,230 @@
+//! Layotto's own configuration files, written here in their published form
+//! (mosn/layotto `configs/config_in_memory.json`, `config_state_redis.json`
+//! and `config_ref_example.json`: a MOSN listener whose gRPC filter carries
+//! `grpc_config`), validate and run under `rewire`, unmodified but for
+//! addresses and paths; and what rewire does not support is named.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use testkit::redis::RedisServer;
+use testkit::{free_port, ChildProcess};
+
+/// Layotto's MOSN wrapping around a `grpc_config`, as its files have it
+/// (with the actuator listener that rewire ignores).
+fn mosn(grpc_config: Value) -> String {
+    json!({"servers": [{
+        "default_log_path": "stdout",
+        "default_log_level": "DEBUG",
+        "routers": [{"router_config_name": "actuator_dont_need_router"}],
+        "listeners": [
+            {"name": "grpc", "address": "127.0.0.1:34904", "bind_port": true,
+             "filter_chains": [{"filters": [{"type": "grpc", "config": {
+                "server_name": "runtime", "grpc_config": grpc_config}}]}]},
+            {"name": "actuator", "address": "127.0.0.1:34999", "bind_port": true,
+             "filter_chains": [{"filters": [{"type": "proxy", "config": {
+                "downstream_protocol": "Http1", "upstream_protocol": "Http1",
+                "router_config_name": "actuator_dont_need_router"}}]}],
+             "stream_filters": [{"type": "actuator_filter"}]}
+        ]
+    }]})
+    .to_string()
+}
+
+fn in_memory() -> String {
+    mosn(json!({
+        "hellos": {"helloworld": {"hello": "greeting"}},
+        "state": {"in-memory": {"metadata": {}}},
+        "lock": {"in-memory": {"metadata": {}}},
+        "pub_subs": {"in-memory": {"metadata": {"consumerID": "1"}}},
+        "app": {"app_id": "app1", "grpc_callback_port": 9999}
+    }))
+}
+
+fn state_redis(redis: &str) -> String {
+    mosn(json!({
+        "hellos": {"helloworld": {"type": "helloworld", "hello": "greeting"}},
+        "state": {"state_demo": {"type": "redis", "metadata": {"redisHost": redis, "redisPassword": ""}}},
+        "app": {"app_id": "app1", "grpc_callback_port": 9999}
+    }))
+}
+
+fn sequencer_with_secret_ref(redis: &str) -> String {
+    mosn(json!({
+        "hellos": {"helloworld": {"type": "helloworld", "hello": "greeting"}},
+        "secret_store": {
+            "local.file": {"type": "local.file", "metadata": {"secretsFile": "secrets.json"}},
+            "local.env": {"type": "local.env", "metadata": {}}
+        },
+        "sequencer": {"redis": {
+            "type": "redis",
+            "metadata": {"redisHost": redis, "redisPassword": ""},
+            "secret_ref": [{"name": "local.file", "key": "redisPassword"}]
+        }},
+        "app": {"app_id": "app1", "grpc_callback_port": 9999}
+    }))
+}
+
+fn rewire(args: &[&str], config: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rewire"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("cannot run rewire")
+}
+
+/// A blocking HTTP GET/POST through reqwest's async client (the tests are
+/// plain threads; the sidecar is another process).
+struct Http {
+    runtime: tokio::runtime::Runtime,
+    client: reqwest::Client,
+}
+
+impl Http {
+    fn new() -> Self {
+        rewire::components::tls::install_ring_provider();
+        Self {
+            runtime: tokio::runtime::Runtime::new().unwrap(),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    fn get(&self, url: &str) -> (u16, String) {
+        self.runtime.block_on(async {
+            let answer = self.client.get(url).send().await.expect("GET failed");
+            (answer.status().as_u16(), answer.text().await.unwrap_or_default())
+        })
+    }
+
+    fn post_json(&self, url: &str, body: &Value) -> u16 {
+        self.runtime.block_on(async {
+            let answer = self.client.post(url).json(body).send().await.expect("POST failed");
+            answer.status().as_u16()
+        })
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `rewire run --config` on `config`, until its APIs listen.
+fn run(config: &Path, http_port: u16) -> ChildProcess {
+    let (config, grpc_port) = (config.to_path_buf(), free_port());
+    let log = config.with_extension("log");
+    let mut sidecar = ChildProcess::new("rewire run", log, move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+            .env("NO_COLOR", "1");
+        command
+    });
+    sidecar
+        .start_until_logged(Duration::from_secs(60), "Sidecar APIs listening.")
+        .unwrap_or_else(|err| panic!("rewire did not start: {err}"));
+    sidecar
+}
+
+#[test]
+fn layottos_in_memory_file_validates_and_runs_with_its_components() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config_in_memory.json");
+    std::fs::write(&config, in_memory()).unwrap();
+    let checked = rewire(&["validate"], &config);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+
+    let http = free_port();
+    let mut sidecar = run(&config, http);
+    let (_, body) = Http::new().get(&format!("http://127.0.0.1:{http}/v1.0/metadata"));
+    let metadata: Value = serde_json::from_str(&body).expect("metadata");
+    assert_eq!(metadata["id"], "app1", "app.app_id is the app id: {metadata}");
+    let names: Vec<&str> = metadata["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names.iter().filter(|n| **n == "in-memory").count(), 3, "{metadata}");
+    assert!(sidecar.log().contains("hello components are not part of rewire"), "{}", sidecar.log());
+    assert!(sidecar.terminate().is_ok_and(|s| s.success()), "{}", sidecar.log());
+}
+
+#[test]
+fn layottos_redis_state_file_serves_state() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let redis = runtime.block_on(RedisServer::start());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config_state_redis.json");
+    std::fs::write(&config, state_redis(&redis.addr())).unwrap();
+    let checked = rewire(&["validate"], &config);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+
+    let http = free_port();
+    let mut sidecar = run(&config, http);
+    let client = Http::new();
+    let url = format!("http://127.0.0.1:{http}/v1.0/state/state_demo");
+    let saved = client.post_json(&url, &json!([{"key": "k", "value": "v"}]));
+    assert_eq!(saved, 204);
+    let (status, body) = client.get(&format!("{url}/k"));
+    assert_eq!((status, body.as_str()), (200, r#""v""#));
+    assert!(sidecar.terminate().is_ok_and(|s| s.success()), "{}", sidecar.log());
+}
+
+#[test]
+fn layottos_sequencer_with_a_secret_ref_gets_its_password_from_the_secret_store() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let redis = runtime.block_on(RedisServer::start_with_password("layotto-pw"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secrets.json"), r#"{"redisPassword": "layotto-pw"}"#).unwrap();
+    let config = dir.path().join("config_ref_example.json");
+    std::fs::write(&config, sequencer_with_secret_ref(&redis.addr())).unwrap();
+    let checked = rewire(&["validate"], &config);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+
+    let http = free_port();
+    let mut sidecar = run(&config, http);
+    let client = Http::new();
+    let url = format!("http://127.0.0.1:{http}/v1.0/rewire/sequencer/redis/orders?increment=strong");
+    let ids: Vec<i64> = (0..3)
+        .map(|_| {
+            let (status, body) = client.get(&url);
+            let answer: Value = serde_json::from_str(&body).unwrap_or_default();
+            assert_eq!(status, 200, "{body}");
+            answer["id"].as_i64().unwrap_or_else(|| panic!("no id: {body}"))
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert!(!sidecar.log().contains("layotto-pw"), "the password is never logged");
+    assert!(sidecar.terminate().is_ok_and(|s| s.success()), "{}", sidecar.log());
+}
+
+#[test]
+fn what_rewire_does_not_support_is_named_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config_bindings.json");
+    std::fs::write(
+        &config,
+        mosn(json!({
+            "bindings": {"http": {"metadata": {"url": "https://example.com"}}},
+            "state": {"mongo": {"metadata": {}}},
+            "app": {"app_id": "app1"}
+        })),
+    )
+    .unwrap();
+    let checked = rewire(&["validate"], &config);
+    assert_eq!(checked.status.code(), Some(1));
+    let stderr = text(&checked.stderr);
+    assert!(
+        stderr.contains("filters[0].config.grpc_config.bindings: Layotto building block `bindings` is not supported"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("state/mongo"), "an unknown type names its component: {stderr}");
+}
