@@ -30,10 +30,24 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// When a message settled `Retry` is delivered again.
 pub const REDELIVER_AFTER: Duration = Duration::from_millis(500);
 
-/// An in-process pub/sub broker. It takes no metadata.
+/// The memory broker's metadata: only what Dapr's and Layotto's
+/// in-memory brokers accept, so their configurations load as they are.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryPubSubMetadata {
+    /// Accepted, and unused: in process, every subscription gets every
+    /// message (Layotto's files set it).
+    #[serde(rename = "consumerID", default)]
+    pub consumer_id: Option<String>,
+}
+
+/// An in-process pub/sub broker.
 #[derive(rewire_runtime::Component, Debug, Default)]
 #[component(kind = "pubsub", type = "memory", example = "{}")]
 pub struct MemoryPubSub {
+    #[metadata]
+    #[allow(dead_code)]
+    meta: MemoryPubSubMetadata,
     topics: Arc<Mutex<HashMap<String, Vec<mpsc::Sender<Message>>>>>,
     gate: Arc<PublishGate>,
     next_id: AtomicU64,
