@@ -63,7 +63,9 @@ fn served() -> Vec<(Method, &'static str, Option<Value>)> {
         (
             Method::POST,
             "/v1.0-alpha1/publish/bulk/pubsub/orders",
-            Some(json!([{"entryId": "1", "event": {"order": 1}, "contentType": "application/json"}])),
+            Some(
+                json!([{"entryId": "1", "event": {"order": 1}, "contentType": "application/json"}]),
+            ),
         ),
         get("/v1.0/secrets/vault/bulk"),
         get("/v1.0/configuration/config?key=a"),

@@ -29,7 +29,11 @@ async fn get_next_id_only_grows() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let mut client = runtime(&sidecar).await;
     let mut last = 0;
-    for increment in [AutoIncrement::Strong, AutoIncrement::Weak, AutoIncrement::Strong] {
+    for increment in [
+        AutoIncrement::Strong,
+        AutoIncrement::Weak,
+        AutoIncrement::Strong,
+    ] {
         let id = client
             .get_next_id(layotto::GetNextIdRequest {
                 store_name: "ids".into(),
@@ -69,8 +73,16 @@ async fn files_stream_in_and_out_and_escapes_are_refused() {
         .iter()
         .enumerate()
         .map(|(i, data)| layotto::PutFileRequest {
-            store_name: if i == 0 { "files".into() } else { String::new() },
-            name: if i == 0 { "docs/report.txt".into() } else { String::new() },
+            store_name: if i == 0 {
+                "files".into()
+            } else {
+                String::new()
+            },
+            name: if i == 0 {
+                "docs/report.txt".into()
+            } else {
+                String::new()
+            },
             data: data.clone(),
             ..Default::default()
         })
@@ -193,7 +205,10 @@ async fn publish_and_subscribe_over_layottos_stream() {
     let Some(Response::EventMessage(event)) = delivered.subscribe_topic_events_response_type else {
         panic!("not an event: {delivered:?}");
     };
-    assert_eq!((event.topic.as_str(), event.pubsub_name.as_str()), ("orders", "events"));
+    assert_eq!(
+        (event.topic.as_str(), event.pubsub_name.as_str()),
+        ("orders", "events")
+    );
     assert_eq!(event.spec_version, "1.0");
     let data: serde_json::Value = serde_json::from_slice(&event.data).expect("JSON data");
     assert_eq!(data["order"], 7, "{data}");

@@ -2,7 +2,8 @@
 //! (mosn/layotto `configs/config_in_memory.json`, `config_state_redis.json`
 //! and `config_ref_example.json`: a MOSN listener whose gRPC filter carries
 //! `grpc_config`), validate and run under `rewire`, unmodified but for
-//! addresses and paths; and what rewire does not support is named.
+//! addresses and paths, and serve Layotto's gRPC clients; and what rewire
+//! does not support is named.
 
 use std::path::Path;
 use std::process::Command;
@@ -96,13 +97,22 @@ impl Http {
     fn get(&self, url: &str) -> (u16, String) {
         self.runtime.block_on(async {
             let answer = self.client.get(url).send().await.expect("GET failed");
-            (answer.status().as_u16(), answer.text().await.unwrap_or_default())
+            (
+                answer.status().as_u16(),
+                answer.text().await.unwrap_or_default(),
+            )
         })
     }
 
     fn post_json(&self, url: &str, body: &Value) -> u16 {
         self.runtime.block_on(async {
-            let answer = self.client.post(url).json(body).send().await.expect("POST failed");
+            let answer = self
+                .client
+                .post(url)
+                .json(body)
+                .send()
+                .await
+                .expect("POST failed");
             answer.status().as_u16()
         })
     }
@@ -112,9 +122,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// `rewire run --config` on `config`, until its APIs listen.
-fn run(config: &Path, http_port: u16) -> ChildProcess {
-    let (config, grpc_port) = (config.to_path_buf(), free_port());
+/// `rewire run --config` on `config` (gRPC on `grpc_port`), until its APIs
+/// listen.
+fn run_with_grpc(config: &Path, http_port: u16, grpc_port: u16) -> ChildProcess {
+    let config = config.to_path_buf();
     let log = config.with_extension("log");
     let mut sidecar = ChildProcess::new("rewire run", log, move || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
@@ -133,6 +144,11 @@ fn run(config: &Path, http_port: u16) -> ChildProcess {
     sidecar
 }
 
+/// `rewire run --config` on `config`, until its APIs listen.
+fn run(config: &Path, http_port: u16) -> ChildProcess {
+    run_with_grpc(config, http_port, free_port())
+}
+
 #[test]
 fn layottos_in_memory_file_validates_and_runs_with_its_components() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,16 +161,33 @@ fn layottos_in_memory_file_validates_and_runs_with_its_components() {
     let mut sidecar = run(&config, http);
     let (_, body) = Http::new().get(&format!("http://127.0.0.1:{http}/v1.0/metadata"));
     let metadata: Value = serde_json::from_str(&body).expect("metadata");
-    assert_eq!(metadata["id"], "app1", "app.app_id is the app id: {metadata}");
+    assert_eq!(
+        metadata["id"], "app1",
+        "app.app_id is the app id: {metadata}"
+    );
     let names: Vec<&str> = metadata["components"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names.iter().filter(|n| **n == "in-memory").count(), 3, "{metadata}");
-    assert!(sidecar.log().contains("hello components are not part of rewire"), "{}", sidecar.log());
-    assert!(sidecar.terminate().is_ok_and(|s| s.success()), "{}", sidecar.log());
+    assert_eq!(
+        names.iter().filter(|n| **n == "in-memory").count(),
+        3,
+        "{metadata}"
+    );
+    assert!(
+        sidecar
+            .log()
+            .contains("hello components are not part of rewire"),
+        "{}",
+        sidecar.log()
+    );
+    assert!(
+        sidecar.terminate().is_ok_and(|s| s.success()),
+        "{}",
+        sidecar.log()
+    );
 }
 
 #[test]
@@ -175,7 +208,11 @@ fn layottos_redis_state_file_serves_state() {
     assert_eq!(saved, 204);
     let (status, body) = client.get(&format!("{url}/k"));
     assert_eq!((status, body.as_str()), (200, r#""v""#));
-    assert!(sidecar.terminate().is_ok_and(|s| s.success()), "{}", sidecar.log());
+    assert!(
+        sidecar.terminate().is_ok_and(|s| s.success()),
+        "{}",
+        sidecar.log()
+    );
 }
 
 #[test]
@@ -183,27 +220,64 @@ fn layottos_sequencer_with_a_secret_ref_gets_its_password_from_the_secret_store(
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let redis = runtime.block_on(RedisServer::start_with_password("layotto-pw"));
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("secrets.json"), r#"{"redisPassword": "layotto-pw"}"#).unwrap();
+    std::fs::write(
+        dir.path().join("secrets.json"),
+        r#"{"redisPassword": "layotto-pw"}"#,
+    )
+    .unwrap();
     let config = dir.path().join("config_ref_example.json");
     std::fs::write(&config, sequencer_with_secret_ref(&redis.addr())).unwrap();
     let checked = rewire(&["validate"], &config);
     assert!(checked.status.success(), "{}", text(&checked.stderr));
 
-    let http = free_port();
-    let mut sidecar = run(&config, http);
+    let (http, grpc) = (free_port(), free_port());
+    let mut sidecar = run_with_grpc(&config, http, grpc);
     let client = Http::new();
-    let url = format!("http://127.0.0.1:{http}/v1.0/rewire/sequencer/redis/orders?increment=strong");
+    // Layotto's own client, generated from its definitions, on the gRPC port.
+    let from_layotto = client.runtime.block_on(async {
+        use rewire::sidecar::grpc::proto::spec::proto::runtime::v1 as layotto;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut runtime = layotto::runtime_client::RuntimeClient::new(channel);
+        let request = layotto::GetNextIdRequest {
+            store_name: "redis".into(),
+            key: "orders".into(),
+            ..Default::default()
+        };
+        runtime
+            .get_next_id(request)
+            .await
+            .expect("GetNextId")
+            .into_inner()
+            .next_id
+    });
+    assert!(from_layotto > 0);
+    let url =
+        format!("http://127.0.0.1:{http}/v1.0/rewire/sequencer/redis/orders?increment=strong");
     let ids: Vec<i64> = (0..3)
         .map(|_| {
             let (status, body) = client.get(&url);
             let answer: Value = serde_json::from_str(&body).unwrap_or_default();
             assert_eq!(status, 200, "{body}");
-            answer["id"].as_i64().unwrap_or_else(|| panic!("no id: {body}"))
+            answer["id"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no id: {body}"))
         })
         .collect();
+    assert!(ids[0] > from_layotto, "{ids:?} after {from_layotto}");
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
-    assert!(!sidecar.log().contains("layotto-pw"), "the password is never logged");
-    assert!(sidecar.terminate().is_ok_and(|s| s.success()), "{}", sidecar.log());
+    assert!(
+        !sidecar.log().contains("layotto-pw"),
+        "the password is never logged"
+    );
+    assert!(
+        sidecar.terminate().is_ok_and(|s| s.success()),
+        "{}",
+        sidecar.log()
+    );
 }
 
 #[test]
@@ -226,5 +300,8 @@ fn what_rewire_does_not_support_is_named_where_it_is() {
         stderr.contains("filters[0].config.grpc_config.bindings: Layotto building block `bindings` is not supported"),
         "{stderr}"
     );
-    assert!(stderr.contains("state/mongo"), "an unknown type names its component: {stderr}");
+    assert!(
+        stderr.contains("state/mongo"),
+        "an unknown type names its component: {stderr}"
+    );
 }

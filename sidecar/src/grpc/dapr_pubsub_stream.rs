@@ -40,7 +40,10 @@ pub(super) trait IncomingAnswers:
 }
 
 impl<S> IncomingAnswers for S where
-    S: Stream<Item = Result<pb::SubscribeTopicEventsRequestAlpha1, Status>> + Send + Unpin + 'static
+    S: Stream<Item = Result<pb::SubscribeTopicEventsRequestAlpha1, Status>>
+        + Send
+        + Unpin
+        + 'static
 {
 }
 

@@ -183,7 +183,13 @@ impl Runtime for LayottoApi {
         &self,
         request: Request<pb::GetNextIdRequest>,
     ) -> Answer<pb::GetNextIdResponse> {
-        unary(&self.state, "layotto.GetNextId", request, layotto_file::next_id).await
+        unary(
+            &self.state,
+            "layotto.GetNextId",
+            request,
+            layotto_file::next_id,
+        )
+        .await
     }
 
     async fn get_state(
@@ -265,7 +271,13 @@ impl Runtime for LayottoApi {
     }
 
     async fn publish_event(&self, request: Request<pb::PublishEventRequest>) -> Answer<()> {
-        unary(&self.state, "layotto.PublishEvent", request, layotto_pubsub::publish).await
+        unary(
+            &self.state,
+            "layotto.PublishEvent",
+            request,
+            layotto_pubsub::publish,
+        )
+        .await
     }
 
     async fn subscribe_topic_events(
@@ -282,18 +294,22 @@ impl Runtime for LayottoApi {
 
     async fn get_file(&self, request: Request<pb::GetFileRequest>) -> Answer<FileStream> {
         let message = request.into_inner();
-        observed(&self.state, "layotto.GetFile", |call| layotto_file::get(call, message))
-            .await
-            .map(Response::new)
+        observed(&self.state, "layotto.GetFile", |call| {
+            layotto_file::get(call, message)
+        })
+        .await
+        .map(Response::new)
     }
 
     async fn put_file(&self, request: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
         // Not cut at `request_timeout`: a large file takes its time; the
         // store bounds its size and the connection its idle time.
         let incoming = request.into_inner();
-        observed(&self.state, "layotto.PutFile", |call| layotto_file::put(call, incoming))
-            .await
-            .map(Response::new)
+        observed(&self.state, "layotto.PutFile", |call| {
+            layotto_file::put(call, incoming)
+        })
+        .await
+        .map(Response::new)
     }
 
     async fn list_file(&self, request: Request<pb::ListFileRequest>) -> Answer<pb::ListFileResp> {
@@ -301,14 +317,26 @@ impl Runtime for LayottoApi {
     }
 
     async fn del_file(&self, request: Request<pb::DelFileRequest>) -> Answer<()> {
-        unary(&self.state, "layotto.DelFile", request, layotto_file::delete).await
+        unary(
+            &self.state,
+            "layotto.DelFile",
+            request,
+            layotto_file::delete,
+        )
+        .await
     }
 
     async fn get_file_meta(
         &self,
         request: Request<pb::GetFileMetaRequest>,
     ) -> Answer<pb::GetFileMetaResponse> {
-        unary(&self.state, "layotto.GetFileMeta", request, layotto_file::meta).await
+        unary(
+            &self.state,
+            "layotto.GetFileMeta",
+            request,
+            layotto_file::meta,
+        )
+        .await
     }
 
     async fn get_secret(

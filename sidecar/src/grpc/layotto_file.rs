@@ -31,7 +31,10 @@ pub(super) type FileStream =
 
 /// `GetNextId`: STRONG unless the options say WEAK (no options: STRONG,
 /// the stronger promise).
-pub(super) async fn next_id(call: Call, req: pb::GetNextIdRequest) -> Result<pb::GetNextIdResponse, Status> {
+pub(super) async fn next_id(
+    call: Call,
+    req: pb::GetNextIdRequest,
+) -> Result<pb::GetNextIdResponse, Status> {
     let sequencer = call.sequencer(&req.store_name)?;
     let increment = match req.options.map(|o| o.increment()) {
         Some(pb::sequencer_options::AutoIncrement::Weak) => Increment::Weak,
@@ -44,11 +47,13 @@ pub(super) async fn next_id(call: Call, req: pb::GetNextIdRequest) -> Result<pb:
 
 /// `PutFile`: the first message names the store and the file; its data
 /// and every later message's are the contents.
-pub(super) async fn put(call: Call, mut incoming: Streaming<pb::PutFileRequest>) -> Result<(), Status> {
-    let first = incoming
-        .message()
-        .await?
-        .ok_or_else(|| Status::invalid_argument("PutFile: no message (the first names the store and file)"))?;
+pub(super) async fn put(
+    call: Call,
+    mut incoming: Streaming<pb::PutFileRequest>,
+) -> Result<(), Status> {
+    let first = incoming.message().await?.ok_or_else(|| {
+        Status::invalid_argument("PutFile: no message (the first names the store and file)")
+    })?;
     let store = call.file_store(&first.store_name)?;
     let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
     let chunks = tokio_stream::once(Ok(first.data))
@@ -89,9 +94,9 @@ pub(super) async fn get(call: Call, req: pb::GetFileRequest) -> Result<FileStrea
 
 /// `ListFile`: one page of the files under the request's name (a prefix).
 pub(super) async fn list(call: Call, req: pb::ListFileRequest) -> Result<pb::ListFileResp, Status> {
-    let request = req
-        .request
-        .ok_or_else(|| Status::invalid_argument("ListFile: `request` (store and prefix) is required"))?;
+    let request = req.request.ok_or_else(|| {
+        Status::invalid_argument("ListFile: `request` (store and prefix) is required")
+    })?;
     let store = call.file_store(&request.store_name)?;
     let max_keys = usize::try_from(req.page_size)
         .ok()
@@ -113,18 +118,27 @@ pub(super) async fn list(call: Call, req: pb::ListFileRequest) -> Result<pb::Lis
 
 /// `DelFile`.
 pub(super) async fn delete(call: Call, req: pb::DelFileRequest) -> Result<(), Status> {
-    let request = req
-        .request
-        .ok_or_else(|| Status::invalid_argument("DelFile: `request` (store and name) is required"))?;
-    Ok(call.file_store(&request.store_name)?.delete(&request.name).await?)
+    let request = req.request.ok_or_else(|| {
+        Status::invalid_argument("DelFile: `request` (store and name) is required")
+    })?;
+    Ok(call
+        .file_store(&request.store_name)?
+        .delete(&request.name)
+        .await?)
 }
 
 /// `GetFileMeta`: size and last modification; `NOT_FOUND` for no such file.
-pub(super) async fn meta(call: Call, req: pb::GetFileMetaRequest) -> Result<pb::GetFileMetaResponse, Status> {
-    let request = req
-        .request
-        .ok_or_else(|| Status::invalid_argument("GetFileMeta: `request` (store and name) is required"))?;
-    let info = call.file_store(&request.store_name)?.stat(&request.name).await?;
+pub(super) async fn meta(
+    call: Call,
+    req: pb::GetFileMetaRequest,
+) -> Result<pb::GetFileMetaResponse, Status> {
+    let request = req.request.ok_or_else(|| {
+        Status::invalid_argument("GetFileMeta: `request` (store and name) is required")
+    })?;
+    let info = call
+        .file_store(&request.store_name)?
+        .stat(&request.name)
+        .await?;
     Ok(pb::GetFileMetaResponse {
         size: i64::try_from(info.size).unwrap_or(i64::MAX),
         last_modified: http_date(info.modified),

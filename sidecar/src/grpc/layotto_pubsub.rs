@@ -65,7 +65,9 @@ fn request_of(message: pb::SubscribeTopicEventsRequest) -> dapr::SubscribeTopicE
                     id: processed.id,
                     // Layotto's and Dapr's status values are the same
                     // (0 success, 1 retry, 2 drop).
-                    status: processed.status.map(|s| dapr::TopicEventResponse { status: s.status }),
+                    status: processed
+                        .status
+                        .map(|s| dapr::TopicEventResponse { status: s.status }),
                 })
             }
         });
@@ -74,7 +76,9 @@ fn request_of(message: pb::SubscribeTopicEventsRequest) -> dapr::SubscribeTopicE
     }
 }
 
-fn response_of(message: dapr::SubscribeTopicEventsResponseAlpha1) -> pb::SubscribeTopicEventsResponse {
+fn response_of(
+    message: dapr::SubscribeTopicEventsResponseAlpha1,
+) -> pb::SubscribeTopicEventsResponse {
     let kind = message
         .subscribe_topic_events_response_type
         .map(|kind| match kind {
