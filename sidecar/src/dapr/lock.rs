@@ -98,16 +98,7 @@ impl LockOps {
         lock_owner: String,
         expiry_in_seconds: i64,
     ) -> Result<bool, LockOpError> {
-        self.require(&resource_id, &lock_owner)?;
-        let seconds = u64::try_from(expiry_in_seconds)
-            .ok()
-            .filter(|s| *s > 0)
-            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.name.clone()))?;
-        let request = TryLockRequest {
-            resource_id: resource_id.clone(),
-            lock_owner,
-            expiry: Duration::from_secs(seconds),
-        };
+        let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
         self.store
             .try_lock(request)
             .await
@@ -126,16 +117,7 @@ impl LockOps {
         lock_owner: String,
         expiry_in_seconds: i64,
     ) -> Result<UnlockStatus, LockOpError> {
-        self.require(&resource_id, &lock_owner)?;
-        let seconds = u64::try_from(expiry_in_seconds)
-            .ok()
-            .filter(|s| *s > 0)
-            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.name.clone()))?;
-        let request = TryLockRequest {
-            resource_id: resource_id.clone(),
-            lock_owner,
-            expiry: Duration::from_secs(seconds),
-        };
+        let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
         self.store
             .keep_alive(request)
             .await
@@ -165,6 +147,26 @@ impl LockOps {
                 resource_id,
                 source: self.scrubbed(e),
             })
+    }
+
+    /// A lease of `expiry_in_seconds` on `resource_id` for `lock_owner`,
+    /// after Dapr's checks (a resource, an owner, a positive expiry).
+    fn lease(
+        &self,
+        resource_id: &str,
+        lock_owner: String,
+        expiry_in_seconds: i64,
+    ) -> Result<TryLockRequest, LockOpError> {
+        self.require(resource_id, &lock_owner)?;
+        let seconds = u64::try_from(expiry_in_seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.name.clone()))?;
+        Ok(TryLockRequest {
+            resource_id: resource_id.to_string(),
+            lock_owner,
+            expiry: Duration::from_secs(seconds),
+        })
     }
 
     /// Dapr's checks: a resource and an owner are required.
