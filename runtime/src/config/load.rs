@@ -10,6 +10,7 @@ use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
+use super::sections::Sections;
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
 use crate::fs_read::{read_bounded, FileReadError};
@@ -170,6 +171,7 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
         components,
         overlay,
         has_components,
+        sections: Sections::default(),
     };
     Ok((patch, problems))
 }

@@ -11,6 +11,7 @@ mod model;
 mod patch;
 mod problem;
 mod raw;
+mod sections;
 mod sources;
 mod validate;
 
@@ -24,5 +25,6 @@ pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
+pub use sections::Sections;
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use super::Sections;
 use crate::component::ComponentKey;
 
-/// A whole configuration: the app id, every component, and the optional
-/// overlay key.
+/// A whole configuration: the app id, every component, the optional
+/// overlay key and the other top-level sections.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
     /// The application id (`appId`).
@@ -17,6 +18,8 @@ pub struct Config {
     pub components: BTreeMap<ComponentKey, ComponentSpec>,
     /// Where overrides of this configuration live in a config store.
     pub overlay: Option<OverlaySpec>,
+    /// The top-level sections beyond components (`subscriptions`, …).
+    pub sections: Sections,
     /// The folder of the file it was read from: relative paths in component
     /// metadata resolve against it (see [`InitContext::resolve_path`](crate::InitContext::resolve_path)).
     /// `None` for a configuration that came from no file.

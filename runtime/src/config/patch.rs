@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
+use super::Sections;
 use crate::component::ComponentKey;
 
 /// A partial component declaration: what is absent is left as it was.
@@ -92,6 +93,9 @@ pub struct ConfigPatch {
     pub overlay: Option<OverlaySpec>,
     /// Whether the document had a `components` object at all.
     pub has_components: bool,
+    /// The top-level sections beyond components (read from the file layer
+    /// only).
+    pub sections: Sections,
 }
 
 impl ConfigPatch {
@@ -105,6 +109,7 @@ impl ConfigPatch {
                 .map(|(key, patch)| (key.clone(), patch.into_spec(key)))
                 .collect(),
             overlay: self.overlay,
+            sections: self.sections,
             base_dir: None,
         }
     }

@@ -28,6 +28,7 @@ pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
+use crate::config::Sections;
 use crate::component::{Component, ComponentError, Kind};
 use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer, StateStore};
 
@@ -41,6 +42,8 @@ pub struct Generation {
     app_id: String,
     /// Each component's `type`, as configured.
     types: BTreeMap<ComponentKey, String>,
+    /// The configuration's sections beyond components.
+    sections: Arc<Sections>,
 }
 
 impl Generation {
@@ -64,6 +67,18 @@ impl Generation {
         self.app_id = app_id.into();
         self.types = types;
         self
+    }
+
+    /// This generation with the configuration's `sections`.
+    pub(crate) fn with_sections(mut self, sections: Arc<Sections>) -> Self {
+        self.sections = sections;
+        self
+    }
+
+    /// The configuration's top-level sections beyond components, as this
+    /// generation runs them.
+    pub fn sections(&self) -> &Sections {
+        &self.sections
     }
 
     /// The app id this generation serves.

@@ -127,7 +127,9 @@ impl Reloader {
     /// Commits `prepared` as the running set and drains what it replaced,
     /// users before the stores they use.
     fn commit(&self, config: ValidConfig, layers: Layers, prepared: Prepared) -> Ending {
-        let changed = prepared.actions.values().any(|a| *a != Action::Unchanged);
+        let sections_changed = self.running.sections_differ(&config.config.sections);
+        let changed =
+            sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
         let generation = self.running.commit(Commit {
             config,

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
 use crate::component::ComponentKey;
-use crate::config::{ComponentSpec, DependencyGraph, Layers, ValidConfig};
+use crate::config::{ComponentSpec, DependencyGraph, Layers, Sections, ValidConfig};
 use crate::handle::{Generation, Instance, Live, LiveGeneration};
 use crate::redact::Redactor;
 use crate::registry::Registry;
@@ -54,8 +54,8 @@ pub(crate) struct Commit {
     pub(crate) layers: Layers,
     /// What runs from now on.
     pub(crate) components: Components,
-    /// Whether any instance changed: only then is a new generation
-    /// published.
+    /// Whether any instance or section changed: only then is a new
+    /// generation published.
     pub(crate) publish: bool,
 }
 
@@ -131,6 +131,11 @@ impl RunningSet {
     /// The layers of the running configuration.
     pub(crate) fn layers(&self) -> Layers {
         self.state().layers.clone()
+    }
+
+    /// Whether `sections` differ from the running configuration's.
+    pub(crate) fn sections_differ(&self, sections: &Sections) -> bool {
+        self.state().config.config.sections != *sections
     }
 
     /// The running configuration.
@@ -217,5 +222,7 @@ fn described(number: u64, config: &ValidConfig, components: &Components) -> Gene
         .iter()
         .map(|(key, r)| (key.clone(), r.spec.type_name.clone()))
         .collect();
-    Generation::new(number, instances).described(&config.config.app_id, types)
+    Generation::new(number, instances)
+        .described(&config.config.app_id, types)
+        .with_sections(Arc::new(config.config.sections.clone()))
 }

@@ -329,6 +329,7 @@ impl GenConfig {
                 .overlay
                 .clone()
                 .map(|(store, key)| OverlaySpec { store, key }),
+            sections: Default::default(),
             // Parsed text comes from no file.
             base_dir: None,
         }
