@@ -63,7 +63,7 @@ pub(crate) struct Prepared {
     pub(crate) components: Components,
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
     /// Old instances to drain and close after the swap.
-    pub(crate) retired: Vec<(ComponentKey, Running)>,
+    pub(crate) retired: Vec<(ComponentKey, Arc<Running>)>,
     /// The old configuration's start order (retired users close first).
     pub(crate) old_order: Vec<ComponentKey>,
 }
@@ -77,9 +77,9 @@ pub(crate) struct Failed {
 /// What a transaction goes from and to.
 pub(crate) struct Plan {
     /// What runs now.
-    pub(crate) current: Components,
+    pub(crate) current: Arc<Components>,
     /// The running configuration.
-    pub(crate) old: ValidConfig,
+    pub(crate) old: Arc<ValidConfig>,
     /// The validated candidate.
     pub(crate) candidate: ValidConfig,
     /// Components to re-resolve although their declaration did not change.
@@ -142,8 +142,15 @@ impl Plan {
         };
         for (key, spec) in &self.candidate.config.components {
             if let (false, Some(running)) = (impact.contains(key), self.current.get(key)) {
-                let mut kept = running.clone();
-                kept.spec = spec.clone();
+                // Declared alike (scopes or ref order may still differ).
+                let kept = if running.spec == *spec {
+                    Arc::clone(running)
+                } else {
+                    Arc::new(Running {
+                        spec: spec.clone(),
+                        assembled: running.assembled.clone(),
+                    })
+                };
                 progress.next.insert(key.clone(), kept);
                 progress.actions.insert(key.clone(), Action::Unchanged);
             }
@@ -172,7 +179,7 @@ impl Plan {
                 continue;
             };
             let change = diff.changed.get(&key).copied().unwrap_or_default();
-            let previous = self.current.get(&key).cloned();
+            let previous = self.current.get(&key).map(|r| Running::clone(r));
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
             let level_cx = level_cx.clone();
             tasks.spawn(async move {
@@ -196,7 +203,7 @@ impl Plan {
                         .insert(running.spec.key.clone(), step.action());
                     progress
                         .next
-                        .insert(running.spec.key.clone(), running.clone());
+                        .insert(running.spec.key.clone(), Arc::new(running.clone()));
                     progress.done.push(step);
                 }
                 Ok(Err(failure)) => failures.push(failure),
@@ -221,13 +228,13 @@ impl Plan {
                 ..
             } = step
             {
-                retired.push((old.spec.key.clone(), *old));
+                retired.push((old.spec.key.clone(), Arc::new(*old)));
             }
         }
-        for (key, running) in self.current {
-            if !self.candidate.config.components.contains_key(&key) {
+        for (key, running) in self.current.iter() {
+            if !self.candidate.config.components.contains_key(key) {
                 actions.insert(key.clone(), Action::Removed);
-                retired.push((key, running));
+                retired.push((key.clone(), Arc::clone(running)));
             }
         }
         Prepared {
