@@ -160,6 +160,7 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
     let http = format!("127.0.0.1:{}", free_port());
     let _sidecar = start(&config, &http, Some(receiver.addr));
 
+    rewire::sidecar::tls::install_ring_provider();
     let answer = reqwest::Client::new()
         .get(format!("http://{http}/v1.0/state/orders/order-1"))
         .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
