@@ -56,6 +56,7 @@ mod refresh;
 mod services;
 mod signing;
 mod start;
+mod trace;
 
 use std::sync::{Arc, Mutex};
 
