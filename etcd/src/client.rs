@@ -2,6 +2,7 @@
 //! rewire makes.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -107,11 +108,64 @@ impl Interceptor for TokenInterceptor {
     }
 }
 
+/// One channel per member, and the member calls go to.
+pub(crate) struct Members {
+    /// `(url, channel)` of each endpoint, in the order given.
+    channels: Vec<(String, Service)>,
+    /// Index into `channels` of the member in use.
+    current: AtomicUsize,
+}
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<&str> = self.channels.iter().map(|(url, _)| url.as_str()).collect();
+        f.debug_struct("Members")
+            .field("urls", &urls)
+            .field("current", &self.current)
+            .finish()
+    }
+}
+
+impl Members {
+    /// The member in use: its index and channel.
+    pub(crate) fn current(&self) -> (usize, Service) {
+        let index = self.current.load(Ordering::Acquire) % self.channels.len();
+        (index, self.channels[index].1.clone())
+    }
+
+    /// Moves on from member `index` to the next one, unless another call
+    /// already did.
+    pub(crate) fn skip(&self, index: usize) {
+        let next = (index + 1) % self.channels.len();
+        let _ = self
+            .current
+            .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    fn url(&self, index: usize) -> &str {
+        self.channels.get(index).map_or("", |(url, _)| url.as_str())
+    }
+}
+
 /// A connection to an etcd cluster; cheap to clone (clones share the
-/// channel and the token).
+/// channels, the member in use and the token).
+///
+/// Calls go to one member at a time (the first endpoint to begin with).
+/// When that member is unreachable — refused, reset, no answer within the
+/// time limit, or it reports no leader — the client moves on to the next
+/// endpoint and makes the call there, trying each member at most once per
+/// call; later calls stay on the member that answered. A call therefore
+/// takes at most `timeout` × the number of endpoints. A write that timed
+/// out may have been applied before it is made again on the next member:
+/// puts and deletes are idempotent, and a transaction guarded by a compare
+/// (as rewire's are) fails its compare rather than apply twice.
 #[derive(Clone)]
 pub struct Client {
-    service: Service,
+    members: Arc<Members>,
     token: TokenInterceptor,
     user: Option<Arc<(String, String)>>,
     timeout: Duration,
@@ -120,6 +174,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
+            .field("member", &self.member())
             .field("user", &self.user.as_ref().map(|u| u.0.as_str()))
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
@@ -132,30 +187,46 @@ impl Client {
     /// Connections open lazily: an unreachable server shows in the first
     /// call.
     pub async fn connect(endpoints: &[String], options: ConnectOptions) -> Result<Self, Error> {
-        let mut list = Vec::with_capacity(endpoints.len());
-        for url in endpoints {
-            list.push(endpoint(url, &options)?);
+        if endpoints.is_empty() {
+            return Err(Error::NoEndpoint);
         }
-        let channel = match list.len() {
-            0 => return Err(Error::NoEndpoint),
-            1 => list.remove(0).connect_lazy(),
-            _ => Channel::balance_list(list.into_iter()),
-        };
         let token = TokenInterceptor::default();
+        let mut channels = Vec::with_capacity(endpoints.len());
+        for url in endpoints {
+            let channel = endpoint(url, &options)?.connect_lazy();
+            channels.push((
+                url.clone(),
+                InterceptedService::new(channel, token.clone()),
+            ));
+        }
         let client = Self {
-            service: InterceptedService::new(channel, token.clone()),
+            members: Arc::new(Members {
+                channels,
+                current: AtomicUsize::new(0),
+            }),
             token,
             user: options.user.map(Arc::new),
             timeout: options.timeout,
         };
         if client.user.is_some() {
-            client.login().await?;
+            client.failover(|s| client.login(s)).await?;
         }
         Ok(client)
     }
 
-    /// Logs in with the client's user and keeps the token for later calls.
-    async fn login(&self) -> Result<(), Error> {
+    /// The URL of the member calls go to now.
+    pub fn member(&self) -> &str {
+        let (index, _) = self.members.current();
+        self.members.url(index)
+    }
+
+    pub(crate) fn members(&self) -> &Arc<Members> {
+        &self.members
+    }
+
+    /// Logs in on `service` with the client's user and keeps the token for
+    /// later calls.
+    async fn login(&self, service: Service) -> Result<(), Error> {
         let Some(user) = &self.user else {
             return Ok(());
         };
@@ -163,7 +234,7 @@ impl Client {
             name: user.0.clone(),
             password: user.1.clone(),
         };
-        let mut auth = AuthClient::new(self.service.clone());
+        let mut auth = AuthClient::new(service);
         let response = self.bounded(auth.authenticate(request)).await?;
         let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
             Error::Status(tonic::Status::internal(
@@ -199,20 +270,48 @@ impl Client {
         }
     }
 
-    /// Runs `call` within the time limit; on an expired token, logs in
-    /// again and runs it once more.
+    /// Runs `attempt` on the member in use; while it finds the member
+    /// unreachable, moves on to the next one and runs it there (each
+    /// member at most once).
+    pub(crate) async fn failover<R, F, Fut>(&self, attempt: F) -> Result<R, Error>
+    where
+        F: Fn(Service) -> Fut,
+        Fut: Future<Output = Result<R, Error>>,
+    {
+        let mut tries = self.members.len();
+        loop {
+            let (index, service) = self.members.current();
+            match attempt(service).await {
+                Err(err) if err.is_unreachable() => {
+                    self.members.skip(index);
+                    tries -= 1;
+                    if tries == 0 {
+                        return Err(err);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `call` within the time limit, failing over between members;
+    /// on an expired token, logs in again and runs it once more.
     pub(crate) async fn call<R, F, Fut>(&self, call: F) -> Result<R, Error>
     where
         F: Fn(Service) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        match self.bounded(call(self.service.clone())).await {
-            Err(err) if err.is_invalid_token() && self.user.is_some() => {
-                self.login().await?;
-                self.bounded(call(self.service.clone())).await
+        let call = &call;
+        self.failover(move |service| async move {
+            match self.bounded(call(service.clone())).await {
+                Err(err) if err.is_invalid_token() && self.user.is_some() => {
+                    self.login(service.clone()).await?;
+                    self.bounded(call(service)).await
+                }
+                other => other,
             }
-            other => other,
-        }
+        })
+        .await
     }
 
     /// `Range`, as given.

@@ -34,6 +34,20 @@ impl Error {
         }
     }
 
+    /// Whether the member did not answer usefully — refused or dropped
+    /// the connection, answered nothing within the limit, or has no
+    /// leader — so that another member may.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Status(status) => matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::DeadlineExceeded
+            ),
+            Self::Endpoint { .. } | Self::NoEndpoint => false,
+        }
+    }
+
     /// Whether the server refused the auth token as expired or unknown.
     pub(crate) fn is_invalid_token(&self) -> bool {
         self.status().is_some_and(|s| {

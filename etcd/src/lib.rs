@@ -2,10 +2,14 @@
 //! uses, over etcd's own protos compiled with protox at build time (no
 //! system `protoc`, nothing beyond `cargo`).
 //!
-//! * [`Client::connect`] opens a channel to one or more endpoints
+//! * [`Client::connect`] opens a channel to each of one or more endpoints
 //!   (`http://host:port` or `https://host:port` with [`ConnectOptions::tls`]),
 //!   logs in when given a user, and bounds every call by
 //!   [`ConnectOptions::timeout`].
+//! * Calls go to one member; one that is unreachable (refused, reset, no
+//!   answer in time, no leader) is left for the next endpoint, and the
+//!   call made there — each member at most once per call. Watches require
+//!   a leader, so a member cut off from the cluster ends them.
 //! * An expired auth token (etcd's simple tokens expire after 5 idle
 //!   minutes) is renewed by logging in again, and the call retried once.
 //! * [`pb`] holds the generated messages, for requests the helpers here do

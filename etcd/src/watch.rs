@@ -1,9 +1,11 @@
 //! [`WatchStream`]: one watch on a key or prefix, as a stream of responses.
 
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::client::Client;
+use crate::client::{Client, Members};
 use crate::error::Error;
 use crate::pb::{
     watch_client::WatchClient, watch_request::RequestUnion, WatchCreateRequest, WatchRequest,
@@ -11,42 +13,63 @@ use crate::pb::{
 };
 
 /// The responses of one watch. Dropping it ends the watch.
+///
+/// The watch runs on the member the client used when it was opened; when
+/// the stream fails or ends, the client moves on from that member, so the
+/// next watch (and call) goes to another one.
 #[derive(Debug)]
 pub struct WatchStream {
     /// Kept so that the request side stays open while the watch runs.
     _requests: mpsc::Sender<WatchRequest>,
     responses: tonic::Streaming<WatchResponse>,
+    members: Arc<Members>,
+    member: usize,
 }
 
 impl WatchStream {
     /// The next response; `None` once the server ended the stream.
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
-        self.responses.message().await.map_err(Error::Status)
+        let next = self.responses.message().await.map_err(Error::Status);
+        if !matches!(next, Ok(Some(_))) {
+            self.members.skip(self.member);
+        }
+        next
     }
 }
 
 impl Client {
     /// Starts the watch `create` (the client's time limit applies to
-    /// opening the stream, not to the responses).
+    /// opening the stream, not to the responses). The watch requires a
+    /// leader: a member cut off from the cluster's leader ends it (an
+    /// `Unavailable` "no leader" error) rather than go silent.
     pub async fn watch(&self, create: WatchCreateRequest) -> Result<WatchStream, Error> {
-        self.call(|s| {
-            let create = create.clone();
-            async move {
-                let (requests, receiver) = mpsc::channel(1);
-                let first = WatchRequest {
-                    request_union: Some(RequestUnion::CreateRequest(create)),
-                };
-                // The channel has room for the first request.
-                let _ = requests.try_send(first);
-                let response = WatchClient::new(s)
-                    .watch(ReceiverStream::new(receiver))
-                    .await?;
-                Ok(response.map(|responses| WatchStream {
-                    _requests: requests,
-                    responses,
-                }))
-            }
+        let members = Arc::clone(self.members());
+        let (stream, member) = self
+            .call(|s| {
+                let create = create.clone();
+                let (member, _) = members.current();
+                async move {
+                    let (requests, receiver) = mpsc::channel(1);
+                    let first = WatchRequest {
+                        request_union: Some(RequestUnion::CreateRequest(create)),
+                    };
+                    // The channel has room for the first request.
+                    let _ = requests.try_send(first);
+                    let mut request = tonic::Request::new(ReceiverStream::new(receiver));
+                    request
+                        .metadata_mut()
+                        .insert("hasleader", tonic::metadata::AsciiMetadataValue::from_static("true"));
+                    let response = WatchClient::new(s).watch(request).await?;
+                    Ok(response.map(|responses| ((requests, responses), member)))
+                }
+            })
+            .await?;
+        let (requests, responses) = stream;
+        Ok(WatchStream {
+            _requests: requests,
+            responses,
+            members,
+            member,
         })
-        .await
     }
 }

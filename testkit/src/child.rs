@@ -182,6 +182,11 @@ impl ChildProcess {
         Ok(())
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the process was started and not stopped.
     pub fn is_running(&self) -> bool {
         self.child.is_some()

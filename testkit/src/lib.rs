@@ -14,6 +14,7 @@ pub mod bench;
 pub mod certs;
 pub mod child;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod load;
 pub mod redis;
 

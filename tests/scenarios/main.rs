@@ -32,6 +32,8 @@ mod slow_subscriber;
 mod start_concurrency;
 mod start_failure;
 mod start_order;
+mod story_apollo_instances;
+mod story_etcd_cluster;
 mod story_redis_failover;
 mod trigger_file;
 mod trigger_overlay;

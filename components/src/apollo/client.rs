@@ -101,6 +101,8 @@ impl fmt::Debug for ConfigServiceClient {
 /// Settings of a [`ConfigServiceClient`].
 pub(crate) struct ClientSettings<'a> {
     pub server: &'a str,
+    /// The metadata field the server comes from, for errors.
+    pub field: &'a str,
     pub app_id: &'a str,
     pub cluster: &'a str,
     pub secret: Option<&'a str>,
@@ -148,7 +150,7 @@ fn path_with_query(url: &Url) -> String {
 impl ConfigServiceClient {
     /// A client for `settings`.
     pub(crate) fn new(settings: ClientSettings<'_>) -> Result<Self, ApolloError> {
-        let server = base_url(settings.server, "config_server")?;
+        let server = base_url(settings.server, settings.field)?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(settings.tls.clone())
             .connect_timeout(settings.request_timeout)
@@ -157,7 +159,7 @@ impl ConfigServiceClient {
         let server_text = server.as_str().trim_end_matches('/').to_string();
         Ok(Self {
             http,
-            label: format!("config service `{server_text}` (config_server)"),
+            label: format!("config service `{server_text}` ({})", settings.field),
             server_text,
             server,
             app_id: settings.app_id.to_string(),

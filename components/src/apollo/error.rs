@@ -83,6 +83,16 @@ impl ApolloError {
         !matches!(self, Self::Unauthorized { .. } | Self::Config(_))
     }
 
+    /// Whether the server that answered (or did not) is down, so that
+    /// another instance may answer: no connection or answer, or HTTP 5xx.
+    pub(crate) fn is_instance_down(&self) -> bool {
+        match self {
+            Self::Unreachable { .. } => true,
+            Self::Status { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+
     /// An error for a failed request `err` to `server` on `path`.
     pub(crate) fn transport(
         server: &str,

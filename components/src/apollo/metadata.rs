@@ -15,10 +15,25 @@ use serde::Deserialize;
 /// fields are rewire's own and use its camelCase spelling.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 pub struct ApolloMetadata {
-    /// Base URL of the config service (`http://host:8080`, or `https://`).
-    /// `address` is accepted as an alias.
-    #[serde(alias = "address")]
+    /// Base URL of the config service (`http://host:8080`, or `https://`);
+    /// several instances comma-separated (or as a JSON array), tried in
+    /// turn when one is down. `address` is accepted as an alias. May be
+    /// left out with `meta_server`.
+    #[serde(alias = "address", default, deserialize_with = "server_list")]
     pub config_server: String,
+    /// Base URL of Apollo's meta server: the config service instances are
+    /// the ones it lists at `/services/config`, asked at start and every
+    /// `metaRefreshIntervalMs` (`config_server`, if given too, serves
+    /// until it first answers).
+    #[serde(default)]
+    pub meta_server: Option<String>,
+    /// How often the meta server is asked again, in milliseconds (default
+    /// 60 000); also whenever every known instance failed.
+    #[serde(
+        default = "default_meta_refresh_interval_ms",
+        rename = "metaRefreshIntervalMs"
+    )]
+    pub meta_refresh_interval_ms: u64,
     /// The Apollo app id; defaults to the runtime's `appId`.
     #[serde(default)]
     pub app_id: Option<String>,
@@ -92,6 +107,25 @@ pub struct ApolloMetadata {
     pub insecure_skip_verify: bool,
 }
 
+fn default_meta_refresh_interval_ms() -> u64 {
+    60_000
+}
+
+/// `config_server` as a comma-separated string, or a JSON array of
+/// strings (kept joined by commas).
+fn server_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Servers {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Servers::deserialize(deserializer)? {
+        Servers::One(text) => text,
+        Servers::Many(list) => list.join(","),
+    })
+}
+
 fn default_cluster() -> String {
     "default".into()
 }
@@ -133,6 +167,8 @@ impl ApolloMetadata {
     pub fn new(config_server: impl Into<String>) -> Self {
         Self {
             config_server: config_server.into(),
+            meta_server: None,
+            meta_refresh_interval_ms: default_meta_refresh_interval_ms(),
             app_id: None,
             cluster: default_cluster(),
             namespace_name: default_namespace(),
@@ -194,6 +230,10 @@ impl ApolloMetadata {
         Duration::from_millis(self.request_timeout_ms.max(1))
     }
 
+    pub(crate) fn meta_refresh_interval(&self) -> Duration {
+        Duration::from_millis(self.meta_refresh_interval_ms.max(1))
+    }
+
     pub(crate) fn retry_interval(&self) -> Duration {
         Duration::from_millis(self.retry_interval_ms.max(1))
     }
@@ -213,6 +253,8 @@ impl fmt::Debug for ApolloMetadata {
         let hidden = |value: &Option<String>| value.as_ref().map(|_| "[redacted]");
         f.debug_struct("ApolloMetadata")
             .field("config_server", &self.config_server)
+            .field("meta_server", &self.meta_server)
+            .field("meta_refresh_interval_ms", &self.meta_refresh_interval_ms)
             .field("app_id", &self.app_id)
             .field("cluster", &self.cluster)
             .field("namespace_name", &self.namespace_name)
@@ -268,6 +310,26 @@ mod tests {
             .decode()
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(decoded.config_server, "http://h:1");
+    }
+
+    #[test]
+    fn config_server_takes_a_list_or_an_array_and_meta_server_alone() {
+        let listed: ApolloMetadata = metadata(json!({"config_server": "http://a:1,http://b:2"}))
+            .decode()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let array: ApolloMetadata =
+            metadata(json!({"config_server": ["http://a:1", "http://b:2"]}))
+                .decode()
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(listed.config_server, array.config_server);
+        let meta: ApolloMetadata = metadata(json!({"meta_server": "http://m:8080"}))
+            .decode()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (meta.config_server.as_str(), meta.meta_server.as_deref()),
+            ("", Some("http://m:8080"))
+        );
+        assert_eq!(meta.meta_refresh_interval(), Duration::from_secs(60));
     }
 
     #[test]

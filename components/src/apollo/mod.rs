@@ -19,6 +19,14 @@
 //!   exponentially from `retryIntervalMs` to `maxRetryIntervalMs`, keeping
 //!   the last good configuration. The task stops on the runtime's shutdown
 //!   token and in `close`.
+//! * **Several config services.** `config_server` may list instances
+//!   (comma-separated, or a JSON array), or `meta_server` names Apollo's
+//!   meta server, whose `/services/config` lists them (asked at start,
+//!   every `metaRefreshIntervalMs`, and when every instance failed).
+//!   Fetches and long polls go to one instance and move on at once to the
+//!   next when it is down (no connection, timeout, HTTP 5xx); when all
+//!   are down, the usual backoff applies and the last good configuration
+//!   (or the backup cache, at start) is served. See `services.rs`.
 //! * **Access key.** With `secret`, every config service request is signed
 //!   (`Authorization: Apollo {appId}:{signature}`, `Timestamp`). A rejected
 //!   signature fails init at once, naming the server and the status.
@@ -45,6 +53,7 @@ mod namespaces;
 mod open_api;
 mod poller;
 mod refresh;
+mod services;
 mod signing;
 mod start;
 mod trace;
@@ -183,7 +192,7 @@ impl Component for ApolloConfigStore {
                 "metadata field `app_id` is required (the runtime has no appId either)",
             ));
         }
-        let running = self.connect(cx, &app_id)?;
+        let running = self.connect(cx, &app_id).await?;
         let refresher = Arc::clone(&running.refresher);
         self.first_load(&refresher, cx).await?;
         let backoff = Backoff::new(
@@ -201,7 +210,7 @@ impl Component for ApolloConfigStore {
         }
         info!(
             component = %cx.key,
-            server = %refresher.client.server(),
+            servers = %refresher.client.servers(),
             app_id = %app_id,
             cluster = %self.settings.cluster,
             namespaces = %refresher.live.order().join(","),

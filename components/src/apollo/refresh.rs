@@ -11,15 +11,16 @@ use rewire_runtime::ComponentKey;
 use tracing::{info, warn};
 
 use super::cache::BackupCache;
-use super::client::{ApolloConfig, ConfigServiceClient, Fetched};
+use super::client::{ApolloConfig, Fetched};
 use super::error::ApolloError;
 use super::namespaces::{LiveNamespaces, Source};
+use super::services::ConfigServices;
 
 /// Keeps [`LiveNamespaces`] in line with the config service.
 #[derive(Debug)]
 pub(crate) struct Refresher {
     pub(crate) key: ComponentKey,
-    pub(crate) client: ConfigServiceClient,
+    pub(crate) client: ConfigServices,
     pub(crate) live: Arc<LiveNamespaces>,
     pub(crate) cache: Option<BackupCache>,
     pub(crate) app_id: String,
@@ -31,7 +32,7 @@ impl Refresher {
     /// A refresher of `live` through `client`, backing up to `cache`.
     pub(crate) fn new(
         key: ComponentKey,
-        client: ConfigServiceClient,
+        client: ConfigServices,
         live: Arc<LiveNamespaces>,
         cache: Option<BackupCache>,
         app_id: &str,

@@ -7,7 +7,7 @@ use rewire_runtime::InitContext;
 use tracing::warn;
 
 use super::cache::BackupCache;
-use super::client::{ClientSettings, ConfigServiceClient};
+use super::services::{ConfigServices, InstanceSettings};
 use super::error::ApolloError;
 use super::namespaces::LiveNamespaces;
 use super::open_api::{OpenApiClient, OpenApiSettings};
@@ -23,6 +23,7 @@ impl ApolloConfigStore {
         let settings = &self.settings;
         let fields = settings.tls_fields(cx.config_dir.as_deref());
         let https = std::iter::once(settings.config_server.as_str())
+            .chain(settings.meta_server.as_deref())
             .chain(settings.open_api_address.as_deref())
             .any(|url| url.trim().starts_with("https://"));
         let tls_error = |err: crate::tls::TlsError| ApolloError::Config(err.to_string());
@@ -37,7 +38,11 @@ impl ApolloConfigStore {
     }
 
     /// Builds the clients for `app_id`.
-    pub(super) fn connect(&self, cx: &InitContext, app_id: &str) -> Result<Running, ApolloError> {
+    pub(super) async fn connect(
+        &self,
+        cx: &InitContext,
+        app_id: &str,
+    ) -> Result<Running, ApolloError> {
         let settings = &self.settings;
         let namespaces = settings.namespaces();
         if namespaces.is_empty() {
@@ -46,16 +51,22 @@ impl ApolloConfigStore {
             ));
         }
         let tls = self.tls_config(cx)?;
-        let client = ConfigServiceClient::new(ClientSettings {
-            server: &settings.config_server,
-            app_id,
-            cluster: &settings.cluster,
-            secret: settings.secret.as_deref(),
-            ip: settings.ip.as_deref(),
+        let instance = InstanceSettings {
+            app_id: app_id.to_string(),
+            cluster: settings.cluster.clone(),
+            secret: settings.secret.clone().filter(|s| !s.is_empty()),
+            ip: settings.ip.clone(),
             request_timeout: settings.request_timeout(),
             long_poll_timeout: settings.long_poll_timeout(),
-            tls: &tls,
-        })?;
+            tls: tls.clone(),
+        };
+        let client = ConfigServices::new(
+            &settings.config_server,
+            settings.meta_server.as_deref(),
+            settings.meta_refresh_interval(),
+            instance,
+        )
+        .await?;
         let address = settings
             .open_api_address
             .as_deref()

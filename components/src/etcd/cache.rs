@@ -67,6 +67,10 @@ pub(crate) fn item_at(
     })
 }
 
+/// The cache shared by the watch task (its one writer) and the store,
+/// which answers reads from it while no member of the cluster answers.
+pub(crate) type SharedCache = std::sync::Arc<std::sync::Mutex<KvCache>>;
+
 /// The watched prefix as last seen.
 #[derive(Debug, Default)]
 pub(crate) struct KvCache {
@@ -98,6 +102,21 @@ impl KvCache {
     /// Records a delete.
     pub(crate) fn remove(&mut self, path: &str) {
         self.entries.remove(path);
+    }
+
+    /// The entry at `path`, if any.
+    pub(crate) fn get(&self, path: &str) -> Option<&Entry> {
+        self.entries.get(path)
+    }
+
+    /// Every `(path, entry)` whose path starts with `prefix`.
+    pub(crate) fn under<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a Entry)> + 'a {
+        self.entries
+            .range(prefix.to_string()..)
+            .take_while(move |(path, _)| path.starts_with(prefix))
     }
 
     /// Number of keys.

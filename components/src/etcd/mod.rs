@@ -49,6 +49,25 @@
 //! with an empty value) and watches on from the re-read. The task stops on
 //! the runtime's shutdown token and in `close`.
 //!
+//! # Clusters
+//!
+//! List every member in `endpoints`. Requests and the watch go to one
+//! member (the first to begin with); when it is unreachable — connection
+//! refused or reset, no answer within `dialTimeout`, or no leader — the
+//! request is made at once on the next member (each at most once per
+//! request, so a request takes at most `dialTimeout` × members), and later
+//! ones stay there. The watch requires a leader: a member cut off from the
+//! cluster ends it instead of going silent, and a member that hangs is
+//! found out by the connection's keep-alive ping (every 10 s, answer
+//! within `dialTimeout`). The watch then resumes on the next member from
+//! the last revision seen + 1, as above.
+//!
+//! When no member answers, the store keeps the last values: reads that
+//! find no member are answered from the watch's copy of the prefix,
+//! subscribers keep what they have, readiness is `Degraded` ("serving the
+//! last values seen"), and the watch retries with its backoff until a
+//! member answers.
+//!
 //! # Metadata
 //!
 //! `endpoints` (`host:port`, comma-separated, required; `https://host:port`
@@ -58,7 +77,8 @@
 //! appears in logs or errors), `dialTimeout` (`"5s"`, `"500ms"` or
 //! milliseconds; default 5 s; also the limit on each request),
 //! `watchRetryMs` (default 500). Readiness is a one-key read answered
-//! within 1 s. Any metadata change rebuilds the store.
+//! within 800 ms (else `Degraded`, see above). Any metadata change
+//! rebuilds the store.
 
 mod cache;
 mod keys;

@@ -11,15 +11,16 @@ use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
     ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness, SubscriptionHub,
 };
-use tracing::info;
+use tracing::{info, warn};
 
-use super::cache::{entry_of, item_at, read_prefix};
+use super::cache::{entry_of, item_at, read_prefix, KvCache, SharedCache};
 use super::keys::{normalized, KeyError, KeyLayout};
 use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::watch::{Follower, WatchTask};
 
-/// How long a readiness probe may take.
-const READINESS_LIMIT: Duration = Duration::from_secs(1);
+/// How long a readiness probe may take (under the runtime's 1 s limit on
+/// the answer, so that a silent cluster shows as degraded, not unanswered).
+const READINESS_LIMIT: Duration = Duration::from_millis(800);
 /// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// etcd's default limit on operations in one transaction (`--max-txn-ops`).
@@ -50,6 +51,9 @@ struct Running {
     settings: EtcdSettings,
     layout: KeyLayout,
     hub: Arc<SubscriptionHub>,
+    /// The prefix as the watch last saw it: reads are answered from it
+    /// while no member answers.
+    cache: SharedCache,
 }
 
 impl fmt::Debug for Running {
@@ -71,6 +75,47 @@ impl Running {
         )))
     }
 
+    /// `read`'s items; when no member answered it, the items of `query`
+    /// in the watch's cache (the last values seen) instead.
+    async fn or_cached(
+        &self,
+        query: &ConfigQuery,
+        read: impl std::future::Future<Output = Result<Vec<ConfigItem>, rewire_etcd::Error>>,
+    ) -> Result<Vec<ConfigItem>, ConfigError> {
+        match read.await {
+            Ok(items) => Ok(items),
+            Err(err) if err.is_unreachable() => {
+                let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                let items = self.cached(&cache, query);
+                warn!(endpoints = %self.settings.endpoints_text(), error = %self.settings.scrub(&err.to_string()), items = items.len(), "etcd unreachable; answered from the last values seen.");
+                Ok(items)
+            }
+            Err(err) => Err(self.backend(&err)),
+        }
+    }
+
+    /// The items of `query` in `cache`.
+    fn cached(&self, cache: &KvCache, query: &ConfigQuery) -> Vec<ConfigItem> {
+        let item = |path: &str, entry: &super::cache::Entry| {
+            item_at(&self.layout, path, entry.value.clone(), entry.mod_revision)
+        };
+        if query.keys.is_empty() {
+            let Ok(prefix) = self.layout.list_prefix(query.group.as_deref()) else {
+                return Vec::new();
+            };
+            return cache
+                .under(&prefix)
+                .filter_map(|(path, entry)| item(path, entry))
+                .filter(|i| query.matches(i))
+                .collect();
+        }
+        let paths = self.layout.paths(query).unwrap_or_default();
+        paths
+            .iter()
+            .filter_map(|path| item(path, cache.get(path)?))
+            .collect()
+    }
+
     /// The item stored at `path`, read from a key-value.
     fn item(&self, kv: &rewire_etcd::pb::KeyValue) -> Option<ConfigItem> {
         let (path, entry) = entry_of(kv)?;
@@ -79,25 +124,24 @@ impl Running {
 
     async fn get_keys(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
         let paths = self.layout.paths(query).map_err(invalid)?;
-        let mut items = Vec::with_capacity(paths.len());
-        for chunk in paths.chunks(MAX_TXN_OPS) {
-            let success = chunk.iter().map(|path| get_op(path)).collect();
-            let request = TxnRequest {
-                success,
-                ..TxnRequest::default()
-            };
-            let response = self
-                .client
-                .txn(request)
-                .await
-                .map_err(|err| self.backend(&err))?;
-            for op in response.responses {
-                if let Some(response_op::Response::ResponseRange(got)) = op.response {
-                    items.extend(got.kvs.iter().filter_map(|kv| self.item(kv)));
+        let read = async {
+            let mut items = Vec::with_capacity(paths.len());
+            for chunk in paths.chunks(MAX_TXN_OPS) {
+                let success = chunk.iter().map(|path| get_op(path)).collect();
+                let request = TxnRequest {
+                    success,
+                    ..TxnRequest::default()
+                };
+                let response = self.client.txn(request).await?;
+                for op in response.responses {
+                    if let Some(response_op::Response::ResponseRange(got)) = op.response {
+                        items.extend(got.kvs.iter().filter_map(|kv| self.item(kv)));
+                    }
                 }
             }
-        }
-        Ok(items)
+            Ok::<_, rewire_etcd::Error>(items)
+        };
+        self.or_cached(query, read).await
     }
 
     async fn get_all(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
@@ -106,17 +150,16 @@ impl Running {
             .layout
             .list_prefix(query.group.as_deref())
             .map_err(invalid)?;
-        let response = self
-            .client
-            .get_prefix(prefix)
-            .await
-            .map_err(|err| self.backend(&err))?;
-        Ok(response
-            .kvs
-            .iter()
-            .filter_map(|kv| self.item(kv))
-            .filter(|item| query.matches(item))
-            .collect())
+        let read = async {
+            let response = self.client.get_prefix(prefix).await?;
+            Ok::<_, rewire_etcd::Error>(response
+                .kvs
+                .iter()
+                .filter_map(|kv| self.item(kv))
+                .filter(|item| query.matches(item))
+                .collect())
+        };
+        self.or_cached(query, read).await
     }
 }
 
@@ -221,23 +264,26 @@ impl Component for EtcdConfigStore {
             }
         };
         let hub = Arc::new(SubscriptionHub::default());
+        let revision = snapshot.revision;
         info!(
             component = %cx.key,
             endpoints = %settings.endpoints_text(),
             key_prefix = %settings.key_prefix,
             keys = snapshot.entries.len(),
-            revision = snapshot.revision,
+            revision,
             authenticated = settings.credentials.is_some(),
             tls = settings.tls.is_some(),
             "etcd config store started."
         );
+        let cache: SharedCache = Arc::new(Mutex::new(KvCache::new(snapshot)));
         let follower = Follower::new(
             cx.key.clone(),
             client.clone(),
             settings.clone(),
             layout.clone(),
             Arc::clone(&hub),
-            snapshot,
+            Arc::clone(&cache),
+            revision,
         );
         let task = WatchTask::start(follower, cx.shutdown.child_token());
         let previous = self
@@ -253,6 +299,7 @@ impl Component for EtcdConfigStore {
             settings,
             layout,
             hub,
+            cache,
         });
         Ok(())
     }
@@ -269,16 +316,20 @@ impl Component for EtcdConfigStore {
             keys_only: true,
             ..RangeRequest::default()
         });
+        // Initialised, the store serves the last values it saw (reads
+        // fall back to the watch's cache, subscribers keep theirs) while
+        // no member answers: degraded, not down.
         let endpoints = running.settings.endpoints_text();
+        let serving = "serving the last values seen; the watch resumes when a member answers";
         match tokio::time::timeout(READINESS_LIMIT, probe).await {
             Ok(Ok(_)) => Readiness::Ready,
-            Ok(Err(err)) => Readiness::NotReady(
+            Ok(Err(err)) => Readiness::Degraded(
                 running
                     .settings
-                    .scrub(&format!("etcd at {endpoints}: {err}")),
+                    .scrub(&format!("etcd at {endpoints}: {err}; {serving}")),
             ),
-            Err(_) => Readiness::NotReady(format!(
-                "etcd at {endpoints}: no answer within {READINESS_LIMIT:?}"
+            Err(_) => Readiness::Degraded(format!(
+                "etcd at {endpoints}: no answer within {READINESS_LIMIT:?}; {serving}"
             )),
         }
     }

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::cache::{entry_of, item_at, read_prefix, Difference, KvCache, Snapshot};
+use super::cache::{entry_of, item_at, read_prefix, Difference, SharedCache};
 use super::keys::KeyLayout;
 use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
 
@@ -66,7 +66,7 @@ pub(crate) struct Follower {
     settings: EtcdSettings,
     layout: KeyLayout,
     hub: Arc<SubscriptionHub>,
-    cache: KvCache,
+    cache: SharedCache,
     last_seen: i64,
     backoff: Backoff,
     /// The error of the current failure streak, if one is going on.
@@ -84,16 +84,17 @@ enum Interrupt {
 }
 
 impl Follower {
-    /// A follower continuing from `snapshot`, the initial read.
+    /// A follower continuing from `last_seen`, the revision of the
+    /// initial read that filled `cache`.
     pub(crate) fn new(
         key: ComponentKey,
         client: Client,
         settings: EtcdSettings,
         layout: KeyLayout,
         hub: Arc<SubscriptionHub>,
-        snapshot: Snapshot,
+        cache: SharedCache,
+        last_seen: i64,
     ) -> Self {
-        let last_seen = snapshot.revision;
         let backoff = Backoff::new(settings.watch_retry, MAX_WATCH_RETRY);
         Self {
             key,
@@ -101,7 +102,7 @@ impl Follower {
             settings,
             layout,
             hub,
-            cache: KvCache::new(snapshot),
+            cache,
             last_seen,
             backoff,
             failing: None,
@@ -199,6 +200,7 @@ impl Follower {
         let seen = self.last_seen;
         let mut newest = seen;
         let mut items: Vec<ConfigItem> = Vec::new();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for event in &response.events {
             let Some(kv) = &event.kv else { continue };
             let revision = kv.mod_revision;
@@ -212,16 +214,17 @@ impl Follower {
             let value = match event.r#type() {
                 EventType::Put => {
                     let value = entry.value.clone();
-                    self.cache.put(path.clone(), entry);
+                    cache.put(path.clone(), entry);
                     value
                 }
                 EventType::Delete => {
-                    self.cache.remove(&path);
+                    cache.remove(&path);
                     String::new()
                 }
             };
             items.extend(item_at(&self.layout, &path, value, revision));
         }
+        drop(cache);
         if response.events.is_empty() {
             // A progress notification: no event at or below this revision
             // is still to come.
@@ -241,7 +244,10 @@ impl Follower {
             .await
             .map_err(|err| self.describe(&err))?;
         let revision = snapshot.revision;
-        let differences = self.cache.replace(snapshot.entries);
+        let (differences, keys) = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            (cache.replace(snapshot.entries), cache.len())
+        };
         let mut removed = 0;
         let items: Vec<ConfigItem> = differences
             .into_iter()
@@ -259,7 +265,7 @@ impl Follower {
         info!(
             component = %self.key,
             revision,
-            keys = self.cache.len(),
+            keys,
             published = items.len(),
             removed,
             "etcd prefix re-read; watching again."
@@ -290,7 +296,7 @@ impl Follower {
     fn recovered(&mut self) {
         self.backoff.reset();
         if self.failing.take().is_some() {
-            info!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch resumed.");
+            info!(component = %self.key, member = %self.client.member(), from_revision = self.last_seen + 1, "etcd watch resumed.");
         }
     }
 

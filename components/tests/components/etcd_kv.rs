@@ -276,7 +276,7 @@ async fn init_fails_naming_the_endpoints_when_nobody_answers() {
 }
 
 #[tokio::test]
-async fn readiness_follows_the_server() {
+async fn readiness_is_degraded_while_the_server_is_down() {
     let mut server = EtcdServer::start().await;
     let store = store(&server, "/ready/").await;
     assert_eq!(store.readiness().await, Readiness::Ready);
@@ -285,9 +285,10 @@ async fn readiness_follows_the_server() {
         .await
         .expect("readiness hung");
     match &readiness {
-        Readiness::NotReady(reason) => {
+        Readiness::Degraded(reason) => {
             assert!(
-                reason.contains(&format!("etcd at {}", server.endpoint())),
+                reason.contains(&format!("etcd at {}", server.endpoint()))
+                    && reason.contains("last values"),
                 "{reason}"
             )
         }

@@ -16,6 +16,7 @@ mod apollo_tls;
 mod component_files;
 mod env_secret_store;
 mod etcd_auth;
+mod etcd_cluster;
 mod etcd_compaction;
 mod etcd_kv;
 mod etcd_restart;

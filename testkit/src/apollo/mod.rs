@@ -48,6 +48,8 @@ pub enum Route {
     OpenApiItems,
     /// `POST /openapi/v1/.../releases`.
     OpenApiReleases,
+    /// `GET /services/config` (the meta server).
+    MetaServices,
 }
 
 /// A failure the config service routes can be switched to.
@@ -112,6 +114,8 @@ pub struct Shared {
     secret: Mutex<Option<String>>,
     open_api_token: Mutex<Option<String>>,
     counters: Mutex<HashMap<Route, u64>>,
+    /// The config service instances the meta route announces.
+    config_services: Mutex<Vec<String>>,
     outstanding_polls: AtomicUsize,
     held_polls_notified: AtomicU64,
     signatures_verified: AtomicU64,
@@ -140,6 +144,7 @@ impl Shared {
             secret: Mutex::new(None),
             open_api_token: Mutex::new(None),
             counters: Mutex::default(),
+            config_services: Mutex::default(),
             outstanding_polls: AtomicUsize::new(0),
             held_polls_notified: AtomicU64::new(0),
             signatures_verified: AtomicU64::new(0),
@@ -266,6 +271,17 @@ impl Shared {
         *lock(&self.open_api_token) = Some(token.to_string());
     }
 
+    /// Has the meta route (`/services/config`) announce `urls` as the
+    /// config service instances.
+    pub fn announce_config_services(&self, urls: &[String]) {
+        *lock(&self.config_services) = urls.to_vec();
+    }
+
+    /// The announced config service instances.
+    fn config_services(&self) -> Vec<String> {
+        lock(&self.config_services).clone()
+    }
+
     /// Requests received on `route`.
     pub fn requests(&self, route: Route) -> u64 {
         lock(&self.counters).get(&route).copied().unwrap_or(0)
@@ -334,12 +350,32 @@ fn router(state: AppState) -> Router {
             get(config_service::configs),
         )
         .route("/notifications/v2", get(config_service::notifications))
+        .route("/services/config", get(meta_services))
         .route(
             &format!("{namespace}/items/{{key}}"),
             put(open_api::put_item).delete(open_api::delete_item),
         )
         .route(&format!("{namespace}/releases"), post(open_api::release))
         .with_state(state)
+}
+
+/// `GET /services/config?appId=..`: the meta server's list of config
+/// service instances, as Apollo's meta service answers it.
+async fn meta_services(axum::extract::State(app): axum::extract::State<AppState>) -> axum::Json<serde_json::Value> {
+    app.shared.count(Route::MetaServices);
+    let instances: Vec<serde_json::Value> = app
+        .shared
+        .config_services()
+        .iter()
+        .map(|url| {
+            serde_json::json!({
+                "appName": "APOLLO-CONFIGSERVICE",
+                "instanceId": url,
+                "homepageUrl": format!("{url}/"),
+            })
+        })
+        .collect();
+    axum::Json(serde_json::Value::Array(instances))
 }
 
 /// A running server.
@@ -421,6 +457,17 @@ impl ApolloServer {
     /// The base URL (`http://127.0.0.1:port`, `https://` with TLS).
     pub fn url(&self) -> String {
         url(self.addr, self.tls.is_some())
+    }
+
+    /// Another instance serving the same state (one database behind
+    /// several config services) on its own free port.
+    pub async fn replica(&self) -> ApolloServer {
+        Self::serve(
+            Arc::clone(&self.shared),
+            "127.0.0.1:0".parse().unwrap(),
+            self.tls.clone(),
+        )
+        .await
     }
 
     /// Stops serving (connections closed, port freed), keeping the state.

@@ -1,0 +1,341 @@
+//! [`ConfigServices`]: the config service instances a store talks to — the
+//! list in `config_server`, or the one the meta server (`meta_server`)
+//! announces — and failing over between them.
+//!
+//! Every fetch and long poll goes to one instance (the first to begin
+//! with). When that instance is down — no connection, no answer within
+//! the limit, or an HTTP 5xx — the request is made at once on the next
+//! one, each instance at most once per request; later requests stay on the
+//! instance that answered. When every instance failed, the error goes back
+//! to the caller, whose retries back off (`retryIntervalMs` doubling up to
+//! `maxRetryIntervalMs`) while the store serves the last good
+//! configuration or the backup cache.
+//!
+//! With `meta_server`, `GET {meta_server}/services/config?appId=..` lists
+//! the instances (`[{"homepageUrl": "http://host:8080/"}, ..]`). It is
+//! asked at start, again every `metaRefreshIntervalMs`, and whenever every
+//! known instance failed a request. An answer that cannot be used (meta
+//! server down, malformed, empty list) keeps the instances known so far.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::{StatusCode, Url};
+use serde::Deserialize;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::client::{base_url, join, ClientSettings, ConfigServiceClient, Fetched, Notification};
+use super::error::{excerpt, ApolloError};
+
+/// What every instance's client is built with.
+#[derive(Clone)]
+pub(crate) struct InstanceSettings {
+    pub app_id: String,
+    pub cluster: String,
+    pub secret: Option<String>,
+    pub ip: Option<String>,
+    pub request_timeout: Duration,
+    pub long_poll_timeout: Duration,
+    pub tls: rustls::ClientConfig,
+}
+
+impl InstanceSettings {
+    fn client(&self, server: &str, field: &str) -> Result<ConfigServiceClient, ApolloError> {
+        ConfigServiceClient::new(ClientSettings {
+            server,
+            field,
+            app_id: &self.app_id,
+            cluster: &self.cluster,
+            secret: self.secret.as_deref(),
+            ip: self.ip.as_deref(),
+            request_timeout: self.request_timeout,
+            long_poll_timeout: self.long_poll_timeout,
+            tls: &self.tls,
+        })
+    }
+}
+
+/// The meta server and when it was last asked.
+struct Discovery {
+    url: Url,
+    http: reqwest::Client,
+    every: Duration,
+    asked: Mutex<Option<Instant>>,
+}
+
+/// One entry of the meta server's answer.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServiceInstance {
+    homepage_url: String,
+}
+
+/// The config service instances and the one in use.
+pub(crate) struct ConfigServices {
+    instances: Mutex<Arc<Vec<Arc<ConfigServiceClient>>>>,
+    current: AtomicUsize,
+    settings: InstanceSettings,
+    discovery: Option<Discovery>,
+}
+
+impl std::fmt::Debug for ConfigServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigServices")
+            .field("servers", &self.servers())
+            .field("meta_server", &self.discovery.as_ref().map(|d| d.url.as_str()))
+            .finish()
+    }
+}
+
+/// Splits a `config_server` list: comma-separated, blanks dropped.
+pub(crate) fn server_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+impl ConfigServices {
+    /// The instances of `config_server` (comma-separated), or, with
+    /// `meta_server`, the ones it announces (asked now; `config_server`,
+    /// if also given, is used while it cannot be asked).
+    pub(crate) async fn new(
+        config_server: &str,
+        meta_server: Option<&str>,
+        meta_refresh: Duration,
+        settings: InstanceSettings,
+    ) -> Result<Self, ApolloError> {
+        let mut instances = Vec::new();
+        for server in server_list(config_server) {
+            instances.push(Arc::new(settings.client(&server, "config_server")?));
+        }
+        let discovery = match meta_server.map(str::trim).filter(|m| !m.is_empty()) {
+            None => None,
+            Some(meta) => Some(Discovery {
+                url: base_url(meta, "meta_server")?,
+                http: reqwest::Client::builder()
+                    .tls_backend_preconfigured(settings.tls.clone())
+                    .connect_timeout(settings.request_timeout)
+                    .build()
+                    .map_err(|err| {
+                        ApolloError::Config(format!("cannot build the HTTP client: {err}"))
+                    })?,
+                every: meta_refresh,
+                asked: Mutex::new(None),
+            }),
+        };
+        if instances.is_empty() && discovery.is_none() {
+            return Err(ApolloError::Config(
+                "metadata field `config_server` (or `meta_server`) is required".into(),
+            ));
+        }
+        let services = Self {
+            instances: Mutex::new(Arc::new(instances)),
+            current: AtomicUsize::new(0),
+            settings,
+            discovery,
+        };
+        // Not answering: the first request asks again (and the store may
+        // start from its backup cache meanwhile).
+        if let Err(err) = services.discover().await {
+            warn!(error = %err, servers = %services.servers(), "Apollo meta server not answering.");
+        }
+        Ok(services)
+    }
+
+    /// The instance in use (its address), for logs.
+    pub(crate) fn server(&self) -> String {
+        let list = self.list();
+        let index = self.current.load(Ordering::Acquire);
+        list.get(index % list.len().max(1))
+            .map_or_else(String::new, |c| c.server().to_string())
+    }
+
+    /// Every known instance, comma-separated.
+    pub(crate) fn servers(&self) -> String {
+        self.list()
+            .iter()
+            .map(|c| c.server())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Fetches `namespace` (see [`ConfigServiceClient::fetch`]).
+    pub(crate) async fn fetch(
+        &self,
+        namespace: &str,
+        release_key: Option<&str>,
+    ) -> Result<Fetched, ApolloError> {
+        self.failover(|client| async move { client.fetch(namespace, release_key).await })
+            .await
+    }
+
+    /// Long-polls (see [`ConfigServiceClient::poll`]).
+    pub(crate) async fn poll(
+        &self,
+        known: &[Notification],
+    ) -> Result<Option<Vec<Notification>>, ApolloError> {
+        self.failover(|client| async move { client.poll(known).await })
+            .await
+    }
+
+    fn list(&self) -> Arc<Vec<Arc<ConfigServiceClient>>> {
+        Arc::clone(&self.instances.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Runs `request` on the instance in use, then on each next one while
+    /// the instance is down.
+    async fn failover<R, F, Fut>(&self, request: F) -> Result<R, ApolloError>
+    where
+        F: Fn(Arc<ConfigServiceClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<R, ApolloError>>,
+    {
+        if self.discovery_due() || self.list().is_empty() {
+            if let Err(err) = self.discover().await {
+                if self.list().is_empty() {
+                    return Err(err);
+                }
+                warn!(error = %err, servers = %self.servers(), "Apollo meta server not answering; keeping the known config services.");
+            }
+        }
+        let list = self.list();
+        let mut last = None;
+        for _ in 0..list.len() {
+            let index = self.current.load(Ordering::Acquire) % list.len();
+            match request(Arc::clone(&list[index])).await {
+                Err(err) if err.is_instance_down() => {
+                    let next = (index + 1) % list.len();
+                    if list.len() > 1 {
+                        warn!(error = %err, next = %list[next].server(), "Apollo config service down; trying the next one.");
+                    }
+                    let _ = self.current.compare_exchange(
+                        index,
+                        next,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    last = Some(err);
+                }
+                other => return other,
+            }
+        }
+        // Every instance failed: the meta server may know others by now
+        // (asked at most once per `retryIntervalMs` through the caller's
+        // backoff).
+        if let Some(discovery) = &self.discovery {
+            *discovery.asked.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        Err(last.unwrap_or_else(|| {
+            ApolloError::Config("no config service known (`config_server`, `meta_server`)".into())
+        }))
+    }
+
+    fn discovery_due(&self) -> bool {
+        let Some(discovery) = &self.discovery else {
+            return false;
+        };
+        let asked = *discovery.asked.lock().unwrap_or_else(|p| p.into_inner());
+        asked.is_none_or(|at| at.elapsed() >= discovery.every)
+    }
+
+    /// Asks the meta server for the instances and takes its list (a no-op
+    /// without `meta_server`).
+    async fn discover(&self) -> Result<(), ApolloError> {
+        let Some(discovery) = &self.discovery else {
+            return Ok(());
+        };
+        *discovery.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let mut url = join(&discovery.url, &["services", "config"]);
+        url.query_pairs_mut()
+            .append_pair("appId", &self.settings.app_id);
+        if let Some(ip) = &self.settings.ip {
+            url.query_pairs_mut().append_pair("ip", ip);
+        }
+        let label = format!(
+            "meta server `{}` (meta_server)",
+            discovery.url.as_str().trim_end_matches('/')
+        );
+        let path = url.path().to_string();
+        let timeout = self.settings.request_timeout;
+        let transport = |err: reqwest::Error| ApolloError::transport(&label, &path, &err, timeout);
+        let response = discovery
+            .http
+            .get(url.clone())
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        let body = response.text().await.map_err(transport)?;
+        if status != StatusCode::OK {
+            return Err(ApolloError::Status {
+                server: label,
+                path,
+                status: status.as_u16(),
+                body: excerpt(&body),
+            });
+        }
+        let announced: Vec<ServiceInstance> =
+            serde_json::from_str(&body).map_err(|err| ApolloError::Malformed {
+                server: label.clone(),
+                path: path.clone(),
+                message: err.to_string(),
+            })?;
+        let mut urls: Vec<String> = Vec::new();
+        for instance in announced {
+            let url = instance.homepage_url.trim().trim_end_matches('/').to_string();
+            if !url.is_empty() && !urls.contains(&url) {
+                urls.push(url);
+            }
+        }
+        if urls.is_empty() {
+            return Err(ApolloError::Malformed {
+                server: label,
+                path,
+                message: "no config service announced".into(),
+            });
+        }
+        let known = self.list();
+        if known.iter().map(|c| c.server()).eq(urls.iter().map(String::as_str)) {
+            return Ok(());
+        }
+        let current = self.server();
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let reused = known.iter().find(|c| c.server() == url).cloned();
+            match reused.map_or_else(|| self.settings.client(url, "meta_server").map(Arc::new), Ok) {
+                Ok(client) => clients.push(client),
+                Err(err) => warn!(error = %err, "Apollo meta server announced an unusable config service; skipped."),
+            }
+        }
+        if clients.is_empty() {
+            return Err(ApolloError::Malformed {
+                server: label,
+                path,
+                message: format!("no usable config service announced: {}", urls.join(",")),
+            });
+        }
+        let keep = clients.iter().position(|c| c.server() == current).unwrap_or(0);
+        *self.instances.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(clients);
+        self.current.store(keep, Ordering::Release);
+        info!(meta_server = %discovery.url, servers = %urls.join(","), "Apollo config services discovered.");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_list;
+
+    #[test]
+    fn server_lists_split_on_commas() {
+        assert_eq!(
+            server_list(" http://a:1, http://b:2/ ,,"),
+            vec!["http://a:1".to_string(), "http://b:2/".to_string()]
+        );
+        assert!(server_list(" , ").is_empty());
+    }
+}
