@@ -16,6 +16,7 @@ pub mod child;
 pub mod etcd;
 pub mod load;
 pub mod redis;
+pub mod redis_cluster;
 
 pub use child::ChildProcess;
 
