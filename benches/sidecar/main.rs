@@ -10,7 +10,15 @@
 //!    keep-alive connection),
 //! 4. a plain `GET` to a real `redis-server` (`redis` crate, multiplexed
 //!    connection): a network round trip to a real store, for scale,
-//! 5. the `redis` state store through the sidecar's gRPC API.
+//! 5. the `redis` state store through the sidecar's gRPC API,
+//! 6. and 7. paths 3 and 5 again with tracing on (every call sampled) and
+//!    the OTLP exporter pointing at a dead endpoint (connection refused):
+//!    what tracing costs a call when the collector is gone,
+//! 8. path 3 with tracing on and a live collector (an in-bench OTLP/HTTP
+//!    sink answering 200): against 6, what a dead collector costs.
+//!
+//! Tracing is switched on for the blocks of 6–8 only
+//! (`telemetry::apply`), off for the others, in the same process and run.
 //!
 //! It prints p50 and p99 of each, and their ratios to the in-process call
 //! and to the direct Redis `GET`. See docs/BENCHMARKS.md, section "Sidecar
@@ -77,6 +85,9 @@ enum Path {
     Http,
     RedisDirect,
     RedisGrpc,
+    HttpTraced,
+    RedisGrpcTraced,
+    HttpTracedLive,
 }
 
 impl Path {
@@ -87,7 +98,53 @@ impl Path {
             Path::Http => "sidecar HTTP: memory store (`GET /v1.0/state/cache/greeting`)",
             Path::RedisDirect => "direct Redis `GET` (redis crate, multiplexed)",
             Path::RedisGrpc => "sidecar gRPC: redis store (`HMGET` behind it)",
+            Path::HttpTraced => "sidecar HTTP: memory store, traced, exporter dead",
+            Path::RedisGrpcTraced => "sidecar gRPC: redis store, traced, exporter dead",
+            Path::HttpTracedLive => "sidecar HTTP: memory store, traced, exporter live",
         }
+    }
+
+    /// Where this path's spans go: `None` (tracing off), the dead address
+    /// or the live sink.
+    fn collector<'a>(self, dead: &'a str, live: &'a str) -> Option<&'a str> {
+        match self {
+            Path::HttpTraced | Path::RedisGrpcTraced => Some(dead),
+            Path::HttpTracedLive => Some(live),
+            _ => None,
+        }
+    }
+}
+
+/// An OTLP/HTTP sink on the runtime this is awaited on: accepts every
+/// export; returns its address.
+async fn start_sink() -> String {
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|_body: axum::body::Bytes| async {
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("sink bind");
+    let addr = listener.local_addr().expect("sink address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr.to_string()
+}
+
+/// Tracing settings: every call sampled and exported to `collector` when
+/// given, else off.
+fn tracing_settings(collector: Option<&str>) -> rewire::sidecar::telemetry::TraceSettings {
+    use rewire::sidecar::telemetry::{SamplerChoice, TraceSettings};
+    TraceSettings {
+        endpoint: collector.map(|at| format!("http://{at}/v1/traces")),
+        protocol: rewire::config::OtelProtocol::Http,
+        sampler: SamplerChoice::AlwaysOn,
+        service_name: "sidecar-bench".into(),
+        export_timeout: Duration::from_secs(10),
     }
 }
 
@@ -166,7 +223,7 @@ impl Callers {
                     .expect("in-process get")
                     .map(|entry| entry.data)
             }
-            Path::Grpc | Path::RedisGrpc => {
+            Path::Grpc | Path::RedisGrpc | Path::RedisGrpcTraced => {
                 let store_name = if path == Path::Grpc { MEMORY } else { REDIS };
                 let request = GetStateRequest {
                     store_name: store_name.to_string(),
@@ -180,7 +237,7 @@ impl Callers {
                     .unwrap_or_else(|e| panic!("gRPC GetState from {store_name}: {e}"));
                 Some(reply.into_inner().data)
             }
-            Path::Http => {
+            Path::Http | Path::HttpTraced | Path::HttpTracedLive => {
                 let response = self
                     .http
                     .get(&self.http_url)
@@ -228,6 +285,12 @@ impl Measured {
 
 fn main() {
     rewire::components::link();
+    // The tracing layer, as `rewire run` installs it (off until applied);
+    // logs quiet unless RUST_LOG says otherwise (tracing is switched often).
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "warn");
+    }
+    rewire::init_logging();
     let mode = Mode::from_env();
     let plan = mode.plan();
     let calls = mode.ops(CALLS);
@@ -265,6 +328,12 @@ fn main() {
     }
     let config = serde_json::json!({"appId": "sidecar-bench", "components": {"state": stores}});
     let sidecar = server_rt.block_on(Sidecar::start(&config.to_string()));
+    // The export task runs on the sidecar's runtime.
+    let dead = format!("127.0.0.1:{}", testkit::free_port());
+    let live = server_rt.block_on(async {
+        rewire::sidecar::telemetry::apply(&tracing_settings(None));
+        start_sink().await
+    });
 
     // The key, written in every store.
     let set = |key: &str| SetRequest {
@@ -323,9 +392,15 @@ fn main() {
         }
     });
 
-    let mut paths = vec![Path::InProcess, Path::Grpc, Path::Http];
+    let mut paths = vec![
+        Path::InProcess,
+        Path::Grpc,
+        Path::Http,
+        Path::HttpTraced,
+        Path::HttpTracedLive,
+    ];
     if redis.is_some() {
-        paths.extend([Path::RedisDirect, Path::RedisGrpc]);
+        paths.extend([Path::RedisDirect, Path::RedisGrpc, Path::RedisGrpcTraced]);
     }
     let mut measured: Vec<Measured> = paths
         .iter()
@@ -346,6 +421,8 @@ fn main() {
                 let block = BLOCK.min(calls as usize - this_run[0].len());
                 for j in 0..paths.len() {
                     let v = (round + j) % paths.len();
+                    let collector = paths[v].collector(&dead, &live);
+                    rewire::sidecar::telemetry::apply(&tracing_settings(collector));
                     for _ in 0..block {
                         this_run[v].push(callers.call(paths[v]).await);
                     }
@@ -439,6 +516,34 @@ fn report(measured: &mut [Measured]) {
     if let Some(text) = added(Path::RedisGrpc, Path::RedisDirect) {
         println!("* redis store via sidecar gRPC over direct Redis GET: {text}");
     }
+    let traced = |a: Path, b: Path| -> Option<String> {
+        let (a, b) = (at(a)?, at(b)?);
+        Some(format!(
+            "p50 {} ({}), p99 {}",
+            signed(p50s[a], p50s[b]),
+            ratio(p50s[a], p50s[b]),
+            signed(p99s[a], p99s[b])
+        ))
+    };
+    if let Some(text) = traced(Path::HttpTraced, Path::Http) {
+        println!("* tracing on, exporter dead, over tracing off (HTTP, memory): {text}");
+    }
+    if let Some(text) = traced(Path::HttpTraced, Path::HttpTracedLive) {
+        println!("* exporter dead over exporter live, tracing on (HTTP, memory): {text}");
+    }
+    if let Some(text) = traced(Path::HttpTracedLive, Path::Http) {
+        println!("* tracing on, exporter live, over tracing off (HTTP, memory): {text}");
+    }
+    if let Some(text) = traced(Path::RedisGrpcTraced, Path::RedisGrpc) {
+        println!("* tracing on, exporter dead, over tracing off (gRPC, redis): {text}");
+    }
+    let stats = rewire::sidecar::telemetry::stats();
+    println!(
+        "* spans: {} exported, {} dropped (queue full), {} dropped (export failed)",
+        stats.exported.get(),
+        stats.dropped_queue_full.get(),
+        stats.dropped_export_failed.get()
+    );
     println!();
 }
 

@@ -17,8 +17,9 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::any_connection::AnyConnection;
 
@@ -50,6 +51,37 @@ fn timed_out(limit: Duration) -> RedisError {
         std::io::ErrorKind::TimedOut,
         format!("no answer within {limit:?} (dialTimeout + readTimeout + writeTimeout)"),
     ))
+}
+
+/// The trace span of one command (or pipeline of `count` commands): the
+/// command's name only, never its arguments.
+fn command_span(cmd: Option<&Cmd>, count: usize) -> tracing::Span {
+    let span = tracing::info_span!(
+        "rewire.redis",
+        otel.name = tracing::field::Empty,
+        otel.kind = "client",
+        db.system = "redis",
+        db.operation = tracing::field::Empty,
+        db.redis.commands = count,
+    );
+    if !span.is_disabled() {
+        let name = cmd.map_or("PIPELINE".to_string(), command_name);
+        span.record("otel.name", format!("redis {name}"));
+        span.record("db.operation", name);
+    }
+    span
+}
+
+/// The first word of `cmd` (`GET`, `EVALSHA`), when it looks like one.
+fn command_name(cmd: &Cmd) -> String {
+    match cmd.args_iter().next() {
+        Some(Arg::Simple(word))
+            if word.len() <= 32 && word.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'.') =>
+        {
+            String::from_utf8_lossy(word).to_ascii_uppercase()
+        }
+        _ => "COMMAND".to_string(),
+    }
 }
 
 /// Whether `err` says the command was not run because no master serves its
@@ -94,10 +126,14 @@ where
 impl ConnectionLike for BoundedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
-        Box::pin(bounded(limit, cluster, move || {
-            let mut inner = inner.clone();
-            Box::pin(async move { inner.req_packed_command(cmd).await })
-        }))
+        let span = command_span(Some(cmd), 1);
+        Box::pin(
+            bounded(limit, cluster, move || {
+                let mut inner = inner.clone();
+                Box::pin(async move { inner.req_packed_command(cmd).await })
+            })
+            .instrument(span),
+        )
     }
 
     fn req_packed_commands<'a>(
@@ -107,10 +143,14 @@ impl ConnectionLike for BoundedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
-        Box::pin(bounded(limit, cluster, move || {
-            let mut inner = inner.clone();
-            Box::pin(async move { inner.req_packed_commands(cmd, offset, count).await })
-        }))
+        let span = command_span(None, count);
+        Box::pin(
+            bounded(limit, cluster, move || {
+                let mut inner = inner.clone();
+                Box::pin(async move { inner.req_packed_commands(cmd, offset, count).await })
+            })
+            .instrument(span),
+        )
     }
 
     fn get_db(&self) -> i64 {
