@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod etcd_cluster;
 pub mod load;
 pub mod redis;
+pub mod redis_cluster;
 
 pub use child::ChildProcess;
 

@@ -1,29 +1,48 @@
 //! A connection whose every command is bounded in time.
 //!
-//! The client's `ConnectionManager` reconnects by itself, but a command that
+//! The client's connections reconnect by themselves, but a command that
 //! finds the connection broken waits for its whole reconnection sequence
 //! (several attempts with exponential backoff), which no Redis timeout
 //! bounds. Callers must get an answer within the component's own timeouts,
 //! so each command here is cut at `dialTimeout` + `readTimeout` +
 //! `writeTimeout` and fails with a timeout error instead.
+//!
+//! On a Redis Cluster, a command that found no master for its slot (the
+//! master died and its replica is not promoted yet: connection refused,
+//! `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`) was not run, so it is sent
+//! again every [`CLUSTER_RETRY_EVERY`] within that same deadline: a
+//! request waits out a failover shorter than its deadline instead of
+//! failing.
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Arg, Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::aio::ConnectionLike;
+use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use tokio::time::Instant;
 use tracing::Instrument;
 
-/// A [`ConnectionManager`] with a time limit on every command.
+use super::any_connection::AnyConnection;
+
+/// Redis Cluster: the pause before a command that found no master for its
+/// slot is sent again.
+pub const CLUSTER_RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// An [`AnyConnection`] with a time limit on every command.
 #[derive(Clone)]
 pub struct BoundedConnection {
-    inner: ConnectionManager,
+    inner: AnyConnection,
     limit: Option<Duration>,
 }
 
 impl BoundedConnection {
     /// `inner`, with commands cut after `limit` (`None`: no limit).
-    pub fn new(inner: ConnectionManager, limit: Option<Duration>) -> Self {
+    pub fn new(inner: AnyConnection, limit: Option<Duration>) -> Self {
         Self { inner, limit }
+    }
+
+    /// Whether this is a Redis Cluster connection.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.is_cluster()
     }
 }
 
@@ -65,19 +84,56 @@ fn command_name(cmd: &Cmd) -> String {
     }
 }
 
+/// Whether `err` says the command was not run because no master serves its
+/// slot right now (so sending it again cannot apply it twice).
+fn no_master_yet(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::ClusterConnectionNotFound
+        || err.is_connection_refusal()
+        || matches!(
+            err.code().unwrap_or_default(),
+            "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN"
+        )
+}
+
+/// Runs `attempt` until it answers, within `limit`; on a cluster, an
+/// attempt that found no master for its slot is made again after
+/// [`CLUSTER_RETRY_EVERY`] while the deadline allows.
+async fn bounded<'a, T, F>(limit: Option<Duration>, cluster: bool, mut attempt: F) -> RedisResult<T>
+where
+    F: FnMut() -> RedisFuture<'a, T>,
+{
+    let Some(limit) = limit else {
+        return attempt().await;
+    };
+    let deadline = Instant::now() + limit;
+    loop {
+        let answer = tokio::time::timeout_at(deadline, attempt())
+            .await
+            .map_err(|_| timed_out(limit))?;
+        match answer {
+            Err(err)
+                if cluster
+                    && no_master_yet(&err)
+                    && Instant::now() + CLUSTER_RETRY_EVERY < deadline =>
+            {
+                tokio::time::sleep(CLUSTER_RETRY_EVERY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 impl ConnectionLike for BoundedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let limit = self.limit;
+        let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
         let span = command_span(Some(cmd), 1);
-        let call = self.inner.req_packed_command(cmd).instrument(span);
-        Box::pin(async move {
-            match limit {
-                Some(limit) => tokio::time::timeout(limit, call)
-                    .await
-                    .map_err(|_| timed_out(limit))?,
-                None => call.await,
-            }
-        })
+        Box::pin(
+            bounded(limit, cluster, move || {
+                let mut inner = inner.clone();
+                Box::pin(async move { inner.req_packed_command(cmd).await })
+            })
+            .instrument(span),
+        )
     }
 
     fn req_packed_commands<'a>(
@@ -86,20 +142,15 @@ impl ConnectionLike for BoundedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let limit = self.limit;
+        let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
         let span = command_span(None, count);
-        let call = self
-            .inner
-            .req_packed_commands(cmd, offset, count)
-            .instrument(span);
-        Box::pin(async move {
-            match limit {
-                Some(limit) => tokio::time::timeout(limit, call)
-                    .await
-                    .map_err(|_| timed_out(limit))?,
-                None => call.await,
-            }
-        })
+        Box::pin(
+            bounded(limit, cluster, move || {
+                let mut inner = inner.clone();
+                Box::pin(async move { inner.req_packed_commands(cmd, offset, count).await })
+            })
+            .instrument(span),
+        )
     }
 
     fn get_db(&self) -> i64 {

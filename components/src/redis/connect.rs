@@ -1,22 +1,37 @@
 //! Making a verified connection: find the server (directly, or the master
-//! through the sentinels), connect (`AUTH` and `SELECT` happen as the
-//! connection opens), `PING` — all within `dialTimeout`. Errors name the
+//! through the sentinels, or the nodes of a Redis Cluster through its seed
+//! nodes), connect (`AUTH` and `SELECT` happen as the connection opens),
+//! `PING` — all within `dialTimeout`. Errors name the
 //! metadata field to look at and never carry the password.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind, IntoConnectionInfo,
     RedisConnectionInfo, RedisError,
 };
 
+use super::any_connection::AnyConnection;
 use super::metadata::{ConnectionSettings, RedisMetadataError};
 use super::tls;
 
 /// Longest pause between two reconnection attempts of a dropped connection.
 const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+/// Redis Cluster: how often a command is tried again (after a redirection,
+/// a dropped node, `CLUSTERDOWN` or `TRYAGAIN`) before it fails. The waits
+/// between tries grow from [`CLUSTER_MIN_RETRY_WAIT_MS`] to
+/// [`CLUSTER_MAX_RETRY_WAIT_MS`]; the command's own deadline (`readTimeout`
+/// + `writeTimeout`) cuts them short.
+const CLUSTER_RETRIES: u32 = 16;
+/// Redis Cluster: the shortest wait before a try again, in milliseconds.
+const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 50;
+/// Redis Cluster: the longest wait before a try again, in milliseconds —
+/// short, so a command waiting out a failover goes on soon after the
+/// replica took over.
+const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 500;
 
 /// Why a connection could not be made. Names the metadata field to look
 /// at; never holds the password.
@@ -79,9 +94,9 @@ pub enum ConnectError {
 #[derive(Clone)]
 pub struct Opened {
     /// The connection; reconnects by itself when it drops.
-    pub manager: ConnectionManager,
+    pub connection: AnyConnection,
     /// `host:port` of the server (with failover: the master the sentinels
-    /// named).
+    /// named; with a cluster: the seed nodes).
     pub server: String,
 }
 
@@ -94,6 +109,9 @@ pub async fn open(settings: &ConnectionSettings) -> Result<Opened, ConnectError>
 }
 
 async fn open_unbounded(settings: &ConnectionSettings) -> Result<Opened, ConnectError> {
+    if settings.cluster {
+        return open_cluster(settings).await;
+    }
     let client = client(settings).await?;
     let server = match (&settings.master_name, client.get_connection_info().addr()) {
         (None, _) => settings.host(),
@@ -125,7 +143,52 @@ async fn open_unbounded(settings: &ConnectionSettings) -> Result<Opened, Connect
     ping(&mut manager)
         .await
         .map_err(|err| classify(settings, &err))?;
-    Ok(Opened { manager, server })
+    Ok(Opened {
+        connection: AnyConnection::Node(manager),
+        server,
+    })
+}
+
+/// Connects to a Redis Cluster through its seed nodes: the client reads
+/// the slot map from the first that answers and connects to every node.
+async fn open_cluster(settings: &ConnectionSettings) -> Result<Opened, ConnectError> {
+    let failed = |err: RedisError| classify(settings, &err);
+    let seeds = settings
+        .addresses
+        .iter()
+        .map(|(host, port)| tls::address(host, *port, settings.tls.as_ref()))
+        .collect::<Vec<_>>();
+    let mut builder = ClusterClientBuilder::new(seeds)
+        .connection_timeout(settings.dial)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
+        .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS);
+    if let Some(response) = settings.response {
+        // Each try within `readTimeout` + `writeTimeout`; the tries together
+        // (waiting out a failover) within the command's own deadline.
+        builder = builder
+            .response_timeout(response)
+            .overall_response_timeout(Some(response + settings.dial));
+    }
+    if !settings.username.is_empty() {
+        builder = builder.username(&settings.username);
+    }
+    if !settings.password.is_empty() {
+        builder = builder.password(&settings.password);
+    }
+    if let Some(material) = &settings.tls {
+        warn_if_insecure(settings, material);
+        builder = builder
+            .tls(tls::mode(material))
+            .certs(tls::certificates(material));
+    }
+    let client = builder.build().map_err(failed)?;
+    let mut connection = client.get_async_connection().await.map_err(failed)?;
+    ping(&mut connection).await.map_err(failed)?;
+    Ok(Opened {
+        connection: AnyConnection::Cluster(connection),
+        server: settings.host(),
+    })
 }
 
 /// `PING`, expecting `PONG`.

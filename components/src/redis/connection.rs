@@ -9,7 +9,10 @@
 //!
 //! With `failover`, a command error that suggests the master is gone or
 //! demoted makes the component ask the sentinels again in the background
-//! and swap to the master they name now.
+//! and swap to the master they name now. With `redisType: cluster` the
+//! cluster client follows failovers itself (see [`super::any_connection`]);
+//! a change of `redisType` or of the seed list is a change of connection
+//! settings like any other: connected and verified, then swapped in.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use redis::aio::ConnectionManager;
 use redis::RedisError;
 use rewire_runtime::{ComponentError, ComponentKey, InPlace, Readiness};
 use serde::{Deserialize, Deserializer};
@@ -25,6 +27,7 @@ use tracing::{info, warn};
 
 mod tls_files;
 
+use super::any_connection::AnyConnection;
 use super::bounded::BoundedConnection;
 use super::connect::{open, ping, suggests_failover};
 use super::metadata::{ConnectionSettings, RedisMetadata};
@@ -40,7 +43,7 @@ pub struct Session {
 
 #[derive(Clone)]
 struct Link {
-    manager: ConnectionManager,
+    connection: AnyConnection,
     settings: ConnectionSettings,
     /// The server actually reached (with failover: the master).
     server: String,
@@ -67,7 +70,7 @@ impl Session {
                     .settings
                     .response
                     .map(|response| response + link.settings.dial);
-                BoundedConnection::new(link.manager.clone(), limit)
+                BoundedConnection::new(link.connection.clone(), limit)
             })
             .ok_or(NotConnected)
     }
@@ -142,6 +145,12 @@ impl RedisConnection {
         }
     }
 
+    /// The component key (`state/orders`), for errors; `redis` before
+    /// `init`.
+    pub fn label(&self) -> &str {
+        self.shared.label()
+    }
+
     /// The session in force; a command keeps it for its duration.
     pub fn session(&self) -> Arc<Session> {
         self.shared.session.load_full()
@@ -158,7 +167,7 @@ impl RedisConnection {
         self.shared.session.store(Arc::new(Session {
             metadata,
             link: Some(Link {
-                manager: opened.manager,
+                connection: opened.connection,
                 settings,
                 server: opened.server,
             }),
@@ -188,7 +197,7 @@ impl RedisConnection {
                 Ok(opened) => {
                     info!(component = %shared.label(), host = %settings.host(), server = %opened.server, db = settings.db, "Redis connection swapped.");
                     Some(Link {
-                        manager: opened.manager,
+                        connection: opened.connection,
                         settings,
                         server: opened.server,
                     })
@@ -213,7 +222,7 @@ impl RedisConnection {
         let Some(link) = &session.link else {
             return Readiness::NotReady(NotConnected.to_string());
         };
-        let mut conn = link.manager.clone();
+        let mut conn = link.connection.clone();
         let limit = link.settings.dial.min(READINESS_PING_LIMIT);
         match tokio::time::timeout(limit, ping(&mut conn)).await {
             Ok(Ok(())) => Readiness::Ready,
@@ -285,7 +294,7 @@ async fn refresh_master(shared: &Shared, seen: &Arc<Session>) {
             shared.session.store(Arc::new(Session {
                 metadata: current.metadata.clone(),
                 link: Some(Link {
-                    manager: opened.manager,
+                    connection: opened.connection,
                     settings: link.settings.clone(),
                     server: opened.server,
                 }),

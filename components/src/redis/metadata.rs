@@ -25,9 +25,14 @@ pub const DEFAULT_PORT: u16 = 6379;
 #[serde(rename_all = "camelCase")]
 pub struct RedisMetadata {
     /// `host:port` of the server; with `failover`, the sentinels'
-    /// addresses, comma-separated.
+    /// addresses, comma-separated; with `redisType: cluster`, seed nodes of
+    /// the cluster, comma-separated (any reachable one finds the rest).
     #[serde(deserialize_with = "deserialize_host")]
     pub redis_host: String,
+    /// `node` (default: one server, or the master the sentinels name) or
+    /// `cluster` (a Redis Cluster), as Dapr's `redisType`.
+    #[serde(default)]
+    pub redis_type: RedisType,
     /// Password (`AUTH`); empty: none.
     #[serde(default)]
     pub redis_password: String,
@@ -95,6 +100,7 @@ impl RedisMetadata {
     pub fn new(redis_host: impl Into<String>) -> Self {
         Self {
             redis_host: redis_host.into(),
+            redis_type: RedisType::Node,
             redis_password: String::new(),
             redis_username: String::new(),
             redis_db: 0,
@@ -136,13 +142,19 @@ impl RedisMetadata {
                 reason,
             })?;
         let tls = super::tls::load(self)?;
+        let cluster = self.redis_type == RedisType::Cluster;
+        if cluster {
+            self.check_cluster_fields()?;
+        }
         if self.failover && self.sentinel_master_name.trim().is_empty() {
             return Err(RedisMetadataError::MasterName);
         }
-        if !self.failover && addresses.len() > 1 {
+        if !self.failover && !cluster && addresses.len() > 1 {
             return Err(RedisMetadataError::Host {
                 host: self.redis_host.clone(),
-                reason: "several addresses are only allowed with `failover` (sentinels)".into(),
+                reason: "several addresses are only allowed with `failover` (sentinels) \
+                         or `redisType: cluster` (seed nodes)"
+                    .into(),
             });
         }
         let dial = match self.dial_timeout {
@@ -163,8 +175,49 @@ impl RedisMetadata {
             master_name: self
                 .failover
                 .then(|| self.sentinel_master_name.trim().to_string()),
+            cluster,
             tls,
         })
+    }
+
+    /// A Redis Cluster has no sentinels and only database 0.
+    fn check_cluster_fields(&self) -> Result<(), RedisMetadataError> {
+        let conflicting = if self.failover {
+            Some("failover")
+        } else if !self.sentinel_master_name.trim().is_empty() {
+            Some("sentinelMasterName")
+        } else if self.redis_db != 0 {
+            Some("redisDB")
+        } else {
+            None
+        };
+        match conflicting {
+            Some(field) => Err(RedisMetadataError::NotWithCluster { field }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Dapr's `redisType`: what `redisHost` points at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RedisType {
+    /// One server (or, with `failover`, the master the sentinels name).
+    #[default]
+    Node,
+    /// A Redis Cluster; `redisHost` lists seed nodes.
+    Cluster,
+}
+
+impl<'de> Deserialize<'de> for RedisType {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        match text.trim().to_ascii_lowercase().as_str() {
+            "" | "node" => Ok(Self::Node),
+            "cluster" => Ok(Self::Cluster),
+            _ => Err(de::Error::custom(format!(
+                "`{text}` is neither `node` nor `cluster`"
+            ))),
+        }
     }
 }
 
@@ -181,6 +234,7 @@ impl fmt::Debug for RedisMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisMetadata")
             .field("redis_host", &self.redis_host)
+            .field("redis_type", &self.redis_type)
             .field("redis_password", &redacted(&self.redis_password))
             .field("redis_username", &self.redis_username)
             .field("redis_db", &self.redis_db)
@@ -220,6 +274,8 @@ pub struct ConnectionSettings {
     pub response: Option<Duration>,
     /// With failover: the master's name at the sentinels.
     pub master_name: Option<String>,
+    /// `redisType: cluster`: `addresses` are seed nodes of a Redis Cluster.
+    pub cluster: bool,
     /// With `enableTLS`: the TLS material, read (compared by content, so a
     /// rotated certificate counts as a change).
     pub tls: Option<crate::tls::ClientTls>,
@@ -258,6 +314,7 @@ impl fmt::Debug for ConnectionSettings {
             .field("dial", &self.dial)
             .field("response", &self.response)
             .field("master_name", &self.master_name)
+            .field("cluster", &self.cluster)
             .field("tls", &self.tls)
             .finish()
     }
@@ -284,6 +341,12 @@ pub enum RedisMetadataError {
     /// A negative `dialTimeout`.
     #[error("metadata field `dialTimeout` must not be negative")]
     DialTimeout,
+    /// A field that has no meaning for a Redis Cluster.
+    #[error("metadata field `{field}` cannot be used with `redisType: cluster` (a Redis Cluster has no sentinels and only database 0)")]
+    NotWithCluster {
+        /// The field.
+        field: &'static str,
+    },
 }
 
 /// Parses `redisHost`: `host:port` (port defaults to 6379), `[v6]:port`,
@@ -414,6 +477,49 @@ mod tests {
             .connection_settings()
             .map(|_| ());
         assert!(matches!(err, Err(RedisMetadataError::Host { .. })));
+    }
+
+    #[test]
+    fn cluster_type_takes_seed_nodes_and_refuses_sentinel_fields() {
+        let m =
+            decode(json!({"redisHost": "127.0.0.1:7000, 127.0.0.1:7001", "redisType": "cluster"}))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let settings = m.connection_settings().unwrap_or_else(|e| panic!("{e}"));
+        assert!(settings.cluster);
+        assert_eq!(settings.addresses.len(), 2);
+        assert_ne!(
+            Ok(settings),
+            RedisMetadata::new("127.0.0.1:7000,127.0.0.1:7001").connection_settings(),
+        );
+        let err = decode(json!({"redisHost": "h:1", "redisType": "sentinel"}))
+            .map(|_| ())
+            .expect_err("an unknown redisType");
+        assert!(
+            err.contains("redisType") && err.contains("sentinel"),
+            "{err}"
+        );
+        for (extra, field) in [
+            (
+                json!({"failover": true, "sentinelMasterName": "m"}),
+                "failover",
+            ),
+            (json!({"sentinelMasterName": "m"}), "sentinelMasterName"),
+            (json!({"redisDB": 2}), "redisDB"),
+        ] {
+            let mut value = json!({"redisHost": "h:1", "redisType": "cluster"});
+            if let (Some(target), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+                target.extend(extra.clone());
+            }
+            let err = decode(value)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .connection_settings()
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            assert!(
+                matches!(&err, Err(m) if m.contains(field) && m.contains("redisType: cluster")),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]

@@ -17,8 +17,10 @@
 //! (`redisHost` then lists the sentinels), `enableTLS` with `caCert`,
 //! `clientCert`, `clientKey` (PEM text or file paths) and
 //! `insecureSkipVerify` (tests only), `keyPrefix`, and for the state store
-//! `ttlInSeconds`.
+//! `ttlInSeconds`. With `redisType: cluster`, `redisHost` lists seed nodes
+//! of a Redis Cluster (see [`any_connection`]).
 
+pub mod any_connection;
 pub mod bounded;
 mod connect;
 pub mod connection;
@@ -37,7 +39,7 @@ pub mod tls;
 pub use connect::ConnectError;
 pub use connection::RedisConnection;
 pub use lock::RedisLock;
-pub use metadata::{RedisMetadata, RedisMetadataError};
+pub use metadata::{RedisMetadata, RedisMetadataError, RedisType};
 pub use pubsub::RedisPubSub;
 pub use sequencer::RedisSequencer;
 pub use state::RedisStateStore;

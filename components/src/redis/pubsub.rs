@@ -9,15 +9,18 @@
 //! (looked for every `redeliverInterval`). Subscriptions of one consumer
 //! ID share its entries (competing consumers), as in Dapr.
 //!
+//! On a Redis Cluster (`redisType: cluster`) a topic's stream is one key,
+//! so every command of a subscription goes to the master of its slot.
+//!
 //! `processingTimeout`, `redeliverInterval`, `queueDepth`, `concurrency`
-//! and `maxLenApprox` apply in place; a change of server, credentials,
-//! database or consumer ID rebuilds the component, and the handle layer
+//! and `maxLenApprox` apply in place; a change of server, `redisType`,
+//! credentials, database or consumer ID rebuilds the component, and the handle layer
 //! moves subscriptions to the new instance without losing a message.
 
 use std::sync::{Arc, OnceLock};
 
+use super::any_connection::AnyConnection;
 use arc_swap::ArcSwap;
-use redis::aio::ConnectionManager;
 use rewire_runtime::{
     Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PubSub, PubSubError,
     PubSubSubscription, PublishRequest, Readiness, SubscribeRequest,
@@ -58,7 +61,7 @@ impl std::fmt::Debug for RedisPubSub {
 /// What `init` established.
 #[derive(Clone)]
 pub(super) struct Connected {
-    pub(super) manager: ConnectionManager,
+    pub(super) connection: AnyConnection,
     pub(super) settings: ConnectionSettings,
     pub(super) server: String,
     pub(super) group: String,
@@ -99,7 +102,7 @@ impl Component for RedisPubSub {
         };
         info!(component = %key, host = %settings.host(), server = %opened.server, group = %group, "Redis pub/sub connected.");
         let connected = Connected {
-            manager: opened.manager,
+            connection: opened.connection,
             settings,
             server: opened.server,
             group,
@@ -114,7 +117,7 @@ impl Component for RedisPubSub {
         let Ok(connected) = self.connected() else {
             return Readiness::NotReady("not connected".into());
         };
-        let mut manager = connected.manager.clone();
+        let mut manager = connected.connection.clone();
         match tokio::time::timeout(connected.settings.dial, ping(&mut manager)).await {
             Ok(Ok(())) => Readiness::Ready,
             Ok(Err(err)) => Readiness::NotReady(connected.describe(&err)),
@@ -167,7 +170,7 @@ impl PubSub for RedisPubSub {
             cmd.arg("MAXLEN").arg("~").arg(max_len);
         }
         cmd.arg("*").arg("data").arg(&req.data);
-        let mut manager = connected.manager.clone();
+        let mut manager = connected.connection.clone();
         let _id: String = cmd
             .query_async(&mut manager)
             .await
@@ -180,7 +183,7 @@ impl PubSub for RedisPubSub {
             return Err(PubSubError::Invalid("the topic is empty".into()));
         }
         let connected = self.connected()?.clone();
-        let mut manager = connected.manager.clone();
+        let mut manager = connected.connection.clone();
         ensure_group(&mut manager, &req.topic, &connected.group)
             .await
             .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
@@ -192,7 +195,7 @@ impl PubSub for RedisPubSub {
         let (subscription, feed) = PubSubSubscription::channel(tunables.concurrency);
         let reader = Reader {
             connected,
-            reading: reading.manager,
+            reading: reading.connection,
             topic: req.topic,
             tunables: self.tunables.clone(),
             gate: self.gate.clone(),

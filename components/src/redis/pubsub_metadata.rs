@@ -1,5 +1,6 @@
 //! The metadata of the `redis` pub/sub, with the names of Dapr's
-//! `pubsub.redis`: the connection fields of [`RedisMetadata`] plus
+//! `pubsub.redis`: the connection fields of [`RedisMetadata`] (with
+//! `redisType`) plus
 //! `consumerID`, `processingTimeout`, `redeliverInterval`, `queueDepth`,
 //! `concurrency` and `maxLenApprox`.
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
-use super::metadata::RedisMetadata;
+use super::metadata::{RedisMetadata, RedisType};
 
 /// `processingTimeout` when none is given (Dapr's).
 pub const DEFAULT_PROCESSING_TIMEOUT: Duration = Duration::from_secs(60);
@@ -27,8 +28,12 @@ pub const MAX_DEPTH: usize = 10_000;
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RedisPubSubMetadata {
-    /// `host:port` of the server (with `failover`: the sentinels).
+    /// `host:port` of the server (with `failover`: the sentinels; with
+    /// `redisType: cluster`: seed nodes of the cluster).
     pub redis_host: String,
+    /// `node` (default) or `cluster`, as Dapr's `redisType`.
+    #[serde(default)]
+    pub redis_type: RedisType,
     /// Password (`AUTH`); empty: none.
     #[serde(default)]
     pub redis_password: String,
@@ -82,6 +87,7 @@ impl RedisPubSubMetadata {
     /// The connection part, as the state store's metadata.
     pub fn connection(&self) -> RedisMetadata {
         RedisMetadata {
+            redis_type: self.redis_type,
             redis_password: self.redis_password.clone(),
             redis_username: self.redis_username.clone(),
             redis_db: self.redis_db,
@@ -133,6 +139,7 @@ impl fmt::Debug for RedisPubSubMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisPubSubMetadata")
             .field("redis_host", &self.redis_host)
+            .field("redis_type", &self.redis_type)
             .field("redis_db", &self.redis_db)
             .field("consumer_id", &self.consumer_id)
             .finish_non_exhaustive()

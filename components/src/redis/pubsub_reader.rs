@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::any_connection::AnyConnection;
 use arc_swap::ArcSwap;
-use redis::aio::ConnectionManager;
 use redis::{RedisError, Value};
 use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
 use tokio::sync::Semaphore;
@@ -30,7 +30,7 @@ const DRAIN_RETRY_AFTER: Duration = Duration::from_millis(200);
 /// Creates consumer group `group` on `topic` at the start of the stream
 /// (creating the stream too), unless it exists.
 pub(super) async fn ensure_group(
-    conn: &mut ConnectionManager,
+    conn: &mut AnyConnection,
     topic: &str,
     group: &str,
 ) -> Result<(), RedisError> {
@@ -50,7 +50,7 @@ pub(super) async fn ensure_group(
 
 pub(super) struct Reader {
     pub(super) connected: Connected,
-    pub(super) reading: ConnectionManager,
+    pub(super) reading: AnyConnection,
     pub(super) topic: String,
     pub(super) tunables: Arc<ArcSwap<Tunables>>,
     pub(super) gate: Arc<PublishGate>,
@@ -199,7 +199,7 @@ impl Reader {
 /// Up to `count` new entries for `group` on `topic` (`XREADGROUP`);
 /// `block`: wait that long for one.
 async fn read_group(
-    conn: &mut ConnectionManager,
+    conn: &mut AnyConnection,
     group: &str,
     topic: &str,
     count: usize,
@@ -280,7 +280,7 @@ fn text_of(value: Value) -> Option<String> {
 }
 
 async fn ack(connected: &Connected, topic: &str, id: &str) {
-    let mut manager = connected.manager.clone();
+    let mut manager = connected.connection.clone();
     let acked: Result<i64, RedisError> = redis::cmd("XACK")
         .arg(topic)
         .arg(&connected.group)

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::bounded::BoundedConnection;
 use redis::RedisResult;
 use rewire_runtime::{
     BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, GetRequest, InPlace,
@@ -15,6 +14,8 @@ use rewire_runtime::{
 };
 use tracing::debug;
 
+use super::any_connection::slot_of;
+use super::bounded::BoundedConnection;
 use super::connection::{RedisConnection, Session};
 use super::metadata::RedisMetadata;
 use super::scripts;
@@ -23,8 +24,9 @@ use crate::time_limits::{check_ttl, check_ttl_seconds};
 /// The request metadata key Dapr uses for a per-write TTL.
 const TTL_METADATA_KEY: &str = "ttlInSeconds";
 
-/// A state store on Redis (standalone, or its master found through
-/// Sentinel), compatible with data written by Dapr's `state.redis`.
+/// A state store on Redis (standalone, its master found through Sentinel,
+/// or a Redis Cluster), compatible with data written by Dapr's
+/// `state.redis`.
 ///
 /// Every metadata change applies in place: a change of server, password,
 /// database or timeouts connects anew and swaps the connection once it
@@ -63,6 +65,11 @@ impl RedisStateStore {
             .connection()
             .map_err(|err| StateError::Backend(err.to_string()))?;
         Ok((session, conn))
+    }
+
+    /// The component key, for errors.
+    pub(super) fn label(&self) -> &str {
+        self.connection.label()
     }
 
     /// A Redis failure of `session`, described without secrets.
@@ -111,7 +118,7 @@ impl InPlaceUpdate for RedisStateStore {
 impl StateStore for RedisStateStore {
     async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
         let (session, mut conn) = self.session()?;
-        let fields: (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
+        let fields: Fields = redis::cmd("HMGET")
             .arg(session.key(&req.key))
             .arg("data")
             .arg("version")
@@ -175,23 +182,18 @@ impl StateStore for RedisStateStore {
         }
     }
 
-    /// One round trip: an `HMGET` per key in one `MULTI`/`EXEC`, so the
-    /// answer is one snapshot (never half of a transaction).
+    /// An `HMGET` per key in one `MULTI`/`EXEC`, so the answer is one
+    /// snapshot (never half of a transaction). On a Redis Cluster, one
+    /// `MULTI`/`EXEC` per hash slot (sent concurrently): each slot is a
+    /// snapshot, and a transaction, being in one slot, is seen whole or not
+    /// at all.
     async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let (session, mut conn) = self.session()?;
-        let mut pipe = redis::pipe();
-        pipe.atomic().ignore_errors();
-        for key in &keys {
-            pipe.cmd("HMGET")
-                .arg(session.key(key))
-                .arg("data")
-                .arg("version");
-        }
-        let replies: Vec<RedisResult<(Option<Vec<u8>>, Option<String>)>> = pipe
-            .query_async(&mut conn)
+        let (session, conn) = self.session()?;
+        let full_keys = keys.iter().map(|key| session.key(key)).collect();
+        let replies = read_snapshots(conn, full_keys)
             .await
             .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
         if replies.len() != keys.len() {
@@ -238,12 +240,71 @@ impl StateStore for RedisStateStore {
     }
 }
 
+/// The `data` and `version` fields of a state key.
+type Fields = (Option<Vec<u8>>, Option<String>);
+
+/// The fields of every key of `keys` (full Redis keys), in order: one
+/// `MULTI`/`EXEC` of `HMGET`s on one server; on a cluster one per hash
+/// slot (a transaction cannot span slots), sent concurrently.
+async fn read_snapshots(
+    conn: BoundedConnection,
+    keys: Vec<String>,
+) -> RedisResult<Vec<RedisResult<Fields>>> {
+    let groups: Vec<Vec<usize>> = if conn.is_cluster() {
+        let mut by_slot: HashMap<_, Vec<usize>> = HashMap::new();
+        for (index, key) in keys.iter().enumerate() {
+            by_slot.entry(slot_of(key)).or_default().push(index);
+        }
+        by_slot.into_values().collect()
+    } else {
+        vec![(0..keys.len()).collect()]
+    };
+    if let [_] = groups.as_slice() {
+        return read_snapshot(conn, keys).await;
+    }
+    let mut reads = tokio::task::JoinSet::new();
+    for group in groups {
+        let group_keys = group.iter().map(|&index| keys[index].clone()).collect();
+        let conn = conn.clone();
+        reads.spawn(async move { (group, read_snapshot(conn, group_keys).await) });
+    }
+    let mut replies: Vec<Option<RedisResult<Fields>>> = keys.iter().map(|_| None).collect();
+    while let Some(joined) = reads.join_next().await {
+        let (group, read) = joined.map_err(|err| {
+            redis::RedisError::from(std::io::Error::other(format!("a bulk read ended: {err}")))
+        })?;
+        for (index, reply) in group.into_iter().zip(read?) {
+            replies[index] = Some(reply);
+        }
+    }
+    Ok(replies
+        .into_iter()
+        .map(|reply| {
+            reply.unwrap_or_else(|| {
+                Err(redis::RedisError::from(std::io::Error::other(
+                    "no reply for this key",
+                )))
+            })
+        })
+        .collect())
+}
+
+/// The fields of `keys`, one `HMGET` each in one `MULTI`/`EXEC`.
+async fn read_snapshot(
+    mut conn: BoundedConnection,
+    keys: Vec<String>,
+) -> RedisResult<Vec<RedisResult<Fields>>> {
+    let mut pipe = redis::pipe();
+    pipe.atomic().ignore_errors();
+    for key in &keys {
+        pipe.cmd("HMGET").arg(key).arg("data").arg("version");
+    }
+    pipe.query_async(&mut conn).await
+}
+
 /// The entry of a hash's `data` and `version`; a hash without `data` is a
 /// missing key.
-fn entry(
-    key: &str,
-    (data, version): (Option<Vec<u8>>, Option<String>),
-) -> Result<Option<StateEntry>, StateError> {
+fn entry(key: &str, (data, version): Fields) -> Result<Option<StateEntry>, StateError> {
     let Some(data) = data else {
         return Ok(None);
     };

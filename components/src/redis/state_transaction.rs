@@ -3,12 +3,17 @@
 //! every etag, then writes, so Redis runs it atomically: no reader sees
 //! part of it, and a failed etag changes no key.
 //!
-//! All keys are sent to one server; a Redis Cluster would need them in one
-//! hash slot (a `{tag}` in every key), as Dapr's `state.redis` requires.
+//! On a Redis Cluster (`redisType: cluster`) a script runs on one node, so
+//! every key of a transaction must be in one hash slot: keys that share a
+//! hash tag (`{order-1}:items`, `{order-1}:total`: only the part in braces
+//! is hashed), as Dapr documents for `state.redis`. A transaction whose
+//! keys span slots is refused before anything is sent, naming the
+//! component and two keys that differ.
 
 use rewire_runtime::{Concurrency, StateError, TransactionOperation, TransactionRequest};
 use tracing::debug;
 
+use super::any_connection::slot_of;
 use super::scripts;
 use super::state::{etag_arg, ttl_arg, RedisStateStore};
 
@@ -21,6 +26,9 @@ pub(super) async fn execute(
         return Ok(());
     }
     let (session, mut conn) = store.session()?;
+    if conn.is_cluster() {
+        refuse_cross_slot(store.label(), &req, |key| session.key(key))?;
+    }
     let default_ttl = session.metadata().ttl_in_seconds;
     let mut invocation = scripts::TRANSACTION.prepare_invoke();
     for operation in &req.operations {
@@ -72,5 +80,66 @@ pub(super) async fn execute(
             "the transaction script answered {other} for {} operations",
             req.operations.len()
         ))),
+    }
+}
+
+/// On a cluster: an error unless every key of `req` (as stored, through
+/// `stored`) hashes to one slot.
+fn refuse_cross_slot(
+    component: &str,
+    req: &TransactionRequest,
+    stored: impl Fn(&str) -> String,
+) -> Result<(), StateError> {
+    let mut keys = req.operations.iter().map(TransactionOperation::key);
+    let Some(first) = keys.next() else {
+        return Ok(());
+    };
+    let slot = slot_of(&stored(first));
+    match keys.find(|key| slot_of(&stored(key)) != slot) {
+        None => Ok(()),
+        Some(other) => Err(StateError::Invalid(format!(
+            "{component} (`redisType: cluster`): the keys of a transaction must share one hash \
+             slot, and `{first}` and `{other}` do not; give every key of the transaction the \
+             same hash tag, as `{{order-1}}:items` and `{{order-1}}:total`"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::{DeleteRequest, SetRequest};
+
+    fn transaction(keys: &[&str]) -> TransactionRequest {
+        TransactionRequest {
+            operations: keys
+                .iter()
+                .enumerate()
+                .map(|(i, key)| match i % 2 {
+                    0 => TransactionOperation::Upsert(SetRequest {
+                        key: key.to_string(),
+                        ..SetRequest::default()
+                    }),
+                    _ => TransactionOperation::Delete(DeleteRequest {
+                        key: key.to_string(),
+                        ..DeleteRequest::default()
+                    }),
+                })
+                .collect(),
+            ..TransactionRequest::default()
+        }
+    }
+
+    #[test]
+    fn keys_of_one_hash_tag_pass_others_are_refused() {
+        let stored = |key: &str| format!("shop||{key}");
+        let same = transaction(&["{order-1}:items", "{order-1}:total", "{order-1}"]);
+        assert_eq!(refuse_cross_slot("state/orders", &same, stored), Ok(()));
+        let spread = transaction(&["order-1", "order-2", "order-3", "order-4"]);
+        let err = refuse_cross_slot("state/orders", &spread, stored);
+        assert!(
+            matches!(&err, Err(StateError::Invalid(m)) if m.contains("state/orders") && m.contains("hash tag")),
+            "{err:?}"
+        );
     }
 }

@@ -35,8 +35,8 @@ pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
-use crate::config::Sections;
 use crate::component::{Component, ComponentError, Kind};
+use crate::config::Sections;
 use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer, StateStore};
 
 /// One published version of the whole component set.
