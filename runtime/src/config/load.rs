@@ -10,7 +10,7 @@ use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
-use super::sections::Sections;
+use super::sections::{Sections, Subscriptions};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
 use crate::fs_read::{read_bounded, FileReadError};
@@ -171,7 +171,13 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
         components,
         overlay,
         has_components,
-        sections: Sections::default(),
+        sections: Sections {
+            subscriptions: raw
+                .subscriptions
+                .as_ref()
+                .map(|value| Subscriptions::decode(value, &mut problems.0))
+                .unwrap_or_default(),
+        },
     };
     Ok((patch, problems))
 }

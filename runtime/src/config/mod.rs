@@ -26,5 +26,8 @@ pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySp
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use sections::Sections;
+pub use sections::{
+    RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions, RawRoutes, RawRule,
+};
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

@@ -20,6 +20,9 @@ pub(super) struct RawFile {
     pub components: Option<Map<String, Value>>,
     #[serde(default)]
     pub overlay: Option<RawOverlay>,
+    /// The `subscriptions` section, decoded by its own module.
+    #[serde(default)]
+    pub subscriptions: Option<Value>,
 }
 
 /// `overlay`.

@@ -13,10 +13,22 @@
 //! Sections come from the file layer only: an overlay or a Lifecycle push
 //! changes components.
 
+mod route_match;
+mod subscriptions;
+
+pub use route_match::{RouteMatch, MAX_MATCH_LEN};
+pub use subscriptions::{
+    RawRoutes, RawRule, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
+    MAX_DECLARED_SUBSCRIPTIONS, MAX_ROUTE_RULES,
+};
+
 /// Every top-level section other than `components`, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
-pub struct Sections {}
+pub struct Sections {
+    /// `subscriptions`: declarative pub/sub subscriptions, by name.
+    pub subscriptions: Subscriptions,
+}
 
 impl Sections {
     /// Whether every section is at its default (none was given).

@@ -47,30 +47,39 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
 #[tonic::async_trait]
 impl EventSink for HttpRoute {
     async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
-        let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
-        let sent = self
-            .client
-            .post(&self.url)
-            .header("content-type", "application/cloudevents+json")
-            .header("pubsubname", event.field("pubsubname"))
-            .body(body)
-            .send()
-            .await;
-        match sent {
-            Ok(answer) => {
-                let status = answer.status();
-                let body = answer.bytes().await.unwrap_or_default();
-                outcome_of(status, &body)
-            }
-            Err(err) => {
-                tracing::debug!(url = %self.url, error = %err, "Delivering to the app failed; retried.");
-                DeliveryOutcome::Retry
-            }
-        }
+        post_event(&self.client, &self.url, event).await
     }
 
     async fn closed(&self) {
         std::future::pending().await
+    }
+}
+
+/// Delivers `event` as a `POST` of its CloudEvent to `url`; the app's
+/// answer.
+pub(super) async fn post_event(
+    client: &reqwest::Client,
+    url: &str,
+    event: &TopicEvent,
+) -> DeliveryOutcome {
+    let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
+    let sent = client
+        .post(url)
+        .header("content-type", "application/cloudevents+json")
+        .header("pubsubname", event.field("pubsubname"))
+        .body(body)
+        .send()
+        .await;
+    match sent {
+        Ok(answer) => {
+            let status = answer.status();
+            let body = answer.bytes().await.unwrap_or_default();
+            outcome_of(status, &body)
+        }
+        Err(err) => {
+            tracing::debug!(url = %url, error = %err, "Delivering to the app failed; retried.");
+            DeliveryOutcome::Retry
+        }
     }
 }
 
