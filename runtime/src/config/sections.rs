@@ -16,10 +16,9 @@
 mod route_match;
 mod subscriptions;
 
-pub use route_match::{RouteMatch, MAX_MATCH_LEN};
+pub use route_match::RouteMatch;
 pub use subscriptions::{
     RawRoutes, RawRule, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
-    MAX_DECLARED_SUBSCRIPTIONS, MAX_ROUTE_RULES,
 };
 
 /// Every top-level section other than `components`, decoded.

@@ -265,14 +265,15 @@ impl Subscriptions {
 
     /// Problems for subscriptions naming a pub/sub that `components` do not
     /// declare.
-    pub(crate) fn check_pubsubs<V>(&self, components: &BTreeMap<ComponentKey, V>) -> Vec<Problem> {
+    pub(crate) fn check_pubsubs(&self, components: &BTreeSet<ComponentKey>) -> Vec<Problem> {
         self.0
             .iter()
             .filter(|(_, s)| {
-                !components.contains_key(&ComponentKey::new(Kind::PubSub, s.pubsub_name.as_str()))
+                !components.contains(&ComponentKey::new(Kind::PubSub, s.pubsub_name.as_str()))
             })
             .map(|(name, s)| {
                 let declared: Vec<&str> = components
+                    .iter()
                     .filter(|k| k.kind == Kind::PubSub)
                     .map(|k| k.name.as_str())
                     .collect();
