@@ -26,8 +26,9 @@ pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySp
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use sections::Sections;
+pub use sections::{OtelExport, OtelProtocol, TracingSection};
 pub use sections::{
-    RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions, RawRoutes, RawRule,
+    RawRoutes, RawRule, RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
 };
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

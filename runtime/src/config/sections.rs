@@ -15,16 +15,20 @@
 
 mod route_match;
 mod subscriptions;
+pub(crate) mod tracing;
 
 pub use route_match::RouteMatch;
 pub use subscriptions::{
     RawRoutes, RawRule, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
 };
+pub use tracing::{OtelExport, OtelProtocol, TracingSection};
 
 /// Every top-level section other than `components`, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Sections {
+    /// `tracing`: span export and sampling (read by the sidecar).
+    pub tracing: Option<TracingSection>,
     /// `subscriptions`: declarative pub/sub subscriptions, by name.
     pub subscriptions: Subscriptions,
 }
