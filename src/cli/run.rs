@@ -146,6 +146,9 @@ async fn serve_until_stopped(
         let channel = rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol);
         rewire::sidecar::app::serve_app(runtime.clone(), channel, Vec::new(), stop_serving.clone())
     });
+    if args.app_port.is_none() && !runtime.generation().sections().subscriptions.0.is_empty() {
+        tracing::warn!("The configuration declares subscriptions but no --app-port is given: their events are not delivered.");
+    }
     let signal = stop.wait().await;
     tracing::info!(signal, "Stopping.");
     stop_serving.cancel();

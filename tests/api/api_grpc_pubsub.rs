@@ -204,7 +204,10 @@ impl dapr::app_callback_server::AppCallback for CallbackApp {
             pubsub_name: "pubsub".into(),
             topic: "orders".into(),
             routes: Some(dapr::TopicRoutes {
-                rules: Vec::new(),
+                rules: vec![dapr::TopicRule {
+                    r#match: "event.type == 'urgent'".into(),
+                    path: "/urgent".into(),
+                }],
                 default: "/orders".into(),
             }),
             ..Default::default()
@@ -273,6 +276,27 @@ async fn a_grpc_app_gets_events_through_app_callback() {
         .expect("the retried event comes again")
         .expect("app alive");
     assert_eq!(again.id, first.id);
+    // A routing rule's path is the one named in the request.
+    let urgent = serde_json::json!({"specversion": "1.0", "id": "u1", "source": "shop",
+                                    "type": "urgent", "data": "now"});
+    client
+        .publish_event(publish(
+            "orders",
+            urgent.to_string().as_bytes(),
+            "application/cloudevents+json",
+        ))
+        .await
+        .expect("published");
+    let routed = loop {
+        let event = tokio::time::timeout(grpc::PATIENCE, received.recv())
+            .await
+            .expect("the urgent event comes")
+            .expect("app alive");
+        if event.r#type == "urgent" {
+            break event;
+        }
+    };
+    assert_eq!(routed.path, "/urgent");
     stop.cancel();
     sidecar.stop().await;
 }

@@ -32,6 +32,7 @@ mod api_http_state_transaction;
 mod api_limits;
 mod api_pubsub_broker_switch;
 mod api_redis_cluster;
+mod api_pubsub_declarative;
 mod dapr_python_sdk;
 mod layotto_grpc;
 mod layotto_grpc_backends;

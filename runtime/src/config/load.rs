@@ -10,7 +10,7 @@ use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
-use super::sections::Sections;
+use super::sections::{Sections, Subscriptions};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
 use crate::fs_read::{read_bounded, FileReadError};
@@ -170,6 +170,9 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
     match super::sections::tracing::decode_optional(raw.tracing.as_ref()) {
         Ok(tracing) => sections.tracing = tracing,
         Err(problem) => problems.push(problem),
+    }
+    if let Some(value) = &raw.subscriptions {
+        sections.subscriptions = Subscriptions::decode(value, &mut problems.0);
     }
     let patch = ConfigPatch {
         app_id,

@@ -27,5 +27,8 @@ pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use sections::Sections;
 pub use sections::{OtelExport, OtelProtocol, TracingSection};
+pub use sections::{
+    RawRoutes, RawRule, RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
+};
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

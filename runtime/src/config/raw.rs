@@ -23,6 +23,9 @@ pub(super) struct RawFile {
     /// `tracing`, decoded by [`super::sections`].
     #[serde(default)]
     pub tracing: Option<Value>,
+    /// The `subscriptions` section, decoded by its own module.
+    #[serde(default)]
+    pub subscriptions: Option<Value>,
 }
 
 /// `overlay`.

@@ -13,8 +13,14 @@
 //! Sections come from the file layer only: an overlay or a Lifecycle push
 //! changes components.
 
+mod route_match;
+mod subscriptions;
 pub(crate) mod tracing;
 
+pub use route_match::RouteMatch;
+pub use subscriptions::{
+    RawRoutes, RawRule, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
+};
 pub use tracing::{OtelExport, OtelProtocol, TracingSection};
 
 /// Every top-level section other than `components`, decoded.
@@ -23,6 +29,8 @@ pub use tracing::{OtelExport, OtelProtocol, TracingSection};
 pub struct Sections {
     /// `tracing`: span export and sampling (read by the sidecar).
     pub tracing: Option<TracingSection>,
+    /// `subscriptions`: declarative pub/sub subscriptions, by name.
+    pub subscriptions: Subscriptions,
 }
 
 impl Sections {

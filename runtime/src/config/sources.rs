@@ -135,6 +135,19 @@ impl ConfigSources {
                 config.components.insert(key.clone(), spec.clone());
             }
         }
+        for (name, (location, subscription)) in &manifests.subscriptions {
+            if config.sections.subscriptions.0.contains_key(name) {
+                problems.push(Problem::file(format!(
+                    "subscriptions.{name}: declared both in the configuration file and in a Dapr resource file (declare it once)"
+                )).at(location.clone()));
+            } else {
+                config
+                    .sections
+                    .subscriptions
+                    .0
+                    .insert(name.clone(), subscription.clone());
+            }
+        }
         let default_store = ComponentKey::new(Kind::SecretStore, DEFAULT_SECRET_STORE);
         if !config.components.contains_key(&default_store) {
             for (key, origin) in &manifests.origins {

@@ -54,6 +54,10 @@ pub(crate) fn validate_declared(
             )));
         }
     }
+    let known: BTreeSet<ComponentKey> = config.components.keys().chain(broken).cloned().collect();
+    problems
+        .0
+        .extend(config.sections.subscriptions.check_pubsubs(&known));
     let graph = DependencyGraph::build(&config);
     let mut in_cycles = BTreeSet::new();
     for cycle in graph.cycles() {

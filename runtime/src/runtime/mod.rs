@@ -328,6 +328,13 @@ impl Runtime {
         self.live_generation().load_full()
     }
 
+    /// A receiver told of each new generation (its number), for a
+    /// subsystem that follows the generation's
+    /// [`sections`](Generation::sections).
+    pub fn generation_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.live_generation().changes()
+    }
+
     /// The running configuration.
     pub fn config(&self) -> ValidConfig {
         self.running().config()

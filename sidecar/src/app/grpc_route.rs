@@ -3,6 +3,7 @@
 //! Dapr's status values; a failed call retries. The app's subscriptions
 //! come from `AppCallback.ListTopicSubscriptions`.
 
+use rewire_runtime::config::{RawRoutes, RawRule, SubscriptionRoutes};
 use rewire_runtime::DeliveryOutcome;
 use tonic::transport::Channel;
 
@@ -31,29 +32,7 @@ impl GrpcRoute {
 #[tonic::async_trait]
 impl EventSink for GrpcRoute {
     async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
-        let request = pb::TopicEventRequest {
-            id: event.id.clone(),
-            source: event.field("source"),
-            r#type: event.field("type"),
-            spec_version: event.field("specversion"),
-            data_content_type: event.data_content_type.clone(),
-            data: event.data.clone(),
-            topic: event.field("topic"),
-            pubsub_name: event.field("pubsubname"),
-            path: self.path.clone(),
-            extensions: None,
-        };
-        match self.client.clone().on_topic_event(request).await {
-            Ok(answer) => match TopicEventResponseStatus::try_from(answer.into_inner().status) {
-                Ok(TopicEventResponseStatus::Success) => DeliveryOutcome::Success,
-                Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
-                _ => DeliveryOutcome::Retry,
-            },
-            Err(status) => {
-                tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
-                DeliveryOutcome::Retry
-            }
-        }
+        on_topic_event(&self.client, &self.path, event).await
     }
 
     async fn closed(&self) {
@@ -61,26 +40,74 @@ impl EventSink for GrpcRoute {
     }
 }
 
+/// Delivers `event` with `OnTopicEvent`, naming `path` (the route chosen
+/// for it); the app's answer.
+pub(super) async fn on_topic_event(
+    client: &AppCallbackClient<Channel>,
+    path: &str,
+    event: &TopicEvent,
+) -> DeliveryOutcome {
+    let request = pb::TopicEventRequest {
+        id: event.id.clone(),
+        source: event.field("source"),
+        r#type: event.field("type"),
+        spec_version: event.field("specversion"),
+        data_content_type: event.data_content_type.clone(),
+        data: event.data.clone(),
+        topic: event.field("topic"),
+        pubsub_name: event.field("pubsubname"),
+        path: path.to_string(),
+        extensions: None,
+    };
+    match client.clone().on_topic_event(request).await {
+        Ok(answer) => match TopicEventResponseStatus::try_from(answer.into_inner().status) {
+            Ok(TopicEventResponseStatus::Success) => DeliveryOutcome::Success,
+            Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
+            _ => DeliveryOutcome::Retry,
+        },
+        Err(status) => {
+            tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
+            DeliveryOutcome::Retry
+        }
+    }
+}
+
 /// The app's subscriptions from `ListTopicSubscriptions` (none when the
 /// call fails, said in the log).
-pub(super) async fn ask_app(channel: Channel) -> Vec<AppSubscription> {
-    let mut client = AppCallbackClient::new(channel);
-    match client.list_topic_subscriptions(()).await {
+pub(super) async fn ask_app(client: &AppCallbackClient<Channel>) -> Vec<AppSubscription> {
+    match client.clone().list_topic_subscriptions(()).await {
         Ok(answer) => answer
             .into_inner()
             .subscriptions
             .into_iter()
             .take(super::subscriptions::MAX_SUBSCRIPTIONS)
-            .map(|s| AppSubscription {
-                route: s
-                    .routes
-                    .map(|r| r.default)
-                    .filter(|d| !d.is_empty())
-                    .unwrap_or_default(),
-                pubsub_name: s.pubsub_name,
-                topic: s.topic,
-                dead_letter_topic: Some(s.dead_letter_topic).filter(|t| !t.is_empty()),
-                metadata: s.metadata,
+            .filter_map(|s| {
+                let routes = s.routes.map(|r| RawRoutes {
+                    rules: Some(
+                        r.rules
+                            .into_iter()
+                            .map(|rule| RawRule {
+                                matcher: Some(rule.r#match),
+                                path: Some(rule.path),
+                            })
+                            .collect(),
+                    ),
+                    default: Some(r.default),
+                });
+                let routes = match SubscriptionRoutes::from_dapr(None, routes) {
+                    Ok(routes) => routes,
+                    Err(err) => {
+                        tracing::warn!(pubsub = %s.pubsub_name, topic = %s.topic, error = %err, "An app subscription's routes are malformed; it is not taken.");
+                        return None;
+                    }
+                };
+                Some(AppSubscription {
+                    routes,
+                    pubsub_name: s.pubsub_name,
+                    topic: s.topic,
+                    dead_letter_topic: Some(s.dead_letter_topic).filter(|t| !t.is_empty()),
+                    metadata: s.metadata.into_iter().collect(),
+                })
             })
             .collect(),
         Err(status) => {

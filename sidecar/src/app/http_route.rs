@@ -47,37 +47,46 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
 #[tonic::async_trait]
 impl EventSink for HttpRoute {
     async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
-        let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
-        let mut request = self
-            .client
-            .post(&self.url)
-            .header("content-type", "application/cloudevents+json")
-            .header("pubsubname", event.field("pubsubname"));
-        // The publisher's trace goes on to the app, as Dapr passes it.
-        for name in ["traceparent", "tracestate"] {
-            let value = event.field(name);
-            if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {
-                if !value.is_empty() {
-                    request = request.header(name, value);
-                }
-            }
-        }
-        let sent = request.body(body).send().await;
-        match sent {
-            Ok(answer) => {
-                let status = answer.status();
-                let body = answer.bytes().await.unwrap_or_default();
-                outcome_of(status, &body)
-            }
-            Err(err) => {
-                tracing::debug!(url = %self.url, error = %err, "Delivering to the app failed; retried.");
-                DeliveryOutcome::Retry
-            }
-        }
+        post_event(&self.client, &self.url, event).await
     }
 
     async fn closed(&self) {
         std::future::pending().await
+    }
+}
+
+/// Delivers `event` as a `POST` of its CloudEvent to `url`; the app's
+/// answer.
+pub(super) async fn post_event(
+    client: &reqwest::Client,
+    url: &str,
+    event: &TopicEvent,
+) -> DeliveryOutcome {
+    let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/cloudevents+json")
+        .header("pubsubname", event.field("pubsubname"));
+    // The publisher's trace goes on to the app, as Dapr passes it.
+    for name in ["traceparent", "tracestate"] {
+        let value = event.field(name);
+        if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {
+            if !value.is_empty() {
+                request = request.header(name, value);
+            }
+        }
+    }
+    let sent = request.body(body).send().await;
+    match sent {
+        Ok(answer) => {
+            let status = answer.status();
+            let body = answer.bytes().await.unwrap_or_default();
+            outcome_of(status, &body)
+        }
+        Err(err) => {
+            tracing::debug!(url = %url, error = %err, "Delivering to the app failed; retried.");
+            DeliveryOutcome::Retry
+        }
     }
 }
 

@@ -2,29 +2,34 @@
 //! pub/sub events to the app, as Dapr does.
 //!
 //! Once the app listens ([`wait_for_app`]), the sidecar asks it for its
-//! subscriptions (`GET /dapr/subscribe`), adds the declared ones, and
-//! delivers each topic's events as a `POST` of the CloudEvent to the
-//! subscription's route ([`HttpRoute`]) through the shared delivery engine
-//! ([`TopicDelivery`](crate::dapr::TopicDelivery)), which follows the
-//! pub/sub across reloads. With [`AppProtocol::Grpc`], the app is Dapr's
-//! `AppCallback` service instead: `ListTopicSubscriptions`, then
-//! `OnTopicEvent` per event ([`GrpcRoute`]).
+//! subscriptions (`GET /dapr/subscribe`), adds the declared ones (the
+//! configuration's `subscriptions` section, followed across reloads), and
+//! delivers each topic's events as a `POST` of the CloudEvent to the route
+//! the subscription's routing rules choose, through the shared delivery
+//! engine ([`TopicDelivery`](crate::dapr::TopicDelivery)), which follows
+//! the pub/sub across reloads. With [`AppProtocol::Grpc`], the app is
+//! Dapr's `AppCallback` service instead: `ListTopicSubscriptions`, then
+//! `OnTopicEvent` per event, naming the chosen route as `path`.
 
+mod follow;
 mod grpc_route;
 mod http_route;
+mod routed;
 mod subscriptions;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rewire_runtime::Runtime;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use grpc_route::GrpcRoute;
 pub use http_route::HttpRoute;
 pub use subscriptions::{parse_subscriptions, AppSubscription};
 
-use crate::dapr::TopicDelivery;
+use follow::Deliveries;
+use routed::AppTarget;
 
 /// How often the app's port is tried while waiting for it.
 const APP_POLL: Duration = Duration::from_millis(200);
@@ -91,95 +96,52 @@ pub async fn wait_for_app(channel: &AppChannel, shutdown: &CancellationToken) ->
     }
 }
 
-/// Delivers the app's subscriptions (its own, from `GET /dapr/subscribe`,
-/// plus `declared`) in the background, once the app listens, until
-/// `shutdown`.
+/// Delivers the app's subscriptions in the background, once the app
+/// listens, until `shutdown`: its own (from `GET /dapr/subscribe` or
+/// `ListTopicSubscriptions`, asked once), `given` (in code), and the
+/// declared ones of the configuration's `subscriptions` section, followed
+/// across reloads ([`follow`]).
 pub fn serve_app(
     runtime: Runtime,
     channel: AppChannel,
-    declared: Vec<AppSubscription>,
+    given: Vec<AppSubscription>,
     shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+) -> AppService {
+    let (subscribed_tx, subscribed) = watch::channel(BTreeSet::new());
+    let task = tokio::spawn(async move {
         if !wait_for_app(&channel, &shutdown).await {
             return;
         }
-        let Some(sinks) = Sinks::connect(&channel).await else {
+        let Some(app) = AppTarget::connect(&channel) else {
             return;
         };
-        let mut all = sinks.ask_app(&channel).await;
-        all.extend(declared);
-        for subscription in all {
-            let route = sinks.route(&channel, &subscription.route);
-            let delivery = TopicDelivery {
-                pubsub_name: subscription.pubsub_name.clone(),
-                topic: subscription.topic.clone(),
-                dead_letter_topic: subscription.dead_letter_topic.clone(),
-            };
-            match delivery
-                .start(
-                    &runtime,
-                    route,
-                    subscription.metadata.clone(),
-                    shutdown.clone(),
-                )
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(pubsub = %subscription.pubsub_name, topic = %subscription.topic, route = %subscription.route, "App subscribed.")
-                }
-                Err(err) => {
-                    tracing::warn!(pubsub = %subscription.pubsub_name, topic = %subscription.topic, error = %err, "App subscription refused.")
-                }
-            }
-        }
-    })
+        let own = match &app {
+            AppTarget::Http { client, .. } => subscriptions::ask_app(client, &channel).await,
+            AppTarget::Grpc(client) => grpc_route::ask_app(client).await,
+        };
+        let fixed = own
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (format!("app#{i}"), s))
+            .chain(
+                given
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, s)| (format!("given#{i}"), s)),
+            )
+            .collect();
+        Deliveries::new(runtime, app, shutdown, subscribed_tx)
+            .follow(fixed)
+            .await;
+    });
+    AppService { task, subscribed }
 }
 
-/// The app's client, by protocol.
-enum Sinks {
-    Http(reqwest::Client),
-    Grpc(tonic::transport::Channel),
-}
-
-impl Sinks {
-    async fn connect(channel: &AppChannel) -> Option<Self> {
-        match channel.protocol {
-            AppProtocol::Http => match reqwest::Client::builder().timeout(APP_CALL_TIMEOUT).build()
-            {
-                Ok(client) => Some(Self::Http(client)),
-                Err(err) => {
-                    tracing::error!(error = %err, "Cannot build the app's HTTP client.");
-                    None
-                }
-            },
-            AppProtocol::Grpc => {
-                let endpoint = tonic::transport::Endpoint::from_shared(channel.url("")).map(|e| {
-                    e.timeout(APP_CALL_TIMEOUT)
-                        .connect_timeout(APP_CALL_TIMEOUT)
-                });
-                match endpoint {
-                    Ok(endpoint) => Some(Self::Grpc(endpoint.connect_lazy())),
-                    Err(err) => {
-                        tracing::error!(error = %err, app = %channel.address, "Cannot address the app over gRPC.");
-                        None
-                    }
-                }
-            }
-        }
-    }
-
-    async fn ask_app(&self, channel: &AppChannel) -> Vec<AppSubscription> {
-        match self {
-            Self::Http(client) => subscriptions::ask_app(client, channel).await,
-            Self::Grpc(grpc) => grpc_route::ask_app(grpc.clone()).await,
-        }
-    }
-
-    fn route(&self, channel: &AppChannel, route: &str) -> Arc<dyn crate::dapr::EventSink> {
-        match self {
-            Self::Http(client) => Arc::new(HttpRoute::new(client.clone(), channel.url(route))),
-            Self::Grpc(grpc) => Arc::new(GrpcRoute::new(grpc.clone(), route.to_string())),
-        }
-    }
+/// The app's deliveries running in the background ([`serve_app`]).
+pub struct AppService {
+    /// Ends at shutdown (or when the app cannot be reached at all).
+    pub task: tokio::task::JoinHandle<()>,
+    /// The ids of the subscriptions delivering (`app#N`, `given#N`, or a
+    /// declared subscription's name), told after each change.
+    pub subscribed: watch::Receiver<BTreeSet<String>>,
 }

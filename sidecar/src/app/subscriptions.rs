@@ -1,10 +1,11 @@
 //! The app's subscriptions: programmatic ones, from the app's
 //! `GET /dapr/subscribe` (Dapr's JSON: `pubsubname`, `topic`, `route` or
-//! `routes.default`, `deadLetterTopic`, `metadata`), and declared ones in
-//! the same shape.
+//! `routes` with `rules` and `default`, `deadLetterTopic`, `metadata`),
+//! and declared ones (the configuration's `subscriptions` section).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
+use rewire_runtime::config::{RawRoutes, Subscription, SubscriptionRoutes};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -16,18 +17,46 @@ const ASK_ATTEMPTS: usize = 5;
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
 
 /// One subscription of the app.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AppSubscription {
     /// The pub/sub component.
     pub pubsub_name: String,
     /// The topic.
     pub topic: String,
-    /// The app's path events are posted to.
-    pub route: String,
+    /// The app's paths events are posted to: the first rule that matches
+    /// the event, else the default.
+    pub routes: SubscriptionRoutes,
     /// Where events that fail for good go.
     pub dead_letter_topic: Option<String>,
     /// Subscription metadata, passed to the broker.
-    pub metadata: HashMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl AppSubscription {
+    /// The subscription a declared one (`subscriptions` section) means.
+    pub fn declared(subscription: &Subscription) -> Self {
+        Self {
+            pubsub_name: subscription.pubsub_name.clone(),
+            topic: subscription.topic.clone(),
+            routes: subscription.routes.clone(),
+            dead_letter_topic: subscription.dead_letter_topic.clone(),
+            metadata: subscription.metadata.clone(),
+        }
+    }
+
+    /// Routes from Dapr's `route` / `routes`; with neither, the topic's
+    /// name is the route (as before routing rules existed).
+    pub(super) fn routes_of(
+        topic: &str,
+        route: Option<String>,
+        routes: Option<RawRoutes>,
+    ) -> Result<SubscriptionRoutes, String> {
+        let routes = SubscriptionRoutes::from_dapr(route, routes)?;
+        if routes.default.is_none() && routes.rules.is_empty() {
+            return Ok(SubscriptionRoutes::single(topic));
+        }
+        Ok(routes)
+    }
 }
 
 #[derive(Deserialize)]
@@ -39,17 +68,11 @@ struct Declared {
     #[serde(default)]
     route: Option<String>,
     #[serde(default)]
-    routes: Option<Routes>,
+    routes: Option<RawRoutes>,
     #[serde(default)]
     dead_letter_topic: Option<String>,
     #[serde(default)]
     metadata: HashMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct Routes {
-    #[serde(default)]
-    default: Option<String>,
 }
 
 /// The subscriptions of a Dapr `/dapr/subscribe` answer (or a declared
@@ -70,16 +93,15 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
         .map(|(i, entry)| {
             let declared: Declared = serde_json::from_value(entry.clone())
                 .map_err(|e| format!("subscription {i}: {e}"))?;
-            let route = declared
-                .route
-                .or_else(|| declared.routes.and_then(|r| r.default))
-                .unwrap_or_else(|| declared.topic.clone());
+            let routes =
+                AppSubscription::routes_of(&declared.topic, declared.route, declared.routes)
+                    .map_err(|e| format!("subscription {i}: {e}"))?;
             Ok(AppSubscription {
                 pubsub_name: declared.pubsubname,
                 topic: declared.topic,
-                route,
+                routes,
                 dead_letter_topic: declared.dead_letter_topic.filter(|t| !t.is_empty()),
-                metadata: declared.metadata,
+                metadata: declared.metadata.into_iter().collect(),
             })
         })
         .collect()
@@ -132,9 +154,34 @@ mod tests {
             {"pubsubname": "p", "topic": "c"}
         ]);
         let parsed = parse_subscriptions(&value).expect("valid");
-        let routes: Vec<&str> = parsed.iter().map(|s| s.route.as_str()).collect();
-        assert_eq!(routes, ["/orders", "/b", "c"]);
+        let routes: Vec<Option<&str>> =
+            parsed.iter().map(|s| s.routes.default.as_deref()).collect();
+        assert_eq!(routes, [Some("/orders"), Some("/b"), Some("c")]);
         assert_eq!(parsed[1].dead_letter_topic.as_deref(), Some("dlq"));
+        let v2 = serde_json::json!([{"pubsubname": "p", "topic": "t", "routes": {
+            "rules": [{"match": "event.type == \"widget\"", "path": "/widgets"}], "default": "/products"}}]);
+        let parsed = parse_subscriptions(&v2).expect("valid");
+        let event = |t: &str| {
+            serde_json::json!({"type": t})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            parsed[0].routes.path_for(&event("widget")),
+            Some("/widgets")
+        );
+        assert_eq!(
+            parsed[0].routes.path_for(&event("gadget")),
+            Some("/products")
+        );
+        let bad_rule = serde_json::json!([{"pubsubname": "p", "topic": "t", "routes": {
+            "rules": [{"match": "event.type ~ 1", "path": "/x"}]}}]);
+        let err = parse_subscriptions(&bad_rule).expect_err("bad match");
+        assert!(
+            err.starts_with("subscription 0: `routes.rules[0].match`: unsupported character `~`"),
+            "{err}"
+        );
         let bad = serde_json::json!([{"pubsubname": "p"}]);
         let err = parse_subscriptions(&bad).expect_err("no topic");
         assert!(

@@ -37,7 +37,7 @@ pub use file::{FileOpError, FileOps};
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
-pub use pubsub_delivery::{EventSink, TopicDelivery};
+pub use pubsub_delivery::{EventSink, TopicDelivery, MAX_ATTEMPTS};
 pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};
 pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use sequencer::{SequencerOpError, SequencerOps};

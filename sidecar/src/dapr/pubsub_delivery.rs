@@ -99,7 +99,9 @@ impl TopicDelivery {
     ) {
         let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         loop {
+            // Biased: once stopped, no further event is taken.
             let permit = tokio::select! {
+                biased;
                 () = shutdown.cancelled() => return,
                 () = sink.closed() => return,
                 permit = in_flight.clone().acquire_owned() => match permit {
@@ -108,6 +110,7 @@ impl TopicDelivery {
                 },
             };
             let delivery = tokio::select! {
+                biased;
                 () = shutdown.cancelled() => return,
                 () = sink.closed() => return,
                 delivery = subscription.deliveries.recv() => match delivery {

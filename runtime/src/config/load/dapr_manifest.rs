@@ -1,11 +1,13 @@
 //! Dapr resource files (`--resources-path DIR`): the `kind: Component`
 //! manifests of a folder's `*.yaml` / `*.yml` files (several documents per
-//! file allowed), turned into rewire components. Other resource kinds
-//! (`Subscription`, `Resiliency`, `Configuration`, ...) are skipped with a
-//! note; every problem names its file and line.
+//! file allowed), turned into rewire components, and the `kind:
+//! Subscription` ones, turned into entries of the `subscriptions` section.
+//! Other resource kinds (`Resiliency`, `Configuration`, ...) are skipped
+//! with a note; every problem names its file and line.
 
 mod component;
 mod spec_metadata;
+mod subscription;
 mod types;
 mod yaml;
 
@@ -14,6 +16,7 @@ use std::path::Path;
 
 use crate::component::ComponentKey;
 use crate::config::model::ComponentSpec;
+use crate::config::sections::Subscription;
 use crate::config::problem::{Problem, Problems};
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::registry::Registry;
@@ -47,6 +50,8 @@ pub(crate) struct Origin {
 pub(crate) struct Manifests {
     pub components: BTreeMap<ComponentKey, ComponentSpec>,
     pub origins: BTreeMap<ComponentKey, Origin>,
+    /// Declared subscriptions by name, with the `file:line` of each.
+    pub subscriptions: BTreeMap<String, (String, Subscription)>,
 }
 
 /// Problems (which refuse the folder) and notes (what was skipped or
@@ -169,9 +174,25 @@ pub(crate) fn parse_manifests(
                 .and_then(|e| e.value.as_text());
             match kind.as_deref() {
                 Some("Component") => {}
+                Some("Subscription") => {
+                    let location = format!("{file}:{}", doc.line);
+                    let Some((name, mapped)) =
+                        subscription::map_subscription(entries, file, doc.line, &mut found)
+                    else {
+                        continue;
+                    };
+                    if let Some((first, _)) = manifests.subscriptions.get(&name) {
+                        let message =
+                            format!("subscriptions.{name}: declared twice (also at {first})");
+                        found.problem_at(location, None, message);
+                    } else {
+                        manifests.subscriptions.insert(name, (location, mapped));
+                    }
+                    continue;
+                }
                 Some(other) => {
                     found.note(format!(
-                        "{file}:{}: skipped a `{other}` (rewire loads `Component`s only)",
+                        "{file}:{}: skipped a `{other}` (rewire loads `Component`s and `Subscription`s)",
                         doc.line
                     ));
                     continue;

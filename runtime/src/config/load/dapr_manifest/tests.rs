@@ -193,7 +193,7 @@ fn an_unsupported_type_or_field_is_named_with_file_and_line() {
 #[test]
 fn multi_document_files_and_other_kinds() {
     let text = format!(
-        "{SECRETS}---\napiVersion: dapr.io/v1alpha1\nkind: Subscription\nmetadata:\n  name: s\n---\n---\napiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: mem\nspec:\n  type: state.in-memory\n"
+        "{SECRETS}---\napiVersion: dapr.io/v1alpha1\nkind: Resiliency\nmetadata:\n  name: s\n---\n---\napiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: mem\nspec:\n  type: state.in-memory\n"
     );
     let (manifests, found) = parsed(&[("all.yaml", &text)], "a");
     assert!(found.problems.is_empty(), "{}", found.problems);
@@ -210,7 +210,7 @@ fn multi_document_files_and_other_kinds() {
     assert!(found
         .notes
         .iter()
-        .any(|n| n.starts_with("c/all.yaml:11: skipped a `Subscription`")));
+        .any(|n| n.starts_with("c/all.yaml:11: skipped a `Resiliency`")));
 }
 
 #[test]
@@ -326,4 +326,31 @@ fn sources_combine_a_json_file_and_manifests() {
         "{found}"
     );
     std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn subscriptions_are_read_in_both_api_versions() {
+    let v2 = "apiVersion: dapr.io/v2alpha1\nkind: Subscription\nmetadata:\n  name: inventory\nspec:\n  pubsubname: pubsub\n  topic: inventory\n  routes:\n    rules:\n      - match: event.type == \"widget\"\n        path: /widgets\n    default: /products\n  deadLetterTopic: dead\n  bulkSubscribe:\n    enabled: true\nscopes:\n  - app1\n";
+    let v1 = "apiVersion: dapr.io/v1alpha1\nkind: Subscription\nmetadata:\n  name: orders\nspec:\n  pubsubname: pubsub\n  topic: orders\n  route: /orders\n";
+    let (manifests, found) = parsed(&[("subs.yaml", v2), ("v1.yaml", v1)], "app1");
+    assert!(found.problems.is_empty(), "{}", found.problems);
+    let (location, inventory) = &manifests.subscriptions["inventory"];
+    assert_eq!(location, "c/subs.yaml:1");
+    assert_eq!(inventory.routes.rules[0].path, "/widgets");
+    assert_eq!(inventory.routes.default.as_deref(), Some("/products"));
+    assert_eq!(inventory.dead_letter_topic.as_deref(), Some("dead"));
+    assert_eq!(inventory.scopes, ["app1"]);
+    assert!(found
+        .notes
+        .iter()
+        .any(|n| n.contains("subscriptions.inventory: `bulkSubscribe` is not supported")));
+    let (_, orders) = &manifests.subscriptions["orders"];
+    assert_eq!(orders.routes.default.as_deref(), Some("/orders"));
+
+    let bad = "apiVersion: dapr.io/v2alpha1\nkind: Subscription\nmetadata:\n  name: bad\nspec:\n  pubsubname: pubsub\n  routes:\n    rules:\n      - match: event.type ~ 1\n        path: /x\n";
+    let found = problems_of(&[("bad.yaml", bad)], "a");
+    assert_eq!(
+        found,
+        ["c/bad.yaml:5: subscriptions.bad: field `topic`: required but missing"]
+    );
 }

@@ -1,0 +1,215 @@
+//! [`Deliveries`]: the app's running subscriptions, kept equal to what is
+//! wanted — the app's own (asked once) plus the declared ones of the
+//! current generation (`subscriptions` section, those whose `scopes` take
+//! this app) — as generations are published.
+//!
+//! A subscription is started when it appears and stopped when it goes,
+//! without touching the others. A change of routes is applied in place (no
+//! message moves); a change of pub/sub, topic, metadata or dead-letter
+//! topic starts the new subscription before the old one stops, so nothing
+//! published meanwhile is missed (an event may then come twice). One that
+//! could not start (its pub/sub is missing or refused) is tried again at
+//! each generation and every [`RETRY_EVERY`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::config::SubscriptionRoutes;
+use rewire_runtime::Runtime;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::routed::{AppTarget, RoutedSink};
+use super::AppSubscription;
+use crate::dapr::TopicDelivery;
+
+/// How often subscriptions that could not start are tried again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// How long a stopped subscription may take to let go of its broker
+/// subscription (deliveries already handed to the app finish on their own).
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// What a broker subscription is made of: a change here needs a new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Feed {
+    pubsub_name: String,
+    topic: String,
+    dead_letter_topic: Option<String>,
+    metadata: BTreeMap<String, String>,
+}
+
+impl Feed {
+    fn of(subscription: &AppSubscription) -> Self {
+        Self {
+            pubsub_name: subscription.pubsub_name.clone(),
+            topic: subscription.topic.clone(),
+            dead_letter_topic: subscription.dead_letter_topic.clone(),
+            metadata: subscription.metadata.clone(),
+        }
+    }
+}
+
+/// One running subscription.
+struct Running {
+    feed: Feed,
+    routes: watch::Sender<Arc<SubscriptionRoutes>>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops reading: once this returns, no new event of it reaches the app.
+    async fn stop(self) {
+        self.stop.cancel();
+        if tokio::time::timeout(STOP_WAIT, self.task).await.is_err() {
+            tracing::warn!(topic = %self.feed.topic, "A stopped subscription did not end in time.");
+        }
+    }
+}
+
+/// The app's subscriptions as they run, by id (`app#N` for the app's
+/// own, `given#N` for those given in code, the name for declared ones).
+pub(super) struct Deliveries {
+    runtime: Runtime,
+    app: AppTarget,
+    shutdown: CancellationToken,
+    running: HashMap<String, Running>,
+    /// Why each wanted subscription is not running (said once per reason).
+    refused: HashMap<String, String>,
+    /// The ids running, told after each change.
+    subscribed: watch::Sender<BTreeSet<String>>,
+}
+
+impl Deliveries {
+    pub(super) fn new(
+        runtime: Runtime,
+        app: AppTarget,
+        shutdown: CancellationToken,
+        subscribed: watch::Sender<BTreeSet<String>>,
+    ) -> Self {
+        Self {
+            runtime,
+            app,
+            shutdown,
+            running: HashMap::new(),
+            refused: HashMap::new(),
+            subscribed,
+        }
+    }
+
+    /// Follows the generations until `shutdown`: `fixed` (the app's own
+    /// and those given in code) plus the declared ones of each generation.
+    pub(super) async fn follow(mut self, fixed: Vec<(String, AppSubscription)>) {
+        let mut changes = self.runtime.generation_changes();
+        loop {
+            changes.borrow_and_update();
+            let wanted = self.wanted(&fixed);
+            self.reconcile(wanted).await;
+            self.subscribed
+                .send_replace(self.running.keys().cloned().collect());
+            let retry = !self.refused.is_empty();
+            tokio::select! {
+                () = self.shutdown.cancelled() => break,
+                changed = changes.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(RETRY_EVERY), if retry => {}
+            }
+        }
+        for (_, running) in self.running.drain() {
+            running.stop().await;
+        }
+        self.subscribed.send_replace(BTreeSet::new());
+    }
+
+    /// `fixed` plus the current generation's declared subscriptions for
+    /// this app.
+    fn wanted(&self, fixed: &[(String, AppSubscription)]) -> BTreeMap<String, AppSubscription> {
+        let generation = self.runtime.generation();
+        let mut wanted: BTreeMap<String, AppSubscription> = fixed.iter().cloned().collect();
+        for (name, declared) in &generation.sections().subscriptions.0 {
+            if declared.applies_to(generation.app_id()) {
+                wanted.insert(name.clone(), AppSubscription::declared(declared));
+            }
+        }
+        wanted
+    }
+
+    /// Starts, updates and stops subscriptions so that `wanted` run.
+    async fn reconcile(&mut self, wanted: BTreeMap<String, AppSubscription>) {
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|id| !wanted.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(running) = self.running.remove(&id) {
+                tracing::info!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, "App subscription stopped.");
+                running.stop().await;
+            }
+        }
+        self.refused.retain(|id, _| wanted.contains_key(id));
+        for (id, subscription) in wanted {
+            let feed = Feed::of(&subscription);
+            let routes = Arc::new(subscription.routes.clone());
+            if let Some(running) = self.running.get(&id) {
+                if running.feed == feed && !running.task.is_finished() {
+                    if **running.routes.borrow() != *routes {
+                        tracing::info!(subscription = %id, "App subscription's routes changed.");
+                        running.routes.send_replace(routes);
+                    }
+                    continue;
+                }
+            }
+            match self.start(&subscription, routes).await {
+                Ok(started) => {
+                    tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
+                    self.refused.remove(&id);
+                    if let Some(replaced) = self.running.insert(id, started) {
+                        replaced.stop().await;
+                    }
+                }
+                Err(err) => {
+                    if self.refused.get(&id) != Some(&err) {
+                        tracing::warn!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, error = %err, "App subscription refused; tried again at each reload.");
+                    }
+                    // What ran for the old settings stops: it is not wanted.
+                    if let Some(replaced) = self.running.remove(&id) {
+                        replaced.stop().await;
+                    }
+                    self.refused.insert(id, err);
+                }
+            }
+        }
+    }
+
+    async fn start(
+        &self,
+        subscription: &AppSubscription,
+        routes: Arc<SubscriptionRoutes>,
+    ) -> Result<Running, String> {
+        let (routes_tx, routes_rx) = watch::channel(routes);
+        let sink = Arc::new(RoutedSink {
+            app: self.app.clone(),
+            routes: routes_rx,
+        });
+        let delivery = TopicDelivery {
+            pubsub_name: subscription.pubsub_name.clone(),
+            topic: subscription.topic.clone(),
+            dead_letter_topic: subscription.dead_letter_topic.clone(),
+        };
+        let stop = self.shutdown.child_token();
+        let metadata = subscription.metadata.clone().into_iter().collect();
+        let task = delivery
+            .start(&self.runtime, sink, metadata, stop.clone())
+            .await
+            .map_err(|err| err.to_string())?;
+        Ok(Running {
+            feed: Feed::of(subscription),
+            routes: routes_tx,
+            stop,
+            task,
+        })
+    }
+}

@@ -1,0 +1,378 @@
+//! Declarative subscriptions (the configuration's `subscriptions` section)
+//! delivered to an HTTP app (a small server in the test): routing rules
+//! choose the path by the event's type and data, DROP and exhausted
+//! retries go to the dead-letter topic, a reload that adds, removes or
+//! changes a subscription starts, stops or re-routes it while an unrelated
+//! one keeps delivering every acknowledged publish, and bad entries are
+//! refused with the running configuration left as it was. Memory and a
+//! real `redis-server`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use crate::support::grpc::{self, dapr};
+use crate::support::sidecar::Sidecar;
+
+use axum::body::Bytes;
+use axum::http::Uri;
+use axum::Json;
+use rewire::config::parse;
+use rewire::sidecar::app::{serve_app, AppChannel, AppService};
+use rewire::sidecar::ApiOptions;
+use serde_json::{json, Value};
+use testkit::redis::RedisServer;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+type Client = dapr::dapr_client::DaprClient<Channel>;
+
+/// An event the app got: the path it was posted to, and the CloudEvent.
+type Got = (String, Value);
+
+/// The app: `/dapr/subscribe` lists nothing (every subscription here is
+/// declared); any other path records the event and answers SUCCESS, except
+/// `/drop` (DROP) and `/retry` (RETRY).
+async fn start_app() -> (AppChannel, mpsc::UnboundedReceiver<Got>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new()
+        .route(
+            "/dapr/subscribe",
+            axum::routing::get(|| async { Json(json!([])) }),
+        )
+        .fallback(move |uri: Uri, body: Bytes| {
+            let tx = tx.clone();
+            async move {
+                let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let path = uri.path().to_string();
+                let _ = tx.send((path.clone(), event));
+                let status = match path.as_str() {
+                    "/drop" => "DROP",
+                    "/retry" => "RETRY",
+                    _ => "SUCCESS",
+                };
+                Json(json!({ "status": status }))
+            }
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let channel = AppChannel::local(listener.local_addr().unwrap().port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (channel, rx)
+}
+
+fn config(pubsub: &Value, subscriptions: Value) -> String {
+    json!({"appId": "shop", "components": {"pubsub": {"orders": pubsub}},
+           "subscriptions": subscriptions})
+    .to_string()
+}
+
+fn memory() -> Value {
+    json!({"type": "memory"})
+}
+
+fn redis(server: &RedisServer) -> Value {
+    json!({"type": "redis", "metadata": {"redisHost": server.addr()}})
+}
+
+/// Publishes a CloudEvent of `event_type` carrying `data` to `topic`.
+async fn publish(client: &mut Client, topic: &str, event_type: &str, data: Value) {
+    let event = json!({"specversion": "1.0", "id": uuid_like(&data), "source": "test",
+                       "type": event_type, "datacontenttype": "application/json", "data": data});
+    client
+        .publish_event(dapr::PublishEventRequest {
+            pubsub_name: "orders".into(),
+            topic: topic.into(),
+            data: event.to_string().into_bytes(),
+            data_content_type: "application/cloudevents+json".into(),
+            metadata: Default::default(),
+        })
+        .await
+        .expect("publish acknowledged");
+}
+
+fn uuid_like(data: &Value) -> String {
+    format!("id-{data}")
+}
+
+/// The next event the app gets that is not a probe.
+async fn next_event(rx: &mut mpsc::UnboundedReceiver<Got>) -> Got {
+    loop {
+        let got = tokio::time::timeout(grpc::PATIENCE, rx.recv())
+            .await
+            .expect("an event within the patience")
+            .expect("app alive");
+        if got.1["data"].get("probe").is_none() {
+            return got;
+        }
+    }
+}
+
+/// Waits until the service says every one of `ids` delivers.
+async fn subscribed(service: &mut AppService, ids: &[&str]) {
+    tokio::time::timeout(
+        grpc::PATIENCE,
+        service
+            .subscribed
+            .wait_for(|running| ids.iter().all(|id| running.contains(*id))),
+    )
+    .await
+    .expect("subscribed within the patience")
+    .expect("service alive");
+}
+
+fn routing_subscriptions() -> Value {
+    json!({
+        "inventory": {"pubsubname": "orders", "topic": "inventory", "routes": {
+            "rules": [
+                {"match": "event.type == \"widget\"", "path": "/widgets"},
+                {"match": "event.type == 'gadget' && event.data.priority > 3", "path": "/urgent"}
+            ],
+            "default": "/products"}},
+        "risky": {"pubsubname": "orders", "topic": "risky", "deadLetterTopic": "dead", "routes": {
+            "rules": [{"match": "event.type == 'retry'", "path": "/retry"}],
+            "default": "/drop"}},
+        "dead": {"pubsubname": "orders", "topic": "dead", "route": "/dead"}
+    })
+}
+
+async fn routing_and_dead_letters(pubsub: Value) {
+    let sidecar = Sidecar::start(
+        &config(&pubsub, routing_subscriptions()),
+        ApiOptions::default(),
+    )
+    .await;
+    let (channel, mut rx) = start_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["inventory", "risky", "dead"]).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+
+    // Routing: the first rule that matches, else the default.
+    publish(&mut client, "inventory", "widget", json!({"n": 1, "priority": 9})).await;
+    publish(&mut client, "inventory", "gadget", json!({"n": 2, "priority": 5})).await;
+    publish(&mut client, "inventory", "gadget", json!({"n": 3, "priority": 1})).await;
+    let mut paths = BTreeMap::new();
+    for _ in 0..3 {
+        let (path, event) = next_event(&mut rx).await;
+        assert_eq!(event["topic"], "inventory");
+        paths.insert(event["data"]["n"].as_u64().unwrap(), path);
+    }
+    assert_eq!(paths[&1], "/widgets");
+    assert_eq!(paths[&2], "/urgent");
+    assert_eq!(paths[&3], "/products");
+
+    // DROP goes to the dead-letter topic at once.
+    publish(&mut client, "risky", "order", json!({"n": 4})).await;
+    let (path, event) = next_event(&mut rx).await;
+    assert_eq!((path.as_str(), &event["data"]["n"]), ("/drop", &json!(4)));
+    let (path, event) = next_event(&mut rx).await;
+    assert_eq!((path.as_str(), &event["data"]["n"]), ("/dead", &json!(4)));
+
+    // RETRY each time: after the last attempt, the dead-letter topic.
+    publish(&mut client, "risky", "retry", json!({"n": 5})).await;
+    let mut attempts = 0;
+    let dead = loop {
+        let (path, event) = next_event(&mut rx).await;
+        assert_eq!(event["data"]["n"], 5);
+        match path.as_str() {
+            "/retry" => attempts += 1,
+            "/dead" => break event,
+            other => panic!("unexpected path {other}"),
+        }
+    };
+    assert_eq!(attempts, rewire::sidecar::dapr::MAX_ATTEMPTS);
+    assert_eq!(dead["type"], "retry");
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn declared_routes_and_dead_letters_on_memory() {
+    routing_and_dead_letters(memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn declared_routes_and_dead_letters_on_redis() {
+    let server = RedisServer::start().await;
+    routing_and_dead_letters(redis(&server)).await;
+}
+
+/// What reached the app, by path: the `seq` of each event, in order.
+#[derive(Default)]
+struct Seen(Mutex<HashMap<String, Vec<u64>>>);
+
+impl Seen {
+    fn record(&self, (path, event): &Got) {
+        if let Some(seq) = event["data"]["seq"].as_u64() {
+            let mut seen = self.0.lock().unwrap();
+            seen.entry(path.clone()).or_default().push(seq);
+        }
+    }
+
+    fn on(&self, path: &str) -> Vec<u64> {
+        self.0.lock().unwrap().get(path).cloned().unwrap_or_default()
+    }
+}
+
+const STEADY_EVENTS: u64 = 600;
+
+async fn reloads_follow_the_section(pubsub: Value, duplicates_allowed: bool) {
+    let steady = json!({"pubsubname": "orders", "topic": "steady", "route": "/steady"});
+    let extra = json!({"pubsubname": "orders", "topic": "extra", "route": "/extra"});
+    let sidecar = Sidecar::start(
+        &config(&pubsub, json!({ "steady": steady })),
+        ApiOptions::default(),
+    )
+    .await;
+    let (channel, mut rx) = start_app().await;
+    let seen = Arc::new(Seen::default());
+    let (count_tx, mut count) = tokio::sync::watch::channel(0usize);
+    tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            let mut total = 0;
+            while let Some(got) = rx.recv().await {
+                seen.record(&got);
+                total += 1;
+                count_tx.send_replace(total);
+            }
+        }
+    });
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["steady"]).await;
+
+    // The steady subscription is published to throughout the reloads.
+    let publisher = tokio::spawn({
+        let url = sidecar.grpc_url();
+        async move {
+            let mut client = grpc::dapr_client(url).await;
+            for seq in 0..STEADY_EVENTS {
+                publish(&mut client, "steady", "tick", json!({ "seq": seq })).await;
+                // Paced, so the reloads below happen while it publishes.
+                if seq % 20 == 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+        }
+    });
+    let apply = |subscriptions: Value| {
+        let runtime = sidecar.runtime.clone();
+        let text = config(&pubsub, subscriptions);
+        async move {
+            let record = runtime
+                .apply(parse(text.as_bytes()).expect("valid"))
+                .await
+                .expect("reload applied");
+            assert!(
+                record.actions.values().all(|a| *a == rewire::Action::Unchanged),
+                "a subscriptions-only reload rebuilds nothing: {:?}",
+                record.actions
+            );
+        }
+    };
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+
+    // Adding a subscription starts its delivery.
+    apply(json!({"steady": steady, "extra": extra})).await;
+    subscribed(&mut service, &["steady", "extra"]).await;
+    publish(&mut client, "extra", "tick", json!({"seq": 1000})).await;
+    wait_until(&mut count, || seen.on("/extra").contains(&1000)).await;
+
+    // Removing it stops its delivery: what is published after is not sent.
+    apply(json!({ "steady": steady })).await;
+    tokio::time::timeout(
+        grpc::PATIENCE,
+        service.subscribed.wait_for(|s| !s.contains("extra")),
+    )
+    .await
+    .expect("stopped within the patience")
+    .unwrap();
+    publish(&mut client, "extra", "tick", json!({"seq": 1001})).await;
+
+    // Changing a route re-routes in place.
+    let moved = json!({"pubsubname": "orders", "topic": "steady", "route": "/moved"});
+    apply(json!({ "steady": moved })).await;
+
+    publisher.await.expect("publisher");
+    publish(&mut client, "steady", "tick", json!({"seq": 5000})).await;
+    wait_until(&mut count, || seen.on("/moved").contains(&5000)).await;
+    let all: Vec<u64> = seen
+        .on("/steady")
+        .into_iter()
+        .chain(seen.on("/moved"))
+        .collect();
+    let distinct: std::collections::BTreeSet<u64> = all.iter().copied().collect();
+    let lost: Vec<u64> = (0..STEADY_EVENTS)
+        .filter(|s| !distinct.contains(s))
+        .collect();
+    println!(
+        "declared subscriptions across 3 reloads: {STEADY_EVENTS} acknowledged, {} received, {} lost, {} duplicates",
+        distinct.iter().filter(|s| **s < STEADY_EVENTS).count(),
+        lost.len(),
+        all.len() - distinct.len()
+    );
+    assert!(lost.is_empty(), "lost across the reloads: {lost:?}");
+    if !duplicates_allowed {
+        assert_eq!(all.len(), distinct.len(), "the steady subscription was not restarted");
+    }
+    assert!(
+        !seen.on("/extra").contains(&1001),
+        "a removed subscription delivered"
+    );
+
+    // Bad entries: refused with every problem named, nothing changed.
+    let before = sidecar.runtime.generation().sections().clone();
+    let unknown = json!({"steady": moved, "bad": {"pubsubname": "nope", "topic": "t", "route": "/x"}});
+    let err = sidecar
+        .runtime
+        .apply(parse(config(&pubsub, unknown).as_bytes()).expect("parses"))
+        .await
+        .expect_err("an unknown pub/sub is refused");
+    assert!(
+        err.to_string()
+            .contains("subscriptions.bad: field `pubsubname`: no pub/sub `nope` (declared: orders)"),
+        "{err}"
+    );
+    let malformed = json!({"steady": moved,
+        "typo": {"pubsubname": "orders", "topik": "t", "route": "/x"},
+        "rule": {"pubsubname": "orders", "topic": "t", "routes": {"rules": [{"match": "size(event.data) > 1", "path": "/x"}]}}});
+    let problems = parse(config(&pubsub, malformed).as_bytes())
+        .expect_err("malformed entries are refused")
+        .to_string();
+    assert!(
+        problems.contains("subscriptions.typo: unknown field `topik` (did you mean `topic`?)"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("subscriptions.rule: `routes.rules[0].match`: unknown name `size`"),
+        "{problems}"
+    );
+    assert_eq!(*sidecar.runtime.generation().sections(), before);
+    publish(&mut client, "steady", "tick", json!({"seq": 5001})).await;
+    wait_until(&mut count, || seen.on("/moved").contains(&5001)).await;
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+/// Waits (bounded) until `done` holds, re-checked at each event.
+async fn wait_until(count: &mut tokio::sync::watch::Receiver<usize>, done: impl Fn() -> bool) {
+    tokio::time::timeout(grpc::PATIENCE, async {
+        while !done() {
+            count.changed().await.expect("collector alive");
+        }
+    })
+    .await
+    .expect("the app got it within the patience");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reloads_start_stop_and_reroute_declared_subscriptions_on_memory() {
+    reloads_follow_the_section(memory(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reloads_start_stop_and_reroute_declared_subscriptions_on_redis() {
+    let server = RedisServer::start().await;
+    reloads_follow_the_section(redis(&server), true).await;
+}
