@@ -10,7 +10,10 @@
 //!    keep-alive connection),
 //! 4. a plain `GET` to a real `redis-server` (`redis` crate, multiplexed
 //!    connection): a network round trip to a real store, for scale,
-//! 5. the `redis` state store through the sidecar's gRPC API.
+//! 5. the `redis` state store through the sidecar's gRPC API,
+//! 6. a second memory store through the sidecar's gRPC API, with a
+//!    resiliency policy (timeout, retry and circuit breaker): the cost of
+//!    a policy on the hot path, against row 2.
 //!
 //! It prints p50 and p99 of each, and their ratios to the in-process call
 //! and to the direct Redis `GET`. See docs/BENCHMARKS.md, section "Sidecar
@@ -60,6 +63,8 @@ const VALUE: &[u8] = br#""hello, sidecar!!""#;
 const MEMORY: &str = "cache";
 /// The redis store.
 const REDIS: &str = "orders";
+/// The memory store with a resiliency policy.
+const GUARDED: &str = "guarded";
 /// The key of the direct Redis `GET` (a plain string key).
 const DIRECT_KEY: &str = "bench:direct:greeting";
 /// Calls per path per run in `Full` mode (`Mode::ops` scales it).
@@ -77,6 +82,7 @@ enum Path {
     Http,
     RedisDirect,
     RedisGrpc,
+    GrpcPolicy,
 }
 
 impl Path {
@@ -87,6 +93,7 @@ impl Path {
             Path::Http => "sidecar HTTP: memory store (`GET /v1.0/state/cache/greeting`)",
             Path::RedisDirect => "direct Redis `GET` (redis crate, multiplexed)",
             Path::RedisGrpc => "sidecar gRPC: redis store (`HMGET` behind it)",
+            Path::GrpcPolicy => "sidecar gRPC: memory store with a resiliency policy",
         }
     }
 }
@@ -166,8 +173,12 @@ impl Callers {
                     .expect("in-process get")
                     .map(|entry| entry.data)
             }
-            Path::Grpc | Path::RedisGrpc => {
-                let store_name = if path == Path::Grpc { MEMORY } else { REDIS };
+            Path::Grpc | Path::RedisGrpc | Path::GrpcPolicy => {
+                let store_name = match path {
+                    Path::Grpc => MEMORY,
+                    Path::GrpcPolicy => GUARDED,
+                    _ => REDIS,
+                };
                 let request = GetStateRequest {
                     store_name: store_name.to_string(),
                     key: KEY.to_string(),
@@ -258,12 +269,25 @@ fn main() {
     };
 
     // The sidecar: a memory store, and a redis store when Redis runs.
-    let mut stores = serde_json::json!({MEMORY: {"type": "memory"}});
+    let mut stores = serde_json::json!({MEMORY: {"type": "memory"}, GUARDED: {"type": "memory"}});
     if let Some(server) = &redis {
         stores[REDIS] =
             serde_json::json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
     }
-    let config = serde_json::json!({"appId": "sidecar-bench", "components": {"state": stores}});
+    let resiliency = serde_json::json!({
+        "policies": {
+            "timeouts": {"short": "5s"},
+            "retries": {"few": {"policy": "exponential", "duration": "10ms", "maxRetries": 3}},
+            "circuitBreakers": {"cb": {"trip": "consecutiveFailures > 5", "timeout": "30s"}}
+        },
+        "targets": {"components": {GUARDED: {"outbound": {
+            "timeout": "short", "retry": "few", "circuitBreaker": "cb"}}}}
+    });
+    let config = serde_json::json!({
+        "appId": "sidecar-bench",
+        "components": {"state": stores},
+        "resiliency": resiliency
+    });
     let sidecar = server_rt.block_on(Sidecar::start(&config.to_string()));
 
     // The key, written in every store.
@@ -273,7 +297,7 @@ fn main() {
         ..SetRequest::default()
     };
     server_rt.block_on(async {
-        let mut names = vec![MEMORY];
+        let mut names = vec![MEMORY, GUARDED];
         if redis.is_some() {
             names.push(REDIS);
         }
@@ -323,7 +347,7 @@ fn main() {
         }
     });
 
-    let mut paths = vec![Path::InProcess, Path::Grpc, Path::Http];
+    let mut paths = vec![Path::InProcess, Path::Grpc, Path::Http, Path::GrpcPolicy];
     if redis.is_some() {
         paths.extend([Path::RedisDirect, Path::RedisGrpc]);
     }
@@ -432,6 +456,14 @@ fn report(measured: &mut [Measured]) {
     };
     if let Some(text) = added(Path::Grpc, Path::InProcess) {
         println!("* sidecar gRPC hop over in-process: {text}");
+    }
+    if let Some(text) = added(Path::GrpcPolicy, Path::Grpc) {
+        let (a, b) = (at(Path::GrpcPolicy), at(Path::Grpc));
+        let ratio_text = match (a, b) {
+            (Some(a), Some(b)) => ratio(p50s[a], p50s[b]),
+            _ => "n/a".into(),
+        };
+        println!("* resiliency policy on the gRPC path (vs the same call without): {text} (p50 {ratio_text})");
     }
     if let Some(text) = added(Path::Http, Path::InProcess) {
         println!("* sidecar HTTP hop over in-process: {text}");

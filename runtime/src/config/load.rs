@@ -10,7 +10,7 @@ use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
-use super::sections::Sections;
+use super::sections::{Resiliency, Sections};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
 use crate::fs_read::{read_bounded, FileReadError};
@@ -166,12 +166,17 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
     for (kind, named) in raw.components.into_iter().flatten() {
         parse_kind(&kind, named, &mut components, &mut problems);
     }
+    let mut sections = Sections::default();
+    match raw.resiliency.as_ref().map(Resiliency::decode).transpose() {
+        Ok(resiliency) => sections.resiliency = resiliency.unwrap_or_default(),
+        Err(found) => problems.0.extend(found),
+    }
     let patch = ConfigPatch {
         app_id,
         components,
         overlay,
         has_components,
-        sections: Sections::default(),
+        sections,
     };
     Ok((patch, problems))
 }

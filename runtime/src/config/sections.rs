@@ -13,10 +13,17 @@
 //! Sections come from the file layer only: an overlay or a Lifecycle push
 //! changes components.
 
+pub mod resiliency;
+
+pub use resiliency::Resiliency;
+
 /// Every top-level section other than `components`, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
-pub struct Sections {}
+pub struct Sections {
+    /// `resiliency`: timeouts, retries and circuit breakers per component.
+    pub resiliency: Resiliency,
+}
 
 impl Sections {
     /// Whether every section is at its default (none was given).

@@ -1,10 +1,12 @@
 //! Dapr resource files (`--resources-path DIR`): the `kind: Component`
 //! manifests of a folder's `*.yaml` / `*.yml` files (several documents per
-//! file allowed), turned into rewire components. Other resource kinds
-//! (`Subscription`, `Resiliency`, `Configuration`, ...) are skipped with a
-//! note; every problem names its file and line.
+//! file allowed), turned into rewire components, and `kind: Resiliency`
+//! resources (the configuration's `resiliency` section). Other resource
+//! kinds (`Subscription`, `Configuration`, ...) are skipped with a note;
+//! every problem names its file and line.
 
 mod component;
+mod resiliency;
 mod spec_metadata;
 mod types;
 mod yaml;
@@ -18,6 +20,8 @@ use crate::config::problem::{Problem, Problems};
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::registry::Registry;
 use component::map_component;
+pub(crate) use resiliency::ResiliencyResource;
+use resiliency::map_resiliency;
 pub(crate) use component::DEFAULT_SECRET_STORE;
 use yaml::{documents, NodeValue};
 
@@ -47,6 +51,8 @@ pub(crate) struct Origin {
 pub(crate) struct Manifests {
     pub components: BTreeMap<ComponentKey, ComponentSpec>,
     pub origins: BTreeMap<ComponentKey, Origin>,
+    /// The `Resiliency` resources the app loads.
+    pub resiliency: Vec<ResiliencyResource>,
 }
 
 /// Problems (which refuse the folder) and notes (what was skipped or
@@ -169,6 +175,14 @@ pub(crate) fn parse_manifests(
                 .and_then(|e| e.value.as_text());
             match kind.as_deref() {
                 Some("Component") => {}
+                Some("Resiliency") => {
+                    let location = format!("{file}:{}", doc.line);
+                    match map_resiliency(entries, location, app_id) {
+                        Ok(resource) => manifests.resiliency.push(resource),
+                        Err(note) => found.note(note),
+                    }
+                    continue;
+                }
                 Some(other) => {
                     found.note(format!(
                         "{file}:{}: skipped a `{other}` (rewire loads `Component`s only)",
