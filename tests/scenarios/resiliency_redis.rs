@@ -14,6 +14,7 @@ use crate::support::triggers::{applied_after, eventually};
 use std::time::Duration;
 
 use dapr::{GetStateRequest, SaveStateRequest};
+use rewire::sidecar::grpc::proto::dapr::proto::common::v1::{StateItem, StateOptions};
 use rewire::resilience::{BreakerState, BreakerStatus};
 use rewire::sidecar::ApiOptions;
 use rewire::{Action, ComponentKey, Runtime, Trigger};
@@ -87,14 +88,14 @@ async fn a_retry_policy_recovers_a_transient_redis_outage() {
     // A first-write save is never retried: it fails at once.
     let first_write = SaveStateRequest {
         store_name: "orders".into(),
-        states: vec![dapr::StateItem {
+        states: vec![StateItem {
             key: "new".into(),
             value: b"1".to_vec(),
-            options: Some(dapr::StateOptions {
+            options: Some(StateOptions {
                 concurrency: 1, // CONCURRENCY_FIRST_WRITE
                 consistency: 0,
             }),
-            ..dapr::StateItem::default()
+            ..StateItem::default()
         }],
     };
     let refused = client.save_state(first_write).await.expect_err("redis is down");
