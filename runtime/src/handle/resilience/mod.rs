@@ -225,7 +225,7 @@ impl Applied {
         let mut backoff = self.retry.as_ref().map(|named| backoff_of(&named.policy));
         let mut retried: u32 = 0;
         loop {
-            let (error, failed) = match self.attempt(attempt()).await {
+            let (error, failed) = match self.attempt(&mut attempt).await {
                 Ok(value) => return Ok(value),
                 Err(failure) => failure,
             };
@@ -250,15 +250,16 @@ impl Applied {
         &self,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Guarded<E>> {
-        self.attempt(call).await.map_err(|(error, _)| error)
+        self.attempt(|| call).await.map_err(|(error, _)| error)
     }
 
-    /// One attempt: admitted by the breaker, within the timeout, its end
+    /// One attempt (`call` is made only once admitted): admitted by the
+    /// breaker, within the timeout, its end
     /// reported to the breaker. An error comes with whether it is a
     /// failure of the component (so worth retrying).
-    async fn attempt<T, E: Failure>(
+    async fn attempt<T, E: Failure, Fut: Future<Output = Result<T, E>>>(
         &self,
-        call: impl Future<Output = Result<T, E>>,
+        call: impl FnOnce() -> Fut,
     ) -> Result<T, (Guarded<E>, bool)> {
         let in_flight = match &self.breaker {
             Some((policy, breaker)) => match breaker.enter() {
@@ -274,14 +275,14 @@ impl Applied {
             None => None,
         };
         let outcome = match &self.timeout {
-            Some(timeout) => tokio::time::timeout(timeout.policy, call)
+            Some(timeout) => tokio::time::timeout(timeout.policy, call())
                 .await
                 .map_err(|_| Refusal::TimedOut {
                     component: self.key.clone(),
                     policy: timeout.name.clone(),
                     after: timeout.policy,
                 }),
-            None => Ok(call.await),
+            None => Ok(call().await),
         };
         let failed = match &outcome {
             Ok(Ok(_)) => false,
