@@ -112,6 +112,7 @@ impl ApiMetrics {
             subscribers_dropped.clone(),
         );
         let breakers = breakers::BreakerMetrics::register(&mut registry);
+        crate::telemetry::stats().register(&mut registry);
         Self {
             breakers,
             subscribers_dropped,

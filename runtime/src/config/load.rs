@@ -171,6 +171,10 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
         Ok(resiliency) => sections.resiliency = resiliency.unwrap_or_default(),
         Err(found) => problems.0.extend(found),
     }
+    match super::sections::tracing::decode_optional(raw.tracing.as_ref()) {
+        Ok(tracing) => sections.tracing = tracing,
+        Err(problem) => problems.push(problem),
+    }
     let patch = ConfigPatch {
         app_id,
         components,

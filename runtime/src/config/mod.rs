@@ -27,5 +27,6 @@ pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use sections::Sections;
 pub use sections::{resiliency, Resiliency};
+pub use sections::{OtelExport, OtelProtocol, TracingSection};
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

@@ -23,6 +23,9 @@ pub(super) struct RawFile {
     /// The `resiliency` section, decoded by its own module.
     #[serde(default)]
     pub resiliency: Option<Value>,
+    /// `tracing`, decoded by [`super::sections`].
+    #[serde(default)]
+    pub tracing: Option<Value>,
 }
 
 /// `overlay`.

@@ -16,6 +16,9 @@
 pub mod resiliency;
 
 pub use resiliency::Resiliency;
+pub(crate) mod tracing;
+
+pub use tracing::{OtelExport, OtelProtocol, TracingSection};
 
 /// Every top-level section other than `components`, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -23,6 +26,8 @@ pub use resiliency::Resiliency;
 pub struct Sections {
     /// `resiliency`: timeouts, retries and circuit breakers per component.
     pub resiliency: Resiliency,
+    /// `tracing`: span export and sampling (read by the sidecar).
+    pub tracing: Option<TracingSection>,
 }
 
 impl Sections {
