@@ -13,12 +13,12 @@
 //! 5. the `redis` state store through the sidecar's gRPC API,
 //! 6. and 7. paths 3 and 5 again with tracing on (every call sampled) and
 //!    the OTLP exporter pointing at a dead endpoint (connection refused):
-//!    what tracing costs a call when the collector is gone. Tracing is
-//!    switched on for these blocks only (`telemetry::apply`), off for the
-//!    others, in the same process and run.
-//! 8. a second memory store through the sidecar's gRPC API, with a
-//!    resiliency policy (timeout, retry and circuit breaker): the cost of
-//!    a policy on the hot path, against row 2.
+//!    what tracing costs a call when the collector is gone,
+//! 8. path 3 with tracing on and a live collector (an in-bench OTLP/HTTP
+//!    sink answering 200): against 6, what a dead collector costs.
+//!
+//! Tracing is switched on for the blocks of 6–8 only
+//! (`telemetry::apply`), off for the others, in the same process and run.
 //!
 //! It prints p50 and p99 of each, and their ratios to the in-process call
 //! and to the direct Redis `GET`. See docs/BENCHMARKS.md, section "Sidecar
@@ -68,8 +68,6 @@ const VALUE: &[u8] = br#""hello, sidecar!!""#;
 const MEMORY: &str = "cache";
 /// The redis store.
 const REDIS: &str = "orders";
-/// The memory store with a resiliency policy.
-const GUARDED: &str = "guarded";
 /// The key of the direct Redis `GET` (a plain string key).
 const DIRECT_KEY: &str = "bench:direct:greeting";
 /// Calls per path per run in `Full` mode (`Mode::ops` scales it).
@@ -87,9 +85,9 @@ enum Path {
     Http,
     RedisDirect,
     RedisGrpc,
-    GrpcPolicy,
     HttpTraced,
     RedisGrpcTraced,
+    HttpTracedLive,
 }
 
 impl Path {
@@ -100,24 +98,49 @@ impl Path {
             Path::Http => "sidecar HTTP: memory store (`GET /v1.0/state/cache/greeting`)",
             Path::RedisDirect => "direct Redis `GET` (redis crate, multiplexed)",
             Path::RedisGrpc => "sidecar gRPC: redis store (`HMGET` behind it)",
-            Path::GrpcPolicy => "sidecar gRPC: memory store with a resiliency policy",
             Path::HttpTraced => "sidecar HTTP: memory store, traced, exporter dead",
             Path::RedisGrpcTraced => "sidecar gRPC: redis store, traced, exporter dead",
+            Path::HttpTracedLive => "sidecar HTTP: memory store, traced, exporter live",
         }
     }
 
-    /// Whether tracing is on for this path's calls.
-    fn traced(self) -> bool {
-        matches!(self, Path::HttpTraced | Path::RedisGrpcTraced)
+    /// Where this path's spans go: `None` (tracing off), the dead address
+    /// or the live sink.
+    fn collector<'a>(self, dead: &'a str, live: &'a str) -> Option<&'a str> {
+        match self {
+            Path::HttpTraced | Path::RedisGrpcTraced => Some(dead),
+            Path::HttpTracedLive => Some(live),
+            _ => None,
+        }
     }
 }
 
-/// Tracing settings: every call sampled and exported to `dead` (an
-/// address nothing listens on) when `on`, else off.
-fn tracing_settings(on: bool, dead: &str) -> rewire::sidecar::telemetry::TraceSettings {
+/// An OTLP/HTTP sink on the runtime this is awaited on: accepts every
+/// export; returns its address.
+async fn start_sink() -> String {
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|_body: axum::body::Bytes| async {
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("sink bind");
+    let addr = listener.local_addr().expect("sink address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr.to_string()
+}
+
+/// Tracing settings: every call sampled and exported to `collector` when
+/// given, else off.
+fn tracing_settings(collector: Option<&str>) -> rewire::sidecar::telemetry::TraceSettings {
     use rewire::sidecar::telemetry::{SamplerChoice, TraceSettings};
     TraceSettings {
-        endpoint: on.then(|| format!("http://{dead}/v1/traces")),
+        endpoint: collector.map(|at| format!("http://{at}/v1/traces")),
         protocol: rewire::config::OtelProtocol::Http,
         sampler: SamplerChoice::AlwaysOn,
         service_name: "sidecar-bench".into(),
@@ -200,12 +223,8 @@ impl Callers {
                     .expect("in-process get")
                     .map(|entry| entry.data)
             }
-            Path::Grpc | Path::RedisGrpc | Path::RedisGrpcTraced | Path::GrpcPolicy => {
-                let store_name = match path {
-                    Path::Grpc => MEMORY,
-                    Path::GrpcPolicy => GUARDED,
-                    _ => REDIS,
-                };
+            Path::Grpc | Path::RedisGrpc | Path::RedisGrpcTraced => {
+                let store_name = if path == Path::Grpc { MEMORY } else { REDIS };
                 let request = GetStateRequest {
                     store_name: store_name.to_string(),
                     key: KEY.to_string(),
@@ -218,7 +237,7 @@ impl Callers {
                     .unwrap_or_else(|e| panic!("gRPC GetState from {store_name}: {e}"));
                 Some(reply.into_inner().data)
             }
-            Path::Http | Path::HttpTraced => {
+            Path::Http | Path::HttpTraced | Path::HttpTracedLive => {
                 let response = self
                     .http
                     .get(&self.http_url)
@@ -302,30 +321,18 @@ fn main() {
     };
 
     // The sidecar: a memory store, and a redis store when Redis runs.
-    let mut stores = serde_json::json!({MEMORY: {"type": "memory"}, GUARDED: {"type": "memory"}});
+    let mut stores = serde_json::json!({MEMORY: {"type": "memory"}});
     if let Some(server) = &redis {
         stores[REDIS] =
             serde_json::json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
     }
-    let resiliency = serde_json::json!({
-        "policies": {
-            "timeouts": {"short": "5s"},
-            "retries": {"few": {"policy": "exponential", "duration": "10ms", "maxRetries": 3}},
-            "circuitBreakers": {"cb": {"trip": "consecutiveFailures > 5", "timeout": "30s"}}
-        },
-        "targets": {"components": {GUARDED: {"outbound": {
-            "timeout": "short", "retry": "few", "circuitBreaker": "cb"}}}}
-    });
-    let config = serde_json::json!({
-        "appId": "sidecar-bench",
-        "components": {"state": stores},
-        "resiliency": resiliency
-    });
+    let config = serde_json::json!({"appId": "sidecar-bench", "components": {"state": stores}});
     let sidecar = server_rt.block_on(Sidecar::start(&config.to_string()));
     // The export task runs on the sidecar's runtime.
     let dead = format!("127.0.0.1:{}", testkit::free_port());
-    server_rt.block_on(async {
-        rewire::sidecar::telemetry::apply(&tracing_settings(false, &dead));
+    let live = server_rt.block_on(async {
+        rewire::sidecar::telemetry::apply(&tracing_settings(None));
+        start_sink().await
     });
 
     // The key, written in every store.
@@ -335,7 +342,7 @@ fn main() {
         ..SetRequest::default()
     };
     server_rt.block_on(async {
-        let mut names = vec![MEMORY, GUARDED];
+        let mut names = vec![MEMORY];
         if redis.is_some() {
             names.push(REDIS);
         }
@@ -385,7 +392,13 @@ fn main() {
         }
     });
 
-    let mut paths = vec![Path::InProcess, Path::Grpc, Path::Http, Path::HttpTraced, Path::GrpcPolicy];
+    let mut paths = vec![
+        Path::InProcess,
+        Path::Grpc,
+        Path::Http,
+        Path::HttpTraced,
+        Path::HttpTracedLive,
+    ];
     if redis.is_some() {
         paths.extend([Path::RedisDirect, Path::RedisGrpc, Path::RedisGrpcTraced]);
     }
@@ -408,7 +421,8 @@ fn main() {
                 let block = BLOCK.min(calls as usize - this_run[0].len());
                 for j in 0..paths.len() {
                     let v = (round + j) % paths.len();
-                    rewire::sidecar::telemetry::apply(&tracing_settings(paths[v].traced(), &dead));
+                    let collector = paths[v].collector(&dead, &live);
+                    rewire::sidecar::telemetry::apply(&tracing_settings(collector));
                     for _ in 0..block {
                         this_run[v].push(callers.call(paths[v]).await);
                     }
@@ -496,14 +510,6 @@ fn report(measured: &mut [Measured]) {
     if let Some(text) = added(Path::Grpc, Path::InProcess) {
         println!("* sidecar gRPC hop over in-process: {text}");
     }
-    if let Some(text) = added(Path::GrpcPolicy, Path::Grpc) {
-        let (a, b) = (at(Path::GrpcPolicy), at(Path::Grpc));
-        let ratio_text = match (a, b) {
-            (Some(a), Some(b)) => ratio(p50s[a], p50s[b]),
-            _ => "n/a".into(),
-        };
-        println!("* resiliency policy on the gRPC path (vs the same call without): {text} (p50 {ratio_text})");
-    }
     if let Some(text) = added(Path::Http, Path::InProcess) {
         println!("* sidecar HTTP hop over in-process: {text}");
     }
@@ -521,6 +527,12 @@ fn report(measured: &mut [Measured]) {
     };
     if let Some(text) = traced(Path::HttpTraced, Path::Http) {
         println!("* tracing on, exporter dead, over tracing off (HTTP, memory): {text}");
+    }
+    if let Some(text) = traced(Path::HttpTraced, Path::HttpTracedLive) {
+        println!("* exporter dead over exporter live, tracing on (HTTP, memory): {text}");
+    }
+    if let Some(text) = traced(Path::HttpTracedLive, Path::Http) {
+        println!("* tracing on, exporter live, over tracing off (HTTP, memory): {text}");
     }
     if let Some(text) = traced(Path::RedisGrpcTraced, Path::RedisGrpc) {
         println!("* tracing on, exporter dead, over tracing off (gRPC, redis): {text}");
