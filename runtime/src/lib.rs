@@ -6,10 +6,12 @@
 extern crate self as rewire_runtime;
 
 mod assemble;
+mod backoff;
 mod component;
 pub mod config;
 mod fs_read;
 mod fs_watch;
+mod go_duration;
 mod handle;
 mod kinds;
 pub mod metadata;
@@ -22,6 +24,10 @@ mod trigger;
 
 #[doc(inline)]
 pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
+#[doc(inline)]
+pub use backoff::Backoff;
+#[doc(inline)]
+pub use go_duration::parse_go_duration;
 #[doc(inline)]
 pub use component::{
     Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind, Readiness,
@@ -39,6 +45,8 @@ pub use handle::{
 };
 #[doc(inline)]
 pub use handle::{FileStoreHandle, SequencerHandle};
+#[doc(inline)]
+pub use handle::resilience;
 #[doc(inline)]
 pub use kinds::{
     BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore,

@@ -1,5 +1,6 @@
 //! Prometheus metrics: reloads by outcome, reload duration, generation,
-//! components by kind, and requests and their latency by API and store.
+//! components by kind, requests and their latency by API and store, and
+//! circuit breakers by component.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use rewire_runtime::Runtime;
+
+mod breakers;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -49,6 +52,7 @@ pub struct ApiMetrics {
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<LatencyLabels, Histogram>,
     subscribers_dropped: Counter,
+    breakers: breakers::BreakerMetrics,
 }
 
 impl std::fmt::Debug for ApiMetrics {
@@ -107,8 +111,10 @@ impl ApiMetrics {
             "Configuration subscribers dropped for falling behind (bytes or messages queued)",
             subscribers_dropped.clone(),
         );
+        let breakers = breakers::BreakerMetrics::register(&mut registry);
         crate::telemetry::stats().register(&mut registry);
         Self {
+            breakers,
             subscribers_dropped,
             registry: Mutex::new(registry),
             reloads,
@@ -197,6 +203,7 @@ impl ApiMetrics {
                 })
                 .inc();
         }
+        self.breakers.refresh(&generation);
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         if encode(&mut out, &registry).is_err() {

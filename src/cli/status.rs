@@ -126,6 +126,14 @@ fn component_line(component: &Value) -> String {
     if let Some(reason) = component.get("reason").and_then(Value::as_str) {
         let _ = write!(line, ": {}", first_line(reason));
     }
+    if let Some(breaker) = component.get("circuitBreaker") {
+        let _ = write!(
+            line,
+            " (circuit breaker {}: {})",
+            field(breaker, "policy"),
+            field(breaker, "state")
+        );
+    }
     line.push('\n');
     line
 }

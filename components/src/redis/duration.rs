@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, Visitor};
 
+use rewire_runtime::parse_go_duration;
+
 use crate::time_limits::MAX_TIMEOUT;
 
 /// A configured timeout.
@@ -72,37 +74,6 @@ pub fn parse_timeout(text: &str) -> Result<Option<Timeout>, DurationError> {
     } else {
         Timeout::After(duration)
     }))
-}
-
-/// A Go duration without sign: one or more `<number><unit>` groups.
-fn parse_go_duration(mut text: &str) -> Option<Duration> {
-    if text.is_empty() {
-        return None;
-    }
-    let mut total = 0.0_f64;
-    while !text.is_empty() {
-        let number_len = text
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(text.len());
-        let (number, rest) = text.split_at(number_len);
-        let value: f64 = number.parse().ok()?;
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let (unit, rest) = rest.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * scale;
-        text = rest;
-    }
-    Some(seconds(total))
 }
 
 /// `value` seconds (never negative nor NaN here); too many for a

@@ -10,7 +10,7 @@ use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
-use super::sections::{Sections, Subscriptions};
+use super::sections::{Resiliency, Sections, Subscriptions};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
 use crate::fs_read::{read_bounded, FileReadError};
@@ -167,6 +167,10 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
         parse_kind(&kind, named, &mut components, &mut problems);
     }
     let mut sections = Sections::default();
+    match raw.resiliency.as_ref().map(Resiliency::decode).transpose() {
+        Ok(resiliency) => sections.resiliency = resiliency.unwrap_or_default(),
+        Err(found) => problems.0.extend(found),
+    }
     match super::sections::tracing::decode_optional(raw.tracing.as_ref()) {
         Ok(tracing) => sections.tracing = tracing,
         Err(problem) => problems.push(problem),

@@ -26,6 +26,7 @@ pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySp
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use sections::Sections;
+pub use sections::{resiliency, Resiliency};
 pub use sections::{OtelExport, OtelProtocol, TracingSection};
 pub use sections::{
     RawRoutes, RawRule, RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,

@@ -20,6 +20,9 @@ pub(super) struct RawFile {
     pub components: Option<Map<String, Value>>,
     #[serde(default)]
     pub overlay: Option<RawOverlay>,
+    /// The `resiliency` section, decoded by its own module.
+    #[serde(default)]
+    pub resiliency: Option<Value>,
     /// `tracing`, decoded by [`super::sections`].
     #[serde(default)]
     pub tracing: Option<Value>,

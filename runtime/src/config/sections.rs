@@ -13,8 +13,11 @@
 //! Sections come from the file layer only: an overlay or a Lifecycle push
 //! changes components.
 
+pub mod resiliency;
 mod route_match;
 mod subscriptions;
+
+pub use resiliency::Resiliency;
 pub(crate) mod tracing;
 
 pub use route_match::RouteMatch;
@@ -27,6 +30,8 @@ pub use tracing::{OtelExport, OtelProtocol, TracingSection};
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Sections {
+    /// `resiliency`: timeouts, retries and circuit breakers per component.
+    pub resiliency: Resiliency,
     /// `tracing`: span export and sampling (read by the sidecar).
     pub tracing: Option<TracingSection>,
     /// `subscriptions`: declarative pub/sub subscriptions, by name.

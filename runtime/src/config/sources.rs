@@ -8,10 +8,12 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::load::dapr_manifest::{
-    parse_manifests, read_manifest_texts, ManifestTexts, Manifests, DEFAULT_SECRET_STORE,
+    parse_manifests, read_manifest_texts, ManifestTexts, Manifests, ResiliencyResource,
+    DEFAULT_SECRET_STORE,
 };
 use super::load::{folder_of, parse_patch_collecting, read_config_bytes};
 use super::model::Config;
+use super::sections::Resiliency;
 use super::problem::{Problem, Problems};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::{ComponentKey, Kind};
@@ -148,6 +150,9 @@ impl ConfigSources {
                     .insert(name.clone(), subscription.clone());
             }
         }
+        for resource in &manifests.resiliency {
+            resiliency_resource(&mut config, resource, &mut problems);
+        }
         let default_store = ComponentKey::new(Kind::SecretStore, DEFAULT_SECRET_STORE);
         if !config.components.contains_key(&default_store) {
             for (key, origin) in &manifests.origins {
@@ -168,5 +173,26 @@ impl ConfigSources {
             manifests,
             problems,
         })
+    }
+}
+
+/// Takes a `Resiliency` resource's spec as the configuration's `resiliency`
+/// section: one section in all (the file's or one resource).
+fn resiliency_resource(config: &mut Config, resource: &ResiliencyResource, problems: &mut Problems) {
+    if !config.sections.resiliency.is_empty() {
+        problems.push(
+            Problem::file(
+                "resiliency: declared twice (in the configuration file and a Resiliency resource, \
+                 or in two resources): declare it once",
+            )
+            .at(resource.location.clone()),
+        );
+        return;
+    }
+    match Resiliency::decode(&resource.spec) {
+        Ok(section) => config.sections.resiliency = section,
+        Err(found) => problems
+            .0
+            .extend(found.into_iter().map(|p| p.at(resource.location.clone()))),
     }
 }

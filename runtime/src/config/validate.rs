@@ -58,6 +58,9 @@ pub(crate) fn validate_declared(
     problems
         .0
         .extend(config.sections.subscriptions.check_pubsubs(&known));
+    problems
+        .0
+        .extend(config.sections.resiliency.problems(config.components.keys()));
     let graph = DependencyGraph::build(&config);
     let mut in_cycles = BTreeSet::new();
     for cycle in graph.cycles() {

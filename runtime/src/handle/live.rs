@@ -48,7 +48,13 @@ impl Live {
     }
 
     /// Publishes `generation`: every handle resolves in it from now on.
-    pub(crate) fn publish(&self, generation: Generation) {
+    pub(crate) fn publish(&self, mut generation: Generation) {
+        // Policies follow the section; unchanged breakers keep their state.
+        generation.policies = super::resilience::Policies::build(
+            &generation.sections.resiliency,
+            generation.instances.keys(),
+            &self.current.load().policies,
+        );
         let number = generation.number;
         let generation = Arc::new(generation);
         // Before the notification: whoever is told finds every handle

@@ -22,6 +22,7 @@ mod cache;
 mod instance;
 mod live;
 mod pubsub_subscription;
+pub mod resilience;
 mod slot;
 mod subscription;
 mod warm;
@@ -50,6 +51,8 @@ pub struct Generation {
     app_id: String,
     /// The configuration's sections beyond components.
     sections: Arc<Sections>,
+    /// The resiliency policies of its components (set when published).
+    policies: resilience::Policies,
 }
 
 /// One component of a generation.
@@ -104,6 +107,31 @@ impl Generation {
     /// generation runs them.
     pub fn sections(&self) -> &Sections {
         &self.sections
+    }
+
+    /// The resiliency policies its components' calls run with.
+    pub fn policies(&self) -> &resilience::Policies {
+        &self.policies
+    }
+
+    /// Runs `attempt`, a call of component `key`, under the resiliency
+    /// policies targeted at it (timeout, retry when `retries` allows,
+    /// circuit breaker); without a policy, just runs it.
+    pub async fn guarded<T, E, F, Fut>(
+        &self,
+        key: &ComponentKey,
+        retries: resilience::Retries,
+        mut attempt: F,
+    ) -> Result<T, resilience::Guarded<E>>
+    where
+        E: resilience::Failure,
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        match self.policies.get(key) {
+            None => attempt().await.map_err(resilience::Guarded::Failed),
+            Some(applied) => applied.run(retries, attempt).await,
+        }
     }
 
     /// The app id this generation serves.

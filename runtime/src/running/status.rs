@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::component::{ComponentKey, Readiness};
 use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
+use crate::handle::resilience::BreakerStatus;
 use crate::redact::Redactor;
 
 use super::RunningSet;
@@ -40,6 +41,9 @@ pub struct ComponentStatus {
     pub component_refs: Vec<String>,
     /// The configuration layer each value came from.
     pub sources: ComponentSources,
+    /// Its circuit breaker, when a resiliency policy gives it one.
+    #[serde(rename = "circuitBreaker", skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<BreakerStatus>,
 }
 
 impl RunningSet {
@@ -56,6 +60,7 @@ impl RunningSet {
             )
         };
         let mut readiness = readiness_of(&components).await;
+        let generation = self.live.load_full();
         let mut statuses = Vec::with_capacity(components.len());
         for (key, running) in components.iter() {
             let (state, reason) = match readiness.remove(key).unwrap_or(Err(())) {
@@ -76,6 +81,10 @@ impl RunningSet {
                     .map(|r| r.key.to_string())
                     .collect(),
                 sources: sources.get(key).cloned().unwrap_or_default(),
+                circuit_breaker: generation
+                    .policies()
+                    .get(key)
+                    .and_then(|applied| applied.breaker_status()),
                 kind: key.kind.to_string(),
                 name: key.name.clone(),
                 type_name: running.spec.type_name.clone(),

@@ -3,25 +3,38 @@
 //! component set even while a reload swaps instances), the store it found,
 //! and the runtime's secret scrubbing.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use rewire_runtime::resilience::{Failure, Guarded, Refusal, Retries};
 use rewire_runtime::{ComponentKey, Generation, Instance, Kind, Runtime};
 
 /// The store a call used, for its request metric. Set once the store is
 /// found in the generation, so a caller naming random stores cannot grow the
-/// metric without bound: an unknown store leaves it empty.
+/// metric without bound: an unknown store leaves it empty. It also records
+/// whether a circuit breaker refused the call (gRPC answers `UNAVAILABLE`).
 #[derive(Debug, Clone, Default)]
-pub struct StoreLabel(Arc<OnceLock<String>>);
+pub struct StoreLabel(Arc<(OnceLock<String>, AtomicBool)>);
 
 impl StoreLabel {
     /// Records the store the call uses (the first one set wins).
     pub fn set(&self, store: &str) {
-        let _ = self.0.set(store.to_string());
+        let _ = self.0 .0.set(store.to_string());
     }
 
     /// The store recorded, or `""`.
     pub fn get(&self) -> &str {
-        self.0.get().map_or("", String::as_str)
+        self.0 .0.get().map_or("", String::as_str)
+    }
+
+    /// Whether a component's open circuit breaker refused the call.
+    pub fn breaker_refused(&self) -> bool {
+        self.0 .1.load(Ordering::Relaxed)
+    }
+
+    fn set_breaker_refused(&self) {
+        self.0 .1.store(true, Ordering::Relaxed);
     }
 }
 
@@ -63,6 +76,71 @@ impl Call {
     /// `text` with every secret value the runtime has seen replaced.
     pub fn scrub(&self, text: &str) -> String {
         self.runtime.redact(text)
+    }
+
+    /// Runs `attempt` on `request`, a call of component `kind/name`, under
+    /// the resiliency policies targeted at it: each attempt gets its own
+    /// copy of `request`; failed attempts are retried only when `retries`
+    /// allows (the operation's own rule). A policy's refusal becomes the
+    /// kind's error through `refused` (its `Backend` variant), naming the
+    /// component; an open breaker also marks the call for the transports.
+    pub(super) async fn guarded<R, T, E, F, Fut>(
+        &self,
+        (kind, name): (Kind, &str),
+        retries: Retries,
+        request: R,
+        attempt: F,
+        refused: fn(String) -> E,
+    ) -> Result<T, E>
+    where
+        R: Clone,
+        E: Failure,
+        F: Fn(R) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let policies = self.generation.policies();
+        if policies.is_empty() {
+            return attempt(request).await;
+        }
+        let Some(applied) = policies.get(&ComponentKey::new(kind, name)) else {
+            return attempt(request).await;
+        };
+        let answer = applied.run(retries, || attempt(request.clone())).await;
+        self.unguarded(answer, refused)
+    }
+
+    /// Runs `call`, a call of component `kind/name` that cannot be
+    /// repeated (its request is consumed), once under the timeout and
+    /// circuit breaker targeted at it; see [`Call::guarded`].
+    pub(super) async fn guarded_once<T, E: Failure>(
+        &self,
+        (kind, name): (Kind, &str),
+        call: impl Future<Output = Result<T, E>>,
+        refused: fn(String) -> E,
+    ) -> Result<T, E> {
+        let policies = self.generation.policies();
+        if policies.is_empty() {
+            return call.await;
+        }
+        let Some(applied) = policies.get(&ComponentKey::new(kind, name)) else {
+            return call.await;
+        };
+        let answer = applied.run_once(call).await;
+        self.unguarded(answer, refused)
+    }
+
+    /// A guarded answer as the kind's own: a refusal through `refused`.
+    fn unguarded<T, E>(&self, answer: Result<T, Guarded<E>>, refused: fn(String) -> E) -> Result<T, E> {
+        match answer {
+            Ok(value) => Ok(value),
+            Err(Guarded::Failed(err)) => Err(err),
+            Err(Guarded::Refused(refusal)) => {
+                if matches!(refusal, Refusal::BreakerOpen { .. }) {
+                    self.label.set_breaker_refused();
+                }
+                Err(refused(refusal.to_string()))
+            }
+        }
     }
 
     /// The instance `kind/name` of the call's generation; labels the call

@@ -14,6 +14,7 @@ use rewire_runtime::{
 
 use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
+use super::retry_rule;
 
 /// Why a configuration operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
@@ -113,9 +114,10 @@ impl ConfigOps {
         query: &ConfigQuery,
         mut budget: ResponseBudget,
     ) -> Result<Vec<ConfigItem>, ConfigOpError> {
+        let store = &self.store;
         let items = self
-            .store
-            .get(query)
+            .call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, query, |q| store.get(q), ConfigError::Backend)
             .await
             .map_err(|e| ConfigOpError::Get {
                 store: self.name.clone(),
@@ -137,8 +139,9 @@ impl ConfigOps {
     /// answers [`ConfigError::Unsupported`].
     pub async fn save(&self, items: Vec<ConfigItem>) -> Result<(), ConfigOpError> {
         let keys = items.iter().map(|item| item.key.clone()).collect();
-        self.store
-            .set(items)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, items, |i| store.set(i), ConfigError::Backend)
             .await
             .map_err(|e| ConfigOpError::Save {
                 store: self.name.clone(),
@@ -149,8 +152,9 @@ impl ConfigOps {
 
     /// Deletes the items `query` covers (Layotto's `DeleteConfiguration`).
     pub async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigOpError> {
-        self.store
-            .delete(query)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, query, |q| store.delete(q), ConfigError::Backend)
             .await
             .map_err(|e| ConfigOpError::Delete {
                 store: self.name.clone(),
@@ -164,16 +168,19 @@ impl ConfigOps {
     /// generation).
     pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigOpError> {
         let keys = query.keys.clone();
+        let handle = self.call.runtime().config_store(&self.name);
         self.call
-            .runtime()
-            .config_store(&self.name)
-            .subscribe(query)
+            .guarded(self.target(), retry_rule::NEVER, query, |q| handle.subscribe(q), ConfigError::Backend)
             .await
             .map_err(|e| ConfigOpError::Subscribe {
                 store: self.name.clone(),
                 keys,
                 source: self.scrubbed(e),
             })
+    }
+
+    fn target(&self) -> (Kind, &str) {
+        (Kind::ConfigStore, &self.name)
     }
 
     fn scrubbed(&self, error: ConfigError) -> ConfigError {

@@ -10,6 +10,7 @@ use rewire_runtime::{
 };
 
 use super::call::Call;
+use super::retry_rule;
 
 /// Why a file operation failed (messages name the store and file).
 #[derive(Debug, thiserror::Error)]
@@ -74,32 +75,55 @@ impl FileOps {
             body,
             metadata,
         };
-        let put = self.store.put(request).await;
+        let put = self
+            .call
+            .guarded_once(self.target(), self.store.put(request), FileError::Backend)
+            .await;
         put.map_err(|e| self.failed(action, e))
     }
 
     /// Opens `name` for reading.
     pub async fn get(&self, name: &str) -> Result<FileRead, FileOpError> {
-        let got = self.store.get(name).await;
+        let store = &self.store;
+        let got = self
+            .call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, name, |n| store.get(n), FileError::Backend)
+            .await;
         got.map_err(|e| self.failed(format!("get file `{name}`"), e))
     }
 
     /// One page of the files under `prefix`, after `marker`.
     pub async fn list(&self, request: ListRequest) -> Result<ListPage, FileOpError> {
-        let listed = self.store.list(request).await;
+        let store = &self.store;
+        let listed = self
+            .call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.list(r), FileError::Backend)
+            .await;
         listed.map_err(|e| self.failed("list files".into(), e))
     }
 
     /// The size and age of `name`.
     pub async fn stat(&self, name: &str) -> Result<FileInfo, FileOpError> {
-        let info = self.store.stat(name).await;
+        let store = &self.store;
+        let info = self
+            .call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, name, |n| store.stat(n), FileError::Backend)
+            .await;
         info.map_err(|e| self.failed(format!("stat file `{name}`"), e))
     }
 
     /// Removes `name`.
     pub async fn delete(&self, name: &str) -> Result<(), FileOpError> {
-        let deleted = self.store.delete(name).await;
+        let store = &self.store;
+        let deleted = self
+            .call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, name, |n| store.delete(n), FileError::Backend)
+            .await;
         deleted.map_err(|e| self.failed(format!("delete file `{name}`"), e))
+    }
+
+    fn target(&self) -> (Kind, &str) {
+        (Kind::File, &self.name)
     }
 
     fn failed(&self, action: String, error: FileError) -> FileOpError {

@@ -8,6 +8,7 @@ use rewire_runtime::Kind;
 use rewire_runtime::{Instance, Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
 
 use super::call::Call;
+use super::retry_rule;
 
 /// Why a lock operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
@@ -99,8 +100,9 @@ impl LockOps {
         expiry_in_seconds: i64,
     ) -> Result<bool, LockOpError> {
         let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
-        self.store
-            .try_lock(request)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::NEVER, request, |r| store.try_lock(r), LockError::Backend)
             .await
             .map_err(|e| LockOpError::TryLock {
                 store: self.name.clone(),
@@ -118,8 +120,9 @@ impl LockOps {
         expiry_in_seconds: i64,
     ) -> Result<UnlockStatus, LockOpError> {
         let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
-        self.store
-            .keep_alive(request)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.keep_alive(r), LockError::Backend)
             .await
             .map_err(|e| LockOpError::KeepAlive {
                 store: self.name.clone(),
@@ -139,8 +142,9 @@ impl LockOps {
             resource_id: resource_id.clone(),
             lock_owner,
         };
-        self.store
-            .unlock(request)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::NEVER, request, |r| store.unlock(r), LockError::Backend)
             .await
             .map_err(|e| LockOpError::Unlock {
                 store: self.name.clone(),
@@ -178,6 +182,10 @@ impl LockOps {
             return Err(LockOpError::LockOwnerEmpty(self.name.clone()));
         }
         Ok(())
+    }
+
+    fn target(&self) -> (Kind, &str) {
+        (Kind::Lock, &self.name)
     }
 
     fn scrubbed(&self, error: LockError) -> LockError {

@@ -24,6 +24,7 @@ mod metadata;
 mod pubsub;
 mod pubsub_delivery;
 mod pubsub_event;
+mod retry_rule;
 mod secrets;
 mod sequencer;
 mod state;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
+use super::retry_rule;
 use super::pubsub_event::{envelope, EnvelopeContext, CLOUD_EVENT_CONTENT_TYPE};
 
 /// How many times a publish follows a broker replaced under it.
@@ -139,7 +140,17 @@ impl PubSubOps {
         let mut broker = self.broker.clone();
         let mut attempts = 0;
         loop {
-            match broker.publish(request.clone()).await {
+            let published = self
+                .call
+                .guarded(
+                    (Kind::PubSub, &self.name),
+                    retry_rule::NEVER,
+                    request.clone(),
+                    |r| broker.publish(r),
+                    PubSubError::Backend,
+                )
+                .await;
+            match published {
                 Err(PubSubError::Retired) if attempts < RETIRED_RETRIES => {
                     attempts += 1;
                     let generation = self.call.runtime().generation();

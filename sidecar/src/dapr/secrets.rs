@@ -9,6 +9,7 @@ use rewire_runtime::Kind;
 use rewire_runtime::{Instance, SecretError, SecretMap, SecretStore};
 
 use super::call::Call;
+use super::retry_rule;
 
 /// Why a secret operation failed (messages in Dapr's gRPC wording; never a
 /// secret value).
@@ -65,8 +66,15 @@ impl SecretOps {
         name: &str,
         metadata: &HashMap<String, String>,
     ) -> Result<SecretMap, SecretOpError> {
-        self.store
-            .get_secret(name, metadata)
+        let store = &self.store;
+        self.call
+            .guarded(
+                (Kind::SecretStore, &self.name),
+                retry_rule::IDEMPOTENT,
+                (name, metadata),
+                |(n, m)| store.get_secret(n, m),
+                SecretError::Backend,
+            )
             .await
             .map_err(|e| SecretOpError::Get {
                 store: self.name.clone(),
@@ -80,8 +88,15 @@ impl SecretOps {
         &self,
         metadata: &HashMap<String, String>,
     ) -> Result<BTreeMap<String, SecretMap>, SecretOpError> {
-        self.store
-            .bulk_get_secret(metadata)
+        let store = &self.store;
+        self.call
+            .guarded(
+                (Kind::SecretStore, &self.name),
+                retry_rule::IDEMPOTENT,
+                metadata,
+                |m| store.bulk_get_secret(m),
+                SecretError::Backend,
+            )
             .await
             .map_err(|e| SecretOpError::BulkGet {
                 store: self.name.clone(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use rewire_runtime::{Increment, Instance, Kind, NextIdRequest, Sequencer, SequencerError};
 
 use super::call::Call;
+use super::retry_rule;
 
 /// Why a sequencer operation failed (messages name the store and key).
 #[derive(Debug, thiserror::Error)]
@@ -70,8 +71,15 @@ impl SequencerOps {
             increment,
             metadata,
         };
-        self.sequencer
-            .get_next_id(request)
+        let sequencer = &self.sequencer;
+        self.call
+            .guarded(
+                (Kind::Sequencer, &self.name),
+                retry_rule::NEVER,
+                request,
+                |r| sequencer.get_next_id(r),
+                SequencerError::Backend,
+            )
             .await
             .map_err(|source| SequencerOpError::NextId {
                 store: self.name.clone(),

@@ -11,6 +11,7 @@ use rewire_runtime::{
 
 use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
+use super::retry_rule;
 
 /// Keys read from the store at once in a bulk get: the answer is counted
 /// after each chunk, so a bulk of large values stops near the limit.
@@ -136,8 +137,9 @@ impl StateOps {
     /// The value and etag of one key (`None` when absent).
     pub async fn get(&self, request: GetRequest) -> Result<Option<StateEntry>, StateOpError> {
         let key = request.key.clone();
-        self.store
-            .get(request)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.get(r), StateError::Backend)
             .await
             .map_err(|e| StateOpError::Get {
                 store: self.name.clone(),
@@ -163,14 +165,21 @@ impl StateOps {
         // What is held while reading, each key once.
         let mut held = ResponseBudget::new(budget.limit());
         for chunk in unique.chunks(BULK_CHUNK) {
-            let items =
-                self.store
-                    .bulk_get(chunk.to_vec())
-                    .await
-                    .map_err(|e| StateOpError::BulkGet {
-                        store: self.name.clone(),
-                        source: self.scrubbed(e),
-                    })?;
+            let store = &self.store;
+            let items = self
+                .call
+                .guarded(
+                    self.target(),
+                    retry_rule::IDEMPOTENT,
+                    chunk.to_vec(),
+                    |keys| store.bulk_get(keys),
+                    StateError::Backend,
+                )
+                .await
+                .map_err(|e| StateOpError::BulkGet {
+                    store: self.name.clone(),
+                    source: self.scrubbed(e),
+                })?;
             for item in items {
                 let size = item_bytes(&item);
                 self.within(&mut held, size)?;
@@ -210,13 +219,23 @@ impl StateOps {
 
     /// Writes every item: none, one, or a bulk write.
     pub async fn save(&self, mut writes: Vec<SetRequest>) -> Result<(), StateOpError> {
+        let retries = retry_rule::save(&writes);
+        let store = &self.store;
         let result = match writes.len() {
             0 => Ok(()),
             1 => match writes.pop() {
-                Some(write) => self.store.set(write).await,
+                Some(write) => {
+                    self.call
+                        .guarded(self.target(), retries, write, |w| store.set(w), StateError::Backend)
+                        .await
+                }
                 None => Ok(()),
             },
-            _ => self.store.bulk_set(writes).await,
+            _ => {
+                self.call
+                    .guarded(self.target(), retries, writes, |w| store.bulk_set(w), StateError::Backend)
+                    .await
+            }
         };
         result.map_err(|e| self.save_error(e))
     }
@@ -233,8 +252,9 @@ impl StateOps {
     /// Deletes one key (at its etag, when given).
     pub async fn delete(&self, request: DeleteRequest) -> Result<(), StateOpError> {
         let key = request.key.clone();
-        self.store
-            .delete(request)
+        let store = &self.store;
+        self.call
+            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.delete(r), StateError::Backend)
             .await
             .map_err(|e| StateOpError::Delete {
                 store: self.name.clone(),
@@ -243,9 +263,19 @@ impl StateOps {
             })
     }
 
+    /// The store as a resiliency target.
+    pub(super) fn target(&self) -> (Kind, &str) {
+        (Kind::State, &self.name)
+    }
+
     /// The store's name in the call's generation.
     pub(super) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The call the store was found by.
+    pub(super) fn call(&self) -> &Call {
+        &self.call
     }
 
     /// The store itself.

@@ -8,6 +8,7 @@ use rewire_runtime::{
     DeleteRequest, SetRequest, StateError, StateFeature, TransactionOperation, TransactionRequest,
 };
 
+use super::retry_rule;
 use super::state::{StateOpError, StateOps};
 
 /// Most operations one transaction may hold (its body is bounded by
@@ -67,7 +68,13 @@ impl StateOps {
         for operation in &request.operations {
             check_key(operation.key()).map_err(|e| self.transaction_failed(e))?;
         }
-        match self.store().transact(request).await {
+        let retries = retry_rule::transaction(&request);
+        let store = self.store();
+        let done = self
+            .call()
+            .guarded(self.target(), retries, request, |r| store.transact(r), StateError::Backend)
+            .await;
+        match done {
             Err(StateError::Unsupported(_)) => Err(StateOpError::TransactionsNotSupported(
                 self.name().to_string(),
             )),

@@ -1,5 +1,6 @@
 //! One gRPC call: run with a fresh generation snapshot ([`Call`]), secret
-//! values scrubbed from its error, and its entry in the request metrics.
+//! values scrubbed from its error (`UNAVAILABLE` when a circuit breaker
+//! refused it), and its entry in the request metrics.
 
 use std::future::Future;
 use std::time::Instant;
@@ -53,9 +54,16 @@ where
     let started = Instant::now();
     let label = StoreLabel::default();
     let call = Call::new(&state.runtime, label.clone());
-    let result = handler(call)
-        .await
-        .map_err(|status| Status::new(status.code(), state.runtime.redact(status.message())));
+    // A call refused by a component's open circuit breaker is
+    // UNAVAILABLE, as Dapr answers it, whatever its operation's code.
+    let result = handler(call).await.map_err(|status| {
+        let code = if label.breaker_refused() {
+            Code::Unavailable
+        } else {
+            status.code()
+        };
+        Status::new(code, state.runtime.redact(status.message()))
+    });
     let code = result.as_ref().err().map_or(Code::Ok, Status::code);
     let store = label.get();
     state

@@ -1,11 +1,13 @@
 //! Dapr resource files (`--resources-path DIR`): the `kind: Component`
 //! manifests of a folder's `*.yaml` / `*.yml` files (several documents per
-//! file allowed), turned into rewire components, and the `kind:
-//! Subscription` ones, turned into entries of the `subscriptions` section.
-//! Other resource kinds (`Resiliency`, `Configuration`, ...) are skipped
-//! with a note; every problem names its file and line.
+//! file allowed), turned into rewire components, the `kind: Subscription`
+//! ones, turned into entries of the `subscriptions` section, and `kind:
+//! Resiliency` resources (the configuration's `resiliency` section). Other
+//! resource kinds (`Configuration`, ...) are skipped with a note; every
+//! problem names its file and line.
 
 mod component;
+mod resiliency;
 mod spec_metadata;
 mod subscription;
 mod types;
@@ -21,6 +23,8 @@ use crate::config::problem::{Problem, Problems};
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::registry::Registry;
 use component::map_component;
+pub(crate) use resiliency::ResiliencyResource;
+use resiliency::map_resiliency;
 pub(crate) use component::DEFAULT_SECRET_STORE;
 use yaml::{documents, NodeValue};
 
@@ -52,6 +56,8 @@ pub(crate) struct Manifests {
     pub origins: BTreeMap<ComponentKey, Origin>,
     /// Declared subscriptions by name, with the `file:line` of each.
     pub subscriptions: BTreeMap<String, (String, Subscription)>,
+    /// The `Resiliency` resources the app loads.
+    pub resiliency: Vec<ResiliencyResource>,
 }
 
 /// Problems (which refuse the folder) and notes (what was skipped or
@@ -190,9 +196,17 @@ pub(crate) fn parse_manifests(
                     }
                     continue;
                 }
+                Some("Resiliency") => {
+                    let location = format!("{file}:{}", doc.line);
+                    match map_resiliency(entries, location, app_id) {
+                        Ok(resource) => manifests.resiliency.push(resource),
+                        Err(note) => found.note(note),
+                    }
+                    continue;
+                }
                 Some(other) => {
                     found.note(format!(
-                        "{file}:{}: skipped a `{other}` (rewire loads `Component`s and `Subscription`s)",
+                        "{file}:{}: skipped a `{other}` (rewire loads `Component`s, `Subscription`s and `Resiliency`)",
                         doc.line
                     ));
                     continue;

@@ -354,3 +354,90 @@ fn subscriptions_are_read_in_both_api_versions() {
         ["c/bad.yaml:5: subscriptions.bad: field `topic`: required but missing"]
     );
 }
+
+const RESILIENCY: &str = "apiVersion: dapr.io/v1alpha1
+kind: Resiliency
+metadata:
+  name: policies
+scopes:
+- checkout
+spec:
+  policies:
+    timeouts:
+      short: 2s
+    retries:
+      quick:
+        policy: constant
+        duration: 100ms
+        maxRetries: 3
+    circuitBreakers:
+      cb:
+        maxRequests: 1
+        timeout: 30s
+        trip: consecutiveFailures > 5
+  targets:
+    components:
+      mem:
+        outbound:
+          timeout: short
+          retry: quick
+          circuitBreaker: cb
+";
+
+const MEMORY: &str = "apiVersion: dapr.io/v1alpha1
+kind: Component
+metadata:
+  name: mem
+spec:
+  type: state.in-memory
+";
+
+fn load_dir(
+    name: &str,
+    files: &[(&str, &str)],
+    app_id: &str,
+) -> Result<crate::config::ValidConfig, Vec<String>> {
+    let dir = folder(name, files);
+    let sources = ConfigSources {
+        resources: Some(dir.clone()),
+        app_id: Some(app_id.into()),
+        file: None,
+    };
+    sources.load(&registry()).map_err(|p| {
+        p.iter()
+            .map(|p| p.to_string().replace(&dir.display().to_string(), "D"))
+            .collect()
+    })
+}
+
+#[test]
+fn a_resiliency_resource_becomes_the_resiliency_section() {
+    let valid = load_dir("res-ok", &[("mem.yaml", MEMORY), ("res.yaml", RESILIENCY)], "checkout")
+        .unwrap_or_else(|p| panic!("{p:?}"));
+    let policies = valid
+        .config
+        .sections
+        .resiliency
+        .for_component(&ComponentKey::new("state", "mem"))
+        .cloned()
+        .unwrap_or_else(|| panic!("state/mem is targeted"));
+    assert_eq!(policies.retry.map(|r| r.policy.max_retries), Some(Some(3)));
+    assert_eq!(policies.circuit_breaker.map(|b| b.policy.trip_after), Some(6));
+    // Scoped to another app: not loaded.
+    let other = load_dir("res-scoped", &[("mem.yaml", MEMORY), ("res.yaml", RESILIENCY)], "billing")
+        .unwrap_or_else(|p| panic!("{p:?}"));
+    assert!(other.config.sections.resiliency.is_empty());
+}
+
+#[test]
+fn a_bad_resiliency_resource_is_refused_naming_its_file_and_field() {
+    let bad = RESILIENCY.replace("retry: quick", "retry: slow").replace("mem:\n", "ghost:\n");
+    let found = load_dir("res-bad", &[("mem.yaml", MEMORY), ("res.yaml", &bad)], "checkout")
+        .err()
+        .unwrap_or_default()
+        .join("\n");
+    assert!(
+        found.contains("D/res.yaml:1: resiliency: `targets.components.ghost.outbound.retry`: no policy `slow`"),
+        "{found}"
+    );
+}

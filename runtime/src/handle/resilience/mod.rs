@@ -1,0 +1,312 @@
+//! Resiliency policies applied to component calls: one implementation for
+//! every kind. A call runs as timeout → retry with backoff → circuit
+//! breaker, with the policies the `resiliency` section targets at its
+//! component ([`Generation::guarded`](crate::Generation::guarded)).
+//!
+//! Each published generation carries the policies of its components
+//! ([`Policies`]), built at publish from its `resiliency` section: a policy
+//! change is a sections-only reload (no component rebuilt) and the next
+//! call uses it. A component's breaker is carried into the new generation
+//! while its settings are unchanged, so its state survives the reload.
+//!
+//! Which operations may be retried is the caller's decision, per
+//! operation ([`Retries`]): a failed attempt may have been applied, so only
+//! an idempotent operation (a read, a last-write save, a delete) or one the
+//! caller's etag makes safe is retried. Without a policy, a call costs one
+//! map lookup.
+
+mod breaker;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use breaker::BreakerState;
+use breaker::Breaker;
+
+use crate::backoff::Backoff;
+use crate::component::ComponentKey;
+use crate::config::resiliency::{Named, RetryKind, RetryPolicy};
+use crate::config::Resiliency;
+use crate::kinds::{
+    ConfigError, FileError, LockError, PubSubError, SecretError, SequencerError, StateError,
+};
+
+/// Whether a failed attempt of an operation may be tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retries {
+    /// Safe to repeat: idempotent, or guarded by the caller's etag.
+    Allowed,
+    /// Never repeated blindly (a first-write save, a lock, a sequencer id,
+    /// a publish): timeout and breaker still apply.
+    Never,
+}
+
+impl Retries {
+    /// [`Retries::Allowed`] when `safe`.
+    pub fn when(safe: bool) -> Self {
+        if safe {
+            Self::Allowed
+        } else {
+            Self::Never
+        }
+    }
+}
+
+/// A component error that may count as a failure of the component (its
+/// backend is unreachable or failing), as opposed to an answer about the
+/// request (not found, invalid, stale etag): only failures are retried and
+/// counted by a breaker.
+pub trait Failure {
+    /// Whether the error is the component failing.
+    fn is_failure(&self) -> bool;
+}
+
+macro_rules! backend_is_failure {
+    ($($error:ty),*) => {$(
+        impl Failure for $error {
+            fn is_failure(&self) -> bool {
+                matches!(self, Self::Backend(_))
+            }
+        }
+    )*};
+}
+
+backend_is_failure!(
+    StateError,
+    ConfigError,
+    LockError,
+    SecretError,
+    SequencerError,
+    FileError,
+    PubSubError
+);
+
+/// Why a policy ended a call without the component's own answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// An attempt outlived the policy's timeout.
+    #[error("component `{component}` did not answer within {after:?} (resiliency timeout `{policy}`)")]
+    TimedOut {
+        /// The component.
+        component: ComponentKey,
+        /// The timeout policy.
+        policy: String,
+        /// Its duration.
+        after: Duration,
+    },
+    /// The component's circuit breaker is open.
+    #[error("component `{component}`: circuit breaker open (policy `{policy}`): calls are refused until it half-opens")]
+    BreakerOpen {
+        /// The component.
+        component: ComponentKey,
+        /// The breaker policy.
+        policy: String,
+    },
+}
+
+/// How a guarded call failed.
+#[derive(Debug)]
+pub enum Guarded<E> {
+    /// The component's own error (its last attempt's).
+    Failed(E),
+    /// A policy ended the call.
+    Refused(Refusal),
+}
+
+/// The policies of one component, as a generation runs them.
+#[derive(Debug)]
+pub struct Applied {
+    key: ComponentKey,
+    timeout: Option<Named<Duration>>,
+    retry: Option<Named<RetryPolicy>>,
+    breaker: Option<(String, Arc<Breaker>)>,
+}
+
+/// A breaker's state, for status and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BreakerStatus {
+    /// The breaker policy's name.
+    pub policy: String,
+    /// `closed`, `half-open` or `open`.
+    pub state: BreakerState,
+    /// Consecutive failures counted while closed.
+    #[serde(rename = "consecutiveFailures")]
+    pub consecutive_failures: u32,
+    /// Times it opened since its settings last changed.
+    pub trips: u64,
+}
+
+/// Every targeted component's policies in one generation.
+#[derive(Debug, Default)]
+pub struct Policies {
+    by_key: BTreeMap<ComponentKey, Arc<Applied>>,
+}
+
+impl Policies {
+    /// The policies `section` gives the components `keys`; breakers whose
+    /// settings are unchanged are carried over from `previous`.
+    pub(crate) fn build<'a>(
+        section: &Resiliency,
+        keys: impl Iterator<Item = &'a ComponentKey>,
+        previous: &Policies,
+    ) -> Self {
+        let mut by_key = BTreeMap::new();
+        for key in keys {
+            let Some(policies) = section.for_component(key) else {
+                continue;
+            };
+            let breaker = policies.circuit_breaker.as_ref().map(|named| {
+                let kept = previous
+                    .by_key
+                    .get(key)
+                    .and_then(|applied| applied.breaker.as_ref())
+                    .filter(|(_, breaker)| *breaker.policy() == named.policy)
+                    .map(|(_, breaker)| breaker.clone());
+                let breaker = kept.unwrap_or_else(|| Arc::new(Breaker::new(named.policy.clone())));
+                (named.name.clone(), breaker)
+            });
+            let applied = Applied {
+                key: key.clone(),
+                timeout: policies.timeout.clone(),
+                retry: policies.retry.clone(),
+                breaker,
+            };
+            by_key.insert(key.clone(), Arc::new(applied));
+        }
+        Self { by_key }
+    }
+
+    /// Whether no component has a policy.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// The policies of `key`, if it is targeted.
+    pub fn get(&self, key: &ComponentKey) -> Option<&Applied> {
+        self.by_key.get(key).map(Arc::as_ref)
+    }
+
+    /// Each component with a circuit breaker, and the breaker's state now.
+    pub fn breakers(&self) -> impl Iterator<Item = (&ComponentKey, BreakerStatus)> {
+        self.by_key.iter().filter_map(|(key, applied)| {
+            applied
+                .breaker_status()
+                .map(|status| (key, status))
+        })
+    }
+}
+
+impl Applied {
+    /// Its breaker's state now, if it has one.
+    pub fn breaker_status(&self) -> Option<BreakerStatus> {
+        let (policy, breaker) = self.breaker.as_ref()?;
+        let (state, consecutive_failures, trips) = breaker.snapshot();
+        Some(BreakerStatus {
+            policy: policy.clone(),
+            state,
+            consecutive_failures,
+            trips,
+        })
+    }
+
+    /// Runs `attempt` under the policies: each attempt within the timeout,
+    /// admitted by the breaker (and reported to it), failures retried with
+    /// backoff when `retries` allows.
+    pub async fn run<T, E, F, Fut>(&self, retries: Retries, mut attempt: F) -> Result<T, Guarded<E>>
+    where
+        E: Failure,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut backoff = self.retry.as_ref().map(|named| backoff_of(&named.policy));
+        let mut retried: u32 = 0;
+        loop {
+            let (error, failed) = match self.attempt(&mut attempt).await {
+                Ok(value) => return Ok(value),
+                Err(failure) => failure,
+            };
+            let may_retry = failed
+                && retries == Retries::Allowed
+                && self.retry.as_ref().is_some_and(|named| {
+                    named.policy.max_retries.is_none_or(|max| retried < max)
+                });
+            match (&mut backoff, may_retry) {
+                (Some(backoff), true) => {
+                    retried = retried.saturating_add(1);
+                    tokio::time::sleep(backoff.next_wait()).await;
+                }
+                _ => return Err(error),
+            }
+        }
+    }
+
+    /// Runs `call` once under the timeout and the breaker (an operation
+    /// whose request cannot be repeated).
+    pub async fn run_once<T, E: Failure>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, Guarded<E>> {
+        self.attempt(|| call).await.map_err(|(error, _)| error)
+    }
+
+    /// One attempt (`call` is made only once admitted): admitted by the
+    /// breaker, within the timeout, its end
+    /// reported to the breaker. An error comes with whether it is a
+    /// failure of the component (so worth retrying).
+    async fn attempt<T, E: Failure, Fut: Future<Output = Result<T, E>>>(
+        &self,
+        call: impl FnOnce() -> Fut,
+    ) -> Result<T, (Guarded<E>, bool)> {
+        let in_flight = match &self.breaker {
+            Some((policy, breaker)) => match breaker.enter() {
+                Some(in_flight) => Some(in_flight),
+                None => {
+                    let refusal = Refusal::BreakerOpen {
+                        component: self.key.clone(),
+                        policy: policy.clone(),
+                    };
+                    return Err((Guarded::Refused(refusal), false));
+                }
+            },
+            None => None,
+        };
+        let outcome = match &self.timeout {
+            Some(timeout) => tokio::time::timeout(timeout.policy, call())
+                .await
+                .map_err(|_| Refusal::TimedOut {
+                    component: self.key.clone(),
+                    policy: timeout.name.clone(),
+                    after: timeout.policy,
+                }),
+            None => Ok(call().await),
+        };
+        let failed = match &outcome {
+            Ok(Ok(_)) => false,
+            Ok(Err(err)) => err.is_failure(),
+            Err(_) => true,
+        };
+        if let Some(in_flight) = in_flight {
+            in_flight.finish(!failed);
+        }
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err((Guarded::Failed(err), failed)),
+            Err(refusal) => Err((Guarded::Refused(refusal), true)),
+        }
+    }
+}
+
+/// The waits of a retry policy: constant, or doubling up to `maxInterval`.
+fn backoff_of(policy: &RetryPolicy) -> Backoff {
+    match policy.kind {
+        RetryKind::Constant => Backoff::new(policy.duration, policy.duration),
+        RetryKind::Exponential => Backoff::new(policy.duration, policy.max_interval),
+    }
+}
+
+#[cfg(test)]
+mod tests;

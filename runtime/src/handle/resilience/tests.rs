@@ -1,0 +1,169 @@
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::*;
+
+fn section(value: serde_json::Value) -> Resiliency {
+    Resiliency::decode(&value).unwrap_or_else(|p| panic!("{p:?}"))
+}
+
+fn orders() -> ComponentKey {
+    ComponentKey::new("state", "orders")
+}
+
+fn policies(value: serde_json::Value, previous: &Policies) -> Policies {
+    let key = orders();
+    Policies::build(&section(value), std::iter::once(&key), previous)
+}
+
+fn target(outbound: serde_json::Value) -> serde_json::Value {
+    json!({
+        "policies": {
+            "timeouts": {"short": "1s"},
+            "retries": {"three": {"policy": "constant", "duration": "2s", "maxRetries": 3},
+                        "grow": {"policy": "exponential", "duration": "1s", "maxInterval": "3s",
+                                 "maxRetries": 4}},
+            "circuitBreakers": {"cb": {"trip": "consecutiveFailures >= 2", "timeout": "30s"}}
+        },
+        "targets": {"components": {"orders": {"outbound": outbound}}}
+    })
+}
+
+/// An attempt that fails with a backend error `failures` times, then
+/// answers its attempt number.
+fn flaky(failures: u32, calls: &AtomicU32) -> impl FnMut() -> std::future::Ready<Result<u32, StateError>> + '_ {
+    move || {
+        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        std::future::ready(if n <= failures {
+            Err(StateError::Backend("connection refused".into()))
+        } else {
+            Ok(n)
+        })
+    }
+}
+
+fn applied(policies: &Policies) -> &Applied {
+    policies.get(&orders()).unwrap_or_else(|| panic!("targeted"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_recover_a_transient_failure_with_constant_waits() {
+    let policies = policies(target(json!({"retry": "three"})), &Policies::default());
+    let calls = AtomicU32::new(0);
+    let started = Instant::now();
+    let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+    assert!(matches!(answer, Ok(3)), "{answer:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(4), "two waits of 2s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn exponential_waits_double_up_to_the_max_interval_and_retries_stop_at_the_max() {
+    let policies = policies(target(json!({"retry": "grow"})), &Policies::default());
+    let calls = AtomicU32::new(0);
+    let started = Instant::now();
+    let answer = applied(&policies).run(Retries::Allowed, flaky(10, &calls)).await;
+    assert!(matches!(answer, Err(Guarded::Failed(StateError::Backend(_)))), "{answer:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 5, "the first attempt and 4 retries");
+    assert_eq!(started.elapsed(), Duration::from_secs(1 + 2 + 3 + 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn unsafe_operations_and_answers_about_the_request_are_not_retried() {
+    let policies = policies(target(json!({"retry": "three"})), &Policies::default());
+    let calls = AtomicU32::new(0);
+    let answer = applied(&policies).run(Retries::Never, flaky(1, &calls)).await;
+    assert!(matches!(answer, Err(Guarded::Failed(_))), "{answer:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    let calls = AtomicU32::new(0);
+    let answer: Result<(), _> = applied(&policies)
+        .run(Retries::Allowed, || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Err(StateError::EtagMismatch("stale".into())))
+        })
+        .await;
+    assert!(matches!(answer, Err(Guarded::Failed(StateError::EtagMismatch(_)))));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_attempt_is_cut_at_the_timeout_and_a_timeout_is_retried() {
+    let policies = policies(target(json!({"timeout": "short", "retry": "three"})), &Policies::default());
+    let calls = AtomicU32::new(0);
+    let answer = applied(&policies)
+        .run(Retries::Allowed, || {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                Ok::<_, StateError>(n)
+            }
+        })
+        .await;
+    assert!(matches!(answer, Ok(1)), "{answer:?}");
+
+    let answer: Result<(), _> = applied(&policies)
+        .run(Retries::Never, || async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<_, StateError>(())
+        })
+        .await;
+    match answer {
+        Err(Guarded::Refused(refusal @ Refusal::TimedOut { .. })) => {
+            let text = refusal.to_string();
+            assert!(text.contains("state/orders") && text.contains("`short`"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_refuses_without_calling_and_half_opens_after_its_timeout() {
+    let policies = policies(target(json!({"circuitBreaker": "cb"})), &Policies::default());
+    let calls = AtomicU32::new(0);
+    for _ in 0..2 {
+        let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+        assert!(matches!(answer, Err(Guarded::Failed(_))), "{answer:?}");
+    }
+    let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+    match answer {
+        Err(Guarded::Refused(refusal @ Refusal::BreakerOpen { .. })) => {
+            let text = refusal.to_string();
+            assert!(text.contains("state/orders") && text.contains("circuit breaker open"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "refused without a call");
+    let status = applied(&policies).breaker_status();
+    assert_eq!(status.map(|s| (s.state, s.trips)), Some((BreakerState::Open, 1)));
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let status = applied(&policies).breaker_status();
+    assert_eq!(status.map(|s| s.state), Some(BreakerState::HalfOpen));
+    let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+    assert!(matches!(answer, Ok(3)), "{answer:?}");
+    let status = applied(&policies).breaker_status();
+    assert_eq!(status.map(|s| s.state), Some(BreakerState::Closed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_survives_a_rebuild_of_the_policies_while_its_settings_are_unchanged() {
+    let first = policies(target(json!({"circuitBreaker": "cb"})), &Policies::default());
+    let calls = AtomicU32::new(0);
+    for _ in 0..2 {
+        let _ = applied(&first).run(Retries::Never, flaky(5, &calls)).await;
+    }
+    let open = |p: &Policies| applied(p).breaker_status().map(|s| s.state);
+    assert_eq!(open(&first), Some(BreakerState::Open));
+    let same = policies(target(json!({"circuitBreaker": "cb", "retry": "three"})), &first);
+    assert_eq!(open(&same), Some(BreakerState::Open), "kept: same settings");
+    let mut changed = target(json!({"circuitBreaker": "cb"}));
+    changed["policies"]["circuitBreakers"]["cb"]["timeout"] = json!("10s");
+    let changed = policies(changed, &same);
+    assert_eq!(open(&changed), Some(BreakerState::Closed), "new settings: a new breaker");
+    let untargeted = Policies::build(&Resiliency::default(), std::iter::once(&orders()), &changed);
+    assert!(untargeted.get(&orders()).is_none());
+    assert_eq!(untargeted.breakers().count(), 0);
+}
