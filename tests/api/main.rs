@@ -31,6 +31,7 @@ mod api_http_state;
 mod api_http_state_transaction;
 mod api_limits;
 mod api_pubsub_broker_switch;
+mod api_state_bytes;
 mod dapr_python_sdk;
 mod layotto_grpc;
 mod layotto_grpc_backends;
