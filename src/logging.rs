@@ -4,18 +4,31 @@ use std::io::IsTerminal;
 
 /// Logs to stderr with every known secret value scrubbed; `RUST_LOG`
 /// filters (default `info`). Coloured only when stderr is a terminal and
-/// `NO_COLOR` is unset. A second call does nothing.
+/// `NO_COLOR` is unset. With the sidecar, also installs the tracing layer
+/// (spans exported once tracing is configured; see
+/// [`rewire_sidecar::telemetry`]). A second call does nothing.
 pub fn init_logging() {
+    use tracing_subscriber::filter::{filter_fn, FilterExt};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_ansi(colour_wanted(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
         ))
         .with_writer(|| rewire_runtime::RedactingWriter::new(std::io::stderr()))
-        .try_init();
+        // Trace spans (`rewire.*`) are for the exporter, not the log lines.
+        .with_filter(filter.and(filter_fn(|m| {
+            !(m.is_span() && m.name().starts_with("rewire."))
+        })));
+    let registry = tracing_subscriber::registry().with(logs);
+    #[cfg(feature = "sidecar")]
+    let registry = registry.with(rewire_sidecar::telemetry::layer());
+    let _ = registry.try_init();
 }
 
 /// Colour only on a terminal, and never when `NO_COLOR` is set (to any

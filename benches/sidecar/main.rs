@@ -10,7 +10,12 @@
 //!    keep-alive connection),
 //! 4. a plain `GET` to a real `redis-server` (`redis` crate, multiplexed
 //!    connection): a network round trip to a real store, for scale,
-//! 5. the `redis` state store through the sidecar's gRPC API.
+//! 5. the `redis` state store through the sidecar's gRPC API,
+//! 6. and 7. paths 3 and 5 again with tracing on (every call sampled) and
+//!    the OTLP exporter pointing at a dead endpoint (connection refused):
+//!    what tracing costs a call when the collector is gone. Tracing is
+//!    switched on for these blocks only (`telemetry::apply`), off for the
+//!    others, in the same process and run.
 //!
 //! It prints p50 and p99 of each, and their ratios to the in-process call
 //! and to the direct Redis `GET`. See docs/BENCHMARKS.md, section "Sidecar
@@ -83,6 +88,8 @@ enum Path {
     Http,
     RedisDirect,
     RedisGrpc,
+    HttpTraced,
+    RedisGrpcTraced,
 }
 
 impl Path {
@@ -93,7 +100,27 @@ impl Path {
             Path::Http => "sidecar HTTP: memory store (`GET /v1.0/state/cache/greeting`)",
             Path::RedisDirect => "direct Redis `GET` (redis crate, multiplexed)",
             Path::RedisGrpc => "sidecar gRPC: redis store (`HMGET` behind it)",
+            Path::HttpTraced => "sidecar HTTP: memory store, traced, exporter dead",
+            Path::RedisGrpcTraced => "sidecar gRPC: redis store, traced, exporter dead",
         }
+    }
+
+    /// Whether tracing is on for this path's calls.
+    fn traced(self) -> bool {
+        matches!(self, Path::HttpTraced | Path::RedisGrpcTraced)
+    }
+}
+
+/// Tracing settings: every call sampled and exported to `dead` (an
+/// address nothing listens on) when `on`, else off.
+fn tracing_settings(on: bool, dead: &str) -> rewire::sidecar::telemetry::TraceSettings {
+    use rewire::sidecar::telemetry::{SamplerChoice, TraceSettings};
+    TraceSettings {
+        endpoint: on.then(|| format!("http://{dead}/v1/traces")),
+        protocol: rewire::config::OtelProtocol::Http,
+        sampler: SamplerChoice::AlwaysOn,
+        service_name: "sidecar-bench".into(),
+        export_timeout: Duration::from_secs(10),
     }
 }
 
@@ -172,7 +199,7 @@ impl Callers {
                     .expect("in-process get")
                     .map(|entry| entry.data)
             }
-            Path::Grpc | Path::RedisGrpc => {
+            Path::Grpc | Path::RedisGrpc | Path::RedisGrpcTraced => {
                 let store_name = if path == Path::Grpc { MEMORY } else { REDIS };
                 let request = GetStateRequest {
                     store_name: store_name.to_string(),
@@ -186,7 +213,7 @@ impl Callers {
                     .unwrap_or_else(|e| panic!("gRPC GetState from {store_name}: {e}"));
                 Some(reply.into_inner().data)
             }
-            Path::Http => {
+            Path::Http | Path::HttpTraced => {
                 let response = self
                     .http
                     .get(&self.http_url)
@@ -234,6 +261,12 @@ impl Measured {
 
 fn main() {
     rewire::components::link();
+    // The tracing layer, as `rewire run` installs it (off until applied);
+    // logs quiet unless RUST_LOG says otherwise (tracing is switched often).
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "warn");
+    }
+    rewire::init_logging();
     let mode = Mode::from_env();
     let plan = mode.plan();
     let calls = mode.ops(CALLS);
@@ -271,6 +304,11 @@ fn main() {
     }
     let config = serde_json::json!({"appId": "sidecar-bench", "components": {"state": stores}});
     let sidecar = server_rt.block_on(Sidecar::start(&config.to_string()));
+    // The export task runs on the sidecar's runtime.
+    let dead = format!("127.0.0.1:{}", testkit::free_port());
+    server_rt.block_on(async {
+        rewire::sidecar::telemetry::apply(&tracing_settings(false, &dead));
+    });
 
     // The key, written in every store.
     let set = |key: &str| SetRequest {
@@ -329,9 +367,9 @@ fn main() {
         }
     });
 
-    let mut paths = vec![Path::InProcess, Path::Grpc, Path::Http];
+    let mut paths = vec![Path::InProcess, Path::Grpc, Path::Http, Path::HttpTraced];
     if redis.is_some() {
-        paths.extend([Path::RedisDirect, Path::RedisGrpc]);
+        paths.extend([Path::RedisDirect, Path::RedisGrpc, Path::RedisGrpcTraced]);
     }
     let mut measured: Vec<Measured> = paths
         .iter()
@@ -357,6 +395,7 @@ fn main() {
                 let block = BLOCK.min(calls as usize - this_run[0].len());
                 for j in 0..paths.len() {
                     let v = (round + j) % paths.len();
+                    rewire::sidecar::telemetry::apply(&tracing_settings(paths[v].traced(), &dead));
                     for _ in 0..block {
                         this_run[v].push(callers.call(paths[v]).await);
                     }
@@ -466,6 +505,28 @@ fn report(measured: &mut [Measured]) {
     if let Some(text) = added(Path::RedisGrpc, Path::RedisDirect) {
         println!("* redis store via sidecar gRPC over direct Redis GET: {text}");
     }
+    let traced = |a: Path, b: Path| -> Option<String> {
+        let (a, b) = (at(a)?, at(b)?);
+        Some(format!(
+            "p50 {} ({}), p99 {}",
+            signed(p50s[a], p50s[b]),
+            ratio(p50s[a], p50s[b]),
+            signed(p99s[a], p99s[b])
+        ))
+    };
+    if let Some(text) = traced(Path::HttpTraced, Path::Http) {
+        println!("* tracing on, exporter dead, over tracing off (HTTP, memory): {text}");
+    }
+    if let Some(text) = traced(Path::RedisGrpcTraced, Path::RedisGrpc) {
+        println!("* tracing on, exporter dead, over tracing off (gRPC, redis): {text}");
+    }
+    let stats = rewire::sidecar::telemetry::stats();
+    println!(
+        "* spans: {} exported, {} dropped (queue full), {} dropped (export failed)",
+        stats.exported.get(),
+        stats.dropped_queue_full.get(),
+        stats.dropped_export_failed.get()
+    );
     println!();
 }
 

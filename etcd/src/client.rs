@@ -174,12 +174,25 @@ impl Client {
         Ok(())
     }
 
-    /// Runs `call` within the time limit.
+    /// Runs `call` within the time limit, in a trace span named after the
+    /// request (`etcd Range`).
     pub(crate) async fn bounded<R>(
         &self,
         call: impl Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     ) -> Result<R, Error> {
-        match tokio::time::timeout(self.timeout, call).await {
+        use tracing::Instrument;
+        let operation = operation_of::<R>();
+        let span = tracing::info_span!(
+            "rewire.etcd",
+            otel.name = tracing::field::Empty,
+            otel.kind = "client",
+            db.system = "etcd",
+            db.operation = operation,
+        );
+        if !span.is_disabled() {
+            span.record("otel.name", format!("etcd {operation}"));
+        }
+        match tokio::time::timeout(self.timeout, call.instrument(span)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(Error::Status(status)),
             Err(_) => Err(Error::Timeout(self.timeout)),
@@ -382,4 +395,11 @@ mod tests {
         assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
         assert_eq!(prefix_range(Vec::new()), (vec![0], vec![0]));
     }
+}
+
+/// The etcd operation whose answer is `R` (`RangeResponse` → `Range`).
+fn operation_of<R>() -> &'static str {
+    let name = std::any::type_name::<R>();
+    let name = name.rsplit("::").next().unwrap_or(name);
+    name.strip_suffix("Response").unwrap_or(name)
 }

@@ -11,6 +11,7 @@
 //!   cut after the shutdown grace; accept errors backed off.
 //! * [`tls`]: TLS on the listeners, mutual TLS, the Lifecycle API's
 //!   client CA, certificates followed live.
+//! * [`telemetry`]: distributed tracing (W3C trace context, OTLP export).
 //! * [`ApiServer`]: both servers, bound and serving.
 
 pub mod app;
@@ -22,6 +23,7 @@ pub mod http;
 pub mod metrics;
 mod options;
 mod server;
+pub mod telemetry;
 pub mod tls;
 
 pub use auth::ApiToken;

@@ -107,6 +107,7 @@ impl ApiMetrics {
             "Configuration subscribers dropped for falling behind (bytes or messages queued)",
             subscribers_dropped.clone(),
         );
+        crate::telemetry::stats().register(&mut registry);
         Self {
             subscribers_dropped,
             registry: Mutex::new(registry),

@@ -91,6 +91,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         "Runtime started."
     );
     drop(generation);
+    // Tracing as the environment and the file's `tracing` section say,
+    // re-read after every reload.
+    let _tracing = rewire::sidecar::telemetry::follow(&runtime);
     // Edits of the file or of a manifest (ConfigMap updates included)
     // reload the runtime.
     let _watches = match source {

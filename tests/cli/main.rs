@@ -18,3 +18,4 @@ mod embedded;
 mod example_custom_component;
 mod graph_mermaid;
 mod layotto_files;
+mod tracing_otlp;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::error::{excerpt, ApolloError};
 use super::signing;
@@ -250,7 +251,11 @@ impl ConfigServiceClient {
         }
         let transport =
             |err: reqwest::Error| ApolloError::transport(&self.label, &path, &err, timeout);
-        let response = request.send().await.map_err(transport)?;
+        let response = request
+            .send()
+            .instrument(super::trace::request_span("GET", &path))
+            .await
+            .map_err(transport)?;
         let status = response.status();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(ApolloError::Unauthorized {

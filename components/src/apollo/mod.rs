@@ -47,6 +47,7 @@ mod poller;
 mod refresh;
 mod signing;
 mod start;
+mod trace;
 
 use std::sync::{Arc, Mutex};
 

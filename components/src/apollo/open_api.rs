@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::{Method, StatusCode, Url};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::client::{base_url, join};
 use super::error::{excerpt, ApolloError};
@@ -146,6 +147,7 @@ impl OpenApiClient {
         missing_is_fine: bool,
     ) -> Result<(), ApolloError> {
         let path = url.path().to_string();
+        let method_name = method_label(&method);
         let mut request = self
             .http
             .request(method, url)
@@ -157,7 +159,11 @@ impl OpenApiClient {
         let transport = |err: reqwest::Error| {
             ApolloError::transport(&self.address_text, &path, &err, self.timeout)
         };
-        let response = request.send().await.map_err(transport)?;
+        let response = request
+            .send()
+            .instrument(super::trace::request_span(method_name, &path))
+            .await
+            .map_err(transport)?;
         let status = response.status();
         if status.is_success() || (missing_is_fine && status == StatusCode::NOT_FOUND) {
             return Ok(());
@@ -178,5 +184,16 @@ impl OpenApiClient {
             status: status.as_u16(),
             body: excerpt(&text),
         })
+    }
+}
+
+/// The method's name for a trace span (one of the few this client sends).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        _ => "HTTP",
     }
 }

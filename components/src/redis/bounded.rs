@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Arg, Cmd, Pipeline, RedisError, RedisFuture, Value};
+use tracing::Instrument;
 
 /// A [`ConnectionManager`] with a time limit on every command.
 #[derive(Clone)]
@@ -33,10 +34,42 @@ fn timed_out(limit: Duration) -> RedisError {
     ))
 }
 
+/// The trace span of one command (or pipeline of `count` commands): the
+/// command's name only, never its arguments.
+fn command_span(cmd: Option<&Cmd>, count: usize) -> tracing::Span {
+    let span = tracing::info_span!(
+        "rewire.redis",
+        otel.name = tracing::field::Empty,
+        otel.kind = "client",
+        db.system = "redis",
+        db.operation = tracing::field::Empty,
+        db.redis.commands = count,
+    );
+    if !span.is_disabled() {
+        let name = cmd.map_or("PIPELINE".to_string(), command_name);
+        span.record("otel.name", format!("redis {name}"));
+        span.record("db.operation", name);
+    }
+    span
+}
+
+/// The first word of `cmd` (`GET`, `EVALSHA`), when it looks like one.
+fn command_name(cmd: &Cmd) -> String {
+    match cmd.args_iter().next() {
+        Some(Arg::Simple(word))
+            if word.len() <= 32 && word.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'.') =>
+        {
+            String::from_utf8_lossy(word).to_ascii_uppercase()
+        }
+        _ => "COMMAND".to_string(),
+    }
+}
+
 impl ConnectionLike for BoundedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let limit = self.limit;
-        let call = self.inner.req_packed_command(cmd);
+        let span = command_span(Some(cmd), 1);
+        let call = self.inner.req_packed_command(cmd).instrument(span);
         Box::pin(async move {
             match limit {
                 Some(limit) => tokio::time::timeout(limit, call)
@@ -54,7 +87,11 @@ impl ConnectionLike for BoundedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let limit = self.limit;
-        let call = self.inner.req_packed_commands(cmd, offset, count);
+        let span = command_span(None, count);
+        let call = self
+            .inner
+            .req_packed_commands(cmd, offset, count)
+            .instrument(span);
         Box::pin(async move {
             match limit {
                 Some(limit) => tokio::time::timeout(limit, call)

@@ -166,12 +166,17 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
     for (kind, named) in raw.components.into_iter().flatten() {
         parse_kind(&kind, named, &mut components, &mut problems);
     }
+    let mut sections = Sections::default();
+    match super::sections::tracing::decode_optional(raw.tracing.as_ref()) {
+        Ok(tracing) => sections.tracing = tracing,
+        Err(problem) => problems.push(problem),
+    }
     let patch = ConfigPatch {
         app_id,
         components,
         overlay,
         has_components,
-        sections: Sections::default(),
+        sections,
     };
     Ok((patch, problems))
 }

@@ -26,5 +26,6 @@ pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySp
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use problem::{Problem, Problems};
 pub use sections::Sections;
+pub use sections::{OtelExport, OtelProtocol, TracingSection};
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

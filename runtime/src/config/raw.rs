@@ -20,6 +20,9 @@ pub(super) struct RawFile {
     pub components: Option<Map<String, Value>>,
     #[serde(default)]
     pub overlay: Option<RawOverlay>,
+    /// `tracing`, decoded by [`super::sections`].
+    #[serde(default)]
+    pub tracing: Option<Value>,
 }
 
 /// `overlay`.

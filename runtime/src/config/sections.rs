@@ -13,10 +13,17 @@
 //! Sections come from the file layer only: an overlay or a Lifecycle push
 //! changes components.
 
+pub(crate) mod tracing;
+
+pub use tracing::{OtelExport, OtelProtocol, TracingSection};
+
 /// Every top-level section other than `components`, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
-pub struct Sections {}
+pub struct Sections {
+    /// `tracing`: span export and sampling (read by the sidecar).
+    pub tracing: Option<TracingSection>,
+}
 
 impl Sections {
     /// Whether every section is at its default (none was given).

@@ -17,6 +17,7 @@ pub(crate) mod queue;
 mod record;
 mod request;
 mod steps;
+mod trace;
 mod transaction;
 
 use std::sync::{Arc, Mutex};

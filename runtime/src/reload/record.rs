@@ -33,7 +33,8 @@ impl Recording {
 }
 
 impl Reloader {
-    /// Records the end of `recording`: history, event, log.
+    /// Records the end of `recording`: history, event, log, and the
+    /// outcome on the current (reload) span.
     pub(super) fn finish(&self, recording: Recording, ending: Ending) -> ReloadRecord {
         let record = ReloadRecord {
             generation: ending.generation,
@@ -48,6 +49,7 @@ impl Reloader {
             duration_ms: u64::try_from(recording.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at_unix_ms: now_unix_ms(),
         };
+        super::trace::record_ending(&tracing::Span::current(), &record);
         self.keep(record.clone());
         record
     }
@@ -61,6 +63,8 @@ impl Reloader {
             error: Some(error.to_string()),
         };
         // Nothing ran: its duration is that of recording it, 0 ms.
+        let span = super::trace::reload_span(&trigger);
+        let _in_reload = span.enter();
         self.finish(Recording::start(trigger), ending);
     }
 

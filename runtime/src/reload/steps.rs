@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use super::drain::spawn_drain;
 use super::history::{Action, Outcome, ReloadRecord};
 use super::record::{Ending, Recording};
@@ -16,9 +18,14 @@ use crate::handle::Generation;
 use crate::running::{Commit, Snapshot};
 
 impl Reloader {
-    /// Runs `request` to the end; the running set changes only if it
-    /// applies.
+    /// Runs `request` to the end, as a trace of its own; the running set
+    /// changes only if it applies.
     pub(super) async fn run(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
+        let span = super::trace::reload_span(&request.trigger);
+        self.run_steps(request).instrument(span).await
+    }
+
+    async fn run_steps(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
         let _serial = self.serial.lock().await;
         if self.stopped.is_cancelled() {
             return Err(ReloadError::Stopped);

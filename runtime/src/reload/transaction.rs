@@ -6,8 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::history::Action;
+use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
@@ -146,6 +148,7 @@ impl Plan {
                 kept.spec = spec.clone();
                 progress.next.insert(key.clone(), kept);
                 progress.actions.insert(key.clone(), Action::Unchanged);
+                trace::instant_action(key, &spec.type_name, Action::Unchanged);
             }
         }
         progress
@@ -175,7 +178,10 @@ impl Plan {
             let previous = self.current.get(&key).cloned();
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
             let level_cx = level_cx.clone();
-            tasks.spawn(async move {
+            let span = trace::component_span(&key, &spec.type_name);
+            let traced = span.clone();
+            let started = std::time::Instant::now();
+            let task = async move {
                 let Some(descriptor) = descriptor else {
                     return Err(level_cx.fail(
                         &key,
@@ -184,7 +190,16 @@ impl Plan {
                     ));
                 };
                 decide_and_run(spec, change, previous, &descriptor, &level_cx).await
-            });
+            };
+            tasks.spawn(
+                async move {
+                    let result = task.await;
+                    let action = result.as_ref().map_or(Action::Failed, Step::action);
+                    trace::record_action(&traced, action, started);
+                    result
+                }
+                .instrument(span),
+            );
         }
         let mut failures = Vec::new();
         while let Some(joined) = tasks.join_next().await {
@@ -226,6 +241,7 @@ impl Plan {
         }
         for (key, running) in self.current {
             if !self.candidate.config.components.contains_key(&key) {
+                trace::instant_action(&key, &running.spec.type_name, Action::Removed);
                 actions.insert(key.clone(), Action::Removed);
                 retired.push((key, running));
             }
@@ -298,36 +314,43 @@ async fn decide_and_run(
 /// re-applies the previous metadata of in-place updates.
 async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
     for step in done.into_iter().rev() {
-        match step {
-            Step::Kept(_) => {}
-            Step::Built { running, .. } => {
-                close_one(
-                    &running.spec.key,
-                    &running.assembled.instance,
-                    &running.assembled.shutdown,
-                )
-                .await;
-            }
-            Step::InPlace {
-                running,
-                previous,
-                hook,
-            } => {
-                let key = &running.spec.key;
-                let component = running.assembled.instance.component();
-                let restored = match in_place_of(component.as_ref(), hook) {
-                    Some(dynamic) => matches!(
-                        tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&previous))
-                            .await,
-                        Ok(Ok(InPlace::Applied))
-                    ),
-                    None => false,
-                };
-                if restored {
-                    tracing::info!(component = %key, "In-place update reverted.");
-                } else {
-                    tracing::error!(component = %key, "In-place update could not be reverted; the component keeps its new metadata.");
-                }
+        let spec = &step.running().spec;
+        let span = trace::rolled_back_span(&spec.key, &spec.type_name);
+        undo_one(step, cx).instrument(span).await;
+    }
+}
+
+/// Undoes one step of a failed transaction.
+async fn undo_one(step: Step, cx: &AssemblyContext) {
+    match step {
+        Step::Kept(_) => {}
+        Step::Built { running, .. } => {
+            close_one(
+                &running.spec.key,
+                &running.assembled.instance,
+                &running.assembled.shutdown,
+            )
+            .await;
+        }
+        Step::InPlace {
+            running,
+            previous,
+            hook,
+        } => {
+            let key = &running.spec.key;
+            let component = running.assembled.instance.component();
+            let restored = match in_place_of(component.as_ref(), hook) {
+                Some(dynamic) => matches!(
+                    tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&previous))
+                        .await,
+                    Ok(Ok(InPlace::Applied))
+                ),
+                None => false,
+            };
+            if restored {
+                tracing::info!(component = %key, "In-place update reverted.");
+            } else {
+                tracing::error!(component = %key, "In-place update could not be reverted; the component keeps its new metadata.");
             }
         }
     }

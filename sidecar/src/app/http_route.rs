@@ -48,14 +48,21 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
 impl EventSink for HttpRoute {
     async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
         let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
-        let sent = self
+        let mut request = self
             .client
             .post(&self.url)
             .header("content-type", "application/cloudevents+json")
-            .header("pubsubname", event.field("pubsubname"))
-            .body(body)
-            .send()
-            .await;
+            .header("pubsubname", event.field("pubsubname"));
+        // The publisher's trace goes on to the app, as Dapr passes it.
+        for name in ["traceparent", "tracestate"] {
+            let value = event.field(name);
+            if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {
+                if !value.is_empty() {
+                    request = request.header(name, value);
+                }
+            }
+        }
+        let sent = request.body(body).send().await;
         match sent {
             Ok(answer) => {
                 let status = answer.status();

@@ -68,8 +68,13 @@ impl Call {
     /// The instance `kind/name` of the call's generation; labels the call
     /// with `name` when found.
     pub(super) fn instance(&self, kind: Kind, name: &str) -> Option<&Instance> {
-        let instance = self.generation.get(&ComponentKey::new(kind, name))?;
+        let key = ComponentKey::new(kind, name);
+        let instance = self.generation.get(&key)?;
         self.label(name);
+        crate::telemetry::propagation::record_component(
+            &key,
+            self.generation.type_name(&key).unwrap_or_default(),
+        );
         Some(instance)
     }
 }

@@ -14,7 +14,10 @@ tokio::task_local! {
 }
 
 fn current_trace() -> (Option<String>, Option<String>) {
-    TRACE.try_with(Clone::clone).unwrap_or_default()
+    let (parent, state) = TRACE.try_with(Clone::clone).unwrap_or_default();
+    // Without the caller's context, the call's own span (when traced).
+    let parent = parent.or_else(crate::telemetry::propagation::current_traceparent);
+    (parent, state)
 }
 
 /// The W3C trace headers of a request, passed into the CloudEvent.

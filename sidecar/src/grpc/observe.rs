@@ -5,15 +5,43 @@ use std::future::Future;
 use std::time::Instant;
 
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use super::status::code_name;
 use crate::dapr::{Call, StoreLabel};
 use crate::ApiState;
 
-/// Runs `handler` as the gRPC method `method`: with a fresh generation
-/// snapshot, secret values scrubbed from its error, and the call counted in
-/// the request metrics.
+/// Runs `handler` as the gRPC method `method`: in its trace span, with a
+/// fresh generation snapshot, secret values scrubbed from its error, and
+/// the call counted in the request metrics.
 pub(super) async fn observed<T, F, Fut>(
+    state: &ApiState,
+    method: &'static str,
+    handler: F,
+) -> Result<T, Status>
+where
+    F: FnOnce(Call) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    observed_in(state, method, None, handler).await
+}
+
+/// [`observed`], continuing the trace of `caller` when given.
+async fn observed_in<T, F, Fut>(
+    state: &ApiState,
+    method: &'static str,
+    caller: Option<opentelemetry::Context>,
+    handler: F,
+) -> Result<T, Status>
+where
+    F: FnOnce(Call) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    let span = crate::telemetry::propagation::api_span("grpc", method, caller);
+    observed_here(state, method, handler).instrument(span).await
+}
+
+async fn observed_here<T, F, Fut>(
     state: &ApiState,
     method: &'static str,
     handler: F,
@@ -57,9 +85,10 @@ where
     F: FnOnce(Call, Req) -> Fut,
     Fut: Future<Output = Result<Resp, Status>>,
 {
+    let caller = crate::telemetry::propagation::caller_of_grpc(request.metadata());
     let message = request.into_inner();
     let timeout = state.options.request_timeout;
-    observed(state, method, |call| async move {
+    observed_in(state, method, caller, |call| async move {
         tokio::time::timeout(timeout, handler(call, message))
             .await
             .unwrap_or_else(|_| {

@@ -11,19 +11,23 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
+use tracing::Instrument;
 
 use super::routes;
 use crate::dapr::StoreLabel;
 use crate::ApiState;
 
-/// Middleware: records `observe_request("http", operation, store, status,
-/// elapsed)` for every call.
+/// Middleware: runs every call in its trace span (continuing the caller's
+/// `traceparent`) and records `observe_request("http", operation, store,
+/// status, elapsed)`.
 pub async fn observe(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let operation = operation(request.method(), request.extensions().get::<MatchedPath>());
     let label = StoreLabel::default();
     request.extensions_mut().insert(label.clone());
-    let response = next.run(request).await;
+    let caller = crate::telemetry::propagation::caller_of_http(request.headers());
+    let span = crate::telemetry::propagation::api_span("http", operation, caller);
+    let response = next.run(request).instrument(span).await;
     state.metrics.observe_request(
         "http",
         operation,

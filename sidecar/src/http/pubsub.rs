@@ -67,7 +67,8 @@ pub async fn publish(
         data: data.to_vec(),
         content_type: header_text(&headers, header::CONTENT_TYPE.as_str()),
         metadata,
-        traceparent: header_text(&headers, "traceparent"),
+        traceparent: header_text(&headers, "traceparent")
+            .or_else(crate::telemetry::propagation::current_traceparent),
         tracestate: header_text(&headers, "tracestate"),
     };
     pubsub.publish(&topic, event).await.map_err(to_response)?;
@@ -117,7 +118,8 @@ pub async fn bulk_publish(
                 data,
                 content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
                 metadata: all,
-                traceparent: header_text(&headers, "traceparent"),
+                traceparent: header_text(&headers, "traceparent")
+                    .or_else(crate::telemetry::propagation::current_traceparent),
                 tracestate: header_text(&headers, "tracestate"),
             };
             (entry.entry_id, event)

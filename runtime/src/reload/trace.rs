@@ -1,0 +1,92 @@
+//! A reload as a trace of its own: a root span `rewire.reload` (its
+//! trigger, outcome and generation as attributes) with one child
+//! `rewire.component` per component action — `kept`, `in_place`,
+//! `rebuilt`, `added`, `removed`, `failed`, `rolled_back` — whose duration
+//! is the work done for it (init and readiness of a new instance).
+//!
+//! Spans are plain `tracing` spans: the sidecar exports them over OTLP when
+//! tracing is configured; without a subscriber that wants them they cost a
+//! disabled-callsite check. Attributes are names, kinds and types only,
+//! never metadata values.
+
+use std::time::Instant;
+
+use tracing::field::Empty;
+use tracing::Span;
+
+use super::history::{Action, Outcome, ReloadRecord, Trigger};
+use crate::component::ComponentKey;
+
+/// The root span of one reload: a new trace, whatever span is current.
+pub(super) fn reload_span(trigger: &Trigger) -> Span {
+    tracing::info_span!(
+        parent: None,
+        "rewire.reload",
+        rewire.trigger = %trigger,
+        rewire.outcome = Empty,
+        rewire.generation = Empty,
+    )
+}
+
+/// Records how the reload `record` ended on its root span `span`.
+pub(super) fn record_ending(span: &Span, record: &ReloadRecord) {
+    span.record("rewire.outcome", outcome_name(record.outcome));
+    span.record("rewire.generation", record.generation);
+}
+
+/// A child of the current reload span for the action on `key`.
+pub(super) fn component_span(key: &ComponentKey, type_name: &str) -> Span {
+    tracing::info_span!(
+        "rewire.component",
+        rewire.component = %key,
+        rewire.kind = key.kind.as_str(),
+        rewire.type = type_name,
+        rewire.action = Empty,
+        rewire.init_ms = Empty,
+    )
+}
+
+/// Records on `span` the action taken (or `failed`) and the time it took
+/// since `started`.
+pub(super) fn record_action(span: &Span, action: Action, started: Instant) {
+    span.record("rewire.action", action_name(action));
+    span.record(
+        "rewire.init_ms",
+        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    );
+}
+
+/// A span for an action that did no work (`kept`, `removed`).
+pub(super) fn instant_action(key: &ComponentKey, type_name: &str, action: Action) {
+    let span = component_span(key, type_name);
+    span.record("rewire.action", action_name(action));
+    span.record("rewire.init_ms", 0_u64);
+}
+
+/// The span of undoing `key`'s step after a failed transaction.
+pub(super) fn rolled_back_span(key: &ComponentKey, type_name: &str) -> Span {
+    let span = component_span(key, type_name);
+    span.record("rewire.action", "rolled_back");
+    span
+}
+
+/// The attribute value of `action`.
+pub(super) fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Unchanged => "kept",
+        Action::UpdatedInPlace => "in_place",
+        Action::Rebuilt => "rebuilt",
+        Action::Added => "added",
+        Action::Removed => "removed",
+        Action::Failed => "failed",
+    }
+}
+
+fn outcome_name(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Applied => "applied",
+        Outcome::NoChange => "no_change",
+        Outcome::Rejected => "rejected",
+        Outcome::RolledBack => "rolled_back",
+    }
+}

@@ -1,0 +1,168 @@
+//! Spans leave the process through a bounded queue: a finished span is
+//! handed over with `try_send` (never a wait) and counted as dropped when
+//! the queue is full, so a slow or dead collector costs a request nothing.
+//! One task batches the queue and exports with the exporter in force,
+//! each export cut after its timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::Context;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter as _, SpanProcessor};
+use opentelemetry_sdk::Resource;
+use rewire_runtime::config::OtelProtocol;
+use tokio::sync::{mpsc, watch};
+
+use super::settings::TraceSettings;
+use super::stats::TraceStats;
+
+/// Spans waiting for export at most (`OTEL_BSP_MAX_QUEUE_SIZE`, default).
+pub(super) const DEFAULT_QUEUE: usize = 2048;
+/// Spans sent in one export at most.
+const BATCH: usize = 512;
+/// How long a span waits for a fuller batch (`OTEL_BSP_SCHEDULE_DELAY`,
+/// default).
+pub(super) const DEFAULT_DELAY: Duration = Duration::from_secs(5);
+
+/// The collector client in force and how long one export may take.
+pub(super) struct Exporter {
+    inner: opentelemetry_otlp::SpanExporter,
+    timeout: Duration,
+}
+
+/// Builds the exporter `settings` describe (its endpoint must be set).
+pub(super) fn build_exporter(settings: &TraceSettings, endpoint: &str) -> Result<Exporter, String> {
+    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+    let timeout = settings.export_timeout;
+    let mut inner = match settings.protocol {
+        OtelProtocol::Http => {
+            crate::tls::install_ring_provider();
+            let client = reqwest::Client::builder()
+                .timeout(timeout)
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(client)
+                .with_endpoint(endpoint)
+                .with_timeout(timeout)
+                .build()
+        }
+        OtelProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .with_timeout(timeout)
+            .build(),
+    }
+    .map_err(|e| e.to_string())?;
+    inner.set_resource(
+        &Resource::builder_empty()
+            .with_service_name(settings.service_name.clone())
+            .build(),
+    );
+    Ok(Exporter { inner, timeout })
+}
+
+/// The provider's span processor: hands finished spans to the queue.
+#[derive(Debug)]
+pub(super) struct QueueProcessor {
+    queue: mpsc::Sender<SpanData>,
+    stats: Arc<TraceStats>,
+}
+
+impl QueueProcessor {
+    /// A processor feeding a queue of `capacity` spans, and that queue's
+    /// receiving end (for [`export_loop`]).
+    pub(super) fn new(capacity: usize, stats: Arc<TraceStats>) -> (Self, mpsc::Receiver<SpanData>) {
+        let (queue, receiver) = mpsc::channel(capacity.max(1));
+        (Self { queue, stats }, receiver)
+    }
+}
+
+impl SpanProcessor for QueueProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        if self.queue.try_send(span).is_err() {
+            self.stats.dropped_queue_full.inc();
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// Exports what the queue receives, in batches of at most [`BATCH`] or
+/// every `delay`, with the exporter `exporter` holds at that moment.
+pub(super) async fn export_loop(
+    mut queue: mpsc::Receiver<SpanData>,
+    exporter: watch::Receiver<Option<Arc<Exporter>>>,
+    delay: Duration,
+    stats: Arc<TraceStats>,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut tick = tokio::time::interval(delay);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            received = queue.recv() => match received {
+                Some(span) => {
+                    batch.push(span);
+                    if batch.len() >= BATCH {
+                        export(&mut batch, &exporter, &stats, &mut failing).await;
+                    }
+                }
+                None => break,
+            },
+            _ = tick.tick() => {
+                if !batch.is_empty() {
+                    export(&mut batch, &exporter, &stats, &mut failing).await;
+                }
+            }
+        }
+    }
+}
+
+async fn export(
+    batch: &mut Vec<SpanData>,
+    exporter: &watch::Receiver<Option<Arc<Exporter>>>,
+    stats: &TraceStats,
+    failing: &mut bool,
+) {
+    let spans = std::mem::replace(batch, Vec::with_capacity(BATCH));
+    let count = spans.len() as u64;
+    let current = exporter.borrow().clone();
+    let Some(exporter) = current else {
+        stats.dropped_export_failed.inc_by(count);
+        return;
+    };
+    let outcome = match tokio::time::timeout(exporter.timeout, exporter.inner.export(spans)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err(format!("no answer within {:?}", exporter.timeout)),
+    };
+    match outcome {
+        Ok(()) => {
+            stats.exported.inc_by(count);
+            if std::mem::take(failing) {
+                tracing::info!("Span export works again.");
+            }
+        }
+        Err(error) => {
+            stats.dropped_export_failed.inc_by(count);
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(%error, spans = count, "Span export failed; spans are dropped (counted in rewire_trace_spans_dropped_total) until it works again.");
+            }
+        }
+    }
+}

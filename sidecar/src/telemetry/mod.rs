@@ -1,0 +1,224 @@
+//! Distributed tracing: `tracing` spans named `rewire.*` (API calls,
+//! backend calls, reloads) exported over OTLP.
+//!
+//! * [`layer`]: the `tracing` layer to install with the process's
+//!   subscriber; it records nothing until tracing is configured.
+//! * [`apply`] / [`follow`]: the settings in force — the `OTEL_*`
+//!   variables and the config file's `tracing` section, re-read after every
+//!   reload (endpoint and sampling change without a restart).
+//! * [`propagation`]: W3C `traceparent` in (HTTP and gRPC) and out
+//!   (CloudEvents), and the span of an API call.
+//!
+//! A finished span goes to a bounded queue without waiting ([`export`]);
+//! when the collector is slow or gone, spans are dropped and counted
+//! ([`TraceStats`], in `/metrics`). Span attributes are names, kinds and
+//! types only, never metadata values.
+
+mod export;
+pub mod propagation;
+mod sampler;
+mod settings;
+mod stats;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
+use rewire_runtime::Runtime;
+use tokio::sync::{broadcast, mpsc, watch};
+use tracing::subscriber::Interest;
+use tracing::{Metadata, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::{Context, Filter, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+pub use settings::{ParentBasedRoot, SamplerChoice, TraceSettings};
+pub use stats::TraceStats;
+
+use export::{Exporter, QueueProcessor};
+use sampler::LiveSampler;
+
+/// The process's tracing pipeline: one tracer provider for the process,
+/// its sampler and exporter swapped as the settings change.
+struct Telemetry {
+    enabled: AtomicBool,
+    sampler: LiveSampler,
+    provider: SdkTracerProvider,
+    exporter: watch::Sender<Option<Arc<Exporter>>>,
+    /// The queue's receiving end until the export task takes it.
+    queue: Mutex<Option<mpsc::Receiver<SpanData>>>,
+    applied: Mutex<Option<TraceSettings>>,
+    stats: Arc<TraceStats>,
+}
+
+fn telemetry() -> &'static Telemetry {
+    static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
+    TELEMETRY.get_or_init(|| {
+        let stats = stats();
+        let capacity = env_number("OTEL_BSP_MAX_QUEUE_SIZE")
+            .map_or(export::DEFAULT_QUEUE, |n| n.clamp(1, 65_536) as usize);
+        let (processor, queue) = QueueProcessor::new(capacity, stats.clone());
+        let sampler = LiveSampler::new();
+        let provider = SdkTracerProvider::builder()
+            .with_sampler(sampler.clone())
+            .with_span_processor(processor)
+            .build();
+        Telemetry {
+            enabled: AtomicBool::new(false),
+            sampler,
+            provider,
+            exporter: watch::Sender::new(None),
+            queue: Mutex::new(Some(queue)),
+            applied: Mutex::new(None),
+            stats,
+        }
+    })
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether spans are being recorded and exported now.
+pub fn is_enabled() -> bool {
+    telemetry().enabled.load(Ordering::Relaxed)
+}
+
+/// The counters of exported and dropped spans (of the whole process).
+pub fn stats() -> Arc<TraceStats> {
+    static STATS: OnceLock<Arc<TraceStats>> = OnceLock::new();
+    STATS.get_or_init(Arc::default).clone()
+}
+
+/// Whether `metadata` is one of rewire's trace spans (`rewire.*`): what
+/// the tracing layer takes, and what the log output leaves out.
+pub fn is_trace_span(metadata: &Metadata<'_>) -> bool {
+    metadata.is_span() && metadata.name().starts_with("rewire.")
+}
+
+/// The tracing layer: rewire's spans, to OTLP once [`apply`] turns it on.
+pub fn layer<S>() -> impl Layer<S> + Send + Sync
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    let tracer = telemetry().provider.tracer("rewire");
+    tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_filter(WhenTracing)
+}
+
+/// Passes rewire's spans while tracing is on.
+struct WhenTracing;
+
+impl<S> Filter<S> for WhenTracing {
+    fn enabled(&self, metadata: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        is_trace_span(metadata) && is_enabled()
+    }
+
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if is_trace_span(metadata) {
+            Interest::sometimes()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::INFO)
+    }
+}
+
+/// Puts `settings` in force (a no-op when they already are). Must run
+/// inside a Tokio runtime: the export task is spawned on first use.
+pub fn apply(settings: &TraceSettings) {
+    let telemetry = telemetry();
+    let mut applied = telemetry.applied.lock().unwrap_or_else(|p| p.into_inner());
+    if applied.as_ref() == Some(settings) {
+        return;
+    }
+    if let Some(queue) = telemetry
+        .queue
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        let delay = env_number("OTEL_BSP_SCHEDULE_DELAY")
+            .map_or(export::DEFAULT_DELAY, |ms| Duration::from_millis(ms.max(1)));
+        tokio::spawn(export::export_loop(
+            queue,
+            telemetry.exporter.subscribe(),
+            delay,
+            telemetry.stats.clone(),
+        ));
+    }
+    let exporter = match settings.endpoint.as_deref().filter(|_| settings.enabled()) {
+        None => None,
+        Some(endpoint) => match export::build_exporter(settings, endpoint) {
+            Ok(exporter) => Some(Arc::new(exporter)),
+            Err(error) => {
+                tracing::warn!(endpoint, %error, "Cannot export spans; tracing stays off.");
+                None
+            }
+        },
+    };
+    let on = exporter.is_some();
+    telemetry.sampler.set(settings.sampler);
+    telemetry.exporter.send_replace(exporter);
+    telemetry.enabled.store(on, Ordering::Relaxed);
+    if on {
+        tracing::info!(
+            endpoint = settings.endpoint.as_deref().unwrap_or_default(),
+            protocol = ?settings.protocol,
+            sampler = ?settings.sampler,
+            service = %settings.service_name,
+            "Tracing: exporting spans over OTLP."
+        );
+    } else if applied.as_ref().is_some_and(TraceSettings::enabled) {
+        tracing::info!("Tracing: off.");
+    }
+    *applied = Some(settings.clone());
+}
+
+/// The settings for `runtime`'s running configuration and this process's
+/// environment.
+pub fn settings_for(runtime: &Runtime) -> TraceSettings {
+    let generation = runtime.generation();
+    let app_id = runtime.config().config.app_id;
+    TraceSettings::resolve(
+        &|name| std::env::var(name).ok(),
+        generation.sections().tracing.as_ref(),
+        &app_id,
+    )
+}
+
+/// Following a runtime's settings; dropping it stops following.
+#[derive(Debug)]
+pub struct Following(tokio::task::JoinHandle<()>);
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Applies the settings for `runtime` now and after every reload, until
+/// the returned [`Following`] is dropped. Must run inside a Tokio runtime.
+pub fn follow(runtime: &Runtime) -> Following {
+    let mut reloads = runtime.reload_events();
+    apply(&settings_for(runtime));
+    let runtime = runtime.clone();
+    Following(tokio::spawn(async move {
+        loop {
+            match reloads.recv().await {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    apply(&settings_for(&runtime));
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }))
+}

@@ -1,0 +1,283 @@
+//! Distributed tracing end to end: `rewire run` exporting to an in-test
+//! OTLP/HTTP receiver. A call carrying a `traceparent` yields spans of that
+//! trace for the API call and its redis command; a reload is a trace of
+//! its own with a span per component action; the config file's `tracing`
+//! section turns export on without a restart. No span attribute holds a
+//! secret.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use testkit::redis::RedisServer;
+use testkit::{free_port, ChildProcess};
+
+const PASSWORD: &str = "trace-secret-4711";
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// An OTLP/HTTP receiver keeping every span it is sent.
+struct Receiver {
+    addr: SocketAddr,
+    spans: Arc<Mutex<Vec<Span>>>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+        let kept = spans.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            post(move |body: Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let request = ExportTraceServiceRequest::decode(body).unwrap();
+                    let mut kept = kept.lock().unwrap();
+                    for resource in request.resource_spans {
+                        for scope in resource.scope_spans {
+                            kept.extend(scope.spans);
+                        }
+                    }
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        Vec::<u8>::new(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { addr, spans }
+    }
+
+    /// Waits until `found` finds what it looks for in the spans received.
+    async fn wait_for<T>(&self, what: &str, found: impl Fn(&[Span]) -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(result) = found(&self.spans.lock().unwrap()) {
+                return result;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let names: Vec<String> = self.all().iter().map(|s| s.name.clone()).collect();
+                panic!("no {what} within {WAIT:?}; spans received: {names:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn all(&self) -> Vec<Span> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    span.attributes.iter().find(|a| a.key == key).and_then(|a| {
+        match a.value.as_ref()?.value.as_ref()? {
+            AnyValue::StringValue(s) => Some(s.clone()),
+            AnyValue::IntValue(i) => Some(i.to_string()),
+            AnyValue::BoolValue(b) => Some(b.to_string()),
+            AnyValue::DoubleValue(d) => Some(d.to_string()),
+            _ => None,
+        }
+    })
+}
+
+fn start(config: &Path, http: &str, otlp: Option<SocketAddr>) -> ChildProcess {
+    let log = config.with_extension("log");
+    let (config, http) = (config.to_path_buf(), http.to_string());
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = ChildProcess::new("rewire run", log, move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .args([
+                "run",
+                "--grpc-addr",
+                &grpc,
+                "--http-addr",
+                &http,
+                "--config",
+            ])
+            .arg(&config)
+            .env("NO_COLOR", "1")
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_TRACES_SAMPLER")
+            .env_remove("DAPR_API_TOKEN");
+        if let Some(otlp) = otlp {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"));
+        }
+        command
+    });
+    if let Err(err) = sidecar.start_until_logged(WAIT, "Sidecar APIs listening.") {
+        panic!("sidecar did not start: {err}");
+    }
+    sidecar
+}
+
+fn assert_no_secret(spans: &[Span]) {
+    for span in spans {
+        for a in &span.attributes {
+            let value = format!("{:?}", a.value);
+            assert!(
+                !value.contains(PASSWORD),
+                "secret in span {}: {}",
+                span.name,
+                a.key
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
+    let receiver = Receiver::start().await;
+    let redis = RedisServer::start_with_password(PASSWORD).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let json = serde_json::json!({
+        "appId": "traced",
+        "components": {"state": {"orders": {"type": "redis", "metadata": {
+            "redisHost": redis.addr(), "redisPassword": PASSWORD
+        }}}}
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start(&config, &http, Some(receiver.addr));
+
+    rewire::sidecar::tls::install_ring_provider();
+    let answer = reqwest::Client::new()
+        .get(format!("http://{http}/v1.0/state/orders/order-1"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success(), "{}", answer.status());
+
+    let (api, redis_span) = receiver
+        .wait_for("API and redis spans of the caller's trace", |spans| {
+            let traced: Vec<&Span> = spans
+                .iter()
+                .filter(|s| hex(&s.trace_id) == TRACE_ID)
+                .collect();
+            let api = traced.iter().find(|s| s.name == "GetState")?;
+            let redis = traced
+                .iter()
+                .find(|s| attribute(s, "db.system").as_deref() == Some("redis"))?;
+            Some(((*api).clone(), (*redis).clone()))
+        })
+        .await;
+    assert_eq!(
+        hex(&api.parent_span_id),
+        CALLER_SPAN,
+        "the API span continues the caller's"
+    );
+    assert_eq!(
+        attribute(&api, "rewire.component").as_deref(),
+        Some("state/orders")
+    );
+    assert_eq!(
+        attribute(&api, "rewire.component_type").as_deref(),
+        Some("redis")
+    );
+    assert_eq!(
+        redis_span.parent_span_id, api.span_id,
+        "the redis command is a child of the call"
+    );
+    assert!(redis_span.name.starts_with("redis "), "{}", redis_span.name);
+    assert_no_secret(&receiver.all());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_turns_export_on_and_a_reload_is_one_trace_of_its_actions() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let memory =
+        |ttl: u32| serde_json::json!({"type": "memory", "metadata": {"defaultTtlInSeconds": ttl}});
+    let write = |components: serde_json::Value, tracing: Option<serde_json::Value>| {
+        let mut json =
+            serde_json::json!({"appId": "reloaded", "components": {"state": components}});
+        if let Some(tracing) = tracing {
+            json["tracing"] = tracing;
+        }
+        std::fs::write(&config, json.to_string()).unwrap();
+    };
+    let kept =
+        serde_json::json!({"kept": memory(10), "changed": memory(10), "removed": memory(10)});
+    write(kept.clone(), None);
+    let http = format!("127.0.0.1:{}", free_port());
+    // No OTEL_* variable: only the file's section turns export on.
+    let sidecar = start(&config, &http, None);
+
+    let tracing = serde_json::json!({
+        "samplingRate": "1",
+        "otel": {"endpointAddress": receiver.addr.to_string(), "protocol": "http", "isSecure": false}
+    });
+    write(kept, Some(tracing.clone()));
+    wait_logged(&sidecar, "Tracing: exporting spans over OTLP.").await;
+
+    write(
+        serde_json::json!({"kept": memory(10), "changed": memory(20), "added": memory(10)}),
+        Some(tracing),
+    );
+    let (root, children) = receiver
+        .wait_for("a reload trace with every component action", |spans| {
+            let root = spans.iter().find(|s| {
+                s.name == "rewire.reload"
+                    && attribute(s, "rewire.outcome").as_deref() == Some("applied")
+            })?;
+            let children: BTreeMap<String, String> = spans
+                .iter()
+                .filter(|s| s.trace_id == root.trace_id && s.parent_span_id == root.span_id)
+                .filter_map(|s| {
+                    Some((
+                        attribute(s, "rewire.component")?,
+                        attribute(s, "rewire.action")?,
+                    ))
+                })
+                .collect();
+            (children.len() == 4).then(|| (root.clone(), children))
+        })
+        .await;
+    assert!(
+        root.parent_span_id.is_empty(),
+        "a reload starts its own trace"
+    );
+    assert_eq!(attribute(&root, "rewire.trigger").as_deref(), Some("file"));
+    assert_eq!(children["state/kept"], "kept");
+    assert_eq!(children["state/added"], "added");
+    assert_eq!(children["state/removed"], "removed");
+    assert!(
+        ["in_place", "rebuilt"].contains(&children["state/changed"].as_str()),
+        "{children:?}"
+    );
+}
+
+/// Waits until `line` is in the sidecar's log.
+async fn wait_logged(sidecar: &ChildProcess, line: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !sidecar.log().contains(line) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not logged: {line}\n{}",
+            sidecar.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
