@@ -42,6 +42,9 @@ fn main() {
     if wanted("failed_requests") {
         support::failed_requests::run(&rt, mode);
     }
+    if wanted("fleet") {
+        support::fleet::run(&rt, mode);
+    }
     println!(
         "Bench finished in {}; load average after: {}.",
         support::timing::human(started.elapsed()),

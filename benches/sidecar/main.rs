@@ -39,6 +39,12 @@
 //! does) it makes a smoke pass of 50 calls per path. Without
 //! `redis-server` on the `PATH` it says so and skips the Redis rows only.
 //! Nothing here asserts on time.
+//!
+//! Then, with Redis, the load part ([`load`]): GET at 8 connections
+//! through the sidecar's HTTP and gRPC APIs (the `redis` store) against a
+//! direct Redis `GET` at the same concurrency, throughput and p50.
+
+mod load;
 
 use testkit::bench as support;
 
@@ -411,7 +417,12 @@ fn main() {
         })
         .collect();
 
+    // `REWIRE_BENCH_ONLY=load` runs the load part alone.
+    let only_load = std::env::var("REWIRE_BENCH_ONLY").is_ok_and(|v| v.trim() == "load");
     client_rt.block_on(async {
+        if only_load {
+            return;
+        }
         for run in 0..plan.warmup + plan.runs {
             // This run's calls of each path, made in blocks taken in turn.
             let mut this_run: Vec<Vec<Duration>> =
@@ -438,7 +449,23 @@ fn main() {
         }
     });
 
-    report(&mut measured);
+    if !only_load {
+        report(&mut measured);
+    }
+
+    // Concurrency: 8 connections against the redis store and Redis itself.
+    if let Some(server) = &redis {
+        let targets = load::Targets {
+            redis: server,
+            direct_key: DIRECT_KEY,
+            http_addr: sidecar.http_addr,
+            grpc_addr: sidecar.grpc_addr,
+            store: REDIS,
+            key: KEY,
+            value: VALUE,
+        };
+        load::run(&client_rt, mode, &targets);
+    }
 
     // The callers' connections are driven by their runtime: drop them and
     // the runtime (closing the sockets) before the servers wait for them.

@@ -33,6 +33,7 @@ mod api_limits;
 mod api_pubsub_broker_switch;
 mod api_redis_cluster;
 mod api_pubsub_declarative;
+mod api_state_bytes;
 mod dapr_python_sdk;
 mod layotto_grpc;
 mod layotto_grpc_backends;

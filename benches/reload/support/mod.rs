@@ -3,6 +3,7 @@
 
 pub mod components;
 pub mod failed_requests;
+pub mod fleet;
 pub mod handle_load;
 pub mod reload_latency;
 pub mod scaling;

@@ -1,14 +1,18 @@
 //! Keeps the watches of the running configuration in place: `watch: true`
 //! configurationRefs (subscribed), `watch: true` secretRefs (polled, since
 //! secret stores cannot notify), and the overlay keys. Whenever a new
-//! generation is committed the watches are rebuilt from its plan and
-//! compared with the values the components were started with, so no
-//! change is missed in between.
+//! generation is committed the watches follow its plan: a watch that
+//! stays keeps its subscription and compares what arrives with the value
+//! its component now runs with; a new watch subscribes, then compares the
+//! store's current value, so no change is missed in between. A value asks
+//! for one reload (until the component's value moves on).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::overlay::watch_overlay;
@@ -20,13 +24,19 @@ use crate::kinds::ConfigQuery;
 use crate::reload::{ReloadRequest, Trigger};
 use crate::running::{WatchPlan, WatchedRef};
 
-/// Starts the watches; they end at shutdown or when the plans stop. They
-/// are rebuilt whenever a commit changes what is watched, whether or not a
-/// new generation was published (flipping `watch` alone changes no
-/// instance).
+/// Starts the watches; they end at shutdown or when the plans stop. A
+/// commit that changes what is watched (or publishes a generation)
+/// updates them: a ref still watched keeps its running watch (its
+/// subscription stays, so no change is missed) and is told the value its
+/// component now runs with; a ref no longer watched stops; a new one starts
+/// (subscribes, then compares the store's current value). The overlay
+/// watch is restarted (flipping `watch` alone changes no instance, so the
+/// check is on the plan, not on the generation).
 pub(crate) fn spawn_watched_refs(mut cx: TriggerContext) {
     tokio::spawn(async move {
         let mut watching: Option<Arc<WatchPlan>> = None;
+        let mut running: Vec<RunningWatch> = Vec::new();
+        let mut overlay_round: Option<CancellationToken> = None;
         loop {
             let plan = cx.plan.borrow_and_update().clone();
             let rebuild = match &watching {
@@ -37,25 +47,99 @@ pub(crate) fn spawn_watched_refs(mut cx: TriggerContext) {
             };
             if rebuild {
                 watching = Some(Arc::clone(&plan));
-                let round = cx.stopped.child_token();
-                for watched in plan.refs.iter().cloned() {
-                    tokio::spawn(run_watch(cx.clone(), watched, round.clone()));
+                running = follow_plan(&cx, running, &plan);
+                if let Some(round) = overlay_round.take() {
+                    round.cancel();
                 }
                 if let Some(spec) = plan.overlay.clone() {
+                    let round = cx.stopped.child_token();
                     let app_id = plan.app_id.clone();
                     tokio::spawn(watch_overlay(cx.clone(), spec, app_id, round.clone()));
+                    overlay_round = Some(round);
                 }
                 let stopped = cx.stopped.clone();
                 tokio::select! {
-                    changed = next_change(&mut cx, &plan) => if changed.is_err() { return },
-                    () = stopped.cancelled() => return,
+                    changed = next_change(&mut cx, &plan) => if changed.is_err() { break },
+                    () = stopped.cancelled() => break,
                 }
-                round.cancel();
             } else if cx.plan.changed().await.is_err() {
-                return;
+                break;
             }
         }
+        for watch in running {
+            watch.stop.cancel();
+        }
+        if let Some(round) = overlay_round {
+            round.cancel();
+        }
     });
+}
+
+/// The running watch of one ref.
+struct RunningWatch {
+    component: ComponentKey,
+    reference: InjectedRef,
+    /// The value the component runs with (what a change is compared to).
+    expected: watch::Sender<Option<Value>>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl RunningWatch {
+    fn start(cx: &TriggerContext, watched: WatchedRef) -> Self {
+        let (expected, receiver) = watch::channel(watched.resolved.clone());
+        let stop = cx.stopped.child_token();
+        let task = tokio::spawn(run_watch(
+            cx.clone(),
+            watched.component.clone(),
+            watched.reference.clone(),
+            receiver,
+            stop.clone(),
+        ));
+        Self {
+            component: watched.component,
+            reference: watched.reference,
+            expected,
+            stop,
+            task,
+        }
+    }
+
+    fn watches(&self, watched: &WatchedRef) -> bool {
+        self.component == watched.component
+            && self.reference == watched.reference
+            && !self.task.is_finished()
+    }
+}
+
+/// The watches for `plan`: the running ones it still wants (told their
+/// component's value now), new ones for the rest; the others stop.
+fn follow_plan(
+    cx: &TriggerContext,
+    mut running: Vec<RunningWatch>,
+    plan: &WatchPlan,
+) -> Vec<RunningWatch> {
+    let mut next = Vec::with_capacity(plan.refs.len());
+    for watched in &plan.refs {
+        match running.iter().position(|r| r.watches(watched)) {
+            Some(i) => {
+                let kept = running.swap_remove(i);
+                kept.expected.send_if_modified(|value| {
+                    let changed = *value != watched.resolved;
+                    if changed {
+                        value.clone_from(&watched.resolved);
+                    }
+                    changed
+                });
+                next.push(kept);
+            }
+            None => next.push(RunningWatch::start(cx, watched.clone())),
+        }
+    }
+    for gone in running {
+        gone.stop.cancel();
+    }
+    next
 }
 
 /// Waits for a plan that calls for other watches than `plan`.
@@ -72,22 +156,28 @@ async fn next_change(
     }
 }
 
-async fn run_watch(cx: TriggerContext, watched: WatchedRef, round: CancellationToken) {
+async fn run_watch(
+    cx: TriggerContext,
+    component: ComponentKey,
+    reference: InjectedRef,
+    expected: watch::Receiver<Option<Value>>,
+    stop: CancellationToken,
+) {
     tokio::select! {
-        () = round.cancelled() => {}
-        () = watch(&cx, watched) => {}
+        () = stop.cancelled() => {}
+        () = watch(&cx, component, reference, expected) => {}
     }
 }
 
-async fn watch(cx: &TriggerContext, watched: WatchedRef) {
-    let WatchedRef {
-        component,
-        reference,
-        resolved,
-    } = watched;
+async fn watch(
+    cx: &TriggerContext,
+    component: ComponentKey,
+    reference: InjectedRef,
+    expected: watch::Receiver<Option<Value>>,
+) {
     match reference {
-        InjectedRef::Configuration(_, r) => watch_configuration(cx, component, r, resolved).await,
-        InjectedRef::Secret(_, r) => watch_secret(cx, component, r, resolved).await,
+        InjectedRef::Configuration(_, r) => watch_configuration(cx, component, r, expected).await,
+        InjectedRef::Secret(_, r) => watch_secret(cx, component, r, expected).await,
     }
 }
 
@@ -99,11 +189,34 @@ fn force(cx: &TriggerContext, component: ComponentKey) {
     });
 }
 
+/// What a watch saw last and asked to apply, so that one new value asks
+/// once (until the component's value moves on).
+#[derive(Default)]
+struct Forced(Option<Value>);
+
+impl Forced {
+    /// Asks for a reload of `component` if `now` differs from what it runs
+    /// with and was not asked for already.
+    fn check(
+        &mut self,
+        cx: &TriggerContext,
+        component: &ComponentKey,
+        expected: &watch::Receiver<Option<Value>>,
+        now: Value,
+    ) {
+        if expected.borrow().as_ref() == Some(&now) || self.0.as_ref() == Some(&now) {
+            return;
+        }
+        force(cx, component.clone());
+        self.0 = Some(now);
+    }
+}
+
 async fn watch_configuration(
     cx: &TriggerContext,
     component: ComponentKey,
     r: ConfigurationRef,
-    resolved: Option<Value>,
+    mut expected: watch::Receiver<Option<Value>>,
 ) {
     let handle = ConfigStoreHandle::new(
         ComponentKey::new(Kind::ConfigStore, &r.store),
@@ -122,55 +235,57 @@ async fn watch_configuration(
             return;
         }
     };
+    let mut forced = Forced::default();
     // A change between the component's start and the subscription.
     if let Ok(store) = handle.load() {
         if let Ok(items) = store.get(&query).await {
-            let now = items
-                .into_iter()
-                .find(|i| i.key == r.key)
-                .map(|i| Value::String(i.value));
-            if now.is_some() && now != resolved {
-                force(cx, component);
-                return;
+            if let Some(item) = items.into_iter().find(|i| i.key == r.key) {
+                forced.check(cx, &component, &expected, Value::String(item.value));
             }
         }
     }
-    while let Some(change) = subscription.changes.recv().await {
-        let changed = change
-            .items
-            .iter()
-            .any(|i| i.key == r.key && Some(Value::String(i.value.clone())) != resolved);
-        if changed {
-            force(cx, component);
-            return;
+    loop {
+        tokio::select! {
+            change = subscription.changes.recv() => {
+                let Some(change) = change else { return };
+                for item in change.items.into_iter().filter(|i| i.key == r.key) {
+                    forced.check(cx, &component, &expected, Value::String(item.value));
+                }
+            }
+            moved = expected.changed() => {
+                if moved.is_err() {
+                    return;
+                }
+                forced = Forced::default();
+            }
         }
     }
 }
-
 async fn watch_secret(
     cx: &TriggerContext,
     component: ComponentKey,
     r: SecretRef,
-    resolved: Option<Value>,
+    mut expected: watch::Receiver<Option<Value>>,
 ) {
     let handle = SecretStoreHandle::new(
         ComponentKey::new(Kind::SecretStore, &r.store),
         cx.live.clone(),
     );
     let mut ticks = tokio::time::interval(cx.secret_poll_interval);
+    let mut forced = Forced::default();
     loop {
         ticks.tick().await;
+        if expected.has_changed().unwrap_or(false) {
+            expected.mark_unchanged();
+            forced = Forced::default();
+        }
         let Ok(store) = handle.load() else {
             return;
         };
         // Errors (store briefly unavailable) are retried at the next tick.
         if let Ok(secret) = store.get_secret(&r.name, &HashMap::new()).await {
-            let now = secret
-                .get(&r.key)
-                .map(|v| Value::String(v.expose().to_string()));
-            if now.is_some() && now != resolved {
-                force(cx, component);
-                return;
+            if let Some(now) = secret.get(&r.key) {
+                forced.check(cx, &component, &expected, Value::String(now.expose().to_string()));
             }
         }
     }
