@@ -1,7 +1,7 @@
 //! `rewire run --resources-path`: a Dapr components folder, unmodified
 //! (a `state.redis` store whose password is a `secretKeyRef` into a
 //! `secretstores.local.file` store, `scopes`, Dapr-only metadata, a
-//! `Subscription` beside it), serves state over the Dapr HTTP API; editing
+//! `Configuration` beside it (skipped)), serves state over the Dapr HTTP API; editing
 //! a manifest under load switches to another redis-server without a failed
 //! request; an invalid manifest is rejected with its file and line; adding
 //! and removing a manifest adds and removes its component.
@@ -60,13 +60,12 @@ spec:
     value: \":\"
 ---
 apiVersion: dapr.io/v1alpha1
-kind: Subscription
+kind: Configuration
 metadata:
-  name: orders-sub
+  name: appconfig
 spec:
-  topic: orders
-  route: /orders
-  pubsubname: pubsub
+  tracing:
+    samplingRate: \"1\"
 ";
 
 /// Replaces `path`'s content at once (an editor's rename-write).
@@ -182,7 +181,7 @@ async fn a_dapr_components_folder_runs_unmodified_and_a_manifest_edit_reloads_lo
     let http_addr = format!("127.0.0.1:{}", free_port());
     let sidecar = start(dir.path(), &http_addr);
     let log = sidecar.log();
-    assert!(log.contains("skipped a `Subscription`"), "{log}");
+    assert!(log.contains("skipped a `Configuration`"), "{log}");
     assert!(log.contains("metadata `actorStateStore` ignored"), "{log}");
     assert!(!log.contains(PASSWORD), "the password leaked into the log");
 

@@ -193,7 +193,7 @@ fn an_unsupported_type_or_field_is_named_with_file_and_line() {
 #[test]
 fn multi_document_files_and_other_kinds() {
     let text = format!(
-        "{SECRETS}---\napiVersion: dapr.io/v1alpha1\nkind: Resiliency\nmetadata:\n  name: s\n---\n---\napiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: mem\nspec:\n  type: state.in-memory\n"
+        "{SECRETS}---\napiVersion: dapr.io/v1alpha1\nkind: Configuration\nmetadata:\n  name: s\n---\n---\napiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: mem\nspec:\n  type: state.in-memory\n"
     );
     let (manifests, found) = parsed(&[("all.yaml", &text)], "a");
     assert!(found.problems.is_empty(), "{}", found.problems);
@@ -210,7 +210,7 @@ fn multi_document_files_and_other_kinds() {
     assert!(found
         .notes
         .iter()
-        .any(|n| n.starts_with("c/all.yaml:11: skipped a `Resiliency`")));
+        .any(|n| n.starts_with("c/all.yaml:11: skipped a `Configuration`")));
 }
 
 #[test]
