@@ -52,7 +52,7 @@ impl Live {
         // Policies follow the section; unchanged breakers keep their state.
         generation.policies = super::resilience::Policies::build(
             &generation.sections.resiliency,
-            generation.instances.keys(),
+            generation.components.keys(),
             &self.current.load().policies,
         );
         let number = generation.number;
