@@ -1,5 +1,6 @@
 //! Structural difference between two configurations.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::component::ComponentKey;
@@ -22,15 +23,9 @@ impl SpecChange {
     /// Compares two declarations of one component (metadata compared as
     /// normalised JSON: object key order does not matter).
     pub fn between(old: &ComponentSpec, new: &ComponentSpec) -> Self {
-        let refs = |spec: &ComponentSpec| {
-            spec.component_refs
-                .iter()
-                .map(|r| r.key.clone())
-                .collect::<BTreeSet<_>>()
-        };
         Self {
             type_changed: old.type_name != new.type_name,
-            component_refs_changed: refs(old) != refs(new),
+            component_refs_changed: !same_ref_set(old, new),
             metadata_changed: old.metadata != new.metadata
                 || old.secret_refs != new.secret_refs
                 || old.configuration_refs != new.configuration_refs,
@@ -49,6 +44,19 @@ impl SpecChange {
     }
 }
 
+/// Whether two declarations reference the same set of components (order
+/// and repetition do not matter); the same list, the usual case, is
+/// compared without allocating.
+fn same_ref_set(old: &ComponentSpec, new: &ComponentSpec) -> bool {
+    if old.component_refs == new.component_refs {
+        return true;
+    }
+    fn refs(spec: &ComponentSpec) -> BTreeSet<&ComponentKey> {
+        spec.component_refs.iter().map(|r| &r.key).collect()
+    }
+    refs(old) == refs(new)
+}
+
 /// Added, removed and changed components between two configurations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigDiff {
@@ -64,22 +72,35 @@ impl ConfigDiff {
     /// The difference from `old` to `new`.
     pub fn between(old: &Config, new: &Config) -> Self {
         let mut diff = Self::default();
-        for (key, new_spec) in &new.components {
-            match old.components.get(key) {
-                None => {
-                    diff.added.insert(key.clone());
-                }
-                Some(old_spec) => {
-                    let change = SpecChange::between(old_spec, new_spec);
-                    if change.any() {
-                        diff.changed.insert(key.clone(), change);
+        // Both maps are in key order: one merged walk, no lookups.
+        let mut olds = old.components.iter().peekable();
+        let mut news = new.components.iter().peekable();
+        loop {
+            let order = match (olds.peek(), news.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((old_key, _)), Some((new_key, _))) => old_key.cmp(new_key),
+            };
+            match order {
+                Ordering::Less => {
+                    if let Some((key, _)) = olds.next() {
+                        diff.removed.insert(key.clone());
                     }
                 }
-            }
-        }
-        for key in old.components.keys() {
-            if !new.components.contains_key(key) {
-                diff.removed.insert(key.clone());
+                Ordering::Greater => {
+                    if let Some((key, _)) = news.next() {
+                        diff.added.insert(key.clone());
+                    }
+                }
+                Ordering::Equal => {
+                    if let (Some((_, old_spec)), Some((key, new_spec))) = (olds.next(), news.next()) {
+                        let change = SpecChange::between(old_spec, new_spec);
+                        if change.any() {
+                            diff.changed.insert(key.clone(), change);
+                        }
+                    }
+                }
             }
         }
         diff

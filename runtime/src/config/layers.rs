@@ -118,10 +118,25 @@ impl Layers {
         Ok(())
     }
 
+    /// A copy of these layers with `change` laid over them; a new file
+    /// replaces the old one without copying it first.
+    pub fn changed(&self, change: LayerChange) -> Result<Self, Problem> {
+        if let LayerChange::File(file) = change {
+            return Ok(Self {
+                file,
+                overlay: self.overlay.clone(),
+                overlay_app: self.overlay_app.clone(),
+                pushes: self.pushes.clone(),
+            });
+        }
+        let mut changed = self.clone();
+        changed.apply(change)?;
+        Ok(changed)
+    }
+
     /// The type of `key` in the effective configuration, if declared.
     fn type_in_force(&self, key: &ComponentKey) -> Option<String> {
-        let (config, _) = self.effective();
-        config
+        self.effective_config()
             .components
             .get(key)
             .map(|spec| spec.type_name.clone())
@@ -129,13 +144,29 @@ impl Layers {
 
     /// The effective configuration and the source of each value.
     pub fn effective(&self) -> (Config, BTreeMap<ComponentKey, ComponentSources>) {
-        let mut effective = Effective {
-            sources: self
+        self.laid(true)
+    }
+
+    /// The effective configuration alone (what a reload validates; the
+    /// sources are not worked out).
+    pub fn effective_config(&self) -> Config {
+        self.laid(false).0
+    }
+
+    /// The layers laid over each other; the sources only when `tracked`.
+    fn laid(&self, tracked: bool) -> (Config, BTreeMap<ComponentKey, ComponentSources>) {
+        let sources = match tracked {
+            true => self
                 .file
                 .components
                 .iter()
                 .map(|(key, spec)| (key.clone(), whole(spec.metadata.keys(), Layer::File)))
                 .collect(),
+            false => BTreeMap::new(),
+        };
+        let mut effective = Effective {
+            sources,
+            tracked,
             config: self.file.clone(),
         };
         for (layer, patch) in [
@@ -157,19 +188,30 @@ impl Layers {
 struct Effective {
     config: Config,
     sources: BTreeMap<ComponentKey, ComponentSources>,
+    /// Whether `sources` are worked out.
+    tracked: bool,
 }
 
 impl Effective {
     /// Lays one overlay component over what is there, field by field.
     fn overlay(&mut self, layer: Layer, key: &ComponentKey, component: &ComponentPatch) {
-        let source = self.sources.entry(key.clone()).or_default();
-        match self.config.components.get_mut(key) {
-            Some(spec) => component.apply_to(spec),
+        let added = match self.config.components.get_mut(key) {
+            Some(spec) => {
+                component.apply_to(spec);
+                false
+            }
             None => {
                 let spec = component.clone().into_spec(key.clone());
                 self.config.components.insert(key.clone(), spec);
-                *source = whole(std::iter::empty(), layer);
+                true
             }
+        };
+        if !self.tracked {
+            return;
+        }
+        let source = self.sources.entry(key.clone()).or_default();
+        if added {
+            *source = whole(std::iter::empty(), layer);
         }
         if component.type_name.is_some() {
             source.type_name = Some(layer);
@@ -204,8 +246,10 @@ impl Effective {
                 if patch.scopes.is_none() {
                     spec.scopes = below;
                 }
-                let source = whole(spec.metadata.keys(), Layer::ControlPlane);
-                self.sources.insert(key.clone(), source);
+                if self.tracked {
+                    let source = whole(spec.metadata.keys(), Layer::ControlPlane);
+                    self.sources.insert(key.clone(), source);
+                }
                 self.config.components.insert(key.clone(), spec);
             }
             Push::Remove => {

@@ -119,9 +119,10 @@ fn check_component(
     problems: &mut Problems,
 ) {
     let key = &spec.key;
+    let injected_fields = spec.injected_fields();
     let mut injected = BTreeSet::new();
-    for field in spec.injected_fields() {
-        if !injected.insert(field.clone()) {
+    for field in &injected_fields {
+        if !injected.insert(field) {
             problems.push(Problem::component(
                 key,
                 format!("metadata field `{field}` is injected by more than one secretRef/configurationRef"),
@@ -130,7 +131,7 @@ fn check_component(
     }
     match registry.get(key.kind.as_str(), &spec.type_name) {
         Some(descriptor) => {
-            if let Err(err) = (descriptor.validate)(&spec.metadata, &spec.injected_fields()) {
+            if let Err(err) = (descriptor.validate)(&spec.metadata, &injected_fields) {
                 problems.push(Problem::component(key, metadata_message(spec, &err)));
             }
         }
@@ -143,13 +144,13 @@ fn check_component(
                 format!("componentRef[{i}]: a component cannot reference itself"),
             ));
         } else if !broken.contains(&r.key) {
-            check_target(config, key, &format!("componentRef[{i}]"), &r.key, problems);
+            check_target(config, key, || format!("componentRef[{i}]"), &r.key, problems);
         }
     }
     for r in spec.injected_refs() {
         let target = r.store();
         if !broken.contains(&target) {
-            check_target(config, key, &r.position(), &target, problems);
+            check_target(config, key, || r.position(), &target, problems);
         }
     }
 }
@@ -232,15 +233,18 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
     }
 }
 
+/// Checks that `user` may reference `target`; `at` names the ref (worked
+/// out only for a problem).
 fn check_target(
     config: &Config,
     user: &ComponentKey,
-    at: &str,
+    at: impl Fn() -> String,
     target: &ComponentKey,
     problems: &mut Problems,
 ) {
     if let Some(spec) = config.components.get(target) {
         if !spec.allows(user) {
+            let at = at();
             let scopes: Vec<String> = spec
                 .scopes
                 .iter()
@@ -259,6 +263,7 @@ fn check_target(
         }
         return;
     }
+    let at = at();
     let elsewhere: Vec<String> = config
         .components
         .keys()

@@ -5,9 +5,11 @@ use std::sync::{Arc, Mutex};
 use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
+use super::borrowed::Held;
+use super::cache;
 use super::slot::{Slot, Slots};
 use super::warm::WarmRequest;
-use super::Generation;
+use super::{Generation, Instance};
 use crate::component::ComponentKey;
 
 /// The published generation of a runtime, and a signal of each new one.
@@ -49,16 +51,31 @@ impl Live {
     pub(crate) fn publish(&self, generation: Generation) {
         let number = generation.number;
         let generation = Arc::new(generation);
-        self.current.store(generation.clone());
         // Before the notification: whoever is told finds every handle
         // already resolving in the new generation.
-        self.slots.republish(&generation);
+        self.slots
+            .publish(&generation, || self.current.store(generation.clone()));
         self.published.send_replace(number);
     }
 
     /// The slot of `key`, shared by every handle naming it.
     pub(crate) fn slot(&self, key: &ComponentKey) -> Arc<Slot> {
         self.slots.slot(key, &self.current.load())
+    }
+
+    /// The published instance of `slot`'s key, owned (see [`cache`]).
+    pub(super) fn resolve(&self, key: &ComponentKey, slot: &Slot) -> Option<Instance> {
+        cache::load(slot, &self.slots, || self.current.load().get(key).cloned())
+    }
+
+    /// The published instance of `slot`'s key, borrowed from the slot
+    /// (owned from the generation while a publish changes slots).
+    pub(super) fn borrow(&self, key: &ComponentKey, slot: &Slot) -> Option<Held> {
+        if self.slots.epoch() % 2 == 1 {
+            return self.current.load().get(key).cloned().map(Held::Owned);
+        }
+        let guard = slot.load();
+        guard.is_some().then_some(Held::Slot(guard))
     }
 
     /// A receiver told about each publish.

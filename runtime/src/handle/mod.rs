@@ -7,11 +7,18 @@
 //! consistent view of several components loads one [`Generation`] snapshot
 //! and uses it throughout.
 //!
+//! The hot path costs no map lookup: each key has a slot republished at
+//! every commit, `borrow()` reads it without taking a reference count, and
+//! `load()` hits a per-thread cache checked against the runtime's publish
+//! epoch (one atomic load, one reference count). A publish makes the epoch
+//! odd while it changes slots, so loads never see a mix of generations.
+//!
 //! While a component is being initialised (at start-up or in a reload,
 //! before its generation is published), its handles resolve in the
 //! generation being built, so `init` can already use what it was given.
 
 mod borrowed;
+mod cache;
 mod instance;
 mod live;
 mod pubsub_subscription;
@@ -37,35 +44,53 @@ use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer,
 pub struct Generation {
     /// Increases by one with every successful start or reload.
     pub number: u64,
-    instances: BTreeMap<ComponentKey, Instance>,
+    /// Each component's instance and configured `type`.
+    components: BTreeMap<ComponentKey, Entry>,
     /// The app id the generation serves.
     app_id: String,
-    /// Each component's `type`, as configured.
-    types: BTreeMap<ComponentKey, String>,
     /// The configuration's sections beyond components.
     sections: Arc<Sections>,
 }
 
+/// One component of a generation.
+#[derive(Debug)]
+struct Entry {
+    instance: Instance,
+    /// Its `type`, as configured (empty in a staged generation).
+    type_name: String,
+}
+
 impl Generation {
-    /// A generation holding `instances`.
+    /// A generation holding `instances` (their types not described).
     pub(crate) fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
+        Self::of(
+            number,
+            instances
+                .into_iter()
+                .map(|(key, instance)| (key, instance, String::new())),
+        )
+    }
+
+    /// A generation of `components`: each key with its instance and its
+    /// configured `type` (what the metadata APIs show), so a reader needs
+    /// nothing but the snapshot.
+    pub(crate) fn of(
+        number: u64,
+        components: impl IntoIterator<Item = (ComponentKey, Instance, String)>,
+    ) -> Self {
         Self {
             number,
-            instances,
+            components: components
+                .into_iter()
+                .map(|(key, instance, type_name)| (key, Entry { instance, type_name }))
+                .collect(),
             ..Self::default()
         }
     }
 
-    /// This generation, described: the app id it serves and each
-    /// component's configured `type` (what the metadata APIs show), so a
-    /// reader needs nothing but the snapshot.
-    pub(crate) fn described(
-        mut self,
-        app_id: impl Into<String>,
-        types: BTreeMap<ComponentKey, String>,
-    ) -> Self {
+    /// This generation, serving `app_id`.
+    pub(crate) fn serving(mut self, app_id: impl Into<String>) -> Self {
         self.app_id = app_id.into();
-        self.types = types;
         self
     }
 
@@ -88,27 +113,32 @@ impl Generation {
 
     /// The configured `type` of component `key`, if the generation has it.
     pub fn type_name(&self, key: &ComponentKey) -> Option<&str> {
-        self.types.get(key).map(String::as_str)
+        self.components
+            .get(key)
+            .map(|entry| entry.type_name.as_str())
+            .filter(|name| !name.is_empty())
     }
 
     /// The instance of `key`, if the generation has it.
     pub fn get(&self, key: &ComponentKey) -> Option<&Instance> {
-        self.instances.get(key)
+        self.components.get(key).map(|entry| &entry.instance)
     }
 
     /// Every instance, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&ComponentKey, &Instance)> {
-        self.instances.iter()
+        self.components
+            .iter()
+            .map(|(key, entry)| (key, &entry.instance))
     }
 
     /// Number of components.
     pub fn len(&self) -> usize {
-        self.instances.len()
+        self.components.len()
     }
 
     /// Whether the generation has no component.
     pub fn is_empty(&self) -> bool {
-        self.instances.is_empty()
+        self.components.is_empty()
     }
 }
 
@@ -148,10 +178,17 @@ pub(crate) async fn with_staged<F: std::future::Future>(
 
 /// The instance of `key` in the generation being built, when the calling
 /// task is initialising one.
+#[inline]
 fn staged(key: &ComponentKey) -> Option<Instance> {
-    if STAGED_SCOPES.load(Ordering::SeqCst) == 0 {
+    if STAGED_SCOPES.load(Ordering::Acquire) == 0 {
         return None;
     }
+    staged_in_task(key)
+}
+
+/// [`staged`] while some staged scope is open (in this task or another).
+#[cold]
+fn staged_in_task(key: &ComponentKey) -> Option<Instance> {
     STAGED
         .try_with(|staged| staged.get(key).cloned())
         .ok()
@@ -204,11 +241,10 @@ impl Target {
         if let Some(instance) = staged(&bound.key) {
             return Ok(borrowed::Held::Owned(instance));
         }
-        let guard = bound.slot.load();
-        if guard.is_none() {
-            return Err(HandleError::NotRunning(bound.key.clone()));
-        }
-        Ok(borrowed::Held::Slot(guard))
+        bound
+            .live
+            .borrow(&bound.key, &bound.slot)
+            .ok_or_else(|| HandleError::NotRunning(bound.key.clone()))
     }
 
     fn resolve(&self) -> Result<Instance, HandleError> {
@@ -217,10 +253,8 @@ impl Target {
             return Ok(instance);
         }
         bound
-            .slot
-            .load()
-            .as_deref()
-            .cloned()
+            .live
+            .resolve(&bound.key, &bound.slot)
             .ok_or_else(|| HandleError::NotRunning(bound.key.clone()))
     }
 
@@ -478,3 +512,6 @@ impl From<HandleError> for ComponentError {
         ComponentError::new(err.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests;

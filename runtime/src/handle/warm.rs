@@ -39,9 +39,10 @@ impl Live {
         receiver
     }
 
-    /// Offers `next` to every subscription and waits (bounded) until each
+    /// Offers `next` (made only when some subscription is there to be
+    /// offered it) to every subscription and waits (bounded) until each
     /// has subscribed to what it needs from it.
-    pub(crate) async fn warm(&self, next: BTreeMap<ComponentKey, Instance>) {
+    pub(crate) async fn warm(&self, next: impl FnOnce() -> BTreeMap<ComponentKey, Instance>) {
         let senders: Vec<_> = {
             let mut warmers = self
                 .warmers
@@ -53,7 +54,7 @@ impl Live {
         if senders.is_empty() {
             return;
         }
-        let next = Arc::new(next);
+        let next = Arc::new(next());
         let mut waits = Vec::with_capacity(senders.len());
         for sender in senders {
             let (done, wait) = oneshot::channel();

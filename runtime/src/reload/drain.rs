@@ -1,6 +1,7 @@
 //! Retiring replaced instances: each is closed once its last in-flight user
 //! has let go, or after a grace period.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::component::ComponentKey;
@@ -11,7 +12,7 @@ const POLL: Duration = Duration::from_millis(5);
 
 /// Closes `retired` (in the order given), each after its users let go or
 /// `grace` passes. Runs in the background.
-pub(crate) fn spawn_drain(retired: Vec<(ComponentKey, Running)>, grace: Duration) {
+pub(crate) fn spawn_drain(retired: Vec<(ComponentKey, Arc<Running>)>, grace: Duration) {
     if retired.is_empty() {
         return;
     }

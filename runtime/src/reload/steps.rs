@@ -13,7 +13,7 @@ use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
 use super::Reloader;
 use crate::assemble::{failure_lines, AssemblyContext};
-use crate::config::{validate, Layers, Problems, ValidConfig};
+use crate::config::{validate, LayerChange, Layers, Problems, ValidConfig};
 use crate::handle::Generation;
 use crate::running::{Commit, Snapshot};
 
@@ -25,7 +25,7 @@ impl Reloader {
         self.run_steps(request).instrument(span).await
     }
 
-    async fn run_steps(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
+    async fn run_steps(&self, mut request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
         let _serial = self.serial.lock().await;
         if self.stopped.is_cancelled() {
             return Err(ReloadError::Stopped);
@@ -41,7 +41,8 @@ impl Reloader {
                 other => other.to_string(),
             }),
         };
-        let candidate = match self.candidate(&snapshot, &request) {
+        let changes = std::mem::take(&mut request.changes);
+        let candidate = match self.candidate(&snapshot, &request, changes) {
             Ok(candidate) => candidate,
             Err(error) => {
                 self.finish(recording, rejected(error.clone()));
@@ -59,11 +60,13 @@ impl Reloader {
         if prepared.actions.values().any(|a| *a != Action::Unchanged) {
             // Pub/sub subscriptions attach to rebuilt brokers while the
             // old ones still take every publish.
-            let next = prepared
-                .components
-                .iter()
-                .map(|(key, running)| (key.clone(), running.assembled.instance.clone()))
-                .collect();
+            let next = || {
+                prepared
+                    .components
+                    .iter()
+                    .map(|(key, running)| (key.clone(), running.assembled.instance.clone()))
+                    .collect()
+            };
             self.running.live().warm(next).await;
         }
         let ending = self.commit(config, layers, prepared);
@@ -76,6 +79,7 @@ impl Reloader {
         &self,
         snapshot: &Snapshot,
         request: &ReloadRequest,
+        changes: Vec<LayerChange>,
     ) -> Result<(ValidConfig, Layers), ReloadError> {
         if let Some(based_on) = request
             .based_on_generation
@@ -86,13 +90,18 @@ impl Reloader {
                 running: snapshot.generation,
             });
         }
-        let mut layers = snapshot.layers.clone();
-        for change in request.changes.iter().cloned() {
-            layers
-                .apply(change)
-                .map_err(|problem| ReloadError::Invalid(Problems(vec![problem])))?;
+        let invalid = |problem| ReloadError::Invalid(Problems(vec![problem]));
+        let mut changes = changes.into_iter();
+        // The running layers, copied with the first change laid (a new
+        // file is not preceded by a copy of the old one).
+        let mut layers = match changes.next() {
+            Some(first) => snapshot.layers.changed(first).map_err(invalid)?,
+            None => Layers::clone(&snapshot.layers),
+        };
+        for change in changes {
+            layers.apply(change).map_err(invalid)?;
         }
-        let (effective, _) = layers.effective();
+        let effective = layers.effective_config();
         let config = validate(effective, &self.registry).map_err(ReloadError::Invalid)?;
         Ok((config, layers))
     }

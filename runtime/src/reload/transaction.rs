@@ -65,7 +65,7 @@ pub(crate) struct Prepared {
     pub(crate) components: Components,
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
     /// Old instances to drain and close after the swap.
-    pub(crate) retired: Vec<(ComponentKey, Running)>,
+    pub(crate) retired: Vec<(ComponentKey, Arc<Running>)>,
     /// The old configuration's start order (retired users close first).
     pub(crate) old_order: Vec<ComponentKey>,
 }
@@ -79,9 +79,9 @@ pub(crate) struct Failed {
 /// What a transaction goes from and to.
 pub(crate) struct Plan {
     /// What runs now.
-    pub(crate) current: Components,
+    pub(crate) current: Arc<Components>,
     /// The running configuration.
-    pub(crate) old: ValidConfig,
+    pub(crate) old: Arc<ValidConfig>,
     /// The validated candidate.
     pub(crate) candidate: ValidConfig,
     /// Components to re-resolve although their declaration did not change.
@@ -144,8 +144,15 @@ impl Plan {
         };
         for (key, spec) in &self.candidate.config.components {
             if let (false, Some(running)) = (impact.contains(key), self.current.get(key)) {
-                let mut kept = running.clone();
-                kept.spec = spec.clone();
+                // Declared alike (scopes or ref order may still differ).
+                let kept = if running.spec == *spec {
+                    Arc::clone(running)
+                } else {
+                    Arc::new(Running {
+                        spec: spec.clone(),
+                        assembled: running.assembled.clone(),
+                    })
+                };
                 progress.next.insert(key.clone(), kept);
                 progress.actions.insert(key.clone(), Action::Unchanged);
                 trace::instant_action(key, &spec.type_name, Action::Unchanged);
@@ -175,7 +182,7 @@ impl Plan {
                 continue;
             };
             let change = diff.changed.get(&key).copied().unwrap_or_default();
-            let previous = self.current.get(&key).cloned();
+            let previous = self.current.get(&key).map(|r| Running::clone(r));
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
             let level_cx = level_cx.clone();
             let span = trace::component_span(&key, &spec.type_name);
@@ -211,7 +218,7 @@ impl Plan {
                         .insert(running.spec.key.clone(), step.action());
                     progress
                         .next
-                        .insert(running.spec.key.clone(), running.clone());
+                        .insert(running.spec.key.clone(), Arc::new(running.clone()));
                     progress.done.push(step);
                 }
                 Ok(Err(failure)) => failures.push(failure),
@@ -236,14 +243,14 @@ impl Plan {
                 ..
             } = step
             {
-                retired.push((old.spec.key.clone(), *old));
+                retired.push((old.spec.key.clone(), Arc::new(*old)));
             }
         }
-        for (key, running) in self.current {
-            if !self.candidate.config.components.contains_key(&key) {
-                trace::instant_action(&key, &running.spec.type_name, Action::Removed);
+        for (key, running) in self.current.iter() {
+            if !self.candidate.config.components.contains_key(key) {
+                trace::instant_action(key, &running.spec.type_name, Action::Removed);
                 actions.insert(key.clone(), Action::Removed);
-                retired.push((key, running));
+                retired.push((key.clone(), Arc::clone(running)));
             }
         }
         Prepared {

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, DependencyGraph, Layers, Sections, ValidConfig};
-use crate::handle::{Generation, Instance, Live, LiveGeneration};
+use crate::handle::{Generation, Live, LiveGeneration};
 use crate::redact::Redactor;
 use crate::registry::Registry;
 
@@ -31,19 +31,21 @@ pub(crate) struct Running {
     pub(crate) assembled: Assembled,
 }
 
-/// Running components by key.
-pub(crate) type Components = BTreeMap<ComponentKey, Running>;
+/// Running components by key, each shared (a reload copies the map, not
+/// the components it keeps).
+pub(crate) type Components = BTreeMap<ComponentKey, Arc<Running>>;
 
-/// A consistent copy of the running set, for a reload to build on.
+/// A consistent view of the running set, for a reload to build on
+/// (shared, not copied).
 pub(crate) struct Snapshot {
     /// The generation serving.
     pub(crate) generation: u64,
     /// The effective configuration.
-    pub(crate) config: ValidConfig,
+    pub(crate) config: Arc<ValidConfig>,
     /// The layers it was merged from.
-    pub(crate) layers: Layers,
+    pub(crate) layers: Arc<Layers>,
     /// What runs.
-    pub(crate) components: Components,
+    pub(crate) components: Arc<Components>,
 }
 
 /// What a reload hands over to become the running set.
@@ -60,9 +62,9 @@ pub(crate) struct Commit {
 }
 
 struct State {
-    config: ValidConfig,
-    layers: Layers,
-    components: Components,
+    config: Arc<ValidConfig>,
+    layers: Arc<Layers>,
+    components: Arc<Components>,
 }
 
 /// The owner of the running set.
@@ -85,9 +87,9 @@ impl RunningSet {
         let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
         live.publish(described(1, &config, &components));
         let state = State {
-            layers: Layers::new(config.config.clone()),
-            config,
-            components,
+            layers: Arc::new(Layers::new(config.config.clone())),
+            config: Arc::new(config),
+            components: Arc::new(components),
         };
         let plan = watch::channel(Arc::new(WatchPlan::of(
             1,
@@ -117,7 +119,7 @@ impl RunningSet {
         self.live.current().number
     }
 
-    /// A consistent copy of the running set.
+    /// A consistent view of the running set.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let state = self.state();
         Snapshot {
@@ -130,7 +132,7 @@ impl RunningSet {
 
     /// The layers of the running configuration.
     pub(crate) fn layers(&self) -> Layers {
-        self.state().layers.clone()
+        Layers::clone(&self.state().layers)
     }
 
     /// Whether `sections` differ from the running configuration's.
@@ -140,7 +142,7 @@ impl RunningSet {
 
     /// The running configuration.
     pub(crate) fn config(&self) -> ValidConfig {
-        self.state().config.clone()
+        ValidConfig::clone(&self.state().config)
     }
 
     /// Makes `commit` the running set: publishes its generation (when an
@@ -160,9 +162,9 @@ impl RunningSet {
                 .publish(described(number, &commit.config, &commit.components));
         }
         *state = State {
-            config: commit.config,
-            layers: commit.layers,
-            components: commit.components,
+            config: Arc::new(commit.config),
+            layers: Arc::new(commit.layers),
+            components: Arc::new(commit.components),
         };
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
         self.plan.send_replace(Arc::new(plan));
@@ -177,15 +179,16 @@ impl RunningSet {
     /// Publishes an empty generation and closes every component, users
     /// before the stores they use.
     pub(crate) async fn close_all(&self) {
-        let (levels, mut components) = {
+        let (levels, components) = {
             let mut state = self.state();
             let levels = state.config.graph.levels();
             let number = self.generation_number() + 1;
             let app_id = state.config.config.app_id.clone();
-            let empty = Generation::new(number, BTreeMap::new()).described(app_id, BTreeMap::new());
+            let empty = Generation::new(number, BTreeMap::new()).serving(app_id);
             self.live.publish(empty);
             (levels, std::mem::take(&mut state.components))
         };
+        let mut components = Arc::unwrap_or_clone(components);
         close::close_in_reverse(&levels, &mut components).await;
     }
 }
@@ -214,15 +217,14 @@ pub(crate) fn staged_for(
 /// app id and each component's configured type (what the metadata APIs
 /// show), so a reader needs nothing but the snapshot.
 fn described(number: u64, config: &ValidConfig, components: &Components) -> Generation {
-    let instances: BTreeMap<ComponentKey, Instance> = components
-        .iter()
-        .map(|(key, r)| (key.clone(), r.assembled.instance.clone()))
-        .collect();
-    let types = components
-        .iter()
-        .map(|(key, r)| (key.clone(), r.spec.type_name.clone()))
-        .collect();
-    Generation::new(number, instances)
-        .described(&config.config.app_id, types)
+    let components = components.iter().map(|(key, r)| {
+        (
+            key.clone(),
+            r.assembled.instance.clone(),
+            r.spec.type_name.clone(),
+        )
+    });
+    Generation::of(number, components)
+        .serving(&config.config.app_id)
         .with_sections(Arc::new(config.config.sections.clone()))
 }

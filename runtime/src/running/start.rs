@@ -43,7 +43,7 @@ pub(super) async fn start_all(
         started.push(assembled.keys().cloned().collect());
         for (key, (spec, assembled)) in assembled {
             tracing::info!(component = %key, "Component started.");
-            components.insert(key, Running { spec, assembled });
+            components.insert(key, Arc::new(Running { spec, assembled }));
         }
         if !failures.is_empty() {
             for failure in &failures {

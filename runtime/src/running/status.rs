@@ -57,8 +57,8 @@ impl RunningSet {
         };
         let mut readiness = readiness_of(&components).await;
         let mut statuses = Vec::with_capacity(components.len());
-        for (key, running) in components {
-            let (state, reason) = match readiness.remove(&key).unwrap_or(Err(())) {
+        for (key, running) in components.iter() {
+            let (state, reason) = match readiness.remove(key).unwrap_or(Err(())) {
                 Ok(Readiness::Ready) => ("ready", None),
                 Ok(Readiness::Degraded(reason)) => ("degraded", Some(redactor.scrub(&reason))),
                 Ok(Readiness::NotReady(reason)) => ("not_ready", Some(redactor.scrub(&reason))),
@@ -75,10 +75,10 @@ impl RunningSet {
                     .iter()
                     .map(|r| r.key.to_string())
                     .collect(),
-                sources: sources.get(&key).cloned().unwrap_or_default(),
+                sources: sources.get(key).cloned().unwrap_or_default(),
                 kind: key.kind.to_string(),
-                name: key.name,
-                type_name: running.spec.type_name,
+                name: key.name.clone(),
+                type_name: running.spec.type_name.clone(),
                 state,
                 reason,
             });

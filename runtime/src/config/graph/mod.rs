@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use petgraph::algo::tarjan_scc;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::NodeIndexable;
 use petgraph::Direction;
 
 use crate::component::ComponentKey;
@@ -86,6 +87,12 @@ impl DependencyGraph {
     pub fn cycles(&self) -> Vec<Vec<ComponentKey>> {
         let mut cycles = Vec::new();
         for scc in tarjan_scc(&self.graph) {
+            // The usual case, a component on no cycle, costs no allocation.
+            if let [only] = scc[..] {
+                if !self.graph.contains_edge(only, only) {
+                    continue;
+                }
+            }
             let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
             let Some(&start) = scc.iter().min_by_key(|n| &self.graph[**n]) else {
                 continue;
@@ -143,22 +150,21 @@ impl DependencyGraph {
     /// up to n. Components of one level can start concurrently. Only
     /// meaningful for an acyclic graph (cyclic members are left out).
     pub fn levels(&self) -> Vec<Vec<ComponentKey>> {
-        let mut level_of: BTreeMap<NodeIndex, usize> = BTreeMap::new();
         let Ok(order) = petgraph::algo::toposort(&self.graph, None) else {
             return Vec::new();
         };
+        // By node index: the graph never removes nodes, so they are dense.
+        let mut level_of: Vec<Option<usize>> = vec![None; self.graph.node_bound()];
+        let mut levels: Vec<Vec<ComponentKey>> = Vec::new();
         for node in order {
             let level = self
                 .graph
                 .neighbors_directed(node, Direction::Incoming)
-                .filter_map(|dep| level_of.get(&dep))
+                .filter_map(|dep| level_of[dep.index()])
                 .map(|l| l + 1)
                 .max()
                 .unwrap_or(0);
-            level_of.insert(node, level);
-        }
-        let mut levels: Vec<Vec<ComponentKey>> = Vec::new();
-        for (node, level) in level_of {
+            level_of[node.index()] = Some(level);
             if levels.len() <= level {
                 levels.resize(level + 1, Vec::new());
             }

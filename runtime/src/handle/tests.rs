@@ -1,0 +1,124 @@
+//! The hot path: loads and borrows through slots and the per-thread cache
+//! follow every publish, never mix generations, and never keep a replaced
+//! instance alive.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+
+use super::{ComponentHandle, Generation, Instance, Live, LiveGeneration};
+use crate::component::{Component, ComponentKey};
+
+/// A component that knows the generation it was built for.
+struct Stamped(u64);
+
+#[async_trait]
+impl Component for Stamped {}
+
+fn key(name: &str) -> ComponentKey {
+    ComponentKey::new("custom", name)
+}
+
+/// Generation `number` with a fresh `Stamped(number)` for each of `names`.
+fn publish(live: &LiveGeneration, number: u64, names: &[&str]) -> Vec<Instance> {
+    let instances: BTreeMap<ComponentKey, Instance> = names
+        .iter()
+        .map(|name| (key(name), Instance::Custom(Arc::new(Stamped(number)))))
+        .collect();
+    let kept = instances.values().cloned().collect();
+    live.publish(Generation::new(number, instances));
+    kept
+}
+
+fn stamp(handle: &ComponentHandle) -> u64 {
+    let loaded = handle.load_as::<Stamped>();
+    loaded.map(|s| s.0).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn a_cached_load_follows_every_publish_and_a_removal() {
+    let live = Live::new();
+    publish(&live, 1, &["a"]);
+    let a = ComponentHandle::new(key("a"), live.clone());
+    assert_eq!((stamp(&a), stamp(&a)), (1, 1), "a miss, then a hit");
+    publish(&live, 2, &["a"]);
+    assert_eq!(stamp(&a), 2);
+    publish(&live, 3, &[]);
+    assert!(a.load().is_err(), "removed: not running");
+    publish(&live, 4, &["a"]);
+    assert_eq!(stamp(&a), 4);
+}
+
+#[test]
+fn the_cache_does_not_keep_a_replaced_instance_alive() {
+    let live = Live::new();
+    let mut first = publish(&live, 1, &["a"]);
+    let a = ComponentHandle::new(key("a"), live.clone());
+    let weak: Weak<dyn Component> = Arc::downgrade(&a.load().unwrap_or_else(|e| panic!("{e}")));
+    assert!(weak.upgrade().is_some());
+    publish(&live, 2, &["a"]);
+    first.clear();
+    assert!(
+        weak.upgrade().is_none(),
+        "only the per-thread cache saw it, and it holds it weakly"
+    );
+    assert_eq!(stamp(&a), 2);
+}
+
+#[test]
+fn loads_on_other_threads_never_see_an_older_generation_after_a_newer_one() {
+    let live = Live::new();
+    let names = ["a", "b", "c", "d"];
+    publish(&live, 1, &names);
+    let handles: Vec<ComponentHandle> = names
+        .iter()
+        .map(|name| ComponentHandle::new(key(name), live.clone()))
+        .collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut newest = 0;
+                    let mut loads = 0u64;
+                    while !stop.load(Ordering::Relaxed) || loads == 0 {
+                        for handle in &handles {
+                            let seen = stamp(handle);
+                            assert!(seen >= newest, "saw {seen} after {newest}");
+                            newest = seen;
+                            loads += 1;
+                        }
+                    }
+                    newest
+                })
+            })
+            .collect();
+        for number in 2..=300 {
+            publish(&live, number, &names);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            let newest = reader.join().unwrap_or_else(|_| panic!("a reader failed"));
+            assert!(newest >= 1);
+        }
+    });
+    // Every handle, on this thread, sees the last generation.
+    for handle in &handles {
+        assert_eq!(stamp(handle), 300);
+    }
+}
+
+#[test]
+fn borrow_follows_publishes_without_a_reference_count() {
+    let live = Live::new();
+    let first = publish(&live, 1, &["a"]);
+    let a = ComponentHandle::new(key("a"), live.clone());
+    let before = first[0].holders();
+    let borrowed = a.0.borrow().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first[0].holders(), before, "a borrow takes no count");
+    drop(borrowed);
+    publish(&live, 2, &["a"]);
+    assert_eq!(stamp(&a), 2);
+}
