@@ -106,7 +106,8 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
         human(slice)
     );
     let mut paths = vec![Path::RedisDirect, Path::Http, Path::Grpc];
-    let external = mode != Mode::Smoke && installed("wrk", "-v") && installed("redis-benchmark", "--version");
+    let external =
+        mode != Mode::Smoke && installed("wrk", "-v") && installed("redis-benchmark", "--version");
     if external {
         paths.extend([Path::RedisBenchmark, Path::Wrk]);
         // redis-benchmark's GET reads the literal key `key:__rand_int__`.
@@ -206,7 +207,11 @@ impl Clients {
                             .expect("redis GET"),
                         Path::Http => {
                             let response = http.get(&url).send().await.expect("HTTP GET");
-                            assert!(response.status().is_success(), "HTTP GET: {}", response.status());
+                            assert!(
+                                response.status().is_success(),
+                                "HTTP GET: {}",
+                                response.status()
+                            );
                             Some(response.bytes().await.expect("HTTP body").to_vec())
                         }
                         Path::Grpc => {
@@ -221,17 +226,16 @@ impl Clients {
                         Path::RedisBenchmark | Path::Wrk => unreachable!("external tools"),
                     };
                     times.push(call.elapsed());
-                    assert_eq!(data.as_deref(), Some(&value[..]), "{path:?} read another value");
+                    assert_eq!(
+                        data.as_deref(),
+                        Some(&value[..]),
+                        "{path:?} read another value"
+                    );
                 }
                 times
             });
         }
-        let mut times: Vec<Duration> = tasks
-            .join_all()
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        let mut times: Vec<Duration> = tasks.join_all().await.into_iter().flatten().collect();
         let elapsed = started.elapsed();
         Slice {
             requests: times.len() as u64,

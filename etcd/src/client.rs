@@ -194,10 +194,7 @@ impl Client {
         let mut channels = Vec::with_capacity(endpoints.len());
         for url in endpoints {
             let channel = endpoint(url, &options)?.connect_lazy();
-            channels.push((
-                url.clone(),
-                InterceptedService::new(channel, token.clone()),
-            ));
+            channels.push((url.clone(), InterceptedService::new(channel, token.clone())));
         }
         let client = Self {
             members: Arc::new(Members {

@@ -56,9 +56,10 @@ impl Client {
                     // The channel has room for the first request.
                     let _ = requests.try_send(first);
                     let mut request = tonic::Request::new(ReceiverStream::new(receiver));
-                    request
-                        .metadata_mut()
-                        .insert("hasleader", tonic::metadata::AsciiMetadataValue::from_static("true"));
+                    request.metadata_mut().insert(
+                        "hasleader",
+                        tonic::metadata::AsciiMetadataValue::from_static("true"),
+                    );
                     let response = WatchClient::new(s).watch(request).await?;
                     Ok(response.map(|responses| ((requests, responses), member)))
                 }

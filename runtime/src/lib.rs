@@ -27,8 +27,6 @@ pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 #[doc(inline)]
 pub use backoff::Backoff;
 #[doc(inline)]
-pub use go_duration::parse_go_duration;
-#[doc(inline)]
 pub use component::{
     Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind, Readiness,
 };
@@ -39,14 +37,16 @@ pub use fs_read::{read_bounded, FileReadError};
 #[doc(inline)]
 pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]
+pub use go_duration::parse_go_duration;
+#[doc(inline)]
+pub use handle::resilience;
+#[doc(inline)]
 pub use handle::{
     Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle,
     Instance, LiveGeneration, LockHandle, PubSubHandle, SecretStoreHandle, StateStoreHandle,
 };
 #[doc(inline)]
 pub use handle::{FileStoreHandle, SequencerHandle};
-#[doc(inline)]
-pub use handle::resilience;
 #[doc(inline)]
 pub use kinds::{
     BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore,

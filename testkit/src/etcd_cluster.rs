@@ -112,7 +112,10 @@ impl EtcdCluster {
             if let Some(leader) = self.try_leader().await {
                 return leader;
             }
-            assert!(Instant::now() < deadline, "no etcd leader within {START_LIMIT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no etcd leader within {START_LIMIT:?}"
+            );
             sleep(PROBE_EVERY).await;
         }
     }
@@ -153,7 +156,10 @@ impl EtcdCluster {
     }
 
     fn signal(&self, index: usize, signal: &str) {
-        let pid = self.members[index].process.pid().expect("member not running");
+        let pid = self.members[index]
+            .process
+            .pid()
+            .expect("member not running");
         let status = Command::new("kill")
             .args([signal, &pid.to_string()])
             .status()
@@ -255,7 +261,11 @@ impl EtcdCluster {
                 matches!(timeout(REQUEST_LIMIT, probe).await, Ok(Some(_)))
             }
         };
-        if let Err(err) = self.members[index].process.restart(START_LIMIT, answers).await {
+        if let Err(err) = self.members[index]
+            .process
+            .restart(START_LIMIT, answers)
+            .await
+        {
             panic!("etcd member {index}: {err}");
         }
     }

@@ -148,9 +148,27 @@ async fn routing_and_dead_letters(pubsub: Value) {
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
 
     // Routing: the first rule that matches, else the default.
-    publish(&mut client, "inventory", "widget", json!({"n": 1, "priority": 9})).await;
-    publish(&mut client, "inventory", "gadget", json!({"n": 2, "priority": 5})).await;
-    publish(&mut client, "inventory", "gadget", json!({"n": 3, "priority": 1})).await;
+    publish(
+        &mut client,
+        "inventory",
+        "widget",
+        json!({"n": 1, "priority": 9}),
+    )
+    .await;
+    publish(
+        &mut client,
+        "inventory",
+        "gadget",
+        json!({"n": 2, "priority": 5}),
+    )
+    .await;
+    publish(
+        &mut client,
+        "inventory",
+        "gadget",
+        json!({"n": 3, "priority": 1}),
+    )
+    .await;
     let mut paths = BTreeMap::new();
     for _ in 0..3 {
         let (path, event) = next_event(&mut rx).await;
@@ -210,7 +228,12 @@ impl Seen {
     }
 
     fn on(&self, path: &str) -> Vec<u64> {
-        self.0.lock().unwrap().get(path).cloned().unwrap_or_default()
+        self.0
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -265,7 +288,10 @@ async fn reloads_follow_the_section(pubsub: Value, duplicates_allowed: bool) {
                 .await
                 .expect("reload applied");
             assert!(
-                record.actions.values().all(|a| *a == rewire::Action::Unchanged),
+                record
+                    .actions
+                    .values()
+                    .all(|a| *a == rewire::Action::Unchanged),
                 "a subscriptions-only reload rebuilds nothing: {:?}",
                 record.actions
             );
@@ -314,7 +340,11 @@ async fn reloads_follow_the_section(pubsub: Value, duplicates_allowed: bool) {
     );
     assert!(lost.is_empty(), "lost across the reloads: {lost:?}");
     if !duplicates_allowed {
-        assert_eq!(all.len(), distinct.len(), "the steady subscription was not restarted");
+        assert_eq!(
+            all.len(),
+            distinct.len(),
+            "the steady subscription was not restarted"
+        );
     }
     assert!(
         !seen.on("/extra").contains(&1001),
@@ -323,15 +353,17 @@ async fn reloads_follow_the_section(pubsub: Value, duplicates_allowed: bool) {
 
     // Bad entries: refused with every problem named, nothing changed.
     let before = sidecar.runtime.generation().sections().clone();
-    let unknown = json!({"steady": moved, "bad": {"pubsubname": "nope", "topic": "t", "route": "/x"}});
+    let unknown =
+        json!({"steady": moved, "bad": {"pubsubname": "nope", "topic": "t", "route": "/x"}});
     let err = sidecar
         .runtime
         .apply(parse(config(&pubsub, unknown).as_bytes()).expect("parses"))
         .await
         .expect_err("an unknown pub/sub is refused");
     assert!(
-        err.to_string()
-            .contains("subscriptions.bad: field `pubsubname`: no pub/sub `nope` (declared: orders)"),
+        err.to_string().contains(
+            "subscriptions.bad: field `pubsubname`: no pub/sub `nope` (declared: orders)"
+        ),
         "{err}"
     );
     let malformed = json!({"steady": moved,

@@ -16,7 +16,8 @@ use testkit::redis::RedisServer;
 
 /// Key order, a trailing zero, a number past `u64`, and spacing: all
 /// things a parse and re-encode would change.
-const JSON_VALUE: &str = r#"{"zeta":1,"alpha":2.50, "big":12345678901234567890,"nested":{"b":[1.0,2e3]}}"#;
+const JSON_VALUE: &str =
+    r#"{"zeta":1,"alpha":2.50, "big":12345678901234567890,"nested":{"b":[1.0,2e3]}}"#;
 /// Bytes that are not JSON (nor UTF-8).
 const RAW_VALUE: &[u8] = b"\x00\xffnot json\r\n";
 
@@ -49,7 +50,11 @@ async fn values_pass_through_untouched_over_both_apis_and_both_stores() {
         let got = http.get(format!("{url}/json")).send().await.unwrap();
         assert_eq!(got.status(), StatusCode::OK, "{store}");
         assert_eq!(got.headers()["content-type"], "application/json", "{store}");
-        assert_eq!(got.bytes().await.unwrap(), JSON_VALUE.as_bytes(), "{store}: HTTP");
+        assert_eq!(
+            got.bytes().await.unwrap(),
+            JSON_VALUE.as_bytes(),
+            "{store}: HTTP"
+        );
         let reply = dapr
             .get_state(GetStateRequest {
                 store_name: store.into(),

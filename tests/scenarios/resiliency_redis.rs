@@ -14,8 +14,8 @@ use crate::support::triggers::{applied_after, eventually};
 use std::time::Duration;
 
 use dapr::{GetStateRequest, SaveStateRequest};
-use rewire::sidecar::grpc::proto::dapr::proto::common::v1::{StateItem, StateOptions};
 use rewire::resilience::{BreakerState, BreakerStatus};
+use rewire::sidecar::grpc::proto::dapr::proto::common::v1::{StateItem, StateOptions};
 use rewire::sidecar::ApiOptions;
 use rewire::{Action, ComponentKey, Runtime, Trigger};
 use serde_json::{json, Value};
@@ -60,8 +60,15 @@ fn get(key: &str) -> GetStateRequest {
 
 /// Waits (up to 10 s) until the breaker of `state/orders` passes `check`.
 async fn breaker_until(runtime: &Runtime, what: &str, check: impl Fn(&BreakerStatus) -> bool) {
-    let found = eventually(Duration::from_secs(10), || breaker(runtime).filter(|b| check(b))).await;
-    assert!(found.is_some(), "breaker never {what}: {:?}", breaker(runtime));
+    let found = eventually(Duration::from_secs(10), || {
+        breaker(runtime).filter(|b| check(b))
+    })
+    .await;
+    assert!(
+        found.is_some(),
+        "breaker never {what}: {:?}",
+        breaker(runtime)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,12 +86,18 @@ async fn a_retry_policy_recovers_a_transient_redis_outage() {
     });
     let sidecar = Sidecar::start(&config(&server.addr(), resiliency), ApiOptions::default()).await;
     let mut client = dapr_client(sidecar.grpc_url()).await;
-    client.get_state(get("k")).await.expect("served before the outage");
+    client
+        .get_state(get("k"))
+        .await
+        .expect("served before the outage");
 
     server.stop();
     let mut retried = dapr_client(sidecar.grpc_url()).await;
     let call = tokio::spawn(async move { retried.get_state(get("k")).await });
-    breaker_until(&sidecar.runtime, "counted a failure", |b| b.consecutive_failures >= 1).await;
+    breaker_until(&sidecar.runtime, "counted a failure", |b| {
+        b.consecutive_failures >= 1
+    })
+    .await;
     // A first-write save is never retried: it fails at once.
     let first_write = SaveStateRequest {
         store_name: "orders".into(),
@@ -98,13 +111,19 @@ async fn a_retry_policy_recovers_a_transient_redis_outage() {
             ..StateItem::default()
         }],
     };
-    let refused = client.save_state(first_write).await.expect_err("redis is down");
+    let refused = client
+        .save_state(first_write)
+        .await
+        .expect_err("redis is down");
     assert_eq!(refused.code(), Code::Internal, "{refused:?}");
     server.restart().await;
 
     let answer = call.await.expect("call task panicked");
     assert!(answer.is_ok(), "the retried call failed: {answer:?}");
-    assert_eq!(breaker(&sidecar.runtime).map(|b| b.consecutive_failures), Some(0));
+    assert_eq!(
+        breaker(&sidecar.runtime).map(|b| b.consecutive_failures),
+        Some(0)
+    );
     sidecar.stop().await;
 }
 
@@ -119,18 +138,29 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
     let sidecar = Sidecar::start(&config(&server.addr(), resiliency), ApiOptions::default()).await;
     let runtime = sidecar.runtime.clone();
     let mut client = dapr_client(sidecar.grpc_url()).await;
-    client.get_state(get("k")).await.expect("served before the outage");
-    assert_eq!(breaker(&runtime).map(|b| b.state), Some(BreakerState::Closed));
+    client
+        .get_state(get("k"))
+        .await
+        .expect("served before the outage");
+    assert_eq!(
+        breaker(&runtime).map(|b| b.state),
+        Some(BreakerState::Closed)
+    );
 
     server.stop();
     for _ in 0..2 {
         let failed = client.get_state(get("k")).await.expect_err("redis is down");
-        assert_eq!(failed.code(), Code::Internal, "the store's own error: {failed:?}");
+        assert_eq!(
+            failed.code(),
+            Code::Internal,
+            "the store's own error: {failed:?}"
+        );
     }
     let refused = client.get_state(get("k")).await.expect_err("breaker open");
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert!(
-        refused.message().contains("state/orders") && refused.message().contains("circuit breaker open"),
+        refused.message().contains("state/orders")
+            && refused.message().contains("circuit breaker open"),
         "{}",
         refused.message()
     );
@@ -141,7 +171,12 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
     assert_eq!(http.status(), 500);
     let body: Value = http.json().await.expect("JSON error");
     assert_eq!(body["errorCode"], "ERR_STATE_GET", "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| m.contains("circuit breaker open")), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("circuit breaker open")),
+        "{body}"
+    );
     // Status and metrics show it open.
     let status: Value = reqwest::get(format!("{}/v1.0/rewire/status", sidecar.http_url()))
         .await
@@ -149,7 +184,10 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
         .json()
         .await
         .expect("status JSON");
-    assert_eq!(status["components"][0]["circuitBreaker"]["state"], "open", "{status}");
+    assert_eq!(
+        status["components"][0]["circuitBreaker"]["state"], "open",
+        "{status}"
+    );
     let metrics = reqwest::get(format!("{}/metrics", sidecar.http_url()))
         .await
         .expect("metrics")
@@ -157,16 +195,27 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
         .await
         .expect("metrics text");
     assert!(
-        metrics.contains(r#"rewire_circuit_breaker_state{component="state/orders",policy="redis"} 2"#),
+        metrics
+            .contains(r#"rewire_circuit_breaker_state{component="state/orders",policy="redis"} 2"#),
         "{metrics}"
     );
 
     // After its timeout a trial call goes through: redis is still down, so
     // it fails and the breaker opens again.
-    breaker_until(&runtime, "half-opened", |b| b.state == BreakerState::HalfOpen).await;
+    breaker_until(&runtime, "half-opened", |b| {
+        b.state == BreakerState::HalfOpen
+    })
+    .await;
     let failed = client.get_state(get("k")).await.expect_err("redis is down");
-    assert_eq!(failed.code(), Code::Internal, "a trial call reaches the store: {failed:?}");
-    assert_eq!(breaker(&runtime).map(|b| (b.state, b.trips)), Some((BreakerState::Open, 2)));
+    assert_eq!(
+        failed.code(),
+        Code::Internal,
+        "a trial call reaches the store: {failed:?}"
+    );
+    assert_eq!(
+        breaker(&runtime).map(|b| (b.state, b.trips)),
+        Some((BreakerState::Open, 2))
+    );
 
     // Redis back; after the timeout the trial call succeeds and closes it.
     // (The store may need a call or two to reconnect: a failed trial opens
@@ -174,14 +223,20 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
     server.restart().await;
     let mut closed = false;
     for _ in 0..5 {
-        breaker_until(&runtime, "half-opened again", |b| b.state == BreakerState::HalfOpen).await;
+        breaker_until(&runtime, "half-opened again", |b| {
+            b.state == BreakerState::HalfOpen
+        })
+        .await;
         if client.get_state(get("k")).await.is_ok() {
             closed = true;
             break;
         }
     }
     assert!(closed, "no trial call succeeded: {:?}", breaker(&runtime));
-    assert_eq!(breaker(&runtime).map(|b| b.state), Some(BreakerState::Closed));
+    assert_eq!(
+        breaker(&runtime).map(|b| b.state),
+        Some(BreakerState::Closed)
+    );
     client.get_state(get("k")).await.expect("served again");
     sidecar.stop().await;
 }
@@ -197,11 +252,17 @@ async fn a_policy_changed_in_the_file_applies_to_the_next_call_without_a_rebuild
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rewire.json");
     std::fs::write(&path, config(&host, breaker_only.clone())).unwrap();
-    let runtime = support::start(&config(&host, breaker_only.clone())).await.unwrap();
+    let runtime = support::start(&config(&host, breaker_only.clone()))
+        .await
+        .unwrap();
     let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
     let sidecar = Sidecar::serve(runtime.clone(), ApiOptions::default()).await;
     let mut client = dapr_client(sidecar.grpc_url()).await;
-    let instance = runtime.generation().get(&orders()).cloned().expect("running");
+    let instance = runtime
+        .generation()
+        .get(&orders())
+        .cloned()
+        .expect("running");
 
     server.stop();
     for _ in 0..2 {
@@ -221,7 +282,11 @@ async fn a_policy_changed_in_the_file_applies_to_the_next_call_without_a_rebuild
         record.actions.values().all(|a| *a == Action::Unchanged),
         "a policy change rebuilt or updated a component: {record:?}"
     );
-    assert_eq!(breaker(&runtime).map(|b| b.state), Some(BreakerState::Open), "breaker state kept");
+    assert_eq!(
+        breaker(&runtime).map(|b| b.state),
+        Some(BreakerState::Open),
+        "breaker state kept"
+    );
     let refused = client.get_state(get("k")).await.expect_err("still open");
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
 
@@ -232,14 +297,25 @@ async fn a_policy_changed_in_the_file_applies_to_the_next_call_without_a_rebuild
     without_breaker["targets"]["components"]["orders"]["outbound"] = json!({});
     std::fs::write(&path, config(&host, without_breaker)).unwrap();
     let record = eventually(Duration::from_secs(10), || {
-        runtime.history().into_iter().skip(seen).find(|r| r.outcome == rewire::Outcome::Applied)
+        runtime
+            .history()
+            .into_iter()
+            .skip(seen)
+            .find(|r| r.outcome == rewire::Outcome::Applied)
     })
     .await
     .unwrap_or_else(|| panic!("no applied reload: {:#?}", runtime.history()));
-    assert!(record.actions.values().all(|a| *a == Action::Unchanged), "{record:?}");
+    assert!(
+        record.actions.values().all(|a| *a == Action::Unchanged),
+        "{record:?}"
+    );
     assert!(breaker(&runtime).is_none());
     let failed = client.get_state(get("k")).await.expect_err("redis is down");
-    assert_eq!(failed.code(), Code::Internal, "the store answered: {failed:?}");
+    assert_eq!(
+        failed.code(),
+        Code::Internal,
+        "the store answered: {failed:?}"
+    );
     server.restart().await;
     let mut answered = false;
     for _ in 0..50 {
@@ -251,7 +327,10 @@ async fn a_policy_changed_in_the_file_applies_to_the_next_call_without_a_rebuild
     }
     assert!(answered, "not served after redis came back");
     let now = runtime.generation().get(&orders()).cloned();
-    assert!(now.is_some_and(|now| now.same_as(&instance)), "state/orders was rebuilt");
+    assert!(
+        now.is_some_and(|now| now.same_as(&instance)),
+        "state/orders was rebuilt"
+    );
     drop(instance);
     sidecar.stop().await;
 }

@@ -68,7 +68,12 @@ fn metadata(servers: Value, backup: &std::path::Path) -> Value {
 /// Stops the instance in use (`first`) while a release moves the Redis
 /// host to `dr`; checks it is applied through the other, once, with no
 /// failed request.
-async fn story(runtime: &Runtime, first: ApolloServer, redis: (&RedisServer, &RedisServer), label: &str) {
+async fn story(
+    runtime: &Runtime,
+    first: ApolloServer,
+    redis: (&RedisServer, &RedisServer),
+    label: &str,
+) {
     let (primary, dr) = redis;
     let load = start_load(runtime.state_store("orders"), 4, label);
     assert!(
@@ -86,7 +91,10 @@ async fn story(runtime: &Runtime, first: ApolloServer, redis: (&RedisServer, &Re
     })
     .await
     .unwrap_or_else(|| panic!("release not applied: {:#?}", runtime.history()));
-    println!("apollo ({label}), instance in use stopped: release applied {:?} after publishing", released.elapsed());
+    println!(
+        "apollo ({label}), instance in use stopped: release applied {:?} after publishing",
+        released.elapsed()
+    );
     assert_eq!(
         record.actions.get("state/orders"),
         Some(&Action::UpdatedInPlace),
@@ -95,7 +103,11 @@ async fn story(runtime: &Runtime, first: ApolloServer, redis: (&RedisServer, &Re
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(applied(runtime), 1, "{:#?}", runtime.history());
     let seen = load.finish().await;
-    assert!(seen.acked.len() > 100, "too little traffic: {}", seen.acked.len());
+    assert!(
+        seen.acked.len() > 100,
+        "too little traffic: {}",
+        seen.acked.len()
+    );
     assert!(seen.failed.is_empty(), "failed requests: {:?}", seen.failed);
     let lost = lost_writes(&seen.acked, &[primary.client(), dr.client()]).await;
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
@@ -107,7 +119,10 @@ async fn a_release_is_applied_through_the_other_listed_config_service() {
     let (primary, dr) = (RedisServer::start().await, RedisServer::start().await);
     let first = ApolloServer::start().await;
     let second = first.replica().await;
-    first.release("application", &[("orders.redisHost", primary.addr().as_str())]);
+    first.release(
+        "application",
+        &[("orders.redisHost", primary.addr().as_str())],
+    );
     let backup = tempfile::tempdir().unwrap();
     let servers = json!({"config_server": format!("{},{}", first.url(), second.url())});
     let runtime = start(metadata(servers, backup.path())).await;
@@ -118,7 +133,11 @@ async fn a_release_is_applied_through_the_other_listed_config_service() {
     // the first one wrote, degraded, with the last release.
     let second_url = second.url();
     let _stopped = second.stop().await;
-    let runtime = start(metadata(json!({"config_server": [second_url]}), backup.path())).await;
+    let runtime = start(metadata(
+        json!({"config_server": [second_url]}),
+        backup.path(),
+    ))
+    .await;
     let status = runtime.status().await;
     let store = status.components.iter().find(|c| c.name == "apollo");
     assert_eq!(store.map(|c| c.state), Some("degraded"), "{store:?}");
@@ -138,10 +157,16 @@ async fn a_release_is_applied_through_a_config_service_the_meta_server_announced
     let second = first.replica().await;
     let meta = first.replica().await;
     meta.announce_config_services(&[first.url(), second.url()]);
-    first.release("application", &[("orders.redisHost", primary.addr().as_str())]);
+    first.release(
+        "application",
+        &[("orders.redisHost", primary.addr().as_str())],
+    );
     let backup = tempfile::tempdir().unwrap();
     let runtime = start(metadata(json!({"meta_server": meta.url()}), backup.path())).await;
-    assert!(meta.requests(Route::MetaServices) >= 1, "the meta server was not asked");
+    assert!(
+        meta.requests(Route::MetaServices) >= 1,
+        "the meta server was not asked"
+    );
     story(&runtime, first, (&primary, &dr), "meta").await;
     runtime.shutdown().await;
     drop(second);

@@ -37,7 +37,11 @@ fn applied(runtime: &Runtime) -> Vec<rewire::ReloadRecord> {
 
 /// Waits for the `n`th applied watched-ref reload; returns it and how long
 /// it took from `since`.
-async fn nth_applied(runtime: &Runtime, n: usize, since: Instant) -> (rewire::ReloadRecord, Duration) {
+async fn nth_applied(
+    runtime: &Runtime,
+    n: usize,
+    since: Instant,
+) -> (rewire::ReloadRecord, Duration) {
     let record = eventually(WATCH_BOUND, || applied(runtime).into_iter().nth(n - 1))
         .await
         .unwrap_or_else(|| panic!("change {n} not applied: {:#?}", runtime.history()));
@@ -48,7 +52,9 @@ async fn nth_applied(runtime: &Runtime, n: usize, since: Instant) -> (rewire::Re
 async fn etcd_cluster_loses_its_leader_then_everything_without_a_failed_request() {
     let mut cluster = EtcdCluster::start(3).await;
     let (primary, dr) = (RedisServer::start().await, RedisServer::start().await);
-    cluster.put("/rewire/orders.redisHost", &primary.addr()).await;
+    cluster
+        .put("/rewire/orders.redisHost", &primary.addr())
+        .await;
     let leader = cluster.leader().await;
     let config = serde_json::json!({
         "appId": "checkout",
@@ -107,7 +113,10 @@ async fn etcd_cluster_loses_its_leader_then_everything_without_a_failed_request(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(state.contains("degraded") && state.contains("last values"), "{state}");
+    assert!(
+        state.contains("degraded") && state.contains("last values"),
+        "{state}"
+    );
     let store = runtime.config_store("etcd").load().unwrap();
     let last = store
         .get(&ConfigQuery::keys(["orders.redisHost".to_string()]))
@@ -116,7 +125,9 @@ async fn etcd_cluster_loses_its_leader_then_everything_without_a_failed_request(
     assert_eq!(last.first().map(|i| i.value.clone()), Some(dr.addr()));
 
     cluster.start_all_again().await;
-    cluster.put("/rewire/orders.redisHost", &primary.addr()).await;
+    cluster
+        .put("/rewire/orders.redisHost", &primary.addr())
+        .await;
     let back = Instant::now();
     let (switch_back, took) = nth_applied(&runtime, 2, back).await;
     println!("etcd cluster, after a full outage: change applied {took:?} after the write");

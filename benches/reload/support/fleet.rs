@@ -154,7 +154,8 @@ impl Fleet {
                 let sender = sender.clone();
                 tokio::spawn(async move {
                     while let Ok(record) = events.recv().await {
-                        if record.trigger == Trigger::WatchedRef && record.outcome == Outcome::Applied
+                        if record.trigger == Trigger::WatchedRef
+                            && record.outcome == Outcome::Applied
                         {
                             let _ = sender.send((i, Instant::now()));
                         }
@@ -185,7 +186,9 @@ impl Fleet {
         while missing > 0 {
             let next = tokio::time::timeout_at(deadline, self.applied.recv()).await;
             let Ok(Some((i, at))) = next else {
-                panic!("{missing} of {n} runtimes did not apply the change within {CONVERGE_LIMIT:?}");
+                panic!(
+                    "{missing} of {n} runtimes did not apply the change within {CONVERGE_LIMIT:?}"
+                );
             };
             if done[i].is_none() {
                 done[i] = Some(at.saturating_duration_since(written));
@@ -241,24 +244,38 @@ fn pid_cpu(pid: u32) -> Duration {
     // state (field 3); utime and stime are fields 14 and 15.
     let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// The pid of the `etcd` serving `port` (a child of this process).
 fn etcd_pid(port: u16) -> Option<u32> {
     let me = std::process::id().to_string();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
-        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        let program = cmdline.split('\0').next()?;
-        let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"))
-            .ok()?;
-        let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.to_string();
-        (program.ends_with("etcd") && cmdline.contains(&format!(":{port}")) && parent == me)
-            .then_some(pid)
-    })
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            let program = cmdline.split('\0').next()?;
+            let stat =
+                std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"))
+                    .ok()?;
+            let parent = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            (program.ends_with("etcd") && cmdline.contains(&format!(":{port}")) && parent == me)
+                .then_some(pid)
+        })
 }
 
 /// Whether `etcd` can be run.

@@ -84,7 +84,10 @@ impl std::fmt::Debug for ConfigServices {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfigServices")
             .field("servers", &self.servers())
-            .field("meta_server", &self.discovery.as_ref().map(|d| d.url.as_str()))
+            .field(
+                "meta_server",
+                &self.discovery.as_ref().map(|d| d.url.as_str()),
+            )
             .finish()
     }
 }
@@ -286,7 +289,11 @@ impl ConfigServices {
             })?;
         let mut urls: Vec<String> = Vec::new();
         for instance in announced {
-            let url = instance.homepage_url.trim().trim_end_matches('/').to_string();
+            let url = instance
+                .homepage_url
+                .trim()
+                .trim_end_matches('/')
+                .to_string();
             if !url.is_empty() && !urls.contains(&url) {
                 urls.push(url);
             }
@@ -299,16 +306,25 @@ impl ConfigServices {
             });
         }
         let known = self.list();
-        if known.iter().map(|c| c.server()).eq(urls.iter().map(String::as_str)) {
+        if known
+            .iter()
+            .map(|c| c.server())
+            .eq(urls.iter().map(String::as_str))
+        {
             return Ok(());
         }
         let current = self.server();
         let mut clients = Vec::with_capacity(urls.len());
         for url in &urls {
             let reused = known.iter().find(|c| c.server() == url).cloned();
-            match reused.map_or_else(|| self.settings.client(url, "meta_server").map(Arc::new), Ok) {
+            match reused.map_or_else(
+                || self.settings.client(url, "meta_server").map(Arc::new),
+                Ok,
+            ) {
                 Ok(client) => clients.push(client),
-                Err(err) => warn!(error = %err, "Apollo meta server announced an unusable config service; skipped."),
+                Err(err) => {
+                    warn!(error = %err, "Apollo meta server announced an unusable config service; skipped.")
+                }
             }
         }
         if clients.is_empty() {
@@ -318,7 +334,10 @@ impl ConfigServices {
                 message: format!("no usable config service announced: {}", urls.join(",")),
             });
         }
-        let keep = clients.iter().position(|c| c.server() == current).unwrap_or(0);
+        let keep = clients
+            .iter()
+            .position(|c| c.server() == current)
+            .unwrap_or(0);
         *self.instances.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(clients);
         self.current.store(keep, Ordering::Release);
         info!(meta_server = %discovery.url, servers = %urls.join(","), "Apollo config services discovered.");

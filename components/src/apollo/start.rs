@@ -7,11 +7,11 @@ use rewire_runtime::InitContext;
 use tracing::warn;
 
 use super::cache::BackupCache;
-use super::services::{ConfigServices, InstanceSettings};
 use super::error::ApolloError;
 use super::namespaces::LiveNamespaces;
 use super::open_api::{OpenApiClient, OpenApiSettings};
 use super::refresh::Refresher;
+use super::services::{ConfigServices, InstanceSettings};
 use super::{ApolloConfigStore, Running};
 use crate::backoff::Backoff;
 

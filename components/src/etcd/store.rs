@@ -152,12 +152,14 @@ impl Running {
             .map_err(invalid)?;
         let read = async {
             let response = self.client.get_prefix(prefix).await?;
-            Ok::<_, rewire_etcd::Error>(response
-                .kvs
-                .iter()
-                .filter_map(|kv| self.item(kv))
-                .filter(|item| query.matches(item))
-                .collect())
+            Ok::<_, rewire_etcd::Error>(
+                response
+                    .kvs
+                    .iter()
+                    .filter_map(|kv| self.item(kv))
+                    .filter(|item| query.matches(item))
+                    .collect(),
+            )
         };
         self.or_cached(query, read).await
     }

@@ -94,7 +94,8 @@ impl ConfigDiff {
                     }
                 }
                 Ordering::Equal => {
-                    if let (Some((_, old_spec)), Some((key, new_spec))) = (olds.next(), news.next()) {
+                    if let (Some((_, old_spec)), Some((key, new_spec))) = (olds.next(), news.next())
+                    {
                         let change = SpecChange::between(old_spec, new_spec);
                         if change.any() {
                             diff.changed.insert(key.clone(), change);

@@ -13,8 +13,8 @@ use super::load::dapr_manifest::{
 };
 use super::load::{folder_of, parse_patch_collecting, read_config_bytes};
 use super::model::Config;
-use super::sections::Resiliency;
 use super::problem::{Problem, Problems};
+use super::sections::Resiliency;
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::{ComponentKey, Kind};
 use crate::registry::Registry;
@@ -178,7 +178,11 @@ impl ConfigSources {
 
 /// Takes a `Resiliency` resource's spec as the configuration's `resiliency`
 /// section: one section in all (the file's or one resource).
-fn resiliency_resource(config: &mut Config, resource: &ResiliencyResource, problems: &mut Problems) {
+fn resiliency_resource(
+    config: &mut Config,
+    resource: &ResiliencyResource,
+    problems: &mut Problems,
+) {
     if !config.sections.resiliency.is_empty() {
         problems.push(
             Problem::file(

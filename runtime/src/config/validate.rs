@@ -58,9 +58,12 @@ pub(crate) fn validate_declared(
     problems
         .0
         .extend(config.sections.subscriptions.check_pubsubs(&known));
-    problems
-        .0
-        .extend(config.sections.resiliency.problems(config.components.keys()));
+    problems.0.extend(
+        config
+            .sections
+            .resiliency
+            .problems(config.components.keys()),
+    );
     let graph = DependencyGraph::build(&config);
     let mut in_cycles = BTreeSet::new();
     for cycle in graph.cycles() {
@@ -151,7 +154,13 @@ fn check_component(
                 format!("componentRef[{i}]: a component cannot reference itself"),
             ));
         } else if !broken.contains(&r.key) {
-            check_target(config, key, || format!("componentRef[{i}]"), &r.key, problems);
+            check_target(
+                config,
+                key,
+                || format!("componentRef[{i}]"),
+                &r.key,
+                problems,
+            );
         }
     }
     for r in spec.injected_refs() {

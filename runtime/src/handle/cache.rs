@@ -34,7 +34,11 @@ fn index(serial: u64) -> usize {
 }
 
 /// The published instance of `slot`'s key, owned; `None` when not running.
-pub(super) fn load(slot: &Slot, slots: &Slots, in_generation: impl FnOnce() -> Option<Instance>) -> Option<Instance> {
+pub(super) fn load(
+    slot: &Slot,
+    slots: &Slots,
+    in_generation: impl FnOnce() -> Option<Instance>,
+) -> Option<Instance> {
     let epoch = slots.epoch();
     if epoch % 2 == 1 {
         // A publish is changing slots: the generation is consistent.

@@ -85,7 +85,15 @@ impl Generation {
             number,
             components: components
                 .into_iter()
-                .map(|(key, instance, type_name)| (key, Entry { instance, type_name }))
+                .map(|(key, instance, type_name)| {
+                    (
+                        key,
+                        Entry {
+                            instance,
+                            type_name,
+                        },
+                    )
+                })
                 .collect(),
             ..Self::default()
         }

@@ -285,7 +285,12 @@ async fn watch_secret(
         // Errors (store briefly unavailable) are retried at the next tick.
         if let Ok(secret) = store.get_secret(&r.name, &HashMap::new()).await {
             if let Some(now) = secret.get(&r.key) {
-                forced.check(cx, &component, &expected, Value::String(now.expose().to_string()));
+                forced.check(
+                    cx,
+                    &component,
+                    &expected,
+                    Value::String(now.expose().to_string()),
+                );
             }
         }
     }

@@ -48,9 +48,9 @@ impl AppTarget {
                         .connect_timeout(APP_CALL_TIMEOUT)
                 });
                 match endpoint {
-                    Ok(endpoint) => Some(Self::Grpc(AppCallbackClient::new(
-                        endpoint.connect_lazy(),
-                    ))),
+                    Ok(endpoint) => {
+                        Some(Self::Grpc(AppCallbackClient::new(endpoint.connect_lazy())))
+                    }
                     Err(err) => {
                         tracing::error!(error = %err, app = %channel.address, "Cannot address the app over gRPC.");
                         None

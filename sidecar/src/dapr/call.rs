@@ -130,7 +130,11 @@ impl Call {
     }
 
     /// A guarded answer as the kind's own: a refusal through `refused`.
-    fn unguarded<T, E>(&self, answer: Result<T, Guarded<E>>, refused: fn(String) -> E) -> Result<T, E> {
+    fn unguarded<T, E>(
+        &self,
+        answer: Result<T, Guarded<E>>,
+        refused: fn(String) -> E,
+    ) -> Result<T, E> {
         match answer {
             Ok(value) => Ok(value),
             Err(Guarded::Failed(err)) => Err(err),

@@ -117,7 +117,13 @@ impl ConfigOps {
         let store = &self.store;
         let items = self
             .call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, query, |q| store.get(q), ConfigError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                query,
+                |q| store.get(q),
+                ConfigError::Backend,
+            )
             .await
             .map_err(|e| ConfigOpError::Get {
                 store: self.name.clone(),
@@ -141,7 +147,13 @@ impl ConfigOps {
         let keys = items.iter().map(|item| item.key.clone()).collect();
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, items, |i| store.set(i), ConfigError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                items,
+                |i| store.set(i),
+                ConfigError::Backend,
+            )
             .await
             .map_err(|e| ConfigOpError::Save {
                 store: self.name.clone(),
@@ -154,7 +166,13 @@ impl ConfigOps {
     pub async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigOpError> {
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, query, |q| store.delete(q), ConfigError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                query,
+                |q| store.delete(q),
+                ConfigError::Backend,
+            )
             .await
             .map_err(|e| ConfigOpError::Delete {
                 store: self.name.clone(),
@@ -170,7 +188,13 @@ impl ConfigOps {
         let keys = query.keys.clone();
         let handle = self.call.runtime().config_store(&self.name);
         self.call
-            .guarded(self.target(), retry_rule::NEVER, query, |q| handle.subscribe(q), ConfigError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::NEVER,
+                query,
+                |q| handle.subscribe(q),
+                ConfigError::Backend,
+            )
             .await
             .map_err(|e| ConfigOpError::Subscribe {
                 store: self.name.clone(),

@@ -87,7 +87,13 @@ impl FileOps {
         let store = &self.store;
         let got = self
             .call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, name, |n| store.get(n), FileError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                name,
+                |n| store.get(n),
+                FileError::Backend,
+            )
             .await;
         got.map_err(|e| self.failed(format!("get file `{name}`"), e))
     }
@@ -97,7 +103,13 @@ impl FileOps {
         let store = &self.store;
         let listed = self
             .call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.list(r), FileError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                request,
+                |r| store.list(r),
+                FileError::Backend,
+            )
             .await;
         listed.map_err(|e| self.failed("list files".into(), e))
     }
@@ -107,7 +119,13 @@ impl FileOps {
         let store = &self.store;
         let info = self
             .call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, name, |n| store.stat(n), FileError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                name,
+                |n| store.stat(n),
+                FileError::Backend,
+            )
             .await;
         info.map_err(|e| self.failed(format!("stat file `{name}`"), e))
     }
@@ -117,7 +135,13 @@ impl FileOps {
         let store = &self.store;
         let deleted = self
             .call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, name, |n| store.delete(n), FileError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                name,
+                |n| store.delete(n),
+                FileError::Backend,
+            )
             .await;
         deleted.map_err(|e| self.failed(format!("delete file `{name}`"), e))
     }

@@ -102,7 +102,13 @@ impl LockOps {
         let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::NEVER, request, |r| store.try_lock(r), LockError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::NEVER,
+                request,
+                |r| store.try_lock(r),
+                LockError::Backend,
+            )
             .await
             .map_err(|e| LockOpError::TryLock {
                 store: self.name.clone(),
@@ -122,7 +128,13 @@ impl LockOps {
         let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.keep_alive(r), LockError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                request,
+                |r| store.keep_alive(r),
+                LockError::Backend,
+            )
             .await
             .map_err(|e| LockOpError::KeepAlive {
                 store: self.name.clone(),
@@ -144,7 +156,13 @@ impl LockOps {
         };
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::NEVER, request, |r| store.unlock(r), LockError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::NEVER,
+                request,
+                |r| store.unlock(r),
+                LockError::Backend,
+            )
             .await
             .map_err(|e| LockOpError::Unlock {
                 store: self.name.clone(),

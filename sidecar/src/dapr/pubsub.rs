@@ -15,8 +15,8 @@ use std::sync::Arc;
 use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
-use super::retry_rule;
 use super::pubsub_event::{envelope, EnvelopeContext, CLOUD_EVENT_CONTENT_TYPE};
+use super::retry_rule;
 
 /// How many times a publish follows a broker replaced under it.
 const RETIRED_RETRIES: usize = 3;

@@ -139,7 +139,13 @@ impl StateOps {
         let key = request.key.clone();
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.get(r), StateError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                request,
+                |r| store.get(r),
+                StateError::Backend,
+            )
             .await
             .map_err(|e| StateOpError::Get {
                 store: self.name.clone(),
@@ -226,14 +232,26 @@ impl StateOps {
             1 => match writes.pop() {
                 Some(write) => {
                     self.call
-                        .guarded(self.target(), retries, write, |w| store.set(w), StateError::Backend)
+                        .guarded(
+                            self.target(),
+                            retries,
+                            write,
+                            |w| store.set(w),
+                            StateError::Backend,
+                        )
                         .await
                 }
                 None => Ok(()),
             },
             _ => {
                 self.call
-                    .guarded(self.target(), retries, writes, |w| store.bulk_set(w), StateError::Backend)
+                    .guarded(
+                        self.target(),
+                        retries,
+                        writes,
+                        |w| store.bulk_set(w),
+                        StateError::Backend,
+                    )
                     .await
             }
         };
@@ -254,7 +272,13 @@ impl StateOps {
         let key = request.key.clone();
         let store = &self.store;
         self.call
-            .guarded(self.target(), retry_rule::IDEMPOTENT, request, |r| store.delete(r), StateError::Backend)
+            .guarded(
+                self.target(),
+                retry_rule::IDEMPOTENT,
+                request,
+                |r| store.delete(r),
+                StateError::Backend,
+            )
             .await
             .map_err(|e| StateOpError::Delete {
                 store: self.name.clone(),

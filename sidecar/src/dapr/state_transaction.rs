@@ -72,7 +72,13 @@ impl StateOps {
         let store = self.store();
         let done = self
             .call()
-            .guarded(self.target(), retries, request, |r| store.transact(r), StateError::Backend)
+            .guarded(
+                self.target(),
+                retries,
+                request,
+                |r| store.transact(r),
+                StateError::Backend,
+            )
             .await;
         match done {
             Err(StateError::Unsupported(_)) => Err(StateOpError::TransactionsNotSupported(

@@ -361,7 +361,9 @@ fn router(state: AppState) -> Router {
 
 /// `GET /services/config?appId=..`: the meta server's list of config
 /// service instances, as Apollo's meta service answers it.
-async fn meta_services(axum::extract::State(app): axum::extract::State<AppState>) -> axum::Json<serde_json::Value> {
+async fn meta_services(
+    axum::extract::State(app): axum::extract::State<AppState>,
+) -> axum::Json<serde_json::Value> {
     app.shared.count(Route::MetaServices);
     let instances: Vec<serde_json::Value> = app
         .shared

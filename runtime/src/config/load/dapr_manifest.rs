@@ -18,14 +18,14 @@ use std::path::Path;
 
 use crate::component::ComponentKey;
 use crate::config::model::ComponentSpec;
-use crate::config::sections::Subscription;
 use crate::config::problem::{Problem, Problems};
+use crate::config::sections::Subscription;
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::registry::Registry;
 use component::map_component;
-pub(crate) use resiliency::ResiliencyResource;
-use resiliency::map_resiliency;
 pub(crate) use component::DEFAULT_SECRET_STORE;
+use resiliency::map_resiliency;
+pub(crate) use resiliency::ResiliencyResource;
 use yaml::{documents, NodeValue};
 
 /// Largest manifest file accepted, in bytes.

@@ -116,7 +116,9 @@ impl Resiliency {
     /// every problem.
     pub(crate) fn decode(value: &Value) -> Result<Self, Vec<Problem>> {
         let Value::Object(map) = value else {
-            return Err(vec![problem("must be an object with `policies` and `targets`")]);
+            return Err(vec![problem(
+                "must be an object with `policies` and `targets`",
+            )]);
         };
         let raw: RawResiliency = decode(map).map_err(|err| vec![problem(decode_message(err))])?;
         let mut problems = Vec::new();
@@ -141,8 +143,20 @@ impl Resiliency {
             let out = &target.outbound;
             let at = |field: &str| format!("targets.components.{component}.outbound.{field}");
             let policies = ComponentPolicies {
-                timeout: named(&at("timeout"), &out.timeout, &section.timeouts, "timeouts", &mut problems),
-                retry: named(&at("retry"), &out.retry, &section.retries, "retries", &mut problems),
+                timeout: named(
+                    &at("timeout"),
+                    &out.timeout,
+                    &section.timeouts,
+                    "timeouts",
+                    &mut problems,
+                ),
+                retry: named(
+                    &at("retry"),
+                    &out.retry,
+                    &section.retries,
+                    "retries",
+                    &mut problems,
+                ),
                 circuit_breaker: named(
                     &at("circuitBreaker"),
                     &out.circuit_breaker,
@@ -196,7 +210,9 @@ fn problem(message: impl std::fmt::Display) -> Problem {
 fn decode_message(err: MetadataError) -> String {
     match err {
         MetadataError::UnknownField {
-            field, suggestion, known,
+            field,
+            suggestion,
+            known,
         } => match suggestion {
             Some(s) => format!("unknown field `{field}` (did you mean `{s}`?)"),
             None => format!("unknown field `{field}` (known here: {})", known.join(", ")),
@@ -225,7 +241,11 @@ fn named<T: Clone>(
             let known: Vec<&str> = defined.keys().map(String::as_str).collect();
             problems.push(problem(format!(
                 "`{field}`: no policy `{name}` in policies.{group} (defined: {})",
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
             )));
             None
         }
@@ -237,7 +257,9 @@ fn duration(field: &str, text: &str, problems: &mut Vec<Problem>) -> Option<Dura
     match parse_go_duration(text.trim()) {
         Some(d) if d <= MAX_POLICY_DURATION => Some(d),
         Some(_) => {
-            problems.push(problem(format!("`{field}`: `{text}` is longer than the 24h accepted")));
+            problems.push(problem(format!(
+                "`{field}`: `{text}` is longer than the 24h accepted"
+            )));
             None
         }
         None => {
@@ -457,7 +479,10 @@ mod tests {
         let orders = section
             .for_component(&ComponentKey::new("state", "orders"))
             .unwrap_or_else(|| panic!("targeted"));
-        assert_eq!(orders.timeout.as_ref().map(|t| t.policy), Some(Duration::from_secs(2)));
+        assert_eq!(
+            orders.timeout.as_ref().map(|t| t.policy),
+            Some(Duration::from_secs(2))
+        );
         let retry = orders.retry.as_ref().map(|r| r.policy.clone());
         assert_eq!(
             retry,
@@ -508,7 +533,9 @@ mod tests {
     fn unknown_fields_are_named_with_a_suggestion() {
         let all = messages(json!({"policies": {"retries": {"r": {"maxRetry": 3}}}})).join("\n");
         assert!(
-            all.contains("unknown field `policies.retries.r.maxRetry` (did you mean `maxRetries`?)"),
+            all.contains(
+                "unknown field `policies.retries.r.maxRetry` (did you mean `maxRetries`?)"
+            ),
             "{all}"
         );
         let all = messages(json!({"targets": {"apps": {}}})).join("\n");
@@ -518,12 +545,27 @@ mod tests {
     #[test]
     fn trip_expressions() {
         let mut problems = Vec::new();
-        assert_eq!(trip_after("t", "consecutiveFailures > 5", &mut problems), Some(6));
-        assert_eq!(trip_after("t", "consecutiveFailures>=2", &mut problems), Some(2));
-        assert_eq!(trip_after("t", " consecutiveFailures >  0 ", &mut problems), Some(1));
+        assert_eq!(
+            trip_after("t", "consecutiveFailures > 5", &mut problems),
+            Some(6)
+        );
+        assert_eq!(
+            trip_after("t", "consecutiveFailures>=2", &mut problems),
+            Some(2)
+        );
+        assert_eq!(
+            trip_after("t", " consecutiveFailures >  0 ", &mut problems),
+            Some(1)
+        );
         assert!(problems.is_empty());
-        assert_eq!(trip_after("t", "consecutiveFailures >= 0", &mut problems), None);
-        assert_eq!(trip_after("t", "consecutiveFailures < 3", &mut problems), None);
+        assert_eq!(
+            trip_after("t", "consecutiveFailures >= 0", &mut problems),
+            None
+        );
+        assert_eq!(
+            trip_after("t", "consecutiveFailures < 3", &mut problems),
+            None
+        );
         assert_eq!(problems.len(), 2);
     }
 
@@ -534,7 +576,11 @@ mod tests {
         }))
         .unwrap_or_else(|p| panic!("{p:?}"));
         let keys = [ComponentKey::new("state", "orders")];
-        let problems: Vec<String> = section.problems(keys.iter()).iter().map(ToString::to_string).collect();
+        let problems: Vec<String> = section
+            .problems(keys.iter())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             problems,
             vec!["resiliency: targets.components.ghost: no component named `ghost` in the configuration"]

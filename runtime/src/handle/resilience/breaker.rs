@@ -261,7 +261,11 @@ mod tests {
         succeed(&breaker);
         fail(&breaker);
         fail(&breaker);
-        assert_eq!(state(&breaker), BreakerState::Closed, "a success resets the run");
+        assert_eq!(
+            state(&breaker),
+            BreakerState::Closed,
+            "a success resets the run"
+        );
         fail(&breaker);
         assert_eq!(state(&breaker), BreakerState::Open);
         assert!(breaker.admit().is_none());
@@ -289,7 +293,10 @@ mod tests {
         drop(trial);
         assert_eq!(state(&breaker), BreakerState::Open, "not stuck half-open");
         tokio::time::advance(Duration::from_secs(30)).await;
-        breaker.enter().unwrap_or_else(|| panic!("half-open again")).finish(true);
+        breaker
+            .enter()
+            .unwrap_or_else(|| panic!("half-open again"))
+            .finish(true);
         assert_eq!(state(&breaker), BreakerState::Closed);
     }
 

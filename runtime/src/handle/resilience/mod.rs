@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use breaker::BreakerState;
 use breaker::Breaker;
+pub use breaker::BreakerState;
 
 use crate::backoff::Backoff;
 use crate::component::ComponentKey;
@@ -89,7 +89,9 @@ backend_is_failure!(
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// An attempt outlived the policy's timeout.
-    #[error("component `{component}` did not answer within {after:?} (resiliency timeout `{policy}`)")]
+    #[error(
+        "component `{component}` did not answer within {after:?} (resiliency timeout `{policy}`)"
+    )]
     TimedOut {
         /// The component.
         component: ComponentKey,
@@ -192,11 +194,9 @@ impl Policies {
 
     /// Each component with a circuit breaker, and the breaker's state now.
     pub fn breakers(&self) -> impl Iterator<Item = (&ComponentKey, BreakerStatus)> {
-        self.by_key.iter().filter_map(|(key, applied)| {
-            applied
-                .breaker_status()
-                .map(|status| (key, status))
-        })
+        self.by_key
+            .iter()
+            .filter_map(|(key, applied)| applied.breaker_status().map(|status| (key, status)))
     }
 }
 
@@ -231,9 +231,10 @@ impl Applied {
             };
             let may_retry = failed
                 && retries == Retries::Allowed
-                && self.retry.as_ref().is_some_and(|named| {
-                    named.policy.max_retries.is_none_or(|max| retried < max)
-                });
+                && self
+                    .retry
+                    .as_ref()
+                    .is_some_and(|named| named.policy.max_retries.is_none_or(|max| retried < max));
             match (&mut backoff, may_retry) {
                 (Some(backoff), true) => {
                     retried = retried.saturating_add(1);

@@ -33,7 +33,10 @@ fn target(outbound: serde_json::Value) -> serde_json::Value {
 
 /// An attempt that fails with a backend error `failures` times, then
 /// answers its attempt number.
-fn flaky(failures: u32, calls: &AtomicU32) -> impl FnMut() -> std::future::Ready<Result<u32, StateError>> + '_ {
+fn flaky(
+    failures: u32,
+    calls: &AtomicU32,
+) -> impl FnMut() -> std::future::Ready<Result<u32, StateError>> + '_ {
     move || {
         let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
         std::future::ready(if n <= failures {
@@ -45,7 +48,9 @@ fn flaky(failures: u32, calls: &AtomicU32) -> impl FnMut() -> std::future::Ready
 }
 
 fn applied(policies: &Policies) -> &Applied {
-    policies.get(&orders()).unwrap_or_else(|| panic!("targeted"))
+    policies
+        .get(&orders())
+        .unwrap_or_else(|| panic!("targeted"))
 }
 
 #[tokio::test(start_paused = true)]
@@ -53,7 +58,9 @@ async fn retries_recover_a_transient_failure_with_constant_waits() {
     let policies = policies(target(json!({"retry": "three"})), &Policies::default());
     let calls = AtomicU32::new(0);
     let started = Instant::now();
-    let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+    let answer = applied(&policies)
+        .run(Retries::Allowed, flaky(2, &calls))
+        .await;
     assert!(matches!(answer, Ok(3)), "{answer:?}");
     assert_eq!(started.elapsed(), Duration::from_secs(4), "two waits of 2s");
 }
@@ -63,9 +70,18 @@ async fn exponential_waits_double_up_to_the_max_interval_and_retries_stop_at_the
     let policies = policies(target(json!({"retry": "grow"})), &Policies::default());
     let calls = AtomicU32::new(0);
     let started = Instant::now();
-    let answer = applied(&policies).run(Retries::Allowed, flaky(10, &calls)).await;
-    assert!(matches!(answer, Err(Guarded::Failed(StateError::Backend(_)))), "{answer:?}");
-    assert_eq!(calls.load(Ordering::SeqCst), 5, "the first attempt and 4 retries");
+    let answer = applied(&policies)
+        .run(Retries::Allowed, flaky(10, &calls))
+        .await;
+    assert!(
+        matches!(answer, Err(Guarded::Failed(StateError::Backend(_)))),
+        "{answer:?}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        5,
+        "the first attempt and 4 retries"
+    );
     assert_eq!(started.elapsed(), Duration::from_secs(1 + 2 + 3 + 3));
 }
 
@@ -73,7 +89,9 @@ async fn exponential_waits_double_up_to_the_max_interval_and_retries_stop_at_the
 async fn unsafe_operations_and_answers_about_the_request_are_not_retried() {
     let policies = policies(target(json!({"retry": "three"})), &Policies::default());
     let calls = AtomicU32::new(0);
-    let answer = applied(&policies).run(Retries::Never, flaky(1, &calls)).await;
+    let answer = applied(&policies)
+        .run(Retries::Never, flaky(1, &calls))
+        .await;
     assert!(matches!(answer, Err(Guarded::Failed(_))), "{answer:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
@@ -84,13 +102,19 @@ async fn unsafe_operations_and_answers_about_the_request_are_not_retried() {
             std::future::ready(Err(StateError::EtagMismatch("stale".into())))
         })
         .await;
-    assert!(matches!(answer, Err(Guarded::Failed(StateError::EtagMismatch(_)))));
+    assert!(matches!(
+        answer,
+        Err(Guarded::Failed(StateError::EtagMismatch(_)))
+    ));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn each_attempt_is_cut_at_the_timeout_and_a_timeout_is_retried() {
-    let policies = policies(target(json!({"timeout": "short", "retry": "three"})), &Policies::default());
+    let policies = policies(
+        target(json!({"timeout": "short", "retry": "three"})),
+        &Policies::default(),
+    );
     let calls = AtomicU32::new(0);
     let answer = applied(&policies)
         .run(Retries::Allowed, || {
@@ -114,7 +138,10 @@ async fn each_attempt_is_cut_at_the_timeout_and_a_timeout_is_retried() {
     match answer {
         Err(Guarded::Refused(refusal @ Refusal::TimedOut { .. })) => {
             let text = refusal.to_string();
-            assert!(text.contains("state/orders") && text.contains("`short`"), "{text}");
+            assert!(
+                text.contains("state/orders") && text.contains("`short`"),
+                "{text}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -122,27 +149,42 @@ async fn each_attempt_is_cut_at_the_timeout_and_a_timeout_is_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_refuses_without_calling_and_half_opens_after_its_timeout() {
-    let policies = policies(target(json!({"circuitBreaker": "cb"})), &Policies::default());
+    let policies = policies(
+        target(json!({"circuitBreaker": "cb"})),
+        &Policies::default(),
+    );
     let calls = AtomicU32::new(0);
     for _ in 0..2 {
-        let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+        let answer = applied(&policies)
+            .run(Retries::Allowed, flaky(2, &calls))
+            .await;
         assert!(matches!(answer, Err(Guarded::Failed(_))), "{answer:?}");
     }
-    let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+    let answer = applied(&policies)
+        .run(Retries::Allowed, flaky(2, &calls))
+        .await;
     match answer {
         Err(Guarded::Refused(refusal @ Refusal::BreakerOpen { .. })) => {
             let text = refusal.to_string();
-            assert!(text.contains("state/orders") && text.contains("circuit breaker open"), "{text}");
+            assert!(
+                text.contains("state/orders") && text.contains("circuit breaker open"),
+                "{text}"
+            );
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2, "refused without a call");
     let status = applied(&policies).breaker_status();
-    assert_eq!(status.map(|s| (s.state, s.trips)), Some((BreakerState::Open, 1)));
+    assert_eq!(
+        status.map(|s| (s.state, s.trips)),
+        Some((BreakerState::Open, 1))
+    );
     tokio::time::advance(Duration::from_secs(30)).await;
     let status = applied(&policies).breaker_status();
     assert_eq!(status.map(|s| s.state), Some(BreakerState::HalfOpen));
-    let answer = applied(&policies).run(Retries::Allowed, flaky(2, &calls)).await;
+    let answer = applied(&policies)
+        .run(Retries::Allowed, flaky(2, &calls))
+        .await;
     assert!(matches!(answer, Ok(3)), "{answer:?}");
     let status = applied(&policies).breaker_status();
     assert_eq!(status.map(|s| s.state), Some(BreakerState::Closed));
@@ -150,19 +192,29 @@ async fn an_open_breaker_refuses_without_calling_and_half_opens_after_its_timeou
 
 #[tokio::test(start_paused = true)]
 async fn a_breaker_survives_a_rebuild_of_the_policies_while_its_settings_are_unchanged() {
-    let first = policies(target(json!({"circuitBreaker": "cb"})), &Policies::default());
+    let first = policies(
+        target(json!({"circuitBreaker": "cb"})),
+        &Policies::default(),
+    );
     let calls = AtomicU32::new(0);
     for _ in 0..2 {
         let _ = applied(&first).run(Retries::Never, flaky(5, &calls)).await;
     }
     let open = |p: &Policies| applied(p).breaker_status().map(|s| s.state);
     assert_eq!(open(&first), Some(BreakerState::Open));
-    let same = policies(target(json!({"circuitBreaker": "cb", "retry": "three"})), &first);
+    let same = policies(
+        target(json!({"circuitBreaker": "cb", "retry": "three"})),
+        &first,
+    );
     assert_eq!(open(&same), Some(BreakerState::Open), "kept: same settings");
     let mut changed = target(json!({"circuitBreaker": "cb"}));
     changed["policies"]["circuitBreakers"]["cb"]["timeout"] = json!("10s");
     let changed = policies(changed, &same);
-    assert_eq!(open(&changed), Some(BreakerState::Closed), "new settings: a new breaker");
+    assert_eq!(
+        open(&changed),
+        Some(BreakerState::Closed),
+        "new settings: a new breaker"
+    );
     let untargeted = Policies::build(&Resiliency::default(), std::iter::once(&orders()), &changed);
     assert!(untargeted.get(&orders()).is_none());
     assert_eq!(untargeted.breakers().count(), 0);

@@ -27,11 +27,7 @@ pub(super) fn map_subscription(
         .and_then(|n| n.as_text())
         .filter(|n| !n.trim().is_empty())
     else {
-        found.problem_at(
-            at(doc_line),
-            None,
-            "a Subscription needs `metadata.name`",
-        );
+        found.problem_at(at(doc_line), None, "a Subscription needs `metadata.name`");
         return None;
     };
     let mut ok = true;

@@ -412,8 +412,12 @@ fn load_dir(
 
 #[test]
 fn a_resiliency_resource_becomes_the_resiliency_section() {
-    let valid = load_dir("res-ok", &[("mem.yaml", MEMORY), ("res.yaml", RESILIENCY)], "checkout")
-        .unwrap_or_else(|p| panic!("{p:?}"));
+    let valid = load_dir(
+        "res-ok",
+        &[("mem.yaml", MEMORY), ("res.yaml", RESILIENCY)],
+        "checkout",
+    )
+    .unwrap_or_else(|p| panic!("{p:?}"));
     let policies = valid
         .config
         .sections
@@ -422,22 +426,37 @@ fn a_resiliency_resource_becomes_the_resiliency_section() {
         .cloned()
         .unwrap_or_else(|| panic!("state/mem is targeted"));
     assert_eq!(policies.retry.map(|r| r.policy.max_retries), Some(Some(3)));
-    assert_eq!(policies.circuit_breaker.map(|b| b.policy.trip_after), Some(6));
+    assert_eq!(
+        policies.circuit_breaker.map(|b| b.policy.trip_after),
+        Some(6)
+    );
     // Scoped to another app: not loaded.
-    let other = load_dir("res-scoped", &[("mem.yaml", MEMORY), ("res.yaml", RESILIENCY)], "billing")
-        .unwrap_or_else(|p| panic!("{p:?}"));
+    let other = load_dir(
+        "res-scoped",
+        &[("mem.yaml", MEMORY), ("res.yaml", RESILIENCY)],
+        "billing",
+    )
+    .unwrap_or_else(|p| panic!("{p:?}"));
     assert!(other.config.sections.resiliency.is_empty());
 }
 
 #[test]
 fn a_bad_resiliency_resource_is_refused_naming_its_file_and_field() {
-    let bad = RESILIENCY.replace("retry: quick", "retry: slow").replace("mem:\n", "ghost:\n");
-    let found = load_dir("res-bad", &[("mem.yaml", MEMORY), ("res.yaml", &bad)], "checkout")
-        .err()
-        .unwrap_or_default()
-        .join("\n");
+    let bad = RESILIENCY
+        .replace("retry: quick", "retry: slow")
+        .replace("mem:\n", "ghost:\n");
+    let found = load_dir(
+        "res-bad",
+        &[("mem.yaml", MEMORY), ("res.yaml", &bad)],
+        "checkout",
+    )
+    .err()
+    .unwrap_or_default()
+    .join("\n");
     assert!(
-        found.contains("D/res.yaml:1: resiliency: `targets.components.ghost.outbound.retry`: no policy `slow`"),
+        found.contains(
+            "D/res.yaml:1: resiliency: `targets.components.ghost.outbound.retry`: no policy `slow`"
+        ),
         "{found}"
     );
 }
