@@ -15,11 +15,13 @@ mod go_duration;
 mod handle;
 mod kinds;
 pub mod metadata;
+mod problem;
 mod redact;
 mod registry;
 mod reload;
 mod running;
 mod runtime;
+mod sections;
 mod trigger;
 
 #[doc(inline)]

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::model::Config;
 use super::patch::{ComponentPatch, ConfigPatch};
-use super::problem::Problem;
 use crate::component::ComponentKey;
+use crate::problem::Problem;
 
 /// Where a value of the effective configuration came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

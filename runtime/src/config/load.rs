@@ -8,14 +8,14 @@ use serde_json::{Map, Value};
 
 use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
-use super::problem::{Problem, Problems};
 use super::raw::{RawComponent, RawFile};
-use super::sections::{Resiliency, Sections, Subscriptions};
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::ComponentKey;
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::metadata::{decode, MetadataError};
+use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
+use crate::sections::{Resiliency, Sections, Subscriptions};
 use component::to_patch;
 
 /// Largest configuration document accepted, in bytes.
@@ -171,7 +171,7 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
         Ok(resiliency) => sections.resiliency = resiliency.unwrap_or_default(),
         Err(found) => problems.0.extend(found),
     }
-    match super::sections::tracing::decode_optional(raw.tracing.as_ref()) {
+    match crate::sections::tracing::decode_optional(raw.tracing.as_ref()) {
         Ok(tracing) => sections.tracing = tracing,
         Err(problem) => problems.push(problem),
     }

@@ -9,12 +9,17 @@ mod layers;
 mod load;
 mod model;
 mod patch;
-mod problem;
 mod raw;
-mod sections;
 mod sources;
 mod validate;
 
+pub use crate::problem::{Problem, Problems};
+pub use crate::sections::Sections;
+pub use crate::sections::{resiliency, Resiliency};
+pub use crate::sections::{OtelExport, OtelProtocol, TracingSection};
+pub use crate::sections::{
+    RawRoutes, RawRule, RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
+};
 pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
@@ -24,12 +29,5 @@ pub(crate) use load::{folder_of, read_config_bytes};
 pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
-pub use problem::{Problem, Problems};
-pub use sections::Sections;
-pub use sections::{resiliency, Resiliency};
-pub use sections::{OtelExport, OtelProtocol, TracingSection};
-pub use sections::{
-    RawRoutes, RawRule, RouteMatch, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
-};
 pub use sources::ConfigSources;
 pub use validate::{validate, ValidConfig};

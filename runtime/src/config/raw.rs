@@ -23,7 +23,7 @@ pub(super) struct RawFile {
     /// The `resiliency` section, decoded by its own module.
     #[serde(default)]
     pub resiliency: Option<Value>,
-    /// `tracing`, decoded by [`super::sections`].
+    /// `tracing`, decoded by [`crate::sections`].
     #[serde(default)]
     pub tracing: Option<Value>,
     /// The `subscriptions` section, decoded by its own module.

@@ -13,11 +13,11 @@ use super::load::dapr_manifest::{
 };
 use super::load::{folder_of, parse_patch_collecting, read_config_bytes};
 use super::model::Config;
-use super::problem::{Problem, Problems};
-use super::sections::Resiliency;
 use super::validate::{validate_declared, ValidConfig};
 use crate::component::{ComponentKey, Kind};
+use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
+use crate::sections::Resiliency;
 
 /// The sources of the base configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use super::model::{ComponentSpec, Config};
-use super::problem::{Problem, Problems};
 use crate::component::{ComponentKey, Kind};
 use crate::config::DependencyGraph;
 use crate::metadata::MetadataError;
+use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
 
 /// A configuration that passed validation, with its dependency graph.

@@ -37,8 +37,8 @@ pub use live::{Live, LiveGeneration};
 
 use crate::component::ComponentKey;
 use crate::component::{Component, ComponentError, Kind};
-use crate::config::Sections;
 use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer, StateStore};
+use crate::sections::Sections;
 
 /// One published version of the whole component set.
 #[derive(Debug, Default)]

@@ -22,8 +22,8 @@ use crate::config::{
 };
 use crate::fs_watch::FileWatch;
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, Generation, LiveGeneration, LockHandle, PubSubHandle,
-    SecretStoreHandle, StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, FileStoreHandle, Generation, LiveGeneration, LockHandle,
+    PubSubHandle, SecretStoreHandle, SequencerHandle, StateStoreHandle,
 };
 use crate::redact::Redactor;
 use crate::registry::Registry;
@@ -403,16 +403,16 @@ impl Runtime {
     }
 
     /// A handle to the sequencer `name`.
-    pub fn sequencer(&self, name: &str) -> crate::SequencerHandle {
-        crate::SequencerHandle::new(
+    pub fn sequencer(&self, name: &str) -> SequencerHandle {
+        SequencerHandle::new(
             ComponentKey::new(Kind::Sequencer, name),
             self.live_generation().clone(),
         )
     }
 
     /// A handle to the file store `name`.
-    pub fn file_store(&self, name: &str) -> crate::FileStoreHandle {
-        crate::FileStoreHandle::new(
+    pub fn file_store(&self, name: &str) -> FileStoreHandle {
+        FileStoreHandle::new(
             ComponentKey::new(Kind::File, name),
             self.live_generation().clone(),
         )

@@ -5,9 +5,9 @@ use serde_json::{Map, Value};
 
 use super::super::model::{ComponentRef, ConfigurationRef, SecretRef};
 use super::super::patch::ComponentPatch;
-use super::super::problem::{Problem, Problems};
 use super::super::raw::{RawComponent, RawComponentRef, RawConfigurationRef, RawSecretRef};
 use crate::component::ComponentKey;
+use crate::problem::{Problem, Problems};
 
 /// One component as declared, in either spelling, as a patch; every
 /// problem is reported.

@@ -18,10 +18,10 @@ use std::path::Path;
 
 use crate::component::ComponentKey;
 use crate::config::model::ComponentSpec;
-use crate::config::problem::{Problem, Problems};
-use crate::config::sections::Subscription;
 use crate::fs_read::{read_bounded, FileReadError};
+use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
+use crate::sections::Subscription;
 use component::map_component;
 pub(crate) use component::DEFAULT_SECRET_STORE;
 use resiliency::map_resiliency;

@@ -8,7 +8,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::component::ComponentKey;
-use crate::config::Problem;
+use crate::problem::Problem;
 
 /// The path (object keys and `[index]`es from the root) of every key given
 /// a second time in its object, in document order.

@@ -13,7 +13,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::config::problem::Problem;
+use crate::problem::Problem;
 
 /// Layotto's building blocks rewire serves, with rewire's kind for each.
 const KINDS: &[(&str, &str)] = &[

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::config::resiliency::BreakerPolicy;
+use crate::sections::resiliency::BreakerPolicy;
 
 /// Where a breaker is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -29,11 +29,11 @@ pub use breaker::BreakerState;
 
 use crate::backoff::Backoff;
 use crate::component::ComponentKey;
-use crate::config::resiliency::{Named, RetryKind, RetryPolicy};
-use crate::config::Resiliency;
 use crate::kinds::{
     ConfigError, FileError, LockError, PubSubError, SecretError, SequencerError, StateError,
 };
+use crate::sections::resiliency::{Named, RetryKind, RetryPolicy};
+use crate::sections::Resiliency;
 
 /// Whether a failed attempt of an operation may be tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! `kind: Resiliency` resources: their `spec` is the configuration's
-//! `resiliency` section (decoded by `config::sections::resiliency`), loaded
+//! `resiliency` section (decoded by `sections::resiliency`), loaded
 //! only by the apps their `scopes` list, as in Dapr.
 
 use serde_json::Value;

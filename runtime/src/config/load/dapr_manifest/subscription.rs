@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::component::child;
 use super::yaml::Entry;
 use super::Found;
-use crate::config::sections::{Subscription, Subscriptions};
+use crate::sections::{Subscription, Subscriptions};
 
 /// The `apiVersion`s Dapr subscriptions use.
 const API_VERSIONS: [&str; 2] = ["dapr.io/v2alpha1", "dapr.io/v1alpha1"];

@@ -6,8 +6,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::Problem;
 use crate::metadata::{decode, MetadataError};
+use crate::problem::Problem;
 
 /// The `tracing` section, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]

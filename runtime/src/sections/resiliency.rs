@@ -28,9 +28,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::component::ComponentKey;
-use crate::config::problem::Problem;
 use crate::go_duration::parse_go_duration;
 use crate::metadata::{decode, MetadataError};
+use crate::problem::Problem;
 
 /// The longest duration a policy may give (a timeout, a wait, a breaker's
 /// interval or open time): 24 hours, so no arithmetic on it can overflow.

@@ -25,8 +25,8 @@ use serde_json::{Map, Value};
 
 use super::route_match::RouteMatch;
 use crate::component::{ComponentKey, Kind};
-use crate::config::problem::Problem;
 use crate::metadata::{decode, MetadataError};
+use crate::problem::Problem;
 
 /// Subscriptions accepted in one configuration, at most.
 pub const MAX_DECLARED_SUBSCRIPTIONS: usize = 1024;
