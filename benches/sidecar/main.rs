@@ -15,7 +15,11 @@
 //!    the OTLP exporter pointing at a dead endpoint (connection refused):
 //!    what tracing costs a call when the collector is gone,
 //! 8. path 3 with tracing on and a live collector (an in-bench OTLP/HTTP
-//!    sink answering 200): against 6, what a dead collector costs.
+//!    sink answering 200): against 6, what a dead collector costs,
+//! 9. and 10. paths 1 and 3 on a second memory store targeted by a
+//!    resiliency policy (timeout, exponential retry, circuit breaker): what
+//!    a policy costs a call that succeeds (in-process through
+//!    `Generation::guarded`, as the sidecar's APIs call it).
 //!
 //! Tracing is switched on for the blocks of 6–8 only
 //! (`telemetry::apply`), off for the others, in the same process and run.
@@ -57,10 +61,13 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
 use rewire::config::{parse, validate};
+use rewire::resilience::Retries;
 use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::dapr_client::DaprClient;
 use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::GetStateRequest;
 use rewire::sidecar::{ApiOptions, ApiServer};
-use rewire::{GetRequest, Registry, Runtime, RuntimeOptions, SetRequest, StateStoreHandle};
+use rewire::{
+    ComponentKey, GetRequest, Kind, Registry, Runtime, RuntimeOptions, SetRequest, StateStoreHandle,
+};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
@@ -72,6 +79,8 @@ const KEY: &str = "greeting";
 const VALUE: &[u8] = br#""hello, sidecar!!""#;
 /// The memory store.
 const MEMORY: &str = "cache";
+/// The memory store targeted by a resiliency policy.
+const GUARDED: &str = "guarded";
 /// The redis store.
 const REDIS: &str = "orders";
 /// The key of the direct Redis `GET` (a plain string key).
@@ -94,6 +103,8 @@ enum Path {
     HttpTraced,
     RedisGrpcTraced,
     HttpTracedLive,
+    InProcessPolicy,
+    HttpPolicy,
 }
 
 impl Path {
@@ -107,6 +118,10 @@ impl Path {
             Path::HttpTraced => "sidecar HTTP: memory store, traced, exporter dead",
             Path::RedisGrpcTraced => "sidecar gRPC: redis store, traced, exporter dead",
             Path::HttpTracedLive => "sidecar HTTP: memory store, traced, exporter live",
+            Path::InProcessPolicy => {
+                "in-process: memory store under a resiliency policy (`Generation::guarded`)"
+            }
+            Path::HttpPolicy => "sidecar HTTP: memory store under a resiliency policy",
         }
     }
 
@@ -203,6 +218,11 @@ impl Sidecar {
 /// The callers of every path, living on the callers' runtime.
 struct Callers {
     handle: StateStoreHandle,
+    /// The runtime, for the generation whose policies guard a call.
+    runtime: Runtime,
+    /// The store under a policy.
+    guarded: StateStoreHandle,
+    guarded_url: String,
     grpc: DaprClient<Channel>,
     http: reqwest::Client,
     http_url: String,
@@ -243,13 +263,31 @@ impl Callers {
                     .unwrap_or_else(|e| panic!("gRPC GetState from {store_name}: {e}"));
                 Some(reply.into_inner().data)
             }
-            Path::Http | Path::HttpTraced | Path::HttpTracedLive => {
-                let response = self
-                    .http
-                    .get(&self.http_url)
-                    .send()
+            Path::InProcessPolicy => {
+                let store = self
+                    .guarded
+                    .load()
+                    .unwrap_or_else(|e| panic!("state/{GUARDED}: {e}"));
+                let generation = self.runtime.generation();
+                let key = ComponentKey::new(Kind::State, GUARDED);
+                generation
+                    .guarded(&key, Retries::Allowed, || {
+                        store.get(GetRequest {
+                            key: KEY.to_string(),
+                            ..GetRequest::default()
+                        })
+                    })
                     .await
-                    .expect("HTTP GET");
+                    .expect("in-process guarded get")
+                    .map(|entry| entry.data)
+            }
+            Path::Http | Path::HttpTraced | Path::HttpTracedLive | Path::HttpPolicy => {
+                let url = if path == Path::HttpPolicy {
+                    &self.guarded_url
+                } else {
+                    &self.http_url
+                };
+                let response = self.http.get(url).send().await.expect("HTTP GET");
                 let status = response.status();
                 let body = response.bytes().await.expect("HTTP GET body");
                 if !status.is_success() {
@@ -326,13 +364,26 @@ fn main() {
         None
     };
 
-    // The sidecar: a memory store, and a redis store when Redis runs.
-    let mut stores = serde_json::json!({MEMORY: {"type": "memory"}});
+    // The sidecar: two memory stores (one under a resiliency policy), and
+    // a redis store when Redis runs.
+    let mut stores = serde_json::json!({MEMORY: {"type": "memory"}, GUARDED: {"type": "memory"}});
     if let Some(server) = &redis {
         stores[REDIS] =
             serde_json::json!({"type": "redis", "metadata": {"redisHost": server.addr()}});
     }
-    let config = serde_json::json!({"appId": "sidecar-bench", "components": {"state": stores}});
+    let resiliency = serde_json::json!({
+        "policies": {
+            "timeouts": {"bench": "5s"},
+            "retries": {"bench": {"policy": "exponential", "duration": "100ms", "maxInterval": "2s", "maxRetries": 3}},
+            "circuitBreakers": {"bench": {"maxRequests": 1, "interval": "0s", "timeout": "30s", "trip": "consecutiveFailures > 5"}}
+        },
+        "targets": {"components": {GUARDED: {"outbound": {"timeout": "bench", "retry": "bench", "circuitBreaker": "bench"}}}}
+    });
+    let config = serde_json::json!({
+        "appId": "sidecar-bench",
+        "components": {"state": stores},
+        "resiliency": resiliency,
+    });
     let sidecar = server_rt.block_on(Sidecar::start(&config.to_string()));
     // The export task runs on the sidecar's runtime.
     let dead = format!("127.0.0.1:{}", testkit::free_port());
@@ -348,7 +399,7 @@ fn main() {
         ..SetRequest::default()
     };
     server_rt.block_on(async {
-        let mut names = vec![MEMORY];
+        let mut names = vec![MEMORY, GUARDED];
         if redis.is_some() {
             names.push(REDIS);
         }
@@ -391,6 +442,9 @@ fn main() {
         };
         Callers {
             handle: sidecar.runtime.state_store(MEMORY),
+            runtime: sidecar.runtime.clone(),
+            guarded: sidecar.runtime.state_store(GUARDED),
+            guarded_url: format!("http://{}/v1.0/state/{GUARDED}/{KEY}", sidecar.http_addr),
             grpc: DaprClient::new(channel),
             http,
             http_url: format!("http://{}/v1.0/state/{MEMORY}/{KEY}", sidecar.http_addr),
@@ -404,6 +458,8 @@ fn main() {
         Path::Http,
         Path::HttpTraced,
         Path::HttpTracedLive,
+        Path::InProcessPolicy,
+        Path::HttpPolicy,
     ];
     if redis.is_some() {
         paths.extend([Path::RedisDirect, Path::RedisGrpc, Path::RedisGrpcTraced]);
@@ -563,6 +619,12 @@ fn report(measured: &mut [Measured]) {
     }
     if let Some(text) = traced(Path::RedisGrpcTraced, Path::RedisGrpc) {
         println!("* tracing on, exporter dead, over tracing off (gRPC, redis): {text}");
+    }
+    if let Some(text) = traced(Path::InProcessPolicy, Path::InProcess) {
+        println!("* resiliency policy over none (in-process, memory): {text}");
+    }
+    if let Some(text) = traced(Path::HttpPolicy, Path::Http) {
+        println!("* resiliency policy over none (HTTP, memory): {text}");
     }
     let stats = rewire::sidecar::telemetry::stats();
     println!(
