@@ -83,8 +83,11 @@
 mod cache;
 mod keys;
 pub mod metadata;
+mod reads;
 pub mod sequencer;
 mod sequencer_kv;
+mod shared;
+mod sharing;
 mod store;
 mod watch;
 

@@ -1,30 +1,29 @@
-//! [`EtcdConfigStore`]: the component — connection at init, reads and
-//! writes through the KV API, subscriptions fed by the watch task.
+//! [`EtcdConfigStore`]: the component — joins the shared connection and
+//! watch for its settings at init ([`sharing`](super::sharing)), reads
+//! through the shared read queue, writes through the KV API, its own
+//! subscriptions fed by the shared watch.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rewire_etcd::pb::{request_op, response_op, RangeRequest, RequestOp, TxnRequest};
-use rewire_etcd::{prefix_range, Client, ConnectOptions};
+use rewire_etcd::pb::{RangeRequest, RangeResponse};
+use rewire_etcd::{prefix_range, Client};
 use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
     ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness, SubscriptionHub,
 };
 use tracing::{info, warn};
 
-use super::cache::{entry_of, item_at, read_prefix, KvCache, SharedCache};
+use super::cache::{entry_of, item_at, KvCache, SharedCache};
 use super::keys::{normalized, KeyError, KeyLayout};
 use super::metadata::{EtcdMetadata, EtcdSettings};
-use super::watch::{Follower, WatchTask};
+use super::reads::{read_ranges, ReadResult, Reads};
+use super::sharing::{join, stores_sharing, Membership};
 
 /// How long a readiness probe may take (under the runtime's 1 s limit on
 /// the answer, so that a silent cluster shows as degraded, not unanswered).
 const READINESS_LIMIT: Duration = Duration::from_millis(800);
-/// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
-/// etcd's default limit on operations in one transaction (`--max-txn-ops`).
-const MAX_TXN_OPS: usize = 128;
 
 /// Config store on etcd v3: an item `(group, key, label)` is the etcd key
 /// `{keyPrefix}[{group}/]{key}[@{label}]`, its version the key's
@@ -42,7 +41,7 @@ pub struct EtcdConfigStore {
     #[metadata]
     metadata: EtcdMetadata,
     running: Option<Running>,
-    watch: Mutex<Option<WatchTask>>,
+    membership: Mutex<Option<Membership>>,
 }
 
 /// What `init` set up.
@@ -51,9 +50,11 @@ struct Running {
     settings: EtcdSettings,
     layout: KeyLayout,
     hub: Arc<SubscriptionHub>,
-    /// The prefix as the watch last saw it: reads are answered from it
-    /// while no member answers.
+    /// The prefix as the shared watch last saw it: reads are answered
+    /// from it while no member answers.
     cache: SharedCache,
+    /// The shared read queue.
+    reads: Reads,
 }
 
 impl fmt::Debug for Running {
@@ -80,7 +81,7 @@ impl Running {
     async fn or_cached(
         &self,
         query: &ConfigQuery,
-        read: impl std::future::Future<Output = Result<Vec<ConfigItem>, rewire_etcd::Error>>,
+        read: impl std::future::Future<Output = Result<Vec<ConfigItem>, Arc<rewire_etcd::Error>>>,
     ) -> Result<Vec<ConfigItem>, ConfigError> {
         match read.await {
             Ok(items) => Ok(items),
@@ -122,24 +123,21 @@ impl Running {
         item_at(&self.layout, &path, entry.value, entry.mod_revision)
     }
 
+    /// Reads `ranges` in the shared read queue's next round (directly,
+    /// once the shared entry has ended).
+    async fn read(&self, ranges: Vec<RangeRequest>) -> ReadResult {
+        match self.reads.read(ranges.clone()).await {
+            Some(result) => result,
+            None => read_ranges(&self.client, &ranges).await.map_err(Arc::new),
+        }
+    }
+
     async fn get_keys(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
         let paths = self.layout.paths(query).map_err(invalid)?;
+        let ranges = paths.iter().map(|path| get_range(path)).collect();
         let read = async {
-            let mut items = Vec::with_capacity(paths.len());
-            for chunk in paths.chunks(MAX_TXN_OPS) {
-                let success = chunk.iter().map(|path| get_op(path)).collect();
-                let request = TxnRequest {
-                    success,
-                    ..TxnRequest::default()
-                };
-                let response = self.client.txn(request).await?;
-                for op in response.responses {
-                    if let Some(response_op::Response::ResponseRange(got)) = op.response {
-                        items.extend(got.kvs.iter().filter_map(|kv| self.item(kv)));
-                    }
-                }
-            }
-            Ok::<_, rewire_etcd::Error>(items)
+            let responses = self.read(ranges).await?;
+            Ok(self.items_of(&responses).collect())
         };
         self.or_cached(query, read).await
     }
@@ -150,29 +148,39 @@ impl Running {
             .layout
             .list_prefix(query.group.as_deref())
             .map_err(invalid)?;
+        let (key, range_end) = prefix_range(prefix.into_bytes());
+        let range = RangeRequest {
+            key,
+            range_end,
+            ..RangeRequest::default()
+        };
         let read = async {
-            let response = self.client.get_prefix(prefix).await?;
-            Ok::<_, rewire_etcd::Error>(
-                response
-                    .kvs
-                    .iter()
-                    .filter_map(|kv| self.item(kv))
-                    .filter(|item| query.matches(item))
-                    .collect(),
-            )
+            let responses = self.read(vec![range]).await?;
+            Ok(self
+                .items_of(&responses)
+                .filter(|item| query.matches(item))
+                .collect())
         };
         self.or_cached(query, read).await
     }
+
+    /// The items in `responses`.
+    fn items_of<'a>(
+        &'a self,
+        responses: &'a [RangeResponse],
+    ) -> impl Iterator<Item = ConfigItem> + 'a {
+        responses
+            .iter()
+            .flat_map(|response| &response.kvs)
+            .filter_map(|kv| self.item(kv))
+    }
 }
 
-/// A transaction operation reading `path`.
-fn get_op(path: &str) -> RequestOp {
-    let range = RangeRequest {
+/// The range reading `path`.
+fn get_range(path: &str) -> RangeRequest {
+    RangeRequest {
         key: path.as_bytes().to_vec(),
         ..RangeRequest::default()
-    };
-    RequestOp {
-        request: Some(request_op::Request::RequestRange(range)),
     }
 }
 
@@ -213,7 +221,7 @@ impl EtcdConfigStore {
         Self {
             metadata,
             running: None,
-            watch: Mutex::default(),
+            membership: Mutex::default(),
         }
     }
 
@@ -223,8 +231,59 @@ impl EtcdConfigStore {
             .ok_or_else(|| ConfigError::Backend("the etcd config store is not initialised".into()))
     }
 
-    fn take_watch(&self) -> Option<WatchTask> {
-        self.watch.lock().unwrap_or_else(|p| p.into_inner()).take()
+    fn take_membership(&self) -> Option<Membership> {
+        self.membership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// The serial number of the shared connection and watch this store
+    /// uses (`None` before init and after close): stores with equal
+    /// numbers share one. For tests.
+    #[doc(hidden)]
+    pub fn shared_watch_id(&self) -> Option<u64> {
+        self.membership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Membership::shared_id)
+    }
+
+    /// How many stores share the live connection and watch for
+    /// `metadata`'s settings (0: none is live). For tests.
+    #[doc(hidden)]
+    pub fn stores_sharing(metadata: &EtcdMetadata) -> usize {
+        metadata
+            .settings()
+            .map_or(0, |settings| stores_sharing(&settings))
+    }
+
+    /// Joins the shared entry for `settings`; a store joining an entry
+    /// that is already connected checks that etcd answers, as connecting
+    /// would have.
+    async fn join(
+        settings: &EtcdSettings,
+        cx: &InitContext,
+        hub: &Arc<SubscriptionHub>,
+    ) -> Result<Membership, Arc<rewire_etcd::Error>> {
+        let (membership, made) = join(settings, &cx.key, hub, &cx.shutdown)
+            .await
+            .map_err(Arc::new)?;
+        if !made {
+            let (key, range_end) = prefix_range(settings.key_prefix.as_bytes().to_vec());
+            let probe = RangeRequest {
+                key,
+                range_end,
+                limit: 1,
+                keys_only: true,
+                ..RangeRequest::default()
+            };
+            if let Some(Err(err)) = membership.connection().reads.read(vec![probe]).await {
+                return Err(err);
+            }
+        }
+        Ok(membership)
     }
 }
 
@@ -233,29 +292,10 @@ impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
         let layout = KeyLayout::new(settings.key_prefix.clone());
-        // Simple tokens expire (5 min idle by default): the client logs in
-        // again rather than fail the request or the re-watch.
-        let options = ConnectOptions {
-            connect_timeout: settings.dial,
-            timeout: settings.dial,
-            keep_alive: Some((KEEP_ALIVE_INTERVAL, settings.dial)),
-            user: settings
-                .credentials
-                .as_ref()
-                .map(|c| (c.username.clone(), c.password.clone())),
-            tls: settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
-                ca_pem: tls.ca_pem.clone(),
-                identity: tls.identity.clone(),
-                domain: None,
-            }),
-        };
-        let connect = async {
-            let client = Client::connect(&settings.urls(), options).await?;
-            let snapshot = read_prefix(&client, &layout).await?;
-            Ok::<_, rewire_etcd::Error>((client, snapshot))
-        };
-        let (client, snapshot) = match tokio::time::timeout(settings.dial, connect).await {
-            Ok(Ok(connected)) => connected,
+        let hub = Arc::new(SubscriptionHub::default());
+        let joined = tokio::time::timeout(settings.dial, Self::join(&settings, cx, &hub)).await;
+        let membership = match joined {
+            Ok(Ok(joined)) => joined,
             Ok(Err(err)) => return Err(init_error(&settings, &err)),
             Err(_) => {
                 return Err(ComponentError::new(format!(
@@ -265,43 +305,33 @@ impl Component for EtcdConfigStore {
                 )))
             }
         };
-        let hub = Arc::new(SubscriptionHub::default());
-        let revision = snapshot.revision;
+        let connection = membership.connection().clone();
         info!(
             component = %cx.key,
             endpoints = %settings.endpoints_text(),
             key_prefix = %settings.key_prefix,
-            keys = snapshot.entries.len(),
-            revision,
+            shared = membership.shared_id(),
+            keys = connection.keys,
+            revision = connection.revision,
             authenticated = settings.credentials.is_some(),
             tls = settings.tls.is_some(),
             "etcd config store started."
         );
-        let cache: SharedCache = Arc::new(Mutex::new(KvCache::new(snapshot)));
-        let follower = Follower::new(
-            cx.key.clone(),
-            client.clone(),
-            settings.clone(),
-            layout.clone(),
-            Arc::clone(&hub),
-            Arc::clone(&cache),
-            revision,
-        );
-        let task = WatchTask::start(follower, cx.shutdown.child_token());
         let previous = self
-            .watch
+            .membership
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
-            .replace(task);
+            .replace(membership);
         if let Some(previous) = previous {
-            previous.stop().await;
+            previous.leave().await;
         }
         self.running = Some(Running {
-            client,
+            client: connection.client,
             settings,
             layout,
             hub,
-            cache,
+            cache: connection.cache,
+            reads: connection.reads,
         });
         Ok(())
     }
@@ -337,8 +367,8 @@ impl Component for EtcdConfigStore {
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
-        if let Some(task) = self.take_watch() {
-            task.stop().await;
+        if let Some(membership) = self.take_membership() {
+            membership.leave().await;
         }
         Ok(())
     }
@@ -350,9 +380,10 @@ impl Component for EtcdConfigStore {
 
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for EtcdConfigStore {
-    /// Any change rebuilds the store: the new instance connects, reads the
-    /// prefix and watches from there; the runtime moves the subscriptions
-    /// made through handles to it.
+    /// Any change rebuilds the store: the new instance joins the shared
+    /// connection and watch for its settings (connecting, reading the
+    /// prefix and watching from there, if none is live); the runtime moves
+    /// the subscriptions made through handles to it.
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         let new: EtcdMetadata = metadata
             .decode()

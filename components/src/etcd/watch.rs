@@ -1,5 +1,7 @@
-//! The watch task: one prefix watch on `keyPrefix` per store instance,
-//! resumed where it left off whenever the stream drops.
+//! The watch task: one prefix watch on `keyPrefix` per shared entry (see
+//! [`sharing`](super::sharing)), resumed where it left off whenever the
+//! stream drops; each batch goes to the subscribers of every store sharing
+//! it.
 //!
 //! The task starts from the revision after the initial read of the prefix
 //! and keeps `last_seen`, the newest revision it has applied. Each watch
@@ -19,53 +21,31 @@
 //!   removed keys with an empty value), and watch again from that read's
 //!   revision + 1.
 //!
-//! The task ends when its token is cancelled: the runtime's shutdown, or
-//! the store's `close`.
+//! The task ends when its token is cancelled: the last store sharing it
+//! closed, or the shutdown of the runtimes of all of them.
 
 use std::sync::Arc;
 
 use crate::backoff::Backoff;
 use rewire_etcd::pb::{EventType, WatchCreateRequest, WatchResponse};
 use rewire_etcd::{prefix_range, Client};
-use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
-use tokio::task::JoinHandle;
+use rewire_runtime::{ComponentKey, ConfigItem};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::cache::{entry_of, item_at, read_prefix, Difference, SharedCache};
 use super::keys::KeyLayout;
 use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
+use super::shared::Fanout;
 
-/// A running watch task.
-#[derive(Debug)]
-pub(crate) struct WatchTask {
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl WatchTask {
-    /// Starts `follower` on its own task; it stops when
-    /// `stop` is cancelled.
-    pub(crate) fn start(follower: Follower, stop: CancellationToken) -> Self {
-        let task = tokio::spawn(follower.run(stop.clone()));
-        Self { stop, task }
-    }
-
-    /// Stops the task and waits for it to end.
-    pub(crate) async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
-}
-
-/// What the task needs: the client, the layout, the subscribers, and where
-/// the initial read left off.
+/// What the task needs: the client, the layout, the stores to feed, and
+/// where the initial read left off.
 pub(crate) struct Follower {
     key: ComponentKey,
     client: Client,
     settings: EtcdSettings,
     layout: KeyLayout,
-    hub: Arc<SubscriptionHub>,
+    fanout: Arc<Fanout>,
     cache: SharedCache,
     last_seen: i64,
     backoff: Backoff,
@@ -85,13 +65,14 @@ enum Interrupt {
 
 impl Follower {
     /// A follower continuing from `last_seen`, the revision of the
-    /// initial read that filled `cache`.
+    /// initial read that filled `cache`; `key` names the store that
+    /// started it, in logs.
     pub(crate) fn new(
         key: ComponentKey,
         client: Client,
         settings: EtcdSettings,
         layout: KeyLayout,
-        hub: Arc<SubscriptionHub>,
+        fanout: Arc<Fanout>,
         cache: SharedCache,
         last_seen: i64,
     ) -> Self {
@@ -101,7 +82,7 @@ impl Follower {
             client,
             settings,
             layout,
-            hub,
+            fanout,
             cache,
             last_seen,
             backoff,
@@ -109,7 +90,8 @@ impl Follower {
         }
     }
 
-    async fn run(mut self, stop: CancellationToken) {
+    /// Follows the watch until `stop` is cancelled.
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
         debug!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch started.");
         let mut resync = false;
         loop {
@@ -233,7 +215,7 @@ impl Follower {
         self.last_seen = newest;
         if !items.is_empty() {
             debug!(component = %self.key, revision = newest, items = items.len(), "etcd changes published.");
-            self.hub.publish(&items);
+            self.fanout.publish(&items);
         }
     }
 
@@ -271,7 +253,7 @@ impl Follower {
             "etcd prefix re-read; watching again."
         );
         if !items.is_empty() {
-            self.hub.publish(&items);
+            self.fanout.publish(&items);
         }
         Ok(())
     }

@@ -21,6 +21,7 @@ mod etcd_compaction;
 mod etcd_kv;
 mod etcd_restart;
 mod etcd_sequencer;
+mod etcd_sharing;
 mod etcd_watch;
 mod extreme_values;
 mod file_config_store;

@@ -1,0 +1,242 @@
+//! [`Shared`]: the connection, prefix watch, cache and read queue that
+//! every store with the same settings uses; [`Fanout`]: the stores it
+//! feeds. See [`sharing`](super::sharing) for how stores find it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rewire_etcd::{Client, ConnectOptions};
+use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
+use tokio::sync::OnceCell;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::cache::{read_prefix, KvCache, SharedCache};
+use super::keys::KeyLayout;
+use super::metadata::EtcdSettings;
+use super::reads::Reads;
+use super::watch::Follower;
+
+/// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The subscribers of every store sharing one watch, by membership id.
+/// Once the last store left it is closed for good: a store that comes
+/// later starts a new shared entry.
+#[derive(Debug, Default)]
+pub(crate) struct Fanout {
+    state: Mutex<FanoutState>,
+}
+
+#[derive(Debug, Default)]
+struct FanoutState {
+    hubs: HashMap<u64, Arc<SubscriptionHub>>,
+    closed: bool,
+}
+
+impl Fanout {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FanoutState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `hub` as member `id`; false if the fanout is closed.
+    fn add(&self, id: u64, hub: Arc<SubscriptionHub>) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        state.hubs.insert(id, hub);
+        true
+    }
+
+    /// Removes member `id` (if still there); returns whether the fanout is
+    /// closed now (no member left).
+    pub(crate) fn remove(&self, id: u64) -> bool {
+        let mut state = self.lock();
+        if state.hubs.remove(&id).is_some() && state.hubs.is_empty() {
+            state.closed = true;
+        }
+        state.closed
+    }
+
+    /// Whether the last member left.
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Number of members.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().hubs.len()
+    }
+
+    /// Tells every member's subscribers about `items`.
+    pub(crate) fn publish(&self, items: &[ConfigItem]) {
+        for hub in self.lock().hubs.values() {
+            hub.publish(items);
+        }
+    }
+}
+
+/// What the first store with these settings set up: the connection, the
+/// watch's cache and the read queue. Cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct Connection {
+    /// The connection (clones share it).
+    pub(crate) client: Client,
+    /// The prefix as the watch last saw it.
+    pub(crate) cache: SharedCache,
+    /// The queue of coalesced reads.
+    pub(crate) reads: Reads,
+    /// The revision of the initial read of the prefix.
+    pub(crate) revision: i64,
+    /// Keys under the prefix at that read.
+    pub(crate) keys: usize,
+}
+
+/// One process-wide entry: connected once, then joined by every store with
+/// the same settings. Its tasks stop when the last store leaves, or when
+/// the entry is dropped.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// A serial number, for tests and logs.
+    pub(crate) id: u64,
+    pub(crate) fanout: Arc<Fanout>,
+    stop: CancellationToken,
+    connection: OnceCell<Connection>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    /// An entry not connected yet.
+    pub(crate) fn new(id: u64) -> Self {
+        Self {
+            id,
+            fanout: Arc::default(),
+            stop: CancellationToken::new(),
+            connection: OnceCell::new(),
+            tasks: Mutex::default(),
+        }
+    }
+
+    /// Whether a store may still join: its last store has not left and
+    /// its tasks run (they end with the async runtime that started them).
+    pub(crate) fn is_open(&self) -> bool {
+        if self.fanout.is_closed() || self.stop.is_cancelled() {
+            return false;
+        }
+        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        !tasks.iter().any(JoinHandle::is_finished)
+    }
+
+    /// The connection, made by the first caller (the others wait for it;
+    /// if it fails, the next caller tries again). Returns it and whether
+    /// this call made it.
+    pub(crate) async fn connect(
+        &self,
+        settings: &EtcdSettings,
+        component: &ComponentKey,
+    ) -> Result<(&Connection, bool), rewire_etcd::Error> {
+        let mut made = false;
+        let connection = self
+            .connection
+            .get_or_try_init(|| async {
+                made = true;
+                self.open(settings, component).await
+            })
+            .await?;
+        Ok((connection, made))
+    }
+
+    /// Connects, reads the prefix and starts the watch and read tasks.
+    async fn open(
+        &self,
+        settings: &EtcdSettings,
+        component: &ComponentKey,
+    ) -> Result<Connection, rewire_etcd::Error> {
+        let layout = KeyLayout::new(settings.key_prefix.clone());
+        let client = Client::connect(&settings.urls(), options(settings)).await?;
+        let snapshot = read_prefix(&client, &layout).await?;
+        let revision = snapshot.revision;
+        let keys = snapshot.entries.len();
+        let cache: SharedCache = Arc::new(Mutex::new(KvCache::new(snapshot)));
+        let follower = Follower::new(
+            component.clone(),
+            client.clone(),
+            settings.clone(),
+            layout,
+            Arc::clone(&self.fanout),
+            Arc::clone(&cache),
+            revision,
+        );
+        let watch = tokio::spawn(follower.run(self.stop.clone()));
+        let (reads, reading) = Reads::start(client.clone(), self.stop.clone());
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend([watch, reading]);
+        info!(
+            component = %component,
+            shared = self.id,
+            endpoints = %settings.endpoints_text(),
+            key_prefix = %settings.key_prefix,
+            keys,
+            revision,
+            "etcd connection and prefix watch started (shared by every store with these settings)."
+        );
+        Ok(Connection {
+            client,
+            cache,
+            reads,
+            revision,
+            keys,
+        })
+    }
+
+    /// Admits `hub` as member `id`; false if the last store left meanwhile.
+    pub(crate) fn admit(&self, id: u64, hub: Arc<SubscriptionHub>) -> bool {
+        self.fanout.add(id, hub)
+    }
+
+    /// The token that stops the entry's tasks.
+    pub(crate) fn stop_token(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// Stops the tasks and waits for them to end.
+    pub(crate) async fn stop(&self) {
+        self.stop.cancel();
+        let tasks: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The client's options for `settings`. Simple tokens expire (5 min idle
+/// by default): the client logs in again rather than fail the request or
+/// the re-watch.
+fn options(settings: &EtcdSettings) -> ConnectOptions {
+    ConnectOptions {
+        connect_timeout: settings.dial,
+        timeout: settings.dial,
+        keep_alive: Some((KEEP_ALIVE_INTERVAL, settings.dial)),
+        user: settings
+            .credentials
+            .as_ref()
+            .map(|c| (c.username.clone(), c.password.clone())),
+        tls: settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
+            ca_pem: tls.ca_pem.clone(),
+            identity: tls.identity.clone(),
+            domain: None,
+        }),
+    }
+}
