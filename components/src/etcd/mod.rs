@@ -26,10 +26,11 @@
 //!
 //! # Operations
 //!
-//! * `get` with keys reads exactly those paths (in one transaction per 128
-//!   keys); with no keys it lists `{keyPrefix}` (every group) or, with a
-//!   group, `{keyPrefix}{group}/`, keeping the items that match the query's
-//!   label (no label: every label).
+//! * `get` with keys reads exactly those paths; with no keys it lists
+//!   `{keyPrefix}` (every group) or, with a group, `{keyPrefix}{group}/`,
+//!   keeping the items that match the query's label (no label: every
+//!   label). Reads go to etcd (see *Sharing* for how they are made
+//!   together); when no member answers, from the watch's copy.
 //! * `set` puts each item; `delete` deletes each key of the query (keys are
 //!   required).
 //! * `subscribe` registers with the store's subscribers: the changes of
@@ -38,16 +39,40 @@
 //!   query without group or label also gets the grouped or labelled items
 //!   of its keys). A delete arrives with an empty value.
 //!
+//! # Sharing
+//!
+//! A process has one connection and one prefix watch for each distinct set
+//! of settings — `endpoints`, `keyPrefix`, `username` and `password`, the
+//! TLS material, `dialTimeout`, `watchRetryMs` — shared by every store
+//! with those settings (a thousand runtimes in one process watching one
+//! key cost etcd one watch). The first store to start connects, reads the
+//! prefix and starts the watch; the others join it (checking that etcd
+//! answers, as connecting would). Each store keeps its own subscribers:
+//! every batch of the shared watch is published to each store's.
+//!
+//! Reads are made together: a store's `get` joins the next round of the
+//! shared read queue, which makes the distinct ranges of every read queued
+//! in one transaction (per 128). A round begins after the reads it answers
+//! were asked, so a read sees every write made before it — by this store
+//! or any other client — as with a request of its own. Writes go to etcd
+//! at once.
+//!
+//! A store leaves in `close`, when dropped, or when its runtime's shutdown
+//! token is cancelled; when the last one leaves, the watch stops and the
+//! connection is dropped with the last store instance. A rebuilt store
+//! joins before the old instance closes, so a reload keeps the watch.
+//!
 //! # Watching
 //!
-//! At init the store connects, reads the whole prefix and starts one watch
-//! task from the revision after that read. A dropped stream is watched
+//! At init the first store with its settings connects, reads the whole
+//! prefix and starts one watch task from the revision after that read. A dropped stream is watched
 //! again, with exponential backoff from `watchRetryMs` (at most 30 s), from
 //! the revision after the last one seen: no change is lost or published
 //! twice, etcd restarts included. If that revision was compacted away, the
 //! task re-reads the prefix, publishes what changed meanwhile (deleted keys
-//! with an empty value) and watches on from the re-read. The task stops on
-//! the runtime's shutdown token and in `close`.
+//! with an empty value) and watches on from the re-read. The task stops
+//! when the last store sharing it leaves (`close`, or its runtime's
+//! shutdown token).
 //!
 //! # Clusters
 //!
