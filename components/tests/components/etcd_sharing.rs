@@ -58,18 +58,22 @@ async fn receives(sub: &mut ConfigSubscription, value: &str) {
     assert_eq!(values_of(&items, "k"), vec![value.to_string()]);
 }
 
+/// etcd's metric `name` (a count).
+async fn etcd_metric(server: &EtcdServer, name: &str) -> u64 {
+    let text = http_get(&server.endpoint(), "/metrics").await;
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no `{name}` in etcd's /metrics")) as u64
+}
+
 /// etcd's count of watchers (`etcd_debugging_mvcc_watcher_total`), waited
 /// for until it is `expected` (watches end asynchronously).
 async fn etcd_watchers(server: &EtcdServer, expected: u64) -> u64 {
-    let url = format!("http://{}/metrics", server.endpoint());
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let text = http_get(&server.endpoint(), "/metrics").await;
-        let count = text
-            .lines()
-            .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
-            .and_then(|n| n.trim().parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no watcher count in {url}")) as u64;
+        let count = etcd_metric(server, "etcd_debugging_mvcc_watcher_total").await;
         if count == expected || Instant::now() > deadline {
             return count;
         }
@@ -133,10 +137,16 @@ async fn stores_with_the_same_settings_share_one_watch_until_the_last_closes() {
         let store = if i % 2 == 0 { &a } else { &b };
         store.get(&everything)
     });
+    let ranges_before = etcd_metric(&server, "etcd_debugging_mvcc_range_total").await;
     for read in futures_join_all(reads).await {
         let read = read.expect("concurrent get");
         assert_eq!(values_of(&read, "k"), vec!["3"]);
     }
+    let ranges = etcd_metric(&server, "etcd_debugging_mvcc_range_total").await - ranges_before;
+    assert!(
+        ranges <= 2,
+        "20 concurrent reads made {ranges} range requests"
+    );
 
     // One store closes: the other still gets every change.
     a.close().await.expect("close a");
