@@ -18,6 +18,8 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// How often the configuration file is re-read even without a change event.
 const CONFIG_RESYNC: Duration = Duration::from_secs(30);
+/// How long the spans still queued at shutdown may take to export.
+const SPAN_FLUSH: Duration = Duration::from_secs(3);
 
 /// Arguments of `rewire run`.
 #[derive(Debug, Args)]
@@ -160,6 +162,10 @@ async fn serve_until_stopped(
         }
     };
     runtime.shutdown().await;
+    // The last calls' and the shutdown's spans, exported within a bound.
+    if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
+        tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
+    }
     match served {
         Ok(()) => {
             tracing::info!("Stopped.");

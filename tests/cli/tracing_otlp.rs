@@ -98,6 +98,16 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
 }
 
 fn start(config: &Path, http: &str, otlp: Option<SocketAddr>) -> ChildProcess {
+    start_batching(config, http, otlp, "100")
+}
+
+/// [`start`], exporting a batch every `delay_ms` milliseconds.
+fn start_batching(
+    config: &Path,
+    http: &str,
+    otlp: Option<SocketAddr>,
+    delay_ms: &'static str,
+) -> ChildProcess {
     let log = config.with_extension("log");
     let (config, http) = (config.to_path_buf(), http.to_string());
     let grpc = format!("127.0.0.1:{}", free_port());
@@ -114,7 +124,7 @@ fn start(config: &Path, http: &str, otlp: Option<SocketAddr>) -> ChildProcess {
             ])
             .arg(&config)
             .env("NO_COLOR", "1")
-            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .env("OTEL_BSP_SCHEDULE_DELAY", delay_ms)
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .env_remove("OTEL_TRACES_SAMPLER")
@@ -267,6 +277,55 @@ async fn the_file_turns_export_on_and_a_reload_is_one_trace_of_its_actions() {
         ["in_place", "rebuilt"].contains(&children["state/changed"].as_str()),
         "{children:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_still_queued_at_shutdown_are_exported() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let json = serde_json::json!({
+        "appId": "flushed",
+        "components": {"state": {"cache": {"type": "memory"}}}
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    // Batches every 10 minutes: only the shutdown's flush sends the span.
+    let mut sidecar = start_batching(&config, &http, Some(receiver.addr), "600000");
+    rewire::sidecar::tls::install_ring_provider();
+    let answer = reqwest::Client::new()
+        .get(format!("http://{http}/v1.0/state/cache/k"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success(), "{}", answer.status());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        receiver.all().iter().all(|s| hex(&s.trace_id) != TRACE_ID),
+        "exported before shutdown: the batch delay did not hold"
+    );
+
+    let status = tokio::task::spawn_blocking(move || {
+        let status = sidecar.terminate_within(Duration::from_secs(20));
+        (status, sidecar)
+    })
+    .await
+    .unwrap();
+    let (status, sidecar) = status;
+    let status = status.unwrap_or_else(|e| panic!("{e}\n{}", sidecar.log_tail()));
+    assert!(status.success(), "{status}\n{}", sidecar.log_tail());
+    let api = receiver
+        .all()
+        .into_iter()
+        .find(|s| hex(&s.trace_id) == TRACE_ID && s.name == "GetState");
+    let api = api.unwrap_or_else(|| {
+        panic!(
+            "the call's span was not exported at shutdown\n{}",
+            sidecar.log_tail()
+        )
+    });
+    assert_eq!(hex(&api.parent_span_id), CALLER_SPAN);
 }
 
 /// Waits until `line` is in the sidecar's log.

@@ -2,7 +2,8 @@
 //! handed over with `try_send` (never a wait) and counted as dropped when
 //! the queue is full, so a slow or dead collector costs a request nothing.
 //! One task batches the queue and exports with the exporter in force,
-//! each export cut after its timeout.
+//! each export cut after its timeout; asked to flush (at shutdown), it
+//! exports everything queued so far and answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter as _, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use rewire_runtime::config::OtelProtocol;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::settings::TraceSettings;
 use super::stats::TraceStats;
@@ -102,9 +103,11 @@ impl SpanProcessor for QueueProcessor {
 }
 
 /// Exports what the queue receives, in batches of at most [`BATCH`] or
-/// every `delay`, with the exporter `exporter` holds at that moment.
+/// every `delay`, with the exporter `exporter` holds at that moment; on a
+/// request from `flushes`, exports every span queued and then answers it.
 pub(super) async fn export_loop(
     mut queue: mpsc::Receiver<SpanData>,
+    mut flushes: mpsc::Receiver<oneshot::Sender<()>>,
     exporter: watch::Receiver<Option<Arc<Exporter>>>,
     delay: Duration,
     stats: Arc<TraceStats>,
@@ -128,6 +131,18 @@ pub(super) async fn export_loop(
                 if !batch.is_empty() {
                     export(&mut batch, &exporter, &stats, &mut failing).await;
                 }
+            }
+            Some(done) = flushes.recv() => {
+                while let Ok(span) = queue.try_recv() {
+                    batch.push(span);
+                    if batch.len() >= BATCH {
+                        export(&mut batch, &exporter, &stats, &mut failing).await;
+                    }
+                }
+                if !batch.is_empty() {
+                    export(&mut batch, &exporter, &stats, &mut failing).await;
+                }
+                let _ = done.send(());
             }
         }
     }

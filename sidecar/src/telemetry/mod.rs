@@ -27,7 +27,7 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 use rewire_runtime::Runtime;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::subscriber::Interest;
 use tracing::{Metadata, Subscriber};
 use tracing_subscriber::filter::LevelFilter;
@@ -49,6 +49,10 @@ struct Telemetry {
     exporter: watch::Sender<Option<Arc<Exporter>>>,
     /// The queue's receiving end until the export task takes it.
     queue: Mutex<Option<mpsc::Receiver<SpanData>>>,
+    /// Flush requests to the export task (its receiving end is taken with
+    /// the queue's).
+    flushes: mpsc::Sender<oneshot::Sender<()>>,
+    flush_requests: Mutex<Option<mpsc::Receiver<oneshot::Sender<()>>>>,
     applied: Mutex<Option<TraceSettings>>,
     stats: Arc<TraceStats>,
 }
@@ -61,6 +65,7 @@ fn telemetry() -> &'static Telemetry {
             .map_or(export::DEFAULT_QUEUE, |n| n.clamp(1, 65_536) as usize);
         let (processor, queue) = QueueProcessor::new(capacity, stats.clone());
         let sampler = LiveSampler::new();
+        let (flushes, flush_requests) = mpsc::channel(4);
         let provider = SdkTracerProvider::builder()
             .with_sampler(sampler.clone())
             .with_span_processor(processor)
@@ -71,6 +76,8 @@ fn telemetry() -> &'static Telemetry {
             provider,
             exporter: watch::Sender::new(None),
             queue: Mutex::new(Some(queue)),
+            flushes,
+            flush_requests: Mutex::new(Some(flush_requests)),
             applied: Mutex::new(None),
             stats,
         }
@@ -148,8 +155,16 @@ pub fn apply(settings: &TraceSettings) {
     {
         let delay = env_number("OTEL_BSP_SCHEDULE_DELAY")
             .map_or(export::DEFAULT_DELAY, |ms| Duration::from_millis(ms.max(1)));
+        let (_, flushes) = mpsc::channel(1);
+        let flushes = telemetry
+            .flush_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or(flushes);
         tokio::spawn(export::export_loop(
             queue,
+            flushes,
             telemetry.exporter.subscribe(),
             delay,
             telemetry.stats.clone(),
@@ -181,6 +196,18 @@ pub fn apply(settings: &TraceSettings) {
         tracing::info!("Tracing: off.");
     }
     *applied = Some(settings.clone());
+}
+
+/// Exports every span finished so far, waiting at most `within`; whether
+/// it was done in time. At shutdown, so that the last calls' and the
+/// shutdown's spans are not lost. Without tracing on, returns at once.
+pub async fn flush(within: Duration) -> bool {
+    if !is_enabled() {
+        return true;
+    }
+    let (done, answered) = oneshot::channel();
+    let asked = async { telemetry().flushes.send(done).await.is_ok() && answered.await.is_ok() };
+    tokio::time::timeout(within, asked).await.unwrap_or(false)
 }
 
 /// The settings for `runtime`'s running configuration and this process's
