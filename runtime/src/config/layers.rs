@@ -36,6 +36,9 @@ pub enum Push {
 }
 
 /// A change to one layer of the configuration.
+// A whole file is the common change and moves a few times per reload:
+// not worth a box in the public type.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum LayerChange {
     /// A new base configuration.

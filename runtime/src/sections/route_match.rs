@@ -151,7 +151,7 @@ fn tokenize(source: &str) -> Result<Vec<(usize, Token)>, String> {
                 .ok_or_else(|| {
                     format!("unsupported character `{c}` at column {column} ({SUPPORTED})")
                 })?;
-            tokens.push((column, Token::Op(*op)));
+            tokens.push((column, Token::Op(op)));
             i += op.len();
         }
     }

@@ -59,7 +59,7 @@ pub(crate) fn watch_config_sources(
 /// What a read of the sources came to.
 enum Read {
     Unchanged,
-    Changed(crate::config::Config),
+    Changed(Box<crate::config::Config>),
     Refused(Problems),
 }
 
@@ -82,7 +82,7 @@ async fn sources_changed(
             return Read::Unchanged;
         }
         match sources.parse(&texts, registry) {
-            Ok(config) => Read::Changed(config),
+            Ok(config) => Read::Changed(Box::new(config)),
             Err(problems) => Read::Refused(problems),
         }
     })
@@ -91,7 +91,7 @@ async fn sources_changed(
         Ok(Read::Unchanged) => {}
         Ok(Read::Changed(config)) => {
             tracing::info!("Configuration sources changed.");
-            cx.request(ReloadRequest::new(config, Trigger::File));
+            cx.request(ReloadRequest::new(*config, Trigger::File));
         }
         Ok(Read::Refused(problems)) => cx.reject(Trigger::File, problems.to_string()),
         Err(err) => tracing::warn!(error = %err, "Reading the configuration sources failed."),

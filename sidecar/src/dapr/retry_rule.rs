@@ -61,9 +61,9 @@ mod tests {
             etag: Some("1".into()),
             ..first.clone()
         };
-        assert_eq!(save(&[last.clone()]), Retries::Allowed);
-        assert_eq!(save(&[guarded.clone()]), Retries::Allowed);
-        assert_eq!(save(&[first.clone()]), Retries::Never);
+        assert_eq!(save(std::slice::from_ref(&last)), Retries::Allowed);
+        assert_eq!(save(std::slice::from_ref(&guarded)), Retries::Allowed);
+        assert_eq!(save(std::slice::from_ref(&first)), Retries::Never);
         assert_eq!(save(&[last.clone(), first.clone()]), Retries::Never);
         let transaction = |write: SetRequest| TransactionRequest {
             operations: vec![TransactionOperation::Upsert(write)],

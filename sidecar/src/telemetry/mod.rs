@@ -239,13 +239,10 @@ pub fn follow(runtime: &Runtime) -> Following {
     apply(&settings_for(runtime));
     let runtime = runtime.clone();
     Following(tokio::spawn(async move {
-        loop {
-            match reloads.recv().await {
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    apply(&settings_for(&runtime));
-                }
-                Err(broadcast::error::RecvError::Closed) => break,
-            }
+        // Until the runtime stops (the channel closes); a lagged receiver
+        // has missed reloads, so it re-reads as well.
+        while let Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) = reloads.recv().await {
+            apply(&settings_for(&runtime));
         }
     }))
 }
