@@ -18,6 +18,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
+use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::dapr_client::DaprClient;
+use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::GetStateRequest;
 use testkit::redis::RedisServer;
 use testkit::{free_port, ChildProcess};
 
@@ -98,19 +100,20 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
 }
 
 fn start(config: &Path, http: &str, otlp: Option<SocketAddr>) -> ChildProcess {
-    start_batching(config, http, otlp, "100")
+    let grpc = format!("127.0.0.1:{}", free_port());
+    start_batching(config, http, &grpc, otlp, "100")
 }
 
-/// [`start`], exporting a batch every `delay_ms` milliseconds.
+/// [`start`] on `grpc`, exporting a batch every `delay_ms` milliseconds.
 fn start_batching(
     config: &Path,
     http: &str,
+    grpc: &str,
     otlp: Option<SocketAddr>,
     delay_ms: &'static str,
 ) -> ChildProcess {
     let log = config.with_extension("log");
-    let (config, http) = (config.to_path_buf(), http.to_string());
-    let grpc = format!("127.0.0.1:{}", free_port());
+    let (config, http, grpc) = (config.to_path_buf(), http.to_string(), grpc.to_string());
     let mut sidecar = ChildProcess::new("rewire run", log, move || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
         command
@@ -168,7 +171,8 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
     });
     std::fs::write(&config, json.to_string()).unwrap();
     let http = format!("127.0.0.1:{}", free_port());
-    let _sidecar = start(&config, &http, Some(receiver.addr));
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "100");
 
     rewire::sidecar::tls::install_ring_provider();
     let answer = reqwest::Client::new()
@@ -210,6 +214,42 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
         "the redis command is a child of the call"
     );
     assert!(redis_span.name.starts_with("redis "), "{}", redis_span.name);
+
+    // The same over gRPC: `traceparent` in the call's metadata.
+    const GRPC_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const GRPC_CALLER: &str = "b7ad6b7169203331";
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = DaprClient::new(channel);
+    let mut request = tonic::Request::new(GetStateRequest {
+        store_name: "orders".into(),
+        key: "order-1".into(),
+        ..GetStateRequest::default()
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{GRPC_TRACE}-{GRPC_CALLER}-01").parse().unwrap(),
+    );
+    client.get_state(request).await.unwrap();
+    let (api, redis_span) = receiver
+        .wait_for("gRPC API and redis spans of the caller's trace", |spans| {
+            let traced: Vec<&Span> = spans
+                .iter()
+                .filter(|s| hex(&s.trace_id) == GRPC_TRACE)
+                .collect();
+            let api = traced.iter().find(|s| s.name == "GetState")?;
+            let redis = traced
+                .iter()
+                .find(|s| attribute(s, "db.system").as_deref() == Some("redis"))?;
+            Some(((*api).clone(), (*redis).clone()))
+        })
+        .await;
+    assert_eq!(hex(&api.parent_span_id), GRPC_CALLER);
+    assert_eq!(attribute(&api, "rpc.system").as_deref(), Some("grpc"));
+    assert_eq!(redis_span.parent_span_id, api.span_id);
     assert_no_secret(&receiver.all());
 }
 
@@ -291,7 +331,8 @@ async fn spans_still_queued_at_shutdown_are_exported() {
     std::fs::write(&config, json.to_string()).unwrap();
     let http = format!("127.0.0.1:{}", free_port());
     // Batches every 10 minutes: only the shutdown's flush sends the span.
-    let mut sidecar = start_batching(&config, &http, Some(receiver.addr), "600000");
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "600000");
     rewire::sidecar::tls::install_ring_provider();
     let answer = reqwest::Client::new()
         .get(format!("http://{http}/v1.0/state/cache/k"))

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::dapr_pubsub_stream::TopicEventStream;
-use super::observe::observed;
+use super::observe::{caller, observed};
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
@@ -62,9 +62,10 @@ impl DaprApi {
     {
         let peer = request.remote_addr();
         let trace = dapr_pubsub::trace_context(request.metadata());
+        let caller = caller(&request);
         let message = request.into_inner();
         let timeout = self.state.options.request_timeout;
-        observed(&self.state, method, |call| async move {
+        observed(&self.state, method, caller, |call| async move {
             let handled = dapr_pubsub::TRACE.scope(trace, handler(self, call, message, peer));
             tokio::time::timeout(timeout, handled)
                 .await
@@ -96,7 +97,8 @@ macro_rules! dapr_service {
                 request: Request<tonic::Streaming<pb::SubscribeTopicEventsRequestAlpha1>>,
             ) -> Answer<TopicEventStream> {
                 let (state, shutdown) = (&self.state, self.shutdown.clone());
-                observed(state, "SubscribeTopicEventsAlpha1", |_| {
+                let caller = caller(&request);
+                observed(state, "SubscribeTopicEventsAlpha1", caller, |_| {
                     dapr_pubsub_stream::subscribe(state, request.into_inner(), shutdown)
                 })
                 .await

@@ -15,7 +15,7 @@ use super::layotto_config::{self, ConfigurationStream};
 use super::layotto_convert as convert;
 use super::layotto_file::{self, FileStream};
 use super::layotto_pubsub::{self, LayottoTopicEventStream};
-use super::observe::{observed, unary};
+use super::observe::{caller, observed, unary};
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::proto::spec::proto::runtime::v1::lock_keep_alive_response::Status as KeepAliveCode;
 use super::proto::spec::proto::runtime::v1::runtime_server::Runtime;
@@ -285,7 +285,8 @@ impl Runtime for LayottoApi {
         request: Request<Streaming<pb::SubscribeTopicEventsRequest>>,
     ) -> Answer<Self::SubscribeTopicEventsStream> {
         let (state, shutdown) = (&self.state, self.shutdown.clone());
-        observed(state, "layotto.SubscribeTopicEvents", |_| {
+        let caller = caller(&request);
+        observed(state, "layotto.SubscribeTopicEvents", caller, |_| {
             layotto_pubsub::subscribe(state, request.into_inner(), shutdown)
         })
         .await
@@ -293,8 +294,9 @@ impl Runtime for LayottoApi {
     }
 
     async fn get_file(&self, request: Request<pb::GetFileRequest>) -> Answer<FileStream> {
+        let caller = caller(&request);
         let message = request.into_inner();
-        observed(&self.state, "layotto.GetFile", |call| {
+        observed(&self.state, "layotto.GetFile", caller, |call| {
             layotto_file::get(call, message)
         })
         .await
@@ -304,8 +306,9 @@ impl Runtime for LayottoApi {
     async fn put_file(&self, request: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
         // Not cut at `request_timeout`: a large file takes its time; the
         // store bounds its size and the connection its idle time.
+        let caller = caller(&request);
         let incoming = request.into_inner();
-        observed(&self.state, "layotto.PutFile", |call| {
+        observed(&self.state, "layotto.PutFile", caller, |call| {
             layotto_file::put(call, incoming)
         })
         .await

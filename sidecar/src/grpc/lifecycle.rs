@@ -19,7 +19,7 @@ use rewire_runtime::{ComponentKey, Outcome, ReloadError};
 
 use super::lifecycle_patch::patch_of;
 use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
-use super::observe::observed;
+use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
 use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle;
 use crate::dapr::Call;
@@ -48,9 +48,12 @@ impl Lifecycle for LifecycleApi {
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let metadata = request.metadata().clone();
-        observed(&self.state, "ApplyConfiguration", |call| {
-            apply(call, request.into_inner(), (&self.pushes, &metadata))
-        })
+        observed(
+            &self.state,
+            "ApplyConfiguration",
+            caller(&request),
+            |call| apply(call, request.into_inner(), (&self.pushes, &metadata)),
+        )
         .await
         .map(Response::new)
     }
@@ -60,7 +63,7 @@ impl Lifecycle for LifecycleApi {
         request: Request<pb::RemoveComponentRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let metadata = request.metadata().clone();
-        observed(&self.state, "RemoveComponent", |call| {
+        observed(&self.state, "RemoveComponent", caller(&request), |call| {
             remove(call, request.into_inner(), (&self.pushes, &metadata))
         })
         .await
@@ -72,7 +75,7 @@ impl Lifecycle for LifecycleApi {
         request: Request<pb::ReleaseComponentRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let metadata = request.metadata().clone();
-        observed(&self.state, "ReleaseComponent", |call| {
+        observed(&self.state, "ReleaseComponent", caller(&request), |call| {
             release(call, request.into_inner(), (&self.pushes, &metadata))
         })
         .await
@@ -81,17 +84,22 @@ impl Lifecycle for LifecycleApi {
 
     async fn get_status(
         &self,
-        _request: Request<pb::GetStatusRequest>,
+        request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
-        observed(&self.state, "GetStatus", |call| async move {
-            let status = call.runtime().status().await;
-            let status_json = serde_json::to_string(&status)
-                .map_err(|e| Status::internal(format!("cannot serialise the status: {e}")))?;
-            Ok(pb::GetStatusResponse {
-                generation: status.generation,
-                status_json,
-            })
-        })
+        observed(
+            &self.state,
+            "GetStatus",
+            caller(&request),
+            |call| async move {
+                let status = call.runtime().status().await;
+                let status_json = serde_json::to_string(&status)
+                    .map_err(|e| Status::internal(format!("cannot serialise the status: {e}")))?;
+                Ok(pb::GetStatusResponse {
+                    generation: status.generation,
+                    status_json,
+                })
+            },
+        )
         .await
         .map(Response::new)
     }

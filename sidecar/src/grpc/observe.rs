@@ -12,23 +12,17 @@ use super::status::code_name;
 use crate::dapr::{Call, StoreLabel};
 use crate::ApiState;
 
-/// Runs `handler` as the gRPC method `method`: in its trace span, with a
-/// fresh generation snapshot, secret values scrubbed from its error, and
-/// the call counted in the request metrics.
-pub(super) async fn observed<T, F, Fut>(
-    state: &ApiState,
-    method: &'static str,
-    handler: F,
-) -> Result<T, Status>
-where
-    F: FnOnce(Call) -> Fut,
-    Fut: Future<Output = Result<T, Status>>,
-{
-    observed_in(state, method, None, handler).await
+/// The trace a call's `traceparent`/`tracestate` metadata continues
+/// (while tracing is on). Read before the request is taken apart.
+pub(super) fn caller<T>(request: &tonic::Request<T>) -> Option<opentelemetry::Context> {
+    crate::telemetry::propagation::caller_of_grpc(request.metadata())
 }
 
-/// [`observed`], continuing the trace of `caller` when given.
-async fn observed_in<T, F, Fut>(
+/// Runs `handler` as the gRPC method `method`: in its trace span (a child
+/// of `caller`'s, see [`caller`]), with a fresh generation snapshot,
+/// secret values scrubbed from its error, and the call counted in the
+/// request metrics.
+pub(super) async fn observed<T, F, Fut>(
     state: &ApiState,
     method: &'static str,
     caller: Option<opentelemetry::Context>,
@@ -93,10 +87,10 @@ where
     F: FnOnce(Call, Req) -> Fut,
     Fut: Future<Output = Result<Resp, Status>>,
 {
-    let caller = crate::telemetry::propagation::caller_of_grpc(request.metadata());
+    let caller = caller(&request);
     let message = request.into_inner();
     let timeout = state.options.request_timeout;
-    observed_in(state, method, caller, |call| async move {
+    observed(state, method, caller, |call| async move {
         tokio::time::timeout(timeout, handler(call, message))
             .await
             .unwrap_or_else(|_| {
@@ -136,14 +130,14 @@ mod tests {
     #[tokio::test]
     async fn every_call_is_counted_with_its_code_and_only_known_stores_label_it() {
         let state = state().await;
-        let missing = observed(&state, "GetState", |call| async move {
+        let missing = observed(&state, "GetState", None, |call| async move {
             call.state_store("random-name")
                 .map(|_| ())
                 .map_err(Status::from)
         })
         .await;
         assert_eq!(missing.map_err(|s| s.code()), Err(Code::InvalidArgument));
-        let answered = observed(&state, "GetMetadata", |call| async move {
+        let answered = observed(&state, "GetMetadata", None, |call| async move {
             call.label("orders");
             Ok(call.generation().number)
         })
