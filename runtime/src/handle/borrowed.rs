@@ -6,21 +6,16 @@ use std::sync::Arc;
 
 use super::Instance;
 
-/// Where a borrowed instance is held.
-pub(super) enum Held {
-    /// In the key's slot (the published generation).
-    Slot(arc_swap::Guard<Option<Arc<Instance>>>),
-    /// Owned (the generation being built, seen from `init`).
-    Owned(Instance),
-}
+/// Where a borrowed instance is held: a guard on the key's slot (the
+/// published generation, no reference count taken), or, in the rare cases
+/// that resolve elsewhere (the generation being built, seen from `init`;
+/// a publish under way), a guard owning its instance.
+pub(super) type Held = arc_swap::Guard<Option<Arc<Instance>>>;
 
-impl Held {
-    fn instance(&self) -> Option<&Instance> {
-        match self {
-            Held::Slot(guard) => guard.as_deref(),
-            Held::Owned(instance) => Some(instance),
-        }
-    }
+/// A guard owning `instance` (no slot behind it).
+#[cold]
+pub(super) fn owned(instance: Instance) -> Held {
+    arc_swap::Guard::from_inner(Some(Arc::new(instance)))
 }
 
 /// The current instance of a handle, as its kind's trait object, borrowed
@@ -32,9 +27,11 @@ pub struct Borrowed<T: ?Sized + 'static> {
 }
 
 impl<T: ?Sized + 'static> Borrowed<T> {
-    /// `held`, seen through `project`; `None` when it is not of that kind.
+    /// `held`, seen through `project`; `None` when it is empty or not of
+    /// that kind.
+    #[inline]
     pub(super) fn new(held: Held, project: fn(&Instance) -> Option<&T>) -> Option<Self> {
-        held.instance().and_then(project)?;
+        held.as_deref().and_then(project)?;
         Some(Self { held, project })
     }
 }
@@ -42,12 +39,13 @@ impl<T: ?Sized + 'static> Borrowed<T> {
 impl<T: ?Sized + 'static> Deref for Borrowed<T> {
     type Target = T;
 
+    #[inline]
     fn deref(&self) -> &T {
         // Checked in `new`: the held instance is there and of this kind,
         // and it cannot change while held.
         #[allow(clippy::expect_used)]
         self.held
-            .instance()
+            .as_deref()
             .and_then(self.project)
             .expect("checked when borrowed")
     }

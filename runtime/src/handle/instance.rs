@@ -1,6 +1,6 @@
 //! A built component, typed by its kind.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::component::Component;
 use crate::component::Kind;
@@ -85,20 +85,6 @@ impl Instance {
         }
     }
 
-    /// A reference that does not keep the instance alive.
-    pub(crate) fn downgrade(&self) -> WeakInstance {
-        match self {
-            Instance::ConfigStore(c) => WeakInstance::ConfigStore(Arc::downgrade(c)),
-            Instance::SecretStore(c) => WeakInstance::SecretStore(Arc::downgrade(c)),
-            Instance::State(c) => WeakInstance::State(Arc::downgrade(c)),
-            Instance::Lock(c) => WeakInstance::Lock(Arc::downgrade(c)),
-            Instance::Sequencer(c) => WeakInstance::Sequencer(Arc::downgrade(c)),
-            Instance::File(c) => WeakInstance::File(Arc::downgrade(c)),
-            Instance::PubSub(c) => WeakInstance::PubSub(Arc::downgrade(c)),
-            Instance::Custom(c) => WeakInstance::Custom(Arc::downgrade(c)),
-        }
-    }
-
     /// How many holders the instance has (each generation and each loaded
     /// handle counts as one).
     pub fn holders(&self) -> usize {
@@ -120,34 +106,5 @@ impl std::fmt::Debug for Instance {
             Instance::Custom(_) => "Custom",
         };
         write!(f, "Instance::{kind}")
-    }
-}
-
-/// An [`Instance`] that does not keep its object alive (what a per-thread
-/// cache may hold without delaying a drain).
-pub(crate) enum WeakInstance {
-    ConfigStore(Weak<dyn ConfigStore>),
-    SecretStore(Weak<dyn SecretStore>),
-    State(Weak<dyn StateStore>),
-    Lock(Weak<dyn Lock>),
-    Sequencer(Weak<dyn Sequencer>),
-    File(Weak<dyn FileStore>),
-    PubSub(Weak<dyn PubSub>),
-    Custom(Weak<dyn Component>),
-}
-
-impl WeakInstance {
-    /// The instance, while anything still holds it.
-    pub(crate) fn upgrade(&self) -> Option<Instance> {
-        Some(match self {
-            WeakInstance::ConfigStore(c) => Instance::ConfigStore(c.upgrade()?),
-            WeakInstance::SecretStore(c) => Instance::SecretStore(c.upgrade()?),
-            WeakInstance::State(c) => Instance::State(c.upgrade()?),
-            WeakInstance::Lock(c) => Instance::Lock(c.upgrade()?),
-            WeakInstance::Sequencer(c) => Instance::Sequencer(c.upgrade()?),
-            WeakInstance::File(c) => Instance::File(c.upgrade()?),
-            WeakInstance::PubSub(c) => Instance::PubSub(c.upgrade()?),
-            WeakInstance::Custom(c) => Instance::Custom(c.upgrade()?),
-        })
     }
 }

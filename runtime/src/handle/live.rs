@@ -5,11 +5,10 @@ use std::sync::{Arc, Mutex};
 use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
-use super::borrowed::Held;
-use super::cache;
+use super::borrowed::{owned, Held};
 use super::slot::{Slot, Slots};
 use super::warm::WarmRequest;
-use super::{Generation, Instance};
+use super::Generation;
 use crate::component::ComponentKey;
 
 /// The published generation of a runtime, and a signal of each new one.
@@ -69,19 +68,15 @@ impl Live {
         self.slots.slot(key, &self.current.load())
     }
 
-    /// The published instance of `slot`'s key, owned (see [`cache`]).
-    pub(super) fn resolve(&self, key: &ComponentKey, slot: &Slot) -> Option<Instance> {
-        cache::load(slot, &self.slots, || self.current.load().get(key).cloned())
-    }
-
     /// The published instance of `slot`'s key, borrowed from the slot
     /// (owned from the generation while a publish changes slots).
+    #[inline]
     pub(super) fn borrow(&self, key: &ComponentKey, slot: &Slot) -> Option<Held> {
         if self.slots.epoch() % 2 == 1 {
-            return self.current.load().get(key).cloned().map(Held::Owned);
+            return self.current.load().get(key).cloned().map(owned);
         }
         let guard = slot.load();
-        guard.is_some().then_some(Held::Slot(guard))
+        guard.is_some().then_some(guard)
     }
 
     /// A receiver told about each publish.

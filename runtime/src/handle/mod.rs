@@ -8,17 +8,18 @@
 //! and uses it throughout.
 //!
 //! The hot path costs no map lookup: each key has a slot republished at
-//! every commit, `borrow()` reads it without taking a reference count, and
-//! `load()` hits a per-thread cache checked against the runtime's publish
-//! epoch (one atomic load, one reference count). A publish makes the epoch
-//! odd while it changes slots, so loads never see a mix of generations.
+//! every commit. `borrow()` reads it through an `arc-swap` guard, taking
+//! no reference count (no shared counter is written, so threads do not
+//! contend); `load()` is that borrow plus one reference count on the
+//! component. A publish makes the runtime's epoch odd while it changes
+//! slots, and a reader that sees it odd resolves in the published
+//! generation instead, so loads never see a mix of generations.
 //!
 //! While a component is being initialised (at start-up or in a reload,
 //! before its generation is published), its handles resolve in the
 //! generation being built, so `init` can already use what it was given.
 
 mod borrowed;
-mod cache;
 mod instance;
 mod live;
 mod pubsub_subscription;
@@ -272,10 +273,11 @@ impl Target {
 
     /// The instance now, borrowed from the slot (or owned, from the
     /// generation being built).
+    #[inline]
     fn borrow(&self) -> Result<borrowed::Held, HandleError> {
         let bound = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
         if let Some(instance) = staged(&bound.key) {
-            return Ok(borrowed::Held::Owned(instance));
+            return Ok(borrowed::owned(instance));
         }
         bound
             .live
@@ -283,15 +285,19 @@ impl Target {
             .ok_or_else(|| HandleError::NotRunning(bound.key.clone()))
     }
 
+    /// The instance now, owned (one reference count taken).
+    #[inline]
     fn resolve(&self) -> Result<Instance, HandleError> {
-        let bound = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
-        if let Some(instance) = staged(&bound.key) {
-            return Ok(instance);
+        let held = self.borrow()?;
+        held.as_deref().cloned().ok_or_else(|| self.not_running())
+    }
+
+    #[cold]
+    fn not_running(&self) -> HandleError {
+        match self.key() {
+            Some(key) => HandleError::NotRunning(key.clone()),
+            None => HandleError::NotInjected,
         }
-        bound
-            .live
-            .resolve(&bound.key, &bound.slot)
-            .ok_or_else(|| HandleError::NotRunning(bound.key.clone()))
     }
 
     fn key(&self) -> Option<&ComponentKey> {
@@ -329,9 +335,10 @@ macro_rules! typed_handle {
 
             /// The current instance, to keep for the operation (one
             /// reference count taken).
+            #[inline]
             pub fn load(&self) -> Result<Arc<dyn $trait>, HandleError> {
-                match self.0.resolve()? {
-                    Instance::$variant(instance) => Ok(instance),
+                match self.0.borrow()?.as_deref() {
+                    Some(Instance::$variant(instance)) => Ok(instance.clone()),
                     _ => Err(self.0.wrong_kind($what)),
                 }
             }
@@ -340,6 +347,7 @@ macro_rules! typed_handle {
             /// a reference count (the cheapest way in: no shared counter
             /// is written). Hold it briefly; keep [`Self::load`]'s `Arc`
             /// instead across long waits.
+            #[inline]
             pub fn borrow(&self) -> Result<Borrowed<dyn $trait>, HandleError> {
                 fn project(instance: &Instance) -> Option<&(dyn $trait + 'static)> {
                     match instance {

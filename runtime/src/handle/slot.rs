@@ -18,33 +18,23 @@ use arc_swap::ArcSwapOption;
 use super::{Generation, Instance};
 use crate::component::ComponentKey;
 
-/// Serial numbers of slots, unique in the process (the per-thread cache
-/// tells slots apart by them).
-static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
-
 /// The instance of one key in the published generation (none: not running).
 #[derive(Debug)]
 pub(crate) struct Slot {
     instance: ArcSwapOption<Instance>,
-    serial: u64,
 }
 
 impl Slot {
     fn new(instance: Option<&Instance>) -> Self {
         Self {
             instance: ArcSwapOption::new(instance.cloned().map(Arc::new)),
-            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
         }
     }
 
     /// The instance now, borrowed (no reference count taken).
+    #[inline]
     pub(crate) fn load(&self) -> arc_swap::Guard<Option<Arc<Instance>>> {
         self.instance.load()
-    }
-
-    /// This slot's process-wide serial number.
-    pub(crate) fn serial(&self) -> u64 {
-        self.serial
     }
 
     /// Points the slot at `instance`, unless it already holds that very
@@ -78,6 +68,7 @@ impl Slots {
     }
 
     /// The publish epoch now (odd: a publish is changing the slots).
+    #[inline]
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
