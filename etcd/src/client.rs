@@ -479,6 +479,13 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// The etcd operation whose answer is `R` (`RangeResponse` → `Range`).
+fn operation_of<R>() -> &'static str {
+    let name = std::any::type_name::<R>();
+    let name = name.rsplit("::").next().unwrap_or(name);
+    name.strip_suffix("Response").unwrap_or(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{prefix_end, prefix_range};
@@ -491,11 +498,4 @@ mod tests {
         assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
         assert_eq!(prefix_range(Vec::new()), (vec![0], vec![0]));
     }
-}
-
-/// The etcd operation whose answer is `R` (`RangeResponse` → `Range`).
-fn operation_of<R>() -> &'static str {
-    let name = std::any::type_name::<R>();
-    let name = name.rsplit("::").next().unwrap_or(name);
-    name.strip_suffix("Response").unwrap_or(name)
 }

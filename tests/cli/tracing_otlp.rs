@@ -143,6 +143,20 @@ fn start_batching(
     sidecar
 }
 
+/// The `GetState` span of trace `trace_id` and its redis command's span,
+/// once both arrived.
+fn get_state_and_redis(spans: &[Span], trace_id: &str) -> Option<(Span, Span)> {
+    let traced: Vec<&Span> = spans
+        .iter()
+        .filter(|s| hex(&s.trace_id) == trace_id)
+        .collect();
+    let api = traced.iter().find(|s| s.name == "GetState")?;
+    let redis = traced
+        .iter()
+        .find(|s| attribute(s, "db.system").as_deref() == Some("redis"))?;
+    Some(((*api).clone(), (*redis).clone()))
+}
+
 fn assert_no_secret(spans: &[Span]) {
     for span in spans {
         for a in &span.attributes {
@@ -185,15 +199,7 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
 
     let (api, redis_span) = receiver
         .wait_for("API and redis spans of the caller's trace", |spans| {
-            let traced: Vec<&Span> = spans
-                .iter()
-                .filter(|s| hex(&s.trace_id) == TRACE_ID)
-                .collect();
-            let api = traced.iter().find(|s| s.name == "GetState")?;
-            let redis = traced
-                .iter()
-                .find(|s| attribute(s, "db.system").as_deref() == Some("redis"))?;
-            Some(((*api).clone(), (*redis).clone()))
+            get_state_and_redis(spans, TRACE_ID)
         })
         .await;
     assert_eq!(
@@ -236,15 +242,7 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
     client.get_state(request).await.unwrap();
     let (api, redis_span) = receiver
         .wait_for("gRPC API and redis spans of the caller's trace", |spans| {
-            let traced: Vec<&Span> = spans
-                .iter()
-                .filter(|s| hex(&s.trace_id) == GRPC_TRACE)
-                .collect();
-            let api = traced.iter().find(|s| s.name == "GetState")?;
-            let redis = traced
-                .iter()
-                .find(|s| attribute(s, "db.system").as_deref() == Some("redis"))?;
-            Some(((*api).clone(), (*redis).clone()))
+            get_state_and_redis(spans, GRPC_TRACE)
         })
         .await;
     assert_eq!(hex(&api.parent_span_id), GRPC_CALLER);
