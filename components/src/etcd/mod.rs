@@ -106,6 +106,7 @@
 //! rebuilds the store.
 
 mod cache;
+mod fanout;
 mod keys;
 pub mod metadata;
 mod reads;

@@ -1,19 +1,19 @@
 //! [`Shared`]: the connection, prefix watch, cache and read queue that
-//! every store with the same settings uses; [`Fanout`]: the stores it
-//! feeds. See [`sharing`](super::sharing) for how stores find it.
+//! every store with the same settings uses, feeding the stores of its
+//! [`Fanout`]. See [`sharing`](super::sharing) for how stores find it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rewire_etcd::{Client, ConnectOptions};
-use rewire_runtime::{ComponentKey, ConfigItem, SubscriptionHub};
+use rewire_runtime::{ComponentKey, SubscriptionHub};
 use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::cache::{read_prefix, KvCache, SharedCache};
+use super::fanout::Fanout;
 use super::keys::KeyLayout;
 use super::metadata::EtcdSettings;
 use super::reads::Reads;
@@ -21,63 +21,6 @@ use super::watch::Follower;
 
 /// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The subscribers of every store sharing one watch, by membership id.
-/// Once the last store left it is closed for good: a store that comes
-/// later starts a new shared entry.
-#[derive(Debug, Default)]
-pub(crate) struct Fanout {
-    state: Mutex<FanoutState>,
-}
-
-#[derive(Debug, Default)]
-struct FanoutState {
-    hubs: HashMap<u64, Arc<SubscriptionHub>>,
-    closed: bool,
-}
-
-impl Fanout {
-    fn lock(&self) -> std::sync::MutexGuard<'_, FanoutState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Adds `hub` as member `id`; false if the fanout is closed.
-    fn add(&self, id: u64, hub: Arc<SubscriptionHub>) -> bool {
-        let mut state = self.lock();
-        if state.closed {
-            return false;
-        }
-        state.hubs.insert(id, hub);
-        true
-    }
-
-    /// Removes member `id` (if still there); returns whether the fanout is
-    /// closed now (no member left).
-    pub(crate) fn remove(&self, id: u64) -> bool {
-        let mut state = self.lock();
-        if state.hubs.remove(&id).is_some() && state.hubs.is_empty() {
-            state.closed = true;
-        }
-        state.closed
-    }
-
-    /// Whether the last member left.
-    fn is_closed(&self) -> bool {
-        self.lock().closed
-    }
-
-    /// Number of members.
-    pub(crate) fn len(&self) -> usize {
-        self.lock().hubs.len()
-    }
-
-    /// Tells every member's subscribers about `items`.
-    pub(crate) fn publish(&self, items: &[ConfigItem]) {
-        for hub in self.lock().hubs.values() {
-            hub.publish(items);
-        }
-    }
-}
 
 /// What the first store with these settings set up: the connection, the
 /// watch's cache and the read queue. Cheap to clone.

@@ -34,9 +34,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::cache::{entry_of, item_at, read_prefix, Difference, SharedCache};
+use super::fanout::Fanout;
 use super::keys::KeyLayout;
 use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
-use super::shared::Fanout;
 
 /// What the task needs: the client, the layout, the stores to feed, and
 /// where the initial read left off.
