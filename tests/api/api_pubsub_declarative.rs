@@ -323,6 +323,25 @@ async fn reloads_follow_the_section(pubsub: Value, duplicates_allowed: bool) {
     publisher.await.expect("publisher");
     publish(&mut client, "steady", "tick", json!({"seq": 5000})).await;
     wait_until(&mut count, || seen.on("/moved").contains(&5000)).await;
+    // Deliveries are concurrent and a retried one may land after the
+    // barrier event: every acknowledged event must arrive, within the
+    // patience (a lost one never does, and fails below).
+    let _ = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            let arrived: std::collections::BTreeSet<u64> = seen
+                .on("/steady")
+                .into_iter()
+                .chain(seen.on("/moved"))
+                .collect();
+            if (0..STEADY_EVENTS).all(|s| arrived.contains(&s)) {
+                break;
+            }
+            if count.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
     let all: Vec<u64> = seen
         .on("/steady")
         .into_iter()
