@@ -66,6 +66,9 @@ pub struct ConfigDiff {
     pub removed: BTreeSet<ComponentKey>,
     /// In both, declared differently.
     pub changed: BTreeMap<ComponentKey, SpecChange>,
+    /// In both, declared alike but written differently (scopes, or the
+    /// order of componentRefs): kept as they run, with the new declaration.
+    pub rewritten: BTreeSet<ComponentKey>,
 }
 
 impl ConfigDiff {
@@ -99,6 +102,10 @@ impl ConfigDiff {
                         let change = SpecChange::between(old_spec, new_spec);
                         if change.any() {
                             diff.changed.insert(key.clone(), change);
+                        } else if old_spec.scopes != new_spec.scopes
+                            || old_spec.component_refs != new_spec.component_refs
+                        {
+                            diff.rewritten.insert(key.clone());
                         }
                     }
                 }
@@ -122,6 +129,13 @@ impl ConfigDiff {
             }
         }
         diff
+    }
+
+    /// Whether `key`, in both, is declared exactly as before.
+    pub fn is_identical(&self, key: &ComponentKey) -> bool {
+        !self.added.contains(key)
+            && !self.changed.contains_key(key)
+            && !self.rewritten.contains(key)
     }
 
     /// Whether the two configurations declare the same components alike.
@@ -168,6 +182,25 @@ mod tests {
             "key order of metadata does not matter"
         );
         assert!(diff.changed[&ComponentKey::new("state", "b")].type_changed);
+        assert!(diff.rewritten.is_empty());
+    }
+
+    #[test]
+    fn scopes_and_ref_order_are_a_rewrite_not_a_change() {
+        let old = config(
+            r#"{"components": {"state": {"a": {}, "b": {}, "s": {"scopes": ["state/x"]},
+               "u": {"componentRef": [{"type": "state", "name": "a"}, {"type": "state", "name": "b"}]}}}}"#,
+        );
+        let new = config(
+            r#"{"components": {"state": {"a": {}, "b": {}, "s": {"scopes": ["state/y"]},
+               "u": {"componentRef": [{"type": "state", "name": "b"}, {"type": "state", "name": "a"}]}}}}"#,
+        );
+        let diff = ConfigDiff::between(&old, &new);
+        assert!(diff.changed.is_empty());
+        let rewritten: Vec<String> = diff.rewritten.iter().map(ToString::to_string).collect();
+        assert_eq!(rewritten, ["state/s", "state/u"]);
+        assert!(diff.is_identical(&ComponentKey::new("state", "a")));
+        assert!(!diff.is_identical(&ComponentKey::new("state", "s")));
     }
 
     #[test]

@@ -30,4 +30,5 @@ pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use sources::ConfigSources;
+pub(crate) use validate::validate_reload;
 pub use validate::{validate, ValidConfig};

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::model::{ComponentSpec, Config};
 use crate::component::{ComponentKey, Kind};
-use crate::config::DependencyGraph;
+use crate::config::{ConfigDiff, DependencyGraph};
 use crate::metadata::MetadataError;
 use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
@@ -35,8 +35,94 @@ pub(crate) fn validate_declared(
     registry: &Registry,
     broken: &BTreeSet<ComponentKey>,
 ) -> Result<ValidConfig, Problems> {
+    validate_against(config, registry, broken, None)
+}
+
+/// [`validate`] of a reload's candidate, `diff` from the `running`
+/// configuration (which passed against the same registry): a component
+/// declared exactly as before is not checked again, only what it
+/// references when a target went or changed its scopes, and the running
+/// graph is kept when no component was added, removed, retyped or
+/// re-referenced. A one-component change costs in proportion to it.
+pub(crate) fn validate_reload(
+    config: Config,
+    registry: &Registry,
+    running: &ValidConfig,
+    diff: &ConfigDiff,
+) -> Result<ValidConfig, Problems> {
+    let earlier = Earlier { running, diff };
+    validate_against(config, registry, &BTreeSet::new(), Some(earlier))
+}
+
+/// The configuration a candidate was diffed from, which passed.
+#[derive(Clone, Copy)]
+struct Earlier<'a> {
+    running: &'a ValidConfig,
+    diff: &'a ConfigDiff,
+}
+
+impl Earlier<'_> {
+    /// Whether `key` is declared exactly as when it passed.
+    fn passed(&self, key: &ComponentKey) -> bool {
+        self.diff.is_identical(key)
+    }
+
+    /// The declarations of `key` before and now, for a key in both.
+    fn both<'c>(
+        &'c self,
+        key: &ComponentKey,
+        config: &'c Config,
+    ) -> Option<(&'c ComponentSpec, &'c ComponentSpec)> {
+        Some((
+            self.running.config.components.get(key)?,
+            config.components.get(key)?,
+        ))
+    }
+
+    /// The keys in both whose declaration changed in any way.
+    fn redeclared(&self) -> impl Iterator<Item = &ComponentKey> {
+        self.diff.changed.keys().chain(&self.diff.rewritten)
+    }
+
+    /// Whether every component is still there and admits the same users:
+    /// then the references of a component declared as before still hold.
+    fn targets_hold(&self, config: &Config) -> bool {
+        self.diff.removed.is_empty()
+            && self.redeclared().all(|key| {
+                self.both(key, config)
+                    .is_some_and(|(old, new)| old.scopes == new.scopes)
+            })
+    }
+
+    /// The running graph, when it is this configuration's too.
+    fn graph(&self, config: &Config) -> Option<DependencyGraph> {
+        let same = self.diff.added.is_empty()
+            && self.diff.removed.is_empty()
+            && self.redeclared().all(|key| {
+                self.both(key, config).is_some_and(|(old, new)| {
+                    old.type_name == new.type_name && old.dependencies() == new.dependencies()
+                })
+            });
+        same.then(|| self.running.graph.clone())
+    }
+}
+
+fn validate_against(
+    config: Config,
+    registry: &Registry,
+    broken: &BTreeSet<ComponentKey>,
+    earlier: Option<Earlier<'_>>,
+) -> Result<ValidConfig, Problems> {
     let mut problems = Problems::default();
+    let passed = |key: &ComponentKey| earlier.is_some_and(|e| e.passed(key));
+    let targets_hold = earlier.is_some_and(|e| e.targets_hold(&config));
     for spec in config.components.values() {
+        if passed(&spec.key) {
+            if !targets_hold {
+                check_targets(&config, spec, broken, &mut problems);
+            }
+            continue;
+        }
         if let Some(problem) = key_problem(&spec.key) {
             problems.push(problem);
             continue;
@@ -54,28 +140,42 @@ pub(crate) fn validate_declared(
             )));
         }
     }
-    let known: BTreeSet<ComponentKey> = config.components.keys().chain(broken).cloned().collect();
+    // Subscriptions name pub/sub components only.
+    let pubsubs: BTreeSet<ComponentKey> = config
+        .components
+        .keys()
+        .chain(broken)
+        .filter(|key| key.kind == Kind::PubSub)
+        .cloned()
+        .collect();
     problems
         .0
-        .extend(config.sections.subscriptions.check_pubsubs(&known));
+        .extend(config.sections.subscriptions.check_pubsubs(&pubsubs));
     problems.0.extend(
         config
             .sections
             .resiliency
             .problems(config.components.keys()),
     );
-    let graph = DependencyGraph::build(&config);
     let mut in_cycles = BTreeSet::new();
-    for cycle in graph.cycles() {
-        in_cycles.extend(cycle.iter().cloned());
-        let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
-        problems.push(Problem::component(
-            &cycle[0],
-            format!("reference cycle: {}", path.join(" -> ")),
-        ));
-    }
+    // The running graph is acyclic: only a new one is looked at.
+    let graph = match earlier.and_then(|e| e.graph(&config)) {
+        Some(graph) => graph,
+        None => {
+            let graph = DependencyGraph::build(&config);
+            for cycle in graph.cycles() {
+                in_cycles.extend(cycle.iter().cloned());
+                let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
+                problems.push(Problem::component(
+                    &cycle[0],
+                    format!("reference cycle: {}", path.join(" -> ")),
+                ));
+            }
+            graph
+        }
+    };
     // A component that references one that did not parse is not judged on
-    // that reference again.
+    // that reference again; one declared as before passed already.
     let mut troubled = in_cycles;
     troubled.extend(
         config
@@ -84,7 +184,7 @@ pub(crate) fn validate_declared(
             .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
             .map(|spec| spec.key.clone()),
     );
-    check_injections(&config, registry, troubled, &mut problems);
+    check_injections(&config, registry, troubled, &passed, &mut problems);
     problems.into_result(ValidConfig { config, graph })
 }
 
@@ -96,11 +196,15 @@ fn check_injections(
     config: &Config,
     registry: &Registry,
     mut troubled: BTreeSet<ComponentKey>,
+    passed: &dyn Fn(&ComponentKey) -> bool,
     problems: &mut Problems,
 ) {
     troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
     for spec in config.components.values() {
         let key = &spec.key;
+        if passed(key) {
+            continue;
+        }
         let check = registry
             .get(key.kind.as_str(), &spec.type_name)
             .and_then(|descriptor| descriptor.check_refs);
@@ -147,6 +251,18 @@ fn check_component(
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),
     }
+    check_targets(config, spec, broken, problems);
+}
+
+/// Checks what one component references is declared and admits it
+/// (except `broken` components).
+fn check_targets(
+    config: &Config,
+    spec: &ComponentSpec,
+    broken: &BTreeSet<ComponentKey>,
+    problems: &mut Problems,
+) {
+    let key = &spec.key;
     for (i, r) in spec.component_refs.iter().enumerate() {
         if &r.key == key {
             problems.push(Problem::component(

@@ -90,7 +90,8 @@ pub struct ReloadRecord {
 /// The last reloads, oldest first.
 #[derive(Debug, Clone)]
 pub(crate) struct History {
-    records: VecDeque<ReloadRecord>,
+    /// Shared, so keeping one costs no copy of its (possibly many) actions.
+    records: VecDeque<std::sync::Arc<ReloadRecord>>,
     capacity: usize,
 }
 
@@ -104,7 +105,7 @@ impl History {
     }
 
     /// Adds a record, forgetting the oldest beyond capacity.
-    pub(crate) fn push(&mut self, record: ReloadRecord) {
+    pub(crate) fn push(&mut self, record: std::sync::Arc<ReloadRecord>) {
         if self.records.len() == self.capacity {
             self.records.pop_front();
         }
@@ -113,6 +114,9 @@ impl History {
 
     /// The records, oldest first.
     pub(crate) fn records(&self) -> Vec<ReloadRecord> {
-        self.records.iter().cloned().collect()
+        self.records
+            .iter()
+            .map(|r| ReloadRecord::clone(r))
+            .collect()
     }
 }

@@ -44,14 +44,23 @@ impl Reloader {
             actions: ending
                 .actions
                 .into_iter()
-                .map(|(k, a)| (k.to_string(), a))
+                .map(|(k, a)| (written(&k), a))
                 .collect(),
             duration_ms: u64::try_from(recording.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at_unix_ms: now_unix_ms(),
         };
         super::trace::record_ending(&tracing::Span::current(), &record);
-        self.keep(record.clone());
-        record
+        log_record(&record);
+        let kept = std::sync::Arc::new(record);
+        self.history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(kept.clone());
+        // A copy only for whoever listens.
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(ReloadRecord::clone(&kept));
+        }
+        std::sync::Arc::unwrap_or_clone(kept)
     }
 
     /// Records a change that could not even be parsed.
@@ -67,16 +76,16 @@ impl Reloader {
         let _in_reload = span.enter();
         self.finish(Recording::start(trigger), ending);
     }
+}
 
-    fn keep(&self, record: ReloadRecord) {
-        log_record(&record);
-        self.history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(record.clone());
-        // No receiver is fine: nobody is counting.
-        let _ = self.events.send(record);
-    }
+/// `key` written `kind/name` (as its `Display`, without the formatter).
+fn written(key: &ComponentKey) -> String {
+    let (kind, name) = (key.kind.as_str(), key.name.as_str());
+    let mut out = String::with_capacity(kind.len() + 1 + name.len());
+    out.push_str(kind);
+    out.push('/');
+    out.push_str(name);
+    out
 }
 
 fn now_unix_ms() -> u64 {

@@ -13,9 +13,9 @@ use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
 use super::Reloader;
 use crate::assemble::{failure_lines, AssemblyContext};
-use crate::config::{validate, LayerChange, Layers, Problems, ValidConfig};
+use crate::config::{validate_reload, ConfigDiff, LayerChange, Problems, ValidConfig};
 use crate::handle::Generation;
-use crate::running::{Commit, Snapshot};
+use crate::running::{Commit, RunningLayers, Snapshot};
 
 impl Reloader {
     /// Runs `request` to the end, as a trace of its own; the running set
@@ -49,8 +49,8 @@ impl Reloader {
                 return Err(error);
             }
         };
-        let (config, layers) = candidate;
-        let prepared = match self.prepare(snapshot, config.clone(), &request).await {
+        let (config, layers, diff) = candidate;
+        let prepared = match self.prepare(snapshot, &config, diff, &request).await {
             Ok(prepared) => prepared,
             Err((ending, error)) => {
                 self.finish(recording, ending);
@@ -74,13 +74,15 @@ impl Reloader {
     }
 
     /// Checks `request` is not stale, lays its changes over the running
-    /// layers and validates the result whole.
+    /// layers, and validates the result against the running configuration
+    /// (what is declared as before passed already); returns it with the
+    /// layers and its difference from the running configuration.
     fn candidate(
         &self,
         snapshot: &Snapshot,
         request: &ReloadRequest,
         changes: Vec<LayerChange>,
-    ) -> Result<(ValidConfig, Layers), ReloadError> {
+    ) -> Result<(ValidConfig, RunningLayers, ConfigDiff), ReloadError> {
         if let Some(based_on) = request
             .based_on_generation
             .filter(|g| *g < snapshot.generation)
@@ -94,16 +96,19 @@ impl Reloader {
         let mut changes = changes.into_iter();
         // The running layers, copied with the first change laid (a new
         // file is not preceded by a copy of the old one).
+        let running = &snapshot.config.config;
         let mut layers = match changes.next() {
-            Some(first) => snapshot.layers.changed(first).map_err(invalid)?,
-            None => Layers::clone(&snapshot.layers),
+            Some(first) => snapshot.layers.changed(running, first).map_err(invalid)?,
+            None => snapshot.layers.whole(running),
         };
         for change in changes {
             layers.apply(change).map_err(invalid)?;
         }
-        let effective = layers.effective_config();
-        let config = validate(effective, &self.registry).map_err(ReloadError::Invalid)?;
-        Ok((config, layers))
+        let (effective, layers) = RunningLayers::lay(layers);
+        let diff = ConfigDiff::for_reload(&snapshot.config.config, &effective);
+        let config = validate_reload(effective, &self.registry, &snapshot.config, &diff)
+            .map_err(ReloadError::Invalid)?;
+        Ok((config, layers, diff))
     }
 
     /// Builds the new generation off to the side; on failure everything
@@ -111,7 +116,8 @@ impl Reloader {
     async fn prepare(
         &self,
         snapshot: Snapshot,
-        candidate: ValidConfig,
+        candidate: &ValidConfig,
+        diff: ConfigDiff,
         request: &ReloadRequest,
     ) -> Result<Prepared, (Ending, ReloadError)> {
         let cx = AssemblyContext {
@@ -127,6 +133,7 @@ impl Reloader {
             current: snapshot.components,
             old: snapshot.config,
             candidate,
+            diff,
             forced: request.forced.clone(),
         };
         plan.prepare(&self.registry, &cx).await.map_err(|failed| {
@@ -142,7 +149,7 @@ impl Reloader {
 
     /// Commits `prepared` as the running set and drains what it replaced,
     /// users before the stores they use.
-    fn commit(&self, config: ValidConfig, layers: Layers, prepared: Prepared) -> Ending {
+    fn commit(&self, config: ValidConfig, layers: RunningLayers, prepared: Prepared) -> Ending {
         let sections_changed = self.running.sections_differ(&config.config.sections);
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
@@ -154,7 +161,12 @@ impl Reloader {
             publish: changed,
         });
         let mut retired = prepared.retired;
-        retired.sort_by_key(|(key, _)| std::cmp::Reverse(old_order.iter().position(|k| k == key)));
+        let position: std::collections::HashMap<_, _> = old_order
+            .iter()
+            .enumerate()
+            .map(|(i, key)| (key, i))
+            .collect();
+        retired.sort_by_key(|(key, _)| std::cmp::Reverse(position.get(key).copied()));
         spawn_drain(retired, self.settings.drain_grace);
         Ending {
             outcome: if changed {

@@ -77,13 +77,15 @@ pub(crate) struct Failed {
 }
 
 /// What a transaction goes from and to.
-pub(crate) struct Plan {
+pub(crate) struct Plan<'a> {
     /// What runs now.
     pub(crate) current: Arc<Components>,
     /// The running configuration.
     pub(crate) old: Arc<ValidConfig>,
     /// The validated candidate.
-    pub(crate) candidate: ValidConfig,
+    pub(crate) candidate: &'a ValidConfig,
+    /// From the running configuration to the candidate.
+    pub(crate) diff: ConfigDiff,
     /// Components to re-resolve although their declaration did not change.
     pub(crate) forced: BTreeSet<ComponentKey>,
 }
@@ -95,7 +97,7 @@ struct Progress {
     done: Vec<Step>,
 }
 
-impl Plan {
+impl Plan<'_> {
     /// Builds the generation for the candidate. Nothing is visible to
     /// callers until the result is committed; on failure, everything built
     /// is closed and in-place updates are reverted.
@@ -104,23 +106,16 @@ impl Plan {
         registry: &Registry,
         cx: &AssemblyContext,
     ) -> Result<Prepared, Failed> {
-        let diff = ConfigDiff::for_reload(&self.old.config, &self.candidate.config);
-        let roots: BTreeSet<ComponentKey> = diff
+        let roots: BTreeSet<ComponentKey> = self
+            .diff
             .touched()
             .into_iter()
             .chain(self.forced.iter().cloned())
             .collect();
         let impact = self.candidate.graph.with_dependents(&roots);
         let mut progress = self.keep_unimpacted(&impact);
-        for level in self.candidate.graph.levels() {
-            let level: Vec<ComponentKey> =
-                level.into_iter().filter(|k| impact.contains(k)).collect();
-            if level.is_empty() {
-                continue;
-            }
-            let failures = self
-                .run_level(level, &diff, &mut progress, registry, cx)
-                .await;
+        for level in self.candidate.graph.levels_within(&impact) {
+            let failures = self.run_level(level, &mut progress, registry, cx).await;
             if !failures.is_empty() {
                 let mut actions = progress.actions;
                 for failure in &failures {
@@ -135,30 +130,40 @@ impl Plan {
         Ok(self.retire(progress))
     }
 
-    /// Components outside the impact set keep their very instance.
+    /// Components outside the impact set keep their very instance. Both
+    /// maps are in key order: one merged walk, and the new maps are built
+    /// in bulk.
     fn keep_unimpacted(&self, impact: &BTreeSet<ComponentKey>) -> Progress {
-        let mut progress = Progress {
-            next: Components::new(),
-            actions: BTreeMap::new(),
-            done: Vec::new(),
-        };
+        let mut kept = Vec::new();
+        let mut running_now = self.current.iter().peekable();
         for (key, spec) in &self.candidate.config.components {
-            if let (false, Some(running)) = (impact.contains(key), self.current.get(key)) {
-                // Declared alike (scopes or ref order may still differ).
-                let kept = if running.spec == *spec {
-                    Arc::clone(running)
-                } else {
-                    Arc::new(Running {
-                        spec: spec.clone(),
-                        assembled: running.assembled.clone(),
-                    })
-                };
-                progress.next.insert(key.clone(), kept);
-                progress.actions.insert(key.clone(), Action::Unchanged);
-                trace::instant_action(key, &spec.type_name, Action::Unchanged);
+            while running_now.next_if(|(k, _)| *k < key).is_some() {}
+            let Some((_, running)) = running_now.next_if(|(k, _)| *k == key) else {
+                continue;
+            };
+            if impact.contains(key) {
+                continue;
             }
+            // Declared alike (scopes or ref order may still differ).
+            let running = if self.diff.is_identical(key) {
+                Arc::clone(running)
+            } else {
+                Arc::new(Running {
+                    spec: spec.clone(),
+                    assembled: running.assembled.clone(),
+                })
+            };
+            trace::instant_action(key, &spec.type_name, Action::Unchanged);
+            kept.push((key.clone(), running));
         }
-        progress
+        Progress {
+            actions: kept
+                .iter()
+                .map(|(key, _)| (key.clone(), Action::Unchanged))
+                .collect(),
+            next: kept.into_iter().collect(),
+            done: Vec::new(),
+        }
     }
 
     /// Runs the impacted components of one level concurrently, against the
@@ -166,7 +171,6 @@ impl Plan {
     async fn run_level(
         &self,
         level: Vec<ComponentKey>,
-        diff: &ConfigDiff,
         progress: &mut Progress,
         registry: &Registry,
         cx: &AssemblyContext,
@@ -181,7 +185,7 @@ impl Plan {
             let Some(spec) = self.candidate.config.components.get(&key).cloned() else {
                 continue;
             };
-            let change = diff.changed.get(&key).copied().unwrap_or_default();
+            let change = self.diff.changed.get(&key).copied().unwrap_or_default();
             let previous = self.current.get(&key).map(|r| Running::clone(r));
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
             let level_cx = level_cx.clone();
@@ -246,18 +250,23 @@ impl Plan {
                 retired.push((old.spec.key.clone(), Arc::new(*old)));
             }
         }
-        for (key, running) in self.current.iter() {
-            if !self.candidate.config.components.contains_key(key) {
+        for key in &self.diff.removed {
+            if let Some(running) = self.current.get(key) {
                 trace::instant_action(key, &running.spec.type_name, Action::Removed);
                 actions.insert(key.clone(), Action::Removed);
                 retired.push((key.clone(), Arc::clone(running)));
             }
         }
+        // Only what retires needs the old order (users close first).
+        let old_order = match retired.is_empty() {
+            true => Vec::new(),
+            false => self.old.graph.start_order(),
+        };
         Prepared {
             components: next,
             actions,
             retired,
-            old_order: self.old.graph.start_order(),
+            old_order,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! place: [`RunningSet::commit`].
 
 mod close;
+mod layers;
 mod start;
 mod status;
 mod watch_plan;
@@ -21,6 +22,7 @@ use crate::redact::Redactor;
 use crate::registry::Registry;
 
 pub(crate) use close::close_one;
+pub(crate) use layers::RunningLayers;
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
 
@@ -43,7 +45,7 @@ pub(crate) struct Snapshot {
     /// The effective configuration.
     pub(crate) config: Arc<ValidConfig>,
     /// The layers it was merged from.
-    pub(crate) layers: Arc<Layers>,
+    pub(crate) layers: RunningLayers,
     /// What runs.
     pub(crate) components: Arc<Components>,
 }
@@ -53,7 +55,7 @@ pub(crate) struct Commit {
     /// The new effective configuration.
     pub(crate) config: ValidConfig,
     /// The layers it was merged from.
-    pub(crate) layers: Layers,
+    pub(crate) layers: RunningLayers,
     /// What runs from now on.
     pub(crate) components: Components,
     /// Whether any instance or section changed: only then is a new
@@ -63,7 +65,7 @@ pub(crate) struct Commit {
 
 struct State {
     config: Arc<ValidConfig>,
-    layers: Arc<Layers>,
+    layers: RunningLayers,
     components: Arc<Components>,
 }
 
@@ -87,7 +89,7 @@ impl RunningSet {
         let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
         live.publish(described(1, &config, &components));
         let state = State {
-            layers: Arc::new(Layers::new(config.config.clone())),
+            layers: RunningLayers::FileOnly,
             config: Arc::new(config),
             components: Arc::new(components),
         };
@@ -132,7 +134,8 @@ impl RunningSet {
 
     /// The layers of the running configuration.
     pub(crate) fn layers(&self) -> Layers {
-        Layers::clone(&self.state().layers)
+        let state = self.state();
+        state.layers.whole(&state.config.config)
     }
 
     /// Whether `sections` differ from the running configuration's.
@@ -161,13 +164,18 @@ impl RunningSet {
             self.live
                 .publish(described(number, &commit.config, &commit.components));
         }
-        *state = State {
-            config: Arc::new(commit.config),
-            layers: Arc::new(commit.layers),
-            components: Arc::new(commit.components),
-        };
+        let replaced = std::mem::replace(
+            &mut *state,
+            State {
+                config: Arc::new(commit.config),
+                layers: commit.layers,
+                components: Arc::new(commit.components),
+            },
+        );
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
         self.plan.send_replace(Arc::new(plan));
+        drop(state);
+        drop_aside(replaced.config, replaced.layers);
         number
     }
 
@@ -190,6 +198,17 @@ impl RunningSet {
         };
         let mut components = Arc::unwrap_or_clone(components);
         close::close_in_reverse(&levels, &mut components).await;
+    }
+}
+
+/// Lets go of a replaced configuration and its layers on a blocking
+/// thread: freeing a large one takes milliseconds the reload need not wait
+/// for. (The replaced components are let go of here: what they retire is
+/// drained and closed on its own schedule.)
+fn drop_aside(config: Arc<ValidConfig>, layers: RunningLayers) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop((config, layers)))),
+        Err(_) => drop((config, layers)),
     }
 }
 

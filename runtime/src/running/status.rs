@@ -52,7 +52,7 @@ impl RunningSet {
     pub(crate) async fn statuses(&self, redactor: &Redactor) -> (String, Vec<ComponentStatus>) {
         let (components, sources, app_id) = {
             let state = self.state();
-            let (_, sources) = state.layers.effective();
+            let (_, sources) = state.layers.whole(&state.config.config).effective();
             (
                 state.components.clone(),
                 sources,

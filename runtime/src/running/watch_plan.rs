@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
-use super::Components;
+use super::{Components, RunningLayers};
 use crate::component::ComponentKey;
-use crate::config::{ConfigPatch, InjectedRef, Layers, OverlaySpec, ValidConfig};
+use crate::config::{ConfigPatch, InjectedRef, OverlaySpec, ValidConfig};
 
 /// A `watch: true` ref of a running component, and the value the
 /// component was started with (it may be a secret: never show it).
@@ -45,7 +45,7 @@ impl WatchPlan {
     pub(super) fn of(
         generation: u64,
         config: &ValidConfig,
-        layers: &Layers,
+        layers: &RunningLayers,
         components: &Components,
     ) -> Self {
         let mut refs = Vec::new();
@@ -66,7 +66,7 @@ impl WatchPlan {
             generation,
             app_id: config.config.app_id.clone(),
             overlay: config.config.overlay.clone(),
-            overlay_in_force: (layers.overlay.clone(), layers.overlay_app.clone()),
+            overlay_in_force: layers.overlays(),
             refs,
         }
     }

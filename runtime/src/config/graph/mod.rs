@@ -4,6 +4,7 @@
 mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use petgraph::algo::tarjan_scc;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -15,33 +16,42 @@ use crate::config::Config;
 
 pub use render::GraphFormat;
 
-/// The components and who references whom.
+/// The components and who references whom. Never changed once built, so
+/// a clone shares it (a reload that changes no reference keeps the
+/// running graph).
 #[derive(Debug, Clone, Default)]
 pub struct DependencyGraph {
-    graph: StableDiGraph<ComponentKey, ()>,
-    nodes: BTreeMap<ComponentKey, NodeIndex>,
-    types: BTreeMap<ComponentKey, String>,
+    graph: Arc<StableDiGraph<ComponentKey, ()>>,
+    nodes: Arc<BTreeMap<ComponentKey, NodeIndex>>,
+    types: Arc<BTreeMap<ComponentKey, String>>,
 }
 
 impl DependencyGraph {
     /// The graph of `config`. References to undeclared components are left
     /// out (validation reports them).
     pub fn build(config: &Config) -> Self {
-        let mut this = Self::default();
-        for (key, spec) in &config.components {
-            let node = this.graph.add_node(key.clone());
-            this.nodes.insert(key.clone(), node);
-            this.types.insert(key.clone(), spec.type_name.clone());
+        let mut graph = StableDiGraph::default();
+        let mut nodes = BTreeMap::new();
+        for key in config.components.keys() {
+            nodes.insert(key.clone(), graph.add_node(key.clone()));
         }
+        let types = config
+            .components
+            .iter()
+            .map(|(key, spec)| (key.clone(), spec.type_name.clone()))
+            .collect();
         for (key, spec) in &config.components {
             for dependency in spec.dependencies() {
-                if let (Some(&from), Some(&to)) = (this.nodes.get(&dependency), this.nodes.get(key))
-                {
-                    this.graph.add_edge(from, to, ());
+                if let (Some(&from), Some(&to)) = (nodes.get(&dependency), nodes.get(key)) {
+                    graph.add_edge(from, to, ());
                 }
             }
         }
-        this
+        Self {
+            graph: Arc::new(graph),
+            nodes: Arc::new(nodes),
+            types: Arc::new(types),
+        }
     }
 
     /// What `key` depends on directly.
@@ -86,7 +96,7 @@ impl DependencyGraph {
     /// starts: `state/a -> config_store/b -> state/a`.
     pub fn cycles(&self) -> Vec<Vec<ComponentKey>> {
         let mut cycles = Vec::new();
-        for scc in tarjan_scc(&self.graph) {
+        for scc in tarjan_scc(&*self.graph) {
             // The usual case, a component on no cycle, costs no allocation.
             if let [only] = scc[..] {
                 if !self.graph.contains_edge(only, only) {
@@ -150,7 +160,7 @@ impl DependencyGraph {
     /// up to n. Components of one level can start concurrently. Only
     /// meaningful for an acyclic graph (cyclic members are left out).
     pub fn levels(&self) -> Vec<Vec<ComponentKey>> {
-        let Ok(order) = petgraph::algo::toposort(&self.graph, None) else {
+        let Ok(order) = petgraph::algo::toposort(&*self.graph, None) else {
             return Vec::new();
         };
         // By node index: the graph never removes nodes, so they are dense.
@@ -174,6 +184,74 @@ impl DependencyGraph {
             level.sort();
         }
         levels
+    }
+
+    /// [`levels`](Self::levels) of `keys` alone, for a set closed under
+    /// dependents (a reload's impact): a component's level counts only
+    /// what it depends on inside the set, since the rest is already
+    /// there. Costs in proportion to the set, not to the graph.
+    pub fn levels_within(&self, keys: &BTreeSet<ComponentKey>) -> Vec<Vec<ComponentKey>> {
+        let members: BTreeMap<NodeIndex, &ComponentKey> = keys
+            .iter()
+            .filter_map(|key| self.nodes.get(key).map(|&node| (node, key)))
+            .collect();
+        let inside = |node: &NodeIndex| members.contains_key(node);
+        // Kahn's order over the set: a member is placed once every
+        // dependency inside the set is.
+        let mut waiting: BTreeMap<NodeIndex, usize> = members
+            .keys()
+            .map(|&node| {
+                let deps = self
+                    .neighbours_of(node, Direction::Incoming)
+                    .filter(|d| inside(d))
+                    .count();
+                (node, deps)
+            })
+            .collect();
+        let mut level_of: BTreeMap<NodeIndex, usize> = BTreeMap::new();
+        let mut ready: Vec<NodeIndex> = waiting
+            .iter()
+            .filter(|(_, deps)| **deps == 0)
+            .map(|(node, _)| *node)
+            .collect();
+        let mut levels: Vec<Vec<ComponentKey>> = Vec::new();
+        while let Some(node) = ready.pop() {
+            let level = self
+                .neighbours_of(node, Direction::Incoming)
+                .filter_map(|dep| level_of.get(&dep).map(|l| l + 1))
+                .max()
+                .unwrap_or(0);
+            level_of.insert(node, level);
+            if levels.len() <= level {
+                levels.resize(level + 1, Vec::new());
+            }
+            levels[level].push(members[&node].clone());
+            for user in self.neighbours_of(node, Direction::Outgoing) {
+                if let Some(deps) = waiting.get_mut(&user) {
+                    *deps -= 1;
+                    if *deps == 0 {
+                        ready.push(user);
+                    }
+                }
+            }
+        }
+        for level in &mut levels {
+            level.sort();
+        }
+        levels
+    }
+
+    /// The distinct direct neighbours of `node` in `direction` (a
+    /// component may reference another twice).
+    fn neighbours_of(
+        &self,
+        node: NodeIndex,
+        direction: Direction,
+    ) -> std::vec::IntoIter<NodeIndex> {
+        let mut out: Vec<NodeIndex> = self.graph.neighbors_directed(node, direction).collect();
+        out.sort();
+        out.dedup();
+        out.into_iter()
     }
 
     /// Every component in a start order (level by level).

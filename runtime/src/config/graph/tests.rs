@@ -94,3 +94,29 @@ fn render_lists_stores_before_users() {
     assert!(g.render(GraphFormat::Mermaid).starts_with("flowchart LR\n"));
     assert!(g.render(GraphFormat::Dot).contains("n0 -> n2;"));
 }
+
+#[test]
+fn levels_within_a_set_count_only_what_it_depends_on_inside_the_set() {
+    let g = graph(CHAIN);
+    let impact = g.with_dependents(&BTreeSet::from([key("config_store/cfg")]));
+    let names: Vec<Vec<String>> = g
+        .levels_within(&impact)
+        .iter()
+        .map(|l| l.iter().map(ToString::to_string).collect())
+        .collect();
+    // `svc` references `cfg` directly and through `orders`: once each
+    // level, after both.
+    assert_eq!(
+        names,
+        vec![
+            vec!["config_store/cfg".to_string()],
+            vec!["state/orders".to_string()],
+            vec!["custom/svc".to_string()],
+        ]
+    );
+    let alone = g.levels_within(&BTreeSet::from([key("custom/svc"), key("state/other")]));
+    assert_eq!(alone.len(), 1, "nothing inside the set to wait for");
+    assert!(g
+        .levels_within(&BTreeSet::from([key("state/ghost")]))
+        .is_empty());
+}
