@@ -79,6 +79,11 @@ impl Earlier<'_> {
         ))
     }
 
+    /// The keys not declared exactly as before (added or redeclared).
+    fn unpassed(&self) -> impl Iterator<Item = &ComponentKey> {
+        self.diff.added.iter().chain(self.redeclared())
+    }
+
     /// The keys in both whose declaration changed in any way.
     fn redeclared(&self) -> impl Iterator<Item = &ComponentKey> {
         self.diff.changed.keys().chain(&self.diff.rewritten)
@@ -116,7 +121,19 @@ fn validate_against(
     let mut problems = Problems::default();
     let passed = |key: &ComponentKey| earlier.is_some_and(|e| e.passed(key));
     let targets_hold = earlier.is_some_and(|e| e.targets_hold(&config));
-    for spec in config.components.values() {
+    // When what passed still holds, only the others are looked at.
+    let to_check: Vec<&ComponentSpec> = match earlier {
+        Some(earlier) if targets_hold => {
+            let mut unpassed: Vec<&ComponentSpec> = earlier
+                .unpassed()
+                .filter_map(|key| config.components.get(key))
+                .collect();
+            unpassed.sort_by(|a, b| a.key.cmp(&b.key));
+            unpassed
+        }
+        _ => config.components.values().collect(),
+    };
+    for &spec in &to_check {
         if passed(&spec.key) {
             if !targets_hold {
                 check_targets(&config, spec, broken, &mut problems);
@@ -184,7 +201,8 @@ fn validate_against(
             .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
             .map(|spec| spec.key.clone()),
     );
-    check_injections(&config, registry, troubled, &passed, &mut problems);
+    let unpassed = to_check.into_iter().filter(|spec| !passed(&spec.key));
+    check_injections(registry, unpassed, troubled, &mut problems);
     problems.into_result(ValidConfig { config, graph })
 }
 
@@ -192,19 +210,15 @@ fn validate_against(
 /// field takes, or a required one missing, is reported before start. Only
 /// for components with no other problem (a bad ref or a cycle comes first)
 /// and not in `troubled`.
-fn check_injections(
-    config: &Config,
+fn check_injections<'c>(
     registry: &Registry,
+    specs: impl Iterator<Item = &'c ComponentSpec>,
     mut troubled: BTreeSet<ComponentKey>,
-    passed: &dyn Fn(&ComponentKey) -> bool,
     problems: &mut Problems,
 ) {
     troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
-    for spec in config.components.values() {
+    for spec in specs {
         let key = &spec.key;
-        if passed(key) {
-            continue;
-        }
         let check = registry
             .get(key.kind.as_str(), &spec.type_name)
             .and_then(|descriptor| descriptor.check_refs);

@@ -51,7 +51,7 @@ impl Live {
         // Policies follow the section; unchanged breakers keep their state.
         generation.policies = super::resilience::Policies::build(
             &generation.sections.resiliency,
-            generation.components.keys(),
+            generation.components.each().map(|(key, _)| key),
             &self.current.load().policies,
         );
         let number = generation.number;

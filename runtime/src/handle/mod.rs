@@ -22,6 +22,7 @@
 mod borrowed;
 mod instance;
 mod live;
+mod members;
 mod pubsub_subscription;
 pub mod resilience;
 mod slot;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 pub use borrowed::Borrowed;
 pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
+pub(crate) use members::Members;
 
 use crate::component::ComponentKey;
 use crate::component::{Component, ComponentError, Kind};
@@ -42,12 +44,12 @@ use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer,
 use crate::sections::Sections;
 
 /// One published version of the whole component set.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Generation {
     /// Increases by one with every successful start or reload.
     pub number: u64,
     /// Each component's instance and configured `type`.
-    components: BTreeMap<ComponentKey, Entry>,
+    components: Arc<dyn Members>,
     /// The app id the generation serves.
     app_id: String,
     /// The configuration's sections beyond components.
@@ -56,47 +58,41 @@ pub struct Generation {
     policies: resilience::Policies,
 }
 
-/// One component of a generation.
-#[derive(Debug)]
-struct Entry {
-    instance: Instance,
-    /// Its `type`, as configured (empty in a staged generation).
-    type_name: String,
+impl Default for Generation {
+    fn default() -> Self {
+        Self::new(0, BTreeMap::new())
+    }
 }
 
 impl Generation {
     /// A generation holding `instances` (their types not described).
     pub(crate) fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
-        Self::of(
-            number,
-            instances
-                .into_iter()
-                .map(|(key, instance)| (key, instance, String::new())),
-        )
+        let entries: BTreeMap<ComponentKey, members::Entry> = instances
+            .into_iter()
+            .map(|(key, instance)| {
+                let type_name = String::new();
+                (
+                    key,
+                    members::Entry {
+                        instance,
+                        type_name,
+                    },
+                )
+            })
+            .collect();
+        Self::of(number, Arc::new(entries))
     }
 
-    /// A generation of `components`: each key with its instance and its
-    /// configured `type` (what the metadata APIs show), so a reader needs
-    /// nothing but the snapshot.
-    pub(crate) fn of(
-        number: u64,
-        components: impl IntoIterator<Item = (ComponentKey, Instance, String)>,
-    ) -> Self {
+    /// A generation of `components`, shared as they are: each key with
+    /// its instance and configured `type` (what the metadata APIs show),
+    /// so a reader needs nothing but the snapshot.
+    pub(crate) fn of(number: u64, components: Arc<dyn Members>) -> Self {
         Self {
             number,
-            components: components
-                .into_iter()
-                .map(|(key, instance, type_name)| {
-                    (
-                        key,
-                        Entry {
-                            instance,
-                            type_name,
-                        },
-                    )
-                })
-                .collect(),
-            ..Self::default()
+            components,
+            app_id: String::new(),
+            sections: Arc::default(),
+            policies: resilience::Policies::default(),
         }
     }
 
@@ -151,31 +147,28 @@ impl Generation {
     /// The configured `type` of component `key`, if the generation has it.
     pub fn type_name(&self, key: &ComponentKey) -> Option<&str> {
         self.components
-            .get(key)
-            .map(|entry| entry.type_name.as_str())
+            .type_name(key)
             .filter(|name| !name.is_empty())
     }
 
     /// The instance of `key`, if the generation has it.
     pub fn get(&self, key: &ComponentKey) -> Option<&Instance> {
-        self.components.get(key).map(|entry| &entry.instance)
+        self.components.instance(key)
     }
 
     /// Every instance, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&ComponentKey, &Instance)> {
-        self.components
-            .iter()
-            .map(|(key, entry)| (key, &entry.instance))
+        self.components.each()
     }
 
     /// Number of components.
     pub fn len(&self) -> usize {
-        self.components.len()
+        self.components.count()
     }
 
     /// Whether the generation has no component.
     pub fn is_empty(&self) -> bool {
-        self.components.is_empty()
+        self.components.count() == 0
     }
 }
 

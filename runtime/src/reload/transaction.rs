@@ -130,38 +130,36 @@ impl Plan<'_> {
         Ok(self.retire(progress))
     }
 
-    /// Components outside the impact set keep their very instance. Both
-    /// maps are in key order: one merged walk, and the new maps are built
-    /// in bulk.
+    /// Components outside the impact set keep their very instance: the
+    /// running map is copied whole (no lookup per component), then the few the candidate removes, rewrites or
+    /// impacts are set apart.
     fn keep_unimpacted(&self, impact: &BTreeSet<ComponentKey>) -> Progress {
-        let mut kept = Vec::new();
-        let mut running_now = self.current.iter().peekable();
-        for (key, spec) in &self.candidate.config.components {
-            while running_now.next_if(|(k, _)| *k < key).is_some() {}
-            let Some((_, running)) = running_now.next_if(|(k, _)| *k == key) else {
-                continue;
-            };
-            if impact.contains(key) {
-                continue;
-            }
-            // Declared alike (scopes or ref order may still differ).
-            let running = if self.diff.is_identical(key) {
-                Arc::clone(running)
-            } else {
-                Arc::new(Running {
-                    spec: spec.clone(),
-                    assembled: running.assembled.clone(),
-                })
-            };
-            trace::instant_action(key, &spec.type_name, Action::Unchanged);
-            kept.push((key.clone(), running));
+        let mut next = Components::clone(&self.current);
+        for key in impact.iter().chain(&self.diff.removed) {
+            next.remove(key);
         }
+        // Declared alike, written differently (scopes or ref order).
+        for key in self.diff.rewritten.difference(impact) {
+            let (Some(spec), Some(running)) =
+                (self.candidate.config.components.get(key), next.get_mut(key))
+            else {
+                continue;
+            };
+            *running = Arc::new(Running {
+                spec: spec.clone(),
+                assembled: running.assembled.clone(),
+            });
+        }
+        let actions = next
+            .iter()
+            .map(|(key, running)| {
+                trace::instant_action(key, &running.spec.type_name, Action::Unchanged);
+                (key.clone(), Action::Unchanged)
+            })
+            .collect();
         Progress {
-            actions: kept
-                .iter()
-                .map(|(key, _)| (key.clone(), Action::Unchanged))
-                .collect(),
-            next: kept.into_iter().collect(),
+            next,
+            actions,
             done: Vec::new(),
         }
     }

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, DependencyGraph, Layers, Sections, ValidConfig};
-use crate::handle::{Generation, Live, LiveGeneration};
+use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
 use crate::redact::Redactor;
 use crate::registry::Registry;
 
@@ -87,11 +87,12 @@ impl RunningSet {
     ) -> Result<Self, Vec<ComponentFailure>> {
         let live = Live::new();
         let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
+        let components = Arc::new(components);
         live.publish(described(1, &config, &components));
         let state = State {
             layers: RunningLayers::FileOnly,
             config: Arc::new(config),
-            components: Arc::new(components),
+            components,
         };
         let plan = watch::channel(Arc::new(WatchPlan::of(
             1,
@@ -160,22 +161,23 @@ impl RunningSet {
         if commit.publish {
             number += 1;
         }
+        let components = Arc::new(commit.components);
         if commit.publish || app_id_changed {
             self.live
-                .publish(described(number, &commit.config, &commit.components));
+                .publish(described(number, &commit.config, &components));
         }
         let replaced = std::mem::replace(
             &mut *state,
             State {
                 config: Arc::new(commit.config),
                 layers: commit.layers,
-                components: Arc::new(commit.components),
+                components,
             },
         );
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
         self.plan.send_replace(Arc::new(plan));
         drop(state);
-        drop_aside(replaced.config, replaced.layers);
+        drop_aside((replaced.config, replaced.layers, replaced.components));
         number
     }
 
@@ -201,14 +203,14 @@ impl RunningSet {
     }
 }
 
-/// Lets go of a replaced configuration and its layers on a blocking
-/// thread: freeing a large one takes milliseconds the reload need not wait
-/// for. (The replaced components are let go of here: what they retire is
-/// drained and closed on its own schedule.)
-fn drop_aside(config: Arc<ValidConfig>, layers: RunningLayers) {
+/// Lets go of a replaced configuration, its layers and its map of
+/// components on a blocking thread: freeing a large one takes
+/// milliseconds the reload need not wait for. (Only the map: what it
+/// retired is drained and closed on its own schedule.)
+fn drop_aside(replaced: (Arc<ValidConfig>, RunningLayers, Arc<Components>)) {
     match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => drop(runtime.spawn_blocking(move || drop((config, layers)))),
-        Err(_) => drop((config, layers)),
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(replaced))),
+        Err(_) => drop(replaced),
     }
 }
 
@@ -232,18 +234,34 @@ pub(crate) fn staged_for(
     Generation::new(0, instances)
 }
 
-/// The generation numbered `number` of `components`, described with the
-/// app id and each component's configured type (what the metadata APIs
-/// show), so a reader needs nothing but the snapshot.
-fn described(number: u64, config: &ValidConfig, components: &Components) -> Generation {
-    let components = components.iter().map(|(key, r)| {
-        (
-            key.clone(),
-            r.assembled.instance.clone(),
-            r.spec.type_name.clone(),
-        )
-    });
-    Generation::of(number, components)
+/// The generation numbered `number` of `components`, shared as they are
+/// (a publish copies no map), described with the app id and each
+/// component's configured type (what the metadata APIs show), so a reader
+/// needs nothing but the snapshot.
+fn described(number: u64, config: &ValidConfig, components: &Arc<Components>) -> Generation {
+    let members: Arc<dyn Members> = components.clone();
+    Generation::of(number, members)
         .serving(&config.config.app_id)
         .with_sections(Arc::new(config.config.sections.clone()))
+}
+
+impl Members for Components {
+    fn instance(&self, key: &ComponentKey) -> Option<&Instance> {
+        self.get(key).map(|running| &running.assembled.instance)
+    }
+
+    fn type_name(&self, key: &ComponentKey) -> Option<&str> {
+        self.get(key).map(|running| running.spec.type_name.as_str())
+    }
+
+    fn each(&self) -> Box<dyn Iterator<Item = (&ComponentKey, &Instance)> + '_> {
+        Box::new(
+            self.iter()
+                .map(|(key, running)| (key, &running.assembled.instance)),
+        )
+    }
+
+    fn count(&self) -> usize {
+        self.len()
+    }
 }
