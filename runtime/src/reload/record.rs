@@ -1,11 +1,13 @@
 //! Recording a reload: the record, the log lines, the history.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::history::{Action, Outcome, ReloadRecord, Trigger};
 use super::Reloader;
 use crate::component::ComponentKey;
+use crate::running::Components;
 
 /// A reload being timed, until it is recorded.
 pub(super) struct Recording {
@@ -19,6 +21,9 @@ pub(super) struct Ending {
     /// The generation serving afterwards.
     pub(super) generation: u64,
     pub(super) actions: BTreeMap<ComponentKey, Action>,
+    /// The running set after it: each of its components `actions` do not
+    /// name was kept, unchanged.
+    pub(super) kept_from: Option<Arc<Components>>,
     /// Why it did not apply (scrubbed before it is kept).
     pub(super) error: Option<String>,
 }
@@ -41,11 +46,7 @@ impl Reloader {
             trigger: recording.trigger,
             outcome: ending.outcome,
             error: ending.error.map(|e| self.redactor.scrub(&e)),
-            actions: ending
-                .actions
-                .into_iter()
-                .map(|(k, a)| (written(&k), a))
-                .collect(),
+            actions: all_actions(ending.actions, ending.kept_from.as_deref()),
             duration_ms: u64::try_from(recording.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at_unix_ms: now_unix_ms(),
         };
@@ -69,6 +70,7 @@ impl Reloader {
             outcome: Outcome::Rejected,
             generation: self.running.generation_number(),
             actions: BTreeMap::new(),
+            kept_from: None,
             error: Some(error.to_string()),
         };
         // Nothing ran: its duration is that of recording it, 0 ms.
@@ -76,6 +78,22 @@ impl Reloader {
         let _in_reload = span.enter();
         self.finish(Recording::start(trigger), ending);
     }
+}
+
+/// Every component's action, by its written key: `actions`, and
+/// `Unchanged` for each other component of `kept_from`.
+fn all_actions(
+    actions: BTreeMap<ComponentKey, Action>,
+    kept_from: Option<&Components>,
+) -> BTreeMap<String, Action> {
+    let kept = kept_from
+        .into_iter()
+        .flat_map(|components| components.keys())
+        .filter(|key| !actions.contains_key(key))
+        .map(|key| (written(key), Action::Unchanged));
+    let mut all: Vec<(String, Action)> = kept.collect();
+    all.extend(actions.iter().map(|(key, action)| (written(key), *action)));
+    all.into_iter().collect()
 }
 
 /// `key` written `kind/name` (as its `Display`, without the formatter).

@@ -36,6 +36,7 @@ impl Reloader {
             outcome: Outcome::Rejected,
             generation: snapshot.generation,
             actions: BTreeMap::new(),
+            kept_from: None,
             error: Some(match &error {
                 ReloadError::Invalid(problems) => problems.to_string(),
                 other => other.to_string(),
@@ -141,6 +142,7 @@ impl Reloader {
                 outcome: Outcome::RolledBack,
                 generation,
                 actions: failed.actions,
+                kept_from: None,
                 error: Some(failure_lines(&failed.failures)),
             };
             (ending, ReloadError::RolledBack(failed.failures))
@@ -154,10 +156,11 @@ impl Reloader {
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
+        let components = Arc::new(prepared.components);
         let generation = self.running.commit(Commit {
             config,
             layers,
-            components: prepared.components,
+            components: components.clone(),
             publish: changed,
         });
         let mut retired = prepared.retired;
@@ -176,6 +179,7 @@ impl Reloader {
             },
             generation,
             actions: prepared.actions,
+            kept_from: Some(components),
             error: None,
         }
     }

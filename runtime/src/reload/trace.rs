@@ -56,6 +56,17 @@ pub(super) fn record_action(span: &Span, action: Action, started: Instant) {
     );
 }
 
+/// A `kept` span for each of `kept` (key and type), when such spans are
+/// wanted at all: a large running set is not walked for nothing.
+pub(super) fn instant_kept<'a>(kept: impl Iterator<Item = (&'a ComponentKey, &'a str)>) {
+    if !tracing::span_enabled!(tracing::Level::INFO) {
+        return;
+    }
+    for (key, type_name) in kept {
+        instant_action(key, type_name, Action::Unchanged);
+    }
+}
+
 /// A span for an action that did no work (`kept`, `removed`).
 pub(super) fn instant_action(key: &ComponentKey, type_name: &str, action: Action) {
     let span = component_span(key, type_name);

@@ -63,6 +63,7 @@ impl Step {
 /// A transaction that succeeded, ready to be committed.
 pub(crate) struct Prepared {
     pub(crate) components: Components,
+    /// What was done to each component that was not simply kept.
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
     /// Old instances to drain and close after the swap.
     pub(crate) retired: Vec<(ComponentKey, Arc<Running>)>,
@@ -93,6 +94,7 @@ pub(crate) struct Plan<'a> {
 /// The transaction under way: what the new generation holds so far.
 struct Progress {
     next: Components,
+    /// Every action but the keeping of a component outside the impact.
     actions: BTreeMap<ComponentKey, Action>,
     done: Vec<Step>,
 }
@@ -118,6 +120,9 @@ impl Plan<'_> {
             let failures = self.run_level(level, &mut progress, registry, cx).await;
             if !failures.is_empty() {
                 let mut actions = progress.actions;
+                for key in progress.next.keys() {
+                    actions.entry(key.clone()).or_insert(Action::Unchanged);
+                }
                 for failure in &failures {
                     if let Some(component) = &failure.component {
                         actions.insert(component.clone(), Action::Failed);
@@ -150,16 +155,10 @@ impl Plan<'_> {
                 assembled: running.assembled.clone(),
             });
         }
-        let actions = next
-            .iter()
-            .map(|(key, running)| {
-                trace::instant_action(key, &running.spec.type_name, Action::Unchanged);
-                (key.clone(), Action::Unchanged)
-            })
-            .collect();
+        trace::instant_kept(next.iter().map(|(key, r)| (key, r.spec.type_name.as_str())));
         Progress {
             next,
-            actions,
+            actions: BTreeMap::new(),
             done: Vec::new(),
         }
     }

@@ -57,7 +57,7 @@ pub(crate) struct Commit {
     /// The layers it was merged from.
     pub(crate) layers: RunningLayers,
     /// What runs from now on.
-    pub(crate) components: Components,
+    pub(crate) components: Arc<Components>,
     /// Whether any instance or section changed: only then is a new
     /// generation published.
     pub(crate) publish: bool,
@@ -161,7 +161,7 @@ impl RunningSet {
         if commit.publish {
             number += 1;
         }
-        let components = Arc::new(commit.components);
+        let components = commit.components;
         if commit.publish || app_id_changed {
             self.live
                 .publish(described(number, &commit.config, &components));
