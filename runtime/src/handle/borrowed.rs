@@ -18,25 +18,39 @@ pub(super) fn owned(instance: Instance) -> Held {
     arc_swap::Guard::from_inner(Some(Arc::new(instance)))
 }
 
+/// A kind's trait object, as found in an [`Instance`] (implemented by the
+/// handle macro for each built-in kind). Dispatched statically, so reaching
+/// a borrowed component is a match, not a call through a pointer.
+pub trait OfKind: 'static {
+    /// What the kind is called in errors ("state store").
+    const WHAT: &'static str;
+
+    /// The instance as this kind; `None` when it is of another kind.
+    fn of(instance: &Instance) -> Option<&Arc<Self>>;
+}
+
 /// The current instance of a handle, as its kind's trait object, borrowed
 /// for one call ([`StateStoreHandle::borrow`](crate::StateStoreHandle::borrow)
 /// and its siblings). Derefs to the trait object.
-pub struct Borrowed<T: ?Sized + 'static> {
+pub struct Borrowed<T: ?Sized + OfKind> {
     held: Held,
-    project: fn(&Instance) -> Option<&T>,
+    kind: std::marker::PhantomData<fn() -> Arc<T>>,
 }
 
-impl<T: ?Sized + 'static> Borrowed<T> {
-    /// `held`, seen through `project`; `None` when it is empty or not of
-    /// that kind.
+impl<T: ?Sized + OfKind> Borrowed<T> {
+    /// `held`, seen as kind `T`; `None` when it is empty or of another
+    /// kind.
     #[inline]
-    pub(super) fn new(held: Held, project: fn(&Instance) -> Option<&T>) -> Option<Self> {
-        held.as_deref().and_then(project)?;
-        Some(Self { held, project })
+    pub(super) fn new(held: Held) -> Option<Self> {
+        T::of(held.as_deref()?)?;
+        Some(Self {
+            held,
+            kind: std::marker::PhantomData,
+        })
     }
 }
 
-impl<T: ?Sized + 'static> Deref for Borrowed<T> {
+impl<T: ?Sized + OfKind> Deref for Borrowed<T> {
     type Target = T;
 
     #[inline]
@@ -46,7 +60,8 @@ impl<T: ?Sized + 'static> Deref for Borrowed<T> {
         #[allow(clippy::expect_used)]
         self.held
             .as_deref()
-            .and_then(self.project)
+            .and_then(T::of)
+            .map(|arc| &**arc)
             .expect("checked when borrowed")
     }
 }

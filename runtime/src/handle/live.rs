@@ -68,6 +68,14 @@ impl Live {
         self.slots.slot(key, &self.current.load())
     }
 
+    /// The publish epoch, while the slots match the published generation
+    /// (`None` while a publish changes them).
+    #[inline]
+    pub(super) fn settled(&self) -> Option<u64> {
+        let epoch = self.slots.epoch();
+        (epoch % 2 == 0).then_some(epoch)
+    }
+
     /// The published instance of `slot`'s key, borrowed from the slot
     /// (owned from the generation while a publish changes slots).
     #[inline]

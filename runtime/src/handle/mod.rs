@@ -10,10 +10,12 @@
 //! The hot path costs no map lookup: each key has a slot republished at
 //! every commit. `borrow()` reads it through an `arc-swap` guard, taking
 //! no reference count (no shared counter is written, so threads do not
-//! contend); `load()` is that borrow plus one reference count on the
-//! component. A publish makes the runtime's epoch odd while it changes
-//! slots, and a reader that sees it odd resolves in the published
-//! generation instead, so loads never see a mix of generations.
+//! contend). `load()` takes one reference count on the component, found
+//! through the thread's memory of the slot (a `Weak`, trusted only while
+//! no publish happened since: `load_cache`), else through the slot. A
+//! publish makes the runtime's epoch odd while it changes slots, and a
+//! reader that sees it odd resolves in the published generation instead,
+//! so loads never see a mix of generations.
 //!
 //! While a component is being initialised (at start-up or in a reload,
 //! before its generation is published), its handles resolve in the
@@ -22,6 +24,7 @@
 mod borrowed;
 mod instance;
 mod live;
+mod load_cache;
 mod members;
 mod pubsub_subscription;
 pub mod resilience;
@@ -32,10 +35,13 @@ mod warm;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::thread::LocalKey;
 
 pub use borrowed::Borrowed;
+use borrowed::OfKind;
 pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
+use load_cache::LoadCache;
 pub(crate) use members::Members;
 
 use crate::component::ComponentKey;
@@ -264,9 +270,71 @@ impl Target {
         }
     }
 
+    /// The slot and the publish epoch, when a load may read the slot
+    /// alone: the handle is bound, no staged scope is open and no publish
+    /// is changing slots. `None` sends the load the general way
+    /// ([`Target::borrow`]).
+    #[inline]
+    fn settled_slot(&self) -> Option<(&slot::Slot, u64)> {
+        let bound = self.bound.as_ref()?;
+        if STAGED_SCOPES.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        Some((&bound.slot, bound.live.settled()?))
+    }
+
+    /// The instance now as kind `T`, owned (one reference count taken):
+    /// from this thread's `cache` when nothing was published since it was
+    /// last loaded here.
+    #[inline]
+    fn load<T: ?Sized + OfKind>(
+        &self,
+        cache: &'static LocalKey<LoadCache<T>>,
+    ) -> Result<Arc<T>, HandleError> {
+        if let Some((slot, epoch)) = self.settled_slot() {
+            let number = slot.number();
+            if let Ok(Some(instance)) = cache.try_with(|cache| cache.get(number, epoch)) {
+                return Ok(instance);
+            }
+            if let Some(instance) = slot.load().as_deref().and_then(T::of) {
+                // Not remembered when the thread is ending (no cache left).
+                let _ = cache.try_with(|cache| cache.put(number, epoch, instance));
+                return Ok(instance.clone());
+            }
+        }
+        self.load_slow()
+    }
+
+    /// [`Target::load`] the general way.
+    #[cold]
+    #[inline(never)]
+    fn load_slow<T: ?Sized + OfKind>(&self) -> Result<Arc<T>, HandleError> {
+        match self.borrow()?.as_deref().and_then(T::of) {
+            Some(instance) => Ok(instance.clone()),
+            None => Err(self.wrong_kind(T::WHAT)),
+        }
+    }
+
+    /// The instance now as kind `T`, borrowed (no reference count taken).
+    #[inline]
+    fn borrow_as<T: ?Sized + OfKind>(&self) -> Result<Borrowed<T>, HandleError> {
+        if let Some((slot, _)) = self.settled_slot() {
+            if let Some(borrowed) = Borrowed::new(slot.load()) {
+                return Ok(borrowed);
+            }
+        }
+        self.borrow_as_slow()
+    }
+
+    /// [`Target::borrow_as`] the general way.
+    #[cold]
+    #[inline(never)]
+    fn borrow_as_slow<T: ?Sized + OfKind>(&self) -> Result<Borrowed<T>, HandleError> {
+        Borrowed::new(self.borrow()?).ok_or_else(|| self.wrong_kind(T::WHAT))
+    }
+
     /// The instance now, borrowed from the slot (or owned, from the
     /// generation being built).
-    #[inline]
     fn borrow(&self) -> Result<borrowed::Held, HandleError> {
         let bound = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
         if let Some(instance) = staged(&bound.key) {
@@ -330,10 +398,10 @@ macro_rules! typed_handle {
             /// reference count taken).
             #[inline]
             pub fn load(&self) -> Result<Arc<dyn $trait>, HandleError> {
-                match self.0.borrow()?.as_deref() {
-                    Some(Instance::$variant(instance)) => Ok(instance.clone()),
-                    _ => Err(self.0.wrong_kind($what)),
+                thread_local! {
+                    static CACHE: LoadCache<dyn $trait> = const { LoadCache::new() };
                 }
+                self.0.load(&CACHE)
             }
 
             /// The current instance, borrowed for one call without taking
@@ -342,13 +410,7 @@ macro_rules! typed_handle {
             /// instead across long waits.
             #[inline]
             pub fn borrow(&self) -> Result<Borrowed<dyn $trait>, HandleError> {
-                fn project(instance: &Instance) -> Option<&(dyn $trait + 'static)> {
-                    match instance {
-                        Instance::$variant(instance) => Some(&**instance),
-                        _ => None,
-                    }
-                }
-                Borrowed::new(self.0.borrow()?, project).ok_or_else(|| self.0.wrong_kind($what))
+                self.0.borrow_as()
             }
 
             /// The component this handle points to, once injected.
@@ -359,6 +421,18 @@ macro_rules! typed_handle {
             /// Whether the handle has been injected.
             pub fn is_bound(&self) -> bool {
                 self.0.bound.is_some()
+            }
+        }
+
+        impl OfKind for dyn $trait {
+            const WHAT: &'static str = $what;
+
+            #[inline]
+            fn of(instance: &Instance) -> Option<&Arc<Self>> {
+                match instance {
+                    Instance::$variant(instance) => Some(instance),
+                    _ => None,
+                }
             }
         }
 

@@ -22,12 +22,15 @@ use crate::component::ComponentKey;
 #[derive(Debug)]
 pub(crate) struct Slot {
     instance: ArcSwapOption<Instance>,
+    /// Unique in the process: the slot's entry in load caches.
+    number: u64,
 }
 
 impl Slot {
     fn new(instance: Option<&Instance>) -> Self {
         Self {
             instance: ArcSwapOption::new(instance.cloned().map(Arc::new)),
+            number: super::load_cache::slot_number(),
         }
     }
 
@@ -35,6 +38,12 @@ impl Slot {
     #[inline]
     pub(crate) fn load(&self) -> arc_swap::Guard<Option<Arc<Instance>>> {
         self.instance.load()
+    }
+
+    /// The slot's number, unique in the process.
+    #[inline]
+    pub(crate) fn number(&self) -> u64 {
+        self.number
     }
 
     /// Points the slot at `instance`, unless it already holds that very
