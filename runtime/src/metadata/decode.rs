@@ -52,16 +52,23 @@ pub fn decode_for_validation<T: DeserializeOwned>(
     for field in injected {
         map.insert(field.clone(), Value::String(PLACEHOLDER.to_string()));
     }
-    decode_with::<T>(&map, true).map(|_| ())
+    decode_value::<T>(&Value::Object(map), true).map(|_| ())
 }
 
 fn decode_with<T: DeserializeOwned>(
     map: &Map<String, Value>,
     placeholders: bool,
 ) -> Result<T, MetadataError> {
-    let value = Value::Object(map.clone());
+    decode_value(&Value::Object(map.clone()), placeholders)
+}
+
+/// Decodes the object `value` into `T` (see [`Lenient`]).
+fn decode_value<T: DeserializeOwned>(
+    value: &Value,
+    placeholders: bool,
+) -> Result<T, MetadataError> {
     let unknown = std::cell::RefCell::new(None);
-    let deserializer = Lenient::new(&value, placeholders, &unknown);
+    let deserializer = Lenient::new(value, placeholders, &unknown);
     serde_path_to_error::deserialize(deserializer).map_err(|err| {
         if let Some(found) = unknown.borrow_mut().take() {
             return found;

@@ -23,7 +23,9 @@ pub use render::GraphFormat;
 pub struct DependencyGraph {
     graph: Arc<StableDiGraph<ComponentKey, ()>>,
     nodes: Arc<BTreeMap<ComponentKey, NodeIndex>>,
-    types: Arc<BTreeMap<ComponentKey, String>>,
+    /// Each node's configured type, by node index (nodes are never
+    /// removed, so indices are dense).
+    types: Arc<Vec<String>>,
 }
 
 impl DependencyGraph {
@@ -32,19 +34,28 @@ impl DependencyGraph {
     pub fn build(config: &Config) -> Self {
         let mut graph = StableDiGraph::default();
         let mut nodes = BTreeMap::new();
-        for key in config.components.keys() {
-            nodes.insert(key.clone(), graph.add_node(key.clone()));
-        }
-        let types = config
-            .components
-            .iter()
-            .map(|(key, spec)| (key.clone(), spec.type_name.clone()))
-            .collect();
+        let mut types = Vec::with_capacity(config.components.len());
         for (key, spec) in &config.components {
-            for dependency in spec.dependencies() {
-                if let (Some(&from), Some(&to)) = (nodes.get(&dependency), nodes.get(key)) {
-                    graph.add_edge(from, to, ());
+            nodes.insert(key.clone(), graph.add_node(key.clone()));
+            types.push(spec.type_name.clone());
+        }
+        for (key, spec) in &config.components {
+            let Some(&user) = nodes.get(key) else {
+                continue;
+            };
+            // One edge per pair, however often it is referenced.
+            let mut link = |dependency: &ComponentKey| {
+                if let Some(&from) = nodes.get(dependency) {
+                    if !graph.contains_edge(from, user) {
+                        graph.add_edge(from, user, ());
+                    }
                 }
+            };
+            for reference in &spec.component_refs {
+                link(&reference.key);
+            }
+            for reference in spec.injected_refs() {
+                link(&reference.store());
             }
         }
         Self {
@@ -52,6 +63,12 @@ impl DependencyGraph {
             nodes: Arc::new(nodes),
             types: Arc::new(types),
         }
+    }
+
+    /// The configured type of `key`.
+    fn type_of(&self, key: &ComponentKey) -> Option<&str> {
+        let node = self.nodes.get(key)?;
+        self.types.get(node.index()).map(String::as_str)
     }
 
     /// What `key` depends on directly.

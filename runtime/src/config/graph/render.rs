@@ -22,7 +22,7 @@ impl DependencyGraph {
         let order = self.start_order();
         let id = |key: &ComponentKey| order.iter().position(|k| k == key).unwrap_or_default();
         let label = |key: &ComponentKey| {
-            let type_name = self.types.get(key).map(String::as_str).unwrap_or_default();
+            let type_name = self.type_of(key).unwrap_or_default();
             (key.to_string(), type_name.to_string())
         };
         let mut out = String::new();
