@@ -3,7 +3,7 @@
 
 mod render;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use petgraph::algo::tarjan_scc;
@@ -33,19 +33,22 @@ impl DependencyGraph {
     /// out (validation reports them).
     pub fn build(config: &Config) -> Self {
         let mut graph = StableDiGraph::default();
-        let mut nodes = BTreeMap::new();
         let mut types = Vec::with_capacity(config.components.len());
+        // Found by hash while linking: one hash per reference instead of a
+        // dozen key comparisons through a tree.
+        let mut index: HashMap<&ComponentKey, NodeIndex> =
+            HashMap::with_capacity(config.components.len());
         for (key, spec) in &config.components {
-            nodes.insert(key.clone(), graph.add_node(key.clone()));
+            index.insert(key, graph.add_node(key.clone()));
             types.push(spec.type_name.clone());
         }
         for (key, spec) in &config.components {
-            let Some(&user) = nodes.get(key) else {
+            let Some(&user) = index.get(key) else {
                 continue;
             };
             // One edge per pair, however often it is referenced.
             let mut link = |dependency: &ComponentKey| {
-                if let Some(&from) = nodes.get(dependency) {
+                if let Some(&from) = index.get(dependency) {
                     if !graph.contains_edge(from, user) {
                         graph.add_edge(from, user, ());
                     }
@@ -58,6 +61,12 @@ impl DependencyGraph {
                 link(&reference.store());
             }
         }
+        // In key order already: built in bulk.
+        let nodes = config
+            .components
+            .keys()
+            .map(|key| (key.clone(), index[key]))
+            .collect();
         Self {
             graph: Arc::new(graph),
             nodes: Arc::new(nodes),
