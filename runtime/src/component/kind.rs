@@ -2,6 +2,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::Arc;
 
 /// The kind of a component, written as in configuration (`state`,
 /// `config_store`...). Kinds order by that spelling.
@@ -22,7 +23,7 @@ pub enum Kind {
     /// `pubsub` (Layotto: `pub_subs`): a [`PubSub`](crate::PubSub) broker.
     PubSub,
     /// Any other kind: a plain [`Component`](crate::Component).
-    Custom(String),
+    Custom(Arc<str>),
 }
 
 impl Kind {
@@ -61,7 +62,7 @@ impl Kind {
             "sequencer" => Kind::Sequencer,
             "file" => Kind::File,
             "pubsub" | "pub_subs" => Kind::PubSub,
-            other => Kind::Custom(other.to_string()),
+            other => Kind::Custom(Arc::from(other)),
         }
     }
 }
@@ -93,7 +94,7 @@ impl From<&Kind> for Kind {
 impl From<Kind> for String {
     fn from(kind: Kind) -> Self {
         match kind {
-            Kind::Custom(kind) => kind,
+            Kind::Custom(kind) => kind.to_string(),
             built_in => built_in.as_str().to_string(),
         }
     }

@@ -82,7 +82,7 @@ pub fn dapr_component_type(kind: &Kind, type_name: &str) -> String {
         Kind::Sequencer => "sequencer",
         Kind::File => "file",
         Kind::PubSub => "pubsub",
-        Kind::Custom(custom) => custom,
+        Kind::Custom(custom) => custom.as_ref(),
     };
     format!("{category}.{type_name}")
 }

@@ -18,13 +18,17 @@ const CHAIN: &str = r#"{"components": {
     "custom": {"svc": {"componentRef": [{"type": "state", "name": "orders"}, {"type": "config_store", "name": "cfg"}]}}
 }}"#;
 
-#[test]
-fn levels_put_stores_first() {
-    let levels = graph(CHAIN).levels();
-    let names: Vec<Vec<String>> = levels
+/// Each level's keys, written.
+fn written(levels: &[Vec<ComponentKey>]) -> Vec<Vec<String>> {
+    levels
         .iter()
         .map(|l| l.iter().map(ToString::to_string).collect())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn levels_put_stores_first() {
+    let names = written(&graph(CHAIN).levels());
     assert_eq!(
         names,
         vec![
@@ -99,11 +103,7 @@ fn render_lists_stores_before_users() {
 fn levels_within_a_set_count_only_what_it_depends_on_inside_the_set() {
     let g = graph(CHAIN);
     let impact = g.with_dependents(&BTreeSet::from([key("config_store/cfg")]));
-    let names: Vec<Vec<String>> = g
-        .levels_within(&impact)
-        .iter()
-        .map(|l| l.iter().map(ToString::to_string).collect())
-        .collect();
+    let names = written(&g.levels_within(&impact));
     // `svc` references `cfg` directly and through `orders`: once each
     // level, after both.
     assert_eq!(
