@@ -74,6 +74,12 @@ impl DependencyGraph {
         }
     }
 
+    /// Whether `other` is this very graph, shared (not an equal copy).
+    #[cfg(test)]
+    pub(crate) fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.graph, &other.graph)
+    }
+
     /// The configured type of `key`.
     fn type_of(&self, key: &ComponentKey) -> Option<&str> {
         let node = self.nodes.get(key)?;

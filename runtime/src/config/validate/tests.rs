@@ -225,3 +225,103 @@ fn a_misspelled_ref_target_gets_the_closest_declared_component_of_its_kind() {
         assert!(found.iter().any(|p| p == line), "missing {line:?} in {found:?}");
     }
 }
+
+/// The problems of `next` validated as a reload of the valid `running`.
+fn reload_problems(running: &str, next: &str) -> Vec<String> {
+    let registry = registry();
+    let parsed = |text: &str| parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let running = validate(parsed(running), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let next = parsed(next);
+    let diff = ConfigDiff::for_reload(&running.config, &next);
+    match validate_reload(next, &registry, &running, &diff) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    }
+}
+
+const RUNNING: &str = r#"{"components": {
+    "secret_store": {"env": {}},
+    "state": {
+        "orders": {"type": "redis", "metadata": {"redisHost": "h"},
+            "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}]},
+        "other": {"type": "memory"}
+    }
+}}"#;
+
+#[test]
+fn a_reload_rejects_a_store_gone_from_under_an_unchanged_user() {
+    let found = reload_problems(
+        RUNNING,
+        r#"{"components": {"state": {
+            "orders": {"type": "redis", "metadata": {"redisHost": "h"},
+                "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}]},
+            "other": {"type": "memory"}
+        }}}"#,
+    );
+    assert_eq!(
+        found,
+        ["state/orders: secretRef[0]: references `secret_store/env`, which is not declared"]
+    );
+}
+
+#[test]
+fn a_reload_rejects_scopes_that_shut_out_an_unchanged_user() {
+    let found = reload_problems(
+        RUNNING,
+        r#"{"components": {
+            "secret_store": {"env": {"scopes": ["state/other"]}},
+            "state": {
+                "orders": {"type": "redis", "metadata": {"redisHost": "h"},
+                    "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}]},
+                "other": {"type": "memory"}
+            }
+        }}"#,
+    );
+    assert_eq!(
+        found,
+        ["state/orders: secretRef[0]: `secret_store/env` may not be referenced by `state/orders` (its scopes allow: state/other)"]
+    );
+}
+
+#[test]
+fn a_reload_checks_what_changed_and_what_it_makes_of_the_graph() {
+    // A changed component is checked in full.
+    let changed = r#"{"components": {
+        "secret_store": {"env": {}},
+        "state": {
+            "orders": {"type": "redis", "metadata": {"redisHots": "h"},
+                "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}]},
+            "other": {"type": "memory"}
+        }
+    }}"#;
+    let found = reload_problems(RUNNING, changed);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("state/orders: "), "{found:?}");
+    // A new reference that closes a cycle is found in the rebuilt graph.
+    let cycle = r#"{"components": {
+        "secret_store": {"env": {"componentRef": [{"type": "state", "name": "orders"}]}},
+        "state": {
+            "orders": {"type": "redis", "metadata": {"redisHost": "h"},
+                "secretRef": [{"store": "env", "name": "n", "key": "k", "injectAs": "redisPassword"}]},
+            "other": {"type": "memory"}
+        }
+    }}"#;
+    let found = reload_problems(RUNNING, cycle);
+    assert!(
+        found.iter().any(|p| p.contains("reference cycle")),
+        "{found:?}"
+    );
+    // Unchanged: valid, and the running graph is kept.
+    assert!(reload_problems(RUNNING, RUNNING).is_empty());
+}
+
+#[test]
+fn an_unchanged_reload_keeps_the_running_graph() {
+    let registry = registry();
+    let config = parse(RUNNING.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let running = validate(config.clone(), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let diff = ConfigDiff::for_reload(&running.config, &config);
+    let next =
+        validate_reload(config, &registry, &running, &diff).unwrap_or_else(|p| panic!("{p}"));
+    assert!(next.graph.shares(&running.graph));
+}
