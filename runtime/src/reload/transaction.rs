@@ -136,8 +136,8 @@ impl Plan<'_> {
     }
 
     /// Components outside the impact set keep their very instance: the
-    /// running map is copied whole (no lookup per component), then the few the candidate removes, rewrites or
-    /// impacts are set apart.
+    /// running map is copied whole (no lookup per component), then the few
+    /// the candidate removes, rewrites or impacts are set apart.
     fn keep_unimpacted(&self, impact: &BTreeSet<ComponentKey>) -> Progress {
         let mut next = Components::clone(&self.current);
         for key in impact.iter().chain(&self.diff.removed) {

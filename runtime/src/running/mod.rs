@@ -203,11 +203,20 @@ impl RunningSet {
     }
 }
 
+/// From this many components on, a replaced running set is freed on a
+/// blocking thread; a smaller one is freed in place, which costs less than
+/// waking that thread.
+const FREED_ASIDE_FROM: usize = 1_000;
+
 /// Lets go of a replaced configuration, its layers and its map of
-/// components on a blocking thread: freeing a large one takes
+/// components; a large one on a blocking thread, since freeing it takes
 /// milliseconds the reload need not wait for. (Only the map: what it
 /// retired is drained and closed on its own schedule.)
 fn drop_aside(replaced: (Arc<ValidConfig>, RunningLayers, Arc<Components>)) {
+    if replaced.2.len() < FREED_ASIDE_FROM {
+        drop(replaced);
+        return;
+    }
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => drop(runtime.spawn_blocking(move || drop(replaced))),
         Err(_) => drop(replaced),
