@@ -13,7 +13,7 @@ use crate::component::ComponentKey;
 pub(crate) trait Members: Debug + Send + Sync {
     /// The instance of `key`.
     fn instance(&self, key: &ComponentKey) -> Option<&Instance>;
-    /// The configured `type` of `key` (empty when not described).
+    /// The configured `type` of `key` (none when not described).
     fn type_name(&self, key: &ComponentKey) -> Option<&str>;
     /// Every component, in key order.
     fn each(&self) -> Box<dyn Iterator<Item = (&ComponentKey, &Instance)> + '_>;
@@ -21,25 +21,19 @@ pub(crate) trait Members: Debug + Send + Sync {
     fn count(&self) -> usize;
 }
 
-/// One component of a generation that owns its map.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    pub(crate) instance: Instance,
-    /// Its `type`, as configured (empty in a staged generation).
-    pub(crate) type_name: String,
-}
-
-impl Members for BTreeMap<ComponentKey, Entry> {
+/// A generation's own map (a staged or an empty generation): instances
+/// with no configured type to describe.
+impl Members for BTreeMap<ComponentKey, Instance> {
     fn instance(&self, key: &ComponentKey) -> Option<&Instance> {
-        self.get(key).map(|entry| &entry.instance)
+        self.get(key)
     }
 
-    fn type_name(&self, key: &ComponentKey) -> Option<&str> {
-        self.get(key).map(|entry| entry.type_name.as_str())
+    fn type_name(&self, _key: &ComponentKey) -> Option<&str> {
+        None
     }
 
     fn each(&self) -> Box<dyn Iterator<Item = (&ComponentKey, &Instance)> + '_> {
-        Box::new(self.iter().map(|(key, entry)| (key, &entry.instance)))
+        Box::new(self.iter())
     }
 
     fn count(&self) -> usize {

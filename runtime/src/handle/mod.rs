@@ -73,20 +73,7 @@ impl Default for Generation {
 impl Generation {
     /// A generation holding `instances` (their types not described).
     pub(crate) fn new(number: u64, instances: BTreeMap<ComponentKey, Instance>) -> Self {
-        let entries: BTreeMap<ComponentKey, members::Entry> = instances
-            .into_iter()
-            .map(|(key, instance)| {
-                let type_name = String::new();
-                (
-                    key,
-                    members::Entry {
-                        instance,
-                        type_name,
-                    },
-                )
-            })
-            .collect();
-        Self::of(number, Arc::new(entries))
+        Self::of(number, Arc::new(instances))
     }
 
     /// A generation of `components`, shared as they are: each key with

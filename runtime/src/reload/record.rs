@@ -90,20 +90,14 @@ fn all_actions(
         .into_iter()
         .flat_map(|components| components.keys())
         .filter(|key| !actions.contains_key(key))
-        .map(|key| (written(key), Action::Unchanged));
+        .map(|key| (key.to_string(), Action::Unchanged));
     let mut all: Vec<(String, Action)> = kept.collect();
-    all.extend(actions.iter().map(|(key, action)| (written(key), *action)));
+    all.extend(
+        actions
+            .iter()
+            .map(|(key, action)| (key.to_string(), *action)),
+    );
     all.into_iter().collect()
-}
-
-/// `key` written `kind/name` (as its `Display`, without the formatter).
-fn written(key: &ComponentKey) -> String {
-    let (kind, name) = (key.kind.as_str(), key.name.as_str());
-    let mut out = String::with_capacity(kind.len() + 1 + name.len());
-    out.push_str(kind);
-    out.push('/');
-    out.push_str(name);
-    out
 }
 
 fn now_unix_ms() -> u64 {

@@ -226,14 +226,20 @@ fn a_misspelled_ref_target_gets_the_closest_declared_component_of_its_kind() {
     }
 }
 
-/// The problems of `next` validated as a reload of the valid `running`.
-fn reload_problems(running: &str, next: &str) -> Vec<String> {
+/// `running` validated, and `next` validated as a reload of it.
+fn reload(running: &str, next: &str) -> (ValidConfig, Result<ValidConfig, Problems>) {
     let registry = registry();
     let parsed = |text: &str| parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
     let running = validate(parsed(running), &registry).unwrap_or_else(|p| panic!("{p}"));
     let next = parsed(next);
     let diff = ConfigDiff::for_reload(&running.config, &next);
-    match validate_reload(next, &registry, &running, &diff) {
+    let result = validate_reload(next, &registry, &running, &diff);
+    (running, result)
+}
+
+/// The problems of `next` validated as a reload of the valid `running`.
+fn reload_problems(running: &str, next: &str) -> Vec<String> {
+    match reload(running, next).1 {
         Ok(_) => Vec::new(),
         Err(p) => p.iter().map(ToString::to_string).collect(),
     }
@@ -317,11 +323,7 @@ fn a_reload_checks_what_changed_and_what_it_makes_of_the_graph() {
 
 #[test]
 fn an_unchanged_reload_keeps_the_running_graph() {
-    let registry = registry();
-    let config = parse(RUNNING.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
-    let running = validate(config.clone(), &registry).unwrap_or_else(|p| panic!("{p}"));
-    let diff = ConfigDiff::for_reload(&running.config, &config);
-    let next =
-        validate_reload(config, &registry, &running, &diff).unwrap_or_else(|p| panic!("{p}"));
+    let (running, next) = reload(RUNNING, RUNNING);
+    let next = next.unwrap_or_else(|p| panic!("{p}"));
     assert!(next.graph.shares(&running.graph));
 }
