@@ -78,7 +78,7 @@ pub use registry::{
     RefRefused, Registry, ValidateMetadata,
 };
 #[doc(inline)]
-pub use reload::{Action, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
+pub use reload::{Action, Actions, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
 #[doc(inline)]
 pub use rewire_macros::Component;
 #[doc(inline)]

@@ -1,9 +1,11 @@
 //! The record of past reloads.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
 use serde::Serialize;
+
+use super::actions::Actions;
 
 /// What started a reload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -80,7 +82,7 @@ pub struct ReloadRecord {
     pub error: Option<String>,
     /// Per component (`kind/name`), what was done (or would have been, for a
     /// rolled-back reload).
-    pub actions: BTreeMap<String, Action>,
+    pub actions: Actions,
     /// How long it took, in milliseconds.
     pub duration_ms: u64,
     /// When it ended, in milliseconds since the Unix epoch.

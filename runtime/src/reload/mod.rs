@@ -11,6 +11,7 @@
 //! [`RunningSet`](crate::running::RunningSet), which it commits to; it
 //! knows nothing of triggers or of the runtime that drives it.
 
+mod actions;
 mod drain;
 mod history;
 pub(crate) mod queue;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+pub use actions::Actions;
 pub use history::{Action, Outcome, ReloadRecord, Trigger};
 pub use request::{ReloadError, ReloadRequest};
 

@@ -1,13 +1,14 @@
 //! Recording a reload: the record, the log lines, the history.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use imbl::OrdSet;
+
+use super::actions::Actions;
 use super::history::{Action, Outcome, ReloadRecord, Trigger};
 use super::Reloader;
 use crate::component::ComponentKey;
-use crate::running::Components;
 
 /// A reload being timed, until it is recorded.
 pub(super) struct Recording {
@@ -21,9 +22,9 @@ pub(super) struct Ending {
     /// The generation serving afterwards.
     pub(super) generation: u64,
     pub(super) actions: BTreeMap<ComponentKey, Action>,
-    /// The running set after it: each of its components `actions` do not
-    /// name was kept, unchanged.
-    pub(super) kept_from: Option<Arc<Components>>,
+    /// Every component serving after it (or that would have): each one
+    /// `actions` does not name was kept, unchanged.
+    pub(super) serving: OrdSet<ComponentKey>,
     /// Why it did not apply (scrubbed before it is kept).
     pub(super) error: Option<String>,
 }
@@ -46,7 +47,7 @@ impl Reloader {
             trigger: recording.trigger,
             outcome: ending.outcome,
             error: ending.error.map(|e| self.redactor.scrub(&e)),
-            actions: all_actions(ending.actions, ending.kept_from.as_deref()),
+            actions: Actions::new(ending.actions, ending.serving),
             duration_ms: u64::try_from(recording.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at_unix_ms: now_unix_ms(),
         };
@@ -70,7 +71,7 @@ impl Reloader {
             outcome: Outcome::Rejected,
             generation: self.running.generation_number(),
             actions: BTreeMap::new(),
-            kept_from: None,
+            serving: OrdSet::new(),
             error: Some(error.to_string()),
         };
         // Nothing ran: its duration is that of recording it, 0 ms.
@@ -78,26 +79,6 @@ impl Reloader {
         let _in_reload = span.enter();
         self.finish(Recording::start(trigger), ending);
     }
-}
-
-/// Every component's action, by its written key: `actions`, and
-/// `Unchanged` for each other component of `kept_from`.
-fn all_actions(
-    actions: BTreeMap<ComponentKey, Action>,
-    kept_from: Option<&Components>,
-) -> BTreeMap<String, Action> {
-    let kept = kept_from
-        .into_iter()
-        .flat_map(|components| components.keys())
-        .filter(|key| !actions.contains_key(key))
-        .map(|key| (key.to_string(), Action::Unchanged));
-    let mut all: Vec<(String, Action)> = kept.collect();
-    all.extend(
-        actions
-            .iter()
-            .map(|(key, action)| (key.to_string(), *action)),
-    );
-    all.into_iter().collect()
 }
 
 fn now_unix_ms() -> u64 {
@@ -108,7 +89,7 @@ fn now_unix_ms() -> u64 {
 }
 
 fn log_record(record: &ReloadRecord) {
-    for (component, action) in &record.actions {
+    for (component, action) in record.actions.acted() {
         if *action != Action::Unchanged {
             tracing::info!(component = %component, generation = record.generation, ?action, "Component reloaded.");
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use imbl::OrdSet;
 use tracing::Instrument;
 
 use super::drain::spawn_drain;
@@ -36,7 +37,7 @@ impl Reloader {
             outcome: Outcome::Rejected,
             generation: snapshot.generation,
             actions: BTreeMap::new(),
-            kept_from: None,
+            serving: OrdSet::new(),
             error: Some(match &error {
                 ReloadError::Invalid(problems) => problems.to_string(),
                 other => other.to_string(),
@@ -142,7 +143,7 @@ impl Reloader {
                 outcome: Outcome::RolledBack,
                 generation,
                 actions: failed.actions,
-                kept_from: None,
+                serving: failed.serving,
                 error: Some(failure_lines(&failed.failures)),
             };
             (ending, ReloadError::RolledBack(failed.failures))
@@ -156,6 +157,7 @@ impl Reloader {
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
+        let serving = prepared.components.key_set();
         let components = Arc::new(prepared.components);
         let generation = self.running.commit(Commit {
             config,
@@ -179,7 +181,7 @@ impl Reloader {
             },
             generation,
             actions: prepared.actions,
-            kept_from: Some(components),
+            serving,
             error: None,
         }
     }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use imbl::OrdSet;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -75,6 +76,8 @@ pub(crate) struct Prepared {
 pub(crate) struct Failed {
     pub(crate) failures: Vec<ComponentFailure>,
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
+    /// What would have served: those `actions` does not name were kept.
+    pub(crate) serving: OrdSet<ComponentKey>,
 }
 
 /// What a transaction goes from and to.
@@ -120,24 +123,27 @@ impl Plan<'_> {
             let failures = self.run_level(level, &mut progress, registry, cx).await;
             if !failures.is_empty() {
                 let mut actions = progress.actions;
-                for key in progress.next.keys() {
-                    actions.entry(key.clone()).or_insert(Action::Unchanged);
-                }
                 for failure in &failures {
                     if let Some(component) = &failure.component {
                         actions.insert(component.clone(), Action::Failed);
                     }
                 }
                 undo(progress.done, cx).await;
-                return Err(Failed { failures, actions });
+                let serving = progress.next.key_set();
+                return Err(Failed {
+                    failures,
+                    actions,
+                    serving,
+                });
             }
         }
         Ok(self.retire(progress))
     }
 
     /// Components outside the impact set keep their very instance: the
-    /// running map is copied whole (no lookup per component), then the few
-    /// the candidate removes, rewrites or impacts are set apart.
+    /// running map is shared whole (a persistent map: the copy costs
+    /// nothing), then the few the candidate removes, rewrites or impacts
+    /// are set apart, each copying one path of the tree.
     fn keep_unimpacted(&self, impact: &BTreeSet<ComponentKey>) -> Progress {
         let mut next = Components::clone(&self.current);
         for key in impact.iter().chain(&self.diff.removed) {
@@ -146,14 +152,15 @@ impl Plan<'_> {
         // Declared alike, written differently (scopes or ref order).
         for key in self.diff.rewritten.difference(impact) {
             let (Some(spec), Some(running)) =
-                (self.candidate.config.components.get(key), next.get_mut(key))
+                (self.candidate.config.components.get(key), next.get(key))
             else {
                 continue;
             };
-            *running = Arc::new(Running {
+            let rewritten = Arc::new(Running {
                 spec: spec.clone(),
                 assembled: running.assembled.clone(),
             });
+            next.insert(key.clone(), rewritten);
         }
         trace::instant_kept(next.iter().map(|(key, r)| (key, r.spec.type_name.as_str())));
         Progress {

@@ -4,6 +4,7 @@
 //! place: [`RunningSet::commit`].
 
 mod close;
+mod components;
 mod layers;
 mod start;
 mod status;
@@ -22,6 +23,7 @@ use crate::redact::Redactor;
 use crate::registry::Registry;
 
 pub(crate) use close::close_one;
+pub(crate) use components::Components;
 pub(crate) use layers::RunningLayers;
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
@@ -32,10 +34,6 @@ pub(crate) struct Running {
     pub(crate) spec: ComponentSpec,
     pub(crate) assembled: Assembled,
 }
-
-/// Running components by key, each shared (a reload copies the map, not
-/// the components it keeps).
-pub(crate) type Components = BTreeMap<ComponentKey, Arc<Running>>;
 
 /// A consistent view of the running set, for a reload to build on
 /// (shared, not copied).

@@ -49,7 +49,7 @@ impl WatchPlan {
         components: &Components,
     ) -> Self {
         let mut refs = Vec::new();
-        for (key, running) in components {
+        for (key, running) in components.watching() {
             for reference in running.spec.injected_refs().filter(InjectedRef::watch) {
                 refs.push(WatchedRef {
                     component: key.clone(),

@@ -200,7 +200,7 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
             actions: record
                 .actions
                 .iter()
-                .map(|(component, action)| (component.clone(), snake_case(action)))
+                .map(|(component, action)| (component.to_string(), snake_case(action)))
                 .collect(),
         }),
         Err(ReloadError::Invalid(problems)) => Ok(nack(

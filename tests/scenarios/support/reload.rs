@@ -225,7 +225,7 @@ pub fn actions(record: &ReloadRecord) -> Vec<(String, Action)> {
     record
         .actions
         .iter()
-        .map(|(k, a)| (k.clone(), *a))
+        .map(|(k, a)| (k.to_string(), *a))
         .collect()
 }
 

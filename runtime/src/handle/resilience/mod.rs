@@ -157,6 +157,10 @@ impl Policies {
         previous: &Policies,
     ) -> Self {
         let mut by_key = BTreeMap::new();
+        // The usual section targets no component: no walk of every key.
+        if section.components.is_empty() {
+            return Self { by_key };
+        }
         for key in keys {
             let Some(policies) = section.for_component(key) else {
                 continue;
