@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// The kind of a component, written as in configuration (`state`,
 /// `config_store`...). Kinds order by that spelling.
@@ -62,9 +62,38 @@ impl Kind {
             "sequencer" => Kind::Sequencer,
             "file" => Kind::File,
             "pubsub" | "pub_subs" => Kind::PubSub,
-            other => Kind::Custom(Arc::from(other)),
+            other => Kind::Custom(custom_name(other)),
         }
     }
+}
+
+/// At most this many custom kind names are shared process-wide, each at
+/// most [`SHARED_NAME_MAX`] bytes: what a client sends cannot grow the
+/// table past a few kilobytes. Others are allocated per key.
+const SHARED_NAMES_MAX: usize = 64;
+const SHARED_NAME_MAX: usize = 64;
+
+/// The name of custom kind `text`, shared by every key of that kind: keys
+/// of one kind then compare (and sort, and hash into the graph) without
+/// reading a string from every key.
+fn custom_name(text: &str) -> Arc<str> {
+    static SHARED: RwLock<Vec<Arc<str>>> = RwLock::new(Vec::new());
+    let find = |names: &[Arc<str>]| names.iter().find(|name| ***name == *text).cloned();
+    if let Some(name) = find(&SHARED.read().unwrap_or_else(|p| p.into_inner())) {
+        return name;
+    }
+    let name: Arc<str> = Arc::from(text);
+    if text.len() > SHARED_NAME_MAX {
+        return name;
+    }
+    let mut shared = SHARED.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(raced) = find(&shared) {
+        return raced;
+    }
+    if shared.len() < SHARED_NAMES_MAX {
+        shared.push(name.clone());
+    }
+    name
 }
 
 impl From<&str> for Kind {
@@ -120,6 +149,12 @@ impl PartialEq<&str> for Kind {
 
 impl Ord for Kind {
     fn cmp(&self, other: &Self) -> Ordering {
+        // Keys of one kind, parsed together, share its name.
+        if let (Kind::Custom(a), Kind::Custom(b)) = (self, other) {
+            if Arc::ptr_eq(a, b) {
+                return Ordering::Equal;
+            }
+        }
         self.as_str().cmp(other.as_str())
     }
 }
@@ -157,5 +192,35 @@ mod tests {
         kinds.sort();
         let spelled: Vec<&str> = kinds.iter().map(Kind::as_str).collect();
         assert_eq!(spelled, ["binding", "config_store", "state"]);
+    }
+
+    fn shares(a: &Kind, b: &Kind) -> bool {
+        matches!((a, b), (Kind::Custom(a), Kind::Custom(b)) if Arc::ptr_eq(a, b))
+    }
+
+    #[test]
+    fn a_custom_kind_name_is_shared_within_bounds() {
+        assert!(shares(
+            &Kind::parse("acme.widget"),
+            &Kind::parse("acme.widget")
+        ));
+        let long = "k".repeat(SHARED_NAME_MAX + 1);
+        assert!(!shares(&Kind::parse(&long), &Kind::parse(&long)));
+        // However many names a client makes up, the table stays bounded;
+        // each kind still parses and compares as written.
+        for i in 0..SHARED_NAMES_MAX * 2 {
+            let kind = Kind::parse(&format!("made-up-{i}"));
+            assert_eq!(kind.as_str(), format!("made-up-{i}"));
+        }
+        let table_full = Kind::parse("after.the.table.is.full");
+        assert!(!shares(
+            &table_full,
+            &Kind::parse("after.the.table.is.full")
+        ));
+        assert_eq!(table_full, Kind::parse("after.the.table.is.full"));
+        assert_eq!(
+            table_full.cmp(&Kind::parse("after.the.table.is.full")),
+            Ordering::Equal
+        );
     }
 }

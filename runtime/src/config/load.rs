@@ -10,7 +10,7 @@ use super::model::{Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use super::raw::{RawComponent, RawFile};
 use super::validate::{validate_declared, ValidConfig};
-use crate::component::ComponentKey;
+use crate::component::{ComponentKey, Kind};
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::metadata::{decode, MetadataError};
 use crate::problem::{Problem, Problems};
@@ -282,8 +282,9 @@ fn parse_kind(
         problems.push(Problem::file("components: a kind must not be empty"));
         return;
     }
+    let kind = Kind::parse(kind);
     for (name, body) in named {
-        let key = ComponentKey::new(kind, &name);
+        let key = ComponentKey::new(kind.clone(), &name);
         if name.is_empty() || name.contains('/') {
             problems.push(Problem::component(
                 &key,

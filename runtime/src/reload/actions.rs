@@ -35,7 +35,8 @@ impl Actions {
 
     /// The action on `component` (`kind/name`), if the reload concerned it.
     pub fn get(&self, component: &str) -> Option<&Action> {
-        let (kind, name) = component.split_once('/')?;
+        // A name never contains `/` but a custom kind may.
+        let (kind, name) = component.rsplit_once('/')?;
         let key = ComponentKey::new(kind, name);
         self.acted
             .get(&key)
@@ -160,17 +161,17 @@ mod tests {
     use super::*;
 
     fn key(text: &str) -> ComponentKey {
-        let (kind, name) = text.split_once('/').unwrap();
+        let (kind, name) = text.rsplit_once('/').unwrap();
         ComponentKey::new(kind, name)
     }
 
-    /// Serving a, c, d; acted: b removed, c updated.
+    /// Serving a, c, d and acme/x/e; acted: b removed, c updated.
     fn sample() -> Actions {
         let acted = BTreeMap::from([
             (key("state/b"), Action::Removed),
             (key("state/c"), Action::UpdatedInPlace),
         ]);
-        let serving = ["state/a", "state/c", "state/d"]
+        let serving = ["state/a", "state/c", "state/d", "acme/x/e"]
             .into_iter()
             .map(key)
             .collect();
@@ -187,14 +188,16 @@ mod tests {
         assert_eq!(
             all,
             [
+                ("acme/x/e".to_string(), Action::Unchanged),
                 ("state/a".to_string(), Action::Unchanged),
                 ("state/b".to_string(), Action::Removed),
                 ("state/c".to_string(), Action::UpdatedInPlace),
                 ("state/d".to_string(), Action::Unchanged),
             ]
         );
-        assert_eq!(actions.len(), 4);
+        assert_eq!(actions.len(), 5);
         assert_eq!(actions.get("state/a"), Some(&Action::Unchanged));
+        assert_eq!(actions.get("acme/x/e"), Some(&Action::Unchanged));
         assert_eq!(actions["state/c"], Action::UpdatedInPlace);
         assert_eq!(actions.get("state/e"), None);
         assert_eq!(actions.get("no-slash"), None);
@@ -207,7 +210,7 @@ mod tests {
         let json = serde_json::to_value(sample()).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"state/a": "unchanged", "state/b": "removed",
+            serde_json::json!({"acme/x/e": "unchanged", "state/a": "unchanged", "state/b": "removed",
                                "state/c": "updated_in_place", "state/d": "unchanged"})
         );
         assert_eq!(format!("{:?}", Actions::default()), "{}");
