@@ -1,5 +1,6 @@
 //! Where generations are published, with a notification on every publish.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
@@ -47,7 +48,19 @@ impl Live {
     }
 
     /// Publishes `generation`: every handle resolves in it from now on.
-    pub(crate) fn publish(&self, mut generation: Generation) {
+    pub(crate) fn publish(&self, generation: Generation) {
+        self.publish_changed(generation, None);
+    }
+
+    /// Publishes `generation`, whose instances differ from the generation
+    /// published before only for the keys of `changed` (`None`: any key
+    /// may differ). A reload names what it acted on, so republishing costs
+    /// in proportion to that, not to every handle.
+    pub(crate) fn publish_changed(
+        &self,
+        mut generation: Generation,
+        changed: Option<&BTreeSet<ComponentKey>>,
+    ) {
         // Policies follow the section; unchanged breakers keep their state.
         generation.policies = super::resilience::Policies::build(
             &generation.sections.resiliency,
@@ -58,8 +71,9 @@ impl Live {
         let generation = Arc::new(generation);
         // Before the notification: whoever is told finds every handle
         // already resolving in the new generation.
-        self.slots
-            .publish(&generation, || self.current.store(generation.clone()));
+        self.slots.publish(&generation, changed, || {
+            self.current.store(generation.clone())
+        });
         self.published.send_replace(number);
     }
 

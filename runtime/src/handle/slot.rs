@@ -9,7 +9,7 @@
 //! instead, and a reader that saw a new slot value sees at least that
 //! odd epoch afterwards (the slot is stored after the epoch).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -61,18 +61,37 @@ impl Slot {
     }
 }
 
-/// Every slot handed out, by key, and the publish epoch; a slot no handle
-/// holds any more is forgotten at the next publish.
+/// Every slot handed out, by key, and the publish epoch.
 #[derive(Debug, Default)]
 pub(crate) struct Slots {
-    by_key: Mutex<HashMap<ComponentKey, Weak<Slot>>>,
+    by_key: Mutex<ByKey>,
     /// Even while the slots match the published generation; odd while a
     /// publish changes them.
     epoch: AtomicU64,
 }
 
+/// The slots by key. A slot no handle holds any more is forgotten at the
+/// next whole publish, or when new slots have doubled the map since the
+/// last sweep: the map stays within twice the live slots (plus a few).
+#[derive(Debug, Default)]
+struct ByKey {
+    slots: HashMap<ComponentKey, Weak<Slot>>,
+    /// The size at which a new slot first sweeps out the dead ones.
+    sweep_at: usize,
+}
+
+/// The smallest map that is ever swept on a new slot.
+const SWEEP_FROM: usize = 64;
+
+impl ByKey {
+    fn sweep(&mut self) {
+        self.slots.retain(|_, slot| slot.strong_count() > 0);
+        self.sweep_at = (self.slots.len() * 2).max(SWEEP_FROM);
+    }
+}
+
 impl Slots {
-    fn by_key(&self) -> MutexGuard<'_, HashMap<ComponentKey, Weak<Slot>>> {
+    fn by_key(&self) -> MutexGuard<'_, ByKey> {
         self.by_key.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -86,29 +105,132 @@ impl Slots {
     /// `current` when new.
     pub(crate) fn slot(&self, key: &ComponentKey, current: &Generation) -> Arc<Slot> {
         let mut by_key = self.by_key();
-        if let Some(slot) = by_key.get(key).and_then(Weak::upgrade) {
+        if let Some(slot) = by_key.slots.get(key).and_then(Weak::upgrade) {
             return slot;
         }
+        if by_key.slots.len() >= by_key.sweep_at {
+            by_key.sweep();
+        }
         let slot = Arc::new(Slot::new(current.get(key)));
-        by_key.insert(key.clone(), Arc::downgrade(&slot));
+        by_key.slots.insert(key.clone(), Arc::downgrade(&slot));
         slot
     }
 
     /// Runs `store` (which stores the new generation) with the epoch odd,
-    /// then points every slot at its instance in `generation`; one publish
-    /// at a time, under the same lock as [`Slots::slot`], so a slot made
-    /// meanwhile is never left behind.
-    pub(crate) fn publish(&self, generation: &Generation, store: impl FnOnce()) {
+    /// then points the slots at their instances in `generation`: those of
+    /// `changed` (every key whose instance may differ from the generation
+    /// published before), or every slot when `changed` is `None`. One
+    /// publish at a time, under the same lock as [`Slots::slot`], so a slot
+    /// made meanwhile is never left behind.
+    pub(crate) fn publish(
+        &self,
+        generation: &Generation,
+        changed: Option<&BTreeSet<ComponentKey>>,
+        store: impl FnOnce(),
+    ) {
         let mut by_key = self.by_key();
         self.epoch.fetch_add(1, Ordering::SeqCst);
         store();
-        by_key.retain(|key, slot| match slot.upgrade() {
-            Some(slot) => {
-                slot.set(generation.get(key));
-                true
+        match changed {
+            Some(changed) => {
+                for key in changed {
+                    if let Some(slot) = by_key.slots.get(key).and_then(Weak::upgrade) {
+                        slot.set(generation.get(key));
+                    }
+                }
             }
-            None => false,
-        });
+            None => {
+                by_key.slots.retain(|key, slot| match slot.upgrade() {
+                    Some(slot) => {
+                        slot.set(generation.get(key));
+                        true
+                    }
+                    None => false,
+                });
+                by_key.sweep_at = (by_key.slots.len() * 2).max(SWEEP_FROM);
+            }
+        }
         self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::component::Component;
+
+    #[derive(Debug)]
+    struct Plain;
+    impl Component for Plain {}
+
+    fn key(name: &str) -> ComponentKey {
+        ComponentKey::new("custom", name)
+    }
+
+    fn fresh() -> Instance {
+        Instance::Custom(Arc::new(Plain))
+    }
+
+    fn generation(instances: &[(&str, &Instance)]) -> Generation {
+        let map: BTreeMap<ComponentKey, Instance> = instances
+            .iter()
+            .map(|(name, instance)| (key(name), (*instance).clone()))
+            .collect();
+        Generation::new(1, map)
+    }
+
+    fn holds(slot: &Slot, instance: &Instance) -> bool {
+        slot.load()
+            .as_deref()
+            .is_some_and(|held| held.same_as(instance))
+    }
+
+    #[test]
+    fn a_publish_naming_what_changed_republishes_those_slots() {
+        let slots = Slots::default();
+        let (a, b) = (fresh(), fresh());
+        let first = generation(&[("a", &a), ("b", &b)]);
+        slots.publish(&first, None, || {});
+        let (slot_a, slot_b) = (slots.slot(&key("a"), &first), slots.slot(&key("b"), &first));
+        assert!(holds(&slot_a, &a) && holds(&slot_b, &b));
+
+        // `b` replaced, `c` added: named, so republished; `a` kept.
+        let (b2, c) = (fresh(), fresh());
+        let second = generation(&[("a", &a), ("b", &b2), ("c", &c)]);
+        let changed = BTreeSet::from([key("b"), key("c")]);
+        slots.publish(&second, Some(&changed), || {});
+        assert!(holds(&slot_a, &a));
+        assert!(holds(&slot_b, &b2));
+        assert!(holds(&slots.slot(&key("c"), &second), &c));
+
+        // `b` removed: its slot empties.
+        let third = generation(&[("a", &a), ("c", &c)]);
+        slots.publish(&third, Some(&BTreeSet::from([key("b")])), || {});
+        assert!(slot_b.load().is_none());
+        assert_eq!(slots.epoch() % 2, 0, "the epoch is even between publishes");
+    }
+
+    #[test]
+    fn slots_no_handle_holds_are_swept_as_new_ones_come() {
+        let slots = Slots::default();
+        let empty = generation(&[]);
+        let _kept: Vec<Arc<Slot>> = (0..10)
+            .map(|i| slots.slot(&key(&format!("kept-{i}")), &empty))
+            .collect();
+        // A client naming ever new components: each slot is let go at once.
+        for i in 0..10_000 {
+            drop(slots.slot(&key(&format!("gone-{i}")), &empty));
+        }
+        let held = slots.by_key().slots.len();
+        assert!(held <= SWEEP_FROM * 2, "{held} slots held for 10 live ones");
+        let names: Vec<ComponentKey> = (0..10).map(|i| key(&format!("kept-{i}"))).collect();
+        for name in &names {
+            assert!(
+                slots.by_key().slots.contains_key(name),
+                "a live slot was swept"
+            );
+        }
     }
 }

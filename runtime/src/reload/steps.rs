@@ -163,6 +163,7 @@ impl Reloader {
             config,
             layers,
             components: components.clone(),
+            acted_on: prepared.actions.keys().cloned().collect(),
             publish: changed,
         });
         let mut retired = prepared.retired;

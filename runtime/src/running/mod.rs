@@ -10,7 +10,7 @@ mod start;
 mod status;
 mod watch_plan;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -56,6 +56,9 @@ pub(crate) struct Commit {
     pub(crate) layers: RunningLayers,
     /// What runs from now on.
     pub(crate) components: Arc<Components>,
+    /// The components whose instance may differ from the running set's
+    /// (what the reload acted on): only their handles are republished.
+    pub(crate) acted_on: BTreeSet<ComponentKey>,
     /// Whether any instance or section changed: only then is a new
     /// generation published.
     pub(crate) publish: bool,
@@ -161,8 +164,10 @@ impl RunningSet {
         }
         let components = commit.components;
         if commit.publish || app_id_changed {
-            self.live
-                .publish(described(number, &commit.config, &components));
+            self.live.publish_changed(
+                described(number, &commit.config, &components),
+                Some(&commit.acted_on),
+            );
         }
         let replaced = std::mem::replace(
             &mut *state,
