@@ -7,10 +7,28 @@ use std::fmt;
 use std::iter::Peekable;
 
 use imbl::OrdSet;
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 
-use super::history::Action;
 use crate::component::ComponentKey;
+
+/// What a reload did to one component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Kept its very instance, untouched.
+    Unchanged,
+    /// The running instance took the new metadata in place.
+    UpdatedInPlace,
+    /// A new instance replaced the old one.
+    Rebuilt,
+    /// New component.
+    Added,
+    /// Component gone.
+    Removed,
+    /// Its new instance or in-place update failed: the reload rolled back.
+    Failed,
+}
 
 /// Per component, what a reload did: one entry for each component serving
 /// after it (or that would have, for a rolled-back reload) and for each it

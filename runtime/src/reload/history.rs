@@ -37,24 +37,6 @@ impl fmt::Display for Trigger {
     }
 }
 
-/// What a reload did to one component.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Kept its very instance, untouched.
-    Unchanged,
-    /// The running instance took the new metadata in place.
-    UpdatedInPlace,
-    /// A new instance replaced the old one.
-    Rebuilt,
-    /// New component.
-    Added,
-    /// Component gone.
-    Removed,
-    /// Its new instance or in-place update failed: the reload rolled back.
-    Failed,
-}
-
 /// How a reload ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -27,8 +27,8 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub use actions::Actions;
-pub use history::{Action, Outcome, ReloadRecord, Trigger};
+pub use actions::{Action, Actions};
+pub use history::{Outcome, ReloadRecord, Trigger};
 pub use request::{ReloadError, ReloadRequest};
 
 use crate::assemble::{ComponentFailure, StartTimeouts};

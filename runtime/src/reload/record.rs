@@ -5,8 +5,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use imbl::OrdSet;
 
-use super::actions::Actions;
-use super::history::{Action, Outcome, ReloadRecord, Trigger};
+use super::actions::{Action, Actions};
+use super::history::{Outcome, ReloadRecord, Trigger};
 use super::Reloader;
 use crate::component::ComponentKey;
 

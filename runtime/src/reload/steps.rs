@@ -7,8 +7,9 @@ use std::sync::Arc;
 use imbl::OrdSet;
 use tracing::Instrument;
 
+use super::actions::Action;
 use super::drain::spawn_drain;
-use super::history::{Action, Outcome, ReloadRecord};
+use super::history::{Outcome, ReloadRecord};
 use super::record::{Ending, Recording};
 use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};

@@ -14,7 +14,8 @@ use std::time::Instant;
 use tracing::field::Empty;
 use tracing::Span;
 
-use super::history::{Action, Outcome, ReloadRecord, Trigger};
+use super::actions::Action;
+use super::history::{Outcome, ReloadRecord, Trigger};
 use crate::component::ComponentKey;
 
 /// The root span of one reload: a new trace, whatever span is current.

@@ -9,7 +9,7 @@ use imbl::OrdSet;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::history::Action;
+use super::actions::Action;
 use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
