@@ -69,33 +69,11 @@ impl<T: ?Sized> LoadCache<T> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Weak};
 
-    use async_trait::async_trait;
-
+    use super::super::tests::{readers_never_go_back, Stamped};
     use super::super::{Generation, HandleError, Instance, Live, LiveGeneration, StateStoreHandle};
-    use crate::component::{Component, ComponentKey};
-    use crate::kinds::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError, StateStore};
-
-    /// A state store that knows the generation it was built for.
-    struct Stamped(u64);
-
-    #[async_trait]
-    impl Component for Stamped {}
-
-    #[async_trait]
-    impl StateStore for Stamped {
-        async fn get(&self, _: GetRequest) -> Result<Option<StateEntry>, StateError> {
-            Ok(None)
-        }
-        async fn set(&self, _: SetRequest) -> Result<(), StateError> {
-            Ok(())
-        }
-        async fn delete(&self, _: DeleteRequest) -> Result<(), StateError> {
-            Ok(())
-        }
-    }
+    use crate::component::ComponentKey;
 
     fn key(name: &str) -> ComponentKey {
         ComponentKey::new("state", name)
@@ -182,7 +160,6 @@ mod tests {
             .iter()
             .map(|name| StateStoreHandle::new(key(name), live.clone()))
             .collect();
-        let stop = AtomicBool::new(false);
         let stamp = |handle: &StateStoreHandle| {
             let store = handle.load().unwrap_or_else(|e| panic!("{e}"));
             let any: Arc<dyn std::any::Any + Send + Sync> = store;
@@ -190,33 +167,8 @@ mod tests {
                 .unwrap_or_else(|_| panic!("not a Stamped"))
                 .0
         };
-        std::thread::scope(|scope| {
-            let readers: Vec<_> = (0..2)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut newest = 0;
-                        let mut loads = 0u64;
-                        while !stop.load(Ordering::Relaxed) || loads == 0 {
-                            for handle in &handles {
-                                let seen = stamp(handle);
-                                assert!(seen >= newest, "saw {seen} after {newest}");
-                                newest = seen;
-                                loads += 1;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for number in 2..=300 {
-                publish(&live, number, &four);
-            }
-            stop.store(true, Ordering::Relaxed);
-            for reader in readers {
-                reader.join().unwrap_or_else(|_| panic!("a reader failed"));
-            }
+        readers_never_go_back(&handles, stamp, |number| {
+            publish(&live, number, &four);
         });
-        for handle in &handles {
-            assert_eq!(stamp(handle), 300);
-        }
     }
 }

@@ -10,12 +10,27 @@ use async_trait::async_trait;
 
 use super::{ComponentHandle, Generation, Instance, Live, LiveGeneration};
 use crate::component::{Component, ComponentKey};
+use crate::kinds::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError, StateStore};
 
-/// A component that knows the generation it was built for.
-struct Stamped(u64);
+/// A component (a state store, for typed handles) that knows the
+/// generation it was built for.
+pub(super) struct Stamped(pub(super) u64);
 
 #[async_trait]
 impl Component for Stamped {}
+
+#[async_trait]
+impl StateStore for Stamped {
+    async fn get(&self, _: GetRequest) -> Result<Option<StateEntry>, StateError> {
+        Ok(None)
+    }
+    async fn set(&self, _: SetRequest) -> Result<(), StateError> {
+        Ok(())
+    }
+    async fn delete(&self, _: DeleteRequest) -> Result<(), StateError> {
+        Ok(())
+    }
+}
 
 fn key(name: &str) -> ComponentKey {
     ComponentKey::new("custom", name)
@@ -76,6 +91,20 @@ fn loads_on_other_threads_never_see_an_older_generation_after_a_newer_one() {
         .iter()
         .map(|name| ComponentHandle::new(key(name), live.clone()))
         .collect();
+    readers_never_go_back(&handles, stamp, |number| {
+        publish(&live, number, &names);
+    });
+}
+
+/// While this thread publishes generations 2 to 300 (`publish`), two
+/// threads read every handle's generation (`stamp`) over and over: none
+/// ever sees an older generation after a newer one, and afterwards every
+/// handle, on this thread, sees the last.
+pub(super) fn readers_never_go_back<H: Sync>(
+    handles: &[H],
+    stamp: impl Fn(&H) -> u64 + Sync,
+    mut publish: impl FnMut(u64),
+) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let readers: Vec<_> = (0..2)
@@ -84,7 +113,7 @@ fn loads_on_other_threads_never_see_an_older_generation_after_a_newer_one() {
                     let mut newest = 0;
                     let mut loads = 0u64;
                     while !stop.load(Ordering::Relaxed) || loads == 0 {
-                        for handle in &handles {
+                        for handle in handles {
                             let seen = stamp(handle);
                             assert!(seen >= newest, "saw {seen} after {newest}");
                             newest = seen;
@@ -96,7 +125,7 @@ fn loads_on_other_threads_never_see_an_older_generation_after_a_newer_one() {
             })
             .collect();
         for number in 2..=300 {
-            publish(&live, number, &names);
+            publish(number);
         }
         stop.store(true, Ordering::Relaxed);
         for reader in readers {
@@ -104,8 +133,7 @@ fn loads_on_other_threads_never_see_an_older_generation_after_a_newer_one() {
             assert!(newest >= 1);
         }
     });
-    // Every handle, on this thread, sees the last generation.
-    for handle in &handles {
+    for handle in handles {
         assert_eq!(stamp(handle), 300);
     }
 }
