@@ -2,11 +2,11 @@
 //! components by kind, requests and their latency by API and store, and
 //! circuit breakers by component.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -28,18 +28,40 @@ struct KindLabels {
     kind: String,
 }
 
+/// Labels of one request: all but the store are fixed names, and the
+/// store's name is shared with the call, so counting a request copies no
+/// string.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    api: String,
-    method: String,
-    store: String,
-    code: String,
+    api: &'static str,
+    method: &'static str,
+    store: Option<Arc<str>>,
+    code: ResultCode,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
-    api: String,
-    method: String,
+    api: &'static str,
+    method: &'static str,
+}
+
+/// How a request ended, as its metric shows it: an HTTP status (`200`)
+/// or the name of a gRPC code (`NOT_FOUND`).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum ResultCode {
+    /// An HTTP status code.
+    Http(u16),
+    /// A gRPC code's name.
+    Grpc(&'static str),
+}
+
+impl EncodeLabelValue for ResultCode {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        match self {
+            Self::Http(status) => EncodeLabelValue::encode(status, encoder),
+            Self::Grpc(name) => EncodeLabelValue::encode(name, encoder),
+        }
+    }
 }
 
 /// The sidecar's metrics registry.
@@ -167,25 +189,22 @@ impl ApiMetrics {
     /// Records one API request.
     pub fn observe_request(
         &self,
-        api: &str,
-        method: &str,
-        store: &str,
-        code: &str,
+        api: &'static str,
+        method: &'static str,
+        store: Option<Arc<str>>,
+        code: ResultCode,
         elapsed: Duration,
     ) {
         self.requests
             .get_or_create(&RequestLabels {
-                api: api.into(),
-                method: method.into(),
-                store: store.into(),
-                code: code.into(),
+                api,
+                method,
+                store,
+                code,
             })
             .inc();
         self.request_seconds
-            .get_or_create(&LatencyLabels {
-                api: api.into(),
-                method: method.into(),
-            })
+            .get_or_create(&LatencyLabels { api, method })
             .observe(elapsed.as_secs_f64());
     }
 

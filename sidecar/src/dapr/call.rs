@@ -15,17 +15,24 @@ use rewire_runtime::{ComponentKey, Generation, Instance, Kind, Runtime};
 /// metric without bound: an unknown store leaves it empty. It also records
 /// whether a circuit breaker refused the call (gRPC answers `UNAVAILABLE`).
 #[derive(Debug, Clone, Default)]
-pub struct StoreLabel(Arc<(OnceLock<String>, AtomicBool)>);
+pub struct StoreLabel(Arc<(OnceLock<Arc<str>>, AtomicBool)>);
 
 impl StoreLabel {
     /// Records the store the call uses (the first one set wins).
     pub fn set(&self, store: &str) {
-        let _ = self.0 .0.set(store.to_string());
+        if self.0 .0.get().is_none() {
+            let _ = self.0 .0.set(Arc::from(store));
+        }
     }
 
     /// The store recorded, or `""`.
     pub fn get(&self) -> &str {
-        self.0 .0.get().map_or("", String::as_str)
+        self.0 .0.get().map_or("", |name| name)
+    }
+
+    /// The store recorded, shared (the metric keeps it without a copy).
+    pub fn name(&self) -> Option<Arc<str>> {
+        self.0 .0.get().cloned()
     }
 
     /// Whether a component's open circuit breaker refused the call.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
+use crate::metrics::ResultCode;
 use crate::{ApiMetrics, ApiState, ApiToken};
 
 /// Rejects a call that does not carry `token` in one of `headers` (when a
@@ -54,8 +55,8 @@ impl Interceptor for RequireToken {
         self.metrics.observe_request(
             "grpc",
             "Unauthenticated",
-            "",
-            "UNAUTHENTICATED",
+            None,
+            ResultCode::Grpc("UNAUTHENTICATED"),
             Duration::ZERO,
         );
         let header = self.headers.first().copied().unwrap_or_default();

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::status::code_name;
 use crate::dapr::{Call, StoreLabel};
+use crate::metrics::ResultCode;
 use crate::ApiState;
 
 /// The trace a call's `traceparent`/`tracestate` metadata continues
@@ -60,9 +61,13 @@ where
     });
     let code = result.as_ref().err().map_or(Code::Ok, Status::code);
     let store = label.get();
-    state
-        .metrics
-        .observe_request("grpc", method, store, code_name(code), started.elapsed());
+    state.metrics.observe_request(
+        "grpc",
+        method,
+        label.name(),
+        ResultCode::Grpc(code_name(code)),
+        started.elapsed(),
+    );
     if let Err(status) = &result {
         tracing::debug!(
             method,

@@ -3,48 +3,46 @@
 //! Lifecycle API does (without one, the app token); every other route needs
 //! the app token, when one is configured.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderMap;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::HttpError;
 use super::routes;
 use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
-use crate::{ApiOptions, ApiState, ApiToken};
+use crate::{ApiOptions, ApiToken};
 
 /// Where the admin token may come: its own header, or `dapr-api-token` as
 /// Dapr clients send tokens.
 const ADMIN_HEADERS: [&str; 2] = [ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER];
 
-/// Middleware: 401 unless the call carries the token its route needs (or
-/// none is set, or the route is a health probe).
-pub async fn require_token(
-    State(state): State<ApiState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The 401 answer to a call that lacks the token its route needs, or
+/// `None` when it may go on (no token is set, it carries the token, or the
+/// route is a health probe).
+pub fn refusal(options: &ApiOptions, request: &Request) -> Option<Response> {
     let path = request.uri().path();
     if routes::UNAUTHENTICATED.contains(&path) {
-        return next.run(request).await;
+        return None;
     }
     let admin = routes::ADMIN.contains(&path);
     let (token, headers, refusal) = if admin {
         (
-            admin_token(&state.options),
+            admin_token(options),
             &ADMIN_HEADERS[..],
             HttpError::AdminUnauthorized,
         )
     } else {
         (
-            state.options.app_token.as_ref(),
+            options.app_token.as_ref(),
             &[APP_TOKEN_HEADER][..],
             HttpError::Unauthorized,
         )
     };
     match token {
-        Some(token) if !presents(request.headers(), token, headers) => refusal.into_response(),
-        _ => next.run(request).await,
+        Some(token) if !presents(request.headers(), token, headers) => {
+            Some(refusal.into_response())
+        }
+        _ => None,
     }
 }
 

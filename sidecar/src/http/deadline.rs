@@ -1,21 +1,16 @@
 //! The longest a call may take (`request_timeout`): past it the call is
 //! abandoned and answered 504.
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use std::future::Future;
+use std::time::Duration;
+
 use axum::response::{IntoResponse, Response};
 
 use super::error::HttpError;
-use crate::ApiState;
 
-/// Middleware: 504 when the call outlives `request_timeout`.
-pub async fn within_timeout(
-    State(state): State<ApiState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let limit = state.options.request_timeout;
-    match tokio::time::timeout(limit, next.run(request)).await {
+/// `call`'s answer, or 504 when it outlives `limit`.
+pub async fn within(limit: Duration, call: impl Future<Output = Response>) -> Response {
+    match tokio::time::timeout(limit, call).await {
         Ok(response) => response,
         Err(_) => HttpError::Timeout(limit).into_response(),
     }

@@ -1,13 +1,14 @@
 //! HTTP: health, the Dapr state/secret/configuration/metadata routes,
 //! metrics and status.
 //!
-//! Every call goes through, outermost first: `observe` (request metrics),
-//! `auth` (the app token; the admin token for status and metrics), `deadline` (`request_timeout`), then its
-//! handler, which loads the generation serving once (a [`Call`](crate::dapr::Call)) and
-//! uses that snapshot throughout. Handlers are thin: they decode the
-//! request, run the shared Dapr operation ([`crate::dapr`]) and encode its
-//! answer or error. Bodies are limited to
-//! `max_request_bytes` (413). Errors are Dapr's JSON errors
+//! Every call goes through one middleware, `observe`, which in turn: opens
+//! its trace span, checks `auth` (the app token; the admin token for status
+//! and metrics), bounds it by `deadline` (`request_timeout`), runs its
+//! handler and records its metrics. A handler loads the generation serving
+//! once (a [`Call`](crate::dapr::Call)) and uses that snapshot throughout.
+//! Handlers are thin: they decode the request, run the shared Dapr
+//! operation ([`crate::dapr`]) and encode its answer or error. Bodies are
+//! limited to `max_request_bytes` (413). Errors are Dapr's JSON errors
 //! ([`HttpError`]); unknown routes, and known routes with another method,
 //! answer 404 `ERR_NOT_FOUND` (never a key lookup).
 
@@ -83,14 +84,6 @@ pub fn router(state: ApiState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(state.options.max_request_bytes))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            deadline::within_timeout,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_token,
-        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             observe::observe,

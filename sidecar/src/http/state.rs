@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header::{CONTENT_TYPE, ETAG, IF_MATCH};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -131,9 +132,12 @@ pub async fn get(
     let Some(entry) = entry else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    let mut headers = HeaderMap::new();
+    // Built in place: the stored bytes become the body without a copy, and
+    // the headers go straight into the response's own map.
+    let mut response = Response::new(Body::from(entry.data));
+    let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(etag) = HeaderValue::from_str(&entry.etag) {
+    if let Ok(etag) = HeaderValue::try_from(entry.etag) {
         headers.insert(ETAG, etag);
     }
     for (name, value) in &entry.metadata {
@@ -142,7 +146,7 @@ pub async fn get(
             headers.insert(name, value);
         }
     }
-    Ok((StatusCode::OK, headers, entry.data).into_response())
+    Ok(response)
 }
 
 /// `DELETE /v1.0/state/{store}/{key}`: deletes the key (only at the etag

@@ -119,6 +119,13 @@ where
 }
 
 /// Passes rewire's spans while tracing is on.
+///
+/// The answer is cached at each callsite (`always` or `never`) and the
+/// caches are rebuilt when tracing is switched ([`apply`]). A `sometimes`
+/// would be asked on every span, and would not keep the span from being
+/// made: with per-layer filters, only an interest of `never` from every
+/// layer stops the registry from creating it. A span no layer records
+/// then cost every API call and every Redis command a registry entry.
 struct WhenTracing;
 
 impl<S> Filter<S> for WhenTracing {
@@ -127,8 +134,8 @@ impl<S> Filter<S> for WhenTracing {
     }
 
     fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if is_trace_span(metadata) {
-            Interest::sometimes()
+        if is_trace_span(metadata) && is_enabled() {
+            Interest::always()
         } else {
             Interest::never()
         }
@@ -183,7 +190,10 @@ pub fn apply(settings: &TraceSettings) {
     let on = exporter.is_some();
     telemetry.sampler.set(settings.sampler);
     telemetry.exporter.send_replace(exporter);
-    telemetry.enabled.store(on, Ordering::Relaxed);
+    if telemetry.enabled.swap(on, Ordering::Relaxed) != on {
+        // Every callsite asks `WhenTracing` again.
+        tracing::callsite::rebuild_interest_cache();
+    }
     if on {
         tracing::info!(
             endpoint = settings.endpoint.as_deref().unwrap_or_default(),

@@ -10,6 +10,7 @@ use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Status};
 
 use super::live::LiveTls;
+use crate::metrics::ResultCode;
 use crate::ApiMetrics;
 
 /// A gRPC connection's peer: its address, and the certificate chain it
@@ -64,8 +65,8 @@ impl Interceptor for RequireClientCert {
                 self.metrics.observe_request(
                     "grpc",
                     "Unauthenticated",
-                    "",
-                    "UNAUTHENTICATED",
+                    None,
+                    ResultCode::Grpc("UNAUTHENTICATED"),
                     Duration::ZERO,
                 );
                 Err(Status::unauthenticated(reason))
