@@ -256,3 +256,22 @@ pub fn follow(runtime: &Runtime) -> Following {
         }
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    #[test]
+    fn no_trace_span_is_made_while_tracing_is_off() {
+        let subscriber = tracing_subscriber::registry().with(layer());
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!is_enabled(), "no test of this crate turns tracing on");
+            // With a `sometimes` interest the registry made this span (and
+            // every API call paid for it) although no layer recorded it.
+            assert!(tracing::info_span!("rewire.api").is_disabled());
+            assert!(tracing::info_span!("rewire.redis", db.system = "redis").is_disabled());
+        });
+    }
+}
