@@ -19,30 +19,45 @@ pub use render::GraphFormat;
 /// The components and who references whom. Never changed once built, so
 /// a clone shares it (a reload that changes no reference keeps the
 /// running graph).
+///
+/// Each key is held once: nodes are added in key order and never removed,
+/// so node `i` is `keys[i]`, and a key's node is found by binary search.
 #[derive(Debug, Clone, Default)]
 pub struct DependencyGraph {
-    graph: Arc<StableDiGraph<ComponentKey, ()>>,
-    nodes: Arc<BTreeMap<ComponentKey, NodeIndex>>,
-    /// Each node's configured type, by node index (nodes are never
-    /// removed, so indices are dense).
-    types: Arc<Vec<String>>,
+    graph: Arc<StableDiGraph<(), ()>>,
+    /// Every component, in key order; the index is the node's.
+    keys: Arc<Vec<ComponentKey>>,
+    /// Each node's configured type, by node index; one string per distinct
+    /// type, shared.
+    types: Arc<Vec<Arc<str>>>,
 }
 
 impl DependencyGraph {
     /// The graph of `config`. References to undeclared components are left
     /// out (validation reports them).
     pub fn build(config: &Config) -> Self {
-        let mut graph = StableDiGraph::default();
-        let mut types = Vec::with_capacity(config.components.len());
+        let components = &config.components;
+        // Sized up front, so the lists are not copied as they grow.
+        let edges = components
+            .values()
+            .map(|spec| spec.component_refs.len() + spec.injected_refs().count())
+            .sum();
+        let mut graph = StableDiGraph::with_capacity(components.len(), edges);
+        let mut keys = Vec::with_capacity(components.len());
+        let mut types = Vec::with_capacity(components.len());
+        let mut type_names: HashMap<&str, Arc<str>> = HashMap::new();
         // Found by hash while linking: one hash per reference instead of a
         // dozen key comparisons through a tree.
-        let mut index: HashMap<&ComponentKey, NodeIndex> =
-            HashMap::with_capacity(config.components.len());
-        for (key, spec) in &config.components {
-            index.insert(key, graph.add_node(key.clone()));
-            types.push(spec.type_name.clone());
+        let mut index: HashMap<&ComponentKey, NodeIndex> = HashMap::with_capacity(components.len());
+        for (key, spec) in components {
+            index.insert(key, graph.add_node(()));
+            keys.push(key.clone());
+            let type_name = type_names
+                .entry(spec.type_name.as_str())
+                .or_insert_with(|| Arc::from(spec.type_name.as_str()));
+            types.push(type_name.clone());
         }
-        for (key, spec) in &config.components {
+        for (key, spec) in components {
             let Some(&user) = index.get(key) else {
                 continue;
             };
@@ -61,17 +76,21 @@ impl DependencyGraph {
                 link(&reference.store());
             }
         }
-        // In key order already: built in bulk.
-        let nodes = config
-            .components
-            .keys()
-            .map(|key| (key.clone(), index[key]))
-            .collect();
         Self {
             graph: Arc::new(graph),
-            nodes: Arc::new(nodes),
+            keys: Arc::new(keys),
             types: Arc::new(types),
         }
+    }
+
+    /// The node of `key`.
+    fn node(&self, key: &ComponentKey) -> Option<NodeIndex> {
+        self.keys.binary_search(key).ok().map(NodeIndex::new)
+    }
+
+    /// The key of `node`.
+    fn key(&self, node: NodeIndex) -> &ComponentKey {
+        &self.keys[node.index()]
     }
 
     /// Whether `other` is this very graph, shared (not an equal copy).
@@ -82,8 +101,8 @@ impl DependencyGraph {
 
     /// The configured type of `key`.
     fn type_of(&self, key: &ComponentKey) -> Option<&str> {
-        let node = self.nodes.get(key)?;
-        self.types.get(node.index()).map(String::as_str)
+        let node = self.node(key)?;
+        self.types.get(node.index()).map(|name| &**name)
     }
 
     /// What `key` depends on directly.
@@ -111,13 +130,13 @@ impl DependencyGraph {
     }
 
     fn neighbours(&self, key: &ComponentKey, direction: Direction) -> Vec<ComponentKey> {
-        let Some(&node) = self.nodes.get(key) else {
+        let Some(node) = self.node(key) else {
             return Vec::new();
         };
         let mut out: Vec<ComponentKey> = self
             .graph
             .neighbors_directed(node, direction)
-            .map(|n| self.graph[n].clone())
+            .map(|n| self.key(n).clone())
             .collect();
         out.sort();
         out.dedup();
@@ -136,7 +155,7 @@ impl DependencyGraph {
                 }
             }
             let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
-            let Some(&start) = scc.iter().min_by_key(|n| &self.graph[**n]) else {
+            let Some(&start) = scc.iter().min_by_key(|n| self.key(**n)) else {
                 continue;
             };
             let self_loop = self.graph.contains_edge(start, start);
@@ -159,7 +178,7 @@ impl DependencyGraph {
             match candidates.pop() {
                 Some(next) if next == start => {
                     path.push(start);
-                    return path.into_iter().map(|n| self.graph[n].clone()).collect();
+                    return path.into_iter().map(|n| self.key(n).clone()).collect();
                 }
                 Some(next) if visited.insert(next) => {
                     path.push(next);
@@ -172,7 +191,7 @@ impl DependencyGraph {
                 }
             }
         }
-        vec![self.graph[start].clone(), self.graph[start].clone()]
+        vec![self.key(start).clone(), self.key(start).clone()]
     }
 
     /// Dependencies of `node` within `members`, in reverse key order (so
@@ -183,7 +202,7 @@ impl DependencyGraph {
             .neighbors_directed(node, Direction::Incoming)
             .filter(|n| members.contains(n))
             .collect();
-        deps.sort_by(|a, b| self.graph[*b].cmp(&self.graph[*a]));
+        deps.sort_by(|a, b| self.key(*b).cmp(self.key(*a)));
         deps.dedup();
         deps
     }
@@ -210,7 +229,7 @@ impl DependencyGraph {
             if levels.len() <= level {
                 levels.resize(level + 1, Vec::new());
             }
-            levels[level].push(self.graph[node].clone());
+            levels[level].push(self.key(node).clone());
         }
         for level in &mut levels {
             level.sort();
@@ -225,7 +244,7 @@ impl DependencyGraph {
     pub fn levels_within(&self, keys: &BTreeSet<ComponentKey>) -> Vec<Vec<ComponentKey>> {
         let members: BTreeMap<NodeIndex, &ComponentKey> = keys
             .iter()
-            .filter_map(|key| self.nodes.get(key).map(|&node| (node, key)))
+            .filter_map(|key| self.node(key).map(|node| (node, key)))
             .collect();
         let inside = |node: &NodeIndex| members.contains_key(node);
         // Kahn's order over the set: a member is placed once every
@@ -293,12 +312,12 @@ impl DependencyGraph {
 
     /// Number of components.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.keys.len()
     }
 
     /// Whether the graph has no component.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.keys.is_empty()
     }
 }
 
