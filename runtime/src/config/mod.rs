@@ -11,6 +11,7 @@ mod model;
 mod patch;
 mod raw;
 mod sources;
+mod specs;
 mod validate;
 
 pub use crate::problem::{Problem, Problems};
@@ -30,5 +31,6 @@ pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};
 pub use sources::ConfigSources;
+pub use specs::ComponentSpecs;
 pub(crate) use validate::validate_reload;
 pub use validate::{validate, ValidConfig};

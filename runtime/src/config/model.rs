@@ -1,11 +1,10 @@
 //! The typed configuration, after aliases are resolved.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use super::Sections;
+use super::{ComponentSpecs, Sections};
 use crate::component::ComponentKey;
 
 /// A whole configuration: the app id, every component, the optional
@@ -14,8 +13,8 @@ use crate::component::ComponentKey;
 pub struct Config {
     /// The application id (`appId`).
     pub app_id: String,
-    /// Every component, by key.
-    pub components: BTreeMap<ComponentKey, ComponentSpec>,
+    /// Every component, by key (a map, with a digest of each declaration).
+    pub components: ComponentSpecs,
     /// Where overrides of this configuration live in a config store.
     pub overlay: Option<OverlaySpec>,
     /// The top-level sections beyond components (`subscriptions`, …).
@@ -85,7 +84,7 @@ pub struct ComponentRef {
 
 /// `secretRef`: put key `key` of secret `name` from secret store `store`
 /// into metadata field `inject_as`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SecretRef {
     /// The secret store's name.
     pub store: String,
@@ -101,7 +100,7 @@ pub struct SecretRef {
 
 /// `configurationRef`: put config value `key` from config store `store` into
 /// metadata field `inject_as`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConfigurationRef {
     /// The config store's name.
     pub store: String,

@@ -1,0 +1,196 @@
+//! Every declared component of a configuration, by key, with a digest of
+//! each declaration made once: two configurations are then compared by
+//! reading two small tables, not every string and map of every component
+//! (see [`ConfigDiff`](super::ConfigDiff)).
+
+use std::collections::btree_map;
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+
+use super::model::ComponentSpec;
+use crate::component::ComponentKey;
+
+/// The declared components of a [`Config`](super::Config), by key.
+///
+/// Reads and writes as the `BTreeMap` it wraps (it dereferences to one).
+/// It also keeps a digest of every declaration, made when the map is
+/// collected or first compared, and dropped by any write through the map,
+/// so it never describes an older declaration.
+#[derive(Debug, Clone, Default)]
+pub struct ComponentSpecs {
+    map: BTreeMap<ComponentKey, ComponentSpec>,
+    digests: OnceLock<Arc<[Digest]>>,
+}
+
+/// One declaration, digested: its key, and everything declared for it.
+///
+/// Both are keyed hashes with keys drawn once per process, so no input can
+/// be made to collide on purpose. Equal declarations give equal digests;
+/// different ones give different digests but for a chance of 2^-64 (key)
+/// or 2^-128 (declaration) per pair compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Digest {
+    /// The component's key.
+    pub key: u64,
+    /// Its whole declaration: type, metadata, refs, scopes.
+    pub declared: u128,
+}
+
+impl ComponentSpecs {
+    /// The map itself.
+    pub fn into_map(self) -> BTreeMap<ComponentKey, ComponentSpec> {
+        self.map
+    }
+
+    /// The digest of every declaration, in key order (made on first use).
+    pub(crate) fn digests(&self) -> &[Digest] {
+        self.digests
+            .get_or_init(|| self.map.iter().map(|(k, s)| digest(k, s)).collect())
+    }
+}
+
+impl From<BTreeMap<ComponentKey, ComponentSpec>> for ComponentSpecs {
+    fn from(map: BTreeMap<ComponentKey, ComponentSpec>) -> Self {
+        Self {
+            map,
+            digests: OnceLock::new(),
+        }
+    }
+}
+
+impl FromIterator<(ComponentKey, ComponentSpec)> for ComponentSpecs {
+    /// Collects the map; each declaration is digested as it passes, while
+    /// it is still in cache. The digests are kept when the items came in
+    /// key order, once each (as from another map).
+    fn from_iter<I: IntoIterator<Item = (ComponentKey, ComponentSpec)>>(items: I) -> Self {
+        let mut digests = Vec::new();
+        let items: Vec<(ComponentKey, ComponentSpec)> = items
+            .into_iter()
+            .inspect(|(key, spec)| digests.push(digest(key, spec)))
+            .collect();
+        let in_order = items.windows(2).all(|pair| pair[0].0 < pair[1].0);
+        let specs = Self::from(items.into_iter().collect::<BTreeMap<_, _>>());
+        if in_order {
+            let _ = specs.digests.set(digests.into());
+        }
+        specs
+    }
+}
+
+impl Deref for ComponentSpecs {
+    type Target = BTreeMap<ComponentKey, ComponentSpec>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl DerefMut for ComponentSpecs {
+    /// The map, to change: the digests are dropped (made again when next
+    /// compared).
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.digests.take();
+        &mut self.map
+    }
+}
+
+impl PartialEq for ComponentSpecs {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl IntoIterator for ComponentSpecs {
+    type Item = (ComponentKey, ComponentSpec);
+    type IntoIter = btree_map::IntoIter<ComponentKey, ComponentSpec>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a ComponentSpecs {
+    type Item = (&'a ComponentKey, &'a ComponentSpec);
+    type IntoIter = btree_map::Iter<'a, ComponentKey, ComponentSpec>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.iter()
+    }
+}
+
+/// The process's two hash keys (random, drawn once).
+fn hashers() -> &'static (std::hash::RandomState, std::hash::RandomState) {
+    static KEYS: OnceLock<(std::hash::RandomState, std::hash::RandomState)> = OnceLock::new();
+    KEYS.get_or_init(|| (std::hash::RandomState::new(), std::hash::RandomState::new()))
+}
+
+/// The digest of one declaration.
+fn digest(key: &ComponentKey, spec: &ComponentSpec) -> Digest {
+    let (first, second) = hashers();
+    let (mut low, mut high) = (first.build_hasher(), second.build_hasher());
+    hash_declaration(key, spec, &mut low);
+    hash_declaration(key, spec, &mut high);
+    Digest {
+        key: first.hash_one(key),
+        declared: (u128::from(high.finish()) << 64) | u128::from(low.finish()),
+    }
+}
+
+fn hash_declaration<H: Hasher>(key: &ComponentKey, spec: &ComponentSpec, hasher: &mut H) {
+    key.hash(hasher);
+    spec.type_name.hash(hasher);
+    hash_object(&spec.metadata, hasher);
+    spec.component_refs.len().hash(hasher);
+    for r in &spec.component_refs {
+        r.key.hash(hasher);
+    }
+    spec.secret_refs.hash(hasher);
+    spec.configuration_refs.hash(hasher);
+    spec.scopes.hash(hasher);
+}
+
+fn hash_object<H: Hasher>(map: &serde_json::Map<String, Value>, hasher: &mut H) {
+    map.len().hash(hasher);
+    for (field, value) in map {
+        field.hash(hasher);
+        hash_value(value, hasher);
+    }
+}
+
+/// Hashes a JSON value: every variant tagged, numbers by their exact
+/// representation (an integer and a float are different values, as
+/// `serde_json` compares them).
+fn hash_value<H: Hasher>(value: &Value, hasher: &mut H) {
+    match value {
+        Value::Null => 0u8.hash(hasher),
+        Value::Bool(b) => (1u8, b).hash(hasher),
+        Value::Number(n) => {
+            2u8.hash(hasher);
+            if let Some(u) = n.as_u64() {
+                (0u8, u).hash(hasher);
+            } else if let Some(i) = n.as_i64() {
+                (1u8, i).hash(hasher);
+            } else {
+                (2u8, n.as_f64().map(f64::to_bits)).hash(hasher);
+            }
+        }
+        Value::String(text) => (3u8, text).hash(hasher),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(hasher);
+            for item in items {
+                hash_value(item, hasher);
+            }
+        }
+        Value::Object(map) => {
+            5u8.hash(hasher);
+            hash_object(map, hasher);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

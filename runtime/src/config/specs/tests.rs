@@ -1,0 +1,139 @@
+use serde_json::json;
+
+use super::*;
+use crate::config::{parse, ConfigDiff};
+
+fn specs(text: serde_json::Value) -> ComponentSpecs {
+    parse(text.to_string().as_bytes())
+        .expect("valid document")
+        .components
+}
+
+fn two(first: serde_json::Value, second: serde_json::Value) -> (Digest, Digest) {
+    let doc = |component| json!({"components": {"state": {"a": component}}});
+    (
+        specs(doc(first)).digests()[0],
+        specs(doc(second)).digests()[0],
+    )
+}
+
+#[test]
+fn equal_declarations_have_equal_digests_and_any_difference_shows() {
+    let base = json!({
+        "type": "redis",
+        "metadata": {"host": "h", "n": 1, "nested": {"list": [1, "x", null, true]}},
+        "componentRef": [{"type": "lock", "name": "l"}, {"type": "lock", "name": "m"}],
+        "secretRef": [{"store": "s", "name": "n", "key": "k", "injectAs": "password"}],
+        "scopes": ["state/b"]
+    });
+    let (a, b) = two(base.clone(), base.clone());
+    assert_eq!(a, b, "one declaration parsed twice");
+    let variants = [
+        json!({"type": "memory"}),
+        json!({"metadata": {"host": "h", "n": 1.0, "nested": {"list": [1, "x", null, true]}}}),
+        json!({"metadata": {"host": "h", "n": 1, "nested": {"list": [1, "x", null, false]}}}),
+        json!({"metadata": {"host": "h", "n": 1, "nested": {"list": ["x", 1, null, true]}}}),
+        json!({"metadata": {"host": "h", "n": 1}}),
+        json!({"componentRef": [{"type": "lock", "name": "m"}, {"type": "lock", "name": "l"}]}),
+        json!({"secretRef": [{"store": "s", "name": "n", "key": "k", "injectAs": "password", "watch": true}]}),
+        json!({"scopes": ["state/c"]}),
+        json!({"scopes": null}),
+    ];
+    for variant in variants {
+        let mut changed = base.clone();
+        for (field, value) in variant.as_object().expect("object") {
+            if value.is_null() {
+                changed.as_object_mut().expect("object").remove(field);
+            } else {
+                changed[field] = value.clone();
+            }
+        }
+        let (a, b) = two(base.clone(), changed.clone());
+        assert_eq!(a.key, b.key, "same key");
+        assert_ne!(a.declared, b.declared, "not seen: {changed}");
+    }
+}
+
+#[test]
+fn a_write_through_the_map_drops_the_digests() {
+    let doc = json!({"components": {"state": {"a": {"type": "memory"}, "b": {"type": "memory"}}}});
+    let running = parse(doc.to_string().as_bytes()).expect("valid");
+    let mut candidate = running.clone();
+    assert_eq!(running.components.digests(), candidate.components.digests());
+    let key = ComponentKey::new(crate::Kind::State, "b");
+    candidate
+        .components
+        .get_mut(&key)
+        .expect("declared")
+        .metadata
+        .insert("x".into(), json!(1));
+    assert_ne!(
+        running.components.digests()[1],
+        candidate.components.digests()[1]
+    );
+    let diff = ConfigDiff::between(&running, &candidate);
+    assert_eq!(diff.changed.keys().collect::<Vec<_>>(), [&key]);
+}
+
+#[test]
+fn items_out_of_order_or_repeated_are_digested_as_the_map_holds_them() {
+    let spec = |name: &str, type_name: &str| {
+        let key = ComponentKey::new(crate::Kind::State, name);
+        let spec = ComponentSpec {
+            key: key.clone(),
+            type_name: type_name.into(),
+            metadata: serde_json::Map::new(),
+            component_refs: Vec::new(),
+            secret_refs: Vec::new(),
+            configuration_refs: Vec::new(),
+            scopes: None,
+        };
+        (key, spec)
+    };
+    let in_order: ComponentSpecs = [spec("a", "memory"), spec("b", "redis")]
+        .into_iter()
+        .collect();
+    let shuffled: ComponentSpecs = [spec("b", "memory"), spec("a", "memory"), spec("b", "redis")]
+        .into_iter()
+        .collect();
+    assert_eq!(in_order, shuffled);
+    assert_eq!(in_order.digests(), shuffled.digests());
+    assert_eq!(shuffled.digests().len(), 2);
+}
+
+#[test]
+fn the_diff_finds_changes_added_and_removed_with_digests() {
+    let old = parse(
+        json!({"components": {"state": {
+            "a": {"type": "memory"}, "b": {"type": "memory"}, "c": {"type": "memory"}
+        }}})
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("valid");
+    // Same keys: only `b` differs.
+    let mut same_keys = old.clone();
+    let b = ComponentKey::new(crate::Kind::State, "b");
+    same_keys.components.get_mut(&b).expect("b").type_name = "redis".into();
+    let diff = ConfigDiff::between(&old, &same_keys);
+    assert_eq!(diff.changed.keys().collect::<Vec<_>>(), [&b]);
+    assert!(diff.changed[&b].type_changed);
+    assert!(diff.added.is_empty() && diff.removed.is_empty() && diff.rewritten.is_empty());
+    // Other keys: `a` gone, `d` new, `c` rescoped only (rewritten).
+    let mut other_keys = old.clone();
+    let (a, c, d) = (
+        ComponentKey::new(crate::Kind::State, "a"),
+        ComponentKey::new(crate::Kind::State, "c"),
+        ComponentKey::new(crate::Kind::State, "d"),
+    );
+    other_keys.components.remove(&a);
+    let mut new_d = other_keys.components[&c].clone();
+    new_d.key = d.clone();
+    other_keys.components.insert(d.clone(), new_d);
+    other_keys.components.get_mut(&c).expect("c").scopes = Some(vec![b.clone()]);
+    let diff = ConfigDiff::between(&old, &other_keys);
+    assert_eq!(diff.removed, [a].into());
+    assert_eq!(diff.added, [d].into());
+    assert_eq!(diff.rewritten, [c].into());
+    assert!(diff.changed.is_empty());
+}
