@@ -44,7 +44,7 @@ impl DependencyGraph {
             .sum();
         let mut graph = StableDiGraph::with_capacity(components.len(), edges);
         let mut keys = Vec::with_capacity(components.len());
-        let mut types = Vec::with_capacity(components.len());
+        let mut types: Vec<Arc<str>> = Vec::with_capacity(components.len());
         let mut type_names: HashMap<&str, Arc<str>> = HashMap::new();
         // Found by hash while linking: one hash per reference instead of a
         // dozen key comparisons through a tree.
@@ -52,15 +52,19 @@ impl DependencyGraph {
         for (key, spec) in components {
             index.insert(key, graph.add_node(()));
             keys.push(key.clone());
-            let type_name = type_names
-                .entry(spec.type_name.as_str())
-                .or_insert_with(|| Arc::from(spec.type_name.as_str()));
-            types.push(type_name.clone());
-        }
-        for (key, spec) in components {
-            let Some(&user) = index.get(key) else {
-                continue;
+            // Neighbours in key order mostly share a type: reuse it unhashed.
+            let type_name = match types.last() {
+                Some(last) if **last == *spec.type_name => Arc::clone(last),
+                _ => type_names
+                    .entry(spec.type_name.as_str())
+                    .or_insert_with(|| Arc::from(spec.type_name.as_str()))
+                    .clone(),
             };
+            types.push(type_name);
+        }
+        // Nodes were added in key order: the i-th component is node i.
+        for (i, spec) in components.values().enumerate() {
+            let user = NodeIndex::new(i);
             // One edge per pair, however often it is referenced.
             let mut link = |dependency: &ComponentKey| {
                 if let Some(&from) = index.get(dependency) {
