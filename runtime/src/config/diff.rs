@@ -3,7 +3,6 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::specs::Digest;
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, Config};
 
@@ -73,75 +72,35 @@ pub struct ConfigDiff {
 }
 
 impl ConfigDiff {
-    /// The difference from `old` to `new`.
+    /// The difference from `old` to `new`: one merged walk of both key
+    /// orders.
     ///
     /// Declarations are compared by their digests first
-    /// ([`ComponentSpecs`](super::ComponentSpecs)): only one whose digest
-    /// differs is read, so a change to one of 10,000 components reads two
-    /// small tables and that one component.
+    /// ([`ComponentSpecs`](super::ComponentSpecs)): a declaration whose
+    /// digest matches the other side's is passed without reading it or its
+    /// key, so a change to one of 10,000 components reads two small tables,
+    /// and that one component.
     pub fn between(old: &Config, new: &Config) -> Self {
-        let (olds, news) = (old.components.digests(), new.components.digests());
-        let same_keys =
-            olds.len() == news.len() && olds.iter().zip(news).all(|(old, new)| old.key == new.key);
-        if same_keys {
-            return Self::between_same_keys(old, new, olds, news);
-        }
-        Self::between_any(old, new, olds, news)
-    }
-
-    /// [`between`](Self::between) of two configurations that declare the
-    /// same keys (their key digests match one for one).
-    fn between_same_keys(old: &Config, new: &Config, olds: &[Digest], news: &[Digest]) -> Self {
         let mut diff = Self::default();
-        let mut at = 0;
-        let mut old_specs = old.components.iter();
-        let mut new_specs = new.components.iter();
-        for (i, (old_digest, new_digest)) in olds.iter().zip(news).enumerate() {
-            if old_digest.declared == new_digest.declared {
-                continue;
-            }
-            // Step both walks to the i-th component: only keys are passed.
-            let (Some((old_key, old_spec)), Some((key, new_spec))) =
-                (old_specs.nth(i - at), new_specs.nth(i - at))
-            else {
-                break;
-            };
-            at = i + 1;
-            if old_key != key {
-                // Two key sets whose digests matched one for one: compare
-                // them the long way rather than trust the digests.
-                return Self::between_any(old, new, olds, news);
-            }
-            diff.compare(key, old_spec, new_spec);
-        }
-        diff
-    }
-
-    /// Records how `key`, in both, changed (if it did).
-    fn compare(&mut self, key: &ComponentKey, old_spec: &ComponentSpec, new_spec: &ComponentSpec) {
-        let change = SpecChange::between(old_spec, new_spec);
-        if change.any() {
-            self.changed.insert(key.clone(), change);
-        } else if old_spec.scopes != new_spec.scopes
-            || old_spec.component_refs != new_spec.component_refs
-        {
-            self.rewritten.insert(key.clone());
-        }
-    }
-
-    /// [`between`](Self::between) of any two configurations: one merged
-    /// walk of both key orders, reading a declaration in both only when its
-    /// digests differ.
-    fn between_any(old: &Config, new: &Config, olds: &[Digest], news: &[Digest]) -> Self {
-        let mut diff = Self::default();
-        // Both maps are in key order: one merged walk, no lookups.
-        let mut olds = old.components.iter().zip(olds).peekable();
-        let mut news = new.components.iter().zip(news).peekable();
+        let mut olds = old
+            .components
+            .iter()
+            .zip(old.components.digests())
+            .peekable();
+        let mut news = new
+            .components
+            .iter()
+            .zip(new.components.digests())
+            .peekable();
         loop {
             let order = match (olds.peek(), news.peek()) {
                 (None, None) => break,
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
+                // One digest covers the key and the declaration.
+                (Some((_, old_digest)), Some((_, new_digest))) if old_digest == new_digest => {
+                    Ordering::Equal
+                }
                 (Some(((old_key, _), _)), Some(((new_key, _), _))) => old_key.cmp(new_key),
             };
             match order {
@@ -161,7 +120,7 @@ impl ConfigDiff {
                         Some(((key, new_spec), new_digest)),
                     ) = (olds.next(), news.next())
                     {
-                        if old_digest.declared != new_digest.declared {
+                        if old_digest != new_digest {
                             diff.compare(key, old_spec, new_spec);
                         }
                     }
@@ -169,6 +128,18 @@ impl ConfigDiff {
             }
         }
         diff
+    }
+
+    /// Records how `key`, declared in both, changed (if it did).
+    fn compare(&mut self, key: &ComponentKey, old_spec: &ComponentSpec, new_spec: &ComponentSpec) {
+        let change = SpecChange::between(old_spec, new_spec);
+        if change.any() {
+            self.changed.insert(key.clone(), change);
+        } else if old_spec.scopes != new_spec.scopes
+            || old_spec.component_refs != new_spec.component_refs
+        {
+            self.rewritten.insert(key.clone());
+        }
     }
 
     /// The difference a reload acts on: as [`ConfigDiff::between`], and

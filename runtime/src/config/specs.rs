@@ -26,19 +26,12 @@ pub struct ComponentSpecs {
     digests: OnceLock<Arc<[Digest]>>,
 }
 
-/// One declaration, digested: its key, and everything declared for it.
-///
-/// Both are keyed hashes with keys drawn once per process, so no input can
-/// be made to collide on purpose. Equal declarations give equal digests;
-/// different ones give different digests but for a chance of 2^-64 (key)
-/// or 2^-128 (declaration) per pair compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Digest {
-    /// The component's key.
-    pub key: u64,
-    /// Its whole declaration: type, metadata, refs, scopes.
-    pub declared: u128,
-}
+/// One declaration, digested: its key and everything declared for it,
+/// hashed twice with two keys drawn once per process (so no input can be
+/// made to collide on purpose). Equal declarations give equal digests;
+/// different ones give different digests but for a chance of 2^-128 per
+/// pair compared.
+pub(crate) type Digest = u128;
 
 impl ComponentSpecs {
     /// The map itself.
@@ -134,10 +127,7 @@ fn digest(key: &ComponentKey, spec: &ComponentSpec) -> Digest {
     let (mut low, mut high) = (first.build_hasher(), second.build_hasher());
     hash_declaration(key, spec, &mut low);
     hash_declaration(key, spec, &mut high);
-    Digest {
-        key: first.hash_one(key),
-        declared: (u128::from(high.finish()) << 64) | u128::from(low.finish()),
-    }
+    (u128::from(high.finish()) << 64) | u128::from(low.finish())
 }
 
 fn hash_declaration<H: Hasher>(key: &ComponentKey, spec: &ComponentSpec, hasher: &mut H) {
