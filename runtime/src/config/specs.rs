@@ -20,7 +20,7 @@ use crate::component::ComponentKey;
 /// It also keeps a digest of every declaration, made when the map is
 /// collected or first compared, and dropped by any write through the map,
 /// so it never describes an older declaration.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ComponentSpecs {
     map: BTreeMap<ComponentKey, ComponentSpec>,
     digests: OnceLock<Arc<[Digest]>>,
@@ -88,6 +88,13 @@ impl DerefMut for ComponentSpecs {
     fn deref_mut(&mut self) -> &mut Self::Target {
         self.digests.take();
         &mut self.map
+    }
+}
+
+impl std::fmt::Debug for ComponentSpecs {
+    /// As the map: the digests are an internal cache.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.map.fmt(f)
     }
 }
 

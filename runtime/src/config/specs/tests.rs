@@ -96,6 +96,11 @@ fn items_out_of_order_or_repeated_are_digested_as_the_map_holds_them() {
         .into_iter()
         .collect();
     assert_eq!(in_order, shuffled);
+    // Shown as the map alone.
+    assert_eq!(
+        format!("{in_order:?}"),
+        format!("{:?}", in_order.clone().into_map())
+    );
     assert_eq!(in_order.digests(), shuffled.digests());
     assert_eq!(shuffled.digests().len(), 2);
 }
