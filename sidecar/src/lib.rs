@@ -17,6 +17,7 @@
 pub mod app;
 pub mod auth;
 pub mod connection;
+mod crypto;
 pub mod dapr;
 pub mod grpc;
 pub mod http;

@@ -38,7 +38,7 @@ pub(super) fn build_exporter(settings: &TraceSettings, endpoint: &str) -> Result
     let timeout = settings.export_timeout;
     let mut inner = match settings.protocol {
         OtelProtocol::Http => {
-            crate::tls::install_ring_provider();
+            crate::crypto::install_ring_provider();
             let client = reqwest::Client::builder()
                 .timeout(timeout)
                 .build()

@@ -21,10 +21,4 @@ pub use live::{LiveTls, ServingTls, TlsStatus};
 pub use peer::{PeerInfo, RequireClientCert};
 pub use settings::{ListenerTls, TlsSettings};
 
-/// Installs rustls's ring provider as the process default if no provider
-/// is installed yet (a choice made earlier stands). Called when the APIs
-/// start: HTTP clients in the same process that build a rustls
-/// configuration without naming a provider (reqwest) then find one.
-pub fn install_ring_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+pub use crate::crypto::install_ring_provider;
