@@ -28,6 +28,7 @@ mod api_http_secrets;
 mod api_http_sequencer_file;
 mod api_http_shutdown;
 mod api_http_state;
+mod api_http_state_hot_path;
 mod api_http_state_transaction;
 mod api_limits;
 mod api_pubsub_broker_switch;

@@ -1,6 +1,8 @@
 //! HTTP: health, the Dapr state/secret/configuration/metadata routes,
 //! metrics and status.
 //!
+//! The state GET of a plain key is routed by [`HotPath`], before the
+//! router; it is observed and answered as the router would.
 //! Every call goes through one middleware, `observe`, which in turn: opens
 //! its trace span, checks `auth` (the app token; the admin token for status
 //! and metrics), bounds it by `deadline` (`request_timeout`), runs its
@@ -19,6 +21,7 @@ mod deadline;
 mod error;
 mod file;
 mod health;
+mod hot_path;
 mod input;
 mod lock;
 mod metadata;
@@ -36,11 +39,12 @@ mod status;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post, put};
-use axum::{middleware, Router};
+use axum::{middleware, Router, ServiceExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use error::HttpError;
+pub use hot_path::HotPath;
 
 use crate::connection::{accept_loop, ConnectionLimits};
 use crate::{ApiError, ApiState};
@@ -102,7 +106,8 @@ pub async fn serve(
     crate::tls::install_ring_provider();
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
-    axum::serve(accepted, router(state))
+    let service = HotPath::new(router(state.clone()), state);
+    axum::serve(accepted, service.into_make_service())
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .map_err(|e| ApiError::Http(e.to_string()))

@@ -5,6 +5,7 @@
 //! cannot grow the metric without bound: an unknown store is counted with an
 //! empty label.
 
+use std::future::Future;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -26,17 +27,37 @@ use crate::ApiState;
 /// `from_fn` layer costs a call a clone of the service below it, a boxed
 /// future and a clone of the state.
 pub async fn observe(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
-    let started = Instant::now();
     let operation = operation(request.method(), request.extensions().get::<MatchedPath>());
     let label = StoreLabel::default();
     request.extensions_mut().insert(label.clone());
+    observed(&state, operation, &label, request, |request| {
+        next.run(request)
+    })
+    .await
+}
+
+/// What [`observe`] does around a call, for a caller that has routed it
+/// already (the [`hot_path`](super::hot_path)): `run` answers `request`
+/// and records its store in `label`.
+pub(super) async fn observed<F, Fut>(
+    state: &ApiState,
+    operation: &'static str,
+    label: &StoreLabel,
+    request: Request,
+    run: F,
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
+    let started = Instant::now();
     let caller = crate::telemetry::propagation::caller_of_http(request.headers());
     let span = crate::telemetry::propagation::api_span("http", operation, caller);
     let options = &state.options;
     let response = async {
         match auth::refusal(options, &request) {
             Some(refusal) => refusal,
-            None => deadline::within(options.request_timeout, next.run(request)).await,
+            None => deadline::within(options.request_timeout, run(request)).await,
         }
     }
     .instrument(span)
@@ -51,6 +72,9 @@ pub async fn observe(State(state): State<ApiState>, mut request: Request, next: 
     response
 }
 
+/// The operation name of a state GET.
+pub(super) const GET_STATE: &str = "GetState";
+
 /// The operation name of a call (Dapr's names where Dapr has the route), a
 /// fixed set so the metric stays bounded.
 fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
@@ -61,7 +85,7 @@ fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
         ("GET", routes::HEALTHZ) => "Healthz",
         ("GET", routes::HEALTHZ_OUTBOUND) => "HealthzOutbound",
         ("POST" | "PUT", routes::STATE) => "SaveState",
-        ("GET", routes::STATE_KEY) => "GetState",
+        ("GET", routes::STATE_KEY) => GET_STATE,
         ("DELETE", routes::STATE_KEY) => "DeleteState",
         ("POST" | "PUT", routes::STATE_BULK) => "GetBulkState",
         ("POST" | "PUT", routes::STATE_TRANSACTION) => "ExecuteStateTransaction",

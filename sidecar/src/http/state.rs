@@ -122,7 +122,18 @@ pub async fn get(
     Path((store_name, key)): Path<(String, String)>,
     query: QueryPairs,
 ) -> Result<Response, HttpError> {
-    let store = call.state_store(&store_name)?;
+    read(call, &store_name, key, query).await
+}
+
+/// The answer to a state GET of `key` in `store_name` (routed by the
+/// router or the [`hot_path`](super::hot_path)).
+pub(super) async fn read(
+    call: Call,
+    store_name: &str,
+    key: String,
+    query: QueryPairs,
+) -> Result<Response, HttpError> {
+    let store = call.state_store(store_name)?;
     let query = query_pairs(query)?;
     let request = GetRequest {
         key,

@@ -1,0 +1,111 @@
+//! The state GET, routed before the router.
+//!
+//! `GET /v1.0/state/{store}/{key}` is the call an app makes most, and the
+//! router's own work (matching, path parameters and matched path kept in
+//! the request's extensions, a clone of the route's boxed service per
+//! layer, boxed futures) costs it about as much CPU as the rest of the
+//! sidecar's work on it. [`HotPath`] recognises the plain form of that
+//! call itself and gives it the same observation ([`observed`]) and the
+//! same handler ([`state::read`]) the router would; anything else, and any
+//! path that needs decoding, goes to the router unchanged. Both ways give
+//! the same answer, byte for byte (`tests/api` compares them).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::extract::{Query, Request};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+
+use super::input::QueryPairs;
+use super::observe::{observed, GET_STATE};
+use super::state;
+use crate::dapr::{Call, StoreLabel};
+use crate::ApiState;
+
+/// The HTTP service: the state GET in [`hot_path`](self), everything else
+/// through the router.
+#[derive(Clone)]
+pub struct HotPath {
+    router: Router,
+    state: ApiState,
+}
+
+impl HotPath {
+    /// In front of `router`, which serves `state`.
+    pub fn new(router: Router, state: ApiState) -> Self {
+        Self { router, state }
+    }
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl tower_service::Service<Request> for HotPath {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The router is always ready, and so is the hot path.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Answer {
+        if request.method() == Method::GET {
+            if let Some((store, key)) = state_key(request.uri().path()) {
+                let (store, key) = (store.to_owned(), key.to_owned());
+                let state = self.state.clone();
+                return Box::pin(async move { Ok(get_state(state, store, key, request).await) });
+            }
+        }
+        Box::pin(self.router.call(request))
+    }
+}
+
+/// The store and key of a state GET's path, when they are plain: present,
+/// with nothing percent-encoded, and not a route of its own (`bulk` and
+/// `transaction` are never keys here). Any other path is the router's.
+fn state_key(path: &str) -> Option<(&str, &str)> {
+    let (store, key) = path.strip_prefix("/v1.0/state/")?.split_once('/')?;
+    let plain = |segment: &str| !segment.is_empty() && !segment.contains(['/', '%']);
+    (plain(store) && plain(key) && !matches!(key, "bulk" | "transaction")).then_some((store, key))
+}
+
+/// `GET /v1.0/state/{store}/{key}` as the router would answer it.
+async fn get_state(state: ApiState, store: String, key: String, request: Request) -> Response {
+    let label = StoreLabel::default();
+    observed(&state, GET_STATE, &label, request, |request| {
+        let call = Call::new(&state.runtime, label.clone());
+        let query: QueryPairs = Query::try_from_uri(request.uri());
+        async move { state::read(call, &store, key, query).await.into_response() }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::state_key;
+
+    #[test]
+    fn only_a_plain_store_and_key_take_the_hot_path() {
+        assert_eq!(state_key("/v1.0/state/orders/o-1"), Some(("orders", "o-1")));
+        for router_only in [
+            "/v1.0/state/orders",
+            "/v1.0/state/orders/",
+            "/v1.0/state//o-1",
+            "/v1.0/state/orders/o-1/",
+            "/v1.0/state/orders/a/b",
+            "/v1.0/state/orders/o%2D1",
+            "/v1.0/state/%6Frders/o-1",
+            "/v1.0/state/orders/bulk",
+            "/v1.0/state/orders/transaction",
+            "/v1.0-alpha1/state/orders/o-1",
+            "/v1.0/statex/orders/o-1",
+        ] {
+            assert_eq!(state_key(router_only), None, "{router_only}");
+        }
+    }
+}
