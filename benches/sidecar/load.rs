@@ -5,8 +5,10 @@
 //!
 //! Two load tools, each against its own kind of baseline:
 //!
-//! * external: `wrk -t1 -c8` on the sidecar's HTTP route against
-//!   `redis-benchmark -c8 -t get` (both single-threaded C event loops);
+//! * external: `wrk -t1 -c8` on the sidecar's HTTP route and `h2load -t1
+//!   -c8 -m1` on its gRPC `GetState` (one stream at a time per HTTP/2
+//!   connection) against `redis-benchmark -c8 -t get` (all three
+//!   single-threaded C event loops);
 //! * the bench's own clients on one current-thread tokio runtime (8 tasks,
 //!   one connection each): `reqwest` (HTTP/1.1 keep-alive) and tonic
 //!   `DaprClient` (one HTTP/2 connection each) against the `redis` crate
@@ -14,7 +16,8 @@
 //!
 //! The paths take turns (a slice of each, the order rotating) so that a
 //! change of machine load hits them alike. The external rows are skipped
-//! when `wrk` or `redis-benchmark` is not installed.
+//! when `redis-benchmark` is not installed, and each tool's row when the
+//! tool is not (`apt-get install wrk nghttp2-client`).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,6 +41,8 @@ enum Path {
     RedisBenchmark,
     /// `wrk -t1 -c8` on `GET /v1.0/state/{store}/{key}`.
     Wrk,
+    /// `h2load -t1 -c8 -m1` on gRPC `GetState`.
+    H2load,
     /// The `redis` crate, 8 connections.
     RedisDirect,
     /// `reqwest`, 8 keep-alive connections.
@@ -51,6 +56,7 @@ impl Path {
         match self {
             Path::RedisBenchmark => "direct Redis `GET` (`redis-benchmark -c 8 -t get`)",
             Path::Wrk => "sidecar HTTP, redis store (`wrk -t1 -c8`)",
+            Path::H2load => "sidecar gRPC, redis store (`h2load -t1 -c8 -m1`)",
             Path::RedisDirect => "direct Redis `GET` (bench client: redis crate, 8 connections)",
             Path::Http => "sidecar HTTP, redis store (bench client: reqwest, 8 connections)",
             Path::Grpc => "sidecar gRPC, redis store (bench client: tonic, 8 connections)",
@@ -60,7 +66,7 @@ impl Path {
     /// The baseline this path is set against.
     fn baseline(self) -> Path {
         match self {
-            Path::RedisBenchmark | Path::Wrk => Path::RedisBenchmark,
+            Path::RedisBenchmark | Path::Wrk | Path::H2load => Path::RedisBenchmark,
             Path::RedisDirect | Path::Http | Path::Grpc => Path::RedisDirect,
         }
     }
@@ -106,10 +112,11 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
         human(slice)
     );
     let mut paths = vec![Path::RedisDirect, Path::Http, Path::Grpc];
-    let external =
-        mode != Mode::Smoke && installed("wrk", "-v") && installed("redis-benchmark", "--version");
+    let external = mode != Mode::Smoke && installed("redis-benchmark", "--version");
     if external {
-        paths.extend([Path::RedisBenchmark, Path::Wrk]);
+        paths.push(Path::RedisBenchmark);
+        paths.extend(installed("wrk", "-v").then_some(Path::Wrk));
+        paths.extend(installed("h2load", "--version").then_some(Path::H2load));
         // redis-benchmark's GET reads the literal key `key:__rand_int__`.
         client_rt.block_on(async {
             let mut conn = targets.redis.connection().await;
@@ -121,7 +128,7 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
                 .expect("redis SET");
         });
     } else if mode != Mode::Smoke {
-        println!("`wrk` or `redis-benchmark` is not installed: the external rows are skipped.\n");
+        println!("`redis-benchmark` is not installed: the external rows are skipped.\n");
     }
     let clients = client_rt.block_on(Clients::connect(targets));
     let mut slices: Vec<Vec<Slice>> = vec![Vec::new(); paths.len()];
@@ -131,6 +138,7 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
             let measured = match paths[v] {
                 Path::RedisBenchmark => redis_benchmark(targets, slice),
                 Path::Wrk => wrk(targets, slice),
+                Path::H2load => h2load(targets, slice),
                 path => client_rt.block_on(clients.load(path, slice, targets)),
             };
             slices[v].push(measured);
@@ -223,7 +231,9 @@ impl Clients {
                             let reply = grpc.get_state(request).await.expect("gRPC GetState");
                             Some(reply.into_inner().data)
                         }
-                        Path::RedisBenchmark | Path::Wrk => unreachable!("external tools"),
+                        Path::RedisBenchmark | Path::Wrk | Path::H2load => {
+                            unreachable!("external tools")
+                        }
                     };
                     times.push(call.elapsed());
                     assert_eq!(
@@ -327,6 +337,59 @@ fn wrk(targets: &Targets<'_>, slice: Duration) -> Slice {
     }
 }
 
+/// `h2load -t1 -c8 -m1` on gRPC `GetState` for `slice` (whole seconds,
+/// at least one): every request a unary call, the body one framed
+/// `GetStateRequest`. Percentiles come from h2load's per-request log.
+fn h2load(targets: &Targets<'_>, slice: Duration) -> Slice {
+    use prost::Message;
+    let seconds = slice.as_secs().max(1);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (body, log) = (dir.path().join("get.bin"), dir.path().join("h2load.log"));
+    let message = GetStateRequest {
+        store_name: targets.store.to_string(),
+        key: targets.key.to_string(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // gRPC framing: not compressed, then the length, big-endian.
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    std::fs::write(&body, framed).expect("write the request body");
+    let output = Command::new("h2load")
+        .args(["-t1", "-c", &CONNECTIONS.to_string(), "-m1", "-D"])
+        .arg(seconds.to_string())
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .arg("-d")
+        .arg(&body)
+        .arg(format!("--log-file={}", log.display()))
+        .arg(format!(
+            "http://{}/dapr.proto.runtime.v1.Dapr/GetState",
+            targets.grpc_addr
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .expect("h2load");
+    let text = String::from_utf8_lossy(&output.stdout);
+    // "status codes: 1000 2xx, 0 3xx, 0 4xx, 0 5xx"; "requests: ... 0 failed, 0 errored, 0 timeout"
+    let clean = text.contains(" 0 3xx, 0 4xx, 0 5xx") && text.contains(" 0 failed, 0 errored");
+    assert!(clean, "h2load saw failed requests: {text}");
+    // Each line: start (µs since the epoch), status, duration (µs).
+    let mut times: Vec<Duration> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2)?.parse().ok())
+        .map(Duration::from_micros)
+        .collect();
+    assert!(!times.is_empty(), "h2load logged no request: {text}");
+    Slice {
+        requests: times.len() as u64,
+        elapsed: Duration::from_secs(seconds),
+        p50: percentile(&mut times, 50.0),
+        p99: percentile(&mut times, 99.0),
+    }
+}
+
 /// wrk's `123.45us`, `1.20ms`, `2.00s`.
 fn wrk_duration(text: &str) -> Duration {
     let (number, scale) = if let Some(n) = text.strip_suffix("us") {
@@ -398,7 +461,7 @@ fn report(paths: &[Path], slices: &[Vec<Slice>]) {
         &rows,
     );
     println!(
-        "(\"direct\": the row's baseline — `redis-benchmark` for `wrk`, the bench's redis-crate client for the bench's own clients. Throughput over every slice; p50 and p99: the median slice's.)\n"
+        "(\"direct\": the row's baseline — `redis-benchmark` for `wrk` and `h2load`, the bench's redis-crate client for the bench's own clients. Throughput over every slice; p50 and p99: the median slice's.)\n"
     );
 }
 
