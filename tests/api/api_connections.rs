@@ -1,5 +1,5 @@
 //! Connections are bounded on both listeners: one that says nothing is
-//! closed after `idle_timeout`, at most `max_connections` are open at once
+//! closed after `idle_timeout` (one that keeps moving bytes is not), at most `max_connections` are open at once
 //! (the next client is served once a slot frees), and after shutdown a
 //! connection still sending its request head is cut after
 //! `shutdown_grace`, so the servers stop.
@@ -48,6 +48,36 @@ async fn idle_connections_are_closed_on_both_listeners() {
             .unwrap();
         closed_by_server(&mut half).await;
     }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_moving_bytes_is_not_idle_until_it_stops() {
+    let idle_timeout = Duration::from_millis(300);
+    let options = ApiOptions {
+        idle_timeout,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut slow = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    // A request head a byte every 100 ms: four idle timeouts in all.
+    let head = b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n";
+    let drip = Duration::from_millis(1200) / head.len() as u32;
+    for byte in head {
+        slow.write_all(&[*byte]).await.unwrap();
+        tokio::time::sleep(drip).await;
+    }
+    slow.write_all(b"\r\n").await.unwrap();
+    let mut answer = [0u8; 12];
+    slow.read_exact(&mut answer).await.unwrap();
+    assert_eq!(
+        &answer, b"HTTP/1.1 204",
+        "served on the connection that kept moving"
+    );
+    // Then silence: closed, and not before the idle timeout.
+    let silent_since = std::time::Instant::now();
+    closed_by_server(&mut slow).await;
+    assert!(silent_since.elapsed() >= idle_timeout - Duration::from_millis(50));
     sidecar.stop().await;
 }
 

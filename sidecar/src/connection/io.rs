@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
-use tokio_util::sync::WaitForCancellationFutureOwned;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
 use super::ConnectionLimits;
@@ -68,10 +68,21 @@ impl AsyncWrite for Transport {
 }
 
 /// An accepted connection, holding its slot under the cap until dropped.
+///
+/// A byte moving costs a clock read, not a timer update: the idle timer is
+/// armed for the deadline as it was, and when it fires for a connection
+/// that moved since, it is armed again for the deadline from the last byte.
 pub struct Connection {
     stream: Transport,
     idle_timeout: Duration,
+    /// When a byte last moved.
+    last_moved: Instant,
+    /// Fires at the idle deadline it was last armed for (at or before the
+    /// one from `last_moved`).
     idle: Pin<Box<Sleep>>,
+    /// Cancelled at the shutdown cut (a cheap check while bytes move).
+    cut_token: CancellationToken,
+    /// Its wait, polled when the socket is not ready.
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
     _slot: OwnedSemaphorePermit,
 }
@@ -83,25 +94,34 @@ impl Connection {
         limits: &ConnectionLimits,
         slot: OwnedSemaphorePermit,
     ) -> Self {
+        let now = Instant::now();
         Self {
             stream,
             idle_timeout: limits.idle_timeout,
-            idle: Box::pin(tokio::time::sleep(limits.idle_timeout)),
+            last_moved: now,
+            idle: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
+            cut_token: limits.cut.clone(),
             cut: Box::pin(limits.cut.clone().cancelled_owned()),
             _slot: slot,
         }
     }
 
-    /// The error for a connection that must end, if it must: polls the
-    /// shutdown cut and, when the socket is not ready, the idle timer.
+    /// The error for a connection that must end, if it must. When the
+    /// socket is not ready (`waiting`), the cut and the idle timer are
+    /// polled, so either wakes the connection.
     fn ended(&mut self, cx: &mut Context<'_>, waiting: bool) -> Option<io::Error> {
-        if self.cut.as_mut().poll(cx).is_ready() {
+        let cut = if waiting {
+            self.cut.as_mut().poll(cx).is_ready()
+        } else {
+            self.cut_token.is_cancelled()
+        };
+        if cut {
             return Some(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the server is shutting down",
             ));
         }
-        if waiting && self.idle.as_mut().poll(cx).is_ready() {
+        if waiting && self.idle_for_too_long(cx) {
             return Some(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("connection idle for {:?}", self.idle_timeout),
@@ -110,23 +130,47 @@ impl Connection {
         None
     }
 
-    /// A byte moved: the idle timer starts again.
-    fn touch(&mut self) {
-        let deadline = Instant::now() + self.idle_timeout;
-        self.idle.as_mut().reset(deadline);
+    /// Whether no byte has moved for the idle timeout; until then the
+    /// timer is left armed for the deadline from the last byte.
+    fn idle_for_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        while self.idle.as_mut().poll(cx).is_ready() {
+            let deadline = self.last_moved + self.idle_timeout;
+            if deadline <= Instant::now() {
+                return true;
+            }
+            self.idle.as_mut().reset(deadline);
+        }
+        false
     }
 
-    /// Maps a socket poll through the cut and the idle timer.
+    /// A byte moved: the idle deadline counts from now.
+    fn touch(&mut self) {
+        self.last_moved = Instant::now();
+    }
+
+    /// Maps a read or write through the cut and the idle timer: one that
+    /// is ready moved bytes.
     fn bounded<T>(
         &mut self,
         cx: &mut Context<'_>,
         poll: Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.touch();
+        }
+        self.waited(cx, poll)
+    }
+
+    /// Maps a socket poll through the cut and the idle timer, without
+    /// counting it as bytes moved (a flush: the bytes moved at the write,
+    /// and a flush with nothing to send moves none).
+    fn waited<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         match poll {
-            Poll::Ready(result) => {
-                self.touch();
-                Poll::Ready(result)
-            }
+            Poll::Ready(result) => Poll::Ready(result),
             Poll::Pending => match self.ended(cx, true) {
                 Some(error) => Poll::Ready(Err(error)),
                 None => Poll::Pending,
@@ -167,7 +211,7 @@ impl AsyncWrite for Connection {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.stream).poll_flush(cx);
-        this.bounded(cx, poll)
+        this.waited(cx, poll)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -194,5 +238,72 @@ impl Connected for Connection {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::Semaphore;
+    use tokio_util::sync::CancellationToken;
+
+    use super::{Connection, Transport};
+    use crate::connection::ConnectionLimits;
+
+    /// A connection accepted with `idle_timeout`, and its client.
+    async fn accepted(idle_timeout: Duration) -> (Connection, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let limits = ConnectionLimits {
+            max_connections: 1,
+            idle_timeout,
+            cut: CancellationToken::new(),
+        };
+        let slot = Arc::new(Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .expect("slot");
+        (
+            Connection::new(Transport::Plain(server), &limits, slot),
+            client,
+        )
+    }
+
+    #[tokio::test]
+    async fn bytes_moving_keep_it_open_and_silence_closes_it() {
+        let idle = Duration::from_millis(200);
+        let (mut server, mut client) = accepted(idle).await;
+        let reader = tokio::spawn(async move {
+            let mut received = 0;
+            let mut buf = [0u8; 16];
+            loop {
+                match server.read(&mut buf).await {
+                    Ok(0) => return (received, None),
+                    Ok(n) => received += n,
+                    Err(err) => return (received, Some((err.kind(), std::time::Instant::now()))),
+                }
+            }
+        });
+        // A byte every 50 ms for four idle timeouts.
+        for _ in 0..16 {
+            client.write_all(b"x").await.expect("write");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let silent_since = std::time::Instant::now();
+        let (received, error) = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("still open after silence")
+            .expect("reader");
+        assert_eq!(received, 16, "every byte was read before the close");
+        let (kind, at) = error.expect("closed by the idle timer");
+        assert_eq!(kind, std::io::ErrorKind::TimedOut);
+        assert!(at.duration_since(silent_since) >= idle - Duration::from_millis(60));
     }
 }
