@@ -14,6 +14,7 @@
 //! request waits out a failover shorter than its deadline instead of
 //! failing.
 
+use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -98,9 +99,10 @@ fn no_master_yet(err: &RedisError) -> bool {
 /// Runs `attempt` until it answers, within `limit`; on a cluster, an
 /// attempt that found no master for its slot is made again after
 /// [`CLUSTER_RETRY_EVERY`] while the deadline allows.
-async fn bounded<'a, T, F>(limit: Option<Duration>, cluster: bool, mut attempt: F) -> RedisResult<T>
+async fn bounded<T, F, Fut>(limit: Option<Duration>, cluster: bool, mut attempt: F) -> RedisResult<T>
 where
-    F: FnMut() -> RedisFuture<'a, T>,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
 {
     let Some(limit) = limit else {
         return attempt().await;
@@ -130,7 +132,7 @@ impl ConnectionLike for BoundedConnection {
         Box::pin(
             bounded(limit, cluster, move || {
                 let mut inner = inner.clone();
-                Box::pin(async move { inner.req_packed_command(cmd).await })
+                async move { inner.req_packed_command(cmd).await }
             })
             .instrument(span),
         )
@@ -147,7 +149,7 @@ impl ConnectionLike for BoundedConnection {
         Box::pin(
             bounded(limit, cluster, move || {
                 let mut inner = inner.clone();
-                Box::pin(async move { inner.req_packed_commands(cmd, offset, count).await })
+                async move { inner.req_packed_commands(cmd, offset, count).await }
             })
             .instrument(span),
         )
