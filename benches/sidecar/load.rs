@@ -28,6 +28,7 @@ use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::GetStateRequest;
 use testkit::redis::RedisServer;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::floor;
 use crate::support::print_table;
 use crate::support::timing::{human, Mode};
 
@@ -43,6 +44,10 @@ enum Path {
     Wrk,
     /// `h2load -t1 -c8 -m1` on gRPC `GetState`.
     H2load,
+    /// `wrk -t1 -c8` on the HTTP floor ([`crate::floor`]).
+    FloorWrk,
+    /// `h2load -t1 -c8 -m1` on the gRPC floor.
+    FloorH2load,
     /// The `redis` crate, 8 connections.
     RedisDirect,
     /// `reqwest`, 8 keep-alive connections.
@@ -57,6 +62,8 @@ impl Path {
             Path::RedisBenchmark => "direct Redis `GET` (`redis-benchmark -c 8 -t get`)",
             Path::Wrk => "sidecar HTTP, redis store (`wrk -t1 -c8`)",
             Path::H2load => "sidecar gRPC, redis store (`h2load -t1 -c8 -m1`)",
+            Path::FloorWrk => "floor: the two hops alone, HTTP (tokio + redis crate; `wrk`)",
+            Path::FloorH2load => "floor: the two hops alone, gRPC (tonic + redis crate; `h2load`)",
             Path::RedisDirect => "direct Redis `GET` (bench client: redis crate, 8 connections)",
             Path::Http => "sidecar HTTP, redis store (bench client: reqwest, 8 connections)",
             Path::Grpc => "sidecar gRPC, redis store (bench client: tonic, 8 connections)",
@@ -66,7 +73,11 @@ impl Path {
     /// The baseline this path is set against.
     fn baseline(self) -> Path {
         match self {
-            Path::RedisBenchmark | Path::Wrk | Path::H2load => Path::RedisBenchmark,
+            Path::RedisBenchmark
+            | Path::Wrk
+            | Path::H2load
+            | Path::FloorWrk
+            | Path::FloorH2load => Path::RedisBenchmark,
             Path::RedisDirect | Path::Http | Path::Grpc => Path::RedisDirect,
         }
     }
@@ -115,8 +126,12 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
     let external = mode != Mode::Smoke && installed("redis-benchmark", "--version");
     if external {
         paths.push(Path::RedisBenchmark);
-        paths.extend(installed("wrk", "-v").then_some(Path::Wrk));
-        paths.extend(installed("h2load", "--version").then_some(Path::H2load));
+        if installed("wrk", "-v") {
+            paths.extend([Path::Wrk, Path::FloorWrk]);
+        }
+        if installed("h2load", "--version") {
+            paths.extend([Path::H2load, Path::FloorH2load]);
+        }
         // redis-benchmark's GET reads the literal key `key:__rand_int__`.
         client_rt.block_on(async {
             let mut conn = targets.redis.connection().await;
@@ -130,6 +145,12 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
     } else if mode != Mode::Smoke {
         println!("`redis-benchmark` is not installed: the external rows are skipped.\n");
     }
+    let floors = external.then(|| floor::start(targets.redis.client(), targets.value));
+    let floor = || {
+        floors
+            .as_ref()
+            .expect("the floors run with the external tools")
+    };
     let clients = client_rt.block_on(Clients::connect(targets));
     let mut slices: Vec<Vec<Slice>> = vec![Vec::new(); paths.len()];
     for round in 0..rounds {
@@ -137,8 +158,10 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
             let v = (round + j) % paths.len();
             let measured = match paths[v] {
                 Path::RedisBenchmark => redis_benchmark(targets, slice),
-                Path::Wrk => wrk(targets, slice),
-                Path::H2load => h2load(targets, slice),
+                Path::Wrk => wrk(&state_url(targets.http_addr, targets), slice),
+                Path::H2load => h2load(targets.grpc_addr, targets, slice),
+                Path::FloorWrk => wrk(&state_url(floor().http_addr, targets), slice),
+                Path::FloorH2load => h2load(floor().grpc_addr, targets, slice),
                 path => client_rt.block_on(clients.load(path, slice, targets)),
             };
             slices[v].push(measured);
@@ -231,7 +254,11 @@ impl Clients {
                             let reply = grpc.get_state(request).await.expect("gRPC GetState");
                             Some(reply.into_inner().data)
                         }
-                        Path::RedisBenchmark | Path::Wrk | Path::H2load => {
+                        Path::RedisBenchmark
+                        | Path::Wrk
+                        | Path::H2load
+                        | Path::FloorWrk
+                        | Path::FloorH2load => {
                             unreachable!("external tools")
                         }
                     };
@@ -300,18 +327,19 @@ fn redis_benchmark(targets: &Targets<'_>, slice: Duration) -> Slice {
     run(((rate * slice.as_secs_f64()) as u64).max(20_000))
 }
 
-/// `wrk -t1 -c8 --latency` on the HTTP route for `slice` (whole seconds,
-/// at least one).
-fn wrk(targets: &Targets<'_>, slice: Duration) -> Slice {
+/// The state GET URL of the key on the server at `addr`.
+fn state_url(addr: std::net::SocketAddr, targets: &Targets<'_>) -> String {
+    format!("http://{addr}/v1.0/state/{}/{}", targets.store, targets.key)
+}
+
+/// `wrk -t1 -c8 --latency` on `url` for `slice` (whole seconds, at least
+/// one).
+fn wrk(url: &str, slice: Duration) -> Slice {
     let seconds = slice.as_secs().max(1);
-    let url = format!(
-        "http://{}/v1.0/state/{}/{}",
-        targets.http_addr, targets.store, targets.key
-    );
     let output = Command::new("wrk")
         .args(["-t1", "-c", &CONNECTIONS.to_string(), "--latency", "-d"])
         .arg(format!("{seconds}s"))
-        .arg(&url)
+        .arg(url)
         .stdin(Stdio::null())
         .output()
         .expect("wrk");
@@ -337,10 +365,10 @@ fn wrk(targets: &Targets<'_>, slice: Duration) -> Slice {
     }
 }
 
-/// `h2load -t1 -c8 -m1` on gRPC `GetState` for `slice` (whole seconds,
-/// at least one): every request a unary call, the body one framed
+/// `h2load -t1 -c8 -m1` on gRPC `GetState` at `addr` for `slice` (whole
+/// seconds, at least one): every request a unary call, the body one framed
 /// `GetStateRequest`. Percentiles come from h2load's per-request log.
-fn h2load(targets: &Targets<'_>, slice: Duration) -> Slice {
+fn h2load(addr: std::net::SocketAddr, targets: &Targets<'_>, slice: Duration) -> Slice {
     use prost::Message;
     let seconds = slice.as_secs().max(1);
     let dir = tempfile::tempdir().expect("temp dir");
@@ -363,10 +391,7 @@ fn h2load(targets: &Targets<'_>, slice: Duration) -> Slice {
         .arg("-d")
         .arg(&body)
         .arg(format!("--log-file={}", log.display()))
-        .arg(format!(
-            "http://{}/dapr.proto.runtime.v1.Dapr/GetState",
-            targets.grpc_addr
-        ))
+        .arg(format!("http://{addr}/dapr.proto.runtime.v1.Dapr/GetState"))
         .stdin(Stdio::null())
         .output()
         .expect("h2load");

@@ -48,6 +48,7 @@
 //! through the sidecar's HTTP and gRPC APIs (the `redis` store) against a
 //! direct Redis `GET` at the same concurrency, throughput and p50.
 
+mod floor;
 mod load;
 
 use testkit::bench as support;
