@@ -99,7 +99,11 @@ fn no_master_yet(err: &RedisError) -> bool {
 /// Runs `attempt` until it answers, within `limit`; on a cluster, an
 /// attempt that found no master for its slot is made again after
 /// [`CLUSTER_RETRY_EVERY`] while the deadline allows.
-async fn bounded<T, F, Fut>(limit: Option<Duration>, cluster: bool, mut attempt: F) -> RedisResult<T>
+async fn bounded<T, F, Fut>(
+    limit: Option<Duration>,
+    cluster: bool,
+    mut attempt: F,
+) -> RedisResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = RedisResult<T>>,

@@ -29,14 +29,14 @@ use crate::ApiState;
 /// The HTTP service: the state GET in [`hot_path`](self), everything else
 /// through the router.
 #[derive(Clone)]
-pub struct HotPath {
+pub(super) struct HotPath {
     router: Router,
     state: ApiState,
 }
 
 impl HotPath {
     /// In front of `router`, which serves `state`.
-    pub fn new(router: Router, state: ApiState) -> Self {
+    pub(super) fn new(router: Router, state: ApiState) -> Self {
         Self { router, state }
     }
 }

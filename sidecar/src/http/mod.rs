@@ -1,12 +1,13 @@
 //! HTTP: health, the Dapr state/secret/configuration/metadata routes,
 //! metrics and status.
 //!
-//! The state GET of a plain key is routed by [`HotPath`], before the
-//! router; it is observed and answered as the router would.
-//! Every call goes through one middleware, `observe`, which in turn: opens
-//! its trace span, checks `auth` (the app token; the admin token for status
-//! and metrics), bounds it by `deadline` (`request_timeout`), runs its
-//! handler and records its metrics. A handler loads the generation serving
+//! The state GET of a plain key is routed by `HotPath`, before the router;
+//! it is observed and answered as the router would.
+//!
+//! Every other call goes through one middleware, `observe`, which in turn:
+//! opens its trace span, checks `auth` (the app token; the admin token for
+//! status and metrics), bounds it by `deadline` (`request_timeout`), runs
+//! its handler and records its metrics. A handler loads the generation serving
 //! once (a [`Call`](crate::dapr::Call)) and uses that snapshot throughout.
 //! Handlers are thin: they decode the request, run the shared Dapr
 //! operation ([`crate::dapr`]) and encode its answer or error. Bodies are
@@ -44,7 +45,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use error::HttpError;
-pub use hot_path::HotPath;
+
+use hot_path::HotPath;
 
 use crate::connection::{accept_loop, ConnectionLimits};
 use crate::{ApiError, ApiState};
