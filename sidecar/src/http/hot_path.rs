@@ -88,6 +88,15 @@ async fn get_state(state: ApiState, store: String, key: String, request: Request
 #[cfg(test)]
 mod tests {
     use super::state_key;
+    use crate::http::routes;
+
+    #[test]
+    fn the_paths_it_knows_are_the_routers() {
+        // The prefix and the two routes that beat a key, as `routes` has them.
+        assert_eq!(routes::STATE_KEY, "/v1.0/state/{store}/{key}");
+        assert_eq!(routes::STATE_BULK, "/v1.0/state/{store}/bulk");
+        assert_eq!(routes::STATE_TRANSACTION, "/v1.0/state/{store}/transaction");
+    }
 
     #[test]
     fn only_a_plain_store_and_key_take_the_hot_path() {
