@@ -251,7 +251,7 @@ pub(crate) async fn assemble_resolved(
     let init_cx = InitContext {
         key: key.clone(),
         app_id: cx.app_id.clone(),
-        metadata: resolved.clone(),
+        metadata: resolved,
         shutdown: shutdown.clone(),
         ready_timeout: cx.timeouts.ready,
         config_dir: cx.config_dir.clone(),
@@ -275,6 +275,8 @@ pub(crate) async fn assemble_resolved(
             ));
         }
     }
+    // Lent to init, kept with the instance.
+    let resolved = init_cx.metadata;
     let instance = component.into_instance();
     if let Err(reason) = wait_ready(key, &instance, cx).await {
         shutdown.cancel();

@@ -8,7 +8,7 @@ use crate::component::{ComponentKey, Kind};
 use crate::config::{ConfigDiff, DependencyGraph};
 use crate::metadata::MetadataError;
 use crate::problem::{Problem, Problems};
-use crate::registry::Registry;
+use crate::registry::{ComponentDescriptor, Registry};
 
 /// A configuration that passed validation, with its dependency graph.
 #[derive(Debug, Clone)]
@@ -133,6 +133,9 @@ fn validate_against(
         }
         _ => config.components.values().collect(),
     };
+    // Refused componentRefs, found while each component is in cache and
+    // reported at the end unless the component turns out troubled.
+    let mut refused: Vec<Problem> = Vec::new();
     for &spec in &to_check {
         if passed(&spec.key) {
             if !targets_hold {
@@ -140,11 +143,13 @@ fn validate_against(
             }
             continue;
         }
+        let descriptor = registry.get(spec.key.kind.as_str(), &spec.type_name);
         if let Some(problem) = key_problem(&spec.key) {
             problems.push(problem);
-            continue;
+        } else {
+            check_component(&config, spec, descriptor, registry, broken, &mut problems);
         }
-        check_component(&config, spec, registry, broken, &mut problems);
+        refused.extend(refused_refs(spec, descriptor));
     }
     if let Some(overlay) = &config.overlay {
         if !config
@@ -191,50 +196,40 @@ fn validate_against(
             graph
         }
     };
-    // A component that references one that did not parse is not judged on
-    // that reference again; one declared as before passed already.
-    let mut troubled = in_cycles;
-    troubled.extend(
-        config
-            .components
-            .values()
-            .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
-            .map(|spec| spec.key.clone()),
-    );
-    let unpassed = to_check.into_iter().filter(|spec| !passed(&spec.key));
-    check_injections(registry, unpassed, troubled, &mut problems);
+    if !refused.is_empty() {
+        // A component that references one that did not parse is not judged
+        // on that reference again, nor one with another problem or on a
+        // cycle (those come first).
+        let mut troubled = in_cycles;
+        troubled.extend(
+            config
+                .components
+                .values()
+                .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
+                .map(|spec| spec.key.clone()),
+        );
+        troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
+        problems.0.extend(refused.into_iter().filter(|p| {
+            p.component
+                .as_ref()
+                .is_none_or(|key| !troubled.contains(key))
+        }));
+    }
     problems.into_result(ValidConfig { config, graph })
 }
 
-/// Offers each component its componentRefs as start-up will, so a ref no
-/// field takes, or a required one missing, is reported before start. Only
-/// for components with no other problem (a bad ref or a cycle comes first)
-/// and not in `troubled`.
-fn check_injections<'c>(
-    registry: &Registry,
-    specs: impl Iterator<Item = &'c ComponentSpec>,
-    mut troubled: BTreeSet<ComponentKey>,
-    problems: &mut Problems,
-) {
-    troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
-    for spec in specs {
-        let key = &spec.key;
-        let check = registry
-            .get(key.kind.as_str(), &spec.type_name)
-            .and_then(|descriptor| descriptor.check_refs);
-        let (Some(check_refs), false) = (check, troubled.contains(key)) else {
-            continue;
-        };
-        let refs: Vec<ComponentKey> = spec.component_refs.iter().map(|r| r.key.clone()).collect();
-        if let Err(refused) = check_refs(&refs) {
-            // Worded as start-up words it, so validate and run agree.
-            let message = match refused.index {
-                Some(i) => format!("componentRef[{i}]: {}", refused.error),
-                None => refused.error.to_string(),
-            };
-            problems.push(Problem::component(key, message));
-        }
-    }
+/// Offers `spec` its componentRefs as start-up will, so a ref no field
+/// takes, or a required one missing, is found before start: the problem,
+/// if any (worded as start-up words it, so validate and run agree).
+fn refused_refs(spec: &ComponentSpec, descriptor: Option<&ComponentDescriptor>) -> Option<Problem> {
+    let check_refs = descriptor?.check_refs?;
+    let refs: Vec<ComponentKey> = spec.component_refs.iter().map(|r| r.key.clone()).collect();
+    let refused = check_refs(&refs).err()?;
+    let message = match refused.index {
+        Some(i) => format!("componentRef[{i}]: {}", refused.error),
+        None => refused.error.to_string(),
+    };
+    Some(Problem::component(&spec.key, message))
 }
 
 /// Checks one component: its injected fields, its type and metadata, and
@@ -242,6 +237,7 @@ fn check_injections<'c>(
 fn check_component(
     config: &Config,
     spec: &ComponentSpec,
+    descriptor: Option<&ComponentDescriptor>,
     registry: &Registry,
     broken: &BTreeSet<ComponentKey>,
     problems: &mut Problems,
@@ -257,7 +253,7 @@ fn check_component(
             ));
         }
     }
-    match registry.get(key.kind.as_str(), &spec.type_name) {
+    match descriptor {
         Some(descriptor) => {
             if let Err(err) = (descriptor.validate)(&spec.metadata, &injected_fields) {
                 problems.push(Problem::component(key, metadata_message(spec, &err)));

@@ -34,7 +34,7 @@ mod warm;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::LocalKey;
 
 pub use borrowed::Borrowed;
@@ -254,6 +254,21 @@ impl Target {
         let slot = live.slot(&key);
         Self {
             bound: Some(Bound { key, live, slot }),
+        }
+    }
+
+    /// Bound to `key` in a runtime that never starts, shared by every such
+    /// target (so making one allocates nothing but the key): every load
+    /// fails with [`HandleError::NotRunning`].
+    fn unstarted(key: ComponentKey) -> Self {
+        static NOWHERE: OnceLock<(LiveGeneration, Arc<slot::Slot>)> = OnceLock::new();
+        let (live, slot) = NOWHERE.get_or_init(|| (Live::new(), Arc::new(slot::Slot::empty())));
+        Self {
+            bound: Some(Bound {
+                key,
+                live: live.clone(),
+                slot: slot.clone(),
+            }),
         }
     }
 
@@ -561,18 +576,20 @@ impl InjectedHandle {
         }
     }
 
-    /// A handle of the variant `key`'s kind calls for, in `live`.
-    pub(crate) fn for_key(key: ComponentKey, live: LiveGeneration) -> Self {
-        match key.kind {
-            Kind::ConfigStore => Self::ConfigStore(ConfigStoreHandle::new(key, live)),
-            Kind::SecretStore => Self::SecretStore(SecretStoreHandle::new(key, live)),
-            Kind::State => Self::State(StateStoreHandle::new(key, live)),
-            Kind::Lock => Self::Lock(LockHandle::new(key, live)),
-            Kind::Sequencer => Self::Sequencer(SequencerHandle::new(key, live)),
-            Kind::File => Self::File(FileStoreHandle::new(key, live)),
-            Kind::PubSub => Self::PubSub(PubSubHandle::new(key, live)),
-            Kind::Custom(_) => Self::Custom(ComponentHandle::new(key, live)),
-        }
+    /// A handle of the variant `key`'s kind calls for, in a runtime that
+    /// never starts: for offering references to setters ahead of start.
+    pub(crate) fn unstarted(key: ComponentKey) -> Self {
+        let variant: fn(Target) -> Self = match key.kind {
+            Kind::ConfigStore => |t| Self::ConfigStore(ConfigStoreHandle(t)),
+            Kind::SecretStore => |t| Self::SecretStore(SecretStoreHandle(t)),
+            Kind::State => |t| Self::State(StateStoreHandle(t)),
+            Kind::Lock => |t| Self::Lock(LockHandle(t)),
+            Kind::Sequencer => |t| Self::Sequencer(SequencerHandle(t)),
+            Kind::File => |t| Self::File(FileStoreHandle(t)),
+            Kind::PubSub => |t| Self::PubSub(PubSubHandle(t)),
+            Kind::Custom(_) => |t| Self::Custom(ComponentHandle(t)),
+        };
+        variant(Target::unstarted(key))
     }
 
     /// The component the handle points to.

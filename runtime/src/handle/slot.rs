@@ -27,6 +27,11 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// A slot holding nothing (never filled unless made by [`Slots`]).
+    pub(crate) fn empty() -> Self {
+        Self::new(None)
+    }
+
     fn new(instance: Option<&Instance>) -> Self {
         Self {
             instance: ArcSwapOption::new(instance.cloned().map(Arc::new)),

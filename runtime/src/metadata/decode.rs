@@ -38,7 +38,7 @@ fn suggestion_text(suggestion: &Option<String>, known: &[String]) -> String {
 
 /// Decodes `map` into `T`.
 pub fn decode<T: DeserializeOwned>(map: &Map<String, Value>) -> Result<T, MetadataError> {
-    decode_with(map, false)
+    decode_object(map, false)
 }
 
 /// Decodes `map` into `T` where some values are not known yet: `injected`
@@ -48,27 +48,24 @@ pub fn decode_for_validation<T: DeserializeOwned>(
     map: &Map<String, Value>,
     injected: &[String],
 ) -> Result<(), MetadataError> {
+    if injected.is_empty() {
+        return decode_object::<T>(map, true).map(|_| ());
+    }
     let mut map = map.clone();
     for field in injected {
         map.insert(field.clone(), Value::String(PLACEHOLDER.to_string()));
     }
-    decode_value::<T>(&Value::Object(map), true).map(|_| ())
+    decode_object::<T>(&map, true).map(|_| ())
 }
 
-fn decode_with<T: DeserializeOwned>(
+/// Decodes the metadata object `map` into `T`, where it lies (see
+/// [`Lenient`]).
+fn decode_object<T: DeserializeOwned>(
     map: &Map<String, Value>,
     placeholders: bool,
 ) -> Result<T, MetadataError> {
-    decode_value(&Value::Object(map.clone()), placeholders)
-}
-
-/// Decodes the object `value` into `T` (see [`Lenient`]).
-fn decode_value<T: DeserializeOwned>(
-    value: &Value,
-    placeholders: bool,
-) -> Result<T, MetadataError> {
     let unknown = std::cell::RefCell::new(None);
-    let deserializer = Lenient::new(value, placeholders, &unknown);
+    let deserializer = Lenient::object(map, placeholders, &unknown);
     serde_path_to_error::deserialize(deserializer).map_err(|err| {
         if let Some(found) = unknown.borrow_mut().take() {
             return found;

@@ -17,46 +17,79 @@ pub(crate) const PLACEHOLDER: &str = "\u{0}rewire:injected";
 
 type Error = serde_json::Error;
 
-/// Deserializes a borrowed [`Value`] leniently.
-pub(crate) struct Lenient<'a> {
-    value: &'a Value,
+/// Deserializes borrowed metadata leniently. Nothing is copied: the
+/// metadata object is read where it lies, and a value's path is worked out
+/// only for an error.
+pub(crate) struct Lenient<'p, 'a> {
+    value: Node<'a>,
     placeholders: bool,
     unknown: &'a RefCell<Option<MetadataError>>,
-    path: String,
+    at: At<'p>,
 }
 
-impl<'a> Lenient<'a> {
-    pub(crate) fn new(
-        value: &'a Value,
+/// What a [`Lenient`] reads.
+#[derive(Clone, Copy)]
+enum Node<'a> {
+    /// A value inside the metadata.
+    Value(&'a Value),
+    /// The metadata object itself (read as a `Value::Object` would be).
+    Object(&'a Map<String, Value>),
+}
+
+/// Where a value sits in the metadata: a chain up to the top, on the stack.
+#[derive(Clone, Copy)]
+enum At<'p> {
+    Top,
+    Field(&'p At<'p>, &'p str),
+    Index(&'p At<'p>, usize),
+}
+
+impl At<'_> {
+    /// The path as errors show it: `a.b[2].c` (empty at the top).
+    fn render(&self) -> String {
+        match self {
+            At::Top => String::new(),
+            At::Field(parent, name) => {
+                let parent = parent.render();
+                if parent.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{parent}.{name}")
+                }
+            }
+            At::Index(parent, i) => format!("{}[{i}]", parent.render()),
+        }
+    }
+}
+
+impl<'a> Lenient<'_, 'a> {
+    /// Reads the metadata object `map`.
+    pub(crate) fn object(
+        map: &'a Map<String, Value>,
         placeholders: bool,
         unknown: &'a RefCell<Option<MetadataError>>,
     ) -> Self {
         Self {
-            value,
+            value: Node::Object(map),
             placeholders,
             unknown,
-            path: String::new(),
+            at: At::Top,
         }
     }
+}
 
-    fn child(&self, value: &'a Value, segment: &str) -> Self {
-        let path = if self.path.is_empty() {
-            segment.to_string()
-        } else if segment.starts_with('[') {
-            format!("{}{segment}", self.path)
-        } else {
-            format!("{}.{segment}", self.path)
-        };
-        Self {
-            value,
+impl<'p, 'a> Lenient<'p, 'a> {
+    fn child<'c>(&'c self, value: &'a Value, at: At<'c>) -> Lenient<'c, 'a> {
+        Lenient {
+            value: Node::Value(value),
             placeholders: self.placeholders,
             unknown: self.unknown,
-            path,
+            at,
         }
     }
 
     fn is_placeholder(&self) -> bool {
-        self.placeholders && matches!(self.value, Value::String(s) if s == PLACEHOLDER)
+        self.placeholders && matches!(self.value, Node::Value(Value::String(s)) if s == PLACEHOLDER)
     }
 
     fn number<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -64,7 +97,7 @@ impl<'a> Lenient<'a> {
             return visitor.visit_u64(0);
         }
         match self.value {
-            Value::String(s) => {
+            Node::Value(Value::String(s)) => {
                 let s = s.trim();
                 if let Ok(n) = s.parse::<u64>() {
                     visitor.visit_u64(n)
@@ -99,10 +132,11 @@ impl<'a> Lenient<'a> {
             .filter(|(score, _)| *score > 0.8)
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, known)| known.to_string());
-        let full = if self.path.is_empty() {
+        let path = self.at.render();
+        let full = if path.is_empty() {
             field.clone()
         } else {
-            format!("{}.{field}", self.path)
+            format!("{path}.{field}")
         };
         *self.unknown.borrow_mut() = Some(MetadataError::UnknownField {
             field: full,
@@ -129,11 +163,21 @@ macro_rules! forward_to_any {
     };
 }
 
-impl<'a> Deserializer<'a> for Lenient<'a> {
+impl<'a> Deserializer<'a> for Lenient<'_, 'a> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
+        let value = match self.value {
+            Node::Value(value) => value,
+            Node::Object(map) => {
+                return visitor.visit_map(Entries {
+                    parent: &self,
+                    entries: map.iter(),
+                    value: None,
+                })
+            }
+        };
+        match value {
             Value::Null => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(*b),
             Value::Number(n) => {
@@ -174,7 +218,7 @@ impl<'a> Deserializer<'a> for Lenient<'a> {
             return visitor.visit_bool(false);
         }
         match self.value {
-            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            Node::Value(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
                 "true" => visitor.visit_bool(true),
                 "false" => visitor.visit_bool(false),
                 _ => Err(de::Error::invalid_type(Unexpected::Str(s), &visitor)),
@@ -185,8 +229,8 @@ impl<'a> Deserializer<'a> for Lenient<'a> {
 
     fn deserialize_str<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
-            Value::Number(n) => visitor.visit_string(n.to_string()),
-            Value::Bool(b) => visitor.visit_string(b.to_string()),
+            Node::Value(Value::Number(n)) => visitor.visit_string(n.to_string()),
+            Node::Value(Value::Bool(b)) => visitor.visit_string(b.to_string()),
             _ => self.deserialize_any(visitor),
         }
     }
@@ -197,7 +241,7 @@ impl<'a> Deserializer<'a> for Lenient<'a> {
 
     fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.value {
-            Value::Null => visitor.visit_none(),
+            Node::Value(Value::Null) => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
     }
@@ -237,7 +281,7 @@ impl<'a> Deserializer<'a> for Lenient<'a> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        if let Value::Object(map) = self.value {
+        if let Node::Value(Value::Object(map)) | Node::Object(map) = self.value {
             self.check_fields(map, fields)?;
         }
         self.deserialize_any(visitor)
@@ -250,18 +294,21 @@ impl<'a> Deserializer<'a> for Lenient<'a> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         match self.value {
-            Value::String(s) if self.is_placeholder() => {
-                let _ = s;
+            Node::Value(Value::String(_)) if self.is_placeholder() => {
                 let first = variants.first().copied().unwrap_or_default();
                 visitor.visit_enum(first.into_deserializer())
             }
-            value => value.deserialize_enum(name, variants, visitor),
+            Node::Value(value) => value.deserialize_enum(name, variants, visitor),
+            // The metadata as an enum (`{"Variant": …}`): rare, so copied.
+            Node::Object(map) => {
+                Value::Object(map.clone()).deserialize_enum(name, variants, visitor)
+            }
         }
     }
 }
 
 struct Items<'p, 'a> {
-    parent: &'p Lenient<'a>,
+    parent: &'p Lenient<'p, 'a>,
     items: std::iter::Enumerate<std::slice::Iter<'a, Value>>,
 }
 
@@ -274,7 +321,7 @@ impl<'a> SeqAccess<'a> for Items<'_, 'a> {
     ) -> Result<Option<T::Value>, Error> {
         match self.items.next() {
             Some((i, value)) => seed
-                .deserialize(self.parent.child(value, &format!("[{i}]")))
+                .deserialize(self.parent.child(value, At::Index(&self.parent.at, i)))
                 .map(Some),
             None => Ok(None),
         }
@@ -282,7 +329,7 @@ impl<'a> SeqAccess<'a> for Items<'_, 'a> {
 }
 
 struct Entries<'p, 'a> {
-    parent: &'p Lenient<'a>,
+    parent: &'p Lenient<'p, 'a>,
     entries: serde_json::map::Iter<'a>,
     value: Option<(&'a String, &'a Value)>,
 }
@@ -306,7 +353,9 @@ impl<'a> MapAccess<'a> for Entries<'_, 'a> {
 
     fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, Error> {
         match self.value.take() {
-            Some((key, value)) => seed.deserialize(self.parent.child(value, key)),
+            Some((key, value)) => {
+                seed.deserialize(self.parent.child(value, At::Field(&self.parent.at, key)))
+            }
             None => Err(de::Error::custom("value requested before key")),
         }
     }

@@ -2,8 +2,8 @@
 
 use crate::component::{ComponentError, ComponentKey};
 use crate::handle::{
-    ComponentHandle, ConfigStoreHandle, FileStoreHandle, InjectedHandle, Live, LockHandle,
-    PubSubHandle, SecretStoreHandle, SequencerHandle, StateStoreHandle,
+    ComponentHandle, ConfigStoreHandle, FileStoreHandle, InjectedHandle, LockHandle, PubSubHandle,
+    SecretStoreHandle, SequencerHandle, StateStoreHandle,
 };
 
 /// Why an injection failed.
@@ -89,9 +89,8 @@ pub struct RefRefused {
 /// run as at start, on handles bound to nothing. Used by generated code.
 pub fn check_refs<T: Inject + Default>(refs: &[ComponentKey]) -> Result<(), RefRefused> {
     let mut probe = T::default();
-    let nowhere = Live::new();
     for (i, key) in refs.iter().enumerate() {
-        let handle = InjectedHandle::for_key(key.clone(), nowhere.clone());
+        let handle = InjectedHandle::unstarted(key.clone());
         offer_to(&mut probe, handle).map_err(|error| RefRefused {
             index: Some(i),
             error,

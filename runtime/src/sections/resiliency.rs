@@ -178,11 +178,17 @@ impl Resiliency {
     /// every targeted name must be a component's.
     pub(crate) fn problems<'a>(
         &self,
-        components: impl Iterator<Item = &'a ComponentKey> + Clone,
+        components: impl Iterator<Item = &'a ComponentKey>,
     ) -> Vec<Problem> {
+        if self.components.is_empty() {
+            return Vec::new();
+        }
+        // One pass over the components, however many targets there are.
+        let names: std::collections::HashSet<&str> =
+            components.map(|key| key.name.as_str()).collect();
         self.components
             .keys()
-            .filter(|name| !components.clone().any(|key| &key.name == *name))
+            .filter(|name| !names.contains(name.as_str()))
             .map(|name| {
                 problem(format!(
                     "targets.components.{name}: no component named `{name}` in the configuration"

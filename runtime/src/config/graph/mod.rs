@@ -6,7 +6,7 @@ mod render;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use petgraph::algo::tarjan_scc;
+use petgraph::algo::TarjanScc;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::NodeIndexable;
 use petgraph::Direction;
@@ -45,10 +45,13 @@ impl DependencyGraph {
         let mut graph = StableDiGraph::with_capacity(components.len(), edges);
         let mut keys = Vec::with_capacity(components.len());
         let mut types: Vec<Arc<str>> = Vec::with_capacity(components.len());
-        let mut type_names: HashMap<&str, Arc<str>> = HashMap::new();
+        // Hashed with a fast seeded hash: these maps live for this call only.
+        let hasher = foldhash::fast::RandomState::default();
+        let mut type_names: HashMap<&str, Arc<str>, _> = HashMap::with_hasher(hasher.clone());
         // Found by hash while linking: one hash per reference instead of a
         // dozen key comparisons through a tree.
-        let mut index: HashMap<&ComponentKey, NodeIndex> = HashMap::with_capacity(components.len());
+        let mut index: HashMap<&ComponentKey, NodeIndex, _> =
+            HashMap::with_capacity_and_hasher(components.len(), hasher);
         for (key, spec) in components {
             index.insert(key, graph.add_node(()));
             keys.push(key.clone());
@@ -151,23 +154,24 @@ impl DependencyGraph {
     /// starts: `state/a -> config_store/b -> state/a`.
     pub fn cycles(&self) -> Vec<Vec<ComponentKey>> {
         let mut cycles = Vec::new();
-        for scc in tarjan_scc(&*self.graph) {
-            // The usual case, a component on no cycle, costs no allocation.
-            if let [only] = scc[..] {
-                if !self.graph.contains_edge(only, only) {
-                    continue;
+        // Each strongly connected component is handed over borrowed: the
+        // usual case, a component on no cycle, costs no allocation.
+        TarjanScc::new().run(&*self.graph, |scc: &[NodeIndex]| {
+            if let [only] = scc {
+                if !self.graph.contains_edge(*only, *only) {
+                    return;
                 }
             }
             let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
             let Some(&start) = scc.iter().min_by_key(|n| self.key(**n)) else {
-                continue;
+                return;
             };
             let self_loop = self.graph.contains_edge(start, start);
             if members.len() < 2 && !self_loop {
-                continue;
+                return;
             }
             cycles.push(self.cycle_through(start, &members));
-        }
+        });
         cycles.sort();
         cycles
     }
