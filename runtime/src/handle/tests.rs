@@ -150,3 +150,23 @@ fn borrow_follows_publishes_without_a_reference_count() {
     publish(&live, 2, &["a"]);
     assert_eq!(stamp(&a), 2);
 }
+
+/// The handles validation offers to setters: the variant of the key's kind,
+/// every load failing, and one shared runtime behind all of them.
+#[test]
+fn unstarted_handles_fit_their_kind_load_nothing_and_share_one_runtime() {
+    use super::{HandleError, InjectedHandle};
+    let state = ComponentKey::new(crate::component::Kind::State, "orders");
+    let InjectedHandle::State(orders) = InjectedHandle::unstarted(state.clone()) else {
+        panic!("a state key gives a state handle");
+    };
+    assert!(matches!(orders.load(), Err(HandleError::NotRunning(k)) if k == state));
+    let InjectedHandle::Custom(greeter) = InjectedHandle::unstarted(key("greeter")) else {
+        panic!("a custom key gives a component handle");
+    };
+    assert_eq!(greeter.key(), Some(&key("greeter")));
+    assert!(greeter.load().is_err());
+    let live = |target: &super::Target| target.bound.as_ref().map(|b| b.live.clone());
+    let (a, b) = (live(&orders.0), live(&greeter.0));
+    assert!(matches!((a, b), (Some(a), Some(b)) if Arc::ptr_eq(&a, &b)));
+}

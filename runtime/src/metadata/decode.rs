@@ -161,4 +161,48 @@ mod tests {
                 .unwrap_err();
         assert!(err.to_string().contains("redisDB"));
     }
+
+    #[derive(Debug, Deserialize)]
+    struct Routes {
+        #[serde(rename = "routes")]
+        _routes: Vec<Route>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Route {
+        #[serde(default, rename = "name")]
+        _name: String,
+        #[serde(default, rename = "hops")]
+        _hops: Vec<Hop>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Hop {
+        #[serde(default, rename = "to")]
+        _to: String,
+    }
+
+    #[test]
+    fn an_unknown_field_deep_inside_is_named_by_its_whole_path() {
+        let err = decode::<Routes>(&map(json!({
+            "routes": [{"name": "a"}, {"hops": [{"to": "x"}, {"to": "y", "tto": "z"}]}]
+        })))
+        .unwrap_err();
+        let MetadataError::UnknownField { field, .. } = err else {
+            panic!("{err}");
+        };
+        assert_eq!(field, "routes[1].hops[1].tto");
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    enum Mode {
+        Fixed { every: u32 },
+    }
+
+    #[test]
+    fn metadata_that_is_an_enum_decodes_as_a_value_would() {
+        let mode: Mode =
+            decode(&map(json!({"Fixed": {"every": 5}}))).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode, Mode::Fixed { every: 5 });
+    }
 }
