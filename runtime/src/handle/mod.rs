@@ -262,7 +262,7 @@ impl Target {
     /// fails with [`HandleError::NotRunning`].
     fn unstarted(key: ComponentKey) -> Self {
         static NOWHERE: OnceLock<(LiveGeneration, Arc<slot::Slot>)> = OnceLock::new();
-        let (live, slot) = NOWHERE.get_or_init(|| (Live::new(), Arc::new(slot::Slot::empty())));
+        let (live, slot) = NOWHERE.get_or_init(|| (Live::new(), Arc::new(slot::Slot::new(None))));
         Self {
             bound: Some(Bound {
                 key,

@@ -27,12 +27,8 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// A slot holding nothing (never filled unless made by [`Slots`]).
-    pub(crate) fn empty() -> Self {
-        Self::new(None)
-    }
-
-    fn new(instance: Option<&Instance>) -> Self {
+    /// A slot holding `instance` (`None`: nothing).
+    pub(super) fn new(instance: Option<&Instance>) -> Self {
         Self {
             instance: ArcSwapOption::new(instance.cloned().map(Arc::new)),
             number: super::load_cache::slot_number(),

@@ -86,7 +86,8 @@ pub struct RefRefused {
 
 /// Checks ahead of start that `T` (the `#[inject]` fields of a derived
 /// component) takes every one of `refs` and lacks none: the same setters
-/// run as at start, on handles bound to nothing. Used by generated code.
+/// run as at start, on handles of a runtime that never starts. Used by
+/// generated code.
 pub fn check_refs<T: Inject + Default>(refs: &[ComponentKey]) -> Result<(), RefRefused> {
     let mut probe = T::default();
     for (i, key) in refs.iter().enumerate() {
