@@ -19,9 +19,14 @@ pub enum InjectedRef {
 impl InjectedRef {
     /// The store it reads from.
     pub fn store(&self) -> ComponentKey {
+        ComponentKey::new(self.store_kind(), self.store_name())
+    }
+
+    /// The kind of the store it reads from.
+    pub fn store_kind(&self) -> Kind {
         match self {
-            InjectedRef::Secret(_, r) => ComponentKey::new(Kind::SecretStore, &r.store),
-            InjectedRef::Configuration(_, r) => ComponentKey::new(Kind::ConfigStore, &r.store),
+            InjectedRef::Secret(..) => Kind::SecretStore,
+            InjectedRef::Configuration(..) => Kind::ConfigStore,
         }
     }
 

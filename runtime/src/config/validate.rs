@@ -9,6 +9,7 @@ use crate::config::{ConfigDiff, DependencyGraph};
 use crate::metadata::MetadataError;
 use crate::problem::{Problem, Problems};
 use crate::registry::{ComponentDescriptor, Registry};
+use declared::{ByNode, Declared};
 
 /// A configuration that passed validation, with its dependency graph.
 #[derive(Debug, Clone)]
@@ -122,35 +123,77 @@ fn validate_against(
     let passed = |key: &ComponentKey| earlier.is_some_and(|e| e.passed(key));
     let targets_hold = earlier.is_some_and(|e| e.targets_hold(&config));
     // When what passed still holds, only the others are looked at.
-    let to_check: Vec<&ComponentSpec> = match earlier {
+    let (to_check, checks_all): (Vec<&ComponentSpec>, bool) = match earlier {
         Some(earlier) if targets_hold => {
             let mut unpassed: Vec<&ComponentSpec> = earlier
                 .unpassed()
                 .filter_map(|key| config.components.get(key))
                 .collect();
             unpassed.sort_by(|a, b| a.key.cmp(&b.key));
-            unpassed
+            (unpassed, false)
         }
-        _ => config.components.values().collect(),
+        _ => (config.components.values().collect(), true),
+    };
+    // The running graph is acyclic and kept when it still fits; a new one
+    // is built first: it finds what each component references, once.
+    let (graph, resolved) = match earlier.and_then(|e| e.graph(&config)) {
+        Some(running) => (running, None),
+        None => {
+            let (graph, resolved) = DependencyGraph::build_resolving(&config);
+            (graph, Some(resolved))
+        }
+    };
+    let fresh = resolved.is_some();
+    let declared = Declared {
+        config: &config,
+        // Every component, in key order, is node by node.
+        by_node: resolved.as_ref().filter(|_| checks_all).map(|refs| ByNode {
+            graph: &graph,
+            specs: &to_check,
+            refs,
+        }),
     };
     // Refused componentRefs, found while each component is in cache and
     // reported at the end unless the component turns out troubled.
     let mut refused: Vec<Problem> = Vec::new();
-    for &spec in &to_check {
+    for (node, &spec) in to_check.iter().enumerate() {
         if passed(&spec.key) {
             if !targets_hold {
-                check_targets(&config, spec, broken, &mut problems);
+                check_targets(&declared, node, spec, broken, &mut problems);
             }
             continue;
         }
-        let descriptor = registry.get(spec.key.kind.as_str(), &spec.type_name);
-        if let Some(problem) = key_problem(&spec.key) {
+        let descriptor = registry.get(spec.key.kind.as_str(), declared.type_name(node, spec));
+        if let Some(problem) = key_problem(&spec.key, declared.name(node, spec)) {
             problems.push(problem);
         } else {
-            check_component(&config, spec, descriptor, registry, broken, &mut problems);
+            check_component(
+                &declared,
+                node,
+                spec,
+                descriptor,
+                registry,
+                broken,
+                &mut problems,
+            );
         }
         refused.extend(refused_refs(spec, descriptor));
     }
+    check_sections(&config, broken, &mut problems);
+    let in_cycles = if fresh {
+        report_cycles(&graph, &mut problems)
+    } else {
+        BTreeSet::new()
+    };
+    if !refused.is_empty() {
+        report_refused(&config, broken, refused, in_cycles, &mut problems);
+    }
+    problems.into_result(ValidConfig { config, graph })
+}
+
+/// Checks what the top-level sections name: the overlay's store, the
+/// subscriptions' pub/subs and the resiliency targets.
+fn check_sections(config: &Config, broken: &BTreeSet<ComponentKey>, problems: &mut Problems) {
     if let Some(overlay) = &config.overlay {
         if !config
             .components
@@ -163,59 +206,63 @@ fn validate_against(
         }
     }
     // Subscriptions name pub/sub components only.
-    let pubsubs: BTreeSet<ComponentKey> = config
-        .components
-        .keys()
-        .chain(broken)
-        .filter(|key| key.kind == Kind::PubSub)
-        .cloned()
-        .collect();
-    problems
-        .0
-        .extend(config.sections.subscriptions.check_pubsubs(&pubsubs));
+    if !config.sections.subscriptions.0.is_empty() {
+        let pubsubs: BTreeSet<ComponentKey> = config
+            .components
+            .keys()
+            .chain(broken)
+            .filter(|key| key.kind == Kind::PubSub)
+            .cloned()
+            .collect();
+        problems
+            .0
+            .extend(config.sections.subscriptions.check_pubsubs(&pubsubs));
+    }
     problems.0.extend(
         config
             .sections
             .resiliency
             .problems(config.components.keys()),
     );
+}
+
+/// Reports each cycle of a new graph: the components on one.
+fn report_cycles(graph: &DependencyGraph, problems: &mut Problems) -> BTreeSet<ComponentKey> {
     let mut in_cycles = BTreeSet::new();
-    // The running graph is acyclic: only a new one is looked at.
-    let graph = match earlier.and_then(|e| e.graph(&config)) {
-        Some(graph) => graph,
-        None => {
-            let graph = DependencyGraph::build(&config);
-            for cycle in graph.cycles() {
-                in_cycles.extend(cycle.iter().cloned());
-                let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
-                problems.push(Problem::component(
-                    &cycle[0],
-                    format!("reference cycle: {}", path.join(" -> ")),
-                ));
-            }
-            graph
-        }
-    };
-    if !refused.is_empty() {
-        // A component that references one that did not parse is not judged
-        // on that reference again, nor one with another problem or on a
-        // cycle (those come first).
-        let mut troubled = in_cycles;
-        troubled.extend(
-            config
-                .components
-                .values()
-                .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
-                .map(|spec| spec.key.clone()),
-        );
-        troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
-        problems.0.extend(refused.into_iter().filter(|p| {
-            p.component
-                .as_ref()
-                .is_none_or(|key| !troubled.contains(key))
-        }));
+    for cycle in graph.cycles() {
+        in_cycles.extend(cycle.iter().cloned());
+        let path: Vec<String> = cycle.iter().map(ComponentKey::to_string).collect();
+        problems.push(Problem::component(
+            &cycle[0],
+            format!("reference cycle: {}", path.join(" -> ")),
+        ));
     }
-    problems.into_result(ValidConfig { config, graph })
+    in_cycles
+}
+
+/// Reports the `refused` componentRefs, but not of a component that
+/// references one that did not parse, has another problem or is on a
+/// cycle (those come first).
+fn report_refused(
+    config: &Config,
+    broken: &BTreeSet<ComponentKey>,
+    refused: Vec<Problem>,
+    mut troubled: BTreeSet<ComponentKey>,
+    problems: &mut Problems,
+) {
+    troubled.extend(
+        config
+            .components
+            .values()
+            .filter(|spec| spec.component_refs.iter().any(|r| broken.contains(&r.key)))
+            .map(|spec| spec.key.clone()),
+    );
+    troubled.extend(problems.iter().filter_map(|p| p.component.clone()));
+    problems.0.extend(refused.into_iter().filter(|p| {
+        p.component
+            .as_ref()
+            .is_none_or(|key| !troubled.contains(key))
+    }));
 }
 
 /// Offers `spec` its componentRefs as start-up will, so a ref no field
@@ -223,8 +270,7 @@ fn validate_against(
 /// if any (worded as start-up words it, so validate and run agree).
 fn refused_refs(spec: &ComponentSpec, descriptor: Option<&ComponentDescriptor>) -> Option<Problem> {
     let check_refs = descriptor?.check_refs?;
-    let refs: Vec<ComponentKey> = spec.component_refs.iter().map(|r| r.key.clone()).collect();
-    let refused = check_refs(&refs).err()?;
+    let refused = check_refs(&spec.component_refs).err()?;
     let message = match refused.index {
         Some(i) => format!("componentRef[{i}]: {}", refused.error),
         None => refused.error.to_string(),
@@ -235,7 +281,8 @@ fn refused_refs(spec: &ComponentSpec, descriptor: Option<&ComponentDescriptor>) 
 /// Checks one component: its injected fields, its type and metadata, and
 /// its references (except to `broken` components).
 fn check_component(
-    config: &Config,
+    declared: &Declared<'_>,
+    node: usize,
     spec: &ComponentSpec,
     descriptor: Option<&ComponentDescriptor>,
     registry: &Registry,
@@ -261,38 +308,39 @@ fn check_component(
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),
     }
-    check_targets(config, spec, broken, problems);
+    check_targets(declared, node, spec, broken, problems);
 }
 
 /// Checks what one component references is declared and admits it
 /// (except `broken` components).
 fn check_targets(
-    config: &Config,
+    declared: &Declared<'_>,
+    node: usize,
     spec: &ComponentSpec,
     broken: &BTreeSet<ComponentKey>,
     problems: &mut Problems,
 ) {
     let key = &spec.key;
+    let config = declared.config;
     for (i, r) in spec.component_refs.iter().enumerate() {
-        if &r.key == key {
+        let target = declared.target(node, i, &r.key);
+        // The one declaration of this key is this one.
+        if target.is_some_and(|target| std::ptr::eq(target, spec)) {
             problems.push(Problem::component(
                 key,
                 format!("componentRef[{i}]: a component cannot reference itself"),
             ));
         } else if !broken.contains(&r.key) {
-            check_target(
-                config,
-                key,
-                || format!("componentRef[{i}]"),
-                &r.key,
-                problems,
-            );
+            let at = || format!("componentRef[{i}]");
+            check_target(config, key, at, &r.key, target, problems);
         }
     }
-    for r in spec.injected_refs() {
-        let target = r.store();
-        if !broken.contains(&target) {
-            check_target(config, key, || r.position(), &target, problems);
+    let injected_from = spec.component_refs.len();
+    for (i, r) in spec.injected_refs().enumerate() {
+        let store = r.store();
+        if !broken.contains(&store) {
+            let target = declared.target(node, injected_from + i, &store);
+            check_target(config, key, || r.position(), &store, target, problems);
         }
     }
 }
@@ -315,15 +363,16 @@ fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) ->
     }
 }
 
-/// What is wrong with a component's kind or name, if anything. The file's
-/// loader checks names as it reads them; this catches what reaches
-/// validation another way (a push), and what the loader lets through.
-fn key_problem(key: &ComponentKey) -> Option<Problem> {
+/// What is wrong with a component's kind or name, if anything (`name` is
+/// the key's, read from wherever it is in cache). The file's loader
+/// checks names as it reads them; this catches what reaches validation
+/// another way (a push), and what the loader lets through.
+fn key_problem(key: &ComponentKey, name: &str) -> Option<Problem> {
     if key
         .kind
         .as_str()
         .chars()
-        .chain(key.name.chars())
+        .chain(name.chars())
         .any(char::is_control)
     {
         // Shown escaped: a raw newline would split the problem's line.
@@ -339,7 +388,7 @@ fn key_problem(key: &ComponentKey) -> Option<Problem> {
             "a component kind must not be blank",
         ));
     }
-    if key.name.is_empty() || key.name.contains('/') {
+    if name.is_empty() || name.contains('/') {
         return Some(Problem::component(
             key,
             "a component name must be non-empty and contain no `/`",
@@ -375,16 +424,17 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
     }
 }
 
-/// Checks that `user` may reference `target`; `at` names the ref (worked
-/// out only for a problem).
+/// Checks that `user` may reference `target`, declared as `found`; `at`
+/// names the ref (worked out only for a problem).
 fn check_target(
     config: &Config,
     user: &ComponentKey,
     at: impl Fn() -> String,
     target: &ComponentKey,
+    found: Option<&ComponentSpec>,
     problems: &mut Problems,
 ) {
-    if let Some(spec) = config.components.get(target) {
+    if let Some(spec) = found {
         if !spec.allows(user) {
             let at = at();
             let scopes: Vec<String> = spec
@@ -443,5 +493,6 @@ fn closest_of_kind<'a>(config: &'a Config, target: &ComponentKey) -> Option<&'a 
         .map(|(_, k)| k)
 }
 
+mod declared;
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::lenient::{Lenient, PLACEHOLDER};
+use super::lenient::{Findings, Lenient, PLACEHOLDER};
 
 /// Why metadata did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,19 +59,23 @@ pub fn decode_for_validation<T: DeserializeOwned>(
 }
 
 /// Decodes the metadata object `map` into `T`, where it lies (see
-/// [`Lenient`]).
+/// [`Lenient`]); an error names the field it arose at.
 fn decode_object<T: DeserializeOwned>(
     map: &Map<String, Value>,
     placeholders: bool,
 ) -> Result<T, MetadataError> {
-    let unknown = std::cell::RefCell::new(None);
-    let deserializer = Lenient::object(map, placeholders, &unknown);
-    serde_path_to_error::deserialize(deserializer).map_err(|err| {
-        if let Some(found) = unknown.borrow_mut().take() {
+    let findings = Findings::default();
+    T::deserialize(Lenient::object(map, placeholders, &findings)).map_err(|err| {
+        if let Some(found) = findings.unknown.take() {
             return found;
         }
-        let path = err.path().to_string();
-        let message = err.into_inner().to_string();
+        // `.` is the whole object.
+        let path = findings
+            .failed_at
+            .take()
+            .filter(|path| !path.is_empty())
+            .unwrap_or_else(|| ".".to_string());
+        let message = err.to_string();
         // serde says "missing field `x`" about the object holding it (path
         // `.` at the top): name the missing field itself.
         if let Some(missing) = message
@@ -180,6 +184,72 @@ mod tests {
     struct Hop {
         #[serde(default, rename = "to")]
         _to: String,
+        #[serde(default, rename = "weight")]
+        _weight: u32,
+        #[serde(default, rename = "via")]
+        _via: Option<Via>,
+        #[serde(default, rename = "mode", deserialize_with = "node_or_cluster")]
+        _mode: String,
+    }
+
+    /// Reads a string, then may refuse it.
+    fn node_or_cluster<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let mode = String::deserialize(d)?;
+        match mode.as_str() {
+            "node" | "cluster" => Ok(mode),
+            _ => Err(serde::de::Error::custom(format!(
+                "`{mode}` is neither `node` nor `cluster`"
+            ))),
+        }
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Via {
+        #[serde(rename = "host")]
+        _host: String,
+    }
+
+    fn invalid_field(metadata: Value) -> (String, String) {
+        match decode::<Routes>(&map(metadata)) {
+            Err(MetadataError::Invalid { field, message }) => (field, message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_wrong_value_deep_inside_is_named_by_its_whole_path() {
+        let (field, message) = invalid_field(json!({
+            "routes": [{"name": "a"}, {"hops": [{"to": "x"}, {"to": "y", "weight": "heavy"}]}]
+        }));
+        assert_eq!(field, "routes[1].hops[1].weight");
+        assert!(message.contains("u32"), "{message}");
+        // A missing field is named itself, under the object that lacks it.
+        let (field, message) = invalid_field(json!({
+            "routes": [{"hops": [{"via": {"host": "h"}}, {"via": {}}]}]
+        }));
+        assert_eq!(field, "routes[0].hops[1].via.host");
+        assert_eq!(message, "required but missing");
+        let (field, _) = invalid_field(json!({"routes": 5}));
+        assert_eq!(field, "routes");
+        // A value read well and then refused is named too.
+        let (field, message) = invalid_field(json!({
+            "routes": [{"hops": [{"mode": "node"}, {"mode": "sentinel"}]}]
+        }));
+        assert_eq!(field, "routes[0].hops[1].mode");
+        assert_eq!(message, "`sentinel` is neither `node` nor `cluster`");
+        // The whole object is `.`.
+        match decode::<u32>(&map(json!({"a": 1}))) {
+            Err(MetadataError::Invalid { field, .. }) => assert_eq!(field, "."),
+            other => panic!("{other:?}"),
+        }
+        let err = decode::<Redis>(&map(json!({}))).unwrap_err();
+        assert_eq!(
+            err,
+            MetadataError::Invalid {
+                field: "redisHost".into(),
+                message: "required but missing".into()
+            }
+        );
     }
 
     #[test]

@@ -23,8 +23,18 @@ type Error = serde_json::Error;
 pub(crate) struct Lenient<'p, 'a> {
     value: Node<'a>,
     placeholders: bool,
-    unknown: &'a RefCell<Option<MetadataError>>,
+    findings: &'a Findings,
     at: At<'p>,
+}
+
+/// What a decode found wrong, shared by every level of it.
+#[derive(Default)]
+pub(crate) struct Findings {
+    /// The first unknown field.
+    pub(crate) unknown: RefCell<Option<MetadataError>>,
+    /// Where the error the decode failed with arose: the path of the
+    /// deepest value that failed (empty at the top).
+    pub(crate) failed_at: RefCell<Option<String>>,
 }
 
 /// What a [`Lenient`] reads.
@@ -67,12 +77,12 @@ impl<'a> Lenient<'_, 'a> {
     pub(crate) fn object(
         map: &'a Map<String, Value>,
         placeholders: bool,
-        unknown: &'a RefCell<Option<MetadataError>>,
+        findings: &'a Findings,
     ) -> Self {
         Self {
             value: Node::Object(map),
             placeholders,
-            unknown,
+            findings,
             at: At::Top,
         }
     }
@@ -83,9 +93,29 @@ impl<'p, 'a> Lenient<'p, 'a> {
         Lenient {
             value: Node::Value(value),
             placeholders: self.placeholders,
-            unknown: self.unknown,
+            findings: self.findings,
             at,
         }
+    }
+
+    /// Reads the value at `at` with `seed`; an error is noted there when
+    /// it is the first (an error passes every level on its way out, the
+    /// deepest first). The seed's own errors count too: a type that reads
+    /// a string and then refuses it fails at the string's path.
+    fn read<T: DeserializeSeed<'a>>(
+        &self,
+        seed: T,
+        value: &'a Value,
+        at: At<'_>,
+    ) -> Result<T::Value, Error> {
+        let result = seed.deserialize(self.child(value, at));
+        if result.is_err() {
+            let mut failed_at = self.findings.failed_at.borrow_mut();
+            if failed_at.is_none() {
+                *failed_at = Some(at.render());
+            }
+        }
+        result
     }
 
     fn is_placeholder(&self) -> bool {
@@ -138,7 +168,7 @@ impl<'p, 'a> Lenient<'p, 'a> {
         } else {
             format!("{path}.{field}")
         };
-        *self.unknown.borrow_mut() = Some(MetadataError::UnknownField {
+        *self.findings.unknown.borrow_mut() = Some(MetadataError::UnknownField {
             field: full,
             suggestion,
             known: fields.iter().map(|f| f.to_string()).collect(),
@@ -320,8 +350,9 @@ impl<'a> SeqAccess<'a> for Items<'_, 'a> {
         seed: T,
     ) -> Result<Option<T::Value>, Error> {
         match self.items.next() {
-            Some((i, value)) => seed
-                .deserialize(self.parent.child(value, At::Index(&self.parent.at, i)))
+            Some((i, value)) => self
+                .parent
+                .read(seed, value, At::Index(&self.parent.at, i))
                 .map(Some),
             None => Ok(None),
         }
@@ -353,9 +384,9 @@ impl<'a> MapAccess<'a> for Entries<'_, 'a> {
 
     fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, Error> {
         match self.value.take() {
-            Some((key, value)) => {
-                seed.deserialize(self.parent.child(value, At::Field(&self.parent.at, key)))
-            }
+            Some((key, value)) => self
+                .parent
+                .read(seed, value, At::Field(&self.parent.at, key)),
             None => Err(de::Error::custom("value requested before key")),
         }
     }

@@ -57,7 +57,7 @@ pub(crate) fn in_place_of(
 }
 
 /// Checks ahead of start that a component takes these componentRefs.
-pub type CheckRefs = fn(&[crate::component::ComponentKey]) -> Result<(), RefRefused>;
+pub type CheckRefs = fn(&[crate::config::ComponentRef]) -> Result<(), RefRefused>;
 
 /// Checks declared metadata; the fields named in the slice are injected
 /// later (secretRef, configurationRef) and may hold anything.

@@ -1,6 +1,7 @@
 //! The dependency graph: an edge from each referenced component to its
 //! user, so a topological order starts stores before their users.
 
+mod keys;
 mod render;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -11,8 +12,9 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::NodeIndexable;
 use petgraph::Direction;
 
-use crate::component::ComponentKey;
+use crate::component::{ComponentKey, Kind};
 use crate::config::Config;
+use keys::KeyTable;
 
 pub use render::GraphFormat;
 
@@ -20,13 +22,14 @@ pub use render::GraphFormat;
 /// a clone shares it (a reload that changes no reference keeps the
 /// running graph).
 ///
-/// Each key is held once: nodes are added in key order and never removed,
-/// so node `i` is `keys[i]`, and a key's node is found by binary search.
+/// Nodes are added in key order and never removed, so node `i` has the
+/// `i`-th key and node order is key order; a key's node is found by
+/// binary search in a dense table of the keys.
 #[derive(Debug, Clone, Default)]
 pub struct DependencyGraph {
     graph: Arc<StableDiGraph<(), ()>>,
-    /// Every component, in key order; the index is the node's.
-    keys: Arc<Vec<ComponentKey>>,
+    /// Every component's key, in key order; the index is the node's.
+    keys: Arc<KeyTable>,
     /// Each node's configured type, by node index; one string per distinct
     /// type, shared.
     types: Arc<Vec<Arc<str>>>,
@@ -36,25 +39,31 @@ impl DependencyGraph {
     /// The graph of `config`. References to undeclared components are left
     /// out (validation reports them).
     pub fn build(config: &Config) -> Self {
+        Self::build_resolving(config).0
+    }
+
+    /// [`build`](Self::build), with the node each reference resolved to.
+    pub(crate) fn build_resolving(config: &Config) -> (Self, ResolvedRefs) {
         let components = &config.components;
         // Sized up front, so the lists are not copied as they grow.
-        let edges = components
-            .values()
-            .map(|spec| spec.component_refs.len() + spec.injected_refs().count())
-            .sum();
+        let (mut edges, mut name_bytes) = (0, 0);
+        for (key, spec) in components.iter() {
+            edges += spec.component_refs.len() + spec.injected_refs().count();
+            name_bytes += key.name.len();
+        }
         let mut graph = StableDiGraph::with_capacity(components.len(), edges);
-        let mut keys = Vec::with_capacity(components.len());
+        let mut keys = KeyTable::with_capacity(components.len(), name_bytes);
+        let mut resolved = ResolvedRefs {
+            ends: Vec::with_capacity(components.len()),
+            nodes: Vec::with_capacity(edges),
+        };
         let mut types: Vec<Arc<str>> = Vec::with_capacity(components.len());
-        // Hashed with a fast seeded hash: these maps live for this call only.
-        let hasher = foldhash::fast::RandomState::default();
-        let mut type_names: HashMap<&str, Arc<str>, _> = HashMap::with_hasher(hasher.clone());
-        // Found by hash while linking: one hash per reference instead of a
-        // dozen key comparisons through a tree.
-        let mut index: HashMap<&ComponentKey, NodeIndex, _> =
-            HashMap::with_capacity_and_hasher(components.len(), hasher);
+        // Hashed with a fast seeded hash: this map lives for this call only.
+        let mut type_names: HashMap<&str, Arc<str>, _> =
+            HashMap::with_hasher(foldhash::fast::RandomState::default());
         for (key, spec) in components {
-            index.insert(key, graph.add_node(()));
-            keys.push(key.clone());
+            graph.add_node(());
+            keys.push(key);
             // Neighbours in key order mostly share a type: reuse it unhashed.
             let type_name = match types.last() {
                 Some(last) if **last == *spec.type_name => Arc::clone(last),
@@ -65,45 +74,67 @@ impl DependencyGraph {
             };
             types.push(type_name);
         }
+        let index = keys.index();
         // Nodes were added in key order: the i-th component is node i.
         for (i, spec) in components.values().enumerate() {
             let user = NodeIndex::new(i);
             // One edge per pair, however often it is referenced.
-            let mut link = |dependency: &ComponentKey| {
-                if let Some(&from) = index.get(dependency) {
+            let mut link = |kind: &Kind, name: &str| {
+                let found = index.find(kind, name);
+                resolved.nodes.push(found);
+                if let Some(from) = found.map(NodeIndex::new) {
                     if !graph.contains_edge(from, user) {
                         graph.add_edge(from, user, ());
                     }
                 }
             };
             for reference in &spec.component_refs {
-                link(&reference.key);
+                link(&reference.key.kind, &reference.key.name);
             }
             for reference in spec.injected_refs() {
-                link(&reference.store());
+                link(&reference.store_kind(), reference.store_name());
             }
+            resolved.ends.push(resolved.nodes.len());
         }
-        Self {
+        let graph = Self {
             graph: Arc::new(graph),
             keys: Arc::new(keys),
             types: Arc::new(types),
-        }
+        };
+        (graph, resolved)
+    }
+
+    /// The node index of `key`, if it is declared: components are
+    /// numbered in key order from 0.
+    pub(crate) fn index_of(&self, key: &ComponentKey) -> Option<usize> {
+        self.keys.find(&key.kind, &key.name)
     }
 
     /// The node of `key`.
     fn node(&self, key: &ComponentKey) -> Option<NodeIndex> {
-        self.keys.binary_search(key).ok().map(NodeIndex::new)
+        self.index_of(key).map(NodeIndex::new)
     }
 
     /// The key of `node`.
-    fn key(&self, node: NodeIndex) -> &ComponentKey {
-        &self.keys[node.index()]
+    fn key(&self, node: NodeIndex) -> ComponentKey {
+        self.keys.key(node.index())
     }
 
     /// Whether `other` is this very graph, shared (not an equal copy).
     #[cfg(test)]
     pub(crate) fn shares(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.graph, &other.graph)
+    }
+
+    /// The name of node `node` (components are numbered in key order
+    /// from 0).
+    pub(crate) fn name_at(&self, node: usize) -> &str {
+        self.keys.name(node)
+    }
+
+    /// The configured type of node `node`.
+    pub(crate) fn type_at(&self, node: usize) -> &str {
+        &self.types[node]
     }
 
     /// The configured type of `key`.
@@ -143,7 +174,7 @@ impl DependencyGraph {
         let mut out: Vec<ComponentKey> = self
             .graph
             .neighbors_directed(node, direction)
-            .map(|n| self.key(n).clone())
+            .map(|n| self.key(n))
             .collect();
         out.sort();
         out.dedup();
@@ -163,7 +194,8 @@ impl DependencyGraph {
                 }
             }
             let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
-            let Some(&start) = scc.iter().min_by_key(|n| self.key(**n)) else {
+            // Node order is key order.
+            let Some(&start) = scc.iter().min() else {
                 return;
             };
             let self_loop = self.graph.contains_edge(start, start);
@@ -186,7 +218,7 @@ impl DependencyGraph {
             match candidates.pop() {
                 Some(next) if next == start => {
                     path.push(start);
-                    return path.into_iter().map(|n| self.key(n).clone()).collect();
+                    return path.into_iter().map(|n| self.key(n)).collect();
                 }
                 Some(next) if visited.insert(next) => {
                     path.push(next);
@@ -199,7 +231,7 @@ impl DependencyGraph {
                 }
             }
         }
-        vec![self.key(start).clone(), self.key(start).clone()]
+        vec![self.key(start), self.key(start)]
     }
 
     /// Dependencies of `node` within `members`, in reverse key order (so
@@ -210,7 +242,8 @@ impl DependencyGraph {
             .neighbors_directed(node, Direction::Incoming)
             .filter(|n| members.contains(n))
             .collect();
-        deps.sort_by(|a, b| self.key(*b).cmp(self.key(*a)));
+        // Node order is key order.
+        deps.sort_by(|a, b| b.cmp(a));
         deps.dedup();
         deps
     }
@@ -224,7 +257,7 @@ impl DependencyGraph {
         };
         // By node index: the graph never removes nodes, so they are dense.
         let mut level_of: Vec<Option<usize>> = vec![None; self.graph.node_bound()];
-        let mut levels: Vec<Vec<ComponentKey>> = Vec::new();
+        let mut levels: Vec<Vec<NodeIndex>> = Vec::new();
         for node in order {
             let level = self
                 .graph
@@ -237,12 +270,16 @@ impl DependencyGraph {
             if levels.len() <= level {
                 levels.resize(level + 1, Vec::new());
             }
-            levels[level].push(self.key(node).clone());
+            levels[level].push(node);
         }
-        for level in &mut levels {
-            level.sort();
-        }
+        // Node order is key order.
         levels
+            .into_iter()
+            .map(|mut level| {
+                level.sort();
+                level.into_iter().map(|node| self.key(node)).collect()
+            })
+            .collect()
     }
 
     /// [`levels`](Self::levels) of `keys` alone, for a set closed under
@@ -325,7 +362,28 @@ impl DependencyGraph {
 
     /// Whether the graph has no component.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.keys.len() == 0
+    }
+}
+
+/// What each component's references resolved to as its graph was built:
+/// validation then checks the targets without reading the references'
+/// names again.
+#[derive(Debug)]
+pub(crate) struct ResolvedRefs {
+    /// Where each node's references end in `nodes`.
+    ends: Vec<usize>,
+    /// The node of each reference (`None`: not declared): a component's
+    /// componentRefs in order, then the stores of its secretRefs and
+    /// configurationRefs, as [`ComponentSpec::injected_refs`](crate::config::ComponentSpec::injected_refs) lists them.
+    nodes: Vec<Option<usize>>,
+}
+
+impl ResolvedRefs {
+    /// The nodes node `node`'s references resolved to.
+    pub(crate) fn of(&self, node: usize) -> &[Option<usize>] {
+        let start = node.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.nodes[start..self.ends[node]]
     }
 }
 

@@ -120,3 +120,34 @@ fn levels_within_a_set_count_only_what_it_depends_on_inside_the_set() {
         .levels_within(&BTreeSet::from([key("state/ghost")]))
         .is_empty());
 }
+
+#[test]
+fn references_resolve_to_their_nodes_in_order() {
+    let text = r#"{"components": {
+        "secret_store": {"local": {}},
+        "state": {"orders": {"secretRef": [{"store": "local", "name": "k"}, {"store": "gone", "name": "k"}]}},
+        "custom": {"svc": {"componentRef": [{"type": "state", "name": "orders"}, {"type": "state", "name": "nowhere"}, {"type": "state", "name": "orders"}]}}
+    }}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let (graph, resolved) = DependencyGraph::build_resolving(&config);
+    // Nodes in key order: custom/svc, secret_store/local, state/orders.
+    let node = |k: &str| graph.index_of(&key(k));
+    assert_eq!(
+        [
+            node("custom/svc"),
+            node("secret_store/local"),
+            node("state/orders")
+        ],
+        [Some(0), Some(1), Some(2)]
+    );
+    assert_eq!(node("state/nowhere"), None);
+    assert_eq!(resolved.of(0), [Some(2), None, Some(2)]);
+    assert_eq!(resolved.of(1), []);
+    assert_eq!(resolved.of(2), [Some(1), None]);
+    // The twice-referenced component is one edge.
+    assert_eq!(
+        graph.dependencies(&key("custom/svc")),
+        [key("state/orders")]
+    );
+    assert_eq!((graph.name_at(2), graph.type_at(2)), ("orders", "orders"));
+}
