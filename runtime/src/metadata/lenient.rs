@@ -10,7 +10,7 @@ use serde::de::{
 };
 use serde_json::{Map, Value};
 
-use super::decode::MetadataError;
+use super::error::MetadataError;
 
 /// Stands for a value injected later (validation only).
 pub(crate) const PLACEHOLDER: &str = "\u{0}rewire:injected";

@@ -7,9 +7,11 @@
 //! an error that names it and suggests the closest known one.
 
 mod decode;
+mod error;
 mod lenient;
 
-pub use decode::{decode, decode_for_validation, MetadataError};
+pub use decode::{decode, decode_for_validation};
+pub use error::MetadataError;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
