@@ -270,7 +270,7 @@ fn report_refused(
 /// if any (worded as start-up words it, so validate and run agree).
 fn refused_refs(spec: &ComponentSpec, descriptor: Option<&ComponentDescriptor>) -> Option<Problem> {
     let check_refs = descriptor?.check_refs?;
-    let refused = check_refs(&spec.component_refs).err()?;
+    let refused = check_refs(&mut spec.component_refs.iter().map(|r| &r.key)).err()?;
     let message = match refused.index {
         Some(i) => format!("componentRef[{i}]: {}", refused.error),
         None => refused.error.to_string(),

@@ -1,7 +1,6 @@
 //! Setters: how a component receives the components it references.
 
 use crate::component::{ComponentError, ComponentKey};
-use crate::config::ComponentRef;
 use crate::handle::{
     ComponentHandle, ConfigStoreHandle, FileStoreHandle, InjectedHandle, LockHandle, PubSubHandle,
     SecretStoreHandle, SequencerHandle, StateStoreHandle,
@@ -89,10 +88,12 @@ pub struct RefRefused {
 /// component) takes every one of `refs` and lacks none: the same setters
 /// run as at start, on handles of a runtime that never starts. Used by
 /// generated code.
-pub fn check_refs<T: Inject + Default>(refs: &[ComponentRef]) -> Result<(), RefRefused> {
+pub fn check_refs<T: Inject + Default>(
+    refs: &mut dyn Iterator<Item = &ComponentKey>,
+) -> Result<(), RefRefused> {
     let mut probe = T::default();
-    for (i, reference) in refs.iter().enumerate() {
-        let handle = InjectedHandle::unstarted(reference.key.clone());
+    for (i, key) in refs.enumerate() {
+        let handle = InjectedHandle::unstarted(key.clone());
         offer_to(&mut probe, handle).map_err(|error| RefRefused {
             index: Some(i),
             error,

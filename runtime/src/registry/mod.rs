@@ -57,7 +57,10 @@ pub(crate) fn in_place_of(
 }
 
 /// Checks ahead of start that a component takes these componentRefs.
-pub type CheckRefs = fn(&[crate::config::ComponentRef]) -> Result<(), RefRefused>;
+/// The keys come as declared, in order (an iterator, so the caller lends
+/// them without collecting them).
+pub type CheckRefs =
+    fn(&mut dyn Iterator<Item = &crate::component::ComponentKey>) -> Result<(), RefRefused>;
 
 /// Checks declared metadata; the fields named in the slice are injected
 /// later (secretRef, configurationRef) and may hold anything.

@@ -48,7 +48,8 @@ impl DependencyGraph {
         // Sized up front, so the lists are not copied as they grow.
         let (mut edges, mut name_bytes) = (0, 0);
         for (key, spec) in components.iter() {
-            edges += spec.component_refs.len() + spec.injected_refs().count();
+            edges +=
+                spec.component_refs.len() + spec.secret_refs.len() + spec.configuration_refs.len();
             name_bytes += key.name.len();
         }
         let mut graph = StableDiGraph::with_capacity(components.len(), edges);
