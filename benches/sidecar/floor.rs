@@ -8,7 +8,8 @@
 //!   library, no routing, no checks, no metrics, no deadline);
 //! * gRPC: tonic serving one method, `GetState`, answered the same way.
 //!
-//! Both run on their own 2-worker runtime, as the sidecar does.
+//! Both run on their own runtime, with as many workers as the sidecar's
+//! (one per CPU, or `TOKIO_WORKER_THREADS`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,8 +38,9 @@ pub struct Floors {
 /// Starts both floors on the Redis of `client`, storing `value` in
 /// [`HASH`] for them.
 pub fn start(client: redis::Client, value: &[u8]) -> Floors {
+    // Workers as the sidecar's runtime has them (`TOKIO_WORKER_THREADS`
+    // sets both).
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()
         .expect("floor runtime");

@@ -348,8 +348,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("caller tokio runtime");
+    let workers = server_rt.metrics().num_workers();
     println!(
-        "# rewire sidecar bench ({mode:?} mode: GetState of one {}-byte value; {} warm-up + {} measured runs of {calls} sequential calls per path; {cores} cores, sidecar on {cores} tokio workers, callers on the main thread)\n",
+        "# rewire sidecar bench ({mode:?} mode: GetState of one {}-byte value; {} warm-up + {} measured runs of {calls} sequential calls per path; {cores} cores, sidecar on {workers} tokio workers, callers on the main thread)\n",
         VALUE.len(),
         plan.warmup,
         plan.runs

@@ -11,6 +11,7 @@ mod run;
 mod serve_tls;
 mod status;
 mod validate;
+mod workers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "rewire", version, about)]
 struct Cli {
+    /// Threads serving requests, reloads and components (default: REWIRE_WORKERS, else TOKIO_WORKER_THREADS, else one per CPU available).
+    #[arg(long, global = true, value_name = "N", value_parser = workers::parse)]
+    workers: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -90,7 +94,15 @@ pub fn main() -> ExitCode {
     crate::init_logging();
     // The registry must see the community components: reference the crate.
     crate::components::link();
+    let workers = match workers::worker_threads(args.workers) {
+        Ok(workers) => workers,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()
     {

@@ -90,6 +90,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     tracing::info!(
         generation = generation.number,
         components = generation.len(),
+        workers = tokio::runtime::Handle::current().metrics().num_workers(),
         "Runtime started."
     );
     drop(generation);

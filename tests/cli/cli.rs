@@ -165,6 +165,8 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
             command
                 .args([
                     "run",
+                    "--workers",
+                    "1",
                     "--grpc-addr",
                     "127.0.0.1:0",
                     "--http-addr",
@@ -188,7 +190,8 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
     );
     let seen: Vec<String> = child.log().lines().map(String::from).collect();
     assert!(
-        seen.iter().any(|l| l.contains("components=4")),
+        seen.iter()
+            .any(|l| l.contains("components=4") && l.contains("workers=1")),
         "{}",
         seen.join("\n")
     );
@@ -208,6 +211,52 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
         rest.join("\n")
     );
     assert!(home.path().join("config-store.json").exists());
+}
+
+#[test]
+fn a_bad_worker_count_is_a_clear_error_from_any_source_never_a_panic() {
+    let cases: [(&[&str], Option<(&str, &str)>, &str); 4] = [
+        (&["--workers", "0", "components"], None, "--workers"),
+        (&["components", "--workers", "two"], None, "--workers"),
+        (
+            &["components"],
+            Some(("REWIRE_WORKERS", "0")),
+            "REWIRE_WORKERS:",
+        ),
+        (
+            &["components"],
+            Some(("TOKIO_WORKER_THREADS", "abc")),
+            "TOKIO_WORKER_THREADS:",
+        ),
+    ];
+    for (args, env, named) in cases {
+        let mut command = rewire();
+        command
+            .args(args)
+            .env_remove("REWIRE_WORKERS")
+            .env_remove("TOKIO_WORKER_THREADS");
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        let (code, _, stderr) = output(&mut command);
+        assert_eq!(code, 2, "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.contains("from 1 to 1024"),
+            "{args:?} {env:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?} {env:?}: {stderr}");
+    }
+    // A good count, from the flag (after the command) or the environment.
+    let (code, stdout, stderr) = output(
+        rewire()
+            .args(["components", "--workers", "1"])
+            .env("TOKIO_WORKER_THREADS", "abc"),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("memory"), "{stdout}");
+    let (code, _, stderr) = output(rewire().arg("components").env("REWIRE_WORKERS", "2"));
+    assert_eq!(code, 0, "{stderr}");
 }
 
 #[test]
