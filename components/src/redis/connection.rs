@@ -80,6 +80,15 @@ impl Session {
         format!("{}{key}", self.metadata.key_prefix)
     }
 
+    /// `key` with `keyPrefix` in front, as a command's argument: written
+    /// straight into the command, with no string made for it.
+    pub fn key_arg<'a>(&'a self, key: &'a str) -> PrefixedKey<'a> {
+        PrefixedKey {
+            prefix: &self.metadata.key_prefix,
+            key,
+        }
+    }
+
     fn server(&self) -> &str {
         self.link
             .as_ref()
@@ -318,5 +327,30 @@ impl fmt::Debug for RedisConnection {
 impl<'de> Deserialize<'de> for RedisConnection {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         RedisMetadata::deserialize(deserializer).map(Self::new)
+    }
+}
+
+/// A key with the store's `keyPrefix` in front ([`Session::key_arg`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PrefixedKey<'a> {
+    prefix: &'a str,
+    key: &'a str,
+}
+
+impl PrefixedKey<'_> {
+    /// Its length in bytes, as Redis gets it.
+    pub fn len(&self) -> usize {
+        self.prefix.len() + self.key.len()
+    }
+
+    /// Whether both the prefix and the key are empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl redis::ToRedisArgs for PrefixedKey<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(format_args!("{}{}", self.prefix, self.key));
     }
 }

@@ -24,6 +24,9 @@ use crate::time_limits::{check_ttl, check_ttl_seconds};
 /// The request metadata key Dapr uses for a per-write TTL.
 const TTL_METADATA_KEY: &str = "ttlInSeconds";
 
+/// The bytes of a read's `HMGET … data version` besides the key.
+const HMGET_FIXED_BYTES: usize = "HMGET".len() + "data".len() + "version".len();
+
 /// A state store on Redis (standalone, its master found through Sentinel,
 /// or a Redis Cluster), compatible with data written by Dapr's
 /// `state.redis`.
@@ -118,8 +121,11 @@ impl InPlaceUpdate for RedisStateStore {
 impl StateStore for RedisStateStore {
     async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
         let (session, mut conn) = self.session()?;
-        let fields: Fields = redis::cmd("HMGET")
-            .arg(session.key(&req.key))
+        // Sized once: the command's buffers are not grown per argument.
+        let key = session.key_arg(&req.key);
+        let fields: Fields = redis::Cmd::with_capacity(4, HMGET_FIXED_BYTES + key.len())
+            .arg("HMGET")
+            .arg(key)
             .arg("data")
             .arg("version")
             .query_async(&mut conn)

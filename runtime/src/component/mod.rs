@@ -7,6 +7,7 @@ mod kind;
 
 pub use in_place::{InPlace, InPlaceUpdate};
 pub use key::ComponentKey;
+pub(crate) use key::{KeyParts, KeyRef};
 pub use kind::Kind;
 
 use std::any::Any;

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::Instance;
-use crate::component::ComponentKey;
+use crate::component::{ComponentKey, KeyParts};
 
 /// The components of a generation: each key's instance and configured
 /// `type`.
 pub(crate) trait Members: Debug + Send + Sync {
     /// The instance of `key`.
-    fn instance(&self, key: &ComponentKey) -> Option<&Instance>;
+    fn instance(&self, key: &dyn KeyParts) -> Option<&Instance>;
     /// The configured `type` of `key` (none when not described).
-    fn type_name(&self, key: &ComponentKey) -> Option<&str>;
+    fn type_name(&self, key: &dyn KeyParts) -> Option<&str>;
     /// Every component, in key order.
     fn each(&self) -> Box<dyn Iterator<Item = (&ComponentKey, &Instance)> + '_>;
     /// Number of components.
@@ -24,11 +24,11 @@ pub(crate) trait Members: Debug + Send + Sync {
 /// A generation's own map (a staged or an empty generation): instances
 /// with no configured type to describe.
 impl Members for BTreeMap<ComponentKey, Instance> {
-    fn instance(&self, key: &ComponentKey) -> Option<&Instance> {
+    fn instance(&self, key: &dyn KeyParts) -> Option<&Instance> {
         self.get(key)
     }
 
-    fn type_name(&self, _key: &ComponentKey) -> Option<&str> {
+    fn type_name(&self, _key: &dyn KeyParts) -> Option<&str> {
         None
     }
 

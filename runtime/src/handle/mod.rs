@@ -44,8 +44,8 @@ pub use live::{Live, LiveGeneration};
 use load_cache::LoadCache;
 pub(crate) use members::Members;
 
-use crate::component::ComponentKey;
 use crate::component::{Component, ComponentError, Kind};
+use crate::component::{ComponentKey, KeyRef};
 use crate::kinds::{ConfigStore, FileStore, Lock, PubSub, SecretStore, Sequencer, StateStore};
 use crate::sections::Sections;
 
@@ -147,6 +147,21 @@ impl Generation {
     /// The instance of `key`, if the generation has it.
     pub fn get(&self, key: &ComponentKey) -> Option<&Instance> {
         self.components.instance(key)
+    }
+
+    /// The instance of component `kind/name`, if the generation has it:
+    /// [`get`](Self::get) for a caller holding the name as a `&str` (a
+    /// request's), with no key built per call.
+    pub fn get_named(&self, kind: &Kind, name: &str) -> Option<&Instance> {
+        self.components.instance(&KeyRef { kind, name })
+    }
+
+    /// The configured `type` of component `kind/name`, if the generation
+    /// has it: [`type_name`](Self::type_name) without building a key.
+    pub fn type_name_of(&self, kind: &Kind, name: &str) -> Option<&str> {
+        self.components
+            .type_name(&KeyRef { kind, name })
+            .filter(|name| !name.is_empty())
     }
 
     /// Every instance, in key order.

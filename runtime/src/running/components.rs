@@ -8,7 +8,7 @@ use imbl::shared_ptr::DefaultSharedPtr;
 use imbl::{OrdMap, OrdSet};
 
 use super::Running;
-use crate::component::ComponentKey;
+use crate::component::{ComponentKey, KeyParts};
 
 /// Running components by key, each shared.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +27,11 @@ impl Components {
     }
 
     pub(crate) fn get(&self, key: &ComponentKey) -> Option<&Arc<Running>> {
+        self.running.get(key)
+    }
+
+    /// [`get`](Self::get) with the key's parts borrowed.
+    pub(crate) fn get_parts(&self, key: &dyn KeyParts) -> Option<&Arc<Running>> {
         self.running.get(key)
     }
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
-use crate::component::ComponentKey;
+use crate::component::{ComponentKey, KeyParts};
 use crate::config::{ComponentSpec, DependencyGraph, Layers, Sections, ValidConfig};
 use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
 use crate::redact::Redactor;
@@ -258,12 +258,14 @@ fn described(number: u64, config: &ValidConfig, components: &Arc<Components>) ->
 }
 
 impl Members for Components {
-    fn instance(&self, key: &ComponentKey) -> Option<&Instance> {
-        self.get(key).map(|running| &running.assembled.instance)
+    fn instance(&self, key: &dyn KeyParts) -> Option<&Instance> {
+        self.get_parts(key)
+            .map(|running| &running.assembled.instance)
     }
 
-    fn type_name(&self, key: &ComponentKey) -> Option<&str> {
-        self.get(key).map(|running| running.spec.type_name.as_str())
+    fn type_name(&self, key: &dyn KeyParts) -> Option<&str> {
+        self.get_parts(key)
+            .map(|running| running.spec.type_name.as_str())
     }
 
     fn each(&self) -> Box<dyn Iterator<Item = (&ComponentKey, &Instance)> + '_> {

@@ -157,12 +157,13 @@ impl Call {
     /// The instance `kind/name` of the call's generation; labels the call
     /// with `name` when found.
     pub(super) fn instance(&self, kind: Kind, name: &str) -> Option<&Instance> {
-        let key = ComponentKey::new(kind, name);
-        let instance = self.generation.get(&key)?;
+        let instance = self.generation.get_named(&kind, name)?;
         self.label(name);
         crate::telemetry::propagation::record_component(
-            &key,
-            self.generation.type_name(&key).unwrap_or_default(),
+            &format_args!("{kind}/{name}"),
+            self.generation
+                .type_name_of(&kind, name)
+                .unwrap_or_default(),
         );
         Some(instance)
     }

@@ -114,10 +114,10 @@ impl StateOpError {
 
 impl Call {
     /// The state store `name` of the call's generation.
-    pub fn state_store(&self, name: &str) -> Result<StateOps, StateOpError> {
+    pub fn state_store<'n>(&self, name: &'n str) -> Result<StateOps<'n>, StateOpError> {
         match self.instance(Kind::State, name) {
             Some(Instance::State(store)) => Ok(StateOps {
-                name: name.to_string(),
+                name,
                 store: store.clone(),
                 call: self.clone(),
             }),
@@ -127,13 +127,14 @@ impl Call {
 }
 
 /// Dapr's state operations on one store of a call's generation.
-pub struct StateOps {
-    name: String,
+pub struct StateOps<'n> {
+    /// The store's name, as the caller gave it (errors name it).
+    name: &'n str,
     store: Arc<dyn StateStore>,
     call: Call,
 }
 
-impl StateOps {
+impl StateOps<'_> {
     /// The value and etag of one key (`None` when absent).
     pub async fn get(&self, request: GetRequest) -> Result<Option<StateEntry>, StateOpError> {
         let key = request.key.clone();
@@ -148,7 +149,7 @@ impl StateOps {
             )
             .await
             .map_err(|e| StateOpError::Get {
-                store: self.name.clone(),
+                store: self.name.to_owned(),
                 key,
                 source: self.scrubbed(e),
             })
@@ -183,7 +184,7 @@ impl StateOps {
                 )
                 .await
                 .map_err(|e| StateOpError::BulkGet {
-                    store: self.name.clone(),
+                    store: self.name.to_owned(),
                     source: self.scrubbed(e),
                 })?;
             for item in items {
@@ -218,7 +219,7 @@ impl StateOps {
         budget
             .take(bytes)
             .map_err(|source| StateOpError::BulkTooLarge {
-                store: self.name.clone(),
+                store: self.name.to_owned(),
                 source,
             })
     }
@@ -262,7 +263,7 @@ impl StateOps {
     /// adapter found invalid before writing).
     pub fn save_error(&self, source: StateError) -> StateOpError {
         StateOpError::Save {
-            store: self.name.clone(),
+            store: self.name.to_owned(),
             source: self.scrubbed(source),
         }
     }
@@ -281,7 +282,7 @@ impl StateOps {
             )
             .await
             .map_err(|e| StateOpError::Delete {
-                store: self.name.clone(),
+                store: self.name.to_owned(),
                 key,
                 source: self.scrubbed(e),
             })
@@ -289,12 +290,12 @@ impl StateOps {
 
     /// The store as a resiliency target.
     pub(super) fn target(&self) -> (Kind, &str) {
-        (Kind::State, &self.name)
+        (Kind::State, self.name)
     }
 
     /// The store's name in the call's generation.
     pub(super) fn name(&self) -> &str {
-        &self.name
+        self.name
     }
 
     /// The call the store was found by.

@@ -34,7 +34,7 @@ pub fn transaction_operation(
     }
 }
 
-impl StateOps {
+impl StateOps<'_> {
     /// Whether the store takes transactions; else Dapr's "doesn't support
     /// transactions" (checked before the request is read, as Dapr does).
     pub fn require_transactions(&self) -> Result<(), StateOpError> {

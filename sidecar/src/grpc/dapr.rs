@@ -60,7 +60,12 @@ impl DaprApi {
         F: FnOnce(&'a Self, Call, Req, Option<SocketAddr>) -> Fut,
         Fut: Future<Output = Result<Resp, Status>> + 'a,
     {
-        let peer = request.remote_addr();
+        // The connection's address, as the accept loop recorded it (over
+        // TLS too); read here rather than copied into every request.
+        let peer = request
+            .extensions()
+            .get::<crate::tls::PeerInfo>()
+            .and_then(|info| info.tcp.remote_addr());
         let trace = dapr_pubsub::trace_context(request.metadata());
         let caller = caller(&request);
         let message = request.into_inner();

@@ -56,7 +56,6 @@ mod subscriptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
-use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
 
 use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
@@ -121,8 +120,6 @@ pub async fn serve(
     let ping = options.idle_timeout / 3;
     let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());
     Server::builder()
-        // `Request::remote_addr` keeps working: it reads the TCP info.
-        .layer(InterceptorLayer::new(expose_tcp_info))
         // The Dapr service bounds its calls by `request_timeout` itself.
         .timeout(options.request_timeout.max(push_timeout))
         .http2_keepalive_interval(Some(ping))
@@ -149,17 +146,4 @@ pub async fn serve(
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
         .await
         .map_err(|e| ApiError::Grpc(e.to_string()))
-}
-
-/// Copies the TCP part of a connection's [`PeerInfo`](crate::tls::PeerInfo)
-/// into the request, where `Request::remote_addr` looks for it.
-fn expose_tcp_info(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-    if let Some(tcp) = request
-        .extensions()
-        .get::<crate::tls::PeerInfo>()
-        .map(|p| p.tcp.clone())
-    {
-        request.extensions_mut().insert(tcp);
-    }
-    Ok(request)
 }

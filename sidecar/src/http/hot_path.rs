@@ -20,6 +20,7 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 
+use super::error::HttpError;
 use super::input::QueryPairs;
 use super::observe::{observed, GET_STATE};
 use super::state;
@@ -54,12 +55,9 @@ impl tower_service::Service<Request> for HotPath {
     }
 
     fn call(&mut self, request: Request) -> Answer {
-        if request.method() == Method::GET {
-            if let Some((store, key)) = state_key(request.uri().path()) {
-                let (store, key) = (store.to_owned(), key.to_owned());
-                let state = self.state.clone();
-                return Box::pin(async move { Ok(get_state(state, store, key, request).await) });
-            }
+        if request.method() == Method::GET && state_key(request.uri().path()).is_some() {
+            let state = self.state.clone();
+            return Box::pin(async move { Ok(get_state(state, request).await) });
         }
         Box::pin(self.router.call(request))
     }
@@ -74,13 +72,26 @@ fn state_key(path: &str) -> Option<(&str, &str)> {
     (plain(store) && plain(key) && !matches!(key, "bulk" | "transaction")).then_some((store, key))
 }
 
-/// `GET /v1.0/state/{store}/{key}` as the router would answer it.
-async fn get_state(state: ApiState, store: String, key: String, request: Request) -> Response {
+/// `GET /v1.0/state/{store}/{key}` as the router would answer it: the
+/// store's name is read from the request's own path, not copied.
+async fn get_state(state: ApiState, request: Request) -> Response {
     let label = StoreLabel::default();
     observed(&state, GET_STATE, &label, request, |request| {
         let call = Call::new(&state.runtime, label.clone());
         let query: QueryPairs = Query::try_from_uri(request.uri());
-        async move { state::read(call, &store, key, query).await.into_response() }
+        async move {
+            match state_key(request.uri().path()) {
+                Some((store, key)) => state::read(call, store, key.to_owned(), query)
+                    .await
+                    .into_response(),
+                // `call` sent only paths with a store and key here.
+                None => HttpError::RouteNotFound {
+                    method: request.method().to_string(),
+                    path: request.uri().path().to_owned(),
+                }
+                .into_response(),
+            }
+        }
     })
     .await
 }
