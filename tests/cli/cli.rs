@@ -215,7 +215,9 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
 
 #[test]
 fn a_bad_worker_count_is_a_clear_error_from_any_source_never_a_panic() {
-    let cases: [(&[&str], Option<(&str, &str)>, &str); 4] = [
+    // (arguments, an environment variable set, what the error must name)
+    type Case<'a> = (&'a [&'a str], Option<(&'a str, &'a str)>, &'a str);
+    let cases: [Case; 4] = [
         (&["--workers", "0", "components"], None, "--workers"),
         (&["components", "--workers", "two"], None, "--workers"),
         (
