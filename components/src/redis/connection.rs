@@ -338,14 +338,9 @@ pub struct PrefixedKey<'a> {
 }
 
 impl PrefixedKey<'_> {
-    /// Its length in bytes, as Redis gets it.
-    pub fn len(&self) -> usize {
+    /// Its size in bytes, as Redis gets it.
+    pub fn byte_len(&self) -> usize {
         self.prefix.len() + self.key.len()
-    }
-
-    /// Whether both the prefix and the key are empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -123,7 +123,7 @@ impl StateStore for RedisStateStore {
         let (session, mut conn) = self.session()?;
         // Sized once: the command's buffers are not grown per argument.
         let key = session.key_arg(&req.key);
-        let fields: Fields = redis::Cmd::with_capacity(4, HMGET_FIXED_BYTES + key.len())
+        let fields: Fields = redis::Cmd::with_capacity(4, HMGET_FIXED_BYTES + key.byte_len())
             .arg("HMGET")
             .arg(key)
             .arg("data")

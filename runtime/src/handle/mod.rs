@@ -139,9 +139,7 @@ impl Generation {
 
     /// The configured `type` of component `key`, if the generation has it.
     pub fn type_name(&self, key: &ComponentKey) -> Option<&str> {
-        self.components
-            .type_name(key)
-            .filter(|name| !name.is_empty())
+        self.type_name_of(&key.kind, &key.name)
     }
 
     /// The instance of `key`, if the generation has it.
