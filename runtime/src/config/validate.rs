@@ -55,6 +55,18 @@ pub(crate) fn validate_reload(
     validate_against(config, registry, &BTreeSet::new(), Some(earlier))
 }
 
+impl ValidConfig {
+    /// Validates `candidate` as a reload from this configuration does: a
+    /// component declared exactly as here passed already (against the same
+    /// `registry`) and is not checked again, only what it references when a
+    /// target went or changed its scopes. The outcome is [`validate`]'s;
+    /// the cost is in proportion to the change (and a diff by digests).
+    pub fn validate_next(&self, candidate: Config, registry: &Registry) -> Result<Self, Problems> {
+        let diff = ConfigDiff::for_reload(&self.config, &candidate);
+        validate_reload(candidate, registry, self, &diff)
+    }
+}
+
 /// The configuration a candidate was diffed from, which passed.
 #[derive(Clone, Copy)]
 struct Earlier<'a> {

@@ -231,9 +231,7 @@ fn reload(running: &str, next: &str) -> (ValidConfig, Result<ValidConfig, Proble
     let registry = registry();
     let parsed = |text: &str| parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
     let running = validate(parsed(running), &registry).unwrap_or_else(|p| panic!("{p}"));
-    let next = parsed(next);
-    let diff = ConfigDiff::for_reload(&running.config, &next);
-    let result = validate_reload(next, &registry, &running, &diff);
+    let result = running.validate_next(parsed(next), &registry);
     (running, result)
 }
 
@@ -326,4 +324,52 @@ fn an_unchanged_reload_keeps_the_running_graph() {
     let (running, next) = reload(RUNNING, RUNNING);
     let next = next.unwrap_or_else(|p| panic!("{p}"));
     assert!(next.graph.shares(&running.graph));
+}
+
+#[test]
+fn validating_a_change_finds_what_validating_everything_finds() {
+    let registry = registry();
+    let changed_type = RUNNING.replace(r#""type": "memory""#, r#""type": "memroy""#);
+    let bad_metadata = RUNNING.replace("redisHost", "redisHots");
+    let store_gone = RUNNING.replace(r#""secret_store": {"env": {}},"#, "");
+    let scoped = RUNNING.replace(r#""env": {}"#, r#""env": {"scopes": ["state/other"]}"#);
+    let cycle = RUNNING.replace(
+        r#""env": {}"#,
+        r#""env": {"componentRef": [{"type": "state", "name": "orders"}]}"#,
+    );
+    let added = RUNNING.replace(
+        r#""other": {"type": "memory"}"#,
+        r#""other": {"type": "memory"}, "more": {"type": "redis"}"#,
+    );
+    let candidates = [
+        RUNNING.to_string(),
+        changed_type,
+        bad_metadata,
+        store_gone,
+        scoped,
+        cycle,
+        added,
+    ];
+    let sorted = |result: Result<ValidConfig, Problems>| -> Vec<String> {
+        let mut lines: Vec<String> = match result {
+            Ok(_) => Vec::new(),
+            Err(p) => p.iter().map(ToString::to_string).collect(),
+        };
+        lines.sort();
+        lines
+    };
+    for candidate in &candidates {
+        let (_, as_change) = reload(RUNNING, candidate);
+        let whole = validate(
+            parse(candidate.as_bytes()).unwrap_or_else(|p| panic!("{p}")),
+            &registry,
+        );
+        let (as_change, whole) = (sorted(as_change), sorted(whole));
+        assert_eq!(as_change, whole, "{candidate}");
+    }
+    // Every candidate but the first is invalid, each for its own reason.
+    let invalid = candidates
+        .iter()
+        .filter(|c| !reload_problems(RUNNING, c).is_empty());
+    assert_eq!(invalid.count(), candidates.len() - 1);
 }
