@@ -16,6 +16,9 @@ use prometheus_client::registry::Registry;
 use rewire_runtime::Runtime;
 
 mod breakers;
+mod request_series;
+
+use request_series::RequestSeries;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -73,6 +76,8 @@ pub struct ApiMetrics {
     components: Family<KindLabels, Gauge>,
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<LatencyLabels, Histogram>,
+    /// Both request families' series by label set, for the hot path.
+    request_series: RequestSeries,
     subscribers_dropped: Counter,
     breakers: breakers::BreakerMetrics,
 }
@@ -145,6 +150,7 @@ impl ApiMetrics {
             components,
             requests,
             request_seconds,
+            request_series: RequestSeries::default(),
         }
     }
 
@@ -195,17 +201,17 @@ impl ApiMetrics {
         code: ResultCode,
         elapsed: Duration,
     ) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                api,
-                method,
-                store,
-                code,
-            })
-            .inc();
-        self.request_seconds
-            .get_or_create(&LatencyLabels { api, method })
-            .observe(elapsed.as_secs_f64());
+        let labels = RequestLabels {
+            api,
+            method,
+            store,
+            code,
+        };
+        let series = self
+            .request_series
+            .of(labels, &self.requests, &self.request_seconds);
+        series.count.inc();
+        series.seconds.observe(elapsed.as_secs_f64());
     }
 
     /// The Prometheus text exposition, with the generation and component

@@ -112,7 +112,9 @@ impl Call {
         let Some(applied) = policies.get(&ComponentKey::new(kind, name)) else {
             return attempt(request).await;
         };
-        let answer = applied.run(retries, || attempt(request.clone())).await;
+        // Boxed: the policy's loop (its timers) is kept out of every call's
+        // future, which the calls without a policy would carry and copy.
+        let answer = Box::pin(applied.run(retries, || attempt(request.clone()))).await;
         self.unguarded(answer, refused)
     }
 
@@ -132,7 +134,7 @@ impl Call {
         let Some(applied) = policies.get(&ComponentKey::new(kind, name)) else {
             return call.await;
         };
-        let answer = applied.run_once(call).await;
+        let answer = Box::pin(applied.run_once(call)).await;
         self.unguarded(answer, refused)
     }
 

@@ -71,8 +71,9 @@ impl DaprApi {
         let message = request.into_inner();
         let timeout = self.state.options.request_timeout;
         observed(&self.state, method, caller, |call| async move {
-            let handled = dapr_pubsub::TRACE.scope(trace, handler(self, call, message, peer));
-            tokio::time::timeout(timeout, handled)
+            // Built in place: a future first held in a local is stored twice.
+            let handled = handler(self, call, message, peer);
+            tokio::time::timeout(timeout, dapr_pubsub::TRACE.scope(trace, handled))
                 .await
                 .unwrap_or_else(|_| {
                     Err(Status::deadline_exceeded(format!(

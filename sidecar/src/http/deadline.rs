@@ -1,17 +1,17 @@
 //! The longest a call may take (`request_timeout`): past it the call is
 //! abandoned and answered 504.
 
-use std::future::Future;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
+use tokio::time::error::Elapsed;
 
 use super::error::HttpError;
 
-/// `call`'s answer, or 504 when it outlives `limit`.
-pub async fn within(limit: Duration, call: impl Future<Output = Response>) -> Response {
-    match tokio::time::timeout(limit, call).await {
-        Ok(response) => response,
-        Err(_) => HttpError::Timeout(limit).into_response(),
-    }
+/// A call's answer, or 504 when it outlived `limit`: for
+/// `tokio::time::timeout(limit, call).await`, awaited where the call is
+/// made. (Not an `async fn` taking the call: one keeps its argument beside
+/// the future it awaits, so a request's future, kilobytes, would double.)
+pub fn answer(limit: Duration, timed: Result<Response, Elapsed>) -> Response {
+    timed.unwrap_or_else(|_| HttpError::Timeout(limit).into_response())
 }

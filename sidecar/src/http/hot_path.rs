@@ -56,8 +56,7 @@ impl tower_service::Service<Request> for HotPath {
 
     fn call(&mut self, request: Request) -> Answer {
         if request.method() == Method::GET && state_key(request.uri().path()).is_some() {
-            let state = self.state.clone();
-            return Box::pin(async move { Ok(get_state(state, request).await) });
+            return Box::pin(get_state(self.state.clone(), request));
         }
         Box::pin(self.router.call(request))
     }
@@ -74,9 +73,9 @@ fn state_key(path: &str) -> Option<(&str, &str)> {
 
 /// `GET /v1.0/state/{store}/{key}` as the router would answer it: the
 /// store's name is read from the request's own path, not copied.
-async fn get_state(state: ApiState, request: Request) -> Response {
+async fn get_state(state: ApiState, request: Request) -> Result<Response, Infallible> {
     let label = StoreLabel::default();
-    observed(&state, GET_STATE, &label, request, |request| {
+    let response = observed(&state, GET_STATE, &label, request, |request| {
         let call = Call::new(&state.runtime, label.clone());
         let query: QueryPairs = Query::try_from_uri(request.uri());
         async move {
@@ -93,7 +92,8 @@ async fn get_state(state: ApiState, request: Request) -> Response {
             }
         }
     })
-    .await
+    .await;
+    Ok(response)
 }
 
 #[cfg(test)]

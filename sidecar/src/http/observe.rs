@@ -54,14 +54,18 @@ where
     let caller = crate::telemetry::propagation::caller_of_http(request.headers());
     let span = crate::telemetry::propagation::api_span("http", operation, caller);
     let options = &state.options;
-    let response = async {
-        match auth::refusal(options, &request) {
-            Some(refusal) => refusal,
-            None => deadline::within(options.request_timeout, run(request)).await,
+    // The call's future is built where it is awaited, in no wrapper of
+    // its own: a future is copied at each layer it is moved through.
+    let response = match span.in_scope(|| auth::refusal(options, &request)) {
+        Some(refusal) => refusal,
+        None => {
+            let limit = options.request_timeout;
+            let timed = tokio::time::timeout(limit, run(request))
+                .instrument(span)
+                .await;
+            deadline::answer(limit, timed)
         }
-    }
-    .instrument(span)
-    .await;
+    };
     state.metrics.observe_request(
         "http",
         operation,
