@@ -81,9 +81,8 @@ mod tests {
     #[test]
     fn what_is_counted_through_the_index_is_the_families_own_series() {
         let requests = Family::<RequestLabels, Counter>::default();
-        let seconds = Family::<LatencyLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([0.1, 1.0])
-        });
+        let seconds =
+            Family::<LatencyLabels, Histogram>::new_with_constructor(|| Histogram::new([0.1, 1.0]));
         let index = RequestSeries::default();
         for (store, status) in [(Some("orders"), 200), (Some("orders"), 200), (None, 404)] {
             let series = index.of(labels(store, status), &requests, &seconds);
