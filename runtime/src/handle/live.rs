@@ -29,9 +29,14 @@ pub type LiveGeneration = Arc<Live>;
 impl Live {
     /// An empty generation 0, as before start-up.
     pub(crate) fn new() -> LiveGeneration {
+        Self::for_components(0)
+    }
+
+    /// [`new`](Self::new), with room for the handles of about `components`.
+    pub(crate) fn for_components(components: usize) -> LiveGeneration {
         Arc::new(Self {
             current: ArcSwap::from_pointee(Generation::default()),
-            slots: Slots::default(),
+            slots: Slots::for_components(components),
             published: watch::channel(0).0,
             warmers: Mutex::new(Vec::new()),
         })

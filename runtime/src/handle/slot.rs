@@ -89,9 +89,51 @@ impl ByKey {
         self.slots.retain(|_, slot| slot.strong_count() > 0);
         self.sweep_at = (self.slots.len() * 2).max(SWEEP_FROM);
     }
+
+    /// Points every live slot at its instance in `generation` and forgets
+    /// the dead ones. Walks the generation once with a hash lookup per
+    /// component (no ordered-map search per slot, so the cost is linear);
+    /// only when a live slot names a key the generation lacks are those
+    /// looked up again, to empty them.
+    fn republish_all(&mut self, generation: &Generation) {
+        // Keys both in the map and in the generation, live or not: the map
+        // holds others exactly when it is larger.
+        let mut in_generation = 0;
+        for (key, instance) in generation.components.each() {
+            if let Some(slot) = self.slots.get(key) {
+                in_generation += 1;
+                if let Some(slot) = slot.upgrade() {
+                    slot.set(Some(instance));
+                }
+            }
+        }
+        if self.slots.len() > in_generation {
+            for (key, slot) in &self.slots {
+                if generation.get(key).is_none() {
+                    if let Some(slot) = slot.upgrade() {
+                        slot.set(None);
+                    }
+                }
+            }
+        }
+        self.sweep();
+    }
 }
 
 impl Slots {
+    /// Slots for about `components` keys: the map is sized once (a start-up
+    /// of 10,000 components rehashes nothing) and first swept at that size.
+    pub(super) fn for_components(components: usize) -> Self {
+        let by_key = ByKey {
+            slots: HashMap::with_capacity(components),
+            sweep_at: components.max(SWEEP_FROM),
+        };
+        Self {
+            by_key: Mutex::new(by_key),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
     fn by_key(&self) -> MutexGuard<'_, ByKey> {
         self.by_key.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -140,16 +182,7 @@ impl Slots {
                     }
                 }
             }
-            None => {
-                by_key.slots.retain(|key, slot| match slot.upgrade() {
-                    Some(slot) => {
-                        slot.set(generation.get(key));
-                        true
-                    }
-                    None => false,
-                });
-                by_key.sweep_at = (by_key.slots.len() * 2).max(SWEEP_FROM);
-            }
+            None => by_key.republish_all(generation),
         }
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
@@ -211,6 +244,29 @@ mod tests {
         slots.publish(&third, Some(&BTreeSet::from([key("b")])), || {});
         assert!(slot_b.load().is_none());
         assert_eq!(slots.epoch() % 2, 0, "the epoch is even between publishes");
+    }
+
+    #[test]
+    fn a_whole_publish_fills_every_live_slot_and_empties_those_not_running() {
+        let slots = Slots::default();
+        let (a, b, c) = (fresh(), fresh(), fresh());
+        let first = generation(&[("a", &a), ("b", &b), ("c", &c)]);
+        slots.publish(&first, None, || {});
+        let kept: Vec<Arc<Slot>> = ["a", "b", "c"]
+            .iter()
+            .map(|name| slots.slot(&key(name), &first))
+            .collect();
+        drop(slots.slot(&key("gone"), &first));
+
+        // `a` replaced, `b` kept, `c` stopped, `d` new; nobody holds `gone`.
+        let (a2, d) = (fresh(), fresh());
+        let second = generation(&[("a", &a2), ("b", &b), ("d", &d)]);
+        slots.publish(&second, None, || {});
+        assert!(holds(&kept[0], &a2));
+        assert!(holds(&kept[1], &b));
+        assert!(kept[2].load().is_none(), "a stopped component's slot empties");
+        assert!(!slots.by_key().slots.contains_key(&key("gone")));
+        assert!(holds(&slots.slot(&key("d"), &second), &d));
     }
 
     #[test]

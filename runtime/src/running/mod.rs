@@ -86,7 +86,7 @@ impl RunningSet {
         timeouts: StartTimeouts,
         redactor: &Redactor,
     ) -> Result<Self, Vec<ComponentFailure>> {
-        let live = Live::new();
+        let live = Live::for_components(config.config.components.len());
         let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
         let components = Arc::new(components);
         live.publish(described(1, &config, &components));
