@@ -57,7 +57,7 @@ pub enum FailedStep {
     InitTimeout,
     /// It did not become ready in time.
     NotReady,
-    /// The task building it panicked (the component is not known).
+    /// Building or initialising it panicked.
     Panicked,
 }
 
@@ -79,7 +79,8 @@ impl fmt::Display for FailedStep {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{step}: {message}", component.as_ref().map(|c| format!("{c}: ")).unwrap_or_default())]
 pub struct ComponentFailure {
-    /// The component; `None` when a task panicked before saying which.
+    /// The component; `None` when a task panicked before saying which
+    /// (a reload's task, not one component's).
     pub component: Option<ComponentKey>,
     /// Where it failed.
     pub step: FailedStep,

@@ -20,9 +20,14 @@ struct Meta {
     fail: bool,
     #[serde(default)]
     hang: bool,
+    #[serde(default)]
+    panic: bool,
+    /// Waits once before panicking (so the panic is in a spawned task).
+    #[serde(default)]
+    wait_first: bool,
 }
 
-/// Records its close; fails or hangs in init when told to.
+/// Records its close; fails, hangs or panics in init when told to.
 #[derive(rewire::Component)]
 #[component(kind = "probe", type = "test.probe")]
 struct Probe {
@@ -37,6 +42,12 @@ impl Component for Probe {
     async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
         if self.meta.hang {
             std::future::pending::<()>().await;
+        }
+        if self.meta.wait_first {
+            tokio::task::yield_now().await;
+        }
+        if self.meta.panic {
+            panic!("init exploded");
         }
         if self.meta.fail {
             return Err(ComponentError::new("backend refused the connection"));
@@ -135,4 +146,33 @@ async fn hanging_init_times_out() {
         ["h-stuck", "h-ok"],
         "the abandoned init is closed too"
     );
+}
+
+#[tokio::test]
+async fn a_panicking_init_fails_start_naming_the_component() {
+    for (name, wait_first) in [("p-now", false), ("p-later", true)] {
+        let result = support::start(&format!(
+            r#"{{"components": {{"probe": {{
+                "ok": {{"type": "test.probe", "metadata": {{"name": "{name}-ok"}}}},
+                "bomb": {{"type": "test.probe",
+                          "metadata": {{"name": "{name}-bomb", "panic": true, "wait_first": {wait_first}}}}}
+            }}}}}}"#
+        ))
+        .await;
+        let Err(StartError::Failed(failures)) = result else {
+            panic!("{name}: start should fail");
+        };
+        assert_eq!(failures.len(), 1, "{name}: {failures:?}");
+        assert_eq!(failures[0].step, FailedStep::Panicked, "{name}");
+        assert_eq!(
+            failures[0].to_string(),
+            "probe/bomb: panicked: init exploded",
+            "{name}"
+        );
+        assert_eq!(
+            closed_of(&format!("{name}-")),
+            [format!("{name}-ok")],
+            "{name}: what started is closed"
+        );
+    }
 }

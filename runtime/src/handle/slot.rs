@@ -264,7 +264,10 @@ mod tests {
         slots.publish(&second, None, || {});
         assert!(holds(&kept[0], &a2));
         assert!(holds(&kept[1], &b));
-        assert!(kept[2].load().is_none(), "a stopped component's slot empties");
+        assert!(
+            kept[2].load().is_none(),
+            "a stopped component's slot empties"
+        );
         assert!(!slots.by_key().slots.contains_key(&key("gone")));
         assert!(holds(&slots.slot(&key("d"), &second), &d));
     }

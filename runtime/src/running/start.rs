@@ -1,9 +1,15 @@
 //! Start-up: assemble level after level, each level concurrently; on a
 //! failure, close what started in reverse order.
 
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 
 use super::close::close_in_reverse;
 use super::{staged_for, Components, Running};
@@ -60,12 +66,21 @@ pub(super) async fn start_all(
 type Started = std::collections::BTreeMap<ComponentKey, (ComponentSpec, Assembled)>;
 
 /// Assembles `specs` concurrently; returns what started and what failed.
+///
+/// Each assembly is first polled here, in the calling task: one that
+/// finishes without waiting (most do: decode, inject and an `init` with
+/// nothing to wait for) costs no task, no wake-up of another worker and no
+/// join. One that waits is spawned and goes on concurrently with the rest,
+/// so inits that wait (for a connection, or for each other) still overlap.
+/// A panic fails the component it happened in.
 pub(crate) async fn assemble_all(
     specs: Vec<ComponentSpec>,
     registry: &Registry,
     cx: &AssemblyContext,
 ) -> (Started, Vec<ComponentFailure>) {
-    let mut tasks = JoinSet::new();
+    let mut waiting = JoinSet::new();
+    let mut waiting_for: HashMap<Id, ComponentKey> = HashMap::new();
+    let mut started = Started::new();
     let mut failures = Vec::new();
     for spec in specs {
         let Some(descriptor) = registry
@@ -79,22 +94,75 @@ pub(crate) async fn assemble_all(
             ));
             continue;
         };
-        let cx = cx.clone();
-        tasks.spawn(async move {
-            let result = assemble(&spec, &descriptor, &cx).await;
+        let key = spec.key.clone();
+        let task_cx = cx.clone();
+        let mut assembly = Box::pin(async move {
+            let result = assemble(&spec, &descriptor, &task_cx).await;
             (spec, result)
         });
-    }
-    let mut assembled = Started::new();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((spec, Ok(component))) => {
-                assembled.insert(spec.key.clone(), (spec, component));
+        match poll_once(assembly.as_mut()).await {
+            Ok(Poll::Ready((spec, result))) => settle(spec, result, &mut started, &mut failures),
+            Ok(Poll::Pending) => {
+                let task = waiting.spawn(assembly);
+                waiting_for.insert(task.id(), key);
             }
-            Ok((_, Err(failure))) => failures.push(failure),
-            Err(err) => failures.push(ComponentFailure::panicked("start", &err)),
+            Err(panic) => {
+                failures.push(cx.fail(&key, FailedStep::Panicked, panic_message(&*panic)))
+            }
+        }
+    }
+    while let Some(joined) = waiting.join_next_with_id().await {
+        match joined {
+            Ok((_, (spec, result))) => settle(spec, result, &mut started, &mut failures),
+            Err(err) => match waiting_for.get(&err.id()) {
+                Some(key) => {
+                    let message = if err.is_panic() {
+                        panic_message(&*err.into_panic()).to_string()
+                    } else {
+                        "cancelled".to_string()
+                    };
+                    failures.push(cx.fail(key, FailedStep::Panicked, message));
+                }
+                None => failures.push(ComponentFailure::panicked("start", &err)),
+            },
         }
     }
     failures.sort_by(|a, b| a.component.cmp(&b.component));
-    (assembled, failures)
+    (started, failures)
+}
+
+/// Polls `assembly` once in the calling task, catching a panic.
+async fn poll_once<F: Future + ?Sized>(
+    mut assembly: Pin<&mut F>,
+) -> std::thread::Result<Poll<F::Output>> {
+    std::future::poll_fn(|task| {
+        Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
+            assembly.as_mut().poll(task)
+        })))
+    })
+    .await
+}
+
+/// Files one finished assembly as started or failed.
+fn settle(
+    spec: ComponentSpec,
+    result: Result<Assembled, ComponentFailure>,
+    started: &mut Started,
+    failures: &mut Vec<ComponentFailure>,
+) {
+    match result {
+        Ok(assembled) => {
+            started.insert(spec.key.clone(), (spec, assembled));
+        }
+        Err(failure) => failures.push(failure),
+    }
+}
+
+/// The text a panic was raised with.
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
