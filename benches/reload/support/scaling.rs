@@ -162,7 +162,9 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         }));
         rt.block_on(runtime.shutdown());
 
-        let ops = budget(5_000);
+        // Five starts per sample at 10,000 components (one was too few for
+        // a steady median: the growth swung between ×11 and ×22).
+        let ops = budget(50_000);
         let start_time = rt.block_on(plan.median_async(|| {
             let config = valid_a.clone();
             let registry = registry.clone();
