@@ -79,8 +79,8 @@ impl fmt::Display for FailedStep {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{step}: {message}", component.as_ref().map(|c| format!("{c}: ")).unwrap_or_default())]
 pub struct ComponentFailure {
-    /// The component; `None` when a task panicked before saying which
-    /// (a reload's task, not one component's).
+    /// The component; `None` only when a task that is no one component's
+    /// panicked.
     pub component: Option<ComponentKey>,
     /// Where it failed.
     pub step: FailedStep,
@@ -97,6 +97,15 @@ impl ComponentFailure {
             message: format!("{what} task failed: {err}"),
         }
     }
+}
+
+/// The text a panic was raised with.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// Failures, one per line.
@@ -138,6 +147,19 @@ pub struct AssemblyContext {
 }
 
 impl AssemblyContext {
+    /// `key`'s assembly task panicked (or was cancelled) with `err`.
+    pub(crate) fn panicked(
+        &self,
+        key: &ComponentKey,
+        err: tokio::task::JoinError,
+    ) -> ComponentFailure {
+        if err.is_panic() {
+            self.fail(key, FailedStep::Panicked, panic_message(&*err.into_panic()))
+        } else {
+            self.fail(key, FailedStep::Panicked, "cancelled")
+        }
+    }
+
     /// A failure of `key` at `step`, with secret values scrubbed.
     pub fn fail(
         &self,

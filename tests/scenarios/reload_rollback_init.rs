@@ -159,3 +159,31 @@ async fn rolled_back_config_store_update_leaves_no_trace() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_init_rolls_back_naming_the_component() {
+    let config = |rev: u32, panic: bool| {
+        format!(
+            r#"{{"appId": "rollback-panic", "components": {{"probe": {{
+                "keep": {{"type": "test.reload.probe", "metadata": {{"tag": "rbp-keep"}}}},
+                "bomb": {{"type": "test.reload.probe",
+                          "metadata": {{"tag": "rbp-bomb", "rev": {rev}, "panicInit": {panic}}}}}
+            }}}}}}"#
+        )
+    };
+    let runtime = start(&config(1, false)).await;
+    let bomb = instance(&runtime, "probe/bomb");
+
+    let result = runtime.apply(candidate(&config(2, true))).await;
+
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].component, Some(key("probe/bomb")));
+    assert_eq!(failures[0].step, FailedStep::Panicked);
+    assert_eq!(failures[0].message, "probe rbp-bomb exploded");
+    assert_eq!(runtime.generation().number, 1);
+    assert!(instance(&runtime, "probe/bomb").same_as(&bomb));
+    runtime.shutdown().await;
+}

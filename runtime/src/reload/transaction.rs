@@ -2,11 +2,11 @@
 //! level by level against its own handles, and either commit it whole or
 //! undo everything.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use imbl::OrdSet;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 use tracing::Instrument;
 
 use super::actions::Action;
@@ -185,6 +185,8 @@ impl Plan<'_> {
             ..cx.clone()
         };
         let mut tasks = JoinSet::new();
+        // Each task's component, to name the one that panics.
+        let mut task_of: HashMap<Id, ComponentKey> = HashMap::new();
         for key in level {
             let Some(spec) = self.candidate.config.components.get(&key).cloned() else {
                 continue;
@@ -196,6 +198,7 @@ impl Plan<'_> {
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
             let started = std::time::Instant::now();
+            let named = key.clone();
             let task = async move {
                 let Some(descriptor) = descriptor else {
                     return Err(level_cx.fail(
@@ -206,7 +209,7 @@ impl Plan<'_> {
                 };
                 decide_and_run(spec, change, previous, &descriptor, &level_cx).await
             };
-            tasks.spawn(
+            let spawned = tasks.spawn(
                 async move {
                     let result = task.await;
                     let action = result.as_ref().map_or(Action::Failed, Step::action);
@@ -215,10 +218,11 @@ impl Plan<'_> {
                 }
                 .instrument(span),
             );
+            task_of.insert(spawned.id(), named);
         }
         let mut failures = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            match joined {
+        while let Some(joined) = tasks.join_next_with_id().await {
+            match joined.map(|(_, result)| result) {
                 Ok(Ok(step)) => {
                     let running = step.running();
                     progress
@@ -230,7 +234,10 @@ impl Plan<'_> {
                     progress.done.push(step);
                 }
                 Ok(Err(failure)) => failures.push(failure),
-                Err(err) => failures.push(ComponentFailure::panicked("reload", &err)),
+                Err(err) => failures.push(match task_of.get(&err.id()) {
+                    Some(key) => cx.panicked(key, err),
+                    None => ComponentFailure::panicked("reload", &err),
+                }),
             }
         }
         failures.sort_by(|a, b| a.component.cmp(&b.component));

@@ -1,7 +1,6 @@
 //! Start-up: assemble level after level, each level concurrently; on a
 //! failure, close what started in reverse order.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -14,7 +13,8 @@ use tokio::task::{Id, JoinSet};
 use super::close::close_in_reverse;
 use super::{staged_for, Components, Running};
 use crate::assemble::{
-    assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
+    assemble, panic_message, Assembled, AssemblyContext, ComponentFailure, FailedStep,
+    StartTimeouts,
 };
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, ValidConfig};
@@ -115,14 +115,7 @@ pub(crate) async fn assemble_all(
         match joined {
             Ok((_, (spec, result))) => settle(spec, result, &mut started, &mut failures),
             Err(err) => match waiting_for.get(&err.id()) {
-                Some(key) => {
-                    let message = if err.is_panic() {
-                        panic_message(&*err.into_panic()).to_string()
-                    } else {
-                        "cancelled".to_string()
-                    };
-                    failures.push(cx.fail(key, FailedStep::Panicked, message));
-                }
+                Some(key) => failures.push(cx.panicked(key, err)),
                 None => failures.push(ComponentFailure::panicked("start", &err)),
             },
         }
@@ -156,13 +149,4 @@ fn settle(
         }
         Err(failure) => failures.push(failure),
     }
-}
-
-/// The text a panic was raised with.
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
 }

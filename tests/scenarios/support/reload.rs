@@ -24,6 +24,8 @@ pub struct ProbeMeta {
     pub tag: String,
     /// `init` fails.
     pub fail_init: bool,
+    /// `init` panics.
+    pub panic_init: bool,
     /// `init` sleeps this long first.
     pub init_delay_ms: u64,
     /// `readiness` never answers ready.
@@ -114,6 +116,9 @@ impl Component for Probe {
         bump(&INITS, &meta.tag);
         if meta.init_delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(meta.init_delay_ms)).await;
+        }
+        if meta.panic_init {
+            panic!("probe {} exploded", meta.tag);
         }
         if meta.fail_init {
             return Err(ComponentError::new(format!(
