@@ -99,15 +99,6 @@ impl ComponentFailure {
     }
 }
 
-/// The text a panic was raised with.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
-}
-
 /// Failures, one per line.
 pub(crate) fn failure_lines(failures: &[ComponentFailure]) -> String {
     failures
@@ -147,19 +138,6 @@ pub struct AssemblyContext {
 }
 
 impl AssemblyContext {
-    /// `key`'s assembly task panicked (or was cancelled) with `err`.
-    pub(crate) fn panicked(
-        &self,
-        key: &ComponentKey,
-        err: tokio::task::JoinError,
-    ) -> ComponentFailure {
-        if err.is_panic() {
-            self.fail(key, FailedStep::Panicked, panic_message(&*err.into_panic()))
-        } else {
-            self.fail(key, FailedStep::Panicked, "cancelled")
-        }
-    }
-
     /// A failure of `key` at `step`, with secret values scrubbed.
     pub fn fail(
         &self,

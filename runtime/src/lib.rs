@@ -6,6 +6,7 @@
 extern crate self as rewire_runtime;
 
 mod assemble;
+mod assembly_tasks;
 mod backoff;
 mod component;
 pub mod config;

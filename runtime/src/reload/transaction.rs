@@ -2,11 +2,10 @@
 //! level by level against its own handles, and either commit it whole or
 //! undo everything.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use imbl::OrdSet;
-use tokio::task::{Id, JoinSet};
 use tracing::Instrument;
 
 use super::actions::Action;
@@ -14,6 +13,7 @@ use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
+use crate::assembly_tasks::ComponentTasks;
 use crate::component::ComponentKey;
 use crate::component::InPlace;
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
@@ -184,9 +184,7 @@ impl Plan<'_> {
             staged,
             ..cx.clone()
         };
-        let mut tasks = JoinSet::new();
-        // Each task's component, to name the one that panics.
-        let mut task_of: HashMap<Id, ComponentKey> = HashMap::new();
+        let mut tasks = ComponentTasks::new();
         for key in level {
             let Some(spec) = self.candidate.config.components.get(&key).cloned() else {
                 continue;
@@ -209,7 +207,8 @@ impl Plan<'_> {
                 };
                 decide_and_run(spec, change, previous, &descriptor, &level_cx).await
             };
-            let spawned = tasks.spawn(
+            tasks.spawn(
+                named,
                 async move {
                     let result = task.await;
                     let action = result.as_ref().map_or(Action::Failed, Step::action);
@@ -218,11 +217,10 @@ impl Plan<'_> {
                 }
                 .instrument(span),
             );
-            task_of.insert(spawned.id(), named);
         }
         let mut failures = Vec::new();
-        while let Some(joined) = tasks.join_next_with_id().await {
-            match joined.map(|(_, result)| result) {
+        while let Some(joined) = tasks.join_next(cx).await {
+            match joined {
                 Ok(Ok(step)) => {
                     let running = step.running();
                     progress
@@ -233,11 +231,7 @@ impl Plan<'_> {
                         .insert(running.spec.key.clone(), Arc::new(running.clone()));
                     progress.done.push(step);
                 }
-                Ok(Err(failure)) => failures.push(failure),
-                Err(err) => failures.push(match task_of.get(&err.id()) {
-                    Some(key) => cx.panicked(key, err),
-                    None => ComponentFailure::panicked("reload", &err),
-                }),
+                Ok(Err(failure)) | Err(failure) => failures.push(failure),
             }
         }
         failures.sort_by(|a, b| a.component.cmp(&b.component));

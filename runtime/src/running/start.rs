@@ -1,21 +1,18 @@
 //! Start-up: assemble level after level, each level concurrently; on a
 //! failure, close what started in reverse order.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::task::{Id, JoinSet};
-
 use super::close::close_in_reverse;
 use super::{staged_for, Components, Running};
 use crate::assemble::{
-    assemble, panic_message, Assembled, AssemblyContext, ComponentFailure, FailedStep,
-    StartTimeouts,
+    assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
 };
+use crate::assembly_tasks::{panic_message, ComponentTasks};
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, ValidConfig};
 use crate::handle::LiveGeneration;
@@ -78,8 +75,7 @@ pub(crate) async fn assemble_all(
     registry: &Registry,
     cx: &AssemblyContext,
 ) -> (Started, Vec<ComponentFailure>) {
-    let mut waiting = JoinSet::new();
-    let mut waiting_for: HashMap<Id, ComponentKey> = HashMap::new();
+    let mut waiting = ComponentTasks::new();
     let mut started = Started::new();
     let mut failures = Vec::new();
     for spec in specs {
@@ -102,22 +98,16 @@ pub(crate) async fn assemble_all(
         });
         match poll_once(assembly.as_mut()).await {
             Ok(Poll::Ready((spec, result))) => settle(spec, result, &mut started, &mut failures),
-            Ok(Poll::Pending) => {
-                let task = waiting.spawn(assembly);
-                waiting_for.insert(task.id(), key);
-            }
+            Ok(Poll::Pending) => waiting.spawn(key, assembly),
             Err(panic) => {
                 failures.push(cx.fail(&key, FailedStep::Panicked, panic_message(&*panic)))
             }
         }
     }
-    while let Some(joined) = waiting.join_next_with_id().await {
+    while let Some(joined) = waiting.join_next(cx).await {
         match joined {
-            Ok((_, (spec, result))) => settle(spec, result, &mut started, &mut failures),
-            Err(err) => match waiting_for.get(&err.id()) {
-                Some(key) => failures.push(cx.panicked(key, err)),
-                None => failures.push(ComponentFailure::panicked("start", &err)),
-            },
+            Ok((spec, result)) => settle(spec, result, &mut started, &mut failures),
+            Err(panicked) => failures.push(panicked),
         }
     }
     failures.sort_by(|a, b| a.component.cmp(&b.component));
