@@ -5,8 +5,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use rewire::config::validate;
-use rewire::config::ConfigDiff;
+use rewire::config::{validate, ComponentSpec, ConfigDiff, ValidConfig};
 use rewire::{Action, Config, Outcome, Registry, Runtime, RuntimeOptions};
 
 use super::timing::{human, per_op, Mode};
@@ -43,6 +42,30 @@ fn config(n: usize, width: usize, leaf_epoch: u64) -> Config {
 
 fn name(i: usize) -> String {
     format!("n{i:05}")
+}
+
+/// A copy of `config` with every declaration copied too, as a reload
+/// gets from a freshly read file (a `clone` shares the declarations).
+fn fresh_copy(config: &Config) -> Config {
+    Config {
+        app_id: config.app_id.clone(),
+        components: config
+            .components
+            .iter()
+            .map(|(key, spec)| (key.clone(), ComponentSpec::clone(spec)))
+            .collect(),
+        overlay: config.overlay.clone(),
+        sections: config.sections.clone(),
+        base_dir: config.base_dir.clone(),
+    }
+}
+
+/// [`fresh_copy`] of a validated configuration, as start-up gets it.
+fn fresh_valid_copy(valid: &ValidConfig) -> ValidConfig {
+    ValidConfig {
+        config: fresh_copy(&valid.config),
+        graph: valid.graph.clone(),
+    }
 }
 
 /// One row of measurements.
@@ -83,7 +106,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         let floor_time = plan.median(|| {
             let mut total = Duration::ZERO;
             for _ in 0..ops {
-                let candidate = a.clone();
+                let candidate = fresh_copy(&a);
                 let started = Instant::now();
                 black_box(touch_every_block(&candidate));
                 total += started.elapsed();
@@ -94,7 +117,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         let validate_time = plan.median(|| {
             let mut total = Duration::ZERO;
             for _ in 0..ops {
-                let candidate = a.clone();
+                let candidate = fresh_copy(&a);
                 let started = Instant::now();
                 let valid = black_box(validate(candidate, &registry).ok());
                 total += started.elapsed();
@@ -111,7 +134,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         let change_time = plan.median(|| {
             let mut total = Duration::ZERO;
             for _ in 0..ops {
-                let candidate = b.clone();
+                let candidate = fresh_copy(&b);
                 let started = Instant::now();
                 let valid = black_box(valid_a.validate_next(candidate, &registry).ok());
                 total += started.elapsed();
@@ -150,11 +173,7 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
             let candidates: Vec<Config> = (0..ops)
                 .map(|_| {
                     flip = !flip;
-                    if flip {
-                        b.clone()
-                    } else {
-                        a.clone()
-                    }
+                    fresh_copy(if flip { &b } else { &a })
                 })
                 .collect();
             let runtime = runtime.clone();
@@ -166,12 +185,12 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         // a steady median: the growth swung between ×11 and ×22).
         let ops = budget(50_000);
         let start_time = rt.block_on(plan.median_async(|| {
-            let config = valid_a.clone();
+            let valid_a = valid_a.clone();
             let registry = registry.clone();
             on_worker(async move {
                 let mut total = Duration::ZERO;
                 for _ in 0..ops {
-                    let (config, registry) = (config.clone(), registry.clone());
+                    let (config, registry) = (fresh_valid_copy(&valid_a), registry.clone());
                     let started = Instant::now();
                     let runtime = Runtime::start(config, registry, RuntimeOptions::default())
                         .await

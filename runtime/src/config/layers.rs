@@ -4,6 +4,7 @@
 //! came from.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -200,12 +201,12 @@ impl Effective {
     fn overlay(&mut self, layer: Layer, key: &ComponentKey, component: &ComponentPatch) {
         let added = match self.config.components.get_mut(key) {
             Some(spec) => {
-                component.apply_to(spec);
+                component.apply_to(Arc::make_mut(spec));
                 false
             }
             None => {
                 let spec = component.clone().into_spec(key.clone());
-                self.config.components.insert(key.clone(), spec);
+                self.config.components.insert(key.clone(), Arc::new(spec));
                 true
             }
         };
@@ -253,7 +254,7 @@ impl Effective {
                     let source = whole(spec.metadata.keys(), Layer::ControlPlane);
                     self.sources.insert(key.clone(), source);
                 }
-                self.config.components.insert(key.clone(), spec);
+                self.config.components.insert(key.clone(), Arc::new(spec));
             }
             Push::Remove => {
                 self.config.components.remove(key);

@@ -131,7 +131,7 @@ mod tests {
             parse_patch(br#"{"components": {"state": {"s": {"metadata": {"b": null, "c": 3}}}}}"#)
                 .unwrap_or_else(|p| panic!("{p}"));
         let key = ComponentKey::new("state", "s");
-        let mut spec = base.components[&key].clone();
+        let mut spec = ComponentSpec::clone(&base.components[&key]);
         patch.components[&key].apply_to(&mut spec);
         assert_eq!(spec.type_name, "memory");
         assert_eq!(

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::load::dapr_manifest::{
     parse_manifests, read_manifest_texts, ManifestTexts, Manifests, ResiliencyResource,
@@ -134,7 +135,9 @@ impl ConfigSources {
                     ),
                 )));
             } else {
-                config.components.insert(key.clone(), spec.clone());
+                config
+                    .components
+                    .insert(key.clone(), Arc::new(spec.clone()));
             }
         }
         for (name, (location, subscription)) in &manifests.subscriptions {

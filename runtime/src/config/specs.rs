@@ -1,7 +1,8 @@
 //! Every declared component of a configuration, by key, with a digest of
 //! each declaration made once: two configurations are then compared by
 //! reading two small tables, not every string and map of every component
-//! (see [`ConfigDiff`](super::ConfigDiff)).
+//! (see [`ConfigDiff`](super::ConfigDiff)). Each declaration is shared:
+//! copying a configuration, or starting what it declares, copies none.
 
 use std::collections::btree_map;
 use std::collections::BTreeMap;
@@ -17,12 +18,15 @@ use crate::component::ComponentKey;
 /// The declared components of a [`Config`](super::Config), by key.
 ///
 /// Reads and writes as the `BTreeMap` it wraps (it dereferences to one).
+/// Each declaration is held in an `Arc`, shared by every copy of the
+/// configuration and by the component started from it; change one with
+/// [`Arc::make_mut`], which copies it only while it is shared.
 /// It also keeps a digest of every declaration, made when the map is
 /// collected or first compared, and dropped by any write through the map,
 /// so it never describes an older declaration.
 #[derive(Clone, Default)]
 pub struct ComponentSpecs {
-    map: BTreeMap<ComponentKey, ComponentSpec>,
+    map: BTreeMap<ComponentKey, Arc<ComponentSpec>>,
     digests: OnceLock<Arc<[Digest]>>,
 }
 
@@ -35,7 +39,7 @@ pub(crate) type Digest = u128;
 
 impl ComponentSpecs {
     /// The map itself.
-    pub fn into_map(self) -> BTreeMap<ComponentKey, ComponentSpec> {
+    pub fn into_map(self) -> BTreeMap<ComponentKey, Arc<ComponentSpec>> {
         self.map
     }
 
@@ -46,8 +50,8 @@ impl ComponentSpecs {
     }
 }
 
-impl From<BTreeMap<ComponentKey, ComponentSpec>> for ComponentSpecs {
-    fn from(map: BTreeMap<ComponentKey, ComponentSpec>) -> Self {
+impl From<BTreeMap<ComponentKey, Arc<ComponentSpec>>> for ComponentSpecs {
+    fn from(map: BTreeMap<ComponentKey, Arc<ComponentSpec>>) -> Self {
         Self {
             map,
             digests: OnceLock::new(),
@@ -55,13 +59,33 @@ impl From<BTreeMap<ComponentKey, ComponentSpec>> for ComponentSpecs {
     }
 }
 
+impl From<BTreeMap<ComponentKey, ComponentSpec>> for ComponentSpecs {
+    fn from(map: BTreeMap<ComponentKey, ComponentSpec>) -> Self {
+        Self::from(
+            map.into_iter()
+                .map(|(key, spec)| (key, Arc::new(spec)))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    }
+}
+
 impl FromIterator<(ComponentKey, ComponentSpec)> for ComponentSpecs {
+    /// Collects the map (see the shared declarations' collection below).
+    fn from_iter<I: IntoIterator<Item = (ComponentKey, ComponentSpec)>>(items: I) -> Self {
+        items
+            .into_iter()
+            .map(|(key, spec)| (key, Arc::new(spec)))
+            .collect()
+    }
+}
+
+impl FromIterator<(ComponentKey, Arc<ComponentSpec>)> for ComponentSpecs {
     /// Collects the map; each declaration is digested as it passes, while
     /// it is still in cache. The digests are kept when the items came in
     /// key order, once each (as from another map).
-    fn from_iter<I: IntoIterator<Item = (ComponentKey, ComponentSpec)>>(items: I) -> Self {
+    fn from_iter<I: IntoIterator<Item = (ComponentKey, Arc<ComponentSpec>)>>(items: I) -> Self {
         let mut digests = Vec::new();
-        let items: Vec<(ComponentKey, ComponentSpec)> = items
+        let items: Vec<(ComponentKey, Arc<ComponentSpec>)> = items
             .into_iter()
             .inspect(|(key, spec)| digests.push(digest(key, spec)))
             .collect();
@@ -75,7 +99,7 @@ impl FromIterator<(ComponentKey, ComponentSpec)> for ComponentSpecs {
 }
 
 impl Deref for ComponentSpecs {
-    type Target = BTreeMap<ComponentKey, ComponentSpec>;
+    type Target = BTreeMap<ComponentKey, Arc<ComponentSpec>>;
 
     fn deref(&self) -> &Self::Target {
         &self.map
@@ -105,8 +129,8 @@ impl PartialEq for ComponentSpecs {
 }
 
 impl IntoIterator for ComponentSpecs {
-    type Item = (ComponentKey, ComponentSpec);
-    type IntoIter = btree_map::IntoIter<ComponentKey, ComponentSpec>;
+    type Item = (ComponentKey, Arc<ComponentSpec>);
+    type IntoIter = btree_map::IntoIter<ComponentKey, Arc<ComponentSpec>>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.map.into_iter()
@@ -114,8 +138,8 @@ impl IntoIterator for ComponentSpecs {
 }
 
 impl<'a> IntoIterator for &'a ComponentSpecs {
-    type Item = (&'a ComponentKey, &'a ComponentSpec);
-    type IntoIter = btree_map::Iter<'a, ComponentKey, ComponentSpec>;
+    type Item = (&'a ComponentKey, &'a Arc<ComponentSpec>);
+    type IntoIter = btree_map::Iter<'a, ComponentKey, Arc<ComponentSpec>>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.map.iter()

@@ -139,12 +139,15 @@ fn validate_against(
         Some(earlier) if targets_hold => {
             let mut unpassed: Vec<&ComponentSpec> = earlier
                 .unpassed()
-                .filter_map(|key| config.components.get(key))
+                .filter_map(|key| config.components.get(key).map(|spec| &**spec))
                 .collect();
             unpassed.sort_by(|a, b| a.key.cmp(&b.key));
             (unpassed, false)
         }
-        _ => (config.components.values().collect(), true),
+        _ => (
+            config.components.values().map(|spec| &**spec).collect(),
+            true,
+        ),
     };
     // The running graph is acyclic and kept when it still fits; a new one
     // is built first: it finds what each component references, once.

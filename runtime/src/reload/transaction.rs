@@ -278,7 +278,7 @@ impl Plan<'_> {
 
 /// Keeps, updates in place, or rebuilds one impacted component.
 async fn decide_and_run(
-    spec: ComponentSpec,
+    spec: Arc<ComponentSpec>,
     change: SpecChange,
     previous: Option<Running>,
     descriptor: &ComponentDescriptor,

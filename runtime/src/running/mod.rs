@@ -28,10 +28,11 @@ pub(crate) use layers::RunningLayers;
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
 
-/// A running component: how it was declared and what was started.
+/// A running component: how it was declared (shared with the
+/// configuration that declared it) and what was started.
 #[derive(Debug, Clone)]
 pub(crate) struct Running {
-    pub(crate) spec: ComponentSpec,
+    pub(crate) spec: Arc<ComponentSpec>,
     pub(crate) assembled: Assembled,
 }
 

@@ -13,7 +13,6 @@ use crate::assemble::{
     assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
 };
 use crate::assembly_tasks::{panic_message, ComponentTasks};
-use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, ValidConfig};
 use crate::handle::LiveGeneration;
 use crate::redact::Redactor;
@@ -28,39 +27,40 @@ pub(super) async fn start_all(
     redactor: &Redactor,
 ) -> Result<Components, Vec<ComponentFailure>> {
     let mut components = Components::new();
-    let mut started: Vec<Vec<ComponentKey>> = Vec::new();
-    for level in config.graph.levels() {
+    let levels = config.graph.levels();
+    for (number, level) in levels.iter().enumerate() {
         let cx = AssemblyContext {
             app_id: config.config.app_id.clone(),
             live: live.clone(),
-            staged: Arc::new(staged_for(&level, &config.graph, &components)),
+            staged: Arc::new(staged_for(level, &config.graph, &components)),
             timeouts,
             redactor: redactor.clone(),
             config_dir: config.config.base_dir.clone(),
         };
-        let specs: Vec<ComponentSpec> = level
+        let specs: Vec<Arc<ComponentSpec>> = level
             .iter()
             .filter_map(|k| config.config.components.get(k).cloned())
             .collect();
-        let (assembled, failures) = assemble_all(specs, registry, &cx).await;
-        started.push(assembled.keys().cloned().collect());
-        for (key, (spec, assembled)) in assembled {
-            tracing::info!(component = %key, "Component started.");
-            components.insert(key, Arc::new(Running { spec, assembled }));
+        let (started, failures) = assemble_all(specs, registry, &cx).await;
+        for (spec, assembled) in started {
+            tracing::info!(component = %spec.key, "Component started.");
+            components.insert(spec.key.clone(), Arc::new(Running { spec, assembled }));
         }
         if !failures.is_empty() {
             for failure in &failures {
                 tracing::error!(component = ?failure.component, step = %failure.step, error = %failure.message, "Component failed to start.");
             }
-            close_in_reverse(&started, &mut components).await;
+            // Only what started is in `components`: closing the levels so
+            // far closes exactly that.
+            close_in_reverse(&levels[..=number], &mut components).await;
             return Err(failures);
         }
     }
     Ok(components)
 }
 
-/// What [`assemble_all`] started, by key.
-type Started = std::collections::BTreeMap<ComponentKey, (ComponentSpec, Assembled)>;
+/// What [`assemble_all`] started, in key order.
+type Started = Vec<(Arc<ComponentSpec>, Assembled)>;
 
 /// Assembles `specs` concurrently; returns what started and what failed.
 ///
@@ -71,7 +71,7 @@ type Started = std::collections::BTreeMap<ComponentKey, (ComponentSpec, Assemble
 /// so inits that wait (for a connection, or for each other) still overlap.
 /// A panic fails the component it happened in.
 pub(crate) async fn assemble_all(
-    specs: Vec<ComponentSpec>,
+    specs: Vec<Arc<ComponentSpec>>,
     registry: &Registry,
     cx: &AssemblyContext,
 ) -> (Started, Vec<ComponentFailure>) {
@@ -90,7 +90,7 @@ pub(crate) async fn assemble_all(
             ));
             continue;
         };
-        let key = spec.key.clone();
+        let declared = Arc::clone(&spec);
         let task_cx = cx.clone();
         let mut assembly = Box::pin(async move {
             let result = assemble(&spec, &descriptor, &task_cx).await;
@@ -98,9 +98,9 @@ pub(crate) async fn assemble_all(
         });
         match poll_once(assembly.as_mut()).await {
             Ok(Poll::Ready((spec, result))) => settle(spec, result, &mut started, &mut failures),
-            Ok(Poll::Pending) => waiting.spawn(key, assembly),
+            Ok(Poll::Pending) => waiting.spawn(declared.key.clone(), assembly),
             Err(panic) => {
-                failures.push(cx.fail(&key, FailedStep::Panicked, panic_message(&*panic)))
+                failures.push(cx.fail(&declared.key, FailedStep::Panicked, panic_message(&*panic)))
             }
         }
     }
@@ -110,6 +110,8 @@ pub(crate) async fn assemble_all(
             Err(panicked) => failures.push(panicked),
         }
     }
+    // Inits that waited finish in any order: log and file them in key order.
+    started.sort_by(|a, b| a.0.key.cmp(&b.0.key));
     failures.sort_by(|a, b| a.component.cmp(&b.component));
     (started, failures)
 }
@@ -128,15 +130,13 @@ async fn poll_once<F: Future + ?Sized>(
 
 /// Files one finished assembly as started or failed.
 fn settle(
-    spec: ComponentSpec,
+    spec: Arc<ComponentSpec>,
     result: Result<Assembled, ComponentFailure>,
     started: &mut Started,
     failures: &mut Vec<ComponentFailure>,
 ) {
     match result {
-        Ok(assembled) => {
-            started.insert(spec.key.clone(), (spec, assembled));
-        }
+        Ok(assembled) => started.push((spec, assembled)),
         Err(failure) => failures.push(failure),
     }
 }

@@ -6,6 +6,7 @@
 use crate::prop_support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -211,7 +212,7 @@ fn declared(spec: &ComponentSpec) -> Declared {
 }
 
 fn declared_all(
-    components: &BTreeMap<ComponentKey, ComponentSpec>,
+    components: &BTreeMap<ComponentKey, Arc<ComponentSpec>>,
 ) -> BTreeMap<ComponentKey, Declared> {
     components
         .iter()

@@ -60,12 +60,12 @@ fn a_write_through_the_map_drops_the_digests() {
     let mut candidate = running.clone();
     assert_eq!(running.components.digests(), candidate.components.digests());
     let key = ComponentKey::new(crate::Kind::State, "b");
-    candidate
-        .components
-        .get_mut(&key)
-        .expect("declared")
-        .metadata
-        .insert("x".into(), json!(1));
+    let shared = candidate.components.get_mut(&key).expect("declared");
+    Arc::make_mut(shared).metadata.insert("x".into(), json!(1));
+    assert!(
+        running.components[&key].metadata.is_empty(),
+        "a write copies the shared declaration, it does not change the other copy's"
+    );
     assert_ne!(
         running.components.digests()[1],
         candidate.components.digests()[1]
@@ -118,7 +118,7 @@ fn the_diff_finds_changes_added_and_removed_with_digests() {
     // Same keys: only `b` differs.
     let mut same_keys = old.clone();
     let b = ComponentKey::new(crate::Kind::State, "b");
-    same_keys.components.get_mut(&b).expect("b").type_name = "redis".into();
+    Arc::make_mut(same_keys.components.get_mut(&b).expect("b")).type_name = "redis".into();
     let diff = ConfigDiff::between(&old, &same_keys);
     assert_eq!(diff.changed.keys().collect::<Vec<_>>(), [&b]);
     assert!(diff.changed[&b].type_changed);
@@ -131,10 +131,10 @@ fn the_diff_finds_changes_added_and_removed_with_digests() {
         ComponentKey::new(crate::Kind::State, "d"),
     );
     other_keys.components.remove(&a);
-    let mut new_d = other_keys.components[&c].clone();
-    new_d.key = d.clone();
+    let mut new_d = Arc::clone(&other_keys.components[&c]);
+    Arc::make_mut(&mut new_d).key = d.clone();
     other_keys.components.insert(d.clone(), new_d);
-    other_keys.components.get_mut(&c).expect("c").scopes = Some(vec![b.clone()]);
+    Arc::make_mut(other_keys.components.get_mut(&c).expect("c")).scopes = Some(vec![b.clone()]);
     let diff = ConfigDiff::between(&old, &other_keys);
     assert_eq!(diff.removed, [a].into());
     assert_eq!(diff.added, [d].into());

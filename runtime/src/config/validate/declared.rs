@@ -50,7 +50,7 @@ impl<'a> Declared<'a> {
     ) -> Option<&'a ComponentSpec> {
         match &self.by_node {
             Some(by_node) => by_node.refs.of(node)[n].map(|found| by_node.specs[found]),
-            None => self.config.components.get(target),
+            None => self.config.components.get(target).map(|spec| &**spec),
         }
     }
 }
