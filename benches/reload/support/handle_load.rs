@@ -40,6 +40,10 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
             (name, store)
         })
         .collect();
+    // The floor of any lookup that hands out an `Arc`: its clone and drop
+    // alone, two writes of the shared reference count (what these cost
+    // differs from one CPU to another).
+    let floor = Arc::clone(&instances[TARGET]);
     let rwlock = RwLock::new(instances.clone());
     let mutex = Mutex::new(instances);
 
@@ -49,8 +53,9 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         "rewire `StateStoreHandle::load()`",
         "rewire `StateStoreHandle::borrow()` (no clone)",
         "rewire `runtime.generation()` + get + clone",
+        "floor: `Arc` clone + drop alone (no lookup)",
     ];
-    let lookups: [&(dyn Fn() + Sync); 5] = [
+    let lookups: [&(dyn Fn() + Sync); 6] = [
         &|| {
             let map = rwlock.read().unwrap_or_else(|p| p.into_inner());
             black_box(map.get(black_box(TARGET)).cloned());
@@ -69,6 +74,9 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
         &|| {
             let generation = runtime.generation();
             black_box(generation.get(black_box(&key)).cloned());
+        },
+        &|| {
+            black_box(Arc::clone(black_box(&floor)));
         },
     ];
     let ops = mode.ops(2_000_000);
