@@ -70,7 +70,8 @@ impl From<BTreeMap<ComponentKey, ComponentSpec>> for ComponentSpecs {
 }
 
 impl FromIterator<(ComponentKey, ComponentSpec)> for ComponentSpecs {
-    /// Collects the map (see the shared declarations' collection below).
+    /// Collects the map, each declaration in its own `Arc`, digested as
+    /// it passes (as the collection of shared declarations below).
     fn from_iter<I: IntoIterator<Item = (ComponentKey, ComponentSpec)>>(items: I) -> Self {
         items
             .into_iter()
