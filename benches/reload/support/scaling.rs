@@ -22,6 +22,22 @@ fn width() -> usize {
         .unwrap_or(100)
 }
 
+/// The numbers of components measured; `REWIRE_BENCH_SIZES=10000` (a
+/// comma-separated list) measures those alone, as for a profile of one size.
+fn sizes(mode: Mode) -> Vec<usize> {
+    let chosen: Vec<usize> = std::env::var("REWIRE_BENCH_SIZES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .filter(|n| *n > 0)
+        .collect();
+    match mode {
+        _ if !chosen.is_empty() => chosen,
+        Mode::Smoke => vec![10, 100],
+        Mode::Quick | Mode::Full => vec![10, 100, 1_000, 10_000],
+    }
+}
+
 /// `n` no-op nodes in levels of `width`, each referencing the node one
 /// level up; the last node's `epoch` is `leaf_epoch` (an in-place change).
 fn config(n: usize, width: usize, leaf_epoch: u64) -> Config {
@@ -87,14 +103,11 @@ pub fn run(rt: &tokio::runtime::Runtime, mode: Mode) {
     println!(
         "## 3. Scaling with the number of components (levels of {width}, one componentRef each)\n"
     );
-    let sizes: &[usize] = match mode {
-        Mode::Smoke => &[10, 100],
-        Mode::Quick | Mode::Full => &[10, 100, 1_000, 10_000],
-    };
+    let sizes = sizes(mode);
     let registry = Registry::collected();
     let plan = mode.plan();
     let mut rows: Vec<Row> = Vec::new();
-    for &n in sizes {
+    for &n in &sizes {
         let budget = |per_component: u64| mode.ops((per_component / n as u64).max(1));
         let a = config(n, width, 0);
         let b = config(n, width, 1);

@@ -247,6 +247,14 @@ pub(crate) fn staged_for(
     Generation::new(0, instances)
 }
 
+/// What start-up's next level may reach while it is assembled: every
+/// component started so far, shared as it is (no map is built per level;
+/// the caller drops it before it inserts the level, so no node is copied).
+pub(crate) fn staged_sharing(components: &Components) -> Generation {
+    let members: Arc<dyn Members> = Arc::new(components.clone());
+    Generation::of(0, members)
+}
+
 /// The generation numbered `number` of `components`, shared as they are
 /// (a publish copies no map), described with the app id and each
 /// component's configured type (what the metadata APIs show), so a reader

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::close::close_in_reverse;
-use super::{staged_for, Components, Running};
+use super::{staged_sharing, Components, Running};
 use crate::assemble::{
     assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
 };
@@ -32,7 +32,7 @@ pub(super) async fn start_all(
         let cx = AssemblyContext {
             app_id: config.config.app_id.clone(),
             live: live.clone(),
-            staged: Arc::new(staged_for(level, &config.graph, &components)),
+            staged: Arc::new(staged_sharing(&components)),
             timeouts,
             redactor: redactor.clone(),
             config_dir: config.config.base_dir.clone(),
@@ -42,6 +42,9 @@ pub(super) async fn start_all(
             .filter_map(|k| config.config.components.get(k).cloned())
             .collect();
         let (started, failures) = assemble_all(specs, registry, &cx).await;
+        // The staged generation shares `components`: gone, the inserts
+        // below change the map in place instead of copying its nodes.
+        drop(cx);
         for (spec, assembled) in started {
             tracing::info!(component = %spec.key, "Component started.");
             components.insert(spec.key.clone(), Arc::new(Running { spec, assembled }));
