@@ -14,6 +14,18 @@
 //!     rewire::main()
 //! }
 //! ```
+//!
+//! The `rewire` binary allocates with mimalloc (feature `mimalloc`, on by
+//! default): a host binary gets the same with one more line.
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     rewire::main()
+//! }
+//! ```
 
 // Lets `#[derive(Component)]` (which names `::rewire`) work in this crate too.
 extern crate self as rewire;
@@ -37,6 +49,12 @@ pub use host::Host;
 /// of its own.
 #[doc(no_inline)]
 pub use tokio;
+
+/// The allocator the `rewire` binary runs on (feature `mimalloc`): set it
+/// as a host binary's `#[global_allocator]` for the same start-up and
+/// reload costs (docs/BENCHMARKS.md §1n).
+#[cfg(feature = "mimalloc")]
+pub use mimalloc::MiMalloc;
 
 #[cfg(feature = "logging")]
 mod logging;

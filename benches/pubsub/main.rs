@@ -343,6 +343,11 @@ fn have_redis() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The `rewire` binary's allocator, so what is measured is what ships.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
+
 fn main() {
     let mode = Mode::from_env();
     let plan = mode.plan();

@@ -10,6 +10,11 @@
 
 mod support;
 
+/// The `rewire` binary's allocator, so what is measured is what ships.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
+
 use support::timing::Mode;
 
 fn main() {

@@ -328,6 +328,11 @@ impl Measured {
     }
 }
 
+/// The `rewire` binary's allocator, so what is measured is what ships.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
+
 fn main() {
     rewire::components::link();
     // The tracing layer, as `rewire run` installs it (off until applied);

@@ -112,6 +112,11 @@ struct Measured {
     alive_after_shutdown: usize,
 }
 
+/// The `rewire` binary's allocator, so what is measured is what ships.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
+
 fn main() -> ExitCode {
     rewire::components::link();
     let plan = Plan::from_env();
