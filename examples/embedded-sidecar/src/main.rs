@@ -11,6 +11,10 @@
 // would not: only a named crate is sure to be linked).
 extern crate greeter_sidecar;
 
+/// The allocator the `rewire` binary runs on (docs/components.md).
+#[global_allocator]
+static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     rewire::main()
 }
