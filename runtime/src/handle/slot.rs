@@ -76,7 +76,9 @@ pub(crate) struct Slots {
 /// last sweep: the map stays within twice the live slots (plus a few).
 #[derive(Debug, Default)]
 struct ByKey {
-    slots: HashMap<ComponentKey, Weak<Slot>>,
+    /// foldhash, as the graph's key table: the keys are declared
+    /// components (a client's request never makes a slot).
+    slots: HashMap<ComponentKey, Weak<Slot>, foldhash::fast::RandomState>,
     /// The size at which a new slot first sweeps out the dead ones.
     sweep_at: usize,
 }
@@ -125,7 +127,7 @@ impl Slots {
     /// of 10,000 components rehashes nothing) and first swept at that size.
     pub(super) fn for_components(components: usize) -> Self {
         let by_key = ByKey {
-            slots: HashMap::with_capacity(components),
+            slots: HashMap::with_capacity_and_hasher(components, Default::default()),
             sweep_at: components.max(SWEEP_FROM),
         };
         Self {
