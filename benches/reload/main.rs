@@ -10,12 +10,12 @@
 
 mod support;
 
+use support::timing::Mode;
+
 /// The `rewire` binary's allocator, so what is measured is what ships.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: rewire::MiMalloc = rewire::MiMalloc;
-
-use support::timing::Mode;
 
 fn main() {
     rewire::components::link();

@@ -227,9 +227,10 @@ fn drop_aside(replaced: (Arc<ValidConfig>, RunningLayers, Arc<Components>)) {
     }
 }
 
-/// The instances the components of `level` depend on: what they may reach
-/// while they are assembled. Only direct dependencies, so assembling a
-/// level costs in proportion to its edges, not to the whole set.
+/// The instances the components of a reload's `level` depend on: what
+/// they may reach while they are assembled. Only direct dependencies, so
+/// a reload costs in proportion to what it acts on, not to the whole set
+/// (start-up, which assembles everything, shares the set: [`staged_sharing`]).
 pub(crate) fn staged_for(
     level: &[ComponentKey],
     graph: &DependencyGraph,
