@@ -81,7 +81,7 @@ mod tests {
     }
 
     fn metadata(value: serde_json::Value) -> Metadata {
-        Metadata(value.as_object().cloned().unwrap_or_default())
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
     }
 
     #[test]

@@ -73,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let host = status
                     .components
                     .iter()
-                    .find(|c| orders.kind == c.kind.as_str() && c.name == orders.name)
+                    .find(|c| orders.kind == c.kind.as_str() && *c.name == *orders.name)
                     .and_then(|c| c.metadata.get("redisHost").cloned())
                     .unwrap_or_default();
                 println!(

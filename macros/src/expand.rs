@@ -173,11 +173,11 @@ fn factory(component: &Component<'_>, krate: &Path) -> TokenStream {
         Some(field) => {
             let ty = field.ty;
             quote_spanned! {ty.span()=>
-                let decoded = #krate::metadata::decode::<#ty>(&metadata.0)?;
+                let decoded = #krate::metadata::decode::<#ty>(metadata)?;
             }
         }
         None => quote! {
-            let _ = #krate::metadata::decode::<#krate::NoMetadata>(&metadata.0)?;
+            let _ = #krate::metadata::decode::<#krate::NoMetadata>(metadata)?;
         },
     };
     let inits = component.fields.iter().map(|field| {

@@ -156,10 +156,11 @@ impl AssemblyContext {
 /// Resolves every secretRef and configurationRef of `spec` from the staged
 /// stores into a copy of its metadata: all of them or an error.
 pub(crate) async fn resolve_metadata(
-    spec: &ComponentSpec,
+    spec: &Arc<ComponentSpec>,
     cx: &AssemblyContext,
 ) -> Result<Metadata, ComponentFailure> {
-    let mut metadata = Metadata(spec.metadata.clone());
+    // Lent by the declaration: the first ref's value copies it.
+    let mut metadata = Metadata::lent(spec.clone());
     for reference in spec.injected_refs() {
         // A store that does not answer must not hold the reload (and every
         // later one) forever: reading counts against the init timeout.
@@ -229,7 +230,7 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
 
 /// Assembles `spec` (type `descriptor`) against the staged generation.
 pub(crate) async fn assemble(
-    spec: &ComponentSpec,
+    spec: &Arc<ComponentSpec>,
     descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {

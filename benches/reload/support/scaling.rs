@@ -5,8 +5,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use rewire::config::{validate, ComponentSpec, ConfigDiff, ValidConfig};
-use rewire::{Action, Config, Outcome, Registry, Runtime, RuntimeOptions};
+use rewire::config::{validate, ComponentRef, ComponentSpec, ConfigDiff, ValidConfig};
+use rewire::{Action, ComponentKey, Config, Outcome, Registry, Runtime, RuntimeOptions};
 
 use super::timing::{human, per_op, Mode};
 use super::{on_worker, parsed, print_table};
@@ -60,15 +60,32 @@ fn name(i: usize) -> String {
     format!("n{i:05}")
 }
 
-/// A copy of `config` with every declaration copied too, as a reload
-/// gets from a freshly read file (a `clone` shares the declarations).
+/// A copy of `config` with every declaration copied too, key names
+/// included, as a reload gets from a freshly read file (a `clone` shares
+/// the declarations, and a key's clone its name).
 fn fresh_copy(config: &Config) -> Config {
+    let fresh_key = |key: &ComponentKey| ComponentKey::new(key.kind.clone(), &*key.name);
+    let copy = |spec: &ComponentSpec, key: &ComponentKey| ComponentSpec {
+        key: key.clone(),
+        component_refs: spec
+            .component_refs
+            .iter()
+            .map(|r| ComponentRef {
+                key: fresh_key(&r.key),
+            })
+            .collect(),
+        ..ComponentSpec::clone(spec)
+    };
     Config {
         app_id: config.app_id.clone(),
         components: config
             .components
             .iter()
-            .map(|(key, spec)| (key.clone(), ComponentSpec::clone(spec)))
+            .map(|(key, spec)| {
+                let key = fresh_key(key);
+                let spec = copy(spec, &key);
+                (key, spec)
+            })
             .collect(),
         overlay: config.overlay.clone(),
         sections: config.sections.clone(),

@@ -285,7 +285,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn metadata(value: Value) -> Metadata {
-        Metadata(value.as_object().cloned().unwrap_or_default())
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
     }
 
     #[test]

@@ -322,7 +322,7 @@ mod tests {
     use serde_json::json;
 
     fn decode(value: serde_json::Value) -> Result<EtcdMetadata, String> {
-        Metadata(value.as_object().cloned().unwrap_or_default())
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
             .decode::<EtcdMetadata>()
             .map_err(|e| e.to_string())
     }

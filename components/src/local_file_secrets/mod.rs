@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn path_is_an_alias_of_secrets_file() {
-        let metadata = Metadata(
+        let metadata = Metadata::from(
             json!({"path": "s.json"})
                 .as_object()
                 .cloned()

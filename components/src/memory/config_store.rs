@@ -292,7 +292,7 @@ mod tests {
     }
 
     fn metadata(value: Value) -> Metadata {
-        Metadata(value.as_object().cloned().unwrap_or_default())
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
     }
 
     fn decoded(value: Value) -> MemoryConfigMetadata {

@@ -427,7 +427,7 @@ mod tests {
     use serde_json::json;
 
     fn decode(value: serde_json::Value) -> Result<RedisMetadata, String> {
-        Metadata(value.as_object().cloned().unwrap_or_default())
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
             .decode::<RedisMetadata>()
             .map_err(|e| e.to_string())
     }

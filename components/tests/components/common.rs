@@ -20,7 +20,7 @@ pub fn context(kind: &str, metadata: &Metadata) -> InitContext {
 
 /// `value` (a JSON object) as metadata.
 pub fn metadata(value: Value) -> Metadata {
-    Metadata(value.as_object().cloned().unwrap_or_default())
+    Metadata::from(value.as_object().cloned().unwrap_or_default())
 }
 
 /// The uninitialised component of `kind`/`type_name` built from `value`.

@@ -57,7 +57,7 @@ fn validate_and_build(target: &Target, map: &Map<String, Value>) -> bool {
     let registry = Registry::collected();
     let descriptor = registry.get(target.kind, target.type_name).unwrap();
     let _ = (descriptor.validate)(map, &[]);
-    (descriptor.build)(&Metadata(map.clone())).is_ok()
+    (descriptor.build)(&Metadata::from(map.clone())).is_ok()
 }
 
 #[test]
@@ -104,7 +104,7 @@ async fn start_apply_and_exercise(target: &Target, map: &Map<String, Value>, dra
     };
     let component = base.component();
     if let Some(dynamic) = component.as_in_place() {
-        let metadata = Metadata(map.clone());
+        let metadata = Metadata::from(map.clone());
         let _ = tokio::time::timeout(LIMIT, dynamic.update_in_place(&metadata)).await;
     }
     extreme::exercise(&base, drawn).await;
@@ -113,7 +113,7 @@ async fn start_apply_and_exercise(target: &Target, map: &Map<String, Value>, dra
 
 async fn started(target: &Target, map: Map<String, Value>) -> Result<Instance, String> {
     let mut built = common::build(target.kind, target.type_name, Value::Object(map.clone()))?;
-    let mut cx: InitContext = common::context(target.kind, &Metadata(map));
+    let mut cx: InitContext = common::context(target.kind, &Metadata::from(map));
     cx.ready_timeout = Duration::from_millis(500);
     built.init(&cx).await.map_err(|e| e.to_string())?;
     Ok(built.into_instance())

@@ -99,7 +99,7 @@ fn refused_ahead_of_start(kind: &str, type_name: &str, metadata: Value, field: &
     rewire_components::link();
     let registry = Registry::collected();
     let descriptor = registry.get(kind, type_name).unwrap();
-    let map = common::metadata(metadata.clone()).0;
+    let map = common::metadata(metadata.clone()).into_map();
     let validated = (descriptor.validate)(&map, &[]).map_err(|e| e.to_string());
     assert!(
         matches!(&validated, Err(m) if m.contains(&format!("`{field}`"))),

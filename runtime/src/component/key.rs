@@ -3,6 +3,7 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::Arc;
 
 use super::Kind;
 
@@ -12,15 +13,16 @@ pub struct ComponentKey {
     /// The component kind (`state`, `config_store`, or any custom kind).
     pub kind: Kind,
     /// The component name, unique within its kind.
-    pub name: String,
+    /// Shared: a copy of the key costs a reference count, not a string.
+    pub name: Arc<str>,
 }
 
 impl ComponentKey {
     /// Builds a key from a kind (a [`Kind`] or its spelling) and a name.
-    pub fn new(kind: impl Into<Kind>, name: impl Into<String>) -> Self {
+    pub fn new(kind: impl Into<Kind>, name: impl AsRef<str>) -> Self {
         Self {
             kind: kind.into(),
-            name: name.into(),
+            name: Arc::from(name.as_ref()),
         }
     }
 }

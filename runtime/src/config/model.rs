@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::{ComponentSpecs, Sections};
 use crate::component::ComponentKey;
+use crate::metadata::LendsMetadata;
 
 /// A whole configuration: the app id, every component, the optional
 /// overlay key and the other top-level sections.
@@ -43,6 +44,13 @@ pub struct ComponentSpec {
     /// The components allowed to reference this one (componentRef, or
     /// secretRef/configurationRef of a store). `None`: every component.
     pub scopes: Option<Vec<ComponentKey>>,
+}
+
+/// A declaration lends its metadata to the component it starts.
+impl LendsMetadata for ComponentSpec {
+    fn metadata(&self) -> &Map<String, Value> {
+        &self.metadata
+    }
 }
 
 impl ComponentSpec {

@@ -33,7 +33,7 @@ impl ComponentPatch {
         let mut metadata = self.metadata;
         metadata.retain(|_, v| !v.is_null());
         ComponentSpec {
-            type_name: self.type_name.unwrap_or_else(|| key.name.clone()),
+            type_name: self.type_name.unwrap_or_else(|| key.name.to_string()),
             metadata,
             component_refs: self.component_refs.unwrap_or_default(),
             secret_refs: self.secret_refs.unwrap_or_default(),

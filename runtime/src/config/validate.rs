@@ -416,7 +416,7 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
     let (kind, type_name) = (&spec.key.kind, &spec.type_name);
     let known = registry.types_of(kind.as_str());
     // `type` defaults to the name: say so when that may be what happened.
-    let defaulted = if *type_name == spec.key.name {
+    let defaulted = if **type_name == *spec.key.name {
         "; `type` defaults to the component's name"
     } else {
         ""

@@ -8,41 +8,13 @@
 
 mod decode;
 mod error;
+mod fields;
 mod lenient;
 
 pub use decode::{decode, decode_for_validation};
 pub use error::MetadataError;
-
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
-
-/// A component's metadata, as declared or as resolved.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct Metadata(pub Map<String, Value>);
-
-impl Metadata {
-    /// Decodes into `T` (see the module docs for the rules).
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, MetadataError> {
-        decode(&self.0)
-    }
-
-    /// The value of `field`, if present.
-    pub fn get(&self, field: &str) -> Option<&Value> {
-        self.0.get(field)
-    }
-
-    /// Sets `field` to `value`.
-    pub fn insert(&mut self, field: impl Into<String>, value: Value) {
-        self.0.insert(field.into(), value);
-    }
-}
-
-impl From<Map<String, Value>> for Metadata {
-    fn from(map: Map<String, Value>) -> Self {
-        Self(map)
-    }
-}
+pub(crate) use fields::LendsMetadata;
+pub use fields::Metadata;
 
 /// The metadata of a component that takes none: any field is unknown.
 #[derive(Debug, Clone, Copy, Default, serde::Deserialize)]

@@ -129,7 +129,7 @@ fn wants(
     name: Option<&str>,
 ) -> bool {
     match name {
-        Some(name) => offered.is_some_and(|key| key.name == name),
+        Some(name) => offered.is_some_and(|key| *key.name == *name),
         None => current.is_none(),
     }
 }

@@ -73,7 +73,7 @@ impl RunningSet {
                 ),
             };
             statuses.push(ComponentStatus {
-                metadata: shown_metadata(redactor, &running.spec, &running.assembled.resolved.0),
+                metadata: shown_metadata(redactor, &running.spec, &running.assembled.resolved),
                 component_refs: running
                     .spec
                     .component_refs
@@ -86,7 +86,7 @@ impl RunningSet {
                     .get(key)
                     .and_then(|applied| applied.breaker_status()),
                 kind: key.kind.to_string(),
-                name: key.name.clone(),
+                name: key.name.to_string(),
                 type_name: running.spec.type_name.clone(),
                 state,
                 reason,

@@ -184,8 +184,7 @@ impl Resiliency {
             return Vec::new();
         }
         // One pass over the components, however many targets there are.
-        let names: std::collections::HashSet<&str> =
-            components.map(|key| key.name.as_str()).collect();
+        let names: std::collections::HashSet<&str> = components.map(|key| &*key.name).collect();
         self.components
             .keys()
             .filter(|name| !names.contains(name.as_str()))
@@ -204,7 +203,7 @@ impl Resiliency {
 
     /// The policies of component `key`, if its name is targeted.
     pub fn for_component(&self, key: &ComponentKey) -> Option<&ComponentPolicies> {
-        self.components.get(&key.name)
+        self.components.get(&*key.name)
     }
 }
 

@@ -275,7 +275,7 @@ impl Subscriptions {
                 let declared: Vec<&str> = components
                     .iter()
                     .filter(|k| k.kind == Kind::PubSub)
-                    .map(|k| k.name.as_str())
+                    .map(|k| &*k.name)
                     .collect();
                 let known = if declared.is_empty() {
                     "none is declared".to_string()

@@ -80,7 +80,7 @@ fn handle(name: &str) -> ConfigStoreHandle {
 }
 
 fn metadata(value: serde_json::Value) -> Metadata {
-    Metadata(value.as_object().cloned().unwrap_or_default())
+    Metadata::from(value.as_object().cloned().unwrap_or_default())
 }
 
 #[test]

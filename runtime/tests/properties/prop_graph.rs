@@ -63,7 +63,7 @@ impl GenGraph {
             let c = &mut components[user];
             match via {
                 Via::Secret if target.kind == "secret_store" => c.secret_refs.push(GenSecretRef {
-                    store: target.name,
+                    store: target.name.to_string(),
                     name: "secret".into(),
                     key: None,
                     inject_as,
@@ -71,7 +71,7 @@ impl GenGraph {
                 }),
                 Via::Configuration if target.kind == "config_store" => {
                     c.configuration_refs.push(GenConfigurationRef {
-                        store: target.name,
+                        store: target.name.to_string(),
                         key: "value".into(),
                         group: None,
                         label: None,
@@ -89,7 +89,7 @@ impl GenGraph {
                 .entry(c.key.kind.clone())
                 .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()))
             {
-                named.insert(c.key.name.clone(), c.to_value());
+                named.insert(c.key.name.to_string(), c.to_value());
             }
         }
         doc.insert("components".into(), serde_json::Value::Object(by_kind));

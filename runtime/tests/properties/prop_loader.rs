@@ -57,7 +57,7 @@ fn check_problems(problems: &Problems, document: Option<&Value>) -> Result<(), T
                 let declared = document
                     .get("components")
                     .and_then(|c| c.get(key.kind.as_str()))
-                    .and_then(|n| n.get(&key.name))
+                    .and_then(|n| n.get(&*key.name))
                     .is_some();
                 prop_assert!(declared, "problem about undeclared `{key}`: {line:?}");
             }
@@ -78,7 +78,7 @@ fn check_parsed(config: &Config, document: &Value) -> Result<(), TestCaseError> 
         let declared = document
             .get("components")
             .and_then(|c| c.get(key.kind.as_str()))
-            .and_then(|n| n.get(&key.name))
+            .and_then(|n| n.get(&*key.name))
             .is_some();
         prop_assert!(
             declared,

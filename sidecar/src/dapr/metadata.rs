@@ -42,7 +42,7 @@ pub fn metadata(call: &Call) -> SidecarMetadata {
     let components = generation
         .iter()
         .map(|(key, instance)| RegisteredComponent {
-            name: key.name.clone(),
+            name: key.name.to_string(),
             type_name: dapr_component_type(
                 &key.kind,
                 generation.type_name(key).unwrap_or("unknown"),

@@ -64,7 +64,7 @@ impl KeyTable {
     pub(super) fn key(&self, node: usize) -> ComponentKey {
         ComponentKey {
             kind: self.kind(node).clone(),
-            name: self.name(node).to_string(),
+            name: self.name(node).into(),
         }
     }
 

@@ -145,7 +145,7 @@ impl GenComponent {
                     if matches!(spelling, KindSpelling::Kind | KindSpelling::Both) {
                         r.insert("kind".into(), Value::String(key.kind.to_string()));
                     }
-                    r.insert("name".into(), Value::String(key.name.clone()));
+                    r.insert("name".into(), Value::String(key.name.to_string()));
                     Value::Object(r)
                 })
                 .collect();
@@ -239,7 +239,7 @@ impl GenComponent {
             type_name: self
                 .type_name
                 .clone()
-                .unwrap_or_else(|| self.key.name.clone()),
+                .unwrap_or_else(|| self.key.name.to_string()),
             metadata,
             component_refs: self
                 .component_refs
@@ -303,7 +303,7 @@ impl GenConfig {
                 .entry(c.key.kind.clone())
                 .or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(named) = named {
-                named.insert(c.key.name.clone(), c.to_value());
+                named.insert(c.key.name.to_string(), c.to_value());
             }
         }
         doc.insert("components".into(), Value::Object(components));
@@ -365,7 +365,7 @@ fn target(keys: Vec<ComponentKey>) -> impl Strategy<Value = ComponentKey> {
 /// configurationRef often reach a declared store), sometimes made up.
 fn store(keys: Vec<ComponentKey>) -> impl Strategy<Value = String> {
     prop_oneof![
-        3 => any::<Index>().prop_map(move |i| i.get(&keys).name.clone()),
+        3 => any::<Index>().prop_map(move |i| i.get(&keys).name.to_string()),
         1 => name(),
     ]
 }

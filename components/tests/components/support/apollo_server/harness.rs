@@ -59,7 +59,7 @@ pub async fn start_within(metadata: Value, ready_timeout: Duration) -> Result<St
     let descriptor = registry
         .get("config_store", "apollo")
         .ok_or_else(|| "config_store/apollo is not registered".to_string())?;
-    let metadata = Metadata(metadata.as_object().cloned().unwrap_or_default());
+    let metadata = Metadata::from(metadata.as_object().cloned().unwrap_or_default());
     let mut built = (descriptor.build)(&metadata).map_err(|e| e.to_string())?;
     let shutdown = CancellationToken::new();
     let cx = InitContext {

@@ -1,0 +1,171 @@
+//! [`Metadata`]: a component's fields, owned or lent by its declaration.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// A component's metadata, as declared or as resolved: a JSON object, read
+/// as a [`Map`] through `Deref`.
+///
+/// The metadata a component starts with is lent by its declaration when no
+/// secretRef or configurationRef fills a field: starting or keeping a
+/// component then copies no field. A change copies the fields first.
+#[derive(Clone, Default)]
+pub struct Metadata {
+    /// The fields, unless they are lent.
+    own: Map<String, Value>,
+    /// Who lends the fields (`own` is then empty).
+    lent: Option<Arc<dyn LendsMetadata>>,
+}
+
+/// Whatever holds metadata that a [`Metadata`] may share instead of
+/// copying: a component's declaration.
+pub(crate) trait LendsMetadata: Send + Sync {
+    /// The metadata lent.
+    fn metadata(&self) -> &Map<String, Value>;
+}
+
+impl Metadata {
+    /// The metadata `owner` holds, shared with it (not copied).
+    pub(crate) fn lent(owner: Arc<dyn LendsMetadata>) -> Self {
+        Self {
+            own: Map::new(),
+            lent: Some(owner),
+        }
+    }
+
+    /// Decodes into `T` (see the module docs for the rules).
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, super::MetadataError> {
+        super::decode(self)
+    }
+
+    /// Sets `field` to `value`.
+    pub fn insert(&mut self, field: impl Into<String>, value: Value) {
+        self.deref_mut().insert(field.into(), value);
+    }
+
+    /// The fields, owned (copied when lent).
+    pub fn into_map(self) -> Map<String, Value> {
+        match self.lent {
+            Some(owner) => owner.metadata().clone(),
+            None => self.own,
+        }
+    }
+}
+
+impl Deref for Metadata {
+    type Target = Map<String, Value>;
+
+    fn deref(&self) -> &Self::Target {
+        match &self.lent {
+            Some(owner) => owner.metadata(),
+            None => &self.own,
+        }
+    }
+}
+
+impl DerefMut for Metadata {
+    /// The fields, to change: copied first when lent.
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        if let Some(owner) = self.lent.take() {
+            self.own = owner.metadata().clone();
+        }
+        &mut self.own
+    }
+}
+
+impl PartialEq for Metadata {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.lent, &other.lent) {
+            (Some(a), Some(b)) if Arc::ptr_eq(a, b) => true,
+            _ => **self == **other,
+        }
+    }
+}
+
+impl From<Map<String, Value>> for Metadata {
+    fn from(map: Map<String, Value>) -> Self {
+        Self {
+            own: map,
+            lent: None,
+        }
+    }
+}
+
+impl fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl serde::Serialize for Metadata {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Map::deserialize(deserializer).map(Self::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A declaration's stand-in.
+    struct Declared(Map<String, Value>);
+
+    impl LendsMetadata for Declared {
+        fn metadata(&self) -> &Map<String, Value> {
+            &self.0
+        }
+    }
+
+    fn declared(value: Value) -> Arc<Declared> {
+        Arc::new(Declared(value.as_object().cloned().unwrap_or_default()))
+    }
+
+    #[test]
+    fn lent_fields_read_as_the_owners_and_a_change_copies_them_first() {
+        let owner = declared(json!({"host": "a", "port": 1}));
+        let lent = Metadata::lent(owner.clone());
+        assert_eq!(lent.get("host"), Some(&json!("a")));
+        assert_eq!(
+            serde_json::to_value(&lent).ok(),
+            Some(json!({"host": "a", "port": 1}))
+        );
+        assert_eq!(format!("{lent:?}"), format!("{:?}", owner.0));
+
+        let mut resolved = lent.clone();
+        resolved.insert("password", json!("injected"));
+        assert_eq!(resolved.get("password"), Some(&json!("injected")));
+        assert_eq!(resolved.get("port"), Some(&json!(1)));
+        // The owner and the other copy are untouched.
+        assert_eq!(owner.0.get("password"), None);
+        assert_eq!(lent.get("password"), None);
+        assert_ne!(lent, resolved);
+        assert_eq!(resolved.clone().into_map().len(), 3);
+        assert_eq!(lent.into_map(), owner.0);
+    }
+
+    #[test]
+    fn metadata_compares_by_fields_whoever_holds_them() {
+        let owner = declared(json!({"a": 1}));
+        let same_owner = (Metadata::lent(owner.clone()), Metadata::lent(owner));
+        assert_eq!(same_owner.0, same_owner.1);
+        let other_owner = Metadata::lent(declared(json!({"a": 1})));
+        let owned = Metadata::from(json!({"a": 1}).as_object().cloned().unwrap_or_default());
+        assert_eq!(other_owner, owned);
+        assert_eq!(owned, same_owner.0);
+        let different = Metadata::lent(declared(json!({"a": 2})));
+        assert_ne!(different, owned);
+        assert_ne!(different, same_owner.0);
+    }
+}
