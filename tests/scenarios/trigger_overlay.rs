@@ -64,6 +64,12 @@ async fn the_app_specific_overlay_beats_the_common_one_which_beats_the_file() {
         running_field(&runtime, &s(), "defaultTtlInSeconds"),
         Some(json!(3))
     );
+    // The watch did not send the rejected documents a second time.
+    let outcomes: Vec<Outcome> = records_of(&runtime, Trigger::Overlay)
+        .iter()
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(outcomes, [Outcome::Rejected, Outcome::Applied]);
     let status = runtime.status().await;
     let sources = status
         .components

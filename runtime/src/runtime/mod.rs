@@ -141,6 +141,9 @@ struct Inner {
     queue: QueueSender,
     /// A triggered reload that rolled back and is tried again.
     retry: worker::RetrySlot,
+    /// The overlay documents last tried, so a watch does not send them
+    /// again against the same generation.
+    overlay_tried: Arc<trigger::OverlayTried>,
 }
 
 impl Runtime {
@@ -180,6 +183,7 @@ impl Runtime {
                 stopped: CancellationToken::new(),
                 queue,
                 retry: worker::RetrySlot::default(),
+                overlay_tried: Arc::default(),
             }),
         };
         if let Some(spec) = overlay {
@@ -201,10 +205,15 @@ impl Runtime {
     async fn apply_initial_overlay(&self, spec: &OverlaySpec, app_id: &str) {
         match trigger::read_overlay(self.live_generation(), spec, app_id).await {
             Ok((None, None)) => {}
-            Ok((common, app)) => {
-                let change = LayerChange::Overlay(common, app);
+            Ok(documents) => {
+                let generation = self.running().watch_plan().borrow().generation;
+                let change = LayerChange::Overlay(documents.0.clone(), documents.1.clone());
                 let request = ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
-                let _ = self.reload(request).await;
+                // Rejected: the watch does not send the same documents
+                // again (a rollback, which may pass next time, it does).
+                if let Err(ReloadError::Invalid(_)) = self.reload(request).await {
+                    self.inner.overlay_tried.first_try(generation, &documents);
+                }
             }
             Err(error) => self.reloader().record_rejected(Trigger::Overlay, &error),
         }
@@ -229,6 +238,7 @@ impl Runtime {
             stopped: self.inner.stopped.clone(),
             live: self.live_generation().clone(),
             secret_poll_interval: self.inner.options.secret_poll_interval,
+            overlay_tried: Arc::clone(&self.inner.overlay_tried),
         }
     }
 

@@ -22,7 +22,7 @@ use crate::running::WatchPlan;
 
 pub(crate) use config_file::watch_config_file;
 pub(crate) use config_sources::watch_config_sources;
-pub(crate) use overlay::read_overlay;
+pub(crate) use overlay::{read_overlay, OverlayTried};
 pub(crate) use watched_refs::spawn_watched_refs;
 
 /// What a trigger is given.
@@ -38,6 +38,8 @@ pub(crate) struct TriggerContext {
     pub(crate) live: LiveGeneration,
     /// How often watched secretRefs are polled.
     pub(crate) secret_poll_interval: Duration,
+    /// The overlay documents last sent (one per runtime).
+    pub(crate) overlay_tried: Arc<OverlayTried>,
 }
 
 impl TriggerContext {

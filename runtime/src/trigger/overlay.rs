@@ -2,6 +2,8 @@
 //! app-specific variant `<key>.<appId>`, which wins. It is read at start
 //! and watched for as long as the configuration names it.
 
+use std::sync::Mutex;
+
 use tokio_util::sync::CancellationToken;
 
 use super::TriggerContext;
@@ -13,6 +15,29 @@ use crate::reload::{ReloadRequest, Trigger};
 
 /// The overlay documents: common, then app-specific.
 pub(crate) type OverlayDocuments = (Option<ConfigPatch>, Option<ConfigPatch>);
+
+/// The overlay documents last sent, and the generation they were sent
+/// against. A watch starts (after start-up's own try, and again after
+/// every commit) by reading the overlay: documents already tried against
+/// the generation serving are not sent again; against a new generation
+/// they are (what changed may make them valid).
+#[derive(Default)]
+pub(crate) struct OverlayTried(Mutex<Option<(u64, OverlayDocuments)>>);
+
+impl OverlayTried {
+    /// Notes `documents` as tried against `generation`; false when they
+    /// already were.
+    pub(crate) fn first_try(&self, generation: u64, documents: &OverlayDocuments) -> bool {
+        let mut tried = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let again = tried
+            .as_ref()
+            .is_some_and(|(at, tried)| *at == generation && tried == documents);
+        if !again {
+            *tried = Some((generation, documents.clone()));
+        }
+        !again
+    }
+}
 
 /// The overlay's two keys: common, then app-specific.
 fn overlay_keys(spec: &OverlaySpec, app_id: &str) -> (String, String) {
@@ -89,9 +114,13 @@ async fn overlay_changed(
     last_error: &mut Option<String>,
 ) {
     match read_overlay(&cx.live, spec, app_id).await {
-        Ok((common, app)) => {
-            let in_force = cx.plan.borrow().overlay_in_force.clone();
-            if in_force != (common.clone(), app.clone()) {
+        Ok(documents) => {
+            let (generation, in_force) = {
+                let plan = cx.plan.borrow();
+                (plan.generation, plan.overlay_in_force.clone())
+            };
+            if in_force != documents && cx.overlay_tried.first_try(generation, &documents) {
+                let (common, app) = documents;
                 let change = LayerChange::Overlay(common, app);
                 cx.request(ReloadRequest::of_changes(Trigger::Overlay, vec![change]));
             }
@@ -102,5 +131,31 @@ async fn overlay_changed(
                 cx.reject(Trigger::Overlay, error);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_patch;
+
+    fn documents(ttl: u32) -> OverlayDocuments {
+        let text =
+            format!(r#"{{"components": {{"state": {{"s": {{"metadata": {{"ttl": {ttl}}}}}}}}}}}"#);
+        (parse_patch(text.as_bytes()).ok(), None)
+    }
+
+    #[test]
+    fn documents_are_tried_once_per_generation() {
+        let tried = OverlayTried::default();
+        assert!(tried.first_try(1, &documents(1)));
+        assert!(
+            !tried.first_try(1, &documents(1)),
+            "the same documents, the same generation"
+        );
+        assert!(tried.first_try(1, &documents(2)), "other documents");
+        assert!(tried.first_try(1, &documents(1)), "back to the first ones");
+        assert!(tried.first_try(2, &documents(1)), "a new generation");
+        assert!(!tried.first_try(2, &documents(1)));
     }
 }
