@@ -27,7 +27,8 @@ pub(super) async fn start_all(
     redactor: &Redactor,
 ) -> Result<Components, Vec<ComponentFailure>> {
     let mut components = Components::new();
-    let levels = config.graph.levels();
+    let levels = config.graph.level_nodes();
+    let declared = Declared::of(config);
     for (number, level) in levels.iter().enumerate() {
         let cx = AssemblyContext {
             app_id: config.config.app_id.clone(),
@@ -37,10 +38,8 @@ pub(super) async fn start_all(
             redactor: redactor.clone(),
             config_dir: config.config.base_dir.clone(),
         };
-        let specs: Vec<Arc<ComponentSpec>> = level
-            .iter()
-            .filter_map(|k| config.config.components.get(k).cloned())
-            .collect();
+        let specs: Vec<Arc<ComponentSpec>> =
+            level.iter().filter_map(|&node| declared.at(node)).collect();
         let (started, failures) = assemble_all(specs, registry, &cx).await;
         // The staged generation shares `components`: gone, the inserts
         // below change the map in place instead of copying its nodes.
@@ -55,11 +54,52 @@ pub(super) async fn start_all(
             }
             // Only what started is in `components`: closing the levels so
             // far closes exactly that.
-            close_in_reverse(&levels[..=number], &mut components).await;
+            let started: Vec<Vec<_>> = levels[..=number]
+                .iter()
+                .map(|level| {
+                    level
+                        .iter()
+                        .map(|&node| config.graph.key_at(node))
+                        .collect()
+                })
+                .collect();
+            close_in_reverse(&started, &mut components).await;
             return Err(failures);
         }
     }
     Ok(components)
+}
+
+/// The declarations of a validated configuration by graph node: node `i`
+/// is the `i`-th key, so a level's declarations are found without a
+/// search (a graph that does not match its configuration, which only a
+/// hand-made [`ValidConfig`] can have, is searched by key instead).
+struct Declared<'c> {
+    config: &'c ValidConfig,
+    in_key_order: Vec<&'c Arc<ComponentSpec>>,
+}
+
+impl<'c> Declared<'c> {
+    fn of(config: &'c ValidConfig) -> Self {
+        Self {
+            config,
+            in_key_order: config.config.components.values().collect(),
+        }
+    }
+
+    /// The declaration of node `node`.
+    fn at(&self, node: usize) -> Option<Arc<ComponentSpec>> {
+        let graph = &self.config.graph;
+        match self.in_key_order.get(node) {
+            Some(spec) if graph.is_node_of(node, &spec.key) => Some(Arc::clone(spec)),
+            _ => self
+                .config
+                .config
+                .components
+                .get(&graph.key_at(node))
+                .cloned(),
+        }
+    }
 }
 
 /// What [`assemble_all`] started, in key order.
@@ -141,5 +181,64 @@ fn settle(
     match result {
         Ok(assembled) => started.push((spec, assembled)),
         Err(failure) => failures.push(failure),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::ComponentKey;
+    use crate::config::{parse, DependencyGraph};
+
+    fn declared(names: &[&str]) -> crate::config::Config {
+        let components: Vec<String> = names
+            .iter()
+            .map(|name| format!(r#""{name}": {{"type": "memory"}}"#))
+            .collect();
+        let text = format!(
+            r#"{{"components": {{"state": {{{}}}}}}}"#,
+            components.join(",")
+        );
+        parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+    }
+
+    fn names(specs: impl Iterator<Item = Option<Arc<ComponentSpec>>>) -> Vec<Option<String>> {
+        specs.map(|spec| spec.map(|s| s.key.to_string())).collect()
+    }
+
+    #[test]
+    fn declarations_are_found_by_node_and_by_key_when_the_graph_is_another_configurations() {
+        let config = declared(&["a", "c"]);
+        let own = ValidConfig {
+            graph: DependencyGraph::build(&config),
+            config: config.clone(),
+        };
+        let by_node = Declared::of(&own);
+        assert_eq!(
+            names((0..2).map(|node| by_node.at(node))),
+            [Some("state/a".to_string()), Some("state/c".to_string())]
+        );
+
+        // A hand-made pair: the graph numbers `b` where the configuration
+        // has `c`, and `c` past its end.
+        let mismatched = ValidConfig {
+            graph: DependencyGraph::build(&declared(&["a", "b", "c"])),
+            config,
+        };
+        let by_key = Declared::of(&mismatched);
+        assert_eq!(
+            names((0..3).map(|node| by_key.at(node))),
+            [
+                Some("state/a".to_string()),
+                None,
+                Some("state/c".to_string())
+            ]
+        );
+        assert!(mismatched
+            .graph
+            .is_node_of(1, &ComponentKey::new("state", "b")));
+        assert!(!mismatched
+            .graph
+            .is_node_of(3, &ComponentKey::new("state", "c")));
     }
 }

@@ -119,7 +119,7 @@ impl KeyTable {
     }
 
     /// How node `node`'s key orders against `kind`/`name`.
-    fn compare(&self, node: usize, kind: &Kind, name: &str) -> Ordering {
+    pub(super) fn compare(&self, node: usize, kind: &Kind, name: &str) -> Ordering {
         self.kind(node)
             .cmp(kind)
             .then_with(|| self.name(node).cmp(name))

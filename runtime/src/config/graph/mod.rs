@@ -121,6 +121,18 @@ impl DependencyGraph {
         self.keys.key(node.index())
     }
 
+    /// The key of node `node` (components are numbered in key order
+    /// from 0).
+    pub(crate) fn key_at(&self, node: usize) -> ComponentKey {
+        self.keys.key(node)
+    }
+
+    /// Whether node `node` is `key`'s: one comparison in the graph's own
+    /// table, where finding a key searches.
+    pub(crate) fn is_node_of(&self, node: usize, key: &ComponentKey) -> bool {
+        node < self.keys.len() && self.keys.compare(node, &key.kind, &key.name).is_eq()
+    }
+
     /// Whether `other` is this very graph, shared (not an equal copy).
     #[cfg(test)]
     pub(crate) fn shares(&self, other: &Self) -> bool {
@@ -253,6 +265,15 @@ impl DependencyGraph {
     /// up to n. Components of one level can start concurrently. Only
     /// meaningful for an acyclic graph (cyclic members are left out).
     pub fn levels(&self) -> Vec<Vec<ComponentKey>> {
+        self.level_nodes()
+            .into_iter()
+            .map(|level| level.into_iter().map(|node| self.keys.key(node)).collect())
+            .collect()
+    }
+
+    /// [`levels`](Self::levels) as node numbers (components are numbered
+    /// in key order from 0): no key is made.
+    pub(crate) fn level_nodes(&self) -> Vec<Vec<usize>> {
         let Ok(order) = petgraph::algo::toposort(&*self.graph, None) else {
             return Vec::new();
         };
@@ -276,9 +297,10 @@ impl DependencyGraph {
         // Node order is key order.
         levels
             .into_iter()
-            .map(|mut level| {
-                level.sort();
-                level.into_iter().map(|node| self.key(node)).collect()
+            .map(|level| {
+                let mut nodes: Vec<usize> = level.into_iter().map(NodeIndex::index).collect();
+                nodes.sort_unstable();
+                nodes
             })
             .collect()
     }
