@@ -116,11 +116,6 @@ impl DependencyGraph {
         self.index_of(key).map(NodeIndex::new)
     }
 
-    /// The key of `node`.
-    fn key(&self, node: NodeIndex) -> ComponentKey {
-        self.keys.key(node.index())
-    }
-
     /// The key of node `node` (components are numbered in key order
     /// from 0).
     pub(crate) fn key_at(&self, node: usize) -> ComponentKey {
@@ -187,7 +182,7 @@ impl DependencyGraph {
         let mut out: Vec<ComponentKey> = self
             .graph
             .neighbors_directed(node, direction)
-            .map(|n| self.key(n))
+            .map(|n| self.key_at(n.index()))
             .collect();
         out.sort();
         out.dedup();
@@ -231,7 +226,7 @@ impl DependencyGraph {
             match candidates.pop() {
                 Some(next) if next == start => {
                     path.push(start);
-                    return path.into_iter().map(|n| self.key(n)).collect();
+                    return path.into_iter().map(|n| self.key_at(n.index())).collect();
                 }
                 Some(next) if visited.insert(next) => {
                     path.push(next);
@@ -244,7 +239,7 @@ impl DependencyGraph {
                 }
             }
         }
-        vec![self.key(start), self.key(start)]
+        vec![self.key_at(start.index()), self.key_at(start.index())]
     }
 
     /// Dependencies of `node` within `members`, in reverse key order (so
@@ -267,7 +262,7 @@ impl DependencyGraph {
     pub fn levels(&self) -> Vec<Vec<ComponentKey>> {
         self.level_nodes()
             .into_iter()
-            .map(|level| level.into_iter().map(|node| self.keys.key(node)).collect())
+            .map(|level| level.into_iter().map(|node| self.key_at(node)).collect())
             .collect()
     }
 
