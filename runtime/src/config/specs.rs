@@ -21,13 +21,32 @@ use crate::component::ComponentKey;
 /// Each declaration is held in an `Arc`, shared by every copy of the
 /// configuration and by the component started from it; change one with
 /// [`Arc::make_mut`], which copies it only while it is shared.
-/// It also keeps a digest of every declaration, made when the map is
-/// collected or first compared, and dropped by any write through the map,
-/// so it never describes an older declaration.
+/// It also keeps a table of every declaration in key order with its
+/// digest, made when the map is collected or first compared, and dropped
+/// by any write through the map, so it never describes an older
+/// declaration.
 #[derive(Clone, Default)]
 pub struct ComponentSpecs {
     map: BTreeMap<ComponentKey, Arc<ComponentSpec>>,
-    digests: OnceLock<Arc<[Digest]>>,
+    table: OnceLock<Arc<Table>>,
+}
+
+/// The declarations in key order and the digest of each, side by side:
+/// a comparison streams through the digests and reads a declaration only
+/// where two differ.
+struct Table {
+    digests: Box<[Digest]>,
+    specs: Box<[Arc<ComponentSpec>]>,
+}
+
+impl FromIterator<(Digest, Arc<ComponentSpec>)> for Table {
+    fn from_iter<I: IntoIterator<Item = (Digest, Arc<ComponentSpec>)>>(items: I) -> Self {
+        let (digests, specs): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+        Self {
+            digests: digests.into(),
+            specs: specs.into(),
+        }
+    }
 }
 
 /// One declaration, digested: its key and everything declared for it,
@@ -45,8 +64,29 @@ impl ComponentSpecs {
 
     /// The digest of every declaration, in key order (made on first use).
     pub(crate) fn digests(&self) -> &[Digest] {
-        self.digests
-            .get_or_init(|| self.map.iter().map(|(k, s)| digest(k, s)).collect())
+        &self.table().digests
+    }
+
+    /// Every declaration in key order, as [`digests`](Self::digests)
+    /// (made on first use). A declaration's key is its key in the map.
+    pub(crate) fn in_key_order(&self) -> &[Arc<ComponentSpec>] {
+        &self.table().specs
+    }
+
+    /// [`in_key_order`](Self::in_key_order) if the table is made already.
+    pub(crate) fn in_key_order_if_made(&self) -> Option<&[Arc<ComponentSpec>]> {
+        self.table.get().map(|table| &*table.specs)
+    }
+
+    fn table(&self) -> &Table {
+        self.table.get_or_init(|| {
+            Arc::new(
+                self.map
+                    .iter()
+                    .map(|(key, spec)| (digest(key, spec), Arc::clone(spec)))
+                    .collect(),
+            )
+        })
     }
 }
 
@@ -54,7 +94,7 @@ impl From<BTreeMap<ComponentKey, Arc<ComponentSpec>>> for ComponentSpecs {
     fn from(map: BTreeMap<ComponentKey, Arc<ComponentSpec>>) -> Self {
         Self {
             map,
-            digests: OnceLock::new(),
+            table: OnceLock::new(),
         }
     }
 }
@@ -82,18 +122,25 @@ impl FromIterator<(ComponentKey, ComponentSpec)> for ComponentSpecs {
 
 impl FromIterator<(ComponentKey, Arc<ComponentSpec>)> for ComponentSpecs {
     /// Collects the map; each declaration is digested as it passes, while
-    /// it is still in cache. The digests are kept when the items came in
-    /// key order, once each (as from another map).
+    /// it is still in cache. The table is kept when the items came in key
+    /// order, once each (as from another map).
     fn from_iter<I: IntoIterator<Item = (ComponentKey, Arc<ComponentSpec>)>>(items: I) -> Self {
-        let mut digests = Vec::new();
+        let (mut digests, mut in_order_specs) = (Vec::new(), Vec::new());
         let items: Vec<(ComponentKey, Arc<ComponentSpec>)> = items
             .into_iter()
-            .inspect(|(key, spec)| digests.push(digest(key, spec)))
+            .inspect(|(key, spec)| {
+                digests.push(digest(key, spec));
+                in_order_specs.push(Arc::clone(spec));
+            })
             .collect();
         let in_order = items.windows(2).all(|pair| pair[0].0 < pair[1].0);
         let specs = Self::from(items.into_iter().collect::<BTreeMap<_, _>>());
         if in_order {
-            let _ = specs.digests.set(digests.into());
+            let table = Table {
+                digests: digests.into(),
+                specs: in_order_specs.into(),
+            };
+            let _ = specs.table.set(Arc::new(table));
         }
         specs
     }
@@ -108,16 +155,16 @@ impl Deref for ComponentSpecs {
 }
 
 impl DerefMut for ComponentSpecs {
-    /// The map, to change: the digests are dropped (made again when next
-    /// compared).
+    /// The map, to change: the table is dropped (made again when next
+    /// compared), and with it its share of every declaration.
     fn deref_mut(&mut self) -> &mut Self::Target {
-        self.digests.take();
+        self.table.take();
         &mut self.map
     }
 }
 
 impl std::fmt::Debug for ComponentSpecs {
-    /// As the map: the digests are an internal cache.
+    /// As the map: the table is an internal cache.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.map.fmt(f)
     }

@@ -81,9 +81,14 @@ struct Declared<'c> {
 
 impl<'c> Declared<'c> {
     fn of(config: &'c ValidConfig) -> Self {
+        let components = &config.config.components;
+        let in_key_order = match components.in_key_order_if_made() {
+            Some(table) => table.iter().collect(),
+            None => components.values().collect(),
+        };
         Self {
             config,
-            in_key_order: config.config.components.values().collect(),
+            in_key_order,
         }
     }
 

@@ -75,6 +75,35 @@ fn a_write_through_the_map_drops_the_digests() {
 }
 
 #[test]
+fn the_table_holds_every_declaration_in_key_order_and_lets_go_on_a_write() {
+    let doc = json!({"components": {"state": {"b": {}, "a": {}}, "lock": {"c": {}}}});
+    let mut config = parse(doc.to_string().as_bytes()).expect("valid");
+    let keys: Vec<String> = config
+        .components
+        .in_key_order()
+        .iter()
+        .map(|spec| spec.key.to_string())
+        .collect();
+    let in_map: Vec<String> = config.components.keys().map(ToString::to_string).collect();
+    assert_eq!(keys, in_map);
+    let key = ComponentKey::new(crate::Kind::State, "a");
+    assert!(Arc::ptr_eq(
+        &config.components.in_key_order()[1],
+        &config.components[&key]
+    ));
+    // Its share of the declaration goes with the write: an unshared
+    // declaration is changed in place, not copied.
+    let before = Arc::as_ptr(&config.components[&key]);
+    let declared = config.components.get_mut(&key).expect("declared");
+    Arc::make_mut(declared)
+        .metadata
+        .insert("x".into(), json!(1));
+    assert_eq!(Arc::as_ptr(&config.components[&key]), before);
+    assert!(config.components.in_key_order_if_made().is_none());
+    assert_eq!(config.components.in_key_order()[1].metadata["x"], json!(1));
+}
+
+#[test]
 fn items_out_of_order_or_repeated_are_digested_as_the_map_holds_them() {
     let spec = |name: &str, type_name: &str| {
         let key = ComponentKey::new(crate::Kind::State, name);
