@@ -35,6 +35,10 @@ pub struct DependencyGraph {
     types: Arc<Vec<Arc<str>>>,
 }
 
+/// The kinds of the stores injected refs read from, to borrow.
+static SECRET_STORE: Kind = Kind::SecretStore;
+static CONFIG_STORE: Kind = Kind::ConfigStore;
+
 impl DependencyGraph {
     /// The graph of `config`. References to undeclared components are left
     /// out (validation reports them).
@@ -45,25 +49,20 @@ impl DependencyGraph {
     /// [`build`](Self::build), with the node each reference resolved to.
     pub(crate) fn build_resolving(config: &Config) -> (Self, ResolvedRefs) {
         let components = &config.components;
-        // Sized up front, so the lists are not copied as they grow.
-        let (mut edges, mut name_bytes) = (0, 0);
-        for (key, spec) in components.iter() {
-            edges +=
-                spec.component_refs.len() + spec.secret_refs.len() + spec.configuration_refs.len();
-            name_bytes += key.name.len();
-        }
-        let mut graph = StableDiGraph::with_capacity(components.len(), edges);
-        let mut keys = KeyTable::with_capacity(components.len(), name_bytes);
-        let mut resolved = ResolvedRefs {
-            ends: Vec::with_capacity(components.len()),
-            nodes: Vec::with_capacity(edges),
-        };
+        // One pass over the declarations (room for names of about 8 bytes;
+        // longer ones grow the table).
+        let mut keys = KeyTable::with_capacity(components.len(), components.len() * 8);
         let mut types: Vec<Arc<str>> = Vec::with_capacity(components.len());
+        // Every reference, as the names it gives, with where each
+        // component's end: taken in the same pass as the keys, while each
+        // declaration is in cache, so linking reads this list, not the
+        // declarations again.
+        let mut named: Vec<(&Kind, &str)> = Vec::with_capacity(components.len());
+        let mut ends = Vec::with_capacity(components.len());
         // Hashed with a fast seeded hash: this map lives for this call only.
         let mut type_names: HashMap<&str, Arc<str>, _> =
             HashMap::with_hasher(foldhash::fast::RandomState::default());
         for (key, spec) in components {
-            graph.add_node(());
             keys.push(key);
             // Neighbours in key order mostly share a type: reuse it unhashed.
             let type_name = match types.last() {
@@ -74,28 +73,44 @@ impl DependencyGraph {
                     .clone(),
             };
             types.push(type_name);
+            named.extend(
+                spec.component_refs
+                    .iter()
+                    .map(|reference| (&reference.key.kind, &*reference.key.name)),
+            );
+            // As `injected_refs` lists them: secretRefs, then configurationRefs.
+            named.extend(spec.secret_refs.iter().map(|r| (&SECRET_STORE, &*r.store)));
+            named.extend(
+                spec.configuration_refs
+                    .iter()
+                    .map(|r| (&CONFIG_STORE, &*r.store)),
+            );
+            ends.push(named.len());
+        }
+        let mut graph = StableDiGraph::with_capacity(components.len(), named.len());
+        for _ in 0..components.len() {
+            graph.add_node(());
         }
         let index = keys.index();
+        let mut resolved = ResolvedRefs {
+            ends,
+            nodes: Vec::with_capacity(named.len()),
+        };
         // Nodes were added in key order: the i-th component is node i.
-        for (i, spec) in components.values().enumerate() {
+        let mut start = 0;
+        for (i, &end) in resolved.ends.iter().enumerate() {
             let user = NodeIndex::new(i);
-            // One edge per pair, however often it is referenced.
-            let mut link = |kind: &Kind, name: &str| {
+            for &(kind, name) in &named[start..end] {
                 let found = index.find(kind, name);
                 resolved.nodes.push(found);
+                // One edge per pair, however often it is referenced.
                 if let Some(from) = found.map(NodeIndex::new) {
                     if !graph.contains_edge(from, user) {
                         graph.add_edge(from, user, ());
                     }
                 }
-            };
-            for reference in &spec.component_refs {
-                link(&reference.key.kind, &reference.key.name);
             }
-            for reference in spec.injected_refs() {
-                link(&reference.store_kind(), reference.store_name());
-            }
-            resolved.ends.push(resolved.nodes.len());
+            start = end;
         }
         let graph = Self {
             graph: Arc::new(graph),
