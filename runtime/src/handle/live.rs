@@ -82,7 +82,8 @@ impl Live {
         self.published.send_replace(number);
     }
 
-    /// The slot of `key`, shared by every handle naming it.
+    /// The slot of `key`, shared by every handle naming it (a handle takes
+    /// it on its first load).
     pub(crate) fn slot(&self, key: &ComponentKey) -> Arc<Slot> {
         self.slots.slot(key, &self.current.load())
     }

@@ -253,7 +253,17 @@ pub enum HandleError {
 struct Bound {
     key: ComponentKey,
     live: LiveGeneration,
-    slot: Arc<slot::Slot>,
+    /// Taken on the first load, not when the handle is made: start-up
+    /// injects a handle per reference, and neither makes their slots nor
+    /// republishes them (a handle never loaded costs its runtime nothing).
+    slot: OnceLock<Arc<slot::Slot>>,
+}
+
+impl Bound {
+    /// The key's slot, taken from the runtime on first use.
+    fn slot(&self) -> &slot::Slot {
+        self.slot.get_or_init(|| self.live.slot(&self.key))
+    }
 }
 
 /// The untyped part of every handle.
@@ -264,9 +274,12 @@ struct Target {
 
 impl Target {
     fn new(key: ComponentKey, live: LiveGeneration) -> Self {
-        let slot = live.slot(&key);
         Self {
-            bound: Some(Bound { key, live, slot }),
+            bound: Some(Bound {
+                key,
+                live,
+                slot: OnceLock::new(),
+            }),
         }
     }
 
@@ -274,28 +287,22 @@ impl Target {
     /// target (so making one allocates nothing but the key): every load
     /// fails with [`HandleError::NotRunning`].
     fn unstarted(key: ComponentKey) -> Self {
-        static NOWHERE: OnceLock<(LiveGeneration, Arc<slot::Slot>)> = OnceLock::new();
-        let (live, slot) = NOWHERE.get_or_init(|| (Live::new(), Arc::new(slot::Slot::new(None))));
-        Self {
-            bound: Some(Bound {
-                key,
-                live: live.clone(),
-                slot: slot.clone(),
-            }),
-        }
+        static NOWHERE: OnceLock<LiveGeneration> = OnceLock::new();
+        Self::new(key, NOWHERE.get_or_init(Live::new).clone())
     }
 
     /// The slot and the publish epoch, when a load may read the slot
-    /// alone: the handle is bound, no staged scope is open and no publish
-    /// is changing slots. `None` sends the load the general way
-    /// ([`Target::borrow`]).
+    /// alone: the handle is bound and was loaded before (it has its slot),
+    /// no staged scope is open and no publish is changing slots. `None`
+    /// sends the load the general way ([`Target::borrow`]).
     #[inline]
     fn settled_slot(&self) -> Option<(&slot::Slot, u64)> {
         let bound = self.bound.as_ref()?;
+        let slot = bound.slot.get()?;
         if STAGED_SCOPES.load(Ordering::Acquire) != 0 {
             return None;
         }
-        Some((&bound.slot, bound.live.settled()?))
+        Some((slot, bound.live.settled()?))
     }
 
     /// The instance now as kind `T`, owned (one reference count taken):
@@ -375,7 +382,7 @@ impl Target {
         }
         bound
             .live
-            .borrow(&bound.key, &bound.slot)
+            .borrow(&bound.key, bound.slot())
             .ok_or_else(|| HandleError::NotRunning(bound.key.clone()))
     }
 

@@ -1,6 +1,7 @@
 //! One component's current instance, for the handles that name it: a slot
-//! per key, republished by [`Live::publish`](super::Live) at every commit,
-//! so a handle load is one atomic load (no map lookup).
+//! per key, made on the first load of a handle naming it and republished
+//! by [`Live::publish`](super::Live) at every commit, so a handle load is
+//! one atomic load (no map lookup).
 //!
 //! A commit changes several slots one after the other. So that no reader
 //! sees a mix (a new instance of one component, then an old one of
@@ -98,6 +99,10 @@ impl ByKey {
     /// only when a live slot names a key the generation lacks are those
     /// looked up again, to empty them.
     fn republish_all(&mut self, generation: &Generation) {
+        // Start-up's publish: no handle was loaded yet, so none has a slot.
+        if self.slots.is_empty() {
+            return;
+        }
         // Keys both in the map and in the generation, live or not: the map
         // holds others exactly when it is larger.
         let mut in_generation = 0;

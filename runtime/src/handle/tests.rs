@@ -143,7 +143,11 @@ fn borrow_follows_publishes_without_a_reference_count() {
     let live = Live::new();
     let first = publish(&live, 1, &["a"]);
     let a = ComponentHandle::new(key("a"), live.clone());
+    // The first load takes the key's slot, which holds the instance.
+    let untouched = first[0].holders();
+    assert_eq!(stamp(&a), 1);
     let before = first[0].holders();
+    assert_eq!(before, untouched + 1, "the slot is taken on the first load");
     let borrowed = a.0.borrow().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(first[0].holders(), before, "a borrow takes no count");
     drop(borrowed);
