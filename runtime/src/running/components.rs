@@ -2,7 +2,7 @@
 //! copy shares every node it does not change, so replacing one component
 //! of 10,000 copies a path of the tree, not the map.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use imbl::shared_ptr::DefaultSharedPtr;
 use imbl::{OrdMap, OrdSet};
@@ -15,8 +15,11 @@ use crate::component::{ComponentKey, KeyParts};
 pub(crate) struct Components {
     running: OrdMap<ComponentKey, Arc<Running>>,
     /// The same keys without their instances: what a reload record keeps
-    /// (a record must not keep a replaced instance alive).
-    keys: OrdSet<ComponentKey>,
+    /// (a record must not keep a replaced instance alive). Made by the
+    /// first reload that asks, then kept in step: start-up, which inserts
+    /// every component, does not build a second map for records of reloads
+    /// that may never come.
+    keys: OnceLock<OrdSet<ComponentKey>>,
     /// The components with a `watch: true` ref, for the watch plan.
     watching: OrdSet<ComponentKey>,
 }
@@ -47,8 +50,8 @@ impl Components {
             self.watching.remove(&key);
         }
         let previous = self.running.insert(key.clone(), running);
-        if previous.is_none() {
-            self.keys.insert(key);
+        if let (None, Some(keys)) = (&previous, self.keys.get_mut()) {
+            keys.insert(key);
         }
         previous
     }
@@ -56,7 +59,9 @@ impl Components {
     pub(crate) fn remove(&mut self, key: &ComponentKey) -> Option<Arc<Running>> {
         let removed = self.running.remove(key);
         if removed.is_some() {
-            self.keys.remove(key);
+            if let Some(keys) = self.keys.get_mut() {
+                keys.remove(key);
+            }
             self.watching.remove(key);
         }
         removed
@@ -78,9 +83,11 @@ impl Components {
             .filter_map(|key| self.running.get(key).map(|running| (key, running)))
     }
 
-    /// The keys, shared (a clone costs no copy).
+    /// The keys, shared (a clone costs no copy; the first call makes them).
     pub(crate) fn key_set(&self) -> OrdSet<ComponentKey> {
-        self.keys.clone()
+        self.keys
+            .get_or_init(|| self.running.keys().cloned().collect())
+            .clone()
     }
 }
 
@@ -138,6 +145,8 @@ mod tests {
             let (key, running) = running(name, watch);
             components.insert(key, running);
         }
+        // The key set is made on first use, then kept in step by each change.
+        assert_eq!(components.key_set().len(), 3);
         let before = components.clone();
         assert_eq!(watched(&components), ["custom/a", "custom/c"]);
 
