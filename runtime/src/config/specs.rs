@@ -125,22 +125,15 @@ impl FromIterator<(ComponentKey, Arc<ComponentSpec>)> for ComponentSpecs {
     /// it is still in cache. The table is kept when the items came in key
     /// order, once each (as from another map).
     fn from_iter<I: IntoIterator<Item = (ComponentKey, Arc<ComponentSpec>)>>(items: I) -> Self {
-        let (mut digests, mut in_order_specs) = (Vec::new(), Vec::new());
+        let mut table = Vec::new();
         let items: Vec<(ComponentKey, Arc<ComponentSpec>)> = items
             .into_iter()
-            .inspect(|(key, spec)| {
-                digests.push(digest(key, spec));
-                in_order_specs.push(Arc::clone(spec));
-            })
+            .inspect(|(key, spec)| table.push((digest(key, spec), Arc::clone(spec))))
             .collect();
         let in_order = items.windows(2).all(|pair| pair[0].0 < pair[1].0);
         let specs = Self::from(items.into_iter().collect::<BTreeMap<_, _>>());
         if in_order {
-            let table = Table {
-                digests: digests.into(),
-                specs: in_order_specs.into(),
-            };
-            let _ = specs.table.set(Arc::new(table));
+            let _ = specs.table.set(Arc::new(table.into_iter().collect()));
         }
         specs
     }
