@@ -9,7 +9,7 @@ use crate::config::{ConfigDiff, DependencyGraph};
 use crate::metadata::MetadataError;
 use crate::problem::{Problem, Problems};
 use crate::registry::{ComponentDescriptor, Registry};
-use declared::{ByNode, Declared};
+use declared::Declared;
 
 /// A configuration that passed validation, with its dependency graph.
 #[derive(Debug, Clone)]
@@ -134,66 +134,47 @@ fn validate_against(
     let mut problems = Problems::default();
     let passed = |key: &ComponentKey| earlier.is_some_and(|e| e.passed(key));
     let targets_hold = earlier.is_some_and(|e| e.targets_hold(&config));
-    // When what passed still holds, only the others are looked at.
-    let (to_check, checks_all): (Vec<&ComponentSpec>, bool) = match earlier {
+    let kept_graph = earlier.and_then(|e| e.graph(&config));
+    let checks = Checks {
+        registry,
+        broken,
+        passed: &passed,
+    };
+    // Refused componentRefs, found while each component is in cache and
+    // reported at the end unless the component turns out troubled.
+    let mut refused: Vec<Problem> = Vec::new();
+    let (graph, fresh) = match earlier {
+        // What passed still holds: only the others are looked at.
         Some(earlier) if targets_hold => {
             let mut unpassed: Vec<&ComponentSpec> = earlier
                 .unpassed()
                 .filter_map(|key| config.components.get(key).map(|spec| &**spec))
                 .collect();
             unpassed.sort_by(|a, b| a.key.cmp(&b.key));
-            (unpassed, false)
+            let declared = Declared::looked_up(&config);
+            for (node, spec) in unpassed.into_iter().enumerate() {
+                checks.check(&declared, node, spec, &mut problems, &mut refused);
+            }
+            match kept_graph {
+                Some(running) => (running, false),
+                None => (DependencyGraph::build(&config), true),
+            }
         }
+        // Everything is checked against the running graph, which fits.
+        _ if kept_graph.is_some() => {
+            let declared = Declared::looked_up(&config);
+            for (node, spec) in config.components.values().enumerate() {
+                checks.check(&declared, node, spec, &mut problems, &mut refused);
+            }
+            (kept_graph.unwrap_or_default(), false)
+        }
+        // Everything is checked while the new graph is built (acyclic once
+        // its cycles are reported).
         _ => (
-            config.components.values().map(|spec| &**spec).collect(),
+            checks.check_building(&config, &mut problems, &mut refused),
             true,
         ),
     };
-    // The running graph is acyclic and kept when it still fits; a new one
-    // is built first: it finds what each component references, once.
-    let (graph, resolved) = match earlier.and_then(|e| e.graph(&config)) {
-        Some(running) => (running, None),
-        None => {
-            let (graph, resolved) = DependencyGraph::build_resolving(&config);
-            (graph, Some(resolved))
-        }
-    };
-    let fresh = resolved.is_some();
-    let declared = Declared {
-        config: &config,
-        // Every component, in key order, is node by node.
-        by_node: resolved.as_ref().filter(|_| checks_all).map(|refs| ByNode {
-            graph: &graph,
-            specs: &to_check,
-            refs,
-        }),
-    };
-    // Refused componentRefs, found while each component is in cache and
-    // reported at the end unless the component turns out troubled.
-    let mut refused: Vec<Problem> = Vec::new();
-    for (node, &spec) in to_check.iter().enumerate() {
-        if passed(&spec.key) {
-            if !targets_hold {
-                check_targets(&declared, node, spec, broken, &mut problems);
-            }
-            continue;
-        }
-        let descriptor = registry.get(spec.key.kind.as_str(), declared.type_name(node, spec));
-        if let Some(problem) = key_problem(&spec.key, declared.name(node, spec)) {
-            problems.push(problem);
-        } else {
-            check_component(
-                &declared,
-                node,
-                spec,
-                descriptor,
-                registry,
-                broken,
-                &mut problems,
-            );
-        }
-        refused.extend(refused_refs(spec, descriptor));
-    }
     check_sections(&config, broken, &mut problems);
     let in_cycles = if fresh {
         report_cycles(&graph, &mut problems)
@@ -204,6 +185,107 @@ fn validate_against(
         report_refused(&config, broken, refused, in_cycles, &mut problems);
     }
     problems.into_result(ValidConfig { config, graph })
+}
+
+/// The checks of each component, and what they are made against.
+struct Checks<'a> {
+    registry: &'a Registry,
+    /// Components declared but not parsed (already reported).
+    broken: &'a BTreeSet<ComponentKey>,
+    /// Whether a component is declared exactly as when it passed before.
+    passed: &'a dyn Fn(&ComponentKey) -> bool,
+}
+
+impl Checks<'_> {
+    /// Checks `spec`, checked `node`-th: what it is on its own (unless it
+    /// passed before), then what it references.
+    fn check(
+        &self,
+        declared: &Declared<'_>,
+        node: usize,
+        spec: &ComponentSpec,
+        problems: &mut Problems,
+        refused: &mut Vec<Problem>,
+    ) {
+        if self.check_alone(spec, problems, refused) {
+            check_targets(declared, node, spec, self.broken, problems);
+        }
+    }
+
+    /// Checks every component of `config` and builds its graph: what each
+    /// component is on its own is checked in the graph's pass over the
+    /// declarations (each is fetched once, where two passes fetch it twice
+    /// once the configuration outgrows the cache), what it references in a
+    /// pass over the graph's dense tables. Problems come out in the order
+    /// [`check`](Self::check) gives them.
+    fn check_building(
+        &self,
+        config: &Config,
+        problems: &mut Problems,
+        refused: &mut Vec<Problem>,
+    ) -> DependencyGraph {
+        let mut specs: Vec<&ComponentSpec> = Vec::with_capacity(config.components.len());
+        // Whether each node admits every user (declares no scopes).
+        let mut open: Vec<bool> = Vec::with_capacity(config.components.len());
+        // The problems of components with any, and whether their targets
+        // are to be checked too, by node.
+        let mut alone: Vec<(usize, Problems, bool)> = Vec::new();
+        let (graph, resolved) = DependencyGraph::build_visiting(config, |node, spec| {
+            specs.push(spec);
+            open.push(spec.scopes.is_none());
+            let mut found = Problems::default();
+            let check_targets = self.check_alone(spec, &mut found, refused);
+            if !found.is_empty() || !check_targets {
+                alone.push((node, found, check_targets));
+            }
+        });
+        let declared = Declared::by_node(config, &graph, &specs, &open, &resolved);
+        let mut alone = alone.into_iter().peekable();
+        for (node, &spec) in specs.iter().enumerate() {
+            let check = match alone.next_if(|(at, ..)| *at == node) {
+                Some((_, found, check_targets)) => {
+                    problems.0.extend(found.0);
+                    check_targets
+                }
+                None => true,
+            };
+            // A component whose every reference found another component
+            // open to all has nothing to report: its declaration is not
+            // read again.
+            if check && !declared.targets_open(node) {
+                check_targets(&declared, node, spec, self.broken, problems);
+            }
+        }
+        graph
+    }
+
+    /// Checks what `spec` is on its own, unless it passed before: its key,
+    /// type, metadata and injected fields; the componentRefs its type
+    /// refuses go to `refused`. Whether its targets are to be checked too
+    /// (not when its key is malformed).
+    fn check_alone(
+        &self,
+        spec: &ComponentSpec,
+        problems: &mut Problems,
+        refused: &mut Vec<Problem>,
+    ) -> bool {
+        if (self.passed)(&spec.key) {
+            return true;
+        }
+        let descriptor = self.registry.get(spec.key.kind.as_str(), &spec.type_name);
+        let well_formed = match key_problem(&spec.key, &spec.key.name) {
+            Some(problem) => {
+                problems.push(problem);
+                false
+            }
+            None => {
+                check_component(spec, descriptor, self.registry, problems);
+                true
+            }
+        };
+        refused.extend(refused_refs(spec, descriptor));
+        well_formed
+    }
 }
 
 /// Checks what the top-level sections name: the overlay's store, the
@@ -293,15 +375,11 @@ fn refused_refs(spec: &ComponentSpec, descriptor: Option<&ComponentDescriptor>) 
     Some(Problem::component(&spec.key, message))
 }
 
-/// Checks one component: its injected fields, its type and metadata, and
-/// its references (except to `broken` components).
+/// Checks one component's injected fields, type and metadata.
 fn check_component(
-    declared: &Declared<'_>,
-    node: usize,
     spec: &ComponentSpec,
     descriptor: Option<&ComponentDescriptor>,
     registry: &Registry,
-    broken: &BTreeSet<ComponentKey>,
     problems: &mut Problems,
 ) {
     let key = &spec.key;
@@ -323,7 +401,6 @@ fn check_component(
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),
     }
-    check_targets(declared, node, spec, broken, problems);
 }
 
 /// Checks what one component references is declared and admits it

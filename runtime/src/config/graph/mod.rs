@@ -13,7 +13,7 @@ use petgraph::visit::NodeIndexable;
 use petgraph::Direction;
 
 use crate::component::{ComponentKey, Kind};
-use crate::config::Config;
+use crate::config::{ComponentSpec, Config};
 use keys::KeyTable;
 
 pub use render::GraphFormat;
@@ -48,21 +48,32 @@ impl DependencyGraph {
 
     /// [`build`](Self::build), with the node each reference resolved to.
     pub(crate) fn build_resolving(config: &Config) -> (Self, ResolvedRefs) {
+        Self::build_visiting(config, |_, _| {})
+    }
+
+    /// [`build_resolving`](Self::build_resolving), handing `visit` each
+    /// declaration with its node while the graph's pass has it in cache: a
+    /// caller with work of its own on every declaration does it in this
+    /// pass, not in a second one that fetches each declaration again.
+    pub(crate) fn build_visiting<'c>(
+        config: &'c Config,
+        mut visit: impl FnMut(usize, &'c ComponentSpec),
+    ) -> (Self, ResolvedRefs) {
         let components = &config.components;
         // One pass over the declarations (room for names of about 8 bytes;
-        // longer ones grow the table).
+        // longer ones grow the tables).
         let mut keys = KeyTable::with_capacity(components.len(), components.len() * 8);
         let mut types: Vec<Arc<str>> = Vec::with_capacity(components.len());
         // Every reference, as the names it gives, with where each
-        // component's end: taken in the same pass as the keys, while each
-        // declaration is in cache, so linking reads this list, not the
+        // component's end: copied in the same pass as the keys, while each
+        // declaration is in cache, so linking reads these tables, not the
         // declarations again.
-        let mut named: Vec<(&Kind, &str)> = Vec::with_capacity(components.len());
+        let mut named = NamedRefs::with_capacity(components.len());
         let mut ends = Vec::with_capacity(components.len());
         // Hashed with a fast seeded hash: this map lives for this call only.
         let mut type_names: HashMap<&str, Arc<str>, _> =
             HashMap::with_hasher(foldhash::fast::RandomState::default());
-        for (key, spec) in components {
+        for (node, (key, spec)) in components.iter().enumerate() {
             keys.push(key);
             // Neighbours in key order mostly share a type: reuse it unhashed.
             let type_name = match types.last() {
@@ -73,19 +84,18 @@ impl DependencyGraph {
                     .clone(),
             };
             types.push(type_name);
-            named.extend(
-                spec.component_refs
-                    .iter()
-                    .map(|reference| (&reference.key.kind, &*reference.key.name)),
-            );
+            for reference in &spec.component_refs {
+                named.push(&reference.key.kind, &reference.key.name);
+            }
             // As `injected_refs` lists them: secretRefs, then configurationRefs.
-            named.extend(spec.secret_refs.iter().map(|r| (&SECRET_STORE, &*r.store)));
-            named.extend(
-                spec.configuration_refs
-                    .iter()
-                    .map(|r| (&CONFIG_STORE, &*r.store)),
-            );
+            for reference in &spec.secret_refs {
+                named.push(&SECRET_STORE, &reference.store);
+            }
+            for reference in &spec.configuration_refs {
+                named.push(&CONFIG_STORE, &reference.store);
+            }
             ends.push(named.len());
+            visit(node, &**spec);
         }
         let mut graph = StableDiGraph::with_capacity(components.len(), named.len());
         for _ in 0..components.len() {
@@ -100,7 +110,7 @@ impl DependencyGraph {
         let mut start = 0;
         for (i, &end) in resolved.ends.iter().enumerate() {
             let user = NodeIndex::new(i);
-            for &(kind, name) in &named[start..end] {
+            for (kind, name) in named.range(start..end) {
                 let found = index.find(kind, name);
                 resolved.nodes.push(found);
                 // One edge per pair, however often it is referenced.
@@ -147,17 +157,6 @@ impl DependencyGraph {
     #[cfg(test)]
     pub(crate) fn shares(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.graph, &other.graph)
-    }
-
-    /// The name of node `node` (components are numbered in key order
-    /// from 0).
-    pub(crate) fn name_at(&self, node: usize) -> &str {
-        self.keys.name(node)
-    }
-
-    /// The configured type of node `node`.
-    pub(crate) fn type_at(&self, node: usize) -> &str {
-        &self.types[node]
     }
 
     /// The configured type of `key`.
@@ -396,6 +395,40 @@ impl DependencyGraph {
     /// Whether the graph has no component.
     pub fn is_empty(&self) -> bool {
         self.keys.len() == 0
+    }
+}
+
+/// The kind and name each reference gives, in order: the names copied
+/// one after another into one string (a reference's own name is an
+/// allocation of its own, not in cache by the time it is linked).
+struct NamedRefs<'c> {
+    /// Each reference's kind, with where its name ends in `names`.
+    kinds: Vec<(&'c Kind, usize)>,
+    names: String,
+}
+
+impl<'c> NamedRefs<'c> {
+    /// Room for about `refs` references of names of about 8 bytes.
+    fn with_capacity(refs: usize) -> Self {
+        Self {
+            kinds: Vec::with_capacity(refs),
+            names: String::with_capacity(refs * 8),
+        }
+    }
+
+    fn push(&mut self, kind: &'c Kind, name: &str) {
+        self.names.push_str(name);
+        self.kinds.push((kind, self.names.len()));
+    }
+
+    fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// The references in `range`, as kind and name.
+    fn range(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (&'c Kind, &str)> {
+        let start_of = move |i: usize| i.checked_sub(1).map_or(0, |before| self.kinds[before].1);
+        range.map(move |i| (self.kinds[i].0, &self.names[start_of(i)..self.kinds[i].1]))
     }
 }
 

@@ -149,5 +149,19 @@ fn references_resolve_to_their_nodes_in_order() {
         graph.dependencies(&key("custom/svc")),
         [key("state/orders")]
     );
-    assert_eq!((graph.name_at(2), graph.type_at(2)), ("orders", "orders"));
+    assert_eq!(graph.key_at(2), key("state/orders"));
+    // A visitor sees each declaration once, in node order, with its node.
+    let mut visited = Vec::new();
+    let (again, _) = DependencyGraph::build_visiting(&config, |node, spec| {
+        visited.push((node, spec.key.to_string()));
+    });
+    assert_eq!(
+        visited,
+        [
+            (0, "custom/svc".to_string()),
+            (1, "secret_store/local".to_string()),
+            (2, "state/orders".to_string())
+        ]
+    );
+    assert_eq!(again.key_at(1), key("secret_store/local"));
 }

@@ -90,6 +90,35 @@ fn all_problems_in_one_pass() {
     assert_eq!(found, expected);
 }
 
+/// Problems come component by component, in key order: what a component
+/// is on its own, then what it references (checked in two passes when the
+/// graph is built, but reported as one).
+#[test]
+fn problems_come_component_by_component() {
+    let found = problems(
+        r#"{"components": {"state": {
+            "a": {"type": "redis", "metadata": {"redisHots": "h"}, "componentRef": [{"type": "state", "name": "gone"}]},
+            "b": {"type": "memory", "scopes": ["state/d"]},
+            "c": {"type": "redsi", "componentRef": [{"type": "state", "name": "b"}, {"type": "state", "name": "c"}]},
+            "d": {"type": "memory", "componentRef": [{"type": "state", "name": "b"}]},
+            "e": {"type": "memory", "secretRef": [{"store": "vault", "name": "n", "key": "k", "injectAs": "x"}]}
+        }}}"#,
+    );
+    assert_eq!(
+        found,
+        [
+            "state/a: unknown metadata field `redisHots` (did you mean `redisHost`?)",
+            "state/a: componentRef[0]: references `state/gone`, which is not declared",
+            "state/c: unknown type `redsi` for kind `state` (registered: memory, redis)",
+            "state/c: componentRef[0]: `state/b` may not be referenced by `state/c` (its scopes allow: state/d)",
+            "state/c: componentRef[1]: a component cannot reference itself",
+            "state/e: secretRef[0]: injects metadata field `x`, which this component does not have (set `injectAs`; known fields: none)",
+            "state/e: secretRef[0]: references `secret_store/vault`, which is not declared",
+            "state/c: reference cycle: state/c -> state/c",
+        ]
+    );
+}
+
 #[test]
 fn injected_fields_satisfy_required_metadata() {
     let found = problems(
