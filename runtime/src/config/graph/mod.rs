@@ -95,7 +95,7 @@ impl DependencyGraph {
                 named.push(&CONFIG_STORE, &reference.store);
             }
             ends.push(named.len());
-            visit(node, &**spec);
+            visit(node, spec);
         }
         let mut graph = StableDiGraph::with_capacity(components.len(), named.len());
         for _ in 0..components.len() {
