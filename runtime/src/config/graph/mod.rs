@@ -417,6 +417,12 @@ impl<'c> NamedRefs<'c> {
     }
 
     fn push(&mut self, kind: &'c Kind, name: &str) {
+        // An equal kind is held as the first of its run: linking then reads
+        // one kind, in cache, not one inside every reference.
+        let kind = match self.kinds.last() {
+            Some(&(last, _)) if last == kind => last,
+            _ => kind,
+        };
         self.names.push_str(name);
         self.kinds.push((kind, self.names.len()));
     }
