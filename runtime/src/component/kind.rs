@@ -149,13 +149,14 @@ impl PartialEq<&str> for Kind {
 
 impl Ord for Kind {
     fn cmp(&self, other: &Self) -> Ordering {
-        // Keys of one kind, parsed together, share its name.
-        if let (Kind::Custom(a), Kind::Custom(b)) = (self, other) {
-            if Arc::ptr_eq(a, b) {
-                return Ordering::Equal;
-            }
+        match (self, other) {
+            // Keys of one kind, parsed together, share its name.
+            (Kind::Custom(a), Kind::Custom(b)) if Arc::ptr_eq(a, b) => Ordering::Equal,
+            (Kind::Custom(_), _) | (_, Kind::Custom(_)) => self.as_str().cmp(other.as_str()),
+            // One built-in kind: equal without reading its spelling.
+            _ if std::mem::discriminant(self) == std::mem::discriminant(other) => Ordering::Equal,
+            _ => self.as_str().cmp(other.as_str()),
         }
-        self.as_str().cmp(other.as_str())
     }
 }
 
@@ -192,6 +193,17 @@ mod tests {
         kinds.sort();
         let spelled: Vec<&str> = kinds.iter().map(Kind::as_str).collect();
         assert_eq!(spelled, ["binding", "config_store", "state"]);
+    }
+
+    #[test]
+    fn every_pair_orders_as_its_spelling() {
+        let mut kinds = Kind::BUILT_IN.to_vec();
+        kinds.extend(["binding", "sequencer2", "a", "zzz"].map(Kind::parse));
+        for a in &kinds {
+            for b in &kinds {
+                assert_eq!(a.cmp(b), a.as_str().cmp(b.as_str()), "{a} vs {b}");
+            }
+        }
     }
 
     fn shares(a: &Kind, b: &Kind) -> bool {
