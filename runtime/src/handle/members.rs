@@ -13,6 +13,12 @@ use crate::component::{ComponentKey, KeyParts};
 pub(crate) trait Members: Debug + Send + Sync {
     /// The instance of `key`.
     fn instance(&self, key: &dyn KeyParts) -> Option<&Instance>;
+    /// [`instance`](Self::instance) of a whole key: a map keyed by
+    /// `ComponentKey` compares it directly, without a call through the
+    /// parts' table per comparison.
+    fn instance_of(&self, key: &ComponentKey) -> Option<&Instance> {
+        self.instance(key)
+    }
     /// The configured `type` of `key` (none when not described).
     fn type_name(&self, key: &dyn KeyParts) -> Option<&str>;
     /// Every component, in key order.
@@ -25,6 +31,10 @@ pub(crate) trait Members: Debug + Send + Sync {
 /// with no configured type to describe.
 impl Members for BTreeMap<ComponentKey, Instance> {
     fn instance(&self, key: &dyn KeyParts) -> Option<&Instance> {
+        self.get(key)
+    }
+
+    fn instance_of(&self, key: &ComponentKey) -> Option<&Instance> {
         self.get(key)
     }
 

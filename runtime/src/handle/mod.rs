@@ -144,7 +144,7 @@ impl Generation {
 
     /// The instance of `key`, if the generation has it.
     pub fn get(&self, key: &ComponentKey) -> Option<&Instance> {
-        self.components.instance(key)
+        self.components.instance_of(key)
     }
 
     /// The instance of component `kind/name`, if the generation has it:

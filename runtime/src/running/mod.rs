@@ -273,6 +273,10 @@ impl Members for Components {
             .map(|running| &running.assembled.instance)
     }
 
+    fn instance_of(&self, key: &ComponentKey) -> Option<&Instance> {
+        self.get(key).map(|running| &running.assembled.instance)
+    }
+
     fn type_name(&self, key: &dyn KeyParts) -> Option<&str> {
         self.get_parts(key)
             .map(|running| running.spec.type_name.as_str())
