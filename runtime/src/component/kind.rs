@@ -149,13 +149,17 @@ impl PartialEq<&str> for Kind {
 
 impl Ord for Kind {
     fn cmp(&self, other: &Self) -> Ordering {
-        match (self, other) {
-            // Keys of one kind, parsed together, share its name.
-            (Kind::Custom(a), Kind::Custom(b)) if Arc::ptr_eq(a, b) => Ordering::Equal,
-            (Kind::Custom(_), _) | (_, Kind::Custom(_)) => self.as_str().cmp(other.as_str()),
-            // One built-in kind: equal without reading its spelling.
-            _ if std::mem::discriminant(self) == std::mem::discriminant(other) => Ordering::Equal,
-            _ => self.as_str().cmp(other.as_str()),
+        // One kind is equal to itself without reading its spelling: keys of
+        // one custom kind, parsed together, share its name.
+        let same = match (self, other) {
+            (Kind::Custom(a), Kind::Custom(b)) => Arc::ptr_eq(a, b),
+            (Kind::Custom(_), _) | (_, Kind::Custom(_)) => false,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        };
+        if same {
+            Ordering::Equal
+        } else {
+            self.as_str().cmp(other.as_str())
         }
     }
 }

@@ -43,18 +43,14 @@ impl DependencyGraph {
     /// The graph of `config`. References to undeclared components are left
     /// out (validation reports them).
     pub fn build(config: &Config) -> Self {
-        Self::build_resolving(config).0
+        Self::build_visiting(config, |_, _| {}).0
     }
 
-    /// [`build`](Self::build), with the node each reference resolved to.
-    pub(crate) fn build_resolving(config: &Config) -> (Self, ResolvedRefs) {
-        Self::build_visiting(config, |_, _| {})
-    }
-
-    /// [`build_resolving`](Self::build_resolving), handing `visit` each
-    /// declaration with its node while the graph's pass has it in cache: a
-    /// caller with work of its own on every declaration does it in this
-    /// pass, not in a second one that fetches each declaration again.
+    /// [`build`](Self::build), with the node each reference resolved to,
+    /// handing `visit` each declaration with its node while the graph's
+    /// pass has it in cache: a caller with work of its own on every
+    /// declaration does it in this pass, not in a second one that fetches
+    /// each declaration again.
     pub(crate) fn build_visiting<'c>(
         config: &'c Config,
         mut visit: impl FnMut(usize, &'c ComponentSpec),

@@ -129,7 +129,7 @@ fn references_resolve_to_their_nodes_in_order() {
         "custom": {"svc": {"componentRef": [{"type": "state", "name": "orders"}, {"type": "state", "name": "nowhere"}, {"type": "state", "name": "orders"}]}}
     }}"#;
     let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
-    let (graph, resolved) = DependencyGraph::build_resolving(&config);
+    let (graph, resolved) = DependencyGraph::build_visiting(&config, |_, _| {});
     // Nodes in key order: custom/svc, secret_store/local, state/orders.
     let node = |k: &str| graph.index_of(&key(k));
     assert_eq!(
