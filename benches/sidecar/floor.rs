@@ -6,7 +6,10 @@
 //!   send `HMGET key data version` on one shared multiplexed `redis`
 //!   connection and write the value back with a `Content-Length` (no HTTP
 //!   library, no routing, no checks, no metrics, no deadline);
-//! * gRPC: tonic serving one method, `GetState`, answered the same way.
+//! * gRPC: tonic serving one method, `GetState`, answered the same way;
+//! * gRPC before the routes: the same server with `GetState` answered by a
+//!   layer in tonic's transport, in front of tonic's router and codec
+//!   (what the sidecar's gRPC hot path skips).
 //!
 //! Both run on their own runtime, with as many workers as the sidecar's
 //! (one per CPU, or `TOKIO_WORKER_THREADS`).
@@ -19,23 +22,25 @@ use redis::aio::MultiplexedConnection;
 use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::{GetStateRequest, GetStateResponse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tonic::codegen::{http, BoxFuture, Service};
+use tonic::codegen::{http, BoxFuture, Bytes, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
 
 /// The Redis hash the floors read (`data` and `version` fields, as the
 /// redis store keeps a value).
 pub const HASH: &str = "floor:key";
 
-/// The two floor servers, serving until dropped.
+/// The floor servers, serving until dropped.
 pub struct Floors {
     /// The HTTP floor's address.
     pub http_addr: SocketAddr,
     /// The gRPC floor's address.
     pub grpc_addr: SocketAddr,
+    /// The gRPC floor without tonic's router and codec.
+    pub grpc_before_routes_addr: SocketAddr,
     _runtime: tokio::runtime::Runtime,
 }
 
-/// Starts both floors on the Redis of `client`, storing `value` in
+/// Starts the floors on the Redis of `client`, storing `value` in
 /// [`HASH`] for them.
 pub fn start(client: redis::Client, value: &[u8]) -> Floors {
     // Workers as the sidecar's runtime has them (`TOKIO_WORKER_THREADS`
@@ -44,7 +49,7 @@ pub fn start(client: redis::Client, value: &[u8]) -> Floors {
         .enable_all()
         .build()
         .expect("floor runtime");
-    let (http_addr, grpc_addr) = runtime.block_on(async {
+    let (http_addr, grpc_addr, grpc_before_routes_addr) = runtime.block_on(async {
         // Made here, so its connection is driven by this runtime.
         let mut redis = client
             .get_multiplexed_async_connection()
@@ -61,9 +66,18 @@ pub fn start(client: redis::Client, value: &[u8]) -> Floors {
             .expect("floor HSET");
         let http = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let before_routes = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addrs = (
             http.local_addr().expect("addr"),
             grpc.local_addr().expect("addr"),
+            before_routes.local_addr().expect("addr"),
+        );
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(before_routes);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .layer(BeforeTheRoutes(redis.clone()))
+                .add_service(GetStateOnly(redis.clone()))
+                .serve_with_incoming(incoming),
         );
         tokio::spawn(serve_http(http, redis.clone()));
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc);
@@ -77,6 +91,7 @@ pub fn start(client: redis::Client, value: &[u8]) -> Floors {
     Floors {
         http_addr,
         grpc_addr,
+        grpc_before_routes_addr,
         _runtime: runtime,
     }
 }
@@ -177,6 +192,81 @@ impl UnaryService<GetStateRequest> for GetState {
                 etag,
                 ..GetStateResponse::default()
             }))
+        })
+    }
+}
+
+/// `GetState` in tonic's transport without tonic's router and codec: a
+/// layer in front of the routes reads the request's one message and
+/// writes the answer's frame and `grpc-status` itself (as the sidecar's
+/// gRPC hot path does), every other path going on to the routes.
+#[derive(Clone)]
+struct BeforeTheRoutes(MultiplexedConnection);
+
+impl<S> tower_layer::Layer<S> for BeforeTheRoutes {
+    type Service = GetStateBeforeRoutes<S>;
+
+    fn layer(&self, routes: S) -> GetStateBeforeRoutes<S> {
+        GetStateBeforeRoutes {
+            redis: self.0.clone(),
+            routes,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct GetStateBeforeRoutes<S> {
+    redis: MultiplexedConnection,
+    routes: S,
+}
+
+type GrpcRequest = http::Request<tonic::body::Body>;
+type GrpcResponse = http::Response<tonic::body::Body>;
+
+impl<S> Service<GrpcRequest> for GetStateBeforeRoutes<S>
+where
+    S: Service<GrpcRequest, Response = GrpcResponse, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = GrpcResponse;
+    type Error = Infallible;
+    type Future = BoxFuture<GrpcResponse, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.routes.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: GrpcRequest) -> Self::Future {
+        if request.uri().path() != "/dapr.proto.runtime.v1.Dapr/GetState" {
+            return Box::pin(self.routes.call(request));
+        }
+        let mut redis = self.redis.clone();
+        Box::pin(async move {
+            use http_body_util::BodyExt;
+            let body = request.into_body().collect().await.expect("floor body");
+            let body = body.to_bytes();
+            let _request: GetStateRequest =
+                prost::Message::decode(body.get(5..).unwrap_or_default()).expect("floor decode");
+            let (data, etag) = read(&mut redis).await;
+            let reply = GetStateResponse {
+                data,
+                etag,
+                ..GetStateResponse::default()
+            };
+            let length = u32::try_from(prost::Message::encoded_len(&reply)).expect("small");
+            let mut frame = vec![0];
+            frame.extend_from_slice(&length.to_be_bytes());
+            prost::Message::encode_raw(&reply, &mut frame);
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let body = http_body_util::Full::new(Bytes::from(frame))
+                .with_trailers(async move { Some(Ok(trailers)) });
+            let mut response = http::Response::new(tonic::body::Body::new(body));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            Ok(response)
         })
     }
 }

@@ -48,6 +48,9 @@ enum Path {
     FloorWrk,
     /// `h2load -t1 -c8 -m1` on the gRPC floor.
     FloorH2load,
+    /// `h2load -t1 -c8 -m1` on the gRPC floor without tonic's router and
+    /// codec.
+    FloorBeforeRoutesH2load,
     /// The `redis` crate, 8 connections.
     RedisDirect,
     /// `reqwest`, 8 keep-alive connections.
@@ -64,6 +67,9 @@ impl Path {
             Path::H2load => "sidecar gRPC, redis store (`h2load -t1 -c8 -m1`)",
             Path::FloorWrk => "floor: the two hops alone, HTTP (tokio + redis crate; `wrk`)",
             Path::FloorH2load => "floor: the two hops alone, gRPC (tonic + redis crate; `h2load`)",
+            Path::FloorBeforeRoutesH2load => {
+                "floor: gRPC before tonic's router and codec (`h2load`)"
+            }
             Path::RedisDirect => "direct Redis `GET` (bench client: redis crate, 8 connections)",
             Path::Http => "sidecar HTTP, redis store (bench client: reqwest, 8 connections)",
             Path::Grpc => "sidecar gRPC, redis store (bench client: tonic, 8 connections)",
@@ -77,7 +83,8 @@ impl Path {
             | Path::Wrk
             | Path::H2load
             | Path::FloorWrk
-            | Path::FloorH2load => Path::RedisBenchmark,
+            | Path::FloorH2load
+            | Path::FloorBeforeRoutesH2load => Path::RedisBenchmark,
             Path::RedisDirect | Path::Http | Path::Grpc => Path::RedisDirect,
         }
     }
@@ -130,7 +137,11 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
             paths.extend([Path::Wrk, Path::FloorWrk]);
         }
         if installed("h2load", "--version") {
-            paths.extend([Path::H2load, Path::FloorH2load]);
+            paths.extend([
+                Path::H2load,
+                Path::FloorH2load,
+                Path::FloorBeforeRoutesH2load,
+            ]);
         }
         // redis-benchmark's GET reads the literal key `key:__rand_int__`.
         client_rt.block_on(async {
@@ -162,6 +173,9 @@ pub fn run(client_rt: &tokio::runtime::Runtime, mode: Mode, targets: &Targets<'_
                 Path::H2load => h2load(targets.grpc_addr, targets, slice),
                 Path::FloorWrk => wrk(&state_url(floor().http_addr, targets), slice),
                 Path::FloorH2load => h2load(floor().grpc_addr, targets, slice),
+                Path::FloorBeforeRoutesH2load => {
+                    h2load(floor().grpc_before_routes_addr, targets, slice)
+                }
                 path => client_rt.block_on(clients.load(path, slice, targets)),
             };
             slices[v].push(measured);
@@ -258,7 +272,8 @@ impl Clients {
                         | Path::Wrk
                         | Path::H2load
                         | Path::FloorWrk
-                        | Path::FloorH2load => {
+                        | Path::FloorH2load
+                        | Path::FloorBeforeRoutesH2load => {
                             unreachable!("external tools")
                         }
                     };

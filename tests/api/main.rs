@@ -16,6 +16,7 @@ mod api_grpc_metadata_unimplemented;
 mod api_grpc_pubsub;
 mod api_grpc_secrets;
 mod api_grpc_state;
+mod api_grpc_state_hot_path;
 mod api_grpc_state_transaction;
 mod api_http_admin;
 mod api_http_auth;

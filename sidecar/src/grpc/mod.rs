@@ -18,6 +18,9 @@
 //!   (configuration subscriptions) last until unsubscribed, the client
 //!   leaves, or the server shuts down.
 //! * Every call is counted in the request metrics (`observe`).
+//! * `Dapr/GetState` in its plain form is answered in front of the routes
+//!   (`hot_path`), by the same handler, without tonic's router and codec;
+//!   anything unusual about it goes through the routes as every other call.
 //! * The handlers are thin: they turn messages into calls of the shared
 //!   Dapr operations ([`crate::dapr`]) and their errors into statuses
 //!   (`status`).
@@ -36,6 +39,7 @@ mod dapr_pubsub_stream;
 mod dapr_secrets;
 mod dapr_state;
 mod dapr_state_transaction;
+mod hot_path;
 mod layotto;
 mod layotto_config;
 mod layotto_convert;
@@ -64,6 +68,7 @@ use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
 use dapr::DaprApi;
+use hot_path::HotPathLayer;
 use layotto::LayottoApi;
 use layotto_lifecycle::LayottoLifecycleApi;
 use lifecycle::LifecycleApi;
@@ -90,9 +95,10 @@ pub async fn serve(
     crate::tls::install_ring_provider();
     let options = state.options.clone();
     let limit = options.max_request_bytes;
-    let dapr = DaprServer::new(DaprApi::new(state.clone(), shutdown.clone()))
-        .max_decoding_message_size(limit);
+    let dapr_api = std::sync::Arc::new(DaprApi::new(state.clone(), shutdown.clone()));
+    let dapr = DaprServer::from_arc(dapr_api.clone()).max_decoding_message_size(limit);
     let app_auth = RequireToken::new(options.app_token.clone(), &[APP_TOKEN_HEADER], &state);
+    let hot_path = HotPathLayer::new(dapr_api, app_auth.clone(), limit);
     let push_timeout = lifecycle_wait::lifecycle_timeout(&state);
     let lifecycle_api = std::sync::Arc::new(LifecycleApi::new(state.clone(), push_timeout));
     let lifecycle =
@@ -127,6 +133,8 @@ pub async fn serve(
         // Per-connection bounds: streams (subscriptions) and header bytes.
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_BYTES)
+        // `GetState` in its plain form skips the routes (`hot_path`).
+        .layer(hot_path)
         .add_service(InterceptedService::new(
             ClearLimit::new(dapr, limit),
             app_auth.clone(),
