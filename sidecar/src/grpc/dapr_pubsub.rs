@@ -2,6 +2,7 @@
 //! `BulkPublishEvent`) on the shared [`PubSubOps`](crate::dapr::PubSubOps),
 //! with Dapr's codes.
 
+use tonic::codegen::http::{HeaderMap, HeaderName};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
@@ -20,15 +21,21 @@ fn current_trace() -> (Option<String>, Option<String>) {
     (parent, state)
 }
 
+/// The W3C trace headers, named once (a name given as text is parsed on
+/// every lookup).
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 /// The W3C trace headers of a request, passed into the CloudEvent.
-pub(super) fn trace_context(headers: &MetadataMap) -> (Option<String>, Option<String>) {
-    let get = |name: &str| {
+pub(super) fn trace_context(metadata: &MetadataMap) -> (Option<String>, Option<String>) {
+    let headers: &HeaderMap = metadata.as_ref();
+    let get = |name: &HeaderName| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(String::from)
     };
-    (get("traceparent"), get("tracestate"))
+    (get(&TRACEPARENT), get(&TRACESTATE))
 }
 
 /// `PublishEvent`: one event, wrapped in a CloudEvent unless
