@@ -56,6 +56,7 @@ mod status;
 mod subscription_forward;
 mod subscription_queue;
 mod subscriptions;
+mod unary_body;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
