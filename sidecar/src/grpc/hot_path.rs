@@ -1,33 +1,37 @@
-//! `Dapr/GetState`, answered before tonic's router and codec.
+//! The Dapr service's unary calls, answered before tonic's router and
+//! codec.
 //!
-//! `GetState` is the call an app makes most over gRPC. Through tonic it
-//! pays for the router (axum's matching, a clone of the route's boxed
-//! service), the token interceptor (which rebuilds the request around its
-//! headers), and the codec's streaming decoder and encoder: through them
-//! the sidecar reached about 80 % of the throughput of a tonic server with
-//! one method and no other work, and answered here 88-101 %, with a ninth
-//! fewer instructions per call (`docs/BENCHMARKS.md`, 1r). [`HotPath`]
-//! takes the plain form of the call itself: the method's path,
-//! `application/grpc`, no `grpc-encoding`, the app token present where one
-//! is required, and a body of one uncompressed message within the size
-//! limit that decodes.
-//! It calls the same [`Dapr::get_state`] the router would, so observation,
-//! deadline and errors are the method's own, and writes the answer as
-//! tonic does: one frame, then `grpc-status: 0`, or a trailers-only error.
+//! Through tonic a unary call pays for the router (axum's matching, a
+//! clone of the route's boxed service), the token interceptor (which
+//! rebuilds the request around its headers), and the codec's streaming
+//! decoder and encoder: through them a state GET reached about 80 % of the
+//! throughput of a tonic server with one method and no other work, and
+//! answered here 88-101 %, with a ninth fewer instructions per call
+//! (`docs/BENCHMARKS.md`, 1r). [`HotPath`] takes the plain form of the
+//! data-plane calls (state, secrets, configuration reads, locks,
+//! publishing, metadata: [`UnaryMethod`]) itself: the method's path,
+//! `application/grpc`, no `grpc-encoding`, the app token present where
+//! one is required, and a body of one uncompressed message within the size
+//! limit that decodes. It calls the same [`Dapr`] method the router would,
+//! so observation, deadline and errors are the method's own, and writes
+//! the answer as tonic does: one frame, then `grpc-status: 0`, or a
+//! trailers-only error.
 //!
-//! Anything else (another method, a compressed or oversized message, a
-//! missing token, a body that does not decode) goes to tonic unchanged,
-//! the bytes already read put back in front of the rest of the body
-//! (`unary_body`), so tonic answers it as it would have.
+//! Anything else (another method or service, a stream, a compressed or
+//! oversized message, a missing token, a body that does not decode) goes
+//! to tonic unchanged, the bytes already read put back in front of the
+//! rest of the body (`unary_body`), so tonic answers it as it would have.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use prost::Message as _;
 use tonic::body::Body;
+use tonic::codegen::http::request::Parts;
 use tonic::codegen::http::{header, HeaderName, HeaderValue, Request, Response};
-use tonic::codegen::{BoxFuture, Service};
+use tonic::codegen::{BoxFuture, Bytes, Service};
 use tonic::metadata::MetadataMap;
+use tonic::Status;
 
 use super::auth::RequireToken;
 use super::dapr::DaprApi;
@@ -35,18 +39,16 @@ use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
 use super::unary_body::{one_message, read_one_message, Read, Replayed, PREFIX};
 
-/// The path of the one method the hot path takes.
-const GET_STATE: &str = "/dapr.proto.runtime.v1.Dapr/GetState";
 /// The header naming a message's compression. Header names are made once
 /// here: a name given as text is parsed again on every lookup.
 const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
 /// Puts [`HotPath`] in front of the gRPC routes.
 #[derive(Clone)]
-pub(super) struct HotPathLayer(Arc<GetStateHere>);
+pub(super) struct HotPathLayer(Arc<Answering>);
 
 /// What the hot path answers with; shared by every connection's service.
-struct GetStateHere {
+struct Answering {
     api: Arc<DaprApi>,
     token: RequireToken,
     limit: usize,
@@ -56,7 +58,7 @@ impl HotPathLayer {
     /// Answers with `api`, admitting what `token` admits and messages of
     /// at most `limit` bytes (the decoding limit of the Dapr service).
     pub(super) fn new(api: Arc<DaprApi>, token: RequireToken, limit: usize) -> Self {
-        Self(Arc::new(GetStateHere { api, token, limit }))
+        Self(Arc::new(Answering { api, token, limit }))
     }
 }
 
@@ -66,17 +68,17 @@ impl<S> tower_layer::Layer<S> for HotPathLayer {
     fn layer(&self, routes: S) -> HotPath<S> {
         HotPath {
             routes,
-            here: Arc::clone(&self.0),
+            answering: Arc::clone(&self.0),
         }
     }
 }
 
-/// The gRPC service: `GetState` in its plain form here, everything else
-/// through `routes`.
+/// The gRPC service: the unary Dapr calls in their plain form here,
+/// everything else through `routes`.
 #[derive(Clone)]
 pub(super) struct HotPath<S> {
     routes: S,
-    here: Arc<GetStateHere>,
+    answering: Arc<Answering>,
 }
 
 impl<S> Service<Request<Body>> for HotPath<S>
@@ -93,72 +95,151 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        if !self.here.takes(&request) {
+        let method = UnaryMethod::of(request.uri().path());
+        let Some(method) = method.filter(|_| self.answering.takes(&request)) else {
             return Box::pin(self.routes.call(request));
-        }
+        };
         // The routes made ready for this call go with it (tower's rule);
         // a clone stays for the next.
         let clone = self.routes.clone();
-        let routes = std::mem::replace(&mut self.routes, clone);
-        let here = Arc::clone(&self.here);
-        Box::pin(async move { here.get_state(routes, request).await })
+        let mut routes = std::mem::replace(&mut self.routes, clone);
+        let answering = Arc::clone(&self.answering);
+        Box::pin(async move {
+            match answering.serve(method, request).await {
+                Answered::Here(response) => Ok(response),
+                Answered::ByTonic(request) => routes.call(request).await,
+            }
+        })
     }
 }
 
-impl GetStateHere {
-    /// Whether `request` is `GetState` in the form the hot path answers,
-    /// as far as its head tells.
+/// How a call taken by the hot path ends.
+enum Answered {
+    /// Answered here.
+    Here(Response<Body>),
+    /// Handed to tonic: the request, its body put back as it came.
+    ByTonic(Request<Body>),
+}
+
+impl Answering {
+    /// Whether `request`'s head is plain: `application/grpc`, no
+    /// `grpc-encoding`, and the app token where one is required.
     fn takes(&self, request: &Request<Body>) -> bool {
         let headers = request.headers();
-        request.uri().path() == GET_STATE
-            && matches!(
-                headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes),
-                Some(b"application/grpc" | b"application/grpc+proto")
-            )
-            && !headers.contains_key(&GRPC_ENCODING)
+        matches!(
+            headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes),
+            Some(b"application/grpc" | b"application/grpc+proto")
+        ) && !headers.contains_key(&GRPC_ENCODING)
             && self.token.admits(headers)
     }
 
-    /// Reads the message, then answers it or hands the call to `routes`.
-    async fn get_state<S>(
-        &self,
-        mut routes: S,
-        request: Request<Body>,
-    ) -> Result<Response<Body>, S::Error>
-    where
-        S: Service<Request<Body>, Response = Response<Body>>,
-    {
+    /// Reads the message, then answers it as `method` or hands the call
+    /// back for tonic.
+    async fn serve(&self, method: UnaryMethod, request: Request<Body>) -> Answered {
         let (parts, body) = request.into_parts();
-        let message = match read_one_message(body, self.limit).await {
-            Ok(Read::One(framed)) => pb::GetStateRequest::decode(&framed[PREFIX..])
-                .map_err(|_| Replayed::new(framed, Body::empty())),
-            Ok(Read::Other(replayed)) => Err(replayed),
-            Err(status) => return Ok(status.into_http()),
-        };
-        let message = match message {
-            Ok(message) => message,
-            Err(replayed) => {
-                return routes
-                    .call(Request::from_parts(parts, Body::new(replayed)))
-                    .await
-            }
+        match read_one_message(body, self.limit).await {
+            Ok(Read::One(framed)) => self.answer(method, framed, parts).await,
+            Ok(Read::Other(replayed)) => by_tonic(parts, replayed),
+            Err(status) => Answered::Here(status.into_http()),
+        }
+    }
+
+    /// Decodes `framed` as `Req` and answers it with `method`; a message
+    /// that does not decode goes to tonic, which says why.
+    async fn unary<'a, Req, Resp, F, Fut>(
+        &'a self,
+        framed: Bytes,
+        parts: Parts,
+        method: F,
+    ) -> Answered
+    where
+        Req: prost::Message + Default,
+        Resp: prost::Message,
+        F: FnOnce(&'a DaprApi, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
+        let Ok(message) = Req::decode(&framed[PREFIX..]) else {
+            return by_tonic(parts, Replayed::new(framed, Body::empty()));
         };
         let request = tonic::Request::from_parts(
             MetadataMap::from_headers(parts.headers),
             parts.extensions,
             message,
         );
-        Ok(match self.api.get_state(request).await {
+        Answered::Here(match method(&self.api, request).await {
             Ok(response) => answer(response),
             Err(status) => status.into_http(),
         })
     }
 }
 
+/// The call for tonic: its head, and its body put back as it came.
+fn by_tonic(parts: Parts, replayed: Replayed) -> Answered {
+    Answered::ByTonic(Request::from_parts(parts, Body::new(replayed)))
+}
+
+/// The unary methods the hot path answers: `Variant = "Method",
+/// RequestMessage, handler;` (the handler is the [`Dapr`] method).
+macro_rules! unary_methods {
+    ($($variant:ident = $name:literal, $request:ty, $handler:ident;)*) => {
+        /// A unary method of the Dapr service the hot path answers.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        enum UnaryMethod {
+            $($variant,)*
+        }
+
+        impl UnaryMethod {
+            /// The method served at `path`, if the hot path answers it.
+            fn of(path: &str) -> Option<Self> {
+                let name = path.strip_prefix("/dapr.proto.runtime.v1.Dapr/")?;
+                match name {
+                    $($name => Some(Self::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl Answering {
+            /// Answers `framed` as `method`.
+            async fn answer(&self, method: UnaryMethod, framed: Bytes, parts: Parts) -> Answered {
+                match method {
+                    $(UnaryMethod::$variant => {
+                        self.unary::<$request, _, _, _>(framed, parts, |api, request| {
+                            api.$handler(request)
+                        })
+                        .await
+                    })*
+                }
+            }
+        }
+    };
+}
+
+unary_methods! {
+    GetState = "GetState", pb::GetStateRequest, get_state;
+    GetBulkState = "GetBulkState", pb::GetBulkStateRequest, get_bulk_state;
+    SaveState = "SaveState", pb::SaveStateRequest, save_state;
+    DeleteState = "DeleteState", pb::DeleteStateRequest, delete_state;
+    ExecuteStateTransaction = "ExecuteStateTransaction", pb::ExecuteStateTransactionRequest,
+        execute_state_transaction;
+    GetSecret = "GetSecret", pb::GetSecretRequest, get_secret;
+    GetBulkSecret = "GetBulkSecret", pb::GetBulkSecretRequest, get_bulk_secret;
+    GetConfigurationAlpha1 = "GetConfigurationAlpha1", pb::GetConfigurationRequest,
+        get_configuration_alpha1;
+    GetConfiguration = "GetConfiguration", pb::GetConfigurationRequest, get_configuration;
+    TryLockAlpha1 = "TryLockAlpha1", pb::TryLockRequest, try_lock_alpha1;
+    UnlockAlpha1 = "UnlockAlpha1", pb::UnlockRequest, unlock_alpha1;
+    PublishEvent = "PublishEvent", pb::PublishEventRequest, publish_event;
+    BulkPublishEventAlpha1 = "BulkPublishEventAlpha1", pb::BulkPublishRequest,
+        bulk_publish_event_alpha1;
+    BulkPublishEvent = "BulkPublishEvent", pb::BulkPublishRequest, bulk_publish_event;
+    GetMetadata = "GetMetadata", pb::GetMetadataRequest, get_metadata;
+}
+
 /// The answer to a call that succeeded, as tonic writes it: the
 /// response's metadata and `application/grpc`, then one frame and
 /// `grpc-status: 0`.
-fn answer(response: tonic::Response<pb::GetStateResponse>) -> Response<Body> {
+fn answer<Resp: prost::Message>(response: tonic::Response<Resp>) -> Response<Body> {
     let (metadata, reply, extensions) = response.into_parts();
     let body = match one_message(&reply) {
         Ok(body) => body,

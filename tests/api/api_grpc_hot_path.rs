@@ -1,10 +1,13 @@
-//! `Dapr/GetState` in its plain form is answered before tonic's router and
-//! codec (the hot path); the same call with `grpc-encoding: identity`,
-//! which the hot path leaves alone, goes through tonic. Both must answer
-//! alike: the same value, etag, metadata and response headers, or the
-//! same status and message, for a stored key, a missing key, an unknown
-//! store, request metadata, a missing or wrong app token, a message over
-//! the size limit, and a body that does not decode.
+//! The Dapr service's unary calls in their plain form are answered before
+//! tonic's router and codec (the hot path); with `grpc-encoding:
+//! identity`, which the hot path leaves alone, they go through tonic.
+//! Both ways must answer alike. For `GetState`: the same value, etag,
+//! metadata and response headers, or the same status and message, for a
+//! stored key, a missing key, an unknown store, request metadata, a
+//! missing or wrong app token, a message over the size limit, and a body
+//! that does not decode. For the other unary calls the hot path takes:
+//! saves (one refused for its etag, one for its key), a bulk read, a
+//! delete, publishing, secrets, configuration, locks and metadata.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +16,11 @@ use crate::support::sidecar;
 
 use grpc::common::StateItem;
 use grpc::dapr::dapr_client::DaprClient;
-use grpc::dapr::{GetStateRequest, GetStateResponse, SaveStateRequest};
+use grpc::dapr::{
+    DeleteStateRequest, GetBulkStateRequest, GetConfigurationRequest, GetMetadataRequest,
+    GetSecretRequest, GetStateRequest, GetStateResponse, PublishEventRequest, SaveStateRequest,
+    TryLockRequest,
+};
 use rewire::sidecar::auth::APP_TOKEN_HEADER;
 use rewire::sidecar::{ApiOptions, ApiToken};
 use sidecar::Sidecar;
@@ -197,6 +204,101 @@ async fn the_hot_path_answers_get_state_as_tonic_does() {
     assert_eq!(
         undecodable[0], undecodable[1],
         "a body that does not decode"
+    );
+    sidecar.stop().await;
+}
+
+/// Both answers of one call, plainly and through tonic, as text: the
+/// reply, or the status code and message.
+macro_rules! both_ways {
+    ($client:ident . $method:ident($message:expr)) => {{
+        let mut answers = Vec::new();
+        for through_tonic in [false, true] {
+            let call = request($message, Some(TOKEN), through_tonic);
+            let answer = $client.$method(call).await;
+            answers.push(format!(
+                "{:?}",
+                answer
+                    .map(tonic::Response::into_inner)
+                    .map_err(|s| (s.code(), s.message().to_string()))
+            ));
+        }
+        (answers.remove(0), answers.remove(0))
+    }};
+}
+
+#[tokio::test]
+async fn the_other_unary_calls_answer_on_the_hot_path_as_through_tonic() {
+    let options = ApiOptions {
+        app_token: Some(ApiToken::new(TOKEN)),
+        max_request_bytes: LIMIT,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let item = |key: &str, etag: Option<&str>| StateItem {
+        key: key.into(),
+        value: b"v".to_vec(),
+        etag: etag.map(|value| grpc::common::Etag {
+            value: value.into(),
+        }),
+        ..StateItem::default()
+    };
+    let save = |items: Vec<StateItem>| SaveStateRequest {
+        store_name: "orders".into(),
+        states: items,
+    };
+    let cases = [
+        both_ways!(client.save_state(save(vec![item("a", None)]))),
+        both_ways!(client.save_state(save(vec![item("a", Some("999"))]))),
+        both_ways!(client.save_state(save(vec![item("a||b", None)]))),
+        both_ways!(client.get_bulk_state(GetBulkStateRequest {
+            store_name: "orders".into(),
+            keys: vec!["a".into(), "absent".into()],
+            ..GetBulkStateRequest::default()
+        })),
+        both_ways!(client.delete_state(DeleteStateRequest {
+            store_name: "orders".into(),
+            key: "absent".into(),
+            ..DeleteStateRequest::default()
+        })),
+        both_ways!(client.publish_event(PublishEventRequest {
+            pubsub_name: "nowhere".into(),
+            topic: "t".into(),
+            ..PublishEventRequest::default()
+        })),
+        both_ways!(client.get_secret(GetSecretRequest {
+            store_name: "nowhere".into(),
+            key: "k".into(),
+            ..GetSecretRequest::default()
+        })),
+        both_ways!(client.get_configuration(GetConfigurationRequest {
+            store_name: "nowhere".into(),
+            ..GetConfigurationRequest::default()
+        })),
+        both_ways!(client.try_lock_alpha1(TryLockRequest {
+            store_name: "nowhere".into(),
+            resource_id: "r".into(),
+            lock_owner: "o".into(),
+            expiry_in_seconds: 5,
+        })),
+        both_ways!(client.get_metadata(GetMetadataRequest {})),
+    ];
+    for (hot, tonic) in &cases {
+        assert_eq!(hot, tonic);
+    }
+    // Saved, refused for its etag, refused for its key; found.
+    assert!(cases[0].0.starts_with("Ok"), "{}", cases[0].0);
+    assert!(cases[1].0.starts_with("Err((Aborted"), "{}", cases[1].0);
+    assert!(
+        cases[2].0.starts_with("Err((InvalidArgument"),
+        "{}",
+        cases[2].0
+    );
+    assert!(
+        cases[3].0.contains("key: \"a\", data: [118]"),
+        "{}",
+        cases[3].0
     );
     sidecar.stop().await;
 }
