@@ -2,7 +2,8 @@
 # Instructions the sidecar spends per state GET, counted by callgrind
 # (exact and repeatable, whatever else the machine is doing), for each
 # `rewire` binary given: HTTP (`h2load --h1`) and gRPC `GetState` (`h2load`),
-# 8 connections, against a redis store on a private redis-server.
+# 8 connections, against a redis store on a private redis-server; and, for
+# scale, gRPC `SaveState` of a one-byte value.
 #
 #   scripts/bench/instructions-per-get.sh target/release/rewire [OTHER_BINARY...]
 #
@@ -22,6 +23,8 @@ cat > "$work/rewire.json" <<JSON
 JSON
 # GetStateRequest{store_name: "store", key: "k1"} in a gRPC frame.
 printf '\x00\x00\x00\x00\x0b\x0a\x05store\x12\x02k1' > "$work/get.bin"
+# SaveStateRequest{store_name: "store", states: [{key: "k2", value: "v"}]}.
+printf '\x00\x00\x00\x00\x10\x0a\x05store\x12\x07\x0a\x02k2\x12\x01v' > "$work/save.bin"
 
 # Total instructions of one sidecar run serving `count` GETs over `proto`.
 instructions() {
@@ -37,8 +40,10 @@ instructions() {
     if [ "$proto" = http ]; then
       h2load --h1 -t1 -c8 -n "$count" http://127.0.0.1:3591/v1.0/state/store/k1
     else
-      h2load -t1 -c8 -m1 -n "$count" -d "$work/get.bin" -H 'content-type: application/grpc' \
-        -H 'te: trailers' http://127.0.0.1:50091/dapr.proto.runtime.v1.Dapr/GetState
+      local method=GetState body=get.bin
+      [ "$proto" = grpc-save ] && method=SaveState body=save.bin
+      h2load -t1 -c8 -m1 -n "$count" -d "$work/$body" -H 'content-type: application/grpc' \
+        -H 'te: trailers' "http://127.0.0.1:50091/dapr.proto.runtime.v1.Dapr/$method"
     fi > "$work/h2load.log"
     grep -q " $count succeeded" "$work/h2load.log" || { cat "$work/h2load.log" "$log" >&2; exit 1; }
   fi
@@ -47,14 +52,14 @@ instructions() {
   awk '/^(summary|totals):/ {print $2; exit}' "$out"
 }
 
-printf '| binary | HTTP GET | gRPC GetState |\n| --- | --- | --- |\n'
+printf '| binary | HTTP GET | gRPC GetState | gRPC SaveState |\n| --- | --- | --- | --- |\n'
 for bin in "$@"; do
   row="| \`$bin\`"
-  for proto in http grpc; do
+  for proto in http grpc grpc-save; do
     none=$(instructions "$bin" "$proto" 0)
     some=$(instructions "$bin" "$proto" "$gets")
     row="$row | $(( (some - none) / gets ))"
   done
   echo "$row |"
 done
-echo "(instructions per GET, user space: the sidecar and the libraries it links; $gets GETs, 8 connections)"
+echo "(instructions per call, user space: the sidecar and the libraries it links; $gets calls, 8 connections)"
