@@ -104,6 +104,19 @@ async fn both_ways(
     (hot, tonic)
 }
 
+/// A sidecar requiring [`TOKEN`] and refusing messages over [`LIMIT`],
+/// and a client of its Dapr service.
+async fn sidecar() -> (Sidecar, DaprClient<Channel>) {
+    let options = ApiOptions {
+        app_token: Some(ApiToken::new(TOKEN)),
+        max_request_bytes: LIMIT,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let client = grpc::dapr_client(sidecar.grpc_url()).await;
+    (sidecar, client)
+}
+
 fn get(store: &str, key: &str) -> GetStateRequest {
     GetStateRequest {
         store_name: store.into(),
@@ -114,13 +127,7 @@ fn get(store: &str, key: &str) -> GetStateRequest {
 
 #[tokio::test]
 async fn the_hot_path_answers_get_state_as_tonic_does() {
-    let options = ApiOptions {
-        app_token: Some(ApiToken::new(TOKEN)),
-        max_request_bytes: LIMIT,
-        ..ApiOptions::default()
-    };
-    let sidecar = Sidecar::start(CONFIG, options).await;
-    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let (sidecar, mut client) = sidecar().await;
     // Not UTF-8, and not JSON: the bytes must come back as stored.
     let value = vec![0xff, 0x00, b'{', 0x80];
     let save = SaveStateRequest {
@@ -229,13 +236,7 @@ macro_rules! both_ways {
 
 #[tokio::test]
 async fn the_other_unary_calls_answer_on_the_hot_path_as_through_tonic() {
-    let options = ApiOptions {
-        app_token: Some(ApiToken::new(TOKEN)),
-        max_request_bytes: LIMIT,
-        ..ApiOptions::default()
-    };
-    let sidecar = Sidecar::start(CONFIG, options).await;
-    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let (sidecar, mut client) = sidecar().await;
     let item = |key: &str, etag: Option<&str>| StateItem {
         key: key.into(),
         value: b"v".to_vec(),
