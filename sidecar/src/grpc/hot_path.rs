@@ -1,5 +1,4 @@
-//! The Dapr service's unary calls, answered before tonic's router and
-//! codec.
+//! The app's unary gRPC calls, answered before tonic's router and codec.
 //!
 //! Through tonic a unary call pays for the router (axum's matching, a
 //! clone of the route's boxed service), the token interceptor (which
@@ -8,13 +7,14 @@
 //! throughput of a tonic server with one method and no other work, and
 //! answered here 88-101 %, with a ninth fewer instructions per call
 //! (`docs/BENCHMARKS.md`, 1r). [`HotPath`] takes the plain form of the
-//! data-plane calls (state, secrets, configuration reads, locks,
-//! publishing, metadata: [`UnaryMethod`]) itself: the method's path,
-//! `application/grpc`, no `grpc-encoding`, the app token present where
-//! one is required, and a body of one uncompressed message within the size
-//! limit that decodes. It calls the same [`Dapr`] method the router would,
-//! so observation, deadline and errors are the method's own, and writes
-//! the answer as tonic does: one frame, then `grpc-status: 0`, or a
+//! data-plane calls itself ([`UnaryMethod`]: Dapr's state, secrets,
+//! configuration reads, locks, publishing and metadata; Layotto's state,
+//! publishing and sequencer): the method's path, `application/grpc`, no
+//! `grpc-encoding`, the app token present where one is required, and a
+//! body of one uncompressed message within the size limit that decodes.
+//! It calls the same [`Dapr`] or [`Runtime`] method the router would, so
+//! observation, deadline and errors are the method's own, and writes the
+//! answer as tonic does: one frame, then `grpc-status: 0`, or a
 //! trailers-only error.
 //!
 //! Anything else (another method or service, a stream, a compressed or
@@ -35,8 +35,11 @@ use tonic::Status;
 
 use super::auth::RequireToken;
 use super::dapr::DaprApi;
+use super::layotto::LayottoApi;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
+use super::proto::spec::proto::runtime::v1 as layotto_pb;
+use super::proto::spec::proto::runtime::v1::runtime_server::Runtime;
 use super::unary_body::{one_message, read_one_message, Read, Replayed, PREFIX};
 
 /// The header naming a message's compression. Header names are made once
@@ -49,16 +52,28 @@ pub(super) struct HotPathLayer(Arc<Answering>);
 
 /// What the hot path answers with; shared by every connection's service.
 struct Answering {
-    api: Arc<DaprApi>,
+    dapr: Arc<DaprApi>,
+    layotto: Arc<LayottoApi>,
     token: RequireToken,
     limit: usize,
 }
 
 impl HotPathLayer {
-    /// Answers with `api`, admitting what `token` admits and messages of
-    /// at most `limit` bytes (the decoding limit of the Dapr service).
-    pub(super) fn new(api: Arc<DaprApi>, token: RequireToken, limit: usize) -> Self {
-        Self(Arc::new(Answering { api, token, limit }))
+    /// Answers with the services `dapr` and `layotto`, admitting what
+    /// `token` (the app token's check, both services') admits and messages
+    /// of at most `limit` bytes (both services' decoding limit).
+    pub(super) fn new(
+        dapr: Arc<DaprApi>,
+        layotto: Arc<LayottoApi>,
+        token: RequireToken,
+        limit: usize,
+    ) -> Self {
+        Self(Arc::new(Answering {
+            dapr,
+            layotto,
+            token,
+            limit,
+        }))
     }
 }
 
@@ -73,8 +88,8 @@ impl<S> tower_layer::Layer<S> for HotPathLayer {
     }
 }
 
-/// The gRPC service: the unary Dapr calls in their plain form here,
-/// everything else through `routes`.
+/// The gRPC service: the data-plane unary calls in their plain form
+/// here, everything else through `routes`.
 #[derive(Clone)]
 pub(super) struct HotPath<S> {
     routes: S,
@@ -144,18 +159,14 @@ impl Answering {
         }
     }
 
-    /// Decodes `framed` as `Req` and answers it with `method`; a message
-    /// that does not decode goes to tonic, which says why.
-    async fn unary<'a, Req, Resp, F, Fut>(
-        &'a self,
-        framed: Bytes,
-        parts: Parts,
-        method: F,
-    ) -> Answered
+    /// Decodes `framed` as `Req` and answers it with `method` (a service's
+    /// method); a message that does not decode goes to tonic, which says
+    /// why.
+    async fn unary<Req, Resp, F, Fut>(framed: Bytes, parts: Parts, method: F) -> Answered
     where
         Req: prost::Message + Default,
         Resp: prost::Message,
-        F: FnOnce(&'a DaprApi, tonic::Request<Req>) -> Fut,
+        F: FnOnce(tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
         let Ok(message) = Req::decode(&framed[PREFIX..]) else {
@@ -166,7 +177,7 @@ impl Answering {
             parts.extensions,
             message,
         );
-        Answered::Here(match method(&self.api, request).await {
+        Answered::Here(match method(request).await {
             Ok(response) => answer(response),
             Err(status) => status.into_http(),
         })
@@ -178,11 +189,12 @@ fn by_tonic(parts: Parts, replayed: Replayed) -> Answered {
     Answered::ByTonic(Request::from_parts(parts, Body::new(replayed)))
 }
 
-/// The unary methods the hot path answers: `Variant = "Method",
-/// RequestMessage, handler;` (the handler is the [`Dapr`] method).
+/// The unary methods the hot path answers: `Variant = "/path", service,
+/// RequestMessage, handler;` (`service` is the [`Answering`] field
+/// serving it, `handler` its method of [`Dapr`] or [`Runtime`]).
 macro_rules! unary_methods {
-    ($($variant:ident = $name:literal, $request:ty, $handler:ident;)*) => {
-        /// A unary method of the Dapr service the hot path answers.
+    ($($variant:ident = $path:literal, $service:ident, $request:ty, $handler:ident;)*) => {
+        /// A unary method the hot path answers.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         enum UnaryMethod {
             $($variant,)*
@@ -191,9 +203,8 @@ macro_rules! unary_methods {
         impl UnaryMethod {
             /// The method served at `path`, if the hot path answers it.
             fn of(path: &str) -> Option<Self> {
-                let name = path.strip_prefix("/dapr.proto.runtime.v1.Dapr/")?;
-                match name {
-                    $($name => Some(Self::$variant),)*
+                match path {
+                    $($path => Some(Self::$variant),)*
                     _ => None,
                 }
             }
@@ -204,8 +215,9 @@ macro_rules! unary_methods {
             async fn answer(&self, method: UnaryMethod, framed: Bytes, parts: Parts) -> Answered {
                 match method {
                     $(UnaryMethod::$variant => {
-                        self.unary::<$request, _, _, _>(framed, parts, |api, request| {
-                            api.$handler(request)
+                        let service = &*self.$service;
+                        Self::unary::<$request, _, _, _>(framed, parts, |request| {
+                            service.$handler(request)
                         })
                         .await
                     })*
@@ -216,24 +228,45 @@ macro_rules! unary_methods {
 }
 
 unary_methods! {
-    GetState = "GetState", pb::GetStateRequest, get_state;
-    GetBulkState = "GetBulkState", pb::GetBulkStateRequest, get_bulk_state;
-    SaveState = "SaveState", pb::SaveStateRequest, save_state;
-    DeleteState = "DeleteState", pb::DeleteStateRequest, delete_state;
-    ExecuteStateTransaction = "ExecuteStateTransaction", pb::ExecuteStateTransactionRequest,
-        execute_state_transaction;
-    GetSecret = "GetSecret", pb::GetSecretRequest, get_secret;
-    GetBulkSecret = "GetBulkSecret", pb::GetBulkSecretRequest, get_bulk_secret;
-    GetConfigurationAlpha1 = "GetConfigurationAlpha1", pb::GetConfigurationRequest,
-        get_configuration_alpha1;
-    GetConfiguration = "GetConfiguration", pb::GetConfigurationRequest, get_configuration;
-    TryLockAlpha1 = "TryLockAlpha1", pb::TryLockRequest, try_lock_alpha1;
-    UnlockAlpha1 = "UnlockAlpha1", pb::UnlockRequest, unlock_alpha1;
-    PublishEvent = "PublishEvent", pb::PublishEventRequest, publish_event;
-    BulkPublishEventAlpha1 = "BulkPublishEventAlpha1", pb::BulkPublishRequest,
-        bulk_publish_event_alpha1;
-    BulkPublishEvent = "BulkPublishEvent", pb::BulkPublishRequest, bulk_publish_event;
-    GetMetadata = "GetMetadata", pb::GetMetadataRequest, get_metadata;
+    GetState = "/dapr.proto.runtime.v1.Dapr/GetState", dapr, pb::GetStateRequest, get_state;
+    GetBulkState = "/dapr.proto.runtime.v1.Dapr/GetBulkState", dapr, pb::GetBulkStateRequest,
+        get_bulk_state;
+    SaveState = "/dapr.proto.runtime.v1.Dapr/SaveState", dapr, pb::SaveStateRequest, save_state;
+    DeleteState = "/dapr.proto.runtime.v1.Dapr/DeleteState", dapr, pb::DeleteStateRequest,
+        delete_state;
+    ExecuteStateTransaction = "/dapr.proto.runtime.v1.Dapr/ExecuteStateTransaction", dapr,
+        pb::ExecuteStateTransactionRequest, execute_state_transaction;
+    GetSecret = "/dapr.proto.runtime.v1.Dapr/GetSecret", dapr, pb::GetSecretRequest, get_secret;
+    GetBulkSecret = "/dapr.proto.runtime.v1.Dapr/GetBulkSecret", dapr, pb::GetBulkSecretRequest,
+        get_bulk_secret;
+    GetConfigurationAlpha1 = "/dapr.proto.runtime.v1.Dapr/GetConfigurationAlpha1", dapr,
+        pb::GetConfigurationRequest, get_configuration_alpha1;
+    GetConfiguration = "/dapr.proto.runtime.v1.Dapr/GetConfiguration", dapr,
+        pb::GetConfigurationRequest, get_configuration;
+    TryLockAlpha1 = "/dapr.proto.runtime.v1.Dapr/TryLockAlpha1", dapr, pb::TryLockRequest,
+        try_lock_alpha1;
+    UnlockAlpha1 = "/dapr.proto.runtime.v1.Dapr/UnlockAlpha1", dapr, pb::UnlockRequest,
+        unlock_alpha1;
+    PublishEvent = "/dapr.proto.runtime.v1.Dapr/PublishEvent", dapr, pb::PublishEventRequest,
+        publish_event;
+    BulkPublishEventAlpha1 = "/dapr.proto.runtime.v1.Dapr/BulkPublishEventAlpha1", dapr,
+        pb::BulkPublishRequest, bulk_publish_event_alpha1;
+    BulkPublishEvent = "/dapr.proto.runtime.v1.Dapr/BulkPublishEvent", dapr,
+        pb::BulkPublishRequest, bulk_publish_event;
+    GetMetadata = "/dapr.proto.runtime.v1.Dapr/GetMetadata", dapr, pb::GetMetadataRequest,
+        get_metadata;
+    LayottoGetState = "/spec.proto.runtime.v1.Runtime/GetState", layotto,
+        layotto_pb::GetStateRequest, get_state;
+    LayottoGetBulkState = "/spec.proto.runtime.v1.Runtime/GetBulkState", layotto,
+        layotto_pb::GetBulkStateRequest, get_bulk_state;
+    LayottoSaveState = "/spec.proto.runtime.v1.Runtime/SaveState", layotto,
+        layotto_pb::SaveStateRequest, save_state;
+    LayottoDeleteState = "/spec.proto.runtime.v1.Runtime/DeleteState", layotto,
+        layotto_pb::DeleteStateRequest, delete_state;
+    LayottoPublishEvent = "/spec.proto.runtime.v1.Runtime/PublishEvent", layotto,
+        layotto_pb::PublishEventRequest, publish_event;
+    LayottoGetNextId = "/spec.proto.runtime.v1.Runtime/GetNextId", layotto,
+        layotto_pb::GetNextIdRequest, get_next_id;
 }
 
 /// The answer to a call that succeeded, as tonic writes it: the

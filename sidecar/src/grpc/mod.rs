@@ -18,9 +18,10 @@
 //!   (configuration subscriptions) last until unsubscribed, the client
 //!   leaves, or the server shuts down.
 //! * Every call is counted in the request metrics (`observe`).
-//! * `Dapr/GetState` in its plain form is answered in front of the routes
-//!   (`hot_path`), by the same handler, without tonic's router and codec;
-//!   anything unusual about it goes through the routes as every other call.
+//! * The data-plane unary calls (Dapr's and Layotto's) in their plain form
+//!   are answered in front of the routes (`hot_path`), by the same
+//!   handlers, without tonic's router and codec; anything unusual about
+//!   one goes through the routes as every other call does.
 //! * The handlers are thin: they turn messages into calls of the shared
 //!   Dapr operations ([`crate::dapr`]) and their errors into statuses
 //!   (`status`).
@@ -99,14 +100,15 @@ pub async fn serve(
     let dapr_api = std::sync::Arc::new(DaprApi::new(state.clone(), shutdown.clone()));
     let dapr = DaprServer::from_arc(dapr_api.clone()).max_decoding_message_size(limit);
     let app_auth = RequireToken::new(options.app_token.clone(), &[APP_TOKEN_HEADER], &state);
-    let hot_path = HotPathLayer::new(dapr_api, app_auth.clone(), limit);
     let push_timeout = lifecycle_wait::lifecycle_timeout(&state);
     let lifecycle_api = std::sync::Arc::new(LifecycleApi::new(state.clone(), push_timeout));
     let lifecycle =
         LifecycleServer::from_arc(lifecycle_api.clone()).max_decoding_message_size(limit);
     // Layotto's services: the same operations, tokens and limits.
-    let layotto = LayottoRuntimeServer::new(LayottoApi::new(state.clone(), shutdown.clone()))
-        .max_decoding_message_size(limit);
+    let layotto_api = std::sync::Arc::new(LayottoApi::new(state.clone(), shutdown.clone()));
+    let layotto =
+        LayottoRuntimeServer::from_arc(layotto_api.clone()).max_decoding_message_size(limit);
+    let hot_path = HotPathLayer::new(dapr_api, layotto_api, app_auth.clone(), limit);
     let layotto_lifecycle = LayottoLifecycleServer::new(LayottoLifecycleApi::new(lifecycle_api))
         .max_decoding_message_size(limit);
     // The admin token may come in its own header or, as Dapr clients send
