@@ -89,13 +89,12 @@ impl http_body::Body for OneMessage {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let frame = match (self.frame.take(), self.trailers.take()) {
-            (Some(data), trailers) => {
-                self.trailers = trailers;
-                Frame::data(data)
-            }
-            (None, Some(trailers)) => Frame::trailers(trailers),
-            (None, None) => return Poll::Ready(None),
+        let frame = match self.frame.take() {
+            Some(data) => Frame::data(data),
+            None => match self.trailers.take() {
+                Some(trailers) => Frame::trailers(trailers),
+                None => return Poll::Ready(None),
+            },
         };
         Poll::Ready(Some(Ok(frame)))
     }
