@@ -85,7 +85,8 @@ impl Live {
     /// The slot of `key`, shared by every handle naming it (a handle takes
     /// it on its first load).
     pub(crate) fn slot(&self, key: &ComponentKey) -> Arc<Slot> {
-        self.slots.slot(key, &self.current.load())
+        self.slots
+            .slot(key, || self.current.load().get(key).cloned())
     }
 
     /// The publish epoch, while the slots match the published generation

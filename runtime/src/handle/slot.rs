@@ -151,9 +151,16 @@ impl Slots {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// The slot of `key` (shared by every handle naming it), filled from
-    /// `current` when new.
-    pub(crate) fn slot(&self, key: &ComponentKey, current: &Generation) -> Arc<Slot> {
+    /// The slot of `key` (shared by every handle naming it), filled when
+    /// new with `current()`, the key's instance in the published generation.
+    /// It is read under the lock a publish holds: read before, a publish
+    /// finishing meanwhile would leave the new slot on the replaced
+    /// instance until the next one.
+    pub(crate) fn slot(
+        &self,
+        key: &ComponentKey,
+        current: impl FnOnce() -> Option<Instance>,
+    ) -> Arc<Slot> {
         let mut by_key = self.by_key();
         if let Some(slot) = by_key.slots.get(key).and_then(Weak::upgrade) {
             return slot;
@@ -161,7 +168,7 @@ impl Slots {
         if by_key.slots.len() >= by_key.sweep_at {
             by_key.sweep();
         }
-        let slot = Arc::new(Slot::new(current.get(key)));
+        let slot = Arc::new(Slot::new(current().as_ref()));
         by_key.slots.insert(key.clone(), Arc::downgrade(&slot));
         slot
     }
@@ -222,6 +229,11 @@ mod tests {
         Generation::new(1, map)
     }
 
+    /// The slot of `key`, filled from `generation` when new.
+    fn slot_in(slots: &Slots, key: &ComponentKey, generation: &Generation) -> Arc<Slot> {
+        slots.slot(key, || generation.get(key).cloned())
+    }
+
     fn holds(slot: &Slot, instance: &Instance) -> bool {
         slot.load()
             .as_deref()
@@ -234,7 +246,10 @@ mod tests {
         let (a, b) = (fresh(), fresh());
         let first = generation(&[("a", &a), ("b", &b)]);
         slots.publish(&first, None, || {});
-        let (slot_a, slot_b) = (slots.slot(&key("a"), &first), slots.slot(&key("b"), &first));
+        let (slot_a, slot_b) = (
+            slot_in(&slots, &key("a"), &first),
+            slot_in(&slots, &key("b"), &first),
+        );
         assert!(holds(&slot_a, &a) && holds(&slot_b, &b));
 
         // `b` replaced, `c` added: named, so republished; `a` kept.
@@ -244,7 +259,7 @@ mod tests {
         slots.publish(&second, Some(&changed), || {});
         assert!(holds(&slot_a, &a));
         assert!(holds(&slot_b, &b2));
-        assert!(holds(&slots.slot(&key("c"), &second), &c));
+        assert!(holds(&slot_in(&slots, &key("c"), &second), &c));
 
         // `b` removed: its slot empties.
         let third = generation(&[("a", &a), ("c", &c)]);
@@ -261,9 +276,9 @@ mod tests {
         slots.publish(&first, None, || {});
         let kept: Vec<Arc<Slot>> = ["a", "b", "c"]
             .iter()
-            .map(|name| slots.slot(&key(name), &first))
+            .map(|name| slot_in(&slots, &key(name), &first))
             .collect();
-        drop(slots.slot(&key("gone"), &first));
+        drop(slot_in(&slots, &key("gone"), &first));
 
         // `a` replaced, `b` kept, `c` stopped, `d` new; nobody holds `gone`.
         let (a2, d) = (fresh(), fresh());
@@ -276,7 +291,38 @@ mod tests {
             "a stopped component's slot empties"
         );
         assert!(!slots.by_key().slots.contains_key(&key("gone")));
-        assert!(holds(&slots.slot(&key("d"), &second), &d));
+        assert!(holds(&slot_in(&slots, &key("d"), &second), &d));
+    }
+
+    /// A slot asked for while a publish runs is made after it, from what
+    /// it published: the first load of a handle racing a reload never
+    /// pins the replaced instance.
+    #[test]
+    fn a_slot_made_during_a_publish_holds_what_it_published() {
+        let slots = Slots::default();
+        let (old, new) = (fresh(), fresh());
+        let current = arc_swap::ArcSwap::from_pointee(generation(&[("a", &old)]));
+        let (publishing, asked) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let next = Arc::new(generation(&[("a", &new)]));
+                slots.publish(&next, None, || {
+                    publishing.wait();
+                    // The other thread asks for the slot now; give its
+                    // request time to reach the lock this publish holds.
+                    asked.wait();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    current.store(next.clone());
+                });
+            });
+            publishing.wait();
+            let asking = scope.spawn(|| {
+                asked.wait();
+                slots.slot(&key("a"), || current.load().get(&key("a")).cloned())
+            });
+            let slot = asking.join().unwrap_or_else(|_| panic!("asking failed"));
+            assert!(holds(&slot, &new), "the slot holds the replaced instance");
+        });
     }
 
     #[test]
@@ -284,11 +330,11 @@ mod tests {
         let slots = Slots::default();
         let empty = generation(&[]);
         let _kept: Vec<Arc<Slot>> = (0..10)
-            .map(|i| slots.slot(&key(&format!("kept-{i}")), &empty))
+            .map(|i| slot_in(&slots, &key(&format!("kept-{i}")), &empty))
             .collect();
         // A client naming ever new components: each slot is let go at once.
         for i in 0..10_000 {
-            drop(slots.slot(&key(&format!("gone-{i}")), &empty));
+            drop(slot_in(&slots, &key(&format!("gone-{i}")), &empty));
         }
         let held = slots.by_key().slots.len();
         assert!(held <= SWEEP_FROM * 2, "{held} slots held for 10 live ones");
