@@ -16,10 +16,12 @@ pub mod child;
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod load;
+pub mod output;
 pub mod redis;
 pub mod redis_cluster;
 
 pub use child::ChildProcess;
+pub use output::output_within;
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use testkit::certs::TestCa;
 use testkit::redis::RedisServer;
-use testkit::{free_port, ChildProcess};
+use testkit::{free_port, output_within, ChildProcess};
 
 #[test]
 fn the_official_dapr_python_sdk_works_against_rewire() {
@@ -42,9 +42,10 @@ fn the_official_dapr_python_sdk_works_over_tls() {
 /// when given, `redis_pubsub` as broker `redispubsub`; over TLS when `tls`
 /// is given.
 fn run_sdk_script(state: &Value, lock: &Value, redis_pubsub: Option<&Value>, tls: Option<&TestCa>) {
-    let sdk = Command::new("python3")
-        .args(["-c", "import dapr.clients"])
-        .output();
+    let sdk = output_within(
+        Command::new("python3").args(["-c", "import dapr.clients"]),
+        Duration::from_secs(60),
+    );
     assert!(
         sdk.as_ref().is_ok_and(|o| o.status.success()),
         "the Dapr Python SDK is not installed: run ./scripts/test.sh (it installs it with pip)"
@@ -133,10 +134,12 @@ fn run_sdk_script(state: &Value, lock: &Value, redis_pubsub: Option<&Value>, tls
             .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &ca.ca_path)
             .env("SSL_CERT_FILE", &ca.ca_path);
     }
-    let run = python.output();
+    // The script's own watchdog ends it after 120 s; this bounds the rest
+    // (an interpreter that hangs at exit).
+    let run = output_within(&mut python, Duration::from_secs(180));
     let status = sidecar.terminate();
     let log: Vec<String> = sidecar.log().lines().map(String::from).collect();
-    let run = run.expect("cannot run python3");
+    let run = run.unwrap_or_else(|e| panic!("{e}\nsidecar log:\n{}", log.join("\n")));
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(

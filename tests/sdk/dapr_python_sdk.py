@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+import traceback
 
 import grpc
 from dapr.clients import DaprClient
@@ -19,10 +20,18 @@ from dapr.clients.grpc._request import TransactionalStateOperation, TransactionO
 from dapr.clients.grpc._state import Concurrency, StateOptions
 
 
+def leave(code):
+    """Ends the process now: the interpreter's own exit can hang in the
+    finalizer of a gRPC stream whose lock a daemon thread held."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def check(condition, message):
     if not condition:
         print(f"FAILED: {message}", file=sys.stderr)
-        sys.exit(1)
+        leave(1)
 
 
 def state(d):
@@ -189,4 +198,9 @@ if __name__ == "__main__":
     watchdog = threading.Timer(120, lambda: (print("FAILED: timed out", file=sys.stderr), os._exit(2)))
     watchdog.daemon = True
     watchdog.start()
-    main()
+    try:
+        main()
+    except Exception:  # an unexpected error fails the run, without hanging at exit
+        traceback.print_exc()
+        leave(1)
+    leave(0)
