@@ -3,6 +3,9 @@
 //! graph with every kind of reference and names that need escaping.
 
 use std::process::Command;
+use std::time::Duration;
+
+use testkit::output_within;
 
 #[test]
 fn the_mermaid_graph_parses_with_the_official_mermaid_parser() {
@@ -37,11 +40,13 @@ fn the_mermaid_graph_parses_with_the_official_mermaid_parser() {
     );
     let mmd = dir.path().join("graph.mmd");
     std::fs::write(&mmd, &graph.stdout).unwrap();
-    let parsed = Command::new("node")
-        .arg(format!("{checker}/check.mjs"))
-        .arg(&mmd)
-        .output()
-        .expect("cannot run node");
+    let parsed = output_within(
+        Command::new("node")
+            .arg(format!("{checker}/check.mjs"))
+            .arg(&mmd),
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         parsed.status.success(),
         "{}\n{}",
