@@ -17,6 +17,8 @@ const PROBE_EVERY: Duration = Duration::from_millis(50);
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 /// Lines of the log quoted in errors.
 const TAIL_LINES: usize = 5;
+/// How long [`ChildProcess::terminate`] waits for the process to exit.
+pub const TERMINATE_WITHIN: Duration = Duration::from_secs(30);
 
 /// A program run as a child process, killed on drop.
 pub struct ChildProcess {
@@ -117,22 +119,11 @@ impl ChildProcess {
         }
     }
 
-    /// Sends SIGTERM (through `kill`) and waits for the process to exit.
+    /// Sends SIGTERM (through `kill`) and waits for the process to exit,
+    /// for [`TERMINATE_WITHIN`] at most (a process that ignores it fails
+    /// the test instead of hanging it).
     pub fn terminate(&mut self) -> Result<ExitStatus, String> {
-        let mut child = self
-            .child
-            .take()
-            .ok_or_else(|| format!("{} does not run", self.name))?;
-        let killed = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .map_err(|e| format!("cannot run kill: {e}"))?;
-        if !killed.success() {
-            return Err(format!("kill -TERM {} failed: {killed}", child.id()));
-        }
-        child
-            .wait()
-            .map_err(|e| format!("wait for {}: {e}", self.name))
+        self.terminate_within(TERMINATE_WITHIN)
     }
 
     /// Sends SIGTERM and waits at most `limit` for the process to exit;

@@ -21,7 +21,7 @@ pub mod redis;
 pub mod redis_cluster;
 
 pub use child::ChildProcess;
-pub use output::output_within;
+pub use output::{output, output_within};
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {

@@ -58,6 +58,16 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Result<Output, S
     }
 }
 
+/// How long [`output`] lets a program run: a CLI command answers in
+/// seconds; this only turns a hang into a failure.
+pub const OUTPUT_WITHIN: Duration = Duration::from_secs(120);
+
+/// [`output_within`] [`OUTPUT_WITHIN`], failing the test (with what the
+/// program wrote) when it cannot run or does not end.
+pub fn output(command: &mut Command) -> Output {
+    output_within(command, OUTPUT_WITHIN).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Reads `pipe` to its end on a thread of its own (so a full pipe never
 /// blocks the child); the bytes arrive on the receiver.
 fn drain(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {

@@ -64,7 +64,9 @@ impl RedisCluster {
             create.arg(format!("127.0.0.1:{}", node.port));
         }
         create.args(["--cluster-replicas", "1", "--cluster-yes"]);
-        let created = create.output().expect("cannot run redis-cli");
+        // `redis-cli` waits for the cluster to join with no limit of its own.
+        let created = crate::output_within(&mut create, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             created.status.success(),
             "redis-cli --cluster create failed: {}{}",

@@ -16,7 +16,7 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf 
 }
 
 fn output(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.output().expect("cannot run rewire");
+    let out = testkit::output(cmd);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -19,12 +19,12 @@ use testkit::{free_port, ChildProcess};
 const PATIENCE: Duration = Duration::from_secs(20);
 
 fn rewire(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rewire"))
-        .args(args)
-        .env_remove("DAPR_API_TOKEN")
-        .env_remove("REWIRE_ADMIN_TOKEN")
-        .output()
-        .expect("cannot run rewire")
+    testkit::output(
+        Command::new(env!("CARGO_BIN_EXE_rewire"))
+            .args(args)
+            .env_remove("DAPR_API_TOKEN")
+            .env_remove("REWIRE_ADMIN_TOKEN"),
+    )
 }
 
 fn text(bytes: &[u8]) -> String {

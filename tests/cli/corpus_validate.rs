@@ -15,12 +15,12 @@ use rewire::Registry;
 
 /// `rewire validate --config <path>`: exit code, stdout, stderr.
 fn run_validate(path: &std::path::Path) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rewire"))
-        .args(["validate", "--config"])
-        .arg(path)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("cannot run rewire");
+    let out = testkit::output(
+        Command::new(env!("CARGO_BIN_EXE_rewire"))
+            .args(["validate", "--config"])
+            .arg(path)
+            .env("NO_COLOR", "1"),
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -227,11 +227,7 @@ fn run_validate_capped(path: &std::path::Path) -> (i32, String) {
         "ulimit -v 1048576; exec {} validate --config \"$0\"",
         env!("CARGO_BIN_EXE_rewire")
     );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .arg(path)
-        .output()
-        .expect("cannot run rewire");
+    let out = testkit::output(Command::new("sh").args(["-c", &script]).arg(path));
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -34,13 +34,13 @@ fn binary() -> &'static Path {
 }
 
 fn sidecar(args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .env_remove("DAPR_API_TOKEN")
-        .env_remove("REWIRE_ADMIN_TOKEN")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("cannot run the example's binary")
+    testkit::output(
+        Command::new(binary())
+            .args(args)
+            .env_remove("DAPR_API_TOKEN")
+            .env_remove("REWIRE_ADMIN_TOKEN")
+            .env("NO_COLOR", "1"),
+    )
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -69,13 +69,13 @@ fn sequencer_with_secret_ref(redis: &str) -> String {
 }
 
 fn rewire(args: &[&str], config: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_rewire"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("cannot run rewire")
+    testkit::output(
+        Command::new(env!("CARGO_BIN_EXE_rewire"))
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .env("NO_COLOR", "1"),
+    )
 }
 
 /// A blocking HTTP GET/POST through reqwest's async client (the tests are
