@@ -256,7 +256,12 @@ async fn a_grpc_app_gets_events_through_app_callback() {
     serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
     // Published until the app is subscribed (its first event arrives).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let first = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no event reached the app in 30 s"
+        );
         client
             .publish_event(publish("orders", b"to the app", "text/plain"))
             .await

@@ -58,7 +58,12 @@ async fn in_flight_calls_finish_and_serve_returns_ok() {
     SLOW.store(true, Ordering::SeqCst);
     let in_flight = tokio::spawn(async move { reqwest::get(&url).await.map(|r| r.status()) });
     // Shut down once the call is inside its handler.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     while !ENTERED.load(Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call never reached its handler"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     shutdown.cancel();

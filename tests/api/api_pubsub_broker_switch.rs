@@ -113,10 +113,13 @@ async fn publish_through_a_switch(sidecar: &Sidecar, second: &RedisServer, recei
             }
         }));
     }
-    acked
-        .wait_for(|n| *n >= SWITCH_AFTER)
-        .await
-        .expect("publishers alive");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        acked.wait_for(|n| *n >= SWITCH_AFTER),
+    )
+    .await
+    .expect("publishes acknowledged within a minute")
+    .expect("publishers alive");
     let candidate = parse(config(&second.addr()).as_bytes()).unwrap();
     let record = sidecar
         .runtime
@@ -131,7 +134,10 @@ async fn publish_through_a_switch(sidecar: &Sidecar, second: &RedisServer, recei
         "a new redisHost rebuilds the pub/sub"
     );
     for publisher in publishers {
-        publisher.await.expect("publisher panicked");
+        tokio::time::timeout(Duration::from_secs(60), publisher)
+            .await
+            .expect("a publisher still ran a minute after the switch")
+            .expect("publisher panicked");
     }
     let published = std::mem::take(&mut *published.lock().unwrap());
     let everything = published.acknowledged.len();

@@ -21,9 +21,13 @@ fn config(type_name: &str, metadata: serde_json::Value) -> String {
     .to_string()
 }
 
-/// Waits until some client reports `phase` (or every client is done).
+/// Waits until some client reports `phase` (or every client is done);
+/// fails after a minute.
 async fn wait_for(phase: usize, reports: &mut tokio::sync::mpsc::Receiver<usize>) {
-    while reports.recv().await.is_some_and(|p| p < phase) {}
+    let waiting = async { while reports.recv().await.is_some_and(|p| p < phase) {} };
+    tokio::time::timeout(std::time::Duration::from_secs(60), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("no client reached phase {phase} in a minute"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -299,30 +299,38 @@ mod tests {
     /// pins the replaced instance.
     #[test]
     fn a_slot_made_during_a_publish_holds_what_it_published() {
-        let slots = Slots::default();
+        use std::sync::mpsc;
+        use std::time::Duration;
+        // Every wait is bounded: a lock that never frees fails the test.
+        const LIMIT: Duration = Duration::from_secs(10);
+        let slots = Arc::new(Slots::default());
         let (old, new) = (fresh(), fresh());
-        let current = arc_swap::ArcSwap::from_pointee(generation(&[("a", &old)]));
-        let (publishing, asked) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                let next = Arc::new(generation(&[("a", &new)]));
+        let current = Arc::new(arc_swap::ArcSwap::from_pointee(generation(&[("a", &old)])));
+        let (publishing, inside) = mpsc::channel();
+        let publisher = {
+            let (slots, current) = (slots.clone(), current.clone());
+            let next = Arc::new(generation(&[("a", &new)]));
+            std::thread::spawn(move || {
                 slots.publish(&next, None, || {
-                    publishing.wait();
-                    // The other thread asks for the slot now; give its
-                    // request time to reach the lock this publish holds.
-                    asked.wait();
-                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    let _ = publishing.send(());
+                    // Give the other thread's request time to reach the
+                    // lock this publish holds.
+                    std::thread::sleep(Duration::from_millis(50));
                     current.store(next.clone());
                 });
-            });
-            publishing.wait();
-            let asking = scope.spawn(|| {
-                asked.wait();
-                slots.slot(&key("a"), || current.load().get(&key("a")).cloned())
-            });
-            let slot = asking.join().unwrap_or_else(|_| panic!("asking failed"));
-            assert!(holds(&slot, &new), "the slot holds the replaced instance");
+            })
+        };
+        inside.recv_timeout(LIMIT).expect("the publish never ran");
+        let (made, slot) = mpsc::channel();
+        std::thread::spawn(move || {
+            let slot = slots.slot(&key("a"), || current.load().get(&key("a")).cloned());
+            let _ = made.send(slot);
         });
+        let slot = slot.recv_timeout(LIMIT).expect("the slot was never made");
+        assert!(holds(&slot, &new), "the slot holds the replaced instance");
+        publisher
+            .join()
+            .unwrap_or_else(|_| panic!("the publish failed"));
     }
 
     #[test]

@@ -13,11 +13,17 @@ use tonic::transport::{Channel, Endpoint};
 /// How long a test waits for anything that should happen at once.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+/// The longest any one gRPC call of a test may take.
+const CALL_WITHIN: Duration = Duration::from_secs(60);
+
 /// A channel to the gRPC API at `url`.
 pub async fn channel(url: String) -> Channel {
     Endpoint::from_shared(url)
         .expect("bad url")
         .connect_timeout(PATIENCE)
+        // No call of a test waits this long unless the sidecar hangs:
+        // then the call fails instead of hanging the suite.
+        .timeout(CALL_WITHIN)
         .connect()
         .await
         .expect("cannot connect")
