@@ -5,6 +5,11 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The longest one round may take: past it the round counts as failed
+/// (and the load goes on), so a hung call fails the test, never hangs it.
+const ROUND_WITHIN: Duration = Duration::from_secs(30);
 
 /// What the load saw.
 #[derive(Debug, Default)]
@@ -68,7 +73,12 @@ impl Load {
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
                         let (key, value) = (format!("{prefix}{task}-{n}"), n.to_string());
-                        match round(key.clone(), value.clone()).await {
+                        let bounded =
+                            tokio::time::timeout(ROUND_WITHIN, round(key.clone(), value.clone()));
+                        let outcome = bounded.await.unwrap_or_else(|_| {
+                            Round::WriteFailed(format!("{key}: no answer in {ROUND_WITHIN:?}"))
+                        });
+                        match outcome {
                             Round::WriteFailed(err) => record(&seen, |s| s.failed.push(err)),
                             Round::Written(read_back) => record(&seen, |s| {
                                 s.acked.push((key, value));
@@ -86,11 +96,12 @@ impl Load {
         Self { stop, seen, tasks }
     }
 
-    /// Stops the tasks and returns what they saw.
+    /// Stops the tasks and returns what they saw (each task ends within
+    /// one bounded round).
     pub async fn finish(self) -> Seen {
         self.stop.store(true, Ordering::Relaxed);
         for task in self.tasks {
-            let _ = task.await;
+            let _ = tokio::time::timeout(ROUND_WITHIN * 2, task).await;
         }
         std::mem::take(&mut *self.seen.lock().unwrap_or_else(|p| p.into_inner()))
     }
