@@ -42,11 +42,17 @@ impl Sidecar {
     }
 
     /// Stops the servers (in-flight calls finish) and the runtime.
+    /// Bounded: a shutdown that hangs fails the test.
     pub async fn stop(mut self) {
         self.shutdown.cancel();
-        if let Some(server) = self.server.take() {
-            server.stopped().await.expect("server failed");
-        }
-        self.runtime.shutdown().await;
+        let stopping = async {
+            if let Some(server) = self.server.take() {
+                server.stopped().await.expect("server failed");
+            }
+            self.runtime.shutdown().await;
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), stopping)
+            .await
+            .expect("the sidecar did not stop within 60 s");
     }
 }
