@@ -189,6 +189,14 @@ mod tests {
     use tokio_stream::StreamExt;
     use tonic::Status;
 
+    /// `future`, failing the test if it does not end within 10 s (a stream
+    /// that should end but does not must fail, not hang).
+    async fn within<F: std::future::Future>(future: F) -> F::Output {
+        tokio::time::timeout(std::time::Duration::from_secs(10), future)
+            .await
+            .expect("no answer within 10 s")
+    }
+
     fn subscription() -> (mpsc::Sender<ConfigChange>, ConfigSubscription) {
         let (sender, changes) = mpsc::channel(4);
         (
@@ -224,7 +232,10 @@ mod tests {
             .send(ConfigChange { items: vec![item] })
             .await
             .expect("send");
-        let update = stream.next().await.and_then(Result::ok).expect("update");
+        let update = within(stream.next())
+            .await
+            .and_then(Result::ok)
+            .expect("update");
         assert_eq!(
             (update.id.as_str(), update.items["k"].value.as_str()),
             (first.id.as_str(), "v")
@@ -237,7 +248,7 @@ mod tests {
             })
         );
         assert_eq!(subscriptions.close("config", &first.id, None), Ok(()));
-        assert!(stream.next().await.is_none(), "the stream ends");
+        assert!(within(stream.next()).await.is_none(), "the stream ends");
         assert_eq!(subscriptions.len(), 0);
         assert_eq!(
             subscriptions.close("config", &first.id, None),
@@ -252,9 +263,9 @@ mod tests {
             Subscriptions::new(shutdown.clone(), 1 << 20, Arc::new(ApiMetrics::new()));
         let (_changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
-        assert!(stream.next().await.is_some());
+        assert!(within(stream.next()).await.is_some());
         shutdown.cancel();
-        assert!(stream.next().await.is_none());
+        assert!(within(stream.next()).await.is_none());
     }
 
     #[tokio::test]
@@ -303,7 +314,7 @@ mod tests {
                 ..ConfigItem::default()
             }],
         };
-        assert!(stream.next().await.is_some(), "the id");
+        assert!(within(stream.next()).await.is_some(), "the id");
         // Two changes of 6 KB each, unread: the second does not fit 10 KB.
         for _ in 0..2 {
             changes.send(big(6_000)).await.expect("send");
@@ -317,7 +328,7 @@ mod tests {
         .await
         .expect("the slow subscriber is dropped");
         let mut messages = Vec::new();
-        while let Some(message) = stream.next().await {
+        while let Some(message) = within(stream.next()).await {
             messages.push(message);
         }
         let reason = messages.pop().expect("a reason").expect_err("dropped");
