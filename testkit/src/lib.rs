@@ -23,6 +23,19 @@ pub mod redis_cluster;
 pub use child::ChildProcess;
 pub use output::{output, output_within};
 
+/// `future`, failing the test when it does not end within `limit`: for the
+/// waits that should end at once, so a regression fails instead of
+/// hanging the suite. `what` names what was awaited.
+pub async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    what: &str,
+    future: F,
+) -> F::Output {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -2,6 +2,7 @@
 
 pub mod grpc;
 pub mod pubsub;
+#[path = "../../common/sidecar.rs"]
 pub mod sidecar;
 
 use rewire::config::{parse, validate};

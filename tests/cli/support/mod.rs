@@ -2,6 +2,9 @@
 
 pub mod corpus;
 pub mod grpc;
+// The CLI tests use no HTTP address.
+#[allow(dead_code)]
+#[path = "../../common/sidecar.rs"]
 pub mod sidecar;
 
 use rewire::config::{parse, validate};

@@ -2,6 +2,7 @@
 
 pub mod grpc;
 pub mod reload;
+#[path = "../../common/sidecar.rs"]
 pub mod sidecar;
 pub mod story_load;
 pub mod triggers;

@@ -1,4 +1,6 @@
-//! Starting a runtime with its sidecar APIs on free loopback ports.
+//! Starting a runtime with its sidecar APIs on free loopback ports: one
+//! file, included as `support::sidecar` by each test binary (whose
+//! `support::start` it calls).
 
 use std::net::SocketAddr;
 
@@ -52,14 +54,17 @@ impl Sidecar {
     /// Bounded: a shutdown that hangs fails the test.
     pub async fn stop(mut self) {
         self.shutdown.cancel();
-        let stopping = async {
-            if let Some(server) = self.server.take() {
-                server.stopped().await.expect("server failed");
-            }
-            self.runtime.shutdown().await;
-        };
-        tokio::time::timeout(std::time::Duration::from_secs(60), stopping)
-            .await
-            .expect("the sidecar did not stop within 60 s");
+        let (server, runtime) = (self.server.take(), &self.runtime);
+        testkit::within(
+            std::time::Duration::from_secs(60),
+            "the sidecar stopped",
+            async {
+                if let Some(server) = server {
+                    server.stopped().await.expect("server failed");
+                }
+                runtime.shutdown().await;
+            },
+        )
+        .await;
     }
 }
