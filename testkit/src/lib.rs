@@ -36,6 +36,26 @@ pub async fn within<F: std::future::Future>(
         .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
 }
 
+/// How long one HTTP request of a test may take.
+const HTTP_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An HTTP client whose requests end after [`HTTP_WITHIN`]: a sidecar that
+/// stops answering fails the test instead of hanging it. Installs rustls'
+/// ring provider first when the process has none (reqwest is built without
+/// one): a client must not depend on another test having installed it.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(HTTP_WITHIN)
+        .build()
+        .expect("HTTP client")
+}
+
+/// `GET url` with [`http_client`].
+pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    http_client().get(url).send().await
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

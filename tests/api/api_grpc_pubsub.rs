@@ -101,7 +101,7 @@ async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
     assert_eq!(bulk_seen, ["bulk 0", "bulk 1", "bulk 2"]);
 
     // HTTP publish: 204, delivered with the body's content type.
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let url = format!("{}/v1.0/publish/pubsub/orders", sidecar.http_url());
     let answer = http
         .post(&url)
@@ -175,7 +175,7 @@ async fn dapr_error_codes() {
     };
     assert_eq!(status.code(), Code::NotFound);
 
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let answer = http
         .post(format!("{}/v1.0/publish/nope/orders", sidecar.http_url()))
         .body("x")

@@ -52,11 +52,11 @@ async fn in_flight_calls_finish_and_serve_returns_ok() {
     let server = tokio::spawn(http::serve(state, listener, shutdown.clone()));
 
     let url = format!("http://{addr}/v1.0/healthz");
-    let ok = reqwest::get(&url).await.unwrap();
+    let ok = testkit::http_get(&url).await.unwrap();
     assert_eq!(ok.status(), StatusCode::NO_CONTENT);
 
     SLOW.store(true, Ordering::SeqCst);
-    let in_flight = tokio::spawn(async move { reqwest::get(&url).await.map(|r| r.status()) });
+    let in_flight = tokio::spawn(async move { testkit::http_get(&url).await.map(|r| r.status()) });
     // Shut down once the call is inside its handler.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     while !ENTERED.load(Ordering::SeqCst) {
@@ -72,7 +72,7 @@ async fn in_flight_calls_finish_and_serve_returns_ok() {
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     let served = server.await.unwrap();
     assert!(served.is_ok(), "{served:?}");
-    let refused = reqwest::get(format!("http://{addr}/v1.0/healthz")).await;
+    let refused = testkit::http_get(format!("http://{addr}/v1.0/healthz")).await;
     assert!(refused.is_err(), "the server still answers after shutdown");
     runtime.shutdown().await;
 }

@@ -121,9 +121,9 @@ async fn configuration_answers_over_the_limit_are_refused_naming_it() {
     let sidecar = Sidecar::start(CONFIG, options()).await;
     set(&sidecar, "huge", "h".repeat(LIMIT + 1)).await;
     let url = format!("{}/v1.0/configuration/config", sidecar.http_url());
-    let small = reqwest::get(format!("{url}?key=small")).await.unwrap();
+    let small = testkit::http_get(format!("{url}?key=small")).await.unwrap();
     assert_eq!(small.status(), StatusCode::OK);
-    let all = reqwest::get(&url).await.unwrap();
+    let all = testkit::http_get(&url).await.unwrap();
     assert_eq!(all.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let body: Value = all.json().await.unwrap();
     assert_eq!(body["errorCode"], "ERR_RESPONSE_TOO_LARGE");
@@ -156,7 +156,7 @@ fn subscribe() -> SubscribeConfigurationRequest {
 
 /// `rewire_config_subscribers_dropped_total` from `/metrics`.
 async fn dropped(sidecar: &Sidecar) -> u64 {
-    let text = reqwest::get(format!("{}/metrics", sidecar.http_url()))
+    let text = testkit::http_get(format!("{}/metrics", sidecar.http_url()))
         .await
         .unwrap()
         .text()

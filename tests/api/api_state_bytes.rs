@@ -33,7 +33,7 @@ async fn values_pass_through_untouched_over_both_apis_and_both_stores() {
     })
     .to_string();
     let sidecar = Sidecar::start(&config, ApiOptions::default()).await;
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
     for store in ["memory", "redis"] {
         let url = format!("{}/v1.0/state/{store}", sidecar.http_url());

@@ -185,7 +185,7 @@ async fn a_dapr_components_folder_runs_unmodified_and_a_manifest_edit_reloads_lo
     assert!(log.contains("metadata `actorStateStore` ignored"), "{log}");
     assert!(!log.contains(PASSWORD), "the password leaked into the log");
 
-    let (base, http) = (format!("http://{http_addr}"), reqwest::Client::new());
+    let (base, http) = (format!("http://{http_addr}"), testkit::http_client());
     let url = format!("{base}/v1.0/state/statestore");
     let load = Load::start(4, "dapr-", {
         let (http, url) = (http.clone(), url.clone());
@@ -296,7 +296,7 @@ async fn adding_and_removing_a_manifest_adds_and_removes_its_component() {
     .unwrap();
     let http_addr = format!("127.0.0.1:{}", free_port());
     let _sidecar = start(dir.path(), &http_addr);
-    let (base, http) = (format!("http://{http_addr}"), reqwest::Client::new());
+    let (base, http) = (format!("http://{http_addr}"), testkit::http_client());
     let names = |s: &Value| -> Vec<String> {
         let mut names: Vec<String> = s["components"]
             .as_array()
@@ -396,7 +396,7 @@ async fn a_configmap_update_swapping_the_data_link_reloads() {
     symlink("..data/cache.yaml", components.join("cache.yaml")).unwrap();
     let http_addr = format!("127.0.0.1:{}", free_port());
     let _sidecar = start(dir.path(), &http_addr);
-    let (base, http) = (format!("http://{http_addr}"), reqwest::Client::new());
+    let (base, http) = (format!("http://{http_addr}"), testkit::http_client());
     assert_eq!(status(&http, &base).await["generation"], json!(1));
 
     version("..2026_02", 60);

@@ -90,7 +90,7 @@ impl Http {
         rewire::components::tls::install_ring_provider();
         Self {
             runtime: tokio::runtime::Runtime::new().unwrap(),
-            client: reqwest::Client::new(),
+            client: testkit::http_client(),
         }
     }
 

@@ -189,7 +189,7 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
     let _sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "100");
 
     rewire::sidecar::tls::install_ring_provider();
-    let answer = reqwest::Client::new()
+    let answer = testkit::http_client()
         .get(format!("http://{http}/v1.0/state/orders/order-1"))
         .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
         .send()
@@ -332,7 +332,7 @@ async fn spans_still_queued_at_shutdown_are_exported() {
     let grpc = format!("127.0.0.1:{}", free_port());
     let mut sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "600000");
     rewire::sidecar::tls::install_ring_provider();
-    let answer = reqwest::Client::new()
+    let answer = testkit::http_client()
         .get(format!("http://{http}/v1.0/state/cache/k"))
         .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
         .send()

@@ -165,7 +165,7 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
         refused.message()
     );
     // HTTP: Dapr's 500 with the operation's error code.
-    let http = reqwest::get(format!("{}/v1.0/state/orders/k", sidecar.http_url()))
+    let http = testkit::http_get(format!("{}/v1.0/state/orders/k", sidecar.http_url()))
         .await
         .expect("HTTP call");
     assert_eq!(http.status(), 500);
@@ -178,7 +178,7 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
         "{body}"
     );
     // Status and metrics show it open.
-    let status: Value = reqwest::get(format!("{}/v1.0/rewire/status", sidecar.http_url()))
+    let status: Value = testkit::http_get(format!("{}/v1.0/rewire/status", sidecar.http_url()))
         .await
         .expect("status")
         .json()
@@ -188,7 +188,7 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
         status["components"][0]["circuitBreaker"]["state"], "open",
         "{status}"
     );
-    let metrics = reqwest::get(format!("{}/metrics", sidecar.http_url()))
+    let metrics = testkit::http_get(format!("{}/metrics", sidecar.http_url()))
         .await
         .expect("metrics")
         .text()

@@ -177,7 +177,7 @@ async fn no_secret_value_reaches_any_output() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let sidecar = Sidecar::serve(runtime.clone(), ApiOptions::default()).await;
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     for route in [
         "/v1.0/rewire/status",
         "/metrics",
