@@ -323,7 +323,13 @@ impl ConfigStore for Gated {
         use std::sync::atomic::Ordering;
         if self.meta.gated {
             GATE_REACHED.store(true, Ordering::SeqCst);
+            // Held until the test opens the gate; failed after 30 s, so a
+            // reload that waits on this read fails the test, not hangs it.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             while !GATE_OPEN.load(Ordering::SeqCst) {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ConfigError::Backend("the gate never opened".into()));
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
@@ -379,7 +385,7 @@ async fn subscription_made_during_a_rebuild_follows_the_new_store() {
         Action::Rebuilt
     );
     GATE_OPEN.store(true, Ordering::SeqCst);
-    let mut subscription = subscribing
+    let mut subscription = testkit::within(Duration::from_secs(60), "the subscribe", subscribing)
         .await
         .expect("subscribe task")
         .expect("subscribe");

@@ -118,7 +118,9 @@ async fn a_retry_policy_recovers_a_transient_redis_outage() {
     assert_eq!(refused.code(), Code::Internal, "{refused:?}");
     server.restart().await;
 
-    let answer = call.await.expect("call task panicked");
+    let answer = testkit::within(Duration::from_secs(60), "the retried call", call)
+        .await
+        .expect("call task panicked");
     assert!(answer.is_ok(), "the retried call failed: {answer:?}");
     assert_eq!(
         breaker(&sidecar.runtime).map(|b| b.consecutive_failures),

@@ -41,7 +41,13 @@ async fn a_handle_subscriber_that_stops_reading_is_dropped() {
         .subscribe(ConfigQuery::keys(["k"]))
         .await
         .unwrap();
-    publish(&runtime, 2_000).await;
+    // Publishers must never wait on the slow subscriber.
+    testkit::within(
+        Duration::from_secs(60),
+        "2,000 publishes",
+        publish(&runtime, 2_000),
+    )
+    .await;
     // What was buffered can still be read, then the subscription ends.
     let mut delivered = 0;
     loop {
@@ -77,7 +83,12 @@ async fn a_grpc_subscriber_that_stops_reading_gets_resource_exhausted() {
         .and_then(Result::ok)
         .expect("no id message");
     assert!(!first.id.is_empty());
-    publish(&sidecar.runtime, 20_000).await;
+    testkit::within(
+        Duration::from_secs(120),
+        "20,000 publishes",
+        publish(&sidecar.runtime, 20_000),
+    )
+    .await;
     let mut delivered = 0;
     let ended = loop {
         match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
