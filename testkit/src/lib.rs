@@ -36,6 +36,11 @@ pub async fn within<F: std::future::Future>(
         .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
 }
 
+/// [`within`] ten seconds: for what should happen at once.
+pub async fn soon<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    within(std::time::Duration::from_secs(10), what, future).await
+}
+
 /// How long one HTTP request of a test may take.
 const HTTP_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 

@@ -374,9 +374,7 @@ mod tests {
             "c2",
             Source::Server,
         );
-        let change = common
-            .changes
-            .recv()
+        let change = testkit::soon("a change", common.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();
@@ -388,9 +386,7 @@ mod tests {
 
         // Removing the key from the first namespace uncovers the second one.
         live.apply("app", values(&[("a", "1")]), "r2", Source::Server);
-        let change = merged
-            .changes
-            .recv()
+        let change = testkit::soon("a change", merged.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();
@@ -408,9 +404,7 @@ mod tests {
             "c2",
             Source::Server,
         );
-        let change = sub
-            .changes
-            .recv()
+        let change = testkit::soon("a change", sub.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();

@@ -192,9 +192,7 @@ mod tests {
 
         std::fs::write(&path, r#"{"a": "2"}"#).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(live.reload().await, 2);
-        let change = sub
-            .changes
-            .recv()
+        let change = testkit::soon("a change", sub.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();

@@ -356,9 +356,7 @@ mod tests {
             .set(vec![item(None, "a", "2"), item(None, "b", "x")])
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let change = sub
-            .changes
-            .recv()
+        let change = testkit::soon("a change", sub.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();
@@ -371,9 +369,7 @@ mod tests {
             .delete(&ConfigQuery::keys(["a"]))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let deleted = sub
-            .changes
-            .recv()
+        let deleted = testkit::soon("a change", sub.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();
@@ -400,9 +396,7 @@ mod tests {
             .update_in_place(&metadata(json!({"items": {"a": "2", "b": "1"}})))
             .await;
         assert_eq!(applied.ok(), Some(InPlace::Applied));
-        let change = sub
-            .changes
-            .recv()
+        let change = testkit::soon("a change", sub.changes.recv())
             .await
             .map(|c| c.items)
             .unwrap_or_default();

@@ -231,13 +231,19 @@ mod tests {
             .publish(publish("other", "x"))
             .await
             .expect("published");
-        let first = a.deliveries.recv().await.expect("a gets it");
+        let first = testkit::soon("a delivery", a.deliveries.recv())
+            .await
+            .expect("a gets it");
         assert_eq!(first.message.data, b"1");
         first.settle(DeliveryOutcome::Retry);
-        let again = a.deliveries.recv().await.expect("redelivered");
+        let again = testkit::soon("a delivery", a.deliveries.recv())
+            .await
+            .expect("redelivered");
         assert_eq!(again.message.data, b"1");
         again.settle(DeliveryOutcome::Success);
-        let to_b = b.deliveries.recv().await.expect("b gets it");
+        let to_b = testkit::soon("a delivery", b.deliveries.recv())
+            .await
+            .expect("b gets it");
         assert_eq!(to_b.message.data, b"1");
         to_b.settle(DeliveryOutcome::Success);
     }
@@ -260,7 +266,7 @@ mod tests {
         }
         sub.drain();
         let mut seen = Vec::new();
-        while let Some(delivery) = sub.deliveries.recv().await {
+        while let Some(delivery) = testkit::soon("a delivery", sub.deliveries.recv()).await {
             seen.push(String::from_utf8_lossy(&delivery.message.data).to_string());
             delivery.settle(DeliveryOutcome::Success);
         }

@@ -61,7 +61,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!closing.is_finished());
         drop(pass);
-        closing.await.expect("closed");
+        testkit::soon("the close", closing).await.expect("closed");
         assert_eq!(gate.enter().await.err(), Some(PubSubError::Retired));
     }
 }
