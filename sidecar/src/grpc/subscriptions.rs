@@ -189,14 +189,6 @@ mod tests {
     use tokio_stream::StreamExt;
     use tonic::Status;
 
-    /// `future`, failing the test if it does not end within 10 s (a stream
-    /// that should end but does not must fail, not hang).
-    async fn within<F: std::future::Future>(future: F) -> F::Output {
-        tokio::time::timeout(std::time::Duration::from_secs(10), future)
-            .await
-            .expect("no answer within 10 s")
-    }
-
     fn subscription() -> (mpsc::Sender<ConfigChange>, ConfigSubscription) {
         let (sender, changes) = mpsc::channel(4);
         (
@@ -232,7 +224,7 @@ mod tests {
             .send(ConfigChange { items: vec![item] })
             .await
             .expect("send");
-        let update = within(stream.next())
+        let update = testkit::soon("the stream's next message", stream.next())
             .await
             .and_then(Result::ok)
             .expect("update");
@@ -248,7 +240,12 @@ mod tests {
             })
         );
         assert_eq!(subscriptions.close("config", &first.id, None), Ok(()));
-        assert!(within(stream.next()).await.is_none(), "the stream ends");
+        assert!(
+            testkit::soon("the stream's next message", stream.next())
+                .await
+                .is_none(),
+            "the stream ends"
+        );
         assert_eq!(subscriptions.len(), 0);
         assert_eq!(
             subscriptions.close("config", &first.id, None),
@@ -263,9 +260,13 @@ mod tests {
             Subscriptions::new(shutdown.clone(), 1 << 20, Arc::new(ApiMetrics::new()));
         let (_changes, subscription) = subscription();
         let mut stream = subscriptions.open("config", subscription, None);
-        assert!(within(stream.next()).await.is_some());
+        assert!(testkit::soon("the stream's next message", stream.next())
+            .await
+            .is_some());
         shutdown.cancel();
-        assert!(within(stream.next()).await.is_none());
+        assert!(testkit::soon("the stream's next message", stream.next())
+            .await
+            .is_none());
     }
 
     #[tokio::test]
@@ -314,7 +315,12 @@ mod tests {
                 ..ConfigItem::default()
             }],
         };
-        assert!(within(stream.next()).await.is_some(), "the id");
+        assert!(
+            testkit::soon("the stream's next message", stream.next())
+                .await
+                .is_some(),
+            "the id"
+        );
         // Two changes of 6 KB each, unread: the second does not fit 10 KB.
         for _ in 0..2 {
             changes.send(big(6_000)).await.expect("send");
@@ -328,7 +334,7 @@ mod tests {
         .await
         .expect("the slow subscriber is dropped");
         let mut messages = Vec::new();
-        while let Some(message) = within(stream.next()).await {
+        while let Some(message) = testkit::soon("the stream's next message", stream.next()).await {
             messages.push(message);
         }
         let reason = messages.pop().expect("a reason").expect_err("dropped");
