@@ -21,7 +21,7 @@ pub mod redis;
 pub mod redis_cluster;
 
 pub use child::ChildProcess;
-pub use output::{output, output_within};
+pub use output::{output, output_within, BUILD_WITHIN};
 
 /// `future`, failing the test when it does not end within `limit`: for the
 /// waits that should end at once, so a regression fails instead of

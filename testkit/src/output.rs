@@ -62,6 +62,11 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Result<Output, S
 /// seconds; this only turns a hang into a failure.
 pub const OUTPUT_WITHIN: Duration = Duration::from_secs(120);
 
+/// How long a test lets `cargo build` of an example run: a cold build of
+/// the embedded sidecar takes minutes on two cores; this only turns a
+/// stuck build (a lock another cargo never releases) into a failure.
+pub const BUILD_WITHIN: Duration = Duration::from_secs(30 * 60);
+
 /// [`output_within`] [`OUTPUT_WITHIN`], failing the test (with what the
 /// program wrote) when it cannot run or does not end.
 pub fn output(command: &mut Command) -> Output {

@@ -21,14 +21,20 @@ fn binary() -> &'static Path {
         }
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let target = root.join("target/embedded-sidecar");
-        let built = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-j2", "--manifest-path"])
-            .arg(root.join("examples/embedded-sidecar/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("cannot run cargo");
-        assert!(built.success(), "building the example failed");
+        let built = testkit::output_within(
+            Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "-j2", "--manifest-path"])
+                .arg(root.join("examples/embedded-sidecar/Cargo.toml"))
+                .arg("--target-dir")
+                .arg(&target),
+            testkit::BUILD_WITHIN,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            built.status.success(),
+            "building the example failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
         target.join("debug/greeter-sidecar")
     })
 }

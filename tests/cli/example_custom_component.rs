@@ -24,14 +24,20 @@ fn example() -> &'static Path {
         }
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let target = root.join("target/example-custom-component");
-        let built = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-j2", "--example", "custom_component"])
-            .arg("--target-dir")
-            .arg(&target)
-            .current_dir(root)
-            .status()
-            .expect("cannot run cargo");
-        assert!(built.success(), "building the example failed");
+        let built = testkit::output_within(
+            Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "-j2", "--example", "custom_component"])
+                .arg("--target-dir")
+                .arg(&target)
+                .current_dir(root),
+            testkit::BUILD_WITHIN,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            built.status.success(),
+            "building the example failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
         target.join("debug/examples/custom_component")
     })
 }

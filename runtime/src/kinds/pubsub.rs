@@ -255,13 +255,13 @@ mod tests {
         let (mut subscription, feed) = PubSubSubscription::channel(2);
         let first = feed.deliver(Message::default()).await.expect("delivered");
         let second = feed.deliver(Message::default()).await.expect("delivered");
+        // Both were sent when `deliver` returned: read without waiting.
         subscription
             .deliveries
-            .recv()
-            .await
+            .try_recv()
             .expect("one")
             .settle(DeliveryOutcome::Drop);
-        drop(subscription.deliveries.recv().await.expect("two"));
+        drop(subscription.deliveries.try_recv().expect("two"));
         assert_eq!(first.await, Ok(DeliveryOutcome::Drop));
         assert!(second.await.is_err());
         assert!(!feed.is_stopped());

@@ -216,7 +216,10 @@ mod tests {
         let loop_task = tokio::spawn(run(accept, limits, stop.clone(), sender, None));
         tokio::time::sleep(Duration::from_secs(10)).await;
         stop.cancel();
-        loop_task.await.expect("the loop ends on stop");
+        tokio::time::timeout(Duration::from_secs(60), loop_task)
+            .await
+            .expect("the loop ends within a minute of stop")
+            .expect("the loop ends on stop");
         // 5 ms doubling to 1 s: 8 attempts in the first 1.3 s, then one a
         // second; a spinning loop would make millions.
         let made = attempts.load(Ordering::SeqCst);
