@@ -22,8 +22,9 @@ use crate::pb::{
 /// The channel with the auth token attached to every request.
 pub(crate) type Service = InterceptedService<Channel, TokenInterceptor>;
 
-/// How to connect: limits, keep-alive, credentials, TLS.
-#[derive(Clone, Debug)]
+/// How to connect: limits, keep-alive, credentials, TLS. Its `Debug`
+/// shows the user name but never the password.
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// Limit on opening a connection.
     pub connect_timeout: Duration,
@@ -74,6 +75,22 @@ impl TlsOptions {
             config = config.domain_name(domain);
         }
         config
+    }
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let user = self
+            .user
+            .as_ref()
+            .map(|(name, _)| (name.as_str(), "[redacted]"));
+        f.debug_struct("ConnectOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .field("keep_alive", &self.keep_alive)
+            .field("user", &user)
+            .field("tls", &self.tls)
+            .finish()
     }
 }
 
@@ -488,7 +505,19 @@ fn operation_of<R>() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_end, prefix_range};
+    use super::{prefix_end, prefix_range, ConnectOptions};
+
+    #[test]
+    fn connect_options_debug_hides_the_password() {
+        let options = ConnectOptions {
+            user: Some(("root".into(), "hunter2".into())),
+            ..ConnectOptions::default()
+        };
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("\"root\""), "{shown}");
+        assert!(shown.contains("[redacted]"), "{shown}");
+    }
 
     #[test]
     fn prefix_end_increments_the_last_byte_below_0xff() {
