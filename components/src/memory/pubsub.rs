@@ -7,6 +7,9 @@
 //! when it was made. A message settled `Retry` (or not settled) is
 //! delivered again after [`REDELIVER_AFTER`]; at most
 //! [`MAX_IN_FLIGHT`] deliveries per subscription await their outcome.
+//!
+//! Every metadata change is applied in place, so only a change of `type`
+//! rebuilds the broker (and moves its subscriptions).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,11 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rewire_runtime::{
-    Component, ComponentError, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription,
-    PublishRequest, SubscribeRequest, SubscriptionFeed,
+    Component, ComponentError, DeliveryOutcome, InPlace, InPlaceUpdate, Message, Metadata, PubSub,
+    PubSubError, PubSubSubscription, PublishRequest, SubscribeRequest, SubscriptionFeed,
 };
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::live::LiveMetadata;
 use crate::pubsub::PublishGate;
 
 /// Messages a subscription queues before publishes wait.
@@ -46,8 +50,7 @@ pub struct MemoryPubSubMetadata {
 #[component(kind = "pubsub", type = "memory", example = "{}")]
 pub struct MemoryPubSub {
     #[metadata]
-    #[allow(dead_code)]
-    meta: MemoryPubSubMetadata,
+    meta: LiveMetadata<MemoryPubSubMetadata>,
     topics: Arc<Mutex<HashMap<String, Vec<mpsc::Sender<Message>>>>>,
     gate: Arc<PublishGate>,
     next_id: AtomicU64,
@@ -79,6 +82,19 @@ impl Component for MemoryPubSub {
     async fn close(&self) -> Result<(), ComponentError> {
         self.gate.close().await;
         Ok(())
+    }
+
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[rewire_runtime::prelude::async_trait]
+impl InPlaceUpdate for MemoryPubSub {
+    /// Takes the new metadata; the queues and their subscriptions stay.
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        self.meta.replace(LiveMetadata::decode(metadata)?);
+        Ok(InPlace::Applied)
     }
 }
 
@@ -130,8 +146,13 @@ impl PubSub for MemoryPubSub {
     }
 }
 
+/// The gate closing for a drain, while the queue is still read.
+type Closing = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Feeds one subscription from its queue until it is stopped, or drained:
-/// then the broker's publishes are closed, and what is queued is delivered.
+/// then the broker's publishes are closed (the queue is read meanwhile: a
+/// publish under way may be waiting for room in it), and what is queued
+/// once they are is delivered.
 async fn deliver_queue(
     mut messages: mpsc::Receiver<Message>,
     feed: SubscriptionFeed,
@@ -140,13 +161,19 @@ async fn deliver_queue(
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let (retry, mut retries) = mpsc::channel::<Message>(MAX_IN_FLIGHT);
     let mut draining = false;
+    let mut closing: Option<Closing> = None;
     loop {
         let next = tokio::select! {
             biased;
             () = feed.stopped() => return,
             () = feed.draining(), if !draining => {
                 draining = true;
-                gate.close().await;
+                let gate = gate.clone();
+                closing = Some(Box::pin(async move { gate.close().await }));
+                continue;
+            }
+            () = until_closed(&mut closing), if closing.is_some() => {
+                closing = None;
                 messages.close();
                 continue;
             }
@@ -173,6 +200,14 @@ async fn deliver_queue(
         if !send(&feed, &in_flight, &retry, message).await {
             return;
         }
+    }
+}
+
+/// Resolves once the gate is closed (never without a close under way).
+async fn until_closed(closing: &mut Option<Closing>) {
+    match closing {
+        Some(closing) => closing.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -275,5 +310,86 @@ mod tests {
             broker.publish(publish("t", "late")).await,
             Err(PubSubError::Retired)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_keeps_reading_a_full_queue_so_a_waiting_publish_gets_in() {
+        let broker = Arc::new(MemoryPubSub::new());
+        let mut sub = broker
+            .subscribe(SubscribeRequest {
+                topic: "t".into(),
+                ..SubscribeRequest::default()
+            })
+            .await
+            .expect("subscribed");
+        // Unread: the queue fills (and so do the deliveries handed out),
+        // until a publish has to wait for room.
+        let mut held = 0;
+        let waiting = loop {
+            let publishing = tokio::spawn({
+                let broker = broker.clone();
+                async move { broker.publish(publish("t", &held.to_string())).await }
+            });
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            if !publishing.is_finished() {
+                break publishing;
+            }
+            assert_eq!(publishing.await.expect("joined"), Ok(()));
+            held += 1;
+        };
+        assert!(held >= QUEUE_CAPACITY);
+        sub.drain();
+        let mut seen = Vec::new();
+        while let Some(delivery) = testkit::soon("a delivery", sub.deliveries.recv()).await {
+            seen.push(String::from_utf8_lossy(&delivery.message.data).to_string());
+            delivery.settle(DeliveryOutcome::Success);
+        }
+        let published = testkit::soon("the waiting publish", waiting)
+            .await
+            .expect("joined");
+        assert_eq!(published, Ok(()));
+        let expected: Vec<String> = (0..=held).map(|i| i.to_string()).collect();
+        assert_eq!(seen, expected);
+    }
+
+    #[tokio::test]
+    async fn a_metadata_change_is_applied_in_place_and_keeps_the_subscriptions() {
+        let broker = MemoryPubSub::new();
+        let mut sub = broker
+            .subscribe(SubscribeRequest {
+                topic: "t".into(),
+                ..SubscribeRequest::default()
+            })
+            .await
+            .expect("subscribed");
+        let metadata = Metadata::from(
+            serde_json::json!({"consumerID": "other"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let in_place = broker.as_in_place().expect("updates in place");
+        assert_eq!(
+            in_place.update_in_place(&metadata).await.ok(),
+            Some(InPlace::Applied)
+        );
+        assert_eq!(broker.meta.load().consumer_id.as_deref(), Some("other"));
+        let unknown = Metadata::from(
+            serde_json::json!({"queueDepth": "1"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        assert!(in_place.update_in_place(&unknown).await.is_err());
+        broker
+            .publish(publish("t", "after"))
+            .await
+            .expect("published");
+        let delivery = testkit::soon("a delivery", sub.deliveries.recv())
+            .await
+            .expect("still subscribed");
+        assert_eq!(delivery.message.data, b"after");
     }
 }

@@ -1,7 +1,7 @@
 //! [`PublishGate`]: how a replaced broker stops taking publishes without
 //! losing one. A publish holds the gate open while it runs; a draining
-//! subscription closes it (waiting for publishes under way), then reads
-//! what is left. A publish that comes later is refused as
+//! subscription closes it (waiting for publishes under way, while it keeps
+//! reading: one may be waiting for room), then reads what is left. A publish that comes later is refused as
 //! [`PubSubError::Retired`], so the sidecar sends it to the new broker.
 
 use rewire_runtime::PubSubError;
