@@ -16,7 +16,7 @@ use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
 use crate::kinds::ConfigQuery;
 use crate::metadata::{Metadata, MetadataError};
-use crate::redact::Redactor;
+use crate::redact::{is_secret_field, Redactor};
 use crate::registry::Buildable;
 use crate::registry::ComponentDescriptor;
 use crate::registry::{offer_to, Inject};
@@ -154,11 +154,14 @@ impl AssemblyContext {
 }
 
 /// Resolves every secretRef and configurationRef of `spec` from the staged
-/// stores into a copy of its metadata: all of them or an error.
+/// stores into a copy of its metadata: all of them or an error. The values
+/// of secretRefs, and those of fields named like a secret (inline or from
+/// a configurationRef), are remembered to be scrubbed from errors and logs.
 pub(crate) async fn resolve_metadata(
     spec: &Arc<ComponentSpec>,
     cx: &AssemblyContext,
 ) -> Result<Metadata, ComponentFailure> {
+    cx.redactor.remember_secret_fields(&spec.metadata);
     // Lent by the declaration: the first ref's value copies it.
     let mut metadata = Metadata::lent(spec.clone());
     for reference in spec.injected_refs() {
@@ -175,7 +178,17 @@ pub(crate) async fn resolve_metadata(
                 ))
             })
             .map_err(|message| cx.fail(&spec.key, FailedStep::Resolve, message))?;
-        metadata.insert(reference.inject_as(), Value::String(value));
+        match reference {
+            InjectedRef::Secret(..) => {
+                metadata.insert_secret(reference.inject_as(), Value::String(value))
+            }
+            InjectedRef::Configuration(..) => {
+                if is_secret_field(reference.inject_as()) {
+                    cx.redactor.remember(&value);
+                }
+                metadata.insert(reference.inject_as(), Value::String(value));
+            }
+        }
     }
     Ok(metadata)
 }
@@ -375,5 +388,41 @@ async fn wait_ready(
             }
             Readiness::NotReady(_) => tokio::time::sleep(cx.timeouts.ready_poll).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn resolving_remembers_inline_secrets_to_scrub_them() {
+        let cx = AssemblyContext {
+            app_id: "app".into(),
+            live: crate::handle::Live::new(),
+            staged: Arc::new(Generation::default()),
+            timeouts: StartTimeouts::default(),
+            redactor: Redactor::default(),
+            config_dir: None,
+        };
+        let metadata =
+            json!({"redisHost": "h:6379", "redisPassword": "hunter2", "keyPrefix": "app||"});
+        let spec = Arc::new(ComponentSpec {
+            key: ComponentKey::new("state", "cache"),
+            type_name: "redis".into(),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            component_refs: Vec::new(),
+            secret_refs: Vec::new(),
+            configuration_refs: Vec::new(),
+            scopes: None,
+        });
+        let resolved = resolve_metadata(&spec, &cx)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(resolved.get("redisPassword"), Some(&json!("hunter2")));
+        let failure = cx.fail(&spec.key, FailedStep::Init, "AUTH hunter2 refused (app||)");
+        assert_eq!(failure.message, "AUTH [redacted] refused (app||)");
     }
 }

@@ -72,7 +72,7 @@ pub use kinds::{StateFeature, TransactionOperation, TransactionRequest};
 #[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]
-pub use redact::RedactingWriter;
+pub use redact::{is_secret_field, without_credentials, RedactingWriter};
 #[doc(inline)]
 pub use registry::{
     Buildable, CheckRefs, ComponentDescriptor, InPlaceHook, Inject, InjectError, InjectField,

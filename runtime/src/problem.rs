@@ -3,8 +3,11 @@
 use std::fmt;
 
 use crate::component::ComponentKey;
+use crate::redact::without_credentials;
 
-/// One thing wrong with a configuration.
+/// One thing wrong with a configuration. Its message never holds a URL's
+/// credentials: a value quoted from a document (`redis://:pw@host`) is
+/// shown without them ([`without_credentials`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The component concerned, if any (file-level problems have none).
@@ -21,7 +24,7 @@ impl Problem {
     pub fn file(message: impl Into<String>) -> Self {
         Self {
             component: None,
-            message: message.into(),
+            message: shown_message(message.into()),
             location: None,
         }
     }
@@ -30,7 +33,7 @@ impl Problem {
     pub fn component(key: &ComponentKey, message: impl Into<String>) -> Self {
         Self {
             component: Some(key.clone()),
-            message: message.into(),
+            message: shown_message(message.into()),
             location: None,
         }
     }
@@ -50,7 +53,15 @@ impl fmt::Display for Problem {
         if let Some(key) = &self.component {
             write!(f, "{}: ", OneLine(&key.to_string()))?;
         }
-        write!(f, "{}", OneLine(&self.message))
+        write!(f, "{}", OneLine(&without_credentials(&self.message)))
+    }
+}
+
+/// `message` without URL credentials.
+fn shown_message(message: String) -> String {
+    match without_credentials(&message) {
+        std::borrow::Cow::Borrowed(_) => message,
+        std::borrow::Cow::Owned(shown) => shown,
     }
 }
 
@@ -131,5 +142,79 @@ impl fmt::Display for Problems {
             write!(f, "{problem}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, Value};
+
+    use super::*;
+    use crate::metadata::MetadataError;
+    use crate::registry::{ComponentDescriptor, Registry};
+    use crate::ValidConfig;
+
+    /// Rejects `redisHost`, quoting it twice (as components' errors do).
+    fn echoing_validate(map: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
+        let host = map.get("redisHost").and_then(Value::as_str).unwrap_or("");
+        Err(MetadataError::Invalid {
+            field: "redisHost".into(),
+            message: format!("`{host}` is not `host:port`: give `{host}` without a URL scheme"),
+        })
+    }
+
+    fn unbuildable(_: &crate::Metadata) -> Result<Box<dyn crate::Buildable>, MetadataError> {
+        Err(MetadataError::Invalid {
+            field: ".".into(),
+            message: "test registry cannot build".into(),
+        })
+    }
+
+    #[test]
+    fn validation_problems_show_no_url_credentials() {
+        let mut registry = Registry::default();
+        registry.register(ComponentDescriptor {
+            kind: "state",
+            type_name: "redis",
+            description: "",
+            example_metadata: "{}",
+            validate: echoing_validate,
+            build: unbuildable,
+            check_refs: None,
+            in_place: None,
+        });
+        let config = br#"{"components": {"state": {"cache": {"type": "redis",
+            "metadata": {"redisHost": "redis://:hunter2@127.0.0.1:6379"}}}}}"#;
+        let problems = match ValidConfig::from_slice(config, &registry) {
+            Ok(_) => panic!("a URL is not a valid redisHost here"),
+            Err(problems) => problems,
+        };
+        // As `rewire validate` prints them.
+        let printed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(printed.len(), 1, "{printed:?}");
+        assert!(!printed[0].contains("hunter2"), "{}", printed[0]);
+        assert!(
+            printed[0].contains("redis://:[redacted]@127.0.0.1:6379"),
+            "{}",
+            printed[0]
+        );
+    }
+
+    #[test]
+    fn a_problem_never_shows_url_credentials() {
+        let key = ComponentKey::new("state", "cache");
+        let quoted =
+            "metadata field `redisHost`: `redis://:hunter2@127.0.0.1:6379` is not `host:port`";
+        for problem in [Problem::component(&key, quoted), Problem::file(quoted)] {
+            assert!(!problem.message.contains("hunter2"), "{}", problem.message);
+            assert!(!problem.to_string().contains("hunter2"), "{problem}");
+        }
+        // Built by hand, it is still shown without them.
+        let by_hand = Problem {
+            component: None,
+            message: "`http://root:hunter2@h:2379`".into(),
+            location: None,
+        };
+        assert_eq!(by_hand.to_string(), "`http://root:[redacted]@h:2379`");
     }
 }

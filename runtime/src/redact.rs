@@ -1,8 +1,21 @@
-//! Keeps secret values out of every error and status text.
+//! Keeps secret values out of every error and status text: the values
+//! read through secretRef or written inline in a field named like a secret
+//! ([`is_secret_field`]), and the credentials of URLs
+//! ([`without_credentials`]).
+
+mod secret_fields;
+mod url_credentials;
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
+use std::ops::Range;
 use std::sync::{Arc, OnceLock, RwLock};
+
+use serde_json::{Map, Value};
+
+pub use secret_fields::is_secret_field;
+pub(crate) use secret_fields::shown_fields;
+pub use url_credentials::without_credentials;
 
 /// Secret values shorter than this are not scrubbed from text (scrubbing a
 /// one-letter value would mangle every message); such values are too weak to
@@ -36,19 +49,57 @@ impl Redactor {
         }
     }
 
-    /// `text` with every remembered secret value replaced by `[redacted]`.
-    pub fn scrub(&self, text: &str) -> String {
-        let values = self.values.read().unwrap_or_else(|p| p.into_inner());
-        let mut by_length: Vec<&String> = values.iter().collect();
-        by_length.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        let mut out = text.to_string();
-        for value in by_length {
-            if out.contains(value.as_str()) {
-                out = out.replace(value.as_str(), "[redacted]");
-            }
+    /// Remembers the inline values of the fields of `metadata` named like
+    /// a secret ([`is_secret_field`]), so that an error or log echoing one
+    /// is scrubbed as a secretRef value is.
+    pub fn remember_secret_fields(&self, metadata: &Map<String, Value>) {
+        for value in secret_fields::secret_field_values(metadata) {
+            self.remember(&value);
         }
+    }
+
+    /// `text` without URL credentials ([`without_credentials`]) and with
+    /// every remembered secret value replaced by `[redacted]`. Every
+    /// occurrence of every value is found in the text first, and the
+    /// overlapping or adjacent ones are replaced as one: no part of a
+    /// secret survives next to another.
+    pub fn scrub(&self, text: &str) -> String {
+        let text = without_credentials(text);
+        let values = self.values.read().unwrap_or_else(|p| p.into_inner());
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        for value in values.iter() {
+            spans.extend(occurrences(&text, value));
+        }
+        drop(values);
+        if spans.is_empty() {
+            return text.into_owned();
+        }
+        spans.sort_by_key(|span| span.start);
+        let mut out = String::with_capacity(text.len());
+        let mut copied = 0;
+        let mut spans = spans.into_iter().peekable();
+        while let Some(mut merged) = spans.next() {
+            while let Some(next) = spans.next_if(|next| next.start <= merged.end) {
+                merged.end = merged.end.max(next.end);
+            }
+            out.push_str(&text[copied..merged.start]);
+            out.push_str("[redacted]");
+            copied = merged.end;
+        }
+        out.push_str(&text[copied..]);
         out
     }
+}
+
+/// Where `value` occurs in `text`, overlapping occurrences included.
+fn occurrences<'a>(text: &'a str, value: &'a str) -> impl Iterator<Item = Range<usize>> + 'a {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let start = from + text.get(from..)?.find(value)?;
+        // On past the first character of this occurrence.
+        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+        Some(start..start + value.len())
+    })
 }
 
 /// `value` as written raw, inside a JSON string, and by `{:?}` (quotes
@@ -123,6 +174,47 @@ mod tests {
             );
             assert!(scrubbed.contains("[redacted]"), "{scrubbed}");
         }
+    }
+
+    #[test]
+    fn overlapping_secrets_are_scrubbed_whole() {
+        let redactor = Redactor::default();
+        redactor.remember("abcdef");
+        redactor.remember("defghi");
+        assert_eq!(redactor.scrub("x abcdefghi y"), "x [redacted] y");
+        // Adjacent: one span, nothing in between to read.
+        assert_eq!(redactor.scrub("abcdefdefghi!"), "[redacted]!");
+        // A value overlapping itself.
+        redactor.remember("abab");
+        assert_eq!(redactor.scrub("ababab."), "[redacted].");
+        assert_eq!(redactor.scrub("é abcdef é"), "é [redacted] é");
+    }
+
+    #[test]
+    fn scrub_removes_url_credentials_even_unremembered() {
+        let redactor = Redactor::default();
+        redactor.remember("p@ss word");
+        // The url crate's form of a URL whose password came from a store.
+        let url = "redis://:p%40ss%20word@h:6379/";
+        assert_eq!(
+            redactor.scrub(&format!("cannot connect to {url}")),
+            "cannot connect to redis://:[redacted]@h:6379/"
+        );
+        assert_eq!(
+            redactor.scrub("http://root:hunter2@h:2379 and p@ss word"),
+            "http://root:[redacted]@h:2379 and [redacted]"
+        );
+    }
+
+    #[test]
+    fn remembers_the_inline_values_of_secret_fields() {
+        let redactor = Redactor::default();
+        let metadata = serde_json::json!({"redisPassword": "hunter2", "keyPrefix": "app||"});
+        redactor.remember_secret_fields(metadata.as_object().unwrap_or(&Map::new()));
+        assert_eq!(
+            redactor.scrub("auth hunter2 failed for app||"),
+            "auth [redacted] failed for app||"
+        );
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub enum Readiness {
     NotReady(String),
 }
 
-/// What a component receives when it is initialised.
+/// What a component receives when it is initialised. Its `Debug` shows no
+/// secret (see [`Metadata`]).
 #[derive(Debug, Clone)]
 pub struct InitContext {
     /// The component being initialised.
@@ -170,5 +171,31 @@ pub trait Component: Any + Send + Sync {
     /// [`InPlaceUpdate`]: return `Some(self)`.
     fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn init_context_debug_shows_no_secret() {
+        let declared = json!({"redisPassword": "hunter2", "keyPrefix": "app||"});
+        let mut metadata = Metadata::from(declared.as_object().cloned().unwrap_or_default());
+        metadata.insert_secret("injectedAnyName", json!("from-the-vault"));
+        let cx = InitContext {
+            key: ComponentKey::new("state", "cache"),
+            app_id: "app".into(),
+            metadata,
+            shutdown: CancellationToken::new(),
+            ready_timeout: Duration::from_secs(1),
+            config_dir: None,
+        };
+        let shown = format!("{cx:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("from-the-vault"), "{shown}");
+        assert!(shown.contains("app||"), "{shown}");
     }
 }

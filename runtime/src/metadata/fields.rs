@@ -1,5 +1,6 @@
 //! [`Metadata`]: a component's fields, owned or lent by its declaration.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -13,12 +14,18 @@ use serde_json::{Map, Value};
 /// The metadata a component starts with is lent by its declaration when no
 /// secretRef or configurationRef fills a field: starting or keeping a
 /// component then copies no field. A change copies the fields first.
+///
+/// Its `Debug` never shows a secret: the value of a field named like one
+/// ([`is_secret_field`](crate::is_secret_field)) or filled by a secretRef
+/// shows as `[secret]`, and URLs without their credentials.
 #[derive(Clone, Default)]
 pub struct Metadata {
     /// The fields, unless they are lent.
     own: Map<String, Value>,
     /// Who lends the fields (`own` is then empty).
     lent: Option<Arc<dyn LendsMetadata>>,
+    /// The fields a secretRef filled (whatever their names).
+    from_secrets: BTreeSet<String>,
 }
 
 /// Whatever holds metadata that a [`Metadata`] may share instead of
@@ -34,6 +41,7 @@ impl Metadata {
         Self {
             own: Map::new(),
             lent: Some(owner),
+            from_secrets: BTreeSet::new(),
         }
     }
 
@@ -45,6 +53,14 @@ impl Metadata {
     /// Sets `field` to `value`.
     pub fn insert(&mut self, field: impl Into<String>, value: Value) {
         self.deref_mut().insert(field.into(), value);
+    }
+
+    /// Sets `field` to `value`, a secret (read through a secretRef): never
+    /// shown by `Debug`.
+    pub(crate) fn insert_secret(&mut self, field: impl Into<String>, value: Value) {
+        let field = field.into();
+        self.from_secrets.insert(field.clone());
+        self.insert(field, value);
     }
 
     /// The fields, owned (copied when lent).
@@ -91,13 +107,15 @@ impl From<Map<String, Value>> for Metadata {
         Self {
             own: map,
             lent: None,
+            from_secrets: BTreeSet::new(),
         }
     }
 }
 
+/// The fields as a map, secrets shown as `[secret]`.
 impl fmt::Debug for Metadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        (**self).fmt(f)
+        crate::redact::shown_fields(self, &self.from_secrets).fmt(f)
     }
 }
 
@@ -153,6 +171,29 @@ mod tests {
         assert_ne!(lent, resolved);
         assert_eq!(resolved.clone().into_map().len(), 3);
         assert_eq!(lent.into_map(), owner.0);
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let mut metadata = Metadata::lent(declared(json!({
+            "redisHost": "redis://:hunter2@h:6379",
+            "redisPassword": "hunter2",
+            "keyPrefix": "app",
+        })));
+        metadata.insert_secret("auth", json!("from-the-store"));
+        let shown = format!("{metadata:?}");
+        for secret in ["hunter2", "from-the-store"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(
+            shown.contains(r#""redisPassword": String("[secret]")"#),
+            "{shown}"
+        );
+        assert!(shown.contains(r#""auth": String("[secret]")"#), "{shown}");
+        assert!(shown.contains("redis://:[redacted]@h:6379"), "{shown}");
+        assert!(shown.contains(r#""keyPrefix": String("app")"#), "{shown}");
+        // A secret it was given is still a value to use.
+        assert_eq!(metadata.get("auth"), Some(&json!("from-the-store")));
     }
 
     #[test]

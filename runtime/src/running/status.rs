@@ -1,7 +1,7 @@
 //! What each running component is, how it is doing, and where each value
 //! came from — with every secret value redacted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use crate::component::{ComponentKey, Readiness};
 use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
 use crate::handle::resilience::BreakerStatus;
-use crate::redact::Redactor;
+use crate::redact::{shown_fields, Redactor};
 
 use super::RunningSet;
 
@@ -119,27 +119,30 @@ async fn readiness_of(
 }
 
 /// The metadata shown for a component: declared values, configurationRef
-/// values as resolved, secretRef values replaced by where they come from.
+/// values as resolved, secretRef values replaced by where they come from,
+/// and the value of every field named like a secret
+/// ([`is_secret_field`](crate::is_secret_field)) as `[secret]`.
 fn shown_metadata(
     redactor: &Redactor,
     spec: &ComponentSpec,
     resolved: &Map<String, Value>,
 ) -> Map<String, Value> {
-    let mut shown: Map<String, Value> = spec.metadata.clone();
+    let mut declared: Map<String, Value> = spec.metadata.clone();
+    let (secrets, configurations): (Vec<InjectedRef>, Vec<InjectedRef>) = spec
+        .injected_refs()
+        .partition(|r| matches!(r, InjectedRef::Secret(..)));
+    for r in configurations {
+        if let Some(value) = resolved.get(r.inject_as()) {
+            declared.insert(r.inject_as().to_string(), value.clone());
+        }
+    }
+    let mut shown = shown_fields(&declared, &BTreeSet::new());
     // Secrets last: where a field is injected twice, the secret's source
     // is what shows.
-    let mut refs: Vec<InjectedRef> = spec.injected_refs().collect();
-    refs.sort_by_key(|r| matches!(r, InjectedRef::Secret(..)));
-    for r in refs {
-        let shown_value = match &r {
-            InjectedRef::Configuration(..) => resolved.get(r.inject_as()).cloned(),
-            InjectedRef::Secret(_, s) => Some(Value::String(format!(
-                "[secret {}/{}#{}]",
-                s.store, s.name, s.key
-            ))),
-        };
-        if let Some(value) = shown_value {
-            shown.insert(r.inject_as().to_string(), value);
+    for r in secrets {
+        if let InjectedRef::Secret(_, s) = &r {
+            let source = format!("[secret {}/{}#{}]", s.store, s.name, s.key);
+            shown.insert(r.inject_as().to_string(), Value::String(source));
         }
     }
     scrub(redactor, Value::Object(shown))
@@ -163,5 +166,62 @@ fn scrub(redactor: &Redactor, value: Value) -> Value {
                 .collect(),
         ),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{ConfigurationRef, SecretRef};
+
+    fn spec(metadata: Value) -> ComponentSpec {
+        ComponentSpec {
+            key: ComponentKey::new("state", "cache"),
+            type_name: "redis".into(),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            component_refs: Vec::new(),
+            secret_refs: vec![SecretRef {
+                store: "vault".into(),
+                name: "db".into(),
+                key: "pw".into(),
+                inject_as: "auth".into(),
+                watch: false,
+            }],
+            configuration_refs: vec![ConfigurationRef {
+                store: "settings".into(),
+                key: "token".into(),
+                group: None,
+                label: None,
+                inject_as: "apiToken".into(),
+                watch: false,
+            }],
+            scopes: None,
+        }
+    }
+
+    #[test]
+    fn inline_secrets_show_as_secret_and_refs_as_their_source() {
+        let spec = spec(json!({
+            "redisHost": "redis://:hunter2@127.0.0.1:6379",
+            "redisPassword": "hunter2",
+            "clientKey": "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----",
+            "keyPrefix": "app||",
+        }));
+        let resolved = json!({"auth": "from-vault", "apiToken": "from-settings"});
+        let resolved = resolved.as_object().cloned().unwrap_or_default();
+        let shown = shown_metadata(&Redactor::default(), &spec, &resolved);
+        assert_eq!(
+            Value::Object(shown),
+            json!({
+                "redisHost": "redis://:[redacted]@127.0.0.1:6379",
+                "redisPassword": "[secret]",
+                "clientKey": "[secret]",
+                "keyPrefix": "app||",
+                "auth": "[secret vault/db#pw]",
+                "apiToken": "[secret]",
+            })
+        );
     }
 }
