@@ -4,7 +4,7 @@
 //! Dapr's error codes; an app served over gRPC (`AppCallback`).
 
 use crate::support::grpc::{self, dapr, with_header};
-use crate::support::pubsub::StreamSubscriber;
+use crate::support::pubsub::{Next, StreamSubscriber};
 use crate::support::sidecar::Sidecar;
 
 use dapr::topic_event_response::TopicEventResponseStatus as Status;
@@ -117,6 +117,35 @@ async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
         (&b"over http"[..], "text/plain")
     );
     sub.answer(&event.id, Status::Success).await;
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_ends_with_a_status_when_its_pubsub_is_removed() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribed");
+    sidecar
+        .runtime
+        .remove_component(rewire::ComponentKey::new("pubsub", "pubsub"), None)
+        .await
+        .expect("removed");
+    // Not a stream left open that delivers nothing: the client is told.
+    match sub.next().await {
+        Next::Ended(Some(status)) => {
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            assert!(
+                status
+                    .message()
+                    .contains("topic `orders` of pub/sub `pubsub`"),
+                "{}",
+                status.message()
+            );
+        }
+        Next::Ended(None) => panic!("the stream ended without saying why"),
+        Next::Event(event) => panic!("an event after the removal: {event:?}"),
+    }
     sidecar.stop().await;
 }
 

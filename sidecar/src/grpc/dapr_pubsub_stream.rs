@@ -9,14 +9,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rewire_runtime::DeliveryOutcome;
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use super::endable_stream::{EndableStream, StreamEnd};
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_request_alpha1::SubscribeTopicEventsRequestType as RequestType;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_response_alpha1::SubscribeTopicEventsResponseType as ResponseType;
@@ -31,6 +32,12 @@ pub(super) type TopicEventStream =
 /// Messages queued for the client (events are bounded by the engine's
 /// in-flight limit besides).
 const OUTGOING: usize = 64;
+
+/// How long the client has to send its initial request, to take an event
+/// off the stream and to answer it: what an app gets to handle an event
+/// delivered over HTTP. A client past it has its stream ended (the event
+/// is retried), so a stuck client holds neither events nor the topic.
+const CLIENT_WITHIN: Duration = crate::app::APP_CALL_TIMEOUT;
 
 /// The client's side of the stream: a gRPC request stream, or another
 /// API's messages turned into Dapr's (Layotto's `SubscribeTopicEvents`).
@@ -53,9 +60,13 @@ pub(super) async fn subscribe(
     mut incoming: impl IncomingAnswers,
     shutdown: CancellationToken,
 ) -> Result<TopicEventStream, Status> {
-    let first = incoming
-        .next()
+    let first = tokio::time::timeout(CLIENT_WITHIN, incoming.next())
         .await
+        .map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "no initial request within {CLIENT_WITHIN:?}: the first message must be initial_request"
+            ))
+        })?
         .transpose()?
         .and_then(|m| m.subscribe_topic_events_request_type);
     let Some(RequestType::InitialRequest(initial)) = first else {
@@ -64,11 +75,13 @@ pub(super) async fn subscribe(
         ));
     };
     let (out, outgoing) = mpsc::channel(OUTGOING);
-    let sink = Arc::new(StreamSink {
-        out: out.clone(),
-        waiting: Mutex::new(HashMap::new()),
-        closed: CancellationToken::new(),
-    });
+    let sink = Arc::new(StreamSink::new(
+        out.clone(),
+        format!(
+            "topic `{}` of pub/sub `{}`",
+            initial.topic, initial.pubsub_name
+        ),
+    ));
     let delivery = TopicDelivery {
         pubsub_name: initial.pubsub_name,
         topic: initial.topic,
@@ -81,7 +94,7 @@ pub(super) async fn subscribe(
     };
     // Queued before any event can be.
     let _ = out.try_send(Ok(initial_response));
-    delivery
+    let delivering = delivery
         .start(
             &state.runtime,
             sink.clone(),
@@ -89,8 +102,40 @@ pub(super) async fn subscribe(
             shutdown.clone(),
         )
         .await?;
+    tokio::spawn(end_when_delivery_ends(
+        delivering,
+        Arc::clone(&sink),
+        shutdown.clone(),
+    ));
+    let outgoing = EndableStream::new(outgoing, &sink.end);
     tokio::spawn(read_answers(incoming, sink, shutdown));
-    Ok(Box::pin(ReceiverStream::new(outgoing)))
+    Ok(Box::pin(outgoing))
+}
+
+/// Ends the stream with a status once its delivery has ended for good
+/// (the pub/sub removed, its new broker refused the subscription, the
+/// sidecar stopping), so the client learns it and can subscribe again
+/// rather than wait on a stream that delivers nothing.
+async fn end_when_delivery_ends(
+    delivering: tokio::task::JoinHandle<()>,
+    sink: Arc<StreamSink>,
+    shutdown: CancellationToken,
+) {
+    let _ = delivering.await;
+    if sink.end.is_closed() {
+        // The client left (or was given up on already): nothing to say.
+        return;
+    }
+    let status = if shutdown.is_cancelled() {
+        Status::unavailable("the sidecar is shutting down: subscribe again once it is back")
+    } else {
+        Status::unavailable(format!(
+            "the subscription to the {} ended (the pub/sub was removed, or its new \
+             broker refused the subscription): subscribe again",
+            sink.subscription
+        ))
+    };
+    sink.end.end(status);
 }
 
 /// Settles events with the client's answers until it leaves.
@@ -113,7 +158,7 @@ async fn read_answers(
             sink.answer(&processed.id, outcome_of(status));
         }
     }
-    sink.closed.cancel();
+    sink.end.close();
 }
 
 /// Dapr's status value as an outcome (an unknown one retries).
@@ -130,10 +175,25 @@ struct StreamSink {
     /// Events sent and not yet answered, by id (an id can be out twice
     /// when the broker redelivers).
     waiting: Mutex<HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>,
-    closed: CancellationToken,
+    /// Closed when the client left, ended when the server gave up on it.
+    end: StreamEnd,
+    /// The topic and pub/sub, for that status.
+    subscription: String,
 }
 
 impl StreamSink {
+    fn new(
+        out: mpsc::Sender<Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>,
+        subscription: String,
+    ) -> Self {
+        Self {
+            out,
+            waiting: Mutex::new(HashMap::new()),
+            end: StreamEnd::default(),
+            subscription,
+        }
+    }
+
     fn waiting(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>
@@ -169,18 +229,38 @@ impl EventSink for StreamSink {
                 topic_event_request(event),
             )),
         };
-        if self.out.send(Ok(message)).await.is_err() {
-            return DeliveryOutcome::Retry;
+        let late = |what: &str| {
+            Status::deadline_exceeded(format!(
+                "event `{}` of the {} was not {what} within {CLIENT_WITHIN:?}: \
+                 the stream is ended and the event will be delivered again",
+                event.id, self.subscription
+            ))
+        };
+        tokio::select! {
+            sent = self.out.send(Ok(message)) => {
+                if sent.is_err() {
+                    return DeliveryOutcome::Retry;
+                }
+            }
+            () = self.end.closed() => return DeliveryOutcome::Retry,
+            () = tokio::time::sleep(CLIENT_WITHIN) => {
+                self.end.end(late("read"));
+                return DeliveryOutcome::Retry;
+            }
         }
         tokio::select! {
             answer = answer => answer.unwrap_or(DeliveryOutcome::Retry),
-            () = self.closed.cancelled() => DeliveryOutcome::Retry,
+            () = self.end.closed() => DeliveryOutcome::Retry,
+            () = tokio::time::sleep(CLIENT_WITHIN) => {
+                self.end.end(late("answered"));
+                DeliveryOutcome::Retry
+            }
         }
     }
 
     async fn closed(&self) {
         tokio::select! {
-            () = self.closed.cancelled() => {}
+            () = self.end.closed() => {}
             () = self.out.closed() => {}
         }
     }
@@ -205,6 +285,95 @@ pub(super) fn topic_event_request(event: &TopicEvent) -> pb::TopicEventRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+
+    /// A sink for the topic `orders` of `bus`, and what its client reads,
+    /// with room for `queued` messages.
+    fn stream(
+        queued: usize,
+    ) -> (
+        Arc<StreamSink>,
+        EndableStream<pb::SubscribeTopicEventsResponseAlpha1>,
+    ) {
+        let (out, outgoing) = mpsc::channel(queued);
+        let sink = Arc::new(StreamSink::new(
+            out,
+            "topic `orders` of pub/sub `bus`".into(),
+        ));
+        let outgoing = EndableStream::new(outgoing, &sink.end);
+        (sink, outgoing)
+    }
+
+    fn event(id: &str) -> TopicEvent {
+        TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: id.into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+        }
+    }
+
+    /// `future`, or a failure once the paused clock is well past every
+    /// deadline (so a regression fails rather than hangs).
+    async fn bounded<T>(future: impl Future<Output = T>) -> T {
+        tokio::time::timeout(CLIENT_WITHIN * 4, future)
+            .await
+            .expect("ended long after every deadline")
+    }
+
+    fn sent(sink: &Arc<StreamSink>, id: &str) -> tokio::task::JoinHandle<DeliveryOutcome> {
+        let (sink, event) = (Arc::clone(sink), event(id));
+        tokio::spawn(async move { sink.send(&event).await })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_event_is_settled_as_answered() {
+        let (sink, mut outgoing) = stream(4);
+        let delivery = sent(&sink, "e1");
+        assert!(matches!(bounded(outgoing.next()).await, Some(Ok(_))));
+        sink.answer("e1", DeliveryOutcome::Drop);
+        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Drop));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_answers_has_its_stream_ended_and_the_event_retried() {
+        let (sink, mut outgoing) = stream(4);
+        let delivery = sent(&sink, "e1");
+        assert!(
+            matches!(bounded(outgoing.next()).await, Some(Ok(_))),
+            "the event"
+        );
+        // The paused clock runs ahead to the answer's deadline.
+        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
+        let Some(Err(status)) = bounded(outgoing.next()).await else {
+            panic!("the stream must end with a status");
+        };
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            status.message().contains("`e1`")
+                && status.message().contains("topic `orders` of pub/sub `bus`"),
+            "{}",
+            status.message()
+        );
+        assert!(bounded(outgoing.next()).await.is_none());
+        assert!(sink.end.is_closed(), "the delivery engine sees it closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_has_its_stream_ended_before_what_is_queued() {
+        let (sink, mut outgoing) = stream(1);
+        let first = sent(&sink, "e1");
+        let second = sent(&sink, "e2");
+        // Neither is read: the first fills the queue, the second cannot
+        // be queued, and both are given up.
+        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+        assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Retry));
+        let Some(Err(status)) = bounded(outgoing.next()).await else {
+            panic!("the status comes ahead of the queued event");
+        };
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(bounded(outgoing.next()).await.is_none());
+    }
 
     #[test]
     fn daprs_status_values_map_to_outcomes() {

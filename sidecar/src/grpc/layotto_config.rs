@@ -24,6 +24,9 @@ use crate::ApiState;
 const MAX_SUBSCRIPTIONS_PER_STREAM: usize = 64;
 /// Answers queued for a stream; a client that lets more pile up is cut off.
 const MAX_QUEUED_ANSWERS: usize = 64;
+/// How long a refused subscription's status may wait for room on the
+/// stream before the stream ends without it.
+const ERROR_SENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The answer stream of `SubscribeConfiguration`.
 pub(super) type ConfigurationStream = Pin<
@@ -129,7 +132,9 @@ async fn serve_stream(
                         add(&state, req, answers.clone(), stop.clone()).await
                     };
                     if let Err(status) = added {
-                        let _ = answers.send(Err(status)).await;
+                        // Bounded: a client that stopped reading is not
+                        // waited on to learn why its stream ends.
+                        let _ = tokio::time::timeout(ERROR_SENT_WITHIN, answers.send(Err(status))).await;
                         break;
                     }
                 }

@@ -10,10 +10,10 @@ use std::time::SystemTime;
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Code, Status, Streaming};
 
+use super::endable_stream::{EndableStream, StreamEnd};
 use super::proto::spec::proto::runtime::v1 as pb;
 use crate::dapr::{Call, FileOpError, SequencerOpError};
 
@@ -21,6 +21,10 @@ use crate::dapr::{Call, FileOpError, SequencerOpError};
 const CHUNK: usize = 64 * 1024;
 /// Chunks queued for a slow reader.
 const QUEUED_CHUNKS: usize = 4;
+/// How long a reader may take no chunk before its `GetFile` is ended and
+/// the file let go of (an open file each, else, for as long as the
+/// connection lives).
+const CLIENT_READS_WITHIN: std::time::Duration = crate::app::APP_CALL_TIMEOUT;
 /// Files per listing page when the request does not say, and at most.
 const PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
@@ -71,25 +75,45 @@ pub(super) async fn put(
 /// `GetFile`: the contents in chunks of [`CHUNK`] bytes, read as sent.
 pub(super) async fn get(call: Call, req: pb::GetFileRequest) -> Result<FileStream, Status> {
     let store = call.file_store(&req.store_name)?;
-    let mut read = store.get(&req.name).await?;
+    let read = store.get(&req.name).await?;
     let (out, stream) = mpsc::channel(QUEUED_CHUNKS);
-    tokio::spawn(async move {
-        let mut buffer = vec![0; CHUNK];
-        loop {
-            let answer = match read.body.read(&mut buffer).await {
-                Ok(0) => break,
-                Ok(n) => Ok(pb::GetFileResponse {
-                    data: buffer[..n].to_vec(),
-                }),
-                Err(err) => Err(Status::internal(format!("reading the file failed: {err}"))),
-            };
-            let failed = answer.is_err();
-            if out.send(answer).await.is_err() || failed {
+    let end = StreamEnd::default();
+    let stream = EndableStream::new(stream, &end);
+    let file = format!("file `{}` of file store `{}`", req.name, req.store_name);
+    tokio::spawn(send_chunks(read.body, out, end, file));
+    Ok(Box::pin(stream))
+}
+
+/// Sends `body` to `out` in chunks of [`CHUNK`] bytes until it ends, fails
+/// or the client stops taking them (then the stream is ended with a
+/// status and `body` dropped).
+async fn send_chunks(
+    mut body: impl tokio::io::AsyncRead + Unpin,
+    out: mpsc::Sender<Result<pb::GetFileResponse, Status>>,
+    end: StreamEnd,
+    file: String,
+) {
+    let mut buffer = vec![0; CHUNK];
+    loop {
+        let answer = match body.read(&mut buffer).await {
+            Ok(0) => break,
+            Ok(n) => Ok(pb::GetFileResponse {
+                data: buffer[..n].to_vec(),
+            }),
+            Err(err) => Err(Status::internal(format!("reading the file failed: {err}"))),
+        };
+        let failed = answer.is_err();
+        match tokio::time::timeout(CLIENT_READS_WITHIN, out.send(answer)).await {
+            Ok(Ok(())) if !failed => {}
+            Ok(_) => break,
+            Err(_) => {
+                end.end(Status::deadline_exceeded(format!(
+                    "reading {file}: the client took no chunk for {CLIENT_READS_WITHIN:?}"
+                )));
                 break;
             }
         }
-    });
-    Ok(Box::pin(ReceiverStream::new(stream)))
+    }
 }
 
 /// `ListFile`: one page of the files under the request's name (a prefix).
@@ -185,5 +209,36 @@ impl From<SequencerOpError> for Status {
             Some(SequencerError::Backend(_)) => Code::Internal,
         };
         Status::new(code, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_takes_no_chunk_has_its_stream_ended_and_the_file_let_go() {
+        let (out, queued) = mpsc::channel(1);
+        let end = StreamEnd::default();
+        let mut stream = EndableStream::new(queued, &end);
+        // An endless file; nothing is read from the stream.
+        let sending = tokio::spawn(send_chunks(
+            tokio::io::repeat(7),
+            out,
+            end,
+            "file `big` of file store `files`".into(),
+        ));
+        tokio::time::timeout(CLIENT_READS_WITHIN * 4, sending)
+            .await
+            .expect("the sender gave up")
+            .expect("no panic");
+        let Some(Err(status)) = stream.next().await else {
+            panic!("the status comes ahead of the queued chunk");
+        };
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert!(status
+            .message()
+            .contains("file `big` of file store `files`"));
+        assert!(stream.next().await.is_none());
     }
 }

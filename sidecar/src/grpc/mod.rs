@@ -40,6 +40,7 @@ mod dapr_pubsub_stream;
 mod dapr_secrets;
 mod dapr_state;
 mod dapr_state_transaction;
+mod endable_stream;
 mod hot_path;
 mod layotto;
 mod layotto_config;
