@@ -1,8 +1,9 @@
 //! [`HttpRoute`]: an event delivered as a `POST` of its CloudEvent to one
 //! route of the app, answered as Dapr reads an app's answer: a `2xx` with
-//! no body or `{"status": "SUCCESS"}` acknowledges, `{"status": "RETRY"}`
-//! or any other status code (or no answer) retries, `{"status": "DROP"}`
-//! and `404` drop.
+//! no body, a body that is not JSON, no or an empty `status`, or
+//! `{"status": "SUCCESS"}` acknowledges; `{"status": "RETRY"}`, any other
+//! `status` value, any other status code (or no answer) retries;
+//! `{"status": "DROP"}` and `404` drop.
 
 use reqwest::StatusCode;
 use rewire_runtime::DeliveryOutcome;
@@ -30,6 +31,7 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
     if !status.is_success() {
         return DeliveryOutcome::Retry;
     }
+    // A body that is not such a document acknowledges, as in Dapr.
     let said = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| {
@@ -38,9 +40,11 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
                 .map(str::to_ascii_uppercase)
         });
     match said.as_deref() {
-        Some("RETRY") => DeliveryOutcome::Retry,
+        None | Some("" | "SUCCESS") => DeliveryOutcome::Success,
         Some("DROP") => DeliveryOutcome::Drop,
-        _ => DeliveryOutcome::Success,
+        // An app that answers a status it should not is not taken as
+        // having handled the event (Dapr retries it too).
+        Some(_) => DeliveryOutcome::Retry,
     }
 }
 
@@ -109,6 +113,19 @@ mod tests {
             outcome_of(StatusCode::OK, br#"{"status":"DROP"}"#),
             DeliveryOutcome::Drop
         );
+        // An unknown status is not an acknowledgement.
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"not_valid"}"#),
+            DeliveryOutcome::Retry
+        );
+        for acknowledging in [&br#"{"status":""}"#[..], b"{}", b"ok", br#"{"status":3}"#] {
+            assert_eq!(
+                outcome_of(StatusCode::OK, acknowledging),
+                DeliveryOutcome::Success,
+                "{}",
+                String::from_utf8_lossy(acknowledging)
+            );
+        }
         assert_eq!(
             outcome_of(StatusCode::NOT_FOUND, b""),
             DeliveryOutcome::Drop
