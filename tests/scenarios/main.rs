@@ -27,6 +27,7 @@ mod reload_rollback_init;
 mod reload_rollback_readiness;
 mod reload_sequencer;
 mod reload_subscription;
+mod reload_transitive;
 mod resiliency_redis;
 mod secret_hygiene;
 mod slow_subscriber;

@@ -20,7 +20,7 @@ use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::handle::with_staged;
 use crate::metadata::Metadata;
 use crate::registry::{in_place_of, ComponentDescriptor, InPlaceHook, Registry};
-use crate::running::{close_one, staged_for, Components, Running};
+use crate::running::{close_one, staged_sharing, Components, Running};
 
 /// What happened to one component in the transaction.
 pub(crate) enum Step {
@@ -179,7 +179,7 @@ impl Plan<'_> {
         registry: &Registry,
         cx: &AssemblyContext,
     ) -> Vec<ComponentFailure> {
-        let staged = Arc::new(staged_for(&level, &self.candidate.graph, &progress.next));
+        let staged = Arc::new(staged_sharing(&progress.next));
         let level_cx = AssemblyContext {
             staged,
             ..cx.clone()

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
 use crate::component::{ComponentKey, KeyParts};
-use crate::config::{ComponentSpec, DependencyGraph, Layers, Sections, ValidConfig};
+use crate::config::{ComponentSpec, Layers, Sections, ValidConfig};
 use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
 use crate::redact::Redactor;
 use crate::registry::Registry;
@@ -227,30 +227,12 @@ fn drop_aside(replaced: (Arc<ValidConfig>, RunningLayers, Arc<Components>)) {
     }
 }
 
-/// The instances the components of a reload's `level` depend on: what
-/// they may reach while they are assembled. Only direct dependencies, so
-/// a reload costs in proportion to what it acts on, not to the whole set
-/// (start-up, which assembles everything, shares the set: [`staged_sharing`]).
-pub(crate) fn staged_for(
-    level: &[ComponentKey],
-    graph: &DependencyGraph,
-    components: &Components,
-) -> Generation {
-    let instances = level
-        .iter()
-        .flat_map(|key| graph.dependencies(key))
-        .filter_map(|dep| {
-            components
-                .get(&dep)
-                .map(|r| (dep, r.assembled.instance.clone()))
-        })
-        .collect();
-    Generation::new(0, instances)
-}
-
-/// What start-up's next level may reach while it is assembled: every
-/// component started so far, shared as it is (no map is built per level;
-/// the caller drops it before it inserts the level, so no node is copied).
+/// What the next level of a start-up or a reload may reach while it is
+/// assembled: every component of the new generation so far, shared as it
+/// is (no map is built per level). Not only the level's direct
+/// dependencies: an `init` that calls a dependency which loads its own
+/// handle reaches further, and must find the new generation there too.
+/// Later levels (the level's dependents) are not in it yet.
 pub(crate) fn staged_sharing(components: &Components) -> Generation {
     let members: Arc<dyn Members> = Arc::new(components.clone());
     Generation::of(0, members)
