@@ -35,6 +35,8 @@ mod api_limits;
 mod api_pubsub_broker_switch;
 mod api_pubsub_declarative;
 mod api_redis_cluster;
+mod api_request_errors;
+mod api_request_limits;
 mod api_state_bytes;
 mod dapr_python_sdk;
 mod layotto_grpc;

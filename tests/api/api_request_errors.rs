@@ -1,0 +1,158 @@
+//! Bad input gets a clear error naming the component and the field: a bulk
+//! publish entry without an `entryId`, or repeating one, is refused as Dapr
+//! refuses it; body errors name the store and the item; query errors are
+//! query errors; an oversized publish body is Dapr's JSON error with the
+//! limit; a failed delete names its store.
+
+use crate::support::grpc;
+use crate::support::sidecar;
+
+use grpc::dapr::{BulkPublishRequest, BulkPublishRequestEntry};
+use reqwest::{Client, Response, StatusCode};
+use rewire::sidecar::ApiOptions;
+use serde_json::{json, Value};
+use sidecar::Sidecar;
+use tonic::Code;
+
+const CONFIG: &str = r#"{"appId": "shop", "components": {
+    "state": {"orders": {"type": "memory"}},
+    "pubsub": {"events": {"type": "memory"}}
+}}"#;
+
+const ENTRY_ID: &str = "error marshalling events to bytes for topic t pubsub events: entryId is duplicated or not present for entry";
+
+async fn body_json(response: Response) -> Value {
+    response.json().await.expect("not JSON")
+}
+
+fn message(body: &Value) -> &str {
+    body["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn bulk_publish_refuses_empty_and_repeated_entry_ids_as_dapr() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let url = format!("{}/v1.0-alpha1/publish/bulk/events/t", sidecar.http_url());
+    for entries in [
+        json!([{"entryId": "1", "event": "a"}, {"entryId": "1", "event": "b"}]),
+        json!([{"entryId": "1", "event": "a"}, {"event": "b"}]),
+        json!([{"entryId": "1", "event": "a"}, {"entryId": "", "event": "b"}]),
+    ] {
+        let refused = client.post(&url).json(&entries).send().await.unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        let body = body_json(refused).await;
+        assert_eq!(body["errorCode"], "ERR_PUBSUB_EVENTS_SER");
+        assert_eq!(message(&body), format!("{ENTRY_ID} 1"));
+    }
+    let mut grpc = grpc::dapr_client(sidecar.grpc_url()).await;
+    let entry = |id: &str| BulkPublishRequestEntry {
+        entry_id: id.into(),
+        event: b"x".to_vec(),
+        ..BulkPublishRequestEntry::default()
+    };
+    let status = grpc
+        .bulk_publish_event_alpha1(BulkPublishRequest {
+            pubsub_name: "events".into(),
+            topic: "t".into(),
+            entries: vec![entry("a"), entry("a")],
+            ..BulkPublishRequest::default()
+        })
+        .await
+        .expect_err("a repeated entryId");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, format!("{ENTRY_ID} 1").as_str())
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn body_and_query_errors_name_the_store_the_item_and_the_field() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let url = format!("{}/v1.0/state/orders", sidecar.http_url());
+    let bad_etag = client
+        .post(&url)
+        .body(r#"[{"key":"a"},{"key":"b","etag":3}]"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_etag.status(), StatusCode::BAD_REQUEST);
+    let body = body_json(bad_etag).await;
+    assert_eq!(body["errorCode"], "ERR_MALFORMED_REQUEST");
+    assert!(
+        message(&body).starts_with(
+            "failed deserializing HTTP body for state store `orders`: item 1, field `etag`: invalid type: integer `3`, expected a string"
+        ),
+        "{body}"
+    );
+
+    let no_key = client
+        .post(&url)
+        .json(&json!([{"key": "a"}, {"key": ""}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_key.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        message(&body_json(no_key).await),
+        r#""key" is a required field (item 1 of the request to state store `orders`)"#
+    );
+
+    // A bad query parameter is not reported as a body problem.
+    let bad_query = client
+        .delete(format!("{url}/k?concurrency=sometimes"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_query.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        message(&body_json(bad_query).await),
+        "unknown concurrency `sometimes` (expected `first-write` or `last-write`)"
+    );
+
+    let bad_delete = client
+        .delete(format!("{url}/k"))
+        .header("If-Match", "not-a-number")
+        .send()
+        .await
+        .unwrap();
+    let body = body_json(bad_delete).await;
+    assert!(
+        message(&body).starts_with("failed deleting state with key k from state store orders: "),
+        "{body}"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_publish_body_over_the_limit_is_dapr_json_naming_the_limit() {
+    let options = ApiOptions {
+        max_request_bytes: 1024,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let client = Client::new();
+    let base = sidecar.http_url();
+    for path in ["v1.0/publish/events/t", "v1.0-alpha1/publish/bulk/events/t"] {
+        let big = client
+            .post(format!("{base}/{path}"))
+            .header("content-type", "application/json")
+            .body(format!(
+                r#"[{{"entryId":"1","event":"{}"}}]"#,
+                "x".repeat(4096)
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        let body = body_json(big).await;
+        assert_eq!(body["errorCode"], "ERR_BODY_TOO_LARGE", "{path}");
+        assert_eq!(
+            message(&body),
+            "request body is larger than the limit of 1024 bytes"
+        );
+    }
+    sidecar.stop().await;
+}
