@@ -19,9 +19,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use tracing::Instrument;
 
+use rewire_runtime::without_credentials;
+
 use super::error::{excerpt, ApolloError};
 use super::signing;
 use crate::json_text::value_text;
+use crate::redacted::shown_addresses;
 
 /// One release of a namespace, as the config service sends it (and as the
 /// backup cache stores it).
@@ -74,9 +77,12 @@ pub(crate) enum Fetched {
 pub(crate) struct ConfigServiceClient {
     http: reqwest::Client,
     server: Url,
-    /// `server` without trailing `/`, for logs.
+    /// `server` without trailing `/`, as configured: tells instances apart
+    /// (may hold credentials: never shown).
+    address: String,
+    /// `address` without credentials, for logs.
     server_text: String,
-    /// "config service `{server}`", for errors.
+    /// "config service `{server_text}`", for errors.
     label: String,
     app_id: String,
     cluster: String,
@@ -114,20 +120,28 @@ pub(crate) struct ClientSettings<'a> {
 }
 
 /// Parses an `http://` or `https://` base URL (a trailing `/` is
-/// ignored), naming `field` in the error.
+/// ignored), naming `field` in the error (which quotes the URL without its
+/// credentials).
 pub(crate) fn base_url(text: &str, field: &str) -> Result<Url, ApolloError> {
     let trimmed = text.trim().trim_end_matches('/');
     let url = Url::parse(trimmed).map_err(|err| {
         ApolloError::Config(format!(
-            "metadata field `{field}`: `{trimmed}` is not a URL: {err}"
+            "metadata field `{field}`: `{}` is not a URL: {err}",
+            shown_addresses(trimmed)
         ))
     })?;
     match url.scheme() {
         "http" | "https" => Ok(url),
         other => Err(ApolloError::Config(format!(
-            "metadata field `{field}`: `{trimmed}` must be an http:// or https:// URL, not {other}:"
+            "metadata field `{field}`: `{}` must be an http:// or https:// URL, not {other}:",
+            shown_addresses(trimmed)
         ))),
     }
+}
+
+/// `url` without trailing `/` nor credentials, for logs and errors.
+pub(crate) fn shown_url(url: &Url) -> String {
+    without_credentials(url.as_str().trim_end_matches('/')).into_owned()
 }
 
 /// `base` with `segments` appended, each percent-encoded.
@@ -156,10 +170,11 @@ impl ConfigServiceClient {
             .connect_timeout(settings.request_timeout)
             .build()
             .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;
-        let server_text = server.as_str().trim_end_matches('/').to_string();
+        let server_text = shown_url(&server);
         Ok(Self {
             http,
             label: format!("config service `{server_text}` ({})", settings.field),
+            address: server.as_str().trim_end_matches('/').to_string(),
             server_text,
             server,
             app_id: settings.app_id.to_string(),
@@ -174,9 +189,15 @@ impl ConfigServiceClient {
         })
     }
 
-    /// The config service address, as configured.
+    /// The config service address, without credentials: for logs.
     pub(crate) fn server(&self) -> &str {
         &self.server_text
+    }
+
+    /// The config service address as configured (credentials included):
+    /// to tell instances apart, never to show.
+    pub(crate) fn address(&self) -> &str {
+        &self.address
     }
 
     /// Fetches `namespace`; `release_key` is the release we hold, if any.
@@ -320,6 +341,46 @@ mod tests {
         let err = base_url("ftp://h", "config_server").expect_err("expected an error");
         assert!(err.to_string().contains("`config_server`"), "{err}");
         assert!(base_url("not a url", "config_server").is_err());
+    }
+
+    #[test]
+    fn bad_urls_are_quoted_without_credentials() {
+        for text in [
+            "ftp://u:hunter2@h",
+            "http://u:hun/ter2@h:port",
+            "http://u:hunter2@h:port",
+        ] {
+            let err = base_url(text, "config_server").expect_err("expected an error");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+            assert!(!err.to_string().contains("ter2"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn labels_and_errors_show_no_credentials() {
+        let tls = crate::tls::http_config(None).unwrap_or_else(|e| panic!("{e}"));
+        let client = ConfigServiceClient::new(ClientSettings {
+            // Nothing listens on port 1: the fetch fails at once.
+            server: "http://apollo:hunter2@127.0.0.1:1/",
+            field: "config_server",
+            app_id: "app",
+            cluster: "default",
+            secret: None,
+            ip: None,
+            request_timeout: Duration::from_secs(5),
+            long_poll_timeout: Duration::from_secs(5),
+            tls: &tls,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(client.server(), "http://apollo:[redacted]@127.0.0.1:1");
+        assert!(!format!("{client:?}").contains("hunter2"), "{client:?}");
+        assert_eq!(client.address(), "http://apollo:hunter2@127.0.0.1:1");
+        let err = client
+            .fetch("application", None)
+            .await
+            .expect_err("nothing listens on port 1");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     }
 
     #[test]

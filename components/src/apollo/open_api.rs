@@ -15,7 +15,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::client::{base_url, join};
+use super::client::{base_url, join, shown_url};
 use super::error::{excerpt, ApolloError};
 
 /// A client of the Open API for one app, cluster and environment.
@@ -35,7 +35,7 @@ pub(crate) struct OpenApiClient {
 impl fmt::Debug for OpenApiClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenApiClient")
-            .field("address", &self.address.as_str())
+            .field("address", &shown_url(&self.address))
             .field("user", &self.user)
             .field("env", &self.env)
             .finish()
@@ -66,10 +66,7 @@ impl OpenApiClient {
             .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;
         Ok(Self {
             http,
-            address_text: format!(
-                "Open API `{}` (open_api_address)",
-                address.as_str().trim_end_matches('/')
-            ),
+            address_text: format!("Open API `{}` (open_api_address)", shown_url(&address)),
             address,
             token: settings.token.to_string(),
             user: settings.user.to_string(),

@@ -26,8 +26,11 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::client::{base_url, join, ClientSettings, ConfigServiceClient, Fetched, Notification};
+use super::client::{
+    base_url, join, shown_url, ClientSettings, ConfigServiceClient, Fetched, Notification,
+};
 use super::error::{excerpt, ApolloError};
+use crate::redacted::shown_addresses;
 
 /// What every instance's client is built with.
 #[derive(Clone)]
@@ -86,7 +89,7 @@ impl std::fmt::Debug for ConfigServices {
             .field("servers", &self.servers())
             .field(
                 "meta_server",
-                &self.discovery.as_ref().map(|d| d.url.as_str()),
+                &self.discovery.as_ref().map(|d| shown_url(&d.url)),
             )
             .finish()
     }
@@ -149,12 +152,22 @@ impl ConfigServices {
         Ok(services)
     }
 
-    /// The instance in use (its address), for logs.
+    /// The instance in use (its address, without credentials), for logs.
     pub(crate) fn server(&self) -> String {
+        self.in_use()
+            .map_or_else(String::new, |c| c.server().to_string())
+    }
+
+    /// The instance in use (its address as configured): never shown.
+    fn address(&self) -> String {
+        self.in_use()
+            .map_or_else(String::new, |c| c.address().to_string())
+    }
+
+    fn in_use(&self) -> Option<Arc<ConfigServiceClient>> {
         let list = self.list();
         let index = self.current.load(Ordering::Acquire);
-        list.get(index % list.len().max(1))
-            .map_or_else(String::new, |c| c.server().to_string())
+        list.get(index % list.len().max(1)).cloned()
     }
 
     /// Every known instance, comma-separated.
@@ -257,10 +270,7 @@ impl ConfigServices {
         if let Some(ip) = &self.settings.ip {
             url.query_pairs_mut().append_pair("ip", ip);
         }
-        let label = format!(
-            "meta server `{}` (meta_server)",
-            discovery.url.as_str().trim_end_matches('/')
-        );
+        let label = format!("meta server `{}` (meta_server)", shown_url(&discovery.url));
         let path = url.path().to_string();
         let timeout = self.settings.request_timeout;
         let transport = |err: reqwest::Error| ApolloError::transport(&label, &path, &err, timeout);
@@ -308,15 +318,15 @@ impl ConfigServices {
         let known = self.list();
         if known
             .iter()
-            .map(|c| c.server())
+            .map(|c| c.address())
             .eq(urls.iter().map(String::as_str))
         {
             return Ok(());
         }
-        let current = self.server();
+        let current = self.address();
         let mut clients = Vec::with_capacity(urls.len());
         for url in &urls {
-            let reused = known.iter().find(|c| c.server() == url).cloned();
+            let reused = known.iter().find(|c| c.address() == url).cloned();
             match reused.map_or_else(
                 || self.settings.client(url, "meta_server").map(Arc::new),
                 Ok,
@@ -331,16 +341,19 @@ impl ConfigServices {
             return Err(ApolloError::Malformed {
                 server: label,
                 path,
-                message: format!("no usable config service announced: {}", urls.join(",")),
+                message: format!(
+                    "no usable config service announced: {}",
+                    shown_addresses(&urls.join(","))
+                ),
             });
         }
         let keep = clients
             .iter()
-            .position(|c| c.server() == current)
+            .position(|c| c.address() == current)
             .unwrap_or(0);
         *self.instances.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(clients);
         self.current.store(keep, Ordering::Release);
-        info!(meta_server = %discovery.url, servers = %urls.join(","), "Apollo config services discovered.");
+        info!(meta_server = %shown_url(&discovery.url), servers = %shown_addresses(&urls.join(",")), "Apollo config services discovered.");
         Ok(())
     }
 }

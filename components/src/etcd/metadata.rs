@@ -2,7 +2,7 @@
 //! checked form ([`EtcdSettings`]). The password never appears in `Debug`
 //! output or in an error.
 
-use crate::redacted::redacted;
+use crate::redacted::{redacted, shown_addresses};
 use std::fmt;
 use std::time::Duration;
 
@@ -106,7 +106,7 @@ impl EtcdMetadata {
     ) -> Result<EtcdSettings, EtcdMetadataError> {
         let endpoints =
             parse_endpoints(&self.endpoints).map_err(|reason| EtcdMetadataError::Endpoints {
-                endpoints: self.endpoints.clone(),
+                endpoints: shown_addresses(&self.endpoints),
                 reason,
             })?;
         let dial = match self.dial_timeout {
@@ -145,7 +145,7 @@ impl EtcdMetadata {
 impl fmt::Debug for EtcdMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdMetadata")
-            .field("endpoints", &self.endpoints)
+            .field("endpoints", &shown_addresses(&self.endpoints))
             .field("key_prefix", &self.key_prefix)
             .field("username", &self.username)
             .field("password", &redacted(&self.password))
@@ -224,7 +224,7 @@ pub enum EtcdMetadataError {
     /// `endpoints` is not a list of `host:port`.
     #[error("metadata field `endpoints`: `{endpoints}` {reason}")]
     Endpoints {
-        /// The value given.
+        /// The value given, without credentials.
         endpoints: String,
         /// What is wrong with it.
         reason: String,
@@ -242,7 +242,8 @@ pub enum EtcdMetadataError {
 
 /// Parses `endpoints`: `host:port` (port defaults to 2379), `[v6]:port`,
 /// optionally with an `http://` or `https://` scheme, comma-separated.
-/// Returns them as `host:port`.
+/// Returns them as `host:port`. An error never quotes credentials written
+/// in it.
 pub fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
     let parts: Vec<&str> = text
         .split(',')
@@ -261,8 +262,21 @@ fn parse_endpoint(text: &str) -> Result<String, String> {
         .or_else(|| text.strip_prefix("https://"))
         .unwrap_or(text);
     let bare = bare.strip_suffix('/').unwrap_or(bare);
-    if bare.contains("://") || bare.contains('/') {
-        return Err(format!("is not `host:port`: `{text}`"));
+    // Not in the hints below: the user and password are secret.
+    if let Some((_, address)) = bare.rsplit_once('@') {
+        return Err(format!(
+            "is not `host:port`: give `{address}` without credentials, \
+             and the user and password as `username` and `password`"
+        ));
+    }
+    let text = shown_addresses(text);
+    if bare.contains("://") {
+        return Err(format!(
+            "is not `host:port`: `{text}` has a scheme other than `http://` or `https://`"
+        ));
+    }
+    if bare.contains('/') {
+        return Err(format!("is not `host:port`: `{text}` has a path"));
     }
     let (host, port) = if let Some(rest) = bare.strip_prefix('[') {
         let (host, after) = rest
@@ -304,7 +318,9 @@ fn parse_endpoint(text: &str) -> Result<String, String> {
 fn deserialize_endpoints<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     if !text.trim().is_empty() {
-        parse_endpoints(&text).map_err(|reason| de::Error::custom(format!("`{text}` {reason}")))?;
+        parse_endpoints(&text).map_err(|reason| {
+            de::Error::custom(format!("`{}` {reason}", shown_addresses(&text)))
+        })?;
     }
     Ok(text)
 }
@@ -389,5 +405,37 @@ mod tests {
         assert!(parse_endpoints("h:0").is_err());
         assert!(parse_endpoints("h:1/x").is_err());
         assert!(parse_endpoints("grpc://h:1").is_err());
+    }
+
+    #[test]
+    fn credentials_in_endpoints_are_never_echoed() {
+        for endpoints in [
+            "http://root:hunter2@h:2379",
+            "https://hunter2@h:2379/",
+            "root:hunter2@h:2379",
+            "a:1, http://root:hunter2@h:2379",
+        ] {
+            let err = decode(json!({"endpoints": endpoints}))
+                .err()
+                .unwrap_or_else(|| panic!("`{endpoints}` accepted"));
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(!err.contains("IPv6"), "{err}");
+            assert!(err.contains("`username` and `password`"), "{err}");
+            let m = EtcdMetadata::new(endpoints);
+            let err = m.settings().err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("`{endpoints}` accepted"));
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(!format!("{m:?}").contains("hunter2"), "{m:?}");
+        }
+        assert_eq!(
+            decode(json!({"endpoints": "http://root:hunter2@h:2379"}))
+                .err()
+                .as_deref(),
+            Some(
+                "metadata field `endpoints`: `http://root:[redacted]@h:2379` is not `host:port`: \
+                 give `h:2379` without credentials, and the user and password as `username` \
+                 and `password`"
+            )
+        );
     }
 }

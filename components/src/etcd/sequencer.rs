@@ -58,7 +58,10 @@ pub struct EtcdSequencerMetadata {
 impl fmt::Debug for EtcdSequencerMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdSequencerMetadata")
-            .field("endpoints", &self.endpoints)
+            .field(
+                "endpoints",
+                &crate::redacted::shown_addresses(&self.endpoints),
+            )
             .field("key_prefix", &self.key_prefix)
             .field("username", &self.username)
             .field("password", &redacted(&self.password))

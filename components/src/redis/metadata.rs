@@ -2,7 +2,7 @@
 //! names, and the part of it that decides which server to talk to
 //! ([`ConnectionSettings`]).
 
-use crate::redacted::redacted;
+use crate::redacted::{redacted, shown_addresses};
 use std::fmt;
 use std::time::Duration;
 
@@ -138,7 +138,7 @@ impl RedisMetadata {
     pub fn connection_settings(&self) -> Result<ConnectionSettings, RedisMetadataError> {
         let addresses =
             parse_addresses(&self.redis_host).map_err(|reason| RedisMetadataError::Host {
-                host: self.redis_host.clone(),
+                host: shown_addresses(&self.redis_host),
                 reason,
             })?;
         let tls = super::tls::load(self)?;
@@ -151,7 +151,7 @@ impl RedisMetadata {
         }
         if !self.failover && !cluster && addresses.len() > 1 {
             return Err(RedisMetadataError::Host {
-                host: self.redis_host.clone(),
+                host: shown_addresses(&self.redis_host),
                 reason: "several addresses are only allowed with `failover` (sentinels) \
                          or `redisType: cluster` (seed nodes)"
                     .into(),
@@ -233,7 +233,7 @@ fn effective(timeout: Option<Timeout>) -> Option<Duration> {
 impl fmt::Debug for RedisMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisMetadata")
-            .field("redis_host", &self.redis_host)
+            .field("redis_host", &shown_addresses(&self.redis_host))
             .field("redis_type", &self.redis_type)
             .field("redis_password", &redacted(&self.redis_password))
             .field("redis_username", &self.redis_username)
@@ -327,7 +327,7 @@ pub enum RedisMetadataError {
     /// `redisHost` is not `host:port` (or a list of them).
     #[error("metadata field `redisHost`: `{host}` {reason}")]
     Host {
-        /// The value given.
+        /// The value given, without credentials.
         host: String,
         /// What is wrong with it.
         reason: String,
@@ -350,7 +350,8 @@ pub enum RedisMetadataError {
 }
 
 /// Parses `redisHost`: `host:port` (port defaults to 6379), `[v6]:port`,
-/// or several of them comma-separated.
+/// or several of them comma-separated. An error never quotes credentials
+/// written in it.
 pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
     let parts: Vec<&str> = text
         .split(',')
@@ -364,10 +365,27 @@ pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
 }
 
 fn parse_address(text: &str) -> Result<(String, u16), String> {
-    if text.contains("://") {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, text),
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let (credentials, address) = match authority.rsplit_once('@') {
+        Some((_, address)) => (true, address),
+        None => (false, authority),
+    };
+    let in_fields = if credentials {
+        ", and the user and password as `redisUsername` and `redisPassword`"
+    } else {
+        ""
+    };
+    if let Some(scheme) = scheme {
         return Err(format!(
-            "is not `host:port`: give `{text}` without a URL scheme"
+            "is not `host:port`: give `{address}` without the `{scheme}://` scheme{in_fields}"
         ));
+    }
+    if credentials {
+        return Err(format!("is not `host:port`: give `{address}`{in_fields}"));
     }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest
@@ -409,7 +427,9 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
 fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     if !text.trim().is_empty() {
-        parse_addresses(&text).map_err(|reason| de::Error::custom(format!("`{text}` {reason}")))?;
+        parse_addresses(&text).map_err(|reason| {
+            de::Error::custom(format!("`{}` {reason}", shown_addresses(&text)))
+        })?;
     }
     Ok(text)
 }
@@ -533,6 +553,37 @@ mod tests {
         assert!(parse_addresses("h:0").is_err());
         assert!(parse_addresses("::1").is_err());
         assert!(parse_addresses("redis://h:1").is_err());
+    }
+
+    #[test]
+    fn credentials_in_redis_host_are_never_echoed() {
+        for host in [
+            "redis://:hunter2@127.0.0.1:6379",
+            "rediss://default:hunter2@127.0.0.1:6379/0",
+            ":hunter2@127.0.0.1:6379",
+            "hunter2@127.0.0.1:6379",
+            "h:1,redis://:hunter2@127.0.0.1:6379",
+        ] {
+            let err = decode(json!({"redisHost": host}))
+                .err()
+                .unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("redisPassword"), "{err}");
+            let m = RedisMetadata::new(host);
+            let err = m.connection_settings().err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(!format!("{m:?}").contains("hunter2"), "{m:?}");
+        }
+        let err = decode(json!({"redisHost": "redis://:hunter2@127.0.0.1:6379"}));
+        assert_eq!(
+            err.err().as_deref(),
+            Some(
+                "metadata field `redisHost`: `redis://:[redacted]@127.0.0.1:6379` is not `host:port`: \
+                 give `127.0.0.1:6379` without the `redis://` scheme, and the user and password as \
+                 `redisUsername` and `redisPassword`"
+            )
+        );
     }
 
     #[test]
