@@ -30,9 +30,11 @@ pub struct ApiOptions {
     /// Connections open at once per listener (gRPC, HTTP), at most; beyond
     /// it, new clients wait in the kernel's backlog.
     pub max_connections: usize,
-    /// A connection with no byte read or written for this long is closed
-    /// (gRPC connections are pinged at a third of it, so a live client's
-    /// quiet subscription stays open). Keep it above `request_timeout`: an
+    /// A connection with no request in flight for this long is closed,
+    /// whatever bytes move (keepalive pings, a request head trickled in),
+    /// and so is one whose requests move no byte for this long (gRPC
+    /// connections are pinged at a third of it, so a live client's quiet
+    /// subscription stays open). Keep it above `request_timeout`: an
     /// HTTP/1 call in flight moves no byte either.
     pub idle_timeout: Duration,
     /// After shutdown starts, how long calls in flight may finish before

@@ -1,8 +1,11 @@
 //! Connections are bounded on both listeners: one that says nothing is
-//! closed after `idle_timeout` (one that keeps moving bytes is not), at most `max_connections` are open at once
-//! (the next client is served once a slot frees), and after shutdown a
-//! connection still sending its request head is cut after
-//! `shutdown_grace`, so the servers stop.
+//! closed after `idle_timeout`, and so is one with no request in flight
+//! whatever bytes it moves (a request head trickled in, a gRPC channel
+//! answering the server's pings), while a request that keeps moving bytes
+//! is not cut; at most `max_connections` are open at once (the next client
+//! is served once a slot frees), and after shutdown a connection still
+//! sending its request head is cut after `shutdown_grace`, so the servers
+//! stop.
 
 use crate::support::{grpc, sidecar};
 
@@ -52,7 +55,7 @@ async fn idle_connections_are_closed_on_both_listeners() {
 }
 
 #[tokio::test]
-async fn a_connection_moving_bytes_is_not_idle_until_it_stops() {
+async fn a_request_moving_bytes_is_not_idle_until_it_stops() {
     let idle_timeout = Duration::from_millis(300);
     let options = ApiOptions {
         idle_timeout,
@@ -60,14 +63,19 @@ async fn a_connection_moving_bytes_is_not_idle_until_it_stops() {
     };
     let sidecar = Sidecar::start(CONFIG, options).await;
     let mut slow = TcpStream::connect(sidecar.http_addr).await.unwrap();
-    // A request head a byte every 100 ms: four idle timeouts in all.
-    let head = b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n";
-    let drip = Duration::from_millis(1200) / head.len() as u32;
-    for byte in head {
+    // The head at once, then the body a byte at a time over four idle
+    // timeouts: a request in flight, moving.
+    let body = br#"[{"key":"k","value":"a slow value"}]"#;
+    let head = format!(
+        "POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let drip = Duration::from_millis(1200) / body.len() as u32;
+    for byte in body {
         slow.write_all(&[*byte]).await.unwrap();
         tokio::time::sleep(drip).await;
     }
-    slow.write_all(b"\r\n").await.unwrap();
     let mut answer = [0u8; 12];
     slow.read_exact(&mut answer).await.unwrap();
     assert_eq!(
@@ -78,6 +86,69 @@ async fn a_connection_moving_bytes_is_not_idle_until_it_stops() {
     let silent_since = std::time::Instant::now();
     closed_by_server(&mut slow).await;
     assert!(silent_since.elapsed() >= idle_timeout - Duration::from_millis(50));
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_head_trickled_in_is_cut_at_the_idle_timeout() {
+    let options = ApiOptions {
+        idle_timeout: Duration::from_millis(300),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut slow = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    // A head a byte every 100 ms would take four idle timeouts: no
+    // request is in flight until it is whole, so the bytes do not count.
+    let head = b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    let drip = Duration::from_millis(1200) / head.len() as u32;
+    let mut cut = false;
+    for byte in head {
+        if slow.write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(drip).await;
+    }
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(grpc::PATIENCE, slow.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the trickling connection was kept open");
+    assert!(
+        cut || !answer.starts_with(b"HTTP/1.1 204"),
+        "a head trickled over four idle timeouts was served"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_grpc_connection_without_calls_is_closed_though_it_answers_pings() {
+    // Pings every 100 ms, which the client's channel answers; one
+    // connection at a time.
+    let options = ApiOptions {
+        idle_timeout: Duration::from_millis(300),
+        max_connections: 1,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let call = |url: String| async move {
+        let mut client = grpc::dapr_client(url).await;
+        client
+            .get_metadata(grpc::dapr::GetMetadataRequest {})
+            .await
+            .map(|_| client)
+    };
+    let first = tokio::time::timeout(grpc::PATIENCE, call(sidecar.grpc_url()))
+        .await
+        .expect("the first call in time")
+        .expect("the first call");
+    // The first client keeps its channel and makes no call: its
+    // connection is closed after the idle timeout, freeing the one slot.
+    let second = tokio::time::timeout(grpc::PATIENCE, call(sidecar.grpc_url())).await;
+    assert!(
+        matches!(second, Ok(Ok(_))),
+        "a channel without calls kept the only slot: {:?}",
+        second.map(|r| r.err())
+    );
+    drop(first);
     sidecar.stop().await;
 }
 

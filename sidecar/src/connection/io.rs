@@ -1,7 +1,10 @@
 //! One accepted connection: reads and writes go to the socket; a read or
-//! write that has waited longer than the idle timeout since the last byte
-//! fails with `TimedOut`, and every one fails once the shutdown cut comes,
-//! so the server drops the connection either way.
+//! write that has waited longer than the idle timeout fails with
+//! `TimedOut` — counted from the last byte while a request is in flight,
+//! from the end of the last request (or the connection's arrival) while
+//! none is, whatever bytes move then ([`InFlight`]) —, and every one fails
+//! once the shutdown cut comes, so the server drops the connection either
+//! way.
 
 use std::future::Future;
 use std::io;
@@ -18,7 +21,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
-use super::ConnectionLimits;
+use super::{ConnectionLimits, InFlight};
 use crate::tls::PeerInfo;
 
 /// The socket of a connection: plain, or TLS after the handshake.
@@ -80,6 +83,8 @@ pub struct Connection {
     /// Fires at the idle deadline it was last armed for (at or before the
     /// one from `last_moved`).
     idle: Pin<Box<Sleep>>,
+    /// Its requests in flight.
+    in_flight: InFlight,
     /// Cancelled at the shutdown cut (a cheap check while bytes move).
     cut_token: CancellationToken,
     /// Its wait, polled when the socket is not ready.
@@ -100,6 +105,7 @@ impl Connection {
             idle_timeout: limits.idle_timeout,
             last_moved: now,
             idle: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
+            in_flight: InFlight::new(),
             cut_token: limits.cut.clone(),
             cut: Box::pin(limits.cut.clone().cancelled_owned()),
             _slot: slot,
@@ -130,11 +136,18 @@ impl Connection {
         None
     }
 
-    /// Whether no byte has moved for the idle timeout; until then the
-    /// timer is left armed for the deadline from the last byte.
+    /// The connection's requests in flight, for the server to count them.
+    pub fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
+    /// Whether the connection has been idle for the idle timeout: no
+    /// request in flight since then, or, while one is, no byte moved.
+    /// Until then the timer is left armed for the deadline as it stands.
     fn idle_for_too_long(&mut self, cx: &mut Context<'_>) -> bool {
         while self.idle.as_mut().poll(cx).is_ready() {
-            let deadline = self.last_moved + self.idle_timeout;
+            let from = self.in_flight.idle_since().unwrap_or(self.last_moved);
+            let deadline = from + self.idle_timeout;
             if deadline <= Instant::now() {
                 return true;
             }
@@ -227,6 +240,7 @@ impl Connected for Connection {
             Transport::Plain(tcp) => PeerInfo {
                 tcp: tcp.connect_info(),
                 certificates: None,
+                in_flight: self.in_flight.clone(),
             },
             Transport::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
@@ -235,6 +249,7 @@ impl Connected for Connection {
                     certificates: session.peer_certificates().map(|chain| {
                         Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())
                     }),
+                    in_flight: self.in_flight.clone(),
                 }
             }
         }

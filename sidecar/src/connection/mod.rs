@@ -2,19 +2,27 @@
 //! [`ApiOptions::max_connections`](crate::ApiOptions::max_connections) open
 //! per listener (beyond it, clients wait in the kernel's backlog), each
 //! closed after [`ApiOptions::idle_timeout`](crate::ApiOptions::idle_timeout)
-//! without a byte read or written, and every one cut once the shutdown
+//! without a request in flight (whatever bytes move: keepalive pings, a
+//! request head trickled in) or, while one is, without a byte read or
+//! written, and every one cut once the shutdown
 //! grace has passed. Accept errors (`EMFILE` at the descriptor limit) are
 //! backed off, never spun on.
 //!
 //! * `accept`: the accept loop, one task per listener, handing connections
 //!   to the server through a channel.
+//! * `in_flight`: the count of a connection's requests in flight;
+//!   `count_requests`: the service layer that counts them.
 //! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
 //!   its idle timer, the shutdown cut and its slot under the cap.
 
 mod accept;
+mod count_requests;
+mod in_flight;
 mod io;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
+pub use count_requests::{CountRequests, CountRequestsLayer, CountedBody, FindInFlight};
+pub use in_flight::{Counted, InFlight, RequestGuard};
 pub use io::{Connection, Transport};
 
 use std::time::Duration;
@@ -45,7 +53,8 @@ impl ConnectionLimits {
 pub struct ConnectionLimits {
     /// Connections open at once per listener, at most.
     pub max_connections: usize,
-    /// Closed after this long without a byte read or written.
+    /// Closed after this long without a request in flight or, while one
+    /// is, without a byte read or written.
     pub idle_timeout: Duration,
     /// Cancelled when every connection must end now.
     pub cut: CancellationToken,

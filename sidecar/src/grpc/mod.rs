@@ -66,7 +66,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
 use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
-use crate::connection::{accept_loop, ConnectionLimits};
+use crate::connection::{accept_loop, ConnectionLimits, CountRequestsLayer};
 use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
@@ -137,6 +137,12 @@ pub async fn serve(
         // Per-connection bounds: streams (subscriptions) and header bytes.
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_BYTES)
+        // Each call counts in its connection's requests in flight.
+        .layer(CountRequestsLayer(|extensions| {
+            extensions
+                .get::<crate::tls::PeerInfo>()
+                .map(|peer| &peer.in_flight)
+        }))
         // `GetState` in its plain form skips the routes (`hot_path`).
         .layer(hot_path)
         .add_service(InterceptedService::new(

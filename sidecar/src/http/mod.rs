@@ -37,7 +37,7 @@ mod state;
 mod state_transaction;
 mod status;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::http::{Method, Uri};
 use axum::routing::{get, post, put};
 use axum::{middleware, Router, ServiceExt};
@@ -48,7 +48,7 @@ pub use error::HttpError;
 
 use hot_path::HotPath;
 
-use crate::connection::{accept_loop, ConnectionLimits};
+use crate::connection::{accept_loop, ConnectionLimits, CountRequests, InFlight};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -108,11 +108,18 @@ pub async fn serve(
     crate::tls::install_ring_provider();
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
-    let service = HotPath::new(router(state.clone()), state);
-    axum::serve(accepted, service.into_make_service())
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|e| ApiError::Http(e.to_string()))
+    let service = CountRequests::new(HotPath::new(router(state.clone()), state), |extensions| {
+        extensions
+            .get::<ConnectInfo<InFlight>>()
+            .map(|info| &info.0)
+    });
+    axum::serve(
+        accepted,
+        service.into_make_service_with_connect_info::<InFlight>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+    .map_err(|e| ApiError::Http(e.to_string()))
 }
 
 async fn not_found(method: Method, uri: Uri) -> HttpError {

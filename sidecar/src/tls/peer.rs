@@ -22,6 +22,8 @@ pub struct PeerInfo {
     pub tcp: TcpConnectInfo,
     /// The client's certificate chain, end entity first.
     pub certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
+    /// The connection's requests in flight (each call counts itself).
+    pub in_flight: crate::connection::InFlight,
 }
 
 /// Rejects a call whose connection did not present a certificate chaining
