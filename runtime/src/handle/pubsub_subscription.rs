@@ -10,9 +10,15 @@
 //!    to the new instance, while the old one still takes every publish;
 //! 2. at the publish, the old source is asked to drain: it delivers what it
 //!    holds (read but unsettled, and what was published to it, including
-//!    publishes still under way) and ends;
-//! 3. a source still draining after [`DRAIN_GRACE`] is stopped; it is let
+//!    publishes still under way) and ends. Sources are read oldest first:
+//!    a draining one runs dry, the new one may never;
+//! 3. a new instance that refuses the subscribe is tried again with a
+//!    backoff ([`Resubscribe`]) while the old one drains; after
+//!    [`RESUBSCRIBE_DEADLINE`] the subscription ends once nothing drains;
+//! 4. a source still draining after [`DRAIN_GRACE`] is stopped; it is let
 //!    go once its broker closes its side, or [`STOP_GRACE`] later.
+
+mod resubscribe;
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -25,6 +31,8 @@ use tokio::time::Instant;
 use super::warm::WarmRequest;
 use super::{Instance, PubSubHandle};
 use crate::kinds::{Delivery, PubSub, PubSubError, PubSubSubscription, SubscribeRequest};
+use resubscribe::Resubscribe;
+pub use resubscribe::RESUBSCRIBE_DEADLINE;
 
 /// Deliveries a handle subscription buffers for its subscriber.
 pub const HANDLE_SUBSCRIPTION_BUFFER: usize = 64;
@@ -40,8 +48,9 @@ fn same_broker(a: &Arc<dyn PubSub>, b: &Arc<dyn PubSub>) -> bool {
 impl PubSubHandle {
     /// Subscribes through the handle: the subscription keeps delivering
     /// across reloads that update or rebuild the broker (see the module
-    /// docs). It ends when the broker is removed, the runtime stops, or
-    /// the subscription is dropped.
+    /// docs). It ends when the broker is removed, the runtime stops, the
+    /// subscription is dropped, or a rebuilt broker refuses it for
+    /// [`RESUBSCRIBE_DEADLINE`].
     pub async fn subscribe(
         &self,
         req: SubscribeRequest,
@@ -63,7 +72,8 @@ impl PubSubHandle {
         let forwarder = Forwarder {
             handle: self.clone(),
             req,
-            current: Source::new(broker, subscription),
+            current: Some(Source::new(broker, subscription)),
+            resubscribe: None,
             warmed: None,
             draining: Vec::new(),
             feed,
@@ -96,17 +106,28 @@ impl Source {
 struct Forwarder {
     handle: PubSubHandle,
     req: SubscribeRequest,
-    current: Source,
+    /// On the broker serving; `None` while it refuses the subscription.
+    current: Option<Source>,
+    /// The next try at subscribing to the broker serving, if any.
+    resubscribe: Option<Resubscribe>,
     warmed: Option<Source>,
+    /// Oldest first.
     draining: Vec<Source>,
     feed: crate::kinds::SubscriptionFeed,
+}
+
+/// One of the forwarder's sources.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    Current,
+    Warmed,
+    Draining(usize),
 }
 
 /// What woke the forwarder.
 enum Event {
     Delivery(Delivery),
-    /// Source `index` (0: current, 1: warmed, 2..: draining) ended.
-    Ended(usize),
+    Ended(Which),
     Published,
     Warm(WarmRequest),
     Deadline,
@@ -121,6 +142,10 @@ impl Forwarder {
     ) {
         let mut pending: Option<Delivery> = None;
         loop {
+            if self.spent() && pending.is_none() {
+                tracing::warn!(topic = %self.req.topic, "Pub/sub subscription ended: no broker to read from.");
+                return;
+            }
             let deadline = self.next_deadline();
             let event = tokio::select! {
                 biased;
@@ -139,8 +164,8 @@ impl Forwarder {
             };
             match event {
                 Event::Delivery(delivery) => pending = Some(delivery),
-                Event::Ended(index) => {
-                    if !self.ended(index).await {
+                Event::Ended(which) => {
+                    if !self.ended(which).await {
                         return;
                     }
                 }
@@ -150,32 +175,47 @@ impl Forwarder {
                     }
                 }
                 Event::Warm(request) => self.warm(&request).await,
-                Event::Deadline => self.expire(),
+                Event::Deadline => {
+                    self.expire();
+                    if !self.resubscribe_if_due().await {
+                        return;
+                    }
+                }
                 Event::Leave => return,
             }
         }
     }
+
+    /// Nothing left to read from, nor to try again.
+    fn spent(&self) -> bool {
+        self.current.is_none()
+            && self.resubscribe.is_none()
+            && self.warmed.is_none()
+            && self.draining.is_empty()
+    }
+
     /// A source ended. A draining one is let go; the current one ending
     /// means the broker was replaced (follow it) or gave up (end too).
-    async fn ended(&mut self, index: usize) -> bool {
-        match index {
-            0 => {
-                let replaced = self
-                    .handle
-                    .load()
-                    .is_ok_and(|now| !same_broker(&now, &self.current.broker));
+    async fn ended(&mut self, which: Which) -> bool {
+        match which {
+            Which::Current => {
+                let replaced = self.handle.load().is_ok_and(|now| {
+                    self.current
+                        .as_ref()
+                        .is_some_and(|current| !same_broker(&now, &current.broker))
+                });
                 if !replaced {
                     tracing::warn!(topic = %self.req.topic, "Pub/sub subscription ended by its broker.");
                     return false;
                 }
                 self.follow().await
             }
-            1 => {
+            Which::Warmed => {
                 self.warmed = None;
                 true
             }
-            i => {
-                self.draining.remove(i - 2);
+            Which::Draining(i) => {
+                self.draining.remove(i);
                 true
             }
         }
@@ -188,11 +228,10 @@ impl Forwarder {
         let Some(Instance::PubSub(next)) = request.next.get(key) else {
             return;
         };
-        let known = same_broker(next, &self.current.broker)
-            || self
-                .warmed
-                .as_ref()
-                .is_some_and(|w| same_broker(next, &w.broker));
+        let known = [&self.current, &self.warmed]
+            .into_iter()
+            .flatten()
+            .any(|source| same_broker(next, &source.broker));
         if known {
             return;
         }
@@ -210,28 +249,60 @@ impl Forwarder {
         let Ok(now) = self.handle.load() else {
             return false;
         };
-        if same_broker(&now, &self.current.broker) {
-            return true;
-        }
-        let next = match self.warmed.take() {
-            Some(warmed) if same_broker(&warmed.broker, &now) => warmed,
-            stale => {
-                if let Some(stale) = stale {
-                    self.retire(stale);
-                }
-                match now.subscribe(self.req.clone()).await {
-                    Ok(subscription) => Source::new(now, subscription),
-                    Err(err) => {
-                        tracing::warn!(topic = %self.req.topic, error = %err, "Subscribing to a rebuilt broker failed; subscription ended.");
-                        return false;
-                    }
-                }
+        if let Some(current) = &self.current {
+            if same_broker(&now, &current.broker) {
+                return true;
             }
-        };
-        let old = std::mem::replace(&mut self.current, next);
-        self.retire(old);
-        tracing::info!(topic = %self.req.topic, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
+        }
+        if let Some(old) = self.current.take() {
+            self.retire(old);
+        }
+        self.subscribe_to(now, Resubscribe::now()).await;
         true
+    }
+
+    /// Tries again to subscribe to the broker serving, when it is time.
+    /// False when the subscription should end.
+    async fn resubscribe_if_due(&mut self) -> bool {
+        let Some(attempt) = self.resubscribe.filter(|r| r.at <= Instant::now()) else {
+            return true;
+        };
+        self.resubscribe = None;
+        let Ok(now) = self.handle.load() else {
+            return false;
+        };
+        self.subscribe_to(now, attempt).await;
+        true
+    }
+
+    /// Makes a source on `now` current: the warmed one when it is on
+    /// `now`, else a new subscription; when refused, schedules the attempt
+    /// after `attempt` (or gives up past the deadline).
+    async fn subscribe_to(&mut self, now: Arc<dyn PubSub>, attempt: Resubscribe) {
+        match self.warmed.take() {
+            Some(warmed) if same_broker(&warmed.broker, &now) => {
+                self.current = Some(warmed);
+                tracing::info!(topic = %self.req.topic, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
+                return;
+            }
+            Some(stale) => self.retire(stale),
+            None => {}
+        }
+        match now.subscribe(self.req.clone()).await {
+            Ok(subscription) => {
+                self.current = Some(Source::new(now, subscription));
+                tracing::info!(topic = %self.req.topic, refused = attempt.refused, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
+            }
+            Err(err) => match attempt.after_refusal() {
+                Some(next) => {
+                    tracing::warn!(topic = %self.req.topic, error = %err, refused = next.refused, "Subscribing to a rebuilt broker failed; tried again.");
+                    self.resubscribe = Some(next);
+                }
+                None => {
+                    tracing::error!(topic = %self.req.topic, error = %err, deadline = ?RESUBSCRIBE_DEADLINE, "Subscribing to a rebuilt broker kept failing; the subscription ends once the old broker has drained.");
+                }
+            },
+        }
     }
 
     fn retire(&mut self, source: Source) {
@@ -243,7 +314,12 @@ impl Forwarder {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.draining.iter().filter_map(|s| s.stop_at).min()
+        let retry = self.resubscribe.map(|r| r.at);
+        self.draining
+            .iter()
+            .filter_map(|s| s.stop_at)
+            .chain(retry)
+            .min()
     }
 
     /// Stops sources past their drain grace; lets go of stopped ones past
@@ -267,26 +343,24 @@ impl Forwarder {
     }
 }
 
-/// The next delivery of any source, or which source ended.
+/// The next delivery of any source, or which source ended: draining
+/// sources first, oldest first, then the warmed one, then the current one.
 async fn next_delivery(
-    current: &mut Source,
+    current: &mut Option<Source>,
     warmed: &mut Option<Source>,
     draining: &mut [Source],
 ) -> Event {
-    let has_warmed = usize::from(warmed.is_some());
     poll_fn(|cx| {
-        let sources = std::iter::once(&mut *current)
-            .chain(warmed.iter_mut())
-            .chain(draining.iter_mut());
-        for (i, source) in sources.enumerate() {
-            let index = match i {
-                0 => 0,
-                i if i <= has_warmed => 1,
-                i => i + 1 - has_warmed,
-            };
+        let sources = draining
+            .iter_mut()
+            .enumerate()
+            .map(|(i, source)| (Which::Draining(i), source))
+            .chain(warmed.iter_mut().map(|source| (Which::Warmed, source)))
+            .chain(current.iter_mut().map(|source| (Which::Current, source)));
+        for (which, source) in sources {
             match source.subscription.deliveries.poll_recv(cx) {
                 Poll::Ready(Some(delivery)) => return Poll::Ready(Event::Delivery(delivery)),
-                Poll::Ready(None) => return Poll::Ready(Event::Ended(index)),
+                Poll::Ready(None) => return Poll::Ready(Event::Ended(which)),
                 Poll::Pending => {}
             }
         }
@@ -301,3 +375,6 @@ async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests;

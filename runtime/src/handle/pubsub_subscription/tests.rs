@@ -1,0 +1,200 @@
+//! A handle subscription across rebuilds of its broker: what a replaced
+//! broker holds is delivered even while the new one is busy, and a new
+//! broker that refuses a subscribe at first is subscribed again. Paused
+//! clock: every wait is virtual and bounded.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::super::{Generation, Instance, Live, LiveGeneration, PubSubHandle};
+use crate::component::{Component, ComponentKey};
+use crate::kinds::{
+    DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest,
+};
+
+/// A broker that queues every publish for each subscription without
+/// bound, and on a drain delivers what is queued, then ends.
+#[derive(Default)]
+struct QueueBroker {
+    queues: Mutex<Vec<mpsc::UnboundedSender<Message>>>,
+    /// Subscribes still to refuse.
+    refuse: AtomicUsize,
+    /// How long a subscribe takes.
+    delay: Duration,
+}
+
+impl QueueBroker {
+    fn refusing(subscribes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            refuse: AtomicUsize::new(subscribes),
+            ..Self::default()
+        })
+    }
+
+    fn send(&self, data: &str) {
+        let message = Message {
+            id: data.into(),
+            topic: "t".into(),
+            data: data.as_bytes().to_vec(),
+            ..Message::default()
+        };
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.retain(|q| q.send(message.clone()).is_ok());
+    }
+
+    fn subscriptions(&self) -> usize {
+        let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.iter().filter(|q| !q.is_closed()).count()
+    }
+}
+
+#[async_trait]
+impl Component for QueueBroker {}
+
+#[async_trait]
+impl PubSub for QueueBroker {
+    async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
+        self.send(&String::from_utf8_lossy(&req.data));
+        Ok(())
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        tokio::time::sleep(self.delay).await;
+        let refused = self
+            .refuse
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if refused {
+            return Err(PubSubError::Backend("not yet".into()));
+        }
+        let (queue, mut messages) = mpsc::unbounded_channel();
+        self.queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(queue);
+        let (subscription, feed) = PubSubSubscription::channel(16);
+        tokio::spawn(async move {
+            let mut draining = false;
+            loop {
+                let message = tokio::select! {
+                    biased;
+                    () = feed.stopped() => return,
+                    () = feed.draining(), if !draining => {
+                        draining = true;
+                        messages.close();
+                        continue;
+                    }
+                    message = messages.recv() => message,
+                };
+                let Some(message) = message else { return };
+                if feed.deliver(message).await.is_none() {
+                    return;
+                }
+            }
+        });
+        Ok(subscription)
+    }
+}
+
+fn key() -> ComponentKey {
+    ComponentKey::new("pubsub", "p")
+}
+
+fn instances(broker: &Arc<QueueBroker>) -> BTreeMap<ComponentKey, Instance> {
+    let broker: Arc<dyn PubSub> = broker.clone();
+    BTreeMap::from([(key(), Instance::PubSub(broker))])
+}
+
+fn publish(live: &LiveGeneration, number: u64, broker: &Arc<QueueBroker>) {
+    live.publish(Generation::new(number, instances(broker)));
+}
+
+async fn subscribe(live: &LiveGeneration) -> PubSubSubscription {
+    let req = SubscribeRequest {
+        topic: "t".into(),
+        ..SubscribeRequest::default()
+    };
+    let handle = PubSubHandle::new(key(), live.clone());
+    handle.subscribe(req).await.expect("subscribed")
+}
+
+/// Waits (virtual time, bounded) until `broker` has a subscription.
+async fn subscribed(broker: &QueueBroker) {
+    let wait = async {
+        while broker.subscriptions() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .expect("the new broker was never subscribed to");
+}
+
+/// The next delivery's data, settled `Success`; `None` once it ended.
+async fn next(sub: &mut PubSubSubscription) -> Option<String> {
+    let delivery = tokio::time::timeout(Duration::from_secs(30), sub.deliveries.recv())
+        .await
+        .expect("no delivery within 30 s")?;
+    let data = String::from_utf8_lossy(&delivery.message.data).to_string();
+    delivery.settle(DeliveryOutcome::Success);
+    Some(data)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_brokers_backlog_is_delivered_while_the_new_one_is_busy() {
+    let live = Live::new();
+    let old = Arc::new(QueueBroker::default());
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for i in 0..200 {
+        old.send(&format!("old-{i}"));
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    // Publishers keep the new broker busy; the subscriber reads slowly.
+    let mut old_seen = 0;
+    let mut sent = 0;
+    while old_seen < 200 {
+        for _ in 0..2 {
+            new.send(&format!("new-{sent}"));
+            sent += 1;
+        }
+        let data = next(&mut sub).await.expect("the subscription ended");
+        if data.starts_with("old-") {
+            old_seen += 1;
+        }
+        assert!(
+            sent < 2_000,
+            "only {old_seen} of 200 messages of the replaced broker arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rebuilt_broker_that_refuses_the_first_subscribe_is_subscribed_again() {
+    let live = Live::new();
+    let old = Arc::new(QueueBroker::default());
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for i in 0..3 {
+        old.send(&format!("old-{i}"));
+    }
+    let new = QueueBroker::refusing(1);
+    publish(&live, 2, &new);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(next(&mut sub).await.expect("the old broker's backlog"));
+    }
+    assert_eq!(seen, ["old-0", "old-1", "old-2"]);
+    subscribed(&new).await;
+    new.send("after");
+    assert_eq!(next(&mut sub).await.as_deref(), Some("after"));
+}
