@@ -62,6 +62,43 @@ pub(crate) fn coalesce(batch: Vec<ReloadRequest>) -> ReloadRequest {
     }
 }
 
+/// What a batch rejected as a whole may still apply: the request without
+/// its file change, without its overlay change, then without both (pushes
+/// and forced components kept), in that order, leaving out variants with
+/// nothing left to do. One invalid document must not take the others'
+/// changes with it: a watched value, or overlay documents, that their
+/// watch will not send again.
+pub(crate) fn narrowed(request: &ReloadRequest) -> Vec<ReloadRequest> {
+    let is_file = |c: &LayerChange| matches!(c, LayerChange::File(_));
+    let is_overlay = |c: &LayerChange| matches!(c, LayerChange::Overlay(..));
+    let has_file = request.changes.iter().any(is_file);
+    let has_overlay = request.changes.iter().any(is_overlay);
+    let without = |drop_file: bool, drop_overlay: bool| {
+        let changes: Vec<LayerChange> = request
+            .changes
+            .iter()
+            .filter(|c| !(drop_file && is_file(c)) && !(drop_overlay && is_overlay(c)))
+            .cloned()
+            .collect();
+        (!changes.is_empty() || !request.forced.is_empty()).then(|| ReloadRequest {
+            changes,
+            forced: request.forced.clone(),
+            ..ReloadRequest::of_changes(request.trigger.clone(), Vec::new())
+        })
+    };
+    let mut variants = Vec::new();
+    if has_file {
+        variants.extend(without(true, false));
+    }
+    if has_overlay {
+        variants.extend(without(false, true));
+    }
+    if has_file && has_overlay {
+        variants.extend(without(true, true));
+    }
+    variants
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +124,48 @@ mod tests {
         assert_eq!(request.trigger, Trigger::File);
         assert_eq!(request.forced.len(), 1);
         assert!(matches!(request.changes.as_slice(), [LayerChange::File(f)] if f.app_id == "two"));
+    }
+
+    #[test]
+    fn a_rejected_batch_narrows_to_what_it_carried_besides_each_document() {
+        let forced: BTreeSet<_> = [ComponentKey::new("state", "a")].into();
+        let both = ReloadRequest {
+            forced: forced.clone(),
+            ..ReloadRequest::of_changes(
+                Trigger::File,
+                vec![
+                    LayerChange::File(Config::default()),
+                    LayerChange::Overlay(None, None),
+                ],
+            )
+        };
+        let kinds = |r: &ReloadRequest| {
+            r.changes
+                .iter()
+                .map(|c| match c {
+                    LayerChange::File(_) => "file",
+                    LayerChange::Overlay(..) => "overlay",
+                    _ => "other",
+                })
+                .collect::<Vec<_>>()
+        };
+        let variants = narrowed(&both);
+        assert_eq!(
+            variants.iter().map(kinds).collect::<Vec<_>>(),
+            [vec!["overlay"], vec!["file"], vec![]]
+        );
+        assert!(variants.iter().all(|v| v.forced == forced));
+
+        // A file alone narrows to nothing; a file with forced components
+        // to the forced components.
+        let file = ReloadRequest::new(Config::default(), Trigger::File);
+        assert!(narrowed(&file).is_empty());
+        let with_forced = ReloadRequest {
+            forced: forced.clone(),
+            ..file
+        };
+        let variants = narrowed(&with_forced);
+        assert_eq!(variants.len(), 1);
+        assert!(variants[0].changes.is_empty() && variants[0].forced == forced);
     }
 }

@@ -10,8 +10,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::reload::queue::{coalesce, QueueReceiver, Queued};
-use crate::reload::{ReloadError, ReloadRequest, Reloader, Trigger};
+use std::future::Future;
+
+use crate::reload::queue::{coalesce, narrowed, QueueReceiver, Queued};
+use crate::reload::{ReloadError, ReloadRecord, ReloadRequest, Reloader, Trigger};
 
 /// The first retry waits this long; each next one twice as long.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -86,7 +88,7 @@ pub(super) fn spawn_worker(
             }
             let request = coalesce(requests);
             // The outcome is recorded in the history and logged.
-            let outcome = reloader.reload(request.clone()).await;
+            let (request, outcome) = reload_narrowing(request, |r| reloader.reload(r)).await;
             retry = match outcome {
                 Err(ReloadError::RolledBack(_)) => Some(next_retry(request, attempts + 1)),
                 _ => None,
@@ -94,6 +96,34 @@ pub(super) fn spawn_worker(
             *shown.lock().unwrap_or_else(|p| p.into_inner()) = retry.as_ref().map(shown_retry);
         }
     });
+}
+
+/// Runs `request` with `reload`; when it is rejected as a whole, runs the
+/// variants [`narrowed`] gives in turn until one is not rejected. What
+/// ran last, and how it ended.
+async fn reload_narrowing<F, Fut>(
+    request: ReloadRequest,
+    mut reload: F,
+) -> (ReloadRequest, Result<ReloadRecord, ReloadError>)
+where
+    F: FnMut(ReloadRequest) -> Fut,
+    Fut: Future<Output = Result<ReloadRecord, ReloadError>>,
+{
+    let outcome = reload(request.clone()).await;
+    if !matches!(outcome, Err(ReloadError::Invalid(_))) {
+        return (request, outcome);
+    }
+    let mut last = (request, outcome);
+    for variant in narrowed(&last.0) {
+        tracing::info!(trigger = %variant.trigger, "Reload rejected as a whole; trying what it carried besides the rejected document.");
+        let outcome = reload(variant.clone()).await;
+        let rejected = matches!(outcome, Err(ReloadError::Invalid(_)));
+        last = (variant, outcome);
+        if !rejected {
+            break;
+        }
+    }
+    last
 }
 
 fn next_retry(request: ReloadRequest, attempts: u32) -> Retry {
@@ -133,6 +163,41 @@ async fn sleep_until(at: Option<Instant>) {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[tokio::test]
+    async fn a_rejected_batch_still_applies_what_was_valid_in_it() {
+        use crate::component::ComponentKey;
+        use crate::config::{LayerChange, Problems};
+        let forced: std::collections::BTreeSet<_> = [ComponentKey::new("state", "a")].into();
+        let batch = ReloadRequest {
+            forced: forced.clone(),
+            ..ReloadRequest::new(Config::default(), Trigger::File)
+        };
+        // The file is invalid; anything without it applies.
+        let mut ran = Vec::new();
+        let (last, outcome) = reload_narrowing(batch, |request| {
+            let has_file = request
+                .changes
+                .iter()
+                .any(|c| matches!(c, LayerChange::File(_)));
+            ran.push(has_file);
+            async move {
+                if has_file {
+                    Err(ReloadError::Invalid(Problems::default()))
+                } else {
+                    Err(ReloadError::Stopped)
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            ran,
+            [true, false],
+            "the batch, then the forced components alone"
+        );
+        assert_eq!(last.forced, forced);
+        assert!(matches!(outcome, Err(ReloadError::Stopped)));
+    }
 
     #[test]
     fn retries_back_off_to_a_ceiling() {
