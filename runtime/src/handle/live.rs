@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::borrowed::{owned, Held};
 use super::slot::{Slot, Slots};
-use super::warm::WarmRequest;
+use super::warm::Warmers;
 use super::Generation;
 use crate::component::ComponentKey;
 
@@ -20,7 +20,7 @@ pub struct Live {
     slots: Slots,
     published: watch::Sender<u64>,
     /// Handle subscriptions to warm before each publish (`warm`).
-    pub(super) warmers: Mutex<Vec<tokio::sync::mpsc::Sender<WarmRequest>>>,
+    pub(super) warmers: Mutex<Warmers>,
 }
 
 /// Shared pointer to a runtime's [`Live`] generation.
@@ -38,7 +38,7 @@ impl Live {
             current: ArcSwap::from_pointee(Generation::default()),
             slots: Slots::for_components(components),
             published: watch::channel(0).0,
-            warmers: Mutex::new(Vec::new()),
+            warmers: Mutex::default(),
         })
     }
 

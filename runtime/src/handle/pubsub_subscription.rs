@@ -7,7 +7,8 @@
 //! a reload rebuilds the broker:
 //!
 //! 1. before the publish ([`warm`](super::warm)) the forwarder subscribes
-//!    to the new instance, while the old one still takes every publish;
+//!    to the new instance, while the old one still takes every publish (a
+//!    subscription made while a reload warms waits for its publish);
 //! 2. at the publish, the old source is asked to drain: it delivers what it
 //!    holds (read but unsettled, and what was published to it, including
 //!    publishes still under way) and ends. Sources are read oldest first:
@@ -62,8 +63,19 @@ impl PubSubHandle {
             .ok_or_else(|| PubSubError::Backend("handle not injected".into()))?;
         // Taken before the broker is loaded: a generation published or
         // warmed from here on is seen by the forwarder.
-        let published = live.changes();
-        let warm = live.warmer();
+        let mut published = live.changes();
+        let (warm, missed) = live.warmer();
+        if let Some(replaced) = missed {
+            // A reload is warming the subscriptions it knew of: subscribe
+            // to what it publishes, not to what it replaces.
+            let publish = published.wait_for(|number| *number > replaced);
+            if tokio::time::timeout(super::warm::WARM_DEADLINE * 2, publish)
+                .await
+                .is_err()
+            {
+                tracing::warn!(topic = %req.topic, "A reload under way did not publish in time; subscribing to the broker serving.");
+            }
+        }
         let broker = self
             .load()
             .map_err(|e| PubSubError::Backend(e.to_string()))?;
@@ -174,7 +186,10 @@ impl Forwarder {
                         return;
                     }
                 }
-                Event::Warm(request) => self.warm(&request).await,
+                Event::Warm(request) => {
+                    let latest = *published.borrow();
+                    self.warm(&request, latest).await;
+                }
                 Event::Deadline => {
                     self.expire();
                     if !self.resubscribe_if_due().await {
@@ -222,8 +237,12 @@ impl Forwarder {
     }
 
     /// Subscribes to the instance about to be published, if it is a new
-    /// one; the current source keeps serving until the publish.
-    async fn warm(&mut self, request: &WarmRequest) {
+    /// one; the current source keeps serving until the publish. A request
+    /// whose generation (or a later one) is already published is stale.
+    async fn warm(&mut self, request: &WarmRequest, latest_published: u64) {
+        if latest_published > request.replaces {
+            return;
+        }
         let Some(key) = self.handle.key() else { return };
         let Some(Instance::PubSub(next)) = request.next.get(key) else {
             return;

@@ -1,6 +1,7 @@
 //! A handle subscription across rebuilds of its broker: what a replaced
 //! broker holds is delivered even while the new one is busy, and a new
-//! broker that refuses a subscribe at first is subscribed again. Paused
+//! broker that refuses a subscribe at first is subscribed again; warming
+//! misses no subscription and subscribes to no retired broker. Paused
 //! clock: every wait is virtual and bounded.
 
 use std::collections::BTreeMap;
@@ -33,6 +34,13 @@ impl QueueBroker {
     fn refusing(subscribes: usize) -> Arc<Self> {
         Arc::new(Self {
             refuse: AtomicUsize::new(subscribes),
+            ..Self::default()
+        })
+    }
+
+    fn slow(delay: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            delay,
             ..Self::default()
         })
     }
@@ -113,6 +121,12 @@ fn instances(broker: &Arc<QueueBroker>) -> BTreeMap<ComponentKey, Instance> {
 
 fn publish(live: &LiveGeneration, number: u64, broker: &Arc<QueueBroker>) {
     live.publish(Generation::new(number, instances(broker)));
+}
+
+/// A reload to `broker`: warm (bounded), then publish.
+async fn reload(live: &LiveGeneration, number: u64, broker: &Arc<QueueBroker>) {
+    live.warm(|| instances(broker)).await;
+    publish(live, number, broker);
 }
 
 async fn subscribe(live: &LiveGeneration) -> PubSubSubscription {
@@ -197,4 +211,49 @@ async fn a_rebuilt_broker_that_refuses_the_first_subscribe_is_subscribed_again()
     subscribed(&new).await;
     new.send("after");
     assert_eq!(next(&mut sub).await.as_deref(), Some("after"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_made_while_a_reload_warms_is_on_the_broker_it_publishes() {
+    let live = Live::new();
+    let old = Arc::new(QueueBroker::default());
+    publish(&live, 1, &old);
+    // A subscription that never answers keeps the reload warming.
+    let (_deaf, _) = live.warmer();
+    let late = tokio::spawn({
+        let live = live.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            subscribe(&live).await
+        }
+    });
+    let new = Arc::new(QueueBroker::default());
+    reload(&live, 2, &new).await;
+    let mut sub = tokio::time::timeout(Duration::from_secs(60), late)
+        .await
+        .expect("subscribed within a minute")
+        .expect("joined");
+    new.send("after the publish");
+    assert_eq!(next(&mut sub).await.as_deref(), Some("after the publish"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_warm_request_older_than_the_generation_published_is_ignored() {
+    let live = Live::new();
+    publish(&live, 1, &Arc::new(QueueBroker::default()));
+    let _sub = subscribe(&live).await;
+    // The subscription is busy subscribing to a slow broker while two
+    // more reloads warm (in vain) and publish.
+    reload(&live, 2, &QueueBroker::slow(Duration::from_secs(20))).await;
+    let retired = Arc::new(QueueBroker::default());
+    reload(&live, 3, &retired).await;
+    let serving = Arc::new(QueueBroker::default());
+    reload(&live, 4, &serving).await;
+    subscribed(&serving).await;
+    // Answered only once the requests queued before it were handled.
+    tokio::time::timeout(Duration::from_secs(1), live.warm(|| instances(&serving)))
+        .await
+        .expect("warmed at once");
+    assert_eq!(retired.subscriptions(), 0, "subscribed to a retired broker");
+    assert_eq!(serving.subscriptions(), 1);
 }
