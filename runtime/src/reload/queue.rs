@@ -77,7 +77,7 @@ pub(crate) fn narrowed(request: &ReloadRequest) -> Vec<ReloadRequest> {
         let changes: Vec<LayerChange> = request
             .changes
             .iter()
-            .filter(|c| !(drop_file && is_file(c)) && !(drop_overlay && is_overlay(c)))
+            .filter(|c| !(drop_file && is_file(c) || drop_overlay && is_overlay(c)))
             .cloned()
             .collect();
         (!changes.is_empty() || !request.forced.is_empty()).then(|| ReloadRequest {
