@@ -24,6 +24,7 @@ mod metadata;
 mod pubsub;
 mod pubsub_delivery;
 mod pubsub_event;
+mod request_limits;
 mod retry_rule;
 mod secrets;
 mod sequencer;
@@ -40,6 +41,10 @@ pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMe
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
 pub use pubsub_delivery::{EventSink, TopicDelivery, MAX_ATTEMPTS};
 pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};
+pub use request_limits::{
+    check_item_count, check_metadata_copies, check_request_metadata, collect_request_metadata,
+    RequestLimitError, MAX_BULK_ITEMS, MAX_REQUEST_METADATA_BYTES, MAX_REQUEST_METADATA_ENTRIES,
+};
 pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use sequencer::{SequencerOpError, SequencerOps};
 pub use state::{StateOpError, StateOps};

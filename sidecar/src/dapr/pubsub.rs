@@ -9,13 +9,14 @@
 //! publish was on its way refuses it as retired; the publish is then sent
 //! to the broker now serving, so a reload never fails a publish.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
 use super::pubsub_event::{envelope, EnvelopeContext, CLOUD_EVENT_CONTENT_TYPE};
+use super::request_limits::{check_item_count, check_request_metadata, RequestLimitError};
 use super::retry_rule;
 
 /// How many times a publish follows a broker replaced under it.
@@ -33,6 +34,19 @@ pub enum PubSubOpError {
     /// No topic given.
     #[error("topic is empty in pubsub {0}")]
     TopicEmpty(String),
+    /// A bulk entry's `entryId` is empty or repeats another's.
+    #[error("error marshalling events to bytes for topic {topic} pubsub {pubsub}: entryId is duplicated or not present for entry {index}")]
+    EntryId {
+        /// The pub/sub.
+        pubsub: String,
+        /// The topic.
+        topic: String,
+        /// The entry's index in the request.
+        index: usize,
+    },
+    /// The request is over one of the sidecar's bounds.
+    #[error(transparent)]
+    Limit(#[from] RequestLimitError),
     /// The broker is full (publishes wait, then give up).
     #[error("error when publish to topic {topic} in pubsub {pubsub}: {source}")]
     Busy {
@@ -179,18 +193,50 @@ impl PubSubOps {
         }
     }
 
-    /// Publishes each of `entries` (`(entry_id, event)`); the ids of the
-    /// failed ones with their errors.
+    /// Checks a request's metadata against the sidecar's bounds.
+    pub fn check_metadata(&self, metadata: &HashMap<String, String>) -> Result<(), PubSubOpError> {
+        Ok(check_request_metadata(("pubsub", &self.name), metadata)?)
+    }
+
+    /// Checks the number of entries of a bulk publish against the
+    /// sidecar's bound, before any is converted.
+    pub fn check_entry_count(&self, count: usize) -> Result<(), PubSubOpError> {
+        Ok(check_item_count(("pubsub", &self.name), count)?)
+    }
+
+    /// Publishes each of `entries` (`(entry_id, event)`), each with
+    /// `request_metadata` under its own (merged as it is published, so no
+    /// more than one copy is held); the ids of the failed ones with their
+    /// errors. An empty or repeated `entryId` refuses the whole request
+    /// before anything is published, as Dapr does.
     pub async fn bulk_publish(
         &self,
         topic: &str,
+        request_metadata: &HashMap<String, String>,
         entries: Vec<(String, PublishEvent)>,
     ) -> Result<Vec<(String, String)>, PubSubOpError> {
         if topic.is_empty() {
             return Err(PubSubOpError::TopicEmpty(self.name.clone()));
         }
+        self.check_entry_count(entries.len())?;
+        self.check_metadata(request_metadata)?;
+        let mut ids = HashSet::with_capacity(entries.len());
+        for (index, (entry_id, _)) in entries.iter().enumerate() {
+            if entry_id.is_empty() || !ids.insert(entry_id.as_str()) {
+                return Err(PubSubOpError::EntryId {
+                    pubsub: self.name.clone(),
+                    topic: topic.to_string(),
+                    index,
+                });
+            }
+        }
+        drop(ids);
         let mut failed = Vec::new();
-        for (entry_id, event) in entries {
+        for (entry_id, mut event) in entries {
+            if !request_metadata.is_empty() {
+                let own = std::mem::replace(&mut event.metadata, request_metadata.clone());
+                event.metadata.extend(own);
+            }
             if let Err(err) = self.publish(topic, event).await {
                 failed.push((entry_id, err.to_string()));
             }

@@ -1,6 +1,7 @@
 //! Dapr's state operations: get, bulk get, save (one write or a bulk
 //! write), delete. Component errors come back with secret values scrubbed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rewire_runtime::Kind;
@@ -11,11 +12,17 @@ use rewire_runtime::{
 
 use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
+use super::request_limits::{check_item_count, RequestLimitError};
 use super::retry_rule;
 
 /// Keys read from the store at once in a bulk get: the answer is counted
 /// after each chunk, so a bulk of large values stops near the limit.
 const BULK_CHUNK: usize = 16;
+
+/// What each item of a bulk answer takes beyond its text: its framing
+/// (JSON braces, quotes and field names, protobuf tags and lengths), so a
+/// bulk of empty or missing keys is counted too.
+const BULK_ITEM_OVERHEAD: usize = 32;
 
 /// Why a state operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +89,19 @@ pub enum StateOpError {
         /// Why (scrubbed).
         source: StateError,
     },
+    /// A key Dapr refuses (empty, or with its `||` separator).
+    #[error("{problem} (item {index} of the request to state store `{store}`)")]
+    InvalidKey {
+        /// The store.
+        store: String,
+        /// The item's index in the request.
+        index: usize,
+        /// What is wrong, in Dapr's wording.
+        problem: String,
+    },
+    /// The request is over one of the sidecar's bounds.
+    #[error(transparent)]
+    Limit(#[from] RequestLimitError),
     /// A delete failed.
     #[error("failed deleting state with key `{key}` from state store `{store}`: {source}")]
     Delete {
@@ -102,7 +122,9 @@ impl StateOpError {
             | Self::BulkTooLarge { .. }
             | Self::TransactionsNotSupported(_)
             | Self::UnsupportedOperation(_)
-            | Self::TooManyOperations { .. } => None,
+            | Self::TooManyOperations { .. }
+            | Self::InvalidKey { .. }
+            | Self::Limit(_) => None,
             Self::Get { source, .. }
             | Self::Transaction { source, .. }
             | Self::BulkGet { source, .. }
@@ -157,28 +179,41 @@ impl StateOps<'_> {
 
     /// Every key asked for, each with its entry or its own (scrubbed)
     /// error, in the order asked. A key asked for twice is read once; the
-    /// whole answer (repeats included) must fit `budget`, else nothing is
-    /// answered ([`StateOpError::BulkTooLarge`]).
+    /// whole answer (repeats included, each item with its framing) must fit
+    /// `budget`, else nothing is answered ([`StateOpError::BulkTooLarge`]).
+    /// Too many keys, or one Dapr refuses, is refused before any is read.
     pub async fn bulk_get(
         &self,
         keys: Vec<String>,
         mut budget: ResponseBudget,
     ) -> Result<Vec<BulkGetItem>, StateOpError> {
-        let mut unique: Vec<String> = keys.clone();
-        let mut seen = std::collections::HashSet::new();
-        unique.retain(|k| seen.insert(k.clone()));
-        let mut read = std::collections::HashMap::with_capacity(unique.len());
-        let mut sizes = std::collections::HashMap::with_capacity(unique.len());
+        check_item_count(("state store", self.name), keys.len())?;
+        self.check_keys(keys.iter().map(String::as_str))?;
+        // Each distinct key's slot (first-asked order), and each asked
+        // key's slot: the one dedup structure.
+        let mut slot_of: HashMap<&str, usize> = HashMap::with_capacity(keys.len());
+        let mut distinct: Vec<&str> = Vec::new();
+        let slots: Vec<usize> = keys
+            .iter()
+            .map(|key| {
+                *slot_of.entry(key.as_str()).or_insert_with(|| {
+                    distinct.push(key.as_str());
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let mut read: Vec<Option<BulkGetItem>> = vec![None; distinct.len()];
         // What is held while reading, each key once.
         let mut held = ResponseBudget::new(budget.limit());
-        for chunk in unique.chunks(BULK_CHUNK) {
+        for chunk in distinct.chunks(BULK_CHUNK) {
             let store = &self.store;
+            let chunk: Vec<String> = chunk.iter().map(|k| (*k).to_owned()).collect();
             let items = self
                 .call
                 .guarded(
                     self.target(),
                     retry_rule::IDEMPOTENT,
-                    chunk.to_vec(),
+                    chunk,
                     |keys| store.bulk_get(keys),
                     StateError::Backend,
                 )
@@ -188,19 +223,22 @@ impl StateOps<'_> {
                     source: self.scrubbed(e),
                 })?;
             for item in items {
-                let size = item_bytes(&item);
-                self.within(&mut held, size)?;
-                sizes.insert(item.key.clone(), size);
-                read.insert(item.key.clone(), item);
+                let Some(&slot) = slot_of.get(item.key.as_str()) else {
+                    continue; // A key not asked for.
+                };
+                self.within(&mut held, item_bytes(&item))?;
+                read[slot] = Some(item);
             }
         }
-        for key in &keys {
-            let size = sizes.get(key).copied().unwrap_or(key.len());
-            self.within(&mut budget, size)?;
+        drop((slot_of, distinct));
+        for (key, &slot) in keys.iter().zip(&slots) {
+            let size = read[slot].as_ref().map_or(key.len(), item_bytes);
+            self.within(&mut budget, size + BULK_ITEM_OVERHEAD)?;
         }
         Ok(keys
             .into_iter()
-            .map(|key| match read.get(&key) {
+            .zip(slots)
+            .map(|(key, slot)| match &read[slot] {
                 Some(item) => BulkGetItem {
                     key,
                     entry: item.entry.clone(),
@@ -213,6 +251,28 @@ impl StateOps<'_> {
                 },
             })
             .collect())
+    }
+
+    /// Checks `keys` by Dapr's key rules, naming the first one refused.
+    pub fn check_keys<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<(), StateOpError> {
+        keys.into_iter()
+            .enumerate()
+            .try_for_each(|(index, key)| self.check_key(index, key))
+    }
+
+    /// Checks the key of item `index` by Dapr's key rules.
+    pub fn check_key(&self, index: usize, key: &str) -> Result<(), StateOpError> {
+        match key_problem(key) {
+            None => Ok(()),
+            Some(problem) => Err(StateOpError::InvalidKey {
+                store: self.name.to_owned(),
+                index,
+                problem,
+            }),
+        }
     }
 
     fn within(&self, budget: &mut ResponseBudget, bytes: usize) -> Result<(), StateOpError> {
@@ -316,6 +376,18 @@ impl StateOps<'_> {
             StateError::Unsupported(m) => StateError::Unsupported(self.call.scrub(&m)),
             other => other,
         }
+    }
+}
+
+/// Dapr's key rules: not empty, no `||` (its key separator); what is
+/// wrong with `key`, in Dapr's wording, if anything.
+fn key_problem(key: &str) -> Option<String> {
+    if key.is_empty() {
+        Some("\"key\" is a required field".to_string())
+    } else if key.contains("||") {
+        Some(format!("input key `{key}` can't contain `||`"))
+    } else {
+        None
     }
 }
 

@@ -51,10 +51,10 @@ impl StateOps<'_> {
         }
     }
 
-    /// Applies `request` all or none; an empty transaction succeeds.
-    pub async fn transact(&self, request: TransactionRequest) -> Result<(), StateOpError> {
-        self.require_transactions()?;
-        let count = request.operations.len();
+    /// Whether a transaction of `count` operations is within
+    /// [`MAX_TRANSACTION_OPERATIONS`]: checked on the count the request
+    /// carries, before any operation is converted.
+    pub fn check_operation_count(&self, count: usize) -> Result<(), StateOpError> {
         if count > MAX_TRANSACTION_OPERATIONS {
             return Err(StateOpError::TooManyOperations {
                 store: self.name().to_string(),
@@ -62,6 +62,14 @@ impl StateOps<'_> {
                 max: MAX_TRANSACTION_OPERATIONS,
             });
         }
+        Ok(())
+    }
+
+    /// Applies `request` all or none; an empty transaction succeeds.
+    pub async fn transact(&self, request: TransactionRequest) -> Result<(), StateOpError> {
+        self.require_transactions()?;
+        let count = request.operations.len();
+        self.check_operation_count(count)?;
         if count == 0 {
             return Ok(());
         }

@@ -14,7 +14,7 @@ use tonic::Status;
 use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
-use crate::dapr::{Call, ResponseBudget};
+use crate::dapr::{check_request_metadata, Call, ResponseBudget};
 
 /// `GetConfiguration`: the items of the keys asked for (all when none),
 /// within `budget`.
@@ -24,6 +24,7 @@ pub(super) async fn get(
     budget: ResponseBudget,
 ) -> Result<pb::GetConfigurationResponse, Status> {
     let store = call.config_store(&req.store_name)?;
+    check_request_metadata(("configuration store", &req.store_name), &req.metadata)?;
     let query = ConfigQuery {
         keys: req.keys,
         metadata: req.metadata,
@@ -56,6 +57,7 @@ pub(super) async fn subscribe(
     // Checked in the call's generation; the subscription then follows the
     // store.
     let store = call.config_store(&req.store_name)?;
+    check_request_metadata(("configuration store", &req.store_name), &req.metadata)?;
     let query = ConfigQuery {
         keys: req.keys,
         metadata: req.metadata,

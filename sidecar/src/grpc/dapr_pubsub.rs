@@ -43,6 +43,7 @@ pub(super) fn trace_context(metadata: &MetadataMap) -> (Option<String>, Option<S
 pub(super) async fn publish(call: Call, req: pb::PublishEventRequest) -> Result<(), Status> {
     let trace = current_trace();
     let pubsub = call.pubsub(&req.pubsub_name)?;
+    pubsub.check_metadata(&req.metadata)?;
     let event = PublishEvent {
         data: req.data,
         content_type: Some(req.data_content_type).filter(|c| !c.is_empty()),
@@ -54,31 +55,34 @@ pub(super) async fn publish(call: Call, req: pb::PublishEventRequest) -> Result<
     Ok(())
 }
 
-/// `BulkPublishEventAlpha1`: every entry published; the failed ones
-/// listed with their errors.
+/// `BulkPublishEventAlpha1`: every entry published (the request's
+/// metadata under each entry's own); the failed ones listed with their
+/// errors.
 pub(super) async fn bulk_publish(
     call: Call,
     req: pb::BulkPublishRequest,
 ) -> Result<pb::BulkPublishResponse, Status> {
     let trace = current_trace();
     let pubsub = call.pubsub(&req.pubsub_name)?;
+    pubsub.check_entry_count(req.entries.len())?;
+    pubsub.check_metadata(&req.metadata)?;
     let entries = req
         .entries
         .into_iter()
         .map(|entry| {
-            let mut metadata = req.metadata.clone();
-            metadata.extend(entry.metadata);
             let event = PublishEvent {
                 data: entry.event,
                 content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
-                metadata,
+                metadata: entry.metadata,
                 traceparent: trace.0.clone(),
                 tracestate: trace.1.clone(),
             };
             (entry.entry_id, event)
         })
         .collect();
-    let failed = pubsub.bulk_publish(&req.topic, entries).await?;
+    let failed = pubsub
+        .bulk_publish(&req.topic, &req.metadata, entries)
+        .await?;
     Ok(pb::BulkPublishResponse {
         failed_entries: failed
             .into_iter()
@@ -89,12 +93,16 @@ pub(super) async fn bulk_publish(
 
 /// Dapr's codes: a missing or unknown pub/sub or topic is
 /// `INVALID_ARGUMENT` (Dapr answers `NOT_FOUND` for an unknown pub/sub
-/// since 1.12), a full broker `RESOURCE_EXHAUSTED`, a broker failure
+/// since 1.12), as are a bad `entryId` and a request over the sidecar's
+/// bounds; a full broker `RESOURCE_EXHAUSTED`, a broker failure
 /// `INTERNAL`.
 impl From<PubSubOpError> for Status {
     fn from(err: PubSubOpError) -> Self {
         let code = match err {
-            PubSubOpError::NameEmpty | PubSubOpError::TopicEmpty(_) => Code::InvalidArgument,
+            PubSubOpError::NameEmpty
+            | PubSubOpError::TopicEmpty(_)
+            | PubSubOpError::EntryId { .. }
+            | PubSubOpError::Limit(_) => Code::InvalidArgument,
             PubSubOpError::NotFound(_) => Code::NotFound,
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
             PubSubOpError::Publish { .. } => Code::Internal,

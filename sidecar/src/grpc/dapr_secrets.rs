@@ -5,7 +5,7 @@
 use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{exposed, Call};
+use crate::dapr::{check_request_metadata, exposed, Call};
 
 /// `GetSecret`: every key of one secret.
 pub(super) async fn get(
@@ -13,6 +13,7 @@ pub(super) async fn get(
     req: pb::GetSecretRequest,
 ) -> Result<pb::GetSecretResponse, Status> {
     let store = call.secret_store(&req.store_name)?;
+    check_request_metadata(("secret store", &req.store_name), &req.metadata)?;
     let secret = store.get(&req.key, &req.metadata).await?;
     Ok(pb::GetSecretResponse {
         data: exposed(secret),
@@ -25,6 +26,7 @@ pub(super) async fn get_bulk(
     req: pb::GetBulkSecretRequest,
 ) -> Result<pb::GetBulkSecretResponse, Status> {
     let store = call.secret_store(&req.store_name)?;
+    check_request_metadata(("secret store", &req.store_name), &req.metadata)?;
     let secrets = store.bulk_get(&req.metadata).await?;
     let data = secrets
         .into_iter()

@@ -13,7 +13,7 @@ use rewire_runtime::{Concurrency, DeleteRequest, GetRequest, SetRequest, StateEr
 use super::proto::dapr::proto::common::v1::state_options::StateConcurrency;
 use super::proto::dapr::proto::common::v1::{Etag, StateItem, StateOptions};
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{Call, ResponseBudget};
+use crate::dapr::{check_item_count, check_request_metadata, Call, ResponseBudget};
 
 /// Dapr's request metadata key for a per-write time to live.
 const TTL_IN_SECONDS: &str = "ttlInSeconds";
@@ -24,6 +24,7 @@ pub(super) async fn get(
     req: pb::GetStateRequest,
 ) -> Result<pb::GetStateResponse, Status> {
     let store = call.state_store(&req.store_name)?;
+    check_request_metadata(("state store", &req.store_name), &req.metadata)?;
     let request = GetRequest {
         key: req.key,
         metadata: req.metadata,
@@ -46,6 +47,7 @@ pub(super) async fn get_bulk(
     budget: ResponseBudget,
 ) -> Result<pb::GetBulkStateResponse, Status> {
     let store = call.state_store(&req.store_name)?;
+    check_request_metadata(("state store", &req.store_name), &req.metadata)?;
     let items = store.bulk_get(req.keys, budget).await?;
     let items = items
         .into_iter()
@@ -69,6 +71,7 @@ pub(super) async fn get_bulk(
 /// `SaveState`: writes every item (a bulk write when there are several).
 pub(super) async fn save(call: Call, req: pb::SaveStateRequest) -> Result<(), Status> {
     let store = call.state_store(&req.store_name)?;
+    check_item_count(("state store", &req.store_name), req.states.len())?;
     let writes = req
         .states
         .into_iter()
@@ -81,6 +84,7 @@ pub(super) async fn save(call: Call, req: pb::SaveStateRequest) -> Result<(), St
 /// `DeleteState`: deletes one key, checking its etag when given.
 pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<(), Status> {
     let store = call.state_store(&req.store_name)?;
+    check_request_metadata(("state store", &req.store_name), &req.metadata)?;
     let delete = DeleteRequest {
         etag: etag_of(req.etag),
         concurrency: concurrency_of(req.options.as_ref()),

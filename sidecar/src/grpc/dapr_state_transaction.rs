@@ -9,7 +9,7 @@ use rewire_runtime::{StateError, TransactionRequest};
 
 use super::dapr_state::set_request;
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{transaction_operation, Call};
+use crate::dapr::{check_request_metadata, transaction_operation, Call};
 
 /// `ExecuteStateTransaction`: every operation, all or none.
 pub(super) async fn execute(
@@ -18,6 +18,8 @@ pub(super) async fn execute(
 ) -> Result<(), Status> {
     let store = call.state_store(&req.store_name)?;
     store.require_transactions()?;
+    store.check_operation_count(req.operations.len())?;
+    check_request_metadata(("state store", &req.store_name), &req.metadata)?;
     let operations = req
         .operations
         .into_iter()

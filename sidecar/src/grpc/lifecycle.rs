@@ -115,7 +115,7 @@ async fn apply(
         .component_config
         .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
     let key = key_of(&config.kind, &config.name)?;
-    call.label(&key.to_string());
+    label_if_running(&call, &key);
     // The push stores only what it declares: an empty type keeps the type
     // in force and scopes stay the file's, both resolved inside the
     // serialised reload.
@@ -127,12 +127,16 @@ async fn apply(
         }
     };
     let runtime = call.runtime().clone();
+    let applied = key.clone();
     let reload = async move {
         runtime
-            .apply_component(key, patch, req.based_on_generation)
+            .apply_component(applied, patch, req.based_on_generation)
             .await
     };
-    answer(&call, wait.0.run(wait.1, reload).await?)
+    let waited = wait.0.run(wait.1, reload).await?;
+    // A component the push added is running now.
+    label_if_running(&call, &key);
+    answer(&call, waited)
 }
 
 /// `RemoveComponent`: removes the component, answering ACK or NACK.
@@ -142,7 +146,7 @@ async fn remove(
     wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
-    call.label(&key.to_string());
+    label_if_running(&call, &key);
     let runtime = call.runtime().clone();
     let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
     answer(&call, wait.0.run(wait.1, reload).await?)
@@ -155,7 +159,7 @@ async fn release(
     wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
-    call.label(&key.to_string());
+    label_if_running(&call, &key);
     let runtime = call.runtime().clone();
     let reload = async move {
         runtime
@@ -163,6 +167,16 @@ async fn release(
             .await
     };
     answer(&call, wait.0.run(wait.1, reload).await?)
+}
+
+/// Labels the call's metric with `key` only when it names a component
+/// running now: names a caller makes up never become labels (see
+/// [`StoreLabel`](crate::dapr::StoreLabel)); others count under the
+/// unknown store's empty label.
+fn label_if_running(call: &Call, key: &ComponentKey) {
+    if call.runtime().generation().get(key).is_some() {
+        call.label(&key.to_string());
+    }
 }
 
 fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {

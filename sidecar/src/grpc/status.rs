@@ -4,7 +4,7 @@
 use rewire_runtime::{ConfigError, LockError, StateError};
 use tonic::{Code, Status};
 
-use crate::dapr::{ConfigOpError, LockOpError, SecretOpError, StateOpError};
+use crate::dapr::{ConfigOpError, LockOpError, RequestLimitError, SecretOpError, StateOpError};
 
 /// The canonical gRPC name of `code` (`OK`, `INVALID_ARGUMENT`...), as the
 /// metrics label it.
@@ -58,6 +58,14 @@ impl From<StateOpError> for Status {
             _ => err.store_error().map_or(Code::InvalidArgument, state_code),
         };
         Status::new(code, err.to_string())
+    }
+}
+
+/// A request over one of the sidecar's bounds is the caller's:
+/// `INVALID_ARGUMENT`, naming the bound and the component.
+impl From<RequestLimitError> for Status {
+    fn from(err: RequestLimitError) -> Self {
+        Status::invalid_argument(err.to_string())
     }
 }
 

@@ -45,7 +45,7 @@ pub async fn get(
             .collect(),
         group: query_value(&pairs, "group").map(str::to_string),
         label: query_value(&pairs, "label").map(str::to_string),
-        metadata: request_metadata(&pairs),
+        metadata: request_metadata(&pairs, ("configuration store", &store_name))?,
     };
     let budget = ResponseBudget::new(state.options.max_response_bytes);
     let items = store.get(&query, budget).await?;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use rewire_runtime::{ConfigError, SecretError, StateError};
 
-use crate::dapr::{ConfigOpError, SecretOpError, StateOpError};
+use crate::dapr::{ConfigOpError, RequestLimitError, SecretOpError, StateOpError};
 
 /// Why an HTTP call failed. Messages never carry a secret value: component
 /// errors are scrubbed by the shared Dapr operations ([`crate::dapr`])
@@ -27,9 +27,24 @@ pub enum HttpError {
     /// No configuration store with that name.
     #[error("configuration store {0} not found")]
     ConfigStoreNotFound(String),
-    /// The body or the query could not be understood.
+    /// The body could not be understood.
     #[error("failed deserializing HTTP body: {0}")]
     Malformed(String),
+    /// The body of a request to a component could not be understood.
+    #[error("failed deserializing HTTP body for {component}: {problem}")]
+    MalformedBody {
+        /// `kind \`name\``.
+        component: String,
+        /// What is wrong (the item and field, when known).
+        problem: String,
+    },
+    /// The query string could not be understood.
+    #[error("failed deserializing the query string: {0}")]
+    MalformedQuery(String),
+    /// The request is understood but refused: over one of the sidecar's
+    /// bounds, a key Dapr refuses, an unknown option.
+    #[error("{0}")]
+    Invalid(String),
     /// The body is larger than `max_request_bytes`.
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge {
@@ -58,8 +73,10 @@ pub enum HttpError {
         source: StateError,
     },
     /// A delete failed.
-    #[error("failed deleting state with key {key}: {source}")]
+    #[error("failed deleting state with key {key} from state store {store}: {source}")]
     StateDelete {
+        /// The store.
+        store: String,
         /// The key.
         key: String,
         /// Why.
@@ -156,7 +173,10 @@ impl HttpError {
             Self::StateStoreNotFound(_) => "ERR_STATE_STORE_NOT_FOUND",
             Self::SecretStoreNotFound(_) => "ERR_SECRET_STORE_NOT_FOUND",
             Self::ConfigStoreNotFound(_) => "ERR_CONFIGURATION_STORE_NOT_FOUND",
-            Self::Malformed(_) => "ERR_MALFORMED_REQUEST",
+            Self::Malformed(_)
+            | Self::MalformedBody { .. }
+            | Self::MalformedQuery(_)
+            | Self::Invalid(_) => "ERR_MALFORMED_REQUEST",
             Self::BodyTooLarge { .. } => "ERR_BODY_TOO_LARGE",
             Self::ResponseTooLarge(_) => "ERR_RESPONSE_TOO_LARGE",
             Self::StateSave { .. } => "ERR_STATE_SAVE",
@@ -180,7 +200,10 @@ impl HttpError {
             Self::StateStoreNotFound(_)
             | Self::SecretStoreNotFound(_)
             | Self::ConfigStoreNotFound(_)
-            | Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            | Self::Malformed(_)
+            | Self::MalformedBody { .. }
+            | Self::MalformedQuery(_)
+            | Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } | Self::ResponseTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::StateSave { source, .. } | Self::StateDelete { source, .. } => {
                 state_status(source)
@@ -231,7 +254,10 @@ impl From<StateOpError> for HttpError {
             StateOpError::Get { store, key, source } => Self::StateGet { store, key, source },
             StateOpError::BulkGet { store, source } => Self::StateBulkGet { store, source },
             StateOpError::Save { store, source } => Self::StateSave { store, source },
-            StateOpError::Delete { key, source, .. } => Self::StateDelete { key, source },
+            StateOpError::Delete { store, key, source } => Self::StateDelete { store, key, source },
+            invalid @ (StateOpError::InvalidKey { .. } | StateOpError::Limit(_)) => {
+                Self::Invalid(invalid.to_string())
+            }
             transaction @ (StateOpError::TransactionsNotSupported(_)
             | StateOpError::UnsupportedOperation(_)
             | StateOpError::TooManyOperations { .. }
@@ -239,6 +265,13 @@ impl From<StateOpError> for HttpError {
                 super::state_transaction::transaction_error(transaction)
             }
         }
+    }
+}
+
+/// A request over one of the sidecar's bounds is a 400 naming it.
+impl From<RequestLimitError> for HttpError {
+    fn from(err: RequestLimitError) -> Self {
+        Self::Invalid(err.to_string())
     }
 }
 
@@ -327,10 +360,17 @@ mod tests {
         assert_eq!(conflict.status(), StatusCode::CONFLICT);
         assert_eq!(conflict.code(), "ERR_STATE_SAVE");
         let invalid = HttpError::StateDelete {
+            store: "s".into(),
             key: "k".into(),
             source: StateError::EtagInvalid("k".into()),
         };
         assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+        assert!(
+            invalid
+                .to_string()
+                .starts_with("failed deleting state with key k from state store s: "),
+            "{invalid}"
+        );
         let not_found = HttpError::from(StateOpError::NotFound("x".into()));
         assert_eq!(not_found.body()["message"], "state store x is not found");
         let not_found = HttpError::from(ConfigOpError::NotFound("c".into()));

@@ -62,7 +62,10 @@ pub async fn put(
     query: QueryPairs,
     body: Body,
 ) -> Result<Json<Value>, RewireHttpError> {
-    let metadata = request_metadata(&query_pairs(query)?).into_iter().collect();
+    let metadata = request_metadata(&query_pairs(query)?, ("file store", &store))
+        .map_err(HttpError::from)?
+        .into_iter()
+        .collect();
     let ops = call.file_store(&store)?;
     let chunks = body
         .into_data_stream()
@@ -111,7 +114,7 @@ pub async fn list(
     let max_keys = match query_value(&pairs, "limit") {
         None => 0,
         Some(text) => text.parse::<usize>().map_err(|_| {
-            HttpError::Malformed(format!(
+            HttpError::MalformedQuery(format!(
                 "query parameter `limit` is `{text}`; expected a whole number"
             ))
         })?,

@@ -1,5 +1,6 @@
 //! Reading requests: JSON bodies within the size limit, and Dapr's
-//! `metadata.<name>` query parameters.
+//! `metadata.<name>` query parameters (bounded, see
+//! [`collect_request_metadata`]).
 
 use std::collections::HashMap;
 
@@ -11,7 +12,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+mod json_items;
+
+pub use json_items::Items;
+
 use super::error::HttpError;
+use crate::dapr::{collect_request_metadata, RequestLimitError};
 
 /// The query string as name/value pairs (a name may repeat).
 pub type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
@@ -19,21 +25,42 @@ pub type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 /// A body read by axum under `DefaultBodyLimit`.
 pub type RawBody = Result<Bytes, BytesRejection>;
 
+/// The body's bytes; too large a body is a 413 naming `limit`, one that
+/// could not be read a 400.
+pub fn body_bytes(body: RawBody, limit: usize) -> Result<Bytes, HttpError> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => HttpError::BodyTooLarge { limit },
+        _ => HttpError::Malformed(rejection.body_text()),
+    })
+}
+
 /// Decodes a JSON body; too large a body is a 413, anything else wrong a
 /// 400 naming the problem.
 pub fn json_body<T: DeserializeOwned>(body: RawBody, limit: usize) -> Result<T, HttpError> {
-    let bytes = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => HttpError::BodyTooLarge { limit },
-        _ => HttpError::Malformed(rejection.body_text()),
-    })?;
+    let bytes = body_bytes(body, limit)?;
     serde_json::from_slice(&bytes).map_err(|e| HttpError::Malformed(e.to_string()))
+}
+
+/// Decodes the JSON body of a request to component `kind`/`name`, as
+/// [`json_body`]; a body that does not decode is a 400 naming the
+/// component (and, for [`Items`], the item).
+pub fn component_json_body<T: DeserializeOwned>(
+    body: RawBody,
+    limit: usize,
+    (kind, name): (&str, &str),
+) -> Result<T, HttpError> {
+    let bytes = body_bytes(body, limit)?;
+    serde_json::from_slice(&bytes).map_err(|e| HttpError::MalformedBody {
+        component: format!("{kind} `{name}`"),
+        problem: e.to_string(),
+    })
 }
 
 /// The query pairs, or a 400.
 pub fn query_pairs(query: QueryPairs) -> Result<Vec<(String, String)>, HttpError> {
     query
         .map(|Query(pairs)| pairs)
-        .map_err(|e| HttpError::Malformed(e.body_text()))
+        .map_err(|e| HttpError::MalformedQuery(e.body_text()))
 }
 
 /// The value of the first query parameter `name`.
@@ -44,15 +71,16 @@ pub fn query_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a 
         .map(|(_, v)| v.as_str())
 }
 
-/// Dapr's request metadata: every `metadata.<name>=<value>` parameter.
-pub fn request_metadata(pairs: &[(String, String)]) -> HashMap<String, String> {
-    pairs
+/// Dapr's request metadata of a call to component `kind`/`name`: every
+/// `metadata.<name>=<value>` parameter, refused past the sidecar's bounds.
+pub fn request_metadata(
+    pairs: &[(String, String)],
+    component: (&str, &str),
+) -> Result<HashMap<String, String>, RequestLimitError> {
+    let entries = pairs
         .iter()
-        .filter_map(|(k, v)| {
-            k.strip_prefix("metadata.")
-                .map(|name| (name.to_string(), v.clone()))
-        })
-        .collect()
+        .filter_map(|(k, v)| k.strip_prefix("metadata.").map(|name| (name, v.as_str())));
+    collect_request_metadata(component, entries)
 }
 
 /// A metadata map whose values may be JSON strings, numbers or booleans
@@ -81,10 +109,20 @@ mod tests {
             ("metadata.ttlInSeconds".to_string(), "5".to_string()),
             ("consistency".to_string(), "strong".to_string()),
         ];
-        let metadata = request_metadata(&pairs);
+        let metadata = request_metadata(&pairs, ("state store", "s")).unwrap_or_default();
         assert_eq!(metadata.len(), 1);
         assert_eq!(metadata["ttlInSeconds"], "5");
         assert_eq!(query_value(&pairs, "consistency"), Some("strong"));
+    }
+
+    #[test]
+    fn request_metadata_past_its_bound_is_refused_naming_the_component() {
+        let pairs: Vec<_> = (0..1_000)
+            .map(|i| (format!("metadata.k{i:04}"), String::new()))
+            .collect();
+        let err = request_metadata(&pairs, ("pubsub", "p")).expect_err("too many");
+        assert!(err.to_string().contains("pubsub `p`"), "{err}");
+        assert!(err.to_string().contains("64 entries"), "{err}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,8 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::HttpError;
-use super::input::{query_pairs, request_metadata, QueryPairs, RawBody};
-use crate::dapr::{Call, PubSubOpError, PublishEvent};
+use super::input::{body_bytes, query_pairs, request_metadata, Items, QueryPairs, RawBody};
+use crate::dapr::{Call, PubSubOpError, PublishEvent, RequestLimitError, MAX_BULK_ITEMS};
+use crate::ApiState;
 
 /// A publish error in Dapr's HTTP form.
 pub struct PublishError(PubSubOpError);
@@ -26,6 +27,11 @@ impl IntoResponse for PublishError {
             PubSubOpError::NameEmpty => (StatusCode::NOT_FOUND, "ERR_PUBSUB_EMPTY"),
             PubSubOpError::NotFound(_) => (StatusCode::NOT_FOUND, "ERR_PUBSUB_NOT_FOUND"),
             PubSubOpError::TopicEmpty(_) => (StatusCode::NOT_FOUND, "ERR_TOPIC_NAME_EMPTY"),
+            PubSubOpError::EntryId { .. }
+            | PubSubOpError::Limit(RequestLimitError::TooManyItems { .. }) => {
+                (StatusCode::BAD_REQUEST, "ERR_PUBSUB_EVENTS_SER")
+            }
+            PubSubOpError::Limit(_) => (StatusCode::BAD_REQUEST, "ERR_PUBSUB_REQUEST_METADATA"),
             PubSubOpError::Busy { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "ERR_PUBSUB_PUBLISH_MESSAGE")
             }
@@ -54,15 +60,19 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// `POST /v1.0/publish/{pubsub}/{topic}`.
 pub async fn publish(
+    State(state): State<ApiState>,
     call: Call,
     Path((pubsub_name, topic)): Path<(String, String)>,
     query: QueryPairs,
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<StatusCode, Response> {
-    let metadata = request_metadata(&query_pairs(query).map_err(IntoResponse::into_response)?);
-    let data = body.map_err(IntoResponse::into_response)?;
     let pubsub = call.pubsub(&pubsub_name).map_err(to_response)?;
+    let pairs = query_pairs(query).map_err(IntoResponse::into_response)?;
+    let metadata =
+        request_metadata(&pairs, ("pubsub", &pubsub_name)).map_err(|e| to_response(e.into()))?;
+    let data =
+        body_bytes(body, state.options.max_request_bytes).map_err(IntoResponse::into_response)?;
     let event = PublishEvent {
         data: data.to_vec(),
         content_type: header_text(&headers, header::CONTENT_TYPE.as_str()),
@@ -83,6 +93,8 @@ fn to_response(err: PubSubOpError) -> Response {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BulkEntry {
+    /// Checked by the shared operation (empty or repeated is refused).
+    #[serde(default)]
     entry_id: String,
     event: Value,
     #[serde(default)]
@@ -94,39 +106,53 @@ pub struct BulkEntry {
 /// `POST /v1.0-alpha1/publish/bulk/{pubsub}/{topic}`: `204`, or `500`
 /// with the failed entries.
 pub async fn bulk_publish(
+    State(state): State<ApiState>,
     call: Call,
     Path((pubsub_name, topic)): Path<(String, String)>,
     query: QueryPairs,
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<StatusCode, Response> {
-    let metadata = request_metadata(&query_pairs(query).map_err(IntoResponse::into_response)?);
-    let data = body.map_err(IntoResponse::into_response)?;
-    let entries: Vec<BulkEntry> = serde_json::from_slice(&data)
-        .map_err(|e| HttpError::Malformed(e.to_string()).into_response())?;
     let pubsub = call.pubsub(&pubsub_name).map_err(to_response)?;
+    let pairs = query_pairs(query).map_err(IntoResponse::into_response)?;
+    let metadata =
+        request_metadata(&pairs, ("pubsub", &pubsub_name)).map_err(|e| to_response(e.into()))?;
+    let data =
+        body_bytes(body, state.options.max_request_bytes).map_err(IntoResponse::into_response)?;
+    let entries: Items<BulkEntry, MAX_BULK_ITEMS> = serde_json::from_slice(&data).map_err(|e| {
+        let error = HttpError::MalformedBody {
+            component: format!("pubsub `{pubsub_name}`"),
+            problem: e.to_string(),
+        };
+        error.into_response()
+    })?;
+    drop(data);
+    pubsub
+        .check_entry_count(entries.count)
+        .map_err(to_response)?;
+    let traceparent = header_text(&headers, "traceparent")
+        .or_else(crate::telemetry::propagation::current_traceparent);
+    let tracestate = header_text(&headers, "tracestate");
     let events = entries
+        .kept
         .into_iter()
         .map(|entry| {
             let data = match entry.event {
                 Value::String(text) if !entry.content_type.contains("json") => text.into_bytes(),
                 other => other.to_string().into_bytes(),
             };
-            let mut all = metadata.clone();
-            all.extend(entry.metadata);
             let event = PublishEvent {
                 data,
                 content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
-                metadata: all,
-                traceparent: header_text(&headers, "traceparent")
-                    .or_else(crate::telemetry::propagation::current_traceparent),
-                tracestate: header_text(&headers, "tracestate"),
+                metadata: entry.metadata,
+                traceparent: traceparent.clone(),
+                tracestate: tracestate.clone(),
             };
             (entry.entry_id, event)
         })
         .collect();
     let failed = pubsub
-        .bulk_publish(&topic, events)
+        .bulk_publish(&topic, &metadata, events)
         .await
         .map_err(to_response)?;
     if failed.is_empty() {

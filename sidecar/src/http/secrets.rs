@@ -18,7 +18,7 @@ pub async fn get(
     query: QueryPairs,
 ) -> Result<Json<BTreeMap<String, String>>, HttpError> {
     let store = call.secret_store(&store_name)?;
-    let metadata = request_metadata(&query_pairs(query)?);
+    let metadata = request_metadata(&query_pairs(query)?, ("secret store", &store_name))?;
     let secret = store.get(&name, &metadata).await?;
     Ok(Json(exposed(secret)))
 }
@@ -30,7 +30,7 @@ pub async fn bulk(
     query: QueryPairs,
 ) -> Result<Json<BTreeMap<String, BTreeMap<String, String>>>, HttpError> {
     let store = call.secret_store(&store_name)?;
-    let metadata = request_metadata(&query_pairs(query)?);
+    let metadata = request_metadata(&query_pairs(query)?, ("secret store", &store_name))?;
     let secrets = store.bulk_get(&metadata).await?;
     Ok(Json(
         secrets

@@ -23,12 +23,15 @@ pub async fn next_id(
     let increment = match query_value(&pairs, "increment") {
         None => Increment::Weak,
         Some(text) => Increment::parse(text).ok_or_else(|| {
-            HttpError::Malformed(format!(
+            HttpError::MalformedQuery(format!(
                 "query parameter `increment` is `{text}`; expected `strong` or `weak`"
             ))
         })?,
     };
-    let metadata = request_metadata(&pairs).into_iter().collect();
+    let metadata = request_metadata(&pairs, ("sequencer", &store))
+        .map_err(HttpError::from)?
+        .into_iter()
+        .collect();
     let id = call
         .sequencer(&store)?
         .next_id(key, increment, metadata)

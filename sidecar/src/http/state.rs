@@ -20,9 +20,12 @@ use rewire_runtime::{BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetReq
 
 use super::error::HttpError;
 use super::input::{
-    json_body, lenient_metadata, query_pairs, query_value, request_metadata, QueryPairs, RawBody,
+    component_json_body, lenient_metadata, query_pairs, query_value, request_metadata, Items,
+    QueryPairs, RawBody,
 };
-use crate::dapr::{Call, ResponseBudget};
+use crate::dapr::{
+    check_item_count, check_metadata_copies, Call, ResponseBudget, StateOps, MAX_BULK_ITEMS,
+};
 use crate::ApiState;
 
 /// One item of a save (or a transaction's `request`), as Dapr's HTTP API
@@ -50,7 +53,7 @@ struct SaveOptions {
 /// A bulk get, as Dapr's HTTP API takes it.
 #[derive(Debug, Deserialize)]
 struct BulkGet {
-    keys: Vec<String>,
+    keys: Items<String, MAX_BULK_ITEMS>,
     /// Accepted for compatibility; the store decides how it reads.
     #[serde(default)]
     #[allow(dead_code)]
@@ -81,23 +84,31 @@ pub async fn save(
 ) -> Result<StatusCode, HttpError> {
     let store = call.state_store(&store_name)?;
     let query = query_pairs(query)?;
-    let items: Vec<SaveItem> = json_body(body, state.options.max_request_bytes)?;
-    let shared = request_metadata(&query);
+    let component = ("state store", store_name.as_str());
+    let shared = request_metadata(&query, component)?;
+    let limit = state.options.max_request_bytes;
+    let items: Items<SaveItem, MAX_BULK_ITEMS> = component_json_body(body, limit, component)?;
+    check_item_count(component, items.count)?;
+    check_metadata_copies(component, &shared, items.count, limit)?;
     let requests = items
+        .kept
         .into_iter()
-        .map(|item| set_request(item, &shared))
+        .enumerate()
+        .map(|(index, item)| set_request(&store, index, item, &shared))
         .collect::<Result<Vec<_>, _>>()?;
     store.save(requests).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The write of one item; `shared` (the query's `metadata.*`) is added to
-/// the item's metadata.
+/// The write of item `index` of a request to `store`; `shared` (the
+/// query's `metadata.*`) is added to the item's metadata.
 pub(super) fn set_request(
+    store: &StateOps<'_>,
+    index: usize,
     item: SaveItem,
     shared: &HashMap<String, String>,
 ) -> Result<SetRequest, HttpError> {
-    check_key(&item.key)?;
+    store.check_key(index, &item.key)?;
     let concurrency = concurrency(item.options.unwrap_or_default().concurrency.as_deref())?;
     let mut metadata = item.metadata;
     metadata.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -137,7 +148,7 @@ pub(super) async fn read(
     let query = query_pairs(query)?;
     let request = GetRequest {
         key,
-        metadata: request_metadata(&query),
+        metadata: request_metadata(&query, ("state store", store_name))?,
     };
     let entry = store.get(request).await?;
     let Some(entry) = entry else {
@@ -174,7 +185,7 @@ pub async fn delete(
         Some(value) => Some(
             value
                 .to_str()
-                .map_err(|_| HttpError::Malformed("the If-Match header is not text".into()))?
+                .map_err(|_| HttpError::Invalid("the If-Match header is not text".into()))?
                 .to_string(),
         ),
         None => None,
@@ -183,7 +194,7 @@ pub async fn delete(
         key,
         etag: etag.filter(|e| !e.is_empty()),
         concurrency: concurrency(query_value(&query, "concurrency"))?,
-        metadata: request_metadata(&query),
+        metadata: request_metadata(&query, ("state store", &store_name))?,
     };
     store.delete(request).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -198,9 +209,11 @@ pub async fn bulk_get(
     body: RawBody,
 ) -> Result<Json<Vec<BulkItem>>, HttpError> {
     let store = call.state_store(&store_name)?;
-    let request: BulkGet = json_body(body, state.options.max_request_bytes)?;
+    let component = ("state store", store_name.as_str());
+    let request: BulkGet = component_json_body(body, state.options.max_request_bytes, component)?;
+    check_item_count(component, request.keys.count)?;
     let budget = ResponseBudget::new(state.options.max_response_bytes);
-    let items = store.bulk_get(request.keys, budget).await?;
+    let items = store.bulk_get(request.keys.kept, budget).await?;
     Ok(Json(items.into_iter().map(bulk_item).collect()))
 }
 
@@ -233,25 +246,12 @@ fn stored_json(data: &[u8]) -> Box<RawValue> {
     })
 }
 
-/// Dapr's key rules: not empty, no `||` (its key separator).
-fn check_key(key: &str) -> Result<(), HttpError> {
-    if key.is_empty() {
-        return Err(HttpError::Malformed("\"key\" is a required field".into()));
-    }
-    if key.contains("||") {
-        return Err(HttpError::Malformed(format!(
-            "input key `{key}` can't contain `||`"
-        )));
-    }
-    Ok(())
-}
-
 /// Dapr's concurrency option: `first-write` or `last-write` (the default).
 fn concurrency(option: Option<&str>) -> Result<Concurrency, HttpError> {
     match option.unwrap_or_default() {
         "" | "last-write" => Ok(Concurrency::LastWrite),
         "first-write" => Ok(Concurrency::FirstWrite),
-        other => Err(HttpError::Malformed(format!(
+        other => Err(HttpError::Invalid(format!(
             "unknown concurrency `{other}` (expected `first-write` or `last-write`)"
         ))),
     }
@@ -269,13 +269,6 @@ mod tests {
             Some(Concurrency::FirstWrite)
         );
         assert!(concurrency(Some("firstWrite")).is_err());
-    }
-
-    #[test]
-    fn keys_follow_dapr_rules() {
-        assert!(check_key("order-1").is_ok());
-        assert!(check_key("").is_err());
-        assert!(check_key("a||b").is_err());
     }
 
     #[test]

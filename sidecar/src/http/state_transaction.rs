@@ -16,17 +16,23 @@ use rewire_runtime::{StateError, TransactionRequest};
 
 use super::error::HttpError;
 use super::input::{
-    json_body, lenient_metadata, query_pairs, request_metadata, QueryPairs, RawBody,
+    component_json_body, lenient_metadata, query_pairs, request_metadata, Items, QueryPairs,
+    RawBody,
 };
 use super::state::{set_request, SaveItem};
-use crate::dapr::{transaction_operation, Call, StateOpError};
+use crate::dapr::{
+    check_metadata_copies, check_request_metadata, transaction_operation, Call, StateOpError,
+    MAX_TRANSACTION_OPERATIONS,
+};
 use crate::ApiState;
 
 /// The body of a transaction.
 #[derive(Debug, Deserialize)]
 struct Transaction {
+    /// Past the bound, only counted: the transaction is refused by its
+    /// count before any operation is converted.
     #[serde(default)]
-    operations: Vec<Operation>,
+    operations: Items<Operation, MAX_TRANSACTION_OPERATIONS>,
     #[serde(default, deserialize_with = "lenient_metadata")]
     metadata: HashMap<String, String>,
 }
@@ -49,11 +55,16 @@ pub async fn execute(
     let store = call.state_store(&store_name)?;
     store.require_transactions()?;
     let query = query_pairs(query)?;
-    let body: Transaction = json_body(body, state.options.max_request_bytes)?;
-    let shared = request_metadata(&query);
-    let mut operations = Vec::with_capacity(body.operations.len());
-    for operation in body.operations {
-        let write = set_request(operation.request, &shared)?;
+    let component = ("state store", store_name.as_str());
+    let shared = request_metadata(&query, component)?;
+    let limit = state.options.max_request_bytes;
+    let body: Transaction = component_json_body(body, limit, component)?;
+    store.check_operation_count(body.operations.count)?;
+    check_request_metadata(component, &body.metadata)?;
+    check_metadata_copies(component, &shared, body.operations.count, limit)?;
+    let mut operations = Vec::with_capacity(body.operations.kept.len());
+    for (index, operation) in body.operations.kept.into_iter().enumerate() {
+        let write = set_request(&store, index, operation.request, &shared)?;
         operations.push(transaction_operation(&operation.operation, write)?);
     }
     let mut metadata = body.metadata;
@@ -114,6 +125,6 @@ mod tests {
             r#"{"operations": [{"operation": "delete", "request": {"key": "k"}}]}"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(body.operations[0].operation, "delete");
+        assert_eq!(body.operations.kept[0].operation, "delete");
     }
 }
