@@ -263,6 +263,7 @@ pub(crate) async fn assemble_resolved(
         .map_err(|err| cx.fail(key, FailedStep::Metadata, secret_safe(spec, err)))?;
     inject(spec, component.as_mut(), cx)?;
     let shutdown = CancellationToken::new();
+    let mut unwound = CloseIfUnwound::new(&shutdown, cx.timeouts.init);
     let init_cx = InitContext {
         key: key.clone(),
         app_id: cx.app_id.clone(),
@@ -278,10 +279,12 @@ pub(crate) async fn assemble_resolved(
     match init {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
+            unwound.disarm();
             close_unstarted(key, component.as_ref(), &shutdown, cx).await;
             return Err(cx.fail(key, FailedStep::Init, err));
         }
         Err(_) => {
+            unwound.disarm();
             close_unstarted(key, component.as_ref(), &shutdown, cx).await;
             return Err(cx.fail(
                 key,
@@ -293,7 +296,10 @@ pub(crate) async fn assemble_resolved(
     // Lent to init, kept with the instance.
     let resolved = init_cx.metadata;
     let instance = component.into_instance();
-    if let Err(reason) = wait_ready(key, &instance, cx).await {
+    unwound.instance = Some(instance.clone());
+    let ready = wait_ready(key, &instance, cx).await;
+    unwound.disarm();
+    if let Err(reason) = ready {
         shutdown.cancel();
         let _ = instance.component().close().await;
         return Err(cx.fail(key, FailedStep::NotReady, reason));
@@ -303,6 +309,52 @@ pub(crate) async fn assemble_resolved(
         shutdown,
         resolved,
     })
+}
+
+/// Releases a component whose assembly ends without returning: a panic in
+/// its `init` or `readiness` (the task unwinds), or the assembly dropped
+/// (a reload past its deadline). Its shutdown token is cancelled, and once
+/// it is an instance, `close` runs on a task of its own (bounded): nothing
+/// else would, and its tasks and connections would stay open.
+struct CloseIfUnwound {
+    shutdown: CancellationToken,
+    instance: Option<Instance>,
+    close_within: Duration,
+    armed: bool,
+}
+
+impl CloseIfUnwound {
+    fn new(shutdown: &CancellationToken, close_within: Duration) -> Self {
+        Self {
+            shutdown: shutdown.clone(),
+            instance: None,
+            close_within,
+            armed: true,
+        }
+    }
+
+    /// The assembly returned: its own paths release what they must.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CloseIfUnwound {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.shutdown.cancel();
+        let (Some(instance), Ok(runtime)) =
+            (self.instance.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let within = self.close_within;
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(within, instance.component().close()).await;
+        });
+    }
 }
 
 /// The message of a metadata error, without the value when the field is

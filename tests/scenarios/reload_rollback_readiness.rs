@@ -8,7 +8,7 @@ use crate::support::reload as reload_support;
 use std::time::Duration;
 
 use reload_support::{
-    action, applied, candidate, closes, inits, instance, key, probe, start_with, wait_until,
+    action, applied, candidate, closes, inits, instance, key, probe, start, start_with, wait_until,
 };
 use rewire::{
     Action, FailedStep, HandleError, Outcome, ReloadError, RuntimeOptions, StartTimeouts,
@@ -118,5 +118,33 @@ async fn never_ready_component_rolls_back_everything() {
         1,
         "the in-place update was not reverted"
     );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_whose_readiness_panics_is_closed_and_the_reload_rolls_back() {
+    let runtime = start(r#"{"appId": "rbr-panic", "components": {}}"#).await;
+    let outcome = runtime
+        .apply(candidate(
+            r#"{"appId": "rbr-panic", "components": {"probe": {
+                "boom": {"type": "test.reload.probe", "metadata": {"tag": "rbr-panic", "panicReady": true}}
+            }}}"#,
+        ))
+        .await;
+    match outcome {
+        Err(ReloadError::RolledBack(failures)) => assert!(
+            failures
+                .iter()
+                .any(|f| matches!(f.step, FailedStep::Panicked)),
+            "{failures:?}"
+        ),
+        other => panic!("expected a rollback, got {other:?}"),
+    }
+    // Nothing else holds it: without its close, its tasks and connections
+    // would stay open.
+    wait_until("the probe whose readiness panicked is closed", || {
+        closes("rbr-panic") == 1
+    })
+    .await;
     runtime.shutdown().await;
 }

@@ -30,6 +30,8 @@ pub struct ProbeMeta {
     pub init_delay_ms: u64,
     /// `readiness` never answers ready.
     pub never_ready: bool,
+    /// `readiness` panics.
+    pub panic_ready: bool,
     /// `update_in_place` takes new metadata only when the new metadata says
     /// `inPlace: true`; otherwise it asks for a rebuild.
     pub in_place: bool,
@@ -130,6 +132,9 @@ impl Component for Probe {
     }
 
     async fn readiness(&self) -> Readiness {
+        if self.meta.load().panic_ready {
+            panic!("probe {} exploded while asked if ready", self.built_tag);
+        }
         if self.meta.load().never_ready {
             Readiness::NotReady("waiting forever".into())
         } else {
