@@ -8,8 +8,9 @@
 //! message moves); a change of pub/sub, topic, metadata or dead-letter
 //! topic starts the new subscription before the old one stops, so nothing
 //! published meanwhile is missed (an event may then come twice). One that
-//! could not start (its pub/sub is missing or refused) is tried again at
-//! each generation and every [`RETRY_EVERY`].
+//! could not start (its pub/sub is missing or refused), or whose delivery
+//! ended on its own (its broker ended the subscription), is started again
+//! at each generation and every [`RETRY_EVERY`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::Runtime;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +26,8 @@ use super::routed::{AppTarget, RoutedSink};
 use super::AppSubscription;
 use crate::dapr::TopicDelivery;
 
-/// How often subscriptions that could not start are tried again.
+/// How often subscriptions that could not start, or ended on their own,
+/// are started again.
 pub const RETRY_EVERY: Duration = Duration::from_secs(5);
 /// How long a stopped subscription may take to let go of its broker
 /// subscription (deliveries already handed to the app finish on their own).
@@ -80,6 +82,8 @@ pub(super) struct Deliveries {
     refused: HashMap<String, String>,
     /// The ids running, told after each change.
     subscribed: watch::Sender<BTreeSet<String>>,
+    /// Told when a delivery task ends (stopped, or on its own).
+    ended: Arc<Notify>,
 }
 
 impl Deliveries {
@@ -96,6 +100,7 @@ impl Deliveries {
             running: HashMap::new(),
             refused: HashMap::new(),
             subscribed,
+            ended: Arc::new(Notify::new()),
         }
     }
 
@@ -103,18 +108,29 @@ impl Deliveries {
     /// and those given in code) plus the declared ones of each generation.
     pub(super) async fn follow(mut self, fixed: Vec<(String, AppSubscription)>) {
         let mut changes = self.runtime.generation_changes();
+        let mut reconcile = true;
         loop {
-            changes.borrow_and_update();
-            let wanted = self.wanted(&fixed);
-            self.reconcile(wanted).await;
-            self.subscribed
-                .send_replace(self.running.keys().cloned().collect());
-            let retry = !self.refused.is_empty();
-            tokio::select! {
-                () = self.shutdown.cancelled() => break,
-                changed = changes.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(RETRY_EVERY), if retry => {}
+            if reconcile {
+                changes.borrow_and_update();
+                let wanted = self.wanted(&fixed);
+                self.reconcile(wanted).await;
             }
+            let ended = self.running.values().any(|r| r.task.is_finished());
+            self.subscribed.send_replace(
+                self.running
+                    .iter()
+                    .filter(|(_, r)| !r.task.is_finished())
+                    .map(|(id, _)| id.clone())
+                    .collect(),
+            );
+            let retry = ended || !self.refused.is_empty();
+            reconcile = tokio::select! {
+                () = self.shutdown.cancelled() => break,
+                changed = changes.changed() => if changed.is_err() { break } else { true },
+                () = tokio::time::sleep(RETRY_EVERY), if retry => true,
+                // A delivery that ended: started again after RETRY_EVERY.
+                () = self.ended.notified(), if !ended => false,
+            };
         }
         for (_, running) in self.running.drain() {
             running.stop().await;
@@ -154,7 +170,9 @@ impl Deliveries {
             let feed = Feed::of(&subscription);
             let routes = Arc::new(subscription.routes.clone());
             if let Some(running) = self.running.get(&id) {
-                if running.feed == feed && !running.task.is_finished() {
+                if running.task.is_finished() {
+                    tracing::warn!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, "App subscription's delivery ended; starting it again.");
+                } else if running.feed == feed {
                     if **running.routes.borrow() != *routes {
                         tracing::info!(subscription = %id, "App subscription's routes changed.");
                         running.routes.send_replace(routes);
@@ -201,10 +219,15 @@ impl Deliveries {
         };
         let stop = self.shutdown.child_token();
         let metadata = subscription.metadata.clone().into_iter().collect();
-        let task = delivery
+        let delivering = delivery
             .start(&self.runtime, sink, metadata, stop.clone())
             .await
             .map_err(|err| err.to_string())?;
+        let ended = self.ended.clone();
+        let task = tokio::spawn(async move {
+            let _ = delivering.await;
+            ended.notify_one();
+        });
         Ok(Running {
             feed: Feed::of(subscription),
             routes: routes_tx,
@@ -213,3 +236,6 @@ impl Deliveries {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
