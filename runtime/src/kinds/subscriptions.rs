@@ -97,7 +97,10 @@ mod tests {
         let mut a = hub.subscribe(ConfigQuery::keys(["a"]));
         let b = hub.subscribe(ConfigQuery::keys(["b"]));
         hub.publish(&[item("a", "1"), item("c", "3")]);
-        let change = a.changes.try_recv().expect("change for a, delivered as published");
+        let change = a
+            .changes
+            .try_recv()
+            .expect("change for a, delivered as published");
         assert_eq!(change.items, vec![item("a", "1")]);
         drop(b);
         hub.publish(&[item("b", "2")]);
