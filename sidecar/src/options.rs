@@ -21,6 +21,12 @@ pub struct ApiOptions {
     pub admin_token: Option<ApiToken>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,
+    /// Request body bytes one listener holds while reading them, across
+    /// all its connections and streams, at most (at least one largest
+    /// body); a body that would pass it is refused (`RESOURCE_EXHAUSTED`,
+    /// retry), so clients parking bodies cannot hold connections × streams
+    /// × `max_request_bytes`.
+    pub max_request_bytes_in_flight: usize,
     /// Largest answer built for a client, in bytes: bulk state and
     /// configuration answers over it are refused (`RESOURCE_EXHAUSTED`,
     /// HTTP 413), and a subscriber may have at most this many bytes queued.
@@ -55,6 +61,7 @@ impl Default for ApiOptions {
             app_token: None,
             admin_token: None,
             max_request_bytes: 4 * 1024 * 1024,
+            max_request_bytes_in_flight: 64 * 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             push_timeout: Duration::from_secs(45),
@@ -67,6 +74,13 @@ impl Default for ApiOptions {
 }
 
 impl ApiOptions {
+    /// The budget of request body bytes of one listener: at least one
+    /// largest body and its framing.
+    pub(crate) fn body_budget(&self) -> std::sync::Arc<crate::connection::BodyBudget> {
+        let one_body = self.max_request_bytes.saturating_add(64 * 1024);
+        crate::connection::BodyBudget::new(self.max_request_bytes_in_flight.max(one_body))
+    }
+
     /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`)
     /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset.
     pub fn from_env() -> Self {

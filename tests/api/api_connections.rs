@@ -152,6 +152,72 @@ async fn a_grpc_connection_without_calls_is_closed_though_it_answers_pings() {
     sidecar.stop().await;
 }
 
+#[tokio::test]
+async fn bodies_parked_past_the_listeners_budget_are_refused_until_they_go() {
+    // One body at most 16 KiB; the listener holds 16 + 64 KiB of bodies
+    // being read (its budget: one largest body and its framing, at least).
+    let options = ApiOptions {
+        max_request_bytes: 16 * 1024,
+        max_request_bytes_in_flight: 0,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let value = "v".repeat(16 * 1024 - 64);
+    let body = format!(r#"[{{"key":"k","value":"{value}"}}]"#);
+    let head = format!(
+        "POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // Five clients park a body each, all but its last byte sent.
+    let mut parked = Vec::new();
+    for _ in 0..5 {
+        let mut client = TcpStream::connect(sidecar.http_addr).await.unwrap();
+        client.write_all(head.as_bytes()).await.unwrap();
+        client
+            .write_all(&body.as_bytes()[..body.len() - 1])
+            .await
+            .unwrap();
+        parked.push(client);
+    }
+    let http = testkit::http_client();
+    let save = || {
+        http.post(format!("{}/v1.0/state/orders", sidecar.http_url()))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+    // The parked bodies are read as they come: wait until one more body
+    // is refused, then check the refusal says why.
+    let refused = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            let answer = save().await.expect("an answer");
+            if !answer.status().is_success() {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a body past the budget was never refused");
+    let text = refused.text().await.unwrap_or_default();
+    assert!(text.contains("try again shortly"), "{text}");
+    // Once the parked bodies go, bodies are read again.
+    drop(parked);
+    let saved = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            let answer = save().await.expect("an answer");
+            if answer.status().is_success() {
+                return answer.status();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("bodies were refused after the parked ones went");
+    assert_eq!(saved, reqwest::StatusCode::NO_CONTENT);
+    sidecar.stop().await;
+}
+
 async fn healthz(addr: SocketAddr) -> reqwest::Result<reqwest::StatusCode> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))

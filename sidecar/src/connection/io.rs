@@ -292,9 +292,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn bytes_moving_keep_it_open_and_silence_closes_it() {
+    async fn bytes_moving_keep_a_request_open_and_silence_closes_it() {
         let idle = Duration::from_millis(200);
         let (mut server, mut client) = accepted(idle).await;
+        // A request in flight throughout (its guard held past the close).
+        let _request = server.in_flight().start();
         let reader = tokio::spawn(async move {
             let mut received = 0;
             let mut buf = [0u8; 16];
@@ -320,5 +322,32 @@ mod tests {
         let (kind, at) = error.expect("closed by the idle timer");
         assert_eq!(kind, std::io::ErrorKind::TimedOut);
         assert!(at.duration_since(silent_since) >= idle - Duration::from_millis(60));
+    }
+
+    #[tokio::test]
+    async fn without_a_request_in_flight_bytes_moving_do_not_keep_it_open() {
+        let idle = Duration::from_millis(200);
+        let (mut server, mut client) = accepted(idle).await;
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            loop {
+                match server.read(&mut buf).await {
+                    Ok(0) => return None,
+                    Ok(_) => {}
+                    Err(err) => return Some(err.kind()),
+                }
+            }
+        });
+        // A byte every 50 ms for as long as it stays open (pings, or a
+        // request head trickled in), at most four idle timeouts.
+        for _ in 0..16 {
+            if reader.is_finished() || client.write_all(b"x").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(reader.is_finished(), "kept open by bytes alone");
+        let error = reader.await.expect("reader");
+        assert_eq!(error, Some(std::io::ErrorKind::TimedOut));
     }
 }

@@ -11,16 +11,20 @@
 //! * `accept`: the accept loop, one task per listener, handing connections
 //!   to the server through a channel.
 //! * `in_flight`: the count of a connection's requests in flight;
-//!   `count_requests`: the service layer that counts them.
+//!   `body_budget`: the request bytes a listener holds while reading
+//!   bodies; `count_requests`: the service layer that counts the one and
+//!   charges the other.
 //! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
 //!   its idle timer, the shutdown cut and its slot under the cap.
 
 mod accept;
+mod body_budget;
 mod count_requests;
 mod in_flight;
 mod io;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
+pub use body_budget::{BodyBudget, BoxError, Budgeted};
 pub use count_requests::{CountRequests, CountRequestsLayer, CountedBody, FindInFlight};
 pub use in_flight::{Counted, InFlight, RequestGuard};
 pub use io::{Connection, Transport};

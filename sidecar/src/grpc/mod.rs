@@ -137,12 +137,16 @@ pub async fn serve(
         // Per-connection bounds: streams (subscriptions) and header bytes.
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_BYTES)
-        // Each call counts in its connection's requests in flight.
-        .layer(CountRequestsLayer(|extensions| {
-            extensions
-                .get::<crate::tls::PeerInfo>()
-                .map(|peer| &peer.in_flight)
-        }))
+        // Each call counts in its connection's requests in flight, and
+        // its body in the listener's budget.
+        .layer(CountRequestsLayer {
+            find: |extensions| {
+                extensions
+                    .get::<crate::tls::PeerInfo>()
+                    .map(|peer| &peer.in_flight)
+            },
+            budget: options.body_budget(),
+        })
         // `GetState` in its plain form skips the routes (`hot_path`).
         .layer(hot_path)
         .add_service(InterceptedService::new(

@@ -48,7 +48,7 @@ pub use error::HttpError;
 
 use hot_path::HotPath;
 
-use crate::connection::{accept_loop, ConnectionLimits, CountRequests, InFlight};
+use crate::connection::{accept_loop, ConnectionLimits, CountRequests, FindInFlight, InFlight};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -108,11 +108,13 @@ pub async fn serve(
     crate::tls::install_ring_provider();
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
-    let service = CountRequests::new(HotPath::new(router(state.clone()), state), |extensions| {
+    let budget = state.options.body_budget();
+    let find: FindInFlight = |extensions| {
         extensions
             .get::<ConnectInfo<InFlight>>()
             .map(|info| &info.0)
-    });
+    };
+    let service = CountRequests::new(HotPath::new(router(state.clone()), state), find, budget);
     axum::serve(
         accepted,
         service.into_make_service_with_connect_info::<InFlight>(),

@@ -1,0 +1,175 @@
+//! The request bytes a listener holds while reading bodies, bounded across
+//! all its connections. `max_request_bytes` bounds one body; without this,
+//! clients could park a body each on every stream of every connection
+//! (sending all but its last byte) and hold connections × streams × 4 MiB.
+//! Each body is charged as its bytes are read and let go of when it is
+//! dropped (read whole and decoded, or abandoned); a body that would pass
+//! the budget fails with `RESOURCE_EXHAUSTED`, and the client may retry.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http_body::{Body, Frame, SizeHint};
+use tonic::codegen::Bytes;
+use tonic::Status;
+
+/// Errors a body wrapper passes on: the inner body's, or the budget's.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Bytes of request bodies being read on one listener, and its limit.
+#[derive(Debug)]
+pub struct BodyBudget {
+    in_use: AtomicUsize,
+    limit: usize,
+}
+
+impl BodyBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            in_use: AtomicUsize::new(0),
+            limit,
+        })
+    }
+
+    /// Takes `bytes`, unless that would pass the limit.
+    fn charge(&self, bytes: usize) -> bool {
+        let before = self.in_use.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) <= self.limit {
+            return true;
+        }
+        self.in_use.fetch_sub(bytes, Ordering::AcqRel);
+        false
+    }
+
+    fn release(&self, bytes: usize) {
+        self.in_use.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Bytes held now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Acquire)
+    }
+}
+
+/// A request body charged to a [`BodyBudget`] as it is read.
+pub struct Budgeted<B> {
+    body: B,
+    budget: Arc<BodyBudget>,
+    charged: usize,
+}
+
+impl<B> Budgeted<B> {
+    /// `body`, charged to `budget`.
+    pub fn new(body: B, budget: Arc<BodyBudget>) -> Self {
+        Self {
+            body,
+            budget,
+            charged: 0,
+        }
+    }
+}
+
+impl<B> Drop for Budgeted<B> {
+    fn drop(&mut self) {
+        self.budget.release(self.charged);
+    }
+}
+
+impl<B> Body for Budgeted<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error.into()))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        let bytes = frame.data_ref().map_or(0, Bytes::len);
+        if !self.budget.charge(bytes) {
+            let limit = self.budget.limit;
+            return Poll::Ready(Some(Err(Box::new(Status::resource_exhausted(format!(
+                "the sidecar is reading as many request bytes as it holds at once \
+                 ({limit} bytes across its connections): try again shortly"
+            ))))));
+        }
+        self.charged += bytes;
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body of `chunks`, one data frame each.
+    struct Chunks(Vec<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready((!self.0.is_empty()).then(|| Ok(Frame::data(self.0.remove(0)))))
+        }
+    }
+
+    async fn next(body: &mut Budgeted<Chunks>) -> Option<Result<Frame<Bytes>, BoxError>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+    }
+
+    fn chunks(sizes: &[usize]) -> Chunks {
+        Chunks(sizes.iter().map(|n| Bytes::from(vec![7; *n])).collect())
+    }
+
+    #[tokio::test]
+    async fn bodies_are_charged_as_read_refused_past_the_limit_and_let_go_when_dropped() {
+        let budget = BodyBudget::new(100);
+        let mut parked = Budgeted::new(chunks(&[60, 1]), Arc::clone(&budget));
+        assert!(matches!(next(&mut parked).await, Some(Ok(_))));
+        assert_eq!(budget.in_use(), 60);
+
+        // A second body fits until it would pass the limit.
+        let mut second = Budgeted::new(chunks(&[30, 30]), Arc::clone(&budget));
+        assert!(matches!(next(&mut second).await, Some(Ok(_))));
+        let Some(Err(error)) = next(&mut second).await else {
+            panic!("the budget was passed");
+        };
+        let status = error.downcast::<Status>().expect("a status");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("100 bytes"),
+            "{}",
+            status.message()
+        );
+        drop(second);
+        assert_eq!(budget.in_use(), 60, "the refused body let go of its 30");
+
+        drop(parked);
+        assert_eq!(budget.in_use(), 0);
+        let mut third = Budgeted::new(chunks(&[90]), Arc::clone(&budget));
+        assert!(matches!(next(&mut third).await, Some(Ok(_))));
+    }
+}
