@@ -199,8 +199,13 @@ async fn bodies_parked_past_the_listeners_budget_are_refused_until_they_go() {
     })
     .await
     .expect("a body past the budget was never refused");
+    let status = refused.status();
     let text = refused.text().await.unwrap_or_default();
-    assert!(text.contains("try again shortly"), "{text}");
+    assert_eq!(status, reqwest::StatusCode::TOO_MANY_REQUESTS, "{text}");
+    assert!(
+        text.contains("ERR_TOO_MANY_REQUESTS") && text.contains("try again shortly"),
+        "{text}"
+    );
     // Once the parked bodies go, bodies are read again.
     drop(parked);
     let saved = tokio::time::timeout(grpc::PATIENCE, async {

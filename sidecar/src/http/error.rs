@@ -51,6 +51,10 @@ pub enum HttpError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The listener is reading as many request bytes as it holds at once
+    /// (`max_request_bytes_in_flight`): the client may retry.
+    #[error("{0}")]
+    BodiesBusy(String),
     /// An answer would be larger than `max_response_bytes`.
     #[error("{0}")]
     ResponseTooLarge(String),
@@ -178,6 +182,7 @@ impl HttpError {
             | Self::MalformedQuery(_)
             | Self::Invalid(_) => "ERR_MALFORMED_REQUEST",
             Self::BodyTooLarge { .. } => "ERR_BODY_TOO_LARGE",
+            Self::BodiesBusy(_) => "ERR_TOO_MANY_REQUESTS",
             Self::ResponseTooLarge(_) => "ERR_RESPONSE_TOO_LARGE",
             Self::StateSave { .. } => "ERR_STATE_SAVE",
             Self::StateGet { .. } => "ERR_STATE_GET",
@@ -205,6 +210,7 @@ impl HttpError {
             | Self::MalformedQuery(_)
             | Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } | Self::ResponseTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodiesBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::StateSave { source, .. } | Self::StateDelete { source, .. } => {
                 state_status(source)
             }

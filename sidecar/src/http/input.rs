@@ -25,13 +25,32 @@ pub type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 /// A body read by axum under `DefaultBodyLimit`.
 pub type RawBody = Result<Bytes, BytesRejection>;
 
-/// The body's bytes; too large a body is a 413 naming `limit`, one that
-/// could not be read a 400.
+/// The body's bytes; too large a body is a 413 naming `limit`, one the
+/// listener's body budget refused a 429 (retry), one that could not be
+/// read a 400.
 pub fn body_bytes(body: RawBody, limit: usize) -> Result<Bytes, HttpError> {
     body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => HttpError::BodyTooLarge { limit },
-        _ => HttpError::Malformed(rejection.body_text()),
+        _ => match budget_refusal(&rejection) {
+            Some(message) => HttpError::BodiesBusy(message),
+            None => HttpError::Malformed(rejection.body_text()),
+        },
     })
+}
+
+/// The message of the body budget's refusal, if that is why the body
+/// could not be read (a `RESOURCE_EXHAUSTED` status in its causes).
+fn budget_refusal(rejection: &BytesRejection) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = cause {
+        if let Some(status) = error.downcast_ref::<tonic::Status>() {
+            if status.code() == tonic::Code::ResourceExhausted {
+                return Some(status.message().to_string());
+            }
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// Decodes a JSON body; too large a body is a 413, anything else wrong a
