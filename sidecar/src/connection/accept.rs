@@ -182,16 +182,6 @@ impl axum::serve::Listener for Accepted {
     }
 }
 
-/// An HTTP request finds its connection's count as its connect info
-/// (`into_make_service_with_connect_info::<InFlight>`).
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Accepted>>
-    for super::InFlight
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Accepted>) -> Self {
-        stream.io().in_flight().clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,18 +1,23 @@
 //! The service layer in front of both servers: it counts each request in
 //! its connection's [`InFlight`] from the call until its response body
 //! ends, and charges its body to the listener's [`BodyBudget`] as it is
-//! read. The same for both servers, which differ only in where a request
-//! finds its connection and in their body type.
+//! read. The same for both servers, which differ in how a request finds
+//! its connection (axum makes a service per connection, which holds the
+//! count; tonic's requests carry their connection's [`PeerInfo`]) and in
+//! their body type.
+//!
+//! [`PeerInfo`]: crate::tls::PeerInfo
 
-use std::future::Future;
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http_body::Body as _;
-use tonic::codegen::http::{Extensions, Request, Response};
+use tonic::codegen::http::{Request, Response};
 
-use super::{BodyBudget, Budgeted, Counted, InFlight, RequestGuard};
+use super::{Accepted, BodyBudget, Budgeted, Counted, InFlight, RequestGuard};
 
 /// A server's body type (requests' and responses' alike), which can carry
 /// a request's guard or be charged to a budget.
@@ -20,7 +25,7 @@ pub trait CountedBody: Sized {
     /// `self`, keeping `guard` until it ends.
     fn counted(self, guard: RequestGuard) -> Self;
 
-    /// `self`, charged to `budget` as it is read (an empty body as it is).
+    /// `self`, charged to `budget` as it is read.
     fn budgeted(self, budget: &Arc<BodyBudget>) -> Self;
 }
 
@@ -29,11 +34,10 @@ impl CountedBody for tonic::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
+    /// Always wrapped: a gRPC request carries a message, and asking h2
+    /// whether a stream has ended costs a lock.
     fn budgeted(self, budget: &Arc<BodyBudget>) -> Self {
-        match self.is_end_stream() {
-            true => self,
-            false => Self::new(Budgeted::new(self, Arc::clone(budget))),
-        }
+        Self::new(Budgeted::new(self, Arc::clone(budget)))
     }
 }
 
@@ -42,6 +46,7 @@ impl CountedBody for axum::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
+    /// An empty body (a GET's) as it is.
     fn budgeted(self, budget: &Arc<BodyBudget>) -> Self {
         match self.is_end_stream() {
             true => self,
@@ -50,72 +55,128 @@ impl CountedBody for axum::body::Body {
     }
 }
 
-/// Where a request finds its connection's count.
-pub type FindInFlight = fn(&Extensions) -> Option<&InFlight>;
+/// Where a request's count is.
+#[derive(Clone)]
+enum Counter {
+    /// The connection's own (a service made per connection).
+    Connection(InFlight),
+    /// In the request's `PeerInfo` (tonic's connect info).
+    PeerInfo,
+}
 
 /// Counts each request of `inner` and charges its body (see the module
 /// doc).
 #[derive(Clone)]
 pub struct CountRequests<S> {
     inner: S,
-    find: FindInFlight,
+    counter: Counter,
     budget: Arc<BodyBudget>,
 }
 
-impl<S> CountRequests<S> {
-    /// `inner`, counting requests in the count `find` gives and charging
-    /// their bodies to `budget`.
-    pub fn new(inner: S, find: FindInFlight, budget: Arc<BodyBudget>) -> Self {
-        Self {
-            inner,
-            find,
-            budget,
-        }
-    }
-}
-
-/// [`CountRequests`] as a layer (for tonic's server builder).
+/// [`CountRequests`] as a layer for tonic's server builder: requests find
+/// their count in their `PeerInfo`.
 #[derive(Clone)]
-pub struct CountRequestsLayer {
-    /// Where a request finds its connection's count.
-    pub find: FindInFlight,
-    /// What the listener's request bodies are charged to.
-    pub budget: Arc<BodyBudget>,
-}
+pub struct CountRequestsLayer(pub Arc<BodyBudget>);
 
 impl<S> tower_layer::Layer<S> for CountRequestsLayer {
     type Service = CountRequests<S>;
 
     fn layer(&self, inner: S) -> CountRequests<S> {
-        CountRequests::new(inner, self.find, Arc::clone(&self.budget))
+        CountRequests {
+            inner,
+            counter: Counter::PeerInfo,
+            budget: Arc::clone(&self.0),
+        }
+    }
+}
+
+/// Makes, for each connection axum serves, a [`CountRequests`] around a
+/// clone of `inner` holding the connection's count.
+#[derive(Clone)]
+pub struct CountRequestsPerConnection<S> {
+    inner: S,
+    budget: Arc<BodyBudget>,
+}
+
+impl<S> CountRequestsPerConnection<S> {
+    /// `inner` for each connection, bodies charged to `budget`.
+    pub fn new(inner: S, budget: Arc<BodyBudget>) -> Self {
+        Self { inner, budget }
+    }
+}
+
+impl<S: Clone> tower_service::Service<axum::serve::IncomingStream<'_, Accepted>>
+    for CountRequestsPerConnection<S>
+{
+    type Response = CountRequests<S>;
+    type Error = Infallible;
+    type Future = Ready<Result<CountRequests<S>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, connection: axum::serve::IncomingStream<'_, Accepted>) -> Self::Future {
+        ready(Ok(CountRequests {
+            inner: self.inner.clone(),
+            counter: Counter::Connection(connection.io().in_flight().clone()),
+            budget: Arc::clone(&self.budget),
+        }))
     }
 }
 
 impl<S, RequestBody, ResponseBody> tower_service::Service<Request<RequestBody>> for CountRequests<S>
 where
     S: tower_service::Service<Request<RequestBody>, Response = Response<ResponseBody>>,
-    S::Future: Send + 'static,
+    S::Future: Unpin,
     RequestBody: CountedBody,
-    ResponseBody: CountedBody + 'static,
+    ResponseBody: CountedBody,
 {
     type Response = Response<ResponseBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = CountedAnswer<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
-        let guard = (self.find)(request.extensions()).map(InFlight::start);
+        let guard = match &self.counter {
+            Counter::Connection(in_flight) => Some(in_flight.start()),
+            Counter::PeerInfo => request
+                .extensions()
+                .get::<crate::tls::PeerInfo>()
+                .map(|peer| peer.in_flight.start()),
+        };
         let request = request.map(|body| body.budgeted(&self.budget));
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(match guard {
-                Some(guard) => response.map(|body| body.counted(guard)),
-                None => response,
-            })
-        })
+        CountedAnswer {
+            answer: self.inner.call(request),
+            guard,
+        }
+    }
+}
+
+/// The answer of a counted request: the guard goes with its body.
+pub struct CountedAnswer<F> {
+    answer: F,
+    guard: Option<RequestGuard>,
+}
+
+impl<F, ResponseBody, E> Future for CountedAnswer<F>
+where
+    F: Future<Output = Result<Response<ResponseBody>, E>> + Unpin,
+    ResponseBody: CountedBody,
+{
+    type Output = Result<Response<ResponseBody>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = match Pin::new(&mut self.answer).poll(cx) {
+            Poll::Ready(Ok(response)) => response,
+            other => return other,
+        };
+        Poll::Ready(Ok(match self.guard.take() {
+            Some(guard) => response.map(|body| body.counted(guard)),
+            None => response,
+        }))
     }
 }

@@ -25,7 +25,9 @@ mod io;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BoxError, Budgeted};
-pub use count_requests::{CountRequests, CountRequestsLayer, CountedBody, FindInFlight};
+pub use count_requests::{
+    CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer, CountedBody,
+};
 pub use in_flight::{Counted, InFlight, RequestGuard};
 pub use io::{Connection, Transport};
 

@@ -139,14 +139,7 @@ pub async fn serve(
         .http2_max_header_list_size(MAX_HEADER_BYTES)
         // Each call counts in its connection's requests in flight, and
         // its body in the listener's budget.
-        .layer(CountRequestsLayer {
-            find: |extensions| {
-                extensions
-                    .get::<crate::tls::PeerInfo>()
-                    .map(|peer| &peer.in_flight)
-            },
-            budget: options.body_budget(),
-        })
+        .layer(CountRequestsLayer(options.body_budget()))
         // `GetState` in its plain form skips the routes (`hot_path`).
         .layer(hot_path)
         .add_service(InterceptedService::new(

@@ -37,10 +37,10 @@ mod state;
 mod state_transaction;
 mod status;
 
-use axum::extract::{ConnectInfo, DefaultBodyLimit};
+use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post, put};
-use axum::{middleware, Router, ServiceExt};
+use axum::{middleware, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +48,7 @@ pub use error::HttpError;
 
 use hot_path::HotPath;
 
-use crate::connection::{accept_loop, ConnectionLimits, CountRequests, FindInFlight, InFlight};
+use crate::connection::{accept_loop, ConnectionLimits, CountRequestsPerConnection};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -109,19 +109,11 @@ pub async fn serve(
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     let budget = state.options.body_budget();
-    let find: FindInFlight = |extensions| {
-        extensions
-            .get::<ConnectInfo<InFlight>>()
-            .map(|info| &info.0)
-    };
-    let service = CountRequests::new(HotPath::new(router(state.clone()), state), find, budget);
-    axum::serve(
-        accepted,
-        service.into_make_service_with_connect_info::<InFlight>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
-    .map_err(|e| ApiError::Http(e.to_string()))
+    let service = HotPath::new(router(state.clone()), state);
+    axum::serve(accepted, CountRequestsPerConnection::new(service, budget))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(|e| ApiError::Http(e.to_string()))
 }
 
 async fn not_found(method: Method, uri: Uri) -> HttpError {
