@@ -296,9 +296,13 @@ pub(crate) async fn assemble_resolved(
     // Lent to init, kept with the instance.
     let resolved = init_cx.metadata;
     let instance = component.into_instance();
-    unwound.instance = Some(instance.clone());
+    unwound.disarm();
+    drop(unwound);
+    let mut unwound = CloseIfUnwound::new(&shutdown, cx.timeouts.init);
+    unwound.instance = Some(&instance);
     let ready = wait_ready(key, &instance, cx).await;
     unwound.disarm();
+    drop(unwound);
     if let Err(reason) = ready {
         shutdown.cancel();
         let _ = instance.component().close().await;
@@ -316,17 +320,18 @@ pub(crate) async fn assemble_resolved(
 /// (a reload past its deadline). Its shutdown token is cancelled, and once
 /// it is an instance, `close` runs on a task of its own (bounded): nothing
 /// else would, and its tasks and connections would stay open.
-struct CloseIfUnwound {
-    shutdown: CancellationToken,
-    instance: Option<Instance>,
+/// (It borrows what it guards: nothing is cloned unless it fires.)
+struct CloseIfUnwound<'a> {
+    shutdown: &'a CancellationToken,
+    instance: Option<&'a Instance>,
     close_within: Duration,
     armed: bool,
 }
 
-impl CloseIfUnwound {
-    fn new(shutdown: &CancellationToken, close_within: Duration) -> Self {
+impl<'a> CloseIfUnwound<'a> {
+    fn new(shutdown: &'a CancellationToken, close_within: Duration) -> Self {
         Self {
-            shutdown: shutdown.clone(),
+            shutdown,
             instance: None,
             close_within,
             armed: true,
@@ -339,7 +344,7 @@ impl CloseIfUnwound {
     }
 }
 
-impl Drop for CloseIfUnwound {
+impl Drop for CloseIfUnwound<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -350,6 +355,7 @@ impl Drop for CloseIfUnwound {
         else {
             return;
         };
+        let instance = instance.clone();
         let within = self.close_within;
         runtime.spawn(async move {
             let _ = tokio::time::timeout(within, instance.component().close()).await;

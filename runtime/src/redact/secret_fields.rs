@@ -10,20 +10,21 @@ use super::without_credentials;
 /// What a secret field's value is shown as.
 const SHOWN_SECRET: &str = "[secret]";
 
-/// A field whose name (lowercased, without `_`, `-`, `.`) contains one of
-/// these holds a secret.
-const SECRET_WORDS: &[&str] = &[
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "token",
-    "apikey",
-    "accesskey",
-    "privatekey",
-    "clientkey",
-    "credential",
-];
+/// The words, among those a field named like a secret contains (lowercased,
+/// without `_`, `-`, `.`), that start with `first`: `password`, `passwd`,
+/// `passphrase`, `privatekey`, `secret`, `token`, `apikey`, `accesskey`,
+/// `clientkey`, `credential`. By first letter, so a name is read once
+/// (this runs for every metadata field a component starts with).
+fn secret_words_from(first: u8) -> &'static [&'static str] {
+    match first {
+        b'p' => &["password", "passwd", "passphrase", "privatekey"],
+        b's' => &["secret"],
+        b't' => &["token"],
+        b'a' => &["apikey", "accesskey"],
+        b'c' => &["clientkey", "credential"],
+        _ => &[],
+    }
+}
 
 /// Names ending so point at a secret rather than hold it: the file or path
 /// to read it from, the store or ref to ask, its name.
@@ -47,7 +48,7 @@ const POINTER_ENDINGS: &[&str] = &[
 const LISTS_OF_SECRET_NAMES: &[&str] = &["allowedsecrets"];
 
 /// Whether a metadata field named `name` holds a secret, by its name: the
-/// name, lowercased and without `_`, `-` and `.`, contains `password`,
+/// name, lowercased (ASCII letters) and without `_`, `-` and `.`, contains `password`,
 /// `passwd`, `passphrase`, `secret`, `token`, `apikey`, `accesskey`,
 /// `privatekey`, `clientkey` or `credential`, and does not end like a
 /// pointer to a secret (`file`, `path`, `dir`, `store`, `storeName`, `ref`,
@@ -68,17 +69,54 @@ const LISTS_OF_SECRET_NAMES: &[&str] = &["allowedsecrets"];
 /// }
 /// ```
 pub fn is_secret_field(name: &str) -> bool {
-    let name: String = name
-        .chars()
-        .filter(|c| !matches!(c, '_' | '-' | '.'))
-        .flat_map(char::to_lowercase)
-        .collect();
-    if POINTER_ENDINGS.iter().any(|end| name.ends_with(end))
-        || LISTS_OF_SECRET_NAMES.contains(&name.as_str())
-    {
-        return false;
+    // Read in place (this runs for every field a component starts with):
+    // a word is tried only where one of its first letters stands.
+    let name = name.as_bytes();
+    for at in 0..name.len() {
+        for word in secret_words_from(name[at].to_ascii_lowercase()) {
+            if spelled_at(name, at, word.as_bytes()) {
+                return !points_at_a_secret(name);
+            }
+        }
     }
-    SECRET_WORDS.iter().any(|word| name.contains(word))
+    false
+}
+
+/// Whether `word` is spelled in `name` from `at` on, ignoring case and
+/// `_`, `-`, `.`.
+fn spelled_at(name: &[u8], mut at: usize, word: &[u8]) -> bool {
+    for &letter in word {
+        loop {
+            let Some(&byte) = name.get(at) else {
+                return false;
+            };
+            at += 1;
+            if !matches!(byte, b'_' | b'-' | b'.') {
+                if byte.to_ascii_lowercase() != letter {
+                    return false;
+                }
+                break;
+            }
+        }
+    }
+    true
+}
+
+/// Whether `name` ends like a pointer to a secret, or lists secrets'
+/// names (see [`is_secret_field`]).
+fn points_at_a_secret(name: &[u8]) -> bool {
+    let name: Vec<u8> = name
+        .iter()
+        .copied()
+        .filter(|b| !matches!(b, b'_' | b'-' | b'.'))
+        .map(|b| b.to_ascii_lowercase())
+        .collect();
+    POINTER_ENDINGS
+        .iter()
+        .any(|end| name.ends_with(end.as_bytes()))
+        || LISTS_OF_SECRET_NAMES
+            .iter()
+            .any(|list| name == list.as_bytes())
 }
 
 /// `metadata` as it may be shown: at any depth, the value of a field named
@@ -115,19 +153,38 @@ fn shown_field(hidden: bool, value: &Value) -> Value {
 pub(crate) fn secret_field_values(metadata: &Map<String, Value>) -> Vec<String> {
     let mut values = Vec::new();
     for (field, value) in metadata {
-        collect(is_secret_field(field), value, &mut values);
+        collect(field, false, value, &mut values);
     }
     values
 }
 
-fn collect(secret: bool, value: &Value, values: &mut Vec<String>) {
+/// Adds the secret values of the field `field` holding `value` (`secret`:
+/// a field around it is named like a secret). Its name is read only when
+/// its value could be scrubbed: a value shorter than the redactor
+/// scrubs, a flag or nothing need not be told apart (this runs for every
+/// field of every component assembled).
+fn collect(field: &str, secret: bool, value: &Value, values: &mut Vec<String>) {
+    let scrubbable = match value {
+        Value::String(s) => s.len() >= super::MIN_SCRUBBED_LEN,
+        Value::Number(n) => n.as_u64().is_none_or(|n| n >= 1000),
+        Value::Array(_) | Value::Object(_) => true,
+        Value::Null | Value::Bool(_) => false,
+    };
+    if !scrubbable {
+        return;
+    }
+    let secret = secret || is_secret_field(field);
     match value {
         Value::String(s) if secret => values.push(s.clone()),
         Value::Number(n) if secret => values.push(n.to_string()),
-        Value::Array(items) => items.iter().for_each(|v| collect(secret, v, values)),
+        Value::Array(items) => {
+            for item in items {
+                collect("", secret, item, values);
+            }
+        }
         Value::Object(fields) => {
             for (field, v) in fields {
-                collect(secret || is_secret_field(field), v, values);
+                collect(field, secret, v, values);
             }
         }
         _ => {}
