@@ -304,8 +304,10 @@ impl Runtime for LayottoApi {
     }
 
     async fn put_file(&self, request: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
-        // Not cut at `request_timeout`: a large file takes its time; the
-        // store bounds its size and the connection its idle time.
+        // Not cut at `request_timeout` here: the store bounds the file's
+        // size and the connection its idle time. The server's backstop
+        // on every call, max(`request_timeout`, `push_timeout`) (45 s by
+        // default), still bounds the whole upload.
         let caller = caller(&request);
         let incoming = request.into_inner();
         observed(&self.state, "layotto.PutFile", caller, |call| {
