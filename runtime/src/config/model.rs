@@ -26,8 +26,10 @@ pub struct Config {
     pub base_dir: Option<PathBuf>,
 }
 
-/// One declared component.
-#[derive(Debug, Clone, PartialEq)]
+/// One declared component. Its `Debug` shows the metadata as the status
+/// does: fields named like a secret as `[secret]`, URLs without
+/// credentials.
+#[derive(Clone, PartialEq)]
 pub struct ComponentSpec {
     /// Its kind and name.
     pub key: ComponentKey,
@@ -44,6 +46,21 @@ pub struct ComponentSpec {
     /// The components allowed to reference this one (componentRef, or
     /// secretRef/configurationRef of a store). `None`: every component.
     pub scopes: Option<Vec<ComponentKey>>,
+}
+
+impl std::fmt::Debug for ComponentSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let metadata = crate::redact::shown_fields(&self.metadata, &Default::default());
+        f.debug_struct("ComponentSpec")
+            .field("key", &self.key)
+            .field("type_name", &self.type_name)
+            .field("metadata", &metadata)
+            .field("component_refs", &self.component_refs)
+            .field("secret_refs", &self.secret_refs)
+            .field("configuration_refs", &self.configuration_refs)
+            .field("scopes", &self.scopes)
+            .finish()
+    }
 }
 
 /// A declaration lends its metadata to the component it starts.
@@ -131,4 +148,33 @@ pub struct OverlaySpec {
     pub store: String,
     /// The key; `<key>.<appId>` wins over it.
     pub key: String,
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn a_declarations_debug_shows_no_inline_secret() {
+        let metadata = serde_json::json!({
+            "redisPassword": "hunter2-inline",
+            "redisHost": "redis://:hunter2-in-url@db:6379",
+            "keyPrefix": "orders",
+        });
+        let spec = ComponentSpec {
+            key: ComponentKey::new("state", "orders"),
+            type_name: "redis".into(),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            component_refs: Vec::new(),
+            secret_refs: Vec::new(),
+            configuration_refs: Vec::new(),
+            scopes: None,
+        };
+        let shown = format!("{spec:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("orders") && shown.contains("[secret]"),
+            "{shown}"
+        );
+    }
 }
