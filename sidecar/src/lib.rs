@@ -21,6 +21,7 @@ mod crypto;
 pub mod dapr;
 pub mod grpc;
 pub mod http;
+pub mod in_flight;
 pub mod metrics;
 mod options;
 mod server;

@@ -17,7 +17,8 @@ use std::task::{Context, Poll};
 use http_body::Body as _;
 use tonic::codegen::http::{Request, Response};
 
-use super::{Accepted, BodyBudget, Budgeted, Counted, InFlight, RequestGuard};
+use super::{Accepted, BodyBudget, Budgeted};
+use crate::in_flight::{Counted, InFlight, RequestGuard};
 
 /// A server's body type (requests' and responses' alike), which can carry
 /// a request's guard or be charged to a budget.

@@ -21,7 +21,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
-use super::{ConnectionLimits, InFlight};
+use super::ConnectionLimits;
+use crate::in_flight::InFlight;
 use crate::tls::PeerInfo;
 
 /// The socket of a connection: plain, or TLS after the handshake.

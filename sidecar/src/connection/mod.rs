@@ -10,17 +10,16 @@
 //!
 //! * `accept`: the accept loop, one task per listener, handing connections
 //!   to the server through a channel.
-//! * `in_flight`: the count of a connection's requests in flight;
-//!   `body_budget`: the request bytes a listener holds while reading
-//!   bodies; `count_requests`: the service layer that counts the one and
-//!   charges the other.
+//! * `body_budget`: the request bytes a listener holds while reading
+//!   bodies; `count_requests`: the service layer that counts each request
+//!   in its connection's [`crate::in_flight`] and charges its body to the
+//!   budget.
 //! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
 //!   its idle timer, the shutdown cut and its slot under the cap.
 
 mod accept;
 mod body_budget;
 mod count_requests;
-mod in_flight;
 mod io;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
@@ -28,7 +27,6 @@ pub use body_budget::{BodyBudget, BoxError, Budgeted};
 pub use count_requests::{
     CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer, CountedBody,
 };
-pub use in_flight::{Counted, InFlight, RequestGuard};
 pub use io::{Connection, Transport};
 
 use std::time::Duration;

@@ -39,7 +39,7 @@ pub use file::{FileOpError, FileOps};
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
-pub use pubsub_delivery::{EventSink, TopicDelivery, MAX_ATTEMPTS};
+pub use pubsub_delivery::{EventSink, TopicDelivery, ANSWER_WITHIN, MAX_ATTEMPTS};
 pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};
 pub use request_limits::{
     check_item_count, check_metadata_copies, check_request_metadata, collect_request_metadata,

@@ -28,6 +28,9 @@ use super::PubSubOpError;
 pub const MAX_IN_FLIGHT: usize = 32;
 /// Attempts at one event before it is dead-lettered or handed back.
 pub const MAX_ATTEMPTS: u32 = 5;
+/// How long a subscriber on a stream has to take an event off it and to
+/// answer it (what an app gets to answer an event delivered over HTTP).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// The first wait between attempts (doubled each time, up to 5 s).
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 

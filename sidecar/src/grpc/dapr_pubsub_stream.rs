@@ -37,7 +37,7 @@ const OUTGOING: usize = 64;
 /// off the stream and to answer it: what an app gets to handle an event
 /// delivered over HTTP. A client past it has its stream ended (the event
 /// is retried), so a stuck client holds neither events nor the topic.
-const CLIENT_WITHIN: Duration = crate::app::APP_CALL_TIMEOUT;
+const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
 
 /// The client's side of the stream: a gRPC request stream, or another
 /// API's messages turned into Dapr's (Layotto's `SubscribeTopicEvents`).

@@ -24,7 +24,7 @@ const QUEUED_CHUNKS: usize = 4;
 /// How long a reader may take no chunk before its `GetFile` is ended and
 /// the file let go of (an open file each, else, for as long as the
 /// connection lives).
-const CLIENT_READS_WITHIN: std::time::Duration = crate::app::APP_CALL_TIMEOUT;
+const CLIENT_READS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// Files per listing page when the request does not say, and at most.
 const PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;

@@ -23,7 +23,7 @@ pub struct PeerInfo {
     /// The client's certificate chain, end entity first.
     pub certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
     /// The connection's requests in flight (each call counts itself).
-    pub in_flight: crate::connection::InFlight,
+    pub in_flight: crate::in_flight::InFlight,
 }
 
 /// Rejects a call whose connection did not present a certificate chaining

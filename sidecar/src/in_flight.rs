@@ -47,7 +47,7 @@ impl InFlight {
 
     /// Since when the connection has had no request in flight; `None`
     /// while one is.
-    pub(super) fn idle_since(&self) -> Option<Instant> {
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
         if self.0.open.load(Ordering::Acquire) > 0 {
             return None;
         }
