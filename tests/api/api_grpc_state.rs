@@ -221,3 +221,23 @@ async fn an_unknown_store_is_an_invalid_argument_naming_it() {
     assert_eq!(status.message(), "state store `nope` is not found");
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn an_empty_key_is_refused_and_nothing_of_the_request_is_written() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let status = save(&mut client, vec![item("first", b"1"), item("", b"2")])
+        .await
+        .expect_err("an empty key is refused");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("orders") && status.message().contains("key"),
+        "names the store and the field: {}",
+        status.message()
+    );
+    assert!(
+        get(&mut client, "first").await.0.is_empty(),
+        "no item of a refused request is written"
+    );
+    sidecar.stop().await;
+}

@@ -72,6 +72,8 @@ pub(super) async fn get_bulk(
 pub(super) async fn save(call: Call, req: pb::SaveStateRequest) -> Result<(), Status> {
     let store = call.state_store(&req.store_name)?;
     check_item_count(("state store", &req.store_name), req.states.len())?;
+    // Dapr's key rules, as the HTTP API applies them: no empty key, no `||`.
+    store.check_keys(req.states.iter().map(|item| item.key.as_str()))?;
     let writes = req
         .states
         .into_iter()
