@@ -43,6 +43,9 @@ pub use instance::Instance;
 pub use live::{Live, LiveGeneration};
 use load_cache::LoadCache;
 pub(crate) use members::Members;
+pub(crate) use pubsub_subscription::{
+    DRAIN_LIMIT as PUBSUB_DRAIN_LIMIT, STOP_GRACE as PUBSUB_STOP_GRACE,
+};
 
 use crate::component::{Component, ComponentError, Kind};
 use crate::component::{ComponentKey, KeyRef};
@@ -210,6 +213,18 @@ pub(crate) async fn with_staged<F: std::future::Future>(
 ) -> F::Output {
     let _open = StagedScope::open();
     STAGED.scope(staged, future).await
+}
+
+/// Whether the calling task is preparing a generation (at start-up or in a
+/// reload: a component's `init`, `readiness`, `stage_in_place`, or the read
+/// of a secretRef / configurationRef value). A component holding an
+/// in-place update staged as [`StagedInPlace::Deferred`] answers such a
+/// caller as if it were applied, and every other caller as before: what the
+/// new generation is built on is what it will serve.
+///
+/// [`StagedInPlace::Deferred`]: crate::StagedInPlace::Deferred
+pub fn preparing_generation() -> bool {
+    STAGED_SCOPES.load(Ordering::Acquire) != 0 && STAGED.try_with(|_| ()).is_ok()
 }
 
 /// The instance of `key` in the generation being built, when the calling

@@ -16,8 +16,12 @@
 //! 3. a new instance that refuses the subscribe is tried again with a
 //!    backoff ([`Resubscribe`]) while the old one drains; after
 //!    [`RESUBSCRIBE_DEADLINE`] the subscription ends once nothing drains;
-//! 4. a source still draining after [`DRAIN_GRACE`] is stopped; it is let
-//!    go once its broker closes its side, or [`STOP_GRACE`] later.
+//! 4. a draining source that delivers nothing for [`DRAIN_GRACE`] while
+//!    the subscriber keeps up (time the subscriber is behind does not
+//!    count), or still draining [`DRAIN_LIMIT`] after its replacement, is
+//!    stopped; it is let go once its broker closes its side, or
+//!    [`STOP_GRACE`] later. A slow subscriber with a large backlog thus
+//!    gets all of it, as long as the old broker keeps delivering.
 
 mod resubscribe;
 
@@ -37,8 +41,12 @@ pub use resubscribe::RESUBSCRIBE_DEADLINE;
 
 /// Deliveries a handle subscription buffers for its subscriber.
 pub const HANDLE_SUBSCRIPTION_BUFFER: usize = 64;
-/// How long a replaced broker may take to deliver what it holds.
+/// How long a replaced broker may go without a delivery, while its
+/// subscriber keeps up, before it is stopped.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// How long a replaced broker is read from at most, however steadily it
+/// delivers (a broker redelivering a refused message forever ends too).
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long a stopped broker may take to close its side.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
@@ -101,15 +109,34 @@ struct Source {
     subscription: PubSubSubscription,
     /// When draining: when it is stopped, then when it is let go.
     stop_at: Option<Instant>,
+    /// When draining: when it is stopped however it delivers.
+    drain_until: Option<Instant>,
     stopped: bool,
 }
 
 impl Source {
+    /// A draining source delivered: its grace starts again (within its
+    /// limit).
+    fn drain_progressed(&mut self, now: Instant) {
+        if let (Some(limit), false) = (self.drain_until, self.stopped) {
+            self.stop_at = Some((now + DRAIN_GRACE).min(limit));
+        }
+    }
+
+    /// The forwarder waited `waited` on the subscriber, reading no source:
+    /// that time does not count against a draining source's grace.
+    fn drain_paused(&mut self, waited: Duration) {
+        if let (Some(limit), Some(at), false) = (self.drain_until, self.stop_at, self.stopped) {
+            self.stop_at = Some((at + waited).min(limit));
+        }
+    }
+
     fn new(broker: Arc<dyn PubSub>, subscription: PubSubSubscription) -> Self {
         Self {
             broker,
             subscription,
             stop_at: None,
+            drain_until: None,
             stopped: false,
         }
     }
@@ -138,7 +165,9 @@ enum Which {
 
 /// What woke the forwarder.
 enum Event {
-    Delivery(Delivery),
+    Delivery(Delivery, Which),
+    /// The subscriber took the pending delivery.
+    HandedOn,
     Ended(Which),
     Published,
     Warm(WarmRequest),
@@ -153,12 +182,16 @@ impl Forwarder {
         mut warm: mpsc::Receiver<WarmRequest>,
     ) {
         let mut pending: Option<Delivery> = None;
+        // When `pending` was taken.
+        let mut pending_since = Instant::now();
         loop {
             if self.spent() && pending.is_none() {
                 tracing::warn!(topic = %self.req.topic, "Pub/sub subscription ended: no broker to read from.");
                 return;
             }
-            let deadline = self.next_deadline();
+            // While the subscriber is behind, no source is read: their
+            // drain graces wait.
+            let deadline = self.next_deadline(pending.is_some());
             let event = tokio::select! {
                 biased;
                 () = self.feed.stopped() => Event::Leave,
@@ -169,13 +202,23 @@ impl Forwarder {
                 Some(request) = warm.recv() => Event::Warm(request),
                 () = sleep_until(deadline) => Event::Deadline,
                 permit = self.feed.sender().reserve(), if pending.is_some() => match (permit, pending.take()) {
-                    (Ok(permit), Some(delivery)) => { permit.send(delivery); continue; }
+                    (Ok(permit), Some(delivery)) => {
+                        permit.send(delivery);
+                        Event::HandedOn
+                    }
                     _ => Event::Leave,
                 },
                 event = next_delivery(&mut self.current, &mut self.warmed, &mut self.draining), if pending.is_none() => event,
             };
             match event {
-                Event::Delivery(delivery) => pending = Some(delivery),
+                Event::Delivery(delivery, which) => {
+                    pending_since = Instant::now();
+                    if let Which::Draining(i) = which {
+                        self.draining[i].drain_progressed(pending_since);
+                    }
+                    pending = Some(delivery);
+                }
+                Event::HandedOn => self.subscriber_caught_up(pending_since.elapsed()),
                 Event::Ended(which) => {
                     if !self.ended(which).await {
                         return;
@@ -191,7 +234,7 @@ impl Forwarder {
                     self.warm(&request, latest).await;
                 }
                 Event::Deadline => {
-                    self.expire();
+                    self.expire(pending.is_some());
                     if !self.resubscribe_if_due().await {
                         return;
                     }
@@ -326,32 +369,46 @@ impl Forwarder {
 
     fn retire(&mut self, source: Source) {
         source.subscription.drain();
+        let now = Instant::now();
         self.draining.push(Source {
-            stop_at: Some(Instant::now() + DRAIN_GRACE),
+            stop_at: Some(now + DRAIN_GRACE),
+            drain_until: Some(now + DRAIN_LIMIT),
             ..source
         });
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
+    /// The subscriber took a delivery after `waited`: no source was read
+    /// meanwhile, so that time does not count against the drains.
+    fn subscriber_caught_up(&mut self, waited: Duration) {
+        for source in &mut self.draining {
+            source.drain_paused(waited);
+        }
+    }
+
+    /// The next drain, stop or retry deadline; a drain grace does not run
+    /// while the subscriber is `behind`.
+    fn next_deadline(&self, behind: bool) -> Option<Instant> {
         let retry = self.resubscribe.map(|r| r.at);
         self.draining
             .iter()
+            .filter(|s| s.stopped || !behind)
             .filter_map(|s| s.stop_at)
             .chain(retry)
             .min()
     }
 
-    /// Stops sources past their drain grace; lets go of stopped ones past
-    /// their stop grace.
-    fn expire(&mut self) {
+    /// Stops sources past their drain grace (unless the subscriber is
+    /// `behind`); lets go of stopped ones past their stop grace.
+    fn expire(&mut self, behind: bool) {
         let now = Instant::now();
         self.draining.retain_mut(|source| match source.stop_at {
+            Some(_) if behind && !source.stopped => true,
             Some(at) if at <= now && source.stopped => {
                 tracing::warn!("A replaced broker did not close its subscription in time; let go.");
                 false
             }
             Some(at) if at <= now => {
-                tracing::warn!(grace = ?DRAIN_GRACE, "A replaced broker was still draining after the grace; stopped.");
+                tracing::warn!(grace = ?DRAIN_GRACE, limit = ?DRAIN_LIMIT, "A replaced broker delivered nothing for the grace, or drained past the limit; stopped.");
                 source.subscription.stop();
                 source.stopped = true;
                 source.stop_at = Some(now + STOP_GRACE);
@@ -378,7 +435,9 @@ async fn next_delivery(
             .chain(current.iter_mut().map(|source| (Which::Current, source)));
         for (which, source) in sources {
             match source.subscription.deliveries.poll_recv(cx) {
-                Poll::Ready(Some(delivery)) => return Poll::Ready(Event::Delivery(delivery)),
+                Poll::Ready(Some(delivery)) => {
+                    return Poll::Ready(Event::Delivery(delivery, which))
+                }
                 Poll::Ready(None) => return Poll::Ready(Event::Ended(which)),
                 Poll::Pending => {}
             }

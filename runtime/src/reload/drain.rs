@@ -1,10 +1,14 @@
 //! Retiring replaced instances: each is closed once its last in-flight user
-//! has let go, or after a grace period.
+//! has let go, or after a grace period. A replaced pub/sub broker is held
+//! by the subscriptions still draining it, which let go of it as soon as
+//! its backlog is delivered or it stops delivering: its grace stretches to
+//! theirs, so the drain, not the clock, decides when it closes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::component::ComponentKey;
+use crate::handle::{Instance, PUBSUB_DRAIN_LIMIT, PUBSUB_STOP_GRACE};
 use crate::running::{close_one, Running};
 
 /// How often the holders of a retired instance are counted.
@@ -19,7 +23,7 @@ pub(crate) fn spawn_drain(retired: Vec<(ComponentKey, Arc<Running>)>, grace: Dur
     tokio::spawn(async move {
         for (key, running) in retired {
             let instance = &running.assembled.instance;
-            let deadline = tokio::time::Instant::now() + grace;
+            let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
             // One holder is `running` itself.
             while instance.holders() > 1 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(POLL).await;
@@ -31,4 +35,95 @@ pub(crate) fn spawn_drain(retired: Vec<(ComponentKey, Arc<Running>)>, grace: Dur
             close_one(&key, instance, &running.assembled.shutdown).await;
         }
     });
+}
+
+/// How long the users of `instance` are waited for: `grace`, or for a
+/// pub/sub broker, as long as its subscriptions may drain it.
+fn grace_for(instance: &Instance, grace: Duration) -> Duration {
+    match instance {
+        Instance::PubSub(_) => grace.max(PUBSUB_DRAIN_LIMIT + PUBSUB_STOP_GRACE),
+        _ => grace,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Paused clock: every wait is virtual.
+
+    use async_trait::async_trait;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::assemble::Assembled;
+    use crate::component::Component;
+    use crate::kinds::{PubSub, PubSubError, PubSubSubscription, PublishRequest, SubscribeRequest};
+    use crate::metadata::Metadata;
+
+    struct Broker;
+    impl Component for Broker {}
+    #[async_trait]
+    impl PubSub for Broker {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            Err(PubSubError::Backend("not in this test".into()))
+        }
+    }
+
+    struct Plain;
+    impl Component for Plain {}
+
+    fn retired(name: &str, instance: Instance) -> (ComponentKey, Arc<Running>) {
+        let text = format!(r#"{{"components": {{"custom": {{"{name}": {{}}}}}}}}"#);
+        let config = crate::config::parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let key = ComponentKey::new("custom", name);
+        let spec = config.components[&key].clone();
+        let assembled = Assembled {
+            instance,
+            shutdown: CancellationToken::new(),
+            resolved: Metadata::default(),
+        };
+        (key, Arc::new(Running { spec, assembled }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_still_drained_outlives_the_grace_and_closes_when_let_go() {
+        let grace = Duration::from_secs(10);
+        let broker: Arc<dyn PubSub> = Arc::new(Broker);
+        let (key, running) = retired("orders", Instance::PubSub(broker.clone()));
+        let closed = running.assembled.shutdown.clone();
+        spawn_drain(vec![(key, running)], grace);
+        tokio::time::sleep(grace * 3).await;
+        assert!(
+            !closed.is_cancelled(),
+            "closed while a subscription drains it"
+        );
+        drop(broker);
+        tokio::time::sleep(POLL * 2).await;
+        assert!(closed.is_cancelled(), "not closed once let go");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_never_let_go_is_closed_after_the_longest_drain() {
+        let grace = Duration::from_secs(10);
+        let broker: Arc<dyn PubSub> = Arc::new(Broker);
+        let (key, running) = retired("orders", Instance::PubSub(broker.clone()));
+        let closed = running.assembled.shutdown.clone();
+        spawn_drain(vec![(key, running)], grace);
+        tokio::time::sleep(PUBSUB_DRAIN_LIMIT + PUBSUB_STOP_GRACE + POLL * 2).await;
+        assert!(closed.is_cancelled(), "a held broker is never closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_instances_are_closed_after_the_grace_even_if_held() {
+        let grace = Duration::from_secs(10);
+        let plain = Arc::new(Plain);
+        let (key, running) = retired("plain", Instance::Custom(plain.clone()));
+        let closed = running.assembled.shutdown.clone();
+        spawn_drain(vec![(key, running)], grace);
+        tokio::time::sleep(grace + POLL * 2).await;
+        assert!(closed.is_cancelled(), "held past the grace");
+        drop(plain);
+    }
 }

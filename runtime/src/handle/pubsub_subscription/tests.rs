@@ -1,8 +1,10 @@
 //! A handle subscription across rebuilds of its broker: what a replaced
 //! broker holds is delivered even while the new one is busy, and a new
 //! broker that refuses a subscribe at first is subscribed again; warming
-//! misses no subscription and subscribes to no retired broker. Paused
-//! clock: every wait is virtual and bounded.
+//! misses no subscription and subscribes to no retired broker; a drain
+//! lasts as long as the old broker delivers (not counting the time its
+//! subscriber is behind), up to a limit. Paused clock: every wait is
+//! virtual and bounded.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +15,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::super::{Generation, Instance, Live, LiveGeneration, PubSubHandle};
+use super::{DRAIN_GRACE, DRAIN_LIMIT, STOP_GRACE};
 use crate::component::{Component, ComponentKey};
 use crate::kinds::{
     DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
@@ -28,6 +31,11 @@ struct QueueBroker {
     refuse: AtomicUsize,
     /// How long a subscribe takes.
     delay: Duration,
+    /// How long each delivery takes.
+    pace: Duration,
+    /// Whether a drain is ignored: the subscription delivers on until
+    /// stopped.
+    ignores_drain: bool,
 }
 
 impl QueueBroker {
@@ -41,6 +49,20 @@ impl QueueBroker {
     fn slow(delay: Duration) -> Arc<Self> {
         Arc::new(Self {
             delay,
+            ..Self::default()
+        })
+    }
+
+    fn paced(pace: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            pace,
+            ..Self::default()
+        })
+    }
+
+    fn ignoring_drains() -> Arc<Self> {
+        Arc::new(Self {
+            ignores_drain: true,
             ..Self::default()
         })
     }
@@ -87,13 +109,14 @@ impl PubSub for QueueBroker {
             .unwrap_or_else(|p| p.into_inner())
             .push(queue);
         let (subscription, feed) = PubSubSubscription::channel(16);
+        let (pace, ignores_drain) = (self.pace, self.ignores_drain);
         tokio::spawn(async move {
             let mut draining = false;
             loop {
                 let message = tokio::select! {
                     biased;
                     () = feed.stopped() => return,
-                    () = feed.draining(), if !draining => {
+                    () = feed.draining(), if !draining && !ignores_drain => {
                         draining = true;
                         messages.close();
                         continue;
@@ -101,6 +124,7 @@ impl PubSub for QueueBroker {
                     message = messages.recv() => message,
                 };
                 let Some(message) = message else { return };
+                tokio::time::sleep(pace).await;
                 if feed.deliver(message).await.is_none() {
                     return;
                 }
@@ -256,4 +280,100 @@ async fn a_warm_request_older_than_the_generation_published_is_ignored() {
         .expect("warmed at once");
     assert_eq!(retired.subscriptions(), 0, "subscribed to a retired broker");
     assert_eq!(serving.subscriptions(), 1);
+}
+
+/// Reads `count` deliveries, each `every` apart; their data.
+async fn read(sub: &mut PubSubSubscription, count: usize, every: Duration) -> Vec<String> {
+    let mut seen = Vec::new();
+    for _ in 0..count {
+        seen.push(next(sub).await.expect("the subscription ended"));
+        tokio::time::sleep(every).await;
+    }
+    seen
+}
+
+fn numbered(prefix: &str, count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_delivering_slowly_drains_its_whole_backlog() {
+    let live = Live::new();
+    // One delivery a second: 20 s of backlog, four times the grace.
+    let old = QueueBroker::paced(Duration::from_secs(1));
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for data in numbered("old", 20) {
+        old.send(&data);
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    assert_eq!(
+        read(&mut sub, 20, Duration::ZERO).await,
+        numbered("old", 20)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_time_a_subscriber_is_behind_does_not_count_against_the_drain() {
+    let live = Live::new();
+    let old = Arc::new(QueueBroker::default());
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for data in numbered("old", 200) {
+        old.send(&data);
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    let mut seen = read(&mut sub, 10, Duration::ZERO).await;
+    // The subscriber stops reading for six times the grace.
+    tokio::time::sleep(DRAIN_GRACE * 6).await;
+    seen.extend(read(&mut sub, 190, Duration::ZERO).await);
+    assert_eq!(seen, numbered("old", 200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_silent_for_the_grace_is_let_go() {
+    let live = Live::new();
+    let old = QueueBroker::ignoring_drains();
+    publish(&live, 1, &old);
+    let _sub = subscribe(&live).await;
+    publish(&live, 2, &Arc::new(QueueBroker::default()));
+    tokio::time::sleep(DRAIN_GRACE + STOP_GRACE + Duration::from_secs(1)).await;
+    assert_eq!(old.subscriptions(), 0, "a silent old broker is held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_delivering_forever_is_let_go_at_the_limit() {
+    let live = Live::new();
+    let old = QueueBroker::ignoring_drains();
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    publish(&live, 2, &Arc::new(QueueBroker::default()));
+    let feeding = tokio::spawn({
+        let old = old.clone();
+        async move {
+            for i in 0.. {
+                old.send(&format!("old-{i}"));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    let reading = tokio::spawn(async move {
+        while let Some(delivery) = sub.deliveries.recv().await {
+            delivery.settle(DeliveryOutcome::Success);
+        }
+    });
+    tokio::time::sleep(DRAIN_LIMIT / 2).await;
+    assert_eq!(old.subscriptions(), 1, "a delivering old broker is read on");
+    tokio::time::sleep(DRAIN_LIMIT / 2 + STOP_GRACE + Duration::from_secs(1)).await;
+    assert_eq!(
+        old.subscriptions(),
+        0,
+        "an old broker is read past the limit"
+    );
+    feeding.abort();
+    reading.abort();
 }
