@@ -31,7 +31,8 @@ pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 pub use backoff::Backoff;
 #[doc(inline)]
 pub use component::{
-    Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind, Readiness,
+    Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind,
+    PendingInPlace, Readiness, StagedInPlace,
 };
 #[doc(inline)]
 pub use config::{Config, ConfigSources, Problem, Problems, ValidConfig};
@@ -45,8 +46,9 @@ pub use go_duration::parse_go_duration;
 pub use handle::resilience;
 #[doc(inline)]
 pub use handle::{
-    Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError, InjectedHandle,
-    Instance, LiveGeneration, LockHandle, PubSubHandle, SecretStoreHandle, StateStoreHandle,
+    preparing_generation, Borrowed, ComponentHandle, ConfigStoreHandle, Generation, HandleError,
+    InjectedHandle, Instance, LiveGeneration, LockHandle, PubSubHandle, SecretStoreHandle,
+    StateStoreHandle,
 };
 #[doc(inline)]
 pub use handle::{FileStoreHandle, SequencerHandle};
@@ -90,8 +92,9 @@ pub mod prelude {
     #[doc(hidden)]
     pub use crate::{
         Component, ComponentError, ComponentHandle, ComponentKey, ConfigStore, ConfigStoreHandle,
-        HandleError, InPlace, InPlaceUpdate, InitContext, Lock, LockHandle, Metadata, PubSub,
-        PubSubHandle, Readiness, SecretStore, SecretStoreHandle, StateStore, StateStoreHandle,
+        HandleError, InPlace, InPlaceUpdate, InitContext, Lock, LockHandle, Metadata,
+        PendingInPlace, PubSub, PubSubHandle, Readiness, SecretStore, SecretStoreHandle,
+        StagedInPlace, StateStore, StateStoreHandle,
     };
     // What the kinds' operations take and return.
     #[doc(hidden)]

@@ -1,5 +1,7 @@
 //! In-place updates: a running component taking new metadata without being
-//! rebuilt.
+//! rebuilt, either at once or staged until the reload commits.
+
+use std::fmt;
 
 use async_trait::async_trait;
 
@@ -15,11 +17,76 @@ pub enum InPlace {
     NeedsRebuild,
 }
 
+/// Outcome of [`InPlaceUpdate::stage_in_place`].
+#[derive(Debug)]
+pub enum StagedInPlace {
+    /// The change cannot be applied in place: build a fresh instance.
+    NeedsRebuild,
+    /// Already in force, and visible to every caller: a reload that then
+    /// fails re-applies the previous metadata with `update_in_place`.
+    Applied,
+    /// Checked and prepared, not visible yet: put in force when the new
+    /// generation is published, dropped if the reload rolls back.
+    Deferred(PendingInPlace),
+}
+
+impl From<InPlace> for StagedInPlace {
+    fn from(outcome: InPlace) -> Self {
+        match outcome {
+            InPlace::Applied => StagedInPlace::Applied,
+            InPlace::NeedsRebuild => StagedInPlace::NeedsRebuild,
+        }
+    }
+}
+
+/// An in-place update that [`InPlaceUpdate::stage_in_place`] checked and
+/// prepared but did not make visible.
+///
+/// [`apply`](Self::apply) puts it in force: synchronously, and it cannot
+/// fail (everything that could was done while staging). Dropping it
+/// unapplied discards the change: whatever staging set aside must be
+/// released then (a guard the closure owns does it).
+#[must_use = "a pending in-place update does nothing until applied"]
+pub struct PendingInPlace {
+    apply: Box<dyn FnOnce() + Send>,
+}
+
+impl PendingInPlace {
+    /// A pending update that `apply` puts in force.
+    pub fn new(apply: impl FnOnce() + Send + 'static) -> Self {
+        Self {
+            apply: Box::new(apply),
+        }
+    }
+
+    /// Puts the change in force (the reload engine calls it at commit).
+    pub fn apply(self) {
+        (self.apply)()
+    }
+}
+
+impl fmt::Debug for PendingInPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PendingInPlace")
+    }
+}
+
 /// A component that can take new metadata without being rebuilt.
 ///
-/// The reload engine calls `update_in_place` on a metadata-only change; on
-/// [`InPlace::NeedsRebuild`] or an error it builds a fresh instance instead.
-/// An implementation must either apply the whole change or none of it.
+/// The reload engine calls [`stage_in_place`](Self::stage_in_place) on a
+/// metadata-only change, while it prepares the new generation; on
+/// `NeedsRebuild`, an error, no answer within the init timeout or a panic
+/// it builds a fresh instance instead (after a panic it first re-applies
+/// the previous metadata with `update_in_place`). An implementation must
+/// either take the whole change or none of it.
+///
+/// `stage_in_place` defaults to `update_in_place`, whose change is visible
+/// at once: callers (and subscribers) may see it before the reload commits,
+/// and a reload that fails afterwards re-applies the previous metadata.
+/// Override it to answer [`StagedInPlace::Deferred`] instead: the change is
+/// then seen by no one but the reload preparing it (see
+/// [`preparing_generation`](crate::preparing_generation)) until the new
+/// generation is published, and a rollback simply drops it.
 ///
 /// Declare it with `#[component(in_place)]` (the derive then finds it, and
 /// refuses to compile without it) or return `Some(self)` from
@@ -31,6 +98,69 @@ pub enum InPlace {
 )]
 #[async_trait]
 pub trait InPlaceUpdate: Send + Sync {
-    /// Applies `metadata` (already resolved) to the running instance.
+    /// Applies `metadata` (already resolved) to the running instance, at
+    /// once. A reload also calls it to re-apply the previous metadata.
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError>;
+
+    /// Checks and prepares `metadata` (already resolved) for the running
+    /// instance; a [`StagedInPlace::Deferred`] answer makes nothing visible
+    /// until it is applied. Defaults to `update_in_place`.
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        self.update_in_place(metadata)
+            .await
+            .map(StagedInPlace::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    struct Legacy;
+
+    #[async_trait]
+    impl InPlaceUpdate for Legacy {
+        async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+            Ok(match metadata.clone().into_map().contains_key("rebuild") {
+                true => InPlace::NeedsRebuild,
+                false => InPlace::Applied,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn staging_defaults_to_the_update_in_place() {
+        let rebuild = Metadata::from(
+            serde_json::json!({"rebuild": 1})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let staged = Legacy.stage_in_place(&Metadata::default()).await;
+        assert!(matches!(staged, Ok(StagedInPlace::Applied)), "{staged:?}");
+        let staged = Legacy.stage_in_place(&rebuild).await;
+        assert!(
+            matches!(staged, Ok(StagedInPlace::NeedsRebuild)),
+            "{staged:?}"
+        );
+    }
+
+    #[test]
+    fn a_pending_update_runs_once_when_applied_and_never_when_dropped() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = || {
+            let runs = runs.clone();
+            PendingInPlace::new(move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        drop(counted());
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        counted().apply();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(format!("{:?}", counted()), "PendingInPlace");
+    }
 }

@@ -5,7 +5,7 @@ mod in_place;
 mod key;
 mod kind;
 
-pub use in_place::{InPlace, InPlaceUpdate};
+pub use in_place::{InPlace, InPlaceUpdate, PendingInPlace, StagedInPlace};
 pub use key::ComponentKey;
 pub(crate) use key::{KeyParts, KeyRef};
 pub use kind::Kind;

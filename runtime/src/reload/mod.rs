@@ -14,6 +14,7 @@
 mod actions;
 mod drain;
 mod history;
+mod in_place;
 pub(crate) mod queue;
 mod record;
 mod request;

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::actions::Action;
 use super::drain::spawn_drain;
 use super::history::{Outcome, ReloadRecord};
+use super::in_place;
 use super::record::{Ending, Recording};
 use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
@@ -151,7 +152,8 @@ impl Reloader {
         })
     }
 
-    /// Commits `prepared` as the running set and drains what it replaced,
+    /// Commits `prepared` as the running set, puts the in-place updates it
+    /// staged in force right after the swap, and drains what it replaced,
     /// users before the stores they use.
     fn commit(&self, config: ValidConfig, layers: RunningLayers, prepared: Prepared) -> Ending {
         let sections_changed = self.running.sections_differ(&config.config.sections);
@@ -167,6 +169,7 @@ impl Reloader {
             acted_on: prepared.actions.keys().cloned().collect(),
             publish: changed,
         });
+        in_place::apply_deferred(prepared.deferred);
         let mut retired = prepared.retired;
         let position: std::collections::HashMap<_, _> = old_order
             .iter()

@@ -9,15 +9,14 @@ use imbl::OrdSet;
 use tracing::Instrument;
 
 use super::actions::Action;
+use super::in_place::{self, Answer};
 use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
 use crate::assembly_tasks::ComponentTasks;
-use crate::component::ComponentKey;
-use crate::component::InPlace;
+use crate::component::{Component, ComponentKey, InPlace, PendingInPlace, StagedInPlace};
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
-use crate::handle::with_staged;
 use crate::metadata::Metadata;
 use crate::registry::{in_place_of, ComponentDescriptor, InPlaceHook, Registry};
 use crate::running::{close_one, staged_sharing, Components, Running};
@@ -26,9 +25,12 @@ use crate::running::{close_one, staged_sharing, Components, Running};
 pub(crate) enum Step {
     /// Kept its instance (its spec may be updated to an equivalent one).
     Kept(Running),
-    /// `update_in_place` took the new metadata; `previous` undoes it.
+    /// The running instance took the new metadata in place.
     InPlace {
         running: Running,
+        /// `None`: already in force, and `previous` undoes it. Some: staged
+        /// only, put in force at commit (dropped on rollback).
+        pending: Option<PendingInPlace>,
         previous: Metadata,
         /// The type's declared in-place update, to revert with.
         hook: Option<InPlaceHook>,
@@ -68,6 +70,8 @@ pub(crate) struct Prepared {
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
     /// Old instances to drain and close after the swap.
     pub(crate) retired: Vec<(ComponentKey, Arc<Running>)>,
+    /// In-place updates staged to be put in force once the swap is done.
+    pub(crate) deferred: Vec<(ComponentKey, PendingInPlace)>,
     /// The old configuration's start order (retired users close first).
     pub(crate) old_order: Vec<ComponentKey>,
 }
@@ -246,13 +250,19 @@ impl Plan<'_> {
             done,
         } = progress;
         let mut retired = Vec::new();
+        let mut deferred = Vec::new();
         for step in done {
-            if let Step::Built {
-                replaced: Some(old),
-                ..
-            } = step
-            {
-                retired.push((old.spec.key.clone(), Arc::new(*old)));
+            match step {
+                Step::Built {
+                    replaced: Some(old),
+                    ..
+                } => retired.push((old.spec.key.clone(), Arc::new(*old))),
+                Step::InPlace {
+                    running,
+                    pending: Some(pending),
+                    ..
+                } => deferred.push((running.spec.key.clone(), pending)),
+                _ => {}
             }
         }
         for key in &self.diff.removed {
@@ -271,6 +281,7 @@ impl Plan<'_> {
             components: next,
             actions,
             retired,
+            deferred,
             old_order,
         }
     }
@@ -299,28 +310,19 @@ async fn decide_and_run(
             return Ok(Step::Kept(kept));
         }
         let component = previous.assembled.instance.component();
-        if let Some(dynamic) = in_place_of(component.as_ref(), descriptor.in_place) {
-            let apply = tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&resolved));
-            match with_staged(cx.staged.clone(), apply).await {
-                Err(_) => {
-                    tracing::warn!(component = %spec.key, timeout = ?cx.timeouts.init, "In-place update did not answer in time; rebuilding.");
-                }
-                Ok(Ok(InPlace::Applied)) => {
-                    let old_metadata = previous.assembled.resolved.clone();
-                    let mut updated = previous;
-                    updated.spec = spec;
-                    updated.assembled.resolved = resolved;
-                    return Ok(Step::InPlace {
-                        running: updated,
-                        previous: old_metadata,
-                        hook: descriptor.in_place,
-                    });
-                }
-                Ok(Ok(InPlace::NeedsRebuild)) => {}
-                Ok(Err(err)) => {
-                    let err = cx.redactor.scrub(&err.to_string());
-                    tracing::info!(component = %spec.key, error = %err, "In-place update refused; rebuilding.");
-                }
+        if in_place_of(component.as_ref(), descriptor.in_place).is_some() {
+            let staged = stage(&spec.key, component, &previous, descriptor, &resolved, cx).await;
+            if let Some(pending) = staged {
+                let old_metadata = previous.assembled.resolved.clone();
+                let mut updated = previous;
+                updated.spec = spec;
+                updated.assembled.resolved = resolved;
+                return Ok(Step::InPlace {
+                    running: updated,
+                    pending,
+                    previous: old_metadata,
+                    hook: descriptor.in_place,
+                });
             }
         }
     }
@@ -329,6 +331,73 @@ async fn decide_and_run(
         running: Running { spec, assembled },
         replaced: Some(Box::new(previous)),
     })
+}
+
+/// Stages `resolved` on the running `component` (whose metadata is
+/// `previous`'s): `Some` when it took it (`Some(pending)` if deferred to the
+/// commit), `None` when it is to be rebuilt instead. A panic first
+/// re-applies the previous metadata, since the update may have been half
+/// made on the instance that keeps serving.
+async fn stage(
+    key: &ComponentKey,
+    component: Arc<dyn Component>,
+    previous: &Running,
+    descriptor: &ComponentDescriptor,
+    resolved: &Metadata,
+    cx: &AssemblyContext,
+) -> Option<Option<PendingInPlace>> {
+    let within = cx.timeouts.init;
+    let hook = descriptor.in_place;
+    let staging = in_place::stage(
+        component.clone(),
+        hook,
+        resolved.clone(),
+        cx.staged.clone(),
+        within,
+    );
+    match staging.await {
+        Answer::Answered(Ok(StagedInPlace::Applied)) => Some(None),
+        Answer::Answered(Ok(StagedInPlace::Deferred(pending))) => Some(Some(pending)),
+        Answer::Answered(Ok(StagedInPlace::NeedsRebuild)) => None,
+        Answer::Answered(Err(err)) => {
+            let err = cx.redactor.scrub(&err.to_string());
+            tracing::info!(component = %key, error = %err, "In-place update refused; rebuilding.");
+            None
+        }
+        Answer::TimedOut => {
+            tracing::warn!(component = %key, timeout = ?within, "In-place update did not answer in time; rebuilding.");
+            None
+        }
+        Answer::Panicked(message) => {
+            let message = cx.redactor.scrub(&message);
+            tracing::error!(component = %key, error = %message, "In-place update panicked; re-applying the previous metadata, then rebuilding.");
+            let previous = previous.assembled.resolved.clone();
+            revert(key, component, hook, previous, cx).await;
+            None
+        }
+    }
+}
+
+/// Re-applies `previous` to the running `component`, best effort (a panic
+/// or an error is logged, not raised).
+async fn revert(
+    key: &ComponentKey,
+    component: Arc<dyn Component>,
+    hook: Option<InPlaceHook>,
+    previous: Metadata,
+    cx: &AssemblyContext,
+) {
+    let why = match in_place::update(component, hook, previous, cx.timeouts.init).await {
+        Answer::Answered(Ok(InPlace::Applied)) => {
+            tracing::info!(component = %key, "In-place update reverted.");
+            return;
+        }
+        Answer::Answered(Ok(InPlace::NeedsRebuild)) => "it asked for a rebuild".to_string(),
+        Answer::Answered(Err(err)) => cx.redactor.scrub(&err.to_string()),
+        Answer::TimedOut => format!("no answer within {:?}", cx.timeouts.init),
+        Answer::Panicked(message) => format!("it panicked: {}", cx.redactor.scrub(&message)),
+    };
+    tracing::error!(component = %key, error = %why, "In-place update could not be reverted; the component may keep (part of) its new metadata.");
 }
 
 /// Undoes a failed transaction: closes what was built, newest first, and
@@ -355,24 +424,20 @@ async fn undo_one(step: Step, cx: &AssemblyContext) {
         }
         Step::InPlace {
             running,
+            pending: Some(pending),
+            ..
+        } => {
+            drop(pending);
+            tracing::info!(component = %running.spec.key, "Staged in-place update discarded.");
+        }
+        Step::InPlace {
+            running,
+            pending: None,
             previous,
             hook,
         } => {
-            let key = &running.spec.key;
             let component = running.assembled.instance.component();
-            let restored = match in_place_of(component.as_ref(), hook) {
-                Some(dynamic) => matches!(
-                    tokio::time::timeout(cx.timeouts.init, dynamic.update_in_place(&previous))
-                        .await,
-                    Ok(Ok(InPlace::Applied))
-                ),
-                None => false,
-            };
-            if restored {
-                tracing::info!(component = %key, "In-place update reverted.");
-            } else {
-                tracing::error!(component = %key, "In-place update could not be reverted; the component keeps its new metadata.");
-            }
+            revert(&running.spec.key, component, hook, previous, cx).await;
         }
     }
 }
