@@ -151,9 +151,15 @@ impl fmt::Debug for EtcdMetadata {
             .field("password", &redacted(&self.password))
             .field("dial_timeout", &self.dial_timeout)
             .field("watch_retry_ms", &self.watch_retry_ms)
-            .field("ca_cert", &crate::redis::tls::shown(&self.ca_cert))
-            .field("client_cert", &crate::redis::tls::shown(&self.client_cert))
-            .field("client_key", &crate::redis::tls::shown(&self.client_key))
+            .field("ca_cert", &crate::tls::PemSource::shown(&self.ca_cert))
+            .field(
+                "client_cert",
+                &crate::tls::PemSource::shown(&self.client_cert),
+            )
+            .field(
+                "client_key",
+                &crate::tls::PemSource::shown(&self.client_key),
+            )
             .finish()
     }
 }

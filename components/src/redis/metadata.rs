@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
 use crate::time_limits::deserialize_optional_ttl_seconds;
+use crate::tls::{ClientTls, ClientTlsFields, PemSource, TlsError};
 
 /// `dialTimeout` when none is given (go-redis's default, as in Dapr).
 pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -96,6 +97,37 @@ pub struct RedisMetadata {
 }
 
 impl RedisMetadata {
+    /// The TLS material of the TLS fields, read; `None` without
+    /// `enableTLS`. Certificate fields without `enableTLS` are an error
+    /// rather than silently plain text.
+    pub fn client_tls(&self) -> Result<Option<ClientTls>, TlsError> {
+        let fields = [
+            ("caCert", &self.ca_cert),
+            ("clientCert", &self.client_cert),
+            ("clientKey", &self.client_key),
+        ];
+        if !self.enable_tls {
+            if let Some((name, _)) = fields.iter().find(|(_, v)| !v.trim().is_empty()) {
+                return Err(TlsError::Config(format!(
+                    "metadata field `{name}` is set but `enableTLS` is not true"
+                )));
+            }
+            if self.insecure_skip_verify {
+                return Err(TlsError::Config(
+                    "metadata field `insecureSkipVerify` is set but `enableTLS` is not true".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        let declared = ClientTlsFields {
+            ca_cert: PemSource::parse(&self.ca_cert),
+            client_cert: PemSource::parse(&self.client_cert),
+            client_key: PemSource::parse(&self.client_key),
+            insecure_skip_verify: self.insecure_skip_verify,
+        };
+        declared.load().map(Some)
+    }
+
     /// Metadata for the server at `redis_host`, everything else default.
     pub fn new(redis_host: impl Into<String>) -> Self {
         Self {
@@ -141,7 +173,7 @@ impl RedisMetadata {
                 host: shown_addresses(&self.redis_host),
                 reason,
             })?;
-        let tls = super::tls::load(self)?;
+        let tls = self.client_tls()?;
         let cluster = self.redis_type == RedisType::Cluster;
         if cluster {
             self.check_cluster_fields()?;
@@ -244,9 +276,9 @@ impl fmt::Debug for RedisMetadata {
             .field("failover", &self.failover)
             .field("sentinel_master_name", &self.sentinel_master_name)
             .field("enable_tls", &self.enable_tls)
-            .field("client_cert", &super::tls::shown(&self.client_cert))
-            .field("client_key", &super::tls::shown(&self.client_key))
-            .field("ca_cert", &super::tls::shown(&self.ca_cert))
+            .field("client_cert", &PemSource::shown(&self.client_cert))
+            .field("client_key", &PemSource::shown(&self.client_key))
+            .field("ca_cert", &PemSource::shown(&self.ca_cert))
             .field("insecure_skip_verify", &self.insecure_skip_verify)
             .field("key_prefix", &self.key_prefix)
             .field("ttl_in_seconds", &self.ttl_in_seconds)
@@ -278,7 +310,7 @@ pub struct ConnectionSettings {
     pub cluster: bool,
     /// With `enableTLS`: the TLS material, read (compared by content, so a
     /// rotated certificate counts as a change).
-    pub tls: Option<crate::tls::ClientTls>,
+    pub tls: Option<ClientTls>,
 }
 
 impl ConnectionSettings {
@@ -334,7 +366,7 @@ pub enum RedisMetadataError {
     },
     /// The TLS fields cannot be used.
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] TlsError),
     /// `failover` without `sentinelMasterName`.
     #[error("metadata field `sentinelMasterName` is required when `failover` is true")]
     MasterName,

@@ -56,6 +56,16 @@ impl fmt::Debug for PemSource {
 }
 
 impl PemSource {
+    /// A certificate field's value for `Debug` output: a path as is, PEM
+    /// text hidden, nothing for an empty value.
+    pub fn shown(value: &str) -> String {
+        match Self::parse(value) {
+            None => String::new(),
+            Some(Self::Inline(_)) => "<PEM>".into(),
+            Some(Self::File(path)) => path.display().to_string(),
+        }
+    }
+
     /// The source a field's value names; `None` for an empty value.
     pub fn parse(value: &str) -> Option<Self> {
         let trimmed = value.trim();

@@ -6,6 +6,7 @@ pub mod lock;
 pub mod pubsub;
 pub mod secret_store;
 pub mod sequencer;
+mod state_requests;
 pub mod state_store;
 pub mod state_transaction;
 mod subscriptions;

@@ -1,32 +1,13 @@
 //! State stores (`state`): key/value with etags and TTL, Dapr semantics.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::component::{Component, ComponentError};
 
+pub use super::state_requests::{Concurrency, DeleteRequest, GetRequest, SetRequest};
 use super::state_transaction::{StateFeature, TransactionRequest};
-
-/// Concurrency mode of a write, as in Dapr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Concurrency {
-    /// The last write wins; an etag, if given, is still checked.
-    #[default]
-    LastWrite,
-    /// The first write wins: a write without an etag only creates a new key.
-    FirstWrite,
-}
-
-/// Read one key.
-#[derive(Debug, Clone, Default)]
-pub struct GetRequest {
-    /// The key.
-    pub key: String,
-    /// Store-specific options.
-    pub metadata: HashMap<String, String>,
-}
 
 /// A stored value with its etag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,36 +17,6 @@ pub struct StateEntry {
     /// The etag of this version.
     pub etag: String,
     /// Store-specific extra data.
-    pub metadata: HashMap<String, String>,
-}
-
-/// Write one key.
-#[derive(Debug, Clone, Default)]
-pub struct SetRequest {
-    /// The key.
-    pub key: String,
-    /// The value bytes.
-    pub value: Vec<u8>,
-    /// Only write if the stored etag is this one.
-    pub etag: Option<String>,
-    /// Concurrency mode.
-    pub concurrency: Concurrency,
-    /// Expire the key after this long (Dapr's `ttlInSeconds`).
-    pub ttl: Option<Duration>,
-    /// Store-specific options.
-    pub metadata: HashMap<String, String>,
-}
-
-/// Delete one key.
-#[derive(Debug, Clone, Default)]
-pub struct DeleteRequest {
-    /// The key.
-    pub key: String,
-    /// Only delete if the stored etag is this one.
-    pub etag: Option<String>,
-    /// Concurrency mode.
-    pub concurrency: Concurrency,
-    /// Store-specific options.
     pub metadata: HashMap<String, String>,
 }
 

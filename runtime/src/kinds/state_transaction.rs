@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::state_store::{DeleteRequest, SetRequest};
+use super::state_requests::{DeleteRequest, SetRequest};
 
 /// What a state store can do beyond reads and plain writes, as Dapr names
 /// it in `GetMetadata` (`"capabilities": ["ETAG", "TRANSACTIONAL", "TTL"]`).
