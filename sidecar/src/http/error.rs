@@ -267,10 +267,37 @@ impl From<StateOpError> for HttpError {
             transaction @ (StateOpError::TransactionsNotSupported(_)
             | StateOpError::UnsupportedOperation(_)
             | StateOpError::TooManyOperations { .. }
-            | StateOpError::Transaction { .. }) => {
-                super::state_transaction::transaction_error(transaction)
-            }
+            | StateOpError::Transaction { .. }) => transaction_error(transaction),
         }
+    }
+}
+
+/// A transaction's errors, with Dapr's HTTP codes: a store without
+/// transactions is a 500 `ERR_STATE_STORE_NOT_SUPPORTED`, a failed
+/// transaction (a stale etag included) a 500 `ERR_STATE_TRANSACTION`.
+fn transaction_error(err: StateOpError) -> HttpError {
+    let (status, code) = match &err {
+        StateOpError::TransactionsNotSupported(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "ERR_STATE_STORE_NOT_SUPPORTED",
+        ),
+        StateOpError::UnsupportedOperation(_) => {
+            (StatusCode::BAD_REQUEST, "ERR_NOT_SUPPORTED_STATE_OPERATION")
+        }
+        StateOpError::TooManyOperations { .. } => (
+            StatusCode::BAD_REQUEST,
+            "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS",
+        ),
+        StateOpError::Transaction {
+            source: StateError::Invalid(_) | StateError::EtagInvalid(_),
+            ..
+        } => (StatusCode::BAD_REQUEST, "ERR_STATE_TRANSACTION"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_STATE_TRANSACTION"),
+    };
+    HttpError::Api {
+        status,
+        code,
+        message: err.to_string(),
     }
 }
 

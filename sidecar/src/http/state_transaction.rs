@@ -12,7 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 
-use rewire_runtime::{StateError, TransactionRequest};
+use rewire_runtime::TransactionRequest;
 
 use super::error::HttpError;
 use super::input::{
@@ -21,7 +21,7 @@ use super::input::{
 };
 use super::state::{set_request, SaveItem};
 use crate::dapr::{
-    check_metadata_copies, check_request_metadata, transaction_operation, Call, StateOpError,
+    check_metadata_copies, check_request_metadata, transaction_operation, Call,
     MAX_TRANSACTION_OPERATIONS,
 };
 use crate::ApiState;
@@ -78,48 +78,21 @@ pub async fn execute(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A transaction's errors, with Dapr's HTTP codes: a store without
-/// transactions is a 500 `ERR_STATE_STORE_NOT_SUPPORTED`, a failed
-/// transaction (a stale etag included) a 500 `ERR_STATE_TRANSACTION`.
-pub(super) fn transaction_error(err: StateOpError) -> HttpError {
-    let (status, code) = match &err {
-        StateOpError::TransactionsNotSupported(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "ERR_STATE_STORE_NOT_SUPPORTED",
-        ),
-        StateOpError::UnsupportedOperation(_) => {
-            (StatusCode::BAD_REQUEST, "ERR_NOT_SUPPORTED_STATE_OPERATION")
-        }
-        StateOpError::TooManyOperations { .. } => (
-            StatusCode::BAD_REQUEST,
-            "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS",
-        ),
-        StateOpError::Transaction {
-            source: StateError::Invalid(_) | StateError::EtagInvalid(_),
-            ..
-        } => (StatusCode::BAD_REQUEST, "ERR_STATE_TRANSACTION"),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_STATE_TRANSACTION"),
-    };
-    HttpError::Api {
-        status,
-        code,
-        message: err.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dapr::StateOpError;
+    use rewire_runtime::StateError;
 
     #[test]
     fn failures_have_dapr_codes() {
-        let mismatch = transaction_error(StateOpError::Transaction {
+        let mismatch = HttpError::from(StateOpError::Transaction {
             store: "s".into(),
             source: StateError::EtagMismatch("k".into()),
         });
         assert_eq!(mismatch.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(mismatch.code(), "ERR_STATE_TRANSACTION");
-        let unsupported = transaction_error(StateOpError::TransactionsNotSupported("s".into()));
+        let unsupported = HttpError::from(StateOpError::TransactionsNotSupported("s".into()));
         assert_eq!(unsupported.code(), "ERR_STATE_STORE_NOT_SUPPORTED");
         let body: Transaction = serde_json::from_str(
             r#"{"operations": [{"operation": "delete", "request": {"key": "k"}}]}"#,
