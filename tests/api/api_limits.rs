@@ -280,3 +280,99 @@ async fn grpc_save_state_refuses_keys_with_the_key_separator() {
     assert!(refused.message().contains("||"), "{}", refused.message());
     sidecar.stop().await;
 }
+
+/// One subscriber of `SubscribeConfiguration` on its own connection.
+async fn subscriber(
+    dapr: &mut grpc::dapr::dapr_client::DaprClient<tonic::transport::Channel>,
+) -> (
+    String,
+    tonic::Streaming<grpc::dapr::SubscribeConfigurationResponse>,
+) {
+    let mut stream = dapr
+        .subscribe_configuration(subscribe())
+        .await
+        .unwrap()
+        .into_inner();
+    let id = grpc::next(&mut stream).await.unwrap().unwrap().id;
+    (id, stream)
+}
+
+#[tokio::test]
+async fn when_all_queues_are_full_the_laggards_are_dropped_not_a_subscriber_that_reads() {
+    // 16 x 64 KiB for all subscribers together; each of 20 that never
+    // read holds up to three changes of 21 KiB (64.6 KB): together more
+    // than the total, while none of them is behind by its own limit yet.
+    const NON_READERS: usize = 20;
+    let sidecar = Sidecar::start(CONFIG, options()).await;
+    let mut idle = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut non_readers = Vec::new();
+    for _ in 0..NON_READERS {
+        non_readers.push(subscriber(&mut idle).await.1);
+    }
+    let mut reading = grpc::dapr_client(sidecar.grpc_url()).await;
+    let (id, mut reader) = subscriber(&mut reading).await;
+    let mut changes = 0;
+    // Until every non-reader is dropped; the reader takes each change.
+    while dropped(&sidecar).await < NON_READERS as u64 {
+        assert!(
+            changes < 2_000,
+            "not every non-reader dropped after {changes} changes"
+        );
+        let value = format!("{changes:05}{}", "v".repeat(21 * 1024));
+        set(&sidecar, "big", value.clone()).await;
+        let got = grpc::next(&mut reader)
+            .await
+            .expect("the reader's stream ended")
+            .unwrap_or_else(|status| panic!("the reader was dropped: {status:?}"));
+        assert_eq!(got.items["big"].value, value, "change {changes}");
+        changes += 1;
+    }
+    // The reader is still subscribed: more changes come, and its id is
+    // still open.
+    set(&sidecar, "big", "after".into()).await;
+    let got = grpc::next(&mut reader).await.unwrap().unwrap();
+    assert_eq!(got.items["big"].value, "after");
+    let unsubscribed = reading
+        .unsubscribe_configuration(UnsubscribeConfigurationRequest {
+            store_name: "config".into(),
+            id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(unsubscribed.ok, "{}", unsubscribed.message);
+    // Each non-reader ends with its reason; some for holding the most when
+    // the total was full. (Read all at once: they share a connection, whose
+    // window the others' unread changes hold.)
+    let reasons: Vec<_> = non_readers
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                loop {
+                    match grpc::next(&mut stream).await {
+                        Some(Ok(_)) => continue,
+                        Some(Err(status)) => break status,
+                        None => panic!("a non-reader's stream ended without a reason"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut laggards = 0;
+    for reason in reasons {
+        let reason = reason.await.expect("no panic");
+        assert_eq!(reason.code(), Code::ResourceExhausted, "{reason:?}");
+        if reason.message().contains("the most bytes queued unread") {
+            assert!(
+                reason
+                    .message()
+                    .contains(&format!("limit of {} bytes", 16 * LIMIT)),
+                "{}",
+                reason.message()
+            );
+            laggards += 1;
+        }
+    }
+    assert!(laggards > 0, "no non-reader was dropped as the laggard");
+    sidecar.stop().await;
+}

@@ -43,6 +43,12 @@ impl DaprApi {
         }
     }
 
+    /// The bytes queued for configuration subscribers (Layotto's count
+    /// into them too).
+    pub(super) fn queued(&self) -> super::subscription_queue::QueuedBytes {
+        self.subscriptions.total()
+    }
+
     /// The byte budget of one answer (`max_response_bytes`).
     fn budget(&self) -> ResponseBudget {
         ResponseBudget::new(self.state.options.max_response_bytes)

@@ -19,6 +19,7 @@ use super::observe::{caller, observed, unary};
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::proto::spec::proto::runtime::v1::lock_keep_alive_response::Status as KeepAliveCode;
 use super::proto::spec::proto::runtime::v1::runtime_server::Runtime;
+use super::subscription_queue::QueuedBytes;
 use super::{dapr_lock, dapr_secrets, dapr_state, dapr_state_transaction};
 use crate::dapr::ResponseBudget;
 use crate::ApiState;
@@ -28,13 +29,20 @@ use rewire_runtime::UnlockStatus;
 pub(super) struct LayottoApi {
     state: ApiState,
     shutdown: CancellationToken,
+    /// The bytes queued for configuration subscribers, Dapr's included.
+    queued: QueuedBytes,
 }
 
 impl LayottoApi {
     /// Serves `state`; subscription streams end when `shutdown` is
-    /// cancelled.
-    pub(super) fn new(state: ApiState, shutdown: CancellationToken) -> Self {
-        Self { state, shutdown }
+    /// cancelled; configuration answers count into `queued` (shared with
+    /// Dapr's subscriptions).
+    pub(super) fn new(state: ApiState, shutdown: CancellationToken, queued: QueuedBytes) -> Self {
+        Self {
+            state,
+            shutdown,
+            queued,
+        }
     }
 
     fn budget(&self) -> ResponseBudget {
@@ -120,6 +128,7 @@ impl Runtime for LayottoApi {
         let stream = layotto_config::subscribe(
             self.state.clone(),
             request.into_inner(),
+            self.queued.clone(),
             self.shutdown.clone(),
         );
         Ok(Response::new(stream))

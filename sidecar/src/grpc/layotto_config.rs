@@ -11,22 +11,16 @@ use std::collections::HashMap;
 use std::pin::Pin;
 
 use rewire_runtime::{ConfigItem, ConfigQuery};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 use super::proto::spec::proto::runtime::v1 as pb;
-use crate::dapr::{Call, ResponseBudget, StoreLabel};
+use super::subscription_queue::{queue, QueueSender, QueuedBytes, Refused};
+use crate::dapr::{config_item_bytes, Call, ResponseBudget, StoreLabel};
 use crate::ApiState;
 
 /// Subscriptions one stream may add.
 const MAX_SUBSCRIPTIONS_PER_STREAM: usize = 64;
-/// Answers queued for a stream; a client that lets more pile up is cut off.
-const MAX_QUEUED_ANSWERS: usize = 64;
-/// How long a refused subscription's status may wait for room on the
-/// stream before the stream ends without it.
-const ERROR_SENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The answer stream of `SubscribeConfiguration`.
 pub(super) type ConfigurationStream = Pin<
@@ -90,24 +84,31 @@ pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> R
 
 /// `SubscribeConfiguration`: every request read from `requests` subscribes
 /// (through the store's handle, so it follows the store across reloads);
-/// every change comes back as one answer. The stream ends when the client
-/// goes away, falls behind, sends a bad request, or the server stops.
+/// every change comes back as one answer. The answers queue as Dapr's
+/// subscriptions' do, bounded in bytes (`max_response_bytes`) and messages,
+/// counting into the same total (`queued`, see `subscription_queue`). The
+/// stream ends when the client goes away, falls behind (or holds the most
+/// bytes when all subscribers together are full), sends a bad request, or
+/// the server stops.
 pub(super) fn subscribe(
     state: ApiState,
     requests: Streaming<pb::SubscribeConfigurationRequest>,
+    queued: QueuedBytes,
     shutdown: CancellationToken,
 ) -> ConfigurationStream {
-    let (answers, stream) = mpsc::channel(MAX_QUEUED_ANSWERS);
+    let label = "Layotto configuration stream".to_string();
+    let limit = state.options.max_response_bytes;
+    let (answers, stream) = queue(label, limit, queued);
     tokio::spawn(serve_stream(
         state,
         requests,
         answers,
         shutdown.child_token(),
     ));
-    Box::pin(ReceiverStream::new(stream))
+    Box::pin(stream)
 }
 
-type Answers = mpsc::Sender<Result<pb::SubscribeConfigurationResponse, Status>>;
+type Answers = QueueSender<pb::SubscribeConfigurationResponse>;
 
 async fn serve_stream(
     state: ApiState,
@@ -132,9 +133,9 @@ async fn serve_stream(
                         add(&state, req, answers.clone(), stop.clone()).await
                     };
                     if let Err(status) = added {
-                        // Bounded: a client that stopped reading is not
-                        // waited on to learn why its stream ends.
-                        let _ = tokio::time::timeout(ERROR_SENT_WITHIN, answers.send(Err(status))).await;
+                        // Queued after the answers before it, without
+                        // waiting on the client.
+                        answers.end(status);
                         break;
                     }
                 }
@@ -143,6 +144,9 @@ async fn serve_stream(
                 Err(_) => break,
             },
         }
+    }
+    if answers.evicted() {
+        state.metrics.subscriber_dropped();
     }
     stop.cancel();
 }
@@ -161,13 +165,18 @@ async fn add(
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let mut subscription = store.subscribe(query).await?;
     let (store_name, app_id) = (req.store_name, call.generation().app_id().to_string());
+    let metrics = state.metrics.clone();
     tokio::spawn(async move {
         loop {
             let change = tokio::select! {
                 () = stop.cancelled() => break,
+                () = answers.closed() => break,
                 change = subscription.changes.recv() => change,
             };
             let Some(change) = change else { break };
+            let size = store_name.len()
+                + app_id.len()
+                + change.items.iter().map(item_bytes).sum::<usize>();
             let answer = pb::SubscribeConfigurationResponse {
                 store_name: store_name.clone(),
                 app_id: app_id.clone(),
@@ -175,14 +184,46 @@ async fn add(
             };
             // A client that does not read its answers is cut off rather
             // than let them pile up.
-            if answers.try_send(Ok(answer)).is_err() {
-                tracing::warn!(store = %store_name, "Layotto configuration subscriber dropped: it stopped reading.");
-                stop.cancel();
-                break;
+            match answers.try_send(Ok(answer), size) {
+                Ok(()) => {}
+                Err(Refused::Closed) => break,
+                Err(refused) => {
+                    let why = why_dropped(refused, size, &answers);
+                    tracing::warn!(store = %store_name, reason = %why, "Layotto configuration subscriber dropped.");
+                    metrics.subscriber_dropped();
+                    answers.drop_with(Status::resource_exhausted(format!(
+                        "Layotto configuration stream dropped (store `{store_name}`): {why}"
+                    )));
+                    stop.cancel();
+                    break;
+                }
             }
         }
     });
     Ok(())
+}
+
+/// Why a stream whose answer was `refused` is dropped.
+fn why_dropped(refused: Refused, size: usize, answers: &Answers) -> String {
+    let limit = answers.limit();
+    match refused {
+        Refused::Crowded => format!(
+            "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this stream holds the most of them",
+            answers.total_limit()
+        ),
+        Refused::TooLarge => format!(
+            "a change of {size} bytes is larger than the limit of {limit} bytes per stream (max_response_bytes)"
+        ),
+        _ => format!(
+            "the client stopped reading its answers (more than {limit} bytes or 64 answers queued, max_response_bytes)"
+        ),
+    }
+}
+
+/// The bytes an item takes in an answer.
+fn item_bytes(item: &ConfigItem) -> usize {
+    let place = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+    config_item_bytes(item) + place(&item.group) + place(&item.label)
 }
 
 /// A request's app id must be empty or this sidecar's.

@@ -1,7 +1,8 @@
 //! The task behind one configuration subscription: it takes each change
 //! from the runtime's handle as it comes (so nothing piles up there) and
 //! queues it for the client without waiting; a client whose queue is full
-//! (bytes or messages) is dropped with its reason.
+//! (bytes or messages) is dropped with its reason, as is one dropped to make
+//! room for others when all queues together are full and it holds the most.
 
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -12,9 +13,6 @@ use super::subscription_queue::{QueueSender, Refused};
 use super::subscriptions::Subscriptions;
 use crate::dapr::config_item_bytes;
 use rewire_runtime::{ConfigChange, ConfigSubscription};
-
-/// How long a dropped slow subscriber is given to take the reason.
-const SLOW_CLIENT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Forwards one subscription's changes to its stream, never waiting on the
 /// client: a client whose queue fills (in bytes or messages) is dropped.
@@ -42,7 +40,7 @@ impl Forward {
                     "subscription `{}` ended: configuration store `{}` is no longer running",
                     self.id, self.store
                 ));
-                self.drop_with(ended).await;
+                self.sender.end(ended);
                 break;
             };
             let size = change.items.iter().map(config_item_bytes).sum::<usize>() + self.id.len();
@@ -50,22 +48,26 @@ impl Forward {
                 Ok(()) => {}
                 Err(Refused::Closed) => break,
                 Err(refused) => {
-                    self.drop_slow(refused, size).await;
+                    self.drop_slow(refused, size);
                     break;
                 }
             }
+        }
+        if self.sender.evicted() {
+            // Dropped to make room for the others (the reason is queued).
+            self.subscriptions.count_dropped();
         }
         self.subscriptions.forget(&self.id);
         tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription closed.");
     }
 
     /// Drops the subscriber rather than buffer without bound, and tells it
-    /// why (if it ever reads again).
-    async fn drop_slow(&self, refused: Refused, size: usize) {
+    /// why (if it ever reads again); what it left unread is discarded.
+    fn drop_slow(&self, refused: Refused, size: usize) {
         let limit = self.sender.limit();
         let why = match refused {
             Refused::Crowded => format!(
-                "the sidecar's subscribers together have {} bytes queued, its limit (16 x max_response_bytes)",
+                "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this one holds the most of them",
                 self.sender.total_limit()
             ),
             Refused::TooLarge => format!(
@@ -79,11 +81,7 @@ impl Forward {
         self.subscriptions.count_dropped();
         let reason =
             Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
-        self.drop_with(reason).await;
-    }
-
-    async fn drop_with(&self, reason: Status) {
-        let _ = tokio::time::timeout(SLOW_CLIENT_GRACE, self.sender.send_reason(reason)).await;
+        self.sender.drop_with(reason);
     }
 
     fn response(&self, change: ConfigChange) -> SubscribeConfigurationResponse {

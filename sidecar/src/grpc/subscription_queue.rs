@@ -4,163 +4,389 @@
 //! values is dropped long before it can grow the sidecar. Every queue also
 //! counts into a total shared by all subscribers ([`QueuedBytes`]), so many
 //! slow clients together are bounded too.
+//!
+//! When the total is full, the subscriber holding the most bytes (the
+//! laggard) is dropped to make room, not the one whose message did not fit:
+//! a client that reads promptly is never crowded out by one that does not.
+//! The laggard is looked for only then, so queueing stays one lock and two
+//! atomic additions.
+//!
+//! A dropped subscriber's unread messages are discarded at once (their
+//! bytes leave the total) and its stream ends with the reason.
 
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
-use tokio::sync::mpsc;
 use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 
 /// One message of a subscription stream.
-type Message = Result<SubscribeConfigurationResponse, Status>;
+pub(super) type Message<T> = Result<T, Status>;
 
 /// Messages queued for a subscriber at most, whatever their size.
 const MAX_MESSAGES: usize = 64;
 
+/// Laggards dropped at most to queue one message (each drop frees the
+/// largest queue, so one is almost always enough).
+const MAX_EVICTIONS: usize = 8;
+
 /// Why a message was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refused {
-    /// The client left.
+    /// The client left, or its subscription ended.
     Closed,
     /// The client is too far behind: messages or bytes queued at the limit.
     Behind,
     /// The message alone is larger than the byte limit.
     TooLarge,
-    /// All subscribers together hold the total limit.
+    /// All subscribers together hold the total limit, and this one holds
+    /// the most of it.
     Crowded,
 }
 
-/// The bytes queued for all subscribers together, and their limit.
-#[derive(Debug, Clone)]
+/// The bytes queued for all subscribers together, their limit, and the
+/// queues counting into them.
+#[derive(Clone)]
 pub(super) struct QueuedBytes {
-    queued: Arc<AtomicUsize>,
+    inner: Arc<Total>,
+}
+
+struct Total {
+    queued: AtomicUsize,
     limit: usize,
+    next: AtomicU64,
+    queues: Mutex<HashMap<u64, Arc<dyn Evictable>>>,
+}
+
+/// A queue as the total sees it, whatever its message type.
+trait Evictable: Send + Sync {
+    /// Bytes queued unread.
+    fn queued(&self) -> usize;
+    /// Drops the subscriber: its messages discarded, `reason` last.
+    fn evict(&self, reason: Status);
+    /// What the queue is for (`subscription \`id\``).
+    fn label(&self) -> &str;
 }
 
 impl QueuedBytes {
     /// Nothing queued yet; at most `limit` bytes for all subscribers.
     pub(super) fn new(limit: usize) -> Self {
         Self {
-            queued: Arc::new(AtomicUsize::new(0)),
-            limit,
+            inner: Arc::new(Total {
+                queued: AtomicUsize::new(0),
+                limit,
+                next: AtomicU64::new(0),
+                queues: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
     /// The total limit.
     pub(super) fn limit(&self) -> usize {
-        self.limit
+        self.inner.limit
+    }
+
+    /// Counts `size` more bytes, unless that passes the limit.
+    fn reserve(&self, size: usize) -> bool {
+        let total = self.inner.queued.fetch_add(size, Ordering::AcqRel);
+        if total.saturating_add(size) > self.inner.limit {
+            self.inner.queued.fetch_sub(size, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn release(&self, size: usize) {
+        self.inner.queued.fetch_sub(size, Ordering::AcqRel);
+    }
+
+    fn queues(&self) -> MutexGuard<'_, HashMap<u64, Arc<dyn Evictable>>> {
+        self.inner.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the queue holding the most bytes, if another than `own` holds
+    /// more than it; true when one was dropped.
+    fn evict_laggard(&self, own: u64) -> bool {
+        let laggard = {
+            let queues = self.queues();
+            let own_bytes = queues.get(&own).map_or(0, |q| q.queued());
+            queues
+                .iter()
+                .filter(|(id, _)| **id != own)
+                .map(|(_, queue)| (queue.queued(), queue))
+                .filter(|(bytes, _)| *bytes > own_bytes)
+                .max_by_key(|(bytes, _)| *bytes)
+                .map(|(bytes, queue)| (bytes, Arc::clone(queue)))
+        };
+        let Some((bytes, laggard)) = laggard else {
+            return false;
+        };
+        let why = format!(
+            "it had the most bytes queued unread ({bytes}) when the sidecar's subscribers \
+             together reached their limit of {} bytes (16 x max_response_bytes); its unread \
+             changes are discarded",
+            self.inner.limit
+        );
+        tracing::warn!(subscriber = laggard.label(), reason = %why, "Configuration subscriber dropped.");
+        let reason = Status::resource_exhausted(format!("{} dropped: {why}", laggard.label()));
+        laggard.evict(reason);
+        true
     }
 }
 
-/// The forwarding side of a subscriber's queue.
-pub(super) struct QueueSender {
-    sender: mpsc::Sender<(Message, usize)>,
-    queued: Arc<AtomicUsize>,
+struct Shared<T> {
+    id: u64,
+    label: String,
     limit: usize,
+    /// `State::bytes`, readable without the lock (by the laggard search).
+    bytes: AtomicUsize,
+    state: Mutex<State<T>>,
+    /// Cancelled when the reader leaves or the queue is ended.
+    done: CancellationToken,
     total: QueuedBytes,
 }
 
+struct State<T> {
+    messages: VecDeque<(Message<T>, usize)>,
+    bytes: usize,
+    /// Nothing more is queued (a reason may be the last message).
+    ended: bool,
+    /// Dropped to make room for another subscriber.
+    evicted: bool,
+    senders: usize,
+    reader: Option<Waker>,
+}
+
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the queue with `reason` last; its unread messages discarded
+    /// first when `discard`.
+    fn end(&self, reason: Status, discard: bool, evicted: bool) {
+        let mut state = self.lock();
+        if discard {
+            state.messages.clear();
+            self.total.release(state.bytes);
+            state.bytes = 0;
+            self.bytes.store(0, Ordering::Release);
+        }
+        if !state.ended {
+            state.messages.push_back((Err(reason), 0));
+            state.ended = true;
+        }
+        state.evicted |= evicted;
+        let reader = state.reader.take();
+        drop(state);
+        self.done.cancel();
+        if let Some(reader) = reader {
+            reader.wake();
+        }
+    }
+}
+
+impl<T: Send> Evictable for Shared<T> {
+    fn queued(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    fn evict(&self, reason: Status) {
+        self.end(reason, true, true);
+    }
+
+    fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+/// The forwarding side of a subscriber's queue (several forwarders may
+/// share one queue: clone it).
+pub(super) struct QueueSender<T = SubscribeConfigurationResponse> {
+    shared: Arc<Shared<T>>,
+}
+
 /// The stream a subscriber reads.
-pub struct SubscriptionStream {
-    receiver: mpsc::Receiver<(Message, usize)>,
-    queued: Arc<AtomicUsize>,
-    total: Arc<AtomicUsize>,
+pub struct SubscriptionStream<T = SubscribeConfigurationResponse> {
+    shared: Arc<Shared<T>>,
 }
 
-/// A queue holding at most `limit` bytes (and [`MAX_MESSAGES`] messages),
-/// counting into `total`.
-pub(super) fn queue(limit: usize, total: QueuedBytes) -> (QueueSender, SubscriptionStream) {
-    let (sender, receiver) = mpsc::channel(MAX_MESSAGES);
-    let queued = Arc::new(AtomicUsize::new(0));
-    let stream = SubscriptionStream {
-        receiver,
-        queued: Arc::clone(&queued),
-        total: Arc::clone(&total.queued),
-    };
-    let sender = QueueSender {
-        sender,
-        queued,
+/// A queue for `label` (`subscription \`id\``) holding at most `limit`
+/// bytes (and [`MAX_MESSAGES`] messages), counting into `total`.
+pub(super) fn queue<T: Send + 'static>(
+    label: String,
+    limit: usize,
+    total: QueuedBytes,
+) -> (QueueSender<T>, SubscriptionStream<T>) {
+    let id = total.inner.next.fetch_add(1, Ordering::Relaxed);
+    let shared = Arc::new(Shared {
+        id,
+        label,
         limit,
-        total,
+        bytes: AtomicUsize::new(0),
+        state: Mutex::new(State {
+            messages: VecDeque::new(),
+            bytes: 0,
+            ended: false,
+            evicted: false,
+            senders: 1,
+            reader: None,
+        }),
+        done: CancellationToken::new(),
+        total: total.clone(),
+    });
+    total
+        .queues()
+        .insert(id, Arc::clone(&shared) as Arc<dyn Evictable>);
+    let sender = QueueSender {
+        shared: Arc::clone(&shared),
     };
-    (sender, stream)
+    (sender, SubscriptionStream { shared })
 }
 
-impl QueueSender {
-    /// Queues `message` of `size` bytes without waiting.
-    pub(super) fn try_send(&self, message: Message, size: usize) -> Result<(), Refused> {
-        if size > self.limit {
+impl<T> QueueSender<T> {
+    /// Queues `message` of `size` bytes without waiting; when all
+    /// subscribers together are at their limit, the one holding the most
+    /// is dropped to make room, unless that is this one.
+    pub(super) fn try_send(&self, mut message: Message<T>, size: usize) -> Result<(), Refused> {
+        if size > self.shared.limit {
             return Err(Refused::TooLarge);
         }
-        let queued = self.queued.load(Ordering::Acquire);
-        if queued.saturating_add(size) > self.limit {
-            return Err(Refused::Behind);
-        }
-        let total = self.total.queued.fetch_add(size, Ordering::AcqRel);
-        if total.saturating_add(size) > self.total.limit {
-            self.total.queued.fetch_sub(size, Ordering::AcqRel);
-            return Err(Refused::Crowded);
-        }
-        self.queued.fetch_add(size, Ordering::AcqRel);
-        self.sender.try_send((message, size)).map_err(|e| {
-            self.queued.fetch_sub(size, Ordering::AcqRel);
-            self.total.queued.fetch_sub(size, Ordering::AcqRel);
-            match e {
-                mpsc::error::TrySendError::Closed(_) => Refused::Closed,
-                mpsc::error::TrySendError::Full(_) => Refused::Behind,
+        for _ in 0..MAX_EVICTIONS {
+            match self.try_push(message, size) {
+                Ok(()) => return Ok(()),
+                Err((Refused::Crowded, back)) => {
+                    if !self.shared.total.evict_laggard(self.shared.id) {
+                        return Err(Refused::Crowded);
+                    }
+                    message = back;
+                }
+                Err((refused, _)) => return Err(refused),
             }
-        })
+        }
+        Err(Refused::Crowded)
     }
 
-    /// Queues `status` (a reason to end), waiting for room.
-    pub(super) async fn send_reason(&self, status: Status) {
-        let _ = self.sender.send((Err(status), 0)).await;
+    fn try_push(&self, message: Message<T>, size: usize) -> Result<(), (Refused, Message<T>)> {
+        let mut state = self.shared.lock();
+        if state.ended || self.shared.done.is_cancelled() {
+            return Err((Refused::Closed, message));
+        }
+        if state.messages.len() >= MAX_MESSAGES
+            || state.bytes.saturating_add(size) > self.shared.limit
+        {
+            return Err((Refused::Behind, message));
+        }
+        if !self.shared.total.reserve(size) {
+            return Err((Refused::Crowded, message));
+        }
+        state.bytes += size;
+        self.shared.bytes.store(state.bytes, Ordering::Release);
+        state.messages.push_back((message, size));
+        let reader = state.reader.take();
+        drop(state);
+        if let Some(reader) = reader {
+            reader.wake();
+        }
+        Ok(())
     }
 
-    /// Resolves once the client has left.
+    /// Ends the stream after what is queued, with `status` last.
+    pub(super) fn end(&self, status: Status) {
+        self.shared.end(status, false, false);
+    }
+
+    /// Drops the subscriber: what is queued unread is discarded (its bytes
+    /// leave the total) and `status` is its last message.
+    pub(super) fn drop_with(&self, status: Status) {
+        self.shared.end(status, true, false);
+    }
+
+    /// Resolves once the client has left or the queue has ended (dropped
+    /// to make room for another subscriber, see [`Self::evicted`]).
     pub(super) async fn closed(&self) {
-        self.sender.closed().await;
+        self.shared.done.cancelled().await;
+    }
+
+    /// Whether the subscriber was dropped to make room for another.
+    pub(super) fn evicted(&self) -> bool {
+        self.shared.lock().evicted
     }
 
     /// The byte limit.
     pub(super) fn limit(&self) -> usize {
-        self.limit
+        self.shared.limit
     }
 
     /// The total byte limit of all subscribers.
     pub(super) fn total_limit(&self) -> usize {
-        self.total.limit()
+        self.shared.total.limit()
     }
 }
 
-impl Stream for SubscriptionStream {
-    type Item = Message;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        match self.receiver.poll_recv(cx) {
-            Poll::Ready(Some((message, size))) => {
-                self.queued.fetch_sub(size, Ordering::AcqRel);
-                self.total.fetch_sub(size, Ordering::AcqRel);
-                Poll::Ready(Some(message))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+impl<T> Clone for QueueSender<T> {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        Self {
+            shared: Arc::clone(&self.shared),
         }
     }
 }
 
-/// A stream dropped unread gives its bytes back to the total.
-impl Drop for SubscriptionStream {
+/// The stream ends (after what is queued) once every sender is gone.
+impl<T> Drop for QueueSender<T> {
     fn drop(&mut self) {
-        self.receiver.close();
-        while let Ok((_, size)) = self.receiver.try_recv() {
-            self.total.fetch_sub(size, Ordering::AcqRel);
+        let mut state = self.shared.lock();
+        state.senders -= 1;
+        let reader = (state.senders == 0).then(|| state.reader.take()).flatten();
+        drop(state);
+        if let Some(reader) = reader {
+            reader.wake();
         }
+    }
+}
+
+impl<T> Stream for SubscriptionStream<T> {
+    type Item = Message<T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message<T>>> {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        if let Some((message, size)) = state.messages.pop_front() {
+            state.bytes -= size;
+            shared.bytes.store(state.bytes, Ordering::Release);
+            shared.total.release(size);
+            return Poll::Ready(Some(message));
+        }
+        if state.ended || state.senders == 0 {
+            return Poll::Ready(None);
+        }
+        state.reader = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// A stream dropped unread gives its bytes back to the total, and its
+/// senders learn that the client left.
+impl<T> Drop for SubscriptionStream<T> {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        shared.done.cancel();
+        let mut state = shared.lock();
+        state.ended = true;
+        let messages = std::mem::take(&mut state.messages);
+        shared.total.release(state.bytes);
+        state.bytes = 0;
+        shared.bytes.store(0, Ordering::Release);
+        drop(state);
+        drop(messages);
+        shared.total.queues().remove(&shared.id);
     }
 }
 
@@ -169,13 +395,17 @@ mod tests {
     use super::*;
     use tokio_stream::StreamExt;
 
-    fn message() -> Message {
+    fn message() -> Message<SubscribeConfigurationResponse> {
         Ok(SubscribeConfigurationResponse::default())
+    }
+
+    fn open(limit: usize, total: &QueuedBytes) -> (QueueSender, SubscriptionStream) {
+        queue("subscription `s`".into(), limit, total.clone())
     }
 
     #[tokio::test]
     async fn bytes_are_counted_until_the_client_reads_them() {
-        let (sender, mut stream) = queue(100, QueuedBytes::new(1000));
+        let (sender, mut stream) = open(100, &QueuedBytes::new(1000));
         assert_eq!(sender.try_send(message(), 60), Ok(()));
         assert_eq!(sender.try_send(message(), 60), Err(Refused::Behind));
         assert_eq!(sender.try_send(message(), 101), Err(Refused::TooLarge));
@@ -187,7 +417,7 @@ mod tests {
 
     #[tokio::test]
     async fn small_messages_are_bounded_in_number() {
-        let (sender, _stream) = queue(usize::MAX, QueuedBytes::new(usize::MAX));
+        let (sender, _stream) = open(usize::MAX, &QueuedBytes::new(usize::MAX));
         for _ in 0..MAX_MESSAGES {
             assert_eq!(sender.try_send(message(), 1), Ok(()));
         }
@@ -195,16 +425,63 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn all_subscribers_together_are_bounded() {
+    async fn a_full_total_drops_the_subscriber_holding_the_most_not_the_sender() {
         let total = QueuedBytes::new(100);
-        let (first, mut first_stream) = queue(80, total.clone());
-        let (second, second_stream) = queue(80, total.clone());
+        let (laggard, mut laggard_stream) = queue("subscription `lag`".into(), 80, total.clone());
+        let (reader, mut reader_stream) = open(80, &total);
+        assert_eq!(laggard.try_send(message(), 70), Ok(()));
+        assert_eq!(reader.try_send(message(), 20), Ok(()));
+        assert!(reader_stream.next().await.is_some());
+        // 70 + 40 > 100: the laggard (70 unread) goes, not the reader.
+        assert_eq!(reader.try_send(message(), 40), Ok(()));
+        assert!(laggard.evicted());
+        assert_eq!(laggard.try_send(message(), 1), Err(Refused::Closed));
+        let reason = laggard_stream
+            .next()
+            .await
+            .expect("a reason")
+            .expect_err("dropped");
+        assert_eq!(reason.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            reason.message().contains("subscription `lag` dropped")
+                && reason
+                    .message()
+                    .contains("the most bytes queued unread (70)")
+                && reason.message().contains("limit of 100 bytes"),
+            "{}",
+            reason.message()
+        );
+        assert!(
+            laggard_stream.next().await.is_none(),
+            "its change was discarded"
+        );
+        assert!(reader_stream.next().await.is_some());
+        assert!(!reader.evicted());
+    }
+
+    #[tokio::test]
+    async fn the_sender_is_refused_when_it_holds_the_most() {
+        let total = QueuedBytes::new(100);
+        let (first, mut first_stream) = open(80, &total);
+        let (second, _second_stream) = open(80, &total);
         assert_eq!(first.try_send(message(), 60), Ok(()));
-        assert_eq!(second.try_send(message(), 60), Err(Refused::Crowded));
+        assert_eq!(second.try_send(message(), 30), Ok(()));
+        // 90 queued; the first holds the most and its own message does not fit.
+        assert_eq!(first.try_send(message(), 20), Err(Refused::Crowded));
+        assert!(!second.evicted());
         assert!(first_stream.next().await.is_some());
+        assert_eq!(first.try_send(message(), 60), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_stream_dropped_unread_gives_its_bytes_back() {
+        let total = QueuedBytes::new(100);
+        let (first, _first_stream) = open(80, &total);
+        let (second, second_stream) = open(80, &total);
         assert_eq!(second.try_send(message(), 60), Ok(()));
-        // A subscriber that leaves unread gives its bytes back.
         drop(second_stream);
         assert_eq!(first.try_send(message(), 60), Ok(()));
+        assert_eq!(total.inner.queued.load(Ordering::Acquire), 60);
+        assert_eq!(total.queues().len(), 1);
     }
 }
