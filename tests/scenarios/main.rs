@@ -17,6 +17,7 @@ mod reload_change_ref;
 mod reload_change_type;
 mod reload_dependents;
 mod reload_in_place;
+mod reload_in_place_commit;
 mod reload_invalid;
 mod reload_lossless;
 mod reload_memory_data;

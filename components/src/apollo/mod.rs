@@ -241,6 +241,8 @@ impl Component for ApolloConfigStore {
     }
 }
 
+/// Applied at once: nothing changes in place (the same metadata is kept,
+/// any other is a rebuild), so nothing to stage.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for ApolloConfigStore {
     /// Any change rebuilds the store: the new instance starts from the

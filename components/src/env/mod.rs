@@ -15,7 +15,7 @@ use std::ffi::OsString;
 
 use rewire_runtime::{
     Component, ComponentError, InPlace, InPlaceUpdate, Metadata, SecretError, SecretMap,
-    SecretStore, SecretString,
+    SecretStore, SecretString, StagedInPlace,
 };
 use serde::Deserialize;
 
@@ -111,12 +111,18 @@ impl Component for EnvSecretStore {
     }
 }
 
+/// Deferred: a swap of settings, put in force at commit.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for EnvSecretStore {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         self.settings
             .replace(LiveMetadata::<EnvSecretMetadata>::decode(metadata)?);
         Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        let new = LiveMetadata::<EnvSecretMetadata>::decode(metadata)?;
+        Ok(StagedInPlace::Deferred(self.settings.stage(new)))
     }
 }
 

@@ -378,6 +378,8 @@ impl Component for EtcdConfigStore {
     }
 }
 
+/// Applied at once: nothing changes in place (the same metadata is kept,
+/// any other is a rebuild), so nothing to stage.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for EtcdConfigStore {
     /// Any change rebuilds the store: the new instance joins the shared

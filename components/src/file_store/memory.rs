@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use rewire_runtime::{
     Component, ComponentError, FileError, FileInfo, FileRead, FileStore, InPlace, InPlaceUpdate,
-    ListPage, ListRequest, Metadata, PutFileRequest,
+    ListPage, ListRequest, Metadata, PendingInPlace, PutFileRequest, StagedInPlace,
 };
 use serde::Deserialize;
 
@@ -58,7 +58,8 @@ struct Files {
 pub struct MemoryFileStore {
     #[metadata]
     metadata: MemoryFileMetadata,
-    limits: Mutex<Option<MemoryFileMetadata>>,
+    /// Set by an in-place update (shared with a staged one).
+    limits: Arc<Mutex<Option<MemoryFileMetadata>>>,
     files: Mutex<Files>,
 }
 
@@ -96,14 +97,25 @@ impl Component for MemoryFileStore {
     }
 }
 
+/// Deferred: the new limits are put in force at commit.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for MemoryFileStore {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let StagedInPlace::Deferred(pending) = self.stage_in_place(metadata).await? else {
+            return Ok(InPlace::NeedsRebuild);
+        };
+        pending.apply();
+        Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
         let new = metadata
             .decode::<MemoryFileMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
-        *self.limits.lock().unwrap_or_else(|p| p.into_inner()) = Some(new);
-        Ok(InPlace::Applied)
+        let limits = self.limits.clone();
+        Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
+            *limits.lock().unwrap_or_else(|p| p.into_inner()) = Some(new);
+        })))
     }
 }
 

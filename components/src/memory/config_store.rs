@@ -9,13 +9,19 @@
 //! items dropped from `items` are deleted if they still hold their seeded
 //! value (so re-applying the previous metadata undoes a change exactly);
 //! everything else, including values set since, is kept.
+//!
+//! A reload stages the change: the items change, and subscribers hear of
+//! it, only once the new generation is published; until then only the
+//! reload preparing it (a configurationRef read, a dependent's `init`)
+//! reads the new items, and a rollback leaves no trace.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
-    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, SubscriptionHub,
+    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, PendingInPlace,
+    StagedInPlace, SubscriptionHub,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -77,7 +83,7 @@ struct Stored {
     metadata: HashMap<String, String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct ConfigTable {
     items: BTreeMap<ItemId, Stored>,
     last_version: u64,
@@ -103,6 +109,34 @@ impl ConfigTable {
         stored.value.clear();
         stored.version = self.last_version;
         Some(to_item(id, &stored))
+    }
+
+    /// Brings the seeded items from `old` to `new`; the changes, as
+    /// published.
+    fn reseed(
+        &mut self,
+        old: &MemoryConfigMetadata,
+        new: &MemoryConfigMetadata,
+    ) -> Vec<ConfigItem> {
+        let mut changed: Vec<ConfigItem> = new
+            .items
+            .0
+            .iter()
+            .filter(|(key, value)| old.items.0.get(*key) != Some(value))
+            .map(|(key, value)| self.put(plain_id(key), value.clone(), HashMap::new()))
+            .collect();
+        for (key, seeded) in &old.items.0 {
+            let untouched = self
+                .items
+                .get(&plain_id(key))
+                .is_some_and(|s| &s.value == seeded);
+            if !new.items.0.contains_key(key) && untouched {
+                if let Some(removed) = self.remove(&plain_id(key)) {
+                    changed.push(removed);
+                }
+            }
+        }
+        changed
     }
 }
 
@@ -132,8 +166,9 @@ fn plain_id(key: &str) -> ItemId {
 pub struct MemoryConfigStore {
     #[metadata]
     settings: LiveMetadata<MemoryConfigMetadata>,
-    table: Mutex<ConfigTable>,
-    hub: SubscriptionHub,
+    /// Shared with a staged update, which applies to it at commit.
+    table: Arc<Mutex<ConfigTable>>,
+    hub: Arc<SubscriptionHub>,
 }
 
 impl MemoryConfigStore {
@@ -169,10 +204,34 @@ impl MemoryConfigStore {
     }
 
     fn table(&self) -> MutexGuard<'_, ConfigTable> {
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.table)
     }
+
+    /// Checks `metadata` and stages it: its items are set, and published,
+    /// when the returned update is applied.
+    fn stage(&self, metadata: &Metadata) -> Result<PendingInPlace, ComponentError> {
+        let new = LiveMetadata::<MemoryConfigMetadata>::decode(metadata)?;
+        let table = self.table.clone();
+        let hub = self.hub.clone();
+        Ok(self.settings.stage_then(new, move |old, new| {
+            let mut table = lock(&table);
+            let changed = table.reseed(old, new);
+            if !changed.is_empty() {
+                hub.publish(&changed);
+            }
+            info!(
+                changed = changed.len(),
+                keys = table.items.len(),
+                "Memory config store metadata applied in place."
+            );
+        }))
+    }
+}
+
+fn lock(table: &Mutex<ConfigTable>) -> MutexGuard<'_, ConfigTable> {
+    table
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[rewire_runtime::prelude::async_trait]
@@ -187,52 +246,40 @@ impl Component for MemoryConfigStore {
     }
 }
 
+/// Deferred: the change is put in force, and published, at commit.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for MemoryConfigStore {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
-        let new = LiveMetadata::<MemoryConfigMetadata>::decode(metadata)?;
-        let old = self.settings.replace(new.clone());
-        let mut table = self.table();
-        let mut changed: Vec<ConfigItem> = new
-            .items
-            .0
-            .iter()
-            .filter(|(key, value)| old.items.0.get(*key) != Some(value))
-            .map(|(key, value)| table.put(plain_id(key), value.clone(), HashMap::new()))
-            .collect();
-        for (key, seeded) in &old.items.0 {
-            let untouched = table
-                .items
-                .get(&plain_id(key))
-                .is_some_and(|s| &s.value == seeded);
-            if !new.items.0.contains_key(key) && untouched {
-                if let Some(removed) = table.remove(&plain_id(key)) {
-                    changed.push(removed);
-                }
-            }
-        }
-        if !changed.is_empty() {
-            self.hub.publish(&changed);
-        }
-        info!(
-            changed = changed.len(),
-            keys = table.items.len(),
-            "Memory config store metadata applied in place."
-        );
+        self.stage(metadata)?.apply();
         Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        self.stage(metadata).map(StagedInPlace::Deferred)
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
 impl ConfigStore for MemoryConfigStore {
+    /// A reload preparing a staged change reads the items as they will be.
     async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
         let table = self.table();
-        Ok(table
-            .items
-            .iter()
-            .map(|(id, stored)| to_item(id, stored))
-            .filter(|item| query.matches(item))
-            .collect())
+        let matching = |table: &ConfigTable| {
+            table
+                .items
+                .iter()
+                .map(|(id, stored)| to_item(id, stored))
+                .filter(|item| query.matches(item))
+                .collect()
+        };
+        Ok(match self.settings.staged() {
+            Some(staged) => {
+                let mut view = table.clone();
+                view.reseed(&self.settings.committed(), &staged);
+                matching(&view)
+            }
+            None => matching(&table),
+        })
     }
 
     async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {

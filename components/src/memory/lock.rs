@@ -141,6 +141,7 @@ impl Component for MemoryLock {
     }
 }
 
+/// Applied at once: there is no metadata, so nothing to stage.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for MemoryLock {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {

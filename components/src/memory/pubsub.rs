@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use rewire_runtime::{
     Component, ComponentError, DeliveryOutcome, InPlace, InPlaceUpdate, Message, Metadata, PubSub,
-    PubSubError, PubSubSubscription, PublishRequest, SubscribeRequest, SubscriptionFeed,
+    PubSubError, PubSubSubscription, PublishRequest, StagedInPlace, SubscribeRequest,
+    SubscriptionFeed,
 };
 use tokio::sync::{mpsc, Semaphore};
 
@@ -89,12 +90,18 @@ impl Component for MemoryPubSub {
     }
 }
 
+/// Deferred: a swap of settings, put in force at commit.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for MemoryPubSub {
     /// Takes the new metadata; the queues and their subscriptions stay.
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
         self.meta.replace(LiveMetadata::decode(metadata)?);
         Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        let new = LiveMetadata::decode(metadata)?;
+        Ok(StagedInPlace::Deferred(self.meta.stage(new)))
     }
 }
 

@@ -79,6 +79,8 @@ impl Component for MemorySequencer {
     }
 }
 
+/// Applied at once, not deferred: raising the high-water marks is awaited
+/// and only ever raises them (seeing it early is harmless; never undone).
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for MemorySequencer {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {

@@ -86,6 +86,9 @@ impl Component for RedisLock {
     }
 }
 
+/// Applied at once, not deferred: the new connection is built, checked and
+/// swapped in by one awaited step (the connection's `apply`); a rollback
+/// re-applies the previous metadata, which swaps back.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for RedisLock {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {

@@ -22,8 +22,9 @@ use std::sync::{Arc, OnceLock};
 use super::any_connection::AnyConnection;
 use arc_swap::ArcSwap;
 use rewire_runtime::{
-    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PubSub, PubSubError,
-    PubSubSubscription, PublishRequest, Readiness, SubscribeRequest,
+    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PendingInPlace,
+    PubSub, PubSubError, PubSubSubscription, PublishRequest, Readiness, StagedInPlace,
+    SubscribeRequest,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -139,20 +140,32 @@ impl Component for RedisPubSub {
     }
 }
 
+/// Deferred: the new tunables are put in force at commit (another broker
+/// needs a rebuild).
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for RedisPubSub {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let StagedInPlace::Deferred(pending) = self.stage_in_place(metadata).await? else {
+            return Ok(InPlace::NeedsRebuild);
+        };
+        pending.apply();
+        Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
         let new = metadata
             .decode::<RedisPubSubMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         if !new.same_broker(&self.metadata) {
-            return Ok(InPlace::NeedsRebuild);
+            return Ok(StagedInPlace::NeedsRebuild);
         }
         let tunables = new
             .tunables()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
-        self.tunables.store(Arc::new(tunables));
-        Ok(InPlace::Applied)
+        let current = self.tunables.clone();
+        Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
+            current.store(Arc::new(tunables));
+        })))
     }
 }
 

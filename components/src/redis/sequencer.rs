@@ -171,6 +171,10 @@ fn check_sequencer_metadata(metadata: &RedisMetadata) -> Result<(), ComponentErr
     }
 }
 
+/// Applied at once, not deferred: the new connection is built, checked and
+/// swapped in by one awaited step, and `biggerThan` raises the marks in
+/// Redis itself (ids only go up: seeing it early is harmless, and it is
+/// never undone).
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for RedisSequencer {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {

@@ -35,6 +35,9 @@ pub struct ProbeMeta {
     /// `update_in_place` takes new metadata only when the new metadata says
     /// `inPlace: true`; otherwise it asks for a rebuild.
     pub in_place: bool,
+    /// `update_in_place` to this metadata takes it, then panics (a
+    /// half-made update).
+    pub panic_in_place: bool,
     /// Free value (a configurationRef may inject it).
     pub value: Option<String>,
     /// Free revision number, to make a change.
@@ -162,7 +165,11 @@ impl InPlaceUpdate for Probe {
         if !new.in_place {
             return Ok(InPlace::NeedsRebuild);
         }
+        let panic = new.panic_in_place;
         self.meta.replace(new);
+        if panic {
+            panic!("probe {} exploded while updated in place", self.built_tag);
+        }
         bump(&APPLIED, &self.built_tag);
         Ok(InPlace::Applied)
     }

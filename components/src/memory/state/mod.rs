@@ -16,7 +16,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{
     BulkGetItem, Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate,
-    Metadata, SetRequest, StateEntry, StateError, StateFeature, StateStore, TransactionRequest,
+    Metadata, PendingInPlace, SetRequest, StagedInPlace, StateEntry, StateError, StateFeature,
+    StateStore, TransactionRequest,
 };
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -88,18 +89,29 @@ impl Component for MemoryStateStore {
     }
 }
 
+impl MemoryStateStore {
+    /// Checks `metadata` and stages it (the data is untouched either way).
+    fn stage(&self, metadata: &Metadata) -> Result<PendingInPlace, ComponentError> {
+        let new = LiveMetadata::<MemoryStateMetadata>::decode(metadata)?;
+        Ok(self.settings.stage_then(new, |_, new| {
+            info!(
+                default_ttl_in_seconds = new.default_ttl_in_seconds,
+                "Memory state store metadata applied in place."
+            );
+        }))
+    }
+}
+
+/// Deferred: a swap of settings, put in force at commit.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for MemoryStateStore {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
-        let new = LiveMetadata::<MemoryStateMetadata>::decode(metadata)?;
-        let default_ttl_in_seconds = new.default_ttl_in_seconds;
-        self.settings.replace(new);
-        info!(
-            default_ttl_in_seconds,
-            keys = self.len(),
-            "Memory state store metadata applied in place."
-        );
+        self.stage(metadata)?.apply();
         Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        self.stage(metadata).map(StagedInPlace::Deferred)
     }
 }
 
