@@ -188,3 +188,93 @@ async fn the_routes_need_the_app_token() {
     assert_eq!(allowed.status(), StatusCode::OK);
     sidecar.stop().await;
 }
+
+/// Sends a `PUT` of `pieces` (each after a pause of `every`) to the file
+/// route, the body `length` bytes long by its header, and reads the
+/// answer: its status line and body.
+async fn put_slowly(
+    sidecar: &Sidecar,
+    name: &str,
+    length: usize,
+    pieces: Vec<Vec<u8>>,
+    every: std::time::Duration,
+) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(sidecar.http_addr)
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT /v1.0/rewire/file/files/{name} HTTP/1.1\r\nHost: sidecar\r\n\
+         Content-Length: {length}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for piece in pieces {
+        tokio::time::sleep(every).await;
+        if stream.write_all(&piece).await.is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("answered within 10 s")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, body.to_string())
+}
+
+#[tokio::test]
+async fn an_upload_is_bounded_by_inactivity_not_as_a_whole() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let options = ApiOptions {
+        request_timeout: Duration::from_secs(1),
+        ..ApiOptions::default()
+    };
+    let sidecar = sidecar(&dir, options).await;
+    // A piece every 300 ms for 3 s: three times `request_timeout`.
+    let pieces: Vec<Vec<u8>> = (0..10u8).map(|i| vec![b'a' + i; 1000]).collect();
+    let whole = pieces.concat();
+    let (status, body) = put_slowly(
+        &sidecar,
+        "steady.bin",
+        whole.len(),
+        pieces,
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert_eq!(
+        std::fs::read(dir.path().join("files/steady.bin")).unwrap(),
+        whole
+    );
+
+    // One piece of the 2000 bytes announced, then silence.
+    let (status, body) = put_slowly(
+        &sidecar,
+        "stalled.bin",
+        2000,
+        vec![vec![b'x'; 1000]],
+        Duration::from_millis(100),
+    )
+    .await;
+    assert!(status.contains(" 408 "), "{status}: {body}");
+    assert!(
+        body.contains("ERR_TIMEOUT")
+            && body.contains("file `stalled.bin`")
+            && body.contains("file store `files`"),
+        "{body}"
+    );
+    // Nothing left of it, not even a partial file.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("files"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["steady.bin"]);
+    sidecar.stop().await;
+}

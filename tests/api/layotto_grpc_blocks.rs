@@ -225,3 +225,93 @@ async fn publish_and_subscribe_over_layottos_stream() {
         .unwrap();
     sidecar.stop().await;
 }
+
+/// A `PutFile` stream whose chunks `send` yields over time: the first
+/// message names `name` in store `files`.
+fn upload(
+    name: &'static str,
+    chunks: usize,
+    every: std::time::Duration,
+    then_stall: bool,
+) -> tokio_stream::wrappers::ReceiverStream<layotto::PutFileRequest> {
+    let (sender, receiver) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for i in 0..chunks {
+            let message = layotto::PutFileRequest {
+                store_name: if i == 0 {
+                    "files".into()
+                } else {
+                    String::new()
+                },
+                name: if i == 0 { name.into() } else { String::new() },
+                data: vec![b'a' + i as u8; 1000],
+                ..Default::default()
+            };
+            if sender.send(message).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+        if then_stall {
+            // Silent, the stream kept open, until the sidecar gives up.
+            sender.closed().await;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(receiver)
+}
+
+#[tokio::test]
+async fn an_upload_that_keeps_sending_outlasts_request_timeout_and_one_that_stalls_is_cut() {
+    use std::time::Duration;
+    let options = ApiOptions {
+        request_timeout: Duration::from_secs(1),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut client = runtime(&sidecar).await;
+    // A chunk every 300 ms for 3 s: three times `request_timeout`.
+    let steady = upload("steady.bin", 10, Duration::from_millis(300), false);
+    client.put_file(steady).await.expect("a steady upload");
+    let mut got = client
+        .get_file(layotto::GetFileRequest {
+            store_name: "files".into(),
+            name: "steady.bin".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    let mut read = Vec::new();
+    while let Some(chunk) = next(&mut got).await {
+        read.extend(chunk.expect("chunk").data);
+    }
+    let whole: Vec<u8> = (0..10u8).flat_map(|i| vec![b'a' + i; 1000]).collect();
+    assert_eq!(read, whole, "stored whole");
+
+    // Two chunks, then nothing for longer than `request_timeout`.
+    let stalled = upload("stalled.bin", 2, Duration::from_millis(100), true);
+    let refused = tokio::time::timeout(grpc::PATIENCE, client.put_file(stalled))
+        .await
+        .expect("cut within the test's patience")
+        .expect_err("a stalled upload");
+    assert_eq!(refused.code(), Code::DeadlineExceeded, "{refused:?}");
+    assert!(
+        refused.message().contains("file `stalled.bin`")
+            && refused.message().contains("file store `files`")
+            && refused.message().contains("no bytes arrived for 1s"),
+        "{}",
+        refused.message()
+    );
+    let gone = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(layotto::FileRequest {
+                store_name: "files".into(),
+                name: "stalled.bin".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("nothing stored");
+    assert_eq!(gone.code(), Code::NotFound);
+    sidecar.stop().await;
+}

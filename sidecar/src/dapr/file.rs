@@ -62,6 +62,11 @@ pub struct FileOps {
 }
 
 impl FileOps {
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Writes `body` as `name` (all or nothing, within the store's bound).
     pub async fn put(
         &self,

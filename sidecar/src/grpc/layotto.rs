@@ -313,14 +313,15 @@ impl Runtime for LayottoApi {
     }
 
     async fn put_file(&self, request: Request<Streaming<pb::PutFileRequest>>) -> Answer<()> {
-        // Not cut at `request_timeout` here: the store bounds the file's
-        // size and the connection its idle time. The server's backstop
-        // on every call, max(`request_timeout`, `push_timeout`) (45 s by
-        // default), still bounds the whole upload.
+        // Not cut at `request_timeout` as a whole, nor by the server's
+        // backstop (`call_bound`): an upload that keeps sending may take
+        // as long as it needs (the store bounds the file's size), and is
+        // cut when no chunk arrives for `request_timeout`.
         let caller = caller(&request);
         let incoming = request.into_inner();
+        let idle = self.state.options.request_timeout;
         observed(&self.state, "layotto.PutFile", caller, |call| {
-            layotto_file::put(call, incoming)
+            layotto_file::put(call, incoming, idle)
         })
         .await
         .map(Response::new)

@@ -2,10 +2,11 @@
 //! ([`SequencerOps`](crate::dapr::SequencerOps),
 //! [`FileOps`](crate::dapr::FileOps)). Files stream both ways in chunks:
 //! a put is read from the request stream as it comes (the store bounds its
-//! size), a get is sent as it is read, never held whole.
+//! size; the upload is cut only when no chunk comes for `request_timeout`),
+//! a get is sent as it is read, never held whole.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
 use tokio::io::AsyncReadExt;
@@ -15,7 +16,8 @@ use tonic::{Code, Status, Streaming};
 
 use super::endable_stream::{EndableStream, StreamEnd};
 use super::proto::spec::proto::runtime::v1 as pb;
-use crate::dapr::{Call, FileOpError, SequencerOpError};
+use crate::dapr::{Call, FileOpError, SequencerOpError, UploadError};
+use tonic::codegen::Bytes;
 
 /// Bytes per `GetFileResponse`.
 const CHUNK: usize = 64 * 1024;
@@ -50,25 +52,37 @@ pub(super) async fn next_id(
 }
 
 /// `PutFile`: the first message names the store and the file; its data
-/// and every later message's are the contents.
+/// and every later message's are the contents. However long the upload
+/// takes while chunks keep coming (the store bounds its size); cut with
+/// `DEADLINE_EXCEEDED` when none arrives for `idle` (`request_timeout`).
 pub(super) async fn put(
     call: Call,
     mut incoming: Streaming<pb::PutFileRequest>,
+    idle: Duration,
 ) -> Result<(), Status> {
-    let first = incoming.message().await?.ok_or_else(|| {
-        Status::invalid_argument("PutFile: no message (the first names the store and file)")
-    })?;
+    let first = tokio::time::timeout(idle, incoming.message())
+        .await
+        .map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "PutFile: no message arrived for {idle:?} (request_timeout); the first names \
+                 the store and file"
+            ))
+        })??
+        .ok_or_else(|| {
+            Status::invalid_argument("PutFile: no message (the first names the store and file)")
+        })?;
     let store = call.file_store(&first.store_name)?;
     let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
     let chunks = tokio_stream::once(Ok(first.data))
         .chain(incoming.map(|m| m.map(|m| m.data)))
         .map(|chunk| {
             chunk
-                .map(std::io::Cursor::new)
+                .map(Bytes::from)
                 .map_err(|status| std::io::Error::other(status.message().to_string()))
         });
-    let body = Box::pin(tokio_util::io::StreamReader::new(chunks));
-    store.put(first.name, body, metadata).await?;
+    store
+        .put_streamed(first.name, chunks, metadata, idle)
+        .await?;
     Ok(())
 }
 
@@ -196,6 +210,19 @@ impl From<FileOpError> for Status {
             Some(FileError::Backend(_)) => Code::Internal,
         };
         Status::new(code, err.to_string())
+    }
+}
+
+/// An upload cut for inactivity (the client's or the store's) is
+/// `DEADLINE_EXCEEDED`; a failed write is the store's error.
+impl From<UploadError> for Status {
+    fn from(err: UploadError) -> Self {
+        match err {
+            UploadError::File(err) => err.into(),
+            idle @ (UploadError::Idle { .. } | UploadError::StoreStalled { .. }) => {
+                Status::deadline_exceeded(idle.to_string())
+            }
+        }
     }
 }
 

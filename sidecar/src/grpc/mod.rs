@@ -12,11 +12,15 @@
 //!   own interceptor (`auth`).
 //! * Requests larger than [`ApiOptions::max_request_bytes`] are refused with
 //!   `RESOURCE_EXHAUSTED` naming the size and the limit (`limits`).
-//! * Unary Dapr calls are cut after [`ApiOptions::request_timeout`];
-//!   Lifecycle calls answer before [`ApiOptions::push_timeout`] (at least
-//!   the init timeout plus 15 s) or the caller's deadline; streams
-//!   (configuration subscriptions) last until unsubscribed, the client
-//!   leaves, or the server shuts down.
+//! * Unary Dapr and Layotto calls are cut after
+//!   [`ApiOptions::request_timeout`]; Lifecycle calls answer before
+//!   [`ApiOptions::push_timeout`] (at least the init timeout plus 15 s) or
+//!   the caller's deadline; streams (configuration subscriptions) last
+//!   until unsubscribed, the client leaves, or the server shuts down.
+//!   Every call but Layotto's `PutFile` is also cut after the longer of
+//!   the two (`call_bound`); an upload is cut only when no chunk arrives
+//!   for `request_timeout` (`layotto_file`). The caller's `grpc-timeout`
+//!   bounds every call.
 //! * Every call is counted in the request metrics (`observe`).
 //! * The data-plane unary calls (Dapr's and Layotto's) in their plain form
 //!   are answered in front of the routes (`hot_path`), by the same
@@ -31,6 +35,7 @@
 //! [`ApiOptions::push_timeout`]: crate::ApiOptions::push_timeout
 
 mod auth;
+mod call_bound;
 mod dapr;
 mod dapr_config;
 mod dapr_lock;
@@ -70,6 +75,7 @@ use crate::connection::{accept_loop, ConnectionLimits, CountRequestsLayer};
 use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
 use auth::RequireToken;
+use call_bound::CallBoundLayer;
 use dapr::DaprApi;
 use hot_path::HotPathLayer;
 use layotto::LayottoApi;
@@ -132,8 +138,6 @@ pub async fn serve(
     let ping = options.idle_timeout / 3;
     let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());
     Server::builder()
-        // The Dapr service bounds its calls by `request_timeout` itself.
-        .timeout(options.request_timeout.max(push_timeout))
         .http2_keepalive_interval(Some(ping))
         .http2_keepalive_timeout(Some(ping))
         // Per-connection bounds: streams (subscriptions) and header bytes.
@@ -142,6 +146,14 @@ pub async fn serve(
         // Each call counts in its connection's requests in flight, and
         // its body in the listener's budget.
         .layer(CountRequestsLayer(options.body_budget()))
+        // Every call but an upload within the longer of `request_timeout`
+        // and the Lifecycle timeout; each method bounds itself more tightly
+        // where it can (an upload by inactivity). Not tonic's `timeout`,
+        // which would cut an upload however steadily it sends; tonic still
+        // honours the caller's `grpc-timeout`.
+        .layer(CallBoundLayer::new(
+            options.request_timeout.max(push_timeout),
+        ))
         // `GetState` in its plain form skips the routes (`hot_path`).
         .layer(hot_path)
         .add_service(InterceptedService::new(

@@ -2,7 +2,8 @@
 //! ways, bounded by the store's `maxFileSize`, never held whole:
 //!
 //! * `PUT /v1.0/rewire/file/{store}/{*name}`: the body is the file →
-//!   `{"name", "size", "lastModified"}`;
+//!   `{"name", "size", "lastModified"}`; bounded by inactivity, not as a
+//!   whole: 408 when no bytes arrive for `request_timeout`;
 //! * `GET` the same path: the file (`Content-Length`, `Last-Modified`);
 //! * `HEAD`: the same headers, no body (stat);
 //! * `DELETE`: 204;
@@ -12,13 +13,13 @@
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use tokio_stream::StreamExt;
-use tokio_util::io::{ReaderStream, StreamReader};
+use tokio_util::io::ReaderStream;
 
 use rewire_runtime::{FileInfo, ListRequest};
 
@@ -26,6 +27,7 @@ use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::rewire_error::RewireHttpError;
 use crate::dapr::Call;
+use crate::ApiState;
 
 /// Bytes sent per chunk of a streamed file.
 const CHUNK: usize = 64 * 1024;
@@ -56,7 +58,11 @@ fn info_headers(info: &FileInfo) -> HeaderMap {
 }
 
 /// `PUT /v1.0/rewire/file/{store}/{*name}`: writes the body as the file.
+/// Not bounded as a whole (`observe` leaves this route out): however long
+/// the upload takes while bytes keep coming (the store bounds its size),
+/// cut with 408 when none arrive for `request_timeout`.
 pub async fn put(
+    State(state): State<ApiState>,
     call: Call,
     Path((store, name)): Path<(String, String)>,
     query: QueryPairs,
@@ -70,9 +76,8 @@ pub async fn put(
     let chunks = body
         .into_data_stream()
         .map(|chunk| chunk.map_err(std::io::Error::other));
-    let info = ops
-        .put(name, Box::pin(StreamReader::new(chunks)), metadata)
-        .await?;
+    let idle = state.options.request_timeout;
+    let info = ops.put_streamed(name, chunks, metadata, idle).await?;
     Ok(Json(info_json(&info)))
 }
 

@@ -22,7 +22,8 @@ use crate::ApiState;
 /// Middleware, the only one: runs every call in its trace span (continuing
 /// the caller's `traceparent`), refuses it without the token its route
 /// needs ([`auth`](super::auth)), bounds it by `request_timeout`
-/// ([`deadline`](super::deadline)), and records `observe_request("http",
+/// ([`deadline`](super::deadline); a file upload bounds itself by
+/// inactivity instead), and records `observe_request("http",
 /// operation, store, status, elapsed)`. One layer instead of three: each
 /// `from_fn` layer costs a call a clone of the service below it, a boxed
 /// future and a clone of the state.
@@ -58,6 +59,8 @@ where
     // its own: a future is copied at each layer it is moved through.
     let response = match span.in_scope(|| auth::refusal(options, &request)) {
         Some(refusal) => refusal,
+        // An upload bounds itself by inactivity (`file::put`).
+        None if is_upload(&request) => run(request).instrument(span).await,
         None => {
             let limit = options.request_timeout;
             let timed = tokio::time::timeout(limit, run(request))
@@ -74,6 +77,16 @@ where
         started.elapsed(),
     );
     response
+}
+
+/// Whether `request` is a file upload (`PUT` on the file route), which is
+/// not bounded as a whole.
+fn is_upload(request: &Request) -> bool {
+    request.method() == Method::PUT
+        && request
+            .extensions()
+            .get::<MatchedPath>()
+            .is_some_and(|path| path.as_str() == routes::FILE)
 }
 
 /// The operation name of a state GET.

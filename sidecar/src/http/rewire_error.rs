@@ -9,7 +9,7 @@ use serde_json::json;
 use rewire_runtime::{FileError, SequencerError};
 
 use super::error::HttpError;
-use crate::dapr::{FileOpError, SequencerOpError};
+use crate::dapr::{FileOpError, SequencerOpError, UploadError};
 
 /// Why a call to a rewire route failed.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,18 @@ pub enum RewireHttpError {
     /// A file operation failed.
     #[error(transparent)]
     File(#[from] FileOpError),
+    /// An upload was cut for inactivity (the client's or the store's).
+    #[error(transparent)]
+    Upload(UploadError),
+}
+
+impl From<UploadError> for RewireHttpError {
+    fn from(err: UploadError) -> Self {
+        match err {
+            UploadError::File(err) => Self::File(err),
+            idle => Self::Upload(idle),
+        }
+    }
 }
 
 impl RewireHttpError {
@@ -49,6 +61,10 @@ impl RewireHttpError {
                 FileError::TooLarge { .. } => ("ERR_FILE_TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE),
                 FileError::Backend(_) => ("ERR_FILE_STORE", StatusCode::INTERNAL_SERVER_ERROR),
             },
+            Self::Upload(UploadError::StoreStalled { .. }) => {
+                ("ERR_TIMEOUT", StatusCode::GATEWAY_TIMEOUT)
+            }
+            Self::Upload(_) => ("ERR_TIMEOUT", StatusCode::REQUEST_TIMEOUT),
         }
     }
 }
