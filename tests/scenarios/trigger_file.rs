@@ -156,3 +156,115 @@ async fn an_invalid_write_is_rejected_and_the_next_good_one_applies() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_made_while_the_runtime_starts_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &config(1));
+    // What `rewire run` and `Host::start_with` do: read the file, start
+    // (which takes a while), then watch. A ConfigMap update lands between.
+    let started = rewire::ValidConfig::from_path(&path, &rewire::Registry::collected()).unwrap();
+    let runtime = rewire::Runtime::start(
+        started,
+        rewire::Registry::collected(),
+        rewire::RuntimeOptions::default(),
+    )
+    .await
+    .unwrap();
+    write(&path, &config(2));
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    let applied = eventually(Duration::from_secs(10), || {
+        (running_field(&runtime, &key(), "defaultTtlInSeconds") == Some(json!(2))).then_some(())
+    })
+    .await;
+    assert!(
+        applied.is_some(),
+        "the pod runs the old content while the file says the new: {:#?}",
+        runtime.history()
+    );
+    // Content the runtime started from is not reloaded again: a later
+    // write is the only other file reload.
+    write(&path, &config(3));
+    let third = eventually(Duration::from_secs(10), || {
+        (running_field(&runtime, &key(), "defaultTtlInSeconds") == Some(json!(3))).then_some(())
+    })
+    .await;
+    assert!(third.is_some(), "{:#?}", runtime.history());
+    let reloads = records_of(&runtime, Trigger::File);
+    assert!(
+        reloads.iter().all(|r| r.outcome == Outcome::Applied),
+        "{reloads:#?}"
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_file_is_not_reloaded_when_the_watch_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &config(1));
+    let started = rewire::ValidConfig::from_path(&path, &rewire::Registry::collected()).unwrap();
+    let runtime = rewire::Runtime::start(
+        started,
+        rewire::Registry::collected(),
+        rewire::RuntimeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    // The watch's first read happens before it handles any event: had it
+    // queued a reload, that reload would be recorded before this write's.
+    write(&path, &config(5));
+    applied_after(&runtime, Trigger::File, 0).await;
+    let reloads = records_of(&runtime, Trigger::File);
+    assert_eq!(reloads.len(), 1, "{reloads:#?}");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_refused_because_of_a_push_is_tried_again_once_the_push_goes() {
+    let with = |orders: bool| {
+        let mut components = json!({
+            "config_store": {"cfg": {"type": "memory", "metadata": {"items": {"ttl": "7"}}}},
+            "state": {"s": {"type": "memory"}}
+        });
+        if orders {
+            components["state"]["orders"] = json!({"type": "memory",
+                "configurationRef": [{"store": "cfg", "key": "ttl", "injectAs": "defaultTtlInSeconds"}]});
+        }
+        json!({ "components": components }).to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &with(false));
+    let started = rewire::ValidConfig::from_path(&path, &rewire::Registry::collected()).unwrap();
+    let runtime = rewire::Runtime::start(
+        started,
+        rewire::Registry::collected(),
+        rewire::RuntimeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(30));
+    let cfg = ComponentKey::new("config_store", "cfg");
+    runtime.remove_component(cfg.clone(), None).await.unwrap();
+    // The file now needs the store the control plane removed: refused.
+    write(&path, &with(true));
+    let refused = eventually(Duration::from_secs(10), || {
+        records_of(&runtime, Trigger::File)
+            .into_iter()
+            .find(|r| r.outcome == Outcome::Rejected)
+    })
+    .await;
+    assert!(refused.is_some(), "{:#?}", runtime.history());
+    // The control plane lets go: the file, untouched, applies.
+    runtime.release_component(cfg, None).await.unwrap();
+    let orders = ComponentKey::new("state", "orders");
+    let applied = eventually(Duration::from_secs(10), || {
+        runtime.generation().get(&orders).map(|_| ())
+    })
+    .await;
+    assert!(applied.is_some(), "{:#?}", runtime.history());
+    runtime.shutdown().await;
+}

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
 use crate::component::{ComponentKey, KeyParts};
-use crate::config::{ComponentSpec, Layers, Sections, ValidConfig};
+use crate::config::{ComponentSpec, Config, Layers, Sections, ValidConfig};
 use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
 use crate::redact::Redactor;
 use crate::registry::Registry;
@@ -139,6 +139,16 @@ impl RunningSet {
     pub(crate) fn layers(&self) -> Layers {
         let state = self.state();
         state.layers.whole(&state.config.config)
+    }
+
+    /// Whether `file` is the base (file) layer of the running
+    /// configuration.
+    pub(crate) fn file_is(&self, file: &Config) -> bool {
+        let state = self.state();
+        match &state.layers {
+            RunningLayers::FileOnly => state.config.config == *file,
+            RunningLayers::Laid(layers) => layers.file == *file,
+        }
     }
 
     /// Whether `sections` differ from the running configuration's.

@@ -239,6 +239,14 @@ impl Runtime {
             live: self.live_generation().clone(),
             secret_poll_interval: self.inner.options.secret_poll_interval,
             overlay_tried: Arc::clone(&self.inner.overlay_tried),
+            file_in_force: {
+                let reloader = Arc::downgrade(&self.inner.reloader);
+                Arc::new(move |file: &Config| {
+                    reloader
+                        .upgrade()
+                        .is_some_and(|r| r.running().file_is(file))
+                })
+            },
         }
     }
 

@@ -4,53 +4,52 @@
 //! change of their content is put together and queued as the new base
 //! configuration — the same reload as the file's. An invalid manifest is
 //! recorded as rejected and the running generation stays.
+//!
+//! The two watches share what was seen last, under one lock held across
+//! read, parse and send: they cannot queue older content after newer. The
+//! first read compares with the configuration the runtime runs, so a
+//! change made while the runtime was starting is applied.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::file_seen::{digest, follow_generations, SharedSeen};
 use super::TriggerContext;
 use crate::config::{ConfigSources, Problems};
 use crate::fs_watch::{FileWatch, OnChange};
 use crate::registry::Registry;
 use crate::reload::{ReloadRequest, Trigger};
 
-fn digest(value: &impl Hash) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// Watches every source of `sources`; each watch ends at shutdown.
+/// Watches every source of `sources`; the watches end at shutdown, or all
+/// together when one of them is stopped or dropped.
 pub(crate) fn watch_config_sources(
     cx: &TriggerContext,
     sources: ConfigSources,
     registry: Registry,
     resync: Duration,
 ) -> Vec<FileWatch> {
-    let first = sources.read().ok().map(|texts| digest(&texts));
-    let last = Arc::new(Mutex::new(first));
+    let seen = SharedSeen::default();
     let shared = Arc::new((sources.clone(), registry));
     let trigger = cx.clone();
+    let last = Arc::clone(&seen);
     let on_change: OnChange = Arc::new(move || {
         let cx = trigger.clone();
         let shared = Arc::clone(&shared);
-        let last = Arc::clone(&last);
-        Box::pin(async move { sources_changed(&cx, shared, &last).await })
+        let seen = Arc::clone(&last);
+        Box::pin(async move { sources_changed(&cx, shared, &seen).await })
     });
+    let stop = cx.stopped.child_token();
+    follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
     let mut watches = Vec::new();
     if let Some(file) = sources.file {
-        let stop = cx.stopped.child_token();
         watches.push(FileWatch::start(
             file,
             Arc::clone(&on_change),
             Some(resync),
-            stop,
+            stop.clone(),
         ));
     }
     if let Some(dir) = sources.resources {
-        let stop = cx.stopped.child_token();
         watches.push(FileWatch::start_folder(dir, on_change, Some(resync), stop));
     }
     watches
@@ -59,52 +58,65 @@ pub(crate) fn watch_config_sources(
 /// What a read of the sources came to.
 enum Read {
     Unchanged,
-    Changed(Box<crate::config::Config>),
-    Refused(Problems),
+    InForce(u64),
+    Changed(u64, Box<crate::config::Config>),
+    Refused(u64, Problems),
 }
 
 async fn sources_changed(
     cx: &TriggerContext,
     shared: Arc<(ConfigSources, Registry)>,
-    last: &Arc<Mutex<Option<u64>>>,
+    seen: &SharedSeen,
 ) {
-    let last_seen = Arc::clone(last);
-    let read = tokio::task::spawn_blocking(move || {
-        let (sources, registry) = &*shared;
-        let texts = match sources.read() {
-            Ok(texts) => texts,
-            Err(problems) if is_new(&last_seen, digest(&problems.to_string())) => {
-                return Read::Refused(problems)
+    // Held to the end: one read, parse and send at a time.
+    let mut seen = seen.lock().await;
+    let generation = cx.plan.borrow().generation;
+    let done = |hash: u64| seen.is_done(hash, generation);
+    let in_force = Arc::clone(&cx.file_in_force);
+    let read = {
+        let (sources, _) = &*shared;
+        let sources = sources.clone();
+        tokio::task::spawn_blocking(move || sources.read()).await
+    };
+    let read = match read {
+        Err(err) => Err(err),
+        Ok(Err(problems)) => {
+            let hash = digest(&problems.to_string());
+            Ok(if done(hash) {
+                Read::Unchanged
+            } else {
+                Read::Refused(hash, problems)
+            })
+        }
+        Ok(Ok(texts)) => {
+            let hash = digest(&texts);
+            if done(hash) {
+                Ok(Read::Unchanged)
+            } else {
+                tokio::task::spawn_blocking(move || {
+                    let (sources, registry) = &*shared;
+                    match sources.parse(&texts, registry) {
+                        Ok(config) if in_force(&config) => Read::InForce(hash),
+                        Ok(config) => Read::Changed(hash, Box::new(config)),
+                        Err(problems) => Read::Refused(hash, problems),
+                    }
+                })
+                .await
             }
-            Err(_) => return Read::Unchanged,
-        };
-        if !is_new(&last_seen, digest(&texts)) {
-            return Read::Unchanged;
         }
-        match sources.parse(&texts, registry) {
-            Ok(config) => Read::Changed(Box::new(config)),
-            Err(problems) => Read::Refused(problems),
-        }
-    })
-    .await;
+    };
     match read {
         Ok(Read::Unchanged) => {}
-        Ok(Read::Changed(config)) => {
+        Ok(Read::InForce(hash)) => seen.settled(hash),
+        Ok(Read::Changed(hash, config)) => {
+            seen.sent(hash, generation);
             tracing::info!("Configuration sources changed.");
             cx.request(ReloadRequest::new(*config, Trigger::File));
         }
-        Ok(Read::Refused(problems)) => cx.reject(Trigger::File, problems.to_string()),
+        Ok(Read::Refused(hash, problems)) => {
+            seen.settled(hash);
+            cx.reject(Trigger::File, problems.to_string());
+        }
         Err(err) => tracing::warn!(error = %err, "Reading the configuration sources failed."),
     }
-}
-
-/// Whether `hash` differs from the last one seen (remembering it), so a
-/// change is sent and a problem recorded once, not at every resync.
-fn is_new(last: &Mutex<Option<u64>>, hash: u64) -> bool {
-    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-    if *last == Some(hash) {
-        return false;
-    }
-    *last = Some(hash);
-    true
 }

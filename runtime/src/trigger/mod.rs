@@ -6,6 +6,7 @@
 
 mod config_file;
 mod config_sources;
+mod file_seen;
 mod overlay;
 mod watched_refs;
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::handle::LiveGeneration;
 use crate::reload::queue::{QueueSender, Queued};
 use crate::reload::{ReloadRequest, Trigger};
@@ -40,7 +42,13 @@ pub(crate) struct TriggerContext {
     pub(crate) secret_poll_interval: Duration,
     /// The overlay documents last sent (one per runtime).
     pub(crate) overlay_tried: Arc<OverlayTried>,
+    /// Whether a configuration is the base (file) layer in force.
+    pub(crate) file_in_force: FileInForce,
 }
+
+/// Tells whether a configuration read from the file is the base layer the
+/// runtime runs with (false once the runtime is gone).
+pub(crate) type FileInForce = Arc<dyn Fn(&Config) -> bool + Send + Sync>;
 
 impl TriggerContext {
     /// Sends a reload request.

@@ -1,0 +1,119 @@
+//! What a file trigger (the configuration file, the configuration's
+//! sources) saw last and what came of it, shared by its watches and
+//! serialised: one read, parse and send at a time, so two watches of the
+//! same sources cannot queue older content after newer.
+//!
+//! Content sent as a reload is remembered with the generation it was sent
+//! against: refused (or rolled back and given up) only because of what
+//! else ran — the overlay, a push — it is sent again once the generation
+//! moves on. Content that is in force, or refused for its own sake (it
+//! does not parse), is not sent again until it changes.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::TriggerContext;
+use crate::fs_watch::OnChange;
+
+/// A digest of content (or of a problem's text).
+pub(super) fn digest(value: &impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// What came of the content last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// In force, or refused for its own sake: nothing to send until it
+    /// changes.
+    Settled,
+    /// Sent as a reload against this generation.
+    SentAt(u64),
+}
+
+/// The content last seen (by digest) and what came of it; `None` until
+/// the first read, which therefore always compares the content with the
+/// configuration in force.
+#[derive(Debug, Default)]
+pub(super) struct Seen(Option<(u64, Outcome)>);
+
+impl Seen {
+    /// Whether `hash` needs no work against `generation`: already settled,
+    /// or already sent against it.
+    pub(super) fn is_done(&self, hash: u64, generation: u64) -> bool {
+        match self.0 {
+            Some((seen, Outcome::Settled)) => seen == hash,
+            Some((seen, Outcome::SentAt(at))) => seen == hash && at == generation,
+            None => false,
+        }
+    }
+
+    /// Notes `hash` as settled.
+    pub(super) fn settled(&mut self, hash: u64) {
+        self.0 = Some((hash, Outcome::Settled));
+    }
+
+    /// Notes `hash` as sent against `generation`.
+    pub(super) fn sent(&mut self, hash: u64, generation: u64) {
+        self.0 = Some((hash, Outcome::SentAt(generation)));
+    }
+
+    /// Whether content was sent against another generation than
+    /// `generation` (and may be in force by now, or worth another try).
+    pub(super) fn sent_before(&self, generation: u64) -> bool {
+        matches!(self.0, Some((_, Outcome::SentAt(at))) if at != generation)
+    }
+}
+
+/// The state shared by a trigger's watches (the lock is held across a
+/// whole read, parse and send).
+pub(super) type SharedSeen = Arc<Mutex<Seen>>;
+
+/// Calls `on_change` after each commit that moves the generation on while
+/// content sent earlier is not known to be in force, so content refused
+/// because of another layer is tried again; ends when `stop` is cancelled.
+pub(super) fn follow_generations(
+    cx: &TriggerContext,
+    seen: SharedSeen,
+    on_change: OnChange,
+    stop: CancellationToken,
+) {
+    let mut plan = cx.plan.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = plan.changed() => if changed.is_err() { return },
+            }
+            let generation = plan.borrow_and_update().generation;
+            if seen.lock().await.sent_before(generation) {
+                on_change().await;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sent_content_is_tried_again_against_a_new_generation() {
+        let mut seen = Seen::default();
+        assert!(!seen.is_done(1, 1), "the first read always compares");
+        seen.sent(1, 1);
+        assert!(seen.is_done(1, 1));
+        assert!(!seen.is_done(2, 1), "new content");
+        assert!(!seen.sent_before(1));
+        assert!(seen.sent_before(2));
+        assert!(!seen.is_done(1, 2), "a new generation");
+        seen.settled(1);
+        assert!(seen.is_done(1, 2) && seen.is_done(1, 3));
+        assert!(!seen.sent_before(3));
+    }
+}
