@@ -8,6 +8,7 @@ use crate::support::triggers;
 use rewire::config::Layer;
 use rewire::{ComponentKey, ConfigItem, ConfigQuery, Outcome, Trigger};
 use serde_json::json;
+use std::time::Duration;
 use triggers::{applied_after, eventually, records_of, running_field};
 
 const CONFIG: &str = r#"{"appId": "shop", "components": {
@@ -92,5 +93,45 @@ async fn the_app_specific_overlay_beats_the_common_one_which_beats_the_file() {
     })
     .await;
     assert!(common.is_some(), "{:#?}", runtime.history());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverting_an_overlay_that_rolls_back_ends_its_retry() {
+    let d1 = r#"{"components": {"probe": {"p": {"metadata": {"rev": 1}}}}}"#;
+    let d2 = r#"{"components": {"probe": {"p": {"metadata": {"rev": 2, "failInit": true}}}}}"#;
+    let config = json!({"components": {
+        "config_store": {"cfg": {"type": "memory", "metadata": {"items": {
+            "rewire.components": serde_json::from_str::<serde_json::Value>(d1).unwrap()}}}},
+        "probe": {"p": {"type": "test.reload.probe", "metadata": {"tag": "overlay-revert"}}}
+    }, "overlay": {"store": "cfg", "key": "rewire.components"}});
+    let runtime = support::reload::start(&config.to_string()).await;
+    assert_eq!(support::reload::probe(&runtime, "p").meta().rev, 1);
+    // D2 cannot start: rolled back, then retried.
+    set(&runtime, "rewire.components", d2).await;
+    let retried = eventually(Duration::from_secs(10), || runtime.pending_retry()).await;
+    assert_eq!(
+        retried.map(|r| r.trigger),
+        Some(Trigger::Overlay),
+        "{:#?}",
+        runtime.history()
+    );
+    // The operator reverts to D1, the documents in force: the retry of D2
+    // ends (the reload of D1 changes nothing).
+    set(&runtime, "rewire.components", d1).await;
+    let cleared = eventually(Duration::from_secs(10), || {
+        runtime.pending_retry().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        cleared.is_some(),
+        "D2 still retried: {:#?}",
+        runtime.history()
+    );
+    let last = records_of(&runtime, Trigger::Overlay)
+        .pop()
+        .expect("an overlay record");
+    assert_eq!(last.outcome, Outcome::NoChange, "{last:#?}");
+    assert_eq!(support::reload::probe(&runtime, "p").meta().rev, 1);
     runtime.shutdown().await;
 }

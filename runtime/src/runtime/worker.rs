@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use std::future::Future;
 
+use crate::config::LayerChange;
 use crate::reload::queue::{coalesce, narrowed, QueueReceiver, Queued};
 use crate::reload::{ReloadError, ReloadRecord, ReloadRequest, Reloader, Trigger};
 
@@ -67,35 +68,121 @@ pub(super) fn spawn_worker(
             let Some(reloader) = reloader.upgrade() else {
                 return;
             };
-            let (mut requests, mut attempts) = match retry.take() {
-                Some(retry) => (vec![retry.request], retry.attempts),
-                None => (Vec::new(), 0),
-            };
+            let mut requests = Vec::new();
             for queued in batch {
                 match queued {
-                    Queued::Reload(request) => {
-                        // New input: the backoff starts over.
-                        attempts = 0;
-                        requests.push(request);
-                    }
+                    Queued::Reload(request) => requests.push(request),
                     Queued::Rejected { trigger, error } => {
                         reloader.record_rejected(trigger, &error)
                     }
                 }
             }
-            if requests.is_empty() {
+            let due = retry.as_ref().is_some_and(|r| r.at <= Instant::now());
+            if requests.is_empty() && !due {
                 continue;
             }
-            let request = coalesce(requests);
             // The outcome is recorded in the history and logged.
-            let (request, outcome) = reload_narrowing(request, |r| reloader.reload(r)).await;
-            retry = match outcome {
-                Err(ReloadError::RolledBack(_)) => Some(next_retry(request, attempts + 1)),
-                _ => None,
-            };
+            retry = run_round(retry.take(), requests, |r| reloader.reload(r)).await;
             *shown.lock().unwrap_or_else(|p| p.into_inner()) = retry.as_ref().map(shown_retry);
         }
     });
+}
+
+/// One round of the worker: the retry (when its time came, or beside new
+/// input) and the new input, `new`. Returns the retry to keep.
+///
+/// New input is tried together with the retry. When that rolls back, the
+/// new input is tried alone, so a part that keeps rolling back (a backend
+/// not up yet) does not hold back later changes; the retry then stays on
+/// its own backoff. The backoff starts over only when the new input
+/// replaces what the retry carried (another file, other overlay
+/// documents).
+async fn run_round<F, Fut>(
+    retry: Option<Retry>,
+    new: Vec<ReloadRequest>,
+    mut reload: F,
+) -> Option<Retry>
+where
+    F: FnMut(ReloadRequest) -> Fut,
+    Fut: Future<Output = Result<ReloadRecord, ReloadError>>,
+{
+    let rolled_back = |outcome: &Result<ReloadRecord, ReloadError>| {
+        matches!(outcome, Err(ReloadError::RolledBack(_)))
+    };
+    let Some(retry) = retry else {
+        if new.is_empty() {
+            return None;
+        }
+        let (ran, outcome) = reload_narrowing(coalesce(new), &mut reload).await;
+        return rolled_back(&outcome).then(|| next_retry(ran, 1));
+    };
+    if new.is_empty() {
+        let (ran, outcome) = reload_narrowing(retry.request, &mut reload).await;
+        return rolled_back(&outcome).then(|| next_retry(ran, retry.attempts + 1));
+    }
+    let (kept, new) = split(retry.request.clone(), coalesce(new));
+    let Some(new) = new else {
+        // Nothing new besides what the retry carries: it waits its turn.
+        return Some(retry);
+    };
+    let Some(kept) = kept else {
+        // The new input replaces everything the retry carried.
+        let (ran, outcome) = reload_narrowing(new, &mut reload).await;
+        return rolled_back(&outcome).then(|| next_retry(ran, 1));
+    };
+    let together = coalesce(vec![kept.clone(), new.clone()]);
+    let whole = together.changes.len();
+    let (ran, outcome) = reload_narrowing(together, &mut reload).await;
+    if !rolled_back(&outcome) {
+        return None;
+    }
+    if ran.changes.len() != whole {
+        // Narrowed (a document was rejected) and still rolled back.
+        return Some(next_retry(ran, retry.attempts + 1));
+    }
+    tracing::info!(trigger = %new.trigger, "Reload rolled back with a retried part; trying the new input alone.");
+    let (ran, outcome) = reload_narrowing(new, &mut reload).await;
+    let request = if rolled_back(&outcome) {
+        coalesce(vec![kept, ran])
+    } else {
+        kept
+    };
+    Some(next_retry(request, retry.attempts + 1))
+}
+
+/// Splits the retried request and the new input: what of the retry the new
+/// input does not replace (`None`: nothing), and what of the new input the
+/// retry does not carry already (`None`: nothing). A file or overlay change
+/// replaces the retry's own unless it is the same; a component forced by
+/// both is kept with the retry.
+fn split(
+    retried: ReloadRequest,
+    mut new: ReloadRequest,
+) -> (Option<ReloadRequest>, Option<ReloadRequest>) {
+    let is_file = |c: &LayerChange| matches!(c, LayerChange::File(_));
+    let is_overlay = |c: &LayerChange| matches!(c, LayerChange::Overlay(..));
+    let mut kept = ReloadRequest {
+        changes: Vec::new(),
+        ..retried.clone()
+    };
+    for change in retried.changes {
+        let same_kind = |c: &LayerChange| {
+            is_file(c) && is_file(&change) || is_overlay(c) && is_overlay(&change)
+        };
+        match new.changes.iter().position(same_kind) {
+            // The same document again: nothing new.
+            Some(i) if new.changes[i] == change => {
+                new.changes.remove(i);
+                kept.changes.push(change);
+            }
+            // Replaced by the new input.
+            Some(_) => {}
+            None => kept.changes.push(change),
+        }
+    }
+    new.forced.retain(|key| !kept.forced.contains(key));
+    let carries = |r: &ReloadRequest| !r.changes.is_empty() || !r.forced.is_empty();
+    (carries(&kept).then_some(kept), carries(&new).then_some(new))
 }
 
 /// Runs `request` with `reload`; when it is rejected as a whole, runs the
@@ -163,6 +250,7 @@ async fn sleep_until(at: Option<Instant>) {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use std::sync::Mutex;
 
     #[tokio::test]
     async fn a_rejected_batch_still_applies_what_was_valid_in_it() {
@@ -197,6 +285,123 @@ mod tests {
         );
         assert_eq!(last.forced, forced);
         assert!(matches!(outcome, Err(ReloadError::Stopped)));
+    }
+
+    fn file(app: &str) -> ReloadRequest {
+        let config = Config {
+            app_id: app.into(),
+            ..Config::default()
+        };
+        ReloadRequest::new(config, Trigger::File)
+    }
+
+    fn forced(name: &str) -> ReloadRequest {
+        ReloadRequest {
+            forced: [crate::component::ComponentKey::new("state", name)].into(),
+            ..ReloadRequest::of_changes(Trigger::WatchedRef, Vec::new())
+        }
+    }
+
+    fn overlay(ttl: u32) -> ReloadRequest {
+        let text =
+            format!(r#"{{"components": {{"state": {{"s": {{"metadata": {{"ttl": {ttl}}}}}}}}}}}"#);
+        let patch = crate::config::parse_patch(text.as_bytes()).ok();
+        ReloadRequest::of_changes(Trigger::Overlay, vec![LayerChange::Overlay(patch, None)])
+    }
+
+    /// What a request carries, shown: the file's app id, `overlay`, and
+    /// the forced components' names.
+    fn shown(request: &ReloadRequest) -> Vec<String> {
+        let mut parts: Vec<String> = request
+            .changes
+            .iter()
+            .map(|c| match c {
+                LayerChange::File(f) => f.app_id.clone(),
+                LayerChange::Overlay(..) => "overlay".into(),
+                _ => "other".into(),
+            })
+            .collect();
+        parts.extend(request.forced.iter().map(|k| k.name.to_string()));
+        parts
+    }
+
+    /// A reload that rolls back whenever it carries `failing` (its file's
+    /// app id, or `overlay`), and ends otherwise; every run is noted.
+    fn rolling_back_on<'a>(
+        failing: &'static str,
+        ran: &'a Mutex<Vec<Vec<String>>>,
+    ) -> impl FnMut(ReloadRequest) -> std::future::Ready<Result<ReloadRecord, ReloadError>> + 'a
+    {
+        move |request| {
+            let parts = shown(&request);
+            let fails = parts.iter().any(|p| p == failing);
+            ran.lock().unwrap().push(parts);
+            std::future::ready(if fails {
+                Err(ReloadError::RolledBack(Vec::new()))
+            } else {
+                Err(ReloadError::Stopped)
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retry_that_keeps_rolling_back_does_not_hold_back_new_input() {
+        let ran = Mutex::new(Vec::new());
+        // The file F2 rolled back twice (its backend is not up yet).
+        let retry = Some(next_retry(file("f2"), 2));
+        // A watched secret of `y` rotates.
+        let kept = run_round(retry, vec![forced("y")], rolling_back_on("f2", &ran))
+            .await
+            .expect("F2 is still to retry");
+        assert_eq!(
+            *ran.lock().unwrap(),
+            [vec!["f2", "y"], vec!["y"]],
+            "together, then the new input alone"
+        );
+        assert_eq!(shown(&kept.request), ["f2"], "y is not dragged along");
+        assert_eq!(kept.attempts, 3, "F2's own backoff goes on");
+
+        // A new file replaces F2: the backoff starts over.
+        let ran = Mutex::new(Vec::new());
+        let kept = run_round(Some(kept), vec![file("f3")], rolling_back_on("f3", &ran))
+            .await
+            .expect("F3 to retry");
+        assert_eq!(*ran.lock().unwrap(), [vec!["f3"]]);
+        assert_eq!(kept.attempts, 1);
+
+        // The same file again is nothing new: the retry waits its turn.
+        let ran = Mutex::new(Vec::new());
+        let same = run_round(Some(kept), vec![file("f3")], rolling_back_on("f3", &ran))
+            .await
+            .expect("F3 still to retry");
+        assert!(ran.lock().unwrap().is_empty());
+        assert_eq!(same.attempts, 1);
+    }
+
+    #[tokio::test]
+    async fn new_input_that_rolls_back_alone_stays_with_the_retry() {
+        let ran = Mutex::new(Vec::new());
+        let retry = Some(next_retry(file("f2"), 1));
+        let kept = run_round(retry, vec![forced("y")], |request| {
+            let parts = shown(&request);
+            ran.lock().unwrap().push(parts);
+            std::future::ready(Err::<ReloadRecord, _>(ReloadError::RolledBack(Vec::new())))
+        })
+        .await
+        .expect("to retry");
+        assert_eq!(ran.lock().unwrap().len(), 2);
+        assert_eq!(shown(&kept.request), ["f2", "y"]);
+        assert_eq!(kept.attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn reverted_overlay_documents_replace_their_retry() {
+        let ran = Mutex::new(Vec::new());
+        // Overlay D2 rolls back and is retried; D1 (in force) is sent back.
+        let retry = Some(next_retry(overlay(2), 1));
+        let after = run_round(retry, vec![overlay(1)], rolling_back_on("never", &ran)).await;
+        assert!(after.is_none(), "the retry of D2 is cleared");
+        assert_eq!(*ran.lock().unwrap(), [vec!["overlay"]], "D1 alone");
     }
 
     #[test]

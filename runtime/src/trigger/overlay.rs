@@ -37,6 +37,13 @@ impl OverlayTried {
         }
         !again
     }
+
+    /// Whether documents other than `documents` were sent last (they may
+    /// still be waiting in the queue, or retried after a rollback).
+    pub(crate) fn other_sent(&self, documents: &OverlayDocuments) -> bool {
+        let tried = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        tried.as_ref().is_some_and(|(_, tried)| tried != documents)
+    }
 }
 
 /// The overlay's two keys: common, then app-specific.
@@ -75,7 +82,8 @@ pub(crate) async fn read_overlay(
 }
 
 /// Watches the overlay keys until `round` ends: every change that differs
-/// from the documents in force is sent as a reload.
+/// from the documents in force (or from those sent last) is sent as a
+/// reload.
 pub(crate) async fn watch_overlay(
     cx: TriggerContext,
     spec: OverlaySpec,
@@ -105,7 +113,9 @@ pub(crate) async fn watch_overlay(
     }
 }
 
-/// Sends the overlay if it differs from the documents in force; sends an
+/// Sends the overlay if it differs from the documents in force, or from
+/// the documents sent last (reverted to the documents in force while other
+/// ones are queued or retried: sent, so they replace those); sends an
 /// invalid one as rejected (once per distinct error).
 async fn overlay_changed(
     cx: &TriggerContext,
@@ -119,7 +129,8 @@ async fn overlay_changed(
                 let plan = cx.plan.borrow();
                 (plan.generation, plan.overlay_in_force.clone())
             };
-            if in_force != documents && cx.overlay_tried.first_try(generation, &documents) {
+            let differs = in_force != documents || cx.overlay_tried.other_sent(&documents);
+            if differs && cx.overlay_tried.first_try(generation, &documents) {
                 let (common, app) = documents;
                 let change = LayerChange::Overlay(common, app);
                 cx.request(ReloadRequest::of_changes(Trigger::Overlay, vec![change]));
@@ -157,5 +168,8 @@ mod tests {
         assert!(tried.first_try(1, &documents(1)), "back to the first ones");
         assert!(tried.first_try(2, &documents(1)), "a new generation");
         assert!(!tried.first_try(2, &documents(1)));
+        assert!(tried.other_sent(&documents(2)), "reverting is news");
+        assert!(!tried.other_sent(&documents(1)));
+        assert!(!OverlayTried::default().other_sent(&documents(1)));
     }
 }
