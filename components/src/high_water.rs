@@ -1,27 +1,45 @@
 //! A sequencer's high-water marks: what keeps an id from being handed out
-//! twice — not after a server switch, and (with a file) not after the
-//! sequencer is rebuilt, moved to another server, or the process restarts.
+//! twice — not after a server switch, not after the sequencer is rebuilt
+//! (on another server, as another type, with another file), and (with a
+//! file) not after the process restarts.
 //!
-//! Per key, an instance keeps the largest id it handed out and the value
-//! ids must stay above (`biggerThan`, the file). A backend's ids are
-//! accepted only above both, and only if the backend is still the one in
-//! force ([`HighWater::accept`]); otherwise the caller asks again, passing
-//! the floor so the backend jumps above it.
+//! Per key, the marks keep the largest id handed out and the value ids
+//! must stay above (`biggerThan`, the file). A backend's ids are accepted
+//! only above both, and only if the backend is still the one in force
+//! ([`HighWater::accept`]); otherwise the caller asks again, passing the
+//! floor so the backend jumps above it.
+//!
+//! The marks belong to the *component*, not to one instance of it: an
+//! instance started with [`HighWater::adopt`] shares the marks of every
+//! live instance of the same component (same app id, configuration
+//! folder and `kind/name`), so a rebuilt sequencer — built while its
+//! predecessor still serves, as a reload does — starts above every id the
+//! predecessor handed out, whatever its server's counter says. The marks
+//! live as long as one instance of the component does.
 //!
 //! With a file, ids are handed out only inside *reservations*: before an
-//! id above its reservation, an instance reads the file (under a lock per
-//! file, so the instance being replaced and its successor take turns),
-//! moves its floor above the highest reservation anyone made, and writes
-//! a new one a block (1,000 ids) higher (temp file, fsync, rename). Two
-//! instances' reservations never overlap, so their ids never do; ids
-//! between reservations are skipped, never repeated.
+//! id above its reservation, an instance reads the files of every live
+//! instance of the component (under a lock per file, so instances take
+//! turns), moves its floor above the highest reservation anyone made, and
+//! writes a new one a block (1,000 ids) higher into each of them (temp
+//! file, fsync, rename, fsync of the folder). Two reservations never
+//! overlap, so ids never do; ids between reservations are skipped, never
+//! repeated. A file an instance brings along that the component did not
+//! use yet gets a reservation above everything handed out before the next
+//! id of each key, so a restart on either file is safe.
+//!
+//! Limits: keys of at most [`MAX_KEY_BYTES`] bytes; at most [`MAX_KEYS`]
+//! keys per component; a file is never written past [`MAX_FILE_BYTES`]
+//! (a new key is refused once the file holds [`NEW_KEY_FILE_BYTES`]), and
+//! one that is larger, or not readable, stops the sequencer from starting
+//! (starting at 0 could repeat ids) with an error saying what to do.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Weak};
 
-use rewire_runtime::{IdRange, SequencerError};
+use rewire_runtime::{IdRange, InitContext, SequencerError};
 use tokio::sync::Mutex;
 
 /// Ids reserved per file write, beyond what the request needs.
@@ -30,8 +48,15 @@ pub const RESERVE_BLOCK: i64 = 1_000;
 /// Most keys a sequencer tracks (each costs memory, and a file entry).
 pub const MAX_KEYS: usize = 100_000;
 
-/// Largest size of a high-water file read back.
-const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// Longest key, in bytes (the key is kept in memory and in the file).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Largest high-water file read back or written.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Size past which a file takes no new key (the keys it holds may still
+/// move up: [`MAX_KEYS`] entries growing to 19 digits fit in the rest).
+pub const NEW_KEY_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Layotto's separator in sequencer keys, refused inside a key.
 pub const KEY_SEPARATOR: &str = "|||";
@@ -46,10 +71,23 @@ pub struct HighWaterFileError {
     pub reason: String,
 }
 
+/// What to do when a file cannot be read at start.
+const UNREADABLE_HELP: &str = "the sequencer does not start without it, since starting \
+     below the ids it reserved could repeat them; fix or restore the file, or remove the \
+     entries of keys no longer used (an entry is `key: highest reserved id`), or point \
+     `highWaterFile` at a new file and set `biggerThan` of each key above its value in \
+     the old one";
+
 /// Checks a request's key and size, as every sequencer does.
 pub fn check_request(key: &str, size: u32) -> Result<(), SequencerError> {
     if key.is_empty() {
         return Err(SequencerError::Invalid("the key is empty".into()));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(SequencerError::Invalid(format!(
+            "the key is {} bytes long; at most {MAX_KEY_BYTES} bytes",
+            key.len()
+        )));
     }
     if key.contains(KEY_SEPARATOR) {
         return Err(SequencerError::Invalid(format!(
@@ -64,30 +102,58 @@ pub fn check_request(key: &str, size: u32) -> Result<(), SequencerError> {
     Ok(())
 }
 
-/// The marks of one sequencer instance.
+/// The marks one instance of a sequencer uses: the component's (shared
+/// with its other live instances) and its own file.
 #[derive(Debug)]
 pub struct HighWater {
     file: Option<PathBuf>,
-    marks: Mutex<Marks>,
+    shared: Arc<Shared>,
+    /// Held while this instance lives: its file stays written to.
+    user: Arc<()>,
+}
+
+/// The marks of one component.
+#[derive(Debug, Default)]
+struct Shared {
+    table: std::sync::Mutex<Table>,
 }
 
 #[derive(Debug, Default)]
-struct Marks {
-    keys: HashMap<String, Interval>,
+struct Table {
+    keys: HashMap<String, Arc<Mutex<Interval>>>,
     bigger_than: BTreeMap<String, i64>,
+    /// The files of the live instances, by the instance holding each.
+    files: Vec<(Weak<()>, PathBuf)>,
+    /// Bumped when a file joins: reservations made before it do not hold
+    /// in that file.
+    files_epoch: u64,
 }
 
-/// What an instance knows of one key.
-#[derive(Debug, Clone)]
+impl Table {
+    /// The files of live instances, each once, in lock order.
+    fn live_files(&mut self) -> Vec<PathBuf> {
+        self.files.retain(|(user, _)| user.strong_count() > 0);
+        let mut files: Vec<PathBuf> = self.files.iter().map(|(_, path)| path.clone()).collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+}
+
+/// What the marks know of one key.
+#[derive(Debug)]
 struct Interval {
     /// Ids must be above this.
     above: i64,
     /// Largest id handed out.
     handed: i64,
-    /// Ids up to this are reserved for this instance (no file: all).
+    /// Ids up to this are reserved in every file of `epoch` (no file: all).
     reserved: i64,
+    /// The file set `reserved` was made in.
+    epoch: u64,
     /// The backend (session) that last gave an accepted id; held weakly,
-    /// so it is never mistaken for a new one at the same address.
+    /// so it is never mistaken for a new one at the same address. `None`
+    /// after ids were counted here (the `memory` sequencer).
     backend: Option<Weak<dyn Any + Send + Sync>>,
     /// Ids from `backend` must be above this: the largest id handed out
     /// before it was first used.
@@ -97,6 +163,16 @@ struct Interval {
 impl Interval {
     fn floor(&self) -> i64 {
         self.above.max(self.handed)
+    }
+
+    /// What is reserved in the files of `epoch` (nothing above the floor
+    /// if a file joined since the last reservation).
+    fn reserved_in(&self, epoch: u64) -> i64 {
+        if self.epoch == epoch {
+            self.reserved
+        } else {
+            self.reserved.min(self.floor())
+        }
     }
 }
 
@@ -112,72 +188,246 @@ pub enum Verdict {
     },
 }
 
-/// One lock per high-water file, shared by every instance in the process.
-static FILE_LOCKS: LazyLock<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> =
+/// One lock per high-water file (by its canonical path), shared by every
+/// instance in the process.
+static FILE_LOCKS: LazyLock<std::sync::Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> =
     LazyLock::new(Default::default);
 
 fn file_lock(path: &Path) -> Arc<Mutex<()>> {
     let mut locks = FILE_LOCKS
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    locks.entry(path.to_path_buf()).or_default().clone()
+    if let Some(lock) = locks.get(path).and_then(Weak::upgrade) {
+        return lock;
+    }
+    locks.retain(|_, lock| lock.strong_count() > 0);
+    let lock = Arc::new(Mutex::new(()));
+    locks.insert(path.to_path_buf(), Arc::downgrade(&lock));
+    lock
+}
+
+/// The marks of each component with a live instance, by component.
+static COMPONENTS: LazyLock<std::sync::Mutex<HashMap<String, Weak<Shared>>>> =
+    LazyLock::new(Default::default);
+
+/// The component `cx` initialises: its app, configuration folder and key.
+fn component_of(cx: &InitContext) -> String {
+    let dir = cx
+        .config_dir
+        .as_ref()
+        .map(|dir| dir.display().to_string())
+        .unwrap_or_default();
+    format!("{}\u{0}{dir}\u{0}{}", cx.app_id, cx.key)
+}
+
+fn shared_of(component: &str) -> Arc<Shared> {
+    let mut all = COMPONENTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(shared) = all.get(component).and_then(Weak::upgrade) {
+        return shared;
+    }
+    all.retain(|_, shared| shared.strong_count() > 0);
+    let shared = Arc::new(Shared::default());
+    all.insert(component.to_string(), Arc::downgrade(&shared));
+    shared
+}
+
+/// `path` with its folder canonicalised, so that every spelling of one
+/// file shares one lock.
+fn canonical(path: &Path) -> Result<PathBuf, HighWaterFileError> {
+    let failed = |reason: String| HighWaterFileError {
+        path: path.display().to_string(),
+        reason,
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| failed("not a file name".into()))?;
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    let folder = folder
+        .canonicalize()
+        .map_err(|err| failed(format!("its folder: {err}")))?;
+    Ok(folder.join(name))
 }
 
 impl HighWater {
-    /// Marks starting above `bigger_than`, and above what `file` (if any)
-    /// reserved; the file is read (and checked) now.
+    /// Marks of their own (shared with no other instance), starting above
+    /// `bigger_than`, and above what `file` (if any) reserved; the file is
+    /// read (and checked) now.
     pub async fn load(
         file: Option<PathBuf>,
         bigger_than: &BTreeMap<String, i64>,
     ) -> Result<Self, HighWaterFileError> {
-        if let Some(path) = &file {
-            read_file(path).await?;
-        }
-        Ok(Self {
-            file,
-            marks: Mutex::new(Marks {
-                keys: HashMap::new(),
-                bigger_than: bigger_than.clone(),
-            }),
-        })
+        Self::join(Arc::default(), file, bigger_than).await
     }
 
-    /// The file in use, if any.
+    /// The marks of the component `cx` initialises, shared with its other
+    /// live instances (a rebuilt sequencer starts above every id its
+    /// predecessor handed out), raised to `bigger_than`; `file` (if any)
+    /// is read (and checked) now, and written from now on with every
+    /// other live instance's file.
+    pub async fn adopt(
+        cx: &InitContext,
+        file: Option<PathBuf>,
+        bigger_than: &BTreeMap<String, i64>,
+    ) -> Result<Self, HighWaterFileError> {
+        Self::join(shared_of(&component_of(cx)), file, bigger_than).await
+    }
+
+    async fn join(
+        shared: Arc<Shared>,
+        file: Option<PathBuf>,
+        bigger_than: &BTreeMap<String, i64>,
+    ) -> Result<Self, HighWaterFileError> {
+        let file = match file {
+            Some(path) => {
+                let path = canonical(&path)?;
+                read_file(&path).await.map_err(|err| HighWaterFileError {
+                    reason: format!("{}; {UNREADABLE_HELP}", err.reason),
+                    ..err
+                })?;
+                Some(path)
+            }
+            None => None,
+        };
+        let marks = Self {
+            file,
+            shared,
+            user: Arc::new(()),
+        };
+        marks.raise(bigger_than).await;
+        if let Some(path) = &marks.file {
+            marks.bring(path).await?;
+        }
+        Ok(marks)
+    }
+
+    /// Adds `path` to the files the component writes. A file it did not
+    /// use yet is written at once with every key's reservation (or floor),
+    /// so that it covers every id handed out so far even if no other id is
+    /// ever asked for before a restart on it.
+    async fn bring(&self, path: &Path) -> Result<(), HighWaterFileError> {
+        let (intervals, epoch) = {
+            let mut table = self.table();
+            let known = table.live_files().iter().any(|file| file == path);
+            table
+                .files
+                .push((Arc::downgrade(&self.user), path.to_path_buf()));
+            if known {
+                return Ok(());
+            }
+            // Every reservation made from now on includes `path`.
+            table.files_epoch += 1;
+            let intervals: Vec<(String, Arc<Mutex<Interval>>)> = table
+                .keys
+                .iter()
+                .map(|(key, interval)| (key.clone(), interval.clone()))
+                .collect();
+            (intervals, table.files_epoch)
+        };
+        if intervals.is_empty() {
+            return Ok(());
+        }
+        // Marks first, then the file, as a reservation takes them: what
+        // was in flight with the files before is over once all are held.
+        let mut held = Vec::with_capacity(intervals.len());
+        for (key, interval) in &intervals {
+            held.push((key, interval.lock().await));
+        }
+        let lock = file_lock(path);
+        let _turn = lock.lock().await;
+        let failed = |reason: String| HighWaterFileError {
+            path: path.display().to_string(),
+            reason,
+        };
+        let mut all = read_file(path).await?;
+        for (key, interval) in &mut held {
+            // Whether `reserved` holds in every other live file.
+            let valid = interval.epoch == epoch - 1;
+            let covered = if interval.reserved == i64::MAX {
+                // No file reserved it: reserve from the floor up.
+                interval.floor().saturating_add(RESERVE_BLOCK)
+            } else {
+                interval.reserved.max(interval.floor())
+            };
+            let entry = all.entry(key.to_string()).or_insert(covered);
+            *entry = (*entry).max(covered);
+            if valid && *entry == covered {
+                // Reserved in the other files, and now in this one.
+                interval.reserved = covered;
+                interval.epoch = epoch;
+            }
+        }
+        let text = serde_json::to_vec(&all).map_err(|err| failed(err.to_string()))?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(failed(format!(
+                "the sequencer's {} keys would make it larger than {MAX_FILE_BYTES} bytes",
+                held.len()
+            )));
+        }
+        write_file(path, &text)
+            .await
+            .map_err(|err| failed(err.to_string()))
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.shared
+            .table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The file this instance brought, if any.
     pub fn file(&self) -> Option<&Path> {
         self.file.as_deref()
     }
 
     /// Raises the values ids must stay above (a new `biggerThan`).
     pub async fn raise(&self, bigger_than: &BTreeMap<String, i64>) {
-        let mut marks = self.marks.lock().await;
-        for (key, value) in bigger_than {
-            if let Some(interval) = marks.keys.get_mut(key) {
-                interval.above = interval.above.max(*value);
+        let raised: Vec<(Arc<Mutex<Interval>>, i64)> = {
+            let mut table = self.table();
+            for (key, value) in bigger_than {
+                let entry = table.bigger_than.entry(key.clone()).or_insert(*value);
+                *entry = (*entry).max(*value);
             }
-            let entry = marks.bigger_than.entry(key.clone()).or_insert(*value);
-            *entry = (*entry).max(*value);
+            bigger_than
+                .iter()
+                .filter_map(|(key, value)| Some((table.keys.get(key)?.clone(), *value)))
+                .collect()
+        };
+        for (interval, value) in raised {
+            let mut interval = interval.lock().await;
+            interval.above = interval.above.max(value);
         }
     }
 
     /// The value ids of `key` must be above now.
     pub async fn floor(&self, key: &str) -> Result<i64, SequencerError> {
-        let mut marks = self.marks.lock().await;
-        Ok(self.interval(&mut marks, key)?.floor())
+        let interval = self.interval(key)?;
+        let floor = interval.lock().await.floor();
+        Ok(floor)
     }
 
     /// Hands out the next `size` ids of `key` right here: the marks are
     /// the counter (the `memory` sequencer).
     pub async fn take(&self, key: &str, size: u32) -> Result<IdRange, SequencerError> {
-        let mut marks = self.marks.lock().await;
-        let mut interval = self.interval(&mut marks, key)?;
+        let interval = self.interval(key)?;
+        let mut interval = interval.lock().await;
         let mut range = next_range(key, interval.floor(), size)?;
         // A counter here: every range lies above every earlier one.
-        if range.to > interval.reserved {
-            self.reserve(&mut interval, key, range.to).await?;
+        let (files, epoch) = self.files();
+        if range.to > interval.reserved_in(epoch) {
+            self.reserve(&mut interval, key, range.to, &files, epoch)
+                .await?;
             range = next_range(key, interval.floor(), size)?;
         }
         interval.handed = range.to;
-        marks.keys.insert(key.to_string(), interval);
+        // Ids counted here are not a backend's: the next backend range
+        // must lie above them, as after a server switch.
+        interval.backend = None;
         Ok(range)
     }
 
@@ -195,10 +445,12 @@ impl HighWater {
         backend: &Arc<B>,
         still_current: impl FnOnce() -> bool,
     ) -> Result<Verdict, SequencerError> {
-        let mut marks = self.marks.lock().await;
-        let mut interval = self.interval(&mut marks, key)?;
-        if range.to > interval.reserved {
-            self.reserve(&mut interval, key, range.to).await?;
+        let interval = self.interval(key)?;
+        let mut interval = interval.lock().await;
+        let (files, epoch) = self.files();
+        if range.to > interval.reserved_in(epoch) {
+            self.reserve(&mut interval, key, range.to, &files, epoch)
+                .await?;
         }
         let current = still_current();
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(backend) as _;
@@ -215,62 +467,100 @@ impl HighWater {
             interval.handed = interval.handed.max(range.to);
             Verdict::Accept
         };
-        marks.keys.insert(key.to_string(), interval);
         Ok(verdict)
     }
 
-    fn interval(&self, marks: &mut Marks, key: &str) -> Result<Interval, SequencerError> {
-        if let Some(interval) = marks.keys.get(key) {
+    /// The files to reserve in, and their epoch.
+    fn files(&self) -> (Vec<PathBuf>, u64) {
+        let mut table = self.table();
+        (table.live_files(), table.files_epoch)
+    }
+
+    /// The marks of `key`, new ones if it had none.
+    fn interval(&self, key: &str) -> Result<Arc<Mutex<Interval>>, SequencerError> {
+        let mut table = self.table();
+        if let Some(interval) = table.keys.get(key) {
             return Ok(interval.clone());
         }
-        if marks.keys.len() >= MAX_KEYS {
+        if table.keys.len() >= MAX_KEYS {
             return Err(SequencerError::Invalid(format!(
                 "too many sequences (at most {MAX_KEYS} keys per sequencer)"
             )));
         }
-        let above = marks.bigger_than.get(key).copied().unwrap_or(0).max(0);
-        // With a file nothing is reserved yet: the first id reads it.
-        let reserved = match self.file {
-            Some(_) => above,
-            None => i64::MAX,
-        };
-        Ok(Interval {
+        let above = table.bigger_than.get(key).copied().unwrap_or(0).max(0);
+        let interval = Arc::new(Mutex::new(Interval {
             above,
             handed: 0,
-            reserved,
+            // With a file nothing is reserved yet: the first id reads it.
+            reserved: i64::MAX,
+            epoch: u64::MAX,
             backend: None,
             backend_floor: 0,
-        })
+        }));
+        table.keys.insert(key.to_string(), interval.clone());
+        Ok(interval)
     }
 
-    /// Reserves ids of `key` up to at least `needed` in the file, moving
-    /// the floor above every reservation made by anyone else.
+    /// Reserves ids of `key` up to at least `needed` in every one of
+    /// `files`, moving the floor above every reservation made by anyone
+    /// else. Only this key's marks are held meanwhile (and the files').
     async fn reserve(
         &self,
         interval: &mut Interval,
         key: &str,
         needed: i64,
+        files: &[PathBuf],
+        epoch: u64,
     ) -> Result<(), SequencerError> {
-        let Some(path) = &self.file else {
+        if files.is_empty() {
+            interval.reserved = i64::MAX;
+            interval.epoch = epoch;
             return Ok(());
-        };
-        let failed = |err: &dyn std::fmt::Display| {
+        }
+        let failed = |path: &Path, err: &dyn std::fmt::Display| {
             SequencerError::Backend(format!("high-water file {}: {err}", path.display()))
         };
-        let lock = file_lock(path);
-        let _turn = lock.lock().await;
-        let mut all = read_file(path).await.map_err(|err| failed(&err))?;
-        let theirs = all.get(key).copied().unwrap_or(0);
+        // In path order: two reservations never wait on each other.
+        let locks: Vec<_> = files.iter().map(|path| file_lock(path)).collect();
+        let mut turns = Vec::with_capacity(locks.len());
+        for lock in &locks {
+            turns.push(lock.lock().await);
+        }
+        let mut contents = Vec::with_capacity(files.len());
+        let mut theirs = 0;
+        for path in files {
+            let all = read_file(path).await.map_err(|err| failed(path, &err))?;
+            theirs = theirs.max(all.get(key).copied().unwrap_or(0));
+            contents.push(all);
+        }
         let span = needed.saturating_sub(interval.floor()).max(0);
-        if theirs > interval.reserved {
+        if theirs > interval.reserved_in(epoch) {
             interval.above = interval.above.max(theirs);
         }
         let top = theirs.max(needed).max(interval.floor());
         // Room for the request even if the floor just moved up to `theirs`.
         let reserved = top.saturating_add(span).saturating_add(RESERVE_BLOCK);
-        all.insert(key.to_string(), reserved);
-        write_file(path, &all).await.map_err(|err| failed(&err))?;
+        for (path, mut all) in files.iter().zip(contents) {
+            let new_key = all.insert(key.to_string(), reserved).is_none();
+            let text = serde_json::to_vec(&all).map_err(|err| failed(path, &err))?;
+            let limit = if new_key {
+                NEW_KEY_FILE_BYTES
+            } else {
+                MAX_FILE_BYTES
+            };
+            if text.len() as u64 > limit {
+                return Err(SequencerError::Invalid(format!(
+                    "high-water file {} is full: it would grow past {limit} bytes with key \
+                     `{key}`; remove the entries of keys no longer used",
+                    path.display()
+                )));
+            }
+            write_file(path, &text)
+                .await
+                .map_err(|err| failed(path, &err))?;
+        }
         interval.reserved = reserved;
+        interval.epoch = epoch;
         Ok(())
     }
 }
@@ -307,19 +597,35 @@ async fn read_file(path: &Path) -> Result<BTreeMap<String, i64>, HighWaterFileEr
     })
 }
 
-/// Writes `marks` to a temp file beside `path`, syncs it, then renames it
-/// over `path`: a crash leaves the old file or the new one, never half.
-async fn write_file(path: &Path, marks: &BTreeMap<String, i64>) -> std::io::Result<()> {
+/// Writes `text` to a temp file beside `path`, syncs it, renames it over
+/// `path`, then syncs the folder: a crash leaves the old file or the new
+/// one, never half, and a completed write survives it.
+async fn write_file(path: &Path, text: &[u8]) -> std::io::Result<()> {
     use tokio::io::AsyncWriteExt;
-    let text = serde_json::to_vec(marks).map_err(std::io::Error::other)?;
     let mut temp = path.as_os_str().to_owned();
     temp.push(".tmp");
     let temp = PathBuf::from(temp);
     let mut file = tokio::fs::File::create(&temp).await?;
-    file.write_all(&text).await?;
+    file.write_all(text).await?;
     file.sync_all().await?;
     drop(file);
-    tokio::fs::rename(&temp, path).await
+    tokio::fs::rename(&temp, path).await?;
+    sync_folder(path).await
+}
+
+/// Syncs the folder of `path`, so that a rename in it is durable.
+#[cfg(unix)]
+async fn sync_folder(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(folder) => tokio::fs::File::open(folder).await?.sync_all().await,
+        None => Ok(()),
+    }
+}
+
+/// Folders cannot be opened to sync them here; the rename stands alone.
+#[cfg(not(unix))]
+async fn sync_folder(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 #[cfg(test)]
@@ -399,6 +705,24 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("highWaterFile"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn every_spelling_of_a_file_is_one_file_with_one_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("x")).unwrap();
+        let none = BTreeMap::new();
+        let plain = HighWater::load(Some(dir.path().join("marks.json")), &none)
+            .await
+            .unwrap();
+        let roundabout = dir.path().join("x").join("..").join("marks.json");
+        let roundabout = HighWater::load(Some(roundabout), &none).await.unwrap();
+        assert_eq!(plain.file(), roundabout.file());
+        let (a, b) = (
+            file_lock(plain.file().unwrap()),
+            file_lock(roundabout.file().unwrap()),
+        );
+        assert!(Arc::ptr_eq(&a, &b));
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl Component for EtcdSequencer {
             .high_water_file
             .as_ref()
             .map(|path| cx.resolve_path(path));
-        let marks = HighWater::load(file, &self.metadata.bigger_than)
+        let marks = HighWater::adopt(cx, file, &self.metadata.bigger_than)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
         self.running = Some((Arc::new(counters), marks));

@@ -4,9 +4,12 @@
 //! Ids start at 1 (or above `biggerThan`) and grow by one: every id is
 //! larger than the last, so STRONG and WEAK are the same here. A metadata
 //! change that keeps `highWaterFile` is applied in place, keeping the
-//! counters. With `highWaterFile`, a rebuilt instance (or a restarted
-//! process) starts above every id handed out; without it, a rebuilt
-//! instance starts over.
+//! counters; one that adds, changes or removes it rebuilds the sequencer,
+//! and the new instance goes on from its predecessor's counters (the
+//! marks belong to the component, see [`crate::high_water`]), writing them
+//! into the new file before it serves. With `highWaterFile`, a restarted
+//! process starts above every id handed out; without it, a restart (or a
+//! sequencer removed and declared again) starts over.
 
 use std::collections::BTreeMap;
 
@@ -67,7 +70,7 @@ impl Component for MemorySequencer {
             .high_water_file
             .as_ref()
             .map(|path| cx.resolve_path(path));
-        let marks = HighWater::load(file, &self.metadata.bigger_than)
+        let marks = HighWater::adopt(cx, file, &self.metadata.bigger_than)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
         self.marks = Some(marks);

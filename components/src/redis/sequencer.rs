@@ -8,8 +8,13 @@
 //! floor, the largest id this sequencer handed out (see
 //! [`crate::high_water`]); a reply from a connection that was swapped out
 //! meanwhile, or below the floor, is dropped and the request asked again.
-//! With `highWaterFile`, the floor outlives the instance: a rebuilt
-//! sequencer on another server starts above every id handed out.
+//! The floor belongs to the component, not the instance: a rebuilt
+//! sequencer (on another server, or replacing another type) starts above
+//! every id its predecessor handed out. With `highWaterFile`, the floor
+//! also outlives the process.
+//!
+//! Ids are exact up to `i64::MAX`: the script compares and adds the
+//! counter as Redis's own integer strings, never as Lua numbers.
 
 use std::sync::{Arc, LazyLock};
 
@@ -29,18 +34,34 @@ use crate::high_water::{check_request, HighWater, Verdict, KEY_SEPARATOR};
 const MAX_ATTEMPTS: usize = 16;
 
 /// `KEYS[1]`: the counter. `ARGV[1]`: how many ids. `ARGV[2]`: the floor.
-/// Replies with the last id of the range, which lies above the floor.
+/// Lifts the counter to the floor if it is below, adds the size, and
+/// replies with the counter as Redis keeps it (a string): the last id of
+/// the range, above the floor. Lua numbers are doubles, exact only up to
+/// 2^53, so the script never computes with the counter: it compares the
+/// decimal strings (by length, then digits) and lets `INCRBY` add.
 static NEXT_RANGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local size = tonumber(ARGV[1])
-local floor = tonumber(ARGV[2])
-local last = redis.call("INCRBY", KEYS[1], size)
-if last - size < floor then
-  last = floor + size
-  redis.call("SET", KEYS[1], last)
+local floor = ARGV[2]
+local current = redis.call("GET", KEYS[1])
+local below
+if not current then
+  below = true
+else
+  current = string.gsub(current, "^0+(%d)", "%1")
+  if string.sub(current, 1, 1) == "-" then
+    below = true
+  elseif #current ~= #floor then
+    below = #current < #floor
+  else
+    below = current < floor
+  end
 end
-return last
+if below then
+  redis.call("SET", KEYS[1], floor)
+end
+redis.call("INCRBY", KEYS[1], ARGV[1])
+return redis.call("GET", KEYS[1])
 "#,
     )
 });
@@ -95,13 +116,16 @@ impl RedisSequencer {
                 .connection()
                 .map_err(|err| SequencerError::Backend(err.to_string()))?;
             let counter = session.key(&format!("sequencer{KEY_SEPARATOR}{key}"));
-            let last: i64 = NEXT_RANGE
+            let reply: String = NEXT_RANGE
                 .key(&counter)
                 .arg(size)
                 .arg(floor)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|err| SequencerError::Backend(self.connection.describe(&session, &err)))?;
+            let last: i64 = reply.parse().map_err(|_| {
+                SequencerError::Backend(format!("counter `{counter}` replied {reply:?}"))
+            })?;
             // The script lifts the counter above the floor (>= 0), so the
             // range starts above zero; anything else is not our counter.
             let from = last
@@ -140,7 +164,7 @@ impl Component for RedisSequencer {
             .high_water_file
             .as_ref()
             .map(|path| cx.resolve_path(path));
-        let marks = HighWater::load(file, &metadata.bigger_than)
+        let marks = HighWater::adopt(cx, file, &metadata.bigger_than)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
         self.marks = Some(Arc::new(marks));

@@ -6,10 +6,19 @@ use rewire_runtime::{Buildable, ComponentKey, InitContext, Instance, Metadata, R
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// An init context for `kind/name` with `metadata`.
+/// An init context for `kind/test-N` with `metadata`: each one names
+/// another component (tests run side by side in one process, and some
+/// components share state between live instances of one component).
 pub fn context(kind: &str, metadata: &Metadata) -> InitContext {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    named_context(kind, &format!("test-{n}"), metadata)
+}
+
+/// An init context for `kind/name` with `metadata`.
+pub fn named_context(kind: &str, name: &str, metadata: &Metadata) -> InitContext {
     InitContext {
-        key: ComponentKey::new(kind, "test"),
+        key: ComponentKey::new(kind, name),
         app_id: "test".into(),
         metadata: metadata.clone(),
         shutdown: CancellationToken::new(),
@@ -35,10 +44,25 @@ pub fn build(kind: &str, type_name: &str, value: Value) -> Result<Box<dyn Builda
 
 /// The initialised instance of `kind`/`type_name` with metadata `value`.
 pub async fn start(kind: &str, type_name: &str, value: Value) -> Result<Instance, String> {
-    let mut built = build(kind, type_name, value.clone())?;
-    built
-        .init(&context(kind, &metadata(value)))
-        .await
-        .map_err(|e| e.to_string())?;
+    let cx = context(kind, &metadata(value.clone()));
+    start_as(cx, type_name, value).await
+}
+
+/// The initialised instance of component `kind/name`, of `type_name`,
+/// with metadata `value` (a rebuild: the same name again).
+pub async fn start_named(
+    kind: &str,
+    name: &str,
+    type_name: &str,
+    value: Value,
+) -> Result<Instance, String> {
+    let cx = named_context(kind, name, &metadata(value.clone()));
+    start_as(cx, type_name, value).await
+}
+
+async fn start_as(cx: InitContext, type_name: &str, value: Value) -> Result<Instance, String> {
+    let kind = cx.key.kind.to_string();
+    let mut built = build(&kind, type_name, value)?;
+    built.init(&cx).await.map_err(|e| e.to_string())?;
     Ok(built.into_instance())
 }

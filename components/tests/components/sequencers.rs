@@ -192,3 +192,190 @@ async fn sequencer_fields_are_refused_elsewhere_and_a_bad_file_is_named() {
         .unwrap_err();
     assert!(err.contains("metadata field `highWaterFile`"), "{err}");
 }
+
+/// A started instance of the sequencer component `sequencer/{name}`.
+async fn named(name: &str, type_name: &str, metadata: Value) -> Arc<dyn Sequencer> {
+    match common::start_named("sequencer", name, type_name, metadata).await {
+        Ok(Instance::Sequencer(sequencer)) => sequencer,
+        Ok(other) => panic!("expected a sequencer, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `count` STRONG ids of `orders`, each added to `seen` (no repeat).
+async fn take(sequencer: &Arc<dyn Sequencer>, count: usize, seen: &mut HashSet<i64>) -> i64 {
+    let mut last = 0;
+    for _ in 0..count {
+        last = sequencer.get_next_id(strong("orders")).await.unwrap();
+        assert!(seen.insert(last), "id {last} handed out twice");
+    }
+    last
+}
+
+#[tokio::test]
+async fn redis_rebuild_onto_a_lagging_server_without_a_file_never_repeats_an_id() {
+    let (a, b) = (RedisServer::start().await, RedisServer::start().await);
+    let mut seen = HashSet::new();
+    let old = named("lagging", "redis", json!({"redisHost": a.addr()})).await;
+    let last = take(&old, 100, &mut seen).await;
+    // The second server's counter lags far behind the first one's.
+    b.query(&["SET", "sequencer|||orders", "10"]).await.unwrap();
+    // The rebuild: built while the old instance is alive, as a reload
+    // does when the in-place switch failed.
+    let new = named("lagging", "redis", json!({"redisHost": b.addr()})).await;
+    let first = new.get_next_id(strong("orders")).await.unwrap();
+    assert!(first > last, "{first} after {last}");
+    assert!(seen.insert(first));
+    take(&new, 100, &mut seen).await;
+    // The old instance, still serving a moment longer, never repeats either.
+    take(&old, 10, &mut seen).await;
+    take(&new, 10, &mut seen).await;
+}
+
+#[tokio::test]
+async fn a_memory_sequencer_rebuilt_as_redis_goes_on_above_its_ids() {
+    let server = RedisServer::start().await;
+    let mut seen = HashSet::new();
+    let memory = named("retyped", "memory", json!({})).await;
+    let last = take(&memory, 50, &mut seen).await;
+    let redis = named("retyped", "redis", json!({"redisHost": server.addr()})).await;
+    let first = take(&redis, 1, &mut seen).await;
+    assert!(first > last, "{first} after {last}");
+    take(&memory, 5, &mut seen).await;
+    take(&redis, 5, &mut seen).await;
+}
+
+#[tokio::test]
+async fn memory_ids_go_on_when_the_high_water_file_is_added_changed_or_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let mut seen = HashSet::new();
+    let mut instances = vec![named("files", "memory", json!({})).await];
+    take(&instances[0], 20, &mut seen).await;
+    for metadata in [
+        json!({"highWaterFile": file("one.json")}),
+        json!({"highWaterFile": file("two.json")}),
+        json!({}),
+        json!({"highWaterFile": file("three.json")}),
+    ] {
+        let last = *seen.iter().max().unwrap();
+        // Rebuilt while the previous instance still serves, then swapped.
+        let next = named("files", "memory", metadata).await;
+        let first = take(&next, 1, &mut seen).await;
+        assert!(first > last, "{first} after {last}");
+        take(instances.last().unwrap(), 3, &mut seen).await;
+        take(&next, 20, &mut seen).await;
+        instances.push(next);
+    }
+    // Each file added covers every id handed out before it, at once: a
+    // process restarted on it (another component here) starts above them.
+    let before_three = seen.len();
+    drop(instances);
+    let restarted = named(
+        "files-restarted",
+        "memory",
+        json!({"highWaterFile": file("three.json")}),
+    )
+    .await;
+    take(&restarted, 1, &mut seen).await;
+    assert_eq!(seen.len(), before_three + 1);
+}
+
+#[tokio::test]
+async fn a_file_added_covers_the_ids_handed_out_before_any_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks.json").display().to_string();
+    let mut seen = HashSet::new();
+    let old = named("covered", "memory", json!({})).await;
+    let last = take(&old, 30, &mut seen).await;
+    let new = named("covered", "memory", json!({"highWaterFile": marks})).await;
+    drop((old, new));
+    // Nothing was asked of the new instance: the file holds the ids anyway.
+    let restarted = named("covered-restart", "memory", json!({"highWaterFile": marks})).await;
+    let first = take(&restarted, 1, &mut seen).await;
+    assert!(first > last, "{first} after {last}");
+}
+
+#[tokio::test]
+async fn redis_ids_above_2_pow_53_are_exact() {
+    let server = RedisServer::start().await;
+    for start in [9_007_199_254_740_993_i64, 100_000_000_000_000_000] {
+        let key = format!("k{start}");
+        let sequencer = sequencer(
+            "redis",
+            json!({"redisHost": server.addr(), "biggerThan": {key.clone(): start.to_string()}}),
+        )
+        .await;
+        for n in 1..=3 {
+            let id = sequencer.get_next_id(strong(&key)).await;
+            assert_eq!(id, Ok(start + n), "{key}");
+        }
+        let counter = server
+            .query(&["GET", &format!("sequencer|||{key}")])
+            .await
+            .unwrap();
+        assert_eq!(counter, [(start + 3).to_string()]);
+    }
+    // A counter written as a double by an older script is lifted, not fatal.
+    server
+        .query(&["SET", "sequencer|||orders", "1e+17"])
+        .await
+        .unwrap();
+    let sequencer = sequencer(
+        "redis",
+        json!({"redisHost": server.addr(), "biggerThan": {"orders": "100000000000000000"}}),
+    )
+    .await;
+    assert_eq!(
+        sequencer.get_next_id(strong("orders")).await,
+        Ok(100_000_000_000_000_001)
+    );
+}
+
+#[tokio::test]
+async fn keys_longer_than_1_kib_are_refused() {
+    let server = RedisServer::start().await;
+    let redis = sequencer("redis", json!({"redisHost": server.addr()})).await;
+    let memory = sequencer("memory", json!({})).await;
+    for sequencer in [redis, memory] {
+        let longest = "k".repeat(1024);
+        assert_eq!(sequencer.get_next_id(strong(&longest)).await, Ok(1));
+        let refused = sequencer.get_next_id(strong(&"k".repeat(1025))).await;
+        match refused {
+            Err(SequencerError::Invalid(message)) => {
+                assert!(message.contains("at most 1024 bytes"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_full_high_water_file_takes_no_new_key_and_an_oversized_one_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.json");
+    // 8,400 keys of 1,000 bytes: past the 8 MiB where new keys stop.
+    let full: serde_json::Map<String, Value> = (0..8_400)
+        .map(|n| (format!("{n:01000}"), json!(5)))
+        .collect();
+    std::fs::write(&path, serde_json::to_vec(&full).unwrap()).unwrap();
+    let marks = path.display().to_string();
+    let sequencer = sequencer("memory", json!({"highWaterFile": marks})).await;
+    match sequencer.get_next_id(strong("new")).await {
+        Err(SequencerError::Invalid(message)) => assert!(message.contains("full"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    // The keys it holds go on.
+    let known = format!("{:01000}", 7);
+    assert_eq!(sequencer.get_next_id(strong(&known)).await, Ok(6));
+    // A file past 16 MiB (written by hand): the sequencer does not start,
+    // and the error says why and what to do.
+    let huge = dir.path().join("huge.json");
+    std::fs::write(&huge, vec![b' '; 17 * 1024 * 1024]).unwrap();
+    let metadata = json!({"highWaterFile": huge.display().to_string()});
+    let err = common::start("sequencer", "memory", metadata)
+        .await
+        .unwrap_err();
+    assert!(err.contains("metadata field `highWaterFile`"), "{err}");
+    assert!(err.contains("biggerThan"), "{err}");
+}
