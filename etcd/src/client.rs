@@ -2,7 +2,7 @@
 //! rewire makes.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -110,6 +110,32 @@ impl Default for ConnectOptions {
 #[derive(Clone, Default)]
 pub(crate) struct TokenInterceptor {
     token: Arc<RwLock<Option<AsciiMetadataValue>>>,
+    /// Set when the server refused the token in a place where the call
+    /// cannot log in again by itself (a watch canceled in its stream): the
+    /// next call logs in first.
+    stale: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for TokenInterceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.token.read().map_or(false, |t| t.is_some());
+        f.debug_struct("TokenInterceptor")
+            .field("token", &if set { "[redacted]" } else { "none" })
+            .field("stale", &self.stale)
+            .finish()
+    }
+}
+
+impl TokenInterceptor {
+    /// Asks for a fresh login before the next call.
+    pub(crate) fn mark_stale(&self) {
+        self.stale.store(true, Ordering::Release);
+    }
+
+    /// Whether a fresh login was asked for; clears the request.
+    fn take_stale(&self) -> bool {
+        self.stale.swap(false, Ordering::AcqRel)
+    }
 }
 
 impl Interceptor for TokenInterceptor {
@@ -129,6 +155,11 @@ impl Interceptor for TokenInterceptor {
 pub(crate) struct Members {
     /// `(url, channel)` of each endpoint, in the order given.
     channels: Vec<(String, Service)>,
+    /// The same channels without a token, to log in on: etcd checks the
+    /// token of an `Authenticate` request too, so one the server no longer
+    /// knows (a member restarted, the token's TTL lapsed) would make the
+    /// login itself fail with "invalid auth token".
+    logins: Vec<Service>,
     /// Index into `channels` of the member in use.
     current: AtomicUsize,
 }
@@ -157,6 +188,11 @@ impl Members {
         let _ = self
             .current
             .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Member `index`'s channel without the token, for logging in.
+    fn login_channel(&self, index: usize) -> Service {
+        self.logins[index % self.logins.len()].clone()
     }
 
     fn len(&self) -> usize {
@@ -209,13 +245,17 @@ impl Client {
         }
         let token = TokenInterceptor::default();
         let mut channels = Vec::with_capacity(endpoints.len());
+        let mut logins = Vec::with_capacity(endpoints.len());
         for url in endpoints {
             let channel = endpoint(url, &options)?.connect_lazy();
+            let no_token = TokenInterceptor::default();
+            logins.push(InterceptedService::new(channel.clone(), no_token));
             channels.push((url.clone(), InterceptedService::new(channel, token.clone())));
         }
         let client = Self {
             members: Arc::new(Members {
                 channels,
+                logins,
                 current: AtomicUsize::new(0),
             }),
             token,
@@ -223,7 +263,7 @@ impl Client {
             timeout: options.timeout,
         };
         if client.user.is_some() {
-            client.failover(|s| client.login(s)).await?;
+            client.failover(|index, _| client.login(index)).await?;
         }
         Ok(client)
     }
@@ -238,9 +278,13 @@ impl Client {
         &self.members
     }
 
-    /// Logs in on `service` with the client's user and keeps the token for
-    /// later calls.
-    async fn login(&self, service: Service) -> Result<(), Error> {
+    pub(crate) fn token(&self) -> &TokenInterceptor {
+        &self.token
+    }
+
+    /// Logs in on member `index` with the client's user (sending no
+    /// token) and keeps the token for later calls.
+    async fn login(&self, index: usize) -> Result<(), Error> {
         let Some(user) = &self.user else {
             return Ok(());
         };
@@ -248,7 +292,7 @@ impl Client {
             name: user.0.clone(),
             password: user.1.clone(),
         };
-        let mut auth = AuthClient::new(service);
+        let mut auth = AuthClient::new(self.members.login_channel(index));
         let response = self.bounded(auth.authenticate(request)).await?;
         let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
             Error::Status(tonic::Status::internal(
@@ -287,15 +331,16 @@ impl Client {
     /// Runs `attempt` on the member in use; while it finds the member
     /// unreachable, moves on to the next one and runs it there (each
     /// member at most once).
+    /// `attempt` gets the member's index and channel.
     pub(crate) async fn failover<R, F, Fut>(&self, attempt: F) -> Result<R, Error>
     where
-        F: Fn(Service) -> Fut,
+        F: Fn(usize, Service) -> Fut,
         Fut: Future<Output = Result<R, Error>>,
     {
         let mut tries = self.members.len();
         loop {
             let (index, service) = self.members.current();
-            match attempt(service).await {
+            match attempt(index, service).await {
                 Err(err) if err.is_unreachable() => {
                     self.members.skip(index);
                     tries -= 1;
@@ -309,17 +354,25 @@ impl Client {
     }
 
     /// Runs `call` within the time limit, failing over between members;
-    /// on an expired token, logs in again and runs it once more.
+    /// on an expired or unknown token, logs in again and runs it once
+    /// more. Logs in first when a watch found the token refused (see
+    /// [`WatchStream::message`](crate::WatchStream::message)).
     pub(crate) async fn call<R, F, Fut>(&self, call: F) -> Result<R, Error>
     where
         F: Fn(Service) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
         let call = &call;
-        self.failover(move |service| async move {
+        self.failover(move |index, service| async move {
+            if self.user.is_some() && self.token.take_stale() {
+                if let Err(err) = self.login(index).await {
+                    self.token.mark_stale();
+                    return Err(err);
+                }
+            }
             match self.bounded(call(service.clone())).await {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
-                    self.login(service.clone()).await?;
+                    self.login(index).await?;
                     self.bounded(call(service)).await
                 }
                 other => other,

@@ -48,12 +48,34 @@ impl Error {
         }
     }
 
-    /// Whether the server refused the auth token as expired or unknown.
+    /// Whether the server refused the auth token as expired or unknown,
+    /// or as issued before the auth settings changed: a fresh login helps.
     pub(crate) fn is_invalid_token(&self) -> bool {
-        self.status().is_some_and(|s| {
-            s.code() == tonic::Code::Unauthenticated && s.message().contains("invalid auth token")
+        self.status().is_some_and(|s| match s.code() {
+            tonic::Code::Unauthenticated => s.message().contains("invalid auth token"),
+            tonic::Code::InvalidArgument => s.message().contains(AUTH_OLD_REVISION),
+            _ => false,
         })
     }
+}
+
+/// etcd's message when a token predates a change of users or roles.
+const AUTH_OLD_REVISION: &str = "revision of auth store is old";
+
+/// Whether the reason etcd gave for canceling a watch in its stream says
+/// the token was refused — unknown or expired (`invalid auth token`; etcd
+/// 3.4 may say `permission denied` for it), issued before the auth
+/// settings changed, or missing — so that logging in again may help.
+pub(crate) fn is_auth_cancel(reason: &str) -> bool {
+    [
+        "invalid auth token",
+        "permission denied",
+        AUTH_OLD_REVISION,
+        "user name is empty",
+        "Unauthenticated",
+    ]
+    .iter()
+    .any(|needle| reason.contains(needle))
 }
 
 impl From<tonic::Status> for Error {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::client::{Client, Members};
-use crate::error::Error;
+use crate::client::{Client, Members, TokenInterceptor};
+use crate::error::{is_auth_cancel, Error};
 use crate::pb::{
     watch_client::WatchClient, watch_request::RequestUnion, WatchCreateRequest, WatchRequest,
     WatchResponse,
@@ -24,14 +24,26 @@ pub struct WatchStream {
     responses: tonic::Streaming<WatchResponse>,
     members: Arc<Members>,
     member: usize,
+    token: TokenInterceptor,
 }
 
 impl WatchStream {
     /// The next response; `None` once the server ended the stream.
+    ///
+    /// etcd checks the auth token of a watch when it creates it, and
+    /// refuses an unknown or expired one (after a restart, or once the
+    /// token's TTL lapsed) by canceling the watch in the stream rather than
+    /// failing the call. Such a cancel makes the client log in again before
+    /// its next call, so that the next watch carries a fresh token.
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
         let next = self.responses.message().await.map_err(Error::Status);
-        if !matches!(next, Ok(Some(_))) {
-            self.members.skip(self.member);
+        match &next {
+            Ok(Some(response)) => {
+                if response.canceled && is_auth_cancel(&response.cancel_reason) {
+                    self.token.mark_stale();
+                }
+            }
+            _ => self.members.skip(self.member),
         }
         next
     }
@@ -71,6 +83,7 @@ impl Client {
             responses,
             members,
             member,
+            token: self.token().clone(),
         })
     }
 }

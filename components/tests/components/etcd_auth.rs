@@ -77,3 +77,43 @@ async fn a_wrong_or_missing_password_fails_init_without_revealing_it() {
     assert!(err.contains(&server.endpoint()), "{err}");
     assert!(err.contains("requires authentication"), "{err}");
 }
+
+/// etcd's simple tokens live in the member's memory: after a restart the
+/// watch is re-created with a token the server no longer knows, and etcd
+/// cancels it in the stream ("invalid auth token"; "permission denied" in
+/// older versions) instead of failing the call. The client logs in again
+/// (without sending the dead token, which would fail the login too) and the
+/// change made after the restart arrives.
+#[tokio::test]
+async fn the_watch_logs_in_again_after_etcd_restarts() {
+    let mut server = server_with_auth().await;
+    server.put("/relogin/k", "1").await;
+    let metadata = json!({
+        "endpoints": server.endpoint(), "keyPrefix": "/relogin/",
+        "username": "root", "password": ROOT_PASSWORD,
+        "dialTimeout": "1s", "watchRetryMs": 100
+    });
+    let store = match common::start("config_store", "etcd", metadata).await {
+        Ok(Instance::ConfigStore(store)) => store,
+        other => panic!("start: {other:?}"),
+    };
+    let mut sub = store
+        .subscribe(ConfigQuery::keys(["k"]))
+        .await
+        .expect("subscribe");
+    server.put("/relogin/k", "2").await;
+    let items = items_until(&mut sub, "k=2", PATIENCE, |items| !items.is_empty()).await;
+    assert_eq!(values_of(&items, "k"), vec!["2"]);
+
+    server.restart_gracefully().await;
+    server.put("/relogin/k", "3").await;
+    let items = items_until(&mut sub, "k=3 after the restart", PATIENCE, |items| {
+        values_of(items, "k").contains(&"3".to_string())
+    })
+    .await;
+    assert_eq!(values_of(&items, "k"), vec!["3"]);
+    // Reads made with the store's client log in again too.
+    let items = store.get(&ConfigQuery::keys(["k"])).await.expect("get");
+    assert_eq!(values_of(&items, "k"), vec!["3"]);
+    store.close().await.expect("close");
+}
