@@ -28,6 +28,9 @@ pub type OnChange = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A steady stream of events still gets a re-read this often.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
+/// The shortest period of the periodic re-read: a shorter `resync` (zero
+/// included) is raised to it.
+pub(crate) const MIN_RESYNC: Duration = Duration::from_millis(100);
 
 /// The running watcher task; stopped when cancelled or dropped.
 #[derive(Debug)]
@@ -38,8 +41,9 @@ pub struct FileWatch {
 
 impl FileWatch {
     /// Starts watching `path`, calling `on_change` after each settled
-    /// burst of events and every `resync` (`None`: never); stops when
-    /// `token` is cancelled.
+    /// burst of events and every `resync` (`None`: never; 100 ms at the
+    /// least: a shorter period, zero included, is raised to it);
+    /// stops when `token` is cancelled.
     ///
     /// The OS watch is in place when this returns, so no change made after
     /// it can be missed; the task calls `on_change` once at its start for
@@ -128,6 +132,7 @@ async fn run(
 ) {
     on_change().await;
     let mut ticks = resync.map(|period| {
+        let period = period.max(MIN_RESYNC);
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         ticks
@@ -287,6 +292,34 @@ mod tests {
         assert!(is_relevant(&event(renamed, "/d/lock.yml"), None));
         assert!(is_relevant(&event(renamed, "/d/..data"), None));
         assert!(!is_relevant(&event(renamed, "/d/notes.txt"), None));
+    }
+
+    #[tokio::test]
+    async fn a_zero_resync_is_raised_to_the_minimum_and_does_not_panic() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let on_change: OnChange = Arc::new(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async {})
+        });
+        let token = CancellationToken::new();
+        let mut watch = FileWatch::start(
+            std::env::temp_dir().join(format!("rewire-zero-resync-{}.json", std::process::id())),
+            on_change,
+            Some(Duration::ZERO),
+            token.clone(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while calls.load(std::sync::atomic::Ordering::SeqCst) < 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            calls.load(std::sync::atomic::Ordering::SeqCst) >= 3,
+            "re-read periodically"
+        );
+        token.cancel();
+        let task = watch.task.take().expect("the task");
+        assert!(task.await.is_ok(), "the watch task ended without a panic");
     }
 
     #[test]

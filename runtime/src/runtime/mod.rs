@@ -321,7 +321,8 @@ impl Runtime {
     /// Watches the configuration file at `path`: when its content changes,
     /// the new content becomes the base configuration (through the reload
     /// queue, so bursts coalesce). `resync` re-reads it periodically in case
-    /// an event is lost. The watch ends at shutdown.
+    /// an event is lost (at most every 100 ms: a shorter period, zero
+    /// included, is raised to it). The watch ends at shutdown.
     pub fn watch_config_file(&self, path: PathBuf, resync: Duration) -> FileWatch {
         trigger::watch_config_file(&self.trigger_context(), path, resync)
     }

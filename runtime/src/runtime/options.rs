@@ -15,7 +15,8 @@ pub struct RuntimeOptions {
     /// How many reload records are kept.
     pub history_capacity: usize,
     /// How often watched secretRefs are polled (secret stores cannot
-    /// notify).
+    /// notify); at least every 10 ms (a shorter interval, zero included,
+    /// is raised to it).
     pub secret_poll_interval: Duration,
 }
 

@@ -124,13 +124,9 @@ fn follow_plan(
         match running.iter().position(|r| r.watches(watched)) {
             Some(i) => {
                 let kept = running.swap_remove(i);
-                kept.expected.send_if_modified(|value| {
-                    let changed = *value != watched.resolved;
-                    if changed {
-                        value.clone_from(&watched.resolved);
-                    }
-                    changed
-                });
+                // Sent even when unchanged: a new generation resets what
+                // the watch asked for.
+                kept.expected.send_replace(watched.resolved.clone());
                 next.push(kept);
             }
             None => next.push(RunningWatch::start(cx, watched.clone())),
@@ -189,8 +185,19 @@ fn force(cx: &TriggerContext, component: ComponentKey) {
     });
 }
 
+/// The shortest period watched secretRefs are polled at: a shorter
+/// [`RuntimeOptions::secret_poll_interval`](crate::RuntimeOptions) (zero
+/// included) is raised to it.
+pub(crate) const MIN_SECRET_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The period secrets are polled at for the interval asked.
+fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
+    asked.max(MIN_SECRET_POLL)
+}
+
 /// What a watch saw last and asked to apply, so that one new value asks
-/// once (until the component's value moves on).
+/// once (until the component's value moves on, or the store's value comes
+/// back to the component's: a later change away from it asks again).
 #[derive(Default)]
 struct Forced(Option<Value>);
 
@@ -204,11 +211,25 @@ impl Forced {
         expected: &watch::Receiver<Option<Value>>,
         now: Value,
     ) {
-        if expected.borrow().as_ref() == Some(&now) || self.0.as_ref() == Some(&now) {
-            return;
+        if self.asks(expected.borrow().as_ref(), now) {
+            force(cx, component.clone());
         }
-        force(cx, component.clone());
+    }
+
+    /// Whether `now` asks for a reload, given the value the component
+    /// runs with; notes what was asked for.
+    fn asks(&mut self, expected: Option<&Value>, now: Value) -> bool {
+        if expected == Some(&now) {
+            // Back to the value in force: whatever was asked for is moot
+            // (its reload may keep this value and publish nothing).
+            self.0 = None;
+            return false;
+        }
+        if self.0.as_ref() == Some(&now) {
+            return false;
+        }
         self.0 = Some(now);
+        true
     }
 }
 
@@ -271,7 +292,7 @@ async fn watch_secret(
         ComponentKey::new(Kind::SecretStore, &r.store),
         cx.live.clone(),
     );
-    let mut ticks = tokio::time::interval(cx.secret_poll_interval);
+    let mut ticks = tokio::time::interval(secret_poll_period(cx.secret_poll_interval));
     let mut forced = Forced::default();
     loop {
         ticks.tick().await;
@@ -293,5 +314,36 @@ async fn watch_secret(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_zero_poll_interval_is_raised_to_the_minimum() {
+        let period = secret_poll_period(std::time::Duration::ZERO);
+        assert_eq!(period, MIN_SECRET_POLL);
+        // What the watch does with it (a zero period panics).
+        let mut ticks = tokio::time::interval(period);
+        ticks.tick().await;
+        assert_eq!(
+            secret_poll_period(std::time::Duration::from_secs(3)),
+            std::time::Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn a_value_that_flips_back_and_forth_asks_again() {
+        let (a, b) = (Value::from("A"), Value::from("B"));
+        let mut forced = Forced::default();
+        assert!(forced.asks(Some(&a), b.clone()), "A -> B");
+        assert!(!forced.asks(Some(&a), b.clone()), "asked once");
+        // Back to A before the reload read B: the reload keeps A and
+        // publishes nothing, so nothing resets the watch from outside.
+        assert!(!forced.asks(Some(&a), a.clone()), "B -> A");
+        assert!(forced.asks(Some(&a), b.clone()), "A -> B again");
+        assert!(forced.asks(Some(&a), Value::from("C")), "another value");
     }
 }
