@@ -10,6 +10,7 @@ mod assembly_tasks;
 mod backoff;
 mod component;
 pub mod config;
+mod echo;
 mod fs_read;
 mod fs_watch;
 mod go_duration;
@@ -36,6 +37,8 @@ pub use component::{
 };
 #[doc(inline)]
 pub use config::{Config, ConfigSources, Problem, Problems, ValidConfig};
+#[doc(inline)]
+pub use echo::{echoed, ECHO_LIMIT};
 #[doc(inline)]
 pub use fs_read::{read_bounded, FileReadError};
 #[doc(inline)]

@@ -106,6 +106,12 @@ async fn lock_errors_are_dapr_errors() {
         ),
         (
             "unlock/locks",
+            json!({"resourceId": "sequencer|||x", "lockOwner": "o"}),
+            "ERR_MALFORMED_REQUEST",
+            "ResourceId cannot contain `||`",
+        ),
+        (
+            "unlock/locks",
             json!({"resourceId": "r"}),
             "ERR_MALFORMED_REQUEST",
             "LockOwner is empty",

@@ -21,7 +21,7 @@ async fn runtime(sidecar: &Sidecar) -> RuntimeClient<Channel> {
 async fn state_and_locks_on_redis() {
     let redis = RedisServer::start().await;
     let config = format!(
-        r#"{{"components": {{
+        r#"{{"appId": "shop", "components": {{
             "state": {{"orders": {{"type": "redis", "metadata": {{"redisHost": "{0}"}}}}}},
             "lock": {{"locks": {{"type": "redis", "metadata": {{"redisHost": "{0}"}}}}}}
         }}}}"#,
@@ -70,11 +70,43 @@ async fn state_and_locks_on_redis() {
         .unwrap()
         .into_inner();
     assert_eq!(renewed.status(), KeepAliveStatus::Success);
-    // The key's own expiry in redis is the renewed one (no key prefix is
-    // configured, so the key is the resource id).
-    let ttl = redis.query(&["PTTL", "r"]).await.expect("PTTL");
+    // The key's own expiry in redis is the renewed one; the key is Dapr's
+    // `lock||{appId}||{resourceId}` (no `keyPrefix` strategy configured).
+    let ttl = redis.query(&["PTTL", "lock||shop||r"]).await.expect("PTTL");
     let ttl_ms: i64 = ttl[0].parse().expect("a number");
     assert!(ttl_ms > 60_000, "renewed to 120 s, PTTL {ttl_ms}");
+
+    // A state key named as the lock's resource is another key: saving it
+    // leaves the lock held.
+    client
+        .save_state(layotto::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![layotto::StateItem {
+                key: "r".into(),
+                value: b"{}".to_vec(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .expect("save r");
+    let other = layotto::TryLockRequest {
+        store_name: "locks".into(),
+        resource_id: "r".into(),
+        lock_owner: "bob".into(),
+        expire: 2,
+    };
+    assert!(!client.try_lock(other).await.unwrap().into_inner().success);
+    // A resource id with `||` (a sequencer's `sequencer|||x`) is refused.
+    let err = client
+        .unlock(layotto::UnlockRequest {
+            store_name: "locks".into(),
+            resource_id: "sequencer|||x".into(),
+            lock_owner: "alice".into(),
+        })
+        .await
+        .expect_err("`||` in a resource id");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("ResourceId"), "{err:?}");
     sidecar.stop().await;
 }
 

@@ -1,18 +1,59 @@
 //! The `redis` lock, as Dapr's `lock.redis`: a lock is a string key holding
-//! its owner, taken with `SET resource owner NX PX expiry` and released by a
+//! its owner, taken with `SET key owner NX PX expiry` and released by a
 //! Lua script only when the owner matches.
+//!
+//! Keys are Dapr's: `lock||{appId}||{resourceId}` by default, so locks never
+//! share a key with the state store's `{keyPrefix}{key}` or the
+//! sequencer's `sequencer|||{key}` on the same server. `keyPrefix` picks
+//! the middle part as Dapr's lock key strategies do (see [`key_base`]); a
+//! resource id containing `||` is refused, so no two resources (and no
+//! strategy) make the same key.
+
+use std::sync::OnceLock;
 
 use rewire_runtime::{
-    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Lock, LockError, Metadata,
-    Readiness, TryLockRequest, UnlockRequest, UnlockStatus,
+    echoed, Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Lock, LockError,
+    Metadata, Readiness, TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use tracing::debug;
 
 use crate::time_limits::check_ttl;
 
-use super::connection::RedisConnection;
+use super::connection::{RedisConnection, Session};
 use super::metadata::RedisMetadata;
 use super::scripts;
+
+/// What separates a lock key's parts: refused in resource ids and in a
+/// literal `keyPrefix`, as Dapr does.
+pub const KEY_SEPARATOR: &str = "||";
+
+/// The part of every lock key before the resource id, as Dapr builds it
+/// from the lock store's `keyPrefix` (case-insensitive, as Dapr lowercases
+/// it):
+///
+/// * empty or `appid` (the default): `lock||{appId}||` — `lock||` when the
+///   app has no id;
+/// * `name`: `lock||{store name}||`;
+/// * `none`: `lock||`;
+/// * anything else, lowercased: `lock||{keyPrefix}||`.
+pub fn key_base(key_prefix: &str, app_id: &str, store: &str) -> String {
+    let strategy = key_prefix.to_lowercase();
+    match strategy.as_str() {
+        "" | "appid" if app_id.is_empty() => "lock||".to_string(),
+        "" | "appid" => format!("lock||{app_id}||"),
+        "name" => format!("lock||{store}||"),
+        "none" => "lock||".to_string(),
+        literal => format!("lock||{literal}||"),
+    }
+}
+
+/// The app id and the store's name, known at init, that Dapr's key
+/// strategies put in the keys.
+#[derive(Debug, Clone, Default)]
+struct Naming {
+    app_id: String,
+    store: String,
+}
 
 /// A distributed lock on Redis: locks expire, and only their owner can
 /// release them.
@@ -20,6 +61,8 @@ use super::scripts;
 /// Every metadata change applies in place, as for the `redis` state store:
 /// a new server is connected and verified before it replaces the old one.
 /// Locks live in Redis, so those held on the old server stay there.
+/// The keys are `{key_base}{resource id}`, [`key_base`] made of the
+/// `keyPrefix` in force and the app id and store name given at init.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "lock",
@@ -29,6 +72,7 @@ use super::scripts;
 pub struct RedisLock {
     #[metadata]
     connection: RedisConnection,
+    naming: OnceLock<Naming>,
 }
 
 impl RedisLock {
@@ -36,7 +80,20 @@ impl RedisLock {
     pub fn new(metadata: RedisMetadata) -> Self {
         Self {
             connection: RedisConnection::new(metadata),
+            naming: OnceLock::new(),
         }
+    }
+
+    /// The key of the lock on `resource_id` in `session`'s namespace.
+    fn key(&self, session: &Session, resource_id: &str) -> String {
+        let naming = self.naming.get().cloned().unwrap_or_default();
+        let mut key = key_base(
+            &session.metadata().key_prefix,
+            &naming.app_id,
+            &naming.store,
+        );
+        key.push_str(resource_id);
+        key
     }
 
     /// The metadata in force.
@@ -45,9 +102,16 @@ impl RedisLock {
     }
 }
 
-/// The lock has no use for the state store's default TTL.
+/// The lock has no use for the state store's default TTL; a literal
+/// `keyPrefix` cannot hold the key separator.
 fn check_lock_metadata(metadata: &RedisMetadata) -> Result<(), ComponentError> {
     super::sequencer::refuse_sequencer_fields(metadata)?;
+    if metadata.key_prefix.contains(KEY_SEPARATOR) {
+        return Err(ComponentError::new(format!(
+            "metadata field `keyPrefix` of a lock cannot contain `{KEY_SEPARATOR}`, \
+             which separates a lock key's parts"
+        )));
+    }
     match metadata.ttl_in_seconds {
         Some(_) => Err(ComponentError::new(
             "metadata field `ttlInSeconds` belongs to the redis state store; \
@@ -65,10 +129,28 @@ fn require(what: &str, value: &str) -> Result<(), LockError> {
     }
 }
 
+/// A resource id and an owner are required; the resource id cannot hold
+/// the key separator.
+fn check_request(resource_id: &str, lock_owner: &str) -> Result<(), LockError> {
+    require("resource id", resource_id)?;
+    require("lock owner", lock_owner)?;
+    if resource_id.contains(KEY_SEPARATOR) {
+        return Err(LockError::Invalid(format!(
+            "resource id `{}` contains `{KEY_SEPARATOR}`, which separates a lock key's parts",
+            echoed(resource_id)
+        )));
+    }
+    Ok(())
+}
+
 #[rewire_runtime::prelude::async_trait]
 impl Component for RedisLock {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         check_lock_metadata(self.connection.session().metadata())?;
+        let _ = self.naming.set(Naming {
+            app_id: cx.app_id.clone(),
+            store: cx.key.name.to_string(),
+        });
         self.connection.init(&cx.key).await
     }
 
@@ -103,15 +185,14 @@ impl InPlaceUpdate for RedisLock {
 #[rewire_runtime::prelude::async_trait]
 impl Lock for RedisLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
-        require("resource id", &req.resource_id)?;
-        require("lock owner", &req.lock_owner)?;
+        check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
         let session = self.connection.session();
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
         let reply: Option<String> = redis::cmd("SET")
-            .arg(session.key(&req.resource_id))
+            .arg(self.key(&session, &req.resource_id))
             .arg(&req.lock_owner)
             .arg("NX")
             .arg("PX")
@@ -120,45 +201,43 @@ impl Lock for RedisLock {
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
         let taken = reply.is_some();
-        debug!(resource = %req.resource_id, owner = %req.lock_owner, expiry_ms, taken, "Lock requested.");
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, taken, "Lock requested.");
         Ok(taken)
     }
 
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError> {
-        require("resource id", &req.resource_id)?;
-        require("lock owner", &req.lock_owner)?;
+        check_request(&req.resource_id, &req.lock_owner)?;
         let session = self.connection.session();
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
         let reply: i64 = scripts::UNLOCK
-            .key(session.key(&req.resource_id))
+            .key(self.key(&session, &req.resource_id))
             .arg(&req.lock_owner)
             .invoke_async(&mut conn)
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
         let status = status_of(reply, "unlock")?;
-        debug!(resource = %req.resource_id, owner = %req.lock_owner, ?status, "Unlock requested.");
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
         Ok(status)
     }
 
     async fn keep_alive(&self, req: TryLockRequest) -> Result<UnlockStatus, LockError> {
-        require("resource id", &req.resource_id)?;
-        require("lock owner", &req.lock_owner)?;
+        check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
         let session = self.connection.session();
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
         let reply: i64 = scripts::KEEP_ALIVE
-            .key(session.key(&req.resource_id))
+            .key(self.key(&session, &req.resource_id))
             .arg(&req.lock_owner)
             .arg(expiry_ms)
             .invoke_async(&mut conn)
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
         let status = status_of(reply, "keep-alive")?;
-        debug!(resource = %req.resource_id, owner = %req.lock_owner, expiry_ms, ?status, "Lock renewal requested.");
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, ?status, "Lock renewal requested.");
         Ok(status)
     }
 }
@@ -169,11 +248,11 @@ fn expiry_ms(req: &TryLockRequest) -> Result<u64, LockError> {
     if req.expiry.is_zero() {
         return Err(LockError::Invalid(format!(
             "expiry of the lock on `{}` must be positive",
-            req.resource_id
+            echoed(&req.resource_id)
         )));
     }
     check_ttl("expiry", req.expiry).map_err(|message| {
-        LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id))
+        LockError::Invalid(format!("lock on `{}`: {message}", echoed(&req.resource_id)))
     })?;
     Ok(u64::try_from(req.expiry.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
 }

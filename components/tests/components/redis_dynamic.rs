@@ -293,7 +293,7 @@ async fn the_lock_moves_to_another_server_too() {
     assert_eq!(lock.try_lock(req).await, Ok(true));
     let mut conn = second.connection().await;
     let owner: Option<String> = redis::cmd("GET")
-        .arg("r")
+        .arg("lock||test||r")
         .query_async(&mut conn)
         .await
         .unwrap();

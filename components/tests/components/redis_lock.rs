@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::RedisServer;
-use rewire_runtime::{Instance, Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
+use rewire_runtime::{
+    Increment, Instance, Lock, LockError, NextIdRequest, SetRequest, TryLockRequest, UnlockRequest,
+    UnlockStatus,
+};
 use serde_json::{json, Value};
 
 async fn lock_store(metadata: Value) -> Arc<dyn Lock> {
@@ -74,7 +77,7 @@ async fn a_lock_expires_after_its_expiry() {
     );
     let mut raw = server.connection().await;
     let pttl: i64 = redis::cmd("PTTL")
-        .arg("r")
+        .arg("lock||test||r")
         .query_async(&mut raw)
         .await
         .unwrap();
@@ -116,26 +119,120 @@ async fn malformed_requests_are_invalid() {
     ));
 }
 
-#[tokio::test]
-async fn key_prefix_applies_and_ttl_in_seconds_is_refused() {
-    let server = RedisServer::start().await;
-    let store = lock_store(json!({"redisHost": server.addr(), "keyPrefix": "locks:"})).await;
-    assert_eq!(store.try_lock(lock("r", "a", MINUTE)).await, Ok(true));
+/// The owner written at `key`, read straight from the server.
+async fn owner_at(server: &RedisServer, key: &str) -> Option<String> {
     let mut raw = server.connection().await;
-    let owner: Option<String> = redis::cmd("GET")
-        .arg("locks:r")
+    redis::cmd("GET")
+        .arg(key)
         .query_async(&mut raw)
         .await
-        .unwrap();
-    assert_eq!(owner.as_deref(), Some("a"));
+        .unwrap()
+}
 
-    let err = common::start(
-        "lock",
-        "redis",
+#[tokio::test]
+async fn keys_follow_dapr_key_prefix_strategies_and_ttl_in_seconds_is_refused() {
+    let server = RedisServer::start().await;
+    // The test context's app id is `test` and the store is `lock/x`.
+    for (key_prefix, key) in [
+        (None, "lock||test||r"),
+        (Some("appid"), "lock||test||r"),
+        (Some("name"), "lock||x||r"),
+        (Some("none"), "lock||r"),
+        (Some("Locks:"), "lock||locks:||r"),
+    ] {
+        let mut metadata = json!({"redisHost": server.addr()});
+        if let Some(prefix) = key_prefix {
+            metadata["keyPrefix"] = json!(prefix);
+        }
+        let store = match common::start_named("lock", "x", "redis", metadata).await {
+            Ok(Instance::Lock(lock)) => lock,
+            other => panic!("expected a lock, got {other:?}"),
+        };
+        assert_eq!(store.try_lock(lock("r", "a", MINUTE)).await, Ok(true));
+        assert_eq!(owner_at(&server, key).await.as_deref(), Some("a"), "{key}");
+        assert_eq!(
+            store.unlock(unlock("r", "a")).await,
+            Ok(UnlockStatus::Success)
+        );
+    }
+
+    for bad in [
         json!({"redisHost": server.addr(), "ttlInSeconds": 5}),
-    )
-    .await
-    .map(|_| ())
-    .expect_err("ttlInSeconds should be refused");
-    assert!(err.contains("ttlInSeconds"), "{err}");
+        json!({"redisHost": server.addr(), "keyPrefix": "a||b"}),
+    ] {
+        let err = common::start("lock", "redis", bad.clone())
+            .await
+            .map(|_| ())
+            .expect_err("should be refused");
+        let field = if bad.get("ttlInSeconds").is_some() {
+            "ttlInSeconds"
+        } else {
+            "keyPrefix"
+        };
+        assert!(err.contains(field), "{err}");
+    }
+}
+
+/// One redis-server for the state store, the lock and the sequencer, as
+/// Dapr's quickstart lays them out: a state write of a key that is also a
+/// held lock's resource leaves the lock alone, and no lock request can
+/// reach a sequencer's counter.
+#[tokio::test]
+async fn locks_share_no_key_with_state_or_sequencer() {
+    let server = RedisServer::start().await;
+    let addr = json!({"redisHost": server.addr()});
+    let locks = lock_store(addr.clone()).await;
+    let state = match common::start("state", "redis", addr.clone()).await {
+        Ok(Instance::State(store)) => store,
+        other => panic!("expected a state store, got {other:?}"),
+    };
+    let sequencer = match common::start("sequencer", "redis", addr).await {
+        Ok(Instance::Sequencer(sequencer)) => sequencer,
+        other => panic!("expected a sequencer, got {other:?}"),
+    };
+
+    assert_eq!(
+        locks.try_lock(lock("order-42", "alice", MINUTE)).await,
+        Ok(true)
+    );
+    state
+        .set(SetRequest {
+            key: "order-42".into(),
+            value: b"{}".to_vec(),
+            ..SetRequest::default()
+        })
+        .await
+        .expect("state save");
+    assert_eq!(
+        locks.try_lock(lock("order-42", "bob", MINUTE)).await,
+        Ok(false),
+        "the state save must not free the lock"
+    );
+    assert_eq!(
+        locks.unlock(unlock("order-42", "alice")).await,
+        Ok(UnlockStatus::Success)
+    );
+
+    let next = |key: &str| NextIdRequest {
+        key: key.into(),
+        increment: Increment::Strong,
+        ..NextIdRequest::default()
+    };
+    assert_eq!(sequencer.get_next_id(next("x")).await, Ok(1));
+    // The counter `sequencer|||x` holds "1": an owner of "1" would match it.
+    assert!(matches!(
+        locks.unlock(unlock("sequencer|||x", "1")).await,
+        Err(LockError::Invalid(message)) if message.contains("||")
+    ));
+    assert!(matches!(
+        locks
+            .keep_alive(lock("sequencer|||x", "1", Duration::from_millis(1)))
+            .await,
+        Err(LockError::Invalid(_))
+    ));
+    assert!(matches!(
+        locks.try_lock(lock("sequencer|||x", "1", MINUTE)).await,
+        Err(LockError::Invalid(_))
+    ));
+    assert_eq!(sequencer.get_next_id(next("x")).await, Ok(2));
 }

@@ -19,6 +19,10 @@ pub enum LockOpError {
     /// The request names no resource.
     #[error("ResourceId is empty in lock store `{0}`")]
     ResourceIdEmpty(String),
+    /// The resource id holds `||`, which separates a lock key's parts
+    /// (Dapr refuses it too).
+    #[error("ResourceId cannot contain `||` in lock store `{0}`")]
+    ResourceIdSeparator(String),
     /// The request names no owner.
     #[error("LockOwner is empty in lock store `{0}`")]
     LockOwnerEmpty(String),
@@ -191,10 +195,16 @@ impl LockOps {
         })
     }
 
-    /// Dapr's checks: a resource and an owner are required.
+    /// Dapr's checks: a resource and an owner are required, and the
+    /// resource id cannot hold `||` (Dapr's lock keys are
+    /// `lock||{appId}||{resourceId}`, so that no resource id makes another
+    /// one's key).
     fn require(&self, resource_id: &str, lock_owner: &str) -> Result<(), LockOpError> {
         if resource_id.is_empty() {
             return Err(LockOpError::ResourceIdEmpty(self.name.clone()));
+        }
+        if resource_id.contains("||") {
+            return Err(LockOpError::ResourceIdSeparator(self.name.clone()));
         }
         if lock_owner.is_empty() {
             return Err(LockOpError::LockOwnerEmpty(self.name.clone()));

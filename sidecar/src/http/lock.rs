@@ -123,6 +123,7 @@ impl From<LockOpError> for HttpError {
         let (status, code) = match &err {
             LockOpError::NotFound(_) => (StatusCode::BAD_REQUEST, "ERR_LOCK_STORE_NOT_FOUND"),
             LockOpError::ResourceIdEmpty(_)
+            | LockOpError::ResourceIdSeparator(_)
             | LockOpError::LockOwnerEmpty(_)
             | LockOpError::ExpiryNotPositive(_) => {
                 (StatusCode::BAD_REQUEST, "ERR_MALFORMED_REQUEST")
