@@ -54,12 +54,15 @@ fn text_values<'de, D: Deserializer<'de>>(
 }
 
 /// A namespace and the last notification id the client knows of it (-1
-/// for none yet).
+/// for none yet). In an answer, `messages` holds the release messages
+/// behind the notification, sent back with the fetch it calls for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Notification {
     pub namespace_name: String,
     pub notification_id: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Value>,
 }
 
 /// What the config service said about a namespace.
@@ -200,11 +203,16 @@ impl ConfigServiceClient {
         &self.address
     }
 
-    /// Fetches `namespace`; `release_key` is the release we hold, if any.
+    /// Fetches `namespace`; `release_key` is the release we hold, if any;
+    /// `messages`, those of the notification that calls for the fetch: a
+    /// config service whose release cache predates them reloads it rather
+    /// than answer 304 for a release it has not seen yet (Apollo's
+    /// `ConfigServiceWithCache`, as the Java client uses it).
     pub(crate) async fn fetch(
         &self,
         namespace: &str,
         release_key: Option<&str>,
+        messages: Option<&Value>,
     ) -> Result<Fetched, ApolloError> {
         let mut url = join(
             &self.server,
@@ -217,6 +225,9 @@ impl ConfigServiceClient {
             }
             if let Some(ip) = &self.ip {
                 query.append_pair("ip", ip);
+            }
+            if let Some(messages) = messages {
+                query.append_pair("messages", &messages.to_string());
             }
         }
         if url.query() == Some("") {
@@ -376,7 +387,7 @@ mod tests {
         assert!(!format!("{client:?}").contains("hunter2"), "{client:?}");
         assert_eq!(client.address(), "http://apollo:hunter2@127.0.0.1:1");
         let err = client
-            .fetch("application", None)
+            .fetch("application", None, None)
             .await
             .expect_err("nothing listens on port 1");
         assert!(!err.to_string().contains("hunter2"), "{err}");
@@ -398,11 +409,24 @@ mod tests {
     }
 
     #[test]
-    fn notifications_ignore_messages() {
+    fn notifications_keep_their_messages_and_send_none() {
         let parsed: Vec<Notification> = serde_json::from_str(
             r#"[{"namespaceName":"application","notificationId":7,"messages":{"details":{"a+default+application":7}}}]"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed[0].notification_id, 7);
+        assert_eq!(
+            parsed[0].messages,
+            Some(serde_json::json!({"details": {"a+default+application": 7}}))
+        );
+        let sent = Notification {
+            messages: None,
+            ..parsed[0].clone()
+        };
+        let text = serde_json::to_string(&[sent]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            text,
+            r#"[{"namespaceName":"application","notificationId":7}]"#
+        );
     }
 }

@@ -40,6 +40,19 @@ struct Namespace {
     source: Source,
 }
 
+/// `namespace` as the config service's long poll names it: without a
+/// `.properties` suffix (any case), which Apollo strips from the names it
+/// is sent (`NamespaceUtil.filterNamespaceName`) and does not restore in
+/// its answer.
+pub(crate) fn notification_name(namespace: &str) -> &str {
+    const SUFFIX: &str = ".properties";
+    let cut = namespace.len().saturating_sub(SUFFIX.len());
+    match namespace.get(cut..) {
+        Some(tail) if cut > 0 && tail.eq_ignore_ascii_case(SUFFIX) => &namespace[..cut],
+        _ => namespace,
+    }
+}
+
 /// Key → (value, namespace, release key) of the merged view.
 type Merged = BTreeMap<String, (String, String, String)>;
 
@@ -188,8 +201,9 @@ impl LiveNamespaces {
             .iter()
             .zip(state.iter())
             .map(|(name, ns)| Notification {
-                namespace_name: name.clone(),
+                namespace_name: notification_name(name).to_string(),
                 notification_id: ns.notification_id,
+                messages: None,
             })
             .collect()
     }
@@ -201,14 +215,25 @@ impl LiveNamespaces {
         }
     }
 
-    /// The served namespace `name` refers to (exactly, or ignoring case as
-    /// Apollo does).
-    pub(crate) fn resolve(&self, name: &str) -> Option<&str> {
-        self.order
-            .iter()
-            .find(|n| *n == name)
-            .or_else(|| self.order.iter().find(|n| n.eq_ignore_ascii_case(name)))
-            .map(String::as_str)
+    /// The served namespaces a notification for `name` is about: those
+    /// whose name is `name` once a `.properties` suffix is stripped from
+    /// both (Apollo answers `application` for `application.properties`),
+    /// exactly, or else ignoring case as Apollo does. Empty when none is.
+    pub(crate) fn resolve(&self, name: &str) -> Vec<&str> {
+        let wanted = notification_name(name);
+        let matching = |same: &dyn Fn(&str) -> bool| -> Vec<&str> {
+            self.order
+                .iter()
+                .map(String::as_str)
+                .filter(|n| same(notification_name(n)))
+                .collect()
+        };
+        let exact = matching(&|n| n == wanted);
+        if exact.is_empty() {
+            matching(&|n| n.eq_ignore_ascii_case(wanted))
+        } else {
+            exact
+        }
     }
 
     /// Ready unless a namespace is served from the backup cache.
@@ -335,6 +360,31 @@ mod tests {
             Source::Server,
         );
         live
+    }
+
+    #[test]
+    fn notifications_and_answers_ignore_the_properties_suffix() {
+        let live = LiveNamespaces::new(vec![
+            "application.properties".into(),
+            "common".into(),
+            "Mixed.PROPERTIES".into(),
+        ]);
+        let sent: Vec<String> = live
+            .notifications()
+            .into_iter()
+            .map(|n| n.namespace_name)
+            .collect();
+        assert_eq!(sent, vec!["application", "common", "Mixed"]);
+        assert_eq!(live.resolve("application"), vec!["application.properties"]);
+        assert_eq!(
+            live.resolve("application.properties"),
+            vec!["application.properties"]
+        );
+        assert_eq!(live.resolve("mixed"), vec!["Mixed.PROPERTIES"]);
+        assert_eq!(live.resolve("COMMON"), vec!["common"]);
+        assert!(live.resolve("other").is_empty());
+        assert_eq!(notification_name(".properties"), ".properties");
+        assert_eq!(notification_name("a.yaml"), "a.yaml");
     }
 
     #[test]

@@ -4,7 +4,13 @@
 //! Each round first re-fetches the namespaces still served from the backup
 //! cache, then long-polls `notifications/v2` with the ids known so far. A
 //! namespace's new id is kept only once its release is in, so a failed
-//! fetch is retried by the next poll (which answers at once). Failures wait
+//! fetch is retried by the next poll (which answers at once). The fetch
+//! carries the notification's `messages`, so that a config service whose
+//! release cache lags reloads it rather than answer 304 for the release
+//! just notified. Names are matched without their `.properties` suffix,
+//! which Apollo strips; a notification that matches no served namespace is
+//! a failure (the ids cannot advance, so polling again at once would
+//! loop). Failures wait
 //! with exponential backoff; the first failure of a streak is logged as a
 //! warning, the recovery as info. The task ends when its token is
 //! cancelled (the runtime's shutdown, or `close`).
@@ -91,25 +97,43 @@ impl Poller {
             return Ok(());
         };
         let mut first_error = None;
+        let mut unmatched = Vec::new();
         for notification in notifications {
-            let Some(namespace) = refresher.live.resolve(&notification.namespace_name) else {
-                debug!(
-                    component = %refresher.key,
-                    namespace = %notification.namespace_name,
-                    "Notification for a namespace this store does not serve; ignored."
-                );
+            let served = refresher.live.resolve(&notification.namespace_name);
+            if served.is_empty() {
+                unmatched.push(notification.namespace_name);
                 continue;
-            };
-            match refresher.refresh(namespace).await {
-                Ok(_) => refresher
-                    .live
-                    .set_notification_id(namespace, notification.notification_id),
-                Err(err) => {
-                    first_error.get_or_insert(err);
+            }
+            for namespace in served {
+                // The notification's messages go with the fetch, so a
+                // config service answers from the release they name rather
+                // than from a release cache that predates it: a 304 then
+                // means the release is the one we hold, and the id is kept.
+                let messages = notification.messages.as_ref();
+                match refresher.refresh_notified(namespace, messages).await {
+                    Ok(_) => refresher
+                        .live
+                        .set_notification_id(namespace, notification.notification_id),
+                    Err(err) => {
+                        first_error.get_or_insert(err);
+                    }
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        if let Some(err) = first_error {
+            return Err(err);
+        }
+        if !unmatched.is_empty() {
+            // Our ids stay as they were, so the next poll would be answered
+            // at once: a failure, so that it waits (backoff) and is seen.
+            return Err(ApolloError::Config(format!(
+                "{} notified namespace(s) {} that match none served ({}); the notification ids cannot advance",
+                refresher.client.server(),
+                unmatched.join(","),
+                refresher.live.order().join(","),
+            )));
+        }
+        Ok(())
     }
 
     fn succeeded(&mut self) {

@@ -52,9 +52,23 @@ impl Refresher {
     /// Fetches `namespace` and takes the answer. Returns how many keys
     /// changed.
     pub(crate) async fn refresh(&self, namespace: &str) -> Result<usize, ApolloError> {
+        self.refresh_notified(namespace, None).await
+    }
+
+    /// [`refresh`](Self::refresh) for a notification carrying `messages`
+    /// (sent with the fetch, so that a stale release cache is not
+    /// believed).
+    pub(crate) async fn refresh_notified(
+        &self,
+        namespace: &str,
+        messages: Option<&serde_json::Value>,
+    ) -> Result<usize, ApolloError> {
         let _serialised = self.lock.lock().await;
         let held = self.live.release_key(namespace);
-        let fetched = self.client.fetch(namespace, held.as_deref()).await?;
+        let fetched = self
+            .client
+            .fetch(namespace, held.as_deref(), messages)
+            .await?;
         let (config, source) = match fetched {
             Fetched::Unchanged => {
                 let previous = self.live.confirm(namespace);

@@ -184,8 +184,9 @@ impl ConfigServices {
         &self,
         namespace: &str,
         release_key: Option<&str>,
+        messages: Option<&serde_json::Value>,
     ) -> Result<Fetched, ApolloError> {
-        self.failover(|client| async move { client.fetch(namespace, release_key).await })
+        self.failover(|client| async move { client.fetch(namespace, release_key, messages).await })
             .await
     }
 

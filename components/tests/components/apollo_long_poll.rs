@@ -145,3 +145,58 @@ async fn the_shutdown_token_and_close_stop_the_long_poll() {
     assert_eq!(value_of(&by_token.store, "k").await.as_deref(), Some("v1"));
     assert_eq!(value_of(&by_close.store, "k").await.as_deref(), Some("v1"));
 }
+
+/// Apollo strips `.properties` from the namespace names of a long poll and
+/// answers `application` for `application.properties`: the store matches
+/// the answer to its namespace, so the poll is held again (no busy loop)
+/// and the release is fetched.
+#[tokio::test]
+async fn a_properties_suffixed_namespace_follows_releases() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"namespace_name": "application.properties"}),
+    );
+    let started = start(meta).await.expect("start");
+    let store = &started.store;
+    assert_eq!(value_of(store, "k").await.as_deref(), Some("v1"));
+    let mut all = subscribe(store, ConfigQuery::default()).await;
+    assert!(
+        server.wait_for_held_poll(PATIENCE).await,
+        "no long poll was held: the answer for `application` was not matched"
+    );
+    server.release("application", &[("k", "v2")]);
+    expect_change(&mut all, "k", "v2").await;
+    assert!(
+        server.wait_for_held_poll(PATIENCE).await,
+        "no long poll held after the release"
+    );
+    started.store.close().await.unwrap();
+}
+
+/// A config service whose release cache lags behind the notification
+/// would answer 304 for the release just notified; the fetch sends the
+/// notification's messages, which make Apollo reload its cache, so the
+/// release is not lost.
+#[tokio::test]
+async fn a_stale_release_cache_does_not_lose_the_notified_release() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let store = &started.store;
+    let mut all = subscribe(store, ConfigQuery::default()).await;
+    assert!(
+        server.wait_for_held_poll(PATIENCE).await,
+        "no long poll was held"
+    );
+    server.set_stale_release_cache(true);
+    server.release("application", &[("k", "v2")]);
+    expect_change(&mut all, "k", "v2").await;
+    assert_eq!(value_of(store, "k").await.as_deref(), Some("v2"));
+    started.store.close().await.unwrap();
+}

@@ -34,8 +34,14 @@ pub(super) async fn configs(
     if let Some(faulted) = fault(&app, Route::Configs).await {
         return faulted;
     }
-    let ns: NamespaceId = (app_id.clone(), cluster.clone(), namespace.clone());
-    let Some(current) = app.shared.current_of(&ns) else {
+    // Apollo serves `application.properties` as `application`.
+    let ns: NamespaceId = (
+        app_id.clone(),
+        cluster.clone(),
+        filter_namespace_name(&namespace).to_string(),
+    );
+    let messages = query.get("messages").map(String::as_str);
+    let Some(current) = app.shared.served_of(&ns, messages) else {
         let message = format!(
             "Could not load configurations with appId: {app_id}, clusterName: {cluster}, namespace: {namespace}"
         );
@@ -153,22 +159,32 @@ pub(super) async fn notifications(
     }
 }
 
+/// `namespace` without a `.properties` suffix (any case), as Apollo's
+/// `NamespaceUtil.filterNamespaceName` strips it from the names in
+/// `/configs` and `/notifications/v2` requests. The long poll answers with
+/// the stripped name: the suffix is not restored.
+fn filter_namespace_name(namespace: &str) -> &str {
+    const SUFFIX: &str = ".properties";
+    let cut = namespace.len().saturating_sub(SUFFIX.len());
+    match namespace.get(cut..) {
+        Some(tail) if cut > 0 && tail.eq_ignore_ascii_case(SUFFIX) => &namespace[..cut],
+        _ => namespace,
+    }
+}
+
 /// The watched namespaces whose latest release message is newer than the
-/// client's notification id.
+/// client's notification id (names answered without `.properties`).
 fn newer(app: &AppState, app_id: &str, cluster: &str, watched: &[Watched]) -> Vec<Notified> {
     watched
         .iter()
         .filter_map(|w| {
-            let ns = (
-                app_id.to_string(),
-                cluster.to_string(),
-                w.namespace_name.clone(),
-            );
+            let name = filter_namespace_name(&w.namespace_name).to_string();
+            let ns = (app_id.to_string(), cluster.to_string(), name.clone());
             let current = app.shared.current_of(&ns)?;
             (current.notification_id > w.notification_id).then(|| {
-                let watch_key = format!("{app_id}+{cluster}+{}", w.namespace_name);
+                let watch_key = format!("{app_id}+{cluster}+{name}");
                 Notified {
-                    namespace_name: w.namespace_name.clone(),
+                    namespace_name: name,
                     notification_id: current.notification_id,
                     messages: json!({"details": {watch_key: current.notification_id}}),
                 }

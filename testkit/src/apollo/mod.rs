@@ -120,6 +120,8 @@ pub struct Shared {
     held_polls_notified: AtomicU64,
     signatures_verified: AtomicU64,
     signatures_rejected: AtomicU64,
+    /// Whether `/configs` answers from a release cache one release behind.
+    stale_release_cache: std::sync::atomic::AtomicBool,
 }
 
 fn id(namespace: &str) -> NamespaceId {
@@ -148,6 +150,7 @@ impl Shared {
             outstanding_polls: AtomicUsize::new(0),
             held_polls_notified: AtomicU64::new(0),
             signatures_verified: AtomicU64::new(0),
+            stale_release_cache: std::sync::atomic::AtomicBool::new(false),
             signatures_rejected: AtomicU64::new(0),
         }
     }
@@ -254,6 +257,35 @@ impl Shared {
 
     fn fault(&self, route: Route) -> Option<Fault> {
         self.faults.borrow().get(&route).copied()
+    }
+
+    /// Plays a config service whose release cache (Apollo's
+    /// `ConfigServiceWithCache`) has not caught up with the latest release
+    /// yet: `/configs` answers the release before the latest one, unless
+    /// the request's `messages` carry the latest release's notification id
+    /// (then the cache is reloaded, as Apollo does).
+    pub fn set_stale_release_cache(&self, stale: bool) {
+        self.stale_release_cache.store(stale, Ordering::SeqCst);
+    }
+
+    /// The release `/configs` answers for `ns`: the latest, or the one
+    /// before it while the release cache is stale and `messages` (the
+    /// request's, if any) do not name the latest.
+    fn served_of(&self, ns: &NamespaceId, messages: Option<&str>) -> Option<ReleaseRecord> {
+        let data = lock(&self.data);
+        let releases = &data.namespaces.get(ns)?.releases;
+        let latest = releases.last()?.clone();
+        if !self.stale_release_cache.load(Ordering::SeqCst) || releases.len() < 2 {
+            return Some(latest);
+        }
+        let watch_key = format!("{}+{}+{}", ns.0, ns.1, ns.2);
+        let known = messages
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+            .and_then(|m| m.get("details")?.get(&watch_key)?.as_i64());
+        if known.is_some_and(|id| id >= latest.notification_id) {
+            return Some(latest);
+        }
+        Some(releases[releases.len() - 2].clone())
     }
 
     /// How long a long poll is held before a 304.
