@@ -3,19 +3,33 @@
 //! An expired lock is free: the next operation drops it (an expiry index
 //! keeps that proportional to what expired, so nothing leaks). It takes no
 //! metadata; a metadata change is applied in place, keeping held locks.
+//!
+//! Its memory is bounded: at most [`MAX_LOCKS`] locks are held at once
+//! (expired ones are dropped before the count is checked; a try-lock past
+//! it fails, naming the limit), and a resource id and an owner are at most
+//! [`MAX_RESOURCE_ID_BYTES`] and [`MAX_OWNER_BYTES`] (longer ones are
+//! invalid requests). Each resource id is kept once, shared by the table
+//! and the expiry index.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewire_runtime::NoMetadata;
 use rewire_runtime::{
-    Component, ComponentError, InPlace, InPlaceUpdate, Lock, LockError, Metadata, TryLockRequest,
-    UnlockRequest, UnlockStatus,
+    echoed, Component, ComponentError, InPlace, InPlaceUpdate, Lock, LockError, Metadata,
+    TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use tokio::time::Instant;
 use tracing::debug;
 
 use crate::time_limits::{check_ttl, deadline};
+
+/// Most locks held at once by one memory lock store.
+pub const MAX_LOCKS: usize = 10_000;
+/// Longest resource id the memory lock store takes, in bytes.
+pub const MAX_RESOURCE_ID_BYTES: usize = 1024;
+/// Longest lock owner the memory lock store takes, in bytes.
+pub const MAX_OWNER_BYTES: usize = 1024;
 
 /// An in-process lock store with Dapr's lock semantics: locks expire, and
 /// only their owner can release them.
@@ -43,12 +57,13 @@ impl MemoryLock {
     }
 }
 
-/// Held locks and their expiry index.
+/// Held locks and their expiry index; each resource id is one shared
+/// string.
 #[derive(Debug, Default)]
 struct LockTable {
-    held: HashMap<String, Held>,
+    held: HashMap<Arc<str>, Held>,
     /// `(expires_at, grant)` → resource; grants are unique.
-    expiries: BTreeMap<(Instant, u64), String>,
+    expiries: BTreeMap<(Instant, u64), Arc<str>>,
     last_grant: u64,
 }
 
@@ -72,15 +87,29 @@ impl LockTable {
         }
     }
 
-    /// Takes the lock if free, until `expires_at`.
-    fn try_lock(&mut self, req: &TryLockRequest, now: Instant, expires_at: Instant) -> bool {
+    /// Takes the lock if free, until `expires_at`; an error when
+    /// [`MAX_LOCKS`] unexpired locks are held.
+    fn try_lock(
+        &mut self,
+        req: &TryLockRequest,
+        now: Instant,
+        expires_at: Instant,
+    ) -> Result<bool, LockError> {
         self.purge_expired(now);
-        if self.held.contains_key(&req.resource_id) {
-            return false;
+        if self.held.contains_key(req.resource_id.as_str()) {
+            return Ok(false);
+        }
+        if self.held.len() >= MAX_LOCKS {
+            return Err(LockError::Backend(format!(
+                "the memory lock store holds {MAX_LOCKS} locks, its limit: \
+                 the lock on `{}` was not taken (unlock some, or let them expire)",
+                echoed(&req.resource_id)
+            )));
         }
         self.last_grant += 1;
+        let resource: Arc<str> = Arc::from(req.resource_id.as_str());
         self.held.insert(
-            req.resource_id.clone(),
+            resource.clone(),
             Held {
                 owner: req.lock_owner.clone(),
                 grant: self.last_grant,
@@ -88,8 +117,8 @@ impl LockTable {
             },
         );
         self.expiries
-            .insert((expires_at, self.last_grant), req.resource_id.clone());
-        true
+            .insert((expires_at, self.last_grant), resource);
+        Ok(true)
     }
 
     fn keep_alive(
@@ -99,14 +128,17 @@ impl LockTable {
         expires_at: Instant,
     ) -> UnlockStatus {
         self.purge_expired(now);
-        match self.held.get_mut(&req.resource_id) {
+        match self.held.get_mut(req.resource_id.as_str()) {
             None => UnlockStatus::LockDoesNotExist,
             Some(held) if held.owner != req.lock_owner => UnlockStatus::LockBelongsToOthers,
             Some(held) => {
-                self.expiries.remove(&(held.expires_at, held.grant));
+                // The index's entry moves; its shared resource id with it.
+                let resource = self
+                    .expiries
+                    .remove(&(held.expires_at, held.grant))
+                    .unwrap_or_else(|| Arc::from(req.resource_id.as_str()));
                 held.expires_at = expires_at;
-                self.expiries
-                    .insert((expires_at, held.grant), req.resource_id.clone());
+                self.expiries.insert((expires_at, held.grant), resource);
                 UnlockStatus::Success
             }
         }
@@ -114,24 +146,36 @@ impl LockTable {
 
     fn unlock(&mut self, req: &UnlockRequest, now: Instant) -> UnlockStatus {
         self.purge_expired(now);
-        match self.held.get(&req.resource_id) {
+        match self.held.get(req.resource_id.as_str()) {
             None => UnlockStatus::LockDoesNotExist,
             Some(held) if held.owner != req.lock_owner => UnlockStatus::LockBelongsToOthers,
             Some(held) => {
                 self.expiries.remove(&(held.expires_at, held.grant));
-                self.held.remove(&req.resource_id);
+                self.held.remove(req.resource_id.as_str());
                 UnlockStatus::Success
             }
         }
     }
 }
 
-fn require(what: &str, value: &str) -> Result<(), LockError> {
+/// `value` is given and at most `limit` bytes.
+fn require(what: &str, value: &str, limit: usize) -> Result<(), LockError> {
     if value.is_empty() {
         Err(LockError::Invalid(format!("{what} is empty")))
+    } else if value.len() > limit {
+        Err(LockError::Invalid(format!(
+            "{what} is {} bytes, over the memory lock store's limit of {limit} bytes",
+            value.len()
+        )))
     } else {
         Ok(())
     }
+}
+
+/// A resource id and an owner, within their limits.
+fn check_request(resource_id: &str, lock_owner: &str) -> Result<(), LockError> {
+    require("resource id", resource_id, MAX_RESOURCE_ID_BYTES)?;
+    require("lock owner", lock_owner, MAX_OWNER_BYTES)
 }
 
 #[rewire_runtime::prelude::async_trait]
@@ -157,16 +201,15 @@ impl Lock for MemoryLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
         let now = Instant::now();
         let expires_at = checked_expiry(&req, now)?;
-        let taken = self.table().try_lock(&req, now, expires_at);
-        debug!(resource = %req.resource_id, owner = %req.lock_owner, taken, "Lock requested.");
+        let taken = self.table().try_lock(&req, now, expires_at)?;
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), taken, "Lock requested.");
         Ok(taken)
     }
 
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError> {
-        require("resource id", &req.resource_id)?;
-        require("lock owner", &req.lock_owner)?;
+        check_request(&req.resource_id, &req.lock_owner)?;
         let status = self.table().unlock(&req, Instant::now());
-        debug!(resource = %req.resource_id, owner = %req.lock_owner, ?status, "Unlock requested.");
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
         Ok(status)
     }
 
@@ -174,25 +217,26 @@ impl Lock for MemoryLock {
         let now = Instant::now();
         let expires_at = checked_expiry(&req, now)?;
         let status = self.table().keep_alive(&req, now, expires_at);
-        debug!(resource = %req.resource_id, owner = %req.lock_owner, ?status, "Lock renewal requested.");
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Lock renewal requested.");
         Ok(status)
     }
 }
 
-/// When a lock taken or renewed `now` by `req` expires; an empty resource
-/// or owner, a zero expiry and an over-long one refused.
+/// When a lock taken or renewed `now` by `req` expires; an empty or
+/// over-long resource or owner, a zero expiry and an over-long one refused.
 fn checked_expiry(req: &TryLockRequest, now: Instant) -> Result<Instant, LockError> {
-    require("resource id", &req.resource_id)?;
-    require("lock owner", &req.lock_owner)?;
+    check_request(&req.resource_id, &req.lock_owner)?;
     if req.expiry.is_zero() {
         return Err(LockError::Invalid(format!(
             "expiry of the lock on `{}` must be positive",
-            req.resource_id
+            echoed(&req.resource_id)
         )));
     }
     check_ttl("expiry", req.expiry)
         .and_then(|expiry| deadline(now, "expiry", expiry))
-        .map_err(|message| LockError::Invalid(format!("lock on `{}`: {message}", req.resource_id)))
+        .map_err(|message| {
+            LockError::Invalid(format!("lock on `{}`: {message}", echoed(&req.resource_id)))
+        })
 }
 
 #[cfg(test)]
@@ -285,6 +329,76 @@ mod tests {
             store.unlock(unlock("r", "")).await,
             Err(LockError::Invalid(_))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_table_is_bounded_and_expired_locks_make_room() {
+        let store = MemoryLock::new();
+        let second = Duration::from_secs(1);
+        for i in 0..MAX_LOCKS {
+            assert_eq!(
+                store.try_lock(lock(&format!("r{i}"), "a", second)).await,
+                Ok(true)
+            );
+        }
+        let full = store.try_lock(lock("one-more", "a", second)).await;
+        assert!(
+            matches!(&full, Err(LockError::Backend(m)) if m.contains(&MAX_LOCKS.to_string())),
+            "{full:?}"
+        );
+        // A held resource still answers "held", not the limit.
+        assert_eq!(store.try_lock(lock("r0", "b", second)).await, Ok(false));
+        assert_eq!(
+            store.unlock(unlock("r0", "a")).await,
+            Ok(UnlockStatus::Success)
+        );
+        assert_eq!(
+            store.try_lock(lock("one-more", "a", second)).await,
+            Ok(true)
+        );
+        tokio::time::sleep(2 * second).await;
+        assert_eq!(
+            store.try_lock(lock("after", "a", second)).await,
+            Ok(true),
+            "expired locks are dropped before the limit is checked"
+        );
+        assert_eq!(store.held(), 1);
+    }
+
+    #[tokio::test]
+    async fn long_resources_and_owners_are_invalid_and_not_echoed_whole() {
+        let store = MemoryLock::new();
+        let minute = Duration::from_secs(60);
+        let long = "r".repeat(MAX_RESOURCE_ID_BYTES + 1);
+        let limit = MAX_RESOURCE_ID_BYTES.to_string();
+        for refused in [
+            store.try_lock(lock(&long, "a", minute)).await.err(),
+            store.keep_alive(lock(&long, "a", minute)).await.err(),
+            store.unlock(unlock(&long, "a")).await.err(),
+            store
+                .try_lock(lock("r", &"o".repeat(MAX_OWNER_BYTES + 1), minute))
+                .await
+                .err(),
+        ] {
+            assert!(
+                matches!(&refused, Some(LockError::Invalid(m)) if m.contains(&limit) && m.len() < 200),
+                "{refused:?}"
+            );
+        }
+        let longest = "r".repeat(MAX_RESOURCE_ID_BYTES);
+        assert_eq!(store.try_lock(lock(&longest, "a", minute)).await, Ok(true));
+        let too_long = store
+            .try_lock(lock(&longest, "a", Duration::from_secs(u64::MAX / 4)))
+            .await;
+        assert!(
+            matches!(&too_long, Err(LockError::Invalid(m)) if m.len() < 600),
+            "{too_long:?}"
+        );
+        // One copy of the resource: the table and the index share it.
+        let table = store.table();
+        let (key, _) = table.held.get_key_value(longest.as_str()).unwrap();
+        let indexed = table.expiries.values().next().unwrap();
+        assert!(Arc::ptr_eq(key, indexed));
     }
 
     #[tokio::test]
