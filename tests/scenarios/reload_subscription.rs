@@ -410,3 +410,72 @@ async fn subscription_made_during_a_rebuild_follows_the_new_store() {
     }
     runtime.shutdown().await;
 }
+
+/// A config store whose reads fail (a backend that is not answering yet);
+/// its subscriptions and writes work.
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.subscription.unreadable")]
+struct Unreadable {
+    hub: SubscriptionHub,
+}
+
+#[async_trait]
+impl Component for Unreadable {}
+
+#[async_trait]
+impl ConfigStore for Unreadable {
+    async fn get(&self, _query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        Err(ConfigError::Backend("not answering".into()))
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        self.hub.publish(&items);
+        Ok(())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Ok(self.hub.subscribe(query))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_store_that_cannot_be_read_is_not_reported_as_every_key_deleted() {
+    let tag = "sub-unreadable";
+    let config = |store_type: &str| {
+        r#"{"appId": "subscription", "components": {
+            "config_store": {"cfg": {"type": "TYPE", "metadata": {"items": {"color": "blue", "size": "s"}}}},
+            "watcher": {"w": {"type": "test.subscription.watcher", "metadata": {"tag": "TAG"},
+                              "componentRef": [{"type": "config_store", "name": "cfg"}]}}
+        }}"#
+        .replace("TYPE", store_type)
+        .replace("TAG", tag)
+    };
+    let runtime = start(&config("memory")).await;
+    set_current(&runtime, "color", "red").await;
+    wait_until("color=red is delivered", || has_seen(tag, "color", "red")).await;
+    let mut unreadable = config("test.subscription.unreadable");
+    unreadable = unreadable.replace(
+        r#", "metadata": {"items": {"color": "blue", "size": "s"}}"#,
+        "",
+    );
+    apply_ok(&runtime, &unreadable).await;
+    // Changes made on the new instance are delivered once the subscription
+    // has moved to it (each write is a new value, until one arrives).
+    let mut delivered = false;
+    for attempt in 0..200 {
+        let value = format!("green-{attempt}");
+        set_current(&runtime, "color", &value).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if has_seen(tag, "color", &value) {
+            delivered = true;
+            break;
+        }
+    }
+    assert!(delivered, "{:?}", seen(tag));
+    assert!(
+        !seen(tag).iter().any(|(_, value)| value.is_empty()),
+        "a failed read is not a deletion: {:?}",
+        seen(tag)
+    );
+    runtime.shutdown().await;
+}

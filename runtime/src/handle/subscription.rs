@@ -47,7 +47,8 @@ impl ConfigStoreHandle {
             .load()
             .map_err(|e| ConfigError::Backend(e.to_string()))?;
         let inner = store.subscribe(query.clone()).await?;
-        let last = snapshot(&store, &query).await;
+        // Unreadable now: nothing delivered yet, nothing to compare with.
+        let last = snapshot(&store, &query).await.unwrap_or_default();
         let (sender, changes) = mpsc::channel(BUFFER);
         let id = inner.id.clone();
         let forwarder = Forwarder {
@@ -63,11 +64,12 @@ impl ConfigStoreHandle {
     }
 }
 
-async fn snapshot(store: &Arc<dyn ConfigStore>, query: &ConfigQuery) -> BTreeMap<ItemId, String> {
-    match store.get(query).await {
-        Ok(items) => items.iter().map(|i| (id_of(i), i.value.clone())).collect(),
-        Err(_) => BTreeMap::new(),
-    }
+async fn snapshot(
+    store: &Arc<dyn ConfigStore>,
+    query: &ConfigQuery,
+) -> Result<BTreeMap<ItemId, String>, ConfigError> {
+    let items = store.get(query).await?;
+    Ok(items.iter().map(|i| (id_of(i), i.value.clone())).collect())
 }
 
 struct Forwarder {
@@ -134,7 +136,18 @@ impl Forwarder {
                 return false;
             }
         };
-        let now = snapshot(&current, &self.query).await;
+        self.store = Arc::clone(&current);
+        self.inner = Some(inner);
+        let now = match snapshot(&current, &self.query).await {
+            Ok(now) => now,
+            Err(err) => {
+                // Not "every key deleted": the values last delivered stay
+                // what the subscriber knows; changes made on the new
+                // instance are delivered as they come.
+                tracing::warn!(error = %err, "Reading a rebuilt config store failed; its differences from the old one are not delivered.");
+                return true;
+            }
+        };
         let mut items = Vec::new();
         for (id, value) in &now {
             if self.last.get(id) != Some(value) {
@@ -146,8 +159,6 @@ impl Forwarder {
                 items.push(item_of(id, ""));
             }
         }
-        self.store = current;
-        self.inner = Some(inner);
         self.last = now;
         items.is_empty() || self.deliver(ConfigChange { items })
     }

@@ -26,11 +26,15 @@ struct Subscriber {
 }
 
 impl SubscriptionHub {
-    /// Adds a subscriber for `query`.
+    /// Adds a subscriber for `query`, forgetting the subscribers that went
+    /// away meanwhile (a quiet store never publishes, and watches subscribe
+    /// again at every generation).
     pub fn subscribe(&self, query: ConfigQuery) -> ConfigSubscription {
         let (sender, changes) = mpsc::channel(SUBSCRIBER_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        self.lock().push(Subscriber { query, sender });
+        let mut subscribers = self.lock();
+        subscribers.retain(|subscriber| !subscriber.sender.is_closed());
+        subscribers.push(Subscriber { query, sender });
         ConfigSubscription {
             id: id.to_string(),
             changes,
@@ -105,5 +109,15 @@ mod tests {
         drop(b);
         hub.publish(&[item("b", "2")]);
         assert_eq!(hub.len(), 1);
+    }
+
+    #[test]
+    fn subscribers_that_went_away_do_not_pile_up_on_a_quiet_store() {
+        let hub = SubscriptionHub::default();
+        for _ in 0..100 {
+            drop(hub.subscribe(ConfigQuery::keys(["a"])));
+        }
+        let _kept = hub.subscribe(ConfigQuery::keys(["a"]));
+        assert_eq!(hub.lock().len(), 1, "only the live subscriber is held");
     }
 }
