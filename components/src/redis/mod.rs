@@ -28,11 +28,13 @@ pub mod duration;
 pub mod lock;
 pub mod metadata;
 pub mod pubsub;
+mod pubsub_connected;
 pub mod pubsub_metadata;
 mod pubsub_reader;
 pub mod scripts;
 pub mod sequencer;
 pub mod state;
+mod state_args;
 mod state_transaction;
 pub mod tls;
 

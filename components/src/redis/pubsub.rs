@@ -19,18 +19,16 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::any_connection::AnyConnection;
 use arc_swap::ArcSwap;
 use rewire_runtime::{
     Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PendingInPlace,
     PubSub, PubSubError, PubSubSubscription, PublishRequest, Readiness, StagedInPlace,
     SubscribeRequest,
 };
-use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::connect::{open, ping};
-use super::metadata::ConnectionSettings;
+use super::pubsub_connected::Connected;
 use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
 use super::pubsub_reader::{ensure_group, Reader};
 use crate::pubsub::PublishGate;
@@ -56,25 +54,6 @@ impl std::fmt::Debug for RedisPubSub {
         f.debug_struct("RedisPubSub")
             .field("metadata", &self.metadata)
             .finish_non_exhaustive()
-    }
-}
-
-/// What `init` established.
-#[derive(Clone)]
-pub(super) struct Connected {
-    pub(super) connection: AnyConnection,
-    pub(super) settings: ConnectionSettings,
-    pub(super) server: String,
-    pub(super) group: String,
-    pub(super) shutdown: CancellationToken,
-    pub(super) label: String,
-}
-
-impl Connected {
-    /// `err` as a backend error: with the server, without the password.
-    pub(super) fn describe(&self, err: &dyn std::fmt::Display) -> String {
-        self.settings
-            .scrub(&format!("redis at {}: {err}", self.server))
     }
 }
 

@@ -17,7 +17,7 @@ use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
 use tokio::sync::Semaphore;
 use tracing::warn;
 
-use super::pubsub::Connected;
+use super::pubsub_connected::Connected;
 use super::pubsub_metadata::Tunables;
 use crate::backoff::Backoff;
 use crate::pubsub::PublishGate;

@@ -14,20 +14,24 @@ use rewire_runtime::{Concurrency, StateError, TransactionOperation, TransactionR
 use tracing::debug;
 
 use super::any_connection::slot_of;
+use super::connection::RedisConnection;
 use super::scripts;
-use super::state::{etag_arg, ttl_arg, RedisStateStore};
+use super::state_args::{etag_arg, ttl_arg};
 
-/// Runs `req` on `store` as one script.
+/// Runs `req` on the state store's `connection` as one script.
 pub(super) async fn execute(
-    store: &RedisStateStore,
+    connection: &RedisConnection,
     req: TransactionRequest,
 ) -> Result<(), StateError> {
     if req.operations.is_empty() {
         return Ok(());
     }
-    let (session, mut conn) = store.session()?;
+    let session = connection.session();
+    let mut conn = session
+        .connection()
+        .map_err(|err| StateError::Backend(err.to_string()))?;
     if conn.is_cluster() {
-        refuse_cross_slot(store.label(), &req, |key| session.key(key))?;
+        refuse_cross_slot(connection.label(), &req, |key| session.key(key))?;
     }
     let default_ttl = session.metadata().ttl_in_seconds;
     let mut invocation = scripts::TRANSACTION.prepare_invoke();
@@ -61,7 +65,7 @@ pub(super) async fn execute(
     let failed: i64 = invocation
         .invoke_async(&mut conn)
         .await
-        .map_err(|err| store.backend_error(&session, &err))?;
+        .map_err(|err| StateError::Backend(connection.describe(&session, &err)))?;
     let failed_key = usize::try_from(failed)
         .ok()
         .and_then(|n| n.checked_sub(1))

@@ -1,0 +1,118 @@
+//! The arguments of the `redis` state store's scripts, shared by single
+//! writes and transactions: the etag as the scripts compare it and the TTL
+//! in milliseconds.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rewire_runtime::StateError;
+
+use crate::time_limits::{check_ttl, check_ttl_seconds};
+
+/// The request metadata key Dapr uses for a per-write TTL.
+const TTL_METADATA_KEY: &str = "ttlInSeconds";
+
+/// The etag as the script compares it: the version number in canonical
+/// text, or `""` for none.
+pub(super) fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateError> {
+    match etag.map(str::trim).filter(|e| !e.is_empty()) {
+        None => Ok(String::new()),
+        Some(etag) => etag
+            .parse::<u64>()
+            .map(|v| v.to_string())
+            .map_err(|_| StateError::EtagInvalid(key.to_string())),
+    }
+}
+
+/// The TTL argument of the set script, in milliseconds: `> 0` expire,
+/// `< 0` never expire (clear an older TTL), `0` leave the TTL alone.
+///
+/// The first of these that is set decides: the request's `ttl` (zero:
+/// never expire), its `ttlInSeconds` metadata, the store's `ttlInSeconds`
+/// (for both, zero or negative, like Dapr's `-1`: never expire). Each is
+/// at most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
+pub(super) fn ttl_arg(
+    key: &str,
+    ttl: Option<Duration>,
+    metadata: &HashMap<String, String>,
+    default_ttl_in_seconds: Option<i64>,
+) -> Result<i64, StateError> {
+    let invalid = |message: String| StateError::Invalid(format!("key `{key}`: {message}"));
+    if let Some(ttl) = ttl {
+        let ttl = check_ttl("ttl", ttl).map_err(invalid)?;
+        // At most MAX_TTL: the milliseconds fit in an i64.
+        return Ok(match ttl.as_millis() {
+            0 => -1,
+            ms => i64::try_from(ms).unwrap_or(i64::MAX),
+        });
+    }
+    let requested = metadata
+        .get(TTL_METADATA_KEY)
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty());
+    let seconds = match requested {
+        Some(text) => Some(text.parse::<i64>().map_err(|_| {
+            StateError::Invalid(format!(
+                "metadata `{TTL_METADATA_KEY}` of key `{key}` is not a whole number of seconds: `{text}`"
+            ))
+        })?),
+        None => default_ttl_in_seconds,
+    };
+    let seconds = seconds
+        .map(|s| check_ttl_seconds(TTL_METADATA_KEY, s).map_err(invalid))
+        .transpose()?;
+    Ok(match seconds {
+        None => 0,
+        Some(s) if s <= 0 => -1,
+        Some(s) => s.saturating_mul(1000),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(ttl: &str) -> HashMap<String, String> {
+        HashMap::from([(TTL_METADATA_KEY.to_string(), ttl.to_string())])
+    }
+
+    #[test]
+    fn ttl_argument() {
+        let none = HashMap::new();
+        assert_eq!(
+            ttl_arg("k", Some(Duration::from_millis(1500)), &meta("9"), Some(7)),
+            Ok(1500)
+        );
+        assert_eq!(ttl_arg("k", Some(Duration::ZERO), &none, None), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &meta("9"), Some(7)), Ok(9000));
+        assert_eq!(ttl_arg("k", None, &meta("-1"), Some(7)), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &none, Some(7)), Ok(7000));
+        assert_eq!(ttl_arg("k", None, &none, Some(-1)), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &none, None), Ok(0));
+        assert!(matches!(
+            ttl_arg("k", None, &meta("soon"), None),
+            Err(StateError::Invalid(m)) if m.contains("ttlInSeconds")
+        ));
+        for (ttl, meta) in [
+            (Some(Duration::MAX), none.clone()),
+            (None, meta(&i64::MAX.to_string())),
+        ] {
+            let err = ttl_arg("k", ttl, &meta, None);
+            assert!(
+                matches!(&err, Err(StateError::Invalid(m)) if m.contains("2147483647")),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn etags_are_canonical_versions() {
+        assert_eq!(etag_arg("k", None), Ok(String::new()));
+        assert_eq!(etag_arg("k", Some(" ")), Ok(String::new()));
+        assert_eq!(etag_arg("k", Some("007")), Ok("7".into()));
+        assert_eq!(
+            etag_arg("k", Some("x1")),
+            Err(StateError::EtagInvalid("k".into()))
+        );
+    }
+}
