@@ -111,6 +111,20 @@ async fn lock_errors_are_dapr_errors() {
             "ResourceId cannot contain `||`",
         ),
         (
+            // Past the store's maximum expiry (Dapr's int32 seconds): the
+            // store's invalid request is a 400, as gRPC's INVALID_ARGUMENT.
+            "lock/locks",
+            json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 3_000_000_000_i64}),
+            "ERR_MALFORMED_REQUEST",
+            "expiry",
+        ),
+        (
+            "lock/locks",
+            json!({"resourceId": "r".repeat(1025), "lockOwner": "o", "expiryInSeconds": 5}),
+            "ERR_MALFORMED_REQUEST",
+            "limit of 1024 bytes",
+        ),
+        (
             "unlock/locks",
             json!({"resourceId": "r"}),
             "ERR_MALFORMED_REQUEST",
@@ -131,5 +145,69 @@ async fn lock_errors_are_dapr_errors() {
         let text = error["message"].as_str().unwrap_or_default();
         assert!(text.contains(message), "{path} {body}: {text}");
     }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn no_lock_store_and_long_values_in_errors_are_dapr_answers() {
+    // No lock store at all: Dapr's 500 ERR_LOCK_STORE_NOT_CONFIGURED.
+    let bare = Sidecar::start(
+        r#"{"appId": "shop", "components": {"state": {"s": {"type": "memory"}}}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let client = Client::new();
+    let (status, error) = post(
+        &client,
+        format!("{}/v1.0-alpha1/lock/locks", bare.http_url()),
+        json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{error}");
+    assert_eq!(
+        error["errorCode"], "ERR_LOCK_STORE_NOT_CONFIGURED",
+        "{error}"
+    );
+    assert_eq!(error["message"], "lock store is not configured", "{error}");
+    let mut grpc_client = grpc::dapr_client(bare.grpc_url()).await;
+    let refused = grpc_client
+        .try_lock_alpha1(TryLockRequest {
+            store_name: "locks".into(),
+            resource_id: "r".into(),
+            lock_owner: "o".into(),
+            expiry_in_seconds: 5,
+        })
+        .await
+        .expect_err("no lock store");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert_eq!(refused.message(), "lock store is not configured");
+    bare.stop().await;
+
+    // Errors quote a long store name or resource id cut to 200 characters.
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let long_store = "s".repeat(10_000);
+    let (status, error) = post(
+        &client,
+        format!("{}/v1.0-alpha1/lock/{long_store}", sidecar.http_url()),
+        json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    let text = error["message"].as_str().unwrap_or_default();
+    assert!(text.len() < 400 && text.contains('…'), "{text}");
+    let resource = "r".repeat(1024);
+    let (status, error) = post(
+        &client,
+        format!("{}/v1.0-alpha1/lock/locks", sidecar.http_url()),
+        json!({"resourceId": resource, "lockOwner": "o", "expiryInSeconds": 3_000_000_000_i64}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    let text = error["message"].as_str().unwrap_or_default();
+    assert!(text.len() < 800 && text.contains('…'), "{text}");
     sidecar.stop().await;
 }

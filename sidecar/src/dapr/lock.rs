@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rewire_runtime::Kind;
+use rewire_runtime::{echoed, Kind};
 use rewire_runtime::{Instance, Lock, LockError, TryLockRequest, UnlockRequest, UnlockStatus};
 
 use super::call::Call;
@@ -13,7 +13,12 @@ use super::retry_rule;
 /// Why a lock operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
 pub enum LockOpError {
-    /// No lock store with that name in the call's generation.
+    /// The call's generation has no lock store at all (Dapr's wording;
+    /// gRPC `FAILED_PRECONDITION`).
+    #[error("lock store is not configured")]
+    NotConfigured,
+    /// No lock store with that name in the call's generation (the name as
+    /// [`echoed`]).
     #[error("lock store `{0}` is not found")]
     NotFound(String),
     /// The request names no resource.
@@ -29,7 +34,7 @@ pub enum LockOpError {
     /// The expiry is zero or negative.
     #[error("ExpiryInSeconds is not positive in lock store `{0}`")]
     ExpiryNotPositive(String),
-    /// The store failed to take the lock.
+    /// The store failed to take the lock (the resource as [`echoed`]).
     #[error("failed to try acquiring lock `{resource_id}` in lock store `{store}`: {source}")]
     TryLock {
         /// The store.
@@ -82,7 +87,14 @@ impl Call {
                 store: store.clone(),
                 call: self.clone(),
             }),
-            _ => Err(LockOpError::NotFound(name.to_string())),
+            _ if !self
+                .generation()
+                .iter()
+                .any(|(key, _)| key.kind == Kind::Lock) =>
+            {
+                Err(LockOpError::NotConfigured)
+            }
+            _ => Err(LockOpError::NotFound(echoed(name).into_owned())),
         }
     }
 }
@@ -116,7 +128,7 @@ impl LockOps {
             .await
             .map_err(|e| LockOpError::TryLock {
                 store: self.name.clone(),
-                resource_id,
+                resource_id: echoed(&resource_id).into_owned(),
                 source: self.scrubbed(e),
             })
     }
@@ -142,7 +154,7 @@ impl LockOps {
             .await
             .map_err(|e| LockOpError::KeepAlive {
                 store: self.name.clone(),
-                resource_id,
+                resource_id: echoed(&resource_id).into_owned(),
                 source: self.scrubbed(e),
             })
     }
@@ -170,7 +182,7 @@ impl LockOps {
             .await
             .map_err(|e| LockOpError::Unlock {
                 store: self.name.clone(),
-                resource_id,
+                resource_id: echoed(&resource_id).into_owned(),
                 source: self.scrubbed(e),
             })
     }

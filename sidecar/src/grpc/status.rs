@@ -94,9 +94,13 @@ impl From<ConfigOpError> for Status {
 }
 
 /// Invalid requests (no resource, no owner, no expiry) are
-/// `INVALID_ARGUMENT`.
+/// `INVALID_ARGUMENT`; no lock store at all is `FAILED_PRECONDITION`.
 impl From<LockOpError> for Status {
     fn from(err: LockOpError) -> Self {
+        if let LockOpError::NotConfigured = err {
+            // Dapr's and Layotto's answer when no lock store is configured.
+            return Status::failed_precondition(err.to_string());
+        }
         let code = match err.store_error() {
             None | Some(LockError::Invalid(_)) => Code::InvalidArgument,
             Some(LockError::Backend(_)) => Code::Internal,
@@ -152,5 +156,8 @@ mod tests {
         let status = Status::from(LockOpError::ResourceIdEmpty("l".into()));
         assert_eq!(status.code(), Code::InvalidArgument);
         assert_eq!(status.message(), "ResourceId is empty in lock store `l`");
+        let status = Status::from(LockOpError::NotConfigured);
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(status.message(), "lock store is not configured");
     }
 }

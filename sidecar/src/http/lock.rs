@@ -10,7 +10,7 @@ use axum::Json;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use rewire_runtime::UnlockStatus;
+use rewire_runtime::{LockError, UnlockStatus};
 
 use super::error::HttpError;
 use super::input::{json_body, RawBody};
@@ -120,7 +120,22 @@ fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Er
 /// The shared lock operations' errors, with Dapr's HTTP codes.
 impl From<LockOpError> for HttpError {
     fn from(err: LockOpError) -> Self {
+        if let Some(LockError::Invalid(_)) = err.store_error() {
+            // The store found the request malformed (an expiry past its
+            // maximum, a resource over its limit): the caller's fault, as
+            // gRPC's INVALID_ARGUMENT says.
+            return HttpError::Api {
+                status: StatusCode::BAD_REQUEST,
+                code: "ERR_MALFORMED_REQUEST",
+                message: err.to_string(),
+            };
+        }
         let (status, code) = match &err {
+            // Dapr's answer when no lock store is configured at all.
+            LockOpError::NotConfigured => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ERR_LOCK_STORE_NOT_CONFIGURED",
+            ),
             LockOpError::NotFound(_) => (StatusCode::BAD_REQUEST, "ERR_LOCK_STORE_NOT_FOUND"),
             LockOpError::ResourceIdEmpty(_)
             | LockOpError::ResourceIdSeparator(_)
@@ -174,6 +189,23 @@ mod tests {
         );
         let err = HttpError::from(LockOpError::ExpiryNotPositive("l".into()));
         assert_eq!(err.code(), "ERR_MALFORMED_REQUEST");
+        let err = HttpError::from(LockOpError::NotConfigured);
+        assert_eq!(
+            (err.status(), err.code()),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ERR_LOCK_STORE_NOT_CONFIGURED"
+            )
+        );
+        let err = HttpError::from(LockOpError::TryLock {
+            store: "l".into(),
+            resource_id: "r".into(),
+            source: LockError::Invalid("expiry past the maximum".into()),
+        });
+        assert_eq!(
+            (err.status(), err.code()),
+            (StatusCode::BAD_REQUEST, "ERR_MALFORMED_REQUEST")
+        );
         assert_eq!(unlock_number(UnlockStatus::LockBelongsToOthers), 2);
     }
 }
