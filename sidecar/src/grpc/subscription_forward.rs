@@ -10,7 +10,6 @@ use tonic::Status;
 use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use super::subscription_queue::{QueueSender, Refused};
-use super::subscriptions::Subscriptions;
 use crate::dapr::config_item_bytes;
 use rewire_runtime::{ConfigChange, ConfigSubscription};
 
@@ -22,12 +21,13 @@ pub(super) struct Forward {
     pub(super) subscription: ConfigSubscription,
     pub(super) sender: QueueSender,
     pub(super) cancel: CancellationToken,
-    pub(super) subscriptions: Subscriptions,
 }
 
 impl Forward {
-    /// Forwards until the subscription ends, then forgets it.
-    pub(super) async fn run(mut self) {
+    /// Forwards until the subscription ends; whether the subscriber was
+    /// dropped (for falling behind, or to make room for the others).
+    pub(super) async fn run(mut self) -> bool {
+        let mut dropped = false;
         tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription opened.");
         loop {
             let change = tokio::select! {
@@ -49,16 +49,14 @@ impl Forward {
                 Err(Refused::Closed) => break,
                 Err(refused) => {
                     self.drop_slow(refused, size);
+                    dropped = true;
                     break;
                 }
             }
         }
-        if self.sender.evicted() {
-            // Dropped to make room for the others (the reason is queued).
-            self.subscriptions.count_dropped();
-        }
-        self.subscriptions.forget(&self.id);
         tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription closed.");
+        // Evicted: dropped to make room for the others (the reason is queued).
+        dropped || self.sender.evicted()
     }
 
     /// Drops the subscriber rather than buffer without bound, and tells it
@@ -78,7 +76,6 @@ impl Forward {
             ),
         };
         tracing::warn!(subscription = %self.id, store = %self.store, reason = %why, "Configuration subscriber dropped.");
-        self.subscriptions.count_dropped();
         let reason =
             Status::resource_exhausted(format!("subscription `{}` dropped: {why}", self.id));
         self.sender.drop_with(reason);

@@ -114,14 +114,19 @@ impl Subscriptions {
         // made in the total if need be).
         let _ = sender.try_send(Ok(first), id.len());
         let forward = Forward {
-            id,
+            id: id.clone(),
             store: store.to_string(),
             subscription,
             sender,
             cancel,
-            subscriptions: self.clone(),
         };
-        tokio::spawn(forward.run());
+        let subscriptions = self.clone();
+        tokio::spawn(async move {
+            if forward.run().await {
+                subscriptions.count_dropped();
+            }
+            subscriptions.forget(&id);
+        });
         stream
     }
 
@@ -177,12 +182,12 @@ impl Subscriptions {
     }
 
     /// Forgets subscription `id` (its stream has ended).
-    pub(super) fn forget(&self, id: &str) {
+    fn forget(&self, id: &str) {
         self.lock().remove(id);
     }
 
     /// Counts one subscriber dropped for falling behind.
-    pub(super) fn count_dropped(&self) {
+    fn count_dropped(&self) {
         self.inner.metrics.subscriber_dropped();
     }
 
