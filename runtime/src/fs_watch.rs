@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,9 @@ pub type OnChange = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A steady stream of events still gets a re-read this often.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
+/// While the directory cannot be watched (it was replaced, or is gone),
+/// the watch is tried again this often.
+const REWATCH: Duration = Duration::from_secs(1);
 /// The shortest period of the periodic re-read: a shorter `resync` (zero
 /// included) is raised to it.
 pub(crate) const MIN_RESYNC: Duration = Duration::from_millis(100);
@@ -74,8 +78,8 @@ impl FileWatch {
         resync: Option<Duration>,
         token: CancellationToken,
     ) -> Self {
-        let signal = Arc::new(Notify::new());
-        let watcher = watch_directory(&target, &signal);
+        let signal = Signal::default();
+        let watcher = watch_directory(&target, &signal, true);
         let task = tokio::spawn(run(
             target,
             on_change,
@@ -122,11 +126,27 @@ impl Target {
     }
 }
 
+/// How the OS watcher reaches the task: pokes on relevant events, and
+/// marks the watch stale when the directory itself was removed or renamed
+/// (replaced) or the watcher failed.
+#[derive(Clone, Default)]
+struct Signal {
+    poke: Arc<Notify>,
+    stale: Arc<AtomicBool>,
+}
+
+/// The OS watcher, and which directory it watches (device and inode), to
+/// tell when the directory was replaced under it.
+struct Watching {
+    _watcher: RecommendedWatcher,
+    identity: Option<(u64, u64)>,
+}
+
 async fn run(
     target: Target,
     on_change: OnChange,
-    mut watcher: Option<RecommendedWatcher>,
-    signal: Arc<Notify>,
+    mut watching: Option<Watching>,
+    signal: Signal,
     resync: Option<Duration>,
     token: CancellationToken,
 ) {
@@ -138,24 +158,51 @@ async fn run(
         ticks
     });
     loop {
+        let lost = watching.is_none();
         tokio::select! {
             _ = token.cancelled() => break,
-            _ = signal.notified() => {
-                if !settle(&signal, &token).await {
+            _ = signal.poke.notified() => {
+                if !settle(&signal.poke, &token).await {
                     break;
+                }
+                if signal.stale.swap(false, Ordering::SeqCst) {
+                    debug!(path = %target.shown(), "Watched directory replaced or watcher failed; watching again.");
+                    watching = watch_directory(&target, &signal, false);
                 }
                 on_change().await;
             }
             _ = tick(&mut ticks) => {
-                if watcher.is_none() {
-                    watcher = watch_directory(&target, &signal);
+                if watching.as_ref().is_none_or(|w| w.identity != identity(&watched_directory(&target))) {
+                    watching = watch_directory(&target, &signal, false);
                 }
                 on_change().await;
             }
+            // A lost watch is tried again soon, not only at the next
+            // periodic re-read.
+            () = tokio::time::sleep(REWATCH), if lost => {
+                watching = watch_directory(&target, &signal, false);
+                if watching.is_some() {
+                    on_change().await;
+                }
+            }
         }
     }
-    drop(watcher);
+    drop(watching);
     debug!(path = %target.shown(), "File watcher stopped.");
+}
+
+/// The device and inode of `dir` (`None` where unknown).
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
 }
 
 /// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`]);
@@ -192,26 +239,40 @@ fn directory_of(path: &Path) -> PathBuf {
     }
 }
 
+/// The directory watched for `target`.
+fn watched_directory(target: &Target) -> PathBuf {
+    match target {
+        Target::File(path) => directory_of(path),
+        Target::Folder(dir) => dir.clone(),
+    }
+}
+
 /// Starts an OS watcher on the directory of the target that pokes `signal`
-/// on relevant events; `None` (with a warning) if the OS refuses, in which
-/// case the periodic re-read carries on and the watch is retried at each one.
-fn watch_directory(target: &Target, signal: &Arc<Notify>) -> Option<RecommendedWatcher> {
-    let (dir, file_name) = match target {
-        Target::File(path) => (
-            directory_of(path),
-            Some(path.file_name().map(OsString::from).unwrap_or_default()),
-        ),
-        Target::Folder(dir) => (dir.clone(), None),
+/// on relevant events (and marks it stale when the directory itself goes);
+/// `None` (with a warning at the first try, `loud`) if the OS refuses, in
+/// which case the periodic re-read carries on and the watch is tried again.
+fn watch_directory(target: &Target, signal: &Signal, loud: bool) -> Option<Watching> {
+    let dir = watched_directory(target);
+    let file_name = match target {
+        Target::File(path) => Some(path.file_name().map(OsString::from).unwrap_or_default()),
+        Target::Folder(_) => None,
     };
-    let poke = Arc::clone(signal);
+    let signal = signal.clone();
+    let watched = dir.clone();
     let handler = move |event: notify::Result<Event>| match event {
+        Ok(event) if is_about_directory(&event, &watched) => {
+            signal.stale.store(true, Ordering::SeqCst);
+            signal.poke.notify_one();
+        }
         Ok(event) if !is_relevant(&event, file_name.as_ref()) => {}
-        Ok(_) => poke.notify_one(),
+        Ok(_) => signal.poke.notify_one(),
         Err(err) => {
-            debug!(error = %err, "File watcher reported an error; re-reading.");
-            poke.notify_one();
+            debug!(error = %err, "File watcher reported an error; watching again and re-reading.");
+            signal.stale.store(true, Ordering::SeqCst);
+            signal.poke.notify_one();
         }
     };
+    let identity = identity(&dir);
     let started = notify::recommended_watcher(handler).and_then(|mut watcher| {
         watcher
             .watch(&dir, RecursiveMode::NonRecursive)
@@ -220,13 +281,30 @@ fn watch_directory(target: &Target, signal: &Arc<Notify>) -> Option<RecommendedW
     match started {
         Ok(watcher) => {
             debug!(directory = %dir.display(), "Watching directory.");
-            Some(watcher)
+            Some(Watching {
+                _watcher: watcher,
+                identity,
+            })
         }
-        Err(err) => {
+        Err(err) if loud => {
             warn!(directory = %dir.display(), error = %err, "Cannot watch directory; relying on periodic re-reads.");
             None
         }
+        Err(err) => {
+            debug!(directory = %dir.display(), error = %err, "Cannot watch directory yet.");
+            None
+        }
     }
+}
+
+/// Whether `event` says the watched directory itself was removed or
+/// renamed (replaced): its watch sees nothing of the new one.
+fn is_about_directory(event: &Event, dir: &Path) -> bool {
+    let gone = matches!(
+        event.kind,
+        EventKind::Remove(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
+    );
+    gone && event.paths.iter().any(|path| path == dir)
 }
 
 /// Whether `event` may mean the file's content changed: anything but plain

@@ -268,3 +268,43 @@ async fn a_file_refused_because_of_a_push_is_tried_again_once_the_push_goes() {
     assert!(applied.is_some(), "{:#?}", runtime.history());
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_directory_is_watched_again() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("rewire.json");
+    write(&path, &config(1));
+    let started = rewire::ValidConfig::from_path(&path, &rewire::Registry::collected()).unwrap();
+    let runtime = rewire::Runtime::start(
+        started,
+        rewire::Registry::collected(),
+        rewire::RuntimeOptions::default(),
+    )
+    .await
+    .unwrap();
+    // A periodic re-read far away: only a watch on the new directory can
+    // see the change below in time.
+    let _watch = runtime.watch_config_file(path.clone(), Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The directory is replaced by another one (same content).
+    let fresh = root.path().join("config.new");
+    std::fs::create_dir(&fresh).unwrap();
+    write(&fresh.join("rewire.json"), &config(1));
+    std::fs::rename(&dir, root.path().join("config.old")).unwrap();
+    std::fs::rename(&fresh, &dir).unwrap();
+    // Let the watch move to the new directory, then change the file.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    write(&path, &config(6));
+    let applied = eventually(Duration::from_secs(10), || {
+        (running_field(&runtime, &key(), "defaultTtlInSeconds") == Some(json!(6))).then_some(())
+    })
+    .await;
+    assert!(
+        applied.is_some(),
+        "the write in the new directory was not seen: {:#?}",
+        runtime.history()
+    );
+    runtime.shutdown().await;
+}
