@@ -1,12 +1,17 @@
-//! In-place updates and the commit: a panicking update is reverted before
-//! the component is rebuilt, a panic while reverting does not stop the rest
+//! In-place updates and the commit: a panicking update, or one abandoned
+//! at the init timeout, is reverted before the component is rebuilt, a panic while reverting does not stop the rest
 //! of the undo, and a config store updated in place changes (and tells its
 //! subscribers) only when the new generation is published.
 
 use crate::support::reload as reload_support;
 
-use reload_support::{action, apply_ok, candidate, instance, key, probe, start};
-use rewire::{Action, ConfigQuery, ConfigSubscription, FailedStep, ReloadError, Runtime};
+use std::time::Duration;
+
+use reload_support::{action, apply_ok, candidate, instance, key, probe, start, start_with};
+use rewire::{
+    Action, ConfigQuery, ConfigSubscription, FailedStep, ReloadError, Runtime, RuntimeOptions,
+    StartTimeouts,
+};
 
 /// Probe `p`, in place, at `rev`; `extra` adds metadata fields.
 fn panicking(rev: u32, extra: &str) -> String {
@@ -44,6 +49,34 @@ async fn a_panicking_in_place_update_is_reverted_then_the_component_rebuilt() {
     assert_eq!(action(&record, "probe/p"), Action::Rebuilt);
     assert_eq!(probe(&runtime, "p").meta().rev, 2);
     assert_eq!(old.meta().rev, 1);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_update_abandoned_at_the_timeout_is_reverted_then_the_component_rebuilt() {
+    let options = RuntimeOptions {
+        timeouts: StartTimeouts {
+            init: Duration::from_millis(300),
+            ..StartTimeouts::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let runtime = start_with(&panicking(1, ""), options).await;
+    let old = probe(&runtime, "p");
+    let old_instance = instance(&runtime, "probe/p");
+
+    // The update takes the new metadata, then never answers; the rebuild
+    // fails: the old instance keeps serving, with its metadata back.
+    let bad = panicking(2, r#", "hangInPlace": true, "failInit": true"#);
+    let result = runtime.apply(candidate(&bad)).await;
+
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    assert_eq!(failures[0].component, Some(key("probe/p")), "{failures:?}");
+    assert!(instance(&runtime, "probe/p").same_as(&old_instance));
+    assert_eq!(old.meta().rev, 1, "the abandoned update was not reverted");
+    assert!(!old.meta().hang_in_place);
     runtime.shutdown().await;
 }
 

@@ -335,9 +335,9 @@ async fn decide_and_run(
 
 /// Stages `resolved` on the running `component` (whose metadata is
 /// `previous`'s): `Some` when it took it (`Some(pending)` if deferred to the
-/// commit), `None` when it is to be rebuilt instead. A panic first
-/// re-applies the previous metadata, since the update may have been half
-/// made on the instance that keeps serving.
+/// commit), `None` when it is to be rebuilt instead. A panic or a timeout
+/// first re-applies the previous metadata, since the update may have been
+/// half made on the instance that keeps serving.
 async fn stage(
     key: &ComponentKey,
     component: Arc<dyn Component>,
@@ -365,7 +365,10 @@ async fn stage(
             None
         }
         Answer::TimedOut => {
-            tracing::warn!(component = %key, timeout = ?within, "In-place update did not answer in time; rebuilding.");
+            // Abandoned mid-way: it may have been half made, as a panic.
+            tracing::warn!(component = %key, timeout = ?within, "In-place update did not answer in time; re-applying the previous metadata, then rebuilding.");
+            let previous = previous.assembled.resolved.clone();
+            revert(key, component, hook, previous, cx).await;
             None
         }
         Answer::Panicked(message) => {

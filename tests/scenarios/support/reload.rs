@@ -38,6 +38,9 @@ pub struct ProbeMeta {
     /// `update_in_place` to this metadata takes it, then panics (a
     /// half-made update).
     pub panic_in_place: bool,
+    /// `update_in_place` to this metadata takes it, then never answers (a
+    /// half-made update, abandoned at the init timeout).
+    pub hang_in_place: bool,
     /// Free value (a configurationRef may inject it).
     pub value: Option<String>,
     /// Free revision number, to make a change.
@@ -165,10 +168,13 @@ impl InPlaceUpdate for Probe {
         if !new.in_place {
             return Ok(InPlace::NeedsRebuild);
         }
-        let panic = new.panic_in_place;
+        let (panic, hang) = (new.panic_in_place, new.hang_in_place);
         self.meta.replace(new);
         if panic {
             panic!("probe {} exploded while updated in place", self.built_tag);
+        }
+        if hang {
+            std::future::pending::<()>().await;
         }
         bump(&APPLIED, &self.built_tag);
         Ok(InPlace::Applied)
