@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, Readiness, SubscriptionHub};
 
@@ -61,6 +62,8 @@ type Merged = BTreeMap<String, (String, String, String)>;
 pub(crate) struct LiveNamespaces {
     order: Vec<String>,
     state: Mutex<Vec<Namespace>>,
+    /// Since when, and why, the long poll has been failing, if it is.
+    poll_failing: Mutex<Option<(Instant, String)>>,
     merged_hub: SubscriptionHub,
     grouped_hub: SubscriptionHub,
 }
@@ -89,6 +92,7 @@ impl LiveNamespaces {
         Self {
             order,
             state: Mutex::new(state),
+            poll_failing: Mutex::new(None),
             merged_hub: SubscriptionHub::default(),
             grouped_hub: SubscriptionHub::default(),
         }
@@ -236,15 +240,40 @@ impl LiveNamespaces {
         }
     }
 
-    /// Ready unless a namespace is served from the backup cache.
+    /// Records that the long poll failed with `reason` (the streak's
+    /// start is kept).
+    pub(crate) fn poll_failed(&self, reason: &str) {
+        let mut failing = self.poll_failing.lock().unwrap_or_else(|p| p.into_inner());
+        let since = failing
+            .as_ref()
+            .map_or_else(Instant::now, |(since, _)| *since);
+        *failing = Some((since, reason.to_string()));
+    }
+
+    /// Records that the long poll succeeded.
+    pub(crate) fn poll_recovered(&self) {
+        *self.poll_failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Ready unless a namespace is served from the backup cache or the
+    /// long poll keeps failing (degraded: the last releases are served,
+    /// new ones are not followed).
     pub(crate) fn readiness(&self) -> Readiness {
         let state = self.state();
         if state.iter().any(|ns| ns.source == Source::Backup) {
-            Readiness::Degraded(BACKUP_REASON.to_string())
-        } else if state.iter().any(|ns| ns.source == Source::Pending) {
-            Readiness::NotReady("waiting for the config service's first answer".into())
-        } else {
-            Readiness::Ready
+            return Readiness::Degraded(BACKUP_REASON.to_string());
+        }
+        if state.iter().any(|ns| ns.source == Source::Pending) {
+            return Readiness::NotReady("waiting for the config service's first answer".into());
+        }
+        drop(state);
+        let failing = self.poll_failing.lock().unwrap_or_else(|p| p.into_inner());
+        match &*failing {
+            Some((since, reason)) => Readiness::Degraded(format!(
+                "long polling failing for {}s: {reason}; serving the last releases, new ones are not followed",
+                since.elapsed().as_secs()
+            )),
+            None => Readiness::Ready,
         }
     }
 
@@ -460,6 +489,23 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(pairs(&change), vec![("b".into(), String::new())]);
         assert_eq!(change[0].version, "c2");
+    }
+
+    #[test]
+    fn readiness_is_degraded_while_the_long_poll_fails() {
+        let live = live();
+        assert_eq!(live.readiness(), Readiness::Ready);
+        live.poll_failed("HTTP 401");
+        live.poll_failed("HTTP 401 again");
+        match live.readiness() {
+            Readiness::Degraded(reason) => {
+                assert!(reason.starts_with("long polling failing for "), "{reason}");
+                assert!(reason.contains("HTTP 401 again"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        live.poll_recovered();
+        assert_eq!(live.readiness(), Readiness::Ready);
     }
 
     #[test]

@@ -138,6 +138,7 @@ impl Poller {
 
     fn succeeded(&mut self) {
         self.backoff.reset();
+        self.refresher.live.poll_recovered();
         if self.failing.take().is_some() {
             info!(
                 component = %self.refresher.key,
@@ -151,6 +152,7 @@ impl Poller {
     fn failed(&mut self, err: &ApolloError) -> Duration {
         let wait = self.backoff.next_wait();
         let message = err.to_string();
+        self.refresher.live.poll_failed(&message);
         if self.failing.is_none() {
             warn!(
                 component = %self.refresher.key,

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rewire_runtime::{ConfigItem, SubscriptionHub};
 
@@ -17,6 +18,8 @@ pub(crate) struct Fanout {
 struct FanoutState {
     hubs: HashMap<u64, Arc<SubscriptionHub>>,
     closed: bool,
+    /// Since when, and why, the watch has been failing, if it is.
+    watch_failing: Option<(Instant, String)>,
 }
 
 impl Fanout {
@@ -54,10 +57,53 @@ impl Fanout {
         self.lock().hubs.len()
     }
 
+    /// Records that the watch failed with `reason` (the streak's start is
+    /// kept).
+    pub(crate) fn watch_failed(&self, reason: &str) {
+        let mut state = self.lock();
+        let since = state
+            .watch_failing
+            .as_ref()
+            .map_or_else(Instant::now, |(since, _)| *since);
+        state.watch_failing = Some((since, reason.to_string()));
+    }
+
+    /// Records that the watch runs again.
+    pub(crate) fn watch_recovered(&self) {
+        self.lock().watch_failing = None;
+    }
+
+    /// How long, and why, the watch has been failing, if it is.
+    pub(crate) fn watch_failure(&self) -> Option<(Duration, String)> {
+        let state = self.lock();
+        let (since, reason) = state.watch_failing.as_ref()?;
+        Some((since.elapsed(), reason.clone()))
+    }
+
     /// Tells every member's subscribers about `items`.
     pub(crate) fn publish(&self, items: &[ConfigItem]) {
         for hub in self.lock().hubs.values() {
             hub.publish(items);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fanout;
+
+    #[test]
+    fn a_failing_watch_is_reported_from_the_start_of_its_streak_until_it_recovers() {
+        let fanout = Fanout::default();
+        assert!(fanout.watch_failure().is_none());
+        fanout.watch_failed("first");
+        let (first_for, _) = fanout.watch_failure().unwrap_or_default();
+        fanout.watch_failed("second");
+        let (second_for, reason) = fanout.watch_failure().unwrap_or_default();
+        assert_eq!(reason, "second");
+        // Measured from the first failure of the streak, not the latest.
+        assert!(second_for >= first_for);
+        fanout.watch_recovered();
+        assert!(fanout.watch_failure().is_none());
     }
 }

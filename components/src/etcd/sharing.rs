@@ -92,6 +92,11 @@ impl Membership {
         self.shared.id
     }
 
+    /// How long, and why, the entry's watch has been failing, if it is.
+    pub(crate) fn watch_failure(&self) -> Option<(std::time::Duration, String)> {
+        self.shared.fanout.watch_failure()
+    }
+
     /// Leaves the entry; the last store to leave stops its tasks and
     /// waits for them to end.
     pub(crate) async fn leave(self) {

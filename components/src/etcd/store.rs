@@ -231,6 +231,15 @@ impl EtcdConfigStore {
             .ok_or_else(|| ConfigError::Backend("the etcd config store is not initialised".into()))
     }
 
+    /// How long, and why, the shared watch has been failing, if it is.
+    fn watch_failure(&self) -> Option<(Duration, String)> {
+        self.membership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()?
+            .watch_failure()
+    }
+
     fn take_membership(&self) -> Option<Membership> {
         self.membership
             .lock()
@@ -354,7 +363,14 @@ impl Component for EtcdConfigStore {
         let endpoints = running.settings.endpoints_text();
         let serving = "serving the last values seen; the watch resumes when a member answers";
         match tokio::time::timeout(READINESS_LIMIT, probe).await {
-            Ok(Ok(_)) => Readiness::Ready,
+            Ok(Ok(_)) => match self.watch_failure() {
+                // Reads work, but changes are not followed.
+                Some((failing_for, reason)) => Readiness::Degraded(format!(
+                    "etcd watch failing for {}s: {reason}; reads are served, changes are not followed until it resumes",
+                    failing_for.as_secs()
+                )),
+                None => Readiness::Ready,
+            },
             Ok(Err(err)) => Readiness::Degraded(
                 running
                     .settings

@@ -269,6 +269,7 @@ impl Follower {
             debug!(component = %self.key, error = %err, retry_in_ms, "etcd watch still interrupted.");
         }
         self.failing = Some(err.to_string());
+        self.fanout.watch_failed(err);
         tokio::select! {
             () = stop.cancelled() => false,
             () = tokio::time::sleep(wait) => true,
@@ -277,6 +278,7 @@ impl Follower {
 
     fn recovered(&mut self) {
         self.backoff.reset();
+        self.fanout.watch_recovered();
         if self.failing.take().is_some() {
             info!(component = %self.key, member = %self.client.member(), from_revision = self.last_seen + 1, "etcd watch resumed.");
         }

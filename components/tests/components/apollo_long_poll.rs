@@ -12,7 +12,7 @@ use apollo_server::harness::{
     eventually, expect_change, metadata, start, subscribe, value_of, with, PATIENCE,
 };
 use apollo_server::{ApolloServer, Route};
-use rewire_runtime::ConfigQuery;
+use rewire_runtime::{ConfigQuery, Readiness};
 use serde_json::json;
 
 #[tokio::test]
@@ -198,5 +198,48 @@ async fn a_stale_release_cache_does_not_lose_the_notified_release() {
     server.release("application", &[("k", "v2")]);
     expect_change(&mut all, "k", "v2").await;
     assert_eq!(value_of(store, "k").await.as_deref(), Some("v2"));
+    started.store.close().await.unwrap();
+}
+
+/// A long poll the config service keeps refusing (HTTP 401: the app got an
+/// access key the store does not have) shows in the readiness as degraded,
+/// with the reason; it is ready again once polls succeed.
+#[tokio::test]
+async fn a_long_poll_that_keeps_failing_degrades_readiness() {
+    let server = ApolloServer::start().await;
+    server.set_hold(Duration::from_millis(200));
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"retryIntervalMs": 50, "maxRetryIntervalMs": 200}),
+    );
+    let started = start(meta).await.expect("start");
+    let store = started.store.clone();
+    assert_eq!(store.readiness().await, Readiness::Ready);
+
+    server.require_secret("the-new-access-key");
+    let mut reason = String::new();
+    for _ in 0..500 {
+        if let Readiness::Degraded(why) = store.readiness().await {
+            reason = why;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reason.contains("long polling failing for"), "{reason:?}");
+    assert!(reason.contains("HTTP 401"), "{reason}");
+    assert_eq!(value_of(&store, "k").await.as_deref(), Some("v1"));
+
+    server.require_no_secret();
+    let mut ready = false;
+    for _ in 0..500 {
+        if store.readiness().await == Readiness::Ready {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ready, "not ready again once polls succeed");
     started.store.close().await.unwrap();
 }

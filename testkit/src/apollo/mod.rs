@@ -298,6 +298,11 @@ impl Shared {
         *lock(&self.secret) = Some(secret.to_string());
     }
 
+    /// Requires no signature any more (the app's access key removed).
+    pub fn require_no_secret(&self) {
+        *lock(&self.secret) = None;
+    }
+
     /// Accepts Open API calls carrying `token`.
     pub fn accept_open_api_token(&self, token: &str) {
         *lock(&self.open_api_token) = Some(token.to_string());
