@@ -565,6 +565,19 @@ impl HighWater {
     }
 }
 
+/// The floor to ask a backend for after `refused` of its ranges were
+/// refused: the marks' floor, plus a lead that doubles from the second
+/// refusal on (64, 128, ...), so that a request racing a faster counter of
+/// the same component — a rebuilt instance counting in memory while the
+/// old one finishes its requests — lands above it. The ids skipped are
+/// never handed out.
+pub fn retry_floor(floor: i64, refused: u32) -> i64 {
+    match refused {
+        0 | 1 => floor,
+        n => floor.saturating_add(1_i64 << (n + 4).min(40)),
+    }
+}
+
 fn next_range(key: &str, floor: i64, size: u32) -> Result<IdRange, SequencerError> {
     let exhausted = || SequencerError::Exhausted(key.to_string());
     let from = floor.checked_add(1).ok_or_else(exhausted)?;

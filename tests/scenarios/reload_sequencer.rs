@@ -97,3 +97,69 @@ async fn ids_never_repeat_across_an_in_place_switch_and_a_rebuild() {
     assert_eq!(all.len(), CLIENTS * IDS_PER_CLIENT);
     runtime.shutdown().await;
 }
+
+/// Ids go on across rebuilds that share no file with their predecessor:
+/// onto a redis server whose counter lags (the file is added at the same
+/// time, so the sequencer is rebuilt, and the new file is empty), to
+/// another type, and with the file removed or changed.
+#[tokio::test]
+async fn ids_go_on_across_rebuilds_that_share_no_file() {
+    let (a, b) = (RedisServer::start().await, RedisServer::start().await);
+    b.query(&["SET", "sequencer|||orders", "5"]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let config = |type_name: &str, metadata| {
+        json!({"appId": "ids-rebuilt", "components": {"sequencer": {
+            "ids": {"type": type_name, "metadata": metadata}
+        }}})
+        .to_string()
+    };
+    let runtime = start(&config("redis", json!({"redisHost": a.addr()}))).await;
+    let handle = runtime.sequencer("ids");
+    let mut seen = HashSet::new();
+    let mut last = 0;
+    let mut take = |count: usize| {
+        let handle = handle.clone();
+        async move {
+            let mut ids = Vec::new();
+            for _ in 0..count {
+                let request = NextIdRequest {
+                    key: "orders".into(),
+                    increment: Increment::Strong,
+                    ..NextIdRequest::default()
+                };
+                ids.push(handle.load().unwrap().get_next_id(request).await.unwrap());
+            }
+            ids
+        }
+    };
+    for id in take(50).await {
+        assert!(seen.insert(id) && id > last, "{id} after {last}");
+        last = id;
+    }
+    for (type_name, metadata) in [
+        (
+            "redis",
+            json!({"redisHost": b.addr(), "highWaterFile": file("one.json")}),
+        ),
+        ("memory", json!({})),
+        ("memory", json!({"highWaterFile": file("two.json")})),
+        ("memory", json!({"highWaterFile": file("three.json")})),
+        ("redis", json!({"redisHost": a.addr()})),
+    ] {
+        let record = apply_ok(&runtime, &config(type_name, metadata)).await;
+        assert_eq!(
+            actions(&record),
+            [("sequencer/ids".to_string(), Action::Rebuilt)],
+            "{type_name}"
+        );
+        for id in take(20).await {
+            assert!(
+                seen.insert(id) && id > last,
+                "{type_name}: {id} after {last}"
+            );
+            last = id;
+        }
+    }
+    runtime.shutdown().await;
+}

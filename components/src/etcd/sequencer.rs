@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::metadata::EtcdMetadata;
 use super::sequencer_kv::EtcdCounters;
-use crate::high_water::{check_request, HighWater, Verdict, KEY_SEPARATOR};
+use crate::high_water::{check_request, retry_floor, HighWater, Verdict, KEY_SEPARATOR};
 use crate::redacted::redacted;
 use crate::redis::duration::{deserialize_timeout, Timeout};
 
@@ -104,6 +104,7 @@ impl EtcdSequencer {
         let counter = format!("{}sequencer{KEY_SEPARATOR}{key}", self.metadata.key_prefix);
         let exhausted = || SequencerError::Exhausted(key.to_string());
         let mut floor = marks.floor(key).await?;
+        let mut refused = 0;
         for _ in 0..MAX_ATTEMPTS {
             let (value, revision) = counters
                 .read(&counter)
@@ -120,7 +121,10 @@ impl EtcdSequencer {
             let range = IdRange { from, to };
             match marks.accept(key, range, counters, || true).await? {
                 Verdict::Accept => return Ok(range),
-                Verdict::Retry { floor: above } => floor = above,
+                Verdict::Retry { floor: above } => {
+                    refused += 1;
+                    floor = retry_floor(above, refused);
+                }
             }
         }
         Err(SequencerError::Backend(format!(

@@ -27,7 +27,7 @@ use tracing::debug;
 
 use super::connection::RedisConnection;
 use super::metadata::RedisMetadata;
-use crate::high_water::{check_request, HighWater, Verdict, KEY_SEPARATOR};
+use crate::high_water::{check_request, retry_floor, HighWater, Verdict, KEY_SEPARATOR};
 
 /// How often a request is asked again before it fails (each retry follows
 /// a server switch, or a reply that arrived after a later one).
@@ -110,7 +110,7 @@ impl RedisSequencer {
             .as_ref()
             .ok_or_else(|| SequencerError::Backend("the sequencer is not initialised".into()))?;
         let mut floor = marks.floor(key).await?;
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let session = self.connection.session();
             let mut conn = session
                 .connection()
@@ -145,7 +145,7 @@ impl RedisSequencer {
                         floor = above,
                         "Sequencer reply dropped; asking again."
                     );
-                    floor = above;
+                    floor = retry_floor(above, attempt as u32 + 1);
                 }
             }
         }
