@@ -27,6 +27,7 @@ mod api_http_metrics_status;
 mod api_http_routes;
 mod api_http_secrets;
 mod api_http_sequencer_file;
+mod api_http_sequencer_route;
 mod api_http_shutdown;
 mod api_http_state;
 mod api_http_state_hot_path;

@@ -78,7 +78,10 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::METADATA, get(metadata::get))
         .route(routes::METRICS, get(metrics::get))
         .route(routes::STATUS, get(status::get))
-        .route(routes::SEQUENCER, get(sequencer::next_id))
+        .route(
+            routes::SEQUENCER,
+            post(sequencer::next_id).get(sequencer::next_id),
+        )
         .route(routes::FILES, get(file::list))
         .route(
             routes::FILE,

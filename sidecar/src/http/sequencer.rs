@@ -1,8 +1,14 @@
 //! The sequencer route (rewire's own; Dapr has none):
-//! `GET /v1.0/rewire/sequencer/{store}/{key}?increment=strong|weak` →
-//! `{"id": N}`; `metadata.<name>` parameters go to the sequencer.
+//! `POST /v1.0/rewire/sequencer/{store}/{key}?increment=strong|weak` →
+//! `{"id": N}`; `metadata.<name>` parameters go to the sequencer. `GET`
+//! is kept for existing clients; every answer says `Cache-Control:
+//! no-store`, since each call hands out a new id (a cache or a proxy
+//! replaying an answer would hand one out twice, and a prefetching client
+//! would burn ids).
 
 use axum::extract::Path;
+use axum::http::header::CACHE_CONTROL;
+use axum::http::HeaderValue;
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -13,8 +19,21 @@ use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::rewire_error::RewireHttpError;
 use crate::dapr::Call;
 
-/// `GET /v1.0/rewire/sequencer/{store}/{key}`: the next id of `key`.
+/// `POST` (or `GET`) `/v1.0/rewire/sequencer/{store}/{key}`: the next id
+/// of `key`, never to be cached.
 pub async fn next_id(
+    call: Call,
+    path: Path<(String, String)>,
+    query: QueryPairs,
+) -> (
+    [(axum::http::HeaderName, HeaderValue); 1],
+    Result<Json<Value>, RewireHttpError>,
+) {
+    let no_store = [(CACHE_CONTROL, HeaderValue::from_static("no-store"))];
+    (no_store, next_id_of(call, path, query).await)
+}
+
+async fn next_id_of(
     call: Call,
     Path((store, key)): Path<(String, String)>,
     query: QueryPairs,
