@@ -157,19 +157,16 @@ impl LocalFileSecretStore {
             Arc::clone(&self.secrets),
             cx.key.clone(),
         );
+        let problem: Arc<Mutex<Option<String>>> = Arc::default();
         let on_change: OnChange = Arc::new(move || {
-            let (settings, secrets, key) = (settings.clone(), Arc::clone(&secrets), key.clone());
+            let (settings, secrets, key, problem) = (
+                settings.clone(),
+                Arc::clone(&secrets),
+                key.clone(),
+                Arc::clone(&problem),
+            );
             Box::pin(async move {
-                match load(&settings).await {
-                    Ok(fresh) if **secrets.load() != fresh => {
-                        info!(component = %key, secrets = fresh.len(), "Secrets file changed.");
-                        secrets.store(Arc::new(fresh));
-                    }
-                    Ok(_) => {}
-                    Err(err) => {
-                        warn!(component = %key, error = %err, "Secrets file unreadable; keeping the last good secrets.")
-                    }
-                }
+                reread(&settings, &secrets, &key, &problem).await;
             })
         });
         FileWatch::start(
@@ -236,6 +233,59 @@ impl From<SecretsFileError> for rewire_runtime::ComponentError {
     }
 }
 
+/// What a re-read of the secrets file logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reread {
+    /// New secrets taken (info).
+    Changed,
+    /// Same secrets, nothing to say.
+    Unchanged,
+    /// The file is readable again, its secrets unchanged (info).
+    Recovered,
+    /// A new problem (warning).
+    Warned,
+    /// The same problem as the last re-read: not logged again.
+    StillFailing,
+}
+
+/// Re-reads the secrets file into `secrets`. `problem` is the last one
+/// reported: a lasting problem is logged once (the file is re-read every
+/// 30 s, and on every change), a different one again, and the recovery
+/// once, as the file config store does.
+async fn reread(
+    settings: &LocalFileSecretMetadata,
+    secrets: &ArcSwap<Secrets>,
+    key: &rewire_runtime::ComponentKey,
+    problem: &Mutex<Option<String>>,
+) -> Reread {
+    let loaded = load(settings).await;
+    let mut problem = problem.lock().unwrap_or_else(|p| p.into_inner());
+    match loaded {
+        Ok(fresh) => {
+            let recovered = problem.take().is_some();
+            if **secrets.load() != fresh {
+                info!(component = %key, secrets = fresh.len(), "Secrets file changed.");
+                secrets.store(Arc::new(fresh));
+                Reread::Changed
+            } else if recovered {
+                info!(component = %key, "Secrets file is readable again; its secrets did not change.");
+                Reread::Recovered
+            } else {
+                Reread::Unchanged
+            }
+        }
+        Err(err) => {
+            let text = err.to_string();
+            if problem.as_ref() == Some(&text) {
+                return Reread::StillFailing;
+            }
+            warn!(component = %key, error = %text, "Secrets file unreadable; keeping the last good secrets.");
+            *problem = Some(text);
+            Reread::Warned
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +319,50 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("hunter2"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_lasting_problem_is_reported_once_and_the_recovery_too() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("secrets.json");
+        let write = |text: &str| std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        write(r#"{"a": "1"}"#);
+        let settings = LocalFileSecretMetadata::new(&path);
+        let secrets =
+            ArcSwap::from_pointee(load(&settings).await.unwrap_or_else(|e| panic!("{e}")));
+        let key = rewire_runtime::ComponentKey::new("secret_store", "files");
+        let problem = Mutex::new(None);
+        let mut log = Vec::new();
+        for text in [
+            "{bad",
+            "{bad",
+            "{bad",
+            "\n\n{bad",
+            "\n\n{bad",
+            r#"{"a": "1"}"#,
+            r#"{"a": "1"}"#,
+            "{bad",
+            r#"{"a": "2"}"#,
+        ] {
+            write(text);
+            log.push(reread(&settings, &secrets, &key, &problem).await);
+        }
+        use Reread::*;
+        assert_eq!(
+            log,
+            vec![
+                Warned,
+                StillFailing,
+                StillFailing,
+                Warned,
+                StillFailing,
+                Recovered,
+                Unchanged,
+                Warned,
+                Changed
+            ]
+        );
+        assert!(problem.lock().unwrap_or_else(|p| p.into_inner()).is_none());
     }
 
     #[tokio::test]
