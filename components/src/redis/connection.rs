@@ -89,6 +89,28 @@ impl Session {
         }
     }
 
+    /// Whether `other` reaches the same data as this session: the same
+    /// server, sentinels or cluster, and database (a password, timeout or
+    /// certificate change keeps it). A session not connected reaches
+    /// nothing, so it counts as the same.
+    pub fn same_server(&self, other: &Session) -> bool {
+        match (&self.link, &other.link) {
+            (Some(a), Some(b)) => {
+                let (a, b) = (&a.settings, &b.settings);
+                a.addresses == b.addresses
+                    && a.db == b.db
+                    && a.master_name == b.master_name
+                    && a.cluster == b.cluster
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether the session holds a connection.
+    pub fn is_connected(&self) -> bool {
+        self.link.is_some()
+    }
+
     fn server(&self) -> &str {
         self.link
             .as_ref()
@@ -189,6 +211,29 @@ impl RedisConnection {
     /// connection is made and verified, then swapped in; otherwise only the
     /// metadata changes. On error nothing changes.
     pub async fn apply(&self, metadata: RedisMetadata) -> Result<InPlace, ComponentError> {
+        let session = self.prepare(metadata).await?;
+        self.install(session);
+        Ok(InPlace::Applied)
+    }
+
+    /// Another handle on this same connection (for a staged change to
+    /// install its session at commit).
+    pub fn handle(&self) -> RedisConnection {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Puts `session` (from [`prepare`](Self::prepare)) in force; the
+    /// session it replaces.
+    pub fn install(&self, session: Arc<Session>) -> Arc<Session> {
+        self.shared.session.swap(session)
+    }
+
+    /// The session `metadata` makes, not yet in force: when the connection
+    /// settings changed, a new connection made and verified; otherwise the
+    /// current connection with the new metadata. On error nothing changes.
+    pub async fn prepare(&self, metadata: RedisMetadata) -> Result<Arc<Session>, ComponentError> {
         let shared = &self.shared;
         let _one_at_a_time = shared.changing.lock().await;
         let current = self.session();
@@ -218,11 +263,10 @@ impl RedisConnection {
             },
             None => None,
         };
-        shared.session.store(Arc::new(Session {
+        Ok(Arc::new(Session {
             metadata: Arc::new(metadata),
             link,
-        }));
-        Ok(InPlace::Applied)
+        }))
     }
 
     /// `PING` within a short limit.

@@ -9,13 +9,18 @@
 //! resource id containing `||` is refused, so no two resources (and no
 //! strategy) make the same key.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use rewire_runtime::{
     echoed, Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Lock, LockError,
-    Metadata, Readiness, TryLockRequest, UnlockRequest, UnlockStatus,
+    Metadata, PendingInPlace, Readiness, StagedInPlace, TryLockRequest, UnlockRequest,
+    UnlockStatus,
 };
-use tracing::debug;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
 use crate::time_limits::check_ttl;
 
@@ -47,6 +52,10 @@ pub fn key_base(key_prefix: &str, app_id: &str, store: &str) -> String {
     }
 }
 
+/// Longest time the previous namespace is still consulted after a change
+/// of server, database or key prefix (see [`RedisLock`]).
+pub const MAX_GRACE: Duration = Duration::from_secs(60);
+
 /// The app id and the store's name, known at init, that Dapr's key
 /// strategies put in the keys.
 #[derive(Debug, Clone, Default)]
@@ -58,11 +67,18 @@ struct Naming {
 /// A distributed lock on Redis: locks expire, and only their owner can
 /// release them.
 ///
-/// Every metadata change applies in place, as for the `redis` state store:
-/// a new server is connected and verified before it replaces the old one.
-/// Locks live in Redis, so those held on the old server stay there.
 /// The keys are `{key_base}{resource id}`, [`key_base`] made of the
 /// `keyPrefix` in force and the app id and store name given at init.
+///
+/// Every metadata change applies in place, staged: a new server is
+/// connected and verified while the reload prepares, and swapped in only
+/// when it commits (a rollback drops it). Locks live in Redis, so a change
+/// of namespace — server, database or key prefix — leaves the held ones
+/// behind; for a grace after it, as long as the longest expiry this store
+/// granted and at most [`MAX_GRACE`], the previous namespace is still
+/// consulted: an unlock or keep-alive that finds no lock on the new one
+/// acts on the old one (a keep-alive moves the lock over), and a try-lock
+/// of a resource still held there is refused.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "lock",
@@ -73,6 +89,42 @@ pub struct RedisLock {
     #[metadata]
     connection: RedisConnection,
     naming: OnceLock<Naming>,
+    grace: Arc<Grace>,
+}
+
+/// What a change of namespace leaves behind, and how long to look at it.
+#[derive(Debug, Default)]
+struct Grace {
+    /// Longest expiry granted so far, in milliseconds.
+    longest_ms: AtomicU64,
+    /// The namespace in force before the last change, while its locks may
+    /// still be held.
+    previous: ArcSwapOption<Previous>,
+}
+
+#[derive(Debug)]
+struct Previous {
+    session: Arc<Session>,
+    until: Instant,
+}
+
+impl Grace {
+    fn granted(&self, expiry_ms: u64) {
+        self.longest_ms.fetch_max(expiry_ms, Ordering::Relaxed);
+    }
+
+    /// The previous namespace's session, while its grace lasts.
+    fn previous(&self) -> Option<Arc<Session>> {
+        let previous = self.previous.load_full()?;
+        if Instant::now() < previous.until {
+            return Some(previous.session.clone());
+        }
+        // Over: let its connection go (unless a newer change replaced it).
+        let _ = self
+            .previous
+            .compare_and_swap(&Some(previous), None::<Arc<Previous>>);
+        None
+    }
 }
 
 impl RedisLock {
@@ -81,19 +133,66 @@ impl RedisLock {
         Self {
             connection: RedisConnection::new(metadata),
             naming: OnceLock::new(),
+            grace: Arc::default(),
         }
     }
 
     /// The key of the lock on `resource_id` in `session`'s namespace.
     fn key(&self, session: &Session, resource_id: &str) -> String {
+        let mut key = self.key_base(session);
+        key.push_str(resource_id);
+        key
+    }
+
+    fn key_base(&self, session: &Session) -> String {
         let naming = self.naming.get().cloned().unwrap_or_default();
-        let mut key = key_base(
+        key_base(
             &session.metadata().key_prefix,
             &naming.app_id,
             &naming.store,
-        );
-        key.push_str(resource_id);
-        key
+        )
+    }
+
+    /// Runs the unlock or keep-alive `script` on `session`.
+    async fn owner_script(
+        &self,
+        session: &Arc<Session>,
+        script: &redis::Script,
+        req: &UnlockRequest,
+        expiry_ms: Option<u64>,
+    ) -> Result<UnlockStatus, LockError> {
+        let mut conn = session
+            .connection()
+            .map_err(|err| LockError::Backend(err.to_string()))?;
+        let mut invocation = script.key(self.key(session, &req.resource_id));
+        invocation.arg(&req.lock_owner);
+        if let Some(expiry_ms) = expiry_ms {
+            invocation.arg(expiry_ms);
+        }
+        let reply: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|err| LockError::Backend(self.connection.describe(session, &err)))?;
+        status_of(reply, "unlock or keep-alive")
+    }
+
+    /// Whether the lock on `resource_id` is still held in the previous
+    /// namespace (an unreachable old server holds nothing we can see).
+    async fn held_before(&self, previous: &Arc<Session>, resource_id: &str) -> bool {
+        let Ok(mut conn) = previous.connection() else {
+            return false;
+        };
+        let exists: Result<i64, _> = redis::cmd("EXISTS")
+            .arg(self.key(previous, resource_id))
+            .query_async(&mut conn)
+            .await;
+        match exists {
+            Ok(n) => n > 0,
+            Err(err) => {
+                warn!(component = %self.connection.label(), error = %self.connection.describe(previous, &err), "The previous Redis namespace of the lock could not be read.");
+                false
+            }
+        }
     }
 
     /// The metadata in force.
@@ -159,6 +258,7 @@ impl Component for RedisLock {
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
+        self.grace.previous.store(None);
         self.connection.close();
         Ok(())
     }
@@ -168,17 +268,46 @@ impl Component for RedisLock {
     }
 }
 
-/// Applied at once, not deferred: the new connection is built, checked and
-/// swapped in by one awaited step (the connection's `apply`); a rollback
-/// re-applies the previous metadata, which swaps back.
+/// Deferred: the new connection is made and verified while staging, and
+/// swapped in at commit; a change of namespace keeps the previous one for
+/// the grace (see [`RedisLock`]).
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for RedisLock {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let StagedInPlace::Deferred(pending) = self.stage_in_place(metadata).await? else {
+            return Ok(InPlace::NeedsRebuild);
+        };
+        pending.apply();
+        Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
         let new = metadata
             .decode::<RedisMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         check_lock_metadata(&new)?;
-        self.connection.apply(new).await
+        let prepared = self.connection.prepare(new).await?;
+        let connection = self.connection.handle();
+        let grace = self.grace.clone();
+        let new_base = self.key_base(&prepared);
+        let naming = self.naming.get().cloned().unwrap_or_default();
+        Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
+            let old = connection.install(prepared.clone());
+            let old_base = key_base(&old.metadata().key_prefix, &naming.app_id, &naming.store);
+            if old.same_server(&prepared) && old_base == new_base {
+                return;
+            }
+            let longest = Duration::from_millis(grace.longest_ms.load(Ordering::Relaxed));
+            let lasts = longest.min(MAX_GRACE);
+            if !old.is_connected() || lasts.is_zero() {
+                return;
+            }
+            info!(component = %connection.label(), grace = ?lasts, "Lock namespace changed; the previous one is still consulted for its held locks.");
+            grace.previous.store(Some(Arc::new(Previous {
+                session: old,
+                until: Instant::now() + lasts,
+            })));
+        })))
     }
 }
 
@@ -187,6 +316,12 @@ impl Lock for RedisLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
+        if let Some(previous) = self.grace.previous() {
+            if self.held_before(&previous, &req.resource_id).await {
+                debug!(resource = %echoed(&req.resource_id), "Lock still held in the previous namespace.");
+                return Ok(false);
+            }
+        }
         let session = self.connection.session();
         let mut conn = session
             .connection()
@@ -201,6 +336,9 @@ impl Lock for RedisLock {
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
         let taken = reply.is_some();
+        if taken {
+            self.grace.granted(expiry_ms);
+        }
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, taken, "Lock requested.");
         Ok(taken)
     }
@@ -208,16 +346,17 @@ impl Lock for RedisLock {
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
         let session = self.connection.session();
-        let mut conn = session
-            .connection()
-            .map_err(|err| LockError::Backend(err.to_string()))?;
-        let reply: i64 = scripts::UNLOCK
-            .key(self.key(&session, &req.resource_id))
-            .arg(&req.lock_owner)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
-        let status = status_of(reply, "unlock")?;
+        let mut status = self
+            .owner_script(&session, &scripts::UNLOCK, &req, None)
+            .await?;
+        if status == UnlockStatus::LockDoesNotExist {
+            if let Some(previous) = self.grace.previous() {
+                status = self
+                    .owner_script(&previous, &scripts::UNLOCK, &req, None)
+                    .await
+                    .unwrap_or(UnlockStatus::LockDoesNotExist);
+            }
+        }
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
         Ok(status)
     }
@@ -226,19 +365,66 @@ impl Lock for RedisLock {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
         let session = self.connection.session();
+        let owned = UnlockRequest {
+            resource_id: req.resource_id.clone(),
+            lock_owner: req.lock_owner.clone(),
+        };
+        let mut status = self
+            .owner_script(&session, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
+            .await?;
+        if status == UnlockStatus::LockDoesNotExist {
+            if let Some(previous) = self.grace.previous() {
+                status = self.move_over(&previous, &session, &req, expiry_ms).await?;
+            }
+        }
+        if status == UnlockStatus::Success {
+            self.grace.granted(expiry_ms);
+        }
+        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, ?status, "Lock renewal requested.");
+        Ok(status)
+    }
+}
+
+impl RedisLock {
+    /// A keep-alive of a lock held in the previous namespace: taken in the
+    /// new one for `expiry_ms`, then released in the old one.
+    async fn move_over(
+        &self,
+        previous: &Arc<Session>,
+        session: &Arc<Session>,
+        req: &TryLockRequest,
+        expiry_ms: u64,
+    ) -> Result<UnlockStatus, LockError> {
+        let owned = UnlockRequest {
+            resource_id: req.resource_id.clone(),
+            lock_owner: req.lock_owner.clone(),
+        };
+        let before = self
+            .owner_script(previous, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
+            .await
+            .unwrap_or(UnlockStatus::LockDoesNotExist);
+        if before != UnlockStatus::Success {
+            return Ok(before);
+        }
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
-        let reply: i64 = scripts::KEEP_ALIVE
-            .key(self.key(&session, &req.resource_id))
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(self.key(session, &req.resource_id))
             .arg(&req.lock_owner)
+            .arg("NX")
+            .arg("PX")
             .arg(expiry_ms)
-            .invoke_async(&mut conn)
+            .query_async(&mut conn)
             .await
-            .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
-        let status = status_of(reply, "keep-alive")?;
-        debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, ?status, "Lock renewal requested.");
-        Ok(status)
+            .map_err(|err| LockError::Backend(self.connection.describe(session, &err)))?;
+        if taken.is_none() {
+            return Ok(UnlockStatus::LockBelongsToOthers);
+        }
+        let _ = self
+            .owner_script(previous, &scripts::UNLOCK, &owned, None)
+            .await;
+        Ok(UnlockStatus::Success)
     }
 }
 

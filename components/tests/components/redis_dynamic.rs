@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::{free_port, RedisServer};
-use rewire_runtime::{GetRequest, InPlace, Instance, Lock, SetRequest, StateStore, TryLockRequest};
+use rewire_runtime::{
+    GetRequest, InPlace, Instance, Lock, SetRequest, StateStore, TryLockRequest, UnlockRequest,
+    UnlockStatus,
+};
 use serde_json::{json, Value};
 
 async fn store(metadata: Value) -> Arc<dyn StateStore> {
@@ -289,7 +292,14 @@ async fn the_lock_moves_to_another_server_too() {
         .await
         .map_err(|e| e.to_string());
     assert_eq!(applied, Ok(InPlace::Applied));
-    // The new server has no lock yet.
+    // The lock held on the first server still counts (for the grace that
+    // follows the switch); once released there, the new server takes it.
+    assert_eq!(lock.try_lock(req.clone()).await, Ok(false));
+    let release = UnlockRequest {
+        resource_id: "r".into(),
+        lock_owner: "a".into(),
+    };
+    assert_eq!(lock.unlock(release).await, Ok(UnlockStatus::Success));
     assert_eq!(lock.try_lock(req).await, Ok(true));
     let mut conn = second.connection().await;
     let owner: Option<String> = redis::cmd("GET")

@@ -1,5 +1,6 @@
 //! The `redis` lock against a real `redis-server`, built through the
-//! registry: contention, expiry, and unlock by owner only.
+//! registry: contention, expiry, and unlock by owner only; Dapr's keys;
+//! staged changes of server or key prefix that keep held locks reachable.
 
 use crate::common;
 use testkit::redis as redis_server;
@@ -9,8 +10,8 @@ use std::time::Duration;
 
 use redis_server::RedisServer;
 use rewire_runtime::{
-    Increment, Instance, Lock, LockError, NextIdRequest, SetRequest, TryLockRequest, UnlockRequest,
-    UnlockStatus,
+    InPlace, Increment, Instance, Lock, LockError, NextIdRequest, SetRequest, StagedInPlace,
+    TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use serde_json::{json, Value};
 
@@ -235,4 +236,97 @@ async fn locks_share_no_key_with_state_or_sequencer() {
         Err(LockError::Invalid(_))
     ));
     assert_eq!(sequencer.get_next_id(next("x")).await, Ok(2));
+}
+
+/// A change of server is staged: made and verified while the reload
+/// prepares, in force only when applied (dropped, it changes nothing).
+/// After it, for the grace, the locks held on the old server still count:
+/// a try-lock of one is refused, its owner's unlock or keep-alive reaches
+/// it (a keep-alive moves it to the new server), another's does not.
+#[tokio::test]
+async fn a_server_change_is_staged_and_locks_held_before_still_count() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(store.try_lock(lock("r", "a", MINUTE)).await, Ok(true));
+    assert_eq!(store.try_lock(lock("s", "a", MINUTE)).await, Ok(true));
+    let in_place = store.as_in_place().expect("in place");
+    let to_second = common::metadata(json!({"redisHost": second.addr()}));
+
+    let staged = in_place.stage_in_place(&to_second).await;
+    let Ok(StagedInPlace::Deferred(pending)) = staged else {
+        panic!("expected a deferred change, got {staged:?}");
+    };
+    // Not in force yet: the first server still serves.
+    assert_eq!(store.try_lock(lock("t", "a", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&first, "lock||test||t").await.as_deref(),
+        Some("a")
+    );
+    drop(pending);
+    assert_eq!(store.try_lock(lock("u", "a", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&first, "lock||test||u").await.as_deref(),
+        Some("a")
+    );
+
+    let Ok(StagedInPlace::Deferred(pending)) = in_place.stage_in_place(&to_second).await else {
+        panic!("expected a deferred change");
+    };
+    pending.apply();
+    // Held on the first server: nobody else takes it on the second.
+    assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(false));
+    assert_eq!(
+        store.unlock(unlock("r", "b")).await,
+        Ok(UnlockStatus::LockBelongsToOthers)
+    );
+    assert_eq!(
+        store.unlock(unlock("r", "a")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("b")
+    );
+    // A keep-alive moves the lock to the second server.
+    assert_eq!(
+        store.keep_alive(lock("s", "a", MINUTE)).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||s").await, None);
+    assert_eq!(
+        owner_at(&second, "lock||test||s").await.as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        store.keep_alive(lock("never", "a", MINUTE)).await,
+        Ok(UnlockStatus::LockDoesNotExist)
+    );
+}
+
+/// A `keyPrefix` change on the same server is a change of namespace too:
+/// the owner still releases the lock taken under the old keys.
+#[tokio::test]
+async fn a_key_prefix_change_keeps_held_locks_reachable() {
+    let server = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": server.addr()})).await;
+    assert_eq!(store.try_lock(lock("r", "a", MINUTE)).await, Ok(true));
+    let applied = store
+        .as_in_place()
+        .expect("in place")
+        .update_in_place(&common::metadata(
+            json!({"redisHost": server.addr(), "keyPrefix": "none"}),
+        ))
+        .await
+        .map_err(|e| e.to_string());
+    assert_eq!(applied, Ok(InPlace::Applied));
+    assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(false));
+    assert_eq!(
+        store.unlock(unlock("r", "a")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(true));
+    assert_eq!(owner_at(&server, "lock||r").await.as_deref(), Some("b"));
 }
