@@ -118,7 +118,7 @@ pub(crate) struct TokenInterceptor {
 
 impl std::fmt::Debug for TokenInterceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let set = self.token.read().map_or(false, |t| t.is_some());
+        let set = self.token.read().is_ok_and(|t| t.is_some());
         f.debug_struct("TokenInterceptor")
             .field("token", &if set { "[redacted]" } else { "none" })
             .field("stale", &self.stale)
