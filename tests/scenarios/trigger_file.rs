@@ -183,17 +183,19 @@ async fn a_write_made_while_the_runtime_starts_is_applied() {
         "the pod runs the old content while the file says the new: {:#?}",
         runtime.history()
     );
-    // Content the runtime started from is not reloaded again: a later
-    // write is the only other file reload.
+    // A later write applies too, with no reload that changes nothing.
     write(&path, &config(3));
     let third = eventually(Duration::from_secs(10), || {
         (running_field(&runtime, &key(), "defaultTtlInSeconds") == Some(json!(3))).then_some(())
     })
     .await;
     assert!(third.is_some(), "{:#?}", runtime.history());
+    // (A read may catch a half-written file: rejected, not counted.)
     let reloads = records_of(&runtime, Trigger::File);
     assert!(
-        reloads.iter().all(|r| r.outcome == Outcome::Applied),
+        reloads
+            .iter()
+            .all(|r| matches!(r.outcome, Outcome::Applied | Outcome::Rejected)),
         "{reloads:#?}"
     );
     runtime.shutdown().await;
@@ -217,7 +219,11 @@ async fn an_unchanged_file_is_not_reloaded_when_the_watch_starts() {
     // queued a reload, that reload would be recorded before this write's.
     write(&path, &config(5));
     applied_after(&runtime, Trigger::File, 0).await;
-    let reloads = records_of(&runtime, Trigger::File);
+    // (A read may catch the write half done: rejected, not counted.)
+    let reloads: Vec<_> = records_of(&runtime, Trigger::File)
+        .into_iter()
+        .filter(|r| r.outcome != Outcome::Rejected)
+        .collect();
     assert_eq!(reloads.len(), 1, "{reloads:#?}");
     runtime.shutdown().await;
 }
