@@ -118,7 +118,7 @@ async fn ids_go_on_across_rebuilds_that_share_no_file() {
     let handle = runtime.sequencer("ids");
     let mut seen = HashSet::new();
     let mut last = 0;
-    let mut take = |count: usize| {
+    let take = |count: usize| {
         let handle = handle.clone();
         async move {
             let mut ids = Vec::new();
