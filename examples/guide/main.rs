@@ -115,3 +115,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     host.run_until_stopped().await;
     Ok(())
 }
+
+/// The in-place update staged until the commit (the guide's §4).
+mod staged;
