@@ -2,8 +2,8 @@
 //! OTLP/HTTP receiver. A call carrying a `traceparent` yields spans of that
 //! trace for the API call and its redis command; a reload is a trace of
 //! its own with a span per component action; the config file's `tracing`
-//! section turns export on without a restart. No span attribute holds a
-//! secret.
+//! section turns export on without a restart; a reload is traced even
+//! when requests are sampled at rate 0. No span attribute holds a secret.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -315,6 +315,51 @@ async fn the_file_turns_export_on_and_a_reload_is_one_trace_of_its_actions() {
         ["in_place", "rebuilt"].contains(&children["state/changed"].as_str()),
         "{children:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_is_traced_even_when_requests_are_not_sampled() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    // Requests sampled at rate 0: no new trace of a call is kept.
+    let tracing = serde_json::json!({
+        "samplingRate": "0",
+        "otel": {"endpointAddress": receiver.addr.to_string(), "protocol": "http", "isSecure": false}
+    });
+    let write = |ttl: u32| {
+        let json = serde_json::json!({
+            "appId": "unsampled",
+            "tracing": tracing,
+            "components": {"state": {"cache": {"type": "memory", "metadata": {"defaultTtlInSeconds": ttl}}}}
+        });
+        std::fs::write(&config, json.to_string()).unwrap();
+    };
+    write(10);
+    let http = format!("127.0.0.1:{}", free_port());
+    let sidecar = start(&config, &http, None);
+    wait_logged(&sidecar, "Tracing: exporting spans over OTLP.").await;
+
+    write(20);
+    let (root, child) = receiver
+        .wait_for("the reload's trace with its component span", |spans| {
+            let root = spans.iter().find(|s| {
+                s.name == "rewire.reload"
+                    && attribute(s, "rewire.outcome").as_deref() == Some("applied")
+            })?;
+            let child = spans.iter().find(|s| {
+                s.trace_id == root.trace_id
+                    && s.parent_span_id == root.span_id
+                    && attribute(s, "rewire.component").as_deref() == Some("state/cache")
+            })?;
+            Some((root.clone(), child.clone()))
+        })
+        .await;
+    assert!(
+        root.parent_span_id.is_empty(),
+        "a reload starts its own trace"
+    );
+    assert_eq!(child.name, "rewire.component");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
