@@ -3,8 +3,8 @@
 //! reads certificates the same way and none pulls in OpenSSL.
 //!
 //! A certificate field (`caCert`, `clientCert`, `clientKey`) holds either
-//! PEM text (a value starting with `-----BEGIN`, typically injected with a
-//! `secretRef`) or the path of a PEM file (relative paths resolve against
+//! PEM text (a value holding `-----BEGIN` or a line break, typically
+//! injected with a `secretRef`) or the path of a PEM file (relative paths resolve against
 //! the configuration file's folder). Values are never logged nor put in an
 //! error: errors name the component's field and, for a file, its path.
 //!
@@ -17,7 +17,7 @@ mod client;
 mod pem;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
-pub use pem::{PemSource, TlsError};
+pub use pem::{pem_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYTES};
 
 /// Installs rustls's ring provider as the process default, once (later
 /// calls are no-ops). Libraries that build rustls configurations without

@@ -8,7 +8,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Why TLS material could not be used. Names the field and, for a file,
-/// the path; never the PEM text.
+/// the path (as [`shown_path`] shows it); never the PEM text, nor a
+/// "path" that may be PEM text a value did not mark as such.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read.
@@ -16,18 +17,18 @@ pub enum TlsError {
     Read {
         /// The field.
         field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
+        /// The file, as [`shown_path`] shows it.
+        path: String,
+        /// Why (never the file's content nor its path).
         reason: String,
     },
     /// The value (or the file) holds no usable PEM of the expected kind.
-    #[error("metadata field `{field}`{}: {reason}", .path.as_ref().map(|p| format!(" (`{}`)", p.display())).unwrap_or_default())]
+    #[error("metadata field `{field}`{}: {reason}", .path.as_ref().map(|p| format!(" (`{p}`)")).unwrap_or_default())]
     Invalid {
         /// The field.
         field: &'static str,
-        /// The file, when the value is a path.
-        path: Option<PathBuf>,
+        /// The file, when the value is a path, as [`shown_path`] shows it.
+        path: Option<String>,
         /// What is wrong.
         reason: String,
     },
@@ -35,6 +36,55 @@ pub enum TlsError {
     /// the combination.
     #[error("{0}")]
     Config(String),
+}
+
+/// Largest "path" shown in an error, status or `Debug` output; a longer
+/// one is more likely key material than a file name.
+const MAX_SHOWN_PATH: usize = 1024;
+
+/// Largest PEM file read.
+pub const MAX_PEM_BYTES: usize = 1024 * 1024;
+
+/// A path as errors, status and `Debug` output show it: as is, unless it
+/// holds a line break or a control character or is longer than 1 KiB —
+/// then it may be key material given without its `-----BEGIN` line, and
+/// `<value>` stands for it.
+pub fn shown_path(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    if text.len() > MAX_SHOWN_PATH || text.chars().any(char::is_control) {
+        "<value>".into()
+    } else {
+        text.into_owned()
+    }
+}
+
+/// Why a PEM text did not parse, in fixed words: the library's own
+/// message can quote the offending line, which may be key material.
+pub fn pem_error_reason(err: &rustls_pki_types::pem::Error) -> &'static str {
+    use rustls_pki_types::pem::Error;
+    match err {
+        Error::MissingSectionEnd { .. } => "a PEM section has no `-----END` line",
+        Error::IllegalSectionStart { .. } => "a PEM `-----BEGIN` line is malformed",
+        Error::Base64Decode(_) => "a PEM section is not valid base64",
+        Error::Io(_) => "the PEM text could not be read",
+        Error::NoItemsFound => "no PEM section of the expected kind",
+        _ => "the PEM text is malformed",
+    }
+}
+
+/// Why a certificate file could not be read, without its path (the
+/// error names the field and the path itself).
+fn read_error_reason(err: &rewire_runtime::FileReadError) -> String {
+    use rewire_runtime::FileReadError;
+    match err {
+        FileReadError::Io { source, .. } => source.to_string(),
+        FileReadError::NotRegular { .. } => {
+            "not a regular file (a FIFO, a device or a directory)".into()
+        }
+        FileReadError::TooLarge { limit, .. } => {
+            format!("larger than the {limit} bytes a PEM file may have")
+        }
+    }
 }
 
 /// A certificate field's value: PEM text, or the path of a PEM file.
@@ -50,7 +100,7 @@ impl fmt::Debug for PemSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Inline(_) => f.write_str("Inline(<PEM>)"),
-            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+            Self::File(path) => f.debug_tuple("File").field(&shown_path(path)).finish(),
         }
     }
 }
@@ -62,16 +112,20 @@ impl PemSource {
         match Self::parse(value) {
             None => String::new(),
             Some(Self::Inline(_)) => "<PEM>".into(),
-            Some(Self::File(path)) => path.display().to_string(),
+            Some(Self::File(path)) => shown_path(&path),
         }
     }
 
-    /// The source a field's value names; `None` for an empty value.
+    /// The source a field's value names; `None` for an empty value. A
+    /// value holding `-----BEGIN` anywhere (after a byte-order mark, or
+    /// `Bag Attributes` lines as `openssl pkcs12 -nodes` writes them) or a
+    /// line break (even a trailing one: a key's bare base64 body) is PEM
+    /// text; anything else is a path.
     pub fn parse(value: &str) -> Option<Self> {
-        let trimmed = value.trim();
+        let trimmed = value.trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
         if trimmed.is_empty() {
             None
-        } else if trimmed.starts_with("-----BEGIN") {
+        } else if value.contains("-----BEGIN") || value.contains(['\n', '\r']) {
             Some(Self::Inline(value.to_string()))
         } else {
             Some(Self::File(PathBuf::from(trimmed)))
@@ -94,25 +148,16 @@ impl PemSource {
         }
     }
 
-    /// The PEM bytes (at most 1 MiB from a file).
+    /// The PEM bytes (at most 1 MiB, from a regular file only: a FIFO or
+    /// a device is refused rather than read).
     pub fn read(&self, field: &'static str) -> Result<Vec<u8>, TlsError> {
-        const MAX_PEM_BYTES: u64 = 1024 * 1024;
         match self {
             Self::Inline(text) => Ok(text.as_bytes().to_vec()),
             Self::File(path) => {
-                let read = || -> std::io::Result<Vec<u8>> {
-                    let size = std::fs::metadata(path)?.len();
-                    if size > MAX_PEM_BYTES {
-                        return Err(std::io::Error::other(format!(
-                            "{size} bytes, more than the {MAX_PEM_BYTES} a PEM file may have"
-                        )));
-                    }
-                    std::fs::read(path)
-                };
-                read().map_err(|err| TlsError::Read {
+                rewire_runtime::read_bounded(path, MAX_PEM_BYTES).map_err(|err| TlsError::Read {
                     field,
-                    path: path.clone(),
-                    reason: err.to_string(),
+                    path: shown_path(path),
+                    reason: read_error_reason(&err),
                 })
             }
         }
@@ -136,7 +181,7 @@ impl PemSource {
     fn invalid(&self, field: &'static str, reason: String) -> TlsError {
         TlsError::Invalid {
             field,
-            path: self.path().map(Path::to_path_buf),
+            path: self.path().map(shown_path),
             reason,
         }
     }
@@ -146,7 +191,7 @@ impl PemSource {
 pub fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let certificates = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| format!("not a PEM certificate: {err}"))?;
+        .map_err(|err| format!("not a PEM certificate: {}", pem_error_reason(&err)))?;
     if certificates.is_empty() {
         return Err("holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)".into());
     }
@@ -197,5 +242,112 @@ mod tests {
             text.contains("`caCert`") && text.contains("/nonexistent/ca.pem"),
             "{text}"
         );
+    }
+
+    /// A key whose value does not start with `-----BEGIN`: what
+    /// `openssl pkcs12 -nodes` writes (`Bag Attributes` first), a
+    /// byte-order mark, or the bare base64 body with a line break.
+    fn disguised_keys() -> Vec<(&'static str, String)> {
+        let body = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgS3cR3tK3yB0dYfragment";
+        let pem = format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n");
+        vec![
+            (
+                body,
+                format!("Bag Attributes\n    localKeyID: 01 02 03\n{pem}"),
+            ),
+            (body, format!("\u{feff}{pem}")),
+            (body, format!("{body}\n")),
+            (body, format!("  {body}\r\n{body}")),
+        ]
+    }
+
+    #[test]
+    fn a_key_without_a_leading_begin_line_never_shows() {
+        for (fragment, value) in disguised_keys() {
+            let source = PemSource::parse(&value).expect("a value");
+            assert!(
+                matches!(source, PemSource::Inline(_)),
+                "{:?} taken for a path",
+                value.len()
+            );
+            let shown = PemSource::shown(&value);
+            let debug = format!("{source:?}");
+            let errors = [
+                source.certificates("clientCert").map(drop),
+                source.private_key("caCert").map(drop),
+            ];
+            let mut texts = vec![shown, debug];
+            for err in errors.into_iter().filter_map(Result::err) {
+                texts.push(err.to_string());
+                texts.push(format!("{err:?}"));
+            }
+            for text in texts {
+                assert!(!text.contains(&fragment[..16]), "{text}");
+                assert!(!text.contains("localKeyID"), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_path_that_may_be_key_material_is_never_shown() {
+        let long = "A".repeat(2000);
+        for source in [
+            PemSource::File(long.clone().into()),
+            PemSource::File("MIGHAgEAMBMGByqG\nSM49AgEGCCqG".into()),
+        ] {
+            let err = source.certificates("clientKey").expect_err("no such file");
+            for text in [err.to_string(), format!("{err:?}"), format!("{source:?}")] {
+                assert!(!text.contains("AAAAAAAA"), "{text}");
+                assert!(!text.contains("MIGHAgEA"), "{text}");
+                assert!(text.contains("<value>"), "{text}");
+            }
+        }
+        assert_eq!(PemSource::shown(&long), "<value>");
+    }
+
+    #[test]
+    fn pem_library_errors_are_fixed_words() {
+        let key_line = "-----BEGIN PRIVATE KEY c2VjcmV0LWtleS1ieXRlcw";
+        let source = PemSource::Inline(format!("{key_line}\n"));
+        let err = source.certificates("caCert").expect_err("malformed");
+        let text = format!("{err} {err:?}");
+        // Neither as text nor as the library's list of byte values.
+        let as_bytes = format!("{:?}", b"c2VjcmV0".as_slice());
+        let as_bytes = as_bytes.trim_matches(['[', ']']);
+        assert!(!text.contains("c2VjcmV0"), "{text}");
+        assert!(!text.contains(as_bytes), "{text}");
+        let unterminated =
+            PemSource::Inline("-----BEGIN CERTIFICATE-----\nc2VjcmV0LWtleS1ieXRlcw==\n".into());
+        let err = unterminated.certificates("caCert").expect_err("no end");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("c2VjcmV0"), "{text}");
+    }
+
+    #[test]
+    fn a_device_or_a_fifo_is_refused_not_read() {
+        let err = PemSource::File("/dev/zero".into())
+            .certificates("caCert")
+            .expect_err("a device");
+        let text = err.to_string();
+        assert!(text.contains("`caCert`"), "{text}");
+        assert!(text.contains("not a regular file"), "{text}");
+        let dir = std::env::temp_dir().join(format!("rewire-pem-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let fifo = dir.join("ca.pem");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let err = PemSource::File(fifo.clone())
+            .certificates("caCert")
+            .expect_err("a FIFO");
+        let text = err.to_string();
+        assert!(
+            text.contains("`caCert`") && text.contains("not a regular file"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -50,7 +50,14 @@ pub struct LiveTls {
     config: ArcSwap<ServerConfig>,
     lifecycle: ArcSwap<Option<Arc<dyn ClientCertVerifier>>>,
     status: Mutex<TlsStatus>,
-    loaded: Mutex<Vec<Vec<u8>>>,
+    loaded: Mutex<Loaded>,
+}
+
+/// The files' content last built from, and why it was refused (`None`:
+/// it is the configuration in force).
+struct Loaded {
+    contents: Vec<Vec<u8>>,
+    refused: Option<String>,
 }
 
 impl LiveTls {
@@ -83,7 +90,10 @@ impl LiveTls {
             config: ArcSwap::from_pointee(config),
             lifecycle: ArcSwap::from_pointee(lifecycle),
             status: Mutex::new(status),
-            loaded: Mutex::new(contents),
+            loaded: Mutex::new(Loaded {
+                contents,
+                refused: None,
+            }),
         }))
     }
 
@@ -114,7 +124,10 @@ impl LiveTls {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(RECHECK_EVERY) => {}
                 }
-                live.recheck();
+                // Reading files may block (a slow disk): off the async
+                // workers.
+                let again = Arc::clone(&live);
+                let _ = tokio::task::spawn_blocking(move || again.recheck()).await;
             }
         });
     }
@@ -126,13 +139,21 @@ impl LiveTls {
             Ok(contents) => contents,
             Err(err) => return self.refuse(err),
         };
-        {
-            let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-            if *loaded == contents {
-                return;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if loaded.contents == contents {
+            // Unchanged since the last build: what status shows is that
+            // build's outcome, not a read error seen in between (a file
+            // briefly missing while being replaced).
+            let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            if status.error != loaded.refused {
+                if loaded.refused.is_none() {
+                    tracing::info!(listener = %status.listener, "TLS files readable again and unchanged; the certificate in force stays.");
+                }
+                status.error = loaded.refused.clone();
             }
-            *loaded = contents;
+            return;
         }
+        loaded.contents = contents;
         let built = self
             .files
             .server_config()
@@ -142,6 +163,7 @@ impl LiveTls {
             });
         match built {
             Ok((config, fingerprint, lifecycle)) => {
+                loaded.refused = None;
                 self.config.store(Arc::new(config));
                 self.lifecycle.store(Arc::new(lifecycle));
                 let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
@@ -150,7 +172,10 @@ impl LiveTls {
                 status.error = None;
                 tracing::info!(listener = %status.listener, certificate_sha256 = %status.certificate_sha256, "TLS certificate reloaded; new handshakes use it.");
             }
-            Err(err) => self.refuse(err),
+            Err(err) => {
+                loaded.refused = Some(err.clone());
+                self.refuse(err);
+            }
         }
     }
 
@@ -205,5 +230,41 @@ impl ServingTls {
             .flatten()
             .map(|live| live.status())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_error_clears_once_the_same_files_are_back() {
+        let ca = testkit::certs::TestCa::new("live-tls");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        std::fs::remove_file(&server.cert_path).expect("remove");
+        live.recheck();
+        assert!(live.status().error.is_some(), "a missing file is shown");
+        std::fs::write(&server.cert_path, &server.cert_pem).expect("restore");
+        live.recheck();
+        let status = live.status();
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!(status.loads, 1, "nothing changed: no reload");
+
+        // A refused set stays shown as refused after the same blip.
+        let other = ca.server("other");
+        std::fs::write(&server.cert_path, &other.cert_pem).expect("mismatched key");
+        live.recheck();
+        let refused = live.status().error.expect("refused");
+        std::fs::remove_file(&server.cert_path).expect("remove");
+        live.recheck();
+        std::fs::write(&server.cert_path, &other.cert_pem).expect("restore");
+        live.recheck();
+        assert_eq!(live.status().error.as_deref(), Some(refused.as_str()));
     }
 }

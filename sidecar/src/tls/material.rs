@@ -12,7 +12,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
 /// Largest PEM file read.
-const MAX_PEM_BYTES: u64 = 1024 * 1024;
+const MAX_PEM_BYTES: usize = 1024 * 1024;
 
 /// The files one listener's configuration is made of, and what was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,24 +105,48 @@ fn add_roots(roots: &mut RootCertStore, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads a PEM file: a regular file of at most 1 MiB (a FIFO or a device
+/// is refused, never read). The error names the file, never its content.
 fn read(path: &Path) -> Result<Vec<u8>, String> {
-    let read = || -> std::io::Result<Vec<u8>> {
-        let size = std::fs::metadata(path)?.len();
-        if size > MAX_PEM_BYTES {
-            return Err(std::io::Error::other(format!(
-                "{size} bytes, more than a PEM file may have ({MAX_PEM_BYTES})"
-            )));
-        }
-        std::fs::read(path)
-    };
-    read().map_err(|e| format!("cannot read `{}`: {e}", path.display()))
+    use rewire_runtime::FileReadError;
+    rewire_runtime::read_bounded(path, MAX_PEM_BYTES).map_err(|err| {
+        let reason = match err {
+            FileReadError::Io { source, .. } => source.to_string(),
+            FileReadError::NotRegular { .. } => {
+                "not a regular file (a FIFO, a device or a directory)".into()
+            }
+            FileReadError::TooLarge { limit, .. } => {
+                format!("larger than the {limit} bytes a PEM file may have")
+            }
+        };
+        format!("cannot read `{}`: {reason}", path.display())
+    })
+}
+
+/// Why a PEM text did not parse, in fixed words: the library's own
+/// message can quote the offending line, which may be key material.
+fn pem_error_reason(err: &rustls::pki_types::pem::Error) -> &'static str {
+    use rustls::pki_types::pem::Error;
+    match err {
+        Error::MissingSectionEnd { .. } => "a PEM section has no `-----END` line",
+        Error::IllegalSectionStart { .. } => "a PEM `-----BEGIN` line is malformed",
+        Error::Base64Decode(_) => "a PEM section is not valid base64",
+        Error::NoItemsFound => "no PEM section of the expected kind",
+        _ => "the PEM text is malformed",
+    }
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let bytes = read(path)?;
     let chain = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("`{}`: not a PEM certificate: {e}", path.display()))?;
+        .map_err(|e| {
+            format!(
+                "`{}`: not a PEM certificate: {}",
+                path.display(),
+                pem_error_reason(&e)
+            )
+        })?;
     if chain.is_empty() {
         return Err(format!(
             "`{}` holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)",
@@ -143,4 +167,46 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 pub(super) fn fingerprint(certificate: &CertificateDer<'_>) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, certificate.as_ref());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_or_a_fifo_is_refused_not_read() {
+        let err = certificates(Path::new("/dev/zero")).expect_err("a device");
+        assert!(
+            err.contains("/dev/zero") && err.contains("not a regular file"),
+            "{err}"
+        );
+        let dir = std::env::temp_dir().join(format!("rewire-tls-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let fifo = dir.join("client-ca.pem");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let err = private_key(&fifo).expect_err("a FIFO");
+        assert!(
+            err.contains("client-ca.pem") && err.contains("not a regular file"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn pem_library_errors_never_quote_the_file() {
+        let dir = std::env::temp_dir().join(format!("rewire-tls-pem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("cert.pem");
+        std::fs::write(&file, "-----BEGIN CERTIFICATE c2VjcmV0LWtleQ\n").expect("write");
+        let err = certificates(&file).expect_err("malformed");
+        let as_bytes = format!("{:?}", b"c2VjcmV0".as_slice());
+        assert!(!err.contains("c2VjcmV0"), "{err}");
+        assert!(!err.contains(as_bytes.trim_matches(['[', ']'])), "{err}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
 }
