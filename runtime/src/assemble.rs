@@ -88,17 +88,6 @@ pub struct ComponentFailure {
     pub message: String,
 }
 
-impl ComponentFailure {
-    /// A `what` task that panicked (or was cancelled) with `err`.
-    pub(crate) fn panicked(what: &str, err: &tokio::task::JoinError) -> Self {
-        Self {
-            component: None,
-            step: FailedStep::Panicked,
-            message: format!("{what} task failed: {err}"),
-        }
-    }
-}
-
 /// Failures, one per line.
 pub(crate) fn failure_lines(failures: &[ComponentFailure]) -> String {
     failures

@@ -15,6 +15,7 @@ mod reload_apply_timeout;
 mod reload_cancelled;
 mod reload_change_ref;
 mod reload_change_type;
+mod reload_close_faults;
 mod reload_dependents;
 mod reload_in_place;
 mod reload_in_place_commit;

@@ -74,6 +74,20 @@ mod tests {
     struct Plain;
     impl Component for Plain {}
 
+    /// A component whose `close` never ends, or panics.
+    struct BadClose {
+        panics: bool,
+    }
+    #[async_trait]
+    impl Component for BadClose {
+        async fn close(&self) -> Result<(), crate::component::ComponentError> {
+            if self.panics {
+                panic!("close exploded");
+            }
+            std::future::pending().await
+        }
+    }
+
     fn retired(name: &str, instance: Instance) -> (ComponentKey, Arc<Running>) {
         let text = format!(r#"{{"components": {{"custom": {{"{name}": {{}}}}}}}}"#);
         let config = crate::config::parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
@@ -125,5 +139,23 @@ mod tests {
         tokio::time::sleep(grace + POLL * 2).await;
         assert!(closed.is_cancelled(), "held past the grace");
         drop(plain);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_close_that_hangs_or_panics_does_not_keep_the_next_ones_open() {
+        let grace = Duration::from_secs(1);
+        let hangs = retired(
+            "hangs",
+            Instance::Custom(Arc::new(BadClose { panics: false })),
+        );
+        let panics = retired(
+            "panics",
+            Instance::Custom(Arc::new(BadClose { panics: true })),
+        );
+        let (key, plain) = retired("plain", Instance::Custom(Arc::new(Plain)));
+        let closed = plain.assembled.shutdown.clone();
+        spawn_drain(vec![hangs, panics, (key, plain)], grace);
+        tokio::time::sleep((grace + crate::running::CLOSE_TIMEOUT) * 3).await;
+        assert!(closed.is_cancelled(), "left open behind a bad close");
     }
 }

@@ -5,24 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
-use crate::assembly_tasks::panic_message;
+pub(super) use crate::assembly_tasks::Answer;
+use crate::assembly_tasks::{guarded, panic_message};
 use crate::component::StagedInPlace;
-use crate::component::{Component, ComponentError, ComponentKey, InPlace, PendingInPlace};
+use crate::component::{Component, ComponentKey, InPlace, PendingInPlace};
 use crate::handle::{with_staged, Generation};
 use crate::metadata::Metadata;
 use crate::registry::{in_place_of, InPlaceHook};
-
-/// How a call into an in-place update ended.
-pub(super) enum Answer<T> {
-    /// It answered.
-    Answered(Result<T, ComponentError>),
-    /// No answer within the time allowed; the call was abandoned.
-    TimedOut,
-    /// It panicked, with this message.
-    Panicked(String),
-}
 
 /// Stages `metadata` on the running `component`, handles resolving in
 /// `staged` (the generation being built).
@@ -57,26 +46,6 @@ pub(super) async fn update(
         }
     };
     guarded(call, within).await
-}
-
-/// Runs `call` in a task of its own, in the current span; aborts it if it
-/// does not answer `within`.
-async fn guarded<T: Send + 'static>(
-    call: impl std::future::Future<Output = Result<T, ComponentError>> + Send + 'static,
-    within: Duration,
-) -> Answer<T> {
-    let mut task = tokio::spawn(call.in_current_span());
-    match tokio::time::timeout(within, &mut task).await {
-        Err(_) => {
-            task.abort();
-            Answer::TimedOut
-        }
-        Ok(Ok(answer)) => Answer::Answered(answer),
-        Ok(Err(err)) if err.is_panic() => {
-            Answer::Panicked(panic_message(&*err.into_panic()).to_string())
-        }
-        Ok(Err(err)) => Answer::Panicked(err.to_string()),
-    }
 }
 
 /// Puts in force the in-place updates a committed reload staged. Called

@@ -32,7 +32,8 @@ pub use actions::{Action, Actions};
 pub use history::{Outcome, ReloadRecord, Trigger};
 pub use request::{ReloadError, ReloadRequest};
 
-use crate::assemble::{ComponentFailure, StartTimeouts};
+use crate::assemble::{ComponentFailure, FailedStep, StartTimeouts};
+use crate::assembly_tasks::panic_message;
 use crate::redact::Redactor;
 use crate::registry::Registry;
 use crate::running::RunningSet;
@@ -94,14 +95,44 @@ impl Reloader {
         self: &Arc<Self>,
         request: ReloadRequest,
     ) -> Result<ReloadRecord, ReloadError> {
+        let recording = record::Recording::start(request.trigger.clone());
         let reloader = Arc::clone(self);
         let task = tokio::spawn(async move { reloader.run(request).await });
-        match task.await {
-            Ok(result) => result,
-            Err(err) => Err(ReloadError::RolledBack(vec![ComponentFailure::panicked(
-                "reload", &err,
-            )])),
-        }
+        self.joined(recording, task).await
+    }
+
+    /// The end of the reload `task`. When it panicked (a bug: components'
+    /// own calls are guarded), nothing was recorded: it is recorded here,
+    /// rolled back, so history, events and metrics still show it.
+    async fn joined(
+        &self,
+        recording: record::Recording,
+        task: tokio::task::JoinHandle<Result<ReloadRecord, ReloadError>>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        let err = match task.await {
+            Ok(result) => return result,
+            Err(err) => err,
+        };
+        let why = match err.is_panic() {
+            true => panic_message(&*err.into_panic()).to_string(),
+            false => "cancelled".to_string(),
+        };
+        let message = self.redactor.scrub(&format!("the reload panicked: {why}"));
+        tracing::error!(error = %message, "Reload task failed; recorded as rolled back.");
+        let ending = record::Ending {
+            outcome: Outcome::RolledBack,
+            generation: self.running.generation_number(),
+            actions: std::collections::BTreeMap::new(),
+            serving: imbl::OrdSet::new(),
+            error: Some(message.clone()),
+        };
+        let span = trace::reload_span(recording.trigger());
+        span.in_scope(|| self.finish(recording, ending));
+        Err(ReloadError::RolledBack(vec![ComponentFailure {
+            component: None,
+            step: FailedStep::Panicked,
+            message,
+        }]))
     }
 
     /// The last reloads, oldest first.
@@ -123,5 +154,62 @@ impl Reloader {
         self.stopped.cancel();
         let _serial = self.serial.lock().await;
         self.running.close_all().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, validate};
+
+    async fn reloader() -> Arc<Reloader> {
+        let registry = Registry::default();
+        let config = parse(br#"{"components": {}}"#).unwrap_or_else(|p| panic!("{p}"));
+        let config = validate(config, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let redactor = Redactor::default();
+        let running = RunningSet::start(config, &registry, StartTimeouts::default(), &redactor)
+            .await
+            .unwrap_or_else(|f| panic!("{f:?}"));
+        let settings = ReloadSettings {
+            timeouts: StartTimeouts::default(),
+            drain_grace: Duration::from_secs(1),
+        };
+        Arc::new(Reloader::new(
+            running,
+            Arc::new(registry),
+            settings,
+            redactor,
+            10,
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_panicked_reload_task_is_still_recorded_as_rolled_back_and_scrubbed() {
+        let reloader = reloader().await;
+        reloader.redactor.remember("hunter2-the-secret");
+        let mut events = reloader.events();
+        let recording = record::Recording::start(Trigger::Api);
+        let task = tokio::spawn(async {
+            if true {
+                panic!("boom near hunter2-the-secret");
+            }
+            Err(ReloadError::Stopped)
+        });
+        let error = reloader.joined(recording, task).await.unwrap_err();
+        assert!(
+            matches!(&error, ReloadError::RolledBack(f) if f.len() == 1),
+            "{error}"
+        );
+        let history = reloader.history();
+        assert_eq!(history.len(), 1, "no record of the panicked reload");
+        let record = &history[0];
+        assert_eq!(record.outcome, Outcome::RolledBack);
+        assert_eq!(record.trigger, Trigger::Api);
+        let text = record.error.as_deref().unwrap_or_default();
+        assert!(text.starts_with("the reload panicked: boom near"), "{text}");
+        assert!(!text.contains("hunter2"), "not scrubbed: {text}");
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+        let sent = events.try_recv().expect("no event for metrics");
+        assert_eq!(sent.outcome, Outcome::RolledBack);
     }
 }

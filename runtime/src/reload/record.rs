@@ -36,6 +36,11 @@ impl Recording {
             started: Instant::now(),
         }
     }
+
+    /// What started the reload.
+    pub(super) fn trigger(&self) -> &Trigger {
+        &self.trigger
+    }
 }
 
 impl Reloader {

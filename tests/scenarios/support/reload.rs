@@ -41,6 +41,10 @@ pub struct ProbeMeta {
     /// `update_in_place` to this metadata takes it, then never answers (a
     /// half-made update, abandoned at the init timeout).
     pub hang_in_place: bool,
+    /// `close` panics (after counting the close).
+    pub panic_close: bool,
+    /// `close` never ends (after counting the close).
+    pub hang_close: bool,
     /// Free value (a configurationRef may inject it).
     pub value: Option<String>,
     /// Free revision number, to make a change.
@@ -151,6 +155,13 @@ impl Component for Probe {
     async fn close(&self) -> Result<(), ComponentError> {
         self.closed.store(true, Ordering::SeqCst);
         bump(&CLOSES, &self.built_tag);
+        let meta = self.meta();
+        if meta.panic_close {
+            panic!("probe {} exploded while closed", self.built_tag);
+        }
+        if meta.hang_close {
+            std::future::pending::<()>().await;
+        }
         Ok(())
     }
 
