@@ -66,7 +66,9 @@ impl TlsOptions {
         let mut config = ClientTlsConfig::new();
         config = match &self.ca_pem {
             Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
-            None => config.with_enabled_roots(),
+            // The system's roots (tonic's `tls-native-roots`; without
+            // that feature `with_enabled_roots` would trust nothing).
+            None => config.with_native_roots(),
         };
         if let Some((cert, key)) = &self.identity {
             config = config.identity(Identity::from_pem(cert, key));

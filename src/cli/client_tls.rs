@@ -60,13 +60,17 @@ impl ClientTlsArgs {
         if self.scheme() == "http" {
             return Ok(None);
         }
+        // Bounded, regular files only: a FIFO or a device is refused.
         let read = |path: &PathBuf, flag: &str| {
-            std::fs::read(path).map_err(|e| format!("{flag} `{}`: {e}", path.display()))
+            PemSource::File(path.clone())
+                .read("file")
+                .map_err(|e| e.to_string().replace("metadata field `file`", flag))
         };
         let mut config = ClientTlsConfig::new();
         config = match &self.tls_ca {
             Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca, "--tls-ca")?)),
-            None => config.with_enabled_roots(),
+            // The system's roots (tonic's `tls-native-roots`).
+            None => config.with_native_roots(),
         };
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             let identity = Identity::from_pem(read(cert, "--tls-cert")?, read(key, "--tls-key")?);

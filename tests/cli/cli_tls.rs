@@ -178,6 +178,42 @@ fn apply_and_status_over_tls_and_the_lifecycle_ca_refuses_other_clients() {
     );
 }
 
+/// `rewire apply` with a client certificate but no `--tls-ca` trusts the
+/// system's roots (here `SSL_CERT_FILE`, which the system-roots loader
+/// reads); a CA flag naming a device is refused, naming the flag.
+#[test]
+fn apply_without_tls_ca_trusts_the_system_roots_and_refuses_a_device() {
+    let ca = TestCa::new("system-ca");
+    let admins = TestCa::new("system-admin-ca");
+    let server = ca.server("sidecar");
+    let admin = admins.client("admin");
+    let sidecar = start(args(&[
+        ("--tls-cert", &server.cert_path),
+        ("--tls-key", &server.key_path),
+        ("--lifecycle-client-ca", &admins.ca_path),
+    ]));
+    let applied = testkit::output(
+        Command::new(env!("CARGO_BIN_EXE_rewire"))
+            .args(["apply", "--kind", "state", "--name", "orders"])
+            .args(["-m", "defaultTtlInSeconds=30", "--addr", &sidecar.grpc])
+            .args(["--tls-cert", path(&admin.cert_path)])
+            .args(["--tls-key", path(&admin.key_path)])
+            .env("SSL_CERT_FILE", &ca.ca_path)
+            .env_remove("SSL_CERT_DIR")
+            .env_remove("DAPR_API_TOKEN")
+            .env_remove("REWIRE_ADMIN_TOKEN"),
+    );
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+
+    let device = apply(&sidecar, 30, &["--tls-ca", "/dev/zero"]);
+    assert!(!device.status.success());
+    let stderr = text(&device.stderr);
+    assert!(
+        stderr.contains("--tls-ca") && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
+}
+
 /// An HTTPS client trusting `ca_pem` that opens a new connection (a new
 /// handshake) for every request.
 fn https_client(ca_pem: &str) -> reqwest::Client {
