@@ -216,7 +216,12 @@ impl ApiMetrics {
 
     /// The Prometheus text exposition, with the generation and component
     /// counts taken from `runtime` now.
+    ///
+    /// The registry's lock is held from the refresh of those gauges to the
+    /// end of the encoding: a concurrent scrape clearing and refilling them
+    /// cannot show its half-filled families in this one's text.
     pub fn render(&self, runtime: &Runtime) -> String {
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         let generation = runtime.generation();
         self.generation
             .set(i64::try_from(generation.number).unwrap_or(i64::MAX));
@@ -230,10 +235,75 @@ impl ApiMetrics {
         }
         self.breakers.refresh(&generation);
         let mut out = String::new();
-        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         if encode(&mut out, &registry).is_err() {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rewire_runtime::config::{parse, validate};
+    use rewire_runtime::prelude::async_trait;
+    use rewire_runtime::{
+        Component, PubSub, PubSubError, PubSubSubscription, PublishRequest, Registry,
+        RuntimeOptions, SubscribeRequest,
+    };
+
+    use super::*;
+
+    /// A broker that does nothing: components to count.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "pubsub", type = "test.metrics.idle")]
+    struct IdleBroker {}
+
+    #[async_trait]
+    impl Component for IdleBroker {}
+
+    #[async_trait]
+    impl PubSub for IdleBroker {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            Ok(PubSubSubscription::channel(1).0)
+        }
+    }
+
+    /// Components of the test's configuration.
+    const BROKERS: usize = 64;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_scrapes_each_show_every_component() {
+        let brokers: serde_json::Map<String, serde_json::Value> = (0..BROKERS)
+            .map(|i| {
+                let broker = serde_json::json!({"type": "test.metrics.idle"});
+                (format!("b{i}"), broker)
+            })
+            .collect();
+        let json = serde_json::json!({"components": {"pubsub": brokers}});
+        let file = parse(json.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = ApiMetrics::new();
+        let expected = format!("rewire_components{{kind=\"pubsub\"}} {BROKERS}\n");
+        // Each scrape clears the gauges and counts the components again;
+        // another scrape encoding meanwhile saw a part of them, or none.
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..300 {
+                        let text = metrics.render(&runtime);
+                        assert!(text.contains(&expected), "{text}");
+                    }
+                });
+            }
+        });
+        runtime.shutdown().await;
     }
 }
