@@ -187,11 +187,20 @@ impl RedisConnection {
         self.shared.session.load_full()
     }
 
-    /// Connects and verifies, within `dialTimeout`.
-    pub async fn init(&mut self, key: &ComponentKey) -> Result<(), ComponentError> {
+    /// Connects and verifies, within `dialTimeout`; relative certificate
+    /// paths resolve against `config_dir` (the configuration file's
+    /// folder), now and for every later metadata.
+    pub async fn init(
+        &mut self,
+        key: &ComponentKey,
+        config_dir: Option<&std::path::Path>,
+    ) -> Result<(), ComponentError> {
         let _ = self.shared.label.set(key.to_string());
         let _one_at_a_time = self.shared.changing.lock().await;
-        let metadata = self.session().metadata.clone();
+        let mut metadata = self.session().metadata.clone();
+        if config_dir.is_some() {
+            Arc::make_mut(&mut metadata).config_dir = config_dir.map(std::path::Path::to_path_buf);
+        }
         let settings = metadata.connection_settings()?;
         let opened = open(&settings).await?;
         info!(component = %key, host = %settings.host(), server = %opened.server, db = settings.db, "Redis connected.");
@@ -233,10 +242,16 @@ impl RedisConnection {
     /// The session `metadata` makes, not yet in force: when the connection
     /// settings changed, a new connection made and verified; otherwise the
     /// current connection with the new metadata. On error nothing changes.
-    pub async fn prepare(&self, metadata: RedisMetadata) -> Result<Arc<Session>, ComponentError> {
+    pub async fn prepare(
+        &self,
+        mut metadata: RedisMetadata,
+    ) -> Result<Arc<Session>, ComponentError> {
         let shared = &self.shared;
         let _one_at_a_time = shared.changing.lock().await;
         let current = self.session();
+        if metadata.config_dir.is_none() {
+            metadata.config_dir = current.metadata.config_dir.clone();
+        }
         let rejected =
             |err: &dyn fmt::Display| ComponentError::new(format!("new metadata rejected: {err}"));
         let settings = metadata

@@ -250,7 +250,9 @@ impl Component for RedisLock {
             app_id: cx.app_id.clone(),
             store: cx.key.name.to_string(),
         });
-        self.connection.init(&cx.key).await
+        self.connection
+            .init(&cx.key, cx.config_dir.as_deref())
+            .await
     }
 
     async fn readiness(&self) -> Readiness {

@@ -94,6 +94,11 @@ pub struct RedisMetadata {
     /// `biggerThan`).
     #[serde(default)]
     pub bigger_than: std::collections::BTreeMap<String, i64>,
+    /// The configuration file's folder: relative `caCert`, `clientCert`
+    /// and `clientKey` paths resolve against it (set at `init`, not a
+    /// metadata field).
+    #[serde(skip)]
+    pub config_dir: Option<std::path::PathBuf>,
 }
 
 impl RedisMetadata {
@@ -125,7 +130,10 @@ impl RedisMetadata {
             client_key: PemSource::parse(&self.client_key),
             insecure_skip_verify: self.insecure_skip_verify,
         };
-        declared.load().map(Some)
+        declared
+            .resolved(self.config_dir.as_deref())
+            .load()
+            .map(Some)
     }
 
     /// Metadata for the server at `redis_host`, everything else default.
@@ -150,6 +158,7 @@ impl RedisMetadata {
             ttl_in_seconds: None,
             high_water_file: None,
             bigger_than: Default::default(),
+            config_dir: None,
         }
     }
 

@@ -74,6 +74,7 @@ impl Component for RedisPubSub {
             .tunables()
             .map_err(|e| ComponentError::new(format!("{key}: {e}")))?;
         self.tunables.store(Arc::new(tunables));
+        self.metadata.config_dir.clone_from(&cx.config_dir);
         let settings = self.metadata.connection().connection_settings()?;
         let opened = open(&settings).await?;
         let group = match self.metadata.consumer_id.trim() {
@@ -132,9 +133,10 @@ impl InPlaceUpdate for RedisPubSub {
     }
 
     async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
-        let new = metadata
+        let mut new = metadata
             .decode::<RedisPubSubMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
+        new.config_dir.clone_from(&self.metadata.config_dir);
         if !new.same_broker(&self.metadata) {
             return Ok(StagedInPlace::NeedsRebuild);
         }

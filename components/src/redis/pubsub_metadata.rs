@@ -1,6 +1,7 @@
 //! The metadata of the `redis` pub/sub, with the names of Dapr's
 //! `pubsub.redis`: the connection fields of [`RedisMetadata`] (with
-//! `redisType`) plus
+//! `redisType` and the TLS fields `enableTLS`, `caCert`, `clientCert`,
+//! `clientKey`, `insecureSkipVerify`) plus
 //! `consumerID`, `processingTimeout`, `redeliverInterval`, `queueDepth`,
 //! `concurrency` and `maxLenApprox`.
 
@@ -11,6 +12,7 @@ use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
 use super::metadata::{RedisMetadata, RedisType};
+use crate::tls::PemSource;
 
 /// `processingTimeout` when none is given (Dapr's).
 pub const DEFAULT_PROCESSING_TIMEOUT: Duration = Duration::from_secs(60);
@@ -58,9 +60,27 @@ pub struct RedisPubSubMetadata {
     /// With `failover`: the master's name.
     #[serde(default)]
     pub sentinel_master_name: String,
-    /// Must be false (TLS is not built into this component).
+    /// Connect over TLS; the certificate fields below are the state
+    /// store's ([`RedisMetadata`]), checked and read by the same code.
     #[serde(default, rename = "enableTLS")]
     pub enable_tls: bool,
+    /// With `enableTLS`: the CA bundle that signs the server's certificate
+    /// (PEM text or a file path); empty: the system's roots.
+    #[serde(default)]
+    pub ca_cert: String,
+    /// With `enableTLS`: the client certificate chain for mutual TLS.
+    #[serde(default)]
+    pub client_cert: String,
+    /// With `enableTLS`: the client certificate's private key.
+    #[serde(default)]
+    pub client_key: String,
+    /// With `enableTLS`: accept any server certificate (tests only).
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+    /// The configuration file's folder, for relative certificate paths
+    /// (set at `init`, not a metadata field).
+    #[serde(skip)]
+    pub config_dir: Option<std::path::PathBuf>,
     /// The consumer group (and consumer name); default: the app id.
     #[serde(default, rename = "consumerID")]
     pub consumer_id: String,
@@ -97,6 +117,11 @@ impl RedisPubSubMetadata {
             failover: self.failover,
             sentinel_master_name: self.sentinel_master_name.clone(),
             enable_tls: self.enable_tls,
+            ca_cert: self.ca_cert.clone(),
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+            insecure_skip_verify: self.insecure_skip_verify,
+            config_dir: self.config_dir.clone(),
             ..RedisMetadata::new(self.redis_host.clone())
         }
     }
@@ -141,6 +166,10 @@ impl fmt::Debug for RedisPubSubMetadata {
             .field("redis_host", &self.redis_host)
             .field("redis_type", &self.redis_type)
             .field("redis_db", &self.redis_db)
+            .field("enable_tls", &self.enable_tls)
+            .field("ca_cert", &PemSource::shown(&self.ca_cert))
+            .field("client_cert", &PemSource::shown(&self.client_cert))
+            .field("client_key", &PemSource::shown(&self.client_key))
             .field("consumer_id", &self.consumer_id)
             .finish_non_exhaustive()
     }

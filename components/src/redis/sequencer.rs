@@ -168,7 +168,9 @@ impl Component for RedisSequencer {
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
         self.marks = Some(Arc::new(marks));
-        self.connection.init(&cx.key).await
+        self.connection
+            .init(&cx.key, cx.config_dir.as_deref())
+            .await
     }
 
     async fn readiness(&self) -> Readiness {

@@ -69,7 +69,9 @@ impl RedisStateStore {
 impl Component for RedisStateStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         super::sequencer::refuse_sequencer_fields(self.connection.session().metadata())?;
-        self.connection.init(&cx.key).await
+        self.connection
+            .init(&cx.key, cx.config_dir.as_deref())
+            .await
     }
 
     async fn readiness(&self) -> Readiness {

@@ -288,3 +288,76 @@ async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_
     assert!(failed.is_empty(), "failed writes: {failed:?}");
     assert!(ok > 0);
 }
+
+/// Relative `caCert`, `clientCert` and `clientKey` resolve against the
+/// configuration file's folder (the init context's), not the working
+/// directory; so does a later in-place change.
+#[tokio::test]
+async fn relative_certificate_paths_resolve_against_the_config_folder() {
+    let ca = TestCa::new("redis-relative-ca");
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    ca.client("app");
+    let metadata = json!({
+        "redisHost": server.addr(), "enableTLS": true,
+        "caCert": "ca.pem", "clientCert": "app.pem", "clientKey": "app-key.pem",
+    });
+    assert_ne!(std::env::current_dir().ok().as_deref(), Some(ca.dir()));
+    let mut cx = common::context("state", &common::metadata(metadata.clone()));
+    cx.config_dir = Some(ca.dir().to_path_buf());
+    let mut built = common::build("state", "redis", metadata.clone()).expect("built");
+    built
+        .init(&cx)
+        .await
+        .unwrap_or_else(|e| panic!("init: {e}"));
+    let Instance::State(store) = built.into_instance() else {
+        panic!("expected a state store")
+    };
+    round_trip(&*store, "relative", "resolved").await;
+    let mut changed = metadata;
+    changed["keyPrefix"] = json!("p-");
+    assert!(
+        matches!(apply(&*store, changed).await, Ok(InPlace::Applied)),
+        "an in-place change keeps resolving against the folder"
+    );
+    round_trip(&*store, "relative", "again").await;
+}
+
+/// `pubsub/redis` takes the state store's TLS fields: a server that
+/// requires a client certificate from its CA accepts the broker.
+#[tokio::test]
+async fn pubsub_over_tls_with_ca_and_client_certificate() {
+    use rewire_runtime::PublishRequest;
+    let ca = TestCa::new("redis-pubsub-ca");
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let client = ca.client("broker");
+    let metadata = json!({
+        "redisHost": server.addr(), "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": client.cert_path, "clientKey": client.key_path,
+    });
+    let broker = match common::start("pubsub", "redis", metadata).await {
+        Ok(Instance::PubSub(broker)) => broker,
+        Ok(other) => panic!("expected a pub/sub, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    };
+    broker
+        .publish(PublishRequest {
+            topic: "orders".into(),
+            data: b"over tls".to_vec(),
+            ..PublishRequest::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("publish: {e}"));
+    let other = TestCa::new("redis-pubsub-other-ca");
+    let refused = common::start(
+        "pubsub",
+        "redis",
+        json!({"redisHost": server.addr(), "enableTLS": true, "caCert": other.ca_path}),
+    )
+    .await
+    .map(drop)
+    .expect_err("a server from another CA");
+    assert!(
+        refused.contains("caCert") || refused.contains("certificate"),
+        "{refused}"
+    );
+}
