@@ -72,6 +72,10 @@ impl LiveTls {
             key: settings.key.clone(),
             required_ca: settings.client_ca.clone(),
             optional_ca: lifecycle_ca.map(std::path::Path::to_path_buf),
+            alpn: match listener {
+                "grpc" => vec![b"h2".to_vec()],
+                _ => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            },
         };
         let contents = files.contents()?;
         let (config, fingerprint) = files.server_config()?;
@@ -105,6 +109,23 @@ impl LiveTls {
     /// The Lifecycle API's client verifier in force, if one is configured.
     pub fn lifecycle_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
         self.lifecycle.load().as_ref().clone()
+    }
+
+    /// Whether a Lifecycle client CA is configured (then a missing
+    /// verifier refuses every Lifecycle call rather than allowing it).
+    pub fn lifecycle_ca_configured(&self) -> bool {
+        self.lifecycle_ca.is_some()
+    }
+
+    /// The ALPN protocols the configuration in force offers.
+    pub fn alpn_protocols(&self) -> Vec<Vec<u8>> {
+        self.config.load().alpn_protocols.clone()
+    }
+
+    /// Drops the Lifecycle verifier (tests of the fail-closed check).
+    #[cfg(test)]
+    pub(super) fn drop_lifecycle_verifier(&self) {
+        self.lifecycle.store(Arc::new(None));
     }
 
     /// What status shows.
@@ -266,5 +287,23 @@ mod tests {
         std::fs::write(&server.cert_path, &other.cert_pem).expect("restore");
         live.recheck();
         assert_eq!(live.status().error.as_deref(), Some(refused.as_str()));
+    }
+
+    #[test]
+    fn the_grpc_listener_offers_only_h2() {
+        let ca = testkit::certs::TestCa::new("live-tls-alpn");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let grpc = LiveTls::load("grpc", &settings, None).expect("grpc");
+        assert_eq!(grpc.alpn_protocols(), vec![b"h2".to_vec()]);
+        let http = LiveTls::load("http", &settings, None).expect("http");
+        assert_eq!(
+            http.alpn_protocols(),
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
     }
 }

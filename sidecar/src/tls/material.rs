@@ -23,6 +23,9 @@ pub(super) struct Files {
     /// (offered certificates are verified; the Lifecycle CA).
     pub(super) required_ca: Option<PathBuf>,
     pub(super) optional_ca: Option<PathBuf>,
+    /// The ALPN protocols offered: `h2` only on the gRPC listener (tonic
+    /// serves HTTP/2 only), `h2` and `http/1.1` on the HTTP one.
+    pub(super) alpn: Vec<Vec<u8>>,
 }
 
 impl Files {
@@ -61,7 +64,7 @@ impl Files {
                 self.key.display()
             )
         })?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols.clone_from(&self.alpn);
         Ok((config, fingerprint))
     }
 

@@ -41,8 +41,16 @@ impl RequireClientCert {
     }
 
     fn verified(&self, request: &Request<()>) -> Result<(), &'static str> {
-        let Some(verifier) = self.tls.as_ref().and_then(|t| t.lifecycle_verifier()) else {
+        let Some(tls) = self.tls.as_ref() else {
             return Ok(());
+        };
+        let Some(verifier) = tls.lifecycle_verifier() else {
+            // A configured CA without a verifier must not open the API.
+            return if tls.lifecycle_ca_configured() {
+                Err("the Lifecycle API's client CA is not usable")
+            } else {
+                Ok(())
+            };
         };
         let chain = request
             .extensions()
@@ -74,5 +82,27 @@ impl Interceptor for RequireClientCert {
                 Err(Status::unauthenticated(reason))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::ListenerTls;
+
+    #[test]
+    fn a_configured_lifecycle_ca_without_a_verifier_refuses() {
+        let ca = testkit::certs::TestCa::new("peer-ca");
+        let admins = testkit::certs::TestCa::new("peer-admin-ca");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, Some(&admins.ca_path)).expect("loads");
+        live.drop_lifecycle_verifier();
+        let check = RequireClientCert::new(Some(live), Arc::new(ApiMetrics::default()));
+        assert!(check.verified(&Request::new(())).is_err());
     }
 }
