@@ -92,9 +92,14 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             .apply_configuration(with_token(Request::new(request))?)
             .await
     };
-    answer
-        .map(tonic::Response::into_inner)
-        .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
+    answer.map(tonic::Response::into_inner).map_err(|status| {
+        // A status made on this side (the connection broke) has its cause
+        // as a source, not in its message.
+        let cause = std::error::Error::source(&status)
+            .map(|cause| format!(": {}", super::remote::error_chain(cause)))
+            .unwrap_or_default();
+        format!("{:?}: {}{cause}", status.code(), status.message())
+    })
 }
 
 /// A channel to the sidecar at `addr`.
@@ -107,19 +112,33 @@ async fn connect(addr: &str, tls: &super::client_tls::ClientTlsArgs) -> Result<C
             .tls_config(config)
             .map_err(|err| format!("TLS for {url}: {err}"))?;
     }
+    // No overall limit on the call: the sidecar answers a Lifecycle call by
+    // its own push timeout (queued, if the reload is not done by then).
     endpoint
+        .connect_timeout(super::remote::CONNECT_TIMEOUT)
         .connect()
         .await
-        .map_err(|err| format!("cannot reach the sidecar at {url}: {err}"))
+        .map_err(|err| {
+            format!(
+                "cannot reach the sidecar at {url}: {}",
+                super::remote::error_chain(&err)
+            )
+        })
 }
 
 /// `request` with the admin token (else the app token) from the
-/// environment; an empty variable is no token.
+/// environment, read as the sidecar reads them: `REWIRE_ADMIN_TOKEN`, else
+/// `DAPR_API_TOKEN`, else `REWIRE_API_TOKEN`; an empty variable is no
+/// token.
 fn with_token<T>(mut request: Request<T>) -> Result<Request<T>, String> {
     let set = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
     let token = set("REWIRE_ADMIN_TOKEN")
         .map(|t| (ADMIN_TOKEN_HEADER, t))
-        .or_else(|| set("DAPR_API_TOKEN").map(|t| (APP_TOKEN_HEADER, t)));
+        .or_else(|| {
+            set("DAPR_API_TOKEN")
+                .or_else(|| set("REWIRE_API_TOKEN"))
+                .map(|t| (APP_TOKEN_HEADER, t))
+        });
     if let Some((header, token)) = token {
         let value = token
             .parse::<MetadataValue<_>>()

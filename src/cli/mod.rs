@@ -7,6 +7,7 @@ mod components;
 mod config_source;
 mod default_config;
 mod graph;
+mod remote;
 mod run;
 mod serve_tls;
 mod status;

@@ -30,7 +30,10 @@ pub async fn status_command(
     let response = match request(&client, &url).send().await {
         Ok(response) => response,
         Err(err) => {
-            eprintln!("error: cannot reach the sidecar at {url}: {err}");
+            eprintln!(
+                "error: cannot reach the sidecar at {url}: {}",
+                super::remote::error_chain(&err)
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -49,7 +52,10 @@ pub async fn status_command(
             ExitCode::FAILURE
         }
         Err(err) => {
-            eprintln!("error: the sidecar answered {status} with an unreadable body: {err}");
+            eprintln!(
+                "error: the sidecar answered {status} with an unreadable body: {}",
+                super::remote::error_chain(&err)
+            );
             ExitCode::FAILURE
         }
     }
@@ -57,7 +63,9 @@ pub async fn status_command(
 
 /// An HTTP client, over TLS (rustls, ring) when `tls` asks for it.
 fn http_client(tls: &super::client_tls::ClientTlsArgs) -> Result<reqwest::Client, String> {
-    let builder = reqwest::Client::builder();
+    let builder = reqwest::Client::builder()
+        .connect_timeout(super::remote::CONNECT_TIMEOUT)
+        .timeout(super::remote::STATUS_TIMEOUT);
     let builder = match tls.scheme() {
         "https" => builder.tls_backend_preconfigured(tls.rustls()?),
         _ => builder,

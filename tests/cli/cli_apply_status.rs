@@ -7,13 +7,22 @@ use std::time::Duration;
 
 use testkit::{free_port, ChildProcess};
 
+/// The sidecar's token variables, none of which a test inherits.
+const TOKEN_VARIABLES: [&str; 3] = ["DAPR_API_TOKEN", "REWIRE_API_TOKEN", "REWIRE_ADMIN_TOKEN"];
+
 fn rewire(args: &[&str]) -> Output {
-    testkit::output(
-        Command::new(env!("CARGO_BIN_EXE_rewire"))
-            .args(args)
-            .env_remove("DAPR_API_TOKEN")
-            .env_remove("REWIRE_ADMIN_TOKEN"),
-    )
+    rewire_with(args, &[])
+}
+
+/// `rewire args` with the variables `env` (and no other token).
+fn rewire_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+    command.args(args);
+    for name in TOKEN_VARIABLES {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    testkit::output(&mut command)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -21,8 +30,22 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn start(config: &std::path::Path, grpc: &str, http: &str) -> ChildProcess {
+    start_with(config, grpc, http, &[])
+}
+
+/// [`start`] with the variables `env` (and no other token).
+fn start_with(
+    config: &std::path::Path,
+    grpc: &str,
+    http: &str,
+    env: &[(&str, &str)],
+) -> ChildProcess {
     let log = config.with_extension("log");
     let (config, grpc, http) = (config.to_path_buf(), grpc.to_string(), http.to_string());
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
     let mut sidecar = ChildProcess::new("rewire run", log, move || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
         command
@@ -36,6 +59,10 @@ fn start(config: &std::path::Path, grpc: &str, http: &str) -> ChildProcess {
             ])
             .arg(&config)
             .env("NO_COLOR", "1");
+        for name in TOKEN_VARIABLES {
+            command.env_remove(name);
+        }
+        command.envs(env.iter().map(|(name, value)| (name, value)));
         command
     });
     if let Err(err) = sidecar.start_until_logged(Duration::from_secs(30), "Sidecar APIs listening.")
@@ -148,18 +175,16 @@ fn apply_and_status_say_clearly_when_no_sidecar_runs() {
         &format!("127.0.0.1:{port}"),
     ]);
     assert_eq!(apply.status.code(), Some(1));
-    assert!(
-        text(&apply.stderr).contains("cannot reach the sidecar"),
-        "{}",
-        text(&apply.stderr)
-    );
+    // The cause, not only tonic's and reqwest's own words ("transport
+    // error", "error sending request").
+    let refused = |stderr: &str| {
+        stderr.contains("cannot reach the sidecar")
+            && stderr.to_lowercase().contains("connection refused")
+    };
+    assert!(refused(&text(&apply.stderr)), "{}", text(&apply.stderr));
     let status = rewire(&["status", "--http-addr", &format!("127.0.0.1:{port}")]);
     assert_eq!(status.status.code(), Some(1));
-    assert!(
-        text(&status.stderr).contains("cannot reach the sidecar"),
-        "{}",
-        text(&status.stderr)
-    );
+    assert!(refused(&text(&status.stderr)), "{}", text(&status.stderr));
     let malformed = rewire(&["apply", "--kind", "state", "--name", "x", "-m", "novalue"]);
     assert_eq!(malformed.status.code(), Some(2));
     assert!(
@@ -217,5 +242,53 @@ fn apply_release_hands_a_pushed_component_back_to_the_file() {
     assert_eq!(
         text(&released.stdout),
         "state/orders: applied (generation 3)\n  state/orders: updated_in_place\n"
+    );
+}
+
+#[test]
+fn apply_and_status_send_the_app_token_from_rewire_api_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#,
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    // No admin token: the app token guards the Lifecycle API and status.
+    let token = [("REWIRE_API_TOKEN", "app-secret-17")];
+    let _sidecar = start_with(&config, &grpc, &http, &token);
+    let push = [
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=30",
+    ];
+    let push = [&push[..], &["--addr", &grpc]].concat();
+
+    let without = rewire(&push);
+    assert_eq!(without.status.code(), Some(1));
+    assert!(
+        text(&without.stderr).contains("Unauthenticated"),
+        "{}",
+        text(&without.stderr)
+    );
+    let applied = rewire_with(&push, &token);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    assert!(
+        text(&applied.stdout).starts_with("state/orders: applied (generation 2)"),
+        "{}",
+        text(&applied.stdout)
+    );
+    let status = rewire_with(&["status", "--http-addr", &http], &token);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    assert!(
+        text(&status.stdout).starts_with("generation 2, "),
+        "{}",
+        text(&status.stdout)
     );
 }

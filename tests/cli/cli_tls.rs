@@ -124,6 +124,24 @@ fn apply_and_status_over_tls_and_the_lifecycle_ca_refuses_other_clients() {
         .collect();
     assert_eq!(listeners, ["grpc", "http"], "{body}");
 
+    // A CA that did not sign the sidecar's certificate: the TLS reason is
+    // told, for status and for apply.
+    let other_ca = path(&admins.ca_path);
+    let untrusted = rewire(&["status", "--http-addr", &sidecar.http, "--tls-ca", other_ca]);
+    assert!(!untrusted.status.success(), "an untrusted certificate");
+    assert!(
+        text(&untrusted.stderr).contains("UnknownIssuer"),
+        "{}",
+        text(&untrusted.stderr)
+    );
+    let untrusted = apply(&sidecar, 30, &["--tls-ca", other_ca]);
+    assert!(!untrusted.status.success(), "an untrusted certificate");
+    assert!(
+        text(&untrusted.stderr).contains("UnknownIssuer"),
+        "{}",
+        text(&untrusted.stderr)
+    );
+
     let plain = rewire(&["status", "--http-addr", &sidecar.http]);
     assert!(
         !plain.status.success(),

@@ -1,0 +1,67 @@
+//! What the commands that call a running sidecar (`apply`, `status`)
+//! share: how long they wait for it, and how they tell why it failed.
+
+use std::error::Error;
+use std::time::Duration;
+
+/// The longest wait for a connection (TCP, and TLS where asked for) to the
+/// sidecar: an address nobody answers fails in seconds, not minutes.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest wait for the status answer, once connected.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `error` and each of its sources, `outer: inner: …`: the cause
+/// (`Connection refused`, a TLS certificate error) that a transport
+/// error's own text (`transport error`, `error sending request`) leaves
+/// out. A source whose text its outer one already holds is not repeated.
+pub fn error_chain(error: &dyn Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Wrapped(&'static str, Option<Box<dyn Error + 'static>>);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl Error for Wrapped {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            self.1.as_deref()
+        }
+    }
+
+    #[test]
+    fn every_cause_is_told_once() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let refused_text = refused.to_string();
+        let connect = Wrapped("tcp connect error", Some(Box::new(refused)));
+        let error = Wrapped("transport error", Some(Box::new(connect)));
+        assert_eq!(
+            error_chain(&error),
+            format!("transport error: tcp connect error: {refused_text}")
+        );
+        let repeated = Wrapped(
+            "error: bad certificate",
+            Some(Box::new(Wrapped("bad certificate", None))),
+        );
+        assert_eq!(error_chain(&repeated), "error: bad certificate");
+    }
+}
