@@ -2,7 +2,11 @@
 //! trigger, outcome and generation as attributes) with one child
 //! `rewire.component` per component action — `kept`, `in_place`,
 //! `rebuilt`, `added`, `removed`, `failed`, `rolled_back` — whose duration
-//! is the work done for it (init and readiness of a new instance).
+//! is the work done for it (init and readiness of a new instance). A
+//! reload rolled back or rejected, and each component that failed, has the
+//! span status `ERROR` with the (scrubbed) reason. Above
+//! [`KEPT_SPANS_LIMIT`] kept components, the kept ones are only counted
+//! (`rewire.kept` on the root span), not given a span each.
 //!
 //! Spans are plain `tracing` spans: the sidecar exports them over OTLP when
 //! tracing is configured; without a subscriber that wants them they cost a
@@ -26,13 +30,27 @@ pub(super) fn reload_span(trigger: &Trigger) -> Span {
         rewire.trigger = %trigger,
         rewire.outcome = Empty,
         rewire.generation = Empty,
+        rewire.kept = Empty,
+        otel.status_code = Empty,
+        otel.status_message = Empty,
     )
 }
 
-/// Records how the reload `record` ended on its root span `span`.
+/// Records how the reload `record` ended on its root span `span`: a
+/// reload rolled back or rejected is an error, with the record's
+/// (scrubbed) error as the status message.
 pub(super) fn record_ending(span: &Span, record: &ReloadRecord) {
     span.record("rewire.outcome", outcome_name(record.outcome));
     span.record("rewire.generation", record.generation);
+    if matches!(record.outcome, Outcome::RolledBack | Outcome::Rejected) {
+        record_error(span, record.error.as_deref().unwrap_or_default());
+    }
+}
+
+/// Marks `span` as an error, with `message` (already scrubbed).
+fn record_error(span: &Span, message: &str) {
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_message", message);
 }
 
 /// A child of the current reload span for the action on `key`.
@@ -44,6 +62,8 @@ pub(super) fn component_span(key: &ComponentKey, type_name: &str) -> Span {
         rewire.type = type_name,
         rewire.action = Empty,
         rewire.init_ms = Empty,
+        otel.status_code = Empty,
+        otel.status_message = Empty,
     )
 }
 
@@ -57,10 +77,32 @@ pub(super) fn record_action(span: &Span, action: Action, started: Instant) {
     );
 }
 
-/// A `kept` span for each of `kept` (key and type), when such spans are
-/// wanted at all: a large running set is not walked for nothing.
-pub(super) fn instant_kept<'a>(kept: impl Iterator<Item = (&'a ComponentKey, &'a str)>) {
-    if !tracing::span_enabled!(tracing::Level::INFO) {
+/// From this many kept components on, a reload gives them no span each:
+/// `rewire.kept` on the root span counts them (a reload of one component
+/// among thousands would otherwise flood the export queue).
+pub(super) const KEPT_SPANS_LIMIT: usize = 256;
+
+/// Records on `span` that the component failed (`message`, already
+/// scrubbed), and the time it took since `started`.
+pub(super) fn record_failed(span: &Span, message: &str, started: Instant) {
+    record_action(span, Action::Failed, started);
+    record_error(span, message);
+}
+
+/// Counts the `count` components of `kept` (key and type) on the current
+/// (reload) span, and gives each a `kept` span when there are no more than
+/// [`KEPT_SPANS_LIMIT`]; nothing at all when the reload span is not
+/// recorded (tracing off): a large running set is not walked for nothing.
+pub(super) fn instant_kept<'a>(
+    count: usize,
+    kept: impl Iterator<Item = (&'a ComponentKey, &'a str)>,
+) {
+    let reload = Span::current();
+    if reload.is_disabled() {
+        return;
+    }
+    reload.record("rewire.kept", u64::try_from(count).unwrap_or(u64::MAX));
+    if count > KEPT_SPANS_LIMIT {
         return;
     }
     for (key, type_name) in kept {

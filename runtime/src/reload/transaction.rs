@@ -166,7 +166,10 @@ impl Plan<'_> {
             });
             next.insert(key.clone(), rewritten);
         }
-        trace::instant_kept(next.iter().map(|(key, r)| (key, r.spec.type_name.as_str())));
+        trace::instant_kept(
+            next.len(),
+            next.iter().map(|(key, r)| (key, r.spec.type_name.as_str())),
+        );
         Progress {
             next,
             actions: BTreeMap::new(),
@@ -189,6 +192,8 @@ impl Plan<'_> {
             ..cx.clone()
         };
         let mut tasks = ComponentTasks::new();
+        // Each task's span, to mark it failed if the task panics.
+        let mut spans = std::collections::HashMap::new();
         for key in level {
             let Some(spec) = self.candidate.config.components.get(&key).cloned() else {
                 continue;
@@ -200,6 +205,7 @@ impl Plan<'_> {
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
             let started = std::time::Instant::now();
+            spans.insert(key.clone(), (span.clone(), started));
             let named = key.clone();
             let task = async move {
                 let Some(descriptor) = descriptor else {
@@ -215,8 +221,12 @@ impl Plan<'_> {
                 named,
                 async move {
                     let result = task.await;
-                    let action = result.as_ref().map_or(Action::Failed, Step::action);
-                    trace::record_action(&traced, action, started);
+                    match &result {
+                        Ok(step) => trace::record_action(&traced, step.action(), started),
+                        Err(failure) => {
+                            trace::record_failed(&traced, &failure.to_string(), started)
+                        }
+                    }
                     result
                 }
                 .instrument(span),
@@ -235,7 +245,15 @@ impl Plan<'_> {
                         .insert(running.spec.key.clone(), Arc::new(running.clone()));
                     progress.done.push(step);
                 }
-                Ok(Err(failure)) | Err(failure) => failures.push(failure),
+                Ok(Err(failure)) => failures.push(failure),
+                Err(failure) => {
+                    // The task panicked before its span was told.
+                    let span = failure.component.as_ref().and_then(|k| spans.get(k));
+                    if let Some((span, started)) = span {
+                        trace::record_failed(span, &failure.to_string(), *started);
+                    }
+                    failures.push(failure);
+                }
             }
         }
         failures.sort_by(|a, b| a.component.cmp(&b.component));

@@ -1,0 +1,382 @@
+//! Reloads driven through a [`Reloader`] over components made here, with
+//! a subscriber that keeps every span and its fields: what a reload
+//! records, and what its trace shows.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata as TraceMetadata, Subscriber};
+
+use super::*;
+use crate::component::{Component, ComponentError, InitContext};
+use crate::config::{parse, validate, Config};
+use crate::handle::Instance;
+use crate::metadata::{Metadata, MetadataError};
+use crate::registry::{Buildable, ComponentDescriptor, Inject};
+
+/// `fail`s or `panic`s in `init` when told; else starts.
+struct TestComponent {
+    fail: bool,
+    panic: bool,
+}
+
+#[async_trait]
+impl Component for TestComponent {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        if self.panic {
+            panic!("init exploded near hunter2-the-secret");
+        }
+        if self.fail {
+            return Err(ComponentError::new("refused to start"));
+        }
+        Ok(())
+    }
+}
+
+impl Inject for TestComponent {}
+
+impl Buildable for TestComponent {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::Custom(Arc::new(*self))
+    }
+}
+
+fn any_metadata(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
+    Ok(())
+}
+
+fn build(
+    metadata: &Metadata,
+    fail: bool,
+    panic: bool,
+) -> Result<Box<dyn Buildable>, MetadataError> {
+    let _ = metadata;
+    Ok(Box::new(TestComponent { fail, panic }))
+}
+
+type Build = fn(&Metadata) -> Result<Box<dyn Buildable>, MetadataError>;
+
+/// `custom` types `ok`, `fail` (init fails) and `panic` (init panics).
+fn registry() -> Registry {
+    let mut registry = Registry::default();
+    let builds: [(&'static str, Build); 3] = [
+        ("ok", |m| build(m, false, false)),
+        ("fail", |m| build(m, true, false)),
+        ("panic", |m| build(m, false, true)),
+    ];
+    for (type_name, build) in builds {
+        registry.register(ComponentDescriptor {
+            kind: "custom",
+            type_name,
+            description: "",
+            example_metadata: "{}",
+            validate: any_metadata,
+            build,
+            check_refs: None,
+            in_place: None,
+        });
+    }
+    registry
+}
+
+/// A configuration of `custom` components, each `(name, type)`.
+fn config_of(components: &[(String, &str)]) -> Config {
+    let custom: Map<String, Value> = components
+        .iter()
+        .map(|(name, type_name)| (name.clone(), serde_json::json!({ "type": type_name })))
+        .collect();
+    let text = serde_json::json!({ "components": { "custom": custom } }).to_string();
+    parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+fn named(prefix: &str, count: usize) -> Vec<(String, &'static str)> {
+    (0..count).map(|i| (format!("{prefix}{i}"), "ok")).collect()
+}
+
+async fn reloader_of(components: &[(String, &str)]) -> Arc<Reloader> {
+    let registry = registry();
+    let config = validate(config_of(components), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let redactor = Redactor::default();
+    let running = RunningSet::start(config, &registry, StartTimeouts::default(), &redactor)
+        .await
+        .unwrap_or_else(|f| panic!("{f:?}"));
+    let settings = ReloadSettings {
+        timeouts: StartTimeouts::default(),
+        drain_grace: Duration::from_secs(1),
+    };
+    Arc::new(Reloader::new(
+        running,
+        Arc::new(registry),
+        settings,
+        redactor,
+        10,
+    ))
+}
+
+/// One span as recorded: its name and every field recorded on it.
+#[derive(Debug, Clone)]
+struct Recorded {
+    name: &'static str,
+    metadata: &'static TraceMetadata<'static>,
+    fields: BTreeMap<String, String>,
+}
+
+/// Keeps every span (ids are indexes + 1) and tracks the entered ones, on
+/// a current-thread runtime (every task is polled on this thread). Spans
+/// named `disabled` are not wanted.
+#[derive(Clone, Default)]
+struct Capture {
+    spans: Arc<Mutex<Vec<Recorded>>>,
+    entered: Arc<Mutex<Vec<Id>>>,
+    disabled: Option<&'static str>,
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .insert(field.name().to_string(), format!("{value:?}"));
+    }
+}
+
+impl Subscriber for Capture {
+    fn register_callsite(&self, metadata: &'static TraceMetadata<'static>) -> Interest {
+        match self.enabled(metadata) {
+            true => Interest::always(),
+            false => Interest::never(),
+        }
+    }
+    fn enabled(&self, metadata: &TraceMetadata<'_>) -> bool {
+        Some(metadata.name()) != self.disabled
+    }
+    fn new_span(&self, attributes: &Attributes<'_>) -> Id {
+        let mut fields = BTreeMap::new();
+        attributes.record(&mut Fields(&mut fields));
+        let mut spans = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        spans.push(Recorded {
+            name: attributes.metadata().name(),
+            metadata: attributes.metadata(),
+            fields,
+        });
+        Id::from_u64(spans.len() as u64)
+    }
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        let mut spans = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        let index = usize::try_from(span.into_u64() - 1).unwrap_or(usize::MAX);
+        if let Some(recorded) = spans.get_mut(index) {
+            values.record(&mut Fields(&mut recorded.fields));
+        }
+    }
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, _: &Event<'_>) {}
+    fn enter(&self, span: &Id) {
+        self.entered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(span.clone());
+    }
+    fn exit(&self, span: &Id) {
+        let mut entered = self.entered.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = entered.iter().rposition(|id| id == span) {
+            entered.remove(at);
+        }
+    }
+    fn current_span(&self) -> tracing_core::span::Current {
+        let entered = self.entered.lock().unwrap_or_else(|p| p.into_inner());
+        let spans = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        let current = entered.last().and_then(|id| {
+            let index = usize::try_from(id.into_u64() - 1).ok()?;
+            Some((id.clone(), spans.get(index)?.metadata))
+        });
+        match current {
+            Some((id, metadata)) => tracing_core::span::Current::new(id, metadata),
+            None => tracing_core::span::Current::none(),
+        }
+    }
+}
+
+impl Capture {
+    fn named(&self, name: &str) -> Vec<BTreeMap<String, String>> {
+        let spans = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        spans
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.fields.clone())
+            .collect()
+    }
+
+    /// The component spans of `component` (`custom/x`).
+    fn component(&self, component: &str) -> Vec<BTreeMap<String, String>> {
+        self.named("rewire.component")
+            .into_iter()
+            .filter(|f| f.get("rewire.component").map(String::as_str) == Some(component))
+            .collect()
+    }
+
+    fn kept(&self) -> usize {
+        self.named("rewire.component")
+            .iter()
+            .filter(|f| f.get("rewire.action").map(String::as_str) == Some("kept"))
+            .count()
+    }
+}
+
+fn field<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    fields.get(name).map(String::as_str)
+}
+
+#[tokio::test]
+async fn a_panicked_reload_task_is_still_recorded_as_rolled_back_and_scrubbed() {
+    let reloader = reloader_of(&[]).await;
+    reloader.redactor.remember("hunter2-the-secret");
+    let mut events = reloader.events();
+    let recording = record::Recording::start(Trigger::Api);
+    let task = tokio::spawn(async {
+        if true {
+            panic!("boom near hunter2-the-secret");
+        }
+        Err(ReloadError::Stopped)
+    });
+    let error = reloader.joined(recording, task).await.unwrap_err();
+    assert!(
+        matches!(&error, ReloadError::RolledBack(f) if f.len() == 1),
+        "{error}"
+    );
+    let history = reloader.history();
+    assert_eq!(history.len(), 1, "no record of the panicked reload");
+    let record = &history[0];
+    assert_eq!(record.outcome, Outcome::RolledBack);
+    assert_eq!(record.trigger, Trigger::Api);
+    let text = record.error.as_deref().unwrap_or_default();
+    assert!(text.starts_with("the reload panicked: boom near"), "{text}");
+    assert!(!text.contains("hunter2"), "not scrubbed: {text}");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+    let sent = events.try_recv().expect("no event for metrics");
+    assert_eq!(sent.outcome, Outcome::RolledBack);
+}
+
+#[tokio::test]
+async fn a_rolled_back_reload_and_its_failed_components_are_errors_in_the_trace() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of(&named("k", 2)).await;
+    reloader.redactor.remember("hunter2-the-secret");
+    let mut candidate = named("k", 2);
+    candidate.push(("failing".into(), "fail"));
+    candidate.push(("panicking".into(), "panic"));
+    let request = ReloadRequest::new(config_of(&candidate), Trigger::Api);
+    let result = reloader.reload(request).await;
+    assert!(
+        matches!(result, Err(ReloadError::RolledBack(_))),
+        "{result:?}"
+    );
+
+    let roots = capture.named("rewire.reload");
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    let root = &roots[0];
+    assert_eq!(field(root, "rewire.outcome"), Some("rolled_back"));
+    assert_eq!(field(root, "otel.status_code"), Some("ERROR"));
+    let message = field(root, "otel.status_message").unwrap_or_default();
+    assert_eq!(Some(message), reloader.history()[0].error.as_deref());
+    assert!(message.contains("custom/failing"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+
+    for (component, why) in [
+        ("custom/failing", "init failed: refused to start"),
+        ("custom/panicking", "panicked: init exploded near"),
+    ] {
+        let spans = capture.component(component);
+        assert_eq!(spans.len(), 1, "{component}: {spans:?}");
+        let span = &spans[0];
+        assert_eq!(field(span, "rewire.action"), Some("failed"), "{component}");
+        assert_eq!(
+            field(span, "otel.status_code"),
+            Some("ERROR"),
+            "{component}"
+        );
+        let message = field(span, "otel.status_message").unwrap_or_default();
+        assert!(message.contains(why), "{component}: {message}");
+        assert!(!message.contains("hunter2"), "{component}: {message}");
+    }
+    // Kept components are no errors.
+    let kept = capture.component("custom/k0");
+    assert_eq!(field(&kept[0], "otel.status_code"), None);
+
+    // An applied reload is not an error either.
+    let request = ReloadRequest::new(config_of(&named("k", 3)), Trigger::Api);
+    reloader.reload(request).await.expect("applies");
+    let roots = capture.named("rewire.reload");
+    assert_eq!(field(&roots[1], "rewire.outcome"), Some("applied"));
+    assert_eq!(field(&roots[1], "otel.status_code"), None);
+}
+
+#[tokio::test]
+async fn a_rejected_reload_is_an_error_in_the_trace() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of(&named("k", 1)).await;
+    let request = ReloadRequest::new(config_of(&[("x".into(), "nope")]), Trigger::File);
+    let result = reloader.reload(request).await;
+    assert!(matches!(result, Err(ReloadError::Invalid(_))), "{result:?}");
+    let roots = capture.named("rewire.reload");
+    assert_eq!(field(&roots[0], "rewire.outcome"), Some("rejected"));
+    assert_eq!(field(&roots[0], "otel.status_code"), Some("ERROR"));
+    let message = field(&roots[0], "otel.status_message").unwrap_or_default();
+    assert!(message.contains("nope"), "{message}");
+}
+
+#[tokio::test]
+async fn kept_components_get_a_span_each_only_up_to_the_limit() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+
+    // A few kept: a span each, and counted.
+    let few = named("k", 3);
+    let reloader = reloader_of(&few).await;
+    let mut candidate = few.clone();
+    candidate.push(("new".into(), "ok"));
+    let request = ReloadRequest::new(config_of(&candidate), Trigger::Api);
+    reloader.reload(request).await.expect("applies");
+    assert_eq!(capture.kept(), 3);
+    let roots = capture.named("rewire.reload");
+    assert_eq!(field(&roots[0], "rewire.kept"), Some("3"));
+
+    // Past the limit: counted only.
+    let many = named("k", trace::KEPT_SPANS_LIMIT + 1);
+    let reloader = reloader_of(&many).await;
+    let mut candidate = many.clone();
+    candidate.push(("new".into(), "ok"));
+    let request = ReloadRequest::new(config_of(&candidate), Trigger::Api);
+    reloader.reload(request).await.expect("applies");
+    assert_eq!(capture.kept(), 3, "kept spans past the limit");
+    let roots = capture.named("rewire.reload");
+    let count = (trace::KEPT_SPANS_LIMIT + 1).to_string();
+    assert_eq!(field(&roots[1], "rewire.kept"), Some(count.as_str()));
+    assert_eq!(capture.component("custom/new").len(), 2, "the added ones");
+}
+
+#[tokio::test]
+async fn no_kept_spans_when_the_reload_span_is_off_whatever_the_log_level() {
+    // Log output at INFO (every span and event enabled), tracing off (the
+    // reload span not wanted): kept spans are not made.
+    let capture = Capture {
+        disabled: Some("rewire.reload"),
+        ..Capture::default()
+    };
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let few = named("k", 3);
+    let reloader = reloader_of(&few).await;
+    let mut candidate = few.clone();
+    candidate.push(("new".into(), "ok"));
+    let request = ReloadRequest::new(config_of(&candidate), Trigger::Api);
+    reloader.reload(request).await.expect("applies");
+    assert_eq!(capture.kept(), 0);
+}
