@@ -99,7 +99,9 @@ impl ApiMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("rewire");
         let reloads = Family::<ReloadLabels, Counter>::default();
-        let reload_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        // 0.5 ms to 65.5 s: a rebuild may take the init timeout and the
+        // readiness timeout (30 s + 10 s by default) before it fails.
+        let reload_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 18));
         let generation = Gauge::default();
         let components = Family::<KindLabels, Gauge>::default();
         let requests = Family::<RequestLabels, Counter>::default();
@@ -270,6 +272,26 @@ mod tests {
         async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
             Ok(PubSubSubscription::channel(1).0)
         }
+    }
+
+    #[test]
+    fn a_reload_as_long_as_the_start_timeouts_has_a_bucket_of_its_own() {
+        let timeouts = rewire_runtime::StartTimeouts::default();
+        let longest = (timeouts.init + timeouts.ready).as_secs_f64();
+        let metrics = ApiMetrics::new();
+        metrics.reload_seconds.observe(longest);
+        let mut text = String::new();
+        encode(&mut text, &metrics.registry.lock().unwrap()).unwrap();
+        // The first bucket holding it is a finite one (`le` past it).
+        let first = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("rewire_reload_duration_seconds_bucket{le=\""))
+            .find(|line| line.ends_with("} 1"))
+            .and_then(|line| line.split_once('"'))
+            .map(|(le, _)| le.to_string());
+        let first = first.unwrap_or_else(|| panic!("no bucket counts it:\n{text}"));
+        assert_ne!(first, "+Inf", "{text}");
+        assert!(first.parse::<f64>().unwrap() >= longest, "{text}");
     }
 
     /// Components of the test's configuration.
