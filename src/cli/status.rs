@@ -146,7 +146,7 @@ fn component_line(component: &Value) -> String {
     line
 }
 
-/// `  generation N  trigger  outcome[: error's first line]`.
+/// `  generation N  trigger  outcome[ (retry N)][: error's first line]`.
 fn reload_line(reload: &Value) -> String {
     let mut line = format!(
         "  generation {:<4} {:<12} {}",
@@ -154,6 +154,13 @@ fn reload_line(reload: &Value) -> String {
         field(reload, "trigger"),
         field(reload, "outcome")
     );
+    if let Some(attempt) = reload
+        .get("attempt")
+        .and_then(Value::as_u64)
+        .filter(|a| *a > 0)
+    {
+        let _ = write!(line, " (retry {attempt})");
+    }
     if let Some(error) = reload.get("error").and_then(Value::as_str) {
         let _ = write!(line, ": {}", first_line(error));
     }
@@ -185,8 +192,24 @@ fn first_line(text: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::summary;
+    use super::{reload_line, summary};
     use serde_json::json;
+
+    #[test]
+    fn a_retried_reload_is_told_apart_from_fresh_input() {
+        let fresh =
+            json!({"generation": 2, "trigger": "watch", "outcome": "applied", "attempt": 0});
+        let retried = json!({"generation": 2, "trigger": "watch", "outcome": "rolled_back",
+                             "attempt": 2, "error": "probe/p: init failed: down"});
+        assert_eq!(
+            reload_line(&fresh),
+            "  generation 2    watch        applied\n"
+        );
+        assert_eq!(
+            reload_line(&retried),
+            "  generation 2    watch        rolled_back (retry 2): probe/p: init failed: down\n"
+        );
+    }
 
     #[test]
     fn summary_lists_components_reloads_and_the_pending_retry() {

@@ -58,6 +58,9 @@ pub struct ReloadRecord {
     pub generation: u64,
     /// What started it.
     pub trigger: Trigger,
+    /// 0 for fresh input; `n` for the `n`-th retry of a triggered reload
+    /// that rolled back.
+    pub attempt: u32,
     /// How it ended.
     pub outcome: Outcome,
     /// Why it was rejected or rolled back (secret values scrubbed).

@@ -95,7 +95,7 @@ impl Reloader {
         self: &Arc<Self>,
         request: ReloadRequest,
     ) -> Result<ReloadRecord, ReloadError> {
-        let recording = record::Recording::start(request.trigger.clone());
+        let recording = record::Recording::start(request.trigger.clone(), request.attempt);
         let reloader = Arc::clone(self);
         let task = tokio::spawn(async move { reloader.run(request).await });
         self.joined(recording, task).await
@@ -126,7 +126,7 @@ impl Reloader {
             serving: imbl::OrdSet::new(),
             error: Some(message.clone()),
         };
-        let span = trace::reload_span(recording.trigger());
+        let span = trace::reload_span(recording.trigger(), recording.attempt());
         span.in_scope(|| self.finish(recording, ending));
         Err(ReloadError::RolledBack(vec![ComponentFailure {
             component: None,

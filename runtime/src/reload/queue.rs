@@ -37,7 +37,8 @@ pub(crate) fn queue() -> (QueueSender, QueueReceiver) {
 
 /// Merges a burst into one request: the last change of the file and of
 /// the overlay wins, pushes and forced components add up, and the last
-/// trigger names the reload.
+/// trigger names the reload. A merge is fresh input (attempt 0), even
+/// when a retried request is part of it.
 pub(crate) fn coalesce(batch: Vec<ReloadRequest>) -> ReloadRequest {
     let mut trigger = Trigger::WatchedRef;
     let mut file = None;
@@ -83,6 +84,7 @@ pub(crate) fn narrowed(request: &ReloadRequest) -> Vec<ReloadRequest> {
         (!changes.is_empty() || !request.forced.is_empty()).then(|| ReloadRequest {
             changes,
             forced: request.forced.clone(),
+            attempt: request.attempt,
             ..ReloadRequest::of_changes(request.trigger.clone(), Vec::new())
         })
     };

@@ -13,6 +13,7 @@ use crate::component::ComponentKey;
 /// A reload being timed, until it is recorded.
 pub(super) struct Recording {
     trigger: Trigger,
+    attempt: u32,
     started: Instant,
 }
 
@@ -30,11 +31,17 @@ pub(super) struct Ending {
 }
 
 impl Recording {
-    pub(super) fn start(trigger: Trigger) -> Self {
+    pub(super) fn start(trigger: Trigger, attempt: u32) -> Self {
         Self {
             trigger,
+            attempt,
             started: Instant::now(),
         }
+    }
+
+    /// Which attempt it is (0: fresh input).
+    pub(super) fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     /// What started the reload.
@@ -50,6 +57,7 @@ impl Reloader {
         let record = ReloadRecord {
             generation: ending.generation,
             trigger: recording.trigger,
+            attempt: recording.attempt,
             outcome: ending.outcome,
             error: ending.error.map(|e| self.redactor.scrub(&e)),
             actions: Actions::new(ending.actions, ending.serving),
@@ -80,9 +88,9 @@ impl Reloader {
             error: Some(error.to_string()),
         };
         // Nothing ran: its duration is that of recording it, 0 ms.
-        let span = super::trace::reload_span(&trigger);
+        let span = super::trace::reload_span(&trigger, 0);
         let _in_reload = span.enter();
-        self.finish(Recording::start(trigger), ending);
+        self.finish(Recording::start(trigger, 0), ending);
     }
 }
 

@@ -20,6 +20,9 @@ pub struct ReloadRequest {
     pub forced: BTreeSet<ComponentKey>,
     /// Reject the reload if the running generation is newer than this.
     pub based_on_generation: Option<u64>,
+    /// 0 for fresh input; `n` for the `n`-th retry of a triggered reload
+    /// that rolled back (the runtime's worker sets it).
+    pub attempt: u32,
 }
 
 impl ReloadRequest {
@@ -36,6 +39,7 @@ impl ReloadRequest {
             changes,
             forced: BTreeSet::new(),
             based_on_generation: None,
+            attempt: 0,
         }
     }
 }

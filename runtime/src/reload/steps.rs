@@ -24,7 +24,7 @@ impl Reloader {
     /// Runs `request` to the end, as a trace of its own; the running set
     /// changes only if it applies.
     pub(super) async fn run(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
-        let span = super::trace::reload_span(&request.trigger);
+        let span = super::trace::reload_span(&request.trigger, request.attempt);
         self.run_steps(request).instrument(span).await
     }
 
@@ -33,7 +33,7 @@ impl Reloader {
         if self.stopped.is_cancelled() {
             return Err(ReloadError::Stopped);
         }
-        let recording = Recording::start(request.trigger.clone());
+        let recording = Recording::start(request.trigger.clone(), request.attempt);
         let snapshot = self.running.snapshot();
         let rejected = |error: ReloadError| Ending {
             outcome: Outcome::Rejected,

@@ -148,11 +148,11 @@ impl tracing::field::Visit for Fields<'_> {
 }
 
 impl Subscriber for Capture {
-    fn register_callsite(&self, metadata: &'static TraceMetadata<'static>) -> Interest {
-        match self.enabled(metadata) {
-            true => Interest::always(),
-            false => Interest::never(),
-        }
+    // Asked on every span: tests running at once each have their own
+    // subscriber, and a cached `never` from one would hide spans from
+    // another.
+    fn register_callsite(&self, _: &'static TraceMetadata<'static>) -> Interest {
+        Interest::sometimes()
     }
     fn enabled(&self, metadata: &TraceMetadata<'_>) -> bool {
         Some(metadata.name()) != self.disabled
@@ -238,7 +238,7 @@ async fn a_panicked_reload_task_is_still_recorded_as_rolled_back_and_scrubbed() 
     let reloader = reloader_of(&[]).await;
     reloader.redactor.remember("hunter2-the-secret");
     let mut events = reloader.events();
-    let recording = record::Recording::start(Trigger::Api);
+    let recording = record::Recording::start(Trigger::Api, 0);
     let task = tokio::spawn(async {
         if true {
             panic!("boom near hunter2-the-secret");
@@ -379,4 +379,25 @@ async fn no_kept_spans_when_the_reload_span_is_off_whatever_the_log_level() {
     let request = ReloadRequest::new(config_of(&candidate), Trigger::Api);
     reloader.reload(request).await.expect("applies");
     assert_eq!(capture.kept(), 0);
+}
+
+#[tokio::test]
+async fn a_retry_shows_its_attempt_in_the_record_the_status_json_and_the_span() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of(&named("k", 1)).await;
+    let fresh = ReloadRequest::new(config_of(&named("k", 2)), Trigger::File);
+    let retried = ReloadRequest {
+        attempt: 3,
+        ..ReloadRequest::new(config_of(&named("k", 3)), Trigger::File)
+    };
+    reloader.reload(fresh).await.expect("applies");
+    reloader.reload(retried).await.expect("applies");
+    let attempts: Vec<u32> = reloader.history().iter().map(|r| r.attempt).collect();
+    assert_eq!(attempts, [0, 3]);
+    let json = serde_json::to_value(&reloader.history()[1]).unwrap_or_default();
+    assert_eq!(json["attempt"], 3, "{json}");
+    let roots = capture.named("rewire.reload");
+    let shown: Vec<Option<&str>> = roots.iter().map(|r| field(r, "rewire.attempt")).collect();
+    assert_eq!(shown, [Some("0"), Some("3")]);
 }

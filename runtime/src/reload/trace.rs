@@ -1,5 +1,5 @@
 //! A reload as a trace of its own: a root span `rewire.reload` (its
-//! trigger, outcome and generation as attributes) with one child
+//! trigger, attempt, outcome and generation as attributes) with one child
 //! `rewire.component` per component action — `kept`, `in_place`,
 //! `rebuilt`, `added`, `removed`, `failed`, `rolled_back` — whose duration
 //! is the work done for it (init and readiness of a new instance). A
@@ -23,11 +23,12 @@ use super::history::{Outcome, ReloadRecord, Trigger};
 use crate::component::ComponentKey;
 
 /// The root span of one reload: a new trace, whatever span is current.
-pub(super) fn reload_span(trigger: &Trigger) -> Span {
+pub(super) fn reload_span(trigger: &Trigger, attempt: u32) -> Span {
     tracing::info_span!(
         parent: None,
         "rewire.reload",
         rewire.trigger = %trigger,
+        rewire.attempt = attempt,
         rewire.outcome = Empty,
         rewire.generation = Empty,
         rewire.kept = Empty,

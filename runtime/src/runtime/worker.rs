@@ -213,7 +213,10 @@ where
     last
 }
 
-fn next_retry(request: ReloadRequest, attempts: u32) -> Retry {
+/// The retry of `request`, which rolled back `attempts` times: run next as
+/// attempt number `attempts` (what its record and span show).
+fn next_retry(mut request: ReloadRequest, attempts: u32) -> Retry {
+    request.attempt = attempts;
     let wait = FIRST_RETRY
         .saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1)))
         .min(MAX_RETRY);
@@ -376,6 +379,28 @@ mod tests {
             .expect("F3 still to retry");
         assert!(ran.lock().unwrap().is_empty());
         assert_eq!(same.attempts, 1);
+    }
+
+    #[tokio::test]
+    async fn a_retry_runs_with_its_attempt_number_and_new_input_with_zero() {
+        let ran = Mutex::new(Vec::new());
+        let mut reload = |request: ReloadRequest| {
+            ran.lock().unwrap().push((shown(&request), request.attempt));
+            std::future::ready(Err::<ReloadRecord, _>(ReloadError::RolledBack(Vec::new())))
+        };
+        // Fresh input rolls back, then is retried twice.
+        let retry = run_round(None, vec![file("f1")], &mut reload).await;
+        let retry = run_round(retry, Vec::new(), &mut reload).await;
+        let retry = run_round(retry, Vec::new(), &mut reload).await;
+        // New input beside the retry: together (fresh input in it), then
+        // the new input alone; the retry keeps its count.
+        let retry = run_round(retry, vec![forced("y")], &mut reload).await;
+        let retry = retry.expect("still to retry");
+        assert_eq!(retry.attempts, 4);
+        assert_eq!(retry.request.attempt, 4, "the next retry is the 4th");
+        let ran = ran.into_inner().unwrap();
+        let attempts: Vec<u32> = ran.iter().map(|(_, attempt)| *attempt).collect();
+        assert_eq!(attempts, [0, 1, 2, 0, 0], "{ran:?}");
     }
 
     #[tokio::test]
