@@ -220,8 +220,23 @@ fn validator(component: &Component<'_>, krate: &Path) -> TokenStream {
     }
 }
 
+/// The kind as the runtime spells it (`Kind::as_str`): an alias of a
+/// built-in kind (`pub_subs`) is registered under the kind's first name
+/// (`pubsub`), where lookups find it.
+fn canonical_kind(kind: &str) -> &str {
+    let variant = BUILT_IN_KINDS.iter().find(|(name, _)| *name == kind);
+    match variant {
+        Some((_, variant)) => BUILT_IN_KINDS
+            .iter()
+            .find(|(_, v)| v == variant)
+            .map_or(kind, |(name, _)| name),
+        None => kind,
+    }
+}
+
 fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
-    let kind = LitStr::new(&component.kind.value(), Span::call_site());
+    let kind = component.kind.value();
+    let kind = LitStr::new(canonical_kind(&kind), Span::call_site());
     let type_name = LitStr::new(&component.type_name.value(), Span::call_site());
     let description = &component.description;
     let example = &component.example;
@@ -258,5 +273,18 @@ fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
                 in_place: #in_place,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_kind;
+
+    #[test]
+    fn aliases_register_under_the_kind_the_runtime_looks_up() {
+        assert_eq!(canonical_kind("pub_subs"), "pubsub");
+        assert_eq!(canonical_kind("pubsub"), "pubsub");
+        assert_eq!(canonical_kind("state"), "state");
+        assert_eq!(canonical_kind("my_kind"), "my_kind");
     }
 }

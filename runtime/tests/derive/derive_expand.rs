@@ -187,3 +187,43 @@ fn validate_suggests_and_accepts_injected_fields() {
         "capacity is required"
     );
 }
+
+/// A broker declared with the `pub_subs` alias of the kind.
+#[derive(Component)]
+#[component(kind = "pub_subs", type = "derive-test-alias-broker")]
+struct AliasBroker {}
+
+impl Component for AliasBroker {}
+
+#[rewire_runtime::prelude::async_trait]
+impl rewire_runtime::PubSub for AliasBroker {
+    async fn publish(
+        &self,
+        _: rewire_runtime::PublishRequest,
+    ) -> Result<(), rewire_runtime::PubSubError> {
+        Ok(())
+    }
+    async fn subscribe(
+        &self,
+        _: rewire_runtime::SubscribeRequest,
+    ) -> Result<rewire_runtime::PubSubSubscription, rewire_runtime::PubSubError> {
+        Err(rewire_runtime::PubSubError::Backend(
+            "not in this test".into(),
+        ))
+    }
+}
+
+#[test]
+fn a_kind_alias_registers_where_the_kind_is_looked_up() {
+    let registry = Registry::collected();
+    let kind = rewire_runtime::Kind::parse("pub_subs");
+    assert!(
+        registry
+            .get(kind.as_str(), "derive-test-alias-broker")
+            .is_some(),
+        "not found under {}: {:?}",
+        kind.as_str(),
+        registry.types_of("pub_subs")
+    );
+    assert!(registry.types_of("pub_subs").is_empty());
+}
