@@ -5,15 +5,20 @@
 //! cannot grow the metric without bound: an unknown store is counted with an
 //! empty label.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
+use axum::http::StatusCode;
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
 use tracing::Instrument;
 
+use super::error::HttpError;
 use super::{auth, deadline, routes};
 use crate::dapr::StoreLabel;
 use crate::metrics::ResultCode;
@@ -23,8 +28,9 @@ use crate::ApiState;
 /// the caller's `traceparent`), refuses it without the token its route
 /// needs ([`auth`](super::auth)), bounds it by `request_timeout`
 /// ([`deadline`](super::deadline); a file upload bounds itself by
-/// inactivity instead), and records `observe_request("http",
-/// operation, store, status, elapsed)`. One layer instead of three: each
+/// inactivity instead), answers 500 `ERR_INTERNAL` when the handler
+/// panics (the connection is not dropped), and records
+/// `observe_request("http", operation, store, status, elapsed)`. One layer instead of three: each
 /// `from_fn` layer costs a call a clone of the service below it, a boxed
 /// future and a clone of the state.
 pub async fn observe(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
@@ -60,13 +66,22 @@ where
     let response = match span.in_scope(|| auth::refusal(options, &request)) {
         Some(refusal) => refusal,
         // An upload bounds itself by inactivity (`file::put`).
-        None if is_upload(&request) => run(request).instrument(span).await,
-        None => {
-            let limit = options.request_timeout;
-            let timed = tokio::time::timeout(limit, run(request))
+        None if is_upload(&request) => {
+            let answered = AssertUnwindSafe(run(request))
+                .catch_unwind()
                 .instrument(span)
                 .await;
-            deadline::answer(limit, timed)
+            unless_panicked(operation, answered)
+        }
+        None => {
+            let limit = options.request_timeout;
+            let timed = tokio::time::timeout(limit, AssertUnwindSafe(run(request)).catch_unwind())
+                .instrument(span)
+                .await;
+            deadline::answer(
+                limit,
+                timed.map(|answered| unless_panicked(operation, answered)),
+            )
         }
     };
     state.metrics.observe_request(
@@ -78,6 +93,29 @@ where
     );
     response
 }
+
+/// A call's answer, or, when its handler (or a component under it)
+/// panicked, Dapr's JSON error with 500 `ERR_INTERNAL`: the caller gets an
+/// answer instead of a reset connection, and the call is counted. The
+/// panic's message went to the log through the panic hook; it is not
+/// echoed to the caller.
+fn unless_panicked(
+    operation: &'static str,
+    answered: Result<Response, Box<dyn Any + Send>>,
+) -> Response {
+    answered.unwrap_or_else(|_| {
+        tracing::error!(operation, "An HTTP call's handler panicked; answered 500.");
+        HttpError::Api {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: PANICKED_CODE,
+            message: format!("{operation} failed: the sidecar's handler panicked"),
+        }
+        .into_response()
+    })
+}
+
+/// Dapr's error code of a call whose handler panicked.
+const PANICKED_CODE: &str = "ERR_INTERNAL";
 
 /// Whether `request` is a file upload (`PUT` on the file route), which is
 /// not bounded as a whole.
