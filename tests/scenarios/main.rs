@@ -34,6 +34,7 @@ mod resiliency_redis;
 mod secret_hygiene;
 mod slow_subscriber;
 mod start_concurrency;
+mod status_readiness;
 mod start_failure;
 mod start_order;
 mod story_apollo_instances;

@@ -8,6 +8,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 
+use crate::assembly_tasks::{guarded, Answer};
+
 use crate::component::{ComponentKey, Readiness};
 use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
 use crate::handle::resilience::BreakerStatus;
@@ -63,13 +65,25 @@ impl RunningSet {
         let generation = self.live.load_full();
         let mut statuses = Vec::with_capacity(components.len());
         for (key, running) in components.iter() {
-            let (state, reason) = match readiness.remove(key).unwrap_or(Err(())) {
-                Ok(Readiness::Ready) => ("ready", None),
-                Ok(Readiness::Degraded(reason)) => ("degraded", Some(redactor.scrub(&reason))),
-                Ok(Readiness::NotReady(reason)) => ("not_ready", Some(redactor.scrub(&reason))),
-                Err(()) => (
+            let answer = readiness.remove(key).unwrap_or(Answer::TimedOut);
+            let (state, reason) = match answer {
+                Answer::Answered(Ok(Readiness::Ready)) => ("ready", None),
+                Answer::Answered(Ok(Readiness::Degraded(reason))) => {
+                    ("degraded", Some(redactor.scrub(&reason)))
+                }
+                Answer::Answered(Ok(Readiness::NotReady(reason))) => {
+                    ("not_ready", Some(redactor.scrub(&reason)))
+                }
+                Answer::Answered(Err(never)) => {
+                    ("not_ready", Some(redactor.scrub(&never.to_string())))
+                }
+                Answer::TimedOut => (
                     "not_ready",
                     Some(format!("no readiness answer within {READINESS_TIMEOUT:?}")),
+                ),
+                Answer::Panicked(message) => (
+                    "not_ready",
+                    Some(format!("readiness panicked: {}", redactor.scrub(&message))),
                 ),
             };
             statuses.push(ComponentStatus {
@@ -97,16 +111,15 @@ impl RunningSet {
 }
 
 /// Every component's readiness, asked concurrently: the answer takes at
-/// most [`READINESS_TIMEOUT`] however many components are slow.
-async fn readiness_of(
-    components: &super::Components,
-) -> BTreeMap<ComponentKey, Result<Readiness, ()>> {
+/// most [`READINESS_TIMEOUT`] however many components are slow. Each is
+/// asked in a task of its own: a readiness that panics says so.
+async fn readiness_of(components: &super::Components) -> BTreeMap<ComponentKey, Answer<Readiness>> {
     let mut asked = JoinSet::new();
     for (key, running) in components {
         let (key, component) = (key.clone(), running.assembled.instance.component());
         asked.spawn(async move {
-            let answer = tokio::time::timeout(READINESS_TIMEOUT, component.readiness()).await;
-            (key, answer.map_err(|_| ()))
+            let ask = async move { Ok(component.readiness().await) };
+            (key, guarded(ask, READINESS_TIMEOUT).await)
         });
     }
     let mut answers = BTreeMap::new();
