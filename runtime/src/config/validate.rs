@@ -393,6 +393,10 @@ fn check_component(
             ));
         }
     }
+    if let Some(descriptions) = registry.submitted_twice(key.kind.as_str(), &spec.type_name) {
+        problems.push(Problem::component(key, submitted_twice(spec, descriptions)));
+        return;
+    }
     match descriptor {
         Some(descriptor) => {
             if let Err(err) = (descriptor.validate)(&spec.metadata, &injected_fields) {
@@ -487,6 +491,25 @@ fn key_problem(key: &ComponentKey, name: &str) -> Option<Problem> {
         ));
     }
     None
+}
+
+/// A type two linked crates (or two derives) register: which one serves
+/// would depend on link order.
+fn submitted_twice(spec: &ComponentSpec, descriptions: &[&str]) -> String {
+    let each = descriptions
+        .iter()
+        .map(|d| match d.is_empty() {
+            true => "(no description)".to_string(),
+            false => format!("\"{d}\""),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "type `{}` of kind `{}` is registered {} times in this binary ({each}): which one would serve depends on link order; give one another name (`#[component(type = \"…\")]`)",
+        spec.type_name,
+        spec.key.kind,
+        descriptions.len()
+    )
 }
 
 fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> String {

@@ -70,19 +70,51 @@ pub type ValidateMetadata = fn(&Map<String, Value>, &[String]) -> Result<(), Met
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     by_kind: BTreeMap<&'static str, BTreeMap<&'static str, ComponentDescriptor>>,
+    /// Types submitted more than once by linked crates: the descriptions
+    /// of every submission, by (kind, type).
+    submitted_twice: BTreeMap<(&'static str, &'static str), Vec<&'static str>>,
 }
 
 impl Registry {
-    /// Every descriptor submitted by a linked crate.
+    /// Every descriptor submitted by a linked crate. A (kind, type)
+    /// submitted more than once (two crates or two derives naming the same
+    /// type) is kept once and remembered: validation refuses a component of
+    /// that type, since which submission would serve depends on link order.
     pub fn collected() -> Self {
+        Self::submitted(inventory::iter::<ComponentDescriptor>.into_iter().copied())
+    }
+
+    /// A registry of `descriptors`, as linked crates submit them (see
+    /// [`Registry::collected`]).
+    pub fn submitted(descriptors: impl IntoIterator<Item = ComponentDescriptor>) -> Self {
         let mut registry = Self::default();
-        for descriptor in inventory::iter::<ComponentDescriptor> {
-            registry.register(*descriptor);
+        for descriptor in descriptors {
+            let (kind, type_name) = (descriptor.kind, descriptor.type_name);
+            if let Some(earlier) = registry.get(kind, type_name) {
+                let earlier = earlier.description;
+                registry
+                    .submitted_twice
+                    .entry((kind, type_name))
+                    .or_insert_with(|| vec![earlier])
+                    .push(descriptor.description);
+                continue;
+            }
+            registry.register(descriptor);
         }
         registry
     }
 
-    /// Adds (or replaces) a descriptor.
+    /// The descriptions of every submission of `type_name` in `kind`, when
+    /// linked crates submitted it more than once.
+    pub fn submitted_twice(&self, kind: &str, type_name: &str) -> Option<&[&'static str]> {
+        self.submitted_twice
+            .iter()
+            .find(|((k, t), _)| *k == kind && *t == type_name)
+            .map(|(_, descriptions)| descriptions.as_slice())
+    }
+
+    /// Adds (or replaces) a descriptor: the way to override a type on
+    /// purpose.
     pub fn register(&mut self, descriptor: ComponentDescriptor) {
         self.by_kind
             .entry(descriptor.kind)

@@ -402,3 +402,41 @@ fn validating_a_change_finds_what_validating_everything_finds() {
         .filter(|c| !reload_problems(RUNNING, c).is_empty());
     assert_eq!(invalid.count(), candidates.len() - 1);
 }
+
+#[test]
+fn a_type_two_crates_register_is_refused_where_it_is_used() {
+    let descriptor = |description: &'static str| ComponentDescriptor {
+        kind: "state",
+        type_name: "redis",
+        description,
+        example_metadata: "{}",
+        validate: none_validate,
+        build: unbuildable,
+        check_refs: None,
+        in_place: None,
+    };
+    let memory = ComponentDescriptor {
+        type_name: "memory",
+        ..descriptor("in memory")
+    };
+    let registry = Registry::submitted([descriptor("the built-in"), memory, descriptor("mine")]);
+    assert_eq!(
+        registry.submitted_twice("state", "redis"),
+        Some(&["the built-in", "mine"][..])
+    );
+    assert_eq!(registry.submitted_twice("state", "memory"), None);
+
+    let text = r#"{"components": {"state": {
+        "orders": {"type": "redis"}, "cache": {"type": "memory"}}}}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let problems = match validate(config, &registry) {
+        Ok(_) => panic!("a type registered twice was accepted"),
+        Err(problems) => problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with("state/orders: type `redis` of kind `state` is registered 2 times")
+            && problems[0].contains("\"the built-in\", \"mine\""),
+        "{problems:?}"
+    );
+}
