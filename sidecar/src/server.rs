@@ -25,6 +25,27 @@ pub struct ApiState {
     pub tls: ServingTls,
 }
 
+#[cfg(test)]
+impl ApiState {
+    /// The state of a runtime with no component and default options, for
+    /// unit tests of the handlers.
+    pub(crate) async fn empty() -> Self {
+        use rewire_runtime::config::{validate, Config};
+        use rewire_runtime::{Registry, RuntimeOptions};
+        let config =
+            validate(Config::default(), &Registry::default()).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self {
+            runtime,
+            options: Arc::new(ApiOptions::default()),
+            metrics: Arc::new(ApiMetrics::new()),
+            tls: ServingTls::default(),
+        }
+    }
+}
+
 /// Why the APIs could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

@@ -110,26 +110,11 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use rewire_runtime::config::{validate, Config};
-    use rewire_runtime::{Registry, Runtime, RuntimeOptions};
 
     use super::*;
-    use crate::{ApiMetrics, ApiOptions};
 
     async fn state() -> ApiState {
-        let config =
-            validate(Config::default(), &Registry::default()).unwrap_or_else(|p| panic!("{p}"));
-        let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        ApiState {
-            runtime,
-            options: Arc::new(ApiOptions::default()),
-            metrics: Arc::new(ApiMetrics::new()),
-            tls: crate::tls::ServingTls::default(),
-        }
+        ApiState::empty().await
     }
 
     #[tokio::test]

@@ -22,27 +22,13 @@ pub async fn get(State(state): State<ApiState>) -> impl IntoResponse {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use rewire_runtime::config::{validate, Config};
-    use rewire_runtime::{Registry, Runtime, RuntimeOptions};
 
     use super::*;
-    use crate::{ApiMetrics, ApiOptions};
 
     #[tokio::test]
     async fn metrics_are_served_as_the_openmetrics_text_they_are() {
-        let config =
-            validate(Config::default(), &Registry::default()).unwrap_or_else(|p| panic!("{p}"));
-        let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let state = ApiState {
-            runtime: runtime.clone(),
-            options: Arc::new(ApiOptions::default()),
-            metrics: Arc::new(ApiMetrics::new()),
-            tls: crate::tls::ServingTls::default(),
-        };
+        let state = ApiState::empty().await;
+        let runtime = state.runtime.clone();
         let response = get(State(state)).await.into_response();
         assert_eq!(
             response.headers()[CONTENT_TYPE],

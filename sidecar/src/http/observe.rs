@@ -178,12 +178,9 @@ mod tests {
 
     use axum::body::Body;
     use axum::http::StatusCode;
-    use rewire_runtime::config::{validate, Config};
-    use rewire_runtime::{Registry, Runtime, RuntimeOptions};
     use tower_service::Service;
 
     use super::*;
-    use crate::{ApiMetrics, ApiOptions};
 
     /// Every path the HTTP API declares (the string constants of
     /// `routes.rs`), as written there: a route added later is probed too.
@@ -210,17 +207,8 @@ mod tests {
 
     #[tokio::test]
     async fn every_routed_call_has_an_operation_name() {
-        let config =
-            validate(Config::default(), &Registry::default()).unwrap_or_else(|p| panic!("{p}"));
-        let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let state = ApiState {
-            runtime: runtime.clone(),
-            options: Arc::new(ApiOptions::default()),
-            metrics: Arc::new(ApiMetrics::new()),
-            tls: crate::tls::ServingTls::default(),
-        };
+        let state = ApiState::empty().await;
+        let runtime = state.runtime.clone();
         // The name the observing middleware gives each call.
         let named: Arc<Mutex<Option<&'static str>>> = Arc::default();
         let seen = named.clone();
