@@ -163,8 +163,18 @@ pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Probl
     });
     let mut components = BTreeMap::new();
     let has_components = raw.components.is_some();
+    // Where each component was declared: `pubsub` and `pub_subs` are one
+    // kind, so one name under both would otherwise replace the first
+    // declaration without a word.
+    let mut declared_under = BTreeMap::new();
     for (kind, named) in raw.components.into_iter().flatten() {
-        parse_kind(&kind, named, &mut components, &mut problems);
+        parse_kind(
+            &kind,
+            named,
+            &mut components,
+            &mut declared_under,
+            &mut problems,
+        );
     }
     let mut sections = Sections::default();
     match raw.resiliency.as_ref().map(Resiliency::decode).transpose() {
@@ -270,6 +280,7 @@ fn parse_kind(
     kind: &str,
     named: Value,
     components: &mut BTreeMap<ComponentKey, ComponentPatch>,
+    declared_under: &mut BTreeMap<ComponentKey, String>,
     problems: &mut Problems,
 ) {
     let Value::Object(named) = named else {
@@ -282,9 +293,27 @@ fn parse_kind(
         problems.push(Problem::file("components: a kind must not be empty"));
         return;
     }
+    let spelling = kind;
     let kind = Kind::parse(kind);
     for (name, body) in named {
         let key = ComponentKey::new(kind.clone(), &name);
+        if let Some(first) = declared_under.get(&key) {
+            // The kind's own spelling first, then the alias.
+            let (a, b) = if spelling == key.kind.as_str() {
+                (spelling, first.as_str())
+            } else {
+                (first.as_str(), spelling)
+            };
+            problems.push(Problem::component(
+                &key,
+                format!("declared twice (as components.{a} and components.{b})"),
+            ));
+            // Like any component with a structural problem, it is not
+            // validated further: which declaration is meant is unknown.
+            components.remove(&key);
+            continue;
+        }
+        declared_under.insert(key.clone(), spelling.to_string());
         if name.is_empty() || name.contains('/') {
             problems.push(Problem::component(
                 &key,
