@@ -40,6 +40,7 @@ mod api_redis_cluster;
 mod api_request_errors;
 mod api_request_limits;
 mod api_state_bytes;
+mod api_state_key_separator;
 mod dapr_python_sdk;
 mod layotto_grpc;
 mod layotto_grpc_backends;

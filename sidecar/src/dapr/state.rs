@@ -90,12 +90,12 @@ pub enum StateOpError {
         source: StateError,
     },
     /// A key Dapr refuses (empty, or with its `||` separator).
-    #[error("{problem} (item {index} of the request to state store `{store}`)")]
+    #[error("{problem} ({})", key_place(*.index, .store))]
     InvalidKey {
         /// The store.
         store: String,
-        /// The item's index in the request.
-        index: usize,
+        /// The item's index in the request (`None` for a one-key request).
+        index: Option<usize>,
         /// What is wrong, in Dapr's wording.
         problem: String,
     },
@@ -159,6 +159,7 @@ pub struct StateOps<'n> {
 impl StateOps<'_> {
     /// The value and etag of one key (`None` when absent).
     pub async fn get(&self, request: GetRequest) -> Result<Option<StateEntry>, StateOpError> {
+        self.check_single_key(&request.key)?;
         let key = request.key.clone();
         let store = &self.store;
         self.call
@@ -269,9 +270,25 @@ impl StateOps<'_> {
             None => Ok(()),
             Some(problem) => Err(StateOpError::InvalidKey {
                 store: self.name.to_owned(),
-                index,
+                index: Some(index),
                 problem,
             }),
+        }
+    }
+
+    /// Checks the one key of a get or delete: Dapr refuses its `||`
+    /// separator there too, so a key can never reach another app's keys,
+    /// a lock (`lock||{appId}||…`) or a sequencer (`sequencer|||…`) sharing
+    /// the store's server. (An empty key is left to the store, as Dapr
+    /// leaves it.)
+    fn check_single_key(&self, key: &str) -> Result<(), StateOpError> {
+        match key_problem(key) {
+            Some(problem) if !key.is_empty() => Err(StateOpError::InvalidKey {
+                store: self.name.to_owned(),
+                index: None,
+                problem,
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -330,6 +347,7 @@ impl StateOps<'_> {
 
     /// Deletes one key (at its etag, when given).
     pub async fn delete(&self, request: DeleteRequest) -> Result<(), StateOpError> {
+        self.check_single_key(&request.key)?;
         let key = request.key.clone();
         let store = &self.store;
         self.call
@@ -388,6 +406,15 @@ fn key_problem(key: &str) -> Option<String> {
         Some(format!("input key `{key}` can't contain `||`"))
     } else {
         None
+    }
+}
+
+/// Where a refused key is, for its error: the item of a request holding
+/// several, or the request's one key.
+fn key_place(index: Option<usize>, store: &str) -> String {
+    match index {
+        Some(index) => format!("item {index} of the request to state store `{store}`"),
+        None => format!("state store `{store}`"),
     }
 }
 

@@ -1,0 +1,151 @@
+//! A get or delete of one key holding Dapr's `||` separator is refused, as
+//! Dapr refuses it (its keys are `{appId}||{key}`; locks share a server
+//! as `lock||{appId}||{resource}`, sequencers as `sequencer|||{key}`): a
+//! 400 `ERR_MALFORMED_REQUEST` over HTTP (the GET's hot path and its
+//! router alike, and DELETE), `INVALID_ARGUMENT` over gRPC (the hot path
+//! and tonic alike, Dapr's and Layotto's front doors).
+
+use crate::support::grpc;
+use crate::support::sidecar;
+
+use grpc::dapr::{DeleteStateRequest, GetStateRequest};
+use grpc::layotto;
+use layotto::runtime_client::RuntimeClient;
+use reqwest::StatusCode;
+use rewire::sidecar::ApiOptions;
+use serde_json::Value;
+use sidecar::Sidecar;
+use tonic::{Code, Request};
+
+const CONFIG: &str =
+    r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;
+
+/// Another app's lock and a sequencer's counter, as a state key.
+const KEYS: [&str; 2] = ["lock||other-app||order-1", "sequencer|||k"];
+
+/// `message`, sent through tonic when `through_tonic` (else the hot path).
+fn request<T>(message: T, through_tonic: bool) -> Request<T> {
+    let mut request = Request::new(message);
+    if through_tonic {
+        let identity = "identity".parse().expect("encoding");
+        request.metadata_mut().insert("grpc-encoding", identity);
+    }
+    request
+}
+
+async fn refused_as_malformed(response: reqwest::Response, what: &str) {
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{what}");
+    let body: Value = response.json().await.expect("a JSON error");
+    assert_eq!(body["errorCode"], "ERR_MALFORMED_REQUEST", "{what}: {body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("can't contain `||`"), "{what}: {body}");
+}
+
+#[tokio::test]
+async fn http_get_and_delete_refuse_a_key_with_the_separator() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let base = sidecar.http_url();
+    let client = reqwest::Client::new();
+    for key in KEYS {
+        let encoded = key.replace('|', "%7C");
+        // Plain: the GET's hot path; percent-encoded: the router.
+        for path in [key.to_string(), encoded.clone()] {
+            let url = format!("{base}/v1.0/state/orders/{path}");
+            let response = client.get(&url).send().await.unwrap();
+            refused_as_malformed(response, &format!("GET {path}")).await;
+            let response = client.delete(&url).send().await.unwrap();
+            refused_as_malformed(response, &format!("DELETE {path}")).await;
+        }
+    }
+    // A key without the separator is still read and deleted.
+    let url = format!("{base}/v1.0/state/orders/a|b");
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let response = client.delete(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_get_and_delete_refuse_a_key_with_the_separator() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut layotto = RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await);
+    for key in KEYS {
+        for through_tonic in [false, true] {
+            let how = if through_tonic { "tonic" } else { "hot path" };
+            let get = GetStateRequest {
+                store_name: "orders".into(),
+                key: key.into(),
+                ..GetStateRequest::default()
+            };
+            let status = dapr
+                .get_state(request(get, through_tonic))
+                .await
+                .expect_err("GetState of a key with `||`");
+            assert_eq!(status.code(), Code::InvalidArgument, "GetState, {how}");
+            assert!(
+                status.message().contains("can't contain `||`"),
+                "{status:?}"
+            );
+
+            let delete = DeleteStateRequest {
+                store_name: "orders".into(),
+                key: key.into(),
+                ..DeleteStateRequest::default()
+            };
+            let status = dapr
+                .delete_state(request(delete, through_tonic))
+                .await
+                .expect_err("DeleteState of a key with `||`");
+            assert_eq!(status.code(), Code::InvalidArgument, "DeleteState, {how}");
+
+            let get = layotto::GetStateRequest {
+                store_name: "orders".into(),
+                key: key.into(),
+                ..layotto::GetStateRequest::default()
+            };
+            let status = layotto
+                .get_state(request(get, through_tonic))
+                .await
+                .expect_err("Layotto GetState of a key with `||`");
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "Layotto GetState, {how}"
+            );
+
+            let delete = layotto::DeleteStateRequest {
+                store_name: "orders".into(),
+                key: key.into(),
+                ..layotto::DeleteStateRequest::default()
+            };
+            let status = layotto
+                .delete_state(request(delete, through_tonic))
+                .await
+                .expect_err("Layotto DeleteState of a key with `||`");
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "Layotto DeleteState, {how}"
+            );
+        }
+        let bulk = layotto::DeleteBulkStateRequest {
+            store_name: "orders".into(),
+            states: vec![layotto::StateItem {
+                key: key.into(),
+                ..layotto::StateItem::default()
+            }],
+        };
+        let status = layotto
+            .delete_bulk_state(bulk)
+            .await
+            .expect_err("Layotto DeleteBulkState of a key with `||`");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "Layotto DeleteBulkState"
+        );
+    }
+    sidecar.stop().await;
+}
