@@ -334,3 +334,167 @@ async fn a_grpc_app_gets_events_through_app_callback() {
     stop.cancel();
     sidecar.stop().await;
 }
+
+/// An app serving Dapr's `AppCallback` with the subscriptions it is given:
+/// every event is recorded; one on the path `/drop` is answered DROP, one
+/// on `/unimplemented` with the status `UNIMPLEMENTED`, any other SUCCESS.
+struct ListingApp {
+    subscriptions: Vec<dapr::TopicSubscription>,
+    events: tokio::sync::mpsc::UnboundedSender<dapr::TopicEventRequest>,
+}
+
+#[tonic::async_trait]
+impl dapr::app_callback_server::AppCallback for ListingApp {
+    async fn list_topic_subscriptions(
+        &self,
+        _: tonic::Request<()>,
+    ) -> Result<tonic::Response<dapr::ListTopicSubscriptionsResponse>, tonic::Status> {
+        Ok(tonic::Response::new(dapr::ListTopicSubscriptionsResponse {
+            subscriptions: self.subscriptions.clone(),
+        }))
+    }
+
+    async fn on_topic_event(
+        &self,
+        request: tonic::Request<dapr::TopicEventRequest>,
+    ) -> Result<tonic::Response<dapr::TopicEventResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let path = request.path.clone();
+        let _ = self.events.send(request);
+        let status = match path.as_str() {
+            "/unimplemented" => return Err(tonic::Status::unimplemented("no handler")),
+            "/drop" => Status::Drop,
+            _ => Status::Success,
+        };
+        Ok(tonic::Response::new(dapr::TopicEventResponse {
+            status: status as i32,
+        }))
+    }
+}
+
+fn app_subscription(
+    topic: &str,
+    routes: Option<dapr::TopicRoutes>,
+    dead_letter_topic: &str,
+) -> dapr::TopicSubscription {
+    dapr::TopicSubscription {
+        pubsub_name: "pubsub".into(),
+        topic: topic.into(),
+        routes,
+        dead_letter_topic: dead_letter_topic.into(),
+        ..Default::default()
+    }
+}
+
+fn default_route(path: &str) -> Option<dapr::TopicRoutes> {
+    Some(dapr::TopicRoutes {
+        rules: Vec::new(),
+        default: path.into(),
+    })
+}
+
+/// A sidecar on [`CONFIG`] delivering to a gRPC app listing
+/// `subscriptions`, once every one of them is subscribed; the app's
+/// events, and what stops the deliveries.
+async fn with_grpc_app(
+    subscriptions: Vec<dapr::TopicSubscription>,
+) -> (
+    Sidecar,
+    tokio::sync::mpsc::UnboundedReceiver<dapr::TopicEventRequest>,
+    tokio_util::sync::CancellationToken,
+) {
+    use rewire::sidecar::app::{serve_app, AppChannel, AppProtocol};
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let (events, received) = tokio::sync::mpsc::unbounded_channel();
+    let count = subscriptions.len();
+    let app = ListingApp {
+        subscriptions,
+        events,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(dapr::app_callback_server::AppCallbackServer::new(app))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let channel = AppChannel::local(port).with_protocol(AppProtocol::Grpc);
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    let ids: Vec<String> = (0..count).map(|i| format!("app#{i}")).collect();
+    tokio::time::timeout(
+        grpc::PATIENCE,
+        service
+            .subscribed
+            .wait_for(|running| ids.iter().all(|id| running.contains(id))),
+    )
+    .await
+    .expect("subscribed within the patience")
+    .expect("service alive");
+    (sidecar, received, stop)
+}
+
+async fn next_app_event(
+    received: &mut tokio::sync::mpsc::UnboundedReceiver<dapr::TopicEventRequest>,
+) -> dapr::TopicEventRequest {
+    tokio::time::timeout(grpc::PATIENCE, received.recv())
+        .await
+        .expect("an event within the patience")
+        .expect("app alive")
+}
+
+#[tokio::test]
+async fn a_grpc_subscription_without_routes_delivers_to_the_default_path() {
+    // What the SDKs send for a handler with no rule: `routes` absent
+    // (Python's `@app.subscribe`), or present and empty (Go's).
+    let (sidecar, mut received, stop) = with_grpc_app(vec![
+        app_subscription("absent", None, ""),
+        app_subscription("empty", Some(dapr::TopicRoutes::default()), ""),
+    ])
+    .await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    for topic in ["absent", "empty"] {
+        client
+            .publish_event(publish(topic, topic.as_bytes(), "text/plain"))
+            .await
+            .expect("published");
+        let event = next_app_event(&mut received).await;
+        assert_eq!(
+            (
+                event.topic.as_str(),
+                event.path.as_str(),
+                event.data.as_slice()
+            ),
+            (topic, "", topic.as_bytes())
+        );
+    }
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn an_unimplemented_on_topic_event_drops_the_event_at_once() {
+    let (sidecar, mut received, stop) = with_grpc_app(vec![
+        app_subscription("orders", default_route("/unimplemented"), "dead"),
+        app_subscription("dead", default_route("/dead"), ""),
+    ])
+    .await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    client
+        .publish_event(publish("orders", b"unhandled", "text/plain"))
+        .await
+        .expect("published");
+    // Dropped (so dead-lettered) after one call, not retried.
+    let mut calls = 0;
+    loop {
+        let event = next_app_event(&mut received).await;
+        match event.path.as_str() {
+            "/unimplemented" => calls += 1,
+            "/dead" => break,
+            other => panic!("unexpected path {other}"),
+        }
+    }
+    assert_eq!(calls, 1);
+    stop.cancel();
+    sidecar.stop().await;
+}

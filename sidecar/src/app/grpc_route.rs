@@ -65,6 +65,12 @@ pub(super) async fn on_topic_event(
             Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
             _ => DeliveryOutcome::Retry,
         },
+        // As Dapr: an app that does not implement the call drops the
+        // event (retrying it would not help).
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::warn!(id = %event.id, message = status.message(), "The app does not implement OnTopicEvent; the event is dropped.");
+            DeliveryOutcome::Drop
+        }
         Err(status) => {
             tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
             DeliveryOutcome::Retry
@@ -95,6 +101,12 @@ pub(super) async fn ask_app(client: &AppCallbackClient<Channel>) -> Vec<AppSubsc
                     default: Some(r.default),
                 });
                 let routes = match SubscriptionRoutes::from_dapr(None, routes) {
+                    // As Dapr: with no rule and no default (`routes`
+                    // absent, or empty as the SDKs send it), every event
+                    // goes to the default route, the path "".
+                    Ok(routes) if routes.rules.is_empty() && routes.default.is_none() => {
+                        SubscriptionRoutes::single("")
+                    }
                     Ok(routes) => routes,
                     Err(err) => {
                         tracing::warn!(pubsub = %s.pubsub_name, topic = %s.topic, error = %err, "An app subscription's routes are malformed; it is not taken.");
