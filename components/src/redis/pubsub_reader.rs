@@ -77,6 +77,9 @@ impl Reader {
                 if last_reclaim.elapsed() >= every && !gate_closed {
                     last_reclaim = tokio::time::Instant::now();
                     if let Err(err) = self.reclaim(&in_flight, &tunables).await {
+                        if self.group_recreated(&err).await {
+                            continue;
+                        }
                         warn!(component = %self.connected.label, topic = %self.topic, error = %self.connected.describe(&err), "Reclaiming pending entries failed.");
                     }
                 }
@@ -94,6 +97,7 @@ impl Reader {
                     backoff.reset();
                     entries
                 }
+                Err(err) if self.group_recreated(&err).await => continue,
                 Err(err) => {
                     let wait = backoff.next_wait();
                     warn!(component = %self.connected.label, topic = %self.topic, error = %self.connected.describe(&err), ?wait, "Reading the stream failed; retrying.");
@@ -116,6 +120,26 @@ impl Reader {
         tokio::select! {
             _ = in_flight.acquire_many(all) => {}
             () = self.feed.stopped() => {}
+        }
+    }
+
+    /// When `err` says the consumer group is gone (`NOGROUP`: the server
+    /// restarted without its data, or a replica without the group took
+    /// over, while publishes re-create the stream), creates it again at the
+    /// start of the stream, as Dapr does. True when it was re-created.
+    async fn group_recreated(&mut self, err: &RedisError) -> bool {
+        if err.code() != Some("NOGROUP") {
+            return false;
+        }
+        match ensure_group(&mut self.reading, &self.topic, &self.connected.group).await {
+            Ok(()) => {
+                warn!(component = %self.connected.label, topic = %self.topic, group = %self.connected.group, "The consumer group was gone (server restarted without its data, or failed over); created it again.");
+                true
+            }
+            Err(err) => {
+                warn!(component = %self.connected.label, topic = %self.topic, error = %self.connected.describe(&err), "Creating the lost consumer group again failed.");
+                false
+            }
         }
     }
 

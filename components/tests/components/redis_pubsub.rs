@@ -131,3 +131,61 @@ async fn bad_tunables_name_the_field() {
         "{err}"
     );
 }
+
+/// The next delivery within `limit`, settled `outcome`.
+async fn next_within(
+    sub: &mut PubSubSubscription,
+    limit: std::time::Duration,
+    outcome: DeliveryOutcome,
+) -> String {
+    let delivery = tokio::time::timeout(limit, sub.deliveries.recv())
+        .await
+        .unwrap_or_else(|_| panic!("no delivery within {limit:?}"))
+        .expect("subscription open");
+    let text = String::from_utf8_lossy(&delivery.message.data).to_string();
+    delivery.settle(outcome);
+    text
+}
+
+/// Publishes `data` until the broker takes it (a restarted server may
+/// refuse the first commands while the connection comes back).
+async fn publish_until_taken(broker: &Arc<dyn PubSub>, topic: &str, data: &str) {
+    let mut last = None;
+    for _ in 0..100 {
+        match broker.publish(publish(topic, data)).await {
+            Ok(()) => return,
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("publish never taken: {last:?}");
+}
+
+#[tokio::test]
+async fn a_restart_that_lost_the_group_recreates_it_and_delivers_new_publishes() {
+    let mut server = RedisServer::start().await;
+    let broker = broker(json!({"redisHost": server.addr(), "consumerID": "app"})).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "before"))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_text(&mut sub, DeliveryOutcome::Success).await,
+        "before"
+    );
+    // The test server keeps nothing on disk: the stream and the group are
+    // gone after the restart, and the next XADD makes a stream without
+    // the group.
+    server.restart().await;
+    publish_until_taken(&broker, "orders", "after").await;
+    assert_eq!(
+        next_within(
+            &mut sub,
+            std::time::Duration::from_secs(30),
+            DeliveryOutcome::Success
+        )
+        .await,
+        "after"
+    );
+}
