@@ -82,6 +82,16 @@ pub fn parse_patch(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
     problems.into_result(patch)
 }
 
+/// Parses an overlay document: the `components` of a configuration, every
+/// part optional (see [`parse_patch`]). Any other top-level section
+/// (`appId`, `overlay`, `resiliency`, `subscriptions`, `tracing`, a
+/// Layotto file's `servers`...) is refused, naming it: an overlay
+/// overrides components only, and would otherwise be ignored silently.
+pub(crate) fn parse_overlay(bytes: &[u8]) -> Result<ConfigPatch, Problems> {
+    let (patch, problems) = parse_patch_collecting_as(bytes, Document::Overlay)?;
+    problems.into_result(patch)
+}
+
 /// Parses and validates a configuration document, reporting every problem
 /// in one pass: the structural ones of the components that did not parse,
 /// then the validation problems of the rest (a reference to a component
@@ -133,7 +143,39 @@ impl ValidConfig {
 /// top-level shape) are `Err`; component problems come back beside the
 /// components that parsed.
 pub(super) fn parse_patch_collecting(bytes: &[u8]) -> Result<(ConfigPatch, Problems), Problems> {
+    parse_patch_collecting_as(bytes, Document::Config)
+}
+
+/// What a document is read as.
+#[derive(Clone, Copy, PartialEq)]
+enum Document {
+    /// A configuration file (or a patch of one).
+    Config,
+    /// An overlay: `components` only.
+    Overlay,
+}
+
+fn parse_patch_collecting_as(
+    bytes: &[u8],
+    what: Document,
+) -> Result<(ConfigPatch, Problems), Problems> {
     let mut document = parse_document(bytes)?;
+    if what == Document::Overlay {
+        let others: Vec<Problem> = document
+            .keys()
+            .filter(|key| *key != "components")
+            .map(|key| {
+                Problem::file(format!(
+                    "`{}` is not read from an overlay: an overlay holds only `components` \
+                     (set it in the configuration file)",
+                    key.escape_debug()
+                ))
+            })
+            .collect();
+        if !others.is_empty() {
+            return Err(Problems(others));
+        }
+    }
     let mut problems = Problems::default();
     if layotto_file::is_layotto(&document) {
         let converted = layotto_file::convert(&document).map_err(|p| Problems(vec![p]))?;

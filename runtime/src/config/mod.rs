@@ -26,7 +26,7 @@ pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
 pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
 pub use load::dapr_manifest::{MAX_MANIFEST_BYTES, MAX_MANIFEST_FILES};
-pub(crate) use load::{folder_of, read_config_bytes};
+pub(crate) use load::{folder_of, parse_overlay, read_config_bytes};
 pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};
 pub use model::{ComponentRef, ComponentSpec, Config, ConfigurationRef, OverlaySpec, SecretRef};
 pub use patch::{ComponentPatch, ConfigPatch};

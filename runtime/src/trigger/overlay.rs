@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::TriggerContext;
 use crate::component::{ComponentKey, Kind};
-use crate::config::{parse_patch, ConfigPatch, LayerChange, OverlaySpec};
+use crate::config::{parse_overlay, ConfigPatch, LayerChange, OverlaySpec};
 use crate::handle::{ConfigStoreHandle, LiveGeneration};
 use crate::kinds::ConfigQuery;
 use crate::reload::{ReloadRequest, Trigger};
@@ -70,15 +70,28 @@ pub(crate) async fn read_overlay(
         .get(&ConfigQuery::keys([common.clone(), app.clone()]))
         .await
         .map_err(|e| format!("overlay store `{}`: {e}", spec.store))?;
-    let parse_key = |key: &str| -> Result<Option<ConfigPatch>, String> {
-        match items.iter().find(|i| i.key == key).map(|i| i.value.trim()) {
-            None | Some("") => Ok(None),
-            Some(text) => parse_patch(text.as_bytes())
-                .map(Some)
-                .map_err(|problems| format!("overlay key `{key}`:\n{problems}")),
-        }
+    let parse_key = |key: &str| {
+        parse_document(
+            key,
+            items
+                .iter()
+                .find(|i| i.key == key)
+                .map(|i| i.value.as_str()),
+        )
     };
     Ok((parse_key(&common)?, parse_key(&app)?))
+}
+
+/// The overlay document `text` read from `key`: `None` when absent or
+/// empty; an error names the key and every problem (a section other than
+/// `components` included: an overlay overrides components only).
+fn parse_document(key: &str, text: Option<&str>) -> Result<Option<ConfigPatch>, String> {
+    match text.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => parse_overlay(text.as_bytes())
+            .map(Some)
+            .map_err(|problems| format!("overlay key `{key}`:\n{problems}")),
+    }
 }
 
 /// Watches the overlay keys until `round` ends: every change that differs
@@ -171,5 +184,34 @@ mod tests {
         assert!(tried.other_sent(&documents(2)), "reverting is news");
         assert!(!tried.other_sent(&documents(1)));
         assert!(!OverlayTried::default().other_sent(&documents(1)));
+    }
+
+    #[test]
+    fn an_overlay_holds_components_only() {
+        let components = r#""components": {"state": {"s": {"metadata": {"ttl": 1}}}}"#;
+        let read = parse_document("rewire.components", Some(&format!("{{{components}}}")));
+        assert_eq!(read, Ok(documents(1).0));
+        assert_eq!(parse_document("k", Some("  ")), Ok(None));
+        assert_eq!(parse_document("k", None), Ok(None));
+        for section in [
+            r#""appId": "other""#,
+            r#""resiliency": {}"#,
+            r#""subscriptions": []"#,
+            r#""overlay": {"store": "s", "key": "k"}"#,
+            r#""tracing": {}"#,
+        ] {
+            let name = section.split('"').nth(1).unwrap_or_default();
+            let text = format!("{{{section}, {components}}}");
+            let err = parse_document("rewire.components.shop", Some(&text))
+                .expect_err("a section other than components is refused");
+            assert_eq!(
+                err,
+                format!(
+                    "overlay key `rewire.components.shop`:\n`{name}` is not read from an \
+                     overlay: an overlay holds only `components` (set it in the configuration file)"
+                ),
+                "{section}"
+            );
+        }
     }
 }
