@@ -214,6 +214,27 @@ impl EtcdSettings {
             .collect()
     }
 
+    /// The limit on connecting in all (logging in, the first read): a
+    /// member that does not answer holds a request for `dialTimeout`
+    /// before the next one is asked, so every member gets its own
+    /// `dialTimeout`, and one more is left for the member that answers.
+    /// Within `dialTimeout` in all, a first listed member that hangs would
+    /// use it up, and connecting would never get past it.
+    pub fn connect_limit(&self) -> Duration {
+        let members = u32::try_from(self.endpoints.len()).unwrap_or(u32::MAX);
+        self.dial.saturating_mul(members.saturating_add(1))
+    }
+
+    /// Why connecting did not end within [`connect_limit`](Self::connect_limit).
+    pub fn connect_timed_out(&self) -> String {
+        format!(
+            "no answer within {:?} (`dialTimeout` {:?} for each of {} members, and once more)",
+            self.connect_limit(),
+            self.dial,
+            self.endpoints.len()
+        )
+    }
+
     /// `text` with the password (if any) masked, for errors and logs.
     pub fn scrub(&self, text: &str) -> String {
         match &self.credentials {

@@ -85,7 +85,10 @@
 //! cluster ends it instead of going silent, and a member that hangs is
 //! found out by the connection's keep-alive ping (every 10 s, answer
 //! within `dialTimeout`). The watch then resumes on the next member from
-//! the last revision seen + 1, as above.
+//! the last revision seen + 1, as above. Starting, too, moves past a
+//! member that does not answer: init (logging in, the first read) may
+//! take `dialTimeout` × (members + 1), so a first listed member that hangs
+//! does not use up the time the next one needs.
 //!
 //! When no member answers, the store keeps the last values: reads that
 //! find no member are answered from the watch's copy of the prefix,

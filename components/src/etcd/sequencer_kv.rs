@@ -23,8 +23,10 @@ impl std::fmt::Debug for EtcdCounters {
 }
 
 impl EtcdCounters {
-    /// Connects within `dialTimeout` (also the limit on each request),
-    /// with the store's credentials and TLS settings.
+    /// Connects (logging in, when a user is set) within `dialTimeout` per
+    /// member (see [`EtcdSettings::connect_limit`]); `dialTimeout` is also
+    /// the limit on each request. With the store's credentials and TLS
+    /// settings.
     pub async fn connect(settings: &EtcdSettings) -> Result<Self, String> {
         let options = ConnectOptions {
             connect_timeout: settings.dial,
@@ -42,10 +44,10 @@ impl EtcdCounters {
         };
         let urls = settings.urls();
         let connect = Client::connect(&urls, options);
-        let client = match tokio::time::timeout(settings.dial, connect).await {
+        let client = match tokio::time::timeout(settings.connect_limit(), connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(err)) => return Err(settings.scrub(&err.to_string())),
-            Err(_) => return Err(format!("no answer within {:?}", settings.dial)),
+            Err(_) => return Err(settings.connect_timed_out()),
         };
         let counters = Self {
             client,

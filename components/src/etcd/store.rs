@@ -302,15 +302,16 @@ impl Component for EtcdConfigStore {
         let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
         let layout = KeyLayout::new(settings.key_prefix.clone());
         let hub = Arc::new(SubscriptionHub::default());
-        let joined = tokio::time::timeout(settings.dial, Self::join(&settings, cx, &hub)).await;
+        let limit = settings.connect_limit();
+        let joined = tokio::time::timeout(limit, Self::join(&settings, cx, &hub)).await;
         let membership = match joined {
             Ok(Ok(joined)) => joined,
             Ok(Err(err)) => return Err(init_error(&settings, &err)),
             Err(_) => {
                 return Err(ComponentError::new(format!(
-                    "etcd at {} (`endpoints`): no answer within {:?} (`dialTimeout`)",
+                    "etcd at {} (`endpoints`): {}",
                     settings.endpoints_text(),
-                    settings.dial
+                    settings.connect_timed_out()
                 )))
             }
         };

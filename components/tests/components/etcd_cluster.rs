@@ -65,3 +65,31 @@ async fn a_hung_member_is_left_for_another_by_requests_and_the_watch() {
     cluster.resume(follower);
     store.close().await.expect("close");
 }
+
+/// The first listed member hangs before the store starts: the login (none
+/// here) and the first read time out on it (`dialTimeout`) and are made on
+/// the next member, so init succeeds instead of running out of its time
+/// on the first member alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_succeeds_when_the_first_listed_member_hangs_from_the_start() {
+    let cluster = EtcdCluster::start(3).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    cluster.put("/svc/k", "1").await;
+    cluster.pause(follower);
+    let metadata = json!({
+        "endpoints": cluster.endpoints_from(follower), "keyPrefix": "/svc/",
+        "dialTimeout": "1s", "watchRetryMs": 100
+    });
+    let started = tokio::time::timeout(PATIENCE, common::start("config_store", "etcd", metadata))
+        .await
+        .expect("init hung");
+    cluster.resume(follower);
+    let store = match started {
+        Ok(Instance::ConfigStore(store)) => store,
+        other => panic!("start with the first member hung: {other:?}"),
+    };
+    let read = store.get(&ConfigQuery::keys(["k"])).await.expect("read");
+    assert_eq!(values_of(&read, "k"), vec!["1"], "{}", show(&read));
+    store.close().await.expect("close");
+}

@@ -51,3 +51,43 @@ async fn an_unreachable_cluster_fails_init_naming_endpoints() {
         .unwrap_err();
     assert!(err.contains("`endpoints`"), "{err}");
 }
+
+const ROOT_PASSWORD: &str = "s3cret-root-pw";
+
+fn next(key: &str) -> NextIdRequest {
+    NextIdRequest {
+        key: key.into(),
+        increment: Increment::Strong,
+        ..NextIdRequest::default()
+    }
+}
+
+/// With a user set, the sequencer logs in when it starts: the login times
+/// out on a first listed member that hangs (`dialTimeout`) and is made on
+/// the next one, within init's limit (a `dialTimeout` per member).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_logs_in_past_a_first_listed_member_that_hangs() {
+    let cluster = testkit::etcd_cluster::EtcdCluster::start(3).await;
+    let follower = (cluster.leader().await + 1) % 3;
+    let root = cluster.client().await;
+    root.user_add("root", ROOT_PASSWORD).await.unwrap();
+    root.user_grant_role("root", "root").await.unwrap();
+    root.auth_enable().await.unwrap();
+    cluster.pause(follower);
+    let metadata = json!({
+        "endpoints": cluster.endpoints_from(follower), "keyPrefix": "/ids/",
+        "username": "root", "password": ROOT_PASSWORD, "dialTimeout": "1s"
+    });
+    let started = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        crate::common::start("sequencer", "etcd", metadata),
+    )
+    .await
+    .expect("init hung");
+    cluster.resume(follower);
+    let sequencer = match started {
+        Ok(rewire_runtime::Instance::Sequencer(sequencer)) => sequencer,
+        other => panic!("start with the first member hung: {other:?}"),
+    };
+    assert_eq!(sequencer.get_next_id(next("orders")).await, Ok(1));
+}
