@@ -14,9 +14,10 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::error::Error;
 use crate::pb::{
     auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
-    AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest, AuthenticateRequest,
-    CompactionRequest, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthUserAddRequest,
+    AuthUserGrantRoleRequest, AuthenticateRequest, CompactionRequest, DeleteRangeRequest,
+    DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest,
+    StatusResponse, TxnRequest, TxnResponse,
 };
 
 /// The channel with the auth token attached to every request.
@@ -491,6 +492,36 @@ impl Client {
         self.call(|s| {
             let request = request.clone();
             async move { AuthClient::new(s).user_grant_role(request).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Adds role `name`, with no permission.
+    pub async fn role_add(&self, name: &str) -> Result<(), Error> {
+        let request = AuthRoleAddRequest { name: name.into() };
+        self.call(|s| {
+            let request = request.clone();
+            async move { AuthClient::new(s).role_add(request).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Lets `role` read and write the keys starting with `prefix`.
+    pub async fn role_grant_prefix(&self, role: &str, prefix: &str) -> Result<(), Error> {
+        let (key, range_end) = prefix_range(prefix.as_bytes().to_vec());
+        let request = AuthRoleGrantPermissionRequest {
+            name: role.into(),
+            perm: Some(crate::pb::authpb::Permission {
+                perm_type: crate::pb::authpb::permission::Type::Readwrite as i32,
+                key,
+                range_end,
+            }),
+        };
+        self.call(|s| {
+            let request = request.clone();
+            async move { AuthClient::new(s).role_grant_permission(request).await }
         })
         .await
         .map(drop)

@@ -53,7 +53,14 @@ impl EtcdCounters {
             client,
             settings: settings.clone(),
         };
-        counters.read("sequencer-probe").await?;
+        // Under the prefix: a user whose role covers only `keyPrefix` may
+        // read it.
+        let probe = format!("{}sequencer-probe", settings.key_prefix);
+        counters
+            .client
+            .get(probe)
+            .await
+            .map_err(|err| counters.settings.scrub(&err.to_string()))?;
         Ok(counters)
     }
 

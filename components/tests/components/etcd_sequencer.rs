@@ -91,3 +91,29 @@ async fn a_user_logs_in_past_a_first_listed_member_that_hangs() {
     };
     assert_eq!(sequencer.get_next_id(next("orders")).await, Ok(1));
 }
+
+/// A user whose role may use only `keyPrefix` starts the sequencer (its
+/// start-up probe reads under the prefix) and takes ids.
+#[tokio::test]
+async fn a_user_allowed_only_the_key_prefix_starts_and_takes_ids() {
+    let mut server = EtcdServer::start().await;
+    server.enable_auth(ROOT_PASSWORD).await;
+    let root = server.client().await;
+    root.role_add("ids-only").await.unwrap();
+    root.role_grant_prefix("ids-only", "/ids/").await.unwrap();
+    root.user_add("seq", "seq-pw-1").await.unwrap();
+    root.user_grant_role("seq", "ids-only").await.unwrap();
+    let metadata = json!({
+        "endpoints": server.endpoint(), "keyPrefix": "/ids/",
+        "username": "seq", "password": "seq-pw-1", "dialTimeout": "2s"
+    });
+    let sequencer = match crate::common::start("sequencer", "etcd", metadata).await {
+        Ok(rewire_runtime::Instance::Sequencer(sequencer)) => sequencer,
+        other => panic!("start as a user allowed only /ids/: {other:?}"),
+    };
+    assert_eq!(sequencer.get_next_id(next("orders")).await, Ok(1));
+    assert_eq!(
+        server.value("/ids/sequencer|||orders").await.as_deref(),
+        Some("1")
+    );
+}
