@@ -8,10 +8,12 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
-use super::metadata::{RedisMetadata, RedisType};
+use super::metadata::{parse_addresses, RedisMetadata, RedisType};
+use crate::redacted::shown_addresses;
 use crate::tls::PemSource;
 
 /// `processingTimeout` when none is given (Dapr's).
@@ -31,7 +33,10 @@ pub const MAX_DEPTH: usize = 10_000;
 #[serde(rename_all = "camelCase")]
 pub struct RedisPubSubMetadata {
     /// `host:port` of the server (with `failover`: the sentinels; with
-    /// `redisType: cluster`: seed nodes of the cluster).
+    /// `redisType: cluster`: seed nodes of the cluster). Checked as it is
+    /// decoded, as the state store's: credentials written in it are refused
+    /// and never echoed.
+    #[serde(deserialize_with = "deserialize_host")]
     pub redis_host: String,
     /// `node` (default) or `cluster`, as Dapr's `redisType`.
     #[serde(default)]
@@ -163,7 +168,7 @@ impl RedisPubSubMetadata {
 impl fmt::Debug for RedisPubSubMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisPubSubMetadata")
-            .field("redis_host", &self.redis_host)
+            .field("redis_host", &shown_addresses(&self.redis_host))
             .field("redis_type", &self.redis_type)
             .field("redis_db", &self.redis_db)
             .field("enable_tls", &self.enable_tls)
@@ -173,6 +178,20 @@ impl fmt::Debug for RedisPubSubMetadata {
             .field("consumer_id", &self.consumer_id)
             .finish_non_exhaustive()
     }
+}
+
+/// `redisHost` is checked as it is decoded, as the state store's (so
+/// `rewire validate` reports it, and credentials written in it are refused
+/// without being quoted); the empty string (a value injected later) passes
+/// here and fails when connecting.
+fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if !text.trim().is_empty() {
+        parse_addresses(&text).map_err(|reason| {
+            de::Error::custom(format!("`{}` {reason}", shown_addresses(&text)))
+        })?;
+    }
+    Ok(text)
 }
 
 impl Default for Tunables {
@@ -200,4 +219,40 @@ pub struct Tunables {
     pub concurrency: usize,
     /// See [`RedisPubSubMetadata::max_len_approx`].
     pub max_len_approx: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Metadata;
+    use serde_json::json;
+
+    fn decode(value: serde_json::Value) -> Result<RedisPubSubMetadata, String> {
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
+            .decode::<RedisPubSubMetadata>()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn credentials_in_redis_host_are_refused_and_never_shown() {
+        for host in [
+            "redis://:hunter2@127.0.0.1:6379",
+            "rediss://default:hunter2@127.0.0.1:6379/0",
+            ":hunter2@127.0.0.1:6379",
+            "h:1,redis://:hunter2@127.0.0.1:6379",
+        ] {
+            let err = decode(json!({"redisHost": host, "failover": true}))
+                .err()
+                .unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("redisHost"), "{err}");
+            assert!(err.contains("redisPassword"), "{err}");
+            // Even built by hand, its Debug does not show the password.
+            let mut metadata = decode(json!({"redisHost": "h:1"})).expect("decoded");
+            metadata.redis_host = host.to_string();
+            let shown = format!("{metadata:?}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        assert!(decode(json!({"redisHost": "h:1,g:2", "failover": true})).is_ok());
+    }
 }
