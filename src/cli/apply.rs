@@ -38,9 +38,10 @@ pub struct ApplyArgs {
     /// Reject the push if the sidecar runs a newer generation than this.
     #[arg(long)]
     based_on_generation: Option<u64>,
-    /// gRPC address of the sidecar.
-    #[arg(long, default_value = rewire::sidecar::DEFAULT_GRPC_ADDR)]
-    addr: std::net::SocketAddr,
+    /// gRPC address of the sidecar, `host:port` (an IP address or a DNS
+    /// name; over TLS, the name its certificate is checked against).
+    #[arg(long, default_value = rewire::sidecar::DEFAULT_GRPC_ADDR, value_parser = super::address::parse)]
+    addr: String,
     #[command(flatten)]
     tls: super::client_tls::ClientTlsArgs,
 }
@@ -67,7 +68,7 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
 
 /// Sends the push or the release, with the token from the environment.
 async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
-    let mut client = LifecycleClient::new(connect(&args.addr.to_string(), &args.tls).await?);
+    let mut client = LifecycleClient::new(connect(&args.addr, &args.tls).await?);
     let answer = if args.release {
         let request = ReleaseComponentRequest {
             kind: args.kind,

@@ -1,6 +1,7 @@
 //! The command line: `rewire run|validate|graph|components|apply|status`,
 //! embeddable in a user's own binary through [`main`].
 
+mod address;
 mod apply;
 mod client_tls;
 mod components;
@@ -66,9 +67,9 @@ enum Command {
     Apply(apply::ApplyArgs),
     /// Show the running sidecar's generation, components and last reloads.
     Status {
-        /// HTTP address of the sidecar.
-        #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR)]
-        http_addr: std::net::SocketAddr,
+        /// HTTP address of the sidecar, `host:port` (an IP address or a DNS name; over TLS, the name its certificate is checked against).
+        #[arg(long, default_value = rewire::sidecar::DEFAULT_HTTP_ADDR, value_parser = address::parse)]
+        http_addr: String,
         /// Print the sidecar's status JSON as is (for scripts).
         #[arg(long)]
         json: bool,
@@ -136,7 +137,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             http_addr,
             json,
             tls,
-        } => status::status_command(http_addr, json, &tls).await,
+        } => status::status_command(&http_addr, json, &tls).await,
         Command::Apply(args) => apply::apply_command(args).await,
     }
 }

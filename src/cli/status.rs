@@ -2,7 +2,6 @@
 //! readable summary (or, with `--json`, the API's JSON as is).
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use serde_json::Value;
@@ -15,7 +14,7 @@ const RELOADS_SHOWN: usize = 5;
 /// Prints the status of the sidecar at `http_addr`: a summary, or the
 /// JSON the sidecar answered when `json` is set.
 pub async fn status_command(
-    http_addr: SocketAddr,
+    http_addr: &str,
     json: bool,
     tls: &super::client_tls::ClientTlsArgs,
 ) -> ExitCode {

@@ -72,6 +72,12 @@ impl TestCa {
         self.issue(name, &["localhost", "127.0.0.1"])
     }
 
+    /// A server certificate for `names` only (DNS names or IP addresses),
+    /// written as `{name}.pem` / `{name}-key.pem`.
+    pub fn server_for(&self, name: &str, names: &[&str]) -> CertFiles {
+        self.issue(name, names)
+    }
+
     /// A client certificate with common name `name`.
     pub fn client(&self, name: &str) -> CertFiles {
         self.issue(name, &[])

@@ -232,6 +232,108 @@ fn apply_without_tls_ca_trusts_the_system_roots_and_refuses_a_device() {
     );
 }
 
+/// `host:port` of `addr` (`127.0.0.1:port`) with `localhost` as its host.
+fn by_name(addr: &str) -> String {
+    let port = addr.rsplit_once(':').expect("host:port").1;
+    format!("localhost:{port}")
+}
+
+/// `apply --addr` and `status --http-addr` take a DNS name: over TLS, a
+/// certificate naming only `localhost` verifies (the name is what is
+/// checked, not the address it resolves to), and an address that is not
+/// `host:port` is refused before anything is sent.
+#[test]
+fn apply_and_status_by_dns_name_verify_a_certificate_with_only_that_name() {
+    let ca = TestCa::new("dns-ca");
+    let server = ca.server_for("sidecar-dns", &["localhost"]);
+    let sidecar = start(args(&[
+        ("--tls-cert", &server.cert_path),
+        ("--tls-key", &server.key_path),
+    ]));
+    let ca_path = path(&ca.ca_path);
+    let (grpc, http) = (by_name(&sidecar.grpc), by_name(&sidecar.http));
+
+    let status = rewire(&["status", "--http-addr", &http, "--tls-ca", ca_path]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    assert!(
+        text(&status.stdout).contains("generation 1"),
+        "{}",
+        text(&status.stdout)
+    );
+    let applied = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=30",
+        "--addr",
+        &grpc,
+        "--tls-ca",
+        ca_path,
+    ]);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    assert!(
+        text(&applied.stdout).contains("state/orders: applied (generation 2)"),
+        "{}",
+        text(&applied.stdout)
+    );
+
+    // By IP address the same certificate does not verify: the name is
+    // what is checked.
+    let by_ip = rewire(&["status", "--http-addr", &sidecar.http, "--tls-ca", ca_path]);
+    assert!(
+        !by_ip.status.success(),
+        "a certificate without the IP address"
+    );
+
+    for bad in ["localhost", "http://localhost:1", "side car:1"] {
+        let refused = rewire(&["status", "--http-addr", bad]);
+        assert_eq!(refused.status.code(), Some(2), "{bad}");
+        assert!(
+            text(&refused.stderr).contains("expected host:port"),
+            "{bad}: {}",
+            text(&refused.stderr)
+        );
+        let refused = rewire(&[
+            "apply", "--kind", "state", "--name", "orders", "--addr", bad,
+        ]);
+        assert_eq!(refused.status.code(), Some(2), "{bad}");
+        assert!(
+            text(&refused.stderr).contains("expected host:port"),
+            "{bad}: {}",
+            text(&refused.stderr)
+        );
+    }
+}
+
+/// Plain text: `localhost:port` works for both commands.
+#[test]
+fn apply_and_status_by_dns_name_in_plain_text() {
+    let sidecar = start(Vec::new());
+    let (grpc, http) = (by_name(&sidecar.grpc), by_name(&sidecar.http));
+    let status = rewire(&["status", "--http-addr", &http]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    let applied = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=30",
+        "--addr",
+        &grpc,
+    ]);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    assert!(
+        text(&applied.stdout).contains("state/orders: applied (generation 2)"),
+        "{}",
+        text(&applied.stdout)
+    );
+}
+
 /// An HTTPS client trusting `ca_pem` that opens a new connection (a new
 /// handshake) for every request.
 fn https_client(ca_pem: &str) -> reqwest::Client {
