@@ -30,7 +30,7 @@ use tracing::info;
 use super::connect::{open, ping};
 use super::pubsub_connected::Connected;
 use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
-use super::pubsub_reader::{ensure_group, Reader};
+use super::pubsub_reader::{ensure_group, reading_settings, Reader};
 use crate::pubsub::PublishGate;
 
 /// A pub/sub broker on Redis Streams, compatible with Dapr's
@@ -182,7 +182,7 @@ impl PubSub for RedisPubSub {
             .await
             .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
         // Blocking reads get a connection of their own.
-        let reading = open(&connected.settings)
+        let reading = open(&reading_settings(&connected.settings))
             .await
             .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
         let tunables = **self.tunables.load();

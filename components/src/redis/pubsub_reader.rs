@@ -17,6 +17,7 @@ use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
 use tokio::sync::Semaphore;
 use tracing::warn;
 
+use super::metadata::ConnectionSettings;
 use super::pubsub_connected::Connected;
 use super::pubsub_metadata::Tunables;
 use crate::backoff::Backoff;
@@ -24,6 +25,16 @@ use crate::pubsub::PublishGate;
 
 /// How long one `XREADGROUP` blocks.
 const BLOCK: Duration = Duration::from_millis(1000);
+/// The settings of a reader's own connection: each reply may take `BLOCK`
+/// longer than `readTimeout` + `writeTimeout`, so a blocking read is never
+/// given up on by the client while the server may still answer it with
+/// entries (they would wait `processingTimeout` in the pending list).
+pub(super) fn reading_settings(settings: &ConnectionSettings) -> ConnectionSettings {
+    let mut reading = settings.clone();
+    reading.response = settings.response.map(|response| response + BLOCK);
+    reading
+}
+
 /// How soon a message settled `RETRY` during a drain is delivered again.
 const DRAIN_RETRY_AFTER: Duration = Duration::from_millis(200);
 

@@ -189,3 +189,43 @@ async fn a_restart_that_lost_the_group_recreates_it_and_delivers_new_publishes()
         "after"
     );
 }
+
+#[tokio::test]
+async fn short_read_and_write_timeouts_lose_no_entry_to_a_blocking_read() {
+    // readTimeout + writeTimeout (300 ms) is shorter than the reader's
+    // blocking XREADGROUP: an entry the server hands to a read the client
+    // already gave up on would wait `processingTimeout` (60 s) for its
+    // delivery.
+    let server = RedisServer::start().await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app",
+        "readTimeout": "200ms", "writeTimeout": "100ms"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let publisher = tokio::spawn({
+        let broker = broker.clone();
+        async move {
+            // Spaced so that reads block (idle) between them.
+            for i in 0..8 {
+                tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                broker
+                    .publish(publish("orders", &i.to_string()))
+                    .await
+                    .expect("published");
+            }
+        }
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        let text = next_within(
+            &mut sub,
+            std::time::Duration::from_secs(15),
+            DeliveryOutcome::Success,
+        )
+        .await;
+        seen.insert(text.parse::<u32>().expect("a number"));
+    }
+    publisher.await.expect("publisher");
+    assert_eq!(seen, (0..8).collect());
+}
