@@ -167,6 +167,7 @@ fn tracing_settings(collector: Option<&str>) -> rewire::sidecar::telemetry::Trac
         sampler: SamplerChoice::AlwaysOn,
         service_name: "sidecar-bench".into(),
         export_timeout: Duration::from_secs(10),
+        tls: Default::default(),
     }
 }
 

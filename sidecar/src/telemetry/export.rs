@@ -28,19 +28,21 @@ pub(super) const DEFAULT_DELAY: Duration = Duration::from_secs(5);
 
 /// The collector client in force and how long one export may take.
 pub(super) struct Exporter {
-    inner: opentelemetry_otlp::SpanExporter,
+    pub(super) inner: opentelemetry_otlp::SpanExporter,
     timeout: Duration,
 }
 
 /// Builds the exporter `settings` describe (its endpoint must be set).
 pub(super) fn build_exporter(settings: &TraceSettings, endpoint: &str) -> Result<Exporter, String> {
+    use opentelemetry_otlp::WithTonicConfig;
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
     let timeout = settings.export_timeout;
+    let tls = settings.tls.load()?;
     let mut inner = match settings.protocol {
         OtelProtocol::Http => {
             crate::crypto::install_ring_provider();
-            let client = reqwest::Client::builder()
-                .timeout(timeout)
+            let client = tls
+                .reqwest(reqwest::Client::builder().timeout(timeout))?
                 .build()
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
             opentelemetry_otlp::SpanExporter::builder()
@@ -50,11 +52,21 @@ pub(super) fn build_exporter(settings: &TraceSettings, endpoint: &str) -> Result
                 .with_timeout(timeout)
                 .build()
         }
-        OtelProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .with_timeout(timeout)
-            .build(),
+        OtelProtocol::Grpc => {
+            let builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .with_timeout(timeout);
+            if endpoint
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("https://")
+            {
+                builder.with_tls_config(tls.tonic()).build()
+            } else {
+                builder.build()
+            }
+        }
     }
     .map_err(|e| e.to_string())?;
     inner.set_resource(

@@ -19,6 +19,7 @@ pub mod propagation;
 mod sampler;
 mod settings;
 mod stats;
+mod tls;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,6 +37,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 pub use settings::{ParentBasedRoot, SamplerChoice, TraceSettings};
 pub use stats::TraceStats;
+pub use tls::ExportTlsFiles;
 
 use export::{Exporter, QueueProcessor};
 use sampler::LiveSampler;

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use rewire_runtime::config::{OtelProtocol, TracingSection};
 
+use super::tls::ExportTlsFiles;
+
 /// Default time one export may take before it counts as failed.
 const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -47,6 +49,8 @@ pub struct TraceSettings {
     pub service_name: String,
     /// Limit of one export.
     pub export_timeout: Duration,
+    /// The CA and client identity for a `https` collector.
+    pub tls: ExportTlsFiles,
 }
 
 impl TraceSettings {
@@ -95,6 +99,7 @@ impl TraceSettings {
             sampler,
             service_name,
             export_timeout,
+            tls: ExportTlsFiles::from_env(&var),
         }
     }
 

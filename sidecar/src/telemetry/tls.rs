@@ -1,0 +1,428 @@
+//! TLS of the span exporter, as the OTLP exporter specification names it:
+//! `OTEL_EXPORTER_OTLP_CERTIFICATE` (the CA that signs the collector's
+//! certificate; without it, the system's roots), and
+//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` / `…_CLIENT_KEY` (mutual TLS),
+//! each with its `OTEL_EXPORTER_OTLP_TRACES_*` form winning. The files are
+//! read when the exporter is built (at start and after every reload).
+
+use std::path::{Path, PathBuf};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A PEM file is refused past this size (a CA bundle is tens of KiB).
+const MAX_PEM_BYTES: usize = 1 << 20;
+
+/// The files the `OTEL_*` variables name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExportTlsFiles {
+    /// The CA bundle trusted for the collector; `None`: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// The client's certificate chain, for mutual TLS.
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub client_key: Option<PathBuf>,
+}
+
+/// The variable that names each file (the traces form is read first).
+const CA: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+];
+const CLIENT_CERT: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+];
+const CLIENT_KEY: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+];
+
+impl ExportTlsFiles {
+    /// The files `var` (non-empty variables only) names.
+    pub(super) fn from_env(var: &dyn Fn(&str) -> Option<String>) -> Self {
+        let path = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|name| var(name))
+                .map(|v| PathBuf::from(v.trim()))
+        };
+        Self {
+            ca: path(CA),
+            client_cert: path(CLIENT_CERT),
+            client_key: path(CLIENT_KEY),
+        }
+    }
+
+    /// Reads and checks the files: each parses as PEM of its kind, and a
+    /// client certificate comes with its key.
+    pub(super) fn load(&self) -> Result<ExportTls, String> {
+        let ca = match &self.ca {
+            Some(path) => {
+                let pem = read_pem(path, CA[1])?;
+                let certificates = CertificateDer::pem_slice_iter(&pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("{}: {e}", CA[1]))?;
+                if certificates.is_empty() {
+                    return Err(format!("{}: the file holds no certificate", CA[1]));
+                }
+                Some(pem)
+            }
+            None => None,
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (None, None) => None,
+            (Some(cert_path), Some(key_path)) => {
+                let cert = read_pem(cert_path, CLIENT_CERT[1])?;
+                let key = read_pem(key_path, CLIENT_KEY[1])?;
+                let chain_found = CertificateDer::pem_slice_iter(&cert).any(|c| c.is_ok());
+                if !chain_found {
+                    return Err(format!("{}: the file holds no certificate", CLIENT_CERT[1]));
+                }
+                // Never the key's text in the message: only whether it parsed.
+                PrivateKeyDer::from_pem_slice(&key)
+                    .map_err(|_| format!("{}: the file holds no private key", CLIENT_KEY[1]))?;
+                Some((cert, key))
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "{} is set without {}",
+                    CLIENT_CERT[1], CLIENT_KEY[1]
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{} is set without {}",
+                    CLIENT_KEY[1], CLIENT_CERT[1]
+                ))
+            }
+        };
+        Ok(ExportTls { ca, identity })
+    }
+}
+
+fn read_pem(path: &Path, variable: &str) -> Result<Vec<u8>, String> {
+    rewire_runtime::read_bounded(path, MAX_PEM_BYTES).map_err(|e| format!("{variable}: {e}"))
+}
+
+/// The TLS material read and checked.
+pub(super) struct ExportTls {
+    ca: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ExportTls {
+    /// `builder` trusting only the CA (when one is given) and presenting
+    /// the client identity (when one is given).
+    pub(super) fn reqwest(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+    ) -> Result<reqwest::ClientBuilder, String> {
+        if let Some(ca) = &self.ca {
+            let roots =
+                reqwest::Certificate::from_pem_bundle(ca).map_err(|e| format!("{}: {e}", CA[1]))?;
+            builder = builder.tls_certs_only(roots);
+        }
+        if let Some((cert, key)) = &self.identity {
+            let mut pem = cert.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
+                format!(
+                    "{} and {} do not make a client identity",
+                    CLIENT_CERT[1], CLIENT_KEY[1]
+                )
+            })?;
+            builder = builder.identity(identity);
+        }
+        Ok(builder)
+    }
+
+    /// tonic's client configuration: the CA, else the system's roots; the
+    /// client identity if any.
+    pub(super) fn tonic(&self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let config = match &self.ca {
+            Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
+        match &self.identity {
+            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    use rewire_runtime::config::OtelProtocol;
+    use rustls::server::WebPkiClientVerifier;
+    use rustls::{RootCertStore, ServerConfig};
+    use testkit::certs::{CertFiles, TestCa};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tonic::codegen::{http, Service};
+
+    use super::*;
+    use crate::telemetry::export::build_exporter;
+    use crate::telemetry::{SamplerChoice, TraceSettings};
+
+    fn settings(protocol: OtelProtocol, tls: ExportTlsFiles) -> TraceSettings {
+        TraceSettings {
+            endpoint: None,
+            protocol,
+            sampler: SamplerChoice::AlwaysOn,
+            service_name: "tls-test".into(),
+            export_timeout: Duration::from_secs(10),
+            tls,
+        }
+    }
+
+    fn trusting(ca: &TestCa) -> ExportTlsFiles {
+        ExportTlsFiles {
+            ca: Some(ca.ca_path.clone()),
+            ..ExportTlsFiles::default()
+        }
+    }
+
+    /// A server configuration for `server`, asking for a client
+    /// certificate signed by `clients` when given.
+    fn server_config(server: &CertFiles, clients: Option<&TestCa>) -> Arc<ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = match clients {
+            Some(ca) => {
+                let mut roots = RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(ca.ca_pem.as_bytes()) {
+                    roots.add(cert.unwrap()).unwrap();
+                }
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let chain = CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).unwrap();
+        Arc::new(builder.with_single_cert(chain, key).unwrap())
+    }
+
+    /// An OTLP/HTTP collector over TLS (HTTP/1.1): counts the POSTs to
+    /// `/v1/traces` it answers.
+    async fn https_collector(config: Arc<ServerConfig>) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let exports = Arc::new(AtomicUsize::new(0));
+        let counted = exports.clone();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, counted) = (acceptor.clone(), counted.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if tls.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    let mut body = vec![0u8; length];
+                    tls.read_exact(&mut body).await.unwrap();
+                    if head.starts_with("post /v1/traces ") {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    tls.write_all(answer.as_bytes()).await.unwrap();
+                    tls.flush().await.unwrap();
+                });
+            }
+        });
+        (addr, exports)
+    }
+
+    /// Any protobuf message (every field skipped).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Anything {}
+
+    /// The OTLP trace service, answering every export and counting it.
+    #[derive(Clone)]
+    struct Collector(Arc<AtomicUsize>);
+
+    impl tonic::server::NamedService for Collector {
+        const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+    }
+
+    impl tonic::server::UnaryService<Anything> for Collector {
+        type Response = Anything;
+        type Future = std::future::Ready<Result<tonic::Response<Anything>, tonic::Status>>;
+        fn call(&mut self, _request: tonic::Request<Anything>) -> Self::Future {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(tonic::Response::new(Anything {})))
+        }
+    }
+
+    impl Service<http::Request<tonic::body::Body>> for Collector {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+        >;
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+            let collector = self.clone();
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                Ok(grpc.unary(collector, request).await)
+            })
+        }
+    }
+
+    /// An OTLP/gRPC collector over TLS; the exports it answered.
+    async fn grpc_collector(server: &CertFiles) -> (SocketAddr, Arc<AtomicUsize>) {
+        let exports = Arc::new(AtomicUsize::new(0));
+        let addr: SocketAddr = format!("127.0.0.1:{}", testkit::free_port())
+            .parse()
+            .unwrap();
+        let identity = tonic::transport::Identity::from_pem(&server.cert_pem, &server.key_pem);
+        let router = tonic::transport::Server::builder()
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .unwrap()
+            .add_service(Collector(exports.clone()));
+        tokio::spawn(router.serve(addr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        (addr, exports)
+    }
+
+    async fn export_once(settings: &TraceSettings, endpoint: &str) -> Result<(), String> {
+        let exporter = build_exporter(settings, endpoint)?;
+        tokio::time::timeout(Duration::from_secs(20), exporter.inner.export(Vec::new()))
+            .await
+            .map_err(|_| "no answer".to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spans_reach_a_grpc_collector_over_tls_trusting_the_given_ca() {
+        crate::crypto::install_ring_provider();
+        let ca = TestCa::new("otlp-grpc");
+        let (addr, exports) = grpc_collector(&ca.server("collector")).await;
+        let endpoint = format!("https://localhost:{}", addr.port());
+        let grpc = settings(OtelProtocol::Grpc, trusting(&ca));
+        export_once(&grpc, &endpoint).await.unwrap();
+        assert_eq!(exports.load(Ordering::SeqCst), 1);
+        // Another CA's collector certificate is refused: nothing arrives.
+        let other = TestCa::new("other");
+        let error = export_once(&settings(OtelProtocol::Grpc, trusting(&other)), &endpoint)
+            .await
+            .unwrap_err();
+        assert_eq!(exports.load(Ordering::SeqCst), 1, "{error}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spans_reach_an_http_collector_over_mutual_tls() {
+        crate::crypto::install_ring_provider();
+        let ca = TestCa::new("otlp-http");
+        let config = server_config(&ca.server("collector"), Some(&ca));
+        let (addr, exports) = https_collector(config).await;
+        let endpoint = format!("https://localhost:{}/v1/traces", addr.port());
+        let client = ca.client("sidecar");
+        let mutual = ExportTlsFiles {
+            ca: Some(ca.ca_path.clone()),
+            client_cert: Some(client.cert_path.clone()),
+            client_key: Some(client.key_path.clone()),
+        };
+        export_once(&settings(OtelProtocol::Http, mutual), &endpoint)
+            .await
+            .unwrap();
+        assert_eq!(exports.load(Ordering::SeqCst), 1);
+        // Without the client certificate the collector refuses the
+        // handshake.
+        let error = export_once(&settings(OtelProtocol::Http, trusting(&ca)), &endpoint)
+            .await
+            .unwrap_err();
+        assert_eq!(exports.load(Ordering::SeqCst), 1, "{error}");
+    }
+
+    #[test]
+    fn variables_name_the_files_the_traces_form_first() {
+        let env = |name: &str| match name {
+            "OTEL_EXPORTER_OTLP_CERTIFICATE" => Some("/any/ca.pem".to_string()),
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE" => Some("/traces/ca.pem".to_string()),
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY" => Some("/k.pem".to_string()),
+            _ => None,
+        };
+        let files = ExportTlsFiles::from_env(&env);
+        assert_eq!(files.ca.as_deref(), Some(Path::new("/traces/ca.pem")));
+        assert_eq!(files.client_key.as_deref(), Some(Path::new("/k.pem")));
+        assert_eq!(files.client_cert, None);
+    }
+
+    #[test]
+    fn bad_files_are_named_by_their_variable_and_a_key_is_never_shown() {
+        let ca = TestCa::new("otlp-bad");
+        let client = ca.client("sidecar");
+        let alone = ExportTlsFiles {
+            client_cert: Some(client.cert_path.clone()),
+            ..ExportTlsFiles::default()
+        };
+        let error = alone.load().err().unwrap();
+        assert!(error.contains("OTEL_EXPORTER_OTLP_CLIENT_KEY"), "{error}");
+        // A certificate given as the key: refused without its text.
+        let swapped = ExportTlsFiles {
+            client_cert: Some(client.cert_path.clone()),
+            client_key: Some(client.cert_path.clone()),
+            ..ExportTlsFiles::default()
+        };
+        let error = swapped.load().err().unwrap();
+        assert!(error.contains("no private key"), "{error}");
+        assert!(!error.contains("BEGIN"), "{error}");
+        // A key given as the CA: no certificate in it.
+        let not_ca = ExportTlsFiles {
+            ca: Some(client.key_path.clone()),
+            ..ExportTlsFiles::default()
+        };
+        let error = not_ca.load().err().unwrap();
+        assert!(error.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{error}");
+        assert!(
+            !error.contains(client.key_pem.lines().nth(1).unwrap()),
+            "{error}"
+        );
+        let missing = trusting_path("/nonexistent/ca.pem").load().err().unwrap();
+        assert!(
+            missing.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"),
+            "{missing}"
+        );
+    }
+
+    fn trusting_path(path: &str) -> ExportTlsFiles {
+        ExportTlsFiles {
+            ca: Some(PathBuf::from(path)),
+            ..ExportTlsFiles::default()
+        }
+    }
+}
