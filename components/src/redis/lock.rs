@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 use crate::time_limits::check_ttl;
 
 use super::connection::{RedisConnection, Session};
+use super::duration::Timeout;
 use super::metadata::RedisMetadata;
 use super::scripts;
 
@@ -56,6 +57,10 @@ pub fn key_base(key_prefix: &str, app_id: &str, store: &str) -> String {
 /// of server, database or key prefix (see [`RedisLock`]).
 pub const MAX_GRACE: Duration = Duration::from_secs(60);
 
+/// Longest wait for one look-up in the previous namespace (less when its
+/// `dialTimeout` is shorter): it only adds to a request on the new one.
+pub const PREVIOUS_LIMIT: Duration = Duration::from_millis(500);
+
 /// The app id and the store's name, known at init, that Dapr's key
 /// strategies put in the keys.
 #[derive(Debug, Clone, Default)]
@@ -78,7 +83,10 @@ struct Naming {
 /// granted and at most [`MAX_GRACE`], the previous namespace is still
 /// consulted: an unlock or keep-alive that finds no lock on the new one
 /// acts on the old one (a keep-alive moves the lock over), and a try-lock
-/// of a resource still held there is refused.
+/// of a resource still held there is refused. Each look-up there waits at
+/// most [`PREVIOUS_LIMIT`] (its `dialTimeout` when shorter), and the first
+/// that finds the old server unreachable ends the grace: its locks are no
+/// longer consulted, and requests no longer wait for it.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "lock",
@@ -106,6 +114,8 @@ struct Grace {
 struct Previous {
     session: Arc<Session>,
     until: Instant,
+    /// Limit on each look-up in it.
+    limit: Duration,
 }
 
 impl Grace {
@@ -113,11 +123,11 @@ impl Grace {
         self.longest_ms.fetch_max(expiry_ms, Ordering::Relaxed);
     }
 
-    /// The previous namespace's session, while its grace lasts.
-    fn previous(&self) -> Option<Arc<Session>> {
+    /// The previous namespace, while its grace lasts.
+    fn previous(&self) -> Option<Arc<Previous>> {
         let previous = self.previous.load_full()?;
         if Instant::now() < previous.until {
-            return Some(previous.session.clone());
+            return Some(previous);
         }
         // Over: let its connection go (unless a newer change replaced it).
         let _ = self
@@ -125,6 +135,35 @@ impl Grace {
             .compare_and_swap(&Some(previous), None::<Arc<Previous>>);
         None
     }
+
+    /// Ends the grace of `previous` early (unless a newer change replaced
+    /// it); whether this call ended it.
+    fn forget(&self, previous: &Arc<Previous>) -> bool {
+        let swapped = self
+            .previous
+            .compare_and_swap(&Some(previous.clone()), None::<Arc<Previous>>);
+        swapped
+            .as_ref()
+            .is_some_and(|was| Arc::ptr_eq(was, previous))
+    }
+}
+
+/// The limit on a look-up in the previous namespace: [`PREVIOUS_LIMIT`],
+/// or its `dialTimeout` when shorter.
+fn previous_limit(metadata: &RedisMetadata) -> Duration {
+    match metadata.dial_timeout {
+        Some(Timeout::After(dial)) if !dial.is_zero() => dial.min(PREVIOUS_LIMIT),
+        _ => PREVIOUS_LIMIT,
+    }
+}
+
+/// Whether `err` says the server could not be reached (rather than that
+/// it answered with an error).
+fn unreachable(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
 }
 
 impl RedisLock {
@@ -176,23 +215,81 @@ impl RedisLock {
         status_of(reply, "unlock or keep-alive")
     }
 
-    /// Whether the lock on `resource_id` is still held in the previous
-    /// namespace (an unreachable old server holds nothing we can see).
-    async fn held_before(&self, previous: &Arc<Session>, resource_id: &str) -> bool {
-        let Ok(mut conn) = previous.connection() else {
-            return false;
+    /// `call`'s answer, made in the previous namespace, within its limit.
+    /// `None` when it did not answer: an unreachable old server holds
+    /// nothing we can see, and the first look-up that finds it so ends its
+    /// grace (logged once), so that later requests do not wait for it.
+    async fn on_previous<T>(
+        &self,
+        previous: &Arc<Previous>,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
+        let session = &previous.session;
+        let answer = match tokio::time::timeout(previous.limit, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", previous.limit),
+            ))),
         };
-        let exists: Result<i64, _> = redis::cmd("EXISTS")
-            .arg(self.key(previous, resource_id))
-            .query_async(&mut conn)
-            .await;
-        match exists {
-            Ok(n) => n > 0,
+        match answer {
+            Ok(value) => Some(value),
+            Err(err) if unreachable(&err) => {
+                if self.grace.forget(previous) {
+                    warn!(component = %self.connection.label(), error = %self.connection.describe(session, &err), "The previous Redis namespace of the lock is unreachable; its locks are no longer consulted.");
+                }
+                None
+            }
             Err(err) => {
-                warn!(component = %self.connection.label(), error = %self.connection.describe(previous, &err), "The previous Redis namespace of the lock could not be read.");
-                false
+                warn!(component = %self.connection.label(), error = %self.connection.describe(session, &err), "The previous Redis namespace of the lock could not be read.");
+                None
             }
         }
+    }
+
+    /// Whether the lock on `resource_id` is still held in the previous
+    /// namespace (an unreachable old server holds nothing we can see).
+    async fn held_before(&self, previous: &Arc<Previous>, resource_id: &str) -> bool {
+        let session = &previous.session;
+        let Ok(mut conn) = session.connection() else {
+            return false;
+        };
+        let key = self.key(session, resource_id);
+        let exists = self
+            .on_previous(previous, async {
+                redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            })
+            .await;
+        exists.is_some_and(|n| n > 0)
+    }
+
+    /// Runs the unlock or keep-alive `script` in the previous namespace;
+    /// `LockDoesNotExist` when it did not answer.
+    async fn owner_script_before(
+        &self,
+        previous: &Arc<Previous>,
+        script: &redis::Script,
+        req: &UnlockRequest,
+        expiry_ms: Option<u64>,
+    ) -> UnlockStatus {
+        let session = &previous.session;
+        let Ok(mut conn) = session.connection() else {
+            return UnlockStatus::LockDoesNotExist;
+        };
+        let mut invocation = script.key(self.key(session, &req.resource_id));
+        invocation.arg(&req.lock_owner);
+        if let Some(expiry_ms) = expiry_ms {
+            invocation.arg(expiry_ms);
+        }
+        let reply = self
+            .on_previous(previous, invocation.invoke_async::<i64>(&mut conn))
+            .await;
+        reply
+            .and_then(|reply| status_of(reply, "unlock or keep-alive").ok())
+            .unwrap_or(UnlockStatus::LockDoesNotExist)
     }
 
     /// The metadata in force.
@@ -306,6 +403,7 @@ impl InPlaceUpdate for RedisLock {
             }
             info!(component = %connection.label(), grace = ?lasts, "Lock namespace changed; the previous one is still consulted for its held locks.");
             grace.previous.store(Some(Arc::new(Previous {
+                limit: previous_limit(old.metadata()),
                 session: old,
                 until: Instant::now() + lasts,
             })));
@@ -354,9 +452,8 @@ impl Lock for RedisLock {
         if status == UnlockStatus::LockDoesNotExist {
             if let Some(previous) = self.grace.previous() {
                 status = self
-                    .owner_script(&previous, &scripts::UNLOCK, &req, None)
-                    .await
-                    .unwrap_or(UnlockStatus::LockDoesNotExist);
+                    .owner_script_before(&previous, &scripts::UNLOCK, &req, None)
+                    .await;
             }
         }
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
@@ -392,7 +489,7 @@ impl RedisLock {
     /// new one for `expiry_ms`, then released in the old one.
     async fn move_over(
         &self,
-        previous: &Arc<Session>,
+        previous: &Arc<Previous>,
         session: &Arc<Session>,
         req: &TryLockRequest,
         expiry_ms: u64,
@@ -402,9 +499,8 @@ impl RedisLock {
             lock_owner: req.lock_owner.clone(),
         };
         let before = self
-            .owner_script(previous, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
-            .await
-            .unwrap_or(UnlockStatus::LockDoesNotExist);
+            .owner_script_before(previous, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
+            .await;
         if before != UnlockStatus::Success {
             return Ok(before);
         }
@@ -423,8 +519,7 @@ impl RedisLock {
         if taken.is_none() {
             return Ok(UnlockStatus::LockBelongsToOthers);
         }
-        let _ = self
-            .owner_script(previous, &scripts::UNLOCK, &owned, None)
+        self.owner_script_before(previous, &scripts::UNLOCK, &owned, None)
             .await;
         Ok(UnlockStatus::Success)
     }

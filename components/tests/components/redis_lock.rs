@@ -330,3 +330,44 @@ async fn a_key_prefix_change_keeps_held_locks_reachable() {
     assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(true));
     assert_eq!(owner_at(&server, "lock||r").await.as_deref(), Some("b"));
 }
+
+/// After a change of server the old one dies: the look-ups in the previous
+/// namespace are cut short, and the first one that finds the old server
+/// gone lets it go, so try-lock, unlock and keep-alive answer promptly
+/// instead of each waiting out reconnection attempts to the dead server.
+#[tokio::test]
+async fn a_dead_previous_server_does_not_slow_requests_down() {
+    let mut first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(store.try_lock(lock("r", "a", MINUTE)).await, Ok(true));
+    let applied = store
+        .as_in_place()
+        .expect("in place")
+        .update_in_place(&common::metadata(json!({"redisHost": second.addr()})))
+        .await
+        .map_err(|e| e.to_string());
+    assert_eq!(applied, Ok(InPlace::Applied));
+    first.stop();
+    let requests = async {
+        for round in 0..5 {
+            let resource = format!("other-{round}");
+            assert_eq!(store.try_lock(lock(&resource, "b", MINUTE)).await, Ok(true));
+            assert_eq!(
+                store.unlock(unlock("never-taken", "b")).await,
+                Ok(UnlockStatus::LockDoesNotExist)
+            );
+            assert_eq!(
+                store.keep_alive(lock("never-taken", "b", MINUTE)).await,
+                Ok(UnlockStatus::LockDoesNotExist)
+            );
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), requests)
+        .await
+        .expect("requests waited on the dead previous server");
+    assert_eq!(
+        owner_at(&second, "lock||test||other-0").await.as_deref(),
+        Some("b")
+    );
+}
