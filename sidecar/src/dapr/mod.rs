@@ -39,7 +39,11 @@ pub use configuration::{ConfigOpError, ConfigOps};
 pub use file::{FileOpError, FileOps};
 pub use file_upload::UploadError;
 pub use lock::{LockOpError, LockOps};
-pub use metadata::{dapr_component_type, metadata, RegisteredComponent, SidecarMetadata};
+pub use metadata::{
+    dapr_component_type, metadata, ExtendedMetadata, ExtendedMetadataError, RegisteredComponent,
+    SidecarMetadata, MAX_EXTENDED_METADATA_ENTRIES, MAX_EXTENDED_METADATA_KEY_BYTES,
+    MAX_EXTENDED_METADATA_VALUE_BYTES,
+};
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
 pub use pubsub_delivery::{EventSink, TopicDelivery, ANSWER_WITHIN, MAX_ATTEMPTS};
 pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};

@@ -102,6 +102,14 @@ pub enum StateOpError {
     /// The request is over one of the sidecar's bounds.
     #[error(transparent)]
     Limit(#[from] RequestLimitError),
+    /// A bulk delete failed.
+    #[error("failed deleting state in state store `{store}`: {source}")]
+    BulkDelete {
+        /// The store.
+        store: String,
+        /// Why (scrubbed).
+        source: StateError,
+    },
     /// A delete failed.
     #[error("failed deleting state with key `{key}` from state store `{store}`: {source}")]
     Delete {
@@ -129,6 +137,7 @@ impl StateOpError {
             | Self::Transaction { source, .. }
             | Self::BulkGet { source, .. }
             | Self::Save { source, .. }
+            | Self::BulkDelete { source, .. }
             | Self::Delete { source, .. } => Some(source),
         }
     }
@@ -364,6 +373,41 @@ impl StateOps<'_> {
                 key,
                 source: self.scrubbed(e),
             })
+    }
+
+    /// Deletes every item: none, one (as [`delete`](Self::delete)), or a
+    /// bulk delete (Dapr's `DeleteBulkState`). Too many items, or a key
+    /// with Dapr's `||` separator, is refused before anything is deleted.
+    pub async fn bulk_delete(&self, mut deletes: Vec<DeleteRequest>) -> Result<(), StateOpError> {
+        check_item_count(("state store", self.name), deletes.len())?;
+        for (index, delete) in deletes.iter().enumerate() {
+            if !delete.key.is_empty() {
+                self.check_key(index, &delete.key)?;
+            }
+        }
+        match deletes.len() {
+            0 => Ok(()),
+            1 => match deletes.pop() {
+                Some(delete) => self.delete(delete).await,
+                None => Ok(()),
+            },
+            _ => {
+                let store = &self.store;
+                self.call
+                    .guarded(
+                        self.target(),
+                        retry_rule::IDEMPOTENT,
+                        deletes,
+                        |d| store.bulk_delete(d),
+                        StateError::Backend,
+                    )
+                    .await
+                    .map_err(|e| StateOpError::BulkDelete {
+                        store: self.name.to_owned(),
+                        source: self.scrubbed(e),
+                    })
+            }
+        }
     }
 
     /// The store as a resiliency target.

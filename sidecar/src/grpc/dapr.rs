@@ -17,7 +17,7 @@ use super::{
     dapr_config, dapr_lock, dapr_metadata, dapr_pubsub, dapr_pubsub_stream, dapr_secrets,
     dapr_state, dapr_state_transaction,
 };
-use crate::dapr::{Call, ResponseBudget};
+use crate::dapr::{Call, ExtendedMetadata, ResponseBudget};
 use crate::ApiState;
 
 /// The `dapr.proto.runtime.v1.Dapr` service.
@@ -47,6 +47,11 @@ impl DaprApi {
     /// into them too).
     pub(super) fn queued(&self) -> super::subscription_queue::QueuedBytes {
         self.subscriptions.total()
+    }
+
+    /// The sidecar's extended metadata (shared with the HTTP API).
+    fn extended_metadata(&self) -> std::sync::Arc<ExtendedMetadata> {
+        ExtendedMetadata::of(&self.state.metrics)
     }
 
     /// The byte budget of one answer (`max_response_bytes`).
@@ -135,6 +140,8 @@ dapr_service! {
         |_, call, req, _| dapr_state::save(call, req);
     delete_state(pb::DeleteStateRequest) -> () = "DeleteState",
         |_, call, req, _| dapr_state::delete(call, req);
+    delete_bulk_state(pb::DeleteBulkStateRequest) -> () = "DeleteBulkState",
+        |_, call, req, _| dapr_state::delete_bulk(call, req);
     execute_state_transaction(pb::ExecuteStateTransactionRequest) -> () = "ExecuteStateTransaction",
         |_, call, req, _| dapr_state_transaction::execute(call, req);
     get_secret(pb::GetSecretRequest) -> pb::GetSecretResponse = "GetSecret",
@@ -174,8 +181,13 @@ dapr_service! {
     bulk_publish_event(pb::BulkPublishRequest) -> pb::BulkPublishResponse
         = "BulkPublishEvent", |_, call, req, _| dapr_pubsub::bulk_publish(call, req);
     get_metadata(pb::GetMetadataRequest) -> pb::GetMetadataResponse = "GetMetadata",
-        |_, call, _, _| {
-            let answer = dapr_metadata::get(&call);
+        |api, call, _, _| {
+            let answer = dapr_metadata::get(&call, &api.extended_metadata());
             async move { Ok(answer) }
+        };
+    set_metadata(pb::SetMetadataRequest) -> () = "SetMetadata",
+        |api, _, req, _| {
+            let answer = dapr_metadata::set(&api.extended_metadata(), req);
+            async move { answer }
         };
 }

@@ -1,13 +1,22 @@
 //! `GetMetadata`: the shared [`metadata()`](crate::dapr::metadata()) of the
-//! call's generation, as protobuf.
+//! call's generation, as protobuf, with the sidecar's extended metadata;
+//! `SetMetadata` sets one entry of it.
 
-use std::collections::HashMap;
+use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{metadata, Call};
+use crate::dapr::{metadata, Call, ExtendedMetadata};
+
+/// `SetMetadata`: sets one extended metadata entry (an empty key changes
+/// nothing, as Dapr); over a bound is `INVALID_ARGUMENT`.
+pub(super) fn set(extended: &ExtendedMetadata, req: pb::SetMetadataRequest) -> Result<(), Status> {
+    extended
+        .set(req.key, req.value)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
 
 /// The sidecar's metadata.
-pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {
+pub(super) fn get(call: &Call, extended: &ExtendedMetadata) -> pb::GetMetadataResponse {
     let metadata = metadata(call);
     let registered_components = metadata
         .components
@@ -19,10 +28,7 @@ pub(super) fn get(call: &Call) -> pb::GetMetadataResponse {
             capabilities: component.capabilities,
         })
         .collect();
-    let extended_metadata = HashMap::from([(
-        "rewire.generation".to_string(),
-        metadata.generation.to_string(),
-    )]);
+    let extended_metadata = extended.entries(metadata.generation).into_iter().collect();
     pb::GetMetadataResponse {
         id: metadata.app_id,
         registered_components,

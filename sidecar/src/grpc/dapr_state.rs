@@ -1,7 +1,7 @@
-//! State: `GetState`, `GetBulkState`, `SaveState`, `DeleteState` on the
-//! shared [`StateOps`](crate::dapr::StateOps); here only the protobuf
-//! messages, with Dapr's etag, first-write and TTL fields. Values are
-//! bytes, as the Dapr SDKs send them.
+//! State: `GetState`, `GetBulkState`, `SaveState`, `DeleteState` and
+//! `DeleteBulkState` on the shared [`StateOps`](crate::dapr::StateOps);
+//! here only the protobuf messages, with Dapr's etag, first-write and TTL
+//! fields. Values are bytes, as the Dapr SDKs send them.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -94,6 +94,27 @@ pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<()
         key: req.key,
     };
     Ok(store.delete(delete).await?)
+}
+
+/// `DeleteBulkState`: deletes every item's key (checking its etag when
+/// given), as one bulk delete of the store when there are several.
+pub(super) async fn delete_bulk(call: Call, req: pb::DeleteBulkStateRequest) -> Result<(), Status> {
+    let store = call.state_store(&req.store_name)?;
+    check_item_count(("state store", &req.store_name), req.states.len())?;
+    for item in &req.states {
+        check_request_metadata(("state store", &req.store_name), &item.metadata)?;
+    }
+    let deletes = req
+        .states
+        .into_iter()
+        .map(|item| DeleteRequest {
+            etag: etag_of(item.etag),
+            concurrency: concurrency_of(item.options.as_ref()),
+            metadata: item.metadata,
+            key: item.key,
+        })
+        .collect();
+    Ok(store.bulk_delete(deletes).await?)
 }
 
 /// The write of one `StateItem`.

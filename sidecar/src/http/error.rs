@@ -86,6 +86,15 @@ pub enum HttpError {
         /// Why.
         source: StateError,
     },
+    /// A bulk delete failed (no HTTP route deletes in bulk; gRPC's
+    /// `DeleteBulkState` shares the operation).
+    #[error("failed deleting state in state store {store}: {source}")]
+    StateBulkDelete {
+        /// The store.
+        store: String,
+        /// Why.
+        source: StateError,
+    },
     /// A bulk read failed as a whole.
     #[error("failed bulk get in state store {store}: {source}")]
     StateBulkGet {
@@ -187,6 +196,7 @@ impl HttpError {
             Self::StateSave { .. } => "ERR_STATE_SAVE",
             Self::StateGet { .. } => "ERR_STATE_GET",
             Self::StateDelete { .. } => "ERR_STATE_DELETE",
+            Self::StateBulkDelete { .. } => "ERR_STATE_DELETE_BULK",
             Self::StateBulkGet { .. } => "ERR_STATE_BULK_GET",
             Self::SecretGet { .. } | Self::SecretBulkGet { .. } => "ERR_SECRET_GET",
             Self::ConfigGet { .. } => "ERR_CONFIGURATION_GET",
@@ -211,9 +221,9 @@ impl HttpError {
             | Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } | Self::ResponseTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodiesBusy(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::StateSave { source, .. } | Self::StateDelete { source, .. } => {
-                state_status(source)
-            }
+            Self::StateSave { source, .. }
+            | Self::StateDelete { source, .. }
+            | Self::StateBulkDelete { source, .. } => state_status(source),
             Self::StateGet { .. }
             | Self::StateBulkGet { .. }
             | Self::SecretGet { .. }
@@ -261,6 +271,7 @@ impl From<StateOpError> for HttpError {
             StateOpError::BulkGet { store, source } => Self::StateBulkGet { store, source },
             StateOpError::Save { store, source } => Self::StateSave { store, source },
             StateOpError::Delete { store, key, source } => Self::StateDelete { store, key, source },
+            StateOpError::BulkDelete { store, source } => Self::StateBulkDelete { store, source },
             invalid @ (StateOpError::InvalidKey { .. } | StateOpError::Limit(_)) => {
                 Self::Invalid(invalid.to_string())
             }

@@ -1,13 +1,19 @@
 //! `GET /v1.0/metadata`, in Dapr's shape: the shared
 //! [`metadata()`](crate::dapr::metadata()) of the generation serving (app id,
-//! runtime version, components with Dapr-style types) as JSON.
+//! runtime version, components with Dapr-style types) as JSON, with the
+//! sidecar's extended metadata, which `PUT /v1.0/metadata/{key}` sets.
 
 use std::collections::BTreeMap;
 
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
 
-use crate::dapr::{metadata, Call};
+use super::error::HttpError;
+use super::input::{body_bytes, RawBody};
+use crate::dapr::{metadata, Call, ExtendedMetadata};
+use crate::ApiState;
 
 /// The answer, as Dapr's `GetMetadata`.
 #[derive(Debug, Serialize)]
@@ -29,8 +35,23 @@ pub struct RegisteredComponent {
     capabilities: Vec<String>,
 }
 
+/// `PUT /v1.0/metadata/{key}`: the body (its text) becomes the value of
+/// extended metadata entry `key`, 204; over a bound is a 400
+/// `ERR_MALFORMED_REQUEST`.
+pub async fn put(
+    State(state): State<ApiState>,
+    Path(key): Path<String>,
+    body: RawBody,
+) -> Result<StatusCode, HttpError> {
+    let value = body_bytes(body, state.options.max_request_bytes)?;
+    ExtendedMetadata::of(&state.metrics)
+        .set(key, String::from_utf8_lossy(&value).into_owned())
+        .map_err(|e| HttpError::Invalid(e.to_string()))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// `GET /v1.0/metadata`.
-pub async fn get(call: Call) -> Json<Metadata> {
+pub async fn get(State(state): State<ApiState>, call: Call) -> Json<Metadata> {
     let metadata = metadata(&call);
     let components = metadata
         .components
@@ -42,10 +63,7 @@ pub async fn get(call: Call) -> Json<Metadata> {
             capabilities: component.capabilities,
         })
         .collect();
-    let extended = BTreeMap::from([(
-        "rewire.generation".to_string(),
-        metadata.generation.to_string(),
-    )]);
+    let extended = ExtendedMetadata::of(&state.metrics).entries(metadata.generation);
     Json(Metadata {
         id: metadata.app_id,
         runtime_version: metadata.runtime_version,

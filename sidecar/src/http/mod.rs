@@ -76,6 +76,7 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::PUBLISH, post(pubsub::publish))
         .route(routes::PUBLISH_BULK, post(pubsub::bulk_publish))
         .route(routes::METADATA, get(metadata::get))
+        .route(routes::METADATA_KEY, put(metadata::put))
         .route(routes::METRICS, get(metrics::get))
         .route(routes::STATUS, get(status::get))
         .route(

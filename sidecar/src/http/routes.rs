@@ -30,6 +30,8 @@ pub const PUBLISH: &str = "/v1.0/publish/{pubsub}/{*topic}";
 pub const PUBLISH_BULK: &str = "/v1.0-alpha1/publish/bulk/{pubsub}/{*topic}";
 /// The sidecar's metadata.
 pub const METADATA: &str = "/v1.0/metadata";
+/// Set one entry of the sidecar's extended metadata.
+pub const METADATA_KEY: &str = "/v1.0/metadata/{key}";
 /// Prometheus metrics.
 pub const METRICS: &str = "/metrics";
 /// rewire's status: generation, components, reloads.
