@@ -53,8 +53,13 @@ fn parse_field(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Exit status of a push the sidecar has queued: not applied yet, but it
+/// will still be applied or rejected (pushing again is not needed).
+pub const EXIT_QUEUED: u8 = 3;
+
 /// Sends the component's configuration (or its release); exits 1 on a
-/// rejection, printing every reason.
+/// rejection, printing every reason, and [`EXIT_QUEUED`] when the sidecar
+/// answered before the reload was done.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     let key = format!("{}/{}", args.kind, args.name);
     match send(args).await {
@@ -149,8 +154,51 @@ fn with_token<T>(mut request: Request<T>) -> Result<Request<T>, String> {
     Ok(request)
 }
 
-/// Prints the sidecar's answer about `key`; exits 1 on a rejection.
+/// What the sidecar's answer is, for the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answered {
+    /// Applied (or nothing to change).
+    Done,
+    /// Still waiting behind other reloads: it will be applied or rejected.
+    Queued,
+    /// Rejected or rolled back: nothing changed.
+    Refused,
+}
+
+impl Answered {
+    fn of(answer: &ApplyConfigurationResponse) -> Self {
+        match (answer.accepted, answer.outcome.as_str()) {
+            (true, _) => Answered::Done,
+            (false, "queued") => Answered::Queued,
+            (false, _) => Answered::Refused,
+        }
+    }
+
+    fn exit_code(self) -> u8 {
+        match self {
+            Answered::Done => 0,
+            Answered::Refused => 1,
+            Answered::Queued => EXIT_QUEUED,
+        }
+    }
+}
+
+/// Prints the sidecar's answer about `key`; exits 1 on a rejection,
+/// [`EXIT_QUEUED`] when the push is queued.
 fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
+    let answered = Answered::of(&answer);
+    let code = ExitCode::from(answered.exit_code());
+    if answered == Answered::Queued {
+        println!(
+            "{key}: queued, not applied yet (generation {} serving); the sidecar will still \
+             apply or reject it: follow it with `rewire status` rather than pushing again",
+            answer.generation
+        );
+        for reason in answer.errors {
+            println!("  {reason}");
+        }
+        return code;
+    }
     if answer.accepted {
         println!(
             "{key}: {} (generation {})",
@@ -165,7 +213,7 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
         for (component, action) in actions {
             println!("  {component}: {action}");
         }
-        ExitCode::SUCCESS
+        code
     } else {
         eprintln!(
             "{key}: {} (generation {} keeps serving)",
@@ -174,6 +222,36 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
         for error in answer.errors {
             eprintln!("  {error}");
         }
-        ExitCode::FAILURE
+        code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(accepted: bool, outcome: &str) -> ApplyConfigurationResponse {
+        ApplyConfigurationResponse {
+            accepted,
+            outcome: outcome.to_string(),
+            ..ApplyConfigurationResponse::default()
+        }
+    }
+
+    #[test]
+    fn each_outcome_has_its_exit_code() {
+        for (accepted, outcome, code) in [
+            (true, "applied", 0),
+            (true, "no_change", 0),
+            (false, "rejected", 1),
+            (false, "rolled_back", 1),
+            (false, "queued", EXIT_QUEUED),
+        ] {
+            assert_eq!(
+                Answered::of(&answer(accepted, outcome)).exit_code(),
+                code,
+                "{outcome}"
+            );
+        }
     }
 }

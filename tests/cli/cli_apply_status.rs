@@ -292,3 +292,98 @@ fn apply_and_status_send_the_app_token_from_rewire_api_token() {
         text(&status.stdout)
     );
 }
+
+/// A Lifecycle service that answers every push as the sidecar does when
+/// the push still waits behind other reloads at its deadline: `queued`.
+struct QueuedLifecycle;
+
+mod lifecycle_stub {
+    pub use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::lifecycle_server::{
+        Lifecycle, LifecycleServer,
+    };
+    pub use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::*;
+}
+
+#[tonic::async_trait]
+impl lifecycle_stub::Lifecycle for QueuedLifecycle {
+    async fn apply_configuration(
+        &self,
+        _: tonic::Request<lifecycle_stub::DynamicConfiguration>,
+    ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
+        Ok(tonic::Response::new(
+            lifecycle_stub::ApplyConfigurationResponse {
+                accepted: false,
+                generation: 7,
+                errors: vec![
+                    "queued behind 1 other push(es) or a reload still running, not applied yet"
+                        .into(),
+                ],
+                outcome: "queued".into(),
+                ..Default::default()
+            },
+        ))
+    }
+
+    async fn remove_component(
+        &self,
+        _: tonic::Request<lifecycle_stub::RemoveComponentRequest>,
+    ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("stub"))
+    }
+
+    async fn release_component(
+        &self,
+        _: tonic::Request<lifecycle_stub::ReleaseComponentRequest>,
+    ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("stub"))
+    }
+
+    async fn get_status(
+        &self,
+        _: tonic::Request<lifecycle_stub::GetStatusRequest>,
+    ) -> Result<tonic::Response<lifecycle_stub::GetStatusResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("stub"))
+    }
+}
+
+/// A push the sidecar answers `queued` (it still waits behind other
+/// reloads; it will be applied or rejected) is told apart from a
+/// rejection: its own wording, and exit status 3, not 1, so a script does
+/// not take it for a failure and push again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_push_is_not_reported_as_a_rejection() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(lifecycle_stub::LifecycleServer::new(QueuedLifecycle))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        rewire(&[
+            "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
+        ])
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stdout.starts_with("state/orders: queued, not applied yet (generation 7 serving)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("rather than pushing again"), "{stdout}");
+    assert!(
+        stdout.contains("  queued behind 1 other push(es)"),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains("keeps serving"),
+        "worded as a rejection: {stderr}"
+    );
+}
