@@ -36,7 +36,10 @@ pub fn default_config(home: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Writes the built-in default into `dir` as files to edit: `rewire.json`
-/// and the stores' data files. Refuses to overwrite a `rewire.json`.
+/// and the stores' data files. Refuses to overwrite a `rewire.json`. The
+/// data files are named relative to `rewire.json` (paths in a
+/// configuration file resolve against its folder), so the folder can be
+/// moved or copied as a whole.
 pub fn init(dir: &Path) -> Result<PathBuf, String> {
     let shown = |err: std::io::Error| format!("{}: {err}", dir.display());
     std::fs::create_dir_all(dir).map_err(shown)?;
@@ -45,9 +48,9 @@ pub fn init(dir: &Path) -> Result<PathBuf, String> {
     if config.exists() {
         return Err(format!("{} exists: not overwritten", config.display()));
     }
-    let (configuration, secrets) = data_files(&dir, CONFIG_STORE_FILE).map_err(shown)?;
-    let mut text = serde_json::to_string_pretty(&document(&configuration, &secrets))
-        .map_err(|err| err.to_string())?;
+    data_files(&dir, CONFIG_STORE_FILE).map_err(shown)?;
+    let relative = document(Path::new(CONFIG_STORE_FILE), Path::new(SECRETS_FILE));
+    let mut text = serde_json::to_string_pretty(&relative).map_err(|err| err.to_string())?;
     text.push('\n');
     std::fs::write(&config, text).map_err(|err| format!("{}: {err}", config.display()))?;
     Ok(config)

@@ -341,6 +341,51 @@ fn init_writes_the_default_as_files_that_validate_and_graph_take_as_they_are() {
     let (code, _, stderr) = output(rewire().arg("init").arg(dir.path()));
     assert_eq!(code, 1);
     assert!(stderr.contains("exists: not overwritten"), "{stderr}");
+
+    // The data files are named relative to rewire.json: the folder moved
+    // elsewhere still validates and starts, run from another folder.
+    let text = std::fs::read_to_string(dir.path().join("rewire.json")).unwrap();
+    assert!(
+        text.contains(r#""path": "config-store.json""#)
+            && text.contains(r#""secretsFile": "secrets.json""#),
+        "{text}"
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let moved = elsewhere.path().join("moved");
+    std::fs::rename(dir.path(), &moved).unwrap();
+    let config = moved.join("rewire.json");
+    let (code, stdout, stderr) = output(
+        rewire()
+            .args(["validate", "--config"])
+            .arg(&config)
+            .current_dir(elsewhere.path()),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("valid (4 components)"), "{stdout}");
+    let mut child = ChildProcess::new("rewire run", elsewhere.path().join("run.log"), {
+        let (config, cwd) = (config.clone(), elsewhere.path().to_path_buf());
+        move || {
+            let mut command = rewire();
+            command
+                .args([
+                    "run",
+                    "--grpc-addr",
+                    "127.0.0.1:0",
+                    "--http-addr",
+                    "127.0.0.1:0",
+                ])
+                .arg("--config")
+                .arg(&config)
+                .current_dir(&cwd)
+                .env("RUST_LOG", "info");
+            command
+        }
+    });
+    if let Err(err) = child.start_until_logged(Duration::from_secs(30), "Runtime started.") {
+        panic!("the moved folder does not start: {err}");
+    }
+    let status = child.terminate().expect("kill -TERM");
+    assert!(status.success(), "exit {status}:\n{}", child.log());
 }
 
 #[test]
