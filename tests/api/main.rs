@@ -41,6 +41,7 @@ mod api_pubsub_declarative;
 mod api_redis_cluster;
 mod api_request_errors;
 mod api_request_limits;
+mod api_state_bulk_get_metadata;
 mod api_state_bytes;
 mod api_state_key_separator;
 mod dapr_python_sdk;

@@ -192,9 +192,12 @@ impl StateOps<'_> {
     /// whole answer (repeats included, each item with its framing) must fit
     /// `budget`, else nothing is answered ([`StateOpError::BulkTooLarge`]).
     /// Too many keys, or one Dapr refuses, is refused before any is read.
+    /// With request `metadata`, each key is read by a get carrying it (as
+    /// Dapr passes it to every get; the store's bulk read takes none).
     pub async fn bulk_get(
         &self,
         keys: Vec<String>,
+        metadata: &HashMap<String, String>,
         mut budget: ResponseBudget,
     ) -> Result<Vec<BulkGetItem>, StateOpError> {
         check_item_count(("state store", self.name), keys.len())?;
@@ -218,20 +221,23 @@ impl StateOps<'_> {
         for chunk in distinct.chunks(BULK_CHUNK) {
             let store = &self.store;
             let chunk: Vec<String> = chunk.iter().map(|k| (*k).to_owned()).collect();
-            let items = self
-                .call
-                .guarded(
-                    self.target(),
-                    retry_rule::IDEMPOTENT,
-                    chunk,
-                    |keys| store.bulk_get(keys),
-                    StateError::Backend,
-                )
-                .await
-                .map_err(|e| StateOpError::BulkGet {
-                    store: self.name.to_owned(),
-                    source: self.scrubbed(e),
-                })?;
+            let items = if metadata.is_empty() {
+                self.call
+                    .guarded(
+                        self.target(),
+                        retry_rule::IDEMPOTENT,
+                        chunk,
+                        |keys| store.bulk_get(keys),
+                        StateError::Backend,
+                    )
+                    .await
+                    .map_err(|e| StateOpError::BulkGet {
+                        store: self.name.to_owned(),
+                        source: self.scrubbed(e),
+                    })?
+            } else {
+                self.get_each(chunk, metadata).await
+            };
             for item in items {
                 let Some(&slot) = slot_of.get(item.key.as_str()) else {
                     continue; // A key not asked for.
@@ -261,6 +267,45 @@ impl StateOps<'_> {
                 },
             })
             .collect())
+    }
+
+    /// Each of `keys` read by its own get carrying `metadata`, at once;
+    /// a failed get is that key's error (as in a bulk answer).
+    async fn get_each(
+        &self,
+        keys: Vec<String>,
+        metadata: &HashMap<String, String>,
+    ) -> Vec<BulkGetItem> {
+        let store = &self.store;
+        let reads = keys.into_iter().map(|key| async move {
+            let request = GetRequest {
+                key: key.clone(),
+                metadata: metadata.clone(),
+            };
+            let read = self
+                .call
+                .guarded(
+                    self.target(),
+                    retry_rule::IDEMPOTENT,
+                    request,
+                    |r| store.get(r),
+                    StateError::Backend,
+                )
+                .await;
+            match read {
+                Ok(entry) => BulkGetItem {
+                    key,
+                    entry,
+                    error: None,
+                },
+                Err(error) => BulkGetItem {
+                    key,
+                    entry: None,
+                    error: Some(error.to_string()),
+                },
+            }
+        });
+        futures_util::future::join_all(reads).await
     }
 
     /// Checks `keys` by Dapr's key rules, naming the first one refused.

@@ -40,7 +40,8 @@ pub(super) async fn get(
 }
 
 /// `GetBulkState`: every key asked for, each with its value or its own
-/// error (`parallelism` is left to the store), within `budget`.
+/// error (`parallelism` is left to the store), within `budget`; the
+/// request's metadata goes with every get.
 pub(super) async fn get_bulk(
     call: Call,
     req: pb::GetBulkStateRequest,
@@ -48,7 +49,7 @@ pub(super) async fn get_bulk(
 ) -> Result<pb::GetBulkStateResponse, Status> {
     let store = call.state_store(&req.store_name)?;
     check_request_metadata(("state store", &req.store_name), &req.metadata)?;
-    let items = store.bulk_get(req.keys, budget).await?;
+    let items = store.bulk_get(req.keys, &req.metadata, budget).await?;
     let items = items
         .into_iter()
         .map(|item| {

@@ -24,7 +24,8 @@ use super::input::{
     QueryPairs, RawBody,
 };
 use crate::dapr::{
-    check_item_count, check_metadata_copies, Call, ResponseBudget, StateOps, MAX_BULK_ITEMS,
+    check_item_count, check_metadata_copies, check_request_metadata, Call, ResponseBudget,
+    StateOps, MAX_BULK_ITEMS,
 };
 use crate::ApiState;
 
@@ -50,10 +51,14 @@ struct SaveOptions {
     concurrency: Option<String>,
 }
 
-/// A bulk get, as Dapr's HTTP API takes it.
+/// A bulk get, as Dapr's HTTP API takes it (no `keys` is no key).
 #[derive(Debug, Deserialize)]
 struct BulkGet {
+    #[serde(default)]
     keys: Items<String, MAX_BULK_ITEMS>,
+    /// Metadata for every get (the query's `metadata.*` win).
+    #[serde(default, deserialize_with = "lenient_metadata")]
+    metadata: HashMap<String, String>,
     /// Accepted for compatibility; the store decides how it reads.
     #[serde(default)]
     #[allow(dead_code)]
@@ -201,19 +206,28 @@ pub async fn delete(
 }
 
 /// `POST` (or `PUT`) `/v1.0/state/{store}/bulk`: `[{"key", "data", "etag"}]` in the
-/// order asked; missing keys come back with only their key.
+/// order asked; missing keys come back with only their key. The body's
+/// `metadata` and the query's `metadata.*` (which win) go with every get.
 pub async fn bulk_get(
     State(state): State<ApiState>,
     call: Call,
     Path(store_name): Path<String>,
+    query: QueryPairs,
     body: RawBody,
 ) -> Result<Json<Vec<BulkItem>>, HttpError> {
     let store = call.state_store(&store_name)?;
     let component = ("state store", store_name.as_str());
-    let request: BulkGet = component_json_body(body, state.options.max_request_bytes, component)?;
+    let query = query_pairs(query)?;
+    let shared = request_metadata(&query, component)?;
+    let mut request: BulkGet =
+        component_json_body(body, state.options.max_request_bytes, component)?;
     check_item_count(component, request.keys.count)?;
+    request.metadata.extend(shared);
+    check_request_metadata(component, &request.metadata)?;
     let budget = ResponseBudget::new(state.options.max_response_bytes);
-    let items = store.bulk_get(request.keys.kept, budget).await?;
+    let items = store
+        .bulk_get(request.keys.kept, &request.metadata, budget)
+        .await?;
     Ok(Json(items.into_iter().map(bulk_item).collect()))
 }
 
