@@ -214,3 +214,93 @@ async fn a_switch_to_a_bad_host_or_password_rolls_back_without_a_failed_request(
     drop(store);
     runtime.shutdown().await;
 }
+
+/// `state/orders` on `host` and the probe `p`, which (when `fail` is set)
+/// takes 1.5 s to fail its init: a reload that rebuilds it rolls back.
+fn with_probe(host: &str, fail: bool) -> String {
+    serde_json::json!({
+        "appId": "fault-redis-staged-switch",
+        "components": {
+            "state": {"orders": {"type": "redis", "metadata": {"redisHost": host, "dialTimeout": "1s"}}},
+            "probe": {"p": {"type": "test.reload.probe", "metadata": {
+                "tag": "redis-staged-switch", "failInit": fail, "initDelayMs": if fail { 1500 } else { 0 }
+            }}}
+        }
+    })
+    .to_string()
+}
+
+/// A reload moves `state/orders` to another server while another
+/// component of the same reload fails its init: the store's new connection
+/// is made while the reload prepares but put in force only at commit, so
+/// every write made while the reload runs lands on the old server, which
+/// serves on after the rollback; nothing is written to the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_switch_is_not_in_force_before_the_reload_commits() {
+    let (old, new) = (RedisServer::start().await, RedisServer::start().await);
+    let runtime = support::start(&with_probe(&old.addr(), false))
+        .await
+        .expect("start failed");
+    let handle = runtime.state_store("orders");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (handle, stop) = (handle.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut written = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let key = format!("during-{n}");
+                let store = handle.load().expect("state/orders");
+                let set = SetRequest {
+                    key: key.clone(),
+                    value: n.to_string().into_bytes(),
+                    ..SetRequest::default()
+                };
+                if store.set(set).await.is_ok() {
+                    written.push(key);
+                }
+                sleep(Duration::from_millis(5)).await;
+            }
+            written
+        })
+    };
+    let candidate = parse(with_probe(&new.addr(), true).as_bytes()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(15), runtime.apply(candidate))
+        .await
+        .expect("the reload did not end");
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    assert_eq!(
+        failures[0].component,
+        Some(ComponentKey::new("probe", "p")),
+        "{failures:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.await.expect("the writer panicked");
+    assert!(written.len() > 20, "only {} writes", written.len());
+
+    // Dapr's layout: each key a hash; none reached the new server.
+    let on_new = new
+        .query(&["KEYS", "*"])
+        .await
+        .expect("KEYS on the new server");
+    assert!(
+        on_new.is_empty(),
+        "{} keys written to the new server, e.g. {:?}",
+        on_new.len(),
+        on_new.first()
+    );
+    let store = handle.load().unwrap();
+    for key in &written {
+        let get = GetRequest {
+            key: key.clone(),
+            ..GetRequest::default()
+        };
+        let entry = store.get(get).await.expect("get after the rollback");
+        assert!(entry.is_some(), "{key}, written during the reload, is gone");
+    }
+    drop(store);
+    runtime.shutdown().await;
+}

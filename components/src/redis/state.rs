@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use redis::RedisResult;
 use rewire_runtime::{
     BulkGetItem, Component, ComponentError, Concurrency, DeleteRequest, GetRequest, InPlace,
-    InPlaceUpdate, InitContext, Metadata, Readiness, SetRequest, StateEntry, StateError,
-    StateFeature, StateStore, TransactionRequest,
+    InPlaceUpdate, InitContext, Metadata, PendingInPlace, Readiness, SetRequest, StagedInPlace,
+    StateEntry, StateError, StateFeature, StateStore, TransactionRequest,
 };
 use tracing::debug;
 
@@ -30,7 +30,10 @@ const HMGET_FIXED_BYTES: usize = "HMGET".len() + "data".len() + "version".len();
 /// Every metadata change applies in place: a change of server, password,
 /// database or timeouts connects anew and swaps the connection once it
 /// answers, so no request fails and a bad new server leaves the old one
-/// serving.
+/// serving. In a reload the change is staged: the new connection is made
+/// and verified while the reload prepares and put in force only when it
+/// commits (a rollback drops it), so no write made meanwhile reaches a
+/// server the rollback then leaves.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "state",
@@ -88,17 +91,30 @@ impl Component for RedisStateStore {
     }
 }
 
-/// Applied at once, not deferred: the new connection is built, checked and
-/// swapped in by one awaited step (the connection's `apply`); a rollback
-/// re-applies the previous metadata, which swaps back.
+/// Deferred: the new connection is made and verified while staging, and
+/// swapped in at commit; dropped unapplied (a rollback), it changes
+/// nothing. `update_in_place` (a rollback re-applying the previous
+/// metadata) stages and applies at once.
 #[rewire_runtime::prelude::async_trait]
 impl InPlaceUpdate for RedisStateStore {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let StagedInPlace::Deferred(pending) = self.stage_in_place(metadata).await? else {
+            return Ok(InPlace::NeedsRebuild);
+        };
+        pending.apply();
+        Ok(InPlace::Applied)
+    }
+
+    async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
         let new = metadata
             .decode::<RedisMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         super::sequencer::refuse_sequencer_fields(&new)?;
-        self.connection.apply(new).await
+        let prepared = self.connection.prepare(new).await?;
+        let connection = self.connection.handle();
+        Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
+            connection.install(prepared);
+        })))
     }
 }
 
