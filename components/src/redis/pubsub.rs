@@ -194,6 +194,7 @@ impl PubSub for RedisPubSub {
             tunables: self.tunables.clone(),
             gate: self.gate.clone(),
             feed,
+            in_flight_ids: Arc::default(),
         };
         tokio::spawn(reader.run());
         Ok(subscription)

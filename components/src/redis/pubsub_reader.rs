@@ -3,11 +3,15 @@
 //! and delivers again entries pending longer than `processingTimeout`.
 //!
 //! Asked to drain (its broker was replaced), it closes the broker's
-//! publish gate (waiting for `XADD`s under way), reads until the stream
-//! has nothing new for the group, waits for the outcomes of what it
+//! publish gate (waiting for `XADD`s under way), delivers the consumer's
+//! own pending entries (handed back `RETRY`, left by an earlier process,
+//! or whose `XACK` failed; not those awaiting their outcome here), reads
+//! new entries until the stream has been quiet for [`DRAIN_LINGER`] (a
+//! publisher still on this server), waits for the outcomes of what it
 //! delivered (delivering again what is settled `RETRY`), then ends.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::any_connection::AnyConnection;
@@ -15,6 +19,7 @@ use arc_swap::ArcSwap;
 use redis::{RedisError, Value};
 use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tracing::warn;
 
 use super::metadata::ConnectionSettings;
@@ -35,6 +40,14 @@ pub(super) fn reading_settings(settings: &ConnectionSettings) -> ConnectionSetti
     reading
 }
 
+/// Draining, new entries are read until the stream has been quiet this
+/// long (a publisher still on this server a little longer loses nothing).
+/// Shorter than the runtime's drain grace (5 s without a delivery), so the
+/// reader ends on its own rather than being stopped.
+const DRAIN_LINGER: Duration = Duration::from_secs(3);
+/// Draining, entries are read for this long at most (the runtime's drain
+/// limit), however steadily they come.
+const DRAIN_READ_LIMIT: Duration = Duration::from_secs(120);
 /// How soon a message settled `RETRY` during a drain is delivered again.
 const DRAIN_RETRY_AFTER: Duration = Duration::from_millis(200);
 
@@ -66,6 +79,19 @@ pub(super) struct Reader {
     pub(super) tunables: Arc<ArcSwap<Tunables>>,
     pub(super) gate: Arc<PublishGate>,
     pub(super) feed: SubscriptionFeed,
+    /// The ids delivered and awaiting their outcome.
+    pub(super) in_flight_ids: Arc<Mutex<HashSet<String>>>,
+}
+
+/// Where a drain is.
+struct Drain {
+    /// Reading this consumer's own pending entries: the id to read after;
+    /// `None` once they were all read.
+    pending_after: Option<String>,
+    /// When the stream last gave a new entry (or the drain began).
+    quiet_since: Instant,
+    /// When reading stops, however steadily entries come.
+    read_until: Instant,
 }
 
 impl Reader {
@@ -73,20 +99,25 @@ impl Reader {
         let concurrency = self.tunables.load().concurrency;
         let in_flight = Arc::new(Semaphore::new(concurrency));
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        let mut gate_closed = false;
-        let mut last_reclaim = tokio::time::Instant::now();
+        let mut drain: Option<Drain> = None;
+        let mut last_reclaim = Instant::now();
         loop {
             if self.feed.is_stopped() || self.connected.shutdown.is_cancelled() {
                 return;
             }
-            if self.feed.is_draining() && !gate_closed {
+            if self.feed.is_draining() && drain.is_none() {
                 self.gate.close().await;
-                gate_closed = true;
+                let now = Instant::now();
+                drain = Some(Drain {
+                    pending_after: Some("0-0".into()),
+                    quiet_since: now,
+                    read_until: now + DRAIN_READ_LIMIT,
+                });
             }
             let tunables = **self.tunables.load();
-            if let Some(every) = tunables.redeliver_interval {
-                if last_reclaim.elapsed() >= every && !gate_closed {
-                    last_reclaim = tokio::time::Instant::now();
+            if let (Some(every), None) = (tunables.redeliver_interval, &drain) {
+                if last_reclaim.elapsed() >= every {
+                    last_reclaim = Instant::now();
                     if let Err(err) = self.reclaim(&in_flight, &tunables).await {
                         if self.group_recreated(&err).await {
                             continue;
@@ -95,11 +126,31 @@ impl Reader {
                     }
                 }
             }
-            let block = (!gate_closed).then_some(BLOCK);
+            // Draining: this consumer's own pending entries first (handed
+            // back `RETRY`, left by an earlier process, or whose `XACK`
+            // failed): nobody reads this server once the drain ends. Then
+            // new entries, until the stream was quiet for `DRAIN_LINGER`
+            // (a publisher still on this server a little longer).
+            let (after, block) = match &drain {
+                None => (">".to_string(), Some(BLOCK)),
+                Some(Drain {
+                    pending_after: Some(after),
+                    ..
+                }) => (after.clone(), None),
+                Some(drain) => {
+                    let left = DRAIN_LINGER.saturating_sub(drain.quiet_since.elapsed());
+                    if left.is_zero() || Instant::now() >= drain.read_until {
+                        break;
+                    }
+                    // `BLOCK 0` would wait forever.
+                    let left = left.min(BLOCK).max(Duration::from_millis(1));
+                    (">".to_string(), Some(left))
+                }
+            };
             // Not cut short by a drain: a read cut after the server
             // answered would leave its entries pending, undelivered.
             let read = tokio::select! {
-                read = read_group(&mut self.reading, &self.connected.group, &self.topic, tunables.queue_depth, block) => read,
+                read = read_group(&mut self.reading, &self.connected.group, &self.topic, tunables.queue_depth, block, &after) => read,
                 () = self.feed.stopped() => return,
                 () = self.connected.shutdown.cancelled() => return,
             };
@@ -116,10 +167,24 @@ impl Reader {
                     continue;
                 }
             };
-            if entries.is_empty() && gate_closed {
-                break;
+            let own_pending = after != ">";
+            if let Some(drain) = drain.as_mut() {
+                if own_pending {
+                    drain.pending_after = entries.last().map(|(id, _)| id.clone());
+                } else if !entries.is_empty() {
+                    drain.quiet_since = Instant::now();
+                }
             }
             for (id, data) in entries {
+                let Some(data) = data else {
+                    // Pending, but trimmed from the stream: nothing to
+                    // deliver any more.
+                    ack(&self.connected, &self.topic, &id).await;
+                    continue;
+                };
+                if own_pending && self.is_in_flight(&id) {
+                    continue;
+                }
                 let message = self.message(id, data);
                 if !self.deliver(&in_flight, message).await {
                     return;
@@ -132,6 +197,14 @@ impl Reader {
             _ = in_flight.acquire_many(all) => {}
             () = self.feed.stopped() => {}
         }
+    }
+
+    /// Whether the entry `id` was delivered and awaits its outcome.
+    fn is_in_flight(&self, id: &str) -> bool {
+        self.in_flight_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(id)
     }
 
     /// When `err` says the consumer group is gone (`NOGROUP`: the server
@@ -176,6 +249,7 @@ impl Reader {
             _ => Vec::new(),
         };
         for (id, data) in claimed {
+            let Some(data) = data else { continue };
             let message = self.message(id, data);
             if !self.deliver(in_flight, message).await {
                 break;
@@ -202,7 +276,19 @@ impl Reader {
         let feed = self.feed.clone();
         let connected = self.connected.clone();
         let topic = self.topic.clone();
+        let in_flight_ids = self.in_flight_ids.clone();
+        let forget = move |id: &str| {
+            in_flight_ids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(id);
+        };
+        self.in_flight_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(message.id.clone());
         let Some(mut outcome) = feed.deliver(message.clone()).await else {
+            forget(&message.id);
             return false;
         };
         tokio::spawn(async move {
@@ -225,21 +311,24 @@ impl Reader {
                     DeliveryOutcome::Retry => break,
                 }
             }
+            forget(&message.id);
             drop(permit);
         });
         true
     }
 }
 
-/// Up to `count` new entries for `group` on `topic` (`XREADGROUP`);
-/// `block`: wait that long for one.
+/// Up to `count` entries for `group` on `topic` (`XREADGROUP`): new ones
+/// when `after` is `>`, otherwise this consumer's pending ones after that
+/// id; `block`: wait that long for one.
 async fn read_group(
     conn: &mut AnyConnection,
     group: &str,
     topic: &str,
     count: usize,
     block: Option<Duration>,
-) -> Result<Vec<(String, Vec<u8>)>, RedisError> {
+    after: &str,
+) -> Result<Vec<Entry>, RedisError> {
     let mut cmd = redis::cmd("XREADGROUP");
     cmd.arg("GROUP")
         .arg(group)
@@ -250,7 +339,7 @@ async fn read_group(
         cmd.arg("BLOCK")
             .arg(u64::try_from(block.as_millis()).unwrap_or(1000));
     }
-    cmd.arg("STREAMS").arg(topic).arg(">");
+    cmd.arg("STREAMS").arg(topic).arg(after);
     let reply: Value = cmd.query_async(conn).await?;
     // [[stream, [[id, [field, value, ...]], ...]], ...] or nil.
     let Value::Array(streams) = reply else {
@@ -266,9 +355,13 @@ async fn read_group(
         .collect())
 }
 
-/// The `(id, data)` of stream entries `[[id, [field, value, ...]], ...]`
-/// (deleted entries, `[id, nil]`, are skipped).
-fn entries_of(entries: Value) -> Vec<(String, Vec<u8>)> {
+/// A stream entry: its id and its `data` field (`None`: the entry is still
+/// pending but was trimmed from the stream).
+type Entry = (String, Option<Vec<u8>>);
+
+/// The entries of `[[id, [field, value, ...]], ...]` (deleted ones are
+/// `[id, nil]`).
+fn entries_of(entries: Value) -> Vec<Entry> {
     let Value::Array(entries) = entries else {
         return Vec::new();
     };
@@ -281,10 +374,11 @@ fn entries_of(entries: Value) -> Vec<(String, Vec<u8>)> {
             if parts.len() != 2 {
                 return None;
             }
-            let Value::Array(fields) = parts.pop()? else {
-                return None;
-            };
+            let fields = parts.pop()?;
             let id = text_of(parts.pop()?)?;
+            let Value::Array(fields) = fields else {
+                return Some((id, None));
+            };
             let mut data = Vec::new();
             for pair in fields.chunks(2) {
                 if let [name, value] = pair {
@@ -293,7 +387,7 @@ fn entries_of(entries: Value) -> Vec<(String, Vec<u8>)> {
                     }
                 }
             }
-            Some((id, data))
+            Some((id, Some(data)))
         })
         .collect()
 }

@@ -229,3 +229,93 @@ async fn short_read_and_write_timeouts_lose_no_entry_to_a_blocking_read() {
     publisher.await.expect("publisher");
     assert_eq!(seen, (0..8).collect());
 }
+
+/// Every delivery until the subscription ends, settled `SUCCESS`.
+async fn until_ended(sub: &mut PubSubSubscription) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(60), sub.deliveries.recv())
+            .await
+            .expect("the drain ends within a minute");
+        let Some(delivery) = next else {
+            return seen;
+        };
+        seen.push(String::from_utf8_lossy(&delivery.message.data).to_string());
+        delivery.settle(DeliveryOutcome::Success);
+    }
+}
+
+#[tokio::test]
+async fn a_drain_delivers_the_entries_left_pending_on_the_old_server() {
+    let server = RedisServer::start().await;
+    // An earlier process of the app read an entry and died before its
+    // outcome: it is pending for the group's consumer.
+    server
+        .query(&["XGROUP", "CREATE", "orders", "app", "0", "MKSTREAM"])
+        .await
+        .expect("group");
+    server
+        .query(&["XADD", "orders", "*", "data", "crashed"])
+        .await
+        .expect("xadd");
+    server
+        .query(&[
+            "XREADGROUP",
+            "GROUP",
+            "app",
+            "app",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "orders",
+            ">",
+        ])
+        .await
+        .expect("read by the crashed process");
+    let broker = broker(json!({"redisHost": server.addr(), "consumerID": "app"})).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "retried"))
+        .await
+        .expect("published");
+    // Handed back: pending until `processingTimeout` (60 s)...
+    assert_eq!(next_text(&mut sub, DeliveryOutcome::Retry).await, "retried");
+    // (the outcome taken before the drain begins)
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // ... but the broker is replaced now: nobody reads this server again.
+    sub.drain();
+    let mut seen = until_ended(&mut sub).await;
+    seen.sort();
+    assert_eq!(seen, ["crashed", "retried"]);
+    let pending = server
+        .query(&["XPENDING", "orders", "app"])
+        .await
+        .expect("xpending");
+    assert_eq!(
+        pending.first().map(String::as_str),
+        Some("0"),
+        "{pending:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_drain_keeps_reading_while_a_publisher_still_on_the_old_server_sends() {
+    let server = RedisServer::start().await;
+    let broker = broker(json!({"redisHost": server.addr(), "consumerID": "app"})).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "first"))
+        .await
+        .expect("published");
+    assert_eq!(next_text(&mut sub, DeliveryOutcome::Success).await, "first");
+    sub.drain();
+    // Another sidecar, not reloaded yet, still publishes here a moment
+    // later: after the blocking read under way when the drain began (1 s),
+    // within the drain's linger (3 s of quiet).
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    server
+        .query(&["XADD", "orders", "*", "data", "late"])
+        .await
+        .expect("xadd");
+    assert_eq!(until_ended(&mut sub).await, ["late"]);
+}
