@@ -158,6 +158,7 @@ fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
         ("GET", routes::SECRETS_BULK) => "GetBulkSecret",
         ("GET", routes::CONFIGURATION | routes::CONFIGURATION_ALPHA1) => "GetConfiguration",
         ("GET", routes::METADATA) => "GetMetadata",
+        ("PUT", routes::METADATA_KEY) => "SetMetadata",
         ("GET", routes::METRICS) => "Metrics",
         ("GET", routes::STATUS) => "Status",
         ("POST", routes::PUBLISH) => "PublishEvent",
