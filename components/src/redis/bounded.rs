@@ -7,6 +7,17 @@
 //! so each command here is cut at `dialTimeout` + `readTimeout` +
 //! `writeTimeout` and fails with a timeout error instead.
 //!
+//! A negative `readTimeout` or `writeTimeout` means "no limit", as in Dapr
+//! (whose components rewire reads unchanged): the commands of such a
+//! component then have **no deadline of their own**, `dialTimeout`
+//! included, and one sent to a server that hangs waits as long as the
+//! server does. Calls through the sidecar's API are still cut by its
+//! `request_timeout` (30 s) and by a resiliency policy's `timeout`; code
+//! embedding the runtime must bound such calls itself. No ceiling is
+//! imposed: any fixed one would be wrong for somebody who asked for none
+//! (a long Lua script, a slow replica), and the default (3 s each) is
+//! bounded.
+//!
 //! On a Redis Cluster, a command that found no master for its slot (the
 //! master died and its replica is not promoted yet: connection refused,
 //! `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`) was not run, so it is sent
@@ -36,7 +47,8 @@ pub struct BoundedConnection {
 }
 
 impl BoundedConnection {
-    /// `inner`, with commands cut after `limit` (`None`: no limit).
+    /// `inner`, with commands cut after `limit` (`None`: no limit — a
+    /// negative `readTimeout` or `writeTimeout`, see the module docs).
     pub fn new(inner: AnyConnection, limit: Option<Duration>) -> Self {
         Self { inner, limit }
     }
