@@ -175,6 +175,12 @@ async fn dropped_events_go_to_the_dead_letter_topic() {
         (buried.id.as_str(), buried.data.as_slice()),
         (event.id.as_str(), &b"poison"[..])
     );
+    // Named as the subscription it came on, not the topic it was first
+    // published to (as Dapr fills `topic` and `pubsub_name`).
+    assert_eq!(
+        (buried.topic.as_str(), buried.pubsub_name.as_str()),
+        ("dead", "pubsub")
+    );
     dead.answer(&buried.id, Status::Success).await;
     sidecar.stop().await;
 }
@@ -468,6 +474,41 @@ async fn a_grpc_subscription_without_routes_delivers_to_the_default_path() {
             (topic, "", topic.as_bytes())
         );
     }
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_dead_lettered_event_names_the_dead_letter_topic_to_a_grpc_app() {
+    let (sidecar, mut received, stop) = with_grpc_app(vec![
+        app_subscription("risky", default_route("/drop"), "dead"),
+        app_subscription("dead", default_route("/dead"), ""),
+    ])
+    .await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    client
+        .publish_event(publish("risky", b"poison", "text/plain"))
+        .await
+        .expect("published");
+    let dropped = next_app_event(&mut received).await;
+    assert_eq!(
+        (dropped.path.as_str(), dropped.topic.as_str()),
+        ("/drop", "risky")
+    );
+    let buried = next_app_event(&mut received).await;
+    assert_eq!(
+        (
+            buried.path.as_str(),
+            buried.id.as_str(),
+            buried.data.as_slice()
+        ),
+        ("/dead", dropped.id.as_str(), &b"poison"[..])
+    );
+    // The SDKs dispatch on these: the dead-letter handler is the one.
+    assert_eq!(
+        (buried.topic.as_str(), buried.pubsub_name.as_str()),
+        ("dead", "pubsub")
+    );
     stop.cancel();
     sidecar.stop().await;
 }

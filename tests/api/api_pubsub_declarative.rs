@@ -427,3 +427,33 @@ async fn reloads_start_stop_and_reroute_declared_subscriptions_on_redis() {
     let server = RedisServer::start().await;
     reloads_follow_the_section(redis(&server), true).await;
 }
+
+/// A message whose CloudEvent says something that is no header value (a
+/// line break in `pubsubname`, put straight in the broker: a publish
+/// through the sidecar overwrites that field) still reaches the app, named
+/// by the subscription's pub/sub, instead of failing every attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_whose_fields_are_no_header_values_still_reaches_the_app() {
+    let plain = json!({"plain": {"pubsubname": "orders", "topic": "plain", "route": "/plain"}});
+    let sidecar = Sidecar::start(&config(&memory(), plain), ApiOptions::default()).await;
+    let (channel, mut rx) = start_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["plain"]).await;
+    let event = json!({"specversion": "1.0", "id": "odd", "source": "elsewhere", "type": "t",
+                       "topic": "plain", "pubsubname": "a\nb", "data": {"n": 1}});
+    let broker = sidecar.runtime.pubsub("orders").load().expect("the broker");
+    broker
+        .publish(rewire::PublishRequest {
+            topic: "plain".into(),
+            data: event.to_string().into_bytes(),
+            content_type: Some("application/cloudevents+json".into()),
+            metadata: Default::default(),
+        })
+        .await
+        .expect("published");
+    let (path, got) = next_event(&mut rx).await;
+    assert_eq!((path.as_str(), &got["id"]), ("/plain", &json!("odd")));
+    stop.cancel();
+    sidecar.stop().await;
+}

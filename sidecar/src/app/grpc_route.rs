@@ -54,8 +54,8 @@ pub(super) async fn on_topic_event(
         spec_version: event.field("specversion"),
         data_content_type: event.data_content_type.clone(),
         data: event.data.clone(),
-        topic: event.field("topic"),
-        pubsub_name: event.field("pubsubname"),
+        topic: event.topic.clone(),
+        pubsub_name: event.pubsub_name.clone(),
         path: path.to_string(),
         extensions: None,
     };

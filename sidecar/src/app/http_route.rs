@@ -69,11 +69,17 @@ pub(super) async fn post_event(
     let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
     let mut request = client
         .post(url)
-        .header("content-type", "application/cloudevents+json")
-        .header("pubsubname", event.field("pubsubname"));
-    // The publisher's trace goes on to the app, as Dapr passes it.
-    for name in ["traceparent", "tracestate"] {
-        let value = event.field(name);
+        .header("content-type", "application/cloudevents+json");
+    // `pubsubname` names the subscription's pub/sub, as Dapr's; the
+    // publisher's trace goes on to the app, as Dapr passes it. Only valid
+    // header values are sent: a field of the event that is not one (a line
+    // break in it) must not fail every attempt at the event.
+    let headers = [
+        ("pubsubname", event.pubsub_name.clone()),
+        ("traceparent", event.field("traceparent")),
+        ("tracestate", event.field("tracestate")),
+    ];
+    for (name, value) in headers {
         if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {
             if !value.is_empty() {
                 request = request.header(name, value);

@@ -85,7 +85,7 @@ impl EventSink for RoutedSink {
             None => {
                 // As Dapr: an event no rule takes, with no default route,
                 // is acknowledged without delivery.
-                tracing::debug!(id = %event.id, topic = %event.field("topic"), "No route matches the event and there is no default route; acknowledged.");
+                tracing::debug!(id = %event.id, topic = %event.topic, "No route matches the event and there is no default route; acknowledged.");
                 DeliveryOutcome::Success
             }
         }

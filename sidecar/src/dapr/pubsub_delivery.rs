@@ -140,7 +140,7 @@ impl TopicDelivery {
         sink: &dyn EventSink,
         handle: &PubSubHandle,
     ) -> DeliveryOutcome {
-        let event = TopicEvent::of(&delivery.message, &self.pubsub_name);
+        let event = TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic);
         let mut wait = FIRST_BACKOFF;
         for attempt in 1..=MAX_ATTEMPTS {
             match sink.send(&event).await {

@@ -44,8 +44,9 @@ fn is_text(content_type: &str) -> bool {
 /// The CloudEvent Dapr publishes for `data` of `content_type` (default
 /// `text/plain`, as Dapr's): JSON data is embedded as JSON, text as a
 /// string, anything else as `data_base64`. A payload that is itself a
-/// CloudEvent (`application/cloudevents+json`) keeps its fields; the
-/// missing ones are filled in.
+/// CloudEvent (`application/cloudevents+json`) keeps its fields, but for
+/// `topic` and `pubsubname`, which name where it is published (as Dapr
+/// sets them); the missing ones are filled in.
 pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_>) -> Value {
     let content_type = content_type.filter(|c| !c.is_empty());
     let mut event = Map::new();
@@ -76,8 +77,6 @@ pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_
     fill("specversion", Value::String("1.0".into()));
     fill("datacontenttype", Value::String(content_type));
     fill("time", Value::String(rfc3339_now()));
-    fill("topic", Value::String(cx.topic.to_string()));
-    fill("pubsubname", Value::String(cx.pubsub_name.to_string()));
     if let Some(traceparent) = cx.traceparent {
         fill("traceid", Value::String(traceparent.to_string()));
         fill("traceparent", Value::String(traceparent.to_string()));
@@ -85,6 +84,11 @@ pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_
     if let Some(tracestate) = cx.tracestate {
         fill("tracestate", Value::String(tracestate.to_string()));
     }
+    event.insert("topic".into(), Value::String(cx.topic.to_string()));
+    event.insert(
+        "pubsubname".into(),
+        Value::String(cx.pubsub_name.to_string()),
+    );
     Value::Object(event)
 }
 
@@ -118,12 +122,19 @@ pub struct TopicEvent {
     /// The payload bytes: JSON data as JSON text, a string as its bytes,
     /// `data_base64` decoded.
     pub data: Vec<u8>,
+    /// The pub/sub of the subscription it is delivered on (not what the
+    /// event's own text says: a dead-lettered event still names the topic
+    /// it was first published to).
+    pub pubsub_name: String,
+    /// The topic of the subscription it is delivered on.
+    pub topic: String,
 }
 
 impl TopicEvent {
-    /// The event of a delivered message: its CloudEvent, or (a raw
-    /// payload) one made around it, as Dapr does for `rawPayload`.
-    pub fn of(message: &rewire_runtime::Message, pubsub_name: &str) -> Self {
+    /// The event of a message delivered on the subscription to `topic` of
+    /// `pubsub_name`: its CloudEvent, or (a raw payload) one made around
+    /// it, as Dapr does for `rawPayload`.
+    pub fn of(message: &rewire_runtime::Message, pubsub_name: &str, topic: &str) -> Self {
         let parsed = serde_json::from_slice::<Map<String, Value>>(&message.data)
             .ok()
             .filter(|e| e.contains_key("specversion") && e.contains_key("id"));
@@ -167,6 +178,8 @@ impl TopicEvent {
             data_content_type: text("datacontenttype"),
             data,
             cloud_event,
+            pubsub_name: pubsub_name.to_string(),
+            topic: topic.to_string(),
         }
     }
 
@@ -263,7 +276,10 @@ mod tests {
             data: bytes,
             ..Default::default()
         };
-        assert_eq!(TopicEvent::of(&message, "pubsub").data, br#"{"a":1}"#);
+        assert_eq!(
+            TopicEvent::of(&message, "pubsub", "orders").data,
+            br#"{"a":1}"#
+        );
     }
 
     #[test]
@@ -276,7 +292,7 @@ mod tests {
             data: vec![0xff, 0],
             ..Default::default()
         };
-        let event = TopicEvent::of(&raw, "pubsub");
+        let event = TopicEvent::of(&raw, "pubsub", "orders");
         assert_eq!(event.data, vec![0xff, 0]);
         assert_eq!(event.field("pubsubname"), "pubsub");
     }
@@ -288,5 +304,19 @@ mod tests {
         assert_eq!(event["id"], "mine");
         assert_eq!(event["type"], "t");
         assert_eq!(event["topic"], "orders");
+    }
+
+    #[test]
+    fn a_republished_cloud_event_names_where_it_is_published() {
+        // Received on one topic, published again on another: as Dapr, the
+        // envelope names the topic and pub/sub it is published to.
+        let given = br#"{"id":"mine","source":"s","specversion":"1.0","type":"t","data":"x",
+                         "topic":"elsewhere","pubsubname":"a\nb"}"#;
+        let event = envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx());
+        assert_eq!(event["id"], "mine");
+        assert_eq!(
+            (&event["topic"], &event["pubsubname"]),
+            (&Value::from("orders"), &Value::from("pubsub"))
+        );
     }
 }

@@ -275,8 +275,8 @@ pub(super) fn topic_event_request(event: &TopicEvent) -> pb::TopicEventRequest {
         spec_version: event.field("specversion"),
         data_content_type: event.data_content_type.clone(),
         data: event.data.clone(),
-        topic: event.field("topic"),
-        pubsub_name: event.field("pubsubname"),
+        topic: event.topic.clone(),
+        pubsub_name: event.pubsub_name.clone(),
         path: String::new(),
         extensions: None,
     }
@@ -310,6 +310,8 @@ mod tests {
             id: id.into(),
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
         }
     }
 
