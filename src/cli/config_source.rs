@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::{ConfigSources, Registry, ValidConfig};
 
-use super::default_config::{default_config, default_home};
+use super::default_config::{default_config, default_home, DataFiles};
 use super::print_problems;
 
 /// Dapr's flags for where components come from.
@@ -56,10 +56,12 @@ pub fn chosen(given: Option<PathBuf>) -> Option<PathBuf> {
 }
 
 /// The chosen configuration, validated; `None` after printing why it
-/// cannot be used.
-pub fn load_source(source: &Source, registry: &Registry) -> Option<ValidConfig> {
+/// cannot be used. The built-in default's data files are created only
+/// with [`DataFiles::Create`] (`run`; `validate` and `graph` write
+/// nothing).
+pub fn load_source(source: &Source, registry: &Registry, files: DataFiles) -> Option<ValidConfig> {
     match source {
-        Source::Json(path) => load(path.as_deref(), registry),
+        Source::Json(path) => load(path.as_deref(), registry, files),
         Source::Sources(sources) if sources.file.is_none() && sources.resources.is_none() => {
             eprintln!("error: --app-id needs --config or --resources-path");
             None
@@ -73,12 +75,12 @@ pub fn load_source(source: &Source, registry: &Registry) -> Option<ValidConfig> 
 
 /// The configuration at `path`, or the built-in default, validated; `None`
 /// after printing why it cannot be used.
-pub fn load(path: Option<&Path>, registry: &Registry) -> Option<ValidConfig> {
+pub fn load(path: Option<&Path>, registry: &Registry, files: DataFiles) -> Option<ValidConfig> {
     let loaded = match path {
         Some(path) => ValidConfig::from_path(path, registry),
         None => {
             let home = default_home();
-            match default_config(&home) {
+            match default_config(&home, files) {
                 Ok(bytes) => ValidConfig::from_slice(&bytes, registry),
                 Err(err) => {
                     eprintln!(

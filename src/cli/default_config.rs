@@ -28,10 +28,23 @@ pub fn default_home() -> PathBuf {
         })
 }
 
-/// The built-in configuration document, creating its (empty) data files
-/// under `home` when missing.
-pub fn default_config(home: &Path) -> std::io::Result<Vec<u8>> {
-    let (configuration, secrets) = data_files(home, CONFIG_STORE_FILE)?;
+/// Whether the built-in default's data files are created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFiles {
+    /// Created (empty) when missing: the default is about to run.
+    Create,
+    /// Only named: the document is read (`validate`, `graph`), nothing is
+    /// written.
+    Name,
+}
+
+/// The built-in configuration document, its data files under `home`
+/// (created empty when missing with [`DataFiles::Create`]).
+pub fn default_config(home: &Path, files: DataFiles) -> std::io::Result<Vec<u8>> {
+    let (configuration, secrets) = match files {
+        DataFiles::Create => data_files(home, CONFIG_STORE_FILE)?,
+        DataFiles::Name => (home.join(CONFIG_STORE_FILE), home.join(SECRETS_FILE)),
+    };
     serde_json::to_vec_pretty(&document(&configuration, &secrets)).map_err(std::io::Error::other)
 }
 

@@ -11,7 +11,7 @@ use rewire::{Registry, Runtime, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::config_source::{self, DaprSourceArgs, Source};
-use super::default_config::default_home;
+use super::default_config::{default_home, DataFiles};
 
 /// How much longer than the shutdown grace the servers may take to stop.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
@@ -76,7 +76,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             tracing::info!(config = %config_source::shown_source(&source), "Loading configuration.")
         }
     }
-    let Some(valid) = config_source::load_source(&source, &registry) else {
+    let Some(valid) = config_source::load_source(&source, &registry, DataFiles::Create) else {
         return ExitCode::FAILURE;
     };
     let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {

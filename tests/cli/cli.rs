@@ -404,3 +404,43 @@ fn validate_without_a_file_checks_the_built_in_default() {
         "the built-in default: valid (4 components)"
     );
 }
+
+#[test]
+fn validate_and_graph_of_the_built_in_default_write_no_file() {
+    // REWIRE_HOME under a regular file: creating it fails even as root.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, "not-a-folder", "");
+    let home = file.join("rewire");
+    let (code, stdout, stderr) = output(
+        rewire()
+            .arg("validate")
+            .current_dir(dir.path())
+            .env("REWIRE_HOME", &home),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout.trim_end(),
+        "the built-in default: valid (4 components)"
+    );
+    let (code, stdout, stderr) = output(
+        rewire()
+            .arg("graph")
+            .current_dir(dir.path())
+            .env("REWIRE_HOME", &home),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("secret_store/secretstore"), "{stdout}");
+    // A writable home stays empty too.
+    let writable = tempfile::tempdir().unwrap();
+    let home = writable.path().join("home");
+    for command in ["validate", "graph"] {
+        let (code, _, stderr) = output(
+            rewire()
+                .arg(command)
+                .current_dir(dir.path())
+                .env("REWIRE_HOME", &home),
+        );
+        assert_eq!(code, 0, "{command}: {stderr}");
+        assert!(!home.exists(), "{command} created {}", home.display());
+    }
+}
