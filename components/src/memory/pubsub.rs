@@ -4,7 +4,11 @@
 //! A publish waits (up to [`PUBLISH_WAIT`]) for room in every queue of the
 //! topic and succeeds once the message is in all of them, so an
 //! acknowledged publish is delivered to every subscription that existed
-//! when it was made. A message settled `Retry` (or not settled) is
+//! when it was made; a queue that has no room in time fails the publish
+//! (`Busy`), nothing is dropped. A queue has room for [`QUEUE_CAPACITY`]
+//! messages and [`QUEUE_BYTES`] bytes, a message counting until it is
+//! settled; its payload is shared by the queues of every subscription
+//! (copied for a delivery only, at most [`MAX_IN_FLIGHT`] at a time). A message settled `Retry` (or not settled) is
 //! delivered again after [`REDELIVER_AFTER`]; at most
 //! [`MAX_IN_FLIGHT`] deliveries per subscription await their outcome.
 //!
@@ -21,13 +25,16 @@ use rewire_runtime::{
     PubSubError, PubSubSubscription, PublishRequest, StagedInPlace, SubscribeRequest,
     SubscriptionFeed,
 };
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::live::LiveMetadata;
 use crate::pubsub::PublishGate;
 
 /// Messages a subscription queues before publishes wait.
 pub const QUEUE_CAPACITY: usize = 1024;
+/// Bytes a subscription holds (queued, or delivered and not yet settled)
+/// before publishes wait: payload, topic, content type and metadata.
+pub const QUEUE_BYTES: usize = 64 * 1024 * 1024;
 /// How long a publish waits for room in a full queue.
 pub const PUBLISH_WAIT: Duration = Duration::from_secs(5);
 /// Deliveries of one subscription awaiting their outcome.
@@ -52,7 +59,7 @@ pub struct MemoryPubSubMetadata {
 pub struct MemoryPubSub {
     #[metadata]
     meta: LiveMetadata<MemoryPubSubMetadata>,
-    topics: Arc<Mutex<HashMap<String, Vec<mpsc::Sender<Message>>>>>,
+    topics: Arc<Mutex<HashMap<String, Vec<Queue>>>>,
     gate: Arc<PublishGate>,
     next_id: AtomicU64,
 }
@@ -63,19 +70,76 @@ impl MemoryPubSub {
         Self::default()
     }
 
-    fn queues(&self, topic: &str) -> Vec<mpsc::Sender<Message>> {
+    fn queues(&self, topic: &str) -> Vec<Queue> {
         let mut topics = self
             .topics
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         match topics.get_mut(topic) {
             Some(queues) => {
-                queues.retain(|q| !q.is_closed());
+                queues.retain(|q| !q.sender.is_closed());
                 queues.clone()
             }
             None => Vec::new(),
         }
     }
+}
+
+/// One subscription's queue, and the bytes it may still take.
+#[derive(Debug, Clone)]
+struct Queue {
+    sender: mpsc::Sender<Queued>,
+    room: Arc<Semaphore>,
+}
+
+/// A message in one subscription's queue: shared with the other queues,
+/// holding its bytes of this one until it is settled.
+struct Queued {
+    message: Arc<Message>,
+    _bytes: OwnedSemaphorePermit,
+}
+
+impl Queue {
+    fn new() -> (Self, mpsc::Receiver<Queued>) {
+        let (sender, messages) = mpsc::channel(QUEUE_CAPACITY);
+        let room = Arc::new(Semaphore::new(QUEUE_BYTES));
+        (Self { sender, room }, messages)
+    }
+
+    /// Puts `message` of `cost` bytes in the queue once it has room (at
+    /// once when the subscription has ended: nobody to deliver to).
+    async fn put(&self, message: Arc<Message>, cost: u32) {
+        let bytes = tokio::select! {
+            bytes = self.room.clone().acquire_many_owned(cost) => match bytes {
+                Ok(bytes) => bytes,
+                Err(_) => return,
+            },
+            () = self.sender.closed() => return,
+        };
+        let _ = self
+            .sender
+            .send(Queued {
+                message,
+                _bytes: bytes,
+            })
+            .await;
+    }
+}
+
+/// The bytes `message` counts for in a queue (a message larger than a
+/// whole queue takes all of it: it gets in once the queue is empty).
+fn cost_of(message: &Message) -> u32 {
+    let metadata: usize = message
+        .metadata
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    let bytes = message.data.len()
+        + message.topic.len()
+        + message.id.len()
+        + message.content_type.as_ref().map_or(0, String::len)
+        + metadata;
+    u32::try_from(bytes.clamp(1, QUEUE_BYTES)).unwrap_or(u32::MAX)
 }
 
 #[rewire_runtime::prelude::async_trait]
@@ -113,24 +177,23 @@ impl PubSub for MemoryPubSub {
         }
         let _pass = self.gate.enter().await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let message = Message {
+        let message = Arc::new(Message {
             id: id.to_string(),
             topic: req.topic.clone(),
             data: req.data,
             content_type: req.content_type,
             metadata: req.metadata,
-        };
+        });
+        let cost = cost_of(&message);
         for queue in self.queues(&req.topic) {
-            match queue.send_timeout(message.clone(), PUBLISH_WAIT).await {
-                Ok(()) => {}
-                // The subscription ended meanwhile: nobody to deliver to.
-                Err(mpsc::error::SendTimeoutError::Closed(_)) => {}
-                Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
-                    return Err(PubSubError::Busy(format!(
-                        "a subscription of topic `{}` has {QUEUE_CAPACITY} messages waiting and took none for {PUBLISH_WAIT:?}",
-                        req.topic
-                    )))
-                }
+            if tokio::time::timeout(PUBLISH_WAIT, queue.put(message.clone(), cost))
+                .await
+                .is_err()
+            {
+                return Err(PubSubError::Busy(format!(
+                    "a subscription of topic `{}` holds {QUEUE_CAPACITY} messages or {QUEUE_BYTES} bytes and took none for {PUBLISH_WAIT:?}",
+                    req.topic
+                )));
             }
         }
         Ok(())
@@ -140,7 +203,7 @@ impl PubSub for MemoryPubSub {
         if req.topic.is_empty() {
             return Err(PubSubError::Invalid("the topic is empty".into()));
         }
-        let (queue, messages) = mpsc::channel(QUEUE_CAPACITY);
+        let (queue, messages) = Queue::new();
         self.topics
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -161,12 +224,12 @@ type Closing = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 /// publish under way may be waiting for room in it), and what is queued
 /// once they are is delivered.
 async fn deliver_queue(
-    mut messages: mpsc::Receiver<Message>,
+    mut messages: mpsc::Receiver<Queued>,
     feed: SubscriptionFeed,
     gate: Arc<PublishGate>,
 ) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let (retry, mut retries) = mpsc::channel::<Message>(MAX_IN_FLIGHT);
+    let (retry, mut retries) = mpsc::channel::<Queued>(MAX_IN_FLIGHT);
     let mut draining = false;
     let mut closing: Option<Closing> = None;
     loop {
@@ -218,18 +281,19 @@ async fn until_closed(closing: &mut Option<Closing>) {
     }
 }
 
-/// Delivers `message` and, in the background, re-queues it unless it is
-/// settled `Success` or `Drop`. False when the subscription is gone.
+/// Delivers `message` (a copy of it) and, in the background, re-queues
+/// it unless it is settled `Success` or `Drop`: its bytes stay held until
+/// then. False when the subscription is gone.
 async fn send(
     feed: &SubscriptionFeed,
     in_flight: &Arc<Semaphore>,
-    retry: &mpsc::Sender<Message>,
-    message: Message,
+    retry: &mpsc::Sender<Queued>,
+    message: Queued,
 ) -> bool {
     let Ok(permit) = in_flight.clone().acquire_owned().await else {
         return false;
     };
-    let Some(outcome) = feed.deliver(message.clone()).await else {
+    let Some(outcome) = feed.deliver(Message::clone(&message.message)).await else {
         return false;
     };
     let retry = retry.clone();
@@ -359,6 +423,61 @@ mod tests {
         assert_eq!(published, Ok(()));
         let expected: Vec<String> = (0..=held).map(|i| i.to_string()).collect();
         assert_eq!(seen, expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_is_bounded_by_bytes_and_a_publish_beyond_them_fails_instead_of_dropping() {
+        const MIB: usize = 1024 * 1024;
+        let broker = MemoryPubSub::new();
+        // Unread: nothing it holds is settled.
+        let mut sub = broker
+            .subscribe(SubscribeRequest {
+                topic: "t".into(),
+                ..SubscribeRequest::default()
+            })
+            .await
+            .expect("subscribed");
+        let big = |n: usize| PublishRequest {
+            topic: "t".into(),
+            data: vec![u8::try_from(n % 251).unwrap_or(0); MIB],
+            ..PublishRequest::default()
+        };
+        let mut accepted = 0;
+        let refused = loop {
+            match broker.publish(big(accepted)).await {
+                Ok(()) => accepted += 1,
+                Err(err) => break err,
+            }
+            assert!(accepted <= QUEUE_CAPACITY, "not bounded by bytes");
+        };
+        // Far fewer than QUEUE_CAPACITY messages: the bytes are the bound.
+        assert!(
+            accepted < QUEUE_BYTES / MIB,
+            "{accepted} messages of 1 MiB held"
+        );
+        assert!(
+            matches!(&refused, PubSubError::Busy(m) if m.contains("bytes")),
+            "{refused:?}"
+        );
+        // Settling one makes room: the next publish is taken.
+        let first = testkit::soon("a delivery", sub.deliveries.recv())
+            .await
+            .expect("delivered");
+        assert_eq!(first.message.data, big(0).data);
+        first.settle(DeliveryOutcome::Success);
+        broker
+            .publish(big(accepted))
+            .await
+            .expect("room after a settle");
+        accepted += 1;
+        // Every acknowledged publish is delivered, in order.
+        for n in 1..accepted {
+            let delivery = testkit::soon("a delivery", sub.deliveries.recv())
+                .await
+                .expect("delivered");
+            assert_eq!(delivery.message.data, big(n).data, "message {n}");
+            delivery.settle(DeliveryOutcome::Success);
+        }
     }
 
     #[tokio::test]
