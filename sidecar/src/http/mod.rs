@@ -73,8 +73,15 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::SECRET, get(secrets::get))
         .route(routes::CONFIGURATION, get(configuration::get))
         .route(routes::CONFIGURATION_ALPHA1, get(configuration::get))
-        .route(routes::PUBLISH, post(pubsub::publish))
-        .route(routes::PUBLISH_BULK, post(pubsub::bulk_publish))
+        .route(routes::PUBLISH, post(pubsub::publish).put(pubsub::publish))
+        .route(
+            routes::PUBLISH_BULK,
+            post(pubsub::bulk_publish).put(pubsub::bulk_publish),
+        )
+        .route(
+            routes::PUBLISH_BULK_V1,
+            post(pubsub::bulk_publish).put(pubsub::bulk_publish),
+        )
         .route(routes::METADATA, get(metadata::get))
         .route(routes::METADATA_KEY, put(metadata::put))
         .route(routes::METRICS, get(metrics::get))

@@ -58,7 +58,7 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(String::from)
 }
 
-/// `POST /v1.0/publish/{pubsub}/{topic}`.
+/// `POST` (or `PUT`) `/v1.0/publish/{pubsub}/{topic}`.
 pub async fn publish(
     State(state): State<ApiState>,
     call: Call,
@@ -103,7 +103,8 @@ pub struct BulkEntry {
     metadata: HashMap<String, String>,
 }
 
-/// `POST /v1.0-alpha1/publish/bulk/{pubsub}/{topic}`: `204`, or `500`
+/// `POST` (or `PUT`) `/v1.0-alpha1/publish/bulk/{pubsub}/{topic}` (also
+/// under `/v1.0`, as Dapr serves it): `204`, or `500`
 /// with the failed entries.
 pub async fn bulk_publish(
     State(state): State<ApiState>,

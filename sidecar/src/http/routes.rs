@@ -26,8 +26,10 @@ pub const CONFIGURATION: &str = "/v1.0/configuration/{store}";
 pub const CONFIGURATION_ALPHA1: &str = "/v1.0-alpha1/configuration/{store}";
 /// Publish one event.
 pub const PUBLISH: &str = "/v1.0/publish/{pubsub}/{*topic}";
-/// Publish several events.
+/// Publish several events (Dapr's alpha path).
 pub const PUBLISH_BULK: &str = "/v1.0-alpha1/publish/bulk/{pubsub}/{*topic}";
+/// Publish several events (beats `PUBLISH`: never a pub/sub named `bulk`).
+pub const PUBLISH_BULK_V1: &str = "/v1.0/publish/bulk/{pubsub}/{*topic}";
 /// The sidecar's metadata.
 pub const METADATA: &str = "/v1.0/metadata";
 /// Set one entry of the sidecar's extended metadata.
