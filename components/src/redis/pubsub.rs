@@ -164,9 +164,9 @@ impl PubSub for RedisPubSub {
             cmd.arg("MAXLEN").arg("~").arg(max_len);
         }
         cmd.arg("*").arg("data").arg(&req.data);
-        let mut manager = connected.connection.clone();
+        let mut conn = connected.commands();
         let _id: String = cmd
-            .query_async(&mut manager)
+            .query_async(&mut conn)
             .await
             .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
         Ok(())
@@ -177,8 +177,7 @@ impl PubSub for RedisPubSub {
             return Err(PubSubError::Invalid("the topic is empty".into()));
         }
         let connected = self.connected()?.clone();
-        let mut manager = connected.connection.clone();
-        ensure_group(&mut manager, &req.topic, &connected.group)
+        ensure_group(&mut connected.commands(), &req.topic, &connected.group)
             .await
             .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
         // Blocking reads get a connection of their own.

@@ -4,6 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::any_connection::AnyConnection;
+use super::bounded::BoundedConnection;
 use super::metadata::ConnectionSettings;
 
 /// What `init` established.
@@ -18,6 +19,18 @@ pub(super) struct Connected {
 }
 
 impl Connected {
+    /// The shared connection, every command of which is cut at
+    /// `dialTimeout` + `readTimeout` + `writeTimeout` (as the state
+    /// store's): a publish or an `XACK` never waits out the client's whole
+    /// reconnection sequence.
+    pub(super) fn commands(&self) -> BoundedConnection {
+        let limit = self
+            .settings
+            .response
+            .map(|response| response + self.settings.dial);
+        BoundedConnection::new(self.connection.clone(), limit)
+    }
+
     /// `err` as a backend error: with the server, without the password.
     pub(super) fn describe(&self, err: &dyn std::fmt::Display) -> String {
         self.settings

@@ -54,7 +54,7 @@ const DRAIN_RETRY_AFTER: Duration = Duration::from_millis(200);
 /// Creates consumer group `group` on `topic` at the start of the stream
 /// (creating the stream too), unless it exists.
 pub(super) async fn ensure_group(
-    conn: &mut AnyConnection,
+    conn: &mut impl redis::aio::ConnectionLike,
     topic: &str,
     group: &str,
 ) -> Result<(), RedisError> {
@@ -409,12 +409,12 @@ fn text_of(value: Value) -> Option<String> {
 }
 
 async fn ack(connected: &Connected, topic: &str, id: &str) {
-    let mut manager = connected.connection.clone();
+    let mut conn = connected.commands();
     let acked: Result<i64, RedisError> = redis::cmd("XACK")
         .arg(topic)
         .arg(&connected.group)
         .arg(id)
-        .query_async(&mut manager)
+        .query_async(&mut conn)
         .await;
     if let Err(err) = acked {
         warn!(component = %connected.label, topic, id, error = %connected.describe(&err), "XACK failed; the entry will be delivered again.");

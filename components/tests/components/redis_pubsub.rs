@@ -319,3 +319,45 @@ async fn a_drain_keeps_reading_while_a_publisher_still_on_the_old_server_sends()
         .expect("xadd");
     assert_eq!(until_ended(&mut sub).await, ["late"]);
 }
+
+#[tokio::test]
+async fn a_publish_to_a_server_that_stopped_answering_fails_within_its_timeouts() {
+    let mut server = RedisServer::start().await;
+    // dialTimeout + readTimeout + writeTimeout: 1.5 s.
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app",
+        "dialTimeout": "1s", "readTimeout": "250ms", "writeTimeout": "250ms"
+    }))
+    .await;
+    broker
+        .publish(publish("orders", "before"))
+        .await
+        .expect("published");
+    // The server dies; in its place, something that takes connections and
+    // never answers (a hung host): each reconnection attempt of the client
+    // waits `dialTimeout`, and it makes several.
+    let port = server.port();
+    server.stop();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the port is free again");
+    let mute = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    for _ in 0..2 {
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(6),
+            broker.publish(publish("orders", "during")),
+        )
+        .await
+        .expect("the publish returned (within dialTimeout + readTimeout + writeTimeout)");
+        assert!(
+            matches!(outcome, Err(PubSubError::Backend(_))),
+            "{outcome:?}"
+        );
+    }
+    mute.abort();
+}
