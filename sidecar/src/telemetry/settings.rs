@@ -103,9 +103,12 @@ impl TraceSettings {
         }
     }
 
-    /// Whether spans are recorded and exported at all.
+    /// Whether spans are recorded and exported at all: whenever a
+    /// collector is set. Even `always_off` keeps the reloads' traces (the
+    /// sampler decides for calls only); `OTEL_SDK_DISABLED=true` or
+    /// `OTEL_TRACES_EXPORTER=none` turn everything off.
     pub fn enabled(&self) -> bool {
-        self.endpoint.is_some() && self.sampler != SamplerChoice::AlwaysOff
+        self.endpoint.is_some()
     }
 }
 
@@ -240,6 +243,20 @@ mod tests {
             settings.sampler,
             SamplerChoice::ParentBased(ParentBasedRoot::Ratio(0.0))
         );
+    }
+
+    #[test]
+    fn always_off_samples_no_call_but_keeps_exporting_reloads() {
+        let settings = TraceSettings::resolve(
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                ("OTEL_TRACES_SAMPLER", "always_off"),
+            ]),
+            None,
+            "",
+        );
+        assert_eq!(settings.sampler, SamplerChoice::AlwaysOff);
+        assert!(settings.enabled());
     }
 
     #[test]
