@@ -17,7 +17,7 @@
 //! credentials, database or consumer ID rebuilds the component, and the handle layer
 //! moves subscriptions to the new instance without losing a message.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 use rewire_runtime::{
@@ -30,7 +30,7 @@ use tracing::info;
 use super::connect::{open, ping};
 use super::pubsub_connected::Connected;
 use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
-use super::pubsub_reader::{ensure_group, reading_settings, Reader};
+use super::pubsub_reader::{ensure_group, reading_settings, Permits, Reader};
 use crate::pubsub::PublishGate;
 
 /// A pub/sub broker on Redis Streams, compatible with Dapr's
@@ -47,6 +47,9 @@ pub struct RedisPubSub {
     connected: OnceLock<Connected>,
     tunables: Arc<ArcSwap<Tunables>>,
     gate: Arc<PublishGate>,
+    /// The permits of each subscription, resized when `concurrency`
+    /// changes in place.
+    permits: Arc<Mutex<Vec<Weak<Permits>>>>,
 }
 
 impl std::fmt::Debug for RedisPubSub {
@@ -144,8 +147,19 @@ impl InPlaceUpdate for RedisPubSub {
             .tunables()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         let current = self.tunables.clone();
+        let permits = self.permits.clone();
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
             current.store(Arc::new(tunables));
+            let mut permits = permits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            permits.retain(|subscription| match subscription.upgrade() {
+                Some(subscription) => {
+                    subscription.resize(tunables.concurrency);
+                    true
+                }
+                None => false,
+            });
         })))
     }
 }
@@ -186,6 +200,11 @@ impl PubSub for RedisPubSub {
             .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
         let tunables = **self.tunables.load();
         let (subscription, feed) = PubSubSubscription::channel(tunables.concurrency);
+        let permits = Permits::new(tunables.concurrency);
+        self.permits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Arc::downgrade(&permits));
         let reader = Reader {
             connected,
             reading: reading.connection,
@@ -193,6 +212,7 @@ impl PubSub for RedisPubSub {
             tunables: self.tunables.clone(),
             gate: self.gate.clone(),
             feed,
+            permits,
             in_flight_ids: Arc::default(),
         };
         tokio::spawn(reader.run());

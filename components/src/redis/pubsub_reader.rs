@@ -72,6 +72,54 @@ pub(super) async fn ensure_group(
     }
 }
 
+/// The deliveries a subscription may have awaiting their outcome
+/// (`concurrency`), resizable in place.
+pub(super) struct Permits {
+    semaphore: Arc<Semaphore>,
+    size: Mutex<usize>,
+}
+
+impl Permits {
+    pub(super) fn new(size: usize) -> Arc<Self> {
+        Arc::new(Self {
+            semaphore: Arc::new(Semaphore::new(size)),
+            size: Mutex::new(size),
+        })
+    }
+
+    fn size(&self) -> usize {
+        *self
+            .size
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes it `size` permits: more at once; fewer as the deliveries
+    /// awaiting their outcome settle.
+    pub(super) fn resize(&self, size: usize) {
+        let mut current = self
+            .size
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if size > *current {
+            self.semaphore.add_permits(size - *current);
+        } else if size < *current {
+            let owed = (*current - size) - self.semaphore.forget_permits(*current - size);
+            let runtime = tokio::runtime::Handle::try_current();
+            if let (true, Ok(runtime)) = (owed > 0, runtime) {
+                let semaphore = self.semaphore.clone();
+                let owed = u32::try_from(owed).unwrap_or(u32::MAX);
+                runtime.spawn(async move {
+                    if let Ok(permits) = semaphore.acquire_many_owned(owed).await {
+                        permits.forget();
+                    }
+                });
+            }
+        }
+        *current = size;
+    }
+}
+
 pub(super) struct Reader {
     pub(super) connected: Connected,
     pub(super) reading: AnyConnection,
@@ -79,6 +127,8 @@ pub(super) struct Reader {
     pub(super) tunables: Arc<ArcSwap<Tunables>>,
     pub(super) gate: Arc<PublishGate>,
     pub(super) feed: SubscriptionFeed,
+    /// How many deliveries may await their outcome.
+    pub(super) permits: Arc<Permits>,
     /// The ids delivered and awaiting their outcome.
     pub(super) in_flight_ids: Arc<Mutex<HashSet<String>>>,
 }
@@ -96,8 +146,7 @@ struct Drain {
 
 impl Reader {
     pub(super) async fn run(mut self) {
-        let concurrency = self.tunables.load().concurrency;
-        let in_flight = Arc::new(Semaphore::new(concurrency));
+        let in_flight = self.permits.semaphore.clone();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         let mut drain: Option<Drain> = None;
         let mut last_reclaim = Instant::now();
@@ -147,6 +196,9 @@ impl Reader {
                     (">".to_string(), Some(left))
                 }
             };
+            // Taken before the read: an entry in flight then may be
+            // acknowledged (and forgotten) before its reply is looked at.
+            let in_flight_before = (after != ">").then(|| self.in_flight_now());
             // Not cut short by a drain: a read cut after the server
             // answered would leave its entries pending, undelivered.
             let read = tokio::select! {
@@ -182,7 +234,10 @@ impl Reader {
                     ack(&self.connected, &self.topic, &id).await;
                     continue;
                 };
-                if own_pending && self.is_in_flight(&id) {
+                if in_flight_before
+                    .as_ref()
+                    .is_some_and(|ids| ids.contains(&id))
+                {
                     continue;
                 }
                 let message = self.message(id, data);
@@ -192,19 +247,19 @@ impl Reader {
             }
         }
         // Drained: wait for the outcomes of what was delivered.
-        let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+        let all = u32::try_from(self.permits.size()).unwrap_or(u32::MAX);
         tokio::select! {
             _ = in_flight.acquire_many(all) => {}
             () = self.feed.stopped() => {}
         }
     }
 
-    /// Whether the entry `id` was delivered and awaits its outcome.
-    fn is_in_flight(&self, id: &str) -> bool {
+    /// The ids delivered and awaiting their outcome now.
+    fn in_flight_now(&self) -> HashSet<String> {
         self.in_flight_ids
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(id)
+            .clone()
     }
 
     /// When `err` says the consumer group is gone (`NOGROUP`: the server

@@ -361,3 +361,40 @@ async fn a_publish_to_a_server_that_stopped_answering_fails_within_its_timeouts(
     }
     mute.abort();
 }
+
+#[tokio::test]
+async fn a_concurrency_raised_in_place_reaches_a_running_subscription() {
+    let server = RedisServer::start().await;
+    let metadata = |concurrency: u32| json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": concurrency});
+    let broker = broker(metadata(1)).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    for data in ["a", "b"] {
+        broker
+            .publish(publish("orders", data))
+            .await
+            .expect("published");
+    }
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+        .await
+        .expect("a delivery")
+        .expect("open");
+    // `a` awaits its outcome: with `concurrency` 1, `b` waits for it.
+    let applied = broker
+        .as_in_place()
+        .expect("updates in place")
+        .update_in_place(&common::metadata(metadata(2)))
+        .await
+        .expect("applied");
+    assert_eq!(applied, rewire_runtime::InPlace::Applied);
+    assert_eq!(
+        next_within(
+            &mut sub,
+            std::time::Duration::from_secs(10),
+            DeliveryOutcome::Success
+        )
+        .await,
+        "b",
+        "delivered while `a` still awaits its outcome"
+    );
+    first.settle(DeliveryOutcome::Success);
+}
