@@ -305,3 +305,43 @@ fn what_rewire_does_not_support_is_named_where_it_is() {
         "an unknown type names its component: {stderr}"
     );
 }
+
+/// A second `grpc_config` (another listener's) is a problem naming it:
+/// its components would not be loaded. MOSN's top-level settings other
+/// than `servers` (`tracing`, `metrics`) are left out with a note each.
+#[test]
+fn a_second_grpc_config_is_a_problem_and_other_mosn_settings_are_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config_two_listeners.json");
+    let mut document: Value = serde_json::from_str(&in_memory()).unwrap();
+    let second = json!({"name": "grpc2", "address": "127.0.0.1:34905", "bind_port": true,
+        "filter_chains": [{"filters": [{"type": "grpc", "config": {
+            "server_name": "runtime2",
+            "grpc_config": {"state": {"orders": {"type": "in-memory", "metadata": {}}}}}}]}]});
+    document["servers"][0]["listeners"]
+        .as_array_mut()
+        .unwrap()
+        .push(second);
+    document["tracing"] = json!({"enable": true, "driver": "SOFATracer"});
+    document["metrics"] = json!({"sinks": [{"type": "prometheus", "config": {"port": 34903}}]});
+    std::fs::write(&config, document.to_string()).unwrap();
+    let checked = rewire(&["validate"], &config);
+    let stderr = text(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "servers[0].listeners[2].filter_chains[0].filters[0].config.grpc_config: a second \
+             `grpc_config` is not supported by rewire: only the first \
+             (servers[0].listeners[0].filter_chains[0].filters[0].config.grpc_config) is loaded"
+        ),
+        "{stderr}"
+    );
+    for setting in ["tracing", "metrics"] {
+        assert!(
+            stderr.contains(&format!(
+                "`{setting}`: a MOSN setting rewire does not read; left out"
+            )),
+            "{setting}: {stderr}"
+        );
+    }
+}

@@ -8,8 +8,11 @@
 //! (`component_ref`, `secret_ref`, `inject_as`); what differs is mapped:
 //! a component without `type` is of the type its name says, `in-memory` is
 //! `memory`, `local.env` is `env`, and a `secret_ref` names its store with
-//! `name`. `hellos` and `app.grpc_callback_port` are dropped with a note;
-//! every other unsupported building block is a problem naming it.
+//! `name`. `hellos` and `app.grpc_callback_port` are dropped with a note,
+//! and so are MOSN's top-level settings other than `servers` (`tracing`,
+//! `metrics`, `pprof`: the MOSN process's, not components); every other
+//! unsupported building block is a problem naming it, and so is a second
+//! `grpc_config` (its components would not be loaded).
 
 use serde_json::{Map, Value};
 
@@ -49,13 +52,26 @@ pub(crate) fn is_layotto(document: &Map<String, Value>) -> bool {
 /// The rewire form of the Layotto configuration `document`; a problem when
 /// it has no `grpc_config`.
 pub(crate) fn convert(document: &Map<String, Value>) -> Result<Converted, Problem> {
-    let (at, grpc_config) = find_grpc_config(document).ok_or_else(|| {
+    let mut found = find_grpc_configs(document).into_iter();
+    let (at, grpc_config) = found.next().ok_or_else(|| {
         Problem::file(
             "a Layotto (MOSN) configuration without `grpc_config`: expected one under \
              servers[].listeners[].filter_chains[].filters[].config",
         )
     })?;
     let mut converted = Converted::default();
+    for (other, _) in found {
+        converted.problems.push(Problem::file(format!(
+            "{other}: a second `grpc_config` is not supported by rewire: only the first ({at}) \
+             is loaded; move its components there"
+        )));
+    }
+    for key in document.keys().filter(|key| *key != "servers") {
+        converted.notes.push(format!(
+            "`{}`: a MOSN setting rewire does not read; left out",
+            key.escape_debug()
+        ));
+    }
     let mut components = Map::new();
     for (block, value) in grpc_config {
         let here = format!("{at}.{block}");
@@ -99,40 +115,30 @@ fn supported() -> String {
     names.join(", ")
 }
 
-/// The first `grpc_config` object, with where it was found.
-fn find_grpc_config(document: &Map<String, Value>) -> Option<(String, &Map<String, Value>)> {
-    let array =
-        |value: Option<&Value>| value.and_then(Value::as_array).cloned().unwrap_or_default();
+/// Every `grpc_config` object, with where it was found, in document order.
+fn find_grpc_configs(document: &Map<String, Value>) -> Vec<(String, &Map<String, Value>)> {
+    fn array<'a>(value: Option<&'a Value>) -> &'a [Value] {
+        value.and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+    let mut found = Vec::new();
     for (s, server) in array(document.get("servers")).iter().enumerate() {
         for (l, listener) in array(server.get("listeners")).iter().enumerate() {
             for (c, chain) in array(listener.get("filter_chains")).iter().enumerate() {
                 for (f, filter) in array(chain.get("filters")).iter().enumerate() {
-                    if filter
+                    if let Some(grpc_config) = filter
                         .pointer("/config/grpc_config")
-                        .is_some_and(Value::is_object)
+                        .and_then(Value::as_object)
                     {
                         let at = format!(
                             "servers[{s}].listeners[{l}].filter_chains[{c}].filters[{f}].config.grpc_config"
                         );
-                        // Found by `pointer` just above, in the original document.
-                        let found = document
-                            .get("servers")?
-                            .get(s)?
-                            .get("listeners")?
-                            .get(l)?
-                            .get("filter_chains")?
-                            .get(c)?
-                            .get("filters")?
-                            .get(f)?
-                            .pointer("/config/grpc_config")?
-                            .as_object()?;
-                        return Some((at, found));
+                        found.push((at, grpc_config));
                     }
                 }
             }
         }
     }
-    None
+    found
 }
 
 /// `app`: its `app_id` is the app id; the callback port is rewire's
@@ -264,6 +270,36 @@ mod tests {
             text.iter()
                 .any(|t| t.contains("grpc_config.app.colour: unknown field")),
             "{text:?}"
+        );
+    }
+
+    #[test]
+    fn a_second_grpc_config_is_a_problem_and_other_top_level_settings_are_noted() {
+        let mut document = mosn(serde_json::json!({"state": {"in-memory": {}}}));
+        let second = serde_json::json!({"name": "grpc2", "filter_chains": [{"filters": [
+            {"type": "grpc", "config": {"grpc_config": {"lock": {"in-memory": {}}}}}]}]});
+        if let Some(listeners) = document
+            .get_mut("servers")
+            .and_then(|s| s.pointer_mut("/0/listeners"))
+            .and_then(Value::as_array_mut)
+        {
+            listeners.push(second);
+        }
+        document.insert("tracing".into(), serde_json::json!({"enable": true}));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        let text: Vec<String> = converted.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "servers[0].listeners[2].filter_chains[0].filters[0].config.grpc_config: a second \
+              `grpc_config` is not supported by rewire: only the first \
+              (servers[0].listeners[1].filter_chains[0].filters[0].config.grpc_config) is loaded; \
+              move its components there"
+            ]
+        );
+        assert_eq!(
+            converted.notes,
+            ["`tracing`: a MOSN setting rewire does not read; left out"]
         );
     }
 
