@@ -78,3 +78,153 @@ async fn every_dapr_publish_path_and_method_publishes() {
     }
     sidecar.stop().await;
 }
+
+/// A CloudEvent-shaped JSON body with id `id`: published raw, the broker
+/// holds it as sent and it is delivered with that id; wrapped, it is the
+/// data of a new CloudEvent with an id of the sidecar's.
+fn shaped(id: &str) -> Value {
+    json!({"specversion": "1.0", "id": id, "source": "s", "type": "t",
+           "datacontenttype": "application/json", "data": {"n": 1}})
+}
+
+#[tokio::test]
+async fn raw_payload_is_read_as_a_go_boolean() {
+    use crate::support::grpc;
+    use tonic::Code;
+
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut subscriber = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribe");
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let client = Client::new();
+    let base = sidecar.http_url();
+
+    let spellings = [
+        ("1", true),
+        ("t", true),
+        ("T", true),
+        ("TRUE", true),
+        ("true", true),
+        ("True", true),
+        ("0", false),
+        ("f", false),
+        ("F", false),
+        ("FALSE", false),
+        ("false", false),
+        ("False", false),
+        ("", false),
+    ];
+    for (value, raw) in spellings {
+        let id = format!("mine-{value}");
+        let response = client
+            .post(format!(
+                "{base}/v1.0/publish/pubsub/orders?metadata.rawPayload={value}"
+            ))
+            .json(&shaped(&id))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "{value:?}");
+        let event = subscriber.event().await;
+        subscriber
+            .answer(&event.id, TopicEventResponseStatus::Success)
+            .await;
+        assert_eq!(event.id == id, raw, "rawPayload={value:?}: {event:?}");
+    }
+
+    for value in ["yes", "tRuE", "2", " true"] {
+        let response = client
+            .post(format!("{base}/v1.0/publish/pubsub/orders"))
+            .query(&[("metadata.rawPayload", value)])
+            .json(&shaped("refused"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{value:?}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["errorCode"], "ERR_PUBSUB_REQUEST_METADATA", "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("rawPayload value must be a valid boolean")),
+            "{body}"
+        );
+
+        let request = grpc::dapr::PublishEventRequest {
+            pubsub_name: "pubsub".into(),
+            topic: "orders".into(),
+            data: b"{}".to_vec(),
+            data_content_type: "application/json".into(),
+            metadata: [("rawPayload".to_string(), value.to_string())].into(),
+        };
+        let status = dapr
+            .publish_event(request)
+            .await
+            .expect_err("a rawPayload that is not a boolean");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{value:?}: {status:?}"
+        );
+
+        let bulk = grpc::dapr::BulkPublishRequest {
+            pubsub_name: "pubsub".into(),
+            topic: "orders".into(),
+            entries: vec![grpc::dapr::BulkPublishRequestEntry {
+                entry_id: "1".into(),
+                event: b"{}".to_vec(),
+                content_type: "application/json".into(),
+                metadata: Default::default(),
+            }],
+            metadata: [("rawPayload".to_string(), value.to_string())].into(),
+        };
+        let status = dapr
+            .bulk_publish_event(bulk)
+            .await
+            .expect_err("a bulk rawPayload that is not a boolean");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "bulk {value:?}: {status:?}"
+        );
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn cloudevent_metadata_overrides_the_envelope() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut subscriber = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribe");
+    let response = Client::new()
+        .post(format!("{}/v1.0/publish/pubsub/orders", sidecar.http_url()))
+        .query(&[
+            ("metadata.cloudevent.id", "order-7"),
+            ("metadata.cloudevent.source", "billing"),
+            ("metadata.cloudevent.type", "order.paid"),
+            ("metadata.ttlInSeconds", "60"),
+        ])
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let event = subscriber.event().await;
+    subscriber
+        .answer(&event.id, TopicEventResponseStatus::Success)
+        .await;
+    assert_eq!(
+        (
+            event.id.as_str(),
+            event.source.as_str(),
+            event.r#type.as_str()
+        ),
+        ("order-7", "billing", "order.paid")
+    );
+    assert_eq!(event.data, b"hello");
+    assert_eq!(event.data_content_type, "application/x-www-form-urlencoded");
+    sidecar.stop().await;
+}

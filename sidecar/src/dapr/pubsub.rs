@@ -47,6 +47,10 @@ pub enum PubSubOpError {
     /// The request is over one of the sidecar's bounds.
     #[error(transparent)]
     Limit(#[from] RequestLimitError),
+    /// Request metadata Dapr refuses (`rawPayload` that is not a Go
+    /// boolean).
+    #[error("failed deserializing metadata: {0}")]
+    Metadata(String),
     /// The broker is full (publishes wait, then give up).
     #[error("error when publish to topic {topic} in pubsub {pubsub}: {source}")]
     Busy {
@@ -119,10 +123,7 @@ impl PubSubOps {
         if topic.is_empty() {
             return Err(PubSubOpError::TopicEmpty(self.name.clone()));
         }
-        let raw = event
-            .metadata
-            .get("rawPayload")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let raw = raw_payload(&event.metadata)?;
         let (data, content_type) = if raw {
             (event.data, event.content_type)
         } else {
@@ -132,6 +133,7 @@ impl PubSubOps {
                 topic,
                 traceparent: event.traceparent.as_deref(),
                 tracestate: event.tracestate.as_deref(),
+                metadata: Some(&event.metadata),
             };
             let envelope = envelope(&event.data, event.content_type.as_deref(), &cx);
             (
@@ -220,6 +222,7 @@ impl PubSubOps {
         }
         self.check_entry_count(entries.len())?;
         self.check_metadata(request_metadata)?;
+        raw_payload(request_metadata)?;
         let mut ids = HashSet::with_capacity(entries.len());
         for (index, (entry_id, _)) in entries.iter().enumerate() {
             if entry_id.is_empty() || !ids.insert(entry_id.as_str()) {
@@ -251,5 +254,20 @@ impl PubSubOps {
             PubSubError::Backend(m) => PubSubError::Backend(self.call.scrub(&m)),
             PubSubError::Retired => PubSubError::Retired,
         }
+    }
+}
+
+/// Whether `metadata` asks for the payload as-is (`rawPayload`), read as
+/// Dapr reads it: absent or empty is no, else one of Go's
+/// `strconv.ParseBool` spellings (`1 t T TRUE true True`, `0 f F FALSE
+/// false False`); anything else is refused.
+fn raw_payload(metadata: &HashMap<String, String>) -> Result<bool, PubSubOpError> {
+    match metadata.get("rawPayload").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+        Some(other) => Err(PubSubOpError::Metadata(format!(
+            "rawPayload value must be a valid boolean: actual is '{other}'"
+        ))),
     }
 }

@@ -3,6 +3,7 @@
 //! reads as ([`TopicEvent::of`]).
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,6 +29,11 @@ pub struct EnvelopeContext<'a> {
     pub traceparent: Option<&'a str>,
     /// W3C trace state, passed through.
     pub tracestate: Option<&'a str>,
+    /// The publish request's metadata: `cloudevent.id`,
+    /// `cloudevent.source` and `cloudevent.type` replace the envelope's
+    /// `id`, `source` and `type`, and `ttlInSeconds` adds `expiration`, as
+    /// Dapr does (not for a payload that is itself a CloudEvent).
+    pub metadata: Option<&'a HashMap<String, String>>,
 }
 
 /// Whether `content_type` is JSON (`application/json`, `…+json`).
@@ -36,14 +42,18 @@ pub fn is_json(content_type: &str) -> bool {
     essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
 }
 
-fn is_text(content_type: &str) -> bool {
+/// Whether `content_type` is `application/octet-stream`, the one type
+/// Dapr puts in `data_base64`.
+fn is_binary(content_type: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or("").trim();
-    essence.starts_with("text/") || essence.eq_ignore_ascii_case("application/xml")
+    essence.eq_ignore_ascii_case("application/octet-stream")
 }
 
 /// The CloudEvent Dapr publishes for `data` of `content_type` (default
-/// `text/plain`, as Dapr's): JSON data is embedded as JSON, text as a
-/// string, anything else as `data_base64`. A payload that is itself a
+/// `text/plain`, as Dapr's): JSON data is embedded as JSON,
+/// `application/octet-stream` as `data_base64`, anything else as a string
+/// (as Dapr; bytes that are not UTF-8, which Dapr would mangle, go to
+/// `data_base64` instead). A payload that is itself a
 /// CloudEvent (`application/cloudevents+json`) keeps its fields, but for
 /// `topic` and `pubsubname`, which name where it is published (as Dapr
 /// sets them); the missing ones are filled in.
@@ -65,6 +75,9 @@ pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_
         None => {
             let content_type = content_type.unwrap_or("text/plain").to_string();
             put_data(&mut event, data, &content_type);
+            if let Some(metadata) = cx.metadata {
+                apply_metadata(&mut event, metadata);
+            }
             content_type
         }
     };
@@ -100,13 +113,46 @@ fn put_data(event: &mut Map<String, Value>, data: &[u8], content_type: &str) {
         }
     }
     match std::str::from_utf8(data) {
-        Ok(text) if is_text(content_type) || is_json(content_type) => {
+        Ok(text) if !is_binary(content_type) => {
             event.insert("data".into(), Value::String(text.to_string()));
         }
         _ => {
             let encoded = base64::engine::general_purpose::STANDARD.encode(data);
             event.insert("data_base64".into(), Value::String(encoded));
         }
+    }
+}
+
+/// The most `ttlInSeconds` taken (Dapr's limit, a 32-bit count).
+const MAX_TTL_SECONDS: u64 = 2_147_483_647;
+
+/// Dapr's envelope overrides from publish metadata: `cloudevent.id`,
+/// `cloudevent.source`, `cloudevent.type` (non-empty ones), and
+/// `expiration` (now + `ttlInSeconds`, RFC 3339 UTC) for a positive
+/// `ttlInSeconds`; a `ttlInSeconds` that is not one is ignored, as Dapr
+/// ignores it here.
+fn apply_metadata(event: &mut Map<String, Value>, metadata: &HashMap<String, String>) {
+    for (key, field) in [
+        ("cloudevent.id", "id"),
+        ("cloudevent.source", "source"),
+        ("cloudevent.type", "type"),
+    ] {
+        if let Some(value) = metadata.get(key).filter(|v| !v.is_empty()) {
+            event.insert(field.into(), Value::String(value.clone()));
+        }
+    }
+    let ttl = metadata
+        .get("ttlInSeconds")
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ttl| (1..=MAX_TTL_SECONDS).contains(ttl));
+    if let Some(ttl) = ttl {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        event.insert(
+            "expiration".into(),
+            Value::String(rfc3339_at(now.saturating_add(ttl))),
+        );
     }
 }
 
@@ -225,6 +271,11 @@ fn rfc3339_now() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    rfc3339_at(secs)
+}
+
+/// `secs` since the Unix epoch as RFC 3339 UTC, to the second.
+fn rfc3339_at(secs: u64) -> String {
     let (days, rest) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = i64::try_from(days).unwrap_or(0) + 719_468;
@@ -255,6 +306,7 @@ mod tests {
             topic: "orders",
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
             tracestate: None,
+            metadata: None,
         }
     }
 
@@ -295,6 +347,97 @@ mod tests {
         let event = TopicEvent::of(&raw, "pubsub", "orders");
         assert_eq!(event.data, vec![0xff, 0]);
         assert_eq!(event.field("pubsubname"), "pubsub");
+    }
+
+    #[test]
+    fn only_octet_stream_is_base64_as_in_dapr() {
+        // curl's default form type, XML, an image type: text stays text.
+        for content_type in [
+            "application/x-www-form-urlencoded",
+            "application/xml",
+            "image/svg+xml",
+            "text/plain; charset=utf-8",
+        ] {
+            let event = envelope(b"hello", Some(content_type), &cx());
+            assert_eq!(event["data"], "hello", "{content_type}");
+            assert!(event.get("data_base64").is_none(), "{content_type}");
+            assert_eq!(event["datacontenttype"], content_type);
+        }
+        for content_type in ["application/octet-stream", "Application/Octet-Stream; x=1"] {
+            let event = envelope(b"hello", Some(content_type), &cx());
+            assert_eq!(event["data_base64"], "aGVsbG8=", "{content_type}");
+            assert!(event.get("data").is_none(), "{content_type}");
+        }
+        // Bytes that are not UTF-8 are kept whole (Dapr would mangle them).
+        let event = envelope(&[0xff, 0], Some("image/png"), &cx());
+        assert_eq!(event["data_base64"], "/wA=");
+        // JSON that does not parse is its text, as Dapr's.
+        let event = envelope(b"{not json", Some("application/json"), &cx());
+        assert_eq!(event["data"], "{not json");
+    }
+
+    #[test]
+    fn publish_metadata_overrides_the_envelope_and_sets_expiration() {
+        let metadata = HashMap::from([
+            ("cloudevent.id".to_string(), "my-id".to_string()),
+            ("cloudevent.source".to_string(), "my-source".to_string()),
+            ("cloudevent.type".to_string(), "my.type".to_string()),
+            ("ttlInSeconds".to_string(), "60".to_string()),
+        ]);
+        let before = rfc3339_at(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+                + 60,
+        );
+        let with = EnvelopeContext {
+            metadata: Some(&metadata),
+            ..cx()
+        };
+        let event = envelope(b"hi", None, &with);
+        assert_eq!(
+            (&event["id"], &event["source"], &event["type"]),
+            (
+                &Value::from("my-id"),
+                &Value::from("my-source"),
+                &Value::from("my.type")
+            )
+        );
+        let expiration = event["expiration"].as_str().unwrap_or_default();
+        // RFC 3339 UTC to the second sorts as time: now + 60 s, or a second on.
+        assert!(expiration >= before.as_str(), "{expiration} < {before}");
+        assert!(
+            expiration.len() == 20 && expiration.ends_with('Z'),
+            "{expiration}"
+        );
+
+        // No TTL, a TTL that is not a positive count: no expiration.
+        for ttl in [
+            None,
+            Some("0"),
+            Some("-5"),
+            Some("soon"),
+            Some("2147483648"),
+        ] {
+            let mut metadata = HashMap::new();
+            if let Some(ttl) = ttl {
+                metadata.insert("ttlInSeconds".to_string(), ttl.to_string());
+            }
+            let with = EnvelopeContext {
+                metadata: Some(&metadata),
+                ..cx()
+            };
+            let event = envelope(b"hi", None, &with);
+            assert!(event.get("expiration").is_none(), "{ttl:?}");
+            assert_eq!(event["source"], "checkout");
+        }
+    }
+
+    #[test]
+    fn rfc3339_dates_are_civil_dates() {
+        assert_eq!(rfc3339_at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_at(4_102_444_799), "2099-12-31T23:59:59Z");
     }
 
     #[test]

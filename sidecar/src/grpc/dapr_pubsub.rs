@@ -102,7 +102,8 @@ impl From<PubSubOpError> for Status {
             PubSubOpError::NameEmpty
             | PubSubOpError::TopicEmpty(_)
             | PubSubOpError::EntryId { .. }
-            | PubSubOpError::Limit(_) => Code::InvalidArgument,
+            | PubSubOpError::Limit(_)
+            | PubSubOpError::Metadata(_) => Code::InvalidArgument,
             PubSubOpError::NotFound(_) => Code::NotFound,
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
             PubSubOpError::Publish { .. } => Code::Internal,

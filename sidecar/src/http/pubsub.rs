@@ -31,7 +31,9 @@ impl IntoResponse for PublishError {
             | PubSubOpError::Limit(RequestLimitError::TooManyItems { .. }) => {
                 (StatusCode::BAD_REQUEST, "ERR_PUBSUB_EVENTS_SER")
             }
-            PubSubOpError::Limit(_) => (StatusCode::BAD_REQUEST, "ERR_PUBSUB_REQUEST_METADATA"),
+            PubSubOpError::Limit(_) | PubSubOpError::Metadata(_) => {
+                (StatusCode::BAD_REQUEST, "ERR_PUBSUB_REQUEST_METADATA")
+            }
             PubSubOpError::Busy { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "ERR_PUBSUB_PUBLISH_MESSAGE")
             }
