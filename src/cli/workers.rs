@@ -14,12 +14,23 @@ const ENV_SOURCES: [&str; 2] = ["REWIRE_WORKERS", "TOKIO_WORKER_THREADS"];
 /// The worker count `flag` or the environment asks for, or one per CPU
 /// available to the process (its cgroup's quota included).
 pub(super) fn worker_threads(flag: Option<usize>) -> Result<usize, String> {
+    from_sources(flag, |name| {
+        std::env::var_os(name).map(|text| text.to_string_lossy().into_owned())
+    })
+}
+
+/// [`worker_threads`] with the environment read through `var`. A variable
+/// set empty (or to blanks only), as `REWIRE_WORKERS=` leaves it, counts
+/// as unset.
+fn from_sources(
+    flag: Option<usize>,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<usize, String> {
     if let Some(count) = flag {
         return Ok(count);
     }
     for source in ENV_SOURCES {
-        if let Some(text) = std::env::var_os(source) {
-            let text = text.to_string_lossy();
+        if let Some(text) = var(source).filter(|text| !text.trim().is_empty()) {
             return parse(&text).map_err(|why| format!("{source}: {why}"));
         }
     }
@@ -59,5 +70,34 @@ mod tests {
     #[test]
     fn the_flag_wins_over_the_environment() {
         assert_eq!(worker_threads(Some(3)), Ok(3));
+    }
+
+    #[test]
+    fn an_empty_variable_counts_as_unset() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_string())
+            }
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert_eq!(from_sources(None, env(&[("REWIRE_WORKERS", "")])), Ok(cpus));
+        assert_eq!(
+            from_sources(None, env(&[("REWIRE_WORKERS", "  ")])),
+            Ok(cpus)
+        );
+        assert_eq!(
+            from_sources(
+                None,
+                env(&[("REWIRE_WORKERS", ""), ("TOKIO_WORKER_THREADS", "2")])
+            ),
+            Ok(2),
+            "the next source is read"
+        );
+        assert_eq!(from_sources(None, env(&[("REWIRE_WORKERS", "3")])), Ok(3));
+        let err = from_sources(None, env(&[("REWIRE_WORKERS", "x")])).expect_err("x");
+        assert!(err.starts_with("REWIRE_WORKERS: "), "{err}");
     }
 }
