@@ -61,6 +61,10 @@ pub const EXIT_QUEUED: u8 = 3;
 /// rejection, printing every reason, and [`EXIT_QUEUED`] when the sidecar
 /// answered before the reload was done.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
+    if let Some(error) = repeated_field(&args.metadata) {
+        eprintln!("error: {error}");
+        return ExitCode::from(2);
+    }
     let key = format!("{}/{}", args.kind, args.name);
     match send(args).await {
         Ok(answer) => print_answer(&key, answer),
@@ -69,6 +73,24 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The first metadata field given twice (`-m key=a -m key=b`), said: a
+/// push carries one value per field, and keeping the last silently would
+/// hide the slip.
+fn repeated_field(fields: &[(String, String)]) -> Option<String> {
+    let mut seen = HashMap::new();
+    for (key, value) in fields {
+        if let Some(first) = seen.insert(key.as_str(), value.as_str()) {
+            return Some(format!(
+                "metadata field `{}` given twice (`{}`, then `{}`): give each field once",
+                key.escape_debug(),
+                first.escape_debug(),
+                value.escape_debug()
+            ));
+        }
+    }
+    None
 }
 
 /// Sends the push or the release, with the token from the environment.
@@ -236,6 +258,21 @@ mod tests {
             outcome: outcome.to_string(),
             ..ApplyConfigurationResponse::default()
         }
+    }
+
+    #[test]
+    fn a_metadata_field_given_twice_is_named() {
+        let fields = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect()
+        };
+        assert_eq!(repeated_field(&fields(&[("a", "1"), ("b", "1")])), None);
+        assert_eq!(
+            repeated_field(&fields(&[("ttl", "1"), ("b", "2"), ("ttl", "3")])).as_deref(),
+            Some("metadata field `ttl` given twice (`1`, then `3`): give each field once")
+        );
     }
 
     #[test]

@@ -387,3 +387,28 @@ async fn a_queued_push_is_not_reported_as_a_rejection() {
         "worded as a rejection: {stderr}"
     );
 }
+
+/// `-m key=a -m key=b` is refused naming the field (exit 2, nothing sent)
+/// instead of pushing the last value silently.
+#[test]
+fn a_metadata_field_given_twice_is_refused_before_anything_is_sent() {
+    // Nothing listens on port 1: the refusal comes before any connection.
+    let out = rewire(&[
+        "apply",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        "defaultTtlInSeconds=5",
+        "-m",
+        "defaultTtlInSeconds=50",
+        "--addr",
+        "127.0.0.1:1",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        "error: metadata field `defaultTtlInSeconds` given twice (`5`, then `50`): give each field once"
+    );
+}
