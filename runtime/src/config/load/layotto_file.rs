@@ -117,7 +117,7 @@ fn supported() -> String {
 
 /// Every `grpc_config` object, with where it was found, in document order.
 fn find_grpc_configs(document: &Map<String, Value>) -> Vec<(String, &Map<String, Value>)> {
-    fn array<'a>(value: Option<&'a Value>) -> &'a [Value] {
+    fn array(value: Option<&Value>) -> &[Value] {
         value.and_then(Value::as_array).map_or(&[], Vec::as_slice)
     }
     let mut found = Vec::new();
