@@ -457,3 +457,106 @@ async fn an_event_whose_fields_are_no_header_values_still_reaches_the_app() {
     stop.cancel();
     sidecar.stop().await;
 }
+
+/// The app, recording as [`start_app`] does, but holding every event on
+/// `/slow` whose `seq` is below `held_below` until `open` is told.
+async fn start_gated_app(
+    held_below: u64,
+) -> (
+    AppChannel,
+    mpsc::UnboundedReceiver<Got>,
+    tokio::sync::watch::Sender<bool>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let app = axum::Router::new()
+        .route(
+            "/dapr/subscribe",
+            axum::routing::get(|| async { Json(json!([])) }),
+        )
+        .fallback(move |uri: Uri, body: Bytes| {
+            let (tx, mut gate) = (tx.clone(), gate.clone());
+            async move {
+                let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let path = uri.path().to_string();
+                let held = event["data"]["seq"]
+                    .as_u64()
+                    .is_some_and(|s| s < held_below);
+                if path == "/slow" && held {
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                let _ = tx.send((path, event));
+                Json(json!({ "status": "SUCCESS" }))
+            }
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let channel = AppChannel::local(listener.local_addr().unwrap().port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (channel, rx, open)
+}
+
+/// A declared subscription's metadata changes while a slow app has a
+/// backlog on it (the memory broker's queue): the new subscription takes
+/// what is published from then on, and the one it replaces still delivers
+/// every event it holds before it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_changed_subscription_still_delivers_the_backlog_of_the_one_it_replaces() {
+    const BACKLOG: u64 = 300;
+    let slow = |rev: &str| {
+        json!({"slow": {"pubsubname": "orders", "topic": "backlog", "route": "/slow",
+                        "metadata": {"rev": rev}}})
+    };
+    let sidecar = Sidecar::start(&config(&memory(), slow("1")), ApiOptions::default()).await;
+    let (channel, mut rx, open) = start_gated_app(BACKLOG).await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["slow"]).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    // The app holds these: most wait in the broker's queue.
+    for seq in 0..BACKLOG {
+        publish(&mut client, "backlog", "tick", json!({ "seq": seq })).await;
+    }
+    sidecar
+        .runtime
+        .apply(parse(config(&memory(), slow("2")).as_bytes()).expect("valid"))
+        .await
+        .expect("reload applied");
+    // Published until one arrives: the new subscription delivers.
+    let mut seq = BACKLOG;
+    let mut seen = std::collections::BTreeSet::new();
+    let started = loop {
+        publish(&mut client, "backlog", "tick", json!({ "seq": seq })).await;
+        seq += 1;
+        let got = tokio::time::timeout(std::time::Duration::from_millis(200), rx.recv()).await;
+        if let Ok(Some((_, event))) = got {
+            break event["data"]["seq"].as_u64().expect("a seq");
+        }
+        assert!(
+            seq < BACKLOG + 100,
+            "the new subscription delivered nothing"
+        );
+    };
+    assert!(started >= BACKLOG, "the held events stay held");
+    seen.insert(started);
+    open.send_replace(true);
+    let all: Vec<u64> = (0..seq).collect();
+    let _ = tokio::time::timeout(grpc::PATIENCE, async {
+        while !all.iter().all(|s| seen.contains(s)) {
+            match rx.recv().await {
+                Some((_, event)) => {
+                    seen.insert(event["data"]["seq"].as_u64().expect("a seq"));
+                }
+                None => break,
+            }
+        }
+    })
+    .await;
+    let lost: Vec<u64> = all.iter().copied().filter(|s| !seen.contains(s)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged events lost: {lost:?}",
+        lost.len()
+    );
+    stop.cancel();
+    sidecar.stop().await;
+}

@@ -4,10 +4,14 @@
 //! this app) — as generations are published.
 //!
 //! A subscription is started when it appears and stopped when it goes,
-//! without touching the others. A change of routes is applied in place (no
-//! message moves); a change of pub/sub, topic, metadata or dead-letter
-//! topic starts the new subscription before the old one stops, so nothing
-//! published meanwhile is missed (an event may then come twice). One that
+//! without touching the others. A change of routes or of the dead-letter
+//! topic is applied in place (no message moves); a change of pub/sub,
+//! topic or metadata starts the new subscription, then *retires* the old
+//! one: it delivers what its broker holds for it (a slow app's backlog)
+//! until it reaches events the new one delivered, or within the runtime's
+//! drain bounds (5 s with nothing delivered nor in flight, 120 s at most),
+//! so nothing published before or meanwhile is missed (an event may then
+//! come twice). One that
 //! could not start (its pub/sub is missing or refused), or whose delivery
 //! ended on its own (its broker ended the subscription), is started again
 //! at each generation and every [`RETRY_EVERY`].
@@ -22,6 +26,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::handover::{Delivered, Retire};
 use super::routed::{AppTarget, RoutedSink};
 use super::AppSubscription;
 use crate::dapr::TopicDelivery;
@@ -38,7 +43,6 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 struct Feed {
     pubsub_name: String,
     topic: String,
-    dead_letter_topic: Option<String>,
     metadata: BTreeMap<String, String>,
 }
 
@@ -47,7 +51,6 @@ impl Feed {
         Self {
             pubsub_name: subscription.pubsub_name.clone(),
             topic: subscription.topic.clone(),
-            dead_letter_topic: subscription.dead_letter_topic.clone(),
             metadata: subscription.metadata.clone(),
         }
     }
@@ -57,8 +60,20 @@ impl Feed {
 struct Running {
     feed: Feed,
     routes: watch::Sender<Arc<SubscriptionRoutes>>,
+    dead_letter_topic: watch::Sender<Option<String>>,
+    retire: watch::Sender<Option<Arc<Delivered>>>,
+    /// What it delivered, for the subscription it replaces.
+    delivered: Arc<Delivered>,
     stop: CancellationToken,
     task: JoinHandle<()>,
+}
+
+/// A replaced subscription delivering what it holds.
+struct Retired {
+    id: String,
+    running: Running,
+    /// What replaced it remembers its deliveries while this one runs.
+    successor: Arc<Delivered>,
 }
 
 impl Running {
@@ -78,6 +93,8 @@ pub(super) struct Deliveries {
     app: AppTarget,
     shutdown: CancellationToken,
     running: HashMap<String, Running>,
+    /// Replaced subscriptions still delivering what they hold.
+    retired: Vec<Retired>,
     /// Why each wanted subscription is not running (said once per reason).
     refused: HashMap<String, String>,
     /// The ids running, told after each change.
@@ -98,6 +115,7 @@ impl Deliveries {
             app,
             shutdown,
             running: HashMap::new(),
+            retired: Vec::new(),
             refused: HashMap::new(),
             subscribed,
             ended: Arc::new(Notify::new()),
@@ -115,6 +133,13 @@ impl Deliveries {
                 let wanted = self.wanted(&fixed);
                 self.reconcile(wanted).await;
             }
+            self.retired.retain(|retired| {
+                let done = retired.running.task.is_finished();
+                if done {
+                    retired.successor.remember(false);
+                }
+                !done
+            });
             let ended = self.running.values().any(|r| r.task.is_finished());
             self.subscribed.send_replace(
                 self.running
@@ -134,6 +159,9 @@ impl Deliveries {
         }
         for (_, running) in self.running.drain() {
             running.stop().await;
+        }
+        for retired in std::mem::take(&mut self.retired) {
+            retired.running.stop().await;
         }
         self.subscribed.send_replace(BTreeSet::new());
     }
@@ -165,6 +193,14 @@ impl Deliveries {
                 running.stop().await;
             }
         }
+        // A subscription no longer wanted: what it replaced stops too.
+        let (keep, stop): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retired)
+            .into_iter()
+            .partition(|retired| wanted.contains_key(&retired.id));
+        self.retired = keep;
+        for retired in stop {
+            retired.running.stop().await;
+        }
         self.refused.retain(|id, _| wanted.contains_key(id));
         for (id, subscription) in wanted {
             let feed = Feed::of(&subscription);
@@ -177,6 +213,12 @@ impl Deliveries {
                         tracing::info!(subscription = %id, "App subscription's routes changed.");
                         running.routes.send_replace(routes);
                     }
+                    if *running.dead_letter_topic.borrow() != subscription.dead_letter_topic {
+                        tracing::info!(subscription = %id, "App subscription's dead-letter topic changed.");
+                        running
+                            .dead_letter_topic
+                            .send_replace(subscription.dead_letter_topic.clone());
+                    }
                     continue;
                 }
             }
@@ -184,8 +226,20 @@ impl Deliveries {
                 Ok(started) => {
                     tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
                     self.refused.remove(&id);
-                    if let Some(replaced) = self.running.insert(id, started) {
-                        replaced.stop().await;
+                    let successor = started.delivered.clone();
+                    if let Some(replaced) = self.running.insert(id.clone(), started) {
+                        if replaced.task.is_finished() {
+                            replaced.stop().await;
+                        } else {
+                            // It delivers what it holds, then ends.
+                            successor.remember(true);
+                            replaced.retire.send_replace(Some(successor.clone()));
+                            self.retired.push(Retired {
+                                id,
+                                running: replaced,
+                                successor,
+                            });
+                        }
                     }
                 }
                 Err(err) => {
@@ -212,10 +266,16 @@ impl Deliveries {
             app: self.app.clone(),
             routes: routes_rx,
         });
+        let (dead_letter_tx, dead_letter_rx) =
+            watch::channel(subscription.dead_letter_topic.clone());
+        let (retire_tx, retire) = Retire::channel();
+        let delivered = Arc::new(Delivered::default());
         let delivery = TopicDelivery {
             pubsub_name: subscription.pubsub_name.clone(),
             topic: subscription.topic.clone(),
-            dead_letter_topic: subscription.dead_letter_topic.clone(),
+            dead_letter_topic: dead_letter_rx,
+            retire,
+            delivered: delivered.clone(),
         };
         let stop = self.shutdown.child_token();
         let metadata = subscription.metadata.clone().into_iter().collect();
@@ -231,6 +291,9 @@ impl Deliveries {
         Ok(Running {
             feed: Feed::of(subscription),
             routes: routes_tx,
+            dead_letter_topic: dead_letter_tx,
+            retire: retire_tx,
+            delivered,
             stop,
             task,
         })

@@ -13,6 +13,7 @@
 
 mod follow;
 mod grpc_route;
+pub mod handover;
 mod http_route;
 mod routed;
 mod subscriptions;

@@ -9,7 +9,16 @@
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
 //! delivers it again later. `DROP` acknowledges it (after sending it to
-//! the dead-letter topic, when one is set).
+//! the dead-letter topic, when one is set). The dead-letter topic can be
+//! changed while the subscription runs.
+//!
+//! A subscription replaced by another (its settings changed) is *retired*
+//! ([`Retire`]) rather than stopped: it goes on delivering what its broker
+//! holds for it, and ends once it reaches events its successor already
+//! delivered, once its broker has delivered nothing for [`HANDOVER_GRACE`]
+//! with nothing in flight, or [`HANDOVER_LIMIT`] after it was retired
+//! (the runtime's drain bounds for a replaced broker); then it waits for
+//! what it has in flight (within the same limit).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +27,13 @@ use rewire_runtime::{
     Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest, Runtime,
     SubscribeRequest,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::pubsub_event::{TopicEvent, CLOUD_EVENT_CONTENT_TYPE};
 use super::PubSubOpError;
+use crate::app::handover::{event_key, Delivered, Retire};
 
 /// Events of one subscription awaiting the subscriber's answer.
 pub const MAX_IN_FLIGHT: usize = 32;
@@ -33,6 +44,12 @@ pub const MAX_ATTEMPTS: u32 = 5;
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// The first wait between attempts (doubled each time, up to 5 s).
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// A retired subscription whose broker delivers nothing for this long,
+/// with nothing in flight, ends (the runtime's drain grace).
+pub const HANDOVER_GRACE: Duration = Duration::from_secs(5);
+/// A retired subscription ends this long after it was retired at most,
+/// however steadily it delivers (the runtime's drain limit).
+pub const HANDOVER_LIMIT: Duration = Duration::from_secs(120);
 
 /// Where the events of a subscription go.
 #[tonic::async_trait]
@@ -50,8 +67,20 @@ pub struct TopicDelivery {
     pub pubsub_name: String,
     /// The topic.
     pub topic: String,
-    /// Where events that fail for good go, if anywhere.
-    pub dead_letter_topic: Option<String>,
+    /// Where events that fail for good go, if anywhere (read at each
+    /// event: it may change while the subscription runs).
+    pub dead_letter_topic: watch::Receiver<Option<String>>,
+    /// Told when the subscription is replaced: it then retires (see the
+    /// module docs).
+    pub retire: Retire,
+    /// What this subscription delivered, for the one it replaces.
+    pub delivered: Arc<Delivered>,
+}
+
+/// Where a retiring subscription is.
+struct Retiring {
+    successor: Arc<Delivered>,
+    until: Instant,
 }
 
 impl TopicDelivery {
@@ -101,12 +130,21 @@ impl TopicDelivery {
         shutdown: CancellationToken,
     ) {
         let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let mut retire = self.retire.clone();
+        let mut retiring: Option<Retiring> = None;
         loop {
+            let until = retiring.as_ref().map(|r| r.until);
+            let idle = in_flight.available_permits() == MAX_IN_FLIGHT;
             // Biased: once stopped, no further event is taken.
             let permit = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return,
                 () = sink.closed() => return,
+                () = sleep_until(until) => break,
+                successor = retire.retired(), if retiring.is_none() => {
+                    retiring = Some(Retiring { successor, until: Instant::now() + HANDOVER_LIMIT });
+                    continue;
+                }
                 permit = in_flight.clone().acquire_owned() => match permit {
                     Ok(permit) => permit,
                     Err(_) => return,
@@ -116,6 +154,14 @@ impl TopicDelivery {
                 biased;
                 () = shutdown.cancelled() => return,
                 () = sink.closed() => return,
+                () = sleep_until(until) => break,
+                // Retired, its broker silent and nothing of it in flight:
+                // it holds nothing more.
+                () = tokio::time::sleep(HANDOVER_GRACE), if retiring.is_some() && idle => break,
+                successor = retire.retired(), if retiring.is_none() => {
+                    retiring = Some(Retiring { successor, until: Instant::now() + HANDOVER_LIMIT });
+                    continue;
+                }
                 delivery = subscription.deliveries.recv() => match delivery {
                     Some(delivery) => delivery,
                     None => {
@@ -124,13 +170,35 @@ impl TopicDelivery {
                     }
                 },
             };
+            let key = event_key(&delivery.message);
+            if let Some(retiring) = &retiring {
+                if retiring.successor.contains(key) {
+                    // Its successor delivered this event: what it holds
+                    // from before the change is delivered.
+                    delivery.settle(DeliveryOutcome::Success);
+                    break;
+                }
+            }
             let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
             tokio::spawn(async move {
                 let outcome = this.deliver(&delivery, sink.as_ref(), &handle).await;
+                if outcome != DeliveryOutcome::Retry {
+                    this.delivered.record(key);
+                }
                 delivery.settle(outcome);
                 drop(permit);
             });
         }
+        // Retired: what is in flight is settled before the subscription
+        // is let go (within the limit).
+        let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
+        let until = retiring.map(|r| r.until);
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = sleep_until(until) => {}
+            _ = in_flight.acquire_many(all) => {}
+        }
+        tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "A replaced subscription delivered what it held; ended.");
     }
 
     /// Delivers one message with retries; the outcome for the broker.
@@ -169,7 +237,7 @@ impl TopicDelivery {
 
     /// Publishes the message to the dead-letter topic, if one is set.
     async fn dead_letter(&self, delivery: &Delivery, handle: &PubSubHandle) -> bool {
-        let Some(topic) = &self.dead_letter_topic else {
+        let Some(topic) = self.dead_letter_topic.borrow().clone() else {
             return false;
         };
         let request = PublishRequest {
@@ -189,5 +257,13 @@ impl TopicDelivery {
                 false
             }
         }
+    }
+}
+
+/// Resolves at `until`, never without one.
+async fn sleep_until(until: Option<Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
     }
 }

@@ -85,7 +85,12 @@ pub(super) async fn subscribe(
     let delivery = TopicDelivery {
         pubsub_name: initial.pubsub_name,
         topic: initial.topic,
-        dead_letter_topic: initial.dead_letter_topic.filter(|t| !t.is_empty()),
+        dead_letter_topic: tokio::sync::watch::channel(
+            initial.dead_letter_topic.filter(|t| !t.is_empty()),
+        )
+        .1,
+        retire: crate::app::handover::Retire::never(),
+        delivered: Default::default(),
     };
     let initial_response = pb::SubscribeTopicEventsResponseAlpha1 {
         subscribe_topic_events_response_type: Some(ResponseType::InitialResponse(
