@@ -228,3 +228,37 @@ async fn cloudevent_metadata_overrides_the_envelope() {
     assert_eq!(event.data_content_type, "application/x-www-form-urlencoded");
     sidecar.stop().await;
 }
+
+/// An event past its `expiration` (a CloudEvent published as it is, or
+/// one whose `ttlInSeconds` ran out in the broker) is acknowledged without
+/// delivery, as Dapr does; one still within it is delivered.
+#[tokio::test]
+async fn an_event_past_its_expiration_is_not_delivered() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut subscriber = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribe");
+    let client = Client::new();
+    for (id, expiration) in [
+        ("expired", "2001-01-01T00:00:00Z"),
+        ("current", "2999-01-01T00:00:00+02:00"),
+    ] {
+        let event = json!({
+            "specversion": "1.0", "id": id, "source": "test", "type": "t",
+            "datacontenttype": "application/json", "data": {"id": id},
+            "expiration": expiration,
+        });
+        let response = client
+            .post(format!("{}/v1.0/publish/pubsub/orders", sidecar.http_url()))
+            .header("content-type", "application/cloudevents+json")
+            .body(event.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    // The memory broker delivers in order: the first event seen is the
+    // one still current.
+    assert_eq!(next_data(&mut subscriber).await, json!({"id": "current"}));
+    sidecar.stop().await;
+}

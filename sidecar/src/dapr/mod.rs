@@ -18,6 +18,7 @@
 mod budget;
 mod call;
 mod configuration;
+mod event_expiry;
 mod file;
 mod file_upload;
 mod lock;

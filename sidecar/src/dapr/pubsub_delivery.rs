@@ -209,6 +209,11 @@ impl TopicDelivery {
         handle: &PubSubHandle,
     ) -> DeliveryOutcome {
         let event = TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic);
+        if super::event_expiry::has_expired(&event.cloud_event) {
+            // As Dapr: acknowledged, neither delivered nor dead-lettered.
+            tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
+            return DeliveryOutcome::Success;
+        }
         let mut wait = FIRST_BACKOFF;
         for attempt in 1..=MAX_ATTEMPTS {
             match sink.send(&event).await {
