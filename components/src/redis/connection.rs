@@ -111,7 +111,9 @@ impl Session {
         self.link.is_some()
     }
 
-    fn server(&self) -> &str {
+    /// The server reached (with failover: the master the sentinels named
+    /// when it connected), or `redisHost` when not connected.
+    pub fn server(&self) -> &str {
         self.link
             .as_ref()
             .map_or(&self.metadata.redis_host, |link| &link.server)
@@ -214,6 +216,31 @@ impl RedisConnection {
         }));
         self.follow_tls_files();
         Ok(())
+    }
+
+    /// Connects and verifies as [`init`](Self::init) does, for a component
+    /// that is rebuilt whenever its connection metadata changes (the
+    /// `redis` pub/sub): no TLS file follower. With `failover`, commands
+    /// that meet an error suggesting the master moved make it ask the
+    /// sentinels again, as the state store's ([`describe`](Self::describe)).
+    pub async fn open_following_failover(
+        label: &str,
+        metadata: RedisMetadata,
+    ) -> Result<Self, ComponentError> {
+        let connection = Self::new(metadata);
+        let _ = connection.shared.label.set(label.to_string());
+        let metadata = connection.session().metadata.clone();
+        let settings = metadata.connection_settings()?;
+        let opened = open(&settings).await?;
+        connection.shared.session.store(Arc::new(Session {
+            metadata,
+            link: Some(Link {
+                connection: opened.connection,
+                settings,
+                server: opened.server,
+            }),
+        }));
+        Ok(connection)
     }
 
     /// Takes new metadata: when the connection settings changed, a new

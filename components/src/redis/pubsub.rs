@@ -12,6 +12,13 @@
 //! On a Redis Cluster (`redisType: cluster`) a topic's stream is one key,
 //! so every command of a subscription goes to the master of its slot.
 //!
+//! With `failover` (Redis Sentinel) the master is followed as the state
+//! store follows it: `XADD`, `XGROUP` and `XACK` go through its
+//! [`RedisConnection`], which asks the sentinels again after an error that
+//! suggests the master moved; each reader re-opens its own connection to
+//! the master the sentinels name after such an error (with backoff), then
+//! reclaims its pending entries there at once.
+//!
 //! `processingTimeout`, `redeliverInterval`, `queueDepth`, `concurrency`
 //! and `maxLenApprox` apply in place; a change of server, `redisType`,
 //! credentials, database or consumer ID rebuilds the component, and the handle layer
@@ -27,7 +34,8 @@ use rewire_runtime::{
 };
 use tracing::info;
 
-use super::connect::{open, ping};
+use super::connect::open;
+use super::connection::RedisConnection;
 use super::pubsub_connected::Connected;
 use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
 use super::pubsub_reader::{ensure_group, reading_settings, Permits, Reader};
@@ -79,16 +87,18 @@ impl Component for RedisPubSub {
         self.tunables.store(Arc::new(tunables));
         self.metadata.config_dir.clone_from(&cx.config_dir);
         let settings = self.metadata.connection().connection_settings()?;
-        let opened = open(&settings).await?;
+        let connection =
+            RedisConnection::open_following_failover(&key.to_string(), self.metadata.connection())
+                .await?;
+        let server = connection.session().server().to_string();
         let group = match self.metadata.consumer_id.trim() {
             "" => cx.app_id.clone(),
             id => id.to_string(),
         };
-        info!(component = %key, host = %settings.host(), server = %opened.server, group = %group, "Redis pub/sub connected.");
+        info!(component = %key, host = %settings.host(), server = %server, group = %group, "Redis pub/sub connected.");
         let connected = Connected {
-            connection: opened.connection,
+            connection: Arc::new(connection),
             settings,
-            server: opened.server,
             group,
             shutdown: cx.shutdown.clone(),
             label: key.to_string(),
@@ -101,19 +111,14 @@ impl Component for RedisPubSub {
         let Ok(connected) = self.connected() else {
             return Readiness::NotReady("not connected".into());
         };
-        let mut manager = connected.connection.clone();
-        match tokio::time::timeout(connected.settings.dial, ping(&mut manager)).await {
-            Ok(Ok(())) => Readiness::Ready,
-            Ok(Err(err)) => Readiness::NotReady(connected.describe(&err)),
-            Err(_) => Readiness::NotReady(connected.describe(&"no answer to PING")),
-        }
+        connected.connection.readiness().await
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
         self.gate.close().await;
         if let Some(connected) = self.connected.get() {
             connected.shutdown.cancel();
-            info!(component = %connected.label, server = %connected.server, "Redis pub/sub closed.");
+            info!(component = %connected.label, server = %connected.server(), "Redis pub/sub closed.");
         }
         Ok(())
     }
@@ -178,11 +183,11 @@ impl PubSub for RedisPubSub {
             cmd.arg("MAXLEN").arg("~").arg(max_len);
         }
         cmd.arg("*").arg("data").arg(&req.data);
-        let mut conn = connected.commands();
+        let (session, mut conn) = connected.commands().map_err(PubSubError::Backend)?;
         let _id: String = cmd
             .query_async(&mut conn)
             .await
-            .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
+            .map_err(|err| PubSubError::Backend(connected.failed(&session, &err)))?;
         Ok(())
     }
 
@@ -191,13 +196,14 @@ impl PubSub for RedisPubSub {
             return Err(PubSubError::Invalid("the topic is empty".into()));
         }
         let connected = self.connected()?.clone();
-        ensure_group(&mut connected.commands(), &req.topic, &connected.group)
+        let (session, mut conn) = connected.commands().map_err(PubSubError::Backend)?;
+        ensure_group(&mut conn, &req.topic, &connected.group)
             .await
-            .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
+            .map_err(|err| PubSubError::Backend(connected.failed(&session, &err)))?;
         // Blocking reads get a connection of their own.
         let reading = open(&reading_settings(&connected.settings))
             .await
-            .map_err(|err| PubSubError::Backend(connected.describe(&err)))?;
+            .map_err(|err| PubSubError::Backend(err.to_string()))?;
         let tunables = **self.tunables.load();
         let (subscription, feed) = PubSubSubscription::channel(tunables.concurrency);
         let permits = Permits::new(tunables.concurrency);
@@ -208,6 +214,7 @@ impl PubSub for RedisPubSub {
         let reader = Reader {
             connected,
             reading: reading.connection,
+            reading_server: reading.server,
             topic: req.topic,
             tunables: self.tunables.clone(),
             gate: self.gate.clone(),

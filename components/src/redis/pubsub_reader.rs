@@ -9,6 +9,15 @@
 //! new entries until the stream has been quiet for [`DRAIN_LINGER`] (a
 //! publisher still on this server), waits for the outcomes of what it
 //! delivered (delivering again what is settled `RETRY`), then ends.
+//!
+//! With `failover` (Redis Sentinel), a read that fails in a way that
+//! suggests the master moved (connection refused or dropped, a timeout,
+//! `READONLY`, `MASTERDOWN`, `LOADING`, `UNBLOCKED`) makes the reader open
+//! its connection again, to the master the sentinels name now, after the
+//! backoff wait; once it has switched it reclaims its group's entries
+//! pending past `processingTimeout` there at once (those the old master
+//! handed out and the failover left unacknowledged), and a new master
+//! without the group gets it again (`NOGROUP`, below).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -20,8 +29,9 @@ use redis::{RedisError, Value};
 use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{info, warn};
 
+use super::connect::{open, suggests_failover};
 use super::metadata::ConnectionSettings;
 use super::pubsub_connected::Connected;
 use super::pubsub_metadata::Tunables;
@@ -123,6 +133,9 @@ impl Permits {
 pub(super) struct Reader {
     pub(super) connected: Connected,
     pub(super) reading: AnyConnection,
+    /// The server `reading` reached (with failover: the master the
+    /// sentinels named when it was opened).
+    pub(super) reading_server: String,
     pub(super) topic: String,
     pub(super) tunables: Arc<ArcSwap<Tunables>>,
     pub(super) gate: Arc<PublishGate>,
@@ -150,6 +163,8 @@ impl Reader {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         let mut drain: Option<Drain> = None;
         let mut last_reclaim = Instant::now();
+        // Set when the reader moved to a new master: reclaim there at once.
+        let mut reclaim_now = false;
         loop {
             if self.feed.is_stopped() || self.connected.shutdown.is_cancelled() {
                 return;
@@ -165,13 +180,14 @@ impl Reader {
             }
             let tunables = **self.tunables.load();
             if let (Some(every), None) = (tunables.redeliver_interval, &drain) {
-                if last_reclaim.elapsed() >= every {
+                if reclaim_now || last_reclaim.elapsed() >= every {
                     last_reclaim = Instant::now();
+                    reclaim_now = false;
                     if let Err(err) = self.reclaim(&in_flight, &tunables).await {
                         if self.group_recreated(&err).await {
                             continue;
                         }
-                        warn!(component = %self.connected.label, topic = %self.topic, error = %self.connected.describe(&err), "Reclaiming pending entries failed.");
+                        warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), "Reclaiming pending entries failed.");
                     }
                 }
             }
@@ -214,8 +230,14 @@ impl Reader {
                 Err(err) if self.group_recreated(&err).await => continue,
                 Err(err) => {
                     let wait = backoff.next_wait();
-                    warn!(component = %self.connected.label, topic = %self.topic, error = %self.connected.describe(&err), ?wait, "Reading the stream failed; retrying.");
+                    warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), ?wait, "Reading the stream failed; retrying.");
                     tokio::time::sleep(wait).await;
+                    if self.connected.follows_failover()
+                        && master_may_have_moved(&err)
+                        && self.reopen().await
+                    {
+                        reclaim_now = true;
+                    }
                     continue;
                 }
             };
@@ -254,6 +276,32 @@ impl Reader {
         }
     }
 
+    /// `err`, met by a read, as a backend error: with the server read,
+    /// without the password.
+    fn describe(&self, err: &dyn std::fmt::Display) -> String {
+        self.connected.describe(&self.reading_server, err)
+    }
+
+    /// With failover: opens the reading connection again, to the master
+    /// the sentinels name now. True when it moved to another server.
+    async fn reopen(&mut self) -> bool {
+        match open(&reading_settings(&self.connected.settings)).await {
+            Ok(opened) => {
+                let moved = opened.server != self.reading_server;
+                if moved {
+                    info!(component = %self.connected.label, topic = %self.topic, old = %self.reading_server, new = %opened.server, "Redis master moved; the subscription reads from the new one.");
+                }
+                self.reading = opened.connection;
+                self.reading_server = opened.server;
+                moved
+            }
+            Err(err) => {
+                warn!(component = %self.connected.label, topic = %self.topic, error = %err, "Asking the sentinels for the Redis master failed; retrying.");
+                false
+            }
+        }
+    }
+
     /// The ids delivered and awaiting their outcome now.
     fn in_flight_now(&self) -> HashSet<String> {
         self.in_flight_ids
@@ -276,7 +324,7 @@ impl Reader {
                 true
             }
             Err(err) => {
-                warn!(component = %self.connected.label, topic = %self.topic, error = %self.connected.describe(&err), "Creating the lost consumer group again failed.");
+                warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), "Creating the lost consumer group again failed.");
                 false
             }
         }
@@ -464,7 +512,13 @@ fn text_of(value: Value) -> Option<String> {
 }
 
 async fn ack(connected: &Connected, topic: &str, id: &str) {
-    let mut conn = connected.commands();
+    let (session, mut conn) = match connected.commands() {
+        Ok(commands) => commands,
+        Err(err) => {
+            warn!(component = %connected.label, topic, id, error = %err, "XACK failed; the entry will be delivered again.");
+            return;
+        }
+    };
     let acked: Result<i64, RedisError> = redis::cmd("XACK")
         .arg(topic)
         .arg(&connected.group)
@@ -472,6 +526,13 @@ async fn ack(connected: &Connected, topic: &str, id: &str) {
         .query_async(&mut conn)
         .await;
     if let Err(err) = acked {
-        warn!(component = %connected.label, topic, id, error = %connected.describe(&err), "XACK failed; the entry will be delivered again.");
+        warn!(component = %connected.label, topic, id, error = %connected.failed(&session, &err), "XACK failed; the entry will be delivered again.");
     }
+}
+
+/// Whether a read's `err` suggests the master moved (see
+/// [`suggests_failover`]), or the server unblocked the read because it
+/// turned replica (`UNBLOCKED`).
+fn master_may_have_moved(err: &RedisError) -> bool {
+    suggests_failover(err) || err.code() == Some("UNBLOCKED")
 }

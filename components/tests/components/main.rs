@@ -35,6 +35,7 @@ mod redis_failover;
 mod redis_init;
 mod redis_lock;
 mod redis_pubsub;
+mod redis_pubsub_failover;
 mod redis_state;
 mod redis_tls;
 mod registry;
