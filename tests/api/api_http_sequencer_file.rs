@@ -278,3 +278,124 @@ async fn an_upload_is_bounded_by_inactivity_not_as_a_whole() {
     assert_eq!(left, ["steady.bin"]);
     sidecar.stop().await;
 }
+
+/// Opens a `PUT` of `length` bytes (by its header) to `path` and returns
+/// the connection, the head sent.
+async fn open_put(sidecar: &Sidecar, path: &str, length: usize) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(sidecar.http_addr)
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: sidecar\r\nContent-Length: {length}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Writes `bytes` of made-up contents (one 1 MiB buffer, sent again and
+/// again) to `stream`.
+async fn send_generated(stream: &mut tokio::net::TcpStream, bytes: usize) {
+    use tokio::io::AsyncWriteExt;
+    let buffer: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(buffer.len());
+        stream.write_all(&buffer[..n]).await.unwrap();
+        left -= n;
+    }
+}
+
+/// The status line and body of the answer on `stream`.
+async fn answer(stream: &mut tokio::net::TcpStream) -> (String, String) {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("answered within 10 s")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_larger_than_the_listeners_budget_of_request_bytes_passes() {
+    const SIZE: usize = 70 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    // The default budget: 64 MiB of request bytes across the listener.
+    let sidecar = sidecar(&dir, ApiOptions::default()).await;
+    let mut stream = open_put(&sidecar, "/v1.0/rewire/file/files/big.bin", SIZE).await;
+    send_generated(&mut stream, SIZE).await;
+    let (status, body) = answer(&mut stream).await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    let info: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(info["size"], SIZE);
+    let stored = std::fs::metadata(dir.path().join("files/big.bin")).unwrap();
+    assert_eq!(stored.len(), SIZE as u64);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_holds_only_what_it_has_not_passed_on() {
+    const MIB: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "appId": "shop",
+        "components": {
+            "state": {"orders": {"type": "memory"}},
+            "file": {"files": {"type": "local", "metadata": {"root": dir.path().join("files")}}}
+        }
+    });
+    // A budget of 1 MiB of request bytes across the listener.
+    let options = ApiOptions {
+        max_request_bytes: 64 * 1024,
+        max_request_bytes_in_flight: MIB,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(&config.to_string(), options).await;
+    let mut upload = open_put(&sidecar, "/v1.0/rewire/file/files/slow.bin", 4 * MIB).await;
+    send_generated(&mut upload, 3 * MIB).await;
+    // Wait until the store has taken more than twice the budget.
+    let root = dir.path().join("files");
+    let taken = || {
+        std::fs::read_dir(&root)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok()?.metadata().ok())
+                    .map(|meta| meta.len())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while taken() < 2 * MIB as u64 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the store took 2 MiB within 10 s");
+    // The upload, paused, keeps its connection; a state save still passes.
+    let value = "v".repeat(60 * 1024);
+    let saved = Client::new()
+        .post(format!("{}/v1.0/state/orders", sidecar.http_url()))
+        .json(&json!([{"key": "k", "value": value}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+    send_generated(&mut upload, MIB).await;
+    let (status, body) = answer(&mut upload).await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert_eq!(
+        std::fs::metadata(root.join("slow.bin")).unwrap().len(),
+        4 * MIB as u64
+    );
+    sidecar.stop().await;
+}

@@ -315,3 +315,40 @@ async fn an_upload_that_keeps_sending_outlasts_request_timeout_and_one_that_stal
     assert_eq!(gone.code(), Code::NotFound);
     sidecar.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_file_larger_than_the_listeners_budget_of_request_bytes_passes() {
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 70 * 16; // 70 MiB, past the default budget of 64 MiB
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "appId": "shop",
+        "components": {
+            "file": {"files": {"type": "local", "metadata": {"root": dir.path().join("files")}}}
+        }
+    });
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    // Made up as sent: one chunk's worth at a time.
+    let messages = tokio_stream::iter((0..CHUNKS).map(|i| layotto::PutFileRequest {
+        store_name: if i == 0 {
+            "files".into()
+        } else {
+            String::new()
+        },
+        name: if i == 0 {
+            "big.bin".into()
+        } else {
+            String::new()
+        },
+        data: vec![(i % 251) as u8; CHUNK],
+        ..Default::default()
+    }));
+    tokio::time::timeout(grpc::PATIENCE, client.put_file(messages))
+        .await
+        .expect("stored within the test's patience")
+        .expect("a 70 MiB upload");
+    let stored = std::fs::metadata(dir.path().join("files/big.bin")).unwrap();
+    assert_eq!(stored.len(), (CHUNK * CHUNKS) as u64);
+    sidecar.stop().await;
+}

@@ -183,7 +183,14 @@ impl FileStore for LocalFileStore {
             .await
             .map_err(|err| backend("creating", name, err))?;
         let written = async {
-            copy_bounded(name, req.body, &mut file, self.metadata.max_file_size).await?;
+            copy_bounded(
+                name,
+                req.body,
+                &mut file,
+                self.metadata.max_file_size,
+                |_| Ok(()),
+            )
+            .await?;
             file.sync_all()
                 .await
                 .map_err(|err| backend("syncing", name, err))?;

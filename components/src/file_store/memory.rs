@@ -1,6 +1,10 @@
 //! The `memory` file store: files kept in process, bounded per file
 //! (`maxFileSize`, default 64 MiB) and in total (`maxTotalSize`, default
-//! 256 MiB). Metadata changes apply in place and keep the files.
+//! 256 MiB). Metadata changes apply in place and keep the files. A put
+//! reserves its bytes as it reads them, so the files stored and the puts
+//! being read hold no more than `maxTotalSize` together (a put replacing a
+//! file counts on that file's bytes coming free): parallel puts cannot
+//! buffer `maxFileSize` each past the total.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -46,6 +50,52 @@ struct Stored {
 struct Files {
     by_name: BTreeMap<String, Stored>,
     total: u64,
+    /// Bytes read by puts not yet stored (or failed).
+    reading: u64,
+}
+
+/// The bytes a put has read and not yet stored: let go of when it ends,
+/// stored or not.
+struct Reading<'a> {
+    store: &'a MemoryFileStore,
+    bytes: u64,
+}
+
+impl Reading<'_> {
+    /// Takes `more` bytes for `name`, unless the stored files and every
+    /// put being read would then pass `limit` (the file `name` replaces
+    /// counted as gone).
+    fn grow(&mut self, name: &str, more: u64, limit: u64) -> Result<(), FileError> {
+        let mut files = self.store.files();
+        let replaced = files
+            .by_name
+            .get(name)
+            .map_or(0, |old| old.data.len() as u64);
+        let held = files.total - replaced + files.reading + more;
+        if held > limit {
+            return Err(FileError::TooLarge {
+                name: name.to_string(),
+                limit,
+            });
+        }
+        files.reading += more;
+        self.bytes += more;
+        Ok(())
+    }
+
+    /// Lets go of the reservation, under `files`' lock.
+    fn end(&mut self, files: &mut Files) {
+        files.reading -= std::mem::take(&mut self.bytes);
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            let mut files = self.store.files();
+            self.end(&mut files);
+        }
+    }
 }
 
 /// An in-process file store.
@@ -125,8 +175,21 @@ impl FileStore for MemoryFileStore {
         names::parts(&req.name)?;
         let limits = self.limits();
         let mut data = Vec::new();
-        copy_bounded(&req.name, req.body, &mut data, limits.max_file_size).await?;
+        let mut reading = Reading {
+            store: self,
+            bytes: 0,
+        };
+        let name = req.name.clone();
+        copy_bounded(
+            &req.name,
+            req.body,
+            &mut data,
+            limits.max_file_size,
+            |more| reading.grow(&name, more, limits.max_total_size),
+        )
+        .await?;
         let mut files = self.files();
+        reading.end(&mut files);
         let replaced = files
             .by_name
             .get(&req.name)

@@ -48,12 +48,14 @@ pub(crate) fn page_size(req: &ListRequest) -> usize {
 }
 
 /// Copies `body` into `sink` chunk by chunk; fails with
-/// [`FileError::TooLarge`] as soon as more than `limit` bytes arrive.
+/// [`FileError::TooLarge`] as soon as more than `limit` bytes arrive, or
+/// with `reserve`'s error (asked before each chunk is written).
 pub(crate) async fn copy_bounded<W: AsyncWrite + Unpin>(
     name: &str,
     mut body: FileBody,
     sink: &mut W,
     limit: u64,
+    mut reserve: impl FnMut(u64) -> Result<(), FileError>,
 ) -> Result<u64, FileError> {
     let mut chunk = vec![0u8; CHUNK];
     let mut total: u64 = 0;
@@ -72,6 +74,7 @@ pub(crate) async fn copy_bounded<W: AsyncWrite + Unpin>(
                 limit,
             });
         }
+        reserve(read as u64)?;
         sink.write_all(&chunk[..read])
             .await
             .map_err(|err| FileError::Backend(format!("writing `{name}`: {err}")))?;

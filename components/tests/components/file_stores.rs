@@ -267,3 +267,91 @@ async fn the_memory_store_bounds_each_file_and_the_total() {
     let err = common::start("file", "local", json!({})).await.unwrap_err();
     assert!(err.contains("root"), "{err}");
 }
+
+/// A body read from `inner`, counting the bytes read.
+struct Counting<R> {
+    inner: R,
+    read: Arc<AtomicUsize>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        self.read.fetch_add(read, Ordering::AcqRel);
+        polled
+    }
+}
+
+/// A put whose body is the read end of a pipe (kept open by its writer),
+/// and the count of bytes it has read.
+fn piped_put(
+    store: &Arc<dyn FileStore>,
+    name: &str,
+) -> (
+    tokio::io::DuplexStream,
+    Arc<AtomicUsize>,
+    tokio::task::JoinHandle<Result<rewire_runtime::FileInfo, FileError>>,
+) {
+    let (writer, reader) = tokio::io::duplex(64 * 1024);
+    let read = Arc::new(AtomicUsize::new(0));
+    let body = Counting {
+        inner: reader,
+        read: Arc::clone(&read),
+    };
+    let request = PutFileRequest {
+        name: name.into(),
+        body: Box::pin(body),
+        metadata: Default::default(),
+    };
+    let store = Arc::clone(store);
+    let put = tokio::spawn(async move { store.put(request).await });
+    (writer, read, put)
+}
+
+/// Yields (on this single-threaded runtime) until `read` counts `bytes`:
+/// the put that read them has then taken them too.
+async fn until_read(read: &AtomicUsize, bytes: usize) {
+    while read.load(Ordering::Acquire) < bytes {
+        tokio::task::yield_now().await;
+    }
+    tokio::task::yield_now().await;
+}
+
+#[tokio::test]
+async fn memory_puts_being_read_count_against_the_total() {
+    use tokio::io::AsyncWriteExt;
+    let store = store("memory", json!({"maxFileSize": 100, "maxTotalSize": 150})).await;
+    // A put that has read 80 bytes and waits for more.
+    let (mut writer, read, first) = piped_put(&store, "first");
+    writer.write_all(&[1; 80]).await.unwrap();
+    until_read(&read, 80).await;
+    // A second put of 80 would hold 160 with it: refused as it reads.
+    let second = store.put(put("second", &[2; 80])).await;
+    assert!(
+        matches!(second, Err(FileError::TooLarge { limit: 150, .. })),
+        "{second:?}"
+    );
+    drop(writer);
+    assert_eq!(first.await.unwrap().unwrap().size, 80);
+    // What a put holds is let go of once it ends, stored or refused.
+    store.put(put("third", &[3; 70])).await.unwrap();
+    // A put replacing a file counts on its bytes coming free.
+    store.put(put("first", &[4; 80])).await.unwrap();
+    // A put refused while reading lets go of what it had read.
+    let (mut writer, read, refused) = piped_put(&store, "fourth");
+    writer.write_all(&[5; 60]).await.unwrap();
+    until_read(&read, 60).await;
+    drop(writer);
+    assert!(matches!(
+        refused.await.unwrap(),
+        Err(FileError::TooLarge { limit: 150, .. })
+    ));
+    store.delete("third").await.unwrap();
+    store.put(put("fifth", &[6; 70])).await.unwrap();
+}

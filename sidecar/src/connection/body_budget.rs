@@ -5,6 +5,13 @@
 //! Each body is charged as its bytes are read and let go of when it is
 //! dropped (read whole and decoded, or abandoned); a body that would pass
 //! the budget fails with `RESOURCE_EXHAUSTED`, and the client may retry.
+//!
+//! A streamed body (a file upload, of any size up to the store's bound) is
+//! charged the same way, but its reader hands back what it has passed on
+//! ([`BodyCharge::taken`], found in the request's extensions): such a body
+//! holds only the bytes read and not yet taken by the store, so an upload
+//! larger than the budget passes, and a slow one does not starve the
+//! listener's other requests.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,11 +61,41 @@ impl BodyBudget {
     }
 }
 
+/// What one body holds of a [`BodyBudget`].
+#[derive(Debug)]
+struct Charge {
+    budget: Arc<BodyBudget>,
+    charged: AtomicUsize,
+}
+
+/// A handle on the charge of one request body, put in the request's
+/// extensions: the reader of a streamed body tells it what it has passed
+/// on, which stops counting against the budget.
+#[derive(Debug, Clone)]
+pub struct BodyCharge(Arc<Charge>);
+
+impl BodyCharge {
+    /// `bytes` of the body were taken by their consumer: let them go (at
+    /// most what is charged).
+    pub fn taken(&self, bytes: usize) {
+        let Charge { budget, charged } = &*self.0;
+        if let Ok(before) = charged.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            Some(held.saturating_sub(bytes))
+        }) {
+            budget.release(before.min(bytes));
+        }
+    }
+
+    /// Bytes of this body held now.
+    pub fn held(&self) -> usize {
+        self.0.charged.load(Ordering::Acquire)
+    }
+}
+
 /// A request body charged to a [`BodyBudget`] as it is read.
 pub struct Budgeted<B> {
     body: B,
-    budget: Arc<BodyBudget>,
-    charged: usize,
+    charge: Arc<Charge>,
 }
 
 impl<B> Budgeted<B> {
@@ -66,15 +103,23 @@ impl<B> Budgeted<B> {
     pub fn new(body: B, budget: Arc<BodyBudget>) -> Self {
         Self {
             body,
-            budget,
-            charged: 0,
+            charge: Arc::new(Charge {
+                budget,
+                charged: AtomicUsize::new(0),
+            }),
         }
+    }
+
+    /// A handle through which a streaming reader lets go of what it took.
+    pub fn charge(&self) -> BodyCharge {
+        BodyCharge(Arc::clone(&self.charge))
     }
 }
 
 impl<B> Drop for Budgeted<B> {
     fn drop(&mut self) {
-        self.budget.release(self.charged);
+        let held = self.charge.charged.swap(0, Ordering::AcqRel);
+        self.charge.budget.release(held);
     }
 }
 
@@ -97,14 +142,15 @@ where
             Poll::Pending => return Poll::Pending,
         };
         let bytes = frame.data_ref().map_or(0, Bytes::len);
-        if !self.budget.charge(bytes) {
-            let limit = self.budget.limit;
+        let charge = &self.charge;
+        if !charge.budget.charge(bytes) {
+            let limit = charge.budget.limit;
             return Poll::Ready(Some(Err(Box::new(Status::resource_exhausted(format!(
                 "the sidecar is reading as many request bytes as it holds at once \
                  ({limit} bytes across its connections): try again shortly"
             ))))));
         }
-        self.charged += bytes;
+        charge.charged.fetch_add(bytes, Ordering::AcqRel);
         Poll::Ready(Some(Ok(frame)))
     }
 
@@ -171,5 +217,29 @@ mod tests {
         assert_eq!(budget.in_use(), 0);
         let mut third = Budgeted::new(chunks(&[90]), Arc::clone(&budget));
         assert!(matches!(next(&mut third).await, Some(Ok(_))));
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_holds_only_what_its_reader_has_not_taken() {
+        let budget = BodyBudget::new(100);
+        // 300 bytes through a budget of 100, each frame taken as read.
+        let mut streamed = Budgeted::new(chunks(&[60, 60, 60, 60, 60]), Arc::clone(&budget));
+        let charge = streamed.charge();
+        while let Some(frame) = next(&mut streamed).await {
+            let frame = frame.expect("within the budget");
+            assert_eq!(budget.in_use(), 60);
+            charge.taken(frame.data_ref().map_or(0, Bytes::len));
+            assert_eq!((budget.in_use(), charge.held()), (0, 0));
+        }
+        // Letting go of more than is held lets go of what is held only.
+        let mut other = Budgeted::new(chunks(&[40]), Arc::clone(&budget));
+        assert!(matches!(next(&mut other).await, Some(Ok(_))));
+        charge.taken(1_000);
+        assert_eq!(budget.in_use(), 40);
+        other.charge().taken(10);
+        assert_eq!(budget.in_use(), 30);
+        drop(other);
+        drop(streamed);
+        assert_eq!(budget.in_use(), 0);
     }
 }

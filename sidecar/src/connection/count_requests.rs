@@ -1,7 +1,8 @@
 //! The service layer in front of both servers: it counts each request in
 //! its connection's [`InFlight`] from the call until its response body
 //! ends, and charges its body to the listener's [`BodyBudget`] as it is
-//! read. The same for both servers, which differ in how a request finds
+//! read (the body's [`BodyCharge`] in the request's extensions, for a
+//! reader that streams it on). The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
 //! their body type.
@@ -17,7 +18,7 @@ use std::task::{Context, Poll};
 use http_body::Body as _;
 use tonic::codegen::http::{Request, Response};
 
-use super::{Accepted, BodyBudget, Budgeted};
+use super::{Accepted, BodyBudget, BodyCharge, Budgeted};
 use crate::in_flight::{Counted, InFlight, RequestGuard};
 
 /// A server's body type (requests' and responses' alike), which can carry
@@ -26,8 +27,9 @@ pub trait CountedBody: Sized {
     /// `self`, keeping `guard` until it ends.
     fn counted(self, guard: RequestGuard) -> Self;
 
-    /// `self`, charged to `budget` as it is read.
-    fn budgeted(self, budget: &Arc<BodyBudget>) -> Self;
+    /// `self`, charged to `budget` as it is read, and the handle on its
+    /// charge (none for a body left as it is).
+    fn budgeted(self, budget: &Arc<BodyBudget>) -> (Self, Option<BodyCharge>);
 }
 
 impl CountedBody for tonic::body::Body {
@@ -37,8 +39,10 @@ impl CountedBody for tonic::body::Body {
 
     /// Always wrapped: a gRPC request carries a message, and asking h2
     /// whether a stream has ended costs a lock.
-    fn budgeted(self, budget: &Arc<BodyBudget>) -> Self {
-        Self::new(Budgeted::new(self, Arc::clone(budget)))
+    fn budgeted(self, budget: &Arc<BodyBudget>) -> (Self, Option<BodyCharge>) {
+        let body = Budgeted::new(self, Arc::clone(budget));
+        let charge = body.charge();
+        (Self::new(body), Some(charge))
     }
 }
 
@@ -48,11 +52,13 @@ impl CountedBody for axum::body::Body {
     }
 
     /// An empty body (a GET's) as it is.
-    fn budgeted(self, budget: &Arc<BodyBudget>) -> Self {
-        match self.is_end_stream() {
-            true => self,
-            false => Self::new(Budgeted::new(self, Arc::clone(budget))),
+    fn budgeted(self, budget: &Arc<BodyBudget>) -> (Self, Option<BodyCharge>) {
+        if self.is_end_stream() {
+            return (self, None);
         }
+        let body = Budgeted::new(self, Arc::clone(budget));
+        let charge = body.charge();
+        (Self::new(body), Some(charge))
     }
 }
 
@@ -149,7 +155,12 @@ where
                 .get::<crate::tls::PeerInfo>()
                 .map(|peer| peer.in_flight.start()),
         };
-        let request = request.map(|body| body.budgeted(&self.budget));
+        let (mut parts, body) = request.into_parts();
+        let (body, charge) = body.budgeted(&self.budget);
+        if let Some(charge) = charge {
+            parts.extensions.insert(charge);
+        }
+        let request = Request::from_parts(parts, body);
         CountedAnswer {
             answer: self.inner.call(request),
             guard,

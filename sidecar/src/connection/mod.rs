@@ -23,7 +23,7 @@ mod count_requests;
 mod io;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
-pub use body_budget::{BodyBudget, BoxError, Budgeted};
+pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
 pub use count_requests::{
     CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer, CountedBody,
 };

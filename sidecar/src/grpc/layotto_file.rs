@@ -16,6 +16,7 @@ use tonic::{Code, Status, Streaming};
 
 use super::endable_stream::{EndableStream, StreamEnd};
 use super::proto::spec::proto::runtime::v1 as pb;
+use crate::connection::BodyCharge;
 use crate::dapr::{Call, FileOpError, SequencerOpError, UploadError};
 use tonic::codegen::Bytes;
 
@@ -55,9 +56,13 @@ pub(super) async fn next_id(
 /// and every later message's are the contents. However long the upload
 /// takes while chunks keep coming (the store bounds its size); cut with
 /// `DEADLINE_EXCEEDED` when none arrives for `idle` (`request_timeout`).
+/// Each message handed on stops counting against the listener's budget of
+/// request bytes (`charge`): an upload holds only what it has read and not
+/// yet passed on, so it may be larger than that budget.
 pub(super) async fn put(
     call: Call,
     mut incoming: Streaming<pb::PutFileRequest>,
+    charge: Option<BodyCharge>,
     idle: Duration,
 ) -> Result<(), Status> {
     let first = tokio::time::timeout(idle, incoming.message())
@@ -72,14 +77,25 @@ pub(super) async fn put(
             Status::invalid_argument("PutFile: no message (the first names the store and file)")
         })?;
     let store = call.file_store(&first.store_name)?;
+    // A message's bytes on the wire: its frame's 5-byte header, then it.
+    let taken = move |message: &pb::PutFileRequest| {
+        if let Some(charge) = &charge {
+            charge.taken(5 + prost::Message::encoded_len(message));
+        }
+    };
+    taken(&first);
     let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
-    let chunks = tokio_stream::once(Ok(first.data))
-        .chain(incoming.map(|m| m.map(|m| m.data)))
-        .map(|chunk| {
-            chunk
-                .map(Bytes::from)
-                .map_err(|status| std::io::Error::other(status.message().to_string()))
-        });
+    let rest = incoming.map(move |message| {
+        message.map(|message| {
+            taken(&message);
+            message.data
+        })
+    });
+    let chunks = tokio_stream::once(Ok(first.data)).chain(rest).map(|chunk| {
+        chunk
+            .map(Bytes::from)
+            .map_err(|status| std::io::Error::other(status.message().to_string()))
+    });
     store
         .put_streamed(first.name, chunks, metadata, idle)
         .await?;

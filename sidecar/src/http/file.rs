@@ -13,7 +13,7 @@
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -26,6 +26,7 @@ use rewire_runtime::{FileInfo, ListRequest};
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::rewire_error::RewireHttpError;
+use crate::connection::BodyCharge;
 use crate::dapr::Call;
 use crate::ApiState;
 
@@ -60,12 +61,16 @@ fn info_headers(info: &FileInfo) -> HeaderMap {
 /// `PUT /v1.0/rewire/file/{store}/{*name}`: writes the body as the file.
 /// Not bounded as a whole (`observe` leaves this route out): however long
 /// the upload takes while bytes keep coming (the store bounds its size),
-/// cut with 408 when none arrive for `request_timeout`.
+/// cut with 408 when none arrive for `request_timeout`. Each chunk the
+/// store is handed stops counting against the listener's budget of request
+/// bytes ([`BodyCharge`]): an upload holds only what it has read and not
+/// yet passed on, so it may be larger than that budget.
 pub async fn put(
     State(state): State<ApiState>,
     call: Call,
     Path((store, name)): Path<(String, String)>,
     query: QueryPairs,
+    charge: Option<Extension<BodyCharge>>,
     body: Body,
 ) -> Result<Json<Value>, RewireHttpError> {
     let metadata = request_metadata(&query_pairs(query)?, ("file store", &store))
@@ -73,9 +78,13 @@ pub async fn put(
         .into_iter()
         .collect();
     let ops = call.file_store(&store)?;
-    let chunks = body
-        .into_data_stream()
-        .map(|chunk| chunk.map_err(std::io::Error::other));
+    let charge = charge.map(|Extension(charge)| charge);
+    let chunks = body.into_data_stream().map(move |chunk| {
+        if let (Ok(bytes), Some(charge)) = (&chunk, &charge) {
+            charge.taken(bytes.len());
+        }
+        chunk.map_err(std::io::Error::other)
+    });
     let idle = state.options.request_timeout;
     let info = ops.put_streamed(name, chunks, metadata, idle).await?;
     Ok(Json(info_json(&info)))
