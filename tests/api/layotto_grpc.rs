@@ -471,3 +471,61 @@ async fn a_layotto_lifecycle_push_changes_a_running_component_or_says_why_not() 
     assert_eq!(sidecar.runtime.generation().number, serving);
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn a_subscription_stream_ends_unavailable_when_its_store_is_removed() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let (requests, outgoing) = tokio::sync::mpsc::channel(4);
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    requests
+        .send(layotto::SubscribeConfigurationRequest {
+            store_name: "settings".into(),
+            keys: vec!["timeout".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // In place once a write is seen.
+    for round in 0.. {
+        assert!(round < 50, "the subscription never delivered");
+        client
+            .save_configuration(layotto::SaveConfigurationRequest {
+                store_name: "settings".into(),
+                items: vec![item("timeout", &format!("{round}s"), "", "")],
+                ..Default::default()
+            })
+            .await
+            .expect("save");
+        let wait = std::time::Duration::from_millis(300);
+        if let Ok(answer) = tokio::time::timeout(wait, answers.message()).await {
+            answer.expect("no error").expect("stream open");
+            break;
+        }
+    }
+
+    // A reload removes the store: the stream ends, saying why.
+    let without = r#"{"appId": "shop", "components": {
+        "state": {"orders": {"type": "memory"}}}}"#;
+    let without = rewire::config::parse(without.as_bytes()).expect("config");
+    sidecar.runtime.apply(without).await.expect("reload");
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            match answers.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends within 10 s, not silently kept open");
+    let status = ended.expect_err("ended with a status");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("settings"), "{status:?}");
+    drop(requests);
+    sidecar.stop().await;
+}

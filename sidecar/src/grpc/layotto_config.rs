@@ -88,8 +88,9 @@ pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> R
 /// subscriptions' do, bounded in bytes (`max_response_bytes`) and messages,
 /// counting into the same total (`queued`, see `subscription_queue`). The
 /// stream ends when the client goes away, falls behind (or holds the most
-/// bytes when all subscribers together are full), sends a bad request, or
-/// the server stops.
+/// bytes when all subscribers together are full), sends a bad request, a
+/// subscribed store is removed or can no longer subscribe (`UNAVAILABLE`),
+/// or the server stops.
 pub(super) fn subscribe(
     state: ApiState,
     requests: Streaming<pb::SubscribeConfigurationRequest>,
@@ -173,7 +174,15 @@ async fn add(
                 () = answers.closed() => break,
                 change = subscription.changes.recv() => change,
             };
-            let Some(change) = change else { break };
+            let Some(change) = change else {
+                // The store was removed, or rebuilt into one that cannot
+                // subscribe: the stream ends saying so, as Dapr's does.
+                answers.end(Status::unavailable(format!(
+                    "Layotto configuration subscription ended: configuration store `{store_name}` is no longer running"
+                )));
+                stop.cancel();
+                break;
+            };
             let size = store_name.len()
                 + app_id.len()
                 + change.items.iter().map(item_bytes).sum::<usize>();
