@@ -7,11 +7,24 @@
 //! `O_NOFOLLOW`. A put streams into a temporary file in the target's
 //! folder, syncs it, and renames it over the target: readers see the old
 //! file or the new one, never half of one; a put that fails or passes
-//! `maxFileSize` (default 1 GiB) leaves nothing behind.
+//! `maxFileSize` (default 1 GiB) leaves nothing behind, nor one abandoned
+//! midway (a client's deadline, a reset stream, shutdown): its temporary
+//! file is removed when the put is dropped, and the rename is made in the
+//! same step as the put's last check, so an abandoned put is not put in
+//! place after its caller saw it fail. Temporary files a crashed process
+//! left (its process gone, or untouched for [`STALE_TEMP`]) are removed
+//! at init.
+//!
+//! Not covered: the folders of a name are checked one by one, then used
+//! by path, so a process with write access to the root that swaps a
+//! checked folder for a symbolic link between the check and the use can
+//! redirect that one operation (closing it needs `openat`-style walking
+//! from a held directory handle).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use rewire_runtime::{
     Component, ComponentError, FileError, FileInfo, FileRead, FileStore, InitContext, ListPage,
@@ -23,6 +36,13 @@ use super::names::{self, TEMP_PREFIX};
 use super::{copy_bounded, deserialize_size, page_size, DEFAULT_MAX_FILE_SIZE};
 
 mod listing;
+
+/// A temporary file untouched this long is a dead put's, whoever wrote it.
+pub const STALE_TEMP: Duration = Duration::from_secs(5 * 60);
+
+/// Numbers temporary files across every store of the process (two
+/// instances on one root, as across a reload, never pick the same name).
+static TEMP_SERIAL: AtomicU64 = AtomicU64::new(0);
 
 /// Metadata of the `local` file store.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -51,7 +71,6 @@ pub struct LocalFileStore {
     metadata: LocalFileMetadata,
     /// The root, resolved and canonical (set at init).
     root: OnceLock<PathBuf>,
-    temp_serial: AtomicU64,
 }
 
 fn backend(what: &str, name: &str, err: std::io::Error) -> FileError {
@@ -72,7 +91,6 @@ impl LocalFileStore {
         Self {
             metadata,
             root: OnceLock::new(),
-            temp_serial: AtomicU64::new(0),
         }
     }
 
@@ -138,6 +156,85 @@ fn info(name: &str, meta: &std::fs::Metadata) -> FileInfo {
     }
 }
 
+/// A put's temporary file, removed when dropped unless it was renamed
+/// into place.
+struct TempFile {
+    path: PathBuf,
+    placed: bool,
+}
+
+impl TempFile {
+    /// Renames the file over `target`. Synchronous on purpose: a put
+    /// dropped while this runs cannot have it finish behind its back.
+    fn place(&mut self, target: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, target)?;
+        self.placed = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Whether the temporary file `name` (with `meta`) is a dead put's: its
+/// process is gone, or it was untouched for [`STALE_TEMP`].
+fn stale_temp(name: &str, meta: &std::fs::Metadata) -> bool {
+    let untouched = meta
+        .modified()
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .is_some_and(|age| age >= STALE_TEMP);
+    let pid = name
+        .strip_prefix(TEMP_PREFIX)
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    untouched || pid.is_some_and(|pid| pid != std::process::id() && !process_alive(pid))
+}
+
+/// Whether a process `pid` may run on this host (where that cannot be
+/// told, yes: the file is then left to [`STALE_TEMP`]).
+fn process_alive(pid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        Path::new("/proc").join(pid.to_string()).exists()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+/// Removes the temporary files dead puts left under `root` (folders
+/// walked to [`listing::MAX_DEPTH`], symbolic links not followed).
+fn sweep_temp_files(root: &Path) {
+    let mut pending = vec![(root.to_path_buf(), 0usize)];
+    while let Some((folder, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if file_type.is_dir() && depth < listing::MAX_DEPTH {
+                pending.push((entry.path(), depth + 1));
+            } else if file_type.is_file() && name.starts_with(TEMP_PREFIX) {
+                if entry.metadata().is_ok_and(|meta| stale_temp(&name, &meta)) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
+}
+
 /// Opens `path` for reading without following a symbolic link.
 async fn open_no_follow(path: &Path) -> std::io::Result<tokio::fs::File> {
     let mut options = tokio::fs::OpenOptions::new();
@@ -156,6 +253,10 @@ impl Component for LocalFileStore {
         };
         tokio::fs::create_dir_all(&root).await.map_err(failed)?;
         let canonical = tokio::fs::canonicalize(&root).await.map_err(failed)?;
+        let swept = canonical.clone();
+        tokio::task::spawn_blocking(move || sweep_temp_files(&swept))
+            .await
+            .map_err(|err| ComponentError::new(format!("sweeping {}: {err}", root.display())))?;
         let _ = self.root.set(canonical);
         Ok(())
     }
@@ -174,7 +275,7 @@ impl FileStore for LocalFileStore {
         {
             return Err(refused(name, "is not a regular file"));
         }
-        let serial = self.temp_serial.fetch_add(1, Ordering::Relaxed);
+        let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
         let temp = folder.join(format!("{TEMP_PREFIX}{}-{serial}", std::process::id()));
         let mut file = tokio::fs::OpenOptions::new()
             .write(true)
@@ -182,28 +283,19 @@ impl FileStore for LocalFileStore {
             .open(&temp)
             .await
             .map_err(|err| backend("creating", name, err))?;
-        let written = async {
-            copy_bounded(
-                name,
-                req.body,
-                &mut file,
-                self.metadata.max_file_size,
-                |_| Ok(()),
-            )
-            .await?;
-            file.sync_all()
-                .await
-                .map_err(|err| backend("syncing", name, err))?;
-            drop(file);
-            tokio::fs::rename(&temp, &target)
-                .await
-                .map_err(|err| backend("renaming into", name, err))
-        }
-        .await;
-        if let Err(err) = written {
-            let _ = tokio::fs::remove_file(&temp).await;
-            return Err(err);
-        }
+        // From here the temporary file goes with the put, however it ends.
+        let mut temp = TempFile {
+            path: temp,
+            placed: false,
+        };
+        let limit = self.metadata.max_file_size;
+        copy_bounded(name, req.body, &mut file, limit, |_| Ok(())).await?;
+        file.sync_all()
+            .await
+            .map_err(|err| backend("syncing", name, err))?;
+        drop(file);
+        temp.place(&target)
+            .map_err(|err| backend("renaming into", name, err))?;
         let meta = tokio::fs::symlink_metadata(&target)
             .await
             .map_err(|err| backend("reading", name, err))?;

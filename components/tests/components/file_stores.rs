@@ -355,3 +355,57 @@ async fn memory_puts_being_read_count_against_the_total() {
     store.delete("third").await.unwrap();
     store.put(put("fifth", &[6; 70])).await.unwrap();
 }
+
+fn temp_files(root: &std::path::Path) -> Vec<String> {
+    walk(root)
+        .into_iter()
+        .filter(|path| path.contains(".rewire-tmp-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_local_put_abandoned_midway_leaves_no_temporary_file() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let store = store("local", json!({ "root": root.display().to_string() })).await;
+    let (mut writer, read, put) = piped_put(&store, "docs/abandoned.bin");
+    writer.write_all(&[7; 1000]).await.unwrap();
+    until_read(&read, 1000).await;
+    assert_eq!(temp_files(&root).len(), 1, "the put is writing");
+    // The caller goes away (a deadline, a reset stream): the put is dropped.
+    put.abort();
+    assert!(put.await.unwrap_err().is_cancelled());
+    assert_eq!(temp_files(&root), Vec::<String>::new());
+    assert!(!root.join("docs/abandoned.bin").exists());
+}
+
+#[tokio::test]
+async fn init_removes_the_temporary_files_of_dead_puts_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(root.join("deep")).unwrap();
+    let ours = std::process::id();
+    // A process that is gone (no such pid on Linux).
+    let gone = root.join(".rewire-tmp-999999999-0");
+    // This process's, untouched for an hour.
+    let old = root.join(format!("deep/.rewire-tmp-{ours}-900"));
+    // This process's, being written (as by another instance on the root).
+    let live = root.join(format!(".rewire-tmp-{ours}-901"));
+    for path in [&gone, &old, &live] {
+        std::fs::write(path, b"partial").unwrap();
+    }
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let _store = store("local", json!({ "root": root.display().to_string() })).await;
+    assert!(!old.exists(), "an hour old");
+    if cfg!(target_os = "linux") {
+        assert!(!gone.exists(), "its process is gone");
+    }
+    assert!(live.exists(), "a live process's recent file is kept");
+}

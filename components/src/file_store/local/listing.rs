@@ -10,7 +10,7 @@ use super::info;
 use crate::file_store::names::TEMP_PREFIX;
 
 /// Deepest folder nesting walked.
-const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 
 /// The first `size` files (in name order) matching `req`.
 pub(super) async fn page(
