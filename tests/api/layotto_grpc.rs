@@ -529,3 +529,68 @@ async fn a_subscription_stream_ends_unavailable_when_its_store_is_removed() {
     drop(requests);
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn a_blank_group_or_label_is_the_stores_default_not_a_wildcard() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    client
+        .save_configuration(layotto::SaveConfigurationRequest {
+            store_name: "settings".into(),
+            items: vec![
+                item("timeout", "5s", "", "prod"),
+                item("timeout", "1s", "", "dev"),
+                item("timeout", "3s", " ", "  "),
+            ],
+            ..Default::default()
+        })
+        .await
+        .expect("save");
+    let get = |label: &str| layotto::GetConfigurationRequest {
+        store_name: "settings".into(),
+        label: label.into(),
+        keys: vec!["timeout".into()],
+        ..Default::default()
+    };
+    // No label: the default label's item alone, not one per label.
+    let plain = client.get_configuration(get("")).await.expect("get");
+    let contents: Vec<_> = plain
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|i| i.content)
+        .collect();
+    assert_eq!(contents, vec!["3s"], "the default label only");
+
+    // A delete with no label deletes the default label's item only.
+    client
+        .delete_configuration(layotto::DeleteConfigurationRequest {
+            store_name: "settings".into(),
+            group: "  ".into(),
+            keys: vec!["timeout".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+    assert!(
+        client
+            .get_configuration(get(" "))
+            .await
+            .expect("get")
+            .into_inner()
+            .items
+            .is_empty(),
+        "the default label's item is deleted"
+    );
+    for (label, content) in [("prod", "5s"), ("dev", "1s")] {
+        let items = client
+            .get_configuration(get(label))
+            .await
+            .expect("get")
+            .into_inner()
+            .items;
+        assert_eq!(items.len(), 1, "{label} survives: {items:?}");
+        assert_eq!(items[0].content, content);
+    }
+    sidecar.stop().await;
+}

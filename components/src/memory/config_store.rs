@@ -1,7 +1,10 @@
 //! The `memory` config store: keyed values with group and label, kept in
 //! process, with change subscriptions.
 //!
-//! A value is identified by `(group, label, key)`. Every set or delete gives
+//! A value is identified by `(group, label, key)`; a get or delete without
+//! a group or label reads or deletes the items without one (the default),
+//! not those of every group or label (subscriptions still get every group's
+//! and label's changes of their keys). Every set or delete gives
 //! the value a new version (increasing across the store) and is published to
 //! the subscribers; a deleted key is published with an empty value. The
 //! optional `items` metadata seeds the store; a metadata change is applied in
@@ -151,6 +154,21 @@ fn to_item((group, label, key): &ItemId, stored: &Stored) -> ConfigItem {
     }
 }
 
+/// Whether `query` covers the item `id` on a get or a delete: its keys
+/// (all when none), and exactly its group and label: none (or empty) is the
+/// store's default group or label, not every one (as Layotto's API has it;
+/// a delete of `timeout` without a label left `prod` and `dev` alone).
+fn covers(query: &ConfigQuery, (group, label, key): &ItemId) -> bool {
+    (query.keys.is_empty() || query.keys.contains(key))
+        && given(query.group.clone()) == *group
+        && given(query.label.clone()) == *label
+}
+
+/// A group or label, empty taken as none.
+fn given(text: Option<String>) -> Option<String> {
+    text.filter(|t| !t.is_empty())
+}
+
 fn plain_id(key: &str) -> ItemId {
     (None, None, key.to_string())
 }
@@ -268,8 +286,8 @@ impl ConfigStore for MemoryConfigStore {
             table
                 .items
                 .iter()
+                .filter(|(id, _)| covers(query, id))
                 .map(|(id, stored)| to_item(id, stored))
-                .filter(|item| query.matches(item))
                 .collect()
         };
         Ok(match self.settings.staged() {
@@ -291,7 +309,7 @@ impl ConfigStore for MemoryConfigStore {
             .into_iter()
             .map(|item| {
                 table.put(
-                    (item.group, item.label, item.key),
+                    (given(item.group), given(item.label), item.key),
                     item.value,
                     item.metadata,
                 )
@@ -309,7 +327,7 @@ impl ConfigStore for MemoryConfigStore {
         let doomed: Vec<ItemId> = table
             .items
             .iter()
-            .filter(|(id, stored)| query.matches(&to_item(id, stored)))
+            .filter(|(id, _)| covers(query, id))
             .map(|(id, _)| id.clone())
             .collect();
         let removed: Vec<ConfigItem> = doomed.iter().filter_map(|id| table.remove(id)).collect();
@@ -385,7 +403,16 @@ mod tests {
             values(&store, &query).await,
             vec![("k".to_string(), "gl".to_string())]
         );
-        assert_eq!(values(&store, &ConfigQuery::keys(["k"])).await.len(), 3);
+        // No group or label: the default's item, not every one.
+        assert_eq!(
+            values(&store, &ConfigQuery::keys(["k"])).await,
+            vec![("k".to_string(), "plain".to_string())]
+        );
+        store
+            .delete(&ConfigQuery::keys(["k"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.len(), 2, "the grouped and labelled items are kept");
     }
 
     #[tokio::test]

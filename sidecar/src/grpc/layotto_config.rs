@@ -261,8 +261,11 @@ fn query_of(
     }
 }
 
+/// A group or label as the store takes it: blank (empty or only spaces)
+/// is the store's default, none (as Layotto maps it to the store's default
+/// group or label).
 fn non_empty(text: &str) -> Option<String> {
-    (!text.is_empty()).then(|| text.to_string())
+    (!text.trim().is_empty()).then(|| text.to_string())
 }
 
 /// A store's item as Layotto's: the value is the content; its version goes
