@@ -5,15 +5,17 @@
 //! must be a real directory inside the root: a symbolic link anywhere on
 //! the path is refused (so none can lead out), and files are opened with
 //! `O_NOFOLLOW`. A put streams into a temporary file in the target's
-//! folder, syncs it, and renames it over the target: readers see the old
-//! file or the new one, never half of one; a put that fails or passes
-//! `maxFileSize` (default 1 GiB) leaves nothing behind, nor one abandoned
-//! midway (a client's deadline, a reset stream, shutdown): its temporary
-//! file is removed when the put is dropped, and the rename is made in the
-//! same step as the put's last check, so an abandoned put is not put in
-//! place after its caller saw it fail. Temporary files a crashed process
-//! left (its process gone, or untouched for [`STALE_TEMP`]) are removed
-//! at init.
+//! folder, syncs it, renames it over the target and syncs the folder (so
+//! an acknowledged put survives a crash); it answers the size and time of
+//! the file it wrote, whatever another put of the name did since. Readers
+//! see the old file or the new one, never half of one; a put that fails or
+//! passes `maxFileSize` (default 1 GiB) leaves nothing behind, nor one
+//! abandoned midway (a client's deadline, a reset stream, shutdown): its
+//! temporary file is removed when the put is dropped, and the rename is a
+//! synchronous step, so a put abandoned before it is never put in place
+//! behind its caller's back (one abandoned while the folder syncs is in
+//! place already). Temporary files a crashed process left (its process
+//! gone, or untouched for [`STALE_TEMP`]) are removed at init.
 //!
 //! Not covered: the folders of a name are checked one by one, then used
 //! by path, so a process with write access to the root that swaps a
@@ -235,6 +237,20 @@ fn sweep_temp_files(root: &Path) {
     }
 }
 
+/// Syncs `folder` itself (its entries: a rename in it), where the
+/// platform can.
+async fn sync_folder(folder: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        tokio::fs::File::open(folder).await?.sync_all().await
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = folder;
+        Ok(())
+    }
+}
+
 /// Opens `path` for reading without following a symbolic link.
 async fn open_no_follow(path: &Path) -> std::io::Result<tokio::fs::File> {
     let mut options = tokio::fs::OpenOptions::new();
@@ -293,12 +309,19 @@ impl FileStore for LocalFileStore {
         file.sync_all()
             .await
             .map_err(|err| backend("syncing", name, err))?;
+        // What was written, from the file itself: after the rename, the
+        // name may already be another put's.
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|err| backend("reading", name, err))?;
         drop(file);
         temp.place(&target)
             .map_err(|err| backend("renaming into", name, err))?;
-        let meta = tokio::fs::symlink_metadata(&target)
+        // The rename is durable once the folder is synced.
+        sync_folder(&folder)
             .await
-            .map_err(|err| backend("reading", name, err))?;
+            .map_err(|err| backend("syncing the folder of", name, err))?;
         Ok(info(name, &meta))
     }
 

@@ -409,3 +409,36 @@ async fn init_removes_the_temporary_files_of_dead_puts_only() {
     }
     assert!(live.exists(), "a live process's recent file is kept");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_put_answers_the_size_it_wrote_under_concurrent_puts_of_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let store = store("local", json!({ "root": root.display().to_string() })).await;
+    // Four writers of one name, each its own size: every answer is the
+    // writer's own size, never another's that renamed over it since.
+    let writers: Vec<_> = (1..=4usize)
+        .map(|writer| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let body: &'static [u8] = Box::leak(vec![b'x'; writer].into_boxed_slice());
+                let mut wrong = Vec::new();
+                for _ in 0..150 {
+                    let info = store.put(put("shared.bin", body)).await.unwrap();
+                    if info.size != writer as u64 {
+                        wrong.push(info.size);
+                    }
+                }
+                wrong
+            })
+        })
+        .collect();
+    for (writer, answers) in writers.into_iter().enumerate() {
+        let wrong = answers.await.unwrap();
+        assert!(
+            wrong.is_empty(),
+            "writer {} was answered {wrong:?}",
+            writer + 1
+        );
+    }
+}
