@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -178,6 +180,29 @@ impl std::fmt::Debug for Members {
 }
 
 impl Members {
+    /// A lazily connected channel to each of `endpoints`, calls going to
+    /// `current` first.
+    fn new(
+        endpoints: &[String],
+        options: &ConnectOptions,
+        token: &TokenInterceptor,
+        current: usize,
+    ) -> Result<Self, Error> {
+        let mut channels = Vec::with_capacity(endpoints.len());
+        let mut logins = Vec::with_capacity(endpoints.len());
+        for url in endpoints {
+            let channel = endpoint(url, options)?.connect_lazy();
+            let no_token = TokenInterceptor::default();
+            logins.push(InterceptedService::new(channel.clone(), no_token));
+            channels.push((url.clone(), InterceptedService::new(channel, token.clone())));
+        }
+        Ok(Self {
+            channels,
+            logins,
+            current: AtomicUsize::new(current % endpoints.len().max(1)),
+        })
+    }
+
     /// The member in use: its index and channel.
     pub(crate) fn current(&self) -> (usize, Service) {
         let index = self.current.load(Ordering::Acquire) % self.channels.len();
@@ -219,12 +244,22 @@ impl Members {
 /// out may have been applied before it is made again on the next member:
 /// puts and deletes are idempotent, and a transaction guarded by a compare
 /// (as rewire's are) fails its compare rather than apply twice.
+///
+/// [`replace_tls`](Self::replace_tls) connects anew with other TLS
+/// material and, once a member answers on the new channels, makes every
+/// clone use them; calls (and watches) in flight finish on the old ones.
 #[derive(Clone)]
 pub struct Client {
-    members: Arc<Members>,
+    /// The channels in force: replaced as a whole by `replace_tls`.
+    members: Arc<RwLock<Arc<Members>>>,
     token: TokenInterceptor,
     user: Option<Arc<(String, String)>>,
     timeout: Duration,
+    /// What the channels were made from, to make them again.
+    endpoints: Arc<Vec<String>>,
+    options: Arc<RwLock<ConnectOptions>>,
+    /// Counts the replacements of the channels.
+    replaced: Arc<watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -247,23 +282,15 @@ impl Client {
             return Err(Error::NoEndpoint);
         }
         let token = TokenInterceptor::default();
-        let mut channels = Vec::with_capacity(endpoints.len());
-        let mut logins = Vec::with_capacity(endpoints.len());
-        for url in endpoints {
-            let channel = endpoint(url, &options)?.connect_lazy();
-            let no_token = TokenInterceptor::default();
-            logins.push(InterceptedService::new(channel.clone(), no_token));
-            channels.push((url.clone(), InterceptedService::new(channel, token.clone())));
-        }
+        let members = Members::new(endpoints, &options, &token, 0)?;
         let client = Self {
-            members: Arc::new(Members {
-                channels,
-                logins,
-                current: AtomicUsize::new(0),
-            }),
+            members: Arc::new(RwLock::new(Arc::new(members))),
             token,
-            user: options.user.map(Arc::new),
+            user: options.user.clone().map(Arc::new),
             timeout: options.timeout,
+            endpoints: Arc::new(endpoints.to_vec()),
+            options: Arc::new(RwLock::new(options)),
+            replaced: Arc::new(watch::Sender::new(0)),
         };
         if client.user.is_some() {
             client.failover(|index, _| client.login(index)).await?;
@@ -272,13 +299,48 @@ impl Client {
     }
 
     /// The URL of the member calls go to now.
-    pub fn member(&self) -> &str {
-        let (index, _) = self.members.current();
-        self.members.url(index)
+    pub fn member(&self) -> String {
+        let members = self.members();
+        let (index, _) = members.current();
+        members.url(index).to_string()
     }
 
-    pub(crate) fn members(&self) -> &Arc<Members> {
-        &self.members
+    /// The channels in force.
+    pub(crate) fn members(&self) -> Arc<Members> {
+        Arc::clone(&self.members.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Connects anew to the same endpoints with `tls` (same limits, user
+    /// and auth token), checks that a member answers `Status` there, then
+    /// makes this client and every clone of it use the new channels. Calls
+    /// in flight finish on the old channels, and a watch opened before
+    /// keeps its stream: [`replacements`](Self::replacements) tells its
+    /// owner to watch again. On an error nothing changes.
+    pub async fn replace_tls(&self, tls: Option<TlsOptions>) -> Result<(), Error> {
+        let mut options = self
+            .options
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        options.tls = tls;
+        let current = self.members().current.load(Ordering::Acquire);
+        let members = Members::new(&self.endpoints, &options, &self.token, current)?;
+        let trial = Self {
+            members: Arc::new(RwLock::new(Arc::new(members))),
+            ..self.clone()
+        };
+        trial.status().await?;
+        let members = trial.members();
+        *self.options.write().unwrap_or_else(|p| p.into_inner()) = options;
+        *self.members.write().unwrap_or_else(|p| p.into_inner()) = members;
+        self.replaced.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Changes (its value counts them) each time
+    /// [`replace_tls`](Self::replace_tls) swaps the channels in.
+    pub fn replacements(&self) -> watch::Receiver<u64> {
+        self.replaced.subscribe()
     }
 
     pub(crate) fn token(&self) -> &TokenInterceptor {
@@ -295,7 +357,7 @@ impl Client {
             name: user.0.clone(),
             password: user.1.clone(),
         };
-        let mut auth = AuthClient::new(self.members.login_channel(index));
+        let mut auth = AuthClient::new(self.members().login_channel(index));
         let response = self.bounded(auth.authenticate(request)).await?;
         let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
             Error::Status(tonic::Status::internal(
@@ -340,12 +402,13 @@ impl Client {
         F: Fn(usize, Service) -> Fut,
         Fut: Future<Output = Result<R, Error>>,
     {
-        let mut tries = self.members.len();
+        let members = self.members();
+        let mut tries = members.len();
         loop {
-            let (index, service) = self.members.current();
+            let (index, service) = members.current();
             match attempt(index, service).await {
                 Err(err) if err.is_unreachable() => {
-                    self.members.skip(index);
+                    members.skip(index);
                     tries -= 1;
                     if tries == 0 {
                         return Err(err);

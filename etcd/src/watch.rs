@@ -55,7 +55,7 @@ impl Client {
     /// leader: a member cut off from the cluster's leader ends it (an
     /// `Unavailable` "no leader" error) rather than go silent.
     pub async fn watch(&self, create: WatchCreateRequest) -> Result<WatchStream, Error> {
-        let members = Arc::clone(self.members());
+        let members = self.members();
         let (stream, member) = self
             .call(|s| {
                 let create = create.clone();

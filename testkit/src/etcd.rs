@@ -225,6 +225,25 @@ impl EtcdServer {
         }
     }
 
+    /// Kills a TLS server and starts it again (same ports and data) with
+    /// `server`'s certificate and key, trusting client certificates from
+    /// `ca_pem` only (written over the files it was started with); the
+    /// helpers' own client then trusts `ca_pem` and presents `client`. A
+    /// CA rollover that the server's clients must follow.
+    pub async fn restart_with_tls(&mut self, server: &CertFiles, ca_pem: &str, client: CertFiles) {
+        let tls = self
+            .tls
+            .as_mut()
+            .expect("restart_with_tls: not a TLS server");
+        server.install_at(&tls.server.cert_path, &tls.server.key_path);
+        crate::certs::replace_file(&tls.ca_path, ca_pem);
+        tls.server.cert_pem.clone_from(&server.cert_pem);
+        tls.server.key_pem.clone_from(&server.key_pem);
+        tls.ca_pem = ca_pem.to_string();
+        tls.client = client;
+        self.restart().await;
+    }
+
     /// Stops the server with SIGTERM and starts it again on the same ports
     /// and data. Unlike [`restart`](Self::restart) (a kill), the server
     /// commits its data before it exits, so the new process replays none

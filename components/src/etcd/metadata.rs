@@ -127,12 +127,14 @@ impl EtcdMetadata {
             0 => DEFAULT_WATCH_RETRY_MS,
             ms => ms,
         };
-        let tls = match self.tls_fields(dir) {
+        let tls_fields = self.tls_fields(dir);
+        let tls = match &tls_fields {
             Some(fields) => Some(fields.load()?),
             None => None,
         };
         Ok(EtcdSettings {
             tls,
+            tls_fields,
             endpoints,
             key_prefix: self.key_prefix.clone(),
             credentials,
@@ -197,6 +199,9 @@ pub struct EtcdSettings {
     pub watch_retry: Duration,
     /// The TLS material, read, when TLS is asked for.
     pub tls: Option<crate::tls::ClientTls>,
+    /// The TLS fields as declared (paths resolved), when TLS is asked
+    /// for: the files among them are followed while the store runs.
+    pub tls_fields: Option<crate::tls::ClientTlsFields>,
 }
 
 impl EtcdSettings {

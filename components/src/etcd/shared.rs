@@ -115,6 +115,7 @@ impl Shared {
         );
         let watch = tokio::spawn(follower.run(self.stop.clone()));
         let (reads, reading) = Reads::start(client.clone(), self.stop.clone());
+        self.follow_tls_files(settings, component, &client);
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -135,6 +136,47 @@ impl Shared {
             revision,
             keys,
         })
+    }
+
+    /// Follows the TLS files of `settings` (if it names any) for as long
+    /// as the entry lives: new material is tried on a new connection
+    /// (`Status` must answer) and swapped into `client`, which every
+    /// store, the read queue and the watch share; the watch then resumes
+    /// on it from the revision after the last one seen. The registry
+    /// then files the entry under the new material, so a store starting
+    /// with it joins this entry.
+    fn follow_tls_files(&self, settings: &EtcdSettings, component: &ComponentKey, client: &Client) {
+        let (Some(fields), Some(material)) = (&settings.tls_fields, &settings.tls) else {
+            return;
+        };
+        let client = client.clone();
+        let id = self.id;
+        // The settings the registry files the entry under.
+        let filed = Arc::new(Mutex::new(settings.clone()));
+        crate::tls::follow_files(
+            component.to_string(),
+            "etcd",
+            fields.clone(),
+            material.clone(),
+            self.stop.clone(),
+            move |material| {
+                let (client, filed) = (client.clone(), Arc::clone(&filed));
+                async move {
+                    let mut next = filed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    next.tls = Some(material);
+                    if let Err(err) = client.replace_tls(tls_options(&next)).await {
+                        let endpoints = next.endpoints_text();
+                        return Err(next.scrub(&format!("etcd at {endpoints}: {err}")));
+                    }
+                    let previous = std::mem::replace(
+                        &mut *filed.lock().unwrap_or_else(|p| p.into_inner()),
+                        next.clone(),
+                    );
+                    super::sharing::rekey(&previous, &next, id);
+                    Ok(())
+                }
+            },
+        );
     }
 
     /// Admits `hub` as member `id`; false if the last store left meanwhile.
@@ -176,10 +218,15 @@ fn options(settings: &EtcdSettings) -> ConnectOptions {
             .credentials
             .as_ref()
             .map(|c| (c.username.clone(), c.password.clone())),
-        tls: settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
-            ca_pem: tls.ca_pem.clone(),
-            identity: tls.identity.clone(),
-            domain: None,
-        }),
+        tls: tls_options(settings),
     }
+}
+
+/// The client's TLS options for the material of `settings`.
+pub(crate) fn tls_options(settings: &EtcdSettings) -> Option<rewire_etcd::TlsOptions> {
+    settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
+        ca_pem: tls.ca_pem.clone(),
+        identity: tls.identity.clone(),
+        domain: None,
+    })
 }

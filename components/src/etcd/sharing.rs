@@ -180,6 +180,30 @@ fn entry_for(key: &SharingKey) -> Arc<Shared> {
     shared
 }
 
+/// Files entry `id`, found under `previous`, under `next` instead (its
+/// connection now uses `next`'s TLS material): a store starting with the
+/// new material joins it. A no-op if the entry is gone, or if another
+/// open entry already has `next`.
+pub(crate) fn rekey(previous: &EtcdSettings, next: &EtcdSettings, id: u64) {
+    let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    let (previous, next) = (SharingKey(previous.clone()), SharingKey(next.clone()));
+    let Some(entry) = registry.get(&previous).cloned() else {
+        return;
+    };
+    if entry.upgrade().is_none_or(|shared| shared.id != id) {
+        return;
+    }
+    if registry
+        .get(&next)
+        .and_then(Weak::upgrade)
+        .is_some_and(|s| s.is_open())
+    {
+        return;
+    }
+    registry.remove(&previous);
+    registry.insert(next, entry);
+}
+
 /// How many stores share the open entry for `settings` (0: there is
 /// none). For tests.
 pub(crate) fn stores_sharing(settings: &EtcdSettings) -> usize {

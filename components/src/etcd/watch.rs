@@ -21,6 +21,11 @@
 //!   removed keys with an empty value), and watch again from that read's
 //!   revision + 1.
 //!
+//! * **New TLS material** (the client's channels replaced, see
+//!   [`shared`](super::shared)): the stream on the old channels is
+//!   dropped and the prefix watched again at once, on the new ones, from
+//!   `last_seen + 1` — nothing missed; a backoff wait in progress ends.
+//!
 //! The task ends when its token is cancelled: the last store sharing it
 //! closed, or the shutdown of the runtimes of all of them.
 
@@ -51,6 +56,8 @@ pub(crate) struct Follower {
     backoff: Backoff,
     /// The error of the current failure streak, if one is going on.
     failing: Option<String>,
+    /// Changes when the client's channels are replaced (new TLS material).
+    replaced: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Why following the watch stream stopped.
@@ -61,6 +68,15 @@ enum Interrupt {
     Resync(String),
     /// The stream or the connection failed: wait, then resume.
     Failed(String),
+    /// The client's channels were replaced: resume on the new ones now.
+    Replaced,
+}
+
+/// Resolves when the client's channels are next replaced.
+async fn replacement(replaced: &mut tokio::sync::watch::Receiver<u64>) {
+    if replaced.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 impl Follower {
@@ -77,7 +93,9 @@ impl Follower {
         last_seen: i64,
     ) -> Self {
         let backoff = Backoff::new(settings.watch_retry, MAX_WATCH_RETRY);
+        let replaced = client.replacements();
         Self {
+            replaced,
             key,
             client,
             settings,
@@ -122,6 +140,9 @@ impl Follower {
                         break;
                     }
                 }
+                Interrupt::Replaced => {
+                    info!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch moves to the connection with the new TLS material.");
+                }
             }
         }
         debug!(component = %self.key, last_seen = self.last_seen, "etcd watch stopped.");
@@ -143,7 +164,11 @@ impl Follower {
             Err(err) => return Interrupt::Failed(self.describe(&err)),
         };
         loop {
-            let response = match stream.message().await {
+            let message = tokio::select! {
+                message = stream.message() => message,
+                () = replacement(&mut self.replaced) => return Interrupt::Replaced,
+            };
+            let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
                 Err(err) => return Interrupt::Failed(self.describe(&err)),
@@ -273,6 +298,7 @@ impl Follower {
         tokio::select! {
             () = stop.cancelled() => false,
             () = tokio::time::sleep(wait) => true,
+            () = replacement(&mut self.replaced) => true,
         }
     }
 

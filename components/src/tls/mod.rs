@@ -12,11 +12,15 @@
 //! * `client`: [`ClientTlsFields`] (the fields as a component declares
 //!   them) → [`ClientTls`] (the material read) → rustls / tonic
 //!   configurations.
+//! * `follow`: [`follow_files`], re-reading the files of a running
+//!   component and swapping in a client built with new material.
 
 mod client;
+mod follow;
 mod pem;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
+pub use follow::{follow_files, RECHECK_EVERY};
 pub use pem::{pem_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYTES};
 
 /// Installs rustls's ring provider as the process default, once (later

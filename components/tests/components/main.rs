@@ -22,6 +22,7 @@ mod etcd_kv;
 mod etcd_restart;
 mod etcd_sequencer;
 mod etcd_sharing;
+mod etcd_tls;
 mod etcd_watch;
 mod extreme_values;
 mod file_config_store;

@@ -1,0 +1,151 @@
+//! The `etcd` config store follows its TLS files: against an etcd serving
+//! TLS only and requiring client certificates, a bad new key file is
+//! refused with one warning while the connection in force keeps serving;
+//! after a CA rollover (the server restarted with a certificate from a
+//! new CA, trusting only client certificates from it), the new CA,
+//! certificate and key installed at the store's paths are taken up
+//! without a reload: writes and reads succeed, and the watch resumes
+//! without missing the change made while the store was cut off.
+
+use crate::common;
+use crate::support::{etcd_server, logs};
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_server::{items_until, EtcdServer, EtcdTls};
+use rewire_runtime::{ConfigItem, ConfigQuery, ConfigStore, Instance};
+use serde_json::json;
+use testkit::certs::{replace_file, TestCa};
+
+/// How long a change may take to arrive (the files are re-read every
+/// second).
+const PATIENCE: Duration = Duration::from_secs(15);
+
+fn tls_of(ca: &TestCa) -> EtcdTls {
+    EtcdTls {
+        server: ca.server("etcd"),
+        ca_path: ca.ca_path.clone(),
+        ca_pem: ca.ca_pem.clone(),
+        client: ca.client("helper"),
+    }
+}
+
+async fn store(metadata: serde_json::Value) -> Arc<dyn ConfigStore> {
+    match common::start("config_store", "etcd", metadata).await {
+        Ok(Instance::ConfigStore(store)) => store,
+        Ok(other) => panic!("expected a config store, got {other:?}"),
+        Err(err) => panic!("start: {err}"),
+    }
+}
+
+async fn value_of(store: &dyn ConfigStore, key: &str) -> Option<String> {
+    let items = store
+        .get(&ConfigQuery::keys([key]))
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    items.into_iter().find(|i| i.key == key).map(|i| i.value)
+}
+
+async fn set(store: &dyn ConfigStore, key: &str, value: &str) {
+    let item = ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        ..ConfigItem::default()
+    };
+    store
+        .set(vec![item])
+        .await
+        .unwrap_or_else(|e| panic!("set {key}: {e}"));
+}
+
+/// The warnings about refused TLS files under `dir`.
+fn refusals(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    logs::lines()
+        .into_iter()
+        .filter(|l| l.starts_with("WARN") && l.contains("TLS files refused") && l.contains(&dir))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_tls_files_are_taken_up_without_a_reload() {
+    logs::capture();
+    let (ca, next_ca) = (TestCa::new("etcd-ca"), TestCa::new("etcd-next-ca"));
+    let mut server = EtcdServer::start_tls(tls_of(&ca)).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (ca_file, cert, key) = (
+        live.path().join("ca.pem"),
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    replace_file(&ca_file, &ca.ca_pem);
+    ca.client("app-1").install_at(&cert, &key);
+    let store = store(json!({
+        "endpoints": server.url(), "keyPrefix": "/tls/", "dialTimeout": "1s",
+        "watchRetryMs": 100,
+        "caCert": ca_file, "clientCert": cert, "clientKey": key,
+    }))
+    .await;
+    let mut changes = store
+        .subscribe(ConfigQuery::default())
+        .await
+        .expect("subscribe");
+    server.put("/tls/a", "1").await;
+    items_until(&mut changes, "a=1", PATIENCE, |items| {
+        items.iter().any(|i| i.key == "a" && i.value == "1")
+    })
+    .await;
+
+    // A key file that is not a key: refused once, the connection serves on.
+    replace_file(&key, "not a key\n");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let warned = refusals(live.path());
+    assert_eq!(warned.len(), 1, "one warning per bad file: {warned:?}");
+    assert!(warned[0].contains("clientKey"), "{warned:?}");
+    assert!(
+        !warned[0].contains("not a key"),
+        "file content in a log: {warned:?}"
+    );
+    server.put("/tls/a", "2").await;
+    items_until(&mut changes, "a=2", PATIENCE, |items| {
+        items.iter().any(|i| i.key == "a" && i.value == "2")
+    })
+    .await;
+    assert_eq!(value_of(&*store, "a").await.as_deref(), Some("2"));
+
+    // CA rollover: the server trusts only the next CA, and shows a
+    // certificate from it. A change made while the store is cut off.
+    server
+        .restart_with_tls(
+            &next_ca.server("etcd-next"),
+            &next_ca.ca_pem,
+            next_ca.client("helper-next"),
+        )
+        .await;
+    server.put("/tls/a", "3").await;
+    // The new files at the store's paths (cert-manager renewing them).
+    replace_file(&ca_file, &next_ca.ca_pem);
+    next_ca.client("app-2").install_at(&cert, &key);
+
+    items_until(
+        &mut changes,
+        "a=3, changed while cut off",
+        PATIENCE,
+        |items| items.iter().any(|i| i.key == "a" && i.value == "3"),
+    )
+    .await;
+    server.put("/tls/a", "4").await;
+    items_until(&mut changes, "a=4", PATIENCE, |items| {
+        items.iter().any(|i| i.key == "a" && i.value == "4")
+    })
+    .await;
+    assert_eq!(value_of(&*store, "a").await.as_deref(), Some("4"));
+    set(&*store, "b", "written after the rollover").await;
+    assert_eq!(
+        server.value("/tls/b").await.as_deref(),
+        Some("written after the rollover")
+    );
+    assert_eq!(refusals(live.path()).len(), 1, "no new warning");
+}
