@@ -399,3 +399,37 @@ async fn a_slow_upload_holds_only_what_it_has_not_passed_on() {
     );
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn a_file_dated_before_1970_is_listed_and_stated() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = sidecar(&dir, ApiOptions::default()).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/rewire/file/files", sidecar.http_url());
+    let put = client
+        .put(format!("{base}/old.txt"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    // As `touch -d 1960-01-01` leaves it.
+    let ten_years = std::time::Duration::from_secs(10 * 365 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(dir.path().join("files/old.txt"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH - ten_years)
+        .unwrap();
+    let epoch = "Thu, 01 Jan 1970 00:00:00 GMT";
+    let head = client.head(format!("{base}/old.txt")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    assert_eq!(head.headers()["last-modified"], epoch);
+    let got = client.get(format!("{base}/old.txt")).send().await.unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    assert_eq!(got.headers()["last-modified"], epoch);
+    let listed = client.get(&base).send().await.unwrap();
+    assert_eq!(listed.status(), StatusCode::OK);
+    assert_eq!(json_of(listed).await["files"][0]["lastModified"], epoch);
+    sidecar.stop().await;
+}

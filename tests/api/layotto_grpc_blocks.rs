@@ -352,3 +352,54 @@ async fn put_file_larger_than_the_listeners_budget_of_request_bytes_passes() {
     assert_eq!(stored.len(), (CHUNK * CHUNKS) as u64);
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn a_file_dated_before_1970_is_listed_and_stated() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("old.txt"), "x").unwrap();
+    // As `touch -d 1960-01-01` leaves it.
+    let ten_years = std::time::Duration::from_secs(10 * 365 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(root.join("old.txt"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH - ten_years)
+        .unwrap();
+    let config = serde_json::json!({
+        "appId": "shop",
+        "components": {"file": {"files": {"type": "local", "metadata": {"root": root}}}}
+    });
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let request = || layotto::FileRequest {
+        store_name: "files".into(),
+        name: "old.txt".into(),
+        ..Default::default()
+    };
+    let epoch = "Thu, 01 Jan 1970 00:00:00 GMT";
+    let meta = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(request()),
+        })
+        .await
+        .expect("meta")
+        .into_inner();
+    assert_eq!(meta.last_modified, epoch);
+    let listed = client
+        .list_file(layotto::ListFileRequest {
+            request: Some(layotto::FileRequest {
+                name: String::new(),
+                ..request()
+            }),
+            page_size: 10,
+            marker: String::new(),
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.files.len(), 1);
+    assert_eq!(listed.files[0].last_modified, epoch);
+    sidecar.stop().await;
+}

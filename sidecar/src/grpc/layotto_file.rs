@@ -6,7 +6,7 @@
 //! a get is sent as it is read, never held whole.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
 use tokio::io::AsyncReadExt;
@@ -209,8 +209,12 @@ fn file_info(info: FileInfo) -> pb::FileInfo {
     }
 }
 
+/// `time` as an HTTP date, held to the dates one can show (1970 to 9999):
+/// a file may carry any time.
 fn http_date(time: SystemTime) -> String {
-    httpdate::fmt_http_date(time)
+    /// 9999-12-31T23:59:59Z.
+    const LAST: Duration = Duration::from_secs(253_402_300_799);
+    httpdate::fmt_http_date(time.clamp(UNIX_EPOCH, UNIX_EPOCH + LAST))
 }
 
 /// An unknown store is `INVALID_ARGUMENT` (as for every kind); a missing
@@ -258,6 +262,19 @@ impl From<SequencerOpError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_no_http_date_can_show_are_held_to_the_nearest_one() {
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(
+            http_date(UNIX_EPOCH - 10 * year),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
+        assert_eq!(
+            http_date(UNIX_EPOCH + 9000 * year),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_takes_no_chunk_has_its_stream_ended_and_the_file_let_go() {
