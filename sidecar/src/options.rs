@@ -53,6 +53,9 @@ pub struct ApiOptions {
     pub push_timeout: Duration,
     /// TLS on the listeners (default: none, plain text).
     pub tls: TlsSettings,
+    /// The app (`--app-port`), to which configuration updates of HTTP
+    /// subscriptions are posted; none: `ERR_APP_CHANNEL_NIL`.
+    pub app_channel: Option<crate::app::AppChannel>,
 }
 
 impl Default for ApiOptions {
@@ -69,6 +72,7 @@ impl Default for ApiOptions {
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(5),
             tls: TlsSettings::default(),
+            app_channel: None,
         }
     }
 }

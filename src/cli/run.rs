@@ -119,8 +119,16 @@ async fn serve_until_stopped(
     stop: StopSignals,
 ) -> ExitCode {
     let stop_serving = CancellationToken::new();
+    let app_channel = args.app_port.map(|port| {
+        let protocol = match args.app_protocol {
+            AppProtocol::Http => rewire::sidecar::app::AppProtocol::Http,
+            AppProtocol::Grpc => rewire::sidecar::app::AppProtocol::Grpc,
+        };
+        rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol)
+    });
     let options = ApiOptions {
         tls,
+        app_channel: app_channel.clone(),
         ..ApiOptions::from_env()
     };
     // Connections are cut after the grace; this bounds the rest.
@@ -141,12 +149,7 @@ async fn serve_until_stopped(
             return ExitCode::FAILURE;
         }
     };
-    let _app = args.app_port.map(|port| {
-        let protocol = match args.app_protocol {
-            AppProtocol::Http => rewire::sidecar::app::AppProtocol::Http,
-            AppProtocol::Grpc => rewire::sidecar::app::AppProtocol::Grpc,
-        };
-        let channel = rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol);
+    let _app = app_channel.map(|channel| {
         rewire::sidecar::app::serve_app(runtime.clone(), channel, Vec::new(), stop_serving.clone())
     });
     if args.app_port.is_none() && !runtime.generation().sections().subscriptions.0.is_empty() {

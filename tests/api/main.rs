@@ -22,6 +22,7 @@ mod api_grpc_state_transaction;
 mod api_http_admin;
 mod api_http_auth;
 mod api_http_configuration;
+mod api_http_configuration_subscribe;
 mod api_http_health_metadata;
 mod api_http_lock;
 mod api_http_metrics_status;

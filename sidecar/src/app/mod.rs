@@ -10,7 +10,10 @@
 //! the pub/sub across reloads. With [`AppProtocol::Grpc`], the app is
 //! Dapr's `AppCallback` service instead: `ListTopicSubscriptions`, then
 //! `OnTopicEvent` per event, naming the chosen route as `path`.
+//! Configuration updates of HTTP subscriptions are posted to an HTTP app
+//! too ([`config_updates`]).
 
+pub mod config_updates;
 mod follow;
 mod grpc_route;
 pub mod handover;

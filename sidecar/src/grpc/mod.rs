@@ -60,8 +60,8 @@ mod limits;
 mod observe;
 pub mod proto;
 mod status;
-mod subscription_forward;
-mod subscription_queue;
+pub(crate) mod subscription_forward;
+pub(crate) mod subscription_queue;
 mod subscriptions;
 mod unary_body;
 

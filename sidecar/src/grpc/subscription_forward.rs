@@ -15,18 +15,18 @@ use rewire_runtime::{ConfigChange, ConfigSubscription};
 
 /// Forwards one subscription's changes to its stream, never waiting on the
 /// client: a client whose queue fills (in bytes or messages) is dropped.
-pub(super) struct Forward {
-    pub(super) id: String,
-    pub(super) store: String,
-    pub(super) subscription: ConfigSubscription,
-    pub(super) sender: QueueSender,
-    pub(super) cancel: CancellationToken,
+pub(crate) struct Forward {
+    pub(crate) id: String,
+    pub(crate) store: String,
+    pub(crate) subscription: ConfigSubscription,
+    pub(crate) sender: QueueSender,
+    pub(crate) cancel: CancellationToken,
 }
 
 impl Forward {
     /// Forwards until the subscription ends; whether the subscriber was
     /// dropped (for falling behind, or to make room for the others).
-    pub(super) async fn run(mut self) -> bool {
+    pub(crate) async fn run(mut self) -> bool {
         let mut dropped = false;
         tracing::debug!(subscription = %self.id, store = %self.store, "Configuration subscription opened.");
         loop {

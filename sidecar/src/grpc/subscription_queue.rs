@@ -27,7 +27,7 @@ use tonic::Status;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 
 /// One message of a subscription stream.
-pub(super) type Message<T> = Result<T, Status>;
+pub(crate) type Message<T> = Result<T, Status>;
 
 /// Messages queued for a subscriber at most, whatever their size.
 const MAX_MESSAGES: usize = 64;
@@ -38,7 +38,7 @@ const MAX_EVICTIONS: usize = 8;
 
 /// Why a message was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refused {
+pub(crate) enum Refused {
     /// The client left, or its subscription ended.
     Closed,
     /// The client is too far behind: messages or bytes queued at the limit.
@@ -53,7 +53,7 @@ pub(super) enum Refused {
 /// The bytes queued for all subscribers together, their limit, and the
 /// queues counting into them.
 #[derive(Clone)]
-pub(super) struct QueuedBytes {
+pub(crate) struct QueuedBytes {
     inner: Arc<Total>,
 }
 
@@ -76,7 +76,7 @@ trait Evictable: Send + Sync {
 
 impl QueuedBytes {
     /// Nothing queued yet; at most `limit` bytes for all subscribers.
-    pub(super) fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Self {
             inner: Arc::new(Total {
                 queued: AtomicUsize::new(0),
@@ -88,7 +88,7 @@ impl QueuedBytes {
     }
 
     /// The total limit.
-    pub(super) fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.inner.limit
     }
 
@@ -208,7 +208,7 @@ impl<T: Send> Evictable for Shared<T> {
 
 /// The forwarding side of a subscriber's queue (several forwarders may
 /// share one queue: clone it).
-pub(super) struct QueueSender<T = SubscribeConfigurationResponse> {
+pub(crate) struct QueueSender<T = SubscribeConfigurationResponse> {
     shared: Arc<Shared<T>>,
 }
 
@@ -219,7 +219,7 @@ pub struct SubscriptionStream<T = SubscribeConfigurationResponse> {
 
 /// A queue for `label` (`subscription \`id\``) holding at most `limit`
 /// bytes (and [`MAX_MESSAGES`] messages), counting into `total`.
-pub(super) fn queue<T: Send + 'static>(
+pub(crate) fn queue<T: Send + 'static>(
     label: String,
     limit: usize,
     total: QueuedBytes,
@@ -254,7 +254,7 @@ impl<T> QueueSender<T> {
     /// Queues `message` of `size` bytes without waiting; when all
     /// subscribers together are at their limit, the one holding the most
     /// is dropped to make room, unless that is this one.
-    pub(super) fn try_send(&self, mut message: Message<T>, size: usize) -> Result<(), Refused> {
+    pub(crate) fn try_send(&self, mut message: Message<T>, size: usize) -> Result<(), Refused> {
         if size > self.shared.limit {
             return Err(Refused::TooLarge);
         }
@@ -298,34 +298,34 @@ impl<T> QueueSender<T> {
     }
 
     /// Ends the stream after what is queued, with `status` last.
-    pub(super) fn end(&self, status: Status) {
+    pub(crate) fn end(&self, status: Status) {
         self.shared.end(status, false, false);
     }
 
     /// Drops the subscriber: what is queued unread is discarded (its bytes
     /// leave the total) and `status` is its last message.
-    pub(super) fn drop_with(&self, status: Status) {
+    pub(crate) fn drop_with(&self, status: Status) {
         self.shared.end(status, true, false);
     }
 
     /// Resolves once the client has left or the queue has ended (dropped
     /// to make room for another subscriber, see [`Self::evicted`]).
-    pub(super) async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         self.shared.done.cancelled().await;
     }
 
     /// Whether the subscriber was dropped to make room for another.
-    pub(super) fn evicted(&self) -> bool {
+    pub(crate) fn evicted(&self) -> bool {
         self.shared.lock().evicted
     }
 
     /// The byte limit.
-    pub(super) fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.shared.limit
     }
 
     /// The total byte limit of all subscribers.
-    pub(super) fn total_limit(&self) -> usize {
+    pub(crate) fn total_limit(&self) -> usize {
         self.shared.total.limit()
     }
 }

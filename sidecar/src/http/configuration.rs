@@ -2,19 +2,29 @@
 //! (also under `/v1.0-alpha1`), answering `{"a": {"value", "version",
 //! "metadata"}}`. No `key` means every key. `group` and `label` query
 //! parameters narrow the query for stores that have them (Layotto's model).
+//!
+//! Dapr's configuration subscriptions over HTTP:
+//! `GET /v1.0/configuration/{store}/subscribe?key=a&key=b` answers
+//! `{"id": "..."}`, then each change is posted to the app
+//! ([`ConfigUpdates`]); `GET /v1.0/configuration/{store}/{id}/unsubscribe`
+//! answers `{"ok": true}` (both also under `/v1.0-alpha1`).
 
 use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Serialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use rewire_runtime::ConfigQuery;
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
+use crate::app::config_updates::{ConfigUpdates, OpenError};
+use crate::app::AppProtocol;
 use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
 
@@ -37,16 +47,7 @@ pub async fn get(
 ) -> Result<Response, HttpError> {
     let store = call.config_store(&store_name)?;
     let pairs = query_pairs(query)?;
-    let query = ConfigQuery {
-        keys: pairs
-            .iter()
-            .filter(|(k, v)| k == "key" && !v.is_empty())
-            .map(|(_, v)| v.clone())
-            .collect(),
-        group: query_value(&pairs, "group").map(str::to_string),
-        label: query_value(&pairs, "label").map(str::to_string),
-        metadata: request_metadata(&pairs, ("configuration store", &store_name))?,
-    };
+    let query = config_query(&pairs, &store_name)?;
     let budget = ResponseBudget::new(state.options.max_response_bytes);
     let items = store.get(&query, budget).await?;
     if items.is_empty() {
@@ -64,4 +65,101 @@ pub async fn get(
         })
         .collect();
     Ok(Json(items).into_response())
+}
+
+/// The query of `key`, `group`, `label` and `metadata.*` parameters.
+fn config_query(pairs: &[(String, String)], store_name: &str) -> Result<ConfigQuery, HttpError> {
+    Ok(ConfigQuery {
+        keys: pairs
+            .iter()
+            .filter(|(k, v)| k == "key" && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect(),
+        group: query_value(pairs, "group").map(str::to_string),
+        label: query_value(pairs, "label").map(str::to_string),
+        metadata: request_metadata(pairs, ("configuration store", store_name))?,
+    })
+}
+
+/// The HTTP subscriptions of a router: updates go to the app of the
+/// options (if any), until `stop`.
+pub(super) fn updates(state: &ApiState, stop: CancellationToken) -> ConfigUpdates {
+    ConfigUpdates::new(
+        state.options.app_channel.as_ref(),
+        stop,
+        state.options.max_response_bytes,
+        state.metrics.clone(),
+    )
+}
+
+/// `GET /v1.0/configuration/{store}/subscribe`: `{"id": "..."}`; each
+/// change of the keys asked for (all when none) is then posted to the app.
+pub async fn subscribe(
+    State(state): State<ApiState>,
+    Extension(updates): Extension<ConfigUpdates>,
+    call: Call,
+    Path(store_name): Path<String>,
+    query: QueryPairs,
+) -> Result<Response, HttpError> {
+    // Dapr's order: the store, then the app channel.
+    let store = call.config_store(&store_name)?;
+    if !updates.has_app() {
+        return Err(no_app_channel(&state));
+    }
+    let pairs = query_pairs(query)?;
+    let query = config_query(&pairs, &store_name)?;
+    let subscription = store.subscribe(query).await?;
+    let id = updates
+        .open(&store_name, subscription)
+        .map_err(|err| match err {
+            OpenError::NoAppChannel => no_app_channel(&state),
+            too_many @ OpenError::TooMany(_) => HttpError::Api {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "ERR_CONFIGURATION_SUBSCRIBE",
+                message: format!(
+                    "failed to subscribe to configuration store {store_name}: {too_many}"
+                ),
+            },
+        })?;
+    Ok(Json(json!({ "id": id })).into_response())
+}
+
+/// Dapr's answer to a subscription without an app to post updates to.
+fn no_app_channel(state: &ApiState) -> HttpError {
+    let grpc = state
+        .options
+        .app_channel
+        .as_ref()
+        .is_some_and(|app| app.protocol == AppProtocol::Grpc);
+    let mut message =
+        "app channel is not initialized. cannot subscribe to configuration updates".to_string();
+    if grpc {
+        message.push_str(
+            " (updates are posted to an HTTP app only; with --app-protocol grpc, subscribe over gRPC)",
+        );
+    }
+    HttpError::Api {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: "ERR_APP_CHANNEL_NIL",
+        message,
+    }
+}
+
+/// `GET /v1.0/configuration/{store}/{id}/unsubscribe`: `{"ok": true}`, or
+/// Dapr's 500 `ERR_CONFIGURATION_UNSUBSCRIBE` when no such subscription is
+/// open on that store.
+pub async fn unsubscribe(
+    Extension(updates): Extension<ConfigUpdates>,
+    call: Call,
+    Path((store_name, id)): Path<(String, String)>,
+) -> Result<Response, HttpError> {
+    call.config_store(&store_name)?;
+    updates
+        .close(&store_name, &id)
+        .map_err(|err| HttpError::Api {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "ERR_CONFIGURATION_UNSUBSCRIBE",
+            message: format!("failed to unsubscribe to configuration request {id}: {err}"),
+        })?;
+    Ok(Json(json!({ "ok": true })).into_response())
 }

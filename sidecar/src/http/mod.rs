@@ -40,7 +40,7 @@ mod status;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post, put};
-use axum::{middleware, Router};
+use axum::{middleware, Extension, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +54,13 @@ use crate::{ApiError, ApiState};
 /// The HTTP API as a router (for serving, or for tests that drive it
 /// without a socket).
 pub fn router(state: ApiState) -> Router {
+    router_until(state, CancellationToken::new())
+}
+
+/// The router; the configuration subscriptions it opens end when `stop` is
+/// cancelled.
+fn router_until(state: ApiState, stop: CancellationToken) -> Router {
+    let updates = configuration::updates(&state, stop);
     Router::new()
         .route(routes::HEALTHZ, get(health::healthz))
         .route(routes::HEALTHZ_OUTBOUND, get(health::outbound))
@@ -73,6 +80,19 @@ pub fn router(state: ApiState) -> Router {
         .route(routes::SECRET, get(secrets::get))
         .route(routes::CONFIGURATION, get(configuration::get))
         .route(routes::CONFIGURATION_ALPHA1, get(configuration::get))
+        .route(routes::CONFIGURATION_SUBSCRIBE, get(configuration::subscribe))
+        .route(
+            routes::CONFIGURATION_SUBSCRIBE_ALPHA1,
+            get(configuration::subscribe),
+        )
+        .route(
+            routes::CONFIGURATION_UNSUBSCRIBE,
+            get(configuration::unsubscribe),
+        )
+        .route(
+            routes::CONFIGURATION_UNSUBSCRIBE_ALPHA1,
+            get(configuration::unsubscribe),
+        )
         .route(routes::PUBLISH, post(pubsub::publish).put(pubsub::publish))
         .route(
             routes::PUBLISH_BULK,
@@ -100,6 +120,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
+        .layer(Extension(updates))
         .layer(DefaultBodyLimit::max(state.options.max_request_bytes))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -120,7 +141,8 @@ pub async fn serve(
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     let budget = state.options.body_budget();
-    let service = HotPath::new(router(state.clone()), state);
+    let router = router_until(state.clone(), shutdown.child_token());
+    let service = HotPath::new(router, state);
     axum::serve(accepted, CountRequestsPerConnection::new(service, budget))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await

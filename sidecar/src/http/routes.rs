@@ -24,6 +24,15 @@ pub const SECRETS_BULK: &str = "/v1.0/secrets/{store}/bulk";
 pub const CONFIGURATION: &str = "/v1.0/configuration/{store}";
 /// Get configuration items (the path of Dapr's alpha API).
 pub const CONFIGURATION_ALPHA1: &str = "/v1.0-alpha1/configuration/{store}";
+/// Subscribe to configuration changes, posted to the app.
+pub const CONFIGURATION_SUBSCRIBE: &str = "/v1.0/configuration/{store}/subscribe";
+/// Subscribe to configuration changes (Dapr's alpha path).
+pub const CONFIGURATION_SUBSCRIBE_ALPHA1: &str = "/v1.0-alpha1/configuration/{store}/subscribe";
+/// End a configuration subscription.
+pub const CONFIGURATION_UNSUBSCRIBE: &str = "/v1.0/configuration/{store}/{id}/unsubscribe";
+/// End a configuration subscription (Dapr's alpha path).
+pub const CONFIGURATION_UNSUBSCRIBE_ALPHA1: &str =
+    "/v1.0-alpha1/configuration/{store}/{id}/unsubscribe";
 /// Publish one event.
 pub const PUBLISH: &str = "/v1.0/publish/{pubsub}/{*topic}";
 /// Publish several events (Dapr's alpha path).
