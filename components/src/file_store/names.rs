@@ -5,11 +5,16 @@ use rewire_runtime::FileError;
 /// Longest name accepted, in bytes.
 pub const MAX_NAME_BYTES: usize = 1_024;
 
+/// Longest part of a name (between slashes) accepted, in bytes: what
+/// most file systems take as one file or folder name.
+pub const MAX_PART_BYTES: usize = 255;
+
 /// Prefix of the temporary files a put writes (never listed, never a name).
 pub const TEMP_PREFIX: &str = ".rewire-tmp-";
 
 /// The parts of `name`, checked: not empty, not absolute, no `.` or `..`
-/// part, no empty part, no NUL or backslash, not a temporary file's name.
+/// part, no empty part, no part over [`MAX_PART_BYTES`], no NUL or
+/// backslash, not a temporary file's name.
 pub fn parts(name: &str) -> Result<Vec<&str>, FileError> {
     let refuse = |why: &str| FileError::Invalid(format!("file name `{}`: {why}", printable(name)));
     if name.is_empty() {
@@ -34,6 +39,11 @@ pub fn parts(name: &str) -> Result<Vec<&str>, FileError> {
             "." | ".." => return Err(refuse("has a `.` or `..` part")),
             part if part.starts_with(TEMP_PREFIX) => {
                 return Err(refuse("is reserved for temporary files"))
+            }
+            part if part.len() > MAX_PART_BYTES => {
+                return Err(refuse(&format!(
+                    "has a part longer than {MAX_PART_BYTES} bytes"
+                )))
             }
             _ => {}
         }
@@ -69,5 +79,18 @@ mod tests {
         assert_eq!(parts("a/b.txt").unwrap(), ["a", "b.txt"]);
         assert_eq!(parts("..a").unwrap(), ["..a"]);
         assert!(parts(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn a_part_longer_than_a_file_system_takes_is_refused() {
+        let longest = "é".repeat(MAX_PART_BYTES / 2) + "x";
+        assert_eq!(longest.len(), MAX_PART_BYTES);
+        assert_eq!(parts(&format!("a/{longest}")).unwrap(), ["a", &longest]);
+        for bad in [format!("a/{longest}x"), format!("{longest}x/b")] {
+            let Err(FileError::Invalid(why)) = parts(&bad) else {
+                panic!("accepted {} bytes", bad.len());
+            };
+            assert!(why.contains("longer than 255 bytes"), "{why}");
+        }
     }
 }
