@@ -376,3 +376,186 @@ async fn when_all_queues_are_full_the_laggards_are_dropped_not_a_subscriber_that
     assert!(laggards > 0, "no non-reader was dropped as the laggard");
     sidecar.stop().await;
 }
+
+const LAYOTTO_CONFIG: &str = r#"{"appId": "shop", "components": {
+    "config_store": {"settings": {"type": "memory"}}}}"#;
+
+#[tokio::test]
+async fn layotto_configuration_requests_are_bounded_as_dapr_s_are() {
+    use grpc::layotto::{self, runtime_client::RuntimeClient};
+    let sidecar = Sidecar::start(LAYOTTO_CONFIG, ApiOptions::default()).await;
+    let mut client = RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let metadata: HashMap<String, String> =
+        (0..65).map(|i| (format!("m{i}"), String::new())).collect();
+    let keys: Vec<String> = (0..10_001).map(|i| format!("k{i}")).collect();
+    let assert_refused = |status: tonic::Status, what: &str| {
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert!(
+            status.message().contains("`settings`"),
+            "{what}: {status:?}"
+        );
+    };
+
+    let get = layotto::GetConfigurationRequest {
+        store_name: "settings".into(),
+        metadata: metadata.clone(),
+        ..Default::default()
+    };
+    assert_refused(
+        client.get_configuration(get).await.expect_err("metadata"),
+        "get metadata",
+    );
+    let get = layotto::GetConfigurationRequest {
+        store_name: "settings".into(),
+        keys: keys.clone(),
+        ..Default::default()
+    };
+    assert_refused(
+        client.get_configuration(get).await.expect_err("keys"),
+        "get keys",
+    );
+    let save = layotto::SaveConfigurationRequest {
+        store_name: "settings".into(),
+        items: vec![layotto::ConfigurationItem {
+            key: "k".into(),
+            ..Default::default()
+        }],
+        metadata: metadata.clone(),
+        ..Default::default()
+    };
+    assert_refused(
+        client.save_configuration(save).await.expect_err("metadata"),
+        "save metadata",
+    );
+    let items = (0..10_001)
+        .map(|i| layotto::ConfigurationItem {
+            key: format!("k{i}"),
+            ..Default::default()
+        })
+        .collect();
+    let save = layotto::SaveConfigurationRequest {
+        store_name: "settings".into(),
+        items,
+        ..Default::default()
+    };
+    assert_refused(
+        client.save_configuration(save).await.expect_err("items"),
+        "save items",
+    );
+    let delete = layotto::DeleteConfigurationRequest {
+        store_name: "settings".into(),
+        keys: keys.clone(),
+        ..Default::default()
+    };
+    assert_refused(
+        client.delete_configuration(delete).await.expect_err("keys"),
+        "delete keys",
+    );
+    let delete = layotto::DeleteConfigurationRequest {
+        store_name: "settings".into(),
+        keys: vec!["k".into()],
+        metadata: metadata.clone(),
+        ..Default::default()
+    };
+    assert_refused(
+        client
+            .delete_configuration(delete)
+            .await
+            .expect_err("metadata"),
+        "delete metadata",
+    );
+
+    // A subscription request over a bound ends its stream with the reason.
+    let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    requests
+        .send(layotto::SubscribeConfigurationRequest {
+            store_name: "settings".into(),
+            metadata,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), answers.message())
+        .await
+        .expect("answered within 10 s");
+    assert_refused(ended.expect_err("refused"), "subscribe metadata");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn layotto_configuration_subscriptions_are_capped_per_sidecar() {
+    use grpc::layotto::{self, runtime_client::RuntimeClient};
+    let sidecar = Sidecar::start(LAYOTTO_CONFIG, ApiOptions::default()).await;
+    let mut client = RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let request = |i: usize| layotto::SubscribeConfigurationRequest {
+        store_name: "settings".into(),
+        keys: vec![format!("k{i}")],
+        ..Default::default()
+    };
+    // 64 streams of 64 subscriptions (the most one stream may add): 4,096,
+    // the sidecar's limit.
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let (requests, outgoing) = tokio::sync::mpsc::channel(64);
+        let answers = client
+            .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .expect("subscribe")
+            .into_inner();
+        for i in 0..64 {
+            requests.send(request(i)).await.unwrap();
+        }
+        open.push((requests, answers));
+    }
+    // One more is refused, on a stream of its own, once the others are in
+    // place (their requests are read as they come).
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+            let mut answers = client
+                .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+                .await
+                .expect("subscribe")
+                .into_inner();
+            requests.send(request(0)).await.unwrap();
+            let wait = std::time::Duration::from_millis(200);
+            if let Ok(answer) = tokio::time::timeout(wait, answers.message()).await {
+                return answer.expect_err("refused");
+            }
+        }
+    })
+    .await
+    .expect("the sidecar's limit is reached");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("4096"), "{refused:?}");
+
+    // A stream that ends gives its subscriptions back.
+    drop(open.pop());
+    let again = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+            let mut answers = client
+                .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+                .await
+                .expect("subscribe")
+                .into_inner();
+            requests.send(request(0)).await.unwrap();
+            let wait = std::time::Duration::from_millis(300);
+            match tokio::time::timeout(wait, answers.message()).await {
+                // Still over the limit: the ended stream's tasks are going.
+                Ok(Err(_)) => continue,
+                Ok(Ok(other)) => panic!("{other:?}"),
+                // Nothing to say: the subscription is in place.
+                Err(_) => return (requests, answers),
+            }
+        }
+    })
+    .await;
+    assert!(again.is_ok(), "room again once a stream ends");
+    sidecar.stop().await;
+}

@@ -11,7 +11,7 @@
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::layotto_config::{self, ConfigurationStream};
+use super::layotto_config::{self, ConfigurationStream, SubscriptionCount};
 use super::layotto_convert as convert;
 use super::layotto_file::{self, FileStream};
 use super::layotto_pubsub::{self, LayottoTopicEventStream};
@@ -31,6 +31,8 @@ pub(super) struct LayottoApi {
     shutdown: CancellationToken,
     /// The bytes queued for configuration subscribers, Dapr's included.
     queued: QueuedBytes,
+    /// The configuration subscriptions of all Layotto streams.
+    subscriptions: SubscriptionCount,
 }
 
 impl LayottoApi {
@@ -42,6 +44,7 @@ impl LayottoApi {
             state,
             shutdown,
             queued,
+            subscriptions: SubscriptionCount::default(),
         }
     }
 
@@ -129,6 +132,7 @@ impl Runtime for LayottoApi {
             self.state.clone(),
             request.into_inner(),
             self.queued.clone(),
+            self.subscriptions.clone(),
             self.shutdown.clone(),
         );
         Ok(Response::new(stream))

@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rewire_runtime::{ConfigItem, ConfigQuery};
 use tokio_util::sync::CancellationToken;
@@ -16,11 +18,58 @@ use tonic::{Status, Streaming};
 
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::subscription_queue::{queue, QueueSender, QueuedBytes, Refused};
-use crate::dapr::{config_item_bytes, Call, ResponseBudget, StoreLabel};
+use crate::dapr::{
+    check_item_count, check_request_metadata, config_item_bytes, Call, ResponseBudget, StoreLabel,
+};
 use crate::ApiState;
 
 /// Subscriptions one stream may add.
 const MAX_SUBSCRIPTIONS_PER_STREAM: usize = 64;
+
+/// Subscriptions all of a sidecar's Layotto configuration streams may hold
+/// together (each is a task and a subscriber of its store).
+pub(super) const MAX_SUBSCRIPTIONS: usize = 4096;
+
+/// The Layotto configuration subscriptions open on one server.
+#[derive(Clone, Default)]
+pub(super) struct SubscriptionCount(Arc<AtomicUsize>);
+
+/// One subscription counted in a [`SubscriptionCount`], until dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl SubscriptionCount {
+    /// Counts one more subscription, unless [`MAX_SUBSCRIPTIONS`] are open.
+    fn take(&self) -> Result<Counted, Status> {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < MAX_SUBSCRIPTIONS).then_some(open + 1)
+            })
+            .map(|_| Counted(self.0.clone()))
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "at most {MAX_SUBSCRIPTIONS} Layotto configuration subscriptions on this sidecar, all of its streams together"
+                ))
+            })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Checks a request's metadata and the number of its keys or items against
+/// the bounds Dapr's configuration calls have.
+fn check_bounds(
+    store: &str,
+    metadata: &HashMap<String, String>,
+    count: usize,
+) -> Result<(), Status> {
+    check_request_metadata(("configuration store", store), metadata)?;
+    check_item_count(("configuration store", store), count)?;
+    Ok(())
+}
 
 /// The answer stream of `SubscribeConfiguration`.
 pub(super) type ConfigurationStream = Pin<
@@ -36,6 +85,7 @@ pub(super) async fn get(
 ) -> Result<pb::GetConfigurationResponse, Status> {
     check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
+    check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let items = store.get(&query, budget).await?;
     Ok(pb::GetConfigurationResponse {
@@ -48,6 +98,7 @@ pub(super) async fn get(
 pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Result<(), Status> {
     check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
+    check_bounds(&req.store_name, &req.metadata, req.items.len())?;
     if let Some(item) = req.items.iter().find(|item| item.key.is_empty()) {
         return Err(Status::invalid_argument(format!(
             "an item to save has no key (content of {} bytes)",
@@ -73,6 +124,7 @@ pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Resul
 pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> Result<(), Status> {
     check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
+    check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
     if req.keys.is_empty() {
         return Err(Status::invalid_argument(
             "no key to delete: name the keys (deleting a whole store is not offered)",
@@ -95,6 +147,7 @@ pub(super) fn subscribe(
     state: ApiState,
     requests: Streaming<pb::SubscribeConfigurationRequest>,
     queued: QueuedBytes,
+    count: SubscriptionCount,
     shutdown: CancellationToken,
 ) -> ConfigurationStream {
     let label = "Layotto configuration stream".to_string();
@@ -104,6 +157,7 @@ pub(super) fn subscribe(
         state,
         requests,
         answers,
+        count,
         shutdown.child_token(),
     ));
     Box::pin(stream)
@@ -115,6 +169,7 @@ async fn serve_stream(
     state: ApiState,
     mut requests: Streaming<pb::SubscribeConfigurationRequest>,
     answers: Answers,
+    count: SubscriptionCount,
     stop: CancellationToken,
 ) {
     let mut open = 0;
@@ -131,7 +186,7 @@ async fn serve_stream(
                             "at most {MAX_SUBSCRIPTIONS_PER_STREAM} subscriptions on one stream"
                         )))
                     } else {
-                        add(&state, req, answers.clone(), stop.clone()).await
+                        add(&state, req, answers.clone(), &count, stop.clone()).await
                     };
                     if let Err(status) = added {
                         // Queued after the answers before it, without
@@ -158,16 +213,21 @@ async fn add(
     state: &ApiState,
     req: pb::SubscribeConfigurationRequest,
     answers: Answers,
+    count: &SubscriptionCount,
     stop: CancellationToken,
 ) -> Result<(), Status> {
     let call = Call::new(&state.runtime, StoreLabel::default());
     check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
+    check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
+    let counted = count.take()?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let mut subscription = store.subscribe(query).await?;
     let (store_name, app_id) = (req.store_name, call.generation().app_id().to_string());
     let metrics = state.metrics.clone();
     tokio::spawn(async move {
+        // Counted as long as it forwards.
+        let _counted = counted;
         loop {
             let change = tokio::select! {
                 () = stop.cancelled() => break,
