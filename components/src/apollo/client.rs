@@ -156,6 +156,18 @@ pub(crate) fn join(base: &Url, segments: &[&str]) -> Url {
     url
 }
 
+/// An HTTP client speaking TLS with `tls`, connecting within `connect`.
+pub(crate) fn http_client(
+    tls: &rustls::ClientConfig,
+    connect: Duration,
+) -> Result<reqwest::Client, ApolloError> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls.clone())
+        .connect_timeout(connect)
+        .build()
+        .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))
+}
+
 /// The path and query of `url` as they go on the request line.
 fn path_with_query(url: &Url) -> String {
     match url.query() {
@@ -168,11 +180,7 @@ impl ConfigServiceClient {
     /// A client for `settings`.
     pub(crate) fn new(settings: ClientSettings<'_>) -> Result<Self, ApolloError> {
         let server = base_url(settings.server, settings.field)?;
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(settings.tls.clone())
-            .connect_timeout(settings.request_timeout)
-            .build()
-            .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;
+        let http = http_client(settings.tls, settings.request_timeout)?;
         let server_text = shown_url(&server);
         Ok(Self {
             http,
@@ -189,6 +197,23 @@ impl ConfigServiceClient {
             ip: settings.ip.map(str::to_string),
             request_timeout: settings.request_timeout,
             long_poll_timeout: settings.long_poll_timeout,
+        })
+    }
+
+    /// The same client with another TLS configuration (new material).
+    pub(crate) fn with_tls(&self, tls: &rustls::ClientConfig) -> Result<Self, ApolloError> {
+        Ok(Self {
+            http: http_client(tls, self.request_timeout)?,
+            server: self.server.clone(),
+            address: self.address.clone(),
+            server_text: self.server_text.clone(),
+            label: self.label.clone(),
+            app_id: self.app_id.clone(),
+            cluster: self.cluster.clone(),
+            secret: self.secret.clone(),
+            ip: self.ip.clone(),
+            request_timeout: self.request_timeout,
+            long_poll_timeout: self.long_poll_timeout,
         })
     }
 

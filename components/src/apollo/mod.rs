@@ -94,7 +94,9 @@ pub struct ApolloConfigStore {
 #[derive(Debug)]
 struct Running {
     refresher: Arc<Refresher>,
-    open_api: Option<OpenApiClient>,
+    open_api: Option<Arc<OpenApiClient>>,
+    /// Stops following the TLS files when the store goes.
+    _follow: Option<tokio_util::sync::DropGuard>,
 }
 
 impl ApolloConfigStore {
@@ -144,7 +146,7 @@ impl ApolloConfigStore {
         running: &'a Running,
         operation: &str,
     ) -> Result<&'a OpenApiClient, ConfigError> {
-        running.open_api.as_ref().ok_or_else(|| {
+        running.open_api.as_deref().ok_or_else(|| {
             ConfigError::Unsupported(format!(
                 "{operation}: apollo writes go through the Open API; set `open_api_address` and `open_api_token`"
             ))
@@ -192,7 +194,7 @@ impl Component for ApolloConfigStore {
                 "metadata field `app_id` is required (the runtime has no appId either)",
             ));
         }
-        let running = self.connect(cx, &app_id).await?;
+        let (mut running, followed) = self.connect(cx, &app_id).await?;
         let refresher = Arc::clone(&running.refresher);
         self.first_load(&refresher, cx).await?;
         let backoff = Backoff::new(
@@ -200,6 +202,9 @@ impl Component for ApolloConfigStore {
             self.settings.max_retry_interval(),
         );
         let task = PollerTask::start(Arc::clone(&refresher), backoff, cx.shutdown.child_token());
+        let follow = task.stop_token().child_token();
+        Self::follow_tls_files(cx, followed, &running, follow.clone());
+        running._follow = Some(follow.drop_guard());
         if let Some(previous) = self
             .poller
             .get_mut()

@@ -20,7 +20,8 @@ use super::error::{excerpt, ApolloError};
 
 /// A client of the Open API for one app, cluster and environment.
 pub(crate) struct OpenApiClient {
-    http: reqwest::Client,
+    /// Replaced when the TLS material changes.
+    http: std::sync::RwLock<reqwest::Client>,
     address: Url,
     address_text: String,
     token: String,
@@ -59,13 +60,9 @@ impl OpenApiClient {
     /// A client for `settings`.
     pub(crate) fn new(settings: OpenApiSettings<'_>) -> Result<Self, ApolloError> {
         let address = base_url(settings.address, "open_api_address")?;
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(settings.tls.clone())
-            .connect_timeout(settings.timeout)
-            .build()
-            .map_err(|err| ApolloError::Config(format!("cannot build the HTTP client: {err}")))?;
+        let http = super::client::http_client(settings.tls, settings.timeout)?;
         Ok(Self {
-            http,
+            http: std::sync::RwLock::new(http),
             address_text: format!("Open API `{}` (open_api_address)", shown_url(&address)),
             address,
             token: settings.token.to_string(),
@@ -75,6 +72,14 @@ impl OpenApiClient {
             cluster: settings.cluster.to_string(),
             timeout: settings.timeout,
         })
+    }
+
+    /// Makes the next requests with `tls` (new material); those in
+    /// flight finish with the old client.
+    pub(crate) fn replace_tls(&self, tls: &rustls::ClientConfig) -> Result<(), ApolloError> {
+        let http = super::client::http_client(tls, self.timeout)?;
+        *self.http.write().unwrap_or_else(|p| p.into_inner()) = http;
+        Ok(())
     }
 
     /// Creates or updates `key` of `namespace` (not released yet).
@@ -145,8 +150,8 @@ impl OpenApiClient {
     ) -> Result<(), ApolloError> {
         let path = url.path().to_string();
         let method_name = method_label(&method);
-        let mut request = self
-            .http
+        let http = self.http.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut request = http
             .request(method, url)
             .timeout(self.timeout)
             .header(reqwest::header::AUTHORIZATION, &self.token);

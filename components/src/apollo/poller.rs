@@ -14,6 +14,11 @@
 //! with exponential backoff; the first failure of a streak is logged as a
 //! warning, the recovery as info. The task ends when its token is
 //! cancelled (the runtime's shutdown, or `close`).
+//!
+//! When new TLS material is swapped in (see [`ConfigServices::replace_tls`](super::services::ConfigServices::replace_tls)),
+//! the round in progress is dropped (a poll held on the old client, or a
+//! backoff wait) and a new one starts at once on the new clients, with the
+//! same notification ids: no release is missed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +54,11 @@ impl PollerTask {
         Self { stop, task }
     }
 
+    /// The token that stops the task (cancelled in `close`).
+    pub(crate) fn stop_token(&self) -> &CancellationToken {
+        &self.stop
+    }
+
     /// Stops the task and waits for it to end.
     pub(crate) async fn stop(self) {
         self.stop.cancel();
@@ -63,13 +73,25 @@ struct Poller {
     failing: Option<String>,
 }
 
+/// Resolves when new TLS material is next swapped in.
+async fn replacement(replaced: &mut tokio::sync::watch::Receiver<u64>) {
+    if replaced.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 impl Poller {
     async fn run(mut self, stop: CancellationToken) {
         debug!(component = %self.refresher.key, "Apollo long polling started.");
+        let mut replaced = self.refresher.client.replacements();
         loop {
             let round = tokio::select! {
                 () = stop.cancelled() => break,
                 round = self.round() => round,
+                () = replacement(&mut replaced) => {
+                    debug!(component = %self.refresher.key, "Apollo long poll moves to the client with the new TLS material.");
+                    continue;
+                }
             };
             match round {
                 Ok(()) => self.succeeded(),
@@ -78,6 +100,7 @@ impl Poller {
                     tokio::select! {
                         () = stop.cancelled() => break,
                         () = tokio::time::sleep(wait) => {}
+                        () = replacement(&mut replaced) => {}
                     }
                 }
             }

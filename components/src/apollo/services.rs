@@ -27,7 +27,8 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::client::{
-    base_url, join, shown_url, ClientSettings, ConfigServiceClient, Fetched, Notification,
+    base_url, http_client, join, shown_url, ClientSettings, ConfigServiceClient, Fetched,
+    Notification,
 };
 use super::error::{excerpt, ApolloError};
 use crate::redacted::shown_addresses;
@@ -63,7 +64,8 @@ impl InstanceSettings {
 /// The meta server and when it was last asked.
 struct Discovery {
     url: Url,
-    http: reqwest::Client,
+    /// Replaced when the TLS material changes.
+    http: Mutex<reqwest::Client>,
     every: Duration,
     asked: Mutex<Option<Instant>>,
 }
@@ -80,7 +82,11 @@ pub(crate) struct ConfigServices {
     instances: Mutex<Arc<Vec<Arc<ConfigServiceClient>>>>,
     current: AtomicUsize,
     settings: InstanceSettings,
+    /// The TLS configuration in force (`settings.tls` until replaced).
+    tls: Mutex<rustls::ClientConfig>,
     discovery: Option<Discovery>,
+    /// Counts the replacements of the TLS configuration.
+    replaced: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for ConfigServices {
@@ -122,13 +128,7 @@ impl ConfigServices {
             None => None,
             Some(meta) => Some(Discovery {
                 url: base_url(meta, "meta_server")?,
-                http: reqwest::Client::builder()
-                    .tls_backend_preconfigured(settings.tls.clone())
-                    .connect_timeout(settings.request_timeout)
-                    .build()
-                    .map_err(|err| {
-                        ApolloError::Config(format!("cannot build the HTTP client: {err}"))
-                    })?,
+                http: Mutex::new(http_client(&settings.tls, settings.request_timeout)?),
                 every: meta_refresh,
                 asked: Mutex::new(None),
             }),
@@ -141,8 +141,10 @@ impl ConfigServices {
         let services = Self {
             instances: Mutex::new(Arc::new(instances)),
             current: AtomicUsize::new(0),
+            tls: Mutex::new(settings.tls.clone()),
             settings,
             discovery,
+            replaced: tokio::sync::watch::Sender::new(0),
         };
         // Not answering: the first request asks again (and the store may
         // start from its backup cache meanwhile).
@@ -197,6 +199,62 @@ impl ConfigServices {
     ) -> Result<Option<Vec<Notification>>, ApolloError> {
         self.failover(|client| async move { client.poll(known).await })
             .await
+    }
+
+    /// Builds a client of every known instance with `tls` (new TLS
+    /// material), checks that one answers a fetch of `probe` (from the
+    /// instance in use on), then makes every later request use them.
+    /// Requests in flight finish on the old clients;
+    /// [`replacements`](Self::replacements) tells the long poll to poll
+    /// again. On an error nothing changes.
+    pub(crate) async fn replace_tls(
+        &self,
+        tls: rustls::ClientConfig,
+        probe: &str,
+    ) -> Result<(), ApolloError> {
+        let known = self.list();
+        let fresh = known
+            .iter()
+            .map(|client| client.with_tls(&tls).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let discovery_http = match &self.discovery {
+            Some(_) => Some(http_client(&tls, self.settings.request_timeout)?),
+            None => None,
+        };
+        let start = self.current.load(Ordering::Acquire);
+        let mut last = None;
+        for offset in 0..fresh.len() {
+            let client = &fresh[(start + offset) % fresh.len()];
+            match client.fetch(probe, None, None).await {
+                Ok(_) => {
+                    last = None;
+                    break;
+                }
+                Err(err) => last = Some(err),
+            }
+        }
+        if let Some(err) = last {
+            return Err(err);
+        }
+        *self.tls.lock().unwrap_or_else(|p| p.into_inner()) = tls;
+        if let (Some(discovery), Some(http)) = (&self.discovery, discovery_http) {
+            *discovery.http.lock().unwrap_or_else(|p| p.into_inner()) = http;
+        }
+        {
+            let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+            // Instances the meta server announced meanwhile keep theirs.
+            if Arc::ptr_eq(&instances, &known) {
+                *instances = Arc::new(fresh);
+            }
+        }
+        self.replaced.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Changes each time [`replace_tls`](Self::replace_tls) swaps new
+    /// clients in.
+    pub(crate) fn replacements(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.replaced.subscribe()
     }
 
     fn list(&self) -> Arc<Vec<Arc<ConfigServiceClient>>> {
@@ -275,8 +333,12 @@ impl ConfigServices {
         let path = url.path().to_string();
         let timeout = self.settings.request_timeout;
         let transport = |err: reqwest::Error| ApolloError::transport(&label, &path, &err, timeout);
-        let response = discovery
+        let http = discovery
             .http
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let response = http
             .get(url.clone())
             .timeout(timeout)
             .send()
@@ -325,13 +387,14 @@ impl ConfigServices {
             return Ok(());
         }
         let current = self.address();
+        let settings = InstanceSettings {
+            tls: self.tls.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            ..self.settings.clone()
+        };
         let mut clients = Vec::with_capacity(urls.len());
         for url in &urls {
             let reused = known.iter().find(|c| c.address() == url).cloned();
-            match reused.map_or_else(
-                || self.settings.client(url, "meta_server").map(Arc::new),
-                Ok,
-            ) {
+            match reused.map_or_else(|| settings.client(url, "meta_server").map(Arc::new), Ok) {
                 Ok(client) => clients.push(client),
                 Err(err) => {
                     warn!(error = %err, "Apollo meta server announced an unusable config service; skipped.")

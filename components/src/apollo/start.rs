@@ -15,11 +15,19 @@ use super::services::{ConfigServices, InstanceSettings};
 use super::{ApolloConfigStore, Running};
 use crate::backoff::Backoff;
 
+/// The TLS fields and the material read from them, when TLS is on.
+pub(super) type Followed = Option<(crate::tls::ClientTlsFields, crate::tls::ClientTls)>;
+
 impl ApolloConfigStore {
     /// The TLS configuration of both clients: the metadata's CA, client
     /// certificate and key (read now), else the system's roots for an
     /// `https://` server; no roots at all when every server is `http://`.
-    fn tls_config(&self, cx: &InitContext) -> Result<rustls::ClientConfig, ApolloError> {
+    /// Also returns the fields and the material read, when TLS is on, to
+    /// follow the files among them.
+    fn tls_config(
+        &self,
+        cx: &InitContext,
+    ) -> Result<(rustls::ClientConfig, Followed), ApolloError> {
         let settings = &self.settings;
         let fields = settings.tls_fields(cx.config_dir.as_deref());
         let https = std::iter::once(settings.config_server.as_str())
@@ -34,7 +42,53 @@ impl ApolloConfigStore {
             true => Some(fields.load().map_err(tls_error)?),
             false => None,
         };
-        crate::tls::http_config(material.as_ref()).map_err(tls_error)
+        let config = crate::tls::http_config(material.as_ref()).map_err(tls_error)?;
+        Ok((config, material.map(|material| (fields, material))))
+    }
+
+    /// Follows the TLS files (if any are named) while the store runs:
+    /// new material makes new clients of the config services, which must
+    /// answer a fetch of the first namespace before they are swapped in
+    /// (the long poll then polls again on them), and a new Open API
+    /// client. Ends when `stop` is cancelled.
+    pub(super) fn follow_tls_files(
+        cx: &InitContext,
+        followed: Followed,
+        running: &Running,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let Some((fields, material)) = followed else {
+            return;
+        };
+        let refresher = Arc::downgrade(&running.refresher);
+        let open_api = running.open_api.clone();
+        crate::tls::follow_files(
+            cx.key.to_string(),
+            "Apollo",
+            fields,
+            material,
+            stop,
+            move |material| {
+                let (refresher, open_api) = (refresher.clone(), open_api.clone());
+                async move {
+                    let Some(refresher) = refresher.upgrade() else {
+                        return Err("the store is gone".to_string());
+                    };
+                    let tls =
+                        crate::tls::http_config(Some(&material)).map_err(|e| e.to_string())?;
+                    let probe = refresher.live.order().first().cloned().unwrap_or_default();
+                    refresher
+                        .client
+                        .replace_tls(tls.clone(), &probe)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if let Some(open_api) = &open_api {
+                        open_api.replace_tls(&tls).map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                }
+            },
+        );
     }
 
     /// Builds the clients for `app_id`.
@@ -42,7 +96,7 @@ impl ApolloConfigStore {
         &self,
         cx: &InitContext,
         app_id: &str,
-    ) -> Result<Running, ApolloError> {
+    ) -> Result<(Running, Followed), ApolloError> {
         let settings = &self.settings;
         let namespaces = settings.namespaces();
         if namespaces.is_empty() {
@@ -50,7 +104,7 @@ impl ApolloConfigStore {
                 "metadata field `namespace_name` names no namespace".into(),
             ));
         }
-        let tls = self.tls_config(cx)?;
+        let (tls, followed) = self.tls_config(cx)?;
         let instance = InstanceSettings {
             app_id: app_id.to_string(),
             cluster: settings.cluster.clone(),
@@ -73,7 +127,7 @@ impl ApolloConfigStore {
             .filter(|s| !s.trim().is_empty());
         let token = settings.open_api_token.as_deref().filter(|s| !s.is_empty());
         let open_api = match (address, token) {
-            (Some(address), Some(token)) => Some(OpenApiClient::new(OpenApiSettings {
+            (Some(address), Some(token)) => Some(Arc::new(OpenApiClient::new(OpenApiSettings {
                 address,
                 token,
                 user: &settings.open_api_user,
@@ -82,7 +136,7 @@ impl ApolloConfigStore {
                 cluster: &settings.cluster,
                 timeout: settings.request_timeout(),
                 tls: &tls,
-            })?),
+            })?)),
             (Some(_), None) => {
                 return Err(ApolloError::Config(
                     "metadata field `open_api_address` is set but `open_api_token` is not".into(),
@@ -111,10 +165,14 @@ impl ApolloConfigStore {
             app_id,
             &settings.cluster,
         );
-        Ok(Running {
-            refresher: Arc::new(refresher),
-            open_api,
-        })
+        Ok((
+            Running {
+                refresher: Arc::new(refresher),
+                open_api,
+                _follow: None,
+            },
+            followed,
+        ))
     }
 
     /// The first load: every namespace from the config service, else from

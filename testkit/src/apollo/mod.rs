@@ -455,6 +455,18 @@ impl ApolloServer {
         .await
     }
 
+    /// A server on a free port speaking https only, with `certificate`,
+    /// requiring client certificates signed by `client_ca_pem`.
+    pub async fn start_mtls(certificate: &CertFiles, client_ca_pem: &str) -> Self {
+        let acceptor = tls_acceptor_requiring(certificate, client_ca_pem);
+        Self::serve(
+            Arc::new(Shared::new()),
+            "127.0.0.1:0".parse().unwrap(),
+            Some(acceptor),
+        )
+        .await
+    }
+
     async fn serve(shared: Arc<Shared>, addr: SocketAddr, tls: Option<TlsAcceptor>) -> Self {
         let listener = bind(addr).await;
         let addr = listener.local_addr().expect("local addr");
@@ -540,6 +552,14 @@ impl StoppedServer {
         url(self.addr, self.tls.is_some())
     }
 
+    /// Serves the same state on the same port again, over https with
+    /// `certificate`, requiring client certificates signed by
+    /// `client_ca_pem` (a CA rollover).
+    pub async fn restart_mtls(self, certificate: &CertFiles, client_ca_pem: &str) -> ApolloServer {
+        let acceptor = tls_acceptor_requiring(certificate, client_ca_pem);
+        ApolloServer::serve(self.shared, self.addr, Some(acceptor)).await
+    }
+
     /// Serves the same state on the same port again.
     pub async fn restart(self) -> ApolloServer {
         ApolloServer::serve(self.shared, self.addr, self.tls).await
@@ -574,6 +594,35 @@ fn tls_acceptor(certificate: &CertFiles) -> TlsAcceptor {
     .with_no_client_auth()
     .with_single_cert(chain, key)
     .expect("server config");
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// A TLS acceptor (rustls, ring) serving `certificate` and requiring a
+/// client certificate signed by `client_ca_pem`.
+fn tls_acceptor_requiring(certificate: &CertFiles, client_ca_pem: &str) -> TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
+        roots.add(ca.expect("CA PEM")).expect("CA");
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .expect("client verifier");
+    let chain = CertificateDer::pem_slice_iter(certificate.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(certificate.key_pem.as_bytes()).expect("key PEM");
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .expect("server config");
     TlsAcceptor::from(Arc::new(config))
 }
 
