@@ -100,7 +100,11 @@
 //!
 //! `endpoints` (`host:port`, comma-separated, required; `https://host:port`
 //! for TLS), `caCert`, `clientCert`, `clientKey` (TLS: PEM text or file
-//! paths, read when the store starts; any of them turns TLS on), `keyPrefix`,
+//! paths; any of them turns TLS on; files are re-read every second and new
+//! content is tried on new channels, which must answer `Status`, then swapped
+//! into the shared connection — the watch resumes on them from the last
+//! revision seen + 1; a file that cannot be used is refused with one
+//! warning and the connection in force serves on), `keyPrefix`,
 //! `username` and `password` (etcd authentication; the password never
 //! appears in logs or errors), `dialTimeout` (`"5s"`, `"500ms"` or
 //! milliseconds; default 5 s; also the limit on each request),
