@@ -1,5 +1,9 @@
 //! One page of a `local` listing: a walk of the root in name order that
 //! keeps only the page (memory bounded by the page size, not the tree).
+//! Folders whose names all fall outside the page are not opened: those
+//! off the prefix, those wholly at or before the marker (earlier pages),
+//! and, once the page is full, those wholly after its last name; so
+//! paging through a tree does not walk all of it for every page.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +16,27 @@ use crate::file_store::names::TEMP_PREFIX;
 /// Deepest folder nesting walked.
 pub(super) const MAX_DEPTH: usize = 64;
 
+/// Whether folder `folder` (its name ending in `/`) may hold a file of the
+/// page `req` asks for: on the prefix, not wholly at or before the marker,
+/// and not wholly after `last` (the last name of a full page).
+fn folder_may_hold(folder: &str, req: &ListRequest, last: Option<&str>) -> bool {
+    let on_prefix = folder.starts_with(&req.prefix) || req.prefix.starts_with(folder);
+    // Every name in the folder starts with `folder`: when `folder` sorts
+    // before the marker and is not a prefix of it, so does every name.
+    let before_marker = req
+        .marker
+        .as_deref()
+        .is_some_and(|marker| folder < marker && !marker.starts_with(folder));
+    let after_last = last.is_some_and(|last| folder >= last);
+    on_prefix && !before_marker && !after_last
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Folders opened by listings on this thread.
+    static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// The first `size` files (in name order) matching `req`.
 pub(super) async fn page(
     root: &Path,
@@ -21,6 +46,8 @@ pub(super) async fn page(
     let mut found: BTreeMap<String, FileInfo> = BTreeMap::new();
     let mut pending = vec![(root.to_path_buf(), String::new(), 0usize)];
     while let Some((folder, prefix, depth)) = pending.pop() {
+        #[cfg(test)]
+        OPENED.with(|opened| opened.set(opened.get() + 1));
         let mut entries = match tokio::fs::read_dir(&folder).await {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
@@ -43,9 +70,10 @@ pub(super) async fn page(
             };
             if file_type.is_dir() {
                 let folder_name = format!("{name}/");
-                let may_match =
-                    folder_name.starts_with(&req.prefix) || req.prefix.starts_with(&folder_name);
-                if may_match && depth < MAX_DEPTH {
+                let last = (found.len() > size)
+                    .then(|| found.last_key_value().map(|(last, _)| last.as_str()))
+                    .flatten();
+                if folder_may_hold(&folder_name, req, last) && depth < MAX_DEPTH {
                     pending.push((entry.path(), folder_name, depth + 1));
                 }
                 continue;
@@ -78,4 +106,82 @@ pub(super) async fn page(
         .then(|| files.last().map(|info| info.name.clone()))
         .flatten();
     Ok(ListPage { files, marker })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(prefix: &str, marker: Option<&str>, max_keys: usize) -> ListRequest {
+        ListRequest {
+            prefix: prefix.into(),
+            marker: marker.map(Into::into),
+            max_keys,
+        }
+    }
+
+    #[test]
+    fn a_folder_is_opened_only_if_it_may_hold_a_name_of_the_page() {
+        let page = |marker| request("", marker, 10);
+        assert!(folder_may_hold("b/", &page(None), None));
+        // Wholly before the marker: skipped; holding the marker: opened.
+        assert!(!folder_may_hold("a/", &page(Some("b/2")), None));
+        assert!(!folder_may_hold("a/", &page(Some("a0")), None));
+        assert!(folder_may_hold("b/", &page(Some("b/2")), None));
+        assert!(folder_may_hold("b/", &page(Some("b")), None));
+        assert!(folder_may_hold("c/", &page(Some("b/2")), None));
+        // Off the prefix, or wholly after a full page's last name.
+        assert!(!folder_may_hold("c/", &request("b", None, 10), None));
+        assert!(folder_may_hold("b/", &request("b/x", None, 10), None));
+        assert!(!folder_may_hold("c/", &page(None), Some("b/9")));
+        assert!(folder_may_hold("b/", &page(None), Some("b/9")));
+    }
+
+    fn opened() -> usize {
+        OPENED.with(std::cell::Cell::get)
+    }
+
+    #[tokio::test]
+    async fn pages_across_nested_folders_open_only_the_folders_they_need() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut all = Vec::new();
+        for folder in ["a", "b", "b/deep", "c"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+            for file in ["1", "2"] {
+                let name = format!("{folder}/{file}");
+                std::fs::write(root.join(&name), "x").unwrap();
+                all.push(name);
+            }
+        }
+        std::fs::write(root.join("top"), "x").unwrap();
+        all.push("top".into());
+        all.sort();
+
+        let (mut listed, mut marker) = (Vec::new(), None::<String>);
+        loop {
+            let req = request("", marker.as_deref(), 2);
+            let page = page(root, &req, 2).await.unwrap();
+            listed.extend(page.files.into_iter().map(|info| info.name));
+            marker = page.marker;
+            if marker.is_none() {
+                break;
+            }
+        }
+        assert_eq!(listed, all);
+
+        // The page after `b/deep/2`: `a/`, wholly before it, is not opened
+        // (`b/deep/` is: it could hold `b/deep/3`).
+        let before = opened();
+        let req = request("", Some("b/deep/2"), 2);
+        let names: Vec<String> = page(root, &req, 2)
+            .await
+            .unwrap()
+            .files
+            .into_iter()
+            .map(|info| info.name)
+            .collect();
+        assert_eq!(names, ["c/1", "c/2"]);
+        assert_eq!(opened() - before, 4, "the root, `b/`, `b/deep/` and `c/`");
+    }
 }
