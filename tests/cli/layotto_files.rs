@@ -345,3 +345,62 @@ fn a_second_grpc_config_is_a_problem_and_other_mosn_settings_are_noted() {
         );
     }
 }
+
+/// Layotto's config-store files keep the connection at the component's top
+/// level (`address`, `timeout`, `store_name`, `app_id`, Layotto's
+/// `StoreConfig`) and name the block `config_stores`, as
+/// `configs/config_apollo.json` and `config_integration_redis_etcd.json`
+/// have them: they validate, the address and timeout becoming the store's
+/// metadata.
+#[test]
+fn layottos_config_store_files_validate_with_their_address_and_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config_apollo.json");
+    std::fs::write(
+        &config,
+        mosn(json!({
+            "hellos": {"helloworld": {"hello": "greeting"}},
+            "config_stores": {
+                "apollo": {
+                    "address": ["http://127.0.0.1:8080"],
+                    "metadata": {
+                        "app_id": "testApplication_yang",
+                        "cluster": "default",
+                        "namespace_name": "dubbo,product.joe,application",
+                        "is_backup_config": "true",
+                        "secret": "6ce3ff7e96a24335a9634fe9abca6d51",
+                        "open_api_token": "947b0db097d2931ba5bf503f1e33c10394f90d11",
+                        "open_api_address": "http://127.0.0.1",
+                        "open_api_user": "apollo"
+                    }
+                },
+                "etcd": {"address": ["127.0.0.1:2379", "127.0.0.1:2380"], "timeout": "10",
+                         "store_name": "etcd", "app_id": "app1"}
+            },
+            "app": {"app_id": "app1", "grpc_callback_port": 9999}
+        })),
+    )
+    .unwrap();
+    let checked = rewire(&["validate"], &config);
+    let stderr = text(&checked.stderr);
+    assert!(checked.status.success(), "{stderr}");
+    assert!(
+        text(&checked.stdout).contains("valid (2 components)"),
+        "{}",
+        text(&checked.stdout)
+    );
+
+    // A bad address is the store's problem, named as the metadata it became.
+    let mut document: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let grpc_config = document
+        .pointer_mut("/servers/0/listeners/0/filter_chains/0/filters/0/config/grpc_config")
+        .unwrap();
+    grpc_config["config_stores"]["etcd"]["address"] = json!(["not an address"]);
+    std::fs::write(&config, document.to_string()).unwrap();
+    let checked = rewire(&["validate"], &config);
+    let stderr = text(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("config_store/etcd"), "{stderr}");
+    assert!(stderr.contains("endpoints"), "{stderr}");
+}

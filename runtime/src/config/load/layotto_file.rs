@@ -8,7 +8,10 @@
 //! (`component_ref`, `secret_ref`, `inject_as`); what differs is mapped:
 //! a component without `type` is of the type its name says, `in-memory` is
 //! `memory`, `local.env` is `env`, and a `secret_ref` names its store with
-//! `name`. `hellos` and `app.grpc_callback_port` are dropped with a note,
+//! `name`; a config store's connection, which Layotto's `StoreConfig`
+//! keeps at the component's top level (`address`, `timeout`, `store_name`,
+//! `app_id`), goes into its metadata (see [`store_config`]), and the block
+//! may be spelled `config_stores`. `hellos` and `app.grpc_callback_port` are dropped with a note,
 //! and so are MOSN's top-level settings other than `servers` (`tracing`,
 //! `metrics`, `pprof`: the MOSN process's, not components); every other
 //! unsupported building block is a problem naming it, and so is a second
@@ -21,6 +24,8 @@ use crate::problem::Problem;
 /// Layotto's building blocks rewire serves, with rewire's kind for each.
 const KINDS: &[(&str, &str)] = &[
     ("config_store", "config_store"),
+    // Layotto's published files (`configs/config_apollo.json`) spell it so.
+    ("config_stores", "config_store"),
     ("state", "state"),
     ("lock", "lock"),
     ("sequencer", "sequencer"),
@@ -88,7 +93,12 @@ pub(crate) fn convert(document: &Map<String, Value>) -> Result<Converted, Proble
                             .or_insert_with(|| Value::Object(Map::new()));
                         if let Value::Object(entry) = entry {
                             for (name, spec) in named {
-                                entry.insert(name.clone(), component(&here, name, spec, &mut converted));
+                                let spec = component(&here, kind, name, spec, &mut converted);
+                                if entry.insert(name.clone(), spec).is_some() {
+                                    converted.problems.push(Problem::file(format!(
+                                        "{here}.{name}: `{kind}/{name}` is declared twice (the block has two spellings); keep one"
+                                    )));
+                                }
                             }
                         }
                     }
@@ -169,7 +179,7 @@ fn app(here: &str, value: &Value, converted: &mut Converted) {
 }
 
 /// One component in rewire's form.
-fn component(here: &str, name: &str, spec: &Value, converted: &mut Converted) -> Value {
+fn component(here: &str, kind: &str, name: &str, spec: &Value, converted: &mut Converted) -> Value {
     let Some(spec) = spec.as_object() else {
         converted
             .problems
@@ -183,6 +193,15 @@ fn component(here: &str, name: &str, spec: &Value, converted: &mut Converted) ->
         .find(|(layotto, _)| *layotto == type_name)
         .map_or(type_name, |(_, rewire)| *rewire);
     out.insert("type".into(), Value::String(type_name.to_string()));
+    if kind == "config_store" {
+        store_config(
+            &format!("{here}.{name}"),
+            name,
+            type_name,
+            &mut out,
+            converted,
+        );
+    }
     if let Some(Value::Array(refs)) = out.get_mut("secret_ref") {
         for secret_ref in refs.iter_mut().filter_map(Value::as_object_mut) {
             // Layotto's files name the store `name` (`{"name": "local.file",
@@ -198,6 +217,93 @@ fn component(here: &str, name: &str, spec: &Value, converted: &mut Converted) ->
         }
     }
     Value::Object(out)
+}
+
+/// Layotto's `StoreConfig` fields at a config store's top level, moved
+/// where rewire's stores read them: `address` is `apollo`'s `config_server`
+/// and `etcd`'s `endpoints` (a list joined with commas); `timeout` (whole
+/// seconds, Layotto's etcd dial timeout) is `etcd`'s `dialTimeout`;
+/// `app_id` is `apollo`'s `app_id`. A metadata field already set wins;
+/// what a type does not take, and `store_name` (the store is named by its
+/// key), is left out with a note.
+fn store_config(
+    here: &str,
+    name: &str,
+    type_name: &str,
+    spec: &mut Map<String, Value>,
+    converted: &mut Converted,
+) {
+    let fields = ["address", "timeout", "store_name", "app_id"];
+    if !fields.iter().any(|field| spec.contains_key(*field)) {
+        return;
+    }
+    let mut metadata = match spec.remove("metadata") {
+        Some(Value::Object(metadata)) => metadata,
+        None | Some(Value::Null) => Map::new(),
+        Some(other) => {
+            // Left for the component's own check to refuse.
+            spec.insert("metadata".into(), other);
+            return;
+        }
+    };
+    for field in fields {
+        let Some(value) = spec.remove(field) else {
+            continue;
+        };
+        let target = match (type_name, field) {
+            ("apollo", "address") => Some(("config_server", joined(&value))),
+            ("etcd", "address") => Some(("endpoints", joined(&value))),
+            ("etcd", "timeout") => Some(("dialTimeout", seconds(&value))),
+            ("apollo", "app_id") => Some(("app_id", value.as_str().map(str::to_string))),
+            _ => None,
+        };
+        let note = match target {
+            Some((to, _)) if already(&metadata, to) => {
+                format!("{here}.{field}: left out (the metadata sets `{to}`)")
+            }
+            Some((to, Some(text))) => {
+                metadata.insert(to.into(), Value::String(text));
+                continue;
+            }
+            Some((to, None)) => {
+                format!("{here}.{field}: left out ({value} is not what `{to}` takes)")
+            }
+            None if field == "store_name" => {
+                format!("{here}.store_name: left out (the store is named by its key, `{name}`)")
+            }
+            None => format!("{here}.{field}: left out (`{type_name}` does not take it)"),
+        };
+        converted.notes.push(note);
+    }
+    spec.insert("metadata".into(), Value::Object(metadata));
+}
+
+/// Whether `metadata` sets `field` (`apollo`'s `config_server` may be
+/// spelled `address`).
+fn already(metadata: &Map<String, Value>, field: &str) -> bool {
+    metadata.contains_key(field) || (field == "config_server" && metadata.contains_key("address"))
+}
+
+/// Layotto's `timeout`: whole seconds, as text (or a number).
+fn seconds(value: &Value) -> Option<String> {
+    let seconds = match value {
+        Value::String(text) => text.trim().parse::<u64>().ok()?,
+        other => other.as_u64()?,
+    };
+    Some(format!("{seconds}s"))
+}
+
+/// A string, or a list of them joined with commas.
+fn joined(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(list) => list
+            .iter()
+            .map(|item| item.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .map(|list| list.join(",")),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -312,5 +418,61 @@ mod tests {
         assert!(problem.to_string().contains("grpc_config"), "{problem}");
         let rewire = serde_json::json!({"servers": [], "components": {}});
         assert!(!is_layotto(rewire.as_object().unwrap_or(&Map::new())));
+    }
+
+    #[test]
+    fn a_config_stores_top_level_connection_becomes_its_metadata() {
+        let document = mosn(serde_json::json!({
+            "config_stores": {
+                "apollo": {"address": ["http://a:8080", "http://b:8080"], "app_id": "from-top",
+                           "metadata": {"cluster": "default"}},
+                "etcd": {"address": ["127.0.0.1:2379", "127.0.0.1:2380"], "timeout": "10",
+                         "store_name": "etcd", "app_id": "app1"},
+                "other": {"type": "etcd", "address": "h:1", "timeout": "soon",
+                          "metadata": {"endpoints": "kept:1"}}
+            }
+        }));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        assert!(converted.problems.is_empty(), "{:?}", converted.problems);
+        let doc = Value::Object(converted.document);
+        let stores = &doc["components"]["config_store"];
+        assert_eq!(
+            stores["apollo"],
+            serde_json::json!({"type": "apollo", "metadata": {
+                "cluster": "default", "config_server": "http://a:8080,http://b:8080", "app_id": "from-top"}})
+        );
+        assert_eq!(
+            stores["etcd"],
+            serde_json::json!({"type": "etcd", "metadata": {
+                "endpoints": "127.0.0.1:2379,127.0.0.1:2380", "dialTimeout": "10s"}})
+        );
+        assert_eq!(
+            stores["other"],
+            serde_json::json!({"type": "etcd", "metadata": {"endpoints": "kept:1"}})
+        );
+        let notes = converted.notes.join("\n");
+        for expected in [
+            "config_stores.etcd.store_name: left out (the store is named by its key, `etcd`)",
+            "config_stores.etcd.app_id: left out (`etcd` does not take it)",
+            "config_stores.other.address: left out (the metadata sets `endpoints`)",
+            "config_stores.other.timeout: left out (\"soon\" is not what `dialTimeout` takes)",
+        ] {
+            assert!(notes.contains(expected), "{expected}: {notes}");
+        }
+    }
+
+    #[test]
+    fn a_store_under_both_spellings_of_the_block_is_a_problem() {
+        let document = mosn(serde_json::json!({
+            "config_store": {"settings": {"type": "in-memory"}},
+            "config_stores": {"settings": {"type": "in-memory"}}
+        }));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        assert_eq!(converted.problems.len(), 1, "{:?}", converted.problems);
+        assert!(
+            converted.problems[0].to_string().contains("declared twice"),
+            "{:?}",
+            converted.problems
+        );
     }
 }
