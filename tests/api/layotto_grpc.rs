@@ -79,17 +79,18 @@ async fn configuration_with_group_label_app_id_writes_and_a_bidirectional_subscr
     );
     assert_eq!(prod.items[0].group, "db");
 
-    // Another app's id is refused; this sidecar's and none are served.
+    // The app id is ignored, as Layotto does for ordinary clients (its own
+    // examples send `testApplication_yang` to a sidecar of `app1`).
     let other = layotto::GetConfigurationRequest {
         app_id: "billing".into(),
         ..get("prod")
     };
-    let refused = client
+    let served = client
         .get_configuration(other)
         .await
-        .expect_err("another app");
-    assert_eq!(refused.code(), Code::InvalidArgument);
-    assert!(refused.message().contains("billing"), "{refused:?}");
+        .expect("another app id is ignored")
+        .into_inner();
+    assert_eq!(served.items, prod.items);
 
     // A bidirectional stream: each request adds a subscription.
     let (requests, outgoing) = tokio::sync::mpsc::channel(4);
@@ -100,6 +101,7 @@ async fn configuration_with_group_label_app_id_writes_and_a_bidirectional_subscr
         .into_inner();
     let subscribe = |key: &str| layotto::SubscribeConfigurationRequest {
         store_name: "settings".into(),
+        app_id: "testApplication_yang".into(),
         group: "db".into(),
         label: "prod".into(),
         keys: vec![key.into()],

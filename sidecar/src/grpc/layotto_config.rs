@@ -3,9 +3,9 @@
 //! and label, and a bidirectional subscription stream on which every
 //! request adds a subscription.
 //!
-//! `app_id` is honoured as Layotto does for ordinary clients: a request may
-//! leave it empty or name this sidecar's app id; another app's id is
-//! refused, and answers carry this sidecar's.
+//! `app_id` is ignored, as Layotto's proto has it for ordinary clients
+//! ("Ignored and reset for normal client"; Layotto's own examples send
+//! another app's id): answers carry this sidecar's.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -83,7 +83,6 @@ pub(super) async fn get(
     req: pb::GetConfigurationRequest,
     budget: ResponseBudget,
 ) -> Result<pb::GetConfigurationResponse, Status> {
-    check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
@@ -96,7 +95,6 @@ pub(super) async fn get(
 /// `SaveConfiguration`: writes the items (a read-only store refuses with
 /// `UNIMPLEMENTED`).
 pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Result<(), Status> {
-    check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.items.len())?;
     if let Some(item) = req.items.iter().find(|item| item.key.is_empty()) {
@@ -122,7 +120,6 @@ pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Resul
 
 /// `DeleteConfiguration`: deletes the keys in the group and label.
 pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> Result<(), Status> {
-    check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
     if req.keys.is_empty() {
@@ -217,7 +214,6 @@ async fn add(
     stop: CancellationToken,
 ) -> Result<(), Status> {
     let call = Call::new(&state.runtime, StoreLabel::default());
-    check_app_id(&call, &req.app_id)?;
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
     let counted = count.take()?;
@@ -293,18 +289,6 @@ fn why_dropped(refused: Refused, size: usize, answers: &Answers) -> String {
 fn item_bytes(item: &ConfigItem) -> usize {
     let place = |text: &Option<String>| text.as_ref().map_or(0, String::len);
     config_item_bytes(item) + place(&item.group) + place(&item.label)
-}
-
-/// A request's app id must be empty or this sidecar's.
-fn check_app_id(call: &Call, app_id: &str) -> Result<(), Status> {
-    let own = call.generation().app_id();
-    if app_id.is_empty() || app_id == own {
-        Ok(())
-    } else {
-        Err(Status::invalid_argument(format!(
-            "app id `{app_id}` is not this sidecar's (`{own}`)"
-        )))
-    }
 }
 
 fn query_of(
