@@ -11,6 +11,26 @@ use crate::json_text::value_text;
 /// Every secret of the file, by name.
 pub(crate) type Secrets = BTreeMap<String, SecretMap>;
 
+/// Most bytes of names and values a file may flatten to: every leaf is
+/// named by its whole path, so a file within its size bound can multiply
+/// (deep nesting, long keys, many leaves) past any memory.
+pub(crate) const MAX_FLATTENED_BYTES: usize = 64 << 20;
+
+/// The file flattens to more than [`MAX_FLATTENED_BYTES`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TooLarge;
+
+/// What is left of [`MAX_FLATTENED_BYTES`]: every name made (a leaf's or a
+/// folder's on the way to its leaves) and every value is taken from it.
+struct Budget(usize);
+
+impl Budget {
+    fn take(&mut self, bytes: usize) -> Result<(), TooLarge> {
+        self.0 = self.0.checked_sub(bytes).ok_or(TooLarge)?;
+        Ok(())
+    }
+}
+
 /// The secrets of `root`.
 ///
 /// Single-valued (the default): every leaf is a secret named by its path,
@@ -19,53 +39,90 @@ pub(crate) type Secrets = BTreeMap<String, SecretMap>;
 /// are the leaf paths below it (`{"a": {"b": "x"}}` → secret `a` =
 /// `{"b": "x"}`); a top-level scalar `k` gives `{"k": value}`. Numbers and
 /// bools become their text, array items are named by their index.
-pub(crate) fn secrets(root: &Map<String, Value>, separator: &str, multi_valued: bool) -> Secrets {
+pub(crate) fn secrets(
+    root: &Map<String, Value>,
+    separator: &str,
+    multi_valued: bool,
+) -> Result<Secrets, TooLarge> {
+    secrets_within(root, separator, multi_valued, MAX_FLATTENED_BYTES)
+}
+
+/// [`secrets`], flattened to at most `limit` bytes of names and values.
+fn secrets_within(
+    root: &Map<String, Value>,
+    separator: &str,
+    multi_valued: bool,
+    limit: usize,
+) -> Result<Secrets, TooLarge> {
+    let budget = &mut Budget(limit);
     if multi_valued {
         return root
             .iter()
             .map(|(name, value)| {
                 let mut keys = SecretMap::new();
                 match value {
-                    Value::Object(_) | Value::Array(_) => leaves(None, value, separator, &mut keys),
-                    scalar => leaves(Some(name), scalar, separator, &mut keys),
+                    Value::Object(_) | Value::Array(_) => {
+                        leaves(None, value, separator, &mut keys, budget)?
+                    }
+                    scalar => leaves(Some(name), scalar, separator, &mut keys, budget)?,
                 }
-                (name.clone(), keys)
+                Ok((name.clone(), keys))
             })
             .collect();
     }
     let mut flat = SecretMap::new();
     for (name, value) in root {
-        leaves(Some(name), value, separator, &mut flat);
+        leaves(Some(name), value, separator, &mut flat, budget)?;
     }
-    flat.into_iter()
+    // Each name is kept twice: as the secret's and as its key.
+    for name in flat.keys() {
+        budget.take(name.len())?;
+    }
+    Ok(flat
+        .into_iter()
         .map(|(name, value)| (name.clone(), SecretMap::from([(name, value)])))
-        .collect()
+        .collect())
 }
 
-/// Adds the leaves of `value`, named from `path`, to `out`.
-fn leaves(path: Option<&str>, value: &Value, separator: &str, out: &mut SecretMap) {
-    let child = |key: &str| match path {
-        Some(path) => format!("{path}{separator}{key}"),
-        None => key.to_string(),
+/// Adds the leaves of `value`, named from `path`, to `out`, within
+/// `budget`.
+fn leaves(
+    path: Option<&str>,
+    value: &Value,
+    separator: &str,
+    out: &mut SecretMap,
+    budget: &mut Budget,
+) -> Result<(), TooLarge> {
+    let child = |key: &str, budget: &mut Budget| {
+        let name = match path {
+            Some(path) => format!("{path}{separator}{key}"),
+            None => key.to_string(),
+        };
+        budget.take(name.len()).map(|()| name)
     };
     match value {
         Value::Object(object) => {
             for (key, value) in object {
-                leaves(Some(&child(key)), value, separator, out);
+                let name = child(key, budget)?;
+                leaves(Some(&name), value, separator, out, budget)?;
             }
         }
         Value::Array(items) => {
             for (index, value) in items.iter().enumerate() {
-                leaves(Some(&child(&index.to_string())), value, separator, out);
+                let name = child(&index.to_string(), budget)?;
+                leaves(Some(&name), value, separator, out, budget)?;
             }
         }
         scalar => {
+            let text = value_text(scalar);
+            budget.take(text.len())?;
             out.insert(
                 path.unwrap_or_default().to_string(),
-                SecretString::new(value_text(scalar)),
+                SecretString::new(text),
             );
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -102,7 +159,7 @@ mod tests {
         let file = root(
             json!({"db": {"user": "u", "port": 5432, "tls": {"on": true}}, "list": ["x"], "top": "t"}),
         );
-        let got = exposed(&secrets(&file, ":", false));
+        let got = exposed(&secrets(&file, ":", false).unwrap());
         assert_eq!(
             got,
             vec![
@@ -118,7 +175,7 @@ mod tests {
     #[test]
     fn multi_valued_keeps_top_level_secrets() {
         let file = root(json!({"db": {"user": "u", "tls": {"on": true}}, "top": 7}));
-        let got = exposed(&secrets(&file, ".", true));
+        let got = exposed(&secrets(&file, ".", true).unwrap());
         assert_eq!(
             got,
             vec![
@@ -129,5 +186,34 @@ mod tests {
                 ("top".to_string(), pairs(&[("top", "7")])),
             ]
         );
+    }
+
+    #[test]
+    fn a_file_that_flattens_past_the_bound_is_refused() {
+        // 2 levels of 1 KiB keys, 64 leaves each: every leaf carries both.
+        let key = |c: char| c.to_string().repeat(1024);
+        let leaves: Map<String, Value> = (0..64).map(|i| (format!("{i}"), json!("v"))).collect();
+        let middle: Map<String, Value> = ('a'..='h')
+            .map(|c| (key(c), Value::Object(leaves.clone())))
+            .collect();
+        let file = root(json!({ key('z'): middle }));
+        for multi_valued in [false, true] {
+            let flattened = secrets_within(&file, ":", multi_valued, 4 << 20).unwrap();
+            assert!(!flattened.is_empty());
+            assert!(
+                matches!(
+                    secrets_within(&file, ":", multi_valued, 256 << 10),
+                    Err(TooLarge)
+                ),
+                "multi-valued: {multi_valued}"
+            );
+        }
+        // The bound that loading applies: 1,100 leaves under 4 levels of
+        // 64 KiB keys, 300 KiB of file, would be 280 MiB of names.
+        let key = |c: char| c.to_string().repeat(64 << 10);
+        let leaves: Map<String, Value> = (0..1100).map(|i| (format!("{i}"), json!("v"))).collect();
+        let deep = root(json!({ key('a'): { key('b'): { key('c'): { key('d'): leaves } } } }));
+        assert!(matches!(secrets(&deep, ":", false), Err(TooLarge)));
+        assert!(secrets(&file, ":", false).is_ok());
     }
 }

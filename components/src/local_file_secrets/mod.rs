@@ -10,7 +10,9 @@
 //! `{"db:password": …}`); with `multiValued` every top-level key is a secret
 //! holding the flattened keys below it. Errors name the file, and for bad
 //! JSON the line and column, never a value. The file is read bounded (see
-//! [`crate::component_file`]: regular files only, at most 16 MiB, 5 s).
+//! [`crate::component_file`]: regular files only, at most 16 MiB, 5 s),
+//! and flattened to at most 64 MiB of names and values (every leaf is named
+//! by its whole path, so deep nesting with long keys multiplies them).
 
 mod flatten;
 
@@ -87,6 +89,18 @@ pub enum SecretsFileError {
         /// The configured path.
         path: PathBuf,
     },
+    /// The file flattens to more names and values than a store holds.
+    #[error(
+        "secrets file `{}` flattens to more than {limit} bytes of secret names and values \
+         (every leaf is named by its whole path: deep nesting with long keys multiplies them)",
+        .path.display()
+    )]
+    TooLargeFlattened {
+        /// The configured path.
+        path: PathBuf,
+        /// The bound, in bytes.
+        limit: usize,
+    },
 }
 
 /// Reads and flattens the secrets file of `settings`.
@@ -105,11 +119,14 @@ async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFile
         column: err.column(),
     })?;
     match value {
-        Value::Object(root) => Ok(flatten::secrets(
-            &root,
-            &settings.nested_separator,
-            settings.multi_valued,
-        )),
+        Value::Object(root) => {
+            flatten::secrets(&root, &settings.nested_separator, settings.multi_valued).map_err(
+                |flatten::TooLarge| SecretsFileError::TooLargeFlattened {
+                    path: path.to_path_buf(),
+                    limit: flatten::MAX_FLATTENED_BYTES,
+                },
+            )
+        }
         _ => Err(SecretsFileError::NotAnObject {
             path: path.to_path_buf(),
         }),
@@ -372,5 +389,30 @@ mod tests {
             .map(|_| ())
             .expect_err("expected an error");
         assert!(err.to_string().contains("/nonexistent/s.json"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_file_that_flattens_past_the_bound_is_refused_naming_it() {
+        // 1,100 leaves under 4 levels of 64 KiB keys: 300 KiB of file,
+        // 280 MiB of names once every leaf is named by its path.
+        let key = |c: char| c.to_string().repeat(64 << 10);
+        let leaves: serde_json::Map<String, Value> = (0..1100)
+            .map(|i| (format!("{i}"), Value::from("v")))
+            .collect();
+        let file =
+            serde_json::json!({ key('a'): { key('b'): { key('c'): { key('d'): leaves } } } });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep.json");
+        std::fs::write(&path, file.to_string()).unwrap();
+        let err = load(&LocalFileSecretMetadata::new(path.to_str().unwrap()))
+            .await
+            .map(|_| ())
+            .expect_err("refused");
+        let message = err.to_string();
+        assert!(
+            message.contains("deep.json")
+                && message.contains("flattens to more than 67108864 bytes"),
+            "{message}"
+        );
     }
 }
