@@ -228,10 +228,11 @@ fn sweep_temp_files(root: &Path) {
             let name = name.to_string_lossy();
             if file_type.is_dir() && depth < listing::MAX_DEPTH {
                 pending.push((entry.path(), depth + 1));
-            } else if file_type.is_file() && name.starts_with(TEMP_PREFIX) {
-                if entry.metadata().is_ok_and(|meta| stale_temp(&name, &meta)) {
-                    let _ = std::fs::remove_file(entry.path());
-                }
+            } else if file_type.is_file()
+                && name.starts_with(TEMP_PREFIX)
+                && entry.metadata().is_ok_and(|meta| stale_temp(&name, &meta))
+            {
+                let _ = std::fs::remove_file(entry.path());
             }
         }
     }
