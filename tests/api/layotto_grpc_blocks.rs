@@ -316,6 +316,56 @@ async fn an_upload_that_keeps_sending_outlasts_request_timeout_and_one_that_stal
     sidecar.stop().await;
 }
 
+/// Messages without data are no progress: an upload that sends only empty
+/// `PutFileRequest`s, each well within `request_timeout`, is cut as a
+/// stalled one is (they held it open forever).
+#[tokio::test]
+async fn an_upload_kept_open_by_empty_messages_is_cut_as_a_stalled_one() {
+    use std::time::Duration;
+    let options = ApiOptions {
+        request_timeout: Duration::from_secs(1),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut client = runtime(&sidecar).await;
+    let (sender, receiver) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let first = layotto::PutFileRequest {
+            store_name: "files".into(),
+            name: "empty.bin".into(),
+            data: vec![b'a'; 1000],
+            ..Default::default()
+        };
+        if sender.send(first).await.is_err() {
+            return;
+        }
+        // An empty message every 300 ms, until the sidecar gives up.
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if sender
+                .send(layotto::PutFileRequest::default())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let put = client.put_file(tokio_stream::wrappers::ReceiverStream::new(receiver));
+    let refused = tokio::time::timeout(grpc::PATIENCE, put)
+        .await
+        .expect("cut within the test's patience, not held open by empty messages")
+        .expect_err("an upload sending no bytes");
+    assert_eq!(refused.code(), Code::DeadlineExceeded, "{refused:?}");
+    assert!(
+        refused.message().contains("file `empty.bin`")
+            && refused.message().contains("no bytes arrived for 1s"),
+        "{}",
+        refused.message()
+    );
+    sidecar.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_file_larger_than_the_listeners_budget_of_request_bytes_passes() {
     const CHUNK: usize = 64 * 1024;

@@ -86,6 +86,7 @@ struct IdleBounded<S> {
 impl<S, B> Stream for IdleBounded<S>
 where
     S: Stream<Item = Result<B, std::io::Error>> + Unpin,
+    B: AsRef<[u8]>,
 {
     type Item = Result<B, std::io::Error>;
 
@@ -101,20 +102,39 @@ where
             this.waiting = true;
             this.progress.touch();
         }
-        if let Poll::Ready(chunk) = Pin::new(&mut this.chunks).poll_next(cx) {
-            this.waiting = false;
-            this.progress.touch();
-            return Poll::Ready(chunk);
+        loop {
+            match Pin::new(&mut this.chunks).poll_next(cx) {
+                // No bytes, no progress: the wait runs on (empty messages
+                // sent within the bound held an upload open forever).
+                Poll::Ready(Some(Ok(chunk))) if chunk.as_ref().is_empty() => {
+                    if this.timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Some(Err(this.gave_up())));
+                    }
+                }
+                Poll::Ready(chunk) => {
+                    this.waiting = false;
+                    this.progress.touch();
+                    return Poll::Ready(chunk);
+                }
+                Poll::Pending => break,
+            }
         }
         if this.timer.as_mut().poll(cx).is_ready() {
-            this.progress.idle.store(true, Ordering::Release);
-            let idle = this.idle;
-            return Poll::Ready(Some(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no bytes arrived for {idle:?}"),
-            ))));
+            return Poll::Ready(Some(Err(this.gave_up())));
         }
         Poll::Pending
+    }
+}
+
+impl<S> IdleBounded<S> {
+    /// Marks the upload idle; the error that ends its body.
+    fn gave_up(&self) -> std::io::Error {
+        self.progress.idle.store(true, Ordering::Release);
+        let idle = self.idle;
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no bytes arrived for {idle:?}"),
+        )
     }
 }
 
