@@ -7,18 +7,25 @@
 //! lies above the floor of [`crate::high_water`] (the largest id handed
 //! out), and with `highWaterFile` a rebuilt sequencer — every metadata
 //! change rebuilds it — starts above every id handed out.
+//!
+//! TLS: the config store's `caCert`, `clientCert` and `clientKey` (or an
+//! `https://` endpoint). Files among them are followed while the
+//! sequencer runs ([`crate::tls::follow_files`]): new material is tried on
+//! new channels (`Status` must answer) and swapped into the client; a bad
+//! file keeps the channels in force.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use rewire_runtime::{
     Component, ComponentError, IdRange, InitContext, NextIdRequest, SegmentRequest, Sequencer,
     SequencerError,
 };
 use serde::Deserialize;
+use tokio_util::sync::DropGuard;
 
-use super::metadata::EtcdMetadata;
+use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::sequencer_kv::EtcdCounters;
 use crate::high_water::{check_request, retry_floor, HighWater, Verdict, KEY_SEPARATOR};
 use crate::redacted::redacted;
@@ -47,6 +54,18 @@ pub struct EtcdSequencerMetadata {
     /// How long connecting, and each request, may take; default 5 s.
     #[serde(default, deserialize_with = "deserialize_timeout")]
     pub dial_timeout: Option<Timeout>,
+    /// TLS: the CA bundle that signs the servers' certificates (PEM text or
+    /// a file path, relative to the configuration's folder); default: the
+    /// system's roots. Implies TLS.
+    #[serde(default)]
+    pub ca_cert: String,
+    /// TLS: a client certificate chain for etcd's `--client-cert-auth`
+    /// (PEM text or a file path). Implies TLS.
+    #[serde(default)]
+    pub client_cert: String,
+    /// TLS: the client certificate's private key (PEM text or file path).
+    #[serde(default)]
+    pub client_key: String,
     /// The file keeping the high-water marks (see [`crate::high_water`]).
     #[serde(default)]
     pub high_water_file: Option<String>,
@@ -65,6 +84,15 @@ impl fmt::Debug for EtcdSequencerMetadata {
             .field("key_prefix", &self.key_prefix)
             .field("username", &self.username)
             .field("password", &redacted(&self.password))
+            .field("ca_cert", &crate::tls::PemSource::shown(&self.ca_cert))
+            .field(
+                "client_cert",
+                &crate::tls::PemSource::shown(&self.client_cert),
+            )
+            .field(
+                "client_key",
+                &crate::tls::PemSource::shown(&self.client_key),
+            )
             .field("high_water_file", &self.high_water_file)
             .finish_non_exhaustive()
     }
@@ -77,6 +105,9 @@ impl EtcdSequencerMetadata {
         metadata.username = self.username.clone();
         metadata.password = self.password.clone();
         metadata.dial_timeout = self.dial_timeout;
+        metadata.ca_cert = self.ca_cert.clone();
+        metadata.client_cert = self.client_cert.clone();
+        metadata.client_key = self.client_key.clone();
         metadata
     }
 }
@@ -92,6 +123,8 @@ pub struct EtcdSequencer {
     #[metadata]
     metadata: EtcdSequencerMetadata,
     running: Option<(Arc<EtcdCounters>, HighWater)>,
+    /// Stops following the TLS files when the sequencer goes.
+    _follow: Option<DropGuard>,
 }
 
 impl EtcdSequencer {
@@ -136,7 +169,10 @@ impl EtcdSequencer {
 #[rewire_runtime::prelude::async_trait]
 impl Component for EtcdSequencer {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let settings = self.metadata.connection().settings()?;
+        let settings = self
+            .metadata
+            .connection()
+            .settings_in(cx.config_dir.as_deref())?;
         let counters = EtcdCounters::connect(&settings).await.map_err(|err| {
             ComponentError::new(format!(
                 "etcd at {} (`endpoints`): {err}",
@@ -151,9 +187,43 @@ impl Component for EtcdSequencer {
         let marks = HighWater::adopt(cx, file, &self.metadata.bigger_than)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
-        self.running = Some((Arc::new(counters), marks));
+        let counters = Arc::new(counters);
+        self._follow = follow_tls_files(cx, &settings, Arc::downgrade(&counters));
+        self.running = Some((counters, marks));
         Ok(())
     }
+}
+
+/// Follows the TLS files of `settings` (if it names any) until the
+/// sequencer is closed or dropped: new material is tried on new channels
+/// and swapped into the counters' client (calls in flight finish on the
+/// old ones).
+fn follow_tls_files(
+    cx: &InitContext,
+    settings: &EtcdSettings,
+    counters: Weak<EtcdCounters>,
+) -> Option<DropGuard> {
+    let (Some(fields), Some(material)) = (&settings.tls_fields, &settings.tls) else {
+        return None;
+    };
+    let stop = cx.shutdown.child_token();
+    crate::tls::follow_files(
+        cx.key.to_string(),
+        "etcd",
+        fields.clone(),
+        material.clone(),
+        stop.clone(),
+        move |material| {
+            let counters = counters.clone();
+            async move {
+                let counters = counters
+                    .upgrade()
+                    .ok_or_else(|| "the sequencer is gone".to_string())?;
+                counters.replace_tls(&material).await
+            }
+        },
+    );
+    Some(stop.drop_guard())
 }
 
 #[rewire_runtime::prelude::async_trait]

@@ -7,6 +7,7 @@ use rewire_etcd::pb::{request_op, Compare, PutRequest, RequestOp, TxnRequest};
 use rewire_etcd::{Client, ConnectOptions, TlsOptions};
 
 use super::metadata::EtcdSettings;
+use crate::tls::ClientTls;
 
 /// The counters of a sequencer in etcd.
 pub struct EtcdCounters {
@@ -36,11 +37,7 @@ impl EtcdCounters {
                 .credentials
                 .as_ref()
                 .map(|c| (c.username.clone(), c.password.clone())),
-            tls: settings.tls.as_ref().map(|tls| TlsOptions {
-                ca_pem: tls.ca_pem.clone(),
-                identity: tls.identity.clone(),
-                domain: None,
-            }),
+            tls: settings.tls.as_ref().map(tls_options),
         };
         let urls = settings.urls();
         let connect = Client::connect(&urls, options);
@@ -62,6 +59,19 @@ impl EtcdCounters {
             .await
             .map_err(|err| counters.settings.scrub(&err.to_string()))?;
         Ok(counters)
+    }
+
+    /// Connects anew with `tls` (a member must answer `Status` there), then
+    /// makes every later call use the new channels; calls in flight finish
+    /// on the old ones. On an error the channels in force stay.
+    pub async fn replace_tls(&self, tls: &ClientTls) -> Result<(), String> {
+        self.client
+            .replace_tls(Some(tls_options(tls)))
+            .await
+            .map_err(|err| {
+                let endpoints = self.settings.endpoints_text();
+                self.settings.scrub(&format!("etcd at {endpoints}: {err}"))
+            })
     }
 
     /// The counter's value (0 when absent) and its `mod_revision` (0 when
@@ -109,5 +119,14 @@ impl EtcdCounters {
             .await
             .map_err(|err| self.settings.scrub(&err.to_string()))?;
         Ok(reply.succeeded)
+    }
+}
+
+/// The client's TLS options for `tls`.
+fn tls_options(tls: &ClientTls) -> TlsOptions {
+    TlsOptions {
+        ca_pem: tls.ca_pem.clone(),
+        identity: tls.identity.clone(),
+        domain: None,
     }
 }

@@ -149,3 +149,105 @@ async fn rotated_tls_files_are_taken_up_without_a_reload() {
     );
     assert_eq!(refusals(live.path()).len(), 1, "no new warning");
 }
+
+/// The `etcd` sequencer against the same TLS-only etcd requiring client
+/// certificates, its `caCert`/`clientCert`/`clientKey` relative paths
+/// resolved against the configuration's folder: ids are handed out; a
+/// bad key file is refused with one warning and ids keep coming; after a
+/// CA rollover (etcd restarted on a new CA, the new files written at the
+/// sequencer's paths) ids come again without a reload, and no id is ever
+/// handed out twice nor out of order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sequencer_takes_ids_over_tls_across_a_ca_rollover() {
+    use rewire_runtime::{Increment, NextIdRequest, Sequencer};
+
+    logs::capture();
+    let (ca, next_ca) = (TestCa::new("seq-ca"), TestCa::new("seq-next-ca"));
+    let mut server = EtcdServer::start_tls(tls_of(&ca)).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (ca_file, cert, key) = (
+        live.path().join("ca.pem"),
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    replace_file(&ca_file, &ca.ca_pem);
+    ca.client("seq-1").install_at(&cert, &key);
+    let metadata = json!({
+        "endpoints": server.endpoint(), "keyPrefix": "/ids/", "dialTimeout": "1s",
+        "caCert": "ca.pem", "clientCert": "client.crt", "clientKey": "client.key",
+    });
+    let mut cx = common::context("sequencer", &common::metadata(metadata.clone()));
+    cx.config_dir = Some(live.path().to_path_buf());
+    let mut built = common::build("sequencer", "etcd", metadata).unwrap_or_else(|e| panic!("{e}"));
+    built
+        .init(&cx)
+        .await
+        .unwrap_or_else(|e| panic!("init: {e}"));
+    let sequencer: Arc<dyn Sequencer> = match built.into_instance() {
+        Instance::Sequencer(sequencer) => sequencer,
+        other => panic!("expected a sequencer, got {other:?}"),
+    };
+    let request = NextIdRequest {
+        key: "orders".into(),
+        increment: Increment::Strong,
+        ..NextIdRequest::default()
+    };
+    let mut ids: Vec<i64> = Vec::new();
+    // `count` more ids, retrying failures (while cut off) up to PATIENCE.
+    let take = async |ids: &mut Vec<i64>, count: usize, when: &str| {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let mut last_error = String::new();
+        let mut taken = 0;
+        while taken < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{when}: {taken} of {count} ids within {PATIENCE:?}; last error: {last_error}"
+            );
+            match sequencer.get_next_id(request.clone()).await {
+                Ok(id) => {
+                    if let Some(last) = ids.last() {
+                        assert!(id > *last, "{when}: id {id} after {last}");
+                    }
+                    ids.push(id);
+                    taken += 1;
+                }
+                Err(err) => {
+                    last_error = err.to_string();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    };
+    take(&mut ids, 20, "at start").await;
+
+    // A key file that is not a key: refused once, ids keep coming.
+    replace_file(&key, "not a key\n");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let warned = refusals(live.path());
+    assert_eq!(warned.len(), 1, "one warning per bad file: {warned:?}");
+    assert!(warned[0].contains("clientKey"), "{warned:?}");
+    assert!(!warned[0].contains("not a key"), "{warned:?}");
+    take(&mut ids, 20, "with a bad key file").await;
+
+    // CA rollover: the server trusts only the next CA and shows a
+    // certificate from it; the new files are written at the same paths.
+    server
+        .restart_with_tls(
+            &next_ca.server("etcd-next"),
+            &next_ca.ca_pem,
+            next_ca.client("helper-next"),
+        )
+        .await;
+    replace_file(&ca_file, &next_ca.ca_pem);
+    next_ca.client("seq-2").install_at(&cert, &key);
+    take(&mut ids, 20, "after the rollover").await;
+
+    let unique: std::collections::HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "an id twice: {ids:?}");
+    assert_eq!(
+        server.value("/ids/sequencer|||orders").await,
+        ids.last().map(i64::to_string),
+        "the counter on the server is the last id handed out"
+    );
+    assert_eq!(refusals(live.path()).len(), 1, "no new warning");
+}
