@@ -465,7 +465,9 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
 /// `redisHost` is checked as it is decoded, so `rewire validate` reports a
 /// malformed one; the empty string (a value injected later) passes here and
 /// fails when connecting.
-fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn deserialize_host<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     if !text.trim().is_empty() {
         parse_addresses(&text).map_err(|reason| {

@@ -8,11 +8,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
-use super::metadata::{parse_addresses, RedisMetadata, RedisType};
+use super::metadata::{deserialize_host, RedisMetadata, RedisType};
 use crate::redacted::shown_addresses;
 use crate::tls::PemSource;
 
@@ -178,20 +177,6 @@ impl fmt::Debug for RedisPubSubMetadata {
             .field("consumer_id", &self.consumer_id)
             .finish_non_exhaustive()
     }
-}
-
-/// `redisHost` is checked as it is decoded, as the state store's (so
-/// `rewire validate` reports it, and credentials written in it are refused
-/// without being quoted); the empty string (a value injected later) passes
-/// here and fails when connecting.
-fn deserialize_host<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    if !text.trim().is_empty() {
-        parse_addresses(&text).map_err(|reason| {
-            de::Error::custom(format!("`{}` {reason}", shown_addresses(&text)))
-        })?;
-    }
-    Ok(text)
 }
 
 impl Default for Tunables {
