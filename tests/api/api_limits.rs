@@ -559,3 +559,97 @@ async fn layotto_configuration_subscriptions_are_capped_per_sidecar() {
     assert!(again.is_ok(), "room again once a stream ends");
     sidecar.stop().await;
 }
+
+/// Errors quote a request's values cut to a readable length: a key or
+/// store name of a megabyte does not come back as a megabyte of
+/// `grpc-message`.
+#[tokio::test]
+async fn error_messages_quote_long_request_values_cut_short() {
+    use grpc::layotto::{self, runtime_client::RuntimeClient};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("settings.json");
+    std::fs::write(&file, "{}").unwrap();
+    let config = json!({"appId": "shop", "components": {
+        "sequencer": {"ids": {"type": "memory"}},
+        "config_store": {"readonly": {"type": "file", "metadata": {"path": file}}},
+        "file": {"files": {"type": "memory"}}
+    }});
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let mut client = RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let long = "x".repeat(1024 * 1024);
+    let short = |status: tonic::Status, code: Code, what: &str| {
+        assert_eq!(
+            status.code(),
+            code,
+            "{what}: {}",
+            &status.message()[..200.min(status.message().len())]
+        );
+        assert!(
+            status.message().len() < 4096,
+            "{what}: a message of {} bytes",
+            status.message().len()
+        );
+        assert!(
+            status.message().contains('…'),
+            "{what}: {}",
+            status.message()
+        );
+    };
+
+    let next_id = |store: &str, key: &str| layotto::GetNextIdRequest {
+        store_name: store.into(),
+        key: key.into(),
+        ..Default::default()
+    };
+    let refused = client
+        .get_next_id(next_id("ids", &long))
+        .await
+        .expect_err("a long key");
+    short(refused, Code::InvalidArgument, "sequencer key");
+    let refused = client
+        .get_next_id(next_id(&long, "k"))
+        .await
+        .expect_err("no such sequencer");
+    short(refused, Code::InvalidArgument, "sequencer name");
+
+    let get = layotto::GetConfigurationRequest {
+        store_name: long.clone(),
+        ..Default::default()
+    };
+    let refused = client
+        .get_configuration(get)
+        .await
+        .expect_err("no such store");
+    short(refused, Code::InvalidArgument, "configuration store name");
+    // A read-only store refuses a save naming its keys: 1,000 of 1 KiB.
+    let items = (0..1000)
+        .map(|i| layotto::ConfigurationItem {
+            key: format!("{i}-{}", "k".repeat(1024)),
+            ..Default::default()
+        })
+        .collect();
+    let save = layotto::SaveConfigurationRequest {
+        store_name: "readonly".into(),
+        items,
+        ..Default::default()
+    };
+    let refused = client
+        .save_configuration(save)
+        .await
+        .expect_err("read-only");
+    short(refused, Code::Unimplemented, "configuration keys");
+
+    let meta = layotto::GetFileMetaRequest {
+        request: Some(layotto::FileRequest {
+            store_name: long.clone(),
+            name: "a".into(),
+            ..Default::default()
+        }),
+    };
+    let refused = client
+        .get_file_meta(meta)
+        .await
+        .expect_err("no such file store");
+    short(refused, Code::InvalidArgument, "file store name");
+    sidecar.stop().await;
+}

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use rewire_runtime::Kind;
+use rewire_runtime::{echoed, Kind};
 use rewire_runtime::{
     ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, Instance,
 };
@@ -19,7 +19,8 @@ use super::retry_rule;
 /// Why a configuration operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigOpError {
-    /// No configuration store with that name in the call's generation.
+    /// No configuration store with that name in the call's generation
+    /// (the name as [`echoed`]).
     #[error("configuration store `{0}` is not found")]
     NotFound(String),
     /// Items could not be read.
@@ -27,7 +28,7 @@ pub enum ConfigOpError {
     Get {
         /// The store.
         store: String,
-        /// The keys asked for.
+        /// The keys asked for, as [`shown_keys`] quotes them.
         keys: Vec<String>,
         /// Why (scrubbed).
         source: ConfigError,
@@ -45,7 +46,7 @@ pub enum ConfigOpError {
     Save {
         /// The store.
         store: String,
-        /// The keys written.
+        /// The keys written, as [`shown_keys`] quotes them.
         keys: Vec<String>,
         /// Why (scrubbed).
         source: ConfigError,
@@ -55,7 +56,7 @@ pub enum ConfigOpError {
     Delete {
         /// The store.
         store: String,
-        /// The keys asked for.
+        /// The keys asked for, as [`shown_keys`] quotes them.
         keys: Vec<String>,
         /// Why (scrubbed).
         source: ConfigError,
@@ -65,7 +66,7 @@ pub enum ConfigOpError {
     Subscribe {
         /// The store.
         store: String,
-        /// The keys asked for.
+        /// The keys asked for, as [`shown_keys`] quotes them.
         keys: Vec<String>,
         /// Why (scrubbed).
         source: ConfigError,
@@ -94,7 +95,7 @@ impl Call {
                 store: store.clone(),
                 call: self.clone(),
             }),
-            _ => Err(ConfigOpError::NotFound(name.to_string())),
+            _ => Err(ConfigOpError::NotFound(echoed(name).into_owned())),
         }
     }
 }
@@ -127,7 +128,7 @@ impl ConfigOps {
             .await
             .map_err(|e| ConfigOpError::Get {
                 store: self.name.clone(),
-                keys: query.keys.clone(),
+                keys: shown_keys(query.keys.iter().map(String::as_str)),
                 source: self.scrubbed(e),
             })?;
         for item in &items {
@@ -144,7 +145,7 @@ impl ConfigOps {
     /// Writes `items` (Layotto's `SaveConfiguration`); a read-only store
     /// answers [`ConfigError::Unsupported`].
     pub async fn save(&self, items: Vec<ConfigItem>) -> Result<(), ConfigOpError> {
-        let keys = items.iter().map(|item| item.key.clone()).collect();
+        let keys = shown_keys(items.iter().map(|item| item.key.as_str()));
         let store = &self.store;
         self.call
             .guarded(
@@ -176,7 +177,7 @@ impl ConfigOps {
             .await
             .map_err(|e| ConfigOpError::Delete {
                 store: self.name.clone(),
-                keys: query.keys.clone(),
+                keys: shown_keys(query.keys.iter().map(String::as_str)),
                 source: self.scrubbed(e),
             })
     }
@@ -185,7 +186,7 @@ impl ConfigOps {
     /// store across reloads (the store was checked in the call's
     /// generation).
     pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigOpError> {
-        let keys = query.keys.clone();
+        let keys = shown_keys(query.keys.iter().map(String::as_str));
         let handle = self.call.runtime().config_store(&self.name);
         self.call
             .guarded(
@@ -214,6 +215,27 @@ impl ConfigOps {
             ConfigError::Backend(m) => ConfigError::Backend(self.call.scrub(&m)),
         }
     }
+}
+
+/// Keys shown in an error at most.
+const SHOWN_KEYS: usize = 8;
+
+/// `keys` as an error quotes them: the first [`SHOWN_KEYS`], each as
+/// [`echoed`], then how many more there are.
+pub(crate) fn shown_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut shown = Vec::new();
+    let mut more = 0usize;
+    for key in keys {
+        if shown.len() < SHOWN_KEYS {
+            shown.push(echoed(key).into_owned());
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 {
+        shown.push(format!("… and {more} more"));
+    }
+    shown
 }
 
 /// What one configuration item adds to an answer, in bytes.

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rewire_runtime::{
-    FileBody, FileError, FileInfo, FileRead, FileStore, Instance, Kind, ListPage, ListRequest,
-    PutFileRequest,
+    echoed, FileBody, FileError, FileInfo, FileRead, FileStore, Instance, Kind, ListPage,
+    ListRequest, PutFileRequest,
 };
 
 use super::call::Call;
@@ -15,7 +15,8 @@ use super::retry_rule;
 /// Why a file operation failed (messages name the store and file).
 #[derive(Debug, thiserror::Error)]
 pub enum FileOpError {
-    /// No file store with that name in the call's generation.
+    /// No file store with that name in the call's generation (the name as
+    /// [`echoed`]).
     #[error("file store `{0}` is not found")]
     NotFound(String),
     /// The store refused or failed the operation.
@@ -49,7 +50,7 @@ impl Call {
                 store: store.clone(),
                 call: self.clone(),
             }),
-            _ => Err(FileOpError::NotFound(name.to_string())),
+            _ => Err(FileOpError::NotFound(echoed(name).into_owned())),
         }
     }
 }
@@ -74,7 +75,7 @@ impl FileOps {
         body: FileBody,
         metadata: BTreeMap<String, String>,
     ) -> Result<FileInfo, FileOpError> {
-        let action = format!("put file `{name}`");
+        let action = format!("put file `{}`", echoed(&name));
         let request = PutFileRequest {
             name,
             body,
@@ -100,7 +101,7 @@ impl FileOps {
                 FileError::Backend,
             )
             .await;
-        got.map_err(|e| self.failed(format!("get file `{name}`"), e))
+        got.map_err(|e| self.failed(format!("get file `{}`", echoed(name)), e))
     }
 
     /// One page of the files under `prefix`, after `marker`.
@@ -132,7 +133,7 @@ impl FileOps {
                 FileError::Backend,
             )
             .await;
-        info.map_err(|e| self.failed(format!("stat file `{name}`"), e))
+        info.map_err(|e| self.failed(format!("stat file `{}`", echoed(name)), e))
     }
 
     /// Removes `name`.
@@ -148,7 +149,7 @@ impl FileOps {
                 FileError::Backend,
             )
             .await;
-        deleted.map_err(|e| self.failed(format!("delete file `{name}`"), e))
+        deleted.map_err(|e| self.failed(format!("delete file `{}`", echoed(name)), e))
     }
 
     fn target(&self) -> (Kind, &str) {

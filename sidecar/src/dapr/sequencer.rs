@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rewire_runtime::{Increment, Instance, Kind, NextIdRequest, Sequencer, SequencerError};
+use rewire_runtime::{echoed, Increment, Instance, Kind, NextIdRequest, Sequencer, SequencerError};
 
 use super::call::Call;
 use super::retry_rule;
@@ -12,7 +12,8 @@ use super::retry_rule;
 /// Why a sequencer operation failed (messages name the store and key).
 #[derive(Debug, thiserror::Error)]
 pub enum SequencerOpError {
-    /// No sequencer with that name in the call's generation.
+    /// No sequencer with that name in the call's generation (the name as
+    /// [`echoed`]).
     #[error("sequencer `{0}` is not found")]
     NotFound(String),
     /// The sequencer refused or failed the request.
@@ -20,7 +21,7 @@ pub enum SequencerOpError {
     NextId {
         /// The sequencer.
         store: String,
-        /// The key.
+        /// The key, as [`echoed`].
         key: String,
         /// Why (scrubbed).
         source: SequencerError,
@@ -46,7 +47,7 @@ impl Call {
                 sequencer: sequencer.clone(),
                 call: self.clone(),
             }),
-            _ => Err(SequencerOpError::NotFound(name.to_string())),
+            _ => Err(SequencerOpError::NotFound(echoed(name).into_owned())),
         }
     }
 }
@@ -83,7 +84,7 @@ impl SequencerOps {
             .await
             .map_err(|source| SequencerOpError::NextId {
                 store: self.name.clone(),
-                key,
+                key: echoed(&key).into_owned(),
                 source: scrubbed(&self.call, source),
             })
     }
