@@ -62,6 +62,53 @@ async fn get_next_id_only_grows() {
     sidecar.stop().await;
 }
 
+/// As Layotto answers: an increment that is neither WEAK nor STRONG is
+/// refused (it was taken as WEAK), and with no sequencer configured at all
+/// the call is `FAILED_PRECONDITION` (a sequencer not found stays
+/// `INVALID_ARGUMENT`).
+#[tokio::test]
+async fn get_next_id_refuses_an_unknown_increment_and_needs_a_sequencer() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let illegal = client
+        .get_next_id(layotto::GetNextIdRequest {
+            store_name: "ids".into(),
+            key: "orders".into(),
+            options: Some(layotto::SequencerOptions { increment: 7 }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("an increment of 7");
+    assert_eq!(illegal.code(), Code::InvalidArgument, "{illegal:?}");
+    assert!(
+        illegal.message().contains("Options.Increment is illegal"),
+        "{illegal:?}"
+    );
+    sidecar.stop().await;
+
+    let none = r#"{"appId": "shop", "components": {"file": {"files": {"type": "memory"}}}}"#;
+    let sidecar = Sidecar::start(none, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let unconfigured = client
+        .get_next_id(layotto::GetNextIdRequest {
+            store_name: "ids".into(),
+            key: "orders".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no sequencer at all");
+    assert_eq!(
+        unconfigured.code(),
+        Code::FailedPrecondition,
+        "{unconfigured:?}"
+    );
+    assert!(
+        unconfigured.message().contains("not configured"),
+        "{unconfigured:?}"
+    );
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn files_stream_in_and_out_and_escapes_are_refused() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;

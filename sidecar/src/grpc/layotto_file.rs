@@ -37,15 +37,35 @@ pub(super) type FileStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::GetFileResponse, Status>> + Send>>;
 
 /// `GetNextId`: STRONG unless the options say WEAK (no options: STRONG,
-/// the stronger promise).
+/// the stronger promise); another increment is `INVALID_ARGUMENT`, and no
+/// sequencer configured at all `FAILED_PRECONDITION`, as Layotto answers.
 pub(super) async fn next_id(
     call: Call,
     req: pb::GetNextIdRequest,
 ) -> Result<pb::GetNextIdResponse, Status> {
+    // Layotto's answer when there is no sequencer at all.
+    let configured = call
+        .generation()
+        .iter()
+        .any(|(key, _)| key.kind == rewire_runtime::Kind::Sequencer);
+    if !configured {
+        return Err(Status::failed_precondition(
+            "sequencer stores are not configured",
+        ));
+    }
     let sequencer = call.sequencer(&req.store_name)?;
-    let increment = match req.options.map(|o| o.increment()) {
-        Some(pb::sequencer_options::AutoIncrement::Weak) => Increment::Weak,
-        _ => Increment::Strong,
+    let increment = match req.options.map(|o| o.increment) {
+        None => Increment::Strong,
+        Some(given) => match pb::sequencer_options::AutoIncrement::try_from(given) {
+            Ok(pb::sequencer_options::AutoIncrement::Weak) => Increment::Weak,
+            Ok(pb::sequencer_options::AutoIncrement::Strong) => Increment::Strong,
+            // Layotto's answer; prost's getter took it as WEAK.
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "Options.Increment is illegal: {given} (WEAK is 0, STRONG 1)"
+                )))
+            }
+        },
     };
     let metadata: BTreeMap<_, _> = req.metadata.into_iter().collect();
     let next_id = sequencer.next_id(req.key, increment, metadata).await?;
