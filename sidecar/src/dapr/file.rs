@@ -174,3 +174,31 @@ impl FileOps {
         }
     }
 }
+
+/// `time` as an HTTP date, held to the dates one can show (1970 to 9999):
+/// a file may carry any time (`httpdate` panics outside them).
+pub fn http_date(time: std::time::SystemTime) -> String {
+    /// 9999-12-31T23:59:59Z.
+    const LAST: std::time::Duration = std::time::Duration::from_secs(253_402_300_799);
+    httpdate::fmt_http_date(time.clamp(std::time::UNIX_EPOCH, std::time::UNIX_EPOCH + LAST))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn times_no_http_date_can_show_are_held_to_the_nearest_one() {
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(
+            http_date(UNIX_EPOCH - 10 * year),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
+        assert_eq!(
+            http_date(UNIX_EPOCH + 9000 * year),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+    }
+}

@@ -37,7 +37,7 @@ pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
 pub(crate) use configuration::config_item_bytes;
 pub use configuration::{ConfigOpError, ConfigOps};
-pub use file::{FileOpError, FileOps};
+pub use file::{http_date, FileOpError, FileOps};
 pub use file_upload::UploadError;
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{

@@ -6,7 +6,7 @@
 //! a get is sent as it is read, never held whole.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
 use tokio::io::AsyncReadExt;
@@ -17,7 +17,7 @@ use tonic::{Code, Status, Streaming};
 use super::endable_stream::{EndableStream, StreamEnd};
 use super::proto::spec::proto::runtime::v1 as pb;
 use crate::connection::BodyCharge;
-use crate::dapr::{Call, FileOpError, SequencerOpError, UploadError};
+use crate::dapr::{http_date, Call, FileOpError, SequencerOpError, UploadError};
 use tonic::codegen::Bytes;
 
 /// Bytes per `GetFileResponse`.
@@ -229,14 +229,6 @@ fn file_info(info: FileInfo) -> pb::FileInfo {
     }
 }
 
-/// `time` as an HTTP date, held to the dates one can show (1970 to 9999):
-/// a file may carry any time.
-fn http_date(time: SystemTime) -> String {
-    /// 9999-12-31T23:59:59Z.
-    const LAST: Duration = Duration::from_secs(253_402_300_799);
-    httpdate::fmt_http_date(time.clamp(UNIX_EPOCH, UNIX_EPOCH + LAST))
-}
-
 /// An unknown store is `INVALID_ARGUMENT` (as for every kind); a missing
 /// file `NOT_FOUND`; a refused name `INVALID_ARGUMENT`; a file over the
 /// store's bound `RESOURCE_EXHAUSTED`.
@@ -282,19 +274,6 @@ impl From<SequencerOpError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_no_http_date_can_show_are_held_to_the_nearest_one() {
-        let year = Duration::from_secs(365 * 24 * 3600);
-        assert_eq!(
-            http_date(UNIX_EPOCH - 10 * year),
-            "Thu, 01 Jan 1970 00:00:00 GMT"
-        );
-        assert_eq!(
-            http_date(UNIX_EPOCH + 9000 * year),
-            "Fri, 31 Dec 9999 23:59:59 GMT"
-        );
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_takes_no_chunk_has_its_stream_ended_and_the_file_let_go() {

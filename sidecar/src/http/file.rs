@@ -10,7 +10,6 @@
 //! * `GET /v1.0/rewire/file/{store}?prefix=&marker=&limit=`: one page,
 //!   `{"files": [...], "marker": "..."}` (`marker` only when more follow).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Extension, Path, State};
@@ -27,19 +26,11 @@ use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::rewire_error::RewireHttpError;
 use crate::connection::BodyCharge;
-use crate::dapr::Call;
+use crate::dapr::{http_date, Call};
 use crate::ApiState;
 
 /// Bytes sent per chunk of a streamed file.
 const CHUNK: usize = 64 * 1024;
-
-/// `time` as an HTTP date, held to the dates one can show (1970 to 9999):
-/// a file may carry any time.
-fn http_date(time: SystemTime) -> String {
-    /// 9999-12-31T23:59:59Z.
-    const LAST: Duration = Duration::from_secs(253_402_300_799);
-    httpdate::fmt_http_date(time.clamp(UNIX_EPOCH, UNIX_EPOCH + LAST))
-}
 
 fn info_json(info: &FileInfo) -> Value {
     json!({
@@ -151,22 +142,4 @@ pub async fn list(
         body["marker"] = json!(marker);
     }
     Ok(Json(body))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_no_http_date_can_show_are_held_to_the_nearest_one() {
-        let year = Duration::from_secs(365 * 24 * 3600);
-        assert_eq!(
-            http_date(UNIX_EPOCH - 10 * year),
-            "Thu, 01 Jan 1970 00:00:00 GMT"
-        );
-        assert_eq!(
-            http_date(UNIX_EPOCH + 9000 * year),
-            "Fri, 31 Dec 9999 23:59:59 GMT"
-        );
-    }
 }
