@@ -1,31 +1,37 @@
 //! The `local` file store: files in a directory (`root`, relative to the
 //! config file's folder), names confined to it.
 //!
-//! A name is checked ([`super::names`]), then every directory on its way
-//! must be a real directory inside the root: a symbolic link anywhere on
-//! the path is refused (so none can lead out), and files are opened with
-//! `O_NOFOLLOW`. A put streams into a temporary file in the target's
-//! folder, syncs it, renames it over the target and syncs the folder (so
-//! an acknowledged put survives a crash); it answers the size and time of
-//! the file it wrote, whatever another put of the name did since. Readers
-//! see the old file or the new one, never half of one; a put that fails or
-//! passes `maxFileSize` (default 1 GiB) leaves nothing behind, nor one
-//! abandoned midway (a client's deadline, a reset stream, shutdown): its
-//! temporary file is removed when the put is dropped, and the rename is a
-//! synchronous step, so a put abandoned before it is never put in place
-//! behind its caller's back (one abandoned while the folder syncs is in
-//! place already). Temporary files a crashed process left (its process
-//! gone, or untouched for [`STALE_TEMP`]) are removed at init.
+//! A name is checked ([`super::names`]), then resolved beneath a handle on
+//! the root opened at init, never by walking its path again
+//! ([`beneath`]): its folder is opened from that handle with every part a
+//! real directory (a symbolic link anywhere on the way is refused, even
+//! one swapped in midway by a process that can write in the root), and
+//! the file is opened, created, renamed or removed relative to its
+//! folder's handle, a symbolic link there refused too. A put streams into
+//! a temporary file in the target's folder, syncs it, renames it over the
+//! target and syncs the folder (so an acknowledged put survives a crash);
+//! it answers the size and time of the file it wrote, whatever another put
+//! of the name did since. Readers see the old file or the new one, never
+//! half of one; a put that fails or passes `maxFileSize` (default 1 GiB)
+//! leaves nothing behind, nor one abandoned midway (a client's deadline, a
+//! reset stream, shutdown): its temporary file is removed when the put is
+//! dropped, and the rename is a synchronous step, so a put abandoned
+//! before it is never put in place behind its caller's back (one abandoned
+//! while the folder syncs is in place already). Temporary files a crashed
+//! process left (its process gone, or untouched for [`STALE_TEMP`]) are
+//! removed at init.
 //!
-//! Not covered: the folders of a name are checked one by one, then used
-//! by path, so a process with write access to the root that swaps a
-//! checked folder for a symbolic link between the check and the use can
-//! redirect that one operation (closing it needs `openat`-style walking
-//! from a held directory handle).
+//! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
-use std::path::{Path, PathBuf};
+#[cfg(not(unix))]
+compile_error!(
+    "the `local` file store resolves names beneath a directory handle (`openat`): it needs a Unix"
+);
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rewire_runtime::{
@@ -37,7 +43,10 @@ use serde::Deserialize;
 use super::names::{self, TEMP_PREFIX};
 use super::{copy_bounded, deserialize_size, page_size, DEFAULT_MAX_FILE_SIZE};
 
+mod beneath;
 mod listing;
+
+use beneath::{Entry, Kind};
 
 /// A temporary file untouched this long is a dead put's, whoever wrote it.
 pub const STALE_TEMP: Duration = Duration::from_secs(5 * 60);
@@ -71,8 +80,9 @@ fn default_max() -> u64 {
 pub struct LocalFileStore {
     #[metadata]
     metadata: LocalFileMetadata,
-    /// The root, resolved and canonical (set at init).
-    root: OnceLock<PathBuf>,
+    /// A handle on the root, resolved and canonical (set at init): every
+    /// name is resolved beneath it.
+    root: OnceLock<Arc<OwnedFd>>,
 }
 
 fn backend(what: &str, name: &str, err: std::io::Error) -> FileError {
@@ -96,58 +106,53 @@ impl LocalFileStore {
         }
     }
 
-    fn root(&self) -> Result<&Path, FileError> {
+    fn root(&self) -> Result<Arc<OwnedFd>, FileError> {
         self.root
             .get()
-            .map(PathBuf::as_path)
+            .cloned()
             .ok_or_else(|| FileError::Backend("the file store is not initialised".into()))
     }
 
-    /// The folder of `name`, checked: every part a real directory (no
-    /// symbolic link). With `create`, missing folders are made.
-    async fn folder(&self, name: &str, parts: &[&str], create: bool) -> Result<PathBuf, FileError> {
-        let mut folder = self.root()?.to_path_buf();
-        for part in &parts[..parts.len() - 1] {
-            folder.push(part);
-            match tokio::fs::symlink_metadata(&folder).await {
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    return Err(refused(name, "passes through a symbolic link"))
-                }
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => return Err(refused(name, "passes through a file")),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound && create => {
-                    tokio::fs::create_dir(&folder)
-                        .await
-                        .or_else(|err| match err.kind() {
-                            std::io::ErrorKind::AlreadyExists => Ok(()),
-                            _ => Err(err),
-                        })
-                        .map_err(|err| backend("creating the folder of", name, err))?;
-                }
-                Err(err) => return Err(backend("opening", name, err)),
-            }
-        }
-        Ok(folder)
+    /// Runs `op` off the runtime with the handle on the folder of `name`
+    /// (checked: [`beneath::folder`]; with `create`, missing folders are
+    /// made), the name and its last part.
+    async fn beneath<T: Send + 'static>(
+        &self,
+        name: &str,
+        create: bool,
+        op: impl FnOnce(Arc<OwnedFd>, &str, &str) -> Result<T, FileError> + Send + 'static,
+    ) -> Result<T, FileError> {
+        names::parts(name)?;
+        let root = self.root()?;
+        let name = name.to_string();
+        blocking(move || {
+            let parts = names::parts(&name)?;
+            let Some((last, folders)) = parts.split_last() else {
+                return Err(FileError::Invalid("the file name is empty".into()));
+            };
+            let folder = beneath::folder(root.as_fd(), &name, folders, create)?;
+            op(Arc::new(folder), &name, last)
+        })
+        .await
     }
+}
 
-    /// The path of an existing regular file `name`.
-    async fn existing(&self, name: &str) -> Result<(PathBuf, std::fs::Metadata), FileError> {
-        let parts = names::parts(name)?;
-        let path = self
-            .folder(name, &parts, false)
-            .await?
-            .join(parts[parts.len() - 1]);
-        let meta = tokio::fs::symlink_metadata(&path)
-            .await
-            .map_err(|err| backend("reading", name, err))?;
-        if meta.file_type().is_symlink() {
-            return Err(refused(name, "is a symbolic link"));
-        }
-        if !meta.is_file() {
-            return Err(FileError::NotFound(name.to_string()));
-        }
-        Ok((path, meta))
+/// The metadata of the regular file `last` (of `name`) in `folder`.
+fn existing(folder: &OwnedFd, name: &str, last: &str) -> Result<std::fs::Metadata, FileError> {
+    match beneath::look(folder.as_fd(), last).map_err(|err| backend("reading", name, err))? {
+        Entry::File(meta) => Ok(meta),
+        Entry::Link => Err(refused(name, "is a symbolic link")),
+        Entry::Other | Entry::Missing => Err(FileError::NotFound(name.to_string())),
     }
+}
+
+/// Runs the blocking `op` off the runtime (as `tokio::fs` does).
+async fn blocking<T: Send + 'static>(
+    op: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+) -> Result<T, FileError> {
+    tokio::task::spawn_blocking(op)
+        .await
+        .map_err(|err| FileError::Backend(format!("the file store's task failed: {err}")))?
 }
 
 fn info(name: &str, meta: &std::fs::Metadata) -> FileInfo {
@@ -158,18 +163,20 @@ fn info(name: &str, meta: &std::fs::Metadata) -> FileInfo {
     }
 }
 
-/// A put's temporary file, removed when dropped unless it was renamed
-/// into place.
+/// A put's temporary file (`name` in `folder`), removed when dropped
+/// unless it was renamed into place.
 struct TempFile {
-    path: PathBuf,
+    folder: Arc<OwnedFd>,
+    name: String,
     placed: bool,
 }
 
 impl TempFile {
-    /// Renames the file over `target`. Synchronous on purpose: a put
-    /// dropped while this runs cannot have it finish behind its back.
-    fn place(&mut self, target: &Path) -> std::io::Result<()> {
-        std::fs::rename(&self.path, target)?;
+    /// Renames the file over `target` (in its folder). Synchronous on
+    /// purpose: a put dropped while this runs cannot have it finish behind
+    /// its back.
+    fn place(&mut self, target: &str) -> std::io::Result<()> {
+        beneath::rename(self.folder.as_fd(), &self.name, target)?;
         self.placed = true;
         Ok(())
     }
@@ -178,7 +185,7 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.placed {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = beneath::remove(self.folder.as_fd(), &self.name);
         }
     }
 }
@@ -212,53 +219,33 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// Removes the temporary files dead puts left under `root` (folders
-/// walked to [`listing::MAX_DEPTH`], symbolic links not followed).
-fn sweep_temp_files(root: &Path) {
-    let mut pending = vec![(root.to_path_buf(), 0usize)];
-    while let Some((folder, depth)) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
+/// Removes the temporary files dead puts left beneath the handle `root`
+/// (folders walked to [`listing::MAX_DEPTH`], symbolic links not
+/// followed; a folder is opened when it is walked, so handles are held
+/// only along the current path).
+fn sweep_temp_files(root: &OwnedFd) {
+    let mut pending: Vec<(beneath::Later, usize)> = vec![(None, 0)];
+    while let Some((later, depth)) = pending.pop() {
+        let Ok(folder) = beneath::open_later(root.as_fd(), later).map(Arc::new) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let Ok(file_type) = entry.file_type() else {
-                continue;
-            };
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if file_type.is_dir() && depth < listing::MAX_DEPTH {
-                pending.push((entry.path(), depth + 1));
-            } else if file_type.is_file()
-                && name.starts_with(TEMP_PREFIX)
-                && entry.metadata().is_ok_and(|meta| stale_temp(&name, &meta))
+        let Ok(entries) = beneath::entries(folder.as_fd()) else {
+            continue;
+        };
+        for (part, kind) in entries.flatten() {
+            if kind == Kind::Folder && depth < listing::MAX_DEPTH {
+                pending.push((Some((Arc::clone(&folder), part)), depth + 1));
+            } else if kind == Kind::File
+                && part.starts_with(TEMP_PREFIX)
+                && matches!(
+                    beneath::look(folder.as_fd(), &part),
+                    Ok(Entry::File(meta)) if stale_temp(&part, &meta)
+                )
             {
-                let _ = std::fs::remove_file(entry.path());
+                let _ = beneath::remove(folder.as_fd(), &part);
             }
         }
     }
-}
-
-/// Syncs `folder` itself (its entries: a rename in it), where the
-/// platform can.
-async fn sync_folder(folder: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        tokio::fs::File::open(folder).await?.sync_all().await
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = folder;
-        Ok(())
-    }
-}
-
-/// Opens `path` for reading without following a symbolic link.
-async fn open_no_follow(path: &Path) -> std::io::Result<tokio::fs::File> {
-    let mut options = tokio::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    options.custom_flags(libc::O_NOFOLLOW);
-    options.open(path).await
 }
 
 #[rewire_runtime::prelude::async_trait]
@@ -270,11 +257,15 @@ impl Component for LocalFileStore {
         };
         tokio::fs::create_dir_all(&root).await.map_err(failed)?;
         let canonical = tokio::fs::canonicalize(&root).await.map_err(failed)?;
-        let swept = canonical.clone();
-        tokio::task::spawn_blocking(move || sweep_temp_files(&swept))
-            .await
-            .map_err(|err| ComponentError::new(format!("sweeping {}: {err}", root.display())))?;
-        let _ = self.root.set(canonical);
+        let handle = tokio::task::spawn_blocking(move || {
+            let handle = beneath::open_root(&canonical)?;
+            sweep_temp_files(&handle);
+            Ok(handle)
+        })
+        .await
+        .map_err(|err| ComponentError::new(format!("sweeping {}: {err}", root.display())))?
+        .map_err(failed)?;
+        let _ = self.root.set(Arc::new(handle));
         Ok(())
     }
 }
@@ -283,28 +274,27 @@ impl Component for LocalFileStore {
 impl FileStore for LocalFileStore {
     async fn put(&self, req: PutFileRequest) -> Result<FileInfo, FileError> {
         let name = req.name.as_str();
-        let parts = names::parts(name)?;
-        let folder = self.folder(name, &parts, true).await?;
-        let target = folder.join(parts[parts.len() - 1]);
-        if tokio::fs::symlink_metadata(&target)
-            .await
-            .is_ok_and(|meta| !meta.is_file())
-        {
-            return Err(refused(name, "is not a regular file"));
-        }
-        let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let temp = folder.join(format!("{TEMP_PREFIX}{}-{serial}", std::process::id()));
-        let mut file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .await
-            .map_err(|err| backend("creating", name, err))?;
-        // From here the temporary file goes with the put, however it ends.
-        let mut temp = TempFile {
-            path: temp,
-            placed: false,
-        };
+        let (mut temp, file, last) = self
+            .beneath(name, true, |folder, name, last| {
+                if let Ok(Entry::Link | Entry::Other) = beneath::look(folder.as_fd(), last) {
+                    return Err(refused(name, "is not a regular file"));
+                }
+                let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
+                let temp = format!("{TEMP_PREFIX}{}-{serial}", std::process::id());
+                let file = beneath::create(folder.as_fd(), &temp)
+                    .map_err(|err| backend("creating", name, err))?;
+                // From here the temporary file goes with the put, however
+                // it ends (dropped even before this task's answer is
+                // taken: the answer is dropped, and the file with it).
+                let temp = TempFile {
+                    folder,
+                    name: temp,
+                    placed: false,
+                };
+                Ok((temp, file, last.to_string()))
+            })
+            .await?;
+        let mut file = tokio::fs::File::from_std(file);
         let limit = self.metadata.max_file_size;
         copy_bounded(name, req.body, &mut file, limit, |_| Ok(())).await?;
         file.sync_all()
@@ -317,44 +307,50 @@ impl FileStore for LocalFileStore {
             .await
             .map_err(|err| backend("reading", name, err))?;
         drop(file);
-        temp.place(&target)
+        temp.place(&last)
             .map_err(|err| backend("renaming into", name, err))?;
         // The rename is durable once the folder is synced.
-        sync_folder(&folder)
-            .await
-            .map_err(|err| backend("syncing the folder of", name, err))?;
+        let (folder, synced) = (Arc::clone(&temp.folder), name.to_string());
+        blocking(move || {
+            beneath::sync(folder.as_fd())
+                .map_err(|err| backend("syncing the folder of", &synced, err))
+        })
+        .await?;
         Ok(info(name, &meta))
     }
 
     async fn get(&self, name: &str) -> Result<FileRead, FileError> {
-        let (path, _) = self.existing(name).await?;
-        let file = open_no_follow(&path)
-            .await
-            .map_err(|err| backend("opening", name, err))?;
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|err| backend("reading", name, err))?;
+        let (file, meta) = self
+            .beneath(name, false, |folder, name, last| {
+                existing(&folder, name, last)?;
+                beneath::open_read(folder.as_fd(), name, last)
+            })
+            .await?;
         Ok(FileRead {
             info: info(name, &meta),
-            body: Box::pin(file),
+            body: Box::pin(tokio::fs::File::from_std(file)),
         })
     }
 
     async fn list(&self, req: ListRequest) -> Result<ListPage, FileError> {
-        let root = self.root()?.to_path_buf();
-        listing::page(&root, &req, page_size(&req)).await
+        let root = self.root()?;
+        blocking(move || listing::page(root.as_fd(), &req, page_size(&req))).await
     }
 
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
-        let (_, meta) = self.existing(name).await?;
+        let meta = self
+            .beneath(name, false, |folder, name, last| {
+                existing(&folder, name, last)
+            })
+            .await?;
         Ok(info(name, &meta))
     }
 
     async fn delete(&self, name: &str) -> Result<(), FileError> {
-        let (path, _) = self.existing(name).await?;
-        tokio::fs::remove_file(&path)
-            .await
-            .map_err(|err| backend("deleting", name, err))
+        self.beneath(name, false, |folder, name, last| {
+            existing(&folder, name, last)?;
+            beneath::remove(folder.as_fd(), last).map_err(|err| backend("deleting", name, err))
+        })
+        .await
     }
 }

@@ -162,6 +162,118 @@ async fn symbolic_links_out_of_the_root_are_refused() {
     assert!(!outside.join("new").exists());
 }
 
+/// What `outside` holds besides its `secret.txt` (as `OUTSIDE` has it),
+/// put back as it was.
+#[cfg(unix)]
+fn outside_changes(outside: &std::path::Path, content: &[u8]) -> Option<String> {
+    let mut changes = Vec::new();
+    for entry in std::fs::read_dir(outside).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "secret.txt" {
+            changes.push(format!("{:?} appeared", entry.file_name()));
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    match std::fs::read(outside.join("secret.txt")) {
+        Ok(read) if read == content => {}
+        Ok(read) => changes.push(format!(
+            "secret.txt holds {:?}",
+            String::from_utf8_lossy(&read)
+        )),
+        Err(err) => changes.push(format!("secret.txt: {err}")),
+    }
+    if changes.is_empty() {
+        return None;
+    }
+    std::fs::write(outside.join("secret.txt"), content).unwrap();
+    Some(changes.join(", "))
+}
+
+/// A process that can write in the root swaps folder `a` for a symbolic
+/// link out of the root and back, as fast as it can, while the store
+/// puts, gets, stats and deletes `a/secret.txt` thousands of times: no
+/// operation ever reaches the `secret.txt` outside (names are resolved
+/// from a handle on the root, the final part beneath a handle on its
+/// folder, never by walking the path again after checking it).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_swapped_for_a_symbolic_link_midway_never_leads_out_of_the_root() {
+    use std::sync::atomic::AtomicBool;
+    const OUTSIDE: &[u8] = b"the secret outside the root";
+    const WRITTEN: &[u8] = b"put through the store";
+    const ROUNDS: usize = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), OUTSIDE).unwrap();
+    let store = store("local", json!({ "root": root.display().to_string() })).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let swapper = {
+        let (stop, swaps) = (Arc::clone(&stop), Arc::clone(&swaps));
+        let (a, moved, outside) = (root.join("a"), root.join("a.d"), outside.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if std::fs::rename(&a, &moved).is_err() {
+                    let _ = std::fs::create_dir(&a);
+                    continue;
+                }
+                let _ = std::os::unix::fs::symlink(&outside, &a);
+                let _ = std::fs::remove_file(&a);
+                if std::fs::rename(&moved, &a).is_err() {
+                    // A put made `a` again meanwhile: that one stays.
+                    let _ = std::fs::remove_dir_all(&moved);
+                }
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let name = "a/secret.txt";
+    let rounds = async {
+        let mut escapes = Vec::new();
+        for round in 0..ROUNDS {
+            let _ = store.put(put(name, WRITTEN)).await;
+            if let Some(changes) = outside_changes(&outside, OUTSIDE) {
+                escapes.push(format!(
+                    "round {round}: a put changed the folder outside: {changes}"
+                ));
+            }
+            if let Ok(read) = read_all(&*store, name).await {
+                if read == OUTSIDE {
+                    escapes.push(format!("round {round}: a get read the file outside"));
+                }
+            }
+            if let Ok(info) = store.stat(name).await {
+                if info.size == OUTSIDE.len() as u64 {
+                    escapes.push(format!("round {round}: a stat answered the file outside"));
+                }
+            }
+            let _ = store.delete(name).await;
+            if let Some(changes) = outside_changes(&outside, OUTSIDE) {
+                escapes.push(format!(
+                    "round {round}: a delete changed the folder outside: {changes}"
+                ));
+            }
+        }
+        escapes
+    };
+    let escapes = tokio::time::timeout(std::time::Duration::from_secs(60), rounds).await;
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let escapes = escapes.expect("the rounds did not end within 60 s");
+    let swaps = swaps.load(Ordering::Relaxed);
+    assert!(swaps > 100, "the folder was swapped only {swaps} times");
+    assert!(
+        escapes.is_empty(),
+        "{} escapes in {ROUNDS} rounds ({swaps} swaps): {escapes:#?}",
+        escapes.len()
+    );
+}
+
 /// A body of `len` bytes made up as it is read (never held), recording the
 /// largest read it was asked for.
 struct Generated {

@@ -6,10 +6,13 @@
 //! paging through a tree does not walk all of it for every page.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
 
 use rewire_runtime::{FileError, FileInfo, ListPage, ListRequest};
+use rustix::io::Errno;
 
+use super::beneath::{self, Entry, Kind, Later};
 use super::info;
 use crate::file_store::names::TEMP_PREFIX;
 
@@ -37,48 +40,46 @@ thread_local! {
     static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The first `size` files (in name order) matching `req`.
-pub(super) async fn page(
-    root: &Path,
+/// The first `size` files (in name order) matching `req`, beneath the
+/// handle `root` (blocking).
+pub(super) fn page(
+    root: BorrowedFd<'_>,
     req: &ListRequest,
     size: usize,
 ) -> Result<ListPage, FileError> {
     let mut found: BTreeMap<String, FileInfo> = BTreeMap::new();
-    let mut pending = vec![(root.to_path_buf(), String::new(), 0usize)];
-    while let Some((folder, prefix, depth)) = pending.pop() {
+    // Folders to read, with their name in the store and depth. A folder
+    // is opened when it is read, so handles are held only along the
+    // current path.
+    let mut pending: Vec<(Later, String, usize)> = vec![(None, String::new(), 0)];
+    while let Some((later, prefix, depth)) = pending.pop() {
         #[cfg(test)]
         OPENED.with(|opened| opened.set(opened.get() + 1));
-        let mut entries = match tokio::fs::read_dir(&folder).await {
-            Ok(entries) => entries,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(FileError::Backend(format!("listing `{prefix}`: {err}"))),
+        let opened = beneath::open_later(root, later);
+        let failed = |err: std::io::Error| FileError::Backend(format!("listing `{prefix}`: {err}"));
+        let folder = match opened {
+            Ok(folder) => Arc::new(folder),
+            // Gone, or swapped for a link or a file, since it was seen.
+            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
+            Err(err) => return Err(failed(err.into())),
         };
-        while let Some(entry) = entries
-            .next_entry()
-            .await
-            .map_err(|err| FileError::Backend(format!("listing `{prefix}`: {err}")))?
-        {
-            let Ok(part) = entry.file_name().into_string() else {
-                continue;
-            };
+        for entry in beneath::entries(folder.as_fd()).map_err(failed)? {
+            let (part, kind) = entry.map_err(failed)?;
             if part.starts_with(TEMP_PREFIX) {
                 continue;
             }
             let name = format!("{prefix}{part}");
-            let Ok(file_type) = entry.file_type().await else {
-                continue;
-            };
-            if file_type.is_dir() {
+            if kind == Kind::Folder {
                 let folder_name = format!("{name}/");
                 let last = (found.len() > size)
                     .then(|| found.last_key_value().map(|(last, _)| last.as_str()))
                     .flatten();
                 if folder_may_hold(&folder_name, req, last) && depth < MAX_DEPTH {
-                    pending.push((entry.path(), folder_name, depth + 1));
+                    pending.push((Some((Arc::clone(&folder), part)), folder_name, depth + 1));
                 }
                 continue;
             }
-            if !file_type.is_file()
+            if kind != Kind::File
                 || !name.starts_with(&req.prefix)
                 || req.marker.as_ref().is_some_and(|marker| name <= *marker)
             {
@@ -91,7 +92,7 @@ pub(super) async fn page(
             {
                 continue;
             }
-            if let Ok(meta) = entry.metadata().await {
+            if let Ok(Entry::File(meta)) = beneath::look(folder.as_fd(), &part) {
                 found.insert(name.clone(), info(&name, &meta));
                 if found.len() > size + 1 {
                     found.pop_last();
@@ -141,8 +142,8 @@ mod tests {
         OPENED.with(std::cell::Cell::get)
     }
 
-    #[tokio::test]
-    async fn pages_across_nested_folders_open_only_the_folders_they_need() {
+    #[test]
+    fn pages_across_nested_folders_open_only_the_folders_they_need() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let mut all = Vec::new();
@@ -157,11 +158,12 @@ mod tests {
         std::fs::write(root.join("top"), "x").unwrap();
         all.push("top".into());
         all.sort();
+        let handle = beneath::open_root(root).unwrap();
 
         let (mut listed, mut marker) = (Vec::new(), None::<String>);
         loop {
             let req = request("", marker.as_deref(), 2);
-            let page = page(root, &req, 2).await.unwrap();
+            let page = page(handle.as_fd(), &req, 2).unwrap();
             listed.extend(page.files.into_iter().map(|info| info.name));
             marker = page.marker;
             if marker.is_none() {
@@ -174,8 +176,7 @@ mod tests {
         // (`b/deep/` is: it could hold `b/deep/3`).
         let before = opened();
         let req = request("", Some("b/deep/2"), 2);
-        let names: Vec<String> = page(root, &req, 2)
-            .await
+        let names: Vec<String> = page(handle.as_fd(), &req, 2)
             .unwrap()
             .files
             .into_iter()
