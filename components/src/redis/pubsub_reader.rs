@@ -6,7 +6,8 @@
 //! publish gate (waiting for `XADD`s under way), delivers the consumer's
 //! own pending entries (handed back `RETRY`, left by an earlier process,
 //! or whose `XACK` failed; not those awaiting their outcome here), reads
-//! new entries until the stream has been quiet for [`DRAIN_LINGER`] (a
+//! new entries until the stream has been quiet for [`DRAIN_LINGER`] since
+//! the last batch was delivered and a last read finds nothing (a
 //! publisher still on this server), waits for the outcomes of what it
 //! delivered (delivering again what is settled `RETRY`), then ends.
 //!
@@ -151,7 +152,8 @@ struct Drain {
     /// Reading this consumer's own pending entries: the id to read after;
     /// `None` once they were all read.
     pending_after: Option<String>,
-    /// When the stream last gave a new entry (or the drain began).
+    /// When the last batch was delivered (or the pending entries were all
+    /// delivered, or the drain began).
     quiet_since: Instant,
     /// When reading stops, however steadily entries come.
     read_until: Instant,
@@ -203,15 +205,19 @@ impl Reader {
                     ..
                 }) => (after.clone(), None),
                 Some(drain) => {
-                    let left = DRAIN_LINGER.saturating_sub(drain.quiet_since.elapsed());
-                    if left.is_zero() || Instant::now() >= drain.read_until {
+                    if Instant::now() >= drain.read_until {
                         break;
                     }
-                    // `BLOCK 0` would wait forever.
-                    let left = left.min(BLOCK).max(Duration::from_millis(1));
-                    (">".to_string(), Some(left))
+                    let left = DRAIN_LINGER.saturating_sub(drain.quiet_since.elapsed());
+                    // Quiet for `DRAIN_LINGER`: one last read that does not
+                    // wait; the drain ends only when it comes back empty.
+                    // (`BLOCK 0` would wait forever.)
+                    let block =
+                        (!left.is_zero()).then(|| left.min(BLOCK).max(Duration::from_millis(1)));
+                    (">".to_string(), block)
                 }
             };
+            let last_look = drain.is_some() && after == ">" && block.is_none();
             // Taken before the read: an entry in flight then may be
             // acknowledged (and forgotten) before its reply is looked at.
             let in_flight_before = (after != ">").then(|| self.in_flight_now());
@@ -241,12 +247,14 @@ impl Reader {
                     continue;
                 }
             };
+            if last_look && entries.is_empty() {
+                break;
+            }
             let own_pending = after != ">";
+            let got_any = !entries.is_empty();
             if let Some(drain) = drain.as_mut() {
                 if own_pending {
                     drain.pending_after = entries.last().map(|(id, _)| id.clone());
-                } else if !entries.is_empty() {
-                    drain.quiet_since = Instant::now();
                 }
             }
             for (id, data) in entries {
@@ -265,6 +273,14 @@ impl Reader {
                 let message = self.message(id, data);
                 if !self.deliver(&in_flight, message).await {
                     return;
+                }
+            }
+            // The quiet is counted from when the pending entries were all
+            // delivered, and from the last batch delivered: delivering
+            // (`concurrency` at a time) may take longer than the linger.
+            if let Some(drain) = drain.as_mut() {
+                if got_any || (own_pending && drain.pending_after.is_none()) {
+                    drain.quiet_since = Instant::now();
                 }
             }
         }

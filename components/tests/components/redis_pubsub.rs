@@ -398,3 +398,68 @@ async fn a_concurrency_raised_in_place_reaches_a_running_subscription() {
     );
     first.settle(DeliveryOutcome::Success);
 }
+
+#[tokio::test]
+async fn a_slow_drain_of_pending_entries_still_reads_what_was_published_meanwhile() {
+    let server = RedisServer::start().await;
+    // An earlier process read six entries and died before their outcome:
+    // pending for the group's consumer, delivered only by the drain.
+    server
+        .query(&["XGROUP", "CREATE", "orders", "app", "0", "MKSTREAM"])
+        .await
+        .expect("group");
+    for i in 0..6 {
+        server
+            .query(&["XADD", "orders", "*", "data", &format!("crashed{i}")])
+            .await
+            .expect("xadd");
+    }
+    server
+        .query(&[
+            "XREADGROUP",
+            "GROUP",
+            "app",
+            "app",
+            "COUNT",
+            "6",
+            "STREAMS",
+            "orders",
+            ">",
+        ])
+        .await
+        .expect("read by the crashed process");
+    let broker =
+        broker(json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": 1})).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    sub.drain();
+    // A slow subscriber (700 ms an event, one at a time): delivering the
+    // pending entries takes longer than the drain's linger (3 s). Entries
+    // a publisher still on this server sends as the drain begins are read
+    // only after them.
+    let mut seen = Vec::new();
+    loop {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(60), sub.deliveries.recv())
+            .await
+            .expect("the drain ends within a minute");
+        let Some(delivery) = next else {
+            break;
+        };
+        let text = String::from_utf8_lossy(&delivery.message.data).to_string();
+        if text == "crashed0" {
+            for i in 0..3 {
+                server
+                    .query(&["XADD", "orders", "*", "data", &format!("late{i}")])
+                    .await
+                    .expect("xadd");
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        seen.push(text);
+        delivery.settle(DeliveryOutcome::Success);
+    }
+    let expected: Vec<String> = (0..6)
+        .map(|i| format!("crashed{i}"))
+        .chain((0..3).map(|i| format!("late{i}")))
+        .collect();
+    assert_eq!(seen, expected);
+}
