@@ -46,6 +46,9 @@ use sampler::LiveSampler;
 /// its sampler and exporter swapped as the settings change.
 struct Telemetry {
     enabled: AtomicBool,
+    /// Whether calls may be sampled at all (tracing on and the sampler not
+    /// `always_off`): when not, only a reload's spans are made.
+    calls: AtomicBool,
     sampler: LiveSampler,
     provider: SdkTracerProvider,
     exporter: watch::Sender<Option<Arc<Exporter>>>,
@@ -74,6 +77,7 @@ fn telemetry() -> &'static Telemetry {
             .build();
         Telemetry {
             enabled: AtomicBool::new(false),
+            calls: AtomicBool::new(false),
             sampler,
             provider,
             exporter: watch::Sender::new(None),
@@ -93,6 +97,13 @@ fn env_number(name: &str) -> Option<u64> {
 /// Whether spans are being recorded and exported now.
 pub fn is_enabled() -> bool {
     telemetry().enabled.load(Ordering::Relaxed)
+}
+
+/// Whether calls are traced now: tracing is on and the sampler may sample
+/// one (under `always_off` only reloads are traced, and a call costs no
+/// span and no header parsing).
+pub fn calls_traced() -> bool {
+    telemetry().calls.load(Ordering::Relaxed)
 }
 
 /// The counters of exported and dropped spans (of the whole process).
@@ -132,11 +143,11 @@ struct WhenTracing;
 
 impl<S> Filter<S> for WhenTracing {
     fn enabled(&self, metadata: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
-        is_trace_span(metadata) && is_enabled()
+        span_wanted(metadata, is_enabled(), calls_traced())
     }
 
     fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if is_trace_span(metadata) && is_enabled() {
+        if span_wanted(metadata, is_enabled(), calls_traced()) {
             Interest::always()
         } else {
             Interest::never()
@@ -146,6 +157,13 @@ impl<S> Filter<S> for WhenTracing {
     fn max_level_hint(&self) -> Option<LevelFilter> {
         Some(LevelFilter::INFO)
     }
+}
+
+/// Whether a span of `metadata` is made: rewire's spans while tracing is
+/// `on`; with calls not traced (`always_off`), a reload's only.
+fn span_wanted(metadata: &Metadata<'_>, on: bool, calls: bool) -> bool {
+    const RELOAD_SPANS: [&str; 2] = ["rewire.reload", "rewire.component"];
+    is_trace_span(metadata) && on && (calls || RELOAD_SPANS.contains(&metadata.name()))
 }
 
 /// Puts `settings` in force (a no-op when they already are). Must run
@@ -192,7 +210,9 @@ pub fn apply(settings: &TraceSettings) {
     let on = exporter.is_some();
     telemetry.sampler.set(settings.sampler);
     telemetry.exporter.send_replace(exporter);
-    if telemetry.enabled.swap(on, Ordering::Relaxed) != on {
+    let calls = on && settings.sampler != SamplerChoice::AlwaysOff;
+    let switched = telemetry.enabled.swap(on, Ordering::Relaxed) != on;
+    if telemetry.calls.swap(calls, Ordering::Relaxed) != calls || switched {
         // Every callsite asks `WhenTracing` again.
         tracing::callsite::rebuild_interest_cache();
     }
@@ -274,6 +294,28 @@ mod tests {
             // every API call paid for it) although no layer recorded it.
             assert!(tracing::info_span!("rewire.api").is_disabled());
             assert!(tracing::info_span!("rewire.redis", db.system = "redis").is_disabled());
+        });
+    }
+
+    #[test]
+    fn under_always_off_only_a_reloads_spans_are_made() {
+        let wanted = |span: tracing::Span, on: bool, calls: bool| {
+            span.metadata().is_some_and(|m| span_wanted(m, on, calls))
+        };
+        // Spans made under a subscriber that takes everything, to read
+        // their metadata.
+        let subscriber = tracing_subscriber::registry();
+        tracing::subscriber::with_default(subscriber, || {
+            let api = || tracing::info_span!("rewire.api");
+            let reload = || tracing::info_span!("rewire.reload");
+            let component = || tracing::info_span!("rewire.component");
+            let other = || tracing::info_span!("some.span");
+            assert!(wanted(api(), true, true));
+            assert!(!wanted(api(), true, false));
+            assert!(wanted(reload(), true, false));
+            assert!(wanted(component(), true, false));
+            assert!(!wanted(reload(), false, false));
+            assert!(!wanted(other(), true, true));
         });
     }
 }

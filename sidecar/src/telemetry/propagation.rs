@@ -12,7 +12,7 @@ use tracing::field::Empty;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::is_enabled;
+use super::calls_traced;
 
 const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
@@ -49,12 +49,14 @@ impl Extractor for Metadata<'_> {
 /// The caller's trace context in `headers`, when tracing is on and the
 /// call carries a valid `traceparent`.
 pub fn caller_of_http(headers: &HeaderMap) -> Option<Context> {
-    is_enabled().then(|| remote(&Headers(headers))).flatten()
+    calls_traced().then(|| remote(&Headers(headers))).flatten()
 }
 
 /// The caller's trace context in gRPC `metadata` (as [`caller_of_http`]).
 pub fn caller_of_grpc(metadata: &MetadataMap) -> Option<Context> {
-    is_enabled().then(|| remote(&Metadata(metadata))).flatten()
+    calls_traced()
+        .then(|| remote(&Metadata(metadata)))
+        .flatten()
 }
 
 fn remote(extractor: &dyn Extractor) -> Option<Context> {
@@ -92,10 +94,10 @@ pub fn record_component(key: &dyn std::fmt::Display, type_name: &str) {
     }
 }
 
-/// The W3C `traceparent` of the current span, when tracing is on and the
+/// The W3C `traceparent` of the current span, when calls are traced and the
 /// span is part of a trace.
 pub fn current_traceparent() -> Option<String> {
-    if !is_enabled() {
+    if !calls_traced() {
         return None;
     }
     let cx = Span::current().context();
