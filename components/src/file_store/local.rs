@@ -15,11 +15,14 @@
 //! half of one; a put that fails or passes `maxFileSize` (default 1 GiB)
 //! leaves nothing behind, nor one abandoned midway (a client's deadline, a
 //! reset stream, shutdown): its temporary file is removed when the put is
-//! dropped, and the rename is a synchronous step, so a put abandoned
-//! before it is never put in place behind its caller's back (one abandoned
-//! while the folder syncs is in place already). Temporary files a crashed
-//! process left (its process gone, or untouched for [`STALE_TEMP`]) are
-//! removed at init.
+//! dropped, and the rename (off the runtime) runs only if the put was not
+//! abandoned before it started, so an abandoned put is never put in place
+//! behind its caller's back (one abandoned while the rename runs or the
+//! folder syncs is in place already). Temporary files are named with this
+//! host's tag, the process id and a serial; those a crashed process left
+//! (one of this host whose process is gone, or any untouched for
+//! [`STALE_TEMP`]) are removed by a bounded sweep that init starts in the
+//! background.
 //!
 //! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
@@ -171,38 +174,132 @@ struct TempFile {
     placed: bool,
 }
 
+/// Where a put's rename into place stands: the put's future and the
+/// blocking task that renames race to claim it, so a rename still queued
+/// when the put is abandoned never runs (it would put the file in place
+/// behind its caller's back, perhaps over a later put of the name).
+const PENDING: u8 = 0;
+const RENAMING: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Marks the rename abandoned if the put is dropped before it started.
+struct AbandonGuard(Arc<std::sync::atomic::AtomicU8>);
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
 impl TempFile {
-    /// Renames the file over `target` (in its folder). Synchronous on
-    /// purpose: a put dropped while this runs cannot have it finish behind
-    /// its back.
-    fn place(&mut self, target: &str) -> std::io::Result<()> {
-        beneath::rename(self.folder.as_fd(), &self.name, target)?;
-        self.placed = true;
-        Ok(())
+    /// Renames the file over `target` (in its folder) off the runtime. A
+    /// put dropped before the rename started never has it run (the
+    /// temporary file is removed instead); one dropped while it runs is in
+    /// place, as one dropped while the folder syncs.
+    async fn place(mut self, target: String) -> std::io::Result<Arc<OwnedFd>> {
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(PENDING));
+        let guard = AbandonGuard(Arc::clone(&state));
+        let folder = Arc::clone(&self.folder);
+        let renamed = tokio::task::spawn_blocking(move || {
+            if state
+                .compare_exchange(PENDING, RENAMING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // Abandoned: `self` is dropped here, its file removed.
+                return Err(std::io::Error::other("the put was abandoned"));
+            }
+            let renamed = beneath::rename(self.folder.as_fd(), &self.name, &target);
+            self.placed = renamed.is_ok();
+            // Removes the file unless it is in place.
+            drop(self);
+            renamed
+        })
+        .await
+        .map_err(std::io::Error::other);
+        drop(guard);
+        renamed??;
+        Ok(folder)
     }
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if !self.placed {
-            let _ = beneath::remove(self.folder.as_fd(), &self.name);
+        if self.placed {
+            return;
+        }
+        let (folder, name) = (Arc::clone(&self.folder), std::mem::take(&mut self.name));
+        let remove = move || {
+            let _ = beneath::remove(folder.as_fd(), &name);
+        };
+        // Off the runtime when there is one (an unlink can be slow on a
+        // network volume); synchronously otherwise.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(remove);
+            }
+            Err(_) => remove(),
         }
     }
 }
 
-/// Whether the temporary file `name` (with `meta`) is a dead put's: its
-/// process is gone, or it was untouched for [`STALE_TEMP`].
+/// This host's part of temporary names: a short stable hash of what
+/// scopes its process ids (on Linux the boot id, the pid namespace and
+/// the host name; elsewhere process ids are never judged). Only files named with it are judged by their
+/// process; another host's (a root shared over a network volume) only by
+/// age.
+fn host_tag() -> &'static str {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
+        let mut identity = String::new();
+        #[cfg(target_os = "linux")]
+        {
+            identity.push_str(
+                std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                    .unwrap_or_default()
+                    .trim(),
+            );
+            if let Ok(ns) = std::fs::read_link("/proc/self/ns/pid") {
+                identity.push_str(&ns.to_string_lossy());
+            }
+        }
+        identity.push_str(
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .unwrap_or_default()
+                .trim(),
+        );
+        // FNV-1a: stable across builds, unlike the std hasher.
+        let hash = identity.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{hash:016x}")
+    })
+}
+
+/// The name of a new temporary file: `.rewire-tmp-<host>-<pid>-<serial>`.
+fn temp_name() -> String {
+    let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{TEMP_PREFIX}{}-{}-{serial}",
+        host_tag(),
+        std::process::id()
+    )
+}
+
+/// Whether the temporary file `name` (with `meta`) is a dead put's: one
+/// of this host whose process is gone, or any untouched for
+/// [`STALE_TEMP`].
 fn stale_temp(name: &str, meta: &std::fs::Metadata) -> bool {
     let untouched = meta
         .modified()
         .ok()
         .and_then(|at| at.elapsed().ok())
         .is_some_and(|age| age >= STALE_TEMP);
-    let pid = name
-        .strip_prefix(TEMP_PREFIX)
-        .and_then(|rest| rest.split('-').next())
-        .and_then(|pid| pid.parse::<u32>().ok());
-    untouched || pid.is_some_and(|pid| pid != std::process::id() && !process_alive(pid))
+    let mut parts = name.strip_prefix(TEMP_PREFIX).unwrap_or("").split('-');
+    let ours = parts.next() == Some(host_tag());
+    let pid = parts.next().and_then(|pid| pid.parse::<u32>().ok());
+    untouched || (ours && pid.is_some_and(|pid| pid != std::process::id() && !process_alive(pid)))
 }
 
 /// Whether a process `pid` may run on this host (where that cannot be
@@ -219,12 +316,17 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Most entries one sweep looks at: a huge root is swept in part (the
+/// rest at a later init, or left to age).
+const SWEEP_ENTRIES: usize = 100_000;
+
 /// Removes the temporary files dead puts left beneath the handle `root`
-/// (folders walked to [`listing::MAX_DEPTH`], symbolic links not
-/// followed; a folder is opened when it is walked, so handles are held
-/// only along the current path).
+/// (folders walked to [`listing::MAX_DEPTH`], at most [`SWEEP_ENTRIES`]
+/// entries, symbolic links not followed; a folder is opened when it is
+/// walked, so handles are held only along the current path).
 fn sweep_temp_files(root: &OwnedFd) {
     let mut pending: Vec<(beneath::Later, usize)> = vec![(None, 0)];
+    let mut budget = SWEEP_ENTRIES;
     while let Some((later, depth)) = pending.pop() {
         let Ok(folder) = beneath::open_later(root.as_fd(), later).map(Arc::new) else {
             continue;
@@ -233,6 +335,10 @@ fn sweep_temp_files(root: &OwnedFd) {
             continue;
         };
         for (part, kind) in entries.flatten() {
+            let Some(left) = budget.checked_sub(1) else {
+                return;
+            };
+            budget = left;
             if kind == Kind::Folder && depth < listing::MAX_DEPTH {
                 pending.push((Some((Arc::clone(&folder), part)), depth + 1));
             } else if kind == Kind::File
@@ -248,6 +354,37 @@ fn sweep_temp_files(root: &OwnedFd) {
     }
 }
 
+/// Roots (by device and inode) being swept now: an init while one is
+/// swept (a quick reload) does not start another.
+fn sweeping() -> &'static std::sync::Mutex<std::collections::HashSet<(u64, u64)>> {
+    static SWEEPING: OnceLock<std::sync::Mutex<std::collections::HashSet<(u64, u64)>>> =
+        OnceLock::new();
+    SWEEPING.get_or_init(Default::default)
+}
+
+/// Sweeps `root` in the background (never holding up init).
+fn sweep_in_background(root: Arc<OwnedFd>) {
+    let Ok(stat) = rustix::fs::fstat(root.as_fd()) else {
+        return;
+    };
+    #[allow(clippy::useless_conversion)]
+    let key = (u64::from(stat.st_dev), u64::from(stat.st_ino));
+    if !sweeping()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key)
+    {
+        return;
+    }
+    tokio::task::spawn_blocking(move || {
+        sweep_temp_files(&root);
+        sweeping()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+    });
+}
+
 #[rewire_runtime::prelude::async_trait]
 impl Component for LocalFileStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
@@ -257,15 +394,13 @@ impl Component for LocalFileStore {
         };
         tokio::fs::create_dir_all(&root).await.map_err(failed)?;
         let canonical = tokio::fs::canonicalize(&root).await.map_err(failed)?;
-        let handle = tokio::task::spawn_blocking(move || {
-            let handle = beneath::open_root(&canonical)?;
-            sweep_temp_files(&handle);
-            Ok(handle)
-        })
-        .await
-        .map_err(|err| ComponentError::new(format!("sweeping {}: {err}", root.display())))?
-        .map_err(failed)?;
-        let _ = self.root.set(Arc::new(handle));
+        let handle = tokio::task::spawn_blocking(move || beneath::open_root(&canonical))
+            .await
+            .map_err(|err| ComponentError::new(format!("opening {}: {err}", root.display())))?
+            .map_err(failed)?;
+        let handle = Arc::new(handle);
+        sweep_in_background(Arc::clone(&handle));
+        let _ = self.root.set(handle);
         Ok(())
     }
 }
@@ -274,13 +409,12 @@ impl Component for LocalFileStore {
 impl FileStore for LocalFileStore {
     async fn put(&self, req: PutFileRequest) -> Result<FileInfo, FileError> {
         let name = req.name.as_str();
-        let (mut temp, file, last) = self
+        let (temp, file, last) = self
             .beneath(name, true, |folder, name, last| {
                 if let Ok(Entry::Link | Entry::Other) = beneath::look(folder.as_fd(), last) {
                     return Err(refused(name, "is not a regular file"));
                 }
-                let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
-                let temp = format!("{TEMP_PREFIX}{}-{serial}", std::process::id());
+                let temp = temp_name();
                 let file = beneath::create(folder.as_fd(), &temp)
                     .map_err(|err| backend("creating", name, err))?;
                 // From here the temporary file goes with the put, however
@@ -307,10 +441,12 @@ impl FileStore for LocalFileStore {
             .await
             .map_err(|err| backend("reading", name, err))?;
         drop(file);
-        temp.place(&last)
+        let folder = temp
+            .place(last)
+            .await
             .map_err(|err| backend("renaming into", name, err))?;
         // The rename is durable once the folder is synced.
-        let (folder, synced) = (Arc::clone(&temp.folder), name.to_string());
+        let synced = name.to_string();
         blocking(move || {
             beneath::sync(folder.as_fd())
                 .map_err(|err| backend("syncing the folder of", &synced, err))

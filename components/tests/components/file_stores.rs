@@ -488,8 +488,46 @@ async fn a_local_put_abandoned_midway_leaves_no_temporary_file() {
     // The caller goes away (a deadline, a reset stream): the put is dropped.
     put.abort();
     assert!(put.await.unwrap_err().is_cancelled());
-    assert_eq!(temp_files(&root), Vec::<String>::new());
+    // Removed off the runtime: soon.
+    until_gone(&root).await;
     assert!(!root.join("docs/abandoned.bin").exists());
+}
+
+/// Waits until no temporary file is left under `root` (failing after 10 s).
+async fn until_gone(root: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !temp_files(root).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?} still there",
+            temp_files(root)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// This host's tag in temporary names, read from a put being written (on
+/// a root of its own).
+async fn host_tag() -> String {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store("local", json!({ "root": dir.path().display().to_string() })).await;
+    let (mut writer, read, put) = piped_put(&store, "probe");
+    writer.write_all(&[1; 10]).await.unwrap();
+    until_read(&read, 10).await;
+    let name = temp_files(dir.path()).pop().expect("a temporary file");
+    put.abort();
+    let name = name.rsplit('/').next().unwrap();
+    let tag = name.strip_prefix(".rewire-tmp-").unwrap().split('-').next();
+    tag.unwrap().to_string()
+}
+
+async fn until_missing(path: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{path:?} not swept");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]
@@ -498,28 +536,39 @@ async fn init_removes_the_temporary_files_of_dead_puts_only() {
     let root = dir.path().join("files");
     std::fs::create_dir_all(root.join("deep")).unwrap();
     let ours = std::process::id();
-    // A process that is gone (no such pid on Linux).
-    let gone = root.join(".rewire-tmp-999999999-0");
-    // This process's, untouched for an hour.
-    let old = root.join(format!("deep/.rewire-tmp-{ours}-900"));
-    // This process's, being written (as by another instance on the root).
-    let live = root.join(format!(".rewire-tmp-{ours}-901"));
-    for path in [&gone, &old, &live] {
+    let tag = host_tag().await;
+    // This host's, its process gone (no such pid on Linux).
+    let gone = root.join(format!(".rewire-tmp-{tag}-999999999-0"));
+    // This host's, this process's, untouched for an hour.
+    let old = root.join(format!("deep/.rewire-tmp-{tag}-{ours}-900"));
+    // This host's, being written (as by another instance on the root).
+    let live = root.join(format!(".rewire-tmp-{tag}-{ours}-901"));
+    // Another host's (a root shared over a network volume): its pid means
+    // nothing here, so only age counts.
+    let foreign = root.join(".rewire-tmp-0123456789abcdef-999999999-0");
+    let foreign_old = root.join("deep/.rewire-tmp-0123456789abcdef-999999999-1");
+    for path in [&gone, &old, &live, &foreign, &foreign_old] {
         std::fs::write(path, b"partial").unwrap();
     }
     let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&old)
-        .unwrap()
-        .set_modified(hour_ago)
-        .unwrap();
+    for path in [&old, &foreign_old] {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
     let _store = store("local", json!({ "root": root.display().to_string() })).await;
-    assert!(!old.exists(), "an hour old");
+    // The sweep runs in the background, the root's files before `deep`'s:
+    // once those are gone every file was judged.
+    until_missing(&old).await;
+    until_missing(&foreign_old).await;
     if cfg!(target_os = "linux") {
         assert!(!gone.exists(), "its process is gone");
     }
     assert!(live.exists(), "a live process's recent file is kept");
+    assert!(foreign.exists(), "another host's recent file is kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
