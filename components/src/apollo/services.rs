@@ -236,18 +236,30 @@ impl ConfigServices {
         if let Some(err) = last {
             return Err(err);
         }
-        *self.tls.lock().unwrap_or_else(|p| p.into_inner()) = tls;
-        if let (Some(discovery), Some(http)) = (&self.discovery, discovery_http) {
-            *discovery.http.lock().unwrap_or_else(|p| p.into_inner()) = http;
-        }
         {
+            // The material, the clients and the count of replacements
+            // change together under the instances' lock (which
+            // `discover` takes to swap its list in).
             let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
-            // Instances the meta server announced meanwhile keep theirs.
-            if Arc::ptr_eq(&instances, &known) {
-                *instances = Arc::new(fresh);
+            let fresh = if Arc::ptr_eq(&instances, &known) {
+                fresh
+            } else {
+                // The meta server announced other instances meanwhile,
+                // their clients built with the old material: built again
+                // with the new (else a CA rollover would leave them
+                // failing while the new material is taken as in force).
+                instances
+                    .iter()
+                    .map(|client| client.with_tls(&tls).map(Arc::new))
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            *instances = Arc::new(fresh);
+            *self.tls.lock().unwrap_or_else(|p| p.into_inner()) = tls;
+            if let (Some(discovery), Some(http)) = (&self.discovery, discovery_http) {
+                *discovery.http.lock().unwrap_or_else(|p| p.into_inner()) = http;
             }
+            self.replaced.send_modify(|n| *n += 1);
         }
-        self.replaced.send_modify(|n| *n += 1);
         Ok(())
     }
 
@@ -387,9 +399,13 @@ impl ConfigServices {
             return Ok(());
         }
         let current = self.address();
-        let settings = InstanceSettings {
-            tls: self.tls.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            ..self.settings.clone()
+        let (settings, generation) = {
+            let _instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+            let settings = InstanceSettings {
+                tls: self.tls.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                ..self.settings.clone()
+            };
+            (settings, *self.replaced.borrow())
         };
         let mut clients = Vec::with_capacity(urls.len());
         for url in &urls {
@@ -415,7 +431,19 @@ impl ConfigServices {
             .iter()
             .position(|c| c.address() == current)
             .unwrap_or(0);
-        *self.instances.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(clients);
+        {
+            let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+            if *self.replaced.borrow() != generation {
+                // New TLS material came in meanwhile: the clients are
+                // built again with it.
+                let tls = self.tls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                clients = clients
+                    .iter()
+                    .map(|client| client.with_tls(&tls).map(Arc::new))
+                    .collect::<Result<Vec<_>, _>>()?;
+            }
+            *instances = Arc::new(clients);
+        }
         self.current.store(keep, Ordering::Release);
         info!(meta_server = %shown_url(&discovery.url), servers = %shown_addresses(&urls.join(",")), "Apollo config services discovered.");
         Ok(())

@@ -48,7 +48,16 @@ pub fn follow_files<F, Fut>(
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(RECHECK_EVERY) => {}
             }
-            let loaded = fields.load().map_err(|err| err.to_string());
+            // Read off the runtime (a file on a slow volume holds a
+            // blocking thread, never a worker).
+            let reading = fields.clone();
+            let loaded = tokio::select! {
+                () = stop.cancelled() => return,
+                loaded = tokio::task::spawn_blocking(move || reading.load()) => match loaded {
+                    Ok(loaded) => loaded.map_err(|err| err.to_string()),
+                    Err(err) => Err(format!("reading the TLS files failed: {err}")),
+                },
+            };
             let outcome = match &loaded {
                 Ok(material) if *material == in_force => {
                     refused = None;
