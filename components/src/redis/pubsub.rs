@@ -169,6 +169,16 @@ impl InPlaceUpdate for RedisPubSub {
     }
 }
 
+/// Adds `new` to the permits of the subscriptions, dropping those of
+/// subscriptions that ended.
+fn register(all: &Mutex<Vec<Weak<Permits>>>, new: &Arc<Permits>) {
+    let mut all = all
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    all.retain(|subscription| subscription.strong_count() > 0);
+    all.push(Arc::downgrade(new));
+}
+
 #[rewire_runtime::prelude::async_trait]
 impl PubSub for RedisPubSub {
     async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
@@ -207,10 +217,7 @@ impl PubSub for RedisPubSub {
         let tunables = **self.tunables.load();
         let (subscription, feed) = PubSubSubscription::channel(tunables.concurrency);
         let permits = Permits::new(tunables.concurrency);
-        self.permits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Arc::downgrade(&permits));
+        register(&self.permits, &permits);
         let reader = Reader {
             connected,
             reading: reading.connection,
@@ -224,5 +231,24 @@ impl PubSub for RedisPubSub {
         };
         tokio::spawn(reader.run());
         Ok(subscription)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{register, Permits};
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_permits_of_ended_subscriptions_are_dropped_as_others_subscribe() {
+        let all = Mutex::new(Vec::new());
+        let kept = Permits::new(1);
+        register(&all, &kept);
+        for _ in 0..100 {
+            let ended = Permits::new(1);
+            register(&all, &ended);
+        }
+        let len = all.lock().expect("lock").len();
+        assert_eq!(len, 2, "the kept one and the last one");
     }
 }

@@ -20,7 +20,7 @@
 //! handed out and the failover left unacknowledged), and a new master
 //! without the group gets it again (`NOGROUP`, below).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -98,13 +98,6 @@ impl Permits {
         })
     }
 
-    fn size(&self) -> usize {
-        *self
-            .size
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Makes it `size` permits: more at once; fewer as the deliveries
     /// awaiting their outcome settle.
     pub(super) fn resize(&self, size: usize) {
@@ -131,6 +124,46 @@ impl Permits {
     }
 }
 
+/// The ids delivered and awaiting their outcome, each with how many of its
+/// deliveries await it (a reclaim may deliver again an id still awaited).
+pub(super) struct InFlight(tokio::sync::watch::Sender<HashMap<String, usize>>);
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(HashMap::new()))
+    }
+}
+
+impl InFlight {
+    fn add(&self, id: &str) {
+        self.0
+            .send_modify(|ids| *ids.entry(id.to_string()).or_default() += 1);
+    }
+
+    /// One delivery of `id` settled.
+    fn settled(&self, id: &str) {
+        self.0.send_modify(|ids| {
+            if let Some(count) = ids.get_mut(id) {
+                *count -= 1;
+                if *count == 0 {
+                    ids.remove(id);
+                }
+            }
+        });
+    }
+
+    fn ids(&self) -> HashSet<String> {
+        self.0.borrow().keys().cloned().collect()
+    }
+
+    /// Until every delivery settled (whatever the permits are resized to
+    /// meanwhile).
+    async fn all_settled(&self) {
+        let mut changes = self.0.subscribe();
+        let _ = changes.wait_for(HashMap::is_empty).await;
+    }
+}
+
 pub(super) struct Reader {
     pub(super) connected: Connected,
     pub(super) reading: AnyConnection,
@@ -144,7 +177,7 @@ pub(super) struct Reader {
     /// How many deliveries may await their outcome.
     pub(super) permits: Arc<Permits>,
     /// The ids delivered and awaiting their outcome.
-    pub(super) in_flight_ids: Arc<Mutex<HashSet<String>>>,
+    pub(super) in_flight_ids: Arc<InFlight>,
 }
 
 /// Where a drain is.
@@ -285,9 +318,8 @@ impl Reader {
             }
         }
         // Drained: wait for the outcomes of what was delivered.
-        let all = u32::try_from(self.permits.size()).unwrap_or(u32::MAX);
         tokio::select! {
-            _ = in_flight.acquire_many(all) => {}
+            () = self.in_flight_ids.all_settled() => {}
             () = self.feed.stopped() => {}
         }
     }
@@ -320,10 +352,7 @@ impl Reader {
 
     /// The ids delivered and awaiting their outcome now.
     fn in_flight_now(&self) -> HashSet<String> {
-        self.in_flight_ids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.in_flight_ids.ids()
     }
 
     /// When `err` says the consumer group is gone (`NOGROUP`: the server
@@ -396,16 +425,8 @@ impl Reader {
         let connected = self.connected.clone();
         let topic = self.topic.clone();
         let in_flight_ids = self.in_flight_ids.clone();
-        let forget = move |id: &str| {
-            in_flight_ids
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(id);
-        };
-        self.in_flight_ids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(message.id.clone());
+        let forget = move |id: &str| in_flight_ids.settled(id);
+        self.in_flight_ids.add(&message.id);
         let Some(mut outcome) = feed.deliver(message.clone()).await else {
             forget(&message.id);
             return false;
@@ -551,4 +572,33 @@ async fn ack(connected: &Connected, topic: &str, id: &str) {
 /// turned replica (`UNBLOCKED`).
 fn master_may_have_moved(err: &RedisError) -> bool {
     suggests_failover(err) || err.code() == Some("UNBLOCKED")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InFlight;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn an_id_delivered_twice_is_in_flight_until_both_settle() {
+        let in_flight = std::sync::Arc::new(InFlight::default());
+        in_flight.add("1-0");
+        in_flight.add("1-0");
+        in_flight.add("2-0");
+        in_flight.settled("1-0");
+        assert!(in_flight.ids().contains("1-0"));
+        in_flight.settled("2-0");
+        let waiting = tokio::spawn({
+            let in_flight = in_flight.clone();
+            async move { in_flight.all_settled().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "one delivery of 1-0 still awaits");
+        in_flight.settled("1-0");
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("settled")
+            .expect("joined");
+        assert!(in_flight.ids().is_empty());
+    }
 }
