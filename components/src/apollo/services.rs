@@ -452,7 +452,69 @@ impl ConfigServices {
 
 #[cfg(test)]
 mod tests {
-    use super::server_list;
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn settings() -> InstanceSettings {
+        InstanceSettings {
+            app_id: "app".into(),
+            cluster: "default".into(),
+            secret: None,
+            ip: None,
+            request_timeout: Duration::from_secs(10),
+            long_poll_timeout: Duration::from_secs(10),
+            tls: crate::tls::http_config(None).unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn instances_announced_while_new_tls_is_probed_get_clients_with_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let (arrived, probed) = tokio::sync::oneshot::channel();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        // The config service: answers the probe once told to.
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0; 4096];
+            let _ = stream.read(&mut request).await.unwrap();
+            let _ = arrived.send(());
+            let _ = released.await;
+            let body = r#"{"appId":"app","cluster":"default","namespaceName":"application","configurations":{},"releaseKey":"1"}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let services = Arc::new(
+            ConfigServices::new(&address, None, Duration::from_secs(60), settings())
+                .await
+                .unwrap(),
+        );
+        let replacing = {
+            let services = Arc::clone(&services);
+            tokio::spawn(async move {
+                let tls = crate::tls::http_config(None).unwrap();
+                services.replace_tls(tls, "application").await
+            })
+        };
+        probed.await.unwrap();
+        // Meanwhile the meta server announces another list (its client
+        // built with the old material, as `discover` does).
+        let announced = Arc::new(settings().client(&address, "meta_server").unwrap());
+        *services.instances.lock().unwrap() = Arc::new(vec![Arc::clone(&announced)]);
+        release.send(()).unwrap();
+        replacing.await.unwrap().unwrap();
+        let list = services.list();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].address(), announced.address());
+        assert!(
+            !Arc::ptr_eq(&list[0], &announced),
+            "the announced instance's client was built again with the new material"
+        );
+        assert_eq!(*services.replacements().borrow(), 1);
+    }
 
     #[test]
     fn server_lists_split_on_commas() {
