@@ -85,8 +85,11 @@ struct Naming {
 /// acts on the old one (a keep-alive moves the lock over), and a try-lock
 /// of a resource still held there is refused. Each look-up there waits at
 /// most [`PREVIOUS_LIMIT`] (its `dialTimeout` when shorter), and the first
-/// that finds the old server unreachable ends the grace: its locks are no
-/// longer consulted, and requests no longer wait for it.
+/// that finds the old server gone (connection refused, reset or dropped)
+/// ends the grace: its locks are no longer consulted, and requests no
+/// longer wait for it. An old server that is slow to answer (a save, a
+/// stall) may still hold its locks: the request fails with a backend
+/// error, to retry, instead of taking them as not held.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "lock",
@@ -157,13 +160,11 @@ fn previous_limit(metadata: &RedisMetadata) -> Duration {
     }
 }
 
-/// Whether `err` says the server could not be reached (rather than that
-/// it answered with an error).
-fn unreachable(err: &redis::RedisError) -> bool {
-    err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
+/// Whether `err` says the server is gone (connection refused, reset or
+/// dropped), rather than slow (a timeout: it may still hold its locks) or
+/// answering with an error.
+fn gone(err: &redis::RedisError) -> bool {
+    err.is_connection_dropped() || err.is_connection_refusal()
 }
 
 impl RedisLock {
@@ -216,14 +217,17 @@ impl RedisLock {
     }
 
     /// `call`'s answer, made in the previous namespace, within its limit.
-    /// `None` when it did not answer: an unreachable old server holds
-    /// nothing we can see, and the first look-up that finds it so ends its
-    /// grace (logged once), so that later requests do not wait for it.
+    /// `None` when the old server is gone (connection refused, reset or
+    /// dropped): it holds nothing we can see, and the first look-up that
+    /// finds it so ends its grace (logged once), so that later requests do
+    /// not wait for it. Slow (no answer within the limit) or answering an
+    /// error, it may still hold its locks: the request fails (a backend
+    /// error, to retry) rather than taking them as not held.
     async fn on_previous<T>(
         &self,
         previous: &Arc<Previous>,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Option<T> {
+    ) -> Result<Option<T>, LockError> {
         let session = &previous.session;
         let answer = match tokio::time::timeout(previous.limit, call).await {
             Ok(answer) => answer,
@@ -233,26 +237,33 @@ impl RedisLock {
             ))),
         };
         match answer {
-            Ok(value) => Some(value),
-            Err(err) if unreachable(&err) => {
+            Ok(value) => Ok(Some(value)),
+            Err(err) if gone(&err) => {
                 if self.grace.forget(previous) {
                     warn!(component = %self.connection.label(), error = %self.connection.describe(session, &err), "The previous Redis namespace of the lock is unreachable; its locks are no longer consulted.");
                 }
-                None
+                Ok(None)
             }
             Err(err) => {
-                warn!(component = %self.connection.label(), error = %self.connection.describe(session, &err), "The previous Redis namespace of the lock could not be read.");
-                None
+                let err = self.connection.describe(session, &err);
+                warn!(component = %self.connection.label(), error = %err, "The previous Redis namespace of the lock could not be read.");
+                Err(LockError::Backend(format!(
+                    "the previous namespace of the lock, still consulted after a change, could not be read (retry): {err}"
+                )))
             }
         }
     }
 
     /// Whether the lock on `resource_id` is still held in the previous
     /// namespace (an unreachable old server holds nothing we can see).
-    async fn held_before(&self, previous: &Arc<Previous>, resource_id: &str) -> bool {
+    async fn held_before(
+        &self,
+        previous: &Arc<Previous>,
+        resource_id: &str,
+    ) -> Result<bool, LockError> {
         let session = &previous.session;
         let Ok(mut conn) = session.connection() else {
-            return false;
+            return Ok(false);
         };
         let key = self.key(session, resource_id);
         let exists = self
@@ -262,8 +273,8 @@ impl RedisLock {
                     .query_async::<i64>(&mut conn)
                     .await
             })
-            .await;
-        exists.is_some_and(|n| n > 0)
+            .await?;
+        Ok(exists.is_some_and(|n| n > 0))
     }
 
     /// Runs the unlock or keep-alive `script` in the previous namespace;
@@ -274,10 +285,10 @@ impl RedisLock {
         script: &redis::Script,
         req: &UnlockRequest,
         expiry_ms: Option<u64>,
-    ) -> UnlockStatus {
+    ) -> Result<UnlockStatus, LockError> {
         let session = &previous.session;
         let Ok(mut conn) = session.connection() else {
-            return UnlockStatus::LockDoesNotExist;
+            return Ok(UnlockStatus::LockDoesNotExist);
         };
         let mut invocation = script.key(self.key(session, &req.resource_id));
         invocation.arg(&req.lock_owner);
@@ -286,10 +297,11 @@ impl RedisLock {
         }
         let reply = self
             .on_previous(previous, invocation.invoke_async::<i64>(&mut conn))
-            .await;
-        reply
-            .and_then(|reply| status_of(reply, "unlock or keep-alive").ok())
-            .unwrap_or(UnlockStatus::LockDoesNotExist)
+            .await?;
+        match reply {
+            Some(reply) => status_of(reply, "unlock or keep-alive"),
+            None => Ok(UnlockStatus::LockDoesNotExist),
+        }
     }
 
     /// The metadata in force.
@@ -417,7 +429,7 @@ impl Lock for RedisLock {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
         if let Some(previous) = self.grace.previous() {
-            if self.held_before(&previous, &req.resource_id).await {
+            if self.held_before(&previous, &req.resource_id).await? {
                 debug!(resource = %echoed(&req.resource_id), "Lock still held in the previous namespace.");
                 return Ok(false);
             }
@@ -453,7 +465,7 @@ impl Lock for RedisLock {
             if let Some(previous) = self.grace.previous() {
                 status = self
                     .owner_script_before(&previous, &scripts::UNLOCK, &req, None)
-                    .await;
+                    .await?;
             }
         }
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
@@ -500,7 +512,7 @@ impl RedisLock {
         };
         let before = self
             .owner_script_before(previous, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
-            .await;
+            .await?;
         if before != UnlockStatus::Success {
             return Ok(before);
         }
@@ -519,7 +531,9 @@ impl RedisLock {
         if taken.is_none() {
             return Ok(UnlockStatus::LockBelongsToOthers);
         }
-        self.owner_script_before(previous, &scripts::UNLOCK, &owned, None)
+        // Moved: the copy left in the old namespace expires if this fails.
+        let _ = self
+            .owner_script_before(previous, &scripts::UNLOCK, &owned, None)
             .await;
         Ok(UnlockStatus::Success)
     }

@@ -371,3 +371,56 @@ async fn a_dead_previous_server_does_not_slow_requests_down() {
         Some("b")
     );
 }
+
+/// After a change of server the old one stalls (stopped, as by a long
+/// save) past the look-up limit while still up: its locks still count.
+/// A try-lock of one by another owner is refused or fails (to retry),
+/// never granted, and once the old server answers again the lock is still
+/// honoured there.
+#[tokio::test]
+async fn a_stalled_previous_server_still_holds_its_locks() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(store.try_lock(lock("r", "a", MINUTE)).await, Ok(true));
+    let applied = store
+        .as_in_place()
+        .expect("in place")
+        .update_in_place(&common::metadata(json!({"redisHost": second.addr()})))
+        .await
+        .map_err(|e| e.to_string());
+    assert_eq!(applied, Ok(InPlace::Applied));
+    let info = first.query(&["INFO", "server"]).await.expect("info");
+    let pid = info
+        .iter()
+        .flat_map(|text| text.lines())
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .expect("process_id")
+        .trim()
+        .to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        outcomes.push(store.try_lock(lock("r", "b", MINUTE)).await);
+    }
+    signal("-CONT");
+    assert!(
+        outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, Ok(false) | Err(LockError::Backend(_)))),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(false));
+    assert_eq!(
+        store.unlock(unlock("r", "a")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(true));
+}
