@@ -5,8 +5,9 @@
 //! Asked to drain (its broker was replaced), it closes the broker's
 //! publish gate (waiting for `XADD`s under way), delivers the consumer's
 //! own pending entries (handed back `RETRY`, left by an earlier process,
-//! or whose `XACK` failed; not those awaiting their outcome here), reads
-//! new entries until the stream has been quiet for [`DRAIN_LINGER`] since
+//! or whose `XACK` failed; not those awaiting their outcome here or at
+//! another reader of this process on the same server, group and topic),
+//! reads new entries until the stream has been quiet for [`DRAIN_LINGER`] since
 //! the last batch was delivered and a last read finds nothing (a
 //! publisher still on this server), waits for the outcomes of what it
 //! delivered (delivering again what is settled `RETRY`), then ends.
@@ -21,7 +22,7 @@
 //! without the group gets it again (`NOGROUP`, below).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use super::any_connection::AnyConnection;
@@ -125,16 +126,77 @@ impl Permits {
 }
 
 /// The ids delivered and awaiting their outcome, each with how many of its
-/// deliveries await it (a reclaim may deliver again an id still awaited).
-pub(super) struct InFlight(tokio::sync::watch::Sender<HashMap<String, usize>>);
+/// deliveries await it (a reclaim may deliver again an id still awaited),
+/// and the server they were read from.
+pub(super) struct InFlight(
+    tokio::sync::watch::Sender<HashMap<String, usize>>,
+    Mutex<String>,
+);
 
 impl Default for InFlight {
     fn default() -> Self {
-        Self(tokio::sync::watch::Sender::new(HashMap::new()))
+        Self(
+            tokio::sync::watch::Sender::new(HashMap::new()),
+            Mutex::default(),
+        )
     }
 }
 
+/// The readers of this process by consumer group, topic and database: a
+/// drain skips the entries any of them on its server awaits (they share
+/// the consumer name; a new reader after a rebuild on the same server is
+/// one of them).
+type Peers = Mutex<HashMap<(String, String, u32), Vec<Weak<InFlight>>>>;
+
+fn peers() -> &'static Peers {
+    static PEERS: OnceLock<Peers> = OnceLock::new();
+    PEERS.get_or_init(Peers::default)
+}
+
+/// Adds `reader` to the readers of `key`, dropping those that ended.
+fn join_peers(key: (String, String, u32), reader: &Arc<InFlight>) {
+    let mut peers = peers()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    peers.retain(|_, readers| {
+        readers.retain(|reader| reader.strong_count() > 0);
+        !readers.is_empty()
+    });
+    peers.entry(key).or_default().push(Arc::downgrade(reader));
+}
+
+/// The ids awaiting their outcome at the readers of `key` on `server`.
+fn in_flight_at_peers(key: &(String, String, u32), server: &str) -> HashSet<String> {
+    let readers: Vec<Arc<InFlight>> = peers()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(key)
+        .map(|readers| readers.iter().filter_map(Weak::upgrade).collect())
+        .unwrap_or_default();
+    readers
+        .iter()
+        .filter(|reader| reader.server() == server)
+        .flat_map(|reader| reader.ids())
+        .collect()
+}
+
 impl InFlight {
+    fn server(&self) -> String {
+        self.1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_server(&self, server: &str) {
+        server.clone_into(
+            &mut self
+                .1
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    }
+
     fn add(&self, id: &str) {
         self.0
             .send_modify(|ids| *ids.entry(id.to_string()).or_default() += 1);
@@ -194,6 +256,8 @@ struct Drain {
 
 impl Reader {
     pub(super) async fn run(mut self) {
+        self.in_flight_ids.set_server(&self.reading_server);
+        join_peers(self.peer_key(), &self.in_flight_ids);
         let in_flight = self.permits.semaphore.clone();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         let mut drain: Option<Drain> = None;
@@ -341,6 +405,7 @@ impl Reader {
                 }
                 self.reading = opened.connection;
                 self.reading_server = opened.server;
+                self.in_flight_ids.set_server(&self.reading_server);
                 moved
             }
             Err(err) => {
@@ -351,8 +416,19 @@ impl Reader {
     }
 
     /// The ids delivered and awaiting their outcome now.
+    /// (At every reader of this process on its server, group and topic.)
     fn in_flight_now(&self) -> HashSet<String> {
-        self.in_flight_ids.ids()
+        let mut ids = in_flight_at_peers(&self.peer_key(), &self.reading_server);
+        ids.extend(self.in_flight_ids.ids());
+        ids
+    }
+
+    fn peer_key(&self) -> (String, String, u32) {
+        (
+            self.connected.group.clone(),
+            self.topic.clone(),
+            self.connected.settings.db,
+        )
     }
 
     /// When `err` says the consumer group is gone (`NOGROUP`: the server

@@ -463,3 +463,46 @@ async fn a_slow_drain_of_pending_entries_still_reads_what_was_published_meanwhil
         .collect();
     assert_eq!(seen, expected);
 }
+
+#[tokio::test]
+async fn a_drain_does_not_deliver_again_what_a_reader_on_the_same_server_awaits() {
+    // A rebuild on the same server (another broker of the same consumer
+    // ID): the new reader has an entry awaiting its outcome when the old
+    // one drains. They share the consumer name, so the entry is pending
+    // for the old one's consumer too.
+    let server = RedisServer::start().await;
+    let metadata = json!({"redisHost": server.addr(), "consumerID": "app"});
+    let new = broker(metadata.clone()).await;
+    let mut new_sub = subscribe(&new, "orders").await;
+    new.publish(publish("orders", "in flight"))
+        .await
+        .expect("published");
+    let awaited = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        new_sub.deliveries.recv(),
+    )
+    .await
+    .expect("a delivery")
+    .expect("open");
+    let old = broker(metadata).await;
+    let mut old_sub = subscribe(&old, "orders").await;
+    old_sub.drain();
+    assert_eq!(until_ended(&mut old_sub).await, Vec::<String>::new());
+    awaited.settle(DeliveryOutcome::Success);
+    let mut pending = Vec::new();
+    for _ in 0..50 {
+        pending = server
+            .query(&["XPENDING", "orders", "app"])
+            .await
+            .unwrap_or_default();
+        if pending.first().map(String::as_str) == Some("0") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        pending.first().map(String::as_str),
+        Some("0"),
+        "{pending:?}"
+    );
+}
