@@ -92,34 +92,60 @@ impl BodyCharge {
     }
 }
 
+/// What a [`Budgeted`] body holds: inline for a body read whole (no
+/// allocation per request), shared with a [`BodyCharge`] for a streamed
+/// one.
+enum Held {
+    Inline {
+        budget: Arc<BodyBudget>,
+        charged: usize,
+    },
+    Shared(Arc<Charge>),
+}
+
 /// A request body charged to a [`BodyBudget`] as it is read.
 pub struct Budgeted<B> {
     body: B,
-    charge: Arc<Charge>,
+    held: Held,
 }
 
 impl<B> Budgeted<B> {
-    /// `body`, charged to `budget`.
+    /// `body`, charged to `budget`, held until it is dropped.
     pub fn new(body: B, budget: Arc<BodyBudget>) -> Self {
         Self {
             body,
-            charge: Arc::new(Charge {
-                budget,
-                charged: AtomicUsize::new(0),
-            }),
+            held: Held::Inline { budget, charged: 0 },
         }
     }
 
-    /// A handle through which a streaming reader lets go of what it took.
-    pub fn charge(&self) -> BodyCharge {
-        BodyCharge(Arc::clone(&self.charge))
+    /// `body`, charged to `budget`, and the handle through which its
+    /// streaming reader lets go of what it took (one allocation: only
+    /// uploads are read this way).
+    pub fn streamed(body: B, budget: Arc<BodyBudget>) -> (Self, BodyCharge) {
+        let charge = Arc::new(Charge {
+            budget,
+            charged: AtomicUsize::new(0),
+        });
+        let handle = BodyCharge(Arc::clone(&charge));
+        (
+            Self {
+                body,
+                held: Held::Shared(charge),
+            },
+            handle,
+        )
     }
 }
 
 impl<B> Drop for Budgeted<B> {
     fn drop(&mut self) {
-        let held = self.charge.charged.swap(0, Ordering::AcqRel);
-        self.charge.budget.release(held);
+        match &self.held {
+            Held::Inline { budget, charged } => budget.release(*charged),
+            Held::Shared(charge) => {
+                let held = charge.charged.swap(0, Ordering::AcqRel);
+                charge.budget.release(held);
+            }
+        }
     }
 }
 
@@ -142,15 +168,23 @@ where
             Poll::Pending => return Poll::Pending,
         };
         let bytes = frame.data_ref().map_or(0, Bytes::len);
-        let charge = &self.charge;
-        if !charge.budget.charge(bytes) {
-            let limit = charge.budget.limit;
+        let budget = match &self.held {
+            Held::Inline { budget, .. } => budget,
+            Held::Shared(charge) => &charge.budget,
+        };
+        if !budget.charge(bytes) {
+            let limit = budget.limit;
             return Poll::Ready(Some(Err(Box::new(Status::resource_exhausted(format!(
                 "the sidecar is reading as many request bytes as it holds at once \
                  ({limit} bytes across its connections): try again shortly"
             ))))));
         }
-        charge.charged.fetch_add(bytes, Ordering::AcqRel);
+        match &mut self.held {
+            Held::Inline { charged, .. } => *charged += bytes,
+            Held::Shared(charge) => {
+                charge.charged.fetch_add(bytes, Ordering::AcqRel);
+            }
+        }
         Poll::Ready(Some(Ok(frame)))
     }
 
@@ -223,8 +257,8 @@ mod tests {
     async fn a_streamed_body_holds_only_what_its_reader_has_not_taken() {
         let budget = BodyBudget::new(100);
         // 300 bytes through a budget of 100, each frame taken as read.
-        let mut streamed = Budgeted::new(chunks(&[60, 60, 60, 60, 60]), Arc::clone(&budget));
-        let charge = streamed.charge();
+        let (mut streamed, charge) =
+            Budgeted::streamed(chunks(&[60, 60, 60, 60, 60]), Arc::clone(&budget));
         while let Some(frame) = next(&mut streamed).await {
             let frame = frame.expect("within the budget");
             assert_eq!(budget.in_use(), 60);
@@ -232,11 +266,11 @@ mod tests {
             assert_eq!((budget.in_use(), charge.held()), (0, 0));
         }
         // Letting go of more than is held lets go of what is held only.
-        let mut other = Budgeted::new(chunks(&[40]), Arc::clone(&budget));
+        let (mut other, other_charge) = Budgeted::streamed(chunks(&[40]), Arc::clone(&budget));
         assert!(matches!(next(&mut other).await, Some(Ok(_))));
         charge.taken(1_000);
         assert_eq!(budget.in_use(), 40);
-        other.charge().taken(10);
+        other_charge.taken(10);
         assert_eq!(budget.in_use(), 30);
         drop(other);
         drop(streamed);

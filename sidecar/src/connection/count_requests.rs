@@ -1,8 +1,9 @@
 //! The service layer in front of both servers: it counts each request in
 //! its connection's [`InFlight`] from the call until its response body
 //! ends, and charges its body to the listener's [`BodyBudget`] as it is
-//! read (the body's [`BodyCharge`] in the request's extensions, for a
-//! reader that streams it on). The same for both servers, which differ in how a request finds
+//! read (an upload's [`BodyCharge`] in the request's extensions, for its
+//! reader that streams it on; other bodies hold their charge inline, so
+//! an ordinary request allocates nothing here). The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
 //! their body type.
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http_body::Body as _;
-use tonic::codegen::http::{Request, Response};
+use tonic::codegen::http::{Method, Request, Response};
 
 use super::{Accepted, BodyBudget, BodyCharge, Budgeted};
 use crate::in_flight::{Counted, InFlight, RequestGuard};
@@ -27,22 +28,38 @@ pub trait CountedBody: Sized {
     /// `self`, keeping `guard` until it ends.
     fn counted(self, guard: RequestGuard) -> Self;
 
-    /// `self`, charged to `budget` as it is read, and the handle on its
-    /// charge (none for a body left as it is).
-    fn budgeted(self, budget: &Arc<BodyBudget>) -> (Self, Option<BodyCharge>);
+    /// Whether a request of this server is a file upload, whose reader
+    /// streams its body on and tells its charge what it took.
+    fn is_upload(method: &Method, path: &str) -> bool;
+
+    /// `self`, charged to `budget` as it is read, and (for an upload) the
+    /// handle on its charge.
+    fn budgeted(self, budget: &Arc<BodyBudget>, upload: bool) -> (Self, Option<BodyCharge>);
 }
+
+/// Layotto's client-streaming upload.
+const LAYOTTO_PUT_FILE: &str = "/spec.proto.runtime.v1.Runtime/PutFile";
+
+/// The HTTP file route's prefix (`PUT` on it is an upload).
+const HTTP_FILES: &str = "/v1.0/rewire/file/";
 
 impl CountedBody for tonic::body::Body {
     fn counted(self, guard: RequestGuard) -> Self {
         Self::new(Counted::new(self, guard))
     }
 
+    fn is_upload(_: &Method, path: &str) -> bool {
+        path.as_bytes() == LAYOTTO_PUT_FILE.as_bytes()
+    }
+
     /// Always wrapped: a gRPC request carries a message, and asking h2
     /// whether a stream has ended costs a lock.
-    fn budgeted(self, budget: &Arc<BodyBudget>) -> (Self, Option<BodyCharge>) {
-        let body = Budgeted::new(self, Arc::clone(budget));
-        let charge = body.charge();
-        (Self::new(body), Some(charge))
+    fn budgeted(self, budget: &Arc<BodyBudget>, upload: bool) -> (Self, Option<BodyCharge>) {
+        if upload {
+            let (body, charge) = Budgeted::streamed(self, Arc::clone(budget));
+            return (Self::new(body), Some(charge));
+        }
+        (Self::new(Budgeted::new(self, Arc::clone(budget))), None)
     }
 }
 
@@ -51,14 +68,20 @@ impl CountedBody for axum::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
+    fn is_upload(method: &Method, path: &str) -> bool {
+        method == Method::PUT && path.as_bytes().starts_with(HTTP_FILES.as_bytes())
+    }
+
     /// An empty body (a GET's) as it is.
-    fn budgeted(self, budget: &Arc<BodyBudget>) -> (Self, Option<BodyCharge>) {
+    fn budgeted(self, budget: &Arc<BodyBudget>, upload: bool) -> (Self, Option<BodyCharge>) {
         if self.is_end_stream() {
             return (self, None);
         }
-        let body = Budgeted::new(self, Arc::clone(budget));
-        let charge = body.charge();
-        (Self::new(body), Some(charge))
+        if upload {
+            let (body, charge) = Budgeted::streamed(self, Arc::clone(budget));
+            return (Self::new(body), Some(charge));
+        }
+        (Self::new(Budgeted::new(self, Arc::clone(budget))), None)
     }
 }
 
@@ -156,7 +179,8 @@ where
                 .map(|peer| peer.in_flight.start()),
         };
         let (mut parts, body) = request.into_parts();
-        let (body, charge) = body.budgeted(&self.budget);
+        let upload = RequestBody::is_upload(&parts.method, parts.uri.path());
+        let (body, charge) = body.budgeted(&self.budget, upload);
         if let Some(charge) = charge {
             parts.extensions.insert(charge);
         }
@@ -190,5 +214,80 @@ where
             Some(guard) => response.map(|body| body.counted(guard)),
             None => response,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers whether the request it was given carried a [`BodyCharge`].
+    #[derive(Clone)]
+    struct SeesCharge;
+
+    impl<B: Default> tower_service::Service<Request<B>> for SeesCharge {
+        type Response = Response<B>;
+        type Error = Infallible;
+        type Future = Ready<Result<Response<B>, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: Request<B>) -> Self::Future {
+            let charged = request.extensions().get::<BodyCharge>().is_some();
+            let mut response = Response::new(B::default());
+            response
+                .headers_mut()
+                .insert("charged", charged.to_string().parse().expect("a header"));
+            ready(Ok(response))
+        }
+    }
+
+    async fn charged<B: CountedBody + Default>(method: Method, path: &str, body: B) -> bool {
+        let mut service = CountRequests {
+            inner: SeesCharge,
+            counter: Counter::PeerInfo,
+            budget: BodyBudget::new(1 << 20),
+        };
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(body)
+            .expect("a request");
+        let response = tower_service::Service::call(&mut service, request)
+            .await
+            .expect("an answer");
+        response.headers()["charged"] == "true"
+    }
+
+    /// Only uploads get a shared charge in their extensions; other
+    /// requests (a GetState's) hold theirs inline, allocating nothing.
+    #[tokio::test]
+    async fn only_uploads_carry_a_body_charge() {
+        let grpc = |bytes: &'static [u8]| tonic::body::Body::new(axum::body::Body::from(bytes));
+        assert!(charged(Method::POST, LAYOTTO_PUT_FILE, grpc(b"x")).await);
+        assert!(
+            !charged(
+                Method::POST,
+                "/dapr.proto.runtime.v1.Dapr/GetState",
+                grpc(b"x")
+            )
+            .await
+        );
+        assert!(
+            !charged(
+                Method::POST,
+                "/spec.proto.runtime.v1.Runtime/GetFile",
+                grpc(b"x")
+            )
+            .await
+        );
+
+        let http = |bytes: &'static [u8]| axum::body::Body::from(bytes);
+        assert!(charged(Method::PUT, "/v1.0/rewire/file/files/a/b", http(b"x")).await);
+        assert!(!charged(Method::POST, "/v1.0/state/store", http(b"x")).await);
+        assert!(!charged(Method::GET, "/v1.0/rewire/file/files/a", http(b"x")).await);
+        assert!(!charged(Method::PUT, "/v1.0/state/store", http(b"x")).await);
     }
 }
