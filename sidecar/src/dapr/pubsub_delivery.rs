@@ -15,7 +15,7 @@
 //! A subscription replaced by another (its settings changed) is *retired*
 //! ([`Retire`]) rather than stopped: it goes on delivering what its broker
 //! holds for it, and ends once it reaches events its successor already
-//! delivered, once its broker has delivered nothing for [`HANDOVER_GRACE`]
+//! delivered (the same CloudEvent `source` and `id`), once its broker has delivered nothing for [`HANDOVER_GRACE`]
 //! with nothing in flight, or [`HANDOVER_LIMIT`] after it was retired
 //! (the runtime's drain bounds for a replaced broker); then it waits for
 //! what it has in flight (within the same limit).
@@ -170,9 +170,9 @@ impl TopicDelivery {
                     }
                 },
             };
-            let key = event_key(&delivery.message);
             if let Some(retiring) = &retiring {
-                if retiring.successor.contains(key) {
+                let key = event_key(&delivery.message);
+                if key.is_some_and(|key| retiring.successor.contains(key)) {
                     // Its successor delivered this event: what it holds
                     // from before the change is delivered.
                     delivery.settle(DeliveryOutcome::Success);
@@ -183,7 +183,7 @@ impl TopicDelivery {
             tokio::spawn(async move {
                 let outcome = this.deliver(&delivery, sink.as_ref(), &handle).await;
                 if outcome != DeliveryOutcome::Retry {
-                    this.delivered.record(key);
+                    this.delivered.record_message(&delivery.message);
                 }
                 delivery.settle(outcome);
                 drop(permit);

@@ -99,7 +99,13 @@ async fn a_delivery_that_ended_on_its_own_is_started_again() {
 /// Subscribes made to [`CountingBroker`].
 static COUNTED: AtomicUsize = AtomicUsize::new(0);
 
-/// A broker that delivers nothing and counts its subscribes.
+/// The last subscription made to [`CountingBroker`].
+static COUNTED_FEED: Mutex<Option<SubscriptionFeed>> = Mutex::new(None);
+/// The topics published to [`CountingBroker`] (dead letters).
+static COUNTED_PUBLISHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A broker that delivers what the test hands its feed, records the
+/// topics published to it and counts its subscribes.
 #[derive(rewire_runtime::Component, Default)]
 #[component(kind = "pubsub", type = "test.follow.counting")]
 struct CountingBroker {}
@@ -109,14 +115,17 @@ impl Component for CountingBroker {}
 
 #[async_trait]
 impl PubSub for CountingBroker {
-    async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+    async fn publish(&self, request: PublishRequest) -> Result<(), PubSubError> {
+        COUNTED_PUBLISHED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(request.topic);
         Ok(())
     }
 
     async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
         let (subscription, feed) = PubSubSubscription::channel(1);
-        // Held open until the subscriber lets go.
-        tokio::spawn(async move { feed.stopped().await });
+        *COUNTED_FEED.lock().unwrap_or_else(|p| p.into_inner()) = Some(feed);
         COUNTED.fetch_add(1, Ordering::SeqCst);
         Ok(subscription)
     }
@@ -167,6 +176,25 @@ async fn a_dead_letter_topic_change_is_applied_in_place() {
         .unwrap_or_else(|e| panic!("{e}"));
     settle().await;
     assert_eq!(counted(), 1, "a dead-letter change subscribed again");
+    // An event the app cannot take (nothing listens on its port) goes to
+    // the new dead-letter topic once its attempts are spent.
+    let feed = COUNTED_FEED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .expect("subscribed");
+    let outcome = feed
+        .deliver(raw("undeliverable"))
+        .await
+        .expect("subscribed");
+    tokio::time::timeout(Duration::from_secs(300), outcome)
+        .await
+        .expect("settled within its attempts")
+        .expect("settled");
+    assert_eq!(
+        *COUNTED_PUBLISHED.lock().unwrap_or_else(|p| p.into_inner()),
+        ["dead2"]
+    );
     // A metadata change does subscribe again (the test sees reconciles).
     runtime
         .apply(counting_config("dead2", "2"))
@@ -176,6 +204,209 @@ async fn a_dead_letter_topic_change_is_applied_in_place() {
     assert_eq!(counted(), 2);
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(300), following)
+        .await
+        .expect("stopped")
+        .expect("joined");
+    runtime.shutdown().await;
+}
+
+/// The broker's side of each subscription to [`ScriptedBroker`], in the
+/// order they were made.
+static SCRIPTED: Mutex<Vec<SubscriptionFeed>> = Mutex::new(Vec::new());
+
+/// A broker that delivers what the test hands each subscription's feed.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.follow.scripted")]
+struct ScriptedBroker {}
+
+#[async_trait]
+impl Component for ScriptedBroker {}
+
+#[async_trait]
+impl PubSub for ScriptedBroker {
+    async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+        Ok(())
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        let (subscription, feed) = PubSubSubscription::channel(16);
+        SCRIPTED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(feed);
+        Ok(subscription)
+    }
+}
+
+fn scripted_config(rev: &str) -> rewire_runtime::config::Config {
+    parse(
+        serde_json::json!({"appId": "app",
+            "components": {"pubsub": {"p": {"type": "test.follow.scripted"}}},
+            "subscriptions": {"s": {"pubsubname": "p", "topic": "t", "route": "/r",
+                "metadata": {"rev": rev}}}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// The `n`th subscription's feed (0 the first), once it is made.
+async fn scripted_feed(n: usize) -> SubscriptionFeed {
+    let wait = async {
+        loop {
+            if let Some(feed) = SCRIPTED.lock().unwrap_or_else(|p| p.into_inner()).get(n) {
+                return feed.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("subscription {n} not made within a minute"))
+}
+
+/// A raw (not CloudEvent) payload.
+fn raw(text: &str) -> rewire_runtime::Message {
+    rewire_runtime::Message {
+        id: String::new(),
+        topic: "t".into(),
+        data: text.as_bytes().to_vec(),
+        content_type: Some("text/plain".into()),
+        metadata: Default::default(),
+    }
+}
+
+/// A CloudEvent of `id` carrying `text`.
+fn cloud_event(id: &str, text: &str) -> rewire_runtime::Message {
+    let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "test",
+        "type": "t", "datacontenttype": "text/plain", "data": text});
+    rewire_runtime::Message {
+        content_type: Some("application/cloudevents+json".into()),
+        data: event.to_string().into_bytes(),
+        ..raw("")
+    }
+}
+
+/// The app: records each event's `data` and answers SUCCESS, holding the
+/// one whose data is `block` until `open` is told.
+async fn recording_app() -> (
+    AppChannel,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+    watch::Sender<bool>,
+) {
+    use axum::Json;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (open, gate) = watch::channel(false);
+    let app = axum::Router::new().route(
+        "/r",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (tx, mut gate) = (tx.clone(), gate.clone());
+            async move {
+                let event: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                let data = event["data"].as_str().unwrap_or_default().to_string();
+                let _ = tx.send(data.clone());
+                if data == "block" {
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                Json(serde_json::json!({"status": "SUCCESS"}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let channel = AppChannel::local(listener.local_addr().expect("an address").port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (channel, rx, open)
+}
+
+/// The app got `wanted` (each once at least), in any order.
+async fn app_got(got: &mut tokio::sync::mpsc::UnboundedReceiver<String>, wanted: &[&str]) {
+    let mut missing: BTreeSet<&str> = wanted.iter().copied().collect();
+    let wait = async {
+        while !missing.is_empty() {
+            let data = got.recv().await.expect("the app runs");
+            missing.remove(data.as_str());
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .is_err()
+    {
+        panic!("the app did not get {missing:?} within a minute");
+    }
+}
+
+/// A retiring subscription is caught up only by the same event (its
+/// CloudEvent's source and id), not by the same bytes: a payload of its
+/// backlog identical to one published after the change (and delivered by
+/// its successor) is still delivered, and so is what follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_payload_identical_to_a_later_one_is_still_delivered() {
+    let registry = Registry::collected();
+    let config = validate(scripted_config("1"), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (channel, mut got, open) = recording_app().await;
+    let app = AppTarget::Http {
+        client: testkit::http_client(),
+        channel,
+    };
+    let shutdown = CancellationToken::new();
+    let (subscribed, mut reconciled) = watch::channel(BTreeSet::new());
+    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+    let following = tokio::spawn(deliveries.follow(Vec::new()));
+    let old = scripted_feed(0).await;
+    // Held by the app: the old subscription is never idle, so only what
+    // it meets ends it (not its grace).
+    let _held = old.deliver(raw("block")).await.expect("subscribed");
+    app_got(&mut got, &["block"]).await;
+
+    reconciled.borrow_and_update();
+    runtime
+        .apply(scripted_config("2"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let new = scripted_feed(1).await;
+    // The reconcile that retired the old one is done.
+    tokio::time::timeout(Duration::from_secs(60), reconciled.changed())
+        .await
+        .expect("reconciled within a minute")
+        .expect("following");
+    // The successor delivers a payload (settled once remembered)...
+    let outcome = new.deliver(raw("same")).await.expect("subscribed");
+    outcome.await.expect("settled");
+    // ... that the old one holds too, published before the change.
+    for message in [raw("same"), raw("after")] {
+        drop(old.deliver(message).await.expect("still delivering"));
+    }
+    app_got(&mut got, &["same", "after"]).await;
+
+    // The same CloudEvent does mean it caught up: not delivered again.
+    let outcome = new
+        .deliver(cloud_event("e-1", "event"))
+        .await
+        .expect("subscribed");
+    outcome.await.expect("settled");
+    let outcome = old
+        .deliver(cloud_event("e-1", "event"))
+        .await
+        .expect("still delivering");
+    outcome.await.expect("settled");
+    let mut events = 0;
+    while let Ok(data) = got.try_recv() {
+        events += usize::from(data == "event");
+    }
+    assert_eq!(events, 1, "the successor's event was delivered again");
+    open.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(60), old.stopped())
+        .await
+        .expect("the old subscription ended");
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), following)
         .await
         .expect("stopped")
         .expect("joined");
