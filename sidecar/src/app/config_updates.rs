@@ -341,11 +341,23 @@ impl Poster {
         }
     }
 
-    /// `http://APP/configuration/{store}/{key}`, what a URL path cannot
-    /// carry percent-encoded.
+    /// `http://APP/configuration/{store}/{key}`, the store and the key
+    /// each one segment, what a URL path cannot carry percent-encoded: a
+    /// key `../../admin/reset` or `a/b` stays beneath `configuration/`.
+    /// None for a store or key `.` or `..`, which no URL path carries as
+    /// a segment (even percent-encoded, it is resolved).
     fn url(&self, key: &str) -> Option<reqwest::Url> {
+        let dots = |segment: &str| matches!(segment, "." | "..");
+        if dots(&self.store) || dots(key) {
+            return None;
+        }
         let mut url = reqwest::Url::parse(&self.channel.url("")).ok()?;
-        url.set_path(&format!("configuration/{}/{key}", self.store));
+        url.path_segments_mut()
+            .ok()?
+            .clear()
+            .push("configuration")
+            .push(&self.store)
+            .push(key);
         Some(url)
     }
 }
@@ -470,5 +482,29 @@ mod tests {
             poster.url("a b?c").map(|u| u.to_string()).as_deref(),
             Some("http://127.0.0.1:8080/configuration/config/a%20b%3Fc")
         );
+    }
+
+    /// A key is one segment: `..` and `/` in it do not lead the update to
+    /// another of the app's routes.
+    #[test]
+    fn a_key_stays_one_segment_beneath_configuration() {
+        crate::tls::install_ring_provider();
+        let poster = Poster {
+            client: reqwest::Client::new(),
+            channel: AppChannel::local(8080),
+            store: "con/fig".into(),
+            id: "i".into(),
+        };
+        let url = |key| poster.url(key).map(|u| u.to_string());
+        assert_eq!(
+            url("../../admin/reset").as_deref(),
+            Some("http://127.0.0.1:8080/configuration/con%2Ffig/..%2F..%2Fadmin%2Freset")
+        );
+        assert_eq!(
+            url("a/b").as_deref(),
+            Some("http://127.0.0.1:8080/configuration/con%2Ffig/a%2Fb")
+        );
+        assert_eq!(url(".."), None);
+        assert_eq!(url("."), None);
     }
 }
