@@ -31,8 +31,9 @@ pub struct EnvelopeContext<'a> {
     pub tracestate: Option<&'a str>,
     /// The publish request's metadata: `cloudevent.id`,
     /// `cloudevent.source` and `cloudevent.type` replace the envelope's
-    /// `id`, `source` and `type`, and `ttlInSeconds` adds `expiration`, as
-    /// Dapr does (not for a payload that is itself a CloudEvent).
+    /// `id`, `source` and `type` (not for a payload that is itself a
+    /// CloudEvent), and `ttlInSeconds` adds `expiration` (to any), as
+    /// Dapr does.
     pub metadata: Option<&'a HashMap<String, String>>,
 }
 
@@ -76,11 +77,15 @@ pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_
             let content_type = content_type.unwrap_or("text/plain").to_string();
             put_data(&mut event, data, &content_type);
             if let Some(metadata) = cx.metadata {
-                apply_metadata(&mut event, metadata);
+                apply_overrides(&mut event, metadata);
             }
             content_type
         }
     };
+    // As Dapr's ApplyMetadata: the TTL holds for a given CloudEvent too.
+    if let Some(metadata) = cx.metadata {
+        apply_ttl(&mut event, metadata);
+    }
     let mut fill = |key: &str, value: Value| {
         event.entry(key.to_string()).or_insert(value);
     };
@@ -126,12 +131,10 @@ fn put_data(event: &mut Map<String, Value>, data: &[u8], content_type: &str) {
 /// The most `ttlInSeconds` taken (Dapr's limit, a 32-bit count).
 const MAX_TTL_SECONDS: u64 = 2_147_483_647;
 
-/// Dapr's envelope overrides from publish metadata: `cloudevent.id`,
-/// `cloudevent.source`, `cloudevent.type` (non-empty ones), and
-/// `expiration` (now + `ttlInSeconds`, RFC 3339 UTC) for a positive
-/// `ttlInSeconds`; a `ttlInSeconds` that is not one is ignored, as Dapr
-/// ignores it here.
-fn apply_metadata(event: &mut Map<String, Value>, metadata: &HashMap<String, String>) {
+/// Dapr's envelope overrides from publish metadata, for an envelope it
+/// builds (not a given CloudEvent): `cloudevent.id`, `cloudevent.source`,
+/// `cloudevent.type` (non-empty ones).
+fn apply_overrides(event: &mut Map<String, Value>, metadata: &HashMap<String, String>) {
     for (key, field) in [
         ("cloudevent.id", "id"),
         ("cloudevent.source", "source"),
@@ -141,6 +144,12 @@ fn apply_metadata(event: &mut Map<String, Value>, metadata: &HashMap<String, Str
             event.insert(field.into(), Value::String(value.clone()));
         }
     }
+}
+
+/// `expiration` (now + `ttlInSeconds`, RFC 3339 UTC) for a positive
+/// `ttlInSeconds`, on any envelope (as Dapr's `ApplyMetadata`); a
+/// `ttlInSeconds` that is not one is ignored, as Dapr ignores it here.
+fn apply_ttl(event: &mut Map<String, Value>, metadata: &HashMap<String, String>) {
     let ttl = metadata
         .get("ttlInSeconds")
         .and_then(|v| v.parse::<u64>().ok())
@@ -431,6 +440,42 @@ mod tests {
             assert!(event.get("expiration").is_none(), "{ttl:?}");
             assert_eq!(event["source"], "checkout");
         }
+    }
+
+    /// As Dapr's `ApplyMetadata`: a given CloudEvent keeps its own `id`,
+    /// `source` and `type`, but takes the TTL.
+    #[test]
+    fn a_given_cloud_event_takes_the_ttl_but_not_the_overrides() {
+        let metadata = HashMap::from([
+            ("cloudevent.id".to_string(), "my-id".to_string()),
+            ("cloudevent.source".to_string(), "my-source".to_string()),
+            ("cloudevent.type".to_string(), "my.type".to_string()),
+            ("ttlInSeconds".to_string(), "60".to_string()),
+        ]);
+        let with = EnvelopeContext {
+            metadata: Some(&metadata),
+            ..cx()
+        };
+        let given = serde_json::json!({"specversion": "1.0", "id": "given-id",
+            "source": "given-source", "type": "given.type", "data": "hi"});
+        let event = envelope(
+            given.to_string().as_bytes(),
+            Some(CLOUD_EVENT_CONTENT_TYPE),
+            &with,
+        );
+        assert_eq!(
+            (&event["id"], &event["source"], &event["type"]),
+            (
+                &Value::from("given-id"),
+                &Value::from("given-source"),
+                &Value::from("given.type")
+            )
+        );
+        let expiration = event["expiration"].as_str().unwrap_or_default();
+        assert!(
+            expiration.len() == 20 && expiration.ends_with('Z'),
+            "{expiration:?}"
+        );
     }
 
     #[test]
