@@ -65,11 +65,12 @@ pub(super) async fn on_topic_event(
             Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
             _ => DeliveryOutcome::Retry,
         },
-        // As Dapr: an app that does not implement the call drops the
-        // event (retrying it would not help).
+        // As Dapr's publishMessageGRPC: an app that does not implement
+        // the call has the event acknowledged (retrying it would not
+        // help), not dead-lettered.
         Err(status) if status.code() == tonic::Code::Unimplemented => {
-            tracing::warn!(id = %event.id, message = status.message(), "The app does not implement OnTopicEvent; the event is dropped.");
-            DeliveryOutcome::Drop
+            tracing::warn!(id = %event.id, message = status.message(), "The app does not implement OnTopicEvent; the event is acknowledged undelivered.");
+            DeliveryOutcome::Success
         }
         Err(status) => {
             tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
