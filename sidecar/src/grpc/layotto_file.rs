@@ -43,17 +43,23 @@ pub(super) async fn next_id(
     call: Call,
     req: pb::GetNextIdRequest,
 ) -> Result<pb::GetNextIdResponse, Status> {
-    // Layotto's answer when there is no sequencer at all.
-    let configured = call
-        .generation()
-        .iter()
-        .any(|(key, _)| key.kind == rewire_runtime::Kind::Sequencer);
-    if !configured {
-        return Err(Status::failed_precondition(
-            "sequencer stores are not configured",
-        ));
-    }
-    let sequencer = call.sequencer(&req.store_name)?;
+    let sequencer = match call.sequencer(&req.store_name) {
+        Ok(sequencer) => sequencer,
+        Err(not_found) => {
+            // Layotto's answer when there is no sequencer at all (the
+            // generation is walked only on this error path).
+            let configured = call
+                .generation()
+                .iter()
+                .any(|(key, _)| key.kind == rewire_runtime::Kind::Sequencer);
+            if !configured {
+                return Err(Status::failed_precondition(
+                    "sequencer stores are not configured",
+                ));
+            }
+            return Err(not_found.into());
+        }
+    };
     let increment = match req.options.map(|o| o.increment) {
         None => Increment::Strong,
         Some(given) => match pb::sequencer_options::AutoIncrement::try_from(given) {

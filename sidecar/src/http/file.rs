@@ -10,7 +10,6 @@
 //! * `GET /v1.0/rewire/file/{store}?prefix=&marker=&limit=`: one page,
 //!   `{"files": [...], "marker": "..."}` (`marker` only when more follow).
 
-
 use axum::body::Body;
 use axum::extract::{Extension, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};

@@ -80,18 +80,23 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
         .route(routes::SECRET, get(secrets::get))
         .route(routes::CONFIGURATION, get(configuration::get))
         .route(routes::CONFIGURATION_ALPHA1, get(configuration::get))
-        .route(routes::CONFIGURATION_SUBSCRIBE, get(configuration::subscribe))
+        // The subscriptions' state only on their routes: a layer on the
+        // whole router would clone it into every request's extensions.
+        .route(
+            routes::CONFIGURATION_SUBSCRIBE,
+            get(configuration::subscribe).layer(Extension(updates.clone())),
+        )
         .route(
             routes::CONFIGURATION_SUBSCRIBE_ALPHA1,
-            get(configuration::subscribe),
+            get(configuration::subscribe).layer(Extension(updates.clone())),
         )
         .route(
             routes::CONFIGURATION_UNSUBSCRIBE,
-            get(configuration::unsubscribe),
+            get(configuration::unsubscribe).layer(Extension(updates.clone())),
         )
         .route(
             routes::CONFIGURATION_UNSUBSCRIBE_ALPHA1,
-            get(configuration::unsubscribe),
+            get(configuration::unsubscribe).layer(Extension(updates)),
         )
         .route(routes::PUBLISH, post(pubsub::publish).put(pubsub::publish))
         .route(
@@ -120,7 +125,6 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
         )
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
-        .layer(Extension(updates))
         .layer(DefaultBodyLimit::max(state.options.max_request_bytes))
         .layer(middleware::from_fn_with_state(
             state.clone(),
