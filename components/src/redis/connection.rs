@@ -261,9 +261,13 @@ impl RedisConnection {
     }
 
     /// Puts `session` (from [`prepare`](Self::prepare)) in force; the
-    /// session it replaces.
+    /// session it replaces. A session that kept the connection (only the
+    /// metadata changed) takes the one in force now: a failover between
+    /// prepare and install may have moved it to the new master.
     pub fn install(&self, session: Arc<Session>) -> Arc<Session> {
-        self.shared.session.swap(session)
+        self.shared
+            .session
+            .rcu(|current| rebased(&session, current))
     }
 
     /// The session `metadata` makes, not yet in force: when the connection
@@ -374,6 +378,18 @@ impl RedisConnection {
     }
 }
 
+/// `staged` as installed over `current`: with `current`'s connection when
+/// both have the same connection settings (`staged` copied it).
+fn rebased(staged: &Arc<Session>, current: &Arc<Session>) -> Arc<Session> {
+    match (&staged.link, &current.link) {
+        (Some(link), Some(now)) if link.settings == now.settings => Arc::new(Session {
+            metadata: staged.metadata.clone(),
+            link: Some(now.clone()),
+        }),
+        _ => staged.clone(),
+    }
+}
+
 async fn refresh_master(shared: &Shared, seen: &Arc<Session>) {
     let _one_at_a_time = shared.changing.lock().await;
     let current = shared.session.load_full();
@@ -385,15 +401,20 @@ async fn refresh_master(shared: &Shared, seen: &Arc<Session>) {
     match open(&link.settings).await {
         Ok(opened) if opened.server == link.server => {}
         Ok(opened) => {
-            info!(component = %shared.label(), old = %link.server, new = %opened.server, "Redis master moved; connection swapped.");
-            shared.session.store(Arc::new(Session {
+            let moved = Arc::new(Session {
                 metadata: current.metadata.clone(),
                 link: Some(Link {
                     connection: opened.connection,
                     settings: link.settings.clone(),
-                    server: opened.server,
+                    server: opened.server.clone(),
                 }),
-            }));
+            });
+            // Only over the session it started from: a change installed
+            // meanwhile (install does not wait for this look-up) wins.
+            let was = shared.session.compare_and_swap(&current, moved);
+            if Arc::ptr_eq(&*was, &current) {
+                info!(component = %shared.label(), old = %link.server, new = %opened.server, "Redis master moved; connection swapped.");
+            }
         }
         Err(err) => {
             warn!(component = %shared.label(), error = %err, "Asking the sentinels for the Redis master failed.");
@@ -433,5 +454,62 @@ impl PrefixedKey<'_> {
 impl redis::ToRedisArgs for PrefixedKey<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         out.write_arg_fmt(format_args!("{}{}", self.prefix, self.key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewire_runtime::Metadata;
+    use serde_json::json;
+    use testkit::redis::RedisServer;
+
+    fn metadata(value: serde_json::Value) -> RedisMetadata {
+        Metadata::from(value.as_object().cloned().unwrap_or_default())
+            .decode::<RedisMetadata>()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A metadata-only change staged, then the master moves (a failover
+    /// swaps the connection, same settings) before it is installed: the
+    /// installed session keeps the new master's connection.
+    #[tokio::test]
+    async fn a_staged_metadata_change_installs_over_the_connection_in_force_now() {
+        let first = RedisServer::start().await;
+        let second = RedisServer::start().await;
+        let connection = RedisConnection::open_following_failover(
+            "state/test",
+            metadata(json!({"redisHost": first.addr()})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let staged = connection
+            .prepare(metadata(
+                json!({"redisHost": first.addr(), "keyPrefix": "none"}),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The failover: same settings, another server.
+        let current = connection.session();
+        let link = current.link.clone().expect("connected");
+        let opened = open(
+            &metadata(json!({"redisHost": second.addr()}))
+                .connection_settings()
+                .unwrap_or_else(|e| panic!("{e}")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        connection.shared.session.store(Arc::new(Session {
+            metadata: current.metadata.clone(),
+            link: Some(Link {
+                connection: opened.connection,
+                settings: link.settings,
+                server: opened.server.clone(),
+            }),
+        }));
+        connection.install(staged);
+        let installed = connection.session();
+        assert_eq!(installed.metadata().key_prefix, "none");
+        assert_eq!(installed.server(), opened.server);
     }
 }
