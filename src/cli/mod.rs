@@ -64,10 +64,12 @@ enum Command {
     /// List the registered component kinds and types.
     Components,
     /// Push one component's configuration to a running sidecar (Lifecycle API).
-    #[command(after_help = "Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
+    #[command(
+        after_help = "Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
         (nothing changed), or the sidecar could not be reached; 2 bad arguments; 3 queued: the \
         sidecar answered before the reload was done, and will still apply or reject the push \
-        (follow it with `rewire status`; pushing again is not needed).")]
+        (follow it with `rewire status`; pushing again is not needed)."
+    )]
     Apply(apply::ApplyArgs),
     /// Show the running sidecar's generation, components and last reloads.
     Status {
