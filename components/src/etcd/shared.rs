@@ -38,6 +38,10 @@ pub(crate) struct Connection {
     pub(crate) keys: usize,
 }
 
+/// How the registry files entry `id`, found under the first settings, under
+/// the second (its TLS material changed).
+pub(crate) type Refile = fn(&EtcdSettings, &EtcdSettings, u64);
+
 /// One process-wide entry: connected once, then joined by every store with
 /// the same settings. Its tasks stop when the last store leaves, or when
 /// the entry is dropped.
@@ -45,6 +49,8 @@ pub(crate) struct Connection {
 pub(crate) struct Shared {
     /// A serial number, for tests and logs.
     pub(crate) id: u64,
+    /// The registry's refiling, told when new TLS material is in force.
+    refile: Refile,
     pub(crate) fanout: Arc<Fanout>,
     stop: CancellationToken,
     connection: OnceCell<Connection>,
@@ -52,10 +58,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// An entry not connected yet.
-    pub(crate) fn new(id: u64) -> Self {
+    /// An entry not connected yet, refiled by `refile` when its TLS
+    /// material changes.
+    pub(crate) fn new(id: u64, refile: Refile) -> Self {
         Self {
             id,
+            refile,
             fanout: Arc::default(),
             stop: CancellationToken::new(),
             connection: OnceCell::new(),
@@ -150,7 +158,7 @@ impl Shared {
             return;
         };
         let client = client.clone();
-        let id = self.id;
+        let (id, refile) = (self.id, self.refile);
         // The settings the registry files the entry under.
         let filed = Arc::new(Mutex::new(settings.clone()));
         crate::tls::follow_files(
@@ -172,7 +180,7 @@ impl Shared {
                         &mut *filed.lock().unwrap_or_else(|p| p.into_inner()),
                         next.clone(),
                     );
-                    super::sharing::rekey(&previous, &next, id);
+                    refile(&previous, &next, id);
                     Ok(())
                 }
             },

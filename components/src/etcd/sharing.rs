@@ -175,7 +175,7 @@ fn entry_for(key: &SharingKey) -> Arc<Shared> {
     {
         return shared;
     }
-    let shared = Arc::new(Shared::new(NEXT_ID.fetch_add(1, Ordering::Relaxed)));
+    let shared = Arc::new(Shared::new(NEXT_ID.fetch_add(1, Ordering::Relaxed), rekey));
     registry.insert(key.clone(), Arc::downgrade(&shared));
     shared
 }
