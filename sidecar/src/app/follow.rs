@@ -26,9 +26,9 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::handover::{Delivered, Retire};
 use super::routed::{AppTarget, RoutedSink};
 use super::AppSubscription;
+use crate::dapr::handover::{Delivered, Retire};
 use crate::dapr::TopicDelivery;
 
 /// How often subscriptions that could not start, or ended on their own,

@@ -16,7 +16,6 @@
 pub mod config_updates;
 mod follow;
 mod grpc_route;
-pub mod handover;
 mod http_route;
 mod routed;
 mod subscriptions;

@@ -21,6 +21,7 @@ mod configuration;
 mod event_expiry;
 mod file;
 mod file_upload;
+pub mod handover;
 mod lock;
 mod metadata;
 mod pubsub;

@@ -31,9 +31,9 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::handover::{event_key, Delivered, Retire};
 use super::pubsub_event::{TopicEvent, CLOUD_EVENT_CONTENT_TYPE};
 use super::PubSubOpError;
-use crate::app::handover::{event_key, Delivered, Retire};
 
 /// Events of one subscription awaiting the subscriber's answer.
 pub const MAX_IN_FLIGHT: usize = 32;

@@ -89,7 +89,7 @@ pub(super) async fn subscribe(
             initial.dead_letter_topic.filter(|t| !t.is_empty()),
         )
         .1,
-        retire: crate::app::handover::Retire::never(),
+        retire: crate::dapr::handover::Retire::never(),
         delivered: Default::default(),
     };
     let initial_response = pb::SubscribeTopicEventsResponseAlpha1 {
