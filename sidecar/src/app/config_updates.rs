@@ -20,9 +20,7 @@
 //! [`MAX_SUBSCRIPTIONS`] are open at once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use reqwest::StatusCode;
 use serde::Serialize;
@@ -31,18 +29,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::routed::AppTarget;
 use super::AppChannel;
+use crate::grpc::open_subscriptions::OpenSubscriptions;
 use crate::grpc::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use crate::grpc::subscription_forward::Forward;
 use crate::grpc::subscription_queue::{queue, QueuedBytes};
 use crate::metrics::ApiMetrics;
 use rewire_runtime::ConfigSubscription;
 
+/// Why an unsubscribe did nothing (as over gRPC).
+pub use crate::grpc::open_subscriptions::UnsubscribeError as CloseError;
+
 /// Configuration subscriptions open over HTTP at once, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
-
-/// All subscribers together may have this many times the per-subscriber
-/// limit queued (as the gRPC subscriptions).
-const TOTAL_PER_SUBSCRIBER_LIMIT: usize = 16;
 
 /// The configuration subscriptions whose updates go to the app.
 #[derive(Clone)]
@@ -53,19 +51,12 @@ pub struct ConfigUpdates {
 struct Inner {
     /// `None`: the app is not spoken to over HTTP (or has no client).
     app: Option<(reqwest::Client, AppChannel)>,
-    next: AtomicU64,
-    ids: std::collections::hash_map::RandomState,
-    open: Mutex<HashMap<String, Open>>,
-    shutdown: CancellationToken,
+    /// HTTP has no connection to own a subscription: any caller with the
+    /// id may close it.
+    open: OpenSubscriptions,
     limit: usize,
-    max_subscriptions: usize,
     total: QueuedBytes,
     metrics: Arc<ApiMetrics>,
-}
-
-struct Open {
-    store: String,
-    cancel: CancellationToken,
 }
 
 /// Why a subscription was not opened.
@@ -77,22 +68,6 @@ pub enum OpenError {
     /// As many subscriptions as allowed are open.
     #[error("{0} configuration subscriptions are open over HTTP, the most allowed; unsubscribe one first")]
     TooMany(usize),
-}
-
-/// Why an unsubscribe did nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CloseError {
-    /// No open subscription has that id.
-    #[error("subscription `{0}` does not exist")]
-    Unknown(String),
-    /// The subscription is on another store.
-    #[error("subscription `{id}` is not on configuration store `{store}`")]
-    OtherStore {
-        /// The subscription.
-        id: String,
-        /// The store named by the caller.
-        store: String,
-    },
 }
 
 /// A change as Dapr posts it to the app.
@@ -124,6 +99,17 @@ impl ConfigUpdates {
         limit: usize,
         metrics: Arc<ApiMetrics>,
     ) -> Self {
+        Self::with_max(app, shutdown, limit, metrics, MAX_SUBSCRIPTIONS)
+    }
+
+    /// The same, with at most `max_subscriptions` open.
+    fn with_max(
+        app: Option<&AppChannel>,
+        shutdown: CancellationToken,
+        limit: usize,
+        metrics: Arc<ApiMetrics>,
+        max_subscriptions: usize,
+    ) -> Self {
         crate::tls::install_ring_provider();
         let app = app.and_then(|channel| match AppTarget::connect(channel)? {
             AppTarget::Http { client, channel } => Some((client, channel)),
@@ -132,25 +118,11 @@ impl ConfigUpdates {
         Self {
             inner: Arc::new(Inner {
                 app,
-                next: AtomicU64::new(0),
-                ids: std::collections::hash_map::RandomState::new(),
-                open: Mutex::new(HashMap::new()),
-                shutdown,
+                open: OpenSubscriptions::new(shutdown, max_subscriptions),
                 limit,
-                max_subscriptions: MAX_SUBSCRIPTIONS,
-                total: QueuedBytes::new(limit.saturating_mul(TOTAL_PER_SUBSCRIBER_LIMIT)),
+                total: QueuedBytes::for_subscribers(limit),
                 metrics,
             }),
-        }
-    }
-
-    /// The same, with at most `max` subscriptions open.
-    #[cfg(test)]
-    fn with_max(self, max: usize) -> Self {
-        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| panic!("shared"));
-        inner.max_subscriptions = max;
-        Self {
-            inner: Arc::new(inner),
         }
     }
 
@@ -165,19 +137,11 @@ impl ConfigUpdates {
         let Some((client, channel)) = self.inner.app.clone() else {
             return Err(OpenError::NoAppChannel);
         };
-        let id = format!("{store}-{}", self.unguessable());
-        let cancel = self.inner.shutdown.child_token();
-        {
-            let mut open = self.lock();
-            if open.len() >= self.inner.max_subscriptions {
-                return Err(OpenError::TooMany(open.len()));
-            }
-            let entry = Open {
-                store: store.to_string(),
-                cancel: cancel.clone(),
-            };
-            open.insert(id.clone(), entry);
-        }
+        let (id, cancel) = self
+            .inner
+            .open
+            .add(store, None)
+            .map_err(|full| OpenError::TooMany(full.0))?;
         let label = format!("subscription `{id}`");
         let (sender, mut stream) = queue::<SubscribeConfigurationResponse>(
             label,
@@ -227,7 +191,7 @@ impl ConfigUpdates {
             if dropped {
                 updates.inner.metrics.subscriber_dropped();
             }
-            updates.forget(&task_id);
+            updates.inner.open.forget(&task_id);
         });
         Ok(id)
     }
@@ -235,52 +199,17 @@ impl ConfigUpdates {
     /// Ends subscription `id`; when `store` is not empty it must be the
     /// subscription's store.
     pub fn close(&self, store: &str, id: &str) -> Result<(), CloseError> {
-        let mut open = self.lock();
-        match open.get(id) {
-            None => return Err(CloseError::Unknown(id.to_string())),
-            Some(o) if !store.is_empty() && o.store != store => {
-                return Err(CloseError::OtherStore {
-                    id: id.to_string(),
-                    store: store.to_string(),
-                })
-            }
-            Some(_) => {}
-        }
-        if let Some(o) = open.remove(id) {
-            o.cancel.cancel();
-        }
-        Ok(())
+        self.inner.open.close(store, id, None)
     }
 
     /// How many subscriptions are open.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.inner.open.len()
     }
 
     /// Whether none is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// 128 bits no caller can predict (SipHash keyed by the OS's random
-    /// source, over a counter).
-    fn unguessable(&self) -> String {
-        let number = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let half = |salt: u64| {
-            let mut hasher = self.inner.ids.build_hasher();
-            hasher.write_u64(number);
-            hasher.write_u64(salt);
-            hasher.finish()
-        };
-        format!("{:016x}{:016x}", half(1), half(2))
-    }
-
-    fn forget(&self, id: &str) {
-        self.lock().remove(id);
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Open>> {
-        self.inner.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -405,7 +334,13 @@ mod tests {
 
     #[tokio::test]
     async fn subscriptions_are_bounded_in_number_and_closed_by_id_and_store() {
-        let updates = updates(Some(&AppChannel::local(1))).with_max(2);
+        let updates = ConfigUpdates::with_max(
+            Some(&AppChannel::local(1)),
+            CancellationToken::new(),
+            1 << 20,
+            Arc::new(ApiMetrics::new()),
+            2,
+        );
         let (_a, first) = subscription();
         let (_b, second) = subscription();
         let (_c, third) = subscription();

@@ -64,7 +64,7 @@ pub(super) async fn subscribe(
         ..ConfigQuery::default()
     };
     let subscription = store.subscribe(query).await?;
-    Ok(subscriptions.open(&req.store_name, subscription, peer))
+    subscriptions.open(&req.store_name, subscription, peer)
 }
 
 /// `UnsubscribeConfiguration`: ends the stream of subscription `id`

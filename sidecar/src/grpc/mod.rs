@@ -58,6 +58,7 @@ mod lifecycle_patch;
 mod lifecycle_wait;
 mod limits;
 mod observe;
+pub(crate) mod open_subscriptions;
 pub mod proto;
 mod status;
 pub(crate) mod subscription_forward;

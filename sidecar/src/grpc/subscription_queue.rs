@@ -32,6 +32,10 @@ pub(crate) type Message<T> = Result<T, Status>;
 /// Messages queued for a subscriber at most, whatever their size.
 const MAX_MESSAGES: usize = 64;
 
+/// All subscribers together may have this many times the per-subscriber
+/// limit queued.
+const TOTAL_PER_SUBSCRIBER_LIMIT: usize = 16;
+
 /// Laggards dropped at most to queue one message (each drop frees the
 /// largest queue, so one is almost always enough).
 const MAX_EVICTIONS: usize = 8;
@@ -85,6 +89,12 @@ impl QueuedBytes {
                 queues: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Nothing queued yet; all subscribers together may have
+    /// [`TOTAL_PER_SUBSCRIBER_LIMIT`] times `per_subscriber` bytes queued.
+    pub(crate) fn for_subscribers(per_subscriber: usize) -> Self {
+        Self::new(per_subscriber.saturating_mul(TOTAL_PER_SUBSCRIBER_LIMIT))
     }
 
     /// The total limit.

@@ -9,27 +9,28 @@
 //! and in messages, and all queues together in bytes (16 times that, shared
 //! with Layotto's configuration streams); a subscriber that falls behind is
 //! dropped with its reason, and when all queues together are full the one
-//! holding the most is dropped (`subscription_queue`).
+//! holding the most is dropped (`subscription_queue`). At most 4,096 are
+//! open at once (`open_subscriptions`, which the HTTP subscriptions use too).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tonic::Status;
 
+use super::open_subscriptions::OpenSubscriptions;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use super::subscription_forward::Forward;
 use super::subscription_queue::{queue, QueuedBytes};
 use crate::metrics::ApiMetrics;
 use rewire_runtime::ConfigSubscription;
 
+pub(super) use super::open_subscriptions::UnsubscribeError;
 pub use super::subscription_queue::SubscriptionStream;
 
-/// All subscribers together may have this many times the per-subscriber
-/// limit queued.
-const TOTAL_PER_SUBSCRIBER_LIMIT: usize = 16;
+/// Configuration subscriptions open over gRPC at once, at most.
+const MAX_SUBSCRIPTIONS: usize = 4096;
 
 /// The open subscriptions, by id.
 #[derive(Clone)]
@@ -38,35 +39,10 @@ pub(super) struct Subscriptions {
 }
 
 struct Inner {
-    next: AtomicU64,
-    ids: std::collections::hash_map::RandomState,
-    open: Mutex<HashMap<String, Open>>,
-    shutdown: CancellationToken,
+    open: OpenSubscriptions,
     limit: usize,
     total: QueuedBytes,
     metrics: Arc<ApiMetrics>,
-}
-
-struct Open {
-    store: String,
-    owner: Option<SocketAddr>,
-    cancel: CancellationToken,
-}
-
-/// Why an unsubscribe did nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum UnsubscribeError {
-    /// No open subscription of the caller's connection has that id.
-    #[error("subscription `{0}` does not exist")]
-    Unknown(String),
-    /// The subscription is on another store.
-    #[error("subscription `{id}` is not on configuration store `{store}`")]
-    OtherStore {
-        /// The subscription.
-        id: String,
-        /// The store named by the caller.
-        store: String,
-    },
 }
 
 impl Subscriptions {
@@ -76,12 +52,9 @@ impl Subscriptions {
     pub(super) fn new(shutdown: CancellationToken, limit: usize, metrics: Arc<ApiMetrics>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                next: AtomicU64::new(0),
-                ids: std::collections::hash_map::RandomState::new(),
-                open: Mutex::new(HashMap::new()),
-                shutdown,
+                open: OpenSubscriptions::new(shutdown, MAX_SUBSCRIPTIONS),
                 limit,
-                total: QueuedBytes::new(limit.saturating_mul(TOTAL_PER_SUBSCRIBER_LIMIT)),
+                total: QueuedBytes::for_subscribers(limit),
                 metrics,
             }),
         }
@@ -89,21 +62,20 @@ impl Subscriptions {
 
     /// Opens a stream for `subscription` on `store`, owned by the
     /// connection `owner`: its first message carries only the subscription
-    /// id, then one message per change.
+    /// id, then one message per change. Refused when as many as allowed
+    /// are open.
     pub(super) fn open(
         &self,
         store: &str,
         subscription: ConfigSubscription,
         owner: Option<SocketAddr>,
-    ) -> SubscriptionStream {
-        let id = format!("{store}-{}", self.unguessable());
-        let cancel = self.inner.shutdown.child_token();
-        let open = Open {
-            store: store.to_string(),
-            owner,
-            cancel: cancel.clone(),
-        };
-        self.lock().insert(id.clone(), open);
+    ) -> Result<SubscriptionStream, Status> {
+        let (id, cancel) = self.inner.open.add(store, owner).map_err(|full| {
+            Status::resource_exhausted(format!(
+                "{} configuration subscriptions are open over gRPC, the most allowed; unsubscribe one first",
+                full.0
+            ))
+        })?;
         let label = format!("subscription `{id}`");
         let (sender, stream) = queue(label, self.inner.limit, self.inner.total.clone());
         let first = SubscribeConfigurationResponse {
@@ -123,24 +95,11 @@ impl Subscriptions {
         let subscriptions = self.clone();
         tokio::spawn(async move {
             if forward.run().await {
-                subscriptions.count_dropped();
+                subscriptions.inner.metrics.subscriber_dropped();
             }
-            subscriptions.forget(&id);
+            subscriptions.inner.open.forget(&id);
         });
-        stream
-    }
-
-    /// 128 bits no caller can predict (SipHash keyed by the OS's random
-    /// source, over a counter).
-    fn unguessable(&self) -> String {
-        let number = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let half = |salt: u64| {
-            let mut hasher = self.inner.ids.build_hasher();
-            hasher.write_u64(number);
-            hasher.write_u64(salt);
-            hasher.finish()
-        };
-        format!("{:016x}{:016x}", half(1), half(2))
+        Ok(stream)
     }
 
     /// Ends subscription `id` for the connection `caller`; when `store` is
@@ -151,22 +110,7 @@ impl Subscriptions {
         id: &str,
         caller: Option<SocketAddr>,
     ) -> Result<(), UnsubscribeError> {
-        let mut open = self.lock();
-        match open.get(id) {
-            Some(o) if o.owner != caller => return Err(UnsubscribeError::Unknown(id.to_string())),
-            None => return Err(UnsubscribeError::Unknown(id.to_string())),
-            Some(o) if !store.is_empty() && o.store != store => {
-                return Err(UnsubscribeError::OtherStore {
-                    id: id.to_string(),
-                    store: store.to_string(),
-                })
-            }
-            Some(_) => {}
-        }
-        if let Some(o) = open.remove(id) {
-            o.cancel.cancel();
-        }
-        Ok(())
+        self.inner.open.close(store, id, caller)
     }
 
     /// The bytes queued for all subscribers, which Layotto's configuration
@@ -178,21 +122,7 @@ impl Subscriptions {
     /// How many subscriptions are open.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Forgets subscription `id` (its stream has ended).
-    fn forget(&self, id: &str) {
-        self.lock().remove(id);
-    }
-
-    /// Counts one subscriber dropped for falling behind.
-    fn count_dropped(&self) {
-        self.inner.metrics.subscriber_dropped();
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Open>> {
-        self.inner.open.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.open.len()
     }
 }
 
@@ -223,7 +153,9 @@ mod tests {
             Arc::new(ApiMetrics::new()),
         );
         let (changes, subscription) = subscription();
-        let mut stream = subscriptions.open("config", subscription, None);
+        let mut stream = subscriptions
+            .open("config", subscription, None)
+            .expect("open");
         let first = stream
             .next()
             .await
@@ -274,7 +206,9 @@ mod tests {
         let subscriptions =
             Subscriptions::new(shutdown.clone(), 1 << 20, Arc::new(ApiMetrics::new()));
         let (_changes, subscription) = subscription();
-        let mut stream = subscriptions.open("config", subscription, None);
+        let mut stream = subscriptions
+            .open("config", subscription, None)
+            .expect("open");
         assert!(testkit::soon("the stream's next message", stream.next())
             .await
             .is_some());
@@ -295,8 +229,12 @@ mod tests {
         let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
         let (_a, first) = subscription();
         let (_b, second) = subscription();
-        let mut one = subscriptions.open("config", first, Some(owner));
-        let mut two = subscriptions.open("config", second, Some(owner));
+        let mut one = subscriptions
+            .open("config", first, Some(owner))
+            .expect("open");
+        let mut two = subscriptions
+            .open("config", second, Some(owner))
+            .expect("open");
         let id = |m: Option<Result<SubscribeConfigurationResponse, Status>>| {
             m.and_then(Result::ok).expect("first message").id
         };
@@ -322,7 +260,9 @@ mod tests {
             Arc::new(ApiMetrics::new()),
         );
         let (changes, subscription) = subscription();
-        let mut stream = subscriptions.open("config", subscription, None);
+        let mut stream = subscriptions
+            .open("config", subscription, None)
+            .expect("open");
         let big = |n: usize| ConfigChange {
             items: vec![ConfigItem {
                 key: "k".into(),
