@@ -50,9 +50,19 @@ impl Subscriptions {
     /// subscriber may have `limit` bytes queued (drops are counted in
     /// `metrics`).
     pub(super) fn new(shutdown: CancellationToken, limit: usize, metrics: Arc<ApiMetrics>) -> Self {
+        Self::with_max(shutdown, limit, metrics, MAX_SUBSCRIPTIONS)
+    }
+
+    /// The same, with at most `max` open at once.
+    fn with_max(
+        shutdown: CancellationToken,
+        limit: usize,
+        metrics: Arc<ApiMetrics>,
+        max: usize,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                open: OpenSubscriptions::new(shutdown, MAX_SUBSCRIPTIONS),
+                open: OpenSubscriptions::new(shutdown, max),
                 limit,
                 total: QueuedBytes::for_subscribers(limit),
                 metrics,
@@ -197,6 +207,45 @@ mod tests {
         assert_eq!(
             subscriptions.close("config", &first.id, None),
             Err(UnsubscribeError::Unknown(first.id))
+        );
+    }
+
+    #[tokio::test]
+    async fn one_subscription_past_the_bound_is_refused_naming_it_and_a_close_makes_room() {
+        let subscriptions = Subscriptions::with_max(
+            CancellationToken::new(),
+            1 << 20,
+            Arc::new(ApiMetrics::new()),
+            1,
+        );
+        let (_a, first) = subscription();
+        let (_b, second) = subscription();
+        let (_c, third) = subscription();
+        let mut stream = subscriptions
+            .open("config", first, None)
+            .expect("the first");
+        let refused = subscriptions
+            .open("config", second, None)
+            .err()
+            .expect("one past the bound");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused
+                .message()
+                .contains("1 configuration subscriptions are open"),
+            "{}",
+            refused.message()
+        );
+        let id = stream
+            .next()
+            .await
+            .and_then(Result::ok)
+            .expect("first message")
+            .id;
+        assert_eq!(subscriptions.close("config", &id, None), Ok(()));
+        assert!(
+            subscriptions.open("config", third, None).is_ok(),
+            "room again"
         );
     }
 
