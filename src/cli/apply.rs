@@ -77,16 +77,25 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
 
 /// The first metadata field given twice (`-m key=a -m key=b`), said: a
 /// push carries one value per field, and keeping the last silently would
-/// hide the slip.
+/// hide the slip. The values of a secret field
+/// ([`is_secret_field`](rewire_runtime::is_secret_field)) are shown as
+/// `[secret]`.
 fn repeated_field(fields: &[(String, String)]) -> Option<String> {
     let mut seen = HashMap::new();
     for (key, value) in fields {
         if let Some(first) = seen.insert(key.as_str(), value.as_str()) {
+            let shown = |value: &str| {
+                if rewire_runtime::is_secret_field(key) {
+                    "[secret]".to_string()
+                } else {
+                    value.escape_debug().to_string()
+                }
+            };
             return Some(format!(
                 "metadata field `{}` given twice (`{}`, then `{}`): give each field once",
                 key.escape_debug(),
-                first.escape_debug(),
-                value.escape_debug()
+                shown(first),
+                shown(value)
             ));
         }
     }
@@ -272,6 +281,24 @@ mod tests {
         assert_eq!(
             repeated_field(&fields(&[("ttl", "1"), ("b", "2"), ("ttl", "3")])).as_deref(),
             Some("metadata field `ttl` given twice (`1`, then `3`): give each field once")
+        );
+    }
+
+    #[test]
+    fn a_secret_field_given_twice_is_named_without_its_values() {
+        let fields: Vec<(String, String)> =
+            [("redisPassword", "old-pw"), ("redisPassword", "new-pw")]
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect();
+        let error = repeated_field(&fields).unwrap_or_default();
+        assert_eq!(
+            error,
+            "metadata field `redisPassword` given twice (`[secret]`, then `[secret]`): give each field once"
+        );
+        assert!(
+            !error.contains("old-pw") && !error.contains("new-pw"),
+            "{error}"
         );
     }
 
