@@ -399,8 +399,24 @@ fn check_component(
     }
     match descriptor {
         Some(descriptor) => {
-            if let Err(err) = (descriptor.validate)(&spec.metadata, &injected_fields) {
-                problems.push(Problem::component(key, metadata_message(spec, &err)));
+            // The check runs the component's own `Deserialize` (a
+            // `deserialize_with`, a `TryFrom`): a panic there is this
+            // component's problem, not the end of the validation.
+            let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (descriptor.validate)(&spec.metadata, &injected_fields)
+            }));
+            match checked {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    problems.push(Problem::component(key, metadata_message(spec, &err)));
+                }
+                Err(payload) => problems.push(Problem::component(
+                    key,
+                    format!(
+                        "metadata check panicked: {}",
+                        crate::assembly_tasks::panic_message(payload.as_ref())
+                    ),
+                )),
             }
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),

@@ -114,8 +114,8 @@ pub trait InjectField {
     /// What the field takes, for error messages.
     const WHAT: &'static str;
 
-    /// Takes `handle` if it fits this field and the field wants it
-    /// (`name` set: only that component; unset: only while still empty).
+    /// Takes `handle` if it fits this field and the field wants it: only
+    /// while still empty, and with `name` set only that component.
     /// Gives the handle back when it does not fit.
     fn offer(&mut self, handle: InjectedHandle, name: Option<&str>) -> Option<InjectedHandle>;
 
@@ -123,15 +123,19 @@ pub trait InjectField {
     fn satisfied(&self) -> bool;
 }
 
+/// Whether a field holding `current` takes `offered`: only while it is
+/// still empty, and, when it names its component, only that one (a
+/// second componentRef to it is refused, not put in place of the first).
 fn wants(
     current: Option<&ComponentKey>,
     offered: Option<&ComponentKey>,
     name: Option<&str>,
 ) -> bool {
-    match name {
-        Some(name) => offered.is_some_and(|key| *key.name == *name),
-        None => current.is_none(),
-    }
+    current.is_none()
+        && match name {
+            Some(name) => offered.is_some_and(|key| *key.name == *name),
+            None => true,
+        }
 }
 
 macro_rules! inject_field {

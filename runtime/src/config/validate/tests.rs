@@ -440,3 +440,79 @@ fn a_type_two_crates_register_is_refused_where_it_is_used() {
         "{problems:?}"
     );
 }
+
+fn panicking_validate(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
+    panic!("deserialize_with refused to go on")
+}
+
+#[test]
+fn a_metadata_check_that_panics_is_a_problem_naming_the_component() {
+    let mut registry = registry();
+    registry.register(ComponentDescriptor {
+        kind: "state",
+        type_name: "fragile",
+        description: "",
+        example_metadata: "{}",
+        validate: panicking_validate,
+        build: unbuildable,
+        check_refs: None,
+        in_place: None,
+    });
+    let text = r#"{"components": {"state": {
+        "shaky": {"type": "fragile"}, "cache": {"type": "redis", "metadata": {"redisHots": "h"}}}}}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let found: Vec<String> = match validate(config, &registry) {
+        Ok(_) => panic!("a metadata check that panicked passed"),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    };
+    // The panic is reported as the component's problem, and the rest of
+    // the configuration is still checked.
+    assert!(
+        found.contains(
+            &"state/shaky: metadata check panicked: deserialize_with refused to go on".to_string()
+        ),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("state/cache: unknown metadata field `redisHots`")),
+        "{found:?}"
+    );
+}
+
+/// Takes the component named `c` through a named `#[inject]` field.
+#[derive(crate::Component)]
+#[component(kind = "cache", type = "named_probe")]
+#[allow(dead_code)]
+struct NamedCache {
+    #[inject(name = "c")]
+    dep: crate::ComponentHandle,
+}
+
+#[async_trait::async_trait]
+impl crate::Component for NamedCache {}
+
+#[test]
+fn a_named_field_refuses_a_second_ref_to_its_component() {
+    let mut registry = registry();
+    registry.register(
+        Registry::collected()
+            .get("cache", "named_probe")
+            .copied()
+            .unwrap_or_else(|| panic!("the derive registers cache/named_probe")),
+    );
+    let text = r#"{"components": {"config_store": {"c": {"type": "memory"}},
+        "state": {"c": {"type": "memory"}},
+        "cache": {"x": {"type": "named_probe", "componentRef": [
+            {"type": "config_store", "name": "c"}, {"type": "state", "name": "c"}]}}}}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let found: Vec<String> = match validate(config, &registry) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    };
+    assert_eq!(
+        found,
+        ["cache/x: componentRef[1]: does not accept a reference to `state/c` (no #[inject] field takes it)"]
+    );
+}
