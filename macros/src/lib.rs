@@ -43,16 +43,51 @@ mod validate;
 /// // Registered: a configuration can declare `cache/<name>` of type `lru`.
 /// let lru = Registry::collected().get("cache", "lru").copied();
 /// assert_eq!(lru.map(|d| d.example_metadata), Some(r#"{"capacity": 100}"#));
+///
+/// /// A cache that takes a new capacity without being rebuilt.
+/// #[derive(rewire_runtime::Component)]
+/// #[component(kind = "cache", type = "resizable", in_place)]
+/// struct ResizableCache {
+///     #[metadata]
+///     meta: CacheMetadata,
+///     capacity: std::sync::atomic::AtomicUsize,
+/// }
+///
+/// #[async_trait]
+/// impl Component for ResizableCache {
+///     async fn init(&mut self, _: &InitContext) -> Result<(), ComponentError> {
+///         *self.capacity.get_mut() = self.meta.capacity;
+///         Ok(())
+///     }
+/// }
+///
+/// // Required by `in_place`: without it the derive does not compile.
+/// #[async_trait]
+/// impl InPlaceUpdate for ResizableCache {
+///     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+///         let new: CacheMetadata = metadata.decode()?;
+///         self.capacity.store(new.capacity, std::sync::atomic::Ordering::Relaxed);
+///         Ok(InPlace::Applied)
+///     }
+/// }
+///
+/// let resizable = Registry::collected().get("cache", "resizable").copied();
+/// assert!(resizable.is_some_and(|d| d.in_place.is_some()));
 /// ```
 ///
 /// * `#[component(...)]` (required, on the struct): `kind` and `type`
 ///   (required), `example` (example metadata as JSON object text, default
-///   `{}`), `crate` (path of the runtime crate, found automatically
-///   otherwise).
+///   `{}`), `in_place` (a flag: the struct implements `InPlaceUpdate` and
+///   takes metadata changes without a rebuild; the derive refuses to
+///   compile without the impl), `crate` (path of the runtime crate, found
+///   automatically otherwise).
 /// * `#[metadata]` (at most one field): decoded from the component's
 ///   metadata; without it the component takes no metadata.
 /// * `#[inject]` / `#[inject(name = "...")]`: filled from the component's
-///   `componentRef`s; `Option<...>` fields are optional.
+///   `componentRef`s, each offered first to the named fields, then to the
+///   unnamed ones (each group in declaration order); a field takes one
+///   reference (a named one only its component's), and a componentRef no
+///   field takes is an error. `Option<...>` fields are optional.
 /// * Every other field starts as `Default::default()`.
 ///
 /// The struct must also implement `Component` and, for a built-in kind,
