@@ -7,6 +7,22 @@
 //! Both servers count a request from the moment it reaches the service
 //! until its response body ends or is dropped ([`Counted`]): a streamed
 //! subscription counts for as long as it is open.
+//!
+//! A request in flight keeps its connection open only while its answer
+//! moves: a response that has handed the server a chunk and is not asked
+//! for the next one is *waiting for the client* (a client that grants no
+//! flow-control window, or reads nothing, leaves it so for ever while the
+//! server's keepalive pings and their answers still move bytes). The
+//! connection ends once a response has waited for the idle timeout,
+//! whatever bytes move ([`InFlight::stalled`]). A quiet subscription
+//! (polled, nothing to send) is not waiting.
+//!
+//! Waiting responses are counted, not timed: each goes into the count of
+//! the connection's current *epoch* (one of two); the connection, when its
+//! timer fires, opens the next epoch once the older count is empty, and a
+//! response still counted in the older epoch an idle timeout after the
+//! newer one opened has waited at least that long. A chunk costs two
+//! atomic additions and a load, no clock read, no allocation.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -23,6 +39,11 @@ pub struct InFlight(Arc<Counts>);
 #[derive(Debug)]
 struct Counts {
     open: AtomicUsize,
+    /// Responses waiting for the client, by the epoch they began waiting
+    /// in.
+    waiting: [AtomicUsize; 2],
+    /// The current epoch (0 or 1), which new waits are counted in.
+    epoch: AtomicUsize,
     /// When `open` last fell to zero (or the connection came), in
     /// nanoseconds since `base`.
     idle_from: AtomicU64,
@@ -34,6 +55,8 @@ impl InFlight {
     pub fn new() -> Self {
         Self(Arc::new(Counts {
             open: AtomicUsize::new(0),
+            waiting: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            epoch: AtomicUsize::new(0),
             idle_from: AtomicU64::new(0),
             base: Instant::now(),
         }))
@@ -42,7 +65,37 @@ impl InFlight {
     /// Counts a request until the guard is dropped.
     pub fn start(&self) -> RequestGuard {
         self.0.open.fetch_add(1, Ordering::AcqRel);
-        RequestGuard(self.clone())
+        RequestGuard {
+            in_flight: self.clone(),
+            waiting_in: None,
+        }
+    }
+
+    /// When the responses waiting for the client will have waited
+    /// `idle_timeout` at least (at or before `now`: they have), given
+    /// `epoch`, the connection's record of its epochs (see the module
+    /// doc); `None` while none waits. Called when the connection's timer
+    /// fires.
+    pub(crate) fn waited_out_at(
+        &self,
+        epoch: &mut Epoch,
+        now: Instant,
+        idle_timeout: std::time::Duration,
+    ) -> Option<Instant> {
+        let current = self.0.epoch.load(Ordering::Acquire);
+        let older = 1 - current;
+        if self.0.waiting[older].load(Ordering::Acquire) > 0 {
+            // Each has waited since before the current epoch opened.
+            return Some(epoch.opened + idle_timeout);
+        }
+        if self.0.waiting[current].load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        // The older epoch is empty: the current one becomes the older,
+        // new waits count in the next.
+        self.0.epoch.store(older, Ordering::Release);
+        epoch.opened = now;
+        Some(now + idle_timeout)
     }
 
     /// Since when the connection has had no request in flight; `None`
@@ -64,13 +117,55 @@ impl Default for InFlight {
     }
 }
 
+/// When a connection's current epoch of waiting responses opened (kept by
+/// the connection, the only one to open epochs).
+#[derive(Debug)]
+pub(crate) struct Epoch {
+    opened: Instant,
+}
+
+impl Epoch {
+    /// The first epoch, opened `now`.
+    pub(crate) fn new(now: Instant) -> Self {
+        Self { opened: now }
+    }
+}
+
 /// One request in flight.
 #[derive(Debug)]
-pub struct RequestGuard(InFlight);
+pub struct RequestGuard {
+    in_flight: InFlight,
+    /// The epoch its response began waiting for the client in, while it
+    /// does.
+    waiting_in: Option<usize>,
+}
+
+impl RequestGuard {
+    /// Its response handed the server a chunk: it waits for the client
+    /// until it is polled again.
+    #[inline]
+    fn waits(&mut self) {
+        if self.waiting_in.is_none() {
+            let counts = &self.in_flight.0;
+            let epoch = counts.epoch.load(Ordering::Acquire);
+            counts.waiting[epoch].fetch_add(1, Ordering::AcqRel);
+            self.waiting_in = Some(epoch);
+        }
+    }
+
+    /// Its response is polled again: no longer waiting.
+    #[inline]
+    fn moves(&mut self) {
+        if let Some(epoch) = self.waiting_in.take() {
+            self.in_flight.0.waiting[epoch].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        let counts = &self.0 .0;
+        self.moves();
+        let counts = &self.in_flight.0;
         // The time first, then the count (every request's end, so two
         // ending at once cannot leave an older time): a reader seeing no
         // request sees when the last one ended.
@@ -105,9 +200,21 @@ impl<B: Body + Unpin> Body for Counted<B> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None)) {
-            self.guard = None;
+        let this = &mut *self;
+        if let Some(guard) = &mut this.guard {
+            guard.moves();
+        }
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => this.guard = None,
+            // The server holds the chunk until the client makes room for
+            // it, and asks for the next only then.
+            Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
+                if let Some(guard) = &mut this.guard {
+                    guard.waits();
+                }
+            }
+            _ => {}
         }
         polled
     }
@@ -140,5 +247,81 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         drop(second);
         assert_eq!(in_flight.idle_since(), Some(came + Duration::from_secs(10)));
+    }
+
+    /// A body answering its scripted polls in turn (`None`: pending).
+    struct Scripted(std::collections::VecDeque<Option<&'static str>>);
+
+    impl Body for Scripted {
+        type Data = tonic::codegen::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+            match self.0.pop_front() {
+                Some(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk.into())))),
+                Some(None) => Poll::Pending,
+                None => Poll::Ready(None),
+            }
+        }
+    }
+
+    fn poll<B: Body + Unpin>(body: &mut Counted<B>) {
+        let _ = Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_not_asked_for_its_next_chunk_waits_out_the_idle_timeout() {
+        let idle = Duration::from_secs(10);
+        let in_flight = InFlight::new();
+        let mut epoch = Epoch::new(Instant::now());
+        // A subscription: a message, then quiet (polled, pending).
+        let mut quiet = Counted::new(
+            Scripted([Some("event"), None, None].into()),
+            in_flight.start(),
+        );
+        // A download whose client makes no room after its first chunk.
+        let mut stalled = Counted::new(
+            Scripted([Some("chunk"), Some("chunk")].into()),
+            in_flight.start(),
+        );
+        assert_eq!(
+            in_flight.waited_out_at(&mut epoch, Instant::now(), idle),
+            None
+        );
+        poll(&mut quiet);
+        poll(&mut stalled);
+        poll(&mut quiet);
+        // The first look opens an epoch: the download waits from then.
+        let first = Instant::now();
+        assert_eq!(
+            in_flight.waited_out_at(&mut epoch, first, idle),
+            Some(first + idle)
+        );
+        tokio::time::advance(idle / 2).await;
+        poll(&mut quiet);
+        assert_eq!(
+            in_flight.waited_out_at(&mut epoch, Instant::now(), idle),
+            Some(first + idle),
+            "still waiting, from the epoch's opening"
+        );
+        // Asked for its next chunk: no longer waiting; then one more chunk.
+        poll(&mut stalled);
+        let second = Instant::now();
+        assert_eq!(
+            in_flight.waited_out_at(&mut epoch, second, idle),
+            Some(second + idle),
+            "a new wait counts from a new epoch"
+        );
+        drop(stalled);
+        tokio::time::advance(idle).await;
+        assert_eq!(
+            in_flight.waited_out_at(&mut epoch, Instant::now(), idle),
+            None,
+            "a dropped answer waits no more; a quiet subscription never does"
+        );
+        drop(quiet);
     }
 }

@@ -276,3 +276,77 @@ async fn shutdown_cuts_stalled_connections_after_the_grace() {
     let stopped = tokio::time::timeout(grpc::PATIENCE, sidecar.stop()).await;
     assert!(stopped.is_ok(), "a stalled connection held the servers up");
 }
+
+/// A client that grants no flow-control window (SETTINGS_INITIAL_WINDOW_SIZE
+/// 0) and never sends WINDOW_UPDATE, while its connection answers the
+/// server's keepalive pings: the answer to its `GetState` (1 MiB, held by
+/// the server until the client makes room) must not keep the connection —
+/// and the answer — for ever; the connection ends once the answer has
+/// waited for the idle timeout, whatever bytes move.
+#[tokio::test]
+async fn an_answer_the_client_grants_no_window_for_ends_its_connection() {
+    use prost::Message;
+
+    let options = ApiOptions {
+        idle_timeout: Duration::from_secs(1),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let value = vec![b'v'; 1024 * 1024];
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    client
+        .save_state(grpc::dapr::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![grpc::common::StateItem {
+                key: "big".into(),
+                value: value.clone(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .expect("saved");
+    drop(client);
+
+    let tcp = TcpStream::connect(sidecar.grpc_addr).await.unwrap();
+    let (mut sender, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, tonic::codegen::Bytes>(tcp)
+        .await
+        .expect("handshake");
+    // Driven throughout: it answers the server's pings.
+    let driven = tokio::spawn(connection);
+    let message = grpc::dapr::GetStateRequest {
+        store_name: "orders".into(),
+        key: "big".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    let request = tonic::codegen::http::Request::post(format!(
+        "http://{}/dapr.proto.runtime.v1.Dapr/GetState",
+        sidecar.grpc_addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (answer, mut body) = sender.send_request(request, false).expect("sent");
+    body.send_data(framed.into(), true).expect("request body");
+    let answer = tokio::time::timeout(grpc::PATIENCE, answer)
+        .await
+        .expect("the head in time")
+        .expect("the head");
+    assert_eq!(answer.status(), 200);
+    // The body is never read, no capacity released.
+    let _held = answer.into_body();
+    let sent_at = std::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), driven).await;
+    assert!(
+        ended.is_ok(),
+        "the server kept the connection holding an answer the client made no room for"
+    );
+    assert!(sent_at.elapsed() >= Duration::from_millis(900));
+    sidecar.stop().await;
+}

@@ -2,7 +2,9 @@
 //! write that has waited longer than the idle timeout fails with
 //! `TimedOut` — counted from the last byte while a request is in flight,
 //! from the end of the last request (or the connection's arrival) while
-//! none is, whatever bytes move then ([`InFlight`]) —, and every one fails
+//! none is, whatever bytes move then ([`InFlight`]), and from when the
+//! oldest response still waiting for the client handed over its last chunk,
+//! whatever bytes move then (a client that grants no window) —, and every one fails
 //! once the shutdown cut comes, so the server drops the connection either
 //! way.
 
@@ -22,7 +24,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
 use super::ConnectionLimits;
-use crate::in_flight::InFlight;
+use crate::in_flight::{Epoch, InFlight};
 use crate::tls::PeerInfo;
 
 /// The socket of a connection: plain, or TLS after the handshake.
@@ -86,6 +88,8 @@ pub struct Connection {
     idle: Pin<Box<Sleep>>,
     /// Its requests in flight.
     in_flight: InFlight,
+    /// The epochs of its responses waiting for the client.
+    epoch: Epoch,
     /// Cancelled at the shutdown cut (a cheap check while bytes move).
     cut_token: CancellationToken,
     /// Its wait, polled when the socket is not ready.
@@ -107,6 +111,7 @@ impl Connection {
             last_moved: now,
             idle: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
             in_flight: InFlight::new(),
+            epoch: Epoch::new(now),
             cut_token: limits.cut.clone(),
             cut: Box::pin(limits.cut.clone().cancelled_owned()),
             _slot: slot,
@@ -143,13 +148,21 @@ impl Connection {
     }
 
     /// Whether the connection has been idle for the idle timeout: no
-    /// request in flight since then, or, while one is, no byte moved.
+    /// request in flight since then, or, while one is, no byte moved, or
+    /// a response waited that long for the client (whatever bytes moved).
     /// Until then the timer is left armed for the deadline as it stands.
     fn idle_for_too_long(&mut self, cx: &mut Context<'_>) -> bool {
         while self.idle.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
             let from = self.in_flight.idle_since().unwrap_or(self.last_moved);
-            let deadline = from + self.idle_timeout;
-            if deadline <= Instant::now() {
+            let mut deadline = from + self.idle_timeout;
+            if let Some(waited_out) =
+                self.in_flight
+                    .waited_out_at(&mut self.epoch, now, self.idle_timeout)
+            {
+                deadline = deadline.min(waited_out);
+            }
+            if deadline <= now {
                 return true;
             }
             self.idle.as_mut().reset(deadline);
