@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::assembly_tasks::{guarded, Answer};
 use crate::component::ComponentKey;
 use crate::component::{InitContext, Readiness};
 use crate::config::{ComponentSpec, InjectedRef};
@@ -269,12 +270,12 @@ pub(crate) async fn assemble_resolved(
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
             unwound.disarm();
-            close_unstarted(key, component.as_ref(), &shutdown, cx).await;
+            close_unstarted(key, component, &shutdown, cx).await;
             return Err(cx.fail(key, FailedStep::Init, err));
         }
         Err(_) => {
             unwound.disarm();
-            close_unstarted(key, component.as_ref(), &shutdown, cx).await;
+            close_unstarted(key, component, &shutdown, cx).await;
             return Err(cx.fail(
                 key,
                 FailedStep::InitTimeout,
@@ -292,10 +293,11 @@ pub(crate) async fn assemble_resolved(
     let ready = wait_ready(key, &instance, cx).await;
     unwound.disarm();
     drop(unwound);
-    if let Err(reason) = ready {
-        shutdown.cancel();
-        let _ = instance.component().close().await;
-        return Err(cx.fail(key, FailedStep::NotReady, reason));
+    if let Err((step, reason)) = ready {
+        // On a task of its own, bounded, a panic caught: a close that
+        // hangs cannot hold the reload, one that panics keeps this reason.
+        crate::running::close_one(key, &instance, &shutdown).await;
+        return Err(cx.fail(key, step, reason));
     }
     Ok(Assembled {
         instance,
@@ -371,22 +373,26 @@ fn secret_safe(spec: &ComponentSpec, err: MetadataError) -> String {
 }
 
 /// Lets a component whose init failed or timed out release what it may
-/// have taken: its shutdown token is cancelled and `close` is called
-/// (bounded by the init timeout).
+/// have taken: its shutdown token is cancelled and `close` is called on a
+/// task of its own (bounded by the init timeout): a close that panics is
+/// logged, and the init's failure stays the component's.
 async fn close_unstarted(
     key: &ComponentKey,
-    component: &dyn Buildable,
+    component: Box<dyn Buildable>,
     shutdown: &CancellationToken,
     cx: &AssemblyContext,
 ) {
     shutdown.cancel();
-    match tokio::time::timeout(cx.timeouts.init, component.close()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
+    match guarded(async move { component.close().await }, cx.timeouts.init).await {
+        Answer::Answered(Ok(())) => {}
+        Answer::Answered(Err(err)) => {
             tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed.")
         }
-        Err(_) => {
+        Answer::TimedOut => {
             tracing::warn!(component = %key, "Close after a failed init did not answer in time.")
+        }
+        Answer::Panicked(message) => {
+            tracing::error!(component = %key, error = %cx.redactor.scrub(&message), "Close after a failed init panicked.")
         }
     }
 }
@@ -412,28 +418,48 @@ fn inject(
     Inject::check_injected(component).map_err(|err| cx.fail(key, FailedStep::Inject, err))
 }
 
+/// Asks `instance` for its readiness until it is ready or `timeouts.ready`
+/// has passed. Each ask runs on a task of its own, bounded by the time
+/// left (at least one poll interval): a readiness that never answers fails
+/// as not ready at the deadline instead of holding the assembly, and one
+/// that panics fails as panicked.
 async fn wait_ready(
     key: &ComponentKey,
     instance: &Instance,
     cx: &AssemblyContext,
-) -> Result<(), String> {
-    let component = instance.component();
+) -> Result<(), (FailedStep, String)> {
     let deadline = tokio::time::Instant::now() + cx.timeouts.ready;
     loop {
-        let readiness = with_staged(cx.staged.clone(), component.readiness()).await;
-        match readiness {
-            Readiness::Ready => return Ok(()),
-            Readiness::Degraded(reason) => {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let within = left.max(cx.timeouts.ready_poll);
+        let (component, staged) = (instance.component(), cx.staged.clone());
+        let ask = async move { Ok(with_staged(staged, component.readiness()).await) };
+        match guarded(ask, within).await {
+            Answer::Answered(Ok(Readiness::Ready)) => return Ok(()),
+            Answer::Answered(Ok(Readiness::Degraded(reason))) => {
                 tracing::warn!(component = %key, reason = %cx.redactor.scrub(&reason), "Component started degraded.");
                 return Ok(());
             }
-            Readiness::NotReady(reason) if tokio::time::Instant::now() >= deadline => {
-                return Err(format!(
-                    "still not ready after {:?}: {reason}",
-                    cx.timeouts.ready
+            Answer::Answered(Ok(Readiness::NotReady(reason)))
+                if tokio::time::Instant::now() >= deadline =>
+            {
+                return Err((
+                    FailedStep::NotReady,
+                    format!("still not ready after {:?}: {reason}", cx.timeouts.ready),
                 ));
             }
-            Readiness::NotReady(_) => tokio::time::sleep(cx.timeouts.ready_poll).await,
+            Answer::Answered(Ok(Readiness::NotReady(_))) => {
+                tokio::time::sleep(cx.timeouts.ready_poll).await
+            }
+            // `ask` never fails: kept for completeness.
+            Answer::Answered(Err(err)) => return Err((FailedStep::NotReady, err.to_string())),
+            Answer::TimedOut => {
+                return Err((
+                    FailedStep::NotReady,
+                    format!("readiness did not answer within {:?}", cx.timeouts.ready),
+                ))
+            }
+            Answer::Panicked(message) => return Err((FailedStep::Panicked, message)),
         }
     }
 }

@@ -415,3 +415,87 @@ async fn relative_paths_in_metadata_are_the_configuration_files_neighbours() {
     );
     runtime.shutdown().await;
 }
+
+/// Short start timeouts: a readiness that never answers fails at once.
+fn quick_ready() -> RuntimeOptions {
+    RuntimeOptions {
+        timeouts: StartTimeouts {
+            ready: Duration::from_millis(300),
+            ..StartTimeouts::default()
+        },
+        ..RuntimeOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_that_never_answers_fails_the_reload_at_the_ready_deadline() {
+    STALLED_READINESS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert("hardening-mute-ready".into());
+    let base =
+        json!({"components": {"probe": probe("steady", json!({"tag": "hardening-mr-steady"}))}});
+    let runtime = reload::start_with(&base.to_string(), quick_ready()).await;
+    let mut stalling = base.clone();
+    stalling["components"]["config_store"] =
+        json!({"mute": {"type": "test.stalling", "metadata": {"tag": "hardening-mute-ready"}}});
+    // Were the readiness unbounded, this would never return.
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        runtime.apply(reload::candidate(&stalling.to_string())),
+    )
+    .await
+    .expect("the reload is bounded by the readiness timeout");
+    match answer {
+        Err(ReloadError::RolledBack(failures)) => assert!(
+            failures
+                .iter()
+                .any(|f| f.step == rewire::FailedStep::NotReady
+                    && f.message.contains("readiness did not answer within")),
+            "{failures:?}"
+        ),
+        other => panic!("expected a rollback, got {other:?}"),
+    }
+    // The next reload is not stuck behind it.
+    let mut next = base.clone();
+    next["components"]["probe"]["steady"]["metadata"]["rev"] = json!(1);
+    let record = tokio::time::timeout(
+        Duration::from_secs(20),
+        runtime.apply(reload::candidate(&next.to_string())),
+    )
+    .await
+    .expect("a later reload runs")
+    .expect("and applies");
+    assert_eq!(record.outcome, Outcome::Applied);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_that_never_answers_fails_the_start_at_the_ready_deadline() {
+    STALLED_READINESS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert("hardening-mute-start".into());
+    let config = json!({"components": {"config_store":
+        {"mute": {"type": "test.stalling", "metadata": {"tag": "hardening-mute-start"}}}}});
+    let valid = rewire::config::validate(
+        reload::candidate(&config.to_string()),
+        &rewire::Registry::collected(),
+    )
+    .expect("valid");
+    let started = tokio::time::timeout(
+        Duration::from_secs(20),
+        rewire::Runtime::start(valid, rewire::Registry::collected(), quick_ready()),
+    )
+    .await
+    .expect("the start is bounded by the readiness timeout");
+    let Err(rewire::StartError::Failed(failures)) = started else {
+        panic!("the start should fail");
+    };
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.message.contains("readiness did not answer within")),
+        "{failures:?}"
+    );
+}

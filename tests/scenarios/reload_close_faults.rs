@@ -108,3 +108,95 @@ async fn shutdown_completes_with_a_hanging_close_and_closes_the_rest() {
     assert_eq!(closes("cfs-ip"), 1, "closed after the hanging one: leaked");
     assert_eq!(closes("cfs-bad"), 1);
 }
+
+/// A base with probe/ip alone, started with a short readiness timeout, and
+/// a candidate adding probe/flaky with `flags` (its tag `{tag}-flaky`).
+async fn start_then_add(
+    tag: &str,
+    flags: &str,
+) -> (rewire::Runtime, Result<rewire::ReloadRecord, ReloadError>) {
+    let options = rewire::RuntimeOptions {
+        timeouts: rewire::StartTimeouts {
+            ready: Duration::from_millis(300),
+            ..rewire::StartTimeouts::default()
+        },
+        ..rewire::RuntimeOptions::default()
+    };
+    let base = format!(
+        r#"{{"appId": "close-faults", "components": {{"probe": {{
+            "ip": {{"type": "test.reload.probe", "metadata": {{"tag": "{tag}-ip"}}}}}}}}}}"#
+    );
+    let runtime = reload_support::start_with(&base, options).await;
+    let with_flaky = format!(
+        r#"{{"appId": "close-faults", "components": {{"probe": {{
+            "ip": {{"type": "test.reload.probe", "metadata": {{"tag": "{tag}-ip"}}}},
+            "flaky": {{"type": "test.reload.probe", "metadata": {{"tag": "{tag}-flaky", {flags}}}}}
+        }}}}}}"#
+    );
+    // Bounded well beyond the close timeout (5 s): a wedged reload fails
+    // the test instead of hanging it.
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        runtime.apply(candidate(&with_flaky)),
+    )
+    .await
+    .expect("the reload is wedged on the close of a component that failed to start");
+    (runtime, result)
+}
+
+/// The failure of probe/flaky in a rolled-back reload.
+fn flaky_failure(result: Result<rewire::ReloadRecord, ReloadError>) -> rewire::ComponentFailure {
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    failures
+        .into_iter()
+        .find(|f| {
+            f.component
+                .as_ref()
+                .is_some_and(|k| k.to_string() == "probe/flaky")
+        })
+        .expect("probe/flaky failed")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_close_after_a_readiness_failure_does_not_hold_the_reload() {
+    let (runtime, result) =
+        start_then_add("cfr-hang", r#""neverReady": true, "hangClose": true"#).await;
+    let failure = flaky_failure(result);
+    assert_eq!(failure.step, rewire::FailedStep::NotReady, "{failure:?}");
+    assert_eq!(closes("cfr-hang-flaky"), 1, "the probe was not closed");
+    let next = tokio::time::timeout(
+        WEDGED,
+        runtime.apply(candidate(&config("cfr-hang", 1, "", false))),
+    )
+    .await
+    .expect("the next reload is blocked behind a hanging close");
+    assert_eq!(
+        next.expect("the next reload failed").outcome,
+        Outcome::Applied
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_close_after_a_readiness_failure_keeps_the_not_ready_reason() {
+    let (runtime, result) =
+        start_then_add("cfr-panic", r#""neverReady": true, "panicClose": true"#).await;
+    let failure = flaky_failure(result);
+    assert_eq!(failure.step, rewire::FailedStep::NotReady, "{failure:?}");
+    assert!(failure.message.contains("waiting forever"), "{failure:?}");
+    assert_eq!(closes("cfr-panic-flaky"), 1, "the probe was not closed");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_close_after_a_failed_init_keeps_the_init_error() {
+    let (runtime, result) =
+        start_then_add("cfi-panic", r#""failInit": true, "panicClose": true"#).await;
+    let failure = flaky_failure(result);
+    assert_eq!(failure.step, rewire::FailedStep::Init, "{failure:?}");
+    assert!(failure.message.contains("refused to start"), "{failure:?}");
+    assert_eq!(closes("cfi-panic-flaky"), 1, "the probe was not closed");
+    runtime.shutdown().await;
+}
