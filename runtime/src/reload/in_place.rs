@@ -11,6 +11,7 @@ use crate::component::StagedInPlace;
 use crate::component::{Component, ComponentKey, InPlace, PendingInPlace};
 use crate::handle::{with_staged, Generation};
 use crate::metadata::Metadata;
+use crate::redact::Redactor;
 use crate::registry::{in_place_of, InPlaceHook};
 
 /// Stages `metadata` on the running `component`, handles resolving in
@@ -58,9 +59,67 @@ pub(super) fn apply_deferred(deferred: Vec<(ComponentKey, PendingInPlace)>) {
         match applied {
             Ok(()) => tracing::debug!(component = %key, "Staged in-place update applied."),
             Err(panic) => {
-                let message = panic_message(&*panic);
+                let message = Redactor::shared().scrub(panic_message(&*panic));
                 tracing::error!(component = %key, error = %message, "Staged in-place update panicked when applied.");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::subscriber::Interest;
+    use tracing::{Event, Metadata as TraceMetadata, Subscriber};
+
+    use super::*;
+
+    /// The text of every event logged while it is the default subscriber.
+    #[derive(Clone, Default)]
+    struct Logged(Arc<Mutex<String>>);
+
+    struct Fields<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!(" {}={value:?}", field.name()));
+        }
+    }
+
+    impl Subscriber for Logged {
+        fn register_callsite(&self, _: &'static TraceMetadata<'static>) -> Interest {
+            Interest::sometimes()
+        }
+        fn enabled(&self, _: &TraceMetadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut logged = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            event.record(&mut Fields(&mut logged));
+            logged.push('\n');
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn a_panic_applying_a_staged_update_is_logged_without_the_secret_it_quotes() {
+        Redactor::shared().remember("app1y-panic-s3cret");
+        let logged = Logged::default();
+        let pending = PendingInPlace::new(|| panic!("cannot apply password app1y-panic-s3cret"));
+        let key = ComponentKey::new("custom", "careless");
+        tracing::subscriber::with_default(logged.clone(), || {
+            apply_deferred(vec![(key, pending)]);
+        });
+        let text = logged.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(text.contains("cannot apply password [redacted]"), "{text}");
+        assert!(!text.contains("s3cret"), "a secret reached the log: {text}");
     }
 }
