@@ -103,3 +103,93 @@ async fn a_watched_secret_ref_change_is_picked_up_by_polling() {
     );
     runtime.shutdown().await;
 }
+
+/// The value [`HangOnce`] serves for every secret.
+static HANG_ONCE_VALUE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+/// Set: the next `get_secret` of [`HangOnce`] never answers.
+static HANG_NEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct HangOnceMeta {}
+
+/// A secret store whose next read never answers once told so.
+#[derive(rewire::Component)]
+#[component(kind = "secret_store", type = "test.hang_once")]
+struct HangOnce {
+    #[metadata]
+    _meta: HangOnceMeta,
+}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::Component for HangOnce {}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::SecretStore for HangOnce {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _metadata: &std::collections::HashMap<String, String>,
+    ) -> Result<rewire::SecretMap, rewire::SecretError> {
+        if HANG_NEXT.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let value = HANG_ONCE_VALUE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(rewire::SecretMap::from([(
+            name.to_string(),
+            rewire::prelude::SecretString::new(value),
+        )]))
+    }
+
+    async fn bulk_get_secret(
+        &self,
+        _metadata: &std::collections::HashMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, rewire::SecretMap>, rewire::SecretError> {
+        Ok(std::collections::BTreeMap::new())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watched_secret_ref_read_that_hangs_once_does_not_stop_the_watch() {
+    *HANG_ONCE_VALUE.lock().unwrap_or_else(|p| p.into_inner()) = "5".into();
+    let config = r#"{"components": {
+        "secret_store": {"hang": {"type": "test.hang_once"}},
+        "state": {"orders": {"type": "memory",
+            "secretRef": [{"store": "hang", "name": "ttl", "key": "ttl", "injectAs": "defaultTtlInSeconds", "watch": true}]}}
+    }}"#;
+    let options = RuntimeOptions {
+        secret_poll_interval: Duration::from_millis(50),
+        ..RuntimeOptions::default()
+    };
+    let valid = rewire::config::validate(parse(config.as_bytes()).unwrap(), &Registry::collected())
+        .unwrap();
+    let runtime = Runtime::start(valid, Registry::collected(), options)
+        .await
+        .unwrap();
+    // The watch's next read hangs (virtual time: the clock is paused).
+    HANG_NEXT.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !HANG_NEXT.load(std::sync::atomic::Ordering::SeqCst),
+        "the watch did not read"
+    );
+    *HANG_ONCE_VALUE.lock().unwrap_or_else(|p| p.into_inner()) = "9".into();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let applied = loop {
+        let found = triggers::records_of(&runtime, Trigger::WatchedRef)
+            .into_iter()
+            .find(|r| r.outcome == rewire::Outcome::Applied);
+        if found.is_some() || tokio::time::Instant::now() >= deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let record = applied.expect("the watch stopped at the read that hung: the change was missed");
+    assert_eq!(
+        record.actions.get("state/orders"),
+        Some(&Action::UpdatedInPlace)
+    );
+    runtime.shutdown().await;
+}

@@ -195,6 +195,17 @@ fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
     asked.max(MIN_SECRET_POLL)
 }
 
+/// The shortest time a watch waits for one call into a store (subscribe,
+/// read) before abandoning it and trying again: a store that hangs once
+/// does not stop the watch.
+pub(crate) const MIN_STORE_CALL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a watch waits for one store call: a poll period (when polled),
+/// at least [`MIN_STORE_CALL`].
+fn store_call_bound(period: Option<std::time::Duration>) -> std::time::Duration {
+    period.unwrap_or_default().max(MIN_STORE_CALL)
+}
+
 /// What a watch saw last and asked to apply, so that one new value asks
 /// once (until the component's value moves on, or the store's value comes
 /// back to the component's: a later change away from it asks again).
@@ -249,17 +260,26 @@ async fn watch_configuration(
         label: r.label.clone(),
         metadata: HashMap::new(),
     };
-    let mut subscription = match handle.subscribe(query.clone()).await {
-        Ok(subscription) => subscription,
-        Err(err) => {
-            tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %err, "Cannot watch configurationRef.");
-            return;
+    let within = store_call_bound(None);
+    // A subscribe that does not answer is abandoned and asked again: a
+    // store that hangs once does not end the watch.
+    let mut subscription = loop {
+        match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
+            Ok(Ok(subscription)) => break subscription,
+            Ok(Err(err)) => {
+                tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %err, "Cannot watch configurationRef.");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(component = %component, store = %r.store, key = %r.key, timeout = ?within, "Subscribing to a watched configurationRef did not answer in time; asking again.");
+            }
         }
     };
     let mut forced = Forced::default();
-    // A change between the component's start and the subscription.
+    // A change between the component's start and the subscription (a read
+    // that fails or does not answer in time is skipped).
     if let Ok(store) = handle.load() {
-        if let Ok(items) = store.get(&query).await {
+        if let Ok(Ok(items)) = tokio::time::timeout(within, store.get(&query)).await {
             if let Some(item) = items.into_iter().find(|i| i.key == r.key) {
                 forced.check(cx, &component, &expected, Value::String(item.value));
             }
@@ -292,7 +312,12 @@ async fn watch_secret(
         ComponentKey::new(Kind::SecretStore, &r.store),
         cx.live.clone(),
     );
-    let mut ticks = tokio::time::interval(secret_poll_period(cx.secret_poll_interval));
+    let period = secret_poll_period(cx.secret_poll_interval);
+    let within = store_call_bound(Some(period));
+    let mut ticks = tokio::time::interval(period);
+    // After a read abandoned at `within`, the next one waits a period
+    // (not a burst of the ticks missed meanwhile).
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut forced = Forced::default();
     loop {
         ticks.tick().await;
@@ -303,8 +328,13 @@ async fn watch_secret(
         let Ok(store) = handle.load() else {
             return;
         };
-        // Errors (store briefly unavailable) are retried at the next tick.
-        if let Ok(secret) = store.get_secret(&r.name, &HashMap::new()).await {
+        // Errors (store briefly unavailable) and reads that do not answer
+        // within `within` (abandoned) are retried at the next tick.
+        let read = tokio::time::timeout(within, store.get_secret(&r.name, &HashMap::new())).await;
+        if read.is_err() {
+            tracing::debug!(component = %component, store = %r.store, timeout = ?within, "Polling a watched secretRef did not answer in time; retried at the next tick.");
+        }
+        if let Ok(Ok(secret)) = read {
             if let Some(now) = secret.get(&r.key) {
                 forced.check(
                     cx,
