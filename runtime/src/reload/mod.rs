@@ -22,11 +22,12 @@ mod steps;
 mod trace;
 mod transaction;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 pub use actions::{Action, Actions};
 pub use history::{Outcome, ReloadRecord, Trigger};
@@ -97,16 +98,23 @@ impl Reloader {
     ) -> Result<ReloadRecord, ReloadError> {
         let recording = record::Recording::start(request.trigger.clone(), request.attempt);
         let reloader = Arc::clone(self);
-        let task = tokio::spawn(async move { reloader.run(request).await });
-        self.joined(recording, task).await
+        let traced = Arc::new(OnceLock::new());
+        let task = tokio::spawn({
+            let traced = Arc::clone(&traced);
+            async move { reloader.run(request, &traced).await }
+        });
+        self.joined(recording, &traced, task).await
     }
 
     /// The end of the reload `task`. When it panicked (a bug: components'
     /// own calls are guarded), nothing was recorded: it is recorded here,
-    /// rolled back, so history, events and metrics still show it.
+    /// rolled back, so history, events and metrics still show it; on the
+    /// reload's own root span, `traced` (one reload, one trace), or on a
+    /// new one if the task panicked before it had one.
     async fn joined(
         &self,
         recording: record::Recording,
+        traced: &OnceLock<Span>,
         task: tokio::task::JoinHandle<Result<ReloadRecord, ReloadError>>,
     ) -> Result<ReloadRecord, ReloadError> {
         let err = match task.await {
@@ -126,7 +134,10 @@ impl Reloader {
             serving: imbl::OrdSet::new(),
             error: Some(message.clone()),
         };
-        let span = trace::reload_span(recording.trigger(), recording.attempt());
+        let span = match traced.get() {
+            Some(span) => span.clone(),
+            None => trace::reload_span(recording.trigger(), recording.attempt()),
+        };
         span.in_scope(|| self.finish(recording, ending));
         Err(ReloadError::RolledBack(vec![ComponentFailure {
             component: None,

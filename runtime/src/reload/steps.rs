@@ -2,10 +2,12 @@
 //! layers, validate, prepare the transaction, commit, record.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use imbl::OrdSet;
-use tracing::Instrument;
+use tokio::sync::MutexGuard;
+use tracing::{Instrument, Span};
 
 use super::actions::Action;
 use super::drain::spawn_drain;
@@ -22,15 +24,33 @@ use crate::running::{Commit, RunningLayers, Snapshot};
 
 impl Reloader {
     /// Runs `request` to the end, as a trace of its own; the running set
-    /// changes only if it applies.
-    pub(super) async fn run(&self, request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
+    /// changes only if it applies. The trace starts once the reload has its
+    /// turn (its root span's duration is the reload's own work), the time
+    /// it waited recorded on it as `rewire.queued_ms`; the root span is
+    /// also left in `traced`, for the caller to record on should the
+    /// reload panic.
+    pub(super) async fn run(
+        &self,
+        request: ReloadRequest,
+        traced: &OnceLock<Span>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        let asked = Instant::now();
+        let serial = self.serial.lock().await;
         let span = super::trace::reload_span(&request.trigger, request.attempt);
-        self.run_steps(request).instrument(span).await
+        super::trace::record_queued(&span, asked.elapsed());
+        let _ = traced.set(span.clone());
+        self.run_steps(request, serial).instrument(span).await
     }
 
-    async fn run_steps(&self, mut request: ReloadRequest) -> Result<ReloadRecord, ReloadError> {
-        let _serial = self.serial.lock().await;
+    /// The steps of `request`, its turn (`_serial`) held to the end.
+    async fn run_steps(
+        &self,
+        mut request: ReloadRequest,
+        _serial: MutexGuard<'_, ()>,
+    ) -> Result<ReloadRecord, ReloadError> {
         if self.stopped.is_cancelled() {
+            let generation = self.running.generation_number();
+            super::trace::record_stopped(&Span::current(), generation);
             return Err(ReloadError::Stopped);
         }
         let recording = Recording::start(request.trigger.clone(), request.attempt);

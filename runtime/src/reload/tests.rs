@@ -3,7 +3,7 @@
 //! records, and what its trace shows.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -245,7 +245,10 @@ async fn a_panicked_reload_task_is_still_recorded_as_rolled_back_and_scrubbed() 
         }
         Err(ReloadError::Stopped)
     });
-    let error = reloader.joined(recording, task).await.unwrap_err();
+    let error = reloader
+        .joined(recording, &OnceLock::new(), task)
+        .await
+        .unwrap_err();
     assert!(
         matches!(&error, ReloadError::RolledBack(f) if f.len() == 1),
         "{error}"
@@ -400,4 +403,94 @@ async fn a_retry_shows_its_attempt_in_the_record_the_status_json_and_the_span() 
     let roots = capture.named("rewire.reload");
     let shown: Vec<Option<&str>> = roots.iter().map(|r| field(r, "rewire.attempt")).collect();
     assert_eq!(shown, [Some("0"), Some("3")]);
+}
+
+#[tokio::test]
+async fn a_reload_queued_behind_another_records_the_wait_and_starts_its_span_on_its_turn() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of(&named("k", 1)).await;
+    // A reload in progress (or hung) holds the turn.
+    let turn = reloader.serial.lock().await;
+    let queued = {
+        let reloader = Arc::clone(&reloader);
+        let request = ReloadRequest::new(config_of(&named("k", 2)), Trigger::Api);
+        tokio::spawn(async move { reloader.reload(request).await })
+    };
+    // Every task on this thread runs until the reload waits for its turn.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        capture.named("rewire.reload").is_empty(),
+        "the reload's span started while it waited"
+    );
+    drop(turn);
+    queued.await.expect("joins").expect("applies");
+
+    let roots = capture.named("rewire.reload");
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    let waited: u64 = field(&roots[0], "rewire.queued_ms")
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no rewire.queued_ms: {roots:?}"));
+    assert!(waited >= 300, "rewire.queued_ms = {waited}");
+    assert_eq!(field(&roots[0], "rewire.outcome"), Some("applied"));
+
+    // A reload that did not wait says so.
+    let request = ReloadRequest::new(config_of(&named("k", 3)), Trigger::Api);
+    reloader.reload(request).await.expect("applies");
+    let roots = capture.named("rewire.reload");
+    let waited: u64 = field(&roots[1], "rewire.queued_ms")
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(waited < 300, "rewire.queued_ms = {waited}");
+}
+
+#[tokio::test]
+async fn a_reload_refused_at_shutdown_has_an_outcome_on_its_span() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of(&named("k", 1)).await;
+    reloader.stopped.cancel();
+    let request = ReloadRequest::new(config_of(&named("k", 2)), Trigger::File);
+    let result = reloader.reload(request).await;
+    assert!(matches!(result, Err(ReloadError::Stopped)), "{result:?}");
+    let roots = capture.named("rewire.reload");
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    assert_eq!(field(&roots[0], "rewire.outcome"), Some("stopped"));
+    assert_eq!(field(&roots[0], "rewire.generation"), Some("1"));
+    assert_eq!(field(&roots[0], "otel.status_code"), None);
+}
+
+#[tokio::test]
+async fn a_panicked_reload_is_recorded_on_its_own_span_not_a_second_trace() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of(&[]).await;
+    let recording = record::Recording::start(Trigger::Api, 2);
+    let traced = Arc::new(OnceLock::new());
+    let task = tokio::spawn({
+        let traced = Arc::clone(&traced);
+        async move {
+            // As `run` does once the reload has its turn.
+            let _ = traced.set(trace::reload_span(&Trigger::Api, 2));
+            if true {
+                panic!("boom");
+            }
+            Err(ReloadError::Stopped)
+        }
+    });
+    let result = reloader.joined(recording, &traced, task).await;
+    assert!(
+        matches!(result, Err(ReloadError::RolledBack(_))),
+        "{result:?}"
+    );
+    let roots = capture.named("rewire.reload");
+    assert_eq!(roots.len(), 1, "one reload, one root span: {roots:?}");
+    assert_eq!(field(&roots[0], "rewire.outcome"), Some("rolled_back"));
+    assert_eq!(field(&roots[0], "rewire.attempt"), Some("2"));
+    assert_eq!(field(&roots[0], "otel.status_code"), Some("ERROR"));
+    let message = field(&roots[0], "otel.status_message").unwrap_or_default();
+    assert!(message.contains("the reload panicked: boom"), "{message}");
 }

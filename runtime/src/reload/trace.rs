@@ -1,5 +1,7 @@
 //! A reload as a trace of its own: a root span `rewire.reload` (its
-//! trigger, attempt, outcome and generation as attributes) with one child
+//! trigger, attempt, outcome and generation as attributes) that starts once
+//! the reload has its turn (`rewire.queued_ms`: how long it waited behind
+//! the reload before it, which the span's duration leaves out), with one child
 //! `rewire.component` per component action — `kept`, `in_place`,
 //! `rebuilt`, `added`, `removed`, `failed`, `rolled_back` — whose duration
 //! is the work done for it (init and readiness of a new instance). A
@@ -13,7 +15,7 @@
 //! disabled-callsite check. Attributes are names, kinds and types only,
 //! never metadata values.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::field::Empty;
 use tracing::Span;
@@ -31,6 +33,7 @@ pub(super) fn reload_span(trigger: &Trigger, attempt: u32) -> Span {
         rewire.attempt = attempt,
         rewire.outcome = Empty,
         rewire.generation = Empty,
+        rewire.queued_ms = Empty,
         rewire.kept = Empty,
         otel.status_code = Empty,
         otel.status_message = Empty,
@@ -46,6 +49,23 @@ pub(super) fn record_ending(span: &Span, record: &ReloadRecord) {
     if matches!(record.outcome, Outcome::RolledBack | Outcome::Rejected) {
         record_error(span, record.error.as_deref().unwrap_or_default());
     }
+}
+
+/// Records on the reload span `span` how long the reload waited for the
+/// one before it to end (`queued`).
+pub(super) fn record_queued(span: &Span, queued: Duration) {
+    span.record(
+        "rewire.queued_ms",
+        u64::try_from(queued.as_millis()).unwrap_or(u64::MAX),
+    );
+}
+
+/// Records on the reload span `span` that the reload was refused, the
+/// sidecar shutting down (`rewire.outcome` `stopped`, not an error:
+/// nothing was tried), with the `generation` still serving.
+pub(super) fn record_stopped(span: &Span, generation: u64) {
+    span.record("rewire.outcome", "stopped");
+    span.record("rewire.generation", generation);
 }
 
 /// Marks `span` as an error, with `message` (already scrubbed).
