@@ -3,7 +3,8 @@
 //! trace for the API call and its redis command; a reload is a trace of
 //! its own with a span per component action; the config file's `tracing`
 //! section turns export on without a restart; a reload is traced even
-//! when requests are sampled at rate 0. No span attribute holds a secret.
+//! when requests are sampled at rate 0. A call's span names the generation
+//! that served it. No span attribute holds a secret.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -410,6 +411,91 @@ async fn spans_still_queued_at_shutdown_are_exported() {
         )
     });
     assert_eq!(hex(&api.parent_span_id), CALLER_SPAN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_span_names_the_generation_that_served_it_across_a_reload() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let write = |ttl: u32| {
+        let json = serde_json::json!({
+            "appId": "generations",
+            "components": {"state": {"orders": {"type": "memory", "metadata": {"defaultTtlInSeconds": ttl}}}}
+        });
+        std::fs::write(&config, json.to_string()).unwrap();
+    };
+    write(10);
+    let http = format!("127.0.0.1:{}", free_port());
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "100");
+    rewire::sidecar::tls::install_ring_provider();
+    let client = testkit::http_client();
+    let get_state = |trace_id: &'static str| {
+        let request = client
+            .get(format!("http://{http}/v1.0/state/orders/order-1"))
+            .header("traceparent", format!("00-{trace_id}-{CALLER_SPAN}-01"));
+        async move {
+            let answer = request.send().await.unwrap();
+            assert!(answer.status().is_success(), "{}", answer.status());
+        }
+    };
+    let api_span = |trace_id: &'static str| {
+        move |spans: &[Span]| {
+            spans
+                .iter()
+                .find(|s| hex(&s.trace_id) == trace_id && s.name == "GetState")
+                .cloned()
+        }
+    };
+    const BEFORE: &str = "11111111111111111111111111111111";
+    const AFTER: &str = "22222222222222222222222222222222";
+
+    get_state(BEFORE).await;
+    let before = receiver
+        .wait_for("the call's span before the reload", api_span(BEFORE))
+        .await;
+
+    write(20);
+    let reload = receiver
+        .wait_for("the applied reload's span", |spans| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name == "rewire.reload"
+                        && attribute(s, "rewire.outcome").as_deref() == Some("applied")
+                })
+                .cloned()
+        })
+        .await;
+    get_state(AFTER).await;
+    let after = receiver
+        .wait_for("the call's span after the reload", api_span(AFTER))
+        .await;
+
+    assert_eq!(
+        attribute(&before, "rewire.generation").as_deref(),
+        Some("1"),
+        "{before:?}"
+    );
+    assert_eq!(
+        attribute(&reload, "rewire.generation").as_deref(),
+        Some("2"),
+        "{reload:?}"
+    );
+    assert_eq!(
+        attribute(&after, "rewire.generation").as_deref(),
+        Some("2"),
+        "the call after the reload ran on the reload's generation: {after:?}"
+    );
+    assert_eq!(
+        attribute(&after, "rewire.component").as_deref(),
+        Some("state/orders")
+    );
+    assert!(
+        attribute(&reload, "rewire.queued_ms").is_some(),
+        "{reload:?}"
+    );
 }
 
 /// Waits until `line` is in the sidecar's log.

@@ -157,7 +157,8 @@ impl Call {
     }
 
     /// The instance `kind/name` of the call's generation; labels the call
-    /// with `name` when found.
+    /// with `name` when found, and records the component and the
+    /// generation's number on the call's span.
     pub(super) fn instance(&self, kind: Kind, name: &str) -> Option<&Instance> {
         let instance = self.generation.get_named(&kind, name)?;
         self.label(name);
@@ -166,6 +167,7 @@ impl Call {
             self.generation
                 .type_name_of(&kind, name)
                 .unwrap_or_default(),
+            self.generation.number,
         );
         Some(instance)
     }

@@ -66,7 +66,8 @@ fn remote(extractor: &dyn Extractor) -> Option<Context> {
 
 /// The span of one API call: `api` is `http` or `grpc`, `method` the
 /// operation (Dapr's or Layotto's name); a child of `caller` when given.
-/// The component it uses is recorded by [`record_component`].
+/// The component it uses, and the generation that served it, are recorded
+/// by [`record_component`].
 pub fn api_span(api: &'static str, method: &'static str, caller: Option<Context>) -> Span {
     let span = tracing::info_span!(
         "rewire.api",
@@ -76,6 +77,7 @@ pub fn api_span(api: &'static str, method: &'static str, caller: Option<Context>
         rpc.method = method,
         rewire.component = Empty,
         rewire.component_type = Empty,
+        rewire.generation = Empty,
     );
     if let Some(caller) = caller {
         // Only fails once the span has started, which it has not.
@@ -85,12 +87,15 @@ pub fn api_span(api: &'static str, method: &'static str, caller: Option<Context>
 }
 
 /// Records on the current span the component `key` (`kind/name`) of type
-/// `type_name` that the call uses.
-pub fn record_component(key: &dyn std::fmt::Display, type_name: &str) {
+/// `type_name` that the call uses, and the number of the `generation` it
+/// was found in (during a reload, which set served the call). Nothing is
+/// recorded, or formatted, when the span is disabled.
+pub fn record_component(key: &dyn std::fmt::Display, type_name: &str, generation: u64) {
     let span = Span::current();
     if !span.is_disabled() {
         span.record("rewire.component", tracing::field::display(key));
         span.record("rewire.component_type", type_name);
+        span.record("rewire.generation", generation);
     }
 }
 
