@@ -16,11 +16,14 @@
 //!   budget.
 //! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
 //!   its idle timer, the shutdown cut and its slot under the cap.
+//! * `reader_pump`: a file sent to a client, let go of when the client
+//!   takes no chunk for a while (both file APIs).
 
 mod accept;
 mod body_budget;
 mod count_requests;
 mod io;
+mod reader_pump;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
@@ -28,6 +31,7 @@ pub use count_requests::{
     CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer, CountedBody,
 };
 pub use io::{Connection, Transport};
+pub(crate) use reader_pump::{pump, pumped, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
 
 use std::time::Duration;
 

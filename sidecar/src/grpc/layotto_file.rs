@@ -9,25 +9,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::{Code, Status, Streaming};
 
 use super::endable_stream::{EndableStream, StreamEnd};
 use super::proto::spec::proto::runtime::v1 as pb;
-use crate::connection::BodyCharge;
+use crate::connection::{pump, BodyCharge, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
 use crate::dapr::{http_date, Call, FileOpError, SequencerOpError, UploadError};
 use tonic::codegen::Bytes;
 
 /// Bytes per `GetFileResponse`.
 const CHUNK: usize = 64 * 1024;
-/// Chunks queued for a slow reader.
-const QUEUED_CHUNKS: usize = 4;
-/// How long a reader may take no chunk before its `GetFile` is ended and
-/// the file let go of (an open file each, else, for as long as the
-/// connection lives).
-const CLIENT_READS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// Files per listing page when the request does not say, and at most.
 const PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
@@ -141,34 +134,23 @@ pub(super) async fn get(call: Call, req: pb::GetFileRequest) -> Result<FileStrea
 }
 
 /// Sends `body` to `out` in chunks of [`CHUNK`] bytes until it ends, fails
-/// or the client stops taking them (then the stream is ended with a
-/// status and `body` dropped).
+/// or the client takes no chunk for [`CLIENT_READS_WITHIN`] (then the
+/// stream is ended with a status and `body` dropped, an open file each
+/// else for as long as the connection lives).
 async fn send_chunks(
-    mut body: impl tokio::io::AsyncRead + Unpin,
+    body: impl tokio::io::AsyncRead + Unpin,
     out: mpsc::Sender<Result<pb::GetFileResponse, Status>>,
     end: StreamEnd,
     file: String,
 ) {
-    let mut buffer = vec![0; CHUNK];
-    loop {
-        let answer = match body.read(&mut buffer).await {
-            Ok(0) => break,
-            Ok(n) => Ok(pb::GetFileResponse {
-                data: buffer[..n].to_vec(),
-            }),
-            Err(err) => Err(Status::internal(format!("reading the file failed: {err}"))),
-        };
-        let failed = answer.is_err();
-        match tokio::time::timeout(CLIENT_READS_WITHIN, out.send(answer)).await {
-            Ok(Ok(())) if !failed => {}
-            Ok(_) => break,
-            Err(_) => {
-                end.end(Status::deadline_exceeded(format!(
-                    "reading {file}: the client took no chunk for {CLIENT_READS_WITHIN:?}"
-                )));
-                break;
-            }
-        }
+    let message = |read: std::io::Result<Vec<u8>>| match read {
+        Ok(data) => Ok(pb::GetFileResponse { data }),
+        Err(err) => Err(Status::internal(format!("reading the file failed: {err}"))),
+    };
+    if pump(body, CHUNK, &out, message, CLIENT_READS_WITHIN).await == Pumped::Stalled {
+        end.end(Status::deadline_exceeded(format!(
+            "reading {file}: the client took no chunk for {CLIENT_READS_WITHIN:?}"
+        )));
     }
 }
 

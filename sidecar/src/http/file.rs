@@ -17,14 +17,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use tokio_stream::StreamExt;
-use tokio_util::io::ReaderStream;
 
 use rewire_runtime::{FileInfo, ListRequest};
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::rewire_error::RewireHttpError;
-use crate::connection::BodyCharge;
+use crate::connection::{pumped, BodyCharge};
 use crate::dapr::{http_date, Call};
 use crate::ApiState;
 
@@ -84,13 +83,16 @@ pub async fn put(
     Ok(Json(info_json(&info)))
 }
 
-/// `GET /v1.0/rewire/file/{store}/{*name}`: the file, streamed.
+/// `GET /v1.0/rewire/file/{store}/{*name}`: the file, streamed; let go
+/// of (the response failed) when the client takes no chunk for
+/// [`CLIENT_READS_WITHIN`](crate::connection::CLIENT_READS_WITHIN), not
+/// held for as long as its connection lives.
 pub async fn get(
     call: Call,
     Path((store, name)): Path<(String, String)>,
 ) -> Result<Response, RewireHttpError> {
     let read = call.file_store(&store)?.get(&name).await?;
-    let body = Body::from_stream(ReaderStream::with_capacity(read.body, CHUNK));
+    let body = Body::from_stream(pumped(read.body, CHUNK));
     Ok((info_headers(&read.info), body).into_response())
 }
 
