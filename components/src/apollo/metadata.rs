@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::redacted::shown_addresses;
+
 /// Metadata of the `apollo` config store.
 ///
 /// Layotto's names are kept (`app_id`, `cluster`, `namespace_name`,
@@ -247,13 +249,15 @@ impl ApolloMetadata {
     }
 }
 
-/// Shows every field but the secret and the token.
+/// Shows every field but the secret and the token, and the URLs without
+/// the credentials written in them.
 impl fmt::Debug for ApolloMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let hidden = |value: &Option<String>| value.as_ref().map(|_| "[redacted]");
+        let shown = |value: &Option<String>| value.as_deref().map(shown_addresses);
         f.debug_struct("ApolloMetadata")
-            .field("config_server", &self.config_server)
-            .field("meta_server", &self.meta_server)
+            .field("config_server", &shown_addresses(&self.config_server))
+            .field("meta_server", &shown(&self.meta_server))
             .field("meta_refresh_interval_ms", &self.meta_refresh_interval_ms)
             .field("app_id", &self.app_id)
             .field("cluster", &self.cluster)
@@ -262,7 +266,7 @@ impl fmt::Debug for ApolloMetadata {
             .field("is_backup_config", &self.is_backup_config)
             .field("backup_config_path", &self.backup_config_path)
             .field("open_api_token", &hidden(&self.open_api_token))
-            .field("open_api_address", &self.open_api_address)
+            .field("open_api_address", &shown(&self.open_api_address))
             .field("open_api_user", &self.open_api_user)
             .field("env", &self.env)
             .field("ip", &self.ip)
@@ -359,5 +363,19 @@ mod tests {
         let text = format!("{settings:?}");
         assert!(!text.contains("very-secret"), "{text}");
         assert!(text.contains("[redacted]"), "{text}");
+    }
+
+    #[test]
+    fn debug_hides_credentials_written_in_the_urls() {
+        let mut settings = ApolloMetadata::new("http://a:1,http://user:pa,ss@h:8080");
+        settings.meta_server = Some("http://user:pa/ss@meta:8080".into());
+        settings.open_api_address = Some("https://user:pa?ss@portal".into());
+        let text = format!("{settings:?}");
+        for secret in ["pa,ss", "pa/ss", "pa?ss", ":pa", "ss@"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        assert!(text.contains("http://user:[redacted]@h:8080"), "{text}");
+        assert!(text.contains("http://user:[redacted]@meta:8080"), "{text}");
+        assert!(text.contains("https://user:[redacted]@portal"), "{text}");
     }
 }

@@ -2,7 +2,7 @@
 //! checked form ([`EtcdSettings`]). The password never appears in `Debug`
 //! output or in an error.
 
-use crate::redacted::{redacted, shown_addresses};
+use crate::redacted::{address_parts, redacted, shown_addresses};
 use std::fmt;
 use std::time::Duration;
 
@@ -275,32 +275,46 @@ pub enum EtcdMetadataError {
 /// Parses `endpoints`: `host:port` (port defaults to 2379), `[v6]:port`,
 /// optionally with an `http://` or `https://` scheme, comma-separated.
 /// Returns them as `host:port`. An error never quotes credentials written
-/// in it.
+/// in it: with an `@` anywhere, the error names only what follows the
+/// last `@` of the part it is in (a password may hold `/`, `?`, `#` or
+/// `,`).
 pub fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
-    let parts: Vec<&str> = text
-        .split(',')
+    let parts: Vec<&str> = address_parts(text)
+        .into_iter()
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .collect();
     if parts.is_empty() {
         return Err("is empty: give `host:port`".into());
     }
+    // Credentials first: an error about another part would quote it, and
+    // a part without `@` before one with it might hold a password's piece.
+    if let Some(part) = parts.iter().find(|p| p.contains('@')) {
+        return Err(with_credentials(part));
+    }
     parts.into_iter().map(parse_endpoint).collect()
 }
 
+/// The error for a part with an `@`: quotes only what follows its last
+/// `@`, up to a `/`, `?` or `#` (the user and password are secret).
+fn with_credentials(part: &str) -> String {
+    let after = part.rsplit_once('@').map_or("", |(_, after)| after);
+    let address = after.split(['/', '?', '#']).next().unwrap_or_default();
+    format!(
+        "is not `host:port`: give `{address}` without credentials, \
+         and the user and password as `username` and `password`"
+    )
+}
+
 fn parse_endpoint(text: &str) -> Result<String, String> {
+    if text.contains('@') {
+        return Err(with_credentials(text));
+    }
     let bare = text
         .strip_prefix("http://")
         .or_else(|| text.strip_prefix("https://"))
         .unwrap_or(text);
     let bare = bare.strip_suffix('/').unwrap_or(bare);
-    // Not in the hints below: the user and password are secret.
-    if let Some((_, address)) = bare.rsplit_once('@') {
-        return Err(format!(
-            "is not `host:port`: give `{address}` without credentials, \
-             and the user and password as `username` and `password`"
-        ));
-    }
     let text = shown_addresses(text);
     if bare.contains("://") {
         return Err(format!(
@@ -446,18 +460,30 @@ mod tests {
             "https://hunter2@h:2379/",
             "root:hunter2@h:2379",
             "a:1, http://root:hunter2@h:2379",
+            // A password may hold `/`, `?`, `#` or `,`.
+            "http://root:hun,ter2@h:2379",
+            "root:hun,ter2@h:2379",
+            "a:1,http://root:hun,ter2@h:2379",
+            "http://root:hun/ter2@h:2379",
+            "http://root:hun?ter2@h:2379",
+            "http://root:hun#ter2@h:2379",
+            "root:hun/ter2@h:2379",
         ] {
             let err = decode(json!({"endpoints": endpoints}))
                 .err()
                 .unwrap_or_else(|| panic!("`{endpoints}` accepted"));
-            assert!(!err.contains("hunter2"), "{err}");
+            for secret in ["hunter2", "hun", "ter2"] {
+                assert!(!err.contains(secret), "{endpoints}: {err}");
+            }
             assert!(!err.contains("IPv6"), "{err}");
             assert!(err.contains("`username` and `password`"), "{err}");
             let m = EtcdMetadata::new(endpoints);
             let err = m.settings().err().map(|e| e.to_string());
             let err = err.unwrap_or_else(|| panic!("`{endpoints}` accepted"));
-            assert!(!err.contains("hunter2"), "{err}");
-            assert!(!format!("{m:?}").contains("hunter2"), "{m:?}");
+            for secret in ["hunter2", "hun", "ter2"] {
+                assert!(!err.contains(secret), "{endpoints}: {err}");
+                assert!(!format!("{m:?}").contains(secret), "{endpoints}: {m:?}");
+            }
         }
         assert_eq!(
             decode(json!({"endpoints": "http://root:hunter2@h:2379"}))

@@ -2,7 +2,7 @@
 //! names, and the part of it that decides which server to talk to
 //! ([`ConnectionSettings`]).
 
-use crate::redacted::{redacted, shown_addresses};
+use crate::redacted::{address_parts, redacted, scheme_of, shown_addresses};
 use std::fmt;
 use std::time::Duration;
 
@@ -392,41 +392,53 @@ pub enum RedisMetadataError {
 
 /// Parses `redisHost`: `host:port` (port defaults to 6379), `[v6]:port`,
 /// or several of them comma-separated. An error never quotes credentials
-/// written in it.
+/// written in it: with an `@` anywhere, the error names only what follows
+/// the last `@` of the part it is in (a password may hold `/`, `?`, `#` or
+/// `,`).
 pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
-    let parts: Vec<&str> = text
-        .split(',')
+    let parts: Vec<&str> = address_parts(text)
+        .into_iter()
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .collect();
     if parts.is_empty() {
         return Err("is empty: give `host:port`".into());
     }
+    // Credentials first: an error about another part would quote it, and
+    // a part without `@` before one with it might hold a password's piece.
+    if let Some(part) = parts.iter().find(|p| p.contains('@')) {
+        return Err(with_credentials(part));
+    }
     parts.into_iter().map(parse_address).collect()
 }
 
+/// The error for a part with an `@`: quotes only what follows its last
+/// `@`, up to a `/`, `?` or `#`, and names the scheme only if it is
+/// `redis://` or `rediss://`.
+fn with_credentials(part: &str) -> String {
+    let after = part.rsplit_once('@').map_or("", |(_, after)| after);
+    let address = after.split(['/', '?', '#']).next().unwrap_or_default();
+    let scheme = match scheme_of(part) {
+        Some("redis") => " without the `redis://` scheme",
+        Some("rediss") => " without the `rediss://` scheme",
+        Some(_) => " without the scheme",
+        None => "",
+    };
+    format!(
+        "is not `host:port`: give `{address}`{scheme}, and the user and password as \
+         `redisUsername` and `redisPassword`"
+    )
+}
+
 fn parse_address(text: &str) -> Result<(String, u16), String> {
-    let (scheme, rest) = match text.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, text),
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let (credentials, address) = match authority.rsplit_once('@') {
-        Some((_, address)) => (true, address),
-        None => (false, authority),
-    };
-    let in_fields = if credentials {
-        ", and the user and password as `redisUsername` and `redisPassword`"
-    } else {
-        ""
-    };
-    if let Some(scheme) = scheme {
-        return Err(format!(
-            "is not `host:port`: give `{address}` without the `{scheme}://` scheme{in_fields}"
-        ));
+    if text.contains('@') {
+        return Err(with_credentials(text));
     }
-    if credentials {
-        return Err(format!("is not `host:port`: give `{address}`{in_fields}"));
+    if let Some((scheme, rest)) = text.split_once("://") {
+        let address = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        return Err(format!(
+            "is not `host:port`: give `{address}` without the `{scheme}://` scheme"
+        ));
     }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest
@@ -484,7 +496,7 @@ impl From<RedisMetadataError> for rewire_runtime::ComponentError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rewire_runtime::Metadata;
     use serde_json::json;
@@ -598,6 +610,12 @@ mod tests {
         assert!(parse_addresses("redis://h:1").is_err());
     }
 
+    /// Passwords (and pieces of them) written in the `redisHost` of the
+    /// tests below.
+    pub(crate) const SECRETS: [&str; 10] = [
+        "hunter2", "pa/ss", ":pa", "pa?ss", "pa#ss", "ss@", "Xk9", "ab+c", "hun", "ter2",
+    ];
+
     #[test]
     fn credentials_in_redis_host_are_never_echoed() {
         for host in [
@@ -606,17 +624,32 @@ mod tests {
             ":hunter2@127.0.0.1:6379",
             "hunter2@127.0.0.1:6379",
             "h:1,redis://:hunter2@127.0.0.1:6379",
+            // A password may hold `/`, `?`, `#` or `,`.
+            ":pa/ss@127.0.0.1:6379",
+            "redis://:pa/ss@h:6379",
+            "redis://:pa?ss@h:6379",
+            "redis://:pa#ss@h:6379",
+            ":Xk9/ab+c@h:6379",
+            "redis://:hun,ter2@h:6379",
+            ":hun,ter2@h:6379",
+            "h:1,redis://:hun,ter2@h:6379",
         ] {
             let err = decode(json!({"redisHost": host}))
                 .err()
                 .unwrap_or_else(|| panic!("`{host}` accepted"));
-            assert!(!err.contains("hunter2"), "{err}");
+            for secret in SECRETS {
+                assert!(!err.contains(secret), "{host}: {err}");
+            }
             assert!(err.contains("redisPassword"), "{err}");
             let m = RedisMetadata::new(host);
             let err = m.connection_settings().err().map(|e| e.to_string());
             let err = err.unwrap_or_else(|| panic!("`{host}` accepted"));
-            assert!(!err.contains("hunter2"), "{err}");
-            assert!(!format!("{m:?}").contains("hunter2"), "{m:?}");
+            for secret in SECRETS {
+                assert!(!err.contains(secret), "{host}: {err}");
+            }
+            for secret in SECRETS {
+                assert!(!format!("{m:?}").contains(secret), "{host}: {m:?}");
+            }
         }
         let err = decode(json!({"redisHost": "redis://:hunter2@127.0.0.1:6379"}));
         assert_eq!(

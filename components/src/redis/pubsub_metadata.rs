@@ -209,6 +209,7 @@ pub struct Tunables {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::metadata::tests::SECRETS;
     use rewire_runtime::Metadata;
     use serde_json::json;
 
@@ -225,18 +226,31 @@ mod tests {
             "rediss://default:hunter2@127.0.0.1:6379/0",
             ":hunter2@127.0.0.1:6379",
             "h:1,redis://:hunter2@127.0.0.1:6379",
+            // A password may hold `/`, `?`, `#` or `,`.
+            ":pa/ss@127.0.0.1:6379",
+            "redis://:pa/ss@h:6379",
+            "redis://:pa?ss@h:6379",
+            "redis://:pa#ss@h:6379",
+            ":Xk9/ab+c@h:6379",
+            "redis://:hun,ter2@h:6379",
+            ":hun,ter2@h:6379",
+            "h:1,redis://:hun,ter2@h:6379",
         ] {
             let err = decode(json!({"redisHost": host, "failover": true}))
                 .err()
                 .unwrap_or_else(|| panic!("`{host}` accepted"));
-            assert!(!err.contains("hunter2"), "{err}");
+            for secret in SECRETS {
+                assert!(!err.contains(secret), "{host}: {err}");
+            }
             assert!(err.contains("redisHost"), "{err}");
             assert!(err.contains("redisPassword"), "{err}");
             // Even built by hand, its Debug does not show the password.
             let mut metadata = decode(json!({"redisHost": "h:1"})).expect("decoded");
             metadata.redis_host = host.to_string();
             let shown = format!("{metadata:?}");
-            assert!(!shown.contains("hunter2"), "{shown}");
+            for secret in SECRETS {
+                assert!(!shown.contains(secret), "{host}: {shown}");
+            }
         }
         assert!(decode(json!({"redisHost": "h:1,g:2", "failover": true})).is_ok());
     }
