@@ -101,9 +101,11 @@ impl std::fmt::Debug for ConfigServices {
     }
 }
 
-/// Splits a `config_server` list: comma-separated, blanks dropped.
+/// Splits a `config_server` list: comma-separated (a comma inside a URL's
+/// credentials does not split it), blanks dropped.
 pub(crate) fn server_list(text: &str) -> Vec<String> {
-    text.split(',')
+    crate::redacted::address_parts(text)
+        .into_iter()
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(str::to_string)
@@ -523,5 +525,16 @@ mod tests {
             vec!["http://a:1".to_string(), "http://b:2/".to_string()]
         );
         assert!(server_list(" , ").is_empty());
+    }
+
+    #[test]
+    fn a_comma_in_credentials_does_not_split_a_server() {
+        assert_eq!(
+            server_list("http://u:pa,ss@h:8080, http://b:2"),
+            vec![
+                "http://u:pa,ss@h:8080".to_string(),
+                "http://b:2".to_string()
+            ]
+        );
     }
 }
