@@ -596,3 +596,79 @@ async fn a_blank_group_or_label_is_the_stores_default_not_a_wildcard() {
     }
     sidecar.stop().await;
 }
+
+/// Layotto's `ComponentConfig` has no refs: a push that changes a file
+/// component's metadata keeps the secretRef the file declares, and the
+/// secret is still injected (here the `local` file store's `root`, which
+/// it cannot do without).
+#[tokio::test]
+async fn a_layotto_push_keeps_the_refs_the_file_declares() {
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("LAYOTTO_TEST_FILES_ROOT", dir.path());
+    let config = r#"{"appId": "shop", "components": {
+        "secret_store": {"vault": {"type": "env", "metadata": {"prefix": "LAYOTTO_TEST_"}}},
+        "file": {"files": {"type": "local", "metadata": {"maxFileSize": 1048576},
+            "secretRef": [{"store": "vault", "name": "FILES_ROOT", "key": "FILES_ROOT", "injectAs": "root"}]}}
+    }}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let mut lifecycle = LifecycleClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let push = layotto::DynamicConfiguration {
+        component_config: Some(layotto::ComponentConfig {
+            kind: "file".into(),
+            name: "files".into(),
+            metadata: HashMap::from([("maxFileSize".to_string(), "4".to_string())]),
+        }),
+    };
+    let before = sidecar.runtime.generation().number;
+    lifecycle
+        .apply_configuration(push)
+        .await
+        .expect("a metadata-only Layotto push is taken");
+    assert!(sidecar.runtime.generation().number > before);
+
+    // The effective configuration still has the file's secretRef, and
+    // status shows the push's metadata over it.
+    let files = rewire::ComponentKey::new("file", "files");
+    let running = sidecar.runtime.config();
+    let refs = &running.config.components[&files].secret_refs;
+    assert_eq!(refs.len(), 1, "the secretRef survives the push");
+    assert_eq!(refs[0].inject_as, "root");
+    let status = serde_json::to_value(sidecar.runtime.status().await).unwrap();
+    let component = status["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "file" && c["name"] == "files")
+        .cloned()
+        .expect("files in status");
+    assert_eq!(
+        component["metadata"]["root"], "[secret vault/FILES_ROOT#FILES_ROOT]",
+        "{component}"
+    );
+    assert_eq!(component["metadata"]["maxFileSize"], "4", "{component}");
+    assert_eq!(component["sources"]["refs"], "file", "{component}");
+    assert_eq!(
+        component["sources"]["metadata"]["maxFileSize"], "control_plane",
+        "{component}"
+    );
+
+    // The secret is still injected: files land in its directory, and the
+    // pushed limit is in force.
+    let mut client = runtime(&sidecar).await;
+    let put = |name: &str, data: &[u8]| layotto::PutFileRequest {
+        store_name: "files".into(),
+        name: name.into(),
+        data: data.to_vec(),
+        ..Default::default()
+    };
+    client
+        .put_file(tokio_stream::iter(vec![put("small.txt", b"abc")]))
+        .await
+        .expect("put");
+    assert_eq!(std::fs::read(dir.path().join("small.txt")).unwrap(), b"abc");
+    client
+        .put_file(tokio_stream::iter(vec![put("big.txt", b"abcdefgh")]))
+        .await
+        .expect_err("over the pushed maxFileSize");
+    sidecar.stop().await;
+}

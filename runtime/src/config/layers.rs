@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::model::Config;
+use super::model::{ComponentSpec, Config};
 use super::patch::{ComponentPatch, ConfigPatch};
 use crate::component::ComponentKey;
 use crate::problem::Problem;
@@ -30,7 +30,11 @@ pub enum Layer {
 /// A control-plane decision about one component.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Push {
-    /// The component is declared exactly so (replacing every lower layer).
+    /// The component is declared so, replacing every lower layer, except
+    /// what the patch leaves `None`: its scopes, and each kind of ref it
+    /// does not give (a Layotto push gives none), stay the lower layers'
+    /// and follow their changes. An inherited secretRef or
+    /// configurationRef that fills a field the patch sets is dropped.
     Declare(ComponentPatch),
     /// The component is removed, whatever lower layers say.
     Remove,
@@ -235,23 +239,21 @@ impl Effective {
         }
     }
 
-    /// Lays one control-plane decision: it replaces the component whole.
+    /// Lays one control-plane decision: it replaces the component whole,
+    /// but for what the push does not say (see [`inherited`]).
     fn push(&mut self, key: &ComponentKey, push: &Push) {
         match push {
             Push::Declare(patch) => {
-                // A push says nothing of scopes: the lower layers' stay in
-                // force, and follow their changes.
-                let below = self
-                    .config
-                    .components
-                    .get(key)
-                    .and_then(|s| s.scopes.clone());
+                let below = self.config.components.get(key).cloned();
                 let mut spec = patch.clone().into_spec(key.clone());
-                if patch.scopes.is_none() {
-                    spec.scopes = below;
-                }
+                let refs_below = below
+                    .as_deref()
+                    .is_some_and(|below| inherited(patch, below, &mut spec));
                 if self.tracked {
-                    let source = whole(spec.metadata.keys(), Layer::ControlPlane);
+                    let mut source = whole(spec.metadata.keys(), Layer::ControlPlane);
+                    if refs_below {
+                        source.refs = self.sources.get(key).and_then(|s| s.refs);
+                    }
                     self.sources.insert(key.clone(), source);
                 }
                 self.config.components.insert(key.clone(), Arc::new(spec));
@@ -262,6 +264,41 @@ impl Effective {
             }
         }
     }
+}
+
+/// Gives `spec`, declared by `patch`, what the push does not say from the
+/// declaration `below` it: the scopes (a push never says them) and each
+/// kind of ref the push leaves `None` (a Layotto push: its proto has no
+/// field for refs). An inherited secretRef or configurationRef that
+/// injects a field the push sets is left out: the push's value wins, as
+/// the top layer. Whether every ref came from below.
+fn inherited(patch: &ComponentPatch, below: &ComponentSpec, spec: &mut ComponentSpec) -> bool {
+    if patch.scopes.is_none() {
+        spec.scopes = below.scopes.clone();
+    }
+    let pushed = |field: &str| patch.metadata.get(field).is_some_and(|v| !v.is_null());
+    if patch.component_refs.is_none() {
+        spec.component_refs = below.component_refs.clone();
+    }
+    if patch.secret_refs.is_none() {
+        spec.secret_refs = below
+            .secret_refs
+            .iter()
+            .filter(|r| !pushed(&r.inject_as))
+            .cloned()
+            .collect();
+    }
+    if patch.configuration_refs.is_none() {
+        spec.configuration_refs = below
+            .configuration_refs
+            .iter()
+            .filter(|r| !pushed(&r.inject_as))
+            .cloned()
+            .collect();
+    }
+    patch.component_refs.is_none()
+        && patch.secret_refs.is_none()
+        && patch.configuration_refs.is_none()
 }
 
 fn whole<'a>(fields: impl Iterator<Item = &'a String>, layer: Layer) -> ComponentSources {
@@ -356,5 +393,85 @@ mod tests {
             .apply(LayerChange::Push(s.clone(), Push::Remove))
             .is_ok());
         assert!(layers.apply(LayerChange::Release(s)).is_ok());
+    }
+
+    #[test]
+    fn a_push_that_says_no_refs_keeps_the_refs_below_and_one_that_says_them_replaces_them() {
+        let s = ComponentKey::new("state", "s");
+        let mut layers = Layers::new(file(
+            r#"{"components": {"state": {"s": {"type": "redis", "metadata": {"redisDB": 1},
+                "secretRef": [{"store": "vault", "name": "redis", "key": "password", "injectAs": "redisPassword"}],
+                "configurationRef": [{"store": "cfg", "key": "orders.host", "injectAs": "redisHost", "watch": true},
+                                     {"store": "cfg", "key": "orders.db", "injectAs": "redisDB"}],
+                "componentRef": [{"type": "lock", "name": "l"}]}}}}"#,
+        ));
+        // Layotto's push: metadata only, no word on refs.
+        let unsaid = patch(r#"{"components": {"state": {"s": {"metadata": {"redisDB": "2"}}}}}"#)
+            .components[&s]
+            .clone();
+        assert_eq!(unsaid.secret_refs, None);
+        layers
+            .apply(LayerChange::Push(s.clone(), Push::Declare(unsaid)))
+            .unwrap();
+        let (config, sources) = layers.effective();
+        let spec = &config.components[&s];
+        assert_eq!(spec.type_name, "redis");
+        assert_eq!(
+            serde_json::Value::Object(spec.metadata.clone()),
+            json!({"redisDB": "2"})
+        );
+        assert_eq!(spec.secret_refs.len(), 1, "the secretRef is kept");
+        assert_eq!(spec.secret_refs[0].inject_as, "redisPassword");
+        assert_eq!(spec.component_refs.len(), 1, "the componentRef is kept");
+        // The watched configurationRef is kept; the one filling the field
+        // the push sets gives way to the push.
+        let kept: Vec<_> = spec
+            .configuration_refs
+            .iter()
+            .map(|r| (r.inject_as.as_str(), r.watch))
+            .collect();
+        assert_eq!(kept, vec![("redisHost", true)]);
+        assert_eq!(sources[&s].refs, Some(Layer::File));
+        assert_eq!(sources[&s].metadata["redisDB"], Layer::ControlPlane);
+
+        // The refs follow the file: a later file's secretRef is the one in
+        // force under the push.
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"s": {"type": "redis",
+                    "secretRef": [{"store": "vault", "name": "redis2", "key": "password", "injectAs": "redisPassword"}]}}}}"#,
+            )))
+            .unwrap();
+        let config = layers.effective_config();
+        assert_eq!(config.components[&s].secret_refs[0].name, "redis2");
+        assert!(config.components[&s].configuration_refs.is_empty());
+
+        // A push that says its refs (rewire's own Lifecycle API says all
+        // three, empty or not) declares them whole.
+        let said = ComponentPatch {
+            secret_refs: Some(Vec::new()),
+            component_refs: Some(Vec::new()),
+            configuration_refs: Some(Vec::new()),
+            ..ComponentPatch::default()
+        };
+        layers
+            .apply(LayerChange::Push(s.clone(), Push::Declare(said)))
+            .unwrap();
+        let (config, sources) = layers.effective();
+        assert!(config.components[&s].secret_refs.is_empty());
+        assert_eq!(sources[&s].refs, Some(Layer::ControlPlane));
+
+        // A component pushed without refs that nothing below declares has
+        // none.
+        let new = ComponentKey::new("state", "new");
+        layers
+            .apply(LayerChange::Push(
+                new.clone(),
+                Push::Declare(ComponentPatch::default()),
+            ))
+            .unwrap();
+        let config = layers.effective_config();
+        assert!(config.components[&new].secret_refs.is_empty());
+        assert!(config.components[&new].component_refs.is_empty());
     }
 }

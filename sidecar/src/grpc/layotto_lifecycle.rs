@@ -2,14 +2,19 @@
 //! Lifecycle implementation: the push is the same reload, through the same
 //! queue, with the same deadline. Layotto's answer has no fields, so a push
 //! rewire does not take is a gRPC error carrying every reason.
+//!
+//! Layotto's `ComponentConfig` has no refs: its push leaves them unsaid, so
+//! the secretRef, configurationRef and componentRef the file (or overlay)
+//! declares stay in force under it (an inherited secretRef or
+//! configurationRef filling a field the push sets gives way to the push).
 
 use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
 use super::lifecycle::LifecycleApi;
+use super::lifecycle_patch::Refs;
 use super::proto::rewire::lifecycle::v1 as rewire_pb;
-use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle as _;
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::proto::spec::proto::runtime::v1::lifecycle_server::Lifecycle;
 
@@ -46,7 +51,10 @@ impl Lifecycle for LayottoLifecycleApi {
         };
         let answer = self
             .rewire
-            .apply_configuration(Request::from_parts(metadata, extensions, push))
+            .apply_configuration_with(
+                Request::from_parts(metadata, extensions, push),
+                Refs::Unsaid,
+            )
             .await?
             .into_inner();
         match status_of(&answer) {

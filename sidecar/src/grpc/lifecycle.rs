@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use rewire_runtime::{ComponentKey, Outcome, ReloadError};
 
-use super::lifecycle_patch::patch_of;
+use super::lifecycle_patch::{patch_of, Refs};
 use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
 use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
@@ -39,6 +39,24 @@ impl LifecycleApi {
             pushes: PushQueue::new(timeout),
         }
     }
+
+    /// `ApplyConfiguration`, the push's refs taken as `refs` says: rewire's
+    /// own push declares them, Layotto's leaves them to the layers below.
+    pub(super) async fn apply_configuration_with(
+        &self,
+        request: Request<pb::DynamicConfiguration>,
+        refs: Refs,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let metadata = request.metadata().clone();
+        observed(
+            &self.state,
+            "ApplyConfiguration",
+            caller(&request),
+            |call| apply(call, request.into_inner(), refs, (&self.pushes, &metadata)),
+        )
+        .await
+        .map(Response::new)
+    }
 }
 
 #[tonic::async_trait]
@@ -47,15 +65,9 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
-        let metadata = request.metadata().clone();
-        observed(
-            &self.state,
-            "ApplyConfiguration",
-            caller(&request),
-            |call| apply(call, request.into_inner(), (&self.pushes, &metadata)),
-        )
-        .await
-        .map(Response::new)
+        // The push is the component whole: its refs are declared, none
+        // when its lists are empty (proto3 cannot tell them from absent).
+        self.apply_configuration_with(request, Refs::Declared).await
     }
 
     async fn remove_component(
@@ -109,6 +121,7 @@ impl Lifecycle for LifecycleApi {
 async fn apply(
     call: Call,
     req: pb::DynamicConfiguration,
+    refs: Refs,
     wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let config = req
@@ -117,9 +130,9 @@ async fn apply(
     let key = key_of(&config.kind, &config.name)?;
     label_if_running(&call, &key);
     // The push stores only what it declares: an empty type keeps the type
-    // in force and scopes stay the file's, both resolved inside the
-    // serialised reload.
-    let patch = match patch_of(config) {
+    // in force, scopes (and unsaid refs) stay the lower layers', all
+    // resolved inside the serialised reload.
+    let patch = match patch_of(config, refs) {
         Ok(patch) => patch,
         Err(problems) => {
             let errors = problems.iter().map(|p| format!("{key}: {p}")).collect();

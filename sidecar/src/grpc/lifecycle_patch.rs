@@ -7,6 +7,11 @@
 //! fields want them. An empty `type` is left out: the reload keeps the type
 //! in force, so a push that only changes metadata does not turn into a type
 //! change.
+//!
+//! Refs: rewire's own push declares them (its proto cannot tell an absent
+//! list from an empty one, and the push is the component whole, so none
+//! given is none). Layotto's push has no field for them: its refs are left
+//! unsaid (`None`), and the layers below keep theirs in force.
 
 use serde_json::{Map, Value};
 
@@ -15,8 +20,22 @@ use rewire_runtime::ComponentKey;
 
 use super::proto::rewire::lifecycle::v1 as pb;
 
-/// The patch `config` declares, or every reason it cannot be taken.
-pub(super) fn patch_of(config: pb::ComponentConfig) -> Result<ComponentPatch, Vec<String>> {
+/// Whether a push says what the component's refs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refs {
+    /// rewire's own push: its refs are the component's, none when empty.
+    Declared,
+    /// Layotto's push (its proto has no refs): the patch says nothing of
+    /// them, and the refs of the layers below stay in force.
+    Unsaid,
+}
+
+/// The patch `config` declares, its refs as `refs` says, or every reason
+/// it cannot be taken.
+pub(super) fn patch_of(
+    config: pb::ComponentConfig,
+    refs: Refs,
+) -> Result<ComponentPatch, Vec<String>> {
     let mut problems = Vec::new();
     let mut metadata = metadata_of(&config.metadata_json).unwrap_or_else(|problem| {
         problems.push(problem);
@@ -32,12 +51,13 @@ pub(super) fn patch_of(config: pb::ComponentConfig) -> Result<ComponentPatch, Ve
         return Err(problems);
     }
     let type_name = Some(config.r#type).filter(|t| !t.is_empty());
+    let said = refs == Refs::Declared;
     Ok(ComponentPatch {
         type_name,
         metadata,
-        component_refs: Some(component_refs),
-        secret_refs: Some(secret_refs),
-        configuration_refs: Some(configuration_refs),
+        component_refs: Some(component_refs).filter(|_| said),
+        secret_refs: Some(secret_refs).filter(|_| said),
+        configuration_refs: Some(configuration_refs).filter(|_| said),
         scopes: None,
     })
 }
@@ -165,7 +185,7 @@ mod tests {
         let mut c = config();
         c.metadata_json = r#"{"a": 1, "b": {"nested": true}}"#.into();
         c.metadata.insert("a".into(), "5".into());
-        let patch = patch_of(c).expect("valid");
+        let patch = patch_of(c, Refs::Declared).expect("valid");
         assert_eq!(
             Value::Object(patch.metadata),
             json!({"a": "5", "b": {"nested": true}})
@@ -188,7 +208,7 @@ mod tests {
             inject_as: "redisHost".into(),
             ..pb::ConfigurationRef::default()
         });
-        let patch = patch_of(c.clone()).expect("valid");
+        let patch = patch_of(c.clone(), Refs::Declared).expect("valid");
         assert_eq!(patch.type_name, None);
         let secret = &patch.secret_refs.unwrap_or_default()[0];
         assert_eq!(secret.inject_as, "password");
@@ -199,9 +219,32 @@ mod tests {
         );
         c.r#type = "redis".into();
         assert_eq!(
-            patch_of(c).ok().and_then(|p| p.type_name).as_deref(),
+            patch_of(c, Refs::Declared)
+                .ok()
+                .and_then(|p| p.type_name)
+                .as_deref(),
             Some("redis")
         );
+    }
+
+    #[test]
+    fn a_layotto_push_leaves_its_refs_unsaid() {
+        let mut c = config();
+        c.metadata.insert("redisHost".into(), "new:6379".into());
+        let said = patch_of(c.clone(), Refs::Declared).expect("valid");
+        assert_eq!(said.secret_refs, Some(Vec::new()));
+        assert_eq!(said.component_refs, Some(Vec::new()));
+        assert_eq!(said.configuration_refs, Some(Vec::new()));
+        let unsaid = patch_of(c, Refs::Unsaid).expect("valid");
+        assert_eq!(
+            (
+                unsaid.secret_refs,
+                unsaid.component_refs,
+                unsaid.configuration_refs
+            ),
+            (None, None, None)
+        );
+        assert_eq!(unsaid.metadata["redisHost"], "new:6379");
     }
 
     #[test]
@@ -213,7 +256,7 @@ mod tests {
             store: "s".into(),
             ..pb::SecretRef::default()
         });
-        let problems = patch_of(c).expect_err("invalid");
+        let problems = patch_of(c, Refs::Declared).expect_err("invalid");
         assert_eq!(
             problems,
             vec![
@@ -224,7 +267,7 @@ mod tests {
         );
         let mut c = config();
         c.metadata_json = r#"{"password": "hunter2"#.into();
-        let problems = patch_of(c).expect_err("invalid");
+        let problems = patch_of(c, Refs::Declared).expect_err("invalid");
         assert!(
             problems[0].starts_with("metadata_json: not valid JSON"),
             "{problems:?}"
