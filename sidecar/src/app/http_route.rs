@@ -3,12 +3,39 @@
 //! no body, a body that is not JSON, no or an empty `status`, or
 //! `{"status": "SUCCESS"}` acknowledges; `{"status": "RETRY"}`, any other
 //! `status` value, any other status code (or no answer) retries;
-//! `{"status": "DROP"}` and `404` drop.
+//! `{"status": "DROP"}` and `404` drop. At most [`MAX_ANSWER_BYTES`] of
+//! the answer are read: a larger one is not such a document (acknowledges).
 
 use reqwest::StatusCode;
 use rewire_runtime::DeliveryOutcome;
 
 use crate::dapr::{EventSink, TopicEvent};
+
+/// The most of an app's answer read (a delivery's status, the list of its
+/// subscriptions): an answer of gigabytes is never held.
+pub(super) const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The body of the app's `answer`, read to at most [`MAX_ANSWER_BYTES`]:
+/// `None` when it is larger (read no further; the connection is let go).
+/// A body that fails midway is read as empty, as before any limit.
+pub(super) async fn answer_body(mut answer: reqwest::Response) -> Option<Vec<u8>> {
+    let limit = MAX_ANSWER_BYTES;
+    if answer
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return None;
+    }
+    let mut body = Vec::new();
+    loop {
+        match answer.chunk().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() > limit => return None,
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => return Some(body),
+            Err(_) => return Some(Vec::new()),
+        }
+    }
+}
 
 /// One route of the app.
 pub struct HttpRoute {
@@ -90,7 +117,8 @@ pub(super) async fn post_event(
     match sent {
         Ok(answer) => {
             let status = answer.status();
-            let body = answer.bytes().await.unwrap_or_default();
+            // Larger than read: not a status document.
+            let body = answer_body(answer).await.unwrap_or_default();
             outcome_of(status, &body)
         }
         Err(err) => {
@@ -101,8 +129,87 @@ pub(super) async fn post_event(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// An app answering every request `200` with a JSON document saying
+    /// `RETRY` padded to `total` bytes, chunked; how many bytes of it it
+    /// sent before the client let go, and whether it sent them all.
+    pub(in crate::app) async fn app_answering_a_huge_document(
+        total: usize,
+    ) -> (u16, tokio::task::JoinHandle<(usize, bool)>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buf).await.expect("request");
+                assert!(n > 0, "the request ended early");
+                head.extend_from_slice(&buf[..n]);
+            }
+            let open = br#"{"status":"RETRY","pad":""#;
+            let pad = vec![b'x'; 64 * 1024];
+            let mut answer =
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+                    .to_vec();
+            answer.extend_from_slice(format!("{:x}\r\n", open.len()).as_bytes());
+            answer.extend_from_slice(open);
+            answer.extend_from_slice(b"\r\n");
+            if socket.write_all(&answer).await.is_err() {
+                return (0, false);
+            }
+            let mut sent = open.len();
+            while sent + pad.len() < total {
+                let mut chunk = format!("{:x}\r\n", pad.len()).into_bytes();
+                chunk.extend_from_slice(&pad);
+                chunk.extend_from_slice(b"\r\n");
+                if socket.write_all(&chunk).await.is_err() {
+                    return (sent, false);
+                }
+                sent += pad.len();
+            }
+            let end = b"2\r\n\"}\r\n0\r\n\r\n";
+            let whole = socket.write_all(end).await.is_ok();
+            (sent + 2, whole)
+        });
+        (port, served)
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_read_acknowledges_and_is_not_read_through() {
+        let total = 32 * 1024 * 1024;
+        let (port, served) = app_answering_a_huge_document(total).await;
+        let event = TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        };
+        crate::tls::install_ring_provider();
+        let client = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{port}/orders");
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            post_event(&client, &url, &event),
+        )
+        .await
+        .expect("answered in time");
+        // Read whole, it would say RETRY.
+        assert_eq!(outcome, DeliveryOutcome::Success);
+        let (sent, whole) = tokio::time::timeout(std::time::Duration::from_secs(10), served)
+            .await
+            .expect("the app saw the client let go")
+            .expect("no panic");
+        assert!(!whole, "the whole answer was read ({sent} bytes)");
+        assert!(sent < total / 2, "{sent} bytes were taken");
+    }
 
     #[test]
     fn answers_read_as_dapr_reads_them() {

@@ -118,10 +118,15 @@ pub(super) async fn ask_app(
         match client.get(&url).send().await {
             Ok(answer) if answer.status() == reqwest::StatusCode::NOT_FOUND => return Vec::new(),
             Ok(answer) if answer.status().is_success() => {
-                let body = answer.bytes().await.unwrap_or_default();
-                let parsed = serde_json::from_slice::<Value>(&body)
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| parse_subscriptions(&v));
+                let parsed = match super::http_route::answer_body(answer).await {
+                    Some(body) => serde_json::from_slice::<Value>(&body)
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| parse_subscriptions(&v)),
+                    None => Err(format!(
+                        "answer larger than {} KiB",
+                        super::http_route::MAX_ANSWER_BYTES / 1024
+                    )),
+                };
                 return match parsed {
                     Ok(subscriptions) => subscriptions,
                     Err(err) => {
@@ -145,6 +150,28 @@ pub(super) async fn ask_app(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_list_larger_than_read_is_refused_and_not_read_through() {
+        let total = 32 * 1024 * 1024;
+        let (port, served) =
+            super::super::http_route::tests::app_answering_a_huge_document(total).await;
+        crate::tls::install_ring_provider();
+        let client = reqwest::Client::new();
+        let listed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            ask_app(&client, &AppChannel::local(port)),
+        )
+        .await
+        .expect("answered in time");
+        assert!(listed.is_empty());
+        let (sent, whole) = tokio::time::timeout(std::time::Duration::from_secs(10), served)
+            .await
+            .expect("the app saw the client let go")
+            .expect("no panic");
+        assert!(!whole, "the whole answer was read ({sent} bytes)");
+        assert!(sent < total / 2, "{sent} bytes were taken");
+    }
 
     #[test]
     fn daprs_shapes_parse_and_bad_entries_are_named() {
