@@ -1,9 +1,13 @@
 //! Reading a file a user names, bounded: only regular files (a FIFO would
 //! block the reader for good, a device could stream forever) and never more
-//! than a limit, whatever the file claims its size is.
+//! than a limit, whatever the file claims its size is. The file is opened
+//! without blocking (a FIFO swapped in after the check is refused at once),
+//! and [`detached_within`] bounds a read in time (a hung network or FUSE
+//! mount).
 
 use std::io::Read;
 use std::path::Path;
+use std::time::Duration;
 
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +55,10 @@ pub fn read_bounded(path: &Path, limit: usize) -> Result<Vec<u8>, FileReadError>
     if meta.len() > limit as u64 {
         return Err(too_large());
     }
-    let file = std::fs::File::open(path).map_err(io)?;
-    // The file may have been swapped since the check: re-check what was
-    // opened, and read at most one byte past the limit.
-    if !file.metadata().map_err(io)?.is_file() {
-        return Err(FileReadError::NotRegular { path: shown() });
-    }
+    // The file may have been swapped since the check: open it without
+    // blocking, re-check what was opened, and read at most one byte past
+    // the limit.
+    let file = open_regular(path)?;
     let mut bytes = Vec::new();
     file.take(limit as u64 + 1)
         .read_to_end(&mut bytes)
@@ -67,9 +69,169 @@ pub fn read_bounded(path: &Path, limit: usize) -> Result<Vec<u8>, FileReadError>
     Ok(bytes)
 }
 
+/// `O_NONBLOCK`, which std does not name (and no dependency of this crate
+/// exports): opening a FIFO with it returns at once instead of waiting
+/// for a writer. Where it is not listed, 0: the open may block, and only
+/// the caller's deadline ([`detached_within`]) bounds it.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(any(
+        target_arch = "mips",
+        target_arch = "mips64",
+        target_arch = "sparc",
+        target_arch = "sparc64"
+    ))
+))]
+const O_NONBLOCK: i32 = 0o4000;
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    any(target_arch = "mips", target_arch = "mips64")
+))]
+const O_NONBLOCK: i32 = 0o200;
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    any(target_arch = "sparc", target_arch = "sparc64")
+))]
+const O_NONBLOCK: i32 = 0x4000;
+#[cfg(any(
+    target_vendor = "apple",
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd",
+    target_os = "dragonfly"
+))]
+const O_NONBLOCK: i32 = 0x4;
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+const O_NONBLOCK: i32 = 0x80;
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_vendor = "apple",
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd",
+    target_os = "dragonfly",
+    target_os = "illumos",
+    target_os = "solaris"
+)))]
+const O_NONBLOCK: i32 = 0;
+
+/// Opens the file at `path` for reading without waiting (a FIFO with no
+/// writer does not hold the open) and refuses what is not a regular file
+/// once opened. On a regular file the flag changes nothing.
+fn open_regular(path: &Path) -> Result<std::fs::File, FileReadError> {
+    let shown = || path.display().to_string();
+    let io = |source| FileReadError::Io {
+        path: shown(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(O_NONBLOCK);
+    }
+    #[cfg(not(unix))]
+    let _ = O_NONBLOCK;
+    let file = options.open(path).map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(FileReadError::NotRegular { path: shown() });
+    }
+    Ok(file)
+}
+
+/// How long one read of the configuration (the file, or the file and its
+/// folder of manifests) may take before a watcher gives up on it.
+pub(crate) const CONFIG_READ_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Why [`detached_within`] has no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Abandoned {
+    /// The read did not finish within the deadline; its thread is left to
+    /// end (or not) on its own.
+    #[error("did not finish within {}", shown_duration(*.0))]
+    TimedOut(Duration),
+    /// No thread could be started, or it ended without an answer.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// `d` as people write it: `5 s`, `250 ms`.
+fn shown_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// Runs `read` on a thread of its own, detached, and waits for it at most
+/// `deadline`. A read that never returns (a hung NFS or FUSE mount) pins
+/// that one thread, not the async runtime's blocking pool (whose shutdown
+/// would wait for it), and the caller carries on.
+pub(crate) async fn detached_within<T, R>(deadline: Duration, read: R) -> Result<T, Abandoned>
+where
+    T: Send + 'static,
+    R: FnOnce() -> T + Send + 'static,
+{
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("rewire-config-read".into())
+        .spawn(move || {
+            // The receiver is gone if the read was abandoned: nothing to do.
+            let _ = sender.send(read());
+        })
+        .map_err(|e| Abandoned::Failed(format!("cannot start a reading thread: {e}")))?;
+    match tokio::time::timeout(deadline, receiver).await {
+        Err(_) => Err(Abandoned::TimedOut(deadline)),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(_)) => Err(Abandoned::Failed(
+            "the reading thread ended without an answer".into(),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_at_the_open_without_waiting_for_a_writer() {
+        let dir = std::env::temp_dir().join(format!("rewire-fs-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+        // On a thread: a blocking open would wait for a writer forever.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = sender.send(open_regular(&path).map(|_| ()));
+        });
+        let opened = receiver.recv_timeout(Duration::from_secs(2));
+        assert!(
+            matches!(opened, Ok(Err(FileReadError::NotRegular { .. }))),
+            "{opened:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_read_that_never_returns_is_given_up_at_the_deadline() {
+        let (_keep, never) = std::sync::mpsc::channel::<()>();
+        let started = std::time::Instant::now();
+        let read = detached_within(Duration::from_millis(100), move || never.recv()).await;
+        assert!(matches!(read, Err(Abandoned::TimedOut(_))), "{read:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(
+            Abandoned::TimedOut(Duration::from_secs(5)).to_string(),
+            "did not finish within 5 s"
+        );
+        let read = detached_within(Duration::from_secs(5), || 7).await;
+        assert!(matches!(read, Ok(7)));
+    }
 
     #[test]
     fn refuses_what_is_not_a_regular_file_or_too_large() {

@@ -1,6 +1,8 @@
 //! The configuration file as a trigger: bursts coalesce, rename-writes and
 //! Kubernetes ConfigMap `..data` symlink swaps are seen, and an invalid
-//! write is rejected while the next good one applies.
+//! write is rejected while the next good one applies. A file reverted to
+//! the content in force while its new content is in flight or retried ends
+//! on the content it says.
 
 use crate::support;
 use crate::support::triggers;
@@ -312,5 +314,140 @@ async fn a_replaced_directory_is_watched_again() {
         "the write in the new directory was not seen: {:#?}",
         runtime.history()
     );
+    runtime.shutdown().await;
+}
+
+/// A file declaring one probe, `p`, with `metadata`.
+fn probe_file(metadata: serde_json::Value) -> String {
+    json!({"components": {"probe": {"p": {"type": "test.reload.probe", "metadata": metadata}}}})
+        .to_string()
+}
+
+/// Starts from the file at `path`, as `rewire run` does, and watches it.
+async fn start_watching(path: &Path) -> (rewire::Runtime, rewire::FileWatch) {
+    let started = rewire::ValidConfig::from_path(path, &rewire::Registry::collected()).unwrap();
+    let runtime = rewire::Runtime::start(
+        started,
+        rewire::Registry::collected(),
+        rewire::RuntimeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let watch = runtime.watch_config_file(path.to_path_buf(), Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (runtime, watch)
+}
+
+/// Starts from the file at `path` as the only configuration source, as
+/// `rewire run --config` does with sources, and watches the sources.
+async fn start_watching_sources(path: &Path) -> (rewire::Runtime, Vec<rewire::FileWatch>) {
+    let sources = rewire::ConfigSources {
+        file: Some(path.to_path_buf()),
+        ..rewire::ConfigSources::default()
+    };
+    let started = sources.load(&rewire::Registry::collected()).unwrap();
+    let runtime = rewire::Runtime::start(
+        started,
+        rewire::Registry::collected(),
+        rewire::RuntimeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let watches = runtime.watch_config_sources(sources, Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (runtime, watches)
+}
+
+/// A file goes from A to B, which cannot start (rolled back, retried),
+/// then back to A, in force: the retry of B ends and the runtime stays on A.
+async fn revert_while_retried<W>(tag: &str, path: &Path, runtime: &rewire::Runtime, _watch: W) {
+    let a = probe_file(json!({"tag": tag, "rev": 1}));
+    let b = probe_file(json!({"tag": tag, "rev": 2, "failInit": true}));
+    write(path, &b);
+    let retried = eventually(Duration::from_secs(10), || runtime.pending_retry()).await;
+    assert_eq!(
+        retried.map(|r| r.trigger),
+        Some(Trigger::File),
+        "{:#?}",
+        runtime.history()
+    );
+    // The operator reverts the file to A, the content in force: the retry
+    // of B ends (the reload of A changes nothing).
+    write(path, &a);
+    let cleared = eventually(Duration::from_secs(10), || {
+        runtime.pending_retry().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        cleared.is_some(),
+        "B still retried though the file says A: {:#?}",
+        runtime.history()
+    );
+    let last = records_of(runtime, Trigger::File)
+        .into_iter()
+        .rfind(|r| r.outcome != Outcome::Rejected)
+        .expect("a file record");
+    assert_eq!(last.outcome, Outcome::NoChange, "{last:#?}");
+    assert_eq!(support::reload::probe(runtime, "p").meta().rev, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverting_the_file_while_its_new_content_rolls_back_ends_the_retry() {
+    let tag = "file-revert-retry";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &probe_file(json!({"tag": tag, "rev": 1})));
+    let (runtime, watch) = start_watching(&path).await;
+    revert_while_retried(tag, &path, &runtime, watch).await;
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverting_a_source_while_its_new_content_rolls_back_ends_the_retry() {
+    let tag = "sources-revert-retry";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &probe_file(json!({"tag": tag, "rev": 1})));
+    let (runtime, watches) = start_watching_sources(&path).await;
+    revert_while_retried(tag, &path, &runtime, watches).await;
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverting_the_file_while_its_new_content_is_in_flight_ends_on_the_file() {
+    let slow = "file-revert-slow";
+    let a = probe_file(json!({"tag": "file-revert-a", "rev": 1}));
+    let b = probe_file(json!({"tag": slow, "rev": 2, "initDelayMs": 1500}));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    write(&path, &a);
+    let (runtime, _watch) = start_watching(&path).await;
+    // B's reload starts (its probe is being initialised, slowly)...
+    write(&path, &b);
+    let started = eventually(Duration::from_secs(10), || {
+        (support::reload::inits(slow) > 0).then_some(())
+    })
+    .await;
+    assert!(started.is_some(), "{:#?}", runtime.history());
+    // ... and the file goes back to A, still in force, before B commits.
+    write(&path, &a);
+    let b_applied = eventually(Duration::from_secs(10), || {
+        records_of(&runtime, Trigger::File)
+            .into_iter()
+            .find(|r| r.outcome == Outcome::Applied)
+    })
+    .await;
+    assert!(b_applied.is_some(), "{:#?}", runtime.history());
+    // B committed; the runtime must still end on what the file says.
+    let on_a = eventually(Duration::from_secs(10), || {
+        (support::reload::probe(&runtime, "p").meta().rev == 1).then_some(())
+    })
+    .await;
+    assert!(
+        on_a.is_some(),
+        "the runtime runs B though the file says A: {:#?}",
+        runtime.history()
+    );
+    assert!(runtime.pending_retry().is_none());
     runtime.shutdown().await;
 }

@@ -8,14 +8,17 @@
 //! The two watches share what was seen last, under one lock held across
 //! read, parse and send: they cannot queue older content after newer. The
 //! first read compares with the configuration the runtime runs, so a
-//! change made while the runtime was starting is applied.
+//! change made while the runtime was starting is applied. A read is bounded
+//! in time, as the file's is.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::config_file::reject_once;
 use super::file_seen::{digest, follow_generations, SharedSeen};
 use super::TriggerContext;
 use crate::config::{ConfigSources, Problems};
+use crate::fs_read::{detached_within, Abandoned, CONFIG_READ_DEADLINE};
 use crate::fs_watch::{FileWatch, OnChange};
 use crate::registry::Registry;
 use crate::reload::{ReloadRequest, Trigger};
@@ -61,6 +64,7 @@ enum Read {
     InForce(u64),
     Changed(u64, Box<crate::config::Config>),
     Refused(u64, Problems),
+    TimedOut(String),
 }
 
 async fn sources_changed(
@@ -76,10 +80,13 @@ async fn sources_changed(
     let read = {
         let (sources, _) = &*shared;
         let sources = sources.clone();
-        tokio::task::spawn_blocking(move || sources.read()).await
+        detached_within(CONFIG_READ_DEADLINE, move || sources.read()).await
     };
     let read = match read {
-        Err(err) => Err(err),
+        Err(abandoned @ Abandoned::TimedOut(_)) => Ok(Read::TimedOut(format!(
+            "reading the configuration sources {abandoned}; given up (the next change or re-read tries again)"
+        ))),
+        Err(Abandoned::Failed(err)) => Err(err),
         Ok(Err(problems)) => {
             let hash = digest(&problems.to_string());
             Ok(if done(hash) {
@@ -90,18 +97,22 @@ async fn sources_changed(
         }
         Ok(Ok(texts)) => {
             let hash = digest(&texts);
+            // Other content sent last may go in force after this
+            // content (queued, in flight, retried): this one is sent too.
+            let other_sent = seen.other_sent(hash);
             if done(hash) {
                 Ok(Read::Unchanged)
             } else {
                 tokio::task::spawn_blocking(move || {
                     let (sources, registry) = &*shared;
                     match sources.parse(&texts, registry) {
-                        Ok(config) if in_force(&config) => Read::InForce(hash),
+                        Ok(config) if in_force(&config) && !other_sent => Read::InForce(hash),
                         Ok(config) => Read::Changed(hash, Box::new(config)),
                         Err(problems) => Read::Refused(hash, problems),
                     }
                 })
                 .await
+                .map_err(|e| e.to_string())
             }
         }
     };
@@ -117,6 +128,7 @@ async fn sources_changed(
             seen.settled(hash);
             cx.reject(Trigger::File, problems.to_string());
         }
+        Ok(Read::TimedOut(problem)) => reject_once(cx, &mut seen, generation, problem),
         Err(err) => tracing::warn!(error = %err, "Reading the configuration sources failed."),
     }
 }

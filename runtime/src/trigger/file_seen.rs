@@ -8,6 +8,11 @@
 //! else ran — the overlay, a push — it is sent again once the generation
 //! moves on. Content that is in force, or refused for its own sake (it
 //! does not parse), is not sent again until it changes.
+//!
+//! Content in force is still sent when other content was sent last: that
+//! other content may be queued, in flight or kept as a retry, and would go
+//! in force after it (a file reverted while its new content rolls back).
+//! Sent, the content in force replaces it (the reload changes nothing).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -36,11 +41,11 @@ enum Outcome {
     SentAt(u64),
 }
 
-/// The content last seen (by digest) and what came of it; `None` until
+/// The content last seen (by digest) and what came of it — `None` until
 /// the first read, which therefore always compares the content with the
-/// configuration in force.
+/// configuration in force — and the content last sent as a reload.
 #[derive(Debug, Default)]
-pub(super) struct Seen(Option<(u64, Outcome)>);
+pub(super) struct Seen(Option<(u64, Outcome)>, Option<u64>);
 
 impl Seen {
     /// Whether `hash` needs no work against `generation`: already settled,
@@ -61,6 +66,15 @@ impl Seen {
     /// Notes `hash` as sent against `generation`.
     pub(super) fn sent(&mut self, hash: u64, generation: u64) {
         self.0 = Some((hash, Outcome::SentAt(generation)));
+        self.1 = Some(hash);
+    }
+
+    /// Whether content other than `hash` was sent last: it may still be
+    /// queued, in flight or retried after a rollback, and go in force
+    /// after `hash` unless `hash` is sent too. (What was seen since — a
+    /// half-written file refused, say — does not matter.)
+    pub(super) fn other_sent(&self, hash: u64) -> bool {
+        self.1.is_some_and(|sent| sent != hash)
     }
 
     /// Whether content was sent against another generation than
@@ -115,5 +129,23 @@ mod tests {
         seen.settled(1);
         assert!(seen.is_done(1, 2) && seen.is_done(1, 3));
         assert!(!seen.sent_before(3));
+    }
+
+    #[test]
+    fn content_in_force_is_news_while_other_content_was_sent_last() {
+        let mut seen = Seen::default();
+        assert!(!seen.other_sent(1), "nothing sent yet");
+        seen.settled(1);
+        assert!(!seen.other_sent(1) && !seen.other_sent(2));
+        seen.sent(2, 1);
+        assert!(seen.other_sent(1), "reverted while 2 may be retried");
+        assert!(!seen.other_sent(2));
+        seen.settled(3);
+        assert!(
+            seen.other_sent(1),
+            "a refused read in between changes nothing"
+        );
+        seen.sent(1, 1);
+        assert!(!seen.other_sent(1));
     }
 }
