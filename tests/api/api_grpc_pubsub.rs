@@ -545,3 +545,111 @@ async fn an_unimplemented_on_topic_event_is_acknowledged_at_once_not_dead_letter
     stop.cancel();
     sidecar.stop().await;
 }
+
+/// An app serving Dapr's `AppCallback` with one subscription (the topic
+/// `traced`, to `/traced`): every event is recorded with the call's
+/// `traceparent` metadata, and acknowledged.
+struct TracedApp {
+    events: tokio::sync::mpsc::UnboundedSender<(Option<String>, dapr::TopicEventRequest)>,
+}
+
+#[tonic::async_trait]
+impl dapr::app_callback_server::AppCallback for TracedApp {
+    async fn list_topic_subscriptions(
+        &self,
+        _: tonic::Request<()>,
+    ) -> Result<tonic::Response<dapr::ListTopicSubscriptionsResponse>, tonic::Status> {
+        Ok(tonic::Response::new(dapr::ListTopicSubscriptionsResponse {
+            subscriptions: vec![app_subscription("traced", default_route("/traced"), "")],
+        }))
+    }
+
+    async fn on_topic_event(
+        &self,
+        request: tonic::Request<dapr::TopicEventRequest>,
+    ) -> Result<tonic::Response<dapr::TopicEventResponse>, tonic::Status> {
+        let traceparent = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let _ = self.events.send((traceparent, request.into_inner()));
+        Ok(tonic::Response::new(dapr::TopicEventResponse {
+            status: Status::Success as i32,
+        }))
+    }
+}
+
+/// The text of extension `key` of a delivered event.
+fn extension(event: &dapr::TopicEventRequest, key: &str) -> Option<String> {
+    use prost_types::value::Kind;
+    match event.extensions.as_ref()?.fields.get(key)?.kind.as_ref()? {
+        Kind::StringValue(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// As Dapr: the publisher's trace goes on to a gRPC app in the call's
+/// metadata, and to it and a streaming subscriber among the event's
+/// `extensions` (the CloudEvent's fields a `TopicEventRequest` has no
+/// field of its own for).
+#[tokio::test]
+async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions() {
+    use rewire::sidecar::app::{serve_app, AppChannel, AppProtocol};
+    let trace_id = TRACEPARENT.split('-').nth(1).expect("a trace id");
+    let continued = format!("00-{trace_id}-");
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(dapr::app_callback_server::AppCallbackServer::new(
+                TracedApp { events },
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let channel = AppChannel::local(port).with_protocol(AppProtocol::Grpc);
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    tokio::time::timeout(
+        grpc::PATIENCE,
+        service
+            .subscribed
+            .wait_for(|running| running.contains("app#0")),
+    )
+    .await
+    .expect("subscribed within the patience")
+    .expect("service alive");
+    let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "streamed")
+        .await
+        .expect("subscribed");
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    for topic in ["traced", "streamed"] {
+        let request = with_header(
+            publish(topic, b"traced", "text/plain"),
+            "traceparent",
+            TRACEPARENT,
+        );
+        client.publish_event(request).await.expect("published");
+    }
+
+    let (metadata, event) = tokio::time::timeout(grpc::PATIENCE, received.recv())
+        .await
+        .expect("an event within the patience")
+        .expect("app alive");
+    let metadata = metadata.expect("the call carries a traceparent");
+    assert!(metadata.starts_with(&continued), "{metadata}");
+    let in_event = extension(&event, "traceparent").expect("extensions[traceparent]");
+    assert!(in_event.starts_with(&continued), "{in_event}");
+    // Fields the request has its own for are not repeated.
+    assert_eq!(extension(&event, "id"), None);
+    assert_eq!(extension(&event, "source"), None);
+
+    let streamed = sub.event().await;
+    let in_stream = extension(&streamed, "traceparent").expect("extensions[traceparent]");
+    assert!(in_stream.starts_with(&continued), "{in_stream}");
+    sub.answer(&streamed.id, Status::Success).await;
+    stop.cancel();
+    sidecar.stop().await;
+}

@@ -1,13 +1,17 @@
 //! [`GrpcRoute`]: an event delivered through the app's gRPC
 //! `AppCallback.OnTopicEvent` (`--app-protocol grpc`), answered with
 //! Dapr's status values; a failed call retries. The app's subscriptions
-//! come from `AppCallback.ListTopicSubscriptions`.
+//! come from `AppCallback.ListTopicSubscriptions`. Each call is bounded
+//! whole by [`APP_CALL_TIMEOUT`] (the channel's own timeout bounds only
+//! the wait for the answer's headers, not its message and trailers).
+
+use std::time::Duration;
 
 use rewire_runtime::config::{RawRoutes, RawRule, SubscriptionRoutes};
 use rewire_runtime::DeliveryOutcome;
 use tonic::transport::Channel;
 
-use super::AppSubscription;
+use super::{AppSubscription, APP_CALL_TIMEOUT};
 use crate::dapr::{EventSink, TopicEvent};
 use crate::grpc::proto::dapr::proto::runtime::v1 as pb;
 use pb::app_callback_client::AppCallbackClient;
@@ -41,13 +45,23 @@ impl EventSink for GrpcRoute {
 }
 
 /// Delivers `event` with `OnTopicEvent`, naming `path` (the route chosen
-/// for it); the app's answer.
+/// for it); the app's answer (a retry when none comes within
+/// [`APP_CALL_TIMEOUT`]).
 pub(super) async fn on_topic_event(
     client: &AppCallbackClient<Channel>,
     path: &str,
     event: &TopicEvent,
 ) -> DeliveryOutcome {
-    let request = pb::TopicEventRequest {
+    on_topic_event_within(client, path, event, APP_CALL_TIMEOUT).await
+}
+
+async fn on_topic_event_within(
+    client: &AppCallbackClient<Channel>,
+    path: &str,
+    event: &TopicEvent,
+    within: Duration,
+) -> DeliveryOutcome {
+    let mut request = tonic::Request::new(pb::TopicEventRequest {
         id: event.id.clone(),
         source: event.field("source"),
         r#type: event.field("type"),
@@ -57,9 +71,26 @@ pub(super) async fn on_topic_event(
         topic: event.topic.clone(),
         pubsub_name: event.pubsub_name.clone(),
         path: path.to_string(),
-        extensions: None,
+        extensions: Some(event.extensions()),
+    });
+    // The publisher's trace goes on to the app in the call's metadata, as
+    // Dapr passes it. Only valid values are sent: a field of the event that
+    // is not one must not fail every attempt at the event.
+    for name in ["traceparent", "tracestate"] {
+        let value = event.field(name);
+        if value.is_empty() {
+            continue;
+        }
+        if let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_str()) {
+            request.metadata_mut().insert(name, value);
+        }
+    }
+    let answered = tokio::time::timeout(within, client.clone().on_topic_event(request)).await;
+    let Ok(answered) = answered else {
+        tracing::debug!(id = %event.id, "OnTopicEvent did not complete within {within:?}; retried.");
+        return DeliveryOutcome::Retry;
     };
-    match client.clone().on_topic_event(request).await {
+    match answered {
         Ok(answer) => match TopicEventResponseStatus::try_from(answer.into_inner().status) {
             Ok(TopicEventResponseStatus::Success) => DeliveryOutcome::Success,
             Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
@@ -80,9 +111,22 @@ pub(super) async fn on_topic_event(
 }
 
 /// The app's subscriptions from `ListTopicSubscriptions` (none when the
-/// call fails, said in the log).
+/// call fails or does not complete within [`APP_CALL_TIMEOUT`], said in the
+/// log).
 pub(super) async fn ask_app(client: &AppCallbackClient<Channel>) -> Vec<AppSubscription> {
-    match client.clone().list_topic_subscriptions(()).await {
+    ask_app_within(client, APP_CALL_TIMEOUT).await
+}
+
+async fn ask_app_within(
+    client: &AppCallbackClient<Channel>,
+    within: Duration,
+) -> Vec<AppSubscription> {
+    let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(())).await;
+    let Ok(listed) = listed else {
+        tracing::warn!("The app did not list its subscriptions (ListTopicSubscriptions) within {within:?}; none are taken.");
+        return Vec::new();
+    };
+    match listed {
         Ok(answer) => answer
             .into_inner()
             .subscriptions
@@ -127,5 +171,105 @@ pub(super) async fn ask_app(client: &AppCallbackClient<Channel>) -> Vec<AppSubsc
             tracing::warn!(code = ?status.code(), message = status.message(), "The app did not list its subscriptions (ListTopicSubscriptions).");
             Vec::new()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tonic::body::Body;
+    use tonic::codegen::http;
+
+    /// A body that never yields a frame (no message, no trailers).
+    struct Stalled;
+
+    impl http_body::Body for Stalled {
+        type Data = prost::bytes::Bytes;
+        type Error = tonic::Status;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    /// An `AppCallback` that answers every call with `200
+    /// application/grpc` headers, then stalls.
+    #[derive(Clone)]
+    struct HeadersOnly;
+
+    impl tonic::server::NamedService for HeadersOnly {
+        const NAME: &'static str = "dapr.proto.runtime.v1.AppCallback";
+    }
+
+    impl tower_service::Service<http::Request<Body>> for HeadersOnly {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+            let mut response = http::Response::new(Body::new(Stalled));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            std::future::ready(Ok(response))
+        }
+    }
+
+    /// A client of a [`HeadersOnly`] app on a free port, over a channel
+    /// as the sidecar's (whose timeout bounds only the answer's headers).
+    async fn stalling_app() -> AppCallbackClient<Channel> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("port").port();
+        let incoming = futures_util::stream::unfold(listener, |listener| async move {
+            let accepted = listener.accept().await.map(|(stream, _)| stream);
+            Some((accepted, listener))
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(HeadersOnly)
+                .serve_with_incoming(incoming),
+        );
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint")
+            .timeout(Duration::from_secs(60));
+        AppCallbackClient::new(endpoint.connect_lazy())
+    }
+
+    /// Fails (rather than hangs) a call that outlives every deadline.
+    async fn bounded<T>(call: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("the call outlived its deadline")
+    }
+
+    #[tokio::test]
+    async fn an_app_that_answers_headers_then_stalls_is_given_up_on_within_the_deadline() {
+        let client = stalling_app().await;
+        let event = TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        };
+        let within = Duration::from_millis(300);
+        let outcome = bounded(on_topic_event_within(&client, "/orders", &event, within)).await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
+        let listed = bounded(ask_app_within(&client, within)).await;
+        assert!(listed.is_empty(), "no subscriptions from a stalled listing");
     }
 }

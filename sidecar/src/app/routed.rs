@@ -44,8 +44,14 @@ impl AppTarget {
             },
             AppProtocol::Grpc => {
                 let endpoint = tonic::transport::Endpoint::from_shared(channel.url("")).map(|e| {
+                    // The timeout bounds a call only until the answer's
+                    // headers (each call is bounded whole in
+                    // `grpc_route`); the pings find a connection whose app
+                    // went away without closing it.
                     e.timeout(APP_CALL_TIMEOUT)
                         .connect_timeout(APP_CALL_TIMEOUT)
+                        .http2_keep_alive_interval(APP_CALL_TIMEOUT)
+                        .keep_alive_timeout(APP_CALL_TIMEOUT)
                 });
                 match endpoint {
                     Ok(endpoint) => {

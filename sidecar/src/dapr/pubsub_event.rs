@@ -246,6 +246,52 @@ impl TopicEvent {
             .unwrap_or_default()
             .to_string()
     }
+
+    /// The CloudEvent's fields other than those a gRPC `TopicEventRequest`
+    /// has its own for (`id`, `source`, `type`, `specversion`,
+    /// `datacontenttype`, `data`, `data_base64`): its `extensions`, as
+    /// Dapr fills them (`traceparent`, `traceid`, `tracestate`, `topic`,
+    /// `pubsubname`, the publisher's own fields).
+    pub fn extensions(&self) -> prost_types::Struct {
+        const OWN_FIELDS: [&str; 7] = [
+            "id",
+            "source",
+            "type",
+            "specversion",
+            "datacontenttype",
+            "data",
+            "data_base64",
+        ];
+        let fields = self
+            .cloud_event
+            .iter()
+            .filter(|(key, _)| !OWN_FIELDS.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), protobuf_value(value)))
+            .collect();
+        prost_types::Struct { fields }
+    }
+}
+
+/// A JSON value as a protobuf `Value` (as deep as the JSON, which the
+/// parser bounds).
+fn protobuf_value(value: &Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(protobuf_value).collect(),
+        }),
+        Value::Object(fields) => Kind::StructValue(prost_types::Struct {
+            fields: fields
+                .iter()
+                .map(|(key, value)| (key.clone(), protobuf_value(value)))
+                .collect(),
+        }),
+    };
+    prost_types::Value { kind: Some(kind) }
 }
 
 /// A new random id in the form of a UUID.
@@ -307,6 +353,40 @@ fn rfc3339_at(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extensions_are_the_fields_a_topic_event_request_has_none_for() {
+        let message = rewire_runtime::Message {
+            data: serde_json::json!({
+                "specversion": "1.0", "id": "e1", "source": "s", "type": "t",
+                "datacontenttype": "application/json", "data": {"n": 1},
+                "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                "tracestate": "k=v", "priority": 3, "tags": ["a", null, {"deep": true}]
+            })
+            .to_string()
+            .into_bytes(),
+            ..Default::default()
+        };
+        let extensions = TopicEvent::of(&message, "pubsub", "orders").extensions();
+        let mut keys: Vec<_> = extensions.fields.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["priority", "tags", "traceparent", "tracestate"]);
+        use prost_types::value::Kind;
+        assert_eq!(
+            extensions.fields["traceparent"].kind,
+            Some(Kind::StringValue(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()
+            ))
+        );
+        assert_eq!(
+            extensions.fields["priority"].kind,
+            Some(Kind::NumberValue(3.0))
+        );
+        let Some(Kind::ListValue(tags)) = &extensions.fields["tags"].kind else {
+            panic!("a list");
+        };
+        assert_eq!(tags.values.len(), 3);
+    }
 
     fn cx() -> EnvelopeContext<'static> {
         EnvelopeContext {

@@ -8,11 +8,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use rewire_runtime::DeliveryOutcome;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -38,6 +38,48 @@ const OUTGOING: usize = 64;
 /// delivered over HTTP. A client past it has its stream ended (the event
 /// is retried), so a stuck client holds neither events nor the topic.
 const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
+
+/// Topic streams open at once in the process, Dapr's
+/// `SubscribeTopicEventsAlpha1` and Layotto's `SubscribeTopicEvents`
+/// together: each holds a broker subscription (with Redis, a connection of
+/// its own), so a client's streams must not grow them past what the
+/// broker and the sidecar's descriptors bear. As the configuration
+/// subscriptions' bounds (`grpc::open_subscriptions`).
+pub(crate) const MAX_TOPIC_STREAMS: usize = 1024;
+
+/// The open topic streams of the process (sidecars embedded in one process
+/// share it: the descriptors and the broker's connections are shared too).
+static TOPIC_STREAMS: LazyLock<TopicStreams> =
+    LazyLock::new(|| TopicStreams::new(MAX_TOPIC_STREAMS));
+
+/// A bound on the open topic streams.
+struct TopicStreams {
+    open: Arc<Semaphore>,
+    max: usize,
+}
+
+impl TopicStreams {
+    fn new(max: usize) -> Self {
+        Self {
+            open: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A place for one more stream, held until the stream's sink is
+    /// dropped (its delivery ended); `RESOURCE_EXHAUSTED` naming the limit
+    /// when none is left.
+    fn open(&self) -> Result<OwnedSemaphorePermit, Status> {
+        Arc::clone(&self.open).try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "at most {} topic subscription streams (SubscribeTopicEventsAlpha1 and \
+                 Layotto's SubscribeTopicEvents together) may be open at once: close one \
+                 before opening another",
+                self.max
+            ))
+        })
+    }
+}
 
 /// The client's side of the stream: a gRPC request stream, or another
 /// API's messages turned into Dapr's (Layotto's `SubscribeTopicEvents`).
@@ -74,6 +116,9 @@ pub(super) async fn subscribe(
             "initial request is required: the first message must be initial_request",
         ));
     };
+    // Taken before the broker subscription is: held by the sink, so
+    // until the delivery has ended and let go of it.
+    let place = TOPIC_STREAMS.open()?;
     let (out, outgoing) = mpsc::channel(OUTGOING);
     let sink = Arc::new(StreamSink::new(
         out.clone(),
@@ -81,6 +126,7 @@ pub(super) async fn subscribe(
             "topic `{}` of pub/sub `{}`",
             initial.topic, initial.pubsub_name
         ),
+        Some(place),
     ));
     let delivery = TopicDelivery {
         pubsub_name: initial.pubsub_name,
@@ -184,18 +230,23 @@ struct StreamSink {
     end: StreamEnd,
     /// The topic and pub/sub, for that status.
     subscription: String,
+    /// The stream's place among the [`MAX_TOPIC_STREAMS`], given back when
+    /// the last holder of the sink (the delivery) lets go of it.
+    _place: Option<OwnedSemaphorePermit>,
 }
 
 impl StreamSink {
     fn new(
         out: mpsc::Sender<Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>,
         subscription: String,
+        place: Option<OwnedSemaphorePermit>,
     ) -> Self {
         Self {
             out,
             waiting: Mutex::new(HashMap::new()),
             end: StreamEnd::default(),
             subscription,
+            _place: place,
         }
     }
 
@@ -283,7 +334,9 @@ pub(super) fn topic_event_request(event: &TopicEvent) -> pb::TopicEventRequest {
         topic: event.topic.clone(),
         pubsub_name: event.pubsub_name.clone(),
         path: String::new(),
-        extensions: None,
+        // The publisher's trace (`traceparent`, `tracestate`) among them,
+        // as Dapr passes it on.
+        extensions: Some(event.extensions()),
     }
 }
 
@@ -304,6 +357,7 @@ mod tests {
         let sink = Arc::new(StreamSink::new(
             out,
             "topic `orders` of pub/sub `bus`".into(),
+            None,
         ));
         let outgoing = EndableStream::new(outgoing, &sink.end);
         (sink, outgoing)
@@ -380,6 +434,26 @@ mod tests {
         };
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
         assert!(bounded(outgoing.next()).await.is_none());
+    }
+
+    #[test]
+    fn streams_past_the_bound_are_refused_naming_it_until_one_closes() {
+        let streams = TopicStreams::new(2);
+        let first = streams.open().expect("the first");
+        let _second = streams.open().expect("the second");
+        let refused = streams.open().expect_err("past the bound");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("at most 2 "),
+            "{}",
+            refused.message()
+        );
+        drop(first);
+        assert!(
+            streams.open().is_ok(),
+            "a closed stream's place is free again"
+        );
+        assert_eq!(TOPIC_STREAMS.max, MAX_TOPIC_STREAMS);
     }
 
     #[test]
