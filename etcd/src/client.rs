@@ -428,6 +428,18 @@ impl Client {
         F: Fn(Service) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
+        self.call_on(|_, service| call(service)).await
+    }
+
+    /// [`call`](Self::call), `call` getting the index of the member it
+    /// runs on as well: the one [`failover`](Self::failover) chose, not
+    /// whatever member is in use by the time `call` reads it (another
+    /// call may have moved on meanwhile).
+    pub(crate) async fn call_on<R, F, Fut>(&self, call: F) -> Result<R, Error>
+    where
+        F: Fn(usize, Service) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
         let call = &call;
         self.failover(move |index, service| async move {
             if self.user.is_some() && self.token.take_stale() {
@@ -436,10 +448,10 @@ impl Client {
                     return Err(err);
                 }
             }
-            match self.bounded(call(service.clone())).await {
+            match self.bounded(call(index, service.clone())).await {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
                     self.login(index).await?;
-                    self.bounded(call(service)).await
+                    self.bounded(call(index, service)).await
                 }
                 other => other,
             }
@@ -654,7 +666,38 @@ fn operation_of<R>() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_end, prefix_range, ConnectOptions};
+    use super::{prefix_end, prefix_range, Client, ConnectOptions};
+
+    #[tokio::test]
+    async fn a_call_is_given_the_member_it_runs_on_though_another_call_moves_on_meanwhile() {
+        // Lazy channels: nothing is dialled.
+        let endpoints = [
+            "http://127.0.0.1:1".to_string(),
+            "http://127.0.0.1:2".to_string(),
+        ];
+        let client = Client::connect(&endpoints, ConnectOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ran_on = client
+            .call_on(|member, _| {
+                // Another call finds member 0 gone and moves on, after
+                // this one was sent to member 0 but before it reads which
+                // member it runs on.
+                let members = client.members();
+                members.skip(0);
+                let read_now = members.current().0;
+                async move { Ok(tonic::Response::new((member, read_now))) }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // What the watch read itself before (the member in use by now) is
+        // not the member the call ran on; what it is given is.
+        assert_eq!(ran_on, (0, 1));
+        // So a failure of that stream skips member 0 (done already: no-op),
+        // never member 1 that the other call moved to.
+        client.members().skip(ran_on.0);
+        assert_eq!(client.members().current().0, 1);
+    }
 
     #[test]
     fn connect_options_debug_hides_the_password() {

@@ -56,10 +56,12 @@ impl Client {
     /// `Unavailable` "no leader" error) rather than go silent.
     pub async fn watch(&self, create: WatchCreateRequest) -> Result<WatchStream, Error> {
         let members = self.members();
+        // The member failover runs the call on, not the one in use when the
+        // call reads it (another call may have moved on meanwhile): a
+        // failure of this stream must skip this member.
         let (stream, member) = self
-            .call(|s| {
+            .call_on(|member, s| {
                 let create = create.clone();
-                let (member, _) = members.current();
                 async move {
                     let (requests, receiver) = mpsc::channel(1);
                     let first = WatchRequest {
