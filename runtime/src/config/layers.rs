@@ -36,6 +36,15 @@ pub enum Push {
     /// and follow their changes. An inherited secretRef or
     /// configurationRef that fills a field the patch sets is dropped.
     Declare(ComponentPatch),
+    /// The component as the lower layers declare it, with the patch laid
+    /// over it field by field (Layotto's push, which carries metadata
+    /// only): the metadata fields it sets win (a `null` removes one), the
+    /// rest, type and refs stay the lower layers' and follow their
+    /// changes; an inherited secretRef or configurationRef that fills a
+    /// field the patch sets is dropped. A component no lower layer
+    /// declares is declared by the patch alone. Amending a pushed
+    /// component lays the amendment over that push.
+    Amend(ComponentPatch),
     /// The component is removed, whatever lower layers say.
     Remove,
 }
@@ -107,6 +116,14 @@ impl Layers {
                     patch.type_name = self.type_in_force(&key);
                 }
                 self.pushes.insert(key, Push::Declare(patch));
+            }
+            LayerChange::Push(key, Push::Amend(patch)) => {
+                let laid = match self.pushes.remove(&key) {
+                    Some(Push::Declare(pushed)) => Push::Declare(pushed.then(patch)),
+                    Some(Push::Amend(pushed)) => Push::Amend(pushed.then(patch)),
+                    Some(Push::Remove) | None => Push::Amend(patch),
+                };
+                self.pushes.insert(key, laid);
             }
             LayerChange::Push(key, Push::Remove) => {
                 if !self.pushes.contains_key(&key) && self.type_in_force(&key).is_none() {
@@ -258,6 +275,20 @@ impl Effective {
                 }
                 self.config.components.insert(key.clone(), Arc::new(spec));
             }
+            Push::Amend(patch) => {
+                self.overlay(Layer::ControlPlane, key, patch);
+                if let Some(spec) = self.config.components.get_mut(key) {
+                    let spec = Arc::make_mut(spec);
+                    let pushed =
+                        |field: &str| patch.metadata.get(field).is_some_and(|v| !v.is_null());
+                    if patch.secret_refs.is_none() {
+                        spec.secret_refs.retain(|r| !pushed(&r.inject_as));
+                    }
+                    if patch.configuration_refs.is_none() {
+                        spec.configuration_refs.retain(|r| !pushed(&r.inject_as));
+                    }
+                }
+            }
             Push::Remove => {
                 self.config.components.remove(key);
                 self.sources.remove(key);
@@ -393,6 +424,115 @@ mod tests {
             .apply(LayerChange::Push(s.clone(), Push::Remove))
             .is_ok());
         assert!(layers.apply(LayerChange::Release(s)).is_ok());
+    }
+
+    #[test]
+    fn an_amending_push_lays_its_fields_over_the_layers_below_and_a_second_over_the_first() {
+        let s = ComponentKey::new("state", "s");
+        let mut layers = Layers::new(file(
+            r#"{"components": {"state": {"s": {"type": "redis",
+                "metadata": {"redisHost": "a:6379", "redisDB": 3, "enableTLS": true},
+                "secretRef": [{"store": "vault", "name": "redis", "key": "password", "injectAs": "redisPassword"}],
+                "configurationRef": [{"store": "cfg", "key": "orders.host", "injectAs": "redisHost", "watch": true}]}}}}"#,
+        ));
+        let fields = |text: &str| patch(text).components[&s].clone();
+        // Layotto's push: a new host, nothing else said.
+        layers
+            .apply(LayerChange::Push(
+                s.clone(),
+                Push::Amend(fields(
+                    r#"{"components": {"state": {"s": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
+                )),
+            ))
+            .unwrap();
+        let (config, sources) = layers.effective();
+        let spec = &config.components[&s];
+        assert_eq!(spec.type_name, "redis");
+        assert_eq!(
+            serde_json::Value::Object(spec.metadata.clone()),
+            json!({"redisHost": "dr:6379", "redisDB": 3, "enableTLS": true}),
+            "the file's other fields stay in force"
+        );
+        assert_eq!(spec.secret_refs.len(), 1, "the secretRef is kept");
+        assert!(
+            spec.configuration_refs.is_empty(),
+            "the ref filling the pushed field gives way to the push"
+        );
+        assert_eq!(sources[&s].metadata["redisHost"], Layer::ControlPlane);
+        assert_eq!(sources[&s].metadata["redisDB"], Layer::File);
+        assert_eq!(sources[&s].type_name, Some(Layer::File));
+        assert_eq!(sources[&s].refs, Some(Layer::File));
+
+        // A second push lays its fields over the first's; a null removes.
+        layers
+            .apply(LayerChange::Push(
+                s.clone(),
+                Push::Amend(fields(
+                    r#"{"components": {"state": {"s": {"metadata": {"redisDB": "4", "enableTLS": null}}}}}"#,
+                )),
+            ))
+            .unwrap();
+        let config = layers.effective_config();
+        assert_eq!(
+            serde_json::Value::Object(config.components[&s].metadata.clone()),
+            json!({"redisHost": "dr:6379", "redisDB": "4"})
+        );
+
+        // The fields the push does not set follow the file.
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"s": {"type": "redis",
+                    "metadata": {"redisHost": "a:6379", "redisDB": 3, "redisUsername": "shop"}}}}}"#,
+            )))
+            .unwrap();
+        let config = layers.effective_config();
+        assert_eq!(
+            serde_json::Value::Object(config.components[&s].metadata.clone()),
+            json!({"redisHost": "dr:6379", "redisDB": "4", "redisUsername": "shop"})
+        );
+
+        // Released, the file says again what the component is.
+        layers.apply(LayerChange::Release(s.clone())).unwrap();
+        assert_eq!(
+            layers.effective_config().components[&s].metadata["redisHost"],
+            "a:6379"
+        );
+
+        // Over a whole push, an amendment amends that push; over nothing,
+        // it declares the component alone (type defaulting to its name).
+        layers
+            .apply(LayerChange::Push(
+                s.clone(),
+                Push::Declare(fields(
+                    r#"{"components": {"state": {"s": {"type": "memory", "metadata": {"a": 1}}}}}"#,
+                )),
+            ))
+            .unwrap();
+        layers
+            .apply(LayerChange::Push(
+                s.clone(),
+                Push::Amend(fields(
+                    r#"{"components": {"state": {"s": {"metadata": {"b": 2}}}}}"#,
+                )),
+            ))
+            .unwrap();
+        let config = layers.effective_config();
+        assert_eq!(config.components[&s].type_name, "memory");
+        assert_eq!(
+            serde_json::Value::Object(config.components[&s].metadata.clone()),
+            json!({"a": 1, "b": 2})
+        );
+        let new = ComponentKey::new("state", "memory");
+        layers
+            .apply(LayerChange::Push(
+                new.clone(),
+                Push::Amend(ComponentPatch::default()),
+            ))
+            .unwrap();
+        assert_eq!(
+            layers.effective_config().components[&new].type_name,
+            "memory"
+        );
     }
 
     #[test]

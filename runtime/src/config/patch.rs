@@ -69,6 +69,19 @@ impl ComponentPatch {
         }
     }
 
+    /// This patch with `later` laid over it: `later`'s metadata fields
+    /// (a `null` among them removes the field), and each other part
+    /// `later` gives.
+    pub fn then(mut self, later: ComponentPatch) -> Self {
+        self.metadata.extend(later.metadata);
+        self.type_name = later.type_name.or(self.type_name);
+        self.component_refs = later.component_refs.or(self.component_refs);
+        self.secret_refs = later.secret_refs.or(self.secret_refs);
+        self.configuration_refs = later.configuration_refs.or(self.configuration_refs);
+        self.scopes = later.scopes.or(self.scopes);
+        self
+    }
+
     /// The patch that declares `spec` whole.
     pub fn from_spec(spec: &ComponentSpec) -> Self {
         Self {

@@ -274,6 +274,19 @@ impl Runtime {
             .await
     }
 
+    /// Amends one component from the control plane: the metadata fields of
+    /// `patch` (a `null` removes one) and whatever else it gives, laid over
+    /// what the file and the overlay declare (see [`Push::Amend`]).
+    pub async fn amend_component(
+        &self,
+        key: ComponentKey,
+        patch: ComponentPatch,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        self.push(key, Push::Amend(patch), based_on_generation)
+            .await
+    }
+
     /// Removes one component from the control plane, whatever the file and
     /// the overlay say.
     pub async fn remove_component(

@@ -3,17 +3,19 @@
 //! queue, with the same deadline. Layotto's answer has no fields, so a push
 //! rewire does not take is a gRPC error carrying every reason.
 //!
-//! Layotto's `ComponentConfig` has no refs: its push leaves them unsaid, so
-//! the secretRef, configurationRef and componentRef the file (or overlay)
-//! declares stay in force under it (an inherited secretRef or
-//! configurationRef filling a field the push sets gives way to the push).
+//! Layotto's `ComponentConfig` carries metadata only: its push sets the
+//! fields it gives, laid over what the file (or overlay) declares, whose
+//! other fields, type, secretRef, configurationRef and componentRef stay
+//! in force under it (an inherited secretRef or configurationRef filling a
+//! field the push sets gives way to the push). A second push lays its
+//! fields over the first's.
 
 use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
 use super::lifecycle::LifecycleApi;
-use super::lifecycle_patch::Refs;
+use super::lifecycle_patch::Declares;
 use super::proto::rewire::lifecycle::v1 as rewire_pb;
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::proto::spec::proto::runtime::v1::lifecycle_server::Lifecycle;
@@ -53,7 +55,7 @@ impl Lifecycle for LayottoLifecycleApi {
             .rewire
             .apply_configuration_with(
                 Request::from_parts(metadata, extensions, push),
-                Refs::Unsaid,
+                Declares::Fields,
             )
             .await?
             .into_inner();

@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use rewire_runtime::{ComponentKey, Outcome, ReloadError};
 
-use super::lifecycle_patch::{patch_of, Refs};
+use super::lifecycle_patch::{patch_of, Declares};
 use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
 use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
@@ -40,19 +40,26 @@ impl LifecycleApi {
         }
     }
 
-    /// `ApplyConfiguration`, the push's refs taken as `refs` says: rewire's
-    /// own push declares them, Layotto's leaves them to the layers below.
+    /// `ApplyConfiguration`, the push taken as `declares` says: rewire's
+    /// own push declares the component whole, Layotto's the fields it sets.
     pub(super) async fn apply_configuration_with(
         &self,
         request: Request<pb::DynamicConfiguration>,
-        refs: Refs,
+        declares: Declares,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let metadata = request.metadata().clone();
         observed(
             &self.state,
             "ApplyConfiguration",
             caller(&request),
-            |call| apply(call, request.into_inner(), refs, (&self.pushes, &metadata)),
+            |call| {
+                apply(
+                    call,
+                    request.into_inner(),
+                    declares,
+                    (&self.pushes, &metadata),
+                )
+            },
         )
         .await
         .map(Response::new)
@@ -67,7 +74,8 @@ impl Lifecycle for LifecycleApi {
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         // The push is the component whole: its refs are declared, none
         // when its lists are empty (proto3 cannot tell them from absent).
-        self.apply_configuration_with(request, Refs::Declared).await
+        self.apply_configuration_with(request, Declares::Whole)
+            .await
     }
 
     async fn remove_component(
@@ -117,11 +125,12 @@ impl Lifecycle for LifecycleApi {
     }
 }
 
-/// `ApplyConfiguration`: declares the component, answering ACK or NACK.
+/// `ApplyConfiguration`: declares the component (whole, or the fields the
+/// push sets), answering ACK or NACK.
 async fn apply(
     call: Call,
     req: pb::DynamicConfiguration,
-    refs: Refs,
+    declares: Declares,
     wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let config = req
@@ -132,7 +141,7 @@ async fn apply(
     // The push stores only what it declares: an empty type keeps the type
     // in force, scopes (and unsaid refs) stay the lower layers', all
     // resolved inside the serialised reload.
-    let patch = match patch_of(config, refs) {
+    let patch = match patch_of(config, declares) {
         Ok(patch) => patch,
         Err(problems) => {
             let errors = problems.iter().map(|p| format!("{key}: {p}")).collect();
@@ -141,10 +150,12 @@ async fn apply(
     };
     let runtime = call.runtime().clone();
     let applied = key.clone();
+    let generation = req.based_on_generation;
     let reload = async move {
-        runtime
-            .apply_component(applied, patch, req.based_on_generation)
-            .await
+        match declares {
+            Declares::Whole => runtime.apply_component(applied, patch, generation).await,
+            Declares::Fields => runtime.amend_component(applied, patch, generation).await,
+        }
     };
     let waited = wait.0.run(wait.1, reload).await?;
     // A component the push added is running now.

@@ -8,10 +8,11 @@
 //! in force, so a push that only changes metadata does not turn into a type
 //! change.
 //!
-//! Refs: rewire's own push declares them (its proto cannot tell an absent
-//! list from an empty one, and the push is the component whole, so none
-//! given is none). Layotto's push has no field for them: its refs are left
-//! unsaid (`None`), and the layers below keep theirs in force.
+//! rewire's own push declares the component whole, refs included (its
+//! proto cannot tell an absent list from an empty one, so none given is
+//! none). Layotto's push carries metadata only: it says the fields it
+//! sets, laid over what the layers below declare (their other fields, type
+//! and refs stay in force), and its refs are left unsaid (`None`).
 
 use serde_json::{Map, Value};
 
@@ -20,21 +21,21 @@ use rewire_runtime::ComponentKey;
 
 use super::proto::rewire::lifecycle::v1 as pb;
 
-/// Whether a push says what the component's refs are.
+/// What a push says of its component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refs {
-    /// rewire's own push: its refs are the component's, none when empty.
-    Declared,
-    /// Layotto's push (its proto has no refs): the patch says nothing of
-    /// them, and the refs of the layers below stay in force.
-    Unsaid,
+pub(super) enum Declares {
+    /// rewire's own push: the component whole, its refs none when empty.
+    Whole,
+    /// Layotto's push (metadata only, no refs in its proto): the fields it
+    /// sets, laid over the declaration of the layers below.
+    Fields,
 }
 
-/// The patch `config` declares, its refs as `refs` says, or every reason
-/// it cannot be taken.
+/// The patch `config` declares, its refs said when it declares the
+/// component whole, or every reason it cannot be taken.
 pub(super) fn patch_of(
     config: pb::ComponentConfig,
-    refs: Refs,
+    declares: Declares,
 ) -> Result<ComponentPatch, Vec<String>> {
     let mut problems = Vec::new();
     let mut metadata = metadata_of(&config.metadata_json).unwrap_or_else(|problem| {
@@ -51,7 +52,7 @@ pub(super) fn patch_of(
         return Err(problems);
     }
     let type_name = Some(config.r#type).filter(|t| !t.is_empty());
-    let said = refs == Refs::Declared;
+    let said = declares == Declares::Whole;
     Ok(ComponentPatch {
         type_name,
         metadata,
@@ -185,7 +186,7 @@ mod tests {
         let mut c = config();
         c.metadata_json = r#"{"a": 1, "b": {"nested": true}}"#.into();
         c.metadata.insert("a".into(), "5".into());
-        let patch = patch_of(c, Refs::Declared).expect("valid");
+        let patch = patch_of(c, Declares::Whole).expect("valid");
         assert_eq!(
             Value::Object(patch.metadata),
             json!({"a": "5", "b": {"nested": true}})
@@ -208,7 +209,7 @@ mod tests {
             inject_as: "redisHost".into(),
             ..pb::ConfigurationRef::default()
         });
-        let patch = patch_of(c.clone(), Refs::Declared).expect("valid");
+        let patch = patch_of(c.clone(), Declares::Whole).expect("valid");
         assert_eq!(patch.type_name, None);
         let secret = &patch.secret_refs.unwrap_or_default()[0];
         assert_eq!(secret.inject_as, "password");
@@ -219,7 +220,7 @@ mod tests {
         );
         c.r#type = "redis".into();
         assert_eq!(
-            patch_of(c, Refs::Declared)
+            patch_of(c, Declares::Whole)
                 .ok()
                 .and_then(|p| p.type_name)
                 .as_deref(),
@@ -231,11 +232,11 @@ mod tests {
     fn a_layotto_push_leaves_its_refs_unsaid() {
         let mut c = config();
         c.metadata.insert("redisHost".into(), "new:6379".into());
-        let said = patch_of(c.clone(), Refs::Declared).expect("valid");
+        let said = patch_of(c.clone(), Declares::Whole).expect("valid");
         assert_eq!(said.secret_refs, Some(Vec::new()));
         assert_eq!(said.component_refs, Some(Vec::new()));
         assert_eq!(said.configuration_refs, Some(Vec::new()));
-        let unsaid = patch_of(c, Refs::Unsaid).expect("valid");
+        let unsaid = patch_of(c, Declares::Fields).expect("valid");
         assert_eq!(
             (
                 unsaid.secret_refs,
@@ -256,7 +257,7 @@ mod tests {
             store: "s".into(),
             ..pb::SecretRef::default()
         });
-        let problems = patch_of(c, Refs::Declared).expect_err("invalid");
+        let problems = patch_of(c, Declares::Whole).expect_err("invalid");
         assert_eq!(
             problems,
             vec![
@@ -267,7 +268,7 @@ mod tests {
         );
         let mut c = config();
         c.metadata_json = r#"{"password": "hunter2"#.into();
-        let problems = patch_of(c, Refs::Declared).expect_err("invalid");
+        let problems = patch_of(c, Declares::Whole).expect_err("invalid");
         assert!(
             problems[0].starts_with("metadata_json: not valid JSON"),
             "{problems:?}"
