@@ -69,53 +69,6 @@ pub fn read_bounded(path: &Path, limit: usize) -> Result<Vec<u8>, FileReadError>
     Ok(bytes)
 }
 
-/// `O_NONBLOCK`, which std does not name (and no dependency of this crate
-/// exports): opening a FIFO with it returns at once instead of waiting
-/// for a writer. Where it is not listed, 0: the open may block, and only
-/// the caller's deadline ([`detached_within`]) bounds it.
-#[cfg(all(
-    any(target_os = "linux", target_os = "android"),
-    not(any(
-        target_arch = "mips",
-        target_arch = "mips64",
-        target_arch = "sparc",
-        target_arch = "sparc64"
-    ))
-))]
-const O_NONBLOCK: i32 = 0o4000;
-#[cfg(all(
-    any(target_os = "linux", target_os = "android"),
-    any(target_arch = "mips", target_arch = "mips64")
-))]
-const O_NONBLOCK: i32 = 0o200;
-#[cfg(all(
-    any(target_os = "linux", target_os = "android"),
-    any(target_arch = "sparc", target_arch = "sparc64")
-))]
-const O_NONBLOCK: i32 = 0x4000;
-#[cfg(any(
-    target_vendor = "apple",
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly"
-))]
-const O_NONBLOCK: i32 = 0x4;
-#[cfg(any(target_os = "illumos", target_os = "solaris"))]
-const O_NONBLOCK: i32 = 0x80;
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_vendor = "apple",
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly",
-    target_os = "illumos",
-    target_os = "solaris"
-)))]
-const O_NONBLOCK: i32 = 0;
-
 /// Opens the file at `path` for reading without waiting (a FIFO with no
 /// writer does not hold the open) and refuses what is not a regular file
 /// once opened. On a regular file the flag changes nothing.
@@ -130,10 +83,9 @@ fn open_regular(path: &Path) -> Result<std::fs::File, FileReadError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(O_NONBLOCK);
+        // Bits of an `int` flag: the cast keeps them as they are.
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
     }
-    #[cfg(not(unix))]
-    let _ = O_NONBLOCK;
     let file = options.open(path).map_err(io)?;
     if !file.metadata().map_err(io)?.is_file() {
         return Err(FileReadError::NotRegular { path: shown() });
