@@ -18,8 +18,8 @@ use serde::Serialize;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::material::{ca_verifier, Files};
-use super::settings::ListenerTls;
+use super::material::{Built, Files};
+use super::settings::{ListenerTls, TlsSettings};
 
 /// How often the files are compared with what was loaded.
 const RECHECK_EVERY: Duration = Duration::from_secs(1);
@@ -78,8 +78,11 @@ impl LiveTls {
             },
         };
         let contents = files.contents()?;
-        let (config, fingerprint) = files.server_config()?;
-        let lifecycle = lifecycle_ca.map(ca_verifier).transpose()?;
+        let Built {
+            config,
+            fingerprint,
+            lifecycle,
+        } = files.server_config(&contents)?;
         let status = TlsStatus {
             listener: listener.to_string(),
             cert_file: files.cert.display().to_string(),
@@ -174,16 +177,17 @@ impl LiveTls {
             }
             return;
         }
+        // Built from the bytes just compared, not from a second read: a
+        // file caught mid-rewrite by that read would refuse a good set for
+        // good (later checks see the same contents and never retry).
+        let built = self.files.server_config(&contents);
         loaded.contents = contents;
-        let built = self
-            .files
-            .server_config()
-            .and_then(|(config, fingerprint)| {
-                let lifecycle = self.lifecycle_ca.as_deref().map(ca_verifier).transpose()?;
-                Ok((config, fingerprint, lifecycle))
-            });
         match built {
-            Ok((config, fingerprint, lifecycle)) => {
+            Ok(Built {
+                config,
+                fingerprint,
+                lifecycle,
+            }) => {
                 loaded.refused = None;
                 self.config.store(Arc::new(config));
                 self.lifecycle.store(Arc::new(lifecycle));
@@ -244,6 +248,56 @@ impl ServingTls {
         })
     }
 
+    /// Refuses TLS in force that is not what `settings` (the serving
+    /// options' TLS) asks for: a listener configured in the options but
+    /// not loaded here (it would serve plain text, and a Lifecycle CA in
+    /// the options drops the token fallback: calls with neither token nor
+    /// certificate would pass), one loaded here but not configured, or
+    /// loaded from other files (certificate, key, client CA, Lifecycle
+    /// CA). `grpc::serve` and `http::serve` call it first, so a library
+    /// user who builds the state by hand fails closed; `ServingTls::start`
+    /// with the same settings always passes.
+    pub fn check_against(&self, settings: &TlsSettings) -> Result<(), String> {
+        let check = |listener: &str,
+                     live: &Option<Arc<LiveTls>>,
+                     wanted: &Option<ListenerTls>,
+                     lifecycle_ca: Option<&std::path::Path>| {
+            match (live, wanted) {
+                (None, None) => Ok(()),
+                (None, Some(_)) => Err(format!(
+                    "TLS on the {listener} listener is configured (options.tls.{listener}) but not loaded (state.tls.{listener} is None): build the state's TLS with ServingTls::start(&options.tls, ..); refusing to serve plain text"
+                )),
+                (Some(_), None) => Err(format!(
+                    "TLS on the {listener} listener is loaded (state.tls.{listener}) but not configured (options.tls.{listener} is None): build both from the same settings"
+                )),
+                (Some(live), Some(wanted)) => {
+                    let files = &live.files;
+                    if files.cert != wanted.cert
+                        || files.key != wanted.key
+                        || files.required_ca != wanted.client_ca
+                        || live.lifecycle_ca.as_deref() != lifecycle_ca
+                    {
+                        Err(format!(
+                            "TLS loaded on the {listener} listener (state.tls.{listener}) is not the one configured (options.tls): other certificate, key or client CA files; build the state's TLS with ServingTls::start(&options.tls, ..)"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+            }
+        };
+        if settings.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
+            return Err("a Lifecycle client CA (options.tls.lifecycle_client_ca) needs TLS on the gRPC listener (options.tls.grpc)".into());
+        }
+        check(
+            "grpc",
+            &self.grpc,
+            &settings.grpc,
+            settings.lifecycle_client_ca.as_deref(),
+        )?;
+        check("http", &self.http, &settings.http, None)
+    }
+
     /// Each TLS listener's status.
     pub fn status(&self) -> Vec<TlsStatus> {
         [&self.grpc, &self.http]
@@ -257,6 +311,8 @@ impl ServingTls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
 
     #[test]
     fn a_read_error_clears_once_the_same_files_are_back() {
@@ -305,5 +361,163 @@ mod tests {
             http.alpn_protocols(),
             vec![b"h2".to_vec(), b"http/1.1".to_vec()]
         );
+    }
+
+    /// A self-signed certificate for `localhost` valid from `not_before`
+    /// to `not_after` (years), PEM certificate and key.
+    fn certificate_between(not_before: i32, not_after: i32) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(not_before, 1, 1);
+        params.not_after = rcgen::date_time_ymd(not_after, 1, 1);
+        let certificate = params.self_signed(&key).expect("certificate");
+        (certificate.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn an_expired_or_not_yet_valid_certificate_is_not_swapped_in() {
+        let ca = testkit::certs::TestCa::new("live-tls-expired");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        let before = live.status();
+        for (not_before, not_after, says) in [
+            (2000, 2001, "certificate expired at"),
+            (2990, 2999, "certificate not valid before"),
+        ] {
+            let (cert, key) = certificate_between(not_before, not_after);
+            std::fs::write(&server.key_path, &key).expect("key");
+            std::fs::write(&server.cert_path, &cert).expect("cert");
+            live.recheck();
+            let status = live.status();
+            assert_eq!(status.certificate_sha256, before.certificate_sha256);
+            assert_eq!(status.loads, 1, "{status:?}");
+            let error = status.error.expect("refused");
+            assert!(
+                error.contains(says) && error.contains(&server.cert_path.display().to_string()),
+                "{error}"
+            );
+        }
+        // At start-up too, naming the listener and the file.
+        let err = ServingTls::start(
+            &TlsSettings {
+                grpc: Some(settings),
+                ..TlsSettings::default()
+            },
+            &CancellationToken::new(),
+        )
+        .err()
+        .expect("refused at start");
+        assert!(
+            err.contains("grpc listener") && err.contains("not valid before"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_configuration_is_built_from_the_bytes_read_not_a_second_read() {
+        let ca = testkit::certs::TestCa::new("live-tls-one-read");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: Some(ca.ca_path.clone()),
+        };
+        let live = LiveTls::load("grpc", &settings, Some(&ca.ca_path)).expect("loads");
+        let rotated = ca.server("rotated");
+        rotated.install_at(&server.cert_path, &server.key_path);
+        let contents = live.files.contents().expect("read");
+        // The files caught mid-rewrite after that read.
+        for path in [&server.cert_path, &server.key_path, &ca.ca_path] {
+            std::fs::write(path, "-----BEGIN CERTIFICATE-----\ngarbled").expect("garble");
+        }
+        let built = live
+            .files
+            .server_config(&contents)
+            .expect("built from the read");
+        let chain = CertificateDer::pem_slice_iter(rotated.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("pem");
+        assert_eq!(
+            built.fingerprint,
+            super::super::material::fingerprint(&chain[0])
+        );
+        assert!(
+            built.lifecycle.is_some(),
+            "the Lifecycle verifier from the read too"
+        );
+    }
+
+    fn loaded(settings: &TlsSettings) -> ServingTls {
+        ServingTls::start(settings, &CancellationToken::new()).expect("loads")
+    }
+
+    #[tokio::test]
+    async fn tls_in_force_must_be_what_the_options_configure() {
+        let ca = testkit::certs::TestCa::new("live-tls-check");
+        let server = ca.server("localhost");
+        let listener = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let grpc_with_ca = TlsSettings {
+            grpc: Some(listener.clone()),
+            http: None,
+            lifecycle_client_ca: Some(ca.ca_path.clone()),
+        };
+        let http_only = TlsSettings {
+            http: Some(listener.clone()),
+            ..TlsSettings::default()
+        };
+        let none = ServingTls::default();
+        // Configured, not loaded: plain text with the token fallback gone.
+        let err = none
+            .check_against(&grpc_with_ca)
+            .expect_err("grpc not loaded");
+        assert!(
+            err.contains("grpc listener") && err.contains("not loaded"),
+            "{err}"
+        );
+        let err = none.check_against(&http_only).expect_err("http not loaded");
+        assert!(
+            err.contains("http listener") && err.contains("not loaded"),
+            "{err}"
+        );
+        none.check_against(&TlsSettings::default())
+            .expect("plain text both");
+        // Loaded as configured.
+        let both = loaded(&grpc_with_ca);
+        both.check_against(&grpc_with_ca).expect("as configured");
+        loaded(&http_only)
+            .check_against(&http_only)
+            .expect("as configured");
+        // Loaded, not configured; or loaded without the Lifecycle CA.
+        assert!(both.check_against(&TlsSettings::default()).is_err());
+        let without_ca = loaded(&TlsSettings {
+            lifecycle_client_ca: None,
+            ..grpc_with_ca.clone()
+        });
+        assert!(without_ca.check_against(&grpc_with_ca).is_err());
+        // Loaded without mutual TLS the options ask for.
+        let mutual = TlsSettings {
+            http: Some(ListenerTls {
+                client_ca: Some(ca.ca_path.clone()),
+                ..listener
+            }),
+            ..TlsSettings::default()
+        };
+        assert!(loaded(&http_only).check_against(&mutual).is_err());
+        // A Lifecycle CA without TLS on gRPC.
+        let ca_only = TlsSettings {
+            lifecycle_client_ca: Some(ca.ca_path.clone()),
+            ..TlsSettings::default()
+        };
+        assert!(none.check_against(&ca_only).is_err());
     }
 }

@@ -43,16 +43,22 @@ impl Files {
         self.paths().into_iter().map(read).collect()
     }
 
-    /// A server configuration from the files' current content; the SHA-256
-    /// fingerprint of the leaf certificate with it.
-    pub(super) fn server_config(&self) -> Result<(ServerConfig, String), String> {
-        let chain = certificates(&self.cert)?;
-        let key = private_key(&self.key)?;
+    /// A server configuration built from `contents`, the bytes of the
+    /// files as [`Files::contents`] read them (never a second read: a file
+    /// caught mid-rewrite then would make a good set refused for good),
+    /// with the SHA-256 fingerprint of the leaf certificate and the
+    /// Lifecycle API's verifier (from the optional CA, if any). A leaf
+    /// outside its validity window (expired, not yet valid) is refused.
+    pub(super) fn server_config(&self, contents: &[Vec<u8>]) -> Result<Built, String> {
+        let read = self.split(contents)?;
+        let chain = certificates(&self.cert, read.cert)?;
+        check_validity(&self.cert, &chain[0], x509_parser::time::ASN1Time::now())?;
+        let key = private_key(&self.key, read.key)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?;
-        let builder = match self.client_verifier(&provider)? {
+        let builder = match self.client_verifier(&read, &provider)? {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
         };
@@ -65,16 +71,47 @@ impl Files {
             )
         })?;
         config.alpn_protocols.clone_from(&self.alpn);
-        Ok((config, fingerprint))
+        let lifecycle = match (&self.optional_ca, read.optional_ca) {
+            (Some(path), Some(bytes)) => Some(ca_verifier(path, bytes)?),
+            _ => None,
+        };
+        Ok(Built {
+            config,
+            fingerprint,
+            lifecycle,
+        })
+    }
+
+    /// `contents` (in [`Files::paths`] order) per file.
+    fn split<'a>(&self, contents: &'a [Vec<u8>]) -> Result<Read<'a>, String> {
+        let mut bytes = contents.iter().map(Vec::as_slice);
+        let mut next = || {
+            bytes
+                .next()
+                .ok_or_else(|| "fewer file contents than files".to_string())
+        };
+        Ok(Read {
+            cert: next()?,
+            key: next()?,
+            required_ca: self.required_ca.as_ref().map(|_| next()).transpose()?,
+            optional_ca: self.optional_ca.as_ref().map(|_| next()).transpose()?,
+        })
     }
 
     fn client_verifier(
         &self,
+        read: &Read<'_>,
         provider: &Arc<rustls::crypto::CryptoProvider>,
     ) -> Result<Option<Arc<dyn ClientCertVerifier>>, String> {
         let mut roots = RootCertStore::empty();
-        for path in self.required_ca.iter().chain(&self.optional_ca) {
-            add_roots(&mut roots, path)?;
+        let cas = [
+            (self.required_ca.as_deref(), read.required_ca),
+            (self.optional_ca.as_deref(), read.optional_ca),
+        ];
+        for (path, bytes) in cas {
+            if let (Some(path), Some(bytes)) = (path, bytes) {
+                add_roots(&mut roots, path, bytes)?;
+            }
         }
         if roots.is_empty() {
             return Ok(None);
@@ -89,18 +126,67 @@ impl Files {
     }
 }
 
-/// A verifier of client certificates chaining to the CA bundle at `path`.
-pub(super) fn ca_verifier(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, String> {
+/// What [`Files::server_config`] builds.
+pub(super) struct Built {
+    pub(super) config: ServerConfig,
+    /// SHA-256 of the leaf certificate (hex).
+    pub(super) fingerprint: String,
+    /// The Lifecycle API's client verifier, with a Lifecycle CA.
+    pub(super) lifecycle: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+/// The bytes read of each file.
+struct Read<'a> {
+    cert: &'a [u8],
+    key: &'a [u8],
+    required_ca: Option<&'a [u8]>,
+    optional_ca: Option<&'a [u8]>,
+}
+
+/// Refuses a certificate outside its validity window at `now`: expired
+/// (after notAfter) or not yet valid (before notBefore). The error names
+/// the file and the bound passed.
+pub(super) fn check_validity(
+    path: &Path,
+    certificate: &CertificateDer<'_>,
+    now: x509_parser::time::ASN1Time,
+) -> Result<(), String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
+        .map_err(|_| format!("`{}`: the certificate is not valid X.509", path.display()))?;
+    let validity = parsed.validity();
+    if now < validity.not_before {
+        return Err(format!(
+            "`{}`: certificate not valid before {}",
+            path.display(),
+            validity.not_before
+        ));
+    }
+    if now > validity.not_after {
+        return Err(format!(
+            "`{}`: certificate expired at {}",
+            path.display(),
+            validity.not_after
+        ));
+    }
+    Ok(())
+}
+
+/// A verifier of client certificates chaining to the CA bundle `bytes`
+/// (read from `path`).
+pub(super) fn ca_verifier(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<Arc<dyn ClientCertVerifier>, String> {
     let mut roots = RootCertStore::empty();
-    add_roots(&mut roots, path)?;
+    add_roots(&mut roots, path, bytes)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
         .map_err(|e| e.to_string())
 }
 
-fn add_roots(roots: &mut RootCertStore, path: &Path) -> Result<(), String> {
-    for certificate in certificates(path)? {
+fn add_roots(roots: &mut RootCertStore, path: &Path, bytes: &[u8]) -> Result<(), String> {
+    for certificate in certificates(path, bytes)? {
         roots
             .add(certificate)
             .map_err(|e| format!("`{}`: not a CA certificate: {e}", path.display()))?;
@@ -139,9 +225,9 @@ fn pem_error_reason(err: &rustls::pki_types::pem::Error) -> &'static str {
     }
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = read(path)?;
-    let chain = CertificateDer::pem_slice_iter(&bytes)
+/// The certificates in `bytes`, read from `path` (named in errors).
+fn certificates(path: &Path, bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
             format!(
@@ -159,9 +245,9 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(chain)
 }
 
-fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let bytes = read(path)?;
-    PrivateKeyDer::from_pem_slice(&bytes)
+/// The private key in `bytes`, read from `path` (named in errors).
+fn private_key(path: &Path, bytes: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(bytes)
         .map_err(|_| format!("`{}` holds no PEM private key", path.display()))
 }
 
@@ -178,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_device_or_a_fifo_is_refused_not_read() {
-        let err = certificates(Path::new("/dev/zero")).expect_err("a device");
+        let err = read(Path::new("/dev/zero")).expect_err("a device");
         assert!(
             err.contains("/dev/zero") && err.contains("not a regular file"),
             "{err}"
@@ -192,7 +278,7 @@ mod tests {
             .status()
             .expect("mkfifo");
         assert!(made.success());
-        let err = private_key(&fifo).expect_err("a FIFO");
+        let err = read(&fifo).expect_err("a FIFO");
         assert!(
             err.contains("client-ca.pem") && err.contains("not a regular file"),
             "{err}"
@@ -206,7 +292,8 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let file = dir.join("cert.pem");
         std::fs::write(&file, "-----BEGIN CERTIFICATE c2VjcmV0LWtleQ\n").expect("write");
-        let err = certificates(&file).expect_err("malformed");
+        let bytes = read(&file).expect("read");
+        let err = certificates(&file, &bytes).expect_err("malformed");
         let as_bytes = format!("{:?}", b"c2VjcmV0".as_slice());
         assert!(!err.contains("c2VjcmV0"), "{err}");
         assert!(!err.contains(as_bytes.trim_matches(['[', ']'])), "{err}");
