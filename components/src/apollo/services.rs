@@ -43,6 +43,9 @@ pub(crate) struct InstanceSettings {
     pub request_timeout: Duration,
     pub long_poll_timeout: Duration,
     pub tls: rustls::ClientConfig,
+    /// Whether TLS is configured (client material, or an `https://`
+    /// server): an `http://` instance announced then is warned about.
+    pub tls_configured: bool,
 }
 
 impl InstanceSettings {
@@ -87,6 +90,9 @@ pub(crate) struct ConfigServices {
     discovery: Option<Discovery>,
     /// Counts the replacements of the TLS configuration.
     replaced: tokio::sync::watch::Sender<u64>,
+    /// The `http://` instances announced while TLS is configured, each
+    /// warned about once.
+    warned_plaintext: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for ConfigServices {
@@ -147,6 +153,7 @@ impl ConfigServices {
             settings,
             discovery,
             replaced: tokio::sync::watch::Sender::new(0),
+            warned_plaintext: Mutex::new(Vec::new()),
         };
         // Not answering: the first request asks again (and the store may
         // start from its backup cache meanwhile).
@@ -392,6 +399,19 @@ impl ConfigServices {
                 message: "no config service announced".into(),
             });
         }
+        if self.settings.tls_configured || discovery.url.scheme() == "https" {
+            let mut warned = self
+                .warned_plaintext
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for url in newly_plaintext(&mut warned, &urls) {
+                warn!(
+                    meta_server = %shown_url(&discovery.url),
+                    server = %shown_addresses(&url),
+                    "Apollo meta server announced a plain-text (http://) config service while TLS is configured: requests to it are not encrypted."
+                );
+            }
+        }
         let known = self.list();
         if known
             .iter()
@@ -452,10 +472,42 @@ impl ConfigServices {
     }
 }
 
+/// The `http://` URLs among `urls` not in `warned` yet (added to it).
+fn newly_plaintext(warned: &mut Vec<String>, urls: &[String]) -> Vec<String> {
+    let mut new = Vec::new();
+    for url in urls {
+        let plain = url
+            .get(..7)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
+        if plain && !warned.contains(url) {
+            warned.push(url.clone());
+            new.push(url.clone());
+        }
+    }
+    new
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn each_plaintext_instance_is_warned_about_once() {
+        let mut warned = Vec::new();
+        let urls = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let first = urls(&["http://a:8080", "https://b:8443", "HTTP://c:8080"]);
+        assert_eq!(
+            newly_plaintext(&mut warned, &first),
+            urls(&["http://a:8080", "HTTP://c:8080"])
+        );
+        assert!(newly_plaintext(&mut warned, &first).is_empty());
+        let second = urls(&["http://a:8080", "http://d:8080"]);
+        assert_eq!(
+            newly_plaintext(&mut warned, &second),
+            urls(&["http://d:8080"])
+        );
+    }
 
     fn settings() -> InstanceSettings {
         InstanceSettings {
@@ -466,6 +518,7 @@ mod tests {
             request_timeout: Duration::from_secs(10),
             long_poll_timeout: Duration::from_secs(10),
             tls: crate::tls::http_config(None).unwrap(),
+            tls_configured: false,
         }
     }
 

@@ -20,8 +20,9 @@ pub(super) type Followed = Option<(crate::tls::ClientTlsFields, crate::tls::Clie
 
 impl ApolloConfigStore {
     /// The TLS configuration of both clients: the metadata's CA, client
-    /// certificate and key (read now), else the system's roots for an
-    /// `https://` server; no roots at all when every server is `http://`.
+    /// certificate and key (read now), else the system's roots (also when
+    /// every server configured is `http://`: a meta server may announce
+    /// `https://` config services).
     /// Also returns the fields and the material read, when TLS is on, to
     /// follow the files among them.
     fn tls_config(
@@ -113,6 +114,7 @@ impl ApolloConfigStore {
             request_timeout: settings.request_timeout(),
             long_poll_timeout: settings.long_poll_timeout(),
             tls: tls.clone(),
+            tls_configured: followed.is_some(),
         };
         let client = ConfigServices::new(
             &settings.config_server,

@@ -66,21 +66,45 @@ impl ClientTlsFields {
     }
 
     /// Reads and checks the material: the CA holds certificates, the
-    /// client certificate and key come together and parse.
+    /// client certificate and key come together and parse. Each file is
+    /// read once: the bytes checked are the bytes kept (a second read
+    /// could catch a file mid-rewrite, and keep what was never checked).
     pub fn load(&self) -> Result<ClientTls, TlsError> {
-        let ca_pem = match &self.ca_cert {
-            Some(source) => {
-                source.certificates("caCert")?;
-                Some(source.read("caCert")?)
+        self.checked(self.read()?)
+    }
+
+    /// Each field's bytes, read once.
+    fn read(&self) -> Result<ReadFields, TlsError> {
+        let read = |source: &Option<PemSource>, field| {
+            source
+                .as_ref()
+                .map(|s: &PemSource| s.read(field))
+                .transpose()
+        };
+        Ok(ReadFields {
+            ca: read(&self.ca_cert, "caCert")?,
+            cert: read(&self.client_cert, "clientCert")?,
+            key: read(&self.client_key, "clientKey")?,
+        })
+    }
+
+    /// The material of the bytes `read`, checked.
+    fn checked(&self, read: ReadFields) -> Result<ClientTls, TlsError> {
+        let ca_pem = match (&self.ca_cert, read.ca) {
+            (Some(source), Some(bytes)) => {
+                source.certificates_in("caCert", &bytes)?;
+                Some(bytes)
             }
-            None => None,
+            _ => None,
         };
         let identity = match (&self.client_cert, &self.client_key) {
             (None, None) => None,
             (Some(cert), Some(key)) => {
-                cert.certificates("clientCert")?;
-                key.private_key("clientKey")?;
-                Some((cert.read("clientCert")?, key.read("clientKey")?))
+                let (cert_pem, key_pem) =
+                    (read.cert.unwrap_or_default(), read.key.unwrap_or_default());
+                cert.certificates_in("clientCert", &cert_pem)?;
+                key.private_key_in("clientKey", &key_pem)?;
+                Some((cert_pem, key_pem))
             }
             (Some(_), None) => {
                 return Err(TlsError::Config(
@@ -99,6 +123,13 @@ impl ClientTlsFields {
             insecure_skip_verify: self.insecure_skip_verify,
         })
     }
+}
+
+/// The bytes of each field, as read once.
+struct ReadFields {
+    ca: Option<Vec<u8>>,
+    cert: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
 }
 
 impl ClientTls {
@@ -157,18 +188,21 @@ impl ClientTls {
 }
 
 /// The configuration of an HTTP client that may speak TLS: `tls`'s, or,
-/// without TLS material, one trusting nothing (every server is `http://`;
-/// the HTTP library still wants a TLS configuration).
+/// without TLS material, one trusting the system's roots (or
+/// `SSL_CERT_FILE`), as [`ClientTls::rustls_config`] does without a CA:
+/// the servers configured are `http://`, but one they announce (an Apollo
+/// meta server's config services) may be `https://`, and is then checked
+/// as the same URL given directly would be. No system roots: one trusting
+/// nothing (an `https://` server is refused, the `http://` ones work).
 pub fn http_config(tls: Option<&ClientTls>) -> Result<ClientConfig, TlsError> {
     match tls {
         Some(tls) => tls.rustls_config(),
         None => {
+            let mut roots = RootCertStore::empty();
+            let _ = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
-                .map(|b| {
-                    b.with_root_certificates(RootCertStore::empty())
-                        .with_no_client_auth()
-                })
+                .map(|b| b.with_root_certificates(roots).with_no_client_auth())
                 .map_err(|err| TlsError::Config(err.to_string()))
         }
     }
@@ -221,5 +255,128 @@ impl ServerCertVerifier for AnyServerCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::pem::private_key;
+
+    #[test]
+    fn the_material_kept_is_the_bytes_checked_though_a_file_changes_after_the_read() {
+        let ca = testkit::certs::TestCa::new("client-tls-one-read");
+        let client = ca.client("client");
+        let fields = ClientTlsFields {
+            ca_cert: Some(PemSource::File(ca.ca_path.clone())),
+            client_cert: Some(PemSource::File(client.cert_path.clone())),
+            client_key: Some(PemSource::File(client.key_path.clone())),
+            insecure_skip_verify: false,
+        };
+        let read = fields.read().expect("read");
+        // Every file caught mid-rewrite after that read.
+        for path in [&ca.ca_path, &client.cert_path, &client.key_path] {
+            std::fs::write(path, "-----BEGIN CERTIFICATE-----\ngarbled").expect("garble");
+        }
+        let material = fields.checked(read).expect("the bytes read are good");
+        assert_eq!(material.ca_pem.as_deref(), Some(ca.ca_pem.as_bytes()));
+        assert_eq!(
+            material.identity,
+            Some((
+                client.cert_pem.clone().into_bytes(),
+                client.key_pem.clone().into_bytes()
+            ))
+        );
+        material
+            .rustls_config()
+            .expect("a client from the bytes read");
+        assert!(
+            fields.load().is_err(),
+            "the garbled files themselves are refused"
+        );
+    }
+
+    /// Runs a TLS handshake in memory between `client` and a server with
+    /// `server`'s certificate for `localhost`.
+    fn handshake(
+        client: ClientConfig,
+        server: &testkit::certs::CertFiles,
+    ) -> Result<(), rustls::Error> {
+        let chain = certificates(server.cert_pem.as_bytes()).expect("chain");
+        let key = private_key(server.key_pem.as_bytes()).expect("key");
+        let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server config");
+        let name = ServerName::try_from("localhost").expect("name");
+        let mut client = rustls::ClientConnection::new(Arc::new(client), name)?;
+        let mut server = rustls::ServerConnection::new(Arc::new(server_config))?;
+        fn pass(
+            from: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
+            to: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
+        ) -> Result<(), rustls::Error> {
+            let mut wire = Vec::new();
+            while from.wants_write() {
+                from.write_tls(&mut wire).expect("write");
+            }
+            let mut rest = wire.as_slice();
+            while !rest.is_empty() {
+                to.read_tls(&mut rest).expect("read");
+                to.process_new_packets()?;
+            }
+            Ok(())
+        }
+        for _ in 0..10 {
+            pass(&mut client, &mut server)?;
+            pass(&mut server, &mut client)?;
+            if !client.is_handshaking() && !server.is_handshaking() {
+                return Ok(());
+            }
+        }
+        panic!("the handshake did not finish");
+    }
+
+    /// Set in the child process the roots test runs itself in: the
+    /// server certificate's file, its key beside it.
+    const ROOTS_CHILD: &str = "REWIRE_TEST_HTTP_CONFIG_ROOTS_SERVER";
+
+    #[test]
+    fn a_client_without_material_trusts_the_system_roots() {
+        const NAME: &str = "tls::client::tests::a_client_without_material_trusts_the_system_roots";
+        if let Some(cert_path) = std::env::var_os(ROOTS_CHILD) {
+            // The child: `SSL_CERT_FILE` (the system's roots, for
+            // rustls-native-certs) is the test CA, set for it alone.
+            let cert_path = std::path::PathBuf::from(cert_path);
+            let key_path = cert_path.with_extension("key");
+            let server = testkit::certs::CertFiles {
+                cert_pem: std::fs::read_to_string(&cert_path).expect("cert"),
+                key_pem: std::fs::read_to_string(&key_path).expect("key"),
+                cert_path,
+                key_path,
+            };
+            let config = http_config(None).expect("config");
+            handshake(config, &server).expect("the CA in SSL_CERT_FILE is trusted");
+            return;
+        }
+        let ca = testkit::certs::TestCa::new("http-config-roots");
+        let server = ca.server("localhost");
+        let cert_path = ca.dir().join("server.crt");
+        std::fs::write(&cert_path, &server.cert_pem).expect("cert");
+        std::fs::write(cert_path.with_extension("key"), &server.key_pem).expect("key");
+        let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(ROOTS_CHILD, &cert_path)
+            .env("SSL_CERT_FILE", &ca.ca_path)
+            .env_remove("SSL_CERT_DIR")
+            .output()
+            .expect("run the child");
+        let out = String::from_utf8_lossy(&child.stdout);
+        let err = String::from_utf8_lossy(&child.stderr);
+        assert!(child.status.success(), "{out}\n{err}");
+        assert!(out.contains("1 passed"), "the child ran the test: {out}");
     }
 }

@@ -168,14 +168,32 @@ impl PemSource {
         &self,
         field: &'static str,
     ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-        let bytes = self.read(field)?;
-        certificates(&bytes).map_err(|reason| self.invalid(field, reason))
+        self.certificates_in(field, &self.read(field)?)
+    }
+
+    /// The certificates in `bytes`, what [`PemSource::read`] gave (at
+    /// least one); errors name the field and the file.
+    pub fn certificates_in(
+        &self,
+        field: &'static str,
+        bytes: &[u8],
+    ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+        certificates(bytes).map_err(|reason| self.invalid(field, reason))
     }
 
     /// The private key in the value.
     pub fn private_key(&self, field: &'static str) -> Result<PrivateKeyDer<'static>, TlsError> {
-        let bytes = self.read(field)?;
-        private_key(&bytes).map_err(|reason| self.invalid(field, reason))
+        self.private_key_in(field, &self.read(field)?)
+    }
+
+    /// The private key in `bytes`, what [`PemSource::read`] gave; errors
+    /// name the field and the file.
+    pub fn private_key_in(
+        &self,
+        field: &'static str,
+        bytes: &[u8],
+    ) -> Result<PrivateKeyDer<'static>, TlsError> {
+        private_key(bytes).map_err(|reason| self.invalid(field, reason))
     }
 
     fn invalid(&self, field: &'static str, reason: String) -> TlsError {
