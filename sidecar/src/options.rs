@@ -51,6 +51,11 @@ pub struct ApiOptions {
     /// before the caller's own deadline when sooner, with its outcome or
     /// `queued` (not applied yet).
     pub push_timeout: Duration,
+    /// Pub/sub topic streams open at once on the gRPC server (Dapr's
+    /// `SubscribeTopicEventsAlpha1` and Layotto's `SubscribeTopicEvents`
+    /// together; each holds a broker subscription, with Redis a
+    /// connection of its own); one more is refused `RESOURCE_EXHAUSTED`.
+    pub max_topic_streams: usize,
     /// TLS on the listeners (default: none, plain text).
     pub tls: TlsSettings,
     /// The app (`--app-port`), to which configuration updates of HTTP
@@ -71,6 +76,7 @@ impl Default for ApiOptions {
             max_connections: 1024,
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(5),
+            max_topic_streams: 1024,
             tls: TlsSettings::default(),
             app_channel: None,
         }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use super::dapr_pubsub_stream::TopicEventStream;
+use super::dapr_pubsub_stream::{TopicEventStream, TopicStreams};
 use super::observe::{caller, observed};
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::dapr_server::Dapr;
@@ -24,6 +24,7 @@ use crate::ApiState;
 pub(super) struct DaprApi {
     state: ApiState,
     subscriptions: Subscriptions,
+    topic_streams: TopicStreams,
     shutdown: CancellationToken,
 }
 
@@ -36,9 +37,11 @@ impl DaprApi {
             state.options.max_response_bytes,
             state.metrics.clone(),
         );
+        let topic_streams = TopicStreams::new(state.options.max_topic_streams);
         Self {
             state,
             subscriptions,
+            topic_streams,
             shutdown,
         }
     }
@@ -47,6 +50,11 @@ impl DaprApi {
     /// into them too).
     pub(super) fn queued(&self) -> super::subscription_queue::QueuedBytes {
         self.subscriptions.total()
+    }
+
+    /// The bound on topic streams (Layotto's count into it too).
+    pub(super) fn topic_streams(&self) -> TopicStreams {
+        self.topic_streams.clone()
     }
 
     /// The sidecar's extended metadata (shared with the HTTP API).
@@ -116,7 +124,8 @@ macro_rules! dapr_service {
                 let (state, shutdown) = (&self.state, self.shutdown.clone());
                 let caller = caller(&request);
                 observed(state, "SubscribeTopicEventsAlpha1", caller, |_| {
-                    dapr_pubsub_stream::subscribe(state, request.into_inner(), shutdown)
+                    let incoming = request.into_inner();
+                    dapr_pubsub_stream::subscribe(state, incoming, shutdown, &self.topic_streams)
                 })
                 .await
                 .map(Response::new)

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rewire_runtime::DeliveryOutcome;
@@ -39,27 +39,22 @@ const OUTGOING: usize = 64;
 /// is retried), so a stuck client holds neither events nor the topic.
 const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
 
-/// Topic streams open at once in the process, Dapr's
+/// The bound on the topic streams open at once on one gRPC server, Dapr's
 /// `SubscribeTopicEventsAlpha1` and Layotto's `SubscribeTopicEvents`
-/// together: each holds a broker subscription (with Redis, a connection of
-/// its own), so a client's streams must not grow them past what the
-/// broker and the sidecar's descriptors bear. As the configuration
-/// subscriptions' bounds (`grpc::open_subscriptions`).
-pub(crate) const MAX_TOPIC_STREAMS: usize = 1024;
-
-/// The open topic streams of the process (sidecars embedded in one process
-/// share it: the descriptors and the broker's connections are shared too).
-static TOPIC_STREAMS: LazyLock<TopicStreams> =
-    LazyLock::new(|| TopicStreams::new(MAX_TOPIC_STREAMS));
-
-/// A bound on the open topic streams.
-struct TopicStreams {
+/// together (`ApiOptions::max_topic_streams`): each holds a broker
+/// subscription (with Redis, a connection of its own), so a client's
+/// streams must not grow them past what the broker and the sidecar's
+/// descriptors bear. As the configuration subscriptions' bounds
+/// (`grpc::open_subscriptions`).
+#[derive(Clone)]
+pub(super) struct TopicStreams {
     open: Arc<Semaphore>,
     max: usize,
 }
 
 impl TopicStreams {
-    fn new(max: usize) -> Self {
+    /// At most `max` open at once.
+    pub(super) fn new(max: usize) -> Self {
         Self {
             open: Arc::new(Semaphore::new(max)),
             max,
@@ -96,11 +91,13 @@ impl<S> IncomingAnswers for S where
 {
 }
 
-/// Opens the subscription the first message asks for.
+/// Opens the subscription the first message asks for, if `streams` has
+/// room for it.
 pub(super) async fn subscribe(
     state: &ApiState,
     mut incoming: impl IncomingAnswers,
     shutdown: CancellationToken,
+    streams: &TopicStreams,
 ) -> Result<TopicEventStream, Status> {
     let first = tokio::time::timeout(CLIENT_WITHIN, incoming.next())
         .await
@@ -118,7 +115,7 @@ pub(super) async fn subscribe(
     };
     // Taken before the broker subscription is: held by the sink, so
     // until the delivery has ended and let go of it.
-    let place = TOPIC_STREAMS.open()?;
+    let place = streams.open()?;
     let (out, outgoing) = mpsc::channel(OUTGOING);
     let sink = Arc::new(StreamSink::new(
         out.clone(),
@@ -230,7 +227,7 @@ struct StreamSink {
     end: StreamEnd,
     /// The topic and pub/sub, for that status.
     subscription: String,
-    /// The stream's place among the [`MAX_TOPIC_STREAMS`], given back when
+    /// The stream's place among the [`TopicStreams`], given back when
     /// the last holder of the sink (the delivery) lets go of it.
     _place: Option<OwnedSemaphorePermit>,
 }
@@ -453,7 +450,6 @@ mod tests {
             streams.open().is_ok(),
             "a closed stream's place is free again"
         );
-        assert_eq!(TOPIC_STREAMS.max, MAX_TOPIC_STREAMS);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::dapr_pubsub_stream::TopicStreams;
 use super::layotto_config::{self, ConfigurationStream, SubscriptionCount};
 use super::layotto_convert as convert;
 use super::layotto_file::{self, FileStream};
@@ -33,18 +34,26 @@ pub(super) struct LayottoApi {
     queued: QueuedBytes,
     /// The configuration subscriptions of all Layotto streams.
     subscriptions: SubscriptionCount,
+    /// The bound on topic streams, Dapr's included.
+    topic_streams: TopicStreams,
 }
 
 impl LayottoApi {
     /// Serves `state`; subscription streams end when `shutdown` is
-    /// cancelled; configuration answers count into `queued` (shared with
-    /// Dapr's subscriptions).
-    pub(super) fn new(state: ApiState, shutdown: CancellationToken, queued: QueuedBytes) -> Self {
+    /// cancelled; configuration answers count into `queued` and topic
+    /// streams into `topic_streams` (both shared with Dapr's).
+    pub(super) fn new(
+        state: ApiState,
+        shutdown: CancellationToken,
+        queued: QueuedBytes,
+        topic_streams: TopicStreams,
+    ) -> Self {
         Self {
             state,
             shutdown,
             queued,
             subscriptions: SubscriptionCount::default(),
+            topic_streams,
         }
     }
 
@@ -300,7 +309,7 @@ impl Runtime for LayottoApi {
         let (state, shutdown) = (&self.state, self.shutdown.clone());
         let caller = caller(&request);
         observed(state, "layotto.SubscribeTopicEvents", caller, |_| {
-            layotto_pubsub::subscribe(state, request.into_inner(), shutdown)
+            layotto_pubsub::subscribe(state, request.into_inner(), shutdown, &self.topic_streams)
         })
         .await
         .map(Response::new)

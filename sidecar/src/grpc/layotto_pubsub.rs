@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 use super::dapr_pubsub;
-use super::dapr_pubsub_stream;
+use super::dapr_pubsub_stream::{self, TopicStreams};
 use super::proto::dapr::proto::runtime::v1 as dapr;
 use super::proto::spec::proto::runtime::v1 as pb;
 use crate::dapr::Call;
@@ -42,9 +42,10 @@ pub(super) async fn subscribe(
     state: &ApiState,
     incoming: Streaming<pb::SubscribeTopicEventsRequest>,
     shutdown: CancellationToken,
+    streams: &TopicStreams,
 ) -> Result<LayottoTopicEventStream, Status> {
     let incoming = incoming.map(|message| message.map(request_of));
-    let outgoing = dapr_pubsub_stream::subscribe(state, incoming, shutdown).await?;
+    let outgoing = dapr_pubsub_stream::subscribe(state, incoming, shutdown, streams).await?;
     Ok(Box::pin(outgoing.map(|message| message.map(response_of))))
 }
 

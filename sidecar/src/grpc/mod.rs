@@ -114,8 +114,13 @@ pub async fn serve(
         LifecycleServer::from_arc(lifecycle_api.clone()).max_decoding_message_size(limit);
     // Layotto's services: the same operations, tokens and limits; its
     // configuration streams count into the same queued total as Dapr's.
-    let queued = dapr_api.queued();
-    let layotto_api = std::sync::Arc::new(LayottoApi::new(state.clone(), shutdown.clone(), queued));
+    let (queued, topic_streams) = (dapr_api.queued(), dapr_api.topic_streams());
+    let layotto_api = std::sync::Arc::new(LayottoApi::new(
+        state.clone(),
+        shutdown.clone(),
+        queued,
+        topic_streams,
+    ));
     let layotto =
         LayottoRuntimeServer::from_arc(layotto_api.clone()).max_decoding_message_size(limit);
     let hot_path = HotPathLayer::new(dapr_api, layotto_api, app_auth.clone(), limit);

@@ -1,32 +1,15 @@
-//! The bound on open topic streams: Dapr's `SubscribeTopicEventsAlpha1`
-//! and Layotto's `SubscribeTopicEvents` together, at most 1,024 at once
-//! (each holds a broker subscription); past it a stream is refused with
-//! `RESOURCE_EXHAUSTED` naming the limit, and a closed stream's place is
-//! free again. Its own test binary: the bound is the process's, so no
-//! other test may hold streams while this one fills it.
-// Test code: a failed setup step should panic where it happens.
-#![allow(clippy::unwrap_used)]
-
-#[path = "../common/sidecar.rs"]
-#[allow(dead_code)]
-mod sidecar;
-
-use rewire::config::{parse, validate};
-use rewire::{Registry, Runtime, RuntimeOptions, StartError};
-
-/// Starts `json` with default options (what `sidecar` starts with).
-async fn start(json: &str) -> Result<Runtime, StartError> {
-    let config = parse(json.as_bytes()).expect("parse failed");
-    let config = validate(config, &Registry::collected()).expect("validation failed");
-    Runtime::start(config, Registry::collected(), RuntimeOptions::default()).await
-}
+//! The bound on open topic streams (`ApiOptions::max_topic_streams`):
+//! Dapr's `SubscribeTopicEventsAlpha1` and Layotto's `SubscribeTopicEvents`
+//! count together (each holds a broker subscription); past it a stream is
+//! refused with `RESOURCE_EXHAUSTED` naming the limit, and a closed
+//! stream's place is free again.
 
 use std::time::Duration;
 
+use crate::support::sidecar::Sidecar;
 use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1 as dapr;
 use rewire::sidecar::grpc::proto::spec::proto::runtime::v1 as layotto;
 use rewire::sidecar::ApiOptions;
-use sidecar::Sidecar;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -38,10 +21,8 @@ use layotto::subscribe_topic_events_request::SubscribeTopicEventsRequestType as 
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
-/// The sidecar's bound.
-const MAX_TOPIC_STREAMS: usize = 1024;
-/// Streams opened per connection (the server allows 256 at once).
-const PER_CONNECTION: usize = 128;
+/// The bound the test's sidecar is given (`ApiOptions::max_topic_streams`).
+const MAX_TOPIC_STREAMS: usize = 4;
 /// How long a test waits for anything that should happen at once.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -139,39 +120,31 @@ fn assert_refused_naming_the_limit(refused: Result<Open, tonic::Status>, api: &s
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn topic_streams_past_the_bound_are_refused_until_one_closes() {
-    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
-    // Dapr's streams and Layotto's (the first connection's) count
-    // together.
-    let mut opening = tokio::task::JoinSet::new();
-    for connection in 0..MAX_TOPIC_STREAMS / PER_CONNECTION {
-        let channel = channel(sidecar.grpc_url()).await;
-        let layotto = connection == 0;
-        for _ in 0..PER_CONNECTION {
-            let channel = channel.clone();
-            if layotto {
-                opening.spawn(open_layotto(channel));
-            } else {
-                opening.spawn(open_dapr(channel));
-            }
-        }
-    }
+    let options = ApiOptions {
+        max_topic_streams: MAX_TOPIC_STREAMS,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    // Dapr's streams and Layotto's count together.
+    let channel = channel(sidecar.grpc_url()).await;
     let mut open = Vec::with_capacity(MAX_TOPIC_STREAMS);
-    while let Some(opened) = opening.join_next().await {
-        open.push(opened.unwrap().expect("a stream within the bound"));
+    for i in 0..MAX_TOPIC_STREAMS {
+        let opened = match i % 2 {
+            0 => open_dapr(channel.clone()).await,
+            _ => open_layotto(channel.clone()).await,
+        };
+        open.push(opened.expect("a stream within the bound"));
     }
-    assert_eq!(open.len(), MAX_TOPIC_STREAMS);
-
-    let spare = channel(sidecar.grpc_url()).await;
-    assert_refused_naming_the_limit(open_dapr(spare.clone()).await, "Dapr");
-    assert_refused_naming_the_limit(open_layotto(spare.clone()).await, "Layotto");
+    assert_refused_naming_the_limit(open_dapr(channel.clone()).await, "Dapr");
+    assert_refused_naming_the_limit(open_layotto(channel.clone()).await, "Layotto");
 
     // A closed stream's place is free again (once its delivery ended).
     drop(open.pop());
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let reopened = loop {
-        match open_dapr(spare.clone()).await {
+        match open_dapr(channel.clone()).await {
             Ok(stream) => break stream,
             Err(status) if status.code() == tonic::Code::ResourceExhausted => {
                 assert!(
@@ -184,7 +157,7 @@ async fn topic_streams_past_the_bound_are_refused_until_one_closes() {
         }
     };
     open.push(reopened);
-    assert_refused_naming_the_limit(open_layotto(spare).await, "Layotto");
+    assert_refused_naming_the_limit(open_layotto(channel).await, "Layotto");
     drop(open);
     sidecar.stop().await;
 }
