@@ -65,6 +65,88 @@ impl ServeTlsArgs {
         if self.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
             return Err("--lifecycle-client-ca needs TLS on gRPC: give --tls-cert and --tls-key (or --grpc-tls-cert and --grpc-tls-key)".into());
         }
+        if let Some(warning) = plaintext_beside_mutual_tls(&settings) {
+            tracing::warn!("{warning}");
+        }
         Ok(settings)
+    }
+}
+
+/// The warning for mutual TLS (`--tls-client-ca`) on one listener while
+/// the other serves plain text, where no client certificate is asked for;
+/// `None` otherwise. Documented behaviour (the client CA applies to the
+/// TLS listeners), so a warning, not a refusal.
+fn plaintext_beside_mutual_tls(settings: &TlsSettings) -> Option<String> {
+    let mutual = |tls: &Option<ListenerTls>| tls.as_ref().map(|t| t.client_ca.is_some());
+    let (tls_on, plain) = match (mutual(&settings.grpc), mutual(&settings.http)) {
+        (Some(true), None) => ("gRPC", "HTTP"),
+        (None, Some(true)) => ("HTTP", "gRPC"),
+        _ => return None,
+    };
+    Some(format!(
+        "--tls-client-ca: mutual TLS on the {tls_on} listener only; the {plain} listener serves plain text and asks no client certificate (give it TLS with --tls-cert/--tls-key or --{}-tls-cert/--{}-tls-key)",
+        plain.to_lowercase(),
+        plain.to_lowercase()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        tls: ServeTlsArgs,
+    }
+
+    fn warning(args: &[&str]) -> Option<String> {
+        let cli = Cli::try_parse_from(std::iter::once("rewire").chain(args.iter().copied()))
+            .expect("arguments");
+        plaintext_beside_mutual_tls(&cli.tls.settings().expect("settings"))
+    }
+
+    #[test]
+    fn a_client_ca_with_tls_on_one_listener_names_the_plaintext_one() {
+        let grpc_only = [
+            "--grpc-tls-cert",
+            "g.crt",
+            "--grpc-tls-key",
+            "g.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ];
+        let said = warning(&grpc_only).expect("a warning");
+        assert!(
+            said.contains("the HTTP listener serves plain text"),
+            "{said}"
+        );
+        let http_only = [
+            "--http-tls-cert",
+            "h.crt",
+            "--http-tls-key",
+            "h.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ];
+        let said = warning(&http_only).expect("a warning");
+        assert!(
+            said.contains("the gRPC listener serves plain text"),
+            "{said}"
+        );
+        let both = [
+            "--tls-cert",
+            "t.crt",
+            "--tls-key",
+            "t.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ];
+        assert_eq!(warning(&both), None);
+        assert_eq!(
+            warning(&["--grpc-tls-cert", "g.crt", "--grpc-tls-key", "g.key"]),
+            None
+        );
     }
 }
