@@ -155,3 +155,57 @@ async fn without_an_admin_token_the_app_token_guards_the_lifecycle_api() {
     });
     sidecar.stop().await;
 }
+
+/// A library embedder who configures TLS (and a Lifecycle CA, which stands
+/// in for the admin token) but hands `serve` a state with no TLS loaded
+/// gets an error, not a plain-text listener open to every Lifecycle call.
+#[tokio::test]
+async fn tls_configured_but_not_loaded_is_refused_by_both_servers() {
+    use rewire::sidecar::tls::{ListenerTls, ServingTls, TlsSettings};
+    use rewire::sidecar::{grpc as grpc_server, http, ApiError, ApiMetrics, ApiState};
+    use std::sync::Arc;
+
+    let runtime = crate::support::start(CONFIG).await.expect("start");
+    let listener_tls = || ListenerTls {
+        cert: "/nonexistent/server.pem".into(),
+        key: "/nonexistent/server.key".into(),
+        client_ca: None,
+    };
+    let state = |tls: TlsSettings| ApiState {
+        runtime: runtime.clone(),
+        options: Arc::new(ApiOptions {
+            tls,
+            ..ApiOptions::default()
+        }),
+        metrics: Arc::new(ApiMetrics::new()),
+        tls: ServingTls::default(),
+    };
+    let listener = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let grpc_tls = TlsSettings {
+        grpc: Some(listener_tls()),
+        lifecycle_client_ca: Some("/nonexistent/admins.pem".into()),
+        ..TlsSettings::default()
+    };
+    let served = testkit::soon(
+        "gRPC serve to answer",
+        grpc_server::serve(state(grpc_tls), listener().await, shutdown.clone()),
+    )
+    .await;
+    assert!(matches!(served, Err(ApiError::Tls(_))), "{served:?}");
+    let http_tls = TlsSettings {
+        http: Some(listener_tls()),
+        ..TlsSettings::default()
+    };
+    let served = testkit::soon(
+        "HTTP serve to answer",
+        http::serve(state(http_tls), listener().await, shutdown.clone()),
+    )
+    .await;
+    assert!(matches!(served, Err(ApiError::Tls(_))), "{served:?}");
+    runtime.shutdown().await;
+}

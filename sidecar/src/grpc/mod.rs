@@ -103,6 +103,11 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
     crate::tls::install_ring_provider();
+    // TLS configured but not loaded (library use) fails closed.
+    state
+        .tls
+        .check_against(&state.options.tls)
+        .map_err(ApiError::Tls)?;
     let options = state.options.clone();
     let limit = options.max_request_bytes;
     let dapr_api = std::sync::Arc::new(DaprApi::new(state.clone(), shutdown.clone()));
@@ -139,7 +144,7 @@ pub async fn serve(
     };
     let admin_auth =
         RequireToken::new(admin_token, &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER], &state);
-    let admin_cert = RequireClientCert::new(state.tls.grpc.clone(), state.metrics.clone());
+    let admin_cert = RequireClientCert::for_state(&state);
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
     let ping = options.idle_timeout / 3;
     let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());

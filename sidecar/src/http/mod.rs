@@ -142,6 +142,11 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
     crate::tls::install_ring_provider();
+    // TLS configured but not loaded (library use) fails closed.
+    state
+        .tls
+        .check_against(&state.options.tls)
+        .map_err(ApiError::Tls)?;
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     let budget = state.options.body_budget();
