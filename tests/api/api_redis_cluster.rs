@@ -173,7 +173,11 @@ async fn keys_spread_over_every_master(cluster: &RedisCluster, client: &Client, 
     assert_eq!(masters.len(), 3, "{:?}", cluster.roles().await);
     let mut held = 0;
     for master in &masters {
-        let keys = cluster.query(*master, &["KEYS", "spread-*"]).await.unwrap();
+        // Stored as Dapr's `{appId}||{key}`.
+        let keys = cluster
+            .query(*master, &["KEYS", "shop||spread-*"])
+            .await
+            .unwrap();
         assert!(!keys.is_empty(), "master {master} holds no key");
         assert_eq!(cluster.dbsize(*master).await, keys.len() as i64);
         for key in &keys {

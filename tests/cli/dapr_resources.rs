@@ -193,7 +193,8 @@ async fn a_dapr_components_folder_runs_unmodified_and_a_manifest_edit_reloads_lo
     });
     // Writes reach the first server before the edit.
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while stored_value(&first.client_with_password(PASSWORD), "dapr-0-1")
+    // State keys are stored as Dapr's `{appId}||{key}`.
+    while stored_value(&first.client_with_password(PASSWORD), "checkout||dapr-0-1")
         .await
         .is_none()
     {
@@ -242,12 +243,19 @@ async fn a_dapr_components_folder_runs_unmodified_and_a_manifest_edit_reloads_lo
         first.client_with_password(PASSWORD),
         second.client_with_password(PASSWORD),
     ];
+    let stored: Vec<(String, String)> = seen
+        .acked
+        .iter()
+        .map(|(key, value)| (format!("checkout||{key}"), value.clone()))
+        .collect();
     assert_eq!(
-        lost_writes(&seen.acked, &servers).await,
+        lost_writes(&stored, &servers).await,
         Vec::<(String, String)>::new()
     );
     assert!(
-        stored_value(&servers[1], marker).await.is_some(),
+        stored_value(&servers[1], &format!("checkout||{marker}"))
+            .await
+            .is_some(),
         "the new generation does not write to the second server"
     );
 

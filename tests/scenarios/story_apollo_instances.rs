@@ -109,7 +109,13 @@ async fn story(
         seen.acked.len()
     );
     assert!(seen.failed.is_empty(), "failed requests: {:?}", seen.failed);
-    let lost = lost_writes(&seen.acked, &[primary.client(), dr.client()]).await;
+    // Stored as Dapr's `{appId}||{key}`.
+    let stored: Vec<(String, String)> = seen
+        .acked
+        .iter()
+        .map(|(key, value)| (format!("checkout||{key}"), value.clone()))
+        .collect();
+    let lost = lost_writes(&stored, &[primary.client(), dr.client()]).await;
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     drop(stopped);
 }

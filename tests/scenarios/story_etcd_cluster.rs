@@ -150,7 +150,13 @@ async fn etcd_cluster_loses_its_leader_then_everything_without_a_failed_request(
         "failed requests during the failovers: {:?}",
         seen.failed
     );
-    let lost = lost_writes(&seen.acked, &[primary.client(), dr.client()]).await;
+    // Stored as Dapr's `{appId}||{key}`.
+    let stored: Vec<(String, String)> = seen
+        .acked
+        .iter()
+        .map(|(key, value)| (format!("checkout||{key}"), value.clone()))
+        .collect();
+    let lost = lost_writes(&stored, &[primary.client(), dr.client()]).await;
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     runtime.shutdown().await;
 }

@@ -75,18 +75,12 @@ impl Session {
             .ok_or(NotConnected)
     }
 
-    /// `key` with `keyPrefix` in front.
+    /// `key` with the literal `keyPrefix` in front: the sequencer's
+    /// layout (Layotto's `{keyPrefix}sequencer|||{key}`). State and lock
+    /// keys follow Dapr's key prefix strategies instead
+    /// ([`strategy_base`](super::metadata::strategy_base)).
     pub fn key(&self, key: &str) -> String {
         format!("{}{key}", self.metadata.key_prefix)
-    }
-
-    /// `key` with `keyPrefix` in front, as a command's argument: written
-    /// straight into the command, with no string made for it.
-    pub fn key_arg<'a>(&'a self, key: &'a str) -> PrefixedKey<'a> {
-        PrefixedKey {
-            prefix: &self.metadata.key_prefix,
-            key,
-        }
     }
 
     /// Whether `other` reaches the same data as this session: the same
@@ -437,11 +431,21 @@ impl<'de> Deserialize<'de> for RedisConnection {
     }
 }
 
-/// A key with the store's `keyPrefix` in front ([`Session::key_arg`]).
+/// A key with a prefix in front (a state key behind its
+/// [`strategy_base`](super::metadata::strategy_base)), as a command's
+/// argument: written straight into the command, with no string made for
+/// it.
 #[derive(Debug, Clone, Copy)]
 pub struct PrefixedKey<'a> {
     prefix: &'a str,
     key: &'a str,
+}
+
+impl<'a> PrefixedKey<'a> {
+    /// `key` behind `prefix`.
+    pub fn new(prefix: &'a str, key: &'a str) -> Self {
+        Self { prefix, key }
+    }
 }
 
 impl PrefixedKey<'_> {

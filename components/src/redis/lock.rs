@@ -3,7 +3,7 @@
 //! Lua script only when the owner matches.
 //!
 //! Keys are Dapr's: `lock||{appId}||{resourceId}` by default, so locks never
-//! share a key with the state store's `{keyPrefix}{key}` or the
+//! share a key with the state store's `{appId}||{key}` or the
 //! sequencer's `sequencer|||{key}` on the same server. `keyPrefix` picks
 //! the middle part as Dapr's lock key strategies do (see [`key_base`]); a
 //! resource id containing `||` is refused, so no two resources (and no
@@ -31,7 +31,7 @@ use super::scripts;
 
 /// What separates a lock key's parts: refused in resource ids and in a
 /// literal `keyPrefix`, as Dapr does.
-pub const KEY_SEPARATOR: &str = "||";
+pub const KEY_SEPARATOR: &str = super::metadata::KEY_SEPARATOR;
 
 /// The part of every lock key before the resource id, as Dapr builds it
 /// from the lock store's `keyPrefix` (case-insensitive, as Dapr lowercases
@@ -42,15 +42,14 @@ pub const KEY_SEPARATOR: &str = "||";
 /// * `name`: `lock||{store name}||`;
 /// * `none`: `lock||`;
 /// * anything else, lowercased: `lock||{keyPrefix}||`.
+///
+/// That is `lock||` in front of the state store's
+/// [`strategy_base`](super::metadata::strategy_base).
 pub fn key_base(key_prefix: &str, app_id: &str, store: &str) -> String {
-    let strategy = key_prefix.to_lowercase();
-    match strategy.as_str() {
-        "" | "appid" if app_id.is_empty() => "lock||".to_string(),
-        "" | "appid" => format!("lock||{app_id}||"),
-        "name" => format!("lock||{store}||"),
-        "none" => "lock||".to_string(),
-        literal => format!("lock||{literal}||"),
-    }
+    format!(
+        "lock{KEY_SEPARATOR}{}",
+        super::metadata::strategy_base(key_prefix, app_id, store)
+    )
 }
 
 /// Longest time the previous namespace is still consulted after a change

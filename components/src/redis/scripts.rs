@@ -48,13 +48,20 @@ return new
     )
 });
 
-/// Deletes a state key if its version is `ARGV[1]`; replies `1`, or
-/// [`MISMATCH`] (other version, or no such key).
+/// Deletes a state key if its version is `ARGV[1]`; replies `1`, `0` when
+/// there is no such key (deleted already: success, as Dapr's
+/// `delDefaultQuery`, so a retried delete whose first reply was lost is
+/// not a conflict), or [`MISMATCH`] (another version, or a key without
+/// one).
 pub static DELETE_IF_VERSION: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local version = redis.pcall("HGET", KEYS[1], "version")
-if type(version) ~= "string" or version ~= ARGV[1] then return -1 end
+if type(version) ~= "string" then
+  if redis.call("EXISTS", KEYS[1]) == 0 then return 0 end
+  return -1
+end
+if version ~= ARGV[1] then return -1 end
 redis.call("DEL", KEYS[1])
 return 1
 "#,
@@ -101,7 +108,8 @@ return 1
 /// earlier operation of the same transaction may have written or deleted
 /// the key), and only when all hold are the writes and deletes applied.
 /// Replies `0`, or the (1-based) number of the first operation whose
-/// condition fails; then nothing is changed.
+/// condition fails; then nothing is changed. A delete with an etag of a
+/// key that is missing at its turn holds (as [`DELETE_IF_VERSION`]).
 ///
 /// `KEYS[i]`: the key of operation `i` (a key may repeat). Per operation,
 /// five values of `ARGV`: `"s"` (write) or `"d"` (delete),
@@ -121,7 +129,8 @@ for i = 1, #KEYS do
   end
   local version, etag = versions[key], ARGV[base + 2]
   if etag ~= "" then
-    if version ~= etag then return i end
+    local gone = ARGV[base + 1] == "d" and not exists[key]
+    if version ~= etag and not gone then return i end
   elseif ARGV[base + 1] == "s" and ARGV[base + 3] == "1" and exists[key] then
     return i
   end

@@ -2,8 +2,13 @@
 //! `state.redis`: each key is a hash with fields `data` and `version`,
 //! written by a Lua script that checks the etag (the version, as text),
 //! honours first-write, bumps the version and sets the TTL atomically.
+//!
+//! Keys are stored as Dapr's runtime names them (`GetModifiedStateKey`):
+//! `{appId}||{key}` by default, the `keyPrefix` strategy picking the part
+//! before `||` (see [`Naming::key_base`]); callers see their own keys.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use redis::RedisResult;
 use rewire_runtime::{
@@ -15,8 +20,8 @@ use tracing::debug;
 
 use super::any_connection::slot_of;
 use super::bounded::BoundedConnection;
-use super::connection::{RedisConnection, Session};
-use super::metadata::RedisMetadata;
+use super::connection::{PrefixedKey, RedisConnection, Session};
+use super::metadata::{strategy_base, RedisMetadata, KEY_SEPARATOR};
 use super::scripts;
 use super::state_args::{etag_arg, ttl_arg};
 
@@ -43,6 +48,48 @@ const HMGET_FIXED_BYTES: usize = "HMGET".len() + "data".len() + "version".len();
 pub struct RedisStateStore {
     #[metadata]
     connection: RedisConnection,
+    naming: OnceLock<Naming>,
+}
+
+/// What Dapr's key prefix strategies put in state keys besides
+/// `keyPrefix`, known at init: the app id, the store's name, and the
+/// namespace (the `NAMESPACE` environment variable, as Dapr reads it).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Naming {
+    app_id: String,
+    store: String,
+    namespace: String,
+}
+
+impl Naming {
+    /// The part of every stored key before the caller's key, for
+    /// `key_prefix` (the metadata in force), as Dapr's
+    /// `GetModifiedStateKey`: [`strategy_base`] (`{appId}||` by default,
+    /// `{store}||` for `name`, nothing for `none`, `{literal}||`), and
+    /// for `namespace` `{namespace}.{appId}||` (`{appId}||` without a
+    /// namespace, nothing without an app id).
+    pub(super) fn key_base(&self, key_prefix: &str) -> String {
+        if key_prefix.to_lowercase() != "namespace" {
+            return strategy_base(key_prefix, &self.app_id, &self.store);
+        }
+        match (self.app_id.as_str(), self.namespace.as_str()) {
+            ("", _) => String::new(),
+            (app_id, "") => format!("{app_id}{KEY_SEPARATOR}"),
+            (app_id, namespace) => format!("{namespace}.{app_id}{KEY_SEPARATOR}"),
+        }
+    }
+}
+
+/// A literal `keyPrefix` cannot hold `||`, which separates a stored key's
+/// parts (Dapr refuses it too).
+fn check_key_prefix(metadata: &RedisMetadata) -> Result<(), ComponentError> {
+    if metadata.key_prefix.contains(KEY_SEPARATOR) {
+        return Err(ComponentError::new(format!(
+            "metadata field `keyPrefix` of a state store cannot contain `{KEY_SEPARATOR}`, \
+             which separates a stored key's parts"
+        )));
+    }
+    Ok(())
 }
 
 impl RedisStateStore {
@@ -50,7 +97,18 @@ impl RedisStateStore {
     pub fn new(metadata: RedisMetadata) -> Self {
         Self {
             connection: RedisConnection::new(metadata),
+            naming: OnceLock::new(),
         }
+    }
+
+    /// The part of every stored key before the caller's key, in
+    /// `session` (its `keyPrefix`).
+    fn key_base(&self, session: &Session) -> String {
+        self.naming().key_base(&session.metadata().key_prefix)
+    }
+
+    fn naming(&self) -> Naming {
+        self.naming.get().cloned().unwrap_or_default()
     }
 
     /// The metadata in force.
@@ -72,6 +130,12 @@ impl RedisStateStore {
 impl Component for RedisStateStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         super::sequencer::refuse_sequencer_fields(self.connection.session().metadata())?;
+        check_key_prefix(self.connection.session().metadata())?;
+        let _ = self.naming.set(Naming {
+            app_id: cx.app_id.clone(),
+            store: cx.key.name.to_string(),
+            namespace: std::env::var("NAMESPACE").unwrap_or_default(),
+        });
         self.connection
             .init(&cx.key, cx.config_dir.as_deref())
             .await
@@ -110,6 +174,7 @@ impl InPlaceUpdate for RedisStateStore {
             .decode::<RedisMetadata>()
             .map_err(|err| ComponentError::new(format!("new metadata rejected: {err}")))?;
         super::sequencer::refuse_sequencer_fields(&new)?;
+        check_key_prefix(&new)?;
         let prepared = self.connection.prepare(new).await?;
         let connection = self.connection.handle();
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
@@ -123,7 +188,8 @@ impl StateStore for RedisStateStore {
     async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
         let (session, mut conn) = self.session()?;
         // Sized once: the command's buffers are not grown per argument.
-        let key = session.key_arg(&req.key);
+        let base = self.key_base(&session);
+        let key = PrefixedKey::new(&base, &req.key);
         let fields: Fields = redis::Cmd::with_capacity(4, HMGET_FIXED_BYTES + key.byte_len())
             .arg("HMGET")
             .arg(key)
@@ -152,7 +218,7 @@ impl StateStore for RedisStateStore {
             _ => "0",
         };
         let version: i64 = scripts::SET
-            .key(session.key(&req.key))
+            .key(format!("{}{}", self.key_base(&session), req.key))
             .arg(&etag)
             .arg(first_write)
             .arg(&req.value)
@@ -170,7 +236,7 @@ impl StateStore for RedisStateStore {
     async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
         let (session, mut conn) = self.session()?;
         let etag = etag_arg(&req.key, req.etag.as_deref())?;
-        let key = session.key(&req.key);
+        let key = format!("{}{}", self.key_base(&session), req.key);
         let outcome: RedisResult<i64> = if etag.is_empty() {
             redis::cmd("DEL").arg(&key).query_async(&mut conn).await
         } else {
@@ -199,7 +265,8 @@ impl StateStore for RedisStateStore {
             return Ok(Vec::new());
         }
         let (session, conn) = self.session()?;
-        let full_keys = keys.iter().map(|key| session.key(key)).collect();
+        let base = self.key_base(&session);
+        let full_keys = keys.iter().map(|key| format!("{base}{key}")).collect();
         let replies = read_snapshots(conn, full_keys)
             .await
             .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
@@ -243,7 +310,7 @@ impl StateStore for RedisStateStore {
 
     /// One Lua script: every etag checked, then every write, atomically.
     async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
-        super::state_transaction::execute(&self.connection, req).await
+        super::state_transaction::execute(&self.connection, &self.naming(), req).await
     }
 }
 

@@ -16,11 +16,14 @@ use tracing::debug;
 use super::any_connection::slot_of;
 use super::connection::RedisConnection;
 use super::scripts;
+use super::state::Naming;
 use super::state_args::{etag_arg, ttl_arg};
 
-/// Runs `req` on the state store's `connection` as one script.
+/// Runs `req` on the state store's `connection` as one script, each key
+/// stored behind the base `naming` gives (Dapr's `{appId}||` by default).
 pub(super) async fn execute(
     connection: &RedisConnection,
+    naming: &Naming,
     req: TransactionRequest,
 ) -> Result<(), StateError> {
     if req.operations.is_empty() {
@@ -30,8 +33,9 @@ pub(super) async fn execute(
     let mut conn = session
         .connection()
         .map_err(|err| StateError::Backend(err.to_string()))?;
+    let base = naming.key_base(&session.metadata().key_prefix);
     if conn.is_cluster() {
-        refuse_cross_slot(connection.label(), &req, |key| session.key(key))?;
+        refuse_cross_slot(connection.label(), &req, |key| format!("{base}{key}"))?;
     }
     let default_ttl = session.metadata().ttl_in_seconds;
     let mut invocation = scripts::TRANSACTION.prepare_invoke();
@@ -40,7 +44,7 @@ pub(super) async fn execute(
         if key.is_empty() {
             return Err(StateError::Invalid("the key is empty".into()));
         }
-        invocation.key(session.key(key));
+        invocation.key(format!("{base}{key}"));
         match operation {
             TransactionOperation::Upsert(set) => {
                 let etag = etag_arg(key, set.etag.as_deref())?;

@@ -50,11 +50,12 @@ async fn put(store: &dyn StateStore, key: &str, value: &str) {
         .unwrap_or_else(|e| panic!("set {key}: {e}"));
 }
 
-/// The `data` field of `key` on `server`, read with a plain client.
+/// The `data` field of state key `key` on `server`, read with a plain
+/// client: stored as Dapr's `{appId}||{key}` (the test app is `test`).
 async fn raw_data(server: &RedisServer, key: &str) -> Option<String> {
     let mut conn = server.connection().await;
     redis::cmd("HGET")
-        .arg(key)
+        .arg(format!("test||{key}"))
         .arg("data")
         .query_async(&mut conn)
         .await
@@ -233,13 +234,20 @@ async fn key_prefix_and_database_changes_apply_in_place() {
     assert_eq!(
         apply(
             &*store,
-            json!({"redisHost": server.addr(), "keyPrefix": "p:"})
+            json!({"redisHost": server.addr(), "keyPrefix": "p"})
         )
         .await,
         Ok(InPlace::Applied)
     );
     put(&*store, "k", "v").await;
-    assert_eq!(raw_data(&server, "p:k").await.as_deref(), Some("v"));
+    let mut conn = server.connection().await;
+    let data: Option<String> = redis::cmd("HGET")
+        .arg("p||k")
+        .arg("data")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(data.as_deref(), Some("v"));
 
     assert_eq!(
         apply(&*store, json!({"redisHost": server.addr(), "redisDB": "3"})).await,
@@ -254,7 +262,7 @@ async fn key_prefix_and_database_changes_apply_in_place() {
         .await
         .unwrap();
     let data: Option<String> = redis::cmd("HGET")
-        .arg("in3")
+        .arg("test||in3")
         .arg("data")
         .query_async(&mut conn)
         .await

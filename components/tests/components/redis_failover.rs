@@ -39,7 +39,7 @@ fn write(key: &str, value: &str) -> SetRequest {
 
 async fn data(server: &RedisServer, key: &str) -> Option<String> {
     server
-        .query(&["HGET", key, "data"])
+        .query(&["HGET", &format!("test||{key}"), "data"])
         .await
         .ok()
         .and_then(|v| v.into_iter().next())

@@ -12,6 +12,7 @@ use std::time::Duration;
 use redis_server::RedisServer;
 use rewire_runtime::{
     Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
+    TransactionOperation, TransactionRequest,
 };
 use serde_json::{json, Value};
 
@@ -83,10 +84,11 @@ async fn set_get_and_the_dapr_layout() {
         read(&*store, "order").await,
         Some(("v2".into(), "2".into()))
     );
-    // The key is a hash with `data` and `version`, as Dapr writes it.
+    // The key is a hash with `data` and `version`, as Dapr writes it,
+    // under Dapr's `{appId}||{key}` (the test app is `test`).
     let mut raw = server.connection().await;
     let hash: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("order")
+        .arg("test||order")
         .query_async(&mut raw)
         .await
         .unwrap();
@@ -183,7 +185,7 @@ async fn entries_expire_after_their_ttl() {
     put(&*store, expiring).await;
     let mut raw = server.connection().await;
     let ttl: i64 = redis::cmd("TTL")
-        .arg("token")
+        .arg("test||token")
         .query_async(&mut raw)
         .await
         .unwrap();
@@ -192,7 +194,7 @@ async fn entries_expire_after_their_ttl() {
     persist.metadata.insert("ttlInSeconds".into(), "-1".into());
     put(&*store, persist).await;
     let ttl: i64 = redis::cmd("TTL")
-        .arg("token")
+        .arg("test||token")
         .query_async(&mut raw)
         .await
         .unwrap();
@@ -210,7 +212,7 @@ async fn entries_expire_after_their_ttl() {
 async fn store_wide_ttl_and_key_prefix() {
     let server = RedisServer::start().await;
     let store = store(json!({
-        "redisHost": server.addr(), "keyPrefix": "app||", "ttlInSeconds": "60"
+        "redisHost": server.addr(), "keyPrefix": "app", "ttlInSeconds": "60"
     }))
     .await;
     put(&*store, write("k", "v", None)).await;
@@ -254,11 +256,12 @@ async fn bulk_get_and_set() {
             ("nope", None, None)
         ]
     );
-    // Bulk writes keep per-key semantics: a stale etag stops the batch.
+    // Bulk writes keep per-key semantics, and a stale etag does not stop
+    // the rest (as Dapr's bulk write): the batch answers the mismatch.
     let batch = vec![
         write("k0", "new", Some("1")),
         write("k1", "stale", Some("9")),
-        write("k2", "never", None),
+        write("k2", "after", None),
     ];
     assert_eq!(
         store.bulk_set(batch).await,
@@ -269,8 +272,12 @@ async fn bulk_get_and_set() {
         Some("new")
     );
     assert_eq!(
+        read(&*store, "k1").await.map(|(v, _)| v).as_deref(),
+        Some("1")
+    );
+    assert_eq!(
         read(&*store, "k2").await.map(|(v, _)| v).as_deref(),
-        Some("2")
+        Some("after")
     );
     assert!(store.bulk_get(Vec::new()).await.is_ok_and(|i| i.is_empty()));
 }
@@ -291,12 +298,9 @@ async fn deletes_check_the_etag() {
     assert!(read(&*store, "order").await.is_some());
     assert_eq!(store.delete(delete("order", Some(&etag))).await, Ok(()));
     assert_eq!(read(&*store, "order").await, None);
-    // A missing key: fine without an etag, a mismatch with one.
+    // A missing key: fine with or without an etag (deleted already).
     assert_eq!(store.delete(delete("order", None)).await, Ok(()));
-    assert_eq!(
-        store.delete(delete("order", Some(&etag))).await,
-        Err(StateError::EtagMismatch("order".into()))
-    );
+    assert_eq!(store.delete(delete("order", Some(&etag))).await, Ok(()));
     // Without an etag, any existing key goes.
     put(&*store, write("other", "v", None)).await;
     assert_eq!(store.delete(delete("other", None)).await, Ok(()));
@@ -308,7 +312,7 @@ async fn a_plain_value_under_the_key_is_replaced_by_a_write() {
     let (server, store) = started().await;
     let mut raw = server.connection().await;
     let _: () = redis::cmd("SET")
-        .arg("legacy")
+        .arg("test||legacy")
         .arg("old")
         .query_async(&mut raw)
         .await
@@ -321,5 +325,202 @@ async fn a_plain_value_under_the_key_is_replaced_by_a_write() {
     assert_eq!(
         read(&*store, "legacy").await,
         Some(("new".into(), "1".into()))
+    );
+}
+
+/// A redis state store named `store`, started for app `app_id`.
+async fn store_of_app(
+    app_id: &str,
+    store: &str,
+    metadata: Value,
+) -> Result<Arc<dyn StateStore>, String> {
+    let mut cx = common::named_context("state", store, &common::metadata(metadata.clone()));
+    cx.app_id = app_id.into();
+    let mut built = common::build("state", "redis", metadata)?;
+    built.init(&cx).await.map_err(|e| e.to_string())?;
+    match built.into_instance() {
+        Instance::State(store) => Ok(store),
+        other => Err(format!("expected a state store, got {other:?}")),
+    }
+}
+
+/// The `data` and `version` of the hash at `key`, read raw.
+async fn raw_fields(server: &RedisServer, key: &str) -> (Option<String>, Option<String>) {
+    let mut raw = server.connection().await;
+    redis::cmd("HMGET")
+        .arg(key)
+        .arg("data")
+        .arg("version")
+        .query_async(&mut raw)
+        .await
+        .unwrap_or_else(|e| panic!("HMGET {key}: {e}"))
+}
+
+#[tokio::test]
+async fn state_keys_follow_daprs_key_prefix_strategies() {
+    let server = RedisServer::start().await;
+    // (keyPrefix, app id, the key Dapr stores `k` under)
+    let cases = [
+        (None, "checkout", "checkout||k"),
+        (Some(""), "checkout", "checkout||k"),
+        (Some("AppId"), "checkout", "checkout||k"),
+        (None, "", "k"),
+        (Some("name"), "checkout", "orders-by-name||k"),
+        (Some("none"), "checkout", "k"),
+        (Some("Shared"), "checkout", "shared||k"),
+    ];
+    for (i, (prefix, app_id, stored)) in cases.into_iter().enumerate() {
+        let mut metadata = json!({"redisHost": server.addr()});
+        if let Some(prefix) = prefix {
+            metadata["keyPrefix"] = json!(prefix);
+        }
+        let name = if prefix == Some("name") {
+            "orders-by-name".to_string()
+        } else {
+            format!("orders-{i}")
+        };
+        let store = store_of_app(app_id, &name, metadata)
+            .await
+            .unwrap_or_else(|e| panic!("{prefix:?}: {e}"));
+        let value = format!("v{i}");
+        put(&*store, write("k", &value, None)).await;
+        let (data, version) = raw_fields(&server, stored).await;
+        assert_eq!(
+            data.as_deref(),
+            Some(value.as_str()),
+            "keyPrefix {prefix:?}, app `{app_id}`: `k` not at `{stored}`"
+        );
+        // Callers keep their own keys.
+        let (read_value, etag) = read(&*store, "k").await.unwrap_or_default();
+        assert_eq!(read_value, value);
+        assert_eq!(Some(etag), version);
+        let items = store.bulk_get(vec!["k".to_string()]).await.unwrap();
+        assert_eq!(items[0].key, "k");
+        assert_eq!(
+            items[0].entry.as_ref().map(|e| e.data.clone()),
+            Some(value.into_bytes())
+        );
+        store.delete(delete("k", None)).await.unwrap();
+        assert_eq!(raw_fields(&server, stored).await, (None, None));
+    }
+    // Two apps on one Redis do not share keys by default.
+    let a = store_of_app("app-a", "s", json!({"redisHost": server.addr()}))
+        .await
+        .unwrap();
+    let b = store_of_app("app-b", "s", json!({"redisHost": server.addr()}))
+        .await
+        .unwrap();
+    put(&*a, write("shared", "from-a", None)).await;
+    assert_eq!(read(&*b, "shared").await, None);
+    // A `keyPrefix` holding `||` is refused, as Dapr does.
+    let refused = store_of_app(
+        "checkout",
+        "bad",
+        json!({"redisHost": server.addr(), "keyPrefix": "a||b"}),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(m) if m.contains("keyPrefix") && m.contains("||")),
+        "{:?}",
+        refused.err()
+    );
+}
+
+#[tokio::test]
+async fn a_value_dapr_wrote_is_read_with_its_etag_and_written_back_in_place() {
+    let server = RedisServer::start().await;
+    let mut raw = server.connection().await;
+    // As Dapr's state.redis writes `order-1` for app `checkout`.
+    let _: () = redis::cmd("HSET")
+        .arg("checkout||order-1")
+        .arg("data")
+        .arg(r#"{"id":1}"#)
+        .arg("version")
+        .arg(1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let store = store_of_app(
+        "checkout",
+        "statestore",
+        json!({"redisHost": server.addr()}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read(&*store, "order-1").await,
+        Some((r#"{"id":1}"#.into(), "1".into()))
+    );
+    put(&*store, write("order-1", r#"{"id":2}"#, Some("1"))).await;
+    assert_eq!(
+        raw_fields(&server, "checkout||order-1").await,
+        (Some(r#"{"id":2}"#.into()), Some("2".into()))
+    );
+    // A transaction writes the same keys.
+    let req = TransactionRequest {
+        operations: vec![
+            TransactionOperation::Upsert(write("order-1", "t", Some("2"))),
+            TransactionOperation::Upsert(write("order-2", "u", None)),
+        ],
+        ..TransactionRequest::default()
+    };
+    store.transact(req).await.unwrap();
+    assert_eq!(
+        raw_fields(&server, "checkout||order-1").await,
+        (Some("t".into()), Some("3".into()))
+    );
+    assert_eq!(
+        raw_fields(&server, "checkout||order-2").await.0.as_deref(),
+        Some("u")
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        keys.iter().all(|k| k.starts_with("checkout||")),
+        "bare keys written: {keys:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delete_with_an_etag_of_a_missing_key_succeeds() {
+    let (server, store) = started().await;
+    assert_eq!(store.delete(delete("missing", Some("1"))).await, Ok(()));
+    // In a transaction too, and the other operations apply.
+    let req = TransactionRequest {
+        operations: vec![
+            TransactionOperation::Delete(delete("missing", Some("1"))),
+            TransactionOperation::Upsert(write("other", "v", None)),
+        ],
+        ..TransactionRequest::default()
+    };
+    assert_eq!(store.transact(req).await, Ok(()));
+    assert_eq!(read(&*store, "other").await, Some(("v".into(), "1".into())));
+    // A key that exists with another version is still a conflict.
+    assert_eq!(
+        store.delete(delete("other", Some("7"))).await,
+        Err(StateError::EtagMismatch("other".into()))
+    );
+    let req = TransactionRequest {
+        operations: vec![TransactionOperation::Delete(delete("other", Some("7")))],
+        ..TransactionRequest::default()
+    };
+    assert_eq!(
+        store.transact(req).await,
+        Err(StateError::EtagMismatch("other".into()))
+    );
+    // A key that is not a hash (no version) is not taken as missing.
+    let mut raw = server.connection().await;
+    let _: () = redis::cmd("SET")
+        .arg("test||plain")
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.delete(delete("plain", Some("1"))).await,
+        Err(StateError::EtagMismatch("plain".into()))
     );
 }

@@ -77,7 +77,7 @@ async fn state_and_lock_over_tls_with_a_client_certificate() {
         .unwrap_or_else(|e| panic!("{e}"));
     round_trip(&*store, "k", "over tls").await;
     let stored: Option<String> = redis::cmd("HGET")
-        .arg("k")
+        .arg("test||k")
         .arg("data")
         .query_async(&mut server.connection().await)
         .await

@@ -139,13 +139,19 @@ async fn story(ca: Option<TestCa>) {
         "{} read-backs missed: more than one per task at the switch",
         seen.missed
     );
-    let last = seen.acked.last().cloned().unwrap_or_default();
+    // Stored as Dapr's `{appId}||{key}`.
+    let stored: Vec<(String, String)> = seen
+        .acked
+        .iter()
+        .map(|(key, value)| (format!("checkout||{key}"), value.clone()))
+        .collect();
+    let last = stored.last().cloned().unwrap_or_default();
     assert_eq!(
         story_load::stored_value(&dr.client(), &last.0).await,
         Some(last.1),
         "the last writes are not on the DR server"
     );
-    let lost = lost_writes(&seen.acked, &[primary.client(), dr.client()]).await;
+    let lost = lost_writes(&stored, &[primary.client(), dr.client()]).await;
     assert!(
         lost.is_empty(),
         "acknowledged writes on neither server: {lost:?}"
