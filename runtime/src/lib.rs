@@ -57,11 +57,13 @@ pub use handle::{
 pub use handle::{FileStoreHandle, SequencerHandle};
 #[doc(inline)]
 pub use kinds::{
-    BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
-    ConfigSubscription, DeleteRequest, GetRequest, Lock, LockError, SecretError, SecretMap,
-    SecretStore, SecretString, SetRequest, StateEntry, StateError, StateStore, SubscriptionHub,
-    TryLockRequest, UnlockRequest, UnlockStatus,
+    BulkFailures, BulkGetItem, Concurrency, ConfigChange, ConfigError, ConfigItem, ConfigQuery,
+    ConfigStore, ConfigSubscription, DeleteRequest, GetRequest, Lock, LockError, SecretError,
+    SecretMap, SecretStore, SecretString, SetRequest, StateEntry, StateError, StateStore,
+    SubscriptionHub, TryLockRequest, UnlockRequest, UnlockStatus,
 };
+#[doc(inline)]
+pub use kinds::{Consistency, StateFeature, TransactionOperation, TransactionRequest};
 #[doc(inline)]
 pub use kinds::{
     Delivery, DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
@@ -72,8 +74,6 @@ pub use kinds::{
     FileBody, FileError, FileInfo, FileRead, FileStore, IdRange, Increment, ListPage, ListRequest,
     NextIdRequest, PutFileRequest, SegmentRequest, Sequencer, SequencerError,
 };
-#[doc(inline)]
-pub use kinds::{StateFeature, TransactionOperation, TransactionRequest};
 #[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]

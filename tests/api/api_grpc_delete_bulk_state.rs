@@ -85,6 +85,16 @@ async fn delete_bulk_state_deletes_every_key_as_dapr_does() {
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
     assert!(!get(&mut client, "c").await.0.is_empty(), "c is kept");
 
+    // A stale etag does not stop the other items (as Dapr's bulk delete):
+    // `d` is deleted, and the answer is still the stale etag.
+    let status = client
+        .delete_bulk_state(bulk(vec![with_etag("c", &stale), item("d")]))
+        .await
+        .expect_err("a stale etag");
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(!get(&mut client, "c").await.0.is_empty(), "c is kept");
+    assert!(get(&mut client, "d").await.0.is_empty(), "d is deleted");
+
     // A key with Dapr's separator: nothing of the request is deleted.
     let status = client
         .delete_bulk_state(bulk(vec![item("c"), item("lock||other-app||d")]))

@@ -163,7 +163,8 @@ async fn ttl_in_seconds_expires_the_key() {
     let invalid = save(&mut client, vec![bad])
         .await
         .expect_err("not a number");
-    assert_eq!(invalid.code(), Code::InvalidArgument);
+    // The store's error, not the caller's: INTERNAL, as Dapr answers it.
+    assert_eq!(invalid.code(), Code::Internal);
     assert!(
         invalid.message().contains("ttlInSeconds"),
         "{}",
@@ -239,5 +240,63 @@ async fn an_empty_key_is_refused_and_nothing_of_the_request_is_written() {
         get(&mut client, "first").await.0.is_empty(),
         "no item of a refused request is written"
     );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_bulk_save_writes_every_item_and_answers_the_stale_etag() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    save(&mut client, vec![item("k2", b"0")]).await.unwrap();
+    let (_, etag) = get(&mut client, "k2").await;
+    let status = save(
+        &mut client,
+        vec![
+            item("k1", b"1"),
+            with_etag(item("k2", b"2"), "999999"),
+            item("k3", b"3"),
+        ],
+    )
+    .await
+    .expect_err("a stale etag");
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert_eq!(get(&mut client, "k3").await.0, b"3");
+    assert_eq!(get(&mut client, "k1").await.0, b"1");
+    assert_eq!(get(&mut client, "k2").await, (b"0".to_vec(), etag));
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_strong_save_is_taken() {
+    use grpc::common::state_options::StateConsistency;
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut strong = item("k", b"v");
+    strong.options = Some(StateOptions {
+        concurrency: StateConcurrency::ConcurrencyUnspecified as i32,
+        consistency: StateConsistency::ConsistencyStrong as i32,
+    });
+    save(&mut client, vec![strong]).await.expect("strong save");
+    assert_eq!(get(&mut client, "k").await.0, b"v");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn no_state_store_at_all_is_a_failed_precondition() {
+    let config = r#"{"appId": "shop", "components": {"lock": {"locks": {"type": "memory"}}}}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let request = GetStateRequest {
+        store_name: "orders".into(),
+        key: "k".into(),
+        ..GetStateRequest::default()
+    };
+    let status = client.get_state(request).await.expect_err("no state store");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(status.message(), "state store is not configured");
+    let status = save(&mut client, vec![item("k", b"v")])
+        .await
+        .expect_err("no state store");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     sidecar.stop().await;
 }

@@ -157,14 +157,16 @@ async fn ttl_in_seconds_expires_the_key() {
         StatusCode::OK
     );
 
-    // TTL as a query parameter, as Dapr also accepts it.
+    // TTL as a query parameter, as Dapr also accepts it; one the store
+    // cannot read is its error, a 500 ERR_STATE_SAVE as in Dapr.
     let by_query = send(
         client
             .post(format!("{url}?metadata.ttlInSeconds=abc"))
             .json(&json!([{"key": "q", "value": 1}])),
     )
     .await;
-    assert_eq!(by_query.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(by_query.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(body_json(by_query).await["errorCode"], "ERR_STATE_SAVE");
     sidecar.stop().await;
 }
 
@@ -261,5 +263,81 @@ async fn values_come_back_byte_for_byte_as_sent() {
         text.contains(value),
         "bulk answers the stored JSON as is: {text}"
     );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_bulk_save_writes_every_item_and_answers_the_stale_etag() {
+    let (sidecar, client, url) = sidecar().await;
+    let saved = send(client.post(&url).json(&json!([{"key": "k2", "value": 0}]))).await;
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+    let etag = etag_of(&send(client.get(format!("{url}/k2"))).await);
+    let bulk = send(client.post(&url).json(&json!([
+        {"key": "k1", "value": 1},
+        {"key": "k2", "value": 2, "etag": "999999"},
+        {"key": "k3", "value": 3}
+    ])))
+    .await;
+    assert_eq!(bulk.status(), StatusCode::CONFLICT);
+    assert_eq!(body_json(bulk).await["errorCode"], "ERR_STATE_SAVE");
+    // Every other item is written, as Dapr writes them.
+    let k3 = send(client.get(format!("{url}/k3"))).await;
+    assert_eq!(body_json(k3).await, json!(3));
+    let k1 = send(client.get(format!("{url}/k1"))).await;
+    assert_eq!(body_json(k1).await, json!(1));
+    let k2 = send(client.get(format!("{url}/k2"))).await;
+    assert_eq!(etag_of(&k2), etag);
+    assert_eq!(body_json(k2).await, json!(0));
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn consistency_is_read_and_an_unknown_one_refused() {
+    let (sidecar, client, url) = sidecar().await;
+    for consistency in ["strong", "eventual"] {
+        let saved = send(client.post(&url).json(&json!([
+            {"key": "k", "value": 1, "options": {"consistency": consistency}}
+        ])))
+        .await;
+        assert_eq!(saved.status(), StatusCode::NO_CONTENT, "{consistency}");
+    }
+    let unknown = send(client.post(&url).json(&json!([
+        {"key": "k", "value": 2, "options": {"consistency": "linearizable"}}
+    ])))
+    .await;
+    assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+    let message = body_json(unknown).await["message"].to_string();
+    assert!(message.contains("linearizable"), "{message}");
+    let got = send(client.get(format!("{url}/k"))).await;
+    assert_eq!(body_json(got).await, json!(1));
+    let bad_delete = send(client.delete(format!("{url}/k?consistency=linearizable"))).await;
+    assert_eq!(bad_delete.status(), StatusCode::BAD_REQUEST);
+    let deleted = send(client.delete(format!("{url}/k?consistency=strong"))).await;
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn no_state_store_at_all_is_dapr_not_configured() {
+    let config = r#"{"appId": "shop", "components": {"lock": {"locks": {"type": "memory"}}}}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/state/orders", sidecar.http_url());
+    let expected = json!({"errorCode": "ERR_STATE_STORE_NOT_CONFIGURED", "message": "state store is not configured"});
+    for request in [
+        client.post(&base).json(&json!([{"key": "k", "value": 1}])),
+        client.get(format!("{base}/k")),
+        client.delete(format!("{base}/k")),
+        client
+            .post(format!("{base}/bulk"))
+            .json(&json!({"keys": ["k"]})),
+        client
+            .post(format!("{base}/transaction"))
+            .json(&json!({"operations": []})),
+    ] {
+        let response = send(request).await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body_json(response).await, expected);
+    }
     sidecar.stop().await;
 }

@@ -48,6 +48,8 @@ const HMGET_FIXED_BYTES: usize = "HMGET".len() + "data".len() + "version".len();
 pub struct RedisStateStore {
     #[metadata]
     connection: RedisConnection,
+    /// The replicas a strong write waits for.
+    replicas: Replicas,
     naming: OnceLock<Naming>,
 }
 
@@ -97,6 +99,7 @@ impl RedisStateStore {
     pub fn new(metadata: RedisMetadata) -> Self {
         Self {
             connection: RedisConnection::new(metadata),
+            replicas: Replicas::default(),
             naming: OnceLock::new(),
         }
     }
@@ -230,6 +233,9 @@ impl StateStore for RedisStateStore {
             return Err(StateError::EtagMismatch(req.key));
         }
         debug!(key = %req.key, etag = version, ttl_ms, "State written.");
+        if req.consistency == rewire_runtime::Consistency::Strong {
+            self.replicated(&session, &mut conn, &req.key).await?;
+        }
         Ok(())
     }
 
@@ -248,6 +254,9 @@ impl StateStore for RedisStateStore {
         };
         match outcome {
             Ok(scripts::MISMATCH) => Err(StateError::EtagMismatch(req.key)),
+            Ok(_) if req.consistency == rewire_runtime::Consistency::Strong => {
+                self.replicated(&session, &mut conn, &req.key).await
+            }
             Ok(_) => Ok(()),
             Err(err) => Err(StateError::Backend(
                 self.connection.describe(&session, &err),
@@ -312,6 +321,103 @@ impl StateStore for RedisStateStore {
     async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
         super::state_transaction::execute(&self.connection, &self.naming(), req).await
     }
+}
+
+/// How long a strong write waits for its replicas (Dapr's `WAIT` timeout).
+const STRONG_WAIT_MS: u64 = 1000;
+
+/// The replicas a strong write waits for: the most the master has had
+/// connected since the session (server, password, failover master) came
+/// into force. A replica added later counts from the next strong write on;
+/// one that drops out (killed, unreachable) still counts, so a strong
+/// write fails while it is gone instead of succeeding unreplicated (as
+/// Dapr, which counts the replicas once, at init). A new session starts
+/// the count again.
+#[derive(Debug, Default)]
+struct Replicas {
+    seen: std::sync::Mutex<(std::sync::Weak<Session>, usize)>,
+}
+
+impl Replicas {
+    /// How many replicas a strong write in `session` waits for, now that
+    /// the master reports `connected` replicas.
+    fn wanted(&self, session: &std::sync::Arc<Session>, connected: usize) -> usize {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let (of, most) = &mut *seen;
+        if !std::ptr::eq(of.as_ptr(), std::sync::Arc::as_ptr(session)) || of.strong_count() == 0 {
+            *of = std::sync::Arc::downgrade(session);
+            *most = 0;
+        }
+        *most = (*most).max(connected);
+        *most
+    }
+}
+
+impl RedisStateStore {
+    /// After a write of `key` asked for strong consistency: waits (`WAIT`,
+    /// on the connection that wrote) until every replica the master has
+    /// had (see [`Replicas`]) acknowledged it, at most [`STRONG_WAIT_MS`];
+    /// fewer is an error naming how many did. Without replicas there is
+    /// nothing to wait for. (On a Redis Cluster both `INFO` and `WAIT` go
+    /// to every master and the fewest counts.)
+    async fn replicated(
+        &self,
+        session: &std::sync::Arc<Session>,
+        conn: &mut BoundedConnection,
+        key: &str,
+    ) -> Result<(), StateError> {
+        let failed = |err: redis::RedisError| {
+            StateError::Backend(format!(
+                "key `{key}` was written but its strong consistency could not be checked: {}",
+                self.connection.describe(session, &err)
+            ))
+        };
+        let info: redis::Value = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await
+            .map_err(failed)?;
+        let connected = connected_replicas(info).ok_or_else(|| {
+            StateError::Backend(format!(
+                "key `{key}` was written but its strong consistency could not be checked: \
+                 `INFO replication` names no `connected_slaves`"
+            ))
+        })?;
+        let wanted = self.replicas.wanted(session, connected);
+        if wanted == 0 {
+            return Ok(());
+        }
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(STRONG_WAIT_MS)
+            .query_async(conn)
+            .await
+            .map_err(failed)?;
+        if usize::try_from(acknowledged).unwrap_or(0) < wanted {
+            return Err(StateError::Backend(format!(
+                "strong consistency not reached for key `{key}`: {acknowledged} of {wanted} \
+                 replica(s) acknowledged the write within {STRONG_WAIT_MS} ms (the master \
+                 holds it; the replicas may not)"
+            )));
+        }
+        debug!(key, acknowledged, "Strong write replicated.");
+        Ok(())
+    }
+}
+
+/// `connected_slaves` of an `INFO replication` answer; of a cluster's
+/// answers (one per master), the fewest.
+fn connected_replicas(info: redis::Value) -> Option<usize> {
+    let count = |text: &str| {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+    };
+    if let Ok(text) = redis::from_redis_value::<String>(info.clone()) {
+        return count(&text);
+    }
+    let nodes: HashMap<String, String> = redis::from_redis_value(info).ok()?;
+    nodes.values().map(|text| count(text)).min().flatten()
 }
 
 /// The `data` and `version` fields of a state key.

@@ -25,8 +25,8 @@ pub use pubsub::{
 pub use secret_store::{SecretError, SecretMap, SecretStore, SecretString};
 pub use sequencer::{IdRange, Increment, NextIdRequest, SegmentRequest, Sequencer, SequencerError};
 pub use state_store::{
-    BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest, StateEntry, StateError,
-    StateStore,
+    BulkFailures, BulkGetItem, Concurrency, Consistency, DeleteRequest, GetRequest, SetRequest,
+    StateEntry, StateError, StateStore,
 };
 pub use state_transaction::{StateFeature, TransactionOperation, TransactionRequest};
 pub use subscriptions::SubscriptionHub;

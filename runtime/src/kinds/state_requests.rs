@@ -14,6 +14,18 @@ pub enum Concurrency {
     FirstWrite,
 }
 
+/// Consistency of a write, as in Dapr: whether it must reach the store's
+/// replicas before it succeeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Consistency {
+    /// The write succeeds once the store took it (Dapr's default).
+    #[default]
+    Eventual,
+    /// The write succeeds only once the store's replicas took it too (a
+    /// store without replicas satisfies it at once).
+    Strong,
+}
+
 /// Read one key.
 #[derive(Debug, Clone, Default)]
 pub struct GetRequest {
@@ -34,6 +46,8 @@ pub struct SetRequest {
     pub etag: Option<String>,
     /// Concurrency mode.
     pub concurrency: Concurrency,
+    /// Consistency mode.
+    pub consistency: Consistency,
     /// Expire the key after this long (Dapr's `ttlInSeconds`).
     pub ttl: Option<Duration>,
     /// Store-specific options.
@@ -49,6 +63,8 @@ pub struct DeleteRequest {
     pub etag: Option<String>,
     /// Concurrency mode.
     pub concurrency: Concurrency,
+    /// Consistency mode.
+    pub consistency: Consistency,
     /// Store-specific options.
     pub metadata: HashMap<String, String>,
 }

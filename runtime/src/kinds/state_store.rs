@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use crate::component::{Component, ComponentError};
 
-pub use super::state_requests::{Concurrency, DeleteRequest, GetRequest, SetRequest};
+pub use super::state_requests::{Concurrency, Consistency, DeleteRequest, GetRequest, SetRequest};
 use super::state_transaction::{StateFeature, TransactionRequest};
 
 /// A stored value with its etag.
@@ -91,20 +91,26 @@ pub trait StateStore: Component {
         Ok(items)
     }
 
-    /// Writes several keys, stopping at the first failure.
+    /// Writes several keys, in order, each whatever became of the others
+    /// (as Dapr's bulk write): a failed item does not stop the rest. The
+    /// error is [`BulkFailures`]': a stale etag if any item had one, else
+    /// the first failure.
     async fn bulk_set(&self, reqs: Vec<SetRequest>) -> Result<(), StateError> {
+        let mut failures = BulkFailures::default();
         for req in reqs {
-            self.set(req).await?;
+            failures.record(self.set(req).await);
         }
-        Ok(())
+        failures.into_result()
     }
 
-    /// Deletes several keys, stopping at the first failure.
+    /// Deletes several keys, in order, each whatever became of the others
+    /// (as Dapr's bulk delete); the error as [`bulk_set`](Self::bulk_set)'s.
     async fn bulk_delete(&self, reqs: Vec<DeleteRequest>) -> Result<(), StateError> {
+        let mut failures = BulkFailures::default();
         for req in reqs {
-            self.delete(req).await?;
+            failures.record(self.delete(req).await);
         }
-        Ok(())
+        failures.into_result()
     }
 
     /// What the store supports, reported in the sidecar's metadata. The
@@ -120,6 +126,35 @@ pub trait StateStore: Component {
     async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
         let _ = req;
         Err(StateError::Unsupported("transactions".into()))
+    }
+}
+
+/// The failures of a bulk write or delete whose every item ran: none is
+/// success; else the first stale etag ([`StateError::EtagMismatch`], so the
+/// caller answers a conflict as Dapr does for its joined errors), else the
+/// first failure.
+#[derive(Debug, Default)]
+pub struct BulkFailures {
+    first: Option<StateError>,
+}
+
+impl BulkFailures {
+    /// Counts one item's outcome.
+    pub fn record(&mut self, outcome: Result<(), StateError>) {
+        let Err(error) = outcome else { return };
+        let replaces = match &self.first {
+            None => true,
+            Some(StateError::EtagMismatch(_)) => false,
+            Some(_) => matches!(error, StateError::EtagMismatch(_)),
+        };
+        if replaces {
+            self.first = Some(error);
+        }
+    }
+
+    /// Success when no item failed, else the error chosen.
+    pub fn into_result(self) -> Result<(), StateError> {
+        self.first.map_or(Ok(()), Err)
     }
 }
 

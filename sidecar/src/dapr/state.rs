@@ -27,9 +27,13 @@ const BULK_ITEM_OVERHEAD: usize = 32;
 /// Why a state operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
 pub enum StateOpError {
-    /// No state store with that name in the call's generation.
+    /// No state store with that name in the call's generation (which
+    /// holds others).
     #[error("state store `{0}` is not found")]
     NotFound(String),
+    /// The call's generation holds no state store at all.
+    #[error("state store is not configured")]
+    NotConfigured,
     /// A read failed.
     #[error("fail to get `{key}` from state store `{store}`: {source}")]
     Get {
@@ -127,6 +131,7 @@ impl StateOpError {
     pub fn store_error(&self) -> Option<&StateError> {
         match self {
             Self::NotFound(_)
+            | Self::NotConfigured
             | Self::BulkTooLarge { .. }
             | Self::TransactionsNotSupported(_)
             | Self::UnsupportedOperation(_)
@@ -152,6 +157,14 @@ impl Call {
                 store: store.clone(),
                 call: self.clone(),
             }),
+            // Looked at only on the way out: a found store costs nothing.
+            _ if !self
+                .generation()
+                .iter()
+                .any(|(key, _)| key.kind == Kind::State) =>
+            {
+                Err(StateOpError::NotConfigured)
+            }
             _ => Err(StateOpError::NotFound(name.to_string())),
         }
     }
@@ -355,7 +368,9 @@ impl StateOps<'_> {
             })
     }
 
-    /// Writes every item: none, one, or a bulk write.
+    /// Writes every item: none, one, or a bulk write (every item is
+    /// written whatever became of the others, as Dapr's; the error is a
+    /// stale etag if any item had one, else the first failure).
     pub async fn save(&self, mut writes: Vec<SetRequest>) -> Result<(), StateOpError> {
         let retries = retry_rule::save(&writes);
         let store = &self.store;
@@ -421,8 +436,10 @@ impl StateOps<'_> {
     }
 
     /// Deletes every item: none, one (as [`delete`](Self::delete)), or a
-    /// bulk delete (Dapr's `DeleteBulkState`). Too many items, or a key
-    /// with Dapr's `||` separator, is refused before anything is deleted.
+    /// bulk delete (Dapr's `DeleteBulkState`: every item is deleted
+    /// whatever became of the others, the error as a bulk save's). Too
+    /// many items, or a key with Dapr's `||` separator, is refused before
+    /// anything is deleted.
     pub async fn bulk_delete(&self, mut deletes: Vec<DeleteRequest>) -> Result<(), StateOpError> {
         check_item_count(("state store", self.name), deletes.len())?;
         for (index, delete) in deletes.iter().enumerate() {

@@ -28,6 +28,7 @@ pub fn transaction_operation(
             key: item.key,
             etag: item.etag,
             concurrency: item.concurrency,
+            consistency: item.consistency,
             metadata: item.metadata,
         })),
         other => Err(StateOpError::UnsupportedOperation(other.to_string())),

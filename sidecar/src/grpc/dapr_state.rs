@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tonic::Status;
 
-use rewire_runtime::{Concurrency, DeleteRequest, GetRequest, SetRequest, StateError};
+use rewire_runtime::{Concurrency, Consistency, DeleteRequest, GetRequest, SetRequest, StateError};
 
-use super::proto::dapr::proto::common::v1::state_options::StateConcurrency;
+use super::proto::dapr::proto::common::v1::state_options::{StateConcurrency, StateConsistency};
 use super::proto::dapr::proto::common::v1::{Etag, StateItem, StateOptions};
 use super::proto::dapr::proto::runtime::v1 as pb;
 use crate::dapr::{check_item_count, check_request_metadata, Call, ResponseBudget};
@@ -91,6 +91,7 @@ pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<()
     let delete = DeleteRequest {
         etag: etag_of(req.etag),
         concurrency: concurrency_of(req.options.as_ref()),
+        consistency: consistency_of(req.options.as_ref()),
         metadata: req.metadata,
         key: req.key,
     };
@@ -111,6 +112,7 @@ pub(super) async fn delete_bulk(call: Call, req: pb::DeleteBulkStateRequest) -> 
         .map(|item| DeleteRequest {
             etag: etag_of(item.etag),
             concurrency: concurrency_of(item.options.as_ref()),
+            consistency: consistency_of(item.options.as_ref()),
             metadata: item.metadata,
             key: item.key,
         })
@@ -131,6 +133,7 @@ pub(super) fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
     Ok(SetRequest {
         etag: etag_of(item.etag),
         concurrency: concurrency_of(item.options.as_ref()),
+        consistency: consistency_of(item.options.as_ref()),
         ttl,
         metadata: item.metadata,
         value: item.value,
@@ -148,6 +151,14 @@ fn concurrency_of(options: Option<&StateOptions>) -> Concurrency {
     match options.map(StateOptions::concurrency) {
         Some(StateConcurrency::ConcurrencyFirstWrite) => Concurrency::FirstWrite,
         _ => Concurrency::LastWrite,
+    }
+}
+
+/// Dapr's consistency enum: strong, else eventual (the default).
+fn consistency_of(options: Option<&StateOptions>) -> Consistency {
+    match options.map(StateOptions::consistency) {
+        Some(StateConsistency::ConsistencyStrong) => Consistency::Strong,
+        _ => Consistency::Eventual,
     }
 }
 
@@ -204,5 +215,31 @@ mod tests {
             None
         );
         assert_eq!(etag_of(Some(Etag { value: "3".into() })), Some("3".into()));
+    }
+
+    #[test]
+    fn options_consistency_reaches_the_write() {
+        let item = |consistency: StateConsistency| StateItem {
+            key: "k".into(),
+            options: Some(StateOptions {
+                concurrency: 0,
+                consistency: consistency as i32,
+            }),
+            ..StateItem::default()
+        };
+        let strong = set_request(item(StateConsistency::ConsistencyStrong));
+        assert_eq!(strong.map(|w| w.consistency), Ok(Consistency::Strong));
+        let eventual = set_request(item(StateConsistency::ConsistencyEventual));
+        assert_eq!(eventual.map(|w| w.consistency), Ok(Consistency::Eventual));
+        let none = set_request(StateItem {
+            key: "k".into(),
+            ..StateItem::default()
+        });
+        assert_eq!(none.map(|w| w.consistency), Ok(Consistency::Eventual));
+        let strong = StateOptions {
+            concurrency: 0,
+            consistency: StateConsistency::ConsistencyStrong as i32,
+        };
+        assert_eq!(consistency_of(Some(&strong)), Consistency::Strong);
     }
 }

@@ -31,20 +31,23 @@ pub(super) fn code_name(code: Code) -> &'static str {
 }
 
 /// A state store's code, as Dapr answers it: an etag mismatch is
-/// `ABORTED`, a malformed etag `INVALID_ARGUMENT`.
+/// `ABORTED`, a malformed etag `INVALID_ARGUMENT`, anything else the store
+/// answered (a request it refused included) `INTERNAL`.
 fn state_code(err: &StateError) -> Code {
     match err {
         StateError::EtagMismatch(_) => Code::Aborted,
-        StateError::EtagInvalid(_) | StateError::Invalid(_) => Code::InvalidArgument,
-        StateError::Backend(_) => Code::Internal,
+        StateError::EtagInvalid(_) => Code::InvalidArgument,
+        StateError::Invalid(_) | StateError::Backend(_) => Code::Internal,
         StateError::Unsupported(_) => Code::Unimplemented,
     }
 }
 
-/// A store the call names is not running: `INVALID_ARGUMENT`, as Dapr.
+/// A store the call names is not running: `INVALID_ARGUMENT`, as Dapr;
+/// no state store at all: `FAILED_PRECONDITION`.
 impl From<StateOpError> for Status {
     fn from(err: StateOpError) -> Self {
         let code = match &err {
+            StateOpError::NotConfigured => Code::FailedPrecondition,
             StateOpError::BulkTooLarge { .. } => Code::ResourceExhausted,
             StateOpError::TransactionsNotSupported(_) | StateOpError::UnsupportedOperation(_) => {
                 Code::Unimplemented
@@ -135,6 +138,14 @@ mod tests {
         );
         let invalid = save_failed(StateError::EtagInvalid("k".into()));
         assert_eq!(invalid.code(), Code::InvalidArgument);
+        // A request the store refuses is INTERNAL, as Dapr answers it.
+        assert_eq!(
+            save_failed(StateError::Invalid("ttlInSeconds".into())).code(),
+            Code::Internal
+        );
+        let none = Status::from(StateOpError::NotConfigured);
+        assert_eq!(none.code(), Code::FailedPrecondition);
+        assert_eq!(none.message(), "state store is not configured");
         assert_eq!(
             save_failed(StateError::Backend("down".into())).code(),
             Code::Internal

@@ -21,6 +21,9 @@ pub enum HttpError {
     /// No state store with that name in the generation serving.
     #[error("state store {0} is not found")]
     StateStoreNotFound(String),
+    /// No state store at all in the generation serving.
+    #[error("state store is not configured")]
+    StateStoresNotConfigured,
     /// No secret store with that name.
     #[error("failed finding secret store with key {0}")]
     SecretStoreNotFound(String),
@@ -184,6 +187,7 @@ impl HttpError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::StateStoreNotFound(_) => "ERR_STATE_STORE_NOT_FOUND",
+            Self::StateStoresNotConfigured => "ERR_STATE_STORE_NOT_CONFIGURED",
             Self::SecretStoreNotFound(_) => "ERR_SECRET_STORE_NOT_FOUND",
             Self::ConfigStoreNotFound(_) => "ERR_CONFIGURATION_STORE_NOT_FOUND",
             Self::Malformed(_)
@@ -231,7 +235,8 @@ impl HttpError {
             | Self::ConfigGet { .. }
             | Self::ConfigSubscribe { .. }
             | Self::NotReady(_)
-            | Self::NotReadyWithheld => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::NotReadyWithheld
+            | Self::StateStoresNotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -250,12 +255,17 @@ impl HttpError {
 }
 
 /// Dapr's statuses for write errors: a stale etag is a conflict, a
-/// malformed one a bad request.
+/// malformed one a bad request, anything else the store answered (a
+/// request it refused included, e.g. a `ttlInSeconds` that is no number)
+/// a 500. The sidecar's own checks (keys, bounds, options) are
+/// [`HttpError::Invalid`] and never get here.
 fn state_status(error: &StateError) -> StatusCode {
     match error {
         StateError::EtagMismatch(_) => StatusCode::CONFLICT,
-        StateError::EtagInvalid(_) | StateError::Invalid(_) => StatusCode::BAD_REQUEST,
-        StateError::Backend(_) | StateError::Unsupported(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        StateError::EtagInvalid(_) => StatusCode::BAD_REQUEST,
+        StateError::Invalid(_) | StateError::Backend(_) | StateError::Unsupported(_) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     }
 }
 
@@ -264,6 +274,7 @@ impl From<StateOpError> for HttpError {
     fn from(err: StateOpError) -> Self {
         match err {
             StateOpError::NotFound(store) => Self::StateStoreNotFound(store),
+            StateOpError::NotConfigured => Self::StateStoresNotConfigured,
             too_large @ StateOpError::BulkTooLarge { .. } => {
                 Self::ResponseTooLarge(too_large.to_string())
             }
@@ -417,11 +428,39 @@ mod tests {
         );
         let not_found = HttpError::from(StateOpError::NotFound("x".into()));
         assert_eq!(not_found.body()["message"], "state store x is not found");
+        let none = HttpError::from(StateOpError::NotConfigured);
+        assert_eq!(none.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(none.code(), "ERR_STATE_STORE_NOT_CONFIGURED");
+        assert_eq!(none.body()["message"], "state store is not configured");
         let not_found = HttpError::from(ConfigOpError::NotFound("c".into()));
         assert_eq!(
             not_found.body()["message"],
             "configuration store c not found"
         );
+    }
+
+    #[test]
+    fn a_request_the_store_refuses_is_a_server_error_as_in_dapr() {
+        let save = HttpError::from(StateOpError::Save {
+            store: "s".into(),
+            source: StateError::Invalid("ttlInSeconds `soon`".into()),
+        });
+        assert_eq!(save.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(save.code(), "ERR_STATE_SAVE");
+        let delete = HttpError::from(StateOpError::Delete {
+            store: "s".into(),
+            key: "k".into(),
+            source: StateError::Invalid("the key is empty".into()),
+        });
+        assert_eq!(delete.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(delete.code(), "ERR_STATE_DELETE");
+        // The sidecar's own checks stay the caller's.
+        let key = HttpError::from(StateOpError::InvalidKey {
+            store: "s".into(),
+            index: Some(0),
+            problem: "bad".into(),
+        });
+        assert_eq!(key.status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -16,7 +16,9 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use rewire_runtime::{BulkGetItem, Concurrency, DeleteRequest, GetRequest, SetRequest};
+use rewire_runtime::{
+    BulkGetItem, Concurrency, Consistency, DeleteRequest, GetRequest, SetRequest,
+};
 
 use super::error::HttpError;
 use super::input::{
@@ -49,6 +51,8 @@ pub(super) struct SaveItem {
 struct SaveOptions {
     #[serde(default)]
     concurrency: Option<String>,
+    #[serde(default)]
+    consistency: Option<String>,
 }
 
 /// A bulk get, as Dapr's HTTP API takes it (no `keys` is no key).
@@ -114,7 +118,14 @@ pub(super) fn set_request(
     shared: &HashMap<String, String>,
 ) -> Result<SetRequest, HttpError> {
     store.check_key(index, &item.key)?;
-    let concurrency = concurrency(item.options.unwrap_or_default().concurrency.as_deref())?;
+    write_of(item, shared)
+}
+
+/// The write of an item whose key is checked.
+fn write_of(item: SaveItem, shared: &HashMap<String, String>) -> Result<SetRequest, HttpError> {
+    let options = item.options.unwrap_or_default();
+    let concurrency = concurrency(options.concurrency.as_deref())?;
+    let consistency = consistency(options.consistency.as_deref())?;
     let mut metadata = item.metadata;
     metadata.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
     // An item without `value` stores JSON `null`, as Dapr does.
@@ -126,6 +137,7 @@ pub(super) fn set_request(
         value,
         etag: item.etag.filter(|e| !e.is_empty()),
         concurrency,
+        consistency,
         ttl: None,
         metadata,
     })
@@ -199,6 +211,7 @@ pub async fn delete(
         key,
         etag: etag.filter(|e| !e.is_empty()),
         concurrency: concurrency(query_value(&query, "concurrency"))?,
+        consistency: consistency(query_value(&query, "consistency"))?,
         metadata: request_metadata(&query, ("state store", &store_name))?,
     };
     store.delete(request).await?;
@@ -271,6 +284,17 @@ fn concurrency(option: Option<&str>) -> Result<Concurrency, HttpError> {
     }
 }
 
+/// Dapr's consistency option: `strong` or `eventual` (the default).
+fn consistency(option: Option<&str>) -> Result<Consistency, HttpError> {
+    match option.unwrap_or_default() {
+        "" | "eventual" => Ok(Consistency::Eventual),
+        "strong" => Ok(Consistency::Strong),
+        other => Err(HttpError::Invalid(format!(
+            "unknown consistency `{other}` (expected `strong` or `eventual`)"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +307,35 @@ mod tests {
             Some(Concurrency::FirstWrite)
         );
         assert!(concurrency(Some("firstWrite")).is_err());
+    }
+
+    fn write(json: &str) -> Result<SetRequest, HttpError> {
+        let item: SaveItem = serde_json::from_str(json).expect("an item");
+        write_of(item, &HashMap::new())
+    }
+
+    #[test]
+    fn options_consistency_reaches_the_write() {
+        let strong = write(r#"{"key":"k","value":1,"options":{"consistency":"strong"}}"#);
+        assert_eq!(
+            strong.ok().map(|w| w.consistency),
+            Some(Consistency::Strong)
+        );
+        let eventual = write(r#"{"key":"k","value":1,"options":{"consistency":"eventual"}}"#);
+        assert_eq!(
+            eventual.ok().map(|w| w.consistency),
+            Some(Consistency::Eventual)
+        );
+        let absent = write(r#"{"key":"k","value":1}"#);
+        assert_eq!(
+            absent.ok().map(|w| w.consistency),
+            Some(Consistency::Eventual)
+        );
+        let unknown = write(r#"{"key":"k","options":{"consistency":"linearizable"}}"#);
+        assert!(
+            matches!(&unknown, Err(HttpError::Invalid(m)) if m.contains("linearizable")),
+            "{unknown:?}"
+        );
     }
 
     #[test]

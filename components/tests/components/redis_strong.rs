@@ -1,0 +1,183 @@
+//! Dapr's `consistency: strong` on the `redis` state store, against a real
+//! master and replica: a strong write (or delete) waits for the replicas
+//! the master has had (`WAIT`), and fails, naming how many acknowledged,
+//! when one is paused or gone.
+
+use crate::common;
+use testkit::redis as redis_server;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_server::RedisServer;
+use rewire_runtime::{Consistency, DeleteRequest, Instance, SetRequest, StateError, StateStore};
+use serde_json::json;
+
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn write(key: &str, consistency: Consistency) -> SetRequest {
+    SetRequest {
+        key: key.into(),
+        value: b"\"v\"".to_vec(),
+        consistency,
+        ..SetRequest::default()
+    }
+}
+
+/// The pid of `server` (`INFO server`), to pause and resume it.
+async fn pid(server: &RedisServer) -> String {
+    let info = server
+        .query(&["INFO", "server"])
+        .await
+        .expect("INFO server");
+    info.concat()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("process_id:").map(str::to_string))
+        .expect("process_id")
+}
+
+fn signal(pid: &str, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+async fn master_and_replica() -> (RedisServer, RedisServer, Arc<dyn StateStore>) {
+    let master = RedisServer::start().await;
+    let replica = RedisServer::start_replica_of(master.port()).await;
+    eventually("the replica in sync", Duration::from_secs(10), || async {
+        master
+            .query(&["INFO", "replication"])
+            .await
+            .is_ok_and(|info| info.concat().contains("connected_slaves:1"))
+            && replica
+                .query(&["INFO", "replication"])
+                .await
+                .is_ok_and(|info| info.concat().contains("master_link_status:up"))
+    })
+    .await;
+    let store = match common::start("state", "redis", json!({"redisHost": master.addr()})).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    };
+    (master, replica, store)
+}
+
+fn not_replicated(result: Result<(), StateError>) -> String {
+    match result {
+        Err(StateError::Backend(message)) => {
+            assert!(
+                message.contains("strong consistency not reached")
+                    && message.contains("0 of 1 replica(s) acknowledged"),
+                "{message}"
+            );
+            message
+        }
+        other => panic!("expected the strong write to fail, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_strong_write_waits_for_the_replica_and_fails_while_it_is_paused() {
+    let (_master, replica, store) = master_and_replica().await;
+    store
+        .set(write("k", Consistency::Strong))
+        .await
+        .expect("strong write with the replica up");
+    let pid = pid(&replica).await;
+    signal(&pid, "-STOP");
+    let started = tokio::time::Instant::now();
+    let failed = store.set(write("k", Consistency::Strong)).await;
+    let waited = started.elapsed();
+    signal(&pid, "-CONT");
+    not_replicated(failed);
+    assert!(waited >= Duration::from_millis(900), "waited {waited:?}");
+    // A delete asks the same.
+    signal(&pid, "-STOP");
+    let delete = DeleteRequest {
+        key: "k".into(),
+        consistency: Consistency::Strong,
+        ..DeleteRequest::default()
+    };
+    let failed = store.delete(delete.clone()).await;
+    signal(&pid, "-CONT");
+    not_replicated(failed);
+    // Eventual writes never wait.
+    signal(&pid, "-STOP");
+    let started = tokio::time::Instant::now();
+    let eventual = store.set(write("k", Consistency::Eventual)).await;
+    let waited = started.elapsed();
+    signal(&pid, "-CONT");
+    assert_eq!(eventual, Ok(()));
+    assert!(waited < Duration::from_millis(500), "waited {waited:?}");
+    // Resumed, the replica acknowledges again.
+    eventually(
+        "strong writes replicated again",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.set(write("k", Consistency::Strong)).await.is_ok() }
+        },
+    )
+    .await;
+    store.delete(delete).await.expect("strong delete");
+}
+
+#[tokio::test]
+async fn a_strong_write_fails_once_the_replica_is_gone() {
+    let (master, mut replica, store) = master_and_replica().await;
+    store
+        .set(write("k", Consistency::Strong))
+        .await
+        .expect("strong write with the replica up");
+    replica.stop();
+    eventually(
+        "the master sees the replica gone",
+        Duration::from_secs(10),
+        || async {
+            master
+                .query(&["INFO", "replication"])
+                .await
+                .is_ok_and(|info| info.concat().contains("connected_slaves:0"))
+        },
+    )
+    .await;
+    // The replica the master had still counts: not replicated is an error,
+    // not a success.
+    not_replicated(store.set(write("k", Consistency::Strong)).await);
+    assert_eq!(store.set(write("k", Consistency::Eventual)).await, Ok(()));
+}
+
+#[tokio::test]
+async fn a_strong_write_without_replicas_succeeds_at_once() {
+    let master = RedisServer::start().await;
+    let store = match common::start("state", "redis", json!({"redisHost": master.addr()})).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(store.set(write("k", Consistency::Strong)).await, Ok(()));
+    let delete = DeleteRequest {
+        key: "k".into(),
+        consistency: Consistency::Strong,
+        ..DeleteRequest::default()
+    };
+    assert_eq!(store.delete(delete).await, Ok(()));
+}
