@@ -1,11 +1,15 @@
 //! Health and metadata over HTTP: `/v1.0/healthz` is 204 while every
 //! component is ready and 500 listing the ones that are not (also one that
-//! never answers, within a bounded time); `/v1.0/healthz/outbound` is 204;
-//! `/v1.0/metadata` lists the components as Dapr does.
+//! never answers, within a bounded time); a degraded component is healthy
+//! even when its own bounded check takes most of the wait; `?appid=` other
+//! than the app's is Dapr's `ERR_HEALTH_APPID_NOT_MATCH`;
+//! `/v1.0/healthz/outbound` is 204; `/v1.0/metadata` lists the components
+//! as Dapr does.
 
 use crate::support::sidecar;
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use reqwest::{Client, Response, StatusCode};
 use rewire::prelude::*;
@@ -105,5 +109,68 @@ async fn healthz_lists_components_that_are_not_ready() {
     );
     assert_eq!(components[1]["version"], "v1");
     assert_eq!(metadata["extended"]["rewire.generation"], "1");
+    sidecar.stop().await;
+}
+
+/// A stub config store whose backend is partitioned: its readiness check
+/// waits out its own limit (700 ms, under the 1 s healthz waits) and then
+/// answers `Degraded`, as the etcd store does while it serves the last
+/// values seen.
+#[derive(rewire::Component)]
+#[component(kind = "stubconfig", type = "test.health.partitioned_config")]
+struct PartitionedConfig {}
+
+/// The stub's own readiness limit.
+const PARTITIONED_CHECK: Duration = Duration::from_millis(700);
+
+#[async_trait]
+impl Component for PartitionedConfig {
+    async fn readiness(&self) -> Readiness {
+        tokio::time::sleep(PARTITIONED_CHECK).await;
+        Readiness::Degraded("backend silent; serving the last values seen".into())
+    }
+}
+
+#[tokio::test]
+async fn healthz_hears_a_degraded_answer_that_takes_the_components_own_limit() {
+    let config = r#"{"appId": "shop", "components": {
+        "stubconfig": {"settings": {"type": "test.health.partitioned_config"}}
+    }}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let client = Client::new();
+    let started = Instant::now();
+    let response = get(&client, format!("{}/v1.0/healthz", sidecar.http_url())).await;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert!(
+        started.elapsed() >= PARTITIONED_CHECK,
+        "answered before the check did"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn healthz_refuses_an_appid_that_is_not_this_apps() {
+    let config = r#"{"appId": "shop", "components": {
+        "state": {"orders": {"type": "memory"}}
+    }}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let client = Client::new();
+    let healthz = format!("{}/v1.0/healthz", sidecar.http_url());
+
+    let other = get(&client, format!("{healthz}?appid=other")).await;
+    assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = body_json(other).await;
+    assert_eq!(body["errorCode"], "ERR_HEALTH_APPID_NOT_MATCH", "{body}");
+    assert_eq!(body["message"], "dapr app-id does not match", "{body}");
+
+    let empty = get(&client, format!("{healthz}?appid=")).await;
+    assert_eq!(empty.status(), StatusCode::INTERNAL_SERVER_ERROR);
+
+    let own = get(&client, format!("{healthz}?appid=shop")).await;
+    assert_eq!(own.status(), StatusCode::NO_CONTENT);
+    let none = get(&client, healthz).await;
+    assert_eq!(none.status(), StatusCode::NO_CONTENT);
     sidecar.stop().await;
 }

@@ -21,8 +21,10 @@ use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::reads::{read_ranges, ReadResult, Reads};
 use super::sharing::{join, stores_sharing, Membership};
 
-/// How long a readiness probe may take (under the runtime's 1 s limit on
-/// the answer, so that a silent cluster shows as degraded, not unanswered).
+/// How long a readiness probe may take: under the 1 s that its callers
+/// (`/v1.0/healthz`, the status) wait for the answer, so that a silent
+/// cluster shows as degraded (healthy: the last values are served), not as
+/// unanswered (not ready, and a liveness probe restarting the sidecar).
 const READINESS_LIMIT: Duration = Duration::from_millis(800);
 
 /// Config store on etcd v3: an item `(group, key, label)` is the etcd key

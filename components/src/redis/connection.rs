@@ -32,8 +32,12 @@ use super::bounded::BoundedConnection;
 use super::connect::{open, ping, suggests_failover};
 use super::metadata::{ConnectionSettings, RedisMetadata};
 
-/// Longest wait for the `PING` of a readiness check.
-const READINESS_PING_LIMIT: Duration = Duration::from_secs(2);
+/// Longest wait for the `PING` of a readiness check: under the 1 s that
+/// its callers (`/v1.0/healthz`, the status) wait for the answer, so that
+/// the component's own `NotReady` is heard and, with `failover`, a `PING`
+/// that timed out gets to start following the new master (a caller that
+/// gave up first would drop the check before that step).
+const READINESS_PING_LIMIT: Duration = Duration::from_millis(800);
 
 /// The metadata in force and the connection that goes with it.
 pub struct Session {

@@ -18,6 +18,14 @@ use crate::redact::{shown_fields, Redactor};
 use super::RunningSet;
 
 /// How long a status waits for one component's readiness answer.
+///
+/// Ordered against the components' own limits: a component bounds its
+/// readiness check below this wait (the etcd and redis stores within
+/// 800 ms) and answers `Degraded` or `NotReady` itself, so the status shows
+/// the component's own answer (e.g. etcd `degraded`, serving its last
+/// values) rather than "no readiness answer", and redis's timed-out `PING`
+/// gets to start following a failover. The sidecar's `/v1.0/healthz` waits
+/// as long. A component that has not answered by then counts as not ready.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One running component.
