@@ -1,7 +1,12 @@
 //! The Dapr secret routes over HTTP, against a `local.file` secret store:
-//! one secret, every secret, a missing secret and an unknown store.
+//! one secret, every secret, a missing secret and an unknown store; no
+//! secret store at all (HTTP and gRPC); the `env` store's empty answer for
+//! an unset variable.
 
+use crate::support::grpc;
 use crate::support::sidecar;
+
+use std::collections::HashMap;
 
 use reqwest::{Client, Response, StatusCode};
 use rewire::sidecar::ApiOptions;
@@ -86,6 +91,74 @@ async fn missing_secret_and_unknown_store_are_dapr_errors() {
             body_json(unknown).await,
             json!({"errorCode": "ERR_SECRET_STORE_NOT_FOUND", "message": "failed finding secret store with key vault"})
         );
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn no_secret_store_at_all_is_dapr_not_configured() {
+    let bare = Sidecar::start(
+        r#"{"appId": "shop", "components": {"state": {"s": {"type": "memory"}}}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/secrets", bare.http_url());
+    for url in [format!("{base}/vault/db"), format!("{base}/vault/bulk")] {
+        let refused = get(&client, url.clone()).await;
+        assert_eq!(refused.status(), StatusCode::INTERNAL_SERVER_ERROR, "{url}");
+        assert_eq!(
+            body_json(refused).await,
+            json!({"errorCode": "ERR_SECRET_STORES_NOT_CONFIGURED", "message": "secret store is not configured"}),
+            "{url}"
+        );
+    }
+
+    let mut dapr = grpc::dapr_client(bare.grpc_url()).await;
+    let refused = dapr
+        .get_secret(grpc::dapr::GetSecretRequest {
+            store_name: "vault".into(),
+            key: "db".into(),
+            metadata: HashMap::new(),
+        })
+        .await
+        .expect_err("no secret store");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert_eq!(refused.message(), "secret store is not configured");
+    let refused = dapr
+        .get_bulk_secret(grpc::dapr::GetBulkSecretRequest {
+            store_name: "vault".into(),
+            metadata: HashMap::new(),
+        })
+        .await
+        .expect_err("no secret store");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    bare.stop().await;
+}
+
+#[tokio::test]
+async fn env_store_answers_an_unset_or_reserved_variable_empty() {
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {"secret_store": {"env": {"type": "env"}}}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/secrets/env", sidecar.http_url());
+    // Dapr's local.env: 200 with the name and an empty value, also for a
+    // name it refuses to serve.
+    for name in ["REWIRE_API_IT_NEVER_SET", "DAPR_API_TOKEN"] {
+        let answer = get(&client, format!("{base}/{name}")).await;
+        assert_eq!(answer.status(), StatusCode::OK, "{name}");
+        assert_eq!(body_json(answer).await, json!({ name: "" }), "{name}");
     }
     sidecar.stop().await;
 }

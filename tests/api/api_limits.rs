@@ -569,8 +569,11 @@ async fn error_messages_quote_long_request_values_cut_short() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("settings.json");
     std::fs::write(&file, "{}").unwrap();
+    let secrets = dir.path().join("secrets.json");
+    std::fs::write(&secrets, r#"{"apiKey": "k-123456"}"#).unwrap();
     let config = json!({"appId": "shop", "components": {
         "sequencer": {"ids": {"type": "memory"}},
+        "secret_store": {"local": {"type": "local.file", "metadata": {"secretsFile": secrets}}},
         "config_store": {"readonly": {"type": "file", "metadata": {"path": file}}},
         "file": {"files": {"type": "memory"}}
     }});
@@ -651,5 +654,32 @@ async fn error_messages_quote_long_request_values_cut_short() {
         .await
         .expect_err("no such file store");
     short(refused, Code::InvalidArgument, "file store name");
+
+    // Secrets: a missing key is quoted by the sidecar and by the store.
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let secret = |store: &str, key: &str| grpc::dapr::GetSecretRequest {
+        store_name: store.into(),
+        key: key.into(),
+        metadata: HashMap::new(),
+    };
+    let refused = dapr
+        .get_secret(secret("local", &long))
+        .await
+        .expect_err("no such secret");
+    short(refused, Code::Internal, "secret key");
+    let refused = dapr
+        .get_secret(secret(&long, "apiKey"))
+        .await
+        .expect_err("no such secret store");
+    short(refused, Code::InvalidArgument, "secret store name");
+    let bulk = grpc::dapr::GetBulkSecretRequest {
+        store_name: long.clone(),
+        metadata: HashMap::new(),
+    };
+    let refused = dapr
+        .get_bulk_secret(bulk)
+        .await
+        .expect_err("no such secret store");
+    short(refused, Code::InvalidArgument, "bulk secret store name");
     sidecar.stop().await;
 }

@@ -1,7 +1,7 @@
 //! The `env` secret store: secrets are the process's environment variables.
 //!
 //! `get_secret("NAME")` reads the variable `<prefix>NAME` and answers
-//! `{"NAME": value}`. The bulk read returns every variable that starts with
+//! `{"NAME": value}`; an unset variable answers `{"NAME": ""}`, as Dapr's. The bulk read returns every variable that starts with
 //! the prefix, named without it. Variables are read at each request, so
 //! nothing is cached; a change of metadata is applied in place.
 //!
@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 
 use rewire_runtime::{
-    Component, ComponentError, InPlace, InPlaceUpdate, Metadata, SecretError, SecretMap,
+    echoed, Component, ComponentError, InPlace, InPlaceUpdate, Metadata, SecretError, SecretMap,
     SecretStore, SecretString, StagedInPlace,
 };
 use serde::Deserialize;
@@ -80,7 +80,8 @@ fn variable(name: &str, secret: &str) -> Result<Option<SecretString>, SecretErro
             .map(|value| Some(SecretString::new(value)))
             .map_err(|_| {
                 SecretError::Backend(format!(
-                    "secret `{secret}`: the environment variable is not UTF-8"
+                    "secret `{}`: the environment variable is not UTF-8",
+                    echoed(secret)
                 ))
             }),
     }
@@ -128,8 +129,9 @@ impl InPlaceUpdate for EnvSecretStore {
 
 #[rewire_runtime::prelude::async_trait]
 impl SecretStore for EnvSecretStore {
-    /// A reserved or not allowed name answers "not found", as an unset
-    /// variable does: nothing tells it exists.
+    /// An unset variable answers `{name: ""}`, as Dapr's `local.env` does
+    /// (Go's `os.Getenv`); a reserved or not allowed name answers exactly
+    /// the same: nothing tells it exists.
     async fn get_secret(
         &self,
         name: &str,
@@ -137,13 +139,13 @@ impl SecretStore for EnvSecretStore {
     ) -> Result<SecretMap, SecretError> {
         let settings = self.settings.load();
         let variable_name = format!("{}{name}", settings.prefix);
-        if !names::may_serve(&variable_name, name, &settings.allowed_secrets) {
-            return Err(SecretError::NotFound(name.to_string()));
-        }
-        match variable(&variable_name, name)? {
-            Some(value) => Ok(SecretMap::from([(name.to_string(), value)])),
-            None => Err(SecretError::NotFound(name.to_string())),
-        }
+        let value = if names::may_serve(&variable_name, name, &settings.allowed_secrets) {
+            variable(&variable_name, name)?
+        } else {
+            None
+        };
+        let value = value.unwrap_or_else(|| SecretString::new(String::new()));
+        Ok(SecretMap::from([(name.to_string(), value)]))
     }
 
     async fn bulk_get_secret(
@@ -172,8 +174,12 @@ mod tests {
         map.iter().map(|(k, v)| (k.as_str(), v.expose())).collect()
     }
 
+    fn empty(name: &str) -> Result<SecretMap, SecretError> {
+        Ok(SecretMap::from([(name.to_string(), SecretString::new(""))]))
+    }
+
     #[tokio::test]
-    async fn reads_a_variable_and_reports_missing_ones() {
+    async fn reads_a_variable_and_answers_missing_ones_empty() {
         set_var("REWIRE_ENV_TEST_PLAIN", "v1");
         let store = EnvSecretStore::default();
         let secret = store
@@ -184,12 +190,9 @@ mod tests {
         let missing = store
             .get_secret("REWIRE_ENV_TEST_ABSENT", &HashMap::new())
             .await;
-        assert_eq!(
-            missing,
-            Err(SecretError::NotFound("REWIRE_ENV_TEST_ABSENT".into()))
-        );
+        assert_eq!(missing, empty("REWIRE_ENV_TEST_ABSENT"));
         let odd = store.get_secret("A=B", &HashMap::new()).await;
-        assert_eq!(odd, Err(SecretError::NotFound("A=B".into())));
+        assert_eq!(odd, empty("A=B"));
     }
 
     #[tokio::test]
@@ -217,7 +220,7 @@ mod tests {
             for variable in ["REWIRE_ADMIN_TOKEN", "DAPR_API_TOKEN"] {
                 let name = variable.strip_prefix(prefix).unwrap_or(variable);
                 let got = store.get_secret(name, &HashMap::new()).await;
-                assert_eq!(got, Err(SecretError::NotFound(name.into())), "{prefix}");
+                assert_eq!(got, empty(name), "{prefix}");
             }
             let all = store
                 .bulk_get_secret(&HashMap::new())
@@ -242,10 +245,7 @@ mod tests {
         });
         let none = HashMap::new();
         assert!(store.get_secret("DB", &none).await.is_ok());
-        assert_eq!(
-            store.get_secret("KEY", &none).await,
-            Err(SecretError::NotFound("KEY".into()))
-        );
+        assert_eq!(store.get_secret("KEY", &none).await, empty("KEY"));
         let all = store
             .bulk_get_secret(&none)
             .await

@@ -24,7 +24,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rewire_runtime::{FileWatch, OnChange};
 
-use rewire_runtime::{Component, ComponentError, InitContext, SecretError, SecretMap, SecretStore};
+use rewire_runtime::{
+    echoed, Component, ComponentError, InitContext, SecretError, SecretMap, SecretStore,
+};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -233,7 +235,7 @@ impl SecretStore for LocalFileSecretStore {
             .load()
             .get(name)
             .cloned()
-            .ok_or_else(|| SecretError::NotFound(name.to_string()))
+            .ok_or_else(|| SecretError::NotFound(echoed(name).into_owned()))
     }
 
     async fn bulk_get_secret(

@@ -1,13 +1,20 @@
 //! The `env` secret store, built through the registry: variables as
-//! secrets, with and without a prefix.
+//! secrets, with and without a prefix; an unset, reserved or not allowed
+//! name answers an empty value, as Dapr's `local.env` does.
 
 use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rewire_runtime::{Instance, SecretError, SecretStore};
+use rewire_runtime::{Instance, SecretError, SecretMap, SecretStore, SecretString};
 use serde_json::json;
+
+/// What Dapr's `local.env` answers for a variable it does not serve:
+/// the name with an empty value.
+fn empty(name: &str) -> Result<SecretMap, SecretError> {
+    Ok(SecretMap::from([(name.to_string(), SecretString::new(""))]))
+}
 
 async fn secret_store(metadata: serde_json::Value) -> Arc<dyn SecretStore> {
     match common::start("secret_store", "env", metadata).await {
@@ -34,10 +41,12 @@ async fn variables_are_secrets_and_the_prefix_scopes_them() {
         secret.get("REWIRE_IT_ENV_DB_PASSWORD").map(|v| v.expose()),
         Some("pw")
     );
+    // Unset: Dapr's `{"DB_PASSWORD": ""}`, not an error.
     assert_eq!(
         plain.get_secret("DB_PASSWORD", &none).await,
-        Err(SecretError::NotFound("DB_PASSWORD".into()))
+        empty("DB_PASSWORD")
     );
+    assert_eq!(plain.get_secret("A=B", &none).await, empty("A=B"));
 
     let scoped = secret_store(json!({"prefix": "REWIRE_IT_ENV_"})).await;
     let secret = scoped.get_secret("DB_PASSWORD", &none).await.unwrap();
@@ -73,9 +82,10 @@ async fn the_sidecar_tokens_are_never_served_whatever_the_prefix() {
             let Some(name) = variable.strip_prefix(prefix) else {
                 continue;
             };
+            // Exactly the answer for an unset variable.
             assert_eq!(
                 store.get_secret(name, &none).await,
-                Err(SecretError::NotFound(name.into())),
+                empty(name),
                 "prefix `{prefix}` served {variable}"
             );
         }
@@ -100,10 +110,7 @@ async fn the_allow_list_narrows_the_names_served() {
         let store =
             secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowedSecrets": allowed})).await;
         assert!(store.get_secret("DB", &none).await.is_ok());
-        assert_eq!(
-            store.get_secret("KEY", &none).await,
-            Err(SecretError::NotFound("KEY".into()))
-        );
+        assert_eq!(store.get_secret("KEY", &none).await, empty("KEY"));
         let all = store.bulk_get_secret(&none).await.unwrap();
         assert_eq!(
             all.keys().map(String::as_str).collect::<Vec<_>>(),
@@ -112,5 +119,5 @@ async fn the_allow_list_narrows_the_names_served() {
     }
     let aliased = secret_store(json!({"prefix": "REWIRE_IT_ALLOW_", "allowlist": "KEY"})).await;
     assert!(aliased.get_secret("KEY", &none).await.is_ok());
-    assert!(aliased.get_secret("DB", &none).await.is_err());
+    assert_eq!(aliased.get_secret("DB", &none).await, empty("DB"));
 }

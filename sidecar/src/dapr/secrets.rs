@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use rewire_runtime::Kind;
+use rewire_runtime::{echoed, Kind};
 use rewire_runtime::{Instance, SecretError, SecretMap, SecretStore};
 
 use super::call::Call;
@@ -15,10 +15,16 @@ use super::retry_rule;
 /// secret value).
 #[derive(Debug, thiserror::Error)]
 pub enum SecretOpError {
-    /// No secret store with that name in the call's generation.
+    /// The call's generation has no secret store at all (Dapr's wording;
+    /// HTTP 500 `ERR_SECRET_STORES_NOT_CONFIGURED`, gRPC
+    /// `FAILED_PRECONDITION`).
+    #[error("secret store is not configured")]
+    NotConfigured,
+    /// No secret store with that name in the call's generation, while
+    /// some exist (the name as [`echoed`]).
     #[error("secret store `{0}` is not found")]
     NotFound(String),
-    /// A secret could not be read.
+    /// A secret could not be read (store and name as [`echoed`]).
     #[error("failed getting secret with key `{name}` from secret store `{store}`: {source}")]
     Get {
         /// The store.
@@ -28,7 +34,8 @@ pub enum SecretOpError {
         /// Why (scrubbed).
         source: SecretError,
     },
-    /// The secrets of a store could not be read.
+    /// The secrets of a store could not be read (the store as
+    /// [`echoed`]).
     #[error("failed getting secrets from secret store `{store}`: {source}")]
     BulkGet {
         /// The store.
@@ -47,7 +54,14 @@ impl Call {
                 store: store.clone(),
                 call: self.clone(),
             }),
-            _ => Err(SecretOpError::NotFound(name.to_string())),
+            _ if !self
+                .generation()
+                .iter()
+                .any(|(key, _)| key.kind == Kind::SecretStore) =>
+            {
+                Err(SecretOpError::NotConfigured)
+            }
+            _ => Err(SecretOpError::NotFound(echoed(name).into_owned())),
         }
     }
 }
@@ -77,8 +91,8 @@ impl SecretOps {
             )
             .await
             .map_err(|e| SecretOpError::Get {
-                store: self.name.clone(),
-                name: name.to_string(),
+                store: echoed(&self.name).into_owned(),
+                name: echoed(name).into_owned(),
                 source: self.scrubbed(e),
             })
     }
@@ -99,7 +113,7 @@ impl SecretOps {
             )
             .await
             .map_err(|e| SecretOpError::BulkGet {
-                store: self.name.clone(),
+                store: echoed(&self.name).into_owned(),
                 source: self.scrubbed(e),
             })
     }

@@ -72,10 +72,12 @@ impl From<RequestLimitError> for Status {
     }
 }
 
-/// Dapr answers `INTERNAL` for a missing secret too.
+/// Dapr answers `INTERNAL` for a missing secret too; no secret store at
+/// all is `FAILED_PRECONDITION`.
 impl From<SecretOpError> for Status {
     fn from(err: SecretOpError) -> Self {
         let code = match err {
+            SecretOpError::NotConfigured => Code::FailedPrecondition,
             SecretOpError::NotFound(_) => Code::InvalidArgument,
             SecretOpError::Get { .. } | SecretOpError::BulkGet { .. } => Code::Internal,
         };
@@ -170,5 +172,14 @@ mod tests {
         let status = Status::from(LockOpError::NotConfigured);
         assert_eq!(status.code(), Code::FailedPrecondition);
         assert_eq!(status.message(), "lock store is not configured");
+    }
+
+    #[test]
+    fn no_secret_store_at_all_is_a_failed_precondition() {
+        let status = Status::from(SecretOpError::NotConfigured);
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(status.message(), "secret store is not configured");
+        let status = Status::from(SecretOpError::NotFound("vault".into()));
+        assert_eq!(status.code(), Code::InvalidArgument);
     }
 }

@@ -334,6 +334,12 @@ impl From<RequestLimitError> for HttpError {
 impl From<SecretOpError> for HttpError {
     fn from(err: SecretOpError) -> Self {
         match err {
+            // Dapr's answer when no secret store is configured at all.
+            SecretOpError::NotConfigured => Self::Api {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "ERR_SECRET_STORES_NOT_CONFIGURED",
+                message: err.to_string(),
+            },
             SecretOpError::NotFound(store) => Self::SecretStoreNotFound(store),
             SecretOpError::Get {
                 store,
@@ -468,5 +474,16 @@ mod tests {
         let error = HttpError::NotReady(vec!["state/a: warming up".into()]);
         assert_eq!(error.body()["notReady"][0], "state/a: warming up");
         assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn no_secret_store_at_all_is_dapr_not_configured() {
+        let none = HttpError::from(SecretOpError::NotConfigured);
+        assert_eq!(none.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(none.code(), "ERR_SECRET_STORES_NOT_CONFIGURED");
+        assert_eq!(none.body()["message"], "secret store is not configured");
+        let unknown = HttpError::from(SecretOpError::NotFound("vault".into()));
+        assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(unknown.code(), "ERR_SECRET_STORE_NOT_FOUND");
     }
 }
