@@ -126,7 +126,8 @@ mod tests {
                 .map_err(Status::from)
         })
         .await;
-        assert_eq!(missing.map_err(|s| s.code()), Err(Code::InvalidArgument));
+        // No state store at all: Dapr's FAILED_PRECONDITION.
+        assert_eq!(missing.map_err(|s| s.code()), Err(Code::FailedPrecondition));
         let answered = observed(&state, "GetMetadata", None, |call| async move {
             call.label("orders");
             Ok(call.generation().number)
@@ -135,7 +136,7 @@ mod tests {
         assert_eq!(answered.ok(), Some(1));
         let text = state.metrics.render(&state.runtime);
         assert!(
-            text.contains(r#"rewire_requests_total{api="grpc",method="GetState",store="",code="INVALID_ARGUMENT"} 1"#),
+            text.contains(r#"rewire_requests_total{api="grpc",method="GetState",store="",code="FAILED_PRECONDITION"} 1"#),
             "{text}"
         );
         assert!(
