@@ -9,8 +9,8 @@
 //! resource id containing `||` is refused, so no two resources (and no
 //! strategy) make the same key.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -52,8 +52,10 @@ pub fn key_base(key_prefix: &str, app_id: &str, store: &str) -> String {
     )
 }
 
-/// Longest time the previous namespace is still consulted after a change
-/// of server, database or key prefix (see [`RedisLock`]).
+/// How long the previous namespace is still consulted after a change of
+/// server, database or key prefix (see [`RedisLock`]), however short the
+/// locks this process granted: other sidecars (or this one before a
+/// restart) may hold locks there for that long.
 pub const MAX_GRACE: Duration = Duration::from_secs(60);
 
 /// Longest wait for one look-up in the previous namespace (less when its
@@ -78,17 +80,23 @@ struct Naming {
 /// connected and verified while the reload prepares, and swapped in only
 /// when it commits (a rollback drops it). Locks live in Redis, so a change
 /// of namespace — server, database or key prefix — leaves the held ones
-/// behind; for a grace after it, as long as the longest expiry this store
-/// granted and at most [`MAX_GRACE`], the previous namespace is still
-/// consulted: an unlock or keep-alive that finds no lock on the new one
-/// acts on the old one (a keep-alive moves the lock over), and a try-lock
-/// of a resource still held there is refused. Each look-up there waits at
-/// most [`PREVIOUS_LIMIT`] (its `dialTimeout` when shorter), and the first
-/// that finds the old server gone (connection refused, reset or dropped)
-/// ends the grace: its locks are no longer consulted, and requests no
+/// behind; for a grace of [`MAX_GRACE`] after it, whoever took them (this
+/// store, another sidecar, this one before a restart), the previous
+/// namespace is still consulted: an unlock or keep-alive that finds no
+/// lock on the new one acts on the old one (a keep-alive moves the lock
+/// over), and a try-lock of a resource still held there is refused. Each
+/// look-up there waits at most [`PREVIOUS_LIMIT`] (its `dialTimeout` when
+/// shorter), and the first that finds the old server gone (connection
+/// refused, reset or dropped) ends the grace: its locks are no longer consulted, and requests no
 /// longer wait for it. An old server that is slow to answer (a save, a
 /// stall) may still hold its locks: the request fails with a backend
 /// error, to retry, instead of taking them as not held.
+///
+/// A rebuilt store (a change that could not apply in place, or failed
+/// while staging) starts the same grace: at init it looks at the live
+/// instances of the same component (same app id, configuration folder and
+/// `kind/name`) and, when one of them is on another namespace (or still
+/// in the grace of one), consults that one for [`MAX_GRACE`].
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "lock",
@@ -105,11 +113,26 @@ pub struct RedisLock {
 /// What a change of namespace leaves behind, and how long to look at it.
 #[derive(Debug, Default)]
 struct Grace {
-    /// Longest expiry granted so far, in milliseconds.
-    longest_ms: AtomicU64,
     /// The namespace in force before the last change, while its locks may
     /// still be held.
     previous: ArcSwapOption<Previous>,
+    /// The store's connection, as a rebuilt successor sees it (set at
+    /// init).
+    connection: OnceLock<RedisConnection>,
+}
+
+/// The live instances of each `lock/redis` component, by component.
+static COMPONENTS: LazyLock<Mutex<HashMap<String, Vec<Weak<Grace>>>>> =
+    LazyLock::new(Default::default);
+
+/// The component `cx` initialises: its app, configuration folder and key.
+fn component_of(cx: &InitContext) -> String {
+    let dir = cx
+        .config_dir
+        .as_ref()
+        .map(|dir| dir.display().to_string())
+        .unwrap_or_default();
+    format!("{}\u{0}{dir}\u{0}{}", cx.app_id, cx.key)
 }
 
 #[derive(Debug)]
@@ -121,10 +144,6 @@ struct Previous {
 }
 
 impl Grace {
-    fn granted(&self, expiry_ms: u64) {
-        self.longest_ms.fetch_max(expiry_ms, Ordering::Relaxed);
-    }
-
     /// The previous namespace, while its grace lasts.
     fn previous(&self) -> Option<Arc<Previous>> {
         let previous = self.previous.load_full()?;
@@ -303,6 +322,54 @@ impl RedisLock {
         }
     }
 
+    /// Whether `a` and `b` are one namespace: one server (and database)
+    /// and one key base.
+    fn same_namespace(&self, a: &Session, b: &Session) -> bool {
+        a.same_server(b) && self.key_base(a) == self.key_base(b)
+    }
+
+    /// Joins the live instances of `component`: when one of them is on
+    /// another namespace (a rebuild after a change), or still consults
+    /// one, this store consults it for [`MAX_GRACE`], so that a lock held
+    /// there is not taken here.
+    fn adopt(&self, component: &str) {
+        let mut all = COMPONENTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        all.retain(|_, siblings| {
+            siblings.retain(|sibling| sibling.strong_count() > 0);
+            !siblings.is_empty()
+        });
+        let siblings = all.entry(component.to_string()).or_default();
+        let current = self.connection.session();
+        let mut found = None;
+        for sibling in siblings.iter().filter_map(Weak::upgrade) {
+            if let Some(theirs) = sibling.connection.get().map(RedisConnection::session) {
+                if theirs.is_connected() && !self.same_namespace(&theirs, &current) {
+                    found = Some(Arc::new(Previous {
+                        limit: previous_limit(theirs.metadata()),
+                        session: theirs,
+                        until: Instant::now() + MAX_GRACE,
+                    }));
+                    break;
+                }
+            }
+            let inherited = sibling
+                .previous()
+                .filter(|previous| !self.same_namespace(&previous.session, &current));
+            if let Some(previous) = inherited {
+                found = Some(previous);
+                break;
+            }
+        }
+        if let Some(previous) = found {
+            info!(component = %self.connection.label(), grace = ?previous.until.saturating_duration_since(Instant::now()), "Lock rebuilt on another namespace; the previous one is still consulted for its held locks.");
+            self.grace.previous.store(Some(previous));
+        }
+        let _ = self.grace.connection.set(self.connection.handle());
+        siblings.push(Arc::downgrade(&self.grace));
+    }
+
     /// The metadata in force.
     pub fn metadata(&self) -> RedisMetadata {
         self.connection.session().metadata().clone()
@@ -360,7 +427,9 @@ impl Component for RedisLock {
         });
         self.connection
             .init(&cx.key, cx.config_dir.as_deref())
-            .await
+            .await?;
+        self.adopt(&component_of(cx));
+        Ok(())
     }
 
     async fn readiness(&self) -> Readiness {
@@ -407,16 +476,17 @@ impl InPlaceUpdate for RedisLock {
             if old.same_server(&prepared) && old_base == new_base {
                 return;
             }
-            let longest = Duration::from_millis(grace.longest_ms.load(Ordering::Relaxed));
-            let lasts = longest.min(MAX_GRACE);
-            if !old.is_connected() || lasts.is_zero() {
+            // Whoever holds locks there (another sidecar, this one before a
+            // restart), for as long as they may: not only what this store
+            // granted.
+            if !old.is_connected() {
                 return;
             }
-            info!(component = %connection.label(), grace = ?lasts, "Lock namespace changed; the previous one is still consulted for its held locks.");
+            info!(component = %connection.label(), grace = ?MAX_GRACE, "Lock namespace changed; the previous one is still consulted for its held locks.");
             grace.previous.store(Some(Arc::new(Previous {
                 limit: previous_limit(old.metadata()),
                 session: old,
-                until: Instant::now() + lasts,
+                until: Instant::now() + MAX_GRACE,
             })));
         })))
     }
@@ -447,9 +517,6 @@ impl Lock for RedisLock {
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
         let taken = reply.is_some();
-        if taken {
-            self.grace.granted(expiry_ms);
-        }
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, taken, "Lock requested.");
         Ok(taken)
     }
@@ -486,9 +553,6 @@ impl Lock for RedisLock {
             if let Some(previous) = self.grace.previous() {
                 status = self.move_over(&previous, &session, &req, expiry_ms).await?;
             }
-        }
-        if status == UnlockStatus::Success {
-            self.grace.granted(expiry_ms);
         }
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, ?status, "Lock renewal requested.");
         Ok(status)

@@ -424,3 +424,107 @@ async fn a_stalled_previous_server_still_holds_its_locks() {
     );
     assert_eq!(store.try_lock(lock("r", "b", MINUTE)).await, Ok(true));
 }
+
+/// Stages and commits `metadata` on `store`.
+async fn change(store: &Arc<dyn Lock>, metadata: Value) {
+    let in_place = store.as_in_place().expect("in place");
+    let staged = in_place.stage_in_place(&common::metadata(metadata)).await;
+    let Ok(StagedInPlace::Deferred(pending)) = staged else {
+        panic!("expected a deferred change, got {staged:?}");
+    };
+    pending.apply();
+}
+
+/// Two sidecars serve one app on one server: A holds `r` through the
+/// first, the second (which never granted anything) is refused it, then
+/// moves to another server. The lock A still holds on the old server is
+/// not granted on the new one, whatever the second store granted itself;
+/// once A's lock expires there, it is.
+#[tokio::test]
+async fn a_lock_held_through_another_sidecar_is_not_taken_after_a_server_change() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let a = lock_store(json!({"redisHost": first.addr()})).await;
+    let b = lock_store(json!({"redisHost": first.addr()})).await;
+    let held_for = Duration::from_millis(1500);
+    assert_eq!(a.try_lock(lock("r", "A", held_for)).await, Ok(true));
+    assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+
+    change(&b, json!({"redisHost": second.addr()})).await;
+    assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&second, "lock||test||r").await, None);
+    assert_eq!(
+        b.unlock(unlock("r", "B")).await,
+        Ok(UnlockStatus::LockBelongsToOthers)
+    );
+
+    tokio::time::sleep(held_for + Duration::from_millis(200)).await;
+    assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("B")
+    );
+}
+
+/// The same with a `keyPrefix` change, on a store that granted only short
+/// locks itself (whose expiry is long past when the resource is asked
+/// for): A's lock, held through another sidecar for longer, still counts
+/// until A releases it.
+#[tokio::test]
+async fn a_key_prefix_change_honours_locks_longer_than_any_this_store_granted() {
+    let server = RedisServer::start().await;
+    let a = lock_store(json!({"redisHost": server.addr()})).await;
+    let b = lock_store(json!({"redisHost": server.addr()})).await;
+    assert_eq!(a.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+    assert_eq!(
+        b.try_lock(lock("s", "B", Duration::from_millis(100))).await,
+        Ok(true)
+    );
+    assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+
+    change(&b, json!({"redisHost": server.addr(), "keyPrefix": "none"})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&server, "lock||r").await, None);
+
+    assert_eq!(a.unlock(unlock("r", "A")).await, Ok(UnlockStatus::Success));
+    assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+    assert_eq!(owner_at(&server, "lock||r").await.as_deref(), Some("B"));
+}
+
+/// A change that rebuilds the store (here: a new instance of the same
+/// component on another server, built while the old one still serves, as
+/// a reload does) honours the locks held on the old server as an in-place
+/// change does, also once the old instance is closed; its owner still
+/// releases them through the new instance.
+#[tokio::test]
+async fn a_rebuilt_store_honours_locks_held_on_the_old_namespace() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let named = |metadata: Value| async move {
+        match common::start_named("lock", "rebuilt", "redis", metadata).await {
+            Ok(Instance::Lock(lock)) => lock,
+            other => panic!("expected a lock, got {other:?}"),
+        }
+    };
+    let old = named(json!({"redisHost": first.addr()})).await;
+    assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+
+    let new = named(json!({"redisHost": second.addr()})).await;
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    old.close().await.expect("close");
+    drop(old);
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&second, "lock||test||r").await, None);
+
+    assert_eq!(
+        new.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("B")
+    );
+}
