@@ -8,7 +8,9 @@
 //! before `||` (see [`Naming::key_base`]); callers see their own keys.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::{ArcSwapOption, Guard};
 
 use redis::RedisResult;
 use rewire_runtime::{
@@ -51,6 +53,34 @@ pub struct RedisStateStore {
     /// The replicas a strong write waits for.
     replicas: Replicas,
     naming: OnceLock<Naming>,
+    /// The key base last worked out and the `keyPrefix` it is for: a
+    /// request reads it (no allocation) while the prefix in force is the
+    /// same.
+    base: ArcSwapOption<KeyBase>,
+}
+
+/// A state key's base for one `keyPrefix`.
+#[derive(Debug, Default)]
+struct KeyBase {
+    key_prefix: String,
+    base: String,
+}
+
+/// The base of a request's keys: the one cached, or one just worked out.
+enum Base {
+    Cached(Guard<Option<Arc<KeyBase>>>),
+    Fresh(Arc<KeyBase>),
+}
+
+impl std::ops::Deref for Base {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Base::Cached(cached) => cached.as_ref().map_or("", |c| c.base.as_str()),
+            Base::Fresh(fresh) => &fresh.base,
+        }
+    }
 }
 
 /// What Dapr's key prefix strategies put in state keys besides
@@ -101,17 +131,38 @@ impl RedisStateStore {
             connection: RedisConnection::new(metadata),
             replicas: Replicas::default(),
             naming: OnceLock::new(),
+            base: ArcSwapOption::empty(),
         }
     }
 
     /// The part of every stored key before the caller's key, in
-    /// `session` (its `keyPrefix`).
-    fn key_base(&self, session: &Session) -> String {
-        self.naming().key_base(&session.metadata().key_prefix)
+    /// `session` (its `keyPrefix`): worked out once per `keyPrefix`, read
+    /// without allocating by every request after.
+    fn key_base(&self, session: &Session) -> Base {
+        let key_prefix = &session.metadata().key_prefix;
+        let cached = self.base.load();
+        if cached.as_ref().is_some_and(|c| c.key_prefix == *key_prefix) {
+            return Base::Cached(cached);
+        }
+        let fresh = Arc::new(KeyBase {
+            key_prefix: key_prefix.clone(),
+            base: self.naming().key_base(key_prefix),
+        });
+        // Cached only once init has named the store (before, the base
+        // lacks the app id and the store's name).
+        if self.naming.get().is_some() {
+            self.base.store(Some(Arc::clone(&fresh)));
+        }
+        Base::Fresh(fresh)
     }
 
-    fn naming(&self) -> Naming {
-        self.naming.get().cloned().unwrap_or_default()
+    fn naming(&self) -> &Naming {
+        static UNNAMED: Naming = Naming {
+            app_id: String::new(),
+            store: String::new(),
+            namespace: String::new(),
+        };
+        self.naming.get().unwrap_or(&UNNAMED)
     }
 
     /// The metadata in force.
@@ -221,7 +272,7 @@ impl StateStore for RedisStateStore {
             _ => "0",
         };
         let version: i64 = scripts::SET
-            .key(format!("{}{}", self.key_base(&session), req.key))
+            .key(format!("{}{}", &*self.key_base(&session), req.key))
             .arg(&etag)
             .arg(first_write)
             .arg(&req.value)
@@ -242,7 +293,7 @@ impl StateStore for RedisStateStore {
     async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
         let (session, mut conn) = self.session()?;
         let etag = etag_arg(&req.key, req.etag.as_deref())?;
-        let key = format!("{}{}", self.key_base(&session), req.key);
+        let key = format!("{}{}", &*self.key_base(&session), req.key);
         let outcome: RedisResult<i64> = if etag.is_empty() {
             redis::cmd("DEL").arg(&key).query_async(&mut conn).await
         } else {
@@ -275,7 +326,7 @@ impl StateStore for RedisStateStore {
         }
         let (session, conn) = self.session()?;
         let base = self.key_base(&session);
-        let full_keys = keys.iter().map(|key| format!("{base}{key}")).collect();
+        let full_keys = keys.iter().map(|key| format!("{}{key}", &*base)).collect();
         let replies = read_snapshots(conn, full_keys)
             .await
             .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
@@ -319,7 +370,7 @@ impl StateStore for RedisStateStore {
 
     /// One Lua script: every etag checked, then every write, atomically.
     async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
-        super::state_transaction::execute(&self.connection, &self.naming(), req).await
+        super::state_transaction::execute(&self.connection, self.naming(), req).await
     }
 }
 
