@@ -154,7 +154,11 @@ pub trait Component: Any + Send + Sync {
     }
 
     /// Polled after `init` until it answers [`Readiness::Ready`] or the
-    /// readiness timeout passes.
+    /// readiness timeout passes; asked again by `/v1.0/healthz` and the
+    /// status, which wait 1 s for it (an answer later than that counts as
+    /// not ready): bound a check of a backend below that (the built-in
+    /// stores give theirs 800 ms) and answer [`Readiness::Degraded`] when
+    /// it serves without the backend.
     async fn readiness(&self) -> Readiness {
         Readiness::Ready
     }
