@@ -479,3 +479,161 @@ async fn a_rebuilt_store_that_cannot_be_read_is_not_reported_as_every_key_delete
     );
     runtime.shutdown().await;
 }
+
+/// Identity of a [`Shared`] item: (label, key).
+type SharedId = (Option<String>, String);
+
+/// What every [`Shared`] instance holds: (value, version) by identity, so
+/// a rebuilt instance reads what the retired one wrote (as etcd does).
+static SHARED: Mutex<BTreeMap<SharedId, (String, u64)>> = Mutex::new(BTreeMap::new());
+static SHARED_VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn shared_write(label: Option<&str>, key: &str, value: &str) -> ConfigItem {
+    let version = SHARED_VERSION.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    SHARED.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        (label.map(str::to_string), key.to_string()),
+        (value.to_string(), version),
+    );
+    ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        version: version.to_string(),
+        label: label.map(str::to_string),
+        ..ConfigItem::default()
+    }
+}
+
+#[derive(Deserialize)]
+struct SharedMeta {
+    #[serde(default, rename = "generation")]
+    _generation: u32,
+}
+
+/// A config store with labels and versions over [`SHARED`], read as etcd
+/// and memory read: a get naming keys reads the default label only, while
+/// a subscription reports every label's changes of its keys. Not dynamic.
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.subscription.shared")]
+struct Shared {
+    // Read for its change only (a rebuild).
+    #[allow(dead_code)]
+    #[metadata]
+    meta: SharedMeta,
+    hub: SubscriptionHub,
+}
+
+#[async_trait]
+impl Component for Shared {}
+
+#[async_trait]
+impl ConfigStore for Shared {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(shared
+            .iter()
+            .filter(|((label, key), _)| {
+                query.keys.contains(key) && *label == query.label && query.group.is_none()
+            })
+            .map(|((label, key), (value, version))| ConfigItem {
+                key: key.clone(),
+                value: value.clone(),
+                version: version.to_string(),
+                label: label.clone(),
+                ..ConfigItem::default()
+            })
+            .collect())
+    }
+
+    async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
+        let written: Vec<ConfigItem> = items
+            .iter()
+            .map(|item| shared_write(item.label.as_deref(), &item.key, &item.value))
+            .collect();
+        self.hub.publish(&written);
+        Ok(())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Ok(self.hub.subscribe(query))
+    }
+}
+
+/// A rebuild's catch-up is computed as the subscription delivers: a
+/// labelled variant delivered through the store's subscription (which the
+/// new instance's get of the keys does not list) is not reported deleted,
+/// and the items caught up are whole (with their version). Failed before
+/// the fix: the catch-up held `host` (label `prod`) with an empty value,
+/// and `port` with an empty version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_catches_up_whole_items_without_false_deletions_of_labelled_variants() {
+    let config = |generation: u32| {
+        format!(
+            r#"{{"appId": "subscription", "components": {{"config_store": {{"cfg": {{"type": "test.subscription.shared",
+                "metadata": {{"generation": {generation}}}}}}}}}}}"#
+        )
+    };
+    shared_write(None, "host", "a");
+    let runtime = start(&config(1)).await;
+    let mut subscription = runtime
+        .config_store("cfg")
+        .subscribe(ConfigQuery::keys(["host", "port"]))
+        .await
+        .expect("subscribe");
+    let mut delivered: Vec<ConfigItem> = Vec::new();
+    async fn until(
+        subscription: &mut ConfigSubscription,
+        delivered: &mut Vec<ConfigItem>,
+        done: impl Fn(&[ConfigItem]) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(delivered) {
+            match tokio::time::timeout_at(deadline, subscription.changes.recv()).await {
+                Ok(Some(change)) => delivered.extend(change.items),
+                Ok(None) => panic!("the subscription ended; delivered {delivered:?}"),
+                Err(_) => panic!("not delivered in time: {delivered:?}"),
+            }
+        }
+    }
+    // The labelled variant, through the store's subscription.
+    let store = runtime.config_store("cfg").load().unwrap();
+    store
+        .set(vec![ConfigItem {
+            key: "host".into(),
+            value: "b".into(),
+            label: Some("prod".into()),
+            ..ConfigItem::default()
+        }])
+        .await
+        .unwrap();
+    drop(store);
+    until(&mut subscription, &mut delivered, |d| {
+        d.iter().any(|i| i.key == "host" && i.value == "b")
+    })
+    .await;
+    // A write the subscription did not report (made while rebuilding).
+    let port = shared_write(None, "port", "p1");
+
+    let record = apply_ok(&runtime, &config(2)).await;
+    assert_eq!(
+        reload_support::action(&record, "config_store/cfg"),
+        Action::Rebuilt
+    );
+    until(&mut subscription, &mut delivered, |d| {
+        d.iter().any(|i| i.key == "port")
+    })
+    .await;
+    set_current(&runtime, "host", "c").await;
+    until(&mut subscription, &mut delivered, |d| {
+        d.iter().any(|i| i.key == "host" && i.value == "c")
+    })
+    .await;
+    assert!(
+        !delivered.iter().any(|i| i.value.is_empty()),
+        "a false deletion: {delivered:?}"
+    );
+    let caught_up: Vec<&ConfigItem> = delivered.iter().filter(|i| i.key == "port").collect();
+    assert_eq!(caught_up.len(), 1, "{delivered:?}");
+    assert_eq!(caught_up[0].value, "p1");
+    assert_eq!(caught_up[0].version, port.version, "{delivered:?}");
+    runtime.shutdown().await;
+}

@@ -47,8 +47,15 @@ impl ConfigStoreHandle {
             .load()
             .map_err(|e| ConfigError::Backend(e.to_string()))?;
         let inner = store.subscribe(query.clone()).await?;
-        // Unreadable now: nothing delivered yet, nothing to compare with.
-        let last = snapshot(&store, &query).await.unwrap_or_default();
+        // Unreadable now: what the subscriber knows is unknown (not
+        // "nothing"), so a rebuild is not compared with it.
+        let last = match snapshot(&store, &query).await {
+            Ok(now) => Some(now),
+            Err(err) => {
+                tracing::warn!(error = %err, "Reading a config store to subscribe failed; a rebuild before it is read again delivers no differences.");
+                None
+            }
+        };
         let (sender, changes) = mpsc::channel(BUFFER);
         let id = inner.id.clone();
         let forwarder = Forwarder {
@@ -57,6 +64,7 @@ impl ConfigStoreHandle {
             store,
             inner: Some(inner),
             last,
+            caught_up: BTreeMap::new(),
             sender,
         };
         tokio::spawn(forwarder.run(published));
@@ -64,12 +72,12 @@ impl ConfigStoreHandle {
     }
 }
 
-async fn snapshot(
-    store: &Arc<dyn ConfigStore>,
-    query: &ConfigQuery,
-) -> Result<BTreeMap<ItemId, String>, ConfigError> {
+/// Items by identity, whole (value, version, metadata).
+type Items = BTreeMap<ItemId, ConfigItem>;
+
+async fn snapshot(store: &Arc<dyn ConfigStore>, query: &ConfigQuery) -> Result<Items, ConfigError> {
     let items = store.get(query).await?;
-    Ok(items.iter().map(|i| (id_of(i), i.value.clone())).collect())
+    Ok(items.into_iter().map(|i| (id_of(&i), i)).collect())
 }
 
 struct Forwarder {
@@ -77,7 +85,13 @@ struct Forwarder {
     query: ConfigQuery,
     store: Arc<dyn ConfigStore>,
     inner: Option<ConfigSubscription>,
-    last: BTreeMap<ItemId, String>,
+    /// What the subscriber knows: the items last read or delivered; `None`
+    /// while unknown (the store could not be read when subscribing).
+    last: Option<Items>,
+    /// The items of the last catch-up that carry a version: the new
+    /// instance's subscription may report the same write again (made
+    /// between its subscribe and its read), which is not delivered twice.
+    caught_up: Items,
     sender: mpsc::Sender<ConfigChange>,
 }
 
@@ -86,9 +100,15 @@ impl Forwarder {
         loop {
             tokio::select! {
                 change = next_change(&mut self.inner) => match change {
-                    Some(change) => {
-                        for item in &change.items {
-                            self.last.insert(id_of(item), item.value.clone());
+                    Some(mut change) => {
+                        change.items.retain(|item| !self.repeats_catch_up(item));
+                        if change.items.is_empty() {
+                            continue;
+                        }
+                        if let Some(last) = &mut self.last {
+                            for item in &change.items {
+                                last.insert(id_of(item), item.clone());
+                            }
                         }
                         if !self.deliver(change) {
                             return;
@@ -120,6 +140,19 @@ impl Forwarder {
         }
     }
 
+    /// Whether `item` is a write the last catch-up already delivered (same
+    /// identity, value and non-empty version).
+    fn repeats_catch_up(&mut self, item: &ConfigItem) -> bool {
+        let id = id_of(item);
+        let repeats = self.caught_up.get(&id).is_some_and(|sent| {
+            !sent.version.is_empty() && sent.version == item.version && sent.value == item.value
+        });
+        if repeats {
+            self.caught_up.remove(&id);
+        }
+        repeats
+    }
+
     /// After a publish: moves to the new instance if the store was
     /// replaced. Returns false when the subscription should end.
     async fn follow(&mut self) -> bool {
@@ -138,6 +171,7 @@ impl Forwarder {
         };
         self.store = Arc::clone(&current);
         self.inner = Some(inner);
+        self.caught_up.clear();
         let now = match snapshot(&current, &self.query).await {
             Ok(now) => now,
             Err(err) => {
@@ -148,18 +182,19 @@ impl Forwarder {
                 return true;
             }
         };
-        let mut items = Vec::new();
-        for (id, value) in &now {
-            if self.last.get(id) != Some(value) {
-                items.push(item_of(id, value));
-            }
-        }
-        for id in self.last.keys() {
-            if !now.contains_key(id) {
-                items.push(item_of(id, ""));
-            }
-        }
-        self.last = now;
+        let Some(last) = self.last.take() else {
+            // What the subscriber knows is unknown: nothing to compare
+            // with; the new instance's items are the record from here.
+            self.last = Some(now);
+            return true;
+        };
+        let (items, record) = catch_up(&current, &self.query, &last, now).await;
+        self.last = Some(record);
+        self.caught_up = items
+            .iter()
+            .filter(|item| !item.version.is_empty())
+            .map(|item| (id_of(item), item.clone()))
+            .collect();
         items.is_empty() || self.deliver(ConfigChange { items })
     }
 
@@ -181,12 +216,83 @@ impl Forwarder {
     }
 }
 
-fn item_of(id: &ItemId, value: &str) -> ConfigItem {
+/// What differs between `last` (what the subscriber knows) and `now` (the
+/// new instance's items for the query), as the items to deliver (whole, as
+/// the store reads them; a deletion has an empty value), and the new
+/// record of what the subscriber knows.
+///
+/// A store's get may see fewer items than its subscription reports (the
+/// memory and etcd stores read only the default group and label when keys
+/// are named, while a subscription reports every group's and label's
+/// changes of them): an item known but missing from `now` is read again by
+/// its own group and label before it is reported deleted, and one that
+/// cannot be read is left as known.
+async fn catch_up(
+    store: &Arc<dyn ConfigStore>,
+    query: &ConfigQuery,
+    last: &Items,
+    now: Items,
+) -> (Vec<ConfigItem>, Items) {
+    let mut items: Vec<ConfigItem> = now
+        .iter()
+        .filter(|(id, item)| last.get(*id).map(|known| &known.value) != Some(&item.value))
+        .map(|(_, item)| item.clone())
+        .collect();
+    let mut record = now;
+    // Known (and not already reported deleted) but not read: by scope.
+    let mut missing: BTreeMap<(Option<String>, Option<String>), Vec<&ConfigItem>> = BTreeMap::new();
+    for (id, known) in last {
+        if !known.value.is_empty() && !record.contains_key(id) {
+            missing
+                .entry((id.0.clone(), id.1.clone()))
+                .or_default()
+                .push(known);
+        }
+    }
+    for ((group, label), known) in missing {
+        let exact = ConfigQuery {
+            keys: known.iter().map(|item| item.key.clone()).collect(),
+            group: group.clone(),
+            label: label.clone(),
+            metadata: query.metadata.clone(),
+        };
+        let found = match store.get(&exact).await {
+            Ok(found) => found,
+            Err(err) => {
+                tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
+                for item in known {
+                    record.insert(id_of(item), item.clone());
+                }
+                continue;
+            }
+        };
+        let found: Items = found
+            .into_iter()
+            .filter(|item| item.group == group && item.label == label)
+            .map(|item| (id_of(&item), item))
+            .collect();
+        for item in known {
+            let id = id_of(item);
+            match found.get(&id) {
+                Some(read) => {
+                    if read.value != item.value {
+                        items.push(read.clone());
+                    }
+                    record.insert(id, read.clone());
+                }
+                None => items.push(deletion_of(item)),
+            }
+        }
+    }
+    (items, record)
+}
+
+/// The deletion of `item`: its identity with an empty value.
+fn deletion_of(item: &ConfigItem) -> ConfigItem {
     ConfigItem {
-        key: id.2.clone(),
-        value: value.to_string(),
-        group: id.0.clone(),
-        label: id.1.clone(),
+        key: item.key.clone(),
+        group: item.group.clone(),
+        label: item.label.clone(),
         ..ConfigItem::default()
     }
 }
