@@ -238,3 +238,90 @@ async fn alpha1_subscriptions_outlive_the_call_timeout_and_end_at_shutdown() {
         "the stream ended"
     );
 }
+
+async fn set_labelled(sidecar: &Sidecar, key: &str, label: Option<&str>, value: &str) {
+    let store = sidecar.runtime.config_store("config").load().unwrap();
+    let item = ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        label: label.map(str::to_string),
+        ..ConfigItem::default()
+    };
+    store.set(vec![item]).await.expect("set failed");
+}
+
+/// Dapr's requests carry no group or label: a labelled variant of a key
+/// (written through Layotto's API, say) is neither read nor delivered as
+/// the key itself. Failed before the fix: the get of every key answered
+/// `host=b` (the `prod` variant, last in the listing), and the subscriber
+/// of `host` was sent `host=c` when `host@prod` changed.
+#[tokio::test]
+async fn dapr_reads_and_subscriptions_ignore_labelled_variants_on_etcd() {
+    let etcd = testkit::etcd::EtcdServer::start().await;
+    let config = format!(
+        r#"{{"appId": "shop", "components": {{"config_store": {{"config": {{"type": "etcd",
+            "metadata": {{"endpoints": "{}", "keyPrefix": "/config/"}}}}}}}}}}"#,
+        etcd.endpoint()
+    );
+    let sidecar = Sidecar::start(&config, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    set_labelled(&sidecar, "host", None, "a").await;
+    set_labelled(&sidecar, "host", Some("prod"), "b").await;
+    for keys in [vec![], vec!["host".to_string()]] {
+        let items = client
+            .get_configuration(GetConfigurationRequest {
+                store_name: "config".into(),
+                keys: keys.clone(),
+                metadata: HashMap::new(),
+            })
+            .await
+            .expect("get")
+            .into_inner()
+            .items;
+        assert_eq!(items.len(), 1, "{keys:?}: {items:?}");
+        assert_eq!(items["host"].value, "a", "{keys:?}: {items:?}");
+    }
+
+    let mut stream = client
+        .subscribe_configuration(subscribe_request(&["host"]))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let first = grpc::next(&mut stream).await.unwrap().unwrap();
+    let id = first.id;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    set_labelled(&sidecar, "host", Some("prod"), "c").await;
+    set_labelled(&sidecar, "host", None, "d").await;
+    // The first change delivered is the key's own.
+    let values = next_values(&mut stream, &id).await;
+    assert_eq!(values, HashMap::from([("host".into(), "d".into())]));
+    sidecar.stop().await;
+}
+
+/// No configuration store at all: Dapr's `FAILED_PRECONDITION`, not a
+/// store that is not found (failed before the fix: `INVALID_ARGUMENT`).
+#[tokio::test]
+async fn no_configuration_store_at_all_is_failed_precondition() {
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let err = client
+        .get_configuration(GetConfigurationRequest {
+            store_name: "config".into(),
+            keys: vec![],
+            metadata: HashMap::new(),
+        })
+        .await
+        .expect_err("no store");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert_eq!(err.message(), "configuration stores not configured");
+    let err = client
+        .subscribe_configuration(subscribe_request(&["host"]))
+        .await
+        .expect_err("no store");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    sidecar.stop().await;
+}

@@ -78,3 +78,70 @@ async fn unknown_store_is_a_dapr_error() {
     );
     sidecar.stop().await;
 }
+
+/// Dapr's requests carry no group or label: the get of every key and the
+/// get of `host` both answer the key itself, not its `prod` variant.
+/// Failed before the fix: the get of every key answered `host=b`.
+#[tokio::test]
+async fn get_ignores_labelled_variants_on_etcd() {
+    let etcd = testkit::etcd::EtcdServer::start().await;
+    let config = format!(
+        r#"{{"appId": "shop", "components": {{"config_store": {{"cfg": {{"type": "etcd",
+            "metadata": {{"endpoints": "{}", "keyPrefix": "/config/"}}}}}}}}}}"#,
+        etcd.endpoint()
+    );
+    let sidecar = Sidecar::start(&config, ApiOptions::default()).await;
+    let store = sidecar.runtime.config_store("cfg").load().unwrap();
+    for (label, value) in [(None, "a"), (Some("prod"), "b")] {
+        let item = rewire::ConfigItem {
+            key: "host".into(),
+            value: value.into(),
+            label: label.map(str::to_string),
+            ..rewire::ConfigItem::default()
+        };
+        store.set(vec![item]).await.expect("set failed");
+    }
+    let client = Client::new();
+    for query in ["", "?key=host"] {
+        let url = format!("{}/v1.0/configuration/cfg{query}", sidecar.http_url());
+        let response = get(&client, url).await;
+        assert_eq!(response.status(), StatusCode::OK, "{query}");
+        let items = body_json(response).await;
+        assert_eq!(
+            items.as_object().map(|o| o.len()),
+            Some(1),
+            "{query}: {items}"
+        );
+        assert_eq!(items["host"]["value"], "a", "{query}: {items}");
+    }
+    // Asked for by label (rewire's own parameter), the variant itself.
+    let url = format!("{}/v1.0/configuration/cfg?label=prod", sidecar.http_url());
+    let items = body_json(get(&client, url).await).await;
+    assert_eq!(items.as_object().map(|o| o.len()), Some(1), "{items}");
+    assert_eq!(items["host"]["value"], "b", "{items}");
+    sidecar.stop().await;
+}
+
+/// No configuration store at all: Dapr's 500
+/// `ERR_CONFIGURATION_STORE_NOT_CONFIGURED` (failed before the fix: 400
+/// `ERR_CONFIGURATION_STORE_NOT_FOUND`).
+#[tokio::test]
+async fn no_configuration_store_at_all_is_not_configured() {
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let client = Client::new();
+    let response = get(
+        &client,
+        format!("{}/v1.0/configuration/cfg?key=a", sidecar.http_url()),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body_json(response).await["errorCode"],
+        "ERR_CONFIGURATION_STORE_NOT_CONFIGURED"
+    );
+    sidecar.stop().await;
+}

@@ -19,6 +19,11 @@ use super::retry_rule;
 /// Why a configuration operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigOpError {
+    /// The call's generation has no configuration store at all (Dapr's
+    /// `ERR_CONFIGURATION_STORE_NOT_CONFIGURED`: HTTP 500, gRPC
+    /// `FAILED_PRECONDITION`).
+    #[error("configuration stores not configured")]
+    NotConfigured,
     /// No configuration store with that name in the call's generation
     /// (the name as [`echoed`]).
     #[error("configuration store `{0}` is not found")]
@@ -77,7 +82,7 @@ impl ConfigOpError {
     /// The store's own error, when the store was found.
     pub fn store_error(&self) -> Option<&ConfigError> {
         match self {
-            Self::NotFound(_) | Self::TooLarge { .. } => None,
+            Self::NotConfigured | Self::NotFound(_) | Self::TooLarge { .. } => None,
             Self::Get { source, .. }
             | Self::Save { source, .. }
             | Self::Delete { source, .. }
@@ -95,6 +100,13 @@ impl Call {
                 store: store.clone(),
                 call: self.clone(),
             }),
+            _ if !self
+                .generation()
+                .iter()
+                .any(|(key, _)| key.kind == Kind::ConfigStore) =>
+            {
+                Err(ConfigOpError::NotConfigured)
+            }
             _ => Err(ConfigOpError::NotFound(echoed(name).into_owned())),
         }
     }
@@ -113,11 +125,15 @@ impl ConfigOps {
     pub async fn get(
         &self,
         query: &ConfigQuery,
-        mut budget: ResponseBudget,
+        budget: ResponseBudget,
     ) -> Result<Vec<ConfigItem>, ConfigOpError> {
+        let items = self.read(query).await?;
+        self.within(items, budget)
+    }
+
+    async fn read(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigOpError> {
         let store = &self.store;
-        let items = self
-            .call
+        self.call
             .guarded(
                 self.target(),
                 retry_rule::IDEMPOTENT,
@@ -130,7 +146,14 @@ impl ConfigOps {
                 store: self.name.clone(),
                 keys: shown_keys(query.keys.iter().map(String::as_str)),
                 source: self.scrubbed(e),
-            })?;
+            })
+    }
+
+    fn within(
+        &self,
+        items: Vec<ConfigItem>,
+        mut budget: ResponseBudget,
+    ) -> Result<Vec<ConfigItem>, ConfigOpError> {
         for item in &items {
             budget
                 .take(config_item_bytes(item))
@@ -140,6 +163,30 @@ impl ConfigOps {
                 })?;
         }
         Ok(items)
+    }
+
+    /// Dapr's get: as [`get`](Self::get), keeping only the items of the
+    /// query's own group and label — none for a Dapr request, which never
+    /// carries one. A store lists every group's and label's items when
+    /// asked for all keys ([`ConfigQuery::matches`] takes "no label" as
+    /// "any"), and Dapr's answer is keyed by the bare key: a labelled
+    /// variant would stand in for the key itself.
+    pub async fn get_dapr(
+        &self,
+        query: &ConfigQuery,
+        budget: ResponseBudget,
+    ) -> Result<Vec<ConfigItem>, ConfigOpError> {
+        let mut items = self.read(query).await?;
+        items.retain(|item| in_scope(query, item));
+        self.within(items, budget)
+    }
+
+    /// Whether a Dapr subscription delivers `item`: only an item with no
+    /// group and no label (Dapr's requests carry neither, and its answers
+    /// are keyed by the bare key), though the store's subscription reports
+    /// every group's and label's changes of the keys.
+    pub fn dapr_visible(item: &ConfigItem) -> bool {
+        in_scope(&ConfigQuery::default(), item)
     }
 
     /// Writes `items` (Layotto's `SaveConfiguration`); a read-only store
@@ -215,6 +262,15 @@ impl ConfigOps {
             ConfigError::Backend(m) => ConfigError::Backend(self.call.scrub(&m)),
         }
     }
+}
+
+/// Whether `item` is of exactly the group and label of `query` (none
+/// meaning none, not any): what Dapr's API shows of a store.
+fn in_scope(query: &ConfigQuery, item: &ConfigItem) -> bool {
+    fn given(value: &Option<String>) -> Option<&str> {
+        value.as_deref().filter(|v| !v.trim().is_empty())
+    }
+    given(&item.group) == given(&query.group) && given(&item.label) == given(&query.label)
 }
 
 /// Keys shown in an error at most.

@@ -30,7 +30,8 @@ pub(super) async fn get(
         metadata: req.metadata,
         ..ConfigQuery::default()
     };
-    let items = store.get(&query, budget).await?;
+    // The keys themselves, not their grouped or labelled variants.
+    let items = store.get_dapr(&query, budget).await?;
     let items = items
         .into_iter()
         .map(|item| {

@@ -87,6 +87,10 @@ impl From<SecretOpError> for Status {
 
 impl From<ConfigOpError> for Status {
     fn from(err: ConfigOpError) -> Self {
+        if let ConfigOpError::NotConfigured = err {
+            // Dapr's answer when no configuration store is configured.
+            return Status::failed_precondition(err.to_string());
+        }
         let code = match err.store_error() {
             None if matches!(err, ConfigOpError::TooLarge { .. }) => Code::ResourceExhausted,
             None => Code::InvalidArgument,

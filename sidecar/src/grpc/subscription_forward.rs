@@ -3,6 +3,8 @@
 //! queues it for the client without waiting; a client whose queue is full
 //! (bytes or messages) is dropped with its reason, as is one dropped to make
 //! room for others when all queues together are full and it holds the most.
+//! It forwards Dapr's subscriptions (gRPC and HTTP), so only the items with
+//! no group and no label: Dapr's requests carry neither.
 
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -10,7 +12,7 @@ use tonic::Status;
 use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use super::subscription_queue::{QueueSender, Refused};
-use crate::dapr::config_item_bytes;
+use crate::dapr::{config_item_bytes, ConfigOps};
 use rewire_runtime::{ConfigChange, ConfigSubscription};
 
 /// Forwards one subscription's changes to its stream, never waiting on the
@@ -35,7 +37,7 @@ impl Forward {
                 () = self.sender.closed() => break,
                 change = self.subscription.changes.recv() => change,
             };
-            let Some(change) = change else {
+            let Some(mut change) = change else {
                 let ended = Status::unavailable(format!(
                     "subscription `{}` ended: configuration store `{}` is no longer running",
                     self.id, self.store
@@ -43,6 +45,13 @@ impl Forward {
                 self.sender.end(ended);
                 break;
             };
+            // Dapr's subscriptions see the keys themselves, not their
+            // grouped or labelled variants (which the store reports too,
+            // and which would arrive under the bare key).
+            change.items.retain(ConfigOps::dapr_visible);
+            if change.items.is_empty() {
+                continue;
+            }
             let size = change.items.iter().map(config_item_bytes).sum::<usize>() + self.id.len();
             match self.sender.try_send(Ok(self.response(change)), size) {
                 Ok(()) => {}

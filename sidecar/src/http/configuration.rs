@@ -1,13 +1,16 @@
 //! Dapr's configuration route: `GET /v1.0/configuration/{store}?key=a&key=b`
 //! (also under `/v1.0-alpha1`), answering `{"a": {"value", "version",
 //! "metadata"}}`. No `key` means every key. `group` and `label` query
-//! parameters narrow the query for stores that have them (Layotto's model).
+//! parameters narrow the query for stores that have them (Layotto's model);
+//! the answer holds only the items of exactly that group and label (none
+//! when not given: the keys themselves, not their labelled variants).
 //!
 //! Dapr's configuration subscriptions over HTTP:
 //! `GET /v1.0/configuration/{store}/subscribe?key=a&key=b` answers
 //! `{"id": "..."}`, then each change is posted to the app
 //! ([`ConfigUpdates`]); `GET /v1.0/configuration/{store}/{id}/unsubscribe`
-//! answers `{"ok": true}` (both also under `/v1.0-alpha1`).
+//! answers `{"ok": true}` (both also under `/v1.0-alpha1`). A subscription
+//! delivers the items with no group and no label, as Dapr's.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -49,7 +52,9 @@ pub async fn get(
     let pairs = query_pairs(query)?;
     let query = config_query(&pairs, &store_name)?;
     let budget = ResponseBudget::new(state.options.max_response_bytes);
-    let items = store.get(&query, budget).await?;
+    // The items of exactly the group and label asked for (none: the keys
+    // themselves, not their grouped or labelled variants).
+    let items = store.get_dapr(&query, budget).await?;
     if items.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
@@ -107,7 +112,13 @@ pub async fn subscribe(
         return Err(no_app_channel(&state));
     }
     let pairs = query_pairs(query)?;
-    let query = config_query(&pairs, &store_name)?;
+    // Dapr's subscriptions deliver the keys with no group and no label
+    // (see `subscription_forward`): `group` and `label` are not for them.
+    let query = ConfigQuery {
+        group: None,
+        label: None,
+        ..config_query(&pairs, &store_name)?
+    };
     let subscription = store.subscribe(query).await?;
     let id = updates
         .open(&store_name, subscription)

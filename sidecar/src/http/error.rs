@@ -359,6 +359,12 @@ impl From<SecretOpError> for HttpError {
 impl From<ConfigOpError> for HttpError {
     fn from(err: ConfigOpError) -> Self {
         match err {
+            // Dapr's answer when no configuration store is configured at all.
+            ConfigOpError::NotConfigured => Self::Api {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "ERR_CONFIGURATION_STORE_NOT_CONFIGURED",
+                message: err.to_string(),
+            },
             ConfigOpError::NotFound(store) => Self::ConfigStoreNotFound(store),
             too_large @ ConfigOpError::TooLarge { .. } => {
                 Self::ResponseTooLarge(too_large.to_string())
