@@ -43,6 +43,59 @@ const READINESS_PING_LIMIT: Duration = Duration::from_millis(800);
 pub struct Session {
     metadata: Arc<RedisMetadata>,
     link: Option<Link>,
+    /// The connection of the commands that block theirs (a strong write's
+    /// `WAIT`), apart from the shared one: see [`Session::exclusive`].
+    strong: StrongSlot,
+}
+
+/// A session's connection for commands that block it: opened at the first
+/// use, lent to one use at a time, kept for the next only when every
+/// command of the use answered (see [`Exclusive::keep`]).
+#[derive(Default)]
+struct StrongSlot(tokio::sync::Mutex<Option<AnyConnection>>);
+
+/// A connection lent to one use, apart from the connection every other
+/// command shares (see [`Session::exclusive`]): bounded as that one is.
+///
+/// The connection reconnects by itself only after one of its commands
+/// failed (the client speaks RESP2, and no disconnection notice reaches
+/// it), and a use that met an error, or was given up midway, does not
+/// give it back: so every command of a use ran on the one connection the
+/// use began with, and a connection that broke midway fails the use
+/// instead of carrying its last commands on a new one (a `WAIT` on a new
+/// connection would count replicas of nothing).
+pub struct Exclusive<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<AnyConnection>>,
+    kept: AnyConnection,
+    connection: BoundedConnection,
+}
+
+impl Exclusive<'_> {
+    /// The connection, for the use's commands.
+    pub fn connection(&mut self) -> &mut BoundedConnection {
+        &mut self.connection
+    }
+
+    /// Gives the connection back for the next use: every command of this
+    /// one answered. Dropped without this, the connection closes and the
+    /// next use opens another.
+    pub fn keep(mut self) {
+        *self.slot = Some(self.kept.clone());
+    }
+}
+
+/// Why no exclusive connection could be had (nothing was sent).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExclusiveError {
+    /// The session holds no connection.
+    #[error(transparent)]
+    NotConnected(#[from] NotConnected),
+    /// The uses before this one held it past the limit.
+    #[error("the connection was busy with earlier strong writes for {0:?} (dialTimeout + readTimeout + writeTimeout)")]
+    Busy(Duration),
+    /// It could not be opened.
+    #[error("it could not be opened: {0}")]
+    Open(String),
 }
 
 #[derive(Clone)]
@@ -77,6 +130,43 @@ impl Session {
                 BoundedConnection::new(link.connection.clone(), limit)
             })
             .ok_or(NotConnected)
+    }
+
+    /// A connection of this session's own for a use whose commands block
+    /// their connection (a strong write and its `WAIT`), so that the
+    /// connection every other command shares never waits behind them.
+    /// Opened from the session's settings at the first use (within
+    /// `dialTimeout`) and kept for the next while the session is in force
+    /// (a new session — metadata change, failover — opens its own); uses
+    /// take it one at a time, each waiting for the one before at most
+    /// `dialTimeout` + `readTimeout` + `writeTimeout` (no limit when those
+    /// have none, as every command of the store).
+    pub async fn exclusive(&self) -> Result<Exclusive<'_>, ExclusiveError> {
+        let link = self.link.as_ref().ok_or(NotConnected)?;
+        let limit = link
+            .settings
+            .response
+            .map(|response| response + link.settings.dial);
+        let mut slot = match limit {
+            Some(limit) => tokio::time::timeout(limit, self.strong.0.lock())
+                .await
+                .map_err(|_| ExclusiveError::Busy(limit))?,
+            None => self.strong.0.lock().await,
+        };
+        let kept = match slot.take() {
+            Some(connection) => connection,
+            None => {
+                open(&link.settings)
+                    .await
+                    .map_err(|err| ExclusiveError::Open(err.to_string()))?
+                    .connection
+            }
+        };
+        Ok(Exclusive {
+            slot,
+            connection: BoundedConnection::new(kept.clone(), limit),
+            kept,
+        })
     }
 
     /// `key` with the literal `keyPrefix` in front: the sequencer's
@@ -168,6 +258,7 @@ impl RedisConnection {
                 session: ArcSwap::from_pointee(Session {
                     metadata: Arc::new(metadata),
                     link: None,
+                    strong: StrongSlot::default(),
                 }),
                 changing: tokio::sync::Mutex::new(()),
                 refreshing: AtomicBool::new(false),
@@ -211,6 +302,7 @@ impl RedisConnection {
                 settings,
                 server: opened.server,
             }),
+            strong: StrongSlot::default(),
         }));
         self.follow_tls_files();
         Ok(())
@@ -237,6 +329,7 @@ impl RedisConnection {
                 settings,
                 server: opened.server,
             }),
+            strong: StrongSlot::default(),
         }));
         Ok(connection)
     }
@@ -310,6 +403,7 @@ impl RedisConnection {
         Ok(Arc::new(Session {
             metadata: Arc::new(metadata),
             link,
+            strong: StrongSlot::default(),
         }))
     }
 
@@ -351,6 +445,7 @@ impl RedisConnection {
         let current = self.shared.session.swap(Arc::new(Session {
             metadata: self.session().metadata.clone(),
             link: None,
+            strong: StrongSlot::default(),
         }));
         if let Some(link) = &current.link {
             info!(component = %self.shared.label(), server = %link.server, "Redis connection released.");
@@ -383,6 +478,7 @@ fn rebased(staged: &Arc<Session>, current: &Arc<Session>) -> Arc<Session> {
         (Some(link), Some(now)) if link.settings == now.settings => Arc::new(Session {
             metadata: staged.metadata.clone(),
             link: Some(now.clone()),
+            strong: StrongSlot::default(),
         }),
         _ => staged.clone(),
     }
@@ -406,6 +502,7 @@ async fn refresh_master(shared: &Shared, seen: &Arc<Session>) {
                     settings: link.settings.clone(),
                     server: opened.server.clone(),
                 }),
+                strong: StrongSlot::default(),
             });
             // Only over the session it started from: a change installed
             // meanwhile (install does not wait for this look-up) wins.
@@ -478,6 +575,83 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    async fn client_id(conn: &mut impl redis::aio::ConnectionLike) -> redis::RedisResult<i64> {
+        redis::cmd("CLIENT").arg("ID").query_async(conn).await
+    }
+
+    /// The exclusive connection (strong writes): not the shared one; kept
+    /// while each use answers and gives it back; one use at a time; a use
+    /// that does not give it back closes it; a new session opens its own.
+    #[tokio::test]
+    async fn the_exclusive_connection_is_the_sessions_own_and_lent_one_use_at_a_time() {
+        let server = RedisServer::start().await;
+        let connection = RedisConnection::open_following_failover(
+            "state/test",
+            metadata(json!({"redisHost": server.addr()})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let session = connection.session();
+        let mut shared = session.connection().expect("connected");
+        let shared = client_id(&mut shared).await.expect("CLIENT ID");
+        let mut first = session.exclusive().await.expect("exclusive");
+        let id = client_id(first.connection()).await.expect("CLIENT ID");
+        assert_ne!(id, shared);
+        first.keep();
+        let mut again = session.exclusive().await.expect("exclusive");
+        assert_eq!(client_id(again.connection()).await, Ok(id));
+        // One use at a time.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), session.exclusive())
+                .await
+                .is_err()
+        );
+        // Not given back (an error, a use given up): the next opens another.
+        drop(again);
+        let mut next = session.exclusive().await.expect("exclusive");
+        let next_id = client_id(next.connection()).await.expect("CLIENT ID");
+        assert_ne!(next_id, id);
+        next.keep();
+        // A new session (a metadata change) opens its own.
+        connection
+            .apply(metadata(
+                json!({"redisHost": server.addr(), "keyPrefix": "none"}),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let renewed = connection.session();
+        let mut exclusive = renewed.exclusive().await.expect("exclusive");
+        let renewed_id = client_id(exclusive.connection()).await.expect("CLIENT ID");
+        assert!(![shared, id, next_id].contains(&renewed_id));
+    }
+
+    /// Dropped under the use that holds it, the exclusive connection fails
+    /// that use's next command instead of carrying it on a new connection
+    /// (where a `WAIT` would vouch for writes it never saw).
+    #[tokio::test]
+    async fn the_exclusive_connection_fails_once_dropped_instead_of_reconnecting() {
+        let server = RedisServer::start().await;
+        let connection = RedisConnection::open_following_failover(
+            "state/test",
+            metadata(json!({"redisHost": server.addr()})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let session = connection.session();
+        let mut exclusive = session.exclusive().await.expect("exclusive");
+        let id = client_id(exclusive.connection()).await.expect("CLIENT ID");
+        server
+            .query(&["CLIENT", "KILL", "ID", &id.to_string()])
+            .await
+            .expect("CLIENT KILL");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(client_id(exclusive.connection()).await.is_err());
+        drop(exclusive);
+        let mut next = session.exclusive().await.expect("exclusive");
+        let next_id = client_id(next.connection()).await.expect("CLIENT ID");
+        assert_ne!(next_id, id);
+    }
+
     /// A metadata-only change staged, then the master moves (a failover
     /// swaps the connection, same settings) before it is installed: the
     /// installed session keeps the new master's connection.
@@ -514,6 +688,7 @@ mod tests {
                 settings: link.settings,
                 server: opened.server.clone(),
             }),
+            strong: StrongSlot::default(),
         }));
         connection.install(staged);
         let installed = connection.session();

@@ -22,7 +22,7 @@ use tracing::debug;
 
 use super::any_connection::slot_of;
 use super::bounded::BoundedConnection;
-use super::connection::{PrefixedKey, RedisConnection, Session};
+use super::connection::{Exclusive, PrefixedKey, RedisConnection, Session};
 use super::metadata::{strategy_base, RedisMetadata, KEY_SEPARATOR};
 use super::scripts;
 use super::state_args::{etag_arg, ttl_arg};
@@ -271,44 +271,69 @@ impl StateStore for RedisStateStore {
             (Concurrency::FirstWrite, true) => "1",
             _ => "0",
         };
-        let version: i64 = scripts::SET
-            .key(format!("{}{}", &*self.key_base(&session), req.key))
+        let mut script = scripts::SET.key(format!("{}{}", &*self.key_base(&session), req.key));
+        script
             .arg(&etag)
             .arg(first_write)
             .arg(&req.value)
-            .arg(ttl_ms)
-            .invoke_async(&mut conn)
+            .arg(ttl_ms);
+        let mut strong = match req.consistency {
+            rewire_runtime::Consistency::Strong => Some(self.strong(&session, &req.key).await?),
+            _ => None,
+        };
+        let writer = match &mut strong {
+            Some(exclusive) => exclusive.connection(),
+            None => &mut conn,
+        };
+        let version: i64 = script
+            .invoke_async(writer)
             .await
             .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
         if version == scripts::MISMATCH {
+            if let Some(exclusive) = strong {
+                exclusive.keep();
+            }
             return Err(StateError::EtagMismatch(req.key));
         }
         debug!(key = %req.key, etag = version, ttl_ms, "State written.");
-        if req.consistency == rewire_runtime::Consistency::Strong {
-            self.replicated(&session, &mut conn, &req.key).await?;
+        match strong {
+            Some(exclusive) => self.replicated(&session, exclusive, &req.key).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 
     async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
         let (session, mut conn) = self.session()?;
         let etag = etag_arg(&req.key, req.etag.as_deref())?;
         let key = format!("{}{}", &*self.key_base(&session), req.key);
+        let mut strong = match req.consistency {
+            rewire_runtime::Consistency::Strong => Some(self.strong(&session, &req.key).await?),
+            _ => None,
+        };
+        let writer = match &mut strong {
+            Some(exclusive) => exclusive.connection(),
+            None => &mut conn,
+        };
         let outcome: RedisResult<i64> = if etag.is_empty() {
-            redis::cmd("DEL").arg(&key).query_async(&mut conn).await
+            redis::cmd("DEL").arg(&key).query_async(writer).await
         } else {
             scripts::DELETE_IF_VERSION
                 .key(&key)
                 .arg(&etag)
-                .invoke_async(&mut conn)
+                .invoke_async(writer)
                 .await
         };
         match outcome {
-            Ok(scripts::MISMATCH) => Err(StateError::EtagMismatch(req.key)),
-            Ok(_) if req.consistency == rewire_runtime::Consistency::Strong => {
-                self.replicated(&session, &mut conn, &req.key).await
+            Ok(scripts::MISMATCH) => {
+                if let Some(exclusive) = strong {
+                    exclusive.keep();
+                }
+                Err(StateError::EtagMismatch(req.key))
             }
-            Ok(_) => Ok(()),
+            Ok(_) => match strong {
+                Some(exclusive) => self.replicated(&session, exclusive, &req.key).await,
+                None => Ok(()),
+            },
             Err(err) => Err(StateError::Backend(
                 self.connection.describe(&session, &err),
             )),
@@ -405,24 +430,50 @@ impl Replicas {
 }
 
 impl RedisStateStore {
+    /// For a write of `key` asking for strong consistency, the session's
+    /// connection for strong writes ([`Session::exclusive`]): the write
+    /// and its `WAIT` run there, one strong write at a time, since Redis
+    /// holds the connection that sent a `WAIT` until it answers (up to
+    /// [`STRONG_WAIT_MS`] while a replica lags), and on the connection
+    /// every other request shares that would stall them all. Other writes
+    /// go on the shared connection.
+    async fn strong<'s>(
+        &self,
+        session: &'s Session,
+        key: &str,
+    ) -> Result<Exclusive<'s>, StateError> {
+        session.exclusive().await.map_err(|err| {
+            StateError::Backend(format!(
+                "key `{key}` was not written (strong writes go on a connection of their \
+                 own): {err}"
+            ))
+        })
+    }
+
     /// After a write of `key` asked for strong consistency: waits (`WAIT`,
     /// on the connection that wrote) until every replica the master has
     /// had (see [`Replicas`]) acknowledged it, at most [`STRONG_WAIT_MS`];
     /// fewer is an error naming how many did. Without replicas there is
     /// nothing to wait for. (On a Redis Cluster both `INFO` and `WAIT` go
-    /// to every master and the fewest counts.)
+    /// to every master and the fewest counts.) The connection is given
+    /// back for the next strong write only when both answered: one that
+    /// failed (broke, timed out) is dropped rather than reconnected, so a
+    /// `WAIT` never runs on a connection other than the one that wrote.
     async fn replicated(
         &self,
         session: &std::sync::Arc<Session>,
-        conn: &mut BoundedConnection,
+        mut exclusive: Exclusive<'_>,
         key: &str,
     ) -> Result<(), StateError> {
         let failed = |err: redis::RedisError| {
             StateError::Backend(format!(
-                "key `{key}` was written but its strong consistency could not be checked: {}",
+                "key `{key}` was written but is not known to be replicated: the connection \
+                 that wrote it failed before the replicas answered (it is dropped, never \
+                 reconnected for the `WAIT`); retry the write: {}",
                 self.connection.describe(session, &err)
             ))
         };
+        let conn = exclusive.connection();
         let info: redis::Value = redis::cmd("INFO")
             .arg("replication")
             .query_async(conn)
@@ -436,6 +487,7 @@ impl RedisStateStore {
         })?;
         let wanted = self.replicas.wanted(session, connected);
         if wanted == 0 {
+            exclusive.keep();
             return Ok(());
         }
         let acknowledged: i64 = redis::cmd("WAIT")
@@ -444,6 +496,7 @@ impl RedisStateStore {
             .query_async(conn)
             .await
             .map_err(failed)?;
+        exclusive.keep();
         if usize::try_from(acknowledged).unwrap_or(0) < wanted {
             return Err(StateError::Backend(format!(
                 "strong consistency not reached for key `{key}`: {acknowledged} of {wanted} \

@@ -1,7 +1,8 @@
 //! Dapr's `consistency: strong` on the `redis` state store, against a real
 //! master and replica: a strong write (or delete) waits for the replicas
 //! the master has had (`WAIT`), and fails, naming how many acknowledged,
-//! when one is paused or gone.
+//! when one is paused or gone. It waits on a connection of its own, so
+//! the other requests of the store never queue behind its `WAIT`.
 
 use crate::common;
 use testkit::redis as redis_server;
@@ -11,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::RedisServer;
-use rewire_runtime::{Consistency, DeleteRequest, Instance, SetRequest, StateError, StateStore};
+use rewire_runtime::{
+    Consistency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
+};
 use serde_json::json;
 
 async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
@@ -138,6 +141,67 @@ async fn a_strong_write_waits_for_the_replica_and_fails_while_it_is_paused() {
     )
     .await;
     store.delete(delete).await.expect("strong delete");
+}
+
+/// Redis holds the connection that sent a `WAIT` until the replicas
+/// answer or it times out: on the connection every request shares, one
+/// strong write waiting for a paused replica held up every read and
+/// write of the store for its whole second.
+#[tokio::test]
+async fn a_strong_write_waiting_for_a_paused_replica_holds_up_no_other_request() {
+    let (_master, replica, store) = master_and_replica().await;
+    store
+        .set(write("k", Consistency::Strong))
+        .await
+        .expect("strong write with the replica up");
+    store
+        .set(write("other", Consistency::Eventual))
+        .await
+        .expect("eventual write");
+    let pid = pid(&replica).await;
+    signal(&pid, "-STOP");
+    let strong = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let started = tokio::time::Instant::now();
+            let result = store.set(write("k", Consistency::Strong)).await;
+            (result, started.elapsed())
+        }
+    });
+    // The strong write is in its `WAIT` by now (its connection is open).
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = tokio::time::Instant::now();
+    let read = store
+        .get(GetRequest {
+            key: "other".into(),
+            ..GetRequest::default()
+        })
+        .await;
+    let read_took = started.elapsed();
+    let started = tokio::time::Instant::now();
+    let eventual = store.set(write("other", Consistency::Eventual)).await;
+    let eventual_took = started.elapsed();
+    let (strong, strong_took) = strong.await.expect("the strong write's task");
+    signal(&pid, "-CONT");
+    // The strong write was still waiting while the others were answered.
+    not_replicated(strong);
+    assert!(
+        strong_took >= Duration::from_millis(900),
+        "strong write took {strong_took:?}"
+    );
+    assert_eq!(
+        read.expect("read during the strong write").map(|e| e.data),
+        Some(b"\"v\"".to_vec())
+    );
+    assert!(
+        read_took < Duration::from_millis(300),
+        "the read waited {read_took:?} behind the strong write's WAIT"
+    );
+    assert_eq!(eventual, Ok(()));
+    assert!(
+        eventual_took < Duration::from_millis(300),
+        "the eventual write waited {eventual_took:?} behind the strong write's WAIT"
+    );
 }
 
 #[tokio::test]
