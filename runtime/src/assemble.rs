@@ -9,10 +9,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::assembly_tasks::{guarded, Answer};
 use crate::component::ComponentKey;
 use crate::component::{InitContext, Readiness};
 use crate::config::{ComponentSpec, InjectedRef};
+use crate::guarded::{guarded, Answer};
 use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
 use crate::kinds::ConfigQuery;
@@ -296,7 +296,7 @@ pub(crate) async fn assemble_resolved(
     if let Err((step, reason)) = ready {
         // On a task of its own, bounded, a panic caught: a close that
         // hangs cannot hold the reload, one that panics keeps this reason.
-        crate::running::close_one(key, &instance, &shutdown).await;
+        crate::closing::close_one(key, &instance, &shutdown).await;
         return Err(cx.fail(key, step, reason));
     }
     Ok(Assembled {

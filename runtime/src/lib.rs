@@ -8,14 +8,18 @@ extern crate self as rewire_runtime;
 mod assemble;
 mod assembly_tasks;
 mod backoff;
+mod closing;
 mod component;
 pub mod config;
 mod echo;
 mod fs_read;
 mod fs_watch;
 mod go_duration;
+mod guarded;
 mod handle;
 mod kinds;
+#[cfg(test)]
+mod logged;
 pub mod metadata;
 mod problem;
 mod redact;

@@ -35,6 +35,7 @@ pub mod scripts;
 pub mod sequencer;
 pub mod state;
 mod state_args;
+mod state_keys;
 mod state_transaction;
 pub mod tls;
 

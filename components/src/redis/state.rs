@@ -5,7 +5,7 @@
 //!
 //! Keys are stored as Dapr's runtime names them (`GetModifiedStateKey`):
 //! `{appId}||{key}` by default, the `keyPrefix` strategy picking the part
-//! before `||` (see [`Naming::key_base`]); callers see their own keys.
+//! before `||` (see `state_keys`); callers see their own keys.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -23,9 +23,10 @@ use tracing::debug;
 use super::any_connection::slot_of;
 use super::bounded::BoundedConnection;
 use super::connection::{Exclusive, PrefixedKey, RedisConnection, Session};
-use super::metadata::{strategy_base, RedisMetadata, KEY_SEPARATOR};
+use super::metadata::RedisMetadata;
 use super::scripts;
 use super::state_args::{etag_arg, ttl_arg};
+use super::state_keys::{check_key_prefix, Naming};
 
 /// The bytes of a read's `HMGET … data version` besides the key.
 const HMGET_FIXED_BYTES: usize = "HMGET".len() + "data".len() + "version".len();
@@ -83,47 +84,6 @@ impl std::ops::Deref for Base {
     }
 }
 
-/// What Dapr's key prefix strategies put in state keys besides
-/// `keyPrefix`, known at init: the app id, the store's name, and the
-/// namespace (the `NAMESPACE` environment variable, as Dapr reads it).
-#[derive(Debug, Clone, Default)]
-pub(super) struct Naming {
-    app_id: String,
-    store: String,
-    namespace: String,
-}
-
-impl Naming {
-    /// The part of every stored key before the caller's key, for
-    /// `key_prefix` (the metadata in force), as Dapr's
-    /// `GetModifiedStateKey`: [`strategy_base`] (`{appId}||` by default,
-    /// `{store}||` for `name`, nothing for `none`, `{literal}||`), and
-    /// for `namespace` `{namespace}.{appId}||` (`{appId}||` without a
-    /// namespace, nothing without an app id).
-    pub(super) fn key_base(&self, key_prefix: &str) -> String {
-        if key_prefix.to_lowercase() != "namespace" {
-            return strategy_base(key_prefix, &self.app_id, &self.store);
-        }
-        match (self.app_id.as_str(), self.namespace.as_str()) {
-            ("", _) => String::new(),
-            (app_id, "") => format!("{app_id}{KEY_SEPARATOR}"),
-            (app_id, namespace) => format!("{namespace}.{app_id}{KEY_SEPARATOR}"),
-        }
-    }
-}
-
-/// A literal `keyPrefix` cannot hold `||`, which separates a stored key's
-/// parts (Dapr refuses it too).
-fn check_key_prefix(metadata: &RedisMetadata) -> Result<(), ComponentError> {
-    if metadata.key_prefix.contains(KEY_SEPARATOR) {
-        return Err(ComponentError::new(format!(
-            "metadata field `keyPrefix` of a state store cannot contain `{KEY_SEPARATOR}`, \
-             which separates a stored key's parts"
-        )));
-    }
-    Ok(())
-}
-
 impl RedisStateStore {
     /// A store for `metadata`, not connected until `init`.
     pub fn new(metadata: RedisMetadata) -> Self {
@@ -157,11 +117,7 @@ impl RedisStateStore {
     }
 
     fn naming(&self) -> &Naming {
-        static UNNAMED: Naming = Naming {
-            app_id: String::new(),
-            store: String::new(),
-            namespace: String::new(),
-        };
+        static UNNAMED: Naming = Naming::UNNAMED;
         self.naming.get().unwrap_or(&UNNAMED)
     }
 
@@ -185,11 +141,11 @@ impl Component for RedisStateStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         super::sequencer::refuse_sequencer_fields(self.connection.session().metadata())?;
         check_key_prefix(self.connection.session().metadata())?;
-        let _ = self.naming.set(Naming {
-            app_id: cx.app_id.clone(),
-            store: cx.key.name.to_string(),
-            namespace: std::env::var("NAMESPACE").unwrap_or_default(),
-        });
+        let _ = self.naming.set(Naming::new(
+            cx.app_id.clone(),
+            cx.key.name.to_string(),
+            std::env::var("NAMESPACE").unwrap_or_default(),
+        ));
         self.connection
             .init(&cx.key, cx.config_dir.as_deref())
             .await

@@ -16,8 +16,8 @@ use tracing::debug;
 use super::any_connection::slot_of;
 use super::connection::RedisConnection;
 use super::scripts;
-use super::state::Naming;
 use super::state_args::{etag_arg, ttl_arg};
+use super::state_keys::Naming;
 
 /// Runs `req` on the state store's `connection` as one script, each key
 /// stored behind the base `naming` gives (Dapr's `{appId}||` by default).

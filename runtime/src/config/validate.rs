@@ -414,7 +414,7 @@ fn check_component(
                     key,
                     format!(
                         "metadata check panicked: {}",
-                        crate::assembly_tasks::panic_message(payload.as_ref())
+                        crate::guarded::panic_message(payload.as_ref())
                     ),
                 )),
             }

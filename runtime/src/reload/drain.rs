@@ -7,9 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::closing::close_one;
 use crate::component::ComponentKey;
 use crate::handle::{Instance, PUBSUB_DRAIN_LIMIT, PUBSUB_STOP_GRACE};
-use crate::running::{close_one, Running};
+use crate::running::Running;
 
 /// How often the holders of a retired instance are counted.
 const POLL: Duration = Duration::from_millis(5);
@@ -155,7 +156,7 @@ mod tests {
         let (key, plain) = retired("plain", Instance::Custom(Arc::new(Plain)));
         let closed = plain.assembled.shutdown.clone();
         spawn_drain(vec![hangs, panics, (key, plain)], grace);
-        tokio::time::sleep((grace + crate::running::CLOSE_TIMEOUT) * 3).await;
+        tokio::time::sleep((grace + crate::closing::CLOSE_TIMEOUT) * 3).await;
         assert!(closed.is_cancelled(), "left open behind a bad close");
     }
 }

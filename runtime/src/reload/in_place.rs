@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(super) use crate::assembly_tasks::Answer;
-use crate::assembly_tasks::{guarded, panic_message};
 use crate::component::StagedInPlace;
 use crate::component::{Component, ComponentKey, InPlace, PendingInPlace};
+pub(super) use crate::guarded::Answer;
+use crate::guarded::{guarded, panic_message};
 use crate::handle::{with_staged, Generation};
 use crate::metadata::Metadata;
 use crate::redact::Redactor;
@@ -68,46 +68,8 @@ pub(super) fn apply_deferred(deferred: Vec<(ComponentKey, PendingInPlace)>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::subscriber::Interest;
-    use tracing::{Event, Metadata as TraceMetadata, Subscriber};
-
     use super::*;
-
-    /// The text of every event logged while it is the default subscriber.
-    #[derive(Clone, Default)]
-    struct Logged(Arc<Mutex<String>>);
-
-    struct Fields<'a>(&'a mut String);
-
-    impl tracing::field::Visit for Fields<'_> {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            self.0.push_str(&format!(" {}={value:?}", field.name()));
-        }
-    }
-
-    impl Subscriber for Logged {
-        fn register_callsite(&self, _: &'static TraceMetadata<'static>) -> Interest {
-            Interest::sometimes()
-        }
-        fn enabled(&self, _: &TraceMetadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut logged = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            event.record(&mut Fields(&mut logged));
-            logged.push('\n');
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
+    use crate::logged::Logged;
 
     #[test]
     fn a_panic_applying_a_staged_update_is_logged_without_the_secret_it_quotes() {
@@ -118,7 +80,7 @@ mod tests {
         tracing::subscriber::with_default(logged.clone(), || {
             apply_deferred(vec![(key, pending)]);
         });
-        let text = logged.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let text = logged.text();
         assert!(text.contains("cannot apply password [redacted]"), "{text}");
         assert!(!text.contains("s3cret"), "a secret reached the log: {text}");
     }

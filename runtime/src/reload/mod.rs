@@ -34,7 +34,7 @@ pub use history::{Outcome, ReloadRecord, Trigger};
 pub use request::{ReloadError, ReloadRequest};
 
 use crate::assemble::{ComponentFailure, FailedStep, StartTimeouts};
-use crate::assembly_tasks::panic_message;
+use crate::guarded::panic_message;
 use crate::redact::Redactor;
 use crate::registry::Registry;
 use crate::running::RunningSet;

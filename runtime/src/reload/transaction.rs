@@ -15,11 +15,12 @@ use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
 use crate::assembly_tasks::ComponentTasks;
+use crate::closing::close_one;
 use crate::component::{Component, ComponentKey, InPlace, PendingInPlace, StagedInPlace};
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::metadata::Metadata;
 use crate::registry::{in_place_of, ComponentDescriptor, InPlaceHook, Registry};
-use crate::running::{close_one, staged_sharing, Components, Running};
+use crate::running::{staged_sharing, Components, Running};
 
 /// What happened to one component in the transaction.
 pub(crate) enum Step {

@@ -22,9 +22,6 @@ use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
 use crate::redact::Redactor;
 use crate::registry::Registry;
 
-pub(crate) use close::close_one;
-#[cfg(test)]
-pub(crate) use close::CLOSE_TIMEOUT;
 pub(crate) use components::Components;
 pub(crate) use layers::RunningLayers;
 pub use status::ComponentStatus;

@@ -12,8 +12,9 @@ use super::{staged_sharing, Components, Running};
 use crate::assemble::{
     assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
 };
-use crate::assembly_tasks::{panic_message, ComponentTasks};
+use crate::assembly_tasks::ComponentTasks;
 use crate::config::{ComponentSpec, ValidConfig};
+use crate::guarded::panic_message;
 use crate::handle::LiveGeneration;
 use crate::redact::Redactor;
 use crate::registry::Registry;

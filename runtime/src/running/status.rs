@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 
-use crate::assembly_tasks::{guarded, Answer};
+use crate::guarded::{guarded, Answer};
 
 use crate::component::{ComponentKey, Readiness};
 use crate::config::{ComponentSources, ComponentSpec, InjectedRef};

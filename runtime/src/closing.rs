@@ -1,0 +1,94 @@
+//! Closing one component: its background work cancelled, its `close` run
+//! on a task of its own and bounded, so that no rollback, drain, shutdown
+//! or failed start is held by one component that does not let go.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::component::ComponentKey;
+use crate::guarded::{guarded, Answer};
+use crate::handle::Instance;
+use crate::redact::Redactor;
+
+/// The longest a component's `close` may take. Past it the close is
+/// abandoned (its task aborted) and the caller goes on: a rolled-back
+/// reload, a drain, a shutdown or a failed start-up is never held by one
+/// component that does not let go.
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Cancels a component's background work and closes it, in a task of its
+/// own: a `close` that panics or does not end within [`CLOSE_TIMEOUT`] is
+/// logged, and the caller goes on.
+pub(crate) async fn close_one(
+    key: &ComponentKey,
+    instance: &Instance,
+    shutdown: &CancellationToken,
+) {
+    shutdown.cancel();
+    let component = instance.component();
+    match guarded(async move { component.close().await }, CLOSE_TIMEOUT).await {
+        Answer::Answered(Ok(())) => tracing::info!(component = %key, "Component closed."),
+        Answer::Answered(Err(err)) => {
+            let error = Redactor::shared().scrub(&err.to_string());
+            tracing::warn!(component = %key, error = %error, "Component close failed.")
+        }
+        Answer::TimedOut => {
+            tracing::warn!(component = %key, timeout = ?CLOSE_TIMEOUT, "Component close did not end in time; abandoned.")
+        }
+        Answer::Panicked(message) => {
+            let error = Redactor::shared().scrub(&message);
+            tracing::error!(component = %key, error = %error, "Component close panicked.")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::component::{Component, ComponentError};
+    use crate::logged::Logged;
+
+    /// A component whose `close` fails (or panics) quoting a secret.
+    #[derive(Debug)]
+    struct Careless {
+        secret: &'static str,
+        panics: bool,
+    }
+
+    #[async_trait]
+    impl Component for Careless {
+        async fn close(&self) -> Result<(), ComponentError> {
+            if self.panics {
+                panic!("close exploded with password {}", self.secret);
+            }
+            Err(ComponentError::new(format!(
+                "cannot close: auth {} refused",
+                self.secret
+            )))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_close_error_or_panic_is_logged_without_the_secret_it_quotes() {
+        let logged = Logged::default();
+        let _default = tracing::subscriber::set_default(logged.clone());
+        for (secret, panics) in [("cl0se-err-s3cret", false), ("cl0se-panic-s3cret", true)] {
+            Redactor::shared().remember(secret);
+            let instance = Instance::Custom(Arc::new(Careless { secret, panics }));
+            let key = ComponentKey::new("custom", "careless");
+            close_one(&key, &instance, &CancellationToken::new()).await;
+        }
+        let text = logged.text();
+        assert!(text.contains("cannot close: auth [redacted]"), "{text}");
+        assert!(
+            text.contains("close exploded with password [redacted]"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "a secret reached the log: {text}");
+    }
+}

@@ -1,0 +1,50 @@
+//! Calls into a component made safe for their caller: each on a task of
+//! its own, so a panic fails the call (with its message), not the caller,
+//! and a call that does not answer in time is abandoned.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::component::ComponentError;
+
+/// The text a panic was raised with.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
+/// How a call into a component made with [`guarded`] ended.
+pub(crate) enum Answer<T> {
+    /// It answered.
+    Answered(Result<T, ComponentError>),
+    /// No answer within the time allowed; the call was abandoned.
+    TimedOut,
+    /// It panicked, with this message.
+    Panicked(String),
+}
+
+/// Runs `call` (a call into a component: an in-place update, a close) in
+/// a task of its own, in the current span, so a panic in it fails that
+/// call, not its caller; aborts it if it does not answer `within`.
+pub(crate) async fn guarded<T: Send + 'static>(
+    call: impl Future<Output = Result<T, ComponentError>> + Send + 'static,
+    within: Duration,
+) -> Answer<T> {
+    let mut task = tokio::spawn(call.in_current_span());
+    match tokio::time::timeout(within, &mut task).await {
+        Err(_) => {
+            task.abort();
+            Answer::TimedOut
+        }
+        Ok(Ok(answer)) => Answer::Answered(answer),
+        Ok(Err(err)) if err.is_panic() => {
+            Answer::Panicked(panic_message(&*err.into_panic()).to_string())
+        }
+        Ok(Err(err)) => Answer::Panicked(err.to_string()),
+    }
+}
