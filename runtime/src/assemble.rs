@@ -190,8 +190,7 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
     let store = cx.staged.get(&reference.store());
     match (reference, store) {
         (InjectedRef::Secret(_, r), Some(Instance::SecretStore(store))) => {
-            let no_options = HashMap::new();
-            let read = store.get_secret(&r.name, &no_options);
+            let read = store.get_secret_for_ref(&r.name);
             let secret = with_staged(cx.staged.clone(), read)
                 .await
                 .map_err(|err| format!("{at} ({}/{}): {err}", r.store, r.name))?;

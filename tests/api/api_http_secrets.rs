@@ -162,3 +162,28 @@ async fn env_store_answers_an_unset_or_reserved_variable_empty() {
     }
     sidecar.stop().await;
 }
+
+/// The API answers an unset variable empty, but a `secretRef` to it fails
+/// its component naming the ref: a misspelt ref never injects an empty
+/// credential.
+#[tokio::test]
+async fn a_secret_ref_to_an_unset_env_variable_fails_its_component() {
+    let started = crate::support::start(
+        r#"{"appId": "shop", "components": {
+            "secret_store": {"env": {"type": "env"}},
+            "state": {"orders": {"type": "redis",
+                "metadata": {"redisHost": "127.0.0.1:1", "dialTimeout": "200ms"},
+                "secretRef": [{"store": "env", "name": "REWIRE_API_REF_NEVER_SET",
+                    "key": "REWIRE_API_REF_NEVER_SET", "injectAs": "redisPassword"}]}}
+        }}"#,
+    )
+    .await;
+    let Err(err) = started else {
+        panic!("a component started with a ref to an unset variable");
+    };
+    let message = err.to_string();
+    assert!(
+        message.contains("state/orders") && message.contains("REWIRE_API_REF_NEVER_SET"),
+        "{message}"
+    );
+}

@@ -148,6 +148,21 @@ impl SecretStore for EnvSecretStore {
         Ok(SecretMap::from([(name.to_string(), value)]))
     }
 
+    /// A ref to an unset, reserved or not allowed name is refused (not
+    /// found), where the API answers it empty: a misspelt ref fails its
+    /// component instead of injecting an empty credential.
+    async fn get_secret_for_ref(&self, name: &str) -> Result<SecretMap, SecretError> {
+        let settings = self.settings.load();
+        let variable_name = format!("{}{name}", settings.prefix);
+        let value = if names::may_serve(&variable_name, name, &settings.allowed_secrets) {
+            variable(&variable_name, name)?
+        } else {
+            None
+        };
+        let value = value.ok_or_else(|| SecretError::NotFound(echoed(name).to_string()))?;
+        Ok(SecretMap::from([(name.to_string(), value)]))
+    }
+
     async fn bulk_get_secret(
         &self,
         _metadata: &HashMap<String, String>,
@@ -193,6 +208,24 @@ mod tests {
         assert_eq!(missing, empty("REWIRE_ENV_TEST_ABSENT"));
         let odd = store.get_secret("A=B", &HashMap::new()).await;
         assert_eq!(odd, empty("A=B"));
+    }
+
+    /// The API answers an unset name empty (Dapr's `local.env`); a
+    /// `secretRef` to it fails instead, so no empty credential is injected.
+    #[tokio::test]
+    async fn a_ref_to_an_unset_or_reserved_name_is_refused() {
+        set_var("REWIRE_ENV_TEST_REF", "r1");
+        let store = EnvSecretStore::default();
+        let read = store.get_secret_for_ref("REWIRE_ENV_TEST_REF").await;
+        let read = read.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(exposed(&read), vec![("REWIRE_ENV_TEST_REF", "r1")]);
+        for name in ["REWIRE_ENV_TEST_REF_ABSENT", "DAPR_API_TOKEN", "A=B"] {
+            assert_eq!(
+                store.get_secret_for_ref(name).await,
+                Err(SecretError::NotFound(name.to_string())),
+                "{name}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -65,6 +65,17 @@ pub trait SecretStore: Component {
         metadata: &HashMap<String, String>,
     ) -> Result<SecretMap, SecretError>;
 
+    /// The secret `name` as a `secretRef` reads it (injected into a
+    /// component's metadata): by default as [`get_secret`](Self::get_secret)
+    /// with no options. A store whose API answers an absent secret with an
+    /// empty value (the `env` store, as Dapr's `local.env`) refuses it here
+    /// with [`SecretError::NotFound`], so that a misspelt or unset ref fails
+    /// its component, naming the ref, instead of injecting an empty
+    /// credential.
+    async fn get_secret_for_ref(&self, name: &str) -> Result<SecretMap, SecretError> {
+        self.get_secret(name, &HashMap::new()).await
+    }
+
     /// Every secret the store holds.
     async fn bulk_get_secret(
         &self,

@@ -330,7 +330,7 @@ async fn watch_secret(
         };
         // Errors (store briefly unavailable) and reads that do not answer
         // within `within` (abandoned) are retried at the next tick.
-        let read = tokio::time::timeout(within, store.get_secret(&r.name, &HashMap::new())).await;
+        let read = tokio::time::timeout(within, store.get_secret_for_ref(&r.name)).await;
         if read.is_err() {
             tracing::debug!(component = %component, store = %r.store, timeout = ?within, "Polling a watched secretRef did not answer in time; retried at the next tick.");
         }
