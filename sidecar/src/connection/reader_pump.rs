@@ -47,7 +47,13 @@ pub(crate) async fn pump<T>(
 ) -> Pumped {
     let mut buffer = vec![0; chunk];
     loop {
-        let read = match body.read(&mut buffer).await {
+        // A client that leaves while the reader is slow to answer lets go
+        // of it at once, not after the read.
+        let read = tokio::select! {
+            () = out.closed() => return Pumped::Done,
+            read = body.read(&mut buffer) => read,
+        };
+        let read = match read {
             Ok(0) => return Pumped::Done,
             Ok(n) => Ok(buffer[..n].to_vec()),
             Err(err) => Err(err),
@@ -174,6 +180,39 @@ mod tests {
         };
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(chunks.next().await.is_none());
+    }
+
+    /// A reader that never answers and says when it is dropped.
+    struct Hung(Arc<AtomicBool>);
+
+    impl AsyncRead for Hung {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    impl Drop for Hung {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_leaves_lets_go_of_a_reader_that_does_not_answer() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let chunks = pumped(Hung(Arc::clone(&dropped)), 16);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!dropped.load(Ordering::Acquire));
+        drop(chunks);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            dropped.load(Ordering::Acquire),
+            "the reader is held after the client left"
+        );
     }
 
     #[tokio::test(start_paused = true)]
