@@ -2,11 +2,13 @@
 //! block the reader for good, a device could stream forever) and never more
 //! than a limit, whatever the file claims its size is. The file is opened
 //! without blocking (a FIFO swapped in after the check is refused at once),
-//! and [`detached_within`] bounds a read in time (a hung network or FUSE
-//! mount).
+//! and [`DetachedReader`] bounds a read in time (a hung network or FUSE
+//! mount) without piling up threads stuck in the kernel.
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a file was not read.
@@ -97,13 +99,17 @@ fn open_regular(path: &Path) -> Result<std::fs::File, FileReadError> {
 /// folder of manifests) may take before a watcher gives up on it.
 pub(crate) const CONFIG_READ_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Why [`detached_within`] has no answer.
+/// Why [`DetachedReader::read_within`] has no answer.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Abandoned {
     /// The read did not finish within the deadline; its thread is left to
     /// end (or not) on its own.
     #[error("did not finish within {}", shown_duration(*.0))]
     TimedOut(Duration),
+    /// An earlier read, given up, has not returned yet: no other is started
+    /// until it does (one stuck thread at most, not one per attempt).
+    #[error("is not started: an earlier read, given up, has not returned yet")]
+    StillReading,
     /// No thread could be started, or it ended without an answer.
     #[error("{0}")]
     Failed(String),
@@ -118,29 +124,74 @@ fn shown_duration(d: Duration) -> String {
     }
 }
 
-/// Runs `read` on a thread of its own, detached, and waits for it at most
-/// `deadline`. A read that never returns (a hung NFS or FUSE mount) pins
-/// that one thread, not the async runtime's blocking pool (whose shutdown
-/// would wait for it), and the caller carries on.
-pub(crate) async fn detached_within<T, R>(deadline: Duration, read: R) -> Result<T, Abandoned>
-where
-    T: Send + 'static,
-    R: FnOnce() -> T + Send + 'static,
-{
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("rewire-config-read".into())
-        .spawn(move || {
-            // The receiver is gone if the read was abandoned: nothing to do.
-            let _ = sender.send(read());
-        })
-        .map_err(|e| Abandoned::Failed(format!("cannot start a reading thread: {e}")))?;
-    match tokio::time::timeout(deadline, receiver).await {
-        Err(_) => Err(Abandoned::TimedOut(deadline)),
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(_)) => Err(Abandoned::Failed(
-            "the reading thread ended without an answer".into(),
-        )),
+/// Reads bounded in time for one watch, each on a thread of its own,
+/// detached, with at most one such thread alive: while a read given up at
+/// its deadline has not returned (a hung NFS or FUSE mount, where `stat`
+/// may still answer), the next ones are refused at once
+/// ([`Abandoned::StillReading`]) instead of each leaving one more thread
+/// (a stack, an open file) stuck in the kernel. Once it returns, the next
+/// read runs.
+#[derive(Debug, Default)]
+pub(crate) struct DetachedReader {
+    /// Set while a reading thread has not returned.
+    reading: Arc<AtomicBool>,
+}
+
+/// Clears the reader's flag when the read returns (or panics).
+struct Returned(Arc<AtomicBool>);
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl DetachedReader {
+    /// Runs `read` on a thread of its own, detached, and waits for it at
+    /// most `deadline`. A read that never returns pins that one thread, not
+    /// the async runtime's blocking pool (whose shutdown would wait for
+    /// it), and the caller carries on; while it stays blocked, no other
+    /// read is started.
+    pub(crate) async fn read_within<T, R>(
+        &self,
+        deadline: Duration,
+        read: R,
+    ) -> Result<T, Abandoned>
+    where
+        T: Send + 'static,
+        R: FnOnce() -> T + Send + 'static,
+    {
+        if self
+            .reading
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(Abandoned::StillReading);
+        }
+        let returned = Returned(Arc::clone(&self.reading));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("rewire-config-read".into())
+            .spawn(move || {
+                let value = {
+                    let _returned = returned;
+                    read()
+                };
+                // Cleared before the answer is sent: a caller that has it
+                // may read again at once. The receiver is gone if the read
+                // was abandoned: nothing to do.
+                let _ = sender.send(value);
+            })
+            // The closure (and the flag's guard in it) is dropped when no
+            // thread starts: the flag is cleared.
+            .map_err(|e| Abandoned::Failed(format!("cannot start a reading thread: {e}")))?;
+        match tokio::time::timeout(deadline, receiver).await {
+            Err(_) => Err(Abandoned::TimedOut(deadline)),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(_)) => Err(Abandoned::Failed(
+                "the reading thread ended without an answer".into(),
+            )),
+        }
     }
 }
 
@@ -174,15 +225,65 @@ mod tests {
     async fn a_read_that_never_returns_is_given_up_at_the_deadline() {
         let (_keep, never) = std::sync::mpsc::channel::<()>();
         let started = std::time::Instant::now();
-        let read = detached_within(Duration::from_millis(100), move || never.recv()).await;
+        let reader = DetachedReader::default();
+        let read = reader
+            .read_within(Duration::from_millis(100), move || never.recv())
+            .await;
         assert!(matches!(read, Err(Abandoned::TimedOut(_))), "{read:?}");
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(
             Abandoned::TimedOut(Duration::from_secs(5)).to_string(),
             "did not finish within 5 s"
         );
-        let read = detached_within(Duration::from_secs(5), || 7).await;
+        let read = DetachedReader::default()
+            .read_within(Duration::from_secs(5), || 7)
+            .await;
         assert!(matches!(read, Ok(7)));
+    }
+
+    #[tokio::test]
+    async fn a_stuck_read_leaves_one_thread_and_later_reads_are_refused_until_it_returns() {
+        use std::sync::atomic::AtomicUsize;
+        let reader = DetachedReader::default();
+        let starts = Arc::new(AtomicUsize::new(0));
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        // Counts the reading threads started: the read runs on its own.
+        let blocking = |stuck: Option<std::sync::mpsc::Receiver<()>>| {
+            let starts = Arc::clone(&starts);
+            move || {
+                starts.fetch_add(1, Ordering::SeqCst);
+                if let Some(stuck) = stuck {
+                    let _ = stuck.recv();
+                }
+                "read"
+            }
+        };
+        let deadline = Duration::from_millis(100);
+        let first = reader.read_within(deadline, blocking(Some(stuck))).await;
+        assert!(matches!(first, Err(Abandoned::TimedOut(_))), "{first:?}");
+        // Three more while the first is stuck: none starts a thread, each
+        // answers at once.
+        for _ in 0..3 {
+            let started = std::time::Instant::now();
+            let later = reader.read_within(deadline, blocking(None)).await;
+            assert!(matches!(later, Err(Abandoned::StillReading)), "{later:?}");
+            assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
+        }
+        assert_eq!(starts.load(Ordering::SeqCst), 1, "threads started");
+        assert_eq!(
+            Abandoned::StillReading.to_string(),
+            "is not started: an earlier read, given up, has not returned yet"
+        );
+        // Released, the stuck read returns: the next read runs and succeeds.
+        release.send(()).unwrap();
+        let waited = std::time::Instant::now();
+        while reader.reading.load(Ordering::Acquire) {
+            assert!(waited.elapsed() < Duration::from_secs(5), "never returned");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let next = reader.read_within(deadline, blocking(None)).await;
+        assert!(matches!(next, Ok("read")), "{next:?}");
+        assert_eq!(starts.load(Ordering::SeqCst), 2, "threads started");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //!
 //! A read is bounded in time ([`CONFIG_READ_DEADLINE`], on a thread of its
 //! own): one that never returns (a hung mount) is recorded as rejected and
-//! the watch carries on.
+//! the watch carries on. While that read stays blocked, the watch starts no
+//! other (one stuck thread at most, not one per event or re-read): each is
+//! recorded as still in progress, and the first after it returns reads.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use std::time::Duration;
 use super::file_seen::{digest, follow_generations, Seen, SharedSeen};
 use super::TriggerContext;
 use crate::config::{folder_of, parse, read_config_bytes, Problems};
-use crate::fs_read::{detached_within, Abandoned, CONFIG_READ_DEADLINE};
+use crate::fs_read::{Abandoned, DetachedReader, CONFIG_READ_DEADLINE};
 use crate::fs_watch::{FileWatch, OnChange};
 use crate::reload::{ReloadRequest, Trigger};
 
@@ -32,28 +34,38 @@ pub(crate) fn watch_config_file(cx: &TriggerContext, path: PathBuf, resync: Dura
     let trigger = cx.clone();
     let watched = path.clone();
     let shared = Arc::clone(&seen);
+    // The watch's reads: one stuck in the kernel at most.
+    let reader = Arc::new(DetachedReader::default());
     let on_change: OnChange = Arc::new(move || {
         let cx = trigger.clone();
         let path = watched.clone();
         let seen = Arc::clone(&shared);
-        Box::pin(async move { config_file_changed(&cx, &path, &seen).await })
+        let reader = Arc::clone(&reader);
+        Box::pin(async move { config_file_changed(&cx, &path, &seen, &reader).await })
     });
     follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
     FileWatch::start(path, on_change, Some(resync), stop)
 }
 
-async fn config_file_changed(cx: &TriggerContext, path: &Path, seen: &SharedSeen) {
+async fn config_file_changed(
+    cx: &TriggerContext,
+    path: &Path,
+    seen: &SharedSeen,
+    reader: &DetachedReader,
+) {
     let owned = path.to_path_buf();
     let read = move || read_config_bytes(&owned);
-    changed(cx, path, seen, CONFIG_READ_DEADLINE, read).await;
+    changed(cx, path, seen, reader, CONFIG_READ_DEADLINE, read).await;
 }
 
-/// Reads the file with `read` (given up after `deadline`), then sends
+/// Reads the file with `read` through `reader` (given up after
+/// `deadline`; not started while an earlier read is stuck), then sends
 /// what changed.
 async fn changed<R>(
     cx: &TriggerContext,
     path: &Path,
     seen: &SharedSeen,
+    reader: &DetachedReader,
     deadline: Duration,
     read: R,
 ) where
@@ -62,7 +74,7 @@ async fn changed<R>(
     // Held to the end: one read, parse and send at a time.
     let mut seen = seen.lock().await;
     let generation = cx.plan.borrow().generation;
-    let bytes = match detached_within(deadline, read).await {
+    let bytes = match reader.read_within(deadline, read).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(problems)) => {
             return reject_once(cx, &mut seen, generation, problems.to_string());
@@ -70,6 +82,13 @@ async fn changed<R>(
         Err(abandoned @ Abandoned::TimedOut(_)) => {
             let problem = format!(
                 "reading configuration file {} {abandoned}; given up (the next change or re-read tries again)",
+                path.display()
+            );
+            return reject_once(cx, &mut seen, generation, problem);
+        }
+        Err(abandoned @ Abandoned::StillReading) => {
+            let problem = format!(
+                "reading configuration file {} {abandoned} (the next change or re-read tries again)",
                 path.display()
             );
             return reject_once(cx, &mut seen, generation, problem);
@@ -155,7 +174,8 @@ mod tests {
             Ok(Vec::new())
         };
         let deadline = Duration::from_millis(100);
-        changed(&cx, path, &seen, deadline, hung).await;
+        let reader = DetachedReader::default();
+        changed(&cx, path, &seen, &reader, deadline, hung).await;
         match queued.try_recv() {
             Ok(Queued::Rejected { trigger, error }) => {
                 assert_eq!(trigger, Trigger::File);
@@ -167,12 +187,81 @@ mod tests {
             }
             other => panic!("the hung read is not reported: {other:?}"),
         }
-        // The watch is not stuck: the next read, good, is sent.
+        // The watch is not stuck: the next read, good, is sent (on a
+        // reader of its own: the hung one is never released).
         let good = || Ok(GOOD.as_bytes().to_vec());
-        changed(&cx, path, &seen, deadline, good).await;
+        let reader = DetachedReader::default();
+        changed(&cx, path, &seen, &reader, deadline, good).await;
         assert!(
             matches!(queued.try_recv(), Ok(Queued::Reload(r)) if r.trigger == Trigger::File),
             "the good write is not sent"
         );
+    }
+
+    #[tokio::test]
+    async fn while_a_read_is_stuck_no_other_starts_and_once_it_returns_the_next_applies() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (cx, mut queued) = context();
+        let seen = SharedSeen::default();
+        let reader = DetachedReader::default();
+        let path = Path::new("/config/rewire.json");
+        let deadline = Duration::from_millis(100);
+        let starts = Arc::new(AtomicUsize::new(0));
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let (returned, has_returned) = std::sync::mpsc::channel::<()>();
+        let counted = Arc::clone(&starts);
+        let hung = move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = stuck.recv();
+            let _ = returned.send(());
+            Ok(Vec::new())
+        };
+        changed(&cx, path, &seen, &reader, deadline, hung).await;
+        assert!(matches!(queued.try_recv(), Ok(Queued::Rejected { .. })));
+        // Three events or re-reads while it is stuck: no thread, no wait,
+        // reported once.
+        for _ in 0..3 {
+            let counted = Arc::clone(&starts);
+            let good = move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(GOOD.as_bytes().to_vec())
+            };
+            let started = std::time::Instant::now();
+            changed(&cx, path, &seen, &reader, deadline, good).await;
+            assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
+        }
+        assert_eq!(starts.load(Ordering::SeqCst), 1, "reading threads started");
+        match queued.try_recv() {
+            Ok(Queued::Rejected { error, .. }) => assert_eq!(
+                error,
+                "reading configuration file /config/rewire.json is not started: an earlier \
+                 read, given up, has not returned yet (the next change or re-read tries again)"
+            ),
+            other => panic!("the read in progress is not reported: {other:?}"),
+        }
+        assert!(queued.try_recv().is_err(), "reported more than once");
+        // Released, the stuck read returns; the next event reads and sends.
+        release.send(()).unwrap();
+        has_returned.recv_timeout(Duration::from_secs(5)).unwrap();
+        let waited = std::time::Instant::now();
+        loop {
+            let counted = Arc::clone(&starts);
+            let good = move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(GOOD.as_bytes().to_vec())
+            };
+            changed(&cx, path, &seen, &reader, deadline, good).await;
+            if let Ok(Queued::Reload(r)) = queued.try_recv() {
+                assert_eq!(r.trigger, Trigger::File);
+                break;
+            }
+            // The thread clears its mark an instant after it signals.
+            assert!(
+                waited.elapsed() < Duration::from_secs(5),
+                "never read again"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(starts.load(Ordering::SeqCst), 2, "reading threads started");
     }
 }

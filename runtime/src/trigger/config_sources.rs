@@ -9,7 +9,8 @@
 //! read, parse and send: they cannot queue older content after newer. The
 //! first read compares with the configuration the runtime runs, so a
 //! change made while the runtime was starting is applied. A read is bounded
-//! in time, as the file's is.
+//! in time, as the file's is, and while one given up has not returned no
+//! other is started (one stuck thread at most for the sources).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use super::config_file::reject_once;
 use super::file_seen::{digest, follow_generations, SharedSeen};
 use super::TriggerContext;
 use crate::config::{ConfigSources, Problems};
-use crate::fs_read::{detached_within, Abandoned, CONFIG_READ_DEADLINE};
+use crate::fs_read::{Abandoned, DetachedReader, CONFIG_READ_DEADLINE};
 use crate::fs_watch::{FileWatch, OnChange};
 use crate::registry::Registry;
 use crate::reload::{ReloadRequest, Trigger};
@@ -35,11 +36,14 @@ pub(crate) fn watch_config_sources(
     let shared = Arc::new((sources.clone(), registry));
     let trigger = cx.clone();
     let last = Arc::clone(&seen);
+    // The reads of both watches: one stuck in the kernel at most.
+    let reader = Arc::new(DetachedReader::default());
     let on_change: OnChange = Arc::new(move || {
         let cx = trigger.clone();
         let shared = Arc::clone(&shared);
         let seen = Arc::clone(&last);
-        Box::pin(async move { sources_changed(&cx, shared, &seen).await })
+        let reader = Arc::clone(&reader);
+        Box::pin(async move { sources_changed(&cx, shared, &seen, &reader).await })
     });
     let stop = cx.stopped.child_token();
     follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
@@ -71,6 +75,7 @@ async fn sources_changed(
     cx: &TriggerContext,
     shared: Arc<(ConfigSources, Registry)>,
     seen: &SharedSeen,
+    reader: &DetachedReader,
 ) {
     // Held to the end: one read, parse and send at a time.
     let mut seen = seen.lock().await;
@@ -80,11 +85,16 @@ async fn sources_changed(
     let read = {
         let (sources, _) = &*shared;
         let sources = sources.clone();
-        detached_within(CONFIG_READ_DEADLINE, move || sources.read()).await
+        reader
+            .read_within(CONFIG_READ_DEADLINE, move || sources.read())
+            .await
     };
     let read = match read {
         Err(abandoned @ Abandoned::TimedOut(_)) => Ok(Read::TimedOut(format!(
             "reading the configuration sources {abandoned}; given up (the next change or re-read tries again)"
+        ))),
+        Err(abandoned @ Abandoned::StillReading) => Ok(Read::TimedOut(format!(
+            "reading the configuration sources {abandoned} (the next change or re-read tries again)"
         ))),
         Err(Abandoned::Failed(err)) => Err(err),
         Ok(Err(problems)) => {
