@@ -5,8 +5,11 @@
 //! change a new configuration is built; only if every file parses and the
 //! key matches the certificate is it swapped in, so a half-written
 //! rotation (certificate replaced, key not yet) is refused, shown in
-//! status, and retried on the next change. The next handshake uses
-//! whatever is in force; open connections keep the one they started with.
+//! status, and retried on the next change. A certificate not valid yet
+//! (notBefore more than `material::NOT_BEFORE_SKEW`, 5 minutes, ahead of
+//! this clock) is refused too, but the same files are tried again every
+//! second, so it is swapped in once it is valid. The next handshake uses whatever is in
+//! force; open connections keep the one they started with.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +21,9 @@ use serde::Serialize;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::material::{Built, Files};
+use x509_parser::time::ASN1Time;
+
+use super::material::{Built, Files, Refused};
 use super::settings::{ListenerTls, TlsSettings};
 
 /// How often the files are compared with what was loaded.
@@ -58,6 +63,10 @@ pub struct LiveTls {
 struct Loaded {
     contents: Vec<Vec<u8>>,
     refused: Option<String>,
+    /// Contents refused as not valid yet: never taken as built from (they
+    /// pass with time, so every recheck tries them again); kept only so
+    /// that their refusal is logged once, not every second.
+    waiting: Option<Vec<Vec<u8>>>,
 }
 
 impl LiveTls {
@@ -82,7 +91,7 @@ impl LiveTls {
             config,
             fingerprint,
             lifecycle,
-        } = files.server_config(&contents)?;
+        } = files.server_config(&contents, ASN1Time::now())?;
         let status = TlsStatus {
             listener: listener.to_string(),
             cert_file: files.cert.display().to_string(),
@@ -100,6 +109,7 @@ impl LiveTls {
             loaded: Mutex::new(Loaded {
                 contents,
                 refused: None,
+                waiting: None,
             }),
         }))
     }
@@ -157,8 +167,14 @@ impl LiveTls {
     }
 
     /// Reloads if the files changed since the last load (or the last
-    /// refused attempt).
+    /// refused attempt), or if they hold a certificate that was not valid
+    /// yet.
     pub fn recheck(&self) {
+        self.recheck_at(ASN1Time::now());
+    }
+
+    /// [`LiveTls::recheck`] with the validity window checked at `now`.
+    fn recheck_at(&self, now: ASN1Time) {
         let contents = match self.files.contents() {
             Ok(contents) => contents,
             Err(err) => return self.refuse(err),
@@ -168,6 +184,7 @@ impl LiveTls {
             // Unchanged since the last build: what status shows is that
             // build's outcome, not a read error seen in between (a file
             // briefly missing while being replaced).
+            loaded.waiting = None;
             let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
             if status.error != loaded.refused {
                 if loaded.refused.is_none() {
@@ -180,15 +197,15 @@ impl LiveTls {
         // Built from the bytes just compared, not from a second read: a
         // file caught mid-rewrite by that read would refuse a good set for
         // good (later checks see the same contents and never retry).
-        let built = self.files.server_config(&contents);
-        loaded.contents = contents;
-        match built {
+        match self.files.server_config(&contents, now) {
             Ok(Built {
                 config,
                 fingerprint,
                 lifecycle,
             }) => {
+                loaded.contents = contents;
                 loaded.refused = None;
+                loaded.waiting = None;
                 self.config.store(Arc::new(config));
                 self.lifecycle.store(Arc::new(lifecycle));
                 let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
@@ -197,9 +214,27 @@ impl LiveTls {
                 status.error = None;
                 tracing::info!(listener = %status.listener, certificate_sha256 = %status.certificate_sha256, "TLS certificate reloaded; new handshakes use it.");
             }
-            Err(err) => {
-                loaded.refused = Some(err.clone());
-                self.refuse(err);
+            Err(Refused {
+                reason,
+                not_yet_valid: true,
+            }) => {
+                // Not taken as built from: these same files pass with time
+                // (a clock behind the issuer's by more than the skew
+                // allowed), so the next recheck builds them again. Logged
+                // once for these contents; status shows why meanwhile.
+                let first = loaded.waiting.as_ref() != Some(&contents);
+                loaded.waiting = Some(contents);
+                let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                if first {
+                    tracing::warn!(listener = %status.listener, error = %reason, "New TLS files refused until their certificate is valid (checked again every second); the certificate in force stays.");
+                }
+                status.error = Some(reason);
+            }
+            Err(Refused { reason, .. }) => {
+                loaded.contents = contents;
+                loaded.refused = Some(reason.clone());
+                loaded.waiting = None;
+                self.refuse(reason);
             }
         }
     }
@@ -419,6 +454,107 @@ mod tests {
         );
     }
 
+    /// A self-signed certificate for `localhost` valid from `not_before`
+    /// (Unix seconds) for a year, PEM certificate and key.
+    fn certificate_from(not_before: i64) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        let at = |secs: i64| ASN1Time::from_timestamp(secs).expect("time").to_datetime();
+        params.not_before = at(not_before);
+        params.not_after = at(not_before + 365 * 24 * 3600);
+        let certificate = params.self_signed(&key).expect("certificate");
+        (certificate.pem(), key.serialize_pem())
+    }
+
+    fn fingerprint_of(pem: &str) -> String {
+        let chain = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("pem");
+        super::super::material::fingerprint(&chain[0])
+    }
+
+    #[test]
+    fn a_certificate_issued_by_a_clock_ahead_is_accepted_within_the_skew() {
+        let ca = testkit::certs::TestCa::new("live-tls-skew");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        // Issued "now" by a clock two minutes ahead of this one.
+        let (cert, key) = certificate_from(ASN1Time::now().timestamp() + 120);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &cert).expect("cert");
+        live.recheck();
+        let status = live.status();
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!(status.loads, 2, "{status:?}");
+        assert_eq!(status.certificate_sha256, fingerprint_of(&cert));
+        // At start-up too.
+        LiveTls::load("grpc", &settings, None).expect("loads within the skew");
+    }
+
+    #[test]
+    fn a_certificate_not_valid_yet_is_loaded_once_valid_from_the_same_files() {
+        let ca = testkit::certs::TestCa::new("live-tls-not-yet");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        let before = live.status();
+        let now = ASN1Time::now().timestamp();
+        let at = |secs: i64| ASN1Time::from_timestamp(secs).expect("time");
+        // Ten minutes ahead: beyond the skew allowed.
+        let (cert, key) = certificate_from(now + 600);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &cert).expect("cert");
+        for later in [0, 1, 2] {
+            live.recheck_at(at(now + later));
+            let status = live.status();
+            assert_eq!(status.loads, 1, "{status:?}");
+            assert_eq!(status.certificate_sha256, before.certificate_sha256);
+            let error = status.error.expect("refused while not valid");
+            assert!(error.contains("certificate not valid before"), "{error}");
+        }
+        // Time passes, the files stay as they are: loaded.
+        live.recheck_at(at(now + 600));
+        let status = live.status();
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!(status.loads, 2, "{status:?}");
+        assert_eq!(status.certificate_sha256, fingerprint_of(&cert));
+        // And then taken as loaded: no rebuild every second.
+        live.recheck_at(at(now + 601));
+        assert_eq!(live.status().loads, 2);
+    }
+
+    #[test]
+    fn an_expired_certificate_gets_no_skew_and_is_not_retried() {
+        let ca = testkit::certs::TestCa::new("live-tls-expired-once");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        let now = ASN1Time::now().timestamp();
+        // Expired a second ago.
+        let (cert, key) = certificate_from(now - 365 * 24 * 3600 - 1);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &cert).expect("cert");
+        live.recheck();
+        let error = live.status().error.expect("expired");
+        assert!(error.contains("certificate expired at"), "{error}");
+        assert!(live.loaded.lock().expect("lock").waiting.is_none());
+        assert_eq!(live.status().loads, 1);
+    }
+
     #[test]
     fn the_configuration_is_built_from_the_bytes_read_not_a_second_read() {
         let ca = testkit::certs::TestCa::new("live-tls-one-read");
@@ -438,7 +574,7 @@ mod tests {
         }
         let built = live
             .files
-            .server_config(&contents)
+            .server_config(&contents, ASN1Time::now())
             .expect("built from the read");
         let chain = CertificateDer::pem_slice_iter(rotated.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()

@@ -14,6 +14,39 @@ use rustls::{RootCertStore, ServerConfig};
 /// Largest PEM file read.
 const MAX_PEM_BYTES: usize = 1024 * 1024;
 
+/// How far this host's clock may be behind the issuer's: a certificate
+/// whose notBefore is at most this far ahead of "now" is accepted. A
+/// certificate issued "now" and caught by the 1 s recheck while this
+/// clock lags by a second would otherwise be refused. notAfter gets no
+/// such allowance: an expired certificate stays refused.
+pub(super) const NOT_BEFORE_SKEW: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// Why a set of files was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Refused {
+    /// What is shown and logged (names the file, never its content).
+    pub(super) reason: String,
+    /// The leaf is not valid yet (notBefore beyond the allowed skew): the
+    /// same files pass with time, so they are checked again rather than
+    /// taken as done.
+    pub(super) not_yet_valid: bool,
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            not_yet_valid: false,
+        }
+    }
+}
+
+impl From<Refused> for String {
+    fn from(refused: Refused) -> Self {
+        refused.reason
+    }
+}
+
 /// The files one listener's configuration is made of, and what was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Files {
@@ -48,17 +81,28 @@ impl Files {
     /// caught mid-rewrite then would make a good set refused for good),
     /// with the SHA-256 fingerprint of the leaf certificate and the
     /// Lifecycle API's verifier (from the optional CA, if any). A leaf
-    /// outside its validity window (expired, not yet valid) is refused.
-    pub(super) fn server_config(&self, contents: &[Vec<u8>]) -> Result<Built, String> {
+    /// outside its validity window at `now` (expired, or not yet valid
+    /// beyond [`NOT_BEFORE_SKEW`]) is refused.
+    pub(super) fn server_config(
+        &self,
+        contents: &[Vec<u8>],
+        now: x509_parser::time::ASN1Time,
+    ) -> Result<Built, Refused> {
         let read = self.split(contents)?;
         let chain = certificates(&self.cert, read.cert)?;
-        check_validity(&self.cert, &chain[0], x509_parser::time::ASN1Time::now())?;
+        check_validity(&self.cert, &chain[0], now, NOT_BEFORE_SKEW)?;
+        Ok(self.build(&read, chain)?)
+    }
+
+    /// The configuration from files already read and a leaf already
+    /// checked.
+    fn build(&self, read: &Read<'_>, chain: Vec<CertificateDer<'static>>) -> Result<Built, String> {
         let key = private_key(&self.key, read.key)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?;
-        let builder = match self.client_verifier(&read, &provider)? {
+        let builder = match self.client_verifier(read, &provider)? {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
         };
@@ -144,29 +188,37 @@ struct Read<'a> {
 }
 
 /// Refuses a certificate outside its validity window at `now`: expired
-/// (after notAfter) or not yet valid (before notBefore). The error names
-/// the file and the bound passed.
+/// (after notAfter) or not yet valid (notBefore more than `skew` after
+/// `now`: this clock may lag the issuer's). The error names the file and
+/// the bound passed; a not-yet-valid refusal says so
+/// ([`Refused::not_yet_valid`]).
 pub(super) fn check_validity(
     path: &Path,
     certificate: &CertificateDer<'_>,
     now: x509_parser::time::ASN1Time,
-) -> Result<(), String> {
+    skew: std::time::Duration,
+) -> Result<(), Refused> {
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
         .map_err(|_| format!("`{}`: the certificate is not valid X.509", path.display()))?;
     let validity = parsed.validity();
-    if now < validity.not_before {
-        return Err(format!(
-            "`{}`: certificate not valid before {}",
-            path.display(),
-            validity.not_before
-        ));
+    let skew = i64::try_from(skew.as_secs()).unwrap_or(i64::MAX);
+    if now.timestamp().saturating_add(skew) < validity.not_before.timestamp() {
+        return Err(Refused {
+            reason: format!(
+                "`{}`: certificate not valid before {}",
+                path.display(),
+                validity.not_before
+            ),
+            not_yet_valid: true,
+        });
     }
     if now > validity.not_after {
         return Err(format!(
             "`{}`: certificate expired at {}",
             path.display(),
             validity.not_after
-        ));
+        )
+        .into());
     }
     Ok(())
 }
