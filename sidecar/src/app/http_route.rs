@@ -11,15 +11,14 @@ use rewire_runtime::DeliveryOutcome;
 
 use crate::dapr::{EventSink, TopicEvent};
 
-/// The most of an app's answer read (a delivery's status, the list of its
-/// subscriptions): an answer of gigabytes is never held.
+/// The most of an app's answer to a delivery read (its status): an
+/// answer of gigabytes is never held.
 pub(super) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-/// The body of the app's `answer`, read to at most [`MAX_ANSWER_BYTES`]:
-/// `None` when it is larger (read no further; the connection is let go).
-/// A body that fails midway is read as empty, as before any limit.
-pub(super) async fn answer_body(mut answer: reqwest::Response) -> Option<Vec<u8>> {
-    let limit = MAX_ANSWER_BYTES;
+/// The body of the app's `answer`, read to at most `limit` bytes: `None`
+/// when it is larger (read no further; the connection is let go). A body
+/// that fails midway is read as empty, as before any limit.
+pub(super) async fn answer_body(mut answer: reqwest::Response, limit: usize) -> Option<Vec<u8>> {
     if answer
         .content_length()
         .is_some_and(|length| length > limit as u64)
@@ -118,7 +117,9 @@ pub(super) async fn post_event(
         Ok(answer) => {
             let status = answer.status();
             // Larger than read: not a status document.
-            let body = answer_body(answer).await.unwrap_or_default();
+            let body = answer_body(answer, MAX_ANSWER_BYTES)
+                .await
+                .unwrap_or_default();
             outcome_of(status, &body)
         }
         Err(err) => {

@@ -107,6 +107,11 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
         .collect()
 }
 
+/// The most of the app's list of subscriptions read (Dapr's default body
+/// limit): hundreds of topics with routing rules fit; an answer of
+/// gigabytes is never held.
+const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
+
 /// The app's own subscriptions (none when it does not answer, answers
 /// 404, or answers something malformed — each said in the log).
 pub(super) async fn ask_app(
@@ -118,13 +123,13 @@ pub(super) async fn ask_app(
         match client.get(&url).send().await {
             Ok(answer) if answer.status() == reqwest::StatusCode::NOT_FOUND => return Vec::new(),
             Ok(answer) if answer.status().is_success() => {
-                let parsed = match super::http_route::answer_body(answer).await {
+                let parsed = match super::http_route::answer_body(answer, MAX_LIST_BYTES).await {
                     Some(body) => serde_json::from_slice::<Value>(&body)
                         .map_err(|e| e.to_string())
                         .and_then(|v| parse_subscriptions(&v)),
                     None => Err(format!(
-                        "answer larger than {} KiB",
-                        super::http_route::MAX_ANSWER_BYTES / 1024
+                        "answer larger than {} MiB",
+                        MAX_LIST_BYTES / (1024 * 1024)
                     )),
                 };
                 return match parsed {
@@ -171,6 +176,51 @@ mod tests {
             .expect("no panic");
         assert!(!whole, "the whole answer was read ({sent} bytes)");
         assert!(sent < total / 2, "{sent} bytes were taken");
+    }
+
+    /// Hundreds of topics with routing rules come to more than a
+    /// delivery's 64 KiB: the list is read whole.
+    #[tokio::test]
+    async fn a_list_of_a_thousand_subscriptions_is_taken() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let list: Vec<_> = (0..1000)
+            .map(|i| {
+                serde_json::json!({"pubsubname": "pubsub", "topic": format!("topic-{i}"),
+                    "routes": {"rules": [{"match": "event.type == \"widget\"", "path": "/widgets"}],
+                               "default": format!("/orders/{i}")}})
+            })
+            .collect();
+        let body = serde_json::to_vec(&list).expect("json");
+        assert!(body.len() > super::super::http_route::MAX_ANSWER_BYTES);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buf).await.expect("request");
+                assert!(n > 0, "the request ended early");
+                head.extend_from_slice(&buf[..n]);
+            }
+            let mut answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            answer.extend_from_slice(&body);
+            let _ = socket.write_all(&answer).await;
+        });
+        crate::tls::install_ring_provider();
+        let listed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            ask_app(&reqwest::Client::new(), &AppChannel::local(port)),
+        )
+        .await
+        .expect("answered in time");
+        assert_eq!(listed.len(), 1000);
     }
 
     #[test]
