@@ -472,8 +472,12 @@ impl ConfigServices {
     }
 }
 
-/// The `http://` URLs among `urls` not in `warned` yet (added to it).
+/// The `http://` URLs among `urls` not in `warned` yet (added to it);
+/// the ones in `warned` no longer announced are forgotten.
 fn newly_plaintext(warned: &mut Vec<String>, urls: &[String]) -> Vec<String> {
+    // Only what is announced now is remembered: instances that come and go
+    // (a pod's new address at each restart) do not pile up.
+    warned.retain(|url| urls.contains(url));
     let mut new = Vec::new();
     for url in urls {
         let plain = url
@@ -507,6 +511,9 @@ mod tests {
             newly_plaintext(&mut warned, &second),
             urls(&["http://d:8080"])
         );
+        // Forgotten once no longer announced: what is remembered stays
+        // what is announced.
+        assert_eq!(warned, urls(&["http://a:8080", "http://d:8080"]));
     }
 
     fn settings() -> InstanceSettings {

@@ -197,14 +197,17 @@ impl InPlaceUpdate for RedisStateStore {
 impl StateStore for RedisStateStore {
     async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
         let (session, mut conn) = self.session()?;
-        // Sized once: the command's buffers are not grown per argument.
-        let base = self.key_base(&session);
-        let key = PrefixedKey::new(&base, &req.key);
-        let fields: Fields = redis::Cmd::with_capacity(4, HMGET_FIXED_BYTES + key.byte_len())
-            .arg("HMGET")
-            .arg(key)
-            .arg("data")
-            .arg("version")
+        // Sized once: the command's buffers are not grown per argument. The
+        // key base is let go of before the round trip (a cached one is an
+        // arc-swap guard, of which a thread has few).
+        let command = {
+            let base = self.key_base(&session);
+            let key = PrefixedKey::new(&base, &req.key);
+            let mut command = redis::Cmd::with_capacity(4, HMGET_FIXED_BYTES + key.byte_len());
+            command.arg("HMGET").arg(key).arg("data").arg("version");
+            command
+        };
+        let fields: Fields = command
             .query_async(&mut conn)
             .await
             .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
