@@ -127,6 +127,19 @@ impl InPlaceUpdate for EnvSecretStore {
     }
 }
 
+impl EnvSecretStore {
+    /// The value of secret `name`: `None` when its variable is unset, or
+    /// the name is reserved or not allowed.
+    fn served(&self, name: &str) -> Result<Option<SecretString>, SecretError> {
+        let settings = self.settings.load();
+        let variable_name = format!("{}{name}", settings.prefix);
+        if !names::may_serve(&variable_name, name, &settings.allowed_secrets) {
+            return Ok(None);
+        }
+        variable(&variable_name, name)
+    }
+}
+
 #[rewire_runtime::prelude::async_trait]
 impl SecretStore for EnvSecretStore {
     /// An unset variable answers `{name: ""}`, as Dapr's `local.env` does
@@ -137,13 +150,7 @@ impl SecretStore for EnvSecretStore {
         name: &str,
         _metadata: &HashMap<String, String>,
     ) -> Result<SecretMap, SecretError> {
-        let settings = self.settings.load();
-        let variable_name = format!("{}{name}", settings.prefix);
-        let value = if names::may_serve(&variable_name, name, &settings.allowed_secrets) {
-            variable(&variable_name, name)?
-        } else {
-            None
-        };
+        let value = self.served(name)?;
         let value = value.unwrap_or_else(|| SecretString::new(String::new()));
         Ok(SecretMap::from([(name.to_string(), value)]))
     }
@@ -152,13 +159,7 @@ impl SecretStore for EnvSecretStore {
     /// found), where the API answers it empty: a misspelt ref fails its
     /// component instead of injecting an empty credential.
     async fn get_secret_for_ref(&self, name: &str) -> Result<SecretMap, SecretError> {
-        let settings = self.settings.load();
-        let variable_name = format!("{}{name}", settings.prefix);
-        let value = if names::may_serve(&variable_name, name, &settings.allowed_secrets) {
-            variable(&variable_name, name)?
-        } else {
-            None
-        };
+        let value = self.served(name)?;
         let value = value.ok_or_else(|| SecretError::NotFound(echoed(name).to_string()))?;
         Ok(SecretMap::from([(name.to_string(), value)]))
     }
