@@ -303,7 +303,9 @@ async fn remove_and_status() {
         .get_configuration(request)
         .await
         .expect_err("removed");
-    assert_eq!(gone.code(), Code::InvalidArgument);
+    // It was the only configuration store: none is configured now (Dapr's
+    // ERR_CONFIGURATION_STORE_NOT_CONFIGURED).
+    assert_eq!(gone.code(), Code::FailedPrecondition);
 
     let status = clients
         .lifecycle
