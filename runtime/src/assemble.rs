@@ -431,34 +431,30 @@ async fn wait_ready(
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let within = left.max(cx.timeouts.ready_poll);
-        let (component, staged) = (instance.component(), cx.staged.clone());
-        let ask = async move { Ok(with_staged(staged, component.readiness()).await) };
-        match guarded(ask, within).await {
-            Answer::Answered(Ok(Readiness::Ready)) => return Ok(()),
-            Answer::Answered(Ok(Readiness::Degraded(reason))) => {
+        // Asked inline, bounded (no task per ask: start-up asks every
+        // component); a panic fails the component's own assembly, which
+        // records it as `Panicked`.
+        let component = instance.component();
+        let ask = with_staged(cx.staged.clone(), component.readiness());
+        match tokio::time::timeout(within, ask).await {
+            Ok(Readiness::Ready) => return Ok(()),
+            Ok(Readiness::Degraded(reason)) => {
                 tracing::warn!(component = %key, reason = %cx.redactor.scrub(&reason), "Component started degraded.");
                 return Ok(());
             }
-            Answer::Answered(Ok(Readiness::NotReady(reason)))
-                if tokio::time::Instant::now() >= deadline =>
-            {
+            Ok(Readiness::NotReady(reason)) if tokio::time::Instant::now() >= deadline => {
                 return Err((
                     FailedStep::NotReady,
                     format!("still not ready after {:?}: {reason}", cx.timeouts.ready),
                 ));
             }
-            Answer::Answered(Ok(Readiness::NotReady(_))) => {
-                tokio::time::sleep(cx.timeouts.ready_poll).await
-            }
-            // `ask` never fails: kept for completeness.
-            Answer::Answered(Err(err)) => return Err((FailedStep::NotReady, err.to_string())),
-            Answer::TimedOut => {
+            Ok(Readiness::NotReady(_)) => tokio::time::sleep(cx.timeouts.ready_poll).await,
+            Err(_) => {
                 return Err((
                     FailedStep::NotReady,
                     format!("readiness did not answer within {:?}", cx.timeouts.ready),
                 ))
             }
-            Answer::Panicked(message) => return Err((FailedStep::Panicked, message)),
         }
     }
 }
