@@ -278,15 +278,7 @@ impl Effective {
             Push::Amend(patch) => {
                 self.overlay(Layer::ControlPlane, key, patch);
                 if let Some(spec) = self.config.components.get_mut(key) {
-                    let spec = Arc::make_mut(spec);
-                    let pushed =
-                        |field: &str| patch.metadata.get(field).is_some_and(|v| !v.is_null());
-                    if patch.secret_refs.is_none() {
-                        spec.secret_refs.retain(|r| !pushed(&r.inject_as));
-                    }
-                    if patch.configuration_refs.is_none() {
-                        spec.configuration_refs.retain(|r| !pushed(&r.inject_as));
-                    }
+                    yield_to_pushed_fields(patch, Arc::make_mut(spec));
                 }
             }
             Push::Remove => {
@@ -307,29 +299,32 @@ fn inherited(patch: &ComponentPatch, below: &ComponentSpec, spec: &mut Component
     if patch.scopes.is_none() {
         spec.scopes = below.scopes.clone();
     }
-    let pushed = |field: &str| patch.metadata.get(field).is_some_and(|v| !v.is_null());
     if patch.component_refs.is_none() {
         spec.component_refs = below.component_refs.clone();
     }
     if patch.secret_refs.is_none() {
-        spec.secret_refs = below
-            .secret_refs
-            .iter()
-            .filter(|r| !pushed(&r.inject_as))
-            .cloned()
-            .collect();
+        spec.secret_refs = below.secret_refs.clone();
     }
     if patch.configuration_refs.is_none() {
-        spec.configuration_refs = below
-            .configuration_refs
-            .iter()
-            .filter(|r| !pushed(&r.inject_as))
-            .cloned()
-            .collect();
+        spec.configuration_refs = below.configuration_refs.clone();
     }
+    yield_to_pushed_fields(patch, spec);
     patch.component_refs.is_none()
         && patch.secret_refs.is_none()
         && patch.configuration_refs.is_none()
+}
+
+/// Drops the secretRefs and configurationRefs `spec` keeps from below
+/// (those `patch` leaves unsaid) that fill a metadata field `patch` sets:
+/// the push's value wins, as the top layer.
+fn yield_to_pushed_fields(patch: &ComponentPatch, spec: &mut ComponentSpec) {
+    let pushed = |field: &str| patch.metadata.get(field).is_some_and(|v| !v.is_null());
+    if patch.secret_refs.is_none() {
+        spec.secret_refs.retain(|r| !pushed(&r.inject_as));
+    }
+    if patch.configuration_refs.is_none() {
+        spec.configuration_refs.retain(|r| !pushed(&r.inject_as));
+    }
 }
 
 fn whole<'a>(fields: impl Iterator<Item = &'a String>, layer: Layer) -> ComponentSources {
