@@ -9,8 +9,7 @@
 //! resource id containing `||` is refused, so no two resources (and no
 //! strategy) make the same key.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -116,23 +115,6 @@ struct Grace {
     /// The namespace in force before the last change, while its locks may
     /// still be held.
     previous: ArcSwapOption<Previous>,
-    /// The store's connection, as a rebuilt successor sees it (set at
-    /// init).
-    connection: OnceLock<RedisConnection>,
-}
-
-/// The live instances of each `lock/redis` component, by component.
-static COMPONENTS: LazyLock<Mutex<HashMap<String, Vec<Weak<Grace>>>>> =
-    LazyLock::new(Default::default);
-
-/// The component `cx` initialises: its app, configuration folder and key.
-fn component_of(cx: &InitContext) -> String {
-    let dir = cx
-        .config_dir
-        .as_ref()
-        .map(|dir| dir.display().to_string())
-        .unwrap_or_default();
-    format!("{}\u{0}{dir}\u{0}{}", cx.app_id, cx.key)
 }
 
 #[derive(Debug)]
@@ -322,54 +304,6 @@ impl RedisLock {
         }
     }
 
-    /// Whether `a` and `b` are one namespace: one server (and database)
-    /// and one key base.
-    fn same_namespace(&self, a: &Session, b: &Session) -> bool {
-        a.same_server(b) && self.key_base(a) == self.key_base(b)
-    }
-
-    /// Joins the live instances of `component`: when one of them is on
-    /// another namespace (a rebuild after a change), or still consults
-    /// one, this store consults it for [`MAX_GRACE`], so that a lock held
-    /// there is not taken here.
-    fn adopt(&self, component: &str) {
-        let mut all = COMPONENTS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        all.retain(|_, siblings| {
-            siblings.retain(|sibling| sibling.strong_count() > 0);
-            !siblings.is_empty()
-        });
-        let siblings = all.entry(component.to_string()).or_default();
-        let current = self.connection.session();
-        let mut found = None;
-        for sibling in siblings.iter().filter_map(Weak::upgrade) {
-            if let Some(theirs) = sibling.connection.get().map(RedisConnection::session) {
-                if theirs.is_connected() && !self.same_namespace(&theirs, &current) {
-                    found = Some(Arc::new(Previous {
-                        limit: previous_limit(theirs.metadata()),
-                        session: theirs,
-                        until: Instant::now() + MAX_GRACE,
-                    }));
-                    break;
-                }
-            }
-            let inherited = sibling
-                .previous()
-                .filter(|previous| !self.same_namespace(&previous.session, &current));
-            if let Some(previous) = inherited {
-                found = Some(previous);
-                break;
-            }
-        }
-        if let Some(previous) = found {
-            info!(component = %self.connection.label(), grace = ?previous.until.saturating_duration_since(Instant::now()), "Lock rebuilt on another namespace; the previous one is still consulted for its held locks.");
-            self.grace.previous.store(Some(previous));
-        }
-        let _ = self.grace.connection.set(self.connection.handle());
-        siblings.push(Arc::downgrade(&self.grace));
-    }
-
     /// The metadata in force.
     pub fn metadata(&self) -> RedisMetadata {
         self.connection.session().metadata().clone()
@@ -428,7 +362,6 @@ impl Component for RedisLock {
         self.connection
             .init(&cx.key, cx.config_dir.as_deref())
             .await?;
-        self.adopt(&component_of(cx));
         Ok(())
     }
 
