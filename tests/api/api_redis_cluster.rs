@@ -419,7 +419,8 @@ async fn failover_under_load(cluster: &mut RedisCluster, client: &Client, url: &
             "{} failed long before the kill",
             write.key
         );
-        let slot = cluster.keyslot(&write.key).await;
+        // The slot of the key as stored: Dapr's `{appId}||{key}`.
+        let slot = cluster.keyslot(&format!("shop||{}", write.key)).await;
         assert_eq!(
             cluster.master_of_slot(slot).await,
             Some(heir),
