@@ -37,6 +37,7 @@ mod api_http_state_hot_path;
 mod api_http_state_transaction;
 mod api_limits;
 mod api_metadata_extended;
+mod api_metadata_subscriptions;
 mod api_publish_parity;
 mod api_pubsub_broker_switch;
 mod api_pubsub_declarative;

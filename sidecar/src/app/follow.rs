@@ -124,7 +124,8 @@ impl Deliveries {
 
     /// Follows the generations until `shutdown`: `fixed` (the app's own
     /// and those given in code) plus the declared ones of each generation.
-    pub(super) async fn follow(mut self, fixed: Vec<(String, AppSubscription)>) {
+    pub(super) async fn follow(mut self, fixed: impl Into<Arc<[(String, AppSubscription)]>>) {
+        let fixed = fixed.into();
         let mut changes = self.runtime.generation_changes();
         let mut reconcile = true;
         loop {
@@ -171,11 +172,10 @@ impl Deliveries {
     fn wanted(&self, fixed: &[(String, AppSubscription)]) -> BTreeMap<String, AppSubscription> {
         let generation = self.runtime.generation();
         let mut wanted: BTreeMap<String, AppSubscription> = fixed.iter().cloned().collect();
-        for (name, declared) in &generation.sections().subscriptions.0 {
-            if declared.applies_to(generation.app_id()) {
-                wanted.insert(name.clone(), AppSubscription::declared(declared));
-            }
-        }
+        wanted.extend(
+            AppSubscription::declared_for(&generation)
+                .map(|(name, declared)| (name.to_string(), declared)),
+        );
         wanted
     }
 

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use grpc_route::GrpcRoute;
 pub use http_route::HttpRoute;
-pub use subscriptions::{parse_subscriptions, AppSubscription};
+pub use subscriptions::{parse_subscriptions, AppSubscription, ListedSubscriptions};
 
 use follow::Deliveries;
 use routed::AppTarget;
@@ -49,14 +49,35 @@ pub enum AppProtocol {
     Grpc,
 }
 
-/// Where the app listens and how it is spoken to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl AppProtocol {
+    /// Dapr's name of the protocol (`--app-protocol`): `http`, `grpc`.
+    pub fn dapr_name(self) -> &'static str {
+        match self {
+            AppProtocol::Http => "http",
+            AppProtocol::Grpc => "grpc",
+        }
+    }
+}
+
+/// Where the app listens and how it is spoken to; its clones share the
+/// subscriptions [`serve_app`] took from the app ([`AppChannel::listed`]).
+#[derive(Debug, Clone)]
 pub struct AppChannel {
     /// `host:port` of the app.
     pub address: String,
     /// How it is called.
     pub protocol: AppProtocol,
+    listed: ListedSubscriptions,
 }
+
+/// Two channels are equal when they reach the same app the same way.
+impl PartialEq for AppChannel {
+    fn eq(&self, other: &Self) -> bool {
+        self.address == other.address && self.protocol == other.protocol
+    }
+}
+
+impl Eq for AppChannel {}
 
 impl AppChannel {
     /// The app on `port` of the loopback interface, over HTTP.
@@ -64,7 +85,14 @@ impl AppChannel {
         Self {
             address: format!("127.0.0.1:{port}"),
             protocol: AppProtocol::Http,
+            listed: ListedSubscriptions::default(),
         }
+    }
+
+    /// The subscriptions [`serve_app`] took from the app (and was given in
+    /// code) over this channel or a clone of it, by id.
+    pub fn listed(&self) -> &ListedSubscriptions {
+        &self.listed
     }
 
     /// The same app, called with `protocol`.
@@ -122,7 +150,7 @@ pub fn serve_app(
             AppTarget::Http { client, .. } => subscriptions::ask_app(client, &channel).await,
             AppTarget::Grpc(client) => grpc_route::ask_app(client).await,
         };
-        let fixed = own
+        let fixed: std::sync::Arc<[_]> = own
             .into_iter()
             .enumerate()
             .map(|(i, s)| (format!("app#{i}"), s))
@@ -133,9 +161,11 @@ pub fn serve_app(
                     .map(|(i, s)| (format!("given#{i}"), s)),
             )
             .collect();
+        channel.listed.set(fixed.clone());
         Deliveries::new(runtime, app, shutdown, subscribed_tx)
             .follow(fixed)
             .await;
+        channel.listed.set(std::sync::Arc::new([]));
     });
     AppService { task, subscribed }
 }

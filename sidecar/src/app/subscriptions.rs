@@ -4,8 +4,10 @@
 //! and declared ones (the configuration's `subscriptions` section).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rewire_runtime::config::{RawRoutes, Subscription, SubscriptionRoutes};
+use rewire_runtime::Generation;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -44,6 +46,21 @@ impl AppSubscription {
         }
     }
 
+    /// The declared subscriptions of `generation` (its `subscriptions`
+    /// section) whose `scopes` take its app, by name.
+    pub fn declared_for(
+        generation: &Generation,
+    ) -> impl Iterator<Item = (&str, AppSubscription)> + '_ {
+        let app_id = generation.app_id();
+        generation
+            .sections()
+            .subscriptions
+            .0
+            .iter()
+            .filter(move |(_, declared)| declared.applies_to(app_id))
+            .map(|(name, declared)| (name.as_str(), Self::declared(declared)))
+    }
+
     /// Routes from Dapr's `route` / `routes`; with neither, the topic's
     /// name is the route (as before routing rules existed).
     pub(super) fn routes_of(
@@ -56,6 +73,31 @@ impl AppSubscription {
             return Ok(SubscriptionRoutes::single(topic));
         }
         Ok(routes)
+    }
+}
+
+/// The subscriptions the app service took once the app listened — the
+/// app's own (`app#N`) and those given in code (`given#N`) — by id: the
+/// one list [`Deliveries`](super::follow) runs them from, shared by every
+/// clone of the [`AppChannel`] so the metadata API can show it. Empty
+/// until the app has been asked, and again once the service has stopped.
+#[derive(Debug, Clone, Default)]
+pub struct ListedSubscriptions(Arc<Mutex<Listed>>);
+
+/// Subscriptions by id, shared.
+pub type Listed = Arc<[(String, AppSubscription)]>;
+
+impl ListedSubscriptions {
+    /// The subscriptions taken, by id.
+    pub fn get(&self) -> Listed {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn set(&self, listed: Listed) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = listed;
     }
 }
 

@@ -1,19 +1,30 @@
 //! The sidecar's metadata, as Dapr's `GetMetadata` has it: the app id, the
 //! runtime version and the components of the call's generation, each with a
 //! Dapr-style type (`state.memory`, `secretstores.local.file`,
-//! `configuration.apollo`, `lock.redis`; custom kinds as `kind.type`).
+//! `configuration.apollo`, `lock.redis`; custom kinds as `kind.type`), the
+//! app's pub/sub subscriptions and how the app is reached.
 //!
-//! Everything comes from the one generation snapshot the call loaded (it
-//! carries the app id and each component's type), so the answer never pairs
-//! one generation's components with another's configuration.
+//! Components and declared subscriptions come from the one generation
+//! snapshot the call loaded (it carries the app id and each component's
+//! type), so the answer never pairs one generation's components with
+//! another's configuration. The other subscriptions are read from their
+//! owners: the app's own from the app channel (as the app service took
+//! them), the streams' from the sidecar's [`StreamingSubscriptions`].
+//! Subscription metadata is plain strings as the configuration, the app or
+//! the stream's client wrote them (a `secretKeyRef` cannot be declared
+//! there), so no secret is resolved into the answer.
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::{Instance, Kind};
 
 use super::call::Call;
+use crate::app::{AppChannel, AppSubscription};
+use crate::ApiState;
 
 /// Most entries a client may set in the extended metadata.
 pub const MAX_EXTENDED_METADATA_ENTRIES: usize = 64;
@@ -52,27 +63,39 @@ pub struct ExtendedMetadata {
     entries: Mutex<BTreeMap<String, String>>,
 }
 
+/// The `T` of the sidecar that `owner` (one `Arc` per sidecar, shared by
+/// its HTTP and gRPC APIs) belongs to; made on first use and dropped soon
+/// after `owner` is.
+fn of_sidecar<T, O>(owner: &Arc<O>) -> Arc<T>
+where
+    T: Any + Default + Send + Sync,
+    O: Any + Send + Sync,
+{
+    /// The tables, each with a weak handle on its owner.
+    type Tables = Vec<(Weak<dyn Any + Send + Sync>, Arc<dyn Any + Send + Sync>)>;
+    static TABLES: Mutex<Tables> = Mutex::new(Vec::new());
+    let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
+    tables.retain(|(owner, _)| owner.strong_count() > 0);
+    let address = Arc::as_ptr(owner).cast::<()>();
+    let found = tables
+        .iter()
+        .filter(|(owner, _)| owner.as_ptr().cast::<()>() == address)
+        .find_map(|(_, table)| Arc::clone(table).downcast::<T>().ok());
+    if let Some(table) = found {
+        return table;
+    }
+    let any: Arc<dyn Any + Send + Sync> = owner.clone();
+    let table = Arc::new(T::default());
+    tables.push((Arc::downgrade(&any), table.clone()));
+    table
+}
+
 impl ExtendedMetadata {
     /// The table of the sidecar that `owner` (one `Arc` per sidecar,
     /// shared by its HTTP and gRPC APIs) belongs to; made on first use and
     /// dropped soon after `owner` is.
     pub fn of<T: Any + Send + Sync>(owner: &Arc<T>) -> Arc<Self> {
-        /// The tables, each with a weak handle on its owner.
-        type Tables = Vec<(Weak<dyn Any + Send + Sync>, Arc<ExtendedMetadata>)>;
-        static TABLES: Mutex<Tables> = Mutex::new(Vec::new());
-        let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
-        tables.retain(|(owner, _)| owner.strong_count() > 0);
-        let address = Arc::as_ptr(owner).cast::<()>();
-        if let Some((_, table)) = tables
-            .iter()
-            .find(|(owner, _)| owner.as_ptr().cast::<()>() == address)
-        {
-            return table.clone();
-        }
-        let any: Arc<dyn Any + Send + Sync> = owner.clone();
-        let table = Arc::new(Self::default());
-        tables.push((Arc::downgrade(&any), table.clone()));
-        table
+        of_sidecar(owner)
     }
 
     /// Sets `key` to `value`, as Dapr: an empty key changes nothing.
@@ -110,6 +133,73 @@ impl ExtendedMetadata {
     }
 }
 
+/// The topic streams open on one sidecar (`SubscribeTopicEventsAlpha1`,
+/// Layotto's `SubscribeTopicEvents`), for its metadata: a stream books
+/// itself while it delivers and is struck off when its [`StreamListing`]
+/// is dropped.
+#[derive(Debug, Default)]
+pub struct StreamingSubscriptions {
+    next: AtomicU64,
+    open: Mutex<BTreeMap<u64, ListedSubscription>>,
+}
+
+/// A stream's entry among the [`StreamingSubscriptions`]: struck off when
+/// dropped.
+#[derive(Debug)]
+pub struct StreamListing {
+    book: Weak<StreamingSubscriptions>,
+    id: u64,
+}
+
+impl StreamingSubscriptions {
+    /// The streams of the sidecar `owner` belongs to (as
+    /// [`ExtendedMetadata::of`]).
+    pub fn of<T: Any + Send + Sync>(owner: &Arc<T>) -> Arc<Self> {
+        of_sidecar(owner)
+    }
+
+    /// Books a stream on `topic` of `pubsub_name` until the listing drops.
+    pub fn open(
+        self: &Arc<Self>,
+        pubsub_name: &str,
+        topic: &str,
+        metadata: BTreeMap<String, String>,
+        dead_letter_topic: Option<String>,
+    ) -> StreamListing {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let listed = ListedSubscription {
+            pubsub_name: pubsub_name.to_string(),
+            topic: topic.to_string(),
+            metadata,
+            rules: Vec::new(),
+            dead_letter_topic,
+            origin: SubscriptionOrigin::Streaming,
+        };
+        self.lock().insert(id, listed);
+        StreamListing {
+            book: Arc::downgrade(self),
+            id,
+        }
+    }
+
+    /// The streams open, oldest first.
+    pub fn listed(&self) -> Vec<ListedSubscription> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ListedSubscription>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for StreamListing {
+    fn drop(&mut self) {
+        if let Some(book) = self.book.upgrade() {
+            book.lock().remove(&self.id);
+        }
+    }
+}
+
 /// The sidecar's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SidecarMetadata {
@@ -121,6 +211,110 @@ pub struct SidecarMetadata {
     pub generation: u64,
     /// Its components, in key order.
     pub components: Vec<RegisteredComponent>,
+    /// The app's pub/sub subscriptions: declared (in name order), the
+    /// app's own, then the open streams.
+    pub subscriptions: Vec<ListedSubscription>,
+    /// How the app is reached; none without an app channel.
+    pub app_connection: Option<AppConnection>,
+}
+
+/// Where a subscription comes from, as Dapr's `PubsubSubscriptionType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionOrigin {
+    /// The configuration's `subscriptions` section.
+    Declarative,
+    /// The app's list (`/dapr/subscribe`, `ListTopicSubscriptions`), or
+    /// given in code.
+    Programmatic,
+    /// A topic stream.
+    Streaming,
+}
+
+impl SubscriptionOrigin {
+    /// Dapr's name: `DECLARATIVE`, `PROGRAMMATIC`, `STREAMING`.
+    pub fn dapr_name(self) -> &'static str {
+        match self {
+            SubscriptionOrigin::Declarative => "DECLARATIVE",
+            SubscriptionOrigin::Programmatic => "PROGRAMMATIC",
+            SubscriptionOrigin::Streaming => "STREAMING",
+        }
+    }
+}
+
+/// One subscription of the app, as Dapr's `PubsubSubscription`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedSubscription {
+    /// The pub/sub component.
+    pub pubsub_name: String,
+    /// The topic.
+    pub topic: String,
+    /// Its metadata, passed to the broker.
+    pub metadata: BTreeMap<String, String>,
+    /// Its routes as Dapr lists them: `(match, path)` in order, the
+    /// default route last with an empty match.
+    pub rules: Vec<(String, String)>,
+    /// Where events that fail for good go.
+    pub dead_letter_topic: Option<String>,
+    /// Where it comes from.
+    pub origin: SubscriptionOrigin,
+}
+
+impl ListedSubscription {
+    fn of(subscription: &AppSubscription, origin: SubscriptionOrigin) -> Self {
+        Self {
+            pubsub_name: subscription.pubsub_name.clone(),
+            topic: subscription.topic.clone(),
+            metadata: subscription.metadata.clone(),
+            rules: dapr_rules(&subscription.routes),
+            dead_letter_topic: subscription.dead_letter_topic.clone(),
+            origin,
+        }
+    }
+}
+
+/// How the app is reached, as Dapr's `AppConnectionProperties` (rewire
+/// has no app health checks nor concurrency bound: those stay unset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppConnection {
+    /// The app's port.
+    pub port: u16,
+    /// `http` or `grpc`.
+    pub protocol: &'static str,
+    /// The app's host.
+    pub channel_address: String,
+}
+
+impl AppConnection {
+    fn of(channel: &AppChannel) -> Self {
+        let (host, port) = channel
+            .address
+            .rsplit_once(':')
+            .unwrap_or((channel.address.as_str(), ""));
+        Self {
+            port: port.parse().unwrap_or(0),
+            protocol: channel.protocol.dapr_name(),
+            channel_address: host.to_string(),
+        }
+    }
+}
+
+/// Routes as Dapr lists them: each rule's match and path, then the
+/// default route with an empty match.
+fn dapr_rules(routes: &SubscriptionRoutes) -> Vec<(String, String)> {
+    routes
+        .rules
+        .iter()
+        .map(|rule| {
+            let matcher = rule.matcher.as_ref().map(|m| m.source().to_string());
+            (matcher.unwrap_or_default(), rule.path.clone())
+        })
+        .chain(
+            routes
+                .default
+                .iter()
+                .map(|path| (String::new(), path.clone())),
+        )
+        .collect()
 }
 
 /// One component, as Dapr's `RegisteredComponents`.
@@ -135,9 +329,29 @@ pub struct RegisteredComponent {
     pub capabilities: Vec<String>,
 }
 
-/// The metadata of the call's generation.
-pub fn metadata(call: &Call) -> SidecarMetadata {
+/// The metadata of the call's generation, with the app's subscriptions
+/// and connection as the sidecar `state` serves them. Declared
+/// subscriptions are listed with an app channel only: without one they
+/// deliver nothing.
+pub fn metadata(call: &Call, state: &ApiState) -> SidecarMetadata {
     let generation = call.generation();
+    let channel = state.options.app_channel.as_ref();
+    let mut subscriptions = Vec::new();
+    if let Some(channel) = channel {
+        subscriptions.extend(
+            AppSubscription::declared_for(generation).map(|(_, declared)| {
+                ListedSubscription::of(&declared, SubscriptionOrigin::Declarative)
+            }),
+        );
+        subscriptions.extend(
+            channel
+                .listed()
+                .get()
+                .iter()
+                .map(|(_, own)| ListedSubscription::of(own, SubscriptionOrigin::Programmatic)),
+        );
+    }
+    subscriptions.extend(StreamingSubscriptions::of(&state.metrics).listed());
     let components = generation
         .iter()
         .map(|(key, instance)| RegisteredComponent {
@@ -154,6 +368,8 @@ pub fn metadata(call: &Call) -> SidecarMetadata {
         runtime_version: env!("CARGO_PKG_VERSION"),
         generation: generation.number,
         components,
+        subscriptions,
+        app_connection: channel.map(AppConnection::of),
     }
 }
 
@@ -204,11 +420,77 @@ mod tests {
         let runtime = Runtime::start(config, Registry::default(), RuntimeOptions::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let answer = metadata(&Call::new(&runtime, StoreLabel::default()));
+        let state = ApiState {
+            runtime: runtime.clone(),
+            options: Arc::new(crate::ApiOptions::default()),
+            metrics: Arc::new(crate::ApiMetrics::new()),
+            tls: crate::tls::ServingTls::default(),
+        };
+        let answer = metadata(&Call::new(&runtime, StoreLabel::default()), &state);
         assert_eq!(answer.app_id, "checkout");
         assert_eq!(answer.generation, 1);
         assert!(answer.components.is_empty());
+        assert!(answer.subscriptions.is_empty());
+        assert_eq!(answer.app_connection, None);
         runtime.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn open_streams_and_the_app_channel_are_shown() {
+        let mut state = ApiState::empty().await;
+        let channel = AppChannel::local(6001).with_protocol(crate::app::AppProtocol::Grpc);
+        state.options = Arc::new(crate::ApiOptions {
+            app_channel: Some(channel),
+            ..crate::ApiOptions::default()
+        });
+        let streams = StreamingSubscriptions::of(&state.metrics);
+        let listing = streams.open(
+            "bus",
+            "orders",
+            BTreeMap::from([("rawPayload".into(), "true".into())]),
+            Some("dead".into()),
+        );
+        let call = Call::new(&state.runtime, StoreLabel::default());
+        let answer = metadata(&call, &state);
+        assert_eq!(
+            answer.app_connection,
+            Some(AppConnection {
+                port: 6001,
+                protocol: "grpc",
+                channel_address: "127.0.0.1".into(),
+            })
+        );
+        let [stream] = answer.subscriptions.as_slice() else {
+            panic!("{:?}", answer.subscriptions);
+        };
+        assert_eq!(
+            (stream.pubsub_name.as_str(), stream.topic.as_str()),
+            ("bus", "orders")
+        );
+        assert_eq!(stream.origin, SubscriptionOrigin::Streaming);
+        assert_eq!(stream.dead_letter_topic.as_deref(), Some("dead"));
+        assert_eq!(stream.metadata["rawPayload"], "true");
+        drop(listing);
+        assert!(metadata(&call, &state).subscriptions.is_empty());
+        state.runtime.shutdown().await;
+    }
+
+    #[test]
+    fn routes_are_listed_as_daprs_rules_with_the_default_last() {
+        let value = serde_json::json!([{"pubsubname": "p", "topic": "t", "routes": {
+            "rules": [{"match": "event.type == \"widget\"", "path": "/widgets"}],
+            "default": "/products"}}]);
+        let parsed = crate::app::parse_subscriptions(&value).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            dapr_rules(&parsed[0].routes),
+            [
+                (
+                    "event.type == \"widget\"".to_string(),
+                    "/widgets".to_string()
+                ),
+                (String::new(), "/products".to_string())
+            ]
+        );
     }
 
     #[test]
@@ -217,6 +499,9 @@ mod tests {
         let table = ExtendedMetadata::of(&one);
         assert!(Arc::ptr_eq(&table, &ExtendedMetadata::of(&one)));
         assert!(!Arc::ptr_eq(&table, &ExtendedMetadata::of(&other)));
+        let streams = StreamingSubscriptions::of(&one);
+        assert!(Arc::ptr_eq(&streams, &StreamingSubscriptions::of(&one)));
+        assert!(Arc::ptr_eq(&table, &ExtendedMetadata::of(&one)));
         assert_eq!(table.set(String::new(), "ignored".into()), Ok(()));
         for i in 0..MAX_EXTENDED_METADATA_ENTRIES {
             assert_eq!(table.set(format!("k{i}"), "v".into()), Ok(()));

@@ -42,9 +42,10 @@ pub use file::{http_date, FileOpError, FileOps};
 pub use file_upload::UploadError;
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{
-    dapr_component_type, metadata, ExtendedMetadata, ExtendedMetadataError, RegisteredComponent,
-    SidecarMetadata, MAX_EXTENDED_METADATA_ENTRIES, MAX_EXTENDED_METADATA_KEY_BYTES,
-    MAX_EXTENDED_METADATA_VALUE_BYTES,
+    dapr_component_type, metadata, AppConnection, ExtendedMetadata, ExtendedMetadataError,
+    ListedSubscription, RegisteredComponent, SidecarMetadata, StreamListing,
+    StreamingSubscriptions, SubscriptionOrigin, MAX_EXTENDED_METADATA_ENTRIES,
+    MAX_EXTENDED_METADATA_KEY_BYTES, MAX_EXTENDED_METADATA_VALUE_BYTES,
 };
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
 pub use pubsub_delivery::{EventSink, TopicDelivery, ANSWER_WITHIN, MAX_ATTEMPTS};

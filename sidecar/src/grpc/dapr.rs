@@ -191,7 +191,7 @@ dapr_service! {
         = "BulkPublishEvent", |_, call, req, _| dapr_pubsub::bulk_publish(call, req);
     get_metadata(pb::GetMetadataRequest) -> pb::GetMetadataResponse = "GetMetadata",
         |api, call, _, _| {
-            let answer = dapr_metadata::get(&call, &api.extended_metadata());
+            let answer = dapr_metadata::get(&call, &api.state, &api.extended_metadata());
             async move { Ok(answer) }
         };
     set_metadata(pb::SetMetadataRequest) -> () = "SetMetadata",

@@ -5,7 +5,10 @@
 use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{metadata, Call, ExtendedMetadata};
+use crate::dapr::{
+    metadata, AppConnection, Call, ExtendedMetadata, ListedSubscription, SubscriptionOrigin,
+};
+use crate::ApiState;
 
 /// `SetMetadata`: sets one extended metadata entry (an empty key changes
 /// nothing, as Dapr); over a bound is `INVALID_ARGUMENT`.
@@ -16,8 +19,12 @@ pub(super) fn set(extended: &ExtendedMetadata, req: pb::SetMetadataRequest) -> R
 }
 
 /// The sidecar's metadata.
-pub(super) fn get(call: &Call, extended: &ExtendedMetadata) -> pb::GetMetadataResponse {
-    let metadata = metadata(call);
+pub(super) fn get(
+    call: &Call,
+    state: &ApiState,
+    extended: &ExtendedMetadata,
+) -> pb::GetMetadataResponse {
+    let metadata = metadata(call, state);
     let registered_components = metadata
         .components
         .into_iter()
@@ -33,7 +40,46 @@ pub(super) fn get(call: &Call, extended: &ExtendedMetadata) -> pb::GetMetadataRe
         id: metadata.app_id,
         registered_components,
         extended_metadata,
+        subscriptions: metadata
+            .subscriptions
+            .into_iter()
+            .map(subscription)
+            .collect(),
+        app_connection_properties: metadata.app_connection.map(app_connection),
         runtime_version: metadata.runtime_version.into(),
         enabled_features: Vec::new(),
+    }
+}
+
+/// One subscription, as Dapr's `PubsubSubscription`.
+fn subscription(listed: ListedSubscription) -> pb::PubsubSubscription {
+    let origin = match listed.origin {
+        SubscriptionOrigin::Declarative => pb::PubsubSubscriptionType::Declarative,
+        SubscriptionOrigin::Programmatic => pb::PubsubSubscriptionType::Programmatic,
+        SubscriptionOrigin::Streaming => pb::PubsubSubscriptionType::Streaming,
+    };
+    let rules = listed
+        .rules
+        .into_iter()
+        .map(|(r#match, path)| pb::PubsubSubscriptionRule { r#match, path })
+        .collect();
+    pb::PubsubSubscription {
+        pubsub_name: listed.pubsub_name,
+        topic: listed.topic,
+        metadata: listed.metadata.into_iter().collect(),
+        rules: Some(pb::PubsubSubscriptionRules { rules }),
+        dead_letter_topic: listed.dead_letter_topic.unwrap_or_default(),
+        r#type: origin.into(),
+    }
+}
+
+/// How the app is reached, as Dapr's `AppConnectionProperties`.
+fn app_connection(connection: AppConnection) -> pb::AppConnectionProperties {
+    pb::AppConnectionProperties {
+        port: connection.port.into(),
+        protocol: connection.protocol.into(),
+        channel_address: connection.channel_address,
+        max_concurrency: 0,
+        health: None,
     }
 }

@@ -22,7 +22,7 @@ use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_request_alpha1::SubscribeTopicEventsRequestType as RequestType;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_response_alpha1::SubscribeTopicEventsResponseType as ResponseType;
 use super::proto::dapr::proto::runtime::v1::topic_event_response::TopicEventResponseStatus;
-use crate::dapr::{EventSink, TopicDelivery, TopicEvent};
+use crate::dapr::{EventSink, StreamListing, StreamingSubscriptions, TopicDelivery, TopicEvent};
 use crate::ApiState;
 
 /// The server's side of the stream.
@@ -114,8 +114,16 @@ pub(super) async fn subscribe(
         ));
     };
     // Taken before the broker subscription is: held by the sink, so
-    // until the delivery has ended and let go of it.
+    // until the delivery has ended and let go of it. So is the stream's
+    // entry in the sidecar's metadata.
     let place = streams.open()?;
+    let dead_letter_topic = initial.dead_letter_topic.filter(|t| !t.is_empty());
+    let listing = StreamingSubscriptions::of(&state.metrics).open(
+        &initial.pubsub_name,
+        &initial.topic,
+        initial.metadata.clone().into_iter().collect(),
+        dead_letter_topic.clone(),
+    );
     let (out, outgoing) = mpsc::channel(OUTGOING);
     let sink = Arc::new(StreamSink::new(
         out.clone(),
@@ -123,15 +131,12 @@ pub(super) async fn subscribe(
             "topic `{}` of pub/sub `{}`",
             initial.topic, initial.pubsub_name
         ),
-        Some(place),
+        Some((place, listing)),
     ));
     let delivery = TopicDelivery {
         pubsub_name: initial.pubsub_name,
         topic: initial.topic,
-        dead_letter_topic: tokio::sync::watch::channel(
-            initial.dead_letter_topic.filter(|t| !t.is_empty()),
-        )
-        .1,
+        dead_letter_topic: tokio::sync::watch::channel(dead_letter_topic).1,
         retire: crate::dapr::handover::Retire::never(),
         delivered: Default::default(),
     };
@@ -227,16 +232,17 @@ struct StreamSink {
     end: StreamEnd,
     /// The topic and pub/sub, for that status.
     subscription: String,
-    /// The stream's place among the [`TopicStreams`], given back when
-    /// the last holder of the sink (the delivery) lets go of it.
-    _place: Option<OwnedSemaphorePermit>,
+    /// The stream's place among the [`TopicStreams`] and its entry in
+    /// the sidecar's metadata, given back when the last holder of the sink
+    /// (the delivery) lets go of it.
+    _place: Option<(OwnedSemaphorePermit, StreamListing)>,
 }
 
 impl StreamSink {
     fn new(
         out: mpsc::Sender<Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>,
         subscription: String,
-        place: Option<OwnedSemaphorePermit>,
+        place: Option<(OwnedSemaphorePermit, StreamListing)>,
     ) -> Self {
         Self {
             out,

@@ -1,7 +1,9 @@
 //! `GET /v1.0/metadata`, in Dapr's shape: the shared
 //! [`metadata()`](crate::dapr::metadata()) of the generation serving (app id,
-//! runtime version, components with Dapr-style types) as JSON, with the
-//! sidecar's extended metadata, which `PUT /v1.0/metadata/{key}` sets.
+//! runtime version, components with Dapr-style types, the app's
+//! subscriptions and connection) as JSON, with the sidecar's extended
+//! metadata, which `PUT /v1.0/metadata/{key}` sets. As Dapr's HTTP answer,
+//! a subscription's `rules` is a plain list (gRPC nests it in `rules.rules`).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +14,7 @@ use serde::Serialize;
 
 use super::error::HttpError;
 use super::input::{body_bytes, RawBody};
-use crate::dapr::{metadata, Call, ExtendedMetadata};
+use crate::dapr::{metadata, AppConnection, Call, ExtendedMetadata, ListedSubscription};
 use crate::ApiState;
 
 /// The answer, as Dapr's `GetMetadata`.
@@ -23,6 +25,73 @@ pub struct Metadata {
     runtime_version: &'static str,
     components: Vec<RegisteredComponent>,
     extended: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    subscriptions: Vec<Subscription>,
+    #[serde(
+        rename = "appConnectionProperties",
+        skip_serializing_if = "Option::is_none"
+    )]
+    app_connection_properties: Option<AppConnectionProperties>,
+}
+
+/// One subscription, as Dapr's `PubsubSubscription` in its HTTP answer.
+#[derive(Debug, Serialize)]
+pub struct Subscription {
+    pubsubname: String,
+    topic: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rules: Vec<SubscriptionRule>,
+    #[serde(rename = "deadLetterTopic")]
+    dead_letter_topic: String,
+    #[serde(rename = "type")]
+    origin: &'static str,
+}
+
+/// One routing rule: the default route has no `match`.
+#[derive(Debug, Serialize)]
+pub struct SubscriptionRule {
+    #[serde(rename = "match", skip_serializing_if = "String::is_empty")]
+    matcher: String,
+    path: String,
+}
+
+/// How the app is reached, as Dapr's `AppConnectionProperties` (no
+/// `maxConcurrency` nor `health`: rewire has neither).
+#[derive(Debug, Serialize)]
+pub struct AppConnectionProperties {
+    port: u16,
+    protocol: &'static str,
+    #[serde(rename = "channelAddress")]
+    channel_address: String,
+}
+
+impl From<ListedSubscription> for Subscription {
+    fn from(listed: ListedSubscription) -> Self {
+        Self {
+            pubsubname: listed.pubsub_name,
+            topic: listed.topic,
+            metadata: listed.metadata,
+            rules: listed
+                .rules
+                .into_iter()
+                .map(|(matcher, path)| SubscriptionRule { matcher, path })
+                .collect(),
+            dead_letter_topic: listed.dead_letter_topic.unwrap_or_default(),
+            origin: listed.origin.dapr_name(),
+        }
+    }
+}
+
+impl From<AppConnection> for AppConnectionProperties {
+    fn from(connection: AppConnection) -> Self {
+        Self {
+            port: connection.port,
+            protocol: connection.protocol,
+            channel_address: connection.channel_address,
+        }
+    }
 }
 
 /// One component, as Dapr's `RegisteredComponents`.
@@ -52,7 +121,7 @@ pub async fn put(
 
 /// `GET /v1.0/metadata`.
 pub async fn get(State(state): State<ApiState>, call: Call) -> Json<Metadata> {
-    let metadata = metadata(&call);
+    let metadata = metadata(&call, &state);
     let components = metadata
         .components
         .into_iter()
@@ -69,5 +138,7 @@ pub async fn get(State(state): State<ApiState>, call: Call) -> Json<Metadata> {
         runtime_version: metadata.runtime_version,
         components,
         extended,
+        subscriptions: metadata.subscriptions.into_iter().map(Into::into).collect(),
+        app_connection_properties: metadata.app_connection.map(Into::into),
     })
 }
