@@ -141,6 +141,14 @@ fn component_line(component: &Value) -> String {
             field(breaker, "state")
         );
     }
+    if let Some(breaker) = component.get("inboundCircuitBreaker") {
+        let _ = write!(
+            line,
+            " (inbound circuit breaker {}: {})",
+            field(breaker, "policy"),
+            field(breaker, "state")
+        );
+    }
     line.push('\n');
     line
 }

@@ -560,3 +560,162 @@ async fn a_changed_subscription_still_delivers_the_backlog_of_the_one_it_replace
     stop.cancel();
     sidecar.stop().await;
 }
+
+/// A `resiliency` policy targeted at the pub/sub's deliveries
+/// (`targets.components.orders.inbound`) replaces the default attempts:
+/// its timeout cuts an app that answers too slowly, its retry sets the
+/// number of attempts, and the change is live (a reload that removes the
+/// policy brings the defaults back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_inbound_policy_bounds_and_counts_the_attempts_at_the_app() {
+    let subscriptions = json!({
+        "slow": {"pubsubname": "orders", "topic": "slow", "route": "/slow", "deadLetterTopic": "dead"},
+        "dead": {"pubsubname": "orders", "topic": "dead", "route": "/dead"}
+    });
+    let with_policy = |inbound: Value| {
+        json!({"appId": "shop", "components": {"pubsub": {"orders": memory()}},
+        "subscriptions": subscriptions,
+        "resiliency": {
+            "policies": {
+                "timeouts": {"quick": "200ms"},
+                "retries": {"twice": {"policy": "constant", "duration": "10ms", "maxRetries": 2}}
+            },
+            "targets": {"components": {"orders": {"inbound": inbound}}}
+        }})
+        .to_string()
+    };
+    let sidecar = Sidecar::start(
+        &with_policy(json!({"timeout": "quick", "retry": "twice"})),
+        ApiOptions::default(),
+    )
+    .await;
+    // The app takes 3 s over `/slow`: far past the policy's timeout, well
+    // within the default's 30 s.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Got>();
+    let app = axum::Router::new()
+        .route(
+            "/dapr/subscribe",
+            axum::routing::get(|| async { Json(json!([])) }),
+        )
+        .fallback(move |uri: Uri, body: Bytes| {
+            let tx = tx.clone();
+            async move {
+                let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let _ = tx.send((uri.path().to_string(), event));
+                if uri.path() == "/slow" {
+                    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                }
+                Json(json!({ "status": "SUCCESS" }))
+            }
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let channel = AppChannel::local(listener.local_addr().unwrap().port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["slow", "dead"]).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+
+    // Three attempts (the first and two retries), each cut at 200 ms, then
+    // the dead-letter topic: the default would wait the app out.
+    publish(&mut client, "slow", "order", json!({"n": 1})).await;
+    let mut attempts = 0;
+    let dead = loop {
+        let (path, event) = next_event(&mut rx).await;
+        match path.as_str() {
+            "/slow" => attempts += 1,
+            "/dead" => break event,
+            other => panic!("unexpected path {other}"),
+        }
+    };
+    assert_eq!(attempts, 3, "the policy's retry sets the attempts");
+    assert_eq!(dead["data"]["n"], 1);
+
+    // The policy taken out by a reload: the default bound (30 s) lets the
+    // slow app answer, so the event is delivered once and never dead.
+    let text = with_policy(json!({}));
+    sidecar
+        .runtime
+        .apply(parse(text.as_bytes()).expect("valid"))
+        .await
+        .expect("reload applied");
+    publish(&mut client, "slow", "order", json!({"n": 2})).await;
+    let (path, event) = next_event(&mut rx).await;
+    assert_eq!((path.as_str(), &event["data"]["n"]), ("/slow", &json!(2)));
+    let late = tokio::time::timeout(std::time::Duration::from_secs(4), next_event(&mut rx)).await;
+    assert!(
+        late.is_err(),
+        "answered in 3 s: one attempt, nothing dead-lettered: {late:?}"
+    );
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+/// With retries every 10 ms until the subscription stops, an open inbound
+/// circuit breaker is what keeps a failing app from being asked again: two
+/// failures open it, nothing is sent while it is open, and the event is
+/// neither dead-lettered nor lost (it waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_open_inbound_breaker_stops_deliveries_to_the_app() {
+    let config = json!({
+        "appId": "shop",
+        "components": {"pubsub": {"orders": memory()}},
+        "subscriptions": {
+            "risky": {"pubsubname": "orders", "topic": "risky", "route": "/retry", "deadLetterTopic": "dead"},
+            "dead": {"pubsubname": "orders", "topic": "dead", "route": "/dead"}
+        },
+        "resiliency": {
+            "policies": {
+                "retries": {"always": {"policy": "constant", "duration": "10ms", "maxRetries": -1}},
+                "circuitBreakers": {"app": {"trip": "consecutiveFailures >= 2", "timeout": "60s"}}
+            },
+            "targets": {"components": {"orders": {"inbound": {"retry": "always", "circuitBreaker": "app"}}}}
+        }
+    });
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let (channel, mut rx) = start_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["risky", "dead"]).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    publish(&mut client, "risky", "order", json!({"n": 1})).await;
+    for _ in 0..2 {
+        let (path, event) = next_event(&mut rx).await;
+        assert_eq!((path.as_str(), &event["data"]["n"]), ("/retry", &json!(1)));
+    }
+    // Without the breaker: an ask every 10 ms.
+    let more =
+        tokio::time::timeout(std::time::Duration::from_millis(800), next_event(&mut rx)).await;
+    assert!(
+        more.is_err(),
+        "the open breaker sent nothing more: {more:?}"
+    );
+    let breaker = sidecar
+        .runtime
+        .generation()
+        .policies()
+        .inbound("orders")
+        .and_then(|policy| policy.breaker_status());
+    assert_eq!(breaker.map(|b| b.state.as_str()), Some("open"));
+    // Operators see it: the status route and the metrics.
+    let status: Value = testkit::http_get(format!("{}/v1.0/rewire/status", sidecar.http_url()))
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("status JSON");
+    assert_eq!(
+        status["components"][0]["inboundCircuitBreaker"]["state"], "open",
+        "{status}"
+    );
+    let metrics = testkit::http_get(format!("{}/metrics", sidecar.http_url()))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let gauge = r#"rewire_circuit_breaker_state{component="pubsub/orders",policy="app",direction="inbound"} 2"#;
+    assert!(metrics.contains(gauge), "{metrics}");
+    stop.cancel();
+    sidecar.stop().await;
+}

@@ -198,7 +198,7 @@ async fn a_circuit_breaker_opens_half_opens_after_its_timeout_and_closes_on_succ
         .expect("metrics text");
     assert!(
         metrics
-            .contains(r#"rewire_circuit_breaker_state{component="state/orders",policy="redis"} 2"#),
+            .contains(r#"rewire_circuit_breaker_state{component="state/orders",policy="redis",direction="outbound"} 2"#),
         "{metrics}"
     );
 

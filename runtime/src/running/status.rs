@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::guarded::{guarded, Answer};
 
-use crate::component::{ComponentKey, Readiness};
+use crate::component::{ComponentKey, Kind, Readiness};
 use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
 use crate::handle::resilience::BreakerStatus;
 use crate::redact::{shown_fields, Redactor};
@@ -54,6 +54,13 @@ pub struct ComponentStatus {
     /// Its circuit breaker, when a resiliency policy gives it one.
     #[serde(rename = "circuitBreaker", skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<BreakerStatus>,
+    /// The circuit breaker of a pub/sub's deliveries to the app, when an
+    /// `inbound` resiliency policy gives it one.
+    #[serde(
+        rename = "inboundCircuitBreaker",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub inbound_circuit_breaker: Option<BreakerStatus>,
 }
 
 impl RunningSet {
@@ -106,6 +113,10 @@ impl RunningSet {
                 circuit_breaker: generation
                     .policies()
                     .get(key)
+                    .and_then(|applied| applied.breaker_status()),
+                inbound_circuit_breaker: (key.kind == Kind::PubSub)
+                    .then(|| generation.policies().inbound(&key.name))
+                    .flatten()
                     .and_then(|applied| applied.breaker_status()),
                 kind: key.kind.to_string(),
                 name: key.name.to_string(),

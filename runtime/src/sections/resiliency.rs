@@ -1,6 +1,7 @@
 //! The `resiliency` section: named timeouts, retries and circuit breakers,
-//! and the components whose outbound calls use them — Dapr's `Resiliency`
-//! spec where it maps:
+//! the components whose outbound calls use them, and the pub/sub components
+//! whose deliveries to the app (`inbound`) do — Dapr's `Resiliency` spec
+//! where it maps:
 //!
 //! ```json
 //! "resiliency": {
@@ -52,6 +53,9 @@ pub struct Resiliency {
     /// The policies of each targeted component name (every kind of that
     /// name), resolved.
     pub components: BTreeMap<String, ComponentPolicies>,
+    /// The policies of the deliveries to the app from each targeted
+    /// pub/sub name (`targets.components.NAME.inbound`), resolved.
+    pub inbound: BTreeMap<String, ComponentPolicies>,
 }
 
 /// How the waits between attempts grow.
@@ -100,7 +104,8 @@ pub struct Named<T> {
     pub policy: T,
 }
 
-/// The policies a component's outbound calls use.
+/// The policies a component's outbound calls (or a pub/sub's deliveries
+/// to the app) use.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ComponentPolicies {
     /// Each attempt is abandoned after this long.
@@ -140,32 +145,19 @@ impl Resiliency {
             }
         }
         for (component, target) in &raw.targets.components {
-            let out = &target.outbound;
-            let at = |field: &str| format!("targets.components.{component}.outbound.{field}");
-            let policies = ComponentPolicies {
-                timeout: named(
-                    &at("timeout"),
-                    &out.timeout,
-                    &section.timeouts,
-                    "timeouts",
-                    &mut problems,
-                ),
-                retry: named(
-                    &at("retry"),
-                    &out.retry,
-                    &section.retries,
-                    "retries",
-                    &mut problems,
-                ),
-                circuit_breaker: named(
-                    &at("circuitBreaker"),
-                    &out.circuit_breaker,
-                    &section.circuit_breakers,
-                    "circuitBreakers",
-                    &mut problems,
-                ),
-            };
-            section.components.insert(component.clone(), policies);
+            // A target with neither direction is an outbound one without
+            // policies (its name is still checked).
+            if target.outbound.is_some() || target.inbound.is_none() {
+                let outbound = target.outbound.as_ref();
+                let policies = outbound.map_or_else(ComponentPolicies::default, |raw| {
+                    raw.resolve(component, "outbound", &section, &mut problems)
+                });
+                section.components.insert(component.clone(), policies);
+            }
+            if let Some(inbound) = &target.inbound {
+                let policies = inbound.resolve(component, "inbound", &section, &mut problems);
+                section.inbound.insert(component.clone(), policies);
+            }
         }
         if problems.is_empty() {
             Ok(section)
@@ -175,25 +167,48 @@ impl Resiliency {
     }
 
     /// Problems with the targets against the configuration's components:
-    /// every targeted name must be a component's.
+    /// every targeted name must be a component's, and an `inbound` target a
+    /// pub/sub's (the only components that deliver to the app).
     pub(crate) fn problems<'a>(
         &self,
         components: impl Iterator<Item = &'a ComponentKey>,
     ) -> Vec<Problem> {
-        if self.components.is_empty() {
+        if self.components.is_empty() && self.inbound.is_empty() {
             return Vec::new();
         }
         // One pass over the components, however many targets there are.
-        let names: std::collections::HashSet<&str> = components.map(|key| &*key.name).collect();
-        self.components
+        let mut names = std::collections::HashSet::new();
+        let mut pubsubs = std::collections::HashSet::new();
+        for key in components {
+            names.insert(&*key.name);
+            if key.kind == crate::component::Kind::PubSub {
+                pubsubs.insert(&*key.name);
+            }
+        }
+        let missing = |name: &String| {
+            problem(format!(
+                "targets.components.{name}: no component named `{name}` in the configuration"
+            ))
+        };
+        let mut problems: Vec<Problem> = self
+            .components
             .keys()
             .filter(|name| !names.contains(name.as_str()))
-            .map(|name| {
-                problem(format!(
-                    "targets.components.{name}: no component named `{name}` in the configuration"
-                ))
-            })
-            .collect()
+            .map(missing)
+            .collect();
+        for name in self.inbound.keys() {
+            if !names.contains(name.as_str()) {
+                if !self.components.contains_key(name) {
+                    problems.push(missing(name));
+                }
+            } else if !pubsubs.contains(name.as_str()) {
+                problems.push(problem(format!(
+                    "targets.components.{name}.inbound: `{name}` is not a pub/sub component; \
+                     inbound policies apply to a pub/sub's deliveries to the app"
+                )));
+            }
+        }
+        problems
     }
 
     /// Whether no policy nor target is declared.
@@ -204,6 +219,11 @@ impl Resiliency {
     /// The policies of component `key`, if its name is targeted.
     pub fn for_component(&self, key: &ComponentKey) -> Option<&ComponentPolicies> {
         self.components.get(&*key.name)
+    }
+
+    /// The policies of pub/sub `name`'s deliveries to the app, if targeted.
+    pub fn for_inbound(&self, name: &str) -> Option<&ComponentPolicies> {
+        self.inbound.get(name)
     }
 }
 
@@ -441,17 +461,57 @@ struct RawTargets {
 #[derive(Debug, Deserialize)]
 struct RawTarget {
     #[serde(default)]
-    outbound: RawOutbound,
+    outbound: Option<RawDirection>,
+    #[serde(default)]
+    inbound: Option<RawDirection>,
 }
 
+/// The policy names of one direction of a target.
 #[derive(Debug, Default, Deserialize)]
-struct RawOutbound {
+struct RawDirection {
     #[serde(default)]
     timeout: Option<String>,
     #[serde(default)]
     retry: Option<String>,
     #[serde(default, rename = "circuitBreaker")]
     circuit_breaker: Option<String>,
+}
+
+impl RawDirection {
+    /// The named policies, resolved; a problem for each name not defined
+    /// (`direction`: `outbound` or `inbound`, for the field's name).
+    fn resolve(
+        &self,
+        component: &str,
+        direction: &str,
+        section: &Resiliency,
+        problems: &mut Vec<Problem>,
+    ) -> ComponentPolicies {
+        let at = |field: &str| format!("targets.components.{component}.{direction}.{field}");
+        ComponentPolicies {
+            timeout: named(
+                &at("timeout"),
+                &self.timeout,
+                &section.timeouts,
+                "timeouts",
+                problems,
+            ),
+            retry: named(
+                &at("retry"),
+                &self.retry,
+                &section.retries,
+                "retries",
+                problems,
+            ),
+            circuit_breaker: named(
+                &at("circuitBreaker"),
+                &self.circuit_breaker,
+                &section.circuit_breakers,
+                "circuitBreakers",
+                problems,
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -572,6 +632,52 @@ mod tests {
             None
         );
         assert_eq!(problems.len(), 2);
+    }
+
+    #[test]
+    fn inbound_targets_resolve_and_must_name_a_pubsub() {
+        let section = Resiliency::decode(&json!({
+            "policies": {"timeouts": {"short": "2s"}},
+            "targets": {"components": {
+                "orders": {"inbound": {"timeout": "short"}},
+                "carts": {"inbound": {}, "outbound": {"timeout": "short"}},
+                "ghost": {"inbound": {}}
+            }}
+        }))
+        .unwrap_or_else(|p| panic!("{p:?}"));
+        let inbound = section
+            .for_inbound("orders")
+            .and_then(|p| p.timeout.clone());
+        assert_eq!(inbound.map(|t| t.policy), Some(Duration::from_secs(2)));
+        // An inbound-only target has no outbound policies.
+        assert!(section
+            .for_component(&ComponentKey::new("pubsub", "orders"))
+            .is_none());
+        let keys = [
+            ComponentKey::new("pubsub", "orders"),
+            ComponentKey::new("state", "carts"),
+        ];
+        let problems: Vec<String> = section
+            .problems(keys.iter())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            problems,
+            vec![
+                "resiliency: targets.components.carts.inbound: `carts` is not a pub/sub component; \
+                 inbound policies apply to a pub/sub's deliveries to the app",
+                "resiliency: targets.components.ghost: no component named `ghost` in the configuration",
+            ]
+        );
+        let missing = messages(json!({
+            "targets": {"components": {"orders": {"inbound": {"retry": "nope"}}}}
+        }))
+        .join("\n");
+        assert!(
+            missing.contains("`targets.components.orders.inbound.retry`: no policy `nope`"),
+            "{missing}"
+        );
     }
 
     #[test]

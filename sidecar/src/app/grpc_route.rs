@@ -35,8 +35,8 @@ impl GrpcRoute {
 
 #[tonic::async_trait]
 impl EventSink for GrpcRoute {
-    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
-        on_topic_event(&self.client, &self.path, event).await
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        on_topic_event(&self.client, &self.path, event, within).await
     }
 
     async fn closed(&self) {
@@ -45,17 +45,9 @@ impl EventSink for GrpcRoute {
 }
 
 /// Delivers `event` with `OnTopicEvent`, naming `path` (the route chosen
-/// for it); the app's answer (a retry when none comes within
-/// [`APP_CALL_TIMEOUT`]).
+/// for it); the app's answer (a retry when none comes `within`, which the
+/// app is told as the call's `grpc-timeout`).
 pub(super) async fn on_topic_event(
-    client: &AppCallbackClient<Channel>,
-    path: &str,
-    event: &TopicEvent,
-) -> DeliveryOutcome {
-    on_topic_event_within(client, path, event, APP_CALL_TIMEOUT).await
-}
-
-async fn on_topic_event_within(
     client: &AppCallbackClient<Channel>,
     path: &str,
     event: &TopicEvent,
@@ -85,6 +77,7 @@ async fn on_topic_event_within(
             request.metadata_mut().insert(name, value);
         }
     }
+    request.set_timeout(within);
     let answered = tokio::time::timeout(within, client.clone().on_topic_event(request)).await;
     let Ok(answered) = answered else {
         tracing::debug!(id = %event.id, "OnTopicEvent did not complete within {within:?}; retried.");
@@ -267,7 +260,7 @@ mod tests {
             topic: "orders".into(),
         };
         let within = Duration::from_millis(300);
-        let outcome = bounded(on_topic_event_within(&client, "/orders", &event, within)).await;
+        let outcome = bounded(on_topic_event(&client, "/orders", &event, within)).await;
         assert_eq!(outcome, DeliveryOutcome::Retry);
         let listed = bounded(ask_app_within(&client, within)).await;
         assert!(listed.is_empty(), "no subscriptions from a stalled listing");

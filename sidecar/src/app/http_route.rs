@@ -6,6 +6,8 @@
 //! `{"status": "DROP"}` and `404` drop. At most [`MAX_ANSWER_BYTES`] of
 //! the answer are read: a larger one is not such a document (acknowledges).
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use rewire_runtime::DeliveryOutcome;
 
@@ -76,8 +78,8 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
 
 #[tonic::async_trait]
 impl EventSink for HttpRoute {
-    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
-        post_event(&self.client, &self.url, event).await
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        post_event(&self.client, &self.url, event, within).await
     }
 
     async fn closed(&self) {
@@ -86,15 +88,17 @@ impl EventSink for HttpRoute {
 }
 
 /// Delivers `event` as a `POST` of its CloudEvent to `url`; the app's
-/// answer.
+/// answer (a retry when it does not end `within`).
 pub(super) async fn post_event(
     client: &reqwest::Client,
     url: &str,
     event: &TopicEvent,
+    within: Duration,
 ) -> DeliveryOutcome {
     let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
     let mut request = client
         .post(url)
+        .timeout(within)
         .header("content-type", "application/cloudevents+json");
     // `pubsubname` names the subscription's pub/sub, as Dapr's; the
     // publisher's trace goes on to the app, as Dapr passes it. Only valid
@@ -198,7 +202,7 @@ pub(super) mod tests {
         let url = format!("http://127.0.0.1:{port}/orders");
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            post_event(&client, &url, &event),
+            post_event(&client, &url, &event, std::time::Duration::from_secs(30)),
         )
         .await
         .expect("answered in time");

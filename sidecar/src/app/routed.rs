@@ -4,6 +4,7 @@
 //! so a reload that only changes routes moves no message.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::DeliveryOutcome;
@@ -44,12 +45,12 @@ impl AppTarget {
             },
             AppProtocol::Grpc => {
                 let endpoint = tonic::transport::Endpoint::from_shared(channel.url("")).map(|e| {
-                    // The timeout bounds a call only until the answer's
-                    // headers (each call is bounded whole in
-                    // `grpc_route`); the pings find a connection whose app
-                    // went away without closing it.
-                    e.timeout(APP_CALL_TIMEOUT)
-                        .connect_timeout(APP_CALL_TIMEOUT)
+                    // No channel-wide timeout: each call is bounded whole
+                    // in `grpc_route` (a delivery by its inbound policy's
+                    // timeout, which may be longer than the default); the
+                    // pings find a connection whose app went away without
+                    // closing it.
+                    e.connect_timeout(APP_CALL_TIMEOUT)
                         .http2_keep_alive_interval(APP_CALL_TIMEOUT)
                         .keep_alive_timeout(APP_CALL_TIMEOUT)
                 });
@@ -66,12 +67,12 @@ impl AppTarget {
         }
     }
 
-    async fn deliver(&self, path: &str, event: &TopicEvent) -> DeliveryOutcome {
+    async fn deliver(&self, path: &str, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         match self {
             Self::Http { client, channel } => {
-                http_route::post_event(client, &channel.url(path), event).await
+                http_route::post_event(client, &channel.url(path), event, within).await
             }
-            Self::Grpc(client) => grpc_route::on_topic_event(client, path, event).await,
+            Self::Grpc(client) => grpc_route::on_topic_event(client, path, event, within).await,
         }
     }
 }
@@ -84,10 +85,10 @@ pub(super) struct RoutedSink {
 
 #[tonic::async_trait]
 impl EventSink for RoutedSink {
-    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         let routes = self.routes.borrow().clone();
         match routes.path_for(&event.cloud_event) {
-            Some(path) => self.app.deliver(path, event).await,
+            Some(path) => self.app.deliver(path, event, within).await,
             None => {
                 // As Dapr: an event no rule takes, with no default route,
                 // is acknowledged without delivery.

@@ -5,12 +5,21 @@
 //! and settles the message with the sink's answer.
 //!
 //! Bounds: at most [`MAX_IN_FLIGHT`] events per subscription await their
-//! answer; an event answered `RETRY` is tried again with a backoff, up to
+//! answer; each attempt gets [`ANSWER_WITHIN`]; an event answered `RETRY`
+//! (or not answered in time) is tried again with a backoff, up to
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
 //! delivers it again later. `DROP` acknowledges it (after sending it to
 //! the dead-letter topic, when one is set). The dead-letter topic can be
 //! changed while the subscription runs.
+//!
+//! A `resiliency` policy targeted at the pub/sub's deliveries
+//! (`targets.components.NAME.inbound`, read from the generation at each
+//! event) replaces those defaults: its `timeout` bounds each attempt, its
+//! `retry` sets the waits and the number of attempts (`maxRetries: -1`:
+//! until the subscription stops), and while its circuit breaker is open
+//! no event is sent to the app: events wait (without using up attempts)
+//! until it half-opens.
 //!
 //! A subscription replaced by another (its settings changed) is *retired*
 //! ([`Retire`]) rather than stopped: it goes on delivering what its broker
@@ -23,8 +32,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rewire_runtime::resilience::{Applied, Failure, Guarded, Refusal};
 use rewire_runtime::{
-    Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest, Runtime,
+    Backoff, Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest, Runtime,
     SubscribeRequest,
 };
 use tokio::sync::{watch, Semaphore};
@@ -44,6 +54,10 @@ pub const MAX_ATTEMPTS: u32 = 5;
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// The first wait between attempts (doubled each time, up to 5 s).
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between attempts without a retry policy.
+const LAST_BACKOFF: Duration = Duration::from_secs(5);
+/// How often an event waiting on an open circuit breaker asks it again.
+const BREAKER_POLL: Duration = Duration::from_millis(250);
 /// A retired subscription whose broker delivers nothing for this long,
 /// with nothing in flight, ends (the runtime's drain grace).
 pub const HANDOVER_GRACE: Duration = Duration::from_secs(5);
@@ -54,8 +68,9 @@ pub const HANDOVER_LIMIT: Duration = Duration::from_secs(120);
 /// Where the events of a subscription go.
 #[tonic::async_trait]
 pub trait EventSink: Send + Sync + 'static {
-    /// Hands `event` to the subscriber; its answer.
-    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome;
+    /// Hands `event` to the subscriber; its answer (`RETRY` when none
+    /// comes `within`).
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome;
 
     /// Resolves when the subscriber is gone for good.
     async fn closed(&self);
@@ -119,11 +134,19 @@ impl TopicDelivery {
                     source,
                 })?;
         let this = Arc::new(self);
-        Ok(tokio::spawn(this.run(handle, subscription, sink, shutdown)))
+        let runtime = runtime.clone();
+        Ok(tokio::spawn(this.run(
+            runtime,
+            handle,
+            subscription,
+            sink,
+            shutdown,
+        )))
     }
 
     async fn run(
         self: Arc<Self>,
+        runtime: Runtime,
         handle: PubSubHandle,
         mut subscription: PubSubSubscription,
         sink: Arc<dyn EventSink>,
@@ -180,8 +203,15 @@ impl TopicDelivery {
                 }
             }
             let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
+            let policy = runtime.generation().policies().inbound(&self.pubsub_name);
+            let stop = shutdown.clone();
             tokio::spawn(async move {
-                let outcome = this.deliver(&delivery, sink.as_ref(), &handle).await;
+                let to = Subscriber {
+                    sink: sink.as_ref(),
+                    policy: policy.as_deref(),
+                    shutdown: &stop,
+                };
+                let outcome = this.deliver(&delivery, to, &handle).await;
                 if outcome != DeliveryOutcome::Retry {
                     this.delivered.record_message(&delivery.message);
                 }
@@ -205,7 +235,7 @@ impl TopicDelivery {
     async fn deliver(
         &self,
         delivery: &Delivery,
-        sink: &dyn EventSink,
+        to: Subscriber<'_>,
         handle: &PubSubHandle,
     ) -> DeliveryOutcome {
         let event = TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic);
@@ -214,23 +244,37 @@ impl TopicDelivery {
             tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
             return DeliveryOutcome::Success;
         }
-        let mut wait = FIRST_BACKOFF;
-        for attempt in 1..=MAX_ATTEMPTS {
-            match sink.send(&event).await {
+        let (mut backoff, attempts) = to.policy.and_then(Applied::retries).unwrap_or((
+            Backoff::new(FIRST_BACKOFF, LAST_BACKOFF),
+            Some(MAX_ATTEMPTS),
+        ));
+        let mut attempt: u32 = 0;
+        loop {
+            let outcome = match to.attempt(&event).await {
+                Some(outcome) => outcome,
+                None => {
+                    // The breaker is open: the event waits, its attempts
+                    // kept, until it lets calls through again.
+                    if !to.wait(BREAKER_POLL).await {
+                        return DeliveryOutcome::Retry;
+                    }
+                    continue;
+                }
+            };
+            attempt = attempt.saturating_add(1);
+            match outcome {
                 DeliveryOutcome::Success => return DeliveryOutcome::Success,
                 DeliveryOutcome::Drop => {
                     tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Subscriber dropped an event.");
                     self.dead_letter(delivery, handle).await;
                     return DeliveryOutcome::Drop;
                 }
-                DeliveryOutcome::Retry if attempt < MAX_ATTEMPTS => {
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = sink.closed() => return DeliveryOutcome::Retry,
+                DeliveryOutcome::Retry if attempts.is_none_or(|most| attempt < most) => {
+                    if !to.wait(backoff.next_wait()).await {
+                        return DeliveryOutcome::Retry;
                     }
-                    wait = (wait * 2).min(Duration::from_secs(5));
                 }
-                DeliveryOutcome::Retry => {}
+                DeliveryOutcome::Retry => break,
             }
         }
         if self.dead_letter(delivery, handle).await {
@@ -261,6 +305,58 @@ impl TopicDelivery {
                 tracing::warn!(pubsub = %self.pubsub_name, topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
                 false
             }
+        }
+    }
+}
+
+/// Where one event goes: the sink, under the pub/sub's inbound policy if
+/// it has one, until the subscription stops.
+#[derive(Clone, Copy)]
+struct Subscriber<'a> {
+    sink: &'a dyn EventSink,
+    policy: Option<&'a Applied>,
+    shutdown: &'a CancellationToken,
+}
+
+/// An answer that asks for the event again: a failed attempt, for the
+/// policy's breaker.
+struct AskedAgain;
+
+impl Failure for AskedAgain {
+    fn is_failure(&self) -> bool {
+        true
+    }
+}
+
+impl Subscriber<'_> {
+    /// One attempt at `event`: the subscriber's answer (`RETRY` when it
+    /// does not come within the policy's timeout, else [`ANSWER_WITHIN`]);
+    /// `None` when the policy's breaker is open and nothing was sent.
+    async fn attempt(&self, event: &TopicEvent) -> Option<DeliveryOutcome> {
+        let Some(policy) = self.policy else {
+            return Some(self.sink.send(event, ANSWER_WITHIN).await);
+        };
+        let within = policy.timeout().unwrap_or(ANSWER_WITHIN);
+        let sent = policy.run_once(async {
+            match self.sink.send(event, within).await {
+                DeliveryOutcome::Retry => Err(AskedAgain),
+                answer => Ok(answer),
+            }
+        });
+        match sent.await {
+            Ok(answer) => Some(answer),
+            Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => None,
+            Err(_) => Some(DeliveryOutcome::Retry),
+        }
+    }
+
+    /// Waits `wait`; false when the subscriber or the subscription is gone
+    /// first (the event then goes back to the broker).
+    async fn wait(&self, wait: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => true,
+            () = self.sink.closed() => false,
+            () = self.shutdown.cancelled() => false,
         }
     }
 }

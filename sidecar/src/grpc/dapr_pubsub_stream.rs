@@ -277,7 +277,7 @@ impl StreamSink {
 
 #[tonic::async_trait]
 impl EventSink for StreamSink {
-    async fn send(&self, event: &TopicEvent) -> DeliveryOutcome {
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         let (waiter, answer) = oneshot::channel();
         self.waiting()
             .entry(event.id.clone())
@@ -290,7 +290,7 @@ impl EventSink for StreamSink {
         };
         let late = |what: &str| {
             Status::deadline_exceeded(format!(
-                "event `{}` of the {} was not {what} within {CLIENT_WITHIN:?}: \
+                "event `{}` of the {} was not {what} within {within:?}: \
                  the stream is ended and the event will be delivered again",
                 event.id, self.subscription
             ))
@@ -302,7 +302,7 @@ impl EventSink for StreamSink {
                 }
             }
             () = self.end.closed() => return DeliveryOutcome::Retry,
-            () = tokio::time::sleep(CLIENT_WITHIN) => {
+            () = tokio::time::sleep(within) => {
                 self.end.end(late("read"));
                 return DeliveryOutcome::Retry;
             }
@@ -310,7 +310,7 @@ impl EventSink for StreamSink {
         tokio::select! {
             answer = answer => answer.unwrap_or(DeliveryOutcome::Retry),
             () = self.end.closed() => DeliveryOutcome::Retry,
-            () = tokio::time::sleep(CLIENT_WITHIN) => {
+            () = tokio::time::sleep(within) => {
                 self.end.end(late("answered"));
                 DeliveryOutcome::Retry
             }
@@ -387,7 +387,7 @@ mod tests {
 
     fn sent(sink: &Arc<StreamSink>, id: &str) -> tokio::task::JoinHandle<DeliveryOutcome> {
         let (sink, event) = (Arc::clone(sink), event(id));
-        tokio::spawn(async move { sink.send(&event).await })
+        tokio::spawn(async move { sink.send(&event, CLIENT_WITHIN).await })
     }
 
     #[tokio::test(start_paused = true)]

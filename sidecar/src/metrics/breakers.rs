@@ -3,7 +3,9 @@
 //! 1 half-open, 2 open), `rewire_circuit_breaker_consecutive_failures` and
 //! `rewire_circuit_breaker_trips` (times opened since the breaker's settings
 //! last changed). Only components a resiliency policy gives a breaker are
-//! listed, so the label set is bounded by the configuration.
+//! listed, so the label set is bounded by the configuration; `direction`
+//! is `outbound` (the component's calls) or `inbound` (a pub/sub's
+//! deliveries to the app), as Dapr's `flow_direction`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -16,6 +18,7 @@ use rewire_runtime::Generation;
 struct BreakerLabels {
     component: String,
     policy: String,
+    direction: &'static str,
 }
 
 /// The breaker gauges.
@@ -56,10 +59,14 @@ impl BreakerMetrics {
         self.state.clear();
         self.failures.clear();
         self.trips.clear();
-        for (key, status) in generation.policies().breakers() {
+        let policies = generation.policies();
+        let outbound = policies.breakers().map(|b| ("outbound", b));
+        let inbound = policies.inbound_breakers().map(|b| ("inbound", b));
+        for (direction, (key, status)) in outbound.chain(inbound) {
             let labels = BreakerLabels {
                 component: key.to_string(),
                 policy: status.policy.clone(),
+                direction,
             };
             self.state
                 .get_or_create(&labels)

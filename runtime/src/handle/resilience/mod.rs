@@ -28,11 +28,11 @@ use breaker::Breaker;
 pub use breaker::BreakerState;
 
 use crate::backoff::Backoff;
-use crate::component::ComponentKey;
+use crate::component::{ComponentKey, Kind};
 use crate::kinds::{
     ConfigError, FileError, LockError, PubSubError, SecretError, SequencerError, StateError,
 };
-use crate::sections::resiliency::{Named, RetryKind, RetryPolicy};
+use crate::sections::resiliency::{ComponentPolicies, Named, RetryKind, RetryPolicy};
 use crate::sections::Resiliency;
 
 /// Whether a failed attempt of an operation may be tried again.
@@ -146,6 +146,9 @@ pub struct BreakerStatus {
 #[derive(Debug, Default)]
 pub struct Policies {
     by_key: BTreeMap<ComponentKey, Arc<Applied>>,
+    /// The policies of each targeted pub/sub's deliveries to the app, by
+    /// the pub/sub's name.
+    inbound: BTreeMap<String, Arc<Applied>>,
 }
 
 impl Policies {
@@ -157,33 +160,26 @@ impl Policies {
         previous: &Policies,
     ) -> Self {
         let mut by_key = BTreeMap::new();
+        let mut inbound = BTreeMap::new();
         // The usual section targets no component: no walk of every key.
-        if section.components.is_empty() {
-            return Self { by_key };
+        if section.components.is_empty() && section.inbound.is_empty() {
+            return Self { by_key, inbound };
         }
         for key in keys {
-            let Some(policies) = section.for_component(key) else {
+            if let Some(policies) = section.for_component(key) {
+                let kept = previous.by_key.get(key);
+                by_key.insert(key.clone(), Arc::new(Applied::new(key, policies, kept)));
+            }
+            if key.kind != Kind::PubSub {
                 continue;
-            };
-            let breaker = policies.circuit_breaker.as_ref().map(|named| {
-                let kept = previous
-                    .by_key
-                    .get(key)
-                    .and_then(|applied| applied.breaker.as_ref())
-                    .filter(|(_, breaker)| *breaker.policy() == named.policy)
-                    .map(|(_, breaker)| breaker.clone());
-                let breaker = kept.unwrap_or_else(|| Arc::new(Breaker::new(named.policy.clone())));
-                (named.name.clone(), breaker)
-            });
-            let applied = Applied {
-                key: key.clone(),
-                timeout: policies.timeout.clone(),
-                retry: policies.retry.clone(),
-                breaker,
-            };
-            by_key.insert(key.clone(), Arc::new(applied));
+            }
+            if let Some(policies) = section.for_inbound(&key.name) {
+                let kept = previous.inbound.get(&*key.name);
+                let applied = Applied::new(key, policies, kept);
+                inbound.insert(key.name.to_string(), Arc::new(applied));
+            }
         }
-        Self { by_key }
+        Self { by_key, inbound }
     }
 
     /// Whether no component has a policy.
@@ -196,15 +192,64 @@ impl Policies {
         self.by_key.get(key).map(Arc::as_ref)
     }
 
+    /// The policies of pub/sub `name`'s deliveries to the app
+    /// (`targets.components.NAME.inbound`), if it is targeted: each
+    /// delivery attempt runs under them (its timeout, retries and breaker).
+    pub fn inbound(&self, name: &str) -> Option<Arc<Applied>> {
+        self.inbound.get(name).cloned()
+    }
+
     /// Each component with a circuit breaker, and the breaker's state now.
     pub fn breakers(&self) -> impl Iterator<Item = (&ComponentKey, BreakerStatus)> {
         self.by_key
             .iter()
             .filter_map(|(key, applied)| applied.breaker_status().map(|status| (key, status)))
     }
+
+    /// Each pub/sub whose deliveries to the app have a circuit breaker,
+    /// and the breaker's state now.
+    pub fn inbound_breakers(&self) -> impl Iterator<Item = (&ComponentKey, BreakerStatus)> {
+        self.inbound.values().filter_map(|applied| {
+            applied
+                .breaker_status()
+                .map(|status| (&applied.key, status))
+        })
+    }
 }
 
 impl Applied {
+    /// `policies` as `key` runs them; its breaker is `kept`'s while the
+    /// breaker's settings are unchanged.
+    fn new(key: &ComponentKey, policies: &ComponentPolicies, kept: Option<&Arc<Applied>>) -> Self {
+        let breaker = policies.circuit_breaker.as_ref().map(|named| {
+            let kept = kept
+                .and_then(|applied| applied.breaker.as_ref())
+                .filter(|(_, breaker)| *breaker.policy() == named.policy)
+                .map(|(_, breaker)| breaker.clone());
+            let breaker = kept.unwrap_or_else(|| Arc::new(Breaker::new(named.policy.clone())));
+            (named.name.clone(), breaker)
+        });
+        Applied {
+            key: key.clone(),
+            timeout: policies.timeout.clone(),
+            retry: policies.retry.clone(),
+            breaker,
+        }
+    }
+
+    /// The timeout policy's duration, if it has one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout.as_ref().map(|named| named.policy)
+    }
+
+    /// Its retry policy's waits and the most attempts it allows (`None`:
+    /// no limit), if it has a retry policy.
+    pub fn retries(&self) -> Option<(Backoff, Option<u32>)> {
+        let policy = &self.retry.as_ref()?.policy;
+        let attempts = policy.max_retries.map(|max| max.saturating_add(1));
+        Some((backoff_of(policy), attempts))
+    }
+
     /// Its breaker's state now, if it has one.
     pub fn breaker_status(&self) -> Option<BreakerStatus> {
         let (policy, breaker) = self.breaker.as_ref()?;
