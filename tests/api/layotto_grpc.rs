@@ -4,6 +4,8 @@
 //! method rewire offers, the app token, and what it does not offer.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::support::grpc::{self, layotto, with_header};
 use crate::support::sidecar::Sidecar;
@@ -11,7 +13,9 @@ use layotto::lifecycle_client::LifecycleClient;
 use layotto::lock_keep_alive_response::Status as KeepAliveStatus;
 use layotto::runtime_client::RuntimeClient;
 use layotto::unlock_response::Status as UnlockStatus;
+use rewire::prelude::*;
 use rewire::sidecar::ApiOptions;
+use rewire::{ConfigItem, ConfigQuery, ConfigSubscription};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -142,6 +146,24 @@ async fn configuration_with_group_label_app_id_writes_and_a_bidirectional_subscr
             break;
         }
     }
+    // Each subscription made on the stream is a call in the request
+    // metrics, labelled with its store.
+    let metrics = testkit::http_get(format!("{}/metrics", sidecar.http_url()))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("rewire_requests_total{")
+                && line.contains(r#"method="layotto.SubscribeConfiguration""#)
+                && line.contains(r#"store="settings""#)
+                && line.contains(r#"code="OK""#)
+                && line.ends_with(" 2")),
+        "{metrics}"
+    );
 
     client
         .delete_configuration(layotto::DeleteConfigurationRequest {
@@ -231,6 +253,42 @@ async fn state_locks_with_keep_alive_and_secrets() {
     let values: HashMap<_, _> = bulk.items.into_iter().map(|i| (i.key, i.data)).collect();
     assert_eq!((values["a"].len(), values["b"].len()), (0, 0), "deleted");
     assert_eq!(values["c"], b"3");
+    // Every item of a bulk delete runs whatever became of the others, as
+    // Dapr's does: `c`'s stale etag keeps `c` and answers ABORTED, `d`
+    // after it is deleted all the same.
+    client
+        .save_state(layotto::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![state_item("d", "4")],
+        })
+        .await
+        .expect("save d");
+    let stale_c = layotto::StateItem {
+        etag: Some(layotto::Etag {
+            value: "999".into(),
+        }),
+        ..state_item("c", "")
+    };
+    let refused = client
+        .delete_bulk_state(layotto::DeleteBulkStateRequest {
+            store_name: "orders".into(),
+            states: vec![stale_c, state_item("d", "")],
+        })
+        .await
+        .expect_err("c's etag is stale");
+    assert_eq!(refused.code(), Code::Aborted, "{refused:?}");
+    let bulk = client
+        .get_bulk_state(layotto::GetBulkStateRequest {
+            store_name: "orders".into(),
+            keys: vec!["c".into(), "d".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("bulk")
+        .into_inner();
+    let values: HashMap<_, _> = bulk.items.into_iter().map(|i| (i.key, i.data)).collect();
+    assert_eq!(values["c"], b"3", "the stale item is kept");
+    assert!(values["d"].is_empty(), "the item after it is deleted");
     client
         .delete_state(layotto::DeleteStateRequest {
             store_name: "orders".into(),
@@ -670,5 +728,128 @@ async fn a_layotto_push_keeps_the_refs_the_file_declares() {
         .put_file(tokio_stream::iter(vec![put("big.txt", b"abcdefgh")]))
         .await
         .expect_err("over the pushed maxFileSize");
+    sidecar.stop().await;
+}
+
+/// Set once [`HangingConfig`]'s subscribe has started, and once the
+/// sidecar dropped it.
+static SUBSCRIBE_STARTED: AtomicBool = AtomicBool::new(false);
+static SUBSCRIBE_DROPPED: AtomicBool = AtomicBool::new(false);
+
+/// Sets [`SUBSCRIBE_DROPPED`] when dropped.
+struct DroppedFlag;
+
+impl Drop for DroppedFlag {
+    fn drop(&mut self) {
+        SUBSCRIBE_DROPPED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A config store whose `subscribe` never answers (a backend that hangs).
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.layotto.hanging_subscribe")]
+struct HangingConfig {}
+
+#[async_trait]
+impl Component for HangingConfig {}
+
+#[async_trait]
+impl ConfigStore for HangingConfig {
+    async fn get(&self, _query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        Ok(Vec::new())
+    }
+
+    async fn subscribe(&self, _query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        let _dropped = DroppedFlag;
+        SUBSCRIBE_STARTED.store(true, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+const HANGING: &str = r#"{"appId": "shop", "components": {
+    "config_store": {"stuck": {"type": "test.layotto.hanging_subscribe"}}
+}}"#;
+
+fn subscribe_stuck() -> layotto::SubscribeConfigurationRequest {
+    layotto::SubscribeConfigurationRequest {
+        store_name: "stuck".into(),
+        keys: vec!["k".into()],
+        ..Default::default()
+    }
+}
+
+/// Both cases in one test: they share the store's flags.
+#[tokio::test]
+async fn a_subscription_to_a_hanging_store_ends_at_request_timeout_or_with_its_client() {
+    // Cut at request_timeout: the stream ends DEADLINE_EXCEEDED, naming
+    // the store and the limit.
+    let options = ApiOptions {
+        request_timeout: Duration::from_secs(1),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(HANGING, options).await;
+    let mut client = runtime(&sidecar).await;
+    let started = Instant::now();
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::iter([subscribe_stuck()]))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    let ended = tokio::time::timeout(Duration::from_secs(10), answers.message())
+        .await
+        .expect("the stream ends within request_timeout")
+        .expect_err("with an error");
+    assert_eq!(ended.code(), Code::DeadlineExceeded, "{ended:?}");
+    assert!(
+        ended.message().contains("`stuck`") && ended.message().contains("request_timeout"),
+        "{ended:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        SUBSCRIBE_DROPPED.load(Ordering::SeqCst),
+        "the hung subscribe is dropped"
+    );
+    sidecar.stop().await;
+
+    // Let go as soon as the client goes away, long before request_timeout.
+    SUBSCRIBE_STARTED.store(false, Ordering::SeqCst);
+    SUBSCRIBE_DROPPED.store(false, Ordering::SeqCst);
+    let options = ApiOptions {
+        request_timeout: Duration::from_secs(300),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(HANGING, options).await;
+    let mut client = runtime(&sidecar).await;
+    let (requests, outgoing) = tokio::sync::mpsc::channel(4);
+    let answers = client
+        .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    requests.send(subscribe_stuck()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !SUBSCRIBE_STARTED.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the store was never asked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !SUBSCRIBE_DROPPED.load(Ordering::SeqCst),
+        "still subscribing"
+    );
+    // The client abandons the call (its stream is reset).
+    drop(answers);
+    drop(requests);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !SUBSCRIBE_DROPPED.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "the hung subscribe outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     sidecar.stop().await;
 }

@@ -257,6 +257,20 @@ async fn publish_and_subscribe_over_layottos_stream() {
         ("orders", "events")
     );
     assert_eq!(event.spec_version, "1.0");
+    // The CloudEvent's other fields, which Dapr's stream passes on as
+    // `extensions`, are Layotto's `metadata`.
+    assert_eq!(
+        event.metadata.get("topic").map(String::as_str),
+        Some("orders"),
+        "{:?}",
+        event.metadata
+    );
+    assert_eq!(
+        event.metadata.get("pubsubname").map(String::as_str),
+        Some("events"),
+        "{:?}",
+        event.metadata
+    );
     let data: serde_json::Value = serde_json::from_slice(&event.data).expect("JSON data");
     assert_eq!(data["order"], 7, "{data}");
     requests
@@ -498,5 +512,30 @@ async fn a_file_dated_before_1970_is_listed_and_stated() {
         .into_inner();
     assert_eq!(listed.files.len(), 1);
     assert_eq!(listed.files[0].last_modified, epoch);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_put_file_stream_with_no_message_is_ok_and_writes_nothing() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    // Closed before its first message: Layotto answers OK (a client that
+    // sends EOF at once), and so does rewire.
+    client
+        .put_file(tokio_stream::empty::<layotto::PutFileRequest>())
+        .await
+        .expect("an empty upload is OK");
+    let listed = client
+        .list_file(layotto::ListFileRequest {
+            request: Some(layotto::FileRequest {
+                store_name: "files".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(listed.files.is_empty(), "nothing written: {listed:?}");
     sidecar.stop().await;
 }

@@ -253,6 +253,69 @@ async fn a_call_with_a_traceparent_continues_the_trace_down_to_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layotto_configuration_subscription_continues_the_callers_trace() {
+    use rewire::sidecar::grpc::proto::spec::proto::runtime::v1::runtime_client::RuntimeClient;
+    use rewire::sidecar::grpc::proto::spec::proto::runtime::v1::SubscribeConfigurationRequest;
+    const STREAM_TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    const STREAM_CALLER: &str = "c7ad6b7169203332";
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let json = serde_json::json!({
+        "appId": "traced",
+        "components": {"config_store": {"settings": {"type": "memory"}}}
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "100");
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = RuntimeClient::new(channel);
+    let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(outgoing));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{STREAM_TRACE}-{STREAM_CALLER}-01")
+            .parse()
+            .unwrap(),
+    );
+    let answers = client.subscribe_configuration(request).await.unwrap();
+    requests
+        .send(SubscribeConfigurationRequest {
+            store_name: "settings".into(),
+            keys: vec!["timeout".into()],
+            ..SubscribeConfigurationRequest::default()
+        })
+        .await
+        .unwrap();
+    // The subscription made on the stream is a span of the caller's trace,
+    // a child of its span, naming the store (exported once it is in
+    // place, while the stream stays open).
+    let span = receiver
+        .wait_for("the subscription's span in the caller's trace", |spans| {
+            spans
+                .iter()
+                .find(|s| {
+                    hex(&s.trace_id) == STREAM_TRACE && s.name == "layotto.SubscribeConfiguration"
+                })
+                .cloned()
+        })
+        .await;
+    assert_eq!(hex(&span.parent_span_id), STREAM_CALLER);
+    assert_eq!(attribute(&span, "rpc.system").as_deref(), Some("grpc"));
+    assert_eq!(
+        attribute(&span, "rewire.component").as_deref(),
+        Some("config_store/settings")
+    );
+    drop((answers, requests));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_turns_export_on_and_a_reload_is_one_trace_of_its_actions() {
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();

@@ -137,12 +137,16 @@ impl Runtime for LayottoApi {
         &self,
         request: Request<Streaming<pb::SubscribeConfigurationRequest>>,
     ) -> Answer<ConfigurationStream> {
+        // Each request on the stream is observed as a call of its own
+        // (`layotto_config::subscribe`), in the caller's trace.
+        let caller = caller(&request);
         let stream = layotto_config::subscribe(
             self.state.clone(),
             request.into_inner(),
             self.queued.clone(),
             self.subscriptions.clone(),
             self.shutdown.clone(),
+            caller,
         );
         Ok(Response::new(stream))
     }
@@ -267,14 +271,7 @@ impl Runtime for LayottoApi {
             &self.state,
             "layotto.DeleteBulkState",
             request,
-            |call, req| async move {
-                // One by one, in order, stopping at the first failure, as
-                // Layotto does.
-                for delete in convert::delete_bulk_state(req) {
-                    dapr_state::delete(call.clone(), delete).await?;
-                }
-                Ok(())
-            },
+            |call, req| dapr_state::delete_bulk(call, convert::delete_bulk_state(req)),
         )
         .await
     }

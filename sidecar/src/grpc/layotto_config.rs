@@ -16,10 +16,11 @@ use rewire_runtime::{ConfigItem, ConfigQuery};
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
+use super::observe::observed;
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::subscription_queue::{queue, QueueSender, QueuedBytes, Refused};
 use crate::dapr::{
-    check_item_count, check_request_metadata, config_item_bytes, Call, ResponseBudget, StoreLabel,
+    check_item_count, check_request_metadata, config_item_bytes, Call, ResponseBudget,
 };
 use crate::ApiState;
 
@@ -138,37 +139,58 @@ pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> R
 /// counting into the same total (`queued`, see `subscription_queue`). The
 /// stream ends when the client goes away, falls behind (or holds the most
 /// bytes when all subscribers together are full), sends a bad request, a
-/// subscribed store is removed or can no longer subscribe (`UNAVAILABLE`),
-/// or the server stops.
+/// subscription is not in place within `request_timeout` (the store's
+/// subscribe, `DEADLINE_EXCEEDED`), a subscribed store is
+/// removed or can no longer subscribe (`UNAVAILABLE`), or the server stops;
+/// a subscription still being made is dropped as soon as the client goes
+/// away or the server stops, whatever the store does.
+///
+/// Each request is one call of `layotto.SubscribeConfiguration`,
+/// [`observed`] in a span of the caller's trace (`caller`, the stream's
+/// `traceparent`): counted in the request metrics with its outcome, its
+/// error scrubbed of secret values before it ends the stream.
 pub(super) fn subscribe(
     state: ApiState,
     requests: Streaming<pb::SubscribeConfigurationRequest>,
     queued: QueuedBytes,
     count: SubscriptionCount,
     shutdown: CancellationToken,
+    caller: Option<opentelemetry::Context>,
 ) -> ConfigurationStream {
     let label = "Layotto configuration stream".to_string();
     let limit = state.options.max_response_bytes;
     let (answers, stream) = queue(label, limit, queued);
     tokio::spawn(serve_stream(
-        state,
+        Served {
+            state,
+            answers,
+            count,
+            stop: shutdown.child_token(),
+            caller,
+        },
         requests,
-        answers,
-        count,
-        shutdown.child_token(),
     ));
     Box::pin(stream)
 }
 
 type Answers = QueueSender<pb::SubscribeConfigurationResponse>;
 
-async fn serve_stream(
+/// What the task serving one stream holds.
+struct Served {
     state: ApiState,
-    mut requests: Streaming<pb::SubscribeConfigurationRequest>,
     answers: Answers,
     count: SubscriptionCount,
     stop: CancellationToken,
-) {
+    caller: Option<opentelemetry::Context>,
+}
+
+async fn serve_stream(stream: Served, mut requests: Streaming<pb::SubscribeConfigurationRequest>) {
+    let Served {
+        state,
+        answers,
+        stop,
+        ..
+    } = &stream;
     let mut open = 0;
     let mut reading = true;
     loop {
@@ -178,12 +200,15 @@ async fn serve_stream(
             next = requests.message(), if reading => match next {
                 Ok(Some(req)) => {
                     open += 1;
-                    let added = if open > MAX_SUBSCRIPTIONS_PER_STREAM {
-                        Err(Status::resource_exhausted(format!(
-                            "at most {MAX_SUBSCRIPTIONS_PER_STREAM} subscriptions on one stream"
-                        )))
-                    } else {
-                        add(&state, req, answers.clone(), &count, stop.clone()).await
+                    // Made while the client and the server are watched: a
+                    // store that hangs holds up neither going away.
+                    let adding = observed(state, METHOD, stream.caller.clone(), |call| {
+                        add_within(call, &stream, req, open)
+                    });
+                    let added = tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = answers.closed() => break,
+                        added = adding => added,
                     };
                     if let Err(status) = added {
                         // Queued after the answers before it, without
@@ -204,23 +229,48 @@ async fn serve_stream(
     stop.cancel();
 }
 
-/// Subscribes as `req` asks and forwards its changes to `answers` until
-/// `stop`.
-async fn add(
-    state: &ApiState,
+/// The method name a stream's requests are counted and traced under.
+const METHOD: &str = "layotto.SubscribeConfiguration";
+
+/// [`add`]s the `open`th subscription of `stream` as `req` asks, within
+/// the API's `request_timeout`.
+async fn add_within(
+    call: Call,
+    stream: &Served,
     req: pb::SubscribeConfigurationRequest,
-    answers: Answers,
-    count: &SubscriptionCount,
-    stop: CancellationToken,
+    open: usize,
 ) -> Result<(), Status> {
-    let call = Call::new(&state.runtime, StoreLabel::default());
+    if open > MAX_SUBSCRIPTIONS_PER_STREAM {
+        return Err(Status::resource_exhausted(format!(
+            "at most {MAX_SUBSCRIPTIONS_PER_STREAM} subscriptions on one stream"
+        )));
+    }
+    let timeout = stream.state.options.request_timeout;
+    let store_name = req.store_name.clone();
+    tokio::time::timeout(timeout, add(call, stream, req))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(format!(
+                "Layotto configuration subscription to store `{store_name}` was not in place within {timeout:?} (request_timeout)"
+            )))
+        })
+}
+
+/// Subscribes as `req` asks and forwards its changes to the stream's
+/// answers until it stops.
+async fn add(
+    call: Call,
+    stream: &Served,
+    req: pb::SubscribeConfigurationRequest,
+) -> Result<(), Status> {
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
-    let counted = count.take()?;
+    let counted = stream.count.take()?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let mut subscription = store.subscribe(query).await?;
     let (store_name, app_id) = (req.store_name, call.generation().app_id().to_string());
-    let metrics = state.metrics.clone();
+    let metrics = stream.state.metrics.clone();
+    let (answers, stop) = (stream.answers.clone(), stream.stop.clone());
     tokio::spawn(async move {
         // Counted as long as it forwards.
         let _counted = counted;

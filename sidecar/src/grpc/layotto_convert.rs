@@ -66,20 +66,15 @@ pub(super) fn delete_state(req: layotto::DeleteStateRequest) -> dapr::DeleteStat
     }
 }
 
-/// `DeleteBulkState`'s items as the single deletes they are.
+/// `DeleteBulkState` as Dapr's: the same items (key, etag, options,
+/// metadata; a value is ignored).
 pub(super) fn delete_bulk_state(
     req: layotto::DeleteBulkStateRequest,
-) -> Vec<dapr::DeleteStateRequest> {
-    req.states
-        .into_iter()
-        .map(|item| dapr::DeleteStateRequest {
-            store_name: req.store_name.clone(),
-            key: item.key,
-            etag: item.etag.map(etag),
-            options: item.options.map(options),
-            metadata: item.metadata,
-        })
-        .collect()
+) -> dapr::DeleteBulkStateRequest {
+    dapr::DeleteBulkStateRequest {
+        store_name: req.store_name,
+        states: req.states.into_iter().map(state_item).collect(),
+    }
 }
 
 pub(super) fn state_item(item: layotto::StateItem) -> dapr_common::StateItem {

@@ -72,7 +72,8 @@ pub(super) async fn next_id(
 }
 
 /// `PutFile`: the first message names the store and the file; its data
-/// and every later message's are the contents. However long the upload
+/// and every later message's are the contents (no message at all is OK,
+/// nothing written, as Layotto answers it). However long the upload
 /// takes while chunks keep coming (the store bounds its size); cut with
 /// `DEADLINE_EXCEEDED` when none arrives for `idle` (`request_timeout`).
 /// Each message handed on stops counting against the listener's budget of
@@ -91,10 +92,12 @@ pub(super) async fn put(
                 "PutFile: no message arrived for {idle:?} (request_timeout); the first names \
                  the store and file"
             ))
-        })??
-        .ok_or_else(|| {
-            Status::invalid_argument("PutFile: no message (the first names the store and file)")
-        })?;
+        })??;
+    // A stream closed before its first message writes nothing and answers
+    // OK, as Layotto's `PutFile` does for a client that sends EOF at once.
+    let Some(first) = first else {
+        return Ok(());
+    };
     let store = call.file_store(&first.store_name)?;
     // A message's bytes on the wire: its frame's 5-byte header, then it.
     let taken = move |message: &pb::PutFileRequest| {

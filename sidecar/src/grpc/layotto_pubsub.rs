@@ -4,6 +4,8 @@
 //! delivery engine serves both (a subscription follows its broker across
 //! reloads here too).
 
+use std::collections::HashMap;
+
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
@@ -95,10 +97,89 @@ fn response_of(
                 topic: event.topic,
                 data: event.data,
                 pubsub_name: event.pubsub_name,
-                metadata: Default::default(),
+                metadata: metadata_of(event.extensions),
             }),
         });
     pb::SubscribeTopicEventsResponse {
         subscribe_topic_events_response_type: kind,
+    }
+}
+
+/// The event's CloudEvent fields beyond those `TopicEventRequest` has its
+/// own for, which Dapr's stream passes on as `extensions` (the publisher's
+/// trace `traceparent`/`tracestate`, `topic`, `pubsubname`, the
+/// publisher's own fields), as Layotto's `metadata`: text as it is, numbers
+/// and booleans as text; a null, list or object field has no text form
+/// there and is left out.
+fn metadata_of(extensions: Option<prost_types::Struct>) -> HashMap<String, String> {
+    use prost_types::value::Kind;
+    let fields = extensions.map(|e| e.fields).unwrap_or_default();
+    fields
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let text = match value.kind? {
+                Kind::StringValue(text) => text,
+                Kind::NumberValue(number) => number.to_string(),
+                Kind::BoolValue(flag) => flag.to_string(),
+                Kind::NullValue(_) | Kind::ListValue(_) | Kind::StructValue(_) => return None,
+            };
+            Some((key, text))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_types::value::Kind;
+
+    fn value(kind: Kind) -> prost_types::Value {
+        prost_types::Value { kind: Some(kind) }
+    }
+
+    #[test]
+    fn an_events_extensions_become_its_layotto_metadata() {
+        let fields = [
+            (
+                "traceparent",
+                value(Kind::StringValue("00-abc-def-01".into())),
+            ),
+            ("topic", value(Kind::StringValue("orders".into()))),
+            ("priority", value(Kind::NumberValue(3.0))),
+            ("urgent", value(Kind::BoolValue(true))),
+            ("nothing", value(Kind::NullValue(0))),
+            (
+                "nested",
+                value(Kind::StructValue(prost_types::Struct::default())),
+            ),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect();
+        let event = dapr::TopicEventRequest {
+            id: "e1".into(),
+            topic: "orders".into(),
+            extensions: Some(prost_types::Struct { fields }),
+            ..Default::default()
+        };
+        let message = dapr::SubscribeTopicEventsResponseAlpha1 {
+            subscribe_topic_events_response_type: Some(DaprResponse::EventMessage(event)),
+        };
+        let Some(Response::EventMessage(event)) =
+            response_of(message).subscribe_topic_events_response_type
+        else {
+            panic!("an event message stays one");
+        };
+        let expected: HashMap<String, String> = [
+            ("traceparent", "00-abc-def-01"),
+            ("topic", "orders"),
+            ("priority", "3"),
+            ("urgent", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(event.metadata, expected);
+        assert_eq!(event.id, "e1");
     }
 }
