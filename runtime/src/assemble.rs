@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::component::ComponentKey;
-use crate::component::{InitContext, Readiness};
+use crate::component::{Handover, InitContext, Readiness};
 use crate::config::{ComponentSpec, InjectedRef};
 use crate::guarded::{guarded, Answer};
 use crate::handle::Instance;
@@ -125,6 +125,8 @@ pub struct AssemblyContext {
     pub redactor: Redactor,
     /// The configuration file's folder, where relative paths resolve.
     pub config_dir: Option<std::path::PathBuf>,
+    /// The runtime's handover area (see [`Handover`]).
+    pub handover: Handover,
 }
 
 impl AssemblyContext {
@@ -260,6 +262,7 @@ pub(crate) async fn assemble_resolved(
         shutdown: shutdown.clone(),
         ready_timeout: cx.timeouts.ready,
         config_dir: cx.config_dir.clone(),
+        handover: cx.handover.clone(),
     };
     let init = with_staged(cx.staged.clone(), async {
         tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)).await
@@ -474,6 +477,7 @@ mod tests {
             timeouts: StartTimeouts::default(),
             redactor: Redactor::default(),
             config_dir: None,
+            handover: Handover::new(),
         };
         let metadata =
             json!({"redisHost": "h:6379", "redisPassword": "hunter2", "keyPrefix": "app||"});

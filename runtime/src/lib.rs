@@ -36,8 +36,8 @@ pub use assemble::{ComponentFailure, FailedStep, StartTimeouts};
 pub use backoff::Backoff;
 #[doc(inline)]
 pub use component::{
-    Component, ComponentError, ComponentKey, InPlace, InPlaceUpdate, InitContext, Kind,
-    PendingInPlace, Readiness, StagedInPlace,
+    Component, ComponentError, ComponentKey, Handover, InPlace, InPlaceUpdate, InitContext, Kind,
+    PendingInPlace, Readiness, RuntimeId, StagedInPlace,
 };
 #[doc(inline)]
 pub use config::{Config, ConfigSources, Problem, Problems, ValidConfig};

@@ -92,10 +92,13 @@ struct Naming {
 /// error, to retry, instead of taking them as not held.
 ///
 /// A rebuilt store (a change that could not apply in place, or failed
-/// while staging) starts the same grace: at init it looks at the live
-/// instances of the same component (same app id, configuration folder and
-/// `kind/name`) and, when one of them is on another namespace (or still
-/// in the grace of one), consults that one for [`MAX_GRACE`].
+/// while staging) starts the same grace: at init it looks at what the live
+/// instances of the same component in the same runtime left in the
+/// runtime's handover area ([`InitContext::left_by_predecessors`]) and,
+/// when one of them is on another namespace (or still in the grace of
+/// one), consults that one for [`MAX_GRACE`]. Another runtime in the
+/// process, even of the same app, folder and component name, has an area
+/// of its own: its lock server is never consulted.
 #[derive(rewire_runtime::Component, Debug)]
 #[component(
     kind = "lock",
@@ -115,6 +118,9 @@ struct Grace {
     /// The namespace in force before the last change, while its locks may
     /// still be held.
     previous: ArcSwapOption<Previous>,
+    /// The store's connection, as a rebuilt successor sees it (set at
+    /// init, before the grace is left for it).
+    connection: OnceLock<RedisConnection>,
 }
 
 #[derive(Debug)]
@@ -304,6 +310,45 @@ impl RedisLock {
         }
     }
 
+    /// Whether `a` and `b` are one namespace: one server (and database)
+    /// and one key base.
+    fn same_namespace(&self, a: &Session, b: &Session) -> bool {
+        a.same_server(b) && self.key_base(a) == self.key_base(b)
+    }
+
+    /// Takes over from `predecessors` (the live earlier instances of this
+    /// component in this runtime, newest first): when one of them is on
+    /// another namespace (a rebuild after a change), or still consults
+    /// one, this store consults it for [`MAX_GRACE`], so that a lock held
+    /// there is not taken here.
+    fn adopt(&self, predecessors: &[Arc<Grace>]) {
+        let current = self.connection.session();
+        let mut found = None;
+        for predecessor in predecessors {
+            if let Some(theirs) = predecessor.connection.get().map(RedisConnection::session) {
+                if theirs.is_connected() && !self.same_namespace(&theirs, &current) {
+                    found = Some(Arc::new(Previous {
+                        limit: previous_limit(theirs.metadata()),
+                        session: theirs,
+                        until: Instant::now() + MAX_GRACE,
+                    }));
+                    break;
+                }
+            }
+            let inherited = predecessor
+                .previous()
+                .filter(|previous| !self.same_namespace(&previous.session, &current));
+            if let Some(previous) = inherited {
+                found = Some(previous);
+                break;
+            }
+        }
+        if let Some(previous) = found {
+            info!(component = %self.connection.label(), grace = ?previous.until.saturating_duration_since(Instant::now()), "Lock rebuilt on another namespace; the previous one is still consulted for its held locks.");
+            self.grace.previous.store(Some(previous));
+        }
+    }
+
     /// The metadata in force.
     pub fn metadata(&self) -> RedisMetadata {
         self.connection.session().metadata().clone()
@@ -362,6 +407,11 @@ impl Component for RedisLock {
         self.connection
             .init(&cx.key, cx.config_dir.as_deref())
             .await?;
+        // Only this runtime's earlier instances of this component: never
+        // another runtime's, of the same app and name or not.
+        self.adopt(&cx.left_by_predecessors::<Grace>());
+        let _ = self.grace.connection.set(self.connection.handle());
+        cx.leave_for_successor(&self.grace);
         Ok(())
     }
 

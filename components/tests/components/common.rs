@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use rewire_runtime::{Buildable, ComponentKey, InitContext, Instance, Metadata, Registry};
+use rewire_runtime::{
+    Buildable, ComponentKey, Handover, InitContext, Instance, Metadata, Registry,
+};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// An init context for `kind/test-N` with `metadata`: each one names
 /// another component (tests run side by side in one process, and some
@@ -15,16 +16,12 @@ pub fn context(kind: &str, metadata: &Metadata) -> InitContext {
     named_context(kind, &format!("test-{n}"), metadata)
 }
 
-/// An init context for `kind/name` with `metadata`.
+/// An init context for `kind/name` with `metadata`, of a runtime of its
+/// own (a handover area no other context shares).
 pub fn named_context(kind: &str, name: &str, metadata: &Metadata) -> InitContext {
-    InitContext {
-        key: ComponentKey::new(kind, name),
-        app_id: "test".into(),
-        metadata: metadata.clone(),
-        shutdown: CancellationToken::new(),
-        ready_timeout: Duration::from_secs(5),
-        config_dir: None,
-    }
+    let mut cx = InitContext::new(ComponentKey::new(kind, name), "test", metadata.clone());
+    cx.ready_timeout = Duration::from_secs(5);
+    cx
 }
 
 /// `value` (a JSON object) as metadata.
@@ -49,7 +46,7 @@ pub async fn start(kind: &str, type_name: &str, value: Value) -> Result<Instance
 }
 
 /// The initialised instance of component `kind/name`, of `type_name`,
-/// with metadata `value` (a rebuild: the same name again).
+/// with metadata `value`, in a runtime of its own.
 pub async fn start_named(
     kind: &str,
     name: &str,
@@ -57,6 +54,22 @@ pub async fn start_named(
     value: Value,
 ) -> Result<Instance, String> {
     let cx = named_context(kind, name, &metadata(value.clone()));
+    start_as(cx, type_name, value).await
+}
+
+/// As [`start_named`], in the runtime whose handover area is `runtime`:
+/// the same area again stands for a rebuild in that runtime (the new
+/// instance built while the old one still serves, as a reload does),
+/// another area for another runtime of the same app in the process.
+pub async fn start_in(
+    runtime: &Handover,
+    kind: &str,
+    name: &str,
+    type_name: &str,
+    value: Value,
+) -> Result<Instance, String> {
+    let mut cx = named_context(kind, name, &metadata(value.clone()));
+    cx.handover = runtime.clone();
     start_as(cx, type_name, value).await
 }
 

@@ -17,14 +17,14 @@ use tokio_util::sync::CancellationToken;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn context(shutdown: CancellationToken) -> InitContext {
-    InitContext {
-        key: ComponentKey::new("config_store", "file"),
-        app_id: "test".into(),
-        metadata: Metadata::default(),
-        shutdown,
-        ready_timeout: Duration::from_secs(5),
-        config_dir: None,
-    }
+    let mut cx = InitContext::new(
+        ComponentKey::new("config_store", "file"),
+        "test",
+        Metadata::default(),
+    );
+    cx.shutdown = shutdown;
+    cx.ready_timeout = Duration::from_secs(5);
+    cx
 }
 
 fn write(path: &Path, text: &str) {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis_server::RedisServer;
 use rewire_runtime::{
-    InPlace, Increment, Instance, Lock, LockError, NextIdRequest, SetRequest, StagedInPlace,
-    TryLockRequest, UnlockRequest, UnlockStatus,
+    Handover, InPlace, Increment, Instance, Lock, LockError, NextIdRequest, SetRequest,
+    StagedInPlace, TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use serde_json::{json, Value};
 
@@ -490,4 +490,98 @@ async fn a_key_prefix_change_honours_locks_longer_than_any_this_store_granted() 
     assert_eq!(a.unlock(unlock("r", "A")).await, Ok(UnlockStatus::Success));
     assert_eq!(b.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
     assert_eq!(owner_at(&server, "lock||r").await.as_deref(), Some("B"));
+}
+
+/// The lock store `lock/<name>` of the runtime whose handover area is
+/// `runtime`, on `server`.
+async fn lock_in(runtime: &Handover, name: &str, server: &RedisServer) -> Arc<dyn Lock> {
+    let metadata = json!({"redisHost": server.addr()});
+    match common::start_in(runtime, "lock", name, "redis", metadata).await {
+        Ok(Instance::Lock(lock)) => lock,
+        other => panic!("expected a lock, got {other:?}"),
+    }
+}
+
+/// A change that rebuilds the store (here: a new instance of the same
+/// component in the same runtime on another server, built while the old
+/// one still serves, as a reload does) honours the locks held on the old
+/// server as an in-place change does, also once the old instance is
+/// closed; its owner still releases them through the new instance.
+#[tokio::test]
+async fn a_rebuilt_store_honours_locks_held_on_the_old_namespace() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let runtime = Handover::new();
+    let old = lock_in(&runtime, "rebuilt", &first).await;
+    assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+
+    let new = lock_in(&runtime, "rebuilt", &second).await;
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    old.close().await.expect("close");
+    drop(old);
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&second, "lock||test||r").await, None);
+
+    assert_eq!(
+        new.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("B")
+    );
+}
+
+/// Two runtimes of the same app in one process (tests do this), each with
+/// a lock store of the same name on a Redis of its own: neither consults
+/// the other's server, at start or when rebuilt (a rebuild consults its
+/// own predecessor only). A process-wide registry keyed by app id, folder
+/// and component name made the second runtime refuse the first's locks
+/// (and fail its requests when the first's server misbehaved).
+#[tokio::test]
+async fn another_runtime_of_the_same_app_and_lock_name_is_never_consulted() {
+    let a_server = RedisServer::start().await;
+    let b_server = RedisServer::start().await;
+    let b_recovery = RedisServer::start().await;
+    let (a, b) = (Handover::new(), Handover::new());
+    assert_ne!(a.runtime(), b.runtime());
+
+    let a_lock = lock_in(&a, "shared", &a_server).await;
+    assert_eq!(a_lock.try_lock(lock("a-held", "A", MINUTE)).await, Ok(true));
+
+    let b_lock = lock_in(&b, "shared", &b_server).await;
+    assert_eq!(
+        b_lock.try_lock(lock("a-held", "B", MINUTE)).await,
+        Ok(true),
+        "runtime B consulted runtime A's lock server"
+    );
+    assert_eq!(
+        b_lock.unlock(unlock("a-held", "B")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(b_lock.try_lock(lock("b-held", "B", MINUTE)).await, Ok(true));
+
+    // B rebuilt onto its recovery server: its own old server still counts,
+    // A's never does.
+    let b_rebuilt = lock_in(&b, "shared", &b_recovery).await;
+    assert_eq!(
+        b_rebuilt.try_lock(lock("b-held", "X", MINUTE)).await,
+        Ok(false),
+        "the rebuilt store did not consult its predecessor's server"
+    );
+    assert_eq!(
+        b_rebuilt.try_lock(lock("a-held", "X", MINUTE)).await,
+        Ok(true),
+        "the rebuilt store of runtime B consulted runtime A's lock server"
+    );
+    assert_eq!(
+        owner_at(&b_recovery, "lock||test||a-held").await.as_deref(),
+        Some("X")
+    );
+    assert_eq!(
+        owner_at(&a_server, "lock||test||a-held").await.as_deref(),
+        Some("A")
+    );
 }

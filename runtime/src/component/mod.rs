@@ -1,10 +1,12 @@
 //! What a component author implements: the [`Component`] lifecycle, the
 //! in-place update hook, and the identity of a declared component.
 
+mod handover;
 mod in_place;
 mod key;
 mod kind;
 
+pub use handover::{Handover, RuntimeId};
 pub use in_place::{InPlace, InPlaceUpdate, PendingInPlace, StagedInPlace};
 pub use key::ComponentKey;
 pub(crate) use key::{KeyParts, KeyRef};
@@ -12,6 +14,7 @@ pub use kind::Kind;
 
 use std::any::Any;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -57,7 +60,11 @@ pub enum Readiness {
 
 /// What a component receives when it is initialised. Its `Debug` shows no
 /// secret (see [`Metadata`]).
+///
+/// Not built field by field outside this crate (fields may be added):
+/// [`InitContext::new`], then set the fields that matter.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct InitContext {
     /// The component being initialised.
     pub key: ComponentKey,
@@ -74,9 +81,45 @@ pub struct InitContext {
     /// The folder of the configuration file, where relative paths in
     /// metadata resolve (`None`: the working directory).
     pub config_dir: Option<PathBuf>,
+    /// The runtime's handover area, the same across its reloads and its
+    /// own: where an instance leaves a value for the instance a reload
+    /// builds after it (see [`InitContext::leave_for_successor`]).
+    pub handover: Handover,
 }
 
 impl InitContext {
+    /// The context of component `key` of app `app_id` with `metadata`, as
+    /// a runtime of its own would give it: a new shutdown token, the
+    /// default readiness timeout (10 s), no configuration folder and a new
+    /// [`Handover`] area. Set the other fields as needed (e.g. one
+    /// `handover` for contexts that stand for one runtime).
+    pub fn new(key: ComponentKey, app_id: impl Into<String>, metadata: Metadata) -> Self {
+        Self {
+            key,
+            app_id: app_id.into(),
+            metadata,
+            shutdown: CancellationToken::new(),
+            ready_timeout: Duration::from_secs(10),
+            config_dir: None,
+            handover: Handover::new(),
+        }
+    }
+
+    /// Leaves `value` for the instances of this component (same
+    /// `kind/name`) that this runtime builds later, while it lives (e.g.
+    /// the connection a rebuilt successor should still consult); see
+    /// [`Handover`].
+    pub fn leave_for_successor<T: Any + Send + Sync>(&self, value: &Arc<T>) {
+        self.handover.leave(&self.key, value);
+    }
+
+    /// What the live earlier instances of this component in this runtime
+    /// left (of type `T`), newest first: empty at a first start, and never
+    /// anything of another runtime, even of the same app and name.
+    pub fn left_by_predecessors<T: Any + Send + Sync>(&self) -> Vec<Arc<T>> {
+        self.handover.left_for(&self.key)
+    }
+
     /// `path` from this component's metadata as the file it names: an
     /// absolute path as is; a relative one against the configuration
     /// file's folder (else the working directory), so that a configuration
@@ -189,14 +232,7 @@ mod tests {
         let declared = json!({"redisPassword": "hunter2", "keyPrefix": "app||"});
         let mut metadata = Metadata::from(declared.as_object().cloned().unwrap_or_default());
         metadata.insert_secret("injectedAnyName", json!("from-the-vault"));
-        let cx = InitContext {
-            key: ComponentKey::new("state", "cache"),
-            app_id: "app".into(),
-            metadata,
-            shutdown: CancellationToken::new(),
-            ready_timeout: Duration::from_secs(1),
-            config_dir: None,
-        };
+        let cx = InitContext::new(ComponentKey::new("state", "cache"), "app", metadata);
         let shown = format!("{cx:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(!shown.contains("from-the-vault"), "{shown}");

@@ -151,6 +151,7 @@ impl Reloader {
             timeouts: self.settings.timeouts,
             redactor: self.redactor.clone(),
             config_dir: candidate.config.base_dir.clone(),
+            handover: self.running.handover().clone(),
         };
         let generation = snapshot.generation;
         let plan = transaction::Plan {

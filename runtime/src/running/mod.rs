@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
-use crate::component::{ComponentKey, KeyParts};
+use crate::component::{ComponentKey, Handover, KeyParts};
 use crate::config::{ComponentSpec, Config, Layers, Sections, ValidConfig};
 use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
 use crate::redact::Redactor;
@@ -73,6 +73,9 @@ struct State {
 /// The owner of the running set.
 pub(crate) struct RunningSet {
     live: LiveGeneration,
+    /// The runtime's handover area: made at start, kept across reloads,
+    /// given to every component this set assembles.
+    handover: Handover,
     state: Mutex<State>,
     plan: watch::Sender<Arc<WatchPlan>>,
 }
@@ -87,7 +90,9 @@ impl RunningSet {
         redactor: &Redactor,
     ) -> Result<Self, Vec<ComponentFailure>> {
         let live = Live::for_components(config.config.components.len());
-        let components = start::start_all(&config, registry, timeouts, &live, redactor).await?;
+        let handover = Handover::new();
+        let components =
+            start::start_all(&config, registry, timeouts, &live, redactor, &handover).await?;
         let components = Arc::new(components);
         live.publish(described(1, &config, &components));
         let state = State {
@@ -104,6 +109,7 @@ impl RunningSet {
         .0;
         Ok(Self {
             live,
+            handover,
             state: Mutex::new(state),
             plan,
         })
@@ -116,6 +122,11 @@ impl RunningSet {
     /// Where generations are published.
     pub(crate) fn live(&self) -> &LiveGeneration {
         &self.live
+    }
+
+    /// The runtime's handover area.
+    pub(crate) fn handover(&self) -> &Handover {
+        &self.handover
     }
 
     /// The number of the generation serving.

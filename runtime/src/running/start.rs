@@ -13,6 +13,7 @@ use crate::assemble::{
     assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
 };
 use crate::assembly_tasks::ComponentTasks;
+use crate::component::Handover;
 use crate::config::{ComponentSpec, ValidConfig};
 use crate::guarded::panic_message;
 use crate::handle::LiveGeneration;
@@ -26,6 +27,7 @@ pub(super) async fn start_all(
     timeouts: StartTimeouts,
     live: &LiveGeneration,
     redactor: &Redactor,
+    handover: &Handover,
 ) -> Result<Components, Vec<ComponentFailure>> {
     let mut components = Components::new();
     let levels = config.graph.level_nodes();
@@ -38,6 +40,7 @@ pub(super) async fn start_all(
             timeouts,
             redactor: redactor.clone(),
             config_dir: config.config.base_dir.clone(),
+            handover: handover.clone(),
         };
         let specs: Vec<Arc<ComponentSpec>> =
             level.iter().filter_map(|&node| declared.at(node)).collect();

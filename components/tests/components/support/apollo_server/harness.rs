@@ -62,14 +62,13 @@ pub async fn start_within(metadata: Value, ready_timeout: Duration) -> Result<St
     let metadata = Metadata::from(metadata.as_object().cloned().unwrap_or_default());
     let mut built = (descriptor.build)(&metadata).map_err(|e| e.to_string())?;
     let shutdown = CancellationToken::new();
-    let cx = InitContext {
-        key: ComponentKey::new("config_store", "apollo"),
-        app_id: "runtime-app".into(),
+    let mut cx = InitContext::new(
+        ComponentKey::new("config_store", "apollo"),
+        "runtime-app",
         metadata,
-        shutdown: shutdown.clone(),
-        ready_timeout,
-        config_dir: None,
-    };
+    );
+    cx.shutdown = shutdown.clone();
+    cx.ready_timeout = ready_timeout;
     built.init(&cx).await.map_err(|e| e.to_string())?;
     match built.into_instance() {
         Instance::ConfigStore(store) => Ok(Started { store, shutdown }),
