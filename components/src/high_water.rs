@@ -58,8 +58,51 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// move up: [`MAX_KEYS`] entries growing to 19 digits fit in the rest).
 pub const NEW_KEY_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Layotto's separator in sequencer keys, refused inside a key.
+/// Layotto's separator after `sequencer` in a counter's key
+/// (`sequencer|||{key}`).
 pub const KEY_SEPARATOR: &str = "|||";
+
+/// Layotto's separator between a key prefix and the key
+/// (`{appId}||{key}`): refused in keys and in a literal `keyPrefix`, as
+/// Layotto's `GetModifiedSeqKey` does (it also rules out
+/// [`KEY_SEPARATOR`]).
+pub const PART_SEPARATOR: &str = "||";
+
+/// The key of `key`'s counter as Layotto's `GetModifiedSeqKey` makes it:
+/// `sequencer|||` and then, by the `keyPrefix` strategy
+/// (case-insensitive; see [`strategy_base`](crate::redis::metadata::strategy_base)):
+///
+/// * empty or `appid` (the default): `{appId}||{key}` (`{key}` when the
+///   app has no id);
+/// * `name`: `{component name}||{key}`;
+/// * `none`: `{key}`;
+/// * anything else, lowercased: `{keyPrefix}||{key}`.
+///
+/// The redis sequencer uses it as is; the etcd one puts `keyPrefixPath`
+/// in front.
+pub fn layotto_key(key_prefix: &str, app_id: &str, component: &str, key: &str) -> String {
+    let base = crate::redis::metadata::strategy_base(key_prefix, app_id, component);
+    format!("sequencer{KEY_SEPARATOR}{base}{key}")
+}
+
+/// The key of `key`'s counter in rewire's layout before it followed
+/// Layotto's: `{keyPrefix}sequencer|||{key}`, `keyPrefix` literal. Read
+/// once per key and process so counters left there go on.
+pub fn old_rewire_key(key_prefix: &str, key: &str) -> String {
+    format!("{key_prefix}sequencer{KEY_SEPARATOR}{key}")
+}
+
+/// Checks a sequencer's `keyPrefix` as Layotto does: no `||`.
+pub fn check_key_prefix(key_prefix: &str) -> Result<(), String> {
+    match key_prefix.contains(PART_SEPARATOR) {
+        true => Err(format!(
+            "metadata field `keyPrefix`: `{key_prefix}` contains `{PART_SEPARATOR}` \
+             (it is a key prefix strategy: `appid`, `name`, `none` or a literal \
+             without `{PART_SEPARATOR}`)"
+        )),
+        false => Ok(()),
+    }
+}
 
 /// Why a high-water file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -89,9 +132,9 @@ pub fn check_request(key: &str, size: u32) -> Result<(), SequencerError> {
             key.len()
         )));
     }
-    if key.contains(KEY_SEPARATOR) {
+    if key.contains(PART_SEPARATOR) {
         return Err(SequencerError::Invalid(format!(
-            "key `{key}` contains `{KEY_SEPARATOR}`"
+            "key `{key}` contains `{PART_SEPARATOR}`"
         )));
     }
     if size == 0 {
@@ -742,6 +785,8 @@ mod tests {
     fn keys_and_sizes_are_checked() {
         assert!(check_request("", 1).is_err());
         assert!(check_request("a|||b", 1).is_err());
+        assert!(check_request("a||b", 1).is_err());
+        assert!(check_request("a|b", 1).is_ok());
         assert!(check_request("a", 0).is_err());
         assert!(check_request("orders", 1).is_ok());
     }

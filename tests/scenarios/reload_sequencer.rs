@@ -105,7 +105,9 @@ async fn ids_never_repeat_across_an_in_place_switch_and_a_rebuild() {
 #[tokio::test]
 async fn ids_go_on_across_rebuilds_that_share_no_file() {
     let (a, b) = (RedisServer::start().await, RedisServer::start().await);
-    b.query(&["SET", "sequencer|||orders", "5"]).await.unwrap();
+    b.query(&["SET", "sequencer|||ids-rebuilt||orders", "5"])
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str| dir.path().join(name).display().to_string();
     let config = |type_name: &str, metadata| {

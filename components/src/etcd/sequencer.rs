@@ -1,12 +1,25 @@
-//! The `etcd` sequencer: a counter per key at
-//! `{keyPrefix}sequencer|||{key}`, advanced by a transaction on its
-//! revision (read, then write only if nobody wrote in between), so ids are
-//! strictly increasing for every client of the cluster.
+//! The `etcd` sequencer, as Layotto's: a counter per key at
+//! `{keyPrefixPath}` (default `/layotto/`) followed by the key as
+//! Layotto's `GetModifiedSeqKey` makes it (`sequencer|||{appId}||{key}`
+//! by default; `keyPrefix` picks the strategy, see [`layotto_key`]). An
+//! id is the key's `version` after a put of an empty value, so ids are
+//! strictly increasing for every client of the cluster, Layotto's
+//! sidecars included. Segments are not handed out (as Layotto's): one put
+//! makes one id.
 //!
-//! A new cluster's counter may be behind the old one's: every new value
-//! lies above the floor of [`crate::high_water`] (the largest id handed
-//! out), and with `highWaterFile` a rebuilt sequencer — every metadata
-//! change rebuilds it — starts above every id handed out.
+//! A new cluster's counter may be behind the old one's: every id lies
+//! above the floor of [`crate::high_water`] (the largest id handed out,
+//! `biggerThan`), and with `highWaterFile` a rebuilt sequencer — every
+//! metadata change rebuilds it — starts above every id handed out. A
+//! counter below the floor is put until its version passes it (at most
+//! [`MAX_LIFT_PUTS`] puts; beyond, the request fails rather than repeat
+//! an id).
+//!
+//! Counters of rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
+//! `keyPrefix` literal, the id as a decimal value) go on: the first
+//! request for a key (per instance) reads the decimal value there — and
+//! at `{keyPrefixPath}sequencer|||{key}` when `keyPrefixPath` is set, and
+//! at the counter's own key — and ids go on above it.
 //!
 //! TLS: the config store's `caCert`, `clientCert` and `clientKey` (or an
 //! `https://` endpoint). Files among them are followed while the
@@ -14,9 +27,9 @@
 //! new channels (`Status` must answer) and swapped into the client; a bad
 //! file keeps the channels in force.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use rewire_runtime::{
     Component, ComponentError, IdRange, InitContext, NextIdRequest, SegmentRequest, Sequencer,
@@ -27,13 +40,22 @@ use tokio_util::sync::DropGuard;
 
 use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::sequencer_kv::EtcdCounters;
-use crate::high_water::{check_request, retry_floor, HighWater, Verdict, KEY_SEPARATOR};
+use crate::high_water::{
+    check_key_prefix, check_request, layotto_key, old_rewire_key, retry_floor, HighWater, Verdict,
+    MAX_KEYS,
+};
 use crate::redacted::redacted;
 use crate::redis::duration::{deserialize_timeout, Timeout};
 
-/// Most transactions one request tries before it fails (each failed one
-/// lost to another client's write).
-const MAX_ATTEMPTS: usize = 1_000;
+/// Most ids one request takes from etcd before it fails (each one
+/// refused by the high-water marks).
+const MAX_ATTEMPTS: usize = 16;
+
+/// Most puts one request makes to lift a counter above its floor.
+pub const MAX_LIFT_PUTS: u64 = 100_000;
+
+/// Layotto's `keyPrefixPath` when none is given.
+pub const DEFAULT_KEY_PREFIX_PATH: &str = "/layotto/";
 
 /// Metadata of the `etcd` sequencer: the config store's connection fields,
 /// and the sequencer's own.
@@ -42,9 +64,16 @@ const MAX_ATTEMPTS: usize = 1_000;
 pub struct EtcdSequencerMetadata {
     /// The servers, `host:port` comma-separated.
     pub endpoints: String,
-    /// Prepended to every counter's key; default none.
+    /// Layotto's key prefix strategy: empty or `appid` (the default):
+    /// `{appId}||{key}`; `name`: `{component name}||{key}`; `none`:
+    /// `{key}`; anything else (lowercased, without `||`): `{keyPrefix}||{key}`.
     #[serde(default)]
     pub key_prefix: String,
+    /// Layotto's `keyPrefixPath`: the path in front of every counter's
+    /// key, with a `/` added at either end if missing; default
+    /// `/layotto/`.
+    #[serde(default)]
+    pub key_prefix_path: Option<String>,
     /// User name for etcd's authentication; empty: none.
     #[serde(default)]
     pub username: String,
@@ -82,6 +111,7 @@ impl fmt::Debug for EtcdSequencerMetadata {
                 &crate::redacted::shown_addresses(&self.endpoints),
             )
             .field("key_prefix", &self.key_prefix)
+            .field("key_prefix_path", &self.key_prefix_path)
             .field("username", &self.username)
             .field("password", &redacted(&self.password))
             .field("ca_cert", &crate::tls::PemSource::shown(&self.ca_cert))
@@ -99,9 +129,27 @@ impl fmt::Debug for EtcdSequencerMetadata {
 }
 
 impl EtcdSequencerMetadata {
+    /// `keyPrefixPath` as Layotto uses it: `/` at either end.
+    pub fn path(&self) -> String {
+        match self.key_prefix_path.as_deref() {
+            None | Some("") => DEFAULT_KEY_PREFIX_PATH.to_string(),
+            Some(path) => {
+                let mut path = path.to_string();
+                if !path.starts_with('/') {
+                    path.insert(0, '/');
+                }
+                if !path.ends_with('/') {
+                    path.push('/');
+                }
+                path
+            }
+        }
+    }
+
     fn connection(&self) -> EtcdMetadata {
         let mut metadata = EtcdMetadata::new(self.endpoints.clone());
-        metadata.key_prefix = self.key_prefix.clone();
+        // The start-up probe reads under it.
+        metadata.key_prefix = self.path();
         metadata.username = self.username.clone();
         metadata.password = self.password.clone();
         metadata.dial_timeout = self.dial_timeout;
@@ -117,58 +165,91 @@ impl EtcdSequencerMetadata {
 #[component(
     kind = "sequencer",
     type = "etcd",
-    example = r#"{"endpoints": "127.0.0.1:2379", "keyPrefix": "/ids/", "highWaterFile": "sequencer-marks.json"}"#
+    example = r#"{"endpoints": "127.0.0.1:2379", "keyPrefixPath": "/ids/", "highWaterFile": "sequencer-marks.json"}"#
 )]
 pub struct EtcdSequencer {
     #[metadata]
     metadata: EtcdSequencerMetadata,
     running: Option<(Arc<EtcdCounters>, HighWater)>,
+    /// The app id and the component's name (for the `appid` and `name`
+    /// key prefix strategies), set at `init`.
+    names: (String, String),
+    /// The keys whose counters in rewire's earlier layout were read.
+    migrated: Mutex<HashSet<String>>,
     /// Stops following the TLS files when the sequencer goes.
     _follow: Option<DropGuard>,
 }
 
 impl EtcdSequencer {
-    async fn next_range(&self, key: &str, size: u32) -> Result<IdRange, SequencerError> {
-        check_request(key, size)?;
+    async fn next_id(&self, key: &str) -> Result<i64, SequencerError> {
+        check_request(key, 1)?;
         let (counters, marks) = self
             .running
             .as_ref()
             .ok_or_else(|| SequencerError::Backend("the sequencer is not initialised".into()))?;
-        let counter = format!("{}sequencer{KEY_SEPARATOR}{key}", self.metadata.key_prefix);
-        let exhausted = || SequencerError::Exhausted(key.to_string());
+        let (app_id, component) = &self.names;
+        let path = self.metadata.path();
+        let modified = layotto_key(&self.metadata.key_prefix, app_id, component, key);
+        let counter = format!("{path}{modified}");
         let mut floor = marks.floor(key).await?;
-        let mut refused = 0;
-        for _ in 0..MAX_ATTEMPTS {
-            let (value, revision) = counters
-                .read(&counter)
+        let migrate = !self.lock_migrated().contains(key);
+        if migrate {
+            let mut old = vec![
+                counter.clone(),
+                old_rewire_key(&self.metadata.key_prefix, key),
+            ];
+            if self.metadata.key_prefix_path.is_some() {
+                old.push(old_rewire_key(&path, key));
+            }
+            old.dedup();
+            for old in old {
+                if let Some(value) = counters
+                    .read_old(&old)
+                    .await
+                    .map_err(SequencerError::Backend)?
+                {
+                    floor = floor.max(value);
+                }
+            }
+        }
+        for refused in 0..MAX_ATTEMPTS {
+            let id = counters
+                .next_above(&counter, floor, MAX_LIFT_PUTS)
                 .await
                 .map_err(SequencerError::Backend)?;
-            let from = value.max(floor).checked_add(1).ok_or_else(exhausted)?;
-            let to = from
-                .checked_add(i64::from(size) - 1)
-                .ok_or_else(exhausted)?;
-            let swapped = counters.swap(&counter, revision, to).await;
-            if !swapped.map_err(SequencerError::Backend)? {
-                continue;
+            if migrate {
+                let mut migrated = self.lock_migrated();
+                if migrated.len() >= MAX_KEYS {
+                    // Reading again is harmless (it only lifts).
+                    migrated.clear();
+                }
+                migrated.insert(key.to_string());
             }
-            let range = IdRange { from, to };
+            let range = IdRange { from: id, to: id };
             match marks.accept(key, range, counters, || true).await? {
-                Verdict::Accept => return Ok(range),
+                Verdict::Accept => return Ok(id),
                 Verdict::Retry { floor: above } => {
-                    refused += 1;
-                    floor = retry_floor(above, refused);
+                    floor = retry_floor(above, refused as u32 + 1);
                 }
             }
         }
         Err(SequencerError::Backend(format!(
-            "no id for `{key}` after {MAX_ATTEMPTS} transactions (too many clients at once)"
+            "no id for `{key}` after {MAX_ATTEMPTS} attempts (ids below the high-water mark)"
         )))
+    }
+
+    fn lock_migrated(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.migrated
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for EtcdSequencer {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        check_key_prefix(&self.metadata.key_prefix).map_err(ComponentError::new)?;
+        self.names = (cx.app_id.clone(), cx.key.name.to_string());
         let settings = self
             .metadata
             .connection()
@@ -229,10 +310,13 @@ fn follow_tls_files(
 #[rewire_runtime::prelude::async_trait]
 impl Sequencer for EtcdSequencer {
     async fn get_next_id(&self, req: NextIdRequest) -> Result<i64, SequencerError> {
-        Ok(self.next_range(&req.key, 1).await?.from)
+        self.next_id(&req.key).await
     }
 
+    /// Not handed out, as Layotto's: an id is one put, so a range of ids
+    /// is not one step.
     async fn get_segment(&self, req: SegmentRequest) -> Result<Option<IdRange>, SequencerError> {
-        self.next_range(&req.key, req.size).await.map(Some)
+        check_request(&req.key, req.size)?;
+        Ok(None)
     }
 }

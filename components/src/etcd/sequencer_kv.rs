@@ -1,9 +1,9 @@
-//! What the `etcd` sequencer needs of etcd, and nothing more: read a
-//! counter with its revision, and write it only if that revision is still
-//! the key's (a transaction). The one file that knows the etcd client.
+//! What the `etcd` sequencer needs of etcd, and nothing more: Layotto's
+//! counter (put an empty value, the id is the key's `version`), and a read
+//! of a counter in rewire's earlier layout (a decimal value). The one file
+//! that knows the etcd client.
 
-use rewire_etcd::pb::compare::{CompareResult, CompareTarget, TargetUnion};
-use rewire_etcd::pb::{request_op, Compare, PutRequest, RequestOp, TxnRequest};
+use rewire_etcd::pb::{request_op, response_op, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use rewire_etcd::{Client, ConnectOptions, TlsOptions};
 
 use super::metadata::EtcdSettings;
@@ -74,52 +74,111 @@ impl EtcdCounters {
             })
     }
 
-    /// The counter's value (0 when absent) and its `mod_revision` (0 when
-    /// absent).
-    pub async fn read(&self, key: &str) -> Result<(i64, i64), String> {
-        let reply = self
-            .client
-            .get(key)
-            .await
-            .map_err(|err| self.settings.scrub(&err.to_string()))?;
-        let Some(kv) = reply.kvs.first() else {
-            return Ok((0, 0));
+    /// What a counter of rewire's earlier layout holds: its decimal value,
+    /// `None` when absent or empty (Layotto's counters hold nothing). A
+    /// key the user may not read counts as absent: the earlier layout's
+    /// writer, with these credentials, could not have written it either.
+    pub async fn read_old(&self, key: &str) -> Result<Option<i64>, String> {
+        let reply = match self.client.get(key).await {
+            Ok(reply) => reply,
+            Err(err) if err.to_string().contains("permission denied") => return Ok(None),
+            Err(err) => return Err(self.settings.scrub(&err.to_string())),
         };
+        let Some(kv) = reply.kvs.first() else {
+            return Ok(None);
+        };
+        if kv.value.is_empty() {
+            return Ok(None);
+        }
         let text = std::str::from_utf8(&kv.value)
             .map_err(|_| format!("counter `{key}` does not hold text"))?;
-        let value = text
-            .parse::<i64>()
-            .map_err(|_| format!("counter `{key}` holds `{text}`, not a number"))?;
-        Ok((value, kv.mod_revision))
+        text.parse::<i64>()
+            .map(Some)
+            .map_err(|_| format!("counter `{key}` holds `{text}`, not a number"))
     }
 
-    /// Writes `value` if the key's `mod_revision` is still `revision`;
-    /// whether it did.
-    pub async fn swap(&self, key: &str, revision: i64, value: i64) -> Result<bool, String> {
-        let request = TxnRequest {
-            compare: vec![Compare {
-                result: CompareResult::Equal as i32,
-                target: CompareTarget::Mod as i32,
-                key: key.as_bytes().to_vec(),
-                range_end: Vec::new(),
-                target_union: Some(TargetUnion::ModRevision(revision)),
-            }],
-            success: vec![RequestOp {
+    /// Layotto's next id of the counter `key`: puts an empty value and
+    /// replies the key's `version` (each put adds one), in one
+    /// transaction.
+    pub async fn bump(&self, key: &str) -> Result<i64, String> {
+        bump(&self.client, key)
+            .await
+            .map_err(|err| self.settings.scrub(&err))
+    }
+
+    /// The next id of `key` above `floor`: bumps the counter until its
+    /// version passes `floor` (versions passed on the way are skipped,
+    /// never handed out), up to [`LIFT_PARALLEL`] puts at once and at most
+    /// `max_puts` in all.
+    pub async fn next_above(&self, key: &str, floor: i64, max_puts: u64) -> Result<i64, String> {
+        let mut version = self.bump(key).await?;
+        let mut puts = 1u64;
+        while version <= floor {
+            if puts >= max_puts {
+                return Err(format!(
+                    "counter `{key}` is at {version}: ids must go on above {floor} (`biggerThan`, \
+                     ids handed out, or the counter in the earlier layout), which takes more than \
+                     {max_puts} writes (an etcd counter's id is its key's version, one write \
+                     each); see docs/components.md, \"etcd sequencer\""
+                ));
+            }
+            let batch = u64::try_from(floor - version + 1)
+                .unwrap_or(1)
+                .min(LIFT_PARALLEL)
+                .min(max_puts - puts);
+            let mut writes = tokio::task::JoinSet::new();
+            for _ in 0..batch {
+                let (client, key) = (self.client.clone(), key.to_string());
+                writes.spawn(async move { bump(&client, &key).await });
+            }
+            puts += batch;
+            let mut best: Option<i64> = None;
+            let mut highest = version;
+            while let Some(done) = writes.join_next().await {
+                let got = done
+                    .map_err(|err| err.to_string())?
+                    .map_err(|err| self.settings.scrub(&err))?;
+                highest = highest.max(got);
+                if got > floor {
+                    best = Some(best.map_or(got, |best| best.min(got)));
+                }
+            }
+            version = best.unwrap_or(highest);
+        }
+        Ok(version)
+    }
+}
+
+/// Most puts [`EtcdCounters::next_above`] has in flight at once.
+pub const LIFT_PARALLEL: u64 = 64;
+
+/// Puts an empty `key` and reads it back in one transaction, as Layotto's
+/// `GetNextId`: the key's version.
+async fn bump(client: &Client, key: &str) -> Result<i64, String> {
+    let request = TxnRequest {
+        compare: Vec::new(),
+        success: vec![
+            RequestOp {
                 request: Some(request_op::Request::RequestPut(PutRequest {
                     key: key.as_bytes().to_vec(),
-                    value: value.to_string().into_bytes(),
                     ..PutRequest::default()
                 })),
-            }],
-            failure: Vec::new(),
-        };
-        let reply = self
-            .client
-            .txn(request)
-            .await
-            .map_err(|err| self.settings.scrub(&err.to_string()))?;
-        Ok(reply.succeeded)
-    }
+            },
+            RequestOp {
+                request: Some(request_op::Request::RequestRange(RangeRequest {
+                    key: key.as_bytes().to_vec(),
+                    ..RangeRequest::default()
+                })),
+            },
+        ],
+        failure: Vec::new(),
+    };
+    let reply = client.txn(request).await.map_err(|err| err.to_string())?;
+    let version = reply.responses.get(1).and_then(|op| match &op.response {
+        Some(response_op::Response::ResponseRange(range)) => range.kvs.first().map(|kv| kv.version),
+        _ => None,
+    });
+    version.ok_or_else(|| format!("counter `{key}`: the transaction replied no key"))
 }
 
 /// The client's TLS options for `tls`.

@@ -169,14 +169,6 @@ impl Session {
         })
     }
 
-    /// `key` with the literal `keyPrefix` in front: the sequencer's
-    /// layout (Layotto's `{keyPrefix}sequencer|||{key}`). State and lock
-    /// keys follow Dapr's key prefix strategies instead
-    /// ([`strategy_base`](super::metadata::strategy_base)).
-    pub fn key(&self, key: &str) -> String {
-        format!("{}{key}", self.metadata.key_prefix)
-    }
-
     /// Whether `other` reaches the same data as this session: the same
     /// server, sentinels or cluster, and database (a password, timeout or
     /// certificate change keeps it). A session not connected reaches

@@ -105,7 +105,8 @@ pub struct RedisMetadata {
     pub insecure_skip_verify: bool,
     /// Dapr's key prefix strategy (state and lock; see [`strategy_base`]):
     /// empty (the default) or `appid`, `name`, `none`, or a literal
-    /// prefix. The sequencer puts it literally in front of its keys.
+    /// prefix. The sequencer reads it as Layotto's strategy, with the same
+    /// values (see [`layotto_key`](crate::high_water::layotto_key)).
     #[serde(default)]
     pub key_prefix: String,
     /// State store only: TTL of writes that ask for none (`-1`: never

@@ -1,6 +1,6 @@
 //! The `redis` components: a state store and a lock on Redis, with Dapr's
 //! metadata names and data layout (`state.redis`, `lock.redis`), and a
-//! sequencer with Layotto's (`INCR` on `sequencer|||{key}`).
+//! sequencer with Layotto's (`INCR` on `sequencer|||{appId}||{key}`).
 //!
 //! Both share the connection handling: [`connection::RedisConnection`]
 //! connects and verifies within `dialTimeout` at init ([`connect`]), and on

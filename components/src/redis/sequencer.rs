@@ -1,6 +1,15 @@
-//! The `redis` sequencer, as Layotto's: `INCRBY` on the key
-//! `{keyPrefix}sequencer|||{key}`, so ids from one server are unique and
-//! increasing for every client of it.
+//! The `redis` sequencer, as Layotto's: `INCRBY` on the counter's key as
+//! Layotto's `GetModifiedSeqKey` makes it (`sequencer|||{appId}||{key}`
+//! by default; `keyPrefix` picks the strategy, see
+//! [`layotto_key`]), so ids from one server are unique and
+//! increasing for every client of it, Layotto's sidecars included.
+//!
+//! Counters of rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
+//! `keyPrefix` literal) go on: the first request for a key on a server
+//! (per process and connection) also reads the old key and lifts the
+//! counter to at least its value — in the same script when both keys are
+//! on one server; on a Redis Cluster, where they may be in different
+//! slots, by a `GET` of the old key whose value joins the floor.
 //!
 //! Switching servers (a new `redisHost`, in place or by a rebuild; a
 //! failover) must not repeat ids: the new server's counter may be behind.
@@ -16,7 +25,8 @@
 //! Ids are exact up to `i64::MAX`: the script compares and adds the
 //! counter as Redis's own integer strings, never as Lua numbers.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Weak};
 
 use redis::Script;
 use rewire_runtime::{
@@ -25,39 +35,56 @@ use rewire_runtime::{
 };
 use tracing::debug;
 
-use super::connection::RedisConnection;
-use super::metadata::RedisMetadata;
-use crate::high_water::{check_request, retry_floor, HighWater, Verdict, KEY_SEPARATOR};
+use super::connection::{RedisConnection, Session};
+use super::metadata::{RedisMetadata, RedisType};
+use crate::high_water::{
+    check_key_prefix, check_request, layotto_key, old_rewire_key, retry_floor, HighWater, Verdict,
+    MAX_KEYS,
+};
 
 /// How often a request is asked again before it fails (each retry follows
 /// a server switch, or a reply that arrived after a later one).
 const MAX_ATTEMPTS: usize = 16;
 
-/// `KEYS[1]`: the counter. `ARGV[1]`: how many ids. `ARGV[2]`: the floor.
-/// Lifts the counter to the floor if it is below, adds the size, and
-/// replies with the counter as Redis keeps it (a string): the last id of
-/// the range, above the floor. Lua numbers are doubles, exact only up to
-/// 2^53, so the script never computes with the counter: it compares the
-/// decimal strings (by length, then digits) and lets `INCRBY` add.
+/// `KEYS[1]`: the counter. `KEYS[2]` (optional): the counter's key in
+/// rewire's earlier layout, whose value (if any) joins the floor.
+/// `ARGV[1]`: how many ids. `ARGV[2]`: the floor. Lifts the counter to
+/// the floor if it is below, adds the size, and replies with the counter
+/// as Redis keeps it (a string): the last id of the range, above the
+/// floor. Lua numbers are doubles, exact only up to 2^53, so the script
+/// never computes with the counter: it compares the decimal strings (by
+/// length, then digits) and lets `INCRBY` add.
 static NEXT_RANGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
+local function below(value, floor)
+  if not value then
+    return true
+  end
+  value = string.gsub(value, "^0+(%d)", "%1")
+  if string.sub(value, 1, 1) == "-" then
+    return true
+  elseif #value ~= #floor then
+    return #value < #floor
+  end
+  return value < floor
+end
 local floor = ARGV[2]
-local current = redis.call("GET", KEYS[1])
-local below
-if not current then
-  below = true
-else
-  current = string.gsub(current, "^0+(%d)", "%1")
-  if string.sub(current, 1, 1) == "-" then
-    below = true
-  elseif #current ~= #floor then
-    below = #current < #floor
-  else
-    below = current < floor
+if KEYS[2] then
+  local old = redis.call("GET", KEYS[2])
+  if old and not string.match(old, "^%-?%d+$") then
+    -- A double written by an older script: its ceiling, if finite.
+    local number = tonumber(old)
+    if not number or number ~= number or number == math.huge or number == -math.huge then
+      return redis.error_reply("old counter " .. KEYS[2] .. " holds " .. old .. ", not a number")
+    end
+    old = string.format("%.0f", math.ceil(number))
+  end
+  if old and not below(old, floor) then
+    floor = (string.gsub(old, "^0+(%d)", "%1"))
   end
 end
-if below then
+if below(redis.call("GET", KEYS[1]), floor) then
   redis.call("SET", KEYS[1], floor)
 end
 redis.call("INCRBY", KEYS[1], ARGV[1])
@@ -65,6 +92,19 @@ return redis.call("GET", KEYS[1])
 "#,
     )
 });
+
+/// The value of a counter in the earlier layout, as the script reads it:
+/// an integer (negative: 0), or the ceiling of a finite double an older
+/// script wrote. `None`: not a number, or past `i64`.
+fn old_counter_value(text: &str) -> Option<i64> {
+    if let Ok(value) = text.parse::<i64>() {
+        return Some(value.max(0));
+    }
+    let number = text.parse::<f64>().ok().filter(|n| n.is_finite())?;
+    let ceiling = number.ceil();
+    // `i64::MAX as f64` rounds up to 2^63, itself out of range.
+    (ceiling < i64::MAX as f64).then(|| (ceiling as i64).max(0))
+}
 
 /// Refuses the sequencer's own fields on the state store and the lock.
 pub(crate) fn refuse_sequencer_fields(metadata: &RedisMetadata) -> Result<(), ComponentError> {
@@ -87,6 +127,38 @@ pub struct RedisSequencer {
     #[metadata]
     connection: RedisConnection,
     marks: Option<Arc<HighWater>>,
+    /// The app id and the component's name (for the `appid` and `name`
+    /// key prefix strategies), set at `init`.
+    names: (String, String),
+    /// The keys whose counter in rewire's earlier layout was read on the
+    /// session held (weakly): a new session (another server, or new
+    /// metadata) reads them again.
+    migrated: std::sync::Mutex<Migrated>,
+}
+
+/// Which keys were lifted above their counter in the earlier layout.
+#[derive(Debug, Default)]
+struct Migrated {
+    session: Weak<Session>,
+    keys: HashSet<String>,
+}
+
+impl Migrated {
+    fn done(&self, session: &Arc<Session>, key: &str) -> bool {
+        std::ptr::eq(self.session.as_ptr(), Arc::as_ptr(session)) && self.keys.contains(key)
+    }
+
+    fn record(&mut self, session: &Arc<Session>, key: &str) {
+        if !std::ptr::eq(self.session.as_ptr(), Arc::as_ptr(session)) {
+            self.session = Arc::downgrade(session);
+            self.keys.clear();
+        }
+        if self.keys.len() >= MAX_KEYS {
+            // Reading again is harmless (it only lifts): forget, not grow.
+            self.keys.clear();
+        }
+        self.keys.insert(key.to_string());
+    }
 }
 
 impl RedisSequencer {
@@ -95,12 +167,20 @@ impl RedisSequencer {
         Self {
             connection: RedisConnection::new(metadata),
             marks: None,
+            names: Default::default(),
+            migrated: Default::default(),
         }
     }
 
     /// The metadata in force.
     pub fn metadata(&self) -> RedisMetadata {
         self.connection.session().metadata().clone()
+    }
+
+    fn lock_migrated(&self) -> std::sync::MutexGuard<'_, Migrated> {
+        self.migrated
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     async fn next_range(&self, key: &str, size: u32) -> Result<IdRange, SequencerError> {
@@ -115,14 +195,42 @@ impl RedisSequencer {
             let mut conn = session
                 .connection()
                 .map_err(|err| SequencerError::Backend(err.to_string()))?;
-            let counter = session.key(&format!("sequencer{KEY_SEPARATOR}{key}"));
-            let reply: String = NEXT_RANGE
-                .key(&counter)
+            let metadata = session.metadata();
+            let (app_id, component) = &self.names;
+            let counter = layotto_key(&metadata.key_prefix, app_id, component, key);
+            let old = old_rewire_key(&metadata.key_prefix, key);
+            let migrate = old != counter && !self.lock_migrated().done(&session, key);
+            let failed = |err: redis::RedisError| {
+                SequencerError::Backend(self.connection.describe(&session, &err))
+            };
+            let mut invocation = NEXT_RANGE.key(&counter);
+            if migrate && metadata.redis_type == RedisType::Cluster {
+                // Maybe another slot than the counter's: read on its own.
+                let value: Option<String> = redis::cmd("GET")
+                    .arg(&old)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(failed)?;
+                if let Some(value) = value {
+                    let old_value = old_counter_value(&value).ok_or_else(|| {
+                        SequencerError::Backend(format!(
+                            "old counter `{old}` holds {value:?}, not a number"
+                        ))
+                    })?;
+                    floor = floor.max(old_value);
+                }
+            } else if migrate {
+                invocation.key(&old);
+            }
+            let reply: String = invocation
                 .arg(size)
                 .arg(floor)
                 .invoke_async(&mut conn)
                 .await
-                .map_err(|err| SequencerError::Backend(self.connection.describe(&session, &err)))?;
+                .map_err(failed)?;
+            if migrate {
+                self.lock_migrated().record(&session, key);
+            }
             let last: i64 = reply.parse().map_err(|_| {
                 SequencerError::Backend(format!("counter `{counter}` replied {reply:?}"))
             })?;
@@ -160,6 +268,7 @@ impl Component for RedisSequencer {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         let metadata = self.metadata();
         check_sequencer_metadata(&metadata)?;
+        self.names = (cx.app_id.clone(), cx.key.name.to_string());
         let file = metadata
             .high_water_file
             .as_ref()
@@ -188,6 +297,7 @@ impl Component for RedisSequencer {
 }
 
 fn check_sequencer_metadata(metadata: &RedisMetadata) -> Result<(), ComponentError> {
+    check_key_prefix(&metadata.key_prefix).map_err(ComponentError::new)?;
     match metadata.ttl_in_seconds {
         Some(_) => Err(ComponentError::new(
             "metadata field `ttlInSeconds` belongs to the redis state store; \

@@ -1,13 +1,14 @@
 //! The `etcd` sequencer against real etcd servers: concurrent STRONG
 //! clients never see an id twice and each sees its ids grow, also across a
-//! rebuild onto another cluster (with `highWaterFile`).
+//! rebuild onto another cluster (with `highWaterFile`); counters sit where
+//! Layotto keeps them, and those of rewire's earlier layout go on.
 
-use crate::sequencers::{clients_taking, sequencer, Current};
+use crate::sequencers::{clients_taking, sequencer, sequencer_of, Current};
 use crate::support::etcd_server::EtcdServer;
 
 use std::sync::{Arc, RwLock};
 
-use rewire_runtime::{Increment, NextIdRequest};
+use rewire_runtime::{Increment, NextIdRequest, SegmentRequest, SequencerError};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,7 +16,7 @@ async fn strong_ids_never_repeat_across_a_rebuild_on_another_cluster() {
     let (a, b) = (EtcdServer::start().await, EtcdServer::start().await);
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks.json").display().to_string();
-    let metadata = |endpoint: String| json!({"endpoints": endpoint, "keyPrefix": "/ids/", "highWaterFile": marks});
+    let metadata = |endpoint: String| json!({"endpoints": endpoint, "keyPrefixPath": "/ids/", "highWaterFile": marks});
     let old = sequencer("etcd", metadata(a.endpoint())).await;
     let current: Current = Arc::new(RwLock::new(old));
     let swap = current.clone();
@@ -25,14 +26,8 @@ async fn strong_ids_never_repeat_across_a_rebuild_on_another_cluster() {
         *swap.write().unwrap() = new;
     })
     .await;
-    // Layotto's key layout, under the prefix.
-    let on_b: i64 = b
-        .value("/ids/sequencer|||orders")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(on_b > 0);
+    // Layotto's key layout, under the path: the id is the key's version.
+    assert!(version(&b, "/ids/sequencer|||test||orders").await >= 2000);
     let sequencer = current.read().unwrap().clone();
     let request = |key: &str| NextIdRequest {
         key: key.into(),
@@ -75,7 +70,7 @@ async fn a_user_logs_in_past_a_first_listed_member_that_hangs() {
     root.auth_enable().await.unwrap();
     cluster.pause(follower);
     let metadata = json!({
-        "endpoints": cluster.endpoints_from(follower), "keyPrefix": "/ids/",
+        "endpoints": cluster.endpoints_from(follower), "keyPrefixPath": "/ids/",
         "username": "root", "password": ROOT_PASSWORD, "dialTimeout": "1s"
     });
     let started = tokio::time::timeout(
@@ -92,8 +87,10 @@ async fn a_user_logs_in_past_a_first_listed_member_that_hangs() {
     assert_eq!(sequencer.get_next_id(next("orders")).await, Ok(1));
 }
 
-/// A user whose role may use only `keyPrefix` starts the sequencer (its
-/// start-up probe reads under the prefix) and takes ids.
+/// A user whose role may use only `keyPrefixPath` starts the sequencer
+/// (its start-up probe reads under the path) and takes ids (the earlier
+/// layout's key outside the path, which it may not read, counts as
+/// absent).
 #[tokio::test]
 async fn a_user_allowed_only_the_key_prefix_starts_and_takes_ids() {
     let mut server = EtcdServer::start().await;
@@ -104,7 +101,7 @@ async fn a_user_allowed_only_the_key_prefix_starts_and_takes_ids() {
     root.user_add("seq", "seq-pw-1").await.unwrap();
     root.user_grant_role("seq", "ids-only").await.unwrap();
     let metadata = json!({
-        "endpoints": server.endpoint(), "keyPrefix": "/ids/",
+        "endpoints": server.endpoint(), "keyPrefixPath": "/ids/",
         "username": "seq", "password": "seq-pw-1", "dialTimeout": "2s"
     });
     let sequencer = match crate::common::start("sequencer", "etcd", metadata).await {
@@ -113,7 +110,82 @@ async fn a_user_allowed_only_the_key_prefix_starts_and_takes_ids() {
     };
     assert_eq!(sequencer.get_next_id(next("orders")).await, Ok(1));
     assert_eq!(
-        server.value("/ids/sequencer|||orders").await.as_deref(),
-        Some("1")
+        server
+            .value("/ids/sequencer|||test||orders")
+            .await
+            .as_deref(),
+        Some("")
+    );
+}
+
+/// The version of `key` (Layotto's id), 0 when absent.
+pub(crate) async fn version(server: &EtcdServer, key: &str) -> i64 {
+    let reply = server.client().await.get(key).await.unwrap();
+    reply.kvs.first().map_or(0, |kv| kv.version)
+}
+
+/// A counter Layotto's sidecar left in etcd (`/layotto/` and its key,
+/// an empty value whose version is the id) goes on, and a Layotto sidecar
+/// sharing it later goes on above rewire's ids: the same scheme.
+#[tokio::test]
+async fn counters_sit_at_layotto_s_keys_and_ids_are_versions() {
+    let server = EtcdServer::start().await;
+    for _ in 0..5 {
+        server.put("/layotto/sequencer|||app1||orders", "").await;
+    }
+    let metadata = json!({"endpoints": server.endpoint()});
+    let ids = sequencer_of("app1", "etcd-ids", "etcd", metadata.clone()).await;
+    assert_eq!(ids.get_next_id(next("orders")).await, Ok(6));
+    assert_eq!(ids.get_next_id(next("orders")).await, Ok(7));
+    // Layotto's next id: the next version, never one rewire handed out.
+    server.put("/layotto/sequencer|||app1||orders", "").await;
+    assert_eq!(
+        version(&server, "/layotto/sequencer|||app1||orders").await,
+        8
+    );
+    assert_eq!(ids.get_next_id(next("orders")).await, Ok(9));
+    // Segments: not handed out, as Layotto's.
+    let segment = SegmentRequest {
+        key: "orders".into(),
+        size: 10,
+        ..SegmentRequest::default()
+    };
+    assert_eq!(ids.get_segment(segment).await, Ok(None));
+    // `||` refused in keys, as Layotto (INVALID_ARGUMENT), and in a
+    // literal `keyPrefix`.
+    let refused = ids.get_next_id(next("a||b")).await;
+    assert!(matches!(refused, Err(SequencerError::Invalid(m)) if m.contains("||")));
+    let mut bad = metadata;
+    bad["keyPrefix"] = json!("a||b");
+    let err = crate::common::start("sequencer", "etcd", bad)
+        .await
+        .unwrap_err();
+    assert!(err.contains("keyPrefix"), "{err}");
+}
+
+/// A counter in rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
+/// the id as a decimal value) goes on above its value; `biggerThan` lifts
+/// a counter by puts.
+#[tokio::test]
+async fn counters_in_the_earlier_layout_go_on() {
+    let server = EtcdServer::start().await;
+    server.put("/ids/sequencer|||orders", "700").await;
+    server.put("/old/sequencer|||orders", "300").await;
+    // The earlier `keyPrefix` moved to `keyPrefixPath`, as the docs say.
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefixPath": "/ids/"});
+    let moved = sequencer_of("app1", "etcd-moved", "etcd", metadata).await;
+    assert_eq!(moved.get_next_id(next("orders")).await, Ok(701));
+    assert_eq!(moved.get_next_id(next("orders")).await, Ok(702));
+    assert_eq!(version(&server, "/ids/sequencer|||app1||orders").await, 702);
+    // The earlier configuration kept: `keyPrefix` read literally for the
+    // earlier layout.
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "/old/",
+                          "biggerThan": {"other": 20}});
+    let kept = sequencer_of("app1", "etcd-kept", "etcd", metadata).await;
+    assert_eq!(kept.get_next_id(next("orders")).await, Ok(301));
+    assert_eq!(kept.get_next_id(next("other")).await, Ok(21));
+    assert_eq!(
+        version(&server, "/layotto/sequencer|||/old/||orders").await,
+        301
     );
 }

@@ -100,8 +100,9 @@ async fn redis_strong_ids_never_repeat_across_an_in_place_server_switch() {
         assert!(update.await.is_ok());
     })
     .await;
-    // Layotto's key: the counter on the new server went on above the old.
-    let on_b: i64 = b.query(&["GET", "sequencer|||orders"]).await.unwrap()[0]
+    // Layotto's key (app `test`): the counter on the new server went on
+    // above the old.
+    let on_b: i64 = b.query(&["GET", "sequencer|||test||orders"]).await.unwrap()[0]
         .parse()
         .unwrap();
     assert!(on_b as usize >= CLIENTS * IDS_PER_CLIENT);
@@ -158,7 +159,7 @@ async fn bigger_than_and_bad_keys() {
     for sequencer in [redis, memory] {
         assert_eq!(sequencer.get_next_id(strong("orders")).await, Ok(1001));
         assert_eq!(sequencer.get_next_id(strong("other")).await, Ok(1));
-        for bad in ["", "a|||b"] {
+        for bad in ["", "a|||b", "a||b"] {
             let refused = sequencer.get_next_id(strong(bad)).await;
             assert!(
                 matches!(refused, Err(SequencerError::Invalid(_))),
@@ -166,8 +167,9 @@ async fn bigger_than_and_bad_keys() {
             );
         }
     }
+    // `keyPrefix` is Layotto's strategy: a literal goes before `||`.
     let prefixed = server
-        .query(&["GET", "app:sequencer|||orders"])
+        .query(&["GET", "sequencer|||app:||orders"])
         .await
         .unwrap();
     assert_eq!(prefixed, ["1001"]);
@@ -219,7 +221,9 @@ async fn redis_rebuild_onto_a_lagging_server_without_a_file_never_repeats_an_id(
     let old = named("lagging", "redis", json!({"redisHost": a.addr()})).await;
     let last = take(&old, 100, &mut seen).await;
     // The second server's counter lags far behind the first one's.
-    b.query(&["SET", "sequencer|||orders", "10"]).await.unwrap();
+    b.query(&["SET", "sequencer|||test||orders", "10"])
+        .await
+        .unwrap();
     // The rebuild: built while the old instance is alive, as a reload
     // does when the in-place switch failed.
     let new = named("lagging", "redis", json!({"redisHost": b.addr()})).await;
@@ -311,14 +315,14 @@ async fn redis_ids_above_2_pow_53_are_exact() {
             assert_eq!(id, Ok(start + n), "{key}");
         }
         let counter = server
-            .query(&["GET", &format!("sequencer|||{key}")])
+            .query(&["GET", &format!("sequencer|||test||{key}")])
             .await
             .unwrap();
         assert_eq!(counter, [(start + 3).to_string()]);
     }
     // A counter written as a double by an older script is lifted, not fatal.
     server
-        .query(&["SET", "sequencer|||orders", "1e+17"])
+        .query(&["SET", "sequencer|||test||orders", "1e+17"])
         .await
         .unwrap();
     let sequencer = sequencer(
@@ -378,4 +382,142 @@ async fn a_full_high_water_file_takes_no_new_key_and_an_oversized_one_says_what_
         .unwrap_err();
     assert!(err.contains("metadata field `highWaterFile`"), "{err}");
     assert!(err.contains("biggerThan"), "{err}");
+}
+
+/// A started sequencer of app `app_id`, of `type_name`, named
+/// `sequencer/{name}`.
+pub(crate) async fn sequencer_of(
+    app_id: &str,
+    name: &str,
+    type_name: &str,
+    metadata: Value,
+) -> Arc<dyn Sequencer> {
+    let mut cx = common::named_context("sequencer", name, &common::metadata(metadata.clone()));
+    cx.app_id = app_id.into();
+    let mut built =
+        common::build("sequencer", type_name, metadata).unwrap_or_else(|e| panic!("{e}"));
+    built
+        .init(&cx)
+        .await
+        .unwrap_or_else(|e| panic!("init: {e}"));
+    match built.into_instance() {
+        Instance::Sequencer(sequencer) => sequencer,
+        other => panic!("expected a sequencer, got {other:?}"),
+    }
+}
+
+/// A counter Layotto's sidecar left in Redis (its exact key,
+/// `sequencer|||{appId}||{key}` by default) goes on: a user moving from
+/// Layotto onto the same server never gets an id Layotto handed out. The
+/// other strategies of `keyPrefix` put their part where Layotto does.
+#[tokio::test]
+async fn redis_counters_sit_at_layotto_s_keys() {
+    let server = RedisServer::start().await;
+    let addr = server.addr();
+    server
+        .query(&["SET", "sequencer|||app1||orders", "5000"])
+        .await
+        .unwrap();
+    let ids = sequencer_of("app1", "ids-a", "redis", json!({"redisHost": addr})).await;
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(5001));
+    assert_eq!(
+        server
+            .query(&["GET", "sequencer|||app1||orders"])
+            .await
+            .unwrap(),
+        ["5001"]
+    );
+    for (key_prefix, counter) in [
+        ("appid", "sequencer|||app1||k"),
+        ("name", "sequencer|||ids-b||k"),
+        ("none", "sequencer|||k"),
+        ("Shop", "sequencer|||shop||k"),
+    ] {
+        server.query(&["SET", counter, "41"]).await.unwrap();
+        let metadata = json!({"redisHost": addr, "keyPrefix": key_prefix});
+        let ids = sequencer_of("app1", "ids-b", "redis", metadata).await;
+        assert_eq!(ids.get_next_id(strong("k")).await, Ok(42), "{key_prefix}");
+        server.query(&["DEL", counter]).await.unwrap();
+    }
+    // As Layotto: `||` is refused in keys (INVALID_ARGUMENT) and in a
+    // literal `keyPrefix`.
+    let refused = ids.get_next_id(strong("a||b")).await;
+    assert!(matches!(refused, Err(SequencerError::Invalid(m)) if m.contains("||")));
+    let err = common::start(
+        "sequencer",
+        "redis",
+        json!({"redisHost": addr, "keyPrefix": "a||b"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("keyPrefix"), "{err}");
+}
+
+/// A counter in rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
+/// `keyPrefix` literal) goes on at the new key: no id is handed out twice
+/// across the upgrade.
+#[tokio::test]
+async fn redis_counters_in_the_earlier_layout_go_on() {
+    let server = RedisServer::start().await;
+    let addr = server.addr();
+    server
+        .query(&["SET", "sequencer|||orders", "700"])
+        .await
+        .unwrap();
+    server
+        .query(&["SET", "app:sequencer|||orders", "900"])
+        .await
+        .unwrap();
+    let plain = sequencer("redis", json!({"redisHost": addr})).await;
+    assert_eq!(plain.get_next_id(strong("orders")).await, Ok(701));
+    assert_eq!(plain.get_next_id(strong("orders")).await, Ok(702));
+    let prefixed = sequencer("redis", json!({"redisHost": addr, "keyPrefix": "app:"})).await;
+    assert_eq!(prefixed.get_next_id(strong("orders")).await, Ok(901));
+    assert_eq!(
+        server
+            .query(&["GET", "sequencer|||app:||orders"])
+            .await
+            .unwrap(),
+        ["901"]
+    );
+    // Read once per key: the old counter is left as it was.
+    assert_eq!(
+        server.query(&["GET", "sequencer|||orders"]).await.unwrap(),
+        ["700"]
+    );
+    // A new server (in place): its old-layout counter is read too.
+    let other = RedisServer::start().await;
+    other
+        .query(&["SET", "sequencer|||orders", "5000"])
+        .await
+        .unwrap();
+    let switch = common::metadata(json!({"redisHost": other.addr()}));
+    let update = plain.as_in_place().unwrap().update_in_place(&switch).await;
+    assert!(update.is_ok(), "{update:?}");
+    assert_eq!(plain.get_next_id(strong("orders")).await, Ok(5001));
+}
+
+/// On a Redis Cluster the counter and its key in the earlier layout may
+/// sit in different slots: the old key is read on its own (one script on
+/// both would fail with CROSSSLOT), and ids go on above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_counters_in_the_earlier_layout_go_on_across_slots() {
+    let cluster = testkit::redis_cluster::RedisCluster::start().await;
+    let mut written = false;
+    for port in cluster.master_ports().await {
+        // Only the master of the key's slot takes it (the others: MOVED).
+        if cluster
+            .query(port, &["SET", "sequencer|||orders", "700"])
+            .await
+            .is_ok()
+        {
+            written = true;
+            break;
+        }
+    }
+    assert!(written, "no master took the old key");
+    let metadata = json!({"redisHost": cluster.seeds(), "redisType": "cluster"});
+    let ids = sequencer("redis", metadata).await;
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(701));
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(702));
 }
