@@ -719,3 +719,56 @@ async fn an_open_inbound_breaker_stops_deliveries_to_the_app() {
     stop.cancel();
     sidecar.stop().await;
 }
+
+/// An event already being retried under an inbound policy that retries
+/// without limit follows a reload that takes the policy out: the default
+/// attempts apply from its next one, and it reaches the dead-letter topic
+/// instead of being asked for until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_reaches_an_event_already_being_retried() {
+    let with_policy = |inbound: Value| {
+        json!({"appId": "shop", "components": {"pubsub": {"orders": memory()}},
+               "subscriptions": {
+                   "risky": {"pubsubname": "orders", "topic": "risky", "route": "/retry", "deadLetterTopic": "dead"},
+                   "dead": {"pubsubname": "orders", "topic": "dead", "route": "/dead"}
+               },
+               "resiliency": {
+                   "policies": {"retries": {"always": {"policy": "constant", "duration": "50ms", "maxRetries": -1}}},
+                   "targets": {"components": {"orders": {"inbound": inbound}}}
+               }})
+        .to_string()
+    };
+    let sidecar = Sidecar::start(
+        &with_policy(json!({"retry": "always"})),
+        ApiOptions::default(),
+    )
+    .await;
+    let (channel, mut rx) = start_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["risky", "dead"]).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    publish(&mut client, "risky", "order", json!({"n": 1})).await;
+    // More attempts than the default's five: the policy is in force.
+    for _ in 0..8 {
+        let (path, _) = next_event(&mut rx).await;
+        assert_eq!(path, "/retry");
+    }
+    let text = with_policy(json!({}));
+    sidecar
+        .runtime
+        .apply(parse(text.as_bytes()).expect("valid"))
+        .await
+        .expect("reload applied");
+    let dead = loop {
+        let (path, event) = next_event(&mut rx).await;
+        match path.as_str() {
+            "/retry" => {}
+            "/dead" => break event,
+            other => panic!("unexpected path {other}"),
+        }
+    };
+    assert_eq!(dead["data"]["n"], 1);
+    stop.cancel();
+    sidecar.stop().await;
+}

@@ -2,8 +2,10 @@
 //! `AppCallback.OnTopicEvent` (`--app-protocol grpc`), answered with
 //! Dapr's status values; a failed call retries. The app's subscriptions
 //! come from `AppCallback.ListTopicSubscriptions`. Each call is bounded
-//! whole by [`APP_CALL_TIMEOUT`] (the channel's own timeout bounds only
-//! the wait for the answer's headers, not its message and trailers).
+//! whole, body and trailers included (the channel has no timeout of its
+//! own): a delivery by the `within` it is given (the pub/sub's inbound
+//! resiliency timeout, else [`ANSWER_WITHIN`](crate::dapr::ANSWER_WITHIN)),
+//! the listing by [`APP_CALL_TIMEOUT`].
 
 use std::time::Duration;
 

@@ -253,4 +253,48 @@ pub(super) mod tests {
             DeliveryOutcome::Retry
         );
     }
+
+    /// An app that answers `status` after `delay`, on a port of its own.
+    async fn app_answering_after(delay: Duration, status: &'static str) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        let app = axum::Router::new().fallback(move || async move {
+            tokio::time::sleep(delay).await;
+            axum::Json(serde_json::json!({ "status": status }))
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        port
+    }
+
+    #[tokio::test]
+    async fn the_given_wait_overrides_the_clients_own_timeout_both_ways() {
+        let event = TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        };
+        crate::tls::install_ring_provider();
+        let port = app_answering_after(Duration::from_millis(300), "DROP").await;
+        let url = format!("http://127.0.0.1:{port}/orders");
+        // A client whose own timeout is shorter than the app's 300 ms: a
+        // longer wait given (an inbound policy's timeout) wins.
+        let short = reqwest::Client::builder()
+            .timeout(Duration::from_millis(100))
+            .build()
+            .expect("a client");
+        let outcome = post_event(&short, &url, &event, Duration::from_secs(2)).await;
+        assert_eq!(outcome, DeliveryOutcome::Drop, "the app's answer was read");
+        // And a shorter one cuts a client that would wait longer.
+        let long = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("a client");
+        let outcome = post_event(&long, &url, &event, Duration::from_millis(50)).await;
+        assert_eq!(outcome, DeliveryOutcome::Retry, "cut before the app's DROP");
+    }
 }

@@ -36,7 +36,8 @@ use routed::AppTarget;
 
 /// How often the app's port is tried while waiting for it.
 const APP_POLL: Duration = Duration::from_millis(200);
-/// How long one call to the app may take.
+/// How long one call to the app may take (an event's delivery: unless
+/// its pub/sub's inbound resiliency policy sets another timeout).
 pub const APP_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the app is called (`--app-protocol`).

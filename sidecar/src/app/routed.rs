@@ -101,4 +101,8 @@ impl EventSink for RoutedSink {
     async fn closed(&self) {
         std::future::pending().await
     }
+
+    fn takes(&self, event: &TopicEvent) -> bool {
+        self.routes.borrow().path_for(&event.cloud_event).is_some()
+    }
 }

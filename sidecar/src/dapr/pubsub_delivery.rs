@@ -15,11 +15,18 @@
 //!
 //! A `resiliency` policy targeted at the pub/sub's deliveries
 //! (`targets.components.NAME.inbound`, read from the generation at each
-//! event) replaces those defaults: its `timeout` bounds each attempt, its
+//! attempt) replaces those defaults: its `timeout` bounds each attempt, its
 //! `retry` sets the waits and the number of attempts (`maxRetries: -1`:
 //! until the subscription stops), and while its circuit breaker is open
 //! no event is sent to the app: events wait (without using up attempts)
-//! until it half-opens.
+//! until it half-opens. (Dapr instead ends such an event's retries, to the
+//! dead-letter topic or back to the broker; holding the at most
+//! [`MAX_IN_FLIGHT`] events taken keeps an app's outage from emptying the
+//! topic into its dead letters, and the broker keeps the rest.)
+//!
+//! Every event's retries end with its subscription: when the delivery
+//! loop ends (stopped, its sink gone, or retired and done), each event
+//! still being tried goes back to the broker.
 //!
 //! A subscription replaced by another (its settings changed) is *retired*
 //! ([`Retire`]) rather than stopped: it goes on delivering what its broker
@@ -32,6 +39,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rewire_runtime::config::resiliency::RetryPolicy;
 use rewire_runtime::resilience::{Applied, Failure, Guarded, Refusal};
 use rewire_runtime::{
     Backoff, Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest, Runtime,
@@ -74,6 +82,13 @@ pub trait EventSink: Send + Sync + 'static {
 
     /// Resolves when the subscriber is gone for good.
     async fn closed(&self);
+
+    /// Whether `event` would be sent to the subscriber at all (an event no
+    /// route takes is acknowledged without reaching it): one that would
+    /// not is neither counted by an inbound circuit breaker nor held by it.
+    fn takes(&self, _event: &TopicEvent) -> bool {
+        true
+    }
 }
 
 /// One subscription being delivered to a sink.
@@ -153,6 +168,10 @@ impl TopicDelivery {
         shutdown: CancellationToken,
     ) {
         let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        // The events' own stop: cancelled however this loop ends, so no
+        // event is retried for a subscription that is gone.
+        let events = shutdown.child_token();
+        let _events_end = events.clone().drop_guard();
         let mut retire = self.retire.clone();
         let mut retiring: Option<Retiring> = None;
         loop {
@@ -203,13 +222,13 @@ impl TopicDelivery {
                 }
             }
             let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
-            let policy = runtime.generation().policies().inbound(&self.pubsub_name);
-            let stop = shutdown.clone();
+            let (runtime, stop) = (runtime.clone(), events.clone());
             tokio::spawn(async move {
                 let to = Subscriber {
                     sink: sink.as_ref(),
-                    policy: policy.as_deref(),
-                    shutdown: &stop,
+                    runtime: &runtime,
+                    pubsub_name: &this.pubsub_name,
+                    stop: &stop,
                 };
                 let outcome = this.deliver(&delivery, to, &handle).await;
                 if outcome != DeliveryOutcome::Retry {
@@ -244,15 +263,26 @@ impl TopicDelivery {
             tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
             return DeliveryOutcome::Success;
         }
-        let (mut backoff, attempts) = to.policy.and_then(Applied::retries).unwrap_or((
-            Backoff::new(FIRST_BACKOFF, LAST_BACKOFF),
-            Some(MAX_ATTEMPTS),
-        ));
+        // The retry policy the waits follow (`None`: the defaults); a
+        // reload that changes it applies from the next attempt.
+        let mut retry: Option<RetryPolicy> = None;
+        let mut backoff = default_backoff();
         let mut attempt: u32 = 0;
         loop {
-            let outcome = match to.attempt(&event).await {
-                Some(outcome) => outcome,
-                None => {
+            let policy = to.policy();
+            let current = policy.as_deref().and_then(Applied::retry_policy);
+            if current != retry.as_ref() {
+                retry = current.cloned();
+                backoff = retry
+                    .as_ref()
+                    .map_or_else(default_backoff, Applied::backoff);
+            }
+            let attempts = retry.as_ref().map_or(Some(MAX_ATTEMPTS), |policy| {
+                policy.max_retries.map(|most| most.saturating_add(1))
+            });
+            let outcome = match to.attempt(&event, policy.as_deref()).await {
+                Attempt::Answered(outcome) => outcome,
+                Attempt::Held => {
                     // The breaker is open: the event waits, its attempts
                     // kept, until it lets calls through again.
                     if !to.wait(BREAKER_POLL).await {
@@ -260,6 +290,7 @@ impl TopicDelivery {
                     }
                     continue;
                 }
+                Attempt::Stopped => return DeliveryOutcome::Retry,
             };
             attempt = attempt.saturating_add(1);
             match outcome {
@@ -309,13 +340,29 @@ impl TopicDelivery {
     }
 }
 
-/// Where one event goes: the sink, under the pub/sub's inbound policy if
-/// it has one, until the subscription stops.
+/// The waits between attempts without a retry policy.
+fn default_backoff() -> Backoff {
+    Backoff::new(FIRST_BACKOFF, LAST_BACKOFF)
+}
+
+/// Where one event goes: the sink, under the pub/sub's inbound policy of
+/// the generation serving, until the subscription stops.
 #[derive(Clone, Copy)]
 struct Subscriber<'a> {
     sink: &'a dyn EventSink,
-    policy: Option<&'a Applied>,
-    shutdown: &'a CancellationToken,
+    runtime: &'a Runtime,
+    pubsub_name: &'a str,
+    stop: &'a CancellationToken,
+}
+
+/// How one attempt at an event ended.
+enum Attempt {
+    /// The subscriber answered (`RETRY` too when it did not in time).
+    Answered(DeliveryOutcome),
+    /// The inbound breaker let nothing through: nothing was sent.
+    Held,
+    /// The subscription stopped during the attempt.
+    Stopped,
 }
 
 /// An answer that asks for the event again: a failed attempt, for the
@@ -329,24 +376,41 @@ impl Failure for AskedAgain {
 }
 
 impl Subscriber<'_> {
-    /// One attempt at `event`: the subscriber's answer (`RETRY` when it
-    /// does not come within the policy's timeout, else [`ANSWER_WITHIN`]);
-    /// `None` when the policy's breaker is open and nothing was sent.
-    async fn attempt(&self, event: &TopicEvent) -> Option<DeliveryOutcome> {
-        let Some(policy) = self.policy else {
-            return Some(self.sink.send(event, ANSWER_WITHIN).await);
-        };
-        let within = policy.timeout().unwrap_or(ANSWER_WITHIN);
-        let sent = policy.run_once(async {
-            match self.sink.send(event, within).await {
-                DeliveryOutcome::Retry => Err(AskedAgain),
-                answer => Ok(answer),
+    /// The pub/sub's inbound policy now, if it has one.
+    fn policy(&self) -> Option<Arc<Applied>> {
+        self.runtime
+            .generation()
+            .policies()
+            .inbound(self.pubsub_name)
+    }
+
+    /// One attempt at `event` under `policy`: its timeout (else
+    /// [`ANSWER_WITHIN`]) is the sink's to keep, so a sink that ends its
+    /// own wait cleans up after it; its breaker admits the attempt and
+    /// counts how it ended.
+    async fn attempt(&self, event: &TopicEvent, policy: Option<&Applied>) -> Attempt {
+        let within = policy.and_then(Applied::timeout).unwrap_or(ANSWER_WITHIN);
+        let sent = async {
+            match policy {
+                Some(policy) if self.sink.takes(event) => {
+                    let admitted = policy.run_admitted(async {
+                        match self.sink.send(event, within).await {
+                            DeliveryOutcome::Retry => Err(AskedAgain),
+                            answer => Ok(answer),
+                        }
+                    });
+                    match admitted.await {
+                        Ok(answer) => Attempt::Answered(answer),
+                        Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => Attempt::Held,
+                        Err(_) => Attempt::Answered(DeliveryOutcome::Retry),
+                    }
+                }
+                _ => Attempt::Answered(self.sink.send(event, within).await),
             }
-        });
-        match sent.await {
-            Ok(answer) => Some(answer),
-            Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => None,
-            Err(_) => Some(DeliveryOutcome::Retry),
+        };
+        tokio::select! {
+            attempt = sent => attempt,
+            () = self.stop.cancelled() => Attempt::Stopped,
         }
     }
 
@@ -356,7 +420,7 @@ impl Subscriber<'_> {
         tokio::select! {
             () = tokio::time::sleep(wait) => true,
             () = self.sink.closed() => false,
-            () = self.shutdown.cancelled() => false,
+            () = self.stop.cancelled() => false,
         }
     }
 }
@@ -366,5 +430,138 @@ async fn sleep_until(until: Option<Instant>) {
     match until {
         Some(until) => tokio::time::sleep_until(until).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+
+    use rewire_runtime::config::{parse, validate};
+    use rewire_runtime::prelude::async_trait;
+    use rewire_runtime::{
+        Component, PubSub, PubSubError, Registry, RuntimeOptions, SubscriptionFeed,
+    };
+
+    use super::*;
+
+    /// The feed of each subscription made to [`FedBroker`].
+    static FEEDS: Mutex<Vec<SubscriptionFeed>> = Mutex::new(Vec::new());
+
+    /// A broker that delivers what the test hands its feed.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "pubsub", type = "test.delivery.fed")]
+    struct FedBroker {}
+
+    #[async_trait]
+    impl Component for FedBroker {}
+
+    #[async_trait]
+    impl PubSub for FedBroker {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            let (subscription, feed) = PubSubSubscription::channel(4);
+            FEEDS.lock().unwrap_or_else(|p| p.into_inner()).push(feed);
+            Ok(subscription)
+        }
+    }
+
+    /// A subscriber that asks for every event again, counting the asks.
+    #[derive(Default)]
+    struct AlwaysRetry {
+        sent: AtomicU32,
+    }
+
+    #[tonic::async_trait]
+    impl EventSink for AlwaysRetry {
+        async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            DeliveryOutcome::Retry
+        }
+
+        async fn closed(&self) {
+            std::future::pending().await
+        }
+    }
+
+    /// A replaced subscription retrying an event without limit (an
+    /// inbound `maxRetries: -1`) stops asking the app once it has ended at
+    /// the handover limit: the event goes back to its broker instead of
+    /// being retried for good by a task nobody holds.
+    #[tokio::test(start_paused = true)]
+    async fn a_retired_subscription_stops_retrying_its_events_when_it_ends() {
+        let file = parse(
+            serde_json::json!({"appId": "app",
+            "components": {"pubsub": {"p": {"type": "test.delivery.fed"}}},
+            "resiliency": {
+                "policies": {"retries": {"forever": {"policy": "constant", "duration": "1s"}}},
+                "targets": {"components": {"p": {"inbound": {"retry": "forever"}}}}
+            }})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (retire, retired) = Retire::channel();
+        let delivery = TopicDelivery {
+            pubsub_name: "p".into(),
+            topic: "t".into(),
+            dead_letter_topic: watch::channel(None).1,
+            retire: retired,
+            delivered: Default::default(),
+        };
+        let sink = Arc::new(AlwaysRetry::default());
+        let task = delivery
+            .start(
+                &runtime,
+                sink.clone(),
+                Default::default(),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let feed = FEEDS.lock().unwrap_or_else(|p| p.into_inner())[0].clone();
+        let event = br#"{"specversion":"1.0","id":"1","source":"s","type":"t","data":"x"}"#;
+        let outcome = feed
+            .deliver(rewire_runtime::Message {
+                id: String::new(),
+                topic: "t".into(),
+                data: event.to_vec(),
+                content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+                metadata: Default::default(),
+            })
+            .await
+            .unwrap_or_else(|| panic!("subscribed"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(sink.sent.load(Ordering::SeqCst) >= 5, "retried meanwhile");
+        let _ = retire.send(Some(Default::default()));
+        tokio::time::timeout(HANDOVER_LIMIT * 2, task)
+            .await
+            .unwrap_or_else(|_| panic!("the retired subscription ended at its limit"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), outcome)
+                .await
+                .ok()
+                .and_then(Result::ok),
+            Some(DeliveryOutcome::Retry),
+            "handed back to the broker"
+        );
+        let after_end = sink.sent.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            sink.sent.load(Ordering::SeqCst),
+            after_end,
+            "nothing sent once ended"
+        );
+        runtime.shutdown().await;
     }
 }

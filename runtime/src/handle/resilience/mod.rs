@@ -242,12 +242,14 @@ impl Applied {
         self.timeout.as_ref().map(|named| named.policy)
     }
 
-    /// Its retry policy's waits and the most attempts it allows (`None`:
-    /// no limit), if it has a retry policy.
-    pub fn retries(&self) -> Option<(Backoff, Option<u32>)> {
-        let policy = &self.retry.as_ref()?.policy;
-        let attempts = policy.max_retries.map(|max| max.saturating_add(1));
-        Some((backoff_of(policy), attempts))
+    /// Its retry policy, if it has one.
+    pub fn retry_policy(&self) -> Option<&RetryPolicy> {
+        self.retry.as_ref().map(|named| &named.policy)
+    }
+
+    /// The waits of `policy`: constant, or doubling up to `maxInterval`.
+    pub fn backoff(policy: &RetryPolicy) -> Backoff {
+        backoff_of(policy)
     }
 
     /// Its breaker's state now, if it has one.
@@ -274,7 +276,7 @@ impl Applied {
         let mut backoff = self.retry.as_ref().map(|named| backoff_of(&named.policy));
         let mut retried: u32 = 0;
         loop {
-            let (error, failed) = match self.attempt(&mut attempt).await {
+            let (error, failed) = match self.attempt(self.timeout.as_ref(), &mut attempt).await {
                 Ok(value) => return Ok(value),
                 Err(failure) => failure,
             };
@@ -300,15 +302,30 @@ impl Applied {
         &self,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Guarded<E>> {
-        self.attempt(|| call).await.map_err(|(error, _)| error)
+        self.attempt(self.timeout.as_ref(), || call)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// Runs `call` once under the breaker alone, for a caller that bounds
+    /// the call by [`Applied::timeout`] itself (a delivery to the app,
+    /// whose sink must end its own wait to clean up after it).
+    pub async fn run_admitted<T, E: Failure>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, Guarded<E>> {
+        self.attempt(None, || call)
+            .await
+            .map_err(|(error, _)| error)
     }
 
     /// One attempt (`call` is made only once admitted): admitted by the
-    /// breaker, within the timeout, its end
-    /// reported to the breaker. An error comes with whether it is a
-    /// failure of the component (so worth retrying).
+    /// breaker, within `timeout` if any, its end reported to the breaker.
+    /// An error comes with whether it is a failure of the component (so
+    /// worth retrying).
     async fn attempt<T, E: Failure, Fut: Future<Output = Result<T, E>>>(
         &self,
+        timeout: Option<&Named<Duration>>,
         call: impl FnOnce() -> Fut,
     ) -> Result<T, (Guarded<E>, bool)> {
         let in_flight = match &self.breaker {
@@ -324,7 +341,7 @@ impl Applied {
             },
             None => None,
         };
-        let outcome = match &self.timeout {
+        let outcome = match timeout {
             Some(timeout) => tokio::time::timeout(timeout.policy, call())
                 .await
                 .map_err(|_| Refusal::TimedOut {
