@@ -404,3 +404,77 @@ fn layottos_config_store_files_validate_with_their_address_and_timeout() {
     assert!(stderr.contains("config_store/etcd"), "{stderr}");
     assert!(stderr.contains("endpoints"), "{stderr}");
 }
+
+/// Layotto's shipped `configs/config_sequencer_etcd.json` (segment fields,
+/// `"dialTimeout": "5"` meaning seconds) validates; and a redis sequencer
+/// with Layotto's `biggerThan` beside its metadata hands out ids above it,
+/// at Layotto's key (`sequencer|||{appId}||{key}`).
+#[test]
+fn layottos_sequencer_files_validate_and_honour_bigger_than() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config_sequencer_etcd.json");
+    std::fs::write(
+        &config,
+        mosn(json!({
+            "hellos": {"helloworld": {"hello": "greeting"}},
+            "sequencer": {"etcd": {"metadata": {
+                "endpoints": "localhost:2379",
+                "segmentCacheEnable": "false",
+                "segmentStep": "1",
+                "username": "",
+                "password": "",
+                "dialTimeout": "5"
+            }}},
+            "app": {"app_id": "app1", "grpc_callback_port": 9999}
+        })),
+    )
+    .unwrap();
+    let checked = rewire(&["validate"], &config);
+    let stderr = text(&checked.stderr);
+    assert!(checked.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("sequencer.etcd.metadata.segmentCacheEnable: left out"),
+        "{stderr}"
+    );
+    assert!(
+        text(&checked.stdout).contains("valid (1 component"),
+        "{}",
+        text(&checked.stdout)
+    );
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let redis = runtime.block_on(RedisServer::start());
+    let config = dir.path().join("config_sequencer_redis.json");
+    std::fs::write(
+        &config,
+        mosn(json!({
+            "hellos": {"helloworld": {"hello": "greeting"}},
+            "sequencer": {"redis": {
+                "biggerThan": {"orders": 100},
+                "metadata": {"redisHost": redis.addr(), "redisPassword": ""}
+            }},
+            "app": {"app_id": "app1", "grpc_callback_port": 9999}
+        })),
+    )
+    .unwrap();
+    let checked = rewire(&["validate"], &config);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    let http = free_port();
+    let mut sidecar = run(&config, http);
+    let client = Http::new();
+    let url =
+        format!("http://127.0.0.1:{http}/v1.0/rewire/sequencer/redis/orders?increment=strong");
+    let (status, body) = client.get(&url);
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(answer["id"], 101, "{body}");
+    let counter = runtime
+        .block_on(redis.query(&["GET", "sequencer|||app1||orders"]))
+        .unwrap();
+    assert_eq!(counter, ["101"]);
+    assert!(
+        sidecar.terminate().is_ok_and(|s| s.success()),
+        "{}",
+        sidecar.log()
+    );
+}

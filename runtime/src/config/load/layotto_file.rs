@@ -11,7 +11,10 @@
 //! `name`; a config store's connection, which Layotto's `StoreConfig`
 //! keeps at the component's top level (`address`, `timeout`, `store_name`,
 //! `app_id`), goes into its metadata (see [`store_config`]), and the block
-//! may be spelled `config_stores`. `hellos` and `app.grpc_callback_port` are dropped with a note,
+//! may be spelled `config_stores`. A sequencer's `biggerThan`, which Layotto
+//! keeps beside `metadata`, goes into it, and Layotto's etcd sequencer
+//! metadata is read as Layotto reads it (see [`sequencer_config`]).
+//! `hellos` and `app.grpc_callback_port` are dropped with a note,
 //! and so are MOSN's top-level settings other than `servers` (`tracing`,
 //! `metrics`, `pprof`: the MOSN process's, not components); every other
 //! unsupported building block is a problem naming it, and so is a second
@@ -202,6 +205,9 @@ fn component(here: &str, kind: &str, name: &str, spec: &Value, converted: &mut C
             converted,
         );
     }
+    if kind == "sequencer" {
+        sequencer_config(&format!("{here}.{name}"), type_name, &mut out, converted);
+    }
     if let Some(Value::Array(refs)) = out.get_mut("secret_ref") {
         for secret_ref in refs.iter_mut().filter_map(Value::as_object_mut) {
             // Layotto's files name the store `name` (`{"name": "local.file",
@@ -274,6 +280,98 @@ fn store_config(
             None => format!("{here}.{field}: left out (`{type_name}` does not take it)"),
         };
         converted.notes.push(note);
+    }
+    spec.insert("metadata".into(), Value::Object(metadata));
+}
+
+/// Layotto's sequencer `Config`, in rewire's form: `biggerThan`, beside
+/// `metadata` in Layotto's, moves into it (a `biggerThan` the metadata
+/// sets wins, with a note); the metadata's `segmentCacheEnable` and
+/// `segmentStep` (Layotto's shipped `config_sequencer_etcd.json` has them;
+/// rewire's sequencers keep no segment cache) are left out with a note.
+/// For `etcd`, as Layotto's `ParseEtcdMetadata` reads them: a bare
+/// `dialTimeout` (`"5"`) is whole seconds (rewire reads a bare number as
+/// milliseconds), `endpoints` are `;`-separated (rewire's: commas), and
+/// `tlsCa`, `tlsCert`, `tlsCertKey` are `caCert`, `clientCert`,
+/// `clientKey`.
+fn sequencer_config(
+    here: &str,
+    type_name: &str,
+    spec: &mut Map<String, Value>,
+    converted: &mut Converted,
+) {
+    let bigger_than = spec.remove("biggerThan");
+    let segment_fields = ["segmentCacheEnable", "segmentStep"];
+    let has_segment_fields = spec
+        .get("metadata")
+        .and_then(Value::as_object)
+        .is_some_and(|m| segment_fields.iter().any(|f| m.contains_key(*f)));
+    if bigger_than.is_none() && !has_segment_fields && type_name != "etcd" {
+        return;
+    }
+    let mut metadata = match spec.remove("metadata") {
+        Some(Value::Object(metadata)) => metadata,
+        None | Some(Value::Null) => Map::new(),
+        Some(other) => {
+            // Left for the component's own check to refuse.
+            spec.insert("metadata".into(), other);
+            if let Some(bigger_than) = bigger_than {
+                spec.insert("biggerThan".into(), bigger_than);
+            }
+            return;
+        }
+    };
+    if let Some(bigger_than) = bigger_than {
+        if metadata.contains_key("biggerThan") {
+            converted.notes.push(format!(
+                "{here}.biggerThan: left out (the metadata sets `biggerThan`)"
+            ));
+        } else {
+            metadata.insert("biggerThan".into(), bigger_than);
+        }
+    }
+    for field in segment_fields {
+        if let Some(value) = metadata.remove(field) {
+            converted.notes.push(format!(
+                "{here}.metadata.{field}: left out ({value}; rewire's sequencers keep no \
+                 segment cache: every id comes from the backend)"
+            ));
+        }
+    }
+    if type_name == "etcd" {
+        let bare = match metadata.get("dialTimeout") {
+            Some(Value::String(text)) => {
+                let text = text.trim();
+                (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| text.to_string())
+            }
+            Some(Value::Number(number)) => number.as_u64().map(|n| n.to_string()),
+            _ => None,
+        };
+        if let Some(seconds) = bare {
+            metadata.insert("dialTimeout".into(), Value::String(format!("{seconds}s")));
+        }
+        if let Some(Value::String(endpoints)) = metadata.get_mut("endpoints") {
+            if endpoints.contains(';') {
+                *endpoints = endpoints.replace(';', ",");
+            }
+        }
+        for (layotto, rewire) in [
+            ("tlsCa", "caCert"),
+            ("tlsCert", "clientCert"),
+            ("tlsCertKey", "clientKey"),
+        ] {
+            let Some(value) = metadata.remove(layotto) else {
+                continue;
+            };
+            if metadata.contains_key(rewire) {
+                converted.notes.push(format!(
+                    "{here}.metadata.{layotto}: left out (the metadata sets `{rewire}`)"
+                ));
+            } else {
+                metadata.insert(rewire.into(), value);
+            }
+        }
     }
     spec.insert("metadata".into(), Value::Object(metadata));
 }
@@ -355,6 +453,67 @@ mod tests {
         assert_eq!(sequencer["secret_ref"][0]["store_name"], "local.file");
         assert_eq!(sequencer["secret_ref"][0]["key"], "redisPassword");
         assert!(sequencer["secret_ref"][0].get("name").is_none());
+    }
+
+    /// Layotto's sequencer `Config`: `biggerThan` beside `metadata`, and
+    /// the etcd sequencer's metadata as Layotto's shipped
+    /// `configs/config_sequencer_etcd.json` has it (segment fields, a bare
+    /// `dialTimeout` in seconds), `;`-separated endpoints and its TLS
+    /// names.
+    #[test]
+    fn layottos_sequencer_configs_become_rewire_metadata() {
+        let document = mosn(serde_json::json!({
+            "hellos": {"helloworld": {"hello": "greeting"}},
+            "sequencer": {
+                "etcd": {"metadata": {
+                    "endpoints": "localhost:2379;localhost:2380",
+                    "segmentCacheEnable": "false", "segmentStep": "1",
+                    "username": "", "password": "", "dialTimeout": "5",
+                    "tlsCa": "ca.pem", "tlsCert": "c.pem", "tlsCertKey": "k.pem"
+                }},
+                "redis": {"biggerThan": {"orders": 100},
+                          "metadata": {"redisHost": "127.0.0.1:6379", "redisPassword": ""}},
+                "both": {"type": "redis", "biggerThan": {"orders": 1},
+                         "metadata": {"redisHost": "h:1", "biggerThan": {"orders": 2}}}
+            },
+            "app": {"app_id": "app1", "grpc_callback_port": 9999}
+        }));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        assert!(converted.problems.is_empty(), "{:?}", converted.problems);
+        let doc = Value::Object(converted.document);
+        let etcd = &doc["components"]["sequencer"]["etcd"]["metadata"];
+        assert_eq!(
+            etcd,
+            &serde_json::json!({
+                "endpoints": "localhost:2379,localhost:2380", "username": "", "password": "",
+                "dialTimeout": "5s", "caCert": "ca.pem", "clientCert": "c.pem",
+                "clientKey": "k.pem"
+            })
+        );
+        let redis = &doc["components"]["sequencer"]["redis"];
+        assert_eq!(redis["metadata"]["biggerThan"]["orders"], 100);
+        assert!(redis.get("biggerThan").is_none(), "{redis}");
+        let both = &doc["components"]["sequencer"]["both"];
+        assert_eq!(both["metadata"]["biggerThan"]["orders"], 2);
+        assert!(both.get("biggerThan").is_none(), "{both}");
+        let notes = converted.notes.join("\n");
+        for expected in [
+            "sequencer.etcd.metadata.segmentCacheEnable: left out",
+            "sequencer.etcd.metadata.segmentStep: left out",
+            "sequencer.both.biggerThan: left out (the metadata sets `biggerThan`)",
+        ] {
+            assert!(notes.contains(expected), "{expected}: {notes}");
+        }
+        // A duration with a unit, and rewire's own files, are left alone.
+        let document = mosn(serde_json::json!({
+            "sequencer": {"etcd": {"metadata": {"endpoints": "h:1", "dialTimeout": "300ms"}}}
+        }));
+        let converted = convert(&document).unwrap_or_else(|p| panic!("{p}"));
+        let doc = Value::Object(converted.document);
+        assert_eq!(
+            doc["components"]["sequencer"]["etcd"]["metadata"]["dialTimeout"],
+            "300ms"
+        );
     }
 
     #[test]
