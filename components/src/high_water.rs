@@ -10,12 +10,15 @@
 //! floor so the backend jumps above it.
 //!
 //! The marks belong to the *component*, not to one instance of it: an
-//! instance started with [`HighWater::adopt`] shares the marks of every
-//! live instance of the same component (same app id, configuration
-//! folder and `kind/name`), so a rebuilt sequencer — built while its
-//! predecessor still serves, as a reload does — starts above every id the
-//! predecessor handed out, whatever its server's counter says. The marks
-//! live as long as one instance of the component does.
+//! instance started with [`HighWater::adopt`] takes the marks its live
+//! predecessors of the same component (`kind/name`) in the same runtime
+//! left in the runtime's handover area, and leaves them for its own
+//! successors. So a rebuilt sequencer — built while its predecessor still
+//! serves, as a reload does — starts above every id the predecessor
+//! handed out, whatever forced the rebuild (another server, type, file or
+//! app id) and whatever its server's counter says. The marks live as long
+//! as one instance of the component does; another runtime in the process,
+//! even of the same app and name, has marks of its own.
 //!
 //! With a file, ids are handed out only inside *reservations*: before an
 //! id above its reservation, an instance reads the files of every live
@@ -249,33 +252,6 @@ fn file_lock(path: &Path) -> Arc<Mutex<()>> {
     lock
 }
 
-/// The marks of each component with a live instance, by component.
-static COMPONENTS: LazyLock<std::sync::Mutex<HashMap<String, Weak<Shared>>>> =
-    LazyLock::new(Default::default);
-
-/// The component `cx` initialises: its app, configuration folder and key.
-fn component_of(cx: &InitContext) -> String {
-    let dir = cx
-        .config_dir
-        .as_ref()
-        .map(|dir| dir.display().to_string())
-        .unwrap_or_default();
-    format!("{}\u{0}{dir}\u{0}{}", cx.app_id, cx.key)
-}
-
-fn shared_of(component: &str) -> Arc<Shared> {
-    let mut all = COMPONENTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(shared) = all.get(component).and_then(Weak::upgrade) {
-        return shared;
-    }
-    all.retain(|_, shared| shared.strong_count() > 0);
-    let shared = Arc::new(Shared::default());
-    all.insert(component.to_string(), Arc::downgrade(&shared));
-    shared
-}
-
 /// `path` with its folder canonicalised, so that every spelling of one
 /// file shares one lock.
 fn canonical(path: &Path) -> Result<PathBuf, HighWaterFileError> {
@@ -308,16 +284,25 @@ impl HighWater {
     }
 
     /// The marks of the component `cx` initialises, shared with its other
-    /// live instances (a rebuilt sequencer starts above every id its
-    /// predecessor handed out), raised to `bigger_than`; `file` (if any)
-    /// is read (and checked) now, and written from now on with every
-    /// other live instance's file.
+    /// live instances in the same runtime (a rebuilt sequencer starts
+    /// above every id its predecessor handed out): those its newest live
+    /// predecessor left in the runtime's handover area, else new ones;
+    /// left there in turn for its successors. Raised to `bigger_than`;
+    /// `file` (if any) is read (and checked) now, and written from now on
+    /// with every other live instance's file.
     pub async fn adopt(
         cx: &InitContext,
         file: Option<PathBuf>,
         bigger_than: &BTreeMap<String, i64>,
     ) -> Result<Self, HighWaterFileError> {
-        Self::join(shared_of(&component_of(cx)), file, bigger_than).await
+        let shared = cx
+            .left_by_predecessors::<Shared>()
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let marks = Self::join(shared, file, bigger_than).await?;
+        cx.leave_for_successor(&marks.shared);
+        Ok(marks)
     }
 
     async fn join(
@@ -779,6 +764,53 @@ mod tests {
             file_lock(roundabout.file().unwrap()),
         );
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    /// The context of `sequencer/ids` of app `app` in the runtime whose
+    /// handover area is `runtime`.
+    fn context_in(runtime: &rewire_runtime::Handover) -> InitContext {
+        let key = rewire_runtime::ComponentKey::new("sequencer", "ids");
+        let mut cx = InitContext::new(key, "app", rewire_runtime::Metadata::default());
+        cx.handover = runtime.clone();
+        cx
+    }
+
+    /// A rebuild in the same runtime takes its predecessor's marks; two
+    /// runtimes of the same app, folder and sequencer name in one process
+    /// keep marks of their own.
+    #[tokio::test]
+    async fn marks_are_shared_within_a_runtime_only() {
+        let none = BTreeMap::new();
+        let (one, two) = (
+            rewire_runtime::Handover::new(),
+            rewire_runtime::Handover::new(),
+        );
+        let first = HighWater::adopt(&context_in(&one), None, &none)
+            .await
+            .unwrap();
+        assert_eq!(first.take("k", 5).await.unwrap().to, 5);
+        let other = HighWater::adopt(&context_in(&two), None, &none)
+            .await
+            .unwrap();
+        assert_eq!(
+            other.take("k", 1).await.unwrap(),
+            IdRange { from: 1, to: 1 },
+            "another runtime must not share the first's marks"
+        );
+        // Built while the first still serves, as a reload does.
+        let rebuilt = HighWater::adopt(&context_in(&one), None, &none)
+            .await
+            .unwrap();
+        assert_eq!(rebuilt.take("k", 1).await.unwrap().from, 6);
+        assert_eq!(first.take("k", 1).await.unwrap().from, 7);
+        // The first gone, the next rebuild goes on from the marks the
+        // rebuilt one (alive) left.
+        drop(first);
+        let again = HighWater::adopt(&context_in(&one), None, &none)
+            .await
+            .unwrap();
+        assert_eq!(again.take("k", 1).await.unwrap().from, 8);
+        assert_eq!(other.take("k", 1).await.unwrap().from, 2);
     }
 
     #[test]

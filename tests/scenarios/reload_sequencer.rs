@@ -165,3 +165,40 @@ async fn ids_go_on_across_rebuilds_that_share_no_file() {
     }
     runtime.shutdown().await;
 }
+
+/// A reload that changes only `appId` rebuilds the `memory` sequencer (no
+/// `highWaterFile`); the rebuilt one goes on above every id its
+/// predecessor handed out rather than starting again at 1.
+#[tokio::test]
+async fn a_memory_sequencer_rebuilt_for_a_new_app_id_goes_on_above_its_ids() {
+    let config = |app_id: &str| {
+        json!({"appId": app_id, "components": {"sequencer": {
+            "ids": {"type": "memory", "metadata": {}}
+        }}})
+        .to_string()
+    };
+    let runtime = start(&config("a")).await;
+    let handle = runtime.sequencer("ids");
+    let next = || {
+        let handle = handle.clone();
+        async move {
+            let request = NextIdRequest {
+                key: "orders".into(),
+                increment: Increment::Strong,
+                ..NextIdRequest::default()
+            };
+            handle.load().unwrap().get_next_id(request).await.unwrap()
+        }
+    };
+    for expected in 1..=5 {
+        assert_eq!(next().await, expected);
+    }
+    let record = apply_ok(&runtime, &config("b")).await;
+    assert_eq!(
+        actions(&record),
+        [("sequencer/ids".to_string(), Action::Rebuilt)]
+    );
+    let after = next().await;
+    assert!(after > 5, "id {after} after 5: handed out again");
+    runtime.shutdown().await;
+}

@@ -8,7 +8,7 @@ use testkit::redis::RedisServer;
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
-use rewire_runtime::{Increment, Instance, NextIdRequest, Sequencer, SequencerError};
+use rewire_runtime::{Handover, Increment, Instance, NextIdRequest, Sequencer, SequencerError};
 use serde_json::{json, Value};
 
 const CLIENTS: usize = 8;
@@ -195,9 +195,16 @@ async fn sequencer_fields_are_refused_elsewhere_and_a_bad_file_is_named() {
     assert!(err.contains("metadata field `highWaterFile`"), "{err}");
 }
 
-/// A started instance of the sequencer component `sequencer/{name}`.
-async fn named(name: &str, type_name: &str, metadata: Value) -> Arc<dyn Sequencer> {
-    match common::start_named("sequencer", name, type_name, metadata).await {
+/// A started instance of the sequencer component `sequencer/{name}` in
+/// the runtime whose handover area is `runtime` (the same area again: a
+/// rebuild in that runtime).
+async fn named(
+    runtime: &Handover,
+    name: &str,
+    type_name: &str,
+    metadata: Value,
+) -> Arc<dyn Sequencer> {
+    match common::start_in(runtime, "sequencer", name, type_name, metadata).await {
         Ok(Instance::Sequencer(sequencer)) => sequencer,
         Ok(other) => panic!("expected a sequencer, got {other:?}"),
         Err(e) => panic!("{e}"),
@@ -216,9 +223,10 @@ async fn take(sequencer: &Arc<dyn Sequencer>, count: usize, seen: &mut HashSet<i
 
 #[tokio::test]
 async fn redis_rebuild_onto_a_lagging_server_without_a_file_never_repeats_an_id() {
+    let runtime = Handover::new();
     let (a, b) = (RedisServer::start().await, RedisServer::start().await);
     let mut seen = HashSet::new();
-    let old = named("lagging", "redis", json!({"redisHost": a.addr()})).await;
+    let old = named(&runtime, "lagging", "redis", json!({"redisHost": a.addr()})).await;
     let last = take(&old, 100, &mut seen).await;
     // The second server's counter lags far behind the first one's.
     b.query(&["SET", "sequencer|||test||orders", "10"])
@@ -226,7 +234,7 @@ async fn redis_rebuild_onto_a_lagging_server_without_a_file_never_repeats_an_id(
         .unwrap();
     // The rebuild: built while the old instance is alive, as a reload
     // does when the in-place switch failed.
-    let new = named("lagging", "redis", json!({"redisHost": b.addr()})).await;
+    let new = named(&runtime, "lagging", "redis", json!({"redisHost": b.addr()})).await;
     let first = new.get_next_id(strong("orders")).await.unwrap();
     assert!(first > last, "{first} after {last}");
     assert!(seen.insert(first));
@@ -238,11 +246,18 @@ async fn redis_rebuild_onto_a_lagging_server_without_a_file_never_repeats_an_id(
 
 #[tokio::test]
 async fn a_memory_sequencer_rebuilt_as_redis_goes_on_above_its_ids() {
+    let runtime = Handover::new();
     let server = RedisServer::start().await;
     let mut seen = HashSet::new();
-    let memory = named("retyped", "memory", json!({})).await;
+    let memory = named(&runtime, "retyped", "memory", json!({})).await;
     let last = take(&memory, 50, &mut seen).await;
-    let redis = named("retyped", "redis", json!({"redisHost": server.addr()})).await;
+    let redis = named(
+        &runtime,
+        "retyped",
+        "redis",
+        json!({"redisHost": server.addr()}),
+    )
+    .await;
     let first = take(&redis, 1, &mut seen).await;
     assert!(first > last, "{first} after {last}");
     take(&memory, 5, &mut seen).await;
@@ -251,10 +266,11 @@ async fn a_memory_sequencer_rebuilt_as_redis_goes_on_above_its_ids() {
 
 #[tokio::test]
 async fn memory_ids_go_on_when_the_high_water_file_is_added_changed_or_removed() {
+    let runtime = Handover::new();
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str| dir.path().join(name).display().to_string();
     let mut seen = HashSet::new();
-    let mut instances = vec![named("files", "memory", json!({})).await];
+    let mut instances = vec![named(&runtime, "files", "memory", json!({})).await];
     take(&instances[0], 20, &mut seen).await;
     for metadata in [
         json!({"highWaterFile": file("one.json")}),
@@ -264,7 +280,7 @@ async fn memory_ids_go_on_when_the_high_water_file_is_added_changed_or_removed()
     ] {
         let last = *seen.iter().max().unwrap();
         // Rebuilt while the previous instance still serves, then swapped.
-        let next = named("files", "memory", metadata).await;
+        let next = named(&runtime, "files", "memory", metadata).await;
         let first = take(&next, 1, &mut seen).await;
         assert!(first > last, "{first} after {last}");
         take(instances.last().unwrap(), 3, &mut seen).await;
@@ -276,6 +292,7 @@ async fn memory_ids_go_on_when_the_high_water_file_is_added_changed_or_removed()
     let before_three = seen.len();
     drop(instances);
     let restarted = named(
+        &Handover::new(),
         "files-restarted",
         "memory",
         json!({"highWaterFile": file("three.json")}),
@@ -287,15 +304,28 @@ async fn memory_ids_go_on_when_the_high_water_file_is_added_changed_or_removed()
 
 #[tokio::test]
 async fn a_file_added_covers_the_ids_handed_out_before_any_next_request() {
+    let runtime = Handover::new();
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks.json").display().to_string();
     let mut seen = HashSet::new();
-    let old = named("covered", "memory", json!({})).await;
+    let old = named(&runtime, "covered", "memory", json!({})).await;
     let last = take(&old, 30, &mut seen).await;
-    let new = named("covered", "memory", json!({"highWaterFile": marks})).await;
+    let new = named(
+        &runtime,
+        "covered",
+        "memory",
+        json!({"highWaterFile": marks}),
+    )
+    .await;
     drop((old, new));
     // Nothing was asked of the new instance: the file holds the ids anyway.
-    let restarted = named("covered-restart", "memory", json!({"highWaterFile": marks})).await;
+    let restarted = named(
+        &Handover::new(),
+        "covered-restart",
+        "memory",
+        json!({"highWaterFile": marks}),
+    )
+    .await;
     let first = take(&restarted, 1, &mut seen).await;
     assert!(first > last, "{first} after {last}");
 }
