@@ -11,9 +11,11 @@
 //! above the floor of [`crate::high_water`] (the largest id handed out,
 //! `biggerThan`), and with `highWaterFile` a rebuilt sequencer — every
 //! metadata change rebuilds it — starts above every id handed out. A
-//! counter below the floor is put until its version passes it (at most
-//! [`MAX_LIFT_PUTS`] puts; beyond, the request fails rather than repeat
-//! an id).
+//! counter below the floor jumps in one write: rewire keeps an offset in
+//! its value (a decimal; Layotto's counters hold nothing) and an id is the
+//! offset plus the version. Layotto's sidecars neither read nor keep the
+//! offset: a counter that had to jump is rewire's alone (see
+//! docs/components.md).
 //!
 //! Counters of rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
 //! `keyPrefix` literal, the id as a decimal value) go on: the first
@@ -50,9 +52,6 @@ use crate::redis::duration::{deserialize_timeout, Timeout};
 /// Most ids one request takes from etcd before it fails (each one
 /// refused by the high-water marks).
 const MAX_ATTEMPTS: usize = 16;
-
-/// Most puts one request makes to lift a counter above its floor.
-pub const MAX_LIFT_PUTS: u64 = 100_000;
 
 /// Layotto's `keyPrefixPath` when none is given.
 pub const DEFAULT_KEY_PREFIX_PATH: &str = "/layotto/";
@@ -214,7 +213,7 @@ impl EtcdSequencer {
         }
         for refused in 0..MAX_ATTEMPTS {
             let id = counters
-                .next_above(&counter, floor, MAX_LIFT_PUTS)
+                .next_above(&counter, floor)
                 .await
                 .map_err(SequencerError::Backend)?;
             if migrate {

@@ -1,9 +1,13 @@
 //! What the `etcd` sequencer needs of etcd, and nothing more: Layotto's
-//! counter (put an empty value, the id is the key's `version`), and a read
-//! of a counter in rewire's earlier layout (a decimal value). The one file
-//! that knows the etcd client.
+//! counter (a put, the id is the key's `version`) with rewire's offset (a
+//! decimal value, when a counter had to jump: the id is then offset +
+//! version), and a read of a counter in rewire's earlier layout (a decimal
+//! value). The one file that knows the etcd client.
 
-use rewire_etcd::pb::{request_op, response_op, PutRequest, RangeRequest, RequestOp, TxnRequest};
+use rewire_etcd::pb::compare::{CompareResult, CompareTarget, TargetUnion};
+use rewire_etcd::pb::{
+    request_op, response_op, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest,
+};
 use rewire_etcd::{Client, ConnectOptions, TlsOptions};
 
 use super::metadata::EtcdSettings;
@@ -97,88 +101,161 @@ impl EtcdCounters {
             .map_err(|_| format!("counter `{key}` holds `{text}`, not a number"))
     }
 
-    /// Layotto's next id of the counter `key`: puts an empty value and
-    /// replies the key's `version` (each put adds one), in one
-    /// transaction.
-    pub async fn bump(&self, key: &str) -> Result<i64, String> {
+    /// A put of the counter `key` that keeps its value (see [`Counter`]).
+    async fn bumped(&self, key: &str) -> Result<Counter, String> {
         bump(&self.client, key)
             .await
             .map_err(|err| self.settings.scrub(&err))
     }
 
-    /// The next id of `key` above `floor`: bumps the counter until its
-    /// version passes `floor` (versions passed on the way are skipped,
-    /// never handed out), up to [`LIFT_PARALLEL`] puts at once and at most
-    /// `max_puts` in all.
-    pub async fn next_above(&self, key: &str, floor: i64, max_puts: u64) -> Result<i64, String> {
-        let mut version = self.bump(key).await?;
-        let mut puts = 1u64;
-        while version <= floor {
-            if puts >= max_puts {
-                return Err(format!(
-                    "counter `{key}` is at {version}: ids must go on above {floor} (`biggerThan`, \
-                     ids handed out, or the counter in the earlier layout), which takes more than \
-                     {max_puts} writes (an etcd counter's id is its key's version, one write \
-                     each); see docs/components.md, \"etcd sequencer\""
-                ));
+    /// The next id of `key` above `floor`. A counter behind `floor` (a
+    /// `biggerThan`, ids handed out on another cluster, a counter of the
+    /// earlier layout) jumps in one write: its offset is set so that the
+    /// next id is `floor + 1`, if no other client bumped it meanwhile (else
+    /// it is read again; at most [`MAX_JUMPS`] times).
+    pub async fn next_above(&self, key: &str, floor: i64) -> Result<i64, String> {
+        let mut counter = self.bumped(key).await?;
+        for _ in 0..MAX_JUMPS {
+            let id = counter.id(key).map_err(|err| self.settings.scrub(&err))?;
+            if id > floor {
+                return Ok(id);
             }
-            let batch = u64::try_from(floor - version + 1)
-                .unwrap_or(1)
-                .min(LIFT_PARALLEL)
-                .min(max_puts - puts);
-            let mut writes = tokio::task::JoinSet::new();
-            for _ in 0..batch {
-                let (client, key) = (self.client.clone(), key.to_string());
-                writes.spawn(async move { bump(&client, &key).await });
-            }
-            puts += batch;
-            let mut best: Option<i64> = None;
-            let mut highest = version;
-            while let Some(done) = writes.join_next().await {
-                let got = done
-                    .map_err(|err| err.to_string())?
-                    .map_err(|err| self.settings.scrub(&err))?;
-                highest = highest.max(got);
-                if got > floor {
-                    best = Some(best.map_or(got, |best| best.min(got)));
-                }
-            }
-            version = best.unwrap_or(highest);
+            // The jump's own put makes the version one more: its id is
+            // offset + version + 1 = floor + 1.
+            let offset = floor
+                .checked_sub(counter.version)
+                .ok_or_else(|| format!("counter `{key}` cannot jump to {floor}"))?;
+            counter = match jump(&self.client, key, counter.version, offset).await {
+                Ok(Some(jumped)) => jumped,
+                Ok(None) => self.bumped(key).await?,
+                Err(err) => return Err(self.settings.scrub(&err)),
+            };
         }
-        Ok(version)
+        Err(format!(
+            "counter `{key}`: no id above {floor} after {MAX_JUMPS} tries (other clients \
+             bumped it between each read and jump)"
+        ))
     }
 }
 
-/// Most puts [`EtcdCounters::next_above`] has in flight at once.
-pub const LIFT_PARALLEL: u64 = 64;
+/// Most times [`EtcdCounters::next_above`] tries to make a counter jump.
+pub const MAX_JUMPS: usize = 16;
 
-/// Puts an empty `key` and reads it back in one transaction, as Layotto's
-/// `GetNextId`: the key's version.
-async fn bump(client: &Client, key: &str) -> Result<i64, String> {
+/// A counter as a write left it.
+#[derive(Debug, Clone, Copy)]
+struct Counter {
+    /// What ids start from: its value as a decimal (empty, as Layotto
+    /// writes it: 0).
+    offset: i64,
+    /// The key's version: one more each write.
+    version: i64,
+}
+
+impl Counter {
+    fn id(self, key: &str) -> Result<i64, String> {
+        self.offset
+            .checked_add(self.version)
+            .ok_or_else(|| format!("counter `{key}` has run out of ids"))
+    }
+}
+
+/// A put of `key` that keeps its value (an empty value for a new key, as
+/// Layotto's), and the counter it leaves, in one transaction.
+async fn bump(client: &Client, key: &str) -> Result<Counter, String> {
+    let exists = Compare {
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Version as i32,
+        key: key.as_bytes().to_vec(),
+        range_end: Vec::new(),
+        target_union: Some(TargetUnion::Version(0)),
+    };
+    let keep = PutRequest {
+        key: key.as_bytes().to_vec(),
+        ignore_value: true,
+        ..PutRequest::default()
+    };
+    let create = PutRequest {
+        key: key.as_bytes().to_vec(),
+        ..PutRequest::default()
+    };
     let request = TxnRequest {
-        compare: Vec::new(),
-        success: vec![
-            RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: key.as_bytes().to_vec(),
-                    ..PutRequest::default()
-                })),
-            },
-            RequestOp {
-                request: Some(request_op::Request::RequestRange(RangeRequest {
-                    key: key.as_bytes().to_vec(),
-                    ..RangeRequest::default()
-                })),
-            },
-        ],
+        compare: vec![exists],
+        success: vec![put_op(keep), read_op(key)],
+        failure: vec![put_op(create), read_op(key)],
+    };
+    let reply = client.txn(request).await.map_err(|err| err.to_string())?;
+    counter_of(key, &reply.responses)
+}
+
+/// Sets `key`'s offset to `offset` with a put, if its version is still
+/// `version`; the counter it leaves (`None`: another client wrote first).
+async fn jump(
+    client: &Client,
+    key: &str,
+    version: i64,
+    offset: i64,
+) -> Result<Option<Counter>, String> {
+    let unchanged = Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Version as i32,
+        key: key.as_bytes().to_vec(),
+        range_end: Vec::new(),
+        target_union: Some(TargetUnion::Version(version)),
+    };
+    let put = PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: offset.to_string().into_bytes(),
+        ..PutRequest::default()
+    };
+    let request = TxnRequest {
+        compare: vec![unchanged],
+        success: vec![put_op(put), read_op(key)],
         failure: Vec::new(),
     };
     let reply = client.txn(request).await.map_err(|err| err.to_string())?;
-    let version = reply.responses.get(1).and_then(|op| match &op.response {
-        Some(response_op::Response::ResponseRange(range)) => range.kvs.first().map(|kv| kv.version),
+    if !reply.succeeded {
+        return Ok(None);
+    }
+    counter_of(key, &reply.responses).map(Some)
+}
+
+fn put_op(put: PutRequest) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(put)),
+    }
+}
+
+fn read_op(key: &str) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(RangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..RangeRequest::default()
+        })),
+    }
+}
+
+/// The counter the read after a transaction's put found.
+fn counter_of(key: &str, responses: &[rewire_etcd::pb::ResponseOp]) -> Result<Counter, String> {
+    let kv = responses.get(1).and_then(|op| match &op.response {
+        Some(response_op::Response::ResponseRange(range)) => range.kvs.first(),
         _ => None,
     });
-    version.ok_or_else(|| format!("counter `{key}`: the transaction replied no key"))
+    let kv = kv.ok_or_else(|| format!("counter `{key}`: the transaction replied no key"))?;
+    let offset = if kv.value.is_empty() {
+        0
+    } else {
+        std::str::from_utf8(&kv.value)
+            .ok()
+            .and_then(|text| text.parse::<i64>().ok())
+            .filter(|offset| *offset >= 0)
+            .ok_or_else(|| {
+                format!("counter `{key}` holds something other than an offset (a decimal number)")
+            })?
+    };
+    Ok(Counter {
+        offset,
+        version: kv.version,
+    })
 }
 
 /// The client's TLS options for `tls`.

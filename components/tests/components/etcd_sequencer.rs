@@ -26,8 +26,9 @@ async fn strong_ids_never_repeat_across_a_rebuild_on_another_cluster() {
         *swap.write().unwrap() = new;
     })
     .await;
-    // Layotto's key layout, under the path: the id is the key's version.
-    assert!(version(&b, "/ids/sequencer|||test||orders").await >= 2000);
+    // Layotto's key layout, under the path; the new cluster's counter
+    // jumped past the ids of the old one (its offset plus its version).
+    assert!(last_id(&b, "/ids/sequencer|||test||orders").await >= 2000);
     let sequencer = current.read().unwrap().clone();
     let request = |key: &str| NextIdRequest {
         key: key.into(),
@@ -124,6 +125,16 @@ pub(crate) async fn version(server: &EtcdServer, key: &str) -> i64 {
     reply.kvs.first().map_or(0, |kv| kv.version)
 }
 
+/// The last id counter `key` gave: its offset (its value, a decimal; empty
+/// as Layotto's: 0) plus its version; 0 when absent.
+pub(crate) async fn last_id(server: &EtcdServer, key: &str) -> i64 {
+    let reply = server.client().await.get(key).await.unwrap();
+    reply.kvs.first().map_or(0, |kv| {
+        let offset = std::str::from_utf8(&kv.value).unwrap();
+        offset.parse::<i64>().unwrap_or(0) + kv.version
+    })
+}
+
 /// A counter Layotto's sidecar left in etcd (`/layotto/` and its key,
 /// an empty value whose version is the id) goes on, and a Layotto sidecar
 /// sharing it later goes on above rewire's ids: the same scheme.
@@ -164,8 +175,9 @@ async fn counters_sit_at_layotto_s_keys_and_ids_are_versions() {
 }
 
 /// A counter in rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
-/// the id as a decimal value) goes on above its value; `biggerThan` lifts
-/// a counter by puts.
+/// the id as a decimal value) goes on above its value, however far ahead
+/// (the new counter jumps in one write: an offset in its value);
+/// `biggerThan` does the same.
 #[tokio::test]
 async fn counters_in_the_earlier_layout_go_on() {
     let server = EtcdServer::start().await;
@@ -176,7 +188,11 @@ async fn counters_in_the_earlier_layout_go_on() {
     let moved = sequencer_of("app1", "etcd-moved", "etcd", metadata).await;
     assert_eq!(moved.get_next_id(next("orders")).await, Ok(701));
     assert_eq!(moved.get_next_id(next("orders")).await, Ok(702));
-    assert_eq!(version(&server, "/ids/sequencer|||app1||orders").await, 702);
+    assert_eq!(last_id(&server, "/ids/sequencer|||app1||orders").await, 702);
+    assert!(
+        version(&server, "/ids/sequencer|||app1||orders").await <= 3,
+        "one write a jump"
+    );
     // The earlier configuration kept: `keyPrefix` read literally for the
     // earlier layout.
     let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "/old/",
@@ -185,7 +201,13 @@ async fn counters_in_the_earlier_layout_go_on() {
     assert_eq!(kept.get_next_id(next("orders")).await, Ok(301));
     assert_eq!(kept.get_next_id(next("other")).await, Ok(21));
     assert_eq!(
-        version(&server, "/layotto/sequencer|||/old/||orders").await,
+        last_id(&server, "/layotto/sequencer|||/old/||orders").await,
         301
     );
+    // Millions ahead (ids of a busy shop): one write, not millions.
+    server.put("/big/sequencer|||orders", "5000000").await;
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "/big/"});
+    let big = sequencer_of("app1", "etcd-big", "etcd", metadata).await;
+    assert_eq!(big.get_next_id(next("orders")).await, Ok(5_000_001));
+    assert_eq!(big.get_next_id(next("orders")).await, Ok(5_000_002));
 }
