@@ -59,7 +59,9 @@ pub struct ApiOptions {
     /// TLS on the listeners (default: none, plain text).
     pub tls: TlsSettings,
     /// The app (`--app-port`), to which configuration updates of HTTP
-    /// subscriptions are posted; none: `ERR_APP_CHANNEL_NIL`.
+    /// subscriptions are posted; none: `ERR_APP_CHANNEL_NIL`. The metadata
+    /// APIs list the subscriptions [`serve_app`](crate::app::serve_app)
+    /// takes over a clone of it.
     pub app_channel: Option<crate::app::AppChannel>,
 }
 

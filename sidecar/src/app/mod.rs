@@ -133,6 +133,11 @@ pub async fn wait_for_app(channel: &AppChannel, shutdown: &CancellationToken) ->
 /// `ListTopicSubscriptions`, asked once), `given` (in code), and the
 /// declared ones of the configuration's `subscriptions` section, followed
 /// across reloads ([`follow`]).
+///
+/// Pass a clone of the channel given in
+/// [`ApiOptions::app_channel`](crate::ApiOptions::app_channel): clones
+/// share the list of subscriptions taken from the app, which the
+/// metadata APIs show; another channel built for the same port does not.
 pub fn serve_app(
     runtime: Runtime,
     channel: AppChannel,
