@@ -12,8 +12,9 @@
 //! keeps at the component's top level (`address`, `timeout`, `store_name`,
 //! `app_id`), goes into its metadata (see [`store_config`]), and the block
 //! may be spelled `config_stores`. A sequencer's `biggerThan`, which Layotto
-//! keeps beside `metadata`, goes into it, and Layotto's etcd sequencer
-//! metadata is read as Layotto reads it (see [`sequencer_config`]).
+//! keeps beside `metadata`, goes into it (key by key, the larger value
+//! kept), and Layotto's etcd sequencer metadata is read as Layotto reads
+//! it (see [`sequencer_config`]).
 //! `hellos` and `app.grpc_callback_port` are dropped with a note,
 //! and so are MOSN's top-level settings other than `servers` (`tracing`,
 //! `metrics`, `pprof`: the MOSN process's, not components); every other
@@ -285,10 +286,11 @@ fn store_config(
 }
 
 /// Layotto's sequencer `Config`, in rewire's form: `biggerThan`, beside
-/// `metadata` in Layotto's, moves into it (a `biggerThan` the metadata
-/// sets wins, with a note); the metadata's `segmentCacheEnable` and
-/// `segmentStep` (Layotto's shipped `config_sequencer_etcd.json` has them;
-/// rewire's sequencers keep no segment cache) are left out with a note.
+/// `metadata` in Layotto's, moves into it (merged key by key with one the
+/// metadata sets, the larger value kept: see [`merge_bigger_than`]); the
+/// metadata's `segmentCacheEnable` and `segmentStep` (Layotto's shipped
+/// `config_sequencer_etcd.json` has them; rewire's sequencers keep no
+/// segment cache) are left out with a note.
 /// For `etcd`, as Layotto's `ParseEtcdMetadata` reads them: a bare
 /// `dialTimeout` (`"5"`) is whole seconds (rewire reads a bare number as
 /// milliseconds), `endpoints` are `;`-separated (rewire's: commas), and
@@ -322,13 +324,7 @@ fn sequencer_config(
         }
     };
     if let Some(bigger_than) = bigger_than {
-        if metadata.contains_key("biggerThan") {
-            converted.notes.push(format!(
-                "{here}.biggerThan: left out (the metadata sets `biggerThan`)"
-            ));
-        } else {
-            metadata.insert("biggerThan".into(), bigger_than);
-        }
+        merge_bigger_than(here, &mut metadata, bigger_than, converted);
     }
     for field in segment_fields {
         if let Some(value) = metadata.remove(field) {
@@ -374,6 +370,62 @@ fn sequencer_config(
         }
     }
     spec.insert("metadata".into(), Value::Object(metadata));
+}
+
+/// Merges a sequencer's top-level `biggerThan` (the one Layotto reads)
+/// into the metadata's, key by key: a key only one sets is kept, and a key
+/// both set takes the larger value, with a note. A value that is not a
+/// whole number wins, so that the sequencer refuses it as Layotto does; a
+/// `biggerThan` that is not an object on either side leaves the metadata's
+/// as it is, with a note.
+fn merge_bigger_than(
+    here: &str,
+    metadata: &mut Map<String, Value>,
+    top: Value,
+    converted: &mut Converted,
+) {
+    let (own, top) = match (metadata.get_mut("biggerThan"), top) {
+        (None, top) => {
+            metadata.insert("biggerThan".into(), top);
+            return;
+        }
+        (Some(Value::Object(own)), Value::Object(top)) => (own, top),
+        (Some(_), _) => {
+            converted.notes.push(format!(
+                "{here}.biggerThan: left out (the metadata sets `biggerThan`, and one of \
+                 the two is not an object)"
+            ));
+            return;
+        }
+    };
+    for (key, value) in top {
+        let Some(mine) = own.get(&key).cloned() else {
+            own.insert(key, value);
+            continue;
+        };
+        let note = match (value.as_i64(), mine.as_i64()) {
+            (Some(a), Some(b)) => {
+                let larger = a.max(b);
+                own.insert(key.clone(), Value::from(larger));
+                format!(
+                    "{here}.biggerThan.{key}: {value} and the metadata's {mine}; the larger, \
+                     {larger}, is kept"
+                )
+            }
+            (None, _) => {
+                let note = format!(
+                    "{here}.biggerThan.{key}: {value} (not a whole number) is kept over the \
+                     metadata's {mine}"
+                );
+                own.insert(key, value);
+                note
+            }
+            (Some(_), None) => {
+                format!("{here}.biggerThan.{key}: {value} left out (the metadata's {mine} is kept)")
+            }
+        };
+        converted.notes.push(note);
+    }
 }
 
 /// Whether `metadata` sets `field` (`apollo`'s `config_server` may be
@@ -473,8 +525,9 @@ mod tests {
                 }},
                 "redis": {"biggerThan": {"orders": 100},
                           "metadata": {"redisHost": "127.0.0.1:6379", "redisPassword": ""}},
-                "both": {"type": "redis", "biggerThan": {"orders": 1},
-                         "metadata": {"redisHost": "h:1", "biggerThan": {"orders": 2}}}
+                "both": {"type": "redis", "biggerThan": {"orders": 100},
+                         "metadata": {"redisHost": "h:1",
+                                      "biggerThan": {"users": 1, "orders": 5}}}
             },
             "app": {"app_id": "app1", "grpc_callback_port": 9999}
         }));
@@ -494,13 +547,18 @@ mod tests {
         assert_eq!(redis["metadata"]["biggerThan"]["orders"], 100);
         assert!(redis.get("biggerThan").is_none(), "{redis}");
         let both = &doc["components"]["sequencer"]["both"];
-        assert_eq!(both["metadata"]["biggerThan"]["orders"], 2);
+        // Layotto reads the top-level `biggerThan`: merged key by key, the
+        // larger value kept.
+        assert_eq!(
+            both["metadata"]["biggerThan"],
+            serde_json::json!({"orders": 100, "users": 1})
+        );
         assert!(both.get("biggerThan").is_none(), "{both}");
         let notes = converted.notes.join("\n");
         for expected in [
             "sequencer.etcd.metadata.segmentCacheEnable: left out",
             "sequencer.etcd.metadata.segmentStep: left out",
-            "sequencer.both.biggerThan: left out (the metadata sets `biggerThan`)",
+            "sequencer.both.biggerThan.orders: 100 and the metadata's 5; the larger, 100, is kept",
         ] {
             assert!(notes.contains(expected), "{expected}: {notes}");
         }
