@@ -200,6 +200,11 @@ impl EtcdSequencer {
             if self.metadata.key_prefix_path.is_some() {
                 old.push(old_rewire_key(&path, key));
             }
+            // The earlier default (no `keyPrefix`): what a strategy word
+            // (`none`, `appid`, `name`) now stands for, read literally
+            // above, did not mean then. Reading it only ever lifts.
+            old.push(old_rewire_key("", key));
+            old.sort();
             old.dedup();
             for old in old {
                 if let Some(value) = counters

@@ -125,14 +125,18 @@ pub(crate) async fn version(server: &EtcdServer, key: &str) -> i64 {
     reply.kvs.first().map_or(0, |kv| kv.version)
 }
 
-/// The last id counter `key` gave: its offset (its value, a decimal; empty
-/// as Layotto's: 0) plus its version; 0 when absent.
+/// The last id counter `key` gave: its offset (rewire's, in
+/// `…sequencer-offset|||…` beside it; absent: 0) plus its version.
 pub(crate) async fn last_id(server: &EtcdServer, key: &str) -> i64 {
-    let reply = server.client().await.get(key).await.unwrap();
-    reply.kvs.first().map_or(0, |kv| {
-        let offset = std::str::from_utf8(&kv.value).unwrap();
-        offset.parse::<i64>().unwrap_or(0) + kv.version
-    })
+    let offset_key = key.replacen("sequencer|||", "sequencer-offset|||", 1);
+    let reply = server.client().await.get(offset_key).await.unwrap();
+    let offset = reply.kvs.first().map_or(0, |kv| {
+        std::str::from_utf8(&kv.value)
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    });
+    offset + version(server, key).await
 }
 
 /// A counter Layotto's sidecar left in etcd (`/layotto/` and its key,
@@ -175,9 +179,10 @@ async fn counters_sit_at_layotto_s_keys_and_ids_are_versions() {
 }
 
 /// A counter in rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
-/// the id as a decimal value) goes on above its value, however far ahead
-/// (the new counter jumps in one write: an offset in its value);
-/// `biggerThan` does the same.
+/// the id as a decimal value) goes on above its value: a few thousand ahead
+/// by puts (the counter stays Layotto's: its id is its version), millions
+/// ahead by a jump in one write (an offset in a key of rewire's own, which
+/// a Layotto put does not reset); `biggerThan` does the same.
 #[tokio::test]
 async fn counters_in_the_earlier_layout_go_on() {
     let server = EtcdServer::start().await;
@@ -188,11 +193,7 @@ async fn counters_in_the_earlier_layout_go_on() {
     let moved = sequencer_of("app1", "etcd-moved", "etcd", metadata).await;
     assert_eq!(moved.get_next_id(next("orders")).await, Ok(701));
     assert_eq!(moved.get_next_id(next("orders")).await, Ok(702));
-    assert_eq!(last_id(&server, "/ids/sequencer|||app1||orders").await, 702);
-    assert!(
-        version(&server, "/ids/sequencer|||app1||orders").await <= 3,
-        "one write a jump"
-    );
+    assert_eq!(version(&server, "/ids/sequencer|||app1||orders").await, 702);
     // The earlier configuration kept: `keyPrefix` read literally for the
     // earlier layout.
     let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "/old/",
@@ -201,7 +202,7 @@ async fn counters_in_the_earlier_layout_go_on() {
     assert_eq!(kept.get_next_id(next("orders")).await, Ok(301));
     assert_eq!(kept.get_next_id(next("other")).await, Ok(21));
     assert_eq!(
-        last_id(&server, "/layotto/sequencer|||/old/||orders").await,
+        version(&server, "/layotto/sequencer|||/old/||orders").await,
         301
     );
     // Millions ahead (ids of a busy shop): one write, not millions.
@@ -210,4 +211,20 @@ async fn counters_in_the_earlier_layout_go_on() {
     let big = sequencer_of("app1", "etcd-big", "etcd", metadata).await;
     assert_eq!(big.get_next_id(next("orders")).await, Ok(5_000_001));
     assert_eq!(big.get_next_id(next("orders")).await, Ok(5_000_002));
+    let counter = "/layotto/sequencer|||/big/||orders";
+    assert!(version(&server, counter).await <= 3, "one write a jump");
+    assert_eq!(last_id(&server, counter).await, 5_000_002);
+    // A Layotto sidecar's put (an empty value) then a restart (a new
+    // instance, no marks): the offset is in a key of its own, so ids go on.
+    server.put(counter, "").await;
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "/big/"});
+    let restarted = sequencer_of("app1", "etcd-big", "etcd", metadata).await;
+    let next_id = restarted.get_next_id(next("orders")).await.unwrap();
+    assert!(next_id > 5_000_002, "{next_id}: an id handed out again");
+    // The earlier default (no `keyPrefix`: one counter per key for every
+    // app) goes on under `keyPrefix: none`, the way to keep it shared.
+    server.put("sequencer|||shared", "40").await;
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "none"});
+    let shared = sequencer_of("app1", "etcd-shared", "etcd", metadata).await;
+    assert_eq!(shared.get_next_id(next("shared")).await, Ok(41));
 }
