@@ -448,7 +448,7 @@ impl HighWater {
         // A counter here: every range lies above every earlier one.
         let (files, epoch) = self.files();
         if range.to > interval.reserved_in(epoch) {
-            self.reserve(&mut interval, key, range.to, &files, epoch)
+            self.reserve(&mut interval, key, range, &files, epoch)
                 .await?;
             range = next_range(key, interval.floor(), size)?;
         }
@@ -477,7 +477,7 @@ impl HighWater {
         let mut interval = interval.lock().await;
         let (files, epoch) = self.files();
         if range.to > interval.reserved_in(epoch) {
-            self.reserve(&mut interval, key, range.to, &files, epoch)
+            self.reserve(&mut interval, key, range, &files, epoch)
                 .await?;
         }
         let current = still_current();
@@ -529,14 +529,15 @@ impl HighWater {
         Ok(interval)
     }
 
-    /// Reserves ids of `key` up to at least `needed` in every one of
-    /// `files`, moving the floor above every reservation made by anyone
-    /// else. Only this key's marks are held meanwhile (and the files').
+    /// Reserves ids of `key` up to at least the end of `range` in every
+    /// one of `files`, moving the floor above every reservation made by
+    /// anyone else. Only this key's marks are held meanwhile (and the
+    /// files').
     async fn reserve(
         &self,
         interval: &mut Interval,
         key: &str,
-        needed: i64,
+        range: IdRange,
         files: &[PathBuf],
         epoch: u64,
     ) -> Result<(), SequencerError> {
@@ -561,7 +562,11 @@ impl HighWater {
             theirs = theirs.max(all.get(key).copied().unwrap_or(0));
             contents.push(all);
         }
-        let span = needed.saturating_sub(interval.floor()).max(0);
+        let needed = range.to;
+        // The request's own size: a backend's range may lie far above the
+        // floor (a counter shared with other clients), and the distance is
+        // not worth reserving again.
+        let span = range.to.saturating_sub(range.from).saturating_add(1).max(0);
         if theirs > interval.reserved_in(epoch) {
             interval.above = interval.above.max(theirs);
         }

@@ -11,11 +11,14 @@
 //! above the floor of [`crate::high_water`] (the largest id handed out,
 //! `biggerThan`), and with `highWaterFile` a rebuilt sequencer — every
 //! metadata change rebuilds it — starts above every id handed out. A
-//! counter below the floor jumps in one write: rewire keeps an offset in
-//! its value (a decimal; Layotto's counters hold nothing) and an id is the
-//! offset plus the version. Layotto's sidecars neither read nor keep the
-//! offset: a counter that had to jump is rewire's alone (see
-//! docs/components.md).
+//! counter below the floor is put past it when that takes fewer than
+//! [`MAX_LIFT_PUTS`] puts; further behind it jumps in one write: rewire
+//! keeps an offset in a record of its own beside the counter
+//! ([`CounterKeys`]) and an id is the offset plus the version. Layotto's
+//! sidecars do not read the offset: a counter that had to jump is
+//! rewire's alone (see docs/components.md). The record also notes when the
+//! counter key was made, so a counter deleted and made again goes on
+//! above the ids it gave.
 //!
 //! Counters of rewire's earlier layout (`{keyPrefix}sequencer|||{key}`,
 //! `keyPrefix` literal, the id as a decimal value) go on: the first
@@ -41,7 +44,7 @@ use serde::Deserialize;
 use tokio_util::sync::DropGuard;
 
 use super::metadata::{EtcdMetadata, EtcdSettings};
-use super::sequencer_kv::EtcdCounters;
+use super::sequencer_kv::{CounterKeys, EtcdCounters, MAX_LIFT_PUTS};
 use crate::high_water::{
     check_key_prefix, check_request, layotto_key, old_rewire_key, retry_floor, HighWater, Verdict,
     MAX_KEYS,
@@ -189,26 +192,33 @@ impl EtcdSequencer {
         let (app_id, component) = &self.names;
         let path = self.metadata.path();
         let modified = layotto_key(&self.metadata.key_prefix, app_id, component, key);
-        let counter = format!("{path}{modified}");
+        let keys = CounterKeys::new(&path, &modified);
         let mut floor = marks.floor(key).await?;
         let migrate = !self.lock_migrated().contains(key);
         if migrate {
-            let mut old = vec![
-                counter.clone(),
+            // The earlier layout's keys this configuration names (a key
+            // the user may not read is warned about)...
+            let mut named = vec![
+                keys.counter.clone(),
                 old_rewire_key(&self.metadata.key_prefix, key),
             ];
             if self.metadata.key_prefix_path.is_some() {
-                old.push(old_rewire_key(&path, key));
+                named.push(old_rewire_key(&path, key));
             }
-            // The earlier default (no `keyPrefix`): what a strategy word
-            // (`none`, `appid`, `name`) now stands for, read literally
-            // above, did not mean then. Reading it only ever lifts.
-            old.push(old_rewire_key("", key));
-            old.sort();
-            old.dedup();
-            for old in old {
+            // ...and the earlier default (no `keyPrefix`), which a
+            // strategy word (`none`, `appid`, `name`), read literally
+            // above, did not mean then: read quietly, it only ever lifts.
+            let default = old_rewire_key("", key);
+            let quiet = !named.contains(&default);
+            named.sort();
+            named.dedup();
+            let old = named
+                .into_iter()
+                .map(|old| (old, false))
+                .chain(quiet.then_some((default, true)));
+            for (old, quiet) in old {
                 if let Some(value) = counters
-                    .read_old(&old)
+                    .read_old(&old, quiet)
                     .await
                     .map_err(SequencerError::Backend)?
                 {
@@ -218,7 +228,7 @@ impl EtcdSequencer {
         }
         for refused in 0..MAX_ATTEMPTS {
             let id = counters
-                .next_above(&counter, floor)
+                .next_above(&keys, floor)
                 .await
                 .map_err(SequencerError::Backend)?;
             if migrate {
@@ -233,7 +243,9 @@ impl EtcdSequencer {
             match marks.accept(key, range, counters, || true).await? {
                 Verdict::Accept => return Ok(id),
                 Verdict::Retry { floor: above } => {
-                    floor = retry_floor(above, refused as u32 + 1);
+                    // A lead short of a jump: the counter stays Layotto's.
+                    let lead = i64::try_from(MAX_LIFT_PUTS / 2).unwrap_or(i64::MAX);
+                    floor = retry_floor(above, refused as u32 + 1).min(above.saturating_add(lead));
                 }
             }
         }

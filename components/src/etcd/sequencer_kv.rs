@@ -83,11 +83,19 @@ impl EtcdCounters {
     /// `None` when absent or empty (Layotto's counters hold nothing). A
     /// key the user may not read counts as absent: the earlier layout's
     /// writer, with these credentials, could not have written it either.
-    pub async fn read_old(&self, key: &str) -> Result<Option<i64>, String> {
+    /// (`quiet`: a key only looked at in case, not warned about.)
+    pub async fn read_old(&self, key: &str, quiet: bool) -> Result<Option<i64>, String> {
         let reply = match self.client.get(key).await {
             Ok(reply) => reply,
             Err(err) if err.to_string().contains("permission denied") => {
-                tracing::warn!(key, "The sequencer may not read this earlier-layout counter; it is taken as absent (ids go on from the new counter and `biggerThan`).");
+                if quiet {
+                    tracing::debug!(
+                        key,
+                        "An earlier-layout counter the sequencer may not read is taken as absent."
+                    );
+                } else {
+                    tracing::warn!(key, "The sequencer may not read this earlier-layout counter; it is taken as absent (ids go on from the new counter and `biggerThan`).");
+                }
                 return Ok(None);
             }
             Err(err) => return Err(self.settings.scrub(&err.to_string())),
@@ -105,68 +113,79 @@ impl EtcdCounters {
             .map_err(|_| format!("counter `{key}` holds `{text}`, not a number"))
     }
 
-    async fn bumped(&self, key: &str) -> Result<Counter, String> {
-        bump(&self.client, key)
+    async fn bumped(&self, keys: &CounterKeys) -> Result<Counter, String> {
+        bump(&self.client, keys)
             .await
             .map_err(|err| self.settings.scrub(&err))
     }
 
-    /// The next id of `key` above `floor`. A counter behind `floor` (a
-    /// `biggerThan`, the reservation of a `highWaterFile` after a restart,
-    /// ids handed out on another cluster, a counter of the earlier layout)
-    /// is put until it passes it when that takes at most [`MAX_LIFT_PUTS`]
-    /// puts, so Layotto's sidecars can go on sharing it; further behind,
-    /// it jumps in one write: its offset is set so that the next id is
-    /// `floor + 1` (if no other client wrote meanwhile, else it is read
-    /// again; at most [`MAX_JUMPS`] times), with a warning that Layotto's
-    /// sidecars, which read only the version, must not share it any more.
-    pub async fn next_above(&self, key: &str, floor: i64) -> Result<i64, String> {
-        let mut counter = self.bumped(key).await?;
+    /// The next id of counter `keys` above `floor`. A counter behind
+    /// `floor` (a `biggerThan`, the reservation of a `highWaterFile` after
+    /// a restart, ids handed out on another cluster, a counter of the
+    /// earlier layout, a counter deleted and made again) is put until it
+    /// passes it when that takes fewer than [`MAX_LIFT_PUTS`] puts, so
+    /// Layotto's sidecars can go on sharing it; further behind, it jumps in
+    /// one write: its offset is set so that the next id is `floor + 1` (if
+    /// no other client changed the offset meanwhile, else it is read again;
+    /// at most [`MAX_JUMPS`] times), with a warning that Layotto's sidecars,
+    /// which read only the version, must not share it any more.
+    pub async fn next_above(&self, keys: &CounterKeys, floor: i64) -> Result<i64, String> {
+        let key = &keys.counter;
+        let mut counter = self.bumped(keys).await?;
         for _ in 0..MAX_JUMPS {
-            let id = counter.id(key).map_err(|err| self.settings.scrub(&err))?;
+            let floor = floor.max(counter.recreated_floor().unwrap_or(0));
+            let id = counter.id(key)?;
             if id > floor {
+                if counter.created_at.is_none() {
+                    // Mark the counter's birth, so that a deletion and a
+                    // new counter at its key are noticed (above).
+                    mark(&self.client, keys, counter)
+                        .await
+                        .map_err(|err| self.settings.scrub(&err))?;
+                }
                 return Ok(id);
             }
             let behind = u64::try_from(floor - id).unwrap_or(u64::MAX);
             if behind < MAX_LIFT_PUTS {
-                return self.put_past(key, floor, id).await;
+                return self.put_past(keys, floor, id).await;
             }
             // The jump's own put makes the version one more: its id is
             // offset + version + 1 = floor + 1.
             let offset = floor
                 .checked_sub(counter.version)
                 .ok_or_else(|| format!("counter `{key}` cannot jump to {floor}"))?;
-            counter = match jump(&self.client, key, counter, offset).await {
+            counter = match jump(&self.client, keys, counter, offset).await {
                 Ok(Some(jumped)) => {
                     tracing::warn!(
-                        counter = key,
+                        counter = %key,
                         from = id,
                         to = floor + 1,
                         "The sequencer's counter jumped to go on above the ids already handed out (or biggerThan): its ids are now an offset kept in `{}` plus the key's version, which Layotto's sidecars do not read; they must not share this counter any more.",
-                        offset_key(key)
+                        keys.offset
                     );
                     jumped
                 }
-                Ok(None) => self.bumped(key).await?,
+                Ok(None) => self.bumped(keys).await?,
                 Err(err) => return Err(self.settings.scrub(&err)),
             };
         }
         Err(format!(
             "counter `{key}`: no id above {floor} after {MAX_JUMPS} tries (other clients \
-             wrote it between each read and jump)"
+             changed its offset between each read and jump)"
         ))
     }
 
-    /// Puts `key` until its id passes `floor` (it is at `id`), up to
-    /// [`LIFT_PARALLEL`] puts at once; ids passed on the way are skipped,
-    /// never handed out. The lowest id above `floor` it got.
-    async fn put_past(&self, key: &str, floor: i64, mut id: i64) -> Result<i64, String> {
+    /// Puts counter `keys` until its id passes `floor` (it is at `id`), up
+    /// to [`LIFT_PARALLEL`] puts at once; ids passed on the way are
+    /// skipped, never handed out. The lowest id above `floor` it got.
+    async fn put_past(&self, keys: &CounterKeys, floor: i64, mut id: i64) -> Result<i64, String> {
         let mut puts = 0u64;
         while id <= floor {
             if puts > MAX_LIFT_PUTS {
                 return Err(format!(
-                    "counter `{key}` is at {id} after {puts} puts: other clients keep it \
-                     below {floor}"
+                    "counter `{}` is at {id} after {puts} puts: other clients keep it \
+                     below {floor}",
+                    keys.counter
                 ));
             }
             let batch = u64::try_from(floor - id + 1)
@@ -174,8 +193,8 @@ impl EtcdCounters {
                 .min(LIFT_PARALLEL);
             let mut writes = tokio::task::JoinSet::new();
             for _ in 0..batch {
-                let (client, key) = (self.client.clone(), key.to_string());
-                writes.spawn(async move { bump(&client, &key).await });
+                let (client, keys) = (self.client.clone(), keys.clone());
+                writes.spawn(async move { bump(&client, &keys).await });
             }
             puts += batch;
             let mut best: Option<i64> = None;
@@ -184,7 +203,7 @@ impl EtcdCounters {
                 let counter = done
                     .map_err(|err| err.to_string())?
                     .map_err(|err| self.settings.scrub(&err))?;
-                let got = counter.id(key)?;
+                let got = counter.id(&keys.counter)?;
                 highest = highest.max(got);
                 if got > floor {
                     best = Some(best.map_or(got, |best| best.min(got)));
@@ -207,28 +226,44 @@ pub const LIFT_PARALLEL: u64 = 64;
 /// Most times [`EtcdCounters::next_above`] tries to make a counter jump.
 pub const MAX_JUMPS: usize = 16;
 
-/// The key of counter `key`'s offset: beside it, under a name Layotto's
-/// sidecars never write (theirs start `sequencer|||`).
-fn offset_key(key: &str) -> String {
-    match key.rfind("sequencer|||") {
-        Some(at) => format!(
-            "{}sequencer-offset{}",
-            &key[..at],
-            &key[at + "sequencer".len()..]
-        ),
-        None => format!("{key}|||offset"),
+/// Where a counter lives: Layotto's key, and beside it the key of
+/// rewire's record of it (`{offset}@{created}`: the offset its ids start
+/// from, and the revision at which the counter it belongs to was made),
+/// under a name Layotto's sidecars never write (theirs start
+/// `sequencer|||`).
+#[derive(Debug, Clone)]
+pub struct CounterKeys {
+    /// Layotto's counter key.
+    pub counter: String,
+    /// The key of rewire's record of it.
+    pub offset: String,
+}
+
+impl CounterKeys {
+    /// The keys of the counter at `path` + `modified` (Layotto's modified
+    /// key, `sequencer|||…`).
+    pub fn new(path: &str, modified: &str) -> Self {
+        let rest = modified.strip_prefix("sequencer").unwrap_or(modified);
+        Self {
+            counter: format!("{path}{modified}"),
+            offset: format!("{path}sequencer-offset{rest}"),
+        }
     }
 }
 
 /// A counter as a write left it.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
-    /// What ids start from: the decimal in its offset key (absent: 0).
+    /// What ids start from: the offset in rewire's record (none: 0).
     offset: i64,
     /// The key's version: one more each put.
     version: i64,
-    /// The offset key's modification revision (0: absent), for a jump to
-    /// check it is still the one read.
+    /// The revision at which the counter key was made.
+    created: i64,
+    /// The revision rewire's record was made for (`None`: no record).
+    created_at: Option<i64>,
+    /// The record's modification revision (0: absent), for a jump to check
+    /// it is still the one read.
     offset_revision: i64,
 }
 
@@ -238,58 +273,76 @@ impl Counter {
             .checked_add(self.version)
             .ok_or_else(|| format!("counter `{key}` has run out of ids"))
     }
+
+    /// When the counter key was deleted and made again since rewire's
+    /// record: the highest id it can have given before (a version counts
+    /// puts, so it never passes the revisions gone by since the record's
+    /// counter was made).
+    fn recreated_floor(self) -> Option<i64> {
+        let recorded = self.created_at?;
+        (recorded != self.created).then(|| {
+            self.offset
+                .saturating_add(self.created.saturating_sub(recorded))
+        })
+    }
 }
 
-/// A put of `key` (an empty value, as Layotto's), and the counter it
-/// leaves with its offset, in one transaction.
-async fn bump(client: &Client, key: &str) -> Result<Counter, String> {
+/// A put of the counter (an empty value, as Layotto's), and the counter
+/// it leaves with rewire's record, in one transaction.
+async fn bump(client: &Client, keys: &CounterKeys) -> Result<Counter, String> {
     let request = TxnRequest {
         compare: Vec::new(),
         success: vec![
-            put_op(key, Vec::new()),
-            read_op(key),
-            read_op(&offset_key(key)),
+            put_op(&keys.counter, Vec::new()),
+            read_op(&keys.counter),
+            read_op(&keys.offset),
         ],
         failure: Vec::new(),
     };
     let reply = client.txn(request).await.map_err(|err| err.to_string())?;
-    counter_of(key, &reply.responses)
+    counter_of(keys, &reply.responses)
 }
 
-/// Puts `key` and sets its offset to `offset`, if neither changed since
-/// `read`; the counter it leaves (`None`: another client wrote first).
-async fn jump(
-    client: &Client,
-    key: &str,
-    read: Counter,
-    offset: i64,
-) -> Result<Option<Counter>, String> {
-    let offset_key = offset_key(key);
-    let unchanged = |key: &str, target: CompareTarget, value: TargetUnion| Compare {
+/// A comparison of one field of `key` with `value`.
+fn unchanged(key: &str, target: CompareTarget, value: TargetUnion) -> Compare {
+    Compare {
         result: CompareResult::Equal as i32,
         target: target as i32,
         key: key.as_bytes().to_vec(),
         range_end: Vec::new(),
         target_union: Some(value),
-    };
+    }
+}
+
+/// Puts the counter and sets its offset to `offset`, if neither the
+/// record nor the counter's birth changed since `read` (other puts may
+/// have come between: any later version only makes the next id higher);
+/// the counter it leaves (`None`: another client changed them first).
+async fn jump(
+    client: &Client,
+    keys: &CounterKeys,
+    read: Counter,
+    offset: i64,
+) -> Result<Option<Counter>, String> {
+    let record = format!("{offset}@{}", read.created);
     let request = TxnRequest {
         compare: vec![
             unchanged(
-                key,
-                CompareTarget::Version,
-                TargetUnion::Version(read.version),
-            ),
-            unchanged(
-                &offset_key,
+                &keys.offset,
                 CompareTarget::Mod,
                 TargetUnion::ModRevision(read.offset_revision),
             ),
+            unchanged(
+                &keys.counter,
+                CompareTarget::Create,
+                TargetUnion::CreateRevision(read.created),
+            ),
         ],
         success: vec![
-            put_op(key, Vec::new()),
-            read_op(key),
-            read_op(&offset_key),
-            put_op(&offset_key, offset.to_string().into_bytes()),
+            put_op(&keys.counter, Vec::new()),
+            read_op(&keys.counter),
+            read_op(&keys.offset),
+            put_op(&keys.offset, record.into_bytes()),
         ],
         failure: Vec::new(),
     };
@@ -297,15 +350,44 @@ async fn jump(
     if !reply.succeeded {
         return Ok(None);
     }
-    let counter = counter_of(key, &reply.responses)?;
-    // The offset read in the transaction is the old one: the new one
+    let counter = counter_of(keys, &reply.responses)?;
+    // The record read in the transaction is the old one: the new one
     // stands from now on, written at the transaction's revision.
-    let offset_revision = reply.header.map_or(0, |header| header.revision);
     Ok(Some(Counter {
         offset,
-        offset_revision,
+        created_at: Some(read.created),
+        offset_revision: reply.header.map_or(0, |header| header.revision),
         ..counter
     }))
+}
+
+/// Writes rewire's record of a counter that has none (offset 0), if it
+/// still has none and is still the one `read` found.
+async fn mark(client: &Client, keys: &CounterKeys, read: Counter) -> Result<(), String> {
+    let request = TxnRequest {
+        compare: vec![
+            unchanged(
+                &keys.offset,
+                CompareTarget::Mod,
+                TargetUnion::ModRevision(0),
+            ),
+            unchanged(
+                &keys.counter,
+                CompareTarget::Create,
+                TargetUnion::CreateRevision(read.created),
+            ),
+        ],
+        success: vec![put_op(
+            &keys.offset,
+            format!("{}@{}", read.offset, read.created).into_bytes(),
+        )],
+        failure: Vec::new(),
+    };
+    client
+        .txn(request)
+        .await
+        .map(drop)
+        .map_err(|err| err.to_string())
 }
 
 fn put_op(key: &str, value: Vec<u8>) -> RequestOp {
@@ -328,38 +410,46 @@ fn read_op(key: &str) -> RequestOp {
 }
 
 /// The counter the reads after a transaction's put found (the counter at
-/// response 1, its offset key at response 2).
-fn counter_of(key: &str, responses: &[rewire_etcd::pb::ResponseOp]) -> Result<Counter, String> {
+/// response 1, rewire's record at response 2).
+fn counter_of(
+    keys: &CounterKeys,
+    responses: &[rewire_etcd::pb::ResponseOp],
+) -> Result<Counter, String> {
     let read = |at: usize| {
         responses.get(at).and_then(|op| match &op.response {
-            Some(response_op::Response::ResponseRange(range)) => Some(range.kvs.first()),
+            Some(response_op::Response::ResponseRange(range)) => range.kvs.first(),
             _ => None,
         })
     };
-    let kv = read(1)
-        .flatten()
-        .ok_or_else(|| format!("counter `{key}`: the transaction replied no key"))?;
-    let (offset, offset_revision) = match read(2).flatten() {
-        None => (0, 0),
-        Some(kv) => {
-            let offset = std::str::from_utf8(&kv.value)
-                .ok()
-                .and_then(|text| text.parse::<i64>().ok())
-                .filter(|offset| *offset >= 0)
-                .ok_or_else(|| {
-                    format!(
-                        "the offset of counter `{key}` (`{}`) is not a decimal number",
-                        offset_key(key)
-                    )
-                })?;
-            (offset, kv.mod_revision)
+    let key = &keys.counter;
+    let kv = read(1).ok_or_else(|| format!("counter `{key}`: the transaction replied no key"))?;
+    let (offset, created_at, offset_revision) = match read(2) {
+        None => (0, None, 0),
+        Some(record) => {
+            let (offset, created_at) = parse_record(&record.value).ok_or_else(|| {
+                format!(
+                    "the record of counter `{key}` (`{}`) is not `offset@revision`",
+                    keys.offset
+                )
+            })?;
+            (offset, Some(created_at), record.mod_revision)
         }
     };
     Ok(Counter {
         offset,
         version: kv.version,
+        created: kv.create_revision,
+        created_at,
         offset_revision,
     })
+}
+
+/// `{offset}@{created}`, both decimals, the offset not negative.
+fn parse_record(value: &[u8]) -> Option<(i64, i64)> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (offset, created) = text.split_once('@')?;
+    let offset = offset.parse::<i64>().ok().filter(|offset| *offset >= 0)?;
+    Some((offset, created.parse().ok()?))
 }
 
 /// The client's TLS options for `tls`.

@@ -125,16 +125,15 @@ pub(crate) async fn version(server: &EtcdServer, key: &str) -> i64 {
     reply.kvs.first().map_or(0, |kv| kv.version)
 }
 
-/// The last id counter `key` gave: its offset (rewire's, in
-/// `…sequencer-offset|||…` beside it; absent: 0) plus its version.
+/// The last id counter `key` gave: its offset (in rewire's record,
+/// `{offset}@{revision}` in `…sequencer-offset|||…` beside it; absent: 0)
+/// plus its version.
 pub(crate) async fn last_id(server: &EtcdServer, key: &str) -> i64 {
     let offset_key = key.replacen("sequencer|||", "sequencer-offset|||", 1);
     let reply = server.client().await.get(offset_key).await.unwrap();
     let offset = reply.kvs.first().map_or(0, |kv| {
-        std::str::from_utf8(&kv.value)
-            .unwrap()
-            .parse::<i64>()
-            .unwrap()
+        let record = std::str::from_utf8(&kv.value).unwrap();
+        record.split('@').next().unwrap().parse::<i64>().unwrap()
     });
     offset + version(server, key).await
 }
@@ -221,6 +220,26 @@ async fn counters_in_the_earlier_layout_go_on() {
     let restarted = sequencer_of("app1", "etcd-big", "etcd", metadata).await;
     let next_id = restarted.get_next_id(next("orders")).await.unwrap();
     assert!(next_id > 5_000_002, "{next_id}: an id handed out again");
+    // The counter key deleted (`etcdctl del`) then a restart: the new
+    // counter at the key goes on above every id the deleted one gave.
+    server.delete(counter).await;
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefix": "/big/"});
+    let after_delete = sequencer_of("app1", "etcd-big", "etcd", metadata).await;
+    let after = after_delete.get_next_id(next("orders")).await.unwrap();
+    assert!(
+        after > next_id,
+        "{after} after {next_id}: an id handed out again"
+    );
+    // A counter never jumped (Layotto's), deleted: the same.
+    let metadata = json!({"endpoints": server.endpoint()});
+    let plain = sequencer_of("app1", "etcd-plain", "etcd", metadata.clone()).await;
+    for _ in 0..3 {
+        plain.get_next_id(next("plain")).await.unwrap();
+    }
+    server.delete("/layotto/sequencer|||app1||plain").await;
+    let restarted = sequencer_of("app1", "etcd-plain", "etcd", metadata).await;
+    let after = restarted.get_next_id(next("plain")).await.unwrap();
+    assert!(after > 3, "{after}: an id handed out again");
     // The earlier default (no `keyPrefix`: one counter per key for every
     // app) goes on under `keyPrefix: none`, the way to keep it shared.
     server.put("sequencer|||shared", "40").await;

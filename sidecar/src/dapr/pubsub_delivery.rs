@@ -25,8 +25,10 @@
 //! topic into its dead letters, and the broker keeps the rest.)
 //!
 //! Every event's retries end with its subscription: when the delivery
-//! loop ends (stopped, its sink gone, or retired and done), each event
-//! still being tried goes back to the broker.
+//! loop ends (stopped, its sink gone, or retired and done), an event
+//! waiting for its next attempt goes back to the broker; an attempt
+//! already sent ends within its bound and settles the event with the
+//! subscriber's answer.
 //!
 //! A subscription replaced by another (its settings changed) is *retired*
 //! ([`Retire`]) rather than stopped: it goes on delivering what its broker
@@ -290,7 +292,6 @@ impl TopicDelivery {
                     }
                     continue;
                 }
-                Attempt::Stopped => return DeliveryOutcome::Retry,
             };
             attempt = attempt.saturating_add(1);
             match outcome {
@@ -361,8 +362,6 @@ enum Attempt {
     Answered(DeliveryOutcome),
     /// The inbound breaker let nothing through: nothing was sent.
     Held,
-    /// The subscription stopped during the attempt.
-    Stopped,
 }
 
 /// An answer that asks for the event again: a failed attempt, for the
@@ -387,30 +386,25 @@ impl Subscriber<'_> {
     /// One attempt at `event` under `policy`: its timeout (else
     /// [`ANSWER_WITHIN`]) is the sink's to keep, so a sink that ends its
     /// own wait cleans up after it; its breaker admits the attempt and
-    /// counts how it ended.
+    /// counts how it ended. Not cut when the subscription stops: an
+    /// attempt sent ends within its bound with the subscriber's answer,
+    /// which settles the event (cut, a subscriber that handled it would
+    /// get it again, and the breaker would count the cut as a failure).
     async fn attempt(&self, event: &TopicEvent, policy: Option<&Applied>) -> Attempt {
         let within = policy.and_then(Applied::timeout).unwrap_or(ANSWER_WITHIN);
-        let sent = async {
-            match policy {
-                Some(policy) if self.sink.takes(event) => {
-                    let admitted = policy.run_admitted(async {
-                        match self.sink.send(event, within).await {
-                            DeliveryOutcome::Retry => Err(AskedAgain),
-                            answer => Ok(answer),
-                        }
-                    });
-                    match admitted.await {
-                        Ok(answer) => Attempt::Answered(answer),
-                        Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => Attempt::Held,
-                        Err(_) => Attempt::Answered(DeliveryOutcome::Retry),
-                    }
-                }
-                _ => Attempt::Answered(self.sink.send(event, within).await),
-            }
+        let Some(policy) = policy.filter(|_| self.sink.takes(event)) else {
+            return Attempt::Answered(self.sink.send(event, within).await);
         };
-        tokio::select! {
-            attempt = sent => attempt,
-            () = self.stop.cancelled() => Attempt::Stopped,
+        let admitted = policy.run_admitted(async {
+            match self.sink.send(event, within).await {
+                DeliveryOutcome::Retry => Err(AskedAgain),
+                answer => Ok(answer),
+            }
+        });
+        match admitted.await {
+            Ok(answer) => Attempt::Answered(answer),
+            Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => Attempt::Held,
+            Err(_) => Attempt::Answered(DeliveryOutcome::Retry),
         }
     }
 
