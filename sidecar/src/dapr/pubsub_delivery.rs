@@ -440,8 +440,17 @@ mod tests {
 
     use super::*;
 
-    /// The feed of each subscription made to [`FedBroker`].
-    static FEEDS: Mutex<Vec<SubscriptionFeed>> = Mutex::new(Vec::new());
+    /// The feed of each subscription made to [`FedBroker`], by topic.
+    static FEEDS: Mutex<Vec<(String, SubscriptionFeed)>> = Mutex::new(Vec::new());
+
+    /// The feed of the subscription to `topic` (each test its own topic).
+    fn feed_of(topic: &str) -> SubscriptionFeed {
+        let feeds = FEEDS.lock().unwrap_or_else(|p| p.into_inner());
+        let found = feeds.iter().find(|(t, _)| t == topic);
+        found
+            .map(|(_, feed)| feed.clone())
+            .unwrap_or_else(|| panic!("no subscription to {topic}"))
+    }
 
     /// A broker that delivers what the test hands its feed.
     #[derive(rewire_runtime::Component, Default)]
@@ -457,9 +466,13 @@ mod tests {
             Ok(())
         }
 
-        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        async fn subscribe(
+            &self,
+            request: SubscribeRequest,
+        ) -> Result<PubSubSubscription, PubSubError> {
             let (subscription, feed) = PubSubSubscription::channel(4);
-            FEEDS.lock().unwrap_or_else(|p| p.into_inner()).push(feed);
+            let mut feeds = FEEDS.lock().unwrap_or_else(|p| p.into_inner());
+            feeds.push((request.topic, feed));
             Ok(subscription)
         }
     }
@@ -522,7 +535,7 @@ mod tests {
             )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let feed = FEEDS.lock().unwrap_or_else(|p| p.into_inner())[0].clone();
+        let feed = feed_of("t");
         let event = br#"{"specversion":"1.0","id":"1","source":"s","type":"t","data":"x"}"#;
         let outcome = feed
             .deliver(rewire_runtime::Message {
@@ -555,6 +568,85 @@ mod tests {
             sink.sent.load(Ordering::SeqCst),
             after_end,
             "nothing sent once ended"
+        );
+        runtime.shutdown().await;
+    }
+
+    /// A subscriber that answers SUCCESS after `after`.
+    struct SlowSuccess {
+        after: Duration,
+    }
+
+    #[tonic::async_trait]
+    impl EventSink for SlowSuccess {
+        async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+            tokio::time::sleep(self.after).await;
+            DeliveryOutcome::Success
+        }
+
+        async fn closed(&self) {
+            std::future::pending().await
+        }
+    }
+
+    /// An attempt already sent when a retired subscription ends at its
+    /// limit is not cut: the subscriber's answer settles the event (cut,
+    /// it went back to the broker and a subscriber that had handled it got
+    /// it again).
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_in_flight_when_its_subscription_ends_settles_with_its_answer() {
+        let file = parse(
+            serde_json::json!({"appId": "app",
+                "components": {"pubsub": {"q": {"type": "test.delivery.fed"}}}})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (retire, retired) = Retire::channel();
+        let delivery = TopicDelivery {
+            pubsub_name: "q".into(),
+            topic: "slow".into(),
+            dead_letter_topic: watch::channel(None).1,
+            retire: retired,
+            delivered: Default::default(),
+        };
+        let sink = Arc::new(SlowSuccess {
+            after: HANDOVER_LIMIT + Duration::from_secs(10),
+        });
+        let task = delivery
+            .start(&runtime, sink, Default::default(), CancellationToken::new())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let feed = feed_of("slow");
+        let event = br#"{"specversion":"1.0","id":"2","source":"s","type":"t","data":"x"}"#;
+        let outcome = feed
+            .deliver(rewire_runtime::Message {
+                id: String::new(),
+                topic: "slow".into(),
+                data: event.to_vec(),
+                content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+                metadata: Default::default(),
+            })
+            .await
+            .unwrap_or_else(|| panic!("subscribed"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let _ = retire.send(Some(Default::default()));
+        tokio::time::timeout(HANDOVER_LIMIT * 2, task)
+            .await
+            .unwrap_or_else(|_| panic!("the retired subscription ended at its limit"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(60), outcome)
+                .await
+                .ok()
+                .and_then(Result::ok),
+            Some(DeliveryOutcome::Success),
+            "settled with the subscriber's answer"
         );
         runtime.shutdown().await;
     }
