@@ -563,10 +563,15 @@ impl HighWater {
             contents.push(all);
         }
         let needed = range.to;
-        // The request's own size: a backend's range may lie far above the
-        // floor (a counter shared with other clients), and the distance is
-        // not worth reserving again.
-        let span = range.to.saturating_sub(range.from).saturating_add(1).max(0);
+        // Room for the request, and for as much again as the counter moved
+        // since the floor, up to one block: a counter shared with busy
+        // clients is not reserved twice its distance (which forced etcd
+        // counters to jump), nor written to the file at every id.
+        let size = range.to.saturating_sub(range.from).saturating_add(1).max(0);
+        let moved = needed
+            .saturating_sub(interval.floor())
+            .clamp(0, RESERVE_BLOCK);
+        let span = size.max(moved);
         if theirs > interval.reserved_in(epoch) {
             interval.above = interval.above.max(theirs);
         }

@@ -243,9 +243,16 @@ impl EtcdSequencer {
             match marks.accept(key, range, counters, || true).await? {
                 Verdict::Accept => return Ok(id),
                 Verdict::Retry { floor: above } => {
-                    // A lead short of a jump: the counter stays Layotto's.
+                    // A lead short of a jump at first (the counter stays
+                    // Layotto's); later, whatever it takes to pass a
+                    // faster counter of the same component.
                     let lead = i64::try_from(MAX_LIFT_PUTS / 2).unwrap_or(i64::MAX);
-                    floor = retry_floor(above, refused as u32 + 1).min(above.saturating_add(lead));
+                    let ahead = retry_floor(above, refused as u32 + 1);
+                    floor = if refused < 8 {
+                        ahead.min(above.saturating_add(lead))
+                    } else {
+                        ahead
+                    };
                 }
             }
         }

@@ -133,52 +133,87 @@ impl EtcdCounters {
         let key = &keys.counter;
         let mut counter = self.bumped(keys).await?;
         for _ in 0..MAX_JUMPS {
-            let floor = floor.max(counter.recreated_floor().unwrap_or(0));
+            let floor = floor.max(counter.recreated_floor(keys)?);
             let id = counter.id(key)?;
-            if id > floor {
-                if counter.created_at.is_none() {
-                    // Mark the counter's birth, so that a deletion and a
-                    // new counter at its key are noticed (above).
-                    mark(&self.client, keys, counter)
-                        .await
-                        .map_err(|err| self.settings.scrub(&err))?;
+            if id <= floor {
+                let behind = u64::try_from(floor - id).unwrap_or(u64::MAX);
+                if behind < MAX_LIFT_PUTS {
+                    counter = match self.put_past(keys, floor, counter).await? {
+                        Some(lifted) => lifted,
+                        // The counter was made again meanwhile: its floor
+                        // is worked out anew.
+                        None => self.bumped(keys).await?,
+                    };
+                    continue;
                 }
-                return Ok(id);
+                counter = self.jump(keys, counter, floor, id).await?;
+                continue;
             }
-            let behind = u64::try_from(floor - id).unwrap_or(u64::MAX);
-            if behind < MAX_LIFT_PUTS {
-                return self.put_past(keys, floor, id).await;
-            }
-            // The jump's own put makes the version one more: its id is
-            // offset + version + 1 = floor + 1.
-            let offset = floor
-                .checked_sub(counter.version)
-                .ok_or_else(|| format!("counter `{key}` cannot jump to {floor}"))?;
-            counter = match jump(&self.client, keys, counter, offset).await {
-                Ok(Some(jumped)) => {
-                    tracing::warn!(
-                        counter = %key,
-                        from = id,
-                        to = floor + 1,
-                        "The sequencer's counter jumped to go on above the ids already handed out (or biggerThan): its ids are now an offset kept in `{}` plus the key's version, which Layotto's sidecars do not read; they must not share this counter any more.",
-                        keys.offset
-                    );
-                    jumped
+            if counter.created_at.is_none() {
+                // The counter's birth is marked before any id of it is
+                // handed out, so that a deletion and a new counter at its
+                // key are noticed (above); a counter made again meanwhile
+                // (or marked by another client) is bumped again.
+                let marked = mark(&self.client, keys, counter)
+                    .await
+                    .map_err(|err| self.settings.scrub(&err))?;
+                if !marked {
+                    counter = self.bumped(keys).await?;
+                    continue;
                 }
-                Ok(None) => self.bumped(keys).await?,
-                Err(err) => return Err(self.settings.scrub(&err)),
-            };
+            }
+            return Ok(id);
         }
         Err(format!(
             "counter `{key}`: no id above {floor} after {MAX_JUMPS} tries (other clients \
-             changed its offset between each read and jump)"
+             kept changing it)"
         ))
     }
 
-    /// Puts counter `keys` until its id passes `floor` (it is at `id`), up
-    /// to [`LIFT_PARALLEL`] puts at once; ids passed on the way are
-    /// skipped, never handed out. The lowest id above `floor` it got.
-    async fn put_past(&self, keys: &CounterKeys, floor: i64, mut id: i64) -> Result<i64, String> {
+    /// Makes counter `keys`, read as `counter` at `id`, jump to `floor + 1`
+    /// (see [`EtcdCounters::next_above`]); the counter it leaves, or as
+    /// read again when another client changed its record or made it again.
+    async fn jump(
+        &self,
+        keys: &CounterKeys,
+        counter: Counter,
+        floor: i64,
+        id: i64,
+    ) -> Result<Counter, String> {
+        let key = &keys.counter;
+        // The jump's own put makes the version one more: its id is
+        // offset + version + 1 = floor + 1.
+        let offset = floor
+            .checked_sub(counter.version)
+            .ok_or_else(|| format!("counter `{key}` cannot jump to {floor}"))?;
+        match jump(&self.client, keys, counter, offset).await {
+            Ok(Some(jumped)) => {
+                tracing::warn!(
+                    counter = %key,
+                    from = id,
+                    to = floor + 1,
+                    "The sequencer's counter jumped to go on above the ids already handed out (or biggerThan): its ids are now an offset kept in `{}` plus the key's version, which Layotto's sidecars do not read; they must not share this counter any more.",
+                    keys.offset
+                );
+                Ok(jumped)
+            }
+            Ok(None) => self.bumped(keys).await,
+            Err(err) => Err(self.settings.scrub(&err)),
+        }
+    }
+
+    /// Puts counter `keys` (read as `from`) until its id passes `floor`,
+    /// up to [`LIFT_PARALLEL`] puts at once; ids passed on the way are
+    /// skipped, never handed out. The put with the lowest id above `floor`
+    /// (and above its own counter's [`Counter::recreated_floor`]); `None`
+    /// when the counter was deleted and made again meanwhile.
+    async fn put_past(
+        &self,
+        keys: &CounterKeys,
+        floor: i64,
+        from: Counter,
+    ) -> Result<Option<Counter>, String> {
+        let mut id = from.id(&keys.counter)?;
         let mut puts = 0u64;
         while id <= floor {
             if puts > MAX_LIFT_PUTS {
@@ -197,21 +232,28 @@ impl EtcdCounters {
                 writes.spawn(async move { bump(&client, &keys).await });
             }
             puts += batch;
-            let mut best: Option<i64> = None;
-            let mut highest = id;
+            let mut best: Option<Counter> = None;
+            let mut made_again = false;
             while let Some(done) = writes.join_next().await {
                 let counter = done
                     .map_err(|err| err.to_string())?
                     .map_err(|err| self.settings.scrub(&err))?;
+                made_again |= counter.created != from.created;
                 let got = counter.id(&keys.counter)?;
-                highest = highest.max(got);
-                if got > floor {
-                    best = Some(best.map_or(got, |best| best.min(got)));
+                id = id.max(got);
+                let lowest = best.is_none_or(|best| best.version > counter.version);
+                if got > floor && lowest {
+                    best = Some(counter);
                 }
             }
-            id = best.unwrap_or(highest);
+            if made_again {
+                return Ok(None);
+            }
+            if let Some(best) = best {
+                return Ok(Some(best));
+            }
         }
-        Ok(id)
+        Ok(Some(from))
     }
 }
 
@@ -276,14 +318,26 @@ impl Counter {
 
     /// When the counter key was deleted and made again since rewire's
     /// record: the highest id it can have given before (a version counts
-    /// puts, so it never passes the revisions gone by since the record's
-    /// counter was made).
-    fn recreated_floor(self) -> Option<i64> {
-        let recorded = self.created_at?;
-        (recorded != self.created).then(|| {
-            self.offset
-                .saturating_add(self.created.saturating_sub(recorded))
-        })
+    /// puts, one a revision at most, so it never passes the revisions gone
+    /// by since the record's counter was made); 0 otherwise. A record made
+    /// after the counter it sits beside comes from another history (keys
+    /// copied from another cluster): refused, as its ids cannot be bounded.
+    fn recreated_floor(self, keys: &CounterKeys) -> Result<i64, String> {
+        let Some(recorded) = self.created_at else {
+            return Ok(0);
+        };
+        if recorded == self.created {
+            return Ok(0);
+        }
+        if recorded > self.created {
+            return Err(format!(
+                "the record of counter `{}` (`{}`) says it was made at revision {recorded}, \
+                 after the counter itself ({}): it comes from another cluster or history; \
+                 set `biggerThan` of the key above the ids handed out there and delete the record",
+                keys.counter, keys.offset, self.created
+            ));
+        }
+        Ok(self.offset.saturating_add(self.created - recorded))
     }
 }
 
@@ -362,8 +416,8 @@ async fn jump(
 }
 
 /// Writes rewire's record of a counter that has none (offset 0), if it
-/// still has none and is still the one `read` found.
-async fn mark(client: &Client, keys: &CounterKeys, read: Counter) -> Result<(), String> {
+/// still has none and is still the one `read` found; whether it did.
+async fn mark(client: &Client, keys: &CounterKeys, read: Counter) -> Result<bool, String> {
     let request = TxnRequest {
         compare: vec![
             unchanged(
@@ -383,11 +437,8 @@ async fn mark(client: &Client, keys: &CounterKeys, read: Counter) -> Result<(), 
         )],
         failure: Vec::new(),
     };
-    client
-        .txn(request)
-        .await
-        .map(drop)
-        .map_err(|err| err.to_string())
+    let reply = client.txn(request).await.map_err(|err| err.to_string())?;
+    Ok(reply.succeeded)
 }
 
 fn put_op(key: &str, value: Vec<u8>) -> RequestOp {

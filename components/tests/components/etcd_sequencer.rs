@@ -240,6 +240,27 @@ async fn counters_in_the_earlier_layout_go_on() {
     let restarted = sequencer_of("app1", "etcd-plain", "etcd", metadata).await;
     let after = restarted.get_next_id(next("plain")).await.unwrap();
     assert!(after > 3, "{after}: an id handed out again");
+    // A first id that came from a lift (`biggerThan`) is marked too: the
+    // counter deleted then, a restart still goes on above it.
+    let metadata = json!({"endpoints": server.endpoint(), "biggerThan": {"lifted": 20}});
+    let lifted = sequencer_of("app1", "etcd-lifted", "etcd", metadata).await;
+    assert_eq!(lifted.get_next_id(next("lifted")).await, Ok(21));
+    server.delete("/layotto/sequencer|||app1||lifted").await;
+    let metadata = json!({"endpoints": server.endpoint(), "biggerThan": {"lifted": 20}});
+    let restarted = sequencer_of("app1", "etcd-lifted", "etcd", metadata).await;
+    let after = restarted.get_next_id(next("lifted")).await.unwrap();
+    assert!(after > 21, "{after}: an id handed out again");
+    // A record copied from another cluster (made after the counter beside
+    // it): refused, naming what to do, rather than trusted.
+    server
+        .put("/layotto/sequencer-offset|||app1||copied", "7@99999999")
+        .await;
+    server.put("/layotto/sequencer|||app1||copied", "").await;
+    let refused = restarted.get_next_id(next("copied")).await;
+    assert!(
+        matches!(&refused, Err(SequencerError::Backend(m)) if m.contains("another cluster")),
+        "{refused:?}"
+    );
     // The earlier default (no `keyPrefix`: one counter per key for every
     // app) goes on under `keyPrefix: none`, the way to keep it shared.
     server.put("sequencer|||shared", "40").await;
