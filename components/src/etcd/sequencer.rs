@@ -32,9 +32,9 @@
 //! new channels (`Status` must answer) and swapped into the client; a bad
 //! file keeps the channels in force.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use rewire_runtime::{
     Component, ComponentError, IdRange, InitContext, NextIdRequest, SegmentRequest, Sequencer,
@@ -172,7 +172,7 @@ impl EtcdSequencerMetadata {
 pub struct EtcdSequencer {
     #[metadata]
     metadata: EtcdSequencerMetadata,
-    running: Option<(Arc<EtcdCounters>, HighWater)>,
+    running: Option<(Arc<EtcdCounters>, HighWater, Arc<CounterSource>)>,
     /// The app id and the component's name (for the `appid` and `name`
     /// key prefix strategies), set at `init`.
     names: (String, String),
@@ -185,7 +185,7 @@ pub struct EtcdSequencer {
 impl EtcdSequencer {
     async fn next_id(&self, key: &str) -> Result<i64, SequencerError> {
         check_request(key, 1)?;
-        let (counters, marks) = self
+        let (counters, marks, source) = self
             .running
             .as_ref()
             .ok_or_else(|| SequencerError::Backend("the sequencer is not initialised".into()))?;
@@ -240,7 +240,7 @@ impl EtcdSequencer {
                 migrated.insert(key.to_string());
             }
             let range = IdRange { from: id, to: id };
-            match marks.accept(key, range, counters, || true).await? {
+            match marks.accept(key, range, source, || true).await? {
                 Verdict::Accept => return Ok(id),
                 Verdict::Retry { floor: above } => {
                     // A lead short of a jump at first (the counter stays
@@ -291,10 +291,50 @@ impl Component for EtcdSequencer {
         let marks = HighWater::adopt(cx, file, &self.metadata.bigger_than)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
+        let source = CounterSource::of(
+            counters.cluster(),
+            &self.metadata.path(),
+            &self.metadata.key_prefix,
+            &self.names,
+        );
         let counters = Arc::new(counters);
         self._follow = follow_tls_files(cx, &settings, Arc::downgrade(&counters));
-        self.running = Some((counters, marks));
+        self.running = Some((counters, marks, source));
         Ok(())
+    }
+}
+
+/// Where a sequencer's ids come from, for the high-water marks: the same
+/// for every instance whose counters are the same keys of the same etcd
+/// cluster (an instance and its rebuilt successor, while both serve, or
+/// two runtimes of one app), so that their ids, unique among themselves,
+/// are not refused as a switch of backend; another for another cluster.
+#[derive(Debug)]
+pub(crate) struct CounterSource;
+
+impl CounterSource {
+    /// The source of counters on `cluster` under `path` with `key_prefix`
+    /// for `(app id, component)`; a source of its own when the cluster did
+    /// not say its id.
+    fn of(cluster: u64, path: &str, key_prefix: &str, names: &(String, String)) -> Arc<Self> {
+        type Sources = HashMap<String, Weak<CounterSource>>;
+        static SOURCES: LazyLock<std::sync::Mutex<Sources>> = LazyLock::new(Default::default);
+        if cluster == 0 {
+            return Arc::new(Self);
+        }
+        let (app_id, component) = names;
+        let id = format!(
+            "{cluster}\u{0}{path}\u{0}{}\u{0}{app_id}\u{0}{component}",
+            key_prefix.to_lowercase()
+        );
+        let mut sources = SOURCES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(source) = sources.get(&id).and_then(Weak::upgrade) {
+            return source;
+        }
+        sources.retain(|_, source| source.strong_count() > 0);
+        let source = Arc::new(Self);
+        sources.insert(id, Arc::downgrade(&source));
+        source
     }
 }
 
@@ -341,5 +381,38 @@ impl Sequencer for EtcdSequencer {
     async fn get_segment(&self, req: SegmentRequest) -> Result<Option<IdRange>, SequencerError> {
         check_request(&req.key, req.size)?;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Instances on the same counters of one cluster share a source (so an
+    /// instance and its rebuilt successor serving together never refuse
+    /// each other's ids as a backend switch, which pushed counters to
+    /// jump); another cluster, path, prefix or component is another
+    /// source, and an unknown cluster one of its own.
+    #[test]
+    fn instances_on_the_same_counters_share_a_source() {
+        let names = ("app".to_string(), "ids".to_string());
+        let one = CounterSource::of(7, "/layotto/", "appid", &names);
+        assert!(Arc::ptr_eq(
+            &one,
+            &CounterSource::of(7, "/layotto/", "AppId", &names)
+        ));
+        for other in [
+            CounterSource::of(8, "/layotto/", "appid", &names),
+            CounterSource::of(7, "/other/", "appid", &names),
+            CounterSource::of(7, "/layotto/", "none", &names),
+            CounterSource::of(7, "/layotto/", "appid", &("app".into(), "other".into())),
+            CounterSource::of(0, "/layotto/", "appid", &names),
+        ] {
+            assert!(!Arc::ptr_eq(&one, &other));
+        }
+        assert!(!Arc::ptr_eq(
+            &CounterSource::of(0, "/layotto/", "appid", &names),
+            &CounterSource::of(0, "/layotto/", "appid", &names)
+        ));
     }
 }

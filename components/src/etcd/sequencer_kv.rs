@@ -18,6 +18,8 @@ use crate::tls::ClientTls;
 pub struct EtcdCounters {
     client: Client,
     settings: EtcdSettings,
+    /// The cluster's id, as its members answer it (0: not told).
+    cluster: u64,
 }
 
 impl std::fmt::Debug for EtcdCounters {
@@ -51,19 +53,25 @@ impl EtcdCounters {
             Ok(Err(err)) => return Err(settings.scrub(&err.to_string())),
             Err(_) => return Err(settings.connect_timed_out()),
         };
-        let counters = Self {
-            client,
-            settings: settings.clone(),
-        };
         // Under the prefix: a user whose role covers only `keyPrefix` may
         // read it.
         let probe = format!("{}sequencer-probe", settings.key_prefix);
-        counters
-            .client
+        let answer = client
             .get(probe)
             .await
-            .map_err(|err| counters.settings.scrub(&err.to_string()))?;
+            .map_err(|err| settings.scrub(&err.to_string()))?;
+        let cluster = answer.header.map_or(0, |header| header.cluster_id);
+        let counters = Self {
+            client,
+            settings: settings.clone(),
+            cluster,
+        };
         Ok(counters)
+    }
+
+    /// The id of the cluster the counters are on (0: not told).
+    pub fn cluster(&self) -> u64 {
+        self.cluster
     }
 
     /// Connects anew with `tls` (a member must answer `Status` there), then
@@ -259,7 +267,7 @@ impl EtcdCounters {
 
 /// Most puts [`EtcdCounters::next_above`] makes to lift a counter (more
 /// behind than that, it jumps): a restart with a `highWaterFile` (whose
-/// reservation runs up to 1,000 ids ahead) lifts by puts.
+/// reservation runs up to about 2,000 ids ahead) lifts by puts.
 pub const MAX_LIFT_PUTS: u64 = 4_096;
 
 /// Most puts [`EtcdCounters::next_above`] has in flight at once.
@@ -337,7 +345,9 @@ impl Counter {
                 keys.counter, keys.offset, self.created
             ));
         }
-        Ok(self.offset.saturating_add(self.created - recorded))
+        Ok(self
+            .offset
+            .saturating_add(self.created.saturating_sub(recorded)))
     }
 }
 
@@ -500,7 +510,8 @@ fn parse_record(value: &[u8]) -> Option<(i64, i64)> {
     let text = std::str::from_utf8(value).ok()?;
     let (offset, created) = text.split_once('@')?;
     let offset = offset.parse::<i64>().ok().filter(|offset| *offset >= 0)?;
-    Some((offset, created.parse().ok()?))
+    let created = created.parse::<i64>().ok().filter(|created| *created > 0)?;
+    Some((offset, created))
 }
 
 /// The client's TLS options for `tls`.
