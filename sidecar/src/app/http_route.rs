@@ -189,14 +189,7 @@ pub(super) mod tests {
     async fn an_answer_larger_than_read_acknowledges_and_is_not_read_through() {
         let total = 32 * 1024 * 1024;
         let (port, served) = app_answering_a_huge_document(total).await;
-        let event = TopicEvent {
-            cloud_event: serde_json::Map::new(),
-            id: "e1".into(),
-            data_content_type: "text/plain".into(),
-            data: b"x".to_vec(),
-            pubsub_name: "bus".into(),
-            topic: "orders".into(),
-        };
+        let event = plain_event();
         crate::tls::install_ring_provider();
         let client = reqwest::Client::new();
         let url = format!("http://127.0.0.1:{port}/orders");
@@ -254,6 +247,18 @@ pub(super) mod tests {
         );
     }
 
+    /// A one-byte plain-text event of topic `orders` on `bus`.
+    fn plain_event() -> TopicEvent {
+        TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        }
+    }
+
     /// An app that answers `status` after `delay`, on a port of its own.
     async fn app_answering_after(delay: Duration, status: &'static str) -> u16 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -270,14 +275,7 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn the_given_wait_overrides_the_clients_own_timeout_both_ways() {
-        let event = TopicEvent {
-            cloud_event: serde_json::Map::new(),
-            id: "e1".into(),
-            data_content_type: "text/plain".into(),
-            data: b"x".to_vec(),
-            pubsub_name: "bus".into(),
-            topic: "orders".into(),
-        };
+        let event = plain_event();
         crate::tls::install_ring_provider();
         let port = app_answering_after(Duration::from_millis(300), "DROP").await;
         let url = format!("http://127.0.0.1:{port}/orders");

@@ -477,6 +477,82 @@ mod tests {
         }
     }
 
+    /// A runtime whose pub/sub `p` is a [`FedBroker`], with `resiliency`.
+    async fn runtime_with(resiliency: serde_json::Value) -> Runtime {
+        let file = parse(
+            serde_json::json!({"appId": "app",
+                "components": {"pubsub": {"p": {"type": "test.delivery.fed"}}},
+                "resiliency": resiliency})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Delivers to `sink` the subscription to `topic` of `runtime`'s `p`,
+    /// retired when told; the delivery's task and the retiring signal.
+    async fn deliver_to(
+        runtime: &Runtime,
+        topic: &str,
+        sink: Arc<dyn EventSink>,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        watch::Sender<Option<Arc<Delivered>>>,
+    ) {
+        let (retire, retired) = Retire::channel();
+        let delivery = TopicDelivery {
+            pubsub_name: "p".into(),
+            topic: topic.into(),
+            dead_letter_topic: watch::channel(None).1,
+            retire: retired,
+            delivered: Default::default(),
+        };
+        let task = delivery
+            .start(runtime, sink, Default::default(), CancellationToken::new())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        (task, retire)
+    }
+
+    /// Feeds event `id` to the subscription to `topic`; its settlement.
+    async fn feed_event(topic: &str, id: &str) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
+        let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "s",
+            "type": "t", "data": "x"});
+        feed_of(topic)
+            .deliver(rewire_runtime::Message {
+                id: String::new(),
+                topic: topic.into(),
+                data: event.to_string().into_bytes(),
+                content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+                metadata: Default::default(),
+            })
+            .await
+            .unwrap_or_else(|| panic!("subscribed"))
+    }
+
+    /// Retires the subscription, waits for its task to end at the limit,
+    /// and the settlement of the event `outcome` is for.
+    async fn retired_and_settled(
+        retire: watch::Sender<Option<Arc<Delivered>>>,
+        task: tokio::task::JoinHandle<()>,
+        outcome: tokio::sync::oneshot::Receiver<DeliveryOutcome>,
+    ) -> Option<DeliveryOutcome> {
+        let _ = retire.send(Some(Default::default()));
+        tokio::time::timeout(HANDOVER_LIMIT * 2, task)
+            .await
+            .unwrap_or_else(|_| panic!("the retired subscription ended at its limit"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::timeout(Duration::from_secs(60), outcome)
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
     /// A subscriber that asks for every event again, counting the asks.
     #[derive(Default)]
     struct AlwaysRetry {
@@ -501,64 +577,18 @@ mod tests {
     /// being retried for good by a task nobody holds.
     #[tokio::test(start_paused = true)]
     async fn a_retired_subscription_stops_retrying_its_events_when_it_ends() {
-        let file = parse(
-            serde_json::json!({"appId": "app",
-            "components": {"pubsub": {"p": {"type": "test.delivery.fed"}}},
-            "resiliency": {
-                "policies": {"retries": {"forever": {"policy": "constant", "duration": "1s"}}},
-                "targets": {"components": {"p": {"inbound": {"retry": "forever"}}}}
-            }})
-            .to_string()
-            .as_bytes(),
-        )
-        .unwrap_or_else(|p| panic!("{p}"));
-        let registry = Registry::collected();
-        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
-        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let (retire, retired) = Retire::channel();
-        let delivery = TopicDelivery {
-            pubsub_name: "p".into(),
-            topic: "t".into(),
-            dead_letter_topic: watch::channel(None).1,
-            retire: retired,
-            delivered: Default::default(),
-        };
+        let runtime = runtime_with(serde_json::json!({
+            "policies": {"retries": {"forever": {"policy": "constant", "duration": "1s"}}},
+            "targets": {"components": {"p": {"inbound": {"retry": "forever"}}}}
+        }))
+        .await;
         let sink = Arc::new(AlwaysRetry::default());
-        let task = delivery
-            .start(
-                &runtime,
-                sink.clone(),
-                Default::default(),
-                CancellationToken::new(),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let feed = feed_of("t");
-        let event = br#"{"specversion":"1.0","id":"1","source":"s","type":"t","data":"x"}"#;
-        let outcome = feed
-            .deliver(rewire_runtime::Message {
-                id: String::new(),
-                topic: "t".into(),
-                data: event.to_vec(),
-                content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
-                metadata: Default::default(),
-            })
-            .await
-            .unwrap_or_else(|| panic!("subscribed"));
+        let (task, retire) = deliver_to(&runtime, "t", sink.clone()).await;
+        let outcome = feed_event("t", "1").await;
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(sink.sent.load(Ordering::SeqCst) >= 5, "retried meanwhile");
-        let _ = retire.send(Some(Default::default()));
-        tokio::time::timeout(HANDOVER_LIMIT * 2, task)
-            .await
-            .unwrap_or_else(|_| panic!("the retired subscription ended at its limit"))
-            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            tokio::time::timeout(Duration::from_secs(5), outcome)
-                .await
-                .ok()
-                .and_then(Result::ok),
+            retired_and_settled(retire, task, outcome).await,
             Some(DeliveryOutcome::Retry),
             "handed back to the broker"
         );
@@ -595,56 +625,15 @@ mod tests {
     /// it again).
     #[tokio::test(start_paused = true)]
     async fn an_attempt_in_flight_when_its_subscription_ends_settles_with_its_answer() {
-        let file = parse(
-            serde_json::json!({"appId": "app",
-                "components": {"pubsub": {"q": {"type": "test.delivery.fed"}}}})
-            .to_string()
-            .as_bytes(),
-        )
-        .unwrap_or_else(|p| panic!("{p}"));
-        let registry = Registry::collected();
-        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
-        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let (retire, retired) = Retire::channel();
-        let delivery = TopicDelivery {
-            pubsub_name: "q".into(),
-            topic: "slow".into(),
-            dead_letter_topic: watch::channel(None).1,
-            retire: retired,
-            delivered: Default::default(),
-        };
+        let runtime = runtime_with(serde_json::json!({})).await;
         let sink = Arc::new(SlowSuccess {
             after: HANDOVER_LIMIT + Duration::from_secs(10),
         });
-        let task = delivery
-            .start(&runtime, sink, Default::default(), CancellationToken::new())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let feed = feed_of("slow");
-        let event = br#"{"specversion":"1.0","id":"2","source":"s","type":"t","data":"x"}"#;
-        let outcome = feed
-            .deliver(rewire_runtime::Message {
-                id: String::new(),
-                topic: "slow".into(),
-                data: event.to_vec(),
-                content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
-                metadata: Default::default(),
-            })
-            .await
-            .unwrap_or_else(|| panic!("subscribed"));
+        let (task, retire) = deliver_to(&runtime, "slow", sink).await;
+        let outcome = feed_event("slow", "2").await;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let _ = retire.send(Some(Default::default()));
-        tokio::time::timeout(HANDOVER_LIMIT * 2, task)
-            .await
-            .unwrap_or_else(|_| panic!("the retired subscription ended at its limit"))
-            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            tokio::time::timeout(Duration::from_secs(60), outcome)
-                .await
-                .ok()
-                .and_then(Result::ok),
+            retired_and_settled(retire, task, outcome).await,
             Some(DeliveryOutcome::Success),
             "settled with the subscriber's answer"
         );
