@@ -73,7 +73,7 @@ pub const PART_SEPARATOR: &str = "||";
 
 /// The key of `key`'s counter as Layotto's `GetModifiedSeqKey` makes it:
 /// `sequencer|||` and then, by the `keyPrefix` strategy
-/// (case-insensitive; see [`strategy_base`](crate::redis::metadata::strategy_base)):
+/// (case-insensitive; see [`strategy_base`](crate::key_prefix::strategy_base)):
 ///
 /// * empty or `appid` (the default): `{appId}||{key}` (`{key}` when the
 ///   app has no id);
@@ -84,7 +84,7 @@ pub const PART_SEPARATOR: &str = "||";
 /// The redis sequencer uses it as is; the etcd one puts `keyPrefixPath`
 /// in front.
 pub fn layotto_key(key_prefix: &str, app_id: &str, component: &str, key: &str) -> String {
-    let base = crate::redis::metadata::strategy_base(key_prefix, app_id, component);
+    let base = crate::key_prefix::strategy_base(key_prefix, app_id, component);
     format!("sequencer{KEY_SEPARATOR}{base}{key}")
 }
 

@@ -15,6 +15,7 @@ pub mod file_config;
 pub mod file_store;
 pub mod high_water;
 pub mod json_text;
+pub mod key_prefix;
 pub mod live;
 pub mod local_file_secrets;
 pub mod memory;

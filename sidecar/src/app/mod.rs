@@ -17,6 +17,7 @@ pub mod config_updates;
 mod follow;
 mod grpc_route;
 mod http_route;
+mod listing;
 mod routed;
 mod subscriptions;
 
@@ -24,12 +25,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rewire_runtime::Runtime;
+
+use crate::dapr::{AppConnection, ProgrammaticSubscriptions};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use grpc_route::GrpcRoute;
 pub use http_route::HttpRoute;
-pub use subscriptions::{parse_subscriptions, AppSubscription, ListedSubscriptions};
+pub use subscriptions::{parse_subscriptions, AppSubscription};
 
 use follow::Deliveries;
 use routed::AppTarget;
@@ -68,7 +71,7 @@ pub struct AppChannel {
     pub address: String,
     /// How it is called.
     pub protocol: AppProtocol,
-    listed: ListedSubscriptions,
+    listed: ProgrammaticSubscriptions,
 }
 
 /// Two channels are equal when they reach the same app the same way.
@@ -86,14 +89,19 @@ impl AppChannel {
         Self {
             address: format!("127.0.0.1:{port}"),
             protocol: AppProtocol::Http,
-            listed: ListedSubscriptions::default(),
+            listed: ProgrammaticSubscriptions::default(),
         }
     }
 
     /// The subscriptions [`serve_app`] took from the app (and was given in
     /// code) over this channel or a clone of it, by id.
-    pub fn listed(&self) -> &ListedSubscriptions {
+    pub fn listed(&self) -> &ProgrammaticSubscriptions {
         &self.listed
+    }
+
+    /// How this channel reaches the app, for the metadata.
+    pub fn connection(&self) -> AppConnection {
+        listing::connection(self)
     }
 
     /// The same app, called with `protocol`.
@@ -167,7 +175,7 @@ pub fn serve_app(
                     .map(|(i, s)| (format!("given#{i}"), s)),
             )
             .collect();
-        channel.listed.set(fixed.clone());
+        channel.listed.set(listing::programmatic(&fixed));
         Deliveries::new(runtime, app, shutdown, subscribed_tx)
             .follow(fixed)
             .await;

@@ -4,7 +4,6 @@
 //! and declared ones (the configuration's `subscriptions` section).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use rewire_runtime::config::{RawRoutes, Subscription, SubscriptionRoutes};
 use rewire_runtime::Generation;
@@ -73,31 +72,6 @@ impl AppSubscription {
             return Ok(SubscriptionRoutes::single(topic));
         }
         Ok(routes)
-    }
-}
-
-/// The subscriptions the app service took once the app listened — the
-/// app's own (`app#N`) and those given in code (`given#N`) — by id: the
-/// one list [`Deliveries`](super::follow) runs them from, shared by every
-/// clone of the [`AppChannel`] so the metadata API can show it. Empty
-/// until the app has been asked, and again once the service has stopped.
-#[derive(Debug, Clone, Default)]
-pub struct ListedSubscriptions(Arc<Mutex<Listed>>);
-
-/// Subscriptions by id, shared.
-pub type Listed = Arc<[(String, AppSubscription)]>;
-
-impl ListedSubscriptions {
-    /// The subscriptions taken, by id.
-    pub fn get(&self) -> Listed {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub(super) fn set(&self, listed: Listed) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = listed;
     }
 }
 

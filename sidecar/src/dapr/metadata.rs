@@ -23,7 +23,6 @@ use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::{Instance, Kind};
 
 use super::call::Call;
-use crate::app::{AppChannel, AppSubscription};
 use crate::ApiState;
 
 /// Most entries a client may set in the extended metadata.
@@ -260,15 +259,46 @@ pub struct ListedSubscription {
 }
 
 impl ListedSubscription {
-    fn of(subscription: &AppSubscription, origin: SubscriptionOrigin) -> Self {
+    /// A subscription as the metadata lists it, its routes as Dapr's
+    /// rules.
+    pub fn new(
+        pubsub_name: &str,
+        topic: &str,
+        metadata: &BTreeMap<String, String>,
+        routes: &SubscriptionRoutes,
+        dead_letter_topic: Option<&str>,
+        origin: SubscriptionOrigin,
+    ) -> Self {
         Self {
-            pubsub_name: subscription.pubsub_name.clone(),
-            topic: subscription.topic.clone(),
-            metadata: subscription.metadata.clone(),
-            rules: dapr_rules(&subscription.routes),
-            dead_letter_topic: subscription.dead_letter_topic.clone(),
+            pubsub_name: pubsub_name.to_string(),
+            topic: topic.to_string(),
+            metadata: metadata.clone(),
+            rules: dapr_rules(routes),
+            dead_letter_topic: dead_letter_topic.map(str::to_string),
             origin,
         }
+    }
+}
+
+/// The app's own subscriptions as the app service took them (its list, and
+/// those given in code), booked on the app channel for the metadata: one
+/// book shared by the channel's clones. Empty until the app has been
+/// asked, and again once the service has stopped.
+#[derive(Debug, Clone, Default)]
+pub struct ProgrammaticSubscriptions(Arc<Mutex<Arc<[ListedSubscription]>>>);
+
+impl ProgrammaticSubscriptions {
+    /// The subscriptions booked.
+    pub fn get(&self) -> Arc<[ListedSubscription]> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Books `listed` in place of what was booked.
+    pub fn set(&self, listed: Arc<[ListedSubscription]>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = listed;
     }
 }
 
@@ -282,20 +312,6 @@ pub struct AppConnection {
     pub protocol: &'static str,
     /// The app's host.
     pub channel_address: String,
-}
-
-impl AppConnection {
-    fn of(channel: &AppChannel) -> Self {
-        let (host, port) = channel
-            .address
-            .rsplit_once(':')
-            .unwrap_or((channel.address.as_str(), ""));
-        Self {
-            port: port.parse().unwrap_or(0),
-            protocol: channel.protocol.dapr_name(),
-            channel_address: host.to_string(),
-        }
-    }
 }
 
 /// Routes as Dapr lists them: each rule's match and path, then the
@@ -329,27 +345,31 @@ pub struct RegisteredComponent {
     pub capabilities: Vec<String>,
 }
 
-/// The metadata of the call's generation, with the app's subscriptions
-/// and connection as the sidecar `state` serves them. Declared
-/// subscriptions are listed with an app channel only: without one they
-/// deliver nothing.
+/// The metadata of the call's generation, with the app's subscriptions and
+/// connection as the sidecar `state` serves them: declared subscriptions
+/// (listed with an app channel only: without one they deliver nothing),
+/// the app's own as the app service booked them on the channel, then the
+/// open topic streams.
 pub fn metadata(call: &Call, state: &ApiState) -> SidecarMetadata {
     let generation = call.generation();
     let channel = state.options.app_channel.as_ref();
     let mut subscriptions = Vec::new();
     if let Some(channel) = channel {
-        subscriptions.extend(
-            AppSubscription::declared_for(generation).map(|(_, declared)| {
-                ListedSubscription::of(&declared, SubscriptionOrigin::Declarative)
-            }),
-        );
-        subscriptions.extend(
-            channel
-                .listed()
-                .get()
-                .iter()
-                .map(|(_, own)| ListedSubscription::of(own, SubscriptionOrigin::Programmatic)),
-        );
+        let app_id = generation.app_id();
+        let declared = generation.sections().subscriptions.0.values();
+        subscriptions.extend(declared.filter(|declared| declared.applies_to(app_id)).map(
+            |declared| {
+                ListedSubscription::new(
+                    &declared.pubsub_name,
+                    &declared.topic,
+                    &declared.metadata,
+                    &declared.routes,
+                    declared.dead_letter_topic.as_deref(),
+                    SubscriptionOrigin::Declarative,
+                )
+            },
+        ));
+        subscriptions.extend(channel.listed().get().iter().cloned());
     }
     subscriptions.extend(StreamingSubscriptions::of(&state.metrics).listed());
     let components = generation
@@ -369,7 +389,7 @@ pub fn metadata(call: &Call, state: &ApiState) -> SidecarMetadata {
         generation: generation.number,
         components,
         subscriptions,
-        app_connection: channel.map(AppConnection::of),
+        app_connection: channel.map(|channel| channel.connection()),
     }
 }
 
@@ -433,64 +453,6 @@ mod tests {
         assert!(answer.subscriptions.is_empty());
         assert_eq!(answer.app_connection, None);
         runtime.shutdown().await;
-    }
-
-    #[tokio::test]
-    async fn open_streams_and_the_app_channel_are_shown() {
-        let mut state = ApiState::empty().await;
-        let channel = AppChannel::local(6001).with_protocol(crate::app::AppProtocol::Grpc);
-        state.options = Arc::new(crate::ApiOptions {
-            app_channel: Some(channel),
-            ..crate::ApiOptions::default()
-        });
-        let streams = StreamingSubscriptions::of(&state.metrics);
-        let listing = streams.open(
-            "bus",
-            "orders",
-            BTreeMap::from([("rawPayload".into(), "true".into())]),
-            Some("dead".into()),
-        );
-        let call = Call::new(&state.runtime, StoreLabel::default());
-        let answer = metadata(&call, &state);
-        assert_eq!(
-            answer.app_connection,
-            Some(AppConnection {
-                port: 6001,
-                protocol: "grpc",
-                channel_address: "127.0.0.1".into(),
-            })
-        );
-        let [stream] = answer.subscriptions.as_slice() else {
-            panic!("{:?}", answer.subscriptions);
-        };
-        assert_eq!(
-            (stream.pubsub_name.as_str(), stream.topic.as_str()),
-            ("bus", "orders")
-        );
-        assert_eq!(stream.origin, SubscriptionOrigin::Streaming);
-        assert_eq!(stream.dead_letter_topic.as_deref(), Some("dead"));
-        assert_eq!(stream.metadata["rawPayload"], "true");
-        drop(listing);
-        assert!(metadata(&call, &state).subscriptions.is_empty());
-        state.runtime.shutdown().await;
-    }
-
-    #[test]
-    fn routes_are_listed_as_daprs_rules_with_the_default_last() {
-        let value = serde_json::json!([{"pubsubname": "p", "topic": "t", "routes": {
-            "rules": [{"match": "event.type == \"widget\"", "path": "/widgets"}],
-            "default": "/products"}}]);
-        let parsed = crate::app::parse_subscriptions(&value).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            dapr_rules(&parsed[0].routes),
-            [
-                (
-                    "event.type == \"widget\"".to_string(),
-                    "/widgets".to_string()
-                ),
-                (String::new(), "/products".to_string())
-            ]
-        );
     }
 
     #[test]

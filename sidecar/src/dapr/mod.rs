@@ -43,8 +43,8 @@ pub use file_upload::UploadError;
 pub use lock::{LockOpError, LockOps};
 pub use metadata::{
     dapr_component_type, metadata, AppConnection, ExtendedMetadata, ExtendedMetadataError,
-    ListedSubscription, RegisteredComponent, SidecarMetadata, StreamListing,
-    StreamingSubscriptions, SubscriptionOrigin, MAX_EXTENDED_METADATA_ENTRIES,
+    ListedSubscription, ProgrammaticSubscriptions, RegisteredComponent, SidecarMetadata,
+    StreamListing, StreamingSubscriptions, SubscriptionOrigin, MAX_EXTENDED_METADATA_ENTRIES,
     MAX_EXTENDED_METADATA_KEY_BYTES, MAX_EXTENDED_METADATA_VALUE_BYTES,
 };
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
