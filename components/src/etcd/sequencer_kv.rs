@@ -20,6 +20,11 @@ pub struct EtcdCounters {
     settings: EtcdSettings,
     /// The cluster's id, as its members answer it (0: not told).
     cluster: u64,
+    /// One lift at a time per counter (striped by key): concurrent first
+    /// requests after a restart wait for the first one's lift rather than
+    /// each putting the counter past the floor (ids skipped, and puts, by
+    /// the number of callers).
+    lifts: [tokio::sync::Mutex<()>; LIFT_STRIPES],
 }
 
 impl std::fmt::Debug for EtcdCounters {
@@ -65,6 +70,7 @@ impl EtcdCounters {
             client,
             settings: settings.clone(),
             cluster,
+            lifts: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
         };
         Ok(counters)
     }
@@ -140,10 +146,24 @@ impl EtcdCounters {
     pub async fn next_above(&self, keys: &CounterKeys, floor: i64) -> Result<i64, String> {
         let key = &keys.counter;
         let mut counter = self.bumped(keys).await?;
+        let mut lifting = None;
         for _ in 0..MAX_JUMPS {
             let floor = floor.max(counter.recreated_floor(keys)?);
             let id = counter.id(key)?;
             if id <= floor {
+                if lifting.is_none() {
+                    let stripe = &self.lifts[lift_stripe(key)];
+                    match stripe.try_lock() {
+                        Ok(guard) => lifting = Some(guard),
+                        Err(_) => {
+                            // Another request lifts it: the counter is
+                            // read again (bumped) once it is done.
+                            lifting = Some(stripe.lock().await);
+                            counter = self.bumped(keys).await?;
+                            continue;
+                        }
+                    }
+                }
                 let behind = u64::try_from(floor - id).unwrap_or(u64::MAX);
                 if behind < MAX_LIFT_PUTS {
                     counter = match self.put_past(keys, floor, counter).await? {
@@ -272,6 +292,17 @@ pub const MAX_LIFT_PUTS: u64 = 4_096;
 
 /// Most puts [`EtcdCounters::next_above`] has in flight at once.
 pub const LIFT_PARALLEL: u64 = 64;
+
+/// How many locks the lifts of a sequencer's counters share (a counter's
+/// is picked by its key's hash).
+const LIFT_STRIPES: usize = 32;
+
+/// The lift lock of counter `key`.
+fn lift_stripe(key: &str) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
+    usize::try_from(hash % LIFT_STRIPES as u64).unwrap_or(0)
+}
 
 /// Most times [`EtcdCounters::next_above`] tries to make a counter jump.
 pub const MAX_JUMPS: usize = 16;

@@ -268,3 +268,32 @@ async fn counters_in_the_earlier_layout_go_on() {
     let shared = sequencer_of("app1", "etcd-shared", "etcd", metadata).await;
     assert_eq!(shared.get_next_id(next("shared")).await, Ok(41));
 }
+
+/// Many first requests at once on a counter behind its floor (a restart
+/// with a reservation, a `biggerThan`): one lifts it, the others wait and
+/// take the next ids, rather than each putting it past the floor (ids
+/// skipped and puts by the number of callers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_requests_lift_a_counter_once() {
+    let server = EtcdServer::start().await;
+    let metadata = json!({"endpoints": server.endpoint(), "biggerThan": {"herd": 2000}});
+    let ids = sequencer_of("app1", "etcd-herd", "etcd", metadata).await;
+    let callers: Vec<_> = (0..32)
+        .map(|_| {
+            let ids = ids.clone();
+            tokio::spawn(async move { ids.get_next_id(next("herd")).await.unwrap() })
+        })
+        .collect();
+    let mut got = Vec::new();
+    for caller in callers {
+        got.push(caller.await.unwrap());
+    }
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got.len(), 32, "an id handed out twice");
+    assert!(got[0] > 2000, "{got:?}");
+    let version = version(&server, "/layotto/sequencer|||app1||herd").await;
+    // One lift: at most one batch of puts past the floor, plus the
+    // callers' own puts.
+    assert!(version < 2000 + 64 + 2 * 32, "{version} puts for 32 ids");
+}
