@@ -120,6 +120,36 @@ async fn published_events_reach_a_streaming_subscriber_as_cloud_events() {
     sidecar.stop().await;
 }
 
+/// A streamed subscription lives as long as its call: its requests (one
+/// acknowledgement per event) are charged to the listener's request-byte
+/// budget one message at a time, not for the life of the stream, which
+/// once filled the budget and cut the subscription and every other call.
+#[tokio::test]
+async fn a_long_subscription_s_acknowledgements_do_not_use_up_the_request_budget() {
+    let options = ApiOptions {
+        max_request_bytes: 4096,
+        max_request_bytes_in_flight: 4096,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(CONFIG, options).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribed");
+    // The budget is at least one body and its framing (68 KiB here);
+    // 3,000 acknowledgements of about 45 bytes are twice that.
+    for n in 0..3_000 {
+        client
+            .publish_event(publish("orders", n.to_string().as_bytes(), "text/plain"))
+            .await
+            .unwrap_or_else(|status| panic!("publish {n}: {status:?}"));
+        let event = sub.event().await;
+        assert_eq!(event.data, n.to_string().as_bytes());
+        sub.answer(&event.id, Status::Success).await;
+    }
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn a_stream_ends_with_a_status_when_its_pubsub_is_removed() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;

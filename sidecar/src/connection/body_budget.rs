@@ -12,6 +12,11 @@
 //! holds only the bytes read and not yet taken by the store, so an upload
 //! larger than the budget passes, and a slow one does not starve the
 //! listener's other requests.
+//!
+//! A gRPC request stream (a streamed subscription's acknowledgements, a
+//! Layotto configuration subscription) lives as long as its call: it holds
+//! only the message being read ([`Budgeted::messages`]), not every message
+//! it has carried.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +26,8 @@ use std::task::{Context, Poll};
 use http_body::{Body, Frame, SizeHint};
 use tonic::codegen::Bytes;
 use tonic::Status;
+
+use super::grpc_framing::GrpcFraming;
 
 /// Errors a body wrapper passes on: the inner body's, or the budget's.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -101,6 +108,12 @@ enum Held {
         charged: usize,
     },
     Shared(Arc<Charge>),
+    /// A gRPC request stream: the charge is the message being read.
+    Messages {
+        budget: Arc<BodyBudget>,
+        charged: usize,
+        framing: GrpcFraming,
+    },
 }
 
 /// A request body charged to a [`BodyBudget`] as it is read.
@@ -115,6 +128,21 @@ impl<B> Budgeted<B> {
         Self {
             body,
             held: Held::Inline { budget, charged: 0 },
+        }
+    }
+
+    /// A gRPC request stream `body`, charged to `budget` for the message
+    /// being read: when the stream's decoder asks for more bytes, it has
+    /// taken every whole message, so only the unfinished one's bytes stay
+    /// charged (a partial message parked on the stream still counts).
+    pub fn messages(body: B, budget: Arc<BodyBudget>) -> Self {
+        Self {
+            body,
+            held: Held::Messages {
+                budget,
+                charged: 0,
+                framing: GrpcFraming::default(),
+            },
         }
     }
 
@@ -140,7 +168,10 @@ impl<B> Budgeted<B> {
 impl<B> Drop for Budgeted<B> {
     fn drop(&mut self) {
         match &self.held {
-            Held::Inline { budget, charged } => budget.release(*charged),
+            Held::Inline { budget, charged }
+            | Held::Messages {
+                budget, charged, ..
+            } => budget.release(*charged),
             Held::Shared(charge) => {
                 let held = charge.charged.swap(0, Ordering::AcqRel);
                 charge.budget.release(held);
@@ -161,6 +192,17 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Held::Messages {
+            budget,
+            charged,
+            framing,
+        } = &mut self.held
+        {
+            // Asked for more: the whole messages read so far are taken.
+            let taken = *charged - framing.partial();
+            budget.release(taken);
+            *charged -= taken;
+        }
         let frame = match Pin::new(&mut self.body).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error.into()))),
@@ -169,7 +211,7 @@ where
         };
         let bytes = frame.data_ref().map_or(0, Bytes::len);
         let budget = match &self.held {
-            Held::Inline { budget, .. } => budget,
+            Held::Inline { budget, .. } | Held::Messages { budget, .. } => budget,
             Held::Shared(charge) => &charge.budget,
         };
         if !budget.charge(bytes) {
@@ -181,6 +223,14 @@ where
         }
         match &mut self.held {
             Held::Inline { charged, .. } => *charged += bytes,
+            Held::Messages {
+                charged, framing, ..
+            } => {
+                *charged += bytes;
+                if let Some(data) = frame.data_ref() {
+                    framing.advance(data);
+                }
+            }
             Held::Shared(charge) => {
                 charge.charged.fetch_add(bytes, Ordering::AcqRel);
             }
@@ -251,6 +301,48 @@ mod tests {
         assert_eq!(budget.in_use(), 0);
         let mut third = Budgeted::new(chunks(&[90]), Arc::clone(&budget));
         assert!(matches!(next(&mut third).await, Some(Ok(_))));
+    }
+
+    /// `n` gRPC messages of `len` bytes each, prefixes included.
+    fn grpc_messages(n: usize, len: usize) -> Vec<u8> {
+        let one = [
+            &[0][..],
+            &u32::try_from(len).expect("small").to_be_bytes(),
+            &vec![7; len],
+        ]
+        .concat();
+        one.repeat(n)
+    }
+
+    #[tokio::test]
+    async fn a_request_stream_holds_only_the_message_being_read() {
+        let budget = BodyBudget::new(1_000);
+        // 100,000 acknowledgements of 45 bytes (4.5 MB) through a budget
+        // of 1,000 bytes, in frames that split messages anywhere.
+        let bytes = grpc_messages(100_000, 40);
+        let frames: Vec<Bytes> = bytes.chunks(333).map(Bytes::copy_from_slice).collect();
+        let mut stream = Budgeted::messages(Chunks(frames), Arc::clone(&budget));
+        let mut frames_read = 0;
+        while let Some(frame) = next(&mut stream).await {
+            frame.expect("within the budget");
+            frames_read += 1;
+            assert!(budget.in_use() <= 333 + 45, "{}", budget.in_use());
+        }
+        assert_eq!(frames_read, bytes.len().div_ceil(333));
+        // A message parked half-read keeps its bytes charged.
+        let mut parked_bytes = grpc_messages(1, 900);
+        parked_bytes.truncate(600);
+        let halves = vec![
+            Bytes::copy_from_slice(&parked_bytes[..300]),
+            Bytes::copy_from_slice(&parked_bytes[300..]),
+        ];
+        let mut parked = Budgeted::messages(Chunks(halves), Arc::clone(&budget));
+        assert!(matches!(next(&mut parked).await, Some(Ok(_))));
+        assert!(matches!(next(&mut parked).await, Some(Ok(_))));
+        assert_eq!(budget.in_use(), 600);
+        drop(parked);
+        drop(stream);
+        assert_eq!(budget.in_use(), 0);
     }
 
     #[tokio::test]

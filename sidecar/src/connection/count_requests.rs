@@ -28,17 +28,36 @@ pub trait CountedBody: Sized {
     /// `self`, keeping `guard` until it ends.
     fn counted(self, guard: RequestGuard) -> Self;
 
-    /// Whether a request of this server is a file upload, whose reader
-    /// streams its body on and tells its charge what it took.
-    fn is_upload(method: &Method, path: &str) -> bool;
+    /// How a request of this server has its body read.
+    fn read_as(method: &Method, path: &str) -> BodyRead;
 
     /// `self`, charged to `budget` as it is read, and (for an upload) the
     /// handle on its charge.
-    fn budgeted(self, budget: &Arc<BodyBudget>, upload: bool) -> (Self, Option<BodyCharge>);
+    fn budgeted(self, budget: &Arc<BodyBudget>, read: BodyRead) -> (Self, Option<BodyCharge>);
+}
+
+/// How a request body is read, which decides what its charge holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    /// Read whole, then dropped: charged until dropped.
+    Whole,
+    /// A file upload, whose reader streams it on and tells its charge
+    /// what it took.
+    Upload,
+    /// A gRPC request stream as long as its call (a subscription's
+    /// requests and acknowledgements): charged for the message being read.
+    Messages,
 }
 
 /// Layotto's client-streaming upload.
 const LAYOTTO_PUT_FILE: &str = "/spec.proto.runtime.v1.Runtime/PutFile";
+
+/// The gRPC calls whose requests are a stream for the life of the call.
+const REQUEST_STREAMS: [&str; 3] = [
+    "/dapr.proto.runtime.v1.Dapr/SubscribeTopicEventsAlpha1",
+    "/spec.proto.runtime.v1.Runtime/SubscribeTopicEvents",
+    "/spec.proto.runtime.v1.Runtime/SubscribeConfiguration",
+];
 
 /// The HTTP file route's prefix (`PUT` on it is an upload).
 const HTTP_FILES: &str = "/v1.0/rewire/file/";
@@ -48,18 +67,30 @@ impl CountedBody for tonic::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
-    fn is_upload(_: &Method, path: &str) -> bool {
-        path.as_bytes() == LAYOTTO_PUT_FILE.as_bytes()
+    fn read_as(_: &Method, path: &str) -> BodyRead {
+        if path.as_bytes() == LAYOTTO_PUT_FILE.as_bytes() {
+            BodyRead::Upload
+        } else if REQUEST_STREAMS.contains(&path) {
+            BodyRead::Messages
+        } else {
+            BodyRead::Whole
+        }
     }
 
     /// Always wrapped: a gRPC request carries a message, and asking h2
     /// whether a stream has ended costs a lock.
-    fn budgeted(self, budget: &Arc<BodyBudget>, upload: bool) -> (Self, Option<BodyCharge>) {
-        if upload {
-            let (body, charge) = Budgeted::streamed(self, Arc::clone(budget));
-            return (Self::new(body), Some(charge));
+    fn budgeted(self, budget: &Arc<BodyBudget>, read: BodyRead) -> (Self, Option<BodyCharge>) {
+        match read {
+            BodyRead::Upload => {
+                let (body, charge) = Budgeted::streamed(self, Arc::clone(budget));
+                (Self::new(body), Some(charge))
+            }
+            BodyRead::Messages => (
+                Self::new(Budgeted::messages(self, Arc::clone(budget))),
+                None,
+            ),
+            BodyRead::Whole => (Self::new(Budgeted::new(self, Arc::clone(budget))), None),
         }
-        (Self::new(Budgeted::new(self, Arc::clone(budget))), None)
     }
 }
 
@@ -68,16 +99,20 @@ impl CountedBody for axum::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
-    fn is_upload(method: &Method, path: &str) -> bool {
-        method == Method::PUT && path.as_bytes().starts_with(HTTP_FILES.as_bytes())
+    fn read_as(method: &Method, path: &str) -> BodyRead {
+        if method == Method::PUT && path.as_bytes().starts_with(HTTP_FILES.as_bytes()) {
+            BodyRead::Upload
+        } else {
+            BodyRead::Whole
+        }
     }
 
     /// An empty body (a GET's) as it is.
-    fn budgeted(self, budget: &Arc<BodyBudget>, upload: bool) -> (Self, Option<BodyCharge>) {
+    fn budgeted(self, budget: &Arc<BodyBudget>, read: BodyRead) -> (Self, Option<BodyCharge>) {
         if self.is_end_stream() {
             return (self, None);
         }
-        if upload {
+        if read == BodyRead::Upload {
             let (body, charge) = Budgeted::streamed(self, Arc::clone(budget));
             return (Self::new(body), Some(charge));
         }
@@ -179,8 +214,8 @@ where
                 .map(|peer| peer.in_flight.start()),
         };
         let (mut parts, body) = request.into_parts();
-        let upload = RequestBody::is_upload(&parts.method, parts.uri.path());
-        let (body, charge) = body.budgeted(&self.budget, upload);
+        let read = RequestBody::read_as(&parts.method, parts.uri.path());
+        let (body, charge) = body.budgeted(&self.budget, read);
         if let Some(charge) = charge {
             parts.extensions.insert(charge);
         }

@@ -13,7 +13,8 @@
 //! * `body_budget`: the request bytes a listener holds while reading
 //!   bodies; `count_requests`: the service layer that counts each request
 //!   in its connection's [`crate::in_flight`] and charges its body to the
-//!   budget.
+//!   budget; `grpc_framing`: where a gRPC request stream stands in its
+//!   messages, so that a long-lived one holds only the message being read.
 //! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
 //!   its idle timer, the shutdown cut and its slot under the cap.
 //! * `reader_pump`: a file sent to a client, let go of when the client
@@ -22,13 +23,15 @@
 mod accept;
 mod body_budget;
 mod count_requests;
+mod grpc_framing;
 mod io;
 mod reader_pump;
 
 pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
 pub use count_requests::{
-    CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer, CountedBody,
+    BodyRead, CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer,
+    CountedBody,
 };
 pub use io::{Connection, Transport};
 pub(crate) use reader_pump::{pump, pumped, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
