@@ -88,7 +88,8 @@ pub struct RedisPubSubMetadata {
     /// The consumer group (and consumer name); default: the app id.
     #[serde(default, rename = "consumerID")]
     pub consumer_id: String,
-    /// A delivered entry not acknowledged for this long is delivered again.
+    /// A delivered entry not acknowledged for this long is delivered again;
+    /// `0`: never (as Dapr: pending entries are not looked for).
     #[serde(default, deserialize_with = "deserialize_timeout")]
     pub processing_timeout: Option<Timeout>,
     /// How often entries past `processingTimeout` are looked for; `0`:
@@ -138,10 +139,15 @@ impl RedisPubSubMetadata {
             Some(n) if n > MAX_DEPTH => Err(format!("`{name}` is {n}, more than {MAX_DEPTH}")),
             Some(n) => Ok(n),
         };
+        // `0` turns redelivery off, as Dapr's `reclaimPendingMessagesLoop`
+        // does (it returns at once when `processingTimeout` is 0).
         let processing_timeout = match self.processing_timeout {
-            Some(Timeout::After(d)) if !d.is_zero() => d,
-            None | Some(Timeout::After(_)) => DEFAULT_PROCESSING_TIMEOUT,
-            Some(Timeout::Never) => return Err("`processingTimeout` must be positive".into()),
+            None => Some(DEFAULT_PROCESSING_TIMEOUT),
+            Some(Timeout::After(d)) if d.is_zero() => None,
+            Some(Timeout::After(d)) => Some(d),
+            Some(Timeout::Never) => {
+                return Err("`processingTimeout` must not be negative (`0`: no redelivery)".into())
+            }
         };
         let redeliver_interval = match self.redeliver_interval {
             None => Some(DEFAULT_REDELIVER_INTERVAL),
@@ -182,7 +188,7 @@ impl fmt::Debug for RedisPubSubMetadata {
 impl Default for Tunables {
     fn default() -> Self {
         Self {
-            processing_timeout: DEFAULT_PROCESSING_TIMEOUT,
+            processing_timeout: Some(DEFAULT_PROCESSING_TIMEOUT),
             redeliver_interval: Some(DEFAULT_REDELIVER_INTERVAL),
             queue_depth: DEFAULT_QUEUE_DEPTH,
             concurrency: DEFAULT_CONCURRENCY,
@@ -194,8 +200,9 @@ impl Default for Tunables {
 /// What can change without a new connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunables {
-    /// See [`RedisPubSubMetadata::processing_timeout`].
-    pub processing_timeout: Duration,
+    /// See [`RedisPubSubMetadata::processing_timeout`]; `None`: pending
+    /// entries are never delivered again (`processingTimeout: 0`).
+    pub processing_timeout: Option<Duration>,
     /// `None`: no redelivery of stale entries.
     pub redeliver_interval: Option<Duration>,
     /// See [`RedisPubSubMetadata::queue_depth`].
@@ -204,6 +211,15 @@ pub struct Tunables {
     pub concurrency: usize,
     /// See [`RedisPubSubMetadata::max_len_approx`].
     pub max_len_approx: Option<u64>,
+}
+
+impl Tunables {
+    /// How often pending entries are looked for and how long one must
+    /// have been pending to be delivered again; `None` when either
+    /// `processingTimeout` or `redeliverInterval` is `0` (as Dapr).
+    pub fn redelivery(&self) -> Option<(Duration, Duration)> {
+        Some((self.redeliver_interval?, self.processing_timeout?))
+    }
 }
 
 #[cfg(test)]
@@ -253,5 +269,28 @@ mod tests {
             }
         }
         assert!(decode(json!({"redisHost": "h:1,g:2", "failover": true})).is_ok());
+    }
+
+    #[test]
+    fn a_processing_timeout_of_zero_turns_redelivery_off() {
+        let tunables = |extra: serde_json::Value| {
+            let mut metadata = json!({"redisHost": "h:1"});
+            for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+                metadata[k] = v;
+            }
+            decode(metadata).expect("decoded").tunables()
+        };
+        let off = tunables(json!({"processingTimeout": "0"})).expect("accepted");
+        assert_eq!(off.processing_timeout, None);
+        assert_eq!(off.redelivery(), None);
+        let off = tunables(json!({"redeliverInterval": 0})).expect("accepted");
+        assert_eq!(off.redelivery(), None);
+        let on = tunables(json!({})).expect("accepted");
+        assert_eq!(
+            on.redelivery(),
+            Some((DEFAULT_REDELIVER_INTERVAL, DEFAULT_PROCESSING_TIMEOUT))
+        );
+        let err = tunables(json!({"processingTimeout": "-1"})).expect_err("negative");
+        assert!(err.contains("processingTimeout"), "{err}");
     }
 }

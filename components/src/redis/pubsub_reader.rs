@@ -278,11 +278,11 @@ impl Reader {
                 });
             }
             let tunables = **self.tunables.load();
-            if let (Some(every), None) = (tunables.redeliver_interval, &drain) {
+            if let (Some((every, idle)), None) = (tunables.redelivery(), &drain) {
                 if reclaim_now || last_reclaim.elapsed() >= every {
                     last_reclaim = Instant::now();
                     reclaim_now = false;
-                    if let Err(err) = self.reclaim(&in_flight, &tunables).await {
+                    if let Err(err) = self.reclaim(&in_flight, idle, tunables.queue_depth).await {
                         if self.group_recreated(&err).await {
                             continue;
                         }
@@ -455,9 +455,10 @@ impl Reader {
     async fn reclaim(
         &mut self,
         in_flight: &Arc<Semaphore>,
-        tunables: &Tunables,
+        idle: Duration,
+        count: usize,
     ) -> Result<(), RedisError> {
-        let idle = u64::try_from(tunables.processing_timeout.as_millis()).unwrap_or(u64::MAX);
+        let idle = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&self.topic)
             .arg(&self.connected.group)
@@ -465,7 +466,7 @@ impl Reader {
             .arg(idle)
             .arg("0-0")
             .arg("COUNT")
-            .arg(tunables.queue_depth)
+            .arg(count)
             .query_async(&mut self.reading)
             .await?;
         let claimed = match reply {

@@ -506,3 +506,98 @@ async fn a_drain_does_not_deliver_again_what_a_reader_on_the_same_server_awaits(
         "{pending:?}"
     );
 }
+
+/// Leaves `count` entries of `topic` pending for consumer `dead` of group
+/// `app` (a process that read them and died), each idle for an hour.
+async fn leave_pending(server: &RedisServer, topic: &str, count: usize) {
+    server
+        .query(&["XGROUP", "CREATE", topic, "app", "0", "MKSTREAM"])
+        .await
+        .expect("group");
+    let count = count.to_string();
+    server
+        .query(&[
+            "EVAL",
+            "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'data', 'crashed' .. i) end return 1",
+            "1",
+            topic,
+            &count,
+        ])
+        .await
+        .expect("xadd");
+    server
+        .query(&[
+            "XREADGROUP",
+            "GROUP",
+            "app",
+            "dead",
+            "COUNT",
+            &count,
+            "STREAMS",
+            topic,
+            ">",
+        ])
+        .await
+        .expect("read by the crashed process");
+    // XCLAIM with a minimum idle time of 0 and IDLE sets how long they
+    // look idle: an hour, past any `processingTimeout`.
+    server
+        .query(&[
+            "EVAL",
+            "local ids = redis.call('XPENDING', KEYS[1], 'app', '-', '+', tonumber(ARGV[1])) \
+             for _, e in ipairs(ids) do redis.call('XCLAIM', KEYS[1], 'app', 'dead', 0, e[1], 'IDLE', 3600000) end return #ids",
+            "1",
+            topic,
+            &count,
+        ])
+        .await
+        .expect("made idle");
+}
+
+/// How many entries of `topic` are pending for each consumer of `app`.
+async fn pending_by_consumer(server: &RedisServer, topic: &str) -> Vec<String> {
+    server
+        .query(&[
+            "EVAL",
+            "local s = redis.call('XPENDING', KEYS[1], 'app') local out = {} \
+             for _, c in ipairs(s[4] or {}) do table.insert(out, c[1] .. '=' .. c[2]) end return out",
+            "1",
+            topic,
+        ])
+        .await
+        .expect("xpending")
+}
+
+#[tokio::test]
+async fn a_processing_timeout_of_zero_never_delivers_pending_entries_again() {
+    // As Dapr: `processingTimeout: 0` turns redelivery off (it was taken
+    // for the 60 s default, and an entry pending for an hour came back).
+    let server = RedisServer::start().await;
+    leave_pending(&server, "orders", 1).await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app",
+        "processingTimeout": "0", "redeliverInterval": "100ms"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "new"))
+        .await
+        .expect("published");
+    assert_eq!(next_text(&mut sub, DeliveryOutcome::Retry).await, "new");
+    // Neither the hour-old entry nor the one handed back comes again.
+    let again = tokio::time::timeout(
+        std::time::Duration::from_millis(1500),
+        sub.deliveries.recv(),
+    )
+    .await;
+    assert!(
+        again.is_err(),
+        "delivered again: {:?}",
+        again.ok().flatten().map(|d| d.message.data)
+    );
+    assert_eq!(
+        pending_by_consumer(&server, "orders").await,
+        ["app=1", "dead=1"]
+    );
+}
