@@ -325,3 +325,59 @@ async fn no_configuration_store_at_all_is_failed_precondition() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     sidecar.stop().await;
 }
+
+/// Keys past the sidecar's bounds (10,000 keys; 64 KiB of keys, 32 bytes
+/// more each) are `INVALID_ARGUMENT` naming the store and the limit, for a
+/// get and for a subscription, which would keep them for as long as it is
+/// open; within them, a subscription opens. Failed before the fix: every
+/// key was taken (and, subscribed, kept).
+#[tokio::test]
+async fn keys_past_the_sidecars_bounds_are_invalid_argument() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let many: Vec<String> = (0..10_001).map(|i| format!("k{i}")).collect();
+    let large: Vec<String> = (0..3)
+        .map(|i| format!("{i}{}", "x".repeat(30_000)))
+        .collect();
+    for (keys, limit) in [(many, "10000"), (large, "65536 bytes")] {
+        let subscribe = SubscribeConfigurationRequest {
+            keys: keys.clone(),
+            ..subscribe_request(&[])
+        };
+        let err = client
+            .subscribe_configuration(subscribe)
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().contains("configuration store `config`") && err.message().contains(limit),
+            "{}",
+            err.message()
+        );
+        let get = GetConfigurationRequest {
+            store_name: "config".into(),
+            keys,
+            metadata: HashMap::new(),
+        };
+        let err = client.get_configuration(get).await.expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(limit), "{}", err.message());
+    }
+    // 1,000 short keys (about 40 KB as counted) are within the bounds.
+    let within: Vec<String> = (0..1_000).map(|i| format!("k{i}")).collect();
+    let subscribe = SubscribeConfigurationRequest {
+        keys: within,
+        ..subscribe_request(&[])
+    };
+    let mut stream = client
+        .subscribe_configuration(subscribe)
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let first = grpc::next(&mut stream)
+        .await
+        .expect("the stream ended")
+        .expect("the stream failed");
+    assert!(!first.id.is_empty(), "the first message carries the id");
+    sidecar.stop().await;
+}

@@ -145,3 +145,33 @@ async fn no_configuration_store_at_all_is_not_configured() {
     );
     sidecar.stop().await;
 }
+
+/// Keys past the sidecar's bounds (10,000 keys; 64 KiB of keys, 32 bytes
+/// more each) are a 400 `ERR_MALFORMED_REQUEST` naming the store and the
+/// limit. Failed before the fix: every key was taken.
+#[tokio::test]
+async fn keys_past_the_sidecars_bounds_are_malformed_requests() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    // (A URI holds at most 64 KiB: the same short key, many times.)
+    let many = "&key=a".repeat(10_001);
+    // 2,500 keys of 5 bytes: 92,500 bytes as counted.
+    let large: String = (0..2_500).map(|i| format!("&key=k{i:04}")).collect();
+    for (keys, limit) in [(many.as_str(), "10000"), (large.as_str(), "65536 bytes")] {
+        let url = format!(
+            "{}/v1.0/configuration/settings?{}",
+            sidecar.http_url(),
+            &keys[1..]
+        );
+        let response = get(&client, url).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let error = body_json(response).await;
+        assert_eq!(error["errorCode"], "ERR_MALFORMED_REQUEST");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("configuration store `settings`") && message.contains(limit),
+            "{message}"
+        );
+    }
+    sidecar.stop().await;
+}

@@ -236,3 +236,38 @@ async fn without_an_app_channel_or_store_dapr_errors() {
     }
     sidecar.stop().await;
 }
+
+/// A subscription keeps its keys for as long as it is open: keys past the
+/// sidecar's bounds (10,000 keys; 64 KiB of keys, 32 bytes more each) are
+/// a 400 `ERR_MALFORMED_REQUEST` naming the store and the limit, on both
+/// paths. Failed before the fix: the subscription opened with every key.
+#[tokio::test]
+async fn keys_past_the_sidecars_bounds_are_malformed_requests() {
+    let (sidecar, _rx) = start_with_app().await;
+    let client = Client::new();
+    // (A URI holds at most 64 KiB: the same short key, many times.)
+    let many = "&key=a".repeat(10_001);
+    // 2,500 keys of 5 bytes: 92,500 bytes as counted.
+    let large: String = (0..2_500).map(|i| format!("&key=k{i:04}")).collect();
+    for prefix in ["v1.0", "v1.0-alpha1"] {
+        for (keys, limit) in [(many.as_str(), "10000"), (large.as_str(), "65536 bytes")] {
+            let url = format!(
+                "{}/{prefix}/configuration/config/subscribe?{}",
+                sidecar.http_url(),
+                &keys[1..]
+            );
+            let (status, body) = call(&client, url).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{prefix}: {body}");
+            assert_eq!(body["errorCode"], "ERR_MALFORMED_REQUEST", "{body}");
+            let message = body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("configuration store `config`") && message.contains(limit),
+                "{message}"
+            );
+        }
+    }
+    // Within them, a subscription opens.
+    let keys: String = (0..1_000).map(|i| format!("&key=k{i}")).collect();
+    subscribe(&client, &sidecar, "v1.0", &format!("?{}", &keys[1..])).await;
+    sidecar.stop().await;
+}

@@ -86,10 +86,39 @@ async fn missing_secret_and_unknown_store_are_dapr_errors() {
 
     for url in [format!("{base}/vault/db"), format!("{base}/vault/bulk")] {
         let unknown = get(&client, url).await;
-        assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+        // Dapr's `ErrSecretStoreNotFound` is a 401 (failed before the
+        // fix: 400).
+        assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             body_json(unknown).await,
             json!({"errorCode": "ERR_SECRET_STORE_NOT_FOUND", "message": "failed finding secret store with key vault"})
+        );
+    }
+    sidecar.stop().await;
+}
+
+/// A path segment that is no UTF-8 once decoded (`%FF`) is Dapr's JSON
+/// 400 `ERR_MALFORMED_REQUEST` on every secret route (failed before the
+/// fix: axum's plain-text "Invalid URL").
+#[tokio::test]
+async fn a_path_that_does_not_decode_is_dapr_malformed_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = sidecar(&dir).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/secrets", sidecar.http_url());
+    for url in [
+        format!("{base}/local/%FF"),
+        format!("{base}/%FF/db"),
+        format!("{base}/%FF/bulk"),
+    ] {
+        let refused = get(&client, url.clone()).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{url}");
+        let error = body_json(refused).await;
+        assert_eq!(error["errorCode"], "ERR_MALFORMED_REQUEST", "{url}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("failed decoding the URL path"),
+            "{message}"
         );
     }
     sidecar.stop().await;

@@ -235,6 +235,41 @@ async fn unknown_store_and_bad_bodies_are_dapr_errors() {
     sidecar.stop().await;
 }
 
+/// A path segment that is no UTF-8 once decoded (`%FF`) is Dapr's JSON
+/// 400 `ERR_MALFORMED_REQUEST` on every state route, not a key lookup
+/// (failed before the fix: axum's plain-text "Invalid URL").
+#[tokio::test]
+async fn a_path_that_does_not_decode_is_dapr_malformed_request() {
+    let (sidecar, client, url) = sidecar().await;
+    let bad_store = format!("{}/v1.0/state/%FF", sidecar.http_url());
+    for request in [
+        client.get(format!("{url}/%FF")),
+        client.delete(format!("{url}/%FF")),
+        client.get(format!("{bad_store}/k")),
+        client
+            .post(&bad_store)
+            .json(&json!([{"key": "k", "value": 1}])),
+        client
+            .post(format!("{bad_store}/bulk"))
+            .json(&json!({"keys": ["k"]})),
+        client
+            .post(format!("{bad_store}/transaction"))
+            .json(&json!({"operations": []})),
+    ] {
+        let response = send(request).await;
+        let url = response.url().to_string();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{url}");
+        let error = body_json(response).await;
+        assert_eq!(error["errorCode"], "ERR_MALFORMED_REQUEST", "{url}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("failed decoding the URL path"),
+            "{message}"
+        );
+    }
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn values_come_back_byte_for_byte_as_sent() {
     let (sidecar, client, url) = sidecar().await;

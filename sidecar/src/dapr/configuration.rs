@@ -14,7 +14,22 @@ use rewire_runtime::{
 
 use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
+use super::request_limits::{MAX_BULK_ITEMS, MAX_REQUEST_METADATA_BYTES};
 use super::retry_rule;
+
+/// Most keys one configuration request may name: as many as a bulk
+/// request's items.
+const MAX_CONFIG_KEYS: usize = MAX_BULK_ITEMS;
+
+/// Most bytes the keys of one configuration request may take together,
+/// counted as each key's length plus [`KEY_OVERHEAD`]: four times what its
+/// metadata may take. A subscription keeps its keys for as long as it is
+/// open, and thousands may be open.
+const MAX_CONFIG_KEY_BYTES: usize = 4 * MAX_REQUEST_METADATA_BYTES;
+
+/// What one key costs beyond its text (a string and a list slot), so that
+/// many empty keys count too.
+const KEY_OVERHEAD: usize = 32;
 
 /// Why a configuration operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +60,21 @@ pub enum ConfigOpError {
         store: String,
         /// The limit exceeded.
         source: OverBudget,
+    },
+    /// The request names more keys than the sidecar's limit (10,000).
+    #[error("the request for configuration store `{store}` names {count} keys, more than the sidecar's limit of {MAX_CONFIG_KEYS}; ask for fewer keys, or for every key (none)")]
+    TooManyKeys {
+        /// The store.
+        store: String,
+        /// Keys sent.
+        count: usize,
+    },
+    /// The request's keys take more bytes than the sidecar's limit
+    /// (64 KiB, a key's text plus 32 bytes each).
+    #[error("the keys of the request for configuration store `{store}` take more than {MAX_CONFIG_KEY_BYTES} bytes (their text, plus {KEY_OVERHEAD} per key), the sidecar's limit; ask for fewer keys, or for every key (none)")]
+    KeysTooLarge {
+        /// The store.
+        store: String,
     },
     /// Items could not be written (or the store is read-only).
     #[error("failed to save {keys:?} in configuration store `{store}`: {source}")]
@@ -82,7 +112,11 @@ impl ConfigOpError {
     /// The store's own error, when the store was found.
     pub fn store_error(&self) -> Option<&ConfigError> {
         match self {
-            Self::NotConfigured | Self::NotFound(_) | Self::TooLarge { .. } => None,
+            Self::NotConfigured
+            | Self::NotFound(_)
+            | Self::TooLarge { .. }
+            | Self::TooManyKeys { .. }
+            | Self::KeysTooLarge { .. } => None,
             Self::Get { source, .. }
             | Self::Save { source, .. }
             | Self::Delete { source, .. }
@@ -132,6 +166,7 @@ impl ConfigOps {
     }
 
     async fn read(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigOpError> {
+        self.check_keys(&query.keys)?;
         let store = &self.store;
         self.call
             .guarded(
@@ -233,6 +268,7 @@ impl ConfigOps {
     /// store across reloads (the store was checked in the call's
     /// generation).
     pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigOpError> {
+        self.check_keys(&query.keys)?;
         let keys = shown_keys(query.keys.iter().map(String::as_str));
         let handle = self.call.runtime().config_store(&self.name);
         self.call
@@ -249,6 +285,24 @@ impl ConfigOps {
                 keys,
                 source: self.scrubbed(e),
             })
+    }
+
+    /// Refuses a request naming more keys, or larger ones, than the
+    /// sidecar keeps for one request ([`MAX_CONFIG_KEYS`],
+    /// [`MAX_CONFIG_KEY_BYTES`]).
+    fn check_keys(&self, keys: &[String]) -> Result<(), ConfigOpError> {
+        if keys.len() > MAX_CONFIG_KEYS {
+            return Err(ConfigOpError::TooManyKeys {
+                store: self.name.clone(),
+                count: keys.len(),
+            });
+        }
+        if keys_bytes(keys) > MAX_CONFIG_KEY_BYTES {
+            return Err(ConfigOpError::KeysTooLarge {
+                store: self.name.clone(),
+            });
+        }
+        Ok(())
     }
 
     fn target(&self) -> (Kind, &str) {
@@ -292,6 +346,11 @@ pub(crate) fn shown_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Str
         shown.push(format!("… and {more} more"));
     }
     shown
+}
+
+/// The size of `keys` as [`MAX_CONFIG_KEY_BYTES`] counts it.
+fn keys_bytes(keys: &[String]) -> usize {
+    keys.iter().map(|key| key.len() + KEY_OVERHEAD).sum()
 }
 
 /// What one configuration item adds to an answer, in bytes.

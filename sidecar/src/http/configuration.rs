@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -26,6 +26,7 @@ use rewire_runtime::ConfigQuery;
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
+use super::path_params::PathParams;
 use crate::app::config_updates::{ConfigUpdates, OpenError};
 use crate::app::AppProtocol;
 use crate::dapr::{Call, ResponseBudget};
@@ -45,7 +46,7 @@ pub struct Item {
 pub async fn get(
     State(state): State<ApiState>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     query: QueryPairs,
 ) -> Result<Response, HttpError> {
     let store = call.config_store(&store_name)?;
@@ -103,7 +104,7 @@ pub async fn subscribe(
     State(state): State<ApiState>,
     Extension(updates): Extension<ConfigUpdates>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     query: QueryPairs,
 ) -> Result<Response, HttpError> {
     // Dapr's order: the store, then the app channel.
@@ -162,7 +163,7 @@ fn no_app_channel(state: &ApiState) -> HttpError {
 pub async fn unsubscribe(
     Extension(updates): Extension<ConfigUpdates>,
     call: Call,
-    Path((store_name, id)): Path<(String, String)>,
+    PathParams((store_name, id)): PathParams<(String, String)>,
 ) -> Result<Response, HttpError> {
     call.config_store(&store_name)?;
     updates

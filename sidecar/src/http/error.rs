@@ -44,6 +44,9 @@ pub enum HttpError {
     /// The query string could not be understood.
     #[error("failed deserializing the query string: {0}")]
     MalformedQuery(String),
+    /// A path parameter could not be decoded (`%FF`: no UTF-8).
+    #[error("failed decoding the URL path: {0}")]
+    MalformedPath(String),
     /// The request is understood but refused: over one of the sidecar's
     /// bounds, a key Dapr refuses, an unknown option.
     #[error("{0}")]
@@ -193,6 +196,7 @@ impl HttpError {
             Self::Malformed(_)
             | Self::MalformedBody { .. }
             | Self::MalformedQuery(_)
+            | Self::MalformedPath(_)
             | Self::Invalid(_) => "ERR_MALFORMED_REQUEST",
             Self::BodyTooLarge { .. } => "ERR_BODY_TOO_LARGE",
             Self::BodiesBusy(_) => "ERR_TOO_MANY_REQUESTS",
@@ -217,11 +221,11 @@ impl HttpError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::StateStoreNotFound(_)
-            | Self::SecretStoreNotFound(_)
             | Self::ConfigStoreNotFound(_)
             | Self::Malformed(_)
             | Self::MalformedBody { .. }
             | Self::MalformedQuery(_)
+            | Self::MalformedPath(_)
             | Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } | Self::ResponseTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodiesBusy(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -237,7 +241,11 @@ impl HttpError {
             | Self::NotReady(_)
             | Self::NotReadyWithheld
             | Self::StateStoresNotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unauthorized | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
+            // Dapr's `ErrSecretStoreNotFound` is a 401 (and gRPC's
+            // `INVALID_ARGUMENT`).
+            Self::SecretStoreNotFound(_) | Self::Unauthorized | Self::AdminUnauthorized => {
+                StatusCode::UNAUTHORIZED
+            }
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Api { status, .. } => *status,
@@ -369,6 +377,9 @@ impl From<ConfigOpError> for HttpError {
             too_large @ ConfigOpError::TooLarge { .. } => {
                 Self::ResponseTooLarge(too_large.to_string())
             }
+            limit @ (ConfigOpError::TooManyKeys { .. } | ConfigOpError::KeysTooLarge { .. }) => {
+                Self::Invalid(limit.to_string())
+            }
             ConfigOpError::Get {
                 store,
                 keys,
@@ -488,8 +499,9 @@ mod tests {
         assert_eq!(none.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(none.code(), "ERR_SECRET_STORES_NOT_CONFIGURED");
         assert_eq!(none.body()["message"], "secret store is not configured");
+        // A store that is not found is Dapr's 401, not a 400.
         let unknown = HttpError::from(SecretOpError::NotFound("vault".into()));
-        assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(unknown.code(), "ERR_SECRET_STORE_NOT_FOUND");
     }
 }

@@ -11,7 +11,7 @@
 //!   `{"files": [...], "marker": "..."}` (`marker` only when more follow).
 
 use axum::body::Body;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -22,6 +22,7 @@ use rewire_runtime::{FileInfo, ListRequest};
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
+use super::path_params::PathParams;
 use super::rewire_error::RewireHttpError;
 use crate::connection::{pumped, BodyCharge};
 use crate::dapr::{http_date, Call};
@@ -61,7 +62,7 @@ fn info_headers(info: &FileInfo) -> HeaderMap {
 pub async fn put(
     State(state): State<ApiState>,
     call: Call,
-    Path((store, name)): Path<(String, String)>,
+    PathParams((store, name)): PathParams<(String, String)>,
     query: QueryPairs,
     charge: Option<Extension<BodyCharge>>,
     body: Body,
@@ -89,7 +90,7 @@ pub async fn put(
 /// held for as long as its connection lives.
 pub async fn get(
     call: Call,
-    Path((store, name)): Path<(String, String)>,
+    PathParams((store, name)): PathParams<(String, String)>,
 ) -> Result<Response, RewireHttpError> {
     let read = call.file_store(&store)?.get(&name).await?;
     let body = Body::from_stream(pumped(read.body, CHUNK));
@@ -99,7 +100,7 @@ pub async fn get(
 /// `HEAD /v1.0/rewire/file/{store}/{*name}`: the file's size and age.
 pub async fn stat(
     call: Call,
-    Path((store, name)): Path<(String, String)>,
+    PathParams((store, name)): PathParams<(String, String)>,
 ) -> Result<Response, RewireHttpError> {
     let info = call.file_store(&store)?.stat(&name).await?;
     Ok(info_headers(&info).into_response())
@@ -108,7 +109,7 @@ pub async fn stat(
 /// `DELETE /v1.0/rewire/file/{store}/{*name}`: removes the file.
 pub async fn delete(
     call: Call,
-    Path((store, name)): Path<(String, String)>,
+    PathParams((store, name)): PathParams<(String, String)>,
 ) -> Result<StatusCode, RewireHttpError> {
     call.file_store(&store)?.delete(&name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -117,7 +118,7 @@ pub async fn delete(
 /// `GET /v1.0/rewire/file/{store}`: one page of the listing.
 pub async fn list(
     call: Call,
-    Path(store): Path<String>,
+    PathParams(store): PathParams<String>,
     query: QueryPairs,
 ) -> Result<Json<Value>, RewireHttpError> {
     let pairs = query_pairs(query)?;

@@ -4,7 +4,7 @@
 //! `{"status": 0|1|2|3}`), on the shared [`LockOps`](crate::dapr::LockOps)
 //! that gRPC uses too. Errors carry Dapr's codes and statuses.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -14,6 +14,7 @@ use rewire_runtime::{LockError, UnlockStatus};
 
 use super::error::HttpError;
 use super::input::{json_body, RawBody};
+use super::path_params::PathParams;
 use crate::dapr::{Call, LockOpError};
 use crate::ApiState;
 
@@ -59,7 +60,7 @@ pub struct UnlockAnswer {
 pub async fn try_lock(
     State(state): State<ApiState>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     body: RawBody,
 ) -> Result<Json<TryLockAnswer>, HttpError> {
     let store = call.lock_store(&store_name)?;
@@ -78,7 +79,7 @@ pub async fn try_lock(
 pub async fn unlock(
     State(state): State<ApiState>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     body: RawBody,
 ) -> Result<Json<UnlockAnswer>, HttpError> {
     let store = call.lock_store(&store_name)?;

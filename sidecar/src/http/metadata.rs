@@ -7,13 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
 
 use super::error::HttpError;
 use super::input::{body_bytes, RawBody};
+use super::path_params::PathParams;
 use crate::dapr::{metadata, AppConnection, Call, ExtendedMetadata, ListedSubscription};
 use crate::ApiState;
 
@@ -109,7 +110,7 @@ pub struct RegisteredComponent {
 /// `ERR_MALFORMED_REQUEST`.
 pub async fn put(
     State(state): State<ApiState>,
-    Path(key): Path<String>,
+    PathParams(key): PathParams<String>,
     body: RawBody,
 ) -> Result<StatusCode, HttpError> {
     let value = body_bytes(body, state.options.max_request_bytes)?;

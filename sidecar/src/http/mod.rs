@@ -28,6 +28,7 @@ mod lock;
 mod metadata;
 mod metrics;
 mod observe;
+mod path_params;
 mod pubsub;
 mod rewire_error;
 mod routes;

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::error::HttpError;
 use super::input::{body_bytes, query_pairs, request_metadata, Items, QueryPairs, RawBody};
+use super::path_params::PathParams;
 use crate::dapr::{Call, PubSubOpError, PublishEvent, RequestLimitError, MAX_BULK_ITEMS};
 use crate::ApiState;
 
@@ -64,7 +65,7 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 pub async fn publish(
     State(state): State<ApiState>,
     call: Call,
-    Path((pubsub_name, topic)): Path<(String, String)>,
+    PathParams((pubsub_name, topic)): PathParams<(String, String)>,
     query: QueryPairs,
     headers: HeaderMap,
     body: RawBody,
@@ -111,7 +112,7 @@ pub struct BulkEntry {
 pub async fn bulk_publish(
     State(state): State<ApiState>,
     call: Call,
-    Path((pubsub_name, topic)): Path<(String, String)>,
+    PathParams((pubsub_name, topic)): PathParams<(String, String)>,
     query: QueryPairs,
     headers: HeaderMap,
     body: RawBody,

@@ -4,17 +4,17 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::Path;
 use axum::Json;
 
 use super::error::HttpError;
 use super::input::{query_pairs, request_metadata, QueryPairs};
+use super::path_params::PathParams;
 use crate::dapr::{exposed, Call};
 
 /// `GET /v1.0/secrets/{store}/{name}`: `{"key": "value", ...}`.
 pub async fn get(
     call: Call,
-    Path((store_name, name)): Path<(String, String)>,
+    PathParams((store_name, name)): PathParams<(String, String)>,
     query: QueryPairs,
 ) -> Result<Json<BTreeMap<String, String>>, HttpError> {
     let store = call.secret_store(&store_name)?;
@@ -26,7 +26,7 @@ pub async fn get(
 /// `GET /v1.0/secrets/{store}/bulk`: `{"name": {"key": "value"}, ...}`.
 pub async fn bulk(
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     query: QueryPairs,
 ) -> Result<Json<BTreeMap<String, BTreeMap<String, String>>>, HttpError> {
     let store = call.secret_store(&store_name)?;

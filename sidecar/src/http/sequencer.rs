@@ -6,7 +6,6 @@
 //! replaying an answer would hand one out twice, and a prefetching client
 //! would burn ids).
 
-use axum::extract::Path;
 use axum::http::header::CACHE_CONTROL;
 use axum::http::HeaderValue;
 use axum::Json;
@@ -16,14 +15,16 @@ use rewire_runtime::Increment;
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
+use super::path_params::PathParams;
 use super::rewire_error::RewireHttpError;
 use crate::dapr::Call;
 
 /// `POST` (or `GET`) `/v1.0/rewire/sequencer/{store}/{key}`: the next id
-/// of `key`, never to be cached.
+/// of `key`, never to be cached (nor is an error: a path that does not
+/// decode is answered here, not by the extractor).
 pub async fn next_id(
     call: Call,
-    path: Path<(String, String)>,
+    path: Result<PathParams<(String, String)>, HttpError>,
     query: QueryPairs,
 ) -> (
     [(axum::http::HeaderName, HeaderValue); 1],
@@ -35,9 +36,10 @@ pub async fn next_id(
 
 async fn next_id_of(
     call: Call,
-    Path((store, key)): Path<(String, String)>,
+    path: Result<PathParams<(String, String)>, HttpError>,
     query: QueryPairs,
 ) -> Result<Json<Value>, RewireHttpError> {
+    let PathParams((store, key)) = path?;
     let pairs = query_pairs(query)?;
     let increment = match query_value(&pairs, "increment") {
         None => Increment::Weak,

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header::{CONTENT_TYPE, ETAG, IF_MATCH};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +25,7 @@ use super::input::{
     component_json_body, lenient_metadata, query_pairs, query_value, request_metadata, Items,
     QueryPairs, RawBody,
 };
+use super::path_params::PathParams;
 use crate::dapr::{
     check_item_count, check_metadata_copies, check_request_metadata, Call, ResponseBudget,
     StateOps, MAX_BULK_ITEMS,
@@ -87,7 +88,7 @@ pub struct BulkItem {
 pub async fn save(
     State(state): State<ApiState>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     query: QueryPairs,
     body: RawBody,
 ) -> Result<StatusCode, HttpError> {
@@ -147,7 +148,7 @@ fn write_of(item: SaveItem, shared: &HashMap<String, String>) -> Result<SetReque
 /// 204 when the key does not exist.
 pub async fn get(
     call: Call,
-    Path((store_name, key)): Path<(String, String)>,
+    PathParams((store_name, key)): PathParams<(String, String)>,
     query: QueryPairs,
 ) -> Result<Response, HttpError> {
     read(call, &store_name, key, query).await
@@ -192,7 +193,7 @@ pub(super) async fn read(
 /// of `If-Match`, when given), 204.
 pub async fn delete(
     call: Call,
-    Path((store_name, key)): Path<(String, String)>,
+    PathParams((store_name, key)): PathParams<(String, String)>,
     query: QueryPairs,
     headers: HeaderMap,
 ) -> Result<StatusCode, HttpError> {
@@ -224,7 +225,7 @@ pub async fn delete(
 pub async fn bulk_get(
     State(state): State<ApiState>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     query: QueryPairs,
     body: RawBody,
 ) -> Result<Json<Vec<BulkItem>>, HttpError> {

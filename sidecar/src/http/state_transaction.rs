@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 
@@ -19,6 +19,7 @@ use super::input::{
     component_json_body, lenient_metadata, query_pairs, request_metadata, Items, QueryPairs,
     RawBody,
 };
+use super::path_params::PathParams;
 use super::state::{set_request, SaveItem};
 use crate::dapr::{
     check_metadata_copies, check_request_metadata, transaction_operation, Call,
@@ -48,7 +49,7 @@ struct Operation {
 pub async fn execute(
     State(state): State<ApiState>,
     call: Call,
-    Path(store_name): Path<String>,
+    PathParams(store_name): PathParams<String>,
     query: QueryPairs,
     body: RawBody,
 ) -> Result<StatusCode, HttpError> {
