@@ -45,17 +45,30 @@ const MAX_SHOWN_PATH: usize = 1024;
 /// Largest PEM file read.
 pub const MAX_PEM_BYTES: usize = 1024 * 1024;
 
+/// Longest part between slashes of a path shown when the path is all
+/// base64 (a key's DER in base64 on one line has longer runs).
+const MAX_SHOWN_BASE64_RUN: usize = 40;
+
 /// A path as errors, status and `Debug` output show it: as is, unless it
-/// holds a line break or a control character or is longer than 1 KiB —
-/// then it may be key material given without its `-----BEGIN` line, and
-/// `<value>` stands for it.
+/// may be key material given without its `-----BEGIN` line — it holds a
+/// line break or a control character, is longer than 1 KiB, or is base64
+/// on one line (only base64 characters, with a run of more than 40 between
+/// slashes: an EC key's DER is about 164) — then `<value>` stands for it.
 pub fn shown_path(path: &Path) -> String {
     let text = path.to_string_lossy();
-    if text.len() > MAX_SHOWN_PATH || text.chars().any(char::is_control) {
+    if text.len() > MAX_SHOWN_PATH || text.chars().any(char::is_control) || is_base64_line(&text) {
         "<value>".into()
     } else {
         text.into_owned()
     }
+}
+
+/// Whether `text` looks like base64 (standard or URL-safe) rather than a
+/// file name: only base64 characters, and a run between slashes longer
+/// than any file name part of that alphabet is likely to be.
+fn is_base64_line(text: &str) -> bool {
+    let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
+    text.chars().all(base64) && text.split('/').any(|run| run.len() > MAX_SHOWN_BASE64_RUN)
 }
 
 /// Why a PEM text did not parse, in fixed words: the library's own
@@ -312,15 +325,31 @@ mod tests {
         for source in [
             PemSource::File(long.clone().into()),
             PemSource::File("MIGHAgEAMBMGByqG\nSM49AgEGCCqG".into()),
+            // An EC key's DER in base64 on one line (a secretRef's value).
+            PemSource::File(
+                "MHcCAQEEIIrYSSNQFaA2Hwf1duRSxKtLYX5CB04fSeQ6tF1aY/zuoAoGCCqGSM49AwEHoUQDQgAE\
+                 PR3tU2Fd5Yk0wGAtIEbgFbX7n0zhY3kkdLcxGmlpUxbfJtHhAWu/R0JhMBa2TgvY9gSpyJpxXM7sbnNcCQ=="
+                    .into(),
+            ),
         ] {
             let err = source.certificates("clientKey").expect_err("no such file");
             for text in [err.to_string(), format!("{err:?}"), format!("{source:?}")] {
                 assert!(!text.contains("AAAAAAAA"), "{text}");
                 assert!(!text.contains("MIGHAgEA"), "{text}");
+                assert!(!text.contains("MHcCAQEE"), "{text}");
                 assert!(text.contains("<value>"), "{text}");
             }
         }
         assert_eq!(PemSource::shown(&long), "<value>");
+        // File names stay shown, base64-looking parts and all.
+        for path in [
+            "certs/app.key",
+            "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+            "/etc/ssl/private/redis-client-key",
+            "/vault/secrets/0123456789abcdef0123456789abcdef/tls",
+        ] {
+            assert_eq!(shown_path(Path::new(path)), path);
+        }
     }
 
     #[test]

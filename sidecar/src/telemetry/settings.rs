@@ -70,7 +70,7 @@ impl TraceSettings {
             .and_then(|p| OtelProtocol::parse(p.trim()))
             .unwrap_or_default();
         let mut endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| signal_url(&base, protocol)));
+            .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| under_base(&base, protocol)));
         let mut sampler = env_sampler(&var);
         if let Some(section) = section {
             if let Some(otel) = &section.otel {
@@ -145,8 +145,21 @@ fn with_scheme(address: &str, secure: bool) -> String {
     }
 }
 
-/// The traces URL under the collector's `base`: OTLP/HTTP posts to
-/// `/v1/traces` (unless a path is given); gRPC uses the base as it is.
+/// The traces URL under `OTEL_EXPORTER_OTLP_ENDPOINT`: for OTLP/HTTP the
+/// specification always appends `v1/traces` to it, path or not
+/// (`http://gw:4318/otlp` posts to `/otlp/v1/traces`); gRPC uses it as it
+/// is. (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is the full URL.)
+fn under_base(base: &str, protocol: OtelProtocol) -> String {
+    let base = with_scheme(base, false);
+    match protocol {
+        OtelProtocol::Grpc => base,
+        OtelProtocol::Http => format!("{}/v1/traces", base.trim_end_matches('/')),
+    }
+}
+
+/// The traces URL of the config file's `otel` section (Dapr's
+/// `endpointAddress`, `host:port`): OTLP/HTTP posts to `/v1/traces`
+/// unless a path is given; gRPC uses the address as it is.
 fn signal_url(base: &str, protocol: OtelProtocol) -> String {
     let base = with_scheme(base, false);
     match protocol {
@@ -218,6 +231,28 @@ mod tests {
         assert_eq!(grpc.endpoint.as_deref(), Some("http://collector:4317"));
         assert_eq!(grpc.protocol, OtelProtocol::Grpc);
         assert_eq!(grpc.service_name, "rewire");
+    }
+
+    /// The generic variable is a base: `v1/traces` goes under its path
+    /// (the specification's rule); the traces variable is used as it is.
+    #[test]
+    fn the_generic_endpoint_s_path_is_a_base_for_the_signal() {
+        let url = |pairs| TraceSettings::resolve(&env(pairs), None, "shop").endpoint;
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw:4318/otlp")]),
+            Some("http://gw:4318/otlp/v1/traces".to_string())
+        );
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw:4318/otlp/")]),
+            Some("http://gw:4318/otlp/v1/traces".to_string())
+        );
+        assert_eq!(
+            url(&[(
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://gw:4318/custom"
+            )]),
+            Some("http://gw:4318/custom".to_string())
+        );
     }
 
     #[test]
