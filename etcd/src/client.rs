@@ -16,10 +16,11 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::error::Error;
 use crate::pb::{
     auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
-    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthUserAddRequest,
-    AuthUserGrantRoleRequest, AuthenticateRequest, CompactionRequest, DeleteRangeRequest,
-    DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest,
-    StatusResponse, TxnRequest, TxnResponse,
+    watch_client::WatchClient, AuthEnableRequest, AuthRoleAddRequest,
+    AuthRoleGrantPermissionRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+    AuthenticateRequest, CompactionRequest, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest,
+    TxnResponse,
 };
 
 /// The channel with the auth token attached to every request.
@@ -39,7 +40,24 @@ pub struct ConnectOptions {
     pub user: Option<(String, String)>,
     /// TLS settings for `https://` endpoints (default: the system's roots).
     pub tls: Option<TlsOptions>,
+    /// The largest answer accepted, in bytes (default
+    /// [`DEFAULT_MAX_RESPONSE_SIZE`]); a larger one fails its call with
+    /// `OutOfRange`.
+    pub max_response_size: usize,
 }
+
+/// The default [`ConnectOptions::max_response_size`]: `i32::MAX` bytes,
+/// etcd's own bound — what its Go client accepts and its server sends at
+/// most.
+///
+/// Not gRPC's 4 MiB default: etcd caps each request (1.5 MiB by default),
+/// not the answers, so a range over a prefix or a watch response catching
+/// up on up to 1,000 revisions is as large as the values it holds; a
+/// smaller bound would make data etcd accepted unreadable — a prefix that
+/// cannot be read at all, a watch failing on the same catch-up forever.
+/// The bound does not cost memory by itself: an answer takes what its
+/// values take, and the config store keeps the whole prefix anyway.
+pub const DEFAULT_MAX_RESPONSE_SIZE: usize = i32::MAX as usize;
 
 /// TLS for `https://` endpoints, as PEM bytes.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -95,6 +113,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("keep_alive", &self.keep_alive)
             .field("user", &user)
             .field("tls", &self.tls)
+            .field("max_response_size", &self.max_response_size)
             .finish()
     }
 }
@@ -107,6 +126,7 @@ impl Default for ConnectOptions {
             keep_alive: None,
             user: None,
             tls: None,
+            max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
         }
     }
 }
@@ -255,6 +275,8 @@ pub struct Client {
     token: TokenInterceptor,
     user: Option<Arc<(String, String)>>,
     timeout: Duration,
+    /// The largest answer accepted, in bytes.
+    max_response_size: usize,
     /// What the channels were made from, to make them again.
     endpoints: Arc<Vec<String>>,
     options: Arc<RwLock<ConnectOptions>>,
@@ -288,6 +310,7 @@ impl Client {
             token,
             user: options.user.clone().map(Arc::new),
             timeout: options.timeout,
+            max_response_size: options.max_response_size,
             endpoints: Arc::new(endpoints.to_vec()),
             options: Arc::new(RwLock::new(options)),
             replaced: Arc::new(watch::Sender::new(0)),
@@ -357,7 +380,7 @@ impl Client {
             name: user.0.clone(),
             password: user.1.clone(),
         };
-        let mut auth = AuthClient::new(self.members().login_channel(index));
+        let mut auth = self.auth(self.members().login_channel(index));
         let response = self.bounded(auth.authenticate(request)).await?;
         let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
             Error::Status(tonic::Status::internal(
@@ -459,11 +482,32 @@ impl Client {
         .await
     }
 
+    /// The KV API on `service`, accepting answers up to the limit.
+    fn kv(&self, service: Service) -> KvClient<Service> {
+        KvClient::new(service).max_decoding_message_size(self.max_response_size)
+    }
+
+    /// The Auth API on `service`, accepting answers up to the limit.
+    fn auth(&self, service: Service) -> AuthClient<Service> {
+        AuthClient::new(service).max_decoding_message_size(self.max_response_size)
+    }
+
+    /// The Maintenance API on `service`, accepting answers up to the limit.
+    fn maintenance(&self, service: Service) -> MaintenanceClient<Service> {
+        MaintenanceClient::new(service).max_decoding_message_size(self.max_response_size)
+    }
+
+    /// The Watch API on `service`, accepting responses up to the limit.
+    pub(crate) fn watch_api(&self, service: Service) -> WatchClient<Service> {
+        WatchClient::new(service).max_decoding_message_size(self.max_response_size)
+    }
+
     /// `Range`, as given.
     pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse, Error> {
         self.call(|s| {
+            let mut api = self.kv(s);
             let request = request.clone();
-            async move { KvClient::new(s).range(request).await }
+            async move { api.range(request).await }
         })
         .await
     }
@@ -500,8 +544,9 @@ impl Client {
             ..PutRequest::default()
         };
         self.call(|s| {
+            let mut api = self.kv(s);
             let request = request.clone();
-            async move { KvClient::new(s).put(request).await }
+            async move { api.put(request).await }
         })
         .await
     }
@@ -513,8 +558,9 @@ impl Client {
             ..DeleteRangeRequest::default()
         };
         self.call(|s| {
+            let mut api = self.kv(s);
             let request = request.clone();
-            async move { KvClient::new(s).delete_range(request).await }
+            async move { api.delete_range(request).await }
         })
         .await
     }
@@ -522,8 +568,9 @@ impl Client {
     /// `Txn`, as given.
     pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Error> {
         self.call(|s| {
+            let mut api = self.kv(s);
             let request = request.clone();
-            async move { KvClient::new(s).txn(request).await }
+            async move { api.txn(request).await }
         })
         .await
     }
@@ -532,15 +579,21 @@ impl Client {
     /// removed from disk).
     pub async fn compact(&self, revision: i64, physical: bool) -> Result<(), Error> {
         let request = CompactionRequest { revision, physical };
-        self.call(|s| async move { KvClient::new(s).compact(request).await })
-            .await
-            .map(drop)
+        self.call(|s| {
+            let mut kv = self.kv(s);
+            async move { kv.compact(request).await }
+        })
+        .await
+        .map(drop)
     }
 
     /// The status of the member answering.
     pub async fn status(&self) -> Result<StatusResponse, Error> {
-        self.call(|s| async move { MaintenanceClient::new(s).status(StatusRequest {}).await })
-            .await
+        self.call(|s| {
+            let mut maintenance = self.maintenance(s);
+            async move { maintenance.status(StatusRequest {}).await }
+        })
+        .await
     }
 
     /// Adds user `name` with `password`.
@@ -551,8 +604,9 @@ impl Client {
             ..AuthUserAddRequest::default()
         };
         self.call(|s| {
+            let mut api = self.auth(s);
             let request = request.clone();
-            async move { AuthClient::new(s).user_add(request).await }
+            async move { api.user_add(request).await }
         })
         .await
         .map(drop)
@@ -565,8 +619,9 @@ impl Client {
             role: role.into(),
         };
         self.call(|s| {
+            let mut api = self.auth(s);
             let request = request.clone();
-            async move { AuthClient::new(s).user_grant_role(request).await }
+            async move { api.user_grant_role(request).await }
         })
         .await
         .map(drop)
@@ -576,8 +631,9 @@ impl Client {
     pub async fn role_add(&self, name: &str) -> Result<(), Error> {
         let request = AuthRoleAddRequest { name: name.into() };
         self.call(|s| {
+            let mut api = self.auth(s);
             let request = request.clone();
-            async move { AuthClient::new(s).role_add(request).await }
+            async move { api.role_add(request).await }
         })
         .await
         .map(drop)
@@ -595,8 +651,9 @@ impl Client {
             }),
         };
         self.call(|s| {
+            let mut api = self.auth(s);
             let request = request.clone();
-            async move { AuthClient::new(s).role_grant_permission(request).await }
+            async move { api.role_grant_permission(request).await }
         })
         .await
         .map(drop)
@@ -604,9 +661,12 @@ impl Client {
 
     /// Turns authentication on.
     pub async fn auth_enable(&self) -> Result<(), Error> {
-        self.call(|s| async move { AuthClient::new(s).auth_enable(AuthEnableRequest {}).await })
-            .await
-            .map(drop)
+        self.call(|s| {
+            let mut auth = self.auth(s);
+            async move { auth.auth_enable(AuthEnableRequest {}).await }
+        })
+        .await
+        .map(drop)
     }
 }
 

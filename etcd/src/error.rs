@@ -48,6 +48,20 @@ impl Error {
         }
     }
 
+    /// Whether the answer was too large to be received: over
+    /// [`ConnectOptions::max_response_size`](crate::ConnectOptions::max_response_size)
+    /// here, or over what the server sends. A smaller request (fewer
+    /// ranges at once) may be answered.
+    pub fn is_too_large(&self) -> bool {
+        self.status().is_some_and(|s| match s.code() {
+            // tonic: "decoded message length too large".
+            tonic::Code::OutOfRange => s.message().contains("message length too large"),
+            // grpc-go: "trying to send message larger than max".
+            tonic::Code::ResourceExhausted => s.message().contains("larger than max"),
+            _ => false,
+        })
+    }
+
     /// Whether the server refused the auth token as expired or unknown,
     /// or as issued before the auth settings changed: a fresh login helps.
     pub(crate) fn is_invalid_token(&self) -> bool {
@@ -81,5 +95,35 @@ pub(crate) fn is_auth_cancel(reason: &str) -> bool {
 impl From<tonic::Status> for Error {
     fn from(status: tonic::Status) -> Self {
         Self::Status(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn answers_over_either_side_s_limit_are_too_large_and_nothing_else_is() {
+        let too_large = [
+            tonic::Status::out_of_range(
+                "Error, decoded message length too large: found 6291462 bytes, the limit is: 4194304 bytes",
+            ),
+            tonic::Status::resource_exhausted(
+                "grpc: trying to send message larger than max (2147483648 vs. 2147483647)",
+            ),
+        ];
+        for status in too_large {
+            assert!(Error::Status(status.clone()).is_too_large(), "{status:?}");
+        }
+        let others = [
+            // etcd's own OutOfRange: a compacted revision.
+            tonic::Status::out_of_range("etcdserver: mvcc: required revision has been compacted"),
+            tonic::Status::resource_exhausted("etcdserver: mvcc: database space exceeded"),
+            tonic::Status::unavailable("connection refused"),
+        ];
+        for status in others {
+            assert!(!Error::Status(status.clone()).is_too_large(), "{status:?}");
+        }
+        assert!(!Error::Timeout(std::time::Duration::from_secs(1)).is_too_large());
     }
 }

@@ -12,6 +12,9 @@
 //!   a leader, so a member cut off from the cluster ends them.
 //! * An expired auth token (etcd's simple tokens expire after 5 idle
 //!   minutes) is renewed by logging in again, and the call retried once.
+//! * Answers up to [`DEFAULT_MAX_RESPONSE_SIZE`] (etcd's own bound, not
+//!   gRPC's 4 MiB) are accepted: a prefix or a watch catch-up holding
+//!   large values stays readable.
 //! * [`pb`] holds the generated messages, for requests the helpers here do
 //!   not cover.
 
@@ -20,6 +23,6 @@ mod error;
 pub mod pb;
 mod watch;
 
-pub use client::{prefix_range, Client, ConnectOptions, TlsOptions};
+pub use client::{prefix_range, Client, ConnectOptions, TlsOptions, DEFAULT_MAX_RESPONSE_SIZE};
 pub use error::Error;
 pub use watch::WatchStream;

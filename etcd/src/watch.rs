@@ -7,10 +7,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{Client, Members, TokenInterceptor};
 use crate::error::{is_auth_cancel, Error};
-use crate::pb::{
-    watch_client::WatchClient, watch_request::RequestUnion, WatchCreateRequest, WatchRequest,
-    WatchResponse,
-};
+use crate::pb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest, WatchResponse};
 
 /// The responses of one watch. Dropping it ends the watch.
 ///
@@ -61,6 +58,7 @@ impl Client {
         // failure of this stream must skip this member.
         let (stream, member) = self
             .call_on(|member, s| {
+                let mut watch_api = self.watch_api(s);
                 let create = create.clone();
                 async move {
                     let (requests, receiver) = mpsc::channel(1);
@@ -74,7 +72,7 @@ impl Client {
                         "hasleader",
                         tonic::metadata::AsciiMetadataValue::from_static("true"),
                     );
-                    let response = WatchClient::new(s).watch(request).await?;
+                    let response = watch_api.watch(request).await?;
                     Ok(response.map(|responses| ((requests, responses), member)))
                 }
             })

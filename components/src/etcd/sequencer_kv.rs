@@ -50,6 +50,7 @@ impl EtcdCounters {
                 .as_ref()
                 .map(|c| (c.username.clone(), c.password.clone())),
             tls: settings.tls.as_ref().map(tls_options),
+            ..ConnectOptions::default()
         };
         let urls = settings.urls();
         let connect = Client::connect(&urls, options);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rewire_etcd::{Client, ConnectOptions};
-use rewire_runtime::{ComponentKey, SubscriptionHub};
+use rewire_runtime::ComponentKey;
 use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +17,7 @@ use super::fanout::Fanout;
 use super::keys::KeyLayout;
 use super::metadata::EtcdSettings;
 use super::reads::Reads;
+use super::subscribers::Subscribers;
 use super::watch::Follower;
 
 /// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
@@ -188,7 +189,7 @@ impl Shared {
     }
 
     /// Admits `hub` as member `id`; false if the last store left meanwhile.
-    pub(crate) fn admit(&self, id: u64, hub: Arc<SubscriptionHub>) -> bool {
+    pub(crate) fn admit(&self, id: u64, hub: Arc<Subscribers>) -> bool {
         self.fanout.add(id, hub)
     }
 
@@ -227,6 +228,7 @@ fn options(settings: &EtcdSettings) -> ConnectOptions {
             .as_ref()
             .map(|c| (c.username.clone(), c.password.clone())),
         tls: tls_options(settings),
+        ..ConnectOptions::default()
     }
 }
 
