@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rewire_runtime::{ConfigItem, SubscriptionHub};
+use rewire_runtime::ConfigItem;
+
+use super::subscribers::Subscribers;
 
 /// The subscribers of every store sharing one watch, by membership id.
 /// Once the last store left it is closed for good: a store that comes
@@ -16,7 +18,7 @@ pub(crate) struct Fanout {
 
 #[derive(Debug, Default)]
 struct FanoutState {
-    hubs: HashMap<u64, Arc<SubscriptionHub>>,
+    hubs: HashMap<u64, Arc<Subscribers>>,
     closed: bool,
     /// Since when, and why, the watch has been failing, if it is.
     watch_failing: Option<(Instant, String)>,
@@ -28,7 +30,7 @@ impl Fanout {
     }
 
     /// Adds `hub` as member `id`; false if the fanout is closed.
-    pub(super) fn add(&self, id: u64, hub: Arc<SubscriptionHub>) -> bool {
+    pub(super) fn add(&self, id: u64, hub: Arc<Subscribers>) -> bool {
         let mut state = self.lock();
         if state.closed {
             return false;

@@ -33,11 +33,12 @@
 //!   together); when no member answers, from the watch's copy.
 //! * `set` puts each item; `delete` deletes each key of the query (keys are
 //!   required).
-//! * `subscribe` registers with the store's subscribers: the changes of
-//!   one prefix watch on `keyPrefix` are matched against each query as
-//!   [`ConfigQuery::matches`](rewire_runtime::ConfigQuery::matches) does (a
-//!   query without group or label also gets the grouped or labelled items
-//!   of its keys). A delete arrives with an empty value.
+//! * `subscribe` registers with the store's subscribers: each gets the
+//!   changes of one prefix watch on `keyPrefix` that `get` of its query
+//!   returns — with keys, the items of exactly its group and label (a query
+//!   without group or label gets `timeout`, never `timeout@canary` nor
+//!   `db/timeout`); without keys, those of its group (any, if none) that
+//!   match its label (any, if none). A delete arrives with an empty value.
 //!
 //! # Sharing
 //!
@@ -122,6 +123,7 @@ mod sequencer_kv;
 mod shared;
 mod sharing;
 mod store;
+mod subscribers;
 mod watch;
 
 pub use keys::KeyError;

@@ -17,11 +17,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use rewire_runtime::{ComponentKey, SubscriptionHub};
+use rewire_runtime::ComponentKey;
 use tokio_util::sync::CancellationToken;
 
 use super::metadata::EtcdSettings;
 use super::shared::{Connection, Shared};
+use super::subscribers::Subscribers;
 
 /// Every live entry, by the settings of its stores.
 static REGISTRY: LazyLock<Mutex<HashMap<SharingKey, Weak<Shared>>>> = LazyLock::new(Mutex::default);
@@ -122,7 +123,7 @@ impl Drop for Membership {
 pub(crate) async fn join(
     settings: &EtcdSettings,
     component: &ComponentKey,
-    hub: &Arc<SubscriptionHub>,
+    hub: &Arc<Subscribers>,
     shutdown: &CancellationToken,
 ) -> Result<(Membership, bool), rewire_etcd::Error> {
     let key = SharingKey(settings.clone());

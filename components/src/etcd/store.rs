@@ -11,7 +11,7 @@ use rewire_etcd::pb::{RangeRequest, RangeResponse};
 use rewire_etcd::{prefix_range, Client};
 use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
-    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness, SubscriptionHub,
+    ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness,
 };
 use tracing::{info, warn};
 
@@ -20,6 +20,7 @@ use super::keys::{normalized, KeyError, KeyLayout};
 use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::reads::{read_ranges, ReadResult, Reads};
 use super::sharing::{join, stores_sharing, Membership};
+use super::subscribers::Subscribers;
 
 /// How long a readiness probe may take: under the 1 s that its callers
 /// (`/v1.0/healthz`, the status) wait for the answer, so that a silent
@@ -51,7 +52,7 @@ struct Running {
     client: Client,
     settings: EtcdSettings,
     layout: KeyLayout,
-    hub: Arc<SubscriptionHub>,
+    hub: Arc<Subscribers>,
     /// The prefix as the shared watch last saw it: reads are answered
     /// from it while no member answers.
     cache: SharedCache,
@@ -130,7 +131,7 @@ impl Running {
     async fn read(&self, ranges: Vec<RangeRequest>) -> ReadResult {
         match self.reads.read(ranges.clone()).await {
             Some(result) => result,
-            None => read_ranges(&self.client, &ranges).await.map_err(Arc::new),
+            None => read_ranges(&self.client, &ranges).await,
         }
     }
 
@@ -276,7 +277,7 @@ impl EtcdConfigStore {
     async fn join(
         settings: &EtcdSettings,
         cx: &InitContext,
-        hub: &Arc<SubscriptionHub>,
+        hub: &Arc<Subscribers>,
     ) -> Result<Membership, Arc<rewire_etcd::Error>> {
         let (membership, made) = join(settings, &cx.key, hub, &cx.shutdown)
             .await
@@ -303,7 +304,7 @@ impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
         let layout = KeyLayout::new(settings.key_prefix.clone());
-        let hub = Arc::new(SubscriptionHub::default());
+        let hub = Arc::new(Subscribers::default());
         let limit = settings.connect_limit();
         let joined = tokio::time::timeout(limit, Self::join(&settings, cx, &hub)).await;
         let membership = match joined {

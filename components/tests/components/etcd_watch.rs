@@ -174,3 +174,54 @@ async fn the_shutdown_token_stops_the_watch() {
     );
     store.close().await.expect("close");
 }
+
+#[tokio::test]
+async fn a_subscription_gets_only_the_items_get_of_its_query_returns() {
+    let server = EtcdServer::start().await;
+    let store = store(&server).await;
+    let plain = ConfigQuery::keys(["timeout"]);
+    let canary = ConfigQuery {
+        label: Some("canary".into()),
+        ..ConfigQuery::keys(["timeout"])
+    };
+    let mut plain_sub = subscribe(&*store, plain.clone()).await;
+    let mut canary_sub = subscribe(&*store, canary.clone()).await;
+
+    // Items of other labels and groups that share the key's name: `get`
+    // of `timeout` (no group, no label) returns none of them.
+    server.put("/cfg/timeout@canary", "c").await;
+    server.put("/cfg/ops/timeout", "g").await;
+    server.put("/cfg/ops/timeout@canary", "gc").await;
+    server.put("/cfg/timeout", "t").await;
+
+    let items = items_until(&mut plain_sub, "timeout=t", PATIENCE, |items| {
+        items.iter().any(|i| i.value == "t")
+    })
+    .await;
+    let more = items_within(&mut plain_sub, QUIET).await;
+    let all: Vec<_> = items.iter().chain(&more).cloned().collect();
+    let got = store.get(&plain).await.expect("get");
+    assert_eq!(
+        all,
+        got,
+        "delivered {} but get returns {}",
+        show(&all),
+        show(&got)
+    );
+
+    let items = items_until(&mut canary_sub, "timeout@canary=c", PATIENCE, |items| {
+        !items.is_empty()
+    })
+    .await;
+    let more = items_within(&mut canary_sub, QUIET).await;
+    let all: Vec<_> = items.iter().chain(&more).cloned().collect();
+    let got = store.get(&canary).await.expect("get");
+    assert_eq!(
+        all,
+        got,
+        "delivered {} but get returns {}",
+        show(&all),
+        show(&got)
+    );
+    store.close().await.expect("close");
+}
