@@ -14,11 +14,14 @@ tokio::task_local! {
     pub(super) static TRACE: (Option<String>, Option<String>);
 }
 
+/// The trace headers a published event carries: the caller's when valid,
+/// else the call's own span's (when traced).
 fn current_trace() -> (Option<String>, Option<String>) {
-    let (parent, state) = TRACE.try_with(Clone::clone).unwrap_or_default();
-    // Without the caller's context, the call's own span (when traced).
-    let parent = parent.or_else(crate::telemetry::propagation::current_traceparent);
-    (parent, state)
+    TRACE
+        .try_with(|(parent, state)| {
+            crate::telemetry::propagation::event_trace(parent.as_deref(), state.as_deref())
+        })
+        .unwrap_or_else(|_| (crate::telemetry::propagation::current_traceparent(), None))
 }
 
 /// The W3C trace headers, named once (a name given as text is parsed on

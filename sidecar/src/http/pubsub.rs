@@ -61,6 +61,13 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The trace headers a published event carries (see
+/// [`event_trace`](crate::telemetry::propagation::event_trace)).
+fn event_trace(headers: &HeaderMap) -> (Option<String>, Option<String>) {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    crate::telemetry::propagation::event_trace(text("traceparent"), text("tracestate"))
+}
+
 /// `POST` (or `PUT`) `/v1.0/publish/{pubsub}/{topic}`.
 pub async fn publish(
     State(state): State<ApiState>,
@@ -76,13 +83,13 @@ pub async fn publish(
         request_metadata(&pairs, ("pubsub", &pubsub_name)).map_err(|e| to_response(e.into()))?;
     let data =
         body_bytes(body, state.options.max_request_bytes).map_err(IntoResponse::into_response)?;
+    let (traceparent, tracestate) = event_trace(&headers);
     let event = PublishEvent {
         data: data.to_vec(),
         content_type: header_text(&headers, header::CONTENT_TYPE.as_str()),
         metadata,
-        traceparent: header_text(&headers, "traceparent")
-            .or_else(crate::telemetry::propagation::current_traceparent),
-        tracestate: header_text(&headers, "tracestate"),
+        traceparent,
+        tracestate,
     };
     pubsub.publish(&topic, event).await.map_err(to_response)?;
     Ok(StatusCode::NO_CONTENT)
@@ -134,9 +141,7 @@ pub async fn bulk_publish(
     pubsub
         .check_entry_count(entries.count)
         .map_err(to_response)?;
-    let traceparent = header_text(&headers, "traceparent")
-        .or_else(crate::telemetry::propagation::current_traceparent);
-    let tracestate = header_text(&headers, "tracestate");
+    let (traceparent, tracestate) = event_trace(&headers);
     let events = entries
         .kept
         .into_iter()

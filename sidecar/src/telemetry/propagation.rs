@@ -99,6 +99,54 @@ pub fn record_component(key: &dyn std::fmt::Display, type_name: &str, generation
     }
 }
 
+/// Most bytes of a `tracestate` a published event carries (what W3C asks
+/// vendors to pass on at least).
+const MAX_EVENT_TRACESTATE_BYTES: usize = 512;
+
+/// Most members of a `tracestate` (W3C's limit).
+const MAX_TRACESTATE_MEMBERS: usize = 32;
+
+/// Both trace headers, given as text.
+struct Given<'a>(Option<&'a str>, Option<&'a str>);
+
+impl Extractor for Given<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            "traceparent" => self.0,
+            "tracestate" => self.1,
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        TRACE_HEADERS.to_vec()
+    }
+}
+
+/// The trace headers a published event carries, from the publisher's
+/// `traceparent` and `tracestate`: the caller's when its `traceparent` is
+/// valid W3C (its `tracestate` only within 512 bytes and 32 members),
+/// else the call's own span's (when traced) and no `tracestate`. Text that
+/// is not a trace context is not copied into every event of a bulk publish
+/// and on to every subscriber.
+pub fn event_trace(
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let valid = traceparent.filter(|_| {
+        let cx = TraceContextPropagator::new().extract(&Given(traceparent, None));
+        cx.span().span_context().is_valid()
+    });
+    let Some(traceparent) = valid else {
+        return (current_traceparent(), None);
+    };
+    let tracestate = tracestate.filter(|state| {
+        state.len() <= MAX_EVENT_TRACESTATE_BYTES
+            && state.split(',').count() <= MAX_TRACESTATE_MEMBERS
+    });
+    (Some(traceparent.to_string()), tracestate.map(String::from))
+}
+
 /// The W3C `traceparent` of the current span, when calls are traced and the
 /// span is part of a trace.
 pub fn current_traceparent() -> Option<String> {
@@ -116,4 +164,44 @@ pub fn current_traceparent() -> Option<String> {
             context.trace_flags().to_u8()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_published_event_carries_only_a_valid_trace_context() {
+        assert_eq!(
+            event_trace(Some(VALID), Some("vendor=abc")),
+            (Some(VALID.to_string()), Some("vendor=abc".to_string()))
+        );
+        // Not a trace context: neither header is copied (no span here).
+        for bad in [
+            "xyz",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
+            assert_eq!(
+                event_trace(Some(bad), Some("vendor=abc")),
+                (None, None),
+                "{bad}"
+            );
+        }
+        // A tracestate past W3C's bounds is left out, the parent kept.
+        let long = format!("vendor={}", "a".repeat(600));
+        let many = (0..33)
+            .map(|n| format!("v{n}=x"))
+            .collect::<Vec<_>>()
+            .join(",");
+        for state in [long, many] {
+            assert_eq!(
+                event_trace(Some(VALID), Some(&state)),
+                (Some(VALID.to_string()), None)
+            );
+        }
+    }
 }
