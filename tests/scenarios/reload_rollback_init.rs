@@ -1,7 +1,8 @@
 //! A reload in which a rebuilt component's init fails is rolled back whole:
 //! the error names the component, the old generation keeps serving with its
 //! very instances, everything built for the candidate is closed, and an
-//! in-place update made in the same transaction is reverted.
+//! in-place update of the same transaction is never made (it is made last,
+//! just before the swap).
 
 use crate::support::reload as reload_support;
 
@@ -59,7 +60,9 @@ async fn failed_init_rolls_back_everything() {
         "{error}"
     );
     assert_eq!(action(record, "probe/ip"), Action::UpdatedInPlace);
-    assert_eq!(action(record, "probe/base"), Action::Rebuilt);
+    // Neither staged nor asked before `bad` failed: `base` would have been
+    // asked for its update (then rebuilt) at the commit.
+    assert_eq!(action(record, "probe/base"), Action::UpdatedInPlace);
     assert_eq!(action(record, "probe/extra"), Action::Added);
 
     // Nothing changed for callers: same generation, same instances.
@@ -84,17 +87,19 @@ async fn failed_init_rolls_back_everything() {
     drop(reached);
 
     // What was built for the candidate was closed (not the old instances).
+    // `bad`, refusing its update at the commit, was rebuilt then, first (a
+    // dependent before its store): `base` was never asked.
     assert_eq!(
         (inits("rbi-base"), inits("rbi-extra"), inits("rbi-bad")),
-        (2, 1, 2)
+        (1, 1, 2)
     );
     assert_eq!(closes("rbi-extra"), 1, "the added probe was not closed");
-    assert_eq!(closes("rbi-base"), 1, "the new probe/base was not closed");
+    assert_eq!(closes("rbi-base"), 0, "the old probe/base was closed");
     assert!(!old_base.is_closed(), "the old probe/base was closed");
     assert_eq!(closes("rbi-ip"), 0);
 
-    // The in-place update was reverted.
-    assert_eq!(applied("rbi-ip"), 2, "applied, then reverted");
+    // The in-place update was never made (the rebuild before it failed).
+    assert_eq!(applied("rbi-ip"), 0, "made, then reverted");
     assert_eq!(
         probe(&runtime, "ip").meta().rev,
         1,
@@ -186,4 +191,176 @@ async fn a_panicking_init_rolls_back_naming_the_component() {
     assert_eq!(runtime.generation().number, 1);
     assert!(instance(&runtime, "probe/bomb").same_as(&bomb));
     runtime.shutdown().await;
+}
+
+/// The cache's entries: `size` of them, evicted down to a smaller size.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+struct CacheMeta {
+    size: usize,
+}
+
+/// How many in-place updates the cache took (reverts included).
+static CACHE_UPDATES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// An in-memory cache updated in place the default way (it does not stage
+/// its update): shrinking it evicts entries, which growing it back cannot
+/// restore.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.rollback_init.cache")]
+struct Cache {
+    #[metadata]
+    meta: CacheMeta,
+    entries: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Cache {
+    fn entries(&self) -> usize {
+        self.entries.lock().unwrap().len()
+    }
+}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::Component for Cache {
+    async fn init(
+        &mut self,
+        _cx: &rewire::prelude::InitContext,
+    ) -> Result<(), rewire::prelude::ComponentError> {
+        *self.entries.lock().unwrap() = (0..self.meta.size).collect();
+        Ok(())
+    }
+
+    fn as_in_place(&self) -> Option<&dyn rewire::prelude::InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::InPlaceUpdate for Cache {
+    async fn update_in_place(
+        &self,
+        metadata: &rewire::prelude::Metadata,
+    ) -> Result<rewire::prelude::InPlace, rewire::prelude::ComponentError> {
+        let new: CacheMeta = metadata
+            .decode()
+            .map_err(|e| rewire::prelude::ComponentError::new(e.to_string()))?;
+        CACHE_UPDATES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.entries.lock().unwrap().truncate(new.size);
+        Ok(rewire::prelude::InPlace::Applied)
+    }
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct GateMeta {
+    rev: u64,
+    fail_init: bool,
+}
+
+/// Set by a failing gate's `init` once it started.
+static GATE_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// A failing gate's `init` fails once this is set.
+static GATE_RELEASED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Uses the cache; its `init` fails, when told, once the test lets it.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.rollback_init.gate")]
+struct Gate {
+    #[metadata]
+    meta: GateMeta,
+    #[inject]
+    _cache: Option<rewire::prelude::ComponentHandle>,
+}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::Component for Gate {
+    async fn init(
+        &mut self,
+        _cx: &rewire::prelude::InitContext,
+    ) -> Result<(), rewire::prelude::ComponentError> {
+        if !self.meta.fail_init {
+            return Ok(());
+        }
+        GATE_STARTED.store(true, std::sync::atomic::Ordering::SeqCst);
+        while !GATE_RELEASED.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        Err(rewire::prelude::ComponentError::new(
+            "gate refused to start",
+        ))
+    }
+}
+
+/// The cache `c` (level 0) and the gate `g` using it (level 1).
+fn cache_config(size: usize, rev: u64, fail: bool) -> String {
+    format!(
+        r#"{{"appId": "rollback-cache", "components": {{"probe": {{
+            "c": {{"type": "test.rollback_init.cache", "metadata": {{"size": {size}}}}},
+            "g": {{"type": "test.rollback_init.gate", "metadata": {{"rev": {rev}, "failInit": {fail}}},
+                   "componentRef": [{{"type": "probe", "name": "c"}}]}}
+        }}}}}}"#
+    )
+}
+
+fn live_cache(runtime: &rewire::Runtime) -> std::sync::Arc<Cache> {
+    runtime
+        .component(key("probe/c"))
+        .load_as::<Cache>()
+        .expect("probe/c")
+}
+
+/// An in-place update that is not staged is made last: while a dependent
+/// rebuilt in the same reload is still starting, and after that start
+/// fails, the running cache has never been shrunk (no entry evicted); a
+/// reload that succeeds shrinks it, on the same instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unstaged_in_place_update_is_never_made_by_a_reload_that_fails() {
+    let runtime = start(&cache_config(100, 1, false)).await;
+    let cache = instance(&runtime, "probe/c");
+    assert_eq!(live_cache(&runtime).entries(), 100);
+
+    let runtime = std::sync::Arc::new(runtime);
+    let reload = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.apply(candidate(&cache_config(10, 2, true))).await }
+    });
+    reload_support::wait_until("the gate's init started", || {
+        GATE_STARTED.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    // The reload is under way, blocked in the gate's init.
+    for _ in 0..10 {
+        assert_eq!(live_cache(&runtime).entries(), 100, "shrunk before commit");
+        assert_eq!(CACHE_UPDATES.load(std::sync::atomic::Ordering::SeqCst), 0);
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    GATE_RELEASED.store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = reload.await.expect("the reload task");
+
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    assert_eq!(failures[0].component, Some(key("probe/g")), "{failures:?}");
+    assert_eq!(failures[0].step, FailedStep::Init);
+    let record = reload_support::last_record(&runtime);
+    assert_eq!(action(&record, "probe/c"), Action::UpdatedInPlace);
+    assert!(instance(&runtime, "probe/c").same_as(&cache));
+    assert_eq!(live_cache(&runtime).entries(), 100, "entries were evicted");
+    assert_eq!(
+        CACHE_UPDATES.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "update_in_place was called (made, then reverted)"
+    );
+
+    // A reload that succeeds makes it, in place.
+    let record = apply_ok(&runtime, &cache_config(10, 2, false)).await;
+    assert_eq!(action(&record, "probe/c"), Action::UpdatedInPlace);
+    assert_eq!(action(&record, "probe/g"), Action::Rebuilt);
+    assert!(instance(&runtime, "probe/c").same_as(&cache));
+    assert_eq!(live_cache(&runtime).entries(), 10);
+    assert_eq!(CACHE_UPDATES.load(std::sync::atomic::Ordering::SeqCst), 1);
+    match std::sync::Arc::try_unwrap(runtime) {
+        Ok(runtime) => runtime.shutdown().await,
+        Err(_) => panic!("the runtime is still shared"),
+    }
 }

@@ -28,6 +28,10 @@ pub enum StagedInPlace {
     /// Checked and prepared, not visible yet: put in force when the new
     /// generation is published, dropped if the reload rolls back.
     Deferred(PendingInPlace),
+    /// Nothing done yet (the default): the reload calls `update_in_place`
+    /// last, once everything else in it succeeded, just before the swap;
+    /// a reload that fails earlier never calls it.
+    AtCommit,
 }
 
 impl From<InPlace> for StagedInPlace {
@@ -80,11 +84,23 @@ impl fmt::Debug for PendingInPlace {
 /// the previous metadata with `update_in_place`). An implementation must
 /// either take the whole change or none of it.
 ///
-/// `stage_in_place` defaults to `update_in_place`, whose change is visible
-/// at once: callers (and subscribers) may see it before the reload commits,
-/// and a reload that fails afterwards re-applies the previous metadata.
-/// Override it to answer [`StagedInPlace::Deferred`] instead: the change is
-/// then seen by no one but the reload preparing it (see
+/// `stage_in_place` defaults to [`StagedInPlace::AtCommit`]: nothing is
+/// called while the reload prepares; `update_in_place`, whose change is
+/// visible at once, is called in the reload's last step, after every
+/// rebuilt component became ready and every staged update succeeded, just
+/// before the swap, so a reload that fails earlier leaves the instance
+/// untouched. Until then the reload itself (a dependent's `init`) sees the
+/// instance as it serves, with its previous metadata. An answer other than
+/// `Applied` there rebuilds the component then (after a panic or a timeout,
+/// once the previous metadata is re-applied); a failure of that rebuild
+/// re-applies the previous metadata of the updates already made and rolls
+/// the reload back. A store another component reads through a secretRef or
+/// configurationRef in the same reload is the exception: its dependents
+/// must read its new values, so `update_in_place` is called when its level
+/// is prepared, and a reload that fails afterwards re-applies the previous
+/// metadata. Override `stage_in_place` to answer [`StagedInPlace::Deferred`]
+/// instead: the change is then checked during the reload, seen by no one but
+/// the reload preparing it (see
 /// [`preparing_generation`](crate::preparing_generation)) until the new
 /// generation is published, and a rollback simply drops it.
 ///
@@ -104,11 +120,11 @@ pub trait InPlaceUpdate: Send + Sync {
 
     /// Checks and prepares `metadata` (already resolved) for the running
     /// instance; a [`StagedInPlace::Deferred`] answer makes nothing visible
-    /// until it is applied. Defaults to `update_in_place`.
+    /// until it is applied. Defaults to [`StagedInPlace::AtCommit`]: checks
+    /// nothing, and leaves the update to `update_in_place` at the commit.
     async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
-        self.update_in_place(metadata)
-            .await
-            .map(StagedInPlace::from)
+        let _ = metadata;
+        Ok(StagedInPlace::AtCommit)
     }
 }
 
@@ -132,7 +148,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn staging_defaults_to_the_update_in_place() {
+    async fn staging_defaults_to_updating_at_the_commit_without_calling_the_update() {
         let rebuild = Metadata::from(
             serde_json::json!({"rebuild": 1})
                 .as_object()
@@ -140,12 +156,11 @@ mod tests {
                 .unwrap_or_default(),
         );
         let staged = Legacy.stage_in_place(&Metadata::default()).await;
-        assert!(matches!(staged, Ok(StagedInPlace::Applied)), "{staged:?}");
+        assert!(matches!(staged, Ok(StagedInPlace::AtCommit)), "{staged:?}");
         let staged = Legacy.stage_in_place(&rebuild).await;
-        assert!(
-            matches!(staged, Ok(StagedInPlace::NeedsRebuild)),
-            "{staged:?}"
-        );
+        assert!(matches!(staged, Ok(StagedInPlace::AtCommit)), "{staged:?}");
+        let updated = Legacy.update_in_place(&rebuild).await;
+        assert!(matches!(updated, Ok(InPlace::NeedsRebuild)), "{updated:?}");
     }
 
     #[test]

@@ -40,13 +40,32 @@ pub(super) async fn update(
     metadata: Metadata,
     within: Duration,
 ) -> Answer<InPlace> {
-    let call = async move {
-        match in_place_of(component.as_ref(), hook) {
-            Some(dynamic) => dynamic.update_in_place(&metadata).await,
-            None => Ok(InPlace::NeedsRebuild),
-        }
-    };
-    guarded(call, within).await
+    guarded(update_call(component, hook, metadata), within).await
+}
+
+/// Applies `metadata` to the running `component` at once, handles
+/// resolving in `staged` (the generation being built): how a reload puts
+/// in force an update that was not staged ([`StagedInPlace::AtCommit`]).
+pub(super) async fn update_staged(
+    component: Arc<dyn Component>,
+    hook: Option<InPlaceHook>,
+    metadata: Metadata,
+    staged: Arc<Generation>,
+    within: Duration,
+) -> Answer<InPlace> {
+    let call = update_call(component, hook, metadata);
+    guarded(with_staged(staged, call), within).await
+}
+
+async fn update_call(
+    component: Arc<dyn Component>,
+    hook: Option<InPlaceHook>,
+    metadata: Metadata,
+) -> Result<InPlace, crate::component::ComponentError> {
+    match in_place_of(component.as_ref(), hook) {
+        Some(dynamic) => dynamic.update_in_place(&metadata).await,
+        None => Ok(InPlace::NeedsRebuild),
+    }
 }
 
 /// Puts in force the in-place updates a committed reload staged. Called

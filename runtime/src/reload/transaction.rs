@@ -1,6 +1,7 @@
 //! One reload transaction: decide per component, build the new generation
-//! level by level against its own handles, and either commit it whole or
-//! undo everything.
+//! level by level against its own handles, put in force last the in-place
+//! updates that were not staged, and either commit it whole or undo
+//! everything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,12 +27,11 @@ use crate::running::{staged_sharing, Components, Running};
 pub(crate) enum Step {
     /// Kept its instance (its spec may be updated to an equivalent one).
     Kept(Running),
-    /// The running instance took the new metadata in place.
+    /// The running instance took (or is to take) the new metadata in place.
     InPlace {
         running: Running,
-        /// `None`: already in force, and `previous` undoes it. Some: staged
-        /// only, put in force at commit (dropped on rollback).
-        pending: Option<PendingInPlace>,
+        /// Where the update stands.
+        update: Update,
         previous: Metadata,
         /// The type's declared in-place update, to revert with.
         hook: Option<InPlaceHook>,
@@ -41,6 +41,17 @@ pub(crate) enum Step {
         running: Running,
         replaced: Option<Box<Running>>,
     },
+}
+
+/// Where an in-place update stands in a transaction.
+pub(crate) enum Update {
+    /// Already in force, and `previous` undoes it.
+    InForce,
+    /// Staged only, put in force at commit (dropped on rollback).
+    Staged(PendingInPlace),
+    /// Not made yet ([`StagedInPlace::AtCommit`]): `update_in_place` is
+    /// called in the transaction's last step (nothing to undo before).
+    AtCommit,
 }
 
 impl Step {
@@ -123,26 +134,128 @@ impl Plan<'_> {
             .chain(self.forced.iter().cloned())
             .collect();
         let impact = self.candidate.graph.with_dependents(&roots);
+        let read = self.read_through_refs(&impact);
         let mut progress = self.keep_unimpacted(&impact);
         for level in self.candidate.graph.levels_within(&impact) {
-            let failures = self.run_level(level, &mut progress, registry, cx).await;
+            let failures = self
+                .run_level(level, &read, &mut progress, registry, cx)
+                .await;
             if !failures.is_empty() {
-                let mut actions = progress.actions;
-                for failure in &failures {
-                    if let Some(component) = &failure.component {
-                        actions.insert(component.clone(), Action::Failed);
-                    }
-                }
-                undo(progress.done, cx).await;
-                let serving = progress.next.key_set();
-                return Err(Failed {
-                    failures,
-                    actions,
-                    serving,
-                });
+                return Err(Self::fail(progress, failures, cx).await);
             }
         }
+        // Last, once everything else succeeded: a reload that failed above
+        // never touched these instances.
+        if let Err(failures) = self.at_commit(&mut progress, registry, cx).await {
+            return Err(Self::fail(progress, failures, cx).await);
+        }
         Ok(self.retire(progress))
+    }
+
+    /// Undoes `progress` after `failures`.
+    async fn fail(
+        progress: Progress,
+        failures: Vec<ComponentFailure>,
+        cx: &AssemblyContext,
+    ) -> Failed {
+        let mut actions = progress.actions;
+        for failure in &failures {
+            if let Some(component) = &failure.component {
+                actions.insert(component.clone(), Action::Failed);
+            }
+        }
+        undo(progress.done, cx).await;
+        let serving = progress.next.key_set();
+        Failed {
+            failures,
+            actions,
+            serving,
+        }
+    }
+
+    /// The stores that components of the impact set read through a
+    /// secretRef or configurationRef: they resolve them in this reload, so
+    /// an in-place update of such a store is made when its level is
+    /// prepared, not at the commit (its dependents must read its new
+    /// values).
+    fn read_through_refs(&self, impact: &BTreeSet<ComponentKey>) -> BTreeSet<ComponentKey> {
+        impact
+            .iter()
+            .filter_map(|key| self.candidate.config.components.get(key))
+            .flat_map(|spec| spec.injected_refs().map(|r| r.store()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Makes the in-place updates left to the commit
+    /// ([`StagedInPlace::AtCommit`]), newest level first (a dependent's
+    /// before its store's: a rebuild that fails there leaves the stores
+    /// below untouched), each with `update_in_place`. Any answer but
+    /// `Applied` rebuilds that component now (after a panic or a timeout,
+    /// once its previous metadata is re-applied), against the generation
+    /// built so far; a failed rebuild fails the transaction, and the undo
+    /// re-applies the previous metadata of the updates made here.
+    async fn at_commit(
+        &self,
+        progress: &mut Progress,
+        registry: &Registry,
+        cx: &AssemblyContext,
+    ) -> Result<(), Vec<ComponentFailure>> {
+        for index in (0..progress.done.len()).rev() {
+            let Step::InPlace {
+                running,
+                update: Update::AtCommit,
+                previous,
+                hook,
+            } = &progress.done[index]
+            else {
+                continue;
+            };
+            let (running, previous, hook) = (running.clone(), previous.clone(), *hook);
+            let key = running.spec.key.clone();
+            let span = trace::component_span(&key, &running.spec.type_name);
+            let started = std::time::Instant::now();
+            let step_cx = AssemblyContext {
+                staged: Arc::new(staged_sharing(&progress.next)),
+                ..cx.clone()
+            };
+            let descriptor = registry.get(key.kind.as_str(), &running.spec.type_name);
+            let descriptor = descriptor.copied();
+            let replaced = self.current.get(&key).map(|r| Box::new(Running::clone(r)));
+            // In a task of its own, as in a level: a panicking rebuild
+            // fails this component, not the reload.
+            let mut tasks = ComponentTasks::new();
+            let task = {
+                let step_cx = step_cx.clone();
+                async move {
+                    let update = (running, previous, hook);
+                    update_or_rebuild(update, descriptor, replaced, &step_cx).await
+                }
+            };
+            tasks.spawn(key.clone(), task.instrument(span.clone()));
+            let outcome = match tasks.join_next(&step_cx).await {
+                Some(Ok(outcome)) => outcome,
+                Some(Err(failure)) => Err(failure),
+                None => Err(step_cx.fail(&key, FailedStep::Panicked, "not run".to_string())),
+            };
+            match outcome {
+                Ok(step) => {
+                    trace::record_action(&span, step.action(), started);
+                    let running = step.running();
+                    progress
+                        .actions
+                        .insert(running.spec.key.clone(), step.action());
+                    progress
+                        .next
+                        .insert(running.spec.key.clone(), Arc::new(running.clone()));
+                    progress.done[index] = step;
+                }
+                Err(failure) => {
+                    trace::record_failed(&span, &failure.to_string(), started);
+                    return Err(vec![failure]);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Components outside the impact set keep their very instance: the
@@ -183,6 +296,7 @@ impl Plan<'_> {
     async fn run_level(
         &self,
         level: Vec<ComponentKey>,
+        read: &BTreeSet<ComponentKey>,
         progress: &mut Progress,
         registry: &Registry,
         cx: &AssemblyContext,
@@ -202,6 +316,7 @@ impl Plan<'_> {
             let change = self.diff.changed.get(&key).copied().unwrap_or_default();
             let previous = self.current.get(&key).map(|r| Running::clone(r));
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
+            let now = read.contains(&key);
             let level_cx = level_cx.clone();
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
@@ -216,7 +331,7 @@ impl Plan<'_> {
                         format!("unknown type `{}`", spec.type_name),
                     ));
                 };
-                decide_and_run(spec, change, previous, &descriptor, &level_cx).await
+                decide_and_run(spec, change, previous, &descriptor, now, &level_cx).await
             };
             tasks.spawn(
                 named,
@@ -278,7 +393,7 @@ impl Plan<'_> {
                 } => retired.push((old.spec.key.clone(), Arc::new(*old))),
                 Step::InPlace {
                     running,
-                    pending: Some(pending),
+                    update: Update::Staged(pending),
                     ..
                 } => deferred.push((running.spec.key.clone(), pending)),
                 _ => {}
@@ -306,12 +421,50 @@ impl Plan<'_> {
     }
 }
 
-/// Keeps, updates in place, or rebuilds one impacted component.
+/// Puts `running`'s new metadata in force on its instance (`previous` and
+/// `hook` undo it), or, when it will not take it, builds a fresh instance
+/// instead, to replace `replaced`.
+async fn update_or_rebuild(
+    (running, previous, hook): (Running, Metadata, Option<InPlaceHook>),
+    descriptor: Option<ComponentDescriptor>,
+    replaced: Option<Box<Running>>,
+    cx: &AssemblyContext,
+) -> Result<Step, ComponentFailure> {
+    let key = running.spec.key.clone();
+    let component = running.assembled.instance.component();
+    let resolved = running.assembled.resolved.clone();
+    let within = cx.timeouts.init;
+    let answer =
+        in_place::update_staged(component.clone(), hook, resolved, cx.staged.clone(), within).await;
+    if settle(&key, component, hook, &previous, answer, cx).await {
+        return Ok(Step::InPlace {
+            running,
+            update: Update::InForce,
+            previous,
+            hook,
+        });
+    }
+    let Some(descriptor) = descriptor else {
+        let message = format!("unknown type `{}`", running.spec.type_name);
+        return Err(cx.fail(&key, FailedStep::Metadata, message));
+    };
+    let spec = running.spec.clone();
+    let resolved = running.assembled.resolved.clone();
+    let assembled = assemble_resolved(&spec, &descriptor, resolved, cx).await?;
+    Ok(Step::Built {
+        running: Running { spec, assembled },
+        replaced,
+    })
+}
+
+/// Keeps, updates in place, or rebuilds one impacted component; `now`: an
+/// update left to the commit is made at once instead.
 async fn decide_and_run(
     spec: Arc<ComponentSpec>,
     change: SpecChange,
     previous: Option<Running>,
     descriptor: &ComponentDescriptor,
+    now: bool,
     cx: &AssemblyContext,
 ) -> Result<Step, ComponentFailure> {
     let resolved = resolve_metadata(&spec, cx).await?;
@@ -330,15 +483,17 @@ async fn decide_and_run(
         }
         let component = previous.assembled.instance.component();
         if in_place_of(component.as_ref(), descriptor.in_place).is_some() {
-            let staged = stage(&spec.key, component, &previous, descriptor, &resolved, cx).await;
-            if let Some(pending) = staged {
+            let staged = stage(
+                &spec.key, component, &previous, descriptor, &resolved, now, cx,
+            );
+            if let Some(update) = staged.await {
                 let old_metadata = previous.assembled.resolved.clone();
                 let mut updated = previous;
                 updated.spec = spec;
                 updated.assembled.resolved = resolved;
                 return Ok(Step::InPlace {
                     running: updated,
-                    pending,
+                    update,
                     previous: old_metadata,
                     hook: descriptor.in_place,
                 });
@@ -353,18 +508,20 @@ async fn decide_and_run(
 }
 
 /// Stages `resolved` on the running `component` (whose metadata is
-/// `previous`'s): `Some` when it took it (`Some(pending)` if deferred to the
-/// commit), `None` when it is to be rebuilt instead. A panic or a timeout
-/// first re-applies the previous metadata, since the update may have been
-/// half made on the instance that keeps serving.
+/// `previous`'s): `Some` when it took it or will at the commit (an update
+/// left to the commit is made at once when `now`), `None` when it is to be
+/// rebuilt instead. A panic or a timeout first re-applies the previous
+/// metadata, since the update may have been half made on the instance that
+/// keeps serving.
 async fn stage(
     key: &ComponentKey,
     component: Arc<dyn Component>,
     previous: &Running,
     descriptor: &ComponentDescriptor,
     resolved: &Metadata,
+    now: bool,
     cx: &AssemblyContext,
-) -> Option<Option<PendingInPlace>> {
+) -> Option<Update> {
     let within = cx.timeouts.init;
     let hook = descriptor.in_place;
     let staging = in_place::stage(
@@ -375,8 +532,20 @@ async fn stage(
         within,
     );
     match staging.await {
-        Answer::Answered(Ok(StagedInPlace::Applied)) => Some(None),
-        Answer::Answered(Ok(StagedInPlace::Deferred(pending))) => Some(Some(pending)),
+        Answer::Answered(Ok(StagedInPlace::Applied)) => Some(Update::InForce),
+        Answer::Answered(Ok(StagedInPlace::Deferred(pending))) => Some(Update::Staged(pending)),
+        Answer::Answered(Ok(StagedInPlace::AtCommit)) if now => {
+            // Its dependents read it through refs in this reload.
+            let previous = &previous.assembled.resolved;
+            let metadata = resolved.clone();
+            let staged = cx.staged.clone();
+            let answer =
+                in_place::update_staged(component.clone(), hook, metadata, staged, within).await;
+            settle(key, component, hook, previous, answer, cx)
+                .await
+                .then_some(Update::InForce)
+        }
+        Answer::Answered(Ok(StagedInPlace::AtCommit)) => Some(Update::AtCommit),
         Answer::Answered(Ok(StagedInPlace::NeedsRebuild)) => None,
         Answer::Answered(Err(err)) => {
             let err = cx.redactor.scrub(&err.to_string());
@@ -396,6 +565,41 @@ async fn stage(
             let previous = previous.assembled.resolved.clone();
             revert(key, component, hook, previous, cx).await;
             None
+        }
+    }
+}
+
+/// Whether an update made at once (`answer`) left the running `component`
+/// with the new metadata; `false`: it is to be rebuilt instead. A panic or
+/// a timeout first re-applies `previous`, since the update may have been
+/// half made on the instance that keeps serving.
+async fn settle(
+    key: &ComponentKey,
+    component: Arc<dyn Component>,
+    hook: Option<InPlaceHook>,
+    previous: &Metadata,
+    answer: Answer<InPlace>,
+    cx: &AssemblyContext,
+) -> bool {
+    let within = cx.timeouts.init;
+    match answer {
+        Answer::Answered(Ok(InPlace::Applied)) => true,
+        Answer::Answered(Ok(InPlace::NeedsRebuild)) => false,
+        Answer::Answered(Err(err)) => {
+            let err = cx.redactor.scrub(&err.to_string());
+            tracing::info!(component = %key, error = %err, "In-place update refused; rebuilding.");
+            false
+        }
+        Answer::TimedOut => {
+            tracing::warn!(component = %key, timeout = ?within, "In-place update did not answer in time; re-applying the previous metadata, then rebuilding.");
+            revert(key, component, hook, previous.clone(), cx).await;
+            false
+        }
+        Answer::Panicked(message) => {
+            let message = cx.redactor.scrub(&message);
+            tracing::error!(component = %key, error = %message, "In-place update panicked; re-applying the previous metadata, then rebuilding.");
+            revert(key, component, hook, previous.clone(), cx).await;
+            false
         }
     }
 }
@@ -446,7 +650,7 @@ async fn undo_one(step: Step, cx: &AssemblyContext) {
         }
         Step::InPlace {
             running,
-            pending: Some(pending),
+            update: Update::Staged(pending),
             ..
         } => {
             drop(pending);
@@ -454,7 +658,14 @@ async fn undo_one(step: Step, cx: &AssemblyContext) {
         }
         Step::InPlace {
             running,
-            pending: None,
+            update: Update::AtCommit,
+            ..
+        } => {
+            tracing::info!(component = %running.spec.key, "In-place update left to the commit not made.");
+        }
+        Step::InPlace {
+            running,
+            update: Update::InForce,
             previous,
             hook,
         } => {
