@@ -7,6 +7,12 @@
 //! temporary name and renamed over the old one, so a reader never sees half
 //! of it. A namespace without release is stored with no configuration and
 //! an empty `releaseKey`.
+//!
+//! The files hold released values (often passwords) and are served as the
+//! configuration when the service is down: the folder is created `0700`,
+//! each file `0600` (made new, never opened through a name already there),
+//! and a folder or file another user owns or may write is neither read
+//! nor written (see [`super::private_folder`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +21,7 @@ use rewire_runtime::FileReadError;
 
 use super::client::ApolloConfig;
 use super::error::ApolloError;
+use super::private_folder;
 use crate::component_file::{read_component_file, ComponentFileError};
 
 /// Distinguishes the temporary files of concurrent writers in a process.
@@ -75,9 +82,12 @@ impl BackupCache {
             message,
         };
         let text = serde_json::to_string_pretty(config).map_err(|err| failed(err.to_string()))?;
-        tokio::fs::create_dir_all(&self.dir)
+        private_folder::create(&self.dir)
             .await
             .map_err(|err| failed(format!("cannot create the directory: {err}")))?;
+        private_folder::check(&self.dir, true)
+            .await
+            .map_err(|problem| self.refused(problem))?;
         let file_name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -87,8 +97,10 @@ impl BackupCache {
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        if let Err(err) = tokio::fs::write(&temp, text).await {
-            let _ = tokio::fs::remove_file(&temp).await;
+        if let Err(err) = write_new_private(&temp, text.into_bytes()).await {
+            if err.kind() != std::io::ErrorKind::AlreadyExists {
+                let _ = tokio::fs::remove_file(&temp).await;
+            }
             return Err(failed(format!("cannot write: {err}")));
         }
         if let Err(err) = tokio::fs::rename(&temp, &path).await {
@@ -100,8 +112,16 @@ impl BackupCache {
 
     /// The stored release of `namespace`; `None` when there is no file.
     /// Read bounded, as every component file (see [`crate::component_file`]).
+    /// A folder or file another user owns or may write is refused.
     pub(crate) async fn read(&self, namespace: &str) -> Result<Option<ApolloConfig>, ApolloError> {
         let path = self.path(namespace);
+        match tokio::fs::metadata(&path).await {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            _ => {}
+        }
+        private_folder::check(&self.dir, true)
+            .await
+            .map_err(|problem| self.refused(problem))?;
         let text = match read_component_file("backup_config_path", &path).await {
             Ok(text) => text,
             Err(ComponentFileError::Read {
@@ -115,6 +135,13 @@ impl BackupCache {
                 })
             }
         };
+        // A regular file (the read checked): whose is it?
+        private_folder::check(&path, false)
+            .await
+            .map_err(|message| ApolloError::Cache {
+                path: path.clone(),
+                message,
+            })?;
         let mut config: ApolloConfig =
             serde_json::from_str(&text).map_err(|err| ApolloError::Cache {
                 path: path.clone(),
@@ -123,6 +150,32 @@ impl BackupCache {
         config.namespace_name = namespace.to_string();
         Ok(Some(config))
     }
+
+    /// The folder refused for `problem`.
+    fn refused(&self, problem: String) -> ApolloError {
+        ApolloError::Cache {
+            path: self.dir.clone(),
+            message: problem,
+        }
+    }
+}
+
+/// Writes `bytes` to `path`, which must not exist yet (so a name planted
+/// there, a symlink say, is never followed), readable and writable by the
+/// process's user only.
+async fn write_new_private(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&path)?;
+        file.write_all(&bytes)
+    })
+    .await
+    .unwrap_or_else(|err| Err(std::io::Error::other(err)))
 }
 
 #[cfg(test)]
@@ -166,6 +219,81 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["app+default+application.json".to_string()]);
+    }
+
+    #[cfg(unix)]
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_folder_and_files_are_the_users_alone() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cache = BackupCache::new(dir.path().join("a").join("b"), "app", "default");
+        cache
+            .write(&config("application", &[("password", "hunter2")], "r1"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode(cache.dir()), 0o700);
+        assert_eq!(mode(&dir.path().join("a")), 0o700);
+        assert_eq!(mode(&cache.path("application")), 0o600);
+        // A file of the old version (umask 022) is replaced by a private one.
+        std::fs::write(cache.path("common"), "{}").unwrap_or_else(|e| panic!("{e}"));
+        cache
+            .write(&config("common", &[("k", "v")], "r1"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode(&cache.path("common")), 0o600);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_folder_other_users_may_write_is_neither_served_nor_written() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cache = BackupCache::new(dir.path().to_path_buf(), "app", "default");
+        // Planted by someone else in a shared folder.
+        let planted = serde_json::to_string(&config("application", &[("k", "evil")], "r9"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(cache.path("application"), planted).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = cache
+            .read("application")
+            .await
+            .map(|_| ())
+            .expect_err("a shared folder is not served");
+        let text = err.to_string();
+        assert!(text.contains("writable by other users"), "{text}");
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
+        let err = cache
+            .write(&config("application", &[("k", "v")], "r1"))
+            .await
+            .expect_err("nor written");
+        assert!(err.to_string().contains("writable by other users"), "{err}");
+
+        // A private folder, but a file others may write.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(
+            cache.path("application"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let err = cache
+            .read("application")
+            .await
+            .map(|_| ())
+            .expect_err("a file others may write is not served");
+        assert!(
+            err.to_string().contains("app+default+application.json"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("writable by other users"), "{err}");
     }
 
     #[tokio::test]

@@ -26,6 +26,49 @@ use super::signing;
 use crate::json_text::value_text;
 use crate::redacted::shown_addresses;
 
+/// The largest answer read from a config service, meta server or Open
+/// API: 16 MiB, the bound of the backup file that keeps a release (see
+/// [`crate::component_file`]). Apollo limits an item's value to 20,000
+/// characters by default; a namespace this large is a mistake, a
+/// misbehaving server or an attack, and is not held in memory: reading
+/// stops past the bound and the answer is an [`ApolloError::TooLarge`].
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// Why an answer's body was not read.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// More than the limit (announced, or sent).
+    TooLarge,
+    /// The connection failed while reading.
+    Transport(reqwest::Error),
+}
+
+/// The body of `response` as text (invalid UTF-8 replaced), reading at
+/// most `limit` bytes: a longer answer (by its `Content-Length` or as it
+/// comes) is refused without reading the rest.
+pub(crate) async fn read_body(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<String, BodyError> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+        if chunk.len() > limit.saturating_sub(body.len()) {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(match String::from_utf8(body) {
+        Ok(text) => text,
+        Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+    })
+}
+
 /// One release of a namespace, as the config service sends it (and as the
 /// backup cache stores it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -329,7 +372,16 @@ impl ConfigServiceClient {
                 },
             });
         }
-        let body = response.text().await.map_err(transport)?;
+        let body = read_body(response, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|err| match err {
+                BodyError::Transport(err) => transport(err),
+                BodyError::TooLarge => ApolloError::TooLarge {
+                    server: self.label.clone(),
+                    path: path.clone(),
+                    limit: MAX_ANSWER_BYTES,
+                },
+            })?;
         Ok((status, body))
     }
 
@@ -354,6 +406,8 @@ impl ConfigServiceClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+    use std::sync::Arc;
 
     #[test]
     fn urls_encode_each_segment_and_keep_the_base_path() {
@@ -417,6 +471,97 @@ mod tests {
             .expect_err("nothing listens on port 1");
         assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+
+    /// A server that answers each connection 200 with `body` (chunked
+    /// when `chunked`, else with its `Content-Length`) and counts the bytes
+    /// it could send before the client hung up.
+    async fn answering(body: Vec<u8>, chunked: bool) -> (String, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let address = format!(
+            "http://{}",
+            listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+        );
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&sent);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0; 4096];
+                let _ = stream.read(&mut request).await;
+                let head = match chunked {
+                    true => "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_string(),
+                    false => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()),
+                };
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    continue;
+                }
+                for part in body.chunks(1024) {
+                    let framed = match chunked {
+                        true => {
+                            [format!("{:x}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat()
+                        }
+                        false => part.to_vec(),
+                    };
+                    if stream.write_all(&framed).await.is_err() {
+                        break;
+                    }
+                    counter.fetch_add(part.len(), AtomicOrdering::SeqCst);
+                }
+                if chunked {
+                    let _ = stream.write_all(b"0\r\n\r\n").await;
+                }
+            }
+        });
+        (address, sent)
+    }
+
+    async fn get(address: &str) -> reqwest::Response {
+        let tls = crate::tls::http_config(None).unwrap_or_else(|e| panic!("{e}"));
+        let http = http_client(&tls, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
+        http.get(address)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_up_to_the_limit_and_refused_beyond_it() {
+        for chunked in [true, false] {
+            let (address, _) = answering(vec![b'x'; 4096], chunked).await;
+            let text = read_body(get(&address).await, 4096)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            assert_eq!(text.len(), 4096);
+            let refused = read_body(get(&address).await, 4095).await;
+            assert!(matches!(refused, Err(BodyError::TooLarge)), "{refused:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endless_answer_is_not_read_to_its_end() {
+        // 64 MiB sent in chunks (no length announced), read with a 64 KiB
+        // limit: reading stops at once, the rest is never taken in.
+        let (address, sent) = answering(vec![b'x'; 64 << 20], true).await;
+        let refused = read_body(get(&address).await, 64 << 10).await;
+        assert!(matches!(refused, Err(BodyError::TooLarge)), "{refused:?}");
+        assert!(sent.load(AtomicOrdering::SeqCst) < 32 << 20);
+    }
+
+    #[test]
+    fn the_too_large_error_names_the_server_the_route_and_the_bound() {
+        let err = ApolloError::TooLarge {
+            server: "config service `http://h:8080` (config_server)".into(),
+            path: "/configs/a/default/application".into(),
+            limit: MAX_ANSWER_BYTES,
+        };
+        assert_eq!(
+            err.to_string(),
+            "config service `http://h:8080` (config_server) answered more than 16 MiB on /configs/a/default/application; not read (the answer is malformed or the server misbehaves)"
+        );
+        assert!(err.is_retryable() && !err.is_instance_down());
     }
 
     #[test]

@@ -58,6 +58,18 @@ pub enum ApolloError {
         /// What serde said.
         message: String,
     },
+    /// An answer larger than the client reads
+    /// ([`MAX_ANSWER_BYTES`](super::MAX_ANSWER_BYTES)): not read, and taken
+    /// as a malformed answer (retried, the last good configuration kept).
+    #[error("{server} answered more than {} on {path}; not read (the answer is malformed or the server misbehaves)", size_text(*.limit))]
+    TooLarge {
+        /// The config service or meta server address.
+        server: String,
+        /// The route asked for (no query).
+        path: String,
+        /// The most bytes read.
+        limit: usize,
+    },
     /// The backup file could not be read or written.
     #[error("backup cache `{}`: {message}", .path.display())]
     Cache {
@@ -66,6 +78,16 @@ pub enum ApolloError {
         /// What went wrong.
         message: String,
     },
+}
+
+/// `bytes` in MiB when whole, else in bytes.
+fn size_text(bytes: usize) -> String {
+    const MIB: usize = 1 << 20;
+    if bytes >= MIB && bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 fn body_suffix(body: &str) -> String {

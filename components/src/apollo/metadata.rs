@@ -55,7 +55,9 @@ pub struct ApolloMetadata {
     #[serde(default = "default_true")]
     pub is_backup_config: bool,
     /// Directory of the backup copies (default: the system temp dir +
-    /// `/rewire-apollo`).
+    /// `/rewire-apollo-{uid}`, one per user; see
+    /// [`backup_dir`](Self::backup_dir)). Created `0700`; a folder another
+    /// user owns or may write is neither read nor written.
     #[serde(default)]
     pub backup_config_path: Option<PathBuf>,
     /// Open API (portal) token; with `open_api_address` it enables `set`
@@ -126,6 +128,15 @@ fn server_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Stri
         Servers::One(text) => text,
         Servers::Many(list) => list.join(","),
     })
+}
+
+/// `rewire-apollo-{uid}` (or `rewire-apollo` when the uid is unknown).
+fn default_backup_folder() -> String {
+    #[cfg(unix)]
+    if let Some(uid) = super::private_folder::process_uid() {
+        return format!("rewire-apollo-{uid}");
+    }
+    "rewire-apollo".to_string()
 }
 
 fn default_cluster() -> String {
@@ -217,11 +228,22 @@ impl ApolloMetadata {
         names
     }
 
-    /// The backup directory in force.
+    /// The backup directory in force: `backup_config_path`, else
+    /// `rewire-apollo-{uid}` in the system temp dir.
+    ///
+    /// The default was `rewire-apollo`, one folder shared by every user of
+    /// the host in a world-writable place: another user could read the
+    /// released values or plant a file to be served. The temp dir is kept
+    /// (it exists and is writable in containers without a home folder),
+    /// but the folder is the process user's own, named by uid, created
+    /// `0700` and checked before every use: if another user made it first,
+    /// it is refused (with a warning) rather than trusted. Backups left in
+    /// the old shared folder are not read; the new folder fills on the
+    /// first successful fetch. (Elsewhere than on Unix, `rewire-apollo`.)
     pub fn backup_dir(&self) -> PathBuf {
         self.backup_config_path
             .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("rewire-apollo"))
+            .unwrap_or_else(|| std::env::temp_dir().join(default_backup_folder()))
     }
 
     pub(crate) fn long_poll_timeout(&self) -> Duration {
@@ -306,6 +328,24 @@ mod tests {
         assert!(!decoded.is_backup_config);
         assert_eq!(decoded.long_poll_timeout(), Duration::from_millis(1500));
         assert_eq!(decoded.env, "DEV");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_default_backup_folder_is_the_users_own() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let uid = std::fs::metadata(dir.path())
+            .map(|m| m.uid())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let settings = ApolloMetadata::new("http://h");
+        assert_eq!(
+            settings.backup_dir(),
+            std::env::temp_dir().join(format!("rewire-apollo-{uid}"))
+        );
+        let mut explicit = ApolloMetadata::new("http://h");
+        explicit.backup_config_path = Some(PathBuf::from("/var/lib/app/apollo"));
+        assert_eq!(explicit.backup_dir(), PathBuf::from("/var/lib/app/apollo"));
     }
 
     #[test]

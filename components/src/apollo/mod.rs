@@ -52,6 +52,7 @@ mod metadata;
 mod namespaces;
 mod open_api;
 mod poller;
+mod private_folder;
 mod refresh;
 mod services;
 mod signing;
@@ -67,6 +68,7 @@ use rewire_runtime::{
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
+pub use client::MAX_ANSWER_BYTES;
 use error::ApolloError;
 pub use metadata::ApolloMetadata;
 use open_api::OpenApiClient;
@@ -201,7 +203,12 @@ impl Component for ApolloConfigStore {
             self.settings.retry_interval(),
             self.settings.max_retry_interval(),
         );
-        let task = PollerTask::start(Arc::clone(&refresher), backoff, cx.shutdown.child_token());
+        let task = PollerTask::start(
+            Arc::clone(&refresher),
+            backoff,
+            self.settings.retry_interval(),
+            cx.shutdown.child_token(),
+        );
         let follow = task.stop_token().child_token();
         Self::follow_tls_files(cx, followed, &running, follow.clone());
         running._follow = Some(follow.drop_guard());

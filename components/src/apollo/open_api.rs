@@ -179,7 +179,9 @@ impl OpenApiClient {
                 check: "`open_api_token` (and that it may edit and release this namespace)",
             });
         }
-        let text = response.text().await.unwrap_or_default();
+        let text = super::client::read_body(response, super::client::MAX_ANSWER_BYTES)
+            .await
+            .unwrap_or_default();
         Err(ApolloError::Status {
             server: self.address_text.clone(),
             path,

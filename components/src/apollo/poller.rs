@@ -15,6 +15,15 @@
 //! warning, the recovery as info. The task ends when its token is
 //! cancelled (the runtime's shutdown, or `close`).
 //!
+//! A poll answered with nothing new (304, or `200 []`) sooner than
+//! `retryIntervalMs` after it was sent was not held: a proxy or a
+//! misbehaving config service answering at once would otherwise be polled
+//! again and again in a busy loop. The next poll then goes out
+//! `retryIntervalMs` after that one was sent (at most one such poll per
+//! interval, as the Java client's long-poll rate limit). A poll that
+//! answers with notifications is followed by the next one at once: real
+//! changes are never held back.
+//!
 //! When new TLS material is swapped in (see [`ConfigServices::replace_tls`](super::services::ConfigServices::replace_tls)),
 //! the round in progress is dropped (a poll held on the old client, or a
 //! backoff wait) and a new one starts at once on the new clients, with the
@@ -40,14 +49,18 @@ pub(crate) struct PollerTask {
 
 impl PollerTask {
     /// Starts polling for `refresher`; stops when `stop` is cancelled.
+    /// `min_gap` is the least time between sending two polls when the
+    /// first answered with nothing new (the retry interval).
     pub(crate) fn start(
         refresher: Arc<Refresher>,
         backoff: Backoff,
+        min_gap: Duration,
         stop: CancellationToken,
     ) -> Self {
         let poller = Poller {
             refresher,
             backoff,
+            min_gap,
             failing: None,
         };
         let task = tokio::spawn(poller.run(stop.clone()));
@@ -69,8 +82,28 @@ impl PollerTask {
 struct Poller {
     refresher: Arc<Refresher>,
     backoff: Backoff,
+    /// The least time between sending a poll answered with nothing new
+    /// and sending the next one.
+    min_gap: Duration,
     /// The error of the current failure streak, if one is going on.
     failing: Option<String>,
+}
+
+/// How a round that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polled {
+    /// The poll named namespaces with new releases (fetched).
+    Notified,
+    /// The poll (sent at `sent`) answered nothing new: 304, `200 []`, or
+    /// only ids already held.
+    Nothing { sent: tokio::time::Instant },
+}
+
+/// The wait before the next poll after one answered with nothing new
+/// `elapsed` after it was sent: the rest of `min_gap`, if any. A poll the
+/// service held (60 s in Apollo) needs none.
+fn early_answer_wait(elapsed: Duration, min_gap: Duration) -> Option<Duration> {
+    Some(min_gap.saturating_sub(elapsed)).filter(|wait| !wait.is_zero())
 }
 
 /// Resolves when new TLS material is next swapped in.
@@ -93,16 +126,31 @@ impl Poller {
                     continue;
                 }
             };
-            match round {
-                Ok(()) => self.succeeded(),
-                Err(err) => {
-                    let wait = self.failed(&err);
-                    tokio::select! {
-                        () = stop.cancelled() => break,
-                        () = tokio::time::sleep(wait) => {}
-                        () = replacement(&mut replaced) => {}
+            let wait = match round {
+                Ok(Polled::Notified) => {
+                    self.succeeded();
+                    continue;
+                }
+                Ok(Polled::Nothing { sent }) => {
+                    self.succeeded();
+                    match early_answer_wait(sent.elapsed(), self.min_gap) {
+                        Some(wait) => {
+                            debug!(
+                                component = %self.refresher.key,
+                                wait_ms = wait.as_millis() as u64,
+                                "Apollo long poll answered at once with nothing new; waiting before the next."
+                            );
+                            wait
+                        }
+                        None => continue,
                     }
                 }
+                Err(err) => self.failed(&err),
+            };
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+                () = replacement(&mut replaced) => {}
             }
         }
         debug!(component = %self.refresher.key, "Apollo long polling stopped.");
@@ -110,15 +158,28 @@ impl Poller {
 
     /// One round: catch up on unconfirmed namespaces, then one long poll
     /// and the fetches it calls for.
-    async fn round(&self) -> Result<(), ApolloError> {
+    async fn round(&self) -> Result<Polled, ApolloError> {
         let refresher = &self.refresher;
         for namespace in refresher.live.unconfirmed() {
             refresher.refresh(&namespace).await?;
         }
         let known = refresher.live.notifications();
-        let Some(notifications) = refresher.client.poll(&known).await? else {
-            return Ok(());
+        let sent = tokio::time::Instant::now();
+        let notifications = match refresher.client.poll(&known).await? {
+            Some(notifications) if !notifications.is_empty() => notifications,
+            _ => return Ok(Polled::Nothing { sent }),
         };
+        // The ids held before this poll, by served namespace (`known` is in
+        // the served order): an answer that advances none brings nothing
+        // new, however it is dressed.
+        let before: std::collections::HashMap<&str, i64> = refresher
+            .live
+            .order()
+            .iter()
+            .map(String::as_str)
+            .zip(known.iter().map(|n| n.notification_id))
+            .collect();
+        let mut advanced = false;
         let mut first_error = None;
         let mut unmatched = Vec::new();
         for notification in notifications {
@@ -134,9 +195,11 @@ impl Poller {
                 // means the release is the one we hold, and the id is kept.
                 let messages = notification.messages.as_ref();
                 match refresher.refresh_notified(namespace, messages).await {
-                    Ok(_) => refresher
-                        .live
-                        .set_notification_id(namespace, notification.notification_id),
+                    Ok(_) => {
+                        let id = notification.notification_id;
+                        advanced |= before.get(namespace).is_none_or(|held| id > *held);
+                        refresher.live.set_notification_id(namespace, id);
+                    }
                     Err(err) => {
                         first_error.get_or_insert(err);
                     }
@@ -156,7 +219,10 @@ impl Poller {
                 refresher.live.order().join(","),
             )));
         }
-        Ok(())
+        Ok(match advanced {
+            true => Polled::Notified,
+            false => Polled::Nothing { sent },
+        })
     }
 
     fn succeeded(&mut self) {
@@ -200,5 +266,25 @@ impl Poller {
         }
         self.failing = Some(message);
         wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_poll_answered_before_the_gap_waits_and_only_the_rest_of_it() {
+        let gap = Duration::from_millis(1000);
+        assert_eq!(
+            early_answer_wait(Duration::ZERO, gap),
+            Some(Duration::from_millis(1000))
+        );
+        assert_eq!(
+            early_answer_wait(Duration::from_millis(300), gap),
+            Some(Duration::from_millis(700))
+        );
+        assert_eq!(early_answer_wait(gap, gap), None);
+        assert_eq!(early_answer_wait(Duration::from_secs(60), gap), None);
     }
 }

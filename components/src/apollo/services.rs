@@ -27,8 +27,8 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::client::{
-    base_url, http_client, join, shown_url, ClientSettings, ConfigServiceClient, Fetched,
-    Notification,
+    base_url, http_client, join, read_body, shown_url, BodyError, ClientSettings,
+    ConfigServiceClient, Fetched, Notification, MAX_ANSWER_BYTES,
 };
 use super::error::{excerpt, ApolloError};
 use crate::redacted::shown_addresses;
@@ -366,7 +366,16 @@ impl ConfigServices {
             .await
             .map_err(transport)?;
         let status = response.status();
-        let body = response.text().await.map_err(transport)?;
+        let body = read_body(response, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|err| match err {
+                BodyError::Transport(err) => transport(err),
+                BodyError::TooLarge => ApolloError::TooLarge {
+                    server: label.clone(),
+                    path: path.clone(),
+                    limit: MAX_ANSWER_BYTES,
+                },
+            })?;
         if status != StatusCode::OK {
             return Err(ApolloError::Status {
                 server: label,

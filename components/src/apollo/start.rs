@@ -203,14 +203,19 @@ impl ApolloConfigStore {
             let Some(err) = last_error else {
                 return Ok(());
             };
-            if self.serve_backup(refresher, cx, &err).await {
-                return Ok(());
-            }
+            let unusable = match self.serve_backup(refresher, cx, &err).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => None,
+                Err(cache_err) => Some(cache_err),
+            };
             let wait = backoff.next_wait();
             if started.elapsed().saturating_add(wait) > cx.ready_timeout {
-                let backup = match &refresher.cache {
-                    Some(cache) => format!("no backup cache in `{}`", cache.dir().display()),
-                    None => "backup cache off (`is_backup_config` is false)".to_string(),
+                let backup = match (&refresher.cache, unusable) {
+                    (Some(_), Some(cache_err)) => format!("backup not served: {cache_err}"),
+                    (Some(cache), None) => {
+                        format!("no backup cache in `{}`", cache.dir().display())
+                    }
+                    (None, _) => "backup cache off (`is_backup_config` is false)".to_string(),
                 };
                 return Err(ApolloError::Config(format!(
                     "no answer from config_server within {:?}: {err}; {backup}",
@@ -233,24 +238,26 @@ impl ApolloConfigStore {
     }
 
     /// Serves the namespaces the service did not answer for from the cache,
-    /// if every one of them is there. Returns whether it did.
+    /// if every one of them is there. Returns whether it did; `Err` (also
+    /// logged) when a file is there but cannot be served (damaged, or in a
+    /// folder another user owns or may write).
     async fn serve_backup(
         &self,
         refresher: &Refresher,
         cx: &InitContext,
         err: &ApolloError,
-    ) -> bool {
+    ) -> Result<bool, ApolloError> {
         let Some(cache) = &refresher.cache else {
-            return false;
+            return Ok(false);
         };
         let mut backups = Vec::new();
         for namespace in refresher.live.unconfirmed() {
             match cache.read(&namespace).await {
                 Ok(Some(config)) => backups.push(config),
-                Ok(None) => return false,
+                Ok(None) => return Ok(false),
                 Err(cache_err) => {
                     warn!(component = %cx.key, error = %cache_err, "Apollo backup cache unusable.");
-                    return false;
+                    return Err(cache_err);
                 }
             }
         }
@@ -265,6 +272,6 @@ impl ApolloConfigStore {
             dir = %cache.dir().display(),
             "Config service unreachable; serving the backup cache until it answers."
         );
-        true
+        Ok(true)
     }
 }

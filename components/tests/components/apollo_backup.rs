@@ -2,7 +2,8 @@
 //! instance that cannot reach the config service starts from that backup,
 //! reports Degraded while it does (it serves, so the runtime starts), and becomes Ready with the server's
 //! current release when the server is back on the same address. Without a
-//! backup, init fails naming the config server.
+//! backup, init fails naming the config server. The backup files are the
+//! process user's alone, and a folder other users may write is not served.
 
 use crate::support::apollo_server;
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apollo_server::harness::{
-    expect_change, metadata, start, start_within, subscribe, value_of, with, PATIENCE,
+    expect_change, logs, metadata, start, start_within, subscribe, value_of, with, PATIENCE,
 };
 use apollo_server::ApolloServer;
 use rewire_runtime::{ConfigQuery, ConfigStore, Readiness};
@@ -87,6 +88,64 @@ async fn a_new_instance_starts_from_the_backup_and_recovers_when_the_server_retu
     assert!(server.wait_for_held_poll(PATIENCE).await);
     server.release("application", &[("k", "v3")]);
     expect_change(&mut sub, "k", "v3").await;
+    second.store.close().await.unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_backup_folder_other_users_may_write_is_not_served() {
+    use std::os::unix::fs::PermissionsExt;
+    logs::capture();
+    let server = ApolloServer::start().await;
+    server.release("application", &[("password", "hunter2")]);
+    let dir = tempfile::tempdir().unwrap();
+    let cached = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    cached.store.close().await.unwrap();
+    let file = dir.path().join("checkout+default+application.json");
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode(&file),
+        0o600,
+        "the backup is readable by its user only"
+    );
+    let stopped = server.stop().await;
+
+    // The folder is shared (as `/tmp` is): anyone could have planted the
+    // file. It is not served.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let err = start_within(
+        metadata(&stopped.url(), dir.path()),
+        Duration::from_millis(500),
+    )
+    .await
+    .err()
+    .unwrap_or_default();
+    assert!(
+        err.contains("backup not served") && err.contains("writable by other users"),
+        "{err}"
+    );
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    assert!(
+        logs::any(&[
+            "WARN",
+            "Apollo backup cache unusable",
+            "writable by other users"
+        ]),
+        "{:#?}",
+        logs::lines()
+    );
+
+    // The user's own again: served.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let second = start(metadata(&stopped.url(), dir.path()))
+        .await
+        .expect("start from backup");
+    assert_eq!(
+        value_of(&second.store, "password").await.as_deref(),
+        Some("hunter2")
+    );
     second.store.close().await.unwrap();
 }
 

@@ -1,7 +1,7 @@
 //! The `apollo` config store rides out a failing config service: 500s and
 //! hung requests are retried with exponential backoff and the store
-//! recovers when the server heals; malformed JSON is logged and the last
-//! good configuration kept. At init, a failing service without backup ends
+//! recovers when the server heals; malformed JSON and oversized answers
+//! are logged and the last good configuration kept. At init, a failing service without backup ends
 //! in an error naming the server once the readiness timeout is spent.
 
 use crate::support::apollo_server;
@@ -13,6 +13,7 @@ use apollo_server::harness::{
     PATIENCE,
 };
 use apollo_server::{ApolloServer, Fault, Route};
+use rewire_components::apollo::MAX_ANSWER_BYTES;
 use rewire_runtime::ConfigQuery;
 use serde_json::json;
 
@@ -101,6 +102,61 @@ async fn malformed_json_is_logged_and_the_last_good_configuration_kept() {
     })
     .await;
     assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+
+    server.set_fault(Route::Notifications, None);
+    expect_change(&mut sub, "k", "v2").await;
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_answer_is_not_read_and_the_last_good_configuration_kept() {
+    logs::capture();
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+
+    let oversized = Fault::Oversized(MAX_ANSWER_BYTES + 1);
+    server.set_fault(Route::Configs, Some(oversized));
+    let fetches = server.requests(Route::Configs);
+    server.release("application", &[("k", "v2")]);
+    eventually("the oversized fetch is retried", || {
+        server.requests(Route::Configs) >= fetches + 2
+    })
+    .await;
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    assert!(
+        sub.changes.try_recv().is_err(),
+        "an oversized answer was published"
+    );
+    assert!(
+        logs::any(&[
+            "WARN",
+            &server.url(),
+            "(config_server) answered more than 16 MiB on /configs/checkout/default/application; not read",
+        ]),
+        "{:#?}",
+        logs::lines()
+    );
+
+    // An oversized long-poll answer is survived the same way.
+    server.set_fault(Route::Notifications, Some(oversized));
+    server.set_fault(Route::Configs, None);
+    let polls = server.requests(Route::Notifications);
+    eventually("the oversized poll is retried", || {
+        server.requests(Route::Notifications) >= polls + 2
+    })
+    .await;
+    assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    assert!(
+        logs::any(&["answered more than 16 MiB on /notifications/v2"]),
+        "{:#?}",
+        logs::lines()
+    );
 
     server.set_fault(Route::Notifications, None);
     expect_change(&mut sub, "k", "v2").await;

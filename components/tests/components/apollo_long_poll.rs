@@ -1,8 +1,9 @@
 //! The `apollo` config store follows releases through the config service's
 //! held long poll: a release wakes the held poll, the store re-fetches the
 //! namespace and publishes what changed (removed keys empty); polls that
-//! time out (304) change nothing; the poll stops with the runtime's
-//! shutdown token and with `close`.
+//! time out (304) change nothing; a poll answered at once with nothing new
+//! is not sent again at once (no busy loop); the poll stops with the
+//! runtime's shutdown token and with `close`.
 
 use crate::support::apollo_server;
 
@@ -105,6 +106,40 @@ async fn polls_that_time_out_change_nothing() {
         "a 304 poll published a change"
     );
     assert_eq!(value_of(&started.store, "k").await.as_deref(), Some("v1"));
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn polls_answered_at_once_with_nothing_new_are_spaced_by_the_retry_interval() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"retryIntervalMs": 200}),
+    );
+    let started = start(meta).await.expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+
+    // A proxy (or a broken config service) answering every poll with 304
+    // at once instead of holding it.
+    server.set_hold(Duration::ZERO);
+    let polls = server.requests(Route::Notifications);
+    eventually("polls answered at once", || {
+        server.requests(Route::Notifications) >= polls + 2
+    })
+    .await;
+    let before = server.requests(Route::Notifications);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = server.requests(Route::Notifications) - before;
+    // One poll per 200 ms: about 5 in 1 s, where polling again at once
+    // made thousands.
+    assert!((1..=10).contains(&during), "{during} polls in 1 s");
+
+    // A release is still answered and applied.
+    server.release("application", &[("k", "v2")]);
+    expect_change(&mut sub, "k", "v2").await;
     started.store.close().await.unwrap();
 }
 

@@ -273,6 +273,14 @@ async fn fault(app: &AppState, route: Route) -> Option<Response> {
             )
                 .into_response(),
         ),
+        Fault::Oversized(bytes) => Some(
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                vec![b' '; bytes],
+            )
+                .into_response(),
+        ),
         Fault::Hang => {
             let mut faults = app.shared.faults.subscribe();
             tokio::select! {

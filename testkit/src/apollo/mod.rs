@@ -7,8 +7,8 @@
 //! release key) and the notification id of that release (a global message
 //! id, as Apollo's `ReleaseMessage.id`). A release copies the draft, gives it
 //! a new release key and notification id, and wakes every held long poll.
-//! Fault switches make config service routes answer 500, hang, or send
-//! malformed JSON; counters record requests per route.
+//! Fault switches make config service routes answer 500, hang, send
+//! malformed JSON or an oversized body; counters record requests per route.
 
 mod config_service;
 pub mod hmac;
@@ -61,6 +61,9 @@ pub enum Fault {
     Hang,
     /// Answer 200 with a body that is not JSON.
     MalformedJson,
+    /// Answer 200 with a body of this many bytes (spaces, with its
+    /// `Content-Length`): an answer no client should hold.
+    Oversized(usize),
 }
 
 /// An item of a namespace's draft.
