@@ -6,7 +6,8 @@
 //! start of the stream when missing, with `XREADGROUP`; a delivery settled
 //! `SUCCESS` or `DROP` is `XACK`ed, one not settled stays pending and is
 //! delivered again once it has been pending for `processingTimeout`
-//! (looked for every `redeliverInterval`). Subscriptions of one consumer
+//! (looked for as the subscription starts, then every `redeliverInterval`;
+//! either at `0`: never, as Dapr). Subscriptions of one consumer
 //! ID share its entries (competing consumers), as in Dapr.
 //!
 //! On a Redis Cluster (`redisType: cluster`) a topic's stream is one key,

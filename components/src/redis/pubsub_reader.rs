@@ -1,6 +1,9 @@
 //! One subscription of the `redis` pub/sub: reads its consumer group with
 //! `XREADGROUP`, delivers, `XACK`s what is settled `SUCCESS` or `DROP`,
-//! and delivers again entries pending longer than `processingTimeout`.
+//! and delivers again entries pending longer than `processingTimeout`:
+//! looked for as it starts and every `redeliverInterval`, each time through
+//! the whole pending list (`XAUTOCLAIM`, following its cursor, one page
+//! between reads of new entries, no larger than the free permits).
 //!
 //! Asked to drain (its broker was replaced), it closes the broker's
 //! publish gate (waiting for `XADD`s under way), delivers the consumer's
@@ -262,8 +265,15 @@ impl Reader {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         let mut drain: Option<Drain> = None;
         let mut last_reclaim = Instant::now();
-        // Set when the reader moved to a new master: reclaim there at once.
-        let mut reclaim_now = false;
+        // Reclaim as the reader starts (as Dapr does at subscribe: entries
+        // a crashed process left need not wait `redeliverInterval`), and
+        // at once when it moved to a new master.
+        let mut reclaim_now = true;
+        // A reclaim round under way: the `XAUTOCLAIM` cursor it goes on
+        // from. A round follows the cursor until the whole pending list was
+        // looked through, one page per turn of the loop between reads (so
+        // new entries are not held up behind a long backlog).
+        let mut reclaim_cursor: Option<String> = None;
         loop {
             if self.feed.is_stopped() || self.connected.shutdown.is_cancelled() {
                 return;
@@ -278,17 +288,30 @@ impl Reader {
                 });
             }
             let tunables = **self.tunables.load();
-            if let (Some((every, idle)), None) = (tunables.redelivery(), &drain) {
-                if reclaim_now || last_reclaim.elapsed() >= every {
-                    last_reclaim = Instant::now();
-                    reclaim_now = false;
-                    if let Err(err) = self.reclaim(&in_flight, idle, tunables.queue_depth).await {
-                        if self.group_recreated(&err).await {
-                            continue;
+            match (tunables.redelivery(), &drain) {
+                (Some((every, idle)), None) => {
+                    if reclaim_now || (reclaim_cursor.is_none() && last_reclaim.elapsed() >= every)
+                    {
+                        last_reclaim = Instant::now();
+                        reclaim_now = false;
+                        reclaim_cursor = Some("0-0".into());
+                    }
+                    if let Some(cursor) = reclaim_cursor.take() {
+                        match self
+                            .reclaim(&in_flight, idle, tunables.queue_depth, &cursor)
+                            .await
+                        {
+                            Ok(next) => reclaim_cursor = next,
+                            Err(err) => {
+                                if self.group_recreated(&err).await {
+                                    continue;
+                                }
+                                warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), "Reclaiming pending entries failed.");
+                            }
                         }
-                        warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), "Reclaiming pending entries failed.");
                     }
                 }
+                _ => reclaim_cursor = None,
             }
             // Draining: this consumer's own pending entries first (handed
             // back `RETRY`, left by an earlier process, or whose `XACK`
@@ -296,7 +319,9 @@ impl Reader {
             // new entries, until the stream was quiet for `DRAIN_LINGER`
             // (a publisher still on this server a little longer).
             let (after, block) = match &drain {
-                None => (">".to_string(), Some(BLOCK)),
+                // A reclaim round under way: a look at new entries that
+                // does not wait, then its next page.
+                None => (">".to_string(), reclaim_cursor.is_none().then_some(BLOCK)),
                 Some(Drain {
                     pending_after: Some(after),
                     ..
@@ -451,36 +476,66 @@ impl Reader {
         }
     }
 
-    /// Delivers again the entries pending longer than `processingTimeout`.
+    /// One page of a reclaim round: takes over (`XAUTOCLAIM`) and
+    /// delivers again the entries of the group pending longer than `idle`,
+    /// from `cursor` on. The cursor to go on from; `None` once the pending
+    /// list was looked through (or the subscription ended).
+    ///
+    /// A page takes no more entries than there are deliveries free to
+    /// await their outcome (at most `count`): an entry taken over has its
+    /// idle time reset, so one held here waiting for a permit would look
+    /// busy to the next round, and a backlog of many thousands is never
+    /// held in memory.
     async fn reclaim(
         &mut self,
         in_flight: &Arc<Semaphore>,
         idle: Duration,
         count: usize,
-    ) -> Result<(), RedisError> {
+        cursor: &str,
+    ) -> Result<Option<String>, RedisError> {
+        let permit = tokio::select! {
+            permit = in_flight.clone().acquire_owned() => permit,
+            () = self.feed.stopped() => return Ok(None),
+            () = self.connected.shutdown.cancelled() => return Ok(None),
+        };
+        let Ok(permit) = permit else {
+            return Ok(None);
+        };
+        let room = in_flight.available_permits() + 1;
+        drop(permit);
         let idle = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&self.topic)
             .arg(&self.connected.group)
             .arg(&self.connected.group)
             .arg(idle)
-            .arg("0-0")
+            .arg(cursor)
             .arg("COUNT")
-            .arg(count)
+            .arg(count.min(room).max(1))
             .query_async(&mut self.reading)
             .await?;
-        let claimed = match reply {
-            Value::Array(mut parts) if parts.len() >= 2 => entries_of(parts.swap_remove(1)),
-            _ => Vec::new(),
+        // [next cursor, [[id, [field, value, ...]], ...], deleted ids (7.0)]
+        let Value::Array(mut parts) = reply else {
+            return Ok(None);
         };
+        if parts.len() < 2 {
+            return Ok(None);
+        }
+        let claimed = entries_of(parts.swap_remove(1));
+        let next = text_of(parts.swap_remove(0)).filter(|next| next != "0-0");
         for (id, data) in claimed {
-            let Some(data) = data else { continue };
+            let Some(data) = data else {
+                // Pending, but trimmed from the stream (a server before
+                // 7.0 still lists it): nothing to deliver any more.
+                ack(&self.connected, &self.topic, &id).await;
+                continue;
+            };
             let message = self.message(id, data);
             if !self.deliver(in_flight, message).await {
-                break;
+                return Ok(None);
             }
         }
-        Ok(())
+        Ok(next)
     }
 
     fn message(&self, id: String, data: Vec<u8>) -> Message {

@@ -601,3 +601,75 @@ async fn a_processing_timeout_of_zero_never_delivers_pending_entries_again() {
         ["app=1", "dead=1"]
     );
 }
+
+#[tokio::test]
+async fn a_backlog_left_pending_by_a_crash_is_all_delivered_as_the_subscriber_starts() {
+    // 500 entries pending for an hour (a process read them and died),
+    // five times `queueDepth`: the reader reclaims as it starts and
+    // follows the `XAUTOCLAIM` cursor to the end of the pending list,
+    // instead of one page of `queueDepth` per `redeliverInterval` (here a
+    // minute, longer than the test).
+    let server = RedisServer::start().await;
+    leave_pending(&server, "orders", 500).await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app",
+        "processingTimeout": "10s", "redeliverInterval": "60s"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 500 {
+        let text = next_within(
+            &mut sub,
+            std::time::Duration::from_secs(20),
+            DeliveryOutcome::Success,
+        )
+        .await;
+        seen.insert(text);
+    }
+    let expected: std::collections::BTreeSet<String> =
+        (1..=500).map(|i| format!("crashed{i}")).collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_reclaim_takes_over_no_more_entries_than_deliveries_may_await() {
+    // `concurrency` 5: while the subscriber answers nothing, the reclaim
+    // holds five entries, not a page of `queueDepth` (100) taken over and
+    // waiting in memory (their idle time reset, so they look busy).
+    let server = RedisServer::start().await;
+    leave_pending(&server, "orders", 200).await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "concurrency": 5,
+        "processingTimeout": "10s", "redeliverInterval": "60s"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let delivery =
+            tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+                .await
+                .expect("a delivery")
+                .expect("open");
+        held.push(delivery);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        pending_by_consumer(&server, "orders").await,
+        ["app=5", "dead=195"]
+    );
+    for delivery in held {
+        delivery.settle(DeliveryOutcome::Success);
+    }
+    let mut seen = 5;
+    while seen < 200 {
+        next_within(
+            &mut sub,
+            std::time::Duration::from_secs(20),
+            DeliveryOutcome::Success,
+        )
+        .await;
+        seen += 1;
+    }
+}
