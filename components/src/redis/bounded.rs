@@ -18,26 +18,49 @@
 //! (a long Lua script, a slow replica), and the default (3 s each) is
 //! bounded.
 //!
-//! On a Redis Cluster, a command that found no master for its slot (the
-//! master died and its replica is not promoted yet: connection refused,
-//! `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`) was not run, so it is sent
-//! again every [`CLUSTER_RETRY_EVERY`] within that same deadline: a
-//! request waits out a failover shorter than its deadline instead of
-//! failing.
+//! On a Redis Cluster, the client sends each command once (see
+//! [`super::connect`]): a command sent to a master that then died, or
+//! whose reply did not come within `readTimeout` + `writeTimeout`, may or
+//! may not have been applied, and fails with that error — sending it again
+//! would make its second run answer for the first (a lock refused to the
+//! owner that took it, an etag mismatch for a write that applied). Only an
+//! answer that says the command was **not** run makes it go again, within
+//! the same deadline:
+//!
+//! - `ASK` (its slot is migrating and the key is on the importing master):
+//!   at once, behind `ASKING`, to the node named;
+//! - `MOVED` (the slot map is stale; the client reads it again before it
+//!   sends anything else): at once, then every [`CLUSTER_RETRY_EVERY`];
+//! - no master for the slot yet — connection refused, no connection to
+//!   the node, `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`, `LOADING`,
+//!   `READONLY` (a write that reached a demoted master): every
+//!   [`CLUSTER_RETRY_EVERY`], so a request waits out a failover shorter
+//!   than its deadline instead of failing;
+//! - a transaction (`EXEC`) aborted for one of these: as that one.
+//!
+//! With no deadline (a negative `readTimeout` or `writeTimeout`) such a
+//! command is sent at most [`CLUSTER_TRIES_WITHOUT_DEADLINE`] times.
 
 use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{
+    Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::any_connection::AnyConnection;
 
 /// Redis Cluster: the pause before a command that found no master for its
-/// slot is sent again.
+/// slot (or met `MOVED` again) is sent again.
 pub const CLUSTER_RETRY_EVERY: Duration = Duration::from_millis(100);
+/// Redis Cluster, commands with no deadline: how many times one that was
+/// not run (see the module docs) is sent before its error is returned —
+/// about as long as a failover on the default `cluster-node-timeout` is
+/// waited out with a deadline.
+pub const CLUSTER_TRIES_WITHOUT_DEADLINE: u32 = 64;
 
 /// An [`AnyConnection`] with a time limit on every command.
 #[derive(Clone)]
@@ -97,46 +120,104 @@ fn command_name(cmd: &Cmd) -> String {
     }
 }
 
-/// Whether `err` says the command was not run because no master serves its
-/// slot right now (so sending it again cannot apply it twice).
-fn no_master_yet(err: &RedisError) -> bool {
-    err.kind() == ErrorKind::ClusterConnectionNotFound
-        || err.is_connection_refusal()
-        || matches!(
-            err.code().unwrap_or_default(),
-            "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN"
-        )
+/// How a cluster command that was surely not run goes again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Again {
+    /// `ASK`: at once, behind `ASKING`, to this node (`host`, `port`).
+    Ask(String, u16),
+    /// `MOVED`: at once the first time (the slot map is read again before
+    /// it is sent), then after [`CLUSTER_RETRY_EVERY`].
+    Moved,
+    /// No master for the slot yet: after [`CLUSTER_RETRY_EVERY`].
+    Later,
 }
 
-/// Runs `attempt` until it answers, within `limit`; on a cluster, an
-/// attempt that found no master for its slot is made again after
-/// [`CLUSTER_RETRY_EVERY`] while the deadline allows.
+/// How the command that failed with `err` may go again, when `err` says
+/// it was not run; `None` when it may have run (a dropped connection, a
+/// timeout, a reply that could not be read) or failed on its own merits.
+fn not_run(err: &RedisError) -> Option<Again> {
+    if err.kind() == ErrorKind::ClusterConnectionNotFound || err.is_connection_refusal() {
+        return Some(Again::Later);
+    }
+    match err.kind() {
+        ErrorKind::Server(ServerErrorKind::Ask) => {
+            let (node, _slot) = err.redirect_node()?;
+            let (host, port) = node.rsplit_once(':')?;
+            Some(Again::Ask(host.to_string(), port.parse().ok()?))
+        }
+        ErrorKind::Server(ServerErrorKind::Moved) => Some(Again::Moved),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly,
+        ) => Some(Again::Later),
+        // `EXEC` refused for the queued commands' redirections: the
+        // transaction did not run; the first decides.
+        ErrorKind::Server(ServerErrorKind::ExecAbort) => {
+            let errors = err.clone().into_server_errors()?;
+            let (_, first) = errors.first()?;
+            if first.kind() == Some(ServerErrorKind::ExecAbort) {
+                return None;
+            }
+            not_run(&RedisError::from(first.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// Runs `attempt` (with `None`, or with the node to `ASK`) until it
+/// answers, within `limit`; on a cluster, an attempt whose error says it
+/// was not run is made again as [`not_run`] says, while the deadline (or,
+/// without one, [`CLUSTER_TRIES_WITHOUT_DEADLINE`]) allows. Anything else
+/// — an answer, an error of a command that may have run — is returned.
 async fn bounded<T, F, Fut>(
     limit: Option<Duration>,
     cluster: bool,
     mut attempt: F,
 ) -> RedisResult<T>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(Option<(String, u16)>) -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
-    let Some(limit) = limit else {
-        return attempt().await;
-    };
-    let deadline = Instant::now() + limit;
+    let deadline = limit.map(|limit| Instant::now() + limit);
+    let mut ask = None;
+    let mut tries = 0u32;
+    let mut moved_before = false;
     loop {
-        let answer = tokio::time::timeout_at(deadline, attempt())
-            .await
-            .map_err(|_| timed_out(limit))?;
-        match answer {
-            Err(err)
-                if cluster
-                    && no_master_yet(&err)
-                    && Instant::now() + CLUSTER_RETRY_EVERY < deadline =>
-            {
-                tokio::time::sleep(CLUSTER_RETRY_EVERY).await;
-            }
+        tries += 1;
+        let answer = match (deadline, limit) {
+            (Some(deadline), Some(limit)) => tokio::time::timeout_at(deadline, attempt(ask.take()))
+                .await
+                .map_err(|_| timed_out(limit))?,
+            _ => attempt(ask.take()).await,
+        };
+        let err = match answer {
+            Err(err) if cluster => err,
             other => return other,
+        };
+        let wait = match not_run(&err) {
+            None => return Err(err),
+            Some(Again::Ask(host, port)) => {
+                ask = Some((host, port));
+                Duration::ZERO
+            }
+            Some(Again::Moved) if !moved_before => {
+                moved_before = true;
+                Duration::ZERO
+            }
+            Some(Again::Moved | Again::Later) => CLUSTER_RETRY_EVERY,
+        };
+        let in_time = match deadline {
+            Some(deadline) => Instant::now() + wait < deadline,
+            None => tries < CLUSTER_TRIES_WITHOUT_DEADLINE,
+        };
+        if !in_time {
+            return Err(err);
+        }
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
     }
 }
@@ -146,9 +227,14 @@ impl ConnectionLike for BoundedConnection {
         let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
         let span = command_span(Some(cmd), 1);
         Box::pin(
-            bounded(limit, cluster, move || {
+            bounded(limit, cluster, move |ask| {
                 let mut inner = inner.clone();
-                async move { inner.req_packed_command(cmd).await }
+                async move {
+                    match ask {
+                        None => inner.req_packed_command(cmd).await,
+                        Some((host, port)) => inner.ask_command(cmd, &host, port).await,
+                    }
+                }
             })
             .instrument(span),
         )
@@ -163,9 +249,16 @@ impl ConnectionLike for BoundedConnection {
         let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
         let span = command_span(None, count);
         Box::pin(
-            bounded(limit, cluster, move || {
+            bounded(limit, cluster, move |ask| {
                 let mut inner = inner.clone();
-                async move { inner.req_packed_commands(cmd, offset, count).await }
+                async move {
+                    match ask {
+                        None => inner.req_packed_commands(cmd, offset, count).await,
+                        Some((host, port)) => {
+                            inner.ask_commands(cmd, offset, count, &host, port).await
+                        }
+                    }
+                }
             })
             .instrument(span),
         )

@@ -20,18 +20,17 @@ use super::tls;
 
 /// Longest pause between two reconnection attempts of a dropped connection.
 const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
-/// Redis Cluster: how often a command is tried again (after a redirection,
-/// a dropped node, `CLUSTERDOWN` or `TRYAGAIN`) before it fails. The waits
-/// between tries grow from [`CLUSTER_MIN_RETRY_WAIT_MS`] to
-/// [`CLUSTER_MAX_RETRY_WAIT_MS`]; the command's own deadline (`readTimeout`
-/// + `writeTimeout`) cuts them short.
-const CLUSTER_RETRIES: u32 = 16;
-/// Redis Cluster: the shortest wait before a try again, in milliseconds.
-const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 50;
-/// Redis Cluster: the longest wait before a try again, in milliseconds —
-/// short, so a command waiting out a failover goes on soon after the
-/// replica took over.
-const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 500;
+/// Redis Cluster: how often the client itself sends a command again —
+/// never. Its retries do not tell a command that surely did not run (a
+/// redirection, `TRYAGAIN`) from one that may have (the connection dropped
+/// after it was sent, no reply within `readTimeout` + `writeTimeout`): it
+/// would send both again, and a second run of a command the server already
+/// ran answers for the first (`SET NX` refuses the lock the first took, an
+/// etag'ed write finds the version the first made). The commands that
+/// surely did not run are sent again by [`super::bounded`]; the client
+/// still reads the slot map again after a redirection and reconnects a
+/// dropped node, retries or not.
+const CLUSTER_RETRIES: u32 = 0;
 
 /// Why a connection could not be made. Names the metadata field to look
 /// at; never holds the password.
@@ -160,12 +159,10 @@ async fn open_cluster(settings: &ConnectionSettings) -> Result<Opened, ConnectEr
         .collect::<Vec<_>>();
     let mut builder = ClusterClientBuilder::new(seeds)
         .connection_timeout(settings.dial)
-        .retries(CLUSTER_RETRIES)
-        .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
-        .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS);
+        .retries(CLUSTER_RETRIES);
     if let Some(response) = settings.response {
-        // Each try within `readTimeout` + `writeTimeout`; the tries together
-        // (waiting out a failover) within the command's own deadline.
+        // The one try within `readTimeout` + `writeTimeout`; with an `ASK`
+        // or a new connection to a node, within the command's own deadline.
         builder = builder
             .response_timeout(response)
             .overall_response_timeout(Some(response + settings.dial));

@@ -1,0 +1,421 @@
+//! The `redis` components on a real six-node Redis Cluster (three masters,
+//! a replica each): a command whose reply comes late is never sent again
+//! (the server already ran it: a second run would answer for the first —
+//! a lock refused to the owner that took it, an etag mismatch for a write
+//! that applied, an unlock that found nothing because the first deleted
+//! it), while the redirections of a slot moving to another master (`ASK`
+//! during the migration, `MOVED` after) are still followed.
+//!
+//! A late reply, deterministically: `CLIENT PAUSE` holds every command the
+//! master of the key's slot receives for longer than the components'
+//! `readTimeout` + `writeTimeout`, then runs them in the order they came
+//! (the cluster bus goes on, so no failover starts). The master's
+//! `INFO commandstats` counts how often the command ran.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::{
+    GetRequest, Instance, Lock, SetRequest, StateError, StateStore, TryLockRequest, UnlockRequest,
+    UnlockStatus,
+};
+use serde_json::{json, Value};
+use testkit::redis_cluster::RedisCluster;
+use tokio::time::{sleep, Instant};
+
+/// How long the master holds the commands: well past a try's
+/// `readTimeout` + `writeTimeout` (500 ms), within the command's own
+/// deadline (`dialTimeout` + those: 2.5 s) — where a command sent again
+/// after its first try timed out would get its answer.
+const PAUSE: Duration = Duration::from_millis(1500);
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The lock of the late replies, and its key (`keyPrefix: none`).
+const LOCK: &str = "{late-lock}";
+const LOCK_KEY: &str = "lock||{late-lock}";
+
+/// The cluster metadata of the tests' components: unprefixed keys, so the
+/// test knows each key's slot.
+fn metadata(cluster: &RedisCluster) -> Value {
+    json!({
+        "redisHost": cluster.seeds(), "redisType": "cluster", "keyPrefix": "none",
+        "dialTimeout": "2s", "readTimeout": "300ms", "writeTimeout": "200ms"
+    })
+}
+
+async fn lock_store(cluster: &RedisCluster) -> Arc<dyn Lock> {
+    match common::start("lock", "redis", metadata(cluster)).await {
+        Ok(Instance::Lock(lock)) => lock,
+        Ok(other) => panic!("expected a lock, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn state_store(cluster: &RedisCluster) -> Arc<dyn StateStore> {
+    match common::start("state", "redis", metadata(cluster)).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn lock(resource: &str, owner: &str) -> TryLockRequest {
+    TryLockRequest {
+        resource_id: resource.into(),
+        lock_owner: owner.into(),
+        expiry: MINUTE,
+    }
+}
+
+fn unlock(resource: &str, owner: &str) -> UnlockRequest {
+    UnlockRequest {
+        resource_id: resource.into(),
+        lock_owner: owner.into(),
+    }
+}
+
+fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
+    SetRequest {
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        etag: etag.map(Into::into),
+        ..SetRequest::default()
+    }
+}
+
+async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {
+    let req = GetRequest {
+        key: key.into(),
+        ..GetRequest::default()
+    };
+    let entry = store
+        .get(req)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"))?;
+    Some((
+        String::from_utf8_lossy(&entry.data).into_owned(),
+        entry.etag,
+    ))
+}
+
+/// The port of the master serving `key` now.
+async fn master_of(cluster: &RedisCluster, key: &str) -> u16 {
+    let slot = cluster.keyslot(key).await;
+    cluster
+        .master_of_slot(slot)
+        .await
+        .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+}
+
+/// How many times the node at `port` ran `command` (lower case, as in
+/// `INFO commandstats`) without an error (an `EVALSHA` refused with
+/// `NOSCRIPT` does not count) since its statistics were reset.
+async fn calls(cluster: &RedisCluster, port: u16, command: &str) -> u64 {
+    let lines = cluster
+        .query(port, &["INFO", "commandstats"])
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:");
+    let Some(stats) = lines
+        .iter()
+        .flat_map(|text| text.lines())
+        .find_map(|line| line.strip_prefix(&prefix))
+    else {
+        return 0;
+    };
+    let field = |name: &str| {
+        stats
+            .split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |n| n.parse::<u64>().expect("a count"))
+    };
+    field("calls") - field("failed_calls")
+}
+
+/// How many scripts the node at `port` ran (see [`calls`]).
+async fn scripts(cluster: &RedisCluster, port: u16) -> u64 {
+    calls(cluster, port, "evalsha").await + calls(cluster, port, "eval").await
+}
+
+/// `CLUSTER SETSLOT slot state id` on the node at `port`.
+async fn setslot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, id: &str) {
+    let slot = slot.to_string();
+    cluster
+        .query(port, &["CLUSTER", "SETSLOT", &slot, state, id])
+        .await
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {state} on {port}: {e}"));
+}
+
+/// Moves `key` from the node at `source` to the one at `target`.
+async fn migrate(cluster: &RedisCluster, source: u16, target: u16, key: &str) {
+    let target = target.to_string();
+    cluster
+        .query(
+            source,
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &target,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                key,
+            ],
+        )
+        .await
+        .expect("MIGRATE");
+}
+
+/// A key (`{bg-N}`) that a master other than the one at `port` serves.
+async fn key_elsewhere(cluster: &RedisCluster, port: u16) -> String {
+    for n in 0.. {
+        let key = format!("{{bg-{n}}}");
+        if master_of(cluster, &key).await != port {
+            return key;
+        }
+    }
+    unreachable!()
+}
+
+/// Runs `command` every 50 ms until aborted: other traffic on the same
+/// cluster connection, as a busy sidecar has (the client sends a command
+/// again only when something else wakes it).
+fn traffic<F, Fut>(command: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        loop {
+            command().await;
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// Resets the statistics of the node at `port`, then makes it hold every
+/// command for [`PAUSE`]; returns when the pause ends.
+async fn pause(cluster: &RedisCluster, port: u16) -> Instant {
+    cluster
+        .query(port, &["CONFIG", "RESETSTAT"])
+        .await
+        .expect("CONFIG RESETSTAT");
+    let millis = PAUSE.as_millis().to_string();
+    cluster
+        .query(port, &["CLIENT", "PAUSE", &millis, "ALL"])
+        .await
+        .expect("CLIENT PAUSE");
+    Instant::now() + PAUSE
+}
+
+/// A `SET NX` whose reply came after `readTimeout` + `writeTimeout`: the
+/// caller hears an error ("may or may not have been taken") or `true`,
+/// never `false` for the lock it took; the master ran it once, and the
+/// lock is the caller's. Then an unlock whose reply came late: an error or
+/// `Success`, never `LockDoesNotExist` because a second run found the
+/// first one's delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_a_late_lock_reply_is_never_answered_by_a_second_run() {
+    let cluster = RedisCluster::start().await;
+    let store = lock_store(&cluster).await;
+    let master = master_of(&cluster, "{late-lock}").await;
+    let elsewhere = key_elsewhere(&cluster, master).await;
+    let busy = {
+        let store = store.clone();
+        traffic(move || {
+            let (store, key) = (store.clone(), elsewhere.clone());
+            async move {
+                let _ = store.try_lock(lock(&key, "other")).await;
+            }
+        })
+    };
+    // The unlock script loaded on the master (a late `NOSCRIPT` would hide
+    // a second run).
+    assert_eq!(
+        store.unlock(unlock(LOCK, "a")).await,
+        Ok(UnlockStatus::LockDoesNotExist)
+    );
+
+    let resumed = pause(&cluster, master).await;
+    let taken = store.try_lock(lock(LOCK, "a")).await;
+    sleep(resumed.saturating_duration_since(Instant::now()) + Duration::from_millis(100)).await;
+    eprintln!("try_lock with a late reply: {taken:?}");
+    assert_ne!(taken, Ok(false), "the lock it took was answered refused");
+    assert_eq!(calls(&cluster, master, "set").await, 1, "SET NX ran again");
+    let holder = cluster.query(master, &["GET", LOCK_KEY]).await;
+    assert_eq!(holder, Ok(vec!["a".to_string()]), "{taken:?}");
+    // The owner's lock is held: refused to anyone, the owner included, and
+    // released by the owner.
+    assert_eq!(store.try_lock(lock(LOCK, "b")).await, Ok(false));
+
+    let resumed = pause(&cluster, master).await;
+    let released = store.unlock(unlock(LOCK, "a")).await;
+    sleep(resumed.saturating_duration_since(Instant::now()) + Duration::from_millis(100)).await;
+    eprintln!("unlock with a late reply: {released:?}");
+    assert_ne!(
+        released,
+        Ok(UnlockStatus::LockDoesNotExist),
+        "the unlock that deleted the lock was answered `does not exist`"
+    );
+    assert_eq!(
+        scripts(&cluster, master).await,
+        1,
+        "the unlock script ran again"
+    );
+    assert_eq!(store.try_lock(lock(LOCK, "b")).await, Ok(true));
+    busy.abort();
+}
+
+/// A write with an etag whose reply came late: an error or success, never
+/// `EtagMismatch` for the write that applied (a second run would have found
+/// the version the first one made); it applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_a_late_etag_write_reply_is_never_a_mismatch() {
+    let cluster = RedisCluster::start().await;
+    let store = state_store(&cluster).await;
+    store
+        .set(write("late-write", "v1", None))
+        .await
+        .expect("first write");
+    let (_, etag) = read(store.as_ref(), "late-write").await.expect("written");
+    let master = master_of(&cluster, "late-write").await;
+    let elsewhere = key_elsewhere(&cluster, master).await;
+    let busy = {
+        let store = store.clone();
+        traffic(move || {
+            let (store, key) = (store.clone(), elsewhere.clone());
+            async move {
+                let _ = read(store.as_ref(), &key).await;
+            }
+        })
+    };
+
+    let resumed = pause(&cluster, master).await;
+    let written = store.set(write("late-write", "v2", Some(&etag))).await;
+    sleep(resumed.saturating_duration_since(Instant::now()) + Duration::from_millis(100)).await;
+    eprintln!("etag write with a late reply: {written:?}");
+    assert!(
+        !matches!(written, Err(StateError::EtagMismatch(_))),
+        "the write that applied was answered an etag mismatch: {written:?}"
+    );
+    assert_eq!(
+        scripts(&cluster, master).await,
+        1,
+        "the etag write ran again"
+    );
+    let (value, now) = read(store.as_ref(), "late-write").await.expect("written");
+    assert_eq!(value, "v2");
+    assert_ne!(now, etag);
+    // The new etag works, once.
+    store
+        .set(write("late-write", "v3", Some(&now)))
+        .await
+        .expect("write with the new etag");
+    busy.abort();
+}
+
+/// A slot moved from one master to another under the components: while it
+/// migrates, a key already moved (or new) is served by the importing master
+/// (`ASK`, followed with `ASKING`), one not yet moved by the old one; once
+/// the slot is the new master's, the stale slot map meets `MOVED`, is read
+/// again, and every command goes on. Each write ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_redirections_of_a_migrating_slot_are_followed() {
+    let cluster = RedisCluster::start().await;
+    let store = state_store(&cluster).await;
+    let locks = lock_store(&cluster).await;
+    let (stay, moved, new) = ("{mig}stay", "{mig}moved", "{mig}new");
+    let slot = cluster.keyslot("{mig}").await;
+    let source = master_of(&cluster, "{mig}").await;
+    let roles = cluster.roles().await;
+    let id_of = |port: u16| {
+        roles
+            .iter()
+            .find(|role| role.port == port)
+            .map(|role| role.id.clone())
+            .expect("a node id")
+    };
+    let target = roles
+        .iter()
+        .find(|role| role.master_id.is_none() && role.port != source)
+        .map(|role| role.port)
+        .expect("another master");
+    let (source_id, target_id) = (id_of(source), id_of(target));
+    for key in [stay, moved] {
+        store
+            .set(write(key, "before", None))
+            .await
+            .expect("write before");
+    }
+
+    // The migration starts; `moved` goes over, `stay` not yet.
+    setslot(&cluster, target, slot, "IMPORTING", &source_id).await;
+    setslot(&cluster, source, slot, "MIGRATING", &target_id).await;
+    migrate(&cluster, source, target, moved).await;
+    for port in [source, target] {
+        cluster
+            .query(port, &["CONFIG", "RESETSTAT"])
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+
+    // ASK for the moved key and the new one; the old master for the other.
+    let (_, etag) = read(store.as_ref(), moved).await.expect("moved key read");
+    store
+        .set(write(moved, "during", Some(&etag)))
+        .await
+        .expect("etag write to the moved key");
+    store
+        .set(write(new, "during", None))
+        .await
+        .expect("write of a new key");
+    let (_, etag) = read(store.as_ref(), stay).await.expect("staying key read");
+    store
+        .set(write(stay, "during", Some(&etag)))
+        .await
+        .expect("etag write to the staying key");
+    assert_eq!(locks.try_lock(lock("{mig}lock", "a")).await, Ok(true));
+    assert_eq!(locks.try_lock(lock("{mig}lock", "b")).await, Ok(false));
+    assert_eq!(
+        read(store.as_ref(), moved).await.map(|e| e.0).as_deref(),
+        Some("during")
+    );
+    assert_eq!(
+        read(store.as_ref(), new).await.map(|e| e.0).as_deref(),
+        Some("during")
+    );
+    assert_eq!(
+        read(store.as_ref(), stay).await.map(|e| e.0).as_deref(),
+        Some("during")
+    );
+    // Writes to keys on the importing master ran there, once each.
+    assert_eq!(scripts(&cluster, target).await, 2, "the moved and new keys");
+    assert_eq!(calls(&cluster, target, "set").await, 2, "the two SET NX");
+    assert_eq!(scripts(&cluster, source).await, 1, "the staying key");
+
+    // The migration ends: the rest moves and the slot is the target's.
+    migrate(&cluster, source, target, stay).await;
+    for port in cluster.master_ports().await {
+        setslot(&cluster, port, slot, "NODE", &target_id).await;
+    }
+    let (_, etag) = read(store.as_ref(), stay)
+        .await
+        .expect("read after the move");
+    store
+        .set(write(stay, "after", Some(&etag)))
+        .await
+        .expect("etag write after the move");
+    assert_eq!(
+        read(store.as_ref(), stay).await.map(|e| e.0).as_deref(),
+        Some("after")
+    );
+    assert_eq!(
+        locks.unlock(unlock("{mig}lock", "a")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(master_of(&cluster, "{mig}").await, target);
+}
