@@ -32,7 +32,15 @@ impl AppTarget {
     /// when it cannot be built).
     pub(super) fn connect(channel: &AppChannel) -> Option<Self> {
         match channel.protocol {
-            AppProtocol::Http => match reqwest::Client::builder().timeout(APP_CALL_TIMEOUT).build()
+            // Redirects are not followed, as Dapr's app client
+            // (`CheckRedirect: http.ErrUseLastResponse`): a `3xx` is the
+            // app's answer, and not a `2xx`, so an event is retried, not
+            // acknowledged by a login page an auth proxy sent it to (nor
+            // posted again to another host).
+            AppProtocol::Http => match reqwest::Client::builder()
+                .timeout(APP_CALL_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
             {
                 Ok(client) => Some(Self::Http {
                     client,
@@ -90,8 +98,10 @@ impl EventSink for RoutedSink {
         match routes.path_for(&event.cloud_event) {
             Some(path) => self.app.deliver(path, event, within).await,
             None => {
-                // As Dapr: an event no rule takes, with no default route,
-                // is acknowledged without delivery.
+                // The engine sets such an event aside before it is sent
+                // ([`EventSink::takes`]: to the dead-letter topic, else
+                // acknowledged, as Dapr); this is only reached when the
+                // routes changed in between.
                 tracing::debug!(id = %event.id, topic = %event.topic, "No route matches the event and there is no default route; acknowledged.");
                 DeliveryOutcome::Success
             }
@@ -104,5 +114,80 @@ impl EventSink for RoutedSink {
 
     fn takes(&self, event: &TopicEvent) -> bool {
         self.routes.borrow().path_for(&event.cloud_event).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// An app behind an auth proxy: `POST /orders` is answered `status`
+    /// with `Location: /login`, and `/login` answers `200` (a page, for any
+    /// method); how many requests reached `/login`.
+    async fn app_redirecting_to_a_login_page(status: u16) -> (AppChannel, Arc<AtomicUsize>) {
+        let login_hits = Arc::new(AtomicUsize::new(0));
+        let hits = login_hits.clone();
+        let app = axum::Router::new()
+            .route(
+                "/orders",
+                axum::routing::post(move || async move {
+                    (
+                        axum::http::StatusCode::from_u16(status).expect("a status"),
+                        [(axum::http::header::LOCATION, "/login")],
+                    )
+                }),
+            )
+            .route(
+                "/login",
+                axum::routing::any(move || {
+                    let hits = hits.clone();
+                    async move {
+                        hits.fetch_add(1, Ordering::SeqCst);
+                        "<html>Sign in</html>"
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (AppChannel::local(port), login_hits)
+    }
+
+    fn event() -> TopicEvent {
+        TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        }
+    }
+
+    /// A redirect is the app's answer, not followed (as Dapr's app
+    /// client): a `302` to a login page that answers `200` does not
+    /// acknowledge the event, and a `307` / `308` does not post it again
+    /// elsewhere.
+    #[tokio::test]
+    async fn a_redirect_is_not_followed_and_the_event_is_retried() {
+        crate::tls::install_ring_provider();
+        for status in [301, 302, 303, 307, 308] {
+            let (channel, login_hits) = app_redirecting_to_a_login_page(status).await;
+            let app = AppTarget::connect(&channel).expect("an HTTP client");
+            let outcome = app
+                .deliver("/orders", &event(), Duration::from_secs(10))
+                .await;
+            assert_eq!(outcome, DeliveryOutcome::Retry, "answered {status}");
+            assert_eq!(
+                login_hits.load(Ordering::SeqCst),
+                0,
+                "the {status} was followed"
+            );
+        }
     }
 }

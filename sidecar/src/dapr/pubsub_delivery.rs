@@ -10,8 +10,10 @@
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
 //! delivers it again later. `DROP` acknowledges it (after sending it to
-//! the dead-letter topic, when one is set). The dead-letter topic can be
-//! changed while the subscription runs.
+//! the dead-letter topic, when one is set); so does an event past its
+//! `expiration` or one no route of the sink takes, neither of which is
+//! sent (as Dapr). The dead-letter topic can be changed while the
+//! subscription runs.
 //!
 //! A `resiliency` policy targeted at the pub/sub's deliveries
 //! (`targets.components.NAME.inbound`, read from the generation at each
@@ -85,9 +87,10 @@ pub trait EventSink: Send + Sync + 'static {
     /// Resolves when the subscriber is gone for good.
     async fn closed(&self);
 
-    /// Whether `event` would be sent to the subscriber at all (an event no
-    /// route takes is acknowledged without reaching it): one that would
-    /// not is neither counted by an inbound circuit breaker nor held by it.
+    /// Whether `event` would be sent to the subscriber at all: one no
+    /// route takes is not sent, but goes to the dead-letter topic when one
+    /// is set, else is acknowledged (as Dapr); it is neither counted by an
+    /// inbound circuit breaker nor held by it.
     fn takes(&self, _event: &TopicEvent) -> bool {
         true
     }
@@ -261,9 +264,17 @@ impl TopicDelivery {
     ) -> DeliveryOutcome {
         let event = TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic);
         if super::event_expiry::has_expired(&event.cloud_event) {
-            // As Dapr: acknowledged, neither delivered nor dead-lettered.
+            // As Dapr: not delivered; sent to the dead-letter topic when
+            // one is set, and acknowledged.
             tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
-            return DeliveryOutcome::Success;
+            return self.set_aside(delivery, handle).await;
+        }
+        if !to.sink.takes(&event) {
+            // As Dapr: an event no route takes (and with no default route)
+            // is not delivered; it goes to the dead-letter topic when one
+            // is set, and is acknowledged.
+            tracing::debug!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "No route takes the event.");
+            return self.set_aside(delivery, handle).await;
         }
         // The retry policy the waits follow (`None`: the defaults); a
         // reload that changes it applies from the next attempt.
@@ -310,6 +321,19 @@ impl TopicDelivery {
             }
         }
         if self.dead_letter(delivery, handle).await {
+            DeliveryOutcome::Success
+        } else {
+            DeliveryOutcome::Retry
+        }
+    }
+
+    /// The outcome of an event that is not delivered at all (past its
+    /// expiration, or no route takes it): sent to the dead-letter topic
+    /// when one is set, and acknowledged; handed back to the broker when
+    /// that send fails, so it is not lost.
+    async fn set_aside(&self, delivery: &Delivery, handle: &PubSubHandle) -> DeliveryOutcome {
+        let has_dead_letters = self.dead_letter_topic.borrow().is_some();
+        if !has_dead_letters || self.dead_letter(delivery, handle).await {
             DeliveryOutcome::Success
         } else {
             DeliveryOutcome::Retry
@@ -442,6 +466,13 @@ mod tests {
 
     /// The feed of each subscription made to [`FedBroker`], by topic.
     static FEEDS: Mutex<Vec<(String, SubscriptionFeed)>> = Mutex::new(Vec::new());
+    /// The topics published to [`FedBroker`] (dead letters), in order.
+    static PUBLISHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    fn published_to(topic: &str) -> usize {
+        let published = PUBLISHED.lock().unwrap_or_else(|p| p.into_inner());
+        published.iter().filter(|t| *t == topic).count()
+    }
 
     /// The feed of the subscription to `topic` (each test its own topic).
     fn feed_of(topic: &str) -> SubscriptionFeed {
@@ -462,7 +493,9 @@ mod tests {
 
     #[async_trait]
     impl PubSub for FedBroker {
-        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+        async fn publish(&self, request: PublishRequest) -> Result<(), PubSubError> {
+            let mut published = PUBLISHED.lock().unwrap_or_else(|p| p.into_inner());
+            published.push(request.topic);
             Ok(())
         }
 
@@ -504,11 +537,24 @@ mod tests {
         tokio::task::JoinHandle<()>,
         watch::Sender<Option<Arc<Delivered>>>,
     ) {
+        deliver_with_dead_letters(runtime, topic, None, sink).await
+    }
+
+    /// [`deliver_to`], with `dead_letter_topic`.
+    async fn deliver_with_dead_letters(
+        runtime: &Runtime,
+        topic: &str,
+        dead_letter_topic: Option<&str>,
+        sink: Arc<dyn EventSink>,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        watch::Sender<Option<Arc<Delivered>>>,
+    ) {
         let (retire, retired) = Retire::channel();
         let delivery = TopicDelivery {
             pubsub_name: "p".into(),
             topic: topic.into(),
-            dead_letter_topic: watch::channel(None).1,
+            dead_letter_topic: watch::channel(dead_letter_topic.map(str::to_string)).1,
             retire: retired,
             delivered: Default::default(),
         };
@@ -523,6 +569,14 @@ mod tests {
     async fn feed_event(topic: &str, id: &str) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
         let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "s",
             "type": "t", "data": "x"});
+        feed_cloud_event(topic, event).await
+    }
+
+    /// Feeds `event` to the subscription to `topic`; its settlement.
+    async fn feed_cloud_event(
+        topic: &str,
+        event: serde_json::Value,
+    ) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
         feed_of(topic)
             .deliver(rewire_runtime::Message {
                 id: String::new(),
@@ -637,6 +691,100 @@ mod tests {
             Some(DeliveryOutcome::Success),
             "settled with the subscriber's answer"
         );
+        runtime.shutdown().await;
+    }
+
+    /// A subscriber whose routes take no event (no rule matches and there
+    /// is no default route), counting what is sent to it.
+    #[derive(Default)]
+    struct NoRoute {
+        sent: AtomicU32,
+    }
+
+    #[tonic::async_trait]
+    impl EventSink for NoRoute {
+        async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            DeliveryOutcome::Success
+        }
+
+        async fn closed(&self) {
+            std::future::pending().await
+        }
+
+        fn takes(&self, _: &TopicEvent) -> bool {
+            false
+        }
+    }
+
+    /// A subscriber that takes every event and counts them.
+    #[derive(Default)]
+    struct Counting {
+        sent: AtomicU32,
+    }
+
+    #[tonic::async_trait]
+    impl EventSink for Counting {
+        async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            DeliveryOutcome::Success
+        }
+
+        async fn closed(&self) {
+            std::future::pending().await
+        }
+    }
+
+    async fn settled(outcome: tokio::sync::oneshot::Receiver<DeliveryOutcome>) -> DeliveryOutcome {
+        tokio::time::timeout(Duration::from_secs(60), outcome)
+            .await
+            .unwrap_or_else(|_| panic!("settled within a minute"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As Dapr: an event no route takes goes to the subscription's
+    /// dead-letter topic when it has one (then is acknowledged), and is
+    /// acknowledged without one; it never reaches the app.
+    #[tokio::test]
+    async fn an_event_no_route_takes_goes_to_the_dead_letter_topic_when_one_is_set() {
+        let runtime = runtime_with(serde_json::json!({})).await;
+        let sink = Arc::new(NoRoute::default());
+        let (_task, _retire) =
+            deliver_with_dead_letters(&runtime, "unrouted", Some("unrouted-dead"), sink.clone())
+                .await;
+        let outcome = feed_event("unrouted", "u1").await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+        assert_eq!(published_to("unrouted-dead"), 1, "dead-lettered");
+
+        let (_task, _retire) = deliver_to(&runtime, "unrouted-plain", sink.clone()).await;
+        let outcome = feed_event("unrouted-plain", "u2").await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+        assert_eq!(sink.sent.load(Ordering::SeqCst), 0, "sent to the app");
+        runtime.shutdown().await;
+    }
+
+    /// As Dapr: an event past its expiration goes to the subscription's
+    /// dead-letter topic when it has one (then is acknowledged), and is
+    /// acknowledged without one; it never reaches the app.
+    #[tokio::test]
+    async fn an_expired_event_goes_to_the_dead_letter_topic_when_one_is_set() {
+        let runtime = runtime_with(serde_json::json!({})).await;
+        let sink = Arc::new(Counting::default());
+        let expired = |id: &str| {
+            serde_json::json!({"specversion": "1.0", "id": id, "source": "s", "type": "t",
+                "data": "x", "expiration": "2001-01-01T00:00:00Z"})
+        };
+        let (_task, _retire) =
+            deliver_with_dead_letters(&runtime, "expiring", Some("expiring-dead"), sink.clone())
+                .await;
+        let outcome = feed_cloud_event("expiring", expired("x1")).await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+        assert_eq!(published_to("expiring-dead"), 1, "dead-lettered");
+
+        let (_task, _retire) = deliver_to(&runtime, "expiring-plain", sink.clone()).await;
+        let outcome = feed_cloud_event("expiring-plain", expired("x2")).await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+        assert_eq!(sink.sent.load(Ordering::SeqCst), 0, "sent to the app");
         runtime.shutdown().await;
     }
 }
