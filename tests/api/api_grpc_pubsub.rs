@@ -442,7 +442,11 @@ async fn with_grpc_app(
     use rewire::sidecar::app::{serve_app, AppChannel, AppProtocol};
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let (events, received) = tokio::sync::mpsc::unbounded_channel();
-    let count = subscriptions.len();
+    // A subscription asking for bulk delivery is refused (not listed).
+    let count = subscriptions
+        .iter()
+        .filter(|s| !s.bulk_subscribe.as_ref().is_some_and(|b| b.enabled))
+        .count();
     let app = ListingApp {
         subscriptions,
         events,
@@ -680,6 +684,42 @@ async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions()
     let in_stream = extension(&streamed, "traceparent").expect("extensions[traceparent]");
     assert!(in_stream.starts_with(&continued), "{in_stream}");
     sub.answer(&streamed.id, Status::Success).await;
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+/// A subscription asking for bulk delivery (`bulk_subscribe.enabled`) is
+/// refused until bulk delivery exists: its events are not sent one at a
+/// time to a handler that takes batches (which would acknowledge them
+/// unread); the app's other subscriptions are delivered.
+#[tokio::test]
+async fn a_grpc_bulk_subscription_is_refused_and_the_others_delivered() {
+    let mut bulk = app_subscription("batched", default_route("/batched"), "");
+    bulk.bulk_subscribe = Some(dapr::BulkSubscribeConfig {
+        enabled: true,
+        max_messages_count: 100,
+        max_await_duration_ms: 40,
+    });
+    let (sidecar, mut received, stop) = with_grpc_app(vec![
+        bulk,
+        app_subscription("single", default_route("/single"), ""),
+    ])
+    .await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    // Published first: were it delivered, it would come before the other.
+    client
+        .publish_event(publish("batched", b"batch", "text/plain"))
+        .await
+        .expect("published");
+    client
+        .publish_event(publish("single", b"one", "text/plain"))
+        .await
+        .expect("published");
+    let event = next_app_event(&mut received).await;
+    assert_eq!(
+        (event.topic.as_str(), event.path.as_str()),
+        ("single", "/single")
+    );
     stop.cancel();
     sidecar.stop().await;
 }

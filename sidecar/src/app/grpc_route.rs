@@ -128,6 +128,10 @@ async fn ask_app_within(
             .into_iter()
             .take(super::subscriptions::MAX_SUBSCRIPTIONS)
             .filter_map(|s| {
+                let bulk = s.bulk_subscribe.as_ref().is_some_and(|b| b.enabled);
+                if super::subscriptions::refuses_bulk(&s.pubsub_name, &s.topic, bulk) {
+                    return None;
+                }
                 let routes = s.routes.map(|r| RawRoutes {
                     rules: Some(
                         r.rules

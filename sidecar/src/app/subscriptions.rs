@@ -89,10 +89,38 @@ struct Declared {
     dead_letter_topic: Option<String>,
     #[serde(default)]
     metadata: HashMap<String, String>,
+    /// Dapr's `bulkSubscribe` (`enabled`, `maxMessagesCount`,
+    /// `maxAwaitDurationMs`): only `enabled` is read.
+    #[serde(default)]
+    bulk_subscribe: Option<Value>,
+}
+
+/// Whether a `bulkSubscribe` value turns bulk delivery on (`enabled` true;
+/// a string `"true"` too, as the sidecar reads metadata leniently).
+fn bulk_enabled(bulk_subscribe: Option<&Value>) -> bool {
+    match bulk_subscribe.and_then(|bulk| bulk.get("enabled")) {
+        Some(Value::Bool(enabled)) => *enabled,
+        Some(Value::String(enabled)) => enabled.eq_ignore_ascii_case("true"),
+        _ => false,
+    }
+}
+
+/// Whether the app's subscription to `topic` of `pubsub` can be taken:
+/// one that asks for bulk delivery cannot until bulk delivery exists (its
+/// handler takes a batch, so each event posted alone would be answered
+/// as if handled, and lost); it is refused with a warning naming it.
+pub(super) fn refuses_bulk(pubsub: &str, topic: &str, bulk: bool) -> bool {
+    if bulk {
+        tracing::warn!(pubsub = %pubsub, topic = %topic, "The app's subscription asks for bulk delivery (bulkSubscribe), which rewire does not support; it is refused and none of its events are delivered.");
+    }
+    bulk
 }
 
 /// The subscriptions of a Dapr `/dapr/subscribe` answer (or a declared
-/// list of the same shape); a malformed entry is an error naming it.
+/// list of the same shape); a malformed entry is an error naming it. An
+/// entry with `bulkSubscribe` enabled is left out, with a warning naming
+/// its pub/sub and topic: events are delivered one at a time, which a
+/// bulk handler would acknowledge unread.
 pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String> {
     let entries = value
         .as_array()
@@ -103,24 +131,25 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
             entries.len()
         ));
     }
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            let declared: Declared = serde_json::from_value(entry.clone())
-                .map_err(|e| format!("subscription {i}: {e}"))?;
-            let routes =
-                AppSubscription::routes_of(&declared.topic, declared.route, declared.routes)
-                    .map_err(|e| format!("subscription {i}: {e}"))?;
-            Ok(AppSubscription {
-                pubsub_name: declared.pubsubname,
-                topic: declared.topic,
-                routes,
-                dead_letter_topic: declared.dead_letter_topic.filter(|t| !t.is_empty()),
-                metadata: declared.metadata.into_iter().collect(),
-            })
-        })
-        .collect()
+    let mut taken = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let declared: Declared =
+            serde_json::from_value(entry.clone()).map_err(|e| format!("subscription {i}: {e}"))?;
+        let routes = AppSubscription::routes_of(&declared.topic, declared.route, declared.routes)
+            .map_err(|e| format!("subscription {i}: {e}"))?;
+        let bulk = bulk_enabled(declared.bulk_subscribe.as_ref());
+        if refuses_bulk(&declared.pubsubname, &declared.topic, bulk) {
+            continue;
+        }
+        taken.push(AppSubscription {
+            pubsub_name: declared.pubsubname,
+            topic: declared.topic,
+            routes,
+            dead_letter_topic: declared.dead_letter_topic.filter(|t| !t.is_empty()),
+            metadata: declared.metadata.into_iter().collect(),
+        });
+    }
+    Ok(taken)
 }
 
 /// The most of the app's list of subscriptions read (Dapr's default body
@@ -237,6 +266,22 @@ mod tests {
         .await
         .expect("answered in time");
         assert_eq!(listed.len(), 1000);
+    }
+
+    /// A subscription asking for bulk delivery is refused (until bulk
+    /// delivery exists): each event posted alone to its batch handler
+    /// would be answered `200 {"statuses": []}` and acknowledged unread.
+    #[test]
+    fn a_bulk_subscription_is_refused_and_the_others_taken() {
+        let value = serde_json::json!([
+            {"pubsubname": "p", "topic": "batched", "route": "/batch",
+             "bulkSubscribe": {"enabled": true, "maxMessagesCount": 100, "maxAwaitDurationMs": 40}},
+            {"pubsubname": "p", "topic": "single", "route": "/single"},
+            {"pubsubname": "p", "topic": "off", "route": "/off", "bulkSubscribe": {"enabled": false}}
+        ]);
+        let parsed = parse_subscriptions(&value).expect("valid");
+        let topics: Vec<&str> = parsed.iter().map(|s| s.topic.as_str()).collect();
+        assert_eq!(topics, ["single", "off"]);
     }
 
     #[test]
