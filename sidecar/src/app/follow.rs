@@ -15,6 +15,13 @@
 //! could not start (its pub/sub is missing or refused), or whose delivery
 //! ended on its own (its broker ended the subscription), is started again
 //! at each generation and every [`RETRY_EVERY`].
+//!
+//! One subscription runs per pub/sub and topic, as in Dapr (a second one
+//! would have a memory broker deliver each event twice, and split a
+//! redis consumer group's events between two routes): the app's own
+//! (and those given in code) win over declared ones, the last listed of
+//! them wins, and among declared ones the first by name; the others are
+//! not started, each said once in the log ([`one_per_topic`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -97,6 +104,9 @@ pub(super) struct Deliveries {
     retired: Vec<Retired>,
     /// Why each wanted subscription is not running (said once per reason).
     refused: HashMap<String, String>,
+    /// Subscriptions left out for another of the same pub/sub and topic:
+    /// the id of the one that runs (said once per change).
+    shadowed: HashMap<String, String>,
     /// The ids running, told after each change.
     subscribed: watch::Sender<BTreeSet<String>>,
     /// Told when a delivery task ends (stopped, or on its own).
@@ -117,6 +127,7 @@ impl Deliveries {
             running: HashMap::new(),
             retired: Vec::new(),
             refused: HashMap::new(),
+            shadowed: HashMap::new(),
             subscribed,
             ended: Arc::new(Notify::new()),
         }
@@ -168,14 +179,22 @@ impl Deliveries {
     }
 
     /// `fixed` plus the current generation's declared subscriptions for
-    /// this app.
-    fn wanted(&self, fixed: &[(String, AppSubscription)]) -> BTreeMap<String, AppSubscription> {
+    /// this app, one per pub/sub and topic ([`one_per_topic`]).
+    fn wanted(&mut self, fixed: &[(String, AppSubscription)]) -> BTreeMap<String, AppSubscription> {
         let generation = self.runtime.generation();
-        let mut wanted: BTreeMap<String, AppSubscription> = fixed.iter().cloned().collect();
-        wanted.extend(
-            AppSubscription::declared_for(&generation)
-                .map(|(name, declared)| (name.to_string(), declared)),
-        );
+        let declared = AppSubscription::declared_for(&generation)
+            .map(|(name, declared)| (name.to_string(), declared))
+            .collect();
+        let (wanted, shadowed) = one_per_topic(fixed, declared);
+        for (id, (winner, subscription)) in &shadowed {
+            if self.shadowed.get(id) != Some(winner) {
+                tracing::warn!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, running = %winner, "Another subscription of the app has the same pub/sub and topic; only one runs, as in Dapr: this one is not started.");
+            }
+        }
+        self.shadowed = shadowed
+            .into_iter()
+            .map(|(id, (winner, _))| (id, winner))
+            .collect();
         wanted
     }
 
@@ -298,6 +317,47 @@ impl Deliveries {
             task,
         })
     }
+}
+
+/// What runs of `fixed` (the app's own and those given in code, in
+/// order) and `declared` (by name): one subscription per pub/sub and
+/// topic, chosen as Dapr does (its component store's
+/// `ListSubscriptionsAppByPubSub`): among declared ones the first, and
+/// the app's own over those, the last of them listed. Also the others,
+/// each with the id of the one that runs instead.
+pub(super) fn one_per_topic(
+    fixed: &[(String, AppSubscription)],
+    declared: Vec<(String, AppSubscription)>,
+) -> (
+    BTreeMap<String, AppSubscription>,
+    BTreeMap<String, (String, AppSubscription)>,
+) {
+    let mut chosen: HashMap<(String, String), String> = HashMap::new();
+    let mut all: BTreeMap<String, AppSubscription> = BTreeMap::new();
+    for (id, subscription) in declared {
+        let topic = (subscription.pubsub_name.clone(), subscription.topic.clone());
+        chosen.entry(topic).or_insert_with(|| id.clone());
+        all.insert(id, subscription);
+    }
+    for (id, subscription) in fixed.iter().cloned() {
+        let topic = (subscription.pubsub_name.clone(), subscription.topic.clone());
+        chosen.insert(topic, id.clone());
+        all.insert(id, subscription);
+    }
+    let mut wanted = BTreeMap::new();
+    let mut shadowed = BTreeMap::new();
+    for (id, subscription) in all {
+        let topic = (subscription.pubsub_name.clone(), subscription.topic.clone());
+        match chosen.get(&topic) {
+            Some(winner) if *winner != id => {
+                shadowed.insert(id, (winner.clone(), subscription));
+            }
+            _ => {
+                wanted.insert(id, subscription);
+            }
+        }
+    }
+    (wanted, shadowed)
 }
 
 #[cfg(test)]

@@ -412,3 +412,131 @@ async fn a_backlog_payload_identical_to_a_later_one_is_still_delivered() {
         .expect("joined");
     runtime.shutdown().await;
 }
+
+fn on(topic: &str, route: &str) -> AppSubscription {
+    AppSubscription {
+        pubsub_name: "p".into(),
+        topic: topic.into(),
+        routes: SubscriptionRoutes::single(route),
+        dead_letter_topic: None,
+        metadata: BTreeMap::new(),
+    }
+}
+
+/// As Dapr's component store: one subscription per pub/sub and topic; the
+/// app's own win over declared ones (the last listed of them), and the
+/// first declared by name over the other declared ones.
+#[test]
+fn one_subscription_runs_per_pubsub_and_topic_as_in_dapr() {
+    let fixed = vec![
+        ("app#0".to_string(), on("t", "/first")),
+        ("app#1".to_string(), on("t", "/second")),
+        ("app#2".to_string(), on("u", "/u")),
+    ];
+    let declared = vec![
+        ("a-declared".to_string(), on("t", "/declared")),
+        ("b-declared".to_string(), on("v", "/v1")),
+        ("c-declared".to_string(), on("v", "/v2")),
+    ];
+    let (wanted, shadowed) = super::one_per_topic(&fixed, declared);
+    let wanted: Vec<&str> = wanted.keys().map(String::as_str).collect();
+    assert_eq!(wanted, ["app#1", "app#2", "b-declared"]);
+    let shadowed: Vec<(&str, &str)> = shadowed
+        .iter()
+        .map(|(id, (winner, _))| (id.as_str(), winner.as_str()))
+        .collect();
+    assert_eq!(
+        shadowed,
+        [
+            ("a-declared", "app#1"),
+            ("app#0", "app#1"),
+            ("c-declared", "b-declared")
+        ]
+    );
+}
+
+/// Subscribes made to [`TopicCountingBroker`], by topic.
+static SUBSCRIBED_TOPICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A broker that delivers nothing and records the topic of each subscribe.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.follow.topics")]
+struct TopicCountingBroker {}
+
+#[async_trait]
+impl Component for TopicCountingBroker {}
+
+#[async_trait]
+impl PubSub for TopicCountingBroker {
+    async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequest,
+    ) -> Result<PubSubSubscription, PubSubError> {
+        let (subscription, feed) = PubSubSubscription::channel(1);
+        // Kept, so the subscription does not end.
+        std::mem::forget(feed);
+        SUBSCRIBED_TOPICS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(request.topic);
+        Ok(subscription)
+    }
+}
+
+/// The app listing a topic twice, and the configuration declaring it too,
+/// make one subscription (two had a memory broker deliver each event
+/// twice, and split a consumer group's events between two routes).
+#[tokio::test(start_paused = true)]
+async fn the_same_topic_listed_twice_and_declared_is_subscribed_once() {
+    let file = parse(
+        serde_json::json!({"appId": "app",
+            "components": {"pubsub": {"p": {"type": "test.follow.topics"}}},
+            "subscriptions": {"declared": {"pubsubname": "p", "topic": "twice", "route": "/d"}}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
+    let registry = Registry::collected();
+    let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let app = AppTarget::Http {
+        client: testkit::http_client(),
+        channel: AppChannel::local(9),
+    };
+    let shutdown = CancellationToken::new();
+    let (subscribed, mut running) = watch::channel(BTreeSet::new());
+    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+    let fixed = vec![
+        ("app#0".to_string(), on("twice", "/a")),
+        ("app#1".to_string(), on("twice", "/b")),
+    ];
+    let following = tokio::spawn(deliveries.follow(fixed));
+    let running_now = tokio::time::timeout(
+        Duration::from_secs(60),
+        running.wait_for(|running| !running.is_empty()),
+    )
+    .await
+    .expect("subscribed within a minute")
+    .expect("following")
+    .clone();
+    assert_eq!(running_now, BTreeSet::from(["app#1".to_string()]));
+    let subscribes = SUBSCRIBED_TOPICS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|t| *t == "twice")
+        .count();
+    assert_eq!(subscribes, 1);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), following)
+        .await
+        .expect("stopped")
+        .expect("joined");
+    runtime.shutdown().await;
+}
