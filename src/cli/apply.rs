@@ -149,10 +149,18 @@ async fn connect(addr: &str, tls: &super::client_tls::ClientTlsArgs) -> Result<C
             .tls_config(config)
             .map_err(|err| format!("TLS for {url}: {err}"))?;
     }
-    // No overall limit on the call: the sidecar answers a Lifecycle call by
-    // its own push timeout (queued, if the reload is not done by then).
+    // The sidecar answers a Lifecycle call by its own push timeout (queued,
+    // if the reload is not done by then), which this side does not know: a
+    // live sidecar answers HTTP/2 pings at once, even while a reload runs,
+    // so a peer that stops answering them (a stopped process, a port that
+    // is not a sidecar) is given up on within seconds; the call's own bound
+    // is a backstop far above any push timeout.
     endpoint
         .connect_timeout(super::remote::CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(super::remote::PING_EVERY)
+        .keep_alive_timeout(super::remote::PING_ANSWERED_WITHIN)
+        .keep_alive_while_idle(true)
+        .timeout(super::remote::APPLY_TIMEOUT)
         .connect()
         .await
         .map_err(|err| {

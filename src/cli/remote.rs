@@ -11,6 +11,17 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest wait for the status answer, once connected.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often `apply` pings the sidecar while it waits for the answer.
+pub const PING_EVERY: Duration = Duration::from_secs(2);
+
+/// How soon a ping must be answered: a sidecar that does not (stopped, or
+/// not a sidecar at all) is given up on.
+pub const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(5);
+
+/// The longest wait for an `apply` answer: far above any push timeout
+/// (the sidecar answers "queued" by then).
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// `error` and each of its sources, `outer: inner: …`: the cause
 /// (`Connection refused`, a TLS certificate error) that a transport
 /// error's own text (`transport error`, `error sending request`) leaves

@@ -194,6 +194,30 @@ fn apply_and_status_say_clearly_when_no_sidecar_runs() {
     );
 }
 
+/// A port that accepts connections and never answers (a stopped sidecar:
+/// the kernel still accepts; a port that is not a sidecar): `apply` gives
+/// up within seconds, saying so, instead of waiting for ever.
+#[test]
+fn apply_gives_up_on_a_sidecar_that_does_not_answer() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = silent.local_addr().expect("its address").to_string();
+    let held = std::thread::spawn(move || {
+        // Accepted and held open, never read or written.
+        let connections: Vec<_> = silent.incoming().take(1).collect();
+        std::thread::sleep(Duration::from_secs(40));
+        drop(connections);
+    });
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+    command.args(["apply", "--kind", "state", "--name", "x", "--addr", &addr]);
+    for name in TOKEN_VARIABLES {
+        command.env_remove(name);
+    }
+    let apply = testkit::output_within(&mut command, Duration::from_secs(30))
+        .unwrap_or_else(|err| panic!("apply still waiting on a silent sidecar: {err}"));
+    assert_eq!(apply.status.code(), Some(1), "{}", text(&apply.stderr));
+    drop(held);
+}
+
 #[test]
 fn apply_release_hands_a_pushed_component_back_to_the_file() {
     let dir = tempfile::tempdir().unwrap();
