@@ -1,6 +1,7 @@
 //! The `redis` pub/sub: Redis Streams with the semantics of Dapr's
 //! `pubsub.redis`. A topic is a stream; a publish is an `XADD` (field
-//! `data`, trimmed with `MAXLEN ~ maxLenApprox` when set) and is
+//! `data`, plus `metadata`, the request's metadata as JSON, when it has
+//! any, given back to subscribers with the message, as Dapr; trimmed with `MAXLEN ~ maxLenApprox` when set) and is
 //! acknowledged once the server took it. Each subscription reads through
 //! the consumer group `consumerID` (default: the app id), created at the
 //! start of the stream when missing, with `XREADGROUP`; a delivery settled
@@ -194,6 +195,14 @@ impl PubSub for RedisPubSub {
             cmd.arg("MAXLEN").arg("~").arg(max_len);
         }
         cmd.arg("*").arg("data").arg(&req.data);
+        // As Dapr: the request's metadata as a JSON object in field
+        // `metadata`, given back to subscribers with the message.
+        if !req.metadata.is_empty() {
+            let metadata: std::collections::BTreeMap<_, _> = req.metadata.iter().collect();
+            let json = serde_json::to_vec(&metadata)
+                .map_err(|err| PubSubError::Invalid(format!("metadata: {err}")))?;
+            cmd.arg("metadata").arg(json);
+        }
         let (session, mut conn) = connected.commands().map_err(PubSubError::Backend)?;
         let _id: String = cmd
             .query_async(&mut conn)

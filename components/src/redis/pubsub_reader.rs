@@ -379,8 +379,8 @@ impl Reader {
                     drain.pending_after = entries.last().map(|(id, _)| id.clone());
                 }
             }
-            for (id, data) in entries {
-                let Some(data) = data else {
+            for (id, fields) in entries {
+                let Some(fields) = fields else {
                     // Pending, but trimmed from the stream: nothing to
                     // deliver any more.
                     ack(&self.connected, &self.topic, &id).await;
@@ -392,7 +392,7 @@ impl Reader {
                 {
                     continue;
                 }
-                let message = self.message(id, data);
+                let message = self.message(id, fields);
                 if !self.deliver(&in_flight, message).await {
                     return;
                 }
@@ -523,14 +523,14 @@ impl Reader {
         }
         let claimed = entries_of(parts.swap_remove(1));
         let next = text_of(parts.swap_remove(0)).filter(|next| next != "0-0");
-        for (id, data) in claimed {
-            let Some(data) = data else {
+        for (id, fields) in claimed {
+            let Some(fields) = fields else {
                 // Pending, but trimmed from the stream (a server before
                 // 7.0 still lists it): nothing to deliver any more.
                 ack(&self.connected, &self.topic, &id).await;
                 continue;
             };
-            let message = self.message(id, data);
+            let message = self.message(id, fields);
             if !self.deliver(in_flight, message).await {
                 return Ok(None);
             }
@@ -538,11 +538,23 @@ impl Reader {
         Ok(next)
     }
 
-    fn message(&self, id: String, data: Vec<u8>) -> Message {
+    /// The message of entry `id`: its `data`, and the metadata its
+    /// publisher gave (field `metadata`, a JSON object of strings, as
+    /// Dapr writes it). Metadata that is not such an object is left out
+    /// with a warning, as Dapr does; the message is delivered.
+    fn message(&self, id: String, fields: Fields) -> Message {
+        let metadata = match fields.metadata {
+            None => HashMap::new(),
+            Some(json) => serde_json::from_slice(&json).unwrap_or_else(|err| {
+                warn!(component = %self.connected.label, topic = %self.topic, id = %id, error = %err, "The entry's metadata is not a JSON object of strings; delivered without it.");
+                HashMap::new()
+            }),
+        };
         Message {
             id,
             topic: self.topic.clone(),
-            data,
+            data: fields.data,
+            metadata,
             ..Message::default()
         }
     }
@@ -629,7 +641,15 @@ async fn read_group(
 
 /// A stream entry: its id and its `data` field (`None`: the entry is still
 /// pending but was trimmed from the stream).
-type Entry = (String, Option<Vec<u8>>);
+type Entry = (String, Option<Fields>);
+
+/// The fields of a stream entry the pub/sub reads.
+struct Fields {
+    /// `data`: the payload.
+    data: Vec<u8>,
+    /// `metadata`: the publish request's metadata as JSON, when it had any.
+    metadata: Option<Vec<u8>>,
+}
 
 /// The entries of `[[id, [field, value, ...]], ...]` (deleted ones are
 /// `[id, nil]`).
@@ -652,14 +672,17 @@ fn entries_of(entries: Value) -> Vec<Entry> {
                 return Some((id, None));
             };
             let mut data = Vec::new();
+            let mut metadata = None;
             for pair in fields.chunks(2) {
                 if let [name, value] = pair {
-                    if text_of(name.clone()).as_deref() == Some("data") {
-                        data = bytes_of(value.clone());
+                    match text_of(name.clone()).as_deref() {
+                        Some("data") => data = bytes_of(value.clone()),
+                        Some("metadata") => metadata = Some(bytes_of(value.clone())),
+                        _ => {}
                     }
                 }
             }
-            Some((id, Some(data)))
+            Some((id, Some(Fields { data, metadata })))
         })
         .collect()
 }

@@ -673,3 +673,69 @@ async fn a_reclaim_takes_over_no_more_entries_than_deliveries_may_await() {
         seen += 1;
     }
 }
+
+#[tokio::test]
+async fn publish_metadata_is_written_as_dapr_does_and_given_back_to_the_subscriber() {
+    // Dapr's `Publish` adds field `metadata` (the request's metadata as
+    // JSON) next to `data`, and its reader gives it back with the message.
+    let server = RedisServer::start().await;
+    let broker = broker(json!({"redisHost": server.addr(), "consumerID": "app"})).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let mut with_metadata = publish("orders", "with");
+    with_metadata.metadata = [("k", "v"), ("ttlInSeconds", "30")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    broker.publish(with_metadata).await.expect("published");
+    broker
+        .publish(publish("orders", "without"))
+        .await
+        .expect("published");
+    // Written by another publisher: metadata that is not JSON.
+    server
+        .query(&[
+            "XADD",
+            "orders",
+            "*",
+            "data",
+            "bad",
+            "metadata",
+            "{not json",
+        ])
+        .await
+        .expect("xadd");
+    let entries = server
+        .query(&["XRANGE", "orders", "-", "+"])
+        .await
+        .expect("xrange")
+        .join(" ");
+    assert!(
+        entries.contains(r#"metadata {"k":"v","ttlInSeconds":"30"}"#),
+        "{entries}"
+    );
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let delivery =
+            tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+                .await
+                .expect("a delivery")
+                .expect("open");
+        let text = String::from_utf8_lossy(&delivery.message.data).to_string();
+        let mut metadata: Vec<_> = delivery.message.metadata.clone().into_iter().collect();
+        metadata.sort();
+        got.push((text, metadata));
+        delivery.settle(DeliveryOutcome::Success);
+    }
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    assert_eq!(
+        got,
+        [
+            (
+                "with".to_string(),
+                vec![pair("k", "v"), pair("ttlInSeconds", "30")]
+            ),
+            ("without".to_string(), vec![]),
+            ("bad".to_string(), vec![]),
+        ]
+    );
+}
