@@ -193,3 +193,96 @@ async fn a_watched_secret_ref_read_that_hangs_once_does_not_stop_the_watch() {
     );
     runtime.shutdown().await;
 }
+
+/// The metadata field `field` of the component `name` as status shows it.
+async fn shown_field(runtime: &Runtime, name: &str, field: &str) -> Option<serde_json::Value> {
+    let status = runtime.status().await;
+    let component = status.components.into_iter().find(|c| c.name == name)?;
+    component.metadata.get(field).cloned()
+}
+
+/// Sets `key` to `value` in the memory config store `cfg`, in `group`.
+async fn set_config(runtime: &Runtime, key: &str, value: &str, group: Option<&str>) {
+    let store = runtime.config_store("cfg").load().unwrap();
+    let item = ConfigItem {
+        key: key.into(),
+        value: value.into(),
+        group: group.map(Into::into),
+        ..ConfigItem::default()
+    };
+    store.set(vec![item]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_groups_write_of_a_watched_key_does_not_hide_the_defaults_change() {
+    let runtime = support::start(
+        r#"{"components": {
+            "config_store": {"cfg": {"type": "memory", "metadata": {"items": {"timeout": "10"}}}},
+            "state": {"orders": {"type": "memory",
+                "configurationRef": [{"store": "cfg", "key": "timeout", "injectAs": "defaultTtlInSeconds", "watch": true}]}}
+        }}"#,
+    )
+    .await
+    .unwrap();
+    // The watch is in place once a change of the default group applies.
+    set_config(&runtime, "timeout", "20", None).await;
+    applied_after(&runtime, Trigger::WatchedRef, 0).await;
+    // Another group's value: not what `orders` reads.
+    set_config(&runtime, "timeout", "30", Some("canary")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The default group's value moves to the same text: a real change.
+    set_config(&runtime, "timeout", "30", None).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let applied = loop {
+        let shown = shown_field(&runtime, "orders", "defaultTtlInSeconds").await;
+        if shown == Some(json!("30")) || tokio::time::Instant::now() >= deadline {
+            break shown == Some(json!("30"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        applied,
+        "the default group's change was never applied: {:#?}",
+        runtime.history()
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_that_flips_back_while_its_reload_runs_is_applied_after_it() {
+    let tag = "watched-flip-back";
+    let config = format!(
+        r#"{{"components": {{
+            "config_store": {{"cfg": {{"type": "memory", "metadata": {{"items": {{"flip": "A"}}}}}}}},
+            "probe": {{"p": {{"type": "test.reload.probe", "metadata": {{"tag": "{tag}", "initDelayMs": 500}},
+                "configurationRef": [{{"store": "cfg", "key": "flip", "injectAs": "value", "watch": true}}]}}}}
+        }}}}"#
+    );
+    let runtime = support::reload::start(&config).await;
+    assert_eq!(
+        support::reload::probe(&runtime, "p")
+            .meta()
+            .value
+            .as_deref(),
+        Some("A")
+    );
+    set_config(&runtime, "flip", "B", None).await;
+    // The forced reload resolved B and is building the probe with it ...
+    support::reload::wait_until("the reload builds the probe with B", || {
+        support::reload::inits(tag) == 2
+    })
+    .await;
+    // ... when the store goes back to A.
+    set_config(&runtime, "flip", "A", None).await;
+    let back = triggers::eventually(Duration::from_secs(10), || {
+        let value = support::reload::probe(&runtime, "p").meta().value;
+        (support::reload::inits(tag) >= 3 && value.as_deref() == Some("A")).then_some(())
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "the probe runs with B while the store holds A: {:#?}",
+        runtime.history()
+    );
+    runtime.shutdown().await;
+}

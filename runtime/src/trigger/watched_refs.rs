@@ -20,7 +20,7 @@ use super::TriggerContext;
 use crate::component::{ComponentKey, Kind};
 use crate::config::{ConfigurationRef, InjectedRef, SecretRef};
 use crate::handle::{ConfigStoreHandle, SecretStoreHandle};
-use crate::kinds::ConfigQuery;
+use crate::kinds::{ConfigItem, ConfigQuery};
 use crate::reload::{ReloadRequest, Trigger};
 use crate::running::{WatchPlan, WatchedRef};
 
@@ -202,7 +202,7 @@ pub(crate) const MIN_STORE_CALL: std::time::Duration = std::time::Duration::from
 
 /// How long a watch waits for one store call: a poll period (when polled),
 /// at least [`MIN_STORE_CALL`].
-fn store_call_bound(period: Option<std::time::Duration>) -> std::time::Duration {
+pub(super) fn store_call_bound(period: Option<std::time::Duration>) -> std::time::Duration {
     period.unwrap_or_default().max(MIN_STORE_CALL)
 }
 
@@ -276,20 +276,17 @@ async fn watch_configuration(
         }
     };
     let mut forced = Forced::default();
-    // A change between the component's start and the subscription (a read
-    // that fails or does not answer in time is skipped).
-    if let Ok(store) = handle.load() {
-        if let Ok(Ok(items)) = tokio::time::timeout(within, store.get(&query)).await {
-            if let Some(item) = items.into_iter().find(|i| i.key == r.key) {
-                forced.check(cx, &component, &expected, Value::String(item.value));
-            }
-        }
+    // A change between the component's start and the subscription.
+    if let Some(now) = read_configuration(&handle, &query, &r, within).await {
+        forced.check(cx, &component, &expected, now);
     }
     loop {
         tokio::select! {
             change = subscription.changes.recv() => {
                 let Some(change) = change else { return };
-                for item in change.items.into_iter().filter(|i| i.key == r.key) {
+                // A subscription may report every group's and label's
+                // writes of the key; the component reads only its own.
+                for item in change.items.into_iter().filter(|i| is_the_ref(&r, i)) {
                     forced.check(cx, &component, &expected, Value::String(item.value));
                 }
             }
@@ -298,9 +295,49 @@ async fn watch_configuration(
                     return;
                 }
                 forced = Forced::default();
+                // What the component now runs with may already be stale (a
+                // value that moved on while its reload read it, a flip
+                // back included): the store says what is current.
+                if let Some(now) = read_configuration(&handle, &query, &r, within).await {
+                    forced.check(cx, &component, &expected, now);
+                }
             }
         }
     }
+}
+
+/// Whether `item` is the value `r` reads: its key, in its own group and
+/// label (none or empty is the store's default, as the stores take it).
+fn is_the_ref(r: &ConfigurationRef, item: &ConfigItem) -> bool {
+    let given = |text: Option<&String>| text.filter(|t| !t.is_empty()).cloned();
+    item.key == r.key
+        && given(item.group.as_ref()) == given(r.group.as_ref())
+        && given(item.label.as_ref()) == given(r.label.as_ref())
+}
+
+/// The store's current value of `r`; `None` when absent, unreadable or not
+/// answered within `within` (skipped: the subscription reports what comes
+/// next).
+async fn read_configuration(
+    handle: &ConfigStoreHandle,
+    query: &ConfigQuery,
+    r: &ConfigurationRef,
+    within: std::time::Duration,
+) -> Option<Value> {
+    let store = handle.load().ok()?;
+    let items = match tokio::time::timeout(within, store.get(query)).await {
+        Ok(Ok(items)) => items,
+        Ok(Err(err)) => {
+            tracing::debug!(store = %r.store, key = %r.key, error = %err, "Reading a watched configurationRef failed; the subscription reports what comes next.");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!(store = %r.store, key = %r.key, timeout = ?within, "Reading a watched configurationRef did not answer in time; the subscription reports what comes next.");
+            return None;
+        }
+    };
+    let item = items.into_iter().find(|i| is_the_ref(r, i))?;
+    Some(Value::String(item.value))
 }
 async fn watch_secret(
     cx: &TriggerContext,
