@@ -9,9 +9,14 @@
 //! the string methods `startsWith`, `endsWith` and `contains`. Anything
 //! else is refused when the expression is parsed, naming the column.
 //!
-//! A field the event lacks makes the comparison using it false (CEL says
-//! "no such key"; Dapr then skips the rule), as does a comparison between
-//! different types.
+//! A field the event lacks makes the comparison using it false, as does a
+//! comparison between different types: the rule does not hold, and the
+//! next rule (else the default route) takes the event. A deliberate
+//! difference from Dapr, where CEL raises an error there ("no such key")
+//! and `matchRoutingRule` returns it: the event is not routed at all but
+//! sent to the dead-letter topic when one is set, else handed back to the
+//! broker, which redelivers it to fail the same way, for ever. Here one
+//! event that lacks an optional field neither blocks nor loops.
 
 use std::fmt;
 

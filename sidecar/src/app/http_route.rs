@@ -53,6 +53,9 @@ impl HttpRoute {
 
 /// The outcome an app's answer means.
 pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
+    // As current Dapr's HTTP postman (`ErrMessageDropped`): dropped, so to
+    // the dead-letter topic when one is set. (Older releases returned nil
+    // there: acknowledged, not dead-lettered.)
     if status == StatusCode::NOT_FOUND {
         return DeliveryOutcome::Drop;
     }
