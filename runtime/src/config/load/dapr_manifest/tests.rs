@@ -460,3 +460,23 @@ fn a_bad_resiliency_resource_is_refused_naming_its_file_and_field() {
         "{found}"
     );
 }
+
+#[test]
+fn deeply_nested_block_sequences_are_refused_before_a_tree_is_built() {
+    // About 1 MiB, under MAX_MANIFEST_BYTES: saphyr caps only flow nesting,
+    // so this used to build a 500,000-deep tree whose drop overflowed the
+    // stack and aborted the process.
+    let deep = format!("kind: Component\nx:\n  {}x\n", "- ".repeat(500_000));
+    assert!(deep.len() <= MAX_MANIFEST_BYTES);
+    let found = problems_of(&[("deep.yaml", &deep)], "a");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("c/deep.yaml:3: ") && found[0].contains("nested more than 64 levels"),
+        "{found:?}"
+    );
+    // Nesting within the limit still loads, block or flow.
+    let fine = format!("kind: Component\nx:\n  {}x\n", "- ".repeat(10));
+    assert!(problems_of(&[("fine.yaml", &fine)], "a")
+        .iter()
+        .all(|p| !p.contains("nested")));
+}

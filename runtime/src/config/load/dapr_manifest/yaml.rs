@@ -3,6 +3,7 @@
 //! every problem in a manifest can name its line.
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+use saphyr_parser::{Event, Parser};
 use serde_json::{Map, Number, Value};
 
 /// Deepest nesting accepted in a manifest (Dapr's are four levels deep).
@@ -44,6 +45,7 @@ pub(super) struct YamlError {
 
 /// The documents of `text` (`---`-separated); empty documents are left out.
 pub(super) fn documents(text: &str) -> Result<Vec<Node>, YamlError> {
+    check_nesting(text)?;
     let docs = MarkedYaml::load_from_str(text).map_err(|err| YamlError {
         line: err.marker().line(),
         message: format!(
@@ -62,11 +64,44 @@ pub(super) fn documents(text: &str) -> Result<Vec<Node>, YamlError> {
     Ok(nodes)
 }
 
+/// Refuses `text` when its collections nest deeper than [`convert`]
+/// accepts, on saphyr's event stream, before a tree is built: saphyr caps
+/// only flow nesting, and a tree of 500,000 nested block sequences (1 MB of
+/// `- `) would overflow the stack when dropped. One level of slack leaves
+/// the exact limit, and its line, to `convert`. A malformed text is left to
+/// the loader, which reports it as before.
+fn check_nesting(text: &str) -> Result<(), YamlError> {
+    let mut open = 0usize;
+    for event in Parser::new_from_str(text) {
+        let Ok((event, span)) = event else {
+            return Ok(());
+        };
+        match event {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                open += 1;
+                if open > MAX_DEPTH + 1 {
+                    return Err(YamlError {
+                        line: span.start.line(),
+                        message: too_deep(),
+                    });
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => open = open.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn too_deep() -> String {
+    format!("nested more than {MAX_DEPTH} levels deep")
+}
+
 fn convert(node: &MarkedYaml<'_>, depth: usize) -> Result<Node, YamlError> {
     let line = node.span.start.line();
     let error = |message: String| YamlError { line, message };
     if depth > MAX_DEPTH {
-        return Err(error(format!("nested more than {MAX_DEPTH} levels deep")));
+        return Err(error(too_deep()));
     }
     let value = match &node.data {
         YamlData::Value(scalar) => NodeValue::Scalar(scalar_value(scalar)),
