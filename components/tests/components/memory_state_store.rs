@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rewire_runtime::{
     Concurrency, DeleteRequest, GetRequest, InPlace, Instance, SetRequest, StateError, StateStore,
+    TransactionOperation, TransactionRequest,
 };
 use serde_json::json;
 
@@ -170,4 +171,40 @@ async fn every_metadata_change_applies_in_place_and_keeps_the_data() {
         read(&*store, "kept").await.map(|(v, _)| v).as_deref(),
         Some("v")
     );
+}
+
+/// Dapr's in-memory store checks a delete as it checks a write: first-write
+/// without an etag holds only for a missing key, plain and in a transaction.
+#[tokio::test]
+async fn a_first_write_delete_without_an_etag_refuses_an_existing_key() {
+    let store = store(json!({})).await;
+    store.set(write("seat", "alice", None)).await.unwrap();
+    let first_write = |etag: Option<&str>| DeleteRequest {
+        key: "seat".into(),
+        etag: etag.map(Into::into),
+        concurrency: Concurrency::FirstWrite,
+        ..DeleteRequest::default()
+    };
+    assert_eq!(
+        store.delete(first_write(None)).await,
+        Err(StateError::EtagMismatch("seat".into()))
+    );
+    let in_a_transaction = TransactionRequest {
+        operations: vec![
+            TransactionOperation::Upsert(write("other", "x", None)),
+            TransactionOperation::Delete(first_write(None)),
+        ],
+        ..TransactionRequest::default()
+    };
+    assert_eq!(
+        store.transact(in_a_transaction).await,
+        Err(StateError::EtagMismatch("seat".into()))
+    );
+    assert_eq!(read(&*store, "other").await, None, "all or nothing");
+    let (value, etag) = read(&*store, "seat").await.unwrap_or_default();
+    assert_eq!(value, "alice");
+    // With the etag it holds; on the missing key, without one, too.
+    store.delete(first_write(Some(&etag))).await.unwrap();
+    assert_eq!(read(&*store, "seat").await, None);
+    assert_eq!(store.delete(first_write(None)).await, Ok(()));
 }

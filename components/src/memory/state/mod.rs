@@ -144,8 +144,11 @@ impl StateStore for MemoryStateStore {
     }
 
     async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
-        self.table()
-            .delete(&req.key, req.etag.as_deref(), Instant::now())
+        let condition = Condition {
+            etag: req.etag.as_deref(),
+            concurrency: req.concurrency,
+        };
+        self.table().delete(&req.key, condition, Instant::now())
     }
 
     /// Every key read under one lock: one snapshot.

@@ -91,19 +91,16 @@ impl StateTable {
         Ok(version.to_string())
     }
 
-    /// Deletes `key` if `condition` holds; a missing key without an etag is
-    /// fine.
+    /// Deletes `key` if `condition` holds (as Dapr's: first-write without
+    /// an etag only "deletes" a missing key); a missing key without an etag
+    /// is fine.
     pub(crate) fn delete(
         &mut self,
         key: &str,
-        etag: Option<&str>,
+        condition: Condition<'_>,
         now: Instant,
     ) -> Result<(), StateError> {
         self.purge_expired(now);
-        let condition = Condition {
-            etag,
-            concurrency: Concurrency::LastWrite,
-        };
         self.check(key, condition)?;
         if let Some(old) = self.entries.remove(key) {
             if let Some(at) = old.expires_at {
@@ -217,11 +214,11 @@ mod tests {
             Err(StateError::EtagMismatch("k".into()))
         );
         assert_eq!(
-            table.delete("k", Some("1"), now),
+            table.delete("k", last_write(Some("1")), now),
             Err(StateError::EtagMismatch("k".into()))
         );
-        assert_eq!(table.delete("k", None, now), Ok(()));
-        assert_eq!(table.delete("k", Some(""), now), Ok(()));
+        assert_eq!(table.delete("k", last_write(None), now), Ok(()));
+        assert_eq!(table.delete("k", last_write(Some("")), now), Ok(()));
     }
 
     #[test]
@@ -238,15 +235,30 @@ mod tests {
     }
 
     #[test]
+    fn first_write_delete_without_etag_only_on_a_missing_key() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        assert_eq!(table.delete("k", first_write(None), now), Ok(()));
+        let etag = ok(table.set("k", b"a".to_vec(), last_write(None), None, now));
+        assert_eq!(
+            table.delete("k", first_write(None), now),
+            Err(StateError::EtagMismatch("k".into()))
+        );
+        assert_eq!(table.get("k", now).map(|e| e.data), Some(b"a".to_vec()));
+        ok(table.delete("k", first_write(Some(&etag)), now));
+        assert_eq!(table.len(), 0);
+    }
+
+    #[test]
     fn a_recreated_key_gets_a_new_etag() {
         let now = Instant::now();
         let mut table = StateTable::default();
         let old = ok(table.set("k", vec![], last_write(None), None, now));
-        ok(table.delete("k", Some(&old), now));
+        ok(table.delete("k", last_write(Some(&old)), now));
         let new = ok(table.set("k", vec![], last_write(None), None, now));
         assert_ne!(old, new);
         assert_eq!(
-            table.delete("k", Some(&old), now),
+            table.delete("k", last_write(Some(&old)), now),
             Err(StateError::EtagMismatch("k".into()))
         );
     }

@@ -25,7 +25,11 @@ pub(super) enum Prepared {
         expires_at: Option<Instant>,
     },
     /// Delete `key`.
-    Delete { key: String, etag: Option<String> },
+    Delete {
+        key: String,
+        etag: Option<String>,
+        concurrency: Concurrency,
+    },
 }
 
 impl Prepared {
@@ -43,9 +47,11 @@ impl Prepared {
                 etag: etag.as_deref(),
                 concurrency: *concurrency,
             },
-            Self::Delete { etag, .. } => Condition {
+            Self::Delete {
+                etag, concurrency, ..
+            } => Condition {
                 etag: etag.as_deref(),
-                concurrency: Concurrency::LastWrite,
+                concurrency: *concurrency,
             },
         }
     }
@@ -82,6 +88,7 @@ pub(super) fn prepare(
                 TransactionOperation::Delete(delete) => Prepared::Delete {
                     key: delete.key,
                     etag: delete.etag,
+                    concurrency: delete.concurrency,
                 },
             })
         })
@@ -111,7 +118,17 @@ pub(super) fn apply(
                 };
                 table.set(&key, data, condition, expires_at, now)?;
             }
-            Prepared::Delete { key, etag } => table.delete(&key, etag.as_deref(), now)?,
+            Prepared::Delete {
+                key,
+                etag,
+                concurrency,
+            } => {
+                let condition = Condition {
+                    etag: etag.as_deref(),
+                    concurrency,
+                };
+                table.delete(&key, condition, now)?;
+            }
         }
     }
     Ok(())
@@ -153,6 +170,14 @@ mod tests {
         }
     }
 
+    fn delete(key: &str, etag: Option<&str>, concurrency: Concurrency) -> Prepared {
+        Prepared::Delete {
+            key: key.into(),
+            etag: etag.map(String::from),
+            concurrency,
+        }
+    }
+
     fn value(table: &mut StateTable, key: &str) -> Option<Vec<u8>> {
         table.get(key, Instant::now()).map(|e| e.data)
     }
@@ -186,24 +211,15 @@ mod tests {
         let next = (table.last_version() + 1).to_string();
         let ops = vec![
             upsert("k", "1", None),
-            Prepared::Delete {
-                key: "k".into(),
-                etag: Some(next),
-            },
+            delete("k", Some(&next), Concurrency::LastWrite),
             upsert("k", "again", None),
         ];
         apply(&mut table, ops, now).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(value(&mut table, "k"), Some(b"again".to_vec()));
         let stale = vec![
-            Prepared::Delete {
-                key: "k".into(),
-                etag: None,
-            },
+            delete("k", None, Concurrency::LastWrite),
             upsert("other", "x", None),
-            Prepared::Delete {
-                key: "k".into(),
-                etag: Some("1".into()),
-            },
+            delete("k", Some("1"), Concurrency::LastWrite),
         ];
         assert_eq!(
             apply(&mut table, stale, now),
@@ -211,5 +227,35 @@ mod tests {
         );
         assert_eq!(value(&mut table, "k"), Some(b"again".to_vec()));
         assert_eq!(value(&mut table, "other"), None);
+    }
+
+    #[test]
+    fn a_first_write_delete_without_an_etag_fails_on_an_existing_key() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        apply(&mut table, vec![upsert("k", "1", None)], now).unwrap_or_else(|e| panic!("{e}"));
+        let refused = apply(
+            &mut table,
+            vec![
+                upsert("other", "x", None),
+                delete("k", None, Concurrency::FirstWrite),
+            ],
+            now,
+        );
+        assert_eq!(refused, Err(StateError::EtagMismatch("k".into())));
+        assert_eq!(value(&mut table, "k"), Some(b"1".to_vec()));
+        assert_eq!(value(&mut table, "other"), None);
+        // With the etag, or on a key the transaction deleted first, it passes.
+        let etag = table.get("k", now).map(|e| e.etag);
+        apply(
+            &mut table,
+            vec![
+                delete("k", etag.as_deref(), Concurrency::FirstWrite),
+                delete("k", None, Concurrency::FirstWrite),
+            ],
+            now,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(value(&mut table, "k"), None);
     }
 }
