@@ -16,16 +16,25 @@ pub(crate) type Secrets = BTreeMap<String, SecretMap>;
 /// (deep nesting, long keys, many leaves) past any memory.
 pub(crate) const MAX_FLATTENED_BYTES: usize = 64 << 20;
 
-/// The file flattens to more than [`MAX_FLATTENED_BYTES`].
+/// Why a file does not flatten to secrets.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct TooLarge;
+pub(crate) enum Unflattenable {
+    /// The file flattens to more than [`MAX_FLATTENED_BYTES`].
+    TooLarge,
+    /// Two paths flatten to this one name (`{"db:password": …, "db":
+    /// {"password": …}}` with separator `:`): Dapr refuses the file
+    /// ("duplicate key"), rather than keep whichever came last.
+    Duplicate(String),
+}
+
+use Unflattenable::{Duplicate, TooLarge};
 
 /// What is left of [`MAX_FLATTENED_BYTES`]: every name made (a leaf's or a
 /// folder's on the way to its leaves) and every value is taken from it.
 struct Budget(usize);
 
 impl Budget {
-    fn take(&mut self, bytes: usize) -> Result<(), TooLarge> {
+    fn take(&mut self, bytes: usize) -> Result<(), Unflattenable> {
         self.0 = self.0.checked_sub(bytes).ok_or(TooLarge)?;
         Ok(())
     }
@@ -38,12 +47,13 @@ impl Budget {
 /// `{"a:b": "x"}`). Multi-valued: every top-level key is a secret whose keys
 /// are the leaf paths below it (`{"a": {"b": "x"}}` → secret `a` =
 /// `{"b": "x"}`); a top-level scalar `k` gives `{"k": value}`. Numbers and
-/// bools become their text, array items are named by their index.
+/// bools become their text, array items are named by their index. Two
+/// leaves named alike (in one secret, when multi-valued) refuse the file.
 pub(crate) fn secrets(
     root: &Map<String, Value>,
     separator: &str,
     multi_valued: bool,
-) -> Result<Secrets, TooLarge> {
+) -> Result<Secrets, Unflattenable> {
     secrets_within(root, separator, multi_valued, MAX_FLATTENED_BYTES)
 }
 
@@ -53,7 +63,7 @@ fn secrets_within(
     separator: &str,
     multi_valued: bool,
     limit: usize,
-) -> Result<Secrets, TooLarge> {
+) -> Result<Secrets, Unflattenable> {
     let budget = &mut Budget(limit);
     if multi_valued {
         return root
@@ -85,14 +95,14 @@ fn secrets_within(
 }
 
 /// Adds the leaves of `value`, named from `path`, to `out`, within
-/// `budget`.
+/// `budget`; a leaf named as one already in `out` is refused.
 fn leaves(
     path: Option<&str>,
     value: &Value,
     separator: &str,
     out: &mut SecretMap,
     budget: &mut Budget,
-) -> Result<(), TooLarge> {
+) -> Result<(), Unflattenable> {
     let child = |key: &str, budget: &mut Budget| {
         let name = match path {
             Some(path) => format!("{path}{separator}{key}"),
@@ -114,12 +124,13 @@ fn leaves(
             }
         }
         scalar => {
+            let name = path.unwrap_or_default();
+            if out.contains_key(name) {
+                return Err(Duplicate(name.to_string()));
+            }
             let text = value_text(scalar);
             budget.take(text.len())?;
-            out.insert(
-                path.unwrap_or_default().to_string(),
-                SecretString::new(text),
-            );
+            out.insert(name.to_string(), SecretString::new(text));
         }
     }
     Ok(())
@@ -215,5 +226,36 @@ mod tests {
         let deep = root(json!({ key('a'): { key('b'): { key('c'): { key('d'): leaves } } } }));
         assert!(matches!(secrets(&deep, ":", false), Err(TooLarge)));
         assert!(secrets(&file, ":", false).is_ok());
+    }
+
+    #[test]
+    fn two_paths_flattening_to_one_name_refuse_the_file() {
+        // Either order: not "whichever comes last".
+        for file in [
+            json!({"db:password": "a", "db": {"password": "b"}}),
+            json!({"db": {"password": "b"}, "db:password": "a"}),
+        ] {
+            assert_eq!(
+                secrets(&root(file), ":", false).map(|_| ()),
+                Err(Duplicate("db:password".into()))
+            );
+        }
+        // Through an array index too, and within one multi-valued secret.
+        let file = root(json!({"list": ["x"], "list:0": "y"}));
+        assert_eq!(
+            secrets(&file, ":", false).map(|_| ()),
+            Err(Duplicate("list:0".into()))
+        );
+        let file = root(json!({"db": {"a.b": "x", "a": {"b": "y"}}}));
+        assert_eq!(
+            secrets(&file, ".", true).map(|_| ()),
+            Err(Duplicate("a.b".into()))
+        );
+        // Alike only under another separator: both kept.
+        let file = root(json!({"db:password": "a", "db": {"password": "b"}}));
+        assert_eq!(secrets(&file, ".", false).map(|s| s.len()), Ok(2));
+        // Multi-valued: one key in two secrets is no clash.
+        let file = root(json!({"db": {"user": "a"}, "cache": {"user": "b"}}));
+        assert_eq!(secrets(&file, ":", true).map(|s| s.len()), Ok(2));
     }
 }

@@ -103,6 +103,26 @@ pub enum SecretsFileError {
         /// The bound, in bytes.
         limit: usize,
     },
+    /// Two paths of the file flatten to one secret name (a key holding the
+    /// separator beside the nested keys it spells): refused, as Dapr does,
+    /// rather than keep whichever comes last.
+    #[error(
+        "secrets file `{}`: two entries flatten to the secret name `{name}` \
+         (a key holding the nested separator beside nested keys that spell it)",
+        .path.display()
+    )]
+    DuplicateName {
+        /// The configured path.
+        path: PathBuf,
+        /// The name (never a value), escaped and cut for the message.
+        name: String,
+    },
+}
+
+/// `name` as an error quotes it: at most [`rewire_runtime::ECHO_LIMIT`]
+/// characters, control characters escaped.
+fn printable(name: &str) -> String {
+    echoed(name).chars().flat_map(char::escape_debug).collect()
 }
 
 /// Reads and flattens the secrets file of `settings`.
@@ -123,9 +143,15 @@ async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFile
     match value {
         Value::Object(root) => {
             flatten::secrets(&root, &settings.nested_separator, settings.multi_valued).map_err(
-                |flatten::TooLarge| SecretsFileError::TooLargeFlattened {
-                    path: path.to_path_buf(),
-                    limit: flatten::MAX_FLATTENED_BYTES,
+                |refused| match refused {
+                    flatten::Unflattenable::TooLarge => SecretsFileError::TooLargeFlattened {
+                        path: path.to_path_buf(),
+                        limit: flatten::MAX_FLATTENED_BYTES,
+                    },
+                    flatten::Unflattenable::Duplicate(name) => SecretsFileError::DuplicateName {
+                        path: path.to_path_buf(),
+                        name: printable(&name),
+                    },
                 },
             )
         }

@@ -161,3 +161,27 @@ async fn a_rotated_secret_is_served_without_a_restart_and_a_bad_file_keeps_the_l
     .await;
     assert!(eventually_equals(&store, "redis", "password", "rotated-9f8e7d").await);
 }
+
+#[tokio::test]
+async fn two_entries_flattening_to_one_name_fail_init_naming_it_not_its_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secrets.json");
+    std::fs::write(
+        &path,
+        r#"{"db:password": "v4lue-one", "db": {"password": "v4lue-two"}}"#,
+    )
+    .unwrap();
+    let err = common::start(
+        "secret_store",
+        "local.file",
+        json!({"secretsFile": path.display().to_string()}),
+    )
+    .await
+    .map(|_| ())
+    .expect_err("two values for `db:password`: refused, as Dapr does");
+    assert!(
+        err.contains("secrets.json") && err.contains("`db:password`"),
+        "{err}"
+    );
+    assert!(!err.contains("v4lue"), "{err}");
+}
