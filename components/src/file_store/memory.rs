@@ -131,6 +131,30 @@ impl MemoryFileStore {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Refuses `name` where the local store would: a folder on its way that
+    /// is a file ("passes through a file", any operation), or, for a put,
+    /// the name of a folder ("is not a regular file"), so a store moved
+    /// from `memory` to `local` refuses the same names (same wording).
+    fn refuse_clash(files: &Files, name: &str, put: bool) -> Result<(), FileError> {
+        let refused = |why: &str| FileError::Invalid(format!("file name `{name}`: {why}"));
+        let mut folders = name.match_indices('/').map(|(at, _)| &name[..at]);
+        if folders.any(|folder| files.by_name.contains_key(folder)) {
+            return Err(refused("passes through a file"));
+        }
+        // A name is a folder when a name starts with it and `/`: the
+        // first such sorts right after `name/` (names hold no empty part).
+        let folder = format!("{name}/");
+        let is_folder = files
+            .by_name
+            .range::<str, _>((Bound::Included(folder.as_str()), Bound::Unbounded))
+            .next()
+            .is_some_and(|(inner, _)| inner.starts_with(&folder));
+        if put && is_folder {
+            return Err(refused("is not a regular file"));
+        }
+        Ok(())
+    }
+
     fn info(name: &str, stored: &Stored) -> FileInfo {
         FileInfo {
             name: name.to_string(),
@@ -173,6 +197,9 @@ impl InPlaceUpdate for MemoryFileStore {
 impl FileStore for MemoryFileStore {
     async fn put(&self, req: PutFileRequest) -> Result<FileInfo, FileError> {
         names::parts(&req.name)?;
+        // Refused before the body is read, and again when stored (a put of
+        // a clashing name may have been stored meanwhile).
+        Self::refuse_clash(&self.files(), &req.name, true)?;
         let limits = self.limits();
         let mut data = Vec::new();
         let mut reading = Reading {
@@ -190,6 +217,7 @@ impl FileStore for MemoryFileStore {
         .await?;
         let mut files = self.files();
         reading.end(&mut files);
+        Self::refuse_clash(&files, &req.name, true)?;
         let replaced = files
             .by_name
             .get(&req.name)
@@ -214,6 +242,7 @@ impl FileStore for MemoryFileStore {
     async fn get(&self, name: &str) -> Result<FileRead, FileError> {
         names::parts(name)?;
         let files = self.files();
+        Self::refuse_clash(&files, name, false)?;
         let stored = files
             .by_name
             .get(name)
@@ -252,6 +281,7 @@ impl FileStore for MemoryFileStore {
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
         names::parts(name)?;
         let files = self.files();
+        Self::refuse_clash(&files, name, false)?;
         files
             .by_name
             .get(name)
@@ -262,6 +292,7 @@ impl FileStore for MemoryFileStore {
     async fn delete(&self, name: &str) -> Result<(), FileError> {
         names::parts(name)?;
         let mut files = self.files();
+        Self::refuse_clash(&files, name, false)?;
         let removed = files
             .by_name
             .remove(name)

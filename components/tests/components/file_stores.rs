@@ -603,3 +603,43 @@ async fn a_local_put_answers_the_size_it_wrote_under_concurrent_puts_of_the_name
         );
     }
 }
+
+/// What each operation answers on names where a file and a folder meet.
+async fn file_and_folder_clashes(store: Arc<dyn FileStore>) -> Vec<String> {
+    let mut answers = Vec::new();
+    store.put(put("a", b"file")).await.unwrap();
+    store.put(put("c/d", b"file")).await.unwrap();
+    answers.push(format!("{:?}", store.put(put("a/b", b"x")).await));
+    answers.push(format!("{:?}", store.put(put("a/b/c", b"x")).await));
+    answers.push(format!("{:?}", store.put(put("c", b"x")).await));
+    answers.push(format!("{:?}", store.stat("a/b").await));
+    answers.push(format!("{:?}", store.get("a/b").await.map(|_| ())));
+    answers.push(format!("{:?}", store.delete("a/b").await));
+    answers.push(format!("{:?}", store.stat("c").await));
+    answers.push(format!("{:?}", store.delete("c").await));
+    // Nothing was stored by the refused puts; the others are intact.
+    let all = store.list(ListRequest::default()).await.unwrap();
+    answers.push(format!("{:?}", names(&all)));
+    assert_eq!(read_all(&*store, "a").await.unwrap(), b"file");
+    assert_eq!(read_all(&*store, "c/d").await.unwrap(), b"file");
+    answers
+}
+
+#[tokio::test]
+async fn memory_refuses_a_file_and_a_folder_of_one_name_as_local_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files").display().to_string();
+    let local = file_and_folder_clashes(store("local", json!({ "root": root })).await).await;
+    let memory = file_and_folder_clashes(store("memory", json!({})).await).await;
+    assert_eq!(memory, local);
+    let refused = |name: &str, why: &str| {
+        format!(
+            "{:?}",
+            Err::<(), _>(FileError::Invalid(format!("file name `{name}`: {why}")))
+        )
+    };
+    assert_eq!(local[0], refused("a/b", "passes through a file"));
+    assert_eq!(local[1], refused("a/b/c", "passes through a file"));
+    assert_eq!(local[2], refused("c", "is not a regular file"));
+    assert!(local[6].contains("NotFound"), "{}", local[6]);
+}
