@@ -406,6 +406,122 @@ mod tests {
     }
 
     #[derive(Debug, Deserialize, PartialEq)]
+    struct WithBackend {
+        backend: External,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    enum External {
+        Redis { port: u16 },
+        Pair(u16, bool),
+        Port(u16),
+        Conn(ExternalConn),
+        Memory,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct ExternalConn {
+        host: String,
+    }
+
+    fn backend(metadata: Value) -> Result<External, MetadataError> {
+        decode::<WithBackend>(&map(metadata)).map(|m| m.backend)
+    }
+
+    /// An externally tagged enum (serde's default), as docs/components.md
+    /// recommends: its content is decoded leniently, checked for unknown
+    /// fields, and named by its whole path.
+    #[test]
+    fn an_externally_tagged_enum_is_decoded_leniently_and_checked() {
+        let err = backend(json!({"backend": {"Redis": {"port": 6379, "prot": 1}}})).unwrap_err();
+        assert!(
+            matches!(&err, MetadataError::UnknownField { field, suggestion, .. }
+                if field == "backend.Redis.prot" && suggestion.as_deref() == Some("port")),
+            "{err}"
+        );
+        assert_eq!(
+            backend(json!({"backend": {"Redis": {"port": "6379"}}})),
+            Ok(External::Redis { port: 6379 })
+        );
+        assert_eq!(
+            backend(json!({"backend": {"Redis": {"port": "99999"}}})),
+            Err(MetadataError::Invalid {
+                field: "backend.Redis.port".into(),
+                message: "invalid value: integer `99999`, expected u16".into()
+            })
+        );
+        assert_eq!(
+            backend(json!({"backend": {"Redis": {}}})),
+            Err(MetadataError::Invalid {
+                field: "backend.Redis.port".into(),
+                message: "required but missing".into()
+            })
+        );
+        // Tuple, newtype and unit variants.
+        assert_eq!(
+            backend(json!({"backend": {"Pair": ["1", "true"]}})),
+            Ok(External::Pair(1, true))
+        );
+        let err = backend(json!({"backend": {"Pair": [1, "maybe"]}})).unwrap_err();
+        assert!(
+            matches!(&err, MetadataError::Invalid { field, .. } if field == "backend.Pair[1]"),
+            "{err}"
+        );
+        assert_eq!(
+            backend(json!({"backend": {"Port": "7"}})),
+            Ok(External::Port(7))
+        );
+        assert_eq!(
+            backend(json!({"backend": {"Conn": {"host": "h"}}})),
+            Ok(External::Conn(ExternalConn { host: "h".into() }))
+        );
+        let err = backend(json!({"backend": {"Conn": {"hots": "h"}}})).unwrap_err();
+        assert!(
+            matches!(&err, MetadataError::UnknownField { field, .. } if field == "backend.Conn.hots"),
+            "{err}"
+        );
+        assert_eq!(backend(json!({"backend": "Memory"})), Ok(External::Memory));
+        assert_eq!(
+            backend(json!({"backend": {"Memory": null}})),
+            Ok(External::Memory)
+        );
+        // A unit variant given content: refused there, without the value.
+        let err = backend(json!({"backend": {"Memory": "hunter2"}})).unwrap_err();
+        let MetadataError::Invalid { field, message } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(field, "backend.Memory");
+        assert!(!message.contains("hunter2"), "{message}");
+        // An unknown variant, or not one variant, is named by the field.
+        let err = backend(json!({"backend": {"Redsi": {"port": 1}}})).unwrap_err();
+        assert!(
+            matches!(&err, MetadataError::Invalid { field, message }
+                if field == "backend" && message.contains("unknown variant `Redsi`")),
+            "{err}"
+        );
+        for wrong in [json!({"Redis": {"port": 1}, "Memory": null}), json!(6379)] {
+            let err = backend(json!({ "backend": wrong })).unwrap_err();
+            let MetadataError::Invalid { field, message } = &err else {
+                panic!("{err}");
+            };
+            assert_eq!(field, "backend");
+            assert!(!message.contains("6379"), "{message}");
+        }
+        // A struct variant given as a bare name is refused.
+        let err = backend(json!({"backend": "Redis"})).unwrap_err();
+        assert!(
+            matches!(&err, MetadataError::Invalid { field, .. } if field == "backend"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_injected_externally_tagged_enum_passes_validation() {
+        decode_for_validation::<WithBackend>(&map(json!({})), &["backend".into()])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
     enum Mode {
         Fixed { every: u32 },
     }
@@ -415,5 +531,14 @@ mod tests {
         let mode: Mode =
             decode(&map(json!({"Fixed": {"every": 5}}))).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(mode, Mode::Fixed { every: 5 });
+        // Leniently, and checked, as a field's enum is.
+        let mode: Mode =
+            decode(&map(json!({"Fixed": {"every": "5"}}))).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode, Mode::Fixed { every: 5 });
+        let err = decode::<Mode>(&map(json!({"Fixed": {"every": 5, "evry": 1}}))).unwrap_err();
+        assert!(
+            matches!(&err, MetadataError::UnknownField { field, .. } if field == "Fixed.evry"),
+            "{err}"
+        );
     }
 }

@@ -108,7 +108,18 @@ impl<'p, 'a> Lenient<'p, 'a> {
         value: &'a Value,
         at: At<'_>,
     ) -> Result<T::Value, Error> {
-        let result = seed.deserialize(self.child(value, at));
+        self.read_with(value, at, |child| seed.deserialize(child))
+    }
+
+    /// Reads the value at `at` with `read`, noting an error there as
+    /// [`Lenient::read`] does.
+    fn read_with<T>(
+        &self,
+        value: &'a Value,
+        at: At<'_>,
+        read: impl FnOnce(Lenient<'_, 'a>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let result = read(self.child(value, at));
         if result.is_err() {
             let mut failed_at = self.findings.failed_at.borrow_mut();
             if failed_at.is_none() {
@@ -319,7 +330,7 @@ impl<'a> Deserializer<'a> for Lenient<'_, 'a> {
 
     fn deserialize_enum<V: Visitor<'a>>(
         self,
-        name: &'static str,
+        _name: &'static str,
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
@@ -328,12 +339,96 @@ impl<'a> Deserializer<'a> for Lenient<'_, 'a> {
                 let first = variants.first().copied().unwrap_or_default();
                 visitor.visit_enum(first.into_deserializer())
             }
-            Node::Value(value) => value.deserialize_enum(name, variants, visitor),
-            // The metadata as an enum (`{"Variant": …}`): rare, so copied.
-            Node::Object(map) => {
-                Value::Object(map.clone()).deserialize_enum(name, variants, visitor)
+            // A unit variant, named.
+            Node::Value(Value::String(s)) => {
+                visitor.visit_enum(BorrowedStrDeserializer::<Error>::new(s))
             }
+            // `{"Variant": content}`: the content is read here, at
+            // `….Variant`, as any other value is.
+            Node::Value(Value::Object(map)) | Node::Object(map) => {
+                let mut entries = map.iter();
+                match (entries.next(), entries.next()) {
+                    (Some((variant, content)), None) => visitor.visit_enum(Variant {
+                        parent: &self,
+                        name: variant,
+                        content,
+                    }),
+                    _ => Err(de::Error::invalid_value(
+                        Unexpected::Map,
+                        &"a map with a single key (the variant)",
+                    )),
+                }
+            }
+            Node::Value(other) => Err(de::Error::invalid_type(
+                kind_of(other),
+                &"a string or a map with a single key (the variant)",
+            )),
         }
+    }
+}
+
+/// What kind of value `value` is, for an error, without the value itself.
+fn kind_of(value: &Value) -> Unexpected<'static> {
+    match value {
+        Value::Null => Unexpected::Unit,
+        Value::Bool(_) => Unexpected::Other("a boolean"),
+        Value::Number(_) => Unexpected::Other("a number"),
+        Value::String(_) => Unexpected::Other("a string"),
+        Value::Array(_) => Unexpected::Seq,
+        Value::Object(_) => Unexpected::Map,
+    }
+}
+
+/// The variant `name` of an externally tagged enum, holding `content`.
+struct Variant<'p, 'a> {
+    parent: &'p Lenient<'p, 'a>,
+    name: &'a str,
+    content: &'a Value,
+}
+
+impl<'a> de::EnumAccess<'a> for Variant<'_, 'a> {
+    type Error = Error;
+    type Variant = Self;
+
+    fn variant_seed<V: DeserializeSeed<'a>>(self, seed: V) -> Result<(V::Value, Self), Error> {
+        let variant = seed.deserialize(BorrowedStrDeserializer::new(self.name))?;
+        Ok((variant, self))
+    }
+}
+
+impl<'a> de::VariantAccess<'a> for Variant<'_, 'a> {
+    type Error = Error;
+
+    fn unit_variant(self) -> Result<(), Error> {
+        let at = At::Field(&self.parent.at, self.name);
+        self.parent
+            .read_with(self.content, at, |_| match self.content {
+                Value::Null => Ok(()),
+                other => Err(de::Error::invalid_type(kind_of(other), &"unit variant")),
+            })
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'a>>(self, seed: T) -> Result<T::Value, Error> {
+        let at = At::Field(&self.parent.at, self.name);
+        self.parent.read(seed, self.content, at)
+    }
+
+    fn tuple_variant<V: Visitor<'a>>(self, len: usize, visitor: V) -> Result<V::Value, Error> {
+        let at = At::Field(&self.parent.at, self.name);
+        self.parent.read_with(self.content, at, |content| {
+            content.deserialize_tuple(len, visitor)
+        })
+    }
+
+    fn struct_variant<V: Visitor<'a>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        let at = At::Field(&self.parent.at, self.name);
+        self.parent.read_with(self.content, at, |content| {
+            content.deserialize_struct("", fields, visitor)
+        })
     }
 }
 
