@@ -208,3 +208,86 @@ async fn a_first_write_delete_without_an_etag_refuses_an_existing_key() {
     assert_eq!(read(&*store, "seat").await, None);
     assert_eq!(store.delete(first_write(None)).await, Ok(()));
 }
+
+/// Seconds since the Unix epoch of an RFC 3339 UTC time to the second
+/// (`2026-01-02T03:04:05Z`); `None` for any other form.
+fn rfc3339_utc_seconds(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let shape = b.len() == 20
+        && [4, 7].iter().all(|&i| b[i] == b'-')
+        && b[10] == b'T'
+        && [13, 16].iter().all(|&i| b[i] == b':')
+        && b[19] == b'Z';
+    if !shape {
+        return None;
+    }
+    let num = |from: usize, to: usize| text.get(from..to)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hh, mm, ss) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+fn unix_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_secs()).unwrap_or(0)
+}
+
+/// As Dapr's in-memory store: an entry with a TTL is read with metadata
+/// `ttlExpireTime` (RFC 3339, UTC), by a get and by a bulk get; one
+/// without a TTL has none.
+#[tokio::test]
+async fn reads_report_the_expiry_as_ttl_expire_time() {
+    let store = store(json!({})).await;
+    let before = unix_now();
+    let mut by_metadata = write("token", "t", None);
+    by_metadata
+        .metadata
+        .insert("ttlInSeconds".into(), "3600".into());
+    let mut by_ttl = write("session", "s", None);
+    by_ttl.ttl = Some(Duration::from_secs(60));
+    store
+        .bulk_set(vec![by_metadata, by_ttl, write("forever", "f", None)])
+        .await
+        .unwrap();
+    let after = unix_now();
+    let get = |key: &str| GetRequest {
+        key: key.into(),
+        ..GetRequest::default()
+    };
+    let token = store.get(get("token")).await.unwrap().unwrap();
+    let expires = token.metadata.get("ttlExpireTime").cloned();
+    let at = expires.as_deref().and_then(rfc3339_utc_seconds);
+    assert!(
+        at.is_some_and(|at| (before + 3600..=after + 3600).contains(&at)),
+        "{expires:?} not an hour after {before}..={after}"
+    );
+    let forever = store.get(get("forever")).await.unwrap().unwrap();
+    assert_eq!(forever.metadata.get("ttlExpireTime"), None);
+    let items = store
+        .bulk_get(vec!["session".into(), "forever".into(), "token".into()])
+        .await
+        .unwrap();
+    let expiries: Vec<Option<String>> = items
+        .iter()
+        .map(|i| {
+            let entry = i.entry.as_ref()?;
+            entry.metadata.get("ttlExpireTime").cloned()
+        })
+        .collect();
+    let session = expiries[0].as_deref().and_then(rfc3339_utc_seconds);
+    assert!(
+        session.is_some_and(|at| (before + 60..=after + 60).contains(&at)),
+        "{expiries:?}"
+    );
+    assert_eq!(expiries[1], None);
+    assert_eq!(expiries[2], expires);
+}

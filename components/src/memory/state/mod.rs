@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::live::LiveMetadata;
-use crate::time_limits::deadline;
 use table::{Condition, StateTable};
+use ttl::Expiry;
 
 /// Metadata of the `memory` state store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -129,7 +129,7 @@ impl StateStore for MemoryStateStore {
         let ttl = ttl::write_ttl(&req.key, req.ttl, &req.metadata, default_ttl)?;
         let now = Instant::now();
         let expires_at = ttl
-            .map(|ttl| deadline(now, "ttl", ttl))
+            .map(|ttl| Expiry::after(now, ttl))
             .transpose()
             .map_err(|message| StateError::Invalid(format!("key `{}`: {message}", req.key)))?;
         let condition = Condition {

@@ -7,12 +7,14 @@ use std::collections::{BTreeMap, HashMap};
 use rewire_runtime::{Concurrency, StateEntry, StateError};
 use tokio::time::Instant;
 
+use super::ttl::{Expiry, TTL_EXPIRE_TIME_KEY};
+
 /// One stored key.
 #[derive(Debug, Clone)]
 struct Entry {
     data: Vec<u8>,
     version: u64,
-    expires_at: Option<Instant>,
+    expires_at: Option<Expiry>,
 }
 
 /// Keys, their versions, and an index of expiry times so expired entries
@@ -49,14 +51,19 @@ impl StateTable {
         }
     }
 
-    /// The live entry of `key`.
+    /// The live entry of `key`; one with an expiry carries it as Dapr's
+    /// in-memory store does: `ttlExpireTime`, RFC 3339 UTC.
     pub(crate) fn get(&mut self, key: &str, now: Instant) -> Option<StateEntry> {
         self.purge_expired(now);
         let entry = self.entries.get(key)?;
+        let metadata = entry
+            .expires_at
+            .map(|expiry| HashMap::from([(TTL_EXPIRE_TIME_KEY.to_string(), expiry.rfc3339())]))
+            .unwrap_or_default();
         Some(StateEntry {
             data: entry.data.clone(),
             etag: entry.version.to_string(),
-            metadata: HashMap::new(),
+            metadata,
         })
     }
 
@@ -66,7 +73,7 @@ impl StateTable {
         key: &str,
         data: Vec<u8>,
         condition: Condition<'_>,
-        expires_at: Option<Instant>,
+        expires_at: Option<Expiry>,
         now: Instant,
     ) -> Result<String, StateError> {
         self.purge_expired(now);
@@ -81,12 +88,12 @@ impl StateTable {
                 expires_at,
             },
         ) {
-            if let Some(at) = old.expires_at {
-                self.expiries.remove(&(at, old.version));
+            if let Some(old_expiry) = old.expires_at {
+                self.expiries.remove(&(old_expiry.at, old.version));
             }
         }
-        if let Some(at) = expires_at {
-            self.expiries.insert((at, version), key.to_string());
+        if let Some(expiry) = expires_at {
+            self.expiries.insert((expiry.at, version), key.to_string());
         }
         Ok(version.to_string())
     }
@@ -103,8 +110,8 @@ impl StateTable {
         self.purge_expired(now);
         self.check(key, condition)?;
         if let Some(old) = self.entries.remove(key) {
-            if let Some(at) = old.expires_at {
-                self.expiries.remove(&(at, old.version));
+            if let Some(expiry) = old.expires_at {
+                self.expiries.remove(&(expiry.at, old.version));
             }
         }
         Ok(())
@@ -167,7 +174,14 @@ pub(crate) fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
+
+    fn expiry(at: Instant) -> Option<Expiry> {
+        Some(Expiry {
+            at,
+            wall: SystemTime::UNIX_EPOCH + Duration::from_secs(86_400),
+        })
+    }
 
     fn last_write(etag: Option<&str>) -> Condition<'_> {
         Condition {
@@ -273,7 +287,7 @@ mod tests {
                 &format!("k{i}"),
                 vec![],
                 last_write(None),
-                Some(now + Duration::from_secs(1)),
+                expiry(now + Duration::from_secs(1)),
                 now,
             ));
         }
@@ -285,6 +299,28 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_with_an_expiry_reports_it_as_ttl_expire_time() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        ok(table.set(
+            "k",
+            vec![],
+            last_write(None),
+            expiry(now + Duration::from_secs(1)),
+            now,
+        ));
+        ok(table.set("forever", vec![], last_write(None), None, now));
+        let metadata = table.get("k", now).map(|e| e.metadata);
+        let expected = HashMap::from([(
+            "ttlExpireTime".to_string(),
+            "1970-01-02T00:00:00Z".to_string(),
+        )]);
+        assert_eq!(metadata, Some(expected));
+        let metadata = table.get("forever", now).map(|e| e.metadata);
+        assert_eq!(metadata, Some(HashMap::new()));
+    }
+
+    #[test]
     fn overwriting_drops_the_old_expiry() {
         let now = Instant::now();
         let mut table = StateTable::default();
@@ -292,7 +328,7 @@ mod tests {
             "k",
             vec![],
             last_write(None),
-            Some(now + Duration::from_secs(1)),
+            expiry(now + Duration::from_secs(1)),
             now,
         ));
         ok(table.set("k", b"x".to_vec(), last_write(None), None, now));

@@ -10,8 +10,7 @@ use rewire_runtime::{Concurrency, StateError, TransactionOperation};
 use tokio::time::Instant;
 
 use super::table::{check, Condition, StateTable};
-use super::ttl;
-use crate::time_limits::deadline;
+use super::ttl::{self, Expiry};
 
 /// An operation with its expiry worked out (before the lock is taken).
 #[derive(Debug)]
@@ -22,7 +21,7 @@ pub(super) enum Prepared {
         data: Vec<u8>,
         etag: Option<String>,
         concurrency: Concurrency,
-        expires_at: Option<Instant>,
+        expires_at: Option<Expiry>,
     },
     /// Delete `key`.
     Delete {
@@ -74,7 +73,7 @@ pub(super) fn prepare(
                 TransactionOperation::Upsert(set) => {
                     let ttl = ttl::write_ttl(&set.key, set.ttl, &set.metadata, default_ttl)?;
                     let expires_at = ttl
-                        .map(|ttl| deadline(now, "ttl", ttl))
+                        .map(|ttl| Expiry::after(now, ttl))
                         .transpose()
                         .map_err(|m| StateError::Invalid(format!("key `{}`: {m}", set.key)))?;
                     Prepared::Upsert {

@@ -1,14 +1,73 @@
-//! Which time-to-live a write gets, with Dapr's rules.
+//! Which time-to-live a write gets, with Dapr's rules, and when it ends.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rewire_runtime::StateError;
+use tokio::time::Instant;
 
-use crate::time_limits::{check_ttl, check_ttl_seconds};
+use crate::time_limits::{check_ttl, check_ttl_seconds, deadline, ttl_out_of_range};
 
 /// The request metadata key Dapr uses for a per-write TTL.
 pub(crate) const TTL_METADATA_KEY: &str = "ttlInSeconds";
+
+/// The response metadata key of a read entry's expiry (Dapr's
+/// `state.GetRespMetaKeyTTLExpireTime`).
+pub(crate) const TTL_EXPIRE_TIME_KEY: &str = "ttlExpireTime";
+
+/// When an entry expires: on the monotonic clock, which decides, and on
+/// the wall clock, which a read reports as `ttlExpireTime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expiry {
+    /// The entry is gone from this instant on.
+    pub at: Instant,
+    /// The same moment, by the wall clock at the write.
+    pub wall: SystemTime,
+}
+
+impl Expiry {
+    /// `ttl` after `now` (and after the wall clock's now); an error naming
+    /// `ttl` when either clock cannot hold it.
+    pub(crate) fn after(now: Instant, ttl: Duration) -> Result<Self, String> {
+        let at = deadline(now, "ttl", ttl)?;
+        let wall = SystemTime::now()
+            .checked_add(ttl)
+            .ok_or_else(|| ttl_out_of_range("ttl", format!("{} s", ttl.as_secs())))?;
+        Ok(Self { at, wall })
+    }
+
+    /// The wall-clock expiry as Dapr's in-memory store reports it:
+    /// RFC 3339 in UTC, to the second (Go's `time.RFC3339`).
+    pub(crate) fn rfc3339(&self) -> String {
+        let secs = self
+            .wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        rfc3339_at(secs)
+    }
+}
+
+/// `secs` since the Unix epoch as RFC 3339 UTC, to the second.
+fn rfc3339_at(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // The civil date of a day count since 1970-01-01 (Howard Hinnant's
+    // days-to-civil algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
 
 /// The TTL of a write, or `None` for "never expires".
 ///
@@ -115,6 +174,18 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn expiry_times_are_rfc3339_utc_to_the_second() {
+        let at = |secs: u64, millis: u64| Expiry {
+            at: Instant::now(),
+            wall: UNIX_EPOCH + Duration::from_millis(secs * 1000 + millis),
+        };
+        assert_eq!(at(0, 0).rfc3339(), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400, 999).rfc3339(), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_767_225_599, 0).rfc3339(), "2025-12-31T23:59:59Z");
+        assert_eq!(at(4_102_444_799, 500).rfc3339(), "2099-12-31T23:59:59Z");
     }
 
     #[test]
