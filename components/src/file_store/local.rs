@@ -33,7 +33,7 @@ compile_error!(
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -385,6 +385,36 @@ fn sweep_in_background(root: Arc<OwnedFd>) {
     });
 }
 
+/// Stops a listing's walk (off the runtime) when dropped: a caller that
+/// gives up (a deadline, a reset stream) leaves no walk reading on in the
+/// blocking pool.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// The walk of one page of `req` beneath `root`, reading at most `budget`
+/// entries, and what stops it when dropped.
+fn list_task(
+    root: Arc<OwnedFd>,
+    req: ListRequest,
+    budget: usize,
+) -> (
+    StopOnDrop,
+    impl FnOnce() -> Result<ListPage, FileError> + Send + 'static,
+) {
+    let stopped = Arc::new(AtomicBool::new(false));
+    let stop = StopOnDrop(Arc::clone(&stopped));
+    let walk = move || {
+        let stop = || stopped.load(Ordering::Acquire);
+        listing::page(root.as_fd(), &req, page_size(&req), budget, &stop)
+    };
+    (stop, walk)
+}
+
 #[rewire_runtime::prelude::async_trait]
 impl Component for LocalFileStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
@@ -470,7 +500,9 @@ impl FileStore for LocalFileStore {
 
     async fn list(&self, req: ListRequest) -> Result<ListPage, FileError> {
         let root = self.root()?;
-        blocking(move || listing::page(root.as_fd(), &req, page_size(&req))).await
+        // Held by this future: dropped with it, the walk stops.
+        let (_stop, walk) = list_task(root, req, listing::LIST_ENTRIES);
+        blocking(walk).await
     }
 
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
@@ -488,5 +520,29 @@ impl FileStore for LocalFileStore {
             beneath::remove(folder.as_fd(), last).map_err(|err| backend("deleting", name, err))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_whose_caller_is_gone_stops_and_one_within_its_budget_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..20 {
+            std::fs::write(dir.path().join(format!("{i:02}")), "x").unwrap();
+        }
+        let root = || Arc::new(beneath::open_root(dir.path()).unwrap());
+        let req = ListRequest::default();
+        // Its future dropped (the stop with it) before the walk runs.
+        let (stop, walk) = list_task(root(), req.clone(), listing::LIST_ENTRIES);
+        drop(stop);
+        assert_eq!(walk(), Err(listing::abandoned()));
+        // Kept: the whole page, within 20 entries but not 19.
+        let (_stop, walk) = list_task(root(), req.clone(), 20);
+        assert_eq!(walk().unwrap().files.len(), 20);
+        let (_stop, walk) = list_task(root(), req, 19);
+        assert_eq!(walk(), Err(listing::too_large(19)));
     }
 }

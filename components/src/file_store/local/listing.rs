@@ -4,6 +4,10 @@
 //! off the prefix, those wholly at or before the marker (earlier pages),
 //! and, once the page is full, those wholly after its last name; so
 //! paging through a tree does not walk all of it for every page.
+//!
+//! A page reads at most [`LIST_ENTRIES`] entries (a folder of a million
+//! files, under a short prefix, is refused rather than read whole for every
+//! page), and stops at the next entry once its caller is gone (`stop`).
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -18,6 +22,22 @@ use crate::file_store::names::TEMP_PREFIX;
 
 /// Deepest folder nesting walked.
 pub(super) const MAX_DEPTH: usize = 64;
+
+/// Most entries (files, folders, temporary files) one page reads.
+pub(super) const LIST_ENTRIES: usize = 100_000;
+
+/// The refusal of a page that would read more than `budget` entries.
+pub(super) fn too_large(budget: usize) -> FileError {
+    FileError::Invalid(format!(
+        "listing too large: one page would read more than {budget} entries; \
+         use a longer prefix (a single folder holding more cannot be listed)"
+    ))
+}
+
+/// What a page stopped by its caller answers (nobody reads it).
+pub(super) fn abandoned() -> FileError {
+    FileError::Backend("the listing was abandoned by its caller".into())
+}
 
 /// Whether folder `folder` (its name ending in `/`) may hold a file of the
 /// page `req` asks for: on the prefix, not wholly at or before the marker,
@@ -41,18 +61,26 @@ thread_local! {
 }
 
 /// The first `size` files (in name order) matching `req`, beneath the
-/// handle `root` (blocking).
+/// handle `root` (blocking), reading at most `budget` entries (else
+/// [`too_large`]); `stop` is asked before each entry, and a `true` ends
+/// the walk ([`abandoned`]).
 pub(super) fn page(
     root: BorrowedFd<'_>,
     req: &ListRequest,
     size: usize,
+    budget: usize,
+    stop: &dyn Fn() -> bool,
 ) -> Result<ListPage, FileError> {
+    let mut left = budget;
     let mut found: BTreeMap<String, FileInfo> = BTreeMap::new();
     // Folders to read, with their name in the store and depth. A folder
     // is opened when it is read, so handles are held only along the
     // current path.
     let mut pending: Vec<(Later, String, usize)> = vec![(None, String::new(), 0)];
     while let Some((later, prefix, depth)) = pending.pop() {
+        if stop() {
+            return Err(abandoned());
+        }
         #[cfg(test)]
         OPENED.with(|opened| opened.set(opened.get() + 1));
         let opened = beneath::open_later(root, later);
@@ -64,6 +92,10 @@ pub(super) fn page(
             Err(err) => return Err(failed(err.into())),
         };
         for entry in beneath::entries(folder.as_fd()).map_err(failed)? {
+            if stop() {
+                return Err(abandoned());
+            }
+            left = left.checked_sub(1).ok_or_else(|| too_large(budget))?;
             let (part, kind) = entry.map_err(failed)?;
             if part.starts_with(TEMP_PREFIX) {
                 continue;
@@ -163,7 +195,7 @@ mod tests {
         let (mut listed, mut marker) = (Vec::new(), None::<String>);
         loop {
             let req = request("", marker.as_deref(), 2);
-            let page = page(handle.as_fd(), &req, 2).unwrap();
+            let page = page(handle.as_fd(), &req, 2, LIST_ENTRIES, &|| false).unwrap();
             listed.extend(page.files.into_iter().map(|info| info.name));
             marker = page.marker;
             if marker.is_none() {
@@ -176,7 +208,7 @@ mod tests {
         // (`b/deep/` is: it could hold `b/deep/3`).
         let before = opened();
         let req = request("", Some("b/deep/2"), 2);
-        let names: Vec<String> = page(handle.as_fd(), &req, 2)
+        let names: Vec<String> = page(handle.as_fd(), &req, 2, LIST_ENTRIES, &|| false)
             .unwrap()
             .files
             .into_iter()
@@ -184,5 +216,70 @@ mod tests {
             .collect();
         assert_eq!(names, ["c/1", "c/2"]);
         assert_eq!(opened() - before, 4, "the root, `b/`, `b/deep/` and `c/`");
+    }
+
+    /// A root of `files` files in one folder `big/` and one file `a`.
+    fn crowded(files: usize) -> (tempfile::TempDir, std::os::fd::OwnedFd) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("big")).unwrap();
+        for i in 0..files {
+            std::fs::write(dir.path().join(format!("big/{i:04}")), "x").unwrap();
+        }
+        std::fs::write(dir.path().join("a"), "x").unwrap();
+        let handle = beneath::open_root(dir.path()).unwrap();
+        (dir, handle)
+    }
+
+    #[test]
+    fn a_page_reading_more_entries_than_its_budget_is_refused() {
+        let (_dir, handle) = crowded(50);
+        let list = |prefix: &str, budget| {
+            page(
+                handle.as_fd(),
+                &request(prefix, None, 10),
+                10,
+                budget,
+                &|| false,
+            )
+        };
+        // The root's 2 entries and `big/`'s 50: within 52, not within 51.
+        assert_eq!(list("", 52).unwrap().files.len(), 10);
+        let refused = list("", 51).unwrap_err();
+        assert_eq!(refused, too_large(51));
+        assert!(
+            refused.to_string().contains("use a longer prefix"),
+            "{refused}"
+        );
+        // A prefix off the crowded folder does not read it.
+        assert_eq!(list("a", 2).unwrap().files.len(), 1);
+        assert_eq!(list("big/00", 51), Err(too_large(51)));
+    }
+
+    #[test]
+    fn a_page_stops_at_the_next_entry_once_its_caller_is_gone() {
+        let (_dir, handle) = crowded(50);
+        // The caller goes after the 5th entry: the 6th is not read.
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 6
+        };
+        let req = request("", None, 10);
+        assert_eq!(
+            page(handle.as_fd(), &req, 10, LIST_ENTRIES, &stop),
+            Err(abandoned())
+        );
+        assert_eq!(
+            asked.get(),
+            7,
+            "once before the root, then before each entry"
+        );
+        // Gone before it starts: no folder is opened.
+        let before = opened();
+        assert_eq!(
+            page(handle.as_fd(), &req, 10, LIST_ENTRIES, &|| true),
+            Err(abandoned())
+        );
+        assert_eq!(opened(), before);
     }
 }
