@@ -10,6 +10,7 @@ use crate::metadata::MetadataError;
 use crate::problem::{Problem, Problems};
 use crate::registry::{ComponentDescriptor, Registry};
 use declared::Declared;
+use undeclared::Undeclared;
 
 /// A configuration that passed validation, with its dependency graph.
 #[derive(Debug, Clone)]
@@ -139,6 +140,7 @@ fn validate_against(
         registry,
         broken,
         passed: &passed,
+        undeclared: Undeclared::new(&config),
     };
     // Refused componentRefs, found while each component is in cache and
     // reported at the end unless the component turns out troubled.
@@ -194,6 +196,8 @@ struct Checks<'a> {
     broken: &'a BTreeSet<ComponentKey>,
     /// Whether a component is declared exactly as when it passed before.
     passed: &'a dyn Fn(&ComponentKey) -> bool,
+    /// Words the references to components not declared.
+    undeclared: Undeclared<'a>,
 }
 
 impl Checks<'_> {
@@ -208,7 +212,7 @@ impl Checks<'_> {
         refused: &mut Vec<Problem>,
     ) {
         if self.check_alone(spec, problems, refused) {
-            check_targets(declared, node, spec, self.broken, problems);
+            check_targets(declared, node, spec, self, problems);
         }
     }
 
@@ -253,7 +257,7 @@ impl Checks<'_> {
             // open to all has nothing to report: its declaration is not
             // read again.
             if check && !declared.targets_open(node) {
-                check_targets(&declared, node, spec, self.broken, problems);
+                check_targets(&declared, node, spec, self, problems);
             }
         }
         graph
@@ -424,16 +428,16 @@ fn check_component(
 }
 
 /// Checks what one component references is declared and admits it
-/// (except `broken` components).
+/// (except the `checks`' broken components).
 fn check_targets(
     declared: &Declared<'_>,
     node: usize,
     spec: &ComponentSpec,
-    broken: &BTreeSet<ComponentKey>,
+    checks: &Checks<'_>,
     problems: &mut Problems,
 ) {
     let key = &spec.key;
-    let config = declared.config;
+    let (broken, undeclared) = (checks.broken, &checks.undeclared);
     for (i, r) in spec.component_refs.iter().enumerate() {
         let target = declared.target(node, i, &r.key);
         // The one declaration of this key is this one.
@@ -444,7 +448,7 @@ fn check_targets(
             ));
         } else if !broken.contains(&r.key) {
             let at = || format!("componentRef[{i}]");
-            check_target(config, key, at, &r.key, target, problems);
+            check_target(undeclared, key, at, &r.key, target, problems);
         }
     }
     let injected_from = spec.component_refs.len();
@@ -452,7 +456,7 @@ fn check_targets(
         let store = r.store();
         if !broken.contains(&store) {
             let target = declared.target(node, injected_from + i, &store);
-            check_target(config, key, || r.position(), &store, target, problems);
+            check_target(undeclared, key, || r.position(), &store, target, problems);
         }
     }
 }
@@ -558,7 +562,7 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
 /// Checks that `user` may reference `target`, declared as `found`; `at`
 /// names the ref (worked out only for a problem).
 fn check_target(
-    config: &Config,
+    undeclared: &Undeclared<'_>,
     user: &ComponentKey,
     at: impl Fn() -> String,
     target: &ComponentKey,
@@ -586,44 +590,11 @@ fn check_target(
         }
         return;
     }
-    let at = at();
-    let elsewhere: Vec<String> = config
-        .components
-        .keys()
-        .filter(|k| k.name == target.name)
-        .map(ComponentKey::to_string)
-        .collect();
-    // The same name under another kind is the likelier slip: say that alone.
-    let message = if elsewhere.is_empty() {
-        let hint = closest_of_kind(config, target)
-            .map(|close| format!(" (did you mean `{close}`?)"))
-            .unwrap_or_default();
-        format!("{at}: references `{target}`, which is not declared{hint}")
-    } else {
-        format!(
-            "{at}: references `{target}`, which is not declared; `{}` is, but it is not a {}",
-            elsewhere.join("`, `"),
-            target.kind
-        )
-    };
+    let message = undeclared.message(&at(), target);
     problems.push(Problem::component(user, message));
-}
-
-/// The declared component of `target`'s kind whose name is closest to
-/// `target`'s, if one is close enough to be a likely misspelling (the same
-/// measure and threshold as metadata's did-you-mean).
-fn closest_of_kind<'a>(config: &'a Config, target: &ComponentKey) -> Option<&'a ComponentKey> {
-    let wanted = target.name.to_lowercase();
-    config
-        .components
-        .keys()
-        .filter(|k| k.kind == target.kind && k.name != target.name)
-        .map(|k| (strsim::jaro_winkler(&wanted, &k.name.to_lowercase()), k))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, k)| k)
 }
 
 mod declared;
 #[cfg(test)]
 mod tests;
+mod undeclared;
