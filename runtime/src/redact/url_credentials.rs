@@ -13,7 +13,13 @@ const REDACTED: &str = "[redacted]";
 /// A URL's authority starts after `://` and ends at `/`, `?`, `#`,
 /// whitespace, a quote, a backtick, `<`, `>` or the end of the text; its
 /// userinfo ends at the last `@` inside it, so a password holding an `@`
-/// is redacted whole. Text without such a URL is returned as is.
+/// is redacted whole. A password may hold an unencoded `/`, `?` or `#`
+/// too (a generated, base64-like one): where the authority has no `@` but
+/// starts with `user:` (or `:`) and what follows the `:` is not a port,
+/// the userinfo ends at the last `@` before the next whitespace, quote or
+/// URL, if a host follows it. So `http://host/a?x=u@h` and
+/// `http://host:8080/a?x=u@h` are left as they are. Text without such a
+/// URL is returned as is.
 ///
 /// ```
 /// use rewire_runtime::without_credentials;
@@ -25,6 +31,10 @@ const REDACTED: &str = "[redacted]";
 /// assert_eq!(
 ///     without_credentials("https://ghp_abc@example.com/x"),
 ///     "https://[redacted]@example.com/x"
+/// );
+/// assert_eq!(
+///     without_credentials("redis://:Zm9v/YmFy+cXV4@db:6379"),
+///     "redis://:[redacted]@db:6379"
 /// );
 /// assert_eq!(without_credentials("http://h:2379"), "http://h:2379");
 /// ```
@@ -40,22 +50,30 @@ pub fn without_credentials(text: &str) -> Cow<'_, str> {
             .map_or(text.len(), |i| start + i);
         // Not `end`: the `:` of a next `://` may be inside this authority.
         from = start;
-        let Some(at) = text[start..end].rfind('@') else {
+        // Inside a password already redacted.
+        if start < copied {
             continue;
+        }
+        let at = match text[start..end].rfind('@') {
+            Some(at) => start + at,
+            None => match userinfo_past_authority(text, start, end) {
+                Some(at) => at,
+                None => continue,
+            },
         };
-        let userinfo = &text[start..start + at];
+        let userinfo = &text[start..at];
         // A user with a password keeps its name; a lone user is a token.
         let secret_start = match userinfo.find(':') {
             Some(colon) => start + colon + 1,
             None => start,
         };
-        let secret = &text[secret_start..start + at];
+        let secret = &text[secret_start..at];
         if secret.is_empty() || secret == REDACTED {
             continue;
         }
         out.push_str(&text[copied..secret_start]);
         out.push_str(REDACTED);
-        copied = start + at;
+        copied = at;
     }
     if copied == 0 {
         return Cow::Borrowed(text);
@@ -66,7 +84,44 @@ pub fn without_credentials(text: &str) -> Cow<'_, str> {
 
 /// Whether `c` ends a URL's authority (as far as finding credentials goes).
 fn ends_authority(c: char) -> bool {
-    matches!(c, '/' | '?' | '#' | '"' | '\'' | '`' | '<' | '>') || c.is_whitespace()
+    matches!(c, '/' | '?' | '#') || ends_url(c)
+}
+
+/// Whether `c` ends a URL in a text.
+fn ends_url(c: char) -> bool {
+    matches!(c, '"' | '\'' | '`' | '<' | '>') || c.is_whitespace()
+}
+
+/// Where the userinfo of the URL whose authority (without an `@`) is
+/// `text[start..end]` ends, if its password holds a `/`, `?` or `#`: the
+/// authority is `user:` (or `:`) and something not a port, and ends at one
+/// of them; the userinfo ends at the last `@` before the end of the URL
+/// (or the next `://`), which a host follows.
+fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize> {
+    if !text[end..].starts_with(['/', '?', '#']) {
+        return None;
+    }
+    let authority = &text[start..end];
+    let (user, after_colon) = authority.split_once(':')?;
+    if !user.chars().all(is_userinfo_char) {
+        return None;
+    }
+    // `host:port`, or `host:` (an empty port); an empty host is no host.
+    if !user.is_empty() && after_colon.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rest = &text[end..];
+    let rest = &rest[..rest.find(ends_url).unwrap_or(rest.len())];
+    let rest = &rest[..rest.find("://").unwrap_or(rest.len())];
+    let at = end + rest.rfind('@')?;
+    let host = text[at + 1..].chars().next()?;
+    (host.is_alphanumeric() || host == '[').then_some(at)
+}
+
+/// Whether `c` may stand in a URL's user name (RFC 3986 `userinfo`
+/// before its `:`, non-ASCII letters allowed).
+fn is_userinfo_char(c: char) -> bool {
+    c.is_alphanumeric() || "-._~%!$&'()*+,;=".contains(c)
 }
 
 #[cfg(test)]
@@ -131,6 +186,63 @@ mod tests {
         // Idempotent.
         let once = without_credentials("http://u:p@h").into_owned();
         assert_eq!(without_credentials(&once), once);
+    }
+
+    #[test]
+    fn redacts_a_password_holding_a_slash_question_mark_or_hash() {
+        for (url, shown) in [
+            (
+                "redis://:Zm9v/YmFy+cXV4@db:6379",
+                "redis://:[redacted]@db:6379",
+            ),
+            (
+                "redis://default:Zm9v/YmFy@db:6379/0",
+                "redis://default:[redacted]@db:6379/0",
+            ),
+            ("http://u:a?b#c/d@h/x", "http://u:[redacted]@h/x"),
+            ("http://u:p/q@ss@h:1/x", "http://u:[redacted]@h:1/x"),
+            (
+                "redis://:1234/5678@[::1]:6379",
+                "redis://:[redacted]@[::1]:6379",
+            ),
+        ] {
+            assert_eq!(without_credentials(url), shown);
+            let quoted = format!("connect `{url}`: refused, also http://h:1/x@y");
+            assert_eq!(
+                without_credentials(&quoted),
+                format!("connect `{shown}`: refused, also http://h:1/x@y")
+            );
+        }
+        // Up to the next URL, which is redacted on its own.
+        assert_eq!(
+            without_credentials("redis://:a/b@h1:1,redis://:c/d@h2:2,x"),
+            "redis://:[redacted]@h1:1,redis://:[redacted]@h2:2,x"
+        );
+        assert_eq!(
+            without_credentials("http://u:a://b@h"),
+            "http://u:[redacted]@h"
+        );
+    }
+
+    #[test]
+    fn leaves_an_at_in_the_path_or_query_of_a_url_without_credentials() {
+        for plain in [
+            "http://host/path?x=a@b",
+            "https://host/path/user@x",
+            "https://host/a:b@c",
+            "https://host?u=x:y@z",
+            "http://host:8080/cb?email=a@b.com",
+            "http://host:/x@y",
+            "http://[::1]:80/x@y",
+            "http://u:p/q @h",
+            "http://u:p/q@",
+            "http://u:p/q@/x",
+        ] {
+            assert!(
+                matches!(without_credentials(plain), Cow::Borrowed(_)),
+                "{plain}"
+            );
+        }
     }
 
     #[test]
