@@ -1,8 +1,9 @@
 //! The `redis` pub/sub: Redis Streams with the semantics of Dapr's
 //! `pubsub.redis`. A topic is a stream; a publish is an `XADD` (field
 //! `data`, plus `metadata`, the request's metadata as JSON, when it has
-//! any, given back to subscribers with the message, as Dapr; trimmed with `MAXLEN ~ maxLenApprox` when set) and is
-//! acknowledged once the server took it. Each subscription reads through
+//! any, given back to subscribers with the message, as Dapr; trimmed with
+//! `MAXLEN ~ maxLenApprox` when set) and is acknowledged once the server
+//! took it. Each subscription reads through
 //! the consumer group `consumerID` (default: the app id), created at the
 //! start of the stream when missing, with `XREADGROUP`; a delivery settled
 //! `SUCCESS` or `DROP` is `XACK`ed, one not settled stays pending and is
@@ -20,6 +21,11 @@
 //! suggests the master moved; each reader re-opens its own connection to
 //! the master the sentinels name after such an error (with backoff), then
 //! reclaims its pending entries there at once.
+//!
+//! With TLS files (`caCert`, `clientCert`, `clientKey` as paths) the
+//! files are followed until the component closes
+//! ([`Connected::follow_tls_files`]): new material reaches the publishing
+//! connection, new subscriptions and the readers' reconnections.
 //!
 //! `processingTimeout`, `redeliverInterval`, `queueDepth`, `concurrency`
 //! and `maxLenApprox` apply in place; a change of server, `redisType`,
@@ -100,11 +106,12 @@ impl Component for RedisPubSub {
         info!(component = %key, host = %settings.host(), server = %server, group = %group, "Redis pub/sub connected.");
         let connected = Connected {
             connection: Arc::new(connection),
-            settings,
+            settings: Arc::new(ArcSwap::from_pointee(settings)),
             group,
             shutdown: cx.shutdown.clone(),
             label: key.to_string(),
         };
+        connected.follow_tls_files(self.metadata.connection());
         let _ = self.connected.set(connected);
         Ok(())
     }
@@ -221,7 +228,8 @@ impl PubSub for RedisPubSub {
             .await
             .map_err(|err| PubSubError::Backend(connected.failed(&session, &err)))?;
         // Blocking reads get a connection of their own.
-        let reading = open(&reading_settings(&connected.settings))
+        let settings = connected.settings();
+        let reading = open(&reading_settings(&settings))
             .await
             .map_err(|err| PubSubError::Backend(err.to_string()))?;
         let tunables = **self.tunables.load();
@@ -232,6 +240,8 @@ impl PubSub for RedisPubSub {
             connected,
             reading: reading.connection,
             reading_server: reading.server,
+            reading_settings: settings,
+            reopen_failed_at: None,
             topic: req.topic,
             tunables: self.tunables.clone(),
             gate: self.gate.clone(),

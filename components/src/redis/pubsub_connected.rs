@@ -1,14 +1,17 @@
 //! What a redis pub/sub's `init` established, shared by publishing and
-//! the subscription readers.
+//! the subscription readers; and the following of its TLS files.
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use redis::RedisError;
 use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
 use super::bounded::BoundedConnection;
 use super::connection::{RedisConnection, Session};
-use super::metadata::ConnectionSettings;
+use super::metadata::{ConnectionSettings, RedisMetadata};
+use crate::tls::{PemSource, RECHECK_EVERY};
 
 /// What `init` established.
 #[derive(Clone)]
@@ -17,9 +20,11 @@ pub(super) struct Connected {
     /// store's, so with `failover` it follows the master the sentinels
     /// name after an error that suggests it moved.
     pub(super) connection: Arc<RedisConnection>,
-    /// The settings it was made with (each reader opens its own
-    /// connection with them).
-    pub(super) settings: ConnectionSettings,
+    /// The settings in force (each reader opens its own connection with
+    /// them): those of `init`, then, with TLS files, those with the
+    /// material last read from them and taken by the server (see
+    /// [`follow_tls_files`](Self::follow_tls_files)).
+    pub(super) settings: Arc<ArcSwap<ConnectionSettings>>,
     pub(super) group: String,
     pub(super) shutdown: CancellationToken,
     pub(super) label: String,
@@ -51,14 +56,95 @@ impl Connected {
         self.connection.session().server().to_string()
     }
 
+    /// The connection settings in force: a connection opened now uses
+    /// them.
+    pub(super) fn settings(&self) -> Arc<ConnectionSettings> {
+        self.settings.load_full()
+    }
+
     /// `err` met at `server`, as a backend error: with the server, without
     /// the password.
     pub(super) fn describe(&self, server: &str, err: &dyn std::fmt::Display) -> String {
-        self.settings.scrub(&format!("redis at {server}: {err}"))
+        self.settings().scrub(&format!("redis at {server}: {err}"))
     }
 
     /// Whether the master is found through the sentinels (`failover`).
     pub(super) fn follows_failover(&self) -> bool {
-        self.settings.master_name.is_some()
+        self.settings().master_name.is_some()
     }
+
+    /// With TLS files (`caCert`, `clientCert`, `clientKey` given as
+    /// paths, as cert-manager renews them): reads them again every
+    /// second until the component closes (`shutdown`). When their content
+    /// changed, the commands' connection is made again with it, verified
+    /// and swapped in (as the state store's), then the new settings are
+    /// put in force for the connections opened later: a new
+    /// subscription's, and a reader's, which re-opens its own (see
+    /// `Reader`). Files that cannot be used (half-written, a key that does
+    /// not match, a server that refuses them) are refused with one
+    /// warning per content, and the connections in force keep serving.
+    pub(super) fn follow_tls_files(&self, metadata: RedisMetadata) {
+        if !names_files(&metadata) {
+            return;
+        }
+        let connected = self.clone();
+        tokio::spawn(async move {
+            let stop = connected.shutdown.clone();
+            let mut refused: Option<String> = None;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(RECHECK_EVERY) => {}
+                }
+                // Read off the runtime: a file on a slow volume holds a
+                // blocking thread, never a worker.
+                let reading = metadata.clone();
+                let loaded = tokio::select! {
+                    () = stop.cancelled() => return,
+                    loaded = tokio::task::spawn_blocking(move || reading.connection_settings()) => loaded,
+                };
+                let outcome = match loaded {
+                    Ok(Ok(settings)) if settings == *connected.settings() => {
+                        refused = None;
+                        continue;
+                    }
+                    Ok(Ok(settings)) => {
+                        let applied = tokio::select! {
+                            () = stop.cancelled() => return,
+                            applied = connected.connection.apply(metadata.clone()) => applied,
+                        };
+                        applied.map(|_| settings).map_err(|err| err.to_string())
+                    }
+                    Ok(Err(err)) => Err(err.to_string()),
+                    Err(err) => Err(format!("reading the TLS files failed: {err}")),
+                };
+                match outcome {
+                    Ok(settings) => {
+                        connected.settings.store(Arc::new(settings));
+                        refused = None;
+                        info!(component = %connected.label, "Redis TLS files changed; new connections use them.");
+                    }
+                    Err(error) if refused.as_deref() != Some(error.as_str()) => {
+                        warn!(component = %connected.label, error = %error, "New Redis TLS files refused; the connections in force keep serving.");
+                        refused = Some(error);
+                    }
+                    Err(error) => {
+                        debug!(component = %connected.label, error = %error, "New Redis TLS files still refused.");
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Whether `metadata` names any TLS file.
+fn names_files(metadata: &RedisMetadata) -> bool {
+    metadata.enable_tls
+        && [
+            &metadata.ca_cert,
+            &metadata.client_cert,
+            &metadata.client_key,
+        ]
+        .into_iter()
+        .any(|v| matches!(PemSource::parse(v), Some(PemSource::File(_))))
 }

@@ -55,6 +55,10 @@ pub(super) fn reading_settings(settings: &ConnectionSettings) -> ConnectionSetti
     reading
 }
 
+/// How soon a reader tries again to open its connection with new settings
+/// after that failed (the old connection keeps reading meanwhile).
+const REOPEN_RETRY: Duration = Duration::from_secs(5);
+
 /// Draining, new entries are read until the stream has been quiet this
 /// long (a publisher still on this server a little longer loses nothing).
 /// Shorter than the runtime's drain grace (5 s without a delivery), so the
@@ -235,6 +239,13 @@ pub(super) struct Reader {
     /// The server `reading` reached (with failover: the master the
     /// sentinels named when it was opened).
     pub(super) reading_server: String,
+    /// The settings `reading` was opened with: when the settings in force
+    /// are others (new TLS material), it is opened again with them, so a
+    /// reconnection never presents a certificate the files replaced.
+    pub(super) reading_settings: Arc<ConnectionSettings>,
+    /// When opening `reading` again last failed (tried again after
+    /// [`REOPEN_RETRY`]).
+    pub(super) reopen_failed_at: Option<Instant>,
     pub(super) topic: String,
     pub(super) tunables: Arc<ArcSwap<Tunables>>,
     pub(super) gate: Arc<PublishGate>,
@@ -286,6 +297,16 @@ impl Reader {
                     quiet_since: now,
                     read_until: now + DRAIN_READ_LIMIT,
                 });
+            }
+            // New TLS material in force: the reading connection is opened
+            // again with it (the old one would reconnect with the old).
+            let settings_changed =
+                !Arc::ptr_eq(&self.reading_settings, &*self.connected.settings.load());
+            let may_retry = self
+                .reopen_failed_at
+                .is_none_or(|at| at.elapsed() >= REOPEN_RETRY);
+            if settings_changed && may_retry && self.reopen().await {
+                reclaim_now = true;
             }
             let tunables = **self.tunables.load();
             match (tunables.redelivery(), &drain) {
@@ -419,10 +440,13 @@ impl Reader {
         self.connected.describe(&self.reading_server, err)
     }
 
-    /// With failover: opens the reading connection again, to the master
-    /// the sentinels name now. True when it moved to another server.
+    /// Opens the reading connection again, with the settings in force
+    /// (with failover: to the master the sentinels name now; with TLS
+    /// files: with the material last read from them). True when it moved
+    /// to another server.
     async fn reopen(&mut self) -> bool {
-        match open(&reading_settings(&self.connected.settings)).await {
+        let settings = self.connected.settings();
+        match open(&reading_settings(&settings)).await {
             Ok(opened) => {
                 let moved = opened.server != self.reading_server;
                 if moved {
@@ -430,11 +454,14 @@ impl Reader {
                 }
                 self.reading = opened.connection;
                 self.reading_server = opened.server;
+                self.reading_settings = settings;
+                self.reopen_failed_at = None;
                 self.in_flight_ids.set_server(&self.reading_server);
                 moved
             }
             Err(err) => {
-                warn!(component = %self.connected.label, topic = %self.topic, error = %err, "Asking the sentinels for the Redis master failed; retrying.");
+                self.reopen_failed_at = Some(Instant::now());
+                warn!(component = %self.connected.label, topic = %self.topic, error = %err, "Opening the subscription's connection again failed; retrying.");
                 false
             }
         }
@@ -452,7 +479,7 @@ impl Reader {
         (
             self.connected.group.clone(),
             self.topic.clone(),
-            self.connected.settings.db,
+            self.connected.settings().db,
         )
     }
 

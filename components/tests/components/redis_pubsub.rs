@@ -739,3 +739,123 @@ async fn publish_metadata_is_written_as_dapr_does_and_given_back_to_the_subscrib
         ]
     );
 }
+
+/// The ids of the server's client connections, but the one asking.
+async fn client_ids(server: &RedisServer) -> Vec<String> {
+    let lines = server
+        .query(&["CLIENT", "LIST"])
+        .await
+        .expect("CLIENT LIST");
+    lines
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter(|line| !line.contains("cmd=client|list"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_client_certificate_files_reach_publishes_subscriptions_and_reconnections() {
+    use testkit::certs::TestCa;
+    use testkit::redis::RedisTls;
+    // `ca` signs the server's certificate and the test helper's; the
+    // broker's client certificate comes from `old_ca`, then, renewed by
+    // cert-manager, from `next_ca`.
+    let (ca, old_ca, next_ca) = (
+        TestCa::new("pubsub-ca"),
+        TestCa::new("pubsub-old-ca"),
+        TestCa::new("pubsub-next-ca"),
+    );
+    let live = tempfile::tempdir().expect("temp dir");
+    let trusting = |name: &str, cas: &[&TestCa]| {
+        let path = live.path().join(name);
+        let pem: String = cas.iter().map(|ca| ca.ca_pem.as_str()).collect();
+        std::fs::write(&path, pem).expect("bundle");
+        path
+    };
+    let server = RedisServer::start_tls(
+        RedisTls {
+            server: ca.server("redis"),
+            ca_path: trusting("old.pem", &[&ca, &old_ca]),
+            ca_pem: ca.ca_pem.clone(),
+            client: ca.client("helper"),
+        },
+        None,
+    )
+    .await;
+    let (cert, key) = (
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    old_ca.client("app-1").install_at(&cert, &key);
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": cert, "clientKey": key,
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "before"))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_text(&mut sub, DeliveryOutcome::Success).await,
+        "before"
+    );
+    let before = client_ids(&server).await;
+    assert!(before.len() >= 2, "publisher and reader: {before:?}");
+
+    // The server learns to trust the next CA, then the files change.
+    let both = trusting("both.pem", &[&ca, &old_ca, &next_ca]);
+    let both = both.to_str().expect("UTF-8").to_string();
+    server
+        .query(&["CONFIG", "SET", "tls-ca-cert-file", &both])
+        .await
+        .expect("CONFIG SET");
+    next_ca.client("app-2").install_at(&cert, &key);
+    // The publisher's connection and the reader's are made again.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = client_ids(&server).await;
+        if now.len() >= 2 && now.iter().all(|id| !before.contains(id)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new connections: {before:?} -> {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // The old CA is no longer trusted, and every connection is cut: each
+    // reconnection must present the renewed certificate.
+    let next = trusting("next.pem", &[&ca, &next_ca]);
+    let next = next.to_str().expect("UTF-8").to_string();
+    server
+        .query(&["CONFIG", "SET", "tls-ca-cert-file", &next])
+        .await
+        .expect("CONFIG SET");
+    server
+        .query(&["CLIENT", "KILL", "TYPE", "normal"])
+        .await
+        .expect("CLIENT KILL");
+    publish_until_taken(&broker, "orders", "after").await;
+    assert_eq!(
+        next_within(
+            &mut sub,
+            std::time::Duration::from_secs(20),
+            DeliveryOutcome::Success
+        )
+        .await,
+        "after",
+        "the running subscription reconnected"
+    );
+    // A new subscription opens its connection with the renewed material.
+    let mut fresh = subscribe(&broker, "fresh").await;
+    broker
+        .publish(publish("fresh", "new"))
+        .await
+        .expect("published");
+    assert_eq!(next_text(&mut fresh, DeliveryOutcome::Success).await, "new");
+}
