@@ -1,11 +1,13 @@
 //! The `memory` pub/sub broker: in process, each topic fanned out to every
 //! subscription, each subscription with a bounded queue.
 //!
-//! A publish waits (up to [`PUBLISH_WAIT`]) for room in every queue of the
-//! topic and succeeds once the message is in all of them, so an
-//! acknowledged publish is delivered to every subscription that existed
-//! when it was made; a queue that has no room in time fails the publish
-//! (`Busy`), nothing is dropped. A queue has room for [`QUEUE_CAPACITY`]
+//! A publish waits (up to [`PUBLISH_WAIT`] in all, however many queues are
+//! full) for room in every queue of the topic, and puts the message in all
+//! of them only once each has room for it, so an acknowledged publish is
+//! delivered to every subscription that existed when it was made, and a
+//! publish that fails (`Busy`: a queue had no room in time) was given to
+//! none: its retry is not delivered twice to the others. Nothing is
+//! dropped. A queue has room for [`QUEUE_CAPACITY`]
 //! messages and [`QUEUE_BYTES`] bytes, a message counting until it is
 //! settled; its payload is shared by the queues of every subscription
 //! (copied for a delivery only, at most [`MAX_IN_FLIGHT`] at a time). A message settled `Retry` (or not settled) is
@@ -35,7 +37,8 @@ pub const QUEUE_CAPACITY: usize = 1024;
 /// Bytes a subscription holds (queued, or delivered and not yet settled)
 /// before publishes wait: payload, topic, content type and metadata.
 pub const QUEUE_BYTES: usize = 64 * 1024 * 1024;
-/// How long a publish waits for room in a full queue.
+/// How long a publish waits for room in the full queues of its topic (one
+/// deadline for all of them).
 pub const PUBLISH_WAIT: Duration = Duration::from_secs(5);
 /// Deliveries of one subscription awaiting their outcome.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -106,24 +109,56 @@ impl Queue {
         (Self { sender, room }, messages)
     }
 
-    /// Puts `message` of `cost` bytes in the queue once it has room (at
-    /// once when the subscription has ended: nobody to deliver to).
-    async fn put(&self, message: Arc<Message>, cost: u32) {
-        let bytes = tokio::select! {
-            bytes = self.room.clone().acquire_many_owned(cost) => match bytes {
-                Ok(bytes) => bytes,
-                Err(_) => return,
-            },
-            () = self.sender.closed() => return,
+    /// Reserves room for one message of `cost` bytes: a place in the
+    /// queue and its bytes, waiting for them; `None` when the
+    /// subscription has ended (nobody to deliver to). Dropping the
+    /// reservation gives the room back.
+    async fn reserve(&self, cost: u32) -> Option<Reserved> {
+        let room = async {
+            let bytes = self.room.clone().acquire_many_owned(cost).await.ok()?;
+            let place = self.sender.clone().reserve_owned().await.ok()?;
+            Some(Reserved { place, bytes })
         };
-        let _ = self
-            .sender
-            .send(Queued {
-                message,
-                _bytes: bytes,
-            })
-            .await;
+        tokio::select! {
+            reserved = room => reserved,
+            () = self.sender.closed() => None,
+        }
     }
+}
+
+/// Room taken in one queue for one message, not yet used.
+struct Reserved {
+    place: mpsc::OwnedPermit<Queued>,
+    bytes: OwnedSemaphorePermit,
+}
+
+impl Reserved {
+    /// Puts `message` in the room reserved for it.
+    fn put(self, message: Arc<Message>) {
+        self.place.send(Queued {
+            message,
+            _bytes: self.bytes,
+        });
+    }
+}
+
+/// Room for one message in every queue of `queues`, taken by `deadline`,
+/// or none at all: a queue without room by then gives back what the others
+/// reserved. A queue whose subscription ended is left out.
+async fn reserve_all(
+    queues: &[Queue],
+    cost: u32,
+    deadline: tokio::time::Instant,
+) -> Option<Vec<Reserved>> {
+    let mut reserved = Vec::with_capacity(queues.len());
+    for queue in queues {
+        match tokio::time::timeout_at(deadline, queue.reserve(cost)).await {
+            Ok(Some(room)) => reserved.push(room),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(reserved)
 }
 
 /// The bytes `message` counts for in a queue (a message larger than a
@@ -185,16 +220,15 @@ impl PubSub for MemoryPubSub {
             metadata: req.metadata,
         });
         let cost = cost_of(&message);
-        for queue in self.queues(&req.topic) {
-            if tokio::time::timeout(PUBLISH_WAIT, queue.put(message.clone(), cost))
-                .await
-                .is_err()
-            {
-                return Err(PubSubError::Busy(format!(
-                    "a subscription of topic `{}` holds {QUEUE_CAPACITY} messages or {QUEUE_BYTES} bytes and took none for {PUBLISH_WAIT:?}",
-                    req.topic
-                )));
-            }
+        let deadline = tokio::time::Instant::now() + PUBLISH_WAIT;
+        let Some(reserved) = reserve_all(&self.queues(&req.topic), cost, deadline).await else {
+            return Err(PubSubError::Busy(format!(
+                "a subscription of topic `{}` holds {QUEUE_CAPACITY} messages or {QUEUE_BYTES} bytes and had no room within {PUBLISH_WAIT:?}: the message was given to no subscription",
+                req.topic
+            )));
+        };
+        for room in reserved {
+            room.put(message.clone());
         }
         Ok(())
     }
@@ -517,5 +551,119 @@ mod tests {
             .await
             .expect("still subscribed");
         assert_eq!(delivery.message.data, b"after");
+    }
+
+    fn subscribe_to(topic: &str) -> SubscribeRequest {
+        SubscribeRequest {
+            topic: topic.into(),
+            ..SubscribeRequest::default()
+        }
+    }
+
+    /// Reads and settles every delivery of `sub`, recording its payload.
+    fn read_all(mut sub: PubSubSubscription) -> Arc<Mutex<Vec<String>>> {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Some(delivery) = sub.deliveries.recv().await {
+                let text = String::from_utf8_lossy(&delivery.message.data).to_string();
+                record.lock().unwrap_or_else(|p| p.into_inner()).push(text);
+                delivery.settle(DeliveryOutcome::Success);
+            }
+        });
+        seen
+    }
+
+    fn seen(seen: &Mutex<Vec<String>>) -> Vec<String> {
+        seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Subscription A reads at once, B not at all: the publish B has no
+    /// room for fails and leaves A without the message; its retry, once B
+    /// has room, gives it to each once.
+    #[tokio::test(start_paused = true)]
+    async fn a_publish_one_queue_refuses_is_given_to_no_subscription() {
+        let broker = MemoryPubSub::new();
+        let a = read_all(broker.subscribe(subscribe_to("t")).await.expect("a"));
+        let mut b = broker.subscribe(subscribe_to("t")).await.expect("b");
+        let mut accepted = 0;
+        let refused = loop {
+            match broker.publish(publish("t", &accepted.to_string())).await {
+                Ok(()) => accepted += 1,
+                Err(err) => break err,
+            }
+            assert!(accepted <= 2 * QUEUE_CAPACITY, "B's queue never filled");
+        };
+        assert!(matches!(refused, PubSubError::Busy(_)), "{refused:?}");
+        let failed = accepted.to_string();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let to_a = seen(&a);
+        assert_eq!(to_a.len(), accepted, "A got every accepted message");
+        assert!(!to_a.contains(&failed), "A got the refused message");
+        // B settles one: room for the retry.
+        let first = testkit::soon("a delivery", b.deliveries.recv())
+            .await
+            .expect("delivered");
+        assert_eq!(first.message.data, b"0");
+        first.settle(DeliveryOutcome::Success);
+        broker
+            .publish(publish("t", &failed))
+            .await
+            .expect("the retry is taken");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let to_a = seen(&a);
+        assert_eq!(
+            to_a.iter().filter(|m| **m == failed).count(),
+            1,
+            "once to A"
+        );
+        let expected: Vec<String> = (0..=accepted).map(|i| i.to_string()).collect();
+        assert_eq!(to_a, expected);
+        let mut to_b = vec!["0".to_string()];
+        while to_b.len() <= accepted {
+            let delivery = testkit::soon("a delivery", b.deliveries.recv())
+                .await
+                .expect("delivered");
+            to_b.push(String::from_utf8_lossy(&delivery.message.data).to_string());
+            delivery.settle(DeliveryOutcome::Success);
+        }
+        assert_eq!(to_b, expected, "every message once to B, in order");
+    }
+
+    /// A full until 4 s into the publish, B full throughout: the publish
+    /// fails after one PUBLISH_WAIT in all, not a wait per full queue.
+    #[tokio::test(start_paused = true)]
+    async fn one_deadline_for_every_full_queue_of_a_publish() {
+        let broker = MemoryPubSub::new();
+        let mut a = broker.subscribe(subscribe_to("t")).await.expect("a");
+        let _b = broker.subscribe(subscribe_to("t")).await.expect("b");
+        let big = PublishRequest {
+            topic: "t".into(),
+            data: vec![7; QUEUE_BYTES / 4],
+            ..PublishRequest::default()
+        };
+        let mut accepted = 0;
+        while tokio::time::timeout(Duration::from_millis(10), broker.publish(big.clone()))
+            .await
+            .is_ok()
+        {
+            accepted += 1;
+            assert!(accepted <= 8, "the queues never filled");
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            if let Some(delivery) = a.deliveries.recv().await {
+                delivery.settle(DeliveryOutcome::Success);
+            }
+            std::future::pending::<()>().await;
+        });
+        let started = tokio::time::Instant::now();
+        let refused = broker.publish(big).await;
+        let waited = started.elapsed();
+        assert!(matches!(refused, Err(PubSubError::Busy(_))), "{refused:?}");
+        assert!(
+            waited >= PUBLISH_WAIT && waited < PUBLISH_WAIT + Duration::from_secs(1),
+            "waited {waited:?}"
+        );
     }
 }
