@@ -135,3 +135,94 @@ async fn reverting_an_overlay_that_rolls_back_ends_its_retry() {
     assert_eq!(support::reload::probe(&runtime, "p").meta().rev, 1);
     runtime.shutdown().await;
 }
+
+/// How many reads [`HangingStore`] was asked for.
+static HANGING_GETS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct HangingStoreMeta {}
+
+/// A config store whose first and third reads never answer (the start's
+/// read of the overlay, then the watch's first read, after the read its
+/// subscription makes); the others serve one overlay document.
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.overlay.hanging")]
+struct HangingStore {
+    #[metadata]
+    _meta: HangingStoreMeta,
+}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::Component for HangingStore {}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::ConfigStore for HangingStore {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, rewire::ConfigError> {
+        let n = HANGING_GETS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == 0 || n == 2 {
+            std::future::pending::<()>().await;
+        }
+        let overlay =
+            r#"{"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 2}}}}}"#;
+        Ok(query
+            .keys
+            .iter()
+            .filter(|key| *key == "rewire.components")
+            .map(|key| ConfigItem {
+                key: key.clone(),
+                value: overlay.into(),
+                ..ConfigItem::default()
+            })
+            .collect())
+    }
+
+    async fn subscribe(
+        &self,
+        _query: ConfigQuery,
+    ) -> Result<rewire::ConfigSubscription, rewire::ConfigError> {
+        let (keep, changes) = tokio::sync::mpsc::channel(1);
+        // Never a change: the open sender keeps the subscription alive.
+        std::mem::forget(keep);
+        Ok(rewire::ConfigSubscription {
+            id: "hanging".into(),
+            changes,
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overlay_store_that_does_not_answer_does_not_hold_up_the_start() {
+    let config = r#"{"appId": "shop", "components": {
+        "config_store": {"hang": {"type": "test.overlay.hanging"}},
+        "state": {"s": {"type": "memory", "metadata": {"defaultTtlInSeconds": 1}}}
+    }, "overlay": {"store": "hang", "key": "rewire.components"}}"#;
+    let started = tokio::time::timeout(Duration::from_secs(120), support::start(config))
+        .await
+        .expect("the start waited for the overlay store forever")
+        .unwrap();
+    let rejected = records_of(&started, Trigger::Overlay);
+    assert_eq!(rejected.first().map(|r| r.outcome), Some(Outcome::Rejected));
+    assert!(
+        rejected[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("overlay store `hang`: did not answer within")),
+        "{rejected:#?}"
+    );
+    assert_eq!(
+        running_field(&started, &s(), "defaultTtlInSeconds"),
+        Some(json!(1))
+    );
+    // The watch's first read does not answer either: it tries again a
+    // bound later (no change is ever reported) and applies the overlay.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while running_field(&started, &s(), "defaultTtlInSeconds") != Some(json!(2)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the overlay was not read again: {:#?}",
+            started.history()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    started.shutdown().await;
+}

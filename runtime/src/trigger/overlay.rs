@@ -2,10 +2,12 @@
 //! app-specific variant `<key>.<appId>`, which wins. It is read at start
 //! and watched for as long as the configuration names it.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::watched_refs::store_call_bound;
 use super::TriggerContext;
 use crate::component::{ComponentKey, Kind};
 use crate::config::{parse_overlay, ConfigPatch, LayerChange, OverlaySpec};
@@ -21,8 +23,12 @@ pub(crate) type OverlayDocuments = (Option<ConfigPatch>, Option<ConfigPatch>);
 /// every commit) by reading the overlay: documents already tried against
 /// the generation serving are not sent again; against a new generation
 /// they are (what changed may make them valid).
+///
+/// It also serialises the watch rounds' sends: a round compares and sends
+/// holding [`OverlayTried::sending`], and a round cancelled by then (a
+/// newer one reads for itself) sends nothing.
 #[derive(Default)]
-pub(crate) struct OverlayTried(Mutex<Option<(u64, OverlayDocuments)>>);
+pub(crate) struct OverlayTried(Mutex<Option<(u64, OverlayDocuments)>>, Mutex<()>);
 
 impl OverlayTried {
     /// Notes `documents` as tried against `generation`; false when they
@@ -36,6 +42,11 @@ impl OverlayTried {
             *tried = Some((generation, documents.clone()));
         }
         !again
+    }
+
+    /// Held by a watch round from its cancellation check to its send.
+    fn sending(&self) -> MutexGuard<'_, ()> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether documents other than `documents` were sent last (they may
@@ -52,24 +63,54 @@ fn overlay_keys(spec: &OverlaySpec, app_id: &str) -> (String, String) {
 }
 
 /// Reads and parses both overlay documents; an absent or empty key is
-/// `None`. An error names the key and every problem.
+/// `None`. An error names the key and every problem, or says the store did
+/// not answer within the store-call bound (its read is abandoned).
 pub(crate) async fn read_overlay(
     live: &LiveGeneration,
     spec: &OverlaySpec,
     app_id: &str,
 ) -> Result<OverlayDocuments, String> {
+    read_documents(live, spec, app_id)
+        .await
+        .map_err(OverlayUnread::into_message)
+}
+
+/// Why the overlay could not be read.
+enum OverlayUnread {
+    /// The store did not answer in time (worth asking again soon).
+    NoAnswer(String),
+    /// The store failed, or a document is invalid.
+    Failed(String),
+}
+
+impl OverlayUnread {
+    fn into_message(self) -> String {
+        match self {
+            Self::NoAnswer(message) | Self::Failed(message) => message,
+        }
+    }
+}
+
+async fn read_documents(
+    live: &LiveGeneration,
+    spec: &OverlaySpec,
+    app_id: &str,
+) -> Result<OverlayDocuments, OverlayUnread> {
     let handle = ConfigStoreHandle::new(
         ComponentKey::new(Kind::ConfigStore, &spec.store),
         live.clone(),
     );
-    let store = handle
-        .load()
-        .map_err(|e| format!("overlay store `{}`: {e}", spec.store))?;
+    let failed = |e: &dyn std::fmt::Display| {
+        OverlayUnread::Failed(format!("overlay store `{}`: {e}", spec.store))
+    };
+    let store = handle.load().map_err(|e| failed(&e))?;
     let (common, app) = overlay_keys(spec, app_id);
-    let items = store
-        .get(&ConfigQuery::keys([common.clone(), app.clone()]))
+    let within = store_call_bound(None);
+    let query = ConfigQuery::keys([common.clone(), app.clone()]);
+    let items = tokio::time::timeout(within, store.get(&query))
         .await
-        .map_err(|e| format!("overlay store `{}`: {e}", spec.store))?;
+        .map_err(|_| OverlayUnread::NoAnswer(did_not_answer(spec, within)))?
+        .map_err(|e| failed(&e))?;
     let parse_key = |key: &str| {
         parse_document(
             key,
@@ -79,7 +120,17 @@ pub(crate) async fn read_overlay(
                 .map(|i| i.value.as_str()),
         )
     };
-    Ok((parse_key(&common)?, parse_key(&app)?))
+    let common = parse_key(&common).map_err(OverlayUnread::Failed)?;
+    let app = parse_key(&app).map_err(OverlayUnread::Failed)?;
+    Ok((common, app))
+}
+
+/// The error of an overlay store call abandoned at `within`.
+fn did_not_answer(spec: &OverlaySpec, within: Duration) -> String {
+    format!(
+        "overlay store `{}`: did not answer within {within:?}; the overlay watch tries again",
+        spec.store
+    )
 }
 
 /// The overlay document `text` read from `key`: `None` when absent or
@@ -96,32 +147,51 @@ fn parse_document(key: &str, text: Option<&str>) -> Result<Option<ConfigPatch>, 
 
 /// Watches the overlay keys until `round` ends: every change that differs
 /// from the documents in force (or from those sent last) is sent as a
-/// reload.
+/// reload. A store call that does not answer within the store-call bound
+/// is abandoned and tried again (a read, a bound later).
 pub(crate) async fn watch_overlay(
     cx: TriggerContext,
     spec: OverlaySpec,
     app_id: String,
     round: CancellationToken,
 ) {
+    tokio::select! {
+        () = round.cancelled() => {}
+        () = watch_overlay_round(&cx, &spec, &app_id, &round) => {}
+    }
+}
+
+async fn watch_overlay_round(
+    cx: &TriggerContext,
+    spec: &OverlaySpec,
+    app_id: &str,
+    round: &CancellationToken,
+) {
     let handle = ConfigStoreHandle::new(
         ComponentKey::new(Kind::ConfigStore, &spec.store),
         cx.live.clone(),
     );
-    let (common, app) = overlay_keys(&spec, &app_id);
-    let subscription = handle.subscribe(ConfigQuery::keys([common, app])).await;
-    let mut subscription = match subscription {
-        Ok(subscription) => subscription,
-        Err(err) => {
-            tracing::warn!(store = %spec.store, error = %err, "Cannot watch the overlay.");
-            return;
+    let (common, app) = overlay_keys(spec, app_id);
+    let query = ConfigQuery::keys([common, app]);
+    let within = store_call_bound(None);
+    let mut subscription = loop {
+        match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
+            Ok(Ok(subscription)) => break subscription,
+            Ok(Err(err)) => {
+                tracing::warn!(store = %spec.store, error = %err, "Cannot watch the overlay.");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(store = %spec.store, timeout = ?within, "Subscribing to the overlay did not answer in time; asking again.");
+            }
         }
     };
     let mut last_error = None;
     loop {
-        overlay_changed(&cx, &spec, &app_id, &mut last_error).await;
+        let answered = overlay_changed(cx, spec, app_id, round, &mut last_error).await;
         tokio::select! {
-            () = round.cancelled() => return,
             change = subscription.changes.recv() => if change.is_none() { return },
+            () = tokio::time::sleep(within), if !answered => {}
         }
     }
 }
@@ -129,14 +199,24 @@ pub(crate) async fn watch_overlay(
 /// Sends the overlay if it differs from the documents in force, or from
 /// the documents sent last (reverted to the documents in force while other
 /// ones are queued or retried: sent, so they replace those); sends an
-/// invalid one as rejected (once per distinct error).
+/// invalid one as rejected (once per distinct error). A read made by a
+/// `round` cancelled meanwhile is dropped: the newer round's read may
+/// already be sent, and an older one sent after it would win. False when
+/// the store did not answer.
 async fn overlay_changed(
     cx: &TriggerContext,
     spec: &OverlaySpec,
     app_id: &str,
+    round: &CancellationToken,
     last_error: &mut Option<String>,
-) {
-    match read_overlay(&cx.live, spec, app_id).await {
+) -> bool {
+    let read = read_documents(&cx.live, spec, app_id).await;
+    let answered = !matches!(read, Err(OverlayUnread::NoAnswer(_)));
+    let _sending = cx.overlay_tried.sending();
+    if round.is_cancelled() {
+        return answered;
+    }
+    match read {
         Ok(documents) => {
             let (generation, in_force) = {
                 let plan = cx.plan.borrow();
@@ -149,24 +229,165 @@ async fn overlay_changed(
                 cx.request(ReloadRequest::of_changes(Trigger::Overlay, vec![change]));
             }
         }
-        Err(error) => {
+        Err(unread) => {
+            let error = unread.into_message();
             if last_error.as_ref() != Some(&error) {
                 *last_error = Some(error.clone());
                 cx.reject(Trigger::Overlay, error);
             }
         }
     }
+    answered
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use tokio::sync::Notify;
+
     use super::*;
+    use crate::component::Component;
     use crate::config::parse_patch;
+    use crate::handle::{Generation, Instance, Live};
+    use crate::kinds::{ConfigError, ConfigItem, ConfigStore, ConfigSubscription, SubscriptionHub};
+    use crate::reload::queue::{queue, QueueReceiver, Queued};
+    use crate::running::WatchPlan;
 
     fn documents(ttl: u32) -> OverlayDocuments {
         let text =
             format!(r#"{{"components": {{"state": {{"s": {{"metadata": {{"ttl": {ttl}}}}}}}}}}}"#);
         (parse_patch(text.as_bytes()).ok(), None)
+    }
+
+    /// A config store holding the overlay's common key; its next get, once
+    /// told so, reads the value, then waits to be released.
+    #[derive(Default)]
+    struct GatedStore {
+        value: Mutex<String>,
+        hold_next: AtomicBool,
+        held: Notify,
+        release: Notify,
+        hub: SubscriptionHub,
+    }
+
+    impl GatedStore {
+        /// Sets the value and tells the subscribers.
+        fn write(&self, value: String) {
+            *self.value.lock().unwrap_or_else(|p| p.into_inner()) = value.clone();
+            self.hub.publish(&[ConfigItem {
+                key: "rewire.components".into(),
+                value,
+                ..ConfigItem::default()
+            }]);
+        }
+    }
+
+    #[async_trait]
+    impl Component for GatedStore {}
+
+    #[async_trait]
+    impl ConfigStore for GatedStore {
+        async fn get(&self, _: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            let value = self.value.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if self.hold_next.swap(false, Ordering::SeqCst) {
+                self.held.notify_one();
+                self.release.notified().await;
+            }
+            Ok(vec![ConfigItem {
+                key: "rewire.components".into(),
+                value,
+                ..ConfigItem::default()
+            }])
+        }
+
+        async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            Ok(self.hub.subscribe(query))
+        }
+    }
+
+    fn text(ttl: u32) -> String {
+        format!(r#"{{"components": {{"state": {{"s": {{"metadata": {{"ttl": {ttl}}}}}}}}}}}"#)
+    }
+
+    /// The overlay documents of the next reload queued (within a minute).
+    async fn next_sent(queued: &mut QueueReceiver) -> OverlayDocuments {
+        let next = tokio::time::timeout(Duration::from_secs(60), queued.recv()).await;
+        match next {
+            Ok(Some(Queued::Reload(request))) => match request.changes.as_slice() {
+                [LayerChange::Overlay(common, app)] => (common.clone(), app.clone()),
+                other => panic!("not an overlay change: {other:?}"),
+            },
+            other => panic!("no overlay reload queued: {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_rounds_late_read_is_not_sent_after_the_newer_rounds() {
+        let store = Arc::new(GatedStore::default());
+        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = text(1);
+        let live = Live::new();
+        let instance: Arc<dyn ConfigStore> = store.clone();
+        let key = ComponentKey::new(Kind::ConfigStore, "cfg");
+        live.publish(Generation::new(
+            1,
+            BTreeMap::from([(key, Instance::ConfigStore(instance))]),
+        ));
+        let (queue, mut queued) = queue();
+        let plan = WatchPlan {
+            generation: 1,
+            app_id: "shop".into(),
+            overlay: None,
+            overlay_in_force: (None, None),
+            refs: Vec::new(),
+        };
+        let (_plan, plan) = tokio::sync::watch::channel(Arc::new(plan));
+        let cx = TriggerContext {
+            queue,
+            plan,
+            stopped: CancellationToken::new(),
+            live,
+            secret_poll_interval: Duration::from_secs(60),
+            overlay_tried: Arc::default(),
+            file_in_force: Arc::new(|_| false),
+        };
+        let spec = OverlaySpec {
+            store: "cfg".into(),
+            key: "rewire.components".into(),
+        };
+        let first = CancellationToken::new();
+        let old_round = tokio::spawn(watch_overlay(
+            cx.clone(),
+            spec.clone(),
+            "shop".into(),
+            first.clone(),
+        ));
+        assert_eq!(next_sent(&mut queued).await, documents(1));
+        // The old round reads D3, and its read is slow to return ...
+        store.hold_next.store(true, Ordering::SeqCst);
+        store.write(text(3));
+        store.held.notified().await;
+        // ... while D4 is written and a new round (a new generation)
+        // reads and sends it.
+        store.write(text(4));
+        first.cancel();
+        let second = CancellationToken::new();
+        let new_round = tokio::spawn(watch_overlay(cx, spec, "shop".into(), second.clone()));
+        assert_eq!(next_sent(&mut queued).await, documents(4));
+        store.release.notify_one();
+        tokio::time::timeout(Duration::from_secs(60), old_round)
+            .await
+            .expect("the old round ends")
+            .expect("joined");
+        match queued.try_recv() {
+            Err(_) => {}
+            Ok(late) => panic!("the old round's stale read was sent after D4: {late:?}"),
+        }
+        second.cancel();
+        let _ = new_round.await;
     }
 
     #[test]
