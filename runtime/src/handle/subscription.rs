@@ -5,10 +5,14 @@
 //! made through the handle is forwarded by a task that, whenever a new
 //! generation replaces the store, subscribes to the new instance and sends
 //! the keys whose values differ from the last ones delivered — so the
-//! subscriber sees every change, whichever instance made it.
+//! subscriber sees every change, whichever instance made it. Each call
+//! into a rebuilt store is bounded by [`STORE_CALL`]: one that does not
+//! answer is handled as one that failed.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -19,6 +23,22 @@ use crate::kinds::{
 
 /// How many undelivered changes a handle subscription buffers.
 const BUFFER: usize = 256;
+
+/// How long the forwarder waits for one call into a rebuilt store
+/// (subscribe, read): the bound the watches use for their store calls.
+const STORE_CALL: Duration = Duration::from_secs(5);
+
+/// `call`, failed with a backend error if it does not answer within
+/// [`STORE_CALL`] (it is then abandoned).
+async fn bounded<T>(call: impl Future<Output = Result<T, ConfigError>>) -> Result<T, ConfigError> {
+    tokio::time::timeout(STORE_CALL, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ConfigError::Backend(format!(
+                "the config store did not answer within {STORE_CALL:?}"
+            )))
+        })
+}
 
 type ItemId = (Option<String>, Option<String>, String);
 
@@ -162,7 +182,7 @@ impl Forwarder {
         if same_instance(&current, &self.store) {
             return true;
         }
-        let inner = match current.subscribe(self.query.clone()).await {
+        let inner = match bounded(current.subscribe(self.query.clone())).await {
             Ok(inner) => inner,
             Err(err) => {
                 tracing::warn!(error = %err, "Re-subscribing to a rebuilt config store failed; subscription ended.");
@@ -172,7 +192,7 @@ impl Forwarder {
         self.store = Arc::clone(&current);
         self.inner = Some(inner);
         self.caught_up.clear();
-        let now = match snapshot(&current, &self.query).await {
+        let now = match bounded(snapshot(&current, &self.query)).await {
             Ok(now) => now,
             Err(err) => {
                 // Not "every key deleted": the values last delivered stay
@@ -256,7 +276,7 @@ async fn catch_up(
             label: label.clone(),
             metadata: query.metadata.clone(),
         };
-        let found = match store.get(&exact).await {
+        let found = match bounded(store.get(&exact)).await {
             Ok(found) => found,
             Err(err) => {
                 tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
@@ -301,5 +321,139 @@ async fn next_change(inner: &mut Option<ConfigSubscription>) -> Option<ConfigCha
     match inner {
         Some(subscription) => subscription.changes.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::component::{Component, ComponentKey, Kind};
+    use crate::handle::{Generation, Instance, Live, LiveGeneration};
+    use crate::kinds::SubscriptionHub;
+
+    /// A config store serving `items`; the calls it is told to hang never
+    /// answer.
+    #[derive(Default)]
+    struct TestStore {
+        items: Vec<ConfigItem>,
+        hang_subscribe: bool,
+        hang_get: bool,
+        hang_grouped_get: bool,
+        subscribed: AtomicUsize,
+        hub: SubscriptionHub,
+    }
+
+    #[async_trait]
+    impl Component for TestStore {}
+
+    #[async_trait]
+    impl ConfigStore for TestStore {
+        async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            if self.hang_get || (self.hang_grouped_get && query.group.is_some()) {
+                std::future::pending::<()>().await;
+            }
+            Ok(self.items.clone())
+        }
+
+        async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            if self.hang_subscribe {
+                std::future::pending::<()>().await;
+            }
+            self.subscribed.fetch_add(1, Ordering::SeqCst);
+            Ok(self.hub.subscribe(query))
+        }
+    }
+
+    fn item(value: &str, group: Option<&str>) -> ConfigItem {
+        ConfigItem {
+            key: "k".into(),
+            value: value.into(),
+            group: group.map(Into::into),
+            ..ConfigItem::default()
+        }
+    }
+
+    fn publish(live: &LiveGeneration, number: u64, store: &Arc<TestStore>) {
+        let store: Arc<dyn ConfigStore> = store.clone();
+        let key = ComponentKey::new(Kind::ConfigStore, "cfg");
+        let instances = BTreeMap::from([(key, Instance::ConfigStore(store))]);
+        live.publish(Generation::new(number, instances));
+    }
+
+    /// A subscription to `k` through the handle, made on `first`.
+    async fn subscribed(first: TestStore) -> (LiveGeneration, ConfigSubscription) {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(first));
+        let handle =
+            ConfigStoreHandle::new(ComponentKey::new(Kind::ConfigStore, "cfg"), live.clone());
+        let subscription = handle.subscribe(ConfigQuery::keys(["k"])).await;
+        (live, subscription.expect("subscribed"))
+    }
+
+    /// Publishes `rebuilt`, waits until the forwarder subscribed to it,
+    /// then writes `k` = "2" on it: the subscriber hears of it.
+    async fn a_write_on_the_rebuilt_store_is_delivered(first: TestStore, rebuilt: TestStore) {
+        let (live, mut subscription) = subscribed(first).await;
+        let rebuilt = Arc::new(rebuilt);
+        publish(&live, 2, &rebuilt);
+        while rebuilt.subscribed.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        rebuilt.hub.publish(&[item("2", None)]);
+        let change = tokio::time::timeout(Duration::from_secs(60), subscription.changes.recv())
+            .await
+            .expect("the forwarder is stuck on the rebuilt store");
+        let values: Vec<String> = change
+            .into_iter()
+            .flat_map(|c| c.items)
+            .map(|i| i.value)
+            .collect();
+        assert_eq!(values, ["2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_store_whose_read_hangs_does_not_stall_the_subscription() {
+        let first = TestStore {
+            items: vec![item("1", None)],
+            ..TestStore::default()
+        };
+        let rebuilt = TestStore {
+            hang_get: true,
+            ..TestStore::default()
+        };
+        a_write_on_the_rebuilt_store_is_delivered(first, rebuilt).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_store_whose_grouped_read_hangs_does_not_stall_the_subscription() {
+        // Known in group `g`, not read by the plain query: read by group.
+        let first = TestStore {
+            items: vec![item("1", Some("g"))],
+            ..TestStore::default()
+        };
+        let rebuilt = TestStore {
+            hang_grouped_get: true,
+            ..TestStore::default()
+        };
+        a_write_on_the_rebuilt_store_is_delivered(first, rebuilt).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_store_whose_subscribe_hangs_ends_the_subscription() {
+        let (live, mut subscription) = subscribed(TestStore::default()).await;
+        let rebuilt = TestStore {
+            hang_subscribe: true,
+            ..TestStore::default()
+        };
+        publish(&live, 2, &Arc::new(rebuilt));
+        let end = tokio::time::timeout(Duration::from_secs(60), subscription.changes.recv()).await;
+        assert!(
+            matches!(end, Ok(None)),
+            "the forwarder is stuck subscribing: {end:?}"
+        );
     }
 }
