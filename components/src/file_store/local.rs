@@ -22,7 +22,10 @@
 //! host's tag, the process id and a serial; those a crashed process left
 //! (one of this host whose process is gone, or any untouched for
 //! [`STALE_TEMP`]) are removed by a bounded sweep that init starts in the
-//! background.
+//! background, never one this process is writing (a put whose client
+//! stalled mid-body, when a reload inits a store on the same root). A
+//! temporary file removed all the same (by another process) fails the put
+//! with a backend error saying so, not "not found".
 //!
 //! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
@@ -172,6 +175,37 @@ struct TempFile {
     folder: Arc<OwnedFd>,
     name: String,
     placed: bool,
+    /// Keeps the sweep off the file until it is placed or removed.
+    writing: Option<Writing>,
+}
+
+/// The temporary files this process is writing now (their names, unique
+/// in the process: [`temp_name`]).
+fn writing() -> std::sync::MutexGuard<'static, std::collections::HashSet<String>> {
+    static WRITING: OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    WRITING
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// A temporary file name taken for a put: in [`writing`] until dropped,
+/// so no sweep of this process (a reload's init on the same root) takes a
+/// stalled put's file for a dead one, however long it is untouched.
+struct Writing(String);
+
+impl Writing {
+    fn new() -> Self {
+        let name = temp_name();
+        writing().insert(name.clone());
+        Self(name)
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        writing().remove(&self.0);
+    }
 }
 
 /// Where a put's rename into place stands: the put's future and the
@@ -230,8 +264,10 @@ impl Drop for TempFile {
             return;
         }
         let (folder, name) = (Arc::clone(&self.folder), std::mem::take(&mut self.name));
+        let writing = self.writing.take();
         let remove = move || {
             let _ = beneath::remove(folder.as_fd(), &name);
+            drop(writing);
         };
         // Off the runtime when there is one (an unlink can be slow on a
         // network volume); synchronously otherwise.
@@ -289,8 +325,12 @@ fn temp_name() -> String {
 
 /// Whether the temporary file `name` (with `meta`) is a dead put's: one
 /// of this host whose process is gone, or any untouched for
-/// [`STALE_TEMP`].
+/// [`STALE_TEMP`] — but never one this process is writing (a put whose
+/// client stalled mid-body is alive, however long it waits).
 fn stale_temp(name: &str, meta: &std::fs::Metadata) -> bool {
+    if writing().contains(name) {
+        return false;
+    }
     let untouched = meta
         .modified()
         .ok()
@@ -444,7 +484,10 @@ impl FileStore for LocalFileStore {
                 if let Ok(Entry::Link | Entry::Other) = beneath::look(folder.as_fd(), last) {
                     return Err(refused(name, "is not a regular file"));
                 }
-                let temp = temp_name();
+                // Known as being written before it exists: a sweep never
+                // sees it otherwise.
+                let writing = Writing::new();
+                let temp = writing.0.clone();
                 let file = beneath::create(folder.as_fd(), &temp)
                     .map_err(|err| backend("creating", name, err))?;
                 // From here the temporary file goes with the put, however
@@ -454,6 +497,7 @@ impl FileStore for LocalFileStore {
                     folder,
                     name: temp,
                     placed: false,
+                    writing: Some(writing),
                 };
                 Ok((temp, file, last.to_string()))
             })
@@ -471,10 +515,15 @@ impl FileStore for LocalFileStore {
             .await
             .map_err(|err| backend("reading", name, err))?;
         drop(file);
-        let folder = temp
-            .place(last)
-            .await
-            .map_err(|err| backend("renaming into", name, err))?;
+        // A missing file here is the temporary one (removed by another
+        // process), never the name: not "not found" on a put.
+        let folder = temp.place(last).await.map_err(|err| match err.kind() {
+            std::io::ErrorKind::NotFound => FileError::Backend(format!(
+                "renaming into `{name}`: its temporary file vanished before the rename \
+                 (removed by another process?)"
+            )),
+            _ => backend("renaming into", name, err),
+        })?;
         // The rename is durable once the folder is synced.
         let synced = name.to_string();
         blocking(move || {

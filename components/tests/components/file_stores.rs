@@ -643,3 +643,87 @@ async fn memory_refuses_a_file_and_a_folder_of_one_name_as_local_does() {
     assert_eq!(local[2], refused("c", "is not a regular file"));
     assert!(local[6].contains("NotFound"), "{}", local[6]);
 }
+
+/// Waits until the file at `path` holds `bytes` bytes (the put's write
+/// of them is done: its time is not changed by it any more).
+async fn until_size(path: &std::path::Path, bytes: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) < bytes {
+        assert!(std::time::Instant::now() < deadline, "{path:?} not written");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloads_sweep_keeps_a_stalled_put_of_this_process() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(root.join("deep")).unwrap();
+    let metadata = json!({ "root": root.display().to_string() });
+    let first = store("local", metadata.clone()).await;
+    // A put whose client stalls mid-body, untouched for an hour.
+    let (mut writer, read, put) = piped_put(&first, "stalled.bin");
+    writer.write_all(&[7; 1000]).await.unwrap();
+    until_read(&read, 1000).await;
+    let temp = std::path::PathBuf::from(temp_files(&root).pop().expect("the put's temporary file"));
+    until_size(&temp, 1000).await;
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&temp)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    // A reload inits a store on the root: its sweep (swept `deep/` after
+    // the root's files) removes another host's old file, not the put's.
+    let canary = root.join("deep/.rewire-tmp-0123456789abcdef-999999999-7");
+    std::fs::write(&canary, b"old").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&canary)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut reloads = Vec::new();
+    while canary.exists() {
+        // A new init sweeps unless a sweep of the root still runs.
+        assert!(std::time::Instant::now() < deadline, "no sweep ran");
+        reloads.push(store("local", metadata.clone()).await);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(temp.exists(), "the stalled put's file was swept");
+    // The client resumes: the put completes, with all it sent.
+    writer.write_all(&[8; 500]).await.unwrap();
+    drop(writer);
+    let info = put.await.unwrap().unwrap();
+    assert_eq!(info.size, 1500);
+    let reload = reloads.pop().unwrap();
+    let data = read_all(&*reload, "stalled.bin").await.unwrap();
+    assert_eq!((data.len(), data[0], data[1499]), (1500, 7, 8));
+}
+
+#[tokio::test]
+async fn a_put_whose_temporary_file_vanished_fails_as_a_backend_error_not_not_found() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let store = store("local", json!({ "root": root.display().to_string() })).await;
+    let (mut writer, read, put) = piped_put(&store, "docs/report.bin");
+    writer.write_all(&[1; 100]).await.unwrap();
+    until_read(&read, 100).await;
+    // Another process removes the temporary file midway.
+    let temp = std::path::PathBuf::from(temp_files(&root).pop().expect("the put's temporary file"));
+    std::fs::remove_file(&temp).unwrap();
+    drop(writer);
+    let answer = put.await.unwrap();
+    let Err(FileError::Backend(why)) = &answer else {
+        panic!("expected a backend error, got {answer:?}");
+    };
+    assert!(
+        why.contains("docs/report.bin") && why.contains("temporary file vanished"),
+        "{why}"
+    );
+    assert!(!root.join("docs/report.bin").exists());
+}
