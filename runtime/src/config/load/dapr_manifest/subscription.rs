@@ -72,11 +72,23 @@ pub(super) fn map_subscription(
         Value::Object(object) => object,
         _ => Map::new(),
     };
-    if object.remove("bulkSubscribe").is_some() {
-        found.note(format!(
-            "{}: subscriptions.{name}: `bulkSubscribe` is not supported; events are delivered one at a time",
-            at(spec.line)
-        ));
+    // Bulk delivery is not served: a batch handler given single events
+    // finds no entries and answers success, acking them unread. An enabled
+    // one is left out (its events stay with the broker), as the app's own.
+    if let Some(bulk) = object.remove("bulkSubscribe") {
+        let enabled = match bulk.get("enabled") {
+            Some(Value::Bool(on)) => *on,
+            Some(Value::String(text)) => text.trim().eq_ignore_ascii_case("true"),
+            _ => false,
+        };
+        if enabled {
+            found.note(format!(
+                "{}: subscriptions.{name}: left out: `bulkSubscribe` is enabled and bulk delivery \
+                 is not supported (a batch handler given single events would acknowledge them unread)",
+                at(spec.line)
+            ));
+            return None;
+        }
     }
     if let Some(scopes) = field("scopes") {
         object.insert("scopes".to_string(), scopes.value.to_json());

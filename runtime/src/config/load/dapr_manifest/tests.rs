@@ -330,7 +330,7 @@ fn sources_combine_a_json_file_and_manifests() {
 
 #[test]
 fn subscriptions_are_read_in_both_api_versions() {
-    let v2 = "apiVersion: dapr.io/v2alpha1\nkind: Subscription\nmetadata:\n  name: inventory\nspec:\n  pubsubname: pubsub\n  topic: inventory\n  routes:\n    rules:\n      - match: event.type == \"widget\"\n        path: /widgets\n    default: /products\n  deadLetterTopic: dead\n  bulkSubscribe:\n    enabled: true\nscopes:\n  - app1\n";
+    let v2 = "apiVersion: dapr.io/v2alpha1\nkind: Subscription\nmetadata:\n  name: inventory\nspec:\n  pubsubname: pubsub\n  topic: inventory\n  routes:\n    rules:\n      - match: event.type == \"widget\"\n        path: /widgets\n    default: /products\n  deadLetterTopic: dead\n  bulkSubscribe:\n    enabled: false\nscopes:\n  - app1\n";
     let v1 = "apiVersion: dapr.io/v1alpha1\nkind: Subscription\nmetadata:\n  name: orders\nspec:\n  pubsubname: pubsub\n  topic: orders\n  route: /orders\n";
     let (manifests, found) = parsed(&[("subs.yaml", v2), ("v1.yaml", v1)], "app1");
     assert!(found.problems.is_empty(), "{}", found.problems);
@@ -340,12 +340,24 @@ fn subscriptions_are_read_in_both_api_versions() {
     assert_eq!(inventory.routes.default.as_deref(), Some("/products"));
     assert_eq!(inventory.dead_letter_topic.as_deref(), Some("dead"));
     assert_eq!(inventory.scopes, ["app1"]);
-    assert!(found
-        .notes
-        .iter()
-        .any(|n| n.contains("subscriptions.inventory: `bulkSubscribe` is not supported")));
+    assert!(found.notes.is_empty(), "{:?}", found.notes);
     let (_, orders) = &manifests.subscriptions["orders"];
     assert_eq!(orders.routes.default.as_deref(), Some("/orders"));
+
+    // Bulk delivery enabled: left out with a note, not delivered singly.
+    let bulk = v2.replace("enabled: false", "enabled: true");
+    let (manifests, found) = parsed(&[("subs.yaml", &bulk), ("v1.yaml", v1)], "app1");
+    assert!(found.problems.is_empty(), "{}", found.problems);
+    assert!(!manifests.subscriptions.contains_key("inventory"));
+    assert!(manifests.subscriptions.contains_key("orders"));
+    assert!(
+        found
+            .notes
+            .iter()
+            .any(|n| n.contains("subscriptions.inventory: left out: `bulkSubscribe` is enabled")),
+        "{:?}",
+        found.notes
+    );
 
     let bad = "apiVersion: dapr.io/v2alpha1\nkind: Subscription\nmetadata:\n  name: bad\nspec:\n  pubsubname: pubsub\n  routes:\n    rules:\n      - match: event.type ~ 1\n        path: /x\n";
     let found = problems_of(&[("bad.yaml", bad)], "a");
