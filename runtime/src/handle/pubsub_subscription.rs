@@ -13,7 +13,8 @@
 //!    holds (read but unsettled, and what was published to it, including
 //!    publishes still under way) and ends. Sources are read oldest first:
 //!    a draining one runs dry, the new one may never;
-//! 3. a new instance that refuses the subscribe is tried again with a
+//! 3. a new instance that refuses the subscribe, or does not answer it
+//!    within [`SUBSCRIBE_BOUND`], is tried again with a
 //!    backoff ([`Resubscribe`]) while the old one drains; after
 //!    [`RESUBSCRIBE_DEADLINE`] the subscription ends once nothing drains;
 //! 4. a draining source that delivers nothing for [`DRAIN_GRACE`] while
@@ -49,6 +50,24 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long a stopped broker may take to close its side.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long the forwarder waits for a new broker to answer a subscribe
+/// (the bound of every store call the runtime makes in the background).
+pub const SUBSCRIBE_BOUND: Duration = Duration::from_secs(5);
+
+/// `broker`'s subscribe to `req`, failed if it does not answer within
+/// [`SUBSCRIBE_BOUND`] (it is then abandoned).
+async fn subscribe_bounded(
+    broker: &Arc<dyn PubSub>,
+    req: &SubscribeRequest,
+) -> Result<PubSubSubscription, PubSubError> {
+    tokio::time::timeout(SUBSCRIBE_BOUND, broker.subscribe(req.clone()))
+        .await
+        .unwrap_or_else(|_| {
+            Err(PubSubError::Backend(format!(
+                "the broker did not answer within {SUBSCRIBE_BOUND:?}"
+            )))
+        })
+}
 
 fn same_broker(a: &Arc<dyn PubSub>, b: &Arc<dyn PubSub>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
@@ -297,7 +316,7 @@ impl Forwarder {
         if known {
             return;
         }
-        match next.subscribe(self.req.clone()).await {
+        match subscribe_bounded(next, &self.req).await {
             Ok(subscription) => self.warmed = Some(Source::new(next.clone(), subscription)),
             Err(err) => {
                 tracing::warn!(topic = %self.req.topic, error = %err, "Subscribing to a rebuilt broker before its publish failed; retried at the publish.");
@@ -350,7 +369,7 @@ impl Forwarder {
             Some(stale) => self.retire(stale),
             None => {}
         }
-        match now.subscribe(self.req.clone()).await {
+        match subscribe_bounded(&now, &self.req).await {
             Ok(subscription) => {
                 self.current = Some(Source::new(now, subscription));
                 tracing::info!(topic = %self.req.topic, refused = attempt.refused, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
@@ -456,3 +475,102 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 #[cfg(test)]
 mod tests;
+
+/// A rebuilt broker whose subscribe does not answer: the forwarder is not
+/// held by it.
+#[cfg(test)]
+mod hanging_subscribe_tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::super::{Generation, Live, LiveGeneration};
+    use super::*;
+    use crate::component::{Component, ComponentKey};
+    use crate::kinds::{DeliveryOutcome, Message, PublishRequest, SubscriptionFeed};
+
+    /// A broker whose first subscribe never answers (when told so); it
+    /// keeps the feeds of the others, to deliver on.
+    #[derive(Default)]
+    struct Broker {
+        hang_first: AtomicBool,
+        feeds: Mutex<Vec<SubscriptionFeed>>,
+    }
+
+    #[async_trait]
+    impl Component for Broker {}
+
+    #[async_trait]
+    impl PubSub for Broker {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            if self.hang_first.swap(false, Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let (subscription, feed) = PubSubSubscription::channel(4);
+            self.feeds
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(feed);
+            Ok(subscription)
+        }
+    }
+
+    fn publish(live: &LiveGeneration, number: u64, broker: &Arc<Broker>) {
+        let broker: Arc<dyn PubSub> = broker.clone();
+        let instances =
+            BTreeMap::from([(ComponentKey::new("pubsub", "p"), Instance::PubSub(broker))]);
+        live.publish(Generation::new(number, instances));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_broker_whose_subscribe_hangs_is_subscribed_again() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(Broker::default()));
+        let handle = PubSubHandle::new(ComponentKey::new("pubsub", "p"), live.clone());
+        let req = SubscribeRequest {
+            topic: "t".into(),
+            ..SubscribeRequest::default()
+        };
+        let mut sub = handle.subscribe(req).await.expect("subscribed");
+        let rebuilt = Arc::new(Broker {
+            hang_first: AtomicBool::new(true),
+            ..Broker::default()
+        });
+        publish(&live, 2, &rebuilt);
+        let feed = async {
+            loop {
+                if let Some(feed) = rebuilt
+                    .feeds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop()
+                {
+                    return feed;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let feed = tokio::time::timeout(Duration::from_secs(60), feed)
+            .await
+            .expect("the forwarder is stuck on the subscribe that hangs");
+        let message = Message {
+            id: "1".into(),
+            topic: "t".into(),
+            data: b"after".to_vec(),
+            ..Message::default()
+        };
+        drop(feed.deliver(message).await);
+        let delivery = tokio::time::timeout(Duration::from_secs(60), sub.deliveries.recv())
+            .await
+            .expect("no delivery")
+            .expect("the subscription ended");
+        assert_eq!(delivery.message.data, b"after");
+        delivery.settle(DeliveryOutcome::Success);
+    }
+}
