@@ -291,3 +291,95 @@ async fn reads_report_the_expiry_as_ttl_expire_time() {
     assert_eq!(expiries[1], None);
     assert_eq!(expiries[2], expires);
 }
+
+/// A client saving unique keys in a loop meets `maxKeys`; a large value
+/// meets `maxTotalSize`: the write fails with a backend error naming the
+/// store and the limit, and what is held stays readable. Deletes, expiry
+/// and writes that do not grow the store make or keep room.
+#[tokio::test]
+async fn writes_past_max_keys_or_max_total_size_fail_and_keep_the_data() {
+    let store = match common::start_named(
+        "state",
+        "orders",
+        "memory",
+        json!({"maxKeys": "3", "maxTotalSize": "64"}),
+    )
+    .await
+    {
+        Ok(Instance::State(store)) => store,
+        other => panic!("expected a state store, got {other:?}"),
+    };
+    let mut written = 0;
+    let refused = loop {
+        match store.set(write(&format!("k{written}"), "v", None)).await {
+            Ok(()) => written += 1,
+            Err(err) => break err,
+        }
+        assert!(written <= 3, "maxKeys not enforced");
+    };
+    assert_eq!(written, 3);
+    let message = refused.to_string();
+    assert!(
+        matches!(refused, StateError::Backend(_))
+            && message.contains("memory state store `state/orders`")
+            && message.contains("`maxKeys` is 3")
+            && message.contains("`k3`"),
+        "{message}"
+    );
+    for i in 0..3 {
+        assert!(read(&*store, &format!("k{i}")).await.is_some(), "k{i} kept");
+    }
+    assert_eq!(read(&*store, "k3").await, None);
+    // An overwrite is no new key; a transaction adding one is refused whole.
+    store.set(write("k0", "again", None)).await.unwrap();
+    let transaction = TransactionRequest {
+        operations: vec![
+            TransactionOperation::Upsert(write("k1", "changed", None)),
+            TransactionOperation::Upsert(write("k9", "new", None)),
+        ],
+        ..TransactionRequest::default()
+    };
+    let refused = store.transact(transaction).await;
+    assert!(
+        matches!(&refused, Err(StateError::Backend(m)) if m.contains("maxKeys")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        read(&*store, "k1").await.map(|(v, _)| v).as_deref(),
+        Some("v")
+    );
+    // A value that would take the store past 64 bytes of keys and values.
+    let big = "x".repeat(60);
+    let refused = store.set(write("k1", &big, None)).await;
+    assert!(
+        matches!(&refused, Err(StateError::Backend(m)) if m.contains("`maxTotalSize` of 64")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        read(&*store, "k1").await.map(|(v, _)| v).as_deref(),
+        Some("v")
+    );
+    // A delete makes room; so does an expiry.
+    let delete = DeleteRequest {
+        key: "k2".into(),
+        ..DeleteRequest::default()
+    };
+    store.delete(delete).await.unwrap();
+    let mut short = write("k3", "v", None);
+    short.ttl = Some(Duration::from_millis(50));
+    store.set(short).await.unwrap();
+    assert!(store.set(write("k4", "v", None)).await.is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.set(write("k4", "v", None)).await.unwrap();
+}
+
+#[tokio::test]
+async fn bounds_of_zero_are_refused() {
+    for field in ["maxKeys", "maxTotalSize"] {
+        let err = common::start("state", "memory", json!({ field: "0" }))
+            .await
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}

@@ -7,6 +7,14 @@
 //! (an expiry index makes that proportional to what expired, so nothing
 //! leaks). Every metadata change applies in place: the data lives in this
 //! process and survives reloads.
+//!
+//! What it holds is bounded: at most `maxKeys` keys (default
+//! [`DEFAULT_MAX_KEYS`]) and `maxTotalSize` bytes of keys and values
+//! (default [`DEFAULT_MAX_TOTAL_SIZE`]); a write (or transaction) that
+//! would grow it past either fails with a backend error naming the store
+//! and the limit, and changes nothing. Expired entries are dropped before
+//! the bounds are checked. A lowered bound keeps what is held; deletes and
+//! writes that do not grow the store still pass.
 
 mod table;
 mod transaction;
@@ -16,25 +24,60 @@ use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{
     BulkGetItem, Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate,
-    Metadata, PendingInPlace, SetRequest, StagedInPlace, StateEntry, StateError, StateFeature,
-    StateStore, TransactionRequest,
+    InitContext, Metadata, PendingInPlace, SetRequest, StagedInPlace, StateEntry, StateError,
+    StateFeature, StateStore, TransactionRequest,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::live::LiveMetadata;
-use table::{Condition, StateTable};
+use table::{Bounds, Condition, StateTable};
+pub use table::{DEFAULT_MAX_KEYS, DEFAULT_MAX_TOTAL_SIZE};
 use ttl::Expiry;
 
 /// Metadata of the `memory` state store.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct MemoryStateMetadata {
     /// TTL given to writes that ask for none; zero or negative: no default.
     /// At most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
     #[serde(deserialize_with = "crate::time_limits::deserialize_ttl_seconds")]
     pub default_ttl_in_seconds: i64,
+    /// Most keys held (at least 1; default [`DEFAULT_MAX_KEYS`]).
+    #[serde(deserialize_with = "deserialize_positive")]
+    pub max_keys: u64,
+    /// Most bytes of keys and values held together (at least 1; default
+    /// [`DEFAULT_MAX_TOTAL_SIZE`], 256 MiB).
+    #[serde(deserialize_with = "deserialize_positive")]
+    pub max_total_size: u64,
+}
+
+impl Default for MemoryStateMetadata {
+    fn default() -> Self {
+        Self {
+            default_ttl_in_seconds: 0,
+            max_keys: DEFAULT_MAX_KEYS,
+            max_total_size: DEFAULT_MAX_TOTAL_SIZE,
+        }
+    }
+}
+
+impl MemoryStateMetadata {
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            max_keys: self.max_keys,
+            max_total_size: self.max_total_size,
+        }
+    }
+}
+
+/// A bound: a whole number, at least 1.
+fn deserialize_positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    match u64::deserialize(deserializer)? {
+        0 => Err(serde::de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
 }
 
 /// An in-process state store with Dapr semantics (etags, first-write, TTL).
@@ -49,6 +92,8 @@ pub struct MemoryStateStore {
     #[metadata]
     settings: LiveMetadata<MemoryStateMetadata>,
     table: Mutex<StateTable>,
+    /// The component (`state/orders`), for errors; empty outside a runtime.
+    key: String,
 }
 
 impl MemoryStateStore {
@@ -57,6 +102,7 @@ impl MemoryStateStore {
         Self {
             settings: LiveMetadata::new(metadata),
             table: Mutex::default(),
+            key: String::new(),
         }
     }
 
@@ -80,10 +126,35 @@ impl MemoryStateStore {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// The table, held to the bounds of `settings` (those in force).
+    fn table_to_write(&self, settings: &MemoryStateMetadata) -> MutexGuard<'_, StateTable> {
+        let mut table = self.table();
+        table.set_bounds(settings.bounds());
+        table
+    }
+
+    /// `error`, a backend one (a bound) naming this store.
+    fn named(&self, error: StateError) -> StateError {
+        match error {
+            StateError::Backend(message) if self.key.is_empty() => {
+                StateError::Backend(format!("the memory state store {message}"))
+            }
+            StateError::Backend(message) => {
+                StateError::Backend(format!("the memory state store `{}` {message}", self.key))
+            }
+            other => other,
+        }
+    }
 }
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryStateStore {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        self.key = cx.key.to_string();
+        Ok(())
+    }
+
     fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
@@ -96,6 +167,8 @@ impl MemoryStateStore {
         Ok(self.settings.stage_then(new, |_, new| {
             info!(
                 default_ttl_in_seconds = new.default_ttl_in_seconds,
+                max_keys = new.max_keys,
+                max_total_size = new.max_total_size,
                 "Memory state store metadata applied in place."
             );
         }))
@@ -125,7 +198,8 @@ impl StateStore for MemoryStateStore {
         if req.key.is_empty() {
             return Err(StateError::Invalid("the key is empty".into()));
         }
-        let default_ttl = self.settings.load().default_ttl_in_seconds;
+        let settings = self.settings.load();
+        let default_ttl = settings.default_ttl_in_seconds;
         let ttl = ttl::write_ttl(&req.key, req.ttl, &req.metadata, default_ttl)?;
         let now = Instant::now();
         let expires_at = ttl
@@ -137,8 +211,9 @@ impl StateStore for MemoryStateStore {
             concurrency: req.concurrency,
         };
         let etag = self
-            .table()
-            .set(&req.key, req.value, condition, expires_at, now)?;
+            .table_to_write(&settings)
+            .set(&req.key, req.value, condition, expires_at, now)
+            .map_err(|e| self.named(e))?;
         debug!(key = %req.key, etag = %etag, ttl_ms = ttl.map(|t| t.as_millis() as u64), "State written.");
         Ok(())
     }
@@ -175,11 +250,13 @@ impl StateStore for MemoryStateStore {
 
     /// All or none, under the table's lock.
     async fn transact(&self, req: TransactionRequest) -> Result<(), StateError> {
-        let default_ttl = self.settings.load().default_ttl_in_seconds;
+        let settings = self.settings.load();
         let now = Instant::now();
-        let operations = transaction::prepare(req.operations, default_ttl, now)?;
+        let operations =
+            transaction::prepare(req.operations, settings.default_ttl_in_seconds, now)?;
         let count = operations.len();
-        transaction::apply(&mut self.table(), operations, now)?;
+        transaction::apply(&mut self.table_to_write(&settings), operations, now)
+            .map_err(|e| self.named(e))?;
         debug!(operations = count, "State transaction applied.");
         Ok(())
     }
@@ -216,6 +293,7 @@ mod tests {
     async fn ttl_from_request_metadata_and_default() {
         let store = MemoryStateStore::new(MemoryStateMetadata {
             default_ttl_in_seconds: 10,
+            ..MemoryStateMetadata::default()
         });
         let mut short = set("short", "s");
         short.ttl = Some(Duration::from_millis(50));

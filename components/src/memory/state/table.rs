@@ -1,6 +1,8 @@
-//! The data of the memory state store: entries with etags and expiry, and
-//! the Dapr rules for conditional writes. Pure and synchronous; the caller
-//! passes the current time.
+//! The data of the memory state store: entries with etags and expiry, the
+//! Dapr rules for conditional writes, and the bounds on what it holds (a
+//! number of keys and a total of key and value bytes, kept as entries are
+//! written, deleted and purged). Pure and synchronous; the caller passes
+//! the current time.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,6 +19,32 @@ struct Entry {
     expires_at: Option<Expiry>,
 }
 
+/// Default most keys a memory state store holds (`maxKeys`).
+pub const DEFAULT_MAX_KEYS: u64 = 1_000_000;
+/// Default most bytes of keys and values a memory state store holds
+/// (`maxTotalSize`): 256 MiB.
+pub const DEFAULT_MAX_TOTAL_SIZE: u64 = 256 << 20;
+
+/// What a table may hold: a write that would take it past either bound
+/// (and grows it) is refused; one that shrinks it or keeps it even passes,
+/// so a lowered bound never blocks a delete or a smaller overwrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    /// Most keys (`maxKeys`).
+    pub max_keys: u64,
+    /// Most bytes of keys and values together (`maxTotalSize`).
+    pub max_total_size: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            max_keys: DEFAULT_MAX_KEYS,
+            max_total_size: DEFAULT_MAX_TOTAL_SIZE,
+        }
+    }
+}
+
 /// Keys, their versions, and an index of expiry times so expired entries
 /// are dropped as soon as any operation sees they are due.
 #[derive(Debug, Default)]
@@ -26,6 +54,15 @@ pub(crate) struct StateTable {
     expiries: BTreeMap<(Instant, u64), String>,
     /// The last version handed out; etags are these numbers as text.
     last_version: u64,
+    /// Bytes of the keys and values held (see [`size_of`]).
+    bytes: u64,
+    /// The bounds writes are held to.
+    bounds: Bounds,
+}
+
+/// The bytes an entry counts for: its key and its value.
+pub(crate) fn size_of(key: &str, data: &[u8]) -> u64 {
+    (key.len() as u64).saturating_add(data.len() as u64)
 }
 
 /// A conditional write: what the caller asserts about the stored key.
@@ -46,7 +83,9 @@ impl StateTable {
             }
             let ((_, version), key) = entry.remove_entry();
             if self.entries.get(&key).is_some_and(|e| e.version == version) {
-                self.entries.remove(&key);
+                if let Some(old) = self.entries.remove(&key) {
+                    self.bytes -= size_of(&key, &old.data);
+                }
             }
         }
     }
@@ -67,7 +106,14 @@ impl StateTable {
         })
     }
 
-    /// Writes `key` if `condition` holds; returns the new etag.
+    /// Sets the bounds later writes are held to (what is held stays).
+    pub(crate) fn set_bounds(&mut self, bounds: Bounds) {
+        self.bounds = bounds;
+    }
+
+    /// Writes `key` if `condition` holds and the table stays within its
+    /// bounds; returns the new etag. Past a bound: a backend error naming
+    /// it, nothing written.
     pub(crate) fn set(
         &mut self,
         key: &str,
@@ -78,8 +124,20 @@ impl StateTable {
     ) -> Result<String, StateError> {
         self.purge_expired(now);
         self.check(key, condition)?;
+        let old = self.entries.get(key).map(|e| size_of(key, &e.data));
+        let keys = self.entries.len() as u64 + u64::from(old.is_none());
+        let bytes = self.bytes - old.unwrap_or(0) + size_of(key, &data);
+        self.check_bounds(keys, bytes, || {
+            format!("key `{}` was not written", shown(key))
+        })?;
+        Ok(self.put(key, data, expires_at).to_string())
+    }
+
+    /// Writes `key`, unchecked (a transaction checked it); its version.
+    pub(crate) fn put(&mut self, key: &str, data: Vec<u8>, expires_at: Option<Expiry>) -> u64 {
         self.last_version += 1;
         let version = self.last_version;
+        self.bytes += size_of(key, &data);
         if let Some(old) = self.entries.insert(
             key.to_string(),
             Entry {
@@ -88,6 +146,7 @@ impl StateTable {
                 expires_at,
             },
         ) {
+            self.bytes -= size_of(key, &old.data);
             if let Some(old_expiry) = old.expires_at {
                 self.expiries.remove(&(old_expiry.at, old.version));
             }
@@ -95,7 +154,7 @@ impl StateTable {
         if let Some(expiry) = expires_at {
             self.expiries.insert((expiry.at, version), key.to_string());
         }
-        Ok(version.to_string())
+        version
     }
 
     /// Deletes `key` if `condition` holds (as Dapr's: first-write without
@@ -109,10 +168,49 @@ impl StateTable {
     ) -> Result<(), StateError> {
         self.purge_expired(now);
         self.check(key, condition)?;
+        self.remove(key);
+        Ok(())
+    }
+
+    /// Deletes `key`, unchecked (a transaction checked it).
+    pub(crate) fn remove(&mut self, key: &str) {
         if let Some(old) = self.entries.remove(key) {
+            self.bytes -= size_of(key, &old.data);
             if let Some(expiry) = old.expires_at {
                 self.expiries.remove(&(expiry.at, old.version));
             }
+        }
+    }
+
+    /// Refuses a change that would leave `keys` keys and `bytes` bytes
+    /// when that grows the table past a bound; `what` tells what was not
+    /// done.
+    pub(crate) fn check_bounds(
+        &self,
+        keys: u64,
+        bytes: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), StateError> {
+        let Bounds {
+            max_keys,
+            max_total_size,
+        } = self.bounds;
+        let held = self.entries.len() as u64;
+        if keys > max_keys && keys > held {
+            return Err(StateError::Backend(format!(
+                "holds {held} keys, its limit `maxKeys` is {max_keys}: {} \
+                 (delete keys, let them expire, or raise `maxKeys`)",
+                what()
+            )));
+        }
+        if bytes > max_total_size && bytes > self.bytes {
+            return Err(StateError::Backend(format!(
+                "holds {} bytes of keys and values and would hold {bytes}, past its limit \
+                 `maxTotalSize` of {max_total_size}: {} (delete keys, let them expire, or \
+                 raise `maxTotalSize`)",
+                self.bytes,
+                what()
+            )));
         }
         Ok(())
     }
@@ -120,6 +218,18 @@ impl StateTable {
     /// Number of live entries (after the last purge).
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Bytes of the keys and values held (after the last purge).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The version and size of `key`, if it is held.
+    pub(crate) fn held(&self, key: &str) -> Option<(u64, u64)> {
+        self.entries
+            .get(key)
+            .map(|e| (e.version, size_of(key, &e.data)))
     }
 
     /// Number of pending expiries (for the leak test).
@@ -142,6 +252,19 @@ impl StateTable {
     pub(crate) fn last_version(&self) -> u64 {
         self.last_version
     }
+}
+
+/// `key` as an error shows it: at most 128 bytes of it.
+pub(crate) fn shown(key: &str) -> String {
+    const SHOWN: usize = 128;
+    if key.len() <= SHOWN {
+        return key.to_string();
+    }
+    let mut end = SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &key[..end], key.len())
 }
 
 /// Dapr's rule for a conditional write of `key`, whose stored version is
@@ -318,6 +441,86 @@ mod tests {
         assert_eq!(metadata, Some(expected));
         let metadata = table.get("forever", now).map(|e| e.metadata);
         assert_eq!(metadata, Some(HashMap::new()));
+    }
+
+    #[test]
+    fn the_byte_total_follows_writes_deletes_and_expiry() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        ok(table.set("a", vec![0; 10], last_write(None), None, now));
+        ok(table.set(
+            "bb",
+            vec![0; 20],
+            last_write(None),
+            expiry(now + Duration::from_secs(1)),
+            now,
+        ));
+        assert_eq!(table.bytes(), 11 + 22);
+        ok(table.set("a", vec![0; 4], last_write(None), None, now));
+        assert_eq!(table.bytes(), 5 + 22);
+        ok(table.delete("a", last_write(None), now));
+        assert_eq!(table.bytes(), 22);
+        table.purge_expired(now + Duration::from_secs(2));
+        assert_eq!((table.len(), table.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_write_past_a_bound_is_refused_and_changes_nothing() {
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        table.set_bounds(Bounds {
+            max_keys: 2,
+            max_total_size: 100,
+        });
+        ok(table.set("a", vec![1; 10], last_write(None), None, now));
+        ok(table.set(
+            "b",
+            vec![2; 10],
+            last_write(None),
+            expiry(now + Duration::from_secs(1)),
+            now,
+        ));
+        let refused = table.set("c", vec![], last_write(None), None, now);
+        assert!(
+            matches!(&refused, Err(StateError::Backend(m)) if m.contains("`maxKeys` is 2") && m.contains("`c`")),
+            "{refused:?}"
+        );
+        // An overwrite does not add a key; a delete makes room.
+        ok(table.set("a", vec![3; 10], last_write(None), None, now));
+        let refused = table.set("a", vec![0; 99], last_write(None), None, now);
+        assert!(
+            matches!(&refused, Err(StateError::Backend(m)) if m.contains("`maxTotalSize` of 100")),
+            "{refused:?}"
+        );
+        assert_eq!(table.get("a", now).map(|e| e.data), Some(vec![3; 10]));
+        assert_eq!((table.len(), table.bytes()), (2, 22));
+        // An expired entry frees its place before the bound is checked.
+        let later = now + Duration::from_secs(2);
+        ok(table.set("c", vec![], last_write(None), None, later));
+        // A lowered bound keeps what is held; shrinking still passes.
+        table.set_bounds(Bounds {
+            max_keys: 1,
+            max_total_size: 5,
+        });
+        assert_eq!(table.len(), 2);
+        ok(table.set("a", vec![], last_write(None), None, later));
+        assert!(table
+            .set("d", vec![], last_write(None), None, later)
+            .is_err());
+        ok(table.delete("c", last_write(None), later));
+        assert!(table
+            .set("d", vec![], last_write(None), None, later)
+            .is_err());
+        ok(table.delete("a", last_write(None), later));
+        ok(table.set("d", vec![], last_write(None), None, later));
+    }
+
+    #[test]
+    fn long_keys_are_shown_cut() {
+        assert_eq!(shown("k"), "k");
+        let long = "é".repeat(100);
+        let cut = shown(&long);
+        assert!(cut.len() < 150 && cut.ends_with("(200 bytes)"), "{cut}");
     }
 
     #[test]

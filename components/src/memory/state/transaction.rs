@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use rewire_runtime::{Concurrency, StateError, TransactionOperation};
 use tokio::time::Instant;
 
-use super::table::{check, Condition, StateTable};
+use super::table::{check, size_of, Condition, StateTable};
 use super::ttl::{self, Expiry};
 
 /// An operation with its expiry worked out (before the lock is taken).
@@ -107,27 +107,12 @@ pub(super) fn apply(
             Prepared::Upsert {
                 key,
                 data,
-                etag,
-                concurrency,
                 expires_at,
+                ..
             } => {
-                let condition = Condition {
-                    etag: etag.as_deref(),
-                    concurrency,
-                };
-                table.set(&key, data, condition, expires_at, now)?;
+                table.put(&key, data, expires_at);
             }
-            Prepared::Delete {
-                key,
-                etag,
-                concurrency,
-            } => {
-                let condition = Condition {
-                    etag: etag.as_deref(),
-                    concurrency,
-                };
-                table.delete(&key, condition, now)?;
-            }
+            Prepared::Delete { key, .. } => table.remove(&key),
         }
     }
     Ok(())
@@ -135,24 +120,35 @@ pub(super) fn apply(
 
 /// Checks every operation against the version its key would have at its
 /// turn: the stored one, or the one an earlier operation of the
-/// transaction gave it.
+/// transaction gave it; then the table's bounds against what it would
+/// hold once all are applied (a transaction is seen whole, so one that
+/// deletes as much as it adds passes at the limit).
 fn dry_run(table: &StateTable, operations: &[Prepared]) -> Result<(), StateError> {
-    let mut versions: HashMap<&str, Option<u64>> = HashMap::new();
+    // Per key touched: its `(version, size)` at this point, if held.
+    let mut held: HashMap<&str, Option<(u64, u64)>> = HashMap::new();
     let mut next = table.last_version();
+    let mut keys = table.len() as u64;
+    let mut bytes = table.bytes();
     for operation in operations {
         let key = operation.key();
-        let stored = *versions.entry(key).or_insert_with(|| table.version(key));
-        check(key, stored, operation.condition())?;
+        let before = *held.entry(key).or_insert_with(|| table.held(key));
+        check(
+            key,
+            before.map(|(version, _)| version),
+            operation.condition(),
+        )?;
         let after = match operation {
-            Prepared::Upsert { .. } => {
+            Prepared::Upsert { data, .. } => {
                 next += 1;
-                Some(next)
+                Some((next, size_of(key, data)))
             }
             Prepared::Delete { .. } => None,
         };
-        versions.insert(key, after);
+        keys = keys + u64::from(after.is_some()) - u64::from(before.is_some());
+        bytes = bytes + after.map_or(0, |(_, size)| size) - before.map_or(0, |(_, size)| size);
+        held.insert(key, after);
     }
-    Ok(())
+    table.check_bounds(keys, bytes, || "the transaction was not applied".into())
 }
 
 #[cfg(test)]
@@ -256,5 +252,51 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(value(&mut table, "k"), None);
+    }
+
+    #[test]
+    fn a_transaction_is_bounded_by_what_the_table_holds_after_it() {
+        use super::super::table::Bounds;
+        let now = Instant::now();
+        let mut table = StateTable::default();
+        table.set_bounds(Bounds {
+            max_keys: 2,
+            max_total_size: 1_000,
+        });
+        apply(
+            &mut table,
+            vec![upsert("a", "1", None), upsert("b", "1", None)],
+            now,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let refused = apply(
+            &mut table,
+            vec![upsert("a", "2", None), upsert("c", "1", None)],
+            now,
+        );
+        assert!(
+            matches!(&refused, Err(StateError::Backend(m)) if m.contains("maxKeys") && m.contains("transaction")),
+            "{refused:?}"
+        );
+        assert_eq!(value(&mut table, "a"), Some(b"1".to_vec()));
+        assert_eq!(value(&mut table, "c"), None);
+        // As many keys deleted as added: within the bound as a whole.
+        apply(
+            &mut table,
+            vec![
+                upsert("c", "1", None),
+                delete("a", None, Concurrency::LastWrite),
+            ],
+            now,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((table.len(), table.bytes()), (2, 4));
+        let big = "x".repeat(1_000);
+        let refused = apply(&mut table, vec![upsert("b", &big, None)], now);
+        assert!(
+            matches!(&refused, Err(StateError::Backend(m)) if m.contains("maxTotalSize")),
+            "{refused:?}"
+        );
+        assert_eq!((table.len(), table.bytes()), (2, 4));
     }
 }
