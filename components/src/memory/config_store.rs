@@ -13,6 +13,14 @@
 //! value (so re-applying the previous metadata undoes a change exactly);
 //! everything else, including values set since, is kept.
 //!
+//! What it holds is bounded: at most `maxKeys` items (default
+//! [`DEFAULT_MAX_KEYS`]) and `maxTotalSize` bytes of keys, groups, labels,
+//! values and item metadata (default [`DEFAULT_MAX_TOTAL_SIZE`]). A set
+//! that would grow the store past either fails whole with a backend error
+//! naming the store and the limit, and changes nothing; deletes and sets
+//! that do not grow it pass, so a lowered bound keeps what is held. The
+//! seeded `items` are the operator's and are not held to the bounds.
+//!
 //! A reload stages the change: the items change, and subscribers hear of
 //! it, only once the new generation is published; until then only the
 //! reload preparing it (a configurationRef read, a dependent's `init`)
@@ -33,12 +41,42 @@ use tracing::info;
 use crate::json_text::value_text;
 use crate::live::LiveMetadata;
 
+/// Default most items a memory config store holds (`maxKeys`).
+pub const DEFAULT_MAX_KEYS: u64 = 1_000_000;
+/// Default most bytes a memory config store holds (`maxTotalSize`): 256 MiB.
+pub const DEFAULT_MAX_TOTAL_SIZE: u64 = 256 << 20;
+
 /// Metadata of the `memory` config store.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct MemoryConfigMetadata {
     /// Initial values (no group, no label).
     pub items: InitialItems,
+    /// Most items held (at least 1; default [`DEFAULT_MAX_KEYS`]).
+    #[serde(deserialize_with = "deserialize_positive")]
+    pub max_keys: u64,
+    /// Most bytes of keys, groups, labels, values and item metadata held
+    /// (at least 1; default [`DEFAULT_MAX_TOTAL_SIZE`], 256 MiB).
+    #[serde(deserialize_with = "deserialize_positive")]
+    pub max_total_size: u64,
+}
+
+impl Default for MemoryConfigMetadata {
+    fn default() -> Self {
+        Self {
+            items: InitialItems::default(),
+            max_keys: DEFAULT_MAX_KEYS,
+            max_total_size: DEFAULT_MAX_TOTAL_SIZE,
+        }
+    }
+}
+
+/// A bound: a whole number, at least 1.
+fn deserialize_positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    match u64::deserialize(deserializer)? {
+        0 => Err(serde::de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
 }
 
 /// Initial key → value pairs: a JSON object, or a string holding one (as
@@ -90,6 +128,22 @@ struct Stored {
 struct ConfigTable {
     items: BTreeMap<ItemId, Stored>,
     last_version: u64,
+    /// Bytes of the items held (see [`size_of`]).
+    bytes: u64,
+}
+
+/// The bytes an item counts for: its key, group, label, value and metadata.
+fn size_of((group, label, key): &ItemId, value: &str, metadata: &HashMap<String, String>) -> u64 {
+    let metadata: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let text = key.len()
+        + group.as_ref().map_or(0, String::len)
+        + label.as_ref().map_or(0, String::len)
+        + value.len();
+    (text as u64).saturating_add(metadata as u64)
+}
+
+fn stored_size(id: &ItemId, stored: &Stored) -> u64 {
+    size_of(id, &stored.value, &stored.metadata)
 }
 
 impl ConfigTable {
@@ -101,13 +155,59 @@ impl ConfigTable {
             metadata,
         };
         let item = to_item(&id, &stored);
+        self.bytes += stored_size(&id, &stored);
+        if let Some(old) = self.items.get(&id) {
+            self.bytes -= stored_size(&id, old);
+        }
         self.items.insert(id, stored);
         item
+    }
+
+    /// Refuses a set of `items` (with their ids) that would grow the table
+    /// past `bounds` (`maxKeys`, `maxTotalSize`): the error says how.
+    fn check_bounds(
+        &self,
+        items: &[(ItemId, ConfigItem)],
+        bounds: (u64, u64),
+    ) -> Result<(), String> {
+        let (max_keys, max_total_size) = bounds;
+        // The size each id will have: the last of the batch's writes.
+        let mut after: HashMap<&ItemId, u64> = HashMap::new();
+        for (id, item) in items {
+            after.insert(id, size_of(id, &item.value, &item.metadata));
+        }
+        let held = self.items.len() as u64;
+        let mut keys = held;
+        let mut bytes = self.bytes;
+        for (id, size) in after {
+            match self.items.get(id) {
+                Some(old) => bytes = bytes + size - stored_size(id, old),
+                None => {
+                    keys += 1;
+                    bytes += size;
+                }
+            }
+        }
+        if keys > max_keys && keys > held {
+            return Err(format!(
+                "holds {held} items, its limit `maxKeys` is {max_keys}: the items were not set \
+                 (delete some, or raise `maxKeys`)"
+            ));
+        }
+        if bytes > max_total_size && bytes > self.bytes {
+            return Err(format!(
+                "holds {} bytes and would hold {bytes}, past its limit `maxTotalSize` of \
+                 {max_total_size}: the items were not set (delete some, or raise `maxTotalSize`)",
+                self.bytes
+            ));
+        }
+        Ok(())
     }
 
     /// Deletes `id`; the deletion as published (empty value, new version).
     fn remove(&mut self, id: &ItemId) -> Option<ConfigItem> {
         let mut stored = self.items.remove(id)?;
+        self.bytes -= stored_size(id, &stored);
         self.last_version += 1;
         stored.value.clear();
         stored.version = self.last_version;
@@ -187,6 +287,9 @@ pub struct MemoryConfigStore {
     /// Shared with a staged update, which applies to it at commit.
     table: Arc<Mutex<ConfigTable>>,
     hub: Arc<SubscriptionHub>,
+    /// The component (`configuration/settings`), for errors; empty outside
+    /// a runtime.
+    key: String,
 }
 
 impl MemoryConfigStore {
@@ -254,7 +357,8 @@ fn lock(table: &Mutex<ConfigTable>) -> MutexGuard<'_, ConfigTable> {
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryConfigStore {
-    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        self.key = cx.key.to_string();
         self.seed();
         Ok(())
     }
@@ -304,16 +408,30 @@ impl ConfigStore for MemoryConfigStore {
         if items.iter().any(|item| item.key.is_empty()) {
             return Err(ConfigError::Invalid("an item has an empty key".into()));
         }
-        let mut table = self.table();
-        let stored: Vec<ConfigItem> = items
+        let settings = self.settings.load();
+        let batch: Vec<(ItemId, ConfigItem)> = items
             .into_iter()
             .map(|item| {
-                table.put(
-                    (given(item.group), given(item.label), item.key),
-                    item.value,
-                    item.metadata,
-                )
+                let id = (
+                    given(item.group.clone()),
+                    given(item.label.clone()),
+                    item.key.clone(),
+                );
+                (id, item)
             })
+            .collect();
+        let mut table = self.table();
+        let bounds = (settings.max_keys, settings.max_total_size);
+        if let Err(message) = table.check_bounds(&batch, bounds) {
+            return Err(ConfigError::Backend(if self.key.is_empty() {
+                format!("the memory config store {message}")
+            } else {
+                format!("the memory config store `{}` {message}", self.key)
+            }));
+        }
+        let stored: Vec<ConfigItem> = batch
+            .into_iter()
+            .map(|(id, item)| table.put(id, item.value, item.metadata))
             .collect();
         self.hub.publish(&stored);
         Ok(())
@@ -496,5 +614,46 @@ mod tests {
             store.delete(&ConfigQuery::default()).await,
             Err(ConfigError::Invalid(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_set_past_a_bound_fails_whole_and_keeps_the_items() {
+        let store = MemoryConfigStore::new(decoded(json!({"maxKeys": 2, "maxTotalSize": 20})));
+        store
+            .set(vec![item(None, "a", "1"), item(Some("g"), "a", "1")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.table().bytes, 2 + 3);
+        let refused = store
+            .set(vec![item(None, "a", "2"), item(None, "b", "1")])
+            .await;
+        assert!(
+            matches!(&refused, Err(ConfigError::Backend(m)) if m.contains("memory config store") && m.contains("`maxKeys` is 2")),
+            "{refused:?}"
+        );
+        let refused = store.set(vec![item(None, "a", &"x".repeat(20))]).await;
+        assert!(
+            matches!(&refused, Err(ConfigError::Backend(m)) if m.contains("`maxTotalSize` of 20")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            values(&store, &ConfigQuery::default()).await,
+            vec![("a".to_string(), "1".to_string())]
+        );
+        // Overwrites within the bounds pass; a delete makes room.
+        store
+            .set(vec![item(None, "a", &"x".repeat(10))])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        store
+            .delete(&ConfigQuery::keys(["a"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.table().bytes, 3);
+        store
+            .set(vec![item(None, "b", "1")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.len(), 2);
     }
 }

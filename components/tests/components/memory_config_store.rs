@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::{
-    ConfigChange, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, InPlace, Instance,
+    ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, InPlace,
+    Instance,
 };
 use serde_json::json;
 
@@ -109,4 +110,57 @@ async fn metadata_changes_apply_in_place() {
         .map(|i| (i.key.as_str(), i.value.as_str()))
         .collect();
     assert_eq!(pairs, vec![("a", "2"), ("b", "runtime")]);
+}
+
+/// A client setting unique keys in a loop meets `maxKeys`: the set fails
+/// with a backend error naming the store and the limit, the items held
+/// stay, and subscribers hear of nothing that was not set.
+#[tokio::test]
+async fn sets_past_max_keys_fail_and_keep_the_items() {
+    let store = match common::start_named(
+        "config_store",
+        "settings",
+        "memory",
+        json!({"maxKeys": "3", "maxTotalSize": "1000"}),
+    )
+    .await
+    {
+        Ok(Instance::ConfigStore(store)) => store,
+        other => panic!("expected a config store, got {other:?}"),
+    };
+    let mut sub = store.subscribe(ConfigQuery::default()).await.unwrap();
+    let mut written = 0;
+    let refused = loop {
+        match store.set(vec![item(&format!("k{written}"), "v")]).await {
+            Ok(()) => written += 1,
+            Err(err) => break err,
+        }
+        assert!(written <= 3, "maxKeys not enforced");
+    };
+    assert_eq!(written, 3);
+    let message = refused.to_string();
+    assert!(
+        matches!(refused, ConfigError::Backend(_))
+            && message.contains("memory config store `config_store/settings`")
+            && message.contains("`maxKeys` is 3"),
+        "{message}"
+    );
+    for _ in 0..3 {
+        next(&mut sub).await;
+    }
+    let big = "x".repeat(1000);
+    let refused = store.set(vec![item("k0", &big)]).await;
+    assert!(
+        matches!(&refused, Err(ConfigError::Backend(m)) if m.contains("`maxTotalSize` of 1000")),
+        "{refused:?}"
+    );
+    let held = store.get(&ConfigQuery::default()).await.unwrap();
+    assert_eq!(held.len(), 3);
+    assert!(held.iter().all(|i| i.value == "v"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), sub.changes.recv())
+            .await
+            .is_err(),
+        "a refused set was published"
+    );
 }
