@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::watched_refs::store_call_bound;
+use super::store_calls::store_call_bound;
 use super::TriggerContext;
 use crate::component::{ComponentKey, Kind};
 use crate::config::{parse_overlay, ConfigPatch, LayerChange, OverlaySpec};

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::overlay::watch_overlay;
+use super::store_calls::store_call_bound;
 use super::TriggerContext;
 use crate::component::{ComponentKey, Kind};
 use crate::config::{ConfigurationRef, InjectedRef, SecretRef};
@@ -195,16 +196,6 @@ fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
     asked.max(MIN_SECRET_POLL)
 }
 
-/// The shortest time a watch waits for one call into a store (subscribe,
-/// read) before abandoning it and trying again: a store that hangs once
-/// does not stop the watch.
-pub(crate) const MIN_STORE_CALL: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// How long a watch waits for one store call: a poll period (when polled),
-/// at least [`MIN_STORE_CALL`].
-pub(super) fn store_call_bound(period: Option<std::time::Duration>) -> std::time::Duration {
-    period.unwrap_or_default().max(MIN_STORE_CALL)
-}
 
 /// What a watch saw last and asked to apply, so that one new value asks
 /// once (until the component's value moves on, or the store's value comes
