@@ -196,7 +196,6 @@ fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
     asked.max(MIN_SECRET_POLL)
 }
 
-
 /// What a watch saw last and asked to apply, so that one new value asks
 /// once (until the component's value moves on, or the store's value comes
 /// back to the component's: a later change away from it asks again).
