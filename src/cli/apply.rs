@@ -112,7 +112,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             based_on_generation: args.based_on_generation,
         };
         client
-            .release_component(with_token(Request::new(request))?)
+            .release_component(bounded(with_token(Request::new(request))?))
             .await
     } else {
         let request = DynamicConfiguration {
@@ -126,7 +126,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             based_on_generation: args.based_on_generation,
         };
         client
-            .apply_configuration(with_token(Request::new(request))?)
+            .apply_configuration(bounded(with_token(Request::new(request))?))
             .await
     };
     answer.map(tonic::Response::into_inner).map_err(|status| {
@@ -137,6 +137,14 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             .unwrap_or_default();
         format!("{:?}: {}{cause}", status.code(), status.message())
     })
+}
+
+/// `request` with its deadline sent as `grpc-timeout`, so that the sidecar
+/// answers ("queued", when the reload is not done) before this side stops
+/// waiting.
+fn bounded<T>(mut request: Request<T>) -> Request<T> {
+    request.set_timeout(super::remote::APPLY_TIMEOUT);
+    request
 }
 
 /// A channel to the sidecar at `addr`.

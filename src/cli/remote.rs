@@ -15,11 +15,13 @@ pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 pub const PING_EVERY: Duration = Duration::from_secs(2);
 
 /// How soon a ping must be answered: a sidecar that does not (stopped, or
-/// not a sidecar at all) is given up on.
-pub const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(5);
+/// not a sidecar at all) is given up on. Generous: a sidecar whose workers
+/// a component's init keeps busy answers late.
+pub const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(10);
 
-/// The longest wait for an `apply` answer: far above any push timeout
-/// (the sidecar answers "queued" by then).
+/// The longest wait for an `apply` answer, sent as the call's
+/// `grpc-timeout`: the sidecar answers by then ("queued", when its reload
+/// is not done).
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// `error` and each of its sources, `outer: inner: …`: the cause

@@ -336,10 +336,10 @@ async fn keys_past_the_sidecars_bounds_are_invalid_argument() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
     let many: Vec<String> = (0..10_001).map(|i| format!("k{i}")).collect();
-    let large: Vec<String> = (0..3)
+    let large: Vec<String> = (0..20)
         .map(|i| format!("{i}{}", "x".repeat(30_000)))
         .collect();
-    for (keys, limit) in [(many, "10000"), (large, "65536 bytes")] {
+    for (keys, limit) in [(many, "10000"), (large, "524288 bytes")] {
         let subscribe = SubscribeConfigurationRequest {
             keys: keys.clone(),
             ..subscribe_request(&[])
@@ -363,8 +363,8 @@ async fn keys_past_the_sidecars_bounds_are_invalid_argument() {
         assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
         assert!(err.message().contains(limit), "{}", err.message());
     }
-    // 1,000 short keys (about 40 KB as counted) are within the bounds.
-    let within: Vec<String> = (0..1_000).map(|i| format!("k{i}")).collect();
+    // 10,000 keys of 30 bytes (460 KB as counted) are within the bounds.
+    let within: Vec<String> = (0..10_000).map(|i| format!("{i:030}")).collect();
     let subscribe = SubscribeConfigurationRequest {
         keys: within,
         ..subscribe_request(&[])

@@ -146,8 +146,8 @@ async fn no_configuration_store_at_all_is_not_configured() {
     sidecar.stop().await;
 }
 
-/// Keys past the sidecar's bounds (10,000 keys; 64 KiB of keys, 32 bytes
-/// more each) are a 400 `ERR_MALFORMED_REQUEST` naming the store and the
+/// Keys past the sidecar's bounds (10,000 keys; the byte bound, 512 KiB,
+/// is past what a URI holds) are a 400 `ERR_MALFORMED_REQUEST` naming the store and the
 /// limit. Failed before the fix: every key was taken.
 #[tokio::test]
 async fn keys_past_the_sidecars_bounds_are_malformed_requests() {
@@ -155,9 +155,8 @@ async fn keys_past_the_sidecars_bounds_are_malformed_requests() {
     let client = Client::new();
     // (A URI holds at most 64 KiB: the same short key, many times.)
     let many = "&key=a".repeat(10_001);
-    // 2,500 keys of 5 bytes: 92,500 bytes as counted.
-    let large: String = (0..2_500).map(|i| format!("&key=k{i:04}")).collect();
-    for (keys, limit) in [(many.as_str(), "10000"), (large.as_str(), "65536 bytes")] {
+    {
+        let (keys, limit) = (many.as_str(), "10000");
         let url = format!(
             "{}/v1.0/configuration/settings?{}",
             sidecar.http_url(),

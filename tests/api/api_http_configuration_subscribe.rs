@@ -238,7 +238,7 @@ async fn without_an_app_channel_or_store_dapr_errors() {
 }
 
 /// A subscription keeps its keys for as long as it is open: keys past the
-/// sidecar's bounds (10,000 keys; 64 KiB of keys, 32 bytes more each) are
+/// sidecar's bounds (10,000 keys; the byte bound, 512 KiB, is past what a URI holds) are
 /// a 400 `ERR_MALFORMED_REQUEST` naming the store and the limit, on both
 /// paths. Failed before the fix: the subscription opened with every key.
 #[tokio::test]
@@ -247,10 +247,9 @@ async fn keys_past_the_sidecars_bounds_are_malformed_requests() {
     let client = Client::new();
     // (A URI holds at most 64 KiB: the same short key, many times.)
     let many = "&key=a".repeat(10_001);
-    // 2,500 keys of 5 bytes: 92,500 bytes as counted.
-    let large: String = (0..2_500).map(|i| format!("&key=k{i:04}")).collect();
     for prefix in ["v1.0", "v1.0-alpha1"] {
-        for (keys, limit) in [(many.as_str(), "10000"), (large.as_str(), "65536 bytes")] {
+        {
+            let (keys, limit) = (many.as_str(), "10000");
             let url = format!(
                 "{}/{prefix}/configuration/config/subscribe?{}",
                 sidecar.http_url(),

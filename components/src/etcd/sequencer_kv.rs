@@ -158,8 +158,10 @@ impl EtcdCounters {
                         Ok(guard) => lifting = Some(guard),
                         Err(_) => {
                             // Another request lifts it: the counter is
-                            // read again (bumped) once it is done.
-                            lifting = Some(stripe.lock().await);
+                            // read again (bumped) once it is done, without
+                            // holding the lock (waiters do not then take
+                            // their ids one at a time).
+                            drop(stripe.lock().await);
                             counter = self.bumped(keys).await?;
                             continue;
                         }

@@ -53,7 +53,8 @@ const MAX_SHOWN_BASE64_RUN: usize = 40;
 /// may be key material given without its `-----BEGIN` line — it holds a
 /// line break or a control character, is longer than 1 KiB, or is base64
 /// on one line (only base64 characters, with a run of more than 40 between
-/// slashes: an EC key's DER is about 164) — then `<value>` stands for it.
+/// slashes, or 40 or more starting `M`: DER) — then `<value>` stands for
+/// it.
 pub fn shown_path(path: &Path) -> String {
     let text = path.to_string_lossy();
     if text.len() > MAX_SHOWN_PATH || text.chars().any(char::is_control) || is_base64_line(&text) {
@@ -68,8 +69,16 @@ pub fn shown_path(path: &Path) -> String {
 /// than any file name part of that alphabet is likely to be.
 fn is_base64_line(text: &str) -> bool {
     let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
-    text.chars().all(base64) && text.split('/').any(|run| run.len() > MAX_SHOWN_BASE64_RUN)
+    text.chars().all(base64)
+        && (text.split('/').any(|run| run.len() > MAX_SHOWN_BASE64_RUN)
+            || (text.starts_with('M') && text.len() >= MIN_HIDDEN_DER))
 }
+
+/// Shortest DER in base64 hidden whatever its runs between slashes (a DER
+/// structure opens with a SEQUENCE, `0x30`, which is `M` in base64; an
+/// Ed25519 key is 64 characters, and `/` being a base64 character, its
+/// runs between slashes may all be short).
+const MIN_HIDDEN_DER: usize = 40;
 
 /// Why a PEM text did not parse, in fixed words: the library's own
 /// message can quote the offending line, which may be key material.
@@ -325,6 +334,9 @@ mod tests {
         for source in [
             PemSource::File(long.clone().into()),
             PemSource::File("MIGHAgEAMBMGByqG\nSM49AgEGCCqG".into()),
+            // An Ed25519 key's DER in base64 whose runs between slashes
+            // are all short.
+            PemSource::File("MC4CAQAwBQYDK2VwBCIEIJx/1d9kq0f+Tq3a8mW/7h2rS9yP/Lb5vZ+eQxNc0aHk".into()),
             // An EC key's DER in base64 on one line (a secretRef's value).
             PemSource::File(
                 "MHcCAQEEIIrYSSNQFaA2Hwf1duRSxKtLYX5CB04fSeQ6tF1aY/zuoAoGCCqGSM49AwEHoUQDQgAE\
@@ -337,6 +349,7 @@ mod tests {
                 assert!(!text.contains("AAAAAAAA"), "{text}");
                 assert!(!text.contains("MIGHAgEA"), "{text}");
                 assert!(!text.contains("MHcCAQEE"), "{text}");
+                assert!(!text.contains("MC4CAQAw"), "{text}");
                 assert!(text.contains("<value>"), "{text}");
             }
         }

@@ -14,7 +14,7 @@ use rewire_runtime::{
 
 use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
-use super::request_limits::{MAX_BULK_ITEMS, MAX_REQUEST_METADATA_BYTES};
+use super::request_limits::MAX_BULK_ITEMS;
 use super::retry_rule;
 
 /// Most keys one configuration request may name: as many as a bulk
@@ -22,14 +22,15 @@ use super::retry_rule;
 const MAX_CONFIG_KEYS: usize = MAX_BULK_ITEMS;
 
 /// Most bytes the keys of one configuration request may take together,
-/// counted as each key's length plus [`KEY_OVERHEAD`]: four times what its
-/// metadata may take. A subscription keeps its keys for as long as it is
-/// open, and thousands may be open.
-const MAX_CONFIG_KEY_BYTES: usize = 4 * MAX_REQUEST_METADATA_BYTES;
+/// counted as each key's length plus [`KEY_OVERHEAD`]: 512 KiB, so that
+/// [`MAX_CONFIG_KEYS`] keys of up to 36 bytes fit. A subscription keeps
+/// its keys for as long as it is open, and thousands may be open. (An HTTP
+/// request's URI, at most 64 KiB, never reaches it.)
+const MAX_CONFIG_KEY_BYTES: usize = 512 * 1024;
 
-/// What one key costs beyond its text (a string and a list slot), so that
-/// many empty keys count too.
-const KEY_OVERHEAD: usize = 32;
+/// What one key costs beyond its text (a list slot), so that many empty
+/// keys count too.
+const KEY_OVERHEAD: usize = 16;
 
 /// Why a configuration operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]

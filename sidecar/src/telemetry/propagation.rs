@@ -125,7 +125,8 @@ impl Extractor for Given<'_> {
 
 /// The trace headers a published event carries, from the publisher's
 /// `traceparent` and `tracestate`: the caller's when its `traceparent` is
-/// valid W3C (its `tracestate` only within 512 bytes and 32 members),
+/// valid W3C (its `tracestate` cut to whole members within 512 bytes and
+/// 32 members),
 /// else the call's own span's (when traced) and no `tracestate`. Text that
 /// is not a trace context is not copied into every event of a bulk publish
 /// and on to every subscriber.
@@ -140,11 +141,32 @@ pub fn event_trace(
     let Some(traceparent) = valid else {
         return (current_traceparent(), None);
     };
-    let tracestate = tracestate.filter(|state| {
-        state.len() <= MAX_EVENT_TRACESTATE_BYTES
-            && state.split(',').count() <= MAX_TRACESTATE_MEMBERS
-    });
-    (Some(traceparent.to_string()), tracestate.map(String::from))
+    (
+        Some(traceparent.to_string()),
+        tracestate.and_then(bounded_tracestate),
+    )
+}
+
+/// `state` cut as W3C asks: whole members kept from the left (the most
+/// recent vendors first) while they fit 512 bytes and 32 members; empty
+/// members (`a=1,,b=2`) dropped. `None` when nothing is left.
+fn bounded_tracestate(state: &str) -> Option<String> {
+    let mut kept = String::new();
+    let mut members = 0;
+    for member in state.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        let separator = usize::from(!kept.is_empty());
+        if members == MAX_TRACESTATE_MEMBERS
+            || kept.len() + separator + member.len() > MAX_EVENT_TRACESTATE_BYTES
+        {
+            break;
+        }
+        if separator == 1 {
+            kept.push(',');
+        }
+        kept.push_str(member);
+        members += 1;
+    }
+    (!kept.is_empty()).then_some(kept)
 }
 
 /// The W3C `traceparent` of the current span, when calls are traced and the
@@ -191,17 +213,27 @@ mod tests {
                 "{bad}"
             );
         }
-        // A tracestate past W3C's bounds is left out, the parent kept.
+        // A tracestate past W3C's bounds is cut to whole members from the
+        // left; a single member too long for them is left out.
         let long = format!("vendor={}", "a".repeat(600));
-        let many = (0..33)
-            .map(|n| format!("v{n}=x"))
-            .collect::<Vec<_>>()
-            .join(",");
-        for state in [long, many] {
-            assert_eq!(
-                event_trace(Some(VALID), Some(&state)),
-                (Some(VALID.to_string()), None)
-            );
-        }
+        assert_eq!(
+            event_trace(Some(VALID), Some(&long)),
+            (Some(VALID.to_string()), None)
+        );
+        let members = |n| {
+            (0..n)
+                .map(|n| format!("v{n}=x"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        assert_eq!(
+            event_trace(Some(VALID), Some(&members(40))).1,
+            Some(members(32))
+        );
+        let big = format!("a=1,b={},c=3", "x".repeat(510));
+        assert_eq!(
+            event_trace(Some(VALID), Some(&big)).1,
+            Some("a=1".to_string())
+        );
     }
 }

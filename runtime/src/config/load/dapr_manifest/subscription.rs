@@ -78,7 +78,11 @@ pub(super) fn map_subscription(
     if let Some(bulk) = object.remove("bulkSubscribe") {
         let enabled = match bulk.get("enabled") {
             Some(Value::Bool(on)) => *on,
-            Some(Value::String(text)) => text.trim().eq_ignore_ascii_case("true"),
+            // YAML 1.1 spellings, as Kubernetes reads manifests.
+            Some(Value::String(text)) => ["true", "yes", "on", "y", "1"]
+                .iter()
+                .any(|word| text.trim().eq_ignore_ascii_case(word)),
+            Some(Value::Number(number)) => number.as_i64() == Some(1),
             _ => false,
         };
         if enabled {

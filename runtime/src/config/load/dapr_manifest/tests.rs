@@ -344,12 +344,20 @@ fn subscriptions_are_read_in_both_api_versions() {
     let (_, orders) = &manifests.subscriptions["orders"];
     assert_eq!(orders.routes.default.as_deref(), Some("/orders"));
 
-    // Bulk delivery enabled: left out with a note, not delivered singly.
+    // Bulk delivery enabled (YAML 1.1 spellings too, as Kubernetes reads
+    // manifests): left out with a note, not delivered singly.
+    for enabled in ["true", "yes", "On", "\"true\""] {
+        let bulk = v2.replace("enabled: false", &format!("enabled: {enabled}"));
+        let (manifests, found) = parsed(&[("subs.yaml", &bulk), ("v1.yaml", v1)], "app1");
+        assert!(found.problems.is_empty(), "{}", found.problems);
+        assert!(
+            !manifests.subscriptions.contains_key("inventory"),
+            "{enabled}"
+        );
+        assert!(manifests.subscriptions.contains_key("orders"));
+    }
     let bulk = v2.replace("enabled: false", "enabled: true");
-    let (manifests, found) = parsed(&[("subs.yaml", &bulk), ("v1.yaml", v1)], "app1");
-    assert!(found.problems.is_empty(), "{}", found.problems);
-    assert!(!manifests.subscriptions.contains_key("inventory"));
-    assert!(manifests.subscriptions.contains_key("orders"));
+    let (_, found) = parsed(&[("subs.yaml", &bulk), ("v1.yaml", v1)], "app1");
     assert!(
         found
             .notes
