@@ -47,7 +47,7 @@ fn validate_reports_every_problem_on_its_own_line() {
         "config_store/b: reference cycle: config_store/b -> state/a -> config_store/b",
         "state/cache: unknown metadata field `defaultTtlInSecond` (did you mean `defaultTtlInSeconds`?)",
         "state/carts: configurationRef[0]: references `config_store/nowhere`, which is not declared",
-        "state/carts: configurationRef[0]: injects metadata field `k`, which this component does not have (set `injectAs`; known fields: defaultTtlInSeconds)",
+        "state/carts: configurationRef[0]: injects metadata field `k`, which this component does not have (set `injectAs`; known fields: defaultTtlInSeconds, maxKeys, maxTotalSize)",
         "state/orders: unknown type `memroy` for kind `state` (registered: memory, redis)",
         "state/wrong: componentRef[0]: references `config_store/files`, which is not declared; `secret_store/files` is, but it is not a config_store",
     ];
