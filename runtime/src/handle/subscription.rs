@@ -7,7 +7,12 @@
 //! the keys whose values differ from the last ones delivered — so the
 //! subscriber sees every change, whichever instance made it. Each call
 //! into a rebuilt store is bounded by [`STORE_CALL`]: one that does not
-//! answer is handled as one that failed.
+//! answer (a store electing a leader, a slow handshake) is tried again
+//! with a backoff ([`Retry`]) until it answers, the store is replaced or
+//! removed, or the subscriber leaves — a subscribe, or the read of the
+//! differences to deliver (nothing is dropped for being slow). One that
+//! fails is handled as before: a refused subscribe ends the subscription,
+//! a failed read leaves the values known.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -15,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::ConfigStoreHandle;
 use crate::kinds::{
@@ -28,16 +34,55 @@ const BUFFER: usize = 256;
 /// (subscribe, read): the bound the watches use for their store calls.
 const STORE_CALL: Duration = Duration::from_secs(5);
 
-/// `call`, failed with a backend error if it does not answer within
-/// [`STORE_CALL`] (it is then abandoned).
-async fn bounded<T>(call: impl Future<Output = Result<T, ConfigError>>) -> Result<T, ConfigError> {
-    tokio::time::timeout(STORE_CALL, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(ConfigError::Backend(format!(
-                "the config store did not answer within {STORE_CALL:?}"
-            )))
-        })
+/// `call`, or `None` if it does not answer within [`STORE_CALL`] (it is
+/// then abandoned).
+async fn bounded<T>(
+    call: impl Future<Output = Result<T, ConfigError>>,
+) -> Option<Result<T, ConfigError>> {
+    tokio::time::timeout(STORE_CALL, call).await.ok()
+}
+
+/// The wait before the first retry of a call that did not answer (doubled
+/// after each, up to [`MAX_RETRY_WAIT`]).
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(100);
+/// The longest wait between two tries of a call.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
+
+/// The next try of a call into a rebuilt store that did not answer.
+struct Retry {
+    step: Step,
+    /// When it is due.
+    at: Instant,
+    /// The wait after it, if it does not answer either.
+    wait: Duration,
+}
+
+/// What is to be tried again.
+enum Step {
+    /// Subscribing to this instance (the one serving).
+    Subscribe(Arc<dyn ConfigStore>),
+    /// Reading the instance subscribed to, to deliver its differences.
+    CatchUp,
+}
+
+impl Retry {
+    /// The first retry of `step`, which just did not answer.
+    fn first(step: Step) -> Self {
+        Self {
+            step,
+            at: Instant::now() + FIRST_RETRY_WAIT,
+            wait: (FIRST_RETRY_WAIT * 2).min(MAX_RETRY_WAIT),
+        }
+    }
+
+    /// The retry after this one, which did not answer either.
+    fn next(self, step: Step) -> Self {
+        Self {
+            step,
+            at: Instant::now() + self.wait,
+            wait: (self.wait * 2).min(MAX_RETRY_WAIT),
+        }
+    }
 }
 
 type ItemId = (Option<String>, Option<String>, String);
@@ -85,6 +130,7 @@ impl ConfigStoreHandle {
             inner: Some(inner),
             last,
             caught_up: BTreeMap::new(),
+            retry: None,
             sender,
         };
         tokio::spawn(forwarder.run(published));
@@ -112,6 +158,8 @@ struct Forwarder {
     /// instance's subscription may report the same write again (made
     /// between its subscribe and its read), which is not delivered twice.
     caught_up: Items,
+    /// A call into the store serving that did not answer, to try again.
+    retry: Option<Retry>,
     sender: mpsc::Sender<ConfigChange>,
 }
 
@@ -141,7 +189,8 @@ impl Forwarder {
                     None => {
                         self.inner = None;
                         let current = self.handle.load();
-                        if current.is_ok_and(|c| same_instance(&c, &self.store)) {
+                        let resubscribing = matches!(&self.retry, Some(Retry { step: Step::Subscribe(_), .. }));
+                        if !resubscribing && current.is_ok_and(|c| same_instance(&c, &self.store)) {
                             tracing::warn!("Configuration subscription ended by its store (the subscriber fell behind).");
                             return;
                         }
@@ -152,6 +201,11 @@ impl Forwarder {
                 },
                 changed = published.changed() => {
                     if changed.is_err() || !self.follow().await {
+                        return;
+                    }
+                }
+                () = sleep_until(self.retry.as_ref().map(|r| r.at)) => {
+                    if !self.try_again().await {
                         return;
                     }
                 }
@@ -173,32 +227,108 @@ impl Forwarder {
         repeats
     }
 
+    /// The instance being moved to: the one a subscribe is tried again
+    /// on, else the one subscribed to.
+    fn target(&self) -> &Arc<dyn ConfigStore> {
+        match &self.retry {
+            Some(Retry {
+                step: Step::Subscribe(store),
+                ..
+            }) => store,
+            _ => &self.store,
+        }
+    }
+
     /// After a publish: moves to the new instance if the store was
     /// replaced. Returns false when the subscription should end.
     async fn follow(&mut self) -> bool {
         let Ok(current) = self.handle.load() else {
             return false;
         };
-        if same_instance(&current, &self.store) {
+        if same_instance(&current, self.target()) {
             return true;
         }
+        // A retry pending was on a replaced instance: the new one is
+        // compared with what the subscriber knows, as if it was not there.
+        self.retry = None;
+        self.subscribe_to(current, None).await
+    }
+
+    /// The retry due: tried on the instance serving (a new one is started
+    /// on afresh). Returns false when the subscription should end.
+    async fn try_again(&mut self) -> bool {
+        let Some(retry) = self.retry.take() else {
+            return true;
+        };
+        match &retry.step {
+            Step::Subscribe(store) => {
+                let Ok(current) = self.handle.load() else {
+                    return false;
+                };
+                if same_instance(&current, store) {
+                    self.subscribe_to(current, Some(retry)).await
+                } else {
+                    self.subscribe_to(current, None).await
+                }
+            }
+            Step::CatchUp => self.read_rebuilt(Some(retry)).await,
+        }
+    }
+
+    /// Subscribes to `current` and delivers its differences; a subscribe
+    /// that does not answer is tried again after `retried` (the try that
+    /// did not answer before, if any). False when the subscription ends.
+    async fn subscribe_to(
+        &mut self,
+        current: Arc<dyn ConfigStore>,
+        retried: Option<Retry>,
+    ) -> bool {
         let inner = match bounded(current.subscribe(self.query.clone())).await {
-            Ok(inner) => inner,
-            Err(err) => {
+            Some(Ok(inner)) => inner,
+            Some(Err(err)) => {
                 tracing::warn!(error = %err, "Re-subscribing to a rebuilt config store failed; subscription ended.");
                 return false;
             }
+            None => {
+                // The old instance's subscription, if still open, is read
+                // meanwhile: what it reports is delivered.
+                self.retry = Some(match retried {
+                    None => {
+                        tracing::warn!(timeout = ?STORE_CALL, "Re-subscribing to a rebuilt config store did not answer in time; tried again until it does.");
+                        Retry::first(Step::Subscribe(current))
+                    }
+                    Some(retry) => retry.next(Step::Subscribe(current)),
+                });
+                return true;
+            }
         };
-        self.store = Arc::clone(&current);
+        if retried.is_some() {
+            tracing::info!("Re-subscribed to a rebuilt config store that was slow to answer.");
+        }
+        self.store = current;
         self.inner = Some(inner);
         self.caught_up.clear();
-        let now = match bounded(snapshot(&current, &self.query)).await {
-            Ok(now) => now,
-            Err(err) => {
+        self.read_rebuilt(None).await
+    }
+
+    /// Reads the instance subscribed to and delivers its differences from
+    /// what the subscriber knows; a read that does not answer is tried
+    /// again after `retried` (until then, the values known stay as they
+    /// are and changes are delivered as they come). False when the
+    /// subscription ends.
+    async fn read_rebuilt(&mut self, retried: Option<Retry>) -> bool {
+        let store = Arc::clone(&self.store);
+        let now = match bounded(snapshot(&store, &self.query)).await {
+            Some(Ok(now)) => now,
+            Some(Err(err)) => {
                 // Not "every key deleted": the values last delivered stay
                 // what the subscriber knows; changes made on the new
                 // instance are delivered as they come.
                 tracing::warn!(error = %err, "Reading a rebuilt config store failed; its differences from the old one are not delivered.");
+                return true;
+            }
+            None => {
+                self.read_again(retried);
                 return true;
             }
         };
@@ -208,14 +338,37 @@ impl Forwarder {
             self.last = Some(now);
             return true;
         };
-        let (items, record) = catch_up(&current, &self.query, &last, now).await;
+        let (items, record, unanswered) = catch_up(&store, &self.query, &last, now).await;
         self.last = Some(record);
-        self.caught_up = items
-            .iter()
-            .filter(|item| !item.version.is_empty())
-            .map(|item| (id_of(item), item.clone()))
-            .collect();
+        // Cleared at the subscribe: a catch-up tried again adds to it.
+        self.caught_up.extend(
+            items
+                .iter()
+                .filter(|item| !item.version.is_empty())
+                .map(|item| (id_of(item), item.clone())),
+        );
+        if unanswered {
+            // What was read is delivered; the items not read stay known,
+            // so the next try reads them again.
+            self.read_again(retried);
+        } else if retried.is_some() {
+            tracing::info!(
+                "A rebuilt config store slow to answer was read; its differences are delivered."
+            );
+        }
         items.is_empty() || self.deliver(ConfigChange { items })
+    }
+
+    /// Schedules another read of the instance subscribed to, after
+    /// `retried` (logged at the first).
+    fn read_again(&mut self, retried: Option<Retry>) {
+        self.retry = Some(match retried {
+            None => {
+                tracing::warn!(timeout = ?STORE_CALL, "Reading a rebuilt config store did not answer in time; its differences from the old one are delivered once it does (tried again).");
+                Retry::first(Step::CatchUp)
+            }
+            Some(retry) => retry.next(Step::CatchUp),
+        });
     }
 
     /// Hands `change` to the subscriber without waiting: a subscriber that
@@ -246,13 +399,15 @@ impl Forwarder {
 /// are named, while a subscription reports every group's and label's
 /// changes of them): an item known but missing from `now` is read again by
 /// its own group and label before it is reported deleted, and one that
-/// cannot be read is left as known.
+/// cannot be read is left as known. The last value tells whether a read
+/// did not answer (to be tried again).
 async fn catch_up(
     store: &Arc<dyn ConfigStore>,
     query: &ConfigQuery,
     last: &Items,
     now: Items,
-) -> (Vec<ConfigItem>, Items) {
+) -> (Vec<ConfigItem>, Items, bool) {
+    let mut unanswered = false;
     let mut items: Vec<ConfigItem> = now
         .iter()
         .filter(|(id, item)| last.get(*id).map(|known| &known.value) != Some(&item.value))
@@ -277,9 +432,14 @@ async fn catch_up(
             metadata: query.metadata.clone(),
         };
         let found = match bounded(store.get(&exact)).await {
-            Ok(found) => found,
-            Err(err) => {
-                tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
+            Some(Ok(found)) => found,
+            answer => {
+                match answer {
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
+                    }
+                    _ => unanswered = true,
+                }
                 for item in known {
                     record.insert(id_of(item), item.clone());
                 }
@@ -304,7 +464,7 @@ async fn catch_up(
             }
         }
     }
-    (items, record)
+    (items, record, unanswered)
 }
 
 /// The deletion of `item`: its identity with an empty value.
@@ -314,6 +474,13 @@ fn deletion_of(item: &ConfigItem) -> ConfigItem {
         group: item.group.clone(),
         label: item.label.clone(),
         ..ConfigItem::default()
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -335,11 +502,12 @@ mod tests {
     use crate::handle::{Generation, Instance, Live, LiveGeneration};
     use crate::kinds::SubscriptionHub;
 
-    /// A config store serving `items`; the calls it is told to hang never
-    /// answer.
+    /// A config store serving `items`; the calls it is told to hang answer
+    /// only at `answers_at` (never, if `None`).
     #[derive(Default)]
     struct TestStore {
         items: Vec<ConfigItem>,
+        answers_at: Option<Instant>,
         hang_subscribe: bool,
         hang_get: bool,
         hang_grouped_get: bool,
@@ -354,17 +522,26 @@ mod tests {
     impl ConfigStore for TestStore {
         async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
             if self.hang_get || (self.hang_grouped_get && query.group.is_some()) {
-                std::future::pending::<()>().await;
+                self.hang().await;
             }
             Ok(self.items.clone())
         }
 
         async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
             if self.hang_subscribe {
-                std::future::pending::<()>().await;
+                self.hang().await;
             }
             self.subscribed.fetch_add(1, Ordering::SeqCst);
             Ok(self.hub.subscribe(query))
+        }
+    }
+
+    impl TestStore {
+        async fn hang(&self) {
+            match self.answers_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
         }
     }
 
@@ -442,18 +619,95 @@ mod tests {
         a_write_on_the_rebuilt_store_is_delivered(first, rebuilt).await;
     }
 
+    /// The values of the next change delivered (virtual time, bounded).
+    async fn next_values(subscription: &mut ConfigSubscription) -> Vec<String> {
+        let change = tokio::time::timeout(Duration::from_secs(120), subscription.changes.recv())
+            .await
+            .expect("no change delivered")
+            .expect("the subscription ended");
+        change.items.into_iter().map(|i| i.value).collect()
+    }
+
+    /// `k` = "1" before the rebuild; the rebuilt store (`k` = "2") answers
+    /// the calls it hangs only 12 s after its publish, more than a call is
+    /// waited for: the difference is delivered all the same, with no write.
+    async fn a_slow_rebuilt_store_delivers_its_differences(
+        group: Option<&str>,
+        rebuilt: TestStore,
+    ) -> ConfigSubscription {
+        let (live, mut subscription) = subscribed(TestStore {
+            items: vec![item("1", group)],
+            ..TestStore::default()
+        })
+        .await;
+        let rebuilt = TestStore {
+            items: if group.is_some() {
+                // A plain read does not see the grouped item: read by group.
+                Vec::new()
+            } else {
+                vec![item("2", None)]
+            },
+            answers_at: Some(Instant::now() + Duration::from_secs(12)),
+            ..rebuilt
+        };
+        let rebuilt = Arc::new(rebuilt);
+        publish(&live, 2, &rebuilt);
+        assert_eq!(
+            next_values(&mut subscription).await,
+            [if group.is_some() { "" } else { "2" }]
+        );
+        subscription
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_rebuilt_store_whose_subscribe_hangs_ends_the_subscription() {
-        let (live, mut subscription) = subscribed(TestStore::default()).await;
+    async fn a_rebuilt_store_slow_to_answer_its_first_read_delivers_the_differences() {
+        let rebuilt = TestStore {
+            hang_get: true,
+            ..TestStore::default()
+        };
+        a_slow_rebuilt_store_delivers_its_differences(None, rebuilt).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_store_slow_to_answer_a_grouped_read_delivers_the_differences() {
+        // `k` in `g` is gone from the rebuilt store: reported deleted once
+        // the grouped read answers (not left as known).
+        let rebuilt = TestStore {
+            hang_grouped_get: true,
+            ..TestStore::default()
+        };
+        a_slow_rebuilt_store_delivers_its_differences(Some("g"), rebuilt).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_store_slow_to_answer_its_subscribe_is_subscribed_again() {
         let rebuilt = TestStore {
             hang_subscribe: true,
             ..TestStore::default()
         };
-        publish(&live, 2, &Arc::new(rebuilt));
-        let end = tokio::time::timeout(Duration::from_secs(60), subscription.changes.recv()).await;
-        assert!(
-            matches!(end, Ok(None)),
-            "the forwarder is stuck subscribing: {end:?}"
-        );
+        let _subscription = a_slow_rebuilt_store_delivers_its_differences(None, rebuilt).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_store_whose_subscribe_hangs_keeps_the_subscription_for_the_next() {
+        let (live, mut subscription) = subscribed(TestStore {
+            items: vec![item("1", None)],
+            ..TestStore::default()
+        })
+        .await;
+        let hung = TestStore {
+            hang_subscribe: true,
+            ..TestStore::default()
+        };
+        publish(&live, 2, &Arc::new(hung));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let next = Arc::new(TestStore {
+            items: vec![item("3", None)],
+            ..TestStore::default()
+        });
+        publish(&live, 3, &next);
+        assert_eq!(next_values(&mut subscription).await, ["3"]);
+        next.hub.publish(&[item("4", None)]);
+        assert_eq!(next_values(&mut subscription).await, ["4"]);
     }
 }
