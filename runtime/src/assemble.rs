@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::component::ComponentKey;
 use crate::component::{Handover, InitContext, Readiness};
-use crate::config::{ComponentSpec, InjectedRef};
+use crate::config::{ComponentSpec, ConfigurationRef, InjectedRef};
 use crate::guarded::{guarded, Answer};
 use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
-use crate::kinds::ConfigQuery;
+use crate::kinds::{ConfigItem, ConfigQuery};
 use crate::metadata::{Metadata, MetadataError};
 use crate::redact::{is_secret_field, Redactor};
 use crate::registry::Buildable;
@@ -185,6 +185,18 @@ pub(crate) async fn resolve_metadata(
     Ok(metadata)
 }
 
+/// Whether `item` is the value `r` reads: its key, in its own group and
+/// label (none or empty is the store's default, as the stores take it).
+/// Resolving the ref and watching it (`trigger::watched_refs`) both take
+/// the value by this rule, so the watch follows the value the component
+/// runs with.
+pub(crate) fn is_the_ref(r: &ConfigurationRef, item: &ConfigItem) -> bool {
+    let given = |text: Option<&String>| text.filter(|t| !t.is_empty()).cloned();
+    item.key == r.key
+        && given(item.group.as_ref()) == given(r.group.as_ref())
+        && given(item.label.as_ref()) == given(r.label.as_ref())
+}
+
 /// Reads the value of one ref from its staged store; an error says which
 /// ref and why.
 async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<String, String> {
@@ -215,7 +227,9 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
             let items = with_staged(cx.staged.clone(), store.get(&query))
                 .await
                 .map_err(|err| format!("{at} ({}/{}): {err}", r.store, r.key))?;
-            let item = items.into_iter().find(|item| item.key == r.key);
+            // The ref's own group and label, as the watch compares: a
+            // store may answer with the key of other groups or labels too.
+            let item = items.into_iter().find(|item| is_the_ref(r, item));
             item.map(|item| item.value).ok_or_else(|| {
                 format!(
                     "{at}: key `{}` not found in config store `{}`",
@@ -496,5 +510,73 @@ mod tests {
         assert_eq!(resolved.get("redisPassword"), Some(&json!("hunter2")));
         let failure = cx.fail(&spec.key, FailedStep::Init, "AUTH hunter2 refused (app||)");
         assert_eq!(failure.message, "AUTH [redacted] refused (app||)");
+    }
+
+    /// A config store that answers a read of a key with every group's item
+    /// of it, another group's first.
+    struct AllGroups;
+
+    #[async_trait::async_trait]
+    impl crate::component::Component for AllGroups {}
+
+    #[async_trait::async_trait]
+    impl crate::kinds::ConfigStore for AllGroups {
+        async fn get(&self, _: &ConfigQuery) -> Result<Vec<ConfigItem>, crate::kinds::ConfigError> {
+            let item = |value: &str, group: Option<&str>| ConfigItem {
+                key: "k".into(),
+                value: value.into(),
+                group: group.map(Into::into),
+                ..ConfigItem::default()
+            };
+            Ok(vec![item("canary", Some("canary")), item("default", None)])
+        }
+
+        async fn subscribe(
+            &self,
+            _: ConfigQuery,
+        ) -> Result<crate::kinds::ConfigSubscription, crate::kinds::ConfigError> {
+            Err(crate::kinds::ConfigError::Backend("not watched".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_configuration_ref_takes_its_own_groups_value_as_its_watch_does() {
+        let store: Arc<dyn crate::kinds::ConfigStore> = Arc::new(AllGroups);
+        let instances = std::collections::BTreeMap::from([(
+            ComponentKey::new(crate::component::Kind::ConfigStore, "cfg"),
+            Instance::ConfigStore(store),
+        )]);
+        let cx = AssemblyContext {
+            app_id: "app".into(),
+            live: crate::handle::Live::new(),
+            staged: Arc::new(Generation::new(1, instances)),
+            timeouts: StartTimeouts::default(),
+            redactor: Redactor::default(),
+            config_dir: None,
+            handover: Handover::new(),
+        };
+        let reference = |group: Option<&str>| ConfigurationRef {
+            store: "cfg".into(),
+            key: "k".into(),
+            group: group.map(Into::into),
+            label: None,
+            inject_as: "v".into(),
+            watch: true,
+        };
+        for (group, expected) in [(None, "default"), (Some("canary"), "canary")] {
+            let spec = Arc::new(ComponentSpec {
+                key: ComponentKey::new("state", "s"),
+                type_name: "memory".into(),
+                metadata: serde_json::Map::new(),
+                component_refs: Vec::new(),
+                secret_refs: Vec::new(),
+                configuration_refs: vec![reference(group)],
+                scopes: None,
+            });
+            let resolved = resolve_metadata(&spec, &cx)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(resolved.get("v"), Some(&json!(expected)), "group {group:?}");
+        }
     }
 }

@@ -18,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 use super::overlay::watch_overlay;
 use super::store_calls::store_call_bound;
 use super::TriggerContext;
+use crate::assemble::is_the_ref;
 use crate::component::{ComponentKey, Kind};
 use crate::config::{ConfigurationRef, InjectedRef, SecretRef};
 use crate::handle::{ConfigStoreHandle, SecretStoreHandle};
-use crate::kinds::{ConfigItem, ConfigQuery};
+use crate::kinds::ConfigQuery;
 use crate::reload::{ReloadRequest, Trigger};
 use crate::running::{WatchPlan, WatchedRef};
 
@@ -294,15 +295,6 @@ async fn watch_configuration(
             }
         }
     }
-}
-
-/// Whether `item` is the value `r` reads: its key, in its own group and
-/// label (none or empty is the store's default, as the stores take it).
-fn is_the_ref(r: &ConfigurationRef, item: &ConfigItem) -> bool {
-    let given = |text: Option<&String>| text.filter(|t| !t.is_empty()).cloned();
-    item.key == r.key
-        && given(item.group.as_ref()) == given(r.group.as_ref())
-        && given(item.label.as_ref()) == given(r.label.as_ref())
 }
 
 /// The store's current value of `r`; `None` when absent, unreadable or not
