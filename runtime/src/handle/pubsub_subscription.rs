@@ -13,10 +13,14 @@
 //!    holds (read but unsettled, and what was published to it, including
 //!    publishes still under way) and ends. Sources are read oldest first:
 //!    a draining one runs dry, the new one may never;
-//! 3. a new instance that refuses the subscribe, or does not answer it
-//!    within [`SUBSCRIBE_BOUND`], is tried again with a
+//! 3. a new instance that refuses the subscribe is tried again with a
 //!    backoff ([`Resubscribe`]) while the old one drains; after
-//!    [`RESUBSCRIBE_DEADLINE`] the subscription ends once nothing drains;
+//!    [`RESUBSCRIBE_DEADLINE`] of refusals the subscription ends once
+//!    nothing drains. One that does not answer is slow, not refusing: it
+//!    is tried again with a bound growing from [`SUBSCRIBE_BOUND`] to
+//!    [`SLOW_SUBSCRIBE_BOUND`], and a timeout does not count toward the
+//!    deadline (it starts again), nor does the time spent waiting on it
+//!    count against the drains;
 //! 4. a draining source that delivers nothing for [`DRAIN_GRACE`] while
 //!    the subscriber keeps up (time the subscriber is behind does not
 //!    count), or still draining [`DRAIN_LIMIT`] after its replacement, is
@@ -50,23 +54,28 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long a stopped broker may take to close its side.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
-/// How long the forwarder waits for a new broker to answer a subscribe
-/// (the bound of every store call the runtime makes in the background).
+/// How long the forwarder first waits for a new broker to answer a
+/// subscribe (the bound of every store call the runtime makes in the
+/// background); the only bound at warm-up, where the publish waits.
 pub const SUBSCRIBE_BOUND: Duration = Duration::from_secs(5);
+/// The longest bound of one subscribe at the publish: after each one that
+/// does not answer, the next is waited for twice as long, up to this. A
+/// broker's subscribe is bounded by its own timeouts (a redis one by its
+/// dialTimeout plus read/write timeouts), which may exceed
+/// [`SUBSCRIBE_BOUND`]; the runtime cannot see them, so it grows its bound
+/// instead of abandoning every attempt at the same point.
+pub const SLOW_SUBSCRIBE_BOUND: Duration = Duration::from_secs(40);
 
-/// `broker`'s subscribe to `req`, failed if it does not answer within
-/// [`SUBSCRIBE_BOUND`] (it is then abandoned).
+/// `broker`'s subscribe to `req`; `None` if it does not answer within
+/// `bound` (it is then abandoned).
 async fn subscribe_bounded(
     broker: &Arc<dyn PubSub>,
     req: &SubscribeRequest,
-) -> Result<PubSubSubscription, PubSubError> {
-    tokio::time::timeout(SUBSCRIBE_BOUND, broker.subscribe(req.clone()))
+    bound: Duration,
+) -> Option<Result<PubSubSubscription, PubSubError>> {
+    tokio::time::timeout(bound, broker.subscribe(req.clone()))
         .await
-        .unwrap_or_else(|_| {
-            Err(PubSubError::Backend(format!(
-                "the broker did not answer within {SUBSCRIBE_BOUND:?}"
-            )))
-        })
+        .ok()
 }
 
 fn same_broker(a: &Arc<dyn PubSub>, b: &Arc<dyn PubSub>) -> bool {
@@ -113,6 +122,7 @@ impl PubSubHandle {
             req,
             current: Some(Source::new(broker, subscription)),
             resubscribe: None,
+            subscribe_bound: SUBSCRIBE_BOUND,
             warmed: None,
             draining: Vec::new(),
             feed,
@@ -168,6 +178,8 @@ struct Forwarder {
     current: Option<Source>,
     /// The next try at subscribing to the broker serving, if any.
     resubscribe: Option<Resubscribe>,
+    /// How long the next subscribe at a publish is waited for.
+    subscribe_bound: Duration,
     warmed: Option<Source>,
     /// Oldest first.
     draining: Vec<Source>,
@@ -316,7 +328,12 @@ impl Forwarder {
         if known {
             return;
         }
-        match subscribe_bounded(next, &self.req).await {
+        let answer = subscribe_bounded(next, &self.req, SUBSCRIBE_BOUND).await;
+        match answer.unwrap_or_else(|| {
+            Err(PubSubError::Backend(format!(
+                "the broker did not answer within {SUBSCRIBE_BOUND:?}"
+            )))
+        }) {
             Ok(subscription) => self.warmed = Some(Source::new(next.clone(), subscription)),
             Err(err) => {
                 tracing::warn!(topic = %self.req.topic, error = %err, "Subscribing to a rebuilt broker before its publish failed; retried at the publish.");
@@ -369,12 +386,19 @@ impl Forwarder {
             Some(stale) => self.retire(stale),
             None => {}
         }
-        match subscribe_bounded(&now, &self.req).await {
-            Ok(subscription) => {
+        let bound = self.subscribe_bound;
+        let started = Instant::now();
+        let answer = subscribe_bounded(&now, &self.req, bound).await;
+        // No source was read meanwhile: that time does not count against
+        // the drains.
+        self.subscriber_caught_up(started.elapsed());
+        match answer {
+            Some(Ok(subscription)) => {
+                self.subscribe_bound = SUBSCRIBE_BOUND;
                 self.current = Some(Source::new(now, subscription));
                 tracing::info!(topic = %self.req.topic, refused = attempt.refused, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
             }
-            Err(err) => match attempt.after_refusal() {
+            Some(Err(err)) => match attempt.after_refusal() {
                 Some(next) => {
                     tracing::warn!(topic = %self.req.topic, error = %err, refused = next.refused, "Subscribing to a rebuilt broker failed; tried again.");
                     self.resubscribe = Some(next);
@@ -383,6 +407,20 @@ impl Forwarder {
                     tracing::error!(topic = %self.req.topic, error = %err, deadline = ?RESUBSCRIBE_DEADLINE, "Subscribing to a rebuilt broker kept failing; the subscription ends once the old broker has drained.");
                 }
             },
+            None => {
+                // Slow, not refusing: the deadline starts again, and the
+                // next attempt is waited for longer.
+                if bound == SUBSCRIBE_BOUND {
+                    tracing::warn!(topic = %self.req.topic, timeout = ?bound, "Subscribing to a rebuilt broker did not answer in time; tried again, waiting longer, until it answers.");
+                } else {
+                    tracing::debug!(topic = %self.req.topic, timeout = ?bound, "Subscribing to a rebuilt broker did not answer in time; tried again.");
+                }
+                self.subscribe_bound = (bound * 2).min(SLOW_SUBSCRIBE_BOUND);
+                self.resubscribe = Resubscribe::now().after_refusal().map(|mut next| {
+                    next.refused = attempt.refused;
+                    next
+                });
+            }
         }
     }
 
@@ -475,102 +513,3 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 #[cfg(test)]
 mod tests;
-
-/// A rebuilt broker whose subscribe does not answer: the forwarder is not
-/// held by it.
-#[cfg(test)]
-mod hanging_subscribe_tests {
-    use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Mutex;
-
-    use async_trait::async_trait;
-
-    use super::super::{Generation, Live, LiveGeneration};
-    use super::*;
-    use crate::component::{Component, ComponentKey};
-    use crate::kinds::{DeliveryOutcome, Message, PublishRequest, SubscriptionFeed};
-
-    /// A broker whose first subscribe never answers (when told so); it
-    /// keeps the feeds of the others, to deliver on.
-    #[derive(Default)]
-    struct Broker {
-        hang_first: AtomicBool,
-        feeds: Mutex<Vec<SubscriptionFeed>>,
-    }
-
-    #[async_trait]
-    impl Component for Broker {}
-
-    #[async_trait]
-    impl PubSub for Broker {
-        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
-            Ok(())
-        }
-
-        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
-            if self.hang_first.swap(false, Ordering::SeqCst) {
-                std::future::pending::<()>().await;
-            }
-            let (subscription, feed) = PubSubSubscription::channel(4);
-            self.feeds
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(feed);
-            Ok(subscription)
-        }
-    }
-
-    fn publish(live: &LiveGeneration, number: u64, broker: &Arc<Broker>) {
-        let broker: Arc<dyn PubSub> = broker.clone();
-        let instances =
-            BTreeMap::from([(ComponentKey::new("pubsub", "p"), Instance::PubSub(broker))]);
-        live.publish(Generation::new(number, instances));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_rebuilt_broker_whose_subscribe_hangs_is_subscribed_again() {
-        let live = Live::new();
-        publish(&live, 1, &Arc::new(Broker::default()));
-        let handle = PubSubHandle::new(ComponentKey::new("pubsub", "p"), live.clone());
-        let req = SubscribeRequest {
-            topic: "t".into(),
-            ..SubscribeRequest::default()
-        };
-        let mut sub = handle.subscribe(req).await.expect("subscribed");
-        let rebuilt = Arc::new(Broker {
-            hang_first: AtomicBool::new(true),
-            ..Broker::default()
-        });
-        publish(&live, 2, &rebuilt);
-        let feed = async {
-            loop {
-                if let Some(feed) = rebuilt
-                    .feeds
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pop()
-                {
-                    return feed;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        let feed = tokio::time::timeout(Duration::from_secs(60), feed)
-            .await
-            .expect("the forwarder is stuck on the subscribe that hangs");
-        let message = Message {
-            id: "1".into(),
-            topic: "t".into(),
-            data: b"after".to_vec(),
-            ..Message::default()
-        };
-        drop(feed.deliver(message).await);
-        let delivery = tokio::time::timeout(Duration::from_secs(60), sub.deliveries.recv())
-            .await
-            .expect("no delivery")
-            .expect("the subscription ended");
-        assert_eq!(delivery.message.data, b"after");
-        delivery.settle(DeliveryOutcome::Success);
-    }
-}

@@ -377,3 +377,168 @@ async fn a_replaced_broker_delivering_forever_is_let_go_at_the_limit() {
     feeding.abort();
     reading.abort();
 }
+
+/// A rebuilt broker whose subscribe does not answer, or answers slowly:
+/// the forwarder is not held by it, nor does it give up on it.
+mod hanging_subscribe {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+
+    use super::super::super::{Generation, Instance, Live, LiveGeneration, PubSubHandle};
+    use super::super::*;
+    use crate::component::{Component, ComponentKey};
+    use crate::kinds::{DeliveryOutcome, Message, PublishRequest, SubscriptionFeed};
+    use crate::kinds::{PubSub, PubSubError, PubSubSubscription, SubscribeRequest};
+
+    /// A broker whose first subscribe never answers (when told so); it
+    /// keeps the feeds of the others, to deliver on.
+    #[derive(Default)]
+    struct Broker {
+        hang_first: AtomicBool,
+        feeds: Mutex<Vec<SubscriptionFeed>>,
+    }
+
+    #[async_trait]
+    impl Component for Broker {}
+
+    #[async_trait]
+    impl PubSub for Broker {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            if self.hang_first.swap(false, Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let (subscription, feed) = PubSubSubscription::channel(4);
+            self.feeds
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(feed);
+            Ok(subscription)
+        }
+    }
+
+    fn publish(live: &LiveGeneration, number: u64, broker: &Arc<Broker>) {
+        let broker: Arc<dyn PubSub> = broker.clone();
+        let instances =
+            BTreeMap::from([(ComponentKey::new("pubsub", "p"), Instance::PubSub(broker))]);
+        live.publish(Generation::new(number, instances));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_broker_whose_subscribe_hangs_is_subscribed_again() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(Broker::default()));
+        let handle = PubSubHandle::new(ComponentKey::new("pubsub", "p"), live.clone());
+        let req = SubscribeRequest {
+            topic: "t".into(),
+            ..SubscribeRequest::default()
+        };
+        let mut sub = handle.subscribe(req).await.expect("subscribed");
+        let rebuilt = Arc::new(Broker {
+            hang_first: AtomicBool::new(true),
+            ..Broker::default()
+        });
+        publish(&live, 2, &rebuilt);
+        let feed = async {
+            loop {
+                if let Some(feed) = rebuilt
+                    .feeds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop()
+                {
+                    return feed;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let feed = tokio::time::timeout(Duration::from_secs(60), feed)
+            .await
+            .expect("the forwarder is stuck on the subscribe that hangs");
+        let message = Message {
+            id: "1".into(),
+            topic: "t".into(),
+            data: b"after".to_vec(),
+            ..Message::default()
+        };
+        drop(feed.deliver(message).await);
+        let delivery = tokio::time::timeout(Duration::from_secs(60), sub.deliveries.recv())
+            .await
+            .expect("no delivery")
+            .expect("the subscription ended");
+        assert_eq!(delivery.message.data, b"after");
+        delivery.settle(DeliveryOutcome::Success);
+    }
+
+    /// A broker whose subscribe answers only after `SLOW` (a redis broker
+    /// with a 10 s dialTimeout on a slow link), every time.
+    struct SlowBroker(Broker);
+
+    const SLOW: Duration = Duration::from_secs(12);
+
+    #[async_trait]
+    impl Component for SlowBroker {}
+
+    #[async_trait]
+    impl PubSub for SlowBroker {
+        async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
+            self.0.publish(req).await
+        }
+
+        async fn subscribe(
+            &self,
+            req: SubscribeRequest,
+        ) -> Result<PubSubSubscription, PubSubError> {
+            tokio::time::sleep(SLOW).await;
+            self.0.subscribe(req).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuilt_broker_slower_than_the_first_bound_is_subscribed_to() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(Broker::default()));
+        let handle = PubSubHandle::new(ComponentKey::new("pubsub", "p"), live.clone());
+        let req = SubscribeRequest {
+            topic: "t".into(),
+            ..SubscribeRequest::default()
+        };
+        let mut sub = handle.subscribe(req).await.expect("subscribed");
+        let rebuilt = Arc::new(SlowBroker(Broker::default()));
+        let as_pubsub: Arc<dyn PubSub> = rebuilt.clone();
+        let instances = BTreeMap::from([(
+            ComponentKey::new("pubsub", "p"),
+            Instance::PubSub(as_pubsub),
+        )]);
+        live.publish(Generation::new(2, instances));
+        // Past the resubscribe deadline: a slow broker is not given up on.
+        tokio::time::sleep(RESUBSCRIBE_DEADLINE * 2).await;
+        let feed = rebuilt
+            .0
+            .feeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .expect("the slow broker was never subscribed to");
+        let message = Message {
+            id: "1".into(),
+            topic: "t".into(),
+            data: b"after".to_vec(),
+            ..Message::default()
+        };
+        drop(feed.deliver(message).await);
+        let delivery = tokio::time::timeout(Duration::from_secs(60), sub.deliveries.recv())
+            .await
+            .expect("no delivery")
+            .expect("the subscription ended");
+        assert_eq!(delivery.message.data, b"after");
+        delivery.settle(DeliveryOutcome::Success);
+    }
+}
