@@ -484,11 +484,13 @@ async fn what_rewire_does_not_offer_is_unimplemented_and_tokens_guard_both_servi
     sidecar.stop().await;
 }
 
-#[tokio::test]
-async fn a_layotto_lifecycle_push_changes_a_running_component_or_says_why_not() {
-    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
-    let mut lifecycle = LifecycleClient::new(grpc::channel(sidecar.grpc_url()).await);
-    let push = |kind: &str, name: &str, metadata: &[(&str, &str)]| layotto::DynamicConfiguration {
+/// Layotto's push of `metadata` to `kind`/`name`.
+fn layotto_push(
+    kind: &str,
+    name: &str,
+    metadata: &[(&str, &str)],
+) -> layotto::DynamicConfiguration {
+    layotto::DynamicConfiguration {
         component_config: Some(layotto::ComponentConfig {
             kind: kind.into(),
             name: name.into(),
@@ -497,38 +499,182 @@ async fn a_layotto_lifecycle_push_changes_a_running_component_or_says_why_not() 
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }),
-    };
+    }
+}
+
+/// Where status says `kind`/`name`'s metadata field `field` came from.
+async fn field_source(sidecar: &Sidecar, kind: &str, name: &str, field: &str) -> serde_json::Value {
+    let status = serde_json::to_value(sidecar.runtime.status().await).unwrap();
+    status["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == kind && c["name"] == name)
+        .map(|c| c["sources"]["metadata"][field].clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_layotto_lifecycle_push_changes_a_running_component_or_says_why_not() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut lifecycle = LifecycleClient::new(grpc::channel(sidecar.grpc_url()).await);
     let before = sidecar.runtime.generation().number;
-    // A new component, as Layotto's control plane adds one: its name is its
-    // type when none is given.
+    // A component in force: the push changes it.
     lifecycle
-        .apply_configuration(push("lock", "memory", &[]))
+        .apply_configuration(layotto_push("state", "orders", &[("maxKeys", "100")]))
         .await
         .expect("taken");
     assert!(sidecar.runtime.generation().number > before);
-    let mut client = runtime(&sidecar).await;
-    let lock = layotto::TryLockRequest {
-        store_name: "memory".into(),
-        resource_id: "r".into(),
-        lock_owner: "o".into(),
-        expire: 10,
-    };
-    assert!(
-        client.try_lock(lock).await.unwrap().into_inner().success,
-        "the pushed lock serves"
+    assert_eq!(
+        field_source(&sidecar, "state", "orders", "maxKeys").await,
+        "control_plane"
     );
 
     // A push rewire does not take: an error with every reason, and the
     // running generation keeps serving.
     let serving = sidecar.runtime.generation().number;
     let refused = lifecycle
-        .apply_configuration(push("state", "orders", &[("nonsense", "1")]))
+        .apply_configuration(layotto_push("state", "orders", &[("nonsense", "1")]))
         .await
         .expect_err("unknown field");
     assert_eq!(refused.code(), Code::InvalidArgument);
     assert!(refused.message().contains("state/orders"), "{refused:?}");
     assert!(refused.message().contains("nonsense"), "{refused:?}");
     assert_eq!(sidecar.runtime.generation().number, serving);
+    sidecar.stop().await;
+}
+
+/// As Layotto's, the push changes a component in force and nothing else:
+/// one nothing declares is not added (its type defaulting to its name),
+/// one `RemoveComponent` removed is not revived, and a push without
+/// metadata is refused rather than stored as a push.
+#[tokio::test]
+async fn a_layotto_push_neither_adds_nor_revives_a_component_and_needs_metadata() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let channel = grpc::channel(sidecar.grpc_url()).await;
+    let mut lifecycle = LifecycleClient::new(channel.clone());
+    let mut rewire = grpc::lifecycle::lifecycle_client::LifecycleClient::new(channel);
+    let serving = sidecar.runtime.generation().number;
+
+    // Nothing declares lock/memory: not found, nothing added.
+    let refused = lifecycle
+        .apply_configuration(layotto_push("lock", "memory", &[("a", "1")]))
+        .await
+        .expect_err("not declared");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("lock/memory"), "{refused:?}");
+    assert!(refused.message().contains("not found"), "{refused:?}");
+    assert_eq!(sidecar.runtime.generation().number, serving);
+    let memory = rewire::ComponentKey::new("lock", "memory");
+    assert!(sidecar.runtime.generation().get(&memory).is_none());
+
+    // An empty push of a component in force: refused, and not stored (no
+    // push of it to release).
+    let refused = lifecycle
+        .apply_configuration(layotto_push("state", "orders", &[]))
+        .await
+        .expect_err("no metadata");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("metadata"), "{refused:?}");
+    let release = |kind: &str, name: &str| grpc::lifecycle::ReleaseComponentRequest {
+        kind: kind.into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let released = rewire
+        .release_component(release("state", "orders"))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(!released.accepted, "nothing was pushed: {released:?}");
+    assert_eq!(sidecar.runtime.generation().number, serving);
+
+    // Removed by rewire's RemoveComponent: a Layotto push does not revive it.
+    let removed = rewire
+        .remove_component(grpc::lifecycle::RemoveComponentRequest {
+            kind: "lock".into(),
+            name: "locks".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(removed.accepted, "{removed:?}");
+    let serving = sidecar.runtime.generation().number;
+    let refused = lifecycle
+        .apply_configuration(layotto_push("lock", "locks", &[("a", "1")]))
+        .await
+        .expect_err("removed");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("not found"), "{refused:?}");
+    assert_eq!(sidecar.runtime.generation().number, serving);
+    let locks = rewire::ComponentKey::new("lock", "locks");
+    assert!(sidecar.runtime.generation().get(&locks).is_none());
+    // rewire's own push still declares a component whole, new or removed.
+    let declared = rewire
+        .apply_configuration(grpc::lifecycle::DynamicConfiguration {
+            component_config: Some(grpc::lifecycle::ComponentConfig {
+                kind: "lock".into(),
+                name: "locks".into(),
+                r#type: "memory".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(declared.accepted, "{declared:?}");
+    assert!(sidecar.runtime.generation().get(&locks).is_some());
+    sidecar.stop().await;
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+struct GreeterMeta {
+    greeting: String,
+}
+
+/// A custom component: Layotto names its kind `custom_component.greeter`.
+#[derive(rewire::Component)]
+#[component(kind = "greeter", type = "test.layotto.greeter")]
+struct Greeter {
+    #[metadata]
+    _meta: GreeterMeta,
+}
+
+impl Component for Greeter {}
+
+/// Layotto registers a custom component under `custom_component.<kind>`:
+/// its push reaches rewire's component of kind `<kind>`.
+#[tokio::test]
+async fn a_layotto_push_to_a_custom_component_reaches_its_kind() {
+    let config = r#"{"appId": "shop", "components": {
+        "greeter": {"hi": {"type": "test.layotto.greeter", "metadata": {"greeting": "hello"}}}
+    }}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let mut lifecycle = LifecycleClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let before = sidecar.runtime.generation().number;
+    lifecycle
+        .apply_configuration(layotto_push(
+            "custom_component.greeter",
+            "hi",
+            &[("greeting", "bonjour")],
+        ))
+        .await
+        .expect("taken");
+    assert!(sidecar.runtime.generation().number > before);
+    let hi = rewire::ComponentKey::new("greeter", "hi");
+    let running = sidecar.runtime.config();
+    assert_eq!(
+        running.config.components[&hi].metadata["greeting"],
+        "bonjour"
+    );
+    assert_eq!(
+        running.config.components[&hi].type_name,
+        "test.layotto.greeter"
+    );
+    assert_eq!(running.config.components.len(), 1, "nothing added");
     sidecar.stop().await;
 }
 

@@ -41,9 +41,11 @@ pub enum Push {
     /// only): the metadata fields it sets win (a `null` removes one), the
     /// rest, type and refs stay the lower layers' and follow their
     /// changes; an inherited secretRef or configurationRef that fills a
-    /// field the patch sets is dropped. A component no lower layer
-    /// declares is declared by the patch alone. Amending a pushed
-    /// component lays the amendment over that push.
+    /// field the patch sets is dropped. Amending a pushed component lays
+    /// the amendment over that push. As Layotto's, an amendment never adds
+    /// a component: one the layers do not have in force (never declared,
+    /// or removed by a push) is refused, and so is an amendment that sets
+    /// nothing.
     Amend(ComponentPatch),
     /// The component is removed, whatever lower layers say.
     Remove,
@@ -102,8 +104,10 @@ impl Layers {
 
     /// Lays `change` over these layers. A push without `type` keeps the
     /// type in force now (read here, inside the serialised reload, so a
-    /// concurrent type change is not undone); removing or releasing a
-    /// component the layers do not have is refused.
+    /// concurrent type change is not undone); removing, releasing or
+    /// amending a component the layers do not have is refused (checked
+    /// here too, so a removal queued first is not raced), and so is an
+    /// amendment that sets nothing.
     pub fn apply(&mut self, change: LayerChange) -> Result<(), Problem> {
         match change {
             LayerChange::File(file) => self.file = file,
@@ -118,6 +122,21 @@ impl Layers {
                 self.pushes.insert(key, Push::Declare(patch));
             }
             LayerChange::Push(key, Push::Amend(patch)) => {
+                if patch == ComponentPatch::default() {
+                    return Err(Problem::component(
+                        &key,
+                        "an amendment must set a field (metadata is required)",
+                    ));
+                }
+                if self.type_in_force(&key).is_none() {
+                    return Err(Problem::component(
+                        &key,
+                        "component not found: an amendment changes a component in force, \
+                         it does not add or revive one",
+                    ));
+                }
+                // In force, so not removed by a push: a push of it, if
+                // any, declares or amends it.
                 let laid = match self.pushes.remove(&key) {
                     Some(Push::Declare(pushed)) => Push::Declare(pushed.then(patch)),
                     Some(Push::Amend(pushed)) => Push::Amend(pushed.then(patch)),
@@ -493,8 +512,7 @@ mod tests {
             "a:6379"
         );
 
-        // Over a whole push, an amendment amends that push; over nothing,
-        // it declares the component alone (type defaulting to its name).
+        // Over a whole push, an amendment amends that push.
         layers
             .apply(LayerChange::Push(
                 s.clone(),
@@ -517,17 +535,71 @@ mod tests {
             serde_json::Value::Object(config.components[&s].metadata.clone()),
             json!({"a": 1, "b": 2})
         );
-        let new = ComponentKey::new("state", "memory");
+    }
+
+    #[test]
+    fn an_amendment_of_a_component_not_in_force_or_of_nothing_is_refused() {
+        let s = ComponentKey::new("state", "s");
+        let mut layers = Layers::new(file(
+            r#"{"components": {"state": {"s": {"type": "redis", "metadata": {"redisDB": 1}}}}}"#,
+        ));
+        let amend = |field: &str| {
+            let mut patch = ComponentPatch::default();
+            patch.metadata.insert(field.into(), json!("2"));
+            Push::Amend(patch)
+        };
+        let before = layers.clone();
+        // Nothing declares it: refused, nothing stored (no component
+        // whose type defaults to its name).
+        let ghost = ComponentKey::new("state", "memory");
+        let refused = layers
+            .apply(LayerChange::Push(ghost.clone(), amend("a")))
+            .expect_err("not declared");
+        assert!(refused.to_string().contains("not found"), "{refused}");
+        // An amendment that sets nothing is refused too, declared or not.
+        for key in [&s, &ghost] {
+            let empty = Push::Amend(ComponentPatch::default());
+            let refused = layers
+                .apply(LayerChange::Push(key.clone(), empty))
+                .expect_err("sets nothing");
+            assert!(refused.to_string().contains("metadata"), "{refused}");
+        }
+        assert_eq!(layers, before, "a refused amendment changes nothing");
+
+        // Removed by a push: an amendment does not revive it.
         layers
-            .apply(LayerChange::Push(
-                new.clone(),
-                Push::Amend(ComponentPatch::default()),
-            ))
+            .apply(LayerChange::Push(s.clone(), Push::Remove))
+            .unwrap();
+        let removed = layers.clone();
+        assert!(layers
+            .apply(LayerChange::Push(s.clone(), amend("redisDB")))
+            .is_err());
+        assert_eq!(layers, removed);
+        assert!(!layers.effective_config().components.contains_key(&s));
+
+        // Released, the file declares it again and it can be amended.
+        layers.apply(LayerChange::Release(s.clone())).unwrap();
+        layers
+            .apply(LayerChange::Push(s.clone(), amend("redisDB")))
             .unwrap();
         assert_eq!(
-            layers.effective_config().components[&new].type_name,
-            "memory"
+            layers.effective_config().components[&s].metadata["redisDB"],
+            "2"
         );
+        // One only an overlay declares is in force, so it can be amended.
+        let o = ComponentKey::new("state", "o");
+        layers
+            .apply(LayerChange::Overlay(
+                Some(patch(
+                    r#"{"components": {"state": {"o": {"type": "memory"}}}}"#,
+                )),
+                None,
+            ))
+            .unwrap();
+        layers
+            .apply(LayerChange::Push(o.clone(), amend("x")))
+            .unwrap();
+        assert_eq!(layers.effective_config().components[&o].type_name, "memory");
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! in force under it (an inherited secretRef or configurationRef filling a
 //! field the push sets gives way to the push). A second push lays its
 //! fields over the first's.
+//!
+//! As Layotto's, the push changes a component in force and nothing else:
+//! an empty `kind`, `name` or `metadata` is `INVALID_ARGUMENT`, and so is
+//! a component that is not in force (never declared, or removed by
+//! rewire's `RemoveComponent`), checked inside the serialised reload so a
+//! removal queued first is not raced. Layotto names custom components
+//! `custom_component.<kind>`; the push reaches rewire's `<kind>`.
 
 use std::sync::Arc;
 
@@ -39,10 +46,13 @@ impl Lifecycle for LayottoLifecycleApi {
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let (metadata, extensions, message) = request.into_parts();
+        if let Some(config) = &message.component_config {
+            required(config)?;
+        }
         let component_config = message
             .component_config
             .map(|config| rewire_pb::ComponentConfig {
-                kind: config.kind,
+                kind: rewire_kind(config.kind),
                 name: config.name,
                 metadata: config.metadata,
                 ..rewire_pb::ComponentConfig::default()
@@ -64,6 +74,31 @@ impl Lifecycle for LayottoLifecycleApi {
             Some(status) => Err(status),
         }
     }
+}
+
+/// The prefix of Layotto's name for a custom kind
+/// (`custom_component.<kind>`, as Layotto's runtime registers them).
+const CUSTOM_KIND_PREFIX: &str = "custom_component.";
+
+/// rewire's kind for Layotto's `kind`: a custom kind without Layotto's
+/// prefix, any other as it is.
+fn rewire_kind(kind: String) -> String {
+    match kind.strip_prefix(CUSTOM_KIND_PREFIX) {
+        Some(custom) => custom.to_string(),
+        None => kind,
+    }
+}
+
+/// `INVALID_ARGUMENT` for the first field Layotto requires that `config`
+/// leaves empty (in Layotto's order and words): its push changes a
+/// component's metadata, so a push without any is refused, not stored.
+/// An empty kind or name is left to rewire's check, which counts the call.
+fn required(config: &pb::ComponentConfig) -> Result<(), Status> {
+    let named = !config.kind.is_empty() && !config.name.is_empty();
+    if named && config.metadata.is_empty() {
+        return Err(Status::invalid_argument("field metadata is not configured"));
+    }
+    Ok(())
 }
 
 /// The gRPC error a refused push becomes: `INVALID_ARGUMENT` for a
@@ -100,6 +135,25 @@ mod tests {
             outcome: outcome.into(),
             actions: Default::default(),
         }
+    }
+
+    #[test]
+    fn layottos_custom_kind_is_rewires_kind_and_metadata_is_required() {
+        assert_eq!(rewire_kind("custom_component.hello".into()), "hello");
+        assert_eq!(rewire_kind("state".into()), "state");
+        assert_eq!(rewire_kind("pub_subs".into()), "pub_subs");
+        let config = |kind: &str, name: &str, fields: &[&str]| pb::ComponentConfig {
+            kind: kind.into(),
+            name: name.into(),
+            metadata: fields.iter().map(|f| (f.to_string(), "1".into())).collect(),
+        };
+        let refused = required(&config("state", "s", &[])).expect_err("no metadata");
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert!(refused.message().contains("metadata"), "{refused:?}");
+        assert!(required(&config("state", "s", &["a"])).is_ok());
+        // An empty kind or name is refused by rewire's own check.
+        assert!(required(&config("", "s", &[])).is_ok());
+        assert!(required(&config("state", "", &[])).is_ok());
     }
 
     #[test]
