@@ -21,7 +21,12 @@
 //! redis consumer group's events between two routes): the app's own
 //! (and those given in code) win over declared ones, the last listed of
 //! them wins, and among declared ones the first by name; the others are
-//! not started, each said once in the log ([`one_per_topic`]).
+//! not started, each said once in the log ([`one_per_topic`]). When a
+//! reload has another subscription run for a pub/sub and topic (the one
+//! that ran is removed, or another now wins over it), it *takes over*
+//! as a changed subscription does: the new one starts, then the old one
+//! retires (were it stopped first, a memory broker would give what is
+//! published meanwhile to nobody, and drop the old one's backlog).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -145,13 +150,20 @@ impl Deliveries {
                 let wanted = self.wanted(&fixed);
                 self.reconcile(wanted).await;
             }
-            self.retired.retain(|retired| {
-                let done = retired.running.task.is_finished();
-                if done {
+            let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retired)
+                .into_iter()
+                .partition(|retired| retired.running.task.is_finished());
+            for retired in done {
+                // Its successor stops remembering, unless it is the
+                // successor of another one still retiring.
+                if !left
+                    .iter()
+                    .any(|other| Arc::ptr_eq(&other.successor, &retired.successor))
+                {
                     retired.successor.remember(false);
                 }
-                !done
-            });
+            }
+            self.retired = left;
             let ended = self.running.values().any(|r| r.task.is_finished());
             self.subscribed.send_replace(
                 self.running
@@ -206,15 +218,48 @@ impl Deliveries {
             .filter(|id| !wanted.contains_key(*id))
             .cloned()
             .collect();
+        // What a wanted subscription of the same pub/sub and topic takes
+        // over, by the id of the one taking over: retired once that one
+        // runs, not stopped before it starts (the memory broker gives a
+        // publish only to the subscriptions there when it is made, and
+        // drops a stopped one's backlog).
+        let mut taken: HashMap<String, Vec<(String, Running)>> = HashMap::new();
         for id in gone {
-            if let Some(running) = self.running.remove(&id) {
-                tracing::info!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, "App subscription stopped.");
-                running.stop().await;
+            let Some(running) = self.running.remove(&id) else {
+                continue;
+            };
+            let taker = wanted
+                .iter()
+                .find(|(_, s)| {
+                    s.pubsub_name == running.feed.pubsub_name && s.topic == running.feed.topic
+                })
+                .map(|(taker, _)| taker.clone());
+            match taker {
+                Some(taker) if !running.task.is_finished() => {
+                    tracing::info!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, successor = %taker, "App subscription replaced by another of the same pub/sub and topic; it retires once that one runs.");
+                    taken.entry(taker).or_default().push((id, running));
+                }
+                _ => {
+                    tracing::info!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, "App subscription stopped.");
+                    running.stop().await;
+                }
             }
         }
-        // A subscription no longer wanted: what it replaced stops too.
+        // A subscription no longer wanted: what it replaced stops too,
+        // unless another takes it over (then what it replaced goes on
+        // retiring, for that one).
         let (keep, stop): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retired)
             .into_iter()
+            .map(|mut retired| {
+                if let Some(taker) = taken
+                    .iter()
+                    .find(|(_, old)| old.iter().any(|(id, _)| *id == retired.id))
+                    .map(|(taker, _)| taker.clone())
+                {
+                    retired.id = taker;
+                }
+                retired
+            })
             .partition(|retired| wanted.contains_key(&retired.id));
         self.retired = keep;
         for retired in stop {
@@ -238,27 +283,28 @@ impl Deliveries {
                             .dead_letter_topic
                             .send_replace(subscription.dead_letter_topic.clone());
                     }
+                    // Runs already (not expected: one per pub/sub and
+                    // topic ran): what it takes over retires for it.
+                    let successor = running.delivered.clone();
+                    for (_, old) in taken.remove(&id).unwrap_or_default() {
+                        self.retire(&id, old, &successor).await;
+                    }
                     continue;
                 }
             }
+            let taken_over = taken.remove(&id).unwrap_or_default();
             match self.start(&subscription, routes).await {
                 Ok(started) => {
                     tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
                     self.refused.remove(&id);
                     let successor = started.delivered.clone();
+                    // It runs: what it replaces delivers what it holds,
+                    // then ends.
                     if let Some(replaced) = self.running.insert(id.clone(), started) {
-                        if replaced.task.is_finished() {
-                            replaced.stop().await;
-                        } else {
-                            // It delivers what it holds, then ends.
-                            successor.remember(true);
-                            replaced.retire.send_replace(Some(successor.clone()));
-                            self.retired.push(Retired {
-                                id,
-                                running: replaced,
-                                successor,
-                            });
-                        }
+                        self.retire(&id, replaced, &successor).await;
+                    }
+                    for (_, old) in taken_over {
+                        self.retire(&id, old, &successor).await;
                     }
                 }
                 Err(err) => {
@@ -269,10 +315,35 @@ impl Deliveries {
                     if let Some(replaced) = self.running.remove(&id) {
                         replaced.stop().await;
                     }
+                    for (old_id, old) in taken_over {
+                        tracing::info!(subscription = %old_id, pubsub = %old.feed.pubsub_name, topic = %old.feed.topic, "App subscription stopped.");
+                        old.stop().await;
+                    }
                     self.refused.insert(id, err);
                 }
             }
         }
+    }
+
+    /// Retires `replaced` for `successor` (the deliveries of the running
+    /// subscription `id`): it delivers what its broker holds for it until
+    /// it reaches events `successor` delivered (or within the drain
+    /// bounds), then ends. One whose delivery already ended just stops.
+    async fn retire(&mut self, id: &str, replaced: Running, successor: &Arc<Delivered>) {
+        if replaced.task.is_finished() {
+            replaced.stop().await;
+            return;
+        }
+        // Remembering already for another one it replaces: kept as is.
+        if !successor.is_remembering() {
+            successor.remember(true);
+        }
+        replaced.retire.send_replace(Some(successor.clone()));
+        self.retired.push(Retired {
+            id: id.to_string(),
+            running: replaced,
+            successor: successor.clone(),
+        });
     }
 
     async fn start(

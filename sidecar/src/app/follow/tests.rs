@@ -540,3 +540,221 @@ async fn the_same_topic_listed_twice_and_declared_is_subscribed_once() {
         .expect("joined");
     runtime.shutdown().await;
 }
+
+/// A broker with the memory broker's semantics: a publish goes to the
+/// subscriptions of its topic there when it is made, each queued without
+/// bound and delivered again when settled `Retry`; a stopped
+/// subscription's queue is dropped with it.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.follow.memory")]
+struct MemoryLikeBroker {
+    topics: Mutex<std::collections::HashMap<String, Vec<UnboundedSender<rewire_runtime::Message>>>>,
+}
+
+type UnboundedSender<T> = tokio::sync::mpsc::UnboundedSender<T>;
+
+#[async_trait]
+impl Component for MemoryLikeBroker {}
+
+#[async_trait]
+impl PubSub for MemoryLikeBroker {
+    async fn publish(&self, request: PublishRequest) -> Result<(), PubSubError> {
+        let message = rewire_runtime::Message {
+            id: String::new(),
+            topic: request.topic.clone(),
+            data: request.data,
+            content_type: request.content_type,
+            metadata: request.metadata,
+        };
+        let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        let queues = topics.entry(request.topic).or_default();
+        queues.retain(|queue| !queue.is_closed());
+        for queue in queues.iter() {
+            let _ = queue.send(message.clone());
+        }
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequest,
+    ) -> Result<PubSubSubscription, PubSubError> {
+        let (subscription, feed) = PubSubSubscription::channel(16);
+        let (queue, mut queued) = tokio::sync::mpsc::unbounded_channel();
+        self.topics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(request.topic)
+            .or_default()
+            .push(queue.clone());
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    () = feed.stopped() => return,
+                    Some(message) = queued.recv() => message,
+                };
+                let Some(outcome) = feed.deliver(message.clone()).await else {
+                    return;
+                };
+                let again = queue.clone();
+                tokio::spawn(async move {
+                    use rewire_runtime::DeliveryOutcome;
+                    let outcome = outcome.await.unwrap_or(DeliveryOutcome::Retry);
+                    if outcome == DeliveryOutcome::Retry {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let _ = again.send(message);
+                    }
+                });
+            }
+        });
+        Ok(subscription)
+    }
+}
+
+/// `subscriptions` (name, route) all on the pub/sub `p` and topic `orders`.
+fn orders_config(subscriptions: &[(&str, &str)]) -> rewire_runtime::config::Config {
+    let declared: serde_json::Map<String, serde_json::Value> = subscriptions
+        .iter()
+        .map(|(name, route)| {
+            let declared =
+                serde_json::json!({"pubsubname": "p", "topic": "orders", "route": route});
+            (name.to_string(), declared)
+        })
+        .collect();
+    parse(
+        serde_json::json!({"appId": "app",
+            "components": {"pubsub": {"p": {"type": "test.follow.memory"}}},
+            "subscriptions": declared})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// The app: records each event's `data` on every route and answers
+/// SUCCESS once `open` is told (a slow app: what it has not taken waits in
+/// the broker).
+async fn held_app() -> (
+    AppChannel,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+    watch::Sender<bool>,
+) {
+    use axum::Json;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (open, gate) = watch::channel(false);
+    let app = axum::Router::new().route(
+        "/{*route}",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (tx, mut gate) = (tx.clone(), gate.clone());
+            async move {
+                let event: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                let data = event["data"].as_str().unwrap_or_default().to_string();
+                let _ = tx.send(data);
+                let _ = gate.wait_for(|open| *open).await;
+                Json(serde_json::json!({"status": "SUCCESS"}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let channel = AppChannel::local(listener.local_addr().expect("an address").port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (channel, rx, open)
+}
+
+/// Waits until the running subscriptions are `ids`.
+async fn running_are(running: &mut watch::Receiver<BTreeSet<String>>, ids: &[&str]) {
+    let ids: BTreeSet<String> = ids.iter().map(|id| id.to_string()).collect();
+    tokio::time::timeout(Duration::from_secs(60), running.wait_for(|now| *now == ids))
+        .await
+        .unwrap_or_else(|_| panic!("{ids:?} not running within a minute"))
+        .expect("following");
+}
+
+/// Another subscription taking over a pub/sub and topic in a reload
+/// (one that now wins over the running one, then the running one
+/// removed and another declared) starts before the one it replaces
+/// retires: with the memory broker, every publish acknowledged across
+/// both reloads reaches the app, the slow app's backlog included (the
+/// old one was stopped first: its backlog was dropped, and what was
+/// published until the new one subscribed reached nobody).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_taking_over_a_topic_loses_no_publish() {
+    let registry = Registry::collected();
+    let config =
+        validate(orders_config(&[("orders-a", "/a")]), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (channel, mut got, open) = held_app().await;
+    let app = AppTarget::Http {
+        client: testkit::http_client(),
+        channel,
+    };
+    let shutdown = CancellationToken::new();
+    let (subscribed, mut running) = watch::channel(BTreeSet::new());
+    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+    let following = tokio::spawn(deliveries.follow(Vec::new()));
+    running_are(&mut running, &["orders-a"]).await;
+
+    // Published without a pause across both reloads; the acknowledged.
+    let publishing = CancellationToken::new();
+    let publisher = tokio::spawn({
+        let (runtime, publishing) = (runtime.clone(), publishing.clone());
+        async move {
+            let mut acknowledged = Vec::new();
+            let mut n = 0u32;
+            while !publishing.is_cancelled() {
+                let event = serde_json::json!({"specversion": "1.0", "id": format!("e-{n}"),
+                    "source": "test", "type": "t", "datacontenttype": "text/plain",
+                    "data": n.to_string()});
+                let request = PublishRequest {
+                    topic: "orders".into(),
+                    data: event.to_string().into_bytes(),
+                    content_type: Some("application/cloudevents+json".into()),
+                    metadata: Default::default(),
+                };
+                let broker = runtime.pubsub("p").load().expect("the pub/sub runs");
+                if broker.publish(request).await.is_ok() {
+                    acknowledged.push(n.to_string());
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            acknowledged
+        }
+    });
+    let settle = || tokio::time::sleep(Duration::from_millis(300));
+    settle().await;
+    // `a-orders` wins over `orders-a` (the first declared by name).
+    runtime
+        .apply(orders_config(&[("orders-a", "/a"), ("a-orders", "/b")]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running_are(&mut running, &["a-orders"]).await;
+    settle().await;
+    // `a-orders` removed, `orders-b` declared.
+    runtime
+        .apply(orders_config(&[("orders-b", "/c")]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running_are(&mut running, &["orders-b"]).await;
+    settle().await;
+    publishing.cancel();
+    let acknowledged = publisher.await.expect("published");
+    assert!(acknowledged.len() > 100, "published {}", acknowledged.len());
+
+    // The app takes what it held: every acknowledged publish comes.
+    open.send_replace(true);
+    let wanted: Vec<&str> = acknowledged.iter().map(String::as_str).collect();
+    app_got(&mut got, &wanted).await;
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), following)
+        .await
+        .expect("stopped")
+        .expect("joined");
+    runtime.shutdown().await;
+}
