@@ -12,8 +12,10 @@
 //! delivers it again later. `DROP` acknowledges it (after sending it to
 //! the dead-letter topic, when one is set); so does an event past its
 //! `expiration` or one no route of the sink takes, neither of which is
-//! sent (as Dapr). The dead-letter topic can be changed while the
-//! subscription runs.
+//! sent (as Dapr), also when its dead-letter publish fails (as Dapr,
+//! which ignores that error: handed back, the event would come back and
+//! fail the same way for ever), with a warning naming it. The
+//! dead-letter topic can be changed while the subscription runs.
 //!
 //! A `resiliency` policy targeted at the pub/sub's deliveries
 //! (`targets.components.NAME.inbound`, read from the generation at each
@@ -267,14 +269,14 @@ impl TopicDelivery {
             // As Dapr: not delivered; sent to the dead-letter topic when
             // one is set, and acknowledged.
             tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
-            return self.set_aside(delivery, handle).await;
+            return self.set_aside(&event, delivery, handle).await;
         }
         if !to.sink.takes(&event) {
             // As Dapr: an event no route takes (and with no default route)
             // is not delivered; it goes to the dead-letter topic when one
             // is set, and is acknowledged.
             tracing::debug!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "No route takes the event.");
-            return self.set_aside(delivery, handle).await;
+            return self.set_aside(&event, delivery, handle).await;
         }
         // The retry policy the waits follow (`None`: the defaults); a
         // reload that changes it applies from the next attempt.
@@ -309,7 +311,7 @@ impl TopicDelivery {
                 DeliveryOutcome::Success => return DeliveryOutcome::Success,
                 DeliveryOutcome::Drop => {
                     tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Subscriber dropped an event.");
-                    self.dead_letter(delivery, handle).await;
+                    self.dead_letter(&event, delivery, handle).await;
                     return DeliveryOutcome::Drop;
                 }
                 DeliveryOutcome::Retry if attempts.is_none_or(|most| attempt < most) => {
@@ -320,7 +322,7 @@ impl TopicDelivery {
                 DeliveryOutcome::Retry => break,
             }
         }
-        if self.dead_letter(delivery, handle).await {
+        if self.dead_letter(&event, delivery, handle).await {
             DeliveryOutcome::Success
         } else {
             DeliveryOutcome::Retry
@@ -329,19 +331,31 @@ impl TopicDelivery {
 
     /// The outcome of an event that is not delivered at all (past its
     /// expiration, or no route takes it): sent to the dead-letter topic
-    /// when one is set, and acknowledged; handed back to the broker when
-    /// that send fails, so it is not lost.
-    async fn set_aside(&self, delivery: &Delivery, handle: &PubSubHandle) -> DeliveryOutcome {
-        let has_dead_letters = self.dead_letter_topic.borrow().is_some();
-        if !has_dead_letters || self.dead_letter(delivery, handle).await {
-            DeliveryOutcome::Success
-        } else {
-            DeliveryOutcome::Retry
-        }
+    /// when one is set, and acknowledged, also when that send fails (with
+    /// a warning naming the event), as Dapr's subscription handler
+    /// (`_ = s.sendToDeadLetter(...)`, then `nil`): handed back, it would
+    /// expire or go unrouted again, and its dead-letter send fail again,
+    /// for ever.
+    async fn set_aside(
+        &self,
+        event: &TopicEvent,
+        delivery: &Delivery,
+        handle: &PubSubHandle,
+    ) -> DeliveryOutcome {
+        // A failed send is said in the log; the event is let go.
+        self.dead_letter(event, delivery, handle).await;
+        DeliveryOutcome::Success
     }
 
-    /// Publishes the message to the dead-letter topic, if one is set.
-    async fn dead_letter(&self, delivery: &Delivery, handle: &PubSubHandle) -> bool {
+    /// Publishes the message to the dead-letter topic, if one is set;
+    /// false when none is, or the publish failed (said in the log, naming
+    /// the event, its topic and the dead-letter topic).
+    async fn dead_letter(
+        &self,
+        event: &TopicEvent,
+        delivery: &Delivery,
+        handle: &PubSubHandle,
+    ) -> bool {
         let Some(topic) = self.dead_letter_topic.borrow().clone() else {
             return false;
         };
@@ -358,7 +372,7 @@ impl TopicDelivery {
         match published {
             Ok(()) => true,
             Err(err) => {
-                tracing::warn!(pubsub = %self.pubsub_name, topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
+                tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, dead_letter_topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
                 false
             }
         }
@@ -483,7 +497,8 @@ mod tests {
             .unwrap_or_else(|| panic!("no subscription to {topic}"))
     }
 
-    /// A broker that delivers what the test hands its feed.
+    /// A broker that delivers what the test hands its feed, and refuses
+    /// publishes to a topic ending in `-refused` (recorded all the same).
     #[derive(rewire_runtime::Component, Default)]
     #[component(kind = "pubsub", type = "test.delivery.fed")]
     struct FedBroker {}
@@ -494,8 +509,12 @@ mod tests {
     #[async_trait]
     impl PubSub for FedBroker {
         async fn publish(&self, request: PublishRequest) -> Result<(), PubSubError> {
+            let refused = request.topic.ends_with("-refused");
             let mut published = PUBLISHED.lock().unwrap_or_else(|p| p.into_inner());
             published.push(request.topic);
+            if refused {
+                return Err(PubSubError::Backend("the broker refuses the topic".into()));
+            }
             Ok(())
         }
 
@@ -785,6 +804,45 @@ mod tests {
         let outcome = feed_cloud_event("expiring-plain", expired("x2")).await;
         assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
         assert_eq!(sink.sent.load(Ordering::SeqCst), 0, "sent to the app");
+        runtime.shutdown().await;
+    }
+
+    /// As Dapr (`_ = s.sendToDeadLetter(...)`, then acknowledged): an
+    /// expired event, and one no route takes, whose dead-letter publish
+    /// fails are acknowledged with a warning, once, not handed back to
+    /// expire (or go unrouted) and fail again for ever.
+    #[tokio::test]
+    async fn a_set_aside_event_whose_dead_letter_publish_fails_is_still_acknowledged() {
+        let runtime = runtime_with(serde_json::json!({})).await;
+        let expired = serde_json::json!({"specversion": "1.0", "id": "f1", "source": "s",
+            "type": "t", "data": "x", "expiration": "2001-01-01T00:00:00Z"});
+        let counting = Arc::new(Counting::default());
+        let (_task, _retire) = deliver_with_dead_letters(
+            &runtime,
+            "expiring-failing",
+            Some("expiring-failing-refused"),
+            counting.clone(),
+        )
+        .await;
+        let outcome = feed_cloud_event("expiring-failing", expired).await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+
+        let unrouted = Arc::new(NoRoute::default());
+        let (_task, _retire) = deliver_with_dead_letters(
+            &runtime,
+            "unrouted-failing",
+            Some("unrouted-failing-refused"),
+            unrouted.clone(),
+        )
+        .await;
+        let outcome = feed_event("unrouted-failing", "f2").await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+
+        // Tried once each; neither reached the app.
+        assert_eq!(published_to("expiring-failing-refused"), 1);
+        assert_eq!(published_to("unrouted-failing-refused"), 1);
+        assert_eq!(counting.sent.load(Ordering::SeqCst), 0, "sent to the app");
+        assert_eq!(unrouted.sent.load(Ordering::SeqCst), 0, "sent to the app");
         runtime.shutdown().await;
     }
 }
