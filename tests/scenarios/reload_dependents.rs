@@ -208,3 +208,173 @@ async fn rebuilt_store_with_identical_values_leaves_its_readers_alone() {
     );
     runtime.shutdown().await;
 }
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct SourceMeta {
+    value: String,
+    /// `update_in_place` asks for a rebuild (as the etcd and Apollo
+    /// configuration stores do for any change).
+    rebuild: bool,
+}
+
+/// Holds a value, updated in place the default way (it does not stage its
+/// update: `stage_in_place` leaves it to the commit).
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.dependents.source")]
+struct Source {
+    #[metadata]
+    meta: SourceMeta,
+    value: std::sync::Mutex<String>,
+}
+
+impl Source {
+    fn value(&self) -> String {
+        self.value.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[async_trait]
+impl Component for Source {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        *self.value.lock().unwrap_or_else(|p| p.into_inner()) = self.meta.value.clone();
+        Ok(())
+    }
+
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl InPlaceUpdate for Source {
+    async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        let new: SourceMeta = metadata
+            .decode()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        if new.rebuild {
+            return Ok(InPlace::NeedsRebuild);
+        }
+        *self.value.lock().unwrap_or_else(|p| p.into_inner()) = new.value;
+        Ok(InPlace::Applied)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct ReaderMeta {
+    rev: u64,
+}
+
+/// Reads the source's value through its handle in `init`, once.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.dependents.reader")]
+struct Reader {
+    #[metadata]
+    _meta: ReaderMeta,
+    #[inject]
+    source: Option<ComponentHandle>,
+    seen: String,
+}
+
+#[async_trait]
+impl Component for Reader {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        let handle = self
+            .source
+            .as_ref()
+            .ok_or_else(|| ComponentError::new("no source"))?;
+        let source = handle
+            .load_as::<Source>()
+            .map_err(|e| ComponentError::new(e.to_string()))?;
+        self.seen = source.value();
+        Ok(())
+    }
+}
+
+/// The source `s` holding `value` and the reader `r` at `rev` using it.
+fn source_config(value: &str, rebuild: bool, rev: u64) -> String {
+    format!(
+        r#"{{"appId": "dependents-source", "components": {{"probe": {{
+            "s": {{"type": "test.dependents.source", "metadata": {{"value": "{value}", "rebuild": {rebuild}}}}},
+            "r": {{"type": "test.dependents.reader", "metadata": {{"rev": {rev}}},
+                   "componentRef": [{{"type": "probe", "name": "s"}}]}}
+        }}}}}}"#
+    )
+}
+
+fn seen(runtime: &rewire::Runtime) -> String {
+    let reader = runtime
+        .component(reload_support::key("probe/r"))
+        .load_as::<Reader>()
+        .expect("probe/r");
+    reader.seen.clone()
+}
+
+fn source(runtime: &rewire::Runtime) -> std::sync::Arc<Source> {
+    runtime
+        .component(reload_support::key("probe/s"))
+        .load_as::<Source>()
+        .expect("probe/s")
+}
+
+/// A component rebuilt in a reload initialises against the new state of
+/// what it uses through a componentRef: an update the default way (left to
+/// the commit otherwise) is made first, at its level, whether it is taken
+/// in place or refused (then the component is rebuilt there). A dependent
+/// that keeps its instance leaves the update to the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_rebuilt_in_the_same_reload_reads_the_updated_dependency_in_its_init() {
+    let runtime = start(&source_config("old", false, 1)).await;
+    assert_eq!(seen(&runtime), "old");
+    let s = instance(&runtime, "probe/s");
+
+    // Taken in place, before the reader's init.
+    let record = apply_ok(&runtime, &source_config("new", false, 2)).await;
+    assert_eq!(
+        actions(&record),
+        [
+            ("probe/r".to_string(), Action::Rebuilt),
+            ("probe/s".to_string(), Action::UpdatedInPlace),
+        ]
+    );
+    assert!(instance(&runtime, "probe/s").same_as(&s));
+    assert_eq!(source(&runtime).value(), "new");
+    assert_eq!(
+        seen(&runtime),
+        "new",
+        "the rebuilt reader saw the old value"
+    );
+
+    // Refused: the source is rebuilt at its level, the reader reaches the
+    // new instance.
+    let record = apply_ok(&runtime, &source_config("newer", true, 3)).await;
+    assert_eq!(
+        actions(&record),
+        [
+            ("probe/r".to_string(), Action::Rebuilt),
+            ("probe/s".to_string(), Action::Rebuilt),
+        ]
+    );
+    assert!(!instance(&runtime, "probe/s").same_as(&s));
+    assert_eq!(
+        seen(&runtime),
+        "newer",
+        "the rebuilt reader saw the old value"
+    );
+
+    // The reader unchanged keeps its instance; the source is updated at
+    // the commit.
+    let r = instance(&runtime, "probe/r");
+    let record = apply_ok(&runtime, &source_config("last", false, 3)).await;
+    assert_eq!(
+        actions(&record),
+        [
+            ("probe/r".to_string(), Action::Unchanged),
+            ("probe/s".to_string(), Action::UpdatedInPlace),
+        ]
+    );
+    assert!(instance(&runtime, "probe/r").same_as(&r));
+    assert_eq!(source(&runtime).value(), "last");
+    runtime.shutdown().await;
+}

@@ -1,8 +1,9 @@
 //! A reload in which a rebuilt component's init fails is rolled back whole:
 //! the error names the component, the old generation keeps serving with its
-//! very instances, everything built for the candidate is closed, and an
-//! in-place update of the same transaction is never made (it is made last,
-//! just before the swap).
+//! very instances, everything built for the candidate is closed, an
+//! in-place update left to the commit is never made (it is made last, once
+//! everything else is ready), and one made early, because a component
+//! rebuilt in the same reload uses it, is reverted.
 
 use crate::support::reload as reload_support;
 
@@ -59,10 +60,11 @@ async fn failed_init_rolls_back_everything() {
         error.contains("probe/bad: init failed: probe rbi-bad refused to start"),
         "{error}"
     );
-    assert_eq!(action(record, "probe/ip"), Action::UpdatedInPlace);
-    // Neither staged nor asked before `bad` failed: `base` would have been
-    // asked for its update (then rebuilt) at the commit.
-    assert_eq!(action(record, "probe/base"), Action::UpdatedInPlace);
+    // Left to the commit, never made: recorded as kept.
+    assert_eq!(action(record, "probe/ip"), Action::Unchanged);
+    // Used by `bad`, rebuilt in the same reload: asked at its level (before
+    // `bad`'s init), it refused and was rebuilt.
+    assert_eq!(action(record, "probe/base"), Action::Rebuilt);
     assert_eq!(action(record, "probe/extra"), Action::Added);
 
     // Nothing changed for callers: same generation, same instances.
@@ -87,14 +89,12 @@ async fn failed_init_rolls_back_everything() {
     drop(reached);
 
     // What was built for the candidate was closed (not the old instances).
-    // `bad`, refusing its update at the commit, was rebuilt then, first (a
-    // dependent before its store): `base` was never asked.
     assert_eq!(
         (inits("rbi-base"), inits("rbi-extra"), inits("rbi-bad")),
-        (1, 1, 2)
+        (2, 1, 2)
     );
     assert_eq!(closes("rbi-extra"), 1, "the added probe was not closed");
-    assert_eq!(closes("rbi-base"), 0, "the old probe/base was closed");
+    assert_eq!(closes("rbi-base"), 1, "the new probe/base was not closed");
     assert!(!old_base.is_closed(), "the old probe/base was closed");
     assert_eq!(closes("rbi-ip"), 0);
 
@@ -291,13 +291,16 @@ impl rewire::prelude::Component for Gate {
     }
 }
 
-/// The cache `c` (level 0) and the gate `g` using it (level 1).
+/// The cache `c` (level 0), the gate `u` using it (level 1, never
+/// changed: it keeps its instance), and the gate `g` at `rev`, which does
+/// not use it.
 fn cache_config(size: usize, rev: u64, fail: bool) -> String {
     format!(
         r#"{{"appId": "rollback-cache", "components": {{"probe": {{
             "c": {{"type": "test.rollback_init.cache", "metadata": {{"size": {size}}}}},
-            "g": {{"type": "test.rollback_init.gate", "metadata": {{"rev": {rev}, "failInit": {fail}}},
-                   "componentRef": [{{"type": "probe", "name": "c"}}]}}
+            "u": {{"type": "test.rollback_init.gate", "metadata": {{"rev": 1}},
+                   "componentRef": [{{"type": "probe", "name": "c"}}]}},
+            "g": {{"type": "test.rollback_init.gate", "metadata": {{"rev": {rev}, "failInit": {fail}}}}}
         }}}}}}"#
     )
 }
@@ -309,10 +312,12 @@ fn live_cache(runtime: &rewire::Runtime) -> std::sync::Arc<Cache> {
         .expect("probe/c")
 }
 
-/// An in-place update that is not staged is made last: while a dependent
+/// An in-place update that is not staged, of a component no component
+/// rebuilt in the reload uses, is made last: while another component
 /// rebuilt in the same reload is still starting, and after that start
-/// fails, the running cache has never been shrunk (no entry evicted); a
-/// reload that succeeds shrinks it, on the same instance.
+/// fails, the running cache has never been shrunk (no entry evicted) and
+/// the record does not claim it was updated; a reload that succeeds
+/// shrinks it, on the same instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unstaged_in_place_update_is_never_made_by_a_reload_that_fails() {
     let runtime = start(&cache_config(100, 1, false)).await;
@@ -343,7 +348,7 @@ async fn an_unstaged_in_place_update_is_never_made_by_a_reload_that_fails() {
     assert_eq!(failures[0].component, Some(key("probe/g")), "{failures:?}");
     assert_eq!(failures[0].step, FailedStep::Init);
     let record = reload_support::last_record(&runtime);
-    assert_eq!(action(&record, "probe/c"), Action::UpdatedInPlace);
+    assert_eq!(action(&record, "probe/c"), Action::Unchanged);
     assert!(instance(&runtime, "probe/c").same_as(&cache));
     assert_eq!(live_cache(&runtime).entries(), 100, "entries were evicted");
     assert_eq!(
@@ -356,6 +361,7 @@ async fn an_unstaged_in_place_update_is_never_made_by_a_reload_that_fails() {
     let record = apply_ok(&runtime, &cache_config(10, 2, false)).await;
     assert_eq!(action(&record, "probe/c"), Action::UpdatedInPlace);
     assert_eq!(action(&record, "probe/g"), Action::Rebuilt);
+    assert_eq!(action(&record, "probe/u"), Action::Unchanged);
     assert!(instance(&runtime, "probe/c").same_as(&cache));
     assert_eq!(live_cache(&runtime).entries(), 10);
     assert_eq!(CACHE_UPDATES.load(std::sync::atomic::Ordering::SeqCst), 1);

@@ -29,8 +29,10 @@ pub enum StagedInPlace {
     /// generation is published, dropped if the reload rolls back.
     Deferred(PendingInPlace),
     /// Nothing done yet (the default): the reload calls `update_in_place`
-    /// last, once everything else in it succeeded, just before the swap;
-    /// a reload that fails earlier never calls it.
+    /// in its last step, once everything else in it succeeded (before
+    /// subscriptions move to rebuilt brokers and the swap); a reload that
+    /// fails earlier never calls it. The reload calls it at once instead
+    /// when a component it starts uses this one (see [`InPlaceUpdate`]).
     AtCommit,
 }
 
@@ -86,19 +88,23 @@ impl fmt::Debug for PendingInPlace {
 ///
 /// `stage_in_place` defaults to [`StagedInPlace::AtCommit`]: nothing is
 /// called while the reload prepares; `update_in_place`, whose change is
-/// visible at once, is called in the reload's last step, after every
-/// rebuilt component became ready and every staged update succeeded, just
-/// before the swap, so a reload that fails earlier leaves the instance
-/// untouched. Until then the reload itself (a dependent's `init`) sees the
-/// instance as it serves, with its previous metadata. An answer other than
-/// `Applied` there rebuilds the component then (after a panic or a timeout,
-/// once the previous metadata is re-applied); a failure of that rebuild
-/// re-applies the previous metadata of the updates already made and rolls
-/// the reload back. A store another component reads through a secretRef or
-/// configurationRef in the same reload is the exception: its dependents
-/// must read its new values, so `update_in_place` is called when its level
-/// is prepared, and a reload that fails afterwards re-applies the previous
-/// metadata. Override `stage_in_place` to answer [`StagedInPlace::Deferred`]
+/// visible at once, is called in the reload's last step, once the other
+/// components became ready and every staged update succeeded (newest level
+/// first, one level's concurrently; then pub/sub subscriptions move to
+/// rebuilt brokers and the new generation is swapped in), so a reload that
+/// fails earlier leaves the instance untouched and records it unchanged.
+/// An answer other than `Applied` there rebuilds the component then (after
+/// a panic or a timeout, once the previous metadata is re-applied); a
+/// failure of that rebuild re-applies the previous metadata of the updates
+/// already made and rolls the reload back. The exception is a component
+/// that a component starting in the same reload must see new: a store
+/// read through a secretRef or configurationRef in the reload, and anything
+/// a component the reload may build (added, declared differently, forced,
+/// or reading a changed store) uses, directly or through others, through a
+/// componentRef or a ref, since its `init` may read it through its handle.
+/// For those `update_in_place` is called when their level is prepared, and
+/// a reload that fails afterwards re-applies the previous metadata.
+/// Override `stage_in_place` to answer [`StagedInPlace::Deferred`]
 /// instead: the change is then checked during the reload, seen by no one but
 /// the reload preparing it (see
 /// [`preparing_generation`](crate::preparing_generation)) until the new

@@ -12,6 +12,7 @@
 //! knows nothing of triggers or of the runtime that drives it.
 
 mod actions;
+mod at_commit;
 mod drain;
 mod history;
 mod in_place;

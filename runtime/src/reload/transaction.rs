@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use imbl::OrdSet;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use super::actions::Action;
 use super::in_place::{self, Answer};
@@ -50,14 +50,21 @@ pub(crate) enum Update {
     /// Staged only, put in force at commit (dropped on rollback).
     Staged(PendingInPlace),
     /// Not made yet ([`StagedInPlace::AtCommit`]): `update_in_place` is
-    /// called in the transaction's last step (nothing to undo before).
-    AtCommit,
+    /// called in the transaction's last step (nothing to undo before),
+    /// which records its action on the component's span, this one.
+    AtCommit(Span),
 }
 
 impl Step {
-    fn action(&self) -> Action {
+    pub(super) fn action(&self) -> Action {
         match self {
+            // Not made (yet): a reload that fails before its last step
+            // left the instance as it was.
             Step::Kept(_) => Action::Unchanged,
+            Step::InPlace {
+                update: Update::AtCommit(_),
+                ..
+            } => Action::Unchanged,
             Step::InPlace { .. } => Action::UpdatedInPlace,
             Step::Built {
                 replaced: Some(_), ..
@@ -66,12 +73,23 @@ impl Step {
         }
     }
 
-    fn running(&self) -> &Running {
+    pub(super) fn running(&self) -> &Running {
         match self {
             Step::Kept(running) | Step::InPlace { running, .. } | Step::Built { running, .. } => {
                 running
             }
         }
+    }
+
+    /// Whether it is an in-place update left to the commit, not made yet.
+    pub(super) fn is_at_commit(&self) -> bool {
+        matches!(
+            self,
+            Step::InPlace {
+                update: Update::AtCommit(_),
+                ..
+            }
+        )
     }
 }
 
@@ -111,11 +129,11 @@ pub(crate) struct Plan<'a> {
 }
 
 /// The transaction under way: what the new generation holds so far.
-struct Progress {
-    next: Components,
+pub(super) struct Progress {
+    pub(super) next: Components,
     /// Every action but the keeping of a component outside the impact.
-    actions: BTreeMap<ComponentKey, Action>,
-    done: Vec<Step>,
+    pub(super) actions: BTreeMap<ComponentKey, Action>,
+    pub(super) done: Vec<Step>,
 }
 
 impl Plan<'_> {
@@ -134,11 +152,12 @@ impl Plan<'_> {
             .chain(self.forced.iter().cloned())
             .collect();
         let impact = self.candidate.graph.with_dependents(&roots);
-        let read = self.read_through_refs(&impact);
+        let now = self.updated_now(&impact);
         let mut progress = self.keep_unimpacted(&impact);
-        for level in self.candidate.graph.levels_within(&impact) {
+        let levels = self.candidate.graph.levels_within(&impact);
+        for level in &levels {
             let failures = self
-                .run_level(level, &read, &mut progress, registry, cx)
+                .run_level(level, &now, &mut progress, registry, cx)
                 .await;
             if !failures.is_empty() {
                 return Err(Self::fail(progress, failures, cx).await);
@@ -146,7 +165,8 @@ impl Plan<'_> {
         }
         // Last, once everything else succeeded: a reload that failed above
         // never touched these instances.
-        if let Err(failures) = self.at_commit(&mut progress, registry, cx).await {
+        let committed = self.at_commit(&levels, &mut progress, registry, cx);
+        if let Err(failures) = committed.await {
             return Err(Self::fail(progress, failures, cx).await);
         }
         Ok(self.retire(progress))
@@ -171,91 +191,6 @@ impl Plan<'_> {
             actions,
             serving,
         }
-    }
-
-    /// The stores that components of the impact set read through a
-    /// secretRef or configurationRef: they resolve them in this reload, so
-    /// an in-place update of such a store is made when its level is
-    /// prepared, not at the commit (its dependents must read its new
-    /// values).
-    fn read_through_refs(&self, impact: &BTreeSet<ComponentKey>) -> BTreeSet<ComponentKey> {
-        impact
-            .iter()
-            .filter_map(|key| self.candidate.config.components.get(key))
-            .flat_map(|spec| spec.injected_refs().map(|r| r.store()).collect::<Vec<_>>())
-            .collect()
-    }
-
-    /// Makes the in-place updates left to the commit
-    /// ([`StagedInPlace::AtCommit`]), newest level first (a dependent's
-    /// before its store's: a rebuild that fails there leaves the stores
-    /// below untouched), each with `update_in_place`. Any answer but
-    /// `Applied` rebuilds that component now (after a panic or a timeout,
-    /// once its previous metadata is re-applied), against the generation
-    /// built so far; a failed rebuild fails the transaction, and the undo
-    /// re-applies the previous metadata of the updates made here.
-    async fn at_commit(
-        &self,
-        progress: &mut Progress,
-        registry: &Registry,
-        cx: &AssemblyContext,
-    ) -> Result<(), Vec<ComponentFailure>> {
-        for index in (0..progress.done.len()).rev() {
-            let Step::InPlace {
-                running,
-                update: Update::AtCommit,
-                previous,
-                hook,
-            } = &progress.done[index]
-            else {
-                continue;
-            };
-            let (running, previous, hook) = (running.clone(), previous.clone(), *hook);
-            let key = running.spec.key.clone();
-            let span = trace::component_span(&key, &running.spec.type_name);
-            let started = std::time::Instant::now();
-            let step_cx = AssemblyContext {
-                staged: Arc::new(staged_sharing(&progress.next)),
-                ..cx.clone()
-            };
-            let descriptor = registry.get(key.kind.as_str(), &running.spec.type_name);
-            let descriptor = descriptor.copied();
-            let replaced = self.current.get(&key).map(|r| Box::new(Running::clone(r)));
-            // In a task of its own, as in a level: a panicking rebuild
-            // fails this component, not the reload.
-            let mut tasks = ComponentTasks::new();
-            let task = {
-                let step_cx = step_cx.clone();
-                async move {
-                    let update = (running, previous, hook);
-                    update_or_rebuild(update, descriptor, replaced, &step_cx).await
-                }
-            };
-            tasks.spawn(key.clone(), task.instrument(span.clone()));
-            let outcome = match tasks.join_next(&step_cx).await {
-                Some(Ok(outcome)) => outcome,
-                Some(Err(failure)) => Err(failure),
-                None => Err(step_cx.fail(&key, FailedStep::Panicked, "not run".to_string())),
-            };
-            match outcome {
-                Ok(step) => {
-                    trace::record_action(&span, step.action(), started);
-                    let running = step.running();
-                    progress
-                        .actions
-                        .insert(running.spec.key.clone(), step.action());
-                    progress
-                        .next
-                        .insert(running.spec.key.clone(), Arc::new(running.clone()));
-                    progress.done[index] = step;
-                }
-                Err(failure) => {
-                    trace::record_failed(&span, &failure.to_string(), started);
-                    return Err(vec![failure]);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Components outside the impact set keep their very instance: the
@@ -295,8 +230,8 @@ impl Plan<'_> {
     /// instances the new generation holds so far; returns the failures.
     async fn run_level(
         &self,
-        level: Vec<ComponentKey>,
-        read: &BTreeSet<ComponentKey>,
+        level: &[ComponentKey],
+        now: &BTreeSet<ComponentKey>,
         progress: &mut Progress,
         registry: &Registry,
         cx: &AssemblyContext,
@@ -309,14 +244,14 @@ impl Plan<'_> {
         let mut tasks = ComponentTasks::new();
         // Each task's span, to mark it failed if the task panics.
         let mut spans = std::collections::HashMap::new();
-        for key in level {
+        for key in level.iter().cloned() {
             let Some(spec) = self.candidate.config.components.get(&key).cloned() else {
                 continue;
             };
             let change = self.diff.changed.get(&key).copied().unwrap_or_default();
             let previous = self.current.get(&key).map(|r| Running::clone(r));
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
-            let now = read.contains(&key);
+            let now = now.contains(&key);
             let level_cx = level_cx.clone();
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
@@ -338,6 +273,9 @@ impl Plan<'_> {
                 async move {
                     let result = task.await;
                     match &result {
+                        // Left to the commit: nothing done yet, the
+                        // commit step records its action on this span.
+                        Ok(step) if step.is_at_commit() => {}
                         Ok(step) => trace::record_action(&traced, step.action(), started),
                         Err(failure) => {
                             trace::record_failed(&traced, &failure.to_string(), started)
@@ -419,42 +357,6 @@ impl Plan<'_> {
             old_order,
         }
     }
-}
-
-/// Puts `running`'s new metadata in force on its instance (`previous` and
-/// `hook` undo it), or, when it will not take it, builds a fresh instance
-/// instead, to replace `replaced`.
-async fn update_or_rebuild(
-    (running, previous, hook): (Running, Metadata, Option<InPlaceHook>),
-    descriptor: Option<ComponentDescriptor>,
-    replaced: Option<Box<Running>>,
-    cx: &AssemblyContext,
-) -> Result<Step, ComponentFailure> {
-    let key = running.spec.key.clone();
-    let component = running.assembled.instance.component();
-    let resolved = running.assembled.resolved.clone();
-    let within = cx.timeouts.init;
-    let answer =
-        in_place::update_staged(component.clone(), hook, resolved, cx.staged.clone(), within).await;
-    if settle(&key, component, hook, &previous, answer, cx).await {
-        return Ok(Step::InPlace {
-            running,
-            update: Update::InForce,
-            previous,
-            hook,
-        });
-    }
-    let Some(descriptor) = descriptor else {
-        let message = format!("unknown type `{}`", running.spec.type_name);
-        return Err(cx.fail(&key, FailedStep::Metadata, message));
-    };
-    let spec = running.spec.clone();
-    let resolved = running.assembled.resolved.clone();
-    let assembled = assemble_resolved(&spec, &descriptor, resolved, cx).await?;
-    Ok(Step::Built {
-        running: Running { spec, assembled },
-        replaced,
-    })
 }
 
 /// Keeps, updates in place, or rebuilds one impacted component; `now`: an
@@ -545,7 +447,8 @@ async fn stage(
                 .await
                 .then_some(Update::InForce)
         }
-        Answer::Answered(Ok(StagedInPlace::AtCommit)) => Some(Update::AtCommit),
+        // The component's span is current here (its level's task).
+        Answer::Answered(Ok(StagedInPlace::AtCommit)) => Some(Update::AtCommit(Span::current())),
         Answer::Answered(Ok(StagedInPlace::NeedsRebuild)) => None,
         Answer::Answered(Err(err)) => {
             let err = cx.redactor.scrub(&err.to_string());
@@ -573,7 +476,7 @@ async fn stage(
 /// with the new metadata; `false`: it is to be rebuilt instead. A panic or
 /// a timeout first re-applies `previous`, since the update may have been
 /// half made on the instance that keeps serving.
-async fn settle(
+pub(super) async fn settle(
     key: &ComponentKey,
     component: Arc<dyn Component>,
     hook: Option<InPlaceHook>,
@@ -630,6 +533,17 @@ async fn revert(
 /// re-applies the previous metadata of in-place updates.
 async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
     for step in done.into_iter().rev() {
+        if let Step::InPlace {
+            running,
+            update: Update::AtCommit(span),
+            ..
+        } = &step
+        {
+            // Never made: nothing to roll back, the component was kept.
+            tracing::info!(component = %running.spec.key, "In-place update left to the commit not made.");
+            trace::record_action(span, Action::Unchanged, std::time::Instant::now());
+            continue;
+        }
         let spec = &step.running().spec;
         let span = trace::rolled_back_span(&spec.key, &spec.type_name);
         undo_one(step, cx).instrument(span).await;
@@ -656,13 +570,11 @@ async fn undo_one(step: Step, cx: &AssemblyContext) {
             drop(pending);
             tracing::info!(component = %running.spec.key, "Staged in-place update discarded.");
         }
+        // Never made: `undo` tells its span it was kept.
         Step::InPlace {
-            running,
-            update: Update::AtCommit,
+            update: Update::AtCommit(_),
             ..
-        } => {
-            tracing::info!(component = %running.spec.key, "In-place update left to the commit not made.");
-        }
+        } => {}
         Step::InPlace {
             running,
             update: Update::InForce,

@@ -1,0 +1,222 @@
+//! The in-place updates a transaction leaves to its last step
+//! ([`StagedInPlace::AtCommit`](crate::component::StagedInPlace)): which
+//! ones must be made early instead, and making the others once everything
+//! else in the reload succeeded.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use super::in_place;
+use super::trace;
+use super::transaction::{settle, Plan, Progress, Step, Update};
+use crate::assemble::{assemble_resolved, AssemblyContext, ComponentFailure, FailedStep};
+use crate::assembly_tasks::ComponentTasks;
+use crate::component::ComponentKey;
+use crate::metadata::Metadata;
+use crate::registry::{ComponentDescriptor, InPlaceHook, Registry};
+use crate::running::{staged_sharing, Running};
+
+impl Plan<'_> {
+    /// The components of `impact` whose update left to the commit is made
+    /// when their level is prepared instead ("now"), reverted if the
+    /// reload fails: a component this reload may build (add, or rebuild)
+    /// initialises against them, and must see their new state:
+    ///
+    /// * every store read through a secretRef or configurationRef by an
+    ///   impacted component (it resolves them in this reload);
+    /// * everything a component that may be built uses, directly or
+    ///   through others, by componentRef or by ref.
+    ///
+    /// Whether an impacted component is rebuilt is only known once it is
+    /// asked, a level later: one whose declaration changed, that is
+    /// forced, or that reads a store of the impact may be, so it counts.
+    pub(super) fn updated_now(&self, impact: &BTreeSet<ComponentKey>) -> BTreeSet<ComponentKey> {
+        let specs = &self.candidate.config.components;
+        let graph = &self.candidate.graph;
+        let mut now: BTreeSet<ComponentKey> = impact
+            .iter()
+            .filter_map(|key| specs.get(key))
+            .flat_map(|spec| spec.injected_refs().map(|r| r.store()).collect::<Vec<_>>())
+            .collect();
+        let mut queue: Vec<ComponentKey> = impact
+            .iter()
+            .filter(|key| self.may_build(key, impact))
+            .flat_map(|key| graph.dependencies(key))
+            .collect();
+        while let Some(key) = queue.pop() {
+            if impact.contains(&key) && now.insert(key.clone()) {
+                queue.extend(graph.dependencies(&key));
+            }
+        }
+        now
+    }
+
+    /// Whether this reload may build a new instance of `key` (one of
+    /// `impact`): it is added, its declaration changed, it is forced, or
+    /// it reads a store of the impact. Otherwise its resolved metadata is
+    /// that of its running instance, which it keeps.
+    fn may_build(&self, key: &ComponentKey, impact: &BTreeSet<ComponentKey>) -> bool {
+        let Some(spec) = self.candidate.config.components.get(key) else {
+            return false;
+        };
+        self.current.get(key).is_none()
+            || self.diff.changed.contains_key(key)
+            || self.forced.contains(key)
+            || spec.injected_refs().any(|r| impact.contains(&r.store()))
+    }
+
+    /// Makes the in-place updates left to the commit, level by level,
+    /// newest first (a dependent's before its store's: a rebuild that fails
+    /// there leaves the stores below untouched), the updates of one level
+    /// concurrently, each with `update_in_place` within the init timeout.
+    /// Any answer but `Applied` rebuilds that component now (after a panic
+    /// or a timeout, once its previous metadata is re-applied), against the
+    /// generation built so far. A level with a failure fails the
+    /// transaction once all of it is joined; the undo re-applies the
+    /// previous metadata of the updates made, and those never reached stay
+    /// not made.
+    pub(super) async fn at_commit(
+        &self,
+        levels: &[Vec<ComponentKey>],
+        progress: &mut Progress,
+        registry: &Registry,
+        cx: &AssemblyContext,
+    ) -> Result<(), Vec<ComponentFailure>> {
+        let waiting: HashMap<ComponentKey, usize> = progress
+            .done
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| step.is_at_commit())
+            .map(|(index, step)| (step.running().spec.key.clone(), index))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        for level in levels.iter().rev() {
+            let steps: HashMap<ComponentKey, usize> = level
+                .iter()
+                .filter_map(|key| Some((key.clone(), *waiting.get(key)?)))
+                .collect();
+            if steps.is_empty() {
+                continue;
+            }
+            let failures = self.commit_level(steps, progress, registry, cx).await;
+            if !failures.is_empty() {
+                return Err(failures);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the updates left to the commit of one level (`steps`: their
+    /// indexes in `progress.done`) concurrently; returns the failures.
+    async fn commit_level(
+        &self,
+        steps: HashMap<ComponentKey, usize>,
+        progress: &mut Progress,
+        registry: &Registry,
+        cx: &AssemblyContext,
+    ) -> Vec<ComponentFailure> {
+        let level_cx = AssemblyContext {
+            staged: Arc::new(staged_sharing(&progress.next)),
+            ..cx.clone()
+        };
+        let mut tasks = ComponentTasks::new();
+        let mut spans = HashMap::new();
+        for index in steps.values() {
+            let Step::InPlace {
+                running,
+                update: Update::AtCommit(span),
+                previous,
+                hook,
+            } = &progress.done[*index]
+            else {
+                continue;
+            };
+            let key = running.spec.key.clone();
+            let update = (running.clone(), previous.clone(), *hook);
+            let descriptor = registry.get(key.kind.as_str(), &running.spec.type_name);
+            let descriptor = descriptor.copied();
+            let replaced = self.current.get(&key).map(|r| Box::new(Running::clone(r)));
+            let started = Instant::now();
+            spans.insert(key.clone(), (span.clone(), started));
+            let (traced, level_cx) = (span.clone(), level_cx.clone());
+            // In a task of its own, as in a level: a panicking rebuild
+            // fails this component, not the reload.
+            let task = async move {
+                let result = update_or_rebuild(update, descriptor, replaced, &level_cx).await;
+                match &result {
+                    Ok(step) => trace::record_action(&traced, step.action(), started),
+                    Err(failure) => trace::record_failed(&traced, &failure.to_string(), started),
+                }
+                result
+            };
+            tasks.spawn(key, task.instrument(span.clone()));
+        }
+        let mut failures = Vec::new();
+        while let Some(joined) = tasks.join_next(&level_cx).await {
+            match joined {
+                Ok(Ok(step)) => {
+                    let key = step.running().spec.key.clone();
+                    let Some(index) = steps.get(&key) else {
+                        continue;
+                    };
+                    progress.actions.insert(key.clone(), step.action());
+                    let running = Arc::new(step.running().clone());
+                    progress.next.insert(key, running);
+                    progress.done[*index] = step;
+                }
+                Ok(Err(failure)) => failures.push(failure),
+                Err(failure) => {
+                    // The task panicked before its span was told.
+                    let span = failure.component.as_ref().and_then(|k| spans.get(k));
+                    if let Some((span, started)) = span {
+                        trace::record_failed(span, &failure.to_string(), *started);
+                    }
+                    failures.push(failure);
+                }
+            }
+        }
+        failures.sort_by(|a, b| a.component.cmp(&b.component));
+        failures
+    }
+}
+
+/// Puts `running`'s new metadata in force on its instance (`previous` and
+/// `hook` undo it), or, when it will not take it, builds a fresh instance
+/// instead, to replace `replaced`.
+async fn update_or_rebuild(
+    (running, previous, hook): (Running, Metadata, Option<InPlaceHook>),
+    descriptor: Option<ComponentDescriptor>,
+    replaced: Option<Box<Running>>,
+    cx: &AssemblyContext,
+) -> Result<Step, ComponentFailure> {
+    let key = running.spec.key.clone();
+    let component = running.assembled.instance.component();
+    let resolved = running.assembled.resolved.clone();
+    let within = cx.timeouts.init;
+    let answer =
+        in_place::update_staged(component.clone(), hook, resolved, cx.staged.clone(), within).await;
+    if settle(&key, component, hook, &previous, answer, cx).await {
+        return Ok(Step::InPlace {
+            running,
+            update: Update::InForce,
+            previous,
+            hook,
+        });
+    }
+    let Some(descriptor) = descriptor else {
+        let message = format!("unknown type `{}`", running.spec.type_name);
+        return Err(cx.fail(&key, FailedStep::Metadata, message));
+    };
+    let spec = running.spec.clone();
+    let resolved = running.assembled.resolved.clone();
+    let assembled = assemble_resolved(&spec, &descriptor, resolved, cx).await?;
+    Ok(Step::Built {
+        running: Running { spec, assembled },
+        replaced,
+    })
+}
