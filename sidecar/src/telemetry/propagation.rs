@@ -152,19 +152,16 @@ pub fn event_trace(
 /// members (`a=1,,b=2`) dropped. `None` when nothing is left.
 fn bounded_tracestate(state: &str) -> Option<String> {
     let mut kept = String::new();
-    let mut members = 0;
-    for member in state.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+    let members = state.split(',').map(str::trim).filter(|m| !m.is_empty());
+    for member in members.take(MAX_TRACESTATE_MEMBERS) {
         let separator = usize::from(!kept.is_empty());
-        if members == MAX_TRACESTATE_MEMBERS
-            || kept.len() + separator + member.len() > MAX_EVENT_TRACESTATE_BYTES
-        {
+        if kept.len() + separator + member.len() > MAX_EVENT_TRACESTATE_BYTES {
             break;
         }
         if separator == 1 {
             kept.push(',');
         }
         kept.push_str(member);
-        members += 1;
     }
     (!kept.is_empty()).then_some(kept)
 }
