@@ -11,10 +11,24 @@
 //! Every command the components send names keys of one slot only: one
 //! key, or keys sharing a `{hash tag}`.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{SingleNodeRoutingInfo, Slot};
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::cluster_routing::Slot;
+use redis::{
+    Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
+
+use super::connect;
+use super::metadata::ConnectionSettings;
+
+/// How many nodes [`AskNodes`] keeps a connection to: a migration imports
+/// into one master at a time, a resharding of a few at once into as many.
+pub const ASK_NODES_KEPT: usize = 4;
+/// How many Lua scripts [`AskNodes`] remembers (the components use six).
+pub const ASK_SCRIPTS_KEPT: usize = 32;
 
 /// A connection to one server or to a Redis Cluster; cheap to clone (the
 /// clones share the underlying connections).
@@ -22,80 +36,340 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Valu
 pub enum AnyConnection {
     /// One server (`redisType: node`, the default).
     Node(ConnectionManager),
-    /// A Redis Cluster (`redisType: cluster`).
-    Cluster(ClusterConnection),
+    /// A Redis Cluster (`redisType: cluster`), and the connections its
+    /// `ASK` redirections are followed on.
+    Cluster(ClusterConnection, AskNodes),
+}
+
+/// The connections an `ASK` redirection is followed on, one per node
+/// named, opened when first needed with the cluster's credentials, TLS
+/// and timeouts, and kept for the next ([`ASK_NODES_KEPT`] at most, the
+/// oldest dropped first; one that fails is dropped and opened again next
+/// time).
+///
+/// A script is loaded by the components (`SCRIPT LOAD`, after `NOSCRIPT`)
+/// on the masters of the slot map only: its source is remembered here, and
+/// an `EVALSHA` the node named answers `NOSCRIPT` loads it there and goes
+/// again (it did not run).
+///
+/// They are the component's own: the cluster client routes a command to a
+/// node by address only over the connections of its slot map, and a master
+/// importing its first slots is not in it — the client would answer "no
+/// connection" (and reconnect to every node from the seeds) for each
+/// command on a key already moved, until the migration ended.
+#[derive(Clone)]
+pub struct AskNodes {
+    settings: Arc<ConnectionSettings>,
+    open: Arc<Mutex<Vec<(String, u16, MultiplexedConnection)>>>,
+    /// The source of the scripts loaded through the cluster connection,
+    /// by SHA1.
+    scripts: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl AskNodes {
+    /// None yet; opened with `settings` (those of the cluster connection).
+    pub fn new(settings: Arc<ConnectionSettings>) -> Self {
+        Self {
+            settings,
+            open: Arc::default(),
+            scripts: Arc::default(),
+        }
+    }
+
+    /// Remembers the script of `cmd` when it is a `SCRIPT LOAD`.
+    fn note_script(&self, cmd: &Cmd) {
+        let mut args = cmd.args_iter();
+        let (Some(Arg::Simple(script)), Some(Arg::Simple(load)), Some(Arg::Simple(source))) =
+            (args.next(), args.next(), args.next())
+        else {
+            return;
+        };
+        if !script.eq_ignore_ascii_case(b"SCRIPT") || !load.eq_ignore_ascii_case(b"LOAD") {
+            return;
+        }
+        let Ok(source) = std::str::from_utf8(source) else {
+            return;
+        };
+        let sha = redis::Script::new(source).get_hash().to_string();
+        let mut scripts = self.scripts.lock().unwrap_or_else(PoisonError::into_inner);
+        if scripts.iter().any(|(known, _)| *known == sha) {
+            return;
+        }
+        if scripts.len() >= ASK_SCRIPTS_KEPT {
+            scripts.remove(0);
+        }
+        scripts.push((sha, source.to_string()));
+    }
+
+    fn script(&self, sha: &str) -> Option<String> {
+        let scripts = self.scripts.lock().unwrap_or_else(PoisonError::into_inner);
+        scripts
+            .iter()
+            .find(|(known, _)| known.eq_ignore_ascii_case(sha))
+            .map(|(_, source)| source.clone())
+    }
+
+    /// The connection to `host:port`: the one kept, or a new one.
+    async fn connection(&self, host: &str, port: u16) -> RedisResult<MultiplexedConnection> {
+        if let Some(conn) = self.kept(host, port) {
+            return Ok(conn);
+        }
+        let conn = connect::open_node(&self.settings, host, port).await?;
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, _, kept)) = open.iter().find(|(h, p, _)| h == host && *p == port) {
+            // Opened meanwhile by another command: that one is kept.
+            return Ok(kept.clone());
+        }
+        if open.len() >= ASK_NODES_KEPT {
+            open.remove(0);
+        }
+        open.push((host.to_string(), port, conn.clone()));
+        Ok(conn)
+    }
+
+    fn kept(&self, host: &str, port: u16) -> Option<MultiplexedConnection> {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.iter()
+            .find(|(h, p, _)| h == host && *p == port)
+            .map(|(_, _, conn)| conn.clone())
+    }
+
+    /// Drops the connection to `host:port` (it failed).
+    fn forget(&self, host: &str, port: u16) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(h, p, _)| !(h == host && *p == port));
+    }
+
+    /// `asked` sent to `host:port`; its replies as the caller wants them.
+    async fn send(&self, asked: &Asked, host: &str, port: u16) -> RedisResult<Vec<Value>> {
+        let mut conn = self.connection(host, port).await?;
+        let replies = self.exchange(&mut conn, asked, host, port).await?;
+        let source = match (&asked.evalsha, replies.as_slice()) {
+            (Some(sha), [Value::ServerError(err)])
+                if err.kind() == Some(ServerErrorKind::NoScript) =>
+            {
+                self.script(sha)
+            }
+            _ => None,
+        };
+        let Some(source) = source else {
+            return Ok(replies);
+        };
+        // The script did not run: loaded on the node, it goes again.
+        let loaded = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query_async::<String>(&mut conn)
+            .await;
+        if let Err(err) = loaded {
+            if !matches!(err.kind(), ErrorKind::Server(_)) {
+                self.forget(host, port);
+            }
+            return Err(err);
+        }
+        self.exchange(&mut conn, asked, host, port).await
+    }
+
+    async fn exchange(
+        &self,
+        conn: &mut MultiplexedConnection,
+        asked: &Asked,
+        host: &str,
+        port: u16,
+    ) -> RedisResult<Vec<Value>> {
+        match conn
+            .req_packed_commands(&asked.pipe, 0, asked.pipe.len())
+            .await
+        {
+            Ok(replies) => asked.replies(replies),
+            Err(err) => {
+                self.forget(host, port);
+                Err(err)
+            }
+        }
+    }
 }
 
 impl AnyConnection {
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
+        matches!(self, Self::Cluster(..))
     }
 
     /// `cmd` sent to the cluster node at `host:port` right behind `ASKING`
     /// (in one write, so nothing comes between): the answer to an `ASK`
     /// redirection, for a key of a slot that node is importing.
-    pub async fn ask_command(&mut self, cmd: &Cmd, host: &str, port: u16) -> RedisResult<Value> {
-        let mut pipe = asking();
-        pipe.add_command(cmd.clone());
-        let mut values = self.ask(pipe, 1, 1, host, port).await?;
+    pub async fn ask_command(&self, cmd: &Cmd, host: &str, port: u16) -> RedisResult<Value> {
+        let mut values = self.ask(&Asked::command(cmd), host, port).await?;
         values.pop().ok_or_else(no_reply)
     }
 
     /// The commands of `pipeline` (`offset`, `count`: the replies to skip
     /// and to keep, as [`ConnectionLike::req_packed_commands`]) sent to the
-    /// cluster node at `host:port` behind `ASKING` (a transaction's
-    /// `MULTI` included: the node then takes every queued command).
+    /// cluster node at `host:port`, each behind `ASKING` (a transaction's
+    /// `MULTI` only: the node then takes every queued command).
     pub async fn ask_commands(
-        &mut self,
+        &self,
         pipeline: &Pipeline,
         offset: usize,
         count: usize,
         host: &str,
         port: u16,
     ) -> RedisResult<Vec<Value>> {
-        let mut pipe = asking();
-        let transaction = pipeline.is_transaction();
-        if transaction {
-            pipe.add_command(redis::cmd("MULTI"));
-        }
-        for cmd in pipeline.cmd_iter() {
-            pipe.add_command(cmd.clone());
-        }
-        if transaction {
-            pipe.add_command(redis::cmd("EXEC"));
-        }
-        self.ask(pipe, offset + 1, count, host, port).await
+        let asked = Asked::pipeline(pipeline, offset, count);
+        self.ask(&asked, host, port).await
     }
 
-    async fn ask(
-        &mut self,
-        pipe: Pipeline,
-        offset: usize,
-        count: usize,
-        host: &str,
-        port: u16,
-    ) -> RedisResult<Vec<Value>> {
+    async fn ask(&self, asked: &Asked, host: &str, port: u16) -> RedisResult<Vec<Value>> {
         match self {
             Self::Node(_) => Err(RedisError::from((
                 ErrorKind::Client,
                 "ASK redirection on a connection to one server",
             ))),
-            Self::Cluster(cluster) => {
-                let node = SingleNodeRoutingInfo::ByAddress {
-                    host: host.to_string(),
-                    port,
-                };
-                cluster.route_pipeline(pipe, offset, count, node).await
-            }
+            Self::Cluster(_, nodes) => nodes.send(asked, host, port).await,
         }
     }
 }
 
-fn asking() -> Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.add_command(redis::cmd("ASKING"));
-    pipe
+/// What goes to the node an `ASK` names, and which of its replies are the
+/// caller's. A node takes a command for a slot it imports only right
+/// behind `ASKING`, which holds for that one command — or, before `MULTI`,
+/// for the whole transaction.
+#[derive(Debug)]
+struct Asked {
+    /// The commands sent.
+    pipe: Pipeline,
+    /// The indexes of the replies the caller gets, in order.
+    keep: Vec<usize>,
+    /// A transaction: the indexes of the replies to `MULTI` and the queued
+    /// commands (an error there aborts `EXEC`), and of `EXEC`'s.
+    transaction: Option<(Range<usize>, usize)>,
+    /// One `EVALSHA`: the script's SHA1.
+    evalsha: Option<String>,
+}
+
+impl Asked {
+    fn command(cmd: &Cmd) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.add_command(redis::cmd("ASKING"));
+        pipe.add_command(cmd.clone());
+        let mut args = cmd.args_iter();
+        let evalsha = match (args.next(), args.next()) {
+            (Some(Arg::Simple(name)), Some(Arg::Simple(sha)))
+                if name.eq_ignore_ascii_case(b"EVALSHA") =>
+            {
+                Some(String::from_utf8_lossy(sha).into_owned())
+            }
+            _ => None,
+        };
+        Self {
+            pipe,
+            keep: vec![1],
+            transaction: None,
+            evalsha,
+        }
+    }
+
+    /// `offset` and `count` are those of `pipeline` as the client packs
+    /// it (a transaction's with its `MULTI` and `EXEC`).
+    fn pipeline(pipeline: &Pipeline, offset: usize, count: usize) -> Self {
+        let mut pipe = redis::pipe();
+        let wanted = offset..offset + count;
+        if pipeline.is_transaction() {
+            // ASKING, MULTI, the commands, EXEC: each reply one further on.
+            pipe.add_command(redis::cmd("ASKING"));
+            pipe.add_command(redis::cmd("MULTI"));
+            let mut queued = 0;
+            for cmd in pipeline.cmd_iter() {
+                pipe.add_command(cmd.clone());
+                queued += 1;
+            }
+            pipe.add_command(redis::cmd("EXEC"));
+            Self {
+                pipe,
+                keep: wanted.map(|index| index + 1).collect(),
+                transaction: Some((1..queued + 2, queued + 2)),
+                evalsha: None,
+            }
+        } else {
+            // ASKING before each command: outside a transaction it holds
+            // for the next command only.
+            for cmd in pipeline.cmd_iter() {
+                pipe.add_command(redis::cmd("ASKING"));
+                pipe.add_command(cmd.clone());
+            }
+            Self {
+                pipe,
+                keep: wanted.map(|index| 2 * index + 1).collect(),
+                transaction: None,
+                evalsha: None,
+            }
+        }
+    }
+
+    /// The caller's replies out of all of them; an error when `ASKING` was
+    /// refused, when the transaction was aborted (the first queued
+    /// command's error, so that a redirection is followed again), or when
+    /// a reply is a redirection or a refusal the cluster client would have
+    /// made an error too (see [`acted_on`]).
+    fn replies(&self, mut replies: Vec<Value>) -> RedisResult<Vec<Value>> {
+        let asking = |index: usize| match self.transaction {
+            Some(_) => index == 0,
+            None => index % 2 == 0,
+        };
+        if let Some(refused) = replies
+            .iter()
+            .enumerate()
+            .find_map(|(index, reply)| asking(index).then(|| server_error(reply)).flatten())
+        {
+            return Err(refused);
+        }
+        if let Some((queued, exec)) = &self.transaction {
+            if let Some(Value::ServerError(aborted)) = replies.get(*exec) {
+                let first = replies
+                    .get(queued.clone())
+                    .and_then(|queued| queued.iter().find_map(server_error));
+                return Err(first.unwrap_or_else(|| RedisError::from(aborted.clone())));
+            }
+        }
+        let mut kept = Vec::with_capacity(self.keep.len());
+        for &index in &self.keep {
+            if index >= replies.len() {
+                return Err(no_reply());
+            }
+            let reply = std::mem::replace(&mut replies[index], Value::Nil);
+            if let Value::ServerError(err) = &reply {
+                if err.kind().is_some_and(acted_on) {
+                    return Err(RedisError::from(err.clone()));
+                }
+            }
+            kept.push(reply);
+        }
+        Ok(kept)
+    }
+}
+
+/// The server errors the cluster client turns from a reply into an error
+/// (its retry method is not "none"): redirections, and the refusals of a
+/// node with no master for the slot yet.
+fn acted_on(kind: ServerErrorKind) -> bool {
+    matches!(
+        kind,
+        ServerErrorKind::Ask
+            | ServerErrorKind::Moved
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly
+    )
+}
+
+fn server_error(reply: &Value) -> Option<RedisError> {
+    match reply {
+        Value::ServerError(err) => Some(RedisError::from(err.clone())),
+        _ => None,
+    }
 }
 
 fn no_reply() -> RedisError {
@@ -112,7 +386,10 @@ impl ConnectionLike for AnyConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Node(manager) => manager.req_packed_command(cmd),
-            Self::Cluster(cluster) => cluster.req_packed_command(cmd),
+            Self::Cluster(cluster, nodes) => {
+                nodes.note_script(cmd);
+                cluster.req_packed_command(cmd)
+            }
         }
     }
 
@@ -124,14 +401,14 @@ impl ConnectionLike for AnyConnection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Node(manager) => manager.req_packed_commands(cmd, offset, count),
-            Self::Cluster(cluster) => cluster.req_packed_commands(cmd, offset, count),
+            Self::Cluster(cluster, _) => cluster.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Node(manager) => manager.get_db(),
-            Self::Cluster(cluster) => cluster.get_db(),
+            Self::Cluster(cluster, _) => cluster.get_db(),
         }
     }
 }
@@ -139,6 +416,178 @@ impl ConnectionLike for AnyConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The words of each command of `pipe`.
+    fn layout(pipe: &Pipeline) -> Vec<String> {
+        pipe.cmd_iter()
+            .map(|cmd| {
+                cmd.args_iter()
+                    .map(|arg| match arg {
+                        redis::Arg::Simple(word) => String::from_utf8_lossy(word).into_owned(),
+                        _ => "<not a word>".into(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    fn reply(resp: &str) -> Value {
+        redis::parse_redis_value(resp.as_bytes()).expect("a RESP reply")
+    }
+
+    fn plain(commands: &[&str]) -> Pipeline {
+        let mut pipe = redis::pipe();
+        for command in commands {
+            let mut words = command.split(' ');
+            let mut cmd = redis::cmd(words.next().expect("a command"));
+            for word in words {
+                cmd.arg(word);
+            }
+            pipe.add_command(cmd);
+        }
+        pipe
+    }
+
+    #[test]
+    fn a_command_goes_right_behind_asking() {
+        let asked = Asked::command(redis::cmd("GET").arg("k"));
+        assert_eq!(layout(&asked.pipe), ["ASKING", "GET k"]);
+        let replies = asked.replies(vec![Value::Okay, reply("$1\r\nv\r\n")]);
+        assert_eq!(replies, Ok(vec![Value::BulkString(b"v".to_vec())]));
+    }
+
+    /// Outside `MULTI` the node forgets `ASKING` after one command: each
+    /// gets its own, and the caller's replies are those of its commands.
+    #[test]
+    fn every_command_of_a_plain_pipeline_goes_behind_asking() {
+        let pipeline = plain(&["SET {a}1 x", "INCR {a}2", "GET {a}1"]);
+        let asked = Asked::pipeline(&pipeline, 0, 3);
+        assert_eq!(
+            layout(&asked.pipe),
+            [
+                "ASKING",
+                "SET {a}1 x",
+                "ASKING",
+                "INCR {a}2",
+                "ASKING",
+                "GET {a}1"
+            ]
+        );
+        let replies = vec![
+            Value::Okay,
+            Value::Okay,
+            Value::Okay,
+            Value::Int(1),
+            Value::Okay,
+            reply("$1\r\nx\r\n"),
+        ];
+        assert_eq!(
+            asked.replies(replies.clone()),
+            Ok(vec![
+                Value::Okay,
+                Value::Int(1),
+                Value::BulkString(b"x".to_vec())
+            ])
+        );
+        // An offset and count of the caller's pipeline are its commands'.
+        let asked = Asked::pipeline(&pipeline, 1, 2);
+        assert_eq!(asked.keep, [3, 5]);
+        assert_eq!(
+            asked.replies(replies),
+            Ok(vec![Value::Int(1), Value::BulkString(b"x".to_vec())])
+        );
+    }
+
+    /// A transaction: `ASKING` before `MULTI` holds for every queued command
+    /// (inside `MULTI` it would be queued too, too late).
+    #[test]
+    fn a_transaction_goes_behind_one_asking_before_multi() {
+        let mut pipeline = plain(&["HSET {a}1 f v", "HGET {a}1 f"]);
+        pipeline.atomic();
+        // As the client sends a transaction: MULTI and the queued replies
+        // skipped, EXEC's kept.
+        let asked = Asked::pipeline(&pipeline, 3, 1);
+        assert_eq!(
+            layout(&asked.pipe),
+            ["ASKING", "MULTI", "HSET {a}1 f v", "HGET {a}1 f", "EXEC"]
+        );
+        assert_eq!(asked.keep, [4]);
+        let exec = Value::Array(vec![Value::Int(1), reply("$1\r\nv\r\n")]);
+        let queued = || reply("+QUEUED\r\n");
+        let replies = vec![Value::Okay, Value::Okay, queued(), queued(), exec.clone()];
+        assert_eq!(asked.replies(replies), Ok(vec![exec]));
+    }
+
+    /// A transaction the node aborted for a queued command's redirection or
+    /// refusal fails with that error (so that it is followed again); one
+    /// aborted for another reason with `EXECABORT`.
+    #[test]
+    fn an_aborted_transaction_fails_with_the_first_queued_error() {
+        let mut pipeline = plain(&["MSET {a}1 x {a}2 y"]);
+        pipeline.atomic();
+        let asked = Asked::pipeline(&pipeline, 2, 1);
+        let aborted = || reply("-EXECABORT Transaction discarded because of previous errors.\r\n");
+        let replies = vec![
+            Value::Okay,
+            Value::Okay,
+            reply("-TRYAGAIN Multiple keys request during rehashing of slot\r\n"),
+            aborted(),
+        ];
+        let err = asked.replies(replies).expect_err("aborted");
+        assert_eq!(err.kind(), ErrorKind::Server(ServerErrorKind::TryAgain));
+        let replies = vec![Value::Okay, Value::Okay, reply("+QUEUED\r\n"), aborted()];
+        let err = asked.replies(replies).expect_err("aborted");
+        assert_eq!(err.kind(), ErrorKind::Server(ServerErrorKind::ExecAbort));
+    }
+
+    /// A redirection or a refusal in a kept reply is an error, as the
+    /// cluster client makes it; another server error stays a reply; a
+    /// refused `ASKING` is an error.
+    #[test]
+    fn redirections_in_replies_are_errors_and_other_errors_replies() {
+        let asked = Asked::pipeline(&plain(&["GET {a}1", "GET {a}2"]), 0, 2);
+        let moved = reply("-MOVED 12 127.0.0.1:7000\r\n");
+        let replies = vec![Value::Okay, Value::Nil, Value::Okay, moved];
+        let err = asked.replies(replies).expect_err("moved");
+        assert_eq!(err.kind(), ErrorKind::Server(ServerErrorKind::Moved));
+
+        let wrong = reply("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        let replies = vec![Value::Okay, Value::Nil, Value::Okay, wrong.clone()];
+        assert_eq!(asked.replies(replies), Ok(vec![Value::Nil, wrong]));
+
+        let noauth = reply("-NOAUTH Authentication required.\r\n");
+        let replies = vec![Value::Okay, Value::Nil, noauth.clone(), noauth];
+        let err = asked.replies(replies).expect_err("ASKING refused");
+        assert_eq!(err.code(), Some("NOAUTH"));
+    }
+
+    /// The source of a script loaded through the cluster connection is
+    /// found again by the SHA1 an `EVALSHA` names.
+    #[test]
+    fn a_loaded_script_is_found_by_the_sha_of_an_evalsha() {
+        let settings = ConnectionSettings {
+            addresses: vec![("127.0.0.1".into(), 7000)],
+            password: String::new(),
+            username: String::new(),
+            db: 0,
+            dial: std::time::Duration::from_secs(1),
+            response: None,
+            master_name: None,
+            cluster: true,
+            tls: None,
+        };
+        let nodes = AskNodes::new(Arc::new(settings));
+        let source = "return 1";
+        let script = redis::Script::new(source);
+        nodes.note_script(redis::cmd("GET").arg("SCRIPT"));
+        assert_eq!(nodes.script(script.get_hash()), None);
+        nodes.note_script(redis::cmd("SCRIPT").arg("LOAD").arg(source));
+        let asked = Asked::command(redis::cmd("EVALSHA").arg(script.get_hash()).arg(0));
+        let sha = asked.evalsha.expect("an EVALSHA");
+        assert_eq!(nodes.script(&sha).as_deref(), Some(source));
+        assert_eq!(Asked::command(&redis::cmd("GET")).evalsha, None);
+    }
 
     #[test]
     fn hash_tags_decide_the_slot() {

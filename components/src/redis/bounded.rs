@@ -28,7 +28,9 @@
 //! the same deadline:
 //!
 //! - `ASK` (its slot is migrating and the key is on the importing master):
-//!   at once, behind `ASKING`, to the node named;
+//!   at once, behind `ASKING`, to the node named — over a connection of
+//!   the component's own when the cluster client has none to it (see
+//!   [`super::any_connection::AskNodes`]);
 //! - `MOVED` (the slot map is stale; the client reads it again before it
 //!   sends anything else): at once, then every [`CLUSTER_RETRY_EVERY`];
 //! - no master for the slot yet — connection refused, no connection to

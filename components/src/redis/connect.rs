@@ -6,15 +6,17 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind, IntoConnectionInfo,
-    RedisConnectionInfo, RedisError,
+    RedisConnectionInfo, RedisError, RedisResult,
 };
 
-use super::any_connection::AnyConnection;
+use super::any_connection::{AnyConnection, AskNodes};
 use super::metadata::{ConnectionSettings, RedisMetadataError};
 use super::tls;
 
@@ -183,9 +185,34 @@ async fn open_cluster(settings: &ConnectionSettings) -> Result<Opened, ConnectEr
     let mut connection = client.get_async_connection().await.map_err(failed)?;
     ping(&mut connection).await.map_err(failed)?;
     Ok(Opened {
-        connection: AnyConnection::Cluster(connection),
+        connection: AnyConnection::Cluster(connection, AskNodes::new(Arc::new(settings.clone()))),
         server: settings.host(),
     })
+}
+
+/// A plain connection to the cluster node at `host:port`, with the
+/// cluster's credentials, TLS and timeouts: where an `ASK` redirection
+/// sends a command when the node is not in the slot map the cluster client
+/// connects to (a master importing its first slots).
+pub(super) async fn open_node(
+    settings: &ConnectionSettings,
+    host: &str,
+    port: u16,
+) -> RedisResult<MultiplexedConnection> {
+    // A cluster has database 0 only, as the cluster client uses.
+    let info = tls::address(host, port, settings.tls.as_ref())
+        .into_connection_info()?
+        .set_redis_settings(credentials(settings));
+    let client = match &settings.tls {
+        None => Client::open(info)?,
+        Some(material) => Client::build_with_tls(info, tls::certificates(material))?,
+    };
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.dial))
+        .set_response_timeout(settings.response);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
 }
 
 /// `PING`, expecting `PONG`.
@@ -258,7 +285,12 @@ fn warn_if_insecure(settings: &ConnectionSettings, material: &crate::tls::Client
 }
 
 fn redis_settings(settings: &ConnectionSettings) -> RedisConnectionInfo {
-    let mut info = RedisConnectionInfo::default().set_db(i64::from(settings.db));
+    credentials(settings).set_db(i64::from(settings.db))
+}
+
+/// `redisUsername` and `redisPassword`, when given.
+fn credentials(settings: &ConnectionSettings) -> RedisConnectionInfo {
+    let mut info = RedisConnectionInfo::default();
     if !settings.username.is_empty() {
         info = info.set_username(&settings.username);
     }

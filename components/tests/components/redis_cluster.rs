@@ -11,9 +11,14 @@
 //! `readTimeout` + `writeTimeout`, then runs them in the order they came
 //! (the cluster bus goes on, so no failover starts). The master's
 //! `INFO commandstats` counts how often the command ran.
+//!
+//! A resharding usually moves slots to a master that has none yet: joined
+//! to the cluster empty, it is not in the slot map (`CLUSTER SLOTS`), so
+//! the cluster client has no connection to it when `ASK` names it.
 
 use crate::common;
 
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +27,8 @@ use rewire_runtime::{
     UnlockStatus,
 };
 use serde_json::{json, Value};
-use testkit::redis_cluster::RedisCluster;
+use testkit::redis_cluster::{RedisCluster, NODE_TIMEOUT};
+use testkit::ChildProcess;
 use tokio::time::{sleep, Instant};
 
 /// How long the master holds the commands: well past a try's
@@ -418,4 +424,209 @@ async fn redis_cluster_redirections_of_a_migrating_slot_are_followed() {
         Ok(UnlockStatus::Success)
     );
     assert_eq!(master_of(&cluster, "{mig}").await, target);
+}
+
+/// An empty master joined to `cluster` (`CLUSTER MEET`), not serving any
+/// slot: returns once every node knows it, it knows them all and every
+/// node says `cluster_state:ok`; its id.
+async fn join_empty_master(
+    cluster: &RedisCluster,
+) -> (ChildProcess, tempfile::TempDir, u16, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (process, port) = start_cluster_node(&dir, cluster).await;
+    let id = cluster
+        .query(port, &["CLUSTER", "MYID"])
+        .await
+        .expect("CLUSTER MYID")
+        .concat();
+    let known = cluster.running_ports();
+    let seed = known[0].to_string();
+    cluster
+        .query(port, &["CLUSTER", "MEET", "127.0.0.1", &seed])
+        .await
+        .expect("CLUSTER MEET");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut joined = true;
+        for node in known.iter().copied().chain([port]) {
+            let nodes = cluster
+                .query(node, &["CLUSTER", "NODES"])
+                .await
+                .unwrap_or_default()
+                .concat();
+            let lines = nodes.lines().filter(|line| !line.contains("handshake"));
+            let seen = lines.filter(|line| !line.contains("fail")).count();
+            let info = cluster
+                .query(node, &["CLUSTER", "INFO"])
+                .await
+                .unwrap_or_default()
+                .concat();
+            joined &=
+                nodes.contains(&id) && seen == known.len() + 1 && info.contains("cluster_state:ok");
+        }
+        if joined {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node {port} did not join");
+        if !process.is_running() {
+            panic!("node {port} stopped: {}", process.log_tail());
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    (process, dir, port, id)
+}
+
+/// A `redis-server --cluster-enabled yes` on a free port (whose bus port,
+/// `+10000`, is free too), in `dir`.
+async fn start_cluster_node(
+    dir: &tempfile::TempDir,
+    cluster: &RedisCluster,
+) -> (ChildProcess, u16) {
+    let mut last_error = String::new();
+    for _ in 0..5 {
+        let port = loop {
+            let port = testkit::free_port();
+            let free_bus = port
+                .checked_add(10000)
+                .is_some_and(|bus| std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok());
+            if free_bus {
+                break port;
+            }
+        };
+        let path = dir.path().to_path_buf();
+        let mut process = ChildProcess::new("redis-server", path.join("redis.log"), move || {
+            let mut command = Command::new("redis-server");
+            command
+                .args(["--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args([
+                    "--cluster-node-timeout",
+                    &NODE_TIMEOUT.as_millis().to_string(),
+                ])
+                .args(["--save", ""])
+                .args(["--appendonly", "no"])
+                .arg("--dir")
+                .arg(&path);
+            command
+        });
+        let started = process
+            .start(Duration::from_secs(10), || async move {
+                cluster.query(port, &["PING"]).await.is_ok()
+            })
+            .await;
+        match started {
+            Ok(()) => return (process, port),
+            Err(err) => last_error = err,
+        }
+    }
+    panic!("the new cluster node did not start: {last_error}")
+}
+
+/// A slot migrating to a master that joined empty (not in the slot map the
+/// components read): keys already moved, and new ones, are read and
+/// written there through `ASK` — the components connect to the node named
+/// themselves — while the others stay on the old master; each write ran
+/// once. Once the slot is the new master's, `MOVED` brings the slot map up
+/// to date and everything goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_a_slot_migrating_to_a_new_empty_master_is_followed_through_ask() {
+    let cluster = RedisCluster::start().await;
+    let store = state_store(&cluster).await;
+    let locks = lock_store(&cluster).await;
+    let (stay, moved, new) = ("{grow}stay", "{grow}moved", "{grow}new");
+    let slot = cluster.keyslot("{grow}").await;
+    let source = master_of(&cluster, "{grow}").await;
+    let source_id = cluster
+        .roles()
+        .await
+        .into_iter()
+        .find(|role| role.port == source)
+        .map(|role| role.id)
+        .expect("the source's id");
+    for key in [stay, moved] {
+        store
+            .set(write(key, "before", None))
+            .await
+            .expect("write before");
+    }
+
+    let (_process, _dir, target, target_id) = join_empty_master(&cluster).await;
+    assert_eq!(master_of(&cluster, "{grow}").await, source);
+    setslot(&cluster, target, slot, "IMPORTING", &source_id).await;
+    setslot(&cluster, source, slot, "MIGRATING", &target_id).await;
+    migrate(&cluster, source, target, moved).await;
+    for port in [source, target] {
+        cluster
+            .query(port, &["CONFIG", "RESETSTAT"])
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+
+    let started = Instant::now();
+    let (_, etag) = read(store.as_ref(), moved).await.expect("moved key read");
+    store
+        .set(write(moved, "during", Some(&etag)))
+        .await
+        .expect("etag write to the moved key");
+    store
+        .set(write(new, "during", None))
+        .await
+        .expect("write of a new key");
+    let (_, etag) = read(store.as_ref(), stay).await.expect("staying key read");
+    store
+        .set(write(stay, "during", Some(&etag)))
+        .await
+        .expect("etag write to the staying key");
+    assert_eq!(locks.try_lock(lock("{grow}lock", "a")).await, Ok(true));
+    assert_eq!(locks.try_lock(lock("{grow}lock", "b")).await, Ok(false));
+    for key in [moved, new, stay] {
+        assert_eq!(
+            read(store.as_ref(), key).await.map(|e| e.0).as_deref(),
+            Some("during"),
+            "{key}"
+        );
+    }
+    // Answered at once, not after retries until the deadline (2.5 s each).
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The writes of keys on the new master ran there, once each.
+    assert_eq!(scripts(&cluster, target).await, 2, "the moved and new keys");
+    assert_eq!(calls(&cluster, target, "set").await, 2, "the two SET NX");
+    assert_eq!(scripts(&cluster, source).await, 1, "the staying key");
+    // The moved key, the new one and the lock are on the new master; the
+    // staying key alone on the old.
+    let slot_text = slot.to_string();
+    for (port, count) in [(target, "3"), (source, "1")] {
+        let keys = cluster
+            .query(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot_text])
+            .await;
+        assert_eq!(keys, Ok(vec![count.to_string()]), "keys on {port}");
+    }
+
+    // The migration ends: the slot is the new master's.
+    migrate(&cluster, source, target, stay).await;
+    for port in cluster.master_ports().await {
+        setslot(&cluster, port, slot, "NODE", &target_id).await;
+    }
+    let (_, etag) = read(store.as_ref(), stay)
+        .await
+        .expect("read after the move");
+    store
+        .set(write(stay, "after", Some(&etag)))
+        .await
+        .expect("etag write after the move");
+    assert_eq!(
+        read(store.as_ref(), stay).await.map(|e| e.0).as_deref(),
+        Some("after")
+    );
+    assert_eq!(
+        locks.unlock(unlock("{grow}lock", "a")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(master_of(&cluster, "{grow}").await, target);
 }
