@@ -106,7 +106,7 @@ impl Component for RedisPubSub {
         info!(component = %key, host = %settings.host(), server = %server, group = %group, "Redis pub/sub connected.");
         let connected = Connected {
             connection: Arc::new(connection),
-            settings: Arc::new(ArcSwap::from_pointee(settings)),
+            settings: Arc::new(tokio::sync::watch::Sender::new(Arc::new(settings))),
             group,
             shutdown: cx.shutdown.clone(),
             label: key.to_string(),

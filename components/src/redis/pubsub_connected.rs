@@ -2,9 +2,11 @@
 //! the subscription readers; and the following of its TLS files.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use redis::RedisError;
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -12,6 +14,12 @@ use super::bounded::BoundedConnection;
 use super::connection::{RedisConnection, Session};
 use super::metadata::{ConnectionSettings, RedisMetadata};
 use crate::tls::{PemSource, RECHECK_EVERY};
+
+/// How soon content the files still hold is tried again after a server
+/// refused it (one that learns to trust it later gets it then): not every
+/// [`RECHECK_EVERY`], which would be a new connection and TLS handshake a
+/// second for as long as bad files stay.
+const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
 /// What `init` established.
 #[derive(Clone)]
@@ -23,8 +31,9 @@ pub(super) struct Connected {
     /// The settings in force (each reader opens its own connection with
     /// them): those of `init`, then, with TLS files, those with the
     /// material last read from them and taken by the server (see
-    /// [`follow_tls_files`](Self::follow_tls_files)).
-    pub(super) settings: Arc<ArcSwap<ConnectionSettings>>,
+    /// [`follow_tls_files`](Self::follow_tls_files)); a reader watches
+    /// it for new material.
+    pub(super) settings: Arc<watch::Sender<Arc<ConnectionSettings>>>,
     pub(super) group: String,
     pub(super) shutdown: CancellationToken,
     pub(super) label: String,
@@ -59,7 +68,17 @@ impl Connected {
     /// The connection settings in force: a connection opened now uses
     /// them.
     pub(super) fn settings(&self) -> Arc<ConnectionSettings> {
-        self.settings.load_full()
+        self.settings.borrow().clone()
+    }
+
+    /// Resolves once the settings in force are others than `held` (at
+    /// once when they are already).
+    pub(super) async fn settings_other_than(&self, held: &Arc<ConnectionSettings>) {
+        let mut changes = self.settings.subscribe();
+        // The sender lives as long as `self`: `wait_for` never fails here.
+        let _ = changes
+            .wait_for(|in_force| !Arc::ptr_eq(in_force, held))
+            .await;
     }
 
     /// `err` met at `server`, as a backend error: with the server, without
@@ -82,7 +101,9 @@ impl Connected {
     /// subscription's, and a reader's, which re-opens its own (see
     /// `Reader`). Files that cannot be used (half-written, a key that does
     /// not match, a server that refuses them) are refused with one
-    /// warning per content, and the connections in force keep serving.
+    /// warning per content, and the connections in force keep serving;
+    /// content a server refused is not tried again (no new connection)
+    /// until the files change, or [`REFUSED_RETRY`] later.
     pub(super) fn follow_tls_files(&self, metadata: RedisMetadata) {
         if !names_files(&metadata) {
             return;
@@ -91,6 +112,9 @@ impl Connected {
         tokio::spawn(async move {
             let stop = connected.shutdown.clone();
             let mut refused: Option<String> = None;
+            // The content a server last refused, and when: not tried again
+            // before `REFUSED_RETRY` while the files still hold it.
+            let mut refused_content: Option<(ConnectionSettings, Instant)> = None;
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -106,6 +130,14 @@ impl Connected {
                 let outcome = match loaded {
                     Ok(Ok(settings)) if settings == *connected.settings() => {
                         refused = None;
+                        refused_content = None;
+                        continue;
+                    }
+                    Ok(Ok(settings))
+                        if refused_content.as_ref().is_some_and(|(content, at)| {
+                            *content == settings && at.elapsed() < REFUSED_RETRY
+                        }) =>
+                    {
                         continue;
                     }
                     Ok(Ok(settings)) => {
@@ -113,15 +145,22 @@ impl Connected {
                             () = stop.cancelled() => return,
                             applied = connected.connection.apply(metadata.clone()) => applied,
                         };
-                        applied.map(|_| settings).map_err(|err| err.to_string())
+                        match applied {
+                            Ok(_) => Ok(settings),
+                            Err(err) => {
+                                refused_content = Some((settings, Instant::now()));
+                                Err(err.to_string())
+                            }
+                        }
                     }
                     Ok(Err(err)) => Err(err.to_string()),
                     Err(err) => Err(format!("reading the TLS files failed: {err}")),
                 };
                 match outcome {
                     Ok(settings) => {
-                        connected.settings.store(Arc::new(settings));
+                        connected.settings.send_replace(Arc::new(settings));
                         refused = None;
+                        refused_content = None;
                         info!(component = %connected.label, "Redis TLS files changed; new connections use them.");
                     }
                     Err(error) if refused.as_deref() != Some(error.as_str()) => {

@@ -2,8 +2,9 @@
 //! `XREADGROUP`, delivers, `XACK`s what is settled `SUCCESS` or `DROP`,
 //! and delivers again entries pending longer than `processingTimeout`:
 //! looked for as it starts and every `redeliverInterval`, each time through
-//! the whole pending list (`XAUTOCLAIM`, following its cursor, one page
-//! between reads of new entries, no larger than the free permits).
+//! the whole pending list (`XPENDING … IDLE` from a cursor, then `XCLAIM`
+//! of those found, one page between reads of new entries, no larger than
+//! the free permits).
 //!
 //! Asked to drain (its broker was replaced), it closes the broker's
 //! publish gate (waiting for `XADD`s under way), delivers the consumer's
@@ -280,7 +281,7 @@ impl Reader {
         // a crashed process left need not wait `redeliverInterval`), and
         // at once when it moved to a new master.
         let mut reclaim_now = true;
-        // A reclaim round under way: the `XAUTOCLAIM` cursor it goes on
+        // A reclaim round under way: the `XPENDING` start it goes on
         // from. A round follows the cursor until the whole pending list was
         // looked through, one page per turn of the loop between reads (so
         // new entries are not held up behind a long backlog).
@@ -300,8 +301,7 @@ impl Reader {
             }
             // New TLS material in force: the reading connection is opened
             // again with it (the old one would reconnect with the old).
-            let settings_changed =
-                !Arc::ptr_eq(&self.reading_settings, &*self.connected.settings.load());
+            let settings_changed = !Arc::ptr_eq(&self.reading_settings, &self.connected.settings());
             let may_retry = self
                 .reopen_failed_at
                 .is_none_or(|at| at.elapsed() >= REOPEN_RETRY);
@@ -315,7 +315,7 @@ impl Reader {
                     {
                         last_reclaim = Instant::now();
                         reclaim_now = false;
-                        reclaim_cursor = Some("0-0".into());
+                        reclaim_cursor = Some("-".into());
                     }
                     if let Some(cursor) = reclaim_cursor.take() {
                         match self
@@ -330,6 +330,12 @@ impl Reader {
                                 warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), "Reclaiming pending entries failed.");
                             }
                         }
+                    }
+                    // A drain asked for while the page waited for a permit:
+                    // seen to first (no read of new entries before the
+                    // publish gate closes).
+                    if self.feed.is_draining() {
+                        continue;
                     }
                 }
                 _ => reclaim_cursor = None,
@@ -503,16 +509,26 @@ impl Reader {
         }
     }
 
-    /// One page of a reclaim round: takes over (`XAUTOCLAIM`) and
-    /// delivers again the entries of the group pending longer than `idle`,
-    /// from `cursor` on. The cursor to go on from; `None` once the pending
-    /// list was looked through (or the subscription ended).
+    /// One page of a reclaim round: finds (`XPENDING … IDLE`) the
+    /// entries of the group pending longer than `idle` from `cursor` (an
+    /// `XPENDING` start) on, takes them over (`XCLAIM`) and delivers them
+    /// again. The cursor to go on from; `None` once the pending list was
+    /// looked through (or the subscription ended).
     ///
     /// A page takes no more entries than there are deliveries free to
     /// await their outcome (at most `count`): an entry taken over has its
     /// idle time reset, so one held here waiting for a permit would look
     /// busy to the next round, and a backlog of many thousands is never
-    /// held in memory.
+    /// held in memory. Found first, taken over then: `XPENDING … IDLE`
+    /// looks through as many pending entries as it takes to find them,
+    /// where `XAUTOCLAIM` looks through at most ten per entry it may take,
+    /// so a pending list of entries other consumers are working on would
+    /// take a call per ten of them with one free permit. A page that finds
+    /// fewer than it asked for ends the round.
+    ///
+    /// While it waits for a free permit, a drain asked for or new TLS
+    /// material to open the connection with ends the page at once (the
+    /// cursor unchanged): the loop sees to them first.
     async fn reclaim(
         &mut self,
         in_flight: &Arc<Semaphore>,
@@ -524,36 +540,45 @@ impl Reader {
             permit = in_flight.clone().acquire_owned() => permit,
             () = self.feed.stopped() => return Ok(None),
             () = self.connected.shutdown.cancelled() => return Ok(None),
+            () = self.feed.draining() => return Ok(Some(cursor.to_string())),
+            () = self.reopen_due() => return Ok(Some(cursor.to_string())),
         };
         let Ok(permit) = permit else {
             return Ok(None);
         };
-        let room = in_flight.available_permits() + 1;
+        let room = (in_flight.available_permits() + 1).min(count).max(1);
         drop(permit);
         let idle = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        let reply: Value = redis::cmd("XAUTOCLAIM")
+        let reply: Value = redis::cmd("XPENDING")
+            .arg(&self.topic)
+            .arg(&self.connected.group)
+            .arg("IDLE")
+            .arg(idle)
+            .arg(cursor)
+            .arg("+")
+            .arg(room)
+            .query_async(&mut self.reading)
+            .await?;
+        // [[id, consumer, idle, deliveries], ...]
+        let found = pending_ids(reply);
+        let Some(last) = found.last() else {
+            return Ok(None);
+        };
+        let next = (found.len() >= room).then(|| format!("({last}"));
+        // Taken over only while still pending that long: not those another
+        // consumer took over or acknowledged since.
+        let claimed: Value = redis::cmd("XCLAIM")
             .arg(&self.topic)
             .arg(&self.connected.group)
             .arg(&self.connected.group)
             .arg(idle)
-            .arg(cursor)
-            .arg("COUNT")
-            .arg(count.min(room).max(1))
+            .arg(&found)
             .query_async(&mut self.reading)
             .await?;
-        // [next cursor, [[id, [field, value, ...]], ...], deleted ids (7.0)]
-        let Value::Array(mut parts) = reply else {
-            return Ok(None);
-        };
-        if parts.len() < 2 {
-            return Ok(None);
-        }
-        let claimed = entries_of(parts.swap_remove(1));
-        let next = text_of(parts.swap_remove(0)).filter(|next| next != "0-0");
-        for (id, fields) in claimed {
+        for (id, fields) in entries_of(claimed) {
             let Some(fields) = fields else {
-                // Pending, but trimmed from the stream (a server before
-                // 7.0 still lists it): nothing to deliver any more.
+                // Pending, but trimmed from the stream: nothing to deliver
+                // any more.
                 ack(&self.connected, &self.topic, &id).await;
                 continue;
             };
@@ -563,6 +588,18 @@ impl Reader {
             }
         }
         Ok(next)
+    }
+
+    /// Resolves when the loop would open the reading connection again:
+    /// the settings in force are not those it was opened with, and the
+    /// last attempt to open it with them (if any) is [`REOPEN_RETRY`] old.
+    async fn reopen_due(&self) {
+        self.connected
+            .settings_other_than(&self.reading_settings)
+            .await;
+        if let Some(at) = self.reopen_failed_at {
+            tokio::time::sleep_until(at + REOPEN_RETRY).await;
+        }
     }
 
     /// The message of entry `id`: its `data`, and the metadata its
@@ -664,6 +701,21 @@ async fn read_group(
         })
         .flatten()
         .collect())
+}
+
+/// The ids of an `XPENDING` extended reply (`[[id, consumer, idle,
+/// deliveries], ...]`).
+fn pending_ids(reply: Value) -> Vec<String> {
+    let Value::Array(pending) = reply else {
+        return Vec::new();
+    };
+    pending
+        .into_iter()
+        .filter_map(|entry| match entry {
+            Value::Array(fields) => fields.into_iter().next().and_then(text_of),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A stream entry: its id and its `data` field (`None`: the entry is still

@@ -859,3 +859,288 @@ async fn rotated_client_certificate_files_reach_publishes_subscriptions_and_reco
         .expect("published");
     assert_eq!(next_text(&mut fresh, DeliveryOutcome::Success).await, "new");
 }
+
+/// How many times `commands` (lower case) ran on `server`, summed
+/// (`INFO commandstats`, commands called by scripts included).
+async fn calls_of(server: &RedisServer, commands: &[&str]) -> u64 {
+    let info = server
+        .query(&["INFO", "commandstats"])
+        .await
+        .expect("INFO commandstats")
+        .join("\n");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.trim().split_once(':')?;
+            commands.contains(&name.strip_prefix("cmdstat_")?).then(|| {
+                stats
+                    .split(',')
+                    .find_map(|field| field.strip_prefix("calls="))
+                    .and_then(|calls| calls.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+        })
+        .sum()
+}
+
+/// Whether a client of `server` waits in a blocking `XREADGROUP` (a
+/// reader between reclaim pages reads without waiting).
+async fn a_read_blocks(server: &RedisServer) -> bool {
+    let lines = server
+        .query(&["CLIENT", "LIST"])
+        .await
+        .expect("CLIENT LIST");
+    lines.iter().flat_map(|text| text.lines()).any(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        fields.contains(&"cmd=xreadgroup")
+            && fields.iter().any(|field| {
+                field
+                    .strip_prefix("flags=")
+                    .is_some_and(|f| f.contains('b'))
+            })
+    })
+}
+
+#[tokio::test]
+async fn a_reclaim_round_through_entries_others_work_on_takes_few_calls() {
+    // 20,000 entries another instance works on (pending, not idle), then
+    // three a crashed process left an hour ago; `concurrency` 1, so one
+    // free permit. `XAUTOCLAIM … COUNT 1` looks through ten pending
+    // entries a call: 2,000 calls (each followed by a read that does not
+    // wait) to reach the three. Found with `XPENDING … IDLE`, a page per
+    // entry taken over and one that finds nothing ends the round.
+    let server = RedisServer::start().await;
+    server
+        .query(&["XGROUP", "CREATE", "orders", "app", "0", "MKSTREAM"])
+        .await
+        .expect("group");
+    server
+        .query(&[
+            "EVAL",
+            "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'data', 'busy' .. i) end \
+             redis.call('XREADGROUP', 'GROUP', 'app', 'busy', 'COUNT', ARGV[1], 'STREAMS', KEYS[1], '>') \
+             local ids = {} \
+             for i = 1, 3 do table.insert(ids, redis.call('XADD', KEYS[1], '*', 'data', 'crashed' .. i)) end \
+             redis.call('XREADGROUP', 'GROUP', 'app', 'dead', 'COUNT', 3, 'STREAMS', KEYS[1], '>') \
+             for _, id in ipairs(ids) do redis.call('XCLAIM', KEYS[1], 'app', 'dead', 0, id, 'IDLE', 3600000) end \
+             return 1",
+            "1",
+            "orders",
+            "20000",
+        ])
+        .await
+        .expect("pending entries");
+    let reclaiming = ["xautoclaim", "xpending", "xclaim"];
+    let before = calls_of(&server, &reclaiming).await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "concurrency": 1,
+        "processingTimeout": "10s", "redeliverInterval": "60s"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(
+            next_within(
+                &mut sub,
+                std::time::Duration::from_secs(20),
+                DeliveryOutcome::Success,
+            )
+            .await,
+        );
+    }
+    assert_eq!(seen, ["crashed1", "crashed2", "crashed3"]);
+    // The round ended: the reader waits for new entries.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !a_read_blocks(&server).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reclaim round never ended"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let calls = calls_of(&server, &reclaiming).await - before;
+    assert!(calls <= 12, "{calls} reclaim calls for one round");
+    assert_eq!(pending_by_consumer(&server, "orders").await, ["busy=20000"]);
+}
+
+/// How many connections `server` refused in their TLS handshake (it logs
+/// each; they never reach `total_connections_received`).
+fn handshakes_refused(server: &RedisServer) -> usize {
+    std::fs::read_to_string(server.log_path())
+        .unwrap_or_default()
+        .matches("Error accepting a client connection")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_files_the_server_refused_are_not_tried_every_second() {
+    use testkit::certs::TestCa;
+    use testkit::redis::RedisTls;
+    // The files are renewed with a certificate from a CA the server does
+    // not trust: refused once, the material is not tried again (a new
+    // connection and TLS handshake) each second while the files stay.
+    let (ca, stranger) = (TestCa::new("pubsub-ca"), TestCa::new("pubsub-stranger"));
+    let server = RedisServer::start_tls(
+        RedisTls {
+            server: ca.server("redis"),
+            ca_path: ca.ca_path.clone(),
+            ca_pem: ca.ca_pem.clone(),
+            client: ca.client("helper"),
+        },
+        None,
+    )
+    .await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = (
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    ca.client("app-1").install_at(&cert, &key);
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": cert, "clientKey": key,
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "before"))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_text(&mut sub, DeliveryOutcome::Success).await,
+        "before"
+    );
+
+    stranger.client("app-2").install_at(&cert, &key);
+    // The first try of the new files: a handshake the server refuses.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while handshakes_refused(&server) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new files were never tried"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let refused = handshakes_refused(&server);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        handshakes_refused(&server),
+        refused,
+        "handshakes tried again within 3 s with the same refused files"
+    );
+    // The connections in force keep serving.
+    broker
+        .publish(publish("orders", "after"))
+        .await
+        .expect("published");
+    assert_eq!(next_text(&mut sub, DeliveryOutcome::Success).await, "after");
+}
+
+#[tokio::test]
+async fn a_drain_asked_while_a_reclaim_waits_for_a_permit_closes_publishing_at_once() {
+    // `concurrency` 1 and the one delivery held: the reclaim round's next
+    // page waits for a permit. The drain is seen at once (publishes
+    // refused from then on), not once the held delivery is answered.
+    let server = RedisServer::start().await;
+    leave_pending(&server, "orders", 3).await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "concurrency": 1,
+        "processingTimeout": "10s", "redeliverInterval": "60s"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let held = tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+        .await
+        .expect("a delivery")
+        .expect("open");
+    // The read of new entries after the page (the crashed process made
+    // the first): the reader then waits for a permit for the next page.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while calls_of(&server, &["xreadgroup"]).await < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no read after the page"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    sub.drain();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match broker.publish(publish("orders", "late")).await {
+            Err(PubSubError::Retired) => break,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "publishes still taken while the delivery is held: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    held.settle(DeliveryOutcome::Success);
+    let rest = until_ended(&mut sub).await;
+    assert!(rest.iter().all(|text| text == "late"), "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_files_reach_a_reader_whose_reclaim_waits_for_a_permit() {
+    use testkit::certs::TestCa;
+    use testkit::redis::RedisTls;
+    // `concurrency` 1 and the one delivery held: the reclaim round's next
+    // page waits for a permit. New client certificate files are taken in
+    // meanwhile: the reader opens its connection again with them then, not
+    // once the held delivery is answered.
+    let ca = TestCa::new("pubsub-ca");
+    let server = RedisServer::start_tls(
+        RedisTls {
+            server: ca.server("redis"),
+            ca_path: ca.ca_path.clone(),
+            ca_pem: ca.ca_pem.clone(),
+            client: ca.client("helper"),
+        },
+        None,
+    )
+    .await;
+    leave_pending(&server, "orders", 3).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = (
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    ca.client("app-1").install_at(&cert, &key);
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "enableTLS": true,
+        "caCert": ca.ca_path, "clientCert": cert, "clientKey": key, "concurrency": 1,
+        "processingTimeout": "10s", "redeliverInterval": "60s"
+    }))
+    .await;
+    let mut sub = subscribe(&broker, "orders").await;
+    let held = tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+        .await
+        .expect("a delivery")
+        .expect("open");
+    let before = client_ids(&server).await;
+    assert!(before.len() >= 2, "publisher and reader: {before:?}");
+    ca.client("app-2").install_at(&cert, &key);
+    // The publisher's connection and the reader's are made again.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = client_ids(&server).await;
+        if now.len() >= 2 && now.iter().all(|id| !before.contains(id)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reader kept its connection: {before:?} -> {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    held.settle(DeliveryOutcome::Success);
+    for _ in 0..2 {
+        next_within(
+            &mut sub,
+            std::time::Duration::from_secs(20),
+            DeliveryOutcome::Success,
+        )
+        .await;
+    }
+}
