@@ -21,9 +21,6 @@ use redis::{
     Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
-use super::connect;
-use super::metadata::ConnectionSettings;
-
 /// How many nodes [`AskNodes`] keeps a connection to: a migration imports
 /// into one master at a time, a resharding of a few at once into as many.
 pub const ASK_NODES_KEPT: usize = 4;
@@ -59,18 +56,24 @@ pub enum AnyConnection {
 /// command on a key already moved, until the migration ended.
 #[derive(Clone)]
 pub struct AskNodes {
-    settings: Arc<ConnectionSettings>,
+    open_node: NodeOpener,
     open: Arc<Mutex<Vec<(String, u16, MultiplexedConnection)>>>,
     /// The source of the scripts loaded through the cluster connection,
     /// by SHA1.
     scripts: Arc<Mutex<Vec<(String, String)>>>,
 }
 
+/// Opens a plain connection to the node at `host:port` (with the cluster
+/// connection's credentials, TLS and timeouts: see
+/// `connect::open_node`).
+pub type NodeOpener =
+    Arc<dyn Fn(String, u16) -> RedisFuture<'static, MultiplexedConnection> + Send + Sync>;
+
 impl AskNodes {
-    /// None yet; opened with `settings` (those of the cluster connection).
-    pub fn new(settings: Arc<ConnectionSettings>) -> Self {
+    /// None yet; each opened by `open_node`.
+    pub fn new(open_node: NodeOpener) -> Self {
         Self {
-            settings,
+            open_node,
             open: Arc::default(),
             scripts: Arc::default(),
         }
@@ -114,7 +117,7 @@ impl AskNodes {
         if let Some(conn) = self.kept(host, port) {
             return Ok(conn);
         }
-        let conn = connect::open_node(&self.settings, host, port).await?;
+        let conn = (self.open_node)(host.to_string(), port).await?;
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, _, kept)) = open.iter().find(|(h, p, _)| h == host && *p == port) {
             // Opened meanwhile by another command: that one is kept.
@@ -566,18 +569,10 @@ mod tests {
     /// found again by the SHA1 an `EVALSHA` names.
     #[test]
     fn a_loaded_script_is_found_by_the_sha_of_an_evalsha() {
-        let settings = ConnectionSettings {
-            addresses: vec![("127.0.0.1".into(), 7000)],
-            password: String::new(),
-            username: String::new(),
-            db: 0,
-            dial: std::time::Duration::from_secs(1),
-            response: None,
-            master_name: None,
-            cluster: true,
-            tls: None,
-        };
-        let nodes = AskNodes::new(Arc::new(settings));
+        let never: NodeOpener = Arc::new(|_, _| {
+            Box::pin(async { Err(RedisError::from((ErrorKind::Io, "not opened here"))) })
+        });
+        let nodes = AskNodes::new(never);
         let source = "return 1";
         let script = redis::Script::new(source);
         nodes.note_script(redis::cmd("GET").arg("SCRIPT"));

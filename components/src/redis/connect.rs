@@ -16,7 +16,7 @@ use redis::{
     RedisConnectionInfo, RedisError, RedisResult,
 };
 
-use super::any_connection::{AnyConnection, AskNodes};
+use super::any_connection::{AnyConnection, AskNodes, NodeOpener};
 use super::metadata::{ConnectionSettings, RedisMetadataError};
 use super::tls;
 
@@ -185,8 +185,18 @@ async fn open_cluster(settings: &ConnectionSettings) -> Result<Opened, ConnectEr
     let mut connection = client.get_async_connection().await.map_err(failed)?;
     ping(&mut connection).await.map_err(failed)?;
     Ok(Opened {
-        connection: AnyConnection::Cluster(connection, AskNodes::new(Arc::new(settings.clone()))),
+        connection: AnyConnection::Cluster(connection, AskNodes::new(node_opener(settings))),
         server: settings.host(),
+    })
+}
+
+/// Opens plain connections to cluster nodes with `settings` (see
+/// [`open_node`]).
+fn node_opener(settings: &ConnectionSettings) -> NodeOpener {
+    let settings = Arc::new(settings.clone());
+    Arc::new(move |host, port| {
+        let settings = Arc::clone(&settings);
+        Box::pin(async move { open_node(&settings, &host, port).await })
     })
 }
 
