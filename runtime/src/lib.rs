@@ -25,6 +25,7 @@ mod problem;
 mod redact;
 mod registry;
 mod reload;
+mod rfc3339;
 mod running;
 mod runtime;
 mod sections;
@@ -91,6 +92,8 @@ pub use registry::{
 pub use reload::{Action, Actions, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
 #[doc(inline)]
 pub use rewire_macros::Component;
+#[doc(inline)]
+pub use rfc3339::rfc3339_utc;
 #[doc(inline)]
 pub use runtime::{ComponentStatus, PendingRetry, Runtime, RuntimeOptions, StartError, Status};
 
