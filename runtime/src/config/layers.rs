@@ -295,6 +295,13 @@ impl Effective {
                 self.config.components.insert(key.clone(), Arc::new(spec));
             }
             Push::Amend(patch) => {
+                // An amendment never adds a component: one the layers below
+                // no longer declare (its file entry or overlay document
+                // gone) stays gone, rather than coming back from the
+                // pushed fields alone with its type taken from its name.
+                if !self.config.components.contains_key(key) {
+                    return;
+                }
                 self.overlay(Layer::ControlPlane, key, patch);
                 if let Some(spec) = self.config.components.get_mut(key) {
                     yield_to_pushed_fields(patch, Arc::make_mut(spec));
@@ -600,6 +607,11 @@ mod tests {
             .apply(LayerChange::Push(o.clone(), amend("x")))
             .unwrap();
         assert_eq!(layers.effective_config().components[&o].type_name, "memory");
+        // The overlay stops declaring it: the stored amendment does not
+        // bring it back (typed `o` from its name, with the pushed field
+        // alone).
+        layers.apply(LayerChange::Overlay(None, None)).unwrap();
+        assert!(!layers.effective_config().components.contains_key(&o));
     }
 
     #[test]
