@@ -80,6 +80,19 @@ struct Running {
     task: JoinHandle<()>,
 }
 
+impl Running {
+    /// Routes what it still delivers as its taker does: one subscription
+    /// taking over another of the same pub/sub and topic (on a broker whose
+    /// consumers share a group, such as Redis Streams, both read new
+    /// entries until the old one retires) sends every event by the taker's
+    /// rules and dead-letter topic, not by those the reload removed.
+    fn route_as(&self, routes: &Arc<SubscriptionRoutes>, dead_letter_topic: &Option<String>) {
+        self.routes.send_replace(routes.clone());
+        self.dead_letter_topic
+            .send_replace(dead_letter_topic.clone());
+    }
+}
+
 /// A replaced subscription delivering what it holds.
 struct Retired {
     id: String,
@@ -286,13 +299,19 @@ impl Deliveries {
                     // Runs already (not expected: one per pub/sub and
                     // topic ran): what it takes over retires for it.
                     let successor = running.delivered.clone();
+                    let (routes, dead_letter) = (
+                        running.routes.borrow().clone(),
+                        subscription.dead_letter_topic.clone(),
+                    );
                     for (_, old) in taken.remove(&id).unwrap_or_default() {
+                        old.route_as(&routes, &dead_letter);
                         self.retire(&id, old, &successor).await;
                     }
                     continue;
                 }
             }
             let taken_over = taken.remove(&id).unwrap_or_default();
+            let taker_routes = routes.clone();
             match self.start(&subscription, routes).await {
                 Ok(started) => {
                     tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
@@ -304,6 +323,7 @@ impl Deliveries {
                         self.retire(&id, replaced, &successor).await;
                     }
                     for (_, old) in taken_over {
+                        old.route_as(&taker_routes, &subscription.dead_letter_topic);
                         self.retire(&id, old, &successor).await;
                     }
                 }

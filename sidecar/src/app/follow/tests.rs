@@ -758,3 +758,120 @@ async fn a_subscription_taking_over_a_topic_loses_no_publish() {
         .expect("joined");
     runtime.shutdown().await;
 }
+
+/// The app: records each event's route and `data`, and answers SUCCESS
+/// once `open` is told.
+async fn held_app_by_route() -> (
+    AppChannel,
+    tokio::sync::mpsc::UnboundedReceiver<(String, u32)>,
+    watch::Sender<bool>,
+) {
+    use axum::Json;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (open, gate) = watch::channel(false);
+    let app = axum::Router::new().route(
+        "/{*route}",
+        axum::routing::post(
+            move |axum::extract::Path(route): axum::extract::Path<String>,
+                  body: axum::body::Bytes| {
+                let (tx, mut gate) = (tx.clone(), gate.clone());
+                async move {
+                    let event: serde_json::Value =
+                        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                    let n = event["data"].as_str().and_then(|d| d.parse().ok());
+                    if let Some(n) = n {
+                        let _ = tx.send((route, n));
+                    }
+                    let _ = gate.wait_for(|open| *open).await;
+                    Json(serde_json::json!({"status": "SUCCESS"}))
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let channel = AppChannel::local(listener.local_addr().expect("an address").port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (channel, rx, open)
+}
+
+/// What a subscription that another takes over still delivers goes by
+/// the taker's routes: on a broker whose consumers share a group (Redis
+/// Streams) both read new entries until the old one retires, and the
+/// reload removed the old routes. Here the old one's backlog (published
+/// before the reload, not yet sent to the held app) arrives on `/b`: only
+/// the events already sent before the reload (at most 32 in flight)
+/// arrive on `/a`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
+    let registry = Registry::collected();
+    let config =
+        validate(orders_config(&[("orders-a", "/a")]), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (channel, mut got, open) = held_app_by_route().await;
+    let app = AppTarget::Http {
+        client: testkit::http_client(),
+        channel,
+    };
+    let shutdown = CancellationToken::new();
+    let (subscribed, mut running) = watch::channel(BTreeSet::new());
+    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+    let following = tokio::spawn(deliveries.follow(Vec::new()));
+    running_are(&mut running, &["orders-a"]).await;
+    let publish = |n: u32| {
+        let runtime = runtime.clone();
+        async move {
+            let event = serde_json::json!({"specversion": "1.0", "id": format!("e-{n}"),
+                "source": "test", "type": "t", "datacontenttype": "text/plain",
+                "data": n.to_string()});
+            let request = PublishRequest {
+                topic: "orders".into(),
+                data: event.to_string().into_bytes(),
+                content_type: Some("application/cloudevents+json".into()),
+                metadata: Default::default(),
+            };
+            let broker = runtime.pubsub("p").load().expect("the pub/sub runs");
+            broker.publish(request).await.expect("published");
+        }
+    };
+    for n in 0..100 {
+        publish(n).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    runtime
+        .apply(orders_config(&[("orders-a", "/a"), ("a-orders", "/b")]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running_are(&mut running, &["a-orders"]).await;
+    for n in 100..120 {
+        publish(n).await;
+    }
+    open.send_replace(true);
+    let mut missing: BTreeSet<u32> = (0..120).collect();
+    let mut on_a = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !missing.is_empty() {
+            let (route, n) = got.recv().await.expect("the app runs");
+            missing.remove(&n);
+            if route == "a" {
+                on_a.push(n);
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the app did not get {missing:?} within a minute"));
+    assert!(
+        on_a.len() <= 32 && on_a.iter().all(|n| *n < 100),
+        "by the removed route: {on_a:?}"
+    );
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), following)
+        .await
+        .expect("stopped")
+        .expect("joined");
+    runtime.shutdown().await;
+}
