@@ -378,3 +378,93 @@ async fn a_dependent_rebuilt_in_the_same_reload_reads_the_updated_dependency_in_
     assert_eq!(source(&runtime).value(), "last");
     runtime.shutdown().await;
 }
+
+/// A config store serving one item, `value`: what the source it uses
+/// through a componentRef holds when it is read.
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.dependents.through")]
+struct Through {
+    #[metadata]
+    _meta: ReaderMeta,
+    #[inject]
+    source: Option<ComponentHandle>,
+    hub: SubscriptionHub,
+}
+
+#[async_trait]
+impl Component for Through {}
+
+#[async_trait]
+impl ConfigStore for Through {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let source = self
+            .source
+            .as_ref()
+            .ok_or_else(|| ConfigError::Backend("no source".into()))?
+            .load_as::<Source>()
+            .map_err(|e| ConfigError::Backend(e.to_string()))?;
+        let item = ConfigItem {
+            key: "value".into(),
+            value: source.value(),
+            ..ConfigItem::default()
+        };
+        Ok(Some(item)
+            .filter(|item| query.matches(item))
+            .into_iter()
+            .collect())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Ok(self.hub.subscribe(query))
+    }
+}
+
+/// The source `s` holding `value`, the config store `c` serving it, and
+/// the probe `x` reading it from `c` through a configurationRef.
+fn through_config(value: &str) -> String {
+    format!(
+        r#"{{"appId": "dependents-through", "components": {{
+            "probe": {{
+                "s": {{"type": "test.dependents.source", "metadata": {{"value": "{value}"}}}},
+                "x": {{"type": "test.reload.probe", "metadata": {{"tag": "dep-through-x"}},
+                       "configurationRef": [{{"store": "c", "key": "value", "injectAs": "value"}}]}}
+            }},
+            "config_store": {{
+                "c": {{"type": "test.dependents.through",
+                       "componentRef": [{{"type": "probe", "name": "s"}}]}}
+            }}
+        }}}}"#
+    )
+}
+
+/// A store read through a ref reads through what it uses: an update the
+/// default way (left to the commit otherwise) of a component the store
+/// uses is made first, at its level, so the reader resolves the new value,
+/// although the store itself is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ref_read_through_a_kept_store_sees_the_update_of_what_the_store_uses() {
+    let runtime = start(&through_config("old")).await;
+    assert_eq!(probe(&runtime, "x").meta().value.as_deref(), Some("old"));
+    let (s, c) = (
+        instance(&runtime, "probe/s"),
+        instance(&runtime, "config_store/c"),
+    );
+
+    let record = apply_ok(&runtime, &through_config("new")).await;
+    assert_eq!(
+        actions(&record),
+        [
+            ("config_store/c".to_string(), Action::Unchanged),
+            ("probe/s".to_string(), Action::UpdatedInPlace),
+            ("probe/x".to_string(), Action::Rebuilt),
+        ]
+    );
+    assert!(instance(&runtime, "probe/s").same_as(&s));
+    assert!(instance(&runtime, "config_store/c").same_as(&c));
+    assert_eq!(
+        probe(&runtime, "x").meta().value.as_deref(),
+        Some("new"),
+        "x resolved the value through c before s was updated"
+    );
+    runtime.shutdown().await;
+}

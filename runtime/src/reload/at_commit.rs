@@ -26,7 +26,9 @@ impl Plan<'_> {
     /// initialises against them, and must see their new state:
     ///
     /// * every store read through a secretRef or configurationRef by an
-    ///   impacted component (it resolves them in this reload);
+    ///   impacted component (it resolves them in this reload), and what
+    ///   that store uses, directly or through others (the read goes
+    ///   through it);
     /// * everything a component that may be built uses, directly or
     ///   through others, by componentRef or by ref.
     ///
@@ -41,14 +43,20 @@ impl Plan<'_> {
             .filter_map(|key| specs.get(key))
             .flat_map(|spec| spec.injected_refs().map(|r| r.store()).collect::<Vec<_>>())
             .collect();
+        // A store read through a ref is read through what it uses too: it
+        // is expanded as well (a visited set of its own, since `now`
+        // already holds it).
         let mut queue: Vec<ComponentKey> = impact
             .iter()
             .filter(|key| self.may_build(key, impact))
             .flat_map(|key| graph.dependencies(key))
+            .chain(now.iter().cloned())
             .collect();
+        let mut visited = BTreeSet::new();
         while let Some(key) = queue.pop() {
-            if impact.contains(&key) && now.insert(key.clone()) {
+            if impact.contains(&key) && visited.insert(key.clone()) {
                 queue.extend(graph.dependencies(&key));
+                now.insert(key);
             }
         }
         now
@@ -103,8 +111,16 @@ impl Plan<'_> {
             if steps.is_empty() {
                 continue;
             }
-            let failures = self.commit_level(steps, progress, registry, cx).await;
+            let failures = self.commit_level(&steps, progress, registry, cx).await;
             if !failures.is_empty() {
+                // Those of this level still left to the commit were tried
+                // and failed (their spans say so; a half-made update was
+                // re-applied before the rebuild): like a component failed
+                // in a level, they leave no step for the undo, which would
+                // take them for never made and record them kept.
+                progress.done.retain(|step| {
+                    !step.is_at_commit() || !steps.contains_key(&step.running().spec.key)
+                });
                 return Err(failures);
             }
         }
@@ -115,7 +131,7 @@ impl Plan<'_> {
     /// indexes in `progress.done`) concurrently; returns the failures.
     async fn commit_level(
         &self,
-        steps: HashMap<ComponentKey, usize>,
+        steps: &HashMap<ComponentKey, usize>,
         progress: &mut Progress,
         registry: &Registry,
         cx: &AssemblyContext,

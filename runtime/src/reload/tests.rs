@@ -12,7 +12,7 @@ use tracing::subscriber::Interest;
 use tracing::{Event, Metadata as TraceMetadata, Subscriber};
 
 use super::*;
-use crate::component::{Component, ComponentError, InitContext};
+use crate::component::{Component, ComponentError, InPlace, InPlaceUpdate, InitContext};
 use crate::config::{parse, validate, Config};
 use crate::handle::Instance;
 use crate::metadata::{Metadata, MetadataError};
@@ -39,6 +39,42 @@ impl Component for TestComponent {
 
 impl Inject for TestComponent {}
 
+/// Takes no update in place (`update_in_place` refuses, left to the
+/// commit by default); `fail`s in `init` when its metadata says
+/// `failInit`.
+struct Refusing {
+    fail: bool,
+}
+
+#[async_trait]
+impl Component for Refusing {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        if self.fail {
+            return Err(ComponentError::new("refused to start"));
+        }
+        Ok(())
+    }
+
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl InPlaceUpdate for Refusing {
+    async fn update_in_place(&self, _metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        Err(ComponentError::new("not in place"))
+    }
+}
+
+impl Inject for Refusing {}
+
+impl Buildable for Refusing {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::Custom(Arc::new(*self))
+    }
+}
+
 impl Buildable for TestComponent {
     fn into_instance(self: Box<Self>) -> Instance {
         Instance::Custom(Arc::new(*self))
@@ -60,13 +96,18 @@ fn build(
 
 type Build = fn(&Metadata) -> Result<Box<dyn Buildable>, MetadataError>;
 
-/// `custom` types `ok`, `fail` (init fails) and `panic` (init panics).
+/// `custom` types `ok`, `fail` (init fails), `panic` (init panics) and
+/// `refusing` ([`Refusing`]).
 fn registry() -> Registry {
     let mut registry = Registry::default();
-    let builds: [(&'static str, Build); 3] = [
+    let builds: [(&'static str, Build); 4] = [
         ("ok", |m| build(m, false, false)),
         ("fail", |m| build(m, true, false)),
         ("panic", |m| build(m, false, true)),
+        ("refusing", |m| {
+            let fail = m.get("failInit") == Some(&Value::Bool(true));
+            Ok(Box::new(Refusing { fail }))
+        }),
     ];
     for (type_name, build) in builds {
         registry.register(ComponentDescriptor {
@@ -98,8 +139,12 @@ fn named(prefix: &str, count: usize) -> Vec<(String, &'static str)> {
 }
 
 async fn reloader_of(components: &[(String, &str)]) -> Arc<Reloader> {
+    reloader_of_config(config_of(components)).await
+}
+
+async fn reloader_of_config(config: Config) -> Arc<Reloader> {
     let registry = registry();
-    let config = validate(config_of(components), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let config = validate(config, &registry).unwrap_or_else(|p| panic!("{p}"));
     let redactor = Redactor::default();
     let running = RunningSet::start(config, &registry, StartTimeouts::default(), &redactor)
         .await
@@ -493,4 +538,51 @@ async fn a_panicked_reload_is_recorded_on_its_own_span_not_a_second_trace() {
     assert_eq!(field(&roots[0], "otel.status_code"), Some("ERROR"));
     let message = field(&roots[0], "otel.status_message").unwrap_or_default();
     assert!(message.contains("the reload panicked: boom"), "{message}");
+}
+
+/// `custom/c` (`refusing`) at `rev`, `extra` adding metadata fields, and
+/// `custom/k0`.
+fn refusing_config(rev: u32, extra: &str) -> Config {
+    let text = format!(
+        r#"{{"components": {{"custom": {{
+            "c": {{"type": "refusing", "metadata": {{"rev": {rev}{extra}}}}},
+            "k0": {{"type": "ok"}}
+        }}}}}}"#
+    );
+    parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+#[tokio::test]
+async fn an_update_left_to_the_commit_whose_rebuild_fails_there_is_failed_in_the_trace() {
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let reloader = reloader_of_config(refusing_config(1, "")).await;
+
+    // Left to the commit; there the update is refused and the rebuild's
+    // init fails: the reload rolls back.
+    let candidate = refusing_config(2, r#", "failInit": true"#);
+    let result = reloader
+        .reload(ReloadRequest::new(candidate, Trigger::Api))
+        .await;
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    let failed: Vec<String> = failures
+        .iter()
+        .filter_map(|f| f.component.as_ref().map(ToString::to_string))
+        .collect();
+    assert_eq!(failed, ["custom/c"], "{failures:?}");
+    let record = &reloader.history()[0];
+    assert_eq!(record.outcome, Outcome::RolledBack);
+    let action = record.actions.get("custom/c");
+    assert_eq!(action, Some(&Action::Failed), "{:?}", record.actions);
+
+    // One span, failed: the undo does not take it for never made (kept).
+    let spans = capture.component("custom/c");
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    let span = &spans[0];
+    assert_eq!(field(span, "rewire.action"), Some("failed"), "{span:?}");
+    assert_eq!(field(span, "otel.status_code"), Some("ERROR"), "{span:?}");
+    let message = field(span, "otel.status_message").unwrap_or_default();
+    assert!(message.contains("refused to start"), "{message}");
 }
