@@ -399,8 +399,10 @@ impl Forwarder {
 /// are named, while a subscription reports every group's and label's
 /// changes of them): an item known but missing from `now` is read again by
 /// its own group and label before it is reported deleted, and one that
-/// cannot be read is left as known. The last value tells whether a read
-/// did not answer (to be tried again).
+/// cannot be read is left as known. The first of these reads that does not
+/// answer ends the catch-up (the groups after it are not read, each waited
+/// for in turn): its items and those of the groups not read are left as
+/// known, and the last value tells that the read is to be tried again.
 async fn catch_up(
     store: &Arc<dyn ConfigStore>,
     query: &ConfigQuery,
@@ -424,7 +426,8 @@ async fn catch_up(
                 .push(known);
         }
     }
-    for ((group, label), known) in missing {
+    let mut groups = missing.into_iter();
+    while let Some(((group, label), known)) = groups.next() {
         let exact = ConfigQuery {
             keys: known.iter().map(|item| item.key.clone()).collect(),
             group: group.clone(),
@@ -433,17 +436,25 @@ async fn catch_up(
         };
         let found = match bounded(store.get(&exact)).await {
             Some(Ok(found)) => found,
-            answer => {
-                match answer {
-                    Some(Err(err)) => {
-                        tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
-                    }
-                    _ => unanswered = true,
-                }
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
                 for item in known {
                     record.insert(id_of(item), item.clone());
                 }
                 continue;
+            }
+            None => {
+                // The first read that does not answer ends this try: the
+                // groups not read yet are not waited on one after another
+                // (each up to STORE_CALL, the new subscription unread
+                // meanwhile); this one and those stay known, read again
+                // at the next try.
+                unanswered = true;
+                let rest = std::iter::once(known).chain(groups.map(|(_, known)| known));
+                for item in rest.flatten() {
+                    record.insert(id_of(item), item.clone());
+                }
+                break;
             }
         };
         let found: Items = found
@@ -512,6 +523,8 @@ mod tests {
         hang_get: bool,
         hang_grouped_get: bool,
         subscribed: AtomicUsize,
+        /// The group of each grouped read, in order.
+        grouped_gets: std::sync::Mutex<Vec<String>>,
         hub: SubscriptionHub,
     }
 
@@ -521,6 +534,9 @@ mod tests {
     #[async_trait]
     impl ConfigStore for TestStore {
         async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            if let Some(group) = &query.group {
+                self.grouped_gets.lock().unwrap().push(group.clone());
+            }
             if self.hang_get || (self.hang_grouped_get && query.group.is_some()) {
                 self.hang().await;
             }
@@ -709,5 +725,54 @@ mod tests {
         assert_eq!(next_values(&mut subscription).await, ["3"]);
         next.hub.publish(&[item("4", None)]);
         assert_eq!(next_values(&mut subscription).await, ["4"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_catch_up_waits_on_one_hanging_grouped_read_per_try_not_on_each() {
+        // `k` known in `g1` and in `g2`, gone from the rebuilt store (a
+        // plain read does not see them): each read by its group, both
+        // hanging for 20 s after the publish.
+        let (live, mut subscription) = subscribed(TestStore {
+            items: vec![item("1", Some("g1")), item("1", Some("g2"))],
+            ..TestStore::default()
+        })
+        .await;
+        // Written on the rebuilt store once subscribed to, while the
+        // catch-up waits on `g1`: its subscription reports it, the plain
+        // read sees it (delivered once).
+        let written = ConfigItem {
+            version: "v2".into(),
+            ..item("2", None)
+        };
+        let rebuilt = Arc::new(TestStore {
+            items: vec![written.clone()],
+            hang_grouped_get: true,
+            answers_at: Some(Instant::now() + Duration::from_secs(20)),
+            ..TestStore::default()
+        });
+        publish(&live, 2, &rebuilt);
+        while rebuilt.grouped_gets.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Delivered once that one read gives up (5 s), not after `g2`'s
+        // too (10 s): the new subscription is read meanwhile.
+        rebuilt.hub.publish(&[written]);
+        let written = Instant::now();
+        assert_eq!(next_values(&mut subscription).await, ["2"]);
+        assert!(
+            written.elapsed() <= STORE_CALL + Duration::from_millis(100),
+            "the new subscription was not read for {:?}",
+            written.elapsed()
+        );
+        // Once the reads answer, both deletions are delivered; `g2` was
+        // read only after `g1` answered: one hanging read per try.
+        assert_eq!(next_values(&mut subscription).await, ["", ""]);
+        let gets = rebuilt.grouped_gets.lock().unwrap().clone();
+        let (last, tries) = gets.split_last().expect("read by group");
+        assert_eq!(last, "g2", "{gets:?}");
+        assert!(
+            tries.len() >= 3 && tries.iter().all(|g| g == "g1"),
+            "{gets:?}"
+        );
     }
 }
