@@ -19,8 +19,12 @@
 //!    nothing drains. One that does not answer is slow, not refusing: it
 //!    is tried again with a bound growing from [`SUBSCRIBE_BOUND`] to
 //!    [`SLOW_SUBSCRIBE_BOUND`], and a timeout does not count toward the
-//!    deadline (it starts again), nor does the time spent waiting on it
-//!    count against the drains;
+//!    deadline (it starts again). The bound grown is the slow broker's
+//!    alone: another one is first waited on for [`SUBSCRIBE_BOUND`]. A
+//!    subscribe under way does not hold the forwarder: the sources are
+//!    read, the subscriber is served (and let go when it leaves) and a new
+//!    publish is followed (a subscribe on a broker replaced meanwhile is
+//!    abandoned) while it is waited for;
 //! 4. a draining source that delivers nothing for [`DRAIN_GRACE`] while
 //!    the subscriber keeps up (time the subscriber is behind does not
 //!    count), or still draining [`DRAIN_LIMIT`] after its replacement, is
@@ -30,8 +34,9 @@
 
 mod resubscribe;
 
-use std::future::poll_fn;
-use std::sync::Arc;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -65,6 +70,9 @@ pub const SUBSCRIBE_BOUND: Duration = Duration::from_secs(5);
 /// [`SUBSCRIBE_BOUND`]; the runtime cannot see them, so it grows its bound
 /// instead of abandoning every attempt at the same point.
 pub const SLOW_SUBSCRIBE_BOUND: Duration = Duration::from_secs(40);
+
+/// What a subscribe answered; `None` if it did not answer in time.
+type Answer = Option<Result<PubSubSubscription, PubSubError>>;
 
 /// `broker`'s subscribe to `req`; `None` if it does not answer within
 /// `bound` (it is then abandoned).
@@ -122,7 +130,8 @@ impl PubSubHandle {
             req,
             current: Some(Source::new(broker, subscription)),
             resubscribe: None,
-            subscribe_bound: SUBSCRIBE_BOUND,
+            subscribing: None,
+            slow: None,
             warmed: None,
             draining: Vec::new(),
             feed,
@@ -130,6 +139,17 @@ impl PubSubHandle {
         tokio::spawn(forwarder.run(published, warm));
         Ok(outer)
     }
+}
+
+/// A subscribe at a publish, under way: waited for in the forwarder's
+/// loop, with the rest.
+struct Subscribing {
+    broker: Arc<dyn PubSub>,
+    /// The attempt it is (refusals so far, deadline).
+    attempt: Resubscribe,
+    /// How long it is waited for.
+    bound: Duration,
+    call: Pin<Box<dyn Future<Output = Answer> + Send>>,
 }
 
 /// A subscription on one broker instance.
@@ -178,8 +198,12 @@ struct Forwarder {
     current: Option<Source>,
     /// The next try at subscribing to the broker serving, if any.
     resubscribe: Option<Resubscribe>,
-    /// How long the next subscribe at a publish is waited for.
-    subscribe_bound: Duration,
+    /// The subscribe under way at a publish, if any.
+    subscribing: Option<Subscribing>,
+    /// A broker that did not answer a subscribe in time, and how long its
+    /// next one is waited for; any other broker is first waited on for
+    /// [`SUBSCRIBE_BOUND`].
+    slow: Option<(Weak<dyn PubSub>, Duration)>,
     warmed: Option<Source>,
     /// Oldest first.
     draining: Vec<Source>,
@@ -200,6 +224,8 @@ enum Event {
     /// The subscriber took the pending delivery.
     HandedOn,
     Ended(Which),
+    /// The subscribe under way answered, or did not in time.
+    Subscribed(Answer),
     Published,
     Warm(WarmRequest),
     Deadline,
@@ -232,6 +258,7 @@ impl Forwarder {
                 },
                 Some(request) = warm.recv() => Event::Warm(request),
                 () = sleep_until(deadline) => Event::Deadline,
+                answer = subscribed(&mut self.subscribing), if self.subscribing.is_some() => Event::Subscribed(answer),
                 permit = self.feed.sender().reserve(), if pending.is_some() => match (permit, pending.take()) {
                     (Ok(permit), Some(delivery)) => {
                         permit.send(delivery);
@@ -251,12 +278,13 @@ impl Forwarder {
                 }
                 Event::HandedOn => self.subscriber_caught_up(pending_since.elapsed()),
                 Event::Ended(which) => {
-                    if !self.ended(which).await {
+                    if !self.ended(which) {
                         return;
                     }
                 }
+                Event::Subscribed(answer) => self.subscribed(answer),
                 Event::Published => {
-                    if !self.follow().await {
+                    if !self.follow() {
                         return;
                     }
                 }
@@ -266,7 +294,7 @@ impl Forwarder {
                 }
                 Event::Deadline => {
                     self.expire(pending.is_some());
-                    if !self.resubscribe_if_due().await {
+                    if !self.resubscribe_if_due() {
                         return;
                     }
                 }
@@ -279,13 +307,14 @@ impl Forwarder {
     fn spent(&self) -> bool {
         self.current.is_none()
             && self.resubscribe.is_none()
+            && self.subscribing.is_none()
             && self.warmed.is_none()
             && self.draining.is_empty()
     }
 
     /// A source ended. A draining one is let go; the current one ending
     /// means the broker was replaced (follow it) or gave up (end too).
-    async fn ended(&mut self, which: Which) -> bool {
+    fn ended(&mut self, which: Which) -> bool {
         match which {
             Which::Current => {
                 let replaced = self.handle.load().is_ok_and(|now| {
@@ -297,7 +326,7 @@ impl Forwarder {
                     tracing::warn!(topic = %self.req.topic, "Pub/sub subscription ended by its broker.");
                     return false;
                 }
-                self.follow().await
+                self.follow()
             }
             Which::Warmed => {
                 self.warmed = None;
@@ -342,26 +371,31 @@ impl Forwarder {
     }
 
     /// After a publish: moves to the broker now serving and drains the
-    /// one it replaced. False when the subscription should end.
-    async fn follow(&mut self) -> bool {
+    /// one it replaced; a subscribe under way on it is waited for on, one
+    /// on a broker replaced meanwhile is abandoned. False when the
+    /// subscription should end.
+    fn follow(&mut self) -> bool {
         let Ok(now) = self.handle.load() else {
             return false;
         };
-        if let Some(current) = &self.current {
-            if same_broker(&now, &current.broker) {
-                return true;
-            }
+        let serving = [
+            self.current.as_ref().map(|source| &source.broker),
+            self.subscribing.as_ref().map(|s| &s.broker),
+        ];
+        if serving.into_iter().flatten().any(|b| same_broker(&now, b)) {
+            return true;
         }
+        self.subscribing = None;
         if let Some(old) = self.current.take() {
             self.retire(old);
         }
-        self.subscribe_to(now, Resubscribe::now()).await;
+        self.subscribe_to(now, Resubscribe::now());
         true
     }
 
     /// Tries again to subscribe to the broker serving, when it is time.
     /// False when the subscription should end.
-    async fn resubscribe_if_due(&mut self) -> bool {
+    fn resubscribe_if_due(&mut self) -> bool {
         let Some(attempt) = self.resubscribe.filter(|r| r.at <= Instant::now()) else {
             return true;
         };
@@ -369,32 +403,56 @@ impl Forwarder {
         let Ok(now) = self.handle.load() else {
             return false;
         };
-        self.subscribe_to(now, attempt).await;
+        self.subscribe_to(now, attempt);
         true
     }
 
     /// Makes a source on `now` current: the warmed one when it is on
-    /// `now`, else a new subscription; when refused, schedules the attempt
-    /// after `attempt` (or gives up past the deadline).
-    async fn subscribe_to(&mut self, now: Arc<dyn PubSub>, attempt: Resubscribe) {
+    /// `now`, else a new subscription, started here and waited for in the
+    /// loop (see [`subscribed`](Self::subscribed)).
+    fn subscribe_to(&mut self, now: Arc<dyn PubSub>, attempt: Resubscribe) {
         match self.warmed.take() {
             Some(warmed) if same_broker(&warmed.broker, &now) => {
                 self.current = Some(warmed);
+                self.slow = None;
                 tracing::info!(topic = %self.req.topic, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
                 return;
             }
             Some(stale) => self.retire(stale),
             None => {}
         }
-        let bound = self.subscribe_bound;
-        let started = Instant::now();
-        let answer = subscribe_bounded(&now, &self.req, bound).await;
-        // No source was read meanwhile: that time does not count against
-        // the drains.
-        self.subscriber_caught_up(started.elapsed());
+        // The bound grown for a slow broker is its own.
+        let bound = match &self.slow {
+            Some((slow, bound)) if std::ptr::addr_eq(slow.as_ptr(), Arc::as_ptr(&now)) => *bound,
+            _ => SUBSCRIBE_BOUND,
+        };
+        let (broker, req) = (Arc::clone(&now), self.req.clone());
+        let call = Box::pin(async move { subscribe_bounded(&broker, &req, bound).await });
+        self.subscribing = Some(Subscribing {
+            broker: now,
+            attempt,
+            bound,
+            call,
+        });
+    }
+
+    /// The subscribe under way answered (or did not in time): its source
+    /// is made current; when refused, the attempt after it is scheduled
+    /// (or given up past the deadline); when slow, the next one is waited
+    /// for longer.
+    fn subscribed(&mut self, answer: Answer) {
+        let Some(Subscribing {
+            broker: now,
+            attempt,
+            bound,
+            ..
+        }) = self.subscribing.take()
+        else {
+            return;
+        };
         match answer {
             Some(Ok(subscription)) => {
-                self.subscribe_bound = SUBSCRIBE_BOUND;
+                self.slow = None;
                 self.current = Some(Source::new(now, subscription));
                 tracing::info!(topic = %self.req.topic, refused = attempt.refused, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
             }
@@ -415,7 +473,7 @@ impl Forwarder {
                 } else {
                     tracing::debug!(topic = %self.req.topic, timeout = ?bound, "Subscribing to a rebuilt broker did not answer in time; tried again.");
                 }
-                self.subscribe_bound = (bound * 2).min(SLOW_SUBSCRIBE_BOUND);
+                self.slow = Some((Arc::downgrade(&now), (bound * 2).min(SLOW_SUBSCRIBE_BOUND)));
                 self.resubscribe = Resubscribe::now().after_refusal().map(|mut next| {
                     next.refused = attempt.refused;
                     next
@@ -502,6 +560,14 @@ async fn next_delivery(
         Poll::Pending
     })
     .await
+}
+
+/// The answer of the subscribe under way (pending while there is none).
+async fn subscribed(subscribing: &mut Option<Subscribing>) -> Answer {
+    match subscribing {
+        Some(subscribing) => (&mut subscribing.call).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

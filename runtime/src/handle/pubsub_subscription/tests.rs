@@ -541,4 +541,148 @@ mod hanging_subscribe {
         assert_eq!(delivery.message.data, b"after");
         delivery.settle(DeliveryOutcome::Success);
     }
+
+    /// A broker whose first `hangs` subscribes never answer; `awaited`
+    /// counts those still waited for (not abandoned).
+    #[derive(Default)]
+    struct Hanging {
+        hangs: std::sync::atomic::AtomicUsize,
+        awaited: Arc<std::sync::atomic::AtomicUsize>,
+        inner: Broker,
+    }
+
+    /// Counts a subscribe waited for while it lives.
+    struct Awaited(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for Awaited {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Hanging {
+        fn new(hangs: usize) -> Arc<Self> {
+            Arc::new(Self {
+                hangs: hangs.into(),
+                ..Self::default()
+            })
+        }
+
+        fn awaited(&self) -> usize {
+            self.awaited.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl Component for Hanging {}
+
+    #[async_trait]
+    impl PubSub for Hanging {
+        async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
+            self.inner.publish(req).await
+        }
+
+        async fn subscribe(
+            &self,
+            req: SubscribeRequest,
+        ) -> Result<PubSubSubscription, PubSubError> {
+            let hangs = self
+                .hangs
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if hangs.is_ok() {
+                self.awaited.fetch_add(1, Ordering::SeqCst);
+                let _awaited = Awaited(self.awaited.clone());
+                std::future::pending::<()>().await;
+            }
+            self.inner.subscribe(req).await
+        }
+    }
+
+    fn publish_hanging(live: &LiveGeneration, number: u64, broker: &Arc<Hanging>) {
+        let broker: Arc<dyn PubSub> = broker.clone();
+        let instances =
+            BTreeMap::from([(ComponentKey::new("pubsub", "p"), Instance::PubSub(broker))]);
+        live.publish(Generation::new(number, instances));
+    }
+
+    async fn subscribed_on_a_first_broker(live: &LiveGeneration) -> PubSubSubscription {
+        publish(live, 1, &Arc::new(Broker::default()));
+        let handle = PubSubHandle::new(ComponentKey::new("pubsub", "p"), live.clone());
+        let req = SubscribeRequest {
+            topic: "t".into(),
+            ..SubscribeRequest::default()
+        };
+        handle.subscribe(req).await.expect("subscribed")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_leaving_while_a_subscribe_hangs_is_let_go_at_once() {
+        let live = Live::new();
+        let sub = subscribed_on_a_first_broker(&live).await;
+        let rebuilt = Hanging::new(usize::MAX);
+        publish_hanging(&live, 2, &rebuilt);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(rebuilt.awaited(), 1, "the rebuilt broker is subscribed to");
+        drop(sub);
+        // Well within the subscribe's bound (5 s).
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            rebuilt.awaited(),
+            0,
+            "the subscribe is still waited for after its subscriber left"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_broker_after_a_slow_one_is_first_waited_on_with_the_first_bound() {
+        let live = Live::new();
+        let mut sub = subscribed_on_a_first_broker(&live).await;
+        // Two subscribes time out (5 s, then 10 s): the third is waited
+        // for 20 s, and under way.
+        let slow = Hanging::new(usize::MAX);
+        publish_hanging(&live, 2, &slow);
+        tokio::time::sleep(SUBSCRIBE_BOUND * 3 + Duration::from_secs(2)).await;
+        assert_eq!(slow.awaited(), 1);
+        // Its first subscribe hangs: given up on after SUBSCRIBE_BOUND
+        // (not 20 s, nor 40 s), then tried again at once.
+        let next = Hanging::new(1);
+        publish_hanging(&live, 3, &next);
+        let published = tokio::time::Instant::now();
+        let feed = async {
+            loop {
+                if let Some(feed) = next
+                    .inner
+                    .feeds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop()
+                {
+                    return feed;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let feed = tokio::time::timeout(Duration::from_secs(120), feed)
+            .await
+            .expect("the new broker was never subscribed to");
+        assert!(
+            published.elapsed() <= SUBSCRIBE_BOUND + Duration::from_secs(1),
+            "the new broker was first waited on for {:?}",
+            published.elapsed()
+        );
+        assert_eq!(slow.awaited(), 0, "the replaced broker is still waited on");
+        let message = Message {
+            id: "1".into(),
+            topic: "t".into(),
+            data: b"after".to_vec(),
+            ..Message::default()
+        };
+        drop(feed.deliver(message).await);
+        let delivery = tokio::time::timeout(Duration::from_secs(60), sub.deliveries.recv())
+            .await
+            .expect("no delivery")
+            .expect("the subscription ended");
+        assert_eq!(delivery.message.data, b"after");
+        delivery.settle(DeliveryOutcome::Success);
+    }
 }
