@@ -267,8 +267,11 @@ async fn watch_configuration(
         }
     };
     let mut forced = Forced::default();
+    // The store's value as the watch last learned it.
+    let mut seen = None;
     // A change between the component's start and the subscription.
     if let Some(now) = read_configuration(&handle, &query, &r, within).await {
+        seen = Some(now.clone());
         forced.check(cx, &component, &expected, now);
     }
     loop {
@@ -278,7 +281,9 @@ async fn watch_configuration(
                 // A subscription may report every group's and label's
                 // writes of the key; the component reads only its own.
                 for item in change.items.into_iter().filter(|i| is_the_ref(&r, i)) {
-                    forced.check(cx, &component, &expected, Value::String(item.value));
+                    let now = Value::String(item.value);
+                    seen = Some(now.clone());
+                    forced.check(cx, &component, &expected, now);
                 }
             }
             moved = expected.changed() => {
@@ -286,10 +291,18 @@ async fn watch_configuration(
                     return;
                 }
                 forced = Forced::default();
-                // What the component now runs with may already be stale (a
-                // value that moved on while its reload read it, a flip
-                // back included): the store says what is current.
+                // The component now runs with the value the store last
+                // reported (the usual case: the reload this watch asked
+                // for): nothing to read, later changes come through the
+                // subscription.
+                if seen.is_some() && expected.borrow().as_ref() == seen.as_ref() {
+                    continue;
+                }
+                // Else it may already be stale (a value that moved on
+                // while its reload read it, a flip back included): the
+                // store says what is current.
                 if let Some(now) = read_configuration(&handle, &query, &r, within).await {
+                    seen = Some(now.clone());
                     forced.check(cx, &component, &expected, now);
                 }
             }
