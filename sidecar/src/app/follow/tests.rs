@@ -664,6 +664,63 @@ async fn held_app() -> (
     (channel, rx, open)
 }
 
+/// A runtime with `orders-a` (route `/a`) on the pub/sub `p`, whose
+/// deliveries to the app at `channel` are followed.
+struct OrdersFollowed {
+    runtime: Runtime,
+    running: watch::Receiver<BTreeSet<String>>,
+    shutdown: CancellationToken,
+    following: tokio::task::JoinHandle<()>,
+}
+
+impl OrdersFollowed {
+    async fn start(channel: AppChannel) -> Self {
+        let registry = Registry::collected();
+        let config = validate(orders_config(&[("orders-a", "/a")]), &registry)
+            .unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let app = AppTarget::Http {
+            client: testkit::http_client(),
+            channel,
+        };
+        let shutdown = CancellationToken::new();
+        let (subscribed, mut running) = watch::channel(BTreeSet::new());
+        let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+        let following = tokio::spawn(deliveries.follow(Vec::new()));
+        running_are(&mut running, &["orders-a"]).await;
+        Self {
+            runtime,
+            running,
+            shutdown,
+            following,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(60), self.following)
+            .await
+            .expect("stopped")
+            .expect("joined");
+        self.runtime.shutdown().await;
+    }
+}
+
+/// Order `n` on the topic `orders`: a CloudEvent whose `data` is `n`.
+fn order(n: u32) -> PublishRequest {
+    let event = serde_json::json!({"specversion": "1.0", "id": format!("e-{n}"),
+        "source": "test", "type": "t", "datacontenttype": "text/plain",
+        "data": n.to_string()});
+    PublishRequest {
+        topic: "orders".into(),
+        data: event.to_string().into_bytes(),
+        content_type: Some("application/cloudevents+json".into()),
+        metadata: Default::default(),
+    }
+}
+
 /// Waits until the running subscriptions are `ids`.
 async fn running_are(running: &mut watch::Receiver<BTreeSet<String>>, ids: &[&str]) {
     let ids: BTreeSet<String> = ids.iter().map(|id| id.to_string()).collect();
@@ -682,22 +739,9 @@ async fn running_are(running: &mut watch::Receiver<BTreeSet<String>>, ids: &[&st
 /// published until the new one subscribed reached nobody).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_taking_over_a_topic_loses_no_publish() {
-    let registry = Registry::collected();
-    let config =
-        validate(orders_config(&[("orders-a", "/a")]), &registry).unwrap_or_else(|p| panic!("{p}"));
-    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let (channel, mut got, open) = held_app().await;
-    let app = AppTarget::Http {
-        client: testkit::http_client(),
-        channel,
-    };
-    let shutdown = CancellationToken::new();
-    let (subscribed, mut running) = watch::channel(BTreeSet::new());
-    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
-    let following = tokio::spawn(deliveries.follow(Vec::new()));
-    running_are(&mut running, &["orders-a"]).await;
+    let mut orders = OrdersFollowed::start(channel).await;
+    let (runtime, running) = (orders.runtime.clone(), &mut orders.running);
 
     // Published without a pause across both reloads; the acknowledged.
     let publishing = CancellationToken::new();
@@ -707,17 +751,8 @@ async fn a_subscription_taking_over_a_topic_loses_no_publish() {
             let mut acknowledged = Vec::new();
             let mut n = 0u32;
             while !publishing.is_cancelled() {
-                let event = serde_json::json!({"specversion": "1.0", "id": format!("e-{n}"),
-                    "source": "test", "type": "t", "datacontenttype": "text/plain",
-                    "data": n.to_string()});
-                let request = PublishRequest {
-                    topic: "orders".into(),
-                    data: event.to_string().into_bytes(),
-                    content_type: Some("application/cloudevents+json".into()),
-                    metadata: Default::default(),
-                };
                 let broker = runtime.pubsub("p").load().expect("the pub/sub runs");
-                if broker.publish(request).await.is_ok() {
+                if broker.publish(order(n)).await.is_ok() {
                     acknowledged.push(n.to_string());
                 }
                 n += 1;
@@ -733,14 +768,14 @@ async fn a_subscription_taking_over_a_topic_loses_no_publish() {
         .apply(orders_config(&[("orders-a", "/a"), ("a-orders", "/b")]))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    running_are(&mut running, &["a-orders"]).await;
+    running_are(running, &["a-orders"]).await;
     settle().await;
     // `a-orders` removed, `orders-b` declared.
     runtime
         .apply(orders_config(&[("orders-b", "/c")]))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    running_are(&mut running, &["orders-b"]).await;
+    running_are(running, &["orders-b"]).await;
     settle().await;
     publishing.cancel();
     let acknowledged = publisher.await.expect("published");
@@ -751,12 +786,7 @@ async fn a_subscription_taking_over_a_topic_loses_no_publish() {
     let wanted: Vec<&str> = acknowledged.iter().map(String::as_str).collect();
     app_got(&mut got, &wanted).await;
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), following)
-        .await
-        .expect("stopped")
-        .expect("joined");
-    runtime.shutdown().await;
+    orders.stop().await;
 }
 
 /// The app: records each event's route and `data`, and answers SUCCESS
@@ -805,36 +835,14 @@ async fn held_app_by_route() -> (
 /// arrive on `/a`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
-    let registry = Registry::collected();
-    let config =
-        validate(orders_config(&[("orders-a", "/a")]), &registry).unwrap_or_else(|p| panic!("{p}"));
-    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let (channel, mut got, open) = held_app_by_route().await;
-    let app = AppTarget::Http {
-        client: testkit::http_client(),
-        channel,
-    };
-    let shutdown = CancellationToken::new();
-    let (subscribed, mut running) = watch::channel(BTreeSet::new());
-    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
-    let following = tokio::spawn(deliveries.follow(Vec::new()));
-    running_are(&mut running, &["orders-a"]).await;
+    let mut orders = OrdersFollowed::start(channel).await;
+    let (runtime, running) = (orders.runtime.clone(), &mut orders.running);
     let publish = |n: u32| {
         let runtime = runtime.clone();
         async move {
-            let event = serde_json::json!({"specversion": "1.0", "id": format!("e-{n}"),
-                "source": "test", "type": "t", "datacontenttype": "text/plain",
-                "data": n.to_string()});
-            let request = PublishRequest {
-                topic: "orders".into(),
-                data: event.to_string().into_bytes(),
-                content_type: Some("application/cloudevents+json".into()),
-                metadata: Default::default(),
-            };
             let broker = runtime.pubsub("p").load().expect("the pub/sub runs");
-            broker.publish(request).await.expect("published");
+            broker.publish(order(n)).await.expect("published");
         }
     };
     for n in 0..100 {
@@ -845,7 +853,7 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
         .apply(orders_config(&[("orders-a", "/a"), ("a-orders", "/b")]))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    running_are(&mut running, &["a-orders"]).await;
+    running_are(running, &["a-orders"]).await;
     for n in 100..120 {
         publish(n).await;
     }
@@ -868,10 +876,5 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
         "by the removed route: {on_a:?}"
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), following)
-        .await
-        .expect("stopped")
-        .expect("joined");
-    runtime.shutdown().await;
+    orders.stop().await;
 }
