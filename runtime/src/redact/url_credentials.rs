@@ -15,11 +15,14 @@ const REDACTED: &str = "[redacted]";
 /// userinfo ends at the last `@` inside it, so a password holding an `@`
 /// is redacted whole. A password may hold an unencoded `/`, `?` or `#`
 /// too (a generated, base64-like one): where the authority has no `@` but
-/// starts with `user:` (or `:`) and what follows the `:` is not a port,
-/// the userinfo ends at the last `@` before the next whitespace, quote or
-/// URL, if a host follows it. So `http://host/a?x=u@h` and
-/// `http://host:8080/a?x=u@h` are left as they are. Text without such a
-/// URL is returned as is.
+/// is `user:` (or `:`) and something, the userinfo ends at the last `@`
+/// before the next whitespace, quote or URL, if a host follows it, and
+/// that `@` is not in a `key=value` of a query (after a `?` and a `=`).
+/// `host:port/a@b` is read as such a userinfo, as `user:1234/ab@db` is
+/// one: when in doubt, more is redacted. So `http://host/a?x=u@h`,
+/// `http://host:8080/a?x=u@h` and `http://[::1]:80/a@h` are left as they
+/// are, and `http://host:8080/a@h` is not. Text without such a URL is
+/// returned as is.
 ///
 /// ```
 /// use rewire_runtime::without_credentials;
@@ -94,9 +97,10 @@ fn ends_url(c: char) -> bool {
 
 /// Where the userinfo of the URL whose authority (without an `@`) is
 /// `text[start..end]` ends, if its password holds a `/`, `?` or `#`: the
-/// authority is `user:` (or `:`) and something not a port, and ends at one
-/// of them; the userinfo ends at the last `@` before the end of the URL
-/// (or the next `://`), which a host follows.
+/// authority is `user:` (or `:`) and something (a port too: a password of
+/// digits is one), and ends at one of them; the userinfo ends at the last
+/// `@` before the end of the URL (or the next `://`) and before a query's
+/// first `=`, which a host follows.
 fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize> {
     if !text[end..].starts_with(['/', '?', '#']) {
         return None;
@@ -106,16 +110,29 @@ fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize
     if !user.chars().all(is_userinfo_char) {
         return None;
     }
-    // `host:port`, or `host:` (an empty port); an empty host is no host.
-    if !user.is_empty() && after_colon.bytes().all(|b| b.is_ascii_digit()) {
+    // `host:` (an empty port) has no password; `:` alone may start one.
+    if !user.is_empty() && after_colon.is_empty() {
         return None;
     }
     let rest = &text[end..];
     let rest = &rest[..rest.find(ends_url).unwrap_or(rest.len())];
     let rest = &rest[..rest.find("://").unwrap_or(rest.len())];
+    let rest = before_query_value(rest);
     let at = end + rest.rfind('@')?;
     let host = text[at + 1..].chars().next()?;
     (host.is_alphanumeric() || host == '[').then_some(at)
+}
+
+/// `rest` (what follows an authority) up to its query's first `=`: an `@`
+/// after it is in a query value (`?email=a@b.com`), not a userinfo's end.
+fn before_query_value(rest: &str) -> &str {
+    let Some(query) = rest.find('?') else {
+        return rest;
+    };
+    match rest[query..].find('=') {
+        Some(eq) => &rest[..query + eq],
+        None => rest,
+    }
 }
 
 /// Whether `c` may stand in a URL's user name (RFC 3986 `userinfo`
@@ -207,10 +224,10 @@ mod tests {
             ),
         ] {
             assert_eq!(without_credentials(url), shown);
-            let quoted = format!("connect `{url}`: refused, also http://h:1/x@y");
+            let quoted = format!("connect `{url}`: refused, also http://h:1/x?m=a@y");
             assert_eq!(
                 without_credentials(&quoted),
-                format!("connect `{shown}`: refused, also http://h:1/x@y")
+                format!("connect `{shown}`: refused, also http://h:1/x?m=a@y")
             );
         }
         // Up to the next URL, which is redacted on its own.
@@ -242,6 +259,77 @@ mod tests {
                 matches!(without_credentials(plain), Cow::Borrowed(_)),
                 "{plain}"
             );
+        }
+    }
+
+    #[test]
+    fn redacts_a_digits_password_holding_a_slash_after_a_user() {
+        for (url, shown) in [
+            ("redis://u:1234/ab@db", "redis://u:[redacted]@db"),
+            (
+                "redis://u:1234/ab@db:6379/0",
+                "redis://u:[redacted]@db:6379/0",
+            ),
+            (
+                "redis://u:1234/ab@[::1]:6379",
+                "redis://u:[redacted]@[::1]:6379",
+            ),
+            // Read as `user:password@host`, as it may be one: redact more.
+            ("http://h:1/x@y", "http://h:[redacted]@y"),
+        ] {
+            assert_eq!(without_credentials(url), shown);
+            assert_eq!(
+                without_credentials(&format!("connect `{url}`: refused")),
+                format!("connect `{shown}`: refused")
+            );
+        }
+    }
+
+    #[test]
+    fn leaves_an_at_in_a_query_value_after_a_host_and_port() {
+        for plain in [
+            "http://host:abc/path?x=a@b",
+            "http://host:8080/path?x=a@b&y=c@d",
+            "http://[::1]:6379/x?to=a@b",
+            "http://[::1]:6379",
+        ] {
+            assert!(
+                matches!(without_credentials(plain), Cow::Borrowed(_)),
+                "{plain}"
+            );
+        }
+        // The userinfo ends before the query; the host and path stay.
+        assert_eq!(
+            without_credentials("http://u:p/q@h:1/path?email=a@b.com"),
+            "http://u:[redacted]@h:1/path?email=a@b.com"
+        );
+        assert_eq!(
+            without_credentials("http://u:1/q@h/path?email=a@b.com"),
+            "http://u:[redacted]@h/path?email=a@b.com"
+        );
+    }
+
+    #[test]
+    fn user_only_empty_password_and_percent_encoded_at() {
+        assert_eq!(
+            without_credentials("redis://default@db:6379"),
+            "redis://[redacted]@db:6379"
+        );
+        for plain in ["redis://u:@db:6379", "redis://u:@[::1]:6379/0"] {
+            assert!(
+                matches!(without_credentials(plain), Cow::Borrowed(_)),
+                "{plain}"
+            );
+        }
+        for (url, shown) in [
+            ("redis://u:p%40ss@db:6379", "redis://u:[redacted]@db:6379"),
+            ("redis://u:12%40/34@db", "redis://u:[redacted]@db"),
+            (
+                "redis://u:1234%40@[::1]:6379",
+                "redis://u:[redacted]@[::1]:6379",
+            ),
+        ] {
+            assert_eq!(without_credentials(url), shown);
         }
     }
 
