@@ -1,6 +1,7 @@
 //! Layotto's API over real backends: state and locks on a real
 //! redis-server (the same Dapr layout Layotto uses), configuration with
-//! group and label on a real etcd.
+//! group and label on a real etcd, WEAK and STRONG ids from a real
+//! redis-server.
 
 use std::collections::HashMap;
 
@@ -188,5 +189,49 @@ async fn configuration_on_etcd_with_group_and_label() {
     let deleted = next(&mut answers).await.expect("open").expect("no error");
     assert_eq!(deleted.items[0].content, "", "a deleted key arrives empty");
     drop(requests);
+    sidecar.stop().await;
+}
+
+/// `GetNextId` with no options, or the default ones, asks for WEAK (as
+/// Layotto's proto says) and still gets ids that grow, from redis'
+/// counter, interleaved with STRONG requests.
+#[tokio::test]
+async fn weak_ids_from_redis_grow_with_or_without_options() {
+    let redis = RedisServer::start().await;
+    // Layotto's key for sequence `orders` of app `shop`.
+    redis
+        .query(&["SET", "sequencer|||shop||orders", "41"])
+        .await
+        .expect("SET");
+    let config = format!(
+        r#"{{"appId": "shop", "components": {{
+            "sequencer": {{"ids": {{"type": "redis", "metadata": {{"redisHost": "{}"}}}}}}
+        }}}}"#,
+        redis.addr()
+    );
+    let sidecar = Sidecar::start(&config, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let strong = layotto::sequencer_options::AutoIncrement::Strong as i32;
+    let mut ids = Vec::new();
+    for options in [
+        None,
+        Some(layotto::SequencerOptions::default()),
+        Some(layotto::SequencerOptions { increment: strong }),
+        None,
+    ] {
+        let id = client
+            .get_next_id(layotto::GetNextIdRequest {
+                store_name: "ids".into(),
+                key: "orders".into(),
+                options,
+                ..Default::default()
+            })
+            .await
+            .expect("next id")
+            .into_inner()
+            .next_id;
+        ids.push(id);
+    }
+    assert_eq!(ids, [42, 43, 44, 45], "redis' counter, one step each");
     sidecar.stop().await;
 }

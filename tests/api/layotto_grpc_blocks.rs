@@ -489,7 +489,8 @@ async fn a_file_dated_before_1970_is_listed_and_stated() {
         name: "old.txt".into(),
         ..Default::default()
     };
-    let epoch = "Thu, 01 Jan 1970 00:00:00 GMT";
+    // As Layotto writes it (Go's `time.Time.String()`), the date itself.
+    let epoch = "1960-01-04 00:00:00 +0000 UTC";
     let meta = client
         .get_file_meta(layotto::GetFileMetaRequest {
             request: Some(request()),
@@ -537,5 +538,106 @@ async fn a_put_file_stream_with_no_message_is_ok_and_writes_nothing() {
         .expect("list")
         .into_inner();
     assert!(listed.files.is_empty(), "nothing written: {listed:?}");
+    sidecar.stop().await;
+}
+
+/// As Layotto's `local` store answers: `ListFile` and `GetFileMeta` carry
+/// the file's size, its modification time as Go's `time.Time.String()`
+/// writes it, and `FileMode` (Go's `os.FileMode`, in decimal) and `IsDir`.
+#[tokio::test]
+async fn listed_and_stated_files_carry_size_date_and_mode_as_layottos_local_store() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    let config = serde_json::json!({
+        "appId": "shop",
+        "components": {"file": {"files": {"type": "local", "metadata": {"root": root}}}}
+    });
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    client
+        .put_file(tokio_stream::iter(vec![layotto::PutFileRequest {
+            store_name: "files".into(),
+            name: "docs/report.txt".into(),
+            data: b"quarterly".to_vec(),
+            ..Default::default()
+        }]))
+        .await
+        .expect("put");
+    // Dated to the nanosecond, so the whole of the date shows.
+    let path = root.join("docs/report.txt");
+    let modified = std::time::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 120_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let date = "2023-11-14 22:13:20.12 +0000 UTC";
+
+    let request = || layotto::FileRequest {
+        store_name: "files".into(),
+        name: "docs/report.txt".into(),
+        ..Default::default()
+    };
+    let meta = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(request()),
+        })
+        .await
+        .expect("meta")
+        .into_inner();
+    assert_eq!(meta.size, 9);
+    assert_eq!(meta.last_modified, date);
+    let values: std::collections::BTreeMap<_, _> = meta
+        .response
+        .expect("a FileMeta")
+        .metadata
+        .into_iter()
+        .map(|(name, value)| (name, value.value))
+        .collect();
+    // 0o640 is 416.
+    assert_eq!(
+        values,
+        [
+            ("FileMode".to_string(), vec!["416".to_string()]),
+            ("IsDir".to_string(), vec!["false".to_string()]),
+        ]
+        .into()
+    );
+
+    let listed = client
+        .list_file(layotto::ListFileRequest {
+            request: Some(layotto::FileRequest {
+                name: "docs/".into(),
+                ..request()
+            }),
+            page_size: 10,
+            marker: String::new(),
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let [file] = listed.files.as_slice() else {
+        panic!("one file: {listed:?}");
+    };
+    assert_eq!(
+        (
+            file.file_name.as_str(),
+            file.size,
+            file.last_modified.as_str()
+        ),
+        ("docs/report.txt", 9, date)
+    );
+    assert_eq!(
+        file.metadata.get("FileMode").map(String::as_str),
+        Some("416")
+    );
+    assert_eq!(
+        file.metadata.get("IsDir").map(String::as_str),
+        Some("false")
+    );
     sidecar.stop().await;
 }

@@ -161,12 +161,31 @@ async fn blocking<T: Send + 'static>(
         .map_err(|err| FileError::Backend(format!("the file store's task failed: {err}")))?
 }
 
+/// Size, age and, as Layotto's `local` store answers them, `FileMode`
+/// (Go's `os.FileMode` in decimal) and `IsDir` (a regular file: `false`).
 fn info(name: &str, meta: &std::fs::Metadata) -> FileInfo {
     FileInfo {
         name: name.to_string(),
         size: meta.len(),
         modified: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+        metadata: [
+            ("FileMode".to_string(), go_file_mode(meta).to_string()),
+            ("IsDir".to_string(), meta.is_dir().to_string()),
+        ]
+        .into(),
     }
+}
+
+/// A regular file's mode as Go's `os.FileMode` holds it: the permission
+/// bits, setuid, setgid and sticky moved to Go's own bits.
+fn go_file_mode(meta: &std::fs::Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    let unix = meta.permissions().mode();
+    let moved = [(0o4000, 1 << 23), (0o2000, 1 << 22), (0o1000, 1 << 20)];
+    moved
+        .iter()
+        .filter(|(bit, _)| unix & bit != 0)
+        .fold(unix & 0o777, |mode, (_, go)| mode | go)
 }
 
 /// A put's temporary file (`name` in `folder`), removed when dropped

@@ -160,6 +160,7 @@ impl MemoryFileStore {
             name: name.to_string(),
             size: stored.data.len() as u64,
             modified: stored.modified,
+            metadata: BTreeMap::new(),
         }
     }
 }

@@ -33,7 +33,7 @@ impl std::fmt::Debug for PutFileRequest {
     }
 }
 
-/// A file's size and age.
+/// A file's size and age, and what else its store knows of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileInfo {
     /// The file's name in the store.
@@ -42,6 +42,9 @@ pub struct FileInfo {
     pub size: u64,
     /// Last written.
     pub modified: SystemTime,
+    /// What else the store knows of the file, by name (the `local` store:
+    /// `FileMode` and `IsDir`, as Layotto's answers); empty when nothing.
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// A file being read: what it is, and its contents.

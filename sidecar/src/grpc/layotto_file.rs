@@ -14,9 +14,10 @@ use tokio_stream::StreamExt;
 use tonic::{Code, Status, Streaming};
 
 use super::endable_stream::{EndableStream, StreamEnd};
+use super::layotto_date::go_time_string;
 use super::proto::spec::proto::runtime::v1 as pb;
 use crate::connection::{pump, BodyCharge, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
-use crate::dapr::{http_date, Call, FileOpError, SequencerOpError, UploadError};
+use crate::dapr::{Call, FileOpError, SequencerOpError, UploadError};
 use tonic::codegen::Bytes;
 
 /// Bytes per `GetFileResponse`.
@@ -29,9 +30,11 @@ const MAX_PAGE: usize = 1000;
 pub(super) type FileStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::GetFileResponse, Status>> + Send>>;
 
-/// `GetNextId`: STRONG unless the options say WEAK (no options: STRONG,
-/// the stronger promise); another increment is `INVALID_ARGUMENT`, and no
-/// sequencer configured at all `FAILED_PRECONDITION`, as Layotto answers.
+/// `GetNextId`: WEAK unless the options say STRONG (no options: WEAK, as
+/// Layotto's proto and converter default); another increment is
+/// `INVALID_ARGUMENT`, and no sequencer configured at all
+/// `FAILED_PRECONDITION`, as Layotto answers. Every sequencer hands out
+/// ids in increasing order either way.
 pub(super) async fn next_id(
     call: Call,
     req: pb::GetNextIdRequest,
@@ -53,22 +56,27 @@ pub(super) async fn next_id(
             return Err(not_found.into());
         }
     };
-    let increment = match req.options.map(|o| o.increment) {
-        None => Increment::Strong,
-        Some(given) => match pb::sequencer_options::AutoIncrement::try_from(given) {
-            Ok(pb::sequencer_options::AutoIncrement::Weak) => Increment::Weak,
-            Ok(pb::sequencer_options::AutoIncrement::Strong) => Increment::Strong,
-            // Layotto's answer; prost's getter took it as WEAK.
-            Err(_) => {
-                return Err(Status::invalid_argument(format!(
-                    "Options.Increment is illegal: {given} (WEAK is 0, STRONG 1)"
-                )))
-            }
-        },
-    };
+    let increment = increment(req.options)?;
     let metadata: BTreeMap<_, _> = req.metadata.into_iter().collect();
     let next_id = sequencer.next_id(req.key, increment, metadata).await?;
     Ok(pb::GetNextIdResponse { next_id })
+}
+
+/// The increment `options` ask for: WEAK when there are none (Layotto's
+/// proto: `WEAK = 0; // (default)`; its converter starts from WEAK and
+/// reads the options only when present).
+fn increment(options: Option<pb::SequencerOptions>) -> Result<Increment, Status> {
+    let Some(given) = options.map(|o| o.increment) else {
+        return Ok(Increment::Weak);
+    };
+    match pb::sequencer_options::AutoIncrement::try_from(given) {
+        Ok(pb::sequencer_options::AutoIncrement::Weak) => Ok(Increment::Weak),
+        Ok(pb::sequencer_options::AutoIncrement::Strong) => Ok(Increment::Strong),
+        // Layotto's answer; prost's getter took it as WEAK.
+        Err(_) => Err(Status::invalid_argument(format!(
+            "Options.Increment is illegal: {given} (WEAK is 0, STRONG 1)"
+        ))),
+    }
 }
 
 /// `PutFile`: the first message names the store and the file; its data
@@ -192,7 +200,9 @@ pub(super) async fn delete(call: Call, req: pb::DelFileRequest) -> Result<(), St
         .await?)
 }
 
-/// `GetFileMeta`: size and last modification; `NOT_FOUND` for no such file.
+/// `GetFileMeta`: size, last modification (as Layotto writes it: Go's
+/// `time.Time.String()`) and what else the store knows of the file (each
+/// value a list of one, as Layotto's); `NOT_FOUND` for no such file.
 pub(super) async fn meta(
     call: Call,
     req: pb::GetFileMetaRequest,
@@ -204,19 +214,26 @@ pub(super) async fn meta(
         .file_store(&request.store_name)?
         .stat(&request.name)
         .await?;
+    let metadata = info
+        .metadata
+        .into_iter()
+        .map(|(name, value)| (name, pb::FileMetaValue { value: vec![value] }))
+        .collect();
     Ok(pb::GetFileMetaResponse {
         size: i64::try_from(info.size).unwrap_or(i64::MAX),
-        last_modified: http_date(info.modified),
-        response: Some(pb::FileMeta::default()),
+        last_modified: go_time_string(info.modified),
+        response: Some(pb::FileMeta { metadata }),
     })
 }
 
+/// A listed file: name, size, last modification (as in `GetFileMeta`) and
+/// what else the store knows of it.
 fn file_info(info: FileInfo) -> pb::FileInfo {
     pb::FileInfo {
         size: i64::try_from(info.size).unwrap_or(i64::MAX),
-        last_modified: http_date(info.modified),
+        last_modified: go_time_string(info.modified),
         file_name: info.name,
-        metadata: Default::default(),
+        metadata: info.metadata.into_iter().collect(),
     }
 }
 
@@ -265,6 +282,21 @@ impl From<SequencerOpError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_options_and_default_options_ask_for_weak_as_layottos_proto_says() {
+        let asked = |increment| Some(pb::SequencerOptions { increment });
+        assert_eq!(increment(None).unwrap(), Increment::Weak);
+        assert_eq!(
+            increment(Some(pb::SequencerOptions::default())).unwrap(),
+            Increment::Weak
+        );
+        assert_eq!(increment(asked(1)).unwrap(), Increment::Strong);
+        assert_eq!(
+            increment(asked(2)).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_takes_no_chunk_has_its_stream_ended_and_the_file_let_go() {

@@ -50,6 +50,7 @@ mod hot_path;
 mod layotto;
 mod layotto_config;
 mod layotto_convert;
+mod layotto_date;
 mod layotto_file;
 mod layotto_lifecycle;
 mod layotto_pubsub;
