@@ -225,9 +225,24 @@ async fn dapr_error_codes() {
         .publish_event(unknown)
         .await
         .expect_err("unknown pubsub");
+    // As Dapr's `validateAndGetPubsubAndTopic`: INVALID_ARGUMENT, not
+    // NOT_FOUND, for a publish and a bulk publish alike.
     assert_eq!(
         (status.code(), status.message()),
-        (Code::NotFound, "pubsub nope not found")
+        (Code::InvalidArgument, "pubsub nope is not found")
+    );
+    let unknown_bulk = dapr::BulkPublishRequest {
+        pubsub_name: "nope".into(),
+        topic: "orders".into(),
+        ..Default::default()
+    };
+    let status = client
+        .bulk_publish_event_alpha1(unknown_bulk)
+        .await
+        .expect_err("unknown pubsub");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "pubsub nope is not found")
     );
     let status = client
         .publish_event(publish("", b"x", ""))
@@ -235,10 +250,14 @@ async fn dapr_error_codes() {
         .expect_err("empty topic");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(status.message(), "topic is empty in pubsub pubsub");
+    // As Dapr's `StartStreamerSubscription`: INVALID_ARGUMENT too.
     let Err(status) = StreamSubscriber::open(sidecar.grpc_url(), "nope", "t").await else {
         panic!("subscribing to an unknown pubsub succeeded");
     };
-    assert_eq!(status.code(), Code::NotFound);
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "pubsub nope is not found")
+    );
 
     let http = testkit::http_client();
     let answer = http
@@ -250,6 +269,203 @@ async fn dapr_error_codes() {
     assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
     let body: serde_json::Value = answer.json().await.expect("json error");
     assert_eq!(body["errorCode"], "ERR_PUBSUB_NOT_FOUND");
+    assert_eq!(body["message"], "pubsub nope is not found");
+    sidecar.stop().await;
+}
+
+const CLOUD_EVENT: &str = "application/cloudevents+json";
+
+/// Publishes `marker` (text) and asserts it is the next event `sub` gets:
+/// nothing refused before it reached the topic.
+async fn next_is_marker(
+    client: &mut dapr::dapr_client::DaprClient<tonic::transport::Channel>,
+    sub: &mut StreamSubscriber,
+    marker: &str,
+) {
+    client
+        .publish_event(publish("orders", marker.as_bytes(), "text/plain"))
+        .await
+        .expect("published");
+    let event = sub.event().await;
+    assert_eq!(String::from_utf8_lossy(&event.data), marker);
+    sub.answer(&event.id, Status::Success).await;
+}
+
+/// As Dapr's `FromCloudEvent`: a payload sent as a CloudEvent that is not
+/// a JSON object (malformed, an array) is refused, INVALID_ARGUMENT over
+/// gRPC, `500 ERR_PUBSUB_CLOUD_EVENTS_SER` over HTTP, both "cannot create
+/// cloudevent"; in a bulk publish it refuses the whole request. It was
+/// published as string data.
+#[tokio::test]
+async fn a_payload_sent_as_a_cloud_event_must_be_a_json_object() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribed");
+    let http = testkit::http_client();
+    let url = format!("{}/v1.0/publish/pubsub/orders", sidecar.http_url());
+    for body in [&br#"{"missing_quote: invalid}"#[..], b"[1, 2]"] {
+        let status = client
+            .publish_event(publish("orders", body, CLOUD_EVENT))
+            .await
+            .expect_err("not a CloudEvent");
+        assert_eq!(
+            (status.code(), status.message()),
+            (Code::InvalidArgument, "cannot create cloudevent")
+        );
+        let answer = http
+            .post(&url)
+            .header("content-type", CLOUD_EVENT)
+            .body(body.to_vec())
+            .send()
+            .await
+            .expect("http publish");
+        assert_eq!(answer.status(), reqwest::StatusCode::INTERNAL_SERVER_ERROR);
+        let error: serde_json::Value = answer.json().await.expect("json error");
+        assert_eq!(error["errorCode"], "ERR_PUBSUB_CLOUD_EVENTS_SER");
+        assert_eq!(error["message"], "cannot create cloudevent");
+    }
+    next_is_marker(&mut client, &mut sub, "after the single ones").await;
+
+    // Bulk: a good entry and a broken one, nothing published.
+    let entry = |id: &str, event: &[u8], content_type: &str| dapr::BulkPublishRequestEntry {
+        entry_id: id.into(),
+        event: event.to_vec(),
+        content_type: content_type.into(),
+        metadata: Default::default(),
+    };
+    let bulk = dapr::BulkPublishRequest {
+        pubsub_name: "pubsub".into(),
+        topic: "orders".into(),
+        entries: vec![
+            entry("good", b"fine", "text/plain"),
+            entry("broken", b"[1]", CLOUD_EVENT),
+        ],
+        metadata: Default::default(),
+    };
+    let status = client
+        .bulk_publish_event_alpha1(bulk)
+        .await
+        .expect_err("a broken CloudEvent");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "cannot create cloudevent")
+    );
+    let answer = http
+        .post(format!(
+            "{}/v1.0-alpha1/publish/bulk/pubsub/orders",
+            sidecar.http_url()
+        ))
+        .json(&serde_json::json!([
+            {"entryId": "good", "event": "fine", "contentType": "text/plain"},
+            {"entryId": "broken", "event": [1], "contentType": CLOUD_EVENT}
+        ]))
+        .send()
+        .await
+        .expect("http bulk publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::INTERNAL_SERVER_ERROR);
+    let error: serde_json::Value = answer.json().await.expect("json error");
+    assert_eq!(error["errorCode"], "ERR_PUBSUB_CLOUD_EVENTS_SER");
+    next_is_marker(&mut client, &mut sub, "after the bulk ones").await;
+
+    // A CloudEvent that is one is still published as it is.
+    let given = br#"{"specversion":"1.0","id":"given-1","source":"s","type":"t","data":"x"}"#;
+    client
+        .publish_event(publish("orders", given, CLOUD_EVENT))
+        .await
+        .expect("published");
+    let event = sub.event().await;
+    assert_eq!(
+        (event.id.as_str(), event.data.as_slice()),
+        ("given-1", &b"x"[..])
+    );
+    sub.answer(&event.id, Status::Success).await;
+    sidecar.stop().await;
+}
+
+/// As Dapr's `ConvertEventToBytes`, an HTTP bulk entry's `event` is read by
+/// its `contentType`: a binary entry's string is base64-decoded (it
+/// reached subscribers base64-encoded twice), a text one must be a
+/// string, a JSON one is written as JSON, any other type is refused
+/// (`400 ERR_PUBSUB_EVENTS_SER`) and nothing of the request is published.
+#[tokio::test]
+async fn http_bulk_entries_are_read_by_their_content_type_as_dapr() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
+        .await
+        .expect("subscribed");
+    let http = testkit::http_client();
+    let url = format!(
+        "{}/v1.0-alpha1/publish/bulk/pubsub/orders",
+        sidecar.http_url()
+    );
+    let answer = http
+        .post(&url)
+        .json(&serde_json::json!([
+            {"entryId": "bin", "event": "aGVsbG8=", "contentType": "application/octet-stream"},
+            {"entryId": "json", "event": {"n": 1}, "contentType": "application/json"},
+            {"entryId": "text", "event": "plain", "contentType": "text/plain"}
+        ]))
+        .send()
+        .await
+        .expect("http bulk publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::NO_CONTENT);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let event = sub.event().await;
+        seen.push((event.data_content_type.clone(), event.data.clone()));
+        sub.answer(&event.id, Status::Success).await;
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("application/json".to_string(), br#"{"n":1}"#.to_vec()),
+            ("application/octet-stream".to_string(), b"hello".to_vec()),
+            ("text/plain".to_string(), b"plain".to_vec()),
+        ]
+    );
+
+    let mismatch = "error when marshalling cloud event envelope for topic orders pubsub pubsub: \
+                    error: mismatch between contentType and event";
+    let not_base64 = "error when marshalling cloud event envelope for topic orders pubsub pubsub: \
+                      error: unable to decode base64 application/octect-stream data: \
+                      illegal base64 data at input byte 5";
+    for (refused, message) in [
+        (serde_json::json!({"n": 1}), "text/plain", mismatch),
+        (serde_json::json!("x"), "", mismatch),
+        (serde_json::json!("x"), "image/png", mismatch),
+        (
+            serde_json::json!({"n": 1}),
+            "application/octet-stream",
+            mismatch,
+        ),
+        (
+            serde_json::json!("hello!"),
+            "application/octet-stream",
+            not_base64,
+        ),
+    ]
+    .map(|(event, content_type, message)| {
+        let entries = serde_json::json!([
+            {"entryId": "good", "event": "fine", "contentType": "text/plain"},
+            {"entryId": "bad", "event": event, "contentType": content_type}
+        ]);
+        (entries, message)
+    }) {
+        let answer = http.post(&url).json(&refused).send().await.expect("sent");
+        assert_eq!(
+            answer.status(),
+            reqwest::StatusCode::BAD_REQUEST,
+            "{refused}"
+        );
+        let error: serde_json::Value = answer.json().await.expect("json error");
+        assert_eq!(error["errorCode"], "ERR_PUBSUB_EVENTS_SER", "{refused}");
+        assert_eq!(error["message"], message, "{refused}");
+    }
+    next_is_marker(&mut client, &mut sub, "nothing refused was published").await;
     sidecar.stop().await;
 }
 

@@ -35,9 +35,14 @@ async fn bulk_publish_refuses_empty_and_repeated_entry_ids_as_dapr() {
     let client = Client::new();
     let url = format!("{}/v1.0-alpha1/publish/bulk/events/t", sidecar.http_url());
     for entries in [
-        json!([{"entryId": "1", "event": "a"}, {"entryId": "1", "event": "b"}]),
-        json!([{"entryId": "1", "event": "a"}, {"event": "b"}]),
-        json!([{"entryId": "1", "event": "a"}, {"entryId": "", "event": "b"}]),
+        json!([{"entryId": "1", "event": "a", "contentType": "text/plain"},
+               {"entryId": "1", "event": "b", "contentType": "text/plain"}]),
+        json!([{"entryId": "1", "event": "a", "contentType": "text/plain"},
+               {"event": "b", "contentType": "text/plain"}]),
+        json!([{"entryId": "1", "event": "a", "contentType": "text/plain"},
+               {"entryId": "", "event": "b", "contentType": "text/plain"},
+               // As Dapr's loop: entries after the first bad id are not read.
+               {"entryId": "3", "event": {"not": "text"}, "contentType": "text/plain"}]),
     ] {
         let refused = client.post(&url).json(&entries).send().await.unwrap();
         assert_eq!(refused.status(), StatusCode::BAD_REQUEST);

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
-use super::pubsub_event::{envelope, EnvelopeContext, CLOUD_EVENT_CONTENT_TYPE};
+use super::pubsub_event::{
+    bulk_event_bytes, envelope, EnvelopeContext, NotACloudEvent, CLOUD_EVENT_CONTENT_TYPE,
+};
 use super::request_limits::{check_item_count, check_request_metadata, RequestLimitError};
 use super::retry_rule;
 
@@ -28,8 +30,9 @@ pub enum PubSubOpError {
     /// No pub/sub name given.
     #[error("pubsub name is empty")]
     NameEmpty,
-    /// No pub/sub with that name in the call's generation.
-    #[error("pubsub {0} not found")]
+    /// No pub/sub with that name in the call's generation (Dapr's
+    /// wording since its standardized errors).
+    #[error("pubsub {0} is not found")]
     NotFound(String),
     /// No topic given.
     #[error("topic is empty in pubsub {0}")]
@@ -43,6 +46,34 @@ pub enum PubSubOpError {
         topic: String,
         /// The entry's index in the request.
         index: usize,
+    },
+    /// A payload sent as a CloudEvent (`application/cloudevents+json`)
+    /// that is not a JSON object: Dapr's exact message (the reason is
+    /// kept for the error's details).
+    #[error("cannot create cloudevent")]
+    CloudEvent {
+        /// The pub/sub.
+        pubsub: String,
+        /// The publishing app (Dapr's details name it).
+        app_id: String,
+        /// Why the payload is not a CloudEvent.
+        reason: String,
+    },
+    /// A bulk entry's `event` that does not fit its `contentType` (HTTP
+    /// bulk publish, as Dapr's `ConvertEventToBytes`).
+    #[error(
+        "error when marshalling cloud event envelope for topic {topic} pubsub {pubsub}: {reason}"
+    )]
+    EventConversion {
+        /// The pub/sub.
+        pubsub: String,
+        /// The publishing app (Dapr's details name it).
+        app_id: String,
+        /// The topic.
+        topic: String,
+        /// Dapr's reason (`error: mismatch between contentType and
+        /// event`, ...).
+        reason: String,
     },
     /// The request is over one of the sidecar's bounds.
     #[error(transparent)]
@@ -105,6 +136,18 @@ pub struct PublishEvent {
     pub tracestate: Option<String>,
 }
 
+impl PublishEvent {
+    /// The payload of an HTTP bulk entry's JSON `event`, by its
+    /// `contentType`, as Dapr's `ConvertEventToBytes`; Dapr's reason when
+    /// the two do not fit.
+    pub fn bulk_entry_data(
+        event: serde_json::Value,
+        content_type: &str,
+    ) -> Result<Vec<u8>, String> {
+        bulk_event_bytes(event, content_type)
+    }
+}
+
 /// Dapr's publish operations on one pub/sub of a call's generation.
 pub struct PubSubOps {
     name: String,
@@ -120,6 +163,13 @@ impl PubSubOps {
 
     /// Publishes `event` to `topic`.
     pub async fn publish(&self, topic: &str, event: PublishEvent) -> Result<(), PubSubOpError> {
+        let request = self.prepare(topic, event)?;
+        self.publish_following(request).await
+    }
+
+    /// The broker's request for `event`: wrapped in a CloudEvent unless
+    /// `rawPayload`.
+    fn prepare(&self, topic: &str, event: PublishEvent) -> Result<PublishRequest, PubSubOpError> {
         if topic.is_empty() {
             return Err(PubSubOpError::TopicEmpty(self.name.clone()));
         }
@@ -135,19 +185,24 @@ impl PubSubOps {
                 tracestate: event.tracestate.as_deref(),
                 metadata: Some(&event.metadata),
             };
-            let envelope = envelope(&event.data, event.content_type.as_deref(), &cx);
+            let envelope = envelope(&event.data, event.content_type.as_deref(), &cx).map_err(
+                |NotACloudEvent(reason)| PubSubOpError::CloudEvent {
+                    pubsub: self.name.clone(),
+                    app_id: cx.app_id.to_string(),
+                    reason,
+                },
+            )?;
             (
                 serde_json::to_vec(&envelope).unwrap_or_default(),
                 Some(CLOUD_EVENT_CONTENT_TYPE.to_string()),
             )
         };
-        let request = PublishRequest {
+        Ok(PublishRequest {
             topic: topic.to_string(),
             data,
             content_type,
             metadata: event.metadata,
-        };
-        self.publish_following(request).await
+        })
     }
 
     /// Publishes on the call's broker; one replaced meanwhile refuses it as
@@ -207,10 +262,11 @@ impl PubSubOps {
     }
 
     /// Publishes each of `entries` (`(entry_id, event)`), each with
-    /// `request_metadata` under its own (merged as it is published, so no
-    /// more than one copy is held); the ids of the failed ones with their
-    /// errors. An empty or repeated `entryId` refuses the whole request
-    /// before anything is published, as Dapr does.
+    /// `request_metadata` under its own; the ids of the failed ones with
+    /// their errors. Every entry's envelope is made before the first is
+    /// published (the request's entries and bytes are bounded before). An empty or repeated `entryId`, or an entry sent as a
+    /// CloudEvent that is not one, refuses the whole request before
+    /// anything is published, as Dapr does.
     pub async fn bulk_publish(
         &self,
         topic: &str,
@@ -223,28 +279,48 @@ impl PubSubOps {
         self.check_entry_count(entries.len())?;
         self.check_metadata(request_metadata)?;
         raw_payload(request_metadata)?;
-        let mut ids = HashSet::with_capacity(entries.len());
-        for (index, (entry_id, _)) in entries.iter().enumerate() {
-            if entry_id.is_empty() || !ids.insert(entry_id.as_str()) {
-                return Err(PubSubOpError::EntryId {
-                    pubsub: self.name.clone(),
-                    topic: topic.to_string(),
-                    index,
-                });
-            }
+        if let Some(index) = Self::first_bad_entry_id(entries.iter().map(|(id, _)| id.as_str())) {
+            return Err(PubSubOpError::EntryId {
+                pubsub: self.name.clone(),
+                topic: topic.to_string(),
+                index,
+            });
         }
-        drop(ids);
-        let mut failed = Vec::new();
+        // Every envelope is made before anything is published: one that
+        // cannot be refuses the whole request, as Dapr's.
+        let mut prepared = Vec::with_capacity(entries.len());
         for (entry_id, mut event) in entries {
             if !request_metadata.is_empty() {
                 let own = std::mem::replace(&mut event.metadata, request_metadata.clone());
                 event.metadata.extend(own);
             }
-            if let Err(err) = self.publish(topic, event).await {
+            match self.prepare(topic, event) {
+                Err(err @ PubSubOpError::CloudEvent { .. }) => return Err(err),
+                request => prepared.push((entry_id, request)),
+            }
+        }
+        let mut failed = Vec::new();
+        for (entry_id, request) in prepared {
+            let published = match request {
+                Ok(request) => self.publish_following(request).await,
+                Err(err) => Err(err),
+            };
+            if let Err(err) = published {
                 failed.push((entry_id, err.to_string()));
             }
         }
         Ok(failed)
+    }
+
+    /// The index of the first bulk entry whose `entryId` is empty or
+    /// repeats an earlier one's, if any (what [`bulk_publish`]
+    /// refuses).
+    ///
+    /// [`bulk_publish`]: Self::bulk_publish
+    pub fn first_bad_entry_id<'a>(ids: impl IntoIterator<Item = &'a str>) -> Option<usize> {
+        let mut seen = HashSet::new();
+        ids.into_iter()
+            .position(|id| id.is_empty() || !seen.insert(id))
     }
 
     fn scrubbed(&self, error: PubSubError) -> PubSubError {

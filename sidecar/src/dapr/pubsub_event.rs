@@ -50,20 +50,87 @@ fn is_binary(content_type: &str) -> bool {
     essence.eq_ignore_ascii_case("application/octet-stream")
 }
 
+/// Why a payload sent as a CloudEvent (`application/cloudevents+json`)
+/// cannot be published: it does not begin with a JSON object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotACloudEvent(pub String);
+
 /// The CloudEvent Dapr publishes for `data` of `content_type` (default
 /// `text/plain`, as Dapr's): JSON data is embedded as JSON,
 /// `application/octet-stream` as `data_base64`, anything else as a string
 /// (as Dapr; bytes that are not UTF-8, which Dapr would mangle, go to
 /// `data_base64` instead). A payload that is itself a
-/// CloudEvent (`application/cloudevents+json`) keeps its fields, but for
-/// `topic` and `pubsubname`, which name where it is published (as Dapr
-/// sets them); the missing ones are filled in.
-pub fn envelope(data: &[u8], content_type: Option<&str>, cx: &EnvelopeContext<'_>) -> Value {
+/// CloudEvent (`application/cloudevents+json`, read as Dapr's
+/// `IsCloudEventContentType`) keeps its fields, but for `topic` and
+/// `pubsubname`, which name where it is published (as Dapr sets them); the
+/// missing ones are filled in. Such a payload that does not begin with a
+/// JSON object (malformed, an array, `null`, empty) is refused, as Dapr's
+/// `FromCloudEvent` refuses it.
+pub fn envelope(
+    data: &[u8],
+    content_type: Option<&str>,
+    cx: &EnvelopeContext<'_>,
+) -> Result<Value, NotACloudEvent> {
     let content_type = content_type.filter(|c| !c.is_empty());
+    let given = match content_type {
+        Some(c) if is_cloud_event_content_type(c) => Some(given_cloud_event(data)?),
+        _ => None,
+    };
+    Ok(build_envelope(data, content_type, given, cx))
+}
+
+/// Whether `content_type` is `application/cloudevents+json`, as Dapr's
+/// `IsCloudEventContentType`: the whole type, or what precedes its first
+/// `;`, in any case (no spaces trimmed).
+fn is_cloud_event_content_type(content_type: &str) -> bool {
+    is_content_type(content_type, CLOUD_EVENT_CONTENT_TYPE)
+}
+
+/// Dapr's `isContentType`: `content_type` lowercased is `expected`, or
+/// what precedes its first `;` is.
+fn is_content_type(content_type: &str, expected: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default();
+    essence.eq_ignore_ascii_case(expected)
+}
+
+/// The fields of a payload sent as a CloudEvent: the first JSON value of
+/// `data`, which must be an object (as Go's decoder, what follows it is
+/// not read).
+fn given_cloud_event(data: &[u8]) -> Result<Map<String, Value>, NotACloudEvent> {
+    let first = serde_json::Deserializer::from_slice(data)
+        .into_iter::<Value>()
+        .next();
+    match first {
+        Some(Ok(Value::Object(fields))) => Ok(fields),
+        Some(Ok(other)) => Err(NotACloudEvent(format!(
+            "a CloudEvent must be a JSON object, not {}",
+            json_kind(&other)
+        ))),
+        Some(Err(err)) => Err(NotACloudEvent(err.to_string())),
+        None => Err(NotACloudEvent("the CloudEvent is empty".into())),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The envelope around `data`, or around the `given` CloudEvent's fields.
+fn build_envelope(
+    data: &[u8],
+    content_type: Option<&str>,
+    given: Option<Map<String, Value>>,
+    cx: &EnvelopeContext<'_>,
+) -> Value {
     let mut event = Map::new();
-    let given = content_type
-        .filter(|c| c.starts_with(CLOUD_EVENT_CONTENT_TYPE))
-        .and_then(|_| serde_json::from_slice::<Map<String, Value>>(data).ok());
     let content_type = match given {
         Some(fields) => {
             event = fields;
@@ -126,6 +193,62 @@ fn put_data(event: &mut Map<String, Value>, data: &[u8], content_type: &str) {
             event.insert("data_base64".into(), Value::String(encoded));
         }
     }
+}
+
+/// Dapr's reason for an `event` its `contentType` does not take.
+const EVENT_MISMATCH: &str = "error: mismatch between contentType and event";
+
+/// Go's `base64.StdEncoding` for decoding: padded, other bits of the last
+/// symbol ignored.
+const GO_STD_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+);
+
+/// A bulk entry's `event` as the bytes published, by its `contentType`, as
+/// Dapr's `ConvertEventToBytes`: `application/octet-stream` takes a
+/// base64 string, decoded; `text/*` and `application/xml` a string, as
+/// is; `application/json` and `application/cloudevents+json` any JSON,
+/// written as JSON; any other type (none given too) is refused.
+pub(super) fn bulk_event_bytes(event: Value, content_type: &str) -> Result<Vec<u8>, String> {
+    if is_content_type(content_type, "application/octet-stream") {
+        let Value::String(text) = event else {
+            return Err(EVENT_MISMATCH.into());
+        };
+        // Go's decoder skips line breaks.
+        let text = text.replace(['\r', '\n'], "");
+        return base64::Engine::decode(&GO_STD_BASE64, &text).map_err(|err| {
+            let at = match err {
+                base64::DecodeError::InvalidByte(at, _)
+                | base64::DecodeError::InvalidLastSymbol(at, _) => at,
+                base64::DecodeError::InvalidLength(_) | base64::DecodeError::InvalidPadding => {
+                    text.len()
+                }
+            };
+            // Dapr's wording, its spelling kept.
+            format!(
+                "error: unable to decode base64 application/octect-stream data: \
+                 illegal base64 data at input byte {at}"
+            )
+        });
+    }
+    let text_type = content_type
+        .get(..5)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("text/"));
+    if text_type || is_content_type(content_type, "application/xml") {
+        return match event {
+            Value::String(text) => Ok(text.into_bytes()),
+            _ => Err(EVENT_MISMATCH.into()),
+        };
+    }
+    if is_content_type(content_type, "application/json")
+        || is_cloud_event_content_type(content_type)
+    {
+        return serde_json::to_vec(&event).map_err(|err| format!("{EVENT_MISMATCH}: {err}"));
+    }
+    Err(EVENT_MISMATCH.into())
 }
 
 /// The most `ttlInSeconds` taken (Dapr's limit, a 32-bit count).
@@ -205,7 +328,12 @@ impl TopicEvent {
                     .content_type
                     .as_deref()
                     .unwrap_or("application/octet-stream");
-                match envelope(&message.data, Some(content_type), &cx) {
+                // A raw payload that claims to be a CloudEvent but is not
+                // one is delivered as data of its content type.
+                let given = Some(content_type)
+                    .filter(|c| is_cloud_event_content_type(c))
+                    .and_then(|_| given_cloud_event(&message.data).ok());
+                match build_envelope(&message.data, Some(content_type), given, &cx) {
                     Value::Object(event) => event,
                     _ => Map::new(),
                 }
@@ -380,7 +508,7 @@ mod tests {
 
     #[test]
     fn json_data_is_embedded_and_the_fields_are_daprs() {
-        let event = envelope(br#"{"a":1}"#, Some("application/json"), &cx());
+        let event = envelope(br#"{"a":1}"#, Some("application/json"), &cx()).expect("an envelope");
         assert_eq!(event["data"], serde_json::json!({"a": 1}));
         assert_eq!(event["source"], "checkout");
         assert_eq!(event["type"], EVENT_TYPE);
@@ -404,8 +532,12 @@ mod tests {
 
     #[test]
     fn text_binary_and_raw_payloads() {
-        assert_eq!(envelope(b"hi", None, &cx())["data"], "hi");
-        let binary = envelope(&[0xff, 0], Some("application/octet-stream"), &cx());
+        assert_eq!(
+            envelope(b"hi", None, &cx()).expect("an envelope")["data"],
+            "hi"
+        );
+        let binary =
+            envelope(&[0xff, 0], Some("application/octet-stream"), &cx()).expect("an envelope");
         assert_eq!(binary["data_base64"], "/wA=");
         let raw = rewire_runtime::Message {
             topic: "orders".into(),
@@ -426,21 +558,21 @@ mod tests {
             "image/svg+xml",
             "text/plain; charset=utf-8",
         ] {
-            let event = envelope(b"hello", Some(content_type), &cx());
+            let event = envelope(b"hello", Some(content_type), &cx()).expect("an envelope");
             assert_eq!(event["data"], "hello", "{content_type}");
             assert!(event.get("data_base64").is_none(), "{content_type}");
             assert_eq!(event["datacontenttype"], content_type);
         }
         for content_type in ["application/octet-stream", "Application/Octet-Stream; x=1"] {
-            let event = envelope(b"hello", Some(content_type), &cx());
+            let event = envelope(b"hello", Some(content_type), &cx()).expect("an envelope");
             assert_eq!(event["data_base64"], "aGVsbG8=", "{content_type}");
             assert!(event.get("data").is_none(), "{content_type}");
         }
         // Bytes that are not UTF-8 are kept whole (Dapr would mangle them).
-        let event = envelope(&[0xff, 0], Some("image/png"), &cx());
+        let event = envelope(&[0xff, 0], Some("image/png"), &cx()).expect("an envelope");
         assert_eq!(event["data_base64"], "/wA=");
         // JSON that does not parse is its text, as Dapr's.
-        let event = envelope(b"{not json", Some("application/json"), &cx());
+        let event = envelope(b"{not json", Some("application/json"), &cx()).expect("an envelope");
         assert_eq!(event["data"], "{not json");
     }
 
@@ -462,7 +594,7 @@ mod tests {
             metadata: Some(&metadata),
             ..cx()
         };
-        let event = envelope(b"hi", None, &with);
+        let event = envelope(b"hi", None, &with).expect("an envelope");
         assert_eq!(
             (&event["id"], &event["source"], &event["type"]),
             (
@@ -495,7 +627,7 @@ mod tests {
                 metadata: Some(&metadata),
                 ..cx()
             };
-            let event = envelope(b"hi", None, &with);
+            let event = envelope(b"hi", None, &with).expect("an envelope");
             assert!(event.get("expiration").is_none(), "{ttl:?}");
             assert_eq!(event["source"], "checkout");
         }
@@ -521,7 +653,8 @@ mod tests {
             given.to_string().as_bytes(),
             Some(CLOUD_EVENT_CONTENT_TYPE),
             &with,
-        );
+        )
+        .expect("an envelope");
         assert_eq!(
             (&event["id"], &event["source"], &event["type"]),
             (
@@ -537,10 +670,43 @@ mod tests {
         );
     }
 
+    /// As Dapr's `FromCloudEvent`: a payload sent as a CloudEvent that
+    /// does not begin with a JSON object is refused, not wrapped as text.
+    #[test]
+    fn a_payload_sent_as_a_cloud_event_must_be_a_json_object() {
+        for (body, content_type) in [
+            (&br#"{"}"#[..], CLOUD_EVENT_CONTENT_TYPE),
+            (br#"{"missing_quote: invalid}"#, CLOUD_EVENT_CONTENT_TYPE),
+            (b"[1, 2]", CLOUD_EVENT_CONTENT_TYPE),
+            (b"null", CLOUD_EVENT_CONTENT_TYPE),
+            (b"", CLOUD_EVENT_CONTENT_TYPE),
+            (br#""text""#, "Application/CloudEvents+JSON; charset=utf-8"),
+        ] {
+            let refused = envelope(body, Some(content_type), &cx());
+            assert!(
+                refused.is_err(),
+                "{:?} as {content_type}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // As Go's decoder: the first value is read, what follows is not.
+        let event = envelope(
+            br#"{"id":"mine"} more"#,
+            Some(CLOUD_EVENT_CONTENT_TYPE),
+            &cx(),
+        )
+        .expect("an envelope");
+        assert_eq!(event["id"], "mine");
+        // Not the CloudEvent type as Dapr reads it: the payload is data.
+        let event =
+            envelope(b"[1]", Some("application/cloudevents+jsonx"), &cx()).expect("an envelope");
+        assert_eq!(event["data"], "[1]");
+    }
+
     #[test]
     fn a_given_cloud_event_keeps_its_fields() {
         let given = br#"{"id":"mine","source":"s","specversion":"1.0","type":"t","data":"x"}"#;
-        let event = envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx());
+        let event = envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx()).expect("an envelope");
         assert_eq!(event["id"], "mine");
         assert_eq!(event["type"], "t");
         assert_eq!(event["topic"], "orders");
@@ -552,11 +718,53 @@ mod tests {
         // envelope names the topic and pub/sub it is published to.
         let given = br#"{"id":"mine","source":"s","specversion":"1.0","type":"t","data":"x",
                          "topic":"elsewhere","pubsubname":"a\nb"}"#;
-        let event = envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx());
+        let event = envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx()).expect("an envelope");
         assert_eq!(event["id"], "mine");
         assert_eq!(
             (&event["topic"], &event["pubsubname"]),
             (&Value::from("orders"), &Value::from("pubsub"))
+        );
+    }
+
+    #[test]
+    fn bulk_events_are_converted_by_content_type_as_dapr() {
+        use serde_json::json;
+        let ok = |event: Value, content_type: &str| {
+            bulk_event_bytes(event, content_type).unwrap_or_else(|e| panic!("{content_type}: {e}"))
+        };
+        assert_eq!(ok(json!("aGVsbG8="), "application/octet-stream"), b"hello");
+        assert_eq!(
+            ok(json!("aGVs\nbG8="), "Application/Octet-Stream; x=1"),
+            b"hello"
+        );
+        assert_eq!(ok(json!("aGVsbG8="), "text/plain"), b"aGVsbG8=");
+        assert_eq!(ok(json!("<a/>"), "application/xml"), b"<a/>");
+        assert_eq!(ok(json!({"n": 1}), "application/json"), br#"{"n":1}"#);
+        assert_eq!(ok(json!("s"), "application/json; charset=utf-8"), br#""s""#);
+        assert_eq!(ok(json!([1]), "application/cloudevents+json"), b"[1]");
+
+        for (event, content_type) in [
+            (json!({"n": 1}), "text/plain"),
+            (json!(1), "text/plain"),
+            (json!({"n": 1}), "application/octet-stream"),
+            (json!("x"), ""),
+            (json!("x"), "application/problem+json"),
+            (json!("x"), "image/png"),
+        ] {
+            assert_eq!(
+                bulk_event_bytes(event, content_type),
+                Err(EVENT_MISMATCH.to_string()),
+                "{content_type}"
+            );
+        }
+        let not_base64 = bulk_event_bytes(json!("hello!"), "application/octet-stream");
+        assert_eq!(
+            not_base64,
+            Err(
+                "error: unable to decode base64 application/octect-stream data: \
+                 illegal base64 data at input byte 5"
+                    .to_string()
+            )
         );
     }
 }

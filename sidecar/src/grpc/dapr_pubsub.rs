@@ -95,19 +95,22 @@ pub(super) async fn bulk_publish(
 }
 
 /// Dapr's codes: a missing or unknown pub/sub or topic is
-/// `INVALID_ARGUMENT` (Dapr answers `NOT_FOUND` for an unknown pub/sub
-/// since 1.12), as are a bad `entryId` and a request over the sidecar's
-/// bounds; a full broker `RESOURCE_EXHAUSTED`, a broker failure
-/// `INTERNAL`.
+/// `INVALID_ARGUMENT` (Dapr's `validateAndGetPubsubAndTopic` for a publish,
+/// its `StartStreamerSubscription` for a streamed subscription), as are a
+/// bad `entryId`, a payload sent as a CloudEvent that is not one and a
+/// request over the sidecar's bounds; a full broker `RESOURCE_EXHAUSTED`,
+/// a broker failure `INTERNAL`.
 impl From<PubSubOpError> for Status {
     fn from(err: PubSubOpError) -> Self {
         let code = match err {
             PubSubOpError::NameEmpty
+            | PubSubOpError::NotFound(_)
             | PubSubOpError::TopicEmpty(_)
             | PubSubOpError::EntryId { .. }
+            | PubSubOpError::CloudEvent { .. }
+            | PubSubOpError::EventConversion { .. }
             | PubSubOpError::Limit(_)
             | PubSubOpError::Metadata(_) => Code::InvalidArgument,
-            PubSubOpError::NotFound(_) => Code::NotFound,
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
             PubSubOpError::Publish { .. } => Code::Internal,
         };

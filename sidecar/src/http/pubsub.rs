@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 use super::error::HttpError;
 use super::input::{body_bytes, query_pairs, request_metadata, Items, QueryPairs, RawBody};
 use super::path_params::PathParams;
-use crate::dapr::{Call, PubSubOpError, PublishEvent, RequestLimitError, MAX_BULK_ITEMS};
+use crate::dapr::{
+    Call, PubSubOpError, PubSubOps, PublishEvent, RequestLimitError, MAX_BULK_ITEMS,
+};
 use crate::ApiState;
 
 /// A publish error in Dapr's HTTP form.
@@ -29,12 +31,17 @@ impl IntoResponse for PublishError {
             PubSubOpError::NotFound(_) => (StatusCode::NOT_FOUND, "ERR_PUBSUB_NOT_FOUND"),
             PubSubOpError::TopicEmpty(_) => (StatusCode::NOT_FOUND, "ERR_TOPIC_NAME_EMPTY"),
             PubSubOpError::EntryId { .. }
+            | PubSubOpError::EventConversion { .. }
             | PubSubOpError::Limit(RequestLimitError::TooManyItems { .. }) => {
                 (StatusCode::BAD_REQUEST, "ERR_PUBSUB_EVENTS_SER")
             }
             PubSubOpError::Limit(_) | PubSubOpError::Metadata(_) => {
                 (StatusCode::BAD_REQUEST, "ERR_PUBSUB_REQUEST_METADATA")
             }
+            PubSubOpError::CloudEvent { .. } => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ERR_PUBSUB_CLOUD_EVENTS_SER",
+            ),
             PubSubOpError::Busy { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "ERR_PUBSUB_PUBLISH_MESSAGE")
             }
@@ -142,24 +149,34 @@ pub async fn bulk_publish(
         .check_entry_count(entries.count)
         .map_err(to_response)?;
     let (traceparent, tracestate) = event_trace(&headers);
-    let events = entries
-        .kept
-        .into_iter()
-        .map(|entry| {
-            let data = match entry.event {
-                Value::String(text) if !entry.content_type.contains("json") => text.into_bytes(),
-                other => other.to_string().into_bytes(),
-            };
-            let event = PublishEvent {
-                data,
-                content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
-                metadata: entry.metadata,
-                traceparent: traceparent.clone(),
-                tracestate: tracestate.clone(),
-            };
-            (entry.entry_id, event)
-        })
-        .collect();
+    // As Dapr's loop: each entry's event is converted before its id is
+    // checked, so a bad event before the first bad id is the one refused;
+    // from the first bad id on, the shared operation refuses the request.
+    let first_bad_id =
+        PubSubOps::first_bad_entry_id(entries.kept.iter().map(|e| e.entry_id.as_str()));
+    let mut events = Vec::with_capacity(entries.kept.len());
+    for (index, entry) in entries.kept.into_iter().enumerate() {
+        let data =
+            PublishEvent::bulk_entry_data(entry.event, &entry.content_type).map_err(|reason| {
+                to_response(PubSubOpError::EventConversion {
+                    pubsub: pubsub_name.clone(),
+                    app_id: call.generation().app_id().to_string(),
+                    topic: topic.clone(),
+                    reason,
+                })
+            })?;
+        let event = PublishEvent {
+            data,
+            content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
+            metadata: entry.metadata,
+            traceparent: traceparent.clone(),
+            tracestate: tracestate.clone(),
+        };
+        events.push((entry.entry_id, event));
+        if first_bad_id == Some(index) {
+            break;
+        }
+    }
     let failed = pubsub
         .bulk_publish(&topic, &metadata, events)
         .await
