@@ -42,5 +42,6 @@ mod story_etcd_cluster;
 mod story_redis_failover;
 mod trigger_file;
 mod trigger_overlay;
+mod trigger_overlay_rejected;
 mod trigger_push;
 mod trigger_watched_ref;

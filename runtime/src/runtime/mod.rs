@@ -203,10 +203,10 @@ impl Runtime {
     /// overlay's values are in force when `start` returns. A failure leaves
     /// the file's configuration running and is recorded.
     async fn apply_initial_overlay(&self, spec: &OverlaySpec, app_id: &str) {
+        let generation = self.running().watch_plan().borrow().generation;
         match trigger::read_overlay(self.live_generation(), spec, app_id).await {
             Ok((None, None)) => {}
             Ok(documents) => {
-                let generation = self.running().watch_plan().borrow().generation;
                 let change = LayerChange::Overlay(documents.0.clone(), documents.1.clone());
                 let request = ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
                 // Rejected: the watch does not send the same documents
@@ -215,7 +215,11 @@ impl Runtime {
                     self.inner.overlay_tried.first_try(generation, &documents);
                 }
             }
-            Err(error) => self.reloader().record_rejected(Trigger::Overlay, &error),
+            Err(error) => {
+                // The watch's first read, finding the same, records nothing.
+                self.inner.overlay_tried.first_rejection(generation, &error);
+                self.reloader().record_rejected(Trigger::Overlay, &error);
+            }
         }
     }
 

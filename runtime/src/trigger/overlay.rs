@@ -27,14 +27,23 @@ pub(crate) type OverlayDocuments = (Option<ConfigPatch>, Option<ConfigPatch>);
 /// It also serialises the watch rounds' sends: a round compares and sends
 /// holding [`OverlayTried::sending`], and a round cancelled by then (a
 /// newer one reads for itself) sends nothing.
+///
+/// And it holds the last rejected read (its error, and the generation it
+/// was read against), so that a read rejected at start is not recorded
+/// again by the watch's first read, nor by a re-read of the same
+/// generation; against a new generation it is.
 #[derive(Default)]
-pub(crate) struct OverlayTried(Mutex<Option<(u64, OverlayDocuments)>>, Mutex<()>);
+pub(crate) struct OverlayTried {
+    tried: Mutex<Option<(u64, OverlayDocuments)>>,
+    sending: Mutex<()>,
+    rejected: Mutex<Option<(u64, String)>>,
+}
 
 impl OverlayTried {
     /// Notes `documents` as tried against `generation`; false when they
     /// already were.
     pub(crate) fn first_try(&self, generation: u64, documents: &OverlayDocuments) -> bool {
-        let mut tried = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tried = self.tried.lock().unwrap_or_else(|p| p.into_inner());
         let again = tried
             .as_ref()
             .is_some_and(|(at, tried)| *at == generation && tried == documents);
@@ -46,13 +55,33 @@ impl OverlayTried {
 
     /// Held by a watch round from its cancellation check to its send.
     fn sending(&self) -> MutexGuard<'_, ()> {
-        self.1.lock().unwrap_or_else(|p| p.into_inner())
+        self.sending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes `error` as the overlay's read rejected against `generation`;
+    /// false when it is the last one noted against it (nothing new to
+    /// record).
+    pub(crate) fn first_rejection(&self, generation: u64, error: &str) -> bool {
+        let mut rejected = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
+        let again = rejected
+            .as_ref()
+            .is_some_and(|(at, last)| *at == generation && last == error);
+        if !again {
+            *rejected = Some((generation, error.to_string()));
+        }
+        !again
+    }
+
+    /// Forgets the last rejection: the overlay was read (a rejection after
+    /// this one is news).
+    fn read(&self) {
+        *self.rejected.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Whether documents other than `documents` were sent last (they may
     /// still be waiting in the queue, or retried after a rollback).
     pub(crate) fn other_sent(&self, documents: &OverlayDocuments) -> bool {
-        let tried = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let tried = self.tried.lock().unwrap_or_else(|p| p.into_inner());
         tried.as_ref().is_some_and(|(_, tried)| tried != documents)
     }
 }
@@ -186,9 +215,8 @@ async fn watch_overlay_round(
             }
         }
     };
-    let mut last_error = None;
     loop {
-        let answered = overlay_changed(cx, spec, app_id, round, &mut last_error).await;
+        let answered = overlay_changed(cx, spec, app_id, round).await;
         tokio::select! {
             change = subscription.changes.recv() => if change.is_none() { return },
             () = tokio::time::sleep(within), if !answered => {}
@@ -199,7 +227,8 @@ async fn watch_overlay_round(
 /// Sends the overlay if it differs from the documents in force, or from
 /// the documents sent last (reverted to the documents in force while other
 /// ones are queued or retried: sent, so they replace those); sends an
-/// invalid one as rejected (once per distinct error). A read made by a
+/// invalid one as rejected (once per distinct error and generation: not
+/// again when the start or a previous read already did). A read made by a
 /// `round` cancelled meanwhile is dropped: the newer round's read may
 /// already be sent, and an older one sent after it would win. False when
 /// the store did not answer.
@@ -208,7 +237,6 @@ async fn overlay_changed(
     spec: &OverlaySpec,
     app_id: &str,
     round: &CancellationToken,
-    last_error: &mut Option<String>,
 ) -> bool {
     let read = read_documents(&cx.live, spec, app_id).await;
     let answered = !matches!(read, Err(OverlayUnread::NoAnswer(_)));
@@ -216,12 +244,13 @@ async fn overlay_changed(
     if round.is_cancelled() {
         return answered;
     }
+    let (generation, in_force) = {
+        let plan = cx.plan.borrow();
+        (plan.generation, plan.overlay_in_force.clone())
+    };
     match read {
         Ok(documents) => {
-            let (generation, in_force) = {
-                let plan = cx.plan.borrow();
-                (plan.generation, plan.overlay_in_force.clone())
-            };
+            cx.overlay_tried.read();
             let differs = in_force != documents || cx.overlay_tried.other_sent(&documents);
             if differs && cx.overlay_tried.first_try(generation, &documents) {
                 let (common, app) = documents;
@@ -231,8 +260,7 @@ async fn overlay_changed(
         }
         Err(unread) => {
             let error = unread.into_message();
-            if last_error.as_ref() != Some(&error) {
-                *last_error = Some(error.clone());
+            if cx.overlay_tried.first_rejection(generation, &error) {
                 cx.reject(Trigger::Overlay, error);
             }
         }
@@ -405,6 +433,21 @@ mod tests {
         assert!(tried.other_sent(&documents(2)), "reverting is news");
         assert!(!tried.other_sent(&documents(1)));
         assert!(!OverlayTried::default().other_sent(&documents(1)));
+    }
+
+    #[test]
+    fn a_rejection_is_news_once_per_generation_until_a_read_succeeds() {
+        let tried = OverlayTried::default();
+        assert!(tried.first_rejection(1, "bad"));
+        assert!(!tried.first_rejection(1, "bad"), "the same read again");
+        assert!(tried.first_rejection(1, "worse"), "another error");
+        assert!(tried.first_rejection(1, "bad"), "back to the first one");
+        assert!(tried.first_rejection(2, "bad"), "a new generation");
+        tried.read();
+        assert!(
+            tried.first_rejection(2, "bad"),
+            "rejected again after a read"
+        );
     }
 
     #[test]
