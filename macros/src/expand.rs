@@ -2,9 +2,16 @@
 //!
 //! Everything goes in one `const _: () = { ... };` block: the `Inject` and
 //! `Buildable` impls, the factory and validator, and the registration.
+//!
+//! Hygiene: locals and `self` are always written at the call site, where
+//! their bindings are; the user's spans go only on paths and types, so a
+//! trait error lands on the user's tokens. Mixing the two breaks a struct
+//! written inside the user's `macro_rules!` (its types then come from
+//! another syntax context than the derive's).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{LitStr, Path};
 
@@ -99,8 +106,9 @@ fn inject_impl_for(ident: &syn::Ident, injected: &Injected<'_, '_>, krate: &Path
             Some(name) => quote!(::core::option::Option::Some(#name)),
             None => quote!(::core::option::Option::None),
         };
-        quote_spanned! {ty.span()=>
-            let handle = match <#ty as #krate::InjectField>::offer(&mut self.#field_ident, handle, #name) {
+        let offer = quote_spanned!(ty.span()=> <#ty as #krate::InjectField>::offer);
+        quote! {
+            let handle = match #offer(&mut self.#field_ident, handle, #name) {
                 ::core::option::Option::Some(handle) => handle,
                 ::core::option::Option::None => return ::core::result::Result::Ok(()),
             };
@@ -108,12 +116,14 @@ fn inject_impl_for(ident: &syn::Ident, injected: &Injected<'_, '_>, krate: &Path
     });
     let checks = injected.iter().map(|(field, _)| {
         let (field_ident, ty) = (field.ident, field.ty);
-        let field_name = field_ident.to_string();
-        quote_spanned! {ty.span()=>
-            if !<#ty as #krate::InjectField>::satisfied(&self.#field_ident) {
+        // `r#type` is the field `type` to whoever reads the error.
+        let field_name = field_ident.unraw().to_string();
+        let as_field = quote_spanned!(ty.span()=> <#ty as #krate::InjectField>);
+        quote! {
+            if !#as_field::satisfied(&self.#field_ident) {
                 return ::core::result::Result::Err(#krate::InjectError::Missing {
                     field: #field_name,
-                    what: <#ty as #krate::InjectField>::WHAT,
+                    what: #as_field::WHAT,
                 });
             }
         }
@@ -146,15 +156,16 @@ fn buildable_impl(component: &Component<'_>, krate: &Path) -> TokenStream {
         .find(|(name, _)| kind.value() == *name);
     // Spanned on `kind = "..."`: a missing kind trait (`StateStore` for
     // "state"...) is reported there, as "`T: StateStore` is not satisfied".
+    let this = quote!(self);
     let instance = match built_in {
         Some((_, variant)) => {
             let variant = syn::Ident::new(variant, span);
-            quote_spanned! {span=> #krate::Instance::#variant(::std::sync::Arc::new(*self)) }
+            quote_spanned! {span=> #krate::Instance::#variant(::std::sync::Arc::new(*#this)) }
         }
         // A custom kind has no kind trait; a missing `Component` is
         // reported on the struct name, as the `Buildable` impl's is.
         None => {
-            quote_spanned! {ident.span()=> #krate::Instance::Custom(::std::sync::Arc::new(*self)) }
+            quote_spanned! {ident.span()=> #krate::Instance::Custom(::std::sync::Arc::new(*#this)) }
         }
     };
     quote! {
@@ -172,8 +183,9 @@ fn factory(component: &Component<'_>, krate: &Path) -> TokenStream {
     let decode = match component.metadata_field() {
         Some(field) => {
             let ty = field.ty;
-            quote_spanned! {ty.span()=>
-                let decoded = #krate::metadata::decode::<#ty>(metadata)?;
+            let decode = quote_spanned!(ty.span()=> #krate::metadata::decode::<#ty>);
+            quote! {
+                let decoded = #decode(metadata)?;
             }
         }
         None => quote! {

@@ -310,7 +310,12 @@ fn string_value(
         );
         return skip_value(meta).map(|()| None);
     }
-    let expr: syn::Expr = meta.value()?.parse()?;
+    let mut expr: syn::Expr = meta.value()?.parse()?;
+    // A `$kind:literal` passed through the user's `macro_rules!` arrives
+    // in an invisible group.
+    while let syn::Expr::Group(group) = expr {
+        expr = *group.expr;
+    }
     match expr {
         syn::Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Str(lit),

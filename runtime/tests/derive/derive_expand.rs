@@ -227,3 +227,28 @@ fn a_kind_alias_registers_where_the_kind_is_looked_up() {
     );
     assert!(registry.types_of("pub_subs").is_empty());
 }
+
+/// A field named with a raw identifier.
+#[derive(Component)]
+#[component(kind = "derive-test-kind", type = "raw-field")]
+struct RawField {
+    #[inject]
+    r#type: ConfigStoreHandle,
+}
+
+impl Component for RawField {}
+
+#[test]
+fn a_raw_field_is_named_without_its_prefix_in_errors() -> Result<(), Box<dyn std::error::Error>> {
+    let desc = Registry::collected()
+        .get("derive-test-kind", "raw-field")
+        .copied()
+        .ok_or("not registered")?;
+    let built = (desc.build)(&Metadata::default())?;
+    let missing = built.check_injected().err();
+    assert_eq!(
+        missing.as_ref().map(ToString::to_string).as_deref(),
+        Some("field `type` needs a config store but no componentRef provides one")
+    );
+    Ok(())
+}
