@@ -79,7 +79,8 @@ impl Registry {
     /// Every descriptor submitted by a linked crate. A (kind, type)
     /// submitted more than once (two crates or two derives naming the same
     /// type) is kept once and remembered: validation refuses a component of
-    /// that type, since which submission would serve depends on link order.
+    /// that type, since which submission would serve depends on link order,
+    /// until [`Registry::register`] replaces it.
     pub fn collected() -> Self {
         Self::submitted(inventory::iter::<ComponentDescriptor>.into_iter().copied())
     }
@@ -114,8 +115,10 @@ impl Registry {
     }
 
     /// Adds (or replaces) a descriptor: the way to override a type on
-    /// purpose.
+    /// purpose, so one submitted more than once is no longer refused.
     pub fn register(&mut self, descriptor: ComponentDescriptor) {
+        self.submitted_twice
+            .remove(&(descriptor.kind, descriptor.type_name));
         self.by_kind
             .entry(descriptor.kind)
             .or_default()

@@ -441,6 +441,37 @@ fn a_type_two_crates_register_is_refused_where_it_is_used() {
     );
 }
 
+#[test]
+fn a_replacement_registered_by_hand_serves_a_type_submitted_twice() {
+    let twice = |description: &'static str| ComponentDescriptor {
+        kind: "state",
+        type_name: "redis",
+        description,
+        example_metadata: "{}",
+        validate: none_validate,
+        build: unbuildable,
+        check_refs: None,
+        in_place: None,
+    };
+    let mut registry = Registry::submitted([twice("the built-in"), twice("mine")]);
+    registry.register(ComponentDescriptor {
+        validate: redis_validate,
+        ..twice("the replacement")
+    });
+    assert_eq!(registry.submitted_twice("state", "redis"), None);
+    assert_eq!(
+        registry.get("state", "redis").map(|d| d.description),
+        Some("the replacement")
+    );
+    // `redisHost` is metadata only the replacement's check accepts.
+    let text = r#"{"components": {"state": {
+        "orders": {"type": "redis", "metadata": {"redisHost": "h"}}}}}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    if let Err(problems) = validate(config, &registry) {
+        panic!("the replacement was refused: {problems}");
+    }
+}
+
 fn panicking_validate(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
     panic!("deserialize_with refused to go on")
 }
