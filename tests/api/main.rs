@@ -47,6 +47,7 @@ mod api_request_limits;
 mod api_state_bulk_get_metadata;
 mod api_state_bytes;
 mod api_state_key_separator;
+mod api_state_redis_plain;
 mod api_topic_streams;
 mod dapr_python_sdk;
 mod layotto_grpc;

@@ -36,6 +36,7 @@ pub mod sequencer;
 pub mod state;
 mod state_args;
 mod state_keys;
+mod state_read;
 mod state_transaction;
 pub mod tls;
 

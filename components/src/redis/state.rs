@@ -1,7 +1,9 @@
 //! The `redis` state store, with the data layout and semantics of Dapr's
 //! `state.redis`: each key is a hash with fields `data` and `version`,
 //! written by a Lua script that checks the etag (the version, as text),
-//! honours first-write, bumps the version and sets the TTL atomically.
+//! honours first-write, bumps the version and sets the TTL atomically. A
+//! key holding a plain string is read as Dapr reads it, with no etag (see
+//! `state_read`), and replaced by a write without an etag.
 //!
 //! Keys are stored as Dapr's runtime names them (`GetModifiedStateKey`):
 //! `{appId}||{key}` by default, the `keyPrefix` strategy picking the part
@@ -20,13 +22,15 @@ use rewire_runtime::{
 };
 use tracing::debug;
 
-use super::any_connection::slot_of;
 use super::bounded::BoundedConnection;
 use super::connection::{Exclusive, PrefixedKey, RedisConnection, Session};
 use super::metadata::RedisMetadata;
 use super::scripts;
 use super::state_args::{etag_arg, ttl_arg};
 use super::state_keys::{check_key_prefix, Naming};
+use super::state_read::{
+    entry, is_wrong_type, neither_hash_nor_string, read_not_hash, read_snapshots, Fields, Stored,
+};
 
 /// The bytes of a read's `HMGET … data version` besides the key.
 const HMGET_FIXED_BYTES: usize = "HMGET".len() + "data".len() + "version".len();
@@ -126,6 +130,20 @@ impl RedisStateStore {
         self.connection.session().metadata().clone()
     }
 
+    /// The error of a read of `key` that failed with `err`.
+    fn read_failed(
+        &self,
+        session: &Arc<Session>,
+        key: &str,
+        err: &redis::RedisError,
+    ) -> StateError {
+        let detail = self.connection.describe(session, err);
+        if is_wrong_type(err) {
+            return neither_hash_nor_string(key, &detail);
+        }
+        StateError::Backend(detail)
+    }
+
     /// The session in force and a connection of it.
     fn session(&self) -> Result<(std::sync::Arc<Session>, BoundedConnection), StateError> {
         let session = self.connection.session();
@@ -207,11 +225,17 @@ impl StateStore for RedisStateStore {
             command.arg("HMGET").arg(key).arg("data").arg("version");
             command
         };
-        let fields: Fields = command
-            .query_async(&mut conn)
-            .await
-            .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))?;
-        entry(&req.key, fields)
+        let fields: RedisResult<Fields> = command.query_async(&mut conn).await;
+        let stored = match fields {
+            Ok(fields) => Ok(Stored::Hash(fields)),
+            Err(err) if is_wrong_type(&err) => {
+                let key = format!("{}{}", &*self.key_base(&session), req.key);
+                read_not_hash(conn, key).await
+            }
+            Err(err) => Err(err),
+        };
+        let stored = stored.map_err(|err| self.read_failed(&session, &req.key, &err))?;
+        entry(&req.key, stored)
     }
 
     async fn set(&self, req: SetRequest) -> Result<(), StateError> {
@@ -300,10 +324,10 @@ impl StateStore for RedisStateStore {
     }
 
     /// An `HMGET` per key in one `MULTI`/`EXEC`, so the answer is one
-    /// snapshot (never half of a transaction). On a Redis Cluster, one
-    /// `MULTI`/`EXEC` per hash slot (sent concurrently): each slot is a
-    /// snapshot, and a transaction, being in one slot, is seen whole or not
-    /// at all.
+    /// snapshot (never half of a transaction); a plain string is read as
+    /// `state_read` says. On a Redis Cluster, one `MULTI`/`EXEC` per hash
+    /// slot (sent concurrently): each slot is a snapshot, and a
+    /// transaction, being in one slot, is seen whole or not at all.
     async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -326,8 +350,8 @@ impl StateStore for RedisStateStore {
             .zip(replies)
             .map(|(key, reply)| {
                 let found = reply
-                    .map_err(|err| StateError::Backend(self.connection.describe(&session, &err)))
-                    .and_then(|fields| entry(&key, fields));
+                    .map_err(|err| self.read_failed(&session, &key, &err))
+                    .and_then(|stored| entry(&key, stored));
                 match found {
                     Ok(entry) => BulkGetItem {
                         key,
@@ -481,84 +505,4 @@ fn connected_replicas(info: redis::Value) -> Option<usize> {
     }
     let nodes: HashMap<String, String> = redis::from_redis_value(info).ok()?;
     nodes.values().map(|text| count(text)).min().flatten()
-}
-
-/// The `data` and `version` fields of a state key.
-type Fields = (Option<Vec<u8>>, Option<String>);
-
-/// The fields of every key of `keys` (full Redis keys), in order: one
-/// `MULTI`/`EXEC` of `HMGET`s on one server; on a cluster one per hash
-/// slot (a transaction cannot span slots), sent concurrently.
-async fn read_snapshots(
-    conn: BoundedConnection,
-    keys: Vec<String>,
-) -> RedisResult<Vec<RedisResult<Fields>>> {
-    let groups: Vec<Vec<usize>> = if conn.is_cluster() {
-        let mut by_slot: HashMap<_, Vec<usize>> = HashMap::new();
-        for (index, key) in keys.iter().enumerate() {
-            by_slot.entry(slot_of(key)).or_default().push(index);
-        }
-        by_slot.into_values().collect()
-    } else {
-        vec![(0..keys.len()).collect()]
-    };
-    if let [_] = groups.as_slice() {
-        return read_snapshot(conn, keys).await;
-    }
-    let mut reads = tokio::task::JoinSet::new();
-    for group in groups {
-        let group_keys = group.iter().map(|&index| keys[index].clone()).collect();
-        let conn = conn.clone();
-        reads.spawn(async move { (group, read_snapshot(conn, group_keys).await) });
-    }
-    let mut replies: Vec<Option<RedisResult<Fields>>> = keys.iter().map(|_| None).collect();
-    while let Some(joined) = reads.join_next().await {
-        let (group, read) = joined.map_err(|err| {
-            redis::RedisError::from(std::io::Error::other(format!("a bulk read ended: {err}")))
-        })?;
-        for (index, reply) in group.into_iter().zip(read?) {
-            replies[index] = Some(reply);
-        }
-    }
-    Ok(replies
-        .into_iter()
-        .map(|reply| {
-            reply.unwrap_or_else(|| {
-                Err(redis::RedisError::from(std::io::Error::other(
-                    "no reply for this key",
-                )))
-            })
-        })
-        .collect())
-}
-
-/// The fields of `keys`, one `HMGET` each in one `MULTI`/`EXEC`.
-async fn read_snapshot(
-    mut conn: BoundedConnection,
-    keys: Vec<String>,
-) -> RedisResult<Vec<RedisResult<Fields>>> {
-    let mut pipe = redis::pipe();
-    pipe.atomic().ignore_errors();
-    for key in &keys {
-        pipe.cmd("HMGET").arg(key).arg("data").arg("version");
-    }
-    pipe.query_async(&mut conn).await
-}
-
-/// The entry of a hash's `data` and `version`; a hash without `data` is a
-/// missing key.
-fn entry(key: &str, (data, version): Fields) -> Result<Option<StateEntry>, StateError> {
-    let Some(data) = data else {
-        return Ok(None);
-    };
-    let etag = version.ok_or_else(|| {
-        StateError::Backend(format!(
-            "key `{key}` has no `version` field (not written by a Dapr-compatible store)"
-        ))
-    })?;
-    Ok(Some(StateEntry {
-        data,
-        etag,
-        metadata: HashMap::new(),
-    }))
 }

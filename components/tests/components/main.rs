@@ -40,6 +40,7 @@ mod redis_lock;
 mod redis_pubsub;
 mod redis_pubsub_failover;
 mod redis_state;
+mod redis_state_plain;
 mod redis_strong;
 mod redis_tls;
 mod registry;

@@ -14,7 +14,9 @@ use super::state_transaction::{StateFeature, TransactionRequest};
 pub struct StateEntry {
     /// The value bytes.
     pub data: Vec<u8>,
-    /// The etag of this version.
+    /// The etag of this version; empty for a value that has none (a plain
+    /// string on Redis, which Dapr reads without an etag): the APIs then
+    /// answer no etag. A store's real versions are never empty.
     pub etag: String,
     /// Store-specific extra data.
     pub metadata: HashMap<String, String>,

@@ -144,8 +144,8 @@ fn write_of(item: SaveItem, shared: &HashMap<String, String>) -> Result<SetReque
     })
 }
 
-/// `GET /v1.0/state/{store}/{key}`: the stored bytes with their `ETag`, or
-/// 204 when the key does not exist.
+/// `GET /v1.0/state/{store}/{key}`: the stored bytes with their `ETag`
+/// (none for an entry without one), or 204 when the key does not exist.
 pub async fn get(
     call: Call,
     PathParams((store_name, key)): PathParams<(String, String)>,
@@ -177,8 +177,11 @@ pub(super) async fn read(
     let mut response = Response::new(Body::from(entry.data));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(etag) = HeaderValue::try_from(entry.etag) {
-        headers.insert(ETAG, etag);
+    // An empty etag is none (a plain string on Redis): no header, as Dapr.
+    if !entry.etag.is_empty() {
+        if let Ok(etag) = HeaderValue::try_from(entry.etag) {
+            headers.insert(ETAG, etag);
+        }
     }
     for (name, value) in &entry.metadata {
         let name = HeaderName::try_from(format!("metadata.{name}"));
@@ -250,7 +253,8 @@ fn bulk_item(item: BulkGetItem) -> BulkItem {
     let (data, etag, metadata) = match item.entry {
         Some(entry) => (
             Some(stored_json(&entry.data)),
-            Some(entry.etag),
+            // An empty etag is none: left out, as Dapr does.
+            Some(entry.etag).filter(|etag| !etag.is_empty()),
             entry.metadata,
         ),
         None => (None, None, HashMap::new()),
