@@ -12,6 +12,7 @@ mod remote;
 mod run;
 mod serve_tls;
 mod status;
+mod stop_signals;
 mod validate;
 mod workers;
 

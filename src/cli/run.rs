@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use clap::Args;
 use rewire::sidecar::{ApiOptions, ApiServer};
-use rewire::{Registry, Runtime, RuntimeOptions};
+use rewire::{Registry, Runtime};
 use tokio_util::sync::CancellationToken;
 
 use super::config_source::{self, DaprSourceArgs, Source};
 use super::default_config::{default_home, DataFiles};
+use super::stop_signals::{start_unless_stopped, StopSignals};
 
 /// How much longer than the shutdown grace the servers may take to stop.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
@@ -57,7 +58,7 @@ enum AppProtocol {
 
 /// Starts the runtime and waits for a stop signal.
 pub async fn run(args: RunArgs) -> ExitCode {
-    let stop = StopSignals::listen();
+    let mut stop = StopSignals::listen();
     let tls = match args.tls.settings() {
         Ok(tls) => tls,
         Err(err) => {
@@ -79,12 +80,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let Some(valid) = config_source::load_source(&source, &registry, DataFiles::Create) else {
         return ExitCode::FAILURE;
     };
-    let runtime = match Runtime::start(valid, registry, RuntimeOptions::default()).await {
+    let runtime = match start_unless_stopped(valid, registry, &mut stop).await {
         Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("error: start-up failed:\n{err}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let generation = runtime.generation();
     tracing::info!(
@@ -116,7 +114,7 @@ async fn serve_until_stopped(
     runtime: Runtime,
     args: &RunArgs,
     tls: rewire::sidecar::tls::TlsSettings,
-    stop: StopSignals,
+    mut stop: StopSignals,
 ) -> ExitCode {
     let stop_serving = CancellationToken::new();
     let app_channel = args.app_port.map(|port| {
@@ -178,62 +176,6 @@ async fn serve_until_stopped(
         Err(err) => {
             eprintln!("error: {err}");
             ExitCode::FAILURE
-        }
-    }
-}
-
-/// Ctrl-C and SIGTERM, listened for from creation on: a signal that
-/// arrives while the runtime is still starting is not lost (and does not
-/// kill the process with the default action).
-struct StopSignals {
-    #[cfg(unix)]
-    interrupt: Option<tokio::signal::unix::Signal>,
-    #[cfg(unix)]
-    terminate: Option<tokio::signal::unix::Signal>,
-}
-
-impl StopSignals {
-    fn listen() -> Self {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let listen = |kind: SignalKind, name: &str| match signal(kind) {
-                Ok(signal) => Some(signal),
-                Err(err) => {
-                    tracing::warn!(signal = name, error = %err, "Cannot listen for a stop signal.");
-                    None
-                }
-            };
-            Self {
-                interrupt: listen(SignalKind::interrupt(), "SIGINT"),
-                terminate: listen(SignalKind::terminate(), "SIGTERM"),
-            }
-        }
-        #[cfg(not(unix))]
-        Self {}
-    }
-
-    /// Waits for the first stop signal; returns its name.
-    async fn wait(self) -> &'static str {
-        #[cfg(unix)]
-        {
-            async fn next(signal: Option<tokio::signal::unix::Signal>) {
-                match signal {
-                    Some(mut signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-            tokio::select! {
-                () = next(self.interrupt) => "SIGINT",
-                () = next(self.terminate) => "SIGTERM",
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
         }
     }
 }

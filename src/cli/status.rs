@@ -37,6 +37,12 @@ pub async fn status_command(
         }
     };
     let status = response.status();
+    // Not followed (the tokens would go where it points): a sidecar never
+    // redirects its status.
+    if status.is_redirection() {
+        eprintln!("error: not a rewire sidecar at {http_addr}: it answered {status} (a redirect, not followed)");
+        return ExitCode::FAILURE;
+    }
     match response.json::<Value>().await {
         Ok(body) if status.is_success() => {
             if json {
@@ -60,9 +66,11 @@ pub async fn status_command(
     }
 }
 
-/// An HTTP client, over TLS (rustls, ring) when `tls` asks for it.
+/// An HTTP client, over TLS (rustls, ring) when `tls` asks for it, that
+/// follows no redirect: the token headers would go along.
 fn http_client(tls: &super::client_tls::ClientTlsArgs) -> Result<reqwest::Client, String> {
     let builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(super::remote::CONNECT_TIMEOUT)
         .timeout(super::remote::STATUS_TIMEOUT);
     let builder = match tls.scheme() {

@@ -53,6 +53,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The example's own configuration, checked in beside it (the one its
+/// docs run).
+fn checked_in_greeter() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/embedded-sidecar/greeter.json")
+}
+
 fn greeter(greeting: &str) -> String {
     format!(
         r#"{{"components": {{"greeter": {{"hi": {{"type": "hello", "metadata": {{"greeting": "{greeting}"}}}}}}}}}}"#
@@ -73,6 +79,24 @@ fn components_lists_the_users_own_type_with_its_description() {
         stdout.contains("state/memory"),
         "and the community components"
     );
+}
+
+/// The file the example's docs run is valid, and is the one the tests
+/// below start from.
+#[test]
+fn the_checked_in_greeter_json_is_valid_and_the_one_the_tests_run() {
+    let file = checked_in_greeter();
+    let checked = sidecar(&["validate", "--config", file.to_str().unwrap()]);
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        text(&checked.stdout),
+        text(&checked.stderr)
+    );
+    let checked_in: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let written: serde_json::Value = serde_json::from_str(&greeter("hello")).unwrap();
+    assert_eq!(checked_in, written);
 }
 
 #[test]

@@ -8,6 +8,8 @@ mod support;
 mod cli;
 mod cli_apply_status;
 mod cli_shutdown;
+mod cli_start_signal;
+mod cli_status_redirect;
 mod cli_tls;
 mod corpus_lifecycle;
 mod corpus_validate;

@@ -1,5 +1,6 @@
 //! A user's sidecar: the `rewire` command line, with one more component
-//! type linked in. Every command sees it:
+//! type linked in. Every command sees it (run in this example's directory,
+//! where `greeter.json` is):
 //!
 //! ```sh
 //! cargo run --bin greeter-sidecar -- components   # lists greeter/hello

@@ -2,6 +2,7 @@
 //! dependency: starts the components of the file given as its argument,
 //! follows the file, and prints the greeting of `greeter/hi` (reached as its
 //! own type) at start and after every reload, until Ctrl-C or SIGTERM.
+//! From this example's directory, where `greeter.json` is:
 //!
 //! ```sh
 //! cargo run --bin greeter-host -- greeter.json
