@@ -1,7 +1,9 @@
 //! `ExecuteStateTransaction` over gRPC: upserts and deletes with etags,
-//! all or none; a stale etag fails the whole transaction with Dapr's
-//! `INTERNAL`; unknown operation types and stores without transactions
-//! answer `UNIMPLEMENTED`; `GetMetadata` reports the store's capabilities.
+//! all or none; a stale etag or any other failed transaction is Dapr's
+//! `INTERNAL`; a key with `||` is Dapr's illegal key; unknown operation
+//! types and stores without transactions answer `UNIMPLEMENTED` (with
+//! Dapr's rich details where Dapr attaches them); `GetMetadata` reports
+//! the store's capabilities.
 
 use crate::support::grpc;
 use crate::support::sidecar;
@@ -15,6 +17,7 @@ use rewire::sidecar::ApiOptions;
 use sidecar::Sidecar;
 use tonic::transport::Channel;
 use tonic::Code;
+use tonic_types::StatusExt;
 
 type Client = grpc::dapr::dapr_client::DaprClient<Channel>;
 
@@ -131,12 +134,27 @@ async fn transactions_over_grpc_are_all_or_nothing() {
         ))
         .await
         .expect_err("an operation without a request");
-    assert_eq!(malformed.code(), Code::InvalidArgument);
+    // Dapr answers any failed transaction INTERNAL (was INVALID_ARGUMENT).
+    assert_eq!(malformed.code(), Code::Internal);
     assert!(
         malformed.message().contains("has no `request`"),
         "{}",
         malformed.message()
     );
+    assert_eq!(read(&mut client, &["a"]).await[0].1, "10");
+    let illegal = client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![
+                op("upsert", "a", "3", None),
+                op("upsert", "x||y", "1", None),
+            ],
+        ))
+        .await
+        .expect_err("a key with `||`");
+    assert_eq!(illegal.code(), Code::InvalidArgument, "{illegal:?}");
+    let reason = illegal.get_details_error_info().map(|i| i.reason);
+    assert_eq!(reason.as_deref(), Some("DAPR_STATE_ILLEGAL_KEY"));
     assert_eq!(read(&mut client, &["a"]).await[0].1, "10");
     let plain = client
         .execute_state_transaction(transaction("plain", vec![op("upsert", "a", "1", None)]))
@@ -147,11 +165,20 @@ async fn transactions_over_grpc_are_all_or_nothing() {
         plain.message(),
         "state store `plain` doesn't support transactions"
     );
+    let reason = plain.get_details_error_info().map(|i| i.reason);
+    assert_eq!(
+        reason.as_deref(),
+        Some("DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED")
+    );
+    let resource = plain.get_details_resource_info().map(|r| r.resource_name);
+    assert_eq!(resource.as_deref(), Some("plain"));
     let missing = client
         .execute_state_transaction(transaction("nope", Vec::new()))
         .await
         .expect_err("no such store");
     assert_eq!(missing.code(), Code::InvalidArgument);
+    let reason = missing.get_details_error_info().map(|i| i.reason);
+    assert_eq!(reason.as_deref(), Some("DAPR_STATE_NOT_FOUND"));
 
     let metadata = client
         .get_metadata(GetMetadataRequest {})

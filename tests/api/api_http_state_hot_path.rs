@@ -103,7 +103,9 @@ async fn the_hot_path_answers_as_the_router_does() {
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&hot.body).ok(),
         Some(
-            json!({"errorCode": "ERR_STATE_STORE_NOT_FOUND", "message": "state store nope is not found"})
+            json!({"errorCode": "ERR_STATE_STORE_NOT_FOUND", "message": "state store nope is not found",
+                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "DAPR_STATE_NOT_FOUND", "domain": "dapr.io", "metadata": null}]})
         )
     );
     assert_eq!(hot, router);

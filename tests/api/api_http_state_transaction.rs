@@ -1,8 +1,9 @@
 //! `POST /v1.0/state/{store}/transaction` over HTTP: upserts and deletes
-//! with etags applied all or none, a stale etag refusing the whole
-//! transaction (500 `ERR_STATE_TRANSACTION`), Dapr's errors for unknown
-//! operations and stores without transactions, and the `capabilities`
-//! each state store reports in `/v1.0/metadata`.
+//! with etags applied all or none, a stale or malformed etag refusing the
+//! whole transaction (500 `ERR_STATE_TRANSACTION`, as any failed `Multi`
+//! in Dapr), Dapr's errors (and rich details) for unknown operations and
+//! stores without transactions, and the `capabilities` each state store
+//! reports in `/v1.0/metadata`.
 
 use crate::support::sidecar;
 
@@ -151,7 +152,9 @@ async fn transaction_errors_are_dapr_errors() {
         (
             "orders",
             json!({"operations": [{"operation": "upsert", "request": {"key": "k", "etag": "x1"}}]}),
-            StatusCode::BAD_REQUEST,
+            // Dapr answers any failed transaction 500, a malformed etag
+            // included (was a 400 before).
+            StatusCode::INTERNAL_SERVER_ERROR,
             "ERR_STATE_TRANSACTION",
             "invalid etag",
         ),
@@ -200,10 +203,31 @@ async fn transaction_errors_are_dapr_errors() {
     )
     .await;
     assert_eq!(too_many.status(), StatusCode::BAD_REQUEST);
+    let too_many = body_json(too_many).await;
     assert_eq!(
-        body_json(too_many).await["errorCode"],
+        too_many["errorCode"],
         "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS"
     );
+    let info = &too_many["details"][0];
+    assert_eq!(
+        info["reason"], "DAPR_STATE_TOO_MANY_TRANSACTIONS",
+        "{too_many}"
+    );
+    let max = rewire::sidecar::dapr::MAX_TRANSACTION_OPERATIONS;
+    assert_eq!(info["metadata"]["maxOpsPerTransaction"], max.to_string());
+    assert_eq!(too_many["details"][1]["resource_name"], "orders");
+    let unsupported = send(
+        client
+            .post(format!("{base}/plain/transaction"))
+            .json(&json!({"operations": []})),
+    )
+    .await;
+    let unsupported = body_json(unsupported).await;
+    assert_eq!(
+        unsupported["details"][0]["reason"], "DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED",
+        "{unsupported}"
+    );
+    assert_eq!(unsupported["details"][1]["resource_type"], "state");
     let none = send(
         client
             .post(format!("{base}/orders/bulk"))

@@ -3,19 +3,23 @@
 //! as `lock||{appId}||{resource}`, sequencers as `sequencer|||{key}`): a
 //! 400 `ERR_MALFORMED_REQUEST` over HTTP (the GET's hot path and its
 //! router alike, and DELETE), `INVALID_ARGUMENT` over gRPC (the hot path
-//! and tonic alike, Dapr's and Layotto's front doors).
+//! and tonic alike, Dapr's and Layotto's front doors), with Dapr's rich
+//! error details: `ErrorInfo` `DAPR_STATE_ILLEGAL_KEY`, the store's
+//! `ResourceInfo` and a `BadRequest` naming the key.
 
 use crate::support::grpc;
 use crate::support::sidecar;
 
-use grpc::dapr::{DeleteStateRequest, GetStateRequest};
+use grpc::common::StateItem;
+use grpc::dapr::{DeleteStateRequest, GetStateRequest, SaveStateRequest};
 use grpc::layotto;
 use layotto::runtime_client::RuntimeClient;
 use reqwest::StatusCode;
 use rewire::sidecar::ApiOptions;
 use serde_json::Value;
 use sidecar::Sidecar;
-use tonic::{Code, Request};
+use tonic::{Code, Request, Status};
+use tonic_types::StatusExt;
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;
@@ -39,6 +43,39 @@ async fn refused_as_malformed(response: reqwest::Response, what: &str) {
     assert_eq!(body["errorCode"], "ERR_MALFORMED_REQUEST", "{what}: {body}");
     let message = body["message"].as_str().unwrap_or_default();
     assert!(message.contains("can't contain `||`"), "{what}: {body}");
+    let details = &body["details"];
+    assert_eq!(
+        details[0]["reason"], "DAPR_STATE_ILLEGAL_KEY",
+        "{what}: {body}"
+    );
+    assert_eq!(details[0]["domain"], "dapr.io", "{what}: {body}");
+    assert_eq!(details[1]["resource_type"], "state", "{what}: {body}");
+    assert_eq!(details[1]["resource_name"], "orders", "{what}: {body}");
+    assert_eq!(
+        details[2]["@type"], "type.googleapis.com/google.rpc.BadRequest",
+        "{what}: {body}"
+    );
+}
+
+/// `status` carries Dapr's illegal-key details for `key` of `orders`.
+fn illegal_key_details(status: &Status, key: &str, what: &str) {
+    let info = status.get_details_error_info();
+    let info = info.unwrap_or_else(|| panic!("{what}: no ErrorInfo in {status:?}"));
+    assert_eq!(info.reason, "DAPR_STATE_ILLEGAL_KEY", "{what}");
+    assert_eq!(info.domain, "dapr.io", "{what}");
+    let resource = status.get_details_resource_info();
+    let resource = resource.unwrap_or_else(|| panic!("{what}: no ResourceInfo"));
+    assert_eq!(
+        (
+            resource.resource_type.as_str(),
+            resource.resource_name.as_str()
+        ),
+        ("state", "orders"),
+        "{what}"
+    );
+    let bad = status.get_details_bad_request();
+    let field = bad.and_then(|b| b.field_violations.into_iter().next());
+    assert_eq!(field.map(|f| f.field).as_deref(), Some(key), "{what}");
 }
 
 #[tokio::test]
@@ -88,6 +125,7 @@ async fn grpc_get_and_delete_refuse_a_key_with_the_separator() {
                 status.message().contains("can't contain `||`"),
                 "{status:?}"
             );
+            illegal_key_details(&status, key, &format!("GetState, {how}"));
 
             let delete = DeleteStateRequest {
                 store_name: "orders".into(),
@@ -146,6 +184,30 @@ async fn grpc_get_and_delete_refuse_a_key_with_the_separator() {
             Code::InvalidArgument,
             "Layotto DeleteBulkState"
         );
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_save_state_of_a_key_with_the_separator_carries_dapr_error_details() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    for through_tonic in [false, true] {
+        let how = if through_tonic { "tonic" } else { "hot path" };
+        let save = SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![StateItem {
+                key: "a||b".into(),
+                value: b"1".to_vec(),
+                ..StateItem::default()
+            }],
+        };
+        let status = dapr
+            .save_state(request(save, through_tonic))
+            .await
+            .expect_err("SaveState of a key with `||`");
+        assert_eq!(status.code(), Code::InvalidArgument, "SaveState, {how}");
+        illegal_key_details(&status, "a||b", &format!("SaveState, {how}"));
     }
     sidecar.stop().await;
 }

@@ -15,6 +15,7 @@ import traceback
 
 import grpc
 from dapr.clients import DaprClient
+from dapr.clients.exceptions import DaprGrpcError
 from dapr.clients.grpc._response import TopicEventResponse, UnlockResponseStatus
 from dapr.clients.grpc._request import TransactionalStateOperation, TransactionOperationType
 from dapr.clients.grpc._state import Concurrency, StateOptions
@@ -56,6 +57,15 @@ def state(d):
     d.delete_state("statestore", "order-1", etag=current.etag)
     gone = d.get_state("statestore", "order-1")
     check(gone.data == b"", f"deleted key still has {gone.data!r}")
+    # Dapr's rich error details, as the SDK reads them.
+    try:
+        d.save_state("statestore", "a||b", "v")
+        check(False, "a key with `||` was accepted")
+    except DaprGrpcError as err:
+        check(err.code() == grpc.StatusCode.INVALID_ARGUMENT, f"illegal key gave {err.code()}")
+        check(err.error_code() == "DAPR_STATE_ILLEGAL_KEY", f"illegal key error_code {err.error_code()}")
+        resource = err.status_details().resource_info or {}
+        check(resource.get("resource_name") == "statestore", f"illegal key resource {resource}")
 
 
 def transaction(d):

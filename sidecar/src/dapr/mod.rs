@@ -18,6 +18,7 @@
 mod budget;
 mod call;
 mod configuration;
+mod error_detail;
 mod event_expiry;
 mod file;
 mod file_upload;
@@ -38,6 +39,7 @@ pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
 pub(crate) use configuration::config_item_bytes;
 pub use configuration::{ConfigOpError, ConfigOps};
+pub use error_detail::{ErrorDetail, FieldViolation, ResourceDetail, DAPR_DOMAIN};
 pub use file::{http_date, FileOpError, FileOps};
 pub use file_upload::UploadError;
 pub use lock::{LockOpError, LockOps};

@@ -98,6 +98,8 @@ pub enum StateOpError {
     InvalidKey {
         /// The store.
         store: String,
+        /// The key refused.
+        key: String,
         /// The item's index in the request (`None` for a one-key request).
         index: Option<usize>,
         /// What is wrong, in Dapr's wording.
@@ -337,6 +339,7 @@ impl StateOps<'_> {
             None => Ok(()),
             Some(problem) => Err(StateOpError::InvalidKey {
                 store: self.name.to_owned(),
+                key: key.to_owned(),
                 index: Some(index),
                 problem,
             }),
@@ -352,6 +355,7 @@ impl StateOps<'_> {
         match key_problem(key) {
             Some(problem) if !key.is_empty() => Err(StateOpError::InvalidKey {
                 store: self.name.to_owned(),
+                key: key.to_owned(),
                 index: None,
                 problem,
             }),

@@ -120,15 +120,9 @@ pub(super) async fn delete_bulk(call: Call, req: pb::DeleteBulkStateRequest) -> 
     Ok(store.bulk_delete(deletes).await?)
 }
 
-/// The write of one `StateItem`.
+/// The write of one `StateItem` (its key is checked by Dapr's rules
+/// before: `SaveState` checks every item's, a transaction each operation's).
 pub(super) fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
-    // Dapr's key separator, refused as the HTTP API and Dapr refuse it.
-    if item.key.contains("||") {
-        return Err(StateError::Invalid(format!(
-            "input key `{}` can't contain `||`",
-            item.key
-        )));
-    }
     let ttl = ttl_of(&item.key, &item.metadata)?;
     Ok(SetRequest {
         etag: etag_of(item.etag),

@@ -57,7 +57,15 @@ where
         } else {
             status.code()
         };
-        Status::new(code, state.runtime.redact(status.message()))
+        let message = state.runtime.redact(status.message());
+        if code == status.code() && message == status.message() {
+            // Kept whole, with its rich details (Dapr's ErrorInfo...):
+            // their text is taken from the message, found clean, or from
+            // the caller's own request.
+            status
+        } else {
+            Status::new(code, message)
+        }
     });
     let code = result.as_ref().err().map_or(Code::Ok, Status::code);
     let store = label.get();

@@ -1,10 +1,41 @@
 //! How the Dapr operations' errors become gRPC statuses, with Dapr's codes
-//! (their messages are already Dapr's gRPC wording).
+//! (their messages are already Dapr's gRPC wording) and, where Dapr
+//! attaches them, its rich error details.
 
 use rewire_runtime::{ConfigError, LockError, StateError};
 use tonic::{Code, Status};
+use tonic_types::{BadRequest, ErrorDetail as RpcDetail, ErrorInfo, ResourceInfo, StatusExt};
 
-use crate::dapr::{ConfigOpError, LockOpError, RequestLimitError, SecretOpError, StateOpError};
+use crate::dapr::{
+    ConfigOpError, ErrorDetail, LockOpError, RequestLimitError, SecretOpError, StateOpError,
+    DAPR_DOMAIN,
+};
+
+/// A status of `code` and `message` carrying Dapr's `detail`, when there
+/// is one, as its details: `google.rpc.ErrorInfo`, then `ResourceInfo`,
+/// then `BadRequest` (the order of Dapr's documented example).
+pub(crate) fn dapr_status(code: Code, message: String, detail: Option<ErrorDetail>) -> Status {
+    let Some(detail) = detail else {
+        return Status::new(code, message);
+    };
+    let mut details: Vec<RpcDetail> =
+        vec![ErrorInfo::new(detail.reason, DAPR_DOMAIN, detail.metadata).into()];
+    if let Some(resource) = detail.resource {
+        details.push(
+            ResourceInfo::new(
+                resource.resource_type,
+                resource.resource_name,
+                "",
+                resource.description,
+            )
+            .into(),
+        );
+    }
+    if let Some(violation) = detail.field_violation {
+        details.push(BadRequest::with_violation(violation.field, violation.description).into());
+    }
+    Status::with_error_details_vec(code, message, details)
+}
 
 /// The canonical gRPC name of `code` (`OK`, `INVALID_ARGUMENT`...), as the
 /// metrics label it.
@@ -52,15 +83,14 @@ impl From<StateOpError> for Status {
             StateOpError::TransactionsNotSupported(_) | StateOpError::UnsupportedOperation(_) => {
                 Code::Unimplemented
             }
-            // Dapr answers INTERNAL for any failed transaction, a stale
-            // etag included; a malformed one is still the caller's.
-            StateOpError::Transaction { source, .. } => match source {
-                StateError::EtagInvalid(_) | StateError::Invalid(_) => Code::InvalidArgument,
-                _ => Code::Internal,
-            },
+            // Dapr answers INTERNAL for any failed transaction (its
+            // `Multi` failed): a stale or malformed etag, a request the
+            // store refused.
+            StateOpError::Transaction { .. } => Code::Internal,
             _ => err.store_error().map_or(Code::InvalidArgument, state_code),
         };
-        Status::new(code, err.to_string())
+        let detail = err.detail();
+        dapr_status(code, err.to_string(), detail)
     }
 }
 
@@ -166,6 +196,49 @@ mod tests {
         let status = Status::from(LockOpError::NotFound("l".into()));
         assert_eq!(status.message(), "lock store `l` is not found");
         assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn any_failed_transaction_is_internal_as_in_dapr() {
+        for source in [
+            StateError::EtagMismatch("k".into()),
+            StateError::EtagInvalid("k".into()),
+            StateError::Invalid("ttlInSeconds".into()),
+            StateError::Backend("down".into()),
+        ] {
+            let status = Status::from(StateOpError::Transaction {
+                store: "s".into(),
+                source,
+            });
+            assert_eq!(status.code(), Code::Internal, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn illegal_keys_carry_dapr_details() {
+        let status = Status::from(StateOpError::InvalidKey {
+            store: "orders".into(),
+            key: "a||b".into(),
+            index: None,
+            problem: "input key `a||b` can't contain `||`".into(),
+        });
+        assert_eq!(status.code(), Code::InvalidArgument);
+        let details = status.get_error_details_vec();
+        assert!(
+            matches!(details.first(), Some(RpcDetail::ErrorInfo(_))),
+            "ErrorInfo first: {details:?}"
+        );
+        let info = status.get_details_error_info().expect("an ErrorInfo");
+        assert_eq!(info.reason, "DAPR_STATE_ILLEGAL_KEY");
+        assert_eq!(info.domain, "dapr.io");
+        let resource = status.get_details_resource_info().expect("a ResourceInfo");
+        assert_eq!(resource.resource_type, "state");
+        assert_eq!(resource.resource_name, "orders");
+        let bad = status.get_details_bad_request().expect("a BadRequest");
+        assert_eq!(bad.field_violations[0].field, "a||b");
+        // No detail: a plain status.
+        let plain = save_failed(StateError::Backend("down".into()));
+        assert!(plain.details().is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Dapr-style JSON errors: `{"errorCode": "ERR_…", "message": "…"}` with
 //! Dapr's status codes and messages, so the Dapr SDKs report them as they
-//! would report Dapr's own.
+//! would report Dapr's own; where Dapr attaches rich details, a `details`
+//! array as dapr/kit's `JSONErrorValue` writes it.
 
 use std::time::Duration;
 
@@ -11,7 +12,8 @@ use serde_json::{json, Value};
 
 use rewire_runtime::{ConfigError, SecretError, StateError};
 
-use crate::dapr::{ConfigOpError, RequestLimitError, SecretOpError, StateOpError};
+use super::error_details::details_json;
+use crate::dapr::{ConfigOpError, ErrorDetail, RequestLimitError, SecretOpError, StateOpError};
 
 /// Why an HTTP call failed. Messages never carry a secret value: component
 /// errors are scrubbed by the shared Dapr operations ([`crate::dapr`])
@@ -183,6 +185,18 @@ pub enum HttpError {
         /// The message.
         message: String,
     },
+    /// As [`HttpError::Api`], with Dapr's rich details.
+    #[error("{message}")]
+    Detailed {
+        /// The HTTP status.
+        status: StatusCode,
+        /// Dapr's error code.
+        code: &'static str,
+        /// The message.
+        message: String,
+        /// The `details` of the body.
+        detail: Box<ErrorDetail>,
+    },
 }
 
 impl HttpError {
@@ -213,7 +227,7 @@ impl HttpError {
             Self::Unauthorized | Self::AdminUnauthorized => "ERR_API_UNAUTHORIZED",
             Self::RouteNotFound { .. } => "ERR_NOT_FOUND",
             Self::Timeout(_) => "ERR_TIMEOUT",
-            Self::Api { code, .. } => code,
+            Self::Api { code, .. } | Self::Detailed { code, .. } => code,
         }
     }
 
@@ -248,17 +262,52 @@ impl HttpError {
             }
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::Api { status, .. } => *status,
+            Self::Api { status, .. } | Self::Detailed { status, .. } => *status,
+        }
+    }
+
+    /// Dapr's rich details of this error, where Dapr attaches some.
+    pub fn detail(&self) -> Option<ErrorDetail> {
+        match self {
+            Self::StateStoreNotFound(_) => Some(ErrorDetail::state_store_not_found()),
+            Self::StateStoresNotConfigured => Some(ErrorDetail::state_stores_not_configured()),
+            Self::Detailed { detail, .. } => Some(detail.as_ref().clone()),
+            _ => None,
         }
     }
 
     /// The JSON body.
-    fn body(&self) -> Value {
+    pub(crate) fn body(&self) -> Value {
         let mut body = json!({ "errorCode": self.code(), "message": self.to_string() });
         if let Self::NotReady(components) = self {
             body["notReady"] = json!(components);
         }
+        if let Some(detail) = self.detail() {
+            body["details"] = details_json(&detail);
+        }
         body
+    }
+}
+
+/// An error of Dapr's `code`, with its `detail` when there is one.
+fn api_error(
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    detail: Option<ErrorDetail>,
+) -> HttpError {
+    match detail {
+        Some(detail) => HttpError::Detailed {
+            status,
+            code,
+            message,
+            detail: Box::new(detail),
+        },
+        None => HttpError::Api {
+            status,
+            code,
+            message,
+        },
     }
 }
 
@@ -281,6 +330,15 @@ fn state_status(error: &StateError) -> StatusCode {
 impl From<StateOpError> for HttpError {
     fn from(err: StateOpError) -> Self {
         match err {
+            invalid @ StateOpError::InvalidKey { .. } => {
+                let detail = invalid.detail();
+                api_error(
+                    StatusCode::BAD_REQUEST,
+                    "ERR_MALFORMED_REQUEST",
+                    invalid.to_string(),
+                    detail,
+                )
+            }
             StateOpError::NotFound(store) => Self::StateStoreNotFound(store),
             StateOpError::NotConfigured => Self::StateStoresNotConfigured,
             too_large @ StateOpError::BulkTooLarge { .. } => {
@@ -291,9 +349,7 @@ impl From<StateOpError> for HttpError {
             StateOpError::Save { store, source } => Self::StateSave { store, source },
             StateOpError::Delete { store, key, source } => Self::StateDelete { store, key, source },
             StateOpError::BulkDelete { store, source } => Self::StateBulkDelete { store, source },
-            invalid @ (StateOpError::InvalidKey { .. } | StateOpError::Limit(_)) => {
-                Self::Invalid(invalid.to_string())
-            }
+            limit @ StateOpError::Limit(_) => Self::Invalid(limit.to_string()),
             transaction @ (StateOpError::TransactionsNotSupported(_)
             | StateOpError::UnsupportedOperation(_)
             | StateOpError::TooManyOperations { .. }
@@ -303,8 +359,9 @@ impl From<StateOpError> for HttpError {
 }
 
 /// A transaction's errors, with Dapr's HTTP codes: a store without
-/// transactions is a 500 `ERR_STATE_STORE_NOT_SUPPORTED`, a failed
-/// transaction (a stale etag included) a 500 `ERR_STATE_TRANSACTION`.
+/// transactions is a 500 `ERR_STATE_STORE_NOT_SUPPORTED`, any failed
+/// transaction (its `Multi` failed: a stale or malformed etag, a request
+/// the store refused) a 500 `ERR_STATE_TRANSACTION`.
 fn transaction_error(err: StateOpError) -> HttpError {
     let (status, code) = match &err {
         StateOpError::TransactionsNotSupported(_) => (
@@ -318,17 +375,10 @@ fn transaction_error(err: StateOpError) -> HttpError {
             StatusCode::BAD_REQUEST,
             "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS",
         ),
-        StateOpError::Transaction {
-            source: StateError::Invalid(_) | StateError::EtagInvalid(_),
-            ..
-        } => (StatusCode::BAD_REQUEST, "ERR_STATE_TRANSACTION"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_STATE_TRANSACTION"),
     };
-    HttpError::Api {
-        status,
-        code,
-        message: err.to_string(),
-    }
+    let detail = err.detail();
+    api_error(status, code, err.to_string(), detail)
 }
 
 /// A request over one of the sidecar's bounds is a 400 naming it.
@@ -480,10 +530,29 @@ mod tests {
         // The sidecar's own checks stay the caller's.
         let key = HttpError::from(StateOpError::InvalidKey {
             store: "s".into(),
+            key: "a||b".into(),
             index: Some(0),
             problem: "bad".into(),
         });
         assert_eq!(key.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(key.code(), "ERR_MALFORMED_REQUEST");
+    }
+
+    #[test]
+    fn any_failed_transaction_is_a_server_error_as_in_dapr() {
+        for source in [
+            StateError::EtagInvalid("k".into()),
+            StateError::Invalid("the key is empty".into()),
+            StateError::EtagMismatch("k".into()),
+        ] {
+            let failed = HttpError::from(StateOpError::Transaction {
+                store: "s".into(),
+                source,
+            });
+            assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(failed.code(), "ERR_STATE_TRANSACTION");
+            assert!(failed.body().get("details").is_none());
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod call;
 mod configuration;
 mod deadline;
 mod error;
+mod error_details;
 mod file;
 mod health;
 mod hot_path;
