@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use rewire_runtime::ConfigQuery;
 use tonic::Status;
 
+use super::open_subscriptions::UnsubscribeError;
 use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
@@ -68,8 +69,9 @@ pub(super) async fn subscribe(
     subscriptions.open(&req.store_name, subscription, peer)
 }
 
-/// `UnsubscribeConfiguration`: ends the stream of subscription `id`
-/// (`ok = false` with the reason when the connection `peer` has none).
+/// `UnsubscribeConfiguration`: ends the stream of subscription `id`; when
+/// the connection `peer` has none, an answer (not an error status) with
+/// `ok = false` and Dapr's message.
 pub(super) fn unsubscribe(
     call: &Call,
     subscriptions: &Subscriptions,
@@ -86,7 +88,17 @@ pub(super) fn unsubscribe(
         }
         Err(err) => pb::UnsubscribeConfigurationResponse {
             ok: false,
-            message: format!("failed to unsubscribe: {err}"),
+            message: unsubscribe_failure(&req.id, &err),
         },
     }
+}
+
+/// Dapr's message for a failed unsubscribe: for an unknown id, exactly
+/// Dapr's.
+fn unsubscribe_failure(id: &str, err: &UnsubscribeError) -> String {
+    let reason = match err {
+        UnsubscribeError::Unknown(_) => "subscription does not exist".to_string(),
+        UnsubscribeError::OtherStore { .. } => err.to_string(),
+    };
+    format!("failed to unsubscribe to configuration request {id}: {reason}")
 }

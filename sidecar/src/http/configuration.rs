@@ -9,8 +9,10 @@
 //! `GET /v1.0/configuration/{store}/subscribe?key=a&key=b` answers
 //! `{"id": "..."}`, then each change is posted to the app
 //! ([`ConfigUpdates`]); `GET /v1.0/configuration/{store}/{id}/unsubscribe`
-//! answers `{"ok": true}` (both also under `/v1.0-alpha1`). A subscription
-//! delivers the items with no group and no label, as Dapr's.
+//! answers `{"ok": true}`, or as Dapr a 500 with `{"message"}` (Dapr's
+//! `UnsubscribeConfigurationResponse` with `ok` false, left out as empty)
+//! (both also under `/v1.0-alpha1`). A subscription delivers the items
+//! with no group and no label, as Dapr's.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -27,7 +29,7 @@ use rewire_runtime::ConfigQuery;
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::path_params::PathParams;
-use crate::app::config_updates::{ConfigUpdates, OpenError};
+use crate::app::config_updates::{CloseError, ConfigUpdates, OpenError};
 use crate::app::AppProtocol;
 use crate::dapr::{Call, ResponseBudget};
 use crate::ApiState;
@@ -157,21 +159,31 @@ fn no_app_channel(state: &ApiState) -> HttpError {
     }
 }
 
-/// `GET /v1.0/configuration/{store}/{id}/unsubscribe`: `{"ok": true}`, or
-/// Dapr's 500 `ERR_CONFIGURATION_UNSUBSCRIBE` when no such subscription is
-/// open on that store.
+/// `GET /v1.0/configuration/{store}/{id}/unsubscribe`: `{"ok": true}`, or,
+/// when no such subscription is open on that store, Dapr's 500 with
+/// `{"message": "failed to unsubscribe to configuration request {id}: …"}`
+/// (no `errorCode`: Dapr encodes its `UnsubscribeConfigurationResponse`).
 pub async fn unsubscribe(
     Extension(updates): Extension<ConfigUpdates>,
     call: Call,
     PathParams((store_name, id)): PathParams<(String, String)>,
 ) -> Result<Response, HttpError> {
     call.config_store(&store_name)?;
-    updates
-        .close(&store_name, &id)
-        .map_err(|err| HttpError::Api {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            code: "ERR_CONFIGURATION_UNSUBSCRIBE",
-            message: format!("failed to unsubscribe to configuration request {id}: {err}"),
-        })?;
+    if let Err(err) = updates.close(&store_name, &id) {
+        let message = unsubscribe_failure(&id, &err);
+        tracing::debug!(code = "ERR_CONFIGURATION_UNSUBSCRIBE", %message, "HTTP call failed.");
+        let body = Json(json!({ "message": message }));
+        return Ok((StatusCode::INTERNAL_SERVER_ERROR, body).into_response());
+    }
     Ok(Json(json!({ "ok": true })).into_response())
+}
+
+/// Dapr's message for a failed unsubscribe; an unknown id is told as
+/// Dapr's configuration stores (redis, postgres) tell it.
+fn unsubscribe_failure(id: &str, err: &CloseError) -> String {
+    let reason = match err {
+        CloseError::Unknown(_) => format!("subscription with id {id} does not exist"),
+        CloseError::OtherStore { .. } => err.to_string(),
+    };
+    format!("failed to unsubscribe to configuration request {id}: {reason}")
 }
