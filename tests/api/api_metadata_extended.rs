@@ -1,20 +1,26 @@
 //! Dapr's extended metadata: gRPC `SetMetadata` answers `Empty` and
 //! `PUT /v1.0/metadata/{key}` 204 (the body is the value); both APIs'
 //! `GetMetadata` then show every entry set by either, beside the
-//! sidecar's own `rewire.generation`. An empty key changes nothing, as
-//! Dapr; the table is bounded (64 entries, keys of 1 KiB, values of
-//! 4 KiB): past a bound is `INVALID_ARGUMENT` / 400
+//! sidecar's own `rewire.generation` and `daprRuntimeVersion` (rewire's
+//! version, the `runtimeVersion`, as Dapr gives its own in both). An empty
+//! key changes nothing, as Dapr; the table is bounded (64 entries, keys of
+//! 1 KiB, values of 4 KiB): past a bound is `INVALID_ARGUMENT` / 400
 //! `ERR_MALFORMED_REQUEST`, and an existing key can still be changed.
+//!
+//! What Dapr always sends beside: `actorRuntime` (no actors: `DISABLED`,
+//! as Dapr without a placement service) and `appConnectionProperties`
+//! (without an app, Dapr's defaults: `http` on `127.0.0.1`).
 
 use crate::support::grpc;
 use crate::support::sidecar;
 
 use std::collections::HashMap;
 
-use grpc::dapr::{GetMetadataRequest, SetMetadataRequest};
+use grpc::dapr::actor_runtime::ActorRuntimeStatus;
+use grpc::dapr::{ActorRuntime, AppConnectionProperties, GetMetadataRequest, SetMetadataRequest};
 use reqwest::{Client, StatusCode};
 use rewire::sidecar::ApiOptions;
-use serde_json::Value;
+use serde_json::{json, Value};
 use sidecar::Sidecar;
 use tonic::Code;
 
@@ -61,6 +67,10 @@ async fn metadata_set_over_either_api_is_shown_by_both() {
         ("cliPID".to_string(), "4242".to_string()),
         ("appCommand".to_string(), "python3 app.py".to_string()),
         ("rewire.generation".to_string(), "1".to_string()),
+        (
+            "daprRuntimeVersion".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
     ]);
     assert_eq!(grpc_view, expected);
     let http_view: Value = http
@@ -143,7 +153,82 @@ async fn extended_metadata_is_bounded() {
         .unwrap()
         .into_inner()
         .extended_metadata;
-    assert_eq!(extended.len(), 65, "64 set and rewire.generation");
+    assert_eq!(
+        extended.len(),
+        66,
+        "64 set, rewire.generation and daprRuntimeVersion"
+    );
     assert_eq!(extended.get("k0").map(String::as_str), Some("changed"));
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn metadata_always_has_the_runtime_version_actor_runtime_and_app_connection() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    // The sidecar's own entry wins over one a client set, as in Dapr.
+    client
+        .set_metadata(set("daprRuntimeVersion", "forged"))
+        .await
+        .expect("SetMetadata failed");
+
+    let http_view: Value = Client::new()
+        .get(format!("{}/v1.0/metadata", sidecar.http_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(http_view["runtimeVersion"], version, "{http_view}");
+    assert_eq!(
+        http_view["extended"]["daprRuntimeVersion"], version,
+        "{http_view}"
+    );
+    assert_eq!(
+        http_view["actorRuntime"],
+        json!({"runtimeStatus": "DISABLED", "hostReady": false,
+               "placement": "placement: disconnected"}),
+        "{http_view}"
+    );
+    assert_eq!(
+        http_view["appConnectionProperties"],
+        json!({"protocol": "http", "channelAddress": "127.0.0.1"}),
+        "{http_view}"
+    );
+
+    let grpc_view = client
+        .get_metadata(GetMetadataRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(grpc_view.runtime_version, version);
+    assert_eq!(
+        grpc_view
+            .extended_metadata
+            .get("daprRuntimeVersion")
+            .map(String::as_str),
+        Some(version)
+    );
+    assert_eq!(
+        grpc_view.actor_runtime,
+        Some(ActorRuntime {
+            runtime_status: ActorRuntimeStatus::Disabled.into(),
+            active_actors: Vec::new(),
+            host_ready: false,
+            placement: "placement: disconnected".into(),
+        })
+    );
+    assert_eq!(
+        grpc_view.app_connection_properties,
+        Some(AppConnectionProperties {
+            port: 0,
+            protocol: "http".into(),
+            channel_address: "127.0.0.1".into(),
+            max_concurrency: 0,
+            health: None,
+        })
+    );
     sidecar.stop().await;
 }

@@ -267,7 +267,12 @@ async fn an_open_topic_stream_is_listed_until_it_closes() {
         json!([{"pubsubname": "orders", "topic": "audit", "deadLetterTopic": "audit-dead",
                 "type": "STREAMING"}])
     );
-    assert_eq!(answer.get("appConnectionProperties"), None, "{answer}");
+    // No app: Dapr's defaults, as Dapr always sends the properties.
+    assert_eq!(
+        answer["appConnectionProperties"],
+        json!({"protocol": "http", "channelAddress": "127.0.0.1"}),
+        "{answer}"
+    );
     let listed = grpc_metadata(&sidecar).await.subscriptions;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].r#type(), dapr::PubsubSubscriptionType::Streaming);

@@ -2,7 +2,10 @@
 //! runtime version and the components of the call's generation, each with a
 //! Dapr-style type (`state.memory`, `secretstores.local.file`,
 //! `configuration.apollo`, `lock.redis`; custom kinds as `kind.type`), the
-//! app's pub/sub subscriptions and how the app is reached.
+//! app's pub/sub subscriptions and how the app is reached, plus what Dapr
+//! always sends: `daprRuntimeVersion` among the extended metadata and the
+//! actor runtime (rewire hosts no actors: Dapr's answer without a placement
+//! service).
 //!
 //! Components and declared subscriptions come from the one generation
 //! snapshot the call loaded (it carries the app id and each component's
@@ -24,6 +27,10 @@ use rewire_runtime::{Instance, Kind};
 
 use super::call::Call;
 use crate::ApiState;
+
+/// rewire's version: the runtime version the metadata gives, also as the
+/// extended entry `daprRuntimeVersion` (Dapr gives its own version in both).
+pub const RUNTIME_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Most entries a client may set in the extended metadata.
 pub const MAX_EXTENDED_METADATA_ENTRIES: usize = 64;
@@ -119,8 +126,9 @@ impl ExtendedMetadata {
         Ok(())
     }
 
-    /// Every entry set, with `generation` as `rewire.generation` (the
-    /// sidecar's own entry wins over one a client set).
+    /// Every entry set, with `generation` as `rewire.generation` and
+    /// [`RUNTIME_VERSION`] as `daprRuntimeVersion`, as Dapr always adds it
+    /// (the sidecar's own entries win over ones a client set).
     pub fn entries(&self, generation: u64) -> BTreeMap<String, String> {
         let mut entries = self
             .entries
@@ -128,6 +136,10 @@ impl ExtendedMetadata {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         entries.insert("rewire.generation".to_string(), generation.to_string());
+        entries.insert(
+            "daprRuntimeVersion".to_string(),
+            RUNTIME_VERSION.to_string(),
+        );
         entries
     }
 }
@@ -213,8 +225,32 @@ pub struct SidecarMetadata {
     /// The app's pub/sub subscriptions: declared (in name order), the
     /// app's own, then the open streams.
     pub subscriptions: Vec<ListedSubscription>,
-    /// How the app is reached; none without an app channel.
+    /// How the app is reached; none without an app channel (the APIs then
+    /// answer [`AppConnection::without_app`]).
     pub app_connection: Option<AppConnection>,
+    /// The actor runtime: always [`ActorRuntime::DISABLED`].
+    pub actor_runtime: ActorRuntime,
+}
+
+/// The actor runtime, as Dapr's `ActorRuntime` (no active actors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActorRuntime {
+    /// Dapr's `ActorRuntimeStatus` name.
+    pub status: &'static str,
+    /// Whether actors can be hosted.
+    pub host_ready: bool,
+    /// The placement provider's message.
+    pub placement: &'static str,
+}
+
+impl ActorRuntime {
+    /// What Dapr answers when started without a placement service; rewire
+    /// hosts no actors.
+    pub const DISABLED: ActorRuntime = ActorRuntime {
+        status: "DISABLED",
+        host_ready: false,
+        placement: "placement: disconnected",
+    };
 }
 
 /// Where a subscription comes from, as Dapr's `PubsubSubscriptionType`.
@@ -314,6 +350,18 @@ pub struct AppConnection {
     pub channel_address: String,
 }
 
+impl AppConnection {
+    /// What Dapr answers without an app port: its flags' defaults
+    /// (`--app-protocol http`, `--app-channel-address 127.0.0.1`), port 0.
+    pub fn without_app() -> Self {
+        Self {
+            port: 0,
+            protocol: "http",
+            channel_address: "127.0.0.1".to_string(),
+        }
+    }
+}
+
 /// Routes as Dapr lists them: each rule's match and path, then the
 /// default route with an empty match.
 fn dapr_rules(routes: &SubscriptionRoutes) -> Vec<(String, String)> {
@@ -385,11 +433,12 @@ pub fn metadata(call: &Call, state: &ApiState) -> SidecarMetadata {
         .collect();
     SidecarMetadata {
         app_id: generation.app_id().to_string(),
-        runtime_version: env!("CARGO_PKG_VERSION"),
+        runtime_version: RUNTIME_VERSION,
         generation: generation.number,
         components,
         subscriptions,
         app_connection: channel.map(|channel| channel.connection()),
+        actor_runtime: ActorRuntime::DISABLED,
     }
 }
 
@@ -477,11 +526,15 @@ mod tests {
         assert!(table.set("k1".into(), long.clone()).is_err());
         assert!(table.set(long, "v".into()).is_err());
         let entries = table.entries(7);
-        assert_eq!(entries.len(), MAX_EXTENDED_METADATA_ENTRIES + 1);
+        assert_eq!(entries.len(), MAX_EXTENDED_METADATA_ENTRIES + 2);
         assert_eq!(entries.get("k0").map(String::as_str), Some("changed"));
         assert_eq!(
             entries.get("rewire.generation").map(String::as_str),
             Some("7")
+        );
+        assert_eq!(
+            entries.get("daprRuntimeVersion").map(String::as_str),
+            Some(RUNTIME_VERSION)
         );
     }
 

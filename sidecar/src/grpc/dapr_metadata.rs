@@ -1,5 +1,6 @@
 //! `GetMetadata`: the shared [`metadata()`](crate::dapr::metadata()) of the
-//! call's generation, as protobuf, with the sidecar's extended metadata;
+//! call's generation, as protobuf, with the sidecar's extended metadata and,
+//! as Dapr always sends them, the app connection and the actor runtime;
 //! `SetMetadata` sets one entry of it.
 
 use tonic::Status;
@@ -25,6 +26,7 @@ pub(super) fn get(
     extended: &ExtendedMetadata,
 ) -> pb::GetMetadataResponse {
     let metadata = metadata(call, state);
+    let actors = metadata.actor_runtime;
     let registered_components = metadata
         .components
         .into_iter()
@@ -45,9 +47,30 @@ pub(super) fn get(
             .into_iter()
             .map(subscription)
             .collect(),
-        app_connection_properties: metadata.app_connection.map(app_connection),
+        app_connection_properties: Some(app_connection(
+            metadata
+                .app_connection
+                .unwrap_or_else(AppConnection::without_app),
+        )),
         runtime_version: metadata.runtime_version.into(),
         enabled_features: Vec::new(),
+        actor_runtime: Some(actor_runtime(
+            actors.status,
+            actors.host_ready,
+            actors.placement,
+        )),
+    }
+}
+
+/// The actor runtime, as Dapr's `ActorRuntime` (no active actors).
+fn actor_runtime(status: &str, host_ready: bool, placement: &str) -> pb::ActorRuntime {
+    let status = pb::actor_runtime::ActorRuntimeStatus::from_str_name(status)
+        .unwrap_or(pb::actor_runtime::ActorRuntimeStatus::Disabled);
+    pb::ActorRuntime {
+        runtime_status: status.into(),
+        active_actors: Vec::new(),
+        host_ready,
+        placement: placement.to_string(),
     }
 }
 

@@ -3,7 +3,8 @@
 //! runtime version, components with Dapr-style types, the app's
 //! subscriptions and connection) as JSON, with the sidecar's extended
 //! metadata, which `PUT /v1.0/metadata/{key}` sets. As Dapr's HTTP answer,
-//! a subscription's `rules` is a plain list (gRPC nests it in `rules.rules`).
+//! a subscription's `rules` is a plain list (gRPC nests it in `rules.rules`),
+//! and `appConnectionProperties` and `actorRuntime` are always there.
 
 use std::collections::BTreeMap;
 
@@ -28,11 +29,22 @@ pub struct Metadata {
     extended: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     subscriptions: Vec<Subscription>,
-    #[serde(
-        rename = "appConnectionProperties",
-        skip_serializing_if = "Option::is_none"
-    )]
-    app_connection_properties: Option<AppConnectionProperties>,
+    #[serde(rename = "appConnectionProperties")]
+    app_connection_properties: AppConnectionProperties,
+    #[serde(rename = "actorRuntime")]
+    actor_runtime: ActorRuntime,
+}
+
+/// The actor runtime, as Dapr's HTTP answer: the status as a name, no
+/// `activeActors` (none).
+#[derive(Debug, Serialize)]
+pub struct ActorRuntime {
+    #[serde(rename = "runtimeStatus")]
+    runtime_status: &'static str,
+    #[serde(rename = "hostReady")]
+    host_ready: bool,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    placement: &'static str,
 }
 
 /// One subscription, as Dapr's `PubsubSubscription` in its HTTP answer.
@@ -59,13 +71,21 @@ pub struct SubscriptionRule {
 }
 
 /// How the app is reached, as Dapr's `AppConnectionProperties` (no
-/// `maxConcurrency` nor `health`: rewire has neither).
+/// `maxConcurrency` nor `health`: rewire has neither); empty fields left
+/// out, as Dapr's `omitempty` (no `port` without an app).
 #[derive(Debug, Serialize)]
 pub struct AppConnectionProperties {
+    #[serde(skip_serializing_if = "is_zero")]
     port: u16,
+    #[serde(skip_serializing_if = "str::is_empty")]
     protocol: &'static str,
-    #[serde(rename = "channelAddress")]
+    #[serde(rename = "channelAddress", skip_serializing_if = "String::is_empty")]
     channel_address: String,
+}
+
+/// Whether a port is unset.
+fn is_zero(port: &u16) -> bool {
+    *port == 0
 }
 
 impl From<ListedSubscription> for Subscription {
@@ -140,6 +160,14 @@ pub async fn get(State(state): State<ApiState>, call: Call) -> Json<Metadata> {
         components,
         extended,
         subscriptions: metadata.subscriptions.into_iter().map(Into::into).collect(),
-        app_connection_properties: metadata.app_connection.map(Into::into),
+        app_connection_properties: metadata
+            .app_connection
+            .unwrap_or_else(AppConnection::without_app)
+            .into(),
+        actor_runtime: ActorRuntime {
+            runtime_status: metadata.actor_runtime.status,
+            host_ready: metadata.actor_runtime.host_ready,
+            placement: metadata.actor_runtime.placement,
+        },
     })
 }
