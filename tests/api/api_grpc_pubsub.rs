@@ -10,6 +10,7 @@ use crate::support::sidecar::Sidecar;
 use dapr::topic_event_response::TopicEventResponseStatus as Status;
 use rewire::sidecar::ApiOptions;
 use tonic::Code;
+use tonic_types::StatusExt;
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
@@ -231,6 +232,14 @@ async fn dapr_error_codes() {
         (status.code(), status.message()),
         (Code::InvalidArgument, "pubsub nope is not found")
     );
+    // With Dapr's rich details: an ErrorInfo and, as Dapr's
+    // `PubSubMetadataError::NotFound`, no ResourceInfo.
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        ("DAPR_PUBSUB_NOT_FOUND", "dapr.io")
+    );
+    assert!(status.get_details_resource_info().is_none(), "{status:?}");
     let unknown_bulk = dapr::BulkPublishRequest {
         pubsub_name: "nope".into(),
         topic: "orders".into(),
@@ -250,6 +259,8 @@ async fn dapr_error_codes() {
         .expect_err("empty topic");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(status.message(), "topic is empty in pubsub pubsub");
+    let reason = status.get_details_error_info().map(|i| i.reason);
+    assert_eq!(reason.as_deref(), Some("DAPR_PUBSUB_TOPIC_NAME_EMPTY"));
     // As Dapr's `StartStreamerSubscription`: INVALID_ARGUMENT too.
     let Err(status) = StreamSubscriber::open(sidecar.grpc_url(), "nope", "t").await else {
         panic!("subscribing to an unknown pubsub succeeded");
@@ -270,6 +281,11 @@ async fn dapr_error_codes() {
     let body: serde_json::Value = answer.json().await.expect("json error");
     assert_eq!(body["errorCode"], "ERR_PUBSUB_NOT_FOUND");
     assert_eq!(body["message"], "pubsub nope is not found");
+    assert_eq!(
+        body["details"][0]["reason"], "DAPR_PUBSUB_NOT_FOUND",
+        "{body}"
+    );
+    assert_eq!(body["details"].as_array().map(Vec::len), Some(1), "{body}");
     sidecar.stop().await;
 }
 

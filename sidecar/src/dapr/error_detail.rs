@@ -131,9 +131,8 @@ impl PubSubOpError {
             Self::NameEmpty => {
                 ErrorDetail::new("DAPR_PUBSUB_NAME_EMPTY").resource("pubsub", "", message)
             }
-            Self::NotFound(name) => {
-                ErrorDetail::new("DAPR_PUBSUB_NOT_FOUND").resource("pubsub", name, message)
-            }
+            // Dapr's `PubSubMetadataError::NotFound` skips the ResourceInfo.
+            Self::NotFound(_) => ErrorDetail::new("DAPR_PUBSUB_NOT_FOUND"),
             Self::TopicEmpty(name) => {
                 ErrorDetail::new("DAPR_PUBSUB_TOPIC_NAME_EMPTY").resource("pubsub", name, message)
             }
@@ -144,6 +143,14 @@ impl PubSubOpError {
                 app_id,
                 reason,
             } => ErrorDetail::new("DAPR_PUBSUB_CLOUD_EVENT_CREATION")
+                .metadata([("appID", app_id.clone()), ("error", reason.clone())])
+                .resource("pubsub", pubsub, message),
+            Self::EventConversion {
+                pubsub,
+                app_id,
+                reason,
+                ..
+            } => ErrorDetail::new("DAPR_PUBSUB_MARSHAL_ENVELOPE")
                 .metadata([("appID", app_id.clone()), ("error", reason.clone())])
                 .resource("pubsub", pubsub, message),
             Self::Busy {
@@ -215,13 +222,23 @@ mod tests {
             .detail()
             .expect("detailed");
         assert_eq!(missing.reason, "DAPR_PUBSUB_NOT_FOUND");
-        let resource = missing.resource.expect("the pub/sub");
-        assert_eq!(resource.resource_type, "pubsub");
-        assert_eq!(resource.resource_name, "events");
+        // As Dapr's `PubSubMetadataError::NotFound`: no ResourceInfo.
+        assert_eq!(missing.resource, None);
+        let mismatched = PubSubOpError::EventConversion {
+            pubsub: "events".into(),
+            app_id: "shop".into(),
+            topic: "orders".into(),
+            reason: "mismatch between contentType and event".into(),
+        };
+        let detail = mismatched.detail().expect("detailed");
+        assert_eq!(detail.reason, "DAPR_PUBSUB_MARSHAL_ENVELOPE");
+        assert_eq!(detail.metadata["appID"], "shop");
+        let resource = detail.resource.expect("the pub/sub");
         assert_eq!(
-            resource.description,
-            PubSubOpError::NotFound("events".into()).to_string()
+            (resource.resource_type, resource.resource_name.as_str()),
+            ("pubsub", "events")
         );
+        assert_eq!(resource.description, mismatched.to_string());
         let failed = PubSubOpError::Publish {
             pubsub: "events".into(),
             topic: "orders".into(),

@@ -114,6 +114,7 @@ impl From<PubSubOpError> for Status {
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
             PubSubOpError::Publish { .. } => Code::Internal,
         };
-        Status::new(code, err.to_string())
+        let detail = err.detail();
+        super::status::dapr_status(code, err.to_string(), detail)
     }
 }

@@ -50,7 +50,10 @@ impl IntoResponse for PublishError {
                 "ERR_PUBSUB_PUBLISH_MESSAGE",
             ),
         };
-        let body = json!({"errorCode": code, "message": self.0.to_string()});
+        let mut body = json!({"errorCode": code, "message": self.0.to_string()});
+        if let Some(detail) = self.0.detail() {
+            body["details"] = super::error_details::details_json(&detail);
+        }
         (status, Json(body)).into_response()
     }
 }
