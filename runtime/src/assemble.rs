@@ -60,6 +60,9 @@ pub enum FailedStep {
     NotReady,
     /// Building or initialising it panicked.
     Panicked,
+    /// The start-up was cancelled while it was assembled (see
+    /// [`Runtime::start_until`](crate::Runtime::start_until)).
+    Cancelled,
 }
 
 impl fmt::Display for FailedStep {
@@ -72,6 +75,7 @@ impl fmt::Display for FailedStep {
             FailedStep::InitTimeout => "init timed out",
             FailedStep::NotReady => "not ready in time",
             FailedStep::Panicked => "panicked",
+            FailedStep::Cancelled => "start-up cancelled",
         })
     }
 }
@@ -127,6 +131,10 @@ pub struct AssemblyContext {
     pub config_dir: Option<std::path::PathBuf>,
     /// The runtime's handover area (see [`Handover`]).
     pub handover: Handover,
+    /// Cancelled to abandon the assembly: a resolve, `init` or readiness
+    /// wait in progress is cut short, what was built is closed (awaited,
+    /// bounded) and the component fails as [`FailedStep::Cancelled`].
+    pub stop: CancellationToken,
 }
 
 impl AssemblyContext {
@@ -252,7 +260,11 @@ pub(crate) async fn assemble(
     descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {
-    let resolved = resolve_metadata(spec, cx).await?;
+    let resolved = tokio::select! {
+        biased;
+        () = cx.stop.cancelled() => return Err(cancelled(spec, cx)),
+        resolved = resolve_metadata(spec, cx) => resolved?,
+    };
     assemble_resolved(spec, descriptor, resolved, cx).await
 }
 
@@ -279,17 +291,26 @@ pub(crate) async fn assemble_resolved(
         handover: cx.handover.clone(),
     };
     let init = with_staged(cx.staged.clone(), async {
-        tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)).await
+        tokio::select! {
+            biased;
+            () = cx.stop.cancelled() => None,
+            init = tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)) => Some(init),
+        }
     })
     .await;
     match init {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
+        Some(Ok(Ok(()))) => {}
+        None => {
+            unwound.disarm();
+            close_unstarted(key, component, &shutdown, cx).await;
+            return Err(cancelled(spec, cx));
+        }
+        Some(Ok(Err(err))) => {
             unwound.disarm();
             close_unstarted(key, component, &shutdown, cx).await;
             return Err(cx.fail(key, FailedStep::Init, err));
         }
-        Err(_) => {
+        Some(Err(_)) => {
             unwound.disarm();
             close_unstarted(key, component, &shutdown, cx).await;
             return Err(cx.fail(
@@ -306,7 +327,11 @@ pub(crate) async fn assemble_resolved(
     drop(unwound);
     let mut unwound = CloseIfUnwound::new(&shutdown, cx.timeouts.init);
     unwound.instance = Some(&instance);
-    let ready = wait_ready(key, &instance, cx).await;
+    let ready = tokio::select! {
+        biased;
+        () = cx.stop.cancelled() => Err((FailedStep::Cancelled, CANCELLED.to_string())),
+        ready = wait_ready(key, &instance, cx) => ready,
+    };
     unwound.disarm();
     drop(unwound);
     if let Err((step, reason)) = ready {
@@ -320,6 +345,14 @@ pub(crate) async fn assemble_resolved(
         shutdown,
         resolved,
     })
+}
+
+/// Why a component whose assembly was cancelled did not start.
+const CANCELLED: &str = "the start-up was cancelled before it was ready";
+
+/// The failure of `spec`, whose assembly was cancelled.
+fn cancelled(spec: &ComponentSpec, cx: &AssemblyContext) -> ComponentFailure {
+    cx.fail(&spec.key, FailedStep::Cancelled, CANCELLED)
 }
 
 /// Releases a component whose assembly ends without returning: a panic in
@@ -492,6 +525,7 @@ mod tests {
             redactor: Redactor::default(),
             config_dir: None,
             handover: Handover::new(),
+            stop: CancellationToken::new(),
         };
         let metadata =
             json!({"redisHost": "h:6379", "redisPassword": "hunter2", "keyPrefix": "app||"});
@@ -554,6 +588,7 @@ mod tests {
             redactor: Redactor::default(),
             config_dir: None,
             handover: Handover::new(),
+            stop: CancellationToken::new(),
         };
         let reference = |group: Option<&str>| ConfigurationRef {
             store: "cfg".into(),

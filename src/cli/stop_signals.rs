@@ -1,13 +1,15 @@
 //! Ctrl-C and SIGTERM for `rewire run`, and the start-up raced against
-//! them: a signal during a slow start abandons it instead of waiting.
+//! them: a signal during a slow start cancels it instead of waiting.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rewire::{Registry, Runtime, RuntimeOptions, ValidConfig};
+use rewire::{Registry, Runtime, RuntimeOptions, StartError, ValidConfig};
+use tokio_util::sync::CancellationToken;
 
-/// How long an abandoned start-up may take to unwind (its assemblies
-/// dropped, each closing what it built) before the process exits anyway.
+/// How long a cancelled start-up may take to unwind (the level starting
+/// cut short, every component started closed) before the process exits
+/// anyway.
 const ABANDON_WITHIN: Duration = Duration::from_secs(10);
 
 /// Ctrl-C and SIGTERM, listened for from creation on: a signal that
@@ -69,16 +71,22 @@ impl StopSignals {
 
 /// Starts the runtime unless a stop signal comes first. The start runs
 /// on a task of its own, so an `init` that blocks its thread cannot keep
-/// the signal from being seen. On a signal the start is abandoned: its
-/// task is aborted (the assemblies in progress are dropped, and close what
-/// they built) and waited for at most [`ABANDON_WITHIN`], or until a
-/// second signal; the exit code is then a failure.
+/// the signal from being seen. On a signal the start is cancelled (see
+/// [`Runtime::start_until`]: what started is closed, users first) and
+/// waited for at most [`ABANDON_WITHIN`], or until a second signal; the
+/// exit code is then a failure.
 pub(super) async fn start_unless_stopped(
     valid: ValidConfig,
     registry: Registry,
     stop: &mut StopSignals,
 ) -> Result<Runtime, ExitCode> {
-    let mut starting = tokio::spawn(Runtime::start(valid, registry, RuntimeOptions::default()));
+    let cancel = CancellationToken::new();
+    let mut starting = tokio::spawn(Runtime::start_until(
+        valid,
+        registry,
+        RuntimeOptions::default(),
+        cancel.clone().cancelled_owned(),
+    ));
     let signal = tokio::select! {
         started = &mut starting => return match started {
             Ok(Ok(runtime)) => Ok(runtime),
@@ -96,12 +104,16 @@ pub(super) async fn start_unless_stopped(
     eprintln!(
         "error: {signal} during start-up: start-up abandoned, closing what started (a second signal exits at once)"
     );
-    starting.abort();
+    cancel.cancel();
     let unwound = async {
         match tokio::time::timeout(ABANDON_WITHIN, &mut starting).await {
-            // Started just before the abort: closed as a stop would.
+            // Started just before the cancel: closed as a stop would.
             Ok(Ok(Ok(runtime))) => runtime.shutdown().await,
-            Ok(_) => {}
+            Ok(Ok(Err(StartError::Cancelled))) => {
+                eprintln!("error: start-up cancelled: every component started was closed")
+            }
+            Ok(Ok(Err(err))) => eprintln!("error: start-up failed:\n{err}"),
+            Ok(Err(err)) => eprintln!("error: start-up failed: {err}"),
             Err(_) => eprintln!(
                 "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
             ),

@@ -1,8 +1,9 @@
 //! SIGTERM during a slow start-up stops `rewire run` at once: the start
 //! (a redis component whose init waits on a server that never answers,
-//! for up to the 30 s init timeout) is abandoned, and the process exits
-//! non-zero saying so, instead of ignoring the signal until the start
-//! ends (a Kubernetes SIGTERM turned into SIGKILL, nothing closed).
+//! for up to the 30 s init timeout) is cancelled, the secret store it
+//! reads its password from (started before it) is closed, and the process
+//! exits non-zero saying so, instead of ignoring the signal until the
+//! start ends (a Kubernetes SIGTERM turned into SIGKILL, nothing closed).
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -40,10 +41,19 @@ fn sigterm_during_a_slow_start_exits_at_once_saying_so() {
     let (redis, dialed) = silent_server();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("rewire.json");
-    let document = serde_json::json!({"components": {"state": {"orders": {
-        "type": "redis",
-        "metadata": {"redisHost": redis, "dialTimeout": "60s"}
-    }}}});
+    let secrets = dir.path().join("secrets.json");
+    std::fs::write(&secrets, r#"{"redis": {"password": "pw"}}"#).unwrap();
+    let document = serde_json::json!({"components": {
+        "secret_store": {"local": {
+            "type": "local.file",
+            "metadata": {"secretsFile": secrets, "multiValued": true}
+        }},
+        "state": {"orders": {
+            "type": "redis",
+            "metadata": {"redisHost": redis, "dialTimeout": "60s"},
+            "secretRef": [{"store": "local", "name": "redis", "key": "password", "injectAs": "redisPassword"}]
+        }}
+    }});
     std::fs::write(&config, document.to_string()).unwrap();
     let grpc = format!("127.0.0.1:{}", free_port());
     let http = format!("127.0.0.1:{}", free_port());
@@ -86,4 +96,15 @@ fn sigterm_during_a_slow_start_exits_at_once_saying_so() {
         "{log}"
     );
     assert!(!log.contains("Runtime started."), "{log}");
+    // The secret store, started before the cancelled level, is closed,
+    // and the start-up waited for it before the process exited.
+    assert!(
+        log.lines()
+            .any(|line| line.contains("Component closed.") && line.contains("secret_store/local")),
+        "{log}"
+    );
+    assert!(
+        log.contains("start-up cancelled: every component started was closed"),
+        "{log}"
+    );
 }

@@ -152,6 +152,8 @@ impl Reloader {
             redactor: self.redactor.clone(),
             config_dir: candidate.config.base_dir.clone(),
             handover: self.running.handover().clone(),
+            // A reload is not cancelled: past its deadline it is dropped.
+            stop: tokio_util::sync::CancellationToken::new(),
         };
         let generation = snapshot.generation;
         let plan = transaction::Plan {

@@ -14,8 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use crate::assemble::{Assembled, ComponentFailure, StartTimeouts};
+use crate::assemble::{Assembled, StartTimeouts};
 use crate::component::{ComponentKey, Handover, KeyParts};
 use crate::config::{ComponentSpec, Config, Layers, Sections, ValidConfig};
 use crate::handle::{Generation, Instance, Live, LiveGeneration, Members};
@@ -24,6 +25,7 @@ use crate::registry::Registry;
 
 pub(crate) use components::Components;
 pub(crate) use layers::RunningLayers;
+pub(crate) use start::NotStarted;
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
 
@@ -83,16 +85,32 @@ pub(crate) struct RunningSet {
 impl RunningSet {
     /// Starts every component of `config` level by level (see
     /// [`start::start_all`]) and publishes generation 1.
+    #[cfg(test)]
     pub(crate) async fn start(
         config: ValidConfig,
         registry: &Registry,
         timeouts: StartTimeouts,
         redactor: &Redactor,
-    ) -> Result<Self, Vec<ComponentFailure>> {
+    ) -> Result<Self, NotStarted> {
+        let never = CancellationToken::new();
+        Self::start_until(config, registry, timeouts, redactor, &never).await
+    }
+
+    /// As [`start`](Self::start), cut short (everything started closed)
+    /// once `stop` is cancelled.
+    pub(crate) async fn start_until(
+        config: ValidConfig,
+        registry: &Registry,
+        timeouts: StartTimeouts,
+        redactor: &Redactor,
+        stop: &CancellationToken,
+    ) -> Result<Self, NotStarted> {
         let live = Live::for_components(config.config.components.len());
         let handover = Handover::new();
-        let components =
-            start::start_all(&config, registry, timeouts, &live, redactor, &handover).await?;
+        let components = start::start_all(
+            &config, registry, timeouts, &live, redactor, &handover, stop,
+        )
+        .await?;
         let components = Arc::new(components);
         live.publish(described(1, &config, &components));
         let state = State {

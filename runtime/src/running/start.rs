@@ -1,11 +1,13 @@
 //! Start-up: assemble level after level, each level concurrently; on a
-//! failure, close what started in reverse order.
+//! failure or a cancellation, close what started in reverse order.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+
+use tokio_util::sync::CancellationToken;
 
 use super::close::close_in_reverse;
 use super::{staged_sharing, Components, Running};
@@ -20,7 +22,20 @@ use crate::handle::LiveGeneration;
 use crate::redact::Redactor;
 use crate::registry::Registry;
 
-/// Starts every component of `config`; on failure closes what started.
+/// Why a start-up did not finish; everything it started was closed.
+#[derive(Debug)]
+pub(crate) enum NotStarted {
+    /// Components failed to start.
+    Failed(Vec<ComponentFailure>),
+    /// The start-up was cancelled.
+    Cancelled,
+}
+
+/// Starts every component of `config`; on a failure, or once `stop` is
+/// cancelled, closes what started. A cancellation cuts the level in
+/// progress short (each of its assemblies closes what it built, bounded
+/// by the init timeout) and waits for it, then closes every level started
+/// so far, last first, each component bounded by `CLOSE_TIMEOUT`.
 pub(super) async fn start_all(
     config: &ValidConfig,
     registry: &Registry,
@@ -28,11 +43,16 @@ pub(super) async fn start_all(
     live: &LiveGeneration,
     redactor: &Redactor,
     handover: &Handover,
-) -> Result<Components, Vec<ComponentFailure>> {
+    stop: &CancellationToken,
+) -> Result<Components, NotStarted> {
     let mut components = Components::new();
     let levels = config.graph.level_nodes();
     let declared = Declared::of(config);
     for (number, level) in levels.iter().enumerate() {
+        if stop.is_cancelled() {
+            close_levels(config, &levels[..number], &mut components).await;
+            return Err(NotStarted::Cancelled);
+        }
         let cx = AssemblyContext {
             app_id: config.config.app_id.clone(),
             live: live.clone(),
@@ -41,6 +61,7 @@ pub(super) async fn start_all(
             redactor: redactor.clone(),
             config_dir: config.config.base_dir.clone(),
             handover: handover.clone(),
+            stop: stop.clone(),
         };
         let specs: Vec<Arc<ComponentSpec>> =
             level.iter().filter_map(|&node| declared.at(node)).collect();
@@ -52,26 +73,39 @@ pub(super) async fn start_all(
             tracing::info!(component = %spec.key, "Component started.");
             components.insert(spec.key.clone(), Arc::new(Running { spec, assembled }));
         }
+        for failure in failures.iter().filter(|f| f.step != FailedStep::Cancelled) {
+            tracing::error!(component = ?failure.component, step = %failure.step, error = %failure.message, "Component failed to start.");
+        }
+        if stop.is_cancelled() {
+            tracing::warn!(
+                level = number,
+                "Start-up cancelled: closing the components started."
+            );
+            close_levels(config, &levels[..=number], &mut components).await;
+            return Err(NotStarted::Cancelled);
+        }
         if !failures.is_empty() {
-            for failure in &failures {
-                tracing::error!(component = ?failure.component, step = %failure.step, error = %failure.message, "Component failed to start.");
-            }
-            // Only what started is in `components`: closing the levels so
-            // far closes exactly that.
-            let started: Vec<Vec<_>> = levels[..=number]
-                .iter()
-                .map(|level| {
-                    level
-                        .iter()
-                        .map(|&node| config.graph.key_at(node))
-                        .collect()
-                })
-                .collect();
-            close_in_reverse(&started, &mut components).await;
-            return Err(failures);
+            close_levels(config, &levels[..=number], &mut components).await;
+            return Err(NotStarted::Failed(failures));
         }
     }
     Ok(components)
+}
+
+/// Closes the components of `levels` (graph nodes) found in `components`,
+/// last level first. Only what started is in `components`: closing the
+/// levels so far closes exactly that.
+async fn close_levels(config: &ValidConfig, levels: &[Vec<usize>], components: &mut Components) {
+    let started: Vec<Vec<_>> = levels
+        .iter()
+        .map(|level| {
+            level
+                .iter()
+                .map(|&node| config.graph.key_at(node))
+                .collect()
+        })
+        .collect();
+    close_in_reverse(&started, components).await;
 }
 
 /// The declarations of a validated configuration by graph node: node `i`

@@ -8,7 +8,9 @@ mod options;
 mod status;
 mod worker;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use crate::redact::Redactor;
 use crate::registry::Registry;
 use crate::reload::queue::{self, QueueSender};
 use crate::reload::{ReloadError, ReloadRecord, ReloadRequest, ReloadSettings, Reloader, Trigger};
-use crate::running::RunningSet;
+use crate::running::{NotStarted, RunningSet};
 use crate::trigger::{self, TriggerContext};
 
 pub use crate::running::ComponentStatus;
@@ -66,6 +68,10 @@ pub enum StartError {
     /// Components failed to start; everything started was closed.
     #[error("{}", failure_lines(.0))]
     Failed(Vec<ComponentFailure>),
+    /// The start-up was cancelled (see [`Runtime::start_until`]);
+    /// everything started was closed.
+    #[error("start-up cancelled: every component started was closed")]
+    Cancelled,
 }
 
 impl std::fmt::Debug for StartError {
@@ -155,13 +161,62 @@ impl Runtime {
         registry: Registry,
         options: RuntimeOptions,
     ) -> Result<Self, StartError> {
+        Self::start_until(config, registry, options, std::future::pending()).await
+    }
+
+    /// Starts as [`start`](Self::start) does, unless `stop` completes
+    /// first (a stop signal during a slow start, say). Then the level
+    /// starting is cut short and waited for (each of its components closes
+    /// what it built, bounded by the init timeout), every component started
+    /// is closed, users before the stores they use (each bounded by the
+    /// close timeout), and the start returns [`StartError::Cancelled`].
+    /// Cancelled while the configured overlay is laid, it lets that reload
+    /// end (bounded as reloads are), then closes as
+    /// [`shutdown`](Self::shutdown) does.
+    ///
+    /// Dropping the future of `start` or `start_until` instead abandons the
+    /// start without waiting: the components still starting are released
+    /// on tasks of their own, but those of finished levels are dropped
+    /// without `close`: cancel through `stop` to have them closed.
+    pub async fn start_until(
+        config: ValidConfig,
+        registry: Registry,
+        options: RuntimeOptions,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Self, StartError> {
+        let cancelled = CancellationToken::new();
+        let mut starting = pin!(Self::start_unless(config, registry, options, &cancelled));
+        let mut stop = pin!(stop);
+        let mut stopped = false;
+        loop {
+            tokio::select! {
+                started = &mut starting => return started,
+                () = &mut stop, if !stopped => {
+                    stopped = true;
+                    cancelled.cancel();
+                }
+            }
+        }
+    }
+
+    /// [`start_until`](Self::start_until), cancelled by a token.
+    async fn start_unless(
+        config: ValidConfig,
+        registry: Registry,
+        options: RuntimeOptions,
+        cancelled: &CancellationToken,
+    ) -> Result<Self, StartError> {
         let redactor = Redactor::shared();
         let registry = Arc::new(registry);
         let overlay = config.config.overlay.clone();
         let app_id = config.config.app_id.clone();
-        let running = RunningSet::start(config, &registry, options.timeouts, &redactor)
-            .await
-            .map_err(StartError::Failed)?;
+        let running =
+            RunningSet::start_until(config, &registry, options.timeouts, &redactor, cancelled)
+                .await
+                .map_err(|not| match not {
+                    NotStarted::Failed(failures) => StartError::Failed(failures),
+                    NotStarted::Cancelled => StartError::Cancelled,
+                })?;
         let settings = ReloadSettings {
             timeouts: options.timeouts,
             drain_grace: options.drain_grace,
@@ -188,6 +243,11 @@ impl Runtime {
         };
         if let Some(spec) = overlay {
             runtime.apply_initial_overlay(&spec, &app_id).await;
+        }
+        if cancelled.is_cancelled() {
+            // While the overlay was laid: closed as a shutdown closes.
+            runtime.shutdown().await;
+            return Err(StartError::Cancelled);
         }
         worker::spawn_worker(
             Arc::downgrade(&runtime.inner.reloader),
@@ -475,3 +535,6 @@ impl Runtime {
         self.reloader().shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod tests;
