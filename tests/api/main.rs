@@ -27,6 +27,7 @@ mod api_http_health_metadata;
 mod api_http_lock;
 mod api_http_metrics_status;
 mod api_http_panics;
+mod api_http_paths;
 mod api_http_routes;
 mod api_http_secrets;
 mod api_http_sequencer_file;

@@ -7,8 +7,13 @@
 //! sidecar's work on it. [`HotPath`] recognises the plain form of that
 //! call itself and gives it the same observation ([`observed`]) and the
 //! same handler ([`state::read`]) the router would; anything else, and any
-//! path that needs decoding, goes to the router unchanged. Both ways give
-//! the same answer, byte for byte (`tests/api` compares them).
+//! path that needs decoding, goes to the router. Both ways give the same
+//! answer, byte for byte (`tests/api` compares them).
+//!
+//! Every request's path is first cleaned as Dapr cleans it ([`clean_path`]:
+//! `//`, `.`, `..` and a trailing `/`), so both ways route the cleaned path.
+
+mod clean_path;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -54,7 +59,8 @@ impl tower_service::Service<Request> for HotPath {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request) -> Answer {
+    fn call(&mut self, mut request: Request) -> Answer {
+        clean_path::clean(&mut request);
         if request.method() == Method::GET && state_key(request.uri().path()).is_some() {
             return Box::pin(get_state(self.state.clone(), request));
         }
@@ -98,8 +104,36 @@ async fn get_state(state: ApiState, request: Request) -> Result<Response, Infall
 
 #[cfg(test)]
 mod tests {
-    use super::state_key;
+    use super::{state_key, HotPath};
     use crate::http::routes;
+    use crate::ApiState;
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::http::StatusCode;
+    use axum::Router;
+    use tower_service::Service;
+
+    #[tokio::test]
+    async fn a_state_get_is_cleaned_before_the_hot_path_is_chosen() {
+        let state = ApiState::empty().await;
+        let runtime = state.runtime.clone();
+        // A router that answers 418 to everything: any other answer is the
+        // hot path's own.
+        let router = Router::new().fallback(|| async { StatusCode::IM_A_TEAPOT });
+        let mut service = HotPath::new(router, state);
+        for (path, to_the_router) in [
+            ("/v1.0/state/orders/o-1", false),
+            ("//v1.0/state/orders/o-1/", false),
+            ("/v1.0/state/orders/x/../o-1", false),
+            ("/v1.0/state/orders/o-1/..", true),
+        ] {
+            let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+            let response = service.call(request).await.unwrap();
+            let routed = response.status() == StatusCode::IM_A_TEAPOT;
+            assert_eq!(routed, to_the_router, "{path}");
+        }
+        runtime.shutdown().await;
+    }
 
     #[test]
     fn the_paths_it_knows_are_the_routers() {

@@ -1,0 +1,130 @@
+//! Request paths cleaned before routing, as Dapr cleans them.
+//!
+//! Dapr's HTTP server routes every request on `path.Clean` of its escaped
+//! path (its `CleanPathMiddleware`, on the whole router; the
+//! `StripSlashesMiddleware` after it finds no trailing `/` left): repeated
+//! `/` collapse, `.` segments go, `..` takes the segment before it (none
+//! past the root), and no trailing `/` stays. The path is the one on the
+//! wire, still percent-encoded, so `%2F` is never a separator and `%2E%2E`
+//! is no `..`. Everything after routing (the token check, the handler, a
+//! 404's message) sees the cleaned path. A clean path costs one scan and
+//! no allocation; only a path that needs cleaning is rebuilt.
+
+use axum::extract::Request;
+use axum::http::uri::PathAndQuery;
+use axum::http::Uri;
+
+/// Routes `request` by its cleaned path; its query, and the scheme and
+/// authority of an HTTP/2 request, are kept. A clean path is untouched.
+pub(super) fn clean(request: &mut Request) {
+    let Some(path) = cleaned(request.uri().path()) else {
+        return;
+    };
+    let path_and_query = match request.uri().query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    // The cleaned path holds only bytes of the valid path it came from.
+    let Ok(path_and_query) = PathAndQuery::try_from(path_and_query) else {
+        return;
+    };
+    let mut parts = request.uri().clone().into_parts();
+    parts.path_and_query = Some(path_and_query);
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+}
+
+/// `path` as Go's `path.Clean` leaves it, or `None` when that is `path`
+/// itself (or `path` is not rooted, as `*` is).
+pub(super) fn cleaned(path: &str) -> Option<String> {
+    let rest = path.strip_prefix('/')?;
+    let dirty = |segment: &str| matches!(segment, "" | "." | "..");
+    if rest.is_empty() || !rest.split('/').any(dirty) {
+        return None;
+    }
+    let mut kept: Vec<&str> = Vec::new();
+    for segment in rest.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                kept.pop();
+            }
+            _ => kept.push(segment),
+        }
+    }
+    let mut clean = String::with_capacity(path.len());
+    for segment in kept {
+        clean.push('/');
+        clean.push_str(segment);
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    Some(clean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clean, cleaned};
+    use axum::body::Body;
+    use axum::extract::Request;
+
+    #[test]
+    fn a_clean_path_is_left_alone() {
+        for path in [
+            "/",
+            "/v1.0/state/orders/o-1",
+            "/v1.0/state/orders/a%2Fb",
+            "/v1.0/state/orders/%2E%2E",
+            "/v1.0/state/orders/...",
+            "/v1.0/state/orders/.k",
+            "*",
+        ] {
+            assert_eq!(cleaned(path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_path_is_cleaned_as_gos_path_clean_cleans_it() {
+        // Expected values are Go's `path.Clean` of each input.
+        for (path, clean) in [
+            ("//v1.0/state/orders/o-1", "/v1.0/state/orders/o-1"),
+            ("/v1.0//state/orders/o-1", "/v1.0/state/orders/o-1"),
+            ("/v1.0/state/orders/o-1/", "/v1.0/state/orders/o-1"),
+            ("/v1.0/state/orders/o-1//", "/v1.0/state/orders/o-1"),
+            ("/v1.0/state/./orders/o-1/.", "/v1.0/state/orders/o-1"),
+            ("/v1.0/state/orders/x/../o-1", "/v1.0/state/orders/o-1"),
+            ("/v1.0/state/orders/o-1/..", "/v1.0/state/orders"),
+            ("/../v1.0/metadata", "/v1.0/metadata"),
+            ("/a/b/../../..", "/"),
+            ("//", "/"),
+            ("/./", "/"),
+            (
+                "/v1.0/state/orders/a%2F..%2Fb/",
+                "/v1.0/state/orders/a%2F..%2Fb",
+            ),
+        ] {
+            assert_eq!(cleaned(path).as_deref(), Some(clean), "{path}");
+        }
+    }
+
+    #[test]
+    fn the_query_scheme_and_authority_are_kept() {
+        let mut request = Request::builder()
+            .uri("http://sidecar:3500//v1.0/state/orders/o-1/?metadata.ttl=1")
+            .body(Body::empty())
+            .unwrap();
+        clean(&mut request);
+        assert_eq!(
+            request.uri().to_string(),
+            "http://sidecar:3500/v1.0/state/orders/o-1?metadata.ttl=1"
+        );
+        let mut request = Request::builder()
+            .uri("/v1.0//metadata")
+            .body(Body::empty())
+            .unwrap();
+        clean(&mut request);
+        assert_eq!(request.uri().to_string(), "/v1.0/metadata");
+    }
+}
