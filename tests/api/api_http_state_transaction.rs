@@ -282,3 +282,43 @@ async fn metadata_reports_state_capabilities() {
     assert_eq!(capabilities("plain"), Some(json!([])));
     sidecar.stop().await;
 }
+
+/// The query's `metadata.*` of a transaction reaches every operation, over
+/// the operation's own keys, as Dapr's `onPostStateTransaction` copies it:
+/// a `ttlInSeconds` in the query gives every upsert that TTL (the memory
+/// store reports it back as `ttlExpireTime`).
+#[tokio::test]
+async fn a_transactions_query_metadata_reaches_every_operation_as_dapr() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let url = format!("{}/v1.0/state/orders", sidecar.http_url());
+    let applied = send(
+        client
+            .post(format!("{url}/transaction?metadata.ttlInSeconds=3600"))
+            .json(&json!({"operations": [
+                {"operation": "upsert", "request": {"key": "plain", "value": 1}},
+                {"operation": "upsert", "request": {"key": "own", "value": 2,
+                    "metadata": {"ttlInSeconds": "-1"}}}
+            ]})),
+    )
+    .await;
+    assert_eq!(applied.status(), StatusCode::NO_CONTENT);
+    let untouched = send(
+        client
+            .post(&url)
+            .json(&json!([{"key": "none", "value": 3}])),
+    )
+    .await;
+    assert_eq!(untouched.status(), StatusCode::NO_CONTENT);
+    for (key, expires) in [("plain", true), ("own", true), ("none", false)] {
+        let answer = send(client.get(format!("{url}/{key}"))).await;
+        assert_eq!(answer.status(), StatusCode::OK, "{key}");
+        assert_eq!(
+            answer.headers().contains_key("metadata.ttlExpireTime"),
+            expires,
+            "{key}: {:?}",
+            answer.headers()
+        );
+    }
+    sidecar.stop().await;
+}
