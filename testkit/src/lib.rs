@@ -17,11 +17,13 @@ pub mod etcd;
 pub mod etcd_cluster;
 pub mod load;
 pub mod output;
+pub mod ports;
 pub mod redis;
 pub mod redis_cluster;
 
 pub use child::ChildProcess;
 pub use output::{output, output_within, BUILD_WITHIN};
+pub use ports::free_port;
 
 /// `future`, failing the test when it does not end within `limit`: for the
 /// waits that should end at once, so a regression fails instead of
@@ -59,12 +61,4 @@ pub fn http_client() -> reqwest::Client {
 /// `GET url` with [`http_client`].
 pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
     http_client().get(url).send().await
-}
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
 }

@@ -123,16 +123,20 @@ async fn a_push_behind_a_hung_init_is_answered_queued_in_time_then_applied() {
         queued.errors
     );
 
+    // Answered before its caller's 10 s deadline (past it, the server
+    // itself ends the call CANCELLED), and by the init timeout: a push
+    // still waiting at 9 s would have been answered `queued`.
     let hung = hung
         .await
         .expect("task")
-        .expect("the hung push was not answered")
+        .expect("the hung push was not answered before its deadline")
         .into_inner();
-    assert!(started.elapsed() < Duration::from_secs(10));
     assert!(!hung.accepted);
     assert_eq!(hung.outcome, "rolled_back", "{:?}", hung.errors);
     assert!(
-        hung.errors.iter().any(|e| e.contains("worker/w")),
+        hung.errors
+            .iter()
+            .any(|e| e.contains("worker/w") && e.contains("init timed out")),
         "{:?}",
         hung.errors
     );

@@ -935,25 +935,23 @@ async fn a_subscription_to_a_hanging_store_ends_at_request_timeout_or_with_its_c
     };
     let sidecar = Sidecar::start(HANGING, options).await;
     let mut client = runtime(&sidecar).await;
-    let started = Instant::now();
     let mut answers = client
         .subscribe_configuration(tokio_stream::iter([subscribe_stuck()]))
         .await
         .expect("the stream opens")
         .into_inner();
-    let ended = tokio::time::timeout(Duration::from_secs(10), answers.message())
+    // The wait only catches a stream that never ends; what ended it is
+    // read from the status: the request timeout (1 s, as configured),
+    // naming the store.
+    let ended = tokio::time::timeout(Duration::from_secs(30), answers.message())
         .await
-        .expect("the stream ends within request_timeout")
+        .expect("the stream never ended")
         .expect_err("with an error");
     assert_eq!(ended.code(), Code::DeadlineExceeded, "{ended:?}");
     assert!(
-        ended.message().contains("`stuck`") && ended.message().contains("request_timeout"),
+        ended.message().contains("`stuck`")
+            && ended.message().contains("within 1s (request_timeout)"),
         "{ended:?}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
     );
     assert!(
         SUBSCRIBE_DROPPED.load(Ordering::SeqCst),
