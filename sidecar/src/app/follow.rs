@@ -10,8 +10,9 @@
 //! one: it delivers what its broker holds for it (a slow app's backlog)
 //! until it reaches events the new one delivered, or within the runtime's
 //! drain bounds (5 s with nothing delivered nor in flight, 120 s at most),
-//! so nothing published before or meanwhile is missed (an event may then
-//! come twice). One that
+//! so nothing published before or meanwhile is missed (a CloudEvent
+//! comes again only when its delivery failed; a payload that is no
+//! CloudEvent may come twice). One that
 //! could not start (its pub/sub is missing or refused), or whose delivery
 //! ended on its own (its broker ended the subscription), is started again
 //! at each generation and every [`RETRY_EVERY`].
@@ -27,6 +28,12 @@
 //! as a changed subscription does: the new one starts, then the old one
 //! retires (were it stopped first, a memory broker would give what is
 //! published meanwhile to nobody, and drop the old one's backlog).
+//!
+//! The subscriptions of one pub/sub and topic share a [`Lineage`]: while
+//! one of them retires, an event is sent by one of them only (however
+//! many reloads took the topic over in a row), and a retiring one ends
+//! once it reaches what a later one delivered. One taken over again while
+//! it retires goes on retiring for the new taker, by its routes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -40,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::routed::{AppTarget, RoutedSink};
 use super::AppSubscription;
-use crate::dapr::handover::{Delivered, Retire};
+use crate::dapr::handover::{Lineage, Retire};
 use crate::dapr::TopicDelivery;
 
 /// How often subscriptions that could not start, or ended on their own,
@@ -59,6 +66,11 @@ struct Feed {
 }
 
 impl Feed {
+    /// The pub/sub and topic: what a [`Lineage`] is of.
+    fn lineage_key(&self) -> (String, String) {
+        (self.pubsub_name.clone(), self.topic.clone())
+    }
+
     fn of(subscription: &AppSubscription) -> Self {
         Self {
             pubsub_name: subscription.pubsub_name.clone(),
@@ -73,9 +85,7 @@ struct Running {
     feed: Feed,
     routes: watch::Sender<Arc<SubscriptionRoutes>>,
     dead_letter_topic: watch::Sender<Option<String>>,
-    retire: watch::Sender<Option<Arc<Delivered>>>,
-    /// What it delivered, for the subscription it replaces.
-    delivered: Arc<Delivered>,
+    retire: watch::Sender<bool>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -93,12 +103,11 @@ impl Running {
     }
 }
 
-/// A replaced subscription delivering what it holds.
+/// A replaced subscription delivering what it holds, for the running
+/// subscription `id`.
 struct Retired {
     id: String,
     running: Running,
-    /// What replaced it remembers its deliveries while this one runs.
-    successor: Arc<Delivered>,
 }
 
 impl Running {
@@ -120,6 +129,8 @@ pub(super) struct Deliveries {
     running: HashMap<String, Running>,
     /// Replaced subscriptions still delivering what they hold.
     retired: Vec<Retired>,
+    /// The lineage of each pub/sub and topic running or retiring.
+    lineages: HashMap<(String, String), Arc<Lineage>>,
     /// Why each wanted subscription is not running (said once per reason).
     refused: HashMap<String, String>,
     /// Subscriptions left out for another of the same pub/sub and topic:
@@ -144,6 +155,7 @@ impl Deliveries {
             shutdown,
             running: HashMap::new(),
             retired: Vec::new(),
+            lineages: HashMap::new(),
             refused: HashMap::new(),
             shadowed: HashMap::new(),
             subscribed,
@@ -163,20 +175,9 @@ impl Deliveries {
                 let wanted = self.wanted(&fixed);
                 self.reconcile(wanted).await;
             }
-            let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retired)
-                .into_iter()
-                .partition(|retired| retired.running.task.is_finished());
-            for retired in done {
-                // Its successor stops remembering, unless it is the
-                // successor of another one still retiring.
-                if !left
-                    .iter()
-                    .any(|other| Arc::ptr_eq(&other.successor, &retired.successor))
-                {
-                    retired.successor.remember(false);
-                }
-            }
-            self.retired = left;
+            self.retired
+                .retain(|retired| !retired.running.task.is_finished());
+            self.remember_while_retiring();
             let ended = self.running.values().any(|r| r.task.is_finished());
             self.subscribed.send_replace(
                 self.running
@@ -201,6 +202,25 @@ impl Deliveries {
             retired.running.stop().await;
         }
         self.subscribed.send_replace(BTreeSet::new());
+    }
+
+    /// Each lineage remembers while one of it retires; one with nothing
+    /// running nor retiring is let go.
+    fn remember_while_retiring(&mut self) {
+        let retiring: BTreeSet<(String, String)> = self
+            .retired
+            .iter()
+            .map(|retired| retired.running.feed.lineage_key())
+            .collect();
+        let running: BTreeSet<(String, String)> = self
+            .running
+            .values()
+            .map(|running| running.feed.lineage_key())
+            .collect();
+        self.lineages.retain(|key, lineage| {
+            lineage.remember(retiring.contains(key));
+            retiring.contains(key) || running.contains(key)
+        });
     }
 
     /// `fixed` plus the current generation's declared subscriptions for
@@ -260,7 +280,8 @@ impl Deliveries {
         }
         // A subscription no longer wanted: what it replaced stops too,
         // unless another takes it over (then what it replaced goes on
-        // retiring, for that one).
+        // retiring, for that one, by its routes once it runs).
+        let takers: BTreeSet<String> = taken.keys().cloned().collect();
         let (keep, stop): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retired)
             .into_iter()
             .map(|mut retired| {
@@ -298,33 +319,36 @@ impl Deliveries {
                     }
                     // Runs already (not expected: one per pub/sub and
                     // topic ran): what it takes over retires for it.
-                    let successor = running.delivered.clone();
                     let (routes, dead_letter) = (
                         running.routes.borrow().clone(),
                         subscription.dead_letter_topic.clone(),
                     );
                     for (_, old) in taken.remove(&id).unwrap_or_default() {
                         old.route_as(&routes, &dead_letter);
-                        self.retire(&id, old, &successor).await;
+                        self.retire(&id, old).await;
                     }
                     continue;
                 }
             }
             let taken_over = taken.remove(&id).unwrap_or_default();
             let taker_routes = routes.clone();
+            if !taken_over.is_empty() || self.running.contains_key(&id) {
+                // A hand-over: its lineage claims each event from the
+                // new subscription's first on.
+                self.lineage(&feed).remember(true);
+            }
             match self.start(&subscription, routes).await {
                 Ok(started) => {
                     tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
                     self.refused.remove(&id);
-                    let successor = started.delivered.clone();
                     // It runs: what it replaces delivers what it holds,
                     // then ends.
                     if let Some(replaced) = self.running.insert(id.clone(), started) {
-                        self.retire(&id, replaced, &successor).await;
+                        self.retire(&id, replaced).await;
                     }
                     for (_, old) in taken_over {
                         old.route_as(&taker_routes, &subscription.dead_letter_topic);
-                        self.retire(&id, old, &successor).await;
+                        self.retire(&id, old).await;
                     }
                 }
                 Err(err) => {
@@ -343,31 +367,41 @@ impl Deliveries {
                 }
             }
         }
+        // What retired for one taken over now goes on by the taker's
+        // routes (not by those the reload removed).
+        for retired in self.retired.iter().filter(|r| takers.contains(&r.id)) {
+            if let Some(taker) = self.running.get(&retired.id) {
+                let routes = taker.routes.borrow().clone();
+                let dead_letter_topic = taker.dead_letter_topic.borrow().clone();
+                retired.running.route_as(&routes, &dead_letter_topic);
+            }
+        }
     }
 
-    /// Retires `replaced` for `successor` (the deliveries of the running
-    /// subscription `id`): it delivers what its broker holds for it until
-    /// it reaches events `successor` delivered (or within the drain
-    /// bounds), then ends. One whose delivery already ended just stops.
-    async fn retire(&mut self, id: &str, replaced: Running, successor: &Arc<Delivered>) {
+    /// Retires `replaced` for the running subscription `id`: it delivers
+    /// what its broker holds for it until it reaches events a later one of
+    /// its lineage delivered (or within the drain bounds), then ends. One
+    /// whose delivery already ended just stops.
+    async fn retire(&mut self, id: &str, replaced: Running) {
         if replaced.task.is_finished() {
             replaced.stop().await;
             return;
         }
-        // Remembering already for another one it replaces: kept as is.
-        if !successor.is_remembering() {
-            successor.remember(true);
-        }
-        replaced.retire.send_replace(Some(successor.clone()));
+        self.lineage(&replaced.feed).remember(true);
+        replaced.retire.send_replace(true);
         self.retired.push(Retired {
             id: id.to_string(),
             running: replaced,
-            successor: successor.clone(),
         });
     }
 
+    /// The lineage of `feed`'s pub/sub and topic.
+    fn lineage(&mut self, feed: &Feed) -> Arc<Lineage> {
+        self.lineages.entry(feed.lineage_key()).or_default().clone()
+    }
+
     async fn start(
-        &self,
+        &mut self,
         subscription: &AppSubscription,
         routes: Arc<SubscriptionRoutes>,
     ) -> Result<Running, String> {
@@ -379,13 +413,13 @@ impl Deliveries {
         let (dead_letter_tx, dead_letter_rx) =
             watch::channel(subscription.dead_letter_topic.clone());
         let (retire_tx, retire) = Retire::channel();
-        let delivered = Arc::new(Delivered::default());
+        let feed = Feed::of(subscription);
         let delivery = TopicDelivery {
             pubsub_name: subscription.pubsub_name.clone(),
             topic: subscription.topic.clone(),
             dead_letter_topic: dead_letter_rx,
             retire,
-            delivered: delivered.clone(),
+            delivered: self.lineage(&feed).member(),
         };
         let stop = self.shutdown.child_token();
         let metadata = subscription.metadata.clone().into_iter().collect();
@@ -399,11 +433,10 @@ impl Deliveries {
             ended.notify_one();
         });
         Ok(Running {
-            feed: Feed::of(subscription),
+            feed,
             routes: routes_tx,
             dead_letter_topic: dead_letter_tx,
             retire: retire_tx,
-            delivered,
             stop,
             task,
         })

@@ -1,69 +1,222 @@
-//! The hand-over from a subscription to the one replacing it (its
-//! settings changed): the old one is *retired* ([`Retire`]) rather than
-//! stopped, delivers what its broker holds for it, and ends once it
-//! reaches events its successor already delivered ([`Delivered`], matched
-//! by CloudEvent `source` and `id`); see
-//! [`TopicDelivery`](crate::dapr::TopicDelivery).
+//! The hand-over between the subscriptions of one pub/sub and topic (a
+//! *lineage*: the one that runs and those it replaced, still retiring;
+//! see [`TopicDelivery`](crate::dapr::TopicDelivery)). A replaced one is
+//! *retired* ([`Retire`]) rather than stopped: it delivers what its broker
+//! holds for it, and ends once it reaches an event a later one of its
+//! lineage took ([`Delivered`], matched by CloudEvent `source` and `id`).
+//!
+//! While one of a lineage retires, each event is *claimed* before it is
+//! sent: an event another one of the lineage has in flight waits for that
+//! one's answer (delivered: it is not sent again; handed back: it is sent
+//! here), so the running one and those retiring (however many reloads
+//! took the topic over in a row, A → B → C or A → B → A) send each event
+//! to the app once, and only a failure has it come again.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
 
-/// Events a successor remembers having delivered, at most, for the
-/// subscription it replaces.
+/// Events a lineage remembers, at most, while one of it retires.
 const HANDOVER_MEMORY: usize = 65_536;
+/// How long an event waits, at most, for another subscription of its
+/// lineage to answer it before it is sent all the same (that one retries
+/// without limit, say).
+const CLAIM_WAIT: Duration = Duration::from_secs(120);
 
-/// The events a subscription delivered (acknowledged or dropped), told to
-/// the subscription it replaces while that one retires: the same event
-/// there is not delivered again, and means it has caught up. Remembers
-/// only while [`Delivered::remember`] is on, and at most
-/// [`HANDOVER_MEMORY`] events; while off (no hand-over in progress, the
-/// usual case) a delivery neither keys its event nor takes the lock.
+/// The subscriptions of one pub/sub and topic, as they hand over: what
+/// each has in flight and what each delivered (acknowledged or dropped).
+/// Remembers only while [`Lineage::remember`] is on (one of it retires),
+/// and at most [`HANDOVER_MEMORY`] events; while off (no hand-over in
+/// progress, the usual case) a delivery neither keys its event nor takes
+/// the lock.
 #[derive(Debug, Default)]
-pub struct Delivered {
+pub struct Lineage {
     remembering: AtomicBool,
-    events: Mutex<Option<HashSet<u64>>>,
+    claims: Mutex<Option<HashMap<u64, Claim>>>,
+    /// Told when a claim is answered or given up, and when remembering
+    /// stops.
+    answered: Notify,
+    /// The subscriptions started in it so far.
+    started: AtomicU64,
 }
 
-impl Delivered {
-    /// Starts (or stops, and forgets) remembering.
+/// Who took an event, and whether it was delivered.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    by: u64,
+    delivered: bool,
+}
+
+impl Lineage {
+    /// Starts (or stops, and forgets) remembering; starting again while on
+    /// keeps what it remembers.
     pub fn remember(&self, on: bool) {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        *events = on.then(HashSet::new);
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if claims.is_some() == on {
+            return;
+        }
+        *claims = on.then(HashMap::new);
         self.remembering.store(on, Ordering::Release);
+        drop(claims);
+        self.answered.notify_waiters();
     }
 
-    /// Whether deliveries are to be recorded now.
-    pub(crate) fn is_remembering(&self) -> bool {
+    /// Whether deliveries are claimed now.
+    pub fn is_remembering(&self) -> bool {
         self.remembering.load(Ordering::Acquire)
     }
 
-    /// Records a delivered message, when remembering and it has a key.
-    pub(crate) fn record_message(&self, message: &rewire_runtime::Message) {
-        if !self.is_remembering() {
-            return;
-        }
-        if let Some(key) = event_key(message) {
-            self.record(key);
+    /// A new subscription of the lineage, later than all before it.
+    pub fn member(self: &Arc<Self>) -> Arc<Delivered> {
+        let order = self.started.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Delivered {
+            lineage: self.clone(),
+            order,
+        })
+    }
+}
+
+/// One subscription of a [`Lineage`]: how it claims the events it sends.
+#[derive(Debug)]
+pub struct Delivered {
+    lineage: Arc<Lineage>,
+    /// Its place in the lineage: a later one subscribed after it.
+    order: u64,
+}
+
+impl Default for Delivered {
+    /// A subscription alone in its lineage (never handed over).
+    fn default() -> Self {
+        Self {
+            lineage: Arc::default(),
+            order: 0,
         }
     }
+}
 
-    pub(crate) fn record(&self, key: u64) {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(events) = events.as_mut() {
-            if events.len() < HANDOVER_MEMORY {
-                events.insert(key);
+/// What a subscription does with an event it read.
+pub(crate) enum Taken {
+    /// It sends it; the claim (none when nothing is remembered, or the
+    /// event has no key) is answered with the outcome.
+    Send(Option<Claimed>),
+    /// Another subscription of the lineage delivered it: not sent again.
+    /// `later`: that one subscribed after this one, so what this one holds
+    /// from here on is that one's too (a retiring one has caught up).
+    DeliveredBy { later: bool },
+}
+
+impl Delivered {
+    /// Claims `message` for sending, waiting while another subscription of
+    /// the lineage has it in flight (within [`CLAIM_WAIT`]); None when
+    /// `stop` is cancelled meanwhile.
+    pub(crate) async fn take(
+        &self,
+        message: &rewire_runtime::Message,
+        stop: &CancellationToken,
+    ) -> Option<Taken> {
+        if !self.lineage.is_remembering() {
+            return Some(Taken::Send(None));
+        }
+        let Some(key) = event_key(message) else {
+            return Some(Taken::Send(None));
+        };
+        let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
+        loop {
+            let answered = self.lineage.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            if let Some(taken) = self.try_take(key) {
+                return Some(taken);
+            }
+            tokio::select! {
+                () = answered => {}
+                () = stop.cancelled() => return None,
+                () = tokio::time::sleep_until(deadline) => return Some(Taken::Send(None)),
             }
         }
     }
 
-    pub(crate) fn contains(&self, key: u64) -> bool {
-        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        events.as_ref().is_some_and(|e| e.contains(&key))
+    /// The event's fate now; None while another has it in flight.
+    fn try_take(&self, key: u64) -> Option<Taken> {
+        let mut claims = self
+            .lineage
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(claims) = claims.as_mut() else {
+            return Some(Taken::Send(None));
+        };
+        match claims.get(&key) {
+            Some(claim) if claim.delivered => Some(Taken::DeliveredBy {
+                later: claim.by > self.order,
+            }),
+            // Its own, read again while in flight: sent again, unclaimed.
+            Some(claim) if claim.by == self.order => Some(Taken::Send(None)),
+            Some(_) => None,
+            None if claims.len() >= HANDOVER_MEMORY => Some(Taken::Send(None)),
+            None => {
+                claims.insert(
+                    key,
+                    Claim {
+                        by: self.order,
+                        delivered: false,
+                    },
+                );
+                Some(Taken::Send(Some(Claimed {
+                    lineage: self.lineage.clone(),
+                    key,
+                    by: self.order,
+                    delivered: false,
+                })))
+            }
+        }
+    }
+}
+
+/// An event a subscription claimed: given up (for another to send) unless
+/// answered delivered.
+pub(crate) struct Claimed {
+    lineage: Arc<Lineage>,
+    key: u64,
+    by: u64,
+    delivered: bool,
+}
+
+impl Claimed {
+    /// Answers the claim: `delivered` (acknowledged or dropped by the
+    /// subscriber), else given up.
+    pub(crate) fn answer(mut self, delivered: bool) {
+        self.delivered = delivered;
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        let mut claims = self
+            .lineage
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(claims) = claims.as_mut() {
+            match claims.get_mut(&self.key) {
+                Some(claim) if claim.by == self.by && !claim.delivered => {
+                    if self.delivered {
+                        claim.delivered = true;
+                    } else {
+                        claims.remove(&self.key);
+                    }
+                }
+                _ => {}
+            }
+        }
+        drop(claims);
+        self.lineage.answered.notify_waiters();
     }
 }
 
@@ -100,33 +253,101 @@ pub(crate) fn event_key(message: &rewire_runtime::Message) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// The signal that retires a subscription, naming what its successor
-/// delivers.
+/// The signal that retires a subscription.
 #[derive(Debug, Clone)]
-pub struct Retire(watch::Receiver<Option<Arc<Delivered>>>);
+pub struct Retire(watch::Receiver<bool>);
 
 impl Retire {
     /// A subscription that is never retired.
     pub fn never() -> Self {
-        Self(watch::channel(None).1)
+        Self(watch::channel(false).1)
     }
 
-    /// A signal, and what sends it (the successor's [`Delivered`]).
-    pub fn channel() -> (watch::Sender<Option<Arc<Delivered>>>, Self) {
-        let (tx, rx) = watch::channel(None);
+    /// A signal, and what sends it (`true`: retired).
+    pub fn channel() -> (watch::Sender<bool>, Self) {
+        let (tx, rx) = watch::channel(false);
         (tx, Self(rx))
     }
 
-    /// Resolves once retired, with what the successor delivers.
-    pub(crate) async fn retired(&mut self) -> Arc<Delivered> {
-        let successor = match self.0.wait_for(Option::is_some).await {
-            Ok(successor) => successor.clone(),
-            Err(_) => None,
-        };
-        match successor {
-            Some(successor) => successor,
+    /// Resolves once retired.
+    pub(crate) async fn retired(&mut self) {
+        if self.0.wait_for(|retired| *retired).await.is_err() {
             // Its sender is gone without retiring it: never.
-            None => std::future::pending().await,
+            std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str) -> rewire_runtime::Message {
+        let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "s",
+            "type": "t", "data": "x"});
+        rewire_runtime::Message {
+            id: String::new(),
+            topic: "t".into(),
+            data: event.to_string().into_bytes(),
+            content_type: None,
+            metadata: Default::default(),
+        }
+    }
+
+    async fn take(member: &Delivered, id: &str) -> Taken {
+        let stop = CancellationToken::new();
+        tokio::time::timeout(Duration::from_secs(1), member.take(&event(id), &stop))
+            .await
+            .unwrap_or_else(|_| panic!("{id} waited"))
+            .unwrap_or_else(|| panic!("{id} stopped"))
+    }
+
+    /// An event another subscription of the lineage has in flight waits
+    /// for its answer: delivered, it is not sent again (and a retiring
+    /// one has caught up when that one is later); given up (its delivery
+    /// failed), it is sent here, so nothing is lost.
+    #[tokio::test(start_paused = true)]
+    async fn an_event_in_flight_elsewhere_waits_for_its_answer() {
+        let lineage = Arc::new(Lineage::default());
+        let (old, new) = (lineage.member(), lineage.member());
+        lineage.remember(true);
+
+        let Taken::Send(Some(claim)) = take(&new, "1").await else {
+            panic!("claimed by the first to read it");
+        };
+        let waiting = tokio::spawn({
+            let old = old.clone();
+            async move { take(&old, "1").await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "waits while in flight");
+        claim.answer(true);
+        let taken = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(taken, Taken::DeliveredBy { later: true }));
+
+        let Taken::Send(Some(claim)) = take(&old, "2").await else {
+            panic!("claimed");
+        };
+        let waiting = tokio::spawn({
+            let new = new.clone();
+            async move { take(&new, "2").await }
+        });
+        tokio::task::yield_now().await;
+        claim.answer(false);
+        let taken = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(taken, Taken::Send(Some(_))),
+            "sent after a failure"
+        );
+        // Not later: delivered by the retiring one, the running one has
+        // not caught up with anything.
+        let Taken::Send(Some(claim)) = take(&old, "3").await else {
+            panic!("claimed");
+        };
+        claim.answer(true);
+        assert!(matches!(
+            take(&new, "3").await,
+            Taken::DeliveredBy { later: false }
+        ));
     }
 }

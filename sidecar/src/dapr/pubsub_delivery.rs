@@ -36,11 +36,13 @@
 //!
 //! A subscription replaced by another (its settings changed) is *retired*
 //! ([`Retire`]) rather than stopped: it goes on delivering what its broker
-//! holds for it, and ends once it reaches events its successor already
-//! delivered (the same CloudEvent `source` and `id`), once its broker has delivered nothing for [`HANDOVER_GRACE`]
-//! with nothing in flight, or [`HANDOVER_LIMIT`] after it was retired
-//! (the runtime's drain bounds for a replaced broker); then it waits for
-//! what it has in flight (within the same limit).
+//! holds for it, and ends once it reaches an event a later subscription of
+//! its lineage delivered (the same CloudEvent `source` and `id`; see
+//! [`handover`](super::handover), which also keeps the two from sending
+//! the same event), once its broker has delivered nothing for
+//! [`HANDOVER_GRACE`] with nothing in flight, or [`HANDOVER_LIMIT`] after
+//! it was retired (the runtime's drain bounds for a replaced broker); then
+//! it waits for what it has in flight (within the same limit).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +57,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::handover::{event_key, Delivered, Retire};
+use super::handover::{Delivered, Retire, Taken};
 use super::pubsub_event::{TopicEvent, CLOUD_EVENT_CONTENT_TYPE};
 use super::PubSubOpError;
 
@@ -110,14 +112,9 @@ pub struct TopicDelivery {
     /// Told when the subscription is replaced: it then retires (see the
     /// module docs).
     pub retire: Retire,
-    /// What this subscription delivered, for the one it replaces.
+    /// This subscription in its lineage (the subscriptions of its topic
+    /// handing over): how it claims the events it sends.
     pub delivered: Arc<Delivered>,
-}
-
-/// Where a retiring subscription is.
-struct Retiring {
-    successor: Arc<Delivered>,
-    until: Instant,
 }
 
 impl TopicDelivery {
@@ -180,9 +177,11 @@ impl TopicDelivery {
         let events = shutdown.child_token();
         let _events_end = events.clone().drop_guard();
         let mut retire = self.retire.clone();
-        let mut retiring: Option<Retiring> = None;
+        // Retired: until when it may deliver.
+        let mut until: Option<Instant> = None;
+        // Told by an event a later subscription of its lineage delivered.
+        let caught_up = CancellationToken::new();
         loop {
-            let until = retiring.as_ref().map(|r| r.until);
             let idle = in_flight.available_permits() == MAX_IN_FLIGHT;
             // Biased: once stopped, no further event is taken.
             let permit = tokio::select! {
@@ -190,8 +189,9 @@ impl TopicDelivery {
                 () = shutdown.cancelled() => return,
                 () = sink.closed() => return,
                 () = sleep_until(until) => break,
-                successor = retire.retired(), if retiring.is_none() => {
-                    retiring = Some(Retiring { successor, until: Instant::now() + HANDOVER_LIMIT });
+                () = caught_up.cancelled(), if until.is_some() => break,
+                () = retire.retired(), if until.is_none() => {
+                    until = Some(Instant::now() + HANDOVER_LIMIT);
                     continue;
                 }
                 permit = in_flight.clone().acquire_owned() => match permit {
@@ -204,11 +204,12 @@ impl TopicDelivery {
                 () = shutdown.cancelled() => return,
                 () = sink.closed() => return,
                 () = sleep_until(until) => break,
+                () = caught_up.cancelled(), if until.is_some() => break,
                 // Retired, its broker silent and nothing of it in flight:
                 // it holds nothing more.
-                () = tokio::time::sleep(HANDOVER_GRACE), if retiring.is_some() && idle => break,
-                successor = retire.retired(), if retiring.is_none() => {
-                    retiring = Some(Retiring { successor, until: Instant::now() + HANDOVER_LIMIT });
+                () = tokio::time::sleep(HANDOVER_GRACE), if until.is_some() && idle => break,
+                () = retire.retired(), if until.is_none() => {
+                    until = Some(Instant::now() + HANDOVER_LIMIT);
                     continue;
                 }
                 delivery = subscription.deliveries.recv() => match delivery {
@@ -219,18 +220,27 @@ impl TopicDelivery {
                     }
                 },
             };
-            if let Some(retiring) = &retiring {
-                let key = event_key(&delivery.message);
-                if key.is_some_and(|key| retiring.successor.contains(key)) {
-                    // Its successor delivered this event: what it holds
-                    // from before the change is delivered.
-                    delivery.settle(DeliveryOutcome::Success);
-                    break;
-                }
-            }
             let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
-            let (runtime, stop) = (runtime.clone(), events.clone());
+            let (runtime, stop, caught_up) = (runtime.clone(), events.clone(), caught_up.clone());
             tokio::spawn(async move {
+                let claim = match this.delivered.take(&delivery.message, &stop).await {
+                    Some(Taken::Send(claim)) => claim,
+                    Some(Taken::DeliveredBy { later }) => {
+                        // Not sent again. Delivered by a later
+                        // subscription: what this one held from before
+                        // the change is delivered.
+                        if later {
+                            caught_up.cancel();
+                        }
+                        delivery.settle(DeliveryOutcome::Success);
+                        return;
+                    }
+                    // Stopped while another one had it in flight.
+                    None => {
+                        delivery.settle(DeliveryOutcome::Retry);
+                        return;
+                    }
+                };
                 let to = Subscriber {
                     sink: sink.as_ref(),
                     runtime: &runtime,
@@ -238,8 +248,8 @@ impl TopicDelivery {
                     stop: &stop,
                 };
                 let outcome = this.deliver(&delivery, to, &handle).await;
-                if outcome != DeliveryOutcome::Retry {
-                    this.delivered.record_message(&delivery.message);
+                if let Some(claim) = claim {
+                    claim.answer(outcome != DeliveryOutcome::Retry);
                 }
                 delivery.settle(outcome);
                 drop(permit);
@@ -248,7 +258,6 @@ impl TopicDelivery {
         // Retired: what is in flight is settled before the subscription
         // is let go (within the limit).
         let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
-        let until = retiring.map(|r| r.until);
         tokio::select! {
             () = shutdown.cancelled() => {}
             () = sleep_until(until) => {}
@@ -552,10 +561,7 @@ mod tests {
         runtime: &Runtime,
         topic: &str,
         sink: Arc<dyn EventSink>,
-    ) -> (
-        tokio::task::JoinHandle<()>,
-        watch::Sender<Option<Arc<Delivered>>>,
-    ) {
+    ) -> (tokio::task::JoinHandle<()>, watch::Sender<bool>) {
         deliver_with_dead_letters(runtime, topic, None, sink).await
     }
 
@@ -565,10 +571,7 @@ mod tests {
         topic: &str,
         dead_letter_topic: Option<&str>,
         sink: Arc<dyn EventSink>,
-    ) -> (
-        tokio::task::JoinHandle<()>,
-        watch::Sender<Option<Arc<Delivered>>>,
-    ) {
+    ) -> (tokio::task::JoinHandle<()>, watch::Sender<bool>) {
         let (retire, retired) = Retire::channel();
         let delivery = TopicDelivery {
             pubsub_name: "p".into(),
@@ -611,11 +614,11 @@ mod tests {
     /// Retires the subscription, waits for its task to end at the limit,
     /// and the settlement of the event `outcome` is for.
     async fn retired_and_settled(
-        retire: watch::Sender<Option<Arc<Delivered>>>,
+        retire: watch::Sender<bool>,
         task: tokio::task::JoinHandle<()>,
         outcome: tokio::sync::oneshot::Receiver<DeliveryOutcome>,
     ) -> Option<DeliveryOutcome> {
-        let _ = retire.send(Some(Default::default()));
+        let _ = retire.send(true);
         tokio::time::timeout(HANDOVER_LIMIT * 2, task)
             .await
             .unwrap_or_else(|_| panic!("the retired subscription ended at its limit"))

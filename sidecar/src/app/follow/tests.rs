@@ -878,3 +878,5 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
 
     orders.stop().await;
 }
+
+mod takeover_chain;
