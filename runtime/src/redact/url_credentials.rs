@@ -16,12 +16,19 @@ const REDACTED: &str = "[redacted]";
 /// is redacted whole. A password may hold an unencoded `/`, `?` or `#`
 /// too (a generated, base64-like one): where the authority has no `@` but
 /// is `user:` (or `:`) and something, the userinfo ends at the last `@`
-/// before the next whitespace, quote or URL, if a host follows it, and
-/// that `@` is not in a `key=value` of a query (after a `?` and a `=`).
-/// `host:port/a@b` is read as such a userinfo, as `user:1234/ab@db` is
-/// one: when in doubt, more is redacted. So `http://host/a?x=u@h`,
-/// `http://host:8080/a?x=u@h` and `http://[::1]:80/a@h` are left as they
-/// are, and `http://host:8080/a@h` is not. Text without such a URL is
+/// before the next whitespace, quote or URL, if a host follows it: the
+/// password runs up to there. One exception keeps an `@` in a query value
+/// of a plain URL: where the authority is `host:digits` (a host and a
+/// port) and a query follows (a `?` before any `#`), an `@` after the
+/// query's first `=` (before any `#`) does not end the userinfo. Any other
+/// authority (`user:abc`, `:x`, `user:1a`) may be `user:password`, and its
+/// `?` may be in the password, so the last `@` is used: when in doubt,
+/// more is redacted. So `http://host/a?x=u@h`, `http://host:8080/a?x=u@h`
+/// and `http://[::1]:80/a@h` are left as they are; `http://host:8080/a@h`
+/// and `http://host:abc/a?x=u@h` are read as `user:password@host`.
+/// Still shown (indistinguishable from a port, a path and a query value):
+/// a password of digits up to a `/` or `?` that holds a `?`, then a `=`,
+/// with no `#` before them (`u:12/a?b=c@h`). Text without such a URL is
 /// returned as is.
 ///
 /// ```
@@ -99,8 +106,8 @@ fn ends_url(c: char) -> bool {
 /// `text[start..end]` ends, if its password holds a `/`, `?` or `#`: the
 /// authority is `user:` (or `:`) and something (a port too: a password of
 /// digits is one), and ends at one of them; the userinfo ends at the last
-/// `@` before the end of the URL (or the next `://`) and before a query's
-/// first `=`, which a host follows.
+/// `@` before the end of the URL (or the next `://`) which a host follows,
+/// and, where the authority is `host:digits`, before its query's first `=`.
 fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize> {
     if !text[end..].starts_with(['/', '?', '#']) {
         return None;
@@ -117,19 +124,31 @@ fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize
     let rest = &text[end..];
     let rest = &rest[..rest.find(ends_url).unwrap_or(rest.len())];
     let rest = &rest[..rest.find("://").unwrap_or(rest.len())];
-    let rest = before_query_value(rest);
+    // Only a plain `host:port` may have a query: elsewhere a `?` may be in
+    // the password.
+    let is_host_and_port = !user.is_empty() && after_colon.bytes().all(|b| b.is_ascii_digit());
+    let rest = if is_host_and_port {
+        before_query_value(rest)
+    } else {
+        rest
+    };
     let at = end + rest.rfind('@')?;
     let host = text[at + 1..].chars().next()?;
     (host.is_alphanumeric() || host == '[').then_some(at)
 }
 
-/// `rest` (what follows an authority) up to its query's first `=`: an `@`
+/// `rest` (what follows a `host:port`) up to its query's first `=`: an `@`
 /// after it is in a query value (`?email=a@b.com`), not a userinfo's end.
+/// The query starts at a `?` before any `#` and ends at a `#`.
 fn before_query_value(rest: &str) -> &str {
-    let Some(query) = rest.find('?') else {
+    let Some(query) = rest
+        .find(['?', '#'])
+        .filter(|&i| rest[i..].starts_with('?'))
+    else {
         return rest;
     };
-    match rest[query..].find('=') {
+    let query_end = rest[query..].find('#').map_or(rest.len(), |i| query + i);
+    match rest[query..query_end].find('=') {
         Some(eq) => &rest[..query + eq],
         None => rest,
     }
@@ -288,8 +307,9 @@ mod tests {
     #[test]
     fn leaves_an_at_in_a_query_value_after_a_host_and_port() {
         for plain in [
-            "http://host:abc/path?x=a@b",
             "http://host:8080/path?x=a@b&y=c@d",
+            "http://host:8080?x=a@b",
+            "http://h:1/p?a=b#c@d",
             "http://[::1]:6379/x?to=a@b",
             "http://[::1]:6379",
         ] {
@@ -298,15 +318,82 @@ mod tests {
                 "{plain}"
             );
         }
-        // The userinfo ends before the query; the host and path stay.
-        assert_eq!(
-            without_credentials("http://u:p/q@h:1/path?email=a@b.com"),
-            "http://u:[redacted]@h:1/path?email=a@b.com"
-        );
+        // `u:1` may be a host and port: the userinfo ends before the query.
         assert_eq!(
             without_credentials("http://u:1/q@h/path?email=a@b.com"),
             "http://u:[redacted]@h/path?email=a@b.com"
         );
+    }
+
+    /// What a reviewer found shown after 39c065c (redacted before it): the
+    /// `?` of a password read as a query's, an `@` after its `=` kept.
+    #[test]
+    fn redacts_a_password_whose_question_mark_and_equals_look_like_a_query() {
+        for (url, shown, password) in [
+            (
+                "redis://:x?y=z@db:6379",
+                "redis://:[redacted]@db:6379",
+                "x?y=z",
+            ),
+            (
+                "redis://u:p?ss=w0rd@db:6379/0",
+                "redis://u:[redacted]@db:6379/0",
+                "p?ss=w0rd",
+            ),
+            (
+                "https://u:Zm9v?YmFy==@h/x",
+                "https://u:[redacted]@h/x",
+                "Zm9v?YmFy==",
+            ),
+            (
+                "amqp://guest:gu?est=1@rabbit:5672/vhost",
+                "amqp://guest:[redacted]@rabbit:5672/vhost",
+                "gu?est=1",
+            ),
+            // A `?` after a `#` is no query.
+            (
+                "redis://u:a#b?c=d@h:6379",
+                "redis://u:[redacted]@h:6379",
+                "a#b?c=d",
+            ),
+            ("redis://u:p?x=1@2@h", "redis://u:[redacted]@h", "p?x=1@2"),
+            (
+                "redis://u:a/b@c?d=e@db",
+                "redis://u:[redacted]@db",
+                "a/b@c?d=e",
+            ),
+            // `abc` is no port: `host:abc` may be `user:password`.
+            (
+                "http://host:abc/path?x=a@b",
+                "http://host:[redacted]@b",
+                "abc/path?x=a",
+            ),
+            // The `?` may be in the password: the last `@` ends it.
+            (
+                "http://u:p/q@h:1/path?email=a@b.com",
+                "http://u:[redacted]@b.com",
+                "p/q@h:1/path?email=a",
+            ),
+            // `host:port`, but a `#` before the query's `=` ends the query.
+            ("http://h:1/p?a#b=c@d", "http://h:[redacted]@d", "1/p?a#b=c"),
+            (
+                "http://h:80/x#f?a=b@c",
+                "http://h:[redacted]@c",
+                "80/x#f?a=b",
+            ),
+        ] {
+            for (text, expected) in [
+                (url.to_owned(), shown.to_owned()),
+                (
+                    format!("dial \"{url}\": refused, http://h:1/x?m=a@y"),
+                    format!("dial \"{shown}\": refused, http://h:1/x?m=a@y"),
+                ),
+            ] {
+                let redacted = without_credentials(&text);
+                assert_eq!(redacted, expected);
+                assert!(!redacted.contains(password), "{redacted}");
+            }
+        }
     }
 
     #[test]
