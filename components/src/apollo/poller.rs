@@ -114,13 +114,28 @@ async fn replacement(replaced: &mut tokio::sync::watch::Receiver<u64>) {
 }
 
 impl Poller {
-    async fn run(mut self, stop: CancellationToken) {
+    async fn run(self, stop: CancellationToken) {
+        let refresher = Arc::clone(&self.refresher);
+        self.run_rounds(stop, move || {
+            let refresher = Arc::clone(&refresher);
+            async move { Self::round(&refresher).await }
+        })
+        .await;
+    }
+
+    /// The task's loop around `next_round` ([`round`](Self::round); a
+    /// stand-in in tests): what follows each round, and when.
+    async fn run_rounds<F, Fut>(mut self, stop: CancellationToken, mut next_round: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Polled, ApolloError>>,
+    {
         debug!(component = %self.refresher.key, "Apollo long polling started.");
         let mut replaced = self.refresher.client.replacements();
         loop {
             let round = tokio::select! {
                 () = stop.cancelled() => break,
-                round = self.round() => round,
+                round = next_round() => round,
                 () = replacement(&mut replaced) => {
                     debug!(component = %self.refresher.key, "Apollo long poll moves to the client with the new TLS material.");
                     continue;
@@ -158,8 +173,7 @@ impl Poller {
 
     /// One round: catch up on unconfirmed namespaces, then one long poll
     /// and the fetches it calls for.
-    async fn round(&self) -> Result<Polled, ApolloError> {
-        let refresher = &self.refresher;
+    async fn round(refresher: &Refresher) -> Result<Polled, ApolloError> {
         for namespace in refresher.live.unconfirmed() {
             refresher.refresh(&namespace).await?;
         }
@@ -272,6 +286,120 @@ impl Poller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apollo::namespaces::LiveNamespaces;
+    use crate::apollo::services::{ConfigServices, InstanceSettings};
+    use tokio::time::Instant;
+
+    /// What a scripted round answers.
+    #[derive(Clone, Copy)]
+    enum Outcome {
+        Fails,
+        Notified,
+        NothingAtOnce,
+    }
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    /// A poller backing off from `min` to `max` and spacing early answers
+    /// by `gap`, on a config service that is never asked (its rounds are
+    /// scripted).
+    async fn poller(min: Duration, max: Duration, gap: Duration) -> Poller {
+        let settings = InstanceSettings {
+            app_id: "app".into(),
+            cluster: "default".into(),
+            secret: None,
+            ip: None,
+            request_timeout: Duration::from_secs(10),
+            long_poll_timeout: Duration::from_secs(10),
+            tls: crate::tls::http_config(None).unwrap(),
+            tls_configured: false,
+        };
+        let services = ConfigServices::new(
+            "http://127.0.0.1:9",
+            None,
+            Duration::from_secs(60),
+            settings,
+        )
+        .await
+        .unwrap();
+        let live = Arc::new(LiveNamespaces::new(vec!["application".into()]));
+        let key = rewire_runtime::ComponentKey::new("configuration", "apollo");
+        let refresher = Refresher::new(key, services, live, None, "app", "default");
+        Poller {
+            refresher: Arc::new(refresher),
+            backoff: Backoff::new(min, max),
+            min_gap: gap,
+            failing: None,
+        }
+    }
+
+    /// Runs `poller` through `script` (one round each; the round after
+    /// the last stops it) and returns the time between the starts of
+    /// consecutive rounds, on the paused clock.
+    async fn gaps_between_rounds(poller: Poller, script: &[Outcome]) -> Vec<Duration> {
+        let stop = CancellationToken::new();
+        let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut script = script.iter().copied();
+        let rounds = {
+            let (stop, starts) = (stop.clone(), Arc::clone(&starts));
+            move || {
+                starts.lock().unwrap().push(Instant::now());
+                let next = script.next();
+                if next.is_none() {
+                    stop.cancel();
+                }
+                async move {
+                    match next {
+                        Some(Outcome::Fails) => Err(ApolloError::Config("scripted".into())),
+                        Some(Outcome::Notified) => Ok(Polled::Notified),
+                        Some(Outcome::NothingAtOnce) => Ok(Polled::Nothing {
+                            sent: Instant::now(),
+                        }),
+                        None => std::future::pending().await,
+                    }
+                }
+            }
+        };
+        let ran = poller.run_rounds(stop, rounds);
+        tokio::time::timeout(Duration::from_secs(3600), ran)
+            .await
+            .expect("the scripted rounds end");
+        let starts = starts.lock().unwrap();
+        starts.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_rounds_wait_doubling_to_the_maximum_and_a_success_starts_over() {
+        use Outcome::*;
+        let poller = poller(ms(50), ms(400), ms(1000)).await;
+        let script = [
+            Fails, Fails, Fails, Fails, Fails, Notified, Fails, Fails, Notified,
+        ];
+        let gaps = gaps_between_rounds(poller, &script).await;
+        let expected = [50, 100, 200, 400, 400, 0, 50, 100, 0].map(ms);
+        assert_eq!(gaps, expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_answered_at_once_with_nothing_new_is_followed_one_gap_later() {
+        use Outcome::*;
+        let poller = poller(ms(50), ms(400), ms(1000)).await;
+        // Nothing new at once: the next poll a gap later (not the backoff,
+        // and not at once); a notification: the next poll at once.
+        let script = [
+            NothingAtOnce,
+            NothingAtOnce,
+            Notified,
+            Fails,
+            NothingAtOnce,
+            Fails,
+        ];
+        let gaps = gaps_between_rounds(poller, &script).await;
+        let expected = [1000, 1000, 0, 50, 1000, 50].map(ms);
+        assert_eq!(gaps, expected);
+    }
 
     #[test]
     fn only_a_poll_answered_before_the_gap_waits_and_only_the_rest_of_it() {
