@@ -212,6 +212,9 @@ fn init_error(settings: &EtcdSettings, err: &rewire_etcd::Error) -> ComponentErr
                 .map_or("", |c| c.username.as_str()),
             settings.key_prefix
         )
+    } else if matches!(err, rewire_etcd::Error::Timeout(_)) {
+        // The client's limit on connecting and on each request.
+        format!("etcd at {endpoints} (`endpoints`): {text} (`dialTimeout`)")
     } else {
         format!("etcd at {endpoints} (`endpoints`): {text}")
     };
