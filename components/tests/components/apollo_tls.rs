@@ -4,9 +4,10 @@
 //! does not sign is refused at start with an error naming the server;
 //! rotated certificate files are taken up without a reload.
 
+use crate::support::file_opens::warnings_over_rereads;
 use crate::support::{apollo_server, logs};
 
-use apollo_server::harness::{expect_change, metadata, start, subscribe, value_of, with};
+use apollo_server::harness::{expect_change, metadata, start, subscribe, value_of, with, PATIENCE};
 use apollo_server::ApolloServer;
 use rewire_runtime::{ConfigItem, ConfigQuery};
 use serde_json::json;
@@ -118,9 +119,8 @@ async fn rotated_tls_files_are_taken_up_without_a_reload() {
     let mut changes = subscribe(store, ConfigQuery::default()).await;
 
     // A key file that is not a key: refused once, the clients serve on.
-    replace_file(&key, "not a key\n");
-    tokio::time::sleep(std::time::Duration::from_millis(3500)).await;
-    let warned = refusals(live.path());
+    let warned =
+        warnings_over_rereads(&key, "not a key\n", PATIENCE, || refusals(live.path())).await;
     assert_eq!(warned.len(), 1, "one warning per bad file: {warned:?}");
     assert!(warned[0].contains("clientKey"), "{warned:?}");
     assert!(

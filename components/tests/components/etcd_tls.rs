@@ -8,6 +8,7 @@
 //! without missing the change made while the store was cut off.
 
 use crate::common;
+use crate::support::file_opens::warnings_over_rereads;
 use crate::support::{etcd_server, logs};
 
 use std::path::Path;
@@ -99,9 +100,8 @@ async fn rotated_tls_files_are_taken_up_without_a_reload() {
     .await;
 
     // A key file that is not a key: refused once, the connection serves on.
-    replace_file(&key, "not a key\n");
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let warned = refusals(live.path());
+    let warned =
+        warnings_over_rereads(&key, "not a key\n", PATIENCE, || refusals(live.path())).await;
     assert_eq!(warned.len(), 1, "one warning per bad file: {warned:?}");
     assert!(warned[0].contains("clientKey"), "{warned:?}");
     assert!(
@@ -221,9 +221,8 @@ async fn the_sequencer_takes_ids_over_tls_across_a_ca_rollover() {
     take(&mut ids, 20, "at start").await;
 
     // A key file that is not a key: refused once, ids keep coming.
-    replace_file(&key, "not a key\n");
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let warned = refusals(live.path());
+    let warned =
+        warnings_over_rereads(&key, "not a key\n", PATIENCE, || refusals(live.path())).await;
     assert_eq!(warned.len(), 1, "one warning per bad file: {warned:?}");
     assert!(warned[0].contains("clientKey"), "{warned:?}");
     assert!(!warned[0].contains("not a key"), "{warned:?}");

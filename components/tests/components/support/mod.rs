@@ -4,5 +4,6 @@
 pub mod apollo_server;
 pub mod etcd_server;
 pub mod extreme;
+pub mod file_opens;
 pub mod logs;
 pub mod story_load;
