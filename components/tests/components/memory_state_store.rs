@@ -104,7 +104,9 @@ async fn first_write_wins() {
     );
 }
 
-#[tokio::test]
+/// On a paused clock (the store reads tokio's): each entry is there until
+/// its own TTL is up, and gone after.
+#[tokio::test(start_paused = true)]
 async fn entries_expire_after_their_ttl() {
     let store = store(json!({})).await;
     let mut short = write("session", "s", None);
@@ -114,15 +116,27 @@ async fn entries_expire_after_their_ttl() {
         .metadata
         .insert("ttlInSeconds".into(), "3600".into());
     store.bulk_set(vec![short, by_metadata]).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while read(&*store, "session").await.is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "`session` never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(read(&*store, "token").await.is_some());
+    assert!(read(&*store, "session").await.is_some(), "`session` stored");
+    tokio::time::advance(Duration::from_millis(45)).await;
+    assert!(
+        read(&*store, "session").await.is_some(),
+        "`session` expired before its TTL"
+    );
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert!(
+        read(&*store, "session").await.is_none(),
+        "`session` outlived its TTL"
+    );
+    tokio::time::advance(Duration::from_secs(3500)).await;
+    assert!(
+        read(&*store, "token").await.is_some(),
+        "`token` expired early"
+    );
+    tokio::time::advance(Duration::from_secs(101)).await;
+    assert!(
+        read(&*store, "token").await.is_none(),
+        "`token` outlived its `ttlInSeconds`"
+    );
 }
 
 #[tokio::test]

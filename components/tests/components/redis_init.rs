@@ -119,6 +119,11 @@ async fn init_against_a_silent_server_gives_up_after_dial_timeout() {
     .expect("init did not give up");
     let err = started.map(|_| ()).expect_err("init must fail");
     assert!(err.contains("redisHost") && err.contains(&addr), "{err}");
+    // Cut at the configured `dialTimeout`, not left to the server.
+    assert!(
+        err.contains("no verified connection within 300ms (`dialTimeout`)"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -209,7 +209,7 @@ async fn client_ids(server: &RedisServer) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_request() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (ca, next_ca) = (TestCa::new("redis-ca"), TestCa::new("next-ca"));
     let server = RedisServer::start_tls(tls_of(&ca), None).await;
     let live = tempfile::tempdir().expect("temp dir");
@@ -226,23 +226,39 @@ async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_
     .unwrap_or_else(|e| panic!("{e}"));
 
     let stop = Arc::new(AtomicBool::new(false));
+    // Writes that succeeded so far, read at each step of the rotation.
+    let ok = Arc::new(AtomicU64::new(0));
     let load = {
-        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        let (store, stop, ok) = (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&ok));
         tokio::spawn(async move {
-            let (mut ok, mut failed) = (0u64, Vec::new());
+            let mut failed = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 let request = SetRequest {
-                    key: format!("load-{ok}"),
+                    key: format!("load-{}", ok.load(Ordering::SeqCst)),
                     value: b"v".to_vec(),
                     ..SetRequest::default()
                 };
                 match store.set(request).await {
-                    Ok(()) => ok += 1,
+                    Ok(()) => {
+                        ok.fetch_add(1, Ordering::SeqCst);
+                    }
                     Err(err) => failed.push(err.to_string()),
                 }
             }
-            (ok, failed)
+            failed
         })
+    };
+    // Waits until `more` writes succeed after `since`.
+    let writes_go_on = async |since: u64, more: u64, when: &str| {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while ok.load(Ordering::SeqCst) < since + more {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{when}: {} writes after {since}",
+                ok.load(Ordering::SeqCst) - since
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     };
     let before = client_ids(&server).await;
     assert!(!before.is_empty());
@@ -271,22 +287,26 @@ async fn rotated_client_certificate_files_reconnect_under_load_without_a_failed_
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    let at_new_connection = ok.load(Ordering::SeqCst);
+    writes_go_on(at_new_connection, 50, "on the new connection").await;
     // Only the new CA from now on: the connection in force carries its certificate.
     let next_ca_path = next_ca.ca_path.to_str().expect("UTF-8").to_string();
     server
         .query(&["CONFIG", "SET", "tls-ca-cert-file", &next_ca_path])
         .await
         .expect("CONFIG SET");
+    let at_new_ca_only = ok.load(Ordering::SeqCst);
     round_trip(&*store, "after", "rotation").await;
+    writes_go_on(at_new_ca_only, 50, "trusting only the new CA").await;
 
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (ok, failed) = load.await.expect("load");
+    stop.store(true, Ordering::SeqCst);
+    let failed = load.await.expect("load");
     println!(
-        "Redis client certificate rotation under load: {ok} writes, {} failed",
+        "Redis client certificate rotation under load: {} writes ({at_new_connection} before the new connection, {at_new_ca_only} before the CA-only switch), {} failed",
+        ok.load(Ordering::SeqCst),
         failed.len()
     );
     assert!(failed.is_empty(), "failed writes: {failed:?}");
-    assert!(ok > 0);
 }
 
 /// Relative `caCert`, `clientCert` and `clientKey` resolve against the
