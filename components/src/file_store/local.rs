@@ -50,6 +50,7 @@ use super::names::{self, TEMP_PREFIX};
 use super::{copy_bounded, deserialize_size, page_size, DEFAULT_MAX_FILE_SIZE};
 
 mod beneath;
+mod go_mode;
 mod listing;
 
 use beneath::{Entry, Kind};
@@ -161,31 +162,25 @@ async fn blocking<T: Send + 'static>(
         .map_err(|err| FileError::Backend(format!("the file store's task failed: {err}")))?
 }
 
-/// Size, age and, as Layotto's `local` store answers them, `FileMode`
-/// (Go's `os.FileMode` in decimal) and `IsDir` (a regular file: `false`).
+/// Size and age: what a listing, a put and a read answer (no metadata:
+/// Layotto's `local` store lists none, and a listing builds none for each
+/// of up to a page of files).
 fn info(name: &str, meta: &std::fs::Metadata) -> FileInfo {
     FileInfo {
         name: name.to_string(),
         size: meta.len(),
         modified: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
-        metadata: [
-            ("FileMode".to_string(), go_file_mode(meta).to_string()),
-            ("IsDir".to_string(), meta.is_dir().to_string()),
-        ]
-        .into(),
+        metadata: Default::default(),
     }
 }
 
-/// A regular file's mode as Go's `os.FileMode` holds it: the permission
-/// bits, setuid, setgid and sticky moved to Go's own bits.
-fn go_file_mode(meta: &std::fs::Metadata) -> u32 {
-    use std::os::unix::fs::PermissionsExt;
-    let unix = meta.permissions().mode();
-    let moved = [(0o4000, 1 << 23), (0o2000, 1 << 22), (0o1000, 1 << 20)];
-    moved
-        .iter()
-        .filter(|(bit, _)| unix & bit != 0)
-        .fold(unix & 0o777, |mode, (_, go)| mode | go)
+/// What `stat` answers: size, age and, as Layotto's `local` store's
+/// `Stat`, `FileMode` and `IsDir` ([`go_mode::stat_metadata`]).
+fn stat_info(name: &str, meta: &std::fs::Metadata) -> FileInfo {
+    FileInfo {
+        metadata: go_mode::stat_metadata(meta),
+        ..info(name, meta)
+    }
 }
 
 /// A put's temporary file (`name` in `folder`), removed when dropped
@@ -579,7 +574,7 @@ impl FileStore for LocalFileStore {
                 existing(&folder, name, last)
             })
             .await?;
-        Ok(info(name, &meta))
+        Ok(stat_info(name, &meta))
     }
 
     async fn delete(&self, name: &str) -> Result<(), FileError> {
@@ -612,5 +607,36 @@ mod tests {
         assert_eq!(walk().unwrap().files.len(), 20);
         let (_stop, walk) = list_task(root(), req, 19);
         assert_eq!(walk(), Err(listing::too_large(19)));
+    }
+
+    #[tokio::test]
+    async fn a_listing_carries_no_metadata_and_a_stat_the_files_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.txt");
+        std::fs::write(&path, "quarterly").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let store = LocalFileStore {
+            metadata: LocalFileMetadata {
+                root: dir.path().display().to_string(),
+                max_file_size: DEFAULT_MAX_FILE_SIZE,
+            },
+            root: Arc::new(beneath::open_root(dir.path()).unwrap()).into(),
+        };
+        let page = store.list(ListRequest::default()).await.unwrap();
+        let [listed] = page.files.as_slice() else {
+            panic!("one file: {page:?}");
+        };
+        assert_eq!((listed.name.as_str(), listed.size), ("report.txt", 9));
+        assert!(listed.metadata.is_empty(), "{listed:?}");
+        let stated = store.stat("report.txt").await.unwrap();
+        assert_eq!(
+            stated.metadata,
+            [
+                ("FileMode".to_string(), "416".to_string()),
+                ("IsDir".to_string(), "false".to_string()),
+            ]
+            .into()
+        );
     }
 }

@@ -42,8 +42,9 @@ pub struct FileInfo {
     pub size: u64,
     /// Last written.
     pub modified: SystemTime,
-    /// What else the store knows of the file, by name (the `local` store:
-    /// `FileMode` and `IsDir`, as Layotto's answers); empty when nothing.
+    /// What else the store knows of the file, by name: filled by `stat`
+    /// only (the `local` store: `FileMode` and `IsDir`, as Layotto's
+    /// `Stat`); empty in listings (as Layotto's `List`), puts and reads.
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -118,10 +119,10 @@ pub trait FileStore: Component {
     /// Opens `name` for reading.
     async fn get(&self, name: &str) -> Result<FileRead, FileError>;
 
-    /// One page of the files matching `req`.
+    /// One page of the files matching `req` (size and age; no metadata).
     async fn list(&self, req: ListRequest) -> Result<ListPage, FileError>;
 
-    /// The size and age of `name`.
+    /// The size, age and metadata of `name`.
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError>;
 
     /// Removes `name`.

@@ -226,14 +226,15 @@ pub(super) async fn meta(
     })
 }
 
-/// A listed file: name, size, last modification (as in `GetFileMeta`) and
-/// what else the store knows of it.
+/// A listed file: name, size and last modification (as in
+/// `GetFileMeta`); no metadata, as Layotto's stores list none (`FileMode`
+/// and the like are `GetFileMeta`'s).
 fn file_info(info: FileInfo) -> pb::FileInfo {
     pb::FileInfo {
         size: i64::try_from(info.size).unwrap_or(i64::MAX),
         last_modified: go_time_string(info.modified),
         file_name: info.name,
-        metadata: info.metadata.into_iter().collect(),
+        metadata: Default::default(),
     }
 }
 
@@ -282,6 +283,21 @@ impl From<SequencerOpError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_file_carries_no_metadata_whatever_its_store_knows_as_layottos_list() {
+        let listed = file_info(FileInfo {
+            name: "docs/report.txt".into(),
+            size: 9,
+            modified: std::time::UNIX_EPOCH,
+            metadata: [("FileMode".to_string(), "416".to_string())].into(),
+        });
+        assert_eq!(
+            (listed.file_name.as_str(), listed.size),
+            ("docs/report.txt", 9)
+        );
+        assert!(listed.metadata.is_empty(), "{listed:?}");
+    }
 
     #[test]
     fn no_options_and_default_options_ask_for_weak_as_layottos_proto_says() {
