@@ -8,9 +8,13 @@ use crate::support::pubsub::{Next, StreamSubscriber};
 use crate::support::sidecar::Sidecar;
 
 use dapr::topic_event_response::TopicEventResponseStatus as Status;
+use rewire::prelude::{
+    async_trait, Component, PubSub, PubSubError, PubSubSubscription, PublishRequest,
+    SubscribeRequest,
+};
 use rewire::sidecar::ApiOptions;
 use tonic::Code;
-use tonic_types::StatusExt;
+use tonic_types::{ErrorDetail, StatusExt};
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
@@ -261,6 +265,33 @@ async fn dapr_error_codes() {
     assert_eq!(status.message(), "topic is empty in pubsub pubsub");
     let reason = status.get_details_error_info().map(|i| i.reason);
     assert_eq!(reason.as_deref(), Some("DAPR_PUBSUB_TOPIC_NAME_EMPTY"));
+    // In Dapr's order (its `build()`): ResourceInfo, then ErrorInfo.
+    let details = status.get_error_details_vec();
+    assert!(
+        matches!(
+            details.as_slice(),
+            [ErrorDetail::ResourceInfo(_), ErrorDetail::ErrorInfo(_)]
+        ),
+        "{details:?}"
+    );
+    // A `rawPayload` that is no boolean: Dapr's `DeserializeError`, the
+    // request's metadata in its ErrorInfo.
+    let mut raw = publish("orders", b"x", "");
+    raw.metadata.insert("rawPayload".into(), "maybe".into());
+    let status = client.publish_event(raw).await.expect_err("no boolean");
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            Code::InvalidArgument,
+            "failed deserializing metadata. Error: rawPayload value must be a valid boolean: actual is 'maybe'"
+        )
+    );
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(info.reason, "DAPR_PUBSUB_METADATA_DESERIALIZATION");
+    assert_eq!(
+        info.metadata.get("rawPayload").map(String::as_str),
+        Some("maybe")
+    );
     // As Dapr's `StartStreamerSubscription`: INVALID_ARGUMENT too.
     let Err(status) = StreamSubscriber::open(sidecar.grpc_url(), "nope", "t").await else {
         panic!("subscribing to an unknown pubsub succeeded");
@@ -286,6 +317,119 @@ async fn dapr_error_codes() {
         "{body}"
     );
     assert_eq!(body["details"].as_array().map(Vec::len), Some(1), "{body}");
+    let answer = http
+        .post(format!(
+            "{}/v1.0/publish/pubsub/orders?metadata.rawPayload=maybe",
+            sidecar.http_url()
+        ))
+        .body("x")
+        .send()
+        .await
+        .expect("http publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = answer.json().await.expect("json error");
+    assert_eq!(body["errorCode"], "ERR_PUBSUB_REQUEST_METADATA");
+    let message = "failed deserializing metadata. Error: \
+                   rawPayload value must be a valid boolean: actual is 'maybe'";
+    assert_eq!(body["message"], message);
+    assert_eq!(
+        body["details"],
+        serde_json::json!([
+            {"@type": "type.googleapis.com/google.rpc.ResourceInfo", "resource_type": "pubsub",
+             "resource_name": "pubsub", "owner": "", "description": message},
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "DAPR_PUBSUB_METADATA_DESERIALIZATION",
+             "domain": "dapr.io", "metadata": {"rawPayload": "maybe"}}
+        ])
+    );
+    sidecar.stop().await;
+}
+
+/// The broker's password, known to the runtime through a `secretRef`.
+const BROKER_PASSWORD: &str = "full-broker-s3cret-41";
+
+#[derive(serde::Deserialize)]
+struct FullBrokerMeta {
+    password: String,
+}
+
+/// A broker that is always full, and says so quoting its password.
+#[derive(rewire::Component)]
+#[component(kind = "pubsub", type = "test.api.full_broker")]
+struct FullBroker {
+    #[metadata]
+    meta: FullBrokerMeta,
+}
+
+#[async_trait]
+impl Component for FullBroker {}
+
+#[async_trait]
+impl PubSub for FullBroker {
+    async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+        Err(PubSubError::Busy(format!(
+            "queue full (auth token {})",
+            self.meta.password
+        )))
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        Err(PubSubError::Invalid("the full broker only refuses".into()))
+    }
+}
+
+/// A full broker's reason reaches the caller, in Dapr's `PublishMessage`
+/// wording, with every secret the runtime knows redacted, over HTTP (its
+/// message and details; nothing redacts it again there: the password
+/// reached both before the fix) and gRPC alike.
+#[tokio::test]
+async fn a_full_broker_s_reason_reaches_the_caller_with_its_secrets_redacted() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let secrets = dir.path().join("secrets.json");
+    let file = serde_json::json!({"broker": {"password": BROKER_PASSWORD}});
+    std::fs::write(&secrets, file.to_string()).expect("secrets written");
+    let config = serde_json::json!({"appId": "shop", "components": {
+        "secret_store": {"local": {"type": "local.file",
+            "metadata": {"secretsFile": secrets, "multiValued": true}}},
+        "pubsub": {"full": {"type": "test.api.full_broker", "secretRef": [
+            {"store": "local", "name": "broker", "key": "password", "injectAs": "password"}
+        ]}}
+    }});
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let reason = "queue full (auth token [redacted])";
+    let http = testkit::http_client();
+    let answer = http
+        .post(format!("{}/v1.0/publish/full/orders", sidecar.http_url()))
+        .body("x")
+        .send()
+        .await
+        .expect("http publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    let text = answer.text().await.expect("a body");
+    assert!(!text.contains(BROKER_PASSWORD), "{text}");
+    let body: serde_json::Value = serde_json::from_str(&text).expect("json error");
+    assert_eq!(body["errorCode"], "ERR_PUBSUB_PUBLISH_MESSAGE");
+    assert_eq!(
+        body["message"],
+        format!("error when publishing to topic orders in pubsub full: {reason}")
+    );
+    assert_eq!(body["details"][0]["resource_name"], "full", "{body}");
+    assert_eq!(
+        body["details"][1]["reason"], "DAPR_PUBSUB_PUBLISH_MESSAGE",
+        "{body}"
+    );
+    assert_eq!(body["details"][1]["metadata"]["error"], reason, "{body}");
+
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let mut full = publish("orders", b"x", "");
+    full.pubsub_name = "full".into();
+    let status = client.publish_event(full).await.expect_err("a full broker");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(
+        status.message(),
+        format!("error when publishing to topic orders in pubsub full: {reason}")
+    );
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(info.metadata.get("error").map(String::as_str), Some(reason));
     sidecar.stop().await;
 }
 

@@ -156,6 +156,35 @@ async fn transactions_over_grpc_are_all_or_nothing() {
     let reason = illegal.get_details_error_info().map(|i| i.reason);
     assert_eq!(reason.as_deref(), Some("DAPR_STATE_ILLEGAL_KEY"));
     assert_eq!(read(&mut client, &["a"]).await[0].1, "10");
+    // As Dapr's `ExecuteStateTransaction`, every key is checked for `||`
+    // before the store sees any: an empty key before it does not hide it
+    // (it was INTERNAL, the transaction failed at the empty key).
+    let behind_an_empty_key = client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![op("upsert", "", "1", None), op("delete", "x||y", "", None)],
+        ))
+        .await
+        .expect_err("a key with `||`");
+    assert_eq!(
+        behind_an_empty_key.code(),
+        Code::InvalidArgument,
+        "{behind_an_empty_key:?}"
+    );
+    let info = behind_an_empty_key.get_details_error_info();
+    assert_eq!(
+        info.map(|i| i.reason).as_deref(),
+        Some("DAPR_STATE_ILLEGAL_KEY")
+    );
+    let bad = behind_an_empty_key.get_details_bad_request();
+    let field = bad.and_then(|b| b.field_violations.into_iter().next());
+    assert_eq!(field.map(|f| f.field).as_deref(), Some("x||y"));
+    // An empty key alone is left to the store: the transaction fails.
+    let empty = client
+        .execute_state_transaction(transaction("orders", vec![op("upsert", "", "1", None)]))
+        .await
+        .expect_err("an empty key");
+    assert_eq!(empty.code(), Code::Internal, "{empty:?}");
     let plain = client
         .execute_state_transaction(transaction("plain", vec![op("upsert", "a", "1", None)]))
         .await
@@ -172,13 +201,21 @@ async fn transactions_over_grpc_are_all_or_nothing() {
     );
     let resource = plain.get_details_resource_info().map(|r| r.resource_name);
     assert_eq!(resource.as_deref(), Some("plain"));
+    // Dapr's Help link to its list of state stores, first.
+    let help = plain.get_details_help().expect("a Help");
+    assert_eq!(
+        help.links[0].url,
+        "https://docs.dapr.io/reference/components-reference/supported-state-stores/"
+    );
     let missing = client
         .execute_state_transaction(transaction("nope", Vec::new()))
         .await
         .expect_err("no such store");
     assert_eq!(missing.code(), Code::InvalidArgument);
-    let reason = missing.get_details_error_info().map(|i| i.reason);
-    assert_eq!(reason.as_deref(), Some("DAPR_STATE_NOT_FOUND"));
+    let info = missing.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(info.reason, "DAPR_STATE_NOT_FOUND");
+    // The sidecar's app id, as Dapr's `StateStoreError::NotFound(appID)`.
+    assert_eq!(info.metadata.get("appID").map(String::as_str), Some("shop"));
 
     let metadata = client
         .get_metadata(GetMetadataRequest {})

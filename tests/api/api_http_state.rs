@@ -202,10 +202,11 @@ async fn bulk_get_answers_in_order_with_etags() {
 async fn unknown_store_and_bad_bodies_are_dapr_errors() {
     let (sidecar, client, url) = sidecar().await;
     let base = format!("{}/v1.0/state/nope", sidecar.http_url());
-    // With Dapr's rich details: its ErrorInfo alone (no ResourceInfo).
+    // With Dapr's rich details: its ErrorInfo alone (no ResourceInfo),
+    // naming the sidecar's app id, as Dapr's `StateStoreError::NotFound`.
     let expected = json!({"errorCode": "ERR_STATE_STORE_NOT_FOUND", "message": "state store nope is not found",
         "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": "DAPR_STATE_NOT_FOUND", "domain": "dapr.io", "metadata": null}]});
+            "reason": "DAPR_STATE_NOT_FOUND", "domain": "dapr.io", "metadata": {"appID": "shop"}}]});
     for request in [
         client.post(&base).json(&json!([{"key": "k", "value": 1}])),
         client.get(format!("{base}/k")),
@@ -361,9 +362,11 @@ async fn no_state_store_at_all_is_dapr_not_configured() {
     let sidecar = Sidecar::start(config, ApiOptions::default()).await;
     let client = Client::new();
     let base = format!("{}/v1.0/state/orders", sidecar.http_url());
+    // The sidecar's app id in the ErrorInfo, as Dapr's
+    // `StateStoreError::NotConfigured`.
     let expected = json!({"errorCode": "ERR_STATE_STORE_NOT_CONFIGURED", "message": "state store is not configured",
         "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": "DAPR_STATE_NOT_CONFIGURED", "domain": "dapr.io", "metadata": null}]});
+            "reason": "DAPR_STATE_NOT_CONFIGURED", "domain": "dapr.io", "metadata": {"appID": "shop"}}]});
     for request in [
         client.post(&base).json(&json!([{"key": "k", "value": 1}])),
         client.get(format!("{base}/k")),

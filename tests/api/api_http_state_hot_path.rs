@@ -105,7 +105,7 @@ async fn the_hot_path_answers_as_the_router_does() {
         Some(
             json!({"errorCode": "ERR_STATE_STORE_NOT_FOUND", "message": "state store nope is not found",
                 "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": "DAPR_STATE_NOT_FOUND", "domain": "dapr.io", "metadata": null}]})
+                    "reason": "DAPR_STATE_NOT_FOUND", "domain": "dapr.io", "metadata": {"appID": "shop"}}]})
         )
     );
     assert_eq!(hot, router);

@@ -193,6 +193,44 @@ async fn transaction_errors_are_dapr_errors() {
         let text = error["message"].as_str().unwrap_or_default();
         assert!(text.contains(message), "{body}: {text}");
     }
+    // As Dapr's `onPostStateTransaction`, every key is checked for `||`
+    // before the store sees any: an empty key before it does not hide it
+    // (it was a 400 for the empty key, `"key" is a required field`). An
+    // empty key alone is left to the store: the transaction fails.
+    let behind_an_empty_key = json!({"operations": [
+        {"operation": "upsert", "request": {"key": "", "value": 1}},
+        {"operation": "delete", "request": {"key": "a||b"}}
+    ]});
+    let answer = send(
+        client
+            .post(format!("{base}/orders/transaction"))
+            .json(&behind_an_empty_key),
+    )
+    .await;
+    assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+    let error = body_json(answer).await;
+    assert_eq!(error["errorCode"], "ERR_MALFORMED_REQUEST", "{error}");
+    assert_eq!(
+        error["details"][2]["reason"], "DAPR_STATE_ILLEGAL_KEY",
+        "{error}"
+    );
+    assert_eq!(
+        error["details"][0]["field_violations"][0]["field"], "a||b",
+        "{error}"
+    );
+    let empty =
+        json!({"operations": [{"operation": "upsert", "request": {"key": "", "value": 1}}]});
+    let answer = send(
+        client
+            .post(format!("{base}/orders/transaction"))
+            .json(&empty),
+    )
+    .await;
+    assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        body_json(answer).await["errorCode"],
+        "ERR_STATE_TRANSACTION"
+    );
     let ops: Vec<Value> = (0..=rewire::sidecar::dapr::MAX_TRANSACTION_OPERATIONS)
         .map(|i| json!({"operation": "upsert", "request": {"key": format!("k{i}"), "value": i}}))
         .collect();
@@ -208,14 +246,15 @@ async fn transaction_errors_are_dapr_errors() {
         too_many["errorCode"],
         "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS"
     );
-    let info = &too_many["details"][0];
+    // In Dapr's order (its `build()`): ResourceInfo, then ErrorInfo.
+    assert_eq!(too_many["details"][0]["resource_name"], "orders");
+    let info = &too_many["details"][1];
     assert_eq!(
         info["reason"], "DAPR_STATE_TOO_MANY_TRANSACTIONS",
         "{too_many}"
     );
     let max = rewire::sidecar::dapr::MAX_TRANSACTION_OPERATIONS;
     assert_eq!(info["metadata"]["maxOpsPerTransaction"], max.to_string());
-    assert_eq!(too_many["details"][1]["resource_name"], "orders");
     let unsupported = send(
         client
             .post(format!("{base}/plain/transaction"))
@@ -223,11 +262,21 @@ async fn transaction_errors_are_dapr_errors() {
     )
     .await;
     let unsupported = body_json(unsupported).await;
+    // As Dapr's `TransactionsNotSupported`: a Help link to its list of
+    // state stores, the ResourceInfo, then the ErrorInfo.
     assert_eq!(
-        unsupported["details"][0]["reason"], "DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED",
+        unsupported["details"][0]["@type"], "type.googleapis.com/google.rpc.Help",
         "{unsupported}"
     );
+    assert_eq!(
+        unsupported["details"][0]["links"][0]["url"],
+        "https://docs.dapr.io/reference/components-reference/supported-state-stores/"
+    );
     assert_eq!(unsupported["details"][1]["resource_type"], "state");
+    assert_eq!(
+        unsupported["details"][2]["reason"], "DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED",
+        "{unsupported}"
+    );
     let none = send(
         client
             .post(format!("{base}/orders/bulk"))

@@ -13,13 +13,15 @@ use rewire::sidecar::ApiOptions;
 use serde_json::{json, Value};
 use sidecar::Sidecar;
 use tonic::Code;
+use tonic_types::StatusExt;
 
 const CONFIG: &str = r#"{"appId": "shop", "components": {
     "state": {"orders": {"type": "memory"}},
     "pubsub": {"events": {"type": "memory"}}
 }}"#;
 
-const ENTRY_ID: &str = "error marshalling events to bytes for topic t pubsub events: entryId is duplicated or not present for entry";
+/// Dapr's `MarshalEvents` message (no index: Dapr names no entry).
+const ENTRY_ID: &str = "error marshaling events to bytes for topic t pubsub events. error: entryId is duplicated or not present for entry";
 
 async fn body_json(response: Response) -> Value {
     response.json().await.expect("not JSON")
@@ -48,7 +50,19 @@ async fn bulk_publish_refuses_empty_and_repeated_entry_ids_as_dapr() {
         assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
         let body = body_json(refused).await;
         assert_eq!(body["errorCode"], "ERR_PUBSUB_EVENTS_SER");
-        assert_eq!(message(&body), format!("{ENTRY_ID} 1"));
+        assert_eq!(message(&body), ENTRY_ID);
+        // Dapr's details: ResourceInfo, then ErrorInfo MARSHAL_EVENTS with
+        // the app id and the reason.
+        assert_eq!(body["details"][0]["resource_name"], "events", "{body}");
+        assert_eq!(
+            body["details"][1]["reason"], "DAPR_PUBSUB_MARSHAL_EVENTS",
+            "{body}"
+        );
+        assert_eq!(
+            body["details"][1]["metadata"],
+            json!({"appID": "shop", "error": "entryId is duplicated or not present for entry"}),
+            "{body}"
+        );
     }
     let mut grpc = grpc::dapr_client(sidecar.grpc_url()).await;
     let entry = |id: &str| BulkPublishRequestEntry {
@@ -67,8 +81,11 @@ async fn bulk_publish_refuses_empty_and_repeated_entry_ids_as_dapr() {
         .expect_err("a repeated entryId");
     assert_eq!(
         (status.code(), status.message()),
-        (Code::InvalidArgument, format!("{ENTRY_ID} 1").as_str())
+        (Code::InvalidArgument, ENTRY_ID)
     );
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(info.reason, "DAPR_PUBSUB_MARSHAL_EVENTS");
+    assert_eq!(info.metadata.get("appID").map(String::as_str), Some("shop"));
     sidecar.stop().await;
 }
 

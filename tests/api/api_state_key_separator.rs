@@ -19,7 +19,7 @@ use rewire::sidecar::ApiOptions;
 use serde_json::Value;
 use sidecar::Sidecar;
 use tonic::{Code, Request, Status};
-use tonic_types::StatusExt;
+use tonic_types::{ErrorDetail, StatusExt};
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;
@@ -43,18 +43,21 @@ async fn refused_as_malformed(response: reqwest::Response, what: &str) {
     assert_eq!(body["errorCode"], "ERR_MALFORMED_REQUEST", "{what}: {body}");
     let message = body["message"].as_str().unwrap_or_default();
     assert!(message.contains("can't contain `||`"), "{what}: {body}");
+    // In Dapr's order (`InvalidKeyName`): BadRequest, ResourceInfo,
+    // ErrorInfo.
     let details = &body["details"];
     assert_eq!(
-        details[0]["reason"], "DAPR_STATE_ILLEGAL_KEY",
+        details[0]["@type"], "type.googleapis.com/google.rpc.BadRequest",
         "{what}: {body}"
     );
-    assert_eq!(details[0]["domain"], "dapr.io", "{what}: {body}");
     assert_eq!(details[1]["resource_type"], "state", "{what}: {body}");
     assert_eq!(details[1]["resource_name"], "orders", "{what}: {body}");
     assert_eq!(
-        details[2]["@type"], "type.googleapis.com/google.rpc.BadRequest",
+        details[2]["reason"], "DAPR_STATE_ILLEGAL_KEY",
         "{what}: {body}"
     );
+    assert_eq!(details[2]["domain"], "dapr.io", "{what}: {body}");
+    assert_eq!(details.as_array().map(Vec::len), Some(3), "{what}: {body}");
 }
 
 /// `status` carries Dapr's illegal-key details for `key` of `orders`.
@@ -76,6 +79,20 @@ fn illegal_key_details(status: &Status, key: &str, what: &str) {
     let bad = status.get_details_bad_request();
     let field = bad.and_then(|b| b.field_violations.into_iter().next());
     assert_eq!(field.map(|f| f.field).as_deref(), Some(key), "{what}");
+    // In Dapr's order (`InvalidKeyName`): BadRequest, ResourceInfo,
+    // ErrorInfo.
+    let details = status.get_error_details_vec();
+    assert!(
+        matches!(
+            details.as_slice(),
+            [
+                ErrorDetail::BadRequest(_),
+                ErrorDetail::ResourceInfo(_),
+                ErrorDetail::ErrorInfo(_)
+            ]
+        ),
+        "{what}: {details:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,9 +1,12 @@
 //! Dapr's rich error details (dapr/kit `errors`): a `google.rpc.ErrorInfo`
 //! (domain `dapr.io`, a reason such as `DAPR_STATE_NOT_FOUND`), with a
-//! `google.rpc.ResourceInfo` naming the component and a
-//! `google.rpc.BadRequest` for a refused key where Dapr adds them. The
-//! transports attach them: gRPC as the status's details, HTTP as the
-//! error body's `details` array. Only errors Dapr details carry one.
+//! `google.rpc.ResourceInfo` naming the component, a `google.rpc.Help`
+//! link and a `google.rpc.BadRequest` for a refused key where Dapr adds
+//! them. The transports attach them, gRPC as the status's details, HTTP
+//! as the error body's `details` array, in the order Dapr's builders add
+//! them: `BadRequest`, `Help`, `ResourceInfo`, then `ErrorInfo` (dapr/kit
+//! keeps call order; Dapr's `build()` adds the last two). Only errors
+//! Dapr details carry one.
 
 use std::collections::HashMap;
 
@@ -24,6 +27,17 @@ pub struct ErrorDetail {
     pub resource: Option<ResourceDetail>,
     /// The `BadRequest` field violation, when a field is refused.
     pub field_violation: Option<FieldViolation>,
+    /// The `Help` link, where Dapr points to its documentation.
+    pub help: Option<HelpLink>,
+}
+
+/// One `google.rpc.Help` link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelpLink {
+    /// What the link is for.
+    pub description: &'static str,
+    /// The address.
+    pub url: &'static str,
 }
 
 /// A `google.rpc.ResourceInfo` (its owner is always empty, as Dapr's).
@@ -54,6 +68,7 @@ impl ErrorDetail {
             metadata: HashMap::new(),
             resource: None,
             field_violation: None,
+            help: None,
         }
     }
 
@@ -71,23 +86,45 @@ impl ErrorDetail {
         self
     }
 
-    /// Dapr's `DAPR_STATE_NOT_FOUND` (no `ResourceInfo`, as Dapr).
-    pub fn state_store_not_found() -> Self {
-        Self::new("DAPR_STATE_NOT_FOUND")
+    /// `{"appID": app_id}` as Dapr's `StateStoreError` metadata: none
+    /// without an app id.
+    fn app_id(self, app_id: &str) -> Self {
+        if app_id.is_empty() {
+            return self;
+        }
+        self.metadata([("appID", app_id.to_string())])
     }
 
-    /// Dapr's `DAPR_STATE_NOT_CONFIGURED` (no `ResourceInfo`, as Dapr).
-    pub fn state_stores_not_configured() -> Self {
-        Self::new("DAPR_STATE_NOT_CONFIGURED")
+    /// Dapr's `DAPR_STATE_NOT_FOUND` (no `ResourceInfo`; the sidecar's
+    /// `appID`, as Dapr's `StateStoreError::NotFound`).
+    pub fn state_store_not_found(app_id: &str) -> Self {
+        Self::new("DAPR_STATE_NOT_FOUND").app_id(app_id)
+    }
+
+    /// Dapr's `DAPR_STATE_NOT_CONFIGURED` (no `ResourceInfo`; the
+    /// sidecar's `appID`, as Dapr's `StateStoreError::NotConfigured`).
+    pub fn state_stores_not_configured(app_id: &str) -> Self {
+        Self::new("DAPR_STATE_NOT_CONFIGURED").app_id(app_id)
     }
 }
+
+/// The link Dapr's `TransactionsNotSupported` carries.
+const STATE_STORE_FEATURES: HelpLink = HelpLink {
+    description: "Check the list of state stores and the features they support",
+    url: "https://docs.dapr.io/reference/components-reference/supported-state-stores/",
+};
+
+/// What Dapr's bulk publish says of an empty or repeated `entryId`.
+pub(super) const ENTRY_ID_PROBLEM: &str = "entryId is duplicated or not present for entry";
 
 impl StateOpError {
     /// Dapr's details for this error, where Dapr attaches some.
     pub fn detail(&self) -> Option<ErrorDetail> {
         match self {
-            Self::NotFound(_) => Some(ErrorDetail::state_store_not_found()),
-            Self::NotConfigured => Some(ErrorDetail::state_stores_not_configured()),
+            Self::NotFound { app_id, .. } => Some(ErrorDetail::state_store_not_found(app_id)),
+            Self::NotConfigured { app_id } => {
+                Some(ErrorDetail::state_stores_not_configured(app_id))
+            }
             // Dapr's illegal key is its separator; an empty key is no
             // `ILLEGAL_KEY` there.
             Self::InvalidKey { store, key, .. } if !key.is_empty() => {
@@ -102,13 +139,12 @@ impl StateOpError {
                 });
                 Some(detail)
             }
-            Self::TransactionsNotSupported(store) => Some(
-                ErrorDetail::new("DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED").resource(
-                    "state",
-                    store,
-                    String::new(),
-                ),
-            ),
+            Self::TransactionsNotSupported(store) => {
+                let mut detail = ErrorDetail::new("DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED")
+                    .resource("state", store, String::new());
+                detail.help = Some(STATE_STORE_FEATURES);
+                Some(detail)
+            }
             Self::TooManyOperations { store, count, max } => Some(
                 ErrorDetail::new("DAPR_STATE_TOO_MANY_TRANSACTIONS")
                     .metadata([
@@ -136,8 +172,22 @@ impl PubSubOpError {
             Self::TopicEmpty(name) => {
                 ErrorDetail::new("DAPR_PUBSUB_TOPIC_NAME_EMPTY").resource("pubsub", name, message)
             }
-            // The error does not carry the pub/sub's name.
-            Self::Metadata(_) => ErrorDetail::new("DAPR_PUBSUB_METADATA_DESERIALIZATION"),
+            // Dapr's `WithMetadata(metadata).DeserializeError`: the
+            // request's metadata.
+            Self::Metadata {
+                pubsub, metadata, ..
+            } => {
+                let mut detail = ErrorDetail::new("DAPR_PUBSUB_METADATA_DESERIALIZATION")
+                    .resource("pubsub", pubsub, message);
+                detail.metadata = metadata.clone();
+                detail
+            }
+            Self::EntryId { pubsub, app_id, .. } => ErrorDetail::new("DAPR_PUBSUB_MARSHAL_EVENTS")
+                .metadata([
+                    ("appID", app_id.clone()),
+                    ("error", ENTRY_ID_PROBLEM.to_string()),
+                ])
+                .resource("pubsub", pubsub, message),
             Self::CloudEvent {
                 pubsub,
                 app_id,
@@ -179,8 +229,18 @@ mod tests {
 
     #[test]
     fn state_errors_carry_dapr_reasons() {
-        let missing = StateOpError::NotFound("orders".into()).detail();
-        assert_eq!(missing.map(|d| d.reason), Some("DAPR_STATE_NOT_FOUND"));
+        let missing = StateOpError::NotFound {
+            store: "orders".into(),
+            app_id: "shop".into(),
+        }
+        .detail()
+        .expect("detailed");
+        assert_eq!(missing.reason, "DAPR_STATE_NOT_FOUND");
+        assert_eq!(missing.metadata["appID"], "shop");
+        let unsupported = StateOpError::TransactionsNotSupported("orders".into())
+            .detail()
+            .expect("detailed");
+        assert_eq!(unsupported.help, Some(STATE_STORE_FEATURES));
         let key = StateOpError::InvalidKey {
             store: "orders".into(),
             key: "a||b".into(),
@@ -244,6 +304,11 @@ mod tests {
             topic: "orders".into(),
             source: PubSubError::Backend("down".into()),
         };
+        // Dapr's `PublishMessage` wording.
+        assert_eq!(
+            failed.to_string(),
+            "error when publishing to topic orders in pubsub events: down"
+        );
         let detail = failed.detail().expect("detailed");
         assert_eq!(detail.reason, "DAPR_PUBSUB_PUBLISH_MESSAGE");
         assert_eq!(detail.metadata["topic"], "orders");
@@ -259,6 +324,45 @@ mod tests {
         assert_eq!(
             PubSubOpError::NameEmpty.detail().map(|d| d.reason),
             Some("DAPR_PUBSUB_NAME_EMPTY")
+        );
+        let entry_id = PubSubOpError::EntryId {
+            pubsub: "events".into(),
+            topic: "orders".into(),
+            app_id: "shop".into(),
+        };
+        assert_eq!(
+            entry_id.to_string(),
+            "error marshaling events to bytes for topic orders pubsub events. \
+             error: entryId is duplicated or not present for entry"
+        );
+        let detail = entry_id.detail().expect("detailed");
+        assert_eq!(detail.reason, "DAPR_PUBSUB_MARSHAL_EVENTS");
+        assert_eq!(
+            (
+                detail.metadata["appID"].as_str(),
+                detail.metadata["error"].as_str()
+            ),
+            ("shop", ENTRY_ID_PROBLEM)
+        );
+        assert_eq!(
+            detail.resource.map(|r| r.resource_name).as_deref(),
+            Some("events")
+        );
+        let metadata = PubSubOpError::Metadata {
+            pubsub: "events".into(),
+            reason: "rawPayload value must be a valid boolean: actual is 'x'".into(),
+            metadata: HashMap::from([("rawPayload".to_string(), "x".to_string())]),
+        };
+        assert_eq!(
+            metadata.to_string(),
+            "failed deserializing metadata. Error: rawPayload value must be a valid boolean: actual is 'x'"
+        );
+        let detail = metadata.detail().expect("detailed");
+        assert_eq!(detail.reason, "DAPR_PUBSUB_METADATA_DESERIALIZATION");
+        assert_eq!(detail.metadata["rawPayload"], "x");
+        assert_eq!(
+            detail.resource.map(|r| r.resource_name).as_deref(),
+            Some("events")
         );
         assert_eq!(
             PubSubOpError::TopicEmpty("events".into())

@@ -15,8 +15,10 @@ use std::sync::Arc;
 use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
+use super::error_detail::ENTRY_ID_PROBLEM;
 use super::pubsub_event::{
-    bulk_event_bytes, envelope, EnvelopeContext, NotACloudEvent, CLOUD_EVENT_CONTENT_TYPE,
+    bulk_event_bytes, check_cloud_event, envelope, EnvelopeContext, NotACloudEvent,
+    CLOUD_EVENT_CONTENT_TYPE,
 };
 use super::request_limits::{check_item_count, check_request_metadata, RequestLimitError};
 use super::retry_rule;
@@ -37,15 +39,16 @@ pub enum PubSubOpError {
     /// No topic given.
     #[error("topic is empty in pubsub {0}")]
     TopicEmpty(String),
-    /// A bulk entry's `entryId` is empty or repeats another's.
-    #[error("error marshalling events to bytes for topic {topic} pubsub {pubsub}: entryId is duplicated or not present for entry {index}")]
+    /// A bulk entry's `entryId` is empty or repeats another's (Dapr's
+    /// `MarshalEvents` message).
+    #[error("error marshaling events to bytes for topic {topic} pubsub {pubsub}. error: {ENTRY_ID_PROBLEM}")]
     EntryId {
         /// The pub/sub.
         pubsub: String,
         /// The topic.
         topic: String,
-        /// The entry's index in the request.
-        index: usize,
+        /// The publishing app (Dapr's details name it).
+        app_id: String,
     },
     /// A payload sent as a CloudEvent (`application/cloudevents+json`)
     /// that is not a JSON object: Dapr's exact message (the reason is
@@ -79,21 +82,28 @@ pub enum PubSubOpError {
     #[error(transparent)]
     Limit(#[from] RequestLimitError),
     /// Request metadata Dapr refuses (`rawPayload` that is not a Go
-    /// boolean).
-    #[error("failed deserializing metadata: {0}")]
-    Metadata(String),
+    /// boolean), in Dapr's `DeserializeError` wording.
+    #[error("failed deserializing metadata. Error: {reason}")]
+    Metadata {
+        /// The pub/sub.
+        pubsub: String,
+        /// What is wrong.
+        reason: String,
+        /// The metadata refused (Dapr's details carry it).
+        metadata: HashMap<String, String>,
+    },
     /// The broker is full (publishes wait, then give up).
-    #[error("error when publish to topic {topic} in pubsub {pubsub}: {source}")]
+    #[error("error when publishing to topic {topic} in pubsub {pubsub}: {source}")]
     Busy {
         /// The pub/sub.
         pubsub: String,
         /// The topic.
         topic: String,
-        /// Why.
+        /// Why (scrubbed).
         source: PubSubError,
     },
     /// The broker failed.
-    #[error("error when publish to topic {topic} in pubsub {pubsub}: {source}")]
+    #[error("error when publishing to topic {topic} in pubsub {pubsub}: {source}")]
     Publish {
         /// The pub/sub.
         pubsub: String,
@@ -173,7 +183,7 @@ impl PubSubOps {
         if topic.is_empty() {
             return Err(PubSubOpError::TopicEmpty(self.name.clone()));
         }
-        let raw = raw_payload(&event.metadata)?;
+        let raw = self.raw_payload(&event.metadata)?;
         let (data, content_type) = if raw {
             (event.data, event.content_type)
         } else {
@@ -236,7 +246,7 @@ impl PubSubOps {
                     return Err(PubSubOpError::Busy {
                         pubsub: self.name.clone(),
                         topic: request.topic,
-                        source: err,
+                        source: self.scrubbed(err),
                     })
                 }
                 Err(err) => {
@@ -263,10 +273,13 @@ impl PubSubOps {
 
     /// Publishes each of `entries` (`(entry_id, event)`), each with
     /// `request_metadata` under its own; the ids of the failed ones with
-    /// their errors. Every entry's envelope is made before the first is
-    /// published (the request's entries and bytes are bounded before). An empty or repeated `entryId`, or an entry sent as a
+    /// their errors. An empty or repeated `entryId`, or an entry sent as a
     /// CloudEvent that is not one, refuses the whole request before
-    /// anything is published, as Dapr does.
+    /// anything is published, as Dapr does: every entry is checked first,
+    /// reading the metadata where it is, no copy made. Then one entry at a
+    /// time is merged with `request_metadata`, enveloped and published, so
+    /// no more than one merged copy is held, whatever the request's count
+    /// of entries times its metadata.
     pub async fn bulk_publish(
         &self,
         topic: &str,
@@ -278,30 +291,22 @@ impl PubSubOps {
         }
         self.check_entry_count(entries.len())?;
         self.check_metadata(request_metadata)?;
-        raw_payload(request_metadata)?;
-        if let Some(index) = Self::first_bad_entry_id(entries.iter().map(|(id, _)| id.as_str())) {
+        self.raw_payload(request_metadata)?;
+        if Self::first_bad_entry_id(entries.iter().map(|(id, _)| id.as_str())).is_some() {
             return Err(PubSubOpError::EntryId {
                 pubsub: self.name.clone(),
                 topic: topic.to_string(),
-                index,
+                app_id: self.call.generation().app_id().to_string(),
             });
         }
-        // Every envelope is made before anything is published: one that
-        // cannot be refuses the whole request, as Dapr's.
-        let mut prepared = Vec::with_capacity(entries.len());
+        self.check_entries(request_metadata, &entries)?;
+        let mut failed = Vec::new();
         for (entry_id, mut event) in entries {
             if !request_metadata.is_empty() {
                 let own = std::mem::replace(&mut event.metadata, request_metadata.clone());
                 event.metadata.extend(own);
             }
-            match self.prepare(topic, event) {
-                Err(err @ PubSubOpError::CloudEvent { .. }) => return Err(err),
-                request => prepared.push((entry_id, request)),
-            }
-        }
-        let mut failed = Vec::new();
-        for (entry_id, request) in prepared {
-            let published = match request {
+            let published = match self.prepare(topic, event) {
                 Ok(request) => self.publish_following(request).await,
                 Err(err) => Err(err),
             };
@@ -310,6 +315,34 @@ impl PubSubOps {
             }
         }
         Ok(failed)
+    }
+
+    /// Refuses a bulk publish whose entry, enveloped (its own `rawPayload`
+    /// over the request's is not true), is sent as a CloudEvent that is
+    /// not one. Reads the entries in place: nothing is merged or kept. An
+    /// entry whose `rawPayload` is no boolean fails alone, when published.
+    fn check_entries(
+        &self,
+        request_metadata: &HashMap<String, String>,
+        entries: &[(String, PublishEvent)],
+    ) -> Result<(), PubSubOpError> {
+        for (_, event) in entries {
+            let raw = event
+                .metadata
+                .get(RAW_PAYLOAD)
+                .or_else(|| request_metadata.get(RAW_PAYLOAD));
+            if parse_raw_payload(raw.map(String::as_str)) != Ok(false) {
+                continue;
+            }
+            check_cloud_event(&event.data, event.content_type.as_deref()).map_err(
+                |NotACloudEvent(reason)| PubSubOpError::CloudEvent {
+                    pubsub: self.name.clone(),
+                    app_id: self.call.generation().app_id().to_string(),
+                    reason,
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// The index of the first bulk entry whose `entryId` is empty or
@@ -333,17 +366,36 @@ impl PubSubOps {
     }
 }
 
-/// Whether `metadata` asks for the payload as-is (`rawPayload`), read as
-/// Dapr reads it: absent or empty is no, else one of Go's
-/// `strconv.ParseBool` spellings (`1 t T TRUE true True`, `0 f F FALSE
-/// false False`); anything else is refused.
-fn raw_payload(metadata: &HashMap<String, String>) -> Result<bool, PubSubOpError> {
-    match metadata.get("rawPayload").map(String::as_str) {
+/// The metadata key asking for the payload as-is.
+const RAW_PAYLOAD: &str = "rawPayload";
+
+impl PubSubOps {
+    /// Whether `metadata` asks for the payload as-is ([`parse_raw_payload`]);
+    /// Dapr's `DeserializeError`, with the metadata, if it cannot be read.
+    fn raw_payload(&self, metadata: &HashMap<String, String>) -> Result<bool, PubSubOpError> {
+        parse_raw_payload(metadata.get(RAW_PAYLOAD).map(String::as_str)).map_err(|reason| {
+            PubSubOpError::Metadata {
+                pubsub: self.name.clone(),
+                reason,
+                metadata: metadata.clone(),
+            }
+        })
+    }
+}
+
+/// A `rawPayload` value read as Dapr reads it: absent or empty is no, else
+/// one of Go's `strconv.ParseBool` spellings (`1 t T TRUE true True`, `0 f
+/// F FALSE false False`); anything else is refused, with Dapr's reason.
+fn parse_raw_payload(value: Option<&str>) -> Result<bool, String> {
+    match value {
         None | Some("") => Ok(false),
         Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
         Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
-        Some(other) => Err(PubSubOpError::Metadata(format!(
+        Some(other) => Err(format!(
             "rawPayload value must be a valid boolean: actual is '{other}'"
-        ))),
+        )),
     }
 }
+
+#[cfg(test)]
+mod tests;

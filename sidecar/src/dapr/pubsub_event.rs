@@ -80,6 +80,18 @@ pub fn envelope(
     Ok(build_envelope(data, content_type, given, cx))
 }
 
+/// What [`envelope`] refuses of `data` of `content_type`, checked without
+/// building anything: a payload sent as a CloudEvent that does not begin
+/// with a JSON object.
+pub fn check_cloud_event(data: &[u8], content_type: Option<&str>) -> Result<(), NotACloudEvent> {
+    match content_type {
+        Some(c) if !c.is_empty() && is_cloud_event_content_type(c) => {
+            given_cloud_event(data).map(drop)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Whether `content_type` is `application/cloudevents+json`, as Dapr's
 /// `IsCloudEventContentType`: the whole type, or what precedes its first
 /// `;`, in any case (no spaces trimmed).

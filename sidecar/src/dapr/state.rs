@@ -29,11 +29,19 @@ const BULK_ITEM_OVERHEAD: usize = 32;
 pub enum StateOpError {
     /// No state store with that name in the call's generation (which
     /// holds others).
-    #[error("state store `{0}` is not found")]
-    NotFound(String),
+    #[error("state store `{store}` is not found")]
+    NotFound {
+        /// The store asked for.
+        store: String,
+        /// The sidecar's app id (Dapr's details name it).
+        app_id: String,
+    },
     /// The call's generation holds no state store at all.
     #[error("state store is not configured")]
-    NotConfigured,
+    NotConfigured {
+        /// The sidecar's app id (Dapr's details name it).
+        app_id: String,
+    },
     /// A read failed.
     #[error("fail to get `{key}` from state store `{store}`: {source}")]
     Get {
@@ -132,8 +140,8 @@ impl StateOpError {
     /// The store's own error, when the store was found.
     pub fn store_error(&self) -> Option<&StateError> {
         match self {
-            Self::NotFound(_)
-            | Self::NotConfigured
+            Self::NotFound { .. }
+            | Self::NotConfigured { .. }
             | Self::BulkTooLarge { .. }
             | Self::TransactionsNotSupported(_)
             | Self::UnsupportedOperation(_)
@@ -165,9 +173,14 @@ impl Call {
                 .iter()
                 .any(|(key, _)| key.kind == Kind::State) =>
             {
-                Err(StateOpError::NotConfigured)
+                Err(StateOpError::NotConfigured {
+                    app_id: self.generation().app_id().to_string(),
+                })
             }
-            _ => Err(StateOpError::NotFound(name.to_string())),
+            _ => Err(StateOpError::NotFound {
+                store: name.to_string(),
+                app_id: self.generation().app_id().to_string(),
+            }),
         }
     }
 }

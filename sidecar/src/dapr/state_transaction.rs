@@ -74,14 +74,18 @@ impl StateOps<'_> {
         if count == 0 {
             return Ok(());
         }
+        // Dapr's separator first, in every key (its `GetModifiedStateKey`
+        // on each operation before `Multi`): its illegal key, whatever
+        // other key is empty.
         for (index, operation) in request.operations.iter().enumerate() {
             let key = operation.key();
-            if key.is_empty() {
-                // Dapr leaves it to the store, which fails the transaction.
-                return Err(self.transaction_failed(StateError::Invalid("a key is empty".into())));
+            if !key.is_empty() {
+                self.check_key(index, key)?;
             }
-            // Dapr's separator: its illegal key, before the store is asked.
-            self.check_key(index, key)?;
+        }
+        if request.operations.iter().any(|o| o.key().is_empty()) {
+            // Dapr leaves it to the store, which fails the transaction.
+            return Err(self.transaction_failed(StateError::Invalid("a key is empty".into())));
         }
         let retries = retry_rule::transaction(&request);
         let store = self.store();

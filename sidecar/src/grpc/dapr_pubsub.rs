@@ -110,7 +110,7 @@ impl From<PubSubOpError> for Status {
             | PubSubOpError::CloudEvent { .. }
             | PubSubOpError::EventConversion { .. }
             | PubSubOpError::Limit(_)
-            | PubSubOpError::Metadata(_) => Code::InvalidArgument,
+            | PubSubOpError::Metadata { .. } => Code::InvalidArgument,
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
             PubSubOpError::Publish { .. } => Code::Internal,
         };

@@ -4,7 +4,7 @@
 
 use rewire_runtime::{ConfigError, LockError, StateError};
 use tonic::{Code, Status};
-use tonic_types::{BadRequest, ErrorDetail as RpcDetail, ErrorInfo, ResourceInfo, StatusExt};
+use tonic_types::{BadRequest, ErrorDetail as RpcDetail, ErrorInfo, Help, ResourceInfo, StatusExt};
 
 use crate::dapr::{
     ConfigOpError, ErrorDetail, LockOpError, RequestLimitError, SecretOpError, StateOpError,
@@ -12,14 +12,19 @@ use crate::dapr::{
 };
 
 /// A status of `code` and `message` carrying Dapr's `detail`, when there
-/// is one, as its details: `google.rpc.ErrorInfo`, then `ResourceInfo`,
-/// then `BadRequest` (the order of Dapr's documented example).
+/// is one, as its details in the order Dapr's builders add them:
+/// `google.rpc.BadRequest`, `Help`, `ResourceInfo`, then `ErrorInfo`.
 pub(crate) fn dapr_status(code: Code, message: String, detail: Option<ErrorDetail>) -> Status {
     let Some(detail) = detail else {
         return Status::new(code, message);
     };
-    let mut details: Vec<RpcDetail> =
-        vec![ErrorInfo::new(detail.reason, DAPR_DOMAIN, detail.metadata).into()];
+    let mut details: Vec<RpcDetail> = Vec::with_capacity(4);
+    if let Some(violation) = detail.field_violation {
+        details.push(BadRequest::with_violation(violation.field, violation.description).into());
+    }
+    if let Some(link) = detail.help {
+        details.push(Help::with_link(link.description, link.url).into());
+    }
     if let Some(resource) = detail.resource {
         details.push(
             ResourceInfo::new(
@@ -31,9 +36,7 @@ pub(crate) fn dapr_status(code: Code, message: String, detail: Option<ErrorDetai
             .into(),
         );
     }
-    if let Some(violation) = detail.field_violation {
-        details.push(BadRequest::with_violation(violation.field, violation.description).into());
-    }
+    details.push(ErrorInfo::new(detail.reason, DAPR_DOMAIN, detail.metadata).into());
     Status::with_error_details_vec(code, message, details)
 }
 
@@ -78,7 +81,7 @@ fn state_code(err: &StateError) -> Code {
 impl From<StateOpError> for Status {
     fn from(err: StateOpError) -> Self {
         let code = match &err {
-            StateOpError::NotConfigured => Code::FailedPrecondition,
+            StateOpError::NotConfigured { .. } => Code::FailedPrecondition,
             StateOpError::BulkTooLarge { .. } => Code::ResourceExhausted,
             StateOpError::TransactionsNotSupported(_) | StateOpError::UnsupportedOperation(_) => {
                 Code::Unimplemented
@@ -179,7 +182,9 @@ mod tests {
             save_failed(StateError::Invalid("ttlInSeconds".into())).code(),
             Code::Internal
         );
-        let none = Status::from(StateOpError::NotConfigured);
+        let none = Status::from(StateOpError::NotConfigured {
+            app_id: "shop".into(),
+        });
         assert_eq!(none.code(), Code::FailedPrecondition);
         assert_eq!(none.message(), "state store is not configured");
         assert_eq!(
@@ -190,9 +195,17 @@ mod tests {
 
     #[test]
     fn unknown_stores_are_invalid_arguments_naming_the_store() {
-        let status = Status::from(StateOpError::NotFound("orders".into()));
+        let status = Status::from(StateOpError::NotFound {
+            store: "orders".into(),
+            app_id: "shop".into(),
+        });
         assert_eq!(status.code(), Code::InvalidArgument);
         assert_eq!(status.message(), "state store `orders` is not found");
+        // As Dapr's `StateStoreError::NotFound(appID)`: the app id, no
+        // ResourceInfo.
+        let info = status.get_details_error_info().expect("an ErrorInfo");
+        assert_eq!(info.metadata.get("appID").map(String::as_str), Some("shop"));
+        assert_eq!(status.get_error_details_vec().len(), 1);
         let status = Status::from(LockOpError::NotFound("l".into()));
         assert_eq!(status.message(), "lock store `l` is not found");
         assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
@@ -223,10 +236,18 @@ mod tests {
             problem: "input key `a||b` can't contain `||`".into(),
         });
         assert_eq!(status.code(), Code::InvalidArgument);
+        // As Dapr's `InvalidKeyName`: BadRequest, ResourceInfo, ErrorInfo.
         let details = status.get_error_details_vec();
         assert!(
-            matches!(details.first(), Some(RpcDetail::ErrorInfo(_))),
-            "ErrorInfo first: {details:?}"
+            matches!(
+                details.as_slice(),
+                [
+                    RpcDetail::BadRequest(_),
+                    RpcDetail::ResourceInfo(_),
+                    RpcDetail::ErrorInfo(_)
+                ]
+            ),
+            "Dapr's order: {details:?}"
         );
         let info = status.get_details_error_info().expect("an ErrorInfo");
         assert_eq!(info.reason, "DAPR_STATE_ILLEGAL_KEY");
@@ -239,6 +260,24 @@ mod tests {
         // No detail: a plain status.
         let plain = save_failed(StateError::Backend("down".into()));
         assert!(plain.details().is_empty());
+    }
+
+    #[test]
+    fn a_store_without_transactions_links_daprs_list_of_stores() {
+        let status = Status::from(StateOpError::TransactionsNotSupported("orders".into()));
+        assert_eq!(status.code(), Code::Unimplemented);
+        let details = status.get_error_details_vec();
+        let [RpcDetail::Help(help), RpcDetail::ResourceInfo(resource), RpcDetail::ErrorInfo(info)] =
+            details.as_slice()
+        else {
+            panic!("Dapr's order (Help, ResourceInfo, ErrorInfo): {details:?}");
+        };
+        assert_eq!(
+            help.links[0].url,
+            "https://docs.dapr.io/reference/components-reference/supported-state-stores/"
+        );
+        assert_eq!(resource.resource_name, "orders");
+        assert_eq!(info.reason, "DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED");
     }
 
     #[test]

@@ -21,11 +21,19 @@ use crate::dapr::{ConfigOpError, ErrorDetail, RequestLimitError, SecretOpError, 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// No state store with that name in the generation serving.
-    #[error("state store {0} is not found")]
-    StateStoreNotFound(String),
+    #[error("state store {store} is not found")]
+    StateStoreNotFound {
+        /// The store asked for.
+        store: String,
+        /// The sidecar's app id (Dapr's details name it).
+        app_id: String,
+    },
     /// No state store at all in the generation serving.
     #[error("state store is not configured")]
-    StateStoresNotConfigured,
+    StateStoresNotConfigured {
+        /// The sidecar's app id (Dapr's details name it).
+        app_id: String,
+    },
     /// No secret store with that name.
     #[error("failed finding secret store with key {0}")]
     SecretStoreNotFound(String),
@@ -203,8 +211,8 @@ impl HttpError {
     /// Dapr's error code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::StateStoreNotFound(_) => "ERR_STATE_STORE_NOT_FOUND",
-            Self::StateStoresNotConfigured => "ERR_STATE_STORE_NOT_CONFIGURED",
+            Self::StateStoreNotFound { .. } => "ERR_STATE_STORE_NOT_FOUND",
+            Self::StateStoresNotConfigured { .. } => "ERR_STATE_STORE_NOT_CONFIGURED",
             Self::SecretStoreNotFound(_) => "ERR_SECRET_STORE_NOT_FOUND",
             Self::ConfigStoreNotFound(_) => "ERR_CONFIGURATION_STORE_NOT_FOUND",
             Self::Malformed(_)
@@ -234,7 +242,7 @@ impl HttpError {
     /// The HTTP status, as Dapr answers it.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::StateStoreNotFound(_)
+            Self::StateStoreNotFound { .. }
             | Self::ConfigStoreNotFound(_)
             | Self::Malformed(_)
             | Self::MalformedBody { .. }
@@ -254,7 +262,7 @@ impl HttpError {
             | Self::ConfigSubscribe { .. }
             | Self::NotReady(_)
             | Self::NotReadyWithheld
-            | Self::StateStoresNotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::StateStoresNotConfigured { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             // Dapr's `ErrSecretStoreNotFound` is a 401 (and gRPC's
             // `INVALID_ARGUMENT`).
             Self::SecretStoreNotFound(_) | Self::Unauthorized | Self::AdminUnauthorized => {
@@ -269,8 +277,12 @@ impl HttpError {
     /// Dapr's rich details of this error, where Dapr attaches some.
     pub fn detail(&self) -> Option<ErrorDetail> {
         match self {
-            Self::StateStoreNotFound(_) => Some(ErrorDetail::state_store_not_found()),
-            Self::StateStoresNotConfigured => Some(ErrorDetail::state_stores_not_configured()),
+            Self::StateStoreNotFound { app_id, .. } => {
+                Some(ErrorDetail::state_store_not_found(app_id))
+            }
+            Self::StateStoresNotConfigured { app_id } => {
+                Some(ErrorDetail::state_stores_not_configured(app_id))
+            }
             Self::Detailed { detail, .. } => Some(detail.as_ref().clone()),
             _ => None,
         }
@@ -339,8 +351,8 @@ impl From<StateOpError> for HttpError {
                     detail,
                 )
             }
-            StateOpError::NotFound(store) => Self::StateStoreNotFound(store),
-            StateOpError::NotConfigured => Self::StateStoresNotConfigured,
+            StateOpError::NotFound { store, app_id } => Self::StateStoreNotFound { store, app_id },
+            StateOpError::NotConfigured { app_id } => Self::StateStoresNotConfigured { app_id },
             too_large @ StateOpError::BulkTooLarge { .. } => {
                 Self::ResponseTooLarge(too_large.to_string())
             }
@@ -499,9 +511,14 @@ mod tests {
                 .starts_with("failed deleting state with key k from state store s: "),
             "{invalid}"
         );
-        let not_found = HttpError::from(StateOpError::NotFound("x".into()));
+        let not_found = HttpError::from(StateOpError::NotFound {
+            store: "x".into(),
+            app_id: "shop".into(),
+        });
         assert_eq!(not_found.body()["message"], "state store x is not found");
-        let none = HttpError::from(StateOpError::NotConfigured);
+        let none = HttpError::from(StateOpError::NotConfigured {
+            app_id: "shop".into(),
+        });
         assert_eq!(none.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(none.code(), "ERR_STATE_STORE_NOT_CONFIGURED");
         assert_eq!(none.body()["message"], "state store is not configured");

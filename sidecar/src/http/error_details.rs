@@ -8,31 +8,13 @@ use crate::dapr::{ErrorDetail, DAPR_DOMAIN};
 /// The `@type` prefix of each detail.
 const TYPE_PREFIX: &str = "type.googleapis.com/google.rpc.";
 
-/// The `details` array of an error body, as dapr/kit writes it:
-/// `ErrorInfo` (`reason`, `domain`, `metadata`, `null` when empty), then
-/// `ResourceInfo` (`resource_type`, `resource_name`, `owner`,
-/// `description`), then `BadRequest` (`field_violations`).
+/// The `details` array of an error body, as dapr/kit writes it, in the
+/// order Dapr's builders add them: `BadRequest` (`field_violations`),
+/// `Help` (`links`), `ResourceInfo` (`resource_type`, `resource_name`,
+/// `owner`, `description`), then `ErrorInfo` (`reason`, `domain`,
+/// `metadata`, `null` when empty).
 pub(crate) fn details_json(detail: &ErrorDetail) -> Value {
-    let metadata = if detail.metadata.is_empty() {
-        Value::Null
-    } else {
-        json!(detail.metadata)
-    };
-    let mut details = vec![json!({
-        "@type": format!("{TYPE_PREFIX}ErrorInfo"),
-        "reason": detail.reason,
-        "domain": DAPR_DOMAIN,
-        "metadata": metadata,
-    })];
-    if let Some(resource) = &detail.resource {
-        details.push(json!({
-            "@type": format!("{TYPE_PREFIX}ResourceInfo"),
-            "resource_type": resource.resource_type,
-            "resource_name": resource.resource_name,
-            "owner": "",
-            "description": resource.description,
-        }));
-    }
+    let mut details = Vec::with_capacity(4);
     if let Some(violation) = &detail.field_violation {
         details.push(json!({
             "@type": format!("{TYPE_PREFIX}BadRequest"),
@@ -42,6 +24,32 @@ pub(crate) fn details_json(detail: &ErrorDetail) -> Value {
             }],
         }));
     }
+    if let Some(link) = &detail.help {
+        details.push(json!({
+            "@type": format!("{TYPE_PREFIX}Help"),
+            "links": [{"description": link.description, "url": link.url}],
+        }));
+    }
+    if let Some(resource) = &detail.resource {
+        details.push(json!({
+            "@type": format!("{TYPE_PREFIX}ResourceInfo"),
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+            "owner": "",
+            "description": resource.description,
+        }));
+    }
+    let metadata = if detail.metadata.is_empty() {
+        Value::Null
+    } else {
+        json!(detail.metadata)
+    };
+    details.push(json!({
+        "@type": format!("{TYPE_PREFIX}ErrorInfo"),
+        "reason": detail.reason,
+        "domain": DAPR_DOMAIN,
+        "metadata": metadata,
+    }));
     Value::Array(details)
 }
 
@@ -55,17 +63,28 @@ mod tests {
 
     #[test]
     fn details_are_written_as_dapr_kit_writes_them() {
-        let missing = HttpError::from(StateOpError::NotFound("x".into())).body();
+        let missing = HttpError::from(StateOpError::NotFound {
+            store: "x".into(),
+            app_id: "shop".into(),
+        })
+        .body();
         assert_eq!(
             missing["details"],
             json!([{
                 "@type": "type.googleapis.com/google.rpc.ErrorInfo",
                 "reason": "DAPR_STATE_NOT_FOUND",
                 "domain": "dapr.io",
-                "metadata": null,
+                "metadata": {"appID": "shop"},
             }])
         );
         assert_eq!(missing["errorCode"], "ERR_STATE_STORE_NOT_FOUND");
+        // No app id: no metadata, as Dapr's.
+        let anonymous = HttpError::from(StateOpError::NotConfigured {
+            app_id: String::new(),
+        })
+        .body();
+        assert_eq!(anonymous["details"][0]["metadata"], json!(null));
+        // As Dapr's `InvalidKeyName`: BadRequest, ResourceInfo, ErrorInfo.
         let key = HttpError::from(StateOpError::InvalidKey {
             store: "orders".into(),
             key: "a||b".into(),
@@ -74,7 +93,11 @@ mod tests {
         })
         .body();
         let details = &key["details"];
-        assert_eq!(details[0]["reason"], "DAPR_STATE_ILLEGAL_KEY");
+        assert_eq!(
+            details[0]["@type"],
+            "type.googleapis.com/google.rpc.BadRequest"
+        );
+        assert_eq!(details[0]["field_violations"][0]["field"], "a||b");
         assert_eq!(
             details[1],
             json!({
@@ -85,11 +108,8 @@ mod tests {
                 "description": "",
             })
         );
-        assert_eq!(
-            details[2]["@type"],
-            "type.googleapis.com/google.rpc.BadRequest"
-        );
-        assert_eq!(details[2]["field_violations"][0]["field"], "a||b");
+        assert_eq!(details[2]["reason"], "DAPR_STATE_ILLEGAL_KEY");
+        assert_eq!(details.as_array().map(Vec::len), Some(3));
         let too_many = HttpError::from(StateOpError::TooManyOperations {
             store: "orders".into(),
             count: 3,
@@ -100,13 +120,32 @@ mod tests {
             too_many["errorCode"],
             "ERR_STATE_STORE_TOO_MANY_TRANSACTIONS"
         );
+        assert_eq!(too_many["details"][0]["resource_name"], "orders");
         assert_eq!(
-            too_many["details"][0]["reason"],
+            too_many["details"][1]["reason"],
             "DAPR_STATE_TOO_MANY_TRANSACTIONS"
         );
         assert_eq!(
-            too_many["details"][0]["metadata"]["maxOpsPerTransaction"],
+            too_many["details"][1]["metadata"]["maxOpsPerTransaction"],
             "2"
+        );
+        // As Dapr's `TransactionsNotSupported`: Help, ResourceInfo, ErrorInfo.
+        let unsupported =
+            HttpError::from(StateOpError::TransactionsNotSupported("orders".into())).body();
+        assert_eq!(
+            unsupported["details"][0],
+            json!({
+                "@type": "type.googleapis.com/google.rpc.Help",
+                "links": [{
+                    "description": "Check the list of state stores and the features they support",
+                    "url": "https://docs.dapr.io/reference/components-reference/supported-state-stores/",
+                }],
+            })
+        );
+        assert_eq!(unsupported["details"][1]["resource_type"], "state");
+        assert_eq!(
+            unsupported["details"][2]["reason"],
+            "DAPR_STATE_TRANSACTIONS_NOT_SUPPORTED"
         );
     }
 

@@ -35,7 +35,7 @@ impl IntoResponse for PublishError {
             | PubSubOpError::Limit(RequestLimitError::TooManyItems { .. }) => {
                 (StatusCode::BAD_REQUEST, "ERR_PUBSUB_EVENTS_SER")
             }
-            PubSubOpError::Limit(_) | PubSubOpError::Metadata(_) => {
+            PubSubOpError::Limit(_) | PubSubOpError::Metadata { .. } => {
                 (StatusCode::BAD_REQUEST, "ERR_PUBSUB_REQUEST_METADATA")
             }
             PubSubOpError::CloudEvent { .. } => (

@@ -122,6 +122,22 @@ pub(super) fn set_request(
     write_of(item, shared)
 }
 
+/// The write of operation `index` of a transaction to `store`: as Dapr's
+/// `onPostStateTransaction`, a key is checked for the separator as its
+/// operation is read, and an empty one is left to the shared
+/// [`transact`](crate::dapr::StateOps::transact), once every key was.
+pub(super) fn transaction_write(
+    store: &StateOps<'_>,
+    index: usize,
+    item: SaveItem,
+    shared: &HashMap<String, String>,
+) -> Result<SetRequest, HttpError> {
+    if !item.key.is_empty() {
+        store.check_key(index, &item.key)?;
+    }
+    write_of(item, shared)
+}
+
 /// The write of an item whose key is checked.
 fn write_of(item: SaveItem, shared: &HashMap<String, String>) -> Result<SetRequest, HttpError> {
     let options = item.options.unwrap_or_default();

@@ -20,7 +20,7 @@ use super::input::{
     RawBody,
 };
 use super::path_params::PathParams;
-use super::state::{set_request, SaveItem};
+use super::state::{transaction_write, SaveItem};
 use crate::dapr::{
     check_metadata_copies, check_request_metadata, transaction_operation, Call,
     MAX_TRANSACTION_OPERATIONS,
@@ -65,7 +65,7 @@ pub async fn execute(
     check_metadata_copies(component, &shared, body.operations.count, limit)?;
     let mut operations = Vec::with_capacity(body.operations.kept.len());
     for (index, operation) in body.operations.kept.into_iter().enumerate() {
-        let write = set_request(&store, index, operation.request, &shared)?;
+        let write = transaction_write(&store, index, operation.request, &shared)?;
         operations.push(transaction_operation(&operation.operation, write)?);
     }
     let mut metadata = body.metadata;
