@@ -302,17 +302,19 @@ pub(crate) async fn assemble_resolved(
         Some(Ok(Ok(()))) => {}
         None => {
             unwound.disarm();
-            close_unstarted(key, component, &shutdown, cx).await;
+            // The start-up's unwinding is bounded: a close as any other.
+            let within = cx.timeouts.init.min(crate::closing::CLOSE_TIMEOUT);
+            close_unstarted(key, component, &shutdown, cx, within).await;
             return Err(cancelled(spec, cx));
         }
         Some(Ok(Err(err))) => {
             unwound.disarm();
-            close_unstarted(key, component, &shutdown, cx).await;
+            close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await;
             return Err(cx.fail(key, FailedStep::Init, err));
         }
         Some(Err(_)) => {
             unwound.disarm();
-            close_unstarted(key, component, &shutdown, cx).await;
+            close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await;
             return Err(cx.fail(
                 key,
                 FailedStep::InitTimeout,
@@ -423,16 +425,17 @@ fn secret_safe(spec: &ComponentSpec, err: MetadataError) -> String {
 
 /// Lets a component whose init failed or timed out release what it may
 /// have taken: its shutdown token is cancelled and `close` is called on a
-/// task of its own (bounded by the init timeout): a close that panics is
-/// logged, and the init's failure stays the component's.
+/// task of its own (bounded by `within`): a close that panics is logged,
+/// and the init's failure stays the component's.
 async fn close_unstarted(
     key: &ComponentKey,
     component: Box<dyn Buildable>,
     shutdown: &CancellationToken,
     cx: &AssemblyContext,
+    within: Duration,
 ) {
     shutdown.cancel();
-    match guarded(async move { component.close().await }, cx.timeouts.init).await {
+    match guarded(async move { component.close().await }, within).await {
         Answer::Answered(Ok(())) => {}
         Answer::Answered(Err(err)) => {
             tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed.")

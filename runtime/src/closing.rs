@@ -25,16 +25,26 @@ pub(crate) async fn close_one(
     instance: &Instance,
     shutdown: &CancellationToken,
 ) {
+    close_within(key, instance, shutdown, CLOSE_TIMEOUT).await;
+}
+
+/// [`close_one`], its `close` abandoned after `within` instead.
+pub(crate) async fn close_within(
+    key: &ComponentKey,
+    instance: &Instance,
+    shutdown: &CancellationToken,
+    within: Duration,
+) {
     shutdown.cancel();
     let component = instance.component();
-    match guarded(async move { component.close().await }, CLOSE_TIMEOUT).await {
+    match guarded(async move { component.close().await }, within).await {
         Answer::Answered(Ok(())) => tracing::info!(component = %key, "Component closed."),
         Answer::Answered(Err(err)) => {
             let error = Redactor::shared().scrub(&err.to_string());
             tracing::warn!(component = %key, error = %error, "Component close failed.")
         }
         Answer::TimedOut => {
-            tracing::warn!(component = %key, timeout = ?CLOSE_TIMEOUT, "Component close did not end in time; abandoned.")
+            tracing::warn!(component = %key, timeout = ?within, "Component close did not end in time; abandoned.")
         }
         Answer::Panicked(message) => {
             let error = Redactor::shared().scrub(&message);

@@ -9,8 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a cancelled start-up may take to unwind (the level starting
 /// cut short, every component started closed) before the process exits
-/// anyway.
-const ABANDON_WITHIN: Duration = Duration::from_secs(10);
+/// anyway: the runtime's own bound on that unwinding
+/// ([`Runtime::CANCELLED_START_UNWIND`]) and a margin, so a start-up that
+/// keeps its bound is never cut off (10 s).
+const ABANDON_WITHIN: Duration = Runtime::CANCELLED_START_UNWIND.saturating_add(UNWIND_MARGIN);
+
+/// Added to the runtime's bound: scheduling, and the last log lines.
+const UNWIND_MARGIN: Duration = Duration::from_secs(2);
 
 /// Ctrl-C and SIGTERM, listened for from creation on: a signal that
 /// arrives while the runtime is still starting is not lost (and does not
@@ -73,8 +78,11 @@ impl StopSignals {
 /// on a task of its own, so an `init` that blocks its thread cannot keep
 /// the signal from being seen. On a signal the start is cancelled (see
 /// [`Runtime::start_until`]: what started is closed, users first) and
-/// waited for at most [`ABANDON_WITHIN`], or until a second signal; the
-/// exit code is then a failure.
+/// waited for at most [`ABANDON_WITHIN`], or until a second signal. The
+/// error is then the exit code: success when everything started was
+/// closed in time (a stop asked for is not a failure, to systemd or
+/// Kubernetes), a failure when the unwinding did not finish or the start
+/// failed on its own.
 pub(super) async fn start_unless_stopped(
     valid: ValidConfig,
     registry: Registry,
@@ -102,26 +110,46 @@ pub(super) async fn start_unless_stopped(
         signal = stop.wait() => signal,
     };
     eprintln!(
-        "error: {signal} during start-up: start-up abandoned, closing what started (a second signal exits at once)"
+        "{signal} during start-up: start-up abandoned, closing what started (a second signal exits at once)"
     );
     cancel.cancel();
+    let by = tokio::time::Instant::now() + ABANDON_WITHIN;
     let unwound = async {
-        match tokio::time::timeout(ABANDON_WITHIN, &mut starting).await {
+        match tokio::time::timeout_at(by, &mut starting).await {
             // Started just before the cancel: closed as a stop would.
-            Ok(Ok(Ok(runtime))) => runtime.shutdown().await,
+            Ok(Ok(Ok(runtime))) => match tokio::time::timeout_at(by, runtime.shutdown()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => {
+                    eprintln!("error: the runtime started just before the signal did not close within {ABANDON_WITHIN:?}: exiting anyway");
+                    ExitCode::FAILURE
+                }
+            },
             Ok(Ok(Err(StartError::Cancelled))) => {
-                eprintln!("error: start-up cancelled: every component started was closed")
+                eprintln!("start-up cancelled: every component started was closed");
+                ExitCode::SUCCESS
             }
-            Ok(Ok(Err(err))) => eprintln!("error: start-up failed:\n{err}"),
-            Ok(Err(err)) => eprintln!("error: start-up failed: {err}"),
-            Err(_) => eprintln!(
-                "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
-            ),
+            Ok(Ok(Err(err))) => {
+                eprintln!("error: start-up failed:\n{err}");
+                ExitCode::FAILURE
+            }
+            Ok(Err(err)) => {
+                eprintln!("error: start-up failed: {err}");
+                ExitCode::FAILURE
+            }
+            Err(_) => {
+                eprintln!(
+                    "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
+                );
+                ExitCode::FAILURE
+            }
         }
     };
-    tokio::select! {
-        () = unwound => {}
-        signal = stop.wait() => eprintln!("error: {signal} again: exiting at once"),
-    }
-    Err(ExitCode::FAILURE)
+    let code = tokio::select! {
+        code = unwound => code,
+        signal = stop.wait() => {
+            eprintln!("error: {signal} again: exiting at once");
+            ExitCode::FAILURE
+        }
+    };
+    Err(code)
 }

@@ -2,8 +2,9 @@
 //! (a redis component whose init waits on a server that never answers,
 //! for up to the 30 s init timeout) is cancelled, the secret store it
 //! reads its password from (started before it) is closed, and the process
-//! exits non-zero saying so, instead of ignoring the signal until the
-//! start ends (a Kubernetes SIGTERM turned into SIGKILL, nothing closed).
+//! exits 0 saying so (a stop asked for and carried out is no failure, to
+//! systemd or Kubernetes), instead of ignoring the signal until the start
+//! ends (a Kubernetes SIGTERM turned into SIGKILL, nothing closed).
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -37,7 +38,7 @@ fn silent_server() -> (String, mpsc::Receiver<()>) {
 }
 
 #[test]
-fn sigterm_during_a_slow_start_exits_at_once_saying_so() {
+fn sigterm_during_a_slow_start_closes_what_started_and_exits_0_saying_so() {
     let (redis, dialed) = silent_server();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("rewire.json");
@@ -90,7 +91,7 @@ fn sigterm_during_a_slow_start_exits_at_once_saying_so() {
     let exited = sidecar.terminate_within(EXIT_WITHIN);
     let log = sidecar.log();
     let status = exited.unwrap_or_else(|err| panic!("did not exit: {err}\n{log}"));
-    assert_eq!(status.code(), Some(1), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
     assert!(
         log.contains("SIGTERM during start-up: start-up abandoned"),
         "{log}"

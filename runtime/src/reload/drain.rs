@@ -2,10 +2,14 @@
 //! has let go, or after a grace period. A replaced pub/sub broker is held
 //! by the subscriptions still draining it, which let go of it as soon as
 //! its backlog is delivered or it stops delivering: its grace stretches to
-//! theirs, so the drain, not the clock, decides when it closes.
+//! theirs, so the drain, not the clock, decides when it closes. Drains
+//! are kept: a shutdown hurries them and waits for their closes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::closing::close_one;
 use crate::component::ComponentKey;
@@ -15,27 +19,77 @@ use crate::running::Running;
 /// How often the holders of a retired instance are counted.
 const POLL: Duration = Duration::from_millis(5);
 
-/// Closes `retired` (in the order given), each after its users let go or
-/// `grace` passes. Runs in the background.
-pub(crate) fn spawn_drain(retired: Vec<(ComponentKey, Arc<Running>)>, grace: Duration) {
-    if retired.is_empty() {
-        return;
-    }
-    tokio::spawn(async move {
-        for (key, running) in retired {
-            let instance = &running.assembled.instance;
-            let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
-            // One holder is `running` itself.
-            while instance.holders() > 1 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(POLL).await;
-            }
-            let holders = instance.holders();
-            if holders > 1 {
-                tracing::warn!(component = %key, holders = holders - 1, ?grace, "Closing a replaced instance still in use after the grace period.");
-            }
-            close_one(&key, instance, &running.assembled.shutdown).await;
+/// The drains under way: each runs in the background until [`finish`]
+/// (at shutdown) stops their waits for users and waits for their closes.
+///
+/// [`finish`]: Drains::finish
+#[derive(Default)]
+pub(crate) struct Drains {
+    tasks: Mutex<JoinSet<()>>,
+    /// Cancelled by `finish`: no drain waits for users any longer.
+    hurry: CancellationToken,
+}
+
+impl Drains {
+    /// Closes `retired` (in the order given), each after its users let go
+    /// or `grace` passes (at once, once hurried). Runs in the background.
+    pub(crate) fn spawn(&self, retired: Vec<(ComponentKey, Arc<Running>)>, grace: Duration) {
+        if retired.is_empty() {
+            return;
         }
-    });
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        // The drains that ended are let go of here: the set stays small.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(drain(retired, grace, self.hurry.clone()));
+    }
+
+    /// Stops every drain's wait for users and waits up to `within` for
+    /// their closes; a drain still closing then goes on in the
+    /// background (its closes are bounded each).
+    pub(crate) async fn finish(&self, within: Duration) {
+        self.hurry.cancel();
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let joined =
+            tokio::time::timeout(within, async { while tasks.join_next().await.is_some() {} });
+        if joined.await.is_err() {
+            tracing::warn!(waited = ?within, "Replaced instances still closing at shutdown; left to close in the background.");
+            tasks.detach_all();
+        }
+    }
+}
+
+impl Drop for Drains {
+    /// A runtime dropped without a shutdown: its drains go on (a dropped
+    /// set would abort them, and what they retire would never close).
+    fn drop(&mut self) {
+        let tasks = self.tasks.get_mut().unwrap_or_else(|p| p.into_inner());
+        tasks.detach_all();
+    }
+}
+
+/// Closes `retired` (in the order given), each after its users let go,
+/// `grace` passes or `hurry` is cancelled.
+async fn drain(
+    retired: Vec<(ComponentKey, Arc<Running>)>,
+    grace: Duration,
+    hurry: CancellationToken,
+) {
+    for (key, running) in retired {
+        let instance = &running.assembled.instance;
+        let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
+        // One holder is `running` itself.
+        while instance.holders() > 1
+            && tokio::time::Instant::now() < deadline
+            && !hurry.is_cancelled()
+        {
+            tokio::time::sleep(POLL).await;
+        }
+        let holders = instance.holders();
+        if holders > 1 {
+            tracing::warn!(component = %key, holders = holders - 1, ?grace, "Closing a replaced instance still in use (its grace period over, or at shutdown).");
+        }
+        close_one(&key, instance, &running.assembled.shutdown).await;
+    }
 }
 
 /// How long the users of `instance` are waited for: `grace`, or for a
@@ -108,7 +162,8 @@ mod tests {
         let broker: Arc<dyn PubSub> = Arc::new(Broker);
         let (key, running) = retired("orders", Instance::PubSub(broker.clone()));
         let closed = running.assembled.shutdown.clone();
-        spawn_drain(vec![(key, running)], grace);
+        let drains = Drains::default();
+        drains.spawn(vec![(key, running)], grace);
         tokio::time::sleep(grace * 3).await;
         assert!(
             !closed.is_cancelled(),
@@ -125,7 +180,8 @@ mod tests {
         let broker: Arc<dyn PubSub> = Arc::new(Broker);
         let (key, running) = retired("orders", Instance::PubSub(broker.clone()));
         let closed = running.assembled.shutdown.clone();
-        spawn_drain(vec![(key, running)], grace);
+        let drains = Drains::default();
+        drains.spawn(vec![(key, running)], grace);
         tokio::time::sleep(PUBSUB_DRAIN_LIMIT + PUBSUB_STOP_GRACE + POLL * 2).await;
         assert!(closed.is_cancelled(), "a held broker is never closed");
     }
@@ -136,9 +192,33 @@ mod tests {
         let plain = Arc::new(Plain);
         let (key, running) = retired("plain", Instance::Custom(plain.clone()));
         let closed = running.assembled.shutdown.clone();
-        spawn_drain(vec![(key, running)], grace);
+        let drains = Drains::default();
+        drains.spawn(vec![(key, running)], grace);
         tokio::time::sleep(grace + POLL * 2).await;
         assert!(closed.is_cancelled(), "held past the grace");
+        drop(plain);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drains_go_on_once_their_set_is_dropped_and_a_finish_hurries_them() {
+        let grace = Duration::from_secs(10);
+        let plain = Arc::new(Plain);
+        let (key, running) = retired("plain", Instance::Custom(plain.clone()));
+        let dropped = running.assembled.shutdown.clone();
+        let drains = Drains::default();
+        drains.spawn(vec![(key, running)], grace);
+        drop(drains);
+        tokio::time::sleep(grace + POLL * 2).await;
+        assert!(dropped.is_cancelled(), "a dropped set's drain was aborted");
+
+        let (key, running) = retired("plain", Instance::Custom(plain.clone()));
+        let finished = running.assembled.shutdown.clone();
+        let drains = Drains::default();
+        drains.spawn(vec![(key, running)], grace);
+        let asked = tokio::time::Instant::now();
+        drains.finish(grace).await;
+        assert!(finished.is_cancelled(), "not closed when finish returned");
+        assert!(asked.elapsed() < grace, "finish waited for the user");
         drop(plain);
     }
 
@@ -155,7 +235,8 @@ mod tests {
         );
         let (key, plain) = retired("plain", Instance::Custom(Arc::new(Plain)));
         let closed = plain.assembled.shutdown.clone();
-        spawn_drain(vec![hangs, panics, (key, plain)], grace);
+        let drains = Drains::default();
+        drains.spawn(vec![hangs, panics, (key, plain)], grace);
         tokio::time::sleep((grace + crate::closing::CLOSE_TIMEOUT) * 3).await;
         assert!(closed.is_cancelled(), "left open behind a bad close");
     }

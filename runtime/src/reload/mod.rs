@@ -62,6 +62,8 @@ pub(crate) struct Reloader {
     /// Cancelled at shutdown: no reload starts after it.
     stopped: CancellationToken,
     events: broadcast::Sender<ReloadRecord>,
+    /// What reloads replaced, closing once let go.
+    drains: drain::Drains,
 }
 
 impl Reloader {
@@ -82,6 +84,7 @@ impl Reloader {
             serial: tokio::sync::Mutex::new(()),
             stopped: CancellationToken::new(),
             events: broadcast::channel(64).0,
+            drains: drain::Drains::default(),
         }
     }
 
@@ -160,11 +163,14 @@ impl Reloader {
         self.events.subscribe()
     }
 
-    /// Waits for a reload in progress, refuses any later one, and closes
-    /// every component.
+    /// Waits for a reload in progress, refuses any later one, closes what
+    /// reloads replaced (without waiting for their users; bounded by
+    /// `CLOSE_TIMEOUT`: they may use the components in force, not the
+    /// other way round) and then every component.
     pub(crate) async fn shutdown(&self) {
         self.stopped.cancel();
         let _serial = self.serial.lock().await;
+        self.drains.finish(crate::closing::CLOSE_TIMEOUT).await;
         self.running.close_all().await;
     }
 }

@@ -10,7 +10,6 @@ use tokio::sync::MutexGuard;
 use tracing::{Instrument, Span};
 
 use super::actions::Action;
-use super::drain::spawn_drain;
 use super::history::{Outcome, ReloadRecord};
 use super::in_place;
 use super::record::{Ending, Recording};
@@ -200,7 +199,7 @@ impl Reloader {
             .map(|(i, key)| (key, i))
             .collect();
         retired.sort_by_key(|(key, _)| std::cmp::Reverse(position.get(key).copied()));
-        spawn_drain(retired, self.settings.drain_grace);
+        self.drains.spawn(retired, self.settings.drain_grace);
         Ending {
             outcome: if changed {
                 Outcome::Applied

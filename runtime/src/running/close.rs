@@ -1,17 +1,96 @@
-//! Closing: one component, or a whole set in reverse start order.
+//! Closing: a whole set in reverse start order, the components of one
+//! level at once (a level's components never use each other: each uses
+//! only earlier levels), optionally all by a deadline.
 
-use super::Components;
-use crate::closing::close_one;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{Components, Running};
+use crate::closing::{close_within, CLOSE_TIMEOUT};
 use crate::component::ComponentKey;
 
+/// Kept for each level still to close when the levels share a deadline:
+/// a level that does not let go leaves at least this much (or an even
+/// share of what is left, if less) to each level after it.
+const LEVEL_RESERVE: Duration = Duration::from_secs(1);
+
 /// Closes the components of `levels` found in `components`, last level
-/// first.
-pub(crate) async fn close_in_reverse(levels: &[Vec<ComponentKey>], components: &mut Components) {
+/// first, each level's at once, each `close` bounded by `CLOSE_TIMEOUT`;
+/// with a deadline `by`, also by each level's share of the time left (see
+/// [`level_share`]), so the first level, the stores, is closed too.
+pub(crate) async fn close_in_reverse(
+    levels: &[Vec<ComponentKey>],
+    components: &mut Components,
+    by: Option<Instant>,
+) {
+    let mut left = levels.len();
     for level in levels.iter().rev() {
-        for key in level.iter().rev() {
-            if let Some(r) = components.remove(key) {
-                close_one(key, &r.assembled.instance, &r.assembled.shutdown).await;
+        let within = by.map_or(CLOSE_TIMEOUT, |by| level_share(by, left));
+        left -= 1;
+        let closing: Vec<(ComponentKey, Arc<Running>)> = level
+            .iter()
+            .rev()
+            .filter_map(|key| components.remove(key).map(|r| (key.clone(), r)))
+            .collect();
+        close_level(closing, within).await;
+    }
+}
+
+/// Closes `closing` at once, each `close` bounded by `within`.
+async fn close_level(closing: Vec<(ComponentKey, Arc<Running>)>, within: Duration) {
+    match closing.len() {
+        0 => {}
+        // One component (the usual level): no task to join.
+        1 => {
+            for (key, running) in &closing {
+                let assembled = &running.assembled;
+                close_within(key, &assembled.instance, &assembled.shutdown, within).await;
             }
         }
+        _ => {
+            let mut tasks = JoinSet::new();
+            for (key, running) in closing {
+                let close = async move {
+                    let assembled = &running.assembled;
+                    close_within(&key, &assembled.instance, &assembled.shutdown, within).await;
+                };
+                tasks.spawn(close.in_current_span());
+            }
+            // Each close is bounded (and a panic caught) in `close_within`.
+            while tasks.join_next().await.is_some() {}
+        }
+    }
+}
+
+/// How long the next of `left` levels (counting it) may take to close, so
+/// that all are closed by `by`: up to `CLOSE_TIMEOUT`, leaving each later
+/// level [`LEVEL_RESERVE`], or an even share of the time left if that is
+/// less. Nothing when `by` has passed.
+fn level_share(by: Instant, left: usize) -> Duration {
+    let remaining = by.saturating_duration_since(Instant::now());
+    let left = u32::try_from(left.max(1)).unwrap_or(u32::MAX);
+    let reserve = LEVEL_RESERVE.min(remaining / left);
+    remaining
+        .saturating_sub(reserve * (left - 1))
+        .min(CLOSE_TIMEOUT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn each_level_leaves_the_levels_after_it_their_share() {
+        let by = Instant::now() + Duration::from_secs(8);
+        assert_eq!(level_share(by, 1), CLOSE_TIMEOUT, "capped");
+        assert_eq!(level_share(by, 3), Duration::from_secs(5), "2 s kept");
+        assert_eq!(level_share(by, 5), Duration::from_secs(4), "4 s kept");
+        assert_eq!(level_share(by, 16), Duration::from_millis(500), "even");
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(level_share(by, 2), Duration::ZERO, "past the deadline");
     }
 }

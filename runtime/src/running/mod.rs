@@ -25,7 +25,7 @@ use crate::registry::Registry;
 
 pub(crate) use components::Components;
 pub(crate) use layers::RunningLayers;
-pub(crate) use start::NotStarted;
+pub(crate) use start::{NotStarted, CANCELLED_START_UNWIND};
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
 
@@ -241,7 +241,7 @@ impl RunningSet {
             (levels, std::mem::take(&mut state.components))
         };
         let mut components = Arc::unwrap_or_clone(components);
-        close::close_in_reverse(&levels, &mut components).await;
+        close::close_in_reverse(&levels, &mut components, None).await;
     }
 }
 

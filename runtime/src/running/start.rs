@@ -6,7 +6,9 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::close::close_in_reverse;
@@ -15,6 +17,7 @@ use crate::assemble::{
     assemble, Assembled, AssemblyContext, ComponentFailure, FailedStep, StartTimeouts,
 };
 use crate::assembly_tasks::ComponentTasks;
+use crate::closing::CLOSE_TIMEOUT;
 use crate::component::Handover;
 use crate::config::{ComponentSpec, ValidConfig};
 use crate::guarded::panic_message;
@@ -31,11 +34,23 @@ pub(crate) enum NotStarted {
     Cancelled,
 }
 
+/// How long a cancelled start-up takes at most, from its cancellation to
+/// every component it started closed: the level in progress is cut short
+/// (each of its components' `close` bounded by `CLOSE_TIMEOUT`), and the
+/// finished levels share what is left (see `close_in_reverse`). Not
+/// counted: an `init` or `close` that blocks its thread.
+pub(crate) const CANCELLED_START_UNWIND: Duration = Duration::from_secs(8);
+
+// The level cut short takes up to `CLOSE_TIMEOUT`: it must fit, and leave
+// time for the finished levels.
+const _: () = assert!(CANCELLED_START_UNWIND.as_millis() > CLOSE_TIMEOUT.as_millis());
+
 /// Starts every component of `config`; on a failure, or once `stop` is
 /// cancelled, closes what started. A cancellation cuts the level in
 /// progress short (each of its assemblies closes what it built, bounded
-/// by the init timeout) and waits for it, then closes every level started
-/// so far, last first, each component bounded by `CLOSE_TIMEOUT`.
+/// by `CLOSE_TIMEOUT`) and waits for it, then closes every level started
+/// so far, last first, each level's components at once, all by
+/// [`CANCELLED_START_UNWIND`] after the cancellation.
 pub(super) async fn start_all(
     config: &ValidConfig,
     registry: &Registry,
@@ -48,9 +63,11 @@ pub(super) async fn start_all(
     let mut components = Components::new();
     let levels = config.graph.level_nodes();
     let declared = Declared::of(config);
+    let mut cancelled_at = None;
     for (number, level) in levels.iter().enumerate() {
         if stop.is_cancelled() {
-            close_levels(config, &levels[..number], &mut components).await;
+            let by = Instant::now() + CANCELLED_START_UNWIND;
+            close_levels(config, &levels[..number], &mut components, Some(by)).await;
             return Err(NotStarted::Cancelled);
         }
         let cx = AssemblyContext {
@@ -65,7 +82,8 @@ pub(super) async fn start_all(
         };
         let specs: Vec<Arc<ComponentSpec>> =
             level.iter().filter_map(|&node| declared.at(node)).collect();
-        let (started, failures) = assemble_all(specs, registry, &cx).await;
+        let assembling = assemble_all(specs, registry, &cx);
+        let (started, failures) = noting_cancel(assembling, stop, &mut cancelled_at).await;
         // The staged generation shares `components`: gone, the inserts
         // below change the map in place instead of copying its nodes.
         drop(cx);
@@ -81,21 +99,46 @@ pub(super) async fn start_all(
                 level = number,
                 "Start-up cancelled: closing the components started."
             );
-            close_levels(config, &levels[..=number], &mut components).await;
+            let by = cancelled_at.unwrap_or_else(Instant::now) + CANCELLED_START_UNWIND;
+            close_levels(config, &levels[..=number], &mut components, Some(by)).await;
             return Err(NotStarted::Cancelled);
         }
         if !failures.is_empty() {
-            close_levels(config, &levels[..=number], &mut components).await;
+            close_levels(config, &levels[..=number], &mut components, None).await;
             return Err(NotStarted::Failed(failures));
         }
     }
     Ok(components)
 }
 
+/// Runs `level` to its end, noting in `cancelled_at` when `stop` is
+/// cancelled meanwhile (the unwinding's deadline counts from then).
+async fn noting_cancel<T>(
+    level: impl Future<Output = T>,
+    stop: &CancellationToken,
+    cancelled_at: &mut Option<Instant>,
+) -> T {
+    let mut level = std::pin::pin!(level);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut level => return done,
+            () = stop.cancelled(), if cancelled_at.is_none() => {
+                *cancelled_at = Some(Instant::now());
+            }
+        }
+    }
+}
+
 /// Closes the components of `levels` (graph nodes) found in `components`,
-/// last level first. Only what started is in `components`: closing the
-/// levels so far closes exactly that.
-async fn close_levels(config: &ValidConfig, levels: &[Vec<usize>], components: &mut Components) {
+/// last level first, all by `by` if given. Only what started is in
+/// `components`: closing the levels so far closes exactly that.
+async fn close_levels(
+    config: &ValidConfig,
+    levels: &[Vec<usize>],
+    components: &mut Components,
+    by: Option<Instant>,
+) {
     let started: Vec<Vec<_>> = levels
         .iter()
         .map(|level| {
@@ -105,7 +148,7 @@ async fn close_levels(config: &ValidConfig, levels: &[Vec<usize>], components: &
                 .collect()
         })
         .collect();
-    close_in_reverse(&started, components).await;
+    close_in_reverse(&started, components, by).await;
 }
 
 /// The declarations of a validated configuration by graph node: node `i`

@@ -153,6 +153,15 @@ struct Inner {
 }
 
 impl Runtime {
+    /// How long [`start_until`](Self::start_until) takes at most to
+    /// return once `stop` completes while components start: every
+    /// component it started is closed by then (a `close` that has not
+    /// ended is abandoned). A caller that waits for the unwinding should
+    /// wait a little longer than this. Not counted: an `init` or `close`
+    /// that blocks its thread, and a stop while the configured overlay is
+    /// laid (see `start_until`).
+    pub const CANCELLED_START_UNWIND: Duration = crate::running::CANCELLED_START_UNWIND;
+
     /// Starts every component of `config`, stores first: each level of the
     /// dependency graph starts concurrently once the previous one is ready.
     /// On any failure, what was started is closed in reverse order.
@@ -167,12 +176,15 @@ impl Runtime {
     /// Starts as [`start`](Self::start) does, unless `stop` completes
     /// first (a stop signal during a slow start, say). Then the level
     /// starting is cut short and waited for (each of its components closes
-    /// what it built, bounded by the init timeout), every component started
-    /// is closed, users before the stores they use (each bounded by the
-    /// close timeout), and the start returns [`StartError::Cancelled`].
+    /// what it built, bounded by the close timeout), every component
+    /// started is closed, users before the stores they use (a level's
+    /// components at once, each level within its share of the time left),
+    /// and the start returns [`StartError::Cancelled`], all within
+    /// [`CANCELLED_START_UNWIND`](Self::CANCELLED_START_UNWIND) of `stop`.
     /// Cancelled while the configured overlay is laid, it lets that reload
-    /// end (bounded as reloads are), then closes as
-    /// [`shutdown`](Self::shutdown) does.
+    /// end (bounded as reloads are, not by `CANCELLED_START_UNWIND`), then
+    /// closes as [`shutdown`](Self::shutdown) does, the instances the
+    /// overlay replaced included.
     ///
     /// Dropping the future of `start` or `start_until` instead abandons the
     /// start without waiting: the components still starting are released
@@ -527,9 +539,10 @@ impl Runtime {
         ComponentHandle::new(key, self.live_generation().clone())
     }
 
-    /// Stops the triggers, waits for a reload in progress, closes every
-    /// component (users before the stores they use) and publishes an empty
-    /// generation.
+    /// Stops the triggers, waits for a reload in progress, closes the
+    /// instances reloads replaced that are still draining (without waiting
+    /// for their users), then every component (users before the stores
+    /// they use) and publishes an empty generation.
     pub async fn shutdown(&self) {
         self.inner.stopped.cancel();
         self.reloader().shutdown().await;

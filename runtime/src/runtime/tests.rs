@@ -1,7 +1,10 @@
-//! A start-up cancelled while its last level starts: every component
-//! started is closed once, users before what they use, and the start says
-//! it was cancelled.
+//! A start-up cancelled while it starts: every component started is
+//! closed once, users before what they use, within
+//! `Runtime::CANCELLED_START_UNWIND` of the stop (paused clock: every wait
+//! is virtual), the instances the start-up overlay replaced included, and
+//! the start says it was cancelled.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -12,36 +15,77 @@ use super::*;
 use crate::component::{Component, ComponentError, InitContext};
 use crate::config::{parse, validate};
 use crate::handle::{InjectedHandle, Instance};
+use crate::kinds::{
+    ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, SubscriptionHub,
+};
 use crate::metadata::{Metadata, MetadataError};
 use crate::registry::{Buildable, ComponentDescriptor, Inject, InjectError};
 
-/// The names of the `recorder`s closed, in the order they closed.
+/// The names of the `recorder`s whose `close` was called, in that order.
 static CLOSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// Told when a `recorder` that `hangs` is in its `init`.
-static HANGING: Notify = Notify::const_new();
+/// The names of the `recorder`s whose `close` ended, in that order.
+static ENDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The stop signal of each test, by the test's name.
+static STOPS: Mutex<BTreeMap<String, Arc<Notify>>> = Mutex::new(BTreeMap::new());
 
-/// Records its `close` under its metadata's `name`; takes any
-/// componentRef; when its metadata says `hangs`, its `init` never ends.
+/// The stop signal of `test`: told by a `recorder` of its that `hangs` or
+/// `stops`, once in its `init`.
+fn stop_of(test: &str) -> Arc<Notify> {
+    let mut stops = STOPS.lock().unwrap_or_else(|p| p.into_inner());
+    Arc::clone(stops.entry(test.to_string()).or_default())
+}
+
+/// What `test`'s stop signal completes on.
+async fn stopped(test: &'static str) {
+    stop_of(test).notified().await;
+}
+
+/// The entries of `list` of the names starting with `test`.
+fn of(list: &Mutex<Vec<String>>, test: &str) -> Vec<String> {
+    let list = list.lock().unwrap_or_else(|p| p.into_inner());
+    list.iter()
+        .filter(|n| n.starts_with(test))
+        .cloned()
+        .collect()
+}
+
+/// Records its `close` under its metadata's `name` (when called, and when
+/// ended after `closeMs`); takes any componentRef; when its metadata says
+/// `hangs`, its `init` tells the stop signal and never ends; when it says
+/// `stops`, it tells the stop signal and ends a moment later.
 struct Recorder {
     name: String,
     hangs: bool,
+    stops: bool,
+    close_for: Duration,
 }
 
 #[async_trait]
 impl Component for Recorder {
     async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        if self.hangs || self.stops {
+            let test = self.name.split('-').next().unwrap_or_default();
+            stop_of(test).notify_one();
+        }
         if self.hangs {
-            HANGING.notify_one();
             std::future::pending::<()>().await;
+        }
+        if self.stops {
+            // The stop is seen before this init ends.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
-        CLOSED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(self.name.clone());
+        let record = |list: &Mutex<Vec<String>>| {
+            list.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(self.name.clone())
+        };
+        record(&CLOSED);
+        tokio::time::sleep(self.close_for).await;
+        record(&ENDED);
         Ok(())
     }
 }
@@ -58,15 +102,61 @@ impl Buildable for Recorder {
     }
 }
 
+/// A config store answering every key with its metadata's `overlay`.
+#[derive(Default)]
+struct OverlayStore {
+    overlay: String,
+    hub: SubscriptionHub,
+}
+
+#[async_trait]
+impl Component for OverlayStore {}
+
+#[async_trait]
+impl ConfigStore for OverlayStore {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let items = query.keys.iter().map(|key| ConfigItem {
+            key: key.clone(),
+            value: self.overlay.clone(),
+            ..ConfigItem::default()
+        });
+        Ok(items.collect())
+    }
+
+    async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Ok(self.hub.subscribe(query))
+    }
+}
+
+impl Inject for OverlayStore {}
+
+impl Buildable for OverlayStore {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::ConfigStore(Arc::new(*self))
+    }
+}
+
 fn any_metadata(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
     Ok(())
 }
 
 fn build_recorder(metadata: &Metadata) -> Result<Box<dyn Buildable>, MetadataError> {
-    let name = metadata.get("name").and_then(Value::as_str).unwrap_or("");
+    let text = |field: &str| metadata.get(field).and_then(Value::as_str).unwrap_or("");
+    let flag = |field: &str| metadata.get(field) == Some(&Value::Bool(true));
+    let close_ms = metadata.get("closeMs").and_then(Value::as_u64);
     Ok(Box::new(Recorder {
-        name: name.to_string(),
-        hangs: metadata.get("hangs") == Some(&Value::Bool(true)),
+        name: text("name").to_string(),
+        hangs: flag("hangs"),
+        stops: flag("stops"),
+        close_for: Duration::from_millis(close_ms.unwrap_or(0)),
+    }))
+}
+
+fn build_overlay_store(metadata: &Metadata) -> Result<Box<dyn Buildable>, MetadataError> {
+    let overlay = metadata.get("overlay").and_then(Value::as_str);
+    Ok(Box::new(OverlayStore {
+        overlay: overlay.unwrap_or("").to_string(),
+        hub: SubscriptionHub::default(),
     }))
 }
 
@@ -82,45 +172,170 @@ fn registry() -> Registry {
         check_refs: None,
         in_place: None,
     });
+    registry.register(ComponentDescriptor {
+        kind: "config_store",
+        type_name: "overlay",
+        description: "",
+        example_metadata: "{}",
+        validate: any_metadata,
+        build: build_overlay_store,
+        check_refs: None,
+        in_place: None,
+    });
     registry
 }
 
 /// Each `(name, uses)` as a `custom` `recorder` with componentRefs to
-/// what it uses; `hang` hangs in `init`.
-fn declared(components: &[(&str, &[&str])]) -> ValidConfig {
-    let custom: Map<String, Value> = components
+/// what it uses, its metadata `name` its own; one named `<test>-hang`
+/// hangs in `init`; `close_ms` makes each named in it slow to close.
+fn declared(components: &[(&str, &[&str])], close_ms: &[(&str, u64)]) -> Map<String, Value> {
+    components
         .iter()
         .map(|(name, uses)| {
             let refs: Vec<Value> = uses
                 .iter()
                 .map(|used| json!({"kind": "custom", "name": used}))
                 .collect();
-            let metadata = json!({"name": name, "hangs": *name == "hang"});
+            let close = close_ms.iter().find(|(slow, _)| slow == name);
+            let metadata = json!({
+                "name": name,
+                "hangs": name.ends_with("-hang"),
+                "closeMs": close.map_or(0, |(_, ms)| *ms),
+            });
             let declared = json!({"type": "recorder", "metadata": metadata, "componentRef": refs});
             (name.to_string(), declared)
         })
-        .collect();
-    let text = json!({"components": {"custom": custom}}).to_string();
+        .collect()
+}
+
+fn valid(document: &Value) -> ValidConfig {
+    let text = document.to_string();
     let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
     validate(config, &registry()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// Starts `components` until `test`'s stop; asserts the start says it
+/// was cancelled and came back within the bound; returns the names closed
+/// (in the order their `close` was called).
+async fn cancelled_start(
+    test: &'static str,
+    components: &[(&str, &[&str])],
+    close_ms: &[(&str, u64)],
+) -> Vec<String> {
+    let config = valid(&json!({"components": {"custom": declared(components, close_ms)}}));
+    let asked = tokio::time::Instant::now();
+    let started =
+        Runtime::start_until(config, registry(), RuntimeOptions::default(), stopped(test)).await;
+    let took = asked.elapsed();
+    assert!(
+        matches!(started, Err(StartError::Cancelled)),
+        "{:?}",
+        started.err()
+    );
+    assert!(
+        took <= Runtime::CANCELLED_START_UNWIND,
+        "took {took:?}: closes {:?}",
+        of(&CLOSED, test)
+    );
+    of(&CLOSED, test)
+}
+
+/// Asserts every component of `uses` was closed once, users first.
+fn each_closed_once_users_first(uses: &[(&str, &[&str])], closed: &[String]) {
+    let mut sorted = closed.to_vec();
+    sorted.sort();
+    let mut names: Vec<&str> = uses.iter().map(|(name, _)| *name).collect();
+    names.sort();
+    assert_eq!(sorted, names, "each closed once: {closed:?}");
+    let at = |name: &str| closed.iter().position(|c| c == name);
+    for (user, used) in uses {
+        for used in *used {
+            assert!(
+                at(user) < at(used),
+                "{user} closed after {used}: {closed:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_cancelled_in_its_last_level_closes_every_started_component_users_first() {
     // Levels: store; cache and queue; user; hang and sibling.
     let uses: [(&str, &[&str]); 6] = [
-        ("store", &[]),
-        ("cache", &["store"]),
-        ("queue", &["store"]),
-        ("user", &["cache", "queue"]),
-        ("hang", &["user"]),
-        ("sibling", &["user"]),
+        ("last-store", &[]),
+        ("last-cache", &["last-store"]),
+        ("last-queue", &["last-store"]),
+        ("last-user", &["last-cache", "last-queue"]),
+        ("last-hang", &["last-user"]),
+        ("last-sibling", &["last-user"]),
     ];
+    let closed = cancelled_start("last", &uses, &[]).await;
+    each_closed_once_users_first(&uses, &closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_init_whose_close_hangs_too_leaves_time_to_close_the_stores() {
+    let uses: [(&str, &[&str]); 2] = [("hung-store", &[]), ("hung-hang", &["hung-store"])];
+    // Longer than the whole unwinding may take.
+    let closed = cancelled_start("hung", &uses, &[("hung-hang", 20_000)]).await;
+    each_closed_once_users_first(&uses, &closed);
+    assert_eq!(of(&ENDED, "hung"), ["hung-store"], "the store's close ran");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_levels_slow_closes_run_at_once_and_leave_time_to_close_the_stores() {
+    let uses: [(&str, &[&str]); 5] = [
+        ("slow-store", &[]),
+        ("slow-one", &["slow-store"]),
+        ("slow-two", &["slow-store"]),
+        ("slow-three", &["slow-store"]),
+        ("slow-hang", &["slow-one"]),
+    ];
+    // One after the other, they alone would take longer than the bound.
+    let slow = [
+        ("slow-one", 4_000),
+        ("slow-two", 4_000),
+        ("slow-three", 4_000),
+    ];
+    let closed = cancelled_start("slow", &uses, &slow).await;
+    each_closed_once_users_first(&uses, &closed);
+    let mut ended = of(&ENDED, "slow");
+    ended.sort();
+    assert_eq!(
+        ended,
+        [
+            "slow-hang",
+            "slow-one",
+            "slow-store",
+            "slow-three",
+            "slow-two"
+        ],
+        "every close ran to its end"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_the_start_up_overlay_replaced_is_closed_before_a_cancelled_start_returns() {
+    // The overlay replaces the user (another name); the new one's init
+    // stops the start, while the overlay is laid.
+    // Only the replaced instance is slow to close.
+    let metadata = |name: &str, stops: bool, close_ms: u64| json!({"name": name, "stops": stops, "closeMs": close_ms});
+    let overlay = json!({"components": {"custom": {"drained-user": {
+        "type": "recorder", "metadata": metadata("drained-new", true, 0),
+    }}}});
+    let old = metadata("drained-old", false, 200);
+    let config = valid(&json!({
+        "components": {
+            "custom": {"drained-user": {"type": "recorder", "metadata": old}},
+            "config_store": {"cfg": {"type": "overlay", "metadata": {"overlay": overlay.to_string()}}},
+        },
+        "overlay": {"store": "cfg", "key": "rewire.components"},
+    }));
     let started = Runtime::start_until(
-        declared(&uses),
+        config,
         registry(),
         RuntimeOptions::default(),
-        HANGING.notified(),
+        stopped("drained"),
     )
     .await;
 
@@ -129,21 +344,11 @@ async fn a_start_cancelled_in_its_last_level_closes_every_started_component_user
         "{:?}",
         started.err()
     );
-    let closed = CLOSED.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut sorted = closed.clone();
-    sorted.sort();
+    let mut ended = of(&ENDED, "drained");
+    ended.sort();
     assert_eq!(
-        sorted,
-        ["cache", "hang", "queue", "sibling", "store", "user"],
-        "each closed once: {closed:?}"
+        ended,
+        ["drained-new", "drained-old"],
+        "the replaced instance's close had not ended"
     );
-    let at = |name: &str| closed.iter().position(|c| c == name);
-    for (user, used) in uses {
-        for used in used {
-            assert!(
-                at(user) < at(used),
-                "{user} closed after {used}: {closed:?}"
-            );
-        }
-    }
 }
