@@ -8,7 +8,10 @@ use crate::support::triggers;
 use std::time::Duration;
 
 use rewire::config::parse;
-use rewire::{Action, ComponentKey, ConfigItem, Registry, Runtime, RuntimeOptions, Trigger};
+use rewire::{
+    Action, ComponentKey, ConfigChange, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
+    ConfigSubscription, Registry, Runtime, RuntimeOptions, Trigger,
+};
 use serde_json::json;
 use triggers::applied_after;
 
@@ -213,37 +216,135 @@ async fn set_config(runtime: &Runtime, key: &str, value: &str, group: Option<&st
     store.set(vec![item]).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_groups_write_of_a_watched_key_does_not_hide_the_defaults_change() {
-    let runtime = support::start(
-        r#"{"components": {
-            "config_store": {"cfg": {"type": "memory", "metadata": {"items": {"timeout": "10"}}}},
-            "state": {"orders": {"type": "memory",
-                "configurationRef": [{"store": "cfg", "key": "timeout", "injectAs": "defaultTtlInSeconds", "watch": true}]}}
-        }}"#,
-    )
-    .await
-    .unwrap();
-    // The watch is in place once a change of the default group applies.
-    set_config(&runtime, "timeout", "20", None).await;
-    applied_after(&runtime, Trigger::WatchedRef, 0).await;
-    // Another group's value: not what `orders` reads.
-    set_config(&runtime, "timeout", "30", Some("canary")).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // The default group's value moves to the same text: a real change.
-    set_config(&runtime, "timeout", "30", None).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let applied = loop {
-        let shown = shown_field(&runtime, "orders", "defaultTtlInSeconds").await;
-        if shown == Some(json!("30")) || tokio::time::Instant::now() >= deadline {
-            break shown == Some(json!("30"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// What [`Fed`] serves: the items of every group.
+static FED_ITEMS: std::sync::Mutex<Vec<ConfigItem>> = std::sync::Mutex::new(Vec::new());
+/// Where changes reach [`Fed`]'s subscriber: a channel of one, so the test
+/// knows when the subscriber took a change from it.
+static FED_FEED: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<ConfigChange>>> =
+    std::sync::Mutex::new(None);
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct FedMeta {}
+
+/// A config store that serves [`FED_ITEMS`] as the memory store does (a
+/// get without a group reads the default group) and whose subscriber sees
+/// the changes the test feeds it, every group's.
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.watched_ref.fed")]
+struct Fed {
+    #[metadata]
+    _meta: FedMeta,
+}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::Component for Fed {}
+
+#[rewire::prelude::async_trait]
+impl ConfigStore for Fed {
+    async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        let items = FED_ITEMS.lock().unwrap_or_else(|p| p.into_inner());
+        let covered = |item: &&ConfigItem| {
+            query.keys.contains(&item.key) && item.group == query.group && item.label == query.label
+        };
+        Ok(items.iter().filter(covered).cloned().collect())
+    }
+
+    async fn subscribe(&self, _query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        let (sender, changes) = tokio::sync::mpsc::channel(1);
+        *FED_FEED.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+        Ok(ConfigSubscription {
+            id: "fed".into(),
+            changes,
+        })
+    }
+}
+
+/// Stores `timeout` = `value` in `group` and feeds the change to the
+/// subscriber; returns once the subscriber took it (fails after 10 s).
+async fn feed(value: &str, group: Option<&str>) {
+    let item = ConfigItem {
+        key: "timeout".into(),
+        value: value.into(),
+        group: group.map(Into::into),
+        ..ConfigItem::default()
     };
-    assert!(
-        applied,
-        "the default group's change was never applied: {:#?}",
-        runtime.history()
+    {
+        let mut items = FED_ITEMS.lock().unwrap_or_else(|p| p.into_inner());
+        items.retain(|i| i.group != item.group);
+        items.push(item.clone());
+    }
+    let sender = triggers::eventually(Duration::from_secs(10), || {
+        FED_FEED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    })
+    .await
+    .expect("nothing subscribed to the fed store");
+    let taken = async {
+        sender
+            .send(ConfigChange { items: vec![item] })
+            .await
+            .expect("the subscriber went away");
+        // The channel holds one change: room again once it was taken.
+        drop(sender.reserve().await.expect("the subscriber went away"));
+    };
+    tokio::time::timeout(Duration::from_secs(10), taken)
+        .await
+        .expect("the subscriber did not take the change in 10 s");
+}
+
+/// Another group's write of the watched key (fed to the watch, as the
+/// memory store's subscriptions carry every group's) neither reloads the
+/// component nor keeps the default group's later change to the same text
+/// from applying. One thread, so the test knows when the watch handled a
+/// change and can let any reload it asked for finish before looking.
+#[tokio::test]
+async fn another_groups_write_of_a_watched_key_does_not_hide_the_defaults_change() {
+    *FED_ITEMS.lock().unwrap_or_else(|p| p.into_inner()) = vec![ConfigItem {
+        key: "timeout".into(),
+        value: "10".into(),
+        ..ConfigItem::default()
+    }];
+    let config = r#"{"components": {
+        "config_store": {"cfg": {"type": "test.watched_ref.fed"}},
+        "state": {"orders": {"type": "memory",
+            "configurationRef": [{"store": "cfg", "key": "timeout", "injectAs": "defaultTtlInSeconds", "watch": true}]}}
+    }}"#;
+    let runtime = support::start(config).await.unwrap();
+    feed("20", None).await;
+    applied_after(&runtime, Trigger::WatchedRef, 0).await;
+    let shown = shown_field(&runtime, "orders", "defaultTtlInSeconds").await;
+    assert_eq!(shown, Some(json!("20")));
+
+    // Another group's value: not what `orders` reads.
+    feed("30", Some("canary")).await;
+    // The watch handled it (one thread: it ran to its next wait first), so
+    // any reload it asked for is queued. The reload worker starts it when
+    // this task yields, and a reload asked for after that waits for it.
+    tokio::task::yield_now().await;
+    let flush = runtime.apply(parse(config.as_bytes()).unwrap()).await;
+    assert!(flush.is_ok(), "{flush:?}");
+    let shown = shown_field(&runtime, "orders", "defaultTtlInSeconds").await;
+    assert_eq!(shown, Some(json!("20")), "the canary group's value applied");
+    let watched = triggers::records_of(&runtime, Trigger::WatchedRef);
+    assert_eq!(
+        watched.len(),
+        1,
+        "the canary group's write asked for a reload: {watched:#?}"
+    );
+
+    // The default group's value moves to the same text: a real change.
+    feed("30", None).await;
+    let applied = applied_after(&runtime, Trigger::WatchedRef, 1).await;
+    assert_eq!(
+        applied.actions.get("state/orders"),
+        Some(&Action::UpdatedInPlace)
+    );
+    let shown = shown_field(&runtime, "orders", "defaultTtlInSeconds").await;
+    assert_eq!(shown, Some(json!("30")));
+    let watched = triggers::records_of(&runtime, Trigger::WatchedRef);
+    assert_eq!(
+        watched.len(),
+        2,
+        "one reload for \"20\", one for \"30\", none for the canary group: {watched:#?}"
     );
     runtime.shutdown().await;
 }
