@@ -7,8 +7,9 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::state_requests::write;
 use rewire_runtime::{
-    Concurrency, DeleteRequest, GetRequest, InPlace, Instance, SetRequest, StateError, StateStore,
+    Concurrency, DeleteRequest, GetRequest, InPlace, Instance, StateError, StateStore,
     TransactionOperation, TransactionRequest,
 };
 use serde_json::json;
@@ -18,15 +19,6 @@ async fn store(metadata: serde_json::Value) -> Arc<dyn StateStore> {
         Ok(Instance::State(store)) => store,
         Ok(other) => panic!("expected a state store, got {other:?}"),
         Err(e) => panic!("{e}"),
-    }
-}
-
-fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
-    SetRequest {
-        key: key.into(),
-        value: value.as_bytes().to_vec(),
-        etag: etag.map(Into::into),
-        ..SetRequest::default()
     }
 }
 

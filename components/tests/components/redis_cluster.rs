@@ -22,9 +22,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::state_requests::write;
 use rewire_runtime::{
-    GetRequest, Instance, Lock, SetRequest, StateError, StateStore, TryLockRequest, UnlockRequest,
-    UnlockStatus,
+    GetRequest, Instance, Lock, StateError, StateStore, TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use serde_json::{json, Value};
 use testkit::redis_cluster::{RedisCluster, NODE_TIMEOUT};
@@ -80,15 +80,6 @@ fn unlock(resource: &str, owner: &str) -> UnlockRequest {
     UnlockRequest {
         resource_id: resource.into(),
         lock_owner: owner.into(),
-    }
-}
-
-fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
-    SetRequest {
-        key: key.into(),
-        value: value.as_bytes().to_vec(),
-        etag: etag.map(Into::into),
-        ..SetRequest::default()
     }
 }
 

@@ -9,10 +9,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::state_requests::{delete, write};
 use redis_server::RedisServer;
 use rewire_runtime::{
-    Concurrency, DeleteRequest, GetRequest, Instance, SetRequest, StateError, StateStore,
-    TransactionOperation, TransactionRequest,
+    Concurrency, GetRequest, Instance, SetRequest, StateError, StateStore, TransactionOperation,
+    TransactionRequest,
 };
 use serde_json::{json, Value};
 
@@ -28,23 +29,6 @@ async fn started() -> (RedisServer, Arc<dyn StateStore>) {
     let server = RedisServer::start().await;
     let store = store(json!({"redisHost": server.addr()})).await;
     (server, store)
-}
-
-fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
-    SetRequest {
-        key: key.into(),
-        value: value.as_bytes().to_vec(),
-        etag: etag.map(Into::into),
-        ..SetRequest::default()
-    }
-}
-
-fn delete(key: &str, etag: Option<&str>) -> DeleteRequest {
-    DeleteRequest {
-        key: key.into(),
-        etag: etag.map(Into::into),
-        ..DeleteRequest::default()
-    }
 }
 
 async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {

@@ -10,9 +10,10 @@ use testkit::redis::RedisServer;
 
 use std::sync::Arc;
 
+use crate::support::state_requests::{delete, write};
 use rewire_runtime::{
-    DeleteRequest, GetRequest, Instance, SetRequest, StateEntry, StateError, StateStore,
-    TransactionOperation, TransactionRequest,
+    GetRequest, Instance, StateEntry, StateError, StateStore, TransactionOperation,
+    TransactionRequest,
 };
 use serde_json::json;
 
@@ -48,23 +49,6 @@ async fn read(store: &dyn StateStore, key: &str) -> Option<(Vec<u8>, String)> {
         .await
         .unwrap_or_else(|e| panic!("get {key}: {e}"))
         .map(|entry| (entry.data, entry.etag))
-}
-
-fn write(key: &str, value: &str, etag: Option<&str>) -> SetRequest {
-    SetRequest {
-        key: key.into(),
-        value: value.as_bytes().to_vec(),
-        etag: etag.map(Into::into),
-        ..SetRequest::default()
-    }
-}
-
-fn delete(key: &str, etag: Option<&str>) -> DeleteRequest {
-    DeleteRequest {
-        key: key.into(),
-        etag: etag.map(Into::into),
-        ..DeleteRequest::default()
-    }
 }
 
 /// How many times the server ran `command` (`INFO commandstats`).

@@ -6,4 +6,5 @@ pub mod etcd_server;
 pub mod extreme;
 pub mod file_opens;
 pub mod logs;
+pub mod state_requests;
 pub mod story_load;
