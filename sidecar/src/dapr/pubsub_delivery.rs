@@ -40,7 +40,8 @@
 //! its lineage delivered (the same CloudEvent `source` and `id`; see
 //! [`handover`](super::handover), which also keeps the two from sending
 //! the same event), once its broker has delivered nothing for
-//! [`HANDOVER_GRACE`] with nothing in flight, or [`HANDOVER_LIMIT`] after
+//! [`HANDOVER_GRACE`] with nothing in flight (counted from when its last
+//! event in flight settled), or [`HANDOVER_LIMIT`] after
 //! it was retired (the runtime's drain bounds for a replaced broker); then
 //! it waits for what it has in flight (within the same limit).
 
@@ -182,7 +183,6 @@ impl TopicDelivery {
         // Told by an event a later subscription of its lineage delivered.
         let caught_up = CancellationToken::new();
         loop {
-            let idle = in_flight.available_permits() == MAX_IN_FLIGHT;
             // Biased: once stopped, no further event is taken.
             let permit = tokio::select! {
                 biased;
@@ -206,8 +206,9 @@ impl TopicDelivery {
                 () = sleep_until(until) => break,
                 () = caught_up.cancelled(), if until.is_some() => break,
                 // Retired, its broker silent and nothing of it in flight:
-                // it holds nothing more.
-                () = tokio::time::sleep(HANDOVER_GRACE), if until.is_some() && idle => break,
+                // it holds nothing more. The grace starts once the last
+                // event in flight settled, also while this waits.
+                () = settled_then_silent(&in_flight, HANDOVER_GRACE), if until.is_some() => break,
                 () = retire.retired(), if until.is_none() => {
                     until = Some(Instant::now() + HANDOVER_LIMIT);
                     continue;
@@ -466,6 +467,20 @@ impl Subscriber<'_> {
     }
 }
 
+/// Resolves once no event is in flight (`in_flight` has every permit
+/// back but the one the delivery loop holds for its next event) and
+/// `grace` has passed since.
+async fn settled_then_silent(in_flight: &Semaphore, grace: Duration) {
+    let others = u32::try_from(MAX_IN_FLIGHT.saturating_sub(1)).unwrap_or(u32::MAX);
+    match in_flight.acquire_many(others).await {
+        // Given back at once: only the loop, waiting here, takes permits.
+        Ok(settled) => drop(settled),
+        // Never closed; were it, nothing would settle any more.
+        Err(_) => std::future::pending::<()>().await,
+    }
+    tokio::time::sleep(grace).await;
+}
+
 /// Resolves at `until`, never without one.
 async fn sleep_until(until: Option<Instant>) {
     match until {
@@ -713,6 +728,64 @@ mod tests {
             Some(DeliveryOutcome::Success),
             "settled with the subscriber's answer"
         );
+        runtime.shutdown().await;
+    }
+
+    /// A subscriber that holds every event until `open` is told, then
+    /// answers SUCCESS; tells `sent` of each event it got.
+    struct Gated {
+        sent: tokio::sync::mpsc::UnboundedSender<()>,
+        open: watch::Receiver<bool>,
+    }
+
+    #[tonic::async_trait]
+    impl EventSink for Gated {
+        async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+            let _ = self.sent.send(());
+            let _ = self.open.clone().wait_for(|open| *open).await;
+            DeliveryOutcome::Success
+        }
+
+        async fn closed(&self) {
+            std::future::pending().await
+        }
+    }
+
+    /// A retired subscription whose broker has nothing more ends once
+    /// what it had in flight settled and [`HANDOVER_GRACE`] passed, also
+    /// when that settled while it already waited for its broker, and its
+    /// broker subscription is let go (the grace ran only if nothing was in
+    /// flight when it started waiting: it waited for [`HANDOVER_LIMIT`],
+    /// its broker queueing for it meanwhile).
+    #[tokio::test(start_paused = true)]
+    async fn a_retired_subscription_ends_a_grace_after_its_last_event_settled() {
+        let runtime = runtime_with(serde_json::json!({})).await;
+        let (sent, mut got) = tokio::sync::mpsc::unbounded_channel();
+        let (open, gate) = watch::channel(false);
+        let sink = Arc::new(Gated { sent, open: gate });
+        let (task, retire) = deliver_to(&runtime, "settles-late", sink).await;
+        let outcome = feed_event("settles-late", "1").await;
+        tokio::time::timeout(Duration::from_secs(60), got.recv())
+            .await
+            .unwrap_or_else(|_| panic!("sent within a minute"));
+        // Retired with the event in flight: it waits for its broker.
+        let _ = retire.send(true);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        open.send_replace(true);
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+        tokio::time::timeout(HANDOVER_GRACE * 2, task)
+            .await
+            .unwrap_or_else(|_| panic!("the retired subscription outlived its grace"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let feed = feed_of("settles-late");
+        let let_go = async {
+            while !feed.is_stopped() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(HANDOVER_GRACE, let_go)
+            .await
+            .unwrap_or_else(|_| panic!("the broker subscription was held on"));
         runtime.shutdown().await;
     }
 
