@@ -32,8 +32,11 @@
 //! The subscriptions of one pub/sub and topic share a [`Lineage`]: while
 //! one of them retires, an event is sent by one of them only (however
 //! many reloads took the topic over in a row), and a retiring one ends
-//! once it reaches what a later one delivered. One taken over again while
-//! it retires goes on retiring for the new taker, by its routes.
+//! once it reaches what a later one delivered. A retiring one delivers by
+//! the routes of the one that runs (set before that one subscribes, also
+//! when it replaced one of the same id whose metadata changed), and one
+//! taken over again while it retires goes on for the new taker, by its
+//! routes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -331,11 +334,21 @@ impl Deliveries {
                 }
             }
             let taken_over = taken.remove(&id).unwrap_or_default();
-            let taker_routes = routes.clone();
             if !taken_over.is_empty() || self.running.contains_key(&id) {
                 // A hand-over: its lineage claims each event from the
                 // new subscription's first on.
                 self.lineage(&feed).remember(true);
+            }
+            // What it replaces in its lineage (same pub/sub and topic)
+            // or takes over goes by its routes before it subscribes: an
+            // event the old routes leave aside is the new one's to send.
+            let replaced = self.running.get(&id);
+            let same_lineage = replaced.filter(|r| r.feed.lineage_key() == feed.lineage_key());
+            for old in same_lineage
+                .into_iter()
+                .chain(taken_over.iter().map(|(_, old)| old))
+            {
+                old.route_as(&routes, &subscription.dead_letter_topic);
             }
             match self.start(&subscription, routes).await {
                 Ok(started) => {
@@ -347,7 +360,6 @@ impl Deliveries {
                         self.retire(&id, replaced).await;
                     }
                     for (_, old) in taken_over {
-                        old.route_as(&taker_routes, &subscription.dead_letter_topic);
                         self.retire(&id, old).await;
                     }
                 }

@@ -10,19 +10,23 @@
 //! one's answer (delivered: it is not sent again; handed back: it is sent
 //! here), so the running one and those retiring (however many reloads
 //! took the topic over in a row, A → B → C or A → B → A) send each event
-//! to the app once, and only a failure has it come again.
+//! to the app once, and only a failure has it come again. An event one
+//! sets aside (no route of it takes it) is not delivered for the others:
+//! each decides by its own routes. Claims still in flight when the
+//! hand-over ends are kept until answered.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-/// Events a lineage remembers, at most, while one of it retires.
+/// Events a lineage remembers, at most, while one of it retires (the
+/// longest delivered forgotten first for a new one).
 const HANDOVER_MEMORY: usize = 65_536;
 /// How long an event waits, at most, for another subscription of its
 /// lineage to answer it before it is sent all the same (that one retries
@@ -32,13 +36,16 @@ const CLAIM_WAIT: Duration = Duration::from_secs(120);
 /// The subscriptions of one pub/sub and topic, as they hand over: what
 /// each has in flight and what each delivered (acknowledged or dropped).
 /// Remembers only while [`Lineage::remember`] is on (one of it retires),
-/// and at most [`HANDOVER_MEMORY`] events; while off (no hand-over in
-/// progress, the usual case) a delivery neither keys its event nor takes
-/// the lock.
+/// and at most [`HANDOVER_MEMORY`] events; once turned off it keeps the
+/// claims still in flight until each is answered (so an event another
+/// has at the app is not sent meanwhile); then, off (no hand-over in
+/// progress, the usual case), a delivery neither keys its event nor
+/// takes the lock.
 #[derive(Debug, Default)]
 pub struct Lineage {
+    /// Whether deliveries key their events and look at `claims`.
     remembering: AtomicBool,
-    claims: Mutex<Option<HashMap<u64, Claim>>>,
+    claims: Mutex<Option<Claims>>,
     /// Told when a claim is answered or given up, and when remembering
     /// stops.
     answered: Notify,
@@ -46,23 +53,76 @@ pub struct Lineage {
     started: AtomicU64,
 }
 
-/// Who took an event, and whether it was delivered.
-#[derive(Debug, Clone, Copy)]
+/// What a lineage remembers.
+#[derive(Debug, Default)]
+struct Claims {
+    by_event: HashMap<u64, Claim>,
+    /// The events delivered, oldest first: forgotten first when full.
+    delivered: VecDeque<u64>,
+    /// Remembering was turned off: nothing more is claimed, and the
+    /// claims still in flight are let go as they are answered.
+    stopping: bool,
+}
+
+impl Claims {
+    /// Whether another event can be claimed: below [`HANDOVER_MEMORY`],
+    /// once the longest delivered are forgotten if need be (those in
+    /// flight never are).
+    fn has_room(&mut self) -> bool {
+        while self.by_event.len() >= HANDOVER_MEMORY {
+            let Some(oldest) = self.delivered.pop_front() else {
+                return false;
+            };
+            self.by_event.remove(&oldest);
+        }
+        true
+    }
+}
+
+/// Who took an event, and its answer ([`PENDING`] while in flight).
+#[derive(Debug, Clone)]
 struct Claim {
     by: u64,
-    delivered: bool,
+    answer: Arc<AtomicU8>,
+}
+
+/// A claim's answer: still in flight.
+const PENDING: u8 = 0;
+/// A claim's answer: delivered (acknowledged or dropped by the app).
+const DELIVERED: u8 = 1;
+/// A claim's answer: given up, for another to send.
+const GIVEN_UP: u8 = 2;
+
+impl Claim {
+    fn answer(&self) -> u8 {
+        self.answer.load(Ordering::Acquire)
+    }
 }
 
 impl Lineage {
     /// Starts (or stops, and forgets) remembering; starting again while on
-    /// keeps what it remembers.
+    /// keeps what it remembers. Stopping forgets what was delivered at
+    /// once, and each claim still in flight once it is answered (until
+    /// then, another subscription reading that event waits for it).
     pub fn remember(&self, on: bool) {
         let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-        if claims.is_some() == on {
-            return;
+        match (claims.as_mut(), on) {
+            (None, true) => {
+                *claims = Some(Claims::default());
+                self.remembering.store(true, Ordering::Release);
+            }
+            (Some(kept), true) => kept.stopping = false,
+            (Some(kept), false) if !kept.stopping => {
+                kept.stopping = true;
+                kept.by_event.retain(|_, claim| claim.answer() == PENDING);
+                kept.delivered.clear();
+                if kept.by_event.is_empty() {
+                    *claims = None;
+                    self.remembering.store(false, Ordering::Release);
+                }
+            }
+            (_, false) => return,
         }
-        *claims = on.then(HashMap::new);
-        self.remembering.store(on, Ordering::Release);
         drop(claims);
         self.answered.notify_waiters();
     }
@@ -127,12 +187,29 @@ impl Delivered {
             return Some(Taken::Send(None));
         };
         let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
+        // The claim of another that has the event in flight: its answer
+        // is read here, also once the lineage forgot it.
+        let mut waiting_on: Option<Claim> = None;
         loop {
             let answered = self.lineage.answered.notified();
             tokio::pin!(answered);
             answered.as_mut().enable();
-            if let Some(taken) = self.try_take(key) {
-                return Some(taken);
+            if let Some(claim) = &waiting_on {
+                match claim.answer() {
+                    DELIVERED => {
+                        return Some(Taken::DeliveredBy {
+                            later: claim.by > self.order,
+                        })
+                    }
+                    PENDING => {}
+                    _ => waiting_on = None,
+                }
+            }
+            if waiting_on.is_none() {
+                match self.try_take(key) {
+                    Ok(taken) => return Some(taken),
+                    Err(claim) => waiting_on = Some(claim),
+                }
             }
             tokio::select! {
                 () = answered => {}
@@ -142,40 +219,41 @@ impl Delivered {
         }
     }
 
-    /// The event's fate now; None while another has it in flight.
-    fn try_take(&self, key: u64) -> Option<Taken> {
+    /// The event's fate now; the other's claim while it has it in flight.
+    fn try_take(&self, key: u64) -> Result<Taken, Claim> {
         let mut claims = self
             .lineage
             .claims
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let Some(claims) = claims.as_mut() else {
-            return Some(Taken::Send(None));
+            return Ok(Taken::Send(None));
         };
-        match claims.get(&key) {
-            Some(claim) if claim.delivered => Some(Taken::DeliveredBy {
-                later: claim.by > self.order,
-            }),
-            // Its own, read again while in flight: sent again, unclaimed.
-            Some(claim) if claim.by == self.order => Some(Taken::Send(None)),
-            Some(_) => None,
-            None if claims.len() >= HANDOVER_MEMORY => Some(Taken::Send(None)),
-            None => {
-                claims.insert(
-                    key,
-                    Claim {
-                        by: self.order,
-                        delivered: false,
-                    },
-                );
-                Some(Taken::Send(Some(Claimed {
-                    lineage: self.lineage.clone(),
-                    key,
-                    by: self.order,
-                    delivered: false,
-                })))
+        match claims.by_event.get(&key) {
+            Some(claim) if claim.answer() == DELIVERED => {
+                return Ok(Taken::DeliveredBy {
+                    later: claim.by > self.order,
+                })
             }
+            // Its own, read again while in flight: sent again, unclaimed.
+            Some(claim) if claim.by == self.order => return Ok(Taken::Send(None)),
+            Some(claim) => return Err(claim.clone()),
+            None => {}
         }
+        if claims.stopping || !claims.has_room() {
+            return Ok(Taken::Send(None));
+        }
+        let claim = Claim {
+            by: self.order,
+            answer: Arc::new(AtomicU8::new(PENDING)),
+        };
+        claims.by_event.insert(key, claim.clone());
+        Ok(Taken::Send(Some(Claimed {
+            lineage: self.lineage.clone(),
+            key,
+            claim,
+            delivered: false,
+        })))
     }
 }
 
@@ -184,7 +262,7 @@ impl Delivered {
 pub(crate) struct Claimed {
     lineage: Arc<Lineage>,
     key: u64,
-    by: u64,
+    claim: Claim,
     delivered: bool,
 }
 
@@ -198,24 +276,31 @@ impl Claimed {
 
 impl Drop for Claimed {
     fn drop(&mut self) {
-        let mut claims = self
+        let answer = if self.delivered { DELIVERED } else { GIVEN_UP };
+        self.claim.answer.store(answer, Ordering::Release);
+        let mut guard = self
             .lineage
             .claims
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(claims) = claims.as_mut() {
-            match claims.get_mut(&self.key) {
-                Some(claim) if claim.by == self.by && !claim.delivered => {
-                    if self.delivered {
-                        claim.delivered = true;
-                    } else {
-                        claims.remove(&self.key);
-                    }
-                }
-                _ => {}
+        if let Some(claims) = guard.as_mut() {
+            let this = claims
+                .by_event
+                .get(&self.key)
+                .is_some_and(|claim| Arc::ptr_eq(&claim.answer, &self.claim.answer));
+            // Kept as delivered while remembering; else let go (those
+            // waiting for it read its answer from their copy).
+            if this && (!self.delivered || claims.stopping) {
+                claims.by_event.remove(&self.key);
+            } else if this {
+                claims.delivered.push_back(self.key);
+            }
+            if claims.stopping && claims.by_event.is_empty() {
+                *guard = None;
+                self.lineage.remembering.store(false, Ordering::Release);
             }
         }
-        drop(claims);
+        drop(guard);
         self.lineage.answered.notify_waiters();
     }
 }
@@ -349,5 +434,69 @@ mod tests {
             take(&new, "3").await,
             Taken::DeliveredBy { later: false }
         ));
+    }
+
+    /// Remembering stops (the retiring subscription ended) while that one
+    /// still has an event at the app: the running one reading it waits
+    /// for the answer instead of sending it alongside, is told it was
+    /// delivered, and the lineage lets its claims go once answered.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_in_flight_outlives_remembering() {
+        let lineage = Arc::new(Lineage::default());
+        let (old, new) = (lineage.member(), lineage.member());
+        lineage.remember(true);
+        let Taken::Send(Some(claim)) = take(&old, "1").await else {
+            panic!("claimed");
+        };
+        lineage.remember(false);
+        assert!(
+            matches!(take(&new, "2").await, Taken::Send(None)),
+            "nothing new is claimed"
+        );
+        let waiting = tokio::spawn({
+            let new = new.clone();
+            async move { take(&new, "1").await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "waits while at the app");
+        claim.answer(true);
+        let taken = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(taken, Taken::DeliveredBy { later: false }));
+        assert!(!lineage.is_remembering(), "let go once answered");
+        assert!(matches!(take(&new, "1").await, Taken::Send(None)));
+    }
+
+    /// A lineage full of delivered events forgets the longest delivered
+    /// for a new one, so events are still claimed (and sent once) on a
+    /// busy topic; it refused every new claim.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_lineage_forgets_its_oldest_delivered_events() {
+        let lineage = Arc::new(Lineage::default());
+        let (old, new) = (lineage.member(), lineage.member());
+        lineage.remember(true);
+        for n in 0..HANDOVER_MEMORY {
+            let Taken::Send(Some(claim)) = take(&old, &n.to_string()).await else {
+                panic!("{n} claimed");
+            };
+            claim.answer(true);
+        }
+        let Taken::Send(Some(claim)) = take(&old, "next").await else {
+            panic!("claimed when full");
+        };
+        let waiting = tokio::spawn({
+            let new = new.clone();
+            async move { take(&new, "next").await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "waits while in flight");
+        claim.answer(true);
+        let taken = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(taken, Taken::DeliveredBy { later: false }));
+        let last = (HANDOVER_MEMORY - 1).to_string();
+        assert!(matches!(take(&new, &last).await, Taken::DeliveredBy { .. }));
+        assert!(
+            matches!(take(&new, "0").await, Taken::Send(Some(_))),
+            "the oldest forgotten"
+        );
     }
 }

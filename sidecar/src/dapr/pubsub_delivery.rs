@@ -248,9 +248,11 @@ impl TopicDelivery {
                     pubsub_name: &this.pubsub_name,
                     stop: &stop,
                 };
-                let outcome = this.deliver(&delivery, to, &handle).await;
+                let Handled { outcome, unrouted } = this.deliver(&delivery, to, &handle).await;
                 if let Some(claim) = claim {
-                    claim.answer(outcome != DeliveryOutcome::Retry);
+                    // One its routes do not take is not delivered for
+                    // the lineage: each other one decides by its own.
+                    claim.answer(!unrouted && outcome != DeliveryOutcome::Retry);
                 }
                 delivery.settle(outcome);
                 drop(permit);
@@ -267,27 +269,44 @@ impl TopicDelivery {
         tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "A replaced subscription delivered what it held; ended.");
     }
 
-    /// Delivers one message with retries; the outcome for the broker.
+    /// Delivers one message with retries.
     async fn deliver(
         &self,
         delivery: &Delivery,
         to: Subscriber<'_>,
         handle: &PubSubHandle,
-    ) -> DeliveryOutcome {
+    ) -> Handled {
         let event = TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic);
         if super::event_expiry::has_expired(&event.cloud_event) {
             // As Dapr: not delivered; sent to the dead-letter topic when
             // one is set, and acknowledged.
             tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
-            return self.set_aside(&event, delivery, handle).await;
+            return self.set_aside(&event, delivery, handle).await.into();
         }
         if !to.sink.takes(&event) {
             // As Dapr: an event no route takes (and with no default route)
             // is not delivered; it goes to the dead-letter topic when one
             // is set, and is acknowledged.
             tracing::debug!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "No route takes the event.");
-            return self.set_aside(&event, delivery, handle).await;
+            return Handled {
+                outcome: self.set_aside(&event, delivery, handle).await,
+                unrouted: true,
+            };
         }
+        self.deliver_routed(&event, delivery, to, handle)
+            .await
+            .into()
+    }
+
+    /// Sends an event the sink's routes take, with retries; the outcome
+    /// for the broker.
+    async fn deliver_routed(
+        &self,
+        event: &TopicEvent,
+        delivery: &Delivery,
+        to: Subscriber<'_>,
+        handle: &PubSubHandle,
+    ) -> DeliveryOutcome {
         // The retry policy the waits follow (`None`: the defaults); a
         // reload that changes it applies from the next attempt.
         let mut retry: Option<RetryPolicy> = None;
@@ -305,7 +324,7 @@ impl TopicDelivery {
             let attempts = retry.as_ref().map_or(Some(MAX_ATTEMPTS), |policy| {
                 policy.max_retries.map(|most| most.saturating_add(1))
             });
-            let outcome = match to.attempt(&event, policy.as_deref()).await {
+            let outcome = match to.attempt(event, policy.as_deref()).await {
                 Attempt::Answered(outcome) => outcome,
                 Attempt::Held => {
                     // The breaker is open: the event waits, its attempts
@@ -321,7 +340,7 @@ impl TopicDelivery {
                 DeliveryOutcome::Success => return DeliveryOutcome::Success,
                 DeliveryOutcome::Drop => {
                     tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Subscriber dropped an event.");
-                    self.dead_letter(&event, delivery, handle).await;
+                    self.dead_letter(event, delivery, handle).await;
                     return DeliveryOutcome::Drop;
                 }
                 DeliveryOutcome::Retry if attempts.is_none_or(|most| attempt < most) => {
@@ -332,7 +351,7 @@ impl TopicDelivery {
                 DeliveryOutcome::Retry => break,
             }
         }
-        if self.dead_letter(&event, delivery, handle).await {
+        if self.dead_letter(event, delivery, handle).await {
             DeliveryOutcome::Success
         } else {
             DeliveryOutcome::Retry
@@ -385,6 +404,25 @@ impl TopicDelivery {
                 tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, dead_letter_topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
                 false
             }
+        }
+    }
+}
+
+/// What became of one event.
+struct Handled {
+    /// Its outcome for the broker.
+    outcome: DeliveryOutcome,
+    /// No route of the sink took it (so it was not sent): it counts as
+    /// delivered for the broker, not for the rest of its lineage, whose
+    /// routes may take it.
+    unrouted: bool,
+}
+
+impl From<DeliveryOutcome> for Handled {
+    fn from(outcome: DeliveryOutcome) -> Self {
+        Self {
+            outcome,
+            unrouted: false,
         }
     }
 }
@@ -587,13 +625,24 @@ mod tests {
         dead_letter_topic: Option<&str>,
         sink: Arc<dyn EventSink>,
     ) -> (tokio::task::JoinHandle<()>, watch::Sender<bool>) {
+        deliver_in(runtime, topic, dead_letter_topic, Default::default(), sink).await
+    }
+
+    /// [`deliver_with_dead_letters`], as `delivered` of its lineage.
+    async fn deliver_in(
+        runtime: &Runtime,
+        topic: &str,
+        dead_letter_topic: Option<&str>,
+        delivered: Arc<Delivered>,
+        sink: Arc<dyn EventSink>,
+    ) -> (tokio::task::JoinHandle<()>, watch::Sender<bool>) {
         let (retire, retired) = Retire::channel();
         let delivery = TopicDelivery {
             pubsub_name: "p".into(),
             topic: topic.into(),
             dead_letter_topic: watch::channel(dead_letter_topic.map(str::to_string)).1,
             retire: retired,
-            delivered: Default::default(),
+            delivered,
         };
         let task = delivery
             .start(runtime, sink, Default::default(), CancellationToken::new())
@@ -919,6 +968,46 @@ mod tests {
         assert_eq!(published_to("unrouted-failing-refused"), 1);
         assert_eq!(counting.sent.load(Ordering::SeqCst), 0, "sent to the app");
         assert_eq!(unrouted.sent.load(Ordering::SeqCst), 0, "sent to the app");
+        runtime.shutdown().await;
+    }
+
+    /// An event the retiring subscription's routes do not take (routes
+    /// a reload replaced) is set aside there, but not counted delivered
+    /// for its lineage: the running one, reading the same CloudEvent,
+    /// sends it by its own routes (it was acknowledged unsent, and lost).
+    #[tokio::test]
+    async fn an_event_a_retiring_subscription_sets_aside_reaches_the_running_one() {
+        let runtime = runtime_with(serde_json::json!({})).await;
+        let lineage = Arc::new(crate::dapr::handover::Lineage::default());
+        let (old_sink, new_sink) = (Arc::new(NoRoute::default()), Arc::new(Counting::default()));
+        let (_old, _retire_old) = deliver_in(
+            &runtime,
+            "lineage-old",
+            None,
+            lineage.member(),
+            old_sink.clone(),
+        )
+        .await;
+        let (_new, _retire_new) = deliver_in(
+            &runtime,
+            "lineage-new",
+            None,
+            lineage.member(),
+            new_sink.clone(),
+        )
+        .await;
+        lineage.remember(true);
+
+        let set_aside = feed_event("lineage-old", "h1").await;
+        assert_eq!(settled(set_aside).await, DeliveryOutcome::Success);
+        let sent = feed_event("lineage-new", "h1").await;
+        assert_eq!(settled(sent).await, DeliveryOutcome::Success);
+        assert_eq!(old_sink.sent.load(Ordering::SeqCst), 0, "no route took it");
+        assert_eq!(
+            new_sink.sent.load(Ordering::SeqCst),
+            1,
+            "the running one sent it"
+        );
         runtime.shutdown().await;
     }
 }

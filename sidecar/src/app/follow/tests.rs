@@ -879,4 +879,5 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
     orders.stop().await;
 }
 
+mod replaced_routes;
 mod takeover_chain;
