@@ -17,15 +17,31 @@ use crate::redact::Redactor;
 /// component that does not let go.
 pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How a `close` ended: [`Ended`](Closed::Ended) when it ran to its end
+/// (an error it returned included), [`Abandoned`](Closed::Abandoned) when
+/// it timed out or panicked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    Ended,
+    Abandoned,
+}
+
+impl Closed {
+    /// 1 when abandoned, else 0: closes counted as they end.
+    pub(crate) fn abandoned(self) -> usize {
+        usize::from(self == Closed::Abandoned)
+    }
+}
+
 /// Cancels a component's background work and closes it, in a task of its
 /// own: a `close` that panics or does not end within [`CLOSE_TIMEOUT`] is
-/// logged, and the caller goes on.
+/// logged and abandoned, and the caller goes on.
 pub(crate) async fn close_one(
     key: &ComponentKey,
     instance: &Instance,
     shutdown: &CancellationToken,
-) {
-    close_within(key, instance, shutdown, CLOSE_TIMEOUT).await;
+) -> Closed {
+    close_within(key, instance, shutdown, CLOSE_TIMEOUT).await
 }
 
 /// [`close_one`], its `close` abandoned after `within` instead.
@@ -34,21 +50,27 @@ pub(crate) async fn close_within(
     instance: &Instance,
     shutdown: &CancellationToken,
     within: Duration,
-) {
+) -> Closed {
     shutdown.cancel();
     let component = instance.component();
     match guarded(async move { component.close().await }, within).await {
-        Answer::Answered(Ok(())) => tracing::info!(component = %key, "Component closed."),
+        Answer::Answered(Ok(())) => {
+            tracing::info!(component = %key, "Component closed.");
+            Closed::Ended
+        }
         Answer::Answered(Err(err)) => {
             let error = Redactor::shared().scrub(&err.to_string());
-            tracing::warn!(component = %key, error = %error, "Component close failed.")
+            tracing::warn!(component = %key, error = %error, "Component close failed.");
+            Closed::Ended
         }
         Answer::TimedOut => {
-            tracing::warn!(component = %key, timeout = ?within, "Component close did not end in time; abandoned.")
+            tracing::warn!(component = %key, timeout = ?within, "Component close did not end in time; abandoned.");
+            Closed::Abandoned
         }
         Answer::Panicked(message) => {
             let error = Redactor::shared().scrub(&message);
-            tracing::error!(component = %key, error = %error, "Component close panicked.")
+            tracing::error!(component = %key, error = %error, "Component close panicked.");
+            Closed::Abandoned
         }
     }
 }

@@ -74,6 +74,23 @@ impl StopSignals {
     }
 }
 
+/// What a cancelled start-up that unwound in time says, and its exit
+/// code: success only when every close ran to its end.
+fn cancelled_exit(abandoned: usize) -> ExitCode {
+    let (line, code) = cancelled_outcome(abandoned);
+    eprintln!("{line}");
+    code
+}
+
+/// The line [`cancelled_exit`] prints and its exit code.
+fn cancelled_outcome(abandoned: usize) -> (String, ExitCode) {
+    let said = StartError::Cancelled { abandoned }.to_string();
+    match abandoned {
+        0 => (said, ExitCode::SUCCESS),
+        _ => (format!("error: {said}"), ExitCode::FAILURE),
+    }
+}
+
 /// Starts the runtime unless a stop signal comes first. The start runs
 /// on a task of its own, so an `init` that blocks its thread cannot keep
 /// the signal from being seen. On a signal the start is cancelled (see
@@ -81,8 +98,8 @@ impl StopSignals {
 /// waited for at most [`ABANDON_WITHIN`], or until a second signal. The
 /// error is then the exit code: success when everything started was
 /// closed in time (a stop asked for is not a failure, to systemd or
-/// Kubernetes), a failure when the unwinding did not finish or the start
-/// failed on its own.
+/// Kubernetes), a failure when a close was abandoned, the unwinding did
+/// not finish or the start failed on its own.
 pub(super) async fn start_unless_stopped(
     valid: ValidConfig,
     registry: Registry,
@@ -124,10 +141,7 @@ pub(super) async fn start_unless_stopped(
                     ExitCode::FAILURE
                 }
             },
-            Ok(Ok(Err(StartError::Cancelled))) => {
-                eprintln!("start-up cancelled: every component started was closed");
-                ExitCode::SUCCESS
-            }
+            Ok(Ok(Err(StartError::Cancelled { abandoned }))) => cancelled_exit(abandoned),
             Ok(Ok(Err(err))) => {
                 eprintln!("error: start-up failed:\n{err}");
                 ExitCode::FAILURE
@@ -152,4 +166,25 @@ pub(super) async fn start_unless_stopped(
         }
     };
     Err(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancelled_start_succeeds_only_when_every_close_ended() {
+        let (line, code) = cancelled_outcome(0);
+        assert_eq!(code, ExitCode::SUCCESS);
+        assert!(
+            line.contains("every component started was closed"),
+            "{line}"
+        );
+
+        let (line, code) = cancelled_outcome(2);
+        assert_eq!(code, ExitCode::FAILURE);
+        assert!(line.starts_with("error: "), "{line}");
+        assert!(line.contains("2 component close(s) abandoned"), "{line}");
+        assert!(!line.contains("every component"), "{line}");
+    }
 }

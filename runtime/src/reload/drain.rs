@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::closing::close_one;
+use crate::closing::{close_one, Closed, CLOSE_TIMEOUT};
 use crate::component::ComponentKey;
 use crate::handle::{Instance, PUBSUB_DRAIN_LIMIT, PUBSUB_STOP_GRACE};
 use crate::running::Running;
@@ -19,13 +20,21 @@ use crate::running::Running;
 /// How often the holders of a retired instance are counted.
 const POLL: Duration = Duration::from_millis(5);
 
+/// How long [`Drains::finish`] waits for the drains: once hurried, a
+/// drain closes what it has left at once, each close bounded by
+/// `CLOSE_TIMEOUT`, so every close ends (or is abandoned) within it; the
+/// margin is for scheduling. Past it (a `close` that blocks its thread),
+/// the drains are left behind.
+const FINISH_WITHIN: Duration = CLOSE_TIMEOUT.saturating_add(Duration::from_secs(1));
+
 /// The drains under way: each runs in the background until [`finish`]
 /// (at shutdown) stops their waits for users and waits for their closes.
 ///
 /// [`finish`]: Drains::finish
 #[derive(Default)]
 pub(crate) struct Drains {
-    tasks: Mutex<JoinSet<()>>,
+    /// Each drain, answering how many of its closes were abandoned.
+    tasks: Mutex<JoinSet<usize>>,
     /// Cancelled by `finish`: no drain waits for users any longer.
     hurry: CancellationToken,
 }
@@ -43,18 +52,25 @@ impl Drains {
         tasks.spawn(drain(retired, grace, self.hurry.clone()));
     }
 
-    /// Stops every drain's wait for users and waits up to `within` for
-    /// their closes; a drain still closing then goes on in the
-    /// background (its closes are bounded each).
-    pub(crate) async fn finish(&self, within: Duration) {
+    /// Stops every drain's wait for users, so each closes what it has
+    /// left at once, and waits for their closes (up to [`FINISH_WITHIN`]:
+    /// every one has ended or been abandoned by then). Returns how many
+    /// closes were abandoned, counting a drain left behind as one.
+    pub(crate) async fn finish(&self) -> usize {
         self.hurry.cancel();
         let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
-        let joined =
-            tokio::time::timeout(within, async { while tasks.join_next().await.is_some() {} });
+        let mut abandoned = 0;
+        let joined = tokio::time::timeout(FINISH_WITHIN, async {
+            while let Some(drained) = tasks.join_next().await {
+                abandoned += drained.unwrap_or(1);
+            }
+        });
         if joined.await.is_err() {
-            tracing::warn!(waited = ?within, "Replaced instances still closing at shutdown; left to close in the background.");
+            tracing::warn!(waited = ?FINISH_WITHIN, "Replaced instances still closing at shutdown; left to close in the background.");
+            abandoned += tasks.len();
             tasks.detach_all();
         }
+        abandoned
     }
 }
 
@@ -68,28 +84,65 @@ impl Drop for Drains {
 }
 
 /// Closes `retired` (in the order given), each after its users let go,
-/// `grace` passes or `hurry` is cancelled.
+/// `grace` passes or `hurry` is cancelled. Once hurried, what is left is
+/// closed at once, alongside a close under way: they are all retired
+/// instances, reaching others only through handles, which resolve in the
+/// generation in force. Returns how many closes were abandoned.
 async fn drain(
     retired: Vec<(ComponentKey, Arc<Running>)>,
     grace: Duration,
     hurry: CancellationToken,
-) {
+) -> usize {
+    let mut closing = JoinSet::new();
+    let mut abandoned = 0;
     for (key, running) in retired {
-        let instance = &running.assembled.instance;
-        let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
-        // One holder is `running` itself.
-        while instance.holders() > 1
-            && tokio::time::Instant::now() < deadline
-            && !hurry.is_cancelled()
-        {
-            tokio::time::sleep(POLL).await;
+        if !hurry.is_cancelled() {
+            wait_for_users(&key, &running.assembled.instance, grace, &hurry).await;
         }
-        let holders = instance.holders();
-        if holders > 1 {
-            tracing::warn!(component = %key, holders = holders - 1, ?grace, "Closing a replaced instance still in use (its grace period over, or at shutdown).");
+        closing.spawn(close_retired(key, running).in_current_span());
+        if hurry.is_cancelled() {
+            continue;
         }
-        close_one(&key, instance, &running.assembled.shutdown).await;
+        // One at a time until hurried: `closing` holds this close alone.
+        tokio::select! {
+            closed = closing.join_next() => abandoned += closed.map_or(0, |c| c.unwrap_or(Closed::Abandoned).abandoned()),
+            () = hurry.cancelled() => {}
+        }
     }
+    // Each close is bounded (and a panic caught) in `close_one`.
+    while let Some(closed) = closing.join_next().await {
+        abandoned += closed.unwrap_or(Closed::Abandoned).abandoned();
+    }
+    abandoned
+}
+
+/// Waits until the users of `instance` let go of it, its grace passes or
+/// `hurry` is cancelled; warns when closing it still in use.
+async fn wait_for_users(
+    key: &ComponentKey,
+    instance: &Instance,
+    grace: Duration,
+    hurry: &CancellationToken,
+) {
+    let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
+    // One holder is the `Running` itself.
+    while instance.holders() > 1 && tokio::time::Instant::now() < deadline && !hurry.is_cancelled()
+    {
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            () = hurry.cancelled() => {}
+        }
+    }
+    let holders = instance.holders();
+    if holders > 1 {
+        tracing::warn!(component = %key, holders = holders - 1, ?grace, "Closing a replaced instance still in use (its grace period over, or at shutdown).");
+    }
+}
+
+/// Closes one retired instance.
+async fn close_retired(key: ComponentKey, running: Arc<Running>) -> Closed {
+    let assembled = &running.assembled;
+    close_one(&key, &assembled.instance, &assembled.shutdown).await
 }
 
 /// How long the users of `instance` are waited for: `grace`, or for a
@@ -216,7 +269,7 @@ mod tests {
         let drains = Drains::default();
         drains.spawn(vec![(key, running)], grace);
         let asked = tokio::time::Instant::now();
-        drains.finish(grace).await;
+        drains.finish().await;
         assert!(finished.is_cancelled(), "not closed when finish returned");
         assert!(asked.elapsed() < grace, "finish waited for the user");
         drop(plain);
@@ -239,5 +292,21 @@ mod tests {
         drains.spawn(vec![hangs, panics, (key, plain)], grace);
         tokio::time::sleep((grace + crate::closing::CLOSE_TIMEOUT) * 3).await;
         assert!(closed.is_cancelled(), "left open behind a bad close");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finish_counts_the_closes_it_abandoned() {
+        let hangs = retired(
+            "hangs",
+            Instance::Custom(Arc::new(BadClose { panics: false })),
+        );
+        let panics = retired(
+            "panics",
+            Instance::Custom(Arc::new(BadClose { panics: true })),
+        );
+        let plain = retired("plain", Instance::Custom(Arc::new(Plain)));
+        let drains = Drains::default();
+        drains.spawn(vec![hangs, panics, plain], Duration::from_secs(10));
+        assert_eq!(drains.finish().await, 2, "hung and panicked closes");
     }
 }

@@ -164,14 +164,15 @@ impl Reloader {
     }
 
     /// Waits for a reload in progress, refuses any later one, closes what
-    /// reloads replaced (without waiting for their users; bounded by
-    /// `CLOSE_TIMEOUT`: they may use the components in force, not the
-    /// other way round) and then every component.
-    pub(crate) async fn shutdown(&self) {
+    /// reloads replaced (without waiting for their users, all at once,
+    /// each bounded by `CLOSE_TIMEOUT`: they may use the components in
+    /// force, not the other way round) and only then every component.
+    /// Returns how many closes were abandoned (timed out or panicked).
+    pub(crate) async fn shutdown(&self) -> usize {
         self.stopped.cancel();
         let _serial = self.serial.lock().await;
-        self.drains.finish(crate::closing::CLOSE_TIMEOUT).await;
-        self.running.close_all().await;
+        let retired = self.drains.finish().await;
+        retired + self.running.close_all().await
     }
 }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{Components, Running};
-use crate::closing::{close_within, CLOSE_TIMEOUT};
+use crate::closing::{close_within, Closed, CLOSE_TIMEOUT};
 use crate::component::ComponentKey;
 
 /// Kept for each level still to close when the levels share a deadline:
@@ -22,11 +22,13 @@ const LEVEL_RESERVE: Duration = Duration::from_secs(1);
 /// first, each level's at once, each `close` bounded by `CLOSE_TIMEOUT`;
 /// with a deadline `by`, also by each level's share of the time left (see
 /// [`level_share`]), so the first level, the stores, is closed too.
+/// Returns how many closes were abandoned (timed out or panicked).
 pub(crate) async fn close_in_reverse(
     levels: &[Vec<ComponentKey>],
     components: &mut Components,
     by: Option<Instant>,
-) {
+) -> usize {
+    let mut abandoned = 0;
     let mut left = levels.len();
     for level in levels.iter().rev() {
         let within = by.map_or(CLOSE_TIMEOUT, |by| level_share(by, left));
@@ -36,19 +38,24 @@ pub(crate) async fn close_in_reverse(
             .rev()
             .filter_map(|key| components.remove(key).map(|r| (key.clone(), r)))
             .collect();
-        close_level(closing, within).await;
+        abandoned += close_level(closing, within).await;
     }
+    abandoned
 }
 
-/// Closes `closing` at once, each `close` bounded by `within`.
-async fn close_level(closing: Vec<(ComponentKey, Arc<Running>)>, within: Duration) {
+/// Closes `closing` at once, each `close` bounded by `within`; returns how
+/// many were abandoned.
+async fn close_level(closing: Vec<(ComponentKey, Arc<Running>)>, within: Duration) -> usize {
+    let mut abandoned = 0;
     match closing.len() {
         0 => {}
         // One component (the usual level): no task to join.
         1 => {
             for (key, running) in &closing {
                 let assembled = &running.assembled;
-                close_within(key, &assembled.instance, &assembled.shutdown, within).await;
+                let closed =
+                    close_within(key, &assembled.instance, &assembled.shutdown, within).await;
+                abandoned += closed.abandoned();
             }
         }
         _ => {
@@ -56,14 +63,17 @@ async fn close_level(closing: Vec<(ComponentKey, Arc<Running>)>, within: Duratio
             for (key, running) in closing {
                 let close = async move {
                     let assembled = &running.assembled;
-                    close_within(&key, &assembled.instance, &assembled.shutdown, within).await;
+                    close_within(&key, &assembled.instance, &assembled.shutdown, within).await
                 };
                 tasks.spawn(close.in_current_span());
             }
             // Each close is bounded (and a panic caught) in `close_within`.
-            while tasks.join_next().await.is_some() {}
+            while let Some(joined) = tasks.join_next().await {
+                abandoned += joined.map_or(1, Closed::abandoned);
+            }
         }
     }
+    abandoned
 }
 
 /// How long the next of `left` levels (counting it) may take to close, so

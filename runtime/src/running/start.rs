@@ -30,8 +30,9 @@ use crate::registry::Registry;
 pub(crate) enum NotStarted {
     /// Components failed to start.
     Failed(Vec<ComponentFailure>),
-    /// The start-up was cancelled.
-    Cancelled,
+    /// The start-up was cancelled; `abandoned` closes of finished levels'
+    /// components timed out or panicked.
+    Cancelled { abandoned: usize },
 }
 
 /// How long a cancelled start-up takes at most, from its cancellation to
@@ -67,8 +68,9 @@ pub(super) async fn start_all(
     for (number, level) in levels.iter().enumerate() {
         if stop.is_cancelled() {
             let by = Instant::now() + CANCELLED_START_UNWIND;
-            close_levels(config, &levels[..number], &mut components, Some(by)).await;
-            return Err(NotStarted::Cancelled);
+            let abandoned =
+                close_levels(config, &levels[..number], &mut components, Some(by)).await;
+            return Err(NotStarted::Cancelled { abandoned });
         }
         let cx = AssemblyContext {
             app_id: config.config.app_id.clone(),
@@ -100,8 +102,9 @@ pub(super) async fn start_all(
                 "Start-up cancelled: closing the components started."
             );
             let by = cancelled_at.unwrap_or_else(Instant::now) + CANCELLED_START_UNWIND;
-            close_levels(config, &levels[..=number], &mut components, Some(by)).await;
-            return Err(NotStarted::Cancelled);
+            let abandoned =
+                close_levels(config, &levels[..=number], &mut components, Some(by)).await;
+            return Err(NotStarted::Cancelled { abandoned });
         }
         if !failures.is_empty() {
             close_levels(config, &levels[..=number], &mut components, None).await;
@@ -132,13 +135,14 @@ async fn noting_cancel<T>(
 
 /// Closes the components of `levels` (graph nodes) found in `components`,
 /// last level first, all by `by` if given. Only what started is in
-/// `components`: closing the levels so far closes exactly that.
+/// `components`: closing the levels so far closes exactly that. Returns
+/// how many closes were abandoned.
 async fn close_levels(
     config: &ValidConfig,
     levels: &[Vec<usize>],
     components: &mut Components,
     by: Option<Instant>,
-) {
+) -> usize {
     let started: Vec<Vec<_>> = levels
         .iter()
         .map(|level| {
@@ -148,7 +152,7 @@ async fn close_levels(
                 .collect()
         })
         .collect();
-    close_in_reverse(&started, components, by).await;
+    close_in_reverse(&started, components, by).await
 }
 
 /// The declarations of a validated configuration by graph node: node `i`

@@ -68,10 +68,26 @@ pub enum StartError {
     /// Components failed to start; everything started was closed.
     #[error("{}", failure_lines(.0))]
     Failed(Vec<ComponentFailure>),
-    /// The start-up was cancelled (see [`Runtime::start_until`]);
-    /// everything started was closed.
-    #[error("start-up cancelled: every component started was closed")]
-    Cancelled,
+    /// The start-up was cancelled (see [`Runtime::start_until`]): every
+    /// component started was closed, but `abandoned` of those closes were
+    /// given up (timed out or panicked), so what they held may not have
+    /// been released; 0 when every close ran to its end. Counted: the
+    /// components of finished levels and, when cancelled while the
+    /// overlay was laid, every component and replaced instance; not yet
+    /// the close of a component whose `init` the cancellation cut short.
+    #[error("{}", cancelled_line(*.abandoned))]
+    Cancelled {
+        /// How many `close`s were abandoned.
+        abandoned: usize,
+    },
+}
+
+/// What a cancelled start-up says: whether every close ran to its end.
+fn cancelled_line(abandoned: usize) -> String {
+    match abandoned {
+        0 => "start-up cancelled: every component started was closed".to_string(),
+        n => format!("start-up cancelled: {n} component close(s) abandoned (timed out or panicked); the others were closed"),
+    }
 }
 
 impl std::fmt::Debug for StartError {
@@ -227,7 +243,7 @@ impl Runtime {
                 .await
                 .map_err(|not| match not {
                     NotStarted::Failed(failures) => StartError::Failed(failures),
-                    NotStarted::Cancelled => StartError::Cancelled,
+                    NotStarted::Cancelled { abandoned } => StartError::Cancelled { abandoned },
                 })?;
         let settings = ReloadSettings {
             timeouts: options.timeouts,
@@ -258,8 +274,8 @@ impl Runtime {
         }
         if cancelled.is_cancelled() {
             // While the overlay was laid: closed as a shutdown closes.
-            runtime.shutdown().await;
-            return Err(StartError::Cancelled);
+            let abandoned = runtime.close_everything().await;
+            return Err(StartError::Cancelled { abandoned });
         }
         worker::spawn_worker(
             Arc::downgrade(&runtime.inner.reloader),
@@ -544,8 +560,14 @@ impl Runtime {
     /// for their users), then every component (users before the stores
     /// they use) and publishes an empty generation.
     pub async fn shutdown(&self) {
+        self.close_everything().await;
+    }
+
+    /// [`shutdown`](Self::shutdown); returns how many closes were
+    /// abandoned (timed out or panicked).
+    async fn close_everything(&self) -> usize {
         self.inner.stopped.cancel();
-        self.reloader().shutdown().await;
+        self.reloader().shutdown().await
     }
 }
 

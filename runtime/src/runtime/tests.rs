@@ -25,6 +25,8 @@ use crate::registry::{Buildable, ComponentDescriptor, Inject, InjectError};
 static CLOSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The names of the `recorder`s whose `close` ended, in that order.
 static ENDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Both, as `<name> closing` and `<name> closed`, in the order they came.
+static TIMELINE: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The stop signal of each test, by the test's name.
 static STOPS: Mutex<BTreeMap<String, Arc<Notify>>> = Mutex::new(BTreeMap::new());
 
@@ -83,9 +85,17 @@ impl Component for Recorder {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(self.name.clone())
         };
+        let timeline = |what: &str| {
+            TIMELINE
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{} {what}", self.name))
+        };
         record(&CLOSED);
+        timeline("closing");
         tokio::time::sleep(self.close_for).await;
         record(&ENDED);
+        timeline("closed");
         Ok(())
     }
 }
@@ -216,28 +226,28 @@ fn valid(document: &Value) -> ValidConfig {
 
 /// Starts `components` until `test`'s stop; asserts the start says it
 /// was cancelled and came back within the bound; returns the names closed
-/// (in the order their `close` was called).
+/// (in the order their `close` was called) and how many closes the start
+/// says it abandoned.
 async fn cancelled_start(
     test: &'static str,
     components: &[(&str, &[&str])],
     close_ms: &[(&str, u64)],
-) -> Vec<String> {
+) -> (Vec<String>, usize) {
     let config = valid(&json!({"components": {"custom": declared(components, close_ms)}}));
     let asked = tokio::time::Instant::now();
     let started =
         Runtime::start_until(config, registry(), RuntimeOptions::default(), stopped(test)).await;
     let took = asked.elapsed();
-    assert!(
-        matches!(started, Err(StartError::Cancelled)),
-        "{:?}",
-        started.err()
-    );
+    let abandoned = match started {
+        Err(StartError::Cancelled { abandoned }) => abandoned,
+        other => panic!("{:?}", other.err()),
+    };
     assert!(
         took <= Runtime::CANCELLED_START_UNWIND,
         "took {took:?}: closes {:?}",
         of(&CLOSED, test)
     );
-    of(&CLOSED, test)
+    (of(&CLOSED, test), abandoned)
 }
 
 /// Asserts every component of `uses` was closed once, users first.
@@ -269,17 +279,83 @@ async fn a_start_cancelled_in_its_last_level_closes_every_started_component_user
         ("last-hang", &["last-user"]),
         ("last-sibling", &["last-user"]),
     ];
-    let closed = cancelled_start("last", &uses, &[]).await;
+    let (closed, abandoned) = cancelled_start("last", &uses, &[]).await;
     each_closed_once_users_first(&uses, &closed);
+    assert_eq!(abandoned, 0, "a close that ended counted as abandoned");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_init_whose_close_hangs_too_leaves_time_to_close_the_stores() {
     let uses: [(&str, &[&str]); 2] = [("hung-store", &[]), ("hung-hang", &["hung-store"])];
     // Longer than the whole unwinding may take.
-    let closed = cancelled_start("hung", &uses, &[("hung-hang", 20_000)]).await;
+    let (closed, _) = cancelled_start("hung", &uses, &[("hung-hang", 20_000)]).await;
     each_closed_once_users_first(&uses, &closed);
     assert_eq!(of(&ENDED, "hung"), ["hung-store"], "the store's close ran");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_start_whose_started_component_does_not_close_says_so() {
+    let uses: [(&str, &[&str]); 3] = [
+        ("lost-store", &[]),
+        ("lost-user", &["lost-store"]),
+        ("lost-hang", &["lost-user"]),
+    ];
+    // Longer than its level may take: abandoned.
+    let (closed, abandoned) = cancelled_start("lost", &uses, &[("lost-user", 20_000)]).await;
+    each_closed_once_users_first(&uses, &closed);
+    assert_eq!(abandoned, 1, "the abandoned close went unreported");
+    let error = StartError::Cancelled { abandoned };
+    assert!(!error.to_string().contains("every component"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_replaced_users_close_at_once_and_before_the_store_they_may_use() {
+    let recorder = |name: &str, close_ms: u64, uses: &[&str]| {
+        let refs: Vec<Value> = uses
+            .iter()
+            .map(|used| json!({"kind": "custom", "name": used}))
+            .collect();
+        let metadata = json!({"name": name, "closeMs": close_ms});
+        json!({"type": "recorder", "metadata": metadata, "componentRef": refs})
+    };
+    // Only the replaced users are slow to close.
+    let config = |generation: &str, close_ms: u64| {
+        json!({"components": {"custom": {
+            "retire-store": recorder("retire-store", 0, &[]),
+            "retire-one": recorder(&format!("retire-one-{generation}"), close_ms, &["retire-store"]),
+            "retire-two": recorder(&format!("retire-two-{generation}"), close_ms, &["retire-store"]),
+        }}})
+    };
+    let runtime = Runtime::start(
+        valid(&config("old", 3_000)),
+        registry(),
+        RuntimeOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Held: the replaced users drain until the shutdown hurries them.
+    let held: Vec<Instance> = ["retire-one", "retire-two"]
+        .iter()
+        .map(|name| runtime.component(ComponentKey::new("custom", name)))
+        .map(|handle| handle.load_instance().unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let text = config("new", 0).to_string();
+    let candidate = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    runtime
+        .apply(candidate)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    runtime.shutdown().await;
+    drop(held);
+
+    let timeline = of(&TIMELINE, "retire");
+    let at = |event: &str| timeline.iter().position(|e| e == event);
+    let store = at("retire-store closing");
+    for old in ["retire-one-old", "retire-two-old"] {
+        let ended = at(&format!("{old} closed"));
+        assert!(ended.is_some(), "{old} left closing: {timeline:?}");
+        assert!(ended < store, "the store closed under {old}: {timeline:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -297,8 +373,9 @@ async fn a_levels_slow_closes_run_at_once_and_leave_time_to_close_the_stores() {
         ("slow-two", 4_000),
         ("slow-three", 4_000),
     ];
-    let closed = cancelled_start("slow", &uses, &slow).await;
+    let (closed, abandoned) = cancelled_start("slow", &uses, &slow).await;
     each_closed_once_users_first(&uses, &closed);
+    assert_eq!(abandoned, 0, "a close that ended counted as abandoned");
     let mut ended = of(&ENDED, "slow");
     ended.sort();
     assert_eq!(
@@ -340,7 +417,7 @@ async fn an_instance_the_start_up_overlay_replaced_is_closed_before_a_cancelled_
     .await;
 
     assert!(
-        matches!(started, Err(StartError::Cancelled)),
+        matches!(started, Err(StartError::Cancelled { abandoned: 0 })),
         "{:?}",
         started.err()
     );
