@@ -260,10 +260,12 @@ pub(crate) async fn assemble(
     descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {
+    // The work is polled first: one that is ready at once (most are)
+    // never registers with the stop token, which every assembly shares.
     let resolved = tokio::select! {
         biased;
-        () = cx.stop.cancelled() => return Err(cancelled(spec, cx)),
         resolved = resolve_metadata(spec, cx) => resolved?,
+        () = cx.stop.cancelled() => return Err(cancelled(spec, cx)),
     };
     assemble_resolved(spec, descriptor, resolved, cx).await
 }
@@ -293,8 +295,8 @@ pub(crate) async fn assemble_resolved(
     let init = with_staged(cx.staged.clone(), async {
         tokio::select! {
             biased;
-            () = cx.stop.cancelled() => None,
             init = tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)) => Some(init),
+            () = cx.stop.cancelled() => None,
         }
     })
     .await;
@@ -331,8 +333,8 @@ pub(crate) async fn assemble_resolved(
     unwound.instance = Some(&instance);
     let ready = tokio::select! {
         biased;
-        () = cx.stop.cancelled() => Err((FailedStep::Cancelled, CANCELLED.to_string())),
         ready = wait_ready(key, &instance, cx) => ready,
+        () = cx.stop.cancelled() => Err((FailedStep::Cancelled, CANCELLED.to_string())),
     };
     unwound.disarm();
     drop(unwound);
@@ -425,8 +427,11 @@ fn secret_safe(spec: &ComponentSpec, err: MetadataError) -> String {
 
 /// Lets a component whose init failed or timed out release what it may
 /// have taken: its shutdown token is cancelled and `close` is called on a
-/// task of its own (bounded by `within`): a close that panics is logged,
-/// and the init's failure stays the component's.
+/// task of its own (bounded by `within`, and by [`CLOSE_TIMEOUT`] from a
+/// stop of the start-up, so its unwinding stays bounded): a close that
+/// panics is logged, and the init's failure stays the component's.
+///
+/// [`CLOSE_TIMEOUT`]: crate::closing::CLOSE_TIMEOUT
 async fn close_unstarted(
     key: &ComponentKey,
     component: Box<dyn Buildable>,
@@ -435,7 +440,17 @@ async fn close_unstarted(
     within: Duration,
 ) {
     shutdown.cancel();
-    match guarded(async move { component.close().await }, within).await {
+    let close = guarded(async move { component.close().await }, within);
+    let hurried = async {
+        cx.stop.cancelled().await;
+        tokio::time::sleep(crate::closing::CLOSE_TIMEOUT).await;
+    };
+    let answer = tokio::select! {
+        biased;
+        answer = close => answer,
+        () = hurried => Answer::TimedOut,
+    };
+    match answer {
         Answer::Answered(Ok(())) => {}
         Answer::Answered(Err(err)) => {
             tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed.")

@@ -54,11 +54,13 @@ fn of(list: &Mutex<Vec<String>>, test: &str) -> Vec<String> {
 /// Records its `close` under its metadata's `name` (when called, and when
 /// ended after `closeMs`); takes any componentRef; when its metadata says
 /// `hangs`, its `init` tells the stop signal and never ends; when it says
-/// `stops`, it tells the stop signal and ends a moment later.
+/// `stops`, it tells the stop signal and ends a moment later; when it says
+/// `fails`, its `init` fails at once and its `close` tells the stop signal.
 struct Recorder {
     name: String,
     hangs: bool,
     stops: bool,
+    fails: bool,
     close_for: Duration,
 }
 
@@ -75,6 +77,9 @@ impl Component for Recorder {
         if self.stops {
             // The stop is seen before this init ends.
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if self.fails {
+            return Err(ComponentError::new("refused at once"));
         }
         Ok(())
     }
@@ -93,6 +98,10 @@ impl Component for Recorder {
         };
         record(&CLOSED);
         timeline("closing");
+        if self.fails {
+            let test = self.name.split('-').next().unwrap_or_default();
+            stop_of(test).notify_one();
+        }
         tokio::time::sleep(self.close_for).await;
         record(&ENDED);
         timeline("closed");
@@ -158,6 +167,7 @@ fn build_recorder(metadata: &Metadata) -> Result<Box<dyn Buildable>, MetadataErr
         name: text("name").to_string(),
         hangs: flag("hangs"),
         stops: flag("stops"),
+        fails: flag("fails"),
         close_for: Duration::from_millis(close_ms.unwrap_or(0)),
     }))
 }
@@ -210,6 +220,7 @@ fn declared(components: &[(&str, &[&str])], close_ms: &[(&str, u64)]) -> Map<Str
             let metadata = json!({
                 "name": name,
                 "hangs": name.ends_with("-hang"),
+                "fails": name.ends_with("-fails"),
                 "closeMs": close.map_or(0, |(_, ms)| *ms),
             });
             let declared = json!({"type": "recorder", "metadata": metadata, "componentRef": refs});
@@ -427,5 +438,45 @@ async fn an_instance_the_start_up_overlay_replaced_is_closed_before_a_cancelled_
         ended,
         ["drained-new", "drained-old"],
         "the replaced instance's close had not ended"
+    );
+}
+
+/// A component whose `init` failed is closed under the init timeout; a
+/// stop arriving during that close leaves it [`CLOSE_TIMEOUT`] more, so
+/// the stores of the levels before are still closed within the bound.
+///
+/// [`CLOSE_TIMEOUT`]: crate::closing::CLOSE_TIMEOUT
+#[tokio::test(start_paused = true)]
+async fn a_stop_during_a_failed_inits_slow_close_leaves_time_to_close_the_stores() {
+    let uses: [(&str, &[&str]); 2] = [
+        ("refused-store", &[]),
+        ("refused-fails", &["refused-store"]),
+    ];
+    // Its close runs past the init timeout: alone it would hold the level.
+    let slow = [("refused-fails", 60_000)];
+    let config = valid(&json!({"components": {"custom": declared(&uses, &slow)}}));
+    let asked = tokio::time::Instant::now();
+    let started = Runtime::start_until(
+        config,
+        registry(),
+        RuntimeOptions::default(),
+        stopped("refused"),
+    )
+    .await;
+    let took = asked.elapsed();
+    assert!(started.is_err(), "the start succeeded");
+    assert_eq!(
+        of(&CLOSED, "refused"),
+        ["refused-fails", "refused-store"],
+        "closed, users first"
+    );
+    assert_eq!(
+        of(&ENDED, "refused"),
+        ["refused-store"],
+        "the store's close ran"
+    );
+    assert!(
+        took <= Runtime::CANCELLED_START_UNWIND,
+        "took {took:?}, past the unwinding's bound"
     );
 }
