@@ -433,6 +433,50 @@ async fn a_full_broker_s_reason_reaches_the_caller_with_its_secrets_redacted() {
     sidecar.stop().await;
 }
 
+/// A bulk publish whose every entry the broker refuses answers each
+/// failed entry with the broker's own reason (redacted), as Dapr's failed
+/// entries carry the component's error: not the request's topic, which
+/// one request could make megabytes long and have repeated per entry.
+#[tokio::test]
+async fn failed_bulk_entries_carry_the_brokers_reason_not_the_topic() {
+    let config = serde_json::json!({"appId": "shop", "components": {
+        "pubsub": {"full": {"type": "test.api.full_broker",
+            "metadata": {"password": "not-a-secret-here"}}}
+    }});
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let topic = "t".repeat(64 * 1024);
+    let entries: Vec<dapr::BulkPublishRequestEntry> = (0..200)
+        .map(|i| dapr::BulkPublishRequestEntry {
+            entry_id: format!("e{i}"),
+            event: b"x".to_vec(),
+            content_type: "text/plain".into(),
+            metadata: Default::default(),
+        })
+        .collect();
+    let bulk = dapr::BulkPublishRequest {
+        pubsub_name: "full".into(),
+        topic,
+        entries,
+        metadata: Default::default(),
+    };
+    let failed = client
+        .bulk_publish_event_alpha1(bulk)
+        .await
+        .expect("answered with its failed entries")
+        .into_inner()
+        .failed_entries;
+    assert_eq!(failed.len(), 200);
+    for entry in &failed {
+        assert_eq!(
+            entry.error, "queue full (auth token [redacted])",
+            "{}",
+            entry.entry_id
+        );
+    }
+    sidecar.stop().await;
+}
+
 const CLOUD_EVENT: &str = "application/cloudevents+json";
 
 /// Publishes `marker` (text) and asserts it is the next event `sub` gets:

@@ -311,7 +311,7 @@ impl PubSubOps {
                 Err(err) => Err(err),
             };
             if let Err(err) = published {
-                failed.push((entry_id, err.to_string()));
+                failed.push((entry_id, entry_error(&err)));
             }
         }
         Ok(failed)
@@ -395,6 +395,30 @@ fn parse_raw_payload(value: Option<&str>) -> Result<bool, String> {
             "rawPayload value must be a valid boolean: actual is '{other}'"
         )),
     }
+}
+
+/// The longest error text a failed bulk entry carries.
+const MAX_ENTRY_ERROR: usize = 1024;
+
+/// What a failed bulk entry says: the broker's own reason, as Dapr's
+/// failed entries carry the component's error (not the request's topic,
+/// which one request could make megabytes long and repeat per entry), cut
+/// to [`MAX_ENTRY_ERROR`] bytes.
+fn entry_error(err: &PubSubOpError) -> String {
+    let mut text = match err {
+        PubSubOpError::Publish { source, .. } | PubSubOpError::Busy { source, .. } => {
+            source.to_string()
+        }
+        other => other.to_string(),
+    };
+    if text.len() > MAX_ENTRY_ERROR {
+        let mut end = MAX_ENTRY_ERROR;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 #[cfg(test)]
