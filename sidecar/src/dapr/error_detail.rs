@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::pubsub::PubSubOpError;
+use super::pubsub::{PubSubOpError, ENTRY_ID_PROBLEM};
 use super::state::StateOpError;
 
 /// The `ErrorInfo` domain of every Dapr error.
@@ -113,9 +113,6 @@ const STATE_STORE_FEATURES: HelpLink = HelpLink {
     description: "Check the list of state stores and the features they support",
     url: "https://docs.dapr.io/reference/components-reference/supported-state-stores/",
 };
-
-/// What Dapr's bulk publish says of an empty or repeated `entryId`.
-pub(super) const ENTRY_ID_PROBLEM: &str = "entryId is duplicated or not present for entry";
 
 impl StateOpError {
     /// Dapr's details for this error, where Dapr attaches some.

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
-use super::error_detail::ENTRY_ID_PROBLEM;
 use super::pubsub_event::{
     bulk_event_bytes, check_cloud_event, envelope, EnvelopeContext, NotACloudEvent,
     CLOUD_EVENT_CONTENT_TYPE,
@@ -25,6 +24,9 @@ use super::retry_rule;
 
 /// How many times a publish follows a broker replaced under it.
 const RETIRED_RETRIES: usize = 3;
+
+/// What Dapr's bulk publish says of an empty or repeated `entryId`.
+pub(super) const ENTRY_ID_PROBLEM: &str = "entryId is duplicated or not present for entry";
 
 /// Why a publish failed (messages in Dapr's wording).
 #[derive(Debug, thiserror::Error)]
