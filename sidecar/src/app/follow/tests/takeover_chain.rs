@@ -112,6 +112,18 @@ async fn taken_over_twice(
     by_order
 }
 
+/// Asserts each order of `by_order` came once, none by the removed
+/// route `/b`.
+fn each_once_none_by_b(by_order: &BTreeMap<u32, Vec<String>>) {
+    assert_eq!(repeated(by_order), BTreeMap::new(), "delivered again");
+    let on_b: Vec<u32> = by_order
+        .iter()
+        .filter(|(_, routes)| routes.iter().any(|r| r == "b"))
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(on_b, Vec::<u32>::new(), "by the removed route /b");
+}
+
 /// A → B → C: `orders-a` is taken over by `a-orders` (first by name),
 /// which a reload removes for `orders-c` before it delivered anything.
 /// Each order comes once (it came three times: A, retiring for B, which
@@ -127,13 +139,7 @@ async fn a_topic_taken_over_twice_in_quick_succession_delivers_each_event_once()
         ["a-orders", "orders-c"],
     )
     .await;
-    assert_eq!(repeated(&by_order), BTreeMap::new(), "delivered again");
-    let on_b: Vec<u32> = by_order
-        .iter()
-        .filter(|(_, routes)| routes.iter().any(|r| r == "b"))
-        .map(|(n, _)| *n)
-        .collect();
-    assert_eq!(on_b, Vec::<u32>::new(), "by the removed route /b");
+    each_once_none_by_b(&by_order);
 }
 
 /// A → B → A: the reload that had `a-orders` take over is undone before
@@ -149,11 +155,5 @@ async fn a_takeover_undone_at_once_delivers_each_event_once() {
         ["a-orders", "orders-a"],
     )
     .await;
-    assert_eq!(repeated(&by_order), BTreeMap::new(), "delivered again");
-    let on_b: Vec<u32> = by_order
-        .iter()
-        .filter(|(_, routes)| routes.iter().any(|r| r == "b"))
-        .map(|(n, _)| *n)
-        .collect();
-    assert_eq!(on_b, Vec::<u32>::new(), "by the removed route /b");
+    each_once_none_by_b(&by_order);
 }
