@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::component::ComponentKey;
-use crate::guarded::{guarded, Answer};
+use crate::guarded::{Answer, Guarded};
 use crate::handle::Instance;
 use crate::redact::Redactor;
 
@@ -51,26 +52,54 @@ pub(crate) async fn close_within(
     shutdown: &CancellationToken,
     within: Duration,
 ) -> Closed {
-    shutdown.cancel();
-    let component = instance.component();
-    match guarded(async move { component.close().await }, within).await {
-        Answer::Answered(Ok(())) => {
-            tracing::info!(component = %key, "Component closed.");
-            Closed::Ended
+    let deadline = Instant::now() + within;
+    Closing::start(instance, shutdown)
+        .ended_by(key, deadline)
+        .await
+}
+
+/// A close in progress (see [`close_one`]): many are started at once and
+/// awaited one after another by a shared deadline, a task each.
+pub(crate) struct Closing {
+    close: Guarded<()>,
+    started: Instant,
+}
+
+impl Closing {
+    /// Cancels the component's background work and starts its `close` on
+    /// a task of its own.
+    pub(crate) fn start(instance: &Instance, shutdown: &CancellationToken) -> Self {
+        shutdown.cancel();
+        let component = instance.component();
+        Self {
+            close: Guarded::spawn(async move { component.close().await }),
+            started: Instant::now(),
         }
-        Answer::Answered(Err(err)) => {
-            let error = Redactor::shared().scrub(&err.to_string());
-            tracing::warn!(component = %key, error = %error, "Component close failed.");
-            Closed::Ended
-        }
-        Answer::TimedOut => {
-            tracing::warn!(component = %key, timeout = ?within, "Component close did not end in time; abandoned.");
-            Closed::Abandoned
-        }
-        Answer::Panicked(message) => {
-            let error = Redactor::shared().scrub(&message);
-            tracing::error!(component = %key, error = %error, "Component close panicked.");
-            Closed::Abandoned
+    }
+
+    /// Waits for the close of `key` to end; past `deadline` it is logged
+    /// and abandoned.
+    pub(crate) async fn ended_by(self, key: &ComponentKey, deadline: Instant) -> Closed {
+        match self.close.answer_by(deadline).await {
+            Answer::Answered(Ok(())) => {
+                tracing::info!(component = %key, "Component closed.");
+                Closed::Ended
+            }
+            Answer::Answered(Err(err)) => {
+                let error = Redactor::shared().scrub(&err.to_string());
+                tracing::warn!(component = %key, error = %error, "Component close failed.");
+                Closed::Ended
+            }
+            Answer::TimedOut => {
+                let waited = self.started.elapsed();
+                tracing::warn!(component = %key, waited = ?waited, "Component close did not end in time; abandoned.");
+                Closed::Abandoned
+            }
+            Answer::Panicked(message) => {
+                let error = Redactor::shared().scrub(&message);
+                tracing::error!(component = %key, error = %error, "Component close panicked.");
+                Closed::Abandoned
+            }
         }
     }
 }

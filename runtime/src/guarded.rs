@@ -5,6 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::component::ComponentError;
@@ -35,16 +37,36 @@ pub(crate) async fn guarded<T: Send + 'static>(
     call: impl Future<Output = Result<T, ComponentError>> + Send + 'static,
     within: Duration,
 ) -> Answer<T> {
-    let mut task = tokio::spawn(call.in_current_span());
-    match tokio::time::timeout(within, &mut task).await {
-        Err(_) => {
-            task.abort();
-            Answer::TimedOut
+    let deadline = Instant::now() + within;
+    Guarded::spawn(call).answer_by(deadline).await
+}
+
+/// A call into a component running on a task of its own (see
+/// [`guarded`]): started now, its answer awaited later, so that many calls
+/// can run at once and be awaited one after another by one deadline.
+pub(crate) struct Guarded<T>(JoinHandle<Result<T, ComponentError>>);
+
+impl<T: Send + 'static> Guarded<T> {
+    /// Starts `call` on a task of its own, in the current span.
+    pub(crate) fn spawn(
+        call: impl Future<Output = Result<T, ComponentError>> + Send + 'static,
+    ) -> Self {
+        Self(tokio::spawn(call.in_current_span()))
+    }
+
+    /// Its answer, or [`Answer::TimedOut`] (the task aborted) if there is
+    /// none by `deadline`.
+    pub(crate) async fn answer_by(mut self, deadline: Instant) -> Answer<T> {
+        match tokio::time::timeout_at(deadline, &mut self.0).await {
+            Err(_) => {
+                self.0.abort();
+                Answer::TimedOut
+            }
+            Ok(Ok(answer)) => Answer::Answered(answer),
+            Ok(Err(err)) if err.is_panic() => {
+                Answer::Panicked(panic_message(&*err.into_panic()).to_string())
+            }
+            Ok(Err(err)) => Answer::Panicked(err.to_string()),
         }
-        Ok(Ok(answer)) => Answer::Answered(answer),
-        Ok(Err(err)) if err.is_panic() => {
-            Answer::Panicked(panic_message(&*err.into_panic()).to_string())
-        }
-        Ok(Err(err)) => Answer::Panicked(err.to_string()),
     }
 }

@@ -5,12 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use super::{Components, Running};
-use crate::closing::{close_within, Closed, CLOSE_TIMEOUT};
+use crate::closing::{Closing, CLOSE_TIMEOUT};
 use crate::component::ComponentKey;
 
 /// Kept for each level still to close when the levels share a deadline:
@@ -44,34 +42,22 @@ pub(crate) async fn close_in_reverse(
 }
 
 /// Closes `closing` at once, each `close` bounded by `within`; returns how
-/// many were abandoned.
+/// many were abandoned. Each close runs on a task of its own (a panic or a
+/// hang abandons it, see [`Closing`]); they are awaited one after another
+/// by one shared deadline.
 async fn close_level(closing: Vec<(ComponentKey, Arc<Running>)>, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    let started: Vec<(ComponentKey, Closing)> = closing
+        .into_iter()
+        .map(|(key, running)| {
+            let assembled = &running.assembled;
+            let close = Closing::start(&assembled.instance, &assembled.shutdown);
+            (key, close)
+        })
+        .collect();
     let mut abandoned = 0;
-    match closing.len() {
-        0 => {}
-        // One component (the usual level): no task to join.
-        1 => {
-            for (key, running) in &closing {
-                let assembled = &running.assembled;
-                let closed =
-                    close_within(key, &assembled.instance, &assembled.shutdown, within).await;
-                abandoned += closed.abandoned();
-            }
-        }
-        _ => {
-            let mut tasks = JoinSet::new();
-            for (key, running) in closing {
-                let close = async move {
-                    let assembled = &running.assembled;
-                    close_within(&key, &assembled.instance, &assembled.shutdown, within).await
-                };
-                tasks.spawn(close.in_current_span());
-            }
-            // Each close is bounded (and a panic caught) in `close_within`.
-            while let Some(joined) = tasks.join_next().await {
-                abandoned += joined.map_or(1, Closed::abandoned);
-            }
-        }
+    for (key, close) in started {
+        abandoned += close.ended_by(&key, deadline).await.abandoned();
     }
     abandoned
 }

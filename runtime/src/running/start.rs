@@ -72,7 +72,7 @@ pub(super) async fn start_all(
                 close_levels(config, &levels[..number], &mut components, Some(by)).await;
             return Err(NotStarted::Cancelled { abandoned });
         }
-        let cx = AssemblyContext {
+        let cx = Arc::new(AssemblyContext {
             app_id: config.config.app_id.clone(),
             live: live.clone(),
             staged: Arc::new(staged_sharing(&components)),
@@ -81,10 +81,10 @@ pub(super) async fn start_all(
             config_dir: config.config.base_dir.clone(),
             handover: handover.clone(),
             stop: stop.clone(),
-        };
+        });
         let specs: Vec<Arc<ComponentSpec>> =
             level.iter().filter_map(|&node| declared.at(node)).collect();
-        let assembling = assemble_all(specs, registry, &cx);
+        let assembling = assemble_all(specs, registry, Arc::clone(&cx));
         let (started, failures) = noting_cancel(assembling, stop, &mut cancelled_at).await;
         // The staged generation shares `components`: gone, the inserts
         // below change the map in place instead of copying its nodes.
@@ -196,6 +196,8 @@ impl<'c> Declared<'c> {
 type Started = Vec<(Arc<ComponentSpec>, Assembled)>;
 
 /// Assembles `specs` concurrently; returns what started and what failed.
+/// The assemblies share `cx` (one reference count each, not a copy of
+/// every field).
 ///
 /// Each assembly is first polled here, in the calling task: one that
 /// finishes without waiting (most do: decode, inject and an `init` with
@@ -206,7 +208,7 @@ type Started = Vec<(Arc<ComponentSpec>, Assembled)>;
 pub(crate) async fn assemble_all(
     specs: Vec<Arc<ComponentSpec>>,
     registry: &Registry,
-    cx: &AssemblyContext,
+    cx: Arc<AssemblyContext>,
 ) -> (Started, Vec<ComponentFailure>) {
     let mut waiting = ComponentTasks::new();
     let mut started = Started::new();
@@ -224,7 +226,7 @@ pub(crate) async fn assemble_all(
             continue;
         };
         let declared = Arc::clone(&spec);
-        let task_cx = cx.clone();
+        let task_cx = Arc::clone(&cx);
         let mut assembly = Box::pin(async move {
             let result = assemble(&spec, &descriptor, &task_cx).await;
             (spec, result)
@@ -237,7 +239,7 @@ pub(crate) async fn assemble_all(
             }
         }
     }
-    while let Some(joined) = waiting.join_next(cx).await {
+    while let Some(joined) = waiting.join_next(&cx).await {
         match joined {
             Ok((spec, result)) => settle(spec, result, &mut started, &mut failures),
             Err(panicked) => failures.push(panicked),
