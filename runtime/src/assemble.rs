@@ -3,12 +3,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::closing::Closed;
 use crate::component::ComponentKey;
 use crate::component::{Handover, InitContext, Readiness};
 use crate::config::{ComponentSpec, ConfigurationRef, InjectedRef};
@@ -135,9 +137,20 @@ pub struct AssemblyContext {
     /// wait in progress is cut short, what was built is closed (awaited,
     /// bounded) and the component fails as [`FailedStep::Cancelled`].
     pub stop: CancellationToken,
+    /// Counts the closes of components that did not start (a failed or
+    /// cut-short `init`, a failed readiness) that were abandoned (timed
+    /// out or panicked): a cancelled start-up reports them.
+    pub abandoned_closes: Arc<AtomicUsize>,
 }
 
 impl AssemblyContext {
+    /// Counts `closed` in [`abandoned_closes`](Self::abandoned_closes).
+    fn count(&self, closed: Closed) {
+        if closed == Closed::Abandoned {
+            self.abandoned_closes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// A failure of `key` at `step`, with secret values scrubbed.
     pub fn fail(
         &self,
@@ -306,17 +319,17 @@ pub(crate) async fn assemble_resolved(
             unwound.disarm();
             // The start-up's unwinding is bounded: a close as any other.
             let within = cx.timeouts.init.min(crate::closing::CLOSE_TIMEOUT);
-            close_unstarted(key, component, &shutdown, cx, within).await;
+            cx.count(close_unstarted(key, component, &shutdown, cx, within).await);
             return Err(cancelled(spec, cx));
         }
         Some(Ok(Err(err))) => {
             unwound.disarm();
-            close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await;
+            cx.count(close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await);
             return Err(cx.fail(key, FailedStep::Init, err));
         }
         Some(Err(_)) => {
             unwound.disarm();
-            close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await;
+            cx.count(close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await);
             return Err(cx.fail(
                 key,
                 FailedStep::InitTimeout,
@@ -341,7 +354,7 @@ pub(crate) async fn assemble_resolved(
     if let Err((step, reason)) = ready {
         // On a task of its own, bounded, a panic caught: a close that
         // hangs cannot hold the reload, one that panics keeps this reason.
-        crate::closing::close_one(key, &instance, &shutdown).await;
+        cx.count(crate::closing::close_one(key, &instance, &shutdown).await);
         return Err(cx.fail(key, step, reason));
     }
     Ok(Assembled {
@@ -438,7 +451,7 @@ async fn close_unstarted(
     shutdown: &CancellationToken,
     cx: &AssemblyContext,
     within: Duration,
-) {
+) -> Closed {
     shutdown.cancel();
     let close = guarded(async move { component.close().await }, within);
     let hurried = async {
@@ -451,15 +464,18 @@ async fn close_unstarted(
         () = hurried => Answer::TimedOut,
     };
     match answer {
-        Answer::Answered(Ok(())) => {}
+        Answer::Answered(Ok(())) => Closed::Ended,
         Answer::Answered(Err(err)) => {
-            tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed.")
+            tracing::debug!(component = %key, error = %cx.redactor.scrub(&err.to_string()), "Close after a failed init failed.");
+            Closed::Ended
         }
         Answer::TimedOut => {
-            tracing::warn!(component = %key, "Close after a failed init did not answer in time.")
+            tracing::warn!(component = %key, "Close after a failed init did not answer in time.");
+            Closed::Abandoned
         }
         Answer::Panicked(message) => {
-            tracing::error!(component = %key, error = %cx.redactor.scrub(&message), "Close after a failed init panicked.")
+            tracing::error!(component = %key, error = %cx.redactor.scrub(&message), "Close after a failed init panicked.");
+            Closed::Abandoned
         }
     }
 }
@@ -544,6 +560,7 @@ mod tests {
             config_dir: None,
             handover: Handover::new(),
             stop: CancellationToken::new(),
+            abandoned_closes: Arc::default(),
         };
         let metadata =
             json!({"redisHost": "h:6379", "redisPassword": "hunter2", "keyPrefix": "app||"});
@@ -607,6 +624,7 @@ mod tests {
             config_dir: None,
             handover: Handover::new(),
             stop: CancellationToken::new(),
+            abandoned_closes: Arc::default(),
         };
         let reference = |group: Option<&str>| ConfigurationRef {
             store: "cfg".into(),

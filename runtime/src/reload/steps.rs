@@ -153,6 +153,7 @@ impl Reloader {
             handover: self.running.handover().clone(),
             // A reload is not cancelled: past its deadline it is dropped.
             stop: tokio_util::sync::CancellationToken::new(),
+            abandoned_closes: Arc::default(),
         };
         let generation = snapshot.generation;
         let plan = transaction::Plan {

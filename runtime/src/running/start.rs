@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -30,8 +31,9 @@ use crate::registry::Registry;
 pub(crate) enum NotStarted {
     /// Components failed to start.
     Failed(Vec<ComponentFailure>),
-    /// The start-up was cancelled; `abandoned` closes of finished levels'
-    /// components timed out or panicked.
+    /// The start-up was cancelled; `abandoned` closes timed out or
+    /// panicked (of finished levels' components, and of those the
+    /// cancellation cut short or whose `init` failed).
     Cancelled { abandoned: usize },
 }
 
@@ -65,12 +67,16 @@ pub(super) async fn start_all(
     let levels = config.graph.level_nodes();
     let declared = Declared::of(config);
     let mut cancelled_at = None;
+    let abandoned_unstarted = Arc::new(AtomicUsize::new(0));
+    let unstarted = || abandoned_unstarted.load(Ordering::Relaxed);
     for (number, level) in levels.iter().enumerate() {
         if stop.is_cancelled() {
             let by = Instant::now() + CANCELLED_START_UNWIND;
             let abandoned =
                 close_levels(config, &levels[..number], &mut components, Some(by)).await;
-            return Err(NotStarted::Cancelled { abandoned });
+            return Err(NotStarted::Cancelled {
+                abandoned: abandoned + unstarted(),
+            });
         }
         let cx = Arc::new(AssemblyContext {
             app_id: config.config.app_id.clone(),
@@ -81,6 +87,7 @@ pub(super) async fn start_all(
             config_dir: config.config.base_dir.clone(),
             handover: handover.clone(),
             stop: stop.clone(),
+            abandoned_closes: Arc::clone(&abandoned_unstarted),
         });
         let specs: Vec<Arc<ComponentSpec>> =
             level.iter().filter_map(|&node| declared.at(node)).collect();
@@ -104,7 +111,9 @@ pub(super) async fn start_all(
             let by = cancelled_at.unwrap_or_else(Instant::now) + CANCELLED_START_UNWIND;
             let abandoned =
                 close_levels(config, &levels[..=number], &mut components, Some(by)).await;
-            return Err(NotStarted::Cancelled { abandoned });
+            return Err(NotStarted::Cancelled {
+                abandoned: abandoned + unstarted(),
+            });
         }
         if !failures.is_empty() {
             close_levels(config, &levels[..=number], &mut components, None).await;

@@ -72,9 +72,9 @@ pub enum StartError {
     /// component started was closed, but `abandoned` of those closes were
     /// given up (timed out or panicked), so what they held may not have
     /// been released; 0 when every close ran to its end. Counted: the
-    /// components of finished levels and, when cancelled while the
-    /// overlay was laid, every component and replaced instance; not yet
-    /// the close of a component whose `init` the cancellation cut short.
+    /// components of finished levels, those whose `init` the cancellation
+    /// cut short or that failed to start and, when cancelled while the
+    /// overlay was laid, every component and replaced instance.
     #[error("{}", cancelled_line(*.abandoned))]
     Cancelled {
         /// How many `close`s were abandoned.

@@ -299,9 +299,13 @@ async fn a_start_cancelled_in_its_last_level_closes_every_started_component_user
 async fn a_hanging_init_whose_close_hangs_too_leaves_time_to_close_the_stores() {
     let uses: [(&str, &[&str]); 2] = [("hung-store", &[]), ("hung-hang", &["hung-store"])];
     // Longer than the whole unwinding may take.
-    let (closed, _) = cancelled_start("hung", &uses, &[("hung-hang", 20_000)]).await;
+    let (closed, abandoned) = cancelled_start("hung", &uses, &[("hung-hang", 20_000)]).await;
     each_closed_once_users_first(&uses, &closed);
     assert_eq!(of(&ENDED, "hung"), ["hung-store"], "the store's close ran");
+    assert_eq!(
+        abandoned, 1,
+        "the cut-short init's abandoned close went uncounted"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -464,7 +468,11 @@ async fn a_stop_during_a_failed_inits_slow_close_leaves_time_to_close_the_stores
     )
     .await;
     let took = asked.elapsed();
-    assert!(started.is_err(), "the start succeeded");
+    assert!(
+        matches!(started, Err(StartError::Cancelled { abandoned: 1 })),
+        "the failed init's abandoned close went uncounted: {:?}",
+        started.err()
+    );
     assert_eq!(
         of(&CLOSED, "refused"),
         ["refused-fails", "refused-store"],
