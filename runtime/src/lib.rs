@@ -29,6 +29,7 @@ mod rfc3339;
 mod running;
 mod runtime;
 mod sections;
+mod store_call;
 mod trigger;
 
 #[doc(inline)]

@@ -62,7 +62,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long the forwarder first waits for a new broker to answer a
 /// subscribe (the bound of every store call the runtime makes in the
 /// background); the only bound at warm-up, where the publish waits.
-pub const SUBSCRIBE_BOUND: Duration = Duration::from_secs(5);
+pub const SUBSCRIBE_BOUND: Duration = crate::store_call::STORE_CALL_BOUND;
 /// The longest bound of one subscribe at the publish: after each one that
 /// does not answer, the next is waited for twice as long, up to this. A
 /// broker's subscribe is bounded by its own timeouts (a redis one by its

@@ -32,7 +32,7 @@ const BUFFER: usize = 256;
 
 /// How long the forwarder waits for one call into a rebuilt store
 /// (subscribe, read): the bound the watches use for their store calls.
-const STORE_CALL: Duration = Duration::from_secs(5);
+const STORE_CALL: Duration = crate::store_call::STORE_CALL_BOUND;
 
 /// `call`, or `None` if it does not answer within [`STORE_CALL`] (it is
 /// then abandoned).
