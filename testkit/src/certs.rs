@@ -29,6 +29,15 @@ impl CertFiles {
         replace_file(cert_path, &self.cert_pem);
         replace_file(key_path, &self.key_pem);
     }
+
+    /// Writes this certificate and key as `client.crt` and `client.key`
+    /// in `dir` (the files a component follows, renewed later with
+    /// [`install_at`](Self::install_at)); their paths.
+    pub fn installed_in(&self, dir: &Path) -> (PathBuf, PathBuf) {
+        let (cert, key) = (dir.join("client.crt"), dir.join("client.key"));
+        self.install_at(&cert, &key);
+        (cert, key)
+    }
 }
 
 /// A test certificate authority.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::certs::CertFiles;
+use crate::certs::{CertFiles, TestCa};
 use crate::child::ChildProcess;
 pub use crate::free_port;
 
@@ -40,6 +40,19 @@ pub struct RedisTls {
     pub ca_pem: String,
     /// The certificate the helpers' own client presents.
     pub client: CertFiles,
+}
+
+impl RedisTls {
+    /// Every certificate from `ca`: the server's (`redis`) and the
+    /// helpers' client's (`helper`).
+    pub fn from_ca(ca: &TestCa) -> Self {
+        Self {
+            server: ca.server("redis"),
+            ca_path: ca.ca_path.clone(),
+            ca_pem: ca.ca_pem.clone(),
+            client: ca.client("helper"),
+        }
+    }
 }
 
 impl RedisServer {
@@ -177,6 +190,15 @@ impl RedisServer {
     /// The server's log file.
     pub fn log_path(&self) -> PathBuf {
         self.process.log_path().to_path_buf()
+    }
+
+    /// How many TLS handshakes the server refused (it logs each; they
+    /// never reach `total_connections_received`).
+    pub fn handshakes_refused(&self) -> usize {
+        fs::read_to_string(self.log_path())
+            .unwrap_or_default()
+            .matches("Error accepting a client connection")
+            .count()
     }
 }
 

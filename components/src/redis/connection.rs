@@ -25,7 +25,7 @@ use rewire_runtime::{ComponentError, ComponentKey, InPlace, Readiness};
 use serde::{Deserialize, Deserializer};
 use tracing::{info, warn};
 
-mod tls_files;
+pub(super) mod tls_files;
 
 use super::any_connection::AnyConnection;
 use super::bounded::BoundedConnection;
@@ -226,6 +226,8 @@ struct Shared {
     refreshing: AtomicBool,
     /// The component key, for logs (set at init).
     label: std::sync::OnceLock<String>,
+    /// What the TLS file follower did (see `tls_files`).
+    tls_follow: Arc<crate::tls::FollowCounts>,
 }
 
 impl Shared {
@@ -255,6 +257,7 @@ impl RedisConnection {
                 changing: tokio::sync::Mutex::new(()),
                 refreshing: AtomicBool::new(false),
                 label: std::sync::OnceLock::new(),
+                tls_follow: Arc::default(),
             }),
         }
     }

@@ -2,24 +2,16 @@
 //! the subscription readers; and the following of its TLS files.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis::RedisError;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
 
 use super::bounded::BoundedConnection;
+use super::connection::tls_files::{names_files, read_settings};
 use super::connection::{RedisConnection, Session};
 use super::metadata::{ConnectionSettings, RedisMetadata};
-use crate::tls::{PemSource, RECHECK_EVERY};
-
-/// How soon content the files still hold is tried again after a server
-/// refused it (one that learns to trust it later gets it then): not every
-/// [`RECHECK_EVERY`], which would be a new connection and TLS handshake a
-/// second for as long as bad files stay.
-const REFUSED_RETRY: Duration = Duration::from_secs(60);
+use crate::tls::{Applied, Followed, Turn};
 
 /// What `init` established.
 #[derive(Clone)]
@@ -94,96 +86,59 @@ impl Connected {
 
     /// With TLS files (`caCert`, `clientCert`, `clientKey` given as
     /// paths, as cert-manager renews them): reads them again every
-    /// second until the component closes (`shutdown`). When their content
-    /// changed, the commands' connection is made again with it, verified
-    /// and swapped in (as the state store's), then the new settings are
-    /// put in force for the connections opened later: a new
-    /// subscription's, and a reader's, which re-opens its own (see
-    /// `Reader`). Files that cannot be used (half-written, a key that does
-    /// not match, a server that refuses them) are refused with one
-    /// warning per content, and the connections in force keep serving;
-    /// content a server refused is not tried again (no new connection)
-    /// until the files change, or [`REFUSED_RETRY`] later.
+    /// second until the component closes (`shutdown`), with
+    /// [`crate::tls::follow`]. When their content changed, the commands'
+    /// connection is made again with it, verified and swapped in (as the
+    /// state store's), then the new settings are put in force for the
+    /// connections opened later: a new subscription's, and a reader's,
+    /// which re-opens its own (see `Reader`). Files that cannot be used
+    /// (half-written, a key that does not match, a server that refuses
+    /// them) are refused with one warning per content, and the
+    /// connections in force keep serving; content a server refused is not
+    /// tried again (no new connection) until the files change, or
+    /// [`crate::tls::REFUSED_RETRY`] later.
     pub(super) fn follow_tls_files(&self, metadata: RedisMetadata) {
         if !names_files(&metadata) {
             return;
         }
-        let connected = self.clone();
-        tokio::spawn(async move {
-            let stop = connected.shutdown.clone();
-            let mut refused: Option<String> = None;
-            // The content a server last refused, and when: not tried again
-            // before `REFUSED_RETRY` while the files still hold it.
-            let mut refused_content: Option<(ConnectionSettings, Instant)> = None;
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(RECHECK_EVERY) => {}
-                }
-                // Read off the runtime: a file on a slow volume holds a
-                // blocking thread, never a worker.
-                let reading = metadata.clone();
-                let loaded = tokio::select! {
-                    () = stop.cancelled() => return,
-                    loaded = tokio::task::spawn_blocking(move || reading.connection_settings()) => loaded,
-                };
-                let outcome = match loaded {
-                    Ok(Ok(settings)) if settings == *connected.settings() => {
-                        refused = None;
-                        refused_content = None;
-                        continue;
-                    }
-                    Ok(Ok(settings))
-                        if refused_content.as_ref().is_some_and(|(content, at)| {
-                            *content == settings && at.elapsed() < REFUSED_RETRY
-                        }) =>
-                    {
-                        continue;
-                    }
-                    Ok(Ok(settings)) => {
-                        let applied = tokio::select! {
-                            () = stop.cancelled() => return,
-                            applied = connected.connection.apply(metadata.clone()) => applied,
-                        };
-                        match applied {
-                            Ok(_) => Ok(settings),
-                            Err(err) => {
-                                refused_content = Some((settings, Instant::now()));
-                                Err(err.to_string())
-                            }
-                        }
-                    }
-                    Ok(Err(err)) => Err(err.to_string()),
-                    Err(err) => Err(format!("reading the TLS files failed: {err}")),
-                };
-                match outcome {
-                    Ok(settings) => {
-                        connected.settings.send_replace(Arc::new(settings));
-                        refused = None;
-                        refused_content = None;
-                        info!(component = %connected.label, "Redis TLS files changed; new connections use them.");
-                    }
-                    Err(error) if refused.as_deref() != Some(error.as_str()) => {
-                        warn!(component = %connected.label, error = %error, "New Redis TLS files refused; the connections in force keep serving.");
-                        refused = Some(error);
-                    }
-                    Err(error) => {
-                        debug!(component = %connected.label, error = %error, "New Redis TLS files still refused.");
-                    }
-                }
-            }
-        });
+        let followed = PubSubFiles {
+            connected: self.clone(),
+            metadata: Arc::new(metadata),
+        };
+        crate::tls::follow(
+            self.label.clone(),
+            "Redis",
+            self.shutdown.clone(),
+            followed,
+            Arc::default(),
+        );
     }
 }
 
-/// Whether `metadata` names any TLS file.
-fn names_files(metadata: &RedisMetadata) -> bool {
-    metadata.enable_tls
-        && [
-            &metadata.ca_cert,
-            &metadata.client_cert,
-            &metadata.client_key,
-        ]
-        .into_iter()
-        .any(|v| matches!(PemSource::parse(v), Some(PemSource::File(_))))
+/// The pub/sub's files, as the follower sees them.
+struct PubSubFiles {
+    connected: Connected,
+    metadata: Arc<RedisMetadata>,
+}
+
+impl Followed for PubSubFiles {
+    type Content = ConnectionSettings;
+
+    fn turn(&mut self) -> Turn<ConnectionSettings> {
+        read_settings(self.metadata.clone())
+    }
+
+    fn in_force(&self, content: &ConnectionSettings) -> bool {
+        *content == *self.connected.settings()
+    }
+
+    async fn apply(&mut self, content: ConnectionSettings) -> Result<Applied, String> {
+        self.connected
+            .connection
+            .apply((*self.metadata).clone())
+            .await
+            .map_err(|err| err.to_string())?;
+        self.connected.settings.send_replace(Arc::new(content));
+        Ok(Applied::InForce)
+    }
 }

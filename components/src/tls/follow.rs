@@ -1,17 +1,26 @@
-//! Following a component's TLS files: every second the files named by
-//! its `caCert`, `clientCert` and `clientKey` are read again; when their
-//! content differs from the material in force, the component's `apply`
-//! builds a new client with the new material, checks that it works and
-//! swaps it in. New material that cannot be read or used (half-written,
-//! corrupt, a key that does not match, a server that refuses it) leaves
-//! the client in force serving, with one warning per refused content; it
-//! is tried again each second, so a server that learns to trust it later
-//! gets it then. PEM text never reaches a log: errors name fields and
+//! Following a component's TLS files: every second the files are read
+//! again (on a blocking thread, never a runtime worker); when their
+//! content differs from the material in force, the component builds a
+//! new client with it, checks that it works and swaps it in. New material
+//! that cannot be read or used (half-written, corrupt, a key that does
+//! not match, a server that refuses it) leaves the client in force
+//! serving, with one warning per refused content. Content a server
+//! refused is not tried again (a new connection and handshake) while the
+//! files still hold it, until [`REFUSED_RETRY`] has passed: a server that
+//! learns to trust it later gets it then; files that change are tried at
+//! the next read. PEM text never reaches a log: errors name fields and
 //! paths.
+//!
+//! [`follow`] runs the loop for any [`Followed`] component (the Redis
+//! state store and pub/sub); [`follow_files`] for a client built from
+//! [`ClientTlsFields`] (Apollo, etcd).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -20,73 +29,331 @@ use super::client::{ClientTls, ClientTlsFields};
 /// How often the files are read again.
 pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// How soon content the files still hold is tried again after it was
+/// refused: not every [`RECHECK_EVERY`], which would be a new connection
+/// and TLS handshake a second for as long as refused files stay.
+pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
+
+/// The reading of the files, run on a blocking thread.
+pub type ReadFiles<T> = Box<dyn FnOnce() -> Result<T, String> + Send>;
+
+/// What a follower does in one turn.
+pub enum Turn<T> {
+    /// Reads the files with this.
+    Read(ReadFiles<T>),
+    /// Nothing to read now (no file named at the moment, or closed).
+    Skip,
+    /// The component is gone: the follower ends.
+    End,
+}
+
+/// How new content was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// A client with it is in force.
+    InForce,
+    /// Something else replaced the client meanwhile (a metadata change, a
+    /// failover): nothing was put in force, nothing refused; the files
+    /// are compared again with what is in force at the next turn.
+    Superseded,
+}
+
+/// A component whose TLS files are followed.
+pub trait Followed: Send + 'static {
+    /// What the files hold, as the component uses it.
+    type Content: PartialEq + Clone + Send + 'static;
+    /// This turn's reading of the files.
+    fn turn(&mut self) -> Turn<Self::Content>;
+    /// Whether `content` is what the component uses now (as of the last
+    /// [`turn`](Self::turn)).
+    fn in_force(&self, content: &Self::Content) -> bool;
+    /// Builds a client with `content`, checks it and puts it in force; or
+    /// why not (an error naming fields, never PEM text).
+    fn apply(
+        &mut self,
+        content: Self::Content,
+    ) -> impl Future<Output = Result<Applied, String>> + Send;
+}
+
+/// What a follower did, for tests to count turns instead of waiting out
+/// time.
+#[derive(Debug, Default)]
+pub struct FollowCounts {
+    turns: AtomicU64,
+    attempts: AtomicU64,
+}
+
+impl FollowCounts {
+    /// How many times the files were read.
+    pub fn turns(&self) -> u64 {
+        self.turns.load(Ordering::SeqCst)
+    }
+
+    /// How many times new content was applied (a new client tried).
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::SeqCst)
+    }
+}
+
+/// Follows the files of `followed` until `stop` is cancelled or the
+/// component is gone, counting in `counts`. `label` (the component) and
+/// `backend` name the client in logs.
+pub fn follow<F: Followed>(
+    label: String,
+    backend: &'static str,
+    stop: CancellationToken,
+    followed: F,
+    counts: Arc<FollowCounts>,
+) {
+    tokio::spawn(async move {
+        let mut followed = followed;
+        let mut refusals = Refusals::default();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(RECHECK_EVERY) => {}
+            }
+            let read = match followed.turn() {
+                Turn::Read(read) => read,
+                Turn::Skip => continue,
+                Turn::End => return,
+            };
+            let loaded = tokio::select! {
+                () = stop.cancelled() => return,
+                loaded = tokio::task::spawn_blocking(read) => loaded
+                    .unwrap_or_else(|err| Err(format!("reading the TLS files failed: {err}"))),
+            };
+            counts.turns.fetch_add(1, Ordering::SeqCst);
+            let content = match loaded {
+                Ok(content) if followed.in_force(&content) => {
+                    refusals = Refusals::default();
+                    continue;
+                }
+                Ok(content) if refusals.holds_back(&content) => continue,
+                Ok(content) => content,
+                Err(error) => {
+                    refusals.note(&label, backend, Err(error.clone()), &error);
+                    continue;
+                }
+            };
+            counts.attempts.fetch_add(1, Ordering::SeqCst);
+            let applied = tokio::select! {
+                () = stop.cancelled() => return,
+                applied = followed.apply(content.clone()) => applied,
+            };
+            match applied {
+                Ok(Applied::InForce) => {
+                    refusals = Refusals::default();
+                    info!(component = %label, "{backend} TLS files changed; a new client with them is in force.");
+                }
+                Ok(Applied::Superseded) => {}
+                Err(error) => {
+                    refusals.held = Some((content.clone(), Instant::now()));
+                    refusals.note(&label, backend, Ok(content), &error);
+                }
+            }
+        }
+    });
+}
+
+/// What a follower remembers of refusals.
+struct Refusals<T> {
+    /// The content (or the read error) last refused, warned about once.
+    warned: Option<Result<T, String>>,
+    /// The content last refused when tried, and when: not tried again
+    /// before [`REFUSED_RETRY`] while the files still hold it.
+    held: Option<(T, Instant)>,
+}
+
+impl<T> Default for Refusals<T> {
+    fn default() -> Self {
+        Self {
+            warned: None,
+            held: None,
+        }
+    }
+}
+
+impl<T: PartialEq> Refusals<T> {
+    /// Whether `content` was refused less than [`REFUSED_RETRY`] ago.
+    fn holds_back(&self, content: &T) -> bool {
+        self.held
+            .as_ref()
+            .is_some_and(|(held, at)| held == content && at.elapsed() < REFUSED_RETRY)
+    }
+
+    /// Logs the refusal of `refused` for `error`: a warning the first
+    /// time, then at debug level.
+    fn note(&mut self, label: &str, backend: &str, refused: Result<T, String>, error: &str) {
+        if self.warned.as_ref() == Some(&refused) {
+            debug!(component = %label, error = %error, "New {backend} TLS files still refused.");
+        } else {
+            warn!(component = %label, error = %error, "New {backend} TLS files refused; the client in force keeps serving.");
+            self.warned = Some(refused);
+        }
+    }
+}
+
 /// Follows the files of `fields` (nothing to do when they name none):
 /// `in_force` is the material the component's client uses now; `apply`
 /// gets new material and answers once a client built with it is checked
 /// and in force, or with why not. `label` (the component) and `backend`
-/// name the client in logs. Ends when `stop` is cancelled.
+/// name the client in logs. Ends when `stop` is cancelled. What the
+/// follower did, counted.
 pub fn follow_files<F, Fut>(
     label: String,
     backend: &'static str,
     fields: ClientTlsFields,
     in_force: ClientTls,
     stop: CancellationToken,
-    mut apply: F,
-) where
+    apply: F,
+) -> Arc<FollowCounts>
+where
     F: FnMut(ClientTls) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), String>> + Send,
 {
-    if fields.files().is_empty() {
-        return;
+    let counts = Arc::new(FollowCounts::default());
+    if !fields.files().is_empty() {
+        let followed = FieldFiles {
+            fields,
+            in_force,
+            apply,
+        };
+        follow(label, backend, stop, followed, counts.clone());
     }
-    tokio::spawn(async move {
-        let mut in_force = in_force;
-        // The content (or the read error) last refused, warned about once.
-        let mut refused: Option<Result<ClientTls, String>> = None;
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(RECHECK_EVERY) => {}
-            }
-            // Read off the runtime (a file on a slow volume holds a
-            // blocking thread, never a worker).
-            let reading = fields.clone();
-            let loaded = tokio::select! {
-                () = stop.cancelled() => return,
-                loaded = tokio::task::spawn_blocking(move || reading.load()) => match loaded {
-                    Ok(loaded) => loaded.map_err(|err| err.to_string()),
-                    Err(err) => Err(format!("reading the TLS files failed: {err}")),
-                },
-            };
-            let outcome = match &loaded {
-                Ok(material) if *material == in_force => {
-                    refused = None;
-                    continue;
-                }
-                Ok(material) => {
-                    let applied = tokio::select! {
-                        () = stop.cancelled() => return,
-                        applied = apply(material.clone()) => applied,
-                    };
-                    applied.map(|()| material.clone())
-                }
-                Err(err) => Err(err.clone()),
-            };
-            match outcome {
-                Ok(material) => {
-                    in_force = material;
-                    refused = None;
-                    info!(component = %label, "{backend} TLS files changed; a new client with them is in force.");
-                }
-                Err(error) => {
-                    if refused.as_ref() != Some(&loaded) {
-                        warn!(component = %label, error = %error, "New {backend} TLS files refused; the client in force keeps serving.");
-                        refused = Some(loaded);
-                    } else {
-                        debug!(component = %label, error = %error, "New {backend} TLS files still refused.");
-                    }
-                }
-            }
+    counts
+}
+
+/// The files of [`ClientTlsFields`] and what applies their material.
+struct FieldFiles<F> {
+    fields: ClientTlsFields,
+    in_force: ClientTls,
+    apply: F,
+}
+
+impl<F, Fut> Followed for FieldFiles<F>
+where
+    F: FnMut(ClientTls) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), String>> + Send,
+{
+    type Content = ClientTls;
+
+    fn turn(&mut self) -> Turn<ClientTls> {
+        let fields = self.fields.clone();
+        Turn::Read(Box::new(move || {
+            fields.load().map_err(|err| err.to_string())
+        }))
+    }
+
+    fn in_force(&self, content: &ClientTls) -> bool {
+        *content == self.in_force
+    }
+
+    async fn apply(&mut self, content: ClientTls) -> Result<Applied, String> {
+        (self.apply)(content.clone()).await?;
+        self.in_force = content;
+        Ok(Applied::InForce)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::PemSource;
+    use std::sync::Mutex;
+    use testkit::certs::TestCa;
+
+    /// Waits (on the paused clock, which moves on by itself) until `done`.
+    async fn until(mut done: impl FnMut() -> bool) {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    });
+    }
+
+    /// Material a server refuses (a client certificate from a CA it does
+    /// not trust): applied once, then not again while the files hold it
+    /// until `REFUSED_RETRY` passed; new files are applied at the next
+    /// read. On the paused clock: a second a read, no waiting.
+    #[tokio::test(start_paused = true)]
+    async fn refused_material_waits_for_the_retry_time_unless_the_files_change() {
+        let (ca, stranger) = (TestCa::new("follow-ca"), TestCa::new("follow-stranger"));
+        let live = tempfile::tempdir().expect("temp dir");
+        let (cert, key) = (
+            live.path().join("client.crt"),
+            live.path().join("client.key"),
+        );
+        ca.client("app-1").install_at(&cert, &key);
+        let fields = ClientTlsFields {
+            ca_cert: Some(PemSource::File(ca.ca_path.clone())),
+            client_cert: Some(PemSource::File(cert.clone())),
+            client_key: Some(PemSource::File(key.clone())),
+            insecure_skip_verify: false,
+        };
+        let in_force = fields.load().expect("material");
+        // What was applied, and when; the server takes only certificates
+        // of `ca`'s.
+        let applied = Arc::new(Mutex::new(Vec::<(ClientTls, Instant)>::new()));
+        let trusted = ca.client("app-3").cert_pem.into_bytes();
+        let counts = follow_files(
+            "test".into(),
+            "Test",
+            fields.clone(),
+            in_force,
+            CancellationToken::new(),
+            {
+                let applied = applied.clone();
+                move |material: ClientTls| {
+                    let trusted = material
+                        .identity
+                        .as_ref()
+                        .is_some_and(|(cert, _)| *cert == trusted);
+                    applied
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((material, Instant::now()));
+                    async move { trusted.then_some(()).ok_or_else(|| "refused".to_string()) }
+                }
+            },
+        );
+        let times_applied = |material: &ClientTls| {
+            let applied = applied.lock().unwrap_or_else(|p| p.into_inner());
+            applied
+                .iter()
+                .filter(|(m, _)| m == material)
+                .map(|(_, at)| *at)
+                .collect::<Vec<_>>()
+        };
+
+        stranger.client("app-2").install_at(&cert, &key);
+        let refused = fields.load().expect("material");
+        until(|| !times_applied(&refused).is_empty()).await;
+        let turns = counts.turns();
+        until(|| counts.turns() >= turns + 50).await;
+        assert_eq!(
+            times_applied(&refused).len(),
+            1,
+            "tried again within 50 reads"
+        );
+        until(|| times_applied(&refused).len() == 2).await;
+        let tried = times_applied(&refused);
+        assert!(
+            tried[1] - tried[0] >= REFUSED_RETRY,
+            "{:?}",
+            tried[1] - tried[0]
+        );
+
+        ca.client("app-3").install_at(&cert, &key);
+        let good = fields.load().expect("material");
+        let turns = counts.turns();
+        until(|| !times_applied(&good).is_empty()).await;
+        assert!(
+            counts.turns() <= turns + 2,
+            "new files waited {} reads",
+            counts.turns() - turns
+        );
+        // In force: not applied again.
+        let turns = counts.turns();
+        until(|| counts.turns() >= turns + 5).await;
+        assert_eq!(times_applied(&good).len(), 1);
+    }
 }

@@ -12,15 +12,19 @@
 //! * `client`: [`ClientTlsFields`] (the fields as a component declares
 //!   them) → [`ClientTls`] (the material read) → rustls / tonic
 //!   configurations.
-//! * `follow`: [`follow_files`], re-reading the files of a running
-//!   component and swapping in a client built with new material.
+//! * `follow`: [`follow`] and [`follow_files`], re-reading the files of a
+//!   running component and swapping in a client built with new material
+//!   (content a server refused waits [`REFUSED_RETRY`] unless it changes).
 
 mod client;
 mod follow;
 mod pem;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
-pub use follow::{follow_files, RECHECK_EVERY};
+pub use follow::{
+    follow, follow_files, Applied, FollowCounts, Followed, ReadFiles, Turn, RECHECK_EVERY,
+    REFUSED_RETRY,
+};
 pub use pem::{pem_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYTES};
 
 /// Installs rustls's ring provider as the process default, once (later

@@ -976,15 +976,6 @@ async fn a_reclaim_round_through_entries_others_work_on_takes_few_calls() {
     assert_eq!(pending_by_consumer(&server, "orders").await, ["busy=20000"]);
 }
 
-/// How many connections `server` refused in their TLS handshake (it logs
-/// each; they never reach `total_connections_received`).
-fn handshakes_refused(server: &RedisServer) -> usize {
-    std::fs::read_to_string(server.log_path())
-        .unwrap_or_default()
-        .matches("Error accepting a client connection")
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_files_the_server_refused_are_not_tried_every_second() {
     use testkit::certs::TestCa;
@@ -993,22 +984,9 @@ async fn client_certificate_files_the_server_refused_are_not_tried_every_second(
     // not trust: refused once, the material is not tried again (a new
     // connection and TLS handshake) each second while the files stay.
     let (ca, stranger) = (TestCa::new("pubsub-ca"), TestCa::new("pubsub-stranger"));
-    let server = RedisServer::start_tls(
-        RedisTls {
-            server: ca.server("redis"),
-            ca_path: ca.ca_path.clone(),
-            ca_pem: ca.ca_pem.clone(),
-            client: ca.client("helper"),
-        },
-        None,
-    )
-    .await;
+    let server = RedisServer::start_tls(RedisTls::from_ca(&ca), None).await;
     let live = tempfile::tempdir().expect("temp dir");
-    let (cert, key) = (
-        live.path().join("client.crt"),
-        live.path().join("client.key"),
-    );
-    ca.client("app-1").install_at(&cert, &key);
+    let (cert, key) = ca.client("app-1").installed_in(live.path());
     let broker = broker(json!({
         "redisHost": server.addr(), "consumerID": "app", "enableTLS": true,
         "caCert": ca.ca_path, "clientCert": cert, "clientKey": key,
@@ -1027,17 +1005,17 @@ async fn client_certificate_files_the_server_refused_are_not_tried_every_second(
     stranger.client("app-2").install_at(&cert, &key);
     // The first try of the new files: a handshake the server refuses.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while handshakes_refused(&server) == 0 {
+    while server.handshakes_refused() == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the new files were never tried"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let refused = handshakes_refused(&server);
+    let refused = server.handshakes_refused();
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(
-        handshakes_refused(&server),
+        server.handshakes_refused(),
         refused,
         "handshakes tried again within 3 s with the same refused files"
     );
@@ -1103,16 +1081,7 @@ async fn renewed_files_reach_a_reader_whose_reclaim_waits_for_a_permit() {
     // meanwhile: the reader opens its connection again with them then, not
     // once the held delivery is answered.
     let ca = TestCa::new("pubsub-ca");
-    let server = RedisServer::start_tls(
-        RedisTls {
-            server: ca.server("redis"),
-            ca_path: ca.ca_path.clone(),
-            ca_pem: ca.ca_pem.clone(),
-            client: ca.client("helper"),
-        },
-        None,
-    )
-    .await;
+    let server = RedisServer::start_tls(RedisTls::from_ca(&ca), None).await;
     leave_pending(&server, "orders", 3).await;
     let live = tempfile::tempdir().expect("temp dir");
     let (cert, key) = (
