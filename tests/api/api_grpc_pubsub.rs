@@ -300,6 +300,20 @@ async fn dapr_error_codes() {
         (status.code(), status.message()),
         (Code::InvalidArgument, "pubsub nope is not found")
     );
+    // No pub/sub name or no topic: Dapr's `streamSubscribe` messages, with
+    // INVALID_ARGUMENT where Dapr's plain error is UNKNOWN.
+    for (pubsub, topic, message) in [
+        ("", "t", "pubsubName is required"),
+        ("pubsub", "", "topic is required"),
+    ] {
+        let Err(status) = StreamSubscriber::open(sidecar.grpc_url(), pubsub, topic).await else {
+            panic!("subscribing to {pubsub:?}/{topic:?} succeeded");
+        };
+        assert_eq!(
+            (status.code(), status.message()),
+            (Code::InvalidArgument, message)
+        );
+    }
 
     let http = testkit::http_client();
     let answer = http

@@ -1,6 +1,8 @@
 //! The app token over HTTP: with `app_token` set, every route but the two
 //! health probes answers 401 without the `dapr-api-token` header (or with
-//! a wrong one) and serves with it; a body over `max_request_bytes` is 413.
+//! a wrong one) and serves with it; a Dapr route's refusal is Dapr's plain
+//! text, an admin route's (status, metrics) a JSON error; a body over
+//! `max_request_bytes` is 413.
 
 use crate::support::sidecar;
 
@@ -67,6 +69,39 @@ async fn body_json(response: Response) -> Value {
     response.json().await.expect("not JSON")
 }
 
+/// A refusal as Dapr's `APITokenAuthMiddleware` writes it (Go's
+/// `http.Error`: plain text, `nosniff`), or, on the sidecar's admin routes,
+/// its JSON error.
+async fn assert_refusal(response: Response, path: &str) {
+    if ["/metrics", "/v1.0/rewire/status"].contains(&path) {
+        assert_eq!(
+            body_json(response).await["errorCode"],
+            "ERR_API_UNAUTHORIZED",
+            "{path}"
+        );
+        return;
+    }
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        header("content-type").as_deref(),
+        Some("text/plain; charset=utf-8"),
+        "{path}"
+    );
+    assert_eq!(
+        header("x-content-type-options").as_deref(),
+        Some("nosniff"),
+        "{path}"
+    );
+    let body = response.text().await.expect("a body");
+    assert_eq!(body, "invalid api token\n", "{path}");
+}
+
 fn options() -> ApiOptions {
     ApiOptions {
         app_token: Some(ApiToken::new(TOKEN)),
@@ -89,10 +124,7 @@ async fn every_route_but_health_needs_the_token() {
             route.0,
             route.1
         );
-        assert_eq!(
-            body_json(without).await["errorCode"],
-            "ERR_API_UNAUTHORIZED"
-        );
+        assert_refusal(without, route.1).await;
         let wrong =
             send(request(&client, &base, &route).header("dapr-api-token", "app-token-7f3b")).await;
         assert_eq!(
@@ -102,6 +134,7 @@ async fn every_route_but_health_needs_the_token() {
             route.0,
             route.1
         );
+        assert_refusal(wrong, route.1).await;
         let with = send(request(&client, &base, &route).header("dapr-api-token", TOKEN)).await;
         assert_ne!(
             with.status(),

@@ -78,13 +78,13 @@ async fn lock_errors_are_dapr_errors() {
             "lock/nope",
             json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}),
             "ERR_LOCK_STORE_NOT_FOUND",
-            "lock store `nope` is not found",
+            "lock store nope is not found",
         ),
         (
             "unlock/nope",
             json!({"resourceId": "r", "lockOwner": "o"}),
             "ERR_LOCK_STORE_NOT_FOUND",
-            "lock store `nope` is not found",
+            "lock store nope is not found",
         ),
         (
             "lock/locks",
@@ -168,7 +168,11 @@ async fn no_lock_store_and_long_values_in_errors_are_dapr_answers() {
         error["errorCode"], "ERR_LOCK_STORE_NOT_CONFIGURED",
         "{error}"
     );
-    assert_eq!(error["message"], "lock store is not configured", "{error}");
+    // Dapr's message names the store asked for.
+    assert_eq!(
+        error["message"], "lock store locks is not configured",
+        "{error}"
+    );
     let mut grpc_client = grpc::dapr_client(bare.grpc_url()).await;
     let refused = grpc_client
         .try_lock_alpha1(TryLockRequest {
@@ -184,7 +188,7 @@ async fn no_lock_store_and_long_values_in_errors_are_dapr_answers() {
         tonic::Code::FailedPrecondition,
         "{refused:?}"
     );
-    assert_eq!(refused.message(), "lock store is not configured");
+    assert_eq!(refused.message(), "lock store locks is not configured");
     bare.stop().await;
 
     // Errors quote a long store name or resource id cut to 200 characters.

@@ -120,6 +120,9 @@ async fn files_put_get_stat_list_delete_past_the_body_limit() {
         .unwrap();
     assert_eq!(head.status(), StatusCode::OK);
     assert_eq!(head.headers()["content-length"], "1");
+    // A folder is no file here (gRPC `GetFileMeta` stats it, as Layotto).
+    let folder = client.head(format!("{base}/reports")).send().await.unwrap();
+    assert_eq!(folder.status(), StatusCode::NOT_FOUND);
 
     let page = json_of(
         client

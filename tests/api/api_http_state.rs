@@ -364,7 +364,7 @@ async fn no_state_store_at_all_is_dapr_not_configured() {
     let base = format!("{}/v1.0/state/orders", sidecar.http_url());
     // The sidecar's app id in the ErrorInfo, as Dapr's
     // `StateStoreError::NotConfigured`.
-    let expected = json!({"errorCode": "ERR_STATE_STORE_NOT_CONFIGURED", "message": "state store is not configured",
+    let expected = json!({"errorCode": "ERR_STATE_STORE_NOT_CONFIGURED", "message": "state store orders is not configured",
         "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
             "reason": "DAPR_STATE_NOT_CONFIGURED", "domain": "dapr.io", "metadata": {"appID": "shop"}}]});
     for request in [

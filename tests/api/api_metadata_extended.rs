@@ -9,7 +9,8 @@
 //!
 //! What Dapr always sends beside: `actorRuntime` (no actors: `DISABLED`,
 //! as Dapr without a placement service) and `appConnectionProperties`
-//! (without an app, Dapr's defaults: `http` on `127.0.0.1`).
+//! (without an app, Dapr's defaults: `http` on `127.0.0.1`, `maxConcurrency`
+//! -1, no limit).
 
 use crate::support::grpc;
 use crate::support::sidecar;
@@ -194,7 +195,7 @@ async fn metadata_always_has_the_runtime_version_actor_runtime_and_app_connectio
     );
     assert_eq!(
         http_view["appConnectionProperties"],
-        json!({"protocol": "http", "channelAddress": "127.0.0.1"}),
+        json!({"protocol": "http", "channelAddress": "127.0.0.1", "maxConcurrency": -1}),
         "{http_view}"
     );
 
@@ -226,7 +227,8 @@ async fn metadata_always_has_the_runtime_version_actor_runtime_and_app_connectio
             port: 0,
             protocol: "http".into(),
             channel_address: "127.0.0.1".into(),
-            max_concurrency: 0,
+            // Dapr's `--app-max-concurrency` default: no limit.
+            max_concurrency: -1,
             health: None,
         })
     );

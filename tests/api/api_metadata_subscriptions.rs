@@ -150,7 +150,8 @@ async fn metadata_lists_declared_and_programmatic_subscriptions_and_the_app_conn
     );
     assert_eq!(
         answer["appConnectionProperties"],
-        json!({"port": port, "protocol": "http", "channelAddress": "127.0.0.1"})
+        json!({"port": port, "protocol": "http", "channelAddress": "127.0.0.1",
+               "maxConcurrency": -1})
     );
 
     let answer = grpc_metadata(&sidecar).await;
@@ -190,7 +191,7 @@ async fn metadata_lists_declared_and_programmatic_subscriptions_and_the_app_conn
             port: port.into(),
             protocol: "http".into(),
             channel_address: "127.0.0.1".into(),
-            max_concurrency: 0,
+            max_concurrency: -1,
             health: None,
         })
     );
@@ -270,7 +271,7 @@ async fn an_open_topic_stream_is_listed_until_it_closes() {
     // No app: Dapr's defaults, as Dapr always sends the properties.
     assert_eq!(
         answer["appConnectionProperties"],
-        json!({"protocol": "http", "channelAddress": "127.0.0.1"}),
+        json!({"protocol": "http", "channelAddress": "127.0.0.1", "maxConcurrency": -1}),
         "{answer}"
     );
     let listed = grpc_metadata(&sidecar).await.subscriptions;

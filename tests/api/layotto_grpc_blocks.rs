@@ -633,5 +633,40 @@ async fn listed_and_stated_files_carry_size_date_and_mode_as_layottos_local_stor
         ("docs/report.txt", 9, date)
     );
     assert!(file.metadata.is_empty(), "listed metadata: {file:?}");
+
+    // A folder is stated too, as Layotto's `os.Stat`: its size and mode
+    // (Go's `os.ModeDir`, 1 << 31, with 0o750, 488) and `IsDir` true.
+    let folder = root.join("docs");
+    std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let meta = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(layotto::FileRequest {
+                name: "docs".into(),
+                ..request()
+            }),
+        })
+        .await
+        .expect("a folder's meta")
+        .into_inner();
+    let size = std::fs::metadata(&folder).unwrap().len();
+    assert_eq!(meta.size, i64::try_from(size).unwrap());
+    let values: std::collections::BTreeMap<_, _> = meta
+        .response
+        .expect("a FileMeta")
+        .metadata
+        .into_iter()
+        .map(|(name, value)| (name, value.value))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            (
+                "FileMode".to_string(),
+                vec![((1u64 << 31) + 0o750).to_string()]
+            ),
+            ("IsDir".to_string(), vec!["true".to_string()]),
+        ]
+        .into()
+    );
     sidecar.stop().await;
 }

@@ -149,7 +149,18 @@ fn existing(folder: &OwnedFd, name: &str, last: &str) -> Result<std::fs::Metadat
     match beneath::look(folder.as_fd(), last).map_err(|err| backend("reading", name, err))? {
         Entry::File(meta) => Ok(meta),
         Entry::Link => Err(refused(name, "is a symbolic link")),
-        Entry::Other | Entry::Missing => Err(FileError::NotFound(name.to_string())),
+        Entry::Folder(_) | Entry::Other | Entry::Missing => {
+            Err(FileError::NotFound(name.to_string()))
+        }
+    }
+}
+
+/// The metadata of `last` (of `name`) in `folder` for a stat: a regular
+/// file's or, as Layotto's `local` store's `Stat` (`os.Stat`), a folder's.
+fn stated(folder: &OwnedFd, name: &str, last: &str) -> Result<std::fs::Metadata, FileError> {
+    match beneath::look(folder.as_fd(), last).map_err(|err| backend("reading", name, err))? {
+        Entry::Folder(meta) => Ok(meta),
+        _ => existing(folder, name, last),
     }
 }
 
@@ -495,7 +506,9 @@ impl FileStore for LocalFileStore {
         let name = req.name.as_str();
         let (temp, file, last) = self
             .beneath(name, true, |folder, name, last| {
-                if let Ok(Entry::Link | Entry::Other) = beneath::look(folder.as_fd(), last) {
+                if let Ok(Entry::Link | Entry::Folder(_) | Entry::Other) =
+                    beneath::look(folder.as_fd(), last)
+                {
                     return Err(refused(name, "is not a regular file"));
                 }
                 // Known as being written before it exists: a sweep never
@@ -571,7 +584,7 @@ impl FileStore for LocalFileStore {
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
         let meta = self
             .beneath(name, false, |folder, name, last| {
-                existing(&folder, name, last)
+                stated(&folder, name, last)
             })
             .await?;
         Ok(stat_info(name, &meta))

@@ -119,7 +119,7 @@ impl StateOpError {
     pub fn detail(&self) -> Option<ErrorDetail> {
         match self {
             Self::NotFound { app_id, .. } => Some(ErrorDetail::state_store_not_found(app_id)),
-            Self::NotConfigured { app_id } => {
+            Self::NotConfigured { app_id, .. } => {
                 Some(ErrorDetail::state_stores_not_configured(app_id))
             }
             // Dapr's illegal key is its separator; an empty key is no

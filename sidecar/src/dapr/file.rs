@@ -12,6 +12,9 @@ use rewire_runtime::{
 use super::call::Call;
 use super::retry_rule;
 
+/// The stat metadata that marks a folder (Layotto's `local` store's key).
+const IS_DIR: &str = "IsDir";
+
 /// Why a file operation failed (messages name the store and file).
 #[derive(Debug, thiserror::Error)]
 pub enum FileOpError {
@@ -120,7 +123,8 @@ impl FileOps {
         listed.map_err(|e| self.failed("list files".into(), e))
     }
 
-    /// The size and age of `name`.
+    /// The size, age and metadata of `name`: a file's or, as Layotto's
+    /// `local` store answers `GetFileMeta`, a folder's (`IsDir` `true`).
     pub async fn stat(&self, name: &str) -> Result<FileInfo, FileOpError> {
         let store = &self.store;
         let info = self
@@ -134,6 +138,19 @@ impl FileOps {
             )
             .await;
         info.map_err(|e| self.failed(format!("stat file `{}`", echoed(name)), e))
+    }
+
+    /// The size and age of the file `name`: a folder is not found, as a
+    /// get of it is.
+    pub async fn stat_file(&self, name: &str) -> Result<FileInfo, FileOpError> {
+        let info = self.stat(name).await?;
+        if info.metadata.get(IS_DIR).map(String::as_str) == Some("true") {
+            return Err(self.failed(
+                format!("stat file `{}`", echoed(name)),
+                FileError::NotFound(format!("`{}` is a folder", echoed(name))),
+            ));
+        }
+        Ok(info)
     }
 
     /// Removes `name`.

@@ -13,13 +13,14 @@ use super::retry_rule;
 /// Why a lock operation failed (messages in Dapr's gRPC wording).
 #[derive(Debug, thiserror::Error)]
 pub enum LockOpError {
-    /// The call's generation has no lock store at all (Dapr's wording;
-    /// gRPC `FAILED_PRECONDITION`).
-    #[error("lock store is not configured")]
-    NotConfigured,
-    /// No lock store with that name in the call's generation (the name as
-    /// [`echoed`]).
-    #[error("lock store `{0}` is not found")]
+    /// The call's generation has no lock store at all (Dapr's message,
+    /// which names the store asked for, as [`echoed`]; gRPC
+    /// `FAILED_PRECONDITION`).
+    #[error("lock store {0} is not configured")]
+    NotConfigured(String),
+    /// No lock store with that name in the call's generation (Dapr's
+    /// message; the name as [`echoed`]).
+    #[error("lock store {0} is not found")]
     NotFound(String),
     /// The request names no resource.
     #[error("ResourceId is empty in lock store `{0}`")]
@@ -92,7 +93,7 @@ impl Call {
                 .iter()
                 .any(|(key, _)| key.kind == Kind::Lock) =>
             {
-                Err(LockOpError::NotConfigured)
+                Err(LockOpError::NotConfigured(echoed(name).into_owned()))
             }
             _ => Err(LockOpError::NotFound(echoed(name).into_owned())),
         }

@@ -338,8 +338,14 @@ impl ProgrammaticSubscriptions {
     }
 }
 
+/// What `maxConcurrency` says of calls to the app: rewire never bounds
+/// them, which Dapr reports as its `--app-max-concurrency` default, -1 (no
+/// limit).
+pub const APP_MAX_CONCURRENCY: i32 = -1;
+
 /// How the app is reached, as Dapr's `AppConnectionProperties` (rewire
-/// has no app health checks nor concurrency bound: those stay unset).
+/// has no app health checks, nor a concurrency bound: see
+/// [`APP_MAX_CONCURRENCY`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppConnection {
     /// The app's port.

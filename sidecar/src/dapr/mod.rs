@@ -46,8 +46,9 @@ pub use lock::{LockOpError, LockOps};
 pub use metadata::{
     dapr_component_type, metadata, AppConnection, ExtendedMetadata, ExtendedMetadataError,
     ListedSubscription, ProgrammaticSubscriptions, RegisteredComponent, SidecarMetadata,
-    StreamListing, StreamingSubscriptions, SubscriptionOrigin, MAX_EXTENDED_METADATA_ENTRIES,
-    MAX_EXTENDED_METADATA_KEY_BYTES, MAX_EXTENDED_METADATA_VALUE_BYTES,
+    StreamListing, StreamingSubscriptions, SubscriptionOrigin, APP_MAX_CONCURRENCY,
+    MAX_EXTENDED_METADATA_ENTRIES, MAX_EXTENDED_METADATA_KEY_BYTES,
+    MAX_EXTENDED_METADATA_VALUE_BYTES,
 };
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
 pub use pubsub_delivery::{EventSink, TopicDelivery, ANSWER_WITHIN, MAX_ATTEMPTS};

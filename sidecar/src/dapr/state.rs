@@ -28,17 +28,20 @@ const BULK_ITEM_OVERHEAD: usize = 32;
 #[derive(Debug, thiserror::Error)]
 pub enum StateOpError {
     /// No state store with that name in the call's generation (which
-    /// holds others).
-    #[error("state store `{store}` is not found")]
+    /// holds others): Dapr's exact message.
+    #[error("state store {store} is not found")]
     NotFound {
         /// The store asked for.
         store: String,
         /// The sidecar's app id (Dapr's details name it).
         app_id: String,
     },
-    /// The call's generation holds no state store at all.
-    #[error("state store is not configured")]
+    /// The call's generation holds no state store at all (Dapr's
+    /// message, which names the store asked for).
+    #[error("state store {store} is not configured")]
     NotConfigured {
+        /// The store asked for.
+        store: String,
         /// The sidecar's app id (Dapr's details name it).
         app_id: String,
     },
@@ -174,6 +177,7 @@ impl Call {
                 .any(|(key, _)| key.kind == Kind::State) =>
             {
                 Err(StateOpError::NotConfigured {
+                    store: name.to_string(),
                     app_id: self.generation().app_id().to_string(),
                 })
             }

@@ -8,6 +8,7 @@ use tonic::Status;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use crate::dapr::{
     metadata, AppConnection, Call, ExtendedMetadata, ListedSubscription, SubscriptionOrigin,
+    APP_MAX_CONCURRENCY,
 };
 use crate::ApiState;
 
@@ -102,7 +103,7 @@ fn app_connection(connection: AppConnection) -> pb::AppConnectionProperties {
         port: connection.port.into(),
         protocol: connection.protocol.into(),
         channel_address: connection.channel_address,
-        max_concurrency: 0,
+        max_concurrency: APP_MAX_CONCURRENCY,
         health: None,
     }
 }

@@ -113,6 +113,7 @@ pub(super) async fn subscribe(
             "initial request is required: the first message must be initial_request",
         ));
     };
+    check_names(&initial)?;
     // Taken before the broker subscription is: held by the sink, so
     // until the delivery has ended and let go of it. So is the stream's
     // entry in the sidecar's metadata.
@@ -163,6 +164,20 @@ pub(super) async fn subscribe(
     let outgoing = EndableStream::new(outgoing, &sink.end);
     tokio::spawn(read_answers(incoming, sink, shutdown));
     Ok(Box::pin(outgoing))
+}
+
+/// Refuses an initial request without a pub/sub name or a topic before it
+/// takes a stream's place: Dapr's `streamSubscribe` messages, but
+/// `INVALID_ARGUMENT` where Dapr's plain Go error reaches the client as
+/// `UNKNOWN` (a request that can never succeed must not look retryable).
+fn check_names(initial: &pb::SubscribeTopicEventsRequestInitialAlpha1) -> Result<(), Status> {
+    if initial.pubsub_name.is_empty() {
+        return Err(Status::invalid_argument("pubsubName is required"));
+    }
+    if initial.topic.is_empty() {
+        return Err(Status::invalid_argument("topic is required"));
+    }
+    Ok(())
 }
 
 /// Ends the stream with a status once its delivery has ended for good

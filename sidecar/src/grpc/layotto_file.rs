@@ -202,7 +202,9 @@ pub(super) async fn delete(call: Call, req: pb::DelFileRequest) -> Result<(), St
 
 /// `GetFileMeta`: size, last modification (as Layotto writes it: Go's
 /// `time.Time.String()`) and what else the store knows of the file (each
-/// value a list of one, as Layotto's); `NOT_FOUND` for no such file.
+/// value a list of one, as Layotto's); a folder answers too, as Layotto's
+/// `local` store's `os.Stat` (`IsDir` `true`); `NOT_FOUND` for no such
+/// file.
 pub(super) async fn meta(
     call: Call,
     req: pb::GetFileMetaRequest,

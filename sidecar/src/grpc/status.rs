@@ -139,7 +139,7 @@ impl From<ConfigOpError> for Status {
 /// `INVALID_ARGUMENT`; no lock store at all is `FAILED_PRECONDITION`.
 impl From<LockOpError> for Status {
     fn from(err: LockOpError) -> Self {
-        if let LockOpError::NotConfigured = err {
+        if let LockOpError::NotConfigured(_) = err {
             // Dapr's and Layotto's answer when no lock store is configured.
             return Status::failed_precondition(err.to_string());
         }
@@ -183,10 +183,11 @@ mod tests {
             Code::Internal
         );
         let none = Status::from(StateOpError::NotConfigured {
+            store: "orders".into(),
             app_id: "shop".into(),
         });
         assert_eq!(none.code(), Code::FailedPrecondition);
-        assert_eq!(none.message(), "state store is not configured");
+        assert_eq!(none.message(), "state store orders is not configured");
         assert_eq!(
             save_failed(StateError::Backend("down".into())).code(),
             Code::Internal
@@ -200,14 +201,14 @@ mod tests {
             app_id: "shop".into(),
         });
         assert_eq!(status.code(), Code::InvalidArgument);
-        assert_eq!(status.message(), "state store `orders` is not found");
+        assert_eq!(status.message(), "state store orders is not found");
         // As Dapr's `StateStoreError::NotFound(appID)`: the app id, no
         // ResourceInfo.
         let info = status.get_details_error_info().expect("an ErrorInfo");
         assert_eq!(info.metadata.get("appID").map(String::as_str), Some("shop"));
         assert_eq!(status.get_error_details_vec().len(), 1);
         let status = Status::from(LockOpError::NotFound("l".into()));
-        assert_eq!(status.message(), "lock store `l` is not found");
+        assert_eq!(status.message(), "lock store l is not found");
         assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
     }
 
@@ -285,9 +286,9 @@ mod tests {
         let status = Status::from(LockOpError::ResourceIdEmpty("l".into()));
         assert_eq!(status.code(), Code::InvalidArgument);
         assert_eq!(status.message(), "ResourceId is empty in lock store `l`");
-        let status = Status::from(LockOpError::NotConfigured);
+        let status = Status::from(LockOpError::NotConfigured("l".into()));
         assert_eq!(status.code(), Code::FailedPrecondition);
-        assert_eq!(status.message(), "lock store is not configured");
+        assert_eq!(status.message(), "lock store l is not configured");
     }
 
     #[test]

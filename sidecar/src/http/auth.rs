@@ -1,10 +1,11 @@
 //! Tokens on HTTP, compared in constant time: the health probes are open;
 //! the admin routes (status, metrics) need the admin token, as the
 //! Lifecycle API does (without one, the app token); every other route needs
-//! the app token, when one is configured.
+//! the app token, when one is configured, and is refused as Dapr's
+//! `APITokenAuthMiddleware` refuses it (401, plain text).
 
 use axum::extract::Request;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::HttpError;
@@ -16,6 +17,10 @@ use crate::{ApiOptions, ApiToken};
 /// Dapr clients send tokens.
 const ADMIN_HEADERS: [&str; 2] = [ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER];
 
+/// Dapr's body for a missing or wrong `dapr-api-token` (Go's `http.Error`
+/// adds the newline).
+const APP_TOKEN_REFUSAL: &str = "invalid api token\n";
+
 /// The 401 answer to a call that lacks the token its route needs, or
 /// `None` when it may go on (no token is set, it carries the token, or the
 /// route is a health probe).
@@ -24,26 +29,37 @@ pub fn refusal(options: &ApiOptions, request: &Request) -> Option<Response> {
     if routes::UNAUTHENTICATED.contains(&path) {
         return None;
     }
-    let admin = routes::ADMIN.contains(&path);
-    let (token, headers, refusal) = if admin {
-        (
-            admin_token(options),
-            &ADMIN_HEADERS[..],
-            HttpError::AdminUnauthorized,
-        )
-    } else {
-        (
-            options.app_token.as_ref(),
-            &[APP_TOKEN_HEADER][..],
-            HttpError::Unauthorized,
-        )
-    };
-    match token {
-        Some(token) if !presents(request.headers(), token, headers) => {
-            Some(refusal.into_response())
-        }
-        _ => None,
+    if routes::ADMIN.contains(&path) {
+        let token = admin_token(options)?;
+        return (!presents(request.headers(), token, &ADMIN_HEADERS))
+            .then(|| HttpError::AdminUnauthorized.into_response());
     }
+    let token = options.app_token.as_ref()?;
+    (!presents(request.headers(), token, &[APP_TOKEN_HEADER])).then(app_token_refusal)
+}
+
+/// Dapr's refusal of a call without the app token: 401 with the plain-text
+/// body Go's `http.Error` writes (its content type and `nosniff`).
+fn app_token_refusal() -> Response {
+    tracing::debug!(
+        status = 401,
+        "HTTP call refused: missing or invalid API token in header `dapr-api-token`."
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        APP_TOKEN_REFUSAL,
+    )
+        .into_response()
 }
 
 /// The token guarding admin data: the admin token, else the app token.
@@ -75,7 +91,6 @@ pub fn authenticated(options: &ApiOptions, headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     fn headers(name: &'static str, value: &'static str) -> HeaderMap {
         let mut map = HeaderMap::new();

@@ -29,8 +29,10 @@ pub enum HttpError {
         app_id: String,
     },
     /// No state store at all in the generation serving.
-    #[error("state store is not configured")]
+    #[error("state store {store} is not configured")]
     StateStoresNotConfigured {
+        /// The store asked for (Dapr's message names it).
+        store: String,
         /// The sidecar's app id (Dapr's details name it).
         app_id: String,
     },
@@ -167,9 +169,6 @@ pub enum HttpError {
     /// The admin token is missing or wrong (status, metrics).
     #[error("missing or invalid admin token in header `rewire-admin-token`")]
     AdminUnauthorized,
-    /// The app token is missing or wrong.
-    #[error("missing or invalid API token in header `dapr-api-token`")]
-    Unauthorized,
     /// No such route, or not with this method (Dapr answers 404 for both;
     /// a path that is no route is never read as a key).
     #[error("method {method} {path} is not found")]
@@ -232,7 +231,7 @@ impl HttpError {
             Self::ConfigGet { .. } => "ERR_CONFIGURATION_GET",
             Self::ConfigSubscribe { .. } => "ERR_CONFIGURATION_SUBSCRIBE",
             Self::NotReady(_) | Self::NotReadyWithheld => "ERR_HEALTH_NOT_READY",
-            Self::Unauthorized | Self::AdminUnauthorized => "ERR_API_UNAUTHORIZED",
+            Self::AdminUnauthorized => "ERR_API_UNAUTHORIZED",
             Self::RouteNotFound { .. } => "ERR_NOT_FOUND",
             Self::Timeout(_) => "ERR_TIMEOUT",
             Self::Api { code, .. } | Self::Detailed { code, .. } => code,
@@ -265,9 +264,7 @@ impl HttpError {
             | Self::StateStoresNotConfigured { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             // Dapr's `ErrSecretStoreNotFound` is a 401 (and gRPC's
             // `INVALID_ARGUMENT`).
-            Self::SecretStoreNotFound(_) | Self::Unauthorized | Self::AdminUnauthorized => {
-                StatusCode::UNAUTHORIZED
-            }
+            Self::SecretStoreNotFound(_) | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Api { status, .. } | Self::Detailed { status, .. } => *status,
@@ -280,7 +277,7 @@ impl HttpError {
             Self::StateStoreNotFound { app_id, .. } => {
                 Some(ErrorDetail::state_store_not_found(app_id))
             }
-            Self::StateStoresNotConfigured { app_id } => {
+            Self::StateStoresNotConfigured { app_id, .. } => {
                 Some(ErrorDetail::state_stores_not_configured(app_id))
             }
             Self::Detailed { detail, .. } => Some(detail.as_ref().clone()),
@@ -352,7 +349,9 @@ impl From<StateOpError> for HttpError {
                 )
             }
             StateOpError::NotFound { store, app_id } => Self::StateStoreNotFound { store, app_id },
-            StateOpError::NotConfigured { app_id } => Self::StateStoresNotConfigured { app_id },
+            StateOpError::NotConfigured { store, app_id } => {
+                Self::StateStoresNotConfigured { store, app_id }
+            }
             too_large @ StateOpError::BulkTooLarge { .. } => {
                 Self::ResponseTooLarge(too_large.to_string())
             }
@@ -517,11 +516,12 @@ mod tests {
         });
         assert_eq!(not_found.body()["message"], "state store x is not found");
         let none = HttpError::from(StateOpError::NotConfigured {
+            store: "x".into(),
             app_id: "shop".into(),
         });
         assert_eq!(none.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(none.code(), "ERR_STATE_STORE_NOT_CONFIGURED");
-        assert_eq!(none.body()["message"], "state store is not configured");
+        assert_eq!(none.body()["message"], "state store x is not configured");
         let not_found = HttpError::from(ConfigOpError::NotFound("c".into()));
         assert_eq!(
             not_found.body()["message"],

@@ -80,6 +80,7 @@ mod tests {
         assert_eq!(missing["errorCode"], "ERR_STATE_STORE_NOT_FOUND");
         // No app id: no metadata, as Dapr's.
         let anonymous = HttpError::from(StateOpError::NotConfigured {
+            store: "orders".into(),
             app_id: String::new(),
         })
         .body();

@@ -97,12 +97,13 @@ pub async fn get(
     Ok((info_headers(&read.info), body).into_response())
 }
 
-/// `HEAD /v1.0/rewire/file/{store}/{*name}`: the file's size and age.
+/// `HEAD /v1.0/rewire/file/{store}/{*name}`: the file's size and age (a
+/// folder is not found, as its `GET` is).
 pub async fn stat(
     call: Call,
     PathParams((store, name)): PathParams<(String, String)>,
 ) -> Result<Response, RewireHttpError> {
-    let info = call.file_store(&store)?.stat(&name).await?;
+    let info = call.file_store(&store)?.stat_file(&name).await?;
     Ok(info_headers(&info).into_response())
 }
 

@@ -133,7 +133,7 @@ impl From<LockOpError> for HttpError {
         }
         let (status, code) = match &err {
             // Dapr's answer when no lock store is configured at all.
-            LockOpError::NotConfigured => (
+            LockOpError::NotConfigured(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "ERR_LOCK_STORE_NOT_CONFIGURED",
             ),
@@ -190,7 +190,7 @@ mod tests {
         );
         let err = HttpError::from(LockOpError::ExpiryNotPositive("l".into()));
         assert_eq!(err.code(), "ERR_MALFORMED_REQUEST");
-        let err = HttpError::from(LockOpError::NotConfigured);
+        let err = HttpError::from(LockOpError::NotConfigured("l".into()));
         assert_eq!(
             (err.status(), err.code()),
             (

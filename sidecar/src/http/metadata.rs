@@ -16,7 +16,9 @@ use serde::Serialize;
 use super::error::HttpError;
 use super::input::{body_bytes, RawBody};
 use super::path_params::PathParams;
-use crate::dapr::{metadata, AppConnection, Call, ExtendedMetadata, ListedSubscription};
+use crate::dapr::{
+    metadata, AppConnection, Call, ExtendedMetadata, ListedSubscription, APP_MAX_CONCURRENCY,
+};
 use crate::ApiState;
 
 /// The answer, as Dapr's `GetMetadata`.
@@ -71,8 +73,9 @@ pub struct SubscriptionRule {
 }
 
 /// How the app is reached, as Dapr's `AppConnectionProperties` (no
-/// `maxConcurrency` nor `health`: rewire has neither); empty fields left
-/// out, as Dapr's `omitempty` (no `port` without an app).
+/// `health`: rewire has no app health checks; `maxConcurrency` always
+/// [`APP_MAX_CONCURRENCY`]); empty fields left out, as Dapr's `omitempty`
+/// (no `port` without an app).
 #[derive(Debug, Serialize)]
 pub struct AppConnectionProperties {
     #[serde(skip_serializing_if = "is_zero")]
@@ -81,6 +84,8 @@ pub struct AppConnectionProperties {
     protocol: &'static str,
     #[serde(rename = "channelAddress", skip_serializing_if = "String::is_empty")]
     channel_address: String,
+    #[serde(rename = "maxConcurrency")]
+    max_concurrency: i32,
 }
 
 /// Whether a port is unset.
@@ -111,6 +116,7 @@ impl From<AppConnection> for AppConnectionProperties {
             port: connection.port,
             protocol: connection.protocol,
             channel_address: connection.channel_address,
+            max_concurrency: APP_MAX_CONCURRENCY,
         }
     }
 }

@@ -169,7 +169,9 @@ pub(super) enum Entry {
     File(Metadata),
     /// A symbolic link.
     Link,
-    /// A folder, FIFO, device or socket.
+    /// A folder (only a stat answers for one, as Layotto's `os.Stat`).
+    Folder(Metadata),
+    /// A FIFO, device or socket.
     Other,
     /// Nothing.
     Missing,
@@ -188,6 +190,8 @@ pub(super) fn look(at: BorrowedFd<'_>, part: &str) -> std::io::Result<Entry> {
         Entry::File(meta)
     } else if meta.file_type().is_symlink() {
         Entry::Link
+    } else if meta.is_dir() {
+        Entry::Folder(meta)
     } else {
         Entry::Other
     })
