@@ -223,6 +223,24 @@ impl AnyConnection {
         self.ask(&asked, host, port).await
     }
 
+    /// `cmd` sent as it is (no `ASKING`) on the connection kept to the node
+    /// at `host:port` that an `ASK` was last followed on — never one opened
+    /// for it: a `WAIT` counts the writes of its own connection only. An
+    /// error when none is kept (it failed, and was dropped).
+    pub async fn on_asked_node(&self, cmd: &Cmd, host: &str, port: u16) -> RedisResult<Value> {
+        let kept = match self {
+            Self::Node(_) => None,
+            Self::Cluster(_, nodes) => nodes.kept(host, port),
+        };
+        let Some(mut conn) = kept else {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the connection an ASK redirection was followed on is gone",
+            )));
+        };
+        conn.req_packed_command(cmd).await
+    }
+
     async fn ask(&self, asked: &Asked, host: &str, port: u16) -> RedisResult<Vec<Value>> {
         match self {
             Self::Node(_) => Err(RedisError::from((

@@ -69,13 +69,38 @@ pub const CLUSTER_TRIES_WITHOUT_DEADLINE: u32 = 64;
 pub struct BoundedConnection {
     inner: AnyConnection,
     limit: Option<Duration>,
+    /// The node (`host`, `port`) an `ASK` sent the last command that
+    /// answered to; `None` when the cluster client (or the one server)
+    /// answered it, or it failed.
+    asked: Option<(String, u16)>,
 }
 
 impl BoundedConnection {
     /// `inner`, with commands cut after `limit` (`None`: no limit — a
     /// negative `readTimeout` or `writeTimeout`, see the module docs).
     pub fn new(inner: AnyConnection, limit: Option<Duration>) -> Self {
-        Self { inner, limit }
+        Self {
+            inner,
+            limit,
+            asked: None,
+        }
+    }
+
+    /// `cmd` sent, within the limit, on the very connection the last
+    /// command that answered went on, when an `ASK` sent it to a node over
+    /// a connection of the component's own (see
+    /// [`AnyConnection::on_asked_node`]); `None` when it did not (the
+    /// cluster client routed it, or this is one server). For the commands
+    /// that only mean something on the connection that wrote (`WAIT`).
+    pub async fn on_last_asked_node(&self, cmd: &Cmd) -> Option<RedisResult<Value>> {
+        let (host, port) = self.asked.as_ref()?;
+        let sent = self.inner.on_asked_node(cmd, host, *port);
+        Some(match self.limit {
+            Some(limit) => tokio::time::timeout(limit, sent)
+                .await
+                .unwrap_or_else(|_| Err(timed_out(limit))),
+            None => sent.await,
+        })
     }
 
     /// Whether this is a Redis Cluster connection.
@@ -173,12 +198,13 @@ fn not_run(err: &RedisError) -> Option<Again> {
 /// answers, within `limit`; on a cluster, an attempt whose error says it
 /// was not run is made again as [`not_run`] says, while the deadline (or,
 /// without one, [`CLUSTER_TRIES_WITHOUT_DEADLINE`]) allows. Anything else
-/// — an answer, an error of a command that may have run — is returned.
+/// — an answer (with the node `ASK`ed for it, if any), an error of a
+/// command that may have run — is returned.
 async fn bounded<T, F, Fut>(
     limit: Option<Duration>,
     cluster: bool,
     mut attempt: F,
-) -> RedisResult<T>
+) -> RedisResult<(T, Option<(String, u16)>)>
 where
     F: FnMut(Option<(String, u16)>) -> Fut,
     Fut: Future<Output = RedisResult<T>>,
@@ -189,15 +215,18 @@ where
     let mut moved_before = false;
     loop {
         tries += 1;
+        let asked = ask.take();
+        let sent = attempt(asked.clone());
         let answer = match (deadline, limit) {
-            (Some(deadline), Some(limit)) => tokio::time::timeout_at(deadline, attempt(ask.take()))
+            (Some(deadline), Some(limit)) => tokio::time::timeout_at(deadline, sent)
                 .await
                 .map_err(|_| timed_out(limit))?,
-            _ => attempt(ask.take()).await,
+            _ => sent.await,
         };
         let err = match answer {
+            Ok(answer) => return Ok((answer, asked)),
             Err(err) if cluster => err,
-            other => return other,
+            Err(err) => return Err(err),
         };
         let wait = match not_run(&err) {
             None => return Err(err),
@@ -224,12 +253,25 @@ where
     }
 }
 
+impl BoundedConnection {
+    /// Notes the node `answer` was `ASK`ed for (none when it failed).
+    fn answered<T>(&mut self, answer: RedisResult<(T, Option<(String, u16)>)>) -> RedisResult<T> {
+        let (answer, asked) = match answer {
+            Ok((answer, asked)) => (Ok(answer), asked),
+            Err(err) => (Err(err), None),
+        };
+        self.asked = asked;
+        answer
+    }
+}
+
 impl ConnectionLike for BoundedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
+        let (limit, cluster) = (self.limit, self.is_cluster());
         let span = command_span(Some(cmd), 1);
-        Box::pin(
-            bounded(limit, cluster, move |ask| {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let answer = bounded(limit, cluster, move |ask| {
                 let mut inner = inner.clone();
                 async move {
                     match ask {
@@ -238,8 +280,10 @@ impl ConnectionLike for BoundedConnection {
                     }
                 }
             })
-            .instrument(span),
-        )
+            .instrument(span)
+            .await;
+            self.answered(answer)
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -248,10 +292,11 @@ impl ConnectionLike for BoundedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let (limit, cluster, inner) = (self.limit, self.is_cluster(), &self.inner);
+        let (limit, cluster) = (self.limit, self.is_cluster());
         let span = command_span(None, count);
-        Box::pin(
-            bounded(limit, cluster, move |ask| {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let answer = bounded(limit, cluster, move |ask| {
                 let mut inner = inner.clone();
                 async move {
                     match ask {
@@ -262,8 +307,10 @@ impl ConnectionLike for BoundedConnection {
                     }
                 }
             })
-            .instrument(span),
-        )
+            .instrument(span)
+            .await;
+            self.answered(answer)
+        })
     }
 
     fn get_db(&self) -> i64 {

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use super::any_connection::AnyConnection;
+use super::bounded::BoundedConnection;
 use arc_swap::ArcSwap;
 use redis::{RedisError, Value};
 use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
@@ -372,8 +373,9 @@ impl Reader {
             let in_flight_before = (after != ">").then(|| self.in_flight_now());
             // Not cut short by a drain: a read cut after the server
             // answered would leave its entries pending, undelivered.
+            let mut reading = self.reading();
             let read = tokio::select! {
-                read = read_group(&mut self.reading, &self.connected.group, &self.topic, tunables.queue_depth, block, &after) => read,
+                read = read_group(&mut reading, &self.connected.group, &self.topic, tunables.queue_depth, block, &after) => read,
                 () = self.feed.stopped() => return,
                 () = self.connected.shutdown.cancelled() => return,
             };
@@ -473,6 +475,22 @@ impl Reader {
         }
     }
 
+    /// The reading connection for one command (a clone: it is shared),
+    /// cut at `dialTimeout` + its `readTimeout` + `writeTimeout` (which
+    /// include [`BLOCK`]; no limit when those have none) and, on a Redis
+    /// Cluster, following `ASK` (see [`super::bounded`]): while the
+    /// topic's slot migrates and its stream is already on the importing
+    /// master, the reads, reclaims and group creation go there, as the
+    /// publishes do. A blocking read sent there goes on a connection to
+    /// that node of this reader's own (the reading connection's; opened
+    /// with its settings, so with its longer reply timeout), never on one
+    /// that other commands share.
+    fn reading(&self) -> BoundedConnection {
+        let settings = reading_settings(&self.reading_settings);
+        let limit = settings.response.map(|response| response + settings.dial);
+        BoundedConnection::new(self.reading.clone(), limit)
+    }
+
     /// The ids delivered and awaiting their outcome now.
     /// (At every reader of this process on its server, group and topic.)
     fn in_flight_now(&self) -> HashSet<String> {
@@ -497,7 +515,7 @@ impl Reader {
         if err.code() != Some("NOGROUP") {
             return false;
         }
-        match ensure_group(&mut self.reading, &self.topic, &self.connected.group).await {
+        match ensure_group(&mut self.reading(), &self.topic, &self.connected.group).await {
             Ok(()) => {
                 warn!(component = %self.connected.label, topic = %self.topic, group = %self.connected.group, "The consumer group was gone (server restarted without its data, or failed over); created it again.");
                 true
@@ -557,7 +575,7 @@ impl Reader {
             .arg(cursor)
             .arg("+")
             .arg(room)
-            .query_async(&mut self.reading)
+            .query_async(&mut self.reading())
             .await?;
         // [[id, consumer, idle, deliveries], ...]
         let found = pending_ids(reply);
@@ -573,7 +591,7 @@ impl Reader {
             .arg(&self.connected.group)
             .arg(idle)
             .arg(&found)
-            .query_async(&mut self.reading)
+            .query_async(&mut self.reading())
             .await?;
         for (id, fields) in entries_of(claimed) {
             let Some(fields) = fields else {
@@ -670,7 +688,7 @@ impl Reader {
 /// when `after` is `>`, otherwise this consumer's pending ones after that
 /// id; `block`: wait that long for one.
 async fn read_group(
-    conn: &mut AnyConnection,
+    conn: &mut BoundedConnection,
     group: &str,
     topic: &str,
     count: usize,

@@ -438,7 +438,16 @@ impl RedisStateStore {
     /// had (see [`Replicas`]) acknowledged it, at most [`STRONG_WAIT_MS`];
     /// fewer is an error naming how many did. Without replicas there is
     /// nothing to wait for. (On a Redis Cluster both `INFO` and `WAIT` go
-    /// to every master and the fewest counts.) The connection is given
+    /// to every master and the fewest counts — except after a write that
+    /// followed `ASK` to a master importing the key's slot: both go to
+    /// that master, on the component's own connection that wrote (see
+    /// [`BoundedConnection::on_last_asked_node`]), and its replicas count.
+    /// Through the cluster connection they would miss it — a master
+    /// importing its first slots is not in the slot map the cluster client
+    /// reads — or reach it on a connection that wrote nothing, which `WAIT`
+    /// does not check: the write would be reported replicated unchecked.
+    /// Checked there rather than refused, a strong write stays possible
+    /// while its slot migrates.) The connection is given
     /// back for the next strong write only when both answered: one that
     /// failed (broke, timed out) is dropped rather than reconnected, so a
     /// `WAIT` never runs on a connection other than the one that wrote.
@@ -457,9 +466,7 @@ impl RedisStateStore {
             ))
         };
         let conn = exclusive.connection();
-        let info: redis::Value = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(conn)
+        let info = on_writer(conn, redis::cmd("INFO").arg("replication"))
             .await
             .map_err(failed)?;
         let connected = connected_replicas(info).ok_or_else(|| {
@@ -473,11 +480,9 @@ impl RedisStateStore {
             exclusive.keep();
             return Ok(());
         }
-        let acknowledged: i64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(STRONG_WAIT_MS)
-            .query_async(conn)
+        let acknowledged: i64 = on_writer(conn, redis::cmd("WAIT").arg(wanted).arg(STRONG_WAIT_MS))
             .await
+            .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
             .map_err(failed)?;
         exclusive.keep();
         if usize::try_from(acknowledged).unwrap_or(0) < wanted {
@@ -489,6 +494,15 @@ impl RedisStateStore {
         }
         debug!(key, acknowledged, "Strong write replicated.");
         Ok(())
+    }
+}
+
+/// `cmd` sent where the last command on `conn` was written: on the node an
+/// `ASK` sent it to, over the same connection, or else through `conn`.
+async fn on_writer(conn: &mut BoundedConnection, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
+    match conn.on_last_asked_node(cmd).await {
+        Some(reply) => reply,
+        None => cmd.query_async(conn).await,
     }
 }
 

@@ -33,6 +33,7 @@ mod memory_config_store;
 mod memory_lock;
 mod memory_state_store;
 mod redis_cluster;
+mod redis_cluster_ask;
 mod redis_dynamic;
 mod redis_failover;
 mod redis_init;

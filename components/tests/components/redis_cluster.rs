@@ -45,7 +45,7 @@ const LOCK_KEY: &str = "lock||{late-lock}";
 
 /// The cluster metadata of the tests' components: unprefixed keys, so the
 /// test knows each key's slot.
-fn metadata(cluster: &RedisCluster) -> Value {
+pub(crate) fn metadata(cluster: &RedisCluster) -> Value {
     json!({
         "redisHost": cluster.seeds(), "redisType": "cluster", "keyPrefix": "none",
         "dialTimeout": "2s", "readTimeout": "300ms", "writeTimeout": "200ms"
@@ -60,7 +60,7 @@ async fn lock_store(cluster: &RedisCluster) -> Arc<dyn Lock> {
     }
 }
 
-async fn state_store(cluster: &RedisCluster) -> Arc<dyn StateStore> {
+pub(crate) async fn state_store(cluster: &RedisCluster) -> Arc<dyn StateStore> {
     match common::start("state", "redis", metadata(cluster)).await {
         Ok(Instance::State(store)) => store,
         Ok(other) => panic!("expected a state store, got {other:?}"),
@@ -99,7 +99,7 @@ async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {
 }
 
 /// The port of the master serving `key` now.
-async fn master_of(cluster: &RedisCluster, key: &str) -> u16 {
+pub(crate) async fn master_of(cluster: &RedisCluster, key: &str) -> u16 {
     let slot = cluster.keyslot(key).await;
     cluster
         .master_of_slot(slot)
@@ -138,7 +138,7 @@ async fn scripts(cluster: &RedisCluster, port: u16) -> u64 {
 }
 
 /// `CLUSTER SETSLOT slot state id` on the node at `port`.
-async fn setslot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, id: &str) {
+pub(crate) async fn setslot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, id: &str) {
     let slot = slot.to_string();
     cluster
         .query(port, &["CLUSTER", "SETSLOT", &slot, state, id])
@@ -147,7 +147,7 @@ async fn setslot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, id: 
 }
 
 /// Moves `key` from the node at `source` to the one at `target`.
-async fn migrate(cluster: &RedisCluster, source: u16, target: u16, key: &str) {
+pub(crate) async fn migrate(cluster: &RedisCluster, source: u16, target: u16, key: &str) {
     let target = target.to_string();
     cluster
         .query(
@@ -418,10 +418,12 @@ async fn redis_cluster_redirections_of_a_migrating_slot_are_followed() {
 }
 
 /// An empty master joined to `cluster` (`CLUSTER MEET`), not serving any
-/// slot: returns once every node knows it, it knows them all and every
-/// node says `cluster_state:ok`; its id.
-async fn join_empty_master(
+/// slot: returns once every node (those of `cluster` and the nodes at
+/// `joined`, joined before) knows it, it knows them all and every node
+/// says `cluster_state:ok`; its id.
+pub(crate) async fn join_empty_master(
     cluster: &RedisCluster,
+    joined: &[u16],
 ) -> (ChildProcess, tempfile::TempDir, u16, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (process, port) = start_cluster_node(&dir, cluster).await;
@@ -430,7 +432,8 @@ async fn join_empty_master(
         .await
         .expect("CLUSTER MYID")
         .concat();
-    let known = cluster.running_ports();
+    let mut known = cluster.running_ports();
+    known.extend_from_slice(joined);
     let seed = known[0].to_string();
     cluster
         .query(port, &["CLUSTER", "MEET", "127.0.0.1", &seed])
@@ -543,7 +546,7 @@ async fn redis_cluster_a_slot_migrating_to_a_new_empty_master_is_followed_throug
             .expect("write before");
     }
 
-    let (_process, _dir, target, target_id) = join_empty_master(&cluster).await;
+    let (_process, _dir, target, target_id) = join_empty_master(&cluster, &[]).await;
     assert_eq!(master_of(&cluster, "{grow}").await, source);
     setslot(&cluster, target, slot, "IMPORTING", &source_id).await;
     setslot(&cluster, source, slot, "MIGRATING", &target_id).await;
