@@ -94,9 +94,10 @@ impl Connected {
     /// which re-opens its own (see `Reader`). Files that cannot be used
     /// (half-written, a key that does not match, a server that refuses
     /// them) are refused with one warning per content, and the
-    /// connections in force keep serving; content a server refused is not
-    /// tried again (no new connection) until the files change, or
-    /// [`crate::tls::REFUSED_RETRY`] later.
+    /// connections in force keep serving; content that failed is not
+    /// tried again (no new connection) until the files change, or after a
+    /// wait growing from [`crate::tls::FIRST_RETRY`] to
+    /// [`crate::tls::REFUSED_RETRY`].
     pub(super) fn follow_tls_files(&self, metadata: RedisMetadata) {
         if !names_files(&metadata) {
             return;

@@ -4,10 +4,13 @@
 //! new client with it, checks that it works and swaps it in. New material
 //! that cannot be read or used (half-written, corrupt, a key that does
 //! not match, a server that refuses it) leaves the client in force
-//! serving, with one warning per refused content. Content a server
-//! refused is not tried again (a new connection and handshake) while the
-//! files still hold it, until [`REFUSED_RETRY`] has passed: a server that
-//! learns to trust it later gets it then; files that change are tried at
+//! serving, with one warning per refused content. Content that failed
+//! is not tried again (a new connection and handshake) at every read
+//! while the files still hold it: first after [`FIRST_RETRY`], then after
+//! twice as long each time it fails again, up to [`REFUSED_RETRY`]. A
+//! failure that passes (a server restarting, unreachable for a moment)
+//! holds good files back seconds, not a minute; a server that learns to
+//! trust refused files later gets them; files that change are tried at
 //! the next read. PEM text never reaches a log: errors name fields and
 //! paths.
 //!
@@ -29,9 +32,14 @@ use super::client::{ClientTls, ClientTlsFields};
 /// How often the files are read again.
 pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// How soon content the files still hold is tried again after it was
-/// refused: not every [`RECHECK_EVERY`], which would be a new connection
+/// How soon content the files still hold is tried again after it failed
+/// the first time: not at the next read, which would be a new connection
 /// and TLS handshake a second for as long as refused files stay.
+pub const FIRST_RETRY: Duration = Duration::from_secs(5);
+
+/// The longest content the files still hold waits to be tried again: the
+/// wait after each failure of the same content doubles from
+/// [`FIRST_RETRY`] up to this.
 pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
 /// The reading of the files, run on a blocking thread.
@@ -148,7 +156,7 @@ pub fn follow<F: Followed>(
                 }
                 Ok(Applied::Superseded) => {}
                 Err(error) => {
-                    refusals.held = Some((content.clone(), Instant::now()));
+                    refusals.hold(&content);
                     refusals.note(&label, backend, Ok(content), &error);
                 }
             }
@@ -160,9 +168,17 @@ pub fn follow<F: Followed>(
 struct Refusals<T> {
     /// The content (or the read error) last refused, warned about once.
     warned: Option<Result<T, String>>,
-    /// The content last refused when tried, and when: not tried again
-    /// before [`REFUSED_RETRY`] while the files still hold it.
-    held: Option<(T, Instant)>,
+    /// The content last refused when tried: not tried again before
+    /// `until` while the files still hold it; `wait` is how long it was
+    /// held back after its last failure.
+    held: Option<Held<T>>,
+}
+
+/// Content held back after it failed.
+struct Held<T> {
+    content: T,
+    until: Instant,
+    wait: Duration,
 }
 
 impl<T> Default for Refusals<T> {
@@ -174,12 +190,27 @@ impl<T> Default for Refusals<T> {
     }
 }
 
-impl<T: PartialEq> Refusals<T> {
-    /// Whether `content` was refused less than [`REFUSED_RETRY`] ago.
+impl<T: PartialEq + Clone> Refusals<T> {
+    /// Whether `content` failed and its wait has not passed.
     fn holds_back(&self, content: &T) -> bool {
         self.held
             .as_ref()
-            .is_some_and(|(held, at)| held == content && at.elapsed() < REFUSED_RETRY)
+            .is_some_and(|held| held.content == *content && Instant::now() < held.until)
+    }
+
+    /// Holds `content`, which failed, back: [`FIRST_RETRY`] the first
+    /// time, twice its last wait (up to [`REFUSED_RETRY`]) when it failed
+    /// before.
+    fn hold(&mut self, content: &T) {
+        let wait = match &self.held {
+            Some(held) if held.content == *content => (held.wait * 2).min(REFUSED_RETRY),
+            _ => FIRST_RETRY,
+        };
+        self.held = Some(Held {
+            content: content.clone(),
+            until: Instant::now() + wait,
+            wait,
+        });
     }
 
     /// Logs the refusal of `refused` for `error`: a warning the first
@@ -271,9 +302,9 @@ mod tests {
     }
 
     /// Material a server refuses (a client certificate from a CA it does
-    /// not trust): applied once, then not again while the files hold it
-    /// until `REFUSED_RETRY` passed; new files are applied at the next
-    /// read. On the paused clock: a second a read, no waiting.
+    /// not trust): applied once, then again after `FIRST_RETRY`, each
+    /// later wait doubled up to `REFUSED_RETRY`; new files are applied at
+    /// the next read. On the paused clock: a second a read, no waiting.
     #[tokio::test(start_paused = true)]
     async fn refused_material_waits_for_the_retry_time_unless_the_files_change() {
         let (ca, stranger) = (TestCa::new("follow-ca"), TestCa::new("follow-stranger"));
@@ -293,7 +324,8 @@ mod tests {
         // What was applied, and when; the server takes only certificates
         // of `ca`'s.
         let applied = Arc::new(Mutex::new(Vec::<(ClientTls, Instant)>::new()));
-        let trusted = ca.client("app-3").cert_pem.into_bytes();
+        let good_client = ca.client("app-3");
+        let trusted = good_client.cert_pem.clone().into_bytes();
         let counts = follow_files(
             "test".into(),
             "Test",
@@ -328,21 +360,26 @@ mod tests {
         let refused = fields.load().expect("material");
         until(|| !times_applied(&refused).is_empty()).await;
         let turns = counts.turns();
-        until(|| counts.turns() >= turns + 50).await;
+        until(|| counts.turns() >= turns + 3).await;
         assert_eq!(
             times_applied(&refused).len(),
             1,
-            "tried again within 50 reads"
+            "tried again within 3 reads"
         );
-        until(|| times_applied(&refused).len() == 2).await;
+        // 5, 10, 20, 40, 60, 60 s between tries.
+        until(|| times_applied(&refused).len() == 7).await;
         let tried = times_applied(&refused);
+        let waits: Vec<u64> = tried.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+        let expected = [5, 10, 20, 40, 60, 60];
         assert!(
-            tried[1] - tried[0] >= REFUSED_RETRY,
-            "{:?}",
-            tried[1] - tried[0]
+            waits
+                .iter()
+                .zip(expected)
+                .all(|(waited, at_least)| (at_least..=at_least + 1).contains(waited)),
+            "waits between tries {waits:?}, expected {expected:?} (+1 s of read period)"
         );
 
-        ca.client("app-3").install_at(&cert, &key);
+        good_client.install_at(&cert, &key);
         let good = fields.load().expect("material");
         let turns = counts.turns();
         until(|| !times_applied(&good).is_empty()).await;

@@ -14,7 +14,8 @@
 //!   configurations.
 //! * `follow`: [`follow`] and [`follow_files`], re-reading the files of a
 //!   running component and swapping in a client built with new material
-//!   (content a server refused waits [`REFUSED_RETRY`] unless it changes).
+//!   (content that failed waits [`FIRST_RETRY`], doubled at each failure up
+//!   to [`REFUSED_RETRY`], unless it changes).
 
 mod client;
 mod follow;
@@ -22,8 +23,8 @@ mod pem;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
 pub use follow::{
-    follow, follow_files, Applied, FollowCounts, Followed, ReadFiles, Turn, RECHECK_EVERY,
-    REFUSED_RETRY,
+    follow, follow_files, Applied, FollowCounts, Followed, ReadFiles, Turn, FIRST_RETRY,
+    RECHECK_EVERY, REFUSED_RETRY,
 };
 pub use pem::{pem_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYTES};
 
