@@ -42,6 +42,7 @@ mod api_metadata_subscriptions;
 mod api_publish_parity;
 mod api_pubsub_broker_switch;
 mod api_pubsub_declarative;
+mod api_pubsub_handover;
 mod api_redis_cluster;
 mod api_request_errors;
 mod api_request_limits;

@@ -39,12 +39,17 @@
 //! holds for it, and ends once it reaches an event a later subscription of
 //! its lineage delivered (the same CloudEvent `source` and `id`; see
 //! [`handover`](super::handover), which also keeps the two from sending
-//! the same event), once its broker has delivered nothing for
+//! the same event) and has handed no event back to its broker for
+//! [`HANDOVER_GRACE`] (the memory broker gives a failed event again to the
+//! subscription that failed it alone), once its broker
+//! has delivered nothing for
 //! [`HANDOVER_GRACE`] with nothing in flight (counted from when its last
 //! event in flight settled), or [`HANDOVER_LIMIT`] after
 //! it was retired (the runtime's drain bounds for a replaced broker); then
-//! it waits for what it has in flight (within the same limit).
+//! it waits for what it has in flight (within the same limit), and reads
+//! again when one of those was handed back meanwhile.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,93 +185,115 @@ impl TopicDelivery {
         let mut retire = self.retire.clone();
         // Retired: until when it may deliver.
         let mut until: Option<Instant> = None;
-        // Told by an event a later subscription of its lineage delivered.
-        let caught_up = CancellationToken::new();
-        loop {
-            // Biased: once stopped, no further event is taken.
-            let permit = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => return,
-                () = sink.closed() => return,
-                () = sleep_until(until) => break,
-                () = caught_up.cancelled(), if until.is_some() => break,
-                () = retire.retired(), if until.is_none() => {
-                    until = Some(Instant::now() + HANDOVER_LIMIT);
-                    continue;
-                }
-                permit = in_flight.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return,
-                },
-            };
-            let delivery = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => return,
-                () = sink.closed() => return,
-                () = sleep_until(until) => break,
-                () = caught_up.cancelled(), if until.is_some() => break,
-                // Retired, its broker silent and nothing of it in flight:
-                // it holds nothing more. The grace starts once the last
-                // event in flight settled, also while this waits.
-                () = settled_then_silent(&in_flight, HANDOVER_GRACE), if until.is_some() => break,
-                () = retire.retired(), if until.is_none() => {
-                    until = Some(Instant::now() + HANDOVER_LIMIT);
-                    continue;
-                }
-                delivery = subscription.deliveries.recv() => match delivery {
-                    Some(delivery) => delivery,
-                    None => {
-                        tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "Pub/sub subscription ended.");
-                        return;
+        let handover = Arc::new(Handover::new());
+        'delivering: loop {
+            loop {
+                // Biased: once stopped, no further event is taken.
+                let permit = tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => return,
+                    () = sink.closed() => return,
+                    () = sleep_until(until) => break,
+                    () = retire.retired(), if until.is_none() => {
+                        until = Some(Instant::now() + HANDOVER_LIMIT);
+                        continue;
                     }
-                },
-            };
-            let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
-            let (runtime, stop, caught_up) = (runtime.clone(), events.clone(), caught_up.clone());
-            tokio::spawn(async move {
-                let claim = match this.delivered.take(&delivery.message, &stop).await {
-                    Some(Taken::Send(claim)) => claim,
-                    Some(Taken::DeliveredBy { later }) => {
-                        // Not sent again. Delivered by a later
-                        // subscription: what this one held from before
-                        // the change is delivered.
-                        if later {
-                            caught_up.cancel();
+                    permit = in_flight.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return,
+                    },
+                };
+                let delivery = tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => return,
+                    () = sink.closed() => return,
+                    () = sleep_until(until) => break,
+                    () = handover.caught_up_and_owing_nothing(), if until.is_some() => break,
+                    // Retired, its broker silent and nothing of it in flight:
+                    // it holds nothing more. The grace starts once the last
+                    // event in flight settled, also while this waits.
+                    () = settled_then_silent(&in_flight, HANDOVER_GRACE), if until.is_some() => break,
+                    () = retire.retired(), if until.is_none() => {
+                        until = Some(Instant::now() + HANDOVER_LIMIT);
+                        continue;
+                    }
+                    delivery = subscription.deliveries.recv() => match delivery {
+                        Some(delivery) => delivery,
+                        None => {
+                            tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "Pub/sub subscription ended.");
+                            return;
                         }
-                        delivery.settle(DeliveryOutcome::Success);
-                        return;
-                    }
-                    // Stopped while another one had it in flight.
-                    None => {
-                        delivery.settle(DeliveryOutcome::Retry);
-                        return;
-                    }
+                    },
                 };
-                let to = Subscriber {
-                    sink: sink.as_ref(),
-                    runtime: &runtime,
-                    pubsub_name: &this.pubsub_name,
-                    stop: &stop,
-                };
-                let Handled { outcome, unrouted } = this.deliver(&delivery, to, &handle).await;
-                if let Some(claim) = claim {
-                    // One its routes do not take is not delivered for
-                    // the lineage: each other one decides by its own.
-                    claim.answer(!unrouted && outcome != DeliveryOutcome::Retry);
-                }
-                delivery.settle(outcome);
-                drop(permit);
-            });
-        }
-        // Retired: what is in flight is settled before the subscription
-        // is let go (within the limit).
-        let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
-        tokio::select! {
-            () = shutdown.cancelled() => {}
-            () = sleep_until(until) => {}
-            _ = in_flight.acquire_many(all) => {}
+                let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
+                let (runtime, stop, handover) = (runtime.clone(), events.clone(), handover.clone());
+                tokio::spawn(async move {
+                    let to = Subscriber {
+                        sink: sink.as_ref(),
+                        runtime: &runtime,
+                        pubsub_name: &this.pubsub_name,
+                        stop: &stop,
+                    };
+                    this.settle(delivery, to, &handle, &handover).await;
+                    drop(permit);
+                });
+            }
+            // Retired: what is in flight is settled before the subscription
+            // is let go (within the limit).
+            let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break 'delivering,
+                () = sleep_until(until) => break 'delivering,
+                _ = in_flight.acquire_many(all) => {}
+            }
+            // One handed back meanwhile (or just before it stopped reading)
+            // may come back to this subscription alone: it reads again for
+            // it (within the limit).
+            if handover.clear_at().is_none() {
+                break;
+            }
         }
         tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "A replaced subscription delivered what it held; ended.");
+    }
+
+    /// Claims, delivers and settles one message; one handed back to the
+    /// broker is told to `handover` before it is settled.
+    async fn settle(
+        &self,
+        delivery: Delivery,
+        to: Subscriber<'_>,
+        handle: &PubSubHandle,
+        handover: &Handover,
+    ) {
+        let claim = match self.delivered.take(&delivery.message, to.stop).await {
+            Some(Taken::Send(claim)) => claim,
+            Some(Taken::DeliveredBy { later }) => {
+                // Not sent again. Delivered by a later subscription: what
+                // this one held from before the change is delivered.
+                if later {
+                    handover.caught_up.cancel();
+                }
+                delivery.settle(DeliveryOutcome::Success);
+                return;
+            }
+            // Stopped while another one had it in flight.
+            None => {
+                handover.handed_back();
+                delivery.settle(DeliveryOutcome::Retry);
+                return;
+            }
+        };
+        let Handled { outcome, unrouted } = self.deliver(&delivery, to, handle).await;
+        if let Some(claim) = claim {
+            // One its routes do not take is not delivered for the
+            // lineage: each other one decides by its own.
+            claim.answer(!unrouted && outcome != DeliveryOutcome::Retry);
+        }
+        if outcome == DeliveryOutcome::Retry {
+            handover.handed_back();
+        }
+        delivery.settle(outcome);
     }
 
     /// Delivers one message with retries.
@@ -505,6 +532,78 @@ impl Subscriber<'_> {
     }
 }
 
+/// What tells a retired subscription it may end early: it caught up
+/// with a later subscription of its lineage, and nothing it handed back
+/// to its broker may still come back to it.
+///
+/// An event handed back (settled `RETRY`: the app failed it, or it was
+/// cut when the subscription stopped) goes back to the broker, which may
+/// give it again to this subscription alone: the memory broker re-queues
+/// it for the subscription that failed it (after its `REDELIVER_AFTER`,
+/// 500 ms) and drops it with that subscription's queue. One published
+/// before the later subscription subscribed reaches that one by no other
+/// way: ended when caught up, this one lost it, acknowledged to its
+/// publisher. So a caught-up subscription ends only once it has handed
+/// nothing back for [`HANDOVER_GRACE`] (the bound within which a broker
+/// that gives a failed event back to the same subscription does so, as
+/// the idle grace already assumes), and one that handed an event back
+/// while it waited for what it had in flight reads again for it: each
+/// wait stays within [`HANDOVER_LIMIT`], at which an event still failing
+/// goes back to the broker as at a replaced broker's drain limit (on the
+/// memory broker: lost). Redis Streams keeps a handed-back entry pending
+/// for the group, whose readers all share one consumer name: any of them
+/// (the running subscription too) takes it over after
+/// `processingTimeout`, so it is not lost there when this one ends.
+#[derive(Debug)]
+struct Handover {
+    /// Told by an event a later subscription of its lineage delivered.
+    caught_up: CancellationToken,
+    /// When an event was last handed back, in nanoseconds after `since`
+    /// plus one (0: none yet).
+    last_handed_back: AtomicU64,
+    since: Instant,
+}
+
+impl Handover {
+    fn new() -> Self {
+        Self {
+            caught_up: CancellationToken::new(),
+            last_handed_back: AtomicU64::new(0),
+            since: Instant::now(),
+        }
+    }
+
+    /// An event is handed back to the broker (settled `RETRY`): told
+    /// before it is settled and its permit let go. One atomic store; a
+    /// delivered event does not come here.
+    fn handed_back(&self) {
+        let after = Instant::now().saturating_duration_since(self.since);
+        let nanos = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.last_handed_back
+            .store(nanos.saturating_add(1), Ordering::Release);
+    }
+
+    /// When what it handed back can no longer come back to it (the last
+    /// hand-back plus [`HANDOVER_GRACE`]), if that is still to come.
+    fn clear_at(&self) -> Option<Instant> {
+        let nanos = self
+            .last_handed_back
+            .load(Ordering::Acquire)
+            .checked_sub(1)?;
+        let clear = self.since + Duration::from_nanos(nanos) + HANDOVER_GRACE;
+        (Instant::now() < clear).then_some(clear)
+    }
+
+    /// Resolves once caught up and nothing was handed back within
+    /// [`HANDOVER_GRACE`] (what was may still come back here).
+    async fn caught_up_and_owing_nothing(&self) {
+        self.caught_up.cancelled().await;
+        while let Some(clear) = self.clear_at() {
+            tokio::time::sleep_until(clear).await;
+        }
+    }
+}
+
 /// Resolves once no event is in flight (`in_flight` has every permit
 /// back but the one the delivery loop holds for its next event) and
 /// `grace` has passed since.
@@ -653,9 +752,10 @@ mod tests {
 
     /// Feeds event `id` to the subscription to `topic`; its settlement.
     async fn feed_event(topic: &str, id: &str) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
-        let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "s",
-            "type": "t", "data": "x"});
-        feed_cloud_event(topic, event).await
+        feed_of(topic)
+            .deliver(event_message(topic, id))
+            .await
+            .unwrap_or_else(|| panic!("subscribed"))
     }
 
     /// Feeds `event` to the subscription to `topic`; its settlement.
@@ -664,15 +764,26 @@ mod tests {
         event: serde_json::Value,
     ) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
         feed_of(topic)
-            .deliver(rewire_runtime::Message {
-                id: String::new(),
-                topic: topic.into(),
-                data: event.to_string().into_bytes(),
-                content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
-                metadata: Default::default(),
-            })
+            .deliver(cloud_event_message(topic, &event))
             .await
             .unwrap_or_else(|| panic!("subscribed"))
+    }
+
+    /// The message of event `id` on `topic`, as [`feed_event`] feeds it.
+    fn event_message(topic: &str, id: &str) -> rewire_runtime::Message {
+        let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "s",
+            "type": "t", "data": "x"});
+        cloud_event_message(topic, &event)
+    }
+
+    fn cloud_event_message(topic: &str, event: &serde_json::Value) -> rewire_runtime::Message {
+        rewire_runtime::Message {
+            id: String::new(),
+            topic: topic.into(),
+            data: event.to_string().into_bytes(),
+            content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+            metadata: Default::default(),
+        }
     }
 
     /// Retires the subscription, waits for its task to end at the limit,
@@ -1010,4 +1121,6 @@ mod tests {
         );
         runtime.shutdown().await;
     }
+
+    mod handed_back;
 }
