@@ -8,10 +8,14 @@
 //! topic is applied in place (no message moves); a change of pub/sub,
 //! topic or metadata starts the new subscription, then *retires* the old
 //! one: it delivers what its broker holds for it (a slow app's backlog)
-//! until it reaches events the new one delivered, or within the runtime's
+//! until it reaches events the new one delivered (and has handed no
+//! failed event back to its broker for 5 s: the memory broker gives one
+//! again to it alone), or within the runtime's
 //! drain bounds (5 s with nothing delivered nor in flight, 120 s at most),
 //! so nothing published before or meanwhile is missed (a CloudEvent
-//! comes again only when its delivery failed; a payload that is no
+//! comes again when its delivery failed, or when the new one, behind on
+//! a fan-out broker such as memory, reads one the old one delivered after
+//! the hand-over ended and its lineage forgot; a payload that is no
 //! CloudEvent may come twice). One that
 //! could not start (its pub/sub is missing or refused), or whose delivery
 //! ended on its own (its broker ended the subscription), is started again
