@@ -14,7 +14,7 @@ use crate::closing::Closed;
 use crate::component::ComponentKey;
 use crate::component::{Handover, InitContext, Readiness};
 use crate::config::{ComponentSpec, ConfigurationRef, InjectedRef};
-use crate::guarded::{guarded, Answer};
+use crate::guarded::{Answer, Guarded};
 use crate::handle::Instance;
 use crate::handle::{with_staged, Generation, InjectedHandle, LiveGeneration};
 use crate::kinds::{ConfigItem, ConfigQuery};
@@ -453,7 +453,9 @@ async fn close_unstarted(
     within: Duration,
 ) -> Closed {
     shutdown.cancel();
-    let close = guarded(async move { component.close().await }, within);
+    // Given up when hurried: dropped, the close is aborted.
+    let close = Guarded::spawn(async move { component.close().await })
+        .answer_by(tokio::time::Instant::now() + within);
     let hurried = async {
         cx.stop.cancelled().await;
         tokio::time::sleep(crate::closing::CLOSE_TIMEOUT).await;

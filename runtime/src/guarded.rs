@@ -44,7 +44,16 @@ pub(crate) async fn guarded<T: Send + 'static>(
 /// A call into a component running on a task of its own (see
 /// [`guarded`]): started now, its answer awaited later, so that many calls
 /// can run at once and be awaited one after another by one deadline.
+/// Dropped before it answered (its waiter gave up), the call is aborted,
+/// as one that timed out.
 pub(crate) struct Guarded<T>(JoinHandle<Result<T, ComponentError>>);
+
+impl<T> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        // Nothing to do once it finished.
+        self.0.abort();
+    }
+}
 
 impl<T: Send + 'static> Guarded<T> {
     /// Starts `call` on a task of its own, in the current span.
@@ -58,10 +67,8 @@ impl<T: Send + 'static> Guarded<T> {
     /// none by `deadline`.
     pub(crate) async fn answer_by(mut self, deadline: Instant) -> Answer<T> {
         match tokio::time::timeout_at(deadline, &mut self.0).await {
-            Err(_) => {
-                self.0.abort();
-                Answer::TimedOut
-            }
+            // Aborted as it is dropped.
+            Err(_) => Answer::TimedOut,
             Ok(Ok(answer)) => Answer::Answered(answer),
             Ok(Err(err)) if err.is_panic() => {
                 Answer::Panicked(panic_message(&*err.into_panic()).to_string())

@@ -73,8 +73,11 @@ pub enum StartError {
     /// given up (timed out or panicked), so what they held may not have
     /// been released; 0 when every close ran to its end. Counted: the
     /// components of finished levels, those whose `init` the cancellation
-    /// cut short or that failed to start and, when cancelled while the
-    /// overlay was laid, every component and replaced instance.
+    /// cut short or whose `init` or readiness failed and, when cancelled
+    /// while the overlay was laid, every component and replaced instance.
+    /// Not counted: the close of a component whose `init` or readiness
+    /// panicked (released in the background, bounded by the init
+    /// timeout).
     #[error("{}", cancelled_line(*.abandoned))]
     Cancelled {
         /// How many `close`s were abandoned.

@@ -487,4 +487,11 @@ async fn a_stop_during_a_failed_inits_slow_close_leaves_time_to_close_the_stores
         took <= Runtime::CANCELLED_START_UNWIND,
         "took {took:?}, past the unwinding's bound"
     );
+    // The abandoned close was aborted, not left running.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(
+        of(&ENDED, "refused"),
+        ["refused-store"],
+        "the abandoned close ran on"
+    );
 }
