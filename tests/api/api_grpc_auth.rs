@@ -14,7 +14,8 @@ use grpc::with_header;
 use rewire::sidecar::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use rewire::sidecar::{ApiOptions, ApiToken};
 use sidecar::Sidecar;
-use tonic::{Code, Request};
+use tonic::{Code, Request, Status};
+use tonic_types::StatusExt;
 
 const CONFIG: &str =
     r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;
@@ -43,6 +44,33 @@ fn save(size: usize) -> SaveStateRequest {
     }
 }
 
+/// Asserts `status` is Dapr's refusal of a call without the right token
+/// (`checkAPITokenInContext`): `UNAUTHENTICATED` "Unauthorized" with the
+/// `ErrorInfo` of its `ErrorFromHTTPResponseCode(401, detail)`.
+fn assert_dapr_refusal(status: &Status, detail: &str) {
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::Unauthenticated, "Unauthorized"),
+        "{status:?}"
+    );
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        ("Unauthorized", "dapr.io")
+    );
+    assert_eq!(
+        info.metadata.get("http.code").map(String::as_str),
+        Some("401")
+    );
+    assert_eq!(
+        info.metadata.get("http.error_message").map(String::as_str),
+        Some(detail)
+    );
+}
+
+/// A Dapr call without the token, or with another, is refused as Dapr
+/// refuses it (failed before the fix: "missing or invalid dapr-api-token"
+/// and no details); the token itself is never echoed.
 #[tokio::test]
 async fn dapr_calls_need_the_app_token() {
     let sidecar = sidecar().await;
@@ -51,12 +79,12 @@ async fn dapr_calls_need_the_app_token() {
         .get_metadata(GetMetadataRequest {})
         .await
         .expect_err("no token");
-    assert_eq!(missing.code(), Code::Unauthenticated);
-    assert_eq!(missing.message(), "missing or invalid dapr-api-token");
-    for wrong in ["app-token-012", "app-token-01234", ADMIN_TOKEN] {
+    assert_dapr_refusal(&missing, "missing api token in request metadata");
+    for wrong in ["app-token-012", "app-token-01234", ADMIN_TOKEN, ""] {
         let request = with_header(GetMetadataRequest {}, APP_TOKEN_HEADER, wrong);
         let status = client.get_metadata(request).await.expect_err("wrong token");
-        assert_eq!(status.code(), Code::Unauthenticated, "{wrong}");
+        assert_dapr_refusal(&status, "authentication error: api token mismatch");
+        assert!(!format!("{status:?}").contains(APP_TOKEN), "{status:?}");
     }
     let request = with_header(save(10), APP_TOKEN_HEADER, APP_TOKEN);
     client
@@ -67,7 +95,7 @@ async fn dapr_calls_need_the_app_token() {
         .save_state(Request::new(save(10)))
         .await
         .expect_err("no token");
-    assert_eq!(unauthenticated.code(), Code::Unauthenticated);
+    assert_dapr_refusal(&unauthenticated, "missing api token in request metadata");
     sidecar.stop().await;
 }
 

@@ -257,6 +257,29 @@ async fn dapr_error_codes() {
         (status.code(), status.message()),
         (Code::InvalidArgument, "pubsub nope is not found")
     );
+    // A long unknown name is cut in the answer, as every echoed name is
+    // (failed before the fix: the whole name, over gRPC and HTTP).
+    let long = "p".repeat(4 * rewire::ECHO_LIMIT);
+    let cut = format!("pubsub {}… is not found", &long[..rewire::ECHO_LIMIT]);
+    let mut unknown = publish("orders", b"x", "");
+    unknown.pubsub_name = long.clone();
+    let status = client
+        .publish_event(unknown)
+        .await
+        .expect_err("unknown pubsub");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, cut.as_str())
+    );
+    let answer = testkit::http_client()
+        .post(format!("{}/v1.0/publish/{long}/orders", sidecar.http_url()))
+        .body("x")
+        .send()
+        .await
+        .expect("http publish");
+    assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: serde_json::Value = answer.json().await.expect("json error");
+    assert_eq!(body["message"], cut.as_str(), "{body}");
     let status = client
         .publish_event(publish("", b"x", ""))
         .await

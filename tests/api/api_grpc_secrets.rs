@@ -90,7 +90,12 @@ async fn missing_secrets_and_stores_are_errors_without_values() {
     let mut request = get("apiKey");
     request.store_name = "vault".into();
     let unknown = client.get_secret(request).await.expect_err("no such store");
+    // Dapr's `SecretStore(name).NotFound()`, as over HTTP (was: "secret
+    // store `vault` is not found").
     assert_eq!(unknown.code(), Code::InvalidArgument);
-    assert_eq!(unknown.message(), "secret store `vault` is not found");
+    assert_eq!(
+        unknown.message(),
+        "failed finding secret store with key vault"
+    );
     sidecar.stop().await;
 }

@@ -220,6 +220,19 @@ async fn an_unknown_store_is_an_invalid_argument_naming_it() {
     let status = client.get_state(request).await.expect_err("no such store");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(status.message(), "state store nope is not found");
+    // A long name is cut, as every echoed name is (failed before the fix:
+    // the whole name, on the hot path and through tonic alike).
+    let long = "s".repeat(4 * rewire::ECHO_LIMIT);
+    let request = GetStateRequest {
+        store_name: long.clone(),
+        key: "k".into(),
+        ..GetStateRequest::default()
+    };
+    let status = client.get_state(request).await.expect_err("no such store");
+    assert_eq!(
+        status.message(),
+        format!("state store {}… is not found", &long[..rewire::ECHO_LIMIT])
+    );
     sidecar.stop().await;
 }
 
@@ -293,8 +306,23 @@ async fn no_state_store_at_all_is_a_failed_precondition() {
     };
     let status = client.get_state(request).await.expect_err("no state store");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-    // Dapr's message names the store asked for.
+    // Dapr's message names the store asked for (a long name cut; failed
+    // before the fix: the whole name).
     assert_eq!(status.message(), "state store orders is not configured");
+    let long = "s".repeat(4 * rewire::ECHO_LIMIT);
+    let request = GetStateRequest {
+        store_name: long.clone(),
+        key: "k".into(),
+        ..GetStateRequest::default()
+    };
+    let status = client.get_state(request).await.expect_err("no state store");
+    assert_eq!(
+        status.message(),
+        format!(
+            "state store {}… is not configured",
+            &long[..rewire::ECHO_LIMIT]
+        )
+    );
     let status = save(&mut client, vec![item("k", b"v")])
         .await
         .expect_err("no state store");

@@ -62,6 +62,9 @@ async fn get_keys_in_dapr_shape_on_both_paths() {
     sidecar.stop().await;
 }
 
+/// Dapr's current answer (`Configuration(name).StoreNotFound()`): 500
+/// (failed before the fix: 400, Dapr's answer before its standardized
+/// configuration errors).
 #[tokio::test]
 async fn unknown_store_is_a_dapr_error() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
@@ -71,7 +74,7 @@ async fn unknown_store_is_a_dapr_error() {
         format!("{}/v1.0/configuration/apollo?key=a", sidecar.http_url()),
     )
     .await;
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         body_json(response).await,
         json!({"errorCode": "ERR_CONFIGURATION_STORE_NOT_FOUND", "message": "configuration store apollo not found"})

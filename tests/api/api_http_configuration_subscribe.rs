@@ -218,7 +218,7 @@ async fn without_an_app_channel_or_store_dapr_errors() {
             assert_eq!(
                 call(&client, url).await,
                 (
-                    StatusCode::BAD_REQUEST,
+                    StatusCode::INTERNAL_SERVER_ERROR,
                     json!({"errorCode": "ERR_CONFIGURATION_STORE_NOT_FOUND",
                            "message": "configuration store apollo not found"})
                 ),

@@ -40,9 +40,10 @@ pub enum ConfigOpError {
     /// `FAILED_PRECONDITION`).
     #[error("configuration stores not configured")]
     NotConfigured,
-    /// No configuration store with that name in the call's generation
-    /// (the name as [`echoed`]).
-    #[error("configuration store `{0}` is not found")]
+    /// No configuration store with that name in the call's generation:
+    /// Dapr's message (`ErrConfigurationStoreNotFound`; the name as
+    /// [`echoed`]; gRPC `INVALID_ARGUMENT`, HTTP 500).
+    #[error("configuration store {0} not found")]
     NotFound(String),
     /// Items could not be read.
     #[error("failed to get {keys:?} from configuration store `{store}`: {source}")]

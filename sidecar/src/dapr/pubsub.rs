@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use rewire_runtime::{Instance, Kind, PubSub, PubSubError, PublishRequest};
+use rewire_runtime::{echoed, Instance, Kind, PubSub, PubSubError, PublishRequest};
 
 use super::call::Call;
 use super::pubsub_event::{
@@ -35,7 +35,7 @@ pub enum PubSubOpError {
     #[error("pubsub name is empty")]
     NameEmpty,
     /// No pub/sub with that name in the call's generation (Dapr's
-    /// wording since its standardized errors).
+    /// wording since its standardized errors; the name as [`echoed`]).
     #[error("pubsub {0} is not found")]
     NotFound(String),
     /// No topic given.
@@ -128,7 +128,7 @@ impl Call {
                 broker: broker.clone(),
                 call: self.clone(),
             }),
-            _ => Err(PubSubOpError::NotFound(name.to_string())),
+            _ => Err(PubSubOpError::NotFound(echoed(name).into_owned())),
         }
     }
 }

@@ -21,8 +21,9 @@ pub enum SecretOpError {
     #[error("secret store is not configured")]
     NotConfigured,
     /// No secret store with that name in the call's generation, while
-    /// some exist (the name as [`echoed`]).
-    #[error("secret store `{0}` is not found")]
+    /// some exist: Dapr's message (`SecretStore(name).NotFound()`; the name
+    /// as [`echoed`]; gRPC `INVALID_ARGUMENT`, HTTP 401).
+    #[error("failed finding secret store with key {0}")]
     NotFound(String),
     /// A secret could not be read (store and name as [`echoed`]).
     #[error("failed getting secret with key `{name}` from secret store `{store}`: {source}")]

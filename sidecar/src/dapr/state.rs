@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rewire_runtime::Kind;
+use rewire_runtime::{echoed, Kind};
 use rewire_runtime::{
     BulkGetItem, DeleteRequest, GetRequest, Instance, SetRequest, StateEntry, StateError,
     StateStore,
@@ -28,7 +28,7 @@ const BULK_ITEM_OVERHEAD: usize = 32;
 #[derive(Debug, thiserror::Error)]
 pub enum StateOpError {
     /// No state store with that name in the call's generation (which
-    /// holds others): Dapr's exact message.
+    /// holds others): Dapr's exact message (the name as [`echoed`]).
     #[error("state store {store} is not found")]
     NotFound {
         /// The store asked for.
@@ -37,7 +37,7 @@ pub enum StateOpError {
         app_id: String,
     },
     /// The call's generation holds no state store at all (Dapr's
-    /// message, which names the store asked for).
+    /// message, which names the store asked for, as [`echoed`]).
     #[error("state store {store} is not configured")]
     NotConfigured {
         /// The store asked for.
@@ -177,12 +177,12 @@ impl Call {
                 .any(|(key, _)| key.kind == Kind::State) =>
             {
                 Err(StateOpError::NotConfigured {
-                    store: name.to_string(),
+                    store: echoed(name).into_owned(),
                     app_id: self.generation().app_id().to_string(),
                 })
             }
             _ => Err(StateOpError::NotFound {
-                store: name.to_string(),
+                store: echoed(name).into_owned(),
                 app_id: self.generation().app_id().to_string(),
             }),
         }

@@ -76,7 +76,7 @@ use crate::auth::{ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER};
 use crate::connection::{accept_loop, ConnectionLimits, CountRequestsLayer};
 use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
-use auth::RequireToken;
+use auth::{Refusal, RequireToken};
 use call_bound::CallBoundLayer;
 use dapr::DaprApi;
 use hot_path::HotPathLayer;
@@ -113,7 +113,12 @@ pub async fn serve(
     let limit = options.max_request_bytes;
     let dapr_api = std::sync::Arc::new(DaprApi::new(state.clone(), shutdown.clone()));
     let dapr = DaprServer::from_arc(dapr_api.clone()).max_decoding_message_size(limit);
-    let app_auth = RequireToken::new(options.app_token.clone(), &[APP_TOKEN_HEADER], &state);
+    let app_auth = RequireToken::new(
+        options.app_token.clone(),
+        &[APP_TOKEN_HEADER],
+        Refusal::Dapr,
+        &state,
+    );
     let push_timeout = lifecycle_wait::lifecycle_timeout(&state);
     let lifecycle_api = std::sync::Arc::new(LifecycleApi::new(state.clone(), push_timeout));
     let lifecycle =
@@ -143,8 +148,12 @@ pub async fn serve(
         (None, false) => options.app_token.clone(),
         (None, true) => None,
     };
-    let admin_auth =
-        RequireToken::new(admin_token, &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER], &state);
+    let admin_auth = RequireToken::new(
+        admin_token,
+        &[ADMIN_TOKEN_HEADER, APP_TOKEN_HEADER],
+        Refusal::NamingHeader,
+        &state,
+    );
     let admin_cert = RequireClientCert::for_state(&state);
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
     let ping = options.idle_timeout / 3;

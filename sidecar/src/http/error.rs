@@ -39,7 +39,7 @@ pub enum HttpError {
     /// No secret store with that name.
     #[error("failed finding secret store with key {0}")]
     SecretStoreNotFound(String),
-    /// No configuration store with that name.
+    /// No configuration store with that name (Dapr's message and 500).
     #[error("configuration store {0} not found")]
     ConfigStoreNotFound(String),
     /// The body could not be understood.
@@ -242,7 +242,6 @@ impl HttpError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::StateStoreNotFound { .. }
-            | Self::ConfigStoreNotFound(_)
             | Self::Malformed(_)
             | Self::MalformedBody { .. }
             | Self::MalformedQuery(_)
@@ -261,7 +260,11 @@ impl HttpError {
             | Self::ConfigSubscribe { .. }
             | Self::NotReady(_)
             | Self::NotReadyWithheld
-            | Self::StateStoresNotConfigured { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::StateStoresNotConfigured { .. }
+            // Dapr's `Configuration(name).StoreNotFound()` is a 500 (gRPC
+            // `INVALID_ARGUMENT`); before its standardized configuration
+            // errors it answered 400.
+            | Self::ConfigStoreNotFound(_) => StatusCode::INTERNAL_SERVER_ERROR,
             // Dapr's `ErrSecretStoreNotFound` is a 401 (and gRPC's
             // `INVALID_ARGUMENT`).
             Self::SecretStoreNotFound(_) | Self::AdminUnauthorized => StatusCode::UNAUTHORIZED,
@@ -527,6 +530,7 @@ mod tests {
             not_found.body()["message"],
             "configuration store c not found"
         );
+        assert_eq!(not_found.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]
