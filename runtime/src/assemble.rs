@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -273,14 +275,10 @@ pub(crate) async fn assemble(
     descriptor: &ComponentDescriptor,
     cx: &AssemblyContext,
 ) -> Result<Assembled, ComponentFailure> {
-    // The work is polled first: one that is ready at once (most are)
-    // never registers with the stop token, which every assembly shares.
-    let resolved = tokio::select! {
-        biased;
-        resolved = resolve_metadata(spec, cx) => resolved?,
-        () = cx.stop.cancelled() => return Err(cancelled(spec, cx)),
+    let Some(resolved) = unless_stopped(resolve_metadata(spec, cx), &cx.stop).await else {
+        return Err(cancelled(spec, cx));
     };
-    assemble_resolved(spec, descriptor, resolved, cx).await
+    assemble_resolved(spec, descriptor, resolved?, cx).await
 }
 
 /// Assembles `spec` with its metadata already resolved.
@@ -306,11 +304,8 @@ pub(crate) async fn assemble_resolved(
         handover: cx.handover.clone(),
     };
     let init = with_staged(cx.staged.clone(), async {
-        tokio::select! {
-            biased;
-            init = tokio::time::timeout(cx.timeouts.init, component.init(&init_cx)) => Some(init),
-            () = cx.stop.cancelled() => None,
-        }
+        let init = tokio::time::timeout(cx.timeouts.init, component.init(&init_cx));
+        unless_stopped(init, &cx.stop).await
     })
     .await;
     match init {
@@ -344,11 +339,9 @@ pub(crate) async fn assemble_resolved(
     drop(unwound);
     let mut unwound = CloseIfUnwound::new(&shutdown, cx.timeouts.init);
     unwound.instance = Some(&instance);
-    let ready = tokio::select! {
-        biased;
-        ready = wait_ready(key, &instance, cx) => ready,
-        () = cx.stop.cancelled() => Err((FailedStep::Cancelled, CANCELLED.to_string())),
-    };
+    let ready = unless_stopped(wait_ready(key, &instance, cx), &cx.stop)
+        .await
+        .unwrap_or_else(|| Err((FailedStep::Cancelled, CANCELLED.to_string())));
     unwound.disarm();
     drop(unwound);
     if let Err((step, reason)) = ready {
@@ -362,6 +355,24 @@ pub(crate) async fn assemble_resolved(
         shutdown,
         resolved,
     })
+}
+
+/// `work`'s output, or `None` if `stop` is cancelled before it ends (the
+/// work is then dropped). The work is polled first, alone: one that is
+/// ready at once (most assemblies' steps are) costs no future of the stop
+/// token, which every assembly of a start shares; one that waits is
+/// raced against it.
+async fn unless_stopped<F: Future>(work: F, stop: &CancellationToken) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    let mut stopped = None;
+    std::future::poll_fn(|task| {
+        if let Poll::Ready(output) = work.as_mut().poll(task) {
+            return Poll::Ready(Some(output));
+        }
+        let stopped = stopped.get_or_insert_with(|| Box::pin(stop.cancelled()));
+        stopped.as_mut().poll(task).map(|()| None)
+    })
+    .await
 }
 
 /// Why a component whose assembly was cancelled did not start.
