@@ -326,22 +326,6 @@ async fn redis_cluster_redirections_of_a_migrating_slot_are_followed() {
     let store = state_store(&cluster).await;
     let locks = lock_store(&cluster).await;
     let (stay, moved, new) = ("{mig}stay", "{mig}moved", "{mig}new");
-    let slot = cluster.keyslot("{mig}").await;
-    let source = master_of(&cluster, "{mig}").await;
-    let roles = cluster.roles().await;
-    let id_of = |port: u16| {
-        roles
-            .iter()
-            .find(|role| role.port == port)
-            .map(|role| role.id.clone())
-            .expect("a node id")
-    };
-    let target = roles
-        .iter()
-        .find(|role| role.master_id.is_none() && role.port != source)
-        .map(|role| role.port)
-        .expect("another master");
-    let (source_id, target_id) = (id_of(source), id_of(target));
     for key in [stay, moved] {
         store
             .set(write(key, "before", None))
@@ -350,8 +334,12 @@ async fn redis_cluster_redirections_of_a_migrating_slot_are_followed() {
     }
 
     // The migration starts; `moved` goes over, `stay` not yet.
-    setslot(&cluster, target, slot, "IMPORTING", &source_id).await;
-    setslot(&cluster, source, slot, "MIGRATING", &target_id).await;
+    let Migration {
+        slot,
+        source,
+        target,
+        target_id,
+    } = start_migration(&cluster, "{mig}").await;
     migrate(&cluster, source, target, moved).await;
     for port in [source, target] {
         cluster
@@ -415,6 +403,45 @@ async fn redis_cluster_redirections_of_a_migrating_slot_are_followed() {
         Ok(UnlockStatus::Success)
     );
     assert_eq!(master_of(&cluster, "{mig}").await, target);
+}
+
+/// The slot of a key, moving from the master at `source` to the one at
+/// `target` (another master, with a replica): both told, nothing moved
+/// yet.
+pub(crate) struct Migration {
+    pub(crate) slot: u16,
+    pub(crate) source: u16,
+    pub(crate) target: u16,
+    /// The node id of `target`, to hand it the slot at the end.
+    pub(crate) target_id: String,
+}
+
+/// Starts migrating the slot of `key` to another master.
+pub(crate) async fn start_migration(cluster: &RedisCluster, key: &str) -> Migration {
+    let slot = cluster.keyslot(key).await;
+    let source = master_of(cluster, key).await;
+    let roles = cluster.roles().await;
+    let id_of = |port: u16| {
+        roles
+            .iter()
+            .find(|role| role.port == port)
+            .map(|role| role.id.clone())
+            .expect("a node id")
+    };
+    let target = roles
+        .iter()
+        .find(|role| role.master_id.is_none() && role.port != source)
+        .map(|role| role.port)
+        .expect("another master");
+    let target_id = id_of(target);
+    setslot(cluster, target, slot, "IMPORTING", &id_of(source)).await;
+    setslot(cluster, source, slot, "MIGRATING", &target_id).await;
+    Migration {
+        slot,
+        source,
+        target,
+        target_id,
+    }
 }
 
 /// An empty master joined to `cluster` (`CLUSTER MEET`), not serving any

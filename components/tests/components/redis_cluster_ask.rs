@@ -5,47 +5,20 @@
 //! strong write's `WAIT` (which counts only the writes of the connection
 //! it is sent on).
 
-use crate::common;
-use crate::redis_cluster::{join_empty_master, master_of, metadata, migrate, setslot, state_store};
+use crate::redis_cluster::{
+    join_empty_master, master_of, metadata, migrate, setslot, start_migration, state_store,
+};
+use crate::redis_pubsub::{broker as broker_of, publish};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::{
-    Consistency, DeliveryOutcome, Instance, PubSub, PubSubSubscription, PublishRequest, SetRequest,
-    StateError, SubscribeRequest,
+    Consistency, DeliveryOutcome, PubSub, PubSubSubscription, SetRequest, StateError,
+    SubscribeRequest,
 };
 use testkit::redis_cluster::RedisCluster;
 use tokio::time::{sleep, timeout, Instant};
-
-/// The slot of a key, moving from the master at `source` to the one at
-/// `target` (another master with a replica): both told, nothing else yet.
-struct Migration {
-    source: u16,
-    target: u16,
-}
-
-/// Starts migrating the slot of `key` to another master.
-async fn start_migration(cluster: &RedisCluster, key: &str) -> Migration {
-    let slot = cluster.keyslot(key).await;
-    let source = master_of(cluster, key).await;
-    let roles = cluster.roles().await;
-    let id_of = |port: u16| {
-        roles
-            .iter()
-            .find(|role| role.port == port)
-            .map(|role| role.id.clone())
-            .expect("a node id")
-    };
-    let target = roles
-        .iter()
-        .find(|role| role.master_id.is_none() && role.port != source)
-        .map(|role| role.port)
-        .expect("another master");
-    setslot(cluster, target, slot, "IMPORTING", &id_of(source)).await;
-    setslot(cluster, source, slot, "MIGRATING", &id_of(target)).await;
-    Migration { source, target }
-}
 
 /// `args` run on the node at `port` behind `ASKING` (a key of a slot it
 /// imports).
@@ -78,19 +51,7 @@ async fn broker(cluster: &RedisCluster) -> Arc<dyn PubSub> {
     metadata["consumerID"] = "app".into();
     metadata["processingTimeout"] = "300ms".into();
     metadata["redeliverInterval"] = "100ms".into();
-    match common::start("pubsub", "redis", metadata).await {
-        Ok(Instance::PubSub(broker)) => broker,
-        Ok(other) => panic!("expected a pub/sub, got {other:?}"),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn publish(topic: &str, data: &str) -> PublishRequest {
-    PublishRequest {
-        topic: topic.into(),
-        data: data.as_bytes().to_vec(),
-        ..PublishRequest::default()
-    }
+    broker_of(metadata).await
 }
 
 /// The next delivery: `expected`, settled with `outcome`.

@@ -16,7 +16,7 @@ use rewire_runtime::{
 };
 use serde_json::{json, Value};
 
-async fn broker(metadata: Value) -> Arc<dyn PubSub> {
+pub(crate) async fn broker(metadata: Value) -> Arc<dyn PubSub> {
     match common::start("pubsub", "redis", metadata).await {
         Ok(Instance::PubSub(broker)) => broker,
         Ok(other) => panic!("expected a pub/sub, got {other:?}"),
@@ -24,7 +24,7 @@ async fn broker(metadata: Value) -> Arc<dyn PubSub> {
     }
 }
 
-fn publish(topic: &str, data: &str) -> PublishRequest {
+pub(crate) fn publish(topic: &str, data: &str) -> PublishRequest {
     PublishRequest {
         topic: topic.into(),
         data: data.as_bytes().to_vec(),
