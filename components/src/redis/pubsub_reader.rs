@@ -57,6 +57,16 @@ pub(super) fn reading_settings(settings: &ConnectionSettings) -> ConnectionSetti
     reading
 }
 
+/// How long one command on a reading connection made with `settings` may
+/// take, at most: its dial and reply timeouts, [`BLOCK`] included, as
+/// [`reading_settings`] gives them (without copying the settings, which
+/// hold the password and TLS material).
+fn reading_limit(settings: &ConnectionSettings) -> Option<Duration> {
+    settings
+        .response
+        .map(|response| response + BLOCK + settings.dial)
+}
+
 /// How soon a reader tries again to open its connection with new settings
 /// after that failed (the old connection keeps reading meanwhile).
 const REOPEN_RETRY: Duration = Duration::from_secs(5);
@@ -486,9 +496,7 @@ impl Reader {
     /// with its settings, so with its longer reply timeout), never on one
     /// that other commands share.
     fn reading(&self) -> BoundedConnection {
-        let settings = reading_settings(&self.reading_settings);
-        let limit = settings.response.map(|response| response + settings.dial);
-        BoundedConnection::new(self.reading.clone(), limit)
+        BoundedConnection::new(self.reading.clone(), reading_limit(&self.reading_settings))
     }
 
     /// The ids delivered and awaiting their outcome now.
