@@ -89,6 +89,7 @@ pub trait Followed: Send + 'static {
 pub struct FollowCounts {
     turns: AtomicU64,
     attempts: AtomicU64,
+    superseded: AtomicU64,
 }
 
 impl FollowCounts {
@@ -100,6 +101,12 @@ impl FollowCounts {
     /// How many times new content was applied (a new client tried).
     pub fn attempts(&self) -> u64 {
         self.attempts.load(Ordering::SeqCst)
+    }
+
+    /// How many of those attempts found the client replaced meanwhile
+    /// ([`Applied::Superseded`]).
+    pub fn superseded(&self) -> u64 {
+        self.superseded.load(Ordering::SeqCst)
     }
 }
 
@@ -154,7 +161,9 @@ pub fn follow<F: Followed>(
                     refusals = Refusals::default();
                     info!(component = %label, "{backend} TLS files changed; a new client with them is in force.");
                 }
-                Ok(Applied::Superseded) => {}
+                Ok(Applied::Superseded) => {
+                    counts.superseded.fetch_add(1, Ordering::SeqCst);
+                }
                 Err(error) => {
                     refusals.hold(&content);
                     refusals.note(&label, backend, Ok(content), &error);

@@ -45,8 +45,11 @@ pub(in crate::redis) fn read_settings(metadata: Arc<RedisMetadata>) -> Turn<Conn
 struct SessionFiles {
     shared: Weak<Shared>,
     /// The session in force at the last turn: new content is swapped in
-    /// over it only.
-    seen: Option<Arc<Session>>,
+    /// over it only. Not kept alive: a session closed or replaced lets go
+    /// of its connections at once, not at the follower's next turn (a
+    /// second later, never while a read of the files or a handshake
+    /// hangs).
+    seen: Weak<Session>,
 }
 
 impl Followed for SessionFiles {
@@ -57,31 +60,39 @@ impl Followed for SessionFiles {
             return Turn::End;
         };
         let session = shared.session.load_full();
+        self.seen = Weak::new();
         if session.link.is_none() || !names_files(&session.metadata) {
-            self.seen = None;
             return Turn::Skip;
         }
-        let metadata = session.metadata.clone();
-        self.seen = Some(session);
-        read_settings(metadata)
+        self.seen = Arc::downgrade(&session);
+        read_settings(session.metadata.clone())
     }
 
     fn in_force(&self, content: &ConnectionSettings) -> bool {
         self.seen
-            .as_ref()
-            .and_then(|seen| seen.link.as_ref())
-            .is_some_and(|link| link.settings == *content)
+            .upgrade()
+            .and_then(|seen| seen.link.as_ref().map(|link| link.settings == *content))
+            .unwrap_or(false)
     }
 
     async fn apply(&mut self, content: ConnectionSettings) -> Result<Applied, String> {
-        let (Some(seen), Some(shared)) = (self.seen.take(), self.shared.upgrade()) else {
-            return Ok(Applied::Superseded);
+        let seen = std::mem::take(&mut self.seen);
+        // Replaced meanwhile (a change, a failover, `close`): no
+        // connection to open for it.
+        let metadata = match (seen.upgrade(), self.shared.upgrade()) {
+            (Some(session), Some(shared)) if Arc::ptr_eq(&session, &shared.session.load()) => {
+                session.metadata.clone()
+            }
+            _ => return Ok(Applied::Superseded),
         };
         let opened = open(&content)
             .await
             .map_err(|err| content.scrub(&err.to_string()))?;
+        let (Some(seen), Some(shared)) = (seen.upgrade(), self.shared.upgrade()) else {
+            return Ok(Applied::Superseded);
+        };
         let next = Arc::new(Session {
-            metadata: seen.metadata.clone(),
+            metadata,
             link: Some(Link {
                 connection: opened.connection,
                 settings: content,
@@ -102,7 +113,7 @@ impl RedisConnection {
     pub(super) fn follow_tls_files(&self) {
         let followed = SessionFiles {
             shared: Arc::downgrade(&self.shared),
-            seen: None,
+            seen: Weak::new(),
         };
         crate::tls::follow(
             self.shared.label().to_string(),
@@ -115,90 +126,4 @@ impl RedisConnection {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rewire_runtime::{ComponentKey, Metadata};
-    use serde_json::json;
-    use testkit::certs::TestCa;
-    use testkit::redis::{RedisServer, RedisTls};
-
-    /// Waits until `done`, failing with `what` after 20 s.
-    async fn until(what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !done() {
-            assert!(tokio::time::Instant::now() < deadline, "{what}");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
-
-    /// The state store's files renewed with a client certificate from a
-    /// CA the server does not trust, while a metadata change holds the
-    /// lock of changes: the follower tries them without that lock (a
-    /// password rotation or a Sentinel swap never waits behind its
-    /// handshake), once, and not again at the next reads while the files
-    /// hold them; a good pair written then is in force at the next reads.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn refused_client_certificate_files_are_tried_once_without_the_lock_of_changes() {
-        let (ca, stranger) = (TestCa::new("state-ca"), TestCa::new("state-stranger"));
-        let server = RedisServer::start_tls(RedisTls::from_ca(&ca), None).await;
-        let live = tempfile::tempdir().expect("temp dir");
-        let (cert, key) = ca.client("app-1").installed_in(live.path());
-        let metadata = Metadata::from(
-            json!({
-                "redisHost": server.addr(), "enableTLS": true,
-                "caCert": ca.ca_path, "clientCert": cert, "clientKey": key,
-            })
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-        )
-        .decode::<RedisMetadata>()
-        .unwrap_or_else(|e| panic!("{e}"));
-        let mut connection = RedisConnection::new(metadata);
-        connection
-            .init(&ComponentKey::new("state", "test"), None)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let counts = connection.shared.tls_follow.clone();
-        let first = connection.session();
-
-        let changing = connection.shared.changing.lock().await;
-        stranger.client("app-2").install_at(&cert, &key);
-        until("the refused files were not tried under the lock", || {
-            server.handshakes_refused() > 0
-        })
-        .await;
-        // One more read: the refusal is settled, the files whole. Four
-        // reads in all, within `FIRST_RETRY` (5 s) of the refusal.
-        let turns = counts.turns();
-        until("the files are not read", || counts.turns() > turns).await;
-        let (attempts, refused) = (counts.attempts(), server.handshakes_refused());
-        let turns = counts.turns();
-        until("the files are not read", || counts.turns() >= turns + 3).await;
-        assert_eq!(
-            (counts.attempts(), server.handshakes_refused()),
-            (attempts, refused),
-            "the refused files were tried again within three reads"
-        );
-        drop(changing);
-        assert!(Arc::ptr_eq(&connection.session(), &first));
-
-        ca.client("app-3").install_at(&cert, &key);
-        let turns = counts.turns();
-        until("the good files never came in force", || {
-            !Arc::ptr_eq(&connection.session(), &first)
-        })
-        .await;
-        assert!(
-            counts.turns() <= turns + 3,
-            "the good files waited {} reads",
-            counts.turns() - turns
-        );
-        let mut conn = connection.session().connection().expect("connected");
-        let pong: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .expect("PING on the new connection");
-        assert_eq!(pong, "PONG");
-    }
-}
+mod tests;
