@@ -2,7 +2,8 @@
 //! Dapr's `SubscribeTopicEventsAlpha1` and Layotto's `SubscribeTopicEvents`
 //! count together (each holds a broker subscription); past it a stream is
 //! refused with `RESOURCE_EXHAUSTED` naming the limit, and a closed
-//! stream's place is free again.
+//! stream's place is free again. A stream without a pub/sub name or a
+//! topic is refused for that before it would take a place.
 
 use std::time::Duration;
 
@@ -49,13 +50,13 @@ async fn channel(url: String) -> Channel {
         .expect("cannot connect")
 }
 
-/// A Dapr stream on `channel` once its initial response came, or the
-/// status it was refused with.
-async fn open_dapr(channel: Channel) -> Result<Open, tonic::Status> {
+/// A Dapr stream to `topic` of `pubsub` on `channel` once its initial
+/// response came, or the status it was refused with.
+async fn open_dapr(channel: Channel, pubsub: &str, topic: &str) -> Result<Open, tonic::Status> {
     let (answers, requests) = mpsc::channel(4);
     let initial = DaprRequest::InitialRequest(dapr::SubscribeTopicEventsRequestInitialAlpha1 {
-        pubsub_name: "pubsub".into(),
-        topic: "orders".into(),
+        pubsub_name: pubsub.into(),
+        topic: topic.into(),
         ..Default::default()
     });
     answers
@@ -77,11 +78,11 @@ async fn open_dapr(channel: Channel) -> Result<Open, tonic::Status> {
 }
 
 /// As [`open_dapr`], over Layotto's API.
-async fn open_layotto(channel: Channel) -> Result<Open, tonic::Status> {
+async fn open_layotto(channel: Channel, pubsub: &str, topic: &str) -> Result<Open, tonic::Status> {
     let (answers, requests) = mpsc::channel(4);
     let initial = LayottoRequest::InitialRequest(layotto::SubscribeTopicEventsRequestInitial {
-        pubsub_name: "pubsub".into(),
-        topic: "orders".into(),
+        pubsub_name: pubsub.into(),
+        topic: topic.into(),
         ..Default::default()
     });
     answers
@@ -120,31 +121,46 @@ fn assert_refused_naming_the_limit(refused: Result<Open, tonic::Status>, api: &s
     );
 }
 
-#[tokio::test]
-async fn topic_streams_past_the_bound_are_refused_until_one_closes() {
+/// A sidecar bounded to [`MAX_TOPIC_STREAMS`], and a channel to it.
+async fn bounded_sidecar() -> (Sidecar, Channel) {
     let options = ApiOptions {
         max_topic_streams: MAX_TOPIC_STREAMS,
         ..ApiOptions::default()
     };
     let sidecar = Sidecar::start(CONFIG, options).await;
-    // Dapr's streams and Layotto's count together.
     let channel = channel(sidecar.grpc_url()).await;
+    (sidecar, channel)
+}
+
+/// Every place taken, by Dapr's streams and Layotto's (they count
+/// together).
+async fn take_every_place(channel: &Channel) -> Vec<Open> {
     let mut open = Vec::with_capacity(MAX_TOPIC_STREAMS);
     for i in 0..MAX_TOPIC_STREAMS {
         let opened = match i % 2 {
-            0 => open_dapr(channel.clone()).await,
-            _ => open_layotto(channel.clone()).await,
+            0 => open_dapr(channel.clone(), "pubsub", "orders").await,
+            _ => open_layotto(channel.clone(), "pubsub", "orders").await,
         };
         open.push(opened.expect("a stream within the bound"));
     }
-    assert_refused_naming_the_limit(open_dapr(channel.clone()).await, "Dapr");
-    assert_refused_naming_the_limit(open_layotto(channel.clone()).await, "Layotto");
+    open
+}
+
+#[tokio::test]
+async fn topic_streams_past_the_bound_are_refused_until_one_closes() {
+    let (sidecar, channel) = bounded_sidecar().await;
+    let mut open = take_every_place(&channel).await;
+    assert_refused_naming_the_limit(open_dapr(channel.clone(), "pubsub", "orders").await, "Dapr");
+    assert_refused_naming_the_limit(
+        open_layotto(channel.clone(), "pubsub", "orders").await,
+        "Layotto",
+    );
 
     // A closed stream's place is free again (once its delivery ended).
     drop(open.pop());
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let reopened = loop {
-        match open_dapr(channel.clone()).await {
+        match open_dapr(channel.clone(), "pubsub", "orders").await {
             Ok(stream) => break stream,
             Err(status) if status.code() == tonic::Code::ResourceExhausted => {
                 assert!(
@@ -157,7 +173,51 @@ async fn topic_streams_past_the_bound_are_refused_until_one_closes() {
         }
     };
     open.push(reopened);
-    assert_refused_naming_the_limit(open_layotto(channel).await, "Layotto");
+    assert_refused_naming_the_limit(open_layotto(channel, "pubsub", "orders").await, "Layotto");
+    drop(open);
+    sidecar.stop().await;
+}
+
+/// With every place taken, a stream without a pub/sub name or a topic is
+/// refused for what it lacks (`INVALID_ARGUMENT`, Dapr's message), not
+/// for the bound: the names are checked before the request would take a
+/// place.
+#[tokio::test]
+async fn a_stream_without_names_is_refused_for_them_with_every_place_taken() {
+    let (sidecar, channel) = bounded_sidecar().await;
+    let open = take_every_place(&channel).await;
+    let refusals = [
+        (
+            "Dapr",
+            open_dapr(channel.clone(), "", "orders").await,
+            "pubsubName is required",
+        ),
+        (
+            "Dapr",
+            open_dapr(channel.clone(), "pubsub", "").await,
+            "topic is required",
+        ),
+        (
+            "Layotto",
+            open_layotto(channel.clone(), "", "orders").await,
+            "pubsubName is required",
+        ),
+        (
+            "Layotto",
+            open_layotto(channel.clone(), "pubsub", "").await,
+            "topic is required",
+        ),
+    ];
+    for (api, refused, message) in refusals {
+        let Err(status) = refused else {
+            panic!("{api}: a stream without {message:?} was opened");
+        };
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::InvalidArgument, message),
+            "{api}"
+        );
+    }
     drop(open);
     sidecar.stop().await;
 }
