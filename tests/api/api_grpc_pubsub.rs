@@ -381,6 +381,25 @@ async fn dapr_error_codes() {
     sidecar.stop().await;
 }
 
+/// A streamed subscription to an unknown pub/sub is refused with its name
+/// cut, as every echoed name is (it was echoed whole: a 10 KB name came
+/// back whole in `grpc-message`).
+#[tokio::test]
+async fn a_streamed_subscription_to_a_long_unknown_pubsub_is_refused_with_the_name_cut() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let long = "p".repeat(10 * 1024);
+    let cut = format!("pubsub {}… is not found", &long[..rewire::ECHO_LIMIT]);
+    let refused = StreamSubscriber::open(sidecar.grpc_url(), &long, "orders").await;
+    let Err(status) = refused else {
+        panic!("subscribed to an unknown pub/sub");
+    };
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, cut.as_str())
+    );
+    sidecar.stop().await;
+}
+
 /// The broker's password, known to the runtime through a `secretRef`.
 const BROKER_PASSWORD: &str = "full-broker-s3cret-41";
 

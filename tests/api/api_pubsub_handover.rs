@@ -33,11 +33,20 @@ const WAIT: Duration = Duration::from_secs(60);
 /// rest wait in its broker queue, ahead of what is published later.
 const HELD: u32 = 40;
 
+/// How long the app takes to ask for a `stubborn` event again: its
+/// attempts (all of them, then handed back) outlast the hand-over.
+const STUBBORN: Duration = Duration::from_millis(500);
+/// How long the app takes to answer a `slow` event: it settles more than
+/// the 5 s grace after the `stubborn` one was handed back.
+const SLOW: Duration = Duration::from_secs(12);
+
 /// What the app got: the event's `kind`, its `n`, and the answer.
 type Got = (String, u64, &'static str);
 
 /// The app: `failing` events are answered RETRY until `succeed` is
-/// told, `held` ones SUCCESS once `open` is told, others SUCCESS.
+/// told (`stubborn` ones too, each after [`STUBBORN`]), `held` ones
+/// SUCCESS once `open` is told, `slow` ones SUCCESS after [`SLOW`],
+/// others SUCCESS.
 async fn start_app(
     open: watch::Receiver<bool>,
     succeed: watch::Receiver<bool>,
@@ -59,6 +68,14 @@ async fn start_app(
                 let n = event["data"]["n"].as_u64().unwrap_or_default();
                 let status = match kind.as_str() {
                     "failing" if !*succeed.borrow() => "RETRY",
+                    "stubborn" if !*succeed.borrow() => {
+                        tokio::time::sleep(STUBBORN).await;
+                        "RETRY"
+                    }
+                    "slow" => {
+                        tokio::time::sleep(SLOW).await;
+                        "SUCCESS"
+                    }
                     "held" => {
                         let _ = open.wait_for(|open| *open).await;
                         "SUCCESS"
@@ -218,4 +235,64 @@ async fn a_failed_event_survives_the_handover_on_redis() {
     let pubsub = json!({"type": "redis", "metadata": {"redisHost": server.addr(),
         "processingTimeout": "1s", "redeliverInterval": "1s", "concurrency": 32}});
     a_failed_event_survives_the_handover(pubsub).await;
+}
+
+/// The old subscription catches up with a `stubborn` event and a `slow`
+/// one in flight, so it stops reading; the stubborn one is handed back
+/// meanwhile (the memory broker queues it again for the old one alone),
+/// and the slow one settles more than 5 s later. The old one reads again
+/// for it, and it reaches the app (it ended once the slow one settled,
+/// the event lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_handed_back_while_a_slow_one_settles_survives_the_handover_on_memory() {
+    let pubsub = json!({"type": "memory"});
+    let (open, open_rx) = watch::channel(false);
+    let (succeed, succeed_rx) = watch::channel(false);
+    let sidecar = Sidecar::start(&config(&pubsub, "1"), ApiOptions::default()).await;
+    let (channel, mut rx) = start_app(open_rx, succeed_rx).await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+
+    // The old one's slots taken: the stubborn, the slow and held ones.
+    publish(&mut client, "stubborn", 0).await;
+    publish(&mut client, "slow", 0).await;
+    for n in 0..u64::from(HELD) {
+        publish(&mut client, "held", n).await;
+    }
+    sidecar
+        .runtime
+        .apply(parse(config(&pubsub, "2").as_bytes()).expect("valid"))
+        .await
+        .expect("reload applied");
+    let mut probes = 0;
+    let mut probed = false;
+    while !probed {
+        assert!(probes < 200, "the new subscription delivered nothing");
+        publish(&mut client, "probe", probes).await;
+        probes += 1;
+        let got = tokio::time::timeout(Duration::from_millis(200), async {
+            while let Some((kind, ..)) = rx.recv().await {
+                if kind == "probe" {
+                    return true;
+                }
+            }
+            false
+        });
+        probed = got.await.unwrap_or(false);
+    }
+    // The old one takes the rest and meets the probes: caught up.
+    open.send_replace(true);
+    until(&mut rx, "the slow event answered", |(kind, ..)| {
+        kind == "slow"
+    })
+    .await;
+    succeed.send_replace(true);
+    until(&mut rx, "the stubborn event taken", |(kind, _, status)| {
+        kind == "stubborn" && *status == "SUCCESS"
+    })
+    .await;
+    stop.cancel();
+    sidecar.stop().await;
 }

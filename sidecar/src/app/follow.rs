@@ -8,9 +8,10 @@
 //! topic is applied in place (no message moves); a change of pub/sub,
 //! topic or metadata starts the new subscription, then *retires* the old
 //! one: it delivers what its broker holds for it (a slow app's backlog)
-//! until it reaches events the new one delivered (and has handed no
-//! failed event back to its broker for 5 s: the memory broker gives one
-//! again to it alone), or within the runtime's
+//! until it reaches events the new one delivered (and has read again
+//! each failed event it handed back to its broker since, or its broker
+//! gave it nothing for 5 s: the memory broker gives one again to it
+//! alone), or within the runtime's
 //! drain bounds (5 s with nothing delivered nor in flight, 120 s at most),
 //! so nothing published before or meanwhile is missed (a CloudEvent
 //! comes again when its delivery failed, or when the new one, behind on

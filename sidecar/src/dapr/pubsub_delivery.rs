@@ -39,25 +39,25 @@
 //! holds for it, and ends once it reaches an event a later subscription of
 //! its lineage delivered (the same CloudEvent `source` and `id`; see
 //! [`handover`](super::handover), which also keeps the two from sending
-//! the same event) and has handed no event back to its broker for
-//! [`HANDOVER_GRACE`] (the memory broker gives a failed event again to the
-//! subscription that failed it alone), once its broker
-//! has delivered nothing for
-//! [`HANDOVER_GRACE`] with nothing in flight (counted from when its last
-//! event in flight settled), or [`HANDOVER_LIMIT`] after
-//! it was retired (the runtime's drain bounds for a replaced broker); then
-//! it waits for what it has in flight (within the same limit), and reads
+//! the same event) and has read again every event it handed back to its
+//! broker since it was retired (or, owing one, its broker gave it nothing
+//! for [`HANDOVER_GRACE`] while it could take one: the memory broker
+//! gives a failed event again to the subscription that failed it alone;
+//! see the `retiring` module); or once its broker has delivered nothing
+//! for [`HANDOVER_GRACE`] with nothing in flight (counted from when its
+//! last event in flight settled); or [`HANDOVER_LIMIT`] after it was
+//! retired (the runtime's drain bounds for a replaced broker); then it
+//! waits for what it has in flight (within the same limit), and reads
 //! again when one of those was handed back meanwhile.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::config::resiliency::RetryPolicy;
 use rewire_runtime::resilience::{Applied, Failure, Guarded, Refusal};
 use rewire_runtime::{
-    Backoff, Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest, Runtime,
-    SubscribeRequest,
+    echoed, Backoff, Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest,
+    Runtime, SubscribeRequest,
 };
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
@@ -66,6 +66,9 @@ use tokio_util::sync::CancellationToken;
 use super::handover::{Delivered, Retire, Taken};
 use super::pubsub_event::{TopicEvent, CLOUD_EVENT_CONTENT_TYPE};
 use super::PubSubOpError;
+use retiring::Handover;
+
+mod retiring;
 
 /// Events of one subscription awaiting the subscriber's answer.
 pub const MAX_IN_FLIGHT: usize = 32;
@@ -138,12 +141,15 @@ impl TopicDelivery {
         if self.pubsub_name.is_empty() {
             return Err(PubSubOpError::NameEmpty);
         }
+        // The name is the client's (a streamed subscription's): cut.
         if self.topic.is_empty() {
-            return Err(PubSubOpError::TopicEmpty(self.pubsub_name));
+            let name = echoed(&self.pubsub_name).into_owned();
+            return Err(PubSubOpError::TopicEmpty(name));
         }
         let handle = runtime.pubsub(&self.pubsub_name);
         if handle.load().is_err() {
-            return Err(PubSubOpError::NotFound(self.pubsub_name));
+            let name = echoed(&self.pubsub_name).into_owned();
+            return Err(PubSubOpError::NotFound(name));
         }
         let request = SubscribeRequest {
             topic: self.topic.clone(),
@@ -187,15 +193,17 @@ impl TopicDelivery {
         let mut until: Option<Instant> = None;
         let handover = Arc::new(Handover::new());
         'delivering: loop {
-            loop {
+            // How many events it had handed back when it stopped reading.
+            let read_until = loop {
                 // Biased: once stopped, no further event is taken.
                 let permit = tokio::select! {
                     biased;
                     () = shutdown.cancelled() => return,
                     () = sink.closed() => return,
-                    () = sleep_until(until) => break,
+                    () = sleep_until(until) => break handover.handed_back_count(),
                     () = retire.retired(), if until.is_none() => {
                         until = Some(Instant::now() + HANDOVER_LIMIT);
+                        handover.retire();
                         continue;
                     }
                     permit = in_flight.clone().acquire_owned() => match permit {
@@ -207,14 +215,17 @@ impl TopicDelivery {
                     biased;
                     () = shutdown.cancelled() => return,
                     () = sink.closed() => return,
-                    () = sleep_until(until) => break,
-                    () = handover.caught_up_and_owing_nothing(), if until.is_some() => break,
+                    () = sleep_until(until) => break handover.handed_back_count(),
+                    seen = handover.caught_up_and_owing_nothing(), if until.is_some() => break seen,
                     // Retired, its broker silent and nothing of it in flight:
                     // it holds nothing more. The grace starts once the last
                     // event in flight settled, also while this waits.
-                    () = settled_then_silent(&in_flight, HANDOVER_GRACE), if until.is_some() => break,
+                    () = settled_then_silent(&in_flight, HANDOVER_GRACE), if until.is_some() => {
+                        break handover.handed_back_count();
+                    }
                     () = retire.retired(), if until.is_none() => {
                         until = Some(Instant::now() + HANDOVER_LIMIT);
+                        handover.retire();
                         continue;
                     }
                     delivery = subscription.deliveries.recv() => match delivery {
@@ -225,6 +236,9 @@ impl TopicDelivery {
                         }
                     },
                 };
+                if until.is_some() {
+                    handover.read_again(&delivery.message);
+                }
                 let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
                 let (runtime, stop, handover) = (runtime.clone(), events.clone(), handover.clone());
                 tokio::spawn(async move {
@@ -237,7 +251,7 @@ impl TopicDelivery {
                     this.settle(delivery, to, &handle, &handover).await;
                     drop(permit);
                 });
-            }
+            };
             // Retired: what is in flight is settled before the subscription
             // is let go (within the limit).
             let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
@@ -247,10 +261,10 @@ impl TopicDelivery {
                 () = sleep_until(until) => break 'delivering,
                 _ = in_flight.acquire_many(all) => {}
             }
-            // One handed back meanwhile (or just before it stopped reading)
-            // may come back to this subscription alone: it reads again for
-            // it (within the limit).
-            if handover.clear_at().is_none() {
+            // One handed back since it stopped reading may come back to
+            // this subscription alone: it reads again for it (within the
+            // limit), until it has read it again or its broker is quiet.
+            if handover.handed_back_count() == read_until {
                 break;
             }
         }
@@ -279,7 +293,7 @@ impl TopicDelivery {
             }
             // Stopped while another one had it in flight.
             None => {
-                handover.handed_back();
+                handover.handed_back(&delivery.message);
                 delivery.settle(DeliveryOutcome::Retry);
                 return;
             }
@@ -291,7 +305,7 @@ impl TopicDelivery {
             claim.answer(!unrouted && outcome != DeliveryOutcome::Retry);
         }
         if outcome == DeliveryOutcome::Retry {
-            handover.handed_back();
+            handover.handed_back(&delivery.message);
         }
         delivery.settle(outcome);
     }
@@ -528,78 +542,6 @@ impl Subscriber<'_> {
             () = tokio::time::sleep(wait) => true,
             () = self.sink.closed() => false,
             () = self.stop.cancelled() => false,
-        }
-    }
-}
-
-/// What tells a retired subscription it may end early: it caught up
-/// with a later subscription of its lineage, and nothing it handed back
-/// to its broker may still come back to it.
-///
-/// An event handed back (settled `RETRY`: the app failed it, or it was
-/// cut when the subscription stopped) goes back to the broker, which may
-/// give it again to this subscription alone: the memory broker re-queues
-/// it for the subscription that failed it (after its `REDELIVER_AFTER`,
-/// 500 ms) and drops it with that subscription's queue. One published
-/// before the later subscription subscribed reaches that one by no other
-/// way: ended when caught up, this one lost it, acknowledged to its
-/// publisher. So a caught-up subscription ends only once it has handed
-/// nothing back for [`HANDOVER_GRACE`] (the bound within which a broker
-/// that gives a failed event back to the same subscription does so, as
-/// the idle grace already assumes), and one that handed an event back
-/// while it waited for what it had in flight reads again for it: each
-/// wait stays within [`HANDOVER_LIMIT`], at which an event still failing
-/// goes back to the broker as at a replaced broker's drain limit (on the
-/// memory broker: lost). Redis Streams keeps a handed-back entry pending
-/// for the group, whose readers all share one consumer name: any of them
-/// (the running subscription too) takes it over after
-/// `processingTimeout`, so it is not lost there when this one ends.
-#[derive(Debug)]
-struct Handover {
-    /// Told by an event a later subscription of its lineage delivered.
-    caught_up: CancellationToken,
-    /// When an event was last handed back, in nanoseconds after `since`
-    /// plus one (0: none yet).
-    last_handed_back: AtomicU64,
-    since: Instant,
-}
-
-impl Handover {
-    fn new() -> Self {
-        Self {
-            caught_up: CancellationToken::new(),
-            last_handed_back: AtomicU64::new(0),
-            since: Instant::now(),
-        }
-    }
-
-    /// An event is handed back to the broker (settled `RETRY`): told
-    /// before it is settled and its permit let go. One atomic store; a
-    /// delivered event does not come here.
-    fn handed_back(&self) {
-        let after = Instant::now().saturating_duration_since(self.since);
-        let nanos = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX - 1);
-        self.last_handed_back
-            .store(nanos.saturating_add(1), Ordering::Release);
-    }
-
-    /// When what it handed back can no longer come back to it (the last
-    /// hand-back plus [`HANDOVER_GRACE`]), if that is still to come.
-    fn clear_at(&self) -> Option<Instant> {
-        let nanos = self
-            .last_handed_back
-            .load(Ordering::Acquire)
-            .checked_sub(1)?;
-        let clear = self.since + Duration::from_nanos(nanos) + HANDOVER_GRACE;
-        (Instant::now() < clear).then_some(clear)
-    }
-
-    /// Resolves once caught up and nothing was handed back within
-    /// [`HANDOVER_GRACE`] (what was may still come back here).
-    async fn caught_up_and_owing_nothing(&self) {
-        self.caught_up.cancelled().await;
-        while let Some(clear) = self.clear_at() {
-            tokio::time::sleep_until(clear).await;
         }
     }
 }
@@ -1123,4 +1065,5 @@ mod tests {
     }
 
     mod handed_back;
+    mod handed_back_while_busy;
 }
