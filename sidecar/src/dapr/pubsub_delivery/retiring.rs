@@ -24,7 +24,10 @@
 //! back to this one, nor is it lost when this one ends; the grace ends
 //! the wait there. One handed back shortly before the retirement (within
 //! [`HANDOVER_LIMIT`]: it may still be queued behind others), or past
-//! [`MAX_OWED`], is not known by its hash: it needs that grace too.
+//! [`MAX_OWED`], is not known by its hash: owing only such ones, it ends
+//! [`HANDOVER_GRACE`] after the last hand-back, while it could take an
+//! event, whatever its broker gives it (see
+//! [`Handover::caught_up_and_owing_nothing`]).
 //!
 //! Every wait stays within [`HANDOVER_LIMIT`], at which an event still
 //! failing goes back to the broker as at a replaced broker's drain limit
@@ -101,22 +104,29 @@ impl Handover {
     /// before it is settled and its permit let go. A delivered event does
     /// not come here.
     pub fn handed_back(&self, message: &Message) {
-        self.handed_back.fetch_add(1, Ordering::SeqCst);
         let after = Instant::now().saturating_duration_since(self.since);
         let nanos = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX - 1);
         self.last_handed_back
             .store(nanos.saturating_add(1), Ordering::SeqCst);
-        // Told after the count and the time, so either this owes it or
-        // `retire` sees the time.
-        if !self.retired.load(Ordering::SeqCst) {
-            return;
+        // Told after the time, so either this owes it or `retire` sees
+        // the time.
+        if self.retired.load(Ordering::SeqCst) {
+            self.owe(message);
         }
+        // Counted last: a count that includes this event finds it owed
+        // (read first, then `owing`, by `caught_up_and_owing_nothing`).
+        self.handed_back.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Keeps `message` owed (hashed before the lock is taken).
+    fn owe(&self, message: &Message) {
+        let key = key_of(message);
         let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
         if owed.len() >= MAX_OWED {
             self.owes_unknown.store(true, Ordering::SeqCst);
             return;
         }
-        *owed.entry(key_of(message)).or_default() += 1;
+        *owed.entry(key).or_default() += 1;
         self.owing.store(owed.len(), Ordering::SeqCst);
     }
 
@@ -126,8 +136,8 @@ impl Handover {
         if self.owing.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
         let key = key_of(message);
+        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(times) = owed.get_mut(&key) {
             *times -= 1;
             if *times == 0 {
@@ -146,11 +156,18 @@ impl Handover {
         self.owing.load(Ordering::SeqCst) == 0 && !self.owes_unknown.load(Ordering::SeqCst)
     }
 
-    /// Resolves once caught up and owing nothing, or, owing something,
+    /// Resolves once caught up and owing nothing; owing events it knows,
     /// once [`HANDOVER_GRACE`] passed with nothing handed back (the
     /// caller drops it when an event comes, so the grace is one its
-    /// broker gave it nothing in); to the count of events handed back by
-    /// then, which the caller reads again for if it grows.
+    /// broker gave it nothing in); owing only events it does not know
+    /// (handed back before the retirement, or past [`MAX_OWED`]), once
+    /// [`HANDOVER_GRACE`] passed since the last hand-back while it could
+    /// take an event (the caller polls it only then), whatever its broker
+    /// gives it meanwhile: the memory broker gives a handed-back event
+    /// again within its `REDELIVER_AFTER` (500 ms), ahead of new ones, so
+    /// steady traffic does not hold it to [`HANDOVER_LIMIT`]. To the count
+    /// of events handed back by then, which the caller reads again for if
+    /// it grows.
     pub async fn caught_up_and_owing_nothing(&self) -> u64 {
         self.caught_up.cancelled().await;
         loop {
@@ -159,11 +176,25 @@ impl Handover {
             if self.owes_nothing() {
                 return seen;
             }
+            if self.owing.load(Ordering::SeqCst) == 0 {
+                // Only unknown ones: a deadline that events do not move.
+                tokio::time::sleep_until(self.last_handed_back_at() + HANDOVER_GRACE).await;
+                if self.handed_back_count() == seen {
+                    self.owes_unknown.store(false, Ordering::SeqCst);
+                }
+                continue;
+            }
             tokio::time::sleep(HANDOVER_GRACE).await;
             if self.handed_back_count() == seen {
                 return seen;
             }
         }
+    }
+
+    /// When an event was last handed back (`since`, if none was).
+    fn last_handed_back_at(&self) -> Instant {
+        let nanos = self.last_handed_back.load(Ordering::SeqCst);
+        self.since + Duration::from_nanos(nanos.saturating_sub(1))
     }
 }
 

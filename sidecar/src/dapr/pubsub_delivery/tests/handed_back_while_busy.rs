@@ -208,3 +208,32 @@ async fn a_caught_up_subscription_reads_again_one_handed_back_just_before_it_was
     let again = handing.given_again("fail-4").await;
     handing.taken_then_ended(again).await;
 }
+
+/// An event handed back a minute before its subscription was retired
+/// came back long ago (the memory broker gives it again within
+/// [`REDELIVER_AFTER`]): caught up, it ends at once, though its broker
+/// gives it an event a second (it gives every publish to every
+/// subscription) — before, each event restarted its wait for a quiet
+/// broker and it lived to its limit, delivering them by its old settings.
+#[tokio::test(start_paused = true)]
+async fn one_handed_back_long_before_the_retirement_does_not_hold_it_under_steady_traffic() {
+    let handing = Handing::running("busy-steady-old", "busy-steady-new").await;
+    let failing = feed_event(handing.old, "fail-5").await;
+    assert_eq!(settled(failing).await, DeliveryOutcome::Retry);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let _ = handing.retire_old.send(true);
+    handing.catch_up("m-5").await;
+    let mut fed = 0;
+    while !handing.old_task.is_finished() {
+        assert!(fed < 10, "still reading after {fed} events, a second apart");
+        let Some(_outcome) = feed_of(handing.old)
+            .deliver(event_message(handing.old, &format!("steady-{fed}")))
+            .await
+        else {
+            break;
+        };
+        fed += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    handing.runtime.shutdown().await;
+}
