@@ -19,6 +19,10 @@ use serde::Deserialize;
 
 use super::{copy_bounded, deserialize_size, names, page_size};
 
+/// Go's `os.FileMode` of a folder with permissions 0755 (`ModeDir` is bit
+/// 31), as a `local` stat of one answers it.
+const FOLDER_MODE: u32 = (1 << 31) | 0o755;
+
 /// Metadata of the `memory` file store.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -141,18 +145,41 @@ impl MemoryFileStore {
         if folders.any(|folder| files.by_name.contains_key(folder)) {
             return Err(refused("passes through a file"));
         }
-        // A name is a folder when a name starts with it and `/`: the
-        // first such sorts right after `name/` (names hold no empty part).
-        let folder = format!("{name}/");
-        let is_folder = files
-            .by_name
-            .range::<str, _>((Bound::Included(folder.as_str()), Bound::Unbounded))
-            .next()
-            .is_some_and(|(inner, _)| inner.starts_with(&folder));
-        if put && is_folder {
+        if put && Self::inside(files, name).next().is_some() {
             return Err(refused("is not a regular file"));
         }
         Ok(())
+    }
+
+    /// The files inside folder `name` (none: it is no folder). A name is a
+    /// folder when a name starts with it and `/`: those sort from `name/`
+    /// on (names hold no empty part).
+    fn inside<'f>(files: &'f Files, name: &str) -> impl Iterator<Item = &'f Stored> {
+        let folder = format!("{name}/");
+        files
+            .by_name
+            .range::<str, _>((Bound::Included(folder.as_str()), Bound::Unbounded))
+            .take_while(move |(inner, _)| inner.starts_with(&folder))
+            .map(|(_, stored)| stored)
+    }
+
+    /// What a stat of folder `name` says, as the `local` store's (Layotto's
+    /// `os.Stat`): size 0, the newest time of what it holds, `IsDir` and
+    /// Go's `FileMode` of a folder (`ModeDir | 0755`); `None`: no folder.
+    fn folder_info(files: &Files, name: &str) -> Option<FileInfo> {
+        let modified = Self::inside(files, name)
+            .map(|stored| stored.modified)
+            .max()?;
+        Some(FileInfo {
+            name: name.to_string(),
+            size: 0,
+            modified,
+            metadata: [
+                ("FileMode".to_string(), FOLDER_MODE.to_string()),
+                ("IsDir".to_string(), "true".to_string()),
+            ]
+            .into(),
+        })
     }
 
     fn info(name: &str, stored: &Stored) -> FileInfo {
@@ -287,6 +314,7 @@ impl FileStore for MemoryFileStore {
             .by_name
             .get(name)
             .map(|stored| Self::info(name, stored))
+            .or_else(|| Self::folder_info(&files, name))
             .ok_or_else(|| FileError::NotFound(name.to_string()))
     }
 
