@@ -216,12 +216,27 @@ impl TopicDelivery {
                     () = shutdown.cancelled() => return,
                     () = sink.closed() => return,
                     () = sleep_until(until) => break handover.handed_back_count(),
-                    seen = handover.caught_up_and_owing_nothing(), if until.is_some() => break seen,
+                    // Never ending over a delivery already queued (one
+                    // handed back may be it): the ends are off while the
+                    // queue holds one, and checked again once they fire.
+                    seen = handover.caught_up_and_owing_nothing(),
+                        if until.is_some() && subscription.deliveries.is_empty() =>
+                    {
+                        match subscription.deliveries.is_empty() {
+                            true => break seen,
+                            false => continue,
+                        }
+                    }
                     // Retired, its broker silent and nothing of it in flight:
                     // it holds nothing more. The grace starts once the last
                     // event in flight settled, also while this waits.
-                    () = settled_then_silent(&in_flight, HANDOVER_GRACE), if until.is_some() => {
-                        break handover.handed_back_count();
+                    () = settled_then_silent(&in_flight, HANDOVER_GRACE),
+                        if until.is_some() && subscription.deliveries.is_empty() =>
+                    {
+                        match subscription.deliveries.is_empty() {
+                            true => break handover.handed_back_count(),
+                            false => continue,
+                        }
                     }
                     () = retire.retired(), if until.is_none() => {
                         until = Some(Instant::now() + HANDOVER_LIMIT);

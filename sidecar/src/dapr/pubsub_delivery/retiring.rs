@@ -25,8 +25,8 @@
 //! the wait there. One handed back shortly before the retirement (within
 //! [`HANDOVER_LIMIT`]: it may still be queued behind others), or past
 //! [`MAX_OWED`], is not known by its hash: owing only such ones, it ends
-//! [`HANDOVER_GRACE`] after the last hand-back, while it could take an
-//! event, whatever its broker gives it (see
+//! [`HANDOVER_GRACE`] after the last hand-back, whatever its broker gives
+//! it, and never while a delivery is queued for it (see
 //! [`Handover::caught_up_and_owing_nothing`]).
 //!
 //! Every wait stays within [`HANDOVER_LIMIT`], at which an event still
@@ -161,13 +161,13 @@ impl Handover {
     /// caller drops it when an event comes, so the grace is one its
     /// broker gave it nothing in); owing only events it does not know
     /// (handed back before the retirement, or past [`MAX_OWED`]), once
-    /// [`HANDOVER_GRACE`] passed since the last hand-back while it could
-    /// take an event (the caller polls it only then), whatever its broker
-    /// gives it meanwhile: the memory broker gives a handed-back event
-    /// again within its `REDELIVER_AFTER` (500 ms), ahead of new ones, so
-    /// steady traffic does not hold it to [`HANDOVER_LIMIT`]. To the count
-    /// of events handed back by then, which the caller reads again for if
-    /// it grows.
+    /// [`HANDOVER_GRACE`] passed since the last hand-back, whatever its
+    /// broker gives it meanwhile (so steady traffic does not hold it to
+    /// [`HANDOVER_LIMIT`]): the memory broker queues a handed-back event
+    /// again after its `REDELIVER_AFTER` (500 ms), ahead of new ones, and
+    /// the caller never ends while a delivery is queued for it, so by then
+    /// that event was read or is queued. To the count of events handed
+    /// back by then, which the caller reads again for if it grows.
     pub async fn caught_up_and_owing_nothing(&self) -> u64 {
         self.caught_up.cancelled().await;
         loop {

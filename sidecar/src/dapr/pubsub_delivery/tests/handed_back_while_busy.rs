@@ -237,3 +237,27 @@ async fn one_handed_back_long_before_the_retirement_does_not_hold_it_under_stead
     }
     handing.runtime.shutdown().await;
 }
+
+/// As [`a_caught_up_subscription_with_every_slot_taken_reads_one_handed_back_before_ending`],
+/// the event handed back just before the retirement (not owed by hash):
+/// the slots free past [`HANDOVER_GRACE`] after the hand-back, the event
+/// queued behind them is read before it ends (it ended, the event still
+/// queued: its end won over the queue).
+#[tokio::test(start_paused = true)]
+async fn one_handed_back_before_the_retirement_and_queued_behind_busy_slots_is_read_before_it_ends()
+{
+    let handing = Handing::running("busy-queued-old", "busy-queued-new").await;
+    let failing = feed_event(handing.old, "fail-6").await;
+    assert_eq!(settled(failing).await, DeliveryOutcome::Retry);
+    let _ = handing.retire_old.send(true);
+    handing.catch_up("m-6").await;
+    let mut slow = Vec::new();
+    for n in 0..MAX_IN_FLIGHT {
+        slow.push(feed_event(handing.old, &format!("slow-6-{n}")).await);
+    }
+    let again = handing.given_again("fail-6").await;
+    for outcome in slow {
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+    }
+    handing.taken_then_ended(again).await;
+}
