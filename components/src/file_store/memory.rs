@@ -164,12 +164,13 @@ impl MemoryFileStore {
     }
 
     /// What a stat of folder `name` says, as the `local` store's (Layotto's
-    /// `os.Stat`): size 0, the newest time of what it holds, `IsDir` and
-    /// Go's `FileMode` of a folder (`ModeDir | 0755`); `None`: no folder.
+    /// `os.Stat`) in kind: size 0, the time of the first file it holds (by
+    /// name: a stat never walks the folder, which may hold any number of
+    /// empty files), `IsDir` and Go's `FileMode` of a folder
+    /// (`ModeDir | 0755`); `None`: no folder. A folder whose files were
+    /// all deleted is gone (`local` keeps it).
     fn folder_info(files: &Files, name: &str) -> Option<FileInfo> {
-        let modified = Self::inside(files, name)
-            .map(|stored| stored.modified)
-            .max()?;
+        let modified = Self::inside(files, name).next()?.modified;
         Some(FileInfo {
             name: name.to_string(),
             size: 0,
