@@ -211,31 +211,35 @@ impl TopicDelivery {
                         Err(_) => return,
                     },
                 };
+                // Owing an event it handed back, it never ends over a
+                // delivery already queued (that event may be it): its ends
+                // are off while the queue holds one, and checked again once
+                // they fire. Owing none, what is queued is newer than what
+                // the later subscription delivered, which has it too: it
+                // ends over it rather than send it by its old settings.
+                let owing = until.is_some() && !handover.owes_nothing();
                 let delivery = tokio::select! {
                     biased;
                     () = shutdown.cancelled() => return,
                     () = sink.closed() => return,
                     () = sleep_until(until) => break handover.handed_back_count(),
-                    // Never ending over a delivery already queued (one
-                    // handed back may be it): the ends are off while the
-                    // queue holds one, and checked again once they fire.
                     seen = handover.caught_up_and_owing_nothing(),
-                        if until.is_some() && subscription.deliveries.is_empty() =>
+                        if until.is_some() && (!owing || subscription.deliveries.is_empty()) =>
                     {
-                        match subscription.deliveries.is_empty() {
-                            true => break seen,
-                            false => continue,
+                        match owing && !subscription.deliveries.is_empty() {
+                            false => break seen,
+                            true => continue,
                         }
                     }
                     // Retired, its broker silent and nothing of it in flight:
                     // it holds nothing more. The grace starts once the last
                     // event in flight settled, also while this waits.
                     () = settled_then_silent(&in_flight, HANDOVER_GRACE),
-                        if until.is_some() && subscription.deliveries.is_empty() =>
+                        if until.is_some() && (!owing || subscription.deliveries.is_empty()) =>
                     {
-                        match subscription.deliveries.is_empty() {
-                            true => break handover.handed_back_count(),
-                            false => continue,
+                        match owing && !subscription.deliveries.is_empty() {
+                            false => break handover.handed_back_count(),
+                            true => continue,
                         }
                     }
                     () = retire.retired(), if until.is_none() => {

@@ -152,7 +152,8 @@ impl Handover {
         self.handed_back.load(Ordering::SeqCst)
     }
 
-    fn owes_nothing(&self) -> bool {
+    /// Whether it owes no event handed back, known or not.
+    pub fn owes_nothing(&self) -> bool {
         self.owing.load(Ordering::SeqCst) == 0 && !self.owes_unknown.load(Ordering::SeqCst)
     }
 
@@ -179,8 +180,10 @@ impl Handover {
             if self.owing.load(Ordering::SeqCst) == 0 {
                 // Only unknown ones: a deadline that events do not move.
                 tokio::time::sleep_until(self.last_handed_back_at() + HANDOVER_GRACE).await;
+                // Still owed: the caller keeps from ending over a queued
+                // delivery until it ends.
                 if self.handed_back_count() == seen {
-                    self.owes_unknown.store(false, Ordering::SeqCst);
+                    return seen;
                 }
                 continue;
             }

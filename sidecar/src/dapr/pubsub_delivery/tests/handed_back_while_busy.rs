@@ -261,3 +261,61 @@ async fn one_handed_back_before_the_retirement_and_queued_behind_busy_slots_is_r
     }
     handing.taken_then_ended(again).await;
 }
+
+/// Caught up owing nothing, with events queued for it (newer than what
+/// the later subscription delivered: that one has them too), it ends at
+/// its next free slot over its queue rather than send them by its old
+/// settings: the queue holds the end back only while it owes an event
+/// handed back. (Held back by any queue, it sent them, and with an app
+/// slower than its publishers lived to its limit.) The catch-up waits
+/// for the running subscription's slow answer, its slots full, while the
+/// queue fills.
+#[tokio::test(start_paused = true)]
+async fn a_caught_up_subscription_owing_nothing_ends_over_its_queue() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    let lineage = Arc::new(crate::dapr::handover::Lineage::default());
+    let scripted = || {
+        Arc::new(Scripted {
+            succeed: watch::channel(true).1,
+            took_failing: AtomicU32::new(0),
+        })
+    };
+    let (old, new) = ("busy-backlog-old", "busy-backlog-new");
+    let (old_task, retire_old) =
+        deliver_in(&runtime, old, None, lineage.member(), scripted()).await;
+    let (_new_task, _retire_new) =
+        deliver_in(&runtime, new, None, lineage.member(), scripted()).await;
+    lineage.remember(true);
+    let _ = retire_old.send(true);
+    // The running one sends the catch-up event slowly (answered at 8 s).
+    let later = feed_event(new, "slow-m-8").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The retiring one's slots: 31 slow events (answered at 9 s), and the
+    // catch-up event, waiting for the running one's answer.
+    let mut slow = Vec::new();
+    for n in 0..MAX_IN_FLIGHT - 1 {
+        slow.push(feed_event(old, &format!("slow-8-{n}")).await);
+    }
+    let caught_up = feed_event(old, "slow-m-8").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut queued = Vec::new();
+    for n in 0..4 {
+        queued.push(feed_event(old, &format!("queued-8-{n}")).await);
+    }
+    assert_eq!(settled(later).await, DeliveryOutcome::Success);
+    assert_eq!(settled(caught_up).await, DeliveryOutcome::Success);
+    for outcome in slow {
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+    }
+    tokio::time::timeout(Duration::from_secs(60), old_task)
+        .await
+        .unwrap_or_else(|_| panic!("the retiring subscription did not end"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    for outcome in queued {
+        assert!(
+            outcome.await.is_err(),
+            "a queued event was sent by the retiring subscription"
+        );
+    }
+    runtime.shutdown().await;
+}
