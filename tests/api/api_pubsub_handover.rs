@@ -148,6 +148,37 @@ async fn subscribed(service: &mut AppService) {
     .expect("service alive");
 }
 
+/// Replaces the subscription (revision 2 of `pubsub`'s configuration),
+/// then publishes probes until the new subscription delivers one.
+async fn replace_and_probe(
+    sidecar: &Sidecar,
+    pubsub: &Value,
+    client: &mut dapr::dapr_client::DaprClient<tonic::transport::Channel>,
+    rx: &mut mpsc::UnboundedReceiver<Got>,
+) {
+    sidecar
+        .runtime
+        .apply(parse(config(pubsub, "2").as_bytes()).expect("valid"))
+        .await
+        .expect("reload applied");
+    let mut probes = 0;
+    let mut probed = false;
+    while !probed {
+        assert!(probes < 200, "the new subscription delivered nothing");
+        publish(client, "probe", probes).await;
+        probes += 1;
+        let got = tokio::time::timeout(Duration::from_millis(200), async {
+            while let Some((kind, ..)) = rx.recv().await {
+                if kind == "probe" {
+                    return true;
+                }
+            }
+            false
+        });
+        probed = got.await.unwrap_or(false);
+    }
+}
+
 /// An event the app fails (`failing`) is being retried by the old
 /// subscription when a reload changes it; the app holds [`HELD`] more. Once
 /// the new subscription delivers (probes published until one arrives,
@@ -173,27 +204,7 @@ async fn a_failed_event_survives_the_handover(pubsub: Value) {
     for n in 0..u64::from(HELD) {
         publish(&mut client, "held", n).await;
     }
-    sidecar
-        .runtime
-        .apply(parse(config(&pubsub, "2").as_bytes()).expect("valid"))
-        .await
-        .expect("reload applied");
-    let mut probes = 0;
-    let mut probed = false;
-    while !probed {
-        assert!(probes < 200, "the new subscription delivered nothing");
-        publish(&mut client, "probe", probes).await;
-        probes += 1;
-        let got = tokio::time::timeout(Duration::from_millis(200), async {
-            while let Some((kind, ..)) = rx.recv().await {
-                if kind == "probe" {
-                    return true;
-                }
-            }
-            false
-        });
-        probed = got.await.unwrap_or(false);
-    }
+    replace_and_probe(&sidecar, &pubsub, &mut client, &mut rx).await;
 
     open.send_replace(true);
     let mut held: BTreeSet<u64> = BTreeSet::new();
@@ -261,27 +272,7 @@ async fn an_event_handed_back_while_a_slow_one_settles_survives_the_handover_on_
     for n in 0..u64::from(HELD) {
         publish(&mut client, "held", n).await;
     }
-    sidecar
-        .runtime
-        .apply(parse(config(&pubsub, "2").as_bytes()).expect("valid"))
-        .await
-        .expect("reload applied");
-    let mut probes = 0;
-    let mut probed = false;
-    while !probed {
-        assert!(probes < 200, "the new subscription delivered nothing");
-        publish(&mut client, "probe", probes).await;
-        probes += 1;
-        let got = tokio::time::timeout(Duration::from_millis(200), async {
-            while let Some((kind, ..)) = rx.recv().await {
-                if kind == "probe" {
-                    return true;
-                }
-            }
-            false
-        });
-        probed = got.await.unwrap_or(false);
-    }
+    replace_and_probe(&sidecar, &pubsub, &mut client, &mut rx).await;
     // The old one takes the rest and meets the probes: caught up.
     open.send_replace(true);
     until(&mut rx, "the slow event answered", |(kind, ..)| {
