@@ -104,6 +104,25 @@ struct Link {
     settings: ConnectionSettings,
     /// The server actually reached (with failover: the master).
     server: String,
+    /// Which connection this one follows (see [`Lineage`]).
+    lineage: Lineage,
+}
+
+/// The line of connections made for one metadata's connection settings:
+/// new when a connection is made for new settings (init, a metadata
+/// change), kept by the connections that replace it for the same
+/// metadata (a failover to the new master, the TLS file follower's
+/// connection with the files' new content). A staged metadata-only
+/// change copies the link in force; at install, a link of the same line
+/// in force then is newer than that copy, even with other settings (the
+/// TLS material the follower read meanwhile), and is taken instead.
+#[derive(Clone, Default)]
+struct Lineage(Arc<()>);
+
+impl Lineage {
+    fn same_as(&self, other: &Lineage) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// A command found no open connection.
@@ -296,6 +315,7 @@ impl RedisConnection {
                 connection: opened.connection,
                 settings,
                 server: opened.server,
+                lineage: Lineage::default(),
             }),
             strong: StrongSlot::default(),
         }));
@@ -323,6 +343,7 @@ impl RedisConnection {
                 connection: opened.connection,
                 settings,
                 server: opened.server,
+                lineage: Lineage::default(),
             }),
             strong: StrongSlot::default(),
         }));
@@ -349,7 +370,8 @@ impl RedisConnection {
     /// Puts `session` (from [`prepare`](Self::prepare)) in force; the
     /// session it replaces. A session that kept the connection (only the
     /// metadata changed) takes the one in force now: a failover between
-    /// prepare and install may have moved it to the new master.
+    /// prepare and install may have moved it to the new master, the TLS
+    /// file follower to the files' new content (see [`Lineage`]).
     pub fn install(&self, session: Arc<Session>) -> Arc<Session> {
         self.shared
             .session
@@ -386,6 +408,7 @@ impl RedisConnection {
                         connection: opened.connection,
                         settings,
                         server: opened.server,
+                        lineage: Lineage::default(),
                     })
                 }
                 Err(err) => {
@@ -467,14 +490,21 @@ impl RedisConnection {
 }
 
 /// `staged` as installed over `current`: with `current`'s connection when
-/// both have the same connection settings (`staged` copied it).
+/// both have the same connection settings, or when `staged` copied a link
+/// that `current`'s replaced for the same metadata (a failover, or the TLS
+/// file follower with the files' new content: see [`Lineage`]). A staged
+/// session with a connection of its own for new settings keeps it.
 fn rebased(staged: &Arc<Session>, current: &Arc<Session>) -> Arc<Session> {
     match (&staged.link, &current.link) {
-        (Some(link), Some(now)) if link.settings == now.settings => Arc::new(Session {
-            metadata: staged.metadata.clone(),
-            link: Some(now.clone()),
-            strong: StrongSlot::default(),
-        }),
+        (Some(link), Some(now))
+            if link.settings == now.settings || link.lineage.same_as(&now.lineage) =>
+        {
+            Arc::new(Session {
+                metadata: staged.metadata.clone(),
+                link: Some(now.clone()),
+                strong: StrongSlot::default(),
+            })
+        }
         _ => staged.clone(),
     }
 }
@@ -496,6 +526,7 @@ async fn refresh_master(shared: &Shared, seen: &Arc<Session>) {
                     connection: opened.connection,
                     settings: link.settings.clone(),
                     server: opened.server.clone(),
+                    lineage: link.lineage.clone(),
                 }),
                 strong: StrongSlot::default(),
             });
@@ -682,6 +713,7 @@ mod tests {
                 connection: opened.connection,
                 settings: link.settings,
                 server: opened.server.clone(),
+                lineage: link.lineage,
             }),
             strong: StrongSlot::default(),
         }));

@@ -91,12 +91,16 @@ impl Followed for SessionFiles {
         let (Some(seen), Some(shared)) = (seen.upgrade(), self.shared.upgrade()) else {
             return Ok(Applied::Superseded);
         };
+        // Same metadata, new content: the connection it replaces is of
+        // its line (a staged change that copied that one takes this one).
+        let lineage = seen.link.as_ref().map(|link| link.lineage.clone());
         let next = Arc::new(Session {
             metadata,
             link: Some(Link {
                 connection: opened.connection,
                 settings: content,
                 server: opened.server,
+                lineage: lineage.unwrap_or_default(),
             }),
             strong: StrongSlot::default(),
         });

@@ -343,3 +343,70 @@ async fn refused_client_certificate_files_are_tried_once_without_the_lock_of_cha
         .expect("PING on the new connection");
     assert_eq!(pong, "PONG");
 }
+
+/// The `CLIENT ID` of `session`'s shared connection.
+async fn client_id(session: &Session) -> i64 {
+    let mut conn = session.connection().expect("connected");
+    redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT ID")
+}
+
+/// A metadata-only change staged (it copies the connection in force),
+/// then the CA file renewed, the follower swapping in a connection with
+/// the new content before the change is installed: the installed session
+/// keeps the follower's connection and content, and the next reads find
+/// the files in force. Before: its settings differed from the staged
+/// copy's, so the staged copy was installed, putting the old TLS material
+/// (a revoked client certificate, an old CA) back in force until the
+/// follower's next read made yet another connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_metadata_change_installs_over_the_followers_renewed_connection() {
+    let ca = TestCa::new("state-ca");
+    let server = RedisServer::start_tls(RedisTls::from_ca(&ca), None).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let ca_file = live.path().join("ca.pem");
+    replace_file(&ca_file, &ca.ca_pem);
+    let mut fields = files_fields(&server.addr(), &ca_file, live.path(), &ca);
+    let connection = connected(&fields).await;
+    let counts = connection.shared.tls_follow.clone();
+    let first = connection.session();
+    fields["keyPrefix"] = json!("none");
+    let staged = connection
+        .prepare(decoded(&fields))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let bundle = format!("{}{}", ca.ca_pem, TestCa::new("state-next-ca").ca_pem);
+    replace_file(&ca_file, &bundle);
+    until("the follower never swapped in the renewed file", || {
+        !Arc::ptr_eq(&connection.session(), &first)
+    })
+    .await;
+    drop(first);
+    let renewed = connection.session();
+    connection.install(staged);
+
+    let installed = connection.session();
+    assert_eq!(installed.metadata().key_prefix, "none");
+    let link = installed.link.as_ref().expect("connected");
+    assert_eq!(
+        link.settings
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.ca_pem.clone()),
+        Some(bundle.into_bytes()),
+        "the installed session put the old CA back in force"
+    );
+    assert_eq!(
+        client_id(&installed).await,
+        client_id(&renewed).await,
+        "the installed session is not on the follower's connection"
+    );
+    let (attempts, turns) = (counts.attempts(), counts.turns());
+    until("the files are not read", || counts.turns() >= turns + 2).await;
+    assert_eq!(counts.attempts(), attempts, "the files were tried again");
+    assert!(Arc::ptr_eq(&connection.session(), &installed));
+}
