@@ -62,7 +62,7 @@ pub struct MemoryPubSubMetadata {
 pub struct MemoryPubSub {
     #[metadata]
     meta: LiveMetadata<MemoryPubSubMetadata>,
-    topics: Arc<Mutex<HashMap<String, Vec<Queue>>>>,
+    topics: Arc<Topics>,
     gate: Arc<PublishGate>,
     next_id: AtomicU64,
 }
@@ -74,16 +74,43 @@ impl MemoryPubSub {
     }
 
     fn queues(&self, topic: &str) -> Vec<Queue> {
-        let mut topics = self
-            .topics
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match topics.get_mut(topic) {
-            Some(queues) => {
-                queues.retain(|q| !q.sender.is_closed());
-                queues.clone()
+        let topics = lock(&self.topics);
+        topics.get(topic).cloned().unwrap_or_default()
+    }
+}
+
+/// The queues of each topic with a subscription: a topic is here only
+/// while one of its subscriptions is fed (see [`Listed`]), so topics a
+/// client subscribed to once (a reply topic per request, a stream opened
+/// and closed) are not kept for the broker's life.
+type Topics = Mutex<HashMap<String, Vec<Queue>>>;
+
+fn lock(topics: &Topics) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Queue>>> {
+    topics
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A subscription's place in its topic's list, taken out (and the topic
+/// with it, when it was the last) when the subscription's feed ends.
+struct Listed {
+    topics: std::sync::Weak<Topics>,
+    topic: String,
+    /// The queue's own semaphore: what tells it from the topic's others.
+    room: Arc<Semaphore>,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        let Some(topics) = self.topics.upgrade() else {
+            return;
+        };
+        let mut topics = lock(&topics);
+        if let Some(queues) = topics.get_mut(&self.topic) {
+            queues.retain(|q| !Arc::ptr_eq(&q.room, &self.room));
+            if queues.is_empty() {
+                topics.remove(&self.topic);
             }
-            None => Vec::new(),
         }
     }
 }
@@ -238,14 +265,14 @@ impl PubSub for MemoryPubSub {
             return Err(PubSubError::Invalid("the topic is empty".into()));
         }
         let (queue, messages) = Queue::new();
-        self.topics
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .entry(req.topic)
-            .or_default()
-            .push(queue);
+        let listed = Listed {
+            topics: Arc::downgrade(&self.topics),
+            topic: req.topic.clone(),
+            room: queue.room.clone(),
+        };
+        lock(&self.topics).entry(req.topic).or_default().push(queue);
         let (subscription, feed) = PubSubSubscription::channel(MAX_IN_FLIGHT);
-        tokio::spawn(deliver_queue(messages, feed, self.gate.clone()));
+        tokio::spawn(deliver_queue(messages, feed, self.gate.clone(), listed));
         Ok(subscription)
     }
 }
@@ -261,6 +288,7 @@ async fn deliver_queue(
     mut messages: mpsc::Receiver<Queued>,
     feed: SubscriptionFeed,
     gate: Arc<PublishGate>,
+    _listed: Listed,
 ) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let (retry, mut retries) = mpsc::channel::<Queued>(MAX_IN_FLIGHT);
@@ -665,5 +693,45 @@ mod tests {
             waited >= PUBLISH_WAIT && waited < PUBLISH_WAIT + Duration::from_secs(1),
             "waited {waited:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_topic_is_forgotten_once_its_last_subscription_ends() {
+        let broker = MemoryPubSub::new();
+        let subscribe = |topic: String| {
+            broker.subscribe(SubscribeRequest {
+                topic,
+                ..SubscribeRequest::default()
+            })
+        };
+        let mut kept = subscribe("kept".into()).await.expect("subscribed");
+        let shared = subscribe("kept".into()).await.expect("subscribed");
+        for i in 0..100 {
+            drop(subscribe(format!("reply-{i}")).await.expect("subscribed"));
+        }
+        drop(shared);
+        let listed = || {
+            let mut topics: Vec<(String, usize)> = lock(&broker.topics)
+                .iter()
+                .map(|(topic, queues)| (topic.clone(), queues.len()))
+                .collect();
+            topics.sort();
+            topics
+        };
+        testkit::soon("the ended subscriptions' topics forgotten", async {
+            while listed() != [("kept".to_string(), 1)] {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        broker
+            .publish(publish("kept", "still"))
+            .await
+            .expect("published");
+        let delivery = testkit::soon("a delivery", kept.deliveries.recv())
+            .await
+            .expect("the live subscription still gets its topic");
+        assert_eq!(delivery.message.data, b"still");
+        delivery.settle(DeliveryOutcome::Success);
     }
 }
