@@ -87,9 +87,10 @@ impl Host {
         self.shutdown().await;
     }
 
-    /// Stops following the file and closes every component.
-    pub async fn shutdown(self) {
-        self.runtime.shutdown().await;
+    /// Stops following the file and closes every component; returns how
+    /// many closes were abandoned (see [`Runtime::shutdown`]).
+    pub async fn shutdown(self) -> usize {
+        self.runtime.shutdown().await
     }
 }
 

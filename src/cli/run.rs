@@ -163,12 +163,21 @@ async fn serve_until_stopped(
             Ok(())
         }
     };
-    runtime.shutdown().await;
+    let abandoned = runtime.shutdown().await;
     // The last calls' and the shutdown's spans, exported within a bound.
     if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
         tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
     }
     match served {
+        Ok(()) if abandoned > 0 => {
+            // Each was logged with its component; the exit code tells a
+            // supervisor that something may not have been released.
+            tracing::error!(
+                abandoned,
+                "Stopped, but component close(s) were abandoned (timed out or panicked)."
+            );
+            ExitCode::FAILURE
+        }
         Ok(()) => {
             tracing::info!("Stopped.");
             ExitCode::SUCCESS

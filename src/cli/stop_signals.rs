@@ -135,7 +135,7 @@ pub(super) async fn start_unless_stopped(
         match tokio::time::timeout_at(by, &mut starting).await {
             // Started just before the cancel: closed as a stop would.
             Ok(Ok(Ok(runtime))) => match tokio::time::timeout_at(by, runtime.shutdown()).await {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(abandoned) => cancelled_exit(abandoned),
                 Err(_) => {
                     eprintln!("error: the runtime started just before the signal did not close within {ABANDON_WITHIN:?}: exiting anyway");
                     ExitCode::FAILURE

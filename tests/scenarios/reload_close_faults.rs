@@ -101,9 +101,10 @@ async fn a_hanging_close_in_a_rollback_does_not_block_the_next_reload() {
 async fn shutdown_completes_with_a_hanging_close_and_closes_the_rest() {
     // probe/added uses probe/ip: it closes first, and hangs.
     let runtime = start(&config("cfs", 1, "hangClose", false)).await;
-    tokio::time::timeout(WEDGED, runtime.shutdown())
+    let abandoned = tokio::time::timeout(WEDGED, runtime.shutdown())
         .await
         .expect("shutdown is wedged on a hanging close");
+    assert_eq!(abandoned, 1, "the hanging close went uncounted");
     assert_eq!(closes("cfs-added"), 1);
     assert_eq!(closes("cfs-ip"), 1, "closed after the hanging one: leaked");
     assert_eq!(closes("cfs-bad"), 1);

@@ -366,7 +366,7 @@ async fn an_unstaged_in_place_update_is_never_made_by_a_reload_that_fails() {
     assert_eq!(live_cache(&runtime).entries(), 10);
     assert_eq!(CACHE_UPDATES.load(std::sync::atomic::Ordering::SeqCst), 1);
     match std::sync::Arc::try_unwrap(runtime) {
-        Ok(runtime) => runtime.shutdown().await,
+        Ok(runtime) => assert_eq!(runtime.shutdown().await, 0, "a close was abandoned"),
         Err(_) => panic!("the runtime is still shared"),
     }
 }

@@ -55,10 +55,14 @@ impl Drains {
     /// Stops every drain's wait for users, so each closes what it has
     /// left at once, and waits for their closes (up to [`FINISH_WITHIN`]:
     /// every one has ended or been abandoned by then). Returns how many
-    /// closes were abandoned, counting a drain left behind as one.
+    /// closes of the drains still under way were abandoned, counting a
+    /// drain left behind as one. Drains that ended before are not counted
+    /// (their abandoned closes were logged then): the count does not
+    /// depend on whether a later reload happened to let go of them.
     pub(crate) async fn finish(&self) -> usize {
-        self.hurry.cancel();
         let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        while tasks.try_join_next().is_some() {}
+        self.hurry.cancel();
         let mut abandoned = 0;
         let joined = tokio::time::timeout(FINISH_WITHIN, async {
             while let Some(drained) = tasks.join_next().await {
@@ -308,5 +312,35 @@ mod tests {
         let drains = Drains::default();
         drains.spawn(vec![hangs, panics, plain], Duration::from_secs(10));
         assert_eq!(drains.finish().await, 2, "hung and panicked closes");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finish_does_not_count_a_drain_that_ended_before_it() {
+        let grace = Duration::from_secs(1);
+        let hangs = || {
+            retired(
+                "hangs",
+                Instance::Custom(Arc::new(BadClose { panics: false })),
+            )
+        };
+        let ended = (grace + crate::closing::CLOSE_TIMEOUT) * 2;
+        // Alone, and with a later reload's drain that lets go of it.
+        let drains = Drains::default();
+        drains.spawn(vec![hangs()], grace);
+        tokio::time::sleep(ended).await;
+        let alone = drains.finish().await;
+        let drains = Drains::default();
+        drains.spawn(vec![hangs()], grace);
+        tokio::time::sleep(ended).await;
+        drains.spawn(
+            vec![retired("plain", Instance::Custom(Arc::new(Plain)))],
+            grace,
+        );
+        let after_another = drains.finish().await;
+        assert_eq!(
+            (alone, after_another),
+            (0, 0),
+            "a close abandoned before the shutdown counted by it"
+        );
     }
 }

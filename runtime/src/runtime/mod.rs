@@ -277,7 +277,7 @@ impl Runtime {
         }
         if cancelled.is_cancelled() {
             // While the overlay was laid: closed as a shutdown closes.
-            let abandoned = runtime.close_everything().await;
+            let abandoned = runtime.shutdown().await;
             return Err(StartError::Cancelled { abandoned });
         }
         worker::spawn_worker(
@@ -561,14 +561,10 @@ impl Runtime {
     /// Stops the triggers, waits for a reload in progress, closes the
     /// instances reloads replaced that are still draining (without waiting
     /// for their users), then every component (users before the stores
-    /// they use) and publishes an empty generation.
-    pub async fn shutdown(&self) {
-        self.close_everything().await;
-    }
-
-    /// [`shutdown`](Self::shutdown); returns how many closes were
-    /// abandoned (timed out or panicked).
-    async fn close_everything(&self) -> usize {
+    /// they use) and publishes an empty generation. Returns how many
+    /// closes were abandoned (timed out or panicked): a component that may
+    /// not have released what it holds (a lock, a consumer, a file).
+    pub async fn shutdown(&self) -> usize {
         self.inner.stopped.cancel();
         self.reloader().shutdown().await
     }

@@ -324,6 +324,35 @@ async fn a_cancelled_start_whose_started_component_does_not_close_says_so() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_shutdown_counts_the_closes_it_abandoned() {
+    let uses: [(&str, &[&str]); 3] = [
+        ("stop-store", &[]),
+        ("stop-user", &["stop-store"]),
+        ("stop-quick", &["stop-store"]),
+    ];
+    let config = |close_ms: &[(&str, u64)]| {
+        valid(&json!({"components": {"custom": declared(&uses, close_ms)}}))
+    };
+    // Longer than a close may take: abandoned, and said so.
+    let runtime = Runtime::start(
+        config(&[("stop-user", 20_000)]),
+        registry(),
+        RuntimeOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(runtime.shutdown().await, 1, "the hung close went uncounted");
+    each_closed_once_users_first(&uses, &of(&CLOSED, "stop"));
+    let mut ended = of(&ENDED, "stop");
+    ended.sort();
+    assert_eq!(
+        ended,
+        ["stop-quick", "stop-store"],
+        "the others' closes ran"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn at_shutdown_replaced_users_close_at_once_and_before_the_store_they_may_use() {
     let recorder = |name: &str, close_ms: u64, uses: &[&str]| {
         let refs: Vec<Value> = uses
