@@ -68,7 +68,7 @@ pub const CLUSTER_TRIES_WITHOUT_DEADLINE: u32 = 64;
 #[derive(Clone)]
 pub struct BoundedConnection {
     inner: AnyConnection,
-    limit: Option<Duration>,
+    limit: Option<Limit>,
     /// The node (`host`, `port`) an `ASK` sent the last command that
     /// answered to; `None` when the cluster client (or the one server)
     /// answered it, or it failed.
@@ -81,7 +81,10 @@ impl BoundedConnection {
     pub fn new(inner: AnyConnection, limit: Option<Duration>) -> Self {
         Self {
             inner,
-            limit,
+            limit: limit.map(|response| Limit {
+                response,
+                wait: Duration::ZERO,
+            }),
             asked: None,
         }
     }
@@ -96,11 +99,26 @@ impl BoundedConnection {
         let (host, port) = self.asked.as_ref()?;
         let sent = self.inner.on_asked_node(cmd, host, *port);
         Some(match self.limit {
-            Some(limit) => tokio::time::timeout(limit, sent)
+            Some(limit) => tokio::time::timeout(limit.total(), sent)
                 .await
-                .unwrap_or_else(|_| Err(timed_out(limit))),
+                .unwrap_or_else(|_| Err(limit.timed_out())),
             None => sent.await,
         })
+    }
+
+    /// The same connection (and the node its last command was `ASK`ed
+    /// to), its commands cut at the limit plus `wait`: for a command the
+    /// server holds by design for up to `wait` before it answers (`WAIT`
+    /// and its timeout), which the limit alone would cut as if the
+    /// connection had failed. No limit stays no limit.
+    pub fn extended_by(&self, wait: Duration) -> BoundedConnection {
+        Self {
+            limit: self.limit.map(|limit| Limit {
+                wait: limit.wait + wait,
+                ..limit
+            }),
+            ..self.clone()
+        }
     }
 
     /// Whether this is a Redis Cluster connection.
@@ -109,11 +127,35 @@ impl BoundedConnection {
     }
 }
 
-fn timed_out(limit: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no answer within {limit:?} (dialTimeout + readTimeout + writeTimeout)"),
-    ))
+/// How long a command may take.
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    /// `dialTimeout` + `readTimeout` + `writeTimeout`.
+    response: Duration,
+    /// How long the server holds the command by design before it answers
+    /// (see [`BoundedConnection::extended_by`]).
+    wait: Duration,
+}
+
+impl Limit {
+    fn total(&self) -> Duration {
+        self.response + self.wait
+    }
+
+    fn timed_out(&self) -> RedisError {
+        let total = self.total();
+        let why = match self.wait.is_zero() {
+            true => "dialTimeout + readTimeout + writeTimeout".to_string(),
+            false => format!(
+                "dialTimeout + readTimeout + writeTimeout, plus the {:?} the command waits",
+                self.wait
+            ),
+        };
+        RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {total:?} ({why})"),
+        ))
+    }
 }
 
 /// The trace span of one command (or pipeline of `count` commands): the
@@ -201,7 +243,7 @@ fn not_run(err: &RedisError) -> Option<Again> {
 /// — an answer (with the node `ASK`ed for it, if any), an error of a
 /// command that may have run — is returned.
 async fn bounded<T, F, Fut>(
-    limit: Option<Duration>,
+    limit: Option<Limit>,
     cluster: bool,
     mut attempt: F,
 ) -> RedisResult<(T, Option<(String, u16)>)>
@@ -209,7 +251,7 @@ where
     F: FnMut(Option<(String, u16)>) -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
-    let deadline = limit.map(|limit| Instant::now() + limit);
+    let deadline = limit.map(|limit| Instant::now() + limit.total());
     let mut ask = None;
     let mut tries = 0u32;
     let mut moved_before = false;
@@ -220,7 +262,7 @@ where
         let answer = match (deadline, limit) {
             (Some(deadline), Some(limit)) => tokio::time::timeout_at(deadline, sent)
                 .await
-                .map_err(|_| timed_out(limit))?,
+                .map_err(|_| limit.timed_out())?,
             _ => sent.await,
         };
         let err = match answer {

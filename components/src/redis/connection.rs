@@ -91,8 +91,17 @@ pub enum ExclusiveError {
     #[error(transparent)]
     NotConnected(#[from] NotConnected),
     /// The uses before this one held it past the limit.
-    #[error("the connection was busy with earlier strong writes for {0:?} (dialTimeout + readTimeout + writeTimeout)")]
-    Busy(Duration),
+    #[error(
+        "the connection was busy with earlier strong writes for {waited:?} \
+         (dialTimeout + readTimeout + writeTimeout, plus the {wait:?} a strong write's \
+         `WAIT` may take)"
+    )]
+    Busy {
+        /// How long this use waited for it.
+        waited: Duration,
+        /// How long a use may wait for the server beyond the limit.
+        wait: Duration,
+    },
     /// It could not be opened.
     #[error("it could not be opened: {0}")]
     Open(String),
@@ -157,25 +166,36 @@ impl Session {
     /// Opened from the session's settings at the first use (within
     /// `dialTimeout`) and kept for the next while the session is in force
     /// (a new session — metadata change, failover — opens its own); uses
-    /// take it one at a time, each waiting for the one before at most
-    /// `dialTimeout` + `readTimeout` + `writeTimeout` (no limit when those
-    /// have none, as every command of the store).
-    pub async fn exclusive(&self) -> Result<Exclusive<'_>, ExclusiveError> {
+    /// take it one at a time. A use may send a command the server holds
+    /// up to `wait` by design (a `WAIT`, through
+    /// [`BoundedConnection::extended_by`]): the connection's replies are
+    /// awaited that much longer, and each use waits for the one before at
+    /// most `dialTimeout` + `readTimeout` + `writeTimeout` plus `wait` (no
+    /// limit when those have none, as every command of the store).
+    pub async fn exclusive(&self, wait: Duration) -> Result<Exclusive<'_>, ExclusiveError> {
         let link = self.link.as_ref().ok_or(NotConnected)?;
         let limit = link
             .settings
             .response
             .map(|response| response + link.settings.dial);
-        let mut slot = match limit {
-            Some(limit) => tokio::time::timeout(limit, self.strong.0.lock())
+        let mut slot = match limit.map(|limit| limit + wait) {
+            Some(waited) => tokio::time::timeout(waited, self.strong.0.lock())
                 .await
-                .map_err(|_| ExclusiveError::Busy(limit))?,
+                .map_err(|_| ExclusiveError::Busy { waited, wait })?,
             None => self.strong.0.lock().await,
         };
         let kept = match slot.take() {
             Some(connection) => connection,
             None => {
-                open(&link.settings)
+                // The client's own cut of a reply (`readTimeout` +
+                // `writeTimeout`) let through the `wait`: every command but
+                // the one sent for it stays cut at `limit`, by the
+                // `BoundedConnection`.
+                let waiting = ConnectionSettings {
+                    response: link.settings.response.map(|response| response + wait),
+                    ..link.settings.clone()
+                };
+                open(&waiting)
                     .await
                     .map_err(|err| ExclusiveError::Open(err.to_string()))?
                     .connection
@@ -620,21 +640,22 @@ mod tests {
         let session = connection.session();
         let mut shared = session.connection().expect("connected");
         let shared = client_id(&mut shared).await.expect("CLIENT ID");
-        let mut first = session.exclusive().await.expect("exclusive");
+        let mut first = session.exclusive(Duration::ZERO).await.expect("exclusive");
         let id = client_id(first.connection()).await.expect("CLIENT ID");
         assert_ne!(id, shared);
         first.keep();
-        let mut again = session.exclusive().await.expect("exclusive");
+        let mut again = session.exclusive(Duration::ZERO).await.expect("exclusive");
         assert_eq!(client_id(again.connection()).await, Ok(id));
         // One use at a time.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(100), session.exclusive())
-                .await
-                .is_err()
-        );
+        assert!(tokio::time::timeout(
+            Duration::from_millis(100),
+            session.exclusive(Duration::ZERO)
+        )
+        .await
+        .is_err());
         // Not given back (an error, a use given up): the next opens another.
         drop(again);
-        let mut next = session.exclusive().await.expect("exclusive");
+        let mut next = session.exclusive(Duration::ZERO).await.expect("exclusive");
         let next_id = client_id(next.connection()).await.expect("CLIENT ID");
         assert_ne!(next_id, id);
         next.keep();
@@ -646,7 +667,7 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let renewed = connection.session();
-        let mut exclusive = renewed.exclusive().await.expect("exclusive");
+        let mut exclusive = renewed.exclusive(Duration::ZERO).await.expect("exclusive");
         let renewed_id = client_id(exclusive.connection()).await.expect("CLIENT ID");
         assert!(![shared, id, next_id].contains(&renewed_id));
     }
@@ -664,7 +685,7 @@ mod tests {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
         let session = connection.session();
-        let mut exclusive = session.exclusive().await.expect("exclusive");
+        let mut exclusive = session.exclusive(Duration::ZERO).await.expect("exclusive");
         let id = client_id(exclusive.connection()).await.expect("CLIENT ID");
         server
             .query(&["CLIENT", "KILL", "ID", &id.to_string()])
@@ -673,7 +694,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(client_id(exclusive.connection()).await.is_err());
         drop(exclusive);
-        let mut next = session.exclusive().await.expect("exclusive");
+        let mut next = session.exclusive(Duration::ZERO).await.expect("exclusive");
         let next_id = client_id(next.connection()).await.expect("CLIENT ID");
         assert_ne!(next_id, id);
     }

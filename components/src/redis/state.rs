@@ -384,6 +384,12 @@ impl StateStore for RedisStateStore {
 
 /// How long a strong write waits for its replicas (Dapr's `WAIT` timeout).
 const STRONG_WAIT_MS: u64 = 1000;
+/// [`STRONG_WAIT_MS`] as a duration: the `WAIT` is cut at the connection's
+/// limit plus this, since the server holds it that long by design (with
+/// short timeouts the limit alone cut it as if the connection had failed,
+/// and dropped the connection), and a strong write waits as much longer
+/// for the one before it.
+const STRONG_WAIT: std::time::Duration = std::time::Duration::from_millis(STRONG_WAIT_MS);
 
 /// The replicas a strong write waits for: the most the master has had
 /// connected since the session (server, password, failover master) came
@@ -425,7 +431,7 @@ impl RedisStateStore {
         session: &'s Session,
         key: &str,
     ) -> Result<Exclusive<'s>, StateError> {
-        session.exclusive().await.map_err(|err| {
+        session.exclusive(STRONG_WAIT).await.map_err(|err| {
             StateError::Backend(format!(
                 "key `{key}` was not written (strong writes go on a connection of their \
                  own): {err}"
@@ -480,10 +486,14 @@ impl RedisStateStore {
             exclusive.keep();
             return Ok(());
         }
-        let acknowledged: i64 = on_writer(conn, redis::cmd("WAIT").arg(wanted).arg(STRONG_WAIT_MS))
-            .await
-            .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
-            .map_err(failed)?;
+        let mut waiting = conn.extended_by(STRONG_WAIT);
+        let acknowledged: i64 = on_writer(
+            &mut waiting,
+            redis::cmd("WAIT").arg(wanted).arg(STRONG_WAIT_MS),
+        )
+        .await
+        .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
+        .map_err(failed)?;
         exclusive.keep();
         if usize::try_from(acknowledged).unwrap_or(0) < wanted {
             return Err(StateError::Backend(format!(
@@ -505,6 +515,9 @@ async fn on_writer(conn: &mut BoundedConnection, cmd: &redis::Cmd) -> RedisResul
         None => cmd.query_async(conn).await,
     }
 }
+
+#[cfg(test)]
+mod strong_tests;
 
 /// `connected_slaves` of an `INFO replication` answer; of a cluster's
 /// answers (one per master), the fewest.

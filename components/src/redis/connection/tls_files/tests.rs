@@ -259,7 +259,7 @@ async fn close_lets_go_of_the_connections_while_the_follower_is_in_a_handshake()
     let connection = connected(&files_fields(&relay.addr, &ca_file, live.path(), &ca)).await;
     let session = connection.session();
     session
-        .exclusive()
+        .exclusive(Duration::ZERO)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
         .keep();
