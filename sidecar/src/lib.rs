@@ -30,5 +30,5 @@ pub mod tls;
 
 pub use auth::ApiToken;
 pub use metrics::ApiMetrics;
-pub use options::{ApiOptions, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR};
+pub use options::{ApiOptions, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR, DRAIN_MARGIN};
 pub use server::{ApiError, ApiServer, ApiState};

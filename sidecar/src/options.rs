@@ -10,6 +10,11 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50001";
 /// Default HTTP address (Dapr's).
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:3500";
 
+/// How much longer than the longest unary call a replaced instance still
+/// in use is kept (see [`ApiOptions::runtime_options`]): for the answer
+/// to be written and the call's hold let go.
+pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
+
 /// How the APIs are served.
 #[derive(Debug, Clone)]
 pub struct ApiOptions {
@@ -93,6 +98,25 @@ impl ApiOptions {
         crate::connection::BodyBudget::new(self.max_request_bytes_in_flight.max(one_body))
     }
 
+    /// The runtime's options for serving these APIs: a replaced instance
+    /// still in use is kept (see
+    /// [`rewire_runtime::RuntimeOptions::drain_grace`]) as long
+    /// as a unary call may last, and [`DRAIN_MARGIN`] more, so a call that
+    /// loaded it before a reload — a slow backend, a resiliency policy's
+    /// retries — finishes on it instead of meeting it closed (the
+    /// runtime's own default, 10 s, is shorter than `request_timeout`).
+    /// A streamed file transfer, bounded by its progress rather than a
+    /// deadline, may still outlast it.
+    pub fn runtime_options(&self) -> rewire_runtime::RuntimeOptions {
+        let defaults = rewire_runtime::RuntimeOptions::default();
+        rewire_runtime::RuntimeOptions {
+            drain_grace: defaults
+                .drain_grace
+                .max(self.request_timeout.saturating_add(DRAIN_MARGIN)),
+            ..defaults
+        }
+    }
+
     /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`)
     /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset.
     pub fn from_env() -> Self {
@@ -104,5 +128,25 @@ impl ApiOptions {
             admin_token: var("REWIRE_ADMIN_TOKEN").map(ApiToken::new),
             ..Self::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_instance_is_kept_for_the_longest_unary_call() {
+        let mut options = ApiOptions::default();
+        let grace = |options: &ApiOptions| options.runtime_options().drain_grace;
+        assert_eq!(grace(&options), Duration::from_secs(35));
+        options.request_timeout = Duration::from_secs(90);
+        assert_eq!(grace(&options), Duration::from_secs(95));
+        // Never below the runtime's own.
+        options.request_timeout = Duration::from_secs(1);
+        assert_eq!(
+            grace(&options),
+            rewire_runtime::RuntimeOptions::default().drain_grace
+        );
     }
 }

@@ -80,7 +80,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let Some(valid) = config_source::load_source(&source, &registry, DataFiles::Create) else {
         return ExitCode::FAILURE;
     };
-    let runtime = match start_unless_stopped(valid, registry, &mut stop).await {
+    let options = rewire::sidecar::ApiOptions::from_env().runtime_options();
+    let runtime = match start_unless_stopped(valid, registry, options, &mut stop).await {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };

@@ -103,13 +103,14 @@ fn cancelled_outcome(abandoned: usize) -> (String, ExitCode) {
 pub(super) async fn start_unless_stopped(
     valid: ValidConfig,
     registry: Registry,
+    options: RuntimeOptions,
     stop: &mut StopSignals,
 ) -> Result<Runtime, ExitCode> {
     let cancel = CancellationToken::new();
     let mut starting = tokio::spawn(Runtime::start_until(
         valid,
         registry,
-        RuntimeOptions::default(),
+        options,
         cancel.clone().cancelled_owned(),
     ));
     let signal = tokio::select! {
