@@ -106,16 +106,19 @@ pub(crate) async fn read_overlay(
 
 /// Why the overlay could not be read.
 enum OverlayUnread {
-    /// The store did not answer in time (worth asking again soon).
-    NoAnswer(String),
-    /// The store failed, or a document is invalid.
+    /// The store did not answer in time, or answered with an error (an
+    /// etcd that forgot its auth tokens, say): worth asking again soon, or
+    /// a change written meanwhile would wait for the next write.
+    StoreFailed(String),
+    /// The store is not running, or a document is invalid: asking again
+    /// reads the same (the next write, or generation, is news).
     Failed(String),
 }
 
 impl OverlayUnread {
     fn into_message(self) -> String {
         match self {
-            Self::NoAnswer(message) | Self::Failed(message) => message,
+            Self::StoreFailed(message) | Self::Failed(message) => message,
         }
     }
 }
@@ -138,8 +141,8 @@ async fn read_documents(
     let query = ConfigQuery::keys([common.clone(), app.clone()]);
     let items = tokio::time::timeout(within, store.get(&query))
         .await
-        .map_err(|_| OverlayUnread::NoAnswer(did_not_answer(spec, within)))?
-        .map_err(|e| failed(&e))?;
+        .map_err(|_| OverlayUnread::StoreFailed(did_not_answer(spec, within)))?
+        .map_err(|e| OverlayUnread::StoreFailed(store_failed(spec, &e)))?;
     let parse_key = |key: &str| {
         parse_document(
             key,
@@ -162,6 +165,14 @@ fn did_not_answer(spec: &OverlaySpec, within: Duration) -> String {
     )
 }
 
+/// The error of an overlay store call the store answered with `error`.
+fn store_failed(spec: &OverlaySpec, error: &dyn std::fmt::Display) -> String {
+    format!(
+        "overlay store `{}`: {error}; the overlay watch tries again",
+        spec.store
+    )
+}
+
 /// The overlay document `text` read from `key`: `None` when absent or
 /// empty; an error names the key and every problem (a section other than
 /// `components` included: an overlay overrides components only).
@@ -177,7 +188,9 @@ fn parse_document(key: &str, text: Option<&str>) -> Result<Option<ConfigPatch>, 
 /// Watches the overlay keys until `round` ends: every change that differs
 /// from the documents in force (or from those sent last) is sent as a
 /// reload. A store call that does not answer within the store-call bound
-/// is abandoned and tried again (a read, a bound later).
+/// is abandoned and tried again (a read, a bound later), as is a read the
+/// store answers with an error; an invalid document is not (it is read
+/// again at the next write).
 pub(crate) async fn watch_overlay(
     cx: TriggerContext,
     spec: OverlaySpec,
@@ -216,10 +229,10 @@ async fn watch_overlay_round(
         }
     };
     loop {
-        let answered = overlay_changed(cx, spec, app_id, round).await;
+        let read = overlay_changed(cx, spec, app_id, round).await;
         tokio::select! {
             change = subscription.changes.recv() => if change.is_none() { return },
-            () = tokio::time::sleep(within), if !answered => {}
+            () = tokio::time::sleep(within), if !read => {}
         }
     }
 }
@@ -231,7 +244,7 @@ async fn watch_overlay_round(
 /// again when the start or a previous read already did). A read made by a
 /// `round` cancelled meanwhile is dropped: the newer round's read may
 /// already be sent, and an older one sent after it would win. False when
-/// the store did not answer.
+/// the store did not answer or failed (to be read again).
 async fn overlay_changed(
     cx: &TriggerContext,
     spec: &OverlaySpec,
@@ -239,7 +252,7 @@ async fn overlay_changed(
     round: &CancellationToken,
 ) -> bool {
     let read = read_documents(&cx.live, spec, app_id).await;
-    let answered = !matches!(read, Err(OverlayUnread::NoAnswer(_)));
+    let answered = !matches!(read, Err(OverlayUnread::StoreFailed(_)));
     let _sending = cx.overlay_tried.sending();
     if round.is_cancelled() {
         return answered;
@@ -277,6 +290,7 @@ mod tests {
     use async_trait::async_trait;
     use tokio::sync::Notify;
 
+    use super::super::store_calls::MIN_STORE_CALL;
     use super::*;
     use crate::component::Component;
     use crate::config::parse_patch;
@@ -292,11 +306,12 @@ mod tests {
     }
 
     /// A config store holding the overlay's common key; its next get, once
-    /// told so, reads the value, then waits to be released.
+    /// told so, reads the value, then waits to be released, or fails.
     #[derive(Default)]
     struct GatedStore {
         value: Mutex<String>,
         hold_next: AtomicBool,
+        fail_next: AtomicBool,
         held: Notify,
         release: Notify,
         hub: SubscriptionHub,
@@ -320,6 +335,9 @@ mod tests {
     #[async_trait]
     impl ConfigStore for GatedStore {
         async fn get(&self, _: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            if self.fail_next.swap(false, Ordering::SeqCst) {
+                return Err(ConfigError::Backend("invalid auth token".into()));
+            }
             let value = self.value.lock().unwrap_or_else(|p| p.into_inner()).clone();
             if self.hold_next.swap(false, Ordering::SeqCst) {
                 self.held.notify_one();
@@ -353,9 +371,10 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_cancelled_rounds_late_read_is_not_sent_after_the_newer_rounds() {
-        let store = Arc::new(GatedStore::default());
+    /// What an overlay watch of `store` (as `cfg`, holding D1) is given,
+    /// with the reload queue it sends to (generation 1 runs without the
+    /// overlay).
+    fn overlay_of(store: &Arc<GatedStore>) -> (TriggerContext, QueueReceiver, OverlaySpec) {
         *store.value.lock().unwrap_or_else(|p| p.into_inner()) = text(1);
         let live = Live::new();
         let instance: Arc<dyn ConfigStore> = store.clone();
@@ -364,7 +383,7 @@ mod tests {
             1,
             BTreeMap::from([(key, Instance::ConfigStore(instance))]),
         ));
-        let (queue, mut queued) = queue();
+        let (queue, queued) = queue();
         let plan = WatchPlan {
             generation: 1,
             app_id: "shop".into(),
@@ -372,7 +391,8 @@ mod tests {
             overlay_in_force: (None, None),
             refs: Vec::new(),
         };
-        let (_plan, plan) = tokio::sync::watch::channel(Arc::new(plan));
+        // The sender is dropped: the plan stays as it is.
+        let (_, plan) = tokio::sync::watch::channel(Arc::new(plan));
         let cx = TriggerContext {
             queue,
             plan,
@@ -386,6 +406,41 @@ mod tests {
             store: "cfg".into(),
             key: "rewire.components".into(),
         };
+        (cx, queued, spec)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_whose_read_the_store_fails_is_read_again_and_sent() {
+        let store = Arc::new(GatedStore::default());
+        let (cx, mut queued, spec) = overlay_of(&store);
+        let round = CancellationToken::new();
+        let watch = tokio::spawn(watch_overlay(cx, spec, "shop".into(), round.clone()));
+        assert_eq!(next_sent(&mut queued).await, documents(1));
+        // The store has forgotten its auth tokens when D2 is written: the
+        // read of the change fails (recorded), and D2 is read again.
+        store.fail_next.store(true, Ordering::SeqCst);
+        store.write(text(2));
+        let within = 2 * MIN_STORE_CALL;
+        match tokio::time::timeout(within, queued.recv()).await {
+            Ok(Some(Queued::Rejected { error, .. })) => {
+                assert!(error.contains("invalid auth token"), "{error}");
+            }
+            other => panic!("the failed read was not recorded: {other:?}"),
+        }
+        let again = tokio::time::timeout(within, next_sent(&mut queued)).await;
+        assert_eq!(
+            again.ok(),
+            Some(documents(2)),
+            "D2 not sent within {within:?} of its failed read"
+        );
+        round.cancel();
+        let _ = watch.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_rounds_late_read_is_not_sent_after_the_newer_rounds() {
+        let store = Arc::new(GatedStore::default());
+        let (cx, mut queued, spec) = overlay_of(&store);
         let first = CancellationToken::new();
         let old_round = tokio::spawn(watch_overlay(
             cx.clone(),

@@ -269,12 +269,24 @@ async fn watch_configuration(
     let mut forced = Forced::default();
     // The store's value as the watch last learned it.
     let mut seen = None;
-    // A change between the component's start and the subscription.
-    if let Some(now) = read_configuration(&handle, &query, &r, within).await {
-        seen = Some(now.clone());
-        forced.check(cx, &component, &expected, now);
-    }
+    // Whether the store's current value is to be read: at first (a change
+    // between the component's start and the subscription), and when the
+    // component moved to a value the watch did not see. A read the store
+    // fails or does not answer is tried again a bound later: the change
+    // it would have found may be the last one written for a while.
+    let mut to_read = true;
     loop {
+        if to_read {
+            match read_configuration(&handle, &query, &r, within).await {
+                Read::Value(now) => {
+                    to_read = false;
+                    seen = Some(now.clone());
+                    forced.check(cx, &component, &expected, now);
+                }
+                Read::Absent => to_read = false,
+                Read::Failed => {}
+            }
+        }
         tokio::select! {
             change = subscription.changes.recv() => {
                 let Some(change) = change else { return };
@@ -282,6 +294,8 @@ async fn watch_configuration(
                 // writes of the key; the component reads only its own.
                 for item in change.items.into_iter().filter(|i| is_the_ref(&r, i)) {
                     let now = Value::String(item.value);
+                    // The store told what is current: no read is owed.
+                    to_read = false;
                     seen = Some(now.clone());
                     forced.check(cx, &component, &expected, now);
                 }
@@ -294,46 +308,57 @@ async fn watch_configuration(
                 // The component now runs with the value the store last
                 // reported (the usual case: the reload this watch asked
                 // for): nothing to read, later changes come through the
-                // subscription.
-                if seen.is_some() && expected.borrow().as_ref() == seen.as_ref() {
-                    continue;
-                }
-                // Else it may already be stale (a value that moved on
-                // while its reload read it, a flip back included): the
-                // store says what is current.
-                if let Some(now) = read_configuration(&handle, &query, &r, within).await {
-                    seen = Some(now.clone());
-                    forced.check(cx, &component, &expected, now);
+                // subscription. Else it may already be stale (a value that
+                // moved on while its reload read it, a flip back
+                // included): the store says what is current.
+                if seen.is_none() || expected.borrow().as_ref() != seen.as_ref() {
+                    to_read = true;
                 }
             }
+            () = tokio::time::sleep(within), if to_read => {}
         }
     }
 }
 
-/// The store's current value of `r`; `None` when absent, unreadable or not
-/// answered within `within` (skipped: the subscription reports what comes
-/// next).
+/// What reading a watched configurationRef found.
+enum Read {
+    /// The store's current value.
+    Value(Value),
+    /// The key is absent, or the store is not running (reading again finds
+    /// the same: the subscription reports what comes next).
+    Absent,
+    /// The store failed or did not answer within the bound (worth reading
+    /// again).
+    Failed,
+}
+
+/// The store's current value of `r`, read within `within`.
 async fn read_configuration(
     handle: &ConfigStoreHandle,
     query: &ConfigQuery,
     r: &ConfigurationRef,
     within: std::time::Duration,
-) -> Option<Value> {
-    let store = handle.load().ok()?;
+) -> Read {
+    let Ok(store) = handle.load() else {
+        return Read::Absent;
+    };
     let items = match tokio::time::timeout(within, store.get(query)).await {
         Ok(Ok(items)) => items,
         Ok(Err(err)) => {
-            tracing::debug!(store = %r.store, key = %r.key, error = %err, "Reading a watched configurationRef failed; the subscription reports what comes next.");
-            return None;
+            tracing::debug!(store = %r.store, key = %r.key, error = %err, "Reading a watched configurationRef failed; read again a bound later.");
+            return Read::Failed;
         }
         Err(_) => {
-            tracing::debug!(store = %r.store, key = %r.key, timeout = ?within, "Reading a watched configurationRef did not answer in time; the subscription reports what comes next.");
-            return None;
+            tracing::debug!(store = %r.store, key = %r.key, timeout = ?within, "Reading a watched configurationRef did not answer in time; read again a bound later.");
+            return Read::Failed;
         }
     };
-    let item = items.into_iter().find(|i| is_the_ref(r, i))?;
-    Some(Value::String(item.value))
+    match items.into_iter().find(|i| is_the_ref(r, i)) {
+        Some(item) => Read::Value(Value::String(item.value)),
+        None => Read::Absent,
+    }
 }
+
 async fn watch_secret(
     cx: &TriggerContext,
     component: ComponentKey,
@@ -381,7 +406,119 @@ async fn watch_secret(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+
+    use super::super::store_calls::MIN_STORE_CALL;
     use super::*;
+    use crate::component::Component;
+    use crate::handle::{Generation, Instance, Live};
+    use crate::kinds::{ConfigError, ConfigItem, ConfigStore, ConfigSubscription, SubscriptionHub};
+    use crate::reload::queue::{queue, Queued};
+
+    /// A config store holding one key's value, set without telling the
+    /// subscribers; its next get, once told so, fails.
+    #[derive(Default)]
+    struct FlakyStore {
+        value: Mutex<String>,
+        fail_next: AtomicBool,
+        hub: SubscriptionHub,
+    }
+
+    #[async_trait]
+    impl Component for FlakyStore {}
+
+    #[async_trait]
+    impl ConfigStore for FlakyStore {
+        async fn get(&self, _: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            if self.fail_next.swap(false, Ordering::SeqCst) {
+                return Err(ConfigError::Backend("invalid auth token".into()));
+            }
+            Ok(vec![ConfigItem {
+                key: "k".into(),
+                value: self.value.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                ..ConfigItem::default()
+            }])
+        }
+
+        async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            Ok(self.hub.subscribe(query))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_value_whose_read_the_store_fails_after_the_component_moved_is_read_again() {
+        let store = Arc::new(FlakyStore::default());
+        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "A".into();
+        let live = Live::new();
+        let instance: Arc<dyn ConfigStore> = store.clone();
+        live.publish(Generation::new(
+            1,
+            BTreeMap::from([(
+                ComponentKey::new(Kind::ConfigStore, "cfg"),
+                Instance::ConfigStore(instance),
+            )]),
+        ));
+        let (queue, mut queued) = queue();
+        let (_, plan) = watch::channel(Arc::new(WatchPlan {
+            generation: 1,
+            app_id: "shop".into(),
+            overlay: None,
+            overlay_in_force: (None, None),
+            refs: Vec::new(),
+        }));
+        let cx = TriggerContext {
+            queue,
+            plan,
+            stopped: CancellationToken::new(),
+            live,
+            secret_poll_interval: Duration::from_secs(60),
+            overlay_tried: Arc::default(),
+            file_in_force: Arc::new(|_| false),
+        };
+        let reference = ConfigurationRef {
+            store: "cfg".into(),
+            key: "k".into(),
+            group: None,
+            label: None,
+            inject_as: "v".into(),
+            watch: true,
+        };
+        let component = ComponentKey::new("state", "s");
+        let (runs_with, expected) = watch::channel(Some(Value::from("A")));
+        let stop = CancellationToken::new();
+        let watching = tokio::spawn(run_watch(
+            cx,
+            component.clone(),
+            InjectedRef::Configuration(0, reference),
+            expected,
+            stop.clone(),
+        ));
+        // Subscribed, and the store's A read: nothing to ask.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            queued.try_recv().is_err(),
+            "A is what the component runs with"
+        );
+        // The component moves to B, while the store already holds C, and
+        // the store fails the read that would find it.
+        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "C".into();
+        store.fail_next.store(true, Ordering::SeqCst);
+        runs_with.send_replace(Some(Value::from("B")));
+        let within = 2 * MIN_STORE_CALL;
+        match tokio::time::timeout(within, queued.recv()).await {
+            Ok(Some(Queued::Reload(request))) => {
+                assert_eq!(request.forced, BTreeSet::from([component]));
+            }
+            other => panic!("C not asked for within {within:?}: {other:?}"),
+        }
+        stop.cancel();
+        let _ = watching.await;
+    }
 
     #[tokio::test]
     async fn a_zero_poll_interval_is_raised_to_the_minimum() {
