@@ -62,6 +62,15 @@ impl Error {
         })
     }
 
+    /// Whether a read at an old revision failed because that revision is
+    /// not in the server's history: compacted away, or newer than the
+    /// server's own revision.
+    pub fn is_revision_unavailable(&self) -> bool {
+        self.status().is_some_and(|s| {
+            s.code() == tonic::Code::OutOfRange && s.message().contains("mvcc: required revision")
+        })
+    }
+
     /// Whether the server refused the auth token as expired or unknown,
     /// or as issued before the auth settings changed: a fresh login helps.
     pub(crate) fn is_invalid_token(&self) -> bool {

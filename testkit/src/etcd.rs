@@ -257,6 +257,19 @@ impl EtcdServer {
         self.restart().await;
     }
 
+    /// Kills the server and starts it again on the same ports with an
+    /// EMPTY data directory: a cluster re-created (or restored from an
+    /// old backup) whose revisions start over. Authentication is off again.
+    pub async fn restart_empty(&mut self) {
+        self.process.stop();
+        let data = self._dir.path().join("data");
+        if let Err(err) = std::fs::remove_dir_all(&data) {
+            panic!("remove {}: {err}", data.display());
+        }
+        self.root = None;
+        self.restart().await;
+    }
+
     async fn launch(&mut self) -> Result<(), String> {
         let (endpoint, root, tls) = (self.endpoint(), self.root.clone(), self.tls.clone());
         let answers = move || answers(endpoint.clone(), root.clone(), tls.clone());

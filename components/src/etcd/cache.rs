@@ -124,6 +124,11 @@ impl KvCache {
         self.entries.len()
     }
 
+    /// Whether the cache holds exactly `entries`.
+    pub(crate) fn holds(&self, entries: &BTreeMap<String, Entry>) -> bool {
+        self.entries == *entries
+    }
+
     /// Takes `entries` as the new content; returns what differs from the
     /// old one (a key whose value was rewritten counts as changed).
     pub(crate) fn replace(&mut self, entries: BTreeMap<String, Entry>) -> Vec<Difference> {

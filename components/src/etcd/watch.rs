@@ -13,10 +13,22 @@
 //!
 //! * **Dropped stream, connection error:** wait (exponential backoff from
 //!   `watchRetryMs`, at most 30 s, reset once a watch is created again),
-//!   then watch again from `last_seen + 1` — nothing missed.
+//!   then watch again from `last_seen + 1` — nothing missed — once the
+//!   server's history is shown to be the one the watch followed: the
+//!   prefix read at revision `last_seen` must equal the cache (every key,
+//!   value and `mod_revision`). A server wiped, re-created or restored
+//!   from a snapshot while the stream was down may be past `last_seen`
+//!   already (writes under any prefix count) with another history; its
+//!   changes at or below `last_seen` would never be delivered. A
+//!   difference, or a `last_seen` compacted away or not reached, means a
+//!   re-read (below). The check costs one read of the prefix per
+//!   reconnection, as a re-read would, but unlike a re-read it keeps
+//!   every change made meanwhile (a re-read publishes only the latest
+//!   value of each key).
 //! * **Compaction** (the revision to resume from is gone: the response
 //!   carries a `compact_revision`, or the watch is canceled for it), or a
-//!   server whose revision went backwards (restored or re-created): re-read
+//!   server whose revision went backwards or whose history differs
+//!   (restored or re-created, see above): re-read
 //!   the whole prefix, publish what differs from the cache (changed values,
 //!   removed keys with an empty value), and watch again from that read's
 //!   revision + 1.
@@ -29,16 +41,17 @@
 //! The task ends when its token is cancelled: the last store sharing it
 //! closed, or the shutdown of the runtimes of all of them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::backoff::Backoff;
-use rewire_etcd::pb::{EventType, WatchCreateRequest, WatchResponse};
+use rewire_etcd::pb::{EventType, RangeRequest, WatchCreateRequest, WatchResponse};
 use rewire_etcd::{prefix_range, Client};
 use rewire_runtime::{ComponentKey, ConfigItem};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::cache::{entry_of, item_at, read_prefix, Difference, SharedCache};
+use super::cache::{entry_of, item_at, read_prefix, Difference, Entry, SharedCache};
 use super::fanout::Fanout;
 use super::keys::KeyLayout;
 use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
@@ -58,6 +71,10 @@ pub(crate) struct Follower {
     failing: Option<String>,
     /// Changes when the client's channels are replaced (new TLS material).
     replaced: tokio::sync::watch::Receiver<u64>,
+    /// Set when a stream failed: the server may have lost or replaced its
+    /// history meanwhile, so `last_seen` is trusted only once the history
+    /// at it matches the cache (see [`Self::history_matches`]).
+    unverified: bool,
 }
 
 /// Why following the watch stream stopped.
@@ -105,6 +122,7 @@ impl Follower {
             last_seen,
             backoff,
             failing: None,
+            unverified: false,
         }
     }
 
@@ -136,6 +154,7 @@ impl Follower {
                     resync = true;
                 }
                 Interrupt::Failed(err) => {
+                    self.unverified = true;
                     if !self.wait_after(&stop, &err).await {
                         break;
                     }
@@ -195,6 +214,24 @@ impl Follower {
                         self.last_seen
                     ));
                 }
+                if self.unverified {
+                    match self.history_matches().await {
+                        Ok(true) => self.unverified = false,
+                        Ok(false) => {
+                            return Interrupt::Resync(format!(
+                                "the server's keys at revision {} differ from those the watch saw (re-created or restored?)",
+                                self.last_seen
+                            ))
+                        }
+                        Err(err) if err.is_revision_unavailable() => {
+                            return Interrupt::Resync(format!(
+                                "revision {} is not in the server's history: {err}",
+                                self.last_seen
+                            ))
+                        }
+                        Err(err) => return Interrupt::Failed(self.describe(&err)),
+                    }
+                }
                 self.recovered();
                 continue;
             }
@@ -244,6 +281,23 @@ impl Follower {
         }
     }
 
+    /// Whether the server's prefix at revision `last_seen` is what the
+    /// cache holds: then its history is the one the watch followed, and
+    /// watching from `last_seen + 1` misses nothing.
+    async fn history_matches(&self) -> Result<bool, rewire_etcd::Error> {
+        let (key, range_end) = prefix_range(self.layout.prefix().as_bytes().to_vec());
+        let request = RangeRequest {
+            key,
+            range_end,
+            revision: self.last_seen,
+            ..RangeRequest::default()
+        };
+        let response = self.client.range(request).await?;
+        let entries: BTreeMap<String, Entry> = response.kvs.iter().filter_map(entry_of).collect();
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(cache.holds(&entries))
+    }
+
     /// Re-reads the prefix, publishes what differs from the cache and
     /// continues from the read's revision.
     async fn resync(&mut self) -> Result<(), String> {
@@ -269,6 +323,7 @@ impl Follower {
             })
             .collect();
         self.last_seen = revision;
+        self.unverified = false;
         info!(
             component = %self.key,
             revision,
