@@ -50,6 +50,7 @@ mod api_state_bulk_get_metadata;
 mod api_state_bytes;
 mod api_state_key_separator;
 mod api_state_redis_plain;
+mod api_topic_stream_requests;
 mod api_topic_streams;
 mod dapr_python_sdk;
 mod layotto_grpc;

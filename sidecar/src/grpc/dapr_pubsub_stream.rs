@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rewire_runtime::DeliveryOutcome;
+use rewire_runtime::{echoed, DeliveryOutcome};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,10 @@ use super::proto::dapr::proto::runtime::v1 as pb;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_request_alpha1::SubscribeTopicEventsRequestType as RequestType;
 use super::proto::dapr::proto::runtime::v1::subscribe_topic_events_response_alpha1::SubscribeTopicEventsResponseType as ResponseType;
 use super::proto::dapr::proto::runtime::v1::topic_event_response::TopicEventResponseStatus;
-use crate::dapr::{EventSink, StreamListing, StreamingSubscriptions, TopicDelivery, TopicEvent};
+use crate::dapr::{
+    check_request_metadata, EventSink, StreamListing, StreamingSubscriptions, TopicDelivery,
+    TopicEvent,
+};
 use crate::ApiState;
 
 /// The server's side of the stream.
@@ -38,6 +41,15 @@ const OUTGOING: usize = 64;
 /// delivered over HTTP. A client past it has its stream ended (the event
 /// is retried), so a stuck client holds neither events nor the topic.
 const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
+
+/// Most bytes a streamed subscription's pub/sub name, topic or dead-letter
+/// topic may take. Dapr sets none, but an open stream keeps each for its
+/// life (its listing, its sink, the broker subscription, every event, every
+/// `GetMetadata` answer), so 1,024 streams must not pin gigabytes. Real
+/// topics are short (Kafka's are at most 249 characters): 4 KiB, as an
+/// extended metadata value (`MAX_EXTENDED_METADATA_VALUE_BYTES`) or a
+/// route's match expression.
+const MAX_STREAM_NAME_BYTES: usize = 4096;
 
 /// The bound on the topic streams open at once on one gRPC server, Dapr's
 /// `SubscribeTopicEventsAlpha1` and Layotto's `SubscribeTopicEvents`
@@ -114,6 +126,7 @@ pub(super) async fn subscribe(
         ));
     };
     check_names(&initial)?;
+    check_request_metadata(("pubsub", &echoed(&initial.pubsub_name)), &initial.metadata)?;
     // Taken before the broker subscription is: held by the sink, so
     // until the delivery has ended and let go of it. So is the stream's
     // entry in the sidecar's metadata.
@@ -170,12 +183,32 @@ pub(super) async fn subscribe(
 /// takes a stream's place: Dapr's `streamSubscribe` messages, but
 /// `INVALID_ARGUMENT` where Dapr's plain Go error reaches the client as
 /// `UNKNOWN` (a request that can never succeed must not look retryable).
+/// So is a name over [`MAX_STREAM_NAME_BYTES`], naming the field.
 fn check_names(initial: &pb::SubscribeTopicEventsRequestInitialAlpha1) -> Result<(), Status> {
     if initial.pubsub_name.is_empty() {
         return Err(Status::invalid_argument("pubsubName is required"));
     }
     if initial.topic.is_empty() {
         return Err(Status::invalid_argument("topic is required"));
+    }
+    let dead_letter_topic = initial.dead_letter_topic.as_deref().unwrap_or_default();
+    [
+        ("pubsubName", initial.pubsub_name.as_str()),
+        ("topic", initial.topic.as_str()),
+        ("deadLetterTopic", dead_letter_topic),
+    ]
+    .into_iter()
+    .try_for_each(|(field, name)| check_name_length(field, name))
+}
+
+/// Refuses `name` (the request's `field`) over [`MAX_STREAM_NAME_BYTES`].
+fn check_name_length(field: &str, name: &str) -> Result<(), Status> {
+    if name.len() > MAX_STREAM_NAME_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "{field} takes {} bytes, more than the sidecar's limit of {MAX_STREAM_NAME_BYTES} \
+             bytes for a streamed subscription's names",
+            name.len()
+        )));
     }
     Ok(())
 }
