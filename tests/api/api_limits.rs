@@ -683,3 +683,82 @@ async fn error_messages_quote_long_request_values_cut_short() {
     short(refused, Code::InvalidArgument, "bulk secret store name");
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn layotto_configuration_groups_and_labels_are_bounded() {
+    use grpc::layotto::{self, runtime_client::RuntimeClient};
+    let sidecar = Sidecar::start(LAYOTTO_CONFIG, ApiOptions::default()).await;
+    let mut client = RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await);
+    let long = "g".repeat(1024 * 1024);
+    let assert_refused = |status: tonic::Status, field: &str, what: &str| {
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert!(
+            status.message().contains(&format!("the {field}")) && status.message().len() < 4096,
+            "{what}: {}",
+            &status.message()[..status.message().len().min(300)]
+        );
+    };
+
+    let get = |group: &str, label: &str| layotto::GetConfigurationRequest {
+        store_name: "settings".into(),
+        group: group.into(),
+        label: label.into(),
+        ..Default::default()
+    };
+    let refused = client.get_configuration(get(&long, "")).await;
+    assert_refused(refused.expect_err("a long group"), "group", "get");
+    let refused = client.get_configuration(get("", &long)).await;
+    assert_refused(refused.expect_err("a long label"), "label", "get");
+    // A group and label of 1 KiB are taken.
+    let bound = "b".repeat(1024);
+    client
+        .get_configuration(get(&bound, &bound))
+        .await
+        .expect("at the bound");
+
+    let save = layotto::SaveConfigurationRequest {
+        store_name: "settings".into(),
+        items: vec![layotto::ConfigurationItem {
+            key: "k".into(),
+            group: long.clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let refused = client.save_configuration(save).await;
+    assert_refused(
+        refused.expect_err("a long group"),
+        "group of item 0",
+        "save",
+    );
+    let delete = layotto::DeleteConfigurationRequest {
+        store_name: "settings".into(),
+        keys: vec!["k".into()],
+        label: long.clone(),
+        ..Default::default()
+    };
+    let refused = client.delete_configuration(delete).await;
+    assert_refused(refused.expect_err("a long label"), "label", "delete");
+
+    // A subscription keeps its group: refused, the stream ends saying so.
+    let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    requests
+        .send(layotto::SubscribeConfigurationRequest {
+            store_name: "settings".into(),
+            keys: vec!["k".into()],
+            group: long,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), answers.message())
+        .await
+        .expect("answered within 10 s");
+    assert_refused(ended.expect_err("refused"), "group", "subscribe");
+    sidecar.stop().await;
+}

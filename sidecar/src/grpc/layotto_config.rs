@@ -31,6 +31,14 @@ const MAX_SUBSCRIPTIONS_PER_STREAM: usize = 64;
 /// together (each is a task and a subscriber of its store).
 pub(super) const MAX_SUBSCRIPTIONS: usize = 4096;
 
+/// Most bytes a request's `group` or `label` may take. A subscription
+/// keeps its query twice for its life (here, and in the runtime's handle
+/// to subscribe again after a reload), so 4,096 subscriptions of a 4 MiB
+/// group would pin 32 GiB, the case the keys' bound is for. Real groups
+/// and labels are short names (an Apollo namespace, an etcd key segment):
+/// 1 KiB, as an extended metadata key (`MAX_EXTENDED_METADATA_KEY_BYTES`).
+const MAX_GROUP_LABEL_BYTES: usize = 1024;
+
 /// The Layotto configuration subscriptions open on one server.
 #[derive(Clone, Default)]
 pub(super) struct SubscriptionCount(Arc<AtomicUsize>);
@@ -72,6 +80,24 @@ fn check_bounds(
     Ok(())
 }
 
+/// Refuses a `group` or `label` (of `item`, when an item's) over
+/// [`MAX_GROUP_LABEL_BYTES`], naming the field.
+fn check_scope(group: &str, label: &str, item: Option<usize>) -> Result<(), Status> {
+    let place = item.map_or(String::new(), |index| format!(" of item {index}"));
+    [("group", group), ("label", label)]
+        .into_iter()
+        .try_for_each(|(field, text)| {
+            if text.len() <= MAX_GROUP_LABEL_BYTES {
+                return Ok(());
+            }
+            Err(Status::invalid_argument(format!(
+                "the {field}{place} takes {} bytes, more than the sidecar's limit of \
+                 {MAX_GROUP_LABEL_BYTES} bytes for a configuration group or label",
+                text.len()
+            )))
+        })
+}
+
 /// The answer stream of `SubscribeConfiguration`.
 pub(super) type ConfigurationStream = Pin<
     Box<dyn tokio_stream::Stream<Item = Result<pb::SubscribeConfigurationResponse, Status>> + Send>,
@@ -86,6 +112,7 @@ pub(super) async fn get(
 ) -> Result<pb::GetConfigurationResponse, Status> {
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
+    check_scope(&req.group, &req.label, None)?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let items = store.get(&query, budget).await?;
     Ok(pb::GetConfigurationResponse {
@@ -98,6 +125,9 @@ pub(super) async fn get(
 pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Result<(), Status> {
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.items.len())?;
+    for (index, item) in req.items.iter().enumerate() {
+        check_scope(&item.group, &item.label, Some(index))?;
+    }
     if let Some(item) = req.items.iter().find(|item| item.key.is_empty()) {
         return Err(Status::invalid_argument(format!(
             "an item to save has no key (content of {} bytes)",
@@ -123,6 +153,7 @@ pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Resul
 pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> Result<(), Status> {
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
+    check_scope(&req.group, &req.label, None)?;
     if req.keys.is_empty() {
         return Err(Status::invalid_argument(
             "no key to delete: name the keys (deleting a whole store is not offered)",
@@ -265,6 +296,7 @@ async fn add(
 ) -> Result<(), Status> {
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
+    check_scope(&req.group, &req.label, None)?;
     let counted = stream.count.take()?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let mut subscription = store.subscribe(query).await?;
