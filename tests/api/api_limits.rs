@@ -4,7 +4,10 @@
 //! (HTTP 413, gRPC `RESOURCE_EXHAUSTED`); a configuration subscriber that
 //! stops reading is dropped once its queue holds more than that many bytes,
 //! with its reason. Also here: keys with `||` refused on gRPC as on HTTP,
-//! and subscription ids bound to the connection that subscribed.
+//! subscription ids bound to the connection that subscribed, Layotto's
+//! configuration requests bounded as Dapr's (and their group and label),
+//! and errors quoting a client's long values (keys, names, operation
+//! types) cut short, message and details.
 
 use crate::support::grpc;
 use crate::support::sidecar;
@@ -760,5 +763,157 @@ async fn layotto_configuration_groups_and_labels_are_bounded() {
         .await
         .expect("answered within 10 s");
     assert_refused(ended.expect_err("refused"), "group", "subscribe");
+    sidecar.stop().await;
+}
+
+/// A refused state key is quoted cut short in the message and in the
+/// details (a `BadRequest` repeats it): a key of a megabyte does not come
+/// back as megabytes of trailers.
+#[tokio::test]
+async fn state_errors_quote_a_long_key_cut_short() {
+    use grpc::common::Etag;
+    use grpc::dapr::{
+        DeleteStateRequest, ExecuteStateTransactionRequest, GetStateRequest,
+        TransactionalStateOperation,
+    };
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let long = format!("{}||", "k".repeat(1024 * 1024));
+    let short = |status: tonic::Status, code: Code, what: &str| {
+        let message = status.message();
+        assert_eq!(
+            status.code(),
+            code,
+            "{what}: {}",
+            &message[..message.len().min(300)]
+        );
+        assert!(
+            message.len() < 4096 && message.contains('…'),
+            "{what}: a message of {} bytes",
+            message.len()
+        );
+        assert!(
+            status.details().len() < 4096,
+            "{what}: details of {} bytes",
+            status.details().len()
+        );
+    };
+    let item = |key: &str, etag: Option<&str>| StateItem {
+        key: key.into(),
+        value: b"1".to_vec(),
+        etag: etag.map(|value| Etag {
+            value: value.into(),
+        }),
+        ..StateItem::default()
+    };
+
+    let save = |key: &str, etag: Option<&str>| SaveStateRequest {
+        store_name: "orders".into(),
+        states: vec![item(key, etag)],
+    };
+    let refused = dapr.save_state(save(&long, None)).await;
+    short(refused.expect_err("||"), Code::InvalidArgument, "save");
+    // A stale etag: the store's error names the key too.
+    let stale = dapr
+        .save_state(save(&long[..long.len() - 2], Some("7")))
+        .await;
+    short(
+        stale.expect_err("stale"),
+        Code::Aborted,
+        "save at a stale etag",
+    );
+    let get = GetStateRequest {
+        store_name: "orders".into(),
+        key: long.clone(),
+        ..GetStateRequest::default()
+    };
+    let refused = dapr.get_state(get).await;
+    short(refused.expect_err("||"), Code::InvalidArgument, "get");
+    let delete = DeleteStateRequest {
+        store_name: "orders".into(),
+        key: long.clone(),
+        ..DeleteStateRequest::default()
+    };
+    let refused = dapr.delete_state(delete).await;
+    short(refused.expect_err("||"), Code::InvalidArgument, "delete");
+    let transaction = |operation_type: &str, key: &str| ExecuteStateTransactionRequest {
+        store_name: "orders".into(),
+        operations: vec![TransactionalStateOperation {
+            operation_type: operation_type.into(),
+            request: (!key.is_empty()).then(|| item(key, None)),
+        }],
+        metadata: HashMap::new(),
+    };
+    let refused = dapr
+        .execute_state_transaction(transaction("upsert", &long))
+        .await;
+    short(
+        refused.expect_err("||"),
+        Code::InvalidArgument,
+        "transaction key",
+    );
+    let refused = dapr
+        .execute_state_transaction(transaction(&long, "k"))
+        .await;
+    short(
+        refused.expect_err("no such type"),
+        Code::Unimplemented,
+        "operation type",
+    );
+    let refused = dapr.execute_state_transaction(transaction(&long, "")).await;
+    short(
+        refused.expect_err("no request"),
+        Code::Internal,
+        "operation without request",
+    );
+
+    // HTTP: the body's message and details.
+    let url = format!("{}/v1.0/state/orders", sidecar.http_url());
+    let client = Client::new();
+    let short_body = |status: StatusCode, body: String, what: &str| {
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{what}: {}",
+            &body[..body.len().min(300)]
+        );
+        assert!(
+            body.len() < 4096 && body.contains('…'),
+            "{what}: a body of {} bytes",
+            body.len()
+        );
+    };
+    let saved = client
+        .post(&url)
+        .json(&json!([{"key": long, "value": 1}]))
+        .send()
+        .await
+        .unwrap();
+    short_body(saved.status(), saved.text().await.unwrap(), "HTTP save");
+    let operations = |operation: &str, key: &str| json!({"operations": [{"operation": operation, "request": {"key": key, "value": 1}}]});
+    for (operation, key, what) in [
+        ("upsert", long.as_str(), "HTTP transaction key"),
+        (long.as_str(), "k", "HTTP operation type"),
+    ] {
+        let refused = client
+            .post(format!("{url}/transaction"))
+            .json(&operations(operation, key))
+            .send()
+            .await
+            .unwrap();
+        short_body(refused.status(), refused.text().await.unwrap(), what);
+    }
+    // A key in the path: as long as a URI may be.
+    let path_key = format!("{}||", "k".repeat(60 * 1024));
+    let refused = client
+        .get(format!("{url}/{path_key}"))
+        .send()
+        .await
+        .unwrap();
+    short_body(refused.status(), refused.text().await.unwrap(), "HTTP get");
     sidecar.stop().await;
 }

@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 
+use rewire_runtime::echoed;
+
 use super::pubsub::{PubSubOpError, ENTRY_ID_PROBLEM};
 use super::state::StateOpError;
 
@@ -55,7 +57,7 @@ pub struct ResourceDetail {
 /// One `google.rpc.BadRequest` field violation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldViolation {
-    /// The refused field (for a key: the key).
+    /// The refused field (for a key: the key, as [`echoed`]).
     pub field: String,
     /// Why.
     pub description: String,
@@ -130,8 +132,10 @@ impl StateOpError {
                     store,
                     String::new(),
                 );
+                // Cut again, whoever made the error: a status's details
+                // travel in its trailers.
                 detail.field_violation = Some(FieldViolation {
-                    field: key.clone(),
+                    field: echoed(key).into_owned(),
                     description: self.to_string(),
                 });
                 Some(detail)

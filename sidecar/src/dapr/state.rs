@@ -50,7 +50,7 @@ pub enum StateOpError {
     Get {
         /// The store.
         store: String,
-        /// The key.
+        /// The key, as [`echoed`].
         key: String,
         /// Why (scrubbed).
         source: StateError,
@@ -109,7 +109,7 @@ pub enum StateOpError {
     InvalidKey {
         /// The store.
         store: String,
-        /// The key refused.
+        /// The key refused, as [`echoed`] (the error's details repeat it).
         key: String,
         /// The item's index in the request (`None` for a one-key request).
         index: Option<usize>,
@@ -132,7 +132,7 @@ pub enum StateOpError {
     Delete {
         /// The store.
         store: String,
-        /// The key.
+        /// The key, as [`echoed`].
         key: String,
         /// Why (scrubbed).
         source: StateError,
@@ -201,7 +201,7 @@ impl StateOps<'_> {
     /// The value and etag of one key (`None` when absent).
     pub async fn get(&self, request: GetRequest) -> Result<Option<StateEntry>, StateOpError> {
         self.check_single_key(&request.key)?;
-        let key = request.key.clone();
+        let key = echoed(&request.key).into_owned();
         let store = &self.store;
         self.call
             .guarded(
@@ -356,7 +356,7 @@ impl StateOps<'_> {
             None => Ok(()),
             Some(problem) => Err(StateOpError::InvalidKey {
                 store: self.name.to_owned(),
-                key: key.to_owned(),
+                key: echoed(key).into_owned(),
                 index: Some(index),
                 problem,
             }),
@@ -372,7 +372,7 @@ impl StateOps<'_> {
         match key_problem(key) {
             Some(problem) if !key.is_empty() => Err(StateOpError::InvalidKey {
                 store: self.name.to_owned(),
-                key: key.to_owned(),
+                key: echoed(key).into_owned(),
                 index: None,
                 problem,
             }),
@@ -438,7 +438,7 @@ impl StateOps<'_> {
     /// Deletes one key (at its etag, when given).
     pub async fn delete(&self, request: DeleteRequest) -> Result<(), StateOpError> {
         self.check_single_key(&request.key)?;
-        let key = request.key.clone();
+        let key = echoed(&request.key).into_owned();
         let store = &self.store;
         self.call
             .guarded(
@@ -513,24 +513,27 @@ impl StateOps<'_> {
         self.store.as_ref()
     }
 
-    /// `error` with every secret value the runtime knows scrubbed.
+    /// `error` with every secret value the runtime knows scrubbed, and
+    /// the client's key an etag error names as [`echoed`].
     pub(super) fn scrubbed(&self, error: StateError) -> StateError {
         match error {
             StateError::Invalid(m) => StateError::Invalid(self.call.scrub(&m)),
             StateError::Backend(m) => StateError::Backend(self.call.scrub(&m)),
             StateError::Unsupported(m) => StateError::Unsupported(self.call.scrub(&m)),
-            other => other,
+            StateError::EtagMismatch(key) => StateError::EtagMismatch(echoed(&key).into_owned()),
+            StateError::EtagInvalid(key) => StateError::EtagInvalid(echoed(&key).into_owned()),
         }
     }
 }
 
 /// Dapr's key rules: not empty, no `||` (its key separator); what is
-/// wrong with `key`, in Dapr's wording, if anything.
+/// wrong with `key`, in Dapr's wording (the key as [`echoed`]), if
+/// anything.
 fn key_problem(key: &str) -> Option<String> {
     if key.is_empty() {
         Some("\"key\" is a required field".to_string())
     } else if key.contains("||") {
-        Some(format!("input key `{key}` can't contain `||`"))
+        Some(format!("input key `{}` can't contain `||`", echoed(key)))
     } else {
         None
     }

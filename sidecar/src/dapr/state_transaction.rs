@@ -5,7 +5,8 @@
 //! on a store that reports [`StateFeature::Transactional`].
 
 use rewire_runtime::{
-    DeleteRequest, SetRequest, StateError, StateFeature, TransactionOperation, TransactionRequest,
+    echoed, DeleteRequest, SetRequest, StateError, StateFeature, TransactionOperation,
+    TransactionRequest,
 };
 
 use super::retry_rule;
@@ -17,7 +18,8 @@ pub const MAX_TRANSACTION_OPERATIONS: usize = 1_000;
 
 /// One operation as Dapr's APIs carry it: `operation_type` (`upsert` or
 /// `delete`) and a state item; a delete uses the item's key, etag,
-/// concurrency and metadata.
+/// concurrency and metadata. Another type is refused, quoted as
+/// [`echoed`].
 pub fn transaction_operation(
     operation_type: &str,
     item: SetRequest,
@@ -31,7 +33,9 @@ pub fn transaction_operation(
             consistency: item.consistency,
             metadata: item.metadata,
         })),
-        other => Err(StateOpError::UnsupportedOperation(other.to_string())),
+        other => Err(StateOpError::UnsupportedOperation(
+            echoed(other).into_owned(),
+        )),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use tonic::Status;
 
-use rewire_runtime::{StateError, TransactionRequest};
+use rewire_runtime::{echoed, StateError, TransactionRequest};
 
 use super::dapr_state::set_request;
 use super::proto::dapr::proto::runtime::v1 as pb;
@@ -27,7 +27,7 @@ pub(super) async fn execute(
             let item = operation.request.ok_or_else(|| {
                 store.transaction_failed(StateError::Invalid(format!(
                     "an operation of type `{}` has no `request`",
-                    operation.operation_type
+                    echoed(&operation.operation_type)
                 )))
             })?;
             let write = set_request(item).map_err(|e| store.transaction_failed(e))?;
