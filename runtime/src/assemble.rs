@@ -179,14 +179,17 @@ pub(crate) async fn resolve_metadata(
     cx.redactor.remember_secret_fields(&spec.metadata);
     // Lent by the declaration: the first ref's value copies it.
     let mut metadata = Metadata::lent(spec.clone());
+    // A store that does not answer must not hold the reload (and every
+    // later one) forever: the reads together have one init timeout (not
+    // one each: a slow store read by many refs would hold it that many
+    // times over).
+    let deadline = tokio::time::Instant::now() + cx.timeouts.init;
     for reference in spec.injected_refs() {
-        // A store that does not answer must not hold the reload (and every
-        // later one) forever: reading counts against the init timeout.
-        let value = tokio::time::timeout(cx.timeouts.init, read_injected(&reference, cx))
+        let value = tokio::time::timeout_at(deadline, read_injected(&reference, cx))
             .await
             .unwrap_or_else(|_| {
                 Err(format!(
-                    "{}: store `{}` did not answer within {:?}",
+                    "{}: store `{}` did not answer within {:?} (the init timeout, shared by the component's refs)",
                     reference.position(),
                     reference.store_name(),
                     cx.timeouts.init
@@ -619,6 +622,91 @@ mod tests {
         ) -> Result<crate::kinds::ConfigSubscription, crate::kinds::ConfigError> {
             Err(crate::kinds::ConfigError::Backend("not watched".into()))
         }
+    }
+
+    /// A config store whose reads each answer after 250 ms.
+    struct Slow;
+
+    #[async_trait::async_trait]
+    impl crate::component::Component for Slow {}
+
+    #[async_trait::async_trait]
+    impl crate::kinds::ConfigStore for Slow {
+        async fn get(
+            &self,
+            query: &ConfigQuery,
+        ) -> Result<Vec<ConfigItem>, crate::kinds::ConfigError> {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let items = query.keys.iter().map(|key| ConfigItem {
+                key: key.clone(),
+                value: "v".into(),
+                ..ConfigItem::default()
+            });
+            Ok(items.collect())
+        }
+
+        async fn subscribe(
+            &self,
+            _: ConfigQuery,
+        ) -> Result<crate::kinds::ConfigSubscription, crate::kinds::ConfigError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refs_to_a_slow_store_share_one_init_timeout() {
+        // Each read answers within the init timeout; the three do not.
+        let store: Arc<dyn crate::kinds::ConfigStore> = Arc::new(Slow);
+        let instances = std::collections::BTreeMap::from([(
+            ComponentKey::new(crate::component::Kind::ConfigStore, "slow"),
+            Instance::ConfigStore(store),
+        )]);
+        let init = Duration::from_millis(300);
+        let cx = AssemblyContext {
+            app_id: "app".into(),
+            live: crate::handle::Live::new(),
+            staged: Arc::new(Generation::new(1, instances)),
+            timeouts: StartTimeouts {
+                init,
+                ..StartTimeouts::default()
+            },
+            redactor: Redactor::default(),
+            config_dir: None,
+            handover: Handover::new(),
+            stop: CancellationToken::new(),
+            abandoned_closes: Arc::default(),
+        };
+        let reference = |key: &str| ConfigurationRef {
+            store: "slow".into(),
+            key: key.into(),
+            group: None,
+            label: None,
+            inject_as: key.into(),
+            watch: false,
+        };
+        let spec = Arc::new(ComponentSpec {
+            key: ComponentKey::new("state", "s"),
+            type_name: "memory".into(),
+            metadata: serde_json::Map::new(),
+            component_refs: Vec::new(),
+            secret_refs: Vec::new(),
+            configuration_refs: vec![reference("a"), reference("b"), reference("c")],
+            scopes: None,
+        });
+        let asked = tokio::time::Instant::now();
+        let failure = resolve_metadata(&spec, &cx)
+            .await
+            .expect_err("reads past the init timeout fail the resolve");
+        let took = asked.elapsed();
+        assert_eq!(failure.step, FailedStep::Resolve, "{failure}");
+        assert!(
+            failure.message.contains("did not answer within 300ms"),
+            "{failure}"
+        );
+        assert!(
+            took >= init && took < 2 * init,
+            "three refs took {took:?} for an init timeout of {init:?}"
+        );
     }
 
     #[tokio::test]
