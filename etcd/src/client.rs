@@ -2,7 +2,7 @@
 //! rewire makes.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::error::Error;
 use crate::pb::{
     auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
-    watch_client::WatchClient, AuthEnableRequest, AuthRoleAddRequest,
+    watch_client::WatchClient, AuthDisableRequest, AuthEnableRequest, AuthRoleAddRequest,
     AuthRoleGrantPermissionRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
     AuthenticateRequest, CompactionRequest, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest,
@@ -139,6 +139,12 @@ pub(crate) struct TokenInterceptor {
     /// cannot log in again by itself (a watch canceled in its stream): the
     /// next call logs in first.
     stale: Arc<AtomicBool>,
+    /// Counts the logins that succeeded: a call refused for its token logs
+    /// in again only if no login succeeded since it read this.
+    generation: Arc<AtomicU64>,
+    /// Held while logging in, so that the calls refused together log in
+    /// once (each login is a bcrypt check and a raft proposal in etcd).
+    login_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for TokenInterceptor {
@@ -157,9 +163,41 @@ impl TokenInterceptor {
         self.stale.store(true, Ordering::Release);
     }
 
-    /// Whether a fresh login was asked for; clears the request.
-    fn take_stale(&self) -> bool {
-        self.stale.swap(false, Ordering::AcqRel)
+    /// Whether a fresh login was asked for.
+    fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Acquire)
+    }
+
+    /// How many logins succeeded so far.
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// Clears the request for a fresh login while one is made, and asks again
+/// when dropped before [`disarm`](Self::disarm): a login that failed, or
+/// whose caller gave up on it (a readiness probe's bound), leaves it asked.
+struct StaleUntilLoggedIn<'a> {
+    token: &'a TokenInterceptor,
+    was_stale: bool,
+}
+
+impl<'a> StaleUntilLoggedIn<'a> {
+    fn take(token: &'a TokenInterceptor) -> Self {
+        let was_stale = token.stale.swap(false, Ordering::AcqRel);
+        Self { token, was_stale }
+    }
+
+    fn disarm(mut self) {
+        self.was_stale = false;
+    }
+}
+
+impl Drop for StaleUntilLoggedIn<'_> {
+    fn drop(&mut self) {
+        if self.was_stale {
+            self.token.mark_stale();
+        }
     }
 }
 
@@ -388,6 +426,28 @@ impl Client {
             ))
         })?;
         *self.token.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token);
+        self.token.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Logs in on member `index` unless another call did since this one
+    /// read generation `seen` (and no fresh login was asked for since):
+    /// the calls refused together — hundreds after a restart or a change
+    /// of users — make one login, not one each. One login at a time; the
+    /// wait for a turn is bounded by the call's time limit.
+    async fn login_once(&self, index: usize, seen: u64) -> Result<(), Error> {
+        if self.user.is_none() {
+            return Ok(());
+        }
+        let _turn = tokio::time::timeout(self.timeout, self.token.login_turn.lock())
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))?;
+        if self.token.generation() != seen && !self.token.is_stale() {
+            return Ok(());
+        }
+        let stale = StaleUntilLoggedIn::take(&self.token);
+        self.login(index).await?;
+        stale.disarm();
         Ok(())
     }
 
@@ -465,15 +525,14 @@ impl Client {
     {
         let call = &call;
         self.failover(move |index, service| async move {
-            if self.user.is_some() && self.token.take_stale() {
-                if let Err(err) = self.login(index).await {
-                    self.token.mark_stale();
-                    return Err(err);
-                }
+            let seen = self.token.generation();
+            if self.user.is_some() && self.token.is_stale() {
+                self.login_once(index, seen).await?;
             }
+            let seen = self.token.generation();
             match self.bounded(call(index, service.clone())).await {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
-                    self.login(index).await?;
+                    self.login_once(index, seen).await?;
                     self.bounded(call(index, service)).await
                 }
                 other => other,
@@ -659,6 +718,16 @@ impl Client {
         .map(drop)
     }
 
+    /// Turns authentication off (etcd forgets the simple tokens it issued).
+    pub async fn auth_disable(&self) -> Result<(), Error> {
+        self.call(|s| {
+            let mut auth = self.auth(s);
+            async move { auth.auth_disable(AuthDisableRequest {}).await }
+        })
+        .await
+        .map(drop)
+    }
+
     /// Turns authentication on.
     pub async fn auth_enable(&self) -> Result<(), Error> {
         self.call(|s| {
@@ -726,7 +795,9 @@ fn operation_of<R>() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_end, prefix_range, Client, ConnectOptions};
+    use super::{
+        prefix_end, prefix_range, Client, ConnectOptions, StaleUntilLoggedIn, TokenInterceptor,
+    };
 
     #[tokio::test]
     async fn a_call_is_given_the_member_it_runs_on_though_another_call_moves_on_meanwhile() {
@@ -757,6 +828,19 @@ mod tests {
         // never member 1 that the other call moved to.
         client.members().skip(ran_on.0);
         assert_eq!(client.members().current().0, 1);
+    }
+
+    #[test]
+    fn a_fresh_login_stays_asked_for_until_one_succeeds() {
+        let token = TokenInterceptor::default();
+        token.mark_stale();
+        // The login failed, or its caller gave up on it (dropped).
+        drop(StaleUntilLoggedIn::take(&token));
+        assert!(token.is_stale());
+        let login = StaleUntilLoggedIn::take(&token);
+        assert!(!token.is_stale(), "cleared while logging in");
+        login.disarm();
+        assert!(!token.is_stale());
     }
 
     #[test]

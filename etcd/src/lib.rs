@@ -11,7 +11,8 @@
 //!   call made there — each member at most once per call. Watches require
 //!   a leader, so a member cut off from the cluster ends them.
 //! * An expired auth token (etcd's simple tokens expire after 5 idle
-//!   minutes) is renewed by logging in again, and the call retried once.
+//!   minutes) is renewed by logging in again, and the call retried once;
+//!   the calls refused together log in once, not once each.
 //! * Answers up to [`DEFAULT_MAX_RESPONSE_SIZE`] (etcd's own bound, not
 //!   gRPC's 4 MiB) are accepted: a prefix or a watch catch-up holding
 //!   large values stays readable.

@@ -106,6 +106,7 @@ async fn the_watch_logs_in_again_after_etcd_restarts() {
     assert_eq!(values_of(&items, "k"), vec!["2"]);
 
     server.restart_gracefully().await;
+    eprintln!("DEBUG after restart {}", logins(&server).await);
     server.put("/relogin/k", "3").await;
     let items = items_until(&mut sub, "k=3 after the restart", PATIENCE, |items| {
         values_of(items, "k").contains(&"3".to_string())
@@ -116,4 +117,67 @@ async fn the_watch_logs_in_again_after_etcd_restarts() {
     let items = store.get(&ConfigQuery::keys(["k"])).await.expect("get");
     assert_eq!(values_of(&items, "k"), vec!["3"]);
     store.close().await.expect("close");
+}
+
+/// The `Authenticate` requests etcd has answered, whatever the outcome.
+async fn logins(server: &EtcdServer) -> u64 {
+    let text = etcd_server::metrics(server).await;
+    text.lines()
+        .filter(|line| {
+            line.starts_with("grpc_server_handled_total{")
+                && line.contains("grpc_method=\"Authenticate\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Runs 64 reads on clones of `client` at once; all must succeed.
+async fn read_concurrently(client: &rewire_etcd::Client) {
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let client = client.clone();
+        reads.spawn(async move { client.get("/herd/k").await.map(drop) });
+    }
+    while let Some(read) = reads.join_next().await {
+        read.expect("read task").expect("read");
+    }
+}
+
+/// Once authentication is turned off and on again etcd no longer knows the
+/// tokens it issued (as after a restart): the calls refused together for
+/// theirs ("invalid auth token") log in once, not once each (a bcrypt check
+/// and a raft proposal per login: a herd of them could slow the member past
+/// the time limit, and the calls fail over).
+#[tokio::test]
+async fn calls_refused_together_for_their_token_log_in_once() {
+    let server = server_with_auth().await;
+    let options = rewire_etcd::ConnectOptions {
+        user: Some(("root".into(), ROOT_PASSWORD.into())),
+        ..rewire_etcd::ConnectOptions::default()
+    };
+    let client = rewire_etcd::Client::connect(&[server.url()], options)
+        .await
+        .expect("connect");
+    read_concurrently(&client).await;
+    server
+        .client()
+        .await
+        .auth_disable()
+        .await
+        .expect("auth disable");
+    // Without a token: etcd refuses one while authentication is off.
+    let anonymous = rewire_etcd::ConnectOptions::default();
+    rewire_etcd::Client::connect(&[server.url()], anonymous)
+        .await
+        .expect("connect")
+        .auth_enable()
+        .await
+        .expect("auth enable");
+    let before = logins(&server).await;
+    read_concurrently(&client).await;
+    let made = logins(&server).await - before;
+    assert!(
+        (1..=2).contains(&made),
+        "64 calls refused together made {made} logins"
+    );
 }

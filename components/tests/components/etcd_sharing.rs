@@ -60,7 +60,7 @@ async fn receives(sub: &mut ConfigSubscription, value: &str) {
 
 /// etcd's metric `name` (a count).
 async fn etcd_metric(server: &EtcdServer, name: &str) -> u64 {
-    let text = http_get(&server.endpoint(), "/metrics").await;
+    let text = etcd_server::metrics(server).await;
     let prefix = format!("{name} ");
     text.lines()
         .find_map(|line| line.strip_prefix(&prefix))
@@ -79,19 +79,6 @@ async fn etcd_watchers(server: &EtcdServer, expected: u64) -> u64 {
         }
         sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The body (and head) of `GET path` on `host:port`, over plain HTTP/1.0.
-async fn http_get(endpoint: &str, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(endpoint)
-        .await
-        .unwrap_or_else(|e| panic!("connect {endpoint}: {e}"));
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.expect("read");
-    text
 }
 
 fn item(key: &str, value: &str) -> ConfigItem {

@@ -74,3 +74,17 @@ pub fn values_of(items: &[ConfigItem], key: &str) -> Vec<String> {
         .map(|i| i.value.clone())
         .collect()
 }
+
+/// etcd's `/metrics` page (with the HTTP head), over plain HTTP/1.0.
+pub async fn metrics(server: &EtcdServer) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let endpoint = server.endpoint();
+    let mut stream = tokio::net::TcpStream::connect(&endpoint)
+        .await
+        .unwrap_or_else(|e| panic!("connect {endpoint}: {e}"));
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("read");
+    text
+}
