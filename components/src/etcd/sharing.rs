@@ -1,6 +1,6 @@
 //! One connection and one prefix watch per process for each distinct set
-//! of settings: the process-wide registry of [`Shared`] entries, keyed by
-//! [`SharingKey`], and a store's [`Membership`] of one.
+//! of settings and async runtime: the process-wide registry of [`Shared`]
+//! entries, keyed by [`SharingKey`], and a store's [`Membership`] of one.
 //!
 //! A store joins the entry for its settings at init — connecting it, when
 //! it is the first — and leaves it in `close`, when it is dropped, or when
@@ -31,13 +31,24 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What makes two stores' connections differ: all their settings —
 /// endpoints, `keyPrefix`, credentials, TLS material, `dialTimeout`,
-/// `watchRetryMs`. Compared in full; hashed and shown without the password
-/// or the TLS material.
+/// `watchRetryMs` — and the tokio runtime the store runs on: an entry's
+/// tasks run on the runtime of the store that connected it and end with
+/// it, so a store on another runtime (an embedding application may run
+/// several, and drop one) must not depend on them. Compared in full;
+/// hashed and shown without the password or the TLS material.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SharingKey(EtcdSettings);
+pub(crate) struct SharingKey(EtcdSettings, tokio::runtime::Id);
+
+impl SharingKey {
+    /// The key for `settings` on the runtime the caller runs on.
+    fn here(settings: &EtcdSettings) -> Self {
+        Self(settings.clone(), tokio::runtime::Handle::current().id())
+    }
+}
 
 impl Hash for SharingKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
+        self.1.hash(state);
         self.0.endpoints.hash(state);
         self.0.key_prefix.hash(state);
         self.0
@@ -58,6 +69,7 @@ impl std::fmt::Debug for SharingKey {
                 &self.0.credentials.as_ref().map(|c| c.username.as_str()),
             )
             .field("tls", &self.0.tls.is_some())
+            .field("runtime", &self.1)
             .finish_non_exhaustive()
     }
 }
@@ -126,7 +138,7 @@ pub(crate) async fn join(
     hub: &Arc<Subscribers>,
     shutdown: &CancellationToken,
 ) -> Result<(Membership, bool), rewire_etcd::Error> {
-    let key = SharingKey(settings.clone());
+    let key = SharingKey::here(settings);
     loop {
         let shared = entry_for(&key);
         let (connection, made) = shared.connect(settings, component).await?;
@@ -181,19 +193,19 @@ fn entry_for(key: &SharingKey) -> Arc<Shared> {
     shared
 }
 
-/// Files entry `id`, found under `previous`, under `next` instead (its
-/// connection now uses `next`'s TLS material): a store starting with the
-/// new material joins it. A no-op if the entry is gone, or if another
-/// open entry already has `next`.
+/// Files entry `id`, found under `previous` (on its runtime), under `next`
+/// instead (its connection now uses `next`'s TLS material): a store
+/// starting with the new material joins it. A no-op if the entry is gone,
+/// or if another open entry already has `next`.
 pub(crate) fn rekey(previous: &EtcdSettings, next: &EtcdSettings, id: u64) {
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    let (previous, next) = (SharingKey(previous.clone()), SharingKey(next.clone()));
-    let Some(entry) = registry.get(&previous).cloned() else {
+    let found = registry.iter().find(|(key, entry)| {
+        key.0 == *previous && entry.upgrade().is_some_and(|shared| shared.id == id)
+    });
+    let Some((previous, entry)) = found.map(|(key, entry)| (key.clone(), entry.clone())) else {
         return;
     };
-    if entry.upgrade().is_none_or(|shared| shared.id != id) {
-        return;
-    }
+    let next = SharingKey(next.clone(), previous.1);
     if registry
         .get(&next)
         .and_then(Weak::upgrade)
@@ -205,12 +217,15 @@ pub(crate) fn rekey(previous: &EtcdSettings, next: &EtcdSettings, id: u64) {
     registry.insert(next, entry);
 }
 
-/// How many stores share the open entry for `settings` (0: there is
-/// none). For tests.
+/// How many stores share the open entry for `settings` on the caller's
+/// runtime (0: there is none). For tests.
 pub(crate) fn stores_sharing(settings: &EtcdSettings) -> usize {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return 0;
+    };
     let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     registry
-        .get(&SharingKey(settings.clone()))
+        .get(&SharingKey(settings.clone(), runtime.id()))
         .and_then(Weak::upgrade)
         .filter(|s| s.is_open())
         .map_or(0, |s| s.fanout.len())
@@ -223,6 +238,15 @@ mod tests {
     use crate::etcd::EtcdMetadata;
     use std::collections::hash_map::DefaultHasher;
 
+    /// The runtime the keys of these tests are made on.
+    static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(runtime);
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn key(edit: impl FnOnce(&mut EtcdSettings)) -> SharingKey {
         let mut settings = EtcdMetadata::new("127.0.0.1:2379")
             .settings()
@@ -232,7 +256,7 @@ mod tests {
             password: "pw-one".into(),
         });
         edit(&mut settings);
-        SharingKey(settings)
+        RUNTIME.block_on(async { SharingKey::here(&settings) })
     }
 
     fn hash(key: &SharingKey) -> u64 {
@@ -256,6 +280,11 @@ mod tests {
         assert_ne!(base, key(|s| s.endpoints.push("h:2379".into())));
         assert_ne!(base, key(|s| s.dial = std::time::Duration::from_secs(1)));
         assert_ne!(base, key(|s| s.credentials = None));
+        let other_runtime = runtime();
+        assert_ne!(
+            base,
+            SharingKey(base.0.clone(), other_runtime.handle().id())
+        );
         let shown = format!("{password:?}");
         assert!(shown.contains("app") && !shown.contains("pw-"), "{shown}");
     }

@@ -252,3 +252,40 @@ async fn futures_join_all<F: std::future::Future>(
     outputs.extend(done.into_iter().flatten());
     outputs
 }
+
+/// A multi-threaded tokio runtime of its own.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// An application running two tokio runtimes that drops the first: a store
+/// started on the second does not depend on tasks of the first (the
+/// connection and watch are shared per runtime), so it still gets changes.
+#[test]
+fn a_store_on_another_runtime_outlives_the_first_runtime() {
+    let second = runtime();
+    let first = runtime();
+    let server = second.block_on(EtcdServer::start());
+    let settings = metadata(&server, "/runtimes/");
+    let shutdown = CancellationToken::new();
+    let a = first.block_on(start(&settings, "a", &shutdown));
+    let (b, mut sub_b) = second.block_on(async {
+        let b = start(&settings, "b", &shutdown).await;
+        let sub = subscribe(&b).await;
+        (b, sub)
+    });
+    assert_ne!(a.shared_watch_id(), b.shared_watch_id());
+    drop(first);
+    second.block_on(async {
+        server.put("/runtimes/k", "1").await;
+        receives(&mut sub_b, "1").await;
+        let read = b.get(&ConfigQuery::keys(["k"])).await.expect("get");
+        assert_eq!(values_of(&read, "k"), vec!["1"]);
+        b.close().await.expect("close b");
+    });
+    drop(a);
+}
