@@ -163,20 +163,31 @@ async fn connect(addr: &str, tls: &super::client_tls::ClientTlsArgs) -> Result<C
     // so a peer that stops answering them (a stopped process, a port that
     // is not a sidecar) is given up on within seconds; the call's own bound
     // is a backstop far above any push timeout.
-    endpoint
+    let endpoint = endpoint
         .connect_timeout(super::remote::CONNECT_TIMEOUT)
         .http2_keep_alive_interval(super::remote::PING_EVERY)
         .keep_alive_timeout(super::remote::PING_ANSWERED_WITHIN)
         .keep_alive_while_idle(true)
-        .timeout(super::remote::APPLY_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|err| {
-            format!(
-                "cannot reach the sidecar at {url}: {}",
-                super::remote::error_chain(&err)
-            )
-        })
+        .timeout(super::remote::APPLY_TIMEOUT);
+    // `connect_timeout` bounds the TCP connect alone, the TLS config the
+    // handshake alone: this bounds the whole of it (name lookup included),
+    // so the connection is given up on within `CONNECT_TIMEOUT`.
+    match tokio::time::timeout(super::remote::CONNECT_TIMEOUT, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(err)) => Err(format!(
+            "cannot reach the sidecar at {url}: {}",
+            super::remote::error_chain(&err)
+        )),
+        Err(_) => Err(format!(
+            "cannot reach the sidecar at {url}: connection timed out: no {} within {}s",
+            if tls.scheme() == "https" {
+                "TCP connection and TLS handshake"
+            } else {
+                "TCP connection"
+            },
+            super::remote::CONNECT_TIMEOUT.as_secs()
+        )),
+    }
 }
 
 /// `request` with the admin token (else the app token) from the

@@ -66,7 +66,11 @@ impl ClientTlsArgs {
                 .read("file")
                 .map_err(|e| e.to_string().replace("metadata field `file`", flag))
         };
-        let mut config = ClientTlsConfig::new();
+        // tonic bounds the TLS handshake only when told to: a peer that
+        // accepts TCP and then says nothing (a stopped sidecar, a dead
+        // port-forward) would hold the handshake, and `apply`, for ever.
+        // Set here, it also bounds the handshake of a reconnection.
+        let mut config = ClientTlsConfig::new().timeout(super::remote::CONNECT_TIMEOUT);
         config = match &self.tls_ca {
             Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca, "--tls-ca")?)),
             // The system's roots (tonic's `tls-native-roots`).

@@ -232,6 +232,44 @@ fn apply_without_tls_ca_trusts_the_system_roots_and_refuses_a_device() {
     );
 }
 
+/// A port that accepts TCP and then says nothing (a stopped sidecar, a
+/// dead port-forward), called over TLS: the TLS handshake is bounded too,
+/// so `apply` gives up within seconds saying the connection timed out,
+/// instead of waiting for ever for the server's hello.
+#[test]
+fn apply_over_tls_gives_up_on_a_peer_that_never_answers_the_handshake() {
+    let ca = TestCa::new("silent-ca");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = silent.local_addr().expect("its address").to_string();
+    let held = std::thread::spawn(move || {
+        // Accepted and held open, never read or written.
+        let connections: Vec<_> = silent.incoming().take(1).collect();
+        std::thread::sleep(Duration::from_secs(40));
+        drop(connections);
+    });
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+    command
+        .args(["apply", "--kind", "state", "--name", "x", "-m", "a=1"])
+        .args(["--addr", &addr, "--tls-ca", path(&ca.ca_path)])
+        .env_remove("DAPR_API_TOKEN")
+        .env_remove("REWIRE_API_TOKEN")
+        .env_remove("REWIRE_ADMIN_TOKEN");
+    let started = std::time::Instant::now();
+    let apply = testkit::output_within(&mut command, Duration::from_secs(30))
+        .unwrap_or_else(|err| panic!("apply still waiting on a silent TLS peer: {err}"));
+    let took = started.elapsed();
+    let stderr = text(&apply.stderr);
+    assert_eq!(apply.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the sidecar") && stderr.contains("timed out"),
+        "{stderr}"
+    );
+    // The connect bound (5 s), with room for a slow machine; within the
+    // "about 12 s" the plain-text case takes.
+    assert!(took < Duration::from_secs(12), "gave up after {took:?}");
+    drop(held);
+}
+
 /// `host:port` of `addr` (`127.0.0.1:port`) with `localhost` as its host.
 fn by_name(addr: &str) -> String {
     let port = addr.rsplit_once(':').expect("host:port").1;
