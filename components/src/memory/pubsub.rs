@@ -299,6 +299,12 @@ async fn deliver_queue(
             biased;
             () = feed.stopped() => return,
             () = feed.draining(), if !draining => {
+                // A stopped (dropped) subscription is drained too, and
+                // stopped first: looked at again now, it is never taken
+                // for a drain, which closes the whole broker's publishes.
+                if feed.is_stopped() {
+                    return;
+                }
                 draining = true;
                 let gate = gate.clone();
                 closing = Some(Box::pin(async move { gate.close().await }));
@@ -693,6 +699,32 @@ mod tests {
             waited >= PUBLISH_WAIT && waited < PUBLISH_WAIT + Duration::from_secs(1),
             "waited {waited:?}"
         );
+    }
+
+    /// A subscription dropped (a streamed subscriber gone) while its
+    /// queue's task waits, woken on another worker, is never taken for a
+    /// drain: the publishes of the whole broker stay open (closed, each
+    /// was refused as retired until a reload rebuilt the broker).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_subscription_never_retires_the_broker() {
+        let broker = MemoryPubSub::new();
+        for i in 0..500 {
+            let subscription = broker
+                .subscribe(SubscribeRequest {
+                    topic: "t".into(),
+                    ..SubscribeRequest::default()
+                })
+                .await
+                .expect("subscribed");
+            // Its task waiting for the drain, or for a message.
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            drop(subscription);
+            assert_eq!(
+                broker.publish(publish("t", "x")).await,
+                Ok(()),
+                "publish after {i} dropped subscriptions"
+            );
+        }
     }
 
     #[tokio::test]

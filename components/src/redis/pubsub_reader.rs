@@ -302,6 +302,13 @@ impl Reader {
                 return;
             }
             if self.feed.is_draining() && drain.is_none() {
+                // Looked at again once the drain is seen: a subscription
+                // stopped (dropped) is drained too, and stopped first, and
+                // the gate is the whole broker's (closed, every later
+                // publish to it is refused as retired).
+                if self.feed.is_stopped() {
+                    return;
+                }
                 self.gate.close().await;
                 let now = Instant::now();
                 drain = Some(Drain {

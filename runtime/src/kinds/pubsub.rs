@@ -134,10 +134,13 @@ impl PubSubSubscription {
     }
 
     /// Asks the broker to stop reading at once; deliveries already handed
-    /// out can still be settled.
+    /// out can still be settled. Stopped before it is drained: a broker
+    /// woken by the drain (on another worker) then already sees it
+    /// stopped, and never takes it for a drain, which closes the whole
+    /// broker's publishes (they would be refused as retired).
     pub fn stop(&self) {
-        self.drain.cancel();
         self.stop.cancel();
+        self.drain.cancel();
     }
 }
 
@@ -267,5 +270,44 @@ mod tests {
         assert!(!feed.is_stopped());
         drop(subscription);
         assert!(feed.is_stopped() && feed.is_draining());
+    }
+
+    /// Records, when woken, whether the feed was stopped by then.
+    struct SeesStopped {
+        feed: SubscriptionFeed,
+        stopped_when_woken: std::sync::Mutex<Option<bool>>,
+    }
+
+    impl std::task::Wake for SeesStopped {
+        fn wake(self: std::sync::Arc<Self>) {
+            let stopped = self.feed.is_stopped();
+            let mut seen = self
+                .stopped_when_woken
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *seen = Some(stopped);
+        }
+    }
+
+    /// A broker woken by the drain of a subscription being stopped sees
+    /// it stopped already: woken on another worker between the two, it
+    /// took the stop for a drain and closed its publishes for good.
+    #[test]
+    fn a_broker_woken_by_a_stop_sees_it_stopped() {
+        let (subscription, feed) = PubSubSubscription::channel(1);
+        let waker = std::sync::Arc::new(SeesStopped {
+            feed: feed.clone(),
+            stopped_when_woken: std::sync::Mutex::new(None),
+        });
+        let mut draining = std::pin::pin!(feed.draining());
+        let wakes = std::task::Waker::from(waker.clone());
+        let mut cx = std::task::Context::from_waker(&wakes);
+        assert!(std::future::Future::poll(draining.as_mut(), &mut cx).is_pending());
+        subscription.stop();
+        let seen = *waker
+            .stopped_when_woken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        assert_eq!(seen, Some(true), "stopped when the drain woke the broker");
     }
 }
