@@ -297,6 +297,9 @@ pub(crate) async fn assemble_resolved(
     inject(spec, component.as_mut(), cx)?;
     let shutdown = CancellationToken::new();
     let mut unwound = CloseIfUnwound::new(&shutdown, cx.timeouts.init);
+    // Held by the guard while it initialises: an `init` cut short by a
+    // drop or a panic leaves it to be closed.
+    let initialising = unwound.unstarted.insert(component);
     let init_cx = InitContext {
         key: key.clone(),
         app_id: cx.app_id.clone(),
@@ -307,26 +310,28 @@ pub(crate) async fn assemble_resolved(
         handover: cx.handover.clone(),
     };
     let init = with_staged(cx.staged.clone(), async {
-        let init = tokio::time::timeout(cx.timeouts.init, component.init(&init_cx));
+        let init = tokio::time::timeout(cx.timeouts.init, initialising.init(&init_cx));
         unless_stopped(init, &cx.stop).await
     })
     .await;
+    unwound.disarm();
+    let Some(component) = unwound.unstarted.take() else {
+        // Not reached: the guard holds it until here.
+        return Err(cx.fail(key, FailedStep::Init, "the component was lost in its init"));
+    };
     match init {
         Some(Ok(Ok(()))) => {}
         None => {
-            unwound.disarm();
             // The start-up's unwinding is bounded: a close as any other.
             let within = cx.timeouts.init.min(crate::closing::CLOSE_TIMEOUT);
             cx.count(close_unstarted(key, component, &shutdown, cx, within).await);
             return Err(cancelled(spec, cx));
         }
         Some(Ok(Err(err))) => {
-            unwound.disarm();
             cx.count(close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await);
             return Err(cx.fail(key, FailedStep::Init, err));
         }
         Some(Err(_)) => {
-            unwound.disarm();
             cx.count(close_unstarted(key, component, &shutdown, cx, cx.timeouts.init).await);
             return Err(cx.fail(
                 key,
@@ -338,7 +343,6 @@ pub(crate) async fn assemble_resolved(
     // Lent to init, kept with the instance.
     let resolved = init_cx.metadata;
     let instance = component.into_instance();
-    unwound.disarm();
     drop(unwound);
     let mut unwound = CloseIfUnwound::new(&shutdown, cx.timeouts.init);
     unwound.instance = Some(&instance);
@@ -349,8 +353,10 @@ pub(crate) async fn assemble_resolved(
     drop(unwound);
     if let Err((step, reason)) = ready {
         // On a task of its own, bounded, a panic caught: a close that
-        // hangs cannot hold the reload, one that panics keeps this reason.
-        cx.count(crate::closing::close_one(key, &instance, &shutdown).await);
+        // hangs cannot hold the reload, one that panics keeps this reason;
+        // the assembly dropped meanwhile, it runs on to its bound.
+        let closed = crate::closing::close_one_running_on_if_dropped(key, &instance, &shutdown);
+        cx.count(closed.await);
         return Err(cx.fail(key, step, reason));
     }
     Ok(Assembled {
@@ -388,12 +394,16 @@ fn cancelled(spec: &ComponentSpec, cx: &AssemblyContext) -> ComponentFailure {
 
 /// Releases a component whose assembly ends without returning: a panic in
 /// its `init` or `readiness` (the task unwinds), or the assembly dropped
-/// (a reload past its deadline). Its shutdown token is cancelled, and once
-/// it is an instance, `close` runs on a task of its own (bounded): nothing
-/// else would, and its tasks and connections would stay open.
-/// (It borrows what it guards: nothing is cloned unless it fires.)
+/// (a reload past its deadline, a start abandoned by its caller). Its
+/// shutdown token is cancelled, and `close` runs on a task of its own
+/// (bounded): nothing else would, and its tasks, connections, locks and
+/// leases would stay open; not after a panic in `init`, though. (It
+/// borrows the instance it guards: nothing is cloned unless it fires; the
+/// component in its `init` it holds.)
 struct CloseIfUnwound<'a> {
     shutdown: &'a CancellationToken,
+    /// The component while its `init` runs.
+    unstarted: Option<Box<dyn Buildable>>,
     instance: Option<&'a Instance>,
     close_within: Duration,
     armed: bool,
@@ -403,6 +413,7 @@ impl<'a> CloseIfUnwound<'a> {
     fn new(shutdown: &'a CancellationToken, close_within: Duration) -> Self {
         Self {
             shutdown,
+            unstarted: None,
             instance: None,
             close_within,
             armed: true,
@@ -421,16 +432,23 @@ impl Drop for CloseIfUnwound<'_> {
             return;
         }
         self.shutdown.cancel();
-        let (Some(instance), Ok(runtime)) =
-            (self.instance.take(), tokio::runtime::Handle::try_current())
-        else {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let instance = instance.clone();
         let within = self.close_within;
-        runtime.spawn(async move {
-            let _ = tokio::time::timeout(within, instance.component().close()).await;
-        });
+        // A panicked `init` leaves its component in a state unknown:
+        // dropped without `close`, as the start-up's failure says.
+        let unstarted = self.unstarted.take();
+        if let Some(component) = unstarted.filter(|_| !std::thread::panicking()) {
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(within, component.close()).await;
+            });
+        } else if let Some(instance) = self.instance.take() {
+            let instance = instance.clone();
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(within, instance.component().close()).await;
+            });
+        }
     }
 }
 
@@ -456,7 +474,9 @@ fn secret_safe(spec: &ComponentSpec, err: MetadataError) -> String {
 /// have taken: its shutdown token is cancelled and `close` is called on a
 /// task of its own (bounded by `within`, and by [`CLOSE_TIMEOUT`] from a
 /// stop of the start-up, so its unwinding stays bounded): a close that
-/// panics is logged, and the init's failure stays the component's.
+/// panics is logged, and the init's failure stays the component's. The
+/// assembly dropped meanwhile (a start abandoned by its caller), the close
+/// runs on in the background until `within`.
 ///
 /// [`CLOSE_TIMEOUT`]: crate::closing::CLOSE_TIMEOUT
 async fn close_unstarted(
@@ -467,17 +487,21 @@ async fn close_unstarted(
     within: Duration,
 ) -> Closed {
     shutdown.cancel();
-    // Given up when hurried: dropped, the close is aborted.
-    let close = Guarded::spawn(async move { component.close().await })
-        .answer_by(tokio::time::Instant::now() + within);
+    let deadline = tokio::time::Instant::now() + within;
+    let close = Guarded::spawn(async move { component.close().await }).runs_on_if_dropped(deadline);
+    // Given up when hurried: aborted, not left to run on.
+    let give_up = close.aborter();
     let hurried = async {
         cx.stop.cancelled().await;
         tokio::time::sleep(crate::closing::CLOSE_TIMEOUT).await;
     };
     let answer = tokio::select! {
         biased;
-        answer = close => answer,
-        () = hurried => Answer::TimedOut,
+        answer = close.answer_by(deadline) => answer,
+        () = hurried => {
+            give_up.abort();
+            Answer::TimedOut
+        }
     };
     match answer {
         Answer::Answered(Ok(())) => Closed::Ended,

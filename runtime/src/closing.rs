@@ -58,6 +58,21 @@ pub(crate) async fn close_within(
         .await
 }
 
+/// [`close_one`] awaited by a task that may itself be dropped meanwhile
+/// (an assembly, when its start is abandoned by its caller): the close
+/// then runs on in the background until [`CLOSE_TIMEOUT`], not aborted.
+pub(crate) async fn close_one_running_on_if_dropped(
+    key: &ComponentKey,
+    instance: &Instance,
+    shutdown: &CancellationToken,
+) -> Closed {
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    Closing::start(instance, shutdown)
+        .runs_on_if_dropped(deadline)
+        .ended_by(key, deadline)
+        .await
+}
+
 /// A close in progress (see [`close_one`]): many are started at once and
 /// awaited one after another by a shared deadline, a task each.
 pub(crate) struct Closing {
@@ -74,6 +89,15 @@ impl Closing {
         Self {
             close: Guarded::spawn(async move { component.close().await }),
             started: Instant::now(),
+        }
+    }
+
+    /// Dropped before it ended, the close runs on until `until` (see
+    /// [`Guarded::runs_on_if_dropped`]).
+    pub(crate) fn runs_on_if_dropped(self, until: Instant) -> Self {
+        Self {
+            close: self.close.runs_on_if_dropped(until),
+            started: self.started,
         }
     }
 
@@ -132,6 +156,35 @@ mod tests {
                 self.secret
             )))
         }
+    }
+
+    /// A component whose `close` ends after 200 ms, noting it did.
+    #[derive(Debug, Default)]
+    struct SlowToClose(std::sync::atomic::AtomicBool);
+
+    #[async_trait]
+    impl Component for SlowToClose {
+        async fn close(&self) -> Result<(), ComponentError> {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_close_whose_waiter_is_dropped_runs_on_when_told_to() {
+        let component = Arc::new(SlowToClose::default());
+        let instance = Instance::Custom(component.clone());
+        let key = ComponentKey::new("custom", "slow");
+        let shutdown = CancellationToken::new();
+        let closing = close_one_running_on_if_dropped(&key, &instance, &shutdown);
+        let waited = tokio::time::timeout(Duration::from_millis(50), closing).await;
+        assert!(waited.is_err(), "closed before its waiter gave up");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            component.0.load(std::sync::atomic::Ordering::SeqCst),
+            "aborted"
+        );
     }
 
     #[tokio::test]

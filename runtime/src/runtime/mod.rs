@@ -206,9 +206,12 @@ impl Runtime {
     /// overlay replaced included.
     ///
     /// Dropping the future of `start` or `start_until` instead abandons the
-    /// start without waiting: the components still starting are released
-    /// on tasks of their own, but those of finished levels are dropped
-    /// without `close`: cancel through `stop` to have them closed.
+    /// start without waiting: a component still starting (in its `init` or
+    /// readiness wait, or closing after either failed) is closed on a task
+    /// of its own, bounded (by the init timeout, or the close timeout after
+    /// a failed readiness), but the components already ready (of finished
+    /// levels, and of the level starting) are dropped without `close`:
+    /// cancel through `stop` to have them closed.
     pub async fn start_until(
         config: ValidConfig,
         registry: Registry,

@@ -524,3 +524,31 @@ async fn a_stop_during_a_failed_inits_slow_close_leaves_time_to_close_the_stores
         "the abandoned close ran on"
     );
 }
+
+/// Starts `components` under a caller's own 50 ms timeout, which drops the
+/// start (still starting: an init that fails and closes slowly, or hangs);
+/// returns, a second later, the names whose `close` ended.
+async fn dropped_start(test: &str, components: &[(&str, &[&str])]) -> Vec<String> {
+    let slow: Vec<(&str, u64)> = components.iter().map(|(name, _)| (*name, 200)).collect();
+    let config = valid(&json!({"components": {"custom": declared(components, &slow)}}));
+    let start = Runtime::start(config, registry(), RuntimeOptions::default());
+    let started = tokio::time::timeout(Duration::from_millis(50), start).await;
+    assert!(
+        started.is_err(),
+        "the start ended before its caller gave up"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    of(&ENDED, test)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_start_lets_a_failed_inits_close_run_to_its_end() {
+    let ended = dropped_start("dropfail", &[("dropfail-fails", &[])]).await;
+    assert_eq!(ended, ["dropfail-fails"], "the close was aborted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_start_closes_the_component_whose_init_it_cut_short() {
+    let ended = dropped_start("drophang", &[("drophang-hang", &[])]).await;
+    assert_eq!(ended, ["drophang-hang"], "never closed");
+}
