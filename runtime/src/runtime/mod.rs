@@ -75,9 +75,10 @@ pub enum StartError {
     /// components of finished levels, those whose `init` the cancellation
     /// cut short or whose `init` or readiness failed and, when cancelled
     /// while the overlay was laid, every component and replaced instance.
-    /// Not counted: the close of a component whose `init` or readiness
-    /// panicked (released in the background, bounded by the init
-    /// timeout).
+    /// Not counted: a component whose readiness panicked (its shutdown
+    /// token cancelled and its `close` run in the background, bounded by
+    /// the init timeout), nor one whose `init` panicked (its shutdown
+    /// token cancelled, dropped without `close`: its state is unknown).
     #[error("{}", cancelled_line(*.abandoned))]
     Cancelled {
         /// How many `close`s were abandoned.
