@@ -917,3 +917,72 @@ async fn state_errors_quote_a_long_key_cut_short() {
     short_body(refused.status(), refused.text().await.unwrap(), "HTTP get");
     sidecar.stop().await;
 }
+
+/// Whatever an error quotes — a store's own text, a client's topic — its
+/// message and details fit in the call's trailers.
+#[tokio::test]
+async fn every_grpc_error_fits_in_trailers_whatever_it_quotes() {
+    use grpc::dapr::{BulkPublishRequest, BulkPublishRequestEntry, GetStateRequest};
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}},
+            "pubsub": {"pubsub": {"type": "memory"}}}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let long = "k".repeat(1024 * 1024);
+    let fits = |status: tonic::Status, code: Code, what: &str| {
+        let message = status.message();
+        assert!(
+            message.len() < 4096 && status.details().len() < 4096,
+            "{what}: a message of {} bytes, details of {} ({})",
+            message.len(),
+            status.details().len(),
+            &message[..message.len().min(300)]
+        );
+        // Not a transport error (a trailer of megabytes broke the stream).
+        assert_eq!(status.code(), code, "{what}: {message}");
+    };
+    // The TTL check quotes the key (no `||`: the key itself is allowed).
+    let ttl = SaveStateRequest {
+        store_name: "orders".into(),
+        states: vec![StateItem {
+            key: long.clone(),
+            value: b"1".to_vec(),
+            metadata: HashMap::from([("ttlInSeconds".to_string(), "x".to_string())]),
+            ..StateItem::default()
+        }],
+    };
+    let refused = dapr.save_state(ttl).await;
+    fits(
+        refused.expect_err("not seconds"),
+        Code::Internal,
+        "save with a bad ttl",
+    );
+    // An entry without an id names the topic, in the message and details.
+    let bulk = BulkPublishRequest {
+        pubsub_name: "pubsub".into(),
+        topic: long.clone(),
+        entries: vec![BulkPublishRequestEntry {
+            entry_id: String::new(),
+            event: b"1".to_vec(),
+            content_type: "text/plain".into(),
+            metadata: HashMap::new(),
+        }],
+        metadata: HashMap::new(),
+    };
+    let refused = dapr.bulk_publish_event_alpha1(bulk).await;
+    fits(
+        refused.expect_err("no entry id"),
+        Code::InvalidArgument,
+        "bulk publish",
+    );
+    // The sidecar still answers on the same channel.
+    let get = GetStateRequest {
+        store_name: "orders".into(),
+        key: "k".into(),
+        ..GetStateRequest::default()
+    };
+    dapr.get_state(get).await.expect("served on");
+    sidecar.stop().await;
+}

@@ -169,7 +169,9 @@ fn ttl_of(key: &str, metadata: &HashMap<String, String>) -> Result<Option<Durati
     };
     let seconds: i64 = text.parse().map_err(|_| {
         StateError::Invalid(format!(
-            "metadata `{TTL_IN_SECONDS}` of key `{key}` is not a whole number of seconds: `{text}`"
+            "metadata `{TTL_IN_SECONDS}` of key `{}` is not a whole number of seconds: `{}`",
+            rewire_runtime::echoed(key),
+            rewire_runtime::echoed(text)
         ))
     })?;
     Ok(Some(Duration::from_secs(

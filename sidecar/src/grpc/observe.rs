@@ -62,9 +62,9 @@ where
             // Kept whole, with its rich details (Dapr's ErrorInfo...):
             // their text is taken from the message, found clean, or from
             // the caller's own request.
-            status
+            fitted_to_trailers(status)
         } else {
-            Status::new(code, message)
+            fitted_to_trailers(Status::new(code, message))
         }
     });
     let code = result.as_ref().err().map_or(Code::Ok, Status::code);
@@ -86,6 +86,45 @@ where
         );
     }
     result
+}
+
+/// Longest error message a call answers, in bytes: what is sent as the
+/// `grpc-message` trailer (percent-encoded, up to three times as long),
+/// well within what clients accept in headers (grpc-java's default is
+/// 8 KiB for all of them).
+pub(super) const MAX_STATUS_MESSAGE: usize = 2048;
+/// Longest rich error details (`grpc-status-details-bin`, base64: a
+/// third longer) a call answers with; longer ones are left out, the
+/// message kept.
+pub(super) const MAX_STATUS_DETAILS: usize = 4096;
+
+/// `status` as it may go in trailers: a message longer than
+/// [`MAX_STATUS_MESSAGE`] cut on a character boundary (`…`), details
+/// longer than [`MAX_STATUS_DETAILS`] left out. Values a client sent are
+/// quoted cut short where errors are made; this bounds what a store's
+/// own text quotes, or any message made later, whatever it is: a
+/// trailer of megabytes broke the call's HTTP/2 stream.
+pub(super) fn fitted_to_trailers(status: Status) -> Status {
+    let message_fits = status.message().len() <= MAX_STATUS_MESSAGE;
+    let details_fit = status.details().len() <= MAX_STATUS_DETAILS;
+    if message_fits && details_fit {
+        return status;
+    }
+    let message = match message_fits {
+        true => status.message().to_string(),
+        false => {
+            let mut cut = MAX_STATUS_MESSAGE;
+            while !status.message().is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}…", &status.message()[..cut])
+        }
+    };
+    let details = match details_fit {
+        true => status.details().to_vec().into(),
+        false => Default::default(),
+    };
+    Status::with_details_and_metadata(status.code(), message, details, status.metadata().clone())
 }
 
 /// One unary call of `method`, [`observed`], cut after the API's
@@ -120,6 +159,37 @@ where
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn an_error_too_long_for_trailers_is_cut_and_keeps_its_code_and_small_details() {
+        let short = Status::with_details(Code::NotFound, "gone", vec![7; 100].into());
+        let kept = fitted_to_trailers(short);
+        assert_eq!((kept.message(), kept.details()), ("gone", &[7; 100][..]));
+
+        let long = "é".repeat(MAX_STATUS_MESSAGE);
+        let cut = fitted_to_trailers(Status::with_details(
+            Code::InvalidArgument,
+            long.clone(),
+            vec![7; 100].into(),
+        ));
+        assert_eq!(cut.code(), Code::InvalidArgument);
+        assert!(cut.message().len() <= MAX_STATUS_MESSAGE + '…'.len_utf8());
+        let kept_text = cut.message().trim_end_matches('…');
+        assert!(cut.message().ends_with('…') && long.starts_with(kept_text));
+        assert_eq!(cut.details(), &[7; 100][..], "small details kept");
+
+        let heavy = Status::with_details(
+            Code::Aborted,
+            "etag",
+            vec![7; MAX_STATUS_DETAILS + 1].into(),
+        );
+        let light = fitted_to_trailers(heavy);
+        assert_eq!((light.code(), light.message()), (Code::Aborted, "etag"));
+        assert!(
+            light.details().is_empty(),
+            "details too long for trailers left out"
+        );
+    }
 
     async fn state() -> ApiState {
         ApiState::empty().await
