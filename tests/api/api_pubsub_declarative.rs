@@ -458,6 +458,48 @@ async fn an_event_whose_fields_are_no_header_values_still_reaches_the_app() {
     sidecar.stop().await;
 }
 
+/// A raw payload (`rawPayload`, `application/json`) the app DROPs reaches
+/// the dead-letter topic as it was published, its content type and
+/// metadata kept (as Dapr's `sendToDeadLetter`): the app gets it there as
+/// the event's `data` too. Sent as `application/cloudevents+json`, the
+/// payload was taken for the CloudEvent itself (`order` at the top, no
+/// `data`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_raw_payload_reaches_the_dead_letter_topic_as_published() {
+    let subscriptions = json!({
+        "raw": {"pubsubname": "orders", "topic": "raw", "route": "/drop",
+                "deadLetterTopic": "raw-dead"},
+        "raw-dead": {"pubsubname": "orders", "topic": "raw-dead", "route": "/dead"}
+    });
+    let sidecar = Sidecar::start(&config(&memory(), subscriptions), ApiOptions::default()).await;
+    let (channel, mut rx) = start_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["raw", "raw-dead"]).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    client
+        .publish_event(dapr::PublishEventRequest {
+            pubsub_name: "orders".into(),
+            topic: "raw".into(),
+            data: br#"{"order":1}"#.to_vec(),
+            data_content_type: "application/json".into(),
+            metadata: HashMap::from([("rawPayload".to_string(), "true".to_string())]),
+        })
+        .await
+        .expect("publish acknowledged");
+    let (path, dropped) = next_event(&mut rx).await;
+    assert_eq!(
+        (path.as_str(), &dropped["data"]),
+        ("/drop", &json!({"order": 1}))
+    );
+    let (path, dead) = next_event(&mut rx).await;
+    assert_eq!(path, "/dead");
+    assert_eq!(dead["data"], json!({"order": 1}), "{dead}");
+    assert_eq!(dead["datacontenttype"], "application/json", "{dead}");
+    stop.cancel();
+    sidecar.stop().await;
+}
+
 /// The app, recording as [`start_app`] does, but holding every event on
 /// `/slow` whose `seq` is below `held_below` until `open` is told.
 async fn start_gated_app(

@@ -25,6 +25,39 @@ use super::retry_rule;
 /// How many times a publish follows a broker replaced under it.
 const RETIRED_RETRIES: usize = 3;
 
+/// Why [`follow_retired`] published nothing.
+pub(super) enum NotPublished {
+    /// The pub/sub is no longer in the generation serving.
+    Gone,
+    /// The broker refused the publish (`Retired` past [`RETIRED_RETRIES`]).
+    Refused(PubSubError),
+}
+
+/// Publishes with `publish` on `broker`; a broker replaced by a reload
+/// meanwhile refuses it as retired, and it is published again on the one
+/// `serving` gives now, up to [`RETIRED_RETRIES`] times: every publish of
+/// the sidecar (an app's, a dead letter) survives a reload.
+pub(super) async fn follow_retired<P, Fut>(
+    mut broker: Arc<dyn PubSub>,
+    serving: impl Fn() -> Option<Arc<dyn PubSub>>,
+    publish: P,
+) -> Result<(), NotPublished>
+where
+    P: Fn(Arc<dyn PubSub>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), PubSubError>>,
+{
+    let mut followed = 0;
+    loop {
+        match publish(broker).await {
+            Err(PubSubError::Retired) if followed < RETIRED_RETRIES => {
+                followed += 1;
+                broker = serving().ok_or(NotPublished::Gone)?;
+            }
+            published => return published.map_err(NotPublished::Refused),
+        }
+    }
+}
+
 /// What Dapr's bulk publish says of an empty or repeated `entryId`.
 pub(super) const ENTRY_ID_PROBLEM: &str = "entryId is duplicated or not present for entry";
 
@@ -220,45 +253,40 @@ impl PubSubOps {
     /// Publishes on the call's broker; one replaced meanwhile refuses it as
     /// retired, and the publish goes to the one serving now.
     async fn publish_following(&self, request: PublishRequest) -> Result<(), PubSubOpError> {
-        let mut broker = self.broker.clone();
-        let mut attempts = 0;
-        loop {
-            let published = self
-                .call
-                .guarded(
-                    (Kind::PubSub, &self.name),
-                    retry_rule::NEVER,
-                    request.clone(),
-                    |r| broker.publish(r),
-                    PubSubError::Backend,
-                )
-                .await;
-            match published {
-                Err(PubSubError::Retired) if attempts < RETIRED_RETRIES => {
-                    attempts += 1;
-                    let generation = self.call.runtime().generation();
-                    let key = rewire_runtime::ComponentKey::new(Kind::PubSub, &self.name);
-                    match generation.get(&key) {
-                        Some(Instance::PubSub(now)) => broker = now.clone(),
-                        _ => return Err(PubSubOpError::NotFound(self.name.clone())),
-                    }
-                }
-                Ok(()) => return Ok(()),
-                Err(err @ PubSubError::Busy(_)) => {
-                    return Err(PubSubOpError::Busy {
-                        pubsub: self.name.clone(),
-                        topic: request.topic,
-                        source: self.scrubbed(err),
-                    })
-                }
-                Err(err) => {
-                    return Err(PubSubOpError::Publish {
-                        pubsub: self.name.clone(),
-                        topic: request.topic.clone(),
-                        source: self.scrubbed(err),
-                    })
-                }
+        let runtime = self.call.runtime();
+        let key = rewire_runtime::ComponentKey::new(Kind::PubSub, &self.name);
+        let serving = || match runtime.generation().get(&key) {
+            Some(Instance::PubSub(now)) => Some(now.clone()),
+            _ => None,
+        };
+        let published = follow_retired(self.broker.clone(), serving, |broker| {
+            let request = request.clone();
+            async move {
+                self.call
+                    .guarded(
+                        (Kind::PubSub, &self.name),
+                        retry_rule::NEVER,
+                        request,
+                        |r| broker.publish(r),
+                        PubSubError::Backend,
+                    )
+                    .await
             }
+        })
+        .await;
+        match published {
+            Ok(()) => Ok(()),
+            Err(NotPublished::Gone) => Err(PubSubOpError::NotFound(self.name.clone())),
+            Err(NotPublished::Refused(err @ PubSubError::Busy(_))) => Err(PubSubOpError::Busy {
+                pubsub: self.name.clone(),
+                topic: request.topic,
+                source: self.scrubbed(err),
+            }),
+            Err(NotPublished::Refused(err)) => Err(PubSubOpError::Publish {
+                pubsub: self.name.clone(),
+                topic: request.topic,
+                source: self.scrubbed(err),
+            }),
         }
     }
 

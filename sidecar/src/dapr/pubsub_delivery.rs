@@ -9,13 +9,17 @@
 //! (or not answered in time) is tried again with a backoff, up to
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
-//! delivers it again later. `DROP` acknowledges it (after sending it to
-//! the dead-letter topic, when one is set); so does an event past its
-//! `expiration` or one no route of the sink takes, neither of which is
-//! sent (as Dapr), also when its dead-letter publish fails (as Dapr,
-//! which ignores that error: handed back, the event would come back and
-//! fail the same way for ever), with a warning naming it. The
-//! dead-letter topic can be changed while the subscription runs.
+//! delivers it again later. `DROP` acknowledges it once the dead-letter
+//! topic, when one is set, took it; one it did not take goes back to the
+//! broker (as Dapr: acknowledged, it was in neither topic). An event past
+//! its `expiration` or one no route of the sink takes is not sent, goes
+//! to the dead-letter topic when one is set, and is acknowledged (as
+//! Dapr), also when its dead-letter publish fails (as Dapr, which ignores
+//! that error: handed back, the event would come back and fail the same
+//! way for ever), with a warning naming it. A dead letter is the message
+//! as it came (content type and metadata kept) and follows its broker
+//! across a reload as the publish API does. The dead-letter topic can be
+//! changed while the subscription runs.
 //!
 //! A `resiliency` policy targeted at the pub/sub's deliveries
 //! (`targets.components.NAME.inbound`, read from the generation at each
@@ -56,15 +60,16 @@ use std::time::Duration;
 use rewire_runtime::config::resiliency::RetryPolicy;
 use rewire_runtime::resilience::{Applied, Failure, Guarded, Refusal};
 use rewire_runtime::{
-    echoed, Backoff, Delivery, DeliveryOutcome, PubSubHandle, PubSubSubscription, PublishRequest,
-    Runtime, SubscribeRequest,
+    echoed, Backoff, Delivery, DeliveryOutcome, PubSub, PubSubError, PubSubHandle,
+    PubSubSubscription, PublishRequest, Runtime, SubscribeRequest,
 };
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handover::{Delivered, Retire, Taken};
-use super::pubsub_event::{TopicEvent, CLOUD_EVENT_CONTENT_TYPE};
+use super::pubsub::{follow_retired, NotPublished};
+use super::pubsub_event::TopicEvent;
 use super::PubSubOpError;
 use retiring::Handover;
 
@@ -400,8 +405,13 @@ impl TopicDelivery {
                 DeliveryOutcome::Success => return DeliveryOutcome::Success,
                 DeliveryOutcome::Drop => {
                     tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Subscriber dropped an event.");
-                    self.dead_letter(event, delivery, handle).await;
-                    return DeliveryOutcome::Drop;
+                    // As Dapr: one its dead-letter topic did not take goes
+                    // back to the broker (acknowledged, it was in neither
+                    // topic).
+                    return match self.dead_letter(event, delivery, handle).await {
+                        DeadLetter::Failed => DeliveryOutcome::Retry,
+                        DeadLetter::NoTopic | DeadLetter::Sent => DeliveryOutcome::Drop,
+                    };
                 }
                 DeliveryOutcome::Retry if attempts.is_none_or(|most| attempt < most) => {
                     if !to.wait(backoff.next_wait()).await {
@@ -411,10 +421,9 @@ impl TopicDelivery {
                 DeliveryOutcome::Retry => break,
             }
         }
-        if self.dead_letter(event, delivery, handle).await {
-            DeliveryOutcome::Success
-        } else {
-            DeliveryOutcome::Retry
+        match self.dead_letter(event, delivery, handle).await {
+            DeadLetter::Sent => DeliveryOutcome::Success,
+            DeadLetter::NoTopic | DeadLetter::Failed => DeliveryOutcome::Retry,
         }
     }
 
@@ -436,36 +445,56 @@ impl TopicDelivery {
         DeliveryOutcome::Success
     }
 
-    /// Publishes the message to the dead-letter topic, if one is set;
-    /// false when none is, or the publish failed (said in the log, naming
-    /// the event, its topic and the dead-letter topic).
+    /// Publishes the message to the dead-letter topic, if one is set, as
+    /// it came (its content type and metadata, as Dapr's
+    /// `sendToDeadLetter`: a raw payload stays one, not read as a
+    /// CloudEvent), following the broker across a reload as the publish
+    /// API does. A failed publish is said in the log, naming the event,
+    /// its topic and the dead-letter topic.
     async fn dead_letter(
         &self,
         event: &TopicEvent,
         delivery: &Delivery,
         handle: &PubSubHandle,
-    ) -> bool {
+    ) -> DeadLetter {
         let Some(topic) = self.dead_letter_topic.borrow().clone() else {
-            return false;
+            return DeadLetter::NoTopic;
         };
         let request = PublishRequest {
             topic: topic.clone(),
             data: delivery.message.data.clone(),
-            content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
-            metadata: Default::default(),
+            content_type: delivery.message.content_type.clone(),
+            metadata: delivery.message.metadata.clone(),
         };
         let published = match handle.load() {
-            Ok(broker) => broker.publish(request).await,
-            Err(err) => Err(rewire_runtime::PubSubError::Backend(err.to_string())),
-        };
-        match published {
-            Ok(()) => true,
-            Err(err) => {
-                tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, dead_letter_topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
-                false
+            Ok(broker) => {
+                let serving = || handle.load().ok();
+                let publish = |broker: Arc<dyn PubSub>| {
+                    let request = request.clone();
+                    async move { broker.publish(request).await }
+                };
+                follow_retired(broker, serving, publish).await
             }
-        }
+            Err(err) => Err(NotPublished::Refused(PubSubError::Backend(err.to_string()))),
+        };
+        let err = match published {
+            Ok(()) => return DeadLetter::Sent,
+            Err(NotPublished::Gone) => PubSubError::Backend("the pub/sub was removed".into()),
+            Err(NotPublished::Refused(err)) => err,
+        };
+        tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, dead_letter_topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
+        DeadLetter::Failed
     }
+}
+
+/// What became of an event sent to the dead-letter topic.
+enum DeadLetter {
+    /// None is set.
+    NoTopic,
+    /// The broker took it.
+    Sent,
+    /// The publish failed.
+    Failed,
 }
 
 /// What became of one event.
@@ -599,6 +628,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::dapr::pubsub_event::CLOUD_EVENT_CONTENT_TYPE;
 
     /// The feed of each subscription made to [`FedBroker`], by topic.
     static FEEDS: Mutex<Vec<(String, SubscriptionFeed)>> = Mutex::new(Vec::new());
@@ -1083,6 +1113,7 @@ mod tests {
         runtime.shutdown().await;
     }
 
+    mod dead_letters;
     mod handed_back;
     mod handed_back_while_busy;
 }

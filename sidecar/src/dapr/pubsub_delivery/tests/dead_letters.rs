@@ -1,0 +1,188 @@
+//! Dead letters that fail, or race a reload: an event the app DROPs is
+//! acknowledged only once its dead-letter topic took it (as Dapr; else it
+//! was in neither topic, though acknowledged to its publisher), and a
+//! dead letter refused by a broker a reload retired goes to the broker
+//! serving now, as the publish API's publishes do.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rewire_runtime::config::parse;
+use rewire_runtime::{Component, ComponentKey, PubSub, PubSubError};
+
+use super::*;
+
+/// A subscriber that answers DROP to every event.
+struct AlwaysDrop;
+
+#[tonic::async_trait]
+impl EventSink for AlwaysDrop {
+    async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+        DeliveryOutcome::Drop
+    }
+
+    async fn closed(&self) {
+        std::future::pending().await
+    }
+}
+
+/// As Dapr (`return nil, pErr` when the dead letter of a dropped message
+/// fails): an event the app DROPs whose dead-letter publish fails goes
+/// back to the broker, which delivers it again; one the dead-letter topic
+/// took, and one without a dead-letter topic, are dropped.
+#[tokio::test]
+async fn a_dropped_event_its_dead_letter_topic_refuses_goes_back_to_the_broker() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    let sink: Arc<dyn EventSink> = Arc::new(AlwaysDrop);
+    let (_task, _retire) =
+        deliver_with_dead_letters(&runtime, "dropping", Some("dropping-refused"), sink.clone())
+            .await;
+    let outcome = feed_event("dropping", "d1").await;
+    assert_eq!(settled(outcome).await, DeliveryOutcome::Retry);
+    assert_eq!(published_to("dropping-refused"), 1, "dead-lettering tried");
+
+    let (_task, _retire) = deliver_with_dead_letters(
+        &runtime,
+        "dropping-ok",
+        Some("dropping-ok-dead"),
+        sink.clone(),
+    )
+    .await;
+    let outcome = feed_event("dropping-ok", "d2").await;
+    assert_eq!(settled(outcome).await, DeliveryOutcome::Drop);
+    assert_eq!(published_to("dropping-ok-dead"), 1, "dead-lettered");
+
+    let (_task, _retire) = deliver_to(&runtime, "dropping-plain", sink).await;
+    let outcome = feed_event("dropping-plain", "d3").await;
+    assert_eq!(settled(outcome).await, DeliveryOutcome::Drop);
+    runtime.shutdown().await;
+}
+
+/// Publishes [`RetiringBroker`] has begun.
+static RETIRING_PUBLISHES: AtomicU32 = AtomicU32::new(0);
+/// Told once the reload replaced [`RetiringBroker`].
+static REPLACED: AtomicBool = AtomicBool::new(false);
+/// The topics published to [`ServingBroker`].
+static SERVED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A broker a reload replaces while a publish is on its way to it: it
+/// holds each publish until it was replaced, then refuses it as retired.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.delivery.retiring")]
+struct RetiringBroker {}
+
+#[async_trait]
+impl Component for RetiringBroker {}
+
+#[async_trait]
+impl PubSub for RetiringBroker {
+    async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+        RETIRING_PUBLISHES.fetch_add(1, Ordering::SeqCst);
+        let replaced = async {
+            while !REPLACED.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        match tokio::time::timeout(Duration::from_secs(60), replaced).await {
+            Ok(()) => Err(PubSubError::Retired),
+            Err(_) => Err(PubSubError::Backend("never replaced".into())),
+        }
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        Ok(PubSubSubscription::channel(1).0)
+    }
+}
+
+/// The broker replacing [`RetiringBroker`]: records what is published.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.delivery.serving")]
+struct ServingBroker {}
+
+#[async_trait]
+impl Component for ServingBroker {}
+
+#[async_trait]
+impl PubSub for ServingBroker {
+    async fn publish(&self, request: PublishRequest) -> Result<(), PubSubError> {
+        let mut served = SERVED.lock().unwrap_or_else(|p| p.into_inner());
+        served.push(request.topic);
+        Ok(())
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        Ok(PubSubSubscription::channel(1).0)
+    }
+}
+
+/// A configuration whose pub/sub `p` is of `broker_type`.
+fn broker_config(broker_type: &str) -> rewire_runtime::config::Config {
+    let file = serde_json::json!({"appId": "app",
+        "components": {"pubsub": {"p": {"type": broker_type}}}});
+    parse(file.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// A dead letter on its way to a broker that a reload replaces refuses
+/// it as retired: it goes to the broker serving now (sent once, it was
+/// lost, and an expired or unrouted event acknowledged without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_a_replaced_broker_refuses_reaches_the_one_serving() {
+    let registry = Registry::collected();
+    let config = validate(broker_config("test.delivery.retiring"), &registry)
+        .unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let delivery = TopicDelivery {
+        pubsub_name: "p".into(),
+        topic: "reloading".into(),
+        dead_letter_topic: watch::channel(Some("reloading-dead".to_string())).1,
+        retire: Retire::channel().1,
+        delivered: Default::default(),
+    };
+    let (message, _outcome) = Delivery::new(event_message("reloading", "r1"));
+    let event = TopicEvent::of(&message.message, "p", "reloading");
+    let handle = runtime.pubsub("p");
+    let sending = tokio::spawn(async move {
+        let sent = delivery.dead_letter(&event, &message, &handle).await;
+        matches!(sent, DeadLetter::Sent)
+    });
+    let on_its_way = async {
+        while RETIRING_PUBLISHES.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), on_its_way)
+        .await
+        .unwrap_or_else(|_| panic!("the dead letter was not sent within a minute"));
+
+    let reload = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.apply(broker_config("test.delivery.serving")).await }
+    });
+    let serving = async {
+        let key = || ComponentKey::new("pubsub", "p");
+        while runtime.component(key()).load_as::<ServingBroker>().is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), serving)
+        .await
+        .unwrap_or_else(|_| panic!("the reload did not replace the broker within a minute"));
+    REPLACED.store(true, Ordering::SeqCst);
+
+    let sent = tokio::time::timeout(Duration::from_secs(60), sending)
+        .await
+        .unwrap_or_else(|_| panic!("the dead letter settled within a minute"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::timeout(Duration::from_secs(60), reload)
+        .await
+        .unwrap_or_else(|_| panic!("the reload ended within a minute"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(sent, "the dead letter was sent");
+    let served = SERVED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(served, ["reloading-dead"], "on the broker serving");
+    runtime.shutdown().await;
+}
