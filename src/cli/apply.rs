@@ -1,6 +1,12 @@
 //! `rewire apply`: push one component's configuration to a running sidecar
 //! through the Lifecycle API, as a control plane does (or, with
 //! `--release`, hand it back to the file).
+//!
+//! The push amends: the CLI has no flag for refs nor a way to repeat the
+//! file's fields, so a whole declaration made of its flags would wipe the
+//! component's secretRefs and every field not repeated (`-m redisHost=…`
+//! on a store with `redisDB: 3` and a password would talk to DB 0
+//! without it). `--replace` pushes the whole declaration.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -27,13 +33,20 @@ pub struct ApplyArgs {
     /// The component's type (default: the running component's type).
     #[arg(long = "type")]
     type_name: Option<String>,
-    /// A metadata field, `key=value`; repeat for several.
+    /// A metadata field, `key=value`, replacing that field; repeat for
+    /// several. The fields not given are kept (unless `--replace`).
     #[arg(long = "metadata", short = 'm', value_parser = parse_field)]
     metadata: Vec<(String, String)>,
+    /// Push the whole declaration instead of amending: the component is
+    /// then exactly `--type` and the `-m` fields given; its other metadata
+    /// fields and its secretRefs, configurationRefs and componentRefs are
+    /// gone.
+    #[arg(long)]
+    replace: bool,
     /// Release the component instead: let go of what was pushed (or
     /// removed) through the Lifecycle API, so the file and the overlay say
     /// again what it is.
-    #[arg(long, conflicts_with_all = ["type_name", "metadata"])]
+    #[arg(long, conflicts_with_all = ["type_name", "metadata", "replace"])]
     release: bool,
     /// Reject the push if the sidecar runs a newer generation than this.
     #[arg(long)]
@@ -124,6 +137,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
                 ..ComponentConfig::default()
             }),
             based_on_generation: args.based_on_generation,
+            amend: !args.replace,
         };
         client
             .apply_configuration(bounded(with_token(Request::new(request))?))

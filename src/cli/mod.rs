@@ -64,9 +64,15 @@ enum Command {
     },
     /// List the registered component kinds and types.
     Components,
-    /// Push one component's configuration to a running sidecar (Lifecycle API).
+    /// Change one component of a running sidecar (Lifecycle API): the metadata fields and type
+    /// given replace those; every other field, secretRef, configurationRef and componentRef is
+    /// kept (`--replace`: the push is the whole declaration).
     #[command(
-        after_help = "Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
+        after_help = "Example: `rewire apply --kind state --name orders -m redisHost=dr:6379` \
+        moves the store to another host and keeps its other fields (redisDB, keyPrefix, ...) and \
+        its secretRef for the password; with `--replace`, they would be gone. A component the \
+        sidecar does not have is added from the fields given.\n\n\
+        Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
         (nothing changed), or the sidecar could not be reached; 2 bad arguments; 3 queued: the \
         sidecar answered before the reload was done, and will still apply or reject the push \
         (follow it with `rewire status`; pushing again is not needed)."

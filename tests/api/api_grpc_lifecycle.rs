@@ -67,6 +67,7 @@ async fn push(
     let request = DynamicConfiguration {
         component_config: Some(config),
         based_on_generation: based_on,
+        amend: false,
     };
     let answer = clients.lifecycle.apply_configuration(request).await;
     answer.expect("a push is answered, not failed").into_inner()
@@ -340,6 +341,7 @@ async fn a_push_must_name_its_component() {
         let request = DynamicConfiguration {
             component_config: Some(component(kind, name, "memory", &[])),
             based_on_generation: None,
+            amend: false,
         };
         let status = clients
             .lifecycle
@@ -356,5 +358,89 @@ async fn a_push_must_name_its_component() {
         .await
         .expect_err("unnamed");
     assert_eq!(status.code(), Code::InvalidArgument);
+    sidecar.stop().await;
+}
+
+/// A memory state store with two file fields and a configurationRef.
+const CONFIG_WITH_REFS: &str = r#"{"appId": "shop", "components": {
+    "config_store": {"settings": {"type": "memory", "metadata": {"items": {"ttl": "60"}}}},
+    "state": {"orders": {"type": "memory", "metadata": {"maxKeys": 100, "maxTotalSize": 1000000},
+        "configurationRef": [{"store": "settings", "key": "ttl", "injectAs": "defaultTtlInSeconds"}]}}
+}}"#;
+
+async fn push_with(
+    clients: &mut Clients,
+    config: ComponentConfig,
+    amend: bool,
+) -> ApplyConfigurationResponse {
+    let request = DynamicConfiguration {
+        component_config: Some(config),
+        based_on_generation: None,
+        amend,
+    };
+    let answer = clients.lifecycle.apply_configuration(request).await;
+    answer.expect("a push is answered, not failed").into_inner()
+}
+
+/// The status entry of component `name`.
+async fn status_of(clients: &mut Clients, name: &str) -> Value {
+    let status = clients.lifecycle.get_status(GetStatusRequest {}).await;
+    let json = status.expect("status").into_inner().status_json;
+    let json: Value = serde_json::from_str(&json).expect("not JSON");
+    json["components"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == name))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `amend` lays the fields given over the component in force (its other
+/// fields and its refs kept), adds a component not in force, and refuses
+/// an amendment that gives nothing; without it (a client that does not
+/// know the field) the push is the whole declaration, as before.
+#[tokio::test]
+async fn an_amending_push_keeps_the_fields_and_refs_it_does_not_give() {
+    let sidecar = Sidecar::start(CONFIG_WITH_REFS, ApiOptions::default()).await;
+    let mut clients = clients(&sidecar).await;
+    let max_keys = |n: &str| component("state", "orders", "", &[("maxKeys", n)]);
+
+    let answer = push_with(&mut clients, max_keys("5"), true).await;
+    assert!(answer.accepted, "{:?}", answer.errors);
+    let orders = status_of(&mut clients, "orders").await;
+    assert_eq!(orders["metadata"]["maxKeys"], "5", "{orders}");
+    assert_eq!(orders["metadata"]["maxTotalSize"], 1000000, "{orders}");
+    assert_eq!(orders["metadata"]["defaultTtlInSeconds"], "60", "{orders}");
+    assert_eq!(orders["sources"]["metadata"]["maxTotalSize"], "file");
+    assert_eq!(orders["sources"]["refs"], "file", "{orders}");
+
+    let nothing = push_with(&mut clients, component("state", "orders", "", &[]), true).await;
+    assert!(!nothing.accepted, "an amendment of nothing was taken");
+    assert!(
+        nothing
+            .errors
+            .iter()
+            .any(|e| e.contains("must set a field")),
+        "{:?}",
+        nothing.errors
+    );
+
+    let added = push_with(
+        &mut clients,
+        component("lock", "locks", "memory", &[]),
+        true,
+    )
+    .await;
+    assert!(added.accepted, "{:?}", added.errors);
+    assert_eq!(actions(&added), vec![("lock/locks", "added")]);
+
+    let whole = push_with(&mut clients, max_keys("7"), false).await;
+    assert!(whole.accepted, "{:?}", whole.errors);
+    let orders = status_of(&mut clients, "orders").await;
+    assert_eq!(orders["metadata"]["maxKeys"], "7", "{orders}");
+    assert!(orders["metadata"].get("maxTotalSize").is_none(), "{orders}");
+    assert!(
+        orders["metadata"].get("defaultTtlInSeconds").is_none(),
+        "{orders}"
+    );
     sidecar.stop().await;
 }

@@ -5,6 +5,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use testkit::redis::RedisServer;
 use testkit::{free_port, ChildProcess};
 
 /// The sidecar's token variables, none of which a test inherits.
@@ -216,6 +217,122 @@ fn apply_gives_up_on_a_sidecar_that_does_not_answer() {
         .unwrap_or_else(|err| panic!("apply still waiting on a silent sidecar: {err}"));
     assert_eq!(apply.status.code(), Some(1), "{}", text(&apply.stderr));
     drop(held);
+}
+
+/// The operator's "move Redis to a DR host": `apply -m redisHost=…`
+/// changes that field and keeps what the file declares besides (`redisDB`,
+/// `keyPrefix`, the secretRef filling `redisPassword`), so the store talks
+/// to DB 3 of the new host with its password; `--replace` pushes the whole
+/// declaration, as a control plane's full push does.
+#[test]
+fn apply_amends_the_fields_it_gives_and_replace_declares_the_component_whole() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (primary, dr) = runtime.block_on(async {
+        (
+            RedisServer::start_with_password("pw-17").await,
+            RedisServer::start_with_password("pw-17").await,
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = dir.path().join("secrets.json");
+    std::fs::write(&secrets, r#"{"redis": {"password": "pw-17"}}"#).unwrap();
+    let config = dir.path().join("rewire.json");
+    let document = serde_json::json!({"components": {
+        "secret_store": {"local": {
+            "type": "local.file",
+            "metadata": {"secretsFile": secrets, "multiValued": true}
+        }},
+        "state": {"orders": {
+            "type": "redis",
+            "metadata": {"redisHost": primary.addr(), "redisDB": 3, "keyPrefix": "none"},
+            "secretRef": [{"store": "local", "name": "redis", "key": "password", "injectAs": "redisPassword"}]
+        }}
+    }});
+    std::fs::write(&config, document.to_string()).unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start(&config, &grpc, &http);
+    let orders = || {
+        let status = rewire(&["status", "--json", "--http-addr", &http]);
+        assert!(status.status.success(), "{}", text(&status.stderr));
+        let status: serde_json::Value =
+            serde_json::from_slice(&status.stdout).expect("status is not JSON");
+        status["components"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "orders"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let password_from_the_secret = orders()["metadata"]["redisPassword"].clone();
+    assert!(
+        password_from_the_secret.is_string(),
+        "{password_from_the_secret}"
+    );
+
+    let dr_host = format!("redisHost={}", dr.addr());
+    let moved = rewire(&[
+        "apply", "--kind", "state", "--name", "orders", "-m", &dr_host, "--addr", &grpc,
+    ]);
+    assert!(moved.status.success(), "{}", text(&moved.stderr));
+    let amended = orders();
+    assert_eq!(amended["metadata"]["redisHost"], dr.addr(), "{amended}");
+    assert_eq!(amended["metadata"]["redisDB"], 3, "{amended}");
+    assert_eq!(amended["metadata"]["keyPrefix"], "none", "{amended}");
+    assert_eq!(
+        amended["metadata"]["redisPassword"], password_from_the_secret,
+        "{amended}"
+    );
+    assert_eq!(amended["sources"]["metadata"]["redisHost"], "control_plane");
+    assert_eq!(amended["sources"]["metadata"]["redisDB"], "file");
+    // It writes to DB 3 of the DR host, with its password.
+    let saved = runtime.block_on(async {
+        testkit::http_client()
+            .post(format!("http://{http}/v1.0/state/orders"))
+            .body(r#"[{"key": "moved", "value": "yes"}]"#)
+            .send()
+            .await
+            .map(|r| r.status())
+    });
+    assert!(saved.as_ref().is_ok_and(|s| s.is_success()), "{saved:?}");
+    let in_db_3: redis::RedisResult<bool> = runtime.block_on(async {
+        let url = format!("redis://:pw-17@{}/3", dr.addr());
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        redis::cmd("EXISTS")
+            .arg("moved")
+            .query_async(&mut conn)
+            .await
+    });
+    assert_eq!(in_db_3.ok(), Some(true), "not in DB 3 of the DR host");
+
+    // --replace: the push is the whole declaration; the fields and the
+    // secretRef not given are gone (DB 0, no password: rolled back, as the
+    // DR host wants one).
+    let replaced = rewire(&[
+        "apply",
+        "--replace",
+        "--kind",
+        "state",
+        "--name",
+        "orders",
+        "-m",
+        &dr_host,
+        "--addr",
+        &grpc,
+    ]);
+    assert_eq!(
+        replaced.status.code(),
+        Some(1),
+        "{}",
+        text(&replaced.stdout)
+    );
+    assert!(
+        text(&replaced.stderr).contains("state/orders: rolled_back"),
+        "{}",
+        text(&replaced.stderr)
+    );
+    drop((primary, dr));
 }
 
 #[test]

@@ -60,6 +60,8 @@ impl Lifecycle for LayottoLifecycleApi {
         let push = rewire_pb::DynamicConfiguration {
             component_config,
             based_on_generation: None,
+            // rewire's flag; `Declares::Fields` below says how it is taken.
+            amend: false,
         };
         let answer = self
             .rewire

@@ -1,6 +1,7 @@
 //! The `Lifecycle` service: a control plane pushes one component's whole
-//! configuration, removes a component, releases a pushed component back to
-//! the file, or reads the status.
+//! configuration (or, with `amend`, the fields to change), removes a
+//! component, releases a pushed component back to the file, or reads the
+//! status.
 //!
 //! Every push is answered before its caller's deadline, with its outcome or
 //! `queued` (`lifecycle_wait`).
@@ -72,10 +73,15 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
-        // The push is the component whole: its refs are declared, none
-        // when its lists are empty (proto3 cannot tell them from absent).
-        self.apply_configuration_with(request, Declares::Whole)
-            .await
+        // Without `amend` (a client that does not know the field), the
+        // push is the component whole: its refs are declared, none when
+        // its lists are empty (proto3 cannot tell them from absent).
+        let declares = if request.get_ref().amend {
+            Declares::FieldsOrNew
+        } else {
+            Declares::Whole
+        };
+        self.apply_configuration_with(request, declares).await
     }
 
     async fn remove_component(
@@ -138,6 +144,13 @@ async fn apply(
         .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
     let key = key_of(&config.kind, &config.name)?;
     label_if_running(&call, &key);
+    let declares = match declares {
+        // Nothing in force to amend: the push adds the component, whole.
+        // Read before the push is queued: a component added meanwhile is
+        // declared whole, one removed meanwhile refuses the amendment.
+        Declares::FieldsOrNew if !in_force(&call, &key) => Declares::Whole,
+        declares => declares,
+    };
     // The push stores only what it declares: an empty type keeps the type
     // in force, scopes (and unsaid refs) stay the lower layers', all
     // resolved inside the serialised reload.
@@ -154,7 +167,9 @@ async fn apply(
     let reload = async move {
         match declares {
             Declares::Whole => runtime.apply_component(applied, patch, generation).await,
-            Declares::Fields => runtime.amend_component(applied, patch, generation).await,
+            Declares::Fields | Declares::FieldsOrNew => {
+                runtime.amend_component(applied, patch, generation).await
+            }
         }
     };
     let waited = wait.0.run(wait.1, reload).await?;
@@ -201,6 +216,16 @@ fn label_if_running(call: &Call, key: &ComponentKey) {
     if call.runtime().generation().get(key).is_some() {
         call.label(&key.to_string());
     }
+}
+
+/// Whether the layers declare `key` now (the file, the overlay or a push;
+/// not removed by a push): what an amendment can change.
+fn in_force(call: &Call, key: &ComponentKey) -> bool {
+    call.runtime()
+        .layers()
+        .effective_config()
+        .components
+        .contains_key(key)
 }
 
 fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {

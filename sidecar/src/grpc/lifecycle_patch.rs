@@ -10,9 +10,11 @@
 //!
 //! rewire's own push declares the component whole, refs included (its
 //! proto cannot tell an absent list from an empty one, so none given is
-//! none). Layotto's push carries metadata only: it says the fields it
-//! sets, laid over what the layers below declare (their other fields, type
-//! and refs stay in force), and its refs are left unsaid (`None`).
+//! none), unless it sets `amend`: then, as Layotto's push, it says only
+//! the fields it sets, laid over what the layers below declare (their
+//! other fields, type and refs stay in force), and a kind of ref it gives
+//! no entry of is left unsaid (`None`). Layotto's push carries metadata
+//! only, so its refs are always unsaid.
 
 use serde_json::{Map, Value};
 
@@ -29,6 +31,10 @@ pub(super) enum Declares {
     /// Layotto's push (metadata only, no refs in its proto): the fields it
     /// sets, laid over the declaration of the layers below.
     Fields,
+    /// rewire's push with `amend` (`rewire apply` without `--replace`): as
+    /// `Fields`, each kind of ref said only when given; a component not
+    /// in force is declared whole (added), where Layotto's is refused.
+    FieldsOrNew,
 }
 
 /// The patch `config` declares, its refs said when it declares the
@@ -52,15 +58,24 @@ pub(super) fn patch_of(
         return Err(problems);
     }
     let type_name = Some(config.r#type).filter(|t| !t.is_empty());
-    let said = declares == Declares::Whole;
     Ok(ComponentPatch {
         type_name,
         metadata,
-        component_refs: Some(component_refs).filter(|_| said),
-        secret_refs: Some(secret_refs).filter(|_| said),
-        configuration_refs: Some(configuration_refs).filter(|_| said),
+        component_refs: said(component_refs, declares),
+        secret_refs: said(secret_refs, declares),
+        configuration_refs: said(configuration_refs, declares),
         scopes: None,
     })
+}
+
+/// The refs of one kind as the patch says them: all of them (none given
+/// is none) for a whole declaration; for an amendment, only when some are
+/// given, so the refs in force are kept otherwise.
+fn said<T>(refs: Vec<T>, declares: Declares) -> Option<Vec<T>> {
+    match declares {
+        Declares::Whole => Some(refs),
+        Declares::Fields | Declares::FieldsOrNew => Some(refs).filter(|r| !r.is_empty()),
+    }
 }
 
 /// The component refs of a push; each one missing a field is a problem.
@@ -246,6 +261,25 @@ mod tests {
             (None, None, None)
         );
         assert_eq!(unsaid.metadata["redisHost"], "new:6379");
+    }
+
+    #[test]
+    fn an_amendment_says_only_the_kinds_of_ref_it_gives() {
+        let mut c = config();
+        c.metadata.insert("redisHost".into(), "dr:6379".into());
+        c.secret_refs.push(pb::SecretRef {
+            store: "local".into(),
+            name: "redis".into(),
+            key: "password".into(),
+            ..pb::SecretRef::default()
+        });
+        let amended = patch_of(c, Declares::FieldsOrNew).expect("valid");
+        assert_eq!(amended.secret_refs.map(|r| r.len()), Some(1));
+        assert_eq!(
+            (amended.component_refs, amended.configuration_refs),
+            (None, None)
+        );
+        assert_eq!(amended.type_name, None);
     }
 
     #[test]
