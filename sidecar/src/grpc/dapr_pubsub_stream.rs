@@ -340,7 +340,8 @@ impl EventSink for StreamSink {
             Status::deadline_exceeded(format!(
                 "event `{}` of the {} was not {what} within {within:?}: \
                  the stream is ended and the event will be delivered again",
-                event.id, self.subscription
+                echoed(&event.id),
+                self.subscription
             ))
         };
         tokio::select! {

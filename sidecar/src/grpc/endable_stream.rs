@@ -2,7 +2,8 @@
 //! that stopped reading (or answering) is told when it reads again,
 //! ahead of anything still queued, which such a client would never take.
 //! The task feeding the stream can then stop instead of waiting on the
-//! client for ever.
+//! client for ever. Every status it yields is fitted to the trailers
+//! (see [`fitted_to_trailers`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +15,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::Status;
+
+use super::observe::fitted_to_trailers;
 
 /// The feeding side's way to end the stream. Cancelling `closed` without
 /// a status ends nothing: the stream then ends with its queue.
@@ -80,10 +83,12 @@ impl<T> Stream for EndableStream<T> {
             let ended = self.status.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(status) = ended {
                 self.done = true;
-                return Poll::Ready(Some(Err(status)));
+                return Poll::Ready(Some(Err(fitted_to_trailers(status))));
             }
         }
-        Pin::new(&mut self.queued).poll_next(cx)
+        Pin::new(&mut self.queued)
+            .poll_next(cx)
+            .map(|next| next.map(|item| item.map_err(fitted_to_trailers)))
     }
 }
 
@@ -107,6 +112,26 @@ mod tests {
         };
         assert_eq!(status.message(), "stopped reading");
         assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_status_too_long_for_trailers_is_cut_queued_or_ending() {
+        let (out, queued) = mpsc::channel(4);
+        let end = StreamEnd::default();
+        let mut stream = EndableStream::<u8>::new(queued, &end);
+        let long = "x".repeat(1024 * 1024);
+        out.try_send(Err(Status::internal(long.clone())))
+            .expect("room");
+        let Some(Err(queued)) = stream.next().await else {
+            panic!("the queued status");
+        };
+        assert!(queued.message().len() < 2048, "{}", queued.message().len());
+        end.end(Status::deadline_exceeded(long));
+        let Some(Err(ending)) = stream.next().await else {
+            panic!("the ending status");
+        };
+        assert_eq!(ending.code(), tonic::Code::DeadlineExceeded);
+        assert!(ending.message().len() < 2048, "{}", ending.message().len());
     }
 
     #[tokio::test]

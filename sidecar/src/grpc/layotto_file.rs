@@ -160,7 +160,8 @@ async fn send_chunks(
     };
     if pump(body, CHUNK, &out, message, CLIENT_READS_WITHIN).await == Pumped::Stalled {
         end.end(Status::deadline_exceeded(format!(
-            "reading {file}: the client took no chunk for {CLIENT_READS_WITHIN:?}"
+            "reading {}: the client took no chunk for {CLIENT_READS_WITHIN:?}",
+            rewire_runtime::echoed(&file)
         )));
     }
 }

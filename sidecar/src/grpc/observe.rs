@@ -88,22 +88,25 @@ where
     result
 }
 
-/// Longest error message a call answers, in bytes: what is sent as the
-/// `grpc-message` trailer (percent-encoded, up to three times as long),
-/// well within what clients accept in headers (grpc-java's default is
-/// 8 KiB for all of them).
-pub(super) const MAX_STATUS_MESSAGE: usize = 2048;
+/// Longest error message a call answers, in bytes: sent as the
+/// `grpc-message` trailer, percent-encoded (up to three times as long).
+/// With [`MAX_STATUS_DETAILS`], at most about 7 KiB of trailers: within
+/// what clients accept in headers (grpc-java's default is 8 KiB for all
+/// of them).
+pub(super) const MAX_STATUS_MESSAGE: usize = 1024;
 /// Longest rich error details (`grpc-status-details-bin`, base64: a
 /// third longer) a call answers with; longer ones are left out, the
 /// message kept.
-pub(super) const MAX_STATUS_DETAILS: usize = 4096;
+pub(super) const MAX_STATUS_DETAILS: usize = 3072;
 
 /// `status` as it may go in trailers: a message longer than
 /// [`MAX_STATUS_MESSAGE`] cut on a character boundary (`…`), details
 /// longer than [`MAX_STATUS_DETAILS`] left out. Values a client sent are
 /// quoted cut short where errors are made; this bounds what a store's
 /// own text quotes, or any message made later, whatever it is: a
-/// trailer of megabytes broke the call's HTTP/2 stream.
+/// trailer of megabytes broke the call's HTTP/2 stream. Every unary
+/// call's error passes here ([`observed`]), and every status a server
+/// stream ends with (`EndableStream`).
 pub(super) fn fitted_to_trailers(status: Status) -> Status {
     let message_fits = status.message().len() <= MAX_STATUS_MESSAGE;
     let details_fit = status.details().len() <= MAX_STATUS_DETAILS;
