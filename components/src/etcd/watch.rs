@@ -36,7 +36,13 @@
 //! * **New TLS material** (the client's channels replaced, see
 //!   [`shared`](super::shared)): the stream on the old channels is
 //!   dropped and the prefix watched again at once, on the new ones, from
-//!   `last_seen + 1` — nothing missed; a backoff wait in progress ends.
+//!   `last_seen + 1` — nothing missed — once the history is checked as
+//!   after a failed stream (one read of the prefix per rotation); a
+//!   backoff wait in progress ends. The new channels may reach another
+//!   server than the old stream did: re-issued certificates often come
+//!   with a re-created cluster (a pod re-created, cert-manager), and a
+//!   stream to the old one may hang silently (no reset, no keep-alive
+//!   answer yet) rather than fail.
 //!
 //! The task ends when its token is cancelled: the last store sharing it
 //! closed, or the shutdown of the runtimes of all of them.
@@ -71,9 +77,10 @@ pub(crate) struct Follower {
     failing: Option<String>,
     /// Changes when the client's channels are replaced (new TLS material).
     replaced: tokio::sync::watch::Receiver<u64>,
-    /// Set when a stream failed: the server may have lost or replaced its
-    /// history meanwhile, so `last_seen` is trusted only once the history
-    /// at it matches the cache (see [`Self::history_matches`]).
+    /// Set when a stream failed or the channels were replaced: the server
+    /// may have lost or replaced its history meanwhile (or be another
+    /// one), so `last_seen` is trusted only once the history at it
+    /// matches the cache (see [`Self::history_matches`]).
     unverified: bool,
 }
 
@@ -160,6 +167,7 @@ impl Follower {
                     }
                 }
                 Interrupt::Replaced => {
+                    self.unverified = true;
                     info!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch moves to the connection with the new TLS material.");
                 }
             }

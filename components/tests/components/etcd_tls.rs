@@ -5,7 +5,9 @@
 //! new CA, trusting only client certificates from it), the new CA,
 //! certificate and key installed at the store's paths are taken up
 //! without a reload: writes and reads succeed, and the watch resumes
-//! without missing the change made while the store was cut off.
+//! without missing the change made while the store was cut off; and when
+//! the new material reaches a re-created etcd, the watch re-reads its
+//! prefix rather than resume in another history.
 
 use crate::common;
 use crate::support::file_opens::warnings_over_rereads;
@@ -249,4 +251,73 @@ async fn the_sequencer_takes_ids_over_tls_across_a_ca_rollover() {
         "the counter on the server (its offset and version) is the last id handed out"
     );
     assert_eq!(refusals(live.path()).len(), 1, "no new warning");
+}
+
+/// Re-issued certificates often come with a re-created cluster (a pod
+/// re-created with a new data dir, cert-manager issuing its certificates
+/// anew) while the stream to the old one stays open: here the old etcd
+/// keeps serving it (as a stream hanging silently would: no failure is
+/// seen), and only the re-created one, the next endpoint, accepts the new
+/// files. The re-created etcd is already past the revision the watch last
+/// saw, with another history: `k=b` and the absence of `gone` are at
+/// revisions the watch counts as seen. Moving to the new material, the
+/// watch checks the history there and re-reads the prefix, rather than
+/// resume at that revision + 1 and miss them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_tls_material_reaching_a_re_created_etcd_re_reads_the_prefix() {
+    let (ca, next_ca) = (TestCa::new("etcd-old-ca"), TestCa::new("etcd-new-ca"));
+    let old = EtcdServer::start_tls(tls_of(&ca)).await;
+    let re_created = EtcdServer::start_tls(tls_of(&next_ca)).await;
+    let live = tempfile::tempdir().expect("temp dir");
+    let (ca_file, cert, key) = (
+        live.path().join("ca.pem"),
+        live.path().join("client.crt"),
+        live.path().join("client.key"),
+    );
+    replace_file(&ca_file, &ca.ca_pem);
+    ca.client("app-1").install_at(&cert, &key);
+    let store = store(json!({
+        "endpoints": format!("{},{}", old.url(), re_created.url()),
+        "keyPrefix": "/svc/", "dialTimeout": "1s", "watchRetryMs": 100,
+        "caCert": ca_file, "clientCert": cert, "clientKey": key,
+    }))
+    .await;
+    let mut changes = store
+        .subscribe(ConfigQuery::keys(["k", "gone"]))
+        .await
+        .expect("subscribe");
+    for i in 0..30 {
+        old.put(&format!("/other/{i}"), "x").await;
+    }
+    old.put("/svc/gone", "x").await;
+    let last_seen = old.put("/svc/k", "a").await;
+    let before = items_until(&mut changes, "k=a", PATIENCE, |items| {
+        etcd_server::values_of(items, "k").contains(&"a".to_string())
+    })
+    .await;
+    assert_eq!(etcd_server::values_of(&before, "gone"), vec!["x"]);
+
+    re_created.put("/svc/k", "b").await;
+    for i in 0..40 {
+        re_created.put(&format!("/other/{i}"), "y").await;
+    }
+    assert!(
+        re_created.revision().await > last_seen,
+        "the re-created history is not past {last_seen}"
+    );
+    replace_file(&ca_file, &next_ca.ca_pem);
+    next_ca.client("app-2").install_at(&cert, &key);
+
+    let after = items_until(&mut changes, "k=b and gone deleted", PATIENCE, |items| {
+        etcd_server::values_of(items, "k").contains(&"b".to_string())
+            && etcd_server::values_of(items, "gone").contains(&String::new())
+    })
+    .await;
+    assert_eq!(
+        etcd_server::values_of(&after, "k"),
+        vec!["b"],
+        "{}",
+        etcd_server::show(&after)
+    );
+    assert_eq!(value_of(&*store, "k").await.as_deref(), Some("b"));
 }
