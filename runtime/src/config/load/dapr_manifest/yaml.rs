@@ -2,12 +2,22 @@
 //! mapping key (saphyr's marked nodes, turned into owned values), so that
 //! every problem in a manifest can name its line.
 
+use std::collections::HashMap;
+
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use saphyr_parser::{Event, Parser};
 use serde_json::{Map, Number, Value};
 
+use super::MAX_MANIFEST_BYTES;
+
 /// Deepest nesting accepted in a manifest (Dapr's are four levels deep).
 const MAX_DEPTH: usize = 64;
+
+/// Most bytes a manifest's aliases may add by repeating their anchors: as
+/// much as the largest manifest accepted, so a file with aliases holds at
+/// most twice what one without can, and a file without is never refused
+/// for them.
+const MAX_ALIAS_BYTES: usize = MAX_MANIFEST_BYTES;
 
 /// One YAML node and the (1-based) line it starts on.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +55,7 @@ pub(super) struct YamlError {
 
 /// The documents of `text` (`---`-separated); empty documents are left out.
 pub(super) fn documents(text: &str) -> Result<Vec<Node>, YamlError> {
-    check_nesting(text)?;
+    check_events(text)?;
     let docs = MarkedYaml::load_from_str(text).map_err(|err| YamlError {
         line: err.marker().line(),
         message: format!(
@@ -65,29 +75,71 @@ pub(super) fn documents(text: &str) -> Result<Vec<Node>, YamlError> {
 }
 
 /// Refuses `text` when its collections nest deeper than [`convert`]
-/// accepts, on saphyr's event stream, before a tree is built: saphyr caps
-/// only flow nesting, and a tree of 500,000 nested block sequences (1 MB of
-/// `- `) would overflow the stack when dropped. One level of slack leaves
-/// the exact limit, and its line, to `convert`. A malformed text is left to
-/// the loader, which reports it as before.
-fn check_nesting(text: &str) -> Result<(), YamlError> {
-    let mut open = 0usize;
+/// accepts, or when its aliases expand past [`MAX_ALIAS_BYTES`], on
+/// saphyr's event stream, before a tree is built.
+///
+/// Nesting: saphyr caps only flow nesting, and a tree of 500,000 nested
+/// block sequences (1 MB of `- `) would overflow the stack when dropped.
+/// One level of slack leaves the exact limit, and its line, to `convert`.
+///
+/// Aliases: saphyr resolves one by cloning the anchored subtree, and its
+/// own budget counts nodes, not bytes: a 700 KB scalar aliased 100,000
+/// times (a manifest under [`MAX_MANIFEST_BYTES`]) would ask for 70 GB.
+/// Each anchored node's size is its scalars' bytes plus one per node
+/// (saphyr's node budget bounds how many), and every alias adds its
+/// anchor's size; the text refused, naming the alias's line, once the sum
+/// passes the bound.
+///
+/// A malformed text is left to the loader, which reports it as before
+/// (what came before the error was checked: the loader stops there too).
+fn check_events(text: &str) -> Result<(), YamlError> {
+    // Each open collection: its anchor and the size of what it holds so far.
+    let mut open: Vec<(usize, usize)> = Vec::new();
+    let mut anchored: HashMap<usize, usize> = HashMap::new();
+    let mut expanded = 0usize;
     for event in Parser::new_from_str(text) {
         let Ok((event, span)) = event else {
             return Ok(());
         };
-        match event {
-            Event::SequenceStart(..) | Event::MappingStart(..) => {
-                open += 1;
-                if open > MAX_DEPTH + 1 {
+        let line = span.start.line();
+        // The size of the node this event completes, if it completes one.
+        let (anchor, size) = match event {
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if open.len() > MAX_DEPTH {
                     return Err(YamlError {
-                        line: span.start.line(),
+                        line,
                         message: too_deep(),
                     });
                 }
+                open.push((anchor, 1));
+                continue;
             }
-            Event::SequenceEnd | Event::MappingEnd => open = open.saturating_sub(1),
-            _ => {}
+            Event::SequenceEnd | Event::MappingEnd => match open.pop() {
+                Some(closed) => closed,
+                None => continue,
+            },
+            Event::Scalar(value, _, anchor, _) => (anchor, value.len().saturating_add(1)),
+            Event::Alias(id) => {
+                let size = anchored.get(&id).copied().unwrap_or(0);
+                expanded = expanded.saturating_add(size);
+                if expanded > MAX_ALIAS_BYTES {
+                    return Err(YamlError {
+                        line,
+                        message: format!(
+                            "aliases expand to more than {MAX_ALIAS_BYTES} bytes \
+                             (an alias repeats its anchor's whole value)"
+                        ),
+                    });
+                }
+                (0, size)
+            }
+            _ => continue,
+        };
+        if anchor > 0 {
+            anchored.insert(anchor, size);
+        }
+        if let Some((_, parent)) = open.last_mut() {
+            *parent = parent.saturating_add(size);
         }
     }
     Ok(())
@@ -201,3 +253,6 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
