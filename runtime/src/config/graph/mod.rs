@@ -7,7 +7,6 @@ mod render;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use petgraph::algo::TarjanScc;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::NodeIndexable;
 use petgraph::Direction;
@@ -201,27 +200,29 @@ impl DependencyGraph {
 
     /// Every cycle, each as a path in "depends on" order that ends where it
     /// starts: `state/a -> config_store/b -> state/a`.
+    ///
+    /// Iterative throughout: petgraph's Tarjan recurses once per node of a
+    /// path, and a chain of some 25,000 components each referencing the
+    /// one before overflowed a tokio worker's 2 MiB stack (aborting the
+    /// sidecar) while a reload was validated.
     pub fn cycles(&self) -> Vec<Vec<ComponentKey>> {
+        // The usual case, no cycle, in one pass without a component list
+        // per node.
+        if petgraph::algo::toposort(&*self.graph, None).is_ok() {
+            return Vec::new();
+        }
         let mut cycles = Vec::new();
-        // Each strongly connected component is handed over borrowed: the
-        // usual case, a component on no cycle, costs no allocation.
-        TarjanScc::new().run(&*self.graph, |scc: &[NodeIndex]| {
-            if let [only] = scc {
-                if !self.graph.contains_edge(*only, *only) {
-                    return;
-                }
-            }
-            let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
+        for scc in petgraph::algo::kosaraju_scc(&*self.graph) {
             // Node order is key order.
             let Some(&start) = scc.iter().min() else {
-                return;
+                continue;
             };
-            let self_loop = self.graph.contains_edge(start, start);
-            if members.len() < 2 && !self_loop {
-                return;
+            if scc.len() < 2 && !self.graph.contains_edge(start, start) {
+                continue;
             }
+            let members: BTreeSet<NodeIndex> = scc.into_iter().collect();
             cycles.push(self.cycle_through(start, &members));
-        });
+        }
         cycles.sort();
         cycles
     }

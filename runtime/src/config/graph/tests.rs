@@ -165,3 +165,59 @@ fn references_resolve_to_their_nodes_in_order() {
     );
     assert_eq!(again.key_at(1), key("secret_store/local"));
 }
+
+/// `length` state stores, each referencing the one before; with `closed`,
+/// the first references the last.
+fn chain_of(length: usize, closed: bool) -> DependencyGraph {
+    let name = |i: usize| format!("c{i:06}");
+    let reference = |i: usize| {
+        format!(
+            r#"{{"componentRef": [{{"type": "state", "name": "{}"}}]}}"#,
+            name(i)
+        )
+    };
+    let mut components: Vec<String> = (1..length)
+        .map(|i| format!(r#""{}": {}"#, name(i), reference(i - 1)))
+        .collect();
+    let first = if closed {
+        reference(length - 1)
+    } else {
+        "{}".to_string()
+    };
+    components.push(format!(r#""{}": {first}"#, name(0)));
+    graph(&format!(
+        r#"{{"components": {{"state": {{{}}}}}}}"#,
+        components.join(",")
+    ))
+}
+
+/// Runs `check` on a thread with a tokio worker's default stack (2 MiB):
+/// a reload is validated on one.
+fn on_worker_sized_stack(check: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(check)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join()
+        .unwrap_or_else(|_| panic!("the check panicked"));
+}
+
+#[test]
+fn a_long_chain_is_checked_for_cycles_without_recursion() {
+    // petgraph's Tarjan recursed once per component of the chain and
+    // overflowed the 2 MiB stack (aborting the process) from about 25,000.
+    let open = chain_of(100_000, false);
+    let closed = chain_of(100_000, true);
+    on_worker_sized_stack(move || {
+        assert!(open.cycles().is_empty());
+        assert_eq!(open.levels().len(), 100_000);
+        let cycles = closed.cycles();
+        assert_eq!(cycles.len(), 1);
+        // Each component depends on the one before; c000000 on the last.
+        let cycle = &cycles[0];
+        assert_eq!(cycle.len(), 100_001);
+        assert_eq!(cycle[0], key("state/c000000"));
+        assert_eq!(cycle[1], key("state/c099999"));
+        assert_eq!(cycle[100_000], key("state/c000000"));
+    });
+}
