@@ -4,7 +4,8 @@
 //! `Configuration` beside it (skipped)), serves state over the Dapr HTTP API; editing
 //! a manifest under load switches to another redis-server without a failed
 //! request; an invalid manifest is rejected with its file and line; adding
-//! and removing a manifest adds and removes its component.
+//! and removing a manifest adds and removes its component; a manifest read
+//! while empty (being rewritten) is refused, its component kept.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -417,5 +418,58 @@ async fn a_configmap_update_swapping_the_data_link_reloads() {
         reload["actions"]["state/cache"],
         json!("updated_in_place"),
         "{reload}"
+    );
+}
+
+/// `sops -d cache.enc.yaml > cache.yaml` truncates the manifest, then waits
+/// on its KMS longer than the watch's 100 ms of quiet: the empty file read
+/// meanwhile used to be a folder without `state/cache`, a reload removed
+/// it (and the memory store's data) and the write-back added it empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_read_while_empty_keeps_its_component_and_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = components_folder(dir.path());
+    let manifest = components.join("cache.yaml");
+    let cache = "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: cache\nspec:\n  type: state.in-memory\n  version: v1\n";
+    std::fs::write(&manifest, cache).unwrap();
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start(dir.path(), &http_addr);
+    let (base, http) = (format!("http://{http_addr}"), testkit::http_client());
+    let url = format!("{base}/v1.0/state/cache");
+    let saved = http
+        .post(&url)
+        .json(&json!([{"key": "kept", "value": 7}]))
+        .send()
+        .await
+        .unwrap();
+    assert!(saved.status().is_success(), "{}", saved.status());
+
+    // Truncated; written back once the empty file has been read.
+    std::fs::File::create(&manifest).unwrap();
+    let read_empty = status_when(&http, &base, |s| !newest_reload(s).is_null()).await;
+    let reload = newest_reload(&read_empty);
+    assert_eq!(reload["outcome"], json!("rejected"), "{read_empty}");
+    let error = reload["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cache.yaml: holds no resource; delete it to remove its components"),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&manifest, cache).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let after = status(&http, &base).await;
+    assert_eq!(after["generation"], json!(1), "{after}");
+    let removed = after["reloads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["actions"]["state/cache"] == json!("removed"));
+    assert!(!removed, "{after}");
+    let got = http.get(format!("{url}/kept")).send().await.unwrap();
+    assert_eq!(
+        got.json::<Value>().await.unwrap(),
+        json!(7),
+        "the data is kept"
     );
 }

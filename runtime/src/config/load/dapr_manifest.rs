@@ -142,7 +142,8 @@ pub(crate) fn read_manifest_texts(dir: &Path) -> Result<ManifestTexts, Problems>
 
 /// The components of `texts` that `app_id` loads (a manifest with `scopes`
 /// is loaded only by the apps it lists, as in Dapr), with every problem
-/// and note.
+/// and note. A file holding no resource (empty, comments only) is a
+/// problem, not a file declaring nothing: it is most likely being written.
 pub(crate) fn parse_manifests(
     texts: &ManifestTexts,
     app_id: &str,
@@ -162,6 +163,17 @@ pub(crate) fn parse_manifests(
                 continue;
             }
         };
+        if docs.is_empty() {
+            // Most likely caught mid-write (`sops -d x > file` truncates,
+            // then waits on its KMS): read as declaring nothing, a reload
+            // would remove the file's components and lose their data.
+            found.problem_at(
+                file.clone(),
+                None,
+                "holds no resource; delete it to remove its components",
+            );
+            continue;
+        }
         for doc in docs {
             let NodeValue::Map(entries) = &doc.value else {
                 found.problem_at(

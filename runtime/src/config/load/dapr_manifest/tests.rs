@@ -500,3 +500,5 @@ fn deeply_nested_block_sequences_are_refused_before_a_tree_is_built() {
         .iter()
         .all(|p| !p.contains("nested")));
 }
+
+mod empty_files;
