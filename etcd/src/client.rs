@@ -142,9 +142,22 @@ pub(crate) struct TokenInterceptor {
     /// Counts the logins that succeeded: a call refused for its token logs
     /// in again only if no login succeeded since it read this.
     generation: Arc<AtomicU64>,
+    /// Counts the login attempts that finished, succeeded or failed: a
+    /// call refused for its token takes the outcome of one finished since
+    /// it read this rather than try again itself.
+    attempts: Arc<AtomicU64>,
     /// Held while logging in, so that the calls refused together log in
-    /// once (each login is a bcrypt check and a raft proposal in etcd).
-    login_turn: Arc<tokio::sync::Mutex<()>>,
+    /// once (each login is a bcrypt check and a raft proposal in etcd);
+    /// holds the failure of the last attempt, if it failed.
+    login_turn: Arc<tokio::sync::Mutex<Option<Error>>>,
+}
+
+/// Where the logins stood when a call read its token: see
+/// [`Client::login_once`].
+#[derive(Debug, Clone, Copy)]
+struct LoginMark {
+    generation: u64,
+    attempts: u64,
 }
 
 impl std::fmt::Debug for TokenInterceptor {
@@ -171,6 +184,14 @@ impl TokenInterceptor {
     /// How many logins succeeded so far.
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Where the logins stand now.
+    fn mark(&self) -> LoginMark {
+        LoginMark {
+            generation: self.generation(),
+            attempts: self.attempts.load(Ordering::Acquire),
+        }
     }
 }
 
@@ -431,22 +452,43 @@ impl Client {
     }
 
     /// Logs in on member `index` unless another call did since this one
-    /// read generation `seen` (and no fresh login was asked for since):
-    /// the calls refused together — hundreds after a restart or a change
-    /// of users — make one login, not one each. One login at a time; the
-    /// wait for a turn is bounded by the call's time limit.
-    async fn login_once(&self, index: usize, seen: u64) -> Result<(), Error> {
+    /// read `seen` (and no fresh login was asked for since): the calls
+    /// refused together — hundreds after a restart or a change of users —
+    /// make one login, not one each. A login attempt of another call that
+    /// finished since and failed fails this call too, with its error: one
+    /// failed login per round, not one per waiting call, one after
+    /// another. One login at a time; the wait for a turn is bounded by
+    /// the call's time limit.
+    ///
+    /// The member answered (it refused the token), so a login that runs
+    /// out, or a wait for another call's, is [`Error::LoginTimeout`],
+    /// which does not move the client to the next member: a slow login
+    /// (bcrypt and a raft proposal in etcd, queued behind others) is no
+    /// sign of a member gone, and every waiter moving on would walk the
+    /// client round the cluster.
+    async fn login_once(&self, index: usize, seen: LoginMark) -> Result<(), Error> {
         if self.user.is_none() {
             return Ok(());
         }
-        let _turn = tokio::time::timeout(self.timeout, self.token.login_turn.lock())
+        let mut last_failure = tokio::time::timeout(self.timeout, self.token.login_turn.lock())
             .await
-            .map_err(|_| Error::Timeout(self.timeout))?;
-        if self.token.generation() != seen && !self.token.is_stale() {
+            .map_err(|_| Error::LoginTimeout(self.timeout))?;
+        if self.token.generation() != seen.generation && !self.token.is_stale() {
             return Ok(());
         }
+        if self.token.attempts.load(Ordering::Acquire) != seen.attempts {
+            if let Some(err) = last_failure.as_ref() {
+                return Err(err.clone());
+            }
+        }
         let stale = StaleUntilLoggedIn::take(&self.token);
-        self.login(index).await?;
+        let login = self.login(index).await.map_err(|err| match err {
+            Error::Timeout(limit) => Error::LoginTimeout(limit),
+            other => other,
+        });
+        *last_failure = login.as_ref().err().cloned();
+        self.token.attempts.fetch_add(1, Ordering::AcqRel);
+        login?;
         stale.disarm();
         Ok(())
     }
@@ -525,11 +567,11 @@ impl Client {
     {
         let call = &call;
         self.failover(move |index, service| async move {
-            let seen = self.token.generation();
+            let seen = self.token.mark();
             if self.user.is_some() && self.token.is_stale() {
                 self.login_once(index, seen).await?;
             }
-            let seen = self.token.generation();
+            let seen = self.token.mark();
             match self.bounded(call(index, service.clone())).await {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
                     self.login_once(index, seen).await?;
@@ -792,6 +834,9 @@ fn operation_of<R>() -> &'static str {
     let name = name.rsplit("::").next().unwrap_or(name);
     name.strip_suffix("Response").unwrap_or(name)
 }
+
+#[cfg(test)]
+mod login_tests;
 
 #[cfg(test)]
 mod tests {

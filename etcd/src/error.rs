@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Why a call to etcd failed. The text carries the server's own message
 /// (`etcdserver: authentication failed, …`), never a password.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// An endpoint is not a valid URL.
     #[error("invalid endpoint `{endpoint}`: {reason}")]
@@ -23,6 +23,11 @@ pub enum Error {
     /// The call did not finish within the limit.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// The server refused the call's auth token, and no login (this
+    /// call's, or the one of another call it waited for) finished within
+    /// the limit. The server answered: not [unreachable](Self::is_unreachable).
+    #[error("the server refused the auth token and no login finished within {0:?}")]
+    LoginTimeout(Duration),
 }
 
 impl Error {
@@ -44,7 +49,7 @@ impl Error {
                 status.code(),
                 tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::DeadlineExceeded
             ),
-            Self::Endpoint { .. } | Self::NoEndpoint => false,
+            Self::Endpoint { .. } | Self::NoEndpoint | Self::LoginTimeout(_) => false,
         }
     }
 

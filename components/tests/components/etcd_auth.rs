@@ -106,7 +106,6 @@ async fn the_watch_logs_in_again_after_etcd_restarts() {
     assert_eq!(values_of(&items, "k"), vec!["2"]);
 
     server.restart_gracefully().await;
-    eprintln!("DEBUG after restart {}", logins(&server).await);
     server.put("/relogin/k", "3").await;
     let items = items_until(&mut sub, "k=3 after the restart", PATIENCE, |items| {
         values_of(items, "k").contains(&"3".to_string())

@@ -1,0 +1,238 @@
+//! Logins of the calls refused together for their token, against a fake
+//! etcd (only `Range` and `Authenticate`) whose logins are slow or refused
+//! at will, as a real one's are not: its first login (the client's
+//! connect) is answered at once, then it forgets every token it issued
+//! (as after a restart) and answers later logins as the test asks.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::transport::server::TcpIncoming;
+
+use super::{Client, ConnectOptions};
+use crate::error::Error;
+use crate::pb::{AuthenticateRequest, AuthenticateResponse, RangeRequest, RangeResponse};
+
+/// The limit on each call of the client under test.
+const LIMIT: Duration = Duration::from_millis(300);
+/// Calls refused together.
+const HERD: usize = 16;
+
+/// How the fake answers the logins after the first.
+#[derive(Clone, Copy)]
+enum LaterLogins {
+    /// After this long (past [`LIMIT`]), with a token.
+    Slow(Duration),
+    /// At once, refusing the password.
+    Refused,
+}
+
+struct Fake {
+    /// The token `Range` accepts; none: every one is refused.
+    valid: Mutex<Option<String>>,
+    /// Whether `Range` accepts any token (a member the client may move to).
+    accepts_any: bool,
+    /// `Authenticate` requests received.
+    logins: AtomicUsize,
+    later: LaterLogins,
+}
+
+impl Fake {
+    fn authenticate(
+        self: Arc<Self>,
+    ) -> BoxFuture<tonic::Response<AuthenticateResponse>, tonic::Status> {
+        Box::pin(async move {
+            let n = self.logins.fetch_add(1, Ordering::AcqRel);
+            if n > 0 {
+                match self.later {
+                    LaterLogins::Slow(wait) => tokio::time::sleep(wait).await,
+                    LaterLogins::Refused => {
+                        return Err(tonic::Status::invalid_argument(
+                            "etcdserver: authentication failed, invalid user ID or password",
+                        ))
+                    }
+                }
+            }
+            let token = format!("token-{n}");
+            *self.valid.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
+            Ok(tonic::Response::new(AuthenticateResponse {
+                token,
+                ..AuthenticateResponse::default()
+            }))
+        })
+    }
+
+    fn range(
+        &self,
+        request: &tonic::Request<RangeRequest>,
+    ) -> Result<RangeResponse, tonic::Status> {
+        let sent = request
+            .metadata()
+            .get("token")
+            .and_then(|t| t.to_str().ok());
+        let valid = self.valid.lock().unwrap_or_else(|p| p.into_inner());
+        if self.accepts_any || (sent.is_some() && sent == valid.as_deref()) {
+            Ok(RangeResponse::default())
+        } else {
+            Err(tonic::Status::unauthenticated(
+                "etcdserver: invalid auth token",
+            ))
+        }
+    }
+}
+
+struct RangeCall(Arc<Fake>);
+
+impl UnaryService<RangeRequest> for RangeCall {
+    type Response = RangeResponse;
+    type Future = BoxFuture<tonic::Response<RangeResponse>, tonic::Status>;
+    fn call(&mut self, request: tonic::Request<RangeRequest>) -> Self::Future {
+        let answer = self.0.range(&request).map(tonic::Response::new);
+        Box::pin(async move { answer })
+    }
+}
+
+struct AuthenticateCall(Arc<Fake>);
+
+impl UnaryService<AuthenticateRequest> for AuthenticateCall {
+    type Response = AuthenticateResponse;
+    type Future = BoxFuture<tonic::Response<AuthenticateResponse>, tonic::Status>;
+    fn call(&mut self, _: tonic::Request<AuthenticateRequest>) -> Self::Future {
+        Arc::clone(&self.0).authenticate()
+    }
+}
+
+/// The fake as gRPC service `NAME` (`KV` when not `AUTH`).
+#[derive(Clone)]
+struct Api<const AUTH: bool>(Arc<Fake>);
+
+impl NamedService for Api<false> {
+    const NAME: &'static str = "etcdserverpb.KV";
+}
+
+impl NamedService for Api<true> {
+    const NAME: &'static str = "etcdserverpb.Auth";
+}
+
+impl<const AUTH: bool> Service<http::Request<tonic::body::Body>> for Api<AUTH> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let fake = Arc::clone(&self.0);
+        Box::pin(async move {
+            Ok(match request.uri().path() {
+                "/etcdserverpb.KV/Range" => {
+                    Grpc::new(tonic_prost::ProstCodec::default())
+                        .unary(RangeCall(fake), request)
+                        .await
+                }
+                "/etcdserverpb.Auth/Authenticate" => {
+                    Grpc::new(tonic_prost::ProstCodec::default())
+                        .unary(AuthenticateCall(fake), request)
+                        .await
+                }
+                path => panic!("the fake etcd does not serve {path}"),
+            })
+        })
+    }
+}
+
+/// Serves `fake` on a free loopback port; returns its URL.
+fn serve(fake: &Arc<Fake>) -> String {
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("address")).expect("bind");
+    let address = incoming.local_addr().expect("local address");
+    let router = tonic::transport::Server::builder()
+        .add_service(Api::<false>(Arc::clone(fake)))
+        .add_service(Api::<true>(Arc::clone(fake)));
+    tokio::spawn(router.serve_with_incoming(incoming));
+    format!("http://{address}")
+}
+
+/// A client logged in to a fake, whose tokens the fake then forgets;
+/// `HERD` reads made at once on it; returns the client, the logins the
+/// reads made and their errors. The next member is a fake accepting any
+/// token: a read that moves there succeeds, and the client stays there.
+async fn herd_refused_together(later: LaterLogins) -> (Client, usize, Vec<Error>) {
+    let fake = |accepts_any| {
+        Arc::new(Fake {
+            valid: Mutex::new(None),
+            accepts_any,
+            logins: AtomicUsize::new(0),
+            later,
+        })
+    };
+    let (fake, next) = (fake(false), fake(true));
+    let (url, next_url) = (serve(&fake), serve(&next));
+    let options = ConnectOptions {
+        connect_timeout: Duration::from_secs(2),
+        timeout: LIMIT,
+        user: Some(("root".into(), "secret".into())),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&[url, next_url], options)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    client
+        .get("k")
+        .await
+        .unwrap_or_else(|e| panic!("first read: {e}"));
+    *fake.valid.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let before = fake.logins.load(Ordering::Acquire);
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..HERD {
+        let client = client.clone();
+        reads.spawn(async move { client.get("k").await.map(drop) });
+    }
+    let mut errors = Vec::new();
+    while let Some(read) = reads.join_next().await {
+        if let Err(err) = read.expect("read task") {
+            errors.push(err);
+        }
+    }
+    let made = fake.logins.load(Ordering::Acquire) - before;
+    (client, made, errors)
+}
+
+#[tokio::test]
+async fn calls_waiting_on_a_slow_login_neither_move_on_nor_log_in_again() {
+    let (client, made, errors) = herd_refused_together(LaterLogins::Slow(LIMIT * 3)).await;
+    assert_eq!(
+        client.members().current().0,
+        0,
+        "a slow login moved the client off a member that answers: {errors:?}"
+    );
+    assert!(
+        made <= 2,
+        "{HERD} calls refused together made {made} logins"
+    );
+    assert_eq!(errors.len(), HERD, "every read waits on the one login");
+    for err in &errors {
+        assert!(
+            matches!(err, Error::LoginTimeout(_)) && !err.is_unreachable(),
+            "{err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_login_fails_the_calls_waiting_on_it() {
+    let (client, made, errors) = herd_refused_together(LaterLogins::Refused).await;
+    assert!(
+        made <= 2,
+        "{HERD} calls refused together made {made} logins, one after another"
+    );
+    assert_eq!(errors.len(), HERD);
+    for err in &errors {
+        assert!(err.to_string().contains("authentication failed"), "{err}");
+    }
+    assert_eq!(client.members().current().0, 0);
+}
