@@ -159,7 +159,8 @@ fn parse_patch_collecting_as(
     bytes: &[u8],
     what: Document,
 ) -> Result<(ConfigPatch, Problems), Problems> {
-    let mut document = parse_document(bytes)?;
+    // Keys given twice within one component are reported beside the rest.
+    let (mut document, mut problems) = parse_document(bytes)?;
     if what == Document::Overlay {
         let others: Vec<Problem> = document
             .keys()
@@ -173,21 +174,26 @@ fn parse_patch_collecting_as(
             })
             .collect();
         if !others.is_empty() {
-            return Err(Problems(others));
+            problems.0.extend(others);
+            return Err(problems);
         }
     }
-    let mut problems = Problems::default();
     if layotto_file::is_layotto(&document) {
-        let converted = layotto_file::convert(&document).map_err(|p| Problems(vec![p]))?;
+        let converted = match layotto_file::convert(&document) {
+            Ok(converted) => converted,
+            Err(problem) => {
+                problems.push(problem);
+                return Err(problems);
+            }
+        };
         for note in &converted.notes {
             tracing::info!(note = %note, "Layotto configuration note.");
         }
         problems.0.extend(converted.problems);
         document = converted.document;
     }
-    let raw: RawFile = match decode(&document) {
-        Ok(raw) => raw,
-        Err(err) => return Err(Problems(vec![Problem::file(top_level_message(&err))])),
+    let Some(raw) = decode_top_level(&mut document, &mut problems) else {
+        return Err(problems);
     };
     let app_id = match (raw.app_id, raw.app_id_layotto) {
         (Some(a), Some(b)) if a != b => {
@@ -240,7 +246,39 @@ fn parse_patch_collecting_as(
     Ok((patch, problems))
 }
 
-fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
+/// Unknown top-level fields reported at most: each costs a decode.
+const MAX_UNKNOWN_TOP_LEVEL: usize = 16;
+
+/// The top level of `document`, an unknown top-level field reported and
+/// taken out so that the rest is decoded and checked too (`appID` beside
+/// a component of type `memroy`: both are said). `None` once a problem
+/// stops it: another decode error, more than [`MAX_UNKNOWN_TOP_LEVEL`]
+/// unknown fields, or no `components` left (the unknown one is likely it,
+/// misspelt: "missing `components`" would only repeat that).
+fn decode_top_level(document: &mut Map<String, Value>, problems: &mut Problems) -> Option<RawFile> {
+    let mut unknown = 0;
+    while unknown < MAX_UNKNOWN_TOP_LEVEL {
+        let err = match decode::<RawFile>(document) {
+            Ok(raw) if unknown > 0 && raw.components.is_none() => return None,
+            Ok(raw) => return Some(raw),
+            Err(err) => err,
+        };
+        problems.push(Problem::file(top_level_message(&err)));
+        match err {
+            MetadataError::UnknownField { field, .. } if document.remove(&field).is_some() => {
+                unknown += 1;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The document, with the keys it gives twice. Those within one component
+/// are reported and that component taken out (which of its declarations is
+/// meant is unknown), the rest still read; any other (a kind's whole
+/// object, a top-level key) stops it, as the last one would hide the first.
+fn parse_document(bytes: &[u8]) -> Result<(Map<String, Value>, Problems), Problems> {
     let one = |problem: Problem| Problems(vec![problem]);
     if bytes.len() > MAX_CONFIG_BYTES {
         return Err(one(too_large(bytes.len() as u64)));
@@ -249,7 +287,7 @@ fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
         return Err(one(Problem::file("configuration is empty")));
     }
     let text = std::str::from_utf8(bytes).map_err(|err| one(not_utf8(bytes, err.valid_up_to())))?;
-    let map = match serde_json::from_str::<Value>(text) {
+    let mut map = match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => map,
         Ok(_) => return Err(one(Problem::file("configuration must be a JSON object"))),
         Err(err) => {
@@ -272,12 +310,22 @@ fn parse_document(bytes: &[u8]) -> Result<Map<String, Value>, Problems> {
     // serde_json keeps the last of two equal keys without a word, which
     // would drop a component declaration (or a field) silently.
     let twice = duplicates::duplicate_keys(text);
-    if !twice.is_empty() {
-        return Err(Problems(
-            twice.iter().map(|path| duplicates::problem(path)).collect(),
-        ));
+    let problems = Problems(twice.iter().map(|path| duplicates::problem(path)).collect());
+    for path in &twice {
+        let [top, kind, name, ..] = path.as_slice() else {
+            return Err(problems);
+        };
+        if top != "components" {
+            return Err(problems);
+        }
+        if let Some(Value::Object(named)) = map
+            .get_mut("components")
+            .and_then(|kinds| kinds.get_mut(kind))
+        {
+            named.remove(name);
+        }
     }
-    Ok(map)
+    Ok((map, problems))
 }
 
 /// Where the first byte that is not UTF-8 is: line, column (in

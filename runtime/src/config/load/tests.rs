@@ -119,3 +119,67 @@ fn unknown_top_level_field_is_named() {
         ["unknown top-level field `component` (did you mean `components`?)"]
     );
 }
+
+fn validated(text: &str) -> Vec<String> {
+    match ValidConfig::from_slice(text.as_bytes(), &Registry::default()) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn an_unknown_top_level_field_is_said_beside_the_other_problems() {
+    let found = validated(
+        r#"{"appID": "x", "tracing ": {}, "components": {"state": {"a": {"type": "memroy"}, "b": {"tpye": "memory"}}}}"#,
+    );
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert_eq!(
+        found[..3],
+        [
+            "unknown top-level field `appID` (did you mean `appId`?)",
+            "unknown top-level field `tracing ` (did you mean `tracing`?)",
+            "state/b: unknown field `tpye` (did you mean `type`?)",
+        ]
+    );
+    assert!(
+        found[3].starts_with("state/a: ") && found[3].contains("memroy"),
+        "{found:?}"
+    );
+    // A misspelt `components` is said once, not again as missing.
+    assert_eq!(
+        validated(r#"{"appId": "x", "component": {}}"#),
+        ["unknown top-level field `component` (did you mean `components`?)"]
+    );
+}
+
+#[test]
+fn a_component_given_twice_is_said_beside_the_other_problems() {
+    let found = validated(
+        r#"{"components": {"state": {
+            "a": {"type": "memory"}, "a": {"type": "redis"},
+            "b": {"type": "memory", "metadata": {"x": 1, "x": 2}},
+            "c": {"tpye": "memory"},
+            "d": {"type": "memory", "componentRef": [{"type": "state", "name": "a"}]}
+        }}}"#,
+    );
+    assert_eq!(
+        found[..3],
+        [
+            "state/a: declared twice in `components.state` (only one declaration is allowed)",
+            "state/b: `metadata.x` given twice (only one is allowed)",
+            "state/c: unknown field `tpye` (did you mean `type`?)",
+        ],
+    );
+    // No type is registered here; state/d's reference to the twice-declared
+    // state/a is not said undeclared.
+    assert_eq!(
+        found[3..],
+        ["state/d: unknown type `memory`: no component types are registered for kind `state`"]
+    );
+    // A kind's whole object given twice hides what the first declares:
+    // that alone is said.
+    assert_eq!(
+        validated(r#"{"components": {"state": {"a": {}}, "state": {"b": {"tpye": "x"}}}}"#),
+        ["`components.state` given twice (only one is allowed)"]
+    );
+}
