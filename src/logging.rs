@@ -6,7 +6,9 @@ use std::io::IsTerminal;
 /// filters (default `info`). Coloured only when stderr is a terminal and
 /// `NO_COLOR` is unset. With the sidecar, also installs the tracing layer
 /// (spans exported once tracing is configured; see
-/// [`rewire_sidecar::telemetry`]). A second call does nothing.
+/// [`rewire_sidecar::telemetry`]). Panics are logged the same way, scrubbed
+/// ([`rewire_runtime::redact_panics`]), not printed raw by Rust's default
+/// hook. A second call does nothing.
 pub fn init_logging() {
     use tracing_subscriber::filter::{filter_fn, FilterExt};
     use tracing_subscriber::layer::SubscriberExt;
@@ -29,6 +31,7 @@ pub fn init_logging() {
     #[cfg(feature = "sidecar")]
     let registry = registry.with(rewire_sidecar::telemetry::layer());
     let _ = registry.try_init();
+    rewire_runtime::redact_panics();
 }
 
 /// Colour only on a terminal, and never when `NO_COLOR` is set (to any

@@ -83,7 +83,7 @@ pub use kinds::{
 #[doc(inline)]
 pub use metadata::{Metadata, MetadataError, NoMetadata};
 #[doc(inline)]
-pub use redact::{is_secret_field, without_credentials, RedactingWriter};
+pub use redact::{is_secret_field, redact_panics, without_credentials, RedactingWriter};
 #[doc(inline)]
 pub use registry::{
     Buildable, CheckRefs, ComponentDescriptor, InPlaceHook, Inject, InjectError, InjectField,

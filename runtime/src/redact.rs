@@ -3,6 +3,7 @@
 //! ([`is_secret_field`]), and the credentials of URLs
 //! ([`without_credentials`]).
 
+mod panics;
 mod secret_fields;
 mod url_credentials;
 
@@ -13,6 +14,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use serde_json::{Map, Value};
 
+pub use panics::redact_panics;
 pub use secret_fields::is_secret_field;
 pub(crate) use secret_fields::shown_fields;
 pub use url_credentials::without_credentials;
@@ -38,15 +40,24 @@ impl Redactor {
 
     /// Remembers a secret value, and the forms in which it may be printed:
     /// JSON-escaped (an error quoting a document) and Debug-escaped (an
-    /// error quoting a string), where they differ from the raw value.
+    /// error quoting a string), where they differ from the raw value; and
+    /// the same for the value trimmed, where blanks around it (a secret
+    /// file's last newline) differ: a lenient number or flag is read, and
+    /// quoted when bad, trimmed.
     pub fn remember(&self, value: &str) {
-        if value.len() < MIN_SCRUBBED_LEN {
+        let mut forms = Vec::new();
+        for value in [value, value.trim()] {
+            if value.len() >= MIN_SCRUBBED_LEN {
+                forms.extend(printed_forms(value));
+            }
+        }
+        if forms.is_empty() {
             return;
         }
+        // Built before the lock is taken: nothing panics while it is held
+        // (the panic hook scrubs, and would wait on it).
         let mut values = self.values.write().unwrap_or_else(|p| p.into_inner());
-        for form in printed_forms(value) {
-            values.insert(form);
-        }
+        values.extend(forms);
     }
 
     /// Remembers the inline values of the fields of `metadata` named like
@@ -60,19 +71,19 @@ impl Redactor {
 
     /// `text` without URL credentials ([`without_credentials`]) and with
     /// every remembered secret value replaced by `[redacted]`. Every
-    /// occurrence of every value is found in the text first, and the
-    /// overlapping or adjacent ones are replaced as one: no part of a
-    /// secret survives next to another.
+    /// occurrence of every value, and every URL credential, is found in
+    /// the text as given first (a remembered URL is found whole, not only
+    /// its password), and the overlapping or adjacent ones are replaced as
+    /// one: no part of a secret survives next to another.
     pub fn scrub(&self, text: &str) -> String {
-        let text = without_credentials(text);
+        let mut spans = url_credentials::credential_spans(text);
         let values = self.values.read().unwrap_or_else(|p| p.into_inner());
-        let mut spans: Vec<Range<usize>> = Vec::new();
         for value in values.iter() {
-            spans.extend(occurrences(&text, value));
+            spans.extend(occurrences(text, value));
         }
         drop(values);
         if spans.is_empty() {
-            return text.into_owned();
+            return text.to_string();
         }
         spans.sort_by_key(|span| span.start);
         let mut out = String::with_capacity(text.len());
@@ -204,6 +215,35 @@ mod tests {
             redactor.scrub("http://root:hunter2@h:2379 and p@ss word"),
             "http://root:[redacted]@h:2379 and [redacted]"
         );
+    }
+
+    #[test]
+    fn a_remembered_url_is_scrubbed_whole_not_only_its_password() {
+        let redactor = Redactor::default();
+        let url = "https://bot:pw12@hooks.example.com/T0/B0/XSECRETTOKEN";
+        redactor.remember(url);
+        let scrubbed = redactor.scrub(&format!("error sending request for url ({url})"));
+        assert_eq!(scrubbed, "error sending request for url ([redacted])");
+        // Next to an unremembered URL's credentials, both go.
+        assert_eq!(
+            redactor.scrub(&format!("{url} then http://u:hunter2@h/x")),
+            "[redacted] then http://u:[redacted]@h/x"
+        );
+    }
+
+    #[test]
+    fn a_value_is_scrubbed_trimmed_too() {
+        let redactor = Redactor::default();
+        // A watched secret file's value, with its last newline; a lenient
+        // number reads (and quotes) it trimmed.
+        redactor.remember("tok-1234-abcd\n");
+        redactor.remember("  ab\n");
+        assert_eq!(
+            redactor.scrub("invalid type: string \"tok-1234-abcd\", expected u64"),
+            "invalid type: string \"[redacted]\", expected u64"
+        );
+        // Trimmed below the length scrubbed: left alone.
+        assert_eq!(redactor.scrub("ab"), "ab");
     }
 
     #[test]

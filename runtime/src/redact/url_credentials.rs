@@ -1,6 +1,7 @@
 //! [`without_credentials`]: the passwords and tokens of URLs in a text.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// What replaces a URL's password or token.
 const REDACTED: &str = "[redacted]";
@@ -49,9 +50,26 @@ const REDACTED: &str = "[redacted]";
 /// assert_eq!(without_credentials("http://h:2379"), "http://h:2379");
 /// ```
 pub fn without_credentials(text: &str) -> Cow<'_, str> {
-    let mut out = String::new();
-    // Copied to `out` up to here.
+    let spans = credential_spans(text);
+    if spans.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
     let mut copied = 0;
+    for span in spans {
+        out.push_str(&text[copied..span.start]);
+        out.push_str(REDACTED);
+        copied = span.end;
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
+/// Where the credentials of the URLs in `text` are (see
+/// [`without_credentials`]), in order and apart: the redactor merges them
+/// with the remembered secrets it finds in the same text.
+pub(crate) fn credential_spans(text: &str) -> Vec<Range<usize>> {
+    let mut spans: Vec<Range<usize>> = Vec::new();
     let mut from = 0;
     while let Some(found) = text[from..].find("://") {
         let start = from + found + "://".len();
@@ -61,7 +79,7 @@ pub fn without_credentials(text: &str) -> Cow<'_, str> {
         // Not `end`: the `:` of a next `://` may be inside this authority.
         from = start;
         // Inside a password already redacted.
-        if start < copied {
+        if spans.last().is_some_and(|last| start < last.end) {
             continue;
         }
         let at = match text[start..end].rfind('@') {
@@ -81,15 +99,9 @@ pub fn without_credentials(text: &str) -> Cow<'_, str> {
         if secret.is_empty() || secret == REDACTED {
             continue;
         }
-        out.push_str(&text[copied..secret_start]);
-        out.push_str(REDACTED);
-        copied = at;
+        spans.push(secret_start..at);
     }
-    if copied == 0 {
-        return Cow::Borrowed(text);
-    }
-    out.push_str(&text[copied..]);
-    Cow::Owned(out)
+    spans
 }
 
 /// Whether `c` ends a URL's authority (as far as finding credentials goes).
