@@ -182,6 +182,9 @@ impl RedisMetadata {
     /// The settings that decide the connection (everything but the key
     /// prefix and the TTL), checked.
     pub fn connection_settings(&self) -> Result<ConnectionSettings, RedisMetadataError> {
+        if looks_like_connection_string(&self.redis_host) {
+            return Err(RedisMetadataError::ConnectionString);
+        }
         let addresses =
             parse_addresses(&self.redis_host).map_err(|reason| RedisMetadataError::Host {
                 host: shown_addresses(&self.redis_host),
@@ -279,7 +282,7 @@ fn effective(timeout: Option<Timeout>) -> Option<Duration> {
 impl fmt::Debug for RedisMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisMetadata")
-            .field("redis_host", &shown_addresses(&self.redis_host))
+            .field("redis_host", &shown_host(&self.redis_host))
             .field("redis_type", &self.redis_type)
             .field("redis_password", &redacted(&self.redis_password))
             .field("redis_username", &self.redis_username)
@@ -381,6 +384,10 @@ pub enum RedisMetadataError {
     /// The TLS fields cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// `redisHost` holds `key=value` parts (a connection string), which
+    /// may hold a password: none of it is quoted.
+    #[error("metadata field `redisHost`: {CONNECTION_STRING}")]
+    ConnectionString,
     /// `failover` without `sentinelMasterName`.
     #[error("metadata field `sentinelMasterName` is required when `failover` is true")]
     MasterName,
@@ -399,8 +406,11 @@ pub enum RedisMetadataError {
 /// or several of them comma-separated. An error never quotes credentials
 /// written in it: with an `@` anywhere, the error names only what follows
 /// the last `@` of the part it is in (a password may hold `/`, `?`, `#` or
-/// `,`).
+/// `,`); with a `key=value` part (a connection string), it quotes nothing.
 pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
+    if looks_like_connection_string(text) {
+        return Err(CONNECTION_STRING.into());
+    }
     let parts: Vec<&str> = address_parts(text)
         .into_iter()
         .map(str::trim)
@@ -415,6 +425,46 @@ pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
         return Err(with_credentials(part));
     }
     parts.into_iter().map(parse_address).collect()
+}
+
+/// What a `redisHost` that looks like a connection string is told.
+const CONNECTION_STRING: &str = "looks like a connection string (`key=value` parts; not shown, \
+     as one may be a password): give the address as `host:port`, the password as \
+     `redisPassword` and TLS as `enableTLS`";
+
+/// Whether `text` has a `key=value` part, as the connection strings of
+/// the Azure portal and StackExchange.Redis have
+/// (`h:6380,password=…,ssl=True`): no host holds an `=`. A piece whose
+/// `=` follows a `:`, `/` or `@` is left to the other checks (a URL, or a
+/// password in a userinfo).
+fn looks_like_connection_string(text: &str) -> bool {
+    text.split(',').any(|piece| {
+        piece
+            .split_once('=')
+            .is_some_and(|(key, _)| !key.contains([':', '/', '@']))
+    })
+}
+
+/// `redisHost` as [`shown_addresses`] shows it, and nothing of a
+/// connection string.
+fn shown_host(text: &str) -> String {
+    if looks_like_connection_string(text) {
+        "<a connection string, not shown>".to_string()
+    } else {
+        shown_addresses(text)
+    }
+}
+
+/// Whether `host` (without its port) may be a host name or an IPv4
+/// address (`bracketed`: an IPv6 address, with its `%zone`).
+fn is_host_syntax(host: &str, bracketed: bool) -> bool {
+    let extra: &[char] = if bracketed {
+        &[':', '%', '.', '-', '_']
+    } else {
+        &['.', '-', '_']
+    };
+    host.chars()
+        .all(|c| c.is_alphanumeric() || extra.contains(&c))
 }
 
 /// The error for a part with an `@`: quotes only what follows its last
@@ -445,6 +495,7 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
             "is not `host:port`: give `{address}` without the `{scheme}://` scheme"
         ));
     }
+    let bracketed = text.starts_with('[');
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
@@ -465,7 +516,7 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
             None => (text, None),
         }
     };
-    if host.is_empty() || host.contains(char::is_whitespace) || host.contains('/') {
+    if host.is_empty() || !is_host_syntax(host, bracketed) {
         return Err(format!("is not `host:port`: bad host in `{text}`"));
     }
     let port = match port {
@@ -486,6 +537,9 @@ pub(crate) fn deserialize_host<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
+    if looks_like_connection_string(&text) {
+        return Err(de::Error::custom(CONNECTION_STRING));
+    }
     if !text.trim().is_empty() {
         parse_addresses(&text).map_err(|reason| {
             de::Error::custom(format!("`{}` {reason}", shown_addresses(&text)))
@@ -613,6 +667,67 @@ pub(crate) mod tests {
         assert!(parse_addresses("h:0").is_err());
         assert!(parse_addresses("::1").is_err());
         assert!(parse_addresses("redis://h:1").is_err());
+    }
+
+    #[test]
+    fn host_names_and_addresses_parse() {
+        assert_eq!(
+            parse_addresses("[::1]:6379"),
+            Ok(vec![("::1".into(), 6379)])
+        );
+        assert_eq!(
+            parse_addresses("[fe80::1%eth0]:1"),
+            Ok(vec![("fe80::1%eth0".into(), 1)])
+        );
+        assert_eq!(
+            parse_addresses("my-cache_1.redis.example.com:6380"),
+            Ok(vec![("my-cache_1.redis.example.com".into(), 6380)])
+        );
+        assert_eq!(
+            parse_addresses("10.0.0.1, s-2:26379,s3"),
+            Ok(vec![
+                ("10.0.0.1".into(), 6379),
+                ("s-2".into(), 26379),
+                ("s3".into(), 6379)
+            ])
+        );
+        for bad in ["h;x:1", "h x:1", "h/x", "[::1;x]:1", "h\"x:1"] {
+            assert!(parse_addresses(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_connection_string_is_refused_and_never_quoted() {
+        for host in [
+            "x.redis.cache.windows.net:6380,password=AbCdKey0+9/Zz=,ssl=True,abortConnect=False",
+            "x.redis.cache.windows.net:6380,password=AbCdKey0+9Zz=,ssl=True",
+            "x.redis.cache.windows.net:6380, password = AbCdKey0@9/Zz=",
+            "h:1,AbCdKey0+9=",
+        ] {
+            let err = decode(json!({"redisHost": host}))
+                .err()
+                .unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("AbCdKey"), "{err}");
+            assert_eq!(
+                err,
+                format!("metadata field `redisHost`: {CONNECTION_STRING}"),
+                "{host}"
+            );
+            let m = RedisMetadata {
+                failover: true,
+                sentinel_master_name: "m".into(),
+                ..RedisMetadata::new(host)
+            };
+            let err = m.connection_settings().err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(
+                !err.contains("AbCdKey") && err.contains("redisPassword"),
+                "{err}"
+            );
+            assert!(!format!("{m:?}").contains("AbCdKey"), "{m:?}");
+            let err = parse_addresses(host).err().unwrap_or_default();
+            assert_eq!(err, CONNECTION_STRING);
+        }
     }
 
     /// Passwords (and pieces of them) written in the `redisHost` of the
