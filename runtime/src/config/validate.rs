@@ -461,8 +461,12 @@ fn check_targets(
     }
 }
 
-/// Names the ref when the unknown field is one a ref injects.
+/// Names the ref when the unknown field is one a ref injects; never quotes
+/// the value of a secret field ([`secret_values`]).
 fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) -> String {
+    if let Some(hidden) = secret_values::hiding_secret_value(spec, err) {
+        return hidden;
+    }
     let MetadataError::UnknownField { field, known, .. } = err else {
         return err.to_string();
     };
@@ -595,6 +599,7 @@ fn check_target(
 }
 
 mod declared;
+mod secret_values;
 #[cfg(test)]
 mod tests;
 mod undeclared;

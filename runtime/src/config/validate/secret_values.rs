@@ -1,0 +1,101 @@
+//! Metadata problems that would quote a secret: the value of a field named
+//! like one, written inline, is checked before the redactor has learnt it
+//! (it learns inline secrets when the component is started), so a problem
+//! about it names the field and what was expected, not the value.
+
+use crate::config::ComponentSpec;
+use crate::metadata::MetadataError;
+use crate::redact::is_secret_field;
+
+/// `message` about the metadata field at `path`, without the value it
+/// may quote where that field, or one around it, is named like a secret
+/// ([`is_secret_field`]) or is fed by a secretRef; `None` where the
+/// message can stand.
+pub(super) fn hiding_secret_value(spec: &ComponentSpec, err: &MetadataError) -> Option<String> {
+    let MetadataError::Invalid { field, message } = err else {
+        return None;
+    };
+    // Says which field, never a value.
+    if message == "required but missing" || !holds_a_secret(spec, field) {
+        return None;
+    }
+    // serde says what it expected last: `invalid type: string "…", expected u64`.
+    let expected = message
+        .rfind(", expected ")
+        .map(|at| &message[at + ", expected ".len()..])
+        .filter(|expected| !expected.contains('"'));
+    Some(match expected {
+        Some(expected) => format!(
+            "metadata field `{field}`: invalid value, expected {expected} (the value is not shown: the field holds a secret)"
+        ),
+        None => format!(
+            "metadata field `{field}`: invalid value (not shown: the field holds a secret)"
+        ),
+    })
+}
+
+/// Whether the field at `path` (`a.b`, `a[0]`) is, or is inside, a field
+/// named like a secret, or is injected by a secretRef.
+fn holds_a_secret(spec: &ComponentSpec, path: &str) -> bool {
+    let mut names = path.split(['.', '[']).filter(|name| !name.is_empty());
+    let top = path.split(['.', '[']).next().unwrap_or_default();
+    names.any(is_secret_field) || spec.secret_refs.iter().any(|r| r.inject_as == top)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use crate::config::{parse, validate};
+    use crate::Registry;
+
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct TokenMeta {
+        api_token: u64,
+        #[serde(default)]
+        retries: u32,
+    }
+
+    /// A custom type whose secret field is not a string.
+    #[derive(crate::Component)]
+    #[component(kind = "probe", type = "numeric_token")]
+    #[allow(dead_code)]
+    struct NumericToken {
+        #[metadata]
+        meta: TokenMeta,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::Component for NumericToken {}
+
+    fn problems(metadata: &str) -> Vec<String> {
+        let text = format!(
+            r#"{{"components": {{"probe": {{"p": {{"type": "numeric_token", "metadata": {metadata}}}}}}}}}"#
+        );
+        let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        match validate(config, &Registry::collected()) {
+            Ok(_) => Vec::new(),
+            Err(p) => p.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn a_bad_secret_value_is_named_not_quoted() {
+        let found = problems(r#"{"api_token": "tok-1234-abcd"}"#);
+        assert_eq!(
+            found,
+            ["probe/p: metadata field `api_token`: invalid value, expected u64 (the value is not shown: the field holds a secret)"]
+        );
+        // Another field's value is quoted as before.
+        let found = problems(r#"{"api_token": 1, "retries": "many-times"}"#);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("many-times"), "{found:?}");
+        // A missing secret field is named as before.
+        let found = problems("{}");
+        assert_eq!(
+            found,
+            ["probe/p: metadata field `api_token`: required but missing"]
+        );
+    }
+}
