@@ -15,8 +15,11 @@ pub(super) fn hiding_secret_value(spec: &ComponentSpec, err: &MetadataError) -> 
     let MetadataError::Invalid { field, message } = err else {
         return None;
     };
-    // Says which field, never a value.
-    if message == "required but missing" || !holds_a_secret(spec, field) {
+    // Says which field, never a value; serde quotes a value it shows
+    // (`invalid type: string "…"`, `integer `5``), and a message without
+    // quotes shows none (`invalid type: map, expected a string`).
+    let quotes_a_value = message.contains(['"', '`']);
+    if !quotes_a_value || !holds_a_secret(spec, field) {
         return None;
     }
     // serde says what it expected last: `invalid type: string "…", expected u64`.
@@ -91,6 +94,15 @@ mod tests {
         let found = problems(r#"{"api_token": 1, "retries": "many-times"}"#);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("many-times"), "{found:?}");
+        // serde's numbers are quoted in backticks: hidden too.
+        let found = problems(r#"{"api_token": -5}"#);
+        assert!(!found[0].contains("-5"), "{found:?}");
+        // A message quoting no value stands (a map given for the token).
+        let found = problems(r#"{"api_token": {"a": 1}}"#);
+        assert_eq!(
+            found,
+            ["probe/p: metadata field `api_token`: invalid type: map, expected u64"]
+        );
         // A missing secret field is named as before.
         let found = problems("{}");
         assert_eq!(
