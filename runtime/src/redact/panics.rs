@@ -1,6 +1,5 @@
 //! [`redact_panics`]: panic reports with the secrets scrubbed.
 
-use std::cell::Cell;
 use std::io::Write;
 use std::panic::PanicHookInfo;
 use std::sync::Once;
@@ -13,35 +12,24 @@ use super::{RedactingWriter, Redactor};
 /// log subscriber takes it. Rust's default hook prints the panic's message
 /// raw to stderr, the log stream, before the runtime catches a component's
 /// panic and logs a scrubbed copy: a component panicking with its password
-/// in the message would leak it. The default hook is replaced, not called.
-/// `rewire::init_logging` calls it; a host with its own log set-up calls
-/// it once at start. A second call does nothing.
+/// in the message would leak it. The default hook is replaced, not called
+/// — and so is any hook set before (a crash reporter's): a host with one
+/// sets it after this, and has it write what it reports through
+/// [`Redactor::scrub`]. `rewire::init_logging` calls it; a host with its
+/// own log set-up calls it once at start. A second call does nothing. (A
+/// panic inside the report aborts the process, as std does for any hook.)
 pub fn redact_panics() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| std::panic::set_hook(Box::new(report)));
 }
 
-thread_local! {
-    /// Whether this thread is reporting a panic already: a panic while
-    /// scrubbing or logging is reported without either.
-    static REPORTING: Cell<bool> = const { Cell::new(false) };
-}
-
 fn report(info: &PanicHookInfo<'_>) {
-    if REPORTING.with(|reporting| reporting.replace(true)) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "a panic while reporting a panic (its message is not shown: it was not scrubbed)"
-        );
-        return;
-    }
     let scrubbed = Redactor::shared().scrub(&panic_text(info));
     if tracing::enabled!(target: "panic", tracing::Level::ERROR) {
         tracing::error!(target: "panic", "{scrubbed}");
     } else {
         let _ = writeln!(RedactingWriter::new(std::io::stderr()), "{scrubbed}");
     }
-    REPORTING.with(|reporting| reporting.set(false));
 }
 
 /// What the default hook prints: the thread, where, the message, and the

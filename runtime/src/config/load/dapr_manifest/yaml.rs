@@ -13,11 +13,16 @@ use super::MAX_MANIFEST_BYTES;
 /// Deepest nesting accepted in a manifest (Dapr's are four levels deep).
 const MAX_DEPTH: usize = 64;
 
-/// Most bytes a manifest's aliases may add by repeating their anchors: as
-/// much as the largest manifest accepted, so a file with aliases holds at
-/// most twice what one without can, and a file without is never refused
-/// for them.
-const MAX_ALIAS_BYTES: usize = MAX_MANIFEST_BYTES;
+/// Most bytes the loader may copy for a manifest's anchors and aliases
+/// (it copies an anchored value when it is defined, and again for every
+/// alias): four times the largest manifest accepted. A file without
+/// anchors is never refused for them.
+const MAX_COPIED_BYTES: usize = 4 * MAX_MANIFEST_BYTES;
+
+/// What one node counts for in a copy besides its text: about what the
+/// loader's marked node takes in memory, so that many small nodes weigh
+/// what they cost.
+const NODE_COST: usize = 128;
 
 /// One YAML node and the (1-based) line it starts on.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,20 +80,22 @@ pub(super) fn documents(text: &str) -> Result<Vec<Node>, YamlError> {
 }
 
 /// Refuses `text` when its collections nest deeper than [`convert`]
-/// accepts, or when its aliases expand past [`MAX_ALIAS_BYTES`], on
+/// accepts, or when its anchors and aliases copy past [`MAX_COPIED_BYTES`], on
 /// saphyr's event stream, before a tree is built.
 ///
 /// Nesting: saphyr caps only flow nesting, and a tree of 500,000 nested
 /// block sequences (1 MB of `- `) would overflow the stack when dropped.
 /// One level of slack leaves the exact limit, and its line, to `convert`.
 ///
-/// Aliases: saphyr resolves one by cloning the anchored subtree, and its
+/// Anchors and aliases: saphyr keeps a copy of every anchored subtree
+/// when it is defined and resolves an alias by cloning it again, and its
 /// own budget counts nodes, not bytes: a 700 KB scalar aliased 100,000
-/// times (a manifest under [`MAX_MANIFEST_BYTES`]) would ask for 70 GB.
-/// Each anchored node's size is its scalars' bytes plus one per node
-/// (saphyr's node budget bounds how many), and every alias adds its
-/// anchor's size; the text refused, naming the alias's line, once the sum
-/// passes the bound.
+/// times (a manifest under [`MAX_MANIFEST_BYTES`]) would ask for 70 GB,
+/// and 64 nested anchors around one list of 500,000 items, with no alias
+/// at all, for gigabytes. A node's size is its text's bytes plus
+/// [`NODE_COST`]; every anchored node and every alias adds the anchored
+/// size to the copies, and the text is refused, naming the line, once
+/// they pass [`MAX_COPIED_BYTES`].
 ///
 /// A malformed text is left to the loader, which reports it as before
 /// (what came before the error was checked: the loader stops there too).
@@ -96,7 +103,7 @@ fn check_events(text: &str) -> Result<(), YamlError> {
     // Each open collection: its anchor and the size of what it holds so far.
     let mut open: Vec<(usize, usize)> = Vec::new();
     let mut anchored: HashMap<usize, usize> = HashMap::new();
-    let mut expanded = 0usize;
+    let mut copied = 0usize;
     for event in Parser::new_from_str(text) {
         let Ok((event, span)) = event else {
             return Ok(());
@@ -111,38 +118,46 @@ fn check_events(text: &str) -> Result<(), YamlError> {
                         message: too_deep(),
                     });
                 }
-                open.push((anchor, 1));
+                open.push((anchor, NODE_COST));
                 continue;
             }
             Event::SequenceEnd | Event::MappingEnd => match open.pop() {
                 Some(closed) => closed,
                 None => continue,
             },
-            Event::Scalar(value, _, anchor, _) => (anchor, value.len().saturating_add(1)),
+            Event::Scalar(value, _, anchor, _) => (anchor, value.len().saturating_add(NODE_COST)),
             Event::Alias(id) => {
                 let size = anchored.get(&id).copied().unwrap_or(0);
-                expanded = expanded.saturating_add(size);
-                if expanded > MAX_ALIAS_BYTES {
-                    return Err(YamlError {
-                        line,
-                        message: format!(
-                            "aliases expand to more than {MAX_ALIAS_BYTES} bytes \
-                             (an alias repeats its anchor's whole value)"
-                        ),
-                    });
-                }
+                copied = copied.saturating_add(size);
+                check_copied(copied, line)?;
                 (0, size)
             }
             _ => continue,
         };
         if anchor > 0 {
             anchored.insert(anchor, size);
+            copied = copied.saturating_add(size);
+            check_copied(copied, line)?;
         }
         if let Some((_, parent)) = open.last_mut() {
             *parent = parent.saturating_add(size);
         }
     }
     Ok(())
+}
+
+/// Refuses, naming `line`, once the loader's copies pass the bound.
+fn check_copied(copied: usize, line: usize) -> Result<(), YamlError> {
+    match copied > MAX_COPIED_BYTES {
+        true => Err(YamlError {
+            line,
+            message: format!(
+                "anchors and aliases make the YAML loader copy more than {MAX_COPIED_BYTES} \
+                 bytes (it copies an anchored value once, and again for every alias)"
+            ),
+        }),
+        false => Ok(()),
+    }
 }
 
 fn too_deep() -> String {
