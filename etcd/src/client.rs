@@ -149,7 +149,40 @@ pub(crate) struct TokenInterceptor {
     /// Held while logging in, so that the calls refused together log in
     /// once (each login is a bcrypt check and a raft proposal in etcd);
     /// holds the failure of the last attempt, if it failed.
-    login_turn: Arc<tokio::sync::Mutex<Option<Error>>>,
+    login_turn: Arc<tokio::sync::Mutex<Option<LoginFailure>>>,
+}
+
+/// A login attempt that failed: the member it ran on, and the error its
+/// call returned.
+#[derive(Debug, Clone)]
+struct LoginFailure {
+    member: usize,
+    error: Error,
+}
+
+/// Why a call logs in, which decides what a login that runs out means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoginCause {
+    /// A watch found the token refused, so the call logs in before it is
+    /// made: its member has not answered it, and one that does not answer
+    /// the login either (hung, cut off from the leader) is left for the
+    /// next one — [`Error::Timeout`].
+    Stale,
+    /// The member just refused the call's token: it answers, so a login
+    /// that runs out is slow, not gone — [`Error::LoginTimeout`], and the
+    /// client stays on it.
+    Refused,
+}
+
+impl LoginCause {
+    /// A login's failure `err` as a call logging in for this cause takes
+    /// it.
+    fn failure(self, err: Error) -> Error {
+        match (self, err) {
+            (Self::Refused, Error::Timeout(limit)) => Error::LoginTimeout(limit),
+            (_, other) => other,
+        }
+    }
 }
 
 /// Where the logins stood when a call read its token: see
@@ -460,13 +493,28 @@ impl Client {
     /// another. One login at a time; the wait for a turn is bounded by
     /// the call's time limit.
     ///
-    /// The member answered (it refused the token), so a login that runs
-    /// out, or a wait for another call's, is [`Error::LoginTimeout`],
-    /// which does not move the client to the next member: a slow login
-    /// (bcrypt and a raft proposal in etcd, queued behind others) is no
-    /// sign of a member gone, and every waiter moving on would walk the
-    /// client round the cluster.
-    async fn login_once(&self, index: usize, seen: LoginMark) -> Result<(), Error> {
+    /// What a login that runs out means depends on `cause`: before the
+    /// call ([`LoginCause::Stale`]) the member has not answered, and it is
+    /// [`Error::Timeout`], so the call moves on to the next member (else a
+    /// hung member would keep the client, every call logging in on it
+    /// again); after the member refused the token ([`LoginCause::Refused`])
+    /// it is [`Error::LoginTimeout`], which does not move the client: a
+    /// slow login (bcrypt and a raft proposal in etcd, queued behind
+    /// others) is no sign of a member gone, and every waiter moving on
+    /// would walk the client round the cluster. A wait for another call's
+    /// login that runs out is `LoginTimeout` too.
+    ///
+    /// Another attempt's failure on this call's member is this call's, as
+    /// `cause` takes it (after one that ran out before its call moved the
+    /// client on, a waiter logging in first follows). On another member,
+    /// a failure saying that member is unreachable is no sign about this
+    /// one: this call logs in itself, on its own member.
+    async fn login_once(
+        &self,
+        index: usize,
+        seen: LoginMark,
+        cause: LoginCause,
+    ) -> Result<(), Error> {
         if self.user.is_none() {
             return Ok(());
         }
@@ -477,16 +525,18 @@ impl Client {
             return Ok(());
         }
         if self.token.attempts.load(Ordering::Acquire) != seen.attempts {
-            if let Some(err) = last_failure.as_ref() {
-                return Err(err.clone());
+            match last_failure.as_ref() {
+                Some(failure) if failure.member != index && failure.error.is_unreachable() => {}
+                Some(failure) => return Err(cause.failure(failure.error.clone())),
+                None => {}
             }
         }
         let stale = StaleUntilLoggedIn::take(&self.token);
-        let login = self.login(index).await.map_err(|err| match err {
-            Error::Timeout(limit) => Error::LoginTimeout(limit),
-            other => other,
+        let login = self.login(index).await.map_err(|err| cause.failure(err));
+        *last_failure = login.as_ref().err().map(|error| LoginFailure {
+            member: index,
+            error: error.clone(),
         });
-        *last_failure = login.as_ref().err().cloned();
         self.token.attempts.fetch_add(1, Ordering::AcqRel);
         login?;
         stale.disarm();
@@ -569,12 +619,12 @@ impl Client {
         self.failover(move |index, service| async move {
             let seen = self.token.mark();
             if self.user.is_some() && self.token.is_stale() {
-                self.login_once(index, seen).await?;
+                self.login_once(index, seen, LoginCause::Stale).await?;
             }
             let seen = self.token.mark();
             match self.bounded(call(index, service.clone())).await {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
-                    self.login_once(index, seen).await?;
+                    self.login_once(index, seen, LoginCause::Refused).await?;
                     self.bounded(call(index, service)).await
                 }
                 other => other,

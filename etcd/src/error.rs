@@ -25,7 +25,10 @@ pub enum Error {
     Timeout(Duration),
     /// The server refused the call's auth token, and no login (this
     /// call's, or the one of another call it waited for) finished within
-    /// the limit. The server answered: not [unreachable](Self::is_unreachable).
+    /// the limit. The server answered: not [unreachable](Self::is_unreachable),
+    /// so the client stays on it. (A login made before the call, the token
+    /// being known stale, that runs out is [`Timeout`](Self::Timeout): that
+    /// member has not answered.)
     #[error("the server refused the auth token and no login finished within {0:?}")]
     LoginTimeout(Duration),
 }

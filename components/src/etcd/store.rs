@@ -79,8 +79,11 @@ impl Running {
         )))
     }
 
-    /// `read`'s items; when no member answered it, the items of `query`
-    /// in the watch's cache (the last values seen) instead.
+    /// `read`'s items; when no member answered it, or the member refused
+    /// the token and no login finished in time (logins are slow: bcrypt
+    /// queued behind others), the items of `query` in the watch's cache
+    /// (the last values seen) instead. A refused password or permission
+    /// is the store's error, not a reason to serve old values.
     async fn or_cached(
         &self,
         query: &ConfigQuery,
@@ -88,10 +91,10 @@ impl Running {
     ) -> Result<Vec<ConfigItem>, ConfigError> {
         match read.await {
             Ok(items) => Ok(items),
-            Err(err) if err.is_unreachable() => {
+            Err(err) if serves_from_cache(&err) => {
                 let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 let items = self.cached(&cache, query);
-                warn!(endpoints = %self.settings.endpoints_text(), error = %self.settings.scrub(&err.to_string()), items = items.len(), "etcd unreachable; answered from the last values seen.");
+                warn!(endpoints = %self.settings.endpoints_text(), error = %self.settings.scrub(&err.to_string()), items = items.len(), "etcd did not answer the read; answered from the last values seen.");
                 Ok(items)
             }
             Err(err) => Err(self.backend(&err)),
@@ -177,6 +180,14 @@ impl Running {
             .flat_map(|response| &response.kvs)
             .filter_map(|kv| self.item(kv))
     }
+}
+
+/// Whether a read failing with `err` is answered from the watch's cache:
+/// no member answered, or none let the client log in in time — passing
+/// conditions, as readiness reports them (`Degraded`, serving the last
+/// values).
+fn serves_from_cache(err: &rewire_etcd::Error) -> bool {
+    err.is_unreachable() || matches!(err, rewire_etcd::Error::LoginTimeout(_))
 }
 
 /// The range reading `path`.
@@ -480,5 +491,23 @@ impl ConfigStore for EtcdConfigStore {
         let query = normalized(query);
         running.layout.paths(&query).map_err(invalid)?;
         Ok(running.hub.subscribe(query))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rewire_etcd::Error;
+
+    use super::serves_from_cache;
+
+    #[test]
+    fn reads_fall_back_to_the_cache_when_no_member_answers_or_logins_run_out() {
+        let limit = Duration::from_secs(5);
+        assert!(serves_from_cache(&Error::Timeout(limit)));
+        assert!(serves_from_cache(&Error::LoginTimeout(limit)));
+        // A settings error is the store's error, not old values.
+        assert!(!serves_from_cache(&Error::NoEndpoint));
     }
 }

@@ -157,11 +157,10 @@ fn serve(fake: &Arc<Fake>) -> String {
     format!("http://{address}")
 }
 
-/// A client logged in to a fake, whose tokens the fake then forgets;
-/// `HERD` reads made at once on it; returns the client, the logins the
-/// reads made and their errors. The next member is a fake accepting any
-/// token: a read that moves there succeeds, and the client stays there.
-async fn herd_refused_together(later: LaterLogins) -> (Client, usize, Vec<Error>) {
+/// A client logged in (connect) to a fake member answering later logins
+/// as `later` asks, and the fake; the next member is a fake accepting any
+/// token: a call that moves there succeeds, and the client stays there.
+async fn client_of_two_members(later: LaterLogins) -> (Client, Arc<Fake>) {
     let fake = |accepts_any| {
         Arc::new(Fake {
             valid: Mutex::new(None),
@@ -185,6 +184,14 @@ async fn herd_refused_together(later: LaterLogins) -> (Client, usize, Vec<Error>
         .get("k")
         .await
         .unwrap_or_else(|e| panic!("first read: {e}"));
+    (client, fake)
+}
+
+/// A client logged in to a fake, whose tokens the fake then forgets;
+/// `HERD` reads made at once on it; returns the client, the logins the
+/// reads made and their errors (see [`client_of_two_members`]).
+async fn herd_refused_together(later: LaterLogins) -> (Client, usize, Vec<Error>) {
+    let (client, fake) = client_of_two_members(later).await;
     *fake.valid.lock().unwrap_or_else(|p| p.into_inner()) = None;
     let before = fake.logins.load(Ordering::Acquire);
     let mut reads = tokio::task::JoinSet::new();
@@ -235,4 +242,58 @@ async fn a_refused_login_fails_the_calls_waiting_on_it() {
         assert!(err.to_string().contains("authentication failed"), "{err}");
     }
     assert_eq!(client.members().current().0, 0);
+}
+
+/// A login that never finishes: a member that hangs, or is cut off from
+/// the leader and holds the login's raft proposal past the limit.
+const HUNG: LaterLogins = LaterLogins::Slow(Duration::from_secs(3600));
+
+#[tokio::test]
+async fn calls_logging_in_first_move_off_a_member_that_does_not_answer_the_login() {
+    let (client, fake) = client_of_two_members(HUNG).await;
+    // A watch found the token refused: the next call logs in first, on a
+    // member that has not answered it yet.
+    client.token().mark_stale();
+    for read in 0..3 {
+        let answered = client.get("k").await;
+        assert!(
+            answered.is_ok(),
+            "read {read} failed while member 1 answers: {answered:?}"
+        );
+        assert_eq!(client.members().current().0, 1, "read {read}");
+    }
+    assert_eq!(
+        fake.logins.load(Ordering::Acquire),
+        2,
+        "the connect's login and one that never finished"
+    );
+}
+
+#[tokio::test]
+async fn a_call_waiting_on_a_login_on_another_member_logs_in_on_its_own() {
+    let (client, _fake) = client_of_two_members(HUNG).await;
+    client.token().mark_stale();
+    // The first read logs in on member 0, which never answers.
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.get("k").await.map(drop) }
+    });
+    tokio::time::sleep(LIMIT / 3).await;
+    // Meanwhile another call found member 0 gone, and the watch found the
+    // token refused again: the next read runs on member 1, logging in
+    // first, and waits for the first one's login to end.
+    client.members().skip(0);
+    client.token().mark_stale();
+    let second = client.get("k").await.map(drop);
+    assert!(
+        second.is_ok(),
+        "member 0 not answering failed a read on member 1: {second:?}"
+    );
+    let first = first.await.expect("first read task");
+    assert!(first.is_ok(), "{first:?}");
+    assert_eq!(
+        client.members().current().0,
+        1,
+        "a failure on member 0 moved the client off member 1"
+    );
 }
