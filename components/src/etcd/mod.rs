@@ -30,7 +30,8 @@
 //!   `{keyPrefix}` (every group) or, with a group, `{keyPrefix}{group}/`,
 //!   keeping the items that match the query's label (no label: every
 //!   label). Reads go to etcd (see *Sharing* for how they are made
-//!   together); when no member answers, from the watch's copy.
+//!   together); when no member answers, or no login finishes within
+//!   `dialTimeout`, from the watch's copy.
 //! * `set` puts each item; `delete` deletes each key of the query (keys are
 //!   required).
 //! * `subscribe` registers with the store's subscribers: each gets the
@@ -92,7 +93,8 @@
 //! does not use up the time the next one needs.
 //!
 //! When no member answers, the store keeps the last values: reads that
-//! find no member are answered from the watch's copy of the prefix,
+//! find no member (or whose login runs out) are answered from the
+//! watch's copy of the prefix,
 //! subscribers keep what they have, readiness is `Degraded` ("serving the
 //! last values seen"), and the watch retries with its backoff until a
 //! member answers.
