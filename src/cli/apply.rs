@@ -2,11 +2,14 @@
 //! through the Lifecycle API, as a control plane does (or, with
 //! `--release`, hand it back to the file).
 //!
-//! The push amends: the CLI has no flag for refs nor a way to repeat the
-//! file's fields, so a whole declaration made of its flags would wipe the
-//! component's secretRefs and every field not repeated (`-m redisHost=…`
-//! on a store with `redisDB: 3` and a password would talk to DB 0
-//! without it). `--replace` pushes the whole declaration.
+//! The push amends (`AmendConfiguration`): the CLI has no flag for refs
+//! nor a way to repeat the file's fields, so a whole declaration made of
+//! its flags would wipe the component's secretRefs and every field not
+//! repeated (`-m redisHost=…` on a store with `redisDB: 3` and a password
+//! would talk to DB 0 without it). `--replace` pushes the whole
+//! declaration (`ApplyConfiguration`). A sidecar older than
+//! `AmendConfiguration` answers `UNIMPLEMENTED`: the CLI then stops, and
+//! never falls back to a whole declaration the user did not ask for.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -40,7 +43,7 @@ pub struct ApplyArgs {
     /// Push the whole declaration instead of amending: the component is
     /// then exactly `--type` and the `-m` fields given; its other metadata
     /// fields and its secretRefs, configurationRefs and componentRefs are
-    /// gone.
+    /// gone. (A `--type` other than the one in force does this too.)
     #[arg(long)]
     replace: bool,
     /// Release the component instead: let go of what was pushed (or
@@ -137,11 +140,18 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
                 ..ComponentConfig::default()
             }),
             based_on_generation: args.based_on_generation,
-            amend: !args.replace,
         };
-        client
-            .apply_configuration(bounded(with_token(Request::new(request))?))
-            .await
+        let request = bounded(with_token(Request::new(request))?);
+        if args.replace {
+            client.apply_configuration(request).await
+        } else {
+            match client.amend_configuration(request).await {
+                Err(status) if status.code() == tonic::Code::Unimplemented => {
+                    return Err(NO_AMEND.to_string())
+                }
+                answer => answer,
+            }
+        }
     };
     answer.map(tonic::Response::into_inner).map_err(|status| {
         // A status made on this side (the connection broke) has its cause
@@ -152,6 +162,12 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
         format!("{:?}: {}{cause}", status.code(), status.message())
     })
 }
+
+/// Why an amendment was not sent to a sidecar that predates
+/// `AmendConfiguration`: nothing was applied, and the whole declaration
+/// is left for the user to choose.
+const NO_AMEND: &str = "the sidecar does not support amending (older than this CLI): push the \
+                        whole declaration with --replace";
 
 /// `request` with its deadline sent as `grpc-timeout`, so that the sidecar
 /// answers ("queued", when the reload is not done) before this side stops

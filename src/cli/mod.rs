@@ -64,14 +64,18 @@ enum Command {
     },
     /// List the registered component kinds and types.
     Components,
-    /// Change one component of a running sidecar (Lifecycle API): the metadata fields and type
-    /// given replace those; every other field, secretRef, configurationRef and componentRef is
-    /// kept (`--replace`: the push is the whole declaration).
+    /// Change one component of a running sidecar (Lifecycle API): the metadata fields given
+    /// replace those; every other field, secretRef, configurationRef and componentRef is kept
+    /// (`--replace`, or a `--type` other than the one in force: the push is the whole
+    /// declaration).
     #[command(
         after_help = "Example: `rewire apply --kind state --name orders -m redisHost=dr:6379` \
         moves the store to another host and keeps its other fields (redisDB, keyPrefix, ...) and \
         its secretRef for the password; with `--replace`, they would be gone. A component the \
-        sidecar does not have is added from the fields given.\n\n\
+        sidecar does not have is added from the fields given. A type change (`--type` other than \
+        the type in force) declares the component whole: the fields given are all it has. A \
+        sidecar older than this CLI cannot amend: apply then applies nothing and exits 1 (use \
+        `--replace`).\n\n\
         Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
         (nothing changed), or the sidecar could not be reached; 2 bad arguments; 3 queued: the \
         sidecar answered before the reload was done, and will still apply or reject the push \

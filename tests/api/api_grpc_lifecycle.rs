@@ -67,7 +67,6 @@ async fn push(
     let request = DynamicConfiguration {
         component_config: Some(config),
         based_on_generation: based_on,
-        amend: false,
     };
     let answer = clients.lifecycle.apply_configuration(request).await;
     answer.expect("a push is answered, not failed").into_inner()
@@ -341,7 +340,6 @@ async fn a_push_must_name_its_component() {
         let request = DynamicConfiguration {
             component_config: Some(component(kind, name, "memory", &[])),
             based_on_generation: None,
-            amend: false,
         };
         let status = clients
             .lifecycle
@@ -376,9 +374,11 @@ async fn push_with(
     let request = DynamicConfiguration {
         component_config: Some(config),
         based_on_generation: None,
-        amend,
     };
-    let answer = clients.lifecycle.apply_configuration(request).await;
+    let answer = match amend {
+        true => clients.lifecycle.amend_configuration(request).await,
+        false => clients.lifecycle.apply_configuration(request).await,
+    };
     answer.expect("a push is answered, not failed").into_inner()
 }
 
@@ -394,10 +394,10 @@ async fn status_of(clients: &mut Clients, name: &str) -> Value {
         .unwrap_or_default()
 }
 
-/// `amend` lays the fields given over the component in force (its other
-/// fields and its refs kept), adds a component not in force, and refuses
-/// an amendment that gives nothing; without it (a client that does not
-/// know the field) the push is the whole declaration, as before.
+/// `AmendConfiguration` lays the fields given over the component in force
+/// (its other fields and its refs kept), adds a component not in force,
+/// and refuses an amendment that gives nothing; `ApplyConfiguration` is
+/// the whole declaration, as before.
 #[tokio::test]
 async fn an_amending_push_keeps_the_fields_and_refs_it_does_not_give() {
     let sidecar = Sidecar::start(CONFIG_WITH_REFS, ApiOptions::default()).await;
@@ -442,5 +442,39 @@ async fn an_amending_push_keeps_the_fields_and_refs_it_does_not_give() {
         orders["metadata"].get("defaultTtlInSeconds").is_none(),
         "{orders}"
     );
+    sidecar.stop().await;
+}
+
+/// A file store in memory, with a field the `local` type does not know.
+const CONFIG_FILE_MEMORY: &str = r#"{"appId": "shop", "components": {
+    "file": {"f": {"type": "memory", "metadata": {"maxTotalSize": 1000000}}}
+}}"#;
+
+/// An amendment that changes the type declares the component whole: the
+/// memory store's `maxTotalSize` is not carried into a `local` store,
+/// which would refuse it as unknown (the user never gave it).
+#[tokio::test]
+async fn an_amendment_that_changes_the_type_declares_the_component_whole() {
+    let sidecar = Sidecar::start(CONFIG_FILE_MEMORY, ApiOptions::default()).await;
+    let mut clients = clients(&sidecar).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_string_lossy().into_owned();
+
+    let local = component("file", "f", "local", &[("root", root.as_str())]);
+    let answer = push_with(&mut clients, local, true).await;
+    assert!(answer.accepted, "{:?}", answer.errors);
+    assert_eq!(actions(&answer), vec![("file/f", "rebuilt")]);
+    let f = status_of(&mut clients, "f").await;
+    assert_eq!(f["type"], "local", "{f}");
+    assert_eq!(f["metadata"], serde_json::json!({"root": root}), "{f}");
+    assert_eq!(f["sources"]["refs"], "control_plane", "{f}");
+
+    // The same type again amends: the field given joins `root`.
+    let bounded = component("file", "f", "local", &[("maxFileSize", "4096")]);
+    let answer = push_with(&mut clients, bounded, true).await;
+    assert!(answer.accepted, "{:?}", answer.errors);
+    let f = status_of(&mut clients, "f").await;
+    assert_eq!(f["metadata"]["root"], root, "{f}");
+    assert_eq!(f["metadata"]["maxFileSize"], "4096", "{f}");
     sidecar.stop().await;
 }

@@ -65,7 +65,6 @@ fn push(
     let mut request = Request::new(DynamicConfiguration {
         component_config: Some(config),
         based_on_generation: None,
-        amend: false,
     });
     request.set_timeout(within);
     request

@@ -97,7 +97,6 @@ async fn a_released_push_gives_the_component_back_to_the_file() {
             ..ComponentConfig::default()
         }),
         based_on_generation: None,
-        amend: false,
     };
     let pushed = lifecycle
         .apply_configuration(push)

@@ -3,6 +3,8 @@
 //! invalid push is rejected with the reason and changes nothing.
 
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use testkit::redis::RedisServer;
@@ -436,7 +438,43 @@ fn apply_and_status_send_the_app_token_from_rewire_api_token() {
 
 /// A Lifecycle service that answers every push as the sidecar does when
 /// the push still waits behind other reloads at its deadline: `queued`.
-struct QueuedLifecycle;
+/// Without `amends`, it is a sidecar older than `AmendConfiguration`: that
+/// call is `UNIMPLEMENTED`, as tonic answers a method a server does not
+/// have.
+#[derive(Clone, Default)]
+struct QueuedLifecycle {
+    amends: bool,
+    /// `ApplyConfiguration` calls received.
+    applied: Arc<AtomicUsize>,
+}
+
+impl QueuedLifecycle {
+    fn queued() -> tonic::Response<lifecycle_stub::ApplyConfigurationResponse> {
+        tonic::Response::new(lifecycle_stub::ApplyConfigurationResponse {
+            accepted: false,
+            generation: 7,
+            errors: vec![
+                "queued behind 1 other push(es) or a reload still running, not applied yet".into(),
+            ],
+            outcome: "queued".into(),
+            ..Default::default()
+        })
+    }
+
+    /// Serves on a free local port; its address and the server's task.
+    async fn serve(self) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(lifecycle_stub::LifecycleServer::new(self))
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        (addr, server)
+    }
+}
 
 mod lifecycle_stub {
     pub use rewire::sidecar::grpc::proto::rewire::lifecycle::v1::lifecycle_server::{
@@ -451,18 +489,18 @@ impl lifecycle_stub::Lifecycle for QueuedLifecycle {
         &self,
         _: tonic::Request<lifecycle_stub::DynamicConfiguration>,
     ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
-        Ok(tonic::Response::new(
-            lifecycle_stub::ApplyConfigurationResponse {
-                accepted: false,
-                generation: 7,
-                errors: vec![
-                    "queued behind 1 other push(es) or a reload still running, not applied yet"
-                        .into(),
-                ],
-                outcome: "queued".into(),
-                ..Default::default()
-            },
-        ))
+        self.applied.fetch_add(1, Ordering::SeqCst);
+        Ok(Self::queued())
+    }
+
+    async fn amend_configuration(
+        &self,
+        _: tonic::Request<lifecycle_stub::DynamicConfiguration>,
+    ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
+        match self.amends {
+            true => Ok(Self::queued()),
+            false => Err(tonic::Status::unimplemented("")),
+        }
     }
 
     async fn remove_component(
@@ -493,13 +531,11 @@ impl lifecycle_stub::Lifecycle for QueuedLifecycle {
 /// not take it for a failure and push again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_queued_push_is_not_reported_as_a_rejection() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(lifecycle_stub::LifecycleServer::new(QueuedLifecycle))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let stub = QueuedLifecycle {
+        amends: true,
+        ..QueuedLifecycle::default()
+    };
+    let (addr, server) = stub.serve().await;
     let out = tokio::task::spawn_blocking(move || {
         rewire(&[
             "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
@@ -526,6 +562,50 @@ async fn a_queued_push_is_not_reported_as_a_rejection() {
     assert!(
         !stderr.contains("keeps serving"),
         "worded as a rejection: {stderr}"
+    );
+}
+
+/// A sidecar older than `AmendConfiguration` (it answers `UNIMPLEMENTED`)
+/// is not sent a whole declaration in its place, which would wipe the
+/// fields and refs the amendment leaves out: apply exits 1 saying so, and
+/// nothing is applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_amendment_to_a_sidecar_that_cannot_amend_applies_nothing() {
+    let stub = QueuedLifecycle::default();
+    let applied = Arc::clone(&stub.applied);
+    let (addr, server) = stub.serve().await;
+    let out = tokio::task::spawn_blocking(move || {
+        rewire(&[
+            "apply",
+            "--kind",
+            "state",
+            "--name",
+            "orders",
+            "-m",
+            "redisHost=dr:6379",
+            "--addr",
+            &addr,
+        ])
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert_eq!(
+        stderr.trim_end(),
+        "error: the sidecar does not support amending (older than this CLI): push the whole \
+         declaration with --replace"
+    );
+    assert_eq!(stdout, "");
+    assert_eq!(
+        applied.load(Ordering::SeqCst),
+        0,
+        "a whole declaration was sent instead"
     );
 }
 

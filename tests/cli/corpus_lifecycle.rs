@@ -310,7 +310,6 @@ async fn every_pushable_case_is_nacked_and_changes_nothing() {
         let request = DynamicConfiguration {
             component_config: Some(component_config(&push)),
             based_on_generation: None,
-            amend: false,
         };
         let answer = clients
             .lifecycle
@@ -364,7 +363,6 @@ async fn a_secret_that_fails_to_decode_is_not_quoted_in_the_nack() {
     let request = DynamicConfiguration {
         component_config: Some(component_config(&push)),
         based_on_generation: None,
-        amend: false,
     };
     let answer = lifecycle
         .apply_configuration(request)

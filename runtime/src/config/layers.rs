@@ -47,8 +47,37 @@ pub enum Push {
     /// or removed by a push) is refused, and so is an amendment that sets
     /// nothing.
     Amend(ComponentPatch),
+    /// What `rewire apply` pushes (the Lifecycle `AmendConfiguration`):
+    /// an `Amend` when the component is in force and the patch gives no
+    /// type or the type in force; otherwise a `Declare` of the component
+    /// whole, each kind of ref it does not give declared empty (a
+    /// component not in force is added; a type change declares the
+    /// component whole: the fields given are all it has, none of the old
+    /// type's fields or refs carried into a type that may not know them).
+    /// Resolved when laid, against the layers at that point, inside the
+    /// serialised reload: a file reload that adds or removes the component
+    /// just before is seen. [`Layers::apply`] stores the resolved push,
+    /// never this one.
+    AmendOrDeclare(ComponentPatch),
     /// The component is removed, whatever lower layers say.
     Remove,
+}
+
+impl Push {
+    /// `AmendOrDeclare(patch)` resolved against `in_force`, the type of
+    /// the component the layers declare now (`None`: not in force).
+    fn amend_or_declare(patch: ComponentPatch, in_force: Option<&str>) -> Push {
+        let same_type = |in_force: &str| patch.type_name.as_deref().is_none_or(|t| t == in_force);
+        match in_force {
+            Some(in_force) if same_type(in_force) => Push::Amend(patch),
+            _ => Push::Declare(ComponentPatch {
+                component_refs: patch.component_refs.or_else(|| Some(Vec::new())),
+                secret_refs: patch.secret_refs.or_else(|| Some(Vec::new())),
+                configuration_refs: patch.configuration_refs.or_else(|| Some(Vec::new())),
+                ..patch
+            }),
+        }
+    }
 }
 
 /// A change to one layer of the configuration.
@@ -107,9 +136,14 @@ impl Layers {
     /// concurrent type change is not undone); removing, releasing or
     /// amending a component the layers do not have is refused (checked
     /// here too, so a removal queued first is not raced), and so is an
-    /// amendment that sets nothing.
+    /// amendment that sets nothing. `AmendOrDeclare` is resolved here,
+    /// against the layers as they are now.
     pub fn apply(&mut self, change: LayerChange) -> Result<(), Problem> {
         match change {
+            LayerChange::Push(key, Push::AmendOrDeclare(patch)) => {
+                let push = Push::amend_or_declare(patch, self.type_in_force(&key).as_deref());
+                return self.apply(LayerChange::Push(key, push));
+            }
             LayerChange::File(file) => self.file = file,
             LayerChange::Overlay(common, app) => {
                 self.overlay = common;
@@ -140,6 +174,9 @@ impl Layers {
                 let laid = match self.pushes.remove(&key) {
                     Some(Push::Declare(pushed)) => Push::Declare(pushed.then(patch)),
                     Some(Push::Amend(pushed)) => Push::Amend(pushed.then(patch)),
+                    // Only when set in `pushes` directly (`apply` stores
+                    // it resolved): still resolved when laid.
+                    Some(Push::AmendOrDeclare(pushed)) => Push::AmendOrDeclare(pushed.then(patch)),
                     Some(Push::Remove) | None => Push::Amend(patch),
                 };
                 self.pushes.insert(key, laid);
@@ -306,6 +343,14 @@ impl Effective {
                 if let Some(spec) = self.config.components.get_mut(key) {
                     yield_to_pushed_fields(patch, Arc::make_mut(spec));
                 }
+            }
+            Push::AmendOrDeclare(patch) => {
+                // Not stored by `Layers::apply`; set in `pushes` directly,
+                // it is resolved against the layers below.
+                let below = self.config.components.get(key);
+                let in_force = below.map(|spec| spec.type_name.clone());
+                let resolved = Push::amend_or_declare(patch.clone(), in_force.as_deref());
+                self.push(key, &resolved);
             }
             Push::Remove => {
                 self.config.components.remove(key);
@@ -692,5 +737,102 @@ mod tests {
         let config = layers.effective_config();
         assert!(config.components[&new].secret_refs.is_empty());
         assert!(config.components[&new].component_refs.is_empty());
+    }
+
+    /// `rewire apply`'s push, resolved inside the serialised reload: a
+    /// file that added the component just before is amended (its
+    /// secretRef kept), a component not in force is declared whole, and
+    /// a type change declares the component whole.
+    #[test]
+    fn amend_or_declare_is_resolved_against_the_layers_it_is_laid_over() {
+        let o = ComponentKey::new("state", "o");
+        let mut layers = Layers::new(file(r#"{"components": {"state": {}}}"#));
+        let host = |type_name: Option<&str>| {
+            let mut patch = ComponentPatch {
+                type_name: type_name.map(str::to_string),
+                ..ComponentPatch::default()
+            };
+            patch.metadata.insert("redisHost".into(), json!("dr:6379"));
+            Push::AmendOrDeclare(patch)
+        };
+        // The file reload adding `state/o` is laid first (queued before
+        // the push, after the push was received).
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"o": {"type": "redis",
+                    "metadata": {"redisHost": "a:6379", "redisDB": 3},
+                    "secretRef": [{"store": "vault", "name": "redis", "key": "password", "injectAs": "redisPassword"}]}}}}"#,
+            )))
+            .unwrap();
+        layers
+            .apply(LayerChange::Push(o.clone(), host(None)))
+            .unwrap();
+        let (config, sources) = layers.effective();
+        let spec = &config.components[&o];
+        assert_eq!(spec.secret_refs.len(), 1, "the file's secretRef is kept");
+        assert_eq!(
+            serde_json::Value::Object(spec.metadata.clone()),
+            json!({"redisHost": "dr:6379", "redisDB": 3})
+        );
+        assert_eq!(sources[&o].refs, Some(Layer::File));
+        assert!(
+            matches!(layers.pushes[&o], Push::Amend(_)),
+            "stored resolved"
+        );
+
+        // The same type given: still an amendment.
+        layers
+            .apply(LayerChange::Push(o.clone(), host(Some("redis"))))
+            .unwrap();
+        assert_eq!(
+            layers.effective_config().components[&o].secret_refs.len(),
+            1
+        );
+
+        // Another type: the component is what the push gives, no more.
+        layers
+            .apply(LayerChange::Push(o.clone(), host(Some("memory"))))
+            .unwrap();
+        let spec = &layers.effective_config().components[&o];
+        assert_eq!(spec.type_name, "memory");
+        assert_eq!(
+            serde_json::Value::Object(spec.metadata.clone()),
+            json!({"redisHost": "dr:6379"})
+        );
+        assert!(spec.secret_refs.is_empty(), "{:?}", spec.secret_refs);
+
+        // Not in force (removed by a file reload just before): declared
+        // whole, its type from the push, no refs, and it stays when the
+        // file declares it again.
+        let missing = ComponentKey::new("state", "missing");
+        layers
+            .apply(LayerChange::Push(missing.clone(), host(Some("redis"))))
+            .unwrap();
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"missing": {"type": "redis", "metadata": {"redisDB": 5},
+                    "secretRef": [{"store": "vault", "name": "redis", "key": "password"}]}}}}"#,
+            )))
+            .unwrap();
+        let spec = &layers.effective_config().components[&missing];
+        assert_eq!(spec.type_name, "redis");
+        assert_eq!(
+            serde_json::Value::Object(spec.metadata.clone()),
+            json!({"redisHost": "dr:6379"})
+        );
+        assert!(spec.secret_refs.is_empty(), "declared whole: no refs");
+
+        // Removed by a push: declared whole again, not refused.
+        layers
+            .apply(LayerChange::Push(missing.clone(), Push::Remove))
+            .unwrap();
+        layers
+            .apply(LayerChange::Push(missing.clone(), host(None)))
+            .unwrap();
+        assert_eq!(
+            layers.effective_config().components[&missing].type_name,
+            "missing",
+            "no type given, nothing in force: typed by its name, as a whole push"
+        );
     }
 }

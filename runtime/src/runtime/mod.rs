@@ -386,6 +386,20 @@ impl Runtime {
             .await
     }
 
+    /// Amends one component from the control plane when it is in force
+    /// with the type `patch` gives (or none), else declares it whole from
+    /// `patch` (see [`Push::AmendOrDeclare`]); which one is decided inside
+    /// the serialised reload.
+    pub async fn amend_or_declare_component(
+        &self,
+        key: ComponentKey,
+        patch: ComponentPatch,
+        based_on_generation: Option<u64>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        self.push(key, Push::AmendOrDeclare(patch), based_on_generation)
+            .await
+    }
+
     /// Removes one component from the control plane, whatever the file and
     /// the overlay say.
     pub async fn remove_component(

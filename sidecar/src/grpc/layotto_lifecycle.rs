@@ -60,12 +60,11 @@ impl Lifecycle for LayottoLifecycleApi {
         let push = rewire_pb::DynamicConfiguration {
             component_config,
             based_on_generation: None,
-            // rewire's flag; `Declares::Fields` below says how it is taken.
-            amend: false,
         };
         let answer = self
             .rewire
             .apply_configuration_with(
+                "ApplyConfiguration",
                 Request::from_parts(metadata, extensions, push),
                 Declares::Fields,
             )

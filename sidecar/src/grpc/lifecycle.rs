@@ -1,7 +1,12 @@
 //! The `Lifecycle` service: a control plane pushes one component's whole
-//! configuration (or, with `amend`, the fields to change), removes a
-//! component, releases a pushed component back to the file, or reads the
-//! status.
+//! configuration (`ApplyConfiguration`) or the fields to change
+//! (`AmendConfiguration`), removes a component, releases a pushed
+//! component back to the file, or reads the status.
+//!
+//! Amending is its own RPC, not a flag on `ApplyConfiguration`: a sidecar
+//! that predates it answers `UNIMPLEMENTED`, where it would have skipped an
+//! unknown field and taken the amendment for a whole declaration (wiping
+//! every field and ref the amendment left out).
 //!
 //! Every push is answered before its caller's deadline, with its outcome or
 //! `queued` (`lifecycle_wait`).
@@ -41,27 +46,25 @@ impl LifecycleApi {
         }
     }
 
-    /// `ApplyConfiguration`, the push taken as `declares` says: rewire's
-    /// own push declares the component whole, Layotto's the fields it sets.
+    /// A push taken as `declares` says: rewire's `ApplyConfiguration`
+    /// declares the component whole, its `AmendConfiguration` the fields it
+    /// gives (or the component whole when not in force), Layotto's the
+    /// fields it sets. `method` names the call in metrics and logs.
     pub(super) async fn apply_configuration_with(
         &self,
+        method: &'static str,
         request: Request<pb::DynamicConfiguration>,
         declares: Declares,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let metadata = request.metadata().clone();
-        observed(
-            &self.state,
-            "ApplyConfiguration",
-            caller(&request),
-            |call| {
-                apply(
-                    call,
-                    request.into_inner(),
-                    declares,
-                    (&self.pushes, &metadata),
-                )
-            },
-        )
+        observed(&self.state, method, caller(&request), |call| {
+            apply(
+                call,
+                request.into_inner(),
+                declares,
+                (&self.pushes, &metadata),
+            )
+        })
         .await
         .map(Response::new)
     }
@@ -73,15 +76,18 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
-        // Without `amend` (a client that does not know the field), the
-        // push is the component whole: its refs are declared, none when
-        // its lists are empty (proto3 cannot tell them from absent).
-        let declares = if request.get_ref().amend {
-            Declares::FieldsOrNew
-        } else {
-            Declares::Whole
-        };
-        self.apply_configuration_with(request, declares).await
+        // The push is the component whole: its refs are declared, none
+        // when its lists are empty (proto3 cannot tell them from absent).
+        self.apply_configuration_with("ApplyConfiguration", request, Declares::Whole)
+            .await
+    }
+
+    async fn amend_configuration(
+        &self,
+        request: Request<pb::DynamicConfiguration>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        self.apply_configuration_with("AmendConfiguration", request, Declares::FieldsOrNew)
+            .await
     }
 
     async fn remove_component(
@@ -144,16 +150,11 @@ async fn apply(
         .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
     let key = key_of(&config.kind, &config.name)?;
     label_if_running(&call, &key);
-    let declares = match declares {
-        // Nothing in force to amend: the push adds the component, whole.
-        // Read before the push is queued: a component added meanwhile is
-        // declared whole, one removed meanwhile refuses the amendment.
-        Declares::FieldsOrNew if !in_force(&call, &key) => Declares::Whole,
-        declares => declares,
-    };
     // The push stores only what it declares: an empty type keeps the type
-    // in force, scopes (and unsaid refs) stay the lower layers', all
-    // resolved inside the serialised reload.
+    // in force, scopes (and unsaid refs) stay the lower layers', and
+    // whether an amendment amends or declares the component whole, all
+    // resolved inside the serialised reload (against the layers as a file
+    // reload queued first left them).
     let patch = match patch_of(config, declares) {
         Ok(patch) => patch,
         Err(problems) => {
@@ -167,8 +168,11 @@ async fn apply(
     let reload = async move {
         match declares {
             Declares::Whole => runtime.apply_component(applied, patch, generation).await,
-            Declares::Fields | Declares::FieldsOrNew => {
-                runtime.amend_component(applied, patch, generation).await
+            Declares::Fields => runtime.amend_component(applied, patch, generation).await,
+            Declares::FieldsOrNew => {
+                runtime
+                    .amend_or_declare_component(applied, patch, generation)
+                    .await
             }
         }
     };
@@ -216,16 +220,6 @@ fn label_if_running(call: &Call, key: &ComponentKey) {
     if call.runtime().generation().get(key).is_some() {
         call.label(&key.to_string());
     }
-}
-
-/// Whether the layers declare `key` now (the file, the overlay or a push;
-/// not removed by a push): what an amendment can change.
-fn in_force(call: &Call, key: &ComponentKey) -> bool {
-    call.runtime()
-        .layers()
-        .effective_config()
-        .components
-        .contains_key(key)
 }
 
 fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {

@@ -8,13 +8,14 @@
 //! in force, so a push that only changes metadata does not turn into a type
 //! change.
 //!
-//! rewire's own push declares the component whole, refs included (its
-//! proto cannot tell an absent list from an empty one, so none given is
-//! none), unless it sets `amend`: then, as Layotto's push, it says only
-//! the fields it sets, laid over what the layers below declare (their
+//! rewire's `ApplyConfiguration` declares the component whole, refs
+//! included (its proto cannot tell an absent list from an empty one, so
+//! none given is none). Its `AmendConfiguration`, as Layotto's push, says
+//! only the fields it sets, laid over what the layers below declare (their
 //! other fields, type and refs stay in force), and a kind of ref it gives
-//! no entry of is left unsaid (`None`). Layotto's push carries metadata
-//! only, so its refs are always unsaid.
+//! no entry of is left unsaid (`None`); the reload declares it whole
+//! (unsaid refs: none) when it is not in force or changes type. Layotto's
+//! push carries metadata only, so its refs are always unsaid.
 
 use serde_json::{Map, Value};
 
@@ -31,9 +32,11 @@ pub(super) enum Declares {
     /// Layotto's push (metadata only, no refs in its proto): the fields it
     /// sets, laid over the declaration of the layers below.
     Fields,
-    /// rewire's push with `amend` (`rewire apply` without `--replace`): as
-    /// `Fields`, each kind of ref said only when given; a component not
-    /// in force is declared whole (added), where Layotto's is refused.
+    /// rewire's `AmendConfiguration` (`rewire apply` without `--replace`):
+    /// as `Fields`, each kind of ref said only when given; a component not
+    /// in force (added, where Layotto's is refused) or given another type
+    /// is declared whole, decided inside the reload
+    /// ([`Push::AmendOrDeclare`](rewire_runtime::config::Push::AmendOrDeclare)).
     FieldsOrNew,
 }
 
