@@ -136,29 +136,10 @@ pub(super) fn reject_once(cx: &TriggerContext, seen: &mut Seen, generation: u64,
 mod tests {
     use super::*;
     use crate::handle::Live;
-    use crate::reload::queue::{queue, QueueReceiver, Queued};
-    use crate::running::WatchPlan;
+    use crate::reload::queue::{QueueReceiver, Queued};
 
     fn context() -> (TriggerContext, QueueReceiver) {
-        let (sender, receiver) = queue();
-        let plan = WatchPlan {
-            generation: 1,
-            app_id: String::new(),
-            overlay: None,
-            overlay_in_force: (None, None),
-            refs: Vec::new(),
-        };
-        let (_, plan) = tokio::sync::watch::channel(Arc::new(plan));
-        let cx = TriggerContext {
-            queue: sender,
-            plan,
-            stopped: tokio_util::sync::CancellationToken::new(),
-            live: Live::new(),
-            secret_poll_interval: Duration::from_secs(60),
-            overlay_tried: Arc::default(),
-            file_in_force: Arc::new(|_| false),
-        };
-        (cx, receiver)
+        TriggerContext::for_tests(Live::new(), "")
     }
 
     const GOOD: &str = r#"{"components": {"state": {"s": {"type": "memory"}}}}"#;

@@ -68,3 +68,35 @@ impl TriggerContext {
         }
     }
 }
+
+#[cfg(test)]
+impl TriggerContext {
+    /// A context for a trigger's tests: generation 1 of `app_id` (no
+    /// overlay, no refs; the plan never changes) on `live`, and the queue
+    /// it sends to.
+    pub(crate) fn for_tests(
+        live: LiveGeneration,
+        app_id: &str,
+    ) -> (Self, crate::reload::queue::QueueReceiver) {
+        let (queue, queued) = crate::reload::queue::queue();
+        let plan = WatchPlan {
+            generation: 1,
+            app_id: app_id.into(),
+            overlay: None,
+            overlay_in_force: (None, None),
+            refs: Vec::new(),
+        };
+        // The sender is dropped: the plan stays as it is.
+        let (_, plan) = watch::channel(Arc::new(plan));
+        let cx = Self {
+            queue,
+            plan,
+            stopped: CancellationToken::new(),
+            live,
+            secret_poll_interval: Duration::from_secs(60),
+            overlay_tried: Arc::default(),
+            file_in_force: Arc::new(|_| false),
+        };
+        (cx, queued)
+    }
+}

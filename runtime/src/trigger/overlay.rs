@@ -296,8 +296,7 @@ mod tests {
     use crate::config::parse_patch;
     use crate::handle::{Generation, Instance, Live};
     use crate::kinds::{ConfigError, ConfigItem, ConfigStore, ConfigSubscription, SubscriptionHub};
-    use crate::reload::queue::{queue, QueueReceiver, Queued};
-    use crate::running::WatchPlan;
+    use crate::reload::queue::{QueueReceiver, Queued};
 
     fn documents(ttl: u32) -> OverlayDocuments {
         let text =
@@ -383,25 +382,7 @@ mod tests {
             1,
             BTreeMap::from([(key, Instance::ConfigStore(instance))]),
         ));
-        let (queue, queued) = queue();
-        let plan = WatchPlan {
-            generation: 1,
-            app_id: "shop".into(),
-            overlay: None,
-            overlay_in_force: (None, None),
-            refs: Vec::new(),
-        };
-        // The sender is dropped: the plan stays as it is.
-        let (_, plan) = tokio::sync::watch::channel(Arc::new(plan));
-        let cx = TriggerContext {
-            queue,
-            plan,
-            stopped: CancellationToken::new(),
-            live,
-            secret_poll_interval: Duration::from_secs(60),
-            overlay_tried: Arc::default(),
-            file_in_force: Arc::new(|_| false),
-        };
+        let (cx, queued) = TriggerContext::for_tests(live, "shop");
         let spec = OverlaySpec {
             store: "cfg".into(),
             key: "rewire.components".into(),

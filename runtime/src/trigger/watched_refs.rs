@@ -418,7 +418,7 @@ mod tests {
     use crate::component::Component;
     use crate::handle::{Generation, Instance, Live};
     use crate::kinds::{ConfigError, ConfigItem, ConfigStore, ConfigSubscription, SubscriptionHub};
-    use crate::reload::queue::{queue, Queued};
+    use crate::reload::queue::Queued;
 
     /// A config store holding one key's value, set without telling the
     /// subscribers; its next get, once told so, fails.
@@ -463,23 +463,7 @@ mod tests {
                 Instance::ConfigStore(instance),
             )]),
         ));
-        let (queue, mut queued) = queue();
-        let (_, plan) = watch::channel(Arc::new(WatchPlan {
-            generation: 1,
-            app_id: "shop".into(),
-            overlay: None,
-            overlay_in_force: (None, None),
-            refs: Vec::new(),
-        }));
-        let cx = TriggerContext {
-            queue,
-            plan,
-            stopped: CancellationToken::new(),
-            live,
-            secret_poll_interval: Duration::from_secs(60),
-            overlay_tried: Arc::default(),
-            file_in_force: Arc::new(|_| false),
-        };
+        let (cx, mut queued) = TriggerContext::for_tests(live, "shop");
         let reference = ConfigurationRef {
             store: "cfg".into(),
             key: "k".into(),
