@@ -454,23 +454,38 @@ impl InPlaceUpdate for RedisLock {
         let new_base = self.key_base(&prepared);
         let naming = self.naming.get().cloned().unwrap_or_default();
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
-            let old = connection.install(prepared.clone());
+            // Changes commit one at a time: the session in force now is
+            // the one `install` replaces.
+            let old = connection.session();
             let old_base = key_base(&old.metadata().key_prefix, &naming.app_id, &naming.store);
-            if old.same_server(&prepared) && old_base == new_base {
-                return;
-            }
+            let moved = !(old.same_server(&prepared) && old_base == new_base);
             // Whoever holds locks there (another sidecar, this one before a
             // restart), for as long as they may: not only what this store
-            // granted.
-            if !old.is_connected() {
-                return;
+            // granted. Stored before the new session is installed, and
+            // requests load the session first: one that sees the new
+            // namespace sees the old one's grace too (in the other order,
+            // a try-lock in between took on the new namespace a lock held
+            // on the old one).
+            let consulted = moved && old.is_connected();
+            let consult = |session: Arc<Session>| {
+                grace.previous.store(Some(Arc::new(Previous {
+                    limit: previous_limit(session.metadata()),
+                    session,
+                    until: Instant::now() + MAX_GRACE,
+                })));
+            };
+            if consulted {
+                consult(old.clone());
             }
-            info!(component = %connection.label(), grace = ?MAX_GRACE, "Lock namespace changed; the previous one is still consulted for its held locks.");
-            grace.previous.store(Some(Arc::new(Previous {
-                limit: previous_limit(old.metadata()),
-                session: old,
-                until: Instant::now() + MAX_GRACE,
-            })));
+            let replaced = connection.install(prepared);
+            if consulted {
+                // A failover (or the TLS file follower) swapped the session
+                // meanwhile: the same namespace, on the connection in force.
+                if !Arc::ptr_eq(&replaced, &old) && replaced.is_connected() {
+                    consult(replaced);
+                }
+                info!(component = %connection.label(), grace = ?MAX_GRACE, "Lock namespace changed; the previous one is still consulted for its held locks.");
+            }
         })))
     }
 }
@@ -480,13 +495,15 @@ impl Lock for RedisLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
+        // The session first, then the grace (stored before a new session
+        // is installed): a request on the new namespace sees the old one.
+        let session = self.connection.session();
         if let Some(previous) = self.grace.previous() {
             if self.held_before(&previous, &req.resource_id).await? {
                 debug!(resource = %echoed(&req.resource_id), "Lock still held in the previous namespace.");
                 return Ok(false);
             }
         }
-        let session = self.connection.session();
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;

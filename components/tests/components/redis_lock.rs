@@ -603,3 +603,112 @@ async fn another_runtime_of_the_same_app_and_lock_name_is_never_consulted() {
         Some("A")
     );
 }
+
+/// A log sink that takes `PAUSE` over the "Lock namespace changed" line
+/// (a slow sink: a file on a stalled disk, a full pipe), counting them.
+struct SlowNamespaceLog(Arc<std::sync::atomic::AtomicUsize>);
+
+impl SlowNamespaceLog {
+    const PAUSE: Duration = Duration::from_millis(300);
+}
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for SlowNamespaceLog {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::INFO
+    }
+
+    fn new_span(&self, _span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _span: &tracing::span::Id, _values: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _span: &tracing::span::Id, _follows: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if message.0.contains("Lock namespace changed") {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Self::PAUSE);
+        }
+    }
+
+    fn enter(&self, _span: &tracing::span::Id) {}
+
+    fn exit(&self, _span: &tracing::span::Id) {}
+}
+
+/// While a `keyPrefix` change commits (its log line held up by a slow
+/// sink), try-locks of a resource another sidecar holds on the old
+/// namespace never succeed, and the owner of a lock on the old namespace
+/// keeps it alive throughout. Before: the new session was put in force
+/// before the old namespace's grace was stored (after the log line), and a
+/// request in between saw the new namespace and no grace: `SET NX` there
+/// took the held resource, and the keep-alive answered that the lock did
+/// not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lock_held_on_the_old_namespace_is_taken_while_a_change_commits() {
+    let server = RedisServer::start().await;
+    let a = lock_store(json!({"redisHost": server.addr()})).await;
+    let b = lock_store(json!({"redisHost": server.addr()})).await;
+    assert_eq!(a.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+    assert_eq!(b.try_lock(lock("s", "S", MINUTE)).await, Ok(true));
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contenders: Vec<_> = (0..4)
+        .map(|i| {
+            let (b, stop) = (b.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    match b.try_lock(lock("r", &format!("B{i}"), MINUTE)).await {
+                        Ok(false) => {}
+                        other => answers.push(format!("try-lock: {other:?}")),
+                    }
+                    // One renewer: the owner's keep-alives come one at a time.
+                    if i == 0 {
+                        match b.keep_alive(lock("s", "S", MINUTE)).await {
+                            Ok(UnlockStatus::Success) => {}
+                            other => answers.push(format!("keep-alive: {other:?}")),
+                        }
+                    }
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let logged = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        // The commit runs on this thread, which alone logs to the slow sink.
+        let _slow = tracing::subscriber::set_default(SlowNamespaceLog(logged.clone()));
+        change(&b, json!({"redisHost": server.addr(), "keyPrefix": "none"})).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut wrong = std::collections::BTreeMap::<String, usize>::new();
+    for contender in contenders {
+        for answer in contender.await.expect("a contender's task") {
+            *wrong.entry(answer).or_default() += 1;
+        }
+    }
+    assert_eq!(logged.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        wrong.is_empty(),
+        "answers (and how many) while the change committed: {wrong:?}"
+    );
+    assert_eq!(owner_at(&server, "lock||r").await, None);
+    assert_eq!(owner_at(&server, "lock||s").await.as_deref(), Some("S"));
+}
