@@ -134,6 +134,31 @@ impl Lineage {
     }
 }
 
+/// What a session reaches (see [`Session::reached`]).
+#[derive(Clone)]
+pub struct Reached {
+    lineage: Lineage,
+    server: String,
+}
+
+impl Reached {
+    /// The same server on the same line of connections: a line keeps its
+    /// connection settings (addresses, database, sentinels, password,
+    /// timeouts) but for the TLS material, so this implies
+    /// [`Session::same_server`].
+    pub fn same_as(&self, other: &Reached) -> bool {
+        self.lineage.same_as(&other.lineage) && self.server == other.server
+    }
+}
+
+impl fmt::Debug for Reached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reached")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A command found no open connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the redis connection is not open (the component is not initialised, or closed)")]
@@ -223,6 +248,18 @@ impl Session {
             }
             _ => true,
         }
+    }
+
+    /// What this session reaches, as far as a count of the server's
+    /// replicas goes: the line of its connection (see [`Lineage`]: kept by
+    /// metadata-only changes and TLS file rotations, new for new connection
+    /// settings) and the server on it (a failover moves it). `None` when
+    /// not connected.
+    pub fn reached(&self) -> Option<Reached> {
+        self.link.as_ref().map(|link| Reached {
+            lineage: link.lineage.clone(),
+            server: link.server.clone(),
+        })
     }
 
     /// Whether the session holds a connection.

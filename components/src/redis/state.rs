@@ -23,7 +23,7 @@ use rewire_runtime::{
 use tracing::debug;
 
 use super::bounded::BoundedConnection;
-use super::connection::{Exclusive, PrefixedKey, RedisConnection, Session};
+use super::connection::{Exclusive, PrefixedKey, Reached, RedisConnection, Session};
 use super::metadata::RedisMetadata;
 use super::scripts;
 use super::state_args::{etag_arg, ttl_arg};
@@ -392,29 +392,37 @@ const STRONG_WAIT_MS: u64 = 1000;
 const STRONG_WAIT: std::time::Duration = std::time::Duration::from_millis(STRONG_WAIT_MS);
 
 /// The replicas a strong write waits for: the most the master has had
-/// connected since the session (server, password, failover master) came
-/// into force. A replica added later counts from the next strong write on;
-/// one that drops out (killed, unreachable) still counts, so a strong
-/// write fails while it is gone instead of succeeding unreplicated (as
-/// Dapr, which counts the replicas once, at init). A new session starts
-/// the count again.
+/// connected since the store began reaching it on its line of connections
+/// (see [`Session::reached`]). A replica added later counts from the next
+/// strong write on; one that drops out (killed, unreachable) still counts,
+/// so a strong write fails while it is gone instead of succeeding
+/// unreplicated (as Dapr, which counts the replicas once, at init).
+///
+/// A reload that keeps the connection (`ttlInSeconds`, `keyPrefix`, any
+/// field but the connection's) and a TLS file rotation keep the count. It
+/// starts again only when the store reaches another server or connects
+/// anew: a change of `redisHost`, `redisDB`, sentinels, cluster seeds,
+/// password, user, timeouts or TLS settings (a new connection, made and
+/// verified for the new settings), or a failover to another master.
 #[derive(Debug, Default)]
 struct Replicas {
-    seen: std::sync::Mutex<(std::sync::Weak<Session>, usize)>,
+    seen: std::sync::Mutex<Option<(Reached, usize)>>,
 }
 
 impl Replicas {
     /// How many replicas a strong write in `session` waits for, now that
     /// the master reports `connected` replicas.
-    fn wanted(&self, session: &std::sync::Arc<Session>, connected: usize) -> usize {
+    fn wanted(&self, session: &Session, connected: usize) -> usize {
+        let Some(reached) = session.reached() else {
+            return connected;
+        };
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (of, most) = &mut *seen;
-        if !std::ptr::eq(of.as_ptr(), std::sync::Arc::as_ptr(session)) || of.strong_count() == 0 {
-            *of = std::sync::Arc::downgrade(session);
-            *most = 0;
-        }
-        *most = (*most).max(connected);
-        *most
+        let most = match &*seen {
+            Some((before, most)) if before.same_as(&reached) => (*most).max(connected),
+            _ => connected,
+        };
+        *seen = Some((reached, most));
+        most
     }
 }
 

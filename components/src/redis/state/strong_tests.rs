@@ -1,6 +1,7 @@
-//! Strong writes with short timeouts, against a real master and a replica
-//! paused (`SIGSTOP`): the `WAIT` runs its whole second although every
-//! other command is cut far sooner.
+//! Strong writes against a real master and a replica: with short timeouts
+//! and the replica paused (`SIGSTOP`), the `WAIT` runs its whole second
+//! although every other command is cut far sooner; the replica gone, the
+//! count of replicas survives a reload that reaches the same server.
 
 use super::*;
 use std::time::Duration;
@@ -166,6 +167,73 @@ async fn a_strong_write_waits_its_whole_wait_for_a_paused_replica_with_short_tim
         strong_connection_id(&store).await,
         connection_id,
         "the connection for strong writes was dropped"
+    );
+    assert_eq!(store.set(strong("a")).await, Ok(()));
+}
+
+/// Waits until `master` reports `connected_slaves:{count}`.
+async fn until_replicas(master: &RedisServer, count: usize) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let wanted = format!("connected_slaves:{count}");
+    while !master
+        .query(&["INFO", "replication"])
+        .await
+        .is_ok_and(|info| info.concat().contains(&wanted))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the master never reported {wanted}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A replica gone, strong writes fail; a reload that changes nothing of
+/// what is reached (`ttlInSeconds`: a new session on the same connection)
+/// keeps the count, so they still fail instead of waiting for the 0
+/// replicas connected now. Before: the count was of the session, and every
+/// reload restarted it at 0: the next strong write succeeded unreplicated.
+/// A change of server still starts the count again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_reaches_the_same_server_keeps_the_replica_count() {
+    let (master, mut replica) = master_and_replica().await;
+    let store = store_with_short_timeouts(&master).await;
+    store
+        .set(strong("a"))
+        .await
+        .expect("strong write with the replica up");
+    replica.stop();
+    until_replicas(&master, 0).await;
+    assert_not_acknowledged(store.set(strong("a")).await);
+
+    let fields = json!({
+        "redisHost": master.addr(), "dialTimeout": "300ms",
+        "readTimeout": "100ms", "writeTimeout": "100ms", "ttlInSeconds": 60,
+    });
+    let metadata = Metadata::from(fields.as_object().cloned().unwrap_or_default());
+    assert_eq!(
+        store
+            .update_in_place(&metadata)
+            .await
+            .map_err(|e| e.to_string()),
+        Ok(InPlace::Applied)
+    );
+    assert_eq!(
+        store.connection.session().metadata().ttl_in_seconds,
+        Some(60)
+    );
+    assert_not_acknowledged(store.set(strong("a")).await);
+
+    // Another server (with no replica): the count starts again there.
+    let other = RedisServer::start().await;
+    let fields = json!({"redisHost": other.addr(), "ttlInSeconds": 60});
+    let metadata = Metadata::from(fields.as_object().cloned().unwrap_or_default());
+    assert_eq!(
+        store
+            .update_in_place(&metadata)
+            .await
+            .map_err(|e| e.to_string()),
+        Ok(InPlace::Applied)
     );
     assert_eq!(store.set(strong("a")).await, Ok(()));
 }
