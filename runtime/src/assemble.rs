@@ -182,10 +182,12 @@ pub(crate) async fn resolve_metadata(
     // A store that does not answer must not hold the reload (and every
     // later one) forever: the reads together have one init timeout (not
     // one each: a slow store read by many refs would hold it that many
-    // times over).
-    let deadline = tokio::time::Instant::now() + cx.timeouts.init;
+    // times over). Taken at the first ref: most components have none, and
+    // start-up reads no clock for them.
+    let mut deadline = None;
     for reference in spec.injected_refs() {
-        let value = tokio::time::timeout_at(deadline, read_injected(&reference, cx))
+        let by = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + cx.timeouts.init);
+        let value = tokio::time::timeout_at(by, read_injected(&reference, cx))
             .await
             .unwrap_or_else(|_| {
                 Err(format!(
