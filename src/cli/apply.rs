@@ -146,7 +146,13 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             client.apply_configuration(request).await
         } else {
             match client.amend_configuration(request).await {
-                Err(status) if status.code() == tonic::Code::Unimplemented => {
+                // A gRPC server's own answer to a method it does not have
+                // (no message); an HTTP 404 from a proxy or a wrong port
+                // is UNIMPLEMENTED too, with a message: said as it is.
+                Err(status)
+                    if status.code() == tonic::Code::Unimplemented
+                        && status.message().is_empty() =>
+                {
                     return Err(NO_AMEND.to_string())
                 }
                 answer => answer,

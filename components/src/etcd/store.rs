@@ -190,6 +190,20 @@ fn serves_from_cache(err: &rewire_etcd::Error) -> bool {
     err.is_unreachable() || matches!(err, rewire_etcd::Error::LoginTimeout(_))
 }
 
+/// Readiness after a probe that failed with `err` (`said` adds where and
+/// scrubs): degraded while reads are answered from the watch's copy (no
+/// member answers, logins run out), not ready when they fail too (a
+/// refused password, a permission): health must not say old values are
+/// served while every read errs.
+fn failed_probe(err: &rewire_etcd::Error, said: impl Fn(&str) -> String) -> Readiness {
+    match serves_from_cache(err) {
+        true => Readiness::Degraded(said(&format!(
+            "{err}; serving the last values seen; the watch resumes when a member answers"
+        ))),
+        false => Readiness::NotReady(said(&format!("{err}; reads fail until it is fixed"))),
+    }
+}
+
 /// The range reading `path`.
 fn get_range(path: &str) -> RangeRequest {
     RangeRequest {
@@ -377,9 +391,8 @@ impl Component for EtcdConfigStore {
         });
         // Initialised, the store serves the last values it saw (reads
         // fall back to the watch's cache, subscribers keep theirs) while
-        // no member answers: degraded, not down.
+        // no member answers: degraded, not down (see `failed_probe`).
         let endpoints = running.settings.endpoints_text();
-        let serving = "serving the last values seen; the watch resumes when a member answers";
         match tokio::time::timeout(READINESS_LIMIT, probe).await {
             Ok(Ok(_)) => match self.watch_failure() {
                 // Reads work, but changes are not followed.
@@ -389,13 +402,11 @@ impl Component for EtcdConfigStore {
                 )),
                 None => Readiness::Ready,
             },
-            Ok(Err(err)) => Readiness::Degraded(
-                running
-                    .settings
-                    .scrub(&format!("etcd at {endpoints}: {err}; {serving}")),
-            ),
+            Ok(Err(err)) => failed_probe(&err, |text| {
+                running.settings.scrub(&format!("etcd at {endpoints}: {text}"))
+            }),
             Err(_) => Readiness::Degraded(format!(
-                "etcd at {endpoints}: no answer within {READINESS_LIMIT:?}; {serving}"
+                "etcd at {endpoints}: no answer within {READINESS_LIMIT:?}; serving the last values seen; the watch resumes when a member answers"
             )),
         }
     }
@@ -500,7 +511,8 @@ mod tests {
 
     use rewire_etcd::Error;
 
-    use super::serves_from_cache;
+    use super::{failed_probe, serves_from_cache};
+    use rewire_runtime::Readiness;
 
     #[test]
     fn reads_fall_back_to_the_cache_when_no_member_answers_or_logins_run_out() {
@@ -509,5 +521,21 @@ mod tests {
         assert!(serves_from_cache(&Error::LoginTimeout(limit)));
         // A settings error is the store's error, not old values.
         assert!(!serves_from_cache(&Error::NoEndpoint));
+    }
+
+    #[test]
+    fn a_probe_failing_as_reads_do_is_not_ready_and_says_so() {
+        let said = |text: &str| format!("etcd at e: {text}");
+        let unreachable = failed_probe(&Error::Timeout(Duration::from_secs(1)), said);
+        assert!(
+            matches!(&unreachable, Readiness::Degraded(why) if why.contains("serving the last values seen")),
+            "{unreachable:?}"
+        );
+        // Reads fail too: not ready, and no claim of values served.
+        let refused = failed_probe(&Error::NoEndpoint, said);
+        assert!(
+            matches!(&refused, Readiness::NotReady(why) if why.contains("reads fail") && !why.contains("serving")),
+            "{refused:?}"
+        );
     }
 }
