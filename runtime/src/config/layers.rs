@@ -54,17 +54,10 @@ pub enum Push {
     /// component not in force is added; a type change declares the
     /// component whole: the fields given are all it has, none of the old
     /// type's fields or refs carried into a type that may not know them).
-    /// Resolved inside the serialised reload, against the layers at that
-    /// point: a file reload queued first that adds or removes the
-    /// component is seen. [`Layers::apply`] stores the resolved push when
-    /// a layer declares the component, and this one, unresolved, when
-    /// none does (nor removes it by a push): it is then resolved each time
-    /// the layers are laid, so a file change saved before the push but
-    /// reloaded after it (the push skips the watcher's queue) is amended
-    /// rather than overridden, its refs and other fields kept. A later
-    /// `AmendOrDeclare` of the same type (or none) is laid over the stored
-    /// one (its fields win, its type if given, each kind of ref it gives
-    /// replaces); one of another type declares the component whole.
+    /// Resolved when laid, against the layers at that point, inside the
+    /// serialised reload: a file reload that adds or removes the component
+    /// just before is seen. [`Layers::apply`] stores the resolved push,
+    /// never this one.
     AmendOrDeclare(ComponentPatch),
     /// The component is removed, whatever lower layers say.
     Remove,
@@ -144,20 +137,11 @@ impl Layers {
     /// amending a component the layers do not have is refused (checked
     /// here too, so a removal queued first is not raced), and so is an
     /// amendment that sets nothing. `AmendOrDeclare` is resolved here,
-    /// against the layers as they are now, unless nothing declares the
-    /// component (see [`Push::AmendOrDeclare`]).
+    /// against the layers as they are now.
     pub fn apply(&mut self, change: LayerChange) -> Result<(), Problem> {
         match change {
             LayerChange::Push(key, Push::AmendOrDeclare(patch)) => {
-                let in_force = self.type_in_force(&key);
-                let removed = matches!(self.pushes.get(&key), Some(Push::Remove));
-                if in_force.is_none() && !removed {
-                    // Replaces an amendment whose component the layers
-                    // below no longer declare, as a whole push would.
-                    self.pushes.insert(key, Push::AmendOrDeclare(patch));
-                    return Ok(());
-                }
-                let push = Push::amend_or_declare(patch, in_force.as_deref());
+                let push = Push::amend_or_declare(patch, self.type_in_force(&key).as_deref());
                 return self.apply(LayerChange::Push(key, push));
             }
             LayerChange::File(file) => self.file = file,
@@ -190,7 +174,8 @@ impl Layers {
                 let laid = match self.pushes.remove(&key) {
                     Some(Push::Declare(pushed)) => Push::Declare(pushed.then(patch)),
                     Some(Push::Amend(pushed)) => Push::Amend(pushed.then(patch)),
-                    // Stored unresolved: stays so, resolved when laid.
+                    // Only when set in `pushes` directly (`apply` stores
+                    // it resolved): still resolved when laid.
                     Some(Push::AmendOrDeclare(pushed)) => Push::AmendOrDeclare(pushed.then(patch)),
                     Some(Push::Remove) | None => Push::Amend(patch),
                 };
@@ -360,10 +345,8 @@ impl Effective {
                 }
             }
             Push::AmendOrDeclare(patch) => {
-                // Stored unresolved (nothing declared the component when
-                // it was pushed): an amendment of what the layers below
-                // declare now, a whole declaration when they declare
-                // nothing or another type.
+                // Not stored by `Layers::apply`; set in `pushes` directly,
+                // it is resolved against the layers below.
                 let below = self.config.components.get(key);
                 let in_force = below.map(|spec| spec.type_name.clone());
                 let resolved = Push::amend_or_declare(patch.clone(), in_force.as_deref());
@@ -819,11 +802,17 @@ mod tests {
         assert!(spec.secret_refs.is_empty(), "{:?}", spec.secret_refs);
 
         // Not in force (removed by a file reload just before): declared
-        // whole, its type from the push, no refs, until a layer declares
-        // it (see the next test).
+        // whole, its type from the push, no refs, and it stays when the
+        // file declares it again.
         let missing = ComponentKey::new("state", "missing");
         layers
             .apply(LayerChange::Push(missing.clone(), host(Some("redis"))))
+            .unwrap();
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"missing": {"type": "redis", "metadata": {"redisDB": 5},
+                    "secretRef": [{"store": "vault", "name": "redis", "key": "password"}]}}}}"#,
+            )))
             .unwrap();
         let spec = &layers.effective_config().components[&missing];
         assert_eq!(spec.type_name, "redis");
@@ -833,14 +822,7 @@ mod tests {
         );
         assert!(spec.secret_refs.is_empty(), "declared whole: no refs");
 
-        // Removed by a push, the file declaring it: declared whole, not
-        // refused, and the file's declaration is not revived under it.
-        layers
-            .apply(LayerChange::File(file(
-                r#"{"components": {"state": {"missing": {"type": "redis", "metadata": {"redisDB": 5},
-                    "secretRef": [{"store": "vault", "name": "redis", "key": "password"}]}}}}"#,
-            )))
-            .unwrap();
+        // Removed by a push: declared whole again, not refused.
         layers
             .apply(LayerChange::Push(missing.clone(), Push::Remove))
             .unwrap();
@@ -852,95 +834,5 @@ mod tests {
             "missing",
             "no type given, nothing in force: typed by its name, as a whole push"
         );
-    }
-
-    /// A push is laid before a file change the operator saved first (the
-    /// push does not wait behind the watcher): nothing declares the
-    /// component when the push is resolved, so it is stored unresolved and
-    /// the file's declaration, laid later, is amended, not overridden.
-    #[test]
-    fn amend_or_declare_of_a_component_not_in_force_amends_a_file_declaration_laid_later() {
-        let o = ComponentKey::new("state", "o");
-        let mut layers = Layers::new(file(r#"{"components": {"state": {}}}"#));
-        let fields = |type_name: Option<&str>, metadata: serde_json::Value| {
-            let serde_json::Value::Object(metadata) = metadata else {
-                unreachable!()
-            };
-            Push::AmendOrDeclare(ComponentPatch {
-                type_name: type_name.map(str::to_string),
-                metadata,
-                ..ComponentPatch::default()
-            })
-        };
-        layers
-            .apply(LayerChange::Push(
-                o.clone(),
-                fields(None, json!({"redisHost": "dr:6379"})),
-            ))
-            .unwrap();
-        let redis_file = |redis_type: &str| {
-            file(&format!(
-                r#"{{"components": {{"state": {{"o": {{"type": "{redis_type}",
-                    "metadata": {{"redisHost": "a:6379", "redisDB": 3, "keyPrefix": "none"}},
-                    "secretRef": [{{"store": "vault", "name": "redis", "key": "password", "injectAs": "redisPassword"}}]}}}}}}}}"#
-            ))
-        };
-        layers
-            .apply(LayerChange::File(redis_file("redis")))
-            .unwrap();
-        let (config, sources) = layers.effective();
-        let spec = &config.components[&o];
-        assert_eq!(spec.type_name, "redis");
-        assert_eq!(
-            serde_json::Value::Object(spec.metadata.clone()),
-            json!({"redisHost": "dr:6379", "redisDB": 3, "keyPrefix": "none"})
-        );
-        assert_eq!(spec.secret_refs.len(), 1, "the file's secretRef is kept");
-        assert_eq!(sources[&o].metadata["redisHost"], Layer::ControlPlane);
-        assert_eq!(sources[&o].metadata["redisDB"], Layer::File);
-        assert_eq!(sources[&o].refs, Some(Layer::File));
-        assert!(
-            matches!(layers.pushes[&o], Push::AmendOrDeclare(_)),
-            "stored unresolved"
-        );
-
-        // A later push of the same type is laid over the stored one: its
-        // fields win, the earlier's stay, a kind of ref it gives replaces.
-        let Push::AmendOrDeclare(mut later) = fields(
-            Some("redis"),
-            json!({"redisHost": "dr2:6379", "keyPrefix": "name"}),
-        ) else {
-            unreachable!()
-        };
-        later.secret_refs = Some(Vec::new());
-        layers
-            .apply(LayerChange::Push(o.clone(), Push::AmendOrDeclare(later)))
-            .unwrap();
-        let Push::AmendOrDeclare(stored) = &layers.pushes[&o] else {
-            panic!("still unresolved: {:?}", layers.pushes[&o]);
-        };
-        assert_eq!(stored.type_name.as_deref(), Some("redis"));
-        let spec = &layers.effective_config().components[&o];
-        assert_eq!(
-            serde_json::Value::Object(spec.metadata.clone()),
-            json!({"redisHost": "dr2:6379", "redisDB": 3, "keyPrefix": "name"})
-        );
-        assert!(spec.secret_refs.is_empty(), "the refs given replace");
-
-        // The file declares another type: the push declares it whole.
-        layers
-            .apply(LayerChange::File(redis_file("memory")))
-            .unwrap();
-        let spec = &layers.effective_config().components[&o];
-        assert_eq!(spec.type_name, "redis");
-        assert_eq!(
-            serde_json::Value::Object(spec.metadata.clone()),
-            json!({"redisHost": "dr2:6379", "keyPrefix": "name"})
-        );
-
-        // Released, the file says again what it is.
-        layers.apply(LayerChange::Release(o.clone())).unwrap();
-        assert!(layers.pushes.is_empty());
-        assert_eq!(layers.effective_config().components[&o].type_name, "memory");
     }
 }
