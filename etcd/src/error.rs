@@ -56,6 +56,20 @@ impl Error {
         }
     }
 
+    /// Whether the server refused the client itself — its credentials
+    /// (a login refused: `authentication failed`) or its permissions on
+    /// the keys — so that asking again does not help until they change.
+    pub fn is_refusal(&self) -> bool {
+        self.status().is_some_and(|s| {
+            matches!(
+                s.code(),
+                tonic::Code::Unauthenticated
+                    | tonic::Code::PermissionDenied
+                    | tonic::Code::InvalidArgument
+            )
+        })
+    }
+
     /// Whether the answer was too large to be received: over
     /// [`ConnectOptions::max_response_size`](crate::ConnectOptions::max_response_size)
     /// here, or over what the server sends. A smaller request (fewer

@@ -192,15 +192,21 @@ fn serves_from_cache(err: &rewire_etcd::Error) -> bool {
 
 /// Readiness after a probe that failed with `err` (`said` adds where and
 /// scrubs): degraded while reads are answered from the watch's copy (no
-/// member answers, logins run out), not ready when they fail too (a
-/// refused password, a permission): health must not say old values are
-/// served while every read errs.
+/// member answers, logins run out); not ready when etcd refuses the
+/// store itself (a refused password, a permission: reads fail until the
+/// settings or the grants change); degraded, without claiming old values
+/// are served, for any other failure (`too many requests`, a reset
+/// stream), which passes: health must neither say old values are served
+/// while every read errs nor flap on a moment's load.
 fn failed_probe(err: &rewire_etcd::Error, said: impl Fn(&str) -> String) -> Readiness {
-    match serves_from_cache(err) {
-        true => Readiness::Degraded(said(&format!(
+    if serves_from_cache(err) {
+        return Readiness::Degraded(said(&format!(
             "{err}; serving the last values seen; the watch resumes when a member answers"
-        ))),
-        false => Readiness::NotReady(said(&format!("{err}; reads fail until it is fixed"))),
+        )));
+    }
+    match err.is_refusal() {
+        true => Readiness::NotReady(said(&format!("{err}; reads fail until it is fixed"))),
+        false => Readiness::Degraded(said(&format!("{err}; reads fail while it lasts"))),
     }
 }
 
@@ -523,6 +529,13 @@ mod tests {
         assert!(!serves_from_cache(&Error::NoEndpoint));
     }
 
+    /// etcd's answer to a login with a wrong password.
+    fn tonic_like_refusal() -> tonic::Status {
+        tonic::Status::invalid_argument(
+            "etcdserver: authentication failed, invalid user ID or password",
+        )
+    }
+
     #[test]
     fn a_probe_failing_as_reads_do_is_not_ready_and_says_so() {
         let said = |text: &str| format!("etcd at e: {text}");
@@ -531,11 +544,18 @@ mod tests {
             matches!(&unreachable, Readiness::Degraded(why) if why.contains("serving the last values seen")),
             "{unreachable:?}"
         );
-        // Reads fail too: not ready, and no claim of values served.
-        let refused = failed_probe(&Error::NoEndpoint, said);
+        // Refused: not ready, and no claim of values served.
+        let refusal = Error::Status(tonic_like_refusal());
+        let refused = failed_probe(&refusal, said);
         assert!(
             matches!(&refused, Readiness::NotReady(why) if why.contains("reads fail") && !why.contains("serving")),
             "{refused:?}"
+        );
+        // Another failure passes: degraded, no claim either.
+        let other = failed_probe(&Error::NoEndpoint, said);
+        assert!(
+            matches!(&other, Readiness::Degraded(why) if why.contains("reads fail while it lasts") && !why.contains("serving")),
+            "{other:?}"
         );
     }
 }
