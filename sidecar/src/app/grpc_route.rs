@@ -13,6 +13,9 @@ use rewire_runtime::config::{RawRoutes, RawRule, SubscriptionRoutes};
 use rewire_runtime::DeliveryOutcome;
 use tonic::transport::Channel;
 
+use tokio_util::sync::CancellationToken;
+
+use super::subscriptions::{ask_until_answered, Listing, ASK_FOR};
 use super::{AppSubscription, APP_CALL_TIMEOUT};
 use crate::dapr::{EventSink, TopicEvent};
 use crate::grpc::proto::dapr::proto::runtime::v1 as pb;
@@ -105,25 +108,41 @@ pub(super) async fn on_topic_event(
     }
 }
 
-/// The app's subscriptions from `ListTopicSubscriptions` (none when the
-/// call fails or does not complete within [`APP_CALL_TIMEOUT`], said in the
-/// log).
-pub(super) async fn ask_app(client: &AppCallbackClient<Channel>) -> Vec<AppSubscription> {
-    ask_app_within(client, APP_CALL_TIMEOUT).await
+/// The app's subscriptions from `ListTopicSubscriptions`, asked with
+/// [`ask_until_answered`]: none when the app does not implement it (as
+/// Dapr) or gives no usable answer for [`ASK_FOR`], each call bounded by
+/// [`APP_CALL_TIMEOUT`]; `None` once `shutdown` is cancelled.
+pub(super) async fn ask_app(
+    client: &AppCallbackClient<Channel>,
+    shutdown: &CancellationToken,
+) -> Option<Vec<AppSubscription>> {
+    ask_until_answered("ListTopicSubscriptions", ASK_FOR, shutdown, || {
+        ask_once(client, APP_CALL_TIMEOUT)
+    })
+    .await
 }
 
-async fn ask_app_within(
-    client: &AppCallbackClient<Channel>,
-    within: Duration,
-) -> Vec<AppSubscription> {
+/// One `ListTopicSubscriptions`, bounded whole by `within`.
+async fn ask_once(client: &AppCallbackClient<Channel>, within: Duration) -> Listing {
     let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(())).await;
     let Ok(listed) = listed else {
-        tracing::warn!("The app did not list its subscriptions (ListTopicSubscriptions) within {within:?}; none are taken.");
-        return Vec::new();
+        return Listing::Unanswered(format!("no answer within {within:?}"));
     };
     match listed {
-        Ok(answer) => answer
-            .into_inner()
+        Ok(answer) => Listing::Answered(listed_subscriptions(answer.into_inner())),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::info!(message = status.message(), "The app does not implement ListTopicSubscriptions; it has no programmatic subscriptions.");
+            Listing::Answered(Vec::new())
+        }
+        Err(status) => Listing::Unanswered(format!("{:?}: {}", status.code(), status.message())),
+    }
+}
+
+/// The subscriptions of the app's answer to take (at most
+/// [`MAX_SUBSCRIPTIONS`](super::subscriptions::MAX_SUBSCRIPTIONS); bulk
+/// ones and ones with malformed routes are left out, said in the log).
+fn listed_subscriptions(answer: pb::ListTopicSubscriptionsResponse) -> Vec<AppSubscription> {
+    answer
             .subscriptions
             .into_iter()
             .take(super::subscriptions::MAX_SUBSCRIPTIONS)
@@ -165,12 +184,7 @@ async fn ask_app_within(
                     metadata: s.metadata.into_iter().collect(),
                 })
             })
-            .collect(),
-        Err(status) => {
-            tracing::warn!(code = ?status.code(), message = status.message(), "The app did not list its subscriptions (ListTopicSubscriptions).");
-            Vec::new()
-        }
-    }
+            .collect()
 }
 
 #[cfg(test)]
@@ -268,7 +282,104 @@ mod tests {
         let within = Duration::from_millis(300);
         let outcome = bounded(on_topic_event(&client, "/orders", &event, within)).await;
         assert_eq!(outcome, DeliveryOutcome::Retry);
-        let listed = bounded(ask_app_within(&client, within)).await;
-        assert!(listed.is_empty(), "no subscriptions from a stalled listing");
+        let listed = bounded(ask_once(&client, within)).await;
+        assert!(
+            matches!(listed, Listing::Unanswered(_)),
+            "a stalled listing is no answer"
+        );
+    }
+
+    /// An app whose `ListTopicSubscriptions` answers each status of
+    /// `failures` in turn (as a mesh proxy or a starting framework does),
+    /// then lists one subscription to `orders`; it counts the calls.
+    struct FailingFirst {
+        failures: std::sync::Mutex<Vec<tonic::Code>>,
+        calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    #[tonic::async_trait]
+    impl pb::app_callback_server::AppCallback for FailingFirst {
+        async fn list_topic_subscriptions(
+            &self,
+            _: tonic::Request<()>,
+        ) -> Result<tonic::Response<pb::ListTopicSubscriptionsResponse>, tonic::Status> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let failure = {
+                let mut failures = self.failures.lock().expect("lock");
+                (!failures.is_empty()).then(|| failures.remove(0))
+            };
+            if let Some(code) = failure {
+                return Err(tonic::Status::new(code, "not ready"));
+            }
+            Ok(tonic::Response::new(pb::ListTopicSubscriptionsResponse {
+                subscriptions: vec![pb::TopicSubscription {
+                    pubsub_name: "bus".into(),
+                    topic: "orders".into(),
+                    ..Default::default()
+                }],
+            }))
+        }
+
+        async fn on_topic_event(
+            &self,
+            _: tonic::Request<pb::TopicEventRequest>,
+        ) -> Result<tonic::Response<pb::TopicEventResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("no events here"))
+        }
+    }
+
+    /// A client of a [`FailingFirst`] app answering `failures` first, and
+    /// its count of listing calls.
+    async fn app_failing_first(
+        failures: Vec<tonic::Code>,
+    ) -> (
+        AppCallbackClient<Channel>,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("port").port();
+        let incoming = futures_util::stream::unfold(listener, |listener| async move {
+            let accepted = listener.accept().await.map(|(stream, _)| stream);
+            Some((accepted, listener))
+        });
+        let calls = std::sync::Arc::default();
+        let app = FailingFirst {
+            failures: std::sync::Mutex::new(failures),
+            calls: std::sync::Arc::clone(&calls),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::app_callback_server::AppCallbackServer::new(app))
+                .serve_with_incoming(incoming),
+        );
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint");
+        (AppCallbackClient::new(endpoint.connect_lazy()), calls)
+    }
+
+    /// A first `UNAVAILABLE` (a mesh proxy before the app is up) is asked
+    /// again: the app's subscription is taken, not lost until a restart.
+    #[tokio::test]
+    async fn a_listing_answered_unavailable_first_is_asked_again_and_taken() {
+        let (client, calls) = app_failing_first(vec![tonic::Code::Unavailable]).await;
+        let listed = bounded(ask_app(&client, &CancellationToken::new()))
+            .await
+            .expect("not stopped");
+        let topics: Vec<&str> = listed.iter().map(|s| s.topic.as_str()).collect();
+        assert_eq!(topics, ["orders"]);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// `UNIMPLEMENTED` means no subscriptions, at once, as Dapr takes it.
+    #[tokio::test]
+    async fn a_listing_answered_unimplemented_is_none_and_not_asked_again() {
+        let (client, calls) = app_failing_first(vec![tonic::Code::Unimplemented]).await;
+        let listed = bounded(ask_app(&client, &CancellationToken::new()))
+            .await
+            .expect("not stopped");
+        assert!(listed.is_empty());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

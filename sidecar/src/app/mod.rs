@@ -138,7 +138,8 @@ pub async fn wait_for_app(channel: &AppChannel, shutdown: &CancellationToken) ->
 
 /// Delivers the app's subscriptions in the background, once the app
 /// listens, until `shutdown`: its own (from `GET /dapr/subscribe` or
-/// `ListTopicSubscriptions`, asked once), `given` (in code), and the
+/// `ListTopicSubscriptions`, asked until answered, with backoff, for a
+/// while: then fixed), `given` (in code), and the
 /// declared ones of the configuration's `subscriptions` section, followed
 /// across reloads ([`follow`]).
 ///
@@ -161,8 +162,13 @@ pub fn serve_app(
             return;
         };
         let own = match &app {
-            AppTarget::Http { client, .. } => subscriptions::ask_app(client, &channel).await,
-            AppTarget::Grpc(client) => grpc_route::ask_app(client).await,
+            AppTarget::Http { client, .. } => {
+                subscriptions::ask_app(client, &channel, &shutdown).await
+            }
+            AppTarget::Grpc(client) => grpc_route::ask_app(client, &shutdown).await,
+        };
+        let Some(own) = own else {
+            return;
         };
         let fixed: std::sync::Arc<[_]> = own
             .into_iter()

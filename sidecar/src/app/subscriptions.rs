@@ -4,16 +4,18 @@
 //! and declared ones (the configuration's `subscriptions` section).
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::time::Duration;
 
 use rewire_runtime::config::{RawRoutes, Subscription, SubscriptionRoutes};
 use rewire_runtime::Generation;
 use serde::Deserialize;
 use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::AppChannel;
 
-/// Attempts at `GET /dapr/subscribe` before the app is taken to have none.
-const ASK_ATTEMPTS: usize = 5;
 /// Subscriptions taken from one app, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
 
@@ -157,44 +159,114 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
 /// gigabytes is never held.
 const MAX_LIST_BYTES: usize = 4 * 1024 * 1024;
 
-/// The app's own subscriptions (none when it does not answer, answers
-/// 404, or answers something malformed — each said in the log).
+/// The app's own subscriptions, asked with [`ask_until_answered`]: none
+/// when it answers 404 or something malformed (said in the log), or gives
+/// no usable answer for [`ASK_FOR`]; `None` once `shutdown` is cancelled.
 pub(super) async fn ask_app(
     client: &reqwest::Client,
     channel: &AppChannel,
-) -> Vec<AppSubscription> {
+    shutdown: &CancellationToken,
+) -> Option<Vec<AppSubscription>> {
     let url = channel.url("dapr/subscribe");
-    for attempt in 1..=ASK_ATTEMPTS {
-        match client.get(&url).send().await {
-            Ok(answer) if answer.status() == reqwest::StatusCode::NOT_FOUND => return Vec::new(),
-            Ok(answer) if answer.status().is_success() => {
-                let parsed = match super::http_route::answer_body(answer, MAX_LIST_BYTES).await {
-                    Some(body) => serde_json::from_slice::<Value>(&body)
-                        .map_err(|e| e.to_string())
-                        .and_then(|v| parse_subscriptions(&v)),
-                    None => Err(format!(
-                        "answer larger than {} MiB",
-                        MAX_LIST_BYTES / (1024 * 1024)
-                    )),
-                };
-                return match parsed {
-                    Ok(subscriptions) => subscriptions,
-                    Err(err) => {
-                        tracing::warn!(url = %url, error = %err, "The app's subscriptions are malformed; none taken.");
-                        Vec::new()
-                    }
-                };
-            }
-            Ok(answer) => {
-                tracing::warn!(url = %url, status = %answer.status(), attempt, "The app did not list its subscriptions.");
-            }
-            Err(err) => {
-                tracing::warn!(url = %url, error = %err, attempt, "The app did not list its subscriptions.");
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200 * attempt as u64)).await;
+    ask_until_answered("GET /dapr/subscribe", ASK_FOR, shutdown, || {
+        ask_once(client, &url)
+    })
+    .await
+}
+
+/// One `GET /dapr/subscribe`, bounded by the client's own timeout.
+async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
+    let answer = match client.get(url).send().await {
+        Ok(answer) => answer,
+        Err(err) => return Listing::Unanswered(err.without_url().to_string()),
+    };
+    if answer.status() == reqwest::StatusCode::NOT_FOUND {
+        return Listing::Answered(Vec::new());
     }
-    Vec::new()
+    if !answer.status().is_success() {
+        return Listing::Unanswered(format!("status {}", answer.status()));
+    }
+    let parsed = match super::http_route::answer_body(answer, MAX_LIST_BYTES).await {
+        Some(body) => serde_json::from_slice::<Value>(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| parse_subscriptions(&v)),
+        None => Err(format!(
+            "answer larger than {} MiB",
+            MAX_LIST_BYTES / (1024 * 1024)
+        )),
+    };
+    match parsed {
+        Ok(subscriptions) => Listing::Answered(subscriptions),
+        Err(err) => {
+            tracing::warn!(url = %url, error = %err, "The app's subscriptions are malformed; none taken.");
+            Listing::Answered(Vec::new())
+        }
+    }
+}
+
+/// How long the app is asked for its subscriptions before the sidecar
+/// gives up on them: its port may be open (a mesh proxy, a framework still
+/// starting) while its first answers fail (503, `UNAVAILABLE`), and the
+/// list is taken once for the process's life, so, as Dapr, it is asked
+/// again with backoff.
+pub(super) const ASK_FOR: Duration = Duration::from_secs(15);
+/// The pause after the first failed ask, doubled after each up to
+/// [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(200);
+const LONGEST_PAUSE: Duration = Duration::from_secs(2);
+
+/// One ask of the app for its subscriptions.
+pub(super) enum Listing {
+    /// An answer to go by: its subscriptions, or none for good (HTTP 404,
+    /// gRPC `UNIMPLEMENTED`, a malformed list).
+    Answered(Vec<AppSubscription>),
+    /// No usable answer (unreachable, reset, 5xx, `UNAVAILABLE`, timed
+    /// out): asked again. Why, for the log.
+    Unanswered(String),
+}
+
+/// Asks with `ask` until it is answered, pausing with exponential backoff
+/// between failures for `patience` in all, then gives up with an error
+/// (none taken). `None` as soon as `shutdown` is cancelled, mid-ask or
+/// mid-pause, so that stopping is never held by an app that never answers.
+pub(super) async fn ask_until_answered<A, F>(
+    call: &str,
+    patience: Duration,
+    shutdown: &CancellationToken,
+    mut ask: A,
+) -> Option<Vec<AppSubscription>>
+where
+    A: FnMut() -> F,
+    F: Future<Output = Listing>,
+{
+    let deadline = Instant::now() + patience;
+    let mut pause = FIRST_PAUSE;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let listing = tokio::select! {
+            () = shutdown.cancelled() => return None,
+            listing = ask() => listing,
+        };
+        let reason = match listing {
+            Listing::Answered(subscriptions) => return Some(subscriptions),
+            Listing::Unanswered(reason) => reason,
+        };
+        if Instant::now() >= deadline {
+            tracing::error!(call, attempts = attempt, error = %reason, "The app never listed its subscriptions within {patience:?}; none of its programmatic subscriptions are taken until the sidecar restarts.");
+            return Some(Vec::new());
+        }
+        if attempt == 1 {
+            tracing::warn!(call, error = %reason, "The app did not list its subscriptions; asked again for up to {patience:?}.");
+        } else {
+            tracing::debug!(call, attempt, error = %reason, "The app did not list its subscriptions; asked again.");
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
 }
 
 #[cfg(test)]
@@ -210,10 +282,11 @@ mod tests {
         let client = reqwest::Client::new();
         let listed = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            ask_app(&client, &AppChannel::local(port)),
+            ask_app(&client, &AppChannel::local(port), &CancellationToken::new()),
         )
         .await
-        .expect("answered in time");
+        .expect("answered in time")
+        .expect("not stopped");
         assert!(listed.is_empty());
         let (sent, whole) = tokio::time::timeout(std::time::Duration::from_secs(10), served)
             .await
@@ -261,11 +334,119 @@ mod tests {
         crate::tls::install_ring_provider();
         let listed = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            ask_app(&reqwest::Client::new(), &AppChannel::local(port)),
+            ask_app(
+                &reqwest::Client::new(),
+                &AppChannel::local(port),
+                &CancellationToken::new(),
+            ),
         )
         .await
-        .expect("answered in time");
+        .expect("answered in time")
+        .expect("not stopped");
         assert_eq!(listed.len(), 1000);
+    }
+
+    /// An app whose `GET /dapr/subscribe` answers `503` `failures` times
+    /// (a framework still starting, or a mesh proxy before it), then lists
+    /// one subscription; its port and count of asks.
+    async fn app_unavailable_first(
+        failures: usize,
+    ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let asked = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&asked);
+        let app = axum::Router::new().route(
+            "/dapr/subscribe",
+            axum::routing::get(move || {
+                let asked = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if asked <= failures {
+                        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting")
+                            .into_response();
+                    }
+                    axum::Json(serde_json::json!([
+                        {"pubsubname": "bus", "topic": "orders", "route": "/orders"}
+                    ]))
+                    .into_response()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (port, asked)
+    }
+
+    use axum::response::IntoResponse;
+
+    /// The first answers of an app still starting (503 for ~5 s: more
+    /// than the 5 asks over ~2 s once made) are asked again: its
+    /// subscription is taken, not lost until a restart.
+    #[tokio::test]
+    async fn a_list_answered_503_five_times_first_is_asked_again_and_taken() {
+        let (port, asked) = app_unavailable_first(5).await;
+        crate::tls::install_ring_provider();
+        let listed = tokio::time::timeout(
+            Duration::from_secs(20),
+            ask_app(
+                &reqwest::Client::new(),
+                &AppChannel::local(port),
+                &CancellationToken::new(),
+            ),
+        )
+        .await
+        .expect("answered in time")
+        .expect("not stopped");
+        let topics: Vec<&str> = listed.iter().map(|s| s.topic.as_str()).collect();
+        assert_eq!(topics, ["orders"]);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 6);
+    }
+
+    /// Stopping is not held by an app that never lists its subscriptions.
+    #[tokio::test]
+    async fn asking_stops_at_shutdown() {
+        let (port, asked) = app_unavailable_first(usize::MAX).await;
+        crate::tls::install_ring_provider();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            stop.cancel();
+        });
+        let listed = tokio::time::timeout(
+            Duration::from_secs(3),
+            ask_app(&reqwest::Client::new(), &AppChannel::local(port), &shutdown),
+        )
+        .await
+        .expect("stopped in time");
+        assert!(listed.is_none());
+        assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+    }
+
+    /// Asking gives up, with none taken, once its patience is spent.
+    #[tokio::test]
+    async fn asking_gives_up_with_none_after_its_patience() {
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let listed = tokio::time::timeout(
+            Duration::from_secs(5),
+            ask_until_answered(
+                "test",
+                Duration::from_millis(500),
+                &CancellationToken::new(),
+                || {
+                    asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    std::future::ready(Listing::Unanswered("refused".into()))
+                },
+            ),
+        )
+        .await
+        .expect("gave up in time")
+        .expect("not stopped");
+        assert!(listed.is_empty());
+        // Pauses of 200 ms then 400 ms: a third ask, past the patience.
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 
     /// A subscription asking for bulk delivery is refused (until bulk
