@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::settings::TraceSettings;
 use super::stats::TraceStats;
+use super::tls::ExportTls;
 
 /// Spans waiting for export at most (`OTEL_BSP_MAX_QUEUE_SIZE`, default).
 pub(super) const DEFAULT_QUEUE: usize = 2048;
@@ -32,12 +33,16 @@ pub(super) struct Exporter {
     timeout: Duration,
 }
 
-/// Builds the exporter `settings` describe (its endpoint must be set).
-pub(super) fn build_exporter(settings: &TraceSettings, endpoint: &str) -> Result<Exporter, String> {
+/// Builds the exporter `settings` describe (its endpoint must be set),
+/// with `tls` (their files as read and checked).
+pub(super) fn build_exporter(
+    settings: &TraceSettings,
+    endpoint: &str,
+    tls: &ExportTls,
+) -> Result<Exporter, String> {
     use opentelemetry_otlp::WithTonicConfig;
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
     let timeout = settings.export_timeout;
-    let tls = settings.tls.load()?;
     let mut inner = match settings.protocol {
         OtelProtocol::Http => {
             crate::crypto::install_ring_provider();

@@ -5,7 +5,10 @@
 //!   subscriber; it records nothing until tracing is configured.
 //! * [`apply`] / [`follow`]: the settings in force — the `OTEL_*`
 //!   variables and the config file's `tracing` section, re-read after every
-//!   reload (endpoint and sampling change without a restart).
+//!   reload (endpoint and sampling change without a restart); the export
+//!   TLS files are also re-read every few seconds, so a rotated
+//!   certificate or a CA mounted late is taken up (a bad new file keeps
+//!   the exporter in force).
 //! * [`propagation`]: W3C `traceparent` in (HTTP and gRPC) and out
 //!   (CloudEvents), and the span of an API call.
 //!
@@ -15,6 +18,8 @@
 //! types only, never metadata values.
 
 mod export;
+#[cfg(test)]
+mod live_tls_tests;
 pub mod propagation;
 mod sampler;
 mod settings;
@@ -41,6 +46,11 @@ pub use tls::ExportTlsFiles;
 
 use export::{Exporter, QueueProcessor};
 use sampler::LiveSampler;
+use tls::{TlsContents, TlsFingerprint};
+
+/// How often the export TLS files are read again while they are
+/// configured (besides after every reload).
+const RECHECK_TLS_EVERY: Duration = Duration::from_secs(5);
 
 /// The process's tracing pipeline: one tracer provider for the process,
 /// its sampler and exporter swapped as the settings change.
@@ -58,14 +68,27 @@ struct Telemetry {
     /// the queue's).
     flushes: mpsc::Sender<oneshot::Sender<()>>,
     flush_requests: Mutex<Option<mpsc::Receiver<oneshot::Sender<()>>>>,
-    applied: Mutex<Option<TraceSettings>>,
+    applied: Mutex<Option<Applied>>,
     stats: Arc<TraceStats>,
+}
+
+/// The settings in force and the TLS files they were last applied with.
+struct Applied {
+    settings: TraceSettings,
+    /// The files the exporter in force was built from (`None`: none).
+    built_from: Option<TlsFingerprint>,
+    /// The files (or the read error) last refused: logged once, and tried
+    /// again only once they change.
+    refused: Option<Result<TlsFingerprint, String>>,
 }
 
 fn telemetry() -> &'static Telemetry {
     static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
-    TELEMETRY.get_or_init(|| {
-        let stats = stats();
+    TELEMETRY.get_or_init(|| Telemetry::new(stats()))
+}
+
+impl Telemetry {
+    fn new(stats: Arc<TraceStats>) -> Self {
         let capacity = env_number("OTEL_BSP_MAX_QUEUE_SIZE")
             .map_or(export::DEFAULT_QUEUE, |n| n.clamp(1, 65_536) as usize);
         let (processor, queue) = QueueProcessor::new(capacity, stats.clone());
@@ -87,7 +110,7 @@ fn telemetry() -> &'static Telemetry {
             applied: Mutex::new(None),
             stats,
         }
-    })
+    }
 }
 
 fn env_number(name: &str) -> Option<u64> {
@@ -166,24 +189,92 @@ fn span_wanted(metadata: &Metadata<'_>, on: bool, calls: bool) -> bool {
     is_trace_span(metadata) && on && (calls || RELOAD_SPANS.contains(&metadata.name()))
 }
 
-/// Puts `settings` in force (a no-op when they already are). Must run
-/// inside a Tokio runtime: the export task is spawned on first use.
+/// Puts `settings` in force (a no-op when they already are and their TLS
+/// files did not change). Must run inside a Tokio runtime: the export task
+/// is spawned on first use. Reads the TLS files: may block on a slow disk.
 pub fn apply(settings: &TraceSettings) {
-    let telemetry = telemetry();
-    let mut applied = telemetry.applied.lock().unwrap_or_else(|p| p.into_inner());
-    if applied.as_ref() == Some(settings) {
-        return;
+    telemetry().apply(settings);
+}
+
+impl Telemetry {
+    fn apply(&self, settings: &TraceSettings) {
+        let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        self.start_export_task();
+        let unchanged = applied.as_ref().is_some_and(|a| a.settings == *settings);
+        let was_on = applied.as_ref().is_some_and(|a| a.settings.enabled());
+        let Some(endpoint) = settings.endpoint.as_deref().filter(|_| settings.enabled()) else {
+            if !unchanged {
+                self.install(None, settings, was_on);
+                *applied = Some(Applied {
+                    settings: settings.clone(),
+                    built_from: None,
+                    refused: None,
+                });
+            }
+            return;
+        };
+        let shown = rewire_runtime::without_credentials(endpoint);
+        let read = settings.tls.read();
+        let seen = read
+            .as_ref()
+            .map(TlsContents::fingerprint)
+            .map_err(Clone::clone);
+        if let Some(previous) = applied.as_mut().filter(|_| unchanged) {
+            if previous.built_from.map(Ok).as_ref() == Some(&seen) {
+                if previous.refused.take().is_some() {
+                    tracing::info!(endpoint = %shown, "Tracing: the TLS files are back as they were; the exporter in force stays.");
+                }
+                return;
+            }
+            if previous.refused.as_ref() == Some(&seen) {
+                return;
+            }
+        }
+        let built = read
+            .and_then(TlsContents::check)
+            .and_then(|tls| export::build_exporter(settings, endpoint, &tls));
+        match built {
+            Ok(exporter) => {
+                if unchanged {
+                    tracing::info!(endpoint = %shown, "Tracing: the TLS files changed; the exporter is rebuilt with them.");
+                }
+                self.install(Some(Arc::new(exporter)), settings, was_on);
+                *applied = Some(Applied {
+                    settings: settings.clone(),
+                    built_from: seen.ok(),
+                    refused: None,
+                });
+            }
+            Err(error) => {
+                if unchanged && self.exporter.borrow().is_some() {
+                    tracing::warn!(endpoint = %shown, %error, "Tracing: the changed TLS files are refused; the exporter in force stays.");
+                } else {
+                    tracing::warn!(endpoint = %shown, %error, "Cannot export spans; tracing stays off.");
+                }
+                match applied.as_mut().filter(|_| unchanged) {
+                    Some(previous) => previous.refused = Some(seen),
+                    None => {
+                        self.install(None, settings, was_on);
+                        *applied = Some(Applied {
+                            settings: settings.clone(),
+                            built_from: None,
+                            refused: Some(seen),
+                        });
+                    }
+                }
+            }
+        }
     }
-    if let Some(queue) = telemetry
-        .queue
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
+
+    /// Spawns the export task unless it runs already.
+    fn start_export_task(&self) {
+        let Some(queue) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
         let delay = env_number("OTEL_BSP_SCHEDULE_DELAY")
             .map_or(export::DEFAULT_DELAY, |ms| Duration::from_millis(ms.max(1)));
         let (_, flushes) = mpsc::channel(1);
-        let flushes = telemetry
+        let flushes = self
             .flush_requests
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -192,42 +283,44 @@ pub fn apply(settings: &TraceSettings) {
         tokio::spawn(export::export_loop(
             queue,
             flushes,
-            telemetry.exporter.subscribe(),
+            self.exporter.subscribe(),
             delay,
-            telemetry.stats.clone(),
+            self.stats.clone(),
         ));
     }
-    let exporter = match settings.endpoint.as_deref().filter(|_| settings.enabled()) {
-        None => None,
-        Some(endpoint) => match export::build_exporter(settings, endpoint) {
-            Ok(exporter) => Some(Arc::new(exporter)),
-            Err(error) => {
-                tracing::warn!(endpoint, %error, "Cannot export spans; tracing stays off.");
-                None
-            }
-        },
-    };
-    let on = exporter.is_some();
-    telemetry.sampler.set(settings.sampler);
-    telemetry.exporter.send_replace(exporter);
-    let calls = on && settings.sampler != SamplerChoice::AlwaysOff;
-    let switched = telemetry.enabled.swap(on, Ordering::Relaxed) != on;
-    if telemetry.calls.swap(calls, Ordering::Relaxed) != calls || switched {
-        // Every callsite asks `WhenTracing` again.
-        tracing::callsite::rebuild_interest_cache();
+
+    /// Swaps `exporter` in (the queued spans stay queued for it) with
+    /// `settings`' sampler; `was_on`: whether the settings replaced had
+    /// tracing on.
+    fn install(&self, exporter: Option<Arc<Exporter>>, settings: &TraceSettings, was_on: bool) {
+        let on = exporter.is_some();
+        self.sampler.set(settings.sampler);
+        self.exporter.send_replace(exporter);
+        let calls = on && settings.sampler != SamplerChoice::AlwaysOff;
+        let switched = self.enabled.swap(on, Ordering::Relaxed) != on;
+        if self.calls.swap(calls, Ordering::Relaxed) != calls || switched {
+            // Every callsite asks `WhenTracing` again.
+            tracing::callsite::rebuild_interest_cache();
+        }
+        if on {
+            let endpoint = settings.endpoint.as_deref().unwrap_or_default();
+            tracing::info!(
+                endpoint = %rewire_runtime::without_credentials(endpoint),
+                protocol = ?settings.protocol,
+                sampler = ?settings.sampler,
+                service = %settings.service_name,
+                "Tracing: exporting spans over OTLP."
+            );
+        } else if was_on {
+            tracing::info!("Tracing: off.");
+        }
     }
-    if on {
-        tracing::info!(
-            endpoint = settings.endpoint.as_deref().unwrap_or_default(),
-            protocol = ?settings.protocol,
-            sampler = ?settings.sampler,
-            service = %settings.service_name,
-            "Tracing: exporting spans over OTLP."
-        );
-    } else if applied.as_ref().is_some_and(TraceSettings::enabled) {
-        tracing::info!("Tracing: off.");
-    }
-    *applied = Some(settings.clone());
+}
+
+/// Whether `settings` export with TLS files, which are then re-read every
+/// [`RECHECK_TLS_EVERY`].
+fn follows_tls_files(settings: &TraceSettings) -> bool {
+    settings.enabled() && settings.endpoint.is_some() && settings.tls != ExportTlsFiles::default()
 }
 
 /// Exports every span finished so far, waiting at most `within`; whether
@@ -264,19 +357,56 @@ impl Drop for Following {
     }
 }
 
-/// Applies the settings for `runtime` now and after every reload, until
-/// the returned [`Following`] is dropped. Must run inside a Tokio runtime.
+/// Applies the settings for `runtime` now, after every reload and, while
+/// they export with TLS files, every [`RECHECK_TLS_EVERY`] (a rotated
+/// file is taken up without a reload), until the returned [`Following`]
+/// is dropped. Must run inside a Tokio runtime.
 pub fn follow(runtime: &Runtime) -> Following {
-    let mut reloads = runtime.reload_events();
-    apply(&settings_for(runtime));
+    let reloads = runtime.reload_events();
+    let settings = settings_for(runtime);
+    apply(&settings);
     let runtime = runtime.clone();
-    Following(tokio::spawn(async move {
-        // Until the runtime stops (the channel closes); a lagged receiver
-        // has missed reloads, so it re-reads as well.
-        while let Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) = reloads.recv().await {
-            apply(&settings_for(&runtime));
+    Following(tokio::spawn(keep_following(
+        telemetry(),
+        reloads,
+        settings,
+        move || settings_for(&runtime),
+        RECHECK_TLS_EVERY,
+    )))
+}
+
+/// Applies `current()` to `telemetry` after every reload event and, while
+/// `settings` (the last applied) export with TLS files, every `recheck`.
+async fn keep_following<T: Clone>(
+    telemetry: &'static Telemetry,
+    mut reloads: broadcast::Receiver<T>,
+    mut settings: TraceSettings,
+    current: impl Fn() -> TraceSettings,
+    recheck: Duration,
+) {
+    loop {
+        let timer = async {
+            if follows_tls_files(&settings) {
+                tokio::time::sleep(recheck).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            // Until the runtime stops (the channel closes); a lagged
+            // receiver has missed reloads, so it re-reads as well.
+            event = reloads.recv() => {
+                if let Err(broadcast::error::RecvError::Closed) = event {
+                    return;
+                }
+            }
+            () = timer => {}
         }
-    }))
+        settings = current();
+        let again = settings.clone();
+        // Reading the files may block (a slow disk): off the async workers.
+        let _ = tokio::task::spawn_blocking(move || telemetry.apply(&again)).await;
+    }
 }
 
 #[cfg(test)]

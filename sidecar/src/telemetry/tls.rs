@@ -3,7 +3,9 @@
 //! certificate; without it, the system's roots), and
 //! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` / `…_CLIENT_KEY` (mutual TLS),
 //! each with its `OTEL_EXPORTER_OTLP_TRACES_*` form winning. The files are
-//! read when the exporter is built (at start and after every reload).
+//! read at start, after every reload and every few seconds while they are
+//! configured ([`super::follow`]): a changed [`TlsFingerprint`] rebuilds
+//! the exporter (a rotated certificate, a CA mounted late).
 
 use std::path::{Path, PathBuf};
 
@@ -54,12 +56,64 @@ impl ExportTlsFiles {
         }
     }
 
-    /// Reads and checks the files: each parses as PEM of its kind, and a
-    /// client certificate comes with its key.
+    /// Reads the files as they are now, unchecked (see
+    /// [`TlsContents::check`]).
+    pub(super) fn read(&self) -> Result<TlsContents, String> {
+        let read = |path: &Option<PathBuf>, variable: &str| {
+            path.as_deref().map(|p| read_pem(p, variable)).transpose()
+        };
+        Ok(TlsContents {
+            ca: read(&self.ca, CA[1])?,
+            client_cert: read(&self.client_cert, CLIENT_CERT[1])?,
+            client_key: read(&self.client_key, CLIENT_KEY[1])?,
+        })
+    }
+
+    /// Reads and checks the files (see [`TlsContents::check`]).
+    #[cfg(test)]
     pub(super) fn load(&self) -> Result<ExportTls, String> {
-        let ca = match &self.ca {
-            Some(path) => {
-                let pem = read_pem(path, CA[1])?;
+        self.read()?.check()
+    }
+}
+
+/// The bytes of the files, as read once: the exporter is built from the
+/// very bytes fingerprinted, so a file caught mid-rewrite is retried when
+/// it changes again rather than taken as built from.
+pub(super) struct TlsContents {
+    ca: Option<Vec<u8>>,
+    client_cert: Option<Vec<u8>>,
+    client_key: Option<Vec<u8>>,
+}
+
+/// SHA-256 over the files' contents (each length-prefixed, absent ones
+/// marked): equal exactly when no file changed. Holds no key material.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TlsFingerprint([u8; 32]);
+
+impl TlsContents {
+    /// What tells these contents from any other.
+    pub(super) fn fingerprint(&self) -> TlsFingerprint {
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        for file in [&self.ca, &self.client_cert, &self.client_key] {
+            match file {
+                Some(bytes) => {
+                    digest.update(&[1]);
+                    digest.update(&(bytes.len() as u64).to_be_bytes());
+                    digest.update(bytes);
+                }
+                None => digest.update(&[0]),
+            }
+        }
+        let mut out = [0; 32];
+        out.copy_from_slice(digest.finish().as_ref());
+        TlsFingerprint(out)
+    }
+
+    /// Checks the contents: each parses as PEM of its kind, and a client
+    /// certificate comes with its key.
+    pub(super) fn check(self) -> Result<ExportTls, String> {
+        let ca = match self.ca {
+            Some(pem) => {
                 let certificates = CertificateDer::pem_slice_iter(&pem)
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| format!("{}: {e}", CA[1]))?;
@@ -70,11 +124,9 @@ impl ExportTlsFiles {
             }
             None => None,
         };
-        let identity = match (&self.client_cert, &self.client_key) {
+        let identity = match (self.client_cert, self.client_key) {
             (None, None) => None,
-            (Some(cert_path), Some(key_path)) => {
-                let cert = read_pem(cert_path, CLIENT_CERT[1])?;
-                let key = read_pem(key_path, CLIENT_KEY[1])?;
+            (Some(cert), Some(key)) => {
                 let chain_found = CertificateDer::pem_slice_iter(&cert).any(|c| c.is_ok());
                 if !chain_found {
                     return Err(format!("{}: the file holds no certificate", CLIENT_CERT[1]));
@@ -319,7 +371,7 @@ mod tests {
     }
 
     async fn export_once(settings: &TraceSettings, endpoint: &str) -> Result<(), String> {
-        let exporter = build_exporter(settings, endpoint)?;
+        let exporter = build_exporter(settings, endpoint, &settings.tls.load()?)?;
         tokio::time::timeout(Duration::from_secs(20), exporter.inner.export(Vec::new()))
             .await
             .map_err(|_| "no answer".to_string())?

@@ -1,0 +1,174 @@
+//! The export TLS files followed live: a file that appears or changes
+//! under the same settings rebuilds the exporter; a bad one keeps it.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rewire_runtime::config::OtelProtocol;
+use testkit::certs::TestCa;
+use tracing::subscriber::Interest;
+use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
+
+use super::{keep_following, ExportTlsFiles, SamplerChoice, Telemetry, TraceSettings};
+
+fn settings(endpoint: &str, ca: Option<&Path>) -> TraceSettings {
+    TraceSettings {
+        endpoint: Some(endpoint.to_string()),
+        protocol: OtelProtocol::Http,
+        sampler: SamplerChoice::AlwaysOn,
+        service_name: "live-tls-test".into(),
+        export_timeout: Duration::from_secs(10),
+        tls: ExportTlsFiles {
+            ca: ca.map(Path::to_path_buf),
+            ..ExportTlsFiles::default()
+        },
+    }
+}
+
+const ENDPOINT: &str = "https://localhost:4318/v1/traces";
+
+/// A pipeline of its own: the process's stays off for the other tests.
+fn pipeline() -> Telemetry {
+    crate::crypto::install_ring_provider();
+    Telemetry::new(Arc::default())
+}
+
+fn on(telemetry: &Telemetry) -> bool {
+    telemetry.enabled.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The exporter in force (compared by address: rebuilt or not).
+fn exporter_in_force(telemetry: &Telemetry) -> Option<usize> {
+    telemetry
+        .exporter
+        .borrow()
+        .as_ref()
+        .map(|e| Arc::as_ptr(e) as usize)
+}
+
+/// Runs `f` with the logs it writes captured.
+fn logs_of(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    // Events only: a subscriber taking spans would, while it lives, make
+    // `rewire.*` callsites wanted process-wide (other tests assert not).
+    let events_only = tracing_subscriber::filter::dynamic_filter_fn(|m, _| m.is_event())
+        .with_callsite_filter(|m| {
+            if m.is_event() {
+                Interest::always()
+            } else {
+                Interest::never()
+            }
+        });
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .with_filter(events_only);
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = captured.0.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn a_ca_file_missing_at_start_turns_tracing_on_once_it_appears() {
+    let telemetry = pipeline();
+    let ca = TestCa::new("late-ca");
+    let ca_path = ca.dir().join("mounted-late.pem");
+    let settings = settings(ENDPOINT, Some(&ca_path));
+    telemetry.apply(&settings);
+    assert!(!on(&telemetry), "no CA file yet: tracing stays off");
+    // The mount appears; the same settings are applied again (a reload
+    // or the periodic recheck).
+    std::fs::write(&ca_path, &ca.ca_pem).unwrap();
+    telemetry.apply(&settings);
+    assert!(on(&telemetry), "the CA file now exists: tracing is on");
+}
+
+#[tokio::test]
+async fn a_rotated_file_rebuilds_the_exporter_and_a_bad_one_keeps_it() {
+    let telemetry = pipeline();
+    let first = TestCa::new("first");
+    let settings = settings(ENDPOINT, Some(&first.ca_path));
+    telemetry.apply(&settings);
+    let built = exporter_in_force(&telemetry).expect("tracing on");
+    telemetry.apply(&settings);
+    assert_eq!(
+        exporter_in_force(&telemetry),
+        Some(built),
+        "unchanged files: nothing rebuilt"
+    );
+    // Rotated in place (cert-manager): the same path, a new CA.
+    std::fs::write(&first.ca_path, TestCa::new("second").ca_pem).unwrap();
+    telemetry.apply(&settings);
+    let rotated = exporter_in_force(&telemetry).expect("tracing on");
+    assert_ne!(rotated, built, "the rotated CA rebuilds the exporter");
+    // A bad new file: the exporter in force stays; refused and logged once.
+    std::fs::write(&first.ca_path, "not a certificate").unwrap();
+    let logs = logs_of(|| {
+        telemetry.apply(&settings);
+        telemetry.apply(&settings);
+    });
+    assert_eq!(exporter_in_force(&telemetry), Some(rotated));
+    assert!(on(&telemetry));
+    assert_eq!(logs.matches("refused").count(), 1, "{logs}");
+    assert!(logs.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{logs}");
+}
+
+#[tokio::test]
+async fn the_logged_endpoint_hides_its_password() {
+    let telemetry = pipeline();
+    let endpoint = "https://tracer:s3cret-pw@localhost:4318/v1/traces";
+    let logs = logs_of(|| {
+        // Refused (no such CA file), then on.
+        telemetry.apply(&settings(endpoint, Some(Path::new("/nonexistent/ca.pem"))));
+        telemetry.apply(&settings(endpoint, None));
+    });
+    assert!(on(&telemetry));
+    assert!(logs.contains("tracing stays off"), "{logs}");
+    assert!(logs.contains("exporting spans over OTLP"), "{logs}");
+    assert!(!logs.contains("s3cret-pw"), "{logs}");
+    assert!(logs.contains("localhost:4318"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_rereads_the_files_without_a_reload() {
+    let telemetry: &'static Telemetry = Box::leak(Box::new(pipeline()));
+    let ca = TestCa::new("late-ca");
+    let ca_path = ca.dir().join("mounted-late.pem");
+    let settings = settings(ENDPOINT, Some(&ca_path));
+    telemetry.apply(&settings);
+    assert!(!on(telemetry));
+    let (_reloads, events) = tokio::sync::broadcast::channel::<()>(1);
+    let current = settings.clone();
+    let following = tokio::spawn(keep_following(
+        telemetry,
+        events,
+        settings,
+        move || current.clone(),
+        Duration::from_millis(50),
+    ));
+    std::fs::write(&ca_path, &ca.ca_pem).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !on(telemetry) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    following.abort();
+    assert!(
+        on(telemetry),
+        "no reload came, yet the CA file was taken up"
+    );
+}
