@@ -43,14 +43,18 @@ impl Error {
     }
 
     /// Whether the member did not answer usefully — refused or dropped
-    /// the connection, answered nothing within the limit, or has no
-    /// leader — so that another member may.
+    /// the connection (a request in flight on a connection that dies is
+    /// `Cancelled`), answered nothing within the limit, or has no leader —
+    /// so that another member may.
     pub fn is_unreachable(&self) -> bool {
         match self {
             Self::Timeout(_) => true,
             Self::Status(status) => matches!(
                 status.code(),
-                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::DeadlineExceeded
+                tonic::Code::Unavailable
+                    | tonic::Code::Unknown
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Cancelled
             ),
             Self::Endpoint { .. } | Self::NoEndpoint | Self::LoginTimeout(_) => false,
         }
@@ -156,5 +160,15 @@ mod tests {
             assert!(!Error::Status(status.clone()).is_too_large(), "{status:?}");
         }
         assert!(!Error::Timeout(std::time::Duration::from_secs(1)).is_too_large());
+    }
+
+    #[test]
+    fn a_connection_that_died_under_a_call_is_unreachable_and_a_refusal_is_not() {
+        // What tonic answers for a call in flight when the member is killed.
+        let died = tonic::Status::cancelled("operation was canceled");
+        assert!(Error::Status(died).is_unreachable());
+        let refused = tonic::Status::invalid_argument("etcdserver: authentication failed");
+        let refusal = Error::Status(refused);
+        assert!(!refusal.is_unreachable() && refusal.is_refusal());
     }
 }
