@@ -12,14 +12,7 @@ use tracing::Instrument;
 
 use crate::component::ComponentError;
 
-/// The text a panic was raised with.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
-}
+pub(crate) use crate::panic_text::panic_message;
 
 /// How a call into a component made with [`guarded`] ended.
 pub(crate) enum Answer<T> {

@@ -21,6 +21,7 @@ mod kinds;
 #[cfg(test)]
 mod logged;
 pub mod metadata;
+mod panic_text;
 mod problem;
 mod redact;
 mod registry;

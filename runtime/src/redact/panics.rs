@@ -40,7 +40,7 @@ fn panic_text(info: &PanicHookInfo<'_>) -> String {
     let location = info
         .location()
         .map_or_else(|| "an unknown place".to_string(), ToString::to_string);
-    let message = crate::guarded::panic_message(info.payload());
+    let message = crate::panic_text::panic_message(info.payload());
     let mut text = format!("thread '{name}' panicked at {location}:\n{message}");
     let backtrace = std::backtrace::Backtrace::capture();
     if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
