@@ -10,6 +10,7 @@ mod fault_redis_bad_switch;
 mod fault_redis_restart;
 mod handle_borrow;
 mod hardening;
+mod panic_redaction;
 mod reload_add;
 mod reload_apply_timeout;
 mod reload_cancelled;

@@ -1,9 +1,7 @@
 //! A component that panics with its password in the message: the panic
 //! report on stderr (the log stream) is scrubbed like every log line, not
 //! printed raw by Rust's default hook. The panic runs in a child process
-//! (this test binary, run again), as the hook is process-wide.
-// Test code: a failed setup step should panic where it happens.
-#![allow(clippy::unwrap_used)]
+//! (this test binary, run again, this test alone), as the hook is process-wide.
 
 use std::process::Command;
 
@@ -72,7 +70,7 @@ fn a_panic_quoting_a_secret_is_reported_scrubbed() {
         Command::new(exe)
             .args([
                 "--exact",
-                "a_panic_quoting_a_secret_is_reported_scrubbed",
+                "panic_redaction::a_panic_quoting_a_secret_is_reported_scrubbed",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -90,7 +88,7 @@ fn a_panic_quoting_a_secret_is_reported_scrubbed() {
     assert!(!stderr.contains(PASSWORD), "the password leaked:\n{stderr}");
     let report = stderr
         .lines()
-        .position(|line| line.contains("panicked at tests/panic_redaction.rs:"))
+        .position(|line| line.contains("panicked at tests/scenarios/panic_redaction.rs:"))
         .unwrap_or_else(|| panic!("no panic report:\n{stderr}"));
     let message = stderr.lines().nth(report + 1).unwrap_or_default();
     assert_eq!(
