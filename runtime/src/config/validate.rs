@@ -416,9 +416,9 @@ fn check_component(
                 }
                 Err(payload) => problems.push(Problem::component(
                     key,
-                    format!(
-                        "metadata check panicked: {}",
-                        crate::guarded::panic_message(payload.as_ref())
+                    secret_values::panic_problem(
+                        spec,
+                        crate::guarded::panic_message(payload.as_ref()),
                     ),
                 )),
             }

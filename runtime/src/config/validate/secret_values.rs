@@ -37,6 +37,47 @@ pub(super) fn hiding_secret_value(spec: &ComponentSpec, err: &MetadataError) -> 
     })
 }
 
+/// The problem for a metadata check that panicked with `message`. The
+/// component's own code (a `Deserialize`, a `deserialize_with`) wrote the
+/// message, and it may quote any value in any encoding: where the
+/// metadata holds a secret inline (a field named like one, at any depth)
+/// the message is not shown; elsewhere it is shown scrubbed of the
+/// secrets the redactor knows.
+pub(super) fn panic_problem(spec: &ComponentSpec, message: &str) -> String {
+    if spec
+        .metadata
+        .iter()
+        .any(|(name, value)| holds_an_inline_secret(name, value))
+    {
+        return "metadata check panicked (its message is not shown: the metadata holds a secret inline)"
+            .to_string();
+    }
+    format!(
+        "metadata check panicked: {}",
+        crate::redact::Redactor::shared().scrub(message)
+    )
+}
+
+/// Whether `value`, the field `name`, is a non-empty value of a field
+/// named like a secret or holds one inside.
+fn holds_an_inline_secret(name: &str, value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    // Iterative: a deeply nested value must not exhaust the stack.
+    let mut pending = vec![(name, value)];
+    while let Some((name, value)) = pending.pop() {
+        let empty = matches!(value, Value::Null) || value.as_str().is_some_and(str::is_empty);
+        if is_secret_field(name) && !empty {
+            return true;
+        }
+        match value {
+            Value::Object(fields) => pending.extend(fields.iter().map(|(n, v)| (n.as_str(), v))),
+            Value::Array(items) => pending.extend(items.iter().map(|item| (name, item))),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Whether the field at `path` (`a.b`, `a[0]`) is, or is inside, a field
 /// named like a secret, or is injected by a secretRef.
 fn holds_a_secret(spec: &ComponentSpec, path: &str) -> bool {
@@ -81,6 +122,56 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(p) => p.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    fn panicking_check(
+        _: &serde_json::Map<String, serde_json::Value>,
+        _: &[String],
+    ) -> Result<(), crate::metadata::MetadataError> {
+        panic!("cannot use token tok-1234-abcd for this endpoint")
+    }
+
+    fn panic_problems(metadata: &str) -> Vec<String> {
+        let mut registry = Registry::collected();
+        registry.register(crate::registry::ComponentDescriptor {
+            kind: "probe",
+            type_name: "panicking_check",
+            description: "",
+            example_metadata: "{}",
+            validate: panicking_check,
+            build: |_| {
+                Err(crate::metadata::MetadataError::Invalid {
+                    field: ".".into(),
+                    message: "never built".into(),
+                })
+            },
+            check_refs: None,
+            in_place: None,
+        });
+        let text = format!(
+            r#"{{"components": {{"probe": {{"p": {{"type": "panicking_check", "metadata": {metadata}}}}}}}}}"#
+        );
+        let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        match validate(config, &registry) {
+            Ok(_) => panic!("a metadata check that panicked passed"),
+            Err(p) => p.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn a_panicking_check_is_not_quoted_where_the_metadata_holds_a_secret() {
+        // The secret field nested in a map, as a custom type may have it.
+        let found = panic_problems(r#"{"auth": {"api_token": "tok-1234-abcd"}, "host": "h"}"#);
+        assert_eq!(
+            found,
+            ["probe/p: metadata check panicked (its message is not shown: the metadata holds a secret inline)"]
+        );
+        // With no secret inline the message helps and is shown.
+        let found = panic_problems(r#"{"host": "h", "api_token": ""}"#);
+        assert_eq!(
+            found,
+            ["probe/p: metadata check panicked: cannot use token tok-1234-abcd for this endpoint"]
+        );
     }
 
     #[test]
