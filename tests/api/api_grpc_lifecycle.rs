@@ -478,3 +478,35 @@ async fn an_amendment_that_changes_the_type_declares_the_component_whole() {
     assert_eq!(f["metadata"]["maxFileSize"], "4096", "{f}");
     sidecar.stop().await;
 }
+
+/// An amendment sent right after the file was saved (its watch still
+/// settling events, 100 ms) is laid over the file's new content: the
+/// component the file just added is amended, its file fields kept. Before,
+/// the push was applied first and, untyped, refused (the component was not
+/// in force yet).
+#[tokio::test]
+async fn an_amendment_right_after_a_file_save_is_laid_over_the_saved_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rewire.json");
+    std::fs::write(&path, CONFIG_FILE_MEMORY).expect("write");
+    let sidecar = Sidecar::start(CONFIG_FILE_MEMORY, ApiOptions::default()).await;
+    let _watch = sidecar
+        .runtime
+        .watch_config_file(path.clone(), std::time::Duration::from_secs(30));
+    let mut clients = clients(&sidecar).await;
+
+    let with_orders = r#"{"appId": "shop", "components": {
+        "file": {"f": {"type": "memory", "metadata": {"maxTotalSize": 1000000}}},
+        "state": {"orders": {"type": "memory", "metadata": {"maxTotalSize": 2000000}}}
+    }}"#;
+    std::fs::write(&path, with_orders).expect("write");
+    let max_keys = component("state", "orders", "", &[("maxKeys", "5")]);
+    let answer = push_with(&mut clients, max_keys, true).await;
+    assert!(answer.accepted, "{:?}", answer.errors);
+    let orders = status_of(&mut clients, "orders").await;
+    assert_eq!(orders["type"], "memory", "{orders}");
+    assert_eq!(orders["metadata"]["maxKeys"], "5", "{orders}");
+    assert_eq!(orders["metadata"]["maxTotalSize"], 2000000, "{orders}");
+    assert_eq!(orders["sources"]["metadata"]["maxTotalSize"], "file");
+    sidecar.stop().await;
+}

@@ -3,8 +3,10 @@
 //! coalescing whatever arrived meanwhile into the next.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::history::Trigger;
 use super::request::ReloadRequest;
@@ -24,15 +26,98 @@ pub(crate) enum Queued {
     },
 }
 
-/// Where triggers send their messages.
-pub(crate) type QueueSender = mpsc::UnboundedSender<Queued>;
+/// Where triggers send their messages. It counts them, so that a caller
+/// can wait for what was sent before it to be handled
+/// ([`handled_within`](Self::handled_within)).
+#[derive(Clone)]
+pub(crate) struct QueueSender {
+    sender: mpsc::UnboundedSender<Queued>,
+    progress: Arc<Progress>,
+}
 
 /// Where the runtime's worker receives them.
-pub(crate) type QueueReceiver = mpsc::UnboundedReceiver<Queued>;
+pub(crate) struct QueueReceiver {
+    receiver: mpsc::UnboundedReceiver<Queued>,
+    progress: Arc<Progress>,
+    /// How many messages were taken.
+    taken: u64,
+}
+
+/// How far the queue got: messages sent, and handled by the worker.
+struct Progress {
+    /// Held across each send: the count orders messages as the queue does.
+    sent: Mutex<u64>,
+    /// How many of the first messages were handled (`u64::MAX` once the
+    /// worker is gone: nothing is waited for).
+    handled: watch::Sender<u64>,
+}
 
 /// A new queue.
 pub(crate) fn queue() -> (QueueSender, QueueReceiver) {
-    mpsc::unbounded_channel()
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let progress = Arc::new(Progress {
+        sent: Mutex::new(0),
+        handled: watch::Sender::new(0),
+    });
+    let sender = QueueSender {
+        sender,
+        progress: Arc::clone(&progress),
+    };
+    let receiver = QueueReceiver {
+        receiver,
+        progress,
+        taken: 0,
+    };
+    (sender, receiver)
+}
+
+impl QueueSender {
+    /// Queues `queued`; an error when the worker is gone.
+    pub(crate) fn send(&self, queued: Queued) -> Result<(), Queued> {
+        let mut sent = self.progress.sent.lock().unwrap_or_else(|p| p.into_inner());
+        self.sender.send(queued).map_err(|err| err.0)?;
+        *sent += 1;
+        Ok(())
+    }
+
+    /// Waits until every message sent before this call was handled by the
+    /// worker (the reload it went into ended), for at most `deadline`;
+    /// `false` when that took longer.
+    pub(crate) async fn handled_within(&self, deadline: Duration) -> bool {
+        let target = *self.progress.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut handled = self.progress.handled.subscribe();
+        let reached = handled.wait_for(|handled| *handled >= target);
+        let reached = tokio::time::timeout(deadline, reached).await;
+        matches!(reached, Ok(Ok(_)))
+    }
+}
+
+impl QueueReceiver {
+    /// The next message; `None` once every sender is gone.
+    pub(crate) async fn recv(&mut self) -> Option<Queued> {
+        let queued = self.receiver.recv().await?;
+        self.taken += 1;
+        Some(queued)
+    }
+
+    /// The next message if one is waiting.
+    pub(crate) fn try_recv(&mut self) -> Result<Queued, mpsc::error::TryRecvError> {
+        let queued = self.receiver.try_recv()?;
+        self.taken += 1;
+        Ok(queued)
+    }
+
+    /// Says every message taken so far was handled.
+    pub(crate) fn handled_taken(&self) {
+        self.progress.handled.send_replace(self.taken);
+    }
+}
+
+impl Drop for QueueReceiver {
+    fn drop(&mut self) {
+        // Nobody handles what is sent any more: nothing to wait for.
+        self.progress.handled.send_replace(u64::MAX);
+    }
 }
 
 /// Merges a burst into one request: the last change of the file and of

@@ -39,6 +39,11 @@ pub use options::RuntimeOptions;
 pub use status::Status;
 pub use worker::PendingRetry;
 
+/// How long a control-plane change waits at most for the changes the
+/// triggers queued before it to be applied: past it, it goes ahead of
+/// them (a reload starting a slow component, say).
+const CONTROL_WAITS_FOR_QUEUED: Duration = Duration::from_secs(10);
+
 /// Why the runtime did not start.
 ///
 /// Its `Debug` is its `Display` (one problem per line), so a host's
@@ -170,6 +175,8 @@ struct Inner {
     /// The overlay documents last tried, so a watch does not send them
     /// again against the same generation.
     overlay_tried: Arc<trigger::OverlayTried>,
+    /// The configuration sources' reads, run before a control-plane change.
+    source_reads: Arc<trigger::SourceReads>,
 }
 
 impl Runtime {
@@ -274,6 +281,7 @@ impl Runtime {
                 queue,
                 retry: worker::RetrySlot::default(),
                 overlay_tried: Arc::default(),
+                source_reads: Arc::default(),
             }),
         };
         if let Some(spec) = overlay {
@@ -338,6 +346,7 @@ impl Runtime {
             live: self.live_generation().clone(),
             secret_poll_interval: self.inner.options.secret_poll_interval,
             overlay_tried: Arc::clone(&self.inner.overlay_tried),
+            source_reads: Arc::clone(&self.inner.source_reads),
             file_in_force: {
                 let reloader = Arc::downgrade(&self.inner.reloader);
                 Arc::new(move |file: &Config| {
@@ -431,12 +440,26 @@ impl Runtime {
             .await
     }
 
-    /// One control-plane change, as a reload.
+    /// One control-plane change, as a reload. It is laid over what the
+    /// configuration sources hold when it arrives: a file saved just
+    /// before it (its watch still settling events) is read first, and
+    /// what the triggers queued before it is applied first (waited for
+    /// [`CONTROL_WAITS_FOR_QUEUED`] at most), so an amendment finds the
+    /// component the file just added.
     async fn control(
         &self,
         change: LayerChange,
         based_on_generation: Option<u64>,
     ) -> Result<ReloadRecord, ReloadError> {
+        self.inner.source_reads.read_now().await;
+        if !self
+            .inner
+            .queue
+            .handled_within(CONTROL_WAITS_FOR_QUEUED)
+            .await
+        {
+            tracing::warn!(waited = ?CONTROL_WAITS_FOR_QUEUED, "A control-plane change goes ahead of triggered changes still being applied.");
+        }
         let request = ReloadRequest {
             based_on_generation,
             ..ReloadRequest::of_changes(Trigger::Api, vec![change])

@@ -52,6 +52,8 @@ pub(super) fn spawn_worker(
     tokio::spawn(async move {
         let mut retry: Option<Retry> = None;
         loop {
+            // What was taken is handled: a push waiting for it goes on.
+            queue.handled_taken();
             let retry_at = retry.as_ref().map(|r| r.at);
             let first = tokio::select! {
                 queued = queue.recv() => match queued {

@@ -44,6 +44,8 @@ pub(crate) fn watch_config_file(cx: &TriggerContext, path: PathBuf, resync: Dura
         Box::pin(async move { config_file_changed(&cx, &path, &seen, &reader).await })
     });
     follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
+    cx.source_reads
+        .register(stop.clone(), Arc::clone(&on_change));
     FileWatch::start(path, on_change, Some(resync), stop)
 }
 

@@ -47,6 +47,8 @@ pub(crate) fn watch_config_sources(
     });
     let stop = cx.stopped.child_token();
     follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
+    cx.source_reads
+        .register(stop.clone(), Arc::clone(&on_change));
     let mut watches = Vec::new();
     if let Some(file) = sources.file {
         watches.push(FileWatch::start(

@@ -8,6 +8,7 @@ mod config_file;
 mod config_sources;
 mod file_seen;
 mod overlay;
+mod source_reads;
 mod store_calls;
 mod watched_refs;
 
@@ -26,6 +27,7 @@ use crate::running::WatchPlan;
 pub(crate) use config_file::watch_config_file;
 pub(crate) use config_sources::watch_config_sources;
 pub(crate) use overlay::{read_overlay, OverlayTried};
+pub(crate) use source_reads::SourceReads;
 pub(crate) use watched_refs::spawn_watched_refs;
 
 /// What a trigger is given.
@@ -45,6 +47,9 @@ pub(crate) struct TriggerContext {
     pub(crate) overlay_tried: Arc<OverlayTried>,
     /// Whether a configuration is the base (file) layer in force.
     pub(crate) file_in_force: FileInForce,
+    /// Where the configuration sources' watches leave their reads, for a
+    /// control-plane change to run first (one per runtime).
+    pub(crate) source_reads: Arc<SourceReads>,
 }
 
 /// Tells whether a configuration read from the file is the base layer the
@@ -96,6 +101,7 @@ impl TriggerContext {
             secret_poll_interval: Duration::from_secs(60),
             overlay_tried: Arc::default(),
             file_in_force: Arc::new(|_| false),
+            source_reads: Arc::default(),
         };
         (cx, queued)
     }
