@@ -1,16 +1,19 @@
 //! The export TLS files followed live: a file that appears or changes
-//! under the same settings rebuilds the exporter; a bad one keeps it.
+//! under the same settings rebuilds the exporter; a bad one keeps it, and
+//! new settings while a file is bad are applied with the last good one.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry_sdk::trace::SpanExporter as _;
 use rewire_runtime::config::OtelProtocol;
 use testkit::certs::TestCa;
 use tracing::subscriber::Interest;
 use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
 
+use super::tls::tests::{https_collector, server_config};
 use super::{keep_following, ExportTlsFiles, SamplerChoice, Telemetry, TraceSettings};
 
 fn settings(endpoint: &str, ca: Option<&Path>) -> TraceSettings {
@@ -171,4 +174,78 @@ async fn following_rereads_the_files_without_a_reload() {
         on(telemetry),
         "no reload came, yet the CA file was taken up"
     );
+}
+
+fn calls_traced(telemetry: &Telemetry) -> bool {
+    telemetry.calls.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_settings_while_a_file_is_bad_keep_exporting_with_the_last_good_one() {
+    let telemetry = pipeline();
+    let ca = TestCa::new("last-good");
+    let before = settings(ENDPOINT, Some(&ca.ca_path));
+    telemetry.apply(&before);
+    let built = exporter_in_force(&telemetry).expect("tracing on");
+    // Caught mid-rewrite: half of the PEM.
+    std::fs::write(&ca.ca_path, &ca.ca_pem[..ca.ca_pem.len() / 2]).unwrap();
+    // A reload moves to another collector (one the last good CA trusts)
+    // and stops sampling calls.
+    let (addr, exports) = https_collector(server_config(&ca.server("collector"), None)).await;
+    let after = TraceSettings {
+        endpoint: Some(format!("https://localhost:{}/v1/traces", addr.port())),
+        sampler: SamplerChoice::AlwaysOff,
+        ..before.clone()
+    };
+    let logs = logs_of(|| {
+        telemetry.apply(&after);
+        telemetry.apply(&after);
+    });
+    assert!(on(&telemetry), "tracing stays on: {logs}");
+    assert!(!calls_traced(&telemetry), "the new sampler is in force");
+    let rebuilt = exporter_in_force(&telemetry).expect("tracing on");
+    assert_ne!(rebuilt, built, "rebuilt for the new endpoint");
+    // The exporter in force reaches the new collector with the last good CA.
+    let exporter = telemetry.exporter.borrow().clone().expect("tracing on");
+    tokio::time::timeout(Duration::from_secs(20), exporter.inner.export(Vec::new()))
+        .await
+        .expect("an answer within 20 s")
+        .unwrap();
+    assert_eq!(exports.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Refused once, naming the variable and the file, not the contents.
+    assert_eq!(logs.matches("refused").count(), 1, "{logs}");
+    assert!(logs.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{logs}");
+    assert!(logs.contains(&*ca.ca_path.to_string_lossy()), "{logs}");
+    assert!(!logs.contains(ca.ca_pem.lines().nth(1).unwrap()), "{logs}");
+    // Good again (renewed): taken up under the same settings.
+    std::fs::write(&ca.ca_path, TestCa::new("renewed").ca_pem).unwrap();
+    telemetry.apply(&after);
+    let renewed = exporter_in_force(&telemetry).expect("tracing on");
+    assert_ne!(renewed, rebuilt, "the good file rebuilds the exporter");
+}
+
+#[tokio::test]
+async fn new_settings_while_a_file_is_removed_keep_tracing_on() {
+    let telemetry = pipeline();
+    let ca = TestCa::new("removed");
+    let before = settings(ENDPOINT, Some(&ca.ca_path));
+    telemetry.apply(&before);
+    assert!(on(&telemetry));
+    std::fs::remove_file(&ca.ca_path).unwrap();
+    let after = TraceSettings {
+        sampler: SamplerChoice::AlwaysOff,
+        ..before
+    };
+    let logs = logs_of(|| telemetry.apply(&after));
+    assert!(on(&telemetry), "tracing stays on: {logs}");
+    assert!(!calls_traced(&telemetry), "the new sampler is in force");
+    assert!(logs.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{logs}");
+    assert!(logs.contains(&*ca.ca_path.to_string_lossy()), "{logs}");
+    // Back: taken up under the same settings.
+    std::fs::write(&ca.ca_path, &ca.ca_pem).unwrap();
+    let in_force = exporter_in_force(&telemetry);
+    let logs = logs_of(|| telemetry.apply(&after));
+    assert!(on(&telemetry));
+    assert!(logs.contains("back as they were"), "{logs}");
+    assert_eq!(exporter_in_force(&telemetry), in_force);
 }

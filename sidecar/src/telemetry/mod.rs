@@ -8,7 +8,8 @@
 //!   reload (endpoint and sampling change without a restart); the export
 //!   TLS files are also re-read every few seconds, so a rotated
 //!   certificate or a CA mounted late is taken up (a bad new file keeps
-//!   the exporter in force).
+//!   the exporter in force; new settings meanwhile are applied with the
+//!   last good files).
 //! * [`propagation`]: W3C `traceparent` in (HTTP and gRPC) and out
 //!   (CloudEvents), and the span of an API call.
 //!
@@ -46,7 +47,7 @@ pub use tls::ExportTlsFiles;
 
 use export::{Exporter, QueueProcessor};
 use sampler::LiveSampler;
-use tls::{TlsContents, TlsFingerprint};
+use tls::{ExportTls, TlsContents, TlsFingerprint};
 
 /// How often the export TLS files are read again while they are
 /// configured (besides after every reload).
@@ -76,10 +77,19 @@ struct Telemetry {
 struct Applied {
     settings: TraceSettings,
     /// The files the exporter in force was built from (`None`: none).
-    built_from: Option<TlsFingerprint>,
+    built_from: Option<BuiltFrom>,
     /// The files (or the read error) last refused: logged once, and tried
     /// again only once they change.
     refused: Option<Result<TlsFingerprint, String>>,
+}
+
+/// The TLS material the exporter in force was built from: kept so that a
+/// reload changing the settings while a file is bad rebuilds the exporter
+/// with it rather than turning tracing off.
+#[derive(Clone)]
+struct BuiltFrom {
+    fingerprint: TlsFingerprint,
+    tls: Arc<ExportTls>,
 }
 
 fn telemetry() -> &'static Telemetry {
@@ -220,7 +230,7 @@ impl Telemetry {
             .map(TlsContents::fingerprint)
             .map_err(Clone::clone);
         if let Some(previous) = applied.as_mut().filter(|_| unchanged) {
-            if previous.built_from.map(Ok).as_ref() == Some(&seen) {
+            if previous.built_from.as_ref().map(|b| Ok(b.fingerprint)) == Some(seen.clone()) {
                 if previous.refused.take().is_some() {
                     tracing::info!(endpoint = %shown, "Tracing: the TLS files are back as they were; the exporter in force stays.");
                 }
@@ -230,10 +240,28 @@ impl Telemetry {
                 return;
             }
         }
-        let built = read
-            .and_then(TlsContents::check)
-            .and_then(|tls| export::build_exporter(settings, endpoint, &tls));
-        match built {
+        let checked = read.and_then(|contents| {
+            let fingerprint = contents.fingerprint();
+            contents.check().map(|tls| (fingerprint, tls))
+        });
+        let (tls, refused) = match checked {
+            Ok((fingerprint, tls)) => {
+                let tls = Arc::new(tls);
+                (BuiltFrom { fingerprint, tls }, None)
+            }
+            Err(error) => {
+                // New settings while a file is bad: the exporter in force
+                // is rebuilt for them from the material it was built from.
+                let last_good = applied.as_ref().filter(|_| !unchanged);
+                let Some(last_good) = last_good.and_then(|a| a.built_from.clone()) else {
+                    self.refuse(&mut applied, settings, unchanged, was_on, seen, &error);
+                    return;
+                };
+                tracing::warn!(endpoint = %shown, %error, "Tracing: the TLS files are refused; the new settings are applied with the last good ones.");
+                (last_good, Some(seen.clone()))
+            }
+        };
+        match export::build_exporter(settings, endpoint, &tls.tls) {
             Ok(exporter) => {
                 if unchanged {
                     tracing::info!(endpoint = %shown, "Tracing: the TLS files changed; the exporter is rebuilt with them.");
@@ -241,27 +269,43 @@ impl Telemetry {
                 self.install(Some(Arc::new(exporter)), settings, was_on);
                 *applied = Some(Applied {
                     settings: settings.clone(),
-                    built_from: seen.ok(),
-                    refused: None,
+                    built_from: Some(tls),
+                    refused,
                 });
             }
-            Err(error) => {
-                if unchanged && self.exporter.borrow().is_some() {
-                    tracing::warn!(endpoint = %shown, %error, "Tracing: the changed TLS files are refused; the exporter in force stays.");
-                } else {
-                    tracing::warn!(endpoint = %shown, %error, "Cannot export spans; tracing stays off.");
-                }
-                match applied.as_mut().filter(|_| unchanged) {
-                    Some(previous) => previous.refused = Some(seen),
-                    None => {
-                        self.install(None, settings, was_on);
-                        *applied = Some(Applied {
-                            settings: settings.clone(),
-                            built_from: None,
-                            refused: Some(seen),
-                        });
-                    }
-                }
+            Err(error) => self.refuse(&mut applied, settings, unchanged, was_on, seen, &error),
+        }
+    }
+
+    /// No exporter can be built for `settings` (`error`, from the TLS
+    /// files `seen`): under unchanged settings the exporter in force stays
+    /// and `seen` is not tried again until it changes; under new ones
+    /// tracing is off until they are applied again with better files.
+    fn refuse(
+        &self,
+        applied: &mut Option<Applied>,
+        settings: &TraceSettings,
+        unchanged: bool,
+        was_on: bool,
+        seen: Result<TlsFingerprint, String>,
+        error: &str,
+    ) {
+        let shown =
+            rewire_runtime::without_credentials(settings.endpoint.as_deref().unwrap_or_default());
+        if unchanged && self.exporter.borrow().is_some() {
+            tracing::warn!(endpoint = %shown, %error, "Tracing: the changed TLS files are refused; the exporter in force stays.");
+        } else {
+            tracing::warn!(endpoint = %shown, %error, "Cannot export spans; tracing stays off.");
+        }
+        match applied.as_mut().filter(|_| unchanged) {
+            Some(previous) => previous.refused = Some(seen),
+            None => {
+                self.install(None, settings, was_on);
+                *applied = Some(Applied {
+                    settings: settings.clone(),
+                    built_from: None,
+                    refused: Some(seen),
+                });
             }
         }
     }

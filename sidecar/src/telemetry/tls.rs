@@ -63,6 +63,7 @@ impl ExportTlsFiles {
             path.as_deref().map(|p| read_pem(p, variable)).transpose()
         };
         Ok(TlsContents {
+            files: self.clone(),
             ca: read(&self.ca, CA[1])?,
             client_cert: read(&self.client_cert, CLIENT_CERT[1])?,
             client_key: read(&self.client_key, CLIENT_KEY[1])?,
@@ -80,6 +81,8 @@ impl ExportTlsFiles {
 /// very bytes fingerprinted, so a file caught mid-rewrite is retried when
 /// it changes again rather than taken as built from.
 pub(super) struct TlsContents {
+    /// Where they were read from (named by a refusal).
+    files: ExportTlsFiles,
     ca: Option<Vec<u8>>,
     client_cert: Option<Vec<u8>>,
     client_key: Option<Vec<u8>>,
@@ -110,15 +113,21 @@ impl TlsContents {
     }
 
     /// Checks the contents: each parses as PEM of its kind, and a client
-    /// certificate comes with its key.
+    /// certificate comes with its key. A refusal names the variable and
+    /// the file, never a key's text.
     pub(super) fn check(self) -> Result<ExportTls, String> {
+        let named = |variable: &str, path: &Option<PathBuf>| match path {
+            Some(path) => format!("{variable} ({})", path.display()),
+            None => variable.to_string(),
+        };
         let ca = match self.ca {
             Some(pem) => {
+                let file = named(CA[1], &self.files.ca);
                 let certificates = CertificateDer::pem_slice_iter(&pem)
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("{}: {e}", CA[1]))?;
+                    .map_err(|e| format!("{file}: {e}"))?;
                 if certificates.is_empty() {
-                    return Err(format!("{}: the file holds no certificate", CA[1]));
+                    return Err(format!("{file}: the file holds no certificate"));
                 }
                 Some(pem)
             }
@@ -129,11 +138,14 @@ impl TlsContents {
             (Some(cert), Some(key)) => {
                 let chain_found = CertificateDer::pem_slice_iter(&cert).any(|c| c.is_ok());
                 if !chain_found {
-                    return Err(format!("{}: the file holds no certificate", CLIENT_CERT[1]));
+                    let file = named(CLIENT_CERT[1], &self.files.client_cert);
+                    return Err(format!("{file}: the file holds no certificate"));
                 }
                 // Never the key's text in the message: only whether it parsed.
-                PrivateKeyDer::from_pem_slice(&key)
-                    .map_err(|_| format!("{}: the file holds no private key", CLIENT_KEY[1]))?;
+                PrivateKeyDer::from_pem_slice(&key).map_err(|_| {
+                    let file = named(CLIENT_KEY[1], &self.files.client_key);
+                    format!("{file}: the file holds no private key")
+                })?;
                 Some((cert, key))
             }
             (Some(_), None) => {
@@ -206,7 +218,7 @@ impl ExportTls {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::net::SocketAddr;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -244,7 +256,7 @@ mod tests {
 
     /// A server configuration for `server`, asking for a client
     /// certificate signed by `clients` when given.
-    fn server_config(server: &CertFiles, clients: Option<&TestCa>) -> Arc<ServerConfig> {
+    pub(crate) fn server_config(server: &CertFiles, clients: Option<&TestCa>) -> Arc<ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -272,7 +284,9 @@ mod tests {
 
     /// An OTLP/HTTP collector over TLS (HTTP/1.1): counts the POSTs to
     /// `/v1/traces` it answers.
-    async fn https_collector(config: Arc<ServerConfig>) -> (SocketAddr, Arc<AtomicUsize>) {
+    pub(crate) async fn https_collector(
+        config: Arc<ServerConfig>,
+    ) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let exports = Arc::new(AtomicUsize::new(0));
