@@ -216,24 +216,31 @@ async fn watch_overlay_round(
     let (common, app) = overlay_keys(spec, app_id);
     let query = ConfigQuery::keys([common, app]);
     let within = store_call_bound(None);
-    let mut subscription = loop {
-        match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
-            Ok(Ok(subscription)) => break subscription,
-            Ok(Err(err)) => {
-                tracing::warn!(store = %spec.store, error = %err, "Cannot watch the overlay.");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(store = %spec.store, timeout = ?within, "Subscribing to the overlay did not answer in time; asking again.");
-            }
-        }
-    };
+    // The store may let a subscription go (it fell behind, a burst of
+    // writes while this task waited): then it is subscribed to again, a
+    // moment later, and read again.
     loop {
-        let read = overlay_changed(cx, spec, app_id, round).await;
-        tokio::select! {
-            change = subscription.changes.recv() => if change.is_none() { return },
-            () = tokio::time::sleep(within), if !read => {}
+        let mut subscription = loop {
+            match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
+                Ok(Ok(subscription)) => break subscription,
+                Ok(Err(err)) => {
+                    tracing::warn!(store = %spec.store, error = %err, "Cannot watch the overlay.");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(store = %spec.store, timeout = ?within, "Subscribing to the overlay did not answer in time; asking again.");
+                }
+            }
+        };
+        loop {
+            let read = overlay_changed(cx, spec, app_id, round).await;
+            tokio::select! {
+                change = subscription.changes.recv() => if change.is_none() { break },
+                () = tokio::time::sleep(within), if !read => {}
+            }
         }
+        tracing::warn!(store = %spec.store, "The overlay's subscription ended; subscribing again.");
+        tokio::time::sleep(super::watched_refs::RESUBSCRIBE_AFTER).await;
     }
 }
 
@@ -413,6 +420,31 @@ mod tests {
             again.ok(),
             Some(documents(2)),
             "D2 not sent within {within:?} of its failed read"
+        );
+        round.cancel();
+        let _ = watch.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_whose_subscription_the_store_dropped_subscribes_again() {
+        let store = Arc::new(GatedStore::default());
+        let (cx, mut queued, spec) = overlay_of(&store);
+        let round = CancellationToken::new();
+        let watch = tokio::spawn(watch_overlay(cx, spec, "shop".into(), round.clone()));
+        assert_eq!(next_sent(&mut queued).await, documents(1));
+        // A burst of writes of the same documents while the watch cannot
+        // run: the store drops it as a subscriber that stopped reading.
+        for _ in 0..1_000 {
+            store.write(text(1));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        store.write(text(2));
+        let within = super::super::watched_refs::RESUBSCRIBE_AFTER + 2 * MIN_STORE_CALL;
+        let again = tokio::time::timeout(within, next_sent(&mut queued)).await;
+        assert_eq!(
+            again.ok(),
+            Some(documents(2)),
+            "D2 not sent within {within:?}"
         );
         round.cancel();
         let _ = watch.await;

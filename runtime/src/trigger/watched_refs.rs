@@ -252,19 +252,9 @@ async fn watch_configuration(
         metadata: HashMap::new(),
     };
     let within = store_call_bound(None);
-    // A subscribe that does not answer is abandoned and asked again: a
-    // store that hangs once does not end the watch.
-    let mut subscription = loop {
-        match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
-            Ok(Ok(subscription)) => break subscription,
-            Ok(Err(err)) => {
-                tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %err, "Cannot watch configurationRef.");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(component = %component, store = %r.store, key = %r.key, timeout = ?within, "Subscribing to a watched configurationRef did not answer in time; asking again.");
-            }
-        }
+    let Some(mut subscription) = subscribe_configuration(&handle, &query, &component, &r).await
+    else {
+        return;
     };
     let mut forced = Forced::default();
     // The store's value as the watch last learned it.
@@ -289,7 +279,19 @@ async fn watch_configuration(
         }
         tokio::select! {
             change = subscription.changes.recv() => {
-                let Some(change) = change else { return };
+                let Some(change) = change else {
+                    // The store let the subscription go (it fell behind,
+                    // a burst of writes while this task waited): subscribe
+                    // again, a moment later, and read what was missed.
+                    tracing::warn!(component = %component, store = %r.store, key = %r.key, "The watched configurationRef's subscription ended; subscribing again.");
+                    tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                    match subscribe_configuration(&handle, &query, &component, &r).await {
+                        Some(again) => subscription = again,
+                        None => return,
+                    }
+                    to_read = true;
+                    continue;
+                };
                 // A subscription may report every group's and label's
                 // writes of the key; the component reads only its own.
                 for item in change.items.into_iter().filter(|i| is_the_ref(&r, i)) {
@@ -316,6 +318,36 @@ async fn watch_configuration(
                 }
             }
             () = tokio::time::sleep(within), if to_read => {}
+        }
+    }
+}
+
+/// How long a watch waits before subscribing again after its store let
+/// the subscription go (so a store that ends every subscription at once
+/// is not asked in a tight loop).
+pub(super) const RESUBSCRIBE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Subscribes to the watched configurationRef `r`; a subscribe that does
+/// not answer is abandoned and asked again (a store that hangs once does
+/// not end the watch). `None` when the store refuses it (it is gone, or
+/// cannot watch): the watch ends.
+async fn subscribe_configuration(
+    handle: &ConfigStoreHandle,
+    query: &ConfigQuery,
+    component: &ComponentKey,
+    r: &ConfigurationRef,
+) -> Option<crate::kinds::ConfigSubscription> {
+    let within = store_call_bound(None);
+    loop {
+        match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
+            Ok(Ok(subscription)) => return Some(subscription),
+            Ok(Err(err)) => {
+                tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %err, "Cannot watch configurationRef.");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!(component = %component, store = %r.store, key = %r.key, timeout = ?within, "Subscribing to a watched configurationRef did not answer in time; asking again.");
+            }
         }
     }
 }
@@ -494,6 +526,68 @@ mod tests {
         store.fail_next.store(true, Ordering::SeqCst);
         runs_with.send_replace(Some(Value::from("B")));
         let within = 2 * MIN_STORE_CALL;
+        match tokio::time::timeout(within, queued.recv()).await {
+            Ok(Some(Queued::Reload(request))) => {
+                assert_eq!(request.forced, BTreeSet::from([component]));
+            }
+            other => panic!("C not asked for within {within:?}: {other:?}"),
+        }
+        stop.cancel();
+        let _ = watching.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_whose_subscription_the_store_dropped_subscribes_again() {
+        let store = Arc::new(FlakyStore::default());
+        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "A".into();
+        let live = Live::new();
+        let instance: Arc<dyn ConfigStore> = store.clone();
+        live.publish(Generation::new(
+            1,
+            BTreeMap::from([(
+                ComponentKey::new(Kind::ConfigStore, "cfg"),
+                Instance::ConfigStore(instance),
+            )]),
+        ));
+        let (cx, mut queued) = TriggerContext::for_tests(live, "shop");
+        let reference = ConfigurationRef {
+            store: "cfg".into(),
+            key: "k".into(),
+            group: None,
+            label: None,
+            inject_as: "v".into(),
+            watch: true,
+        };
+        let component = ComponentKey::new("state", "s");
+        let (_runs_with, expected) = watch::channel(Some(Value::from("A")));
+        let stop = CancellationToken::new();
+        let watching = tokio::spawn(run_watch(
+            cx,
+            component.clone(),
+            InjectedRef::Configuration(0, reference),
+            expected,
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(queued.try_recv().is_err(), "A is in force");
+        // A burst of writes of the value in force while the watch cannot
+        // run: the store drops it as a subscriber that stopped reading.
+        let a = ConfigItem {
+            key: "k".into(),
+            value: "A".into(),
+            ..ConfigItem::default()
+        };
+        for _ in 0..1_000 {
+            store.hub.publish(std::slice::from_ref(&a));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Then the value moves on.
+        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "C".into();
+        store.hub.publish(&[ConfigItem {
+            value: "C".into(),
+            ..a
+        }]);
+        let within = RESUBSCRIBE_AFTER + 2 * MIN_STORE_CALL;
         match tokio::time::timeout(within, queued.recv()).await {
             Ok(Some(Queued::Reload(request))) => {
                 assert_eq!(request.forced, BTreeSet::from([component]));
