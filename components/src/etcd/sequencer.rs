@@ -293,6 +293,7 @@ impl Component for EtcdSequencer {
             .map_err(|err| ComponentError::new(err.to_string()))?;
         let source = CounterSource::of(
             counters.cluster(),
+            &settings.endpoints,
             &self.metadata.path(),
             &self.metadata.key_prefix,
             &self.names,
@@ -305,26 +306,46 @@ impl Component for EtcdSequencer {
 }
 
 /// Where a sequencer's ids come from, for the high-water marks: the same
-/// for every instance whose counters are the same keys of the same etcd
-/// cluster (an instance and its rebuilt successor, while both serve, or
-/// two runtimes of one app), so that their ids, unique among themselves,
-/// are not refused as a switch of backend; another for another cluster.
+/// for every instance whose counters are the same keys reached at the
+/// same endpoints of the same etcd cluster (an instance and its rebuilt
+/// successor, while both serve, or two runtimes of one app), so that their
+/// ids, unique among themselves, are not refused as a switch of backend;
+/// another for anything else.
+///
+/// The cluster's id alone does not tell clusters apart: etcd derives it
+/// from the peer URLs and `--initial-cluster-token`, so every default
+/// single-node etcd has the same one, and a disaster-recovery cluster
+/// restored from the same manifests has the primary's. Two such clusters
+/// taken as one source let a rebuilt instance on the one behind hand out
+/// an id its predecessor, still serving, had just taken on the other.
+/// Endpoints listed differently (another order or case aside) are another
+/// source: at worst a counter is lifted past ids it need not skip.
 #[derive(Debug)]
 pub(crate) struct CounterSource;
 
 impl CounterSource {
-    /// The source of counters on `cluster` under `path` with `key_prefix`
-    /// for `(app id, component)`; a source of its own when the cluster did
-    /// not say its id.
-    fn of(cluster: u64, path: &str, key_prefix: &str, names: &(String, String)) -> Arc<Self> {
+    /// The source of counters on `cluster`, reached at `endpoints`, under
+    /// `path` with `key_prefix` for `(app id, component)`; a source of its
+    /// own when the cluster did not say its id.
+    fn of(
+        cluster: u64,
+        endpoints: &[String],
+        path: &str,
+        key_prefix: &str,
+        names: &(String, String),
+    ) -> Arc<Self> {
         type Sources = HashMap<String, Weak<CounterSource>>;
         static SOURCES: LazyLock<std::sync::Mutex<Sources>> = LazyLock::new(Default::default);
         if cluster == 0 {
             return Arc::new(Self);
         }
+        let mut members: Vec<String> = endpoints.iter().map(|e| e.to_lowercase()).collect();
+        members.sort();
+        members.dedup();
         let (app_id, component) = names;
         let id = format!(
-            "{cluster}\u{0}{path}\u{0}{}\u{0}{app_id}\u{0}{component}",
+            "{cluster}\u{0}{}\u{0}{path}\u{0}{}\u{0}{app_id}\u{0}{component}",
+            members.join(","),
             key_prefix.to_lowercase()
         );
         let mut sources = SOURCES.lock().unwrap_or_else(|p| p.into_inner());
@@ -388,31 +409,38 @@ impl Sequencer for EtcdSequencer {
 mod tests {
     use super::*;
 
-    /// Instances on the same counters of one cluster share a source (so an
-    /// instance and its rebuilt successor serving together never refuse
-    /// each other's ids as a backend switch, which pushed counters to
-    /// jump); another cluster, path, prefix or component is another
-    /// source, and an unknown cluster one of its own.
+    /// Instances on the same counters of one cluster, reached at the same
+    /// endpoints, share a source (so an instance and its rebuilt successor
+    /// serving together never refuse each other's ids as a backend switch,
+    /// which pushed counters to jump); another cluster, endpoint list,
+    /// path, prefix or component is another source, and an unknown
+    /// cluster one of its own.
     #[test]
     fn instances_on_the_same_counters_share_a_source() {
         let names = ("app".to_string(), "ids".to_string());
-        let one = CounterSource::of(7, "/layotto/", "appid", &names);
+        let at = |list: &[&str]| list.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        let a = at(&["a:2379", "b:2379"]);
+        let one = CounterSource::of(7, &a, "/layotto/", "appid", &names);
         assert!(Arc::ptr_eq(
             &one,
-            &CounterSource::of(7, "/layotto/", "AppId", &names)
+            &CounterSource::of(7, &at(&["B:2379", "a:2379"]), "/layotto/", "AppId", &names)
         ));
         for other in [
-            CounterSource::of(8, "/layotto/", "appid", &names),
-            CounterSource::of(7, "/other/", "appid", &names),
-            CounterSource::of(7, "/layotto/", "none", &names),
-            CounterSource::of(7, "/layotto/", "appid", &("app".into(), "other".into())),
-            CounterSource::of(0, "/layotto/", "appid", &names),
+            CounterSource::of(8, &a, "/layotto/", "appid", &names),
+            // Same cluster id, other servers: default single-node etcds,
+            // or a restored disaster-recovery cluster, share ids.
+            CounterSource::of(7, &at(&["c:2379"]), "/layotto/", "appid", &names),
+            CounterSource::of(7, &at(&["a:2379"]), "/layotto/", "appid", &names),
+            CounterSource::of(7, &a, "/other/", "appid", &names),
+            CounterSource::of(7, &a, "/layotto/", "none", &names),
+            CounterSource::of(7, &a, "/layotto/", "appid", &("app".into(), "other".into())),
+            CounterSource::of(0, &a, "/layotto/", "appid", &names),
         ] {
             assert!(!Arc::ptr_eq(&one, &other));
         }
         assert!(!Arc::ptr_eq(
-            &CounterSource::of(0, "/layotto/", "appid", &names),
-            &CounterSource::of(0, "/layotto/", "appid", &names)
+            &CounterSource::of(0, &a, "/layotto/", "appid", &names),
+            &CounterSource::of(0, &a, "/layotto/", "appid", &names)
         ));
     }
 }

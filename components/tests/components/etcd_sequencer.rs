@@ -4,7 +4,7 @@
 //! Layotto keeps them, and those of rewire's earlier layout go on.
 
 use crate::sequencers::{clients_taking, sequencer, sequencer_of, Current};
-use crate::support::etcd_server::EtcdServer;
+use crate::support::etcd_server::{free_port, EtcdServer};
 
 use std::sync::{Arc, RwLock};
 
@@ -296,4 +296,147 @@ async fn concurrent_first_requests_lift_a_counter_once() {
     // One lift: at most one batch of puts past the floor, plus the
     // callers' own puts.
     assert!(version < 2000 + 64 + 2 * 32, "{version} puts for 32 ids");
+}
+
+/// A single-node etcd whose cluster id is that of every other one started
+/// here: the same `--name`, `--initial-cluster-token` and advertised peer
+/// URL (never dialled by a single node), as every default single-node
+/// etcd shares one id, and a disaster-recovery cluster restored from the
+/// primary's manifests the primary's.
+struct TwinEtcd {
+    process: testkit::ChildProcess,
+    client_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TwinEtcd {
+    const PEER: &'static str = "http://127.0.0.1:2380";
+
+    async fn start() -> Self {
+        let mut last_error = String::new();
+        // A free port may be taken before etcd binds it: try again.
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let (client_port, peer_port) = (free_port(), free_port());
+            let data = dir.path().join("data");
+            let command = move || {
+                let client = format!("http://127.0.0.1:{client_port}");
+                let mut command = std::process::Command::new("etcd");
+                command
+                    .args(["--name", "twin", "--initial-cluster-token", "twins"])
+                    .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+                    .arg("--data-dir")
+                    .arg(&data)
+                    .args(["--listen-client-urls", &client])
+                    .args(["--advertise-client-urls", &client])
+                    .args([
+                        "--listen-peer-urls",
+                        &format!("http://127.0.0.1:{peer_port}"),
+                    ])
+                    .args(["--initial-advertise-peer-urls", Self::PEER])
+                    .args(["--initial-cluster", &format!("twin={}", Self::PEER)]);
+                command
+            };
+            let log = dir.path().join("etcd.log");
+            let mut server = Self {
+                process: testkit::ChildProcess::new("etcd", log, command),
+                client_port,
+                _dir: dir,
+            };
+            let endpoint = server.endpoint();
+            let answers = move || {
+                let endpoint = endpoint.clone();
+                async move { cluster_id(&endpoint).await.is_some() }
+            };
+            match server
+                .process
+                .start(std::time::Duration::from_secs(20), answers)
+                .await
+            {
+                Ok(()) => return server,
+                Err(err) => last_error = err,
+            }
+        }
+        panic!("etcd did not start: {last_error}")
+    }
+
+    fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the server.
+    fn signal(&self, signal: &str) {
+        let pid = self.process.pid().expect("etcd not running");
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+}
+
+/// The cluster id `endpoint` answers with; `None` if it does not answer
+/// within a second.
+async fn cluster_id(endpoint: &str) -> Option<u64> {
+    let options = rewire_etcd::ConnectOptions {
+        connect_timeout: std::time::Duration::from_secs(1),
+        timeout: std::time::Duration::from_secs(1),
+        ..rewire_etcd::ConnectOptions::default()
+    };
+    let urls = [format!("http://{endpoint}")];
+    let client = rewire_etcd::Client::connect(&urls, options).await.ok()?;
+    Some(client.get("probe").await.ok()?.header?.cluster_id)
+}
+
+/// A reload moves the sequencer to another cluster that answers with the
+/// same cluster id and is behind. While the old instance still serves, a
+/// request to the new one reads the floor, the old one hands out the next
+/// id of its cluster, and the new one's counter is then lifted to that
+/// same id: it must not be handed out again (a cluster id does not
+/// identify a cluster; the endpoints tell the two apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_onto_a_cluster_with_the_same_id_never_repeats_an_id() {
+    let (a, b) = (TwinEtcd::start().await, TwinEtcd::start().await);
+    let (id_a, id_b) = (
+        cluster_id(&a.endpoint()).await,
+        cluster_id(&b.endpoint()).await,
+    );
+    assert!(id_a.is_some_and(|id| id != 0), "{id_a:?}");
+    assert_eq!(id_a, id_b, "the two clusters must share their id");
+    let runtime = rewire_runtime::Handover::new();
+    let start = |endpoint: String| {
+        let runtime = runtime.clone();
+        async move {
+            let metadata = json!({"endpoints": endpoint, "dialTimeout": "10s"});
+            match crate::common::start_in(&runtime, "sequencer", "twins", "etcd", metadata).await {
+                Ok(rewire_runtime::Instance::Sequencer(sequencer)) => sequencer,
+                other => panic!("start: {other:?}"),
+            }
+        }
+    };
+    let old = start(a.endpoint()).await;
+    let mut last = 0;
+    for _ in 0..100 {
+        last = old.get_next_id(next("orders")).await.unwrap();
+    }
+    assert_eq!(last, 100);
+    // The rebuild, built while the old instance serves, as a reload does.
+    let new = start(b.endpoint()).await;
+    b.signal("-STOP");
+    let pending = tokio::spawn(async move { new.get_next_id(next("orders")).await });
+    // The new request has read its floor (100) and waits on its cluster...
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // ...while the old instance hands out the next id of the old one.
+    let from_old = old.get_next_id(next("orders")).await.unwrap();
+    b.signal("-CONT");
+    let from_new = tokio::time::timeout(std::time::Duration::from_secs(20), pending)
+        .await
+        .expect("the new instance's request hung")
+        .unwrap()
+        .unwrap();
+    assert_eq!(from_old, 101);
+    assert!(
+        from_new > from_old,
+        "the new instance handed out {from_new} after the old one's {from_old}"
+    );
 }
