@@ -35,7 +35,11 @@
 //!   (write + rename). If the config service cannot be reached at init,
 //!   the store starts from those files and reports
 //!   `Degraded("serving from backup cache: config service unreachable")`
-//!   until the service answers. Without a backup, init retries until the
+//!   until the service answers. The first load is bounded by the readiness
+//!   timeout: namespaces are fetched at once (up to 8 in flight), none more
+//!   after one no instance answered, and when the timeout runs out (a
+//!   service that accepts connections but never answers) the backup is
+//!   served. Without a backup, init retries until the
 //!   readiness timeout, then fails naming `config_server`.
 //! * **Writes.** With `open_api_address` and `open_api_token`, `set` and
 //!   `delete` edit items through the Open API (in the item's group, or the
@@ -187,6 +191,7 @@ fn backend(err: ApolloError) -> ConfigError {
 #[rewire_runtime::prelude::async_trait]
 impl Component for ApolloConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let started = tokio::time::Instant::now();
         let app_id = match self.settings.app_id.as_deref().map(str::trim) {
             Some(id) if !id.is_empty() => id.to_string(),
             _ => cx.app_id.clone(),
@@ -198,7 +203,7 @@ impl Component for ApolloConfigStore {
         }
         let (mut running, followed) = self.connect(cx, &app_id).await?;
         let refresher = Arc::clone(&running.refresher);
-        self.first_load(&refresher, cx).await?;
+        self.first_load(&refresher, cx, started).await?;
         let backoff = Backoff::new(
             self.settings.retry_interval(),
             self.settings.max_retry_interval(),

@@ -1,8 +1,10 @@
 //! [`Refresher`]: fetches a namespace from the config service, takes the
 //! answer into [`LiveNamespaces`] and the backup cache.
 //!
-//! Fetches are serialised, so an older answer can never replace a newer one
-//! (the long poll and a write's read-back may fetch the same namespace).
+//! Fetches of a namespace are serialised, so an older answer can never
+//! replace a newer one (the long poll and a write's read-back may fetch the
+//! same namespace); fetches of different namespaces run side by side (the
+//! first load asks them all at once).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +27,9 @@ pub(crate) struct Refresher {
     pub(crate) cache: Option<BackupCache>,
     pub(crate) app_id: String,
     pub(crate) cluster: String,
-    lock: tokio::sync::Mutex<()>,
+    /// One per served namespace, in `live`'s order, then one for any
+    /// other name.
+    locks: Vec<tokio::sync::Mutex<()>>,
 }
 
 impl Refresher {
@@ -38,6 +42,9 @@ impl Refresher {
         app_id: &str,
         cluster: &str,
     ) -> Self {
+        let locks = (0..=live.order().len())
+            .map(|_| tokio::sync::Mutex::new(()))
+            .collect();
         Self {
             key,
             client,
@@ -45,7 +52,7 @@ impl Refresher {
             cache,
             app_id: app_id.to_string(),
             cluster: cluster.to_string(),
-            lock: tokio::sync::Mutex::new(()),
+            locks,
         }
     }
 
@@ -63,7 +70,7 @@ impl Refresher {
         namespace: &str,
         messages: Option<&serde_json::Value>,
     ) -> Result<usize, ApolloError> {
-        let _serialised = self.lock.lock().await;
+        let _serialised = self.lock_of(namespace).lock().await;
         let held = self.live.release_key(namespace);
         let fetched = self
             .client
@@ -116,6 +123,16 @@ impl Refresher {
             );
         }
         Ok(applied.changed)
+    }
+
+    /// The lock serialising the fetches of `namespace`.
+    fn lock_of(&self, namespace: &str) -> &tokio::sync::Mutex<()> {
+        let order = self.live.order();
+        let index = order
+            .iter()
+            .position(|n| n == namespace)
+            .unwrap_or(order.len());
+        &self.locks[index]
     }
 
     /// Serves `config` (read from the backup cache) until the config

@@ -15,6 +15,9 @@ use super::services::{ConfigServices, InstanceSettings};
 use super::{ApolloConfigStore, Running};
 use crate::backoff::Backoff;
 
+/// The most namespaces fetched at once by the first load.
+pub(super) const FIRST_LOAD_AT_ONCE: usize = 8;
+
 /// The TLS fields and the material read from them, when TLS is on.
 pub(super) type Followed = Option<(crate::tls::ClientTlsFields, crate::tls::ClientTls)>;
 
@@ -179,29 +182,51 @@ impl ApolloConfigStore {
 
     /// The first load: every namespace from the config service, else from
     /// the backup cache, else retried until the readiness timeout.
+    ///
+    /// The readiness timeout, counted from `started` (the start of
+    /// `init`), bounds it all: each attempt asks for every namespace at
+    /// once (at most [`FIRST_LOAD_AT_ONCE`] in flight), asks no more after
+    /// one that no instance answered, and is cut short when the budget
+    /// runs out — then the backup is served if it can be. A config service
+    /// that accepts connections but never answers thus costs at most the
+    /// budget, not `requestTimeoutMs` per namespace and instance (which,
+    /// with a few namespaces, outlasted the runtime's init limit though a
+    /// good backup was there).
     pub(super) async fn first_load(
         &self,
-        refresher: &Refresher,
+        refresher: &Arc<Refresher>,
         cx: &InitContext,
+        started: tokio::time::Instant,
     ) -> Result<(), ApolloError> {
         // Elapsed time against the timeout: no instant arithmetic, so no
         // timeout or wait is too large.
-        let started = tokio::time::Instant::now();
         let mut backoff = Backoff::new(
             self.settings.retry_interval(),
             self.settings.max_retry_interval(),
         );
         loop {
-            let mut last_error = None;
-            for namespace in refresher.live.unconfirmed() {
-                match refresher.refresh(&namespace).await {
-                    Ok(_) => {}
-                    Err(err) if !err.is_retryable() => return Err(err),
-                    Err(err) => last_error = Some(err),
+            let budget = cx.ready_timeout.saturating_sub(started.elapsed());
+            let attempt = tokio::select! {
+                () = cx.shutdown.cancelled() => {
+                    return Err(ApolloError::Config("start abandoned".into()));
                 }
-            }
-            let Some(err) = last_error else {
-                return Ok(());
+                attempt = tokio::time::timeout(budget, load_attempt(refresher)) => attempt,
+            };
+            let err = match attempt {
+                Ok(Ok(None)) => return Ok(()),
+                Ok(Err(err)) => return Err(err),
+                Ok(Ok(Some(err))) => err,
+                Err(_) => ApolloError::Unreachable {
+                    server: format!(
+                        "config service `{}` (config_server)",
+                        refresher.client.servers()
+                    ),
+                    path: "/configs".into(),
+                    message: format!(
+                        "no answer for every namespace within the readiness timeout ({:?})",
+                        cx.ready_timeout
+                    ),
+                },
             };
             let unusable = match self.serve_backup(refresher, cx, &err).await {
                 Ok(true) => return Ok(()),
@@ -273,5 +298,40 @@ impl ApolloConfigStore {
             "Config service unreachable; serving the backup cache until it answers."
         );
         Ok(true)
+    }
+}
+
+/// One attempt of the first load: fetches the namespaces not answered for
+/// yet, [`FIRST_LOAD_AT_ONCE`] at a time; after a fetch that no instance
+/// answered (the service is down or hangs) no other is started, those in
+/// flight finish. `Ok(None)` when every one answered; `Ok(Some(err))` with
+/// the last retryable error; `Err` on one that is not (a rejected
+/// signature). Dropped, it stops the fetches in flight.
+async fn load_attempt(refresher: &Arc<Refresher>) -> Result<Option<ApolloError>, ApolloError> {
+    let mut waiting = refresher.live.unconfirmed().into_iter();
+    let mut fetching = tokio::task::JoinSet::new();
+    let mut last_error = None;
+    let mut service_down = false;
+    loop {
+        while fetching.len() < FIRST_LOAD_AT_ONCE && !service_down {
+            let Some(namespace) = waiting.next() else {
+                break;
+            };
+            let refresher = Arc::clone(refresher);
+            fetching.spawn(async move { refresher.refresh(&namespace).await });
+        }
+        let Some(done) = fetching.join_next().await else {
+            return Ok(last_error);
+        };
+        match done {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) if !err.is_retryable() => return Err(err),
+            Ok(Err(err)) => {
+                service_down |= err.is_instance_down();
+                last_error = Some(err);
+            }
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(join) => return Err(ApolloError::Config(format!("a fetch was stopped: {join}"))),
+        }
     }
 }

@@ -188,3 +188,42 @@ async fn without_a_backup_init_fails_naming_the_config_server() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_service_that_never_answers_starts_many_namespaces_from_the_backup_in_time() {
+    use apollo_server::{Fault, Route};
+    let server = ApolloServer::start().await;
+    let namespaces: Vec<String> = (0..7).map(|n| format!("ns{n}")).collect();
+    for (n, namespace) in namespaces.iter().enumerate() {
+        server.release(namespace, &[("k", &format!("v{n}"))]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&server.url(), dir.path()),
+        json!({"namespace_name": namespaces.join(",")}),
+    );
+    let first = start(meta.clone()).await.expect("start");
+    first.store.close().await.unwrap();
+
+    // Connections accepted, never answered; the request timeout as
+    // shipped (5 s per namespace and instance).
+    server.set_fault(Route::Configs, Some(Fault::Hang));
+    let meta = with(meta, json!({"requestTimeoutMs": 5_000}));
+    let ready_timeout = Duration::from_secs(10);
+    let began = tokio::time::Instant::now();
+    let second = start_within(meta, ready_timeout)
+        .await
+        .expect("start from backup");
+    let took = began.elapsed();
+    assert!(
+        took < ready_timeout + Duration::from_secs(1),
+        "started in {took:?}: the first load outlasted the readiness timeout"
+    );
+    match second.store.readiness().await {
+        Readiness::Degraded(reason) => assert!(reason.contains("backup"), "{reason}"),
+        other => panic!("serving the backup must be degraded, got {other:?}"),
+    }
+    assert_eq!(value_of(&second.store, "k").await.as_deref(), Some("v0"));
+    second.store.close().await.unwrap();
+    server.set_fault(Route::Configs, None);
+}
