@@ -11,7 +11,9 @@ use crate::config::{ComponentSpec, Config};
 pub struct SpecChange {
     /// `type` changed: the component must be rebuilt.
     pub type_changed: bool,
-    /// The set of `componentRef`s changed: setters run at build, so the
+    /// The list of `componentRef`s changed, order and repetition included:
+    /// refs are offered to the `#[inject]` fields in order, so a reorder
+    /// can give a field another component. Setters run at build, so the
     /// component must be rebuilt.
     pub component_refs_changed: bool,
     /// Declared metadata or secretRef/configurationRef changed: its
@@ -25,7 +27,7 @@ impl SpecChange {
     pub fn between(old: &ComponentSpec, new: &ComponentSpec) -> Self {
         Self {
             type_changed: old.type_name != new.type_name,
-            component_refs_changed: !same_ref_set(old, new),
+            component_refs_changed: old.component_refs != new.component_refs,
             metadata_changed: old.metadata != new.metadata
                 || old.secret_refs != new.secret_refs
                 || old.configuration_refs != new.configuration_refs,
@@ -44,19 +46,6 @@ impl SpecChange {
     }
 }
 
-/// Whether two declarations reference the same set of components (order
-/// and repetition do not matter); the same list, the usual case, is
-/// compared without allocating.
-fn same_ref_set(old: &ComponentSpec, new: &ComponentSpec) -> bool {
-    if old.component_refs == new.component_refs {
-        return true;
-    }
-    fn refs(spec: &ComponentSpec) -> BTreeSet<&ComponentKey> {
-        spec.component_refs.iter().map(|r| &r.key).collect()
-    }
-    refs(old) == refs(new)
-}
-
 /// Added, removed and changed components between two configurations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigDiff {
@@ -66,8 +55,10 @@ pub struct ConfigDiff {
     pub removed: BTreeSet<ComponentKey>,
     /// In both, declared differently.
     pub changed: BTreeMap<ComponentKey, SpecChange>,
-    /// In both, declared alike but written differently (scopes, or the
-    /// order of componentRefs): kept as they run, with the new declaration.
+    /// In both, declared alike but for their scopes (who may reference
+    /// them): kept as they run, with the new declaration. A reordered
+    /// componentRef list is a change, not a rewrite: the order decides
+    /// which field gets which handle.
     pub rewritten: BTreeSet<ComponentKey>,
 }
 
@@ -122,9 +113,7 @@ impl ConfigDiff {
         let change = SpecChange::between(old_spec, new_spec);
         if change.any() {
             self.changed.insert(key.clone(), change);
-        } else if old_spec.scopes != new_spec.scopes
-            || old_spec.component_refs != new_spec.component_refs
-        {
+        } else if old_spec.scopes != new_spec.scopes {
             self.rewritten.insert(key.clone());
         }
     }
@@ -201,20 +190,36 @@ mod tests {
     }
 
     #[test]
-    fn scopes_and_ref_order_are_a_rewrite_not_a_change() {
+    fn a_scope_change_is_a_rewrite_and_a_ref_reorder_or_repeat_a_change() {
         let old = config(
             r#"{"components": {"state": {"a": {}, "b": {}, "s": {"scopes": ["state/x"]},
-               "u": {"componentRef": [{"type": "state", "name": "a"}, {"type": "state", "name": "b"}]}}}}"#,
+               "u": {"componentRef": [{"type": "state", "name": "a"}, {"type": "state", "name": "b"}]},
+               "r": {"componentRef": [{"type": "state", "name": "a"}]},
+               "k": {"componentRef": [{"type": "state", "name": "a"}]}}}}"#,
         );
         let new = config(
             r#"{"components": {"state": {"a": {}, "b": {}, "s": {"scopes": ["state/y"]},
-               "u": {"componentRef": [{"type": "state", "name": "b"}, {"type": "state", "name": "a"}]}}}}"#,
+               "u": {"componentRef": [{"type": "state", "name": "b"}, {"type": "state", "name": "a"}]},
+               "r": {"componentRef": [{"type": "state", "name": "a"}, {"type": "state", "name": "a"}]},
+               "k": {"componentRef": [{"kind": "state", "name": "a"}]}}}}"#,
         );
         let diff = ConfigDiff::between(&old, &new);
-        assert!(diff.changed.is_empty());
+        let changed: Vec<String> = diff.changed.keys().map(ToString::to_string).collect();
+        assert_eq!(
+            changed,
+            ["state/r", "state/u"],
+            "order and repetition count"
+        );
+        for change in diff.changed.values() {
+            assert!(change.component_refs_changed && change.needs_rebuild());
+        }
         let rewritten: Vec<String> = diff.rewritten.iter().map(ToString::to_string).collect();
-        assert_eq!(rewritten, ["state/s", "state/u"]);
+        assert_eq!(rewritten, ["state/s"]);
         assert!(diff.is_identical(&ComponentKey::new("state", "a")));
+        assert!(
+            diff.is_identical(&ComponentKey::new("state", "k")),
+            "`kind` spells the same ref as `type`"
+        );
         assert!(!diff.is_identical(&ComponentKey::new("state", "s")));
     }
 

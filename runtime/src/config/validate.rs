@@ -397,6 +397,7 @@ fn check_component(
             ));
         }
     }
+    report_repeated_refs(spec, problems);
     if let Some(descriptions) = registry.submitted_twice(key.kind.as_str(), &spec.type_name) {
         problems.push(Problem::component(key, submitted_twice(spec, descriptions)));
         return;
@@ -424,6 +425,30 @@ fn check_component(
             }
         }
         None => problems.push(Problem::component(key, unknown_type(registry, spec))),
+    }
+}
+
+/// Reports a componentRef naming a component an earlier one already
+/// names: each `#[inject]` field takes one ref, so the second would
+/// silently fill another field of that kind (or none: an error at start).
+/// Checked with the declaration alone, not with its targets: a component
+/// whose targets are all open skips those checks.
+fn report_repeated_refs(spec: &ComponentSpec, problems: &mut Problems) {
+    if spec.component_refs.len() < 2 {
+        return;
+    }
+    let mut first_at = std::collections::BTreeMap::new();
+    for (i, r) in spec.component_refs.iter().enumerate() {
+        let first = *first_at.entry(&r.key).or_insert(i);
+        if first != i {
+            problems.push(Problem::component(
+                &spec.key,
+                format!(
+                    "componentRef[{i}]: references `{}` again (componentRef[{first}])",
+                    r.key
+                ),
+            ));
+        }
     }
 }
 

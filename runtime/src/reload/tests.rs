@@ -143,7 +143,10 @@ async fn reloader_of(components: &[(String, &str)]) -> Arc<Reloader> {
 }
 
 async fn reloader_of_config(config: Config) -> Arc<Reloader> {
-    let registry = registry();
+    reloader_with(registry(), config).await
+}
+
+async fn reloader_with(registry: Registry, config: Config) -> Arc<Reloader> {
     let config = validate(config, &registry).unwrap_or_else(|p| panic!("{p}"));
     let redactor = Redactor::default();
     let running = RunningSet::start(config, &registry, StartTimeouts::default(), &redactor)
@@ -585,4 +588,87 @@ async fn an_update_left_to_the_commit_whose_rebuild_fails_there_is_failed_in_the
     assert_eq!(field(span, "otel.status_code"), Some("ERROR"), "{span:?}");
     let message = field(span, "otel.status_message").unwrap_or_default();
     assert!(message.contains("refused to start"), "{message}");
+}
+
+/// A state store that stores nothing: something for [`Pair`] to hold.
+#[derive(crate::Component)]
+#[component(kind = "state", type = "reload_probe")]
+struct ProbeStore {}
+
+#[async_trait]
+impl Component for ProbeStore {}
+
+#[async_trait]
+impl crate::StateStore for ProbeStore {
+    async fn get(
+        &self,
+        _: crate::kinds::GetRequest,
+    ) -> Result<Option<crate::kinds::StateEntry>, crate::kinds::StateError> {
+        Ok(None)
+    }
+    async fn set(&self, _: crate::kinds::SetRequest) -> Result<(), crate::kinds::StateError> {
+        Ok(())
+    }
+    async fn delete(&self, _: crate::kinds::DeleteRequest) -> Result<(), crate::kinds::StateError> {
+        Ok(())
+    }
+}
+
+/// Two unnamed fields of one kind: the componentRefs' order decides which
+/// gets which store (a primary and its fail-over, say).
+#[derive(crate::Component)]
+#[component(kind = "custom", type = "pair")]
+struct Pair {
+    #[inject]
+    first: crate::StateStoreHandle,
+    #[inject]
+    second: crate::StateStoreHandle,
+}
+
+#[async_trait]
+impl Component for Pair {}
+
+/// State stores `a` and `b`, and a [`Pair`] referencing them in `order`.
+fn pair_config(order: [&str; 2]) -> Config {
+    let refs: Vec<Value> = order
+        .iter()
+        .map(|name| serde_json::json!({ "type": "state", "name": name }))
+        .collect();
+    let text = serde_json::json!({ "components": {
+        "state": { "a": { "type": "reload_probe" }, "b": { "type": "reload_probe" } },
+        "custom": { "p": { "type": "pair", "componentRef": refs } }
+    }})
+    .to_string();
+    parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+#[tokio::test]
+async fn reordered_component_refs_rebuild_the_component_with_its_fields_swapped() {
+    let mut registry = registry();
+    for (kind, type_name) in [("state", "reload_probe"), ("custom", "pair")] {
+        let descriptor = Registry::collected().get(kind, type_name).copied();
+        registry.register(
+            descriptor.unwrap_or_else(|| panic!("the derive registers {kind}/{type_name}")),
+        );
+    }
+    let reloader = reloader_with(registry, pair_config(["a", "b"])).await;
+    let pair_key = crate::ComponentKey::new("custom", "p");
+    let pair = crate::ComponentHandle::new(pair_key, reloader.running().live().clone());
+    let first = || {
+        let pair = pair.load_as::<Pair>().unwrap_or_else(|e| panic!("{e}"));
+        pair.first.key().map(ToString::to_string)
+    };
+    assert_eq!(first().as_deref(), Some("state/a"));
+
+    let record = reloader
+        .reload(ReloadRequest::new(pair_config(["b", "a"]), Trigger::Api))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        record.actions.get("custom/p"),
+        Some(&Action::Rebuilt),
+        "{:?}",
+        record.actions
+    );
+    assert_eq!(first().as_deref(), Some("state/b"), "the fail-over took");
 }

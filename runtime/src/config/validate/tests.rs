@@ -547,3 +547,56 @@ fn a_named_field_refuses_a_second_ref_to_its_component() {
         ["cache/x: componentRef[1]: does not accept a reference to `state/c` (no #[inject] field takes it)"]
     );
 }
+
+/// Two unnamed fields of one kind: a repeated componentRef fills both.
+#[derive(crate::Component)]
+#[component(kind = "cache", type = "two_stores")]
+#[allow(dead_code)]
+struct TwoStores {
+    #[inject]
+    primary: crate::StateStoreHandle,
+    #[inject]
+    fallback: crate::StateStoreHandle,
+}
+
+#[async_trait::async_trait]
+impl crate::Component for TwoStores {}
+
+#[test]
+fn a_repeated_component_ref_is_a_problem_though_a_field_would_take_it() {
+    let mut registry = registry();
+    registry.register(
+        Registry::collected()
+            .get("cache", "two_stores")
+            .copied()
+            .unwrap_or_else(|| panic!("the derive registers cache/two_stores")),
+    );
+    let refs = |names: &[&str]| {
+        let refs: Vec<String> = names
+            .iter()
+            .map(|name| format!(r#"{{"type": "state", "name": "{name}"}}"#))
+            .collect();
+        // `orders` and `dr` are open to all: their users' targets are not
+        // read again.
+        let text = format!(
+            r#"{{"components": {{"state": {{"orders": {{"type": "memory"}}, "dr": {{"type": "memory"}}}},
+                "cache": {{"x": {{"type": "two_stores", "componentRef": [{}]}}}}}}}}"#,
+            refs.join(", ")
+        );
+        let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        match validate(config, &registry) {
+            Ok(_) => Vec::new(),
+            Err(p) => p.iter().map(ToString::to_string).collect(),
+        }
+    };
+    assert!(refs(&["orders", "dr"]).is_empty());
+    assert_eq!(
+        refs(&["orders", "orders"]),
+        ["cache/x: componentRef[1]: references `state/orders` again (componentRef[0])"]
+    );
+    // No field is left for the third: the repeat is the one problem told.
+    assert_eq!(
+        refs(&["orders", "dr", "orders"]),
+        ["cache/x: componentRef[2]: references `state/orders` again (componentRef[0])"]
+    );
+}
