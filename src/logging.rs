@@ -9,6 +9,14 @@ use std::io::IsTerminal;
 /// [`rewire_sidecar::telemetry`]). Panics are logged the same way, scrubbed
 /// ([`rewire_runtime::redact_panics`]), not printed raw by Rust's default
 /// hook. A second call does nothing.
+///
+/// **The panic hook replaces any set before**, silently: a crash
+/// reporter's (Sentry, human-panic) installed earlier no longer runs. Set
+/// yours after this call, writing what it reports through a
+/// [`RedactingWriter`](rewire_runtime::RedactingWriter); one that calls
+/// the hook before it (Sentry's does) keeps the scrubbed report too.
+/// `rewire::main()` calls this first thing, so a hook set before it is
+/// replaced.
 pub fn init_logging() {
     use tracing_subscriber::filter::{filter_fn, FilterExt};
     use tracing_subscriber::layer::SubscriberExt;

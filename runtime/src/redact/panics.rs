@@ -12,12 +12,20 @@ use super::{RedactingWriter, Redactor};
 /// log subscriber takes it. Rust's default hook prints the panic's message
 /// raw to stderr, the log stream, before the runtime catches a component's
 /// panic and logs a scrubbed copy: a component panicking with its password
-/// in the message would leak it. The default hook is replaced, not called
-/// — and so is any hook set before (a crash reporter's): a host with one
-/// sets it after this, and has it write what it reports through
-/// [`Redactor::scrub`]. `rewire::init_logging` calls it; a host with its
-/// own log set-up calls it once at start. A second call does nothing. (A
-/// panic inside the report aborts the process, as std does for any hook.)
+/// in the message would leak it.
+///
+/// **It replaces whatever hook is set, without a word**: Rust's default,
+/// and any a host set before (a crash reporter's: Sentry, human-panic).
+/// The previous hook is not called: it cannot be told from the default
+/// one, which would print the raw message. A host with its own hook sets
+/// it *after* this (after `rewire::init_logging`), and has it write what
+/// it reports through a [`RedactingWriter`] (over a `&mut Vec<u8>` for
+/// text to send elsewhere); a hook that calls the one before it (as
+/// Sentry's does) then keeps this report too. `rewire::init_logging` calls
+/// it (so `rewire::main()` does, first thing); a host with its own log
+/// set-up calls it once at start. A second call does nothing, and does
+/// not replace a hook set since. (A panic inside the report aborts the
+/// process, as std does for any hook.)
 pub fn redact_panics() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| std::panic::set_hook(Box::new(report)));
