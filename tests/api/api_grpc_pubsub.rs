@@ -1057,11 +1057,14 @@ async fn an_unimplemented_on_topic_event_is_acknowledged_at_once_not_dead_letter
     sidecar.stop().await;
 }
 
+/// The call's `traceparent` and `tracestate` metadata, and the event.
+type TracedEvent = (Option<String>, Option<String>, dapr::TopicEventRequest);
+
 /// An app serving Dapr's `AppCallback` with one subscription (the topic
 /// `traced`, to `/traced`): every event is recorded with the call's
-/// `traceparent` metadata, and acknowledged.
+/// `traceparent` and `tracestate` metadata, and acknowledged.
 struct TracedApp {
-    events: tokio::sync::mpsc::UnboundedSender<(Option<String>, dapr::TopicEventRequest)>,
+    events: tokio::sync::mpsc::UnboundedSender<TracedEvent>,
 }
 
 #[tonic::async_trait]
@@ -1079,12 +1082,14 @@ impl dapr::app_callback_server::AppCallback for TracedApp {
         &self,
         request: tonic::Request<dapr::TopicEventRequest>,
     ) -> Result<tonic::Response<dapr::TopicEventResponse>, tonic::Status> {
-        let traceparent = request
-            .metadata()
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let _ = self.events.send((traceparent, request.into_inner()));
+        let text = |key| {
+            let value = request.metadata().get(key)?;
+            value.to_str().ok().map(str::to_string)
+        };
+        let (traceparent, tracestate) = (text("traceparent"), text("tracestate"));
+        let _ = self
+            .events
+            .send((traceparent, tracestate, request.into_inner()));
         Ok(tonic::Response::new(dapr::TopicEventResponse {
             status: Status::Success as i32,
         }))
@@ -1104,13 +1109,16 @@ fn extension(event: &dapr::TopicEventRequest, key: &str) -> Option<String> {
 /// metadata, and to it and a streaming subscriber among the event's
 /// `extensions` (the CloudEvent's fields a `TopicEventRequest` has no
 /// field of its own for).
-#[tokio::test]
-async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions() {
+/// A [`TracedApp`] served `sidecar`'s deliveries, once subscribed: what
+/// it receives, and what stops the deliveries.
+async fn with_traced_app(
+    sidecar: &Sidecar,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<TracedEvent>,
+    tokio_util::sync::CancellationToken,
+) {
     use rewire::sidecar::app::{serve_app, AppChannel, AppProtocol};
-    let trace_id = TRACEPARENT.split('-').nth(1).expect("a trace id");
-    let continued = format!("00-{trace_id}-");
-    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
-    let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let (events, received) = tokio::sync::mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(
@@ -1132,6 +1140,15 @@ async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions()
     .await
     .expect("subscribed within the patience")
     .expect("service alive");
+    (received, stop)
+}
+
+#[tokio::test]
+async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions() {
+    let trace_id = TRACEPARENT.split('-').nth(1).expect("a trace id");
+    let continued = format!("00-{trace_id}-");
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let (mut received, stop) = with_traced_app(&sidecar).await;
     let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "streamed")
         .await
         .expect("subscribed");
@@ -1145,7 +1162,7 @@ async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions()
         client.publish_event(request).await.expect("published");
     }
 
-    let (metadata, event) = tokio::time::timeout(grpc::PATIENCE, received.recv())
+    let (metadata, _, event) = tokio::time::timeout(grpc::PATIENCE, received.recv())
         .await
         .expect("an event within the patience")
         .expect("app alive");
@@ -1161,6 +1178,65 @@ async fn a_published_trace_reaches_grpc_subscribers_in_metadata_and_extensions()
     let in_stream = extension(&streamed, "traceparent").expect("extensions[traceparent]");
     assert!(in_stream.starts_with(&continued), "{in_stream}");
     sub.answer(&streamed.id, Status::Success).await;
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+/// Trace fields another writer of the topic put in a CloudEvent (put
+/// straight in the broker) reach a gRPC app's metadata only when they are
+/// a trace context within W3C's bounds: a malformed `traceparent` is left
+/// out with its `tracestate`, a 20 KB `tracestate` is cut to 512 bytes (an
+/// app whose metadata limit refused them would have the event retried to
+/// its dead letter). The event itself is delivered as it was.
+#[tokio::test]
+async fn a_malformed_or_oversized_trace_in_an_event_is_not_sent_to_a_grpc_app() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let (mut received, stop) = with_traced_app(&sidecar).await;
+    let huge_state = (0..2_000)
+        .map(|n| format!("v{n}=x"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let broker = sidecar.runtime.pubsub("pubsub").load().expect("the broker");
+    for (id, traceparent) in [("malformed", "not-a-trace"), ("valid", TRACEPARENT)] {
+        let event = serde_json::json!({"specversion": "1.0", "id": id, "source": "elsewhere",
+            "type": "t", "traceparent": traceparent, "tracestate": huge_state, "data": "x"});
+        broker
+            .publish(PublishRequest {
+                topic: "traced".into(),
+                data: event.to_string().into_bytes(),
+                content_type: Some("application/cloudevents+json".into()),
+                metadata: Default::default(),
+            })
+            .await
+            .expect("published");
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    while seen.len() < 2 {
+        let (traceparent, tracestate, event) =
+            tokio::time::timeout(grpc::PATIENCE, received.recv())
+                .await
+                .expect("each event within the patience")
+                .expect("app alive");
+        // Delivered as it was.
+        assert_eq!(extension(&event, "tracestate"), Some(huge_state.clone()));
+        seen.insert(event.id.clone(), (traceparent, tracestate));
+    }
+    let (traceparent, tracestate) = &seen["malformed"];
+    // No trace goes on (one of the sidecar's own, were calls traced).
+    assert!(
+        traceparent
+            .as_deref()
+            .is_none_or(|t| t.len() == TRACEPARENT.len()),
+        "{traceparent:?}"
+    );
+    assert_eq!(tracestate, &None);
+    let (traceparent, tracestate) = &seen["valid"];
+    let trace_id = TRACEPARENT.split('-').nth(1).expect("a trace id");
+    let traceparent = traceparent.as_deref().expect("the valid trace goes on");
+    assert!(traceparent.contains(trace_id), "{traceparent}");
+    let tracestate = tracestate.as_deref().expect("its first members go on");
+    assert!(tracestate.len() <= 512, "{} bytes", tracestate.len());
+    assert!(huge_state.starts_with(tracestate));
     stop.cancel();
     sidecar.stop().await;
 }

@@ -458,6 +458,183 @@ async fn an_event_whose_fields_are_no_header_values_still_reaches_the_app() {
     sidecar.stop().await;
 }
 
+/// The `traceparent` and `tracestate` headers of an event the app got,
+/// and the CloudEvent.
+type TracedGot = (Option<String>, Option<String>, Value);
+
+/// An app recording each event posted to it with its trace headers,
+/// answering SUCCESS.
+async fn start_traced_app() -> (AppChannel, mpsc::UnboundedReceiver<TracedGot>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new()
+        .route(
+            "/dapr/subscribe",
+            axum::routing::get(|| async { Json(json!([])) }),
+        )
+        .fallback(move |headers: axum::http::HeaderMap, body: Bytes| {
+            let tx = tx.clone();
+            async move {
+                let text = |key| Some(headers.get(key)?.to_str().ok()?.to_string());
+                let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let _ = tx.send((text("traceparent"), text("tracestate"), event));
+                Json(json!({ "status": "SUCCESS" }))
+            }
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let channel = AppChannel::local(listener.local_addr().unwrap().port());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (channel, rx)
+}
+
+/// Trace fields another writer of the topic put in a CloudEvent (put
+/// straight in the broker: a publish through the sidecar checks them)
+/// reach the app's headers only when they are a trace context within
+/// W3C's bounds: a malformed `traceparent` is left out with its
+/// `tracestate`, a 20 KB `tracestate` is cut to 512 bytes (an app whose
+/// header limit refused them would have the event retried to its dead
+/// letter). The CloudEvent posted is the one published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_malformed_or_oversized_trace_in_an_event_is_not_sent_to_the_app() {
+    const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let traced = json!({"traced": {"pubsubname": "orders", "topic": "traced", "route": "/traced"}});
+    let sidecar = Sidecar::start(&config(&memory(), traced), ApiOptions::default()).await;
+    let (channel, mut rx) = start_traced_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    subscribed(&mut service, &["traced"]).await;
+    let huge_state = format!("big={}", "x".repeat(20_000));
+    let many = (0..100).map(|n| format!("v{n}=x")).collect::<Vec<_>>();
+    let broker = sidecar.runtime.pubsub("orders").load().expect("the broker");
+    let events = [
+        ("malformed", "not-a-trace", many.join(",")),
+        ("oversized", VALID, format!("{},{huge_state}", many[0])),
+        ("many", VALID, many.join(",")),
+    ]
+    .map(|(id, traceparent, tracestate)| {
+        json!({"specversion": "1.0", "id": id, "source": "elsewhere", "type": "t",
+               "topic": "traced", "pubsubname": "orders",
+               "traceparent": traceparent, "tracestate": tracestate, "data": {"n": 1}})
+    });
+    for event in &events {
+        broker
+            .publish(rewire::PublishRequest {
+                topic: "traced".into(),
+                data: event.to_string().into_bytes(),
+                content_type: Some("application/cloudevents+json".into()),
+                metadata: Default::default(),
+            })
+            .await
+            .expect("published");
+    }
+    let mut seen = BTreeMap::new();
+    while seen.len() < events.len() {
+        let (traceparent, tracestate, got) = tokio::time::timeout(grpc::PATIENCE, rx.recv())
+            .await
+            .expect("each event within the patience")
+            .expect("app alive");
+        let id = got["id"].as_str().expect("an id").to_string();
+        let published = events.iter().find(|e| e["id"] == json!(id));
+        assert_eq!(Some(&got), published, "the CloudEvent as published");
+        seen.insert(id, (traceparent, tracestate));
+    }
+    // No trace goes on (one of the sidecar's own, were calls traced).
+    let (traceparent, tracestate) = &seen["malformed"];
+    assert!(
+        traceparent
+            .as_deref()
+            .is_none_or(|t| t.len() == VALID.len()),
+        "{traceparent:?}"
+    );
+    assert_eq!(tracestate, &None);
+    // The valid trace goes on, its state cut to whole members within
+    // 512 bytes and 32 members.
+    let trace_id = VALID.split('-').nth(1).expect("a trace id");
+    for (id, kept) in [
+        ("oversized", many[0].clone()),
+        ("many", many[..32].join(",")),
+    ] {
+        let (traceparent, tracestate) = &seen[id];
+        let traceparent = traceparent.as_deref().expect("the valid trace goes on");
+        assert!(traceparent.contains(trace_id), "{id}: {traceparent}");
+        assert_eq!(tracestate.as_deref(), Some(kept.as_str()), "{id}");
+    }
+    stop.cancel();
+    sidecar.stop().await;
+}
+
+/// A broker that never answers a subscription's subscribe (a redis
+/// server whose writes are paused: `XGROUP CREATE` waits, and with
+/// `readTimeout: -1` the client waits with it) does not hold the app's
+/// other subscriptions: the subscribe is given up on within its bound (the
+/// sidecar's 15 s), the next subscription starts, and the stuck one is
+/// started again, and delivers, once its broker answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_that_never_answers_a_subscribe_holds_no_other_subscription() {
+    const SUBSCRIBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
+    let server = RedisServer::start().await;
+    let paused = json!({"type": "redis", "metadata": {"redisHost": server.addr(),
+                                                      "readTimeout": "-1"}});
+    // Started in the order of their names: the stuck one first.
+    let subscriptions = json!({
+        "a-stuck": {"pubsubname": "paused", "topic": "stuck", "route": "/stuck"},
+        "b-free": {"pubsubname": "orders", "topic": "free", "route": "/free"},
+    });
+    let config = json!({"appId": "shop",
+        "components": {"pubsub": {"paused": paused, "orders": memory()}},
+        "subscriptions": subscriptions})
+    .to_string();
+    let sidecar = Sidecar::start(&config, ApiOptions::default()).await;
+    server
+        .query(&["CLIENT", "PAUSE", "300000", "WRITE"])
+        .await
+        .expect("writes paused");
+    let (channel, mut rx) = start_app().await;
+    let stop = CancellationToken::new();
+    let mut service = serve_app(sidecar.runtime.clone(), channel, Vec::new(), stop.clone());
+    let free = tokio::time::timeout(
+        SUBSCRIBE_WITHIN * 2,
+        service
+            .subscribed
+            .wait_for(|running| running.contains("b-free")),
+    )
+    .await
+    .map(|running| running.is_ok());
+    assert_eq!(
+        free,
+        Ok(true),
+        "the next subscription waited on the stuck one"
+    );
+    assert!(!service.subscribed.borrow().contains("a-stuck"));
+    server
+        .query(&["CLIENT", "UNPAUSE"])
+        .await
+        .expect("writes go on");
+    tokio::time::timeout(
+        SUBSCRIBE_WITHIN * 3,
+        service
+            .subscribed
+            .wait_for(|running| running.contains("a-stuck")),
+    )
+    .await
+    .expect("the stuck subscription started once its broker answered")
+    .expect("service alive");
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    client
+        .publish_event(dapr::PublishEventRequest {
+            pubsub_name: "paused".into(),
+            topic: "stuck".into(),
+            data: br#"{"n":1}"#.to_vec(),
+            data_content_type: "application/json".into(),
+            metadata: Default::default(),
+        })
+        .await
+        .expect("published");
+    let (path, got) = next_event(&mut rx).await;
+    assert_eq!((path.as_str(), &got["data"]), ("/stuck", &json!({"n": 1})));
+    stop.cancel();
+    sidecar.stop().await;
+}
+
 /// A raw payload (`rawPayload`, `application/json`) the app DROPs reaches
 /// the dead-letter topic as it was published, its content type and
 /// metadata kept (as Dapr's `sendToDeadLetter`): the app gets it there as

@@ -71,13 +71,17 @@ pub(super) async fn on_topic_event(
         extensions: Some(event.extensions()),
     });
     // The publisher's trace goes on to the app in the call's metadata, as
-    // Dapr passes it. Only valid values are sent: a field of the event that
-    // is not one must not fail every attempt at the event.
-    for name in ["traceparent", "tracestate"] {
-        let value = event.field(name);
-        if value.is_empty() {
+    // Dapr passes it, when it is one (see `delivered_trace`). Only valid
+    // values are sent: a field of the event that is not one must not fail
+    // every attempt at the event.
+    let (traceparent, tracestate) = crate::telemetry::propagation::delivered_trace(
+        Some(&event.field("traceparent")),
+        Some(&event.field("tracestate")),
+    );
+    for (name, value) in [("traceparent", traceparent), ("tracestate", tracestate)] {
+        let Some(value) = value.filter(|v| !v.is_empty()) else {
             continue;
-        }
+        };
         if let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_str()) {
             request.metadata_mut().insert(name, value);
         }

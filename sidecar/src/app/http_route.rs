@@ -104,13 +104,18 @@ pub(super) async fn post_event(
         .timeout(within)
         .header("content-type", "application/cloudevents+json");
     // `pubsubname` names the subscription's pub/sub, as Dapr's; the
-    // publisher's trace goes on to the app, as Dapr passes it. Only valid
-    // header values are sent: a field of the event that is not one (a line
-    // break in it) must not fail every attempt at the event.
+    // publisher's trace goes on to the app, as Dapr passes it, when it is
+    // one (see `delivered_trace`). Only valid header values are sent: a
+    // field of the event that is not one (a line break in it) must not
+    // fail every attempt at the event.
+    let (traceparent, tracestate) = crate::telemetry::propagation::delivered_trace(
+        Some(&event.field("traceparent")),
+        Some(&event.field("tracestate")),
+    );
     let headers = [
         ("pubsubname", event.pubsub_name.clone()),
-        ("traceparent", event.field("traceparent")),
-        ("tracestate", event.field("tracestate")),
+        ("traceparent", traceparent.unwrap_or_default()),
+        ("tracestate", tracestate.unwrap_or_default()),
     ];
     for (name, value) in headers {
         if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {

@@ -4,8 +4,9 @@
 //! turns each message into its CloudEvent, hands it to an [`EventSink`]
 //! and settles the message with the sink's answer.
 //!
-//! Bounds: at most [`MAX_IN_FLIGHT`] events per subscription await their
-//! answer; each attempt gets [`ANSWER_WITHIN`]; an event answered `RETRY`
+//! Bounds: the broker answers the subscribe within [`SUBSCRIBE_WITHIN`]
+//! (else it is refused, and its caller tries again later); at most
+//! [`MAX_IN_FLIGHT`] events per subscription await their answer; each attempt gets [`ANSWER_WITHIN`]; an event answered `RETRY`
 //! (or not answered in time) is tried again with a backoff, up to
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
@@ -31,6 +32,10 @@
 //! dead-letter topic or back to the broker; holding the at most
 //! [`MAX_IN_FLIGHT`] events taken keeps an app's outage from emptying the
 //! topic into its dead letters, and the broker keeps the rest.)
+//!
+//! Each attempt runs in a delivery span, a child of the trace the event
+//! carries (as Dapr's); the sink sends on that span's context, never the
+//! event's trace fields unchecked (any writer of the topic may fill them).
 //!
 //! Every event's retries end with its subscription: when the delivery
 //! loop ends (stopped, its sink gone, or retired and done), an event
@@ -66,6 +71,7 @@ use rewire_runtime::{
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::handover::{Delivered, Retire, Taken};
 use super::pubsub::{follow_retired, NotPublished};
@@ -82,6 +88,11 @@ pub const MAX_ATTEMPTS: u32 = 5;
 /// How long a subscriber on a stream has to take an event off it and to
 /// answer it (what an app gets to answer an event delivered over HTTP).
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+/// How long the broker has to answer a subscription's subscribe: past a
+/// reload's warm-up, which a subscribe made meanwhile waits for (up to
+/// 10 s), and the runtime's 5 s bound of the subscribes it makes in the
+/// background; a redis subscribe with default timeouts ends sooner.
+pub const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(15);
 /// The first wait between attempts (doubled each time, up to 5 s).
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between attempts without a retry policy.
@@ -135,7 +146,8 @@ impl TopicDelivery {
     /// Subscribes through `runtime`'s handle of the pub/sub and delivers to
     /// `sink` in the background until the sink closes, `shutdown` is
     /// cancelled, or the pub/sub is removed. Fails when the pub/sub does
-    /// not exist or refuses the subscription.
+    /// not exist, refuses the subscription, or does not answer it within
+    /// [`SUBSCRIBE_WITHIN`].
     pub async fn start(
         self,
         runtime: &Runtime,
@@ -160,15 +172,22 @@ impl TopicDelivery {
             topic: self.topic.clone(),
             metadata,
         };
-        let subscription =
-            handle
-                .subscribe(request)
-                .await
-                .map_err(|source| PubSubOpError::Publish {
-                    pubsub: self.pubsub_name.clone(),
-                    topic: self.topic.clone(),
-                    source,
-                })?;
+        // A broker that never answers (a server that took the connection
+        // and went silent) must not hold the caller: an app's
+        // subscriptions start one after another, and a refused one is
+        // started again later.
+        let subscribed = tokio::time::timeout(SUBSCRIBE_WITHIN, handle.subscribe(request))
+            .await
+            .unwrap_or_else(|_| {
+                Err(PubSubError::Backend(format!(
+                    "subscribing: the broker did not answer within {SUBSCRIBE_WITHIN:?}"
+                )))
+            });
+        let subscription = subscribed.map_err(|source| PubSubOpError::Publish {
+            pubsub: self.pubsub_name.clone(),
+            topic: self.topic.clone(),
+            source,
+        })?;
         let this = Arc::new(self);
         let runtime = runtime.clone();
         Ok(tokio::spawn(this.run(
@@ -568,10 +587,10 @@ impl Subscriber<'_> {
     async fn attempt(&self, event: &TopicEvent, policy: Option<&Applied>) -> Attempt {
         let within = policy.and_then(Applied::timeout).unwrap_or(ANSWER_WITHIN);
         let Some(policy) = policy.filter(|_| self.sink.takes(event)) else {
-            return Attempt::Answered(self.sink.send(event, within).await);
+            return Attempt::Answered(self.send(event, within).await);
         };
         let admitted = policy.run_admitted(async {
-            match self.sink.send(event, within).await {
+            match self.send(event, within).await {
                 DeliveryOutcome::Retry => Err(AskedAgain),
                 answer => Ok(answer),
             }
@@ -581,6 +600,25 @@ impl Subscriber<'_> {
             Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => Attempt::Held,
             Err(_) => Attempt::Answered(DeliveryOutcome::Retry),
         }
+    }
+
+    /// Sends `event` to the sink within its delivery span, which the
+    /// sink's trace headers continue (as Dapr's: a child of the event's
+    /// trace, when it carries a valid one).
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        let text = |key| {
+            event
+                .cloud_event
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+        };
+        let span = crate::telemetry::propagation::delivery_span(
+            self.pubsub_name,
+            &event.topic,
+            text("traceparent"),
+            text("tracestate"),
+        );
+        self.sink.send(event, within).instrument(span).await
     }
 
     /// Waits `wait`; false when the subscriber or the subscription is gone

@@ -4,7 +4,7 @@
 
 use axum::http::HeaderMap;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::TraceContextExt;
+use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tonic::metadata::MetadataMap;
@@ -166,6 +166,60 @@ fn bounded_tracestate(state: &str) -> Option<String> {
     (!kept.is_empty()).then_some(kept)
 }
 
+/// The span of one attempt at delivering an event of `topic` on `pubsub`
+/// to its subscriber, as Dapr's: a child of the trace the event carries
+/// when its `traceparent` is valid W3C, else the root of a new trace.
+/// Disabled, and nothing parsed, when calls are not traced.
+pub fn delivery_span(
+    pubsub: &str,
+    topic: &str,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> Span {
+    if !calls_traced() {
+        return Span::none();
+    }
+    let name = format!("pubsub/{topic}");
+    let span = tracing::info_span!(
+        "rewire.delivery",
+        otel.name = name.as_str(),
+        otel.kind = "consumer",
+        messaging.destination.name = topic,
+        rewire.component = pubsub,
+    );
+    let state = tracestate.and_then(bounded_tracestate);
+    if let Some(parent) = remote(&Given(traceparent, state.as_deref())) {
+        // Only fails once the span has started, which it has not.
+        let _ = span.set_parent(parent);
+    }
+    span
+}
+
+/// The trace headers an event delivered to a subscriber carries, from
+/// the CloudEvent's `traceparent` and `tracestate` as read from the broker
+/// (which any writer of the topic may have filled): with calls traced, the
+/// context of the current span (the [`delivery_span`], a child of the
+/// event's trace); else the event's `traceparent` when it is valid W3C,
+/// written as version `00`. Its `tracestate` only with a valid
+/// `traceparent`, cut as a published one ([`event_trace`]). Text that is no
+/// trace context is not sent: an app refusing the header would have the
+/// event retried to its dead letter.
+pub fn delivered_trace(
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let given = traceparent.and_then(|given| {
+        let cx = TraceContextPropagator::new().extract(&Given(Some(given), None));
+        let context = cx.span().span_context().clone();
+        context.is_valid().then_some(context)
+    });
+    let Some(given) = given else {
+        return (current_traceparent(), None);
+    };
+    let traceparent = current_traceparent().unwrap_or_else(|| w3c_traceparent(&given));
+    (Some(traceparent), tracestate.and_then(bounded_tracestate))
+}
+
 /// The W3C `traceparent` of the current span, when calls are traced and the
 /// span is part of a trace.
 pub fn current_traceparent() -> Option<String> {
@@ -175,14 +229,17 @@ pub fn current_traceparent() -> Option<String> {
     let cx = Span::current().context();
     let span = cx.span();
     let context = span.span_context();
-    context.is_valid().then(|| {
-        format!(
-            "00-{}-{}-{:02x}",
-            context.trace_id(),
-            context.span_id(),
-            context.trace_flags().to_u8()
-        )
-    })
+    context.is_valid().then(|| w3c_traceparent(context))
+}
+
+/// `context` as a version `00` W3C `traceparent`.
+fn w3c_traceparent(context: &SpanContext) -> String {
+    format!(
+        "00-{}-{}-{:02x}",
+        context.trace_id(),
+        context.span_id(),
+        context.trace_flags().to_u8()
+    )
 }
 
 #[cfg(test)]
@@ -231,6 +288,49 @@ mod tests {
         assert_eq!(
             event_trace(Some(VALID), Some(&big)).1,
             Some("a=1".to_string())
+        );
+    }
+
+    /// What another writer of a topic put in an event's trace fields does
+    /// not reach the app as is: a `traceparent` that is no W3C trace
+    /// context is left out (with its `tracestate`), a `tracestate` past
+    /// W3C's bounds is cut, a future version's tail is not sent on.
+    #[test]
+    fn a_delivered_event_sends_on_only_a_valid_bounded_trace_context() {
+        assert_eq!(
+            delivered_trace(Some(VALID), Some("vendor=abc")),
+            (Some(VALID.to_string()), Some("vendor=abc".to_string()))
+        );
+        let (upper, huge_text) = (VALID.to_uppercase(), "0".repeat(20_000));
+        for bad in ["", "not-a-trace", &upper, &huge_text] {
+            assert_eq!(
+                delivered_trace(Some(bad), Some("vendor=abc")),
+                (None, None),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(delivered_trace(None, Some("vendor=abc")), (None, None));
+        let huge = (0..2_000)
+            .map(|n| format!("v{n}=x"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (_, state) = delivered_trace(Some(VALID), Some(&huge));
+        let state = state.expect("the first members kept");
+        assert!(state.len() <= MAX_EVENT_TRACESTATE_BYTES, "{}", state.len());
+        assert_eq!(state.split(',').count(), MAX_TRACESTATE_MEMBERS);
+        // What is sent is the context as read: no line break around it,
+        // nor a later version's extra fields.
+        assert_eq!(
+            delivered_trace(Some(&format!("{VALID}\n")), None).0,
+            Some(VALID.to_string())
+        );
+        let future = format!(
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-{}",
+            "x".repeat(20_000)
+        );
+        assert_eq!(
+            delivered_trace(Some(&future), None).0,
+            Some(VALID.to_string())
         );
     }
 }
