@@ -202,7 +202,7 @@ impl Plan<'_> {
         for key in impact.iter().chain(&self.diff.removed) {
             next.remove(key);
         }
-        // Declared alike, written differently (scopes or ref order).
+        // Declared alike, written differently (scopes).
         for key in self.diff.rewritten.difference(impact) {
             let (Some(spec), Some(running)) =
                 (self.candidate.config.components.get(key), next.get(key))

@@ -27,9 +27,11 @@ enum Tweak {
     SetMetadata(String, Value),
     RemoveMetadata(Index),
     AddComponentRef(ComponentKey),
-    /// Same set of componentRefs, other order: not a change.
+    /// The componentRefs in the other order: a change (refs are offered to
+    /// the `#[inject]` fields in order, so the order binds them).
     ReverseComponentRefs,
-    /// A componentRef given twice: same set, not a change.
+    /// A componentRef given twice: a change too (validation refuses it;
+    /// the diff compares the lists as written).
     RepeatComponentRef(Index),
     FlipSecretWatch(Index),
     ConfigurationInjectAs(Index, String),
@@ -189,14 +191,15 @@ fn pair() -> impl Strategy<Value = Pair> {
 }
 
 /// A declaration as the diff must see it: type, metadata as JSON (object
-/// key order does not matter), the *set* of componentRefs, secretRefs and
+/// key order does not matter), the *list* of componentRefs (order and
+/// repetition: they bind fields in order), secretRefs and
 /// configurationRefs. `scopes` are left out: they only decide who may
 /// reference the component, which validation checks.
 #[derive(Debug, PartialEq)]
 struct Declared {
     type_name: String,
     metadata: Value,
-    component_refs: BTreeSet<ComponentKey>,
+    component_refs: Vec<ComponentKey>,
     secret_refs: Vec<SecretRef>,
     configuration_refs: Vec<ConfigurationRef>,
 }

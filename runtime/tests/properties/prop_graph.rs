@@ -79,6 +79,9 @@ impl GenGraph {
                         watch: None,
                     })
                 }
+                // A second edge to one dependency is the same edge: a
+                // componentRef repeated is refused by validation.
+                _ if c.component_refs.iter().any(|(k, _)| *k == target) => {}
                 _ => c.component_refs.push((target, KindSpelling::Type)),
             }
         }
