@@ -7,9 +7,15 @@
 //! cleaned path, and a path that cleans to no route is still 404
 //! `ERR_NOT_FOUND`. Requests are written byte for byte: a URL library
 //! would resolve the dot segments itself.
+//!
+//! A `+` in a Dapr route's path parameter is a space, as daprd reads it
+//! (`url.QueryUnescape`: form-encoding clients send a space as `+`), and
+//! `%2B` a `+`, on the hot path and the router alike.
 
 use std::time::Duration;
 
+use crate::support::grpc::dapr::topic_event_response::TopicEventResponseStatus;
+use crate::support::pubsub::StreamSubscriber;
 use crate::support::sidecar;
 
 use rewire::sidecar::{ApiOptions, ApiToken};
@@ -188,5 +194,82 @@ async fn the_app_token_is_checked_on_the_cleaned_path() {
     assert_eq!(refused.status, 401, "{refused:?}");
     let allowed = send(&sidecar, "GET", target, Some(TOKEN), "").await;
     assert_eq!(allowed.status, 204, "{allowed:?}");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_plus_in_a_state_path_is_a_space_on_the_hot_path_and_the_router() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let items = r#"[{"key": "my key", "value": "space"}, {"key": "a+b", "value": "plus"}]"#;
+    let saved = send(&sidecar, "POST", "/v1.0/state/orders", None, items).await;
+    assert_eq!(saved.status, 204, "{saved:?}");
+
+    // A path with `%` takes the router; one without, the hot path.
+    for (target, value) in [
+        ("/v1.0/state/orders/my+key", "space"),
+        ("/v1.0/state/orders/my+key?metadata.x=1", "space"),
+        ("/v1.0/state/orders/my+k%65y", "space"),
+        ("/v1.0/state/orders/my+k%65y?metadata.x=1", "space"),
+        ("/v1.0/state/orders/my%20key", "space"),
+        ("/v1.0/state/orders/a%2Bb", "plus"),
+        ("/v1.0/state/orders/a%2Bb?metadata.x=1", "plus"),
+    ] {
+        let answer = get(&sidecar, target).await;
+        assert_eq!(answer.status, 200, "{target}: {answer:?}");
+        assert_eq!(answer.body, format!("\"{value}\""), "{target}");
+    }
+    // `a+b` is the key `a b`, which is not stored.
+    for target in ["/v1.0/state/orders/a+b", "/v1.0/state/orders/a+%62"] {
+        let answer = get(&sidecar, target).await;
+        assert_eq!(answer.status, 204, "{target}: {answer:?}");
+    }
+    // A store's name is decoded too: `ord+ers` is no `ord+ers`.
+    for target in ["/v1.0/state/ord+ers/k", "/v1.0/state/ord+ers/k%31"] {
+        let answer = get(&sidecar, target).await;
+        assert_eq!(answer.status, 400, "{target}: {answer:?}");
+        assert!(answer.body.contains("ord ers"), "{target}: {answer:?}");
+    }
+
+    let deleted = send(&sidecar, "DELETE", "/v1.0/state/orders/my+key", None, "").await;
+    assert_eq!(deleted.status, 204, "{deleted:?}");
+    let gone = get(&sidecar, "/v1.0/state/orders/my%20key").await;
+    assert_eq!(gone.status, 204, "`my key` was not deleted: {gone:?}");
+    let kept = get(&sidecar, "/v1.0/state/orders/a%2Bb").await;
+    assert_eq!(kept.status, 200, "{kept:?}");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_plus_in_a_publish_topic_is_a_space() {
+    let config = r#"{"appId": "shop", "components": {"pubsub": {"pubsub": {"type": "memory"}}}}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let mut spaced = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "order created")
+        .await
+        .expect("subscribe to `order created`");
+    let mut plus = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "order+created")
+        .await
+        .expect("subscribe to `order+created`");
+
+    for (target, n) in [
+        ("/v1.0/publish/pubsub/order+created", 1),
+        ("/v1.0/publish/pubsub/order%2Bcreated", 2),
+    ] {
+        let body = format!(r#"{{"n": {n}}}"#);
+        let published = send(&sidecar, "POST", target, None, &body).await;
+        assert_eq!(published.status, 204, "{target}: {published:?}");
+    }
+    // Each subscriber's first event is the one published to its topic.
+    for (subscriber, topic, n) in [
+        (&mut spaced, "order created", 1),
+        (&mut plus, "order+created", 2),
+    ] {
+        let event = subscriber.event().await;
+        subscriber
+            .answer(&event.id, TopicEventResponseStatus::Success)
+            .await;
+        assert_eq!(event.topic, topic);
+        let data: Value = serde_json::from_slice(&event.data).expect("JSON data");
+        assert_eq!(data["n"], n, "{topic}: {data}");
+    }
     sidecar.stop().await;
 }

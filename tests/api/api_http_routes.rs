@@ -3,7 +3,9 @@
 //! actors, workflows, crypto, jobs, conversation, shutdown), walked against
 //! the sidecar: every route rewire implements is served, and every other
 //! route — or a served path with another method — answers 404
-//! `ERR_NOT_FOUND`, never a key lookup or a 405.
+//! `ERR_NOT_FOUND`, never a key lookup or a 405. A `GET` or `DELETE` of
+//! `/v1.0/state/{store}/bulk` (or `/transaction`) is the key's, as Dapr's
+//! router falls back to `{key}` for a method those routes do not take.
 
 use crate::support::sidecar;
 
@@ -89,9 +91,6 @@ fn served() -> Vec<(Method, &'static str, Option<Value>)> {
 fn others() -> Vec<(Method, &'static str)> {
     use Method as M;
     vec![
-        (M::GET, "/v1.0/state/orders/bulk"),
-        (M::GET, "/v1.0/state/orders/transaction"),
-        (M::DELETE, "/v1.0/state/orders/transaction"),
         (M::PUT, "/v1.0/state/orders/k"),
         (M::DELETE, "/v1.0/state/orders"),
         (M::POST, "/v1.0-alpha1/state/orders/query"),
@@ -132,7 +131,7 @@ async fn every_dapr_route_is_served_or_not_found() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
     let client = Client::new();
     let base = sidecar.http_url();
-    // Keys named like the routes: a GET there must never read them.
+    // Keys named like the routes: no other route may read them.
     let keys = json!([{"key": "bulk", "value": "b"}, {"key": "transaction", "value": "t"}]);
     let saved = client
         .post(format!("{base}/v1.0/state/orders"))
@@ -179,6 +178,64 @@ async fn every_dapr_route_is_served_or_not_found() {
                 "{method} {path}: {text}"
             );
         }
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn keys_named_like_state_routes_are_read_and_deleted_as_keys() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let base = sidecar.http_url();
+    let keys = json!([{"key": "bulk", "value": "b"}, {"key": "transaction", "value": "t"}]);
+    let saved = client
+        .post(format!("{base}/v1.0/state/orders"))
+        .json(&keys)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), StatusCode::NO_CONTENT);
+    let request = |method: Method, path: &str| client.request(method, format!("{base}{path}"));
+
+    // `%6Frders` (`orders`) takes the router, `orders` the hot path.
+    for store in ["orders", "%6Frders"] {
+        for (key, value) in [("bulk", "b"), ("transaction", "t")] {
+            let path = format!("/v1.0/state/{store}/{key}");
+            let answer = request(Method::GET, &path).send().await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK, "GET {path}");
+            assert_eq!(
+                answer.json::<Value>().await.unwrap(),
+                json!(value),
+                "{path}"
+            );
+        }
+    }
+    // The routes still are the routes for `POST` and `PUT`.
+    let bulk = request(Method::POST, "/v1.0/state/orders/bulk")
+        .json(&json!({"keys": ["bulk", "transaction"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bulk.status(), StatusCode::OK);
+    let items: Value = bulk.json().await.unwrap();
+    assert_eq!(items[0]["data"], "b", "{items}");
+    assert_eq!(items[1]["data"], "t", "{items}");
+
+    for path in [
+        "/v1.0/state/orders/bulk",
+        "/v1.0/state/%6Frders/transaction",
+    ] {
+        let deleted = request(Method::DELETE, path).send().await.unwrap();
+        assert_eq!(deleted.status(), StatusCode::NO_CONTENT, "DELETE {path}");
+    }
+    for key in ["bulk", "transaction"] {
+        let path = format!("/v1.0/state/orders/{key}");
+        let gone = request(Method::GET, &path).send().await.unwrap();
+        assert_eq!(
+            gone.status(),
+            StatusCode::NO_CONTENT,
+            "{key} was not deleted"
+        );
     }
     sidecar.stop().await;
 }

@@ -6,14 +6,19 @@
 //! layer, boxed futures) costs it about as much CPU as the rest of the
 //! sidecar's work on it. [`HotPath`] recognises the plain form of that
 //! call itself and gives it the same observation ([`observed`]) and the
-//! same handler ([`state::read`]) the router would; anything else, and any
-//! path that needs decoding, goes to the router. Both ways give the same
-//! answer, byte for byte (`tests/api` compares them).
+//! same handler ([`state::read`]) the router would, its `+` read as a
+//! space as the router reads it on Dapr's routes ([`plus_as_space`]);
+//! anything else, and any path that needs percent-decoding, goes to the
+//! router. Both ways give the same answer, byte for byte (`tests/api`
+//! compares them).
 //!
 //! Every request's path is first cleaned as Dapr cleans it ([`clean_path`]:
-//! `//`, `.`, `..` and a trailing `/`), so both ways route the cleaned path.
+//! `//`, `.`, `..` and a trailing `/`), so both ways route the cleaned path;
+//! and a key named like a state route (`bulk`, `transaction`) is read or
+//! deleted as Dapr's router does ([`key_route`]).
 
 mod clean_path;
+mod key_route;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -28,6 +33,7 @@ use axum::Router;
 use super::error::HttpError;
 use super::input::QueryPairs;
 use super::observe::{observed, GET_STATE};
+use super::path_params::plus_as_space;
 use super::state;
 use crate::dapr::{Call, StoreLabel};
 use crate::ApiState;
@@ -64,17 +70,19 @@ impl tower_service::Service<Request> for HotPath {
         if request.method() == Method::GET && state_key(request.uri().path()).is_some() {
             return Box::pin(get_state(self.state.clone(), request));
         }
+        key_route::respell(&mut request);
         Box::pin(self.router.call(request))
     }
 }
 
-/// The store and key of a state GET's path, when they are plain: present,
-/// with nothing percent-encoded, and not a route of its own (`bulk` and
-/// `transaction` are never keys here). Any other path is the router's.
+/// The store and key of a state GET's path, as written, when they are
+/// plain: present, with nothing percent-encoded. A GET of `bulk` or
+/// `transaction` is a key's, as in Dapr (those routes take no GET). Any
+/// other path is the router's.
 fn state_key(path: &str) -> Option<(&str, &str)> {
     let (store, key) = path.strip_prefix("/v1.0/state/")?.split_once('/')?;
     let plain = |segment: &str| !segment.is_empty() && !segment.contains(['/', '%']);
-    (plain(store) && plain(key) && !matches!(key, "bulk" | "transaction")).then_some((store, key))
+    (plain(store) && plain(key)).then_some((store, key))
 }
 
 /// `GET /v1.0/state/{store}/{key}` as the router would answer it: the
@@ -86,9 +94,12 @@ async fn get_state(state: ApiState, request: Request) -> Result<Response, Infall
         let query: QueryPairs = Query::try_from_uri(request.uri());
         async move {
             match state_key(request.uri().path()) {
-                Some((store, key)) => state::read(call, store, key.to_owned(), query)
-                    .await
-                    .into_response(),
+                Some((store, key)) => {
+                    let key = plus_as_space(key).into_owned();
+                    state::read(call, &plus_as_space(store), key, query)
+                        .await
+                        .into_response()
+                }
                 // `call` sent only paths with a store and key here.
                 None => HttpError::RouteNotFound {
                     method: request.method().to_string(),
@@ -137,7 +148,8 @@ mod tests {
 
     #[test]
     fn the_paths_it_knows_are_the_routers() {
-        // The prefix and the two routes that beat a key, as `routes` has them.
+        // The prefix, and the two routes that take a key's path for their
+        // `POST` and `PUT` only, as `routes` has them.
         assert_eq!(routes::STATE_KEY, "/v1.0/state/{store}/{key}");
         assert_eq!(routes::STATE_BULK, "/v1.0/state/{store}/bulk");
         assert_eq!(routes::STATE_TRANSACTION, "/v1.0/state/{store}/transaction");
@@ -146,6 +158,17 @@ mod tests {
     #[test]
     fn only_a_plain_store_and_key_take_the_hot_path() {
         assert_eq!(state_key("/v1.0/state/orders/o-1"), Some(("orders", "o-1")));
+        // As written: `+` is read as a space by `get_state`.
+        assert_eq!(
+            state_key("/v1.0/state/my+orders/a+b"),
+            Some(("my+orders", "a+b"))
+        );
+        assert_eq!(
+            state_key("/v1.0/state/orders/bulk"),
+            Some(("orders", "bulk"))
+        );
+        let transaction = state_key("/v1.0/state/orders/transaction");
+        assert_eq!(transaction, Some(("orders", "transaction")));
         for router_only in [
             "/v1.0/state/orders",
             "/v1.0/state/orders/",
@@ -154,8 +177,7 @@ mod tests {
             "/v1.0/state/orders/a/b",
             "/v1.0/state/orders/o%2D1",
             "/v1.0/state/%6Frders/o-1",
-            "/v1.0/state/orders/bulk",
-            "/v1.0/state/orders/transaction",
+            "/v1.0/state/orders/a%2Bb",
             "/v1.0-alpha1/state/orders/o-1",
             "/v1.0/statex/orders/o-1",
         ] {

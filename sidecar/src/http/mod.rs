@@ -2,7 +2,10 @@
 //! metrics and status.
 //!
 //! The state GET of a plain key is routed by `HotPath`, before the router;
-//! it is observed and answered as the router would.
+//! it is observed and answered as the router would. `HotPath` also cleans
+//! every path, and sends a `GET` or `DELETE` of a key named `bulk` or
+//! `transaction` to the key route, as Dapr's router falls back to `{key}`.
+//! On Dapr's routes a `+` in a path parameter is a space (`path_params`).
 //!
 //! Every other call goes through one middleware, `observe`, which in turn:
 //! opens its trace span, checks `auth` (the app token; the admin token for
@@ -13,7 +16,7 @@
 //! operation ([`crate::dapr`]) and encode its answer or error. Bodies are
 //! limited to `max_request_bytes` (413). Errors are Dapr's JSON errors
 //! ([`HttpError`]); unknown routes, and known routes with another method,
-//! answer 404 `ERR_NOT_FOUND` (never a key lookup).
+//! answer 404 `ERR_NOT_FOUND`.
 
 mod auth;
 mod call;
@@ -54,7 +57,8 @@ use crate::connection::{accept_loop, ConnectionLimits, CountRequestsPerConnectio
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
-/// without a socket).
+/// without a socket). Served, it is behind `HotPath`, which cleans paths
+/// and routes a few of them first.
 pub fn router(state: ApiState) -> Router {
     router_until(state, CancellationToken::new())
 }

@@ -8,9 +8,11 @@ pub const HEALTHZ_OUTBOUND: &str = "/v1.0/healthz/outbound";
 pub const STATE: &str = "/v1.0/state/{store}";
 /// Get or delete one key.
 pub const STATE_KEY: &str = "/v1.0/state/{store}/{key}";
-/// Get several keys.
+/// Get several keys (`POST`, `PUT`; a `GET` or `DELETE` here is the key
+/// `bulk`'s, as in Dapr).
 pub const STATE_BULK: &str = "/v1.0/state/{store}/bulk";
-/// Run a state transaction (beats `STATE_KEY`: never a key lookup).
+/// Run a state transaction (`POST`, `PUT`; a `GET` or `DELETE` here is the
+/// key `transaction`'s, as in Dapr).
 pub const STATE_TRANSACTION: &str = "/v1.0/state/{store}/transaction";
 /// Take a lock.
 pub const LOCK: &str = "/v1.0-alpha1/lock/{store}";
@@ -60,3 +62,9 @@ pub const UNAUTHENTICATED: [&str; 2] = [HEALTHZ, HEALTHZ_OUTBOUND];
 /// The routes serving admin data: they need the admin token (else the app
 /// token), as the Lifecycle API does.
 pub const ADMIN: [&str; 2] = [STATUS, METRICS];
+
+/// Whether `route` is one of rewire's own (`/v1.0/rewire/…`), not Dapr's:
+/// its path parameters keep a `+` as written, where Dapr's read a space.
+pub fn is_rewires_own(route: &str) -> bool {
+    route.starts_with("/v1.0/rewire/")
+}

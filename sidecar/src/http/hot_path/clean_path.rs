@@ -17,14 +17,19 @@ use axum::http::Uri;
 /// Routes `request` by its cleaned path; its query, and the scheme and
 /// authority of an HTTP/2 request, are kept. A clean path is untouched.
 pub(super) fn clean(request: &mut Request) {
-    let Some(path) = cleaned(request.uri().path()) else {
-        return;
-    };
+    if let Some(path) = cleaned(request.uri().path()) {
+        set_path(request, path);
+    }
+}
+
+/// Routes `request` by `path` (a valid path) instead of its own; its query,
+/// and the scheme and authority of an HTTP/2 request, are kept.
+pub(super) fn set_path(request: &mut Request, path: String) {
     let path_and_query = match request.uri().query() {
         Some(query) => format!("{path}?{query}"),
         None => path,
     };
-    // The cleaned path holds only bytes of the valid path it came from.
+    // Every caller's path holds only bytes a valid path holds.
     let Ok(path_and_query) = PathAndQuery::try_from(path_and_query) else {
         return;
     };
