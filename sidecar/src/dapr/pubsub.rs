@@ -147,6 +147,16 @@ pub enum PubSubOpError {
         /// Why (scrubbed).
         source: PubSubError,
     },
+    /// The broker refused a subscription, or did not answer it in time.
+    #[error("error when subscribing to topic {topic} in pubsub {pubsub}: {source}")]
+    Subscribe {
+        /// The pub/sub.
+        pubsub: String,
+        /// The topic.
+        topic: String,
+        /// Why (scrubbed).
+        source: PubSubError,
+    },
 }
 
 impl Call {

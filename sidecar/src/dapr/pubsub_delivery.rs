@@ -183,10 +183,15 @@ impl TopicDelivery {
                     "subscribing: the broker did not answer within {SUBSCRIBE_WITHIN:?}"
                 )))
             });
-        let subscription = subscribed.map_err(|source| PubSubOpError::Publish {
-            pubsub: self.pubsub_name.clone(),
-            topic: self.topic.clone(),
-            source,
+        let subscription = subscribed.map_err(|source| PubSubOpError::Subscribe {
+            pubsub: echoed(&self.pubsub_name).into_owned(),
+            topic: echoed(&self.topic).into_owned(),
+            source: match source {
+                PubSubError::Invalid(m) => PubSubError::Invalid(runtime.redact(&m)),
+                PubSubError::Busy(m) => PubSubError::Busy(runtime.redact(&m)),
+                PubSubError::Backend(m) => PubSubError::Backend(runtime.redact(&m)),
+                PubSubError::Retired => PubSubError::Retired,
+            },
         })?;
         let this = Arc::new(self);
         let runtime = runtime.clone();

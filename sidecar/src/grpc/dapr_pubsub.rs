@@ -112,7 +112,7 @@ impl From<PubSubOpError> for Status {
             | PubSubOpError::Limit(_)
             | PubSubOpError::Metadata { .. } => Code::InvalidArgument,
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
-            PubSubOpError::Publish { .. } => Code::Internal,
+            PubSubOpError::Publish { .. } | PubSubOpError::Subscribe { .. } => Code::Internal,
         };
         let detail = err.detail();
         super::status::dapr_status(code, err.to_string(), detail)

@@ -49,6 +49,10 @@ impl IntoResponse for PublishError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "ERR_PUBSUB_PUBLISH_MESSAGE",
             ),
+            // Not an HTTP call's (subscriptions are the sidecar's own).
+            PubSubOpError::Subscribe { .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "ERR_PUBSUB_SUBSCRIBE")
+            }
         };
         let mut body = json!({"errorCode": code, "message": self.0.to_string()});
         if let Some(detail) = self.0.detail() {
