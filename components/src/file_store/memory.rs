@@ -1,6 +1,8 @@
 //! The `memory` file store: files kept in process, bounded per file
 //! (`maxFileSize`, default 64 MiB) and in total (`maxTotalSize`, default
-//! 256 MiB). Metadata changes apply in place and keep the files. A put
+//! 256 MiB). Metadata changes apply in place and keep the files; a rebuild
+//! of the same type (a new `appId`) takes over its predecessor's files
+//! (see [`crate::memory`]), puts under way on it included. A put
 //! reserves its bytes as it reads them, so the files stored and the puts
 //! being read hold no more than `maxTotalSize` together (a put replacing a
 //! file counts on that file's bytes coming free): parallel puts cannot
@@ -13,7 +15,7 @@ use std::time::SystemTime;
 
 use rewire_runtime::{
     Component, ComponentError, FileError, FileInfo, FileRead, FileStore, InPlace, InPlaceUpdate,
-    ListPage, ListRequest, Metadata, PendingInPlace, PutFileRequest, StagedInPlace,
+    InitContext, ListPage, ListRequest, Metadata, PendingInPlace, PutFileRequest, StagedInPlace,
 };
 use serde::Deserialize;
 
@@ -114,7 +116,9 @@ pub struct MemoryFileStore {
     metadata: MemoryFileMetadata,
     /// Set by an in-place update (shared with a staged one).
     limits: Arc<Mutex<Option<MemoryFileMetadata>>>,
-    files: Mutex<Files>,
+    /// The component's files: shared with the instances rebuilt from or
+    /// into this one.
+    files: Arc<Mutex<Files>>,
 }
 
 impl MemoryFileStore {
@@ -195,6 +199,15 @@ impl MemoryFileStore {
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryFileStore {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let (files, adopted) = crate::memory::shared_with_predecessors(cx, self.files.clone());
+        self.files = files;
+        if adopted {
+            tracing::info!(component = %cx.key, files = self.files().by_name.len(), "Memory file store rebuilt: it keeps its predecessor's files.");
+        }
+        Ok(())
+    }
+
     fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }

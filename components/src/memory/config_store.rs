@@ -25,8 +25,17 @@
 //! it, only once the new generation is published; until then only the
 //! reload preparing it (a configurationRef read, a dependent's `init`)
 //! reads the new items, and a rollback leaves no trace.
+//!
+//! A rebuild of the same type (a new `appId`) takes over its predecessor's
+//! items and subscribers (see [`crate::memory`]): values set through the
+//! API stay, and subscribers hear nothing but real changes. Its own
+//! `items`, if they differ from those seeded before, are applied as an
+//! in-place change would (above) at its first operation — after the
+//! swap, unless the reload reads the new instance before it; a rollback
+//! after such a read keeps the new seeded values.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewire_runtime::{
@@ -130,6 +139,9 @@ struct ConfigTable {
     last_version: u64,
     /// Bytes of the items held (see [`size_of`]).
     bytes: u64,
+    /// The `items` seeded last, by whichever instance: what a change of
+    /// them is measured against.
+    seeded: InitialItems,
 }
 
 /// The bytes an item counts for: its key, group, label, value and metadata.
@@ -214,26 +226,22 @@ impl ConfigTable {
         Some(to_item(id, &stored))
     }
 
-    /// Brings the seeded items from `old` to `new`; the changes, as
-    /// published.
-    fn reseed(
-        &mut self,
-        old: &MemoryConfigMetadata,
-        new: &MemoryConfigMetadata,
-    ) -> Vec<ConfigItem> {
+    /// Brings the seeded items from those seeded last to `new`; the
+    /// changes, as published.
+    fn reseed(&mut self, new: &InitialItems) -> Vec<ConfigItem> {
+        let old = std::mem::replace(&mut self.seeded, new.clone());
         let mut changed: Vec<ConfigItem> = new
-            .items
             .0
             .iter()
-            .filter(|(key, value)| old.items.0.get(*key) != Some(value))
+            .filter(|(key, value)| old.0.get(*key) != Some(value))
             .map(|(key, value)| self.put(plain_id(key), value.clone(), HashMap::new()))
             .collect();
-        for (key, seeded) in &old.items.0 {
+        for (key, seeded) in &old.0 {
             let untouched = self
                 .items
                 .get(&plain_id(key))
                 .is_some_and(|s| &s.value == seeded);
-            if !new.items.0.contains_key(key) && untouched {
+            if !new.0.contains_key(key) && untouched {
                 if let Some(removed) = self.remove(&plain_id(key)) {
                     changed.push(removed);
                 }
@@ -284,12 +292,22 @@ fn plain_id(key: &str) -> ItemId {
 pub struct MemoryConfigStore {
     #[metadata]
     settings: LiveMetadata<MemoryConfigMetadata>,
-    /// Shared with a staged update, which applies to it at commit.
-    table: Arc<Mutex<ConfigTable>>,
-    hub: Arc<SubscriptionHub>,
+    /// Shared with a staged update, which applies to it at commit, and
+    /// with the instances rebuilt from or into this one.
+    shared: Arc<Shared>,
+    /// Set by a rebuild that took over its predecessor's items: its own
+    /// `items` are seeded at its first operation.
+    seeds_pending: AtomicBool,
     /// The component (`configuration/settings`), for errors; empty outside
     /// a runtime.
     key: String,
+}
+
+/// What belongs to the component, not to one instance of it.
+#[derive(Debug, Default)]
+struct Shared {
+    table: Mutex<ConfigTable>,
+    hub: SubscriptionHub,
 }
 
 impl MemoryConfigStore {
@@ -313,32 +331,39 @@ impl MemoryConfigStore {
         self.len() == 0
     }
 
-    /// Adds the initial items that are not there yet.
+    /// Seeds the `items` in force (a change from those seeded last is
+    /// published).
     fn seed(&self) {
         let settings = self.settings.load();
         let mut table = self.table();
-        for (key, value) in &settings.items.0 {
-            if !table.items.contains_key(&plain_id(key)) {
-                table.put(plain_id(key), value.clone(), HashMap::new());
-            }
+        let changed = table.reseed(&settings.items);
+        if !changed.is_empty() {
+            self.shared.hub.publish(&changed);
+        }
+    }
+
+    /// Seeds this instance's `items` if a rebuild left that to its first
+    /// operation.
+    fn seed_if_pending(&self) {
+        if self.seeds_pending.swap(false, Ordering::AcqRel) {
+            self.seed();
         }
     }
 
     fn table(&self) -> MutexGuard<'_, ConfigTable> {
-        lock(&self.table)
+        lock(&self.shared.table)
     }
 
     /// Checks `metadata` and stages it: its items are set, and published,
     /// when the returned update is applied.
     fn stage(&self, metadata: &Metadata) -> Result<PendingInPlace, ComponentError> {
         let new = LiveMetadata::<MemoryConfigMetadata>::decode(metadata)?;
-        let table = self.table.clone();
-        let hub = self.hub.clone();
-        Ok(self.settings.stage_then(new, move |old, new| {
-            let mut table = lock(&table);
-            let changed = table.reseed(old, new);
+        let shared = self.shared.clone();
+        Ok(self.settings.stage_then(new, move |_, new| {
+            let mut table = lock(&shared.table);
+            let changed = table.reseed(&new.items);
             if !changed.is_empty() {
-                hub.publish(&changed);
+                shared.hub.publish(&changed);
             }
             info!(
                 changed = changed.len(),
@@ -359,7 +384,15 @@ fn lock(table: &Mutex<ConfigTable>) -> MutexGuard<'_, ConfigTable> {
 impl Component for MemoryConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         self.key = cx.key.to_string();
-        self.seed();
+        let (shared, adopted) = crate::memory::shared_with_predecessors(cx, self.shared.clone());
+        self.shared = shared;
+        if adopted {
+            // The predecessor still serves: its items change at the swap.
+            *self.seeds_pending.get_mut() = true;
+            info!(component = %cx.key, items = self.len(), "Memory config store rebuilt: it keeps its predecessor's items and subscribers.");
+        } else {
+            self.seed();
+        }
         Ok(())
     }
 
@@ -385,6 +418,7 @@ impl InPlaceUpdate for MemoryConfigStore {
 impl ConfigStore for MemoryConfigStore {
     /// A reload preparing a staged change reads the items as they will be.
     async fn get(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        self.seed_if_pending();
         let table = self.table();
         let matching = |table: &ConfigTable| {
             table
@@ -397,7 +431,7 @@ impl ConfigStore for MemoryConfigStore {
         Ok(match self.settings.staged() {
             Some(staged) => {
                 let mut view = table.clone();
-                view.reseed(&self.settings.committed(), &staged);
+                view.reseed(&staged.items);
                 matching(&view)
             }
             None => matching(&table),
@@ -408,6 +442,7 @@ impl ConfigStore for MemoryConfigStore {
         if items.iter().any(|item| item.key.is_empty()) {
             return Err(ConfigError::Invalid("an item has an empty key".into()));
         }
+        self.seed_if_pending();
         let settings = self.settings.load();
         let batch: Vec<(ItemId, ConfigItem)> = items
             .into_iter()
@@ -433,7 +468,7 @@ impl ConfigStore for MemoryConfigStore {
             .into_iter()
             .map(|(id, item)| table.put(id, item.value, item.metadata))
             .collect();
-        self.hub.publish(&stored);
+        self.shared.hub.publish(&stored);
         Ok(())
     }
 
@@ -441,6 +476,7 @@ impl ConfigStore for MemoryConfigStore {
         if query.keys.is_empty() {
             return Err(ConfigError::Invalid("delete needs at least one key".into()));
         }
+        self.seed_if_pending();
         let mut table = self.table();
         let doomed: Vec<ItemId> = table
             .items
@@ -450,13 +486,14 @@ impl ConfigStore for MemoryConfigStore {
             .collect();
         let removed: Vec<ConfigItem> = doomed.iter().filter_map(|id| table.remove(id)).collect();
         if !removed.is_empty() {
-            self.hub.publish(&removed);
+            self.shared.hub.publish(&removed);
         }
         Ok(())
     }
 
     async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
-        Ok(self.hub.subscribe(query))
+        self.seed_if_pending();
+        Ok(self.shared.hub.subscribe(query))
     }
 }
 
@@ -601,6 +638,64 @@ mod tests {
             all,
             vec![("a".into(), "2".into()), ("b".into(), "runtime".into())]
         );
+    }
+
+    /// An instance of `config_store/settings` with `metadata`, initialised
+    /// in the runtime whose handover area is `runtime`.
+    async fn instance_in(runtime: &rewire_runtime::Handover, metadata: Value) -> MemoryConfigStore {
+        let key = rewire_runtime::ComponentKey::new("config_store", "settings");
+        let mut cx = InitContext::new(key, "app", super::tests::metadata(metadata.clone()));
+        cx.handover = runtime.clone();
+        let mut store = MemoryConfigStore {
+            settings: LiveMetadata::new(decoded(metadata)),
+            ..MemoryConfigStore::default()
+        };
+        store.init(&cx).await.unwrap_or_else(|e| panic!("{e}"));
+        store
+    }
+
+    /// A rebuild keeps the values set through the API and the
+    /// subscribers; its own changed `items` are applied, and heard, at its
+    /// first operation (after the swap), not while it is built.
+    #[tokio::test]
+    async fn a_rebuild_keeps_values_and_subscribers_and_seeds_at_first_use() {
+        let runtime = rewire_runtime::Handover::new();
+        let old = instance_in(&runtime, json!({"items": {"a": "1", "b": "1"}})).await;
+        old.set(vec![item(None, "set", "x")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut sub = old
+            .subscribe(ConfigQuery::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let new = instance_in(&runtime, json!({"items": {"a": "2"}})).await;
+        assert_eq!(
+            values(&old, &ConfigQuery::keys(["a"])).await,
+            vec![("a".into(), "1".into())],
+            "nothing changes while the rebuilt instance is only built"
+        );
+        let all = values(&new, &ConfigQuery::default()).await;
+        assert_eq!(
+            all,
+            vec![("a".into(), "2".into()), ("set".into(), "x".into())]
+        );
+        let change = testkit::soon("a change", sub.changes.recv())
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        let heard: Vec<(&str, &str)> = change
+            .iter()
+            .map(|i| (i.key.as_str(), i.value.as_str()))
+            .collect();
+        assert_eq!(heard, vec![("a", "2"), ("b", "")]);
+        new.set(vec![item(None, "later", "y")])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let change = testkit::soon("a change", sub.changes.recv())
+            .await
+            .map(|c| c.items)
+            .unwrap_or_default();
+        assert_eq!(change.first().map(|i| i.key.as_str()), Some("later"));
     }
 
     #[tokio::test]

@@ -2,7 +2,10 @@
 //!
 //! An expired lock is free: the next operation drops it (an expiry index
 //! keeps that proportional to what expired, so nothing leaks). It takes no
-//! metadata; a metadata change is applied in place, keeping held locks.
+//! metadata; a metadata change is applied in place, keeping held locks,
+//! and a rebuild of the same type (a new `appId`) takes over its
+//! predecessor's table (see [`crate::memory`]): held locks stay held by
+//! their owners, with the same expiry.
 //!
 //! Its memory is bounded: at most [`MAX_LOCKS`] locks are held at once
 //! (expired ones are dropped before the count is checked; a try-lock past
@@ -16,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewire_runtime::NoMetadata;
 use rewire_runtime::{
-    echoed, Component, ComponentError, InPlace, InPlaceUpdate, Lock, LockError, Metadata,
-    TryLockRequest, UnlockRequest, UnlockStatus,
+    echoed, Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Lock, LockError,
+    Metadata, TryLockRequest, UnlockRequest, UnlockStatus,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -36,7 +39,9 @@ pub const MAX_OWNER_BYTES: usize = 1024;
 #[derive(rewire_runtime::Component, Debug, Default)]
 #[component(kind = "lock", type = "memory", example = "{}")]
 pub struct MemoryLock {
-    locks: Mutex<LockTable>,
+    /// The component's locks: shared with the instances rebuilt from or
+    /// into this one, so mutual exclusion holds across a rebuild.
+    locks: Arc<Mutex<LockTable>>,
 }
 
 impl MemoryLock {
@@ -180,6 +185,15 @@ fn check_request(resource_id: &str, lock_owner: &str) -> Result<(), LockError> {
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryLock {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        let (locks, adopted) = crate::memory::shared_with_predecessors(cx, self.locks.clone());
+        self.locks = locks;
+        if adopted {
+            debug!(component = %cx.key, held = self.held(), "Memory lock store rebuilt: it keeps its predecessor's locks.");
+        }
+        Ok(())
+    }
+
     fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
         Some(self)
     }
@@ -399,6 +413,45 @@ mod tests {
         let (key, _) = table.held.get_key_value(longest.as_str()).unwrap();
         let indexed = table.expiries.values().next().unwrap();
         assert!(Arc::ptr_eq(key, indexed));
+    }
+
+    /// An instance of `lock/orders` initialised in the runtime whose
+    /// handover area is `runtime`.
+    async fn instance_in(runtime: &rewire_runtime::Handover) -> MemoryLock {
+        let key = rewire_runtime::ComponentKey::new("lock", "orders");
+        let mut cx = InitContext::new(key, "app", Metadata::default());
+        cx.handover = runtime.clone();
+        let mut store = MemoryLock::new();
+        store.init(&cx).await.unwrap_or_else(|e| panic!("{e}"));
+        store
+    }
+
+    /// Built while the old instance serves, as a reload does: a lock the
+    /// old one grants after the handover binds the new one, and a rollback
+    /// (the new one dropped) leaves the old one with every lock.
+    #[tokio::test]
+    async fn a_rebuild_shares_the_table_with_the_instance_it_replaces() {
+        let runtime = rewire_runtime::Handover::new();
+        let minute = Duration::from_secs(60);
+        let old = instance_in(&runtime).await;
+        assert_eq!(old.try_lock(lock("before", "a", minute)).await, Ok(true));
+        let new = instance_in(&runtime).await;
+        assert_eq!(old.try_lock(lock("after", "a", minute)).await, Ok(true));
+        for resource in ["before", "after"] {
+            assert_eq!(
+                new.try_lock(lock(resource, "b", minute)).await,
+                Ok(false),
+                "{resource}"
+            );
+        }
+        drop(new);
+        assert_eq!(
+            old.unlock(unlock("after", "a")).await,
+            Ok(UnlockStatus::Success)
+        );
+        assert_eq!(old.held(), 1);
+        let elsewhere = instance_in(&rewire_runtime::Handover::new()).await;
+        assert_eq!(elsewhere.held(), 0, "another runtime has locks of its own");
     }
 
     #[tokio::test]

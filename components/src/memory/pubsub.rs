@@ -14,8 +14,13 @@
 //! delivered again after [`REDELIVER_AFTER`]; at most
 //! [`MAX_IN_FLIGHT`] deliveries per subscription await their outcome.
 //!
-//! Every metadata change is applied in place, so only a change of `type`
-//! rebuilds the broker (and moves its subscriptions).
+//! Every metadata change is applied in place. A rebuild (a new `appId`, a
+//! change of `type`) moves the subscriptions: a subscription made through
+//! the runtime's handle subscribes to the new broker before the swap and
+//! drains the old one (see `rewire_runtime`'s handle subscriptions), one
+//! made on the instance ends with it. A rebuild of the same type goes on
+//! with its predecessor's message ids (see [`crate::memory`]), so no id
+//! is handed out twice.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,9 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rewire_runtime::{
-    Component, ComponentError, DeliveryOutcome, InPlace, InPlaceUpdate, Message, Metadata, PubSub,
-    PubSubError, PubSubSubscription, PublishRequest, StagedInPlace, SubscribeRequest,
-    SubscriptionFeed,
+    Component, ComponentError, DeliveryOutcome, InPlace, InPlaceUpdate, InitContext, Message,
+    Metadata, PubSub, PubSubError, PubSubSubscription, PublishRequest, StagedInPlace,
+    SubscribeRequest, SubscriptionFeed,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -64,8 +69,13 @@ pub struct MemoryPubSub {
     meta: LiveMetadata<MemoryPubSubMetadata>,
     topics: Arc<Topics>,
     gate: Arc<PublishGate>,
-    next_id: AtomicU64,
+    /// Shared with the instances rebuilt from or into this one.
+    ids: Arc<MessageIds>,
 }
+
+/// The last message id handed out by the component.
+#[derive(Debug, Default)]
+struct MessageIds(AtomicU64);
 
 impl MemoryPubSub {
     /// A broker with no subscription.
@@ -206,6 +216,11 @@ fn cost_of(message: &Message) -> u32 {
 
 #[rewire_runtime::prelude::async_trait]
 impl Component for MemoryPubSub {
+    async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
+        self.ids = crate::memory::shared_with_predecessors(cx, self.ids.clone()).0;
+        Ok(())
+    }
+
     async fn close(&self) -> Result<(), ComponentError> {
         self.gate.close().await;
         Ok(())
@@ -238,7 +253,7 @@ impl PubSub for MemoryPubSub {
             return Err(PubSubError::Invalid("the topic is empty".into()));
         }
         let _pass = self.gate.enter().await?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.ids.0.fetch_add(1, Ordering::Relaxed) + 1;
         let message = Arc::new(Message {
             id: id.to_string(),
             topic: req.topic.clone(),

@@ -389,3 +389,143 @@ async fn bounds_of_zero_are_refused() {
         assert!(err.contains(field), "{field}: {err}");
     }
 }
+
+/// A configuration of app `app_id` with a memory state store, lock,
+/// config store (one seeded item) and file store.
+fn memory_app(app_id: &str) -> rewire_runtime::config::Config {
+    let text = json!({"appId": app_id, "components": {
+        "state": {"cache": {"type": "memory"}},
+        "lock": {"locks": {"type": "memory"}},
+        "config_store": {"settings": {"type": "memory", "metadata": {"items": {"seeded": "1"}}}},
+        "file": {"files": {"type": "memory"}}
+    }});
+    rewire_runtime::config::parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+fn minute_lock(owner: &str) -> rewire_runtime::TryLockRequest {
+    rewire_runtime::TryLockRequest {
+        resource_id: "invoice-42".into(),
+        lock_owner: owner.into(),
+        expiry: Duration::from_secs(60),
+    }
+}
+
+/// A new `appId` rebuilds every component; the memory ones take over
+/// their predecessors' data: keys, held locks (another owner is still
+/// refused), values set through the API (subscribers hear of no
+/// deletion) and files. Before, each started empty: every lock was
+/// silently released.
+#[tokio::test]
+async fn a_new_app_id_keeps_keys_locks_config_values_and_files() {
+    use rewire_runtime::{
+        Action, ConfigItem, ConfigQuery, PutFileRequest, Registry, Runtime, RuntimeOptions,
+        UnlockRequest, UnlockStatus,
+    };
+    let valid = rewire_runtime::config::validate(memory_app("a"), &Registry::collected())
+        .unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(valid, Registry::collected(), RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let state = runtime.state_store("cache");
+    let locks = runtime.lock_store("locks");
+    let settings = runtime.config_store("settings");
+    let files = runtime.file_store("files");
+    state
+        .load()
+        .unwrap_or_else(|e| panic!("state: {e}"))
+        .set(write("k", "v", None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lock = locks.load().unwrap_or_else(|e| panic!("lock: {e}"));
+    assert_eq!(lock.try_lock(minute_lock("a")).await, Ok(true));
+    let set = ConfigItem {
+        key: "set-at-runtime".into(),
+        value: "x".into(),
+        ..ConfigItem::default()
+    };
+    let config = settings.load().unwrap_or_else(|e| panic!("config: {e}"));
+    config
+        .set(vec![set])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut subscription = settings
+        .subscribe(ConfigQuery::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let put = PutFileRequest {
+        name: "report.txt".into(),
+        body: Box::pin(&b"data"[..]),
+        metadata: Default::default(),
+    };
+    let file_store = files.load().unwrap_or_else(|e| panic!("files: {e}"));
+    file_store.put(put).await.unwrap_or_else(|e| panic!("{e}"));
+
+    let record = runtime
+        .apply(memory_app("b"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for key in [
+        "state/cache",
+        "lock/locks",
+        "config_store/settings",
+        "file/files",
+    ] {
+        assert_eq!(
+            record.actions.get(key),
+            Some(&Action::Rebuilt),
+            "{record:?}"
+        );
+    }
+    let lock = locks.load().unwrap_or_else(|e| panic!("lock: {e}"));
+
+    let state = state.load().unwrap_or_else(|e| panic!("state: {e}"));
+    assert_eq!(
+        read(state.as_ref(), "k").await.map(|(v, _)| v),
+        Some("v".into())
+    );
+    assert_eq!(
+        lock.try_lock(minute_lock("b")).await,
+        Ok(false),
+        "another owner took a lock held across the rebuild"
+    );
+    assert_eq!(
+        lock.unlock(UnlockRequest {
+            resource_id: "invoice-42".into(),
+            lock_owner: "a".into()
+        })
+        .await,
+        Ok(UnlockStatus::Success)
+    );
+    let config = settings.load().unwrap_or_else(|e| panic!("config: {e}"));
+    let held = config
+        .get(&ConfigQuery::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut held: Vec<(String, String)> = held.into_iter().map(|i| (i.key, i.value)).collect();
+    held.sort();
+    assert_eq!(
+        held,
+        vec![
+            ("seeded".to_string(), "1".to_string()),
+            ("set-at-runtime".to_string(), "x".to_string())
+        ]
+    );
+    let heard =
+        crate::support::etcd_server::items_within(&mut subscription, Duration::from_millis(500))
+            .await;
+    assert!(
+        heard.is_empty(),
+        "subscribers heard of changes that were not made: {}",
+        crate::support::etcd_server::show(&heard)
+    );
+    let file_store = files.load().unwrap_or_else(|e| panic!("files: {e}"));
+    assert_eq!(
+        file_store
+            .stat("report.txt")
+            .await
+            .ok()
+            .map(|info| info.size),
+        Some(4)
+    );
+    runtime.shutdown().await;
+}

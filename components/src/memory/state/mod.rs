@@ -6,7 +6,9 @@
 //! Expired entries are invisible at once and dropped by the next operation
 //! (an expiry index makes that proportional to what expired, so nothing
 //! leaks). Every metadata change applies in place: the data lives in this
-//! process and survives reloads.
+//! process and survives reloads, a rebuild of the same type included (the
+//! new instance takes over its predecessor's table, see
+//! [`crate::memory`]).
 //!
 //! What it holds is bounded: at most `maxKeys` keys (default
 //! [`DEFAULT_MAX_KEYS`]) and `maxTotalSize` bytes of keys and values
@@ -20,7 +22,7 @@ mod table;
 mod transaction;
 mod ttl;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rewire_runtime::{
     BulkGetItem, Component, ComponentError, DeleteRequest, GetRequest, InPlace, InPlaceUpdate,
@@ -91,7 +93,9 @@ fn deserialize_positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u6
 pub struct MemoryStateStore {
     #[metadata]
     settings: LiveMetadata<MemoryStateMetadata>,
-    table: Mutex<StateTable>,
+    /// The component's data: shared with the instances rebuilt from or
+    /// into this one (see [`crate::memory`]).
+    table: Arc<Mutex<StateTable>>,
     /// The component (`state/orders`), for errors; empty outside a runtime.
     key: String,
 }
@@ -101,7 +105,7 @@ impl MemoryStateStore {
     pub fn new(metadata: MemoryStateMetadata) -> Self {
         Self {
             settings: LiveMetadata::new(metadata),
-            table: Mutex::default(),
+            table: Arc::default(),
             key: String::new(),
         }
     }
@@ -152,6 +156,11 @@ impl MemoryStateStore {
 impl Component for MemoryStateStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         self.key = cx.key.to_string();
+        let (table, adopted) = crate::memory::shared_with_predecessors(cx, self.table.clone());
+        self.table = table;
+        if adopted {
+            info!(component = %cx.key, keys = self.len(), "Memory state store rebuilt: it keeps its predecessor's keys.");
+        }
         Ok(())
     }
 
