@@ -45,7 +45,11 @@
 //!   `delete` edit items through the Open API (in the item's group, or the
 //!   first namespace) and release each touched namespace as
 //!   `open_api_user`; the store then reads the namespace back, so a `get`
-//!   right after a write sees it. Without them, writes are unsupported.
+//!   right after a write sees it. Every item is checked first (non-empty
+//!   key, value within Apollo's 20,000 characters); an edit or release
+//!   that fails undoes the edits not released yet, so a later release does
+//!   not publish half a write (see `writes.rs`, also for what is left when
+//!   undoing fails too). Without them, writes are unsupported.
 //! * **Metadata changes** rebuild the store (`update_in_place` answers
 //!   `NeedsRebuild`); the new instance starts from the service or the cache.
 
@@ -62,6 +66,7 @@ mod services;
 mod signing;
 mod start;
 mod trace;
+mod writes;
 
 use std::sync::{Arc, Mutex};
 
@@ -73,11 +78,11 @@ use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 pub use client::MAX_ANSWER_BYTES;
-use error::ApolloError;
 pub use metadata::ApolloMetadata;
 use open_api::OpenApiClient;
 use poller::PollerTask;
 use refresh::Refresher;
+use writes::Edit;
 
 /// Config store reading an Apollo config service: several namespaces,
 /// long-polled releases, access-key signing, backup cache, Open API writes.
@@ -159,17 +164,36 @@ impl ApolloConfigStore {
         })
     }
 
-    /// Releases `namespace` and reads it back (a failed read-back is left
-    /// to the long poll).
-    async fn release(
+    /// Makes `edits` (checked), then releases each namespace they touch
+    /// and reads it back (a failed read-back is left to the long poll).
+    /// A failed edit, or release, undoes the edits not released yet (see
+    /// [`writes`]).
+    async fn write(
         &self,
         running: &Running,
         open_api: &OpenApiClient,
-        namespace: &str,
+        edits: Vec<Edit>,
     ) -> Result<(), ConfigError> {
-        open_api.release(namespace).await.map_err(backend)?;
-        if let Err(err) = running.refresher.refresh(namespace).await {
-            warn!(namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
+        let live = &running.refresher.live;
+        writes::apply(open_api, live, &edits).await?;
+        let mut touched: Vec<&str> = Vec::new();
+        for edit in &edits {
+            if !touched.contains(&edit.namespace.as_str()) {
+                touched.push(&edit.namespace);
+            }
+        }
+        for (index, namespace) in touched.iter().enumerate() {
+            if let Err(err) = open_api.release(namespace).await {
+                let unreleased: Vec<Edit> = edits
+                    .iter()
+                    .filter(|e| touched[index..].contains(&e.namespace.as_str()))
+                    .cloned()
+                    .collect();
+                return Err(writes::undo_after(open_api, live, &unreleased, &err).await);
+            }
+            if let Err(err) = running.refresher.refresh(namespace).await {
+                warn!(namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
+            }
         }
         Ok(())
     }
@@ -182,10 +206,6 @@ fn no_label(label: Option<&String>) -> Result<(), ConfigError> {
         ))),
         None => Ok(()),
     }
-}
-
-fn backend(err: ApolloError) -> ConfigError {
-    ConfigError::Backend(err.to_string())
 }
 
 #[rewire_runtime::prelude::async_trait]
@@ -287,29 +307,18 @@ impl ConfigStore for ApolloConfigStore {
     async fn set(&self, items: Vec<ConfigItem>) -> Result<(), ConfigError> {
         let running = self.running()?;
         let open_api = self.open_api(running, "set")?;
-        let mut touched: Vec<String> = Vec::new();
-        let mut writes = Vec::with_capacity(items.len());
-        for item in &items {
-            if item.key.is_empty() {
-                return Err(ConfigError::Invalid("an item has an empty key".into()));
-            }
+        let mut edits = Vec::with_capacity(items.len());
+        for item in items {
+            writes::check_item(&item.key, &item.value)?;
             no_label(item.label.as_ref())?;
             let namespace = self.namespace_of(running, item.group.as_ref())?;
-            if !touched.contains(&namespace) {
-                touched.push(namespace.clone());
-            }
-            writes.push((namespace, item));
+            edits.push(Edit {
+                namespace,
+                key: item.key,
+                value: Some(item.value),
+            });
         }
-        for (namespace, item) in writes {
-            open_api
-                .put_item(&namespace, &item.key, &item.value)
-                .await
-                .map_err(backend)?;
-        }
-        for namespace in &touched {
-            self.release(running, open_api, namespace).await?;
-        }
-        Ok(())
+        self.write(running, open_api, edits).await
     }
 
     async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigError> {
@@ -319,14 +328,20 @@ impl ConfigStore for ApolloConfigStore {
         if query.keys.is_empty() {
             return Err(ConfigError::Invalid("delete needs at least one key".into()));
         }
-        let namespace = self.namespace_of(running, query.group.as_ref())?;
-        for key in &query.keys {
-            open_api
-                .delete_item(&namespace, key)
-                .await
-                .map_err(backend)?;
+        if query.keys.iter().any(String::is_empty) {
+            return Err(ConfigError::Invalid("a key to delete is empty".into()));
         }
-        self.release(running, open_api, &namespace).await
+        let namespace = self.namespace_of(running, query.group.as_ref())?;
+        let edits = query
+            .keys
+            .iter()
+            .map(|key| Edit {
+                namespace: namespace.clone(),
+                key: key.clone(),
+                value: None,
+            })
+            .collect();
+        self.write(running, open_api, edits).await
     }
 
     async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {

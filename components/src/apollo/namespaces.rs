@@ -181,6 +181,12 @@ impl LiveNamespaces {
         previous
     }
 
+    /// The value of `key` in the release held for `namespace`, if any.
+    pub(crate) fn value(&self, namespace: &str, key: &str) -> Option<String> {
+        let index = self.index(namespace)?;
+        self.state()[index].values.get(key).cloned()
+    }
+
     /// The release key held for `namespace`, if any.
     pub(crate) fn release_key(&self, namespace: &str) -> Option<String> {
         let index = self.index(namespace)?;

@@ -160,3 +160,73 @@ async fn a_wrong_token_is_refused_without_showing_it() {
     assert!(err.contains("open_api_address"), "{err}");
     assert!(!err.contains(TOKEN), "{err}");
 }
+
+/// The draft of `namespace` as key → value.
+fn draft_values(server: &ApolloServer, namespace: &str) -> Vec<(String, String)> {
+    server
+        .draft(namespace)
+        .into_iter()
+        .map(|(key, item)| (key, item.value))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failed_write_leaves_nothing_for_a_later_release() {
+    let server = ApolloServer::start().await;
+    server.accept_open_api_token(TOKEN);
+    server.release("application", &[("a", "1"), ("gone", "x")]);
+    server.create_namespace("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(writable(&server, dir.path(), TOKEN))
+        .await
+        .expect("start");
+    let store = &started.store;
+    let released = draft_values(&server, "application");
+
+    // The third edit fails: the two before it are undone (the new item
+    // deleted, the changed one put back), nothing is released.
+    server.fail_item(Some("boom"));
+    let set = store
+        .set(vec![
+            item(None, "new", "v"),
+            item(None, "a", "2"),
+            item(None, "boom", "x"),
+        ])
+        .await;
+    match set {
+        Err(ConfigError::Backend(message)) => {
+            assert!(
+                message.contains("500")
+                    && message.contains("2 item edit(s) made before it were undone"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert_eq!(draft_values(&server, "application"), released);
+    assert_eq!(server.requests(Route::OpenApiReleases), 0);
+
+    // A delete too: the key deleted before the failure is put back.
+    let delete = store.delete(&ConfigQuery::keys(["gone", "boom"])).await;
+    assert!(matches!(delete, Err(ConfigError::Backend(_))), "{delete:?}");
+    assert_eq!(draft_values(&server, "application"), released);
+
+    // An item Apollo would refuse is refused before anything is written.
+    server.fail_item(None);
+    let edits = server.requests(Route::OpenApiItems);
+    let long = "x".repeat(20_001);
+    let set = store
+        .set(vec![item(None, "new", "v"), item(None, "long", &long)])
+        .await;
+    assert!(
+        matches!(&set, Err(ConfigError::Invalid(m)) if m.contains("`long`") && m.contains("20000")),
+        "{set:?}"
+    );
+    let set = store
+        .set(vec![item(None, "new", "v"), item(None, "", "v")])
+        .await;
+    assert!(matches!(set, Err(ConfigError::Invalid(_))), "{set:?}");
+    assert_eq!(server.requests(Route::OpenApiItems), edits);
+    assert_eq!(draft_values(&server, "application"), released);
+    started.store.close().await.unwrap();
+}

@@ -125,6 +125,8 @@ pub struct Shared {
     signatures_rejected: AtomicU64,
     /// Whether `/configs` answers from a release cache one release behind.
     stale_release_cache: std::sync::atomic::AtomicBool,
+    /// The item key whose Open API edits (put, delete) answer 500.
+    failing_item: Mutex<Option<String>>,
 }
 
 fn id(namespace: &str) -> NamespaceId {
@@ -155,6 +157,7 @@ impl Shared {
             signatures_verified: AtomicU64::new(0),
             stale_release_cache: std::sync::atomic::AtomicBool::new(false),
             signatures_rejected: AtomicU64::new(0),
+            failing_item: Mutex::new(None),
         }
     }
 
@@ -256,6 +259,16 @@ impl Shared {
                 faults.remove(&route);
             }
         });
+    }
+
+    /// Makes the Open API's edits of item `key` (put and delete, in any
+    /// namespace) answer 500, leaving the draft as it is; `None` heals it.
+    pub fn fail_item(&self, key: Option<&str>) {
+        *lock(&self.failing_item) = key.map(str::to_string);
+    }
+
+    fn item_fails(&self, key: &str) -> bool {
+        lock(&self.failing_item).as_deref() == Some(key)
     }
 
     fn fault(&self, route: Route) -> Option<Fault> {

@@ -76,6 +76,12 @@ pub(super) async fn put_item(
         Ok(ns) => ns,
         Err(refused) => return *refused,
     };
+    if app.shared.item_fails(&key) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "item edit failed (test fault)",
+        );
+    }
     let Some(Json(body)) = body else {
         return error(StatusCode::BAD_REQUEST, "a JSON item is required");
     };
@@ -129,6 +135,12 @@ pub(super) async fn delete_item(
         Ok(ns) => ns,
         Err(refused) => return *refused,
     };
+    if app.shared.item_fails(&key) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "item edit failed (test fault)",
+        );
+    }
     if query.get("operator").is_none_or(|o| o.is_empty()) {
         return error(StatusCode::BAD_REQUEST, "operator is required");
     }
