@@ -32,10 +32,13 @@
 //! id of each key, so a restart on either file is safe.
 //!
 //! Limits: keys of at most [`MAX_KEY_BYTES`] bytes; at most [`MAX_KEYS`]
-//! keys per component; a file is never written past [`MAX_FILE_BYTES`]
-//! (a new key is refused once the file holds [`NEW_KEY_FILE_BYTES`]), and
-//! one that is larger, or not readable, stops the sequencer from starting
-//! (starting at 0 could repeat ids) with an error saying what to do.
+//! keys per component (a key takes room once its backend answered, not
+//! when it is asked for); a file is never written past [`MAX_FILE_BYTES`]
+//! (a new key is refused once the file holds [`NEW_KEY_FILE_BYTES`]).
+//! Both refusals are [`SequencerError::Capacity`]: the request is valid,
+//! the sequencer full. A file that is larger, or not readable, stops the
+//! sequencer from starting (starting at 0 could repeat ids) with an error
+//! saying what to do.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -432,10 +435,18 @@ impl HighWater {
         }
     }
 
-    /// The value ids of `key` must be above now.
+    /// The value ids of `key` must be above now. A key without marks
+    /// gets none here: a key takes room only once the backend answered
+    /// ([`accept`](Self::accept)), so requests that fail take none.
     pub async fn floor(&self, key: &str) -> Result<i64, SequencerError> {
-        let interval = self.interval(key)?;
-        let floor = interval.lock().await.floor();
+        let known = {
+            let table = self.table();
+            match table.keys.get(key) {
+                Some(interval) => interval.clone(),
+                None => return Ok(table.bigger_than.get(key).copied().unwrap_or(0).max(0)),
+            }
+        };
+        let floor = known.lock().await.floor();
         Ok(floor)
     }
 
@@ -511,8 +522,9 @@ impl HighWater {
             return Ok(interval.clone());
         }
         if table.keys.len() >= MAX_KEYS {
-            return Err(SequencerError::Invalid(format!(
-                "too many sequences (at most {MAX_KEYS} keys per sequencer)"
+            return Err(SequencerError::Capacity(format!(
+                "too many sequences (at most {MAX_KEYS} keys per sequencer, kept until \
+                 the process restarts or the sequencer is removed); key `{key}` is refused"
             )));
         }
         let above = table.bigger_than.get(key).copied().unwrap_or(0).max(0);
@@ -587,7 +599,7 @@ impl HighWater {
                 MAX_FILE_BYTES
             };
             if text.len() as u64 > limit {
-                return Err(SequencerError::Invalid(format!(
+                return Err(SequencerError::Capacity(format!(
                     "high-water file {} is full: it would grow past {limit} bytes with key \
                      `{key}`; remove the entries of keys no longer used",
                     path.display()
@@ -821,6 +833,27 @@ mod tests {
             .unwrap();
         assert_eq!(again.take("k", 1).await.unwrap().from, 8);
         assert_eq!(other.take("k", 1).await.unwrap().from, 2);
+    }
+
+    /// Keys past the limit are refused as a sequencer out of room (not as
+    /// a bad request), known keys go on, and keys only asked for (the
+    /// backend never answered) take no room.
+    #[tokio::test]
+    async fn keys_past_the_limit_are_a_capacity_error_and_unanswered_ones_take_no_room() {
+        let marks = HighWater::load(None, &BTreeMap::new()).await.unwrap();
+        for n in 0..=MAX_KEYS {
+            assert_eq!(marks.floor(&format!("asked{n}")).await, Ok(0));
+        }
+        for n in 0..MAX_KEYS {
+            marks.take(&format!("k{n}"), 1).await.unwrap();
+        }
+        match marks.take("one-more", 1).await {
+            Err(SequencerError::Capacity(message)) => {
+                assert!(message.contains("100000 keys"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(marks.take("k7", 1).await.unwrap().from, 2);
     }
 
     #[test]

@@ -54,3 +54,37 @@ async fn next_ids_by_post_and_get_are_never_cached() {
     assert!(body.to_string().contains("1024"), "{body}");
     sidecar.stop().await;
 }
+
+/// A sequencer out of room for another key (its high-water file full)
+/// refuses a valid request as 429 (Dapr's answer to resource exhaustion),
+/// not as the caller's 400; keys it holds go on.
+#[tokio::test]
+async fn a_sequencer_out_of_room_answers_429() {
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks.json");
+    // 8,400 keys of 1,000 bytes: past the 8 MiB where new keys stop.
+    let full: serde_json::Map<String, Value> = (0..8_400)
+        .map(|n| (format!("{n:01000}"), json!(5)))
+        .collect();
+    std::fs::write(&marks, serde_json::to_vec(&full).unwrap()).unwrap();
+    let config = json!({"appId": "ids-full", "components": {"sequencer": {
+        "ids": {"type": "memory", "metadata": {"highWaterFile": marks.display().to_string()}}
+    }}});
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let url = |key: &str| format!("{}/v1.0/rewire/sequencer/ids/{key}", sidecar.http_url());
+    let client = Client::new();
+    let refused = client.post(url("new")).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["errorCode"], "ERR_SEQUENCER_GET_NEXT_ID", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("full"), "{body}");
+    let known = client
+        .post(url(&format!("{:01000}", 7)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(known.status(), StatusCode::OK);
+    let body: Value = known.json().await.unwrap();
+    assert_eq!(body["id"], 6, "{body}");
+    sidecar.stop().await;
+}

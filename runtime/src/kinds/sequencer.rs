@@ -68,6 +68,11 @@ pub enum SequencerError {
     /// The sequence cannot go on (its ids would pass `i64::MAX`).
     #[error("sequence `{0}` is exhausted")]
     Exhausted(String),
+    /// The request is valid but the sequencer has no room for it (too
+    /// many keys, a full high-water file): `RESOURCE_EXHAUSTED`, not the
+    /// caller's mistake.
+    #[error("out of capacity: {0}")]
+    Capacity(String),
     /// The backend failed.
     #[error("{0}")]
     Backend(String),

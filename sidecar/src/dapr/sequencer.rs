@@ -94,6 +94,7 @@ fn scrubbed(call: &Call, err: SequencerError) -> SequencerError {
     match err {
         SequencerError::Invalid(m) => SequencerError::Invalid(call.scrub(&m)),
         SequencerError::Exhausted(m) => SequencerError::Exhausted(call.scrub(&m)),
+        SequencerError::Capacity(m) => SequencerError::Capacity(call.scrub(&m)),
         SequencerError::Backend(m) => SequencerError::Backend(call.scrub(&m)),
     }
 }

@@ -271,12 +271,14 @@ impl From<UploadError> for Status {
 }
 
 /// An unknown store or a bad key is `INVALID_ARGUMENT`; a sequence out of
-/// ids `RESOURCE_EXHAUSTED`.
+/// ids, or a sequencer out of room for another key, `RESOURCE_EXHAUSTED`.
 impl From<SequencerOpError> for Status {
     fn from(err: SequencerOpError) -> Self {
         let code = match err.store_error() {
             None | Some(SequencerError::Invalid(_)) => Code::InvalidArgument,
-            Some(SequencerError::Exhausted(_)) => Code::ResourceExhausted,
+            Some(SequencerError::Exhausted(_) | SequencerError::Capacity(_)) => {
+                Code::ResourceExhausted
+            }
             Some(SequencerError::Backend(_)) => Code::Internal,
         };
         Status::new(code, err.to_string())
@@ -300,6 +302,21 @@ mod tests {
             ("docs/report.txt", 9)
         );
         assert!(listed.metadata.is_empty(), "{listed:?}");
+    }
+
+    /// A sequencer out of room for another key refuses a valid request:
+    /// `RESOURCE_EXHAUSTED`, not the caller's `INVALID_ARGUMENT`.
+    #[test]
+    fn a_sequencer_out_of_capacity_is_resource_exhausted() {
+        let failed = |source| SequencerOpError::NextId {
+            store: "ids".into(),
+            key: "orders".into(),
+            source,
+        };
+        let full = Status::from(failed(SequencerError::Capacity("too many keys".into())));
+        assert_eq!(full.code(), Code::ResourceExhausted);
+        let bad = Status::from(failed(SequencerError::Invalid("empty key".into())));
+        assert_eq!(bad.code(), Code::InvalidArgument);
     }
 
     #[test]

@@ -47,6 +47,12 @@ impl RewireHttpError {
             }
             Self::Sequencer(SequencerOpError::NextId { source, .. }) => match source {
                 SequencerError::Invalid(_) => ("ERR_SEQUENCER_INVALID", StatusCode::BAD_REQUEST),
+                // A valid request the sequencer has no room for: 429, as
+                // Dapr answers `RESOURCE_EXHAUSTED` (and rewire a busy
+                // publish), not 400.
+                SequencerError::Capacity(_) => {
+                    ("ERR_SEQUENCER_GET_NEXT_ID", StatusCode::TOO_MANY_REQUESTS)
+                }
                 SequencerError::Exhausted(_) | SequencerError::Backend(_) => (
                     "ERR_SEQUENCER_GET_NEXT_ID",
                     StatusCode::INTERNAL_SERVER_ERROR,
