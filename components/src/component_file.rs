@@ -6,14 +6,21 @@
 //! FIFO, `/dev/zero` or a watched file swapped for a symlink to one is
 //! refused, and never more than [`MAX_COMPONENT_FILE_BYTES`]. It runs on a
 //! thread of its own and is abandoned after [`COMPONENT_FILE_READ_DEADLINE`]:
-//! a read that blocks (a file swapped for a FIFO between the check and the
-//! open) cannot outlive the init timeout, wedge a watcher, or hold up the
-//! process's exit.
+//! a read that blocks (a hung NFS or FUSE mount) cannot outlive the init
+//! timeout, wedge a watcher, or hold up the process's exit.
+//!
+//! A file read again and again (a watched file) is read through one
+//! [`ComponentFile`]: while a read given up at its deadline has not
+//! returned, the next ones are refused at once
+//! ([`ComponentFileError::StillReading`]), so a hung mount pins one thread
+//! per file, not one more per poll.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use rewire_runtime::FileReadError;
+use rewire_runtime::{Abandoned, DetachedReader, FileReadError};
 
 /// The largest component file read: 16 MiB. Secrets and configuration
 /// files are a few KiB; anything near this is a mistake or an attack.
@@ -45,6 +52,15 @@ pub enum ComponentFileError {
         /// The deadline that passed.
         deadline: Duration,
     },
+    /// An earlier read of the file, given up at its deadline, has not
+    /// returned yet: no other is started until it does.
+    #[error("metadata field `{field}`: {} is not read again: an earlier read, given up, has not returned yet", .path.display())]
+    StillReading {
+        /// The metadata field naming the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
     /// The content is not UTF-8 text.
     #[error("metadata field `{field}`: {} is not UTF-8 text", .path.display())]
     NotText {
@@ -55,86 +71,165 @@ pub enum ComponentFileError {
     },
 }
 
+impl ComponentFileError {
+    /// Whether this is [`StillReading`](Self::StillReading): the problem
+    /// that made the earlier read time out lasts, nothing new to report.
+    pub fn is_still_reading(&self) -> bool {
+        matches!(self, Self::StillReading { .. })
+    }
+}
+
 /// Reads the file at `path`, named by metadata field `field`, as text,
-/// with the default limit and deadline.
+/// with the default limit and deadline. For a one-off read: a file read
+/// again and again is read through a [`ComponentFile`].
 pub async fn read_component_file(
     field: &'static str,
     path: &Path,
 ) -> Result<String, ComponentFileError> {
-    read_within(
-        field,
-        path,
-        MAX_COMPONENT_FILE_BYTES,
-        COMPONENT_FILE_READ_DEADLINE,
-    )
-    .await
+    ComponentFile::new(field, path).read().await
 }
 
-/// [`read_component_file`] with an explicit limit and deadline.
-pub(crate) async fn read_within(
+/// How a [`ComponentFile`] reads its bytes: [`rewire_runtime::read_bounded`]
+/// but in tests.
+type ReadBytes = Arc<dyn Fn(&Path, usize) -> Result<Vec<u8>, FileReadError> + Send + Sync>;
+
+/// A component file read again and again (a watched file), bounded as
+/// [`read_component_file`], with at most one read stuck at a time: keep
+/// one for as long as the file is read.
+pub struct ComponentFile {
     field: &'static str,
-    path: &Path,
+    path: PathBuf,
     limit: usize,
     deadline: Duration,
-) -> Result<String, ComponentFileError> {
-    let owned = path.to_path_buf();
-    within(field, path, deadline, move || {
-        rewire_runtime::read_bounded(&owned, limit)
-    })
-    .await
+    reader: DetachedReader,
+    read: ReadBytes,
 }
 
-/// The text `read` gets from the file at `path`, or an error naming
-/// `field` and the file; `read` is abandoned after `deadline`.
-async fn within<R>(
-    field: &'static str,
-    path: &Path,
-    deadline: Duration,
-    read: R,
-) -> Result<String, ComponentFileError>
-where
-    R: FnOnce() -> Result<Vec<u8>, FileReadError> + Send + 'static,
-{
-    let bytes = match tokio::time::timeout(deadline, detached(path, read)).await {
-        Err(_) => {
-            return Err(ComponentFileError::TimedOut {
-                field,
-                path: path.to_path_buf(),
-                deadline,
-            })
+impl std::fmt::Debug for ComponentFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentFile")
+            .field("field", &self.field)
+            .field("path", &self.path)
+            .field("limit", &self.limit)
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ComponentFile {
+    /// The file at `path`, named by metadata field `field`, read with the
+    /// default limit and deadline.
+    pub fn new(field: &'static str, path: impl Into<PathBuf>) -> Self {
+        Self::with(
+            field,
+            path,
+            MAX_COMPONENT_FILE_BYTES,
+            COMPONENT_FILE_READ_DEADLINE,
+            Arc::new(rewire_runtime::read_bounded),
+        )
+    }
+
+    /// A file read with `limit`, `deadline` and `read`.
+    pub(crate) fn with(
+        field: &'static str,
+        path: impl Into<PathBuf>,
+        limit: usize,
+        deadline: Duration,
+        read: ReadBytes,
+    ) -> Self {
+        Self {
+            field,
+            path: path.into(),
+            limit,
+            deadline,
+            reader: DetachedReader::default(),
+            read,
         }
-        Ok(read) => read.map_err(|source| ComponentFileError::Read { field, source })?,
-    };
-    String::from_utf8(bytes).map_err(|_| ComponentFileError::NotText {
-        field,
-        path: path.to_path_buf(),
-    })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's text, or an error naming the field and the file. The read
+    /// runs on a thread of its own, detached, and is given up at the
+    /// deadline; while one given up has not returned, none is started.
+    pub async fn read(&self) -> Result<String, ComponentFileError> {
+        let (field, path) = (self.field, self.path.clone());
+        let (read, owned, limit) = (Arc::clone(&self.read), path.clone(), self.limit);
+        let read = self
+            .reader
+            .read_within(self.deadline, move || read(&owned, limit))
+            .await;
+        let bytes = match read {
+            Ok(read) => read.map_err(|source| ComponentFileError::Read { field, source })?,
+            Err(Abandoned::TimedOut(deadline)) => {
+                return Err(ComponentFileError::TimedOut {
+                    field,
+                    path,
+                    deadline,
+                })
+            }
+            Err(Abandoned::StillReading) => {
+                return Err(ComponentFileError::StillReading { field, path })
+            }
+            Err(Abandoned::Failed(reason)) => {
+                let source = FileReadError::Io {
+                    path: path.display().to_string(),
+                    source: std::io::Error::other(reason),
+                };
+                return Err(ComponentFileError::Read { field, source });
+            }
+        };
+        String::from_utf8(bytes).map_err(|_| ComponentFileError::NotText { field, path })
+    }
 }
 
-/// Runs `read` (of the file at `path`) on a thread of its own, detached: a
-/// read that never returns (a FIFO swapped in between the check and the
-/// open) pins that one thread, not the async runtime's blocking pool, whose
-/// shutdown would wait for it and keep the process from exiting.
-async fn detached<R>(path: &Path, read: R) -> Result<Vec<u8>, FileReadError>
+/// The readers of the paths whose last blocking call was given up and may
+/// still be stuck: the next call on such a path waits its turn on that
+/// reader (refused at once while it is stuck), so a hung mount pins one
+/// thread per path however often a component retries its init.
+static STUCK: LazyLock<Mutex<HashMap<PathBuf, Arc<DetachedReader>>>> =
+    LazyLock::new(Default::default);
+
+/// `path` canonicalised (`std::fs::canonicalize`, which blocks on a hung
+/// mount) on a thread of its own, given up after `deadline`.
+pub async fn canonicalize_within(path: &Path, deadline: Duration) -> std::io::Result<PathBuf> {
+    let owned = path.to_path_buf();
+    on_path_within(path, deadline, move || owned.canonicalize()).await
+}
+
+/// Runs `call`, a blocking call on `path`, on a thread of its own, given up
+/// after `deadline`; while an earlier call on `path` given up has not
+/// returned, refused at once. Calls on a path that is not stuck run side by
+/// side.
+async fn on_path_within<T, C>(path: &Path, deadline: Duration, call: C) -> std::io::Result<T>
 where
-    R: FnOnce() -> Result<Vec<u8>, FileReadError> + Send + 'static,
+    T: Send + 'static,
+    C: FnOnce() -> std::io::Result<T> + Send + 'static,
 {
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("rewire-component-file".into())
-        .spawn(move || {
-            // The receiver is gone if the read was abandoned: nothing to do.
-            let _ = sender.send(read());
-        });
-    let io = |source| FileReadError::Io {
-        path: path.display().to_string(),
-        source,
+    let stuck = || STUCK.lock().unwrap_or_else(|p| p.into_inner());
+    let reader = stuck().get(path).cloned().unwrap_or_default();
+    let outcome = reader.read_within(deadline, call).await;
+    match &outcome {
+        Err(Abandoned::TimedOut(_)) => {
+            stuck().insert(path.to_path_buf(), reader);
+        }
+        Err(Abandoned::StillReading) => {}
+        Ok(_) | Err(Abandoned::Failed(_)) => {
+            stuck().remove(path);
+        }
+    }
+    let kind = match &outcome {
+        Err(Abandoned::TimedOut(_)) => std::io::ErrorKind::TimedOut,
+        _ => std::io::ErrorKind::WouldBlock,
     };
-    spawned.map_err(io)?;
-    receiver.await.unwrap_or_else(|_| {
-        Err(io(std::io::Error::other(
-            "the reading thread ended without an answer",
-        )))
+    outcome.unwrap_or_else(|abandoned| {
+        Err(std::io::Error::new(
+            kind,
+            format!("given up (a hung mount?): the call {abandoned}"),
+        ))
     })
 }
 
@@ -144,6 +239,18 @@ mod tests {
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    async fn read_within(
+        field: &'static str,
+        path: &Path,
+        limit: usize,
+        deadline: Duration,
+    ) -> Result<String, ComponentFileError> {
+        let read = Arc::new(rewire_runtime::read_bounded);
+        ComponentFile::with(field, path, limit, deadline, read)
+            .read()
+            .await
     }
 
     #[tokio::test]
@@ -191,16 +298,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_that_never_returns_is_abandoned_at_the_deadline() {
-        let wedged = || {
+        let wedged: ReadBytes = Arc::new(|_, _| {
             std::thread::sleep(Duration::from_secs(3600));
             Ok(Vec::new())
-        };
-        let path = Path::new("/wedged.json");
-        let outcome = tokio::time::timeout(
-            Duration::from_secs(5),
-            within("path", path, Duration::from_millis(50), wedged),
-        )
-        .await;
+        });
+        let file =
+            ComponentFile::with("path", "/wedged.json", 1, Duration::from_millis(50), wedged);
+        let outcome = tokio::time::timeout(Duration::from_secs(5), file.read()).await;
         let err = match outcome {
             Err(_) => panic!("the deadline did not hold"),
             Ok(read) => read.expect_err("a wedged read cannot succeed"),
@@ -210,5 +314,92 @@ mod tests {
             text.contains("`path`") && text.contains("/wedged.json") && text.contains("given up"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_hung_read_pins_one_thread_and_later_reads_are_refused_until_it_returns() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = std::sync::Mutex::new(hung);
+        let counted = Arc::clone(&calls);
+        // Every read blocks until released, as on a hung NFS mount.
+        let blocking: ReadBytes = Arc::new(move |_, _| {
+            counted.fetch_add(1, SeqCst);
+            let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = hung.recv_timeout(Duration::from_secs(10));
+            Ok(b"{}".to_vec())
+        });
+        let deadline = Duration::from_millis(50);
+        let file = ComponentFile::with("path", "/hung/c.json", 16, deadline, blocking);
+        let mut outcomes = Vec::new();
+        for _ in 0..3 {
+            outcomes.push(file.read().await.expect_err("a hung read cannot succeed"));
+        }
+        assert_eq!(calls.load(SeqCst), 1, "reads blocked");
+        assert!(
+            matches!(outcomes[0], ComponentFileError::TimedOut { .. }),
+            "{}",
+            outcomes[0]
+        );
+        assert!(outcomes[1..].iter().all(|e| e.is_still_reading()));
+        let text = outcomes[1].to_string();
+        assert!(
+            text.contains("`path`") && text.contains("/hung/c.json"),
+            "{text}"
+        );
+        // Released, the hung read returns; the next one runs.
+        // One answer for the hung read, one for the next.
+        for _ in 0..2 {
+            release.send(()).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let read = testkit::soon("the next read", async {
+            loop {
+                match file.read().await {
+                    Err(err) if err.is_still_reading() => {
+                        tokio::time::sleep(Duration::from_millis(5)).await
+                    }
+                    other => break other,
+                }
+            }
+        })
+        .await;
+        assert_eq!(read.ok().as_deref(), Some("{}"));
+        assert_eq!(calls.load(SeqCst), 2, "reads started");
+    }
+
+    #[tokio::test]
+    async fn a_hung_call_on_a_path_pins_one_thread_and_leaves_other_paths_alone() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = Arc::new(Mutex::new(hung));
+        let path = Path::new("/hung/folder");
+        let deadline = Duration::from_millis(50);
+        let mut errors = Vec::new();
+        for _ in 0..3 {
+            let (calls, hung) = (Arc::clone(&calls), Arc::clone(&hung));
+            let call = move || {
+                calls.fetch_add(1, SeqCst);
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(10));
+                Ok(())
+            };
+            let err = on_path_within(path, deadline, call)
+                .await
+                .expect_err("hung");
+            errors.push(err.to_string());
+        }
+        assert_eq!(calls.load(SeqCst), 1, "calls started");
+        assert!(
+            errors[0].contains("did not finish within 50 ms"),
+            "{errors:?}"
+        );
+        assert!(errors[1].contains("has not returned yet"), "{errors:?}");
+        // Another path, and a folder that answers, are not held up.
+        let folder = dir();
+        let canonical = canonicalize_within(folder.path(), deadline).await;
+        assert!(canonical.is_ok(), "{canonical:?}");
+        let _ = release.send(());
     }
 }

@@ -256,8 +256,9 @@ fn file_lock(path: &Path) -> Arc<Mutex<()>> {
 }
 
 /// `path` with its folder canonicalised, so that every spelling of one
-/// file shares one lock.
-fn canonical(path: &Path) -> Result<PathBuf, HighWaterFileError> {
+/// file shares one lock; off the async thread and given up after 5 s (a
+/// hung mount), failing the init.
+async fn canonical(path: &Path) -> Result<PathBuf, HighWaterFileError> {
     let failed = |reason: String| HighWaterFileError {
         path: path.display().to_string(),
         reason,
@@ -269,8 +270,9 @@ fn canonical(path: &Path) -> Result<PathBuf, HighWaterFileError> {
         Some(folder) if !folder.as_os_str().is_empty() => folder,
         _ => Path::new("."),
     };
-    let folder = folder
-        .canonicalize()
+    let deadline = crate::component_file::COMPONENT_FILE_READ_DEADLINE;
+    let folder = crate::component_file::canonicalize_within(folder, deadline)
+        .await
         .map_err(|err| failed(format!("its folder: {err}")))?;
     Ok(folder.join(name))
 }
@@ -315,7 +317,7 @@ impl HighWater {
     ) -> Result<Self, HighWaterFileError> {
         let file = match file {
             Some(path) => {
-                let path = canonical(&path)?;
+                let path = canonical(&path).await?;
                 read_file(&path).await.map_err(|err| HighWaterFileError {
                     reason: format!("{}; {UNREADABLE_HELP}", err.reason),
                     ..err

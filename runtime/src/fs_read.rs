@@ -101,7 +101,7 @@ pub(crate) const CONFIG_READ_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Why [`DetachedReader::read_within`] has no answer.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Abandoned {
+pub enum Abandoned {
     /// The read did not finish within the deadline; its thread is left to
     /// end (or not) on its own.
     #[error("did not finish within {}", shown_duration(*.0))]
@@ -131,8 +131,13 @@ fn shown_duration(d: Duration) -> String {
 /// ([`Abandoned::StillReading`]) instead of each leaving one more thread
 /// (a stack, an open file) stuck in the kernel. Once it returns, the next
 /// read runs.
+///
+/// Keep one per thing read again and again (a watched file, a polled
+/// folder) for as long as it is read: a new reader per read bounds nothing.
+/// Any blocking call fits (`stat`, `canonicalize`, adding an inotify
+/// watch), not only reads.
 #[derive(Debug, Default)]
-pub(crate) struct DetachedReader {
+pub struct DetachedReader {
     /// Set while a reading thread has not returned.
     reading: Arc<AtomicBool>,
 }
@@ -152,11 +157,7 @@ impl DetachedReader {
     /// the async runtime's blocking pool (whose shutdown would wait for
     /// it), and the caller carries on; while it stays blocked, no other
     /// read is started.
-    pub(crate) async fn read_within<T, R>(
-        &self,
-        deadline: Duration,
-        read: R,
-    ) -> Result<T, Abandoned>
+    pub async fn read_within<T, R>(&self, deadline: Duration, read: R) -> Result<T, Abandoned>
     where
         T: Send + 'static,
         R: FnOnce() -> T + Send + 'static,
@@ -171,7 +172,7 @@ impl DetachedReader {
         let returned = Returned(Arc::clone(&self.reading));
         let (sender, receiver) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
-            .name("rewire-config-read".into())
+            .name("rewire-detached-read".into())
             .spawn(move || {
                 let value = {
                     let _returned = returned;

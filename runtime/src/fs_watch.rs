@@ -4,6 +4,12 @@
 //! of events, and re-reads the file periodically in case events are lost.
 //! The content is compared, never the inode, so any way of replacing the
 //! file works.
+//!
+//! The watch's own blocking calls on the directory (its `stat`, adding the
+//! OS watch) run on a detached thread bounded by [`PROBE_DEADLINE`], never
+//! on an async worker: on a hung hard NFS mount a `stat` blocks in the
+//! kernel for good, and would pin the worker with it. One that does not
+//! answer in time is a lost watch; the periodic re-read carries on.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -19,7 +25,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
+
+use crate::fs_read::{Abandoned, DetachedReader};
 
 /// What to do when the file may have changed: typically re-read it and
 /// compare its content with the last one.
@@ -35,6 +43,9 @@ const REWATCH: Duration = Duration::from_secs(1);
 /// The shortest period of the periodic re-read: a shorter `resync` (zero
 /// included) is raised to it.
 pub(crate) const MIN_RESYNC: Duration = Duration::from_millis(100);
+/// How long one of the watch's blocking calls on the directory (its
+/// `stat`, adding the OS watch) may take before the watch counts as lost.
+const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The running watcher task; stopped when cancelled or dropped.
 #[derive(Debug)]
@@ -49,9 +60,9 @@ impl FileWatch {
     /// least: a shorter period, zero included, is raised to it);
     /// stops when `token` is cancelled.
     ///
-    /// The OS watch is in place when this returns, so no change made after
-    /// it can be missed; the task calls `on_change` once at its start for
-    /// changes made between the caller's first read and the watch.
+    /// No change made after this returns is missed: the task puts the OS
+    /// watch in place (off the async thread, see the module's doc), then
+    /// calls `on_change` once for changes made before it.
     pub fn start(
         path: PathBuf,
         on_change: OnChange,
@@ -78,16 +89,19 @@ impl FileWatch {
         resync: Option<Duration>,
         token: CancellationToken,
     ) -> Self {
-        let signal = Signal::default();
-        let watcher = watch_directory(&target, &signal, true);
-        let task = tokio::spawn(run(
-            target,
-            on_change,
-            watcher,
-            signal,
-            resync,
-            token.clone(),
-        ));
+        let probe = Probe::new(Arc::new(identity), PROBE_DEADLINE);
+        Self::start_probed(target, on_change, resync, token, probe)
+    }
+
+    fn start_probed(
+        target: Target,
+        on_change: OnChange,
+        resync: Option<Duration>,
+        token: CancellationToken,
+        probe: Probe,
+    ) -> Self {
+        let task =
+            tokio::spawn(run(target, on_change, probe, resync, token.clone()).in_current_span());
         Self {
             token,
             task: Some(task),
@@ -142,14 +156,90 @@ struct Watching {
     identity: Option<(u64, u64)>,
 }
 
+/// The device and inode of a directory (`None` where unknown); blocks.
+type IdentityOf = Arc<dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync>;
+
+/// The watch's blocking calls on its directory, each on a detached thread
+/// and given up after `deadline`, with at most one stuck at a time (see
+/// [`DetachedReader`]).
+struct Probe {
+    reader: DetachedReader,
+    identity: IdentityOf,
+    deadline: Duration,
+}
+
+impl Probe {
+    fn new(identity: IdentityOf, deadline: Duration) -> Self {
+        Self {
+            reader: DetachedReader::default(),
+            identity,
+            deadline,
+        }
+    }
+
+    /// The identity of the directory watched for `target` now.
+    async fn identity(&self, target: &Target) -> Result<Option<(u64, u64)>, Abandoned> {
+        let (identity, dir) = (Arc::clone(&self.identity), watched_directory(target));
+        self.reader
+            .read_within(self.deadline, move || identity(&dir))
+            .await
+    }
+
+    /// [`watch_directory`], off the async thread; `None` (a lost watch) if
+    /// it does not answer within the deadline.
+    async fn watch(&self, target: &Target, signal: &Signal, loud: bool) -> Option<Watching> {
+        let (identity, owned, signal) =
+            (Arc::clone(&self.identity), target.clone(), signal.clone());
+        let started = self
+            .reader
+            .read_within(self.deadline, move || {
+                watch_directory(&owned, &signal, identity.as_ref())
+            })
+            .await;
+        let dir = watched_directory(target);
+        match started {
+            Ok(Ok(watching)) => {
+                debug!(directory = %dir.display(), "Watching directory.");
+                Some(watching)
+            }
+            Ok(Err(err)) if loud => {
+                warn!(directory = %dir.display(), error = %err, "Cannot watch directory; relying on periodic re-reads.");
+                None
+            }
+            Ok(Err(err)) => {
+                debug!(directory = %dir.display(), error = %err, "Cannot watch directory yet.");
+                None
+            }
+            Err(abandoned) => {
+                given_up(&dir, &abandoned);
+                None
+            }
+        }
+    }
+}
+
+/// Logs a probe of `dir` given up: a warning for one that timed out (one
+/// per stuck thread), quietly while it stays stuck.
+fn given_up(dir: &Path, abandoned: &Abandoned) {
+    match abandoned {
+        Abandoned::StillReading => {
+            debug!(directory = %dir.display(), error = %abandoned, "Directory check not started; relying on periodic re-reads.");
+        }
+        _ => {
+            warn!(directory = %dir.display(), error = %abandoned, "Directory check (stat, watch) given up; relying on periodic re-reads until it answers.");
+        }
+    }
+}
+
 async fn run(
     target: Target,
     on_change: OnChange,
-    mut watching: Option<Watching>,
-    signal: Signal,
+    probe: Probe,
     resync: Option<Duration>,
     token: CancellationToken,
 ) {
+    let signal = Signal::default();
+    let mut watching = probe.watch(&target, &signal, true).await;
     on_change().await;
     let mut ticks = resync.map(|period| {
         let period = period.max(MIN_RESYNC);
@@ -167,20 +257,32 @@ async fn run(
                 }
                 if signal.stale.swap(false, Ordering::SeqCst) {
                     debug!(path = %target.shown(), "Watched directory replaced or watcher failed; watching again.");
-                    watching = watch_directory(&target, &signal, false);
+                    watching = probe.watch(&target, &signal, false).await;
                 }
                 on_change().await;
             }
             _ = tick(&mut ticks) => {
-                if watching.as_ref().is_none_or(|w| w.identity != identity(&watched_directory(&target))) {
-                    watching = watch_directory(&target, &signal, false);
+                let replaced = match &watching {
+                    None => true,
+                    Some(current) => match probe.identity(&target).await {
+                        Ok(now) => now != current.identity,
+                        Err(abandoned) => {
+                            // A lost watch: dropped, tried again soon.
+                            given_up(&watched_directory(&target), &abandoned);
+                            watching = None;
+                            false
+                        }
+                    },
+                };
+                if replaced {
+                    watching = probe.watch(&target, &signal, false).await;
                 }
                 on_change().await;
             }
             // A lost watch is tried again soon, not only at the next
             // periodic re-read.
             () = tokio::time::sleep(REWATCH), if lost => {
-                watching = watch_directory(&target, &signal, false);
+                watching = probe.watch(&target, &signal, false).await;
                 if watching.is_some() {
                     on_change().await;
                 }
@@ -248,10 +350,14 @@ fn watched_directory(target: &Target) -> PathBuf {
 }
 
 /// Starts an OS watcher on the directory of the target that pokes `signal`
-/// on relevant events (and marks it stale when the directory itself goes);
-/// `None` (with a warning at the first try, `loud`) if the OS refuses, in
-/// which case the periodic re-read carries on and the watch is tried again.
-fn watch_directory(target: &Target, signal: &Signal, loud: bool) -> Option<Watching> {
+/// on relevant events (and marks it stale when the directory itself goes),
+/// noting the directory's identity; blocks. If the OS refuses, the periodic
+/// re-read carries on and the watch is tried again.
+fn watch_directory(
+    target: &Target,
+    signal: &Signal,
+    identity: &(dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync),
+) -> notify::Result<Watching> {
     let dir = watched_directory(target);
     let file_name = match target {
         Target::File(path) => Some(path.file_name().map(OsString::from).unwrap_or_default()),
@@ -273,28 +379,15 @@ fn watch_directory(target: &Target, signal: &Signal, loud: bool) -> Option<Watch
         }
     };
     let identity = identity(&dir);
-    let started = notify::recommended_watcher(handler).and_then(|mut watcher| {
+    let watcher = notify::recommended_watcher(handler).and_then(|mut watcher| {
         watcher
             .watch(&dir, RecursiveMode::NonRecursive)
             .map(|()| watcher)
-    });
-    match started {
-        Ok(watcher) => {
-            debug!(directory = %dir.display(), "Watching directory.");
-            Some(Watching {
-                _watcher: watcher,
-                identity,
-            })
-        }
-        Err(err) if loud => {
-            warn!(directory = %dir.display(), error = %err, "Cannot watch directory; relying on periodic re-reads.");
-            None
-        }
-        Err(err) => {
-            debug!(directory = %dir.display(), error = %err, "Cannot watch directory yet.");
-            None
-        }
-    }
+    })?;
+    Ok(Watching {
+        _watcher: watcher,
+        identity,
+    })
 }
 
 /// Whether `event` says the watched directory itself was removed or
@@ -398,6 +491,53 @@ mod tests {
         token.cancel();
         let task = watch.task.take().expect("the task");
         assert!(task.await.is_ok(), "the watch task ended without a panic");
+    }
+
+    #[tokio::test]
+    async fn a_hung_directory_check_pins_one_thread_and_neither_the_async_thread_nor_the_re_reads()
+    {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::atomic::Ordering::SeqCst;
+        let checks = Arc::new(AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = std::sync::Mutex::new(hung);
+        let counted = Arc::clone(&checks);
+        // The first `stat` hangs, as on a hung NFS mount: 3 s at most, so
+        // that without the fix it stalls this runtime's only thread (and
+        // fails the test) rather than hanging it.
+        let stat: IdentityOf = Arc::new(move |_: &Path| {
+            if counted.fetch_add(1, SeqCst) == 0 {
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(3));
+            }
+            Some((1, 1))
+        });
+        let rereads = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&rereads);
+        let on_change: OnChange = Arc::new(move || {
+            counted.fetch_add(1, SeqCst);
+            Box::pin(async {})
+        });
+        let path = std::env::temp_dir().join(format!("rewire-hung-{}.json", std::process::id()));
+        let started = Instant::now();
+        let watch = FileWatch::start_probed(
+            Target::File(path),
+            on_change,
+            Some(MIN_RESYNC),
+            CancellationToken::new(),
+            Probe::new(stat, Duration::from_millis(50)),
+        );
+        while rereads.load(SeqCst) < 5 {
+            let waited = started.elapsed();
+            assert!(
+                waited < Duration::from_secs(2),
+                "re-reads stalled: {waited:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(checks.load(SeqCst), 1, "checks started while one hangs");
+        release.send(()).unwrap_or_else(|e| panic!("{e}"));
+        watch.stop().await;
     }
 
     #[test]

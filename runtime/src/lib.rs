@@ -47,7 +47,7 @@ pub use config::{Config, ConfigSources, Problem, Problems, ValidConfig};
 #[doc(inline)]
 pub use echo::{echoed, ECHO_LIMIT};
 #[doc(inline)]
-pub use fs_read::{read_bounded, FileReadError};
+pub use fs_read::{read_bounded, Abandoned, DetachedReader, FileReadError};
 #[doc(inline)]
 pub use fs_watch::{FileWatch, OnChange};
 #[doc(inline)]

@@ -1,14 +1,18 @@
 //! [`LiveFile`]: the last good content of the configuration file, kept up
 //! to date by re-reading it, and the subscribers to its changes.
+//!
+//! Every read goes through the one [`ComponentFile`] of the store: on a
+//! hung mount one read is stuck, and the polls meanwhile keep the last good
+//! content without starting another.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, SubscriptionHub};
 use tracing::{info, warn};
 
-use crate::component_file::read_component_file;
+use crate::component_file::ComponentFile;
 
 use super::snapshot::{diff, parse, FileConfigError};
 
@@ -16,7 +20,7 @@ use super::snapshot::{diff, parse, FileConfigError};
 /// watcher task.
 #[derive(Debug)]
 pub(crate) struct LiveFile {
-    path: PathBuf,
+    file: ComponentFile,
     state: Mutex<State>,
     hub: SubscriptionHub,
 }
@@ -34,10 +38,10 @@ struct State {
 }
 
 impl LiveFile {
-    /// Reads `path` for the first time; fails if it is missing or invalid.
-    pub(crate) async fn open(path: &Path) -> Result<Self, FileConfigError> {
-        let text = read(path).await?;
-        let values = parse(path, &text)?;
+    /// Reads `file` for the first time; fails if it is missing or invalid.
+    pub(crate) async fn open(file: ComponentFile) -> Result<Self, FileConfigError> {
+        let text = file.read().await?;
+        let values = parse(file.path(), &text)?;
         let state = State {
             values: values.into_iter().map(|(k, v)| (k, (v, 1))).collect(),
             text,
@@ -45,7 +49,7 @@ impl LiveFile {
             problem: None,
         };
         Ok(Self {
-            path: path.to_path_buf(),
+            file,
             state: Mutex::new(state),
             hub: SubscriptionHub::default(),
         })
@@ -53,32 +57,35 @@ impl LiveFile {
 
     /// The path being served.
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     /// Re-reads the file. New content is taken and its changes published; a
     /// missing, half-written or invalid file keeps the last good content
-    /// (with one warning per distinct problem). Returns how many keys
-    /// changed.
+    /// (with one warning per distinct problem; a read not started while
+    /// one given up is stuck continues the problem that one reported).
+    /// Returns how many keys changed.
     pub(crate) async fn reload(&self) -> usize {
-        let parsed = match read(&self.path).await {
+        let path = self.path();
+        let parsed = match self.file.read().await {
+            Err(err) if err.is_still_reading() && self.state().problem.is_some() => return 0,
             Ok(text) if text == self.state().text => Ok(None),
-            Ok(text) => parse(&self.path, &text).map(|values| Some((text, values))),
-            Err(err) => Err(err),
+            Ok(text) => parse(path, &text).map(|values| Some((text, values))),
+            Err(err) => Err(FileConfigError::from(err)),
         };
         let mut state = self.state();
         let (text, values) = match parsed {
             Ok(Some(new)) => new,
             Ok(None) => {
                 if state.problem.take().is_some() {
-                    info!(path = %self.path.display(), "Config file is readable again; its content did not change.");
+                    info!(path = %path.display(), "Config file is readable again; its content did not change.");
                 }
                 return 0;
             }
             Err(err) => {
                 let problem = err.to_string();
                 if state.problem.as_ref() != Some(&problem) {
-                    warn!(path = %self.path.display(), error = %problem, "Config file not reloaded; keeping the last good content.");
+                    warn!(path = %path.display(), error = %problem, "Config file not reloaded; keeping the last good content.");
                     state.problem = Some(problem);
                 }
                 return 0;
@@ -112,7 +119,7 @@ impl LiveFile {
             published.push(item(key, value.unwrap_or_default(), revision));
         }
         info!(
-            path = %self.path.display(),
+            path = %path.display(),
             revision,
             changed = published.len() - removed,
             removed,
@@ -154,10 +161,6 @@ impl LiveFile {
     }
 }
 
-async fn read(path: &Path) -> Result<String, FileConfigError> {
-    Ok(read_component_file("path", path).await?)
-}
-
 fn item(key: String, value: String, revision: u64) -> ConfigItem {
     ConfigItem {
         key,
@@ -178,7 +181,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("c.json");
         std::fs::write(&path, r#"{"a": "1", "b": "1"}"#).unwrap_or_else(|e| panic!("{e}"));
-        let live = LiveFile::open(&path)
+        let live = LiveFile::open(ComponentFile::new("path", &path))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let mut sub = live.subscribe(ConfigQuery::default());
@@ -208,10 +211,43 @@ mod tests {
     async fn open_fails_on_a_missing_file_naming_it() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("absent.json");
-        let err = LiveFile::open(&path)
+        let err = LiveFile::open(ComponentFile::new("path", &path))
             .await
             .map(|_| ())
             .expect_err("expected an error");
         assert!(err.to_string().contains("absent.json"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn polls_while_a_read_hangs_start_no_other_and_keep_the_last_good_content() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::sync::Arc;
+        use std::time::Duration;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = Mutex::new(hung);
+        let counted = Arc::clone(&calls);
+        // The first read answers; the next ones hang, as on a hung mount.
+        let read = Arc::new(move |_: &Path, _: usize| {
+            if counted.fetch_add(1, SeqCst) > 0 {
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(10));
+            }
+            Ok(br#"{"a": "1"}"#.to_vec())
+        });
+        let deadline = Duration::from_millis(50);
+        let file = ComponentFile::with("path", "/hung/c.json", 64, deadline, read);
+        let live = LiveFile::open(file).await.unwrap_or_else(|e| panic!("{e}"));
+        let mut problems = Vec::new();
+        for _ in 0..3 {
+            assert_eq!(live.reload().await, 0);
+            problems.push(live.state().problem.clone().unwrap_or_default());
+        }
+        assert_eq!(calls.load(SeqCst), 2, "reads: the first and one hung");
+        // One problem reported (the time-out): the polls after it add none.
+        assert!(problems[0].contains("given up"), "{problems:?}");
+        assert!(problems.iter().all(|p| p == &problems[0]), "{problems:?}");
+        assert_eq!(live.get(&ConfigQuery::keys(["a"]))[0].value, "1");
+        let _ = release.send(());
     }
 }

@@ -7,8 +7,9 @@
 //! Afterwards the file's directory is watched, and the file is also re-read
 //! every `pollIntervalMs`; changed keys are published to subscribers,
 //! removed keys with an empty value. A half-written or invalid file keeps
-//! the last good content. The store is read-only and has no groups or
-//! labels.
+//! the last good content, as does a read that hangs (a hung mount: one read
+//! thread stays stuck, the polls meanwhile start none). The store is
+//! read-only and has no groups or labels.
 
 mod live_file;
 mod snapshot;
@@ -24,6 +25,7 @@ use rewire_runtime::{
 use serde::Deserialize;
 use tracing::info;
 
+use crate::component_file::ComponentFile;
 use live_file::LiveFile;
 use rewire_runtime::{FileWatch, OnChange};
 pub use snapshot::FileConfigError;
@@ -113,7 +115,8 @@ impl Component for FileConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         // A relative `path` is the configuration file's neighbour.
         self.settings.path = cx.resolve_path(&self.settings.path);
-        let live = Arc::new(LiveFile::open(&self.settings.path).await?);
+        let file = ComponentFile::new("path", &self.settings.path);
+        let live = Arc::new(LiveFile::open(file).await?);
         let resync =
             Some(Duration::from_millis(self.settings.poll_interval_ms)).filter(|d| !d.is_zero());
         let reloaded = Arc::clone(&live);

@@ -10,8 +10,9 @@
 //! `{"db:password": …}`); with `multiValued` every top-level key is a secret
 //! holding the flattened keys below it. Errors name the file, and for bad
 //! JSON the line and column, never a value. The file is read bounded (see
-//! [`crate::component_file`]: regular files only, at most 16 MiB, 5 s),
-//! and flattened to at most 64 MiB of names and values (every leaf is named
+//! [`crate::component_file`]: regular files only, at most 16 MiB, 5 s,
+//! and every read through the store's one [`ComponentFile`], so a hung
+//! mount pins one read thread, not one per re-read), and flattened to at most 64 MiB of names and values (every leaf is named
 //! by its whole path, so deep nesting with long keys multiplies them).
 
 mod flatten;
@@ -33,7 +34,7 @@ use tracing::{info, warn};
 
 #[cfg(doc)]
 use crate::component_file::MAX_COMPONENT_FILE_BYTES;
-use crate::component_file::{read_component_file, ComponentFileError};
+use crate::component_file::{ComponentFile, ComponentFileError};
 use flatten::Secrets;
 
 /// Metadata of the `local.file` secret store.
@@ -125,10 +126,13 @@ fn printable(name: &str) -> String {
     echoed(name).chars().flat_map(char::escape_debug).collect()
 }
 
-/// Reads and flattens the secrets file of `settings`.
-async fn load(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFileError> {
+/// Reads `file`, the secrets file of `settings`, and flattens it.
+async fn load(
+    settings: &LocalFileSecretMetadata,
+    file: &ComponentFile,
+) -> Result<Secrets, SecretsFileError> {
     let path: &Path = &settings.secrets_file;
-    let text = read_component_file("secretsFile", path).await?;
+    let text = file.read().await?;
     // The serde_json message may quote the input, so only its category,
     // line and column are kept.
     let value: Value = serde_json::from_str(&text).map_err(|err| SecretsFileError::Parse {
@@ -196,7 +200,7 @@ impl LocalFileSecretStore {
 
     /// Re-reads the file when it changes; a bad file keeps the last good
     /// secrets (the warning names the file and the position, never a value).
-    fn watch_file(&self, cx: &InitContext) -> FileWatch {
+    fn watch_file(&self, cx: &InitContext, file: Arc<ComponentFile>) -> FileWatch {
         let (settings, secrets, key) = (
             self.settings.clone(),
             Arc::clone(&self.secrets),
@@ -204,14 +208,15 @@ impl LocalFileSecretStore {
         );
         let problem: Arc<Mutex<Option<String>>> = Arc::default();
         let on_change: OnChange = Arc::new(move || {
-            let (settings, secrets, key, problem) = (
+            let (settings, file, secrets, key, problem) = (
                 settings.clone(),
+                Arc::clone(&file),
                 Arc::clone(&secrets),
                 key.clone(),
                 Arc::clone(&problem),
             );
             Box::pin(async move {
-                reread(&settings, &secrets, &key, &problem).await;
+                reread(&settings, &file, &secrets, &key, &problem).await;
             })
         });
         FileWatch::start(
@@ -228,7 +233,12 @@ impl Component for LocalFileSecretStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         // A relative `secretsFile` is the configuration file's neighbour.
         self.settings.secrets_file = cx.resolve_path(&self.settings.secrets_file);
-        let secrets = load(&self.settings).await?;
+        // One reader for the store's every read (see `ComponentFile`).
+        let file = Arc::new(ComponentFile::new(
+            "secretsFile",
+            &self.settings.secrets_file,
+        ));
+        let secrets = load(&self.settings, &file).await?;
         info!(
             component = %cx.key,
             path = %self.settings.secrets_file.display(),
@@ -236,7 +246,7 @@ impl Component for LocalFileSecretStore {
             "Secrets file loaded."
         );
         self.secrets.store(Arc::new(secrets));
-        let watch = self.watch_file(cx);
+        let watch = self.watch_file(cx, file);
         *self.watch.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(watch);
         Ok(())
     }
@@ -289,21 +299,24 @@ enum Reread {
     Recovered,
     /// A new problem (warning).
     Warned,
-    /// The same problem as the last re-read: not logged again.
+    /// The same problem as the last re-read, or a read not started while
+    /// the one that reported it hangs: not logged again.
     StillFailing,
 }
 
 /// Re-reads the secrets file into `secrets`. `problem` is the last one
 /// reported: a lasting problem is logged once (the file is re-read every
 /// 30 s, and on every change), a different one again, and the recovery
-/// once, as the file config store does.
+/// once, as the file config store does. A read not started because one
+/// given up is stuck continues that one's problem.
 async fn reread(
     settings: &LocalFileSecretMetadata,
+    file: &ComponentFile,
     secrets: &ArcSwap<Secrets>,
     key: &rewire_runtime::ComponentKey,
     problem: &Mutex<Option<String>>,
 ) -> Reread {
-    let loaded = load(settings).await;
+    let loaded = load(settings, file).await;
     let mut problem = problem.lock().unwrap_or_else(|p| p.into_inner());
     match loaded {
         Ok(fresh) => {
@@ -318,6 +331,9 @@ async fn reread(
             } else {
                 Reread::Unchanged
             }
+        }
+        Err(SecretsFileError::Read(err)) if err.is_still_reading() && problem.is_some() => {
+            Reread::StillFailing
         }
         Err(err) => {
             let text = err.to_string();
@@ -337,6 +353,14 @@ mod tests {
     use rewire_runtime::Metadata;
     use serde_json::json;
 
+    async fn load_once(settings: &LocalFileSecretMetadata) -> Result<Secrets, SecretsFileError> {
+        load(
+            settings,
+            &ComponentFile::new("secretsFile", &settings.secrets_file),
+        )
+        .await
+    }
+
     #[test]
     fn path_is_an_alias_of_secrets_file() {
         let metadata = Metadata::from(
@@ -354,7 +378,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("secrets.json");
         std::fs::write(&path, "{\"db\": \"hunter2\" \"x\": 1}").unwrap_or_else(|e| panic!("{e}"));
-        let err = load(&LocalFileSecretMetadata::new(&path))
+        let err = load_once(&LocalFileSecretMetadata::new(&path))
             .await
             .map(|_| ())
             .expect_err("expected an error");
@@ -373,8 +397,12 @@ mod tests {
         let write = |text: &str| std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
         write(r#"{"a": "1"}"#);
         let settings = LocalFileSecretMetadata::new(&path);
-        let secrets =
-            ArcSwap::from_pointee(load(&settings).await.unwrap_or_else(|e| panic!("{e}")));
+        let file = ComponentFile::new("secretsFile", &path);
+        let secrets = ArcSwap::from_pointee(
+            load(&settings, &file)
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
         let key = rewire_runtime::ComponentKey::new("secret_store", "files");
         let problem = Mutex::new(None);
         let mut log = Vec::new();
@@ -390,7 +418,7 @@ mod tests {
             r#"{"a": "2"}"#,
         ] {
             write(text);
-            log.push(reread(&settings, &secrets, &key, &problem).await);
+            log.push(reread(&settings, &file, &secrets, &key, &problem).await);
         }
         use Reread::*;
         assert_eq!(
@@ -412,7 +440,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_file_names_the_path() {
-        let err = load(&LocalFileSecretMetadata::new("/nonexistent/s.json"))
+        let err = load_once(&LocalFileSecretMetadata::new("/nonexistent/s.json"))
             .await
             .map(|_| ())
             .expect_err("expected an error");
@@ -432,7 +460,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("deep.json");
         std::fs::write(&path, file.to_string()).unwrap();
-        let err = load(&LocalFileSecretMetadata::new(path.to_str().unwrap()))
+        let err = load_once(&LocalFileSecretMetadata::new(path.to_str().unwrap()))
             .await
             .map(|_| ())
             .expect_err("refused");
@@ -442,5 +470,43 @@ mod tests {
                 && message.contains("flattens to more than 67108864 bytes"),
             "{message}"
         );
+    }
+
+    #[tokio::test]
+    async fn re_reads_while_a_read_hangs_start_no_other_and_warn_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = Mutex::new(hung);
+        let counted = Arc::clone(&calls);
+        // The first read answers; the next ones hang, as on a hung mount.
+        let read = Arc::new(move |_: &Path, _: usize| {
+            if counted.fetch_add(1, SeqCst) > 0 {
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(10));
+            }
+            Ok(br#"{"a": "1"}"#.to_vec())
+        });
+        let settings = LocalFileSecretMetadata::new("/hung/secrets.json");
+        let deadline = Duration::from_millis(50);
+        let file = ComponentFile::with("secretsFile", "/hung/secrets.json", 64, deadline, read);
+        let secrets = ArcSwap::from_pointee(
+            load(&settings, &file)
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let key = rewire_runtime::ComponentKey::new("secret_store", "files");
+        let problem = Mutex::new(None);
+        let mut log = Vec::new();
+        for _ in 0..3 {
+            log.push(reread(&settings, &file, &secrets, &key, &problem).await);
+        }
+        assert_eq!(
+            log,
+            vec![Reread::Warned, Reread::StillFailing, Reread::StillFailing]
+        );
+        assert_eq!(calls.load(SeqCst), 2, "reads: the first and one hung");
+        assert!(secrets.load().contains_key("a"), "the last good secrets");
+        let _ = release.send(());
     }
 }
