@@ -249,3 +249,19 @@ async fn new_settings_while_a_file_is_removed_keep_tracing_on() {
     assert!(logs.contains("back as they were"), "{logs}");
     assert_eq!(exporter_in_force(&telemetry), in_force);
 }
+
+#[tokio::test]
+async fn new_settings_naming_other_files_that_are_bad_are_refused() {
+    let telemetry = pipeline();
+    let ca = TestCa::new("pinned-before");
+    let before = settings(ENDPOINT, Some(&ca.ca_path));
+    telemetry.apply(&before);
+    assert!(on(&telemetry));
+    // The reload names another CA file, not there (a typo, a late
+    // mount): the old CA must not stand in for the one named.
+    let missing = ca.ca_path.with_file_name("renamed-ca.pem");
+    let after = settings(ENDPOINT, Some(&missing));
+    let logs = logs_of(|| telemetry.apply(&after));
+    assert!(!on(&telemetry), "exported with the old CA: {logs}");
+    assert!(logs.contains("renamed-ca.pem"), "{logs}");
+}

@@ -251,8 +251,14 @@ impl Telemetry {
             }
             Err(error) => {
                 // New settings while a file is bad: the exporter in force
-                // is rebuilt for them from the material it was built from.
-                let last_good = applied.as_ref().filter(|_| !unchanged);
+                // is rebuilt for them from the material it was built from,
+                // when they name the same files (a file caught mid-write).
+                // Files named anew that are bad (a typo, a late mount) are
+                // refused: the old trust or identity must not stand in for
+                // the ones the operator named.
+                let last_good = applied
+                    .as_ref()
+                    .filter(|a| !unchanged && a.settings.tls == settings.tls);
                 let Some(last_good) = last_good.and_then(|a| a.built_from.clone()) else {
                     self.refuse(&mut applied, settings, unchanged, was_on, seen, &error);
                     return;
