@@ -54,6 +54,11 @@ const MAX_ATTEMPTS: usize = 16;
 /// floor. Lua numbers are doubles, exact only up to 2^53, so the script
 /// never computes with the counter: it compares the decimal strings (by
 /// length, then digits) and lets `INCRBY` add.
+///
+/// A counter holding a double (`1e+17`: an early script wrote lifts past
+/// about 1e14 that way, and `INCRBY` refuses it for ever) is first set to
+/// the integer [`lifted_double`] says, in either key; one that is no
+/// number at all is refused, saying what to do.
 static NEXT_RANGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -69,22 +74,52 @@ local function below(value, floor)
   end
   return value < floor
 end
+-- A double written by an older script (Lua's `%.14g`: 14 significant
+-- digits, so the counter it stood for may be up to half a unit of the
+-- 14th digit larger): its ceiling plus one such unit, as an integer
+-- string; nil when not a finite number below 2^63.
+local function lifted(text)
+  local number = tonumber(text)
+  if not number or number ~= number or number == math.huge or number == -math.huge then
+    return nil
+  end
+  if number <= 0 then
+    return "0"
+  end
+  -- The decimal exponent as printed (log10 may fall just short of it).
+  local exponent = tonumber(string.match(string.format("%.13e", number), "e([-+]%d+)$"))
+  local unit = 10 ^ (exponent - 13)
+  local value = math.ceil(math.ceil(number) + unit)
+  if value >= 9223372036854775807 then
+    return nil
+  end
+  return string.format("%.0f", value)
+end
+local function integer(key, value)
+  if not value or string.match(value, "^%-?%d+$") then
+    return value
+  end
+  local lift = lifted(value)
+  if not lift then
+    error({err = "counter " .. key .. " holds " .. value .. ", not an integer below 2^63: "
+      .. "SET it to an integer above every id handed out from it, or delete it and set biggerThan"})
+  end
+  return lift
+end
 local floor = ARGV[2]
 if KEYS[2] then
-  local old = redis.call("GET", KEYS[2])
-  if old and not string.match(old, "^%-?%d+$") then
-    -- A double written by an older script: its ceiling, if finite.
-    local number = tonumber(old)
-    if not number or number ~= number or number == math.huge or number == -math.huge then
-      return redis.error_reply("old counter " .. KEYS[2] .. " holds " .. old .. ", not a number")
-    end
-    old = string.format("%.0f", math.ceil(number))
-  end
+  local old = integer(KEYS[2], redis.call("GET", KEYS[2]))
   if old and not below(old, floor) then
     floor = (string.gsub(old, "^0+(%d)", "%1"))
   end
 end
-if below(redis.call("GET", KEYS[1]), floor) then
+local counter = redis.call("GET", KEYS[1])
+local value = integer(KEYS[1], counter)
+if value ~= counter then
+  -- Never left for Layotto's INCRBY, which refuses it.
+  redis.call("SET", KEYS[1], value)
+end
+if below(value, floor) then
   redis.call("SET", KEYS[1], floor)
 end
 redis.call("INCRBY", KEYS[1], ARGV[1])
@@ -94,16 +129,34 @@ return redis.call("GET", KEYS[1])
 });
 
 /// The value of a counter in the earlier layout, as the script reads it:
-/// an integer (negative: 0), or the ceiling of a finite double an older
-/// script wrote. `None`: not a number, or past `i64`.
+/// an integer (negative: 0), or a finite double an older script wrote,
+/// [`lifted_double`]. `None`: not a number, or past `i64`.
 fn old_counter_value(text: &str) -> Option<i64> {
     if let Ok(value) = text.parse::<i64>() {
         return Some(value.max(0));
     }
-    let number = text.parse::<f64>().ok().filter(|n| n.is_finite())?;
-    let ceiling = number.ceil();
+    lifted_double(text.parse::<f64>().ok()?)
+}
+
+/// A double an older script wrote as a counter (Lua's `%.14g`: 14
+/// significant digits, so the counter it stood for may be up to half a
+/// unit of the 14th digit larger): its ceiling plus one such unit, so no
+/// id it counted is handed out again. Negative: 0. `None`: not finite,
+/// or past `i64`.
+fn lifted_double(number: f64) -> Option<i64> {
+    if !number.is_finite() {
+        return None;
+    }
+    if number <= 0.0 {
+        return Some(0);
+    }
+    // The decimal exponent as printed (`log10` may fall just short of it).
+    let printed = format!("{number:e}");
+    let exponent: i32 = printed.rsplit('e').next()?.parse().ok()?;
+    let unit = 10f64.powi(exponent - 13);
+    let value = (number.ceil() + unit).ceil();
     // `i64::MAX as f64` rounds up to 2^63, itself out of range.
-    (ceiling < i64::MAX as f64).then(|| (ceiling as i64).max(0))
+    (value < i64::MAX as f64).then_some(value as i64)
 }
 
 /// Refuses the sequencer's own fields on the state store and the lock.
@@ -339,5 +392,26 @@ impl Sequencer for RedisSequencer {
 
     async fn get_segment(&self, req: SegmentRequest) -> Result<Option<IdRange>, SequencerError> {
         self.next_range(&req.key, req.size).await.map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `1e+17` may stand for any counter up to 1e17 + 500 (14 significant
+    /// digits): lifted a whole unit of the 14th digit past it.
+    #[test]
+    fn a_double_counter_is_lifted_past_what_it_may_stand_for() {
+        assert_eq!(old_counter_value("1e+17"), Some(100_000_000_000_010_000));
+        assert_eq!(
+            old_counter_value("1.2345678901234e+15"),
+            Some(1_234_567_890_123_500)
+        );
+        assert_eq!(old_counter_value("12"), Some(12));
+        assert_eq!(old_counter_value("-3.5"), Some(0));
+        assert_eq!(old_counter_value("1e+19"), None);
+        assert_eq!(old_counter_value("inf"), None);
+        assert_eq!(old_counter_value("abc"), None);
     }
 }

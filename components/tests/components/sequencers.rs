@@ -350,7 +350,9 @@ async fn redis_ids_above_2_pow_53_are_exact() {
             .unwrap();
         assert_eq!(counter, [(start + 3).to_string()]);
     }
-    // A counter written as a double by an older script is lifted, not fatal.
+    // A counter written as a double by an older script is lifted, not
+    // fatal: past every counter `1e+17` may stand for (14 significant
+    // digits), even above `biggerThan`.
     server
         .query(&["SET", "sequencer|||test||orders", "1e+17"])
         .await
@@ -362,8 +364,41 @@ async fn redis_ids_above_2_pow_53_are_exact() {
     .await;
     assert_eq!(
         sequencer.get_next_id(strong("orders")).await,
-        Ok(100_000_000_000_000_001)
+        Ok(100_000_000_000_010_001)
     );
+}
+
+/// A counter holding a double (`1e+17`, which an early script wrote for
+/// lifts past about 1e14), with nothing else to lift it (`keyPrefix:
+/// none`, no `biggerThan`): `INCRBY` alone refuses it for ever, so it is
+/// set to an integer past every counter it may stand for, once. A
+/// counter that is no number is refused, saying what to do.
+#[tokio::test]
+async fn redis_a_double_counter_is_lifted_once_and_garbage_is_named() {
+    let server = RedisServer::start().await;
+    server
+        .query(&["SET", "sequencer|||orders", "1e+17"])
+        .await
+        .unwrap();
+    server
+        .query(&["SET", "sequencer|||broken", "twelve"])
+        .await
+        .unwrap();
+    let metadata = json!({"redisHost": server.addr(), "keyPrefix": "none"});
+    let ids = sequencer("redis", metadata).await;
+    // 1e+17 may stand for up to 1e17 + 500: one unit of the 14th digit past it.
+    let first = 100_000_000_000_010_001;
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(first));
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(first + 1));
+    let counter = server.query(&["GET", "sequencer|||orders"]).await.unwrap();
+    assert_eq!(counter, [(first + 1).to_string()]);
+    match ids.get_next_id(strong("broken")).await {
+        Err(SequencerError::Backend(message)) => {
+            assert!(message.contains("sequencer|||broken"), "{message}");
+            assert!(message.contains("SET it to an integer"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
