@@ -83,7 +83,13 @@ struct Naming {
 /// store, another sidecar, this one before a restart), the previous
 /// namespace is still consulted: an unlock or keep-alive that finds no
 /// lock on the new one acts on the old one (a keep-alive moves the lock
-/// over), and a try-lock of a resource still held there is refused. Each
+/// over), and a try-lock of a resource still held there is refused. A
+/// request that read the namespace just before a change committed follows
+/// it: a try-lock granted on the old one takes the lock on the new one
+/// too, or gives it up when held there (so one owner at most wins, see
+/// `follow_changes`); an unlock or keep-alive that misses the
+/// lock looks again on the namespace in force, where a concurrent request
+/// of the same owner may have moved it. Each
 /// look-up there waits at most [`PREVIOUS_LIMIT`] (its `dialTimeout` when
 /// shorter), and the first that finds the old server gone (connection
 /// refused, reset or dropped) ends the grace: its locks are no longer consulted, and requests no
@@ -504,36 +510,15 @@ impl Lock for RedisLock {
                 return Ok(false);
             }
         }
-        let mut conn = session
-            .connection()
-            .map_err(|err| LockError::Backend(err.to_string()))?;
-        let reply: Option<String> = redis::cmd("SET")
-            .arg(self.key(&session, &req.resource_id))
-            .arg(&req.lock_owner)
-            .arg("NX")
-            .arg("PX")
-            .arg(expiry_ms)
-            .query_async(&mut conn)
-            .await
-            .map_err(|err| LockError::Backend(self.connection.describe(&session, &err)))?;
-        let taken = reply.is_some();
+        let taken = self.take_if_free(&session, &req, expiry_ms).await?
+            && self.follow_changes(session, &req, expiry_ms).await?;
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, taken, "Lock requested.");
         Ok(taken)
     }
 
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
-        let session = self.connection.session();
-        let mut status = self
-            .owner_script(&session, &scripts::UNLOCK, &req, None)
-            .await?;
-        if status == UnlockStatus::LockDoesNotExist {
-            if let Some(previous) = self.grace.previous() {
-                status = self
-                    .owner_script_before(&previous, &scripts::UNLOCK, &req, None)
-                    .await?;
-            }
-        }
+        let status = self.by_owner(&req, None).await?;
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
         Ok(status)
     }
@@ -541,48 +526,33 @@ impl Lock for RedisLock {
     async fn keep_alive(&self, req: TryLockRequest) -> Result<UnlockStatus, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
-        let session = self.connection.session();
-        let owned = UnlockRequest {
-            resource_id: req.resource_id.clone(),
-            lock_owner: req.lock_owner.clone(),
-        };
-        let mut status = self
-            .owner_script(&session, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
-            .await?;
-        if status == UnlockStatus::LockDoesNotExist {
-            if let Some(previous) = self.grace.previous() {
-                status = self.move_over(&previous, &session, &req, expiry_ms).await?;
-            }
-        }
+        let status = self.by_owner(&owned(&req), Some(expiry_ms)).await?;
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, ?status, "Lock renewal requested.");
         Ok(status)
     }
 }
 
+/// The owner's side of `req`: what its unlock or keep-alive names.
+fn owned(req: &TryLockRequest) -> UnlockRequest {
+    UnlockRequest {
+        resource_id: req.resource_id.clone(),
+        lock_owner: req.lock_owner.clone(),
+    }
+}
+
 impl RedisLock {
-    /// A keep-alive of a lock held in the previous namespace: taken in the
-    /// new one for `expiry_ms`, then released in the old one.
-    async fn move_over(
+    /// `SET NX PX`: whether `req`'s lock was taken in `session`'s
+    /// namespace.
+    async fn take_if_free(
         &self,
-        previous: &Arc<Previous>,
         session: &Arc<Session>,
         req: &TryLockRequest,
         expiry_ms: u64,
-    ) -> Result<UnlockStatus, LockError> {
-        let owned = UnlockRequest {
-            resource_id: req.resource_id.clone(),
-            lock_owner: req.lock_owner.clone(),
-        };
-        let before = self
-            .owner_script_before(previous, &scripts::KEEP_ALIVE, &owned, Some(expiry_ms))
-            .await?;
-        if before != UnlockStatus::Success {
-            return Ok(before);
-        }
+    ) -> Result<bool, LockError> {
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
-        let taken: Option<String> = redis::cmd("SET")
+        let reply: Option<String> = redis::cmd("SET")
             .arg(self.key(session, &req.resource_id))
             .arg(&req.lock_owner)
             .arg("NX")
@@ -591,12 +561,138 @@ impl RedisLock {
             .query_async(&mut conn)
             .await
             .map_err(|err| LockError::Backend(self.connection.describe(session, &err)))?;
-        if taken.is_none() {
-            return Ok(UnlockStatus::LockBelongsToOthers);
+        Ok(reply.is_some())
+    }
+
+    /// After `SET NX` took `req`'s lock in `session`'s namespace: when a
+    /// change of namespace committed meanwhile, the lock is taken in the
+    /// one in force now too (`SET NX`) and the copy in `session`'s
+    /// released; held there by someone, the copy is released and the lock
+    /// not granted.
+    ///
+    /// Why no two owners win a resource across a change from namespace O
+    /// to N: a winner's lock ends in the namespace in force at its last
+    /// look, which came after its last `SET NX`. Two winners that ended in
+    /// the same namespace both took the same key there with `SET NX`:
+    /// Redis granted one. Say A ended in O and B in N: A's last look,
+    /// after taking the key in O, came before N was put in force. If B
+    /// started on N, it loaded the grace (stored before N) after that and
+    /// looked in O, where A's lock was (a move writes the new copy before
+    /// it deletes the old one: a held lock is always in one of them), and
+    /// B was refused. If B started on O and moved to N, both took the key
+    /// in O, so B's copy was gone before A took it; B deletes it only
+    /// after a look that saw N, so A's look, later, saw N too: A did not
+    /// end in O. (Assumed, as everywhere: locks do not expire meanwhile,
+    /// and the grace still covers O — one change back.)
+    async fn follow_changes(
+        &self,
+        mut session: Arc<Session>,
+        req: &TryLockRequest,
+        expiry_ms: u64,
+    ) -> Result<bool, LockError> {
+        loop {
+            let current = self.connection.session();
+            if self.same_namespace(&current, &session) {
+                return Ok(true);
+            }
+            let taken = self.take_if_free(&current, req, expiry_ms).await;
+            self.release_copy(&session, &owned(req)).await;
+            debug!(resource = %echoed(&req.resource_id), taken = ?taken, "Lock taken as the namespace changed; followed to the new one.");
+            match taken {
+                Ok(true) => session = current,
+                other => return other,
+            }
+        }
+    }
+
+    /// Releases `req`'s copy of the lock in `session`'s namespace, left by
+    /// a move: best effort, within its look-up limit (a copy left behind
+    /// expires).
+    async fn release_copy(&self, session: &Arc<Session>, req: &UnlockRequest) {
+        let limit = previous_limit(session.metadata());
+        let release = self.owner_script(session, &scripts::UNLOCK, req, None);
+        match tokio::time::timeout(limit, release).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                debug!(resource = %echoed(&req.resource_id), error = %err, "A moved lock's copy was not released; it expires.");
+            }
+            Err(_) => {
+                debug!(resource = %echoed(&req.resource_id), ?limit, "A moved lock's copy was not released in time; it expires.");
+            }
+        }
+    }
+
+    /// The owner's unlock (`renew_ms` none) or keep-alive, where the lock
+    /// is: in the namespace in force; else in the previous one (a
+    /// keep-alive moves it over); else in the one in force now. A
+    /// concurrent request of the same owner (a keep-alive, a try-lock that
+    /// followed a change) may have moved the lock there while this one
+    /// looked elsewhere, and a move writes the new copy before it deletes
+    /// the old one: missed in the old namespace, it is in the new one.
+    async fn by_owner(
+        &self,
+        req: &UnlockRequest,
+        renew_ms: Option<u64>,
+    ) -> Result<UnlockStatus, LockError> {
+        let script: &redis::Script = match renew_ms {
+            Some(_) => &scripts::KEEP_ALIVE,
+            None => &scripts::UNLOCK,
+        };
+        let session = self.connection.session();
+        let status = self.owner_script(&session, script, req, renew_ms).await?;
+        if status != UnlockStatus::LockDoesNotExist {
+            return Ok(status);
+        }
+        let previous = self
+            .grace
+            .previous()
+            .filter(|previous| !self.same_namespace(&previous.session, &session));
+        if let Some(previous) = &previous {
+            let status = match renew_ms {
+                Some(expiry_ms) => self.move_over(previous, &session, req, expiry_ms).await?,
+                None => {
+                    self.owner_script_before(previous, script, req, None)
+                        .await?
+                }
+            };
+            if status != UnlockStatus::LockDoesNotExist {
+                return Ok(status);
+            }
+        }
+        let current = self.connection.session();
+        if previous.is_none() && self.same_namespace(&current, &session) {
+            // No change to move it: it does not exist.
+            return Ok(UnlockStatus::LockDoesNotExist);
+        }
+        self.owner_script(&current, script, req, renew_ms).await
+    }
+
+    /// A keep-alive of a lock held in the previous namespace: renewed
+    /// there, taken in `session`'s for `expiry_ms` (renewed, when a
+    /// concurrent keep-alive of the same owner moved it first), then
+    /// released in the old one.
+    async fn move_over(
+        &self,
+        previous: &Arc<Previous>,
+        session: &Arc<Session>,
+        req: &UnlockRequest,
+        expiry_ms: u64,
+    ) -> Result<UnlockStatus, LockError> {
+        let before = self
+            .owner_script_before(previous, &scripts::KEEP_ALIVE, req, Some(expiry_ms))
+            .await?;
+        if before != UnlockStatus::Success {
+            return Ok(before);
+        }
+        let moved = self
+            .owner_script(session, &scripts::TAKE_OR_RENEW, req, Some(expiry_ms))
+            .await?;
+        if moved != UnlockStatus::Success {
+            return Ok(moved);
         }
         // Moved: the copy left in the old namespace expires if this fails.
         let _ = self
-            .owner_script_before(previous, &scripts::UNLOCK, &owned, None)
+            .owner_script_before(previous, &scripts::UNLOCK, req, None)
             .await;
         Ok(UnlockStatus::Success)
     }

@@ -103,6 +103,22 @@ return 1
     )
 });
 
+/// Takes lock `KEYS[1]` for `ARGV[1]` for `ARGV[2]` milliseconds when
+/// nobody holds it, or renews it when `ARGV[1]` does; replies [`UNLOCKED`]
+/// (taken or renewed) or [`OTHER_OWNER`]. A keep-alive moving a lock to a
+/// new namespace: a concurrent keep-alive of the same owner may have put
+/// it there first.
+pub static TAKE_OR_RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local owner = redis.call("GET", KEYS[1])
+if owner and owner ~= ARGV[1] then return -1 end
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+return 1
+"#,
+    )
+});
+
 /// A state transaction, all or none: every condition is checked first
 /// against the versions the keys would have at that operation's turn (an
 /// earlier operation of the same transaction may have written or deleted

@@ -712,3 +712,96 @@ async fn no_lock_held_on_the_old_namespace_is_taken_while_a_change_commits() {
     assert_eq!(owner_at(&server, "lock||r").await, None);
     assert_eq!(owner_at(&server, "lock||s").await.as_deref(), Some("S"));
 }
+
+/// Holds up every command `server` gets for `pause` (`CLIENT PAUSE …
+/// ALL`): a look-up there answers late, yet within the 500 ms a look-up in
+/// a previous namespace may take (the slack left absorbs a loaded machine).
+async fn hold_up(server: &RedisServer, pause: Duration) {
+    let millis = pause.as_millis().to_string();
+    server
+        .query(&["CLIENT", "PAUSE", &millis, "ALL"])
+        .await
+        .expect("CLIENT PAUSE");
+}
+
+/// Two changes in a row (first → second → third server). Try-locks that
+/// read the second server before the last change committed wait on their
+/// look-up in the first (held up); meanwhile the change commits and
+/// another try-lock, on the third server, finds `r` free on the second and
+/// takes it on the third. When the late ones go on, taking `r` and `q` on
+/// the second server, they see the change: `r` held on the third is not
+/// granted (their copy on the second released), `q` free there is taken
+/// on the third. Before: `r` was granted to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_that_read_the_namespace_before_a_change_committed_is_not_granted_twice() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let third = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    change(&store, json!({"redisHost": second.addr()})).await;
+    let staged = store
+        .as_in_place()
+        .expect("in place")
+        .stage_in_place(&common::metadata(json!({"redisHost": third.addr()})))
+        .await;
+    let Ok(StagedInPlace::Deferred(to_third)) = staged else {
+        panic!("expected a deferred change, got {staged:?}");
+    };
+
+    hold_up(&first, Duration::from_millis(350)).await;
+    let late = |resource: &'static str| {
+        let store = store.clone();
+        tokio::spawn(async move { store.try_lock(lock(resource, "late", MINUTE)).await })
+    };
+    let (late_r, late_q) = (late("r"), late("q"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    to_third.apply();
+    assert_eq!(store.try_lock(lock("r", "new", MINUTE)).await, Ok(true));
+
+    assert_eq!(late_r.await.expect("the late try-lock of r"), Ok(false));
+    assert_eq!(late_q.await.expect("the late try-lock of q"), Ok(true));
+    assert_eq!(owner_at(&second, "lock||test||r").await, None);
+    assert_eq!(
+        owner_at(&third, "lock||test||r").await.as_deref(),
+        Some("new")
+    );
+    assert_eq!(owner_at(&second, "lock||test||q").await, None);
+    assert_eq!(
+        owner_at(&third, "lock||test||q").await.as_deref(),
+        Some("late")
+    );
+    assert_eq!(
+        store.unlock(unlock("q", "late")).await,
+        Ok(UnlockStatus::Success)
+    );
+}
+
+/// After a change of server, two keep-alives at once by the owner of a
+/// lock held on the old server both find it there (held up together) and
+/// both move it over: both succeed, and the lock ends on the new server
+/// alone. Before: the second found the first's copy on the new server and
+/// answered `LockBelongsToOthers` (a little later, it found the lock in
+/// neither: `LockDoesNotExist`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_keep_alives_at_once_both_find_a_lock_being_moved() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(store.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+    change(&store, json!({"redisHost": second.addr()})).await;
+
+    hold_up(&first, Duration::from_millis(250)).await;
+    let renew = || {
+        let store = store.clone();
+        tokio::spawn(async move { store.keep_alive(lock("r", "A", MINUTE)).await })
+    };
+    let (one, two) = (renew(), renew());
+    assert_eq!(one.await.expect("a keep-alive"), Ok(UnlockStatus::Success));
+    assert_eq!(two.await.expect("a keep-alive"), Ok(UnlockStatus::Success));
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("A")
+    );
+    assert_eq!(store.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+}
