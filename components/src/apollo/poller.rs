@@ -113,6 +113,47 @@ async fn replacement(replaced: &mut tokio::sync::watch::Receiver<u64>) {
     }
 }
 
+/// The notified namespace names that match none served: counted, and
+/// the first few kept cut short for the error (an answer of up to 16 MiB
+/// could name any number of any length; the error is held as the
+/// readiness reason and shown in status).
+#[derive(Debug, Default)]
+struct Unmatched {
+    count: usize,
+    quoted: Vec<String>,
+}
+
+impl Unmatched {
+    /// Names quoted in the error.
+    const QUOTED: usize = 3;
+    /// Characters kept of a quoted name.
+    const NAME_CHARS: usize = 64;
+
+    fn add(&mut self, name: &str) {
+        self.count += 1;
+        if self.quoted.len() < Self::QUOTED {
+            let quoted = match name.char_indices().nth(Self::NAME_CHARS) {
+                Some((cut, _)) => format!("`{}…`", &name[..cut]),
+                None => format!("`{name}`"),
+            };
+            self.quoted.push(quoted);
+        }
+    }
+
+    /// "namespace(s) `a`, `b`, `c` and 5 more".
+    fn describe(&self) -> String {
+        let more = match self.count.saturating_sub(self.quoted.len()) {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        };
+        format!(
+            "{} namespace(s) {}{more}",
+            self.count,
+            self.quoted.join(", ")
+        )
+    }
+}
+
 impl Poller {
     async fn run(self, stop: CancellationToken) {
         let refresher = Arc::clone(&self.refresher);
@@ -195,11 +236,11 @@ impl Poller {
             .collect();
         let mut advanced = false;
         let mut first_error = None;
-        let mut unmatched = Vec::new();
+        let mut unmatched = Unmatched::default();
         for notification in notifications {
             let served = refresher.live.resolve(&notification.namespace_name);
             if served.is_empty() {
-                unmatched.push(notification.namespace_name);
+                unmatched.add(&notification.namespace_name);
                 continue;
             }
             for namespace in served {
@@ -223,13 +264,13 @@ impl Poller {
         if let Some(err) = first_error {
             return Err(err);
         }
-        if !unmatched.is_empty() {
+        if unmatched.count > 0 {
             // Our ids stay as they were, so the next poll would be answered
             // at once: a failure, so that it waits (backoff) and is seen.
             return Err(ApolloError::Config(format!(
-                "{} notified namespace(s) {} that match none served ({}); the notification ids cannot advance",
+                "{} notified {} that match none served ({}); the notification ids cannot advance",
                 refresher.client.server(),
-                unmatched.join(","),
+                unmatched.describe(),
                 refresher.live.order().join(","),
             )));
         }
@@ -289,6 +330,24 @@ mod tests {
     use crate::apollo::namespaces::LiveNamespaces;
     use crate::apollo::services::{ConfigServices, InstanceSettings};
     use tokio::time::Instant;
+
+    #[test]
+    fn unmatched_names_are_counted_and_a_few_quoted_short() {
+        let mut unmatched = Unmatched::default();
+        unmatched.add("other");
+        assert_eq!(unmatched.describe(), "1 namespace(s) `other`");
+        let long = "n".repeat(1 << 20);
+        for _ in 0..10_000 {
+            unmatched.add(&long);
+        }
+        let text = unmatched.describe();
+        assert!(text.len() < 400, "{} bytes", text.len());
+        assert!(
+            text.starts_with("10001 namespace(s) `other`, `nnn"),
+            "{text}"
+        );
+        assert!(text.ends_with("…` and 9998 more"), "{text}");
+    }
 
     /// What a scripted round answers.
     #[derive(Clone, Copy)]
