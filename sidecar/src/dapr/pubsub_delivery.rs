@@ -34,8 +34,11 @@
 //! topic into its dead letters, and the broker keeps the rest.)
 //!
 //! Each attempt runs in a delivery span, a child of the trace the event
-//! carries (as Dapr's); the sink sends on that span's context, never the
-//! event's trace fields unchecked (any writer of the topic may fill them).
+//! carries (as Dapr's); an app's HTTP headers and gRPC metadata carry that
+//! span's context, never the event's trace fields unchecked (any writer
+//! of the topic may fill them). The event itself is not altered: the
+//! gRPC `extensions` and a streamed subscriber's message carry its fields
+//! as they came (in the message body, where no header limit applies).
 //!
 //! Every event's retries end with its subscription: when the delivery
 //! loop ends (stopped, its sink gone, or retired and done), an event
@@ -88,11 +91,13 @@ pub const MAX_ATTEMPTS: u32 = 5;
 /// How long a subscriber on a stream has to take an event off it and to
 /// answer it (what an app gets to answer an event delivered over HTTP).
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
-/// How long the broker has to answer a subscription's subscribe: past a
-/// reload's warm-up, which a subscribe made meanwhile waits for (up to
-/// 10 s), and the runtime's 5 s bound of the subscribes it makes in the
-/// background; a redis subscribe with default timeouts ends sooner.
-pub const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(15);
+/// How long the broker has to answer a subscription's subscribe: the
+/// longest bound the runtime gives a slow broker's subscribe (its
+/// `SLOW_SUBSCRIBE_BOUND`), which also covers a reload's warm-up that a
+/// subscribe made meanwhile waits for (up to 10 s). A broker slow to
+/// answer but answering (a raised `dialTimeout`, a failover) is
+/// subscribed; only one that does not answer at all is given up on.
+pub const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(40);
 /// The first wait between attempts (doubled each time, up to 5 s).
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between attempts without a retry policy.
