@@ -4,8 +4,9 @@
 //! One file per namespace, `{dir}/{appId}+{cluster}+{namespace}.json`,
 //! holding the config service's own answer (`appId`, `cluster`,
 //! `namespaceName`, `configurations`, `releaseKey`). A file is written to a
-//! temporary name and renamed over the old one, so a reader never sees half
-//! of it. A namespace without release is stored with no configuration and
+//! temporary name, synced, renamed over the old one, and the folder
+//! synced: a reader never sees half of it, and after a crash the file is
+//! the old release or the new one, never empty. A namespace without release is stored with no configuration and
 //! an empty `releaseKey`.
 //!
 //! The files hold released values (often passwords) and are served as the
@@ -107,7 +108,9 @@ impl BackupCache {
             let _ = tokio::fs::remove_file(&temp).await;
             return Err(failed(format!("cannot replace: {err}")));
         }
-        Ok(())
+        sync_folder(&self.dir)
+            .await
+            .map_err(|err| failed(format!("replaced, but the folder not synced: {err}")))
     }
 
     /// The stored release of `namespace`; `None` when there is no file.
@@ -160,9 +163,21 @@ impl BackupCache {
     }
 }
 
+/// Syncs `folder`, so that a rename in it survives a crash.
+#[cfg(unix)]
+async fn sync_folder(folder: &Path) -> std::io::Result<()> {
+    tokio::fs::File::open(folder).await?.sync_all().await
+}
+
+/// Folders cannot be opened to sync them here; the rename stands alone.
+#[cfg(not(unix))]
+async fn sync_folder(_folder: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// Writes `bytes` to `path`, which must not exist yet (so a name planted
 /// there, a symlink say, is never followed), readable and writable by the
-/// process's user only.
+/// process's user only, and synced to disk.
 async fn write_new_private(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
@@ -172,7 +187,10 @@ async fn write_new_private(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(&path)?;
-        file.write_all(&bytes)
+        file.write_all(&bytes)?;
+        // On disk before the rename makes it the backup: a crash after
+        // the rename must not leave an empty or partial file there.
+        file.sync_all()
     })
     .await
     .unwrap_or_else(|err| Err(std::io::Error::other(err)))
