@@ -177,6 +177,10 @@ struct Inner {
     overlay_tried: Arc<trigger::OverlayTried>,
     /// The configuration sources' reads, run before a control-plane change.
     source_reads: Arc<trigger::SourceReads>,
+    /// Held by a control-plane change from its wait for the queue to the
+    /// end of its reload (a fair lock): changes go in force in the order
+    /// they arrived, though the queue wakes their waits together.
+    control_turn: tokio::sync::Mutex<()>,
 }
 
 impl Runtime {
@@ -282,6 +286,7 @@ impl Runtime {
                 retry: worker::RetrySlot::default(),
                 overlay_tried: Arc::default(),
                 source_reads: Arc::default(),
+                control_turn: tokio::sync::Mutex::new(()),
             }),
         };
         if let Some(spec) = overlay {
@@ -451,6 +456,7 @@ impl Runtime {
         change: LayerChange,
         based_on_generation: Option<u64>,
     ) -> Result<ReloadRecord, ReloadError> {
+        let _turn = self.inner.control_turn.lock().await;
         self.inner.source_reads.read_now().await;
         if !self
             .inner

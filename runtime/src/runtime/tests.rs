@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use super::*;
 use crate::component::{Component, ComponentError, InitContext};
-use crate::config::{parse, validate};
+use crate::config::{parse, validate, ComponentPatch};
 use crate::handle::{InjectedHandle, Instance};
 use crate::kinds::{
     ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, SubscriptionHub,
@@ -62,6 +62,8 @@ struct Recorder {
     stops: bool,
     fails: bool,
     close_for: Duration,
+    /// How long its `init` takes (`initMs`).
+    init_for: Duration,
 }
 
 #[async_trait]
@@ -81,6 +83,7 @@ impl Component for Recorder {
         if self.fails {
             return Err(ComponentError::new("refused at once"));
         }
+        tokio::time::sleep(self.init_for).await;
         Ok(())
     }
 
@@ -169,6 +172,9 @@ fn build_recorder(metadata: &Metadata) -> Result<Box<dyn Buildable>, MetadataErr
         stops: flag("stops"),
         fails: flag("fails"),
         close_for: Duration::from_millis(close_ms.unwrap_or(0)),
+        init_for: Duration::from_millis(
+            metadata.get("initMs").and_then(Value::as_u64).unwrap_or(0),
+        ),
     }))
 }
 
@@ -551,4 +557,66 @@ async fn a_dropped_start_lets_a_failed_inits_close_run_to_its_end() {
 async fn a_dropped_start_closes_the_component_whose_init_it_cut_short() {
     let ended = dropped_start("drophang", &[("drophang-hang", &[])]).await;
     assert_eq!(ended, ["drophang-hang"], "never closed");
+}
+
+/// Control-plane changes waiting together for a triggered reload (a slow
+/// one, queued before them) go in force in the order they arrived: the
+/// queue wakes their waits at once, in no set order.
+#[tokio::test(start_paused = true)]
+async fn control_plane_changes_waiting_on_a_queued_reload_keep_their_order() {
+    let with_slow = |round: u64| {
+        json!({"components": {"custom": {
+            "order-a": {"type": "recorder", "metadata": {"name": "order-a"}},
+            "order-slow": {"type": "recorder", "metadata": {"name": format!("order-slow-{round}"), "initMs": 1000}},
+        }}})
+    };
+    let runtime = Runtime::start(valid(&with_slow(0)), registry(), RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let key = ComponentKey::new("custom", "order-a");
+    let amend = |value: u64| {
+        let runtime = runtime.clone();
+        let key = key.clone();
+        async move {
+            let mut metadata = Map::new();
+            metadata.insert("v".into(), json!(value));
+            let patch = ComponentPatch {
+                metadata,
+                ..ComponentPatch::default()
+            };
+            runtime.amend_component(key, patch, None).await
+        }
+    };
+    for round in 1..=10 {
+        // A triggered reload rebuilding the slow component: 1 s.
+        let text = with_slow(round).to_string();
+        let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        runtime
+            .trigger_context()
+            .request(ReloadRequest::new(config, Trigger::File));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let first = tokio::spawn(amend(2 * round));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let second = tokio::spawn(amend(2 * round + 1));
+        let first = first.await.expect("joined").expect("applied");
+        let second = second.await.expect("joined").expect("applied");
+        assert!(
+            first.generation < second.generation,
+            "round {round}: the later change went in force first ({} after {})",
+            first.generation,
+            second.generation
+        );
+        let status = serde_json::to_value(runtime.status().await).expect("status");
+        let a = status["components"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "order-a"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            a["metadata"]["v"],
+            json!(2 * round + 1),
+            "round {round}: {a}"
+        );
+    }
+    runtime.shutdown().await;
 }
