@@ -218,7 +218,9 @@ async fn watch_overlay_round(
     let within = store_call_bound(None);
     // The store may let a subscription go (it fell behind, a burst of
     // writes while this task waited): then it is subscribed to again, a
-    // moment later, and read again.
+    // moment later (longer while subscriptions end without a change),
+    // and read again.
+    let mut resubscribe = super::watched_refs::Resubscribe::default();
     loop {
         let mut subscription = loop {
             match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
@@ -235,12 +237,16 @@ async fn watch_overlay_round(
         loop {
             let read = overlay_changed(cx, spec, app_id, round).await;
             tokio::select! {
-                change = subscription.changes.recv() => if change.is_none() { break },
+                change = subscription.changes.recv() => match change {
+                    Some(_) => resubscribe = Default::default(),
+                    None => break,
+                },
                 () = tokio::time::sleep(within), if !read => {}
             }
         }
-        tracing::warn!(store = %spec.store, "The overlay's subscription ended; subscribing again.");
-        tokio::time::sleep(super::watched_refs::RESUBSCRIBE_AFTER).await;
+        let wait = resubscribe.next_wait();
+        tracing::warn!(store = %spec.store, after = ?wait, "The overlay's subscription ended; subscribing again.");
+        tokio::time::sleep(wait).await;
     }
 }
 

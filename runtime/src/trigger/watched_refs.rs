@@ -257,6 +257,7 @@ async fn watch_configuration(
         return;
     };
     let mut forced = Forced::default();
+    let mut resubscribe = Resubscribe::default();
     // The store's value as the watch last learned it.
     let mut seen = None;
     // Whether the store's current value is to be read: at first (a change
@@ -283,8 +284,9 @@ async fn watch_configuration(
                     // The store let the subscription go (it fell behind,
                     // a burst of writes while this task waited): subscribe
                     // again, a moment later, and read what was missed.
-                    tracing::warn!(component = %component, store = %r.store, key = %r.key, "The watched configurationRef's subscription ended; subscribing again.");
-                    tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                    let wait = resubscribe.next_wait();
+                    tracing::warn!(component = %component, store = %r.store, key = %r.key, after = ?wait, "The watched configurationRef's subscription ended; subscribing again.");
+                    tokio::time::sleep(wait).await;
                     match subscribe_configuration(&handle, &query, &component, &r).await {
                         Some(again) => subscription = again,
                         None => return,
@@ -292,6 +294,8 @@ async fn watch_configuration(
                     to_read = true;
                     continue;
                 };
+                // It works: a next end is waited for from the start.
+                resubscribe = Resubscribe::default();
                 // A subscription may report every group's and label's
                 // writes of the key; the component reads only its own.
                 for item in change.items.into_iter().filter(|i| is_the_ref(&r, i)) {
@@ -323,9 +327,30 @@ async fn watch_configuration(
 }
 
 /// How long a watch waits before subscribing again after its store let
-/// the subscription go (so a store that ends every subscription at once
-/// is not asked in a tight loop).
+/// the subscription go; doubled while subscriptions end without a change
+/// (a store that ends every subscription at once is not asked in a tight
+/// loop), up to [`RESUBSCRIBE_AT_MOST`].
 pub(super) const RESUBSCRIBE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest wait before subscribing again.
+const RESUBSCRIBE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The waits before subscribing again, growing while subscriptions end
+/// without delivering a change.
+#[derive(Default)]
+pub(super) struct Resubscribe {
+    ended: u32,
+}
+
+impl Resubscribe {
+    /// The wait before the next subscribe, counting this end.
+    pub(super) fn next_wait(&mut self) -> std::time::Duration {
+        let wait = RESUBSCRIBE_AFTER
+            .saturating_mul(1 << self.ended.min(16))
+            .min(RESUBSCRIBE_AT_MOST);
+        self.ended = self.ended.saturating_add(1);
+        wait
+    }
+}
 
 /// Subscribes to the watched configurationRef `r`; a subscribe that does
 /// not answer is abandoned and asked again (a store that hangs once does
@@ -608,6 +633,18 @@ mod tests {
         assert_eq!(
             secret_poll_period(std::time::Duration::from_secs(3)),
             std::time::Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn the_wait_before_subscribing_again_doubles_up_to_its_bound() {
+        let mut resubscribe = Resubscribe::default();
+        let waits: Vec<u64> = (0..12)
+            .map(|_| resubscribe.next_wait().as_millis() as u64)
+            .collect();
+        assert_eq!(
+            waits,
+            [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000, 30000]
         );
     }
 
