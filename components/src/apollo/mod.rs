@@ -45,8 +45,9 @@
 //!   `delete` edit items through the Open API (in the item's group, or the
 //!   first namespace) and release each touched namespace as
 //!   `open_api_user`; the store then reads the namespace back, so a `get`
-//!   right after a write sees it. Every item is checked first (non-empty
-//!   key, value within Apollo's 20,000 characters); an edit or release
+//!   right after a write sees it. Every key is checked first (non-empty;
+//!   a value past the portal's length limit is the portal's to refuse);
+//!   an edit or release
 //!   that fails undoes the edits not released yet, so a later release does
 //!   not publish half a write (see `writes.rs`, also for what is left when
 //!   undoing fails too). Without them, writes are unsupported.
@@ -309,7 +310,7 @@ impl ConfigStore for ApolloConfigStore {
         let open_api = self.open_api(running, "set")?;
         let mut edits = Vec::with_capacity(items.len());
         for item in items {
-            writes::check_item(&item.key, &item.value)?;
+            writes::check_item(&item.key)?;
             no_label(item.label.as_ref())?;
             let namespace = self.namespace_of(running, item.group.as_ref())?;
             edits.push(Edit {
