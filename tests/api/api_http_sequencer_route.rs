@@ -88,3 +88,32 @@ async fn a_sequencer_out_of_room_answers_429() {
     assert_eq!(body["id"], 6, "{body}");
     sidecar.stop().await;
 }
+
+/// An id past 2^53 is exact as text: `nextId` (a JSON number there reads
+/// rounded as a double, two ids as one).
+#[tokio::test]
+async fn an_id_past_two_to_the_53_is_exact_as_text() {
+    let config = json!({"appId": "big-ids", "components": {"sequencer": {
+        "ids": {"type": "memory", "metadata": {"biggerThan": {"k": 9007199254740992_i64}}}
+    }}});
+    let sidecar = Sidecar::start(&config.to_string(), ApiOptions::default()).await;
+    let url = format!("{}/v1.0/rewire/sequencer/ids/k", sidecar.http_url());
+    let client = Client::new();
+    let mut texts = Vec::new();
+    for _ in 0..2 {
+        let body: Value = client
+            .post(&url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let text = body["nextId"].as_str().expect("nextId as text").to_string();
+        assert_eq!(text.parse::<i64>().ok(), body["id"].as_i64(), "{body}");
+        texts.push(text.parse::<i64>().unwrap());
+    }
+    assert!(texts[0] > 9007199254740992, "{texts:?}");
+    assert_eq!(texts[1], texts[0] + 1, "{texts:?}");
+    sidecar.stop().await;
+}

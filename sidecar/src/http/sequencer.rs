@@ -1,6 +1,6 @@
 //! The sequencer route (rewire's own; Dapr has none):
 //! `POST /v1.0/rewire/sequencer/{store}/{key}?increment=strong|weak` →
-//! `{"id": N}`; `metadata.<name>` parameters go to the sequencer. `GET`
+//! `{"id": N, "nextId": "N"}`; `metadata.<name>` parameters go to the sequencer. `GET`
 //! is kept for existing clients; every answer says `Cache-Control:
 //! no-store`, since each call hands out a new id (a cache or a proxy
 //! replaying an answer would hand one out twice, and a prefetching client
@@ -57,5 +57,8 @@ async fn next_id_of(
         .sequencer(&store)?
         .next_id(key, increment, metadata)
         .await?;
-    Ok(Json(json!({ "id": id })))
+    // `nextId` as text too (protojson's int64, Layotto's field name): a
+    // JSON number past 2^53 reads rounded in JavaScript and any reader
+    // parsing numbers as doubles, handing one id out as several.
+    Ok(Json(json!({ "id": id, "nextId": id.to_string() })))
 }
