@@ -507,9 +507,17 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_value_whose_read_the_store_fails_after_the_component_moved_is_read_again() {
-        let store = Arc::new(FlakyStore::default());
+    /// A watch of `cfg`'s `k` (`store`, holding A) by `state/s`, which
+    /// runs with A: what steers it and what it sends.
+    struct Watching {
+        runs_with: watch::Sender<Option<Value>>,
+        queued: crate::reload::queue::QueueReceiver,
+        component: ComponentKey,
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    fn watching_k(store: &Arc<FlakyStore>) -> Watching {
         *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "A".into();
         let live = Live::new();
         let instance: Arc<dyn ConfigStore> = store.clone();
@@ -520,7 +528,7 @@ mod tests {
                 Instance::ConfigStore(instance),
             )]),
         ));
-        let (cx, mut queued) = TriggerContext::for_tests(live, "shop");
+        let (cx, queued) = TriggerContext::for_tests(live, "shop");
         let reference = ConfigurationRef {
             store: "cfg".into(),
             key: "k".into(),
@@ -532,13 +540,32 @@ mod tests {
         let component = ComponentKey::new("state", "s");
         let (runs_with, expected) = watch::channel(Some(Value::from("A")));
         let stop = CancellationToken::new();
-        let watching = tokio::spawn(run_watch(
+        let task = tokio::spawn(run_watch(
             cx,
             component.clone(),
             InjectedRef::Configuration(0, reference),
             expected,
             stop.clone(),
         ));
+        Watching {
+            runs_with,
+            queued,
+            component,
+            stop,
+            task,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_value_whose_read_the_store_fails_after_the_component_moved_is_read_again() {
+        let store = Arc::new(FlakyStore::default());
+        let Watching {
+            runs_with,
+            mut queued,
+            component,
+            stop,
+            task: watching,
+        } = watching_k(&store);
         // Subscribed, and the store's A read: nothing to ask.
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(
@@ -564,35 +591,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_watch_whose_subscription_the_store_dropped_subscribes_again() {
         let store = Arc::new(FlakyStore::default());
-        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "A".into();
-        let live = Live::new();
-        let instance: Arc<dyn ConfigStore> = store.clone();
-        live.publish(Generation::new(
-            1,
-            BTreeMap::from([(
-                ComponentKey::new(Kind::ConfigStore, "cfg"),
-                Instance::ConfigStore(instance),
-            )]),
-        ));
-        let (cx, mut queued) = TriggerContext::for_tests(live, "shop");
-        let reference = ConfigurationRef {
-            store: "cfg".into(),
-            key: "k".into(),
-            group: None,
-            label: None,
-            inject_as: "v".into(),
-            watch: true,
-        };
-        let component = ComponentKey::new("state", "s");
-        let (_runs_with, expected) = watch::channel(Some(Value::from("A")));
-        let stop = CancellationToken::new();
-        let watching = tokio::spawn(run_watch(
-            cx,
-            component.clone(),
-            InjectedRef::Configuration(0, reference),
-            expected,
-            stop.clone(),
-        ));
+        let Watching {
+            runs_with: _runs_with,
+            mut queued,
+            component,
+            stop,
+            task: watching,
+        } = watching_k(&store);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(queued.try_recv().is_err(), "A is in force");
         // A burst of writes of the value in force while the watch cannot
