@@ -233,6 +233,36 @@ where
     })
 }
 
+/// A file at `path` whose first read answers `content` and whose later
+/// reads hang (as on a hung mount) until the sender is dropped or sent to
+/// (10 s at most), given up after 50 ms; with the count of reads started.
+#[cfg(test)]
+pub(crate) fn hanging_after_first_read(
+    field: &'static str,
+    path: &str,
+    content: &'static [u8],
+) -> (
+    ComponentFile,
+    Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::mpsc::Sender<()>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (release, hung) = std::sync::mpsc::channel::<()>();
+    let hung = std::sync::Mutex::new(hung);
+    let counted = Arc::clone(&calls);
+    let read: ReadBytes = Arc::new(move |_: &Path, _: usize| {
+        if counted.fetch_add(1, SeqCst) > 0 {
+            let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = hung.recv_timeout(Duration::from_secs(10));
+        }
+        Ok(content.to_vec())
+    });
+    let deadline = Duration::from_millis(50);
+    let file = ComponentFile::with(field, path, 64, deadline, read);
+    (file, calls, release)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,23 +220,12 @@ mod tests {
 
     #[tokio::test]
     async fn polls_while_a_read_hangs_start_no_other_and_keep_the_last_good_content() {
-        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-        use std::sync::Arc;
-        use std::time::Duration;
-        let calls = Arc::new(AtomicUsize::new(0));
-        let (release, hung) = std::sync::mpsc::channel::<()>();
-        let hung = Mutex::new(hung);
-        let counted = Arc::clone(&calls);
-        // The first read answers; the next ones hang, as on a hung mount.
-        let read = Arc::new(move |_: &Path, _: usize| {
-            if counted.fetch_add(1, SeqCst) > 0 {
-                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = hung.recv_timeout(Duration::from_secs(10));
-            }
-            Ok(br#"{"a": "1"}"#.to_vec())
-        });
-        let deadline = Duration::from_millis(50);
-        let file = ComponentFile::with("path", "/hung/c.json", 64, deadline, read);
+        use std::sync::atomic::Ordering::SeqCst;
+        let (file, calls, release) = crate::component_file::hanging_after_first_read(
+            "path",
+            "/hung/c.json",
+            br#"{"a": "1"}"#,
+        );
         let live = LiveFile::open(file).await.unwrap_or_else(|e| panic!("{e}"));
         let mut problems = Vec::new();
         for _ in 0..3 {

@@ -474,22 +474,13 @@ mod tests {
 
     #[tokio::test]
     async fn re_reads_while_a_read_hangs_start_no_other_and_warn_once() {
-        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-        let calls = Arc::new(AtomicUsize::new(0));
-        let (release, hung) = std::sync::mpsc::channel::<()>();
-        let hung = Mutex::new(hung);
-        let counted = Arc::clone(&calls);
-        // The first read answers; the next ones hang, as on a hung mount.
-        let read = Arc::new(move |_: &Path, _: usize| {
-            if counted.fetch_add(1, SeqCst) > 0 {
-                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = hung.recv_timeout(Duration::from_secs(10));
-            }
-            Ok(br#"{"a": "1"}"#.to_vec())
-        });
+        use std::sync::atomic::Ordering::SeqCst;
+        let (file, calls, release) = crate::component_file::hanging_after_first_read(
+            "secretsFile",
+            "/hung/secrets.json",
+            br#"{"a": "1"}"#,
+        );
         let settings = LocalFileSecretMetadata::new("/hung/secrets.json");
-        let deadline = Duration::from_millis(50);
-        let file = ComponentFile::with("secretsFile", "/hung/secrets.json", 64, deadline, read);
         let secrets = ArcSwap::from_pointee(
             load(&settings, &file)
                 .await
