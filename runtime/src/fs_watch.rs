@@ -231,7 +231,25 @@ fn given_up(dir: &Path, abandoned: &Abandoned) {
     }
 }
 
+/// Follows `target` until `token` is cancelled, which ends it at once,
+/// also in the middle of a directory check or an `on_change` (a hung
+/// mount): a stop is not held up by the calls the watch is waiting for.
 async fn run(
+    target: Target,
+    on_change: OnChange,
+    probe: Probe,
+    resync: Option<Duration>,
+    token: CancellationToken,
+) {
+    let shown = target.shown().to_string();
+    tokio::select! {
+        () = token.cancelled() => {}
+        () = follow(target, on_change, probe, resync, token.clone()) => {}
+    }
+    debug!(path = %shown, "File watcher stopped.");
+}
+
+async fn follow(
     target: Target,
     on_change: OnChange,
     probe: Probe,
@@ -290,7 +308,6 @@ async fn run(
         }
     }
     drop(watching);
-    debug!(path = %target.shown(), "File watcher stopped.");
 }
 
 /// The device and inode of `dir` (`None` where unknown).
@@ -538,6 +555,37 @@ mod tests {
         assert_eq!(checks.load(SeqCst), 1, "checks started while one hangs");
         release.send(()).unwrap_or_else(|e| panic!("{e}"));
         watch.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_the_watch_in_the_middle_of_a_read_that_hangs() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::atomic::Ordering::SeqCst;
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&reads);
+        // The first read answers; the re-reads hang (a hung mount).
+        let on_change: OnChange = Arc::new(move || {
+            let first = counted.fetch_add(1, SeqCst) == 0;
+            Box::pin(async move {
+                if !first {
+                    std::future::pending::<()>().await;
+                }
+            })
+        });
+        let stat: IdentityOf = Arc::new(|_: &Path| Some((1, 1)));
+        let path = std::env::temp_dir().join(format!("rewire-stop-{}.json", std::process::id()));
+        let watch = FileWatch::start_probed(
+            Target::File(path),
+            on_change,
+            Some(MIN_RESYNC),
+            CancellationToken::new(),
+            Probe::new(stat, Duration::from_secs(5)),
+        );
+        while reads.load(SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stopped = tokio::time::timeout(Duration::from_secs(1), watch.stop()).await;
+        assert!(stopped.is_ok(), "the stop waited for the hung re-read");
     }
 
     #[test]
