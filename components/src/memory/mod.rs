@@ -6,8 +6,12 @@
 //! sequencer's new `highWaterFile`) takes over its live predecessor's
 //! data — the same table, not a copy — through the runtime's handover
 //! area (see [`shared_with_predecessors`]). Only a change of `type` (or
-//! a removal) starts over. The `memory` file store, which does the same,
-//! is in [`crate::file_store`].
+//! a removal) starts over: the reload that makes it forgets the data at
+//! its commit, even while a retired instance is still held. The
+//! sequencer's high-water marks are the exception: they pass across a
+//! type change too, so that no id repeats ([`crate::high_water`]). The
+//! `memory` file store, which shares its files like the others, is in
+//! [`crate::file_store`].
 
 pub mod config_store;
 pub mod lock;
@@ -30,6 +34,10 @@ use rewire_runtime::InitContext;
 /// leaves the old one with its table, and the table lives while either
 /// does. Left once, when made: the area holds it weakly, so the entry
 /// stays good while any instance holds the data, and rebuilds add nothing.
+/// Left for the same type only: a reload that removes the component or
+/// changes its type forgets it when it commits, so a retired instance
+/// still held (a call in flight, an embedder's `Arc`) cannot pass its
+/// data to a later declaration.
 pub(crate) fn shared_with_predecessors<T: Any + Send + Sync>(
     cx: &InitContext,
     fresh: Arc<T>,
@@ -37,7 +45,7 @@ pub(crate) fn shared_with_predecessors<T: Any + Send + Sync>(
     match cx.left_by_predecessors::<T>().into_iter().next() {
         Some(adopted) => (adopted, true),
         None => {
-            cx.leave_for_successor(&fresh);
+            cx.handover.leave_for_same_type(&cx.key, &fresh);
             (fresh, false)
         }
     }

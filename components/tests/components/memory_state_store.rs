@@ -529,3 +529,111 @@ async fn a_new_app_id_keeps_keys_locks_config_values_and_files() {
     );
     runtime.shutdown().await;
 }
+
+/// App `app` with a memory state store and lock (unless `removed`) and a
+/// file store of `file_type` (a `local` one at `root`).
+fn ended_app(
+    removed: bool,
+    file_type: &str,
+    root: &std::path::Path,
+) -> rewire_runtime::config::Config {
+    let mut components = json!({
+        "file": {"files": {"type": file_type, "metadata": {"root": root.display().to_string()}}}
+    });
+    if file_type == "memory" {
+        components["file"]["files"]["metadata"] = json!({});
+    }
+    if !removed {
+        components["state"] = json!({"cache": {"type": "memory"}});
+        components["lock"] = json!({"locks": {"type": "memory"}});
+    }
+    let text = json!({"appId": "app", "components": components});
+    rewire_runtime::config::parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// A removal (state store, lock) or a change of type (file store, to
+/// `local`) starts the data over, even while the retired instances are
+/// still held (an embedder's `load_as` or `load` `Arc`, a call in flight):
+/// declared again as `memory`, the store is empty, the lock free, the
+/// file gone. Before, the new instances found the old ones' tables in the
+/// runtime's handover area and took them back.
+#[tokio::test]
+async fn a_removed_or_retyped_memory_component_declared_again_starts_empty() {
+    use rewire_components::memory::state::MemoryStateStore;
+    use rewire_runtime::{Action, ComponentKey, PutFileRequest, Registry, Runtime, RuntimeOptions};
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let app = |removed, file_type| ended_app(removed, file_type, root.path());
+    let valid = rewire_runtime::config::validate(app(false, "memory"), &Registry::collected())
+        .unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(valid, Registry::collected(), RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let held_state = runtime
+        .component(ComponentKey::new("state", "cache"))
+        .load_as::<MemoryStateStore>()
+        .unwrap_or_else(|e| panic!("state: {e}"));
+    held_state
+        .set(write("k", "v", None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let held_lock = runtime
+        .lock_store("locks")
+        .load()
+        .unwrap_or_else(|e| panic!("lock: {e}"));
+    assert_eq!(held_lock.try_lock(minute_lock("a")).await, Ok(true));
+    let held_files = runtime
+        .file_store("files")
+        .load()
+        .unwrap_or_else(|e| panic!("files: {e}"));
+    let put = PutFileRequest {
+        name: "report.txt".into(),
+        body: Box::pin(&b"data"[..]),
+        metadata: Default::default(),
+    };
+    held_files.put(put).await.unwrap_or_else(|e| panic!("{e}"));
+
+    let record = runtime
+        .apply(app(true, "local"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.actions.get("state/cache"), Some(&Action::Removed));
+    assert_eq!(record.actions.get("lock/locks"), Some(&Action::Removed));
+    assert_eq!(record.actions.get("file/files"), Some(&Action::Rebuilt));
+    let record = runtime
+        .apply(app(false, "memory"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.actions.get("state/cache"), Some(&Action::Added));
+    assert_eq!(record.actions.get("file/files"), Some(&Action::Rebuilt));
+
+    let state = runtime
+        .state_store("cache")
+        .load()
+        .unwrap_or_else(|e| panic!("state: {e}"));
+    assert_eq!(
+        read(state.as_ref(), "k").await,
+        None,
+        "a state store declared again found the removed one's data"
+    );
+    let lock = runtime
+        .lock_store("locks")
+        .load()
+        .unwrap_or_else(|e| panic!("lock: {e}"));
+    assert_eq!(
+        lock.try_lock(minute_lock("b")).await,
+        Ok(true),
+        "a lock store declared again kept the removed one's lock"
+    );
+    let files = runtime
+        .file_store("files")
+        .load()
+        .unwrap_or_else(|e| panic!("files: {e}"));
+    assert!(
+        files.stat("report.txt").await.is_err(),
+        "a memory file store declared again after a type change found the old one's file"
+    );
+    // The retired instances still hold what they had: only the area forgot.
+    assert!(read(held_state.as_ref(), "k").await.is_some());
+    drop((held_state, held_lock, held_files));
+    runtime.shutdown().await;
+}

@@ -31,7 +31,29 @@ impl fmt::Display for RuntimeId {
     }
 }
 
-type Left = HashMap<ComponentKey, Vec<Weak<dyn Any + Send + Sync>>>;
+/// One value left for a component.
+struct Entry {
+    value: Weak<dyn Any + Send + Sync>,
+    /// When it was left, in the area's order (see [`LeftMark`]).
+    left: u64,
+    /// Forgotten when the component is removed or its type changes
+    /// ([`Handover::leave_for_same_type`]).
+    same_type_only: bool,
+}
+
+#[derive(Default)]
+struct Left {
+    entries: HashMap<ComponentKey, Vec<Entry>>,
+    /// How many values were ever left: the next one's `left`.
+    count: u64,
+}
+
+/// Everything left in an area up to some moment (see
+/// [`Handover::mark`]): a reload takes one before it builds anything, so
+/// that its commit forgets what earlier instances left, not what the
+/// instances it built did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeftMark(u64);
 
 /// A runtime's handover area, reached through [`InitContext`]: where a
 /// live instance of a component leaves a value for the instances of the
@@ -42,7 +64,14 @@ type Left = HashMap<ComponentKey, Vec<Weak<dyn Any + Send + Sync>>>;
 /// kept across its reloads.
 ///
 /// Values are held weakly: the area keeps nothing alive, and a value is
-/// found only while its instance (or anyone) still holds it.
+/// found only while its instance (or anyone) still holds it. A value left
+/// with [`leave`](Self::leave) is found across a change of the
+/// component's type and a removal followed by a new declaration (what
+/// must never be lost while alive: a sequencer's high-water marks, the
+/// namespaces a lock store must still honour); one left with
+/// [`leave_for_same_type`](Self::leave_for_same_type) is forgotten by the
+/// reload that removes the component or changes its type, at its commit
+/// (data that starts over then), even while a retired instance lives on.
 ///
 /// [`InitContext`]: super::InitContext
 #[derive(Clone)]
@@ -74,32 +103,70 @@ impl Handover {
     }
 
     /// Leaves `value` for the later instances of component `key` in this
-    /// runtime, for as long as it lives elsewhere (it is held weakly).
+    /// runtime, for as long as it lives elsewhere (it is held weakly),
+    /// whatever the component's type then, and across its removal.
     pub fn leave<T: Any + Send + Sync>(&self, key: &ComponentKey, value: &Arc<T>) {
+        self.push(key, value, false);
+    }
+
+    /// Leaves `value` for the later instances of component `key` in this
+    /// runtime, as [`leave`](Self::leave), until a reload that removes
+    /// the component or changes its `type` commits: from then on it is
+    /// not found, even while a retired instance still holds it (a new
+    /// declaration starts over). A reload that rolls back forgets nothing.
+    pub fn leave_for_same_type<T: Any + Send + Sync>(&self, key: &ComponentKey, value: &Arc<T>) {
+        self.push(key, value, true);
+    }
+
+    fn push<T: Any + Send + Sync>(&self, key: &ComponentKey, value: &Arc<T>, same_type_only: bool) {
         let value: Arc<dyn Any + Send + Sync> = value.clone();
         let mut left = self.left();
-        left.retain(|_, values| {
-            values.retain(|value| value.strong_count() > 0);
-            !values.is_empty()
+        left.entries.retain(|_, entries| {
+            entries.retain(|entry| entry.value.strong_count() > 0);
+            !entries.is_empty()
         });
-        left.entry(key.clone())
-            .or_default()
-            .push(Arc::downgrade(&value));
+        let entry = Entry {
+            value: Arc::downgrade(&value),
+            left: left.count,
+            same_type_only,
+        };
+        left.count += 1;
+        left.entries.entry(key.clone()).or_default().push(entry);
     }
 
     /// The values of type `T` left for component `key` in this runtime and
-    /// still alive, newest first.
+    /// still alive (and not forgotten), newest first.
     pub fn left_for<T: Any + Send + Sync>(&self, key: &ComponentKey) -> Vec<Arc<T>> {
         let left = self.left();
-        let Some(values) = left.get(key) else {
+        let Some(entries) = left.entries.get(key) else {
             return Vec::new();
         };
-        values
+        entries
             .iter()
             .rev()
-            .filter_map(Weak::upgrade)
+            .filter_map(|entry| entry.value.upgrade())
             .filter_map(|value| value.downcast::<T>().ok())
             .collect()
+    }
+
+    /// What has been left so far.
+    pub(crate) fn mark(&self) -> LeftMark {
+        LeftMark(self.left().count)
+    }
+
+    /// Forgets the values left for `key` with
+    /// [`leave_for_same_type`](Self::leave_for_same_type) before `mark`:
+    /// the component was removed, or its type changed (the values left
+    /// since, by the instance of its new type, stay). Called by the commit
+    /// of such a reload.
+    pub(crate) fn forget_same_type_left_before(&self, key: &ComponentKey, mark: LeftMark) {
+        let mut left = self.left();
+        if let Some(entries) = left.entries.get_mut(key) {
+            entries.retain(|entry| !entry.same_type_only || entry.left >= mark.0);
+            if entries.is_empty() {
+                left.entries.remove(key);
+            }
+        }
     }
 }
 
@@ -305,6 +372,32 @@ mod tests {
         assert_eq!(area.clone().runtime(), area.runtime());
     }
 
+    /// What a reload that ends a declaration forgets: values left for the
+    /// same type before its mark. A plain value (a sequencer's marks, a
+    /// lock store's grace) and a value left after the mark (by the
+    /// instance the reload built) stay found; other components keep theirs.
+    #[test]
+    fn forgetting_drops_same_type_values_left_before_the_mark_only() {
+        let area = Handover::new();
+        let key = ComponentKey::new("state", "cache");
+        let other = ComponentKey::new("state", "other");
+        let data = Arc::new(1_u32);
+        let marks = Arc::new(String::from("marks"));
+        let others = Arc::new(3_u32);
+        area.leave_for_same_type(&key, &data);
+        area.leave(&key, &marks);
+        area.leave_for_same_type(&other, &others);
+        let mark = area.mark();
+        let successor = Arc::new(2_u32);
+        area.leave_for_same_type(&key, &successor);
+
+        area.forget_same_type_left_before(&key, mark);
+        assert_eq!(area.left_for::<u32>(&key), vec![successor]);
+        assert_eq!(area.left_for::<String>(&key), vec![marks]);
+        assert_eq!(area.left_for::<u32>(&other), vec![others]);
+        drop(data);
+    }
+
     #[test]
     fn values_are_held_weakly_and_found_newest_first() {
         let area = Handover::new();
@@ -319,6 +412,9 @@ mod tests {
         drop(old);
         assert!(area.left_for::<u32>(&key).is_empty());
         area.leave(&ComponentKey::new("lock", "other"), &Arc::new(3_u32));
-        assert!(!area.left().contains_key(&key), "dead values are pruned");
+        assert!(
+            !area.left().entries.contains_key(&key),
+            "dead values are pruned"
+        );
     }
 }

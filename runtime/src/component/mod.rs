@@ -6,6 +6,7 @@ mod in_place;
 mod key;
 mod kind;
 
+pub(crate) use handover::LeftMark;
 pub use handover::{Handover, RuntimeId};
 pub use in_place::{InPlace, InPlaceUpdate, PendingInPlace, StagedInPlace};
 pub use key::ComponentKey;

@@ -17,6 +17,7 @@ use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
 use super::Reloader;
 use crate::assemble::{failure_lines, AssemblyContext};
+use crate::component::{ComponentKey, Handover, LeftMark};
 use crate::config::{validate_reload, ConfigDiff, LayerChange, Problems, ValidConfig};
 use crate::handle::Generation;
 use crate::running::{Commit, RunningLayers, Snapshot};
@@ -73,6 +74,7 @@ impl Reloader {
             }
         };
         let (config, layers, diff) = candidate;
+        let ended = Ended::by(&diff, self.running.handover());
         let prepared = match self.prepare(snapshot, &config, diff, &request).await {
             Ok(prepared) => prepared,
             Err((ending, error)) => {
@@ -92,7 +94,7 @@ impl Reloader {
             };
             self.running.live().warm(next).await;
         }
-        let ending = self.commit(config, layers, prepared);
+        let ending = self.commit(config, layers, prepared, ended);
         Ok(self.finish(recording, ending))
     }
 
@@ -176,9 +178,16 @@ impl Reloader {
     }
 
     /// Commits `prepared` as the running set, puts the in-place updates it
-    /// staged in force right after the swap, and drains what it replaced,
+    /// staged in force right after the swap, forgets what the components
+    /// it `ended` left for their own type, and drains what it replaced,
     /// users before the stores they use.
-    fn commit(&self, config: ValidConfig, layers: RunningLayers, prepared: Prepared) -> Ending {
+    fn commit(
+        &self,
+        config: ValidConfig,
+        layers: RunningLayers,
+        prepared: Prepared,
+        ended: Ended,
+    ) -> Ending {
         let sections_changed = self.running.sections_differ(&config.config.sections);
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
@@ -193,6 +202,7 @@ impl Reloader {
             publish: changed,
         });
         in_place::apply_deferred(prepared.deferred);
+        ended.forget(self.running.handover());
         let mut retired = prepared.retired;
         let position: std::collections::HashMap<_, _> = old_order
             .iter()
@@ -211,6 +221,39 @@ impl Reloader {
             actions: prepared.actions,
             serving,
             error: None,
+        }
+    }
+}
+
+/// The components whose declaration a reload ends: removed, or declared
+/// with another `type`. At its commit (never before: a rollback keeps
+/// them), what their earlier instances left in the handover area for the
+/// same type only is forgotten, so a retired instance still held (a call
+/// in flight, an embedder's `Arc`) cannot hand its data to a new
+/// declaration (see [`Handover::leave_for_same_type`]).
+struct Ended {
+    keys: Vec<ComponentKey>,
+    /// Taken before the reload builds anything: what the instances it
+    /// builds leave stays.
+    before: LeftMark,
+}
+
+impl Ended {
+    fn by(diff: &ConfigDiff, handover: &Handover) -> Self {
+        let type_changed = diff
+            .changed
+            .iter()
+            .filter(|(_, change)| change.type_changed)
+            .map(|(key, _)| key);
+        Self {
+            keys: diff.removed.iter().chain(type_changed).cloned().collect(),
+            before: handover.mark(),
+        }
+    }
+
+    fn forget(self, handover: &Handover) {
+        for key in &self.keys {
+            handover.forget_same_type_left_before(key, self.before);
         }
     }
 }
