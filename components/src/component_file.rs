@@ -186,12 +186,29 @@ impl ComponentFile {
     }
 }
 
-/// The readers of the paths whose last blocking call was given up and may
-/// still be stuck: the next call on such a path waits its turn on that
-/// reader (refused at once while it is stuck), so a hung mount pins one
-/// thread per path however often a component retries its init.
-static STUCK: LazyLock<Mutex<HashMap<PathBuf, Arc<DetachedReader>>>> =
-    LazyLock::new(Default::default);
+/// The paths whose last blocking call was given up and may still be stuck:
+/// the next call on such a path waits its turn on that call's reader
+/// (refused at once while it is stuck), so a hung mount pins one thread
+/// per path however often a component retries its init. A path stuck for
+/// [`TRY_AGAIN_AFTER`] is tried once more on a thread of its own (a mount
+/// lazily unmounted and mounted again leaves the first thread stuck for
+/// good), at most [`MAX_STUCK_PER_PATH`] threads in all.
+static STUCK: LazyLock<Mutex<HashMap<PathBuf, Stuck>>> = LazyLock::new(Default::default);
+
+/// How long a stuck path is refused before a call is tried again on it.
+const TRY_AGAIN_AFTER: Duration = Duration::from_secs(300);
+/// The most threads calls on one path may leave stuck.
+const MAX_STUCK_PER_PATH: u32 = 4;
+
+/// A path whose last call was given up.
+struct Stuck {
+    /// The reader of that call (busy while it stays stuck).
+    reader: Arc<DetachedReader>,
+    /// When it was given up.
+    since: tokio::time::Instant,
+    /// How many calls on the path were given up (threads maybe stuck).
+    given_up: u32,
+}
 
 /// `path` canonicalised (`std::fs::canonicalize`, which blocks on a hung
 /// mount) on a thread of its own, given up after `deadline`.
@@ -210,11 +227,24 @@ where
     C: FnOnce() -> std::io::Result<T> + Send + 'static,
 {
     let stuck = || STUCK.lock().unwrap_or_else(|p| p.into_inner());
-    let reader = stuck().get(path).cloned().unwrap_or_default();
+    let (reader, given_up) = match stuck().get(path) {
+        None => (Arc::default(), 0),
+        Some(s) if s.since.elapsed() >= TRY_AGAIN_AFTER && s.given_up < MAX_STUCK_PER_PATH => {
+            (Arc::default(), s.given_up)
+        }
+        Some(s) => (Arc::clone(&s.reader), s.given_up),
+    };
     let outcome = reader.read_within(deadline, call).await;
     match &outcome {
         Err(Abandoned::TimedOut(_)) => {
-            stuck().insert(path.to_path_buf(), reader);
+            let since = tokio::time::Instant::now();
+            let given_up = given_up + 1;
+            let entry = Stuck {
+                reader,
+                since,
+                given_up,
+            };
+            stuck().insert(path.to_path_buf(), entry);
         }
         Err(Abandoned::StillReading) => {}
         Ok(_) | Err(Abandoned::Failed(_)) => {
@@ -426,6 +456,15 @@ mod tests {
             "{errors:?}"
         );
         assert!(errors[1].contains("has not returned yet"), "{errors:?}");
+        // Stuck for good (a mount lazily unmounted and mounted again): a
+        // while later the path is tried once more, on a thread of its own.
+        tokio::time::pause();
+        tokio::time::advance(TRY_AGAIN_AFTER).await;
+        tokio::time::resume();
+        let again = on_path_within(path, deadline, || Ok(())).await;
+        assert!(again.is_ok(), "{again:?}");
+        let after = on_path_within(path, deadline, || Ok(())).await;
+        assert!(after.is_ok(), "no longer stuck: {after:?}");
         // Another path, and a folder that answers, are not held up.
         let folder = dir();
         let canonical = canonicalize_within(folder.path(), deadline).await;
