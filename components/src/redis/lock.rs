@@ -9,7 +9,7 @@
 //! resource id containing `||` is refused, so no two resources (and no
 //! strategy) make the same key.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -69,6 +69,35 @@ struct Naming {
     store: String,
 }
 
+impl Naming {
+    /// The key base of `session`'s locks under this naming.
+    fn namespace(&self, session: Arc<Session>) -> Namespace {
+        let base = key_base(&session.metadata().key_prefix, &self.app_id, &self.store);
+        Namespace { session, base }
+    }
+}
+
+/// Where locks live: a server (and database), and the key base of the
+/// locks there (which the app id and store name of the instance that
+/// took them went into, not only `keyPrefix`).
+#[derive(Debug, Clone)]
+struct Namespace {
+    session: Arc<Session>,
+    base: String,
+}
+
+impl Namespace {
+    /// The key of the lock on `resource_id` here.
+    fn key(&self, resource_id: &str) -> String {
+        format!("{}{resource_id}", self.base)
+    }
+
+    /// Whether the two hold their locks at the same keys of one server.
+    fn same(&self, other: &Namespace) -> bool {
+        self.session.same_server(&other.session) && self.base == other.base
+    }
+}
+
 /// A distributed lock on Redis: locks expire, and only their owner can
 /// release them.
 ///
@@ -102,7 +131,13 @@ struct Naming {
 /// instances of the same component in the same runtime left in the
 /// runtime's handover area ([`InitContext::left_by_predecessors`]) and,
 /// when one of them is on another namespace (or still in the grace of
-/// one), consults that one for [`MAX_GRACE`]. Another runtime in the
+/// one), consults that one for [`MAX_GRACE`]; namespaces compare by
+/// server, database and whole key base, so an app id change moves them
+/// too, and old keys are built with the naming that made them. The
+/// replaced instance, still serving requests in flight, treats its
+/// successor's namespace as the one in force (a try-lock granted on its
+/// own follows there), and a successor closed before it (a rollback)
+/// leaves it its namespace to consult. Another runtime in the
 /// process, even of the same app, folder and component name, has an area
 /// of its own: its lock server is never consulted.
 #[derive(rewire_runtime::Component, Debug)]
@@ -118,24 +153,55 @@ pub struct RedisLock {
     grace: Arc<Grace>,
 }
 
-/// What a change of namespace leaves behind, and how long to look at it.
+/// What a change of namespace leaves behind, and how long to look at it;
+/// and, between the instances of one component in one runtime, which of
+/// them is in force.
 #[derive(Debug, Default)]
 struct Grace {
     /// The namespace in force before the last change, while its locks may
     /// still be held.
     previous: ArcSwapOption<Previous>,
-    /// The store's connection, as a rebuilt successor sees it (set at
-    /// init, before the grace is left for it).
-    connection: OnceLock<RedisConnection>,
+    /// The store's connection and naming (set at init, before the grace is
+    /// left for a successor).
+    own: OnceLock<Own>,
+    /// The newest rebuilt instance of the component, once initialised:
+    /// while it serves, its namespace is the one in force, also for the
+    /// requests this one still serves (see `follow_changes`). Weak: a
+    /// successor dropped without a close is no longer followed.
+    successor: ArcSwapOption<Weak<Grace>>,
+    /// The instances this one succeeded: a close before theirs (a reload
+    /// that rolled back) leaves them this one's namespace to consult, where
+    /// their requests may have moved locks.
+    predecessors: OnceLock<Vec<Weak<Grace>>>,
+}
+
+#[derive(Debug)]
+struct Own {
+    connection: RedisConnection,
+    naming: Naming,
 }
 
 #[derive(Debug)]
 struct Previous {
-    session: Arc<Session>,
+    namespace: Namespace,
     until: Instant,
     /// Limit on each look-up in it.
     limit: Duration,
 }
+
+impl Previous {
+    /// `namespace`, consulted for [`MAX_GRACE`] from now.
+    fn for_grace(namespace: Namespace) -> Arc<Self> {
+        Arc::new(Self {
+            limit: previous_limit(namespace.session.metadata()),
+            namespace,
+            until: Instant::now() + MAX_GRACE,
+        })
+    }
+}
+
+/// Bound on the successors followed (each reload adds at most one).
+const MAX_SUCCESSORS: usize = 16;
 
 impl Grace {
     /// The previous namespace, while its grace lasts.
@@ -160,6 +226,63 @@ impl Grace {
         swapped
             .as_ref()
             .is_some_and(|was| Arc::ptr_eq(was, previous))
+    }
+
+    /// The store's namespace now, while it serves (not closed).
+    fn serving(&self) -> Option<Namespace> {
+        let own = self.own.get()?;
+        let session = own.connection.session();
+        session
+            .is_connected()
+            .then(|| own.naming.namespace(session))
+    }
+
+    /// The grace of the instance in force: the newest successor that
+    /// serves, else this one.
+    fn in_force(self: &Arc<Self>) -> Arc<Grace> {
+        let mut grace = self.clone();
+        for _ in 0..MAX_SUCCESSORS {
+            let next = grace.successor.load_full().and_then(|next| next.upgrade());
+            match next {
+                Some(next) if next.serving().is_some() => grace = next,
+                _ => break,
+            }
+        }
+        grace
+    }
+
+    /// Leaves `namespace` (this store's, as it stops serving) for the
+    /// predecessors that still serve and had this one as their successor:
+    /// a reload that built this one rolled back, and their requests may
+    /// have followed locks here. Stored before this one stops serving, so
+    /// a request that finds it no longer in force finds the grace.
+    fn hand_back(&self, namespace: &Namespace) {
+        for predecessor in self.predecessors.get().into_iter().flatten() {
+            let Some(predecessor) = predecessor.upgrade() else {
+                continue;
+            };
+            let succeeded_by_this = predecessor
+                .successor
+                .load()
+                .as_ref()
+                .is_some_and(|next| std::ptr::eq(next.as_ptr(), self));
+            let theirs = predecessor.serving();
+            if succeeded_by_this && theirs.is_some_and(|theirs| !theirs.same(namespace)) {
+                predecessor
+                    .previous
+                    .store(Some(Previous::for_grace(namespace.clone())));
+            }
+        }
+    }
+}
+
+impl Drop for Grace {
+    /// A successor dropped without a close (its start abandoned) hands its
+    /// namespace back as a close does.
+    fn drop(&mut self) {
+        if let Some(namespace) = self.serving() {
+            self.hand_back(&namespace);
+        }
     }
 }
 
@@ -189,34 +312,45 @@ impl RedisLock {
         }
     }
 
-    /// The key of the lock on `resource_id` in `session`'s namespace.
-    fn key(&self, session: &Session, resource_id: &str) -> String {
-        let mut key = self.key_base(session);
-        key.push_str(resource_id);
-        key
+    /// `session`'s namespace under this store's naming.
+    fn namespace_of(&self, session: Arc<Session>) -> Namespace {
+        self.naming
+            .get()
+            .cloned()
+            .unwrap_or_default()
+            .namespace(session)
     }
 
-    fn key_base(&self, session: &Session) -> String {
-        let naming = self.naming.get().cloned().unwrap_or_default();
-        key_base(
-            &session.metadata().key_prefix,
-            &naming.app_id,
-            &naming.store,
-        )
+    /// This store's namespace now.
+    fn namespace(&self) -> Namespace {
+        self.namespace_of(self.connection.session())
     }
 
-    /// Runs the unlock or keep-alive `script` on `session`.
+    /// The namespace in force for the component, and the grace it is in:
+    /// this store's, or its newest rebuilt successor's while that serves.
+    fn in_force(&self) -> (Namespace, Arc<Grace>) {
+        let grace = self.grace.in_force();
+        if !Arc::ptr_eq(&grace, &self.grace) {
+            if let Some(namespace) = grace.serving() {
+                return (namespace, grace);
+            }
+        }
+        (self.namespace(), self.grace.clone())
+    }
+
+    /// Runs the unlock or keep-alive `script` in `namespace`.
     async fn owner_script(
         &self,
-        session: &Arc<Session>,
+        namespace: &Namespace,
         script: &redis::Script,
         req: &UnlockRequest,
         expiry_ms: Option<u64>,
     ) -> Result<UnlockStatus, LockError> {
+        let session = &namespace.session;
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
-        let mut invocation = script.key(self.key(session, &req.resource_id));
+        let mut invocation = script.key(namespace.key(&req.resource_id));
         invocation.arg(&req.lock_owner);
         if let Some(expiry_ms) = expiry_ms {
             invocation.arg(expiry_ms);
@@ -228,19 +362,21 @@ impl RedisLock {
         status_of(reply, "unlock or keep-alive")
     }
 
-    /// `call`'s answer, made in the previous namespace, within its limit.
-    /// `None` when the old server is gone (connection refused, reset or
-    /// dropped): it holds nothing we can see, and the first look-up that
-    /// finds it so ends its grace (logged once), so that later requests do
-    /// not wait for it. Slow (no answer within the limit) or answering an
-    /// error, it may still hold its locks: the request fails (a backend
-    /// error, to retry) rather than taking them as not held.
+    /// `call`'s answer, made in the previous namespace of `grace`, within
+    /// its limit. `None` when the old server is gone (connection refused,
+    /// reset or dropped): it holds nothing we can see, and the first
+    /// look-up that finds it so ends its grace (logged once), so that
+    /// later requests do not wait for it. Slow (no answer within the
+    /// limit) or answering an error, it may still hold its locks: the
+    /// request fails (a backend error, to retry) rather than taking them
+    /// as not held.
     async fn on_previous<T>(
         &self,
+        grace: &Grace,
         previous: &Arc<Previous>,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<Option<T>, LockError> {
-        let session = &previous.session;
+        let session = &previous.namespace.session;
         let answer = match tokio::time::timeout(previous.limit, call).await {
             Ok(answer) => answer,
             Err(_) => Err(redis::RedisError::from(std::io::Error::new(
@@ -251,7 +387,7 @@ impl RedisLock {
         match answer {
             Ok(value) => Ok(Some(value)),
             Err(err) if gone(&err) => {
-                if self.grace.forget(previous) {
+                if grace.forget(previous) {
                     warn!(component = %self.connection.label(), error = %self.connection.describe(session, &err), "The previous Redis namespace of the lock is unreachable; its locks are no longer consulted.");
                 }
                 Ok(None)
@@ -266,20 +402,21 @@ impl RedisLock {
         }
     }
 
-    /// Whether the lock on `resource_id` is still held in the previous
-    /// namespace (an unreachable old server holds nothing we can see).
+    /// Whether the lock on `resource_id` is still held in `grace`'s
+    /// previous namespace (an unreachable old server holds nothing we can
+    /// see).
     async fn held_before(
         &self,
+        grace: &Grace,
         previous: &Arc<Previous>,
         resource_id: &str,
     ) -> Result<bool, LockError> {
-        let session = &previous.session;
-        let Ok(mut conn) = session.connection() else {
+        let Ok(mut conn) = previous.namespace.session.connection() else {
             return Ok(false);
         };
-        let key = self.key(session, resource_id);
+        let key = previous.namespace.key(resource_id);
         let exists = self
-            .on_previous(previous, async {
+            .on_previous(grace, previous, async {
                 redis::cmd("EXISTS")
                     .arg(&key)
                     .query_async::<i64>(&mut conn)
@@ -298,17 +435,20 @@ impl RedisLock {
         req: &UnlockRequest,
         expiry_ms: Option<u64>,
     ) -> Result<UnlockStatus, LockError> {
-        let session = &previous.session;
-        let Ok(mut conn) = session.connection() else {
+        let Ok(mut conn) = previous.namespace.session.connection() else {
             return Ok(UnlockStatus::LockDoesNotExist);
         };
-        let mut invocation = script.key(self.key(session, &req.resource_id));
+        let mut invocation = script.key(previous.namespace.key(&req.resource_id));
         invocation.arg(&req.lock_owner);
         if let Some(expiry_ms) = expiry_ms {
             invocation.arg(expiry_ms);
         }
         let reply = self
-            .on_previous(previous, invocation.invoke_async::<i64>(&mut conn))
+            .on_previous(
+                &self.grace,
+                previous,
+                invocation.invoke_async::<i64>(&mut conn),
+            )
             .await?;
         match reply {
             Some(reply) => status_of(reply, "unlock or keep-alive"),
@@ -316,34 +456,27 @@ impl RedisLock {
         }
     }
 
-    /// Whether `a` and `b` are one namespace: one server (and database)
-    /// and one key base.
-    fn same_namespace(&self, a: &Session, b: &Session) -> bool {
-        a.same_server(b) && self.key_base(a) == self.key_base(b)
-    }
-
     /// Takes over from `predecessors` (the live earlier instances of this
     /// component in this runtime, newest first): when one of them is on
-    /// another namespace (a rebuild after a change), or still consults
-    /// one, this store consults it for [`MAX_GRACE`], so that a lock held
-    /// there is not taken here.
+    /// another namespace (a rebuild after a change — of server, database,
+    /// `keyPrefix`, or of the app id or anything else its key base holds),
+    /// or still consults one, this store consults it for [`MAX_GRACE`], so
+    /// that a lock held there is not taken here. Then it becomes their
+    /// successor: the namespace in force for the requests they still serve
+    /// (see `follow_changes`).
     fn adopt(&self, predecessors: &[Arc<Grace>]) {
-        let current = self.connection.session();
+        let current = self.namespace();
         let mut found = None;
         for predecessor in predecessors {
-            if let Some(theirs) = predecessor.connection.get().map(RedisConnection::session) {
-                if theirs.is_connected() && !self.same_namespace(&theirs, &current) {
-                    found = Some(Arc::new(Previous {
-                        limit: previous_limit(theirs.metadata()),
-                        session: theirs,
-                        until: Instant::now() + MAX_GRACE,
-                    }));
+            if let Some(theirs) = predecessor.serving() {
+                if !theirs.same(&current) {
+                    found = Some(Previous::for_grace(theirs));
                     break;
                 }
             }
             let inherited = predecessor
                 .previous()
-                .filter(|previous| !self.same_namespace(&previous.session, &current));
+                .filter(|previous| !previous.namespace.same(&current));
             if let Some(previous) = inherited {
                 found = Some(previous);
                 break;
@@ -352,6 +485,16 @@ impl RedisLock {
         if let Some(previous) = found {
             info!(component = %self.connection.label(), grace = ?previous.until.saturating_duration_since(Instant::now()), "Lock rebuilt on another namespace; the previous one is still consulted for its held locks.");
             self.grace.previous.store(Some(previous));
+        }
+        // The grace first: a request of a predecessor that follows this
+        // store here finds it.
+        let _ = self
+            .grace
+            .predecessors
+            .set(predecessors.iter().map(Arc::downgrade).collect());
+        let this = Arc::new(Arc::downgrade(&self.grace));
+        for predecessor in predecessors {
+            predecessor.successor.store(Some(this.clone()));
         }
     }
 
@@ -413,10 +556,13 @@ impl Component for RedisLock {
         self.connection
             .init(&cx.key, cx.config_dir.as_deref())
             .await?;
+        let _ = self.grace.own.set(Own {
+            connection: self.connection.handle(),
+            naming: self.naming.get().cloned().unwrap_or_default(),
+        });
         // Only this runtime's earlier instances of this component: never
         // another runtime's, of the same app and name or not.
         self.adopt(&cx.left_by_predecessors::<Grace>());
-        let _ = self.grace.connection.set(self.connection.handle());
         cx.leave_for_successor(&self.grace);
         Ok(())
     }
@@ -426,6 +572,9 @@ impl Component for RedisLock {
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
+        if let Some(namespace) = self.grace.serving() {
+            self.grace.hand_back(&namespace);
+        }
         self.grace.previous.store(None);
         self.connection.close();
         Ok(())
@@ -457,14 +606,13 @@ impl InPlaceUpdate for RedisLock {
         let prepared = self.connection.prepare(new).await?;
         let connection = self.connection.handle();
         let grace = self.grace.clone();
-        let new_base = self.key_base(&prepared);
         let naming = self.naming.get().cloned().unwrap_or_default();
+        let new = naming.namespace(prepared.clone());
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
             // Changes commit one at a time: the session in force now is
             // the one `install` replaces.
             let old = connection.session();
-            let old_base = key_base(&old.metadata().key_prefix, &naming.app_id, &naming.store);
-            let moved = !(old.same_server(&prepared) && old_base == new_base);
+            let moved = !naming.namespace(old.clone()).same(&new);
             // Whoever holds locks there (another sidecar, this one before a
             // restart), for as long as they may: not only what this store
             // granted. Stored before the new session is installed, and
@@ -474,11 +622,8 @@ impl InPlaceUpdate for RedisLock {
             // on the old one).
             let consulted = moved && old.is_connected();
             let consult = |session: Arc<Session>| {
-                grace.previous.store(Some(Arc::new(Previous {
-                    limit: previous_limit(session.metadata()),
-                    session,
-                    until: Instant::now() + MAX_GRACE,
-                })));
+                let namespace = naming.namespace(session);
+                grace.previous.store(Some(Previous::for_grace(namespace)));
             };
             if consulted {
                 consult(old.clone());
@@ -503,15 +648,21 @@ impl Lock for RedisLock {
         let expiry_ms = expiry_ms(&req)?;
         // The session first, then the grace (stored before a new session
         // is installed): a request on the new namespace sees the old one.
-        let session = self.connection.session();
-        if let Some(previous) = self.grace.previous() {
-            if self.held_before(&previous, &req.resource_id).await? {
+        let namespace = self.namespace();
+        let seen = self.grace.previous();
+        if let Some(previous) = &seen {
+            if self
+                .held_before(&self.grace, previous, &req.resource_id)
+                .await?
+            {
                 debug!(resource = %echoed(&req.resource_id), "Lock still held in the previous namespace.");
                 return Ok(false);
             }
         }
-        let taken = self.take_if_free(&session, &req, expiry_ms).await?
-            && self.follow_changes(session, &req, expiry_ms).await?;
+        let taken = self.take_if_free(&namespace, &req, expiry_ms).await?
+            && self
+                .follow_changes(namespace, seen, &req, expiry_ms)
+                .await?;
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, taken, "Lock requested.");
         Ok(taken)
     }
@@ -541,19 +692,19 @@ fn owned(req: &TryLockRequest) -> UnlockRequest {
 }
 
 impl RedisLock {
-    /// `SET NX PX`: whether `req`'s lock was taken in `session`'s
-    /// namespace.
+    /// `SET NX PX`: whether `req`'s lock was taken in `namespace`.
     async fn take_if_free(
         &self,
-        session: &Arc<Session>,
+        namespace: &Namespace,
         req: &TryLockRequest,
         expiry_ms: u64,
     ) -> Result<bool, LockError> {
+        let session = &namespace.session;
         let mut conn = session
             .connection()
             .map_err(|err| LockError::Backend(err.to_string()))?;
         let reply: Option<String> = redis::cmd("SET")
-            .arg(self.key(session, &req.resource_id))
+            .arg(namespace.key(&req.resource_id))
             .arg(&req.lock_owner)
             .arg("NX")
             .arg("PX")
@@ -564,53 +715,76 @@ impl RedisLock {
         Ok(reply.is_some())
     }
 
-    /// After `SET NX` took `req`'s lock in `session`'s namespace: when a
-    /// change of namespace committed meanwhile, the lock is taken in the
-    /// one in force now too (`SET NX`) and the copy in `session`'s
-    /// released; held there by someone, the copy is released and the lock
-    /// not granted.
+    /// After `SET NX` took `req`'s lock in `namespace` (the grace `seen`
+    /// consulted before): when another namespace came in force meanwhile
+    /// (a change committed, or a rebuilt successor of this store started),
+    /// the lock is taken in the one in force now too (`SET NX`) and the
+    /// copy in `namespace` released; held there by someone, the copy is
+    /// released and the lock not granted. A grace that came in force
+    /// meanwhile (the namespace in force one change earlier, or the
+    /// namespace a rolled-back successor leaves) is consulted first: a
+    /// lock held there is not granted either.
     ///
     /// Why no two owners win a resource across a change from namespace O
     /// to N: a winner's lock ends in the namespace in force at its last
     /// look, which came after its last `SET NX`. Two winners that ended in
     /// the same namespace both took the same key there with `SET NX`:
     /// Redis granted one. Say A ended in O and B in N: A's last look,
-    /// after taking the key in O, came before N was put in force. If B
-    /// started on N, it loaded the grace (stored before N) after that and
-    /// looked in O, where A's lock was (a move writes the new copy before
-    /// it deletes the old one: a held lock is always in one of them), and
-    /// B was refused. If B started on O and moved to N, both took the key
-    /// in O, so B's copy was gone before A took it; B deletes it only
-    /// after a look that saw N, so A's look, later, saw N too: A did not
-    /// end in O. (Assumed, as everywhere: locks do not expire meanwhile,
-    /// and the grace still covers O — one change back.)
+    /// after taking the key in O, came before N was put in force (for a
+    /// rebuild: before the successor on N was registered, which it is
+    /// before it serves). If B started on N, it loaded the grace (stored
+    /// before N) after that and looked in O, where A's lock was (a move
+    /// writes the new copy before it deletes the old one: a held lock is
+    /// always in one of them), and B was refused. If B started on O and
+    /// moved to N, both took the key in O, so B's copy was gone before A
+    /// took it; B deletes it only after a look that saw N, so A's look,
+    /// later, saw N too: A did not end in O. One change further (O, then
+    /// N, then M): a request that follows from O to M looks in N first,
+    /// after M was in force, so after any lock taken on N in its time.
+    /// (Assumed, as everywhere: locks do not expire meanwhile, and the
+    /// grace still covers the namespace one change back.)
     async fn follow_changes(
         &self,
-        mut session: Arc<Session>,
+        mut namespace: Namespace,
+        seen: Option<Arc<Previous>>,
         req: &TryLockRequest,
         expiry_ms: u64,
     ) -> Result<bool, LockError> {
         loop {
-            let current = self.connection.session();
-            if self.same_namespace(&current, &session) {
+            let (current, grace) = self.in_force();
+            let unseen = grace.previous().filter(|previous| {
+                !seen
+                    .as_ref()
+                    .is_some_and(|seen| Arc::ptr_eq(seen, previous))
+                    && !previous.namespace.same(&namespace)
+                    && !previous.namespace.same(&current)
+            });
+            if let Some(previous) = unseen {
+                let held = self.held_before(&grace, &previous, &req.resource_id).await;
+                if !matches!(held, Ok(false)) {
+                    self.release_copy(&namespace, &owned(req)).await;
+                    debug!(resource = %echoed(&req.resource_id), held = ?held, "Lock taken as the namespace changed; held in the namespace in force before.");
+                    return held.map(|_| false);
+                }
+            }
+            if current.same(&namespace) {
                 return Ok(true);
             }
             let taken = self.take_if_free(&current, req, expiry_ms).await;
-            self.release_copy(&session, &owned(req)).await;
+            self.release_copy(&namespace, &owned(req)).await;
             debug!(resource = %echoed(&req.resource_id), taken = ?taken, "Lock taken as the namespace changed; followed to the new one.");
             match taken {
-                Ok(true) => session = current,
+                Ok(true) => namespace = current,
                 other => return other,
             }
         }
     }
 
-    /// Releases `req`'s copy of the lock in `session`'s namespace, left by
-    /// a move: best effort, within its look-up limit (a copy left behind
-    /// expires).
-    async fn release_copy(&self, session: &Arc<Session>, req: &UnlockRequest) {
-        let limit = previous_limit(session.metadata());
-        let release = self.owner_script(session, &scripts::UNLOCK, req, None);
+    /// Releases `req`'s copy of the lock in `namespace`, left by a move:
+    /// best effort, within its look-up limit (a copy left behind expires).
+    async fn release_copy(&self, namespace: &Namespace, req: &UnlockRequest) {
+        let limit = previous_limit(namespace.session.metadata());
+        let release = self.owner_script(namespace, &scripts::UNLOCK, req, None);
         match tokio::time::timeout(limit, release).await {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => {
@@ -623,12 +797,13 @@ impl RedisLock {
     }
 
     /// The owner's unlock (`renew_ms` none) or keep-alive, where the lock
-    /// is: in the namespace in force; else in the previous one (a
-    /// keep-alive moves it over); else in the one in force now. A
-    /// concurrent request of the same owner (a keep-alive, a try-lock that
-    /// followed a change) may have moved the lock there while this one
-    /// looked elsewhere, and a move writes the new copy before it deletes
-    /// the old one: missed in the old namespace, it is in the new one.
+    /// is: in this store's namespace; else in the previous one (a
+    /// keep-alive moves it over); else in the one in force now (this
+    /// store's, or its rebuilt successor's). A concurrent request of the
+    /// same owner (a keep-alive, a try-lock that followed a change) may
+    /// have moved the lock there while this one looked elsewhere, and a
+    /// move writes the new copy before it deletes the old one: missed in
+    /// the old namespace, it is in the new one.
     async fn by_owner(
         &self,
         req: &UnlockRequest,
@@ -638,18 +813,18 @@ impl RedisLock {
             Some(_) => &scripts::KEEP_ALIVE,
             None => &scripts::UNLOCK,
         };
-        let session = self.connection.session();
-        let status = self.owner_script(&session, script, req, renew_ms).await?;
+        let namespace = self.namespace();
+        let status = self.owner_script(&namespace, script, req, renew_ms).await?;
         if status != UnlockStatus::LockDoesNotExist {
             return Ok(status);
         }
         let previous = self
             .grace
             .previous()
-            .filter(|previous| !self.same_namespace(&previous.session, &session));
+            .filter(|previous| !previous.namespace.same(&namespace));
         if let Some(previous) = &previous {
             let status = match renew_ms {
-                Some(expiry_ms) => self.move_over(previous, &session, req, expiry_ms).await?,
+                Some(expiry_ms) => self.move_over(previous, &namespace, req, expiry_ms).await?,
                 None => {
                     self.owner_script_before(previous, script, req, None)
                         .await?
@@ -659,8 +834,8 @@ impl RedisLock {
                 return Ok(status);
             }
         }
-        let current = self.connection.session();
-        if previous.is_none() && self.same_namespace(&current, &session) {
+        let (current, _) = self.in_force();
+        if previous.is_none() && current.same(&namespace) {
             // No change to move it: it does not exist.
             return Ok(UnlockStatus::LockDoesNotExist);
         }
@@ -668,13 +843,13 @@ impl RedisLock {
     }
 
     /// A keep-alive of a lock held in the previous namespace: renewed
-    /// there, taken in `session`'s for `expiry_ms` (renewed, when a
+    /// there, taken in `namespace` for `expiry_ms` (renewed, when a
     /// concurrent keep-alive of the same owner moved it first), then
     /// released in the old one.
     async fn move_over(
         &self,
         previous: &Arc<Previous>,
-        session: &Arc<Session>,
+        namespace: &Namespace,
         req: &UnlockRequest,
         expiry_ms: u64,
     ) -> Result<UnlockStatus, LockError> {
@@ -685,7 +860,7 @@ impl RedisLock {
             return Ok(before);
         }
         let moved = self
-            .owner_script(session, &scripts::TAKE_OR_RENEW, req, Some(expiry_ms))
+            .owner_script(namespace, &scripts::TAKE_OR_RENEW, req, Some(expiry_ms))
             .await?;
         if moved != UnlockStatus::Success {
             return Ok(moved);

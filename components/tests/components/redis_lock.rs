@@ -805,3 +805,161 @@ async fn two_keep_alives_at_once_both_find_a_lock_being_moved() {
     );
     assert_eq!(store.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
 }
+
+/// Holds up the retired instance's try-lock of `r` (its look-up in the
+/// namespace it was changed from waits on a server held up) while its
+/// rebuilt successor, on another server, takes `r`: the late try-lock,
+/// granted on the old server, follows to the successor's namespace, finds
+/// `r` held there and is not granted. Before: it compared only against its
+/// own store's namespace, unchanged, and both were granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_store_still_serving_does_not_grant_what_its_successor_did() {
+    let before = RedisServer::start().await;
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let runtime = Handover::new();
+    let old = lock_in(&runtime, "retired", &before).await;
+    change(&old, json!({"redisHost": first.addr()})).await;
+    let new = lock_in(&runtime, "retired", &second).await;
+
+    hold_up(&before, Duration::from_millis(400)).await;
+    let late = {
+        let old = old.clone();
+        tokio::spawn(async move { old.try_lock(lock("r", "A", MINUTE)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+    assert_eq!(late.await.expect("the late try-lock"), Ok(false));
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("B")
+    );
+}
+
+/// The lock store `lock/<name>` of app `app` in the runtime whose
+/// handover area is `runtime`, on `server`.
+async fn lock_of_app(
+    runtime: &Handover,
+    app: &str,
+    name: &str,
+    server: &RedisServer,
+) -> Arc<dyn Lock> {
+    let value = json!({"redisHost": server.addr()});
+    let mut cx = common::named_context("lock", name, &common::metadata(value.clone()));
+    cx.app_id = app.into();
+    cx.handover = runtime.clone();
+    let mut built = common::build("lock", "redis", value).expect("built");
+    built.init(&cx).await.expect("init");
+    match built.into_instance() {
+        Instance::Lock(lock) => lock,
+        other => panic!("expected a lock, got {other:?}"),
+    }
+}
+
+/// A rebuild for a new app id, with the default `keyPrefix` (the app id):
+/// same server, yet the keys move from `lock||a||` to `lock||b||`. A lock
+/// held under the old app id is not granted to another owner, and its
+/// owner still releases it through the new instance. Before: the rebuilt
+/// store built both key bases from its own app id, saw one namespace, and
+/// granted it.
+#[tokio::test]
+async fn a_rebuild_for_a_new_app_id_honours_locks_held_under_the_old_one() {
+    let server = RedisServer::start().await;
+    let runtime = Handover::new();
+    let old = lock_of_app(&runtime, "a", "by-app", &server).await;
+    assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+    assert_eq!(owner_at(&server, "lock||a||r").await.as_deref(), Some("A"));
+
+    let new = lock_of_app(&runtime, "b", "by-app", &server).await;
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&server, "lock||b||r").await, None);
+    assert_eq!(
+        new.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&server, "lock||a||r").await, None);
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+    assert_eq!(owner_at(&server, "lock||b||r").await.as_deref(), Some("B"));
+}
+
+/// Two changes (first → second → third server) while a try-lock that
+/// read the first waits on its look-up in the one before (held up):
+/// between them another try-lock takes `r` on the second. The late one,
+/// granted on the first, follows to the third, where `r` is free, but
+/// looks in the second first: held there, it is not granted. Before: it
+/// took `r` on the third with a bare `SET NX`, and both were granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_following_two_changes_honours_the_namespace_between() {
+    let before = RedisServer::start().await;
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let third = RedisServer::start().await;
+    let store = lock_store(json!({"redisHost": before.addr()})).await;
+    change(&store, json!({"redisHost": first.addr()})).await;
+    let in_place = store.as_in_place().expect("in place");
+    let mut staged = Vec::new();
+    for server in [&second, &third] {
+        let metadata = common::metadata(json!({"redisHost": server.addr()}));
+        match in_place.stage_in_place(&metadata).await {
+            Ok(StagedInPlace::Deferred(pending)) => staged.push(pending),
+            other => panic!("expected a deferred change, got {other:?}"),
+        }
+    }
+    let (to_second, to_third) = (staged.remove(0), staged.remove(0));
+
+    hold_up(&before, Duration::from_millis(400)).await;
+    let late = {
+        let store = store.clone();
+        tokio::spawn(async move { store.try_lock(lock("r", "late", MINUTE)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    to_second.apply();
+    assert_eq!(store.try_lock(lock("r", "between", MINUTE)).await, Ok(true));
+    to_third.apply();
+
+    assert_eq!(late.await.expect("the late try-lock"), Ok(false));
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(owner_at(&third, "lock||test||r").await, None);
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("between")
+    );
+    assert_eq!(
+        store.unlock(unlock("r", "between")).await,
+        Ok(UnlockStatus::Success)
+    );
+}
+
+/// A reload that built a successor on another server rolls back (the
+/// successor is closed, the old instance serves on): a lock the old
+/// instance's try-lock followed to the successor's server is still
+/// honoured there, and its owner still releases it. Without the hand-back
+/// it was taken again on the old server.
+#[tokio::test]
+async fn a_rolled_back_successor_leaves_the_locks_moved_to_it_honoured() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let runtime = Handover::new();
+    let old = lock_in(&runtime, "rolled-back", &first).await;
+    let new = lock_in(&runtime, "rolled-back", &second).await;
+    assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&second, "lock||test||r").await.as_deref(),
+        Some("A")
+    );
+
+    new.close().await.expect("close");
+    drop(new);
+    assert_eq!(old.try_lock(lock("r", "C", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(
+        old.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(old.try_lock(lock("r", "C", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&first, "lock||test||r").await.as_deref(),
+        Some("C")
+    );
+}
