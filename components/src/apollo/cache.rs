@@ -5,8 +5,10 @@
 //! holding the config service's own answer (`appId`, `cluster`,
 //! `namespaceName`, `configurations`, `releaseKey`). A file is written to a
 //! temporary name, synced, renamed over the old one, and the folder
-//! synced: a reader never sees half of it, and after a crash the file is
-//! the old release or the new one, never empty. A namespace without release is stored with no configuration and
+//! synced, all in one blocking task (a caller dropped half-way, as a first
+//! load cut by the readiness timeout, leaves no temporary file): a reader
+//! never sees half of it, and after a crash the file is the old release or
+//! the new one, never empty. A namespace without release is stored with no configuration and
 //! an empty `releaseKey`.
 //!
 //! The files hold released values (often passwords) and are served as the
@@ -98,19 +100,16 @@ impl BackupCache {
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        if let Err(err) = write_new_private(&temp, text.into_bytes()).await {
-            if err.kind() != std::io::ErrorKind::AlreadyExists {
-                let _ = tokio::fs::remove_file(&temp).await;
-            }
-            return Err(failed(format!("cannot write: {err}")));
-        }
-        if let Err(err) = tokio::fs::rename(&temp, &path).await {
-            let _ = tokio::fs::remove_file(&temp).await;
-            return Err(failed(format!("cannot replace: {err}")));
-        }
-        sync_folder(&self.dir)
-            .await
-            .map_err(|err| failed(format!("replaced, but the folder not synced: {err}")))
+        let (target, dir, bytes) = (path.clone(), self.dir.clone(), text.into_bytes());
+        // One blocking task from the first byte to the clean-up: were the
+        // file written by one task and renamed or removed by the caller,
+        // a caller dropped in between (a first load cut by the readiness
+        // timeout) would leave the temporary file behind.
+        let replaced =
+            tokio::task::spawn_blocking(move || replace_privately(&temp, &target, &dir, &bytes))
+                .await
+                .unwrap_or_else(|err| Err(Failed::Write(std::io::Error::other(err))));
+        replaced.map_err(|failure| failed(failure.to_string()))
     }
 
     /// The stored release of `namespace`; `None` when there is no file.
@@ -163,37 +162,60 @@ impl BackupCache {
     }
 }
 
+/// Which step of [`replace_privately`] failed.
+#[derive(Debug, thiserror::Error)]
+enum Failed {
+    #[error("cannot write: {0}")]
+    Write(std::io::Error),
+    #[error("cannot replace: {0}")]
+    Replace(std::io::Error),
+    #[error("replaced, but the folder not synced: {0}")]
+    SyncFolder(std::io::Error),
+}
+
+/// Writes `bytes` to `temp`, which must not exist yet (so a name planted
+/// there, a symlink say, is never followed), readable and writable by the
+/// process's user only, synced; renames it over `path` and syncs `folder`.
+/// A temporary file of ours is removed when a step fails: blocking, so
+/// that nothing can stop it half-way.
+fn replace_privately(temp: &Path, path: &Path, folder: &Path, bytes: &[u8]) -> Result<(), Failed> {
+    if let Err(err) = write_new_private(temp, bytes) {
+        // Already there: not ours to remove.
+        if err.kind() != std::io::ErrorKind::AlreadyExists {
+            let _ = std::fs::remove_file(temp);
+        }
+        return Err(Failed::Write(err));
+    }
+    if let Err(err) = std::fs::rename(temp, path) {
+        let _ = std::fs::remove_file(temp);
+        return Err(Failed::Replace(err));
+    }
+    sync_folder(folder).map_err(Failed::SyncFolder)
+}
+
+fn write_new_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    // On disk before the rename makes it the backup: a crash after the
+    // rename must not leave an empty or partial file there.
+    file.sync_all()
+}
+
 /// Syncs `folder`, so that a rename in it survives a crash.
 #[cfg(unix)]
-async fn sync_folder(folder: &Path) -> std::io::Result<()> {
-    tokio::fs::File::open(folder).await?.sync_all().await
+fn sync_folder(folder: &Path) -> std::io::Result<()> {
+    std::fs::File::open(folder)?.sync_all()
 }
 
 /// Folders cannot be opened to sync them here; the rename stands alone.
 #[cfg(not(unix))]
-async fn sync_folder(_folder: &Path) -> std::io::Result<()> {
+fn sync_folder(_folder: &Path) -> std::io::Result<()> {
     Ok(())
-}
-
-/// Writes `bytes` to `path`, which must not exist yet (so a name planted
-/// there, a symlink say, is never followed), readable and writable by the
-/// process's user only, and synced to disk.
-async fn write_new_private(path: &Path, bytes: Vec<u8>) -> std::io::Result<()> {
-    let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&path)?;
-        file.write_all(&bytes)?;
-        // On disk before the rename makes it the backup: a crash after
-        // the rename must not leave an empty or partial file there.
-        file.sync_all()
-    })
-    .await
-    .unwrap_or_else(|err| Err(std::io::Error::other(err)))
 }
 
 #[cfg(test)]

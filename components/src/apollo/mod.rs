@@ -46,10 +46,13 @@
 //!   first namespace) and release each touched namespace as
 //!   `open_api_user`; the store then reads the namespace back, so a `get`
 //!   right after a write sees it. Every key is checked first (non-empty;
-//!   a value past the portal's length limit is the portal's to refuse);
-//!   an edit or release
-//!   that fails undoes the edits not released yet, so a later release does
-//!   not publish half a write (see `writes.rs`, also for what is left when
+//!   a value past the portal's length limit is the portal's to refuse).
+//!   A request the portal refuses undoes the edits not released yet, so a
+//!   later release does not publish half a write; a request without
+//!   answer (timeout) is not undone, and the error says its outcome is
+//!   unknown. Writes run one at a time, to their end even when the caller
+//!   stops waiting; nothing orders them with another process's writes to
+//!   the namespace (see `writes.rs`, also for what is left when
 //!   undoing fails too). Without them, writes are unsupported.
 //! * **Metadata changes** rebuild the store (`update_in_place` answers
 //!   `NeedsRebuild`); the new instance starts from the service or the cache.
@@ -75,7 +78,7 @@ use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
     ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness,
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::backoff::Backoff;
 pub use client::MAX_ANSWER_BYTES;
@@ -107,6 +110,8 @@ pub struct ApolloConfigStore {
 struct Running {
     refresher: Arc<Refresher>,
     open_api: Option<Arc<OpenApiClient>>,
+    /// Taken by each write for its whole run (see [`writes`]).
+    writing: Arc<tokio::sync::Mutex<()>>,
     /// Stops following the TLS files when the store goes.
     _follow: Option<tokio_util::sync::DropGuard>,
 }
@@ -157,46 +162,40 @@ impl ApolloConfigStore {
         &self,
         running: &'a Running,
         operation: &str,
-    ) -> Result<&'a OpenApiClient, ConfigError> {
-        running.open_api.as_deref().ok_or_else(|| {
+    ) -> Result<&'a Arc<OpenApiClient>, ConfigError> {
+        running.open_api.as_ref().ok_or_else(|| {
             ConfigError::Unsupported(format!(
                 "{operation}: apollo writes go through the Open API; set `open_api_address` and `open_api_token`"
             ))
         })
     }
 
-    /// Makes `edits` (checked), then releases each namespace they touch
-    /// and reads it back (a failed read-back is left to the long poll).
-    /// A failed edit, or release, undoes the edits not released yet (see
-    /// [`writes`]).
+    /// Makes `edits` (checked), releases each namespace they touch and
+    /// reads it back; a failure undoes what is known not to be released
+    /// (see [`writes`]). One write at a time, each in a task of its own:
+    /// a caller that stops waiting (its deadline) leaves the write to
+    /// finish (each request bounded by `requestTimeoutMs`), so it is
+    /// never split by the next.
     async fn write(
         &self,
         running: &Running,
-        open_api: &OpenApiClient,
+        open_api: &Arc<OpenApiClient>,
         edits: Vec<Edit>,
     ) -> Result<(), ConfigError> {
-        let live = &running.refresher.live;
-        writes::apply(open_api, live, &edits).await?;
-        let mut touched: Vec<&str> = Vec::new();
-        for edit in &edits {
-            if !touched.contains(&edit.namespace.as_str()) {
-                touched.push(&edit.namespace);
-            }
-        }
-        for (index, namespace) in touched.iter().enumerate() {
-            if let Err(err) = open_api.release(namespace).await {
-                let unreleased: Vec<Edit> = edits
-                    .iter()
-                    .filter(|e| touched[index..].contains(&e.namespace.as_str()))
-                    .cloned()
-                    .collect();
-                return Err(writes::undo_after(open_api, live, &unreleased, &err).await);
-            }
-            if let Err(err) = running.refresher.refresh(namespace).await {
-                warn!(namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
-            }
-        }
-        Ok(())
+        let open_api = Arc::clone(open_api);
+        let refresher = Arc::clone(&running.refresher);
+        // Waits as long as the caller does: the sidecar cuts a call after
+        // its request timeout (or the caller's deadline), dropping this.
+        let turn = Arc::clone(&running.writing).lock_owned().await;
+        let task = tokio::spawn(async move {
+            let _turn = turn;
+            writes::write(&open_api, &refresher, &edits).await
+        });
+        task.await.unwrap_or_else(|err| {
+            Err(ConfigError::Backend(format!(
+                "the apollo write stopped before it finished: {err}"
+            )))
+        })
     }
 }
 

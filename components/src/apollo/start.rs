@@ -174,6 +174,7 @@ impl ApolloConfigStore {
             Running {
                 refresher: Arc::new(refresher),
                 open_api,
+                writing: Arc::default(),
                 _follow: None,
             },
             followed,

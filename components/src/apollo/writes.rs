@@ -5,18 +5,47 @@
 //! a release publishes the whole draft. A write that failed half-way would
 //! leave its first items in the draft, where the next release (ours or
 //! anyone's, from the portal) publishes them. So every key is checked
-//! before the first request, and when a request fails the items already
-//! edited are put back as the store last read them from the release (an
+//! before the first request, and when a request fails the edits not
+//! released are put back as the store last read them from the release (an
 //! item the release did not have is deleted), last edited first, before
-//! the error is returned. If putting one back fails too (the portal went
-//! down mid-write), the error names the keys left edited in the draft:
-//! they stay unreleased until someone releases or reverts the namespace.
+//! the error is returned.
+//!
+//! * **Refused or unanswered.** A request the portal answered with an
+//!   HTTP status (other than 504, a gateway that gave up waiting for it)
+//!   was refused: nothing of it was done, and the edits before it are
+//!   undone. A request without answer (no connection, timeout) may have
+//!   been done: it is not undone — undoing a release that went through
+//!   would revert it in the draft, and an edit still in flight at the
+//!   portal could land after its undo. The error then says the outcome is
+//!   unknown and names the keys (a namespace whose release is in doubt is
+//!   read back, so reads show what happened); the edits known not to be
+//!   released are still undone.
+//! * **Undo failing too.** If putting one back fails (the portal went down
+//!   mid-write), the error names the keys that may be left edited in the
+//!   draft: they stay unreleased until someone releases or reverts the
+//!   namespace. After an undo without answer the rest is not tried (each
+//!   would wait out the timeout too).
+//! * **One write at a time.** The store runs its writes one after the
+//!   other (the caller's deadline bounds the wait), each in a task of its
+//!   own, so that neither another write's edits nor a caller giving up
+//!   half-way splits one: otherwise writer A's undo could put back a key
+//!   writer B had set and been told was written, or A's edits left in the
+//!   draft be published by B's release.
+//! * **Known limit.** Nothing orders these writes with those of another
+//!   process (another sidecar, a user of the portal) on the same
+//!   namespace: Apollo's Open API has no compare-and-set. A release
+//!   publishes whatever the draft holds, their unreleased edits included,
+//!   and an undo puts back the value of the release this store last read
+//!   (older still if reading it back after a write failed and the long
+//!   poll has not caught up), over an edit they made meanwhile.
 
 use rewire_runtime::ConfigError;
+use tracing::warn;
 
 use super::error::ApolloError;
 use super::namespaces::LiveNamespaces;
 use super::open_api::OpenApiClient;
+use super::refresh::Refresher;
 
 /// One item edit: `value` `None` deletes `key` of `namespace`.
 #[derive(Debug, Clone)]
@@ -37,9 +66,60 @@ pub(crate) fn check_item(key: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Makes `edits` (checked), then releases each namespace they touch and
+/// reads it back (a failed read-back is left to the long poll). A failure
+/// is answered as the module docs say. The caller runs one at a time.
+pub(crate) async fn write(
+    open_api: &OpenApiClient,
+    refresher: &Refresher,
+    edits: &[Edit],
+) -> Result<(), ConfigError> {
+    apply(open_api, &refresher.live, edits).await?;
+    let touched = namespaces_of(edits);
+    for (index, namespace) in touched.iter().enumerate() {
+        if let Err(err) = open_api.release(namespace).await {
+            let failed = FailedRelease {
+                touched: &touched,
+                index,
+                err: &err,
+            };
+            return Err(failed.answer(open_api, refresher, edits).await);
+        }
+        read_back(refresher, namespace).await;
+    }
+    Ok(())
+}
+
+/// Whether the portal refused `err`'s request (so did nothing of it),
+/// rather than gave no answer (so may have done it).
+fn refused(err: &ApolloError) -> bool {
+    match err {
+        ApolloError::Unauthorized { .. } => true,
+        ApolloError::Status { status, .. } => *status != 504,
+        _ => false,
+    }
+}
+
+/// The namespaces `edits` touch, in their order.
+fn namespaces_of(edits: &[Edit]) -> Vec<&str> {
+    let mut touched: Vec<&str> = Vec::new();
+    for edit in edits {
+        if !touched.contains(&edit.namespace.as_str()) {
+            touched.push(&edit.namespace);
+        }
+    }
+    touched
+}
+
+async fn read_back(refresher: &Refresher, namespace: &str) {
+    if let Err(err) = refresher.refresh(namespace).await {
+        warn!(namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
+    }
+}
+
 /// Makes `edits` in order; on a failure, undoes the ones made (see the
 /// module docs) and returns the error.
-pub(crate) async fn apply(
+async fn apply(
     open_api: &OpenApiClient,
     live: &LiveNamespaces,
     edits: &[Edit],
@@ -48,26 +128,70 @@ pub(crate) async fn apply(
     for edit in edits {
         let before = live.value(&edit.namespace, &edit.key);
         if let Err(err) = make(open_api, edit).await {
-            return Err(undo(open_api, made, &err).await);
+            let mut outcome = vec![err.to_string()];
+            if !refused(&err) {
+                outcome.push(format!(
+                    "whether this edit of `{}` was made is unknown (no answer): it may be in namespace `{}`'s draft, where a later release publishes it",
+                    edit.key, edit.namespace
+                ));
+            }
+            outcome.extend(undo(open_api, &made).await.describe("made before it"));
+            return Err(ConfigError::Backend(outcome.join("; ")));
         }
         made.push((edit, before));
     }
     Ok(())
 }
 
-/// Undoes `made` (edits and the values before them), last first, after
-/// they could not all be released: the error to return for `err`.
-pub(crate) async fn undo_after(
-    open_api: &OpenApiClient,
-    live: &LiveNamespaces,
-    made: &[Edit],
-    err: &ApolloError,
-) -> ConfigError {
-    let made = made
-        .iter()
-        .map(|edit| (edit, live.value(&edit.namespace, &edit.key)))
-        .collect();
-    undo(open_api, made, err).await
+/// The release of `touched[index]` failed with `err`.
+struct FailedRelease<'a> {
+    touched: &'a [&'a str],
+    index: usize,
+    err: &'a ApolloError,
+}
+
+impl FailedRelease<'_> {
+    /// Undoes the edits known not to be released; the error to return.
+    async fn answer(
+        &self,
+        open_api: &OpenApiClient,
+        refresher: &Refresher,
+        edits: &[Edit],
+    ) -> ConfigError {
+        let namespace = self.touched[self.index];
+        let refused = refused(self.err);
+        let unreleased = match refused {
+            true => &self.touched[self.index..],
+            false => &self.touched[self.index + 1..],
+        };
+        let mut outcome = vec![self.err.to_string()];
+        if self.index > 0 {
+            outcome.push(format!(
+                "released before it: {}",
+                shown_keys(&self.touched[..self.index])
+            ));
+        }
+        if !refused {
+            read_back(refresher, namespace).await;
+            let keys: Vec<&str> = edits
+                .iter()
+                .filter(|e| e.namespace == namespace)
+                .map(|e| e.key.as_str())
+                .collect();
+            outcome.push(format!(
+                "whether namespace `{namespace}` was released is unknown (no answer): its edits of {} are either published or left in its draft, where a later release publishes them",
+                shown_keys(&keys)
+            ));
+        }
+        let live = &refresher.live;
+        let made: Vec<(&Edit, Option<String>)> = edits
+            .iter()
+            .filter(|e| unreleased.contains(&e.namespace.as_str()))
+            .map(|e| (e, live.value(&e.namespace, &e.key)))
+            .collect();
+        outcome.extend(undo(open_api, &made).await.describe("not released"));
+        ConfigError::Backend(outcome.join("; "))
+    }
 }
 
 async fn make(open_api: &OpenApiClient, edit: &Edit) -> Result<(), ApolloError> {
@@ -77,44 +201,68 @@ async fn make(open_api: &OpenApiClient, edit: &Edit) -> Result<(), ApolloError> 
     }
 }
 
-async fn undo(
-    open_api: &OpenApiClient,
-    made: Vec<(&Edit, Option<String>)>,
-    err: &ApolloError,
-) -> ConfigError {
-    if made.is_empty() {
-        return ConfigError::Backend(err.to_string());
+/// What [`undo`] did.
+struct Undone {
+    /// Edits there were to undo.
+    edits: usize,
+    /// Keys that may be left edited.
+    left: Vec<String>,
+}
+
+impl Undone {
+    /// The outcome for the error, `which` saying which edits they were;
+    /// `None` when there was nothing to undo.
+    fn describe(&self, which: &str) -> Option<String> {
+        match (self.edits, self.left.is_empty()) {
+            (0, _) => None,
+            (edits, true) => Some(format!("the {edits} item edit(s) {which} were undone")),
+            _ => Some(format!(
+                "undoing the edits {which} failed for {}: they may be left edited in the namespace's draft, where a later release publishes them",
+                shown_keys(&self.left)
+            )),
+        }
     }
-    let mut left = Vec::new();
+}
+
+/// Puts `made` (edits and the values before them) back, last first. After
+/// an undo without answer the rest is not tried: the portal is not
+/// answering.
+async fn undo(open_api: &OpenApiClient, made: &[(&Edit, Option<String>)]) -> Undone {
+    let mut left: Vec<String> = Vec::new();
+    let mut answering = true;
     for (edit, before) in made.iter().rev() {
         if edit.value.is_none() && before.is_none() {
             continue;
         }
-        let back = Edit {
-            namespace: edit.namespace.clone(),
-            key: edit.key.clone(),
-            value: before.clone(),
-        };
-        if let Err(undo_err) = make(open_api, &back).await {
-            tracing::warn!(namespace = %edit.namespace, key = %edit.key, error = %undo_err, "Apollo item not put back after a failed write.");
-            if !left.contains(&edit.key) {
-                left.push(edit.key.clone());
-            }
+        if answering {
+            let back = Edit {
+                namespace: edit.namespace.clone(),
+                key: edit.key.clone(),
+                value: before.clone(),
+            };
+            let Err(undo_err) = make(open_api, &back).await else {
+                continue;
+            };
+            warn!(namespace = %edit.namespace, key = %edit.key, error = %undo_err, "Apollo item not put back after a failed write.");
+            answering = refused(&undo_err);
+        }
+        if !left.contains(&edit.key) {
+            left.push(edit.key.clone());
         }
     }
-    let outcome = match left.len() {
-        0 => format!("the {} item edit(s) made before it were undone", made.len()),
-        _ => format!(
-            "undoing the edits made before it failed for {}: left edited in the namespace's draft, a later release publishes them",
-            shown_keys(&left)
-        ),
-    };
-    ConfigError::Backend(format!("{err}; {outcome}"))
+    Undone {
+        edits: made.len(),
+        left,
+    }
 }
 
 /// Up to 5 keys quoted, then how many more.
-fn shown_keys(keys: &[String]) -> String {
-    let mut shown: Vec<String> = keys.iter().take(5).map(|k| format!("`{k}`")).collect();
+fn shown_keys(keys: &[impl AsRef<str>]) -> String {
+    let mut shown: Vec<String> = keys
+        .iter()
+        .take(5)
+        .map(|k| format!("`{}`", k.as_ref()))
+        .collect();
     if keys.len() > 5 {
         shown.push(format!("and {} more", keys.len() - 5));
     }

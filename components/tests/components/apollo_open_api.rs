@@ -6,9 +6,10 @@
 use crate::support::apollo_server;
 
 use apollo_server::harness::{expect_change, metadata, start, subscribe, value_of, with};
-use apollo_server::{ApolloServer, Route};
+use apollo_server::{ApolloServer, Route, Stall};
 use rewire_runtime::{ConfigError, ConfigItem, ConfigQuery};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 const TOKEN: &str = "open-api-token-0123456789";
 
@@ -211,22 +212,179 @@ async fn a_failed_write_leaves_nothing_for_a_later_release() {
     assert!(matches!(delete, Err(ConfigError::Backend(_))), "{delete:?}");
     assert_eq!(draft_values(&server, "application"), released);
 
-    // An item Apollo would refuse is refused before anything is written.
+    // An empty key is refused before anything is written (a value too
+    // long is the portal's to refuse: a refused edit, as above).
     server.fail_item(None);
     let edits = server.requests(Route::OpenApiItems);
-    let long = "x".repeat(20_001);
-    let set = store
-        .set(vec![item(None, "new", "v"), item(None, "long", &long)])
-        .await;
-    assert!(
-        matches!(&set, Err(ConfigError::Invalid(m)) if m.contains("`long`") && m.contains("20000")),
-        "{set:?}"
-    );
     let set = store
         .set(vec![item(None, "new", "v"), item(None, "", "v")])
         .await;
     assert!(matches!(set, Err(ConfigError::Invalid(_))), "{set:?}");
     assert_eq!(server.requests(Route::OpenApiItems), edits);
     assert_eq!(draft_values(&server, "application"), released);
+    started.store.close().await.unwrap();
+}
+
+/// A writable store on `server` whose Open API requests time out after
+/// `timeout_ms`, the draft of `application` released with `k1 = old`.
+async fn racing_store(
+    server: &ApolloServer,
+    dir: &std::path::Path,
+    timeout_ms: u64,
+) -> apollo_server::harness::Started {
+    server.accept_open_api_token(TOKEN);
+    server.release("application", &[("k1", "old")]);
+    server.create_namespace("shared");
+    let metadata = with(
+        writable(server, dir, TOKEN),
+        json!({"requestTimeoutMs": timeout_ms}),
+    );
+    start(metadata).await.expect("start")
+}
+
+/// Waits (up to 5 s) until a request of the Open API is stalled.
+async fn until_stalled(server: &ApolloServer) {
+    for _ in 0..500 {
+        if server.stalled() > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no Open API request stalled within 5 s");
+}
+
+#[tokio::test]
+async fn a_failed_write_cannot_undo_a_write_made_meanwhile() {
+    let server = ApolloServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = racing_store(&server, dir.path(), 5000).await;
+    let store = &started.store;
+
+    // A sets k1 and k2; its edit of k2 waits at the portal, then fails.
+    server.fail_item(Some("k2"));
+    server.stall(Some(Stall::ItemBefore("k2".into())));
+    let first = store.clone();
+    let a = tokio::spawn(async move {
+        first
+            .set(vec![item(None, "k1", "a"), item(None, "k2", "x")])
+            .await
+    });
+    until_stalled(&server).await;
+    // B sets k1 meanwhile: it waits for A (before, it edited, released
+    // and answered at once, and A's undo then put `old` back in the draft).
+    let second = store.clone();
+    let mut b = tokio::spawn(async move { second.set(vec![item(None, "k1", "b")]).await });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut b).await;
+    server.stall(None);
+    let b = match early {
+        Ok(done) => done,
+        Err(_) => b.await,
+    };
+    let a = a.await.unwrap();
+    assert!(
+        matches!(&a, Err(ConfigError::Backend(m)) if m.contains("undone")),
+        "{a:?}"
+    );
+    b.unwrap().expect("B's set");
+    // What B was told was written is what is released, and what the next
+    // release publishes.
+    let release = server.current("application").expect("a release");
+    assert_eq!(
+        release.configurations.get("k1").map(String::as_str),
+        Some("b")
+    );
+    assert_eq!(
+        draft_values(&server, "application"),
+        vec![("k1".to_string(), "b".to_string())]
+    );
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_without_answer_is_not_undone() {
+    let server = ApolloServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = racing_store(&server, dir.path(), 500).await;
+    let store = &started.store;
+
+    // The portal releases, then its answer never comes.
+    server.stall(Some(Stall::ReleaseAfter));
+    let set = store.set(vec![item(None, "k1", "new")]).await;
+    server.stall(None);
+    match set {
+        Err(ConfigError::Backend(message)) => assert!(
+            message.contains("unknown") && message.contains("`k1`") && !message.contains("undone"),
+            "{message}"
+        ),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    // Not reverted in the draft (the next release would have published
+    // `old` over a write that went through), and read back.
+    assert_eq!(
+        draft_values(&server, "application"),
+        vec![("k1".to_string(), "new".to_string())]
+    );
+    assert_eq!(value_of(store, "k1").await.as_deref(), Some("new"));
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_edit_without_answer_is_not_said_to_be_undone() {
+    let server = ApolloServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = racing_store(&server, dir.path(), 500).await;
+    let store = &started.store;
+
+    // k2's edit is made, then its answer never comes: k1 (made and
+    // answered) is undone, k2's outcome is unknown and said so.
+    server.stall(Some(Stall::ItemAfter("k2".into())));
+    let set = store
+        .set(vec![item(None, "k1", "a"), item(None, "k2", "x")])
+        .await;
+    server.stall(None);
+    match set {
+        Err(ConfigError::Backend(message)) => assert!(
+            message.contains("whether this edit of `k2` was made is unknown")
+                && message.contains("the 1 item edit(s) made before it were undone"),
+            "{message}"
+        ),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert_eq!(
+        server.requests(Route::OpenApiReleases),
+        0,
+        "released after a failed edit"
+    );
+    let draft = draft_values(&server, "application");
+    assert!(
+        draft.contains(&("k1".to_string(), "old".to_string())),
+        "{draft:?}"
+    );
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_caller_giving_up_does_not_split_a_write() {
+    let server = ApolloServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = racing_store(&server, dir.path(), 5000).await;
+    let store = &started.store;
+
+    // The caller stops waiting while k2's edit is at the portal (its
+    // deadline): the write still ends, undoing k1 when k2 is refused.
+    server.fail_item(Some("k2"));
+    server.stall(Some(Stall::ItemBefore("k2".into())));
+    let set = store.set(vec![item(None, "k1", "a"), item(None, "k2", "x")]);
+    let given_up = tokio::time::timeout(Duration::from_millis(200), set).await;
+    assert!(given_up.is_err(), "{given_up:?}");
+    until_stalled(&server).await;
+    server.stall(None);
+    // The next write waits for it, so it does not release `k1 = a`.
+    store.set(vec![item(None, "k3", "c")]).await.expect("set");
+    let release = server.current("application").expect("a release");
+    assert_eq!(
+        release.configurations.get("k1").map(String::as_str),
+        Some("old")
+    );
     started.store.close().await.unwrap();
 }

@@ -13,6 +13,9 @@
 mod config_service;
 pub mod hmac;
 mod open_api;
+mod stall;
+
+pub use stall::Stall;
 
 use crate::certs::CertFiles;
 use std::collections::{BTreeMap, HashMap};
@@ -127,6 +130,10 @@ pub struct Shared {
     stale_release_cache: std::sync::atomic::AtomicBool,
     /// The item key whose Open API edits (put, delete) answer 500.
     failing_item: Mutex<Option<String>>,
+    /// The Open API requests made to wait (see [`Stall`]).
+    stall: watch::Sender<Option<Stall>>,
+    /// How many are waiting.
+    stalled: watch::Sender<usize>,
 }
 
 fn id(namespace: &str) -> NamespaceId {
@@ -158,6 +165,8 @@ impl Shared {
             stale_release_cache: std::sync::atomic::AtomicBool::new(false),
             signatures_rejected: AtomicU64::new(0),
             failing_item: Mutex::new(None),
+            stall: watch::channel(None).0,
+            stalled: watch::channel(0).0,
         }
     }
 

@@ -10,6 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::stall::{wait_out, Stall};
 use super::{lock, AppState, DraftItem, NamespaceId, Route, ENV};
 
 type NamespacePath = (String, String, String, String);
@@ -76,6 +77,7 @@ pub(super) async fn put_item(
         Ok(ns) => ns,
         Err(refused) => return *refused,
     };
+    wait_out(&app, Stall::ItemBefore(key.clone())).await;
     if app.shared.item_fails(&key) {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -98,29 +100,57 @@ pub(super) async fn put_item(
         );
     };
     let create = query.get("createIfNotExists").is_some_and(|v| v == "true");
+    if let Some(refused) = put_in_draft(
+        &app,
+        &ns,
+        &key,
+        &body.value,
+        create,
+        modified_by,
+        body.data_change_created_by,
+    ) {
+        return refused;
+    }
+    wait_out(&app, Stall::ItemAfter(key.clone())).await;
+    Json(json!({"key": key, "value": body.value})).into_response()
+}
+
+/// Puts `key` = `value` in the draft of `ns`; the refusal, if any.
+fn put_in_draft(
+    app: &AppState,
+    ns: &NamespaceId,
+    key: &str,
+    value: &str,
+    create: bool,
+    modified_by: String,
+    created_by: Option<String>,
+) -> Option<Response> {
     let mut data = lock(&app.shared.data);
-    let Some(namespace) = data.namespaces.get_mut(&ns) else {
-        return error(StatusCode::NOT_FOUND, "namespace not found");
+    let Some(namespace) = data.namespaces.get_mut(ns) else {
+        return Some(error(StatusCode::NOT_FOUND, "namespace not found"));
     };
-    match namespace.draft.get_mut(&key) {
+    match namespace.draft.get_mut(key) {
         Some(item) => {
-            item.value = body.value.clone();
+            item.value = value.to_string();
             item.modified_by = modified_by;
         }
         None if create => {
-            let created_by = body
-                .data_change_created_by
-                .unwrap_or_else(|| modified_by.clone());
+            let created_by = created_by.unwrap_or_else(|| modified_by.clone());
             let item = DraftItem {
-                value: body.value.clone(),
+                value: value.to_string(),
                 created_by,
                 modified_by,
             };
-            namespace.draft.insert(key.clone(), item);
+            namespace.draft.insert(key.to_string(), item);
         }
-        None => return error(StatusCode::NOT_FOUND, &format!("item {key} not found")),
+        None => {
+            return Some(error(
+                StatusCode::NOT_FOUND,
+                &format!("item {key} not found"),
+            ))
+        }
     }
-    Json(json!({"key": key, "value": body.value})).into_response()
+    None
 }
 
 /// `DELETE …/items/{key}?operator={user}`
@@ -135,6 +165,7 @@ pub(super) async fn delete_item(
         Ok(ns) => ns,
         Err(refused) => return *refused,
     };
+    wait_out(&app, Stall::ItemBefore(key.clone())).await;
     if app.shared.item_fails(&key) {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -144,11 +175,11 @@ pub(super) async fn delete_item(
     if query.get("operator").is_none_or(|o| o.is_empty()) {
         return error(StatusCode::BAD_REQUEST, "operator is required");
     }
-    let mut data = lock(&app.shared.data);
-    let removed = data
+    let removed = lock(&app.shared.data)
         .namespaces
         .get_mut(&ns)
         .and_then(|n| n.draft.remove(&key));
+    wait_out(&app, Stall::ItemAfter(key.clone())).await;
     match removed {
         Some(_) => StatusCode::OK.into_response(),
         None => error(StatusCode::NOT_FOUND, &format!("item {key} not found")),
@@ -193,7 +224,9 @@ pub(super) async fn release(
             "releaseTitle and releasedBy are required",
         );
     };
-    match app.shared.release_draft(&ns, &title, &by) {
+    let released = app.shared.release_draft(&ns, &title, &by);
+    wait_out(&app, Stall::ReleaseAfter).await;
+    match released {
         Some(record) => Json(json!({
             "appId": app_id,
             "clusterName": cluster,
