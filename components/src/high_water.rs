@@ -33,10 +33,12 @@
 //!
 //! Limits: keys of at most [`MAX_KEY_BYTES`] bytes; at most [`MAX_KEYS`]
 //! keys per component (a key takes room once its backend answered, not
-//! when it is asked for); a file is never written past [`MAX_FILE_BYTES`]
-//! (a new key is refused once the file holds [`NEW_KEY_FILE_BYTES`]).
-//! Both refusals are [`SequencerError::Capacity`]: the request is valid,
-//! the sequencer full. A file that is larger, or not readable, stops the
+//! when it is asked for, nor when its request failed); a file is never
+//! written past [`MAX_FILE_BYTES`] (a new key is refused once the file
+//! holds [`NEW_KEY_FILE_BYTES`]). Both refusals are
+//! [`SequencerError::Capacity`]: the request is valid, the sequencer full.
+//! A backend sequencer asks [`HighWater::has_room`] before its backend, so
+//! a refused key leaves nothing there. A file that is larger, or not readable, stops the
 //! sequencer from starting (starting at 0 could repeat ids) with an error
 //! saying what to do.
 
@@ -46,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Weak};
 
 use rewire_runtime::{IdRange, InitContext, SequencerError};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Ids reserved per file write, beyond what the request needs.
 pub const RESERVE_BLOCK: i64 = 1_000;
@@ -63,6 +65,10 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// Size past which a file takes no new key (the keys it holds may still
 /// move up: [`MAX_KEYS`] entries growing to 19 digits fit in the rest).
 pub const NEW_KEY_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Bytes a file entry takes beside its key (quoted, as JSON): the `:`,
+/// the largest reservation (19 digits) and the `,`.
+const ENTRY_BYTES_BESIDE_KEY: u64 = 21;
 
 /// Layotto's separator after `sequencer` in a counter's key
 /// (`sequencer|||{key}`).
@@ -437,6 +443,53 @@ impl HighWater {
         }
     }
 
+    /// Whether a request for `key` may go to the backend: always for a
+    /// key with marks; for a new one only while the component tracks
+    /// fewer than [`MAX_KEYS`] keys and every live file holds it or has
+    /// room for its entry (as [`NEW_KEY_FILE_BYTES`] counts it, with the
+    /// longest reservation). Asked before the backend, so a refused key creates
+    /// nothing there (a counter that never expires) nor marks here. New
+    /// keys racing for the last place may all pass; [`accept`](Self::accept)
+    /// refuses the ones past it (their counters stay, one per racer).
+    pub async fn has_room(&self, key: &str) -> Result<(), SequencerError> {
+        let files = {
+            let mut table = self.table();
+            if table.keys.contains_key(key) {
+                return Ok(());
+            }
+            if table.keys.len() >= MAX_KEYS {
+                return Err(too_many_keys(key));
+            }
+            table.live_files()
+        };
+        let quoted = serde_json::to_string(key).map_or(key.len(), |quoted| quoted.len());
+        let entry = quoted as u64 + ENTRY_BYTES_BESIDE_KEY;
+        for path in &files {
+            let size = match tokio::fs::metadata(path).await {
+                Ok(meta) => meta.len(),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(err) => {
+                    return Err(SequencerError::Backend(format!(
+                        "high-water file {}: {err}",
+                        path.display()
+                    )))
+                }
+            };
+            if size.saturating_add(entry) <= NEW_KEY_FILE_BYTES {
+                continue;
+            }
+            // Nearly full: a key the file holds (its marks not read back
+            // since a restart) only moves up, as reserve lets it.
+            let all = read_file(path)
+                .await
+                .map_err(|err| SequencerError::Backend(err.to_string()))?;
+            if !all.contains_key(key) {
+                return Err(file_full(path, NEW_KEY_FILE_BYTES, key));
+            }
+        }
+        Ok(())
+    }
+
     /// The value ids of `key` must be above now. A key without marks
     /// gets none here: a key takes room only once the backend answered
     /// ([`accept`](Self::accept)), so requests that fail take none.
@@ -455,14 +508,26 @@ impl HighWater {
     /// Hands out the next `size` ids of `key` right here: the marks are
     /// the counter (the `memory` sequencer).
     pub async fn take(&self, key: &str, size: u32) -> Result<IdRange, SequencerError> {
-        let interval = self.interval(key)?;
-        let mut interval = interval.lock().await;
+        let mut interval = self.locked(key).await?;
+        let taken = self.count(&mut interval, key, size).await;
+        if taken.is_err() {
+            self.forget_unused(key, &interval);
+        }
+        taken
+    }
+
+    /// [`take`](Self::take) on the locked marks of `key`.
+    async fn count(
+        &self,
+        interval: &mut Interval,
+        key: &str,
+        size: u32,
+    ) -> Result<IdRange, SequencerError> {
         let mut range = next_range(key, interval.floor(), size)?;
         // A counter here: every range lies above every earlier one.
         let (files, epoch) = self.files();
         if range.to > interval.reserved_in(epoch) {
-            self.reserve(&mut interval, key, range, &files, epoch)
-                .await?;
+            self.reserve(interval, key, range, &files, epoch).await?;
             range = next_range(key, interval.floor(), size)?;
         }
         interval.handed = range.to;
@@ -486,12 +551,13 @@ impl HighWater {
         backend: &Arc<B>,
         still_current: impl FnOnce() -> bool,
     ) -> Result<Verdict, SequencerError> {
-        let interval = self.interval(key)?;
-        let mut interval = interval.lock().await;
+        let mut interval = self.locked(key).await?;
         let (files, epoch) = self.files();
         if range.to > interval.reserved_in(epoch) {
-            self.reserve(&mut interval, key, range, &files, epoch)
-                .await?;
+            if let Err(err) = self.reserve(&mut interval, key, range, &files, epoch).await {
+                self.forget_unused(key, &interval);
+                return Err(err);
+            }
         }
         let current = still_current();
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(backend) as _;
@@ -524,10 +590,7 @@ impl HighWater {
             return Ok(interval.clone());
         }
         if table.keys.len() >= MAX_KEYS {
-            return Err(SequencerError::Capacity(format!(
-                "too many sequences (at most {MAX_KEYS} keys per sequencer, kept until \
-                 the process restarts or the sequencer is removed); key `{key}` is refused"
-            )));
+            return Err(too_many_keys(key));
         }
         let above = table.bigger_than.get(key).copied().unwrap_or(0).max(0);
         let interval = Arc::new(Mutex::new(Interval {
@@ -541,6 +604,47 @@ impl HighWater {
         }));
         table.keys.insert(key.to_string(), interval.clone());
         Ok(interval)
+    }
+
+    /// The marks of `key` (new ones if it had none), locked. Marks
+    /// [`forget_unused`](Self::forget_unused) dropped while this waited
+    /// for them are not used: the key's marks in the table are.
+    async fn locked(&self, key: &str) -> Result<OwnedMutexGuard<Interval>, SequencerError> {
+        loop {
+            let interval = self.interval(key)?;
+            let locked = interval.clone().lock_owned().await;
+            let table = self.table();
+            if table
+                .keys
+                .get(key)
+                .is_some_and(|current| Arc::ptr_eq(current, &interval))
+            {
+                return Ok(locked);
+            }
+        }
+    }
+
+    /// Drops the marks of `key` that a failed request just made (nothing
+    /// handed out, reserved or heard from a backend under them), so that
+    /// a key refused for a full file, or a failed file write, takes none
+    /// of the [`MAX_KEYS`] places. What they held comes back on the next
+    /// request: `biggerThan` from the table, the files' reservations from
+    /// the files.
+    fn forget_unused(&self, key: &str, interval: &OwnedMutexGuard<Interval>) {
+        let unused =
+            interval.handed == 0 && interval.reserved == i64::MAX && interval.backend.is_none();
+        if !unused {
+            return;
+        }
+        let mut table = self.table();
+        let ours = OwnedMutexGuard::mutex(interval);
+        if table
+            .keys
+            .get(key)
+            .is_some_and(|current| Arc::ptr_eq(current, ours))
+        {
+            table.keys.remove(key);
+        }
     }
 
     /// Reserves ids of `key` up to at least the end of `range` in every
@@ -601,11 +705,7 @@ impl HighWater {
                 MAX_FILE_BYTES
             };
             if text.len() as u64 > limit {
-                return Err(SequencerError::Capacity(format!(
-                    "high-water file {} is full: it would grow past {limit} bytes with key \
-                     `{key}`; remove the entries of keys no longer used",
-                    path.display()
-                )));
+                return Err(file_full(path, limit, key));
             }
             write_file(path, &text)
                 .await
@@ -615,6 +715,23 @@ impl HighWater {
         interval.epoch = epoch;
         Ok(())
     }
+}
+
+/// The refusal of a new `key` past [`MAX_KEYS`].
+fn too_many_keys(key: &str) -> SequencerError {
+    SequencerError::Capacity(format!(
+        "too many sequences (at most {MAX_KEYS} keys per sequencer, kept until \
+         the process restarts or the sequencer is removed); key `{key}` is refused"
+    ))
+}
+
+/// The refusal of `key` by a file that would grow past `limit` bytes.
+fn file_full(path: &Path, limit: u64, key: &str) -> SequencerError {
+    SequencerError::Capacity(format!(
+        "high-water file {} is full: it would grow past {limit} bytes with key \
+         `{key}`; remove the entries of keys no longer used",
+        path.display()
+    ))
 }
 
 /// The floor to ask a backend for after `refused` of its ranges were
@@ -856,6 +973,46 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(marks.take("k7", 1).await.unwrap().from, 2);
+        // Asked before a backend: refused there, known keys go on.
+        assert!(matches!(
+            marks.has_room("one-more").await,
+            Err(SequencerError::Capacity(_))
+        ));
+        assert_eq!(marks.has_room("k7").await, Ok(()));
+    }
+
+    /// 8,400 keys of 1,000 bytes: past the 8 MiB where new keys stop.
+    fn full_file(path: &Path) {
+        let full: BTreeMap<String, i64> = (0..8_400).map(|n| (format!("{n:01000}"), 5)).collect();
+        std::fs::write(path, serde_json::to_vec(&full).unwrap()).unwrap();
+    }
+
+    /// A new key a full file refuses: refused before a backend is asked;
+    /// and when a backend answered anyway (a request racing another new
+    /// key), refused without keeping marks, so it takes none of the
+    /// `MAX_KEYS` places. Keys the file holds go on.
+    #[tokio::test]
+    async fn a_key_a_full_file_refuses_takes_no_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("marks.json");
+        full_file(&path);
+        let marks = HighWater::load(Some(path), &BTreeMap::new()).await.unwrap();
+        fn full<T>(result: Result<T, SequencerError>) -> bool {
+            matches!(result, Err(SequencerError::Capacity(message)) if message.contains("full"))
+        }
+        assert!(full(marks.has_room("new").await));
+        let backend = Arc::new(());
+        let answer = IdRange { from: 1, to: 1 };
+        assert!(full(marks.accept("new", answer, &backend, || true).await));
+        assert!(full(marks.take("new", 1).await));
+        assert!(marks.table().keys.is_empty());
+        let known = format!("{:01000}", 7);
+        assert_eq!(marks.has_room(&known).await, Ok(()));
+        let answer = IdRange { from: 6, to: 6 };
+        assert_eq!(
+            marks.accept(&known, answer, &backend, || true).await,
+            Ok(Verdict::Accept)
+        );
     }
 
     #[test]

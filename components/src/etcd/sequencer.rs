@@ -193,6 +193,9 @@ impl EtcdSequencer {
         let path = self.metadata.path();
         let modified = layotto_key(&self.metadata.key_prefix, app_id, component, key);
         let keys = CounterKeys::new(&path, &modified);
+        // Before the first put: a key refused afterwards would leave a
+        // counter.
+        marks.has_room(key).await?;
         let mut floor = marks.floor(key).await?;
         let migrate = !self.lock_migrated().contains(key);
         if migrate {

@@ -58,7 +58,9 @@ const MAX_ATTEMPTS: usize = 16;
 /// A counter holding a double (`1e+17`: an early script wrote lifts past
 /// about 1e14 that way, and `INCRBY` refuses it for ever) is first set to
 /// the integer [`lifted_double`] says, in either key; one that is no
-/// number at all is refused, saying what to do.
+/// number at all is refused, saying what to do — by `redis.error_reply`
+/// from the main chunk: before Redis 7.0 an `error()` raised with a table
+/// in a function failed in the error handler, losing the message.
 static NEXT_RANGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -95,26 +97,33 @@ local function lifted(text)
   end
   return string.format("%.0f", value)
 end
+-- The counter as an integer string, or nil and why not.
 local function integer(key, value)
   if not value or string.match(value, "^%-?%d+$") then
     return value
   end
   local lift = lifted(value)
   if not lift then
-    error({err = "counter " .. key .. " holds " .. value .. ", not an integer below 2^63: "
-      .. "SET it to an integer above every id handed out from it, or delete it and set biggerThan"})
+    return nil, "counter " .. key .. " holds " .. value .. ", not an integer below 2^63: "
+      .. "SET it to an integer above every id handed out from it, or delete it and set biggerThan"
   end
   return lift
 end
 local floor = ARGV[2]
 if KEYS[2] then
-  local old = integer(KEYS[2], redis.call("GET", KEYS[2]))
+  local old, wrong = integer(KEYS[2], redis.call("GET", KEYS[2]))
+  if wrong then
+    return redis.error_reply(wrong)
+  end
   if old and not below(old, floor) then
     floor = (string.gsub(old, "^0+(%d)", "%1"))
   end
 end
 local counter = redis.call("GET", KEYS[1])
-local value = integer(KEYS[1], counter)
+local value, wrong = integer(KEYS[1], counter)
+if wrong then
+  return redis.error_reply(wrong)
+end
 if value ~= counter then
   -- Never left for Layotto's INCRBY, which refuses it.
   redis.call("SET", KEYS[1], value)
@@ -242,6 +251,8 @@ impl RedisSequencer {
             .marks
             .as_ref()
             .ok_or_else(|| SequencerError::Backend("the sequencer is not initialised".into()))?;
+        // Before INCRBY: a key refused afterwards would leave a counter.
+        marks.has_room(key).await?;
         let mut floor = marks.floor(key).await?;
         for attempt in 0..MAX_ATTEMPTS {
             let session = self.connection.session();
@@ -399,8 +410,8 @@ impl Sequencer for RedisSequencer {
 mod tests {
     use super::*;
 
-    /// `1e+17` may stand for any counter up to 1e17 + 500 (14 significant
-    /// digits): lifted a whole unit of the 14th digit past it.
+    /// `1e+17` may stand for any counter up to 1e17 + 5,000 (14 significant
+    /// digits): lifted a whole unit (10,000) of the 14th digit past it.
     #[test]
     fn a_double_counter_is_lifted_past_what_it_may_stand_for() {
         assert_eq!(old_counter_value("1e+17"), Some(100_000_000_000_010_000));

@@ -386,7 +386,8 @@ async fn redis_a_double_counter_is_lifted_once_and_garbage_is_named() {
         .unwrap();
     let metadata = json!({"redisHost": server.addr(), "keyPrefix": "none"});
     let ids = sequencer("redis", metadata).await;
-    // 1e+17 may stand for up to 1e17 + 500: one unit of the 14th digit past it.
+    // 1e+17 may stand for up to 1e17 + 5,000: one unit (10,000) of the
+    // 14th digit past it.
     let first = 100_000_000_000_010_001;
     assert_eq!(ids.get_next_id(strong("orders")).await, Ok(first));
     assert_eq!(ids.get_next_id(strong("orders")).await, Ok(first + 1));
@@ -448,6 +449,39 @@ async fn a_full_high_water_file_takes_no_new_key_and_an_oversized_one_says_what_
         .unwrap_err();
     assert!(err.contains("metadata field `highWaterFile`"), "{err}");
     assert!(err.contains("biggerThan"), "{err}");
+}
+
+/// A sequencer holding its 100,000 keys refuses a new one before asking
+/// Redis: no counter is made for it (one per refused request would let a
+/// client fill the server with keys that never expire); known keys go on.
+#[tokio::test]
+async fn redis_a_full_sequencer_refuses_a_new_key_without_making_its_counter() {
+    let runtime = Handover::new();
+    let server = RedisServer::start().await;
+    // The marks filled in memory, then adopted by a rebuild as redis.
+    let memory = named(&runtime, "full", "memory", json!({})).await;
+    for n in 0..rewire_components::high_water::MAX_KEYS {
+        memory.get_next_id(strong(&format!("k{n}"))).await.unwrap();
+    }
+    let redis = named(
+        &runtime,
+        "full",
+        "redis",
+        json!({"redisHost": server.addr()}),
+    )
+    .await;
+    match redis.get_next_id(strong("one-more")).await {
+        Err(SequencerError::Capacity(message)) => {
+            assert!(message.contains("one-more"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let exists = server
+        .query(&["EXISTS", "sequencer|||test||one-more"])
+        .await
+        .unwrap();
+    assert_eq!(exists, ["0"]);
+    assert_eq!(redis.get_next_id(strong("k7")).await, Ok(2));
 }
 
 /// A started sequencer of app `app_id`, of `type_name`, named
