@@ -476,6 +476,13 @@ async fn a_new_app_id_keeps_keys_locks_config_values_and_files() {
             "{record:?}"
         );
     }
+    // A second app id change: the data the first rebuild adopted is
+    // handed over again (an app id change is no change of type).
+    let record = runtime
+        .apply(memory_app("c"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.actions.get("state/cache"), Some(&Action::Rebuilt));
     let lock = locks.load().unwrap_or_else(|e| panic!("lock: {e}"));
 
     let state = state.load().unwrap_or_else(|e| panic!("state: {e}"));

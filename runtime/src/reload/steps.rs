@@ -74,7 +74,7 @@ impl Reloader {
             }
         };
         let (config, layers, diff) = candidate;
-        let ended = Ended::by(&diff, self.running.handover());
+        let ended = Ended::by(&diff, &snapshot.config, &config, self.running.handover());
         let prepared = match self.prepare(snapshot, &config, diff, &request).await {
             Ok(prepared) => prepared,
             Err((ending, error)) => {
@@ -239,12 +239,22 @@ struct Ended {
 }
 
 impl Ended {
-    fn by(diff: &ConfigDiff, handover: &Handover) -> Self {
+    fn by(diff: &ConfigDiff, old: &ValidConfig, new: &ValidConfig, handover: &Handover) -> Self {
+        // `type_changed` also marks every component of an app id change
+        // (to rebuild it): only a `type` that differs ends a component.
+        let type_of = |config: &ValidConfig, key: &ComponentKey| {
+            config
+                .config
+                .components
+                .get(key)
+                .map(|spec| spec.type_name.clone())
+        };
         let type_changed = diff
             .changed
             .iter()
             .filter(|(_, change)| change.type_changed)
-            .map(|(key, _)| key);
+            .map(|(key, _)| key)
+            .filter(|key| type_of(old, key) != type_of(new, key));
         Self {
             keys: diff.removed.iter().chain(type_changed).cloned().collect(),
             before: handover.mark(),
