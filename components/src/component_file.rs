@@ -227,12 +227,20 @@ where
     C: FnOnce() -> std::io::Result<T> + Send + 'static,
 {
     let stuck = || STUCK.lock().unwrap_or_else(|p| p.into_inner());
-    let (reader, given_up) = match stuck().get(path) {
-        None => (Arc::default(), 0),
-        Some(s) if s.since.elapsed() >= TRY_AGAIN_AFTER && s.given_up < MAX_STUCK_PER_PATH => {
-            (Arc::default(), s.given_up)
+    let (reader, given_up) = {
+        let mut stuck = stuck();
+        match stuck.get_mut(path) {
+            None => (Arc::default(), 0),
+            Some(s) if s.since.elapsed() >= TRY_AGAIN_AFTER && s.given_up < MAX_STUCK_PER_PATH => {
+                // The try again, shared by calls made meanwhile (refused
+                // while it runs): one new thread, not one per caller.
+                s.reader = Arc::default();
+                s.since = tokio::time::Instant::now();
+                s.given_up += 1;
+                (Arc::clone(&s.reader), s.given_up - 1)
+            }
+            Some(s) => (Arc::clone(&s.reader), s.given_up),
         }
-        Some(s) => (Arc::clone(&s.reader), s.given_up),
     };
     let outcome = reader.read_within(deadline, call).await;
     match &outcome {
