@@ -70,6 +70,10 @@ pub const NEW_KEY_FILE_BYTES: u64 = 8 * 1024 * 1024;
 /// the largest reservation (19 digits) and the `,`.
 const ENTRY_BYTES_BESIDE_KEY: u64 = 21;
 
+/// Most bytes one new entry can add to a file: its longest key with every
+/// byte escaped (`\u00XX`), quoted, and what goes beside it.
+const MAX_ENTRY_BYTES: u64 = 6 * MAX_KEY_BYTES as u64 + 2 + ENTRY_BYTES_BESIDE_KEY;
+
 /// Layotto's separator after `sequencer` in a counter's key
 /// (`sequencer|||{key}`).
 pub const KEY_SEPARATOR: &str = "|||";
@@ -162,6 +166,9 @@ pub fn check_request(key: &str, size: u32) -> Result<(), SequencerError> {
 #[derive(Debug)]
 pub struct HighWater {
     file: Option<PathBuf>,
+    /// The lock of `file`, held so that what is known of the file (kept
+    /// under it) lives as long as an instance using the file does.
+    _file_lock: Option<Arc<Mutex<FileState>>>,
     shared: Arc<Shared>,
     /// Held while this instance lives: its file stays written to.
     user: Arc<()>,
@@ -243,12 +250,89 @@ pub enum Verdict {
     },
 }
 
+/// What the file looked like when its entries were last read or written
+/// here: if it still looks so, they are still its entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    /// A rename over the file (as [`write_file`] does) changes it.
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            inode: (meta.dev(), meta.ino()),
+        }
+    }
+}
+
+/// What is known of one high-water file, kept under its lock: the entries
+/// of a nearly full one, so that [`HighWater::has_room`] answers for a new
+/// key without reading (and parsing) up to [`MAX_FILE_BYTES`] per request.
+#[derive(Default)]
+struct FileState {
+    /// The entries the file held, and how it looked then; only while it
+    /// is too full to take any new key without a look at them.
+    nearly_full: Option<(Stamp, BTreeMap<String, i64>)>,
+}
+
+/// The number of entries, not up to 16 MiB of them in a log line.
+impl std::fmt::Debug for FileState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let known = self.nearly_full.as_ref().map(|(_, entries)| entries.len());
+        f.debug_struct("FileState")
+            .field("nearly_full_entries", &known)
+            .finish()
+    }
+}
+
+impl FileState {
+    /// Keeps `entries` if the file (as `stamp` says) is nearly full.
+    fn remember(&mut self, stamp: Option<Stamp>, entries: BTreeMap<String, i64>) {
+        self.nearly_full = stamp
+            .filter(|stamp| stamp.len.saturating_add(MAX_ENTRY_BYTES) > NEW_KEY_FILE_BYTES)
+            .map(|stamp| (stamp, entries));
+    }
+
+    /// Remembers the file at `path` as just written with `entries`.
+    async fn written(&mut self, path: &Path, entries: BTreeMap<String, i64>) {
+        let stamp = tokio::fs::metadata(path)
+            .await
+            .ok()
+            .map(|meta| Stamp::of(&meta));
+        self.remember(stamp, entries);
+    }
+
+    /// Whether the file at `path` holds `key`: from what is known while the
+    /// file looks as it did, else read (under the lock held on `self`).
+    async fn holds(&mut self, path: &Path, key: &str) -> Result<bool, HighWaterFileError> {
+        let now = stamp(path).await?;
+        if let Some((known, entries)) = &self.nearly_full {
+            if now.as_ref() == Some(known) {
+                return Ok(entries.contains_key(key));
+            }
+        }
+        let (entries, stamp) = read_file_stamped(path).await?;
+        let holds = entries.contains_key(key);
+        self.remember(stamp, entries);
+        Ok(holds)
+    }
+}
+
 /// One lock per high-water file (by its canonical path), shared by every
-/// instance in the process.
-static FILE_LOCKS: LazyLock<std::sync::Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> =
+/// instance in the process, with what is known of the file.
+static FILE_LOCKS: LazyLock<std::sync::Mutex<HashMap<PathBuf, Weak<Mutex<FileState>>>>> =
     LazyLock::new(Default::default);
 
-fn file_lock(path: &Path) -> Arc<Mutex<()>> {
+fn file_lock(path: &Path) -> Arc<Mutex<FileState>> {
     let mut locks = FILE_LOCKS
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -256,7 +340,7 @@ fn file_lock(path: &Path) -> Arc<Mutex<()>> {
         return lock;
     }
     locks.retain(|_, lock| lock.strong_count() > 0);
-    let lock = Arc::new(Mutex::new(()));
+    let lock = Arc::new(Mutex::new(FileState::default()));
     locks.insert(path.to_path_buf(), Arc::downgrade(&lock));
     lock
 }
@@ -321,19 +405,28 @@ impl HighWater {
         file: Option<PathBuf>,
         bigger_than: &BTreeMap<String, i64>,
     ) -> Result<Self, HighWaterFileError> {
-        let file = match file {
+        let (file, file_lock) = match file {
             Some(path) => {
                 let path = canonical(&path).await?;
-                read_file(&path).await.map_err(|err| HighWaterFileError {
-                    reason: format!("{}; {UNREADABLE_HELP}", err.reason),
-                    ..err
-                })?;
-                Some(path)
+                let lock = file_lock(&path);
+                {
+                    let mut state = lock.lock().await;
+                    let (entries, stamp) =
+                        read_file_stamped(&path)
+                            .await
+                            .map_err(|err| HighWaterFileError {
+                                reason: format!("{}; {UNREADABLE_HELP}", err.reason),
+                                ..err
+                            })?;
+                    state.remember(stamp, entries);
+                }
+                (Some(path), Some(lock))
             }
-            None => None,
+            None => (None, None),
         };
         let marks = Self {
             file,
+            _file_lock: file_lock,
             shared,
             user: Arc::new(()),
         };
@@ -377,7 +470,7 @@ impl HighWater {
             held.push((key, interval.lock().await));
         }
         let lock = file_lock(path);
-        let _turn = lock.lock().await;
+        let mut state = lock.lock().await;
         let failed = |reason: String| HighWaterFileError {
             path: path.display().to_string(),
             reason,
@@ -409,7 +502,9 @@ impl HighWater {
         }
         write_file(path, &text)
             .await
-            .map_err(|err| failed(err.to_string()))
+            .map_err(|err| failed(err.to_string()))?;
+        state.written(path, all).await;
+        Ok(())
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -464,26 +559,22 @@ impl HighWater {
         };
         let quoted = serde_json::to_string(key).map_or(key.len(), |quoted| quoted.len());
         let entry = quoted as u64 + ENTRY_BYTES_BESIDE_KEY;
+        let failed = |err: HighWaterFileError| SequencerError::Backend(err.to_string());
         for path in &files {
-            let size = match tokio::fs::metadata(path).await {
-                Ok(meta) => meta.len(),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
-                Err(err) => {
-                    return Err(SequencerError::Backend(format!(
-                        "high-water file {}: {err}",
-                        path.display()
-                    )))
-                }
-            };
+            let size = stamp(path)
+                .await
+                .map_err(failed)?
+                .map_or(0, |stamp| stamp.len);
             if size.saturating_add(entry) <= NEW_KEY_FILE_BYTES {
                 continue;
             }
             // Nearly full: a key the file holds (its marks not read back
-            // since a restart) only moves up, as reserve lets it.
-            let all = read_file(path)
-                .await
-                .map_err(|err| SequencerError::Backend(err.to_string()))?;
-            if !all.contains_key(key) {
+            // since a restart) only moves up, as reserve lets it. Its
+            // entries are known under its lock, read only once it changed,
+            // so requests for new keys do not each read the file at once.
+            let lock = file_lock(path);
+            let holds = lock.lock().await.holds(path, key).await.map_err(failed)?;
+            if !holds {
                 return Err(file_full(path, NEW_KEY_FILE_BYTES, key));
             }
         }
@@ -696,7 +787,7 @@ impl HighWater {
         let top = theirs.max(needed).max(interval.floor());
         // Room for the request even if the floor just moved up to `theirs`.
         let reserved = top.saturating_add(span).saturating_add(RESERVE_BLOCK);
-        for (path, mut all) in files.iter().zip(contents) {
+        for ((path, mut all), state) in files.iter().zip(contents).zip(&mut turns) {
             let new_key = all.insert(key.to_string(), reserved).is_none();
             let text = serde_json::to_vec(&all).map_err(|err| failed(path, &err))?;
             let limit = if new_key {
@@ -710,6 +801,7 @@ impl HighWater {
             write_file(path, &text)
                 .await
                 .map_err(|err| failed(path, &err))?;
+            state.written(path, all).await;
         }
         interval.reserved = reserved;
         interval.epoch = epoch;
@@ -756,27 +848,49 @@ fn next_range(key: &str, floor: i64, size: u32) -> Result<IdRange, SequencerErro
     Ok(IdRange { from, to })
 }
 
+/// How the file at `path` looks now (`None`: there is none).
+async fn stamp(path: &Path) -> Result<Option<Stamp>, HighWaterFileError> {
+    match tokio::fs::metadata(path).await {
+        Ok(meta) => Ok(Some(Stamp::of(&meta))),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(HighWaterFileError {
+            path: path.display().to_string(),
+            reason: err.to_string(),
+        }),
+    }
+}
+
 async fn read_file(path: &Path) -> Result<BTreeMap<String, i64>, HighWaterFileError> {
+    Ok(read_file_stamped(path).await?.0)
+}
+
+/// The entries of the file at `path`, and how it looked before it was
+/// read (if it changed meanwhile, the stamp no longer matches it).
+async fn read_file_stamped(
+    path: &Path,
+) -> Result<(BTreeMap<String, i64>, Option<Stamp>), HighWaterFileError> {
     let failed = |reason: String| HighWaterFileError {
         path: path.display().to_string(),
         reason,
     };
-    match tokio::fs::metadata(path).await {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(err) => return Err(failed(err.to_string())),
-        Ok(meta) if meta.len() > MAX_FILE_BYTES => {
+    let stamp = match stamp(path).await? {
+        None => return Ok((BTreeMap::new(), None)),
+        Some(stamp) if stamp.len > MAX_FILE_BYTES => {
             return Err(failed(format!("larger than {MAX_FILE_BYTES} bytes")))
         }
-        Ok(_) => {}
-    }
+        Some(stamp) => stamp,
+    };
+    #[cfg(test)]
+    tests::count_read(path);
     let text = tokio::fs::read(path)
         .await
         .map_err(|err| failed(err.to_string()))?;
-    serde_json::from_slice(&text).map_err(|err| {
+    let entries = serde_json::from_slice(&text).map_err(|err| {
         failed(format!(
             "not a JSON object of key → highest reserved id: {err}"
         ))
-    })
+    })?;
+    Ok((entries, Some(stamp)))
 }
 
 /// Writes `text` to a temp file beside `path`, syncs it, renames it over
@@ -813,6 +927,18 @@ async fn sync_folder(_path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reads of each high-water file, by path (tests run side by side).
+    static READS: LazyLock<std::sync::Mutex<HashMap<PathBuf, usize>>> =
+        LazyLock::new(Default::default);
+
+    pub(super) fn count_read(path: &Path) {
+        *READS.lock().unwrap().entry(path.to_path_buf()).or_default() += 1;
+    }
+
+    fn reads(path: &Path) -> usize {
+        READS.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
 
     #[tokio::test]
     async fn a_new_instance_starts_above_the_reservation() {
@@ -1013,6 +1139,45 @@ mod tests {
             marks.accept(&known, answer, &backend, || true).await,
             Ok(Verdict::Accept)
         );
+    }
+
+    /// Requests for new keys at once on a full file (a client asking for
+    /// unique keys, or retrying): all refused, and the file read at most
+    /// once for them, not once each (each read holds the whole file, and
+    /// more again parsed). Once the file changes, it is read again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn new_keys_on_a_full_file_do_not_each_read_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("marks.json");
+        full_file(&path);
+        let marks = Arc::new(HighWater::load(Some(path), &BTreeMap::new()).await.unwrap());
+        let path = marks.file().unwrap().to_path_buf();
+        let before = reads(&path);
+        let asks: Vec<_> = (0..64)
+            .map(|n| {
+                let marks = marks.clone();
+                tokio::spawn(async move { marks.has_room(&format!("new-{n}")).await })
+            })
+            .collect();
+        for ask in asks {
+            let answer = ask.await.unwrap();
+            assert!(
+                matches!(&answer, Err(SequencerError::Capacity(message)) if message.contains("full")),
+                "{answer:?}"
+            );
+        }
+        assert!(
+            reads(&path) - before <= 1,
+            "read {} times",
+            reads(&path) - before
+        );
+        // The operator made room (in place of an entry no longer used).
+        let mut entries: BTreeMap<String, i64> =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        entries.remove(&format!("{:01000}", 0));
+        entries.insert("new-0".into(), 5);
+        std::fs::write(&path, serde_json::to_vec(&entries).unwrap()).unwrap();
+        assert_eq!(marks.has_room("new-0").await, Ok(()));
     }
 
     #[test]
