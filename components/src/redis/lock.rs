@@ -133,11 +133,13 @@ impl Namespace {
 /// when one of them is on another namespace (or still in the grace of
 /// one), consults that one for [`MAX_GRACE`]; namespaces compare by
 /// server, database and whole key base, so an app id change moves them
-/// too, and old keys are built with the naming that made them. The
-/// replaced instance, still serving requests in flight, treats its
-/// successor's namespace as the one in force (a try-lock granted on its
-/// own follows there), and a successor closed before it (a rollback)
-/// leaves it its namespace to consult. Another runtime in the
+/// too, and old keys are built with the naming that made them. Once the
+/// successor has served its first request (not at init: the reload may
+/// still roll back, and one that does changes nothing), the replaced
+/// instance, still serving requests in flight, treats the successor's
+/// namespace as the one in force (a try-lock granted on its own follows
+/// there), and a successor that served and is closed before it leaves it
+/// its namespace to consult, with any grace it was in. Another runtime in the
 /// process, even of the same app, folder and component name, has an area
 /// of its own: its lock server is never consulted.
 #[derive(rewire_runtime::Component, Debug)]
@@ -164,15 +166,21 @@ struct Grace {
     /// The store's connection and naming (set at init, before the grace is
     /// left for a successor).
     own: OnceLock<Own>,
-    /// The newest rebuilt instance of the component, once initialised:
-    /// while it serves, its namespace is the one in force, also for the
-    /// requests this one still serves (see `follow_changes`). Weak: a
-    /// successor dropped without a close is no longer followed.
+    /// The newest rebuilt instance of the component that has served: while
+    /// it serves, its namespace is the one in force, also for the requests
+    /// this one still serves (see `follow_changes`). Weak: a successor
+    /// dropped without a close is no longer followed.
     successor: ArcSwapOption<Weak<Grace>>,
-    /// The instances this one succeeded: a close before theirs (a reload
-    /// that rolled back) leaves them this one's namespace to consult, where
-    /// their requests may have moved locks.
+    /// The instances this one succeeded: a close before theirs leaves them
+    /// this one's namespace to consult, where their requests may have
+    /// moved locks.
     predecessors: OnceLock<Vec<Weak<Grace>>>,
+    /// Set by this store's first request, before it reaches Redis: only
+    /// then does it become its predecessors' successor. Not at init: the
+    /// reload that built it may still roll back (the old instance serving
+    /// meanwhile), and one that does must leave the old instance's locks
+    /// where they were.
+    registered: OnceLock<()>,
 }
 
 #[derive(Debug)]
@@ -187,16 +195,39 @@ struct Previous {
     until: Instant,
     /// Limit on each look-up in it.
     limit: Duration,
+    /// A grace this one did not end: consulted too while it lasts (a
+    /// closed successor's namespace handed back to an instance still in
+    /// the grace of an in-place change).
+    earlier: Option<Arc<Previous>>,
 }
 
 impl Previous {
-    /// `namespace`, consulted for [`MAX_GRACE`] from now.
-    fn for_grace(namespace: Namespace) -> Arc<Self> {
+    /// `namespace`, consulted for [`MAX_GRACE`] from now (with `earlier`,
+    /// while its own grace lasts).
+    fn for_grace(namespace: Namespace, earlier: Option<Arc<Previous>>) -> Arc<Self> {
         Arc::new(Self {
             limit: previous_limit(namespace.session.metadata()),
             namespace,
             until: Instant::now() + MAX_GRACE,
+            earlier: earlier.filter(|earlier| earlier.live()),
         })
+    }
+
+    fn live(&self) -> bool {
+        Instant::now() < self.until
+    }
+
+    /// This grace and the earlier ones it keeps that still last.
+    fn chain(self: &Arc<Self>) -> Vec<Arc<Self>> {
+        let mut chain = vec![self.clone()];
+        let mut next = self.earlier.clone();
+        while let Some(earlier) = next.filter(|_| chain.len() < MAX_SUCCESSORS) {
+            next = earlier.earlier.clone();
+            if earlier.live() {
+                chain.push(earlier);
+            }
+        }
+        chain
     }
 }
 
@@ -207,7 +238,7 @@ impl Grace {
     /// The previous namespace, while its grace lasts.
     fn previous(&self) -> Option<Arc<Previous>> {
         let previous = self.previous.load_full()?;
-        if Instant::now() < previous.until {
+        if previous.live() {
             return Some(previous);
         }
         // Over: let its connection go (unless a newer change replaced it).
@@ -218,11 +249,12 @@ impl Grace {
     }
 
     /// Ends the grace of `previous` early (unless a newer change replaced
-    /// it); whether this call ended it.
+    /// it; the earlier graces it kept go on); whether this call ended it.
     fn forget(&self, previous: &Arc<Previous>) -> bool {
+        let kept = previous.earlier.clone().filter(|earlier| earlier.live());
         let swapped = self
             .previous
-            .compare_and_swap(&Some(previous.clone()), None::<Arc<Previous>>);
+            .compare_and_swap(&Some(previous.clone()), kept);
         swapped
             .as_ref()
             .is_some_and(|was| Arc::ptr_eq(was, previous))
@@ -252,10 +284,12 @@ impl Grace {
     }
 
     /// Leaves `namespace` (this store's, as it stops serving) for the
-    /// predecessors that still serve and had this one as their successor:
-    /// a reload that built this one rolled back, and their requests may
-    /// have followed locks here. Stored before this one stops serving, so
-    /// a request that finds it no longer in force finds the grace.
+    /// predecessors that still serve and had this one as their successor
+    /// (it served, and is closed before them): their requests may have
+    /// followed locks here. Stored before this one stops serving, so a
+    /// request that finds it no longer in force finds the grace. A grace
+    /// they are still in, of another namespace, is kept along with it
+    /// (replaced, locks other sidecars hold there would be granted).
     fn hand_back(&self, namespace: &Namespace) {
         for predecessor in self.predecessors.get().into_iter().flatten() {
             let Some(predecessor) = predecessor.upgrade() else {
@@ -268,9 +302,13 @@ impl Grace {
                 .is_some_and(|next| std::ptr::eq(next.as_ptr(), self));
             let theirs = predecessor.serving();
             if succeeded_by_this && theirs.is_some_and(|theirs| !theirs.same(namespace)) {
+                let kept = match predecessor.previous() {
+                    Some(same) if same.namespace.same(namespace) => same.earlier.clone(),
+                    other => other,
+                };
                 predecessor
                     .previous
-                    .store(Some(Previous::for_grace(namespace.clone())));
+                    .store(Some(Previous::for_grace(namespace.clone(), kept)));
             }
         }
     }
@@ -461,16 +499,16 @@ impl RedisLock {
     /// another namespace (a rebuild after a change — of server, database,
     /// `keyPrefix`, or of the app id or anything else its key base holds),
     /// or still consults one, this store consults it for [`MAX_GRACE`], so
-    /// that a lock held there is not taken here. Then it becomes their
-    /// successor: the namespace in force for the requests they still serve
-    /// (see `follow_changes`).
+    /// that a lock held there is not taken here. It becomes their
+    /// successor (see `follow_changes`) only when it first serves (see
+    /// [`RedisLock::register`]).
     fn adopt(&self, predecessors: &[Arc<Grace>]) {
         let current = self.namespace();
         let mut found = None;
         for predecessor in predecessors {
             if let Some(theirs) = predecessor.serving() {
                 if !theirs.same(&current) {
-                    found = Some(Previous::for_grace(theirs));
+                    found = Some(Previous::for_grace(theirs, None));
                     break;
                 }
             }
@@ -486,16 +524,27 @@ impl RedisLock {
             info!(component = %self.connection.label(), grace = ?previous.until.saturating_duration_since(Instant::now()), "Lock rebuilt on another namespace; the previous one is still consulted for its held locks.");
             self.grace.previous.store(Some(previous));
         }
-        // The grace first: a request of a predecessor that follows this
-        // store here finds it.
         let _ = self
             .grace
             .predecessors
             .set(predecessors.iter().map(Arc::downgrade).collect());
-        let this = Arc::new(Arc::downgrade(&self.grace));
-        for predecessor in predecessors {
-            predecessor.successor.store(Some(this.clone()));
-        }
+    }
+
+    /// Once, at this store's first request and before it reaches Redis:
+    /// becomes the successor of the predecessors it adopted, whose
+    /// requests then follow it (the namespace in force). Its grace was
+    /// stored at init, before: a request of a predecessor that follows it
+    /// here finds it. Concurrent first requests wait for the one that
+    /// registers.
+    fn register(&self) {
+        self.grace.registered.get_or_init(|| {
+            let this = Arc::new(Arc::downgrade(&self.grace));
+            for predecessor in self.grace.predecessors.get().into_iter().flatten() {
+                if let Some(predecessor) = predecessor.upgrade() {
+                    predecessor.successor.store(Some(this.clone()));
+                }
+            }
+        });
     }
 
     /// The metadata in force.
@@ -623,7 +672,9 @@ impl InPlaceUpdate for RedisLock {
             let consulted = moved && old.is_connected();
             let consult = |session: Arc<Session>| {
                 let namespace = naming.namespace(session);
-                grace.previous.store(Some(Previous::for_grace(namespace)));
+                grace
+                    .previous
+                    .store(Some(Previous::for_grace(namespace, None)));
             };
             if consulted {
                 consult(old.clone());
@@ -646,13 +697,14 @@ impl Lock for RedisLock {
     async fn try_lock(&self, req: TryLockRequest) -> Result<bool, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
+        self.register();
         // The session first, then the grace (stored before a new session
         // is installed): a request on the new namespace sees the old one.
         let namespace = self.namespace();
         let seen = self.grace.previous();
-        if let Some(previous) = &seen {
+        for previous in seen.iter().flat_map(Previous::chain) {
             if self
-                .held_before(&self.grace, previous, &req.resource_id)
+                .held_before(&self.grace, &previous, &req.resource_id)
                 .await?
             {
                 debug!(resource = %echoed(&req.resource_id), "Lock still held in the previous namespace.");
@@ -669,6 +721,7 @@ impl Lock for RedisLock {
 
     async fn unlock(&self, req: UnlockRequest) -> Result<UnlockStatus, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
+        self.register();
         let status = self.by_owner(&req, None).await?;
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), ?status, "Unlock requested.");
         Ok(status)
@@ -677,6 +730,7 @@ impl Lock for RedisLock {
     async fn keep_alive(&self, req: TryLockRequest) -> Result<UnlockStatus, LockError> {
         check_request(&req.resource_id, &req.lock_owner)?;
         let expiry_ms = expiry_ms(&req)?;
+        self.register();
         let status = self.by_owner(&owned(&req), Some(expiry_ms)).await?;
         debug!(resource = %echoed(&req.resource_id), owner = %echoed(&req.lock_owner), expiry_ms, ?status, "Lock renewal requested.");
         Ok(status)
@@ -722,7 +776,7 @@ impl RedisLock {
     /// copy in `namespace` released; held there by someone, the copy is
     /// released and the lock not granted. A grace that came in force
     /// meanwhile (the namespace in force one change earlier, or the
-    /// namespace a rolled-back successor leaves) is consulted first: a
+    /// namespace a closed successor leaves) is consulted first: a
     /// lock held there is not granted either.
     ///
     /// Why no two owners win a resource across a change from namespace O
@@ -756,10 +810,11 @@ impl RedisLock {
                 !seen
                     .as_ref()
                     .is_some_and(|seen| Arc::ptr_eq(seen, previous))
-                    && !previous.namespace.same(&namespace)
-                    && !previous.namespace.same(&current)
             });
-            if let Some(previous) = unseen {
+            let elsewhere = unseen.iter().flat_map(Previous::chain).filter(|previous| {
+                !previous.namespace.same(&namespace) && !previous.namespace.same(&current)
+            });
+            for previous in elsewhere {
                 let held = self.held_before(&grace, &previous, &req.resource_id).await;
                 if !matches!(held, Ok(false)) {
                     self.release_copy(&namespace, &owned(req)).await;
@@ -818,11 +873,14 @@ impl RedisLock {
         if status != UnlockStatus::LockDoesNotExist {
             return Ok(status);
         }
-        let previous = self
+        let previous: Vec<_> = self
             .grace
             .previous()
-            .filter(|previous| !previous.namespace.same(&namespace));
-        if let Some(previous) = &previous {
+            .iter()
+            .flat_map(Previous::chain)
+            .filter(|previous| !previous.namespace.same(&namespace))
+            .collect();
+        for previous in &previous {
             let status = match renew_ms {
                 Some(expiry_ms) => self.move_over(previous, &namespace, req, expiry_ms).await?,
                 None => {
@@ -835,7 +893,7 @@ impl RedisLock {
             }
         }
         let (current, _) = self.in_force();
-        if previous.is_none() && current.same(&namespace) {
+        if previous.is_empty() && current.same(&namespace) {
             // No change to move it: it does not exist.
             return Ok(UnlockStatus::LockDoesNotExist);
         }

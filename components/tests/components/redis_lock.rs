@@ -931,18 +931,56 @@ async fn a_try_lock_following_two_changes_honours_the_namespace_between() {
     );
 }
 
-/// A reload that built a successor on another server rolls back (the
-/// successor is closed, the old instance serves on): a lock the old
-/// instance's try-lock followed to the successor's server is still
-/// honoured there, and its owner still releases it. Without the hand-back
-/// it was taken again on the old server.
+/// A reload builds a successor on another server and rolls back before
+/// it served anything (it waited for readiness, then closed): meanwhile
+/// the old instance's try-locks stay on the old server, where another
+/// sidecar on it sees them, and nothing is left on the successor's.
+/// Before: registered as successor at init, it drew every try-lock the
+/// old instance granted to its server (the copy on the old one released),
+/// unseen by the other sidecar, and honoured there for 60 s only after
+/// the rollback.
 #[tokio::test]
-async fn a_rolled_back_successor_leaves_the_locks_moved_to_it_honoured() {
+async fn a_successor_that_never_served_leaves_the_locks_on_the_old_server() {
     let first = RedisServer::start().await;
     let second = RedisServer::start().await;
     let runtime = Handover::new();
-    let old = lock_in(&runtime, "rolled-back", &first).await;
-    let new = lock_in(&runtime, "rolled-back", &second).await;
+    let old = lock_in(&runtime, "unserved", &first).await;
+    let new = lock_in(&runtime, "unserved", &second).await;
+    assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+    assert_eq!(
+        owner_at(&first, "lock||test||r").await.as_deref(),
+        Some("A")
+    );
+    assert_eq!(owner_at(&second, "lock||test||r").await, None);
+    let other_sidecar = lock_in(&Handover::new(), "unserved", &first).await;
+    assert_eq!(
+        other_sidecar.try_lock(lock("r", "B", MINUTE)).await,
+        Ok(false)
+    );
+
+    new.close().await.expect("close");
+    drop(new);
+    assert_eq!(old.try_lock(lock("r", "C", MINUTE)).await, Ok(false));
+    assert_eq!(
+        old.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+}
+
+/// A successor on another server serves, then is closed while the old
+/// instance still serves requests: a lock the old instance's try-lock
+/// followed to the successor's server is still honoured there, and its
+/// owner still releases it. Without the hand-back it was taken again on
+/// the old server.
+#[tokio::test]
+async fn a_closed_successor_leaves_the_locks_moved_to_it_honoured() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let runtime = Handover::new();
+    let old = lock_in(&runtime, "closed-first", &first).await;
+    let new = lock_in(&runtime, "closed-first", &second).await;
+    assert_eq!(new.try_lock(lock("n", "N", MINUTE)).await, Ok(true));
     assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
     assert_eq!(
         owner_at(&second, "lock||test||r").await.as_deref(),
@@ -961,5 +999,43 @@ async fn a_rolled_back_successor_leaves_the_locks_moved_to_it_honoured() {
     assert_eq!(
         owner_at(&first, "lock||test||r").await.as_deref(),
         Some("C")
+    );
+}
+
+/// The old instance moved in place from `before` to `first` (still in
+/// that change's grace) when a successor on `second` serves and is closed:
+/// the handed-back namespace is consulted along with `before`, where
+/// another sidecar holds `p`. Before: the hand-back replaced the grace of
+/// `before`, and `p` was granted on `first`.
+#[tokio::test]
+async fn a_closed_successor_keeps_the_grace_its_predecessor_was_in() {
+    let before = RedisServer::start().await;
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let runtime = Handover::new();
+    let other_sidecar = lock_in(&Handover::new(), "kept", &before).await;
+    assert_eq!(
+        other_sidecar.try_lock(lock("p", "P", MINUTE)).await,
+        Ok(true)
+    );
+    let old = lock_in(&runtime, "kept", &before).await;
+    change(&old, json!({"redisHost": first.addr()})).await;
+    let new = lock_in(&runtime, "kept", &second).await;
+    assert_eq!(new.try_lock(lock("n", "N", MINUTE)).await, Ok(true));
+    assert_eq!(old.try_lock(lock("r", "A", MINUTE)).await, Ok(true));
+
+    new.close().await.expect("close");
+    drop(new);
+    assert_eq!(old.try_lock(lock("p", "X", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&first, "lock||test||p").await, None);
+    assert_eq!(old.try_lock(lock("r", "X", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(
+        old.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(
+        owner_at(&before, "lock||test||p").await.as_deref(),
+        Some("P")
     );
 }
