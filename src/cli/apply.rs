@@ -73,9 +73,15 @@ fn parse_field(text: &str) -> Result<(String, String), String> {
 /// will still be applied or rejected (pushing again is not needed).
 pub const EXIT_QUEUED: u8 = 3;
 
+/// Exit status of a push sent to the sidecar whose answer never came (the
+/// connection broke or went silent after the request left): the sidecar
+/// runs each reload in its own task, so the push may be in force or not.
+pub const EXIT_UNKNOWN: u8 = 4;
+
 /// Sends the component's configuration (or its release); exits 1 on a
-/// rejection, printing every reason, and [`EXIT_QUEUED`] when the sidecar
-/// answered before the reload was done.
+/// rejection, printing every reason, [`EXIT_QUEUED`] when the sidecar
+/// answered before the reload was done, and [`EXIT_UNKNOWN`] when no answer
+/// came to a request sent.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     if let Some(error) = repeated_field(&args.metadata) {
         eprintln!("error: {error}");
@@ -84,11 +90,29 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     let key = format!("{}/{}", args.kind, args.name);
     match send(args).await {
         Ok(answer) => print_answer(&key, answer),
-        Err(error) => {
+        Err(Failed::Refused(error)) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE
         }
+        Err(Failed::Unanswered(error)) => {
+            eprintln!(
+                "error: {key}: sent, but no answer came ({error}): it may or may not be in \
+                 force; check `rewire status` before pushing again"
+            );
+            ExitCode::from(EXIT_UNKNOWN)
+        }
     }
+}
+
+/// Why a push has no answer from the sidecar.
+#[derive(Debug)]
+enum Failed {
+    /// Nothing was applied: not sent (no connection, a bad token, a
+    /// sidecar that cannot amend), or refused by the sidecar with a status.
+    Refused(String),
+    /// Sent, then the call failed on this side (the connection broke, a
+    /// ping or the call's deadline passed): the outcome is unknown.
+    Unanswered(String),
 }
 
 /// The first metadata field given twice (`-m key=a -m key=b`), said: a
@@ -119,8 +143,11 @@ fn repeated_field(fields: &[(String, String)]) -> Option<String> {
 }
 
 /// Sends the push or the release, with the token from the environment.
-async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
-    let mut client = LifecycleClient::new(connect(&args.addr, &args.tls).await?);
+async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
+    let channel = connect(&args.addr, &args.tls)
+        .await
+        .map_err(Failed::Refused)?;
+    let mut client = LifecycleClient::new(channel);
     let answer = if args.release {
         let request = ReleaseComponentRequest {
             kind: args.kind,
@@ -128,7 +155,9 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             based_on_generation: args.based_on_generation,
         };
         client
-            .release_component(bounded(with_token(Request::new(request))?))
+            .release_component(bounded(
+                with_token(Request::new(request)).map_err(Failed::Refused)?,
+            ))
             .await
     } else {
         let request = DynamicConfiguration {
@@ -141,7 +170,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
             }),
             based_on_generation: args.based_on_generation,
         };
-        let request = bounded(with_token(Request::new(request))?);
+        let request = bounded(with_token(Request::new(request)).map_err(Failed::Refused)?);
         if args.replace {
             client.apply_configuration(request).await
         } else {
@@ -153,19 +182,25 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, String> {
                     if status.code() == tonic::Code::Unimplemented
                         && status.message().is_empty() =>
                 {
-                    return Err(NO_AMEND.to_string())
+                    return Err(Failed::Refused(NO_AMEND.to_string()))
                 }
                 answer => answer,
             }
         }
     };
     answer.map(tonic::Response::into_inner).map_err(|status| {
-        // A status made on this side (the connection broke) has its cause
-        // as a source, not in its message.
-        let cause = std::error::Error::source(&status)
-            .map(|cause| format!(": {}", super::remote::error_chain(cause)))
-            .unwrap_or_default();
-        format!("{:?}: {}{cause}", status.code(), status.message())
+        // A status made on this side (the connection broke, a deadline
+        // passed) has its cause as a source, not in its message; one the
+        // sidecar sent has none.
+        match std::error::Error::source(&status) {
+            Some(cause) => Failed::Unanswered(format!(
+                "{:?}: {}: {}",
+                status.code(),
+                status.message(),
+                super::remote::error_chain(cause)
+            )),
+            None => Failed::Refused(format!("{:?}: {}", status.code(), status.message())),
+        }
     })
 }
 

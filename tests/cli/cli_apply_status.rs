@@ -199,7 +199,9 @@ fn apply_and_status_say_clearly_when_no_sidecar_runs() {
 
 /// A port that accepts connections and never answers (a stopped sidecar:
 /// the kernel still accepts; a port that is not a sidecar): `apply` gives
-/// up within seconds, saying so, instead of waiting for ever.
+/// up within seconds, saying so, instead of waiting for ever. The request
+/// was written to the connection (a stopped sidecar reads it when it
+/// resumes), so its outcome is unknown: exit 4, not 1.
 #[test]
 fn apply_gives_up_on_a_sidecar_that_does_not_answer() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
@@ -217,8 +219,74 @@ fn apply_gives_up_on_a_sidecar_that_does_not_answer() {
     }
     let apply = testkit::output_within(&mut command, Duration::from_secs(30))
         .unwrap_or_else(|err| panic!("apply still waiting on a silent sidecar: {err}"));
-    assert_eq!(apply.status.code(), Some(1), "{}", text(&apply.stderr));
+    assert_eq!(apply.status.code(), Some(4), "{}", text(&apply.stderr));
     drop(held);
+}
+
+/// A sidecar that reads the push and then drops the connection (stopped
+/// mid-call, a proxy reset): the reload runs in the sidecar's own task, so
+/// the push may be in force. `apply` says the outcome is unknown and exits
+/// 4 — not 1, which says nothing changed and invites a blind retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_whose_connection_drops_after_it_was_read_has_an_unknown_outcome() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(read_one_call_then_drop_the_connection(listener));
+    let out = tokio::task::spawn_blocking(move || {
+        rewire(&[
+            "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
+        ])
+    })
+    .await
+    .unwrap();
+    let (path, body_bytes) = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the stub still waiting")
+        .expect("the stub panicked");
+    assert_eq!(path, "/rewire.lifecycle.v1.Lifecycle/AmendConfiguration");
+    assert!(body_bytes > 0, "the push was not read");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stderr.starts_with("error: state/orders: sent, but no answer came (")
+            && stderr.contains("it may or may not be in force; check `rewire status`"),
+        "{stderr}"
+    );
+}
+
+/// Serves one HTTP/2 connection: reads the first call's path and whole
+/// body, then drops the connection without answering.
+async fn read_one_call_then_drop_the_connection(
+    listener: tokio::net::TcpListener,
+) -> (String, usize) {
+    let (socket, _) = listener.accept().await.unwrap();
+    let mut connection = h2::server::handshake(socket).await.unwrap();
+    let (request, respond) = connection
+        .accept()
+        .await
+        .expect("no call came")
+        .expect("a broken call");
+    let path = request.uri().path().to_string();
+    let mut body = request.into_body();
+    let read = async {
+        let mut bytes = 0;
+        while let Some(chunk) = body.data().await {
+            bytes += chunk.expect("a broken body").len();
+        }
+        bytes
+    };
+    // The connection is driven while the body is read.
+    let bytes = tokio::select! {
+        bytes = read => bytes,
+        _ = std::future::poll_fn(|cx| connection.poll_closed(cx)) => panic!("closed early"),
+    };
+    drop(connection);
+    drop(respond);
+    (path, bytes)
 }
 
 /// The operator's "move Redis to a DR host": `apply -m redisHost=…`
