@@ -1,10 +1,13 @@
-//! Ctrl-C and SIGTERM for `rewire run`, and the start-up raced against
-//! them: a signal during a slow start cancels it instead of waiting.
+//! Ctrl-C and SIGTERM for `rewire run`, listened for on a thread of their
+//! own, and the start-up raced against them: a signal during a slow start
+//! cancels it instead of waiting, even when an `init` blocks every worker.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rewire::{Registry, Runtime, RuntimeOptions, StartError, ValidConfig};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// How long a cancelled start-up may take to unwind (the level starting
@@ -17,19 +20,170 @@ const ABANDON_WITHIN: Duration = Runtime::CANCELLED_START_UNWIND.saturating_add(
 /// Added to the runtime's bound: scheduling, and the last log lines.
 const UNWIND_MARGIN: Duration = Duration::from_secs(2);
 
-/// Ctrl-C and SIGTERM, listened for from creation on: a signal that
-/// arrives while the runtime is still starting is not lost (and does not
-/// kill the process with the default action).
+/// Ctrl-C and SIGTERM, listened for from creation on, on a thread of
+/// their own: a signal that arrives while the runtime is still starting
+/// is not lost (and does not kill the process with the default action),
+/// and is seen even while every worker of the main runtime is blocked (an
+/// `init` that blocks its thread: on a multi-thread runtime only an idle
+/// worker drives the signal and timer drivers, never the `block_on`
+/// thread, so a listener there would wait for the `init` to return).
 pub(super) struct StopSignals {
+    /// The signals that came once the runtime started (for the shutdown).
+    received: mpsc::UnboundedReceiver<&'static str>,
+    start: Arc<StartWatch>,
+}
+
+/// The start-up the signal thread cancels, and where it stands.
+struct StartWatch {
+    phase: Mutex<Phase>,
+    /// Cancelled by the first signal before the start ended.
+    cancel: CancellationToken,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Not started yet (configuration loading included): a signal cancels.
+    Starting,
+    /// A signal cancelled the start: it unwinds, within [`ABANDON_WITHIN`].
+    Abandoning,
+    /// The cancelled start unwound in time: the process is exiting.
+    Unwound,
+    /// Started: signals are handed to [`StopSignals::wait`].
+    Running,
+}
+
+impl StartWatch {
+    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl StopSignals {
+    /// Replaces the default action of both signals with a listener, on a
+    /// thread started here; returns once both are listened for.
+    pub(super) fn listen() -> Self {
+        let (forward, received) = mpsc::unbounded_channel();
+        let start = Arc::new(StartWatch {
+            phase: Mutex::new(Phase::Starting),
+            cancel: CancellationToken::new(),
+        });
+        let watch = Arc::clone(&start);
+        let (listening, listened) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name("rewire-signals".into())
+            .spawn(move || listen_on_this_thread(&watch, &forward, &listening));
+        match spawned {
+            Ok(_) => {
+                let _ = listened.recv();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "Cannot listen for the stop signals: no thread for them.")
+            }
+        }
+        Self { received, start }
+    }
+
+    /// Waits for the next stop signal once started; returns its name.
+    pub(super) async fn wait(&mut self) -> &'static str {
+        match self.received.recv().await {
+            Some(signal) => signal,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the start ended before any signal: then later signals are
+    /// for [`Self::wait`]. False when a signal cancelled it meanwhile.
+    fn started(&self) -> bool {
+        let mut phase = self.start.phase();
+        if *phase == Phase::Starting {
+            *phase = Phase::Running;
+        }
+        *phase == Phase::Running
+    }
+
+    /// The cancelled start-up unwound in time: the deadline no longer
+    /// applies.
+    fn unwound(&self) {
+        *self.start.phase() = Phase::Unwound;
+    }
+}
+
+/// The signal thread's body: listens on a runtime of its own, says so on
+/// `listening`, then for ever handles each signal.
+fn listen_on_this_thread(
+    start: &StartWatch,
+    forward: &mpsc::UnboundedSender<&'static str>,
+    listening: &std::sync::mpsc::SyncSender<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::warn!(error = %err, "Cannot listen for the stop signals: no runtime for them.");
+            let _ = listening.send(());
+            return;
+        }
+    };
+    let mut signals = runtime.block_on(async { Signals::listen() });
+    let _ = listening.send(());
+    let mut abandon_by: Option<Instant> = None;
+    loop {
+        let next = signals.next();
+        let signal = match abandon_by {
+            None => runtime.block_on(next),
+            Some(by) => {
+                match runtime.block_on(async { tokio::time::timeout_at(by.into(), next).await }) {
+                    Ok(signal) => signal,
+                    Err(_) if *start.phase() == Phase::Abandoning => {
+                        eprintln!(
+                        "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
+                    );
+                        std::process::exit(1);
+                    }
+                    Err(_) => {
+                        abandon_by = None;
+                        continue;
+                    }
+                }
+            }
+        };
+        let mut phase = start.phase();
+        match *phase {
+            Phase::Starting => {
+                *phase = Phase::Abandoning;
+                drop(phase);
+                eprintln!(
+                    "{signal} during start-up: start-up abandoned, closing what started (a second signal exits at once)"
+                );
+                abandon_by = Some(Instant::now() + ABANDON_WITHIN);
+                start.cancel.cancel();
+            }
+            Phase::Abandoning => {
+                eprintln!("error: {signal} again: exiting at once");
+                std::process::exit(1);
+            }
+            Phase::Unwound => {}
+            Phase::Running => {
+                let _ = forward.send(signal);
+            }
+        }
+    }
+}
+
+/// The two stop signals, on the signal thread's runtime.
+struct Signals {
     #[cfg(unix)]
     interrupt: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
     terminate: Option<tokio::signal::unix::Signal>,
 }
 
-impl StopSignals {
-    /// Replaces the default action of both signals with a listener.
-    pub(super) fn listen() -> Self {
+impl Signals {
+    /// Within the runtime the signals are received on.
+    fn listen() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
@@ -50,7 +204,7 @@ impl StopSignals {
     }
 
     /// Waits for the next stop signal; returns its name.
-    pub(super) async fn wait(&mut self) -> &'static str {
+    async fn next(&mut self) -> &'static str {
         #[cfg(unix)]
         {
             async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
@@ -91,30 +245,25 @@ fn cancelled_outcome(abandoned: usize) -> (String, ExitCode) {
     }
 }
 
-/// Starts the runtime unless a stop signal comes first. The start runs
-/// on a task of its own, so an `init` that blocks its thread cannot keep
-/// the signal from being seen. On a signal the start is cancelled (see
+/// Starts the runtime unless a stop signal comes first. The signal
+/// thread ([`StopSignals`]) cancels the start on a signal (see
 /// [`Runtime::start_until`]: what started is closed, users first) and
-/// waited for at most [`ABANDON_WITHIN`], or until a second signal. The
-/// error is then the exit code: success when everything started was
-/// closed in time (a stop asked for is not a failure, to systemd or
-/// Kubernetes), a failure when a close was abandoned, the unwinding did
-/// not finish or the start failed on its own.
+/// gives it at most [`ABANDON_WITHIN`], or until a second signal, before
+/// it exits the process (1) itself: a start whose `init` blocks every
+/// worker cannot keep it from exiting. The error is then the exit code:
+/// success when everything started was closed in time (a stop asked for
+/// is not a failure, to systemd or Kubernetes), a failure when a close
+/// was abandoned or the start failed on its own.
 pub(super) async fn start_unless_stopped(
     valid: ValidConfig,
     registry: Registry,
     options: RuntimeOptions,
     stop: &mut StopSignals,
 ) -> Result<Runtime, ExitCode> {
-    let cancel = CancellationToken::new();
-    let mut starting = tokio::spawn(Runtime::start_until(
-        valid,
-        registry,
-        options,
-        cancel.clone().cancelled_owned(),
-    ));
-    let signal = tokio::select! {
-        started = &mut starting => return match started {
+    let cancel = stop.start.cancel.clone().cancelled_owned();
+    let started = tokio::spawn(Runtime::start_until(valid, registry, options, cancel)).await;
+    if stop.started() {
+        return match started {
             Ok(Ok(runtime)) => Ok(runtime),
             Ok(Err(err)) => {
                 eprintln!("error: start-up failed:\n{err}");
@@ -124,48 +273,22 @@ pub(super) async fn start_unless_stopped(
                 eprintln!("error: start-up failed: {err}");
                 Err(ExitCode::FAILURE)
             }
-        },
-        signal = stop.wait() => signal,
-    };
-    eprintln!(
-        "{signal} during start-up: start-up abandoned, closing what started (a second signal exits at once)"
-    );
-    cancel.cancel();
-    let by = tokio::time::Instant::now() + ABANDON_WITHIN;
-    let unwound = async {
-        match tokio::time::timeout_at(by, &mut starting).await {
-            // Started just before the cancel: closed as a stop would.
-            Ok(Ok(Ok(runtime))) => match tokio::time::timeout_at(by, runtime.shutdown()).await {
-                Ok(abandoned) => cancelled_exit(abandoned),
-                Err(_) => {
-                    eprintln!("error: the runtime started just before the signal did not close within {ABANDON_WITHIN:?}: exiting anyway");
-                    ExitCode::FAILURE
-                }
-            },
-            Ok(Ok(Err(StartError::Cancelled { abandoned }))) => cancelled_exit(abandoned),
-            Ok(Ok(Err(err))) => {
-                eprintln!("error: start-up failed:\n{err}");
-                ExitCode::FAILURE
-            }
-            Ok(Err(err)) => {
-                eprintln!("error: start-up failed: {err}");
-                ExitCode::FAILURE
-            }
-            Err(_) => {
-                eprintln!(
-                    "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
-                );
-                ExitCode::FAILURE
-            }
+        };
+    }
+    let code = match started {
+        // Started just before the cancel: closed as a stop would.
+        Ok(Ok(runtime)) => cancelled_exit(runtime.shutdown().await),
+        Ok(Err(StartError::Cancelled { abandoned })) => cancelled_exit(abandoned),
+        Ok(Err(err)) => {
+            eprintln!("error: start-up failed:\n{err}");
+            ExitCode::FAILURE
         }
-    };
-    let code = tokio::select! {
-        code = unwound => code,
-        signal = stop.wait() => {
-            eprintln!("error: {signal} again: exiting at once");
+        Err(err) => {
+            eprintln!("error: start-up failed: {err}");
             ExitCode::FAILURE
         }
     };
+    stop.unwound();
     Err(code)
 }
 

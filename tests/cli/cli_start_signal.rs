@@ -109,3 +109,89 @@ fn sigterm_during_a_slow_start_closes_what_started_and_exits_0_saying_so() {
         "{log}"
     );
 }
+
+/// A FIFO at `path` that is open (read and write, so opening it never
+/// blocks and reading it never ends) for as long as the returned file
+/// lives: a reader of `path` blocks its thread in `read`.
+fn never_ending_file(path: &std::path::Path) -> std::fs::File {
+    let made = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}: {made}", path.display());
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("the FIFO opens")
+}
+
+/// Whether process `pid` holds `path` open.
+fn holds_open(pid: u32, path: &std::path::Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+}
+
+/// SIGTERM reaches `rewire run --workers 1` while a component's `init`
+/// blocks the only worker thread (here the Apollo store reading the
+/// system roots from `SSL_CERT_FILE`, a FIFO that never ends: a stuck
+/// network mount): the signal is listened for on a thread of its own, so
+/// the start is abandoned and the process exits, 1 (the unwinding did not
+/// finish) within the 10 s it gives the unwinding, instead of staying
+/// until SIGKILL (the worker would drive the signal and timer drivers).
+#[test]
+fn sigterm_while_an_init_blocks_the_only_worker_still_exits_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("roots.pem");
+    let _held = never_ending_file(&roots);
+    let config = dir.path().join("rewire.json");
+    let document = serde_json::json!({"components": {
+        "config_store": {"apollo": {
+            "type": "apollo",
+            "metadata": {"config_server": "http://127.0.0.1:1", "app_id": "checkout", "namespace_name": "application"}
+        }}
+    }});
+    std::fs::write(&config, document.to_string()).unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let (path, ca) = (config.clone(), roots.clone());
+    let mut sidecar = ChildProcess::new("rewire run", dir.path().join("run.log"), move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .args(["--workers", "1", "run", "--grpc-addr", &grpc])
+            .args(["--http-addr", &http, "--config"])
+            .arg(&path)
+            .env("SSL_CERT_FILE", &ca)
+            .env_remove("SSL_CERT_DIR")
+            .env("NO_COLOR", "1");
+        command
+    });
+    sidecar
+        .start_until_logged(DIALS_WITHIN, "Loading configuration.")
+        .unwrap_or_else(|err| panic!("the sidecar did not start: {err}"));
+    // The init is under way: it opened the roots and blocks reading them.
+    let pid = sidecar.pid().expect("the sidecar runs");
+    let deadline = Instant::now() + DIALS_WITHIN;
+    while !holds_open(pid, &roots) {
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar never opened the roots:\n{}",
+            sidecar.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let exited = sidecar.terminate_within(EXIT_WITHIN);
+    let log = sidecar.log();
+    let status = exited.unwrap_or_else(|err| panic!("did not exit: {err}\n{log}"));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("SIGTERM during start-up: start-up abandoned"),
+        "{log}"
+    );
+    assert!(
+        log.contains("did not unwind within 10s") && log.contains("exiting anyway"),
+        "{log}"
+    );
+    assert!(!log.contains("Runtime started."), "{log}");
+}
