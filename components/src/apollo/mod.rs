@@ -49,10 +49,12 @@
 //!   a value past the portal's length limit is the portal's to refuse).
 //!   A request the portal refuses undoes the edits not released yet, so a
 //!   later release does not publish half a write; a request without
-//!   answer (timeout) is not undone, and the error says its outcome is
-//!   unknown. Writes run one at a time, to their end even when the caller
-//!   stops waiting; nothing orders them with another process's writes to
-//!   the namespace (see `writes.rs`, also for what is left when
+//!   answer (timeout) or answered with a 5xx is not undone, and the error
+//!   says its outcome is unknown. Writes of the component run one at a
+//!   time (its instances share the turn across rebuilds), to their end
+//!   even when the caller stops waiting; `close` waits for the one in
+//!   flight (up to 4.5 s). Nothing orders them with another process's
+//!   writes to the namespace (see `writes.rs`, also for what is left when
 //!   undoing fails too). Without them, writes are unsupported.
 //! * **Metadata changes** rebuild the store (`update_in_place` answers
 //!   `NeedsRebuild`); the new instance starts from the service or the cache.
@@ -73,12 +75,13 @@ mod trace;
 mod writes;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rewire_runtime::{
     Component, ComponentError, ConfigError, ConfigItem, ConfigQuery, ConfigStore,
     ConfigSubscription, InPlace, InPlaceUpdate, InitContext, Metadata, Readiness,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 pub use client::MAX_ANSWER_BYTES;
@@ -86,7 +89,7 @@ pub use metadata::ApolloMetadata;
 use open_api::OpenApiClient;
 use poller::PollerTask;
 use refresh::Refresher;
-use writes::Edit;
+use writes::{Edit, ReadBack};
 
 /// Config store reading an Apollo config service: several namespaces,
 /// long-polled releases, access-key signing, backup cache, Open API writes.
@@ -110,11 +113,37 @@ pub struct ApolloConfigStore {
 struct Running {
     refresher: Arc<Refresher>,
     open_api: Option<Arc<OpenApiClient>>,
-    /// Taken by each write for its whole run (see [`writes`]).
-    writing: Arc<tokio::sync::Mutex<()>>,
+    /// Taken by each write for its whole run (see [`write_turn_of`]).
+    writing: Arc<tokio::sync::Mutex<WriteTurn>>,
     /// Stops following the TLS files when the store goes.
     _follow: Option<tokio_util::sync::DropGuard>,
 }
+
+/// What the write turn guards: nothing but the right to write (a type of
+/// its own, to be found in the handover area).
+#[derive(Debug, Default)]
+struct WriteTurn;
+
+/// The turn every write of the component `cx` initialises takes for its
+/// whole run (see [`writes`]). The component's, not one instance's: the
+/// turn a live predecessor (or its write still running) holds, else a new
+/// one left for the successors in the runtime's handover area — so that
+/// an instance a metadata change builds (a rotated `open_api_token`)
+/// waits for a write its predecessor still runs, else each could split
+/// the other's. Left for any later instance, not only of the same type: a
+/// write still running must be waited for whatever was declared since.
+fn write_turn_of(cx: &InitContext) -> Arc<tokio::sync::Mutex<WriteTurn>> {
+    if let Some(turn) = cx.left_by_predecessors().into_iter().next() {
+        return turn;
+    }
+    let fresh = Arc::new(tokio::sync::Mutex::new(WriteTurn));
+    cx.leave_for_successor(&fresh);
+    fresh
+}
+
+/// How long `close` waits for a write in flight: inside the runtime's
+/// 5 s bound on `close`, so that the store can say what it left.
+const CLOSE_WAITS_FOR_WRITE: Duration = Duration::from_millis(4_500);
 
 impl ApolloConfigStore {
     /// A store for `settings`, not initialised yet.
@@ -187,15 +216,36 @@ impl ApolloConfigStore {
         // Waits as long as the caller does: the sidecar cuts a call after
         // its request timeout (or the caller's deadline), dropping this.
         let turn = Arc::clone(&running.writing).lock_owned().await;
-        let task = tokio::spawn(async move {
-            let _turn = turn;
-            writes::write(&open_api, &refresher, &edits).await
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let mut read_back = ReadBack::new(&refresher, open_api.request_timeout());
+            let result = writes::write(&open_api, &mut read_back, &edits).await;
+            drop(turn);
+            let _ = answer.send(result);
+            read_back.write_backups().await;
         });
-        task.await.unwrap_or_else(|err| {
-            Err(ConfigError::Backend(format!(
-                "the apollo write stopped before it finished: {err}"
-            )))
+        answered.await.unwrap_or_else(|_| {
+            Err(ConfigError::Backend(
+                "the apollo write stopped before it finished".into(),
+            ))
         })
+    }
+
+    /// Waits (bounded) for the write in flight, if any, so that closing
+    /// (at shutdown, the last thing before the process ends) does not cut
+    /// it between an edit and its release or undo.
+    async fn wait_for_writes(&self) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        let turn = tokio::time::timeout(CLOSE_WAITS_FOR_WRITE, running.writing.lock()).await;
+        if turn.is_err() {
+            warn!(
+                component = %running.refresher.key,
+                waited_ms = CLOSE_WAITS_FOR_WRITE.as_millis() as u64,
+                "Apollo write still running at close; if it is cut short, its edits may be left in the namespace's draft."
+            );
+        }
     }
 }
 
@@ -270,6 +320,7 @@ impl Component for ApolloConfigStore {
         if let Some(task) = self.take_poller() {
             task.stop().await;
         }
+        self.wait_for_writes().await;
         Ok(())
     }
 

@@ -82,6 +82,11 @@ impl OpenApiClient {
         Ok(())
     }
 
+    /// How long one request may take (`requestTimeoutMs`).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Creates or updates `key` of `namespace` (not released yet).
     pub(crate) async fn put_item(
         &self,

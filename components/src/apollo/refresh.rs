@@ -5,6 +5,12 @@
 //! replace a newer one (the long poll and a write's read-back may fetch the
 //! same namespace); fetches of different namespaces run side by side (the
 //! first load asks them all at once).
+//!
+//! A fetched release is served first, then written to the backup cache
+//! (still in the namespace's turn, so backups keep the fetches' order). A
+//! write's read-back takes the release in without waiting for the backup
+//! ([`Refresher::take_in`]): a hung backup folder must not hold the
+//! store's write turn.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,7 +76,26 @@ impl Refresher {
         namespace: &str,
         messages: Option<&serde_json::Value>,
     ) -> Result<usize, ApolloError> {
-        let _serialised = self.lock_of(namespace).lock().await;
+        let (changed, backup) = self.take_in(namespace, messages).await?;
+        backup.write().await;
+        Ok(changed)
+    }
+
+    /// Fetches `namespace` and serves the answer; its backup is left to
+    /// the caller ([`PendingBackup::write`]), which holds the namespace's
+    /// turn until then. Returns how many keys changed.
+    pub(crate) async fn take_in(
+        &self,
+        namespace: &str,
+        messages: Option<&serde_json::Value>,
+    ) -> Result<(usize, PendingBackup<'_>), ApolloError> {
+        let serialised = self.lock_of(namespace).lock().await;
+        let mut backup = PendingBackup {
+            refresher: self,
+            namespace: namespace.to_string(),
+            config: None,
+            _serialised: serialised,
+        };
         let held = self.live.release_key(namespace);
         let fetched = self
             .client
@@ -80,7 +105,7 @@ impl Refresher {
             Fetched::Unchanged => {
                 let previous = self.live.confirm(namespace);
                 self.log_confirmed(namespace, previous);
-                return Ok(0);
+                return Ok((0, backup));
             }
             Fetched::Released(mut config) => {
                 config.namespace_name = namespace.to_string();
@@ -88,13 +113,14 @@ impl Refresher {
             }
             Fetched::NotReleased => (self.empty(namespace), Source::NotReleased),
         };
-        self.back_up(&config).await;
         let applied = self.live.apply(
             namespace,
-            config.configurations,
+            config.configurations.clone(),
             &config.release_key,
             source,
         );
+        let release_key = config.release_key.clone();
+        backup.config = Some(config);
         if source == Source::NotReleased && applied.previous != Source::NotReleased {
             warn!(
                 component = %self.key,
@@ -109,7 +135,7 @@ impl Refresher {
             info!(
                 component = %self.key,
                 namespace,
-                release_key = %config.release_key,
+                release_key = %release_key,
                 keys = applied.changed,
                 "Apollo namespace loaded."
             );
@@ -117,12 +143,12 @@ impl Refresher {
             info!(
                 component = %self.key,
                 namespace,
-                release_key = %config.release_key,
+                release_key = %release_key,
                 changed = applied.changed,
                 "Apollo namespace updated."
             );
         }
-        Ok(applied.changed)
+        Ok((applied.changed, backup))
     }
 
     /// The lock serialising the fetches of `namespace`.
@@ -173,6 +199,33 @@ impl Refresher {
                 namespace,
                 "Config service answered; no longer serving the backup cache."
             );
+        }
+    }
+}
+
+/// A release [`Refresher::take_in`] served, not backed up yet: holds the
+/// namespace's turn until [`write`](Self::write) (or drop), so no later
+/// fetch of it is backed up before this one.
+#[must_use = "the release is backed up by `write`"]
+pub(crate) struct PendingBackup<'a> {
+    refresher: &'a Refresher,
+    namespace: String,
+    /// `None` when there is nothing new to write.
+    config: Option<ApolloConfig>,
+    _serialised: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl PendingBackup<'_> {
+    /// The namespace fetched.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Writes the release to the backup cache (if on), then lets the
+    /// next fetch of the namespace in.
+    pub(crate) async fn write(self) {
+        if let Some(config) = &self.config {
+            self.refresher.back_up(config).await;
         }
     }
 }

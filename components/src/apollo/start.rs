@@ -174,7 +174,7 @@ impl ApolloConfigStore {
             Running {
                 refresher: Arc::new(refresher),
                 open_api,
-                writing: Arc::default(),
+                writing: super::write_turn_of(cx),
                 _follow: None,
             },
             followed,

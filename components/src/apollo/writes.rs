@@ -10,27 +10,37 @@
 //! item the release did not have is deleted), last edited first, before
 //! the error is returned.
 //!
-//! * **Refused or unanswered.** A request the portal answered with an
-//!   HTTP status (other than 504, a gateway that gave up waiting for it)
-//!   was refused: nothing of it was done, and the edits before it are
-//!   undone. A request without answer (no connection, timeout) may have
-//!   been done: it is not undone — undoing a release that went through
-//!   would revert it in the draft, and an edit still in flight at the
-//!   portal could land after its undo. The error then says the outcome is
-//!   unknown and names the keys (a namespace whose release is in doubt is
-//!   read back, so reads show what happened); the edits known not to be
-//!   released are still undone.
+//! * **Refused or unknown.** A request the portal answered with a 4xx
+//!   status was refused: nothing of it was done, and the edits before it
+//!   are undone. A request without answer (no connection, timeout) or
+//!   answered with a 5xx (a gateway's 502/503/504, or a portal's 500
+//!   after the release or edit went through) may have been done: it is
+//!   not undone — undoing a release that went through would revert it in
+//!   the draft, and an edit still in flight at the portal could land
+//!   after its undo. The error then says the outcome is unknown and names
+//!   the keys (a namespace whose release is in doubt is read back, so
+//!   reads show what happened); the edits known not to be released are
+//!   still undone.
+//! * **Reading back.** A released namespace is read back in the write's
+//!   turn, all read-backs of a write within `requestTimeoutMs` in total
+//!   (one left over is the long poll's to catch up). Their backup files
+//!   are written after the turn is given up ([`ReadBack`]), so a hung
+//!   backup folder holds no write.
 //! * **Undo failing too.** If putting one back fails (the portal went down
 //!   mid-write), the error names the keys that may be left edited in the
 //!   draft: they stay unreleased until someone releases or reverts the
 //!   namespace. After an undo without answer the rest is not tried (each
 //!   would wait out the timeout too).
-//! * **One write at a time.** The store runs its writes one after the
-//!   other (the caller's deadline bounds the wait), each in a task of its
-//!   own, so that neither another write's edits nor a caller giving up
+//! * **One write at a time.** The component runs its writes one after
+//!   the other (the caller's deadline bounds the wait), each in a task of
+//!   its own, so that neither another write's edits nor a caller giving up
 //!   half-way splits one: otherwise writer A's undo could put back a key
 //!   writer B had set and been told was written, or A's edits left in the
-//!   draft be published by B's release.
+//!   draft be published by B's release. The turn is the component's, not
+//!   one instance's: an instance rebuilt by a metadata change (a rotated
+//!   `open_api_token`) waits for its predecessor's write, and `close`
+//!   waits (bounded) for the write in flight, so shutting down does not
+//!   cut one between an edit and its release or undo.
 //! * **Known limit.** Nothing orders these writes with those of another
 //!   process (another sidecar, a user of the portal) on the same
 //!   namespace: Apollo's Open API has no compare-and-set. A release
@@ -39,13 +49,16 @@
 //!   (older still if reading it back after a write failed and the long
 //!   poll has not caught up), over an edit they made meanwhile.
 
+use std::time::Duration;
+
 use rewire_runtime::ConfigError;
+use tokio::time::Instant;
 use tracing::warn;
 
 use super::error::ApolloError;
 use super::namespaces::LiveNamespaces;
 use super::open_api::OpenApiClient;
-use super::refresh::Refresher;
+use super::refresh::{PendingBackup, Refresher};
 
 /// One item edit: `value` `None` deletes `key` of `namespace`.
 #[derive(Debug, Clone)]
@@ -67,14 +80,14 @@ pub(crate) fn check_item(key: &str) -> Result<(), ConfigError> {
 }
 
 /// Makes `edits` (checked), then releases each namespace they touch and
-/// reads it back (a failed read-back is left to the long poll). A failure
-/// is answered as the module docs say. The caller runs one at a time.
+/// reads it back through `read_back`. A failure is answered as the module
+/// docs say. The caller runs one at a time.
 pub(crate) async fn write(
     open_api: &OpenApiClient,
-    refresher: &Refresher,
+    read_back: &mut ReadBack<'_>,
     edits: &[Edit],
 ) -> Result<(), ConfigError> {
-    apply(open_api, &refresher.live, edits).await?;
+    apply(open_api, &read_back.refresher.live, edits).await?;
     let touched = namespaces_of(edits);
     for (index, namespace) in touched.iter().enumerate() {
         if let Err(err) = open_api.release(namespace).await {
@@ -83,19 +96,19 @@ pub(crate) async fn write(
                 index,
                 err: &err,
             };
-            return Err(failed.answer(open_api, refresher, edits).await);
+            return Err(failed.answer(open_api, read_back, edits).await);
         }
-        read_back(refresher, namespace).await;
+        read_back.namespace(namespace).await;
     }
     Ok(())
 }
 
 /// Whether the portal refused `err`'s request (so did nothing of it),
-/// rather than gave no answer (so may have done it).
+/// rather than gave no answer or a server error (so may have done it).
 fn refused(err: &ApolloError) -> bool {
     match err {
         ApolloError::Unauthorized { .. } => true,
-        ApolloError::Status { status, .. } => *status != 504,
+        ApolloError::Status { status, .. } => *status < 500,
         _ => false,
     }
 }
@@ -111,9 +124,55 @@ fn namespaces_of(edits: &[Edit]) -> Vec<&str> {
     touched
 }
 
-async fn read_back(refresher: &Refresher, namespace: &str) {
-    if let Err(err) = refresher.refresh(namespace).await {
-        warn!(namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
+/// The read-backs of one write: bounded together by `budget` (counted
+/// from the first), their backups kept for [`write_backups`]
+/// (after the write's turn).
+///
+/// [`write_backups`]: Self::write_backups
+pub(crate) struct ReadBack<'r> {
+    refresher: &'r Refresher,
+    budget: Duration,
+    deadline: Option<Instant>,
+    backups: Vec<PendingBackup<'r>>,
+}
+
+impl<'r> ReadBack<'r> {
+    /// Read-backs through `refresher`, `budget` for them all.
+    pub(crate) fn new(refresher: &'r Refresher, budget: Duration) -> Self {
+        Self {
+            refresher,
+            budget,
+            deadline: None,
+            backups: Vec::new(),
+        }
+    }
+
+    /// Reads `namespace` back, if the budget allows; a failed or cut
+    /// read-back is left to the long poll.
+    async fn namespace(&mut self, namespace: &str) {
+        if self.backups.iter().any(|b| b.namespace() == namespace) {
+            return;
+        }
+        let deadline = *self
+            .deadline
+            .get_or_insert_with(|| Instant::now() + self.budget);
+        let fetched = tokio::time::timeout_at(deadline, self.refresher.take_in(namespace, None));
+        let err = match fetched.await {
+            Ok(Ok((_, backup))) => return self.backups.push(backup),
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => format!(
+                "no answer within requestTimeoutMs ({:?}) for the write's read-backs",
+                self.budget
+            ),
+        };
+        warn!(component = %self.refresher.key, namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
+    }
+
+    /// Writes the backups of the namespaces read back, in order.
+    pub(crate) async fn write_backups(self) {
+        for backup in self.backups {
+            backup.write().await;
+        }
     }
 }
 
@@ -131,7 +190,7 @@ async fn apply(
             let mut outcome = vec![err.to_string()];
             if !refused(&err) {
                 outcome.push(format!(
-                    "whether this edit of `{}` was made is unknown (no answer): it may be in namespace `{}`'s draft, where a later release publishes it",
+                    "whether this edit of `{}` was made is unknown (no answer, or a server error): it may be in namespace `{}`'s draft, where a later release publishes it",
                     edit.key, edit.namespace
                 ));
             }
@@ -155,7 +214,7 @@ impl FailedRelease<'_> {
     async fn answer(
         &self,
         open_api: &OpenApiClient,
-        refresher: &Refresher,
+        read_back: &mut ReadBack<'_>,
         edits: &[Edit],
     ) -> ConfigError {
         let namespace = self.touched[self.index];
@@ -172,18 +231,18 @@ impl FailedRelease<'_> {
             ));
         }
         if !refused {
-            read_back(refresher, namespace).await;
+            read_back.namespace(namespace).await;
             let keys: Vec<&str> = edits
                 .iter()
                 .filter(|e| e.namespace == namespace)
                 .map(|e| e.key.as_str())
                 .collect();
             outcome.push(format!(
-                "whether namespace `{namespace}` was released is unknown (no answer): its edits of {} are either published or left in its draft, where a later release publishes them",
+                "whether namespace `{namespace}` was released is unknown (no answer, or a server error): its edits of {} are either published or left in its draft, where a later release publishes them",
                 shown_keys(&keys)
             ));
         }
-        let live = &refresher.live;
+        let live = &read_back.refresher.live;
         let made: Vec<(&Edit, Option<String>)> = edits
             .iter()
             .filter(|e| unreleased.contains(&e.namespace.as_str()))

@@ -5,9 +5,12 @@
 
 use crate::support::apollo_server;
 
-use apollo_server::harness::{expect_change, metadata, start, subscribe, value_of, with};
-use apollo_server::{ApolloServer, Route, Stall};
-use rewire_runtime::{ConfigError, ConfigItem, ConfigQuery};
+use apollo_server::harness::{expect_change, metadata, start, subscribe, value_of, with, Started};
+use apollo_server::{ApolloServer, Fault, Route, Stall};
+use rewire_runtime::{
+    ComponentKey, ConfigError, ConfigItem, ConfigQuery, Handover, InitContext, Instance, Metadata,
+    Registry,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -385,6 +388,154 @@ async fn a_caller_giving_up_does_not_split_a_write() {
     assert_eq!(
         release.configurations.get("k1").map(String::as_str),
         Some("old")
+    );
+    started.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_answered_with_a_server_error_is_not_undone() {
+    let server = ApolloServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = racing_store(&server, dir.path(), 2000).await;
+    let store = &started.store;
+
+    // A proxy answers 502 after the portal released.
+    server.answer_releases_with(Some(502));
+    let set = store.set(vec![item(None, "k1", "new")]).await;
+    server.answer_releases_with(None);
+    match set {
+        Err(ConfigError::Backend(message)) => assert!(
+            message.contains("502")
+                && message.contains("whether namespace `application` was released is unknown")
+                && !message.contains("undone"),
+            "{message}"
+        ),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    // Not reverted in the draft (the next release would publish `old`
+    // over the release that went through), and read back.
+    assert_eq!(
+        draft_values(&server, "application"),
+        vec![("k1".to_string(), "new".to_string())]
+    );
+    assert_eq!(value_of(store, "k1").await.as_deref(), Some("new"));
+    started.store.close().await.unwrap();
+}
+
+/// Builds and initialises the `apollo` store from `metadata` as the
+/// runtime would, in the handover area `handover` (a runtime's: the
+/// instance a metadata change builds shares it with the old one).
+async fn start_in(metadata: Value, handover: &Handover) -> Started {
+    rewire_components::link();
+    let registry = Registry::collected();
+    let descriptor = registry.get("config_store", "apollo").expect("registered");
+    let metadata = Metadata::from(metadata.as_object().cloned().unwrap_or_default());
+    let mut built = (descriptor.build)(&metadata).expect("build");
+    let mut cx = InitContext::new(
+        ComponentKey::new("config_store", "apollo"),
+        "runtime-app",
+        metadata,
+    );
+    cx.handover = handover.clone();
+    cx.ready_timeout = Duration::from_secs(5);
+    let shutdown = cx.shutdown.clone();
+    built.init(&cx).await.expect("init");
+    match built.into_instance() {
+        Instance::ConfigStore(store) => Started { store, shutdown },
+        other => panic!("expected a config store, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_rebuilt_store_waits_for_the_write_of_the_one_it_replaces() {
+    let server = ApolloServer::start().await;
+    server.accept_open_api_token(TOKEN);
+    server.release("application", &[("k1", "old")]);
+    server.create_namespace("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let handover = Handover::new();
+    let settings = with(
+        writable(&server, dir.path(), TOKEN),
+        json!({"requestTimeoutMs": 5000}),
+    );
+    let old = start_in(settings.clone(), &handover).await;
+
+    // The old instance's release is made, its answer late.
+    server.stall(Some(Stall::ReleaseAfter));
+    let first = old.store.clone();
+    let a = tokio::spawn(async move { first.set(vec![item(None, "k1", "a")]).await });
+    until_stalled(&server).await;
+    // A metadata change rebuilds the store meanwhile: the new instance's
+    // write waits for the old one's (before, it edited at once, its edit
+    // in the draft while the old write could still undo or release).
+    let rebuilt = start_in(with(settings, json!({"open_api_user": "bob"})), &handover).await;
+    let second = rebuilt.store.clone();
+    let mut b = tokio::spawn(async move { second.set(vec![item(None, "k2", "b")]).await });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut b).await;
+    let draft = draft_values(&server, "application");
+    server.stall(None);
+    assert!(early.is_err(), "{early:?}");
+    assert!(
+        !draft.iter().any(|(key, _)| key == "k2"),
+        "edited while the old instance's write ran: {draft:?}"
+    );
+    a.await.unwrap().expect("the old instance's set");
+    b.await.unwrap().expect("the new instance's set");
+    old.store.close().await.unwrap();
+    rebuilt.store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn close_waits_for_the_write_in_flight() {
+    let server = ApolloServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = racing_store(&server, dir.path(), 5000).await;
+
+    server.stall(Some(Stall::ReleaseAfter));
+    let store = started.store.clone();
+    let set = tokio::spawn(async move { store.set(vec![item(None, "k1", "a")]).await });
+    until_stalled(&server).await;
+    // Shutting down: close waits for the write (before, it returned at
+    // once and the process ended with the write cut short).
+    let closing = started.store.clone();
+    let mut close = tokio::spawn(async move { closing.close().await });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut close).await;
+    server.stall(None);
+    assert!(early.is_err(), "closed with a write in flight: {early:?}");
+    let closed = tokio::time::timeout(Duration::from_secs(5), close).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "{closed:?}");
+    set.await.unwrap().expect("set");
+}
+
+#[tokio::test]
+async fn reading_back_is_bounded_by_one_request_timeout_in_all() {
+    let server = ApolloServer::start().await;
+    let replicas = [server.replica().await, server.replica().await];
+    server.accept_open_api_token(TOKEN);
+    server.release("application", &[("k1", "old")]);
+    server.create_namespace("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let servers: Vec<String> = std::iter::once(server.url())
+        .chain(replicas.iter().map(ApolloServer::url))
+        .collect();
+    let settings = with(
+        writable(&server, dir.path(), TOKEN),
+        json!({"config_server": servers.join(","), "requestTimeoutMs": 500}),
+    );
+    let started = start(settings).await.expect("start");
+
+    // Every config service hangs: the read-back gives up after 500 ms in
+    // all (before, 500 ms per instance, in the write's turn).
+    server.set_fault(Route::Configs, Some(Fault::Hang));
+    let began = tokio::time::Instant::now();
+    let set = started.store.set(vec![item(None, "k1", "new")]).await;
+    let took = began.elapsed();
+    server.set_fault(Route::Configs, None);
+    set.expect("set");
+    assert!(took < Duration::from_millis(1_200), "{took:?}");
+    assert_eq!(
+        draft_values(&server, "application"),
+        vec![("k1".to_string(), "new".to_string())]
     );
     started.store.close().await.unwrap();
 }

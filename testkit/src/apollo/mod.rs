@@ -130,6 +130,9 @@ pub struct Shared {
     stale_release_cache: std::sync::atomic::AtomicBool,
     /// The item key whose Open API edits (put, delete) answer 500.
     failing_item: Mutex<Option<String>>,
+    /// The status releases answer once made (a gateway or portal failing
+    /// after the release went through).
+    release_answer: Mutex<Option<u16>>,
     /// The Open API requests made to wait (see [`Stall`]).
     stall: watch::Sender<Option<Stall>>,
     /// How many are waiting.
@@ -165,6 +168,7 @@ impl Shared {
             stale_release_cache: std::sync::atomic::AtomicBool::new(false),
             signatures_rejected: AtomicU64::new(0),
             failing_item: Mutex::new(None),
+            release_answer: Mutex::new(None),
             stall: watch::channel(None).0,
             stalled: watch::channel(0).0,
         }
@@ -274,6 +278,16 @@ impl Shared {
     /// namespace) answer 500, leaving the draft as it is; `None` heals it.
     pub fn fail_item(&self, key: Option<&str>) {
         *lock(&self.failing_item) = key.map(str::to_string);
+    }
+
+    /// Makes the Open API's releases go through, then answer `status`
+    /// (a proxy's 502 whose portal released); `None` heals it.
+    pub fn answer_releases_with(&self, status: Option<u16>) {
+        *lock(&self.release_answer) = status;
+    }
+
+    fn release_answer(&self) -> Option<u16> {
+        *lock(&self.release_answer)
     }
 
     fn item_fails(&self, key: &str) -> bool {

@@ -226,6 +226,10 @@ pub(super) async fn release(
     };
     let released = app.shared.release_draft(&ns, &title, &by);
     wait_out(&app, Stall::ReleaseAfter).await;
+    if let Some(status) = app.shared.release_answer() {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        return error(status, "released, then the answer failed (test fault)");
+    }
     match released {
         Some(record) => Json(json!({
             "appId": app_id,
