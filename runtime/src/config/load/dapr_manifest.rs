@@ -106,6 +106,8 @@ pub(crate) fn read_manifest_texts(dir: &Path) -> Result<ManifestTexts, Problems>
                 dir.display()
             ))
         })?;
+        // The lossy name is for matching and order only: the file is read
+        // by its real name (a name that is not UTF-8 would not be found).
         let name = entry.file_name().to_string_lossy().into_owned();
         let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
         // Symlinks followed: a ConfigMap's entries are links into `..data`.
@@ -113,7 +115,7 @@ pub(crate) fn read_manifest_texts(dir: &Path) -> Result<ManifestTexts, Problems>
             && !name.starts_with('.')
             && !std::fs::metadata(entry.path()).is_ok_and(|m| m.is_dir())
         {
-            names.push(name);
+            names.push((name, entry.path()));
         }
     }
     names.sort();
@@ -126,8 +128,7 @@ pub(crate) fn read_manifest_texts(dir: &Path) -> Result<ManifestTexts, Problems>
     }
     let mut texts = Vec::new();
     let mut problems = Problems::default();
-    for name in names {
-        let path = dir.join(&name);
+    for (_, path) in names {
         let shown = path.display().to_string();
         match read_bounded(&path, MAX_MANIFEST_BYTES) {
             Ok(bytes) => texts.push((shown, bytes)),

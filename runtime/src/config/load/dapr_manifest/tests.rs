@@ -502,3 +502,25 @@ fn deeply_nested_block_sequences_are_refused_before_a_tree_is_built() {
 }
 
 mod empty_files;
+
+/// A manifest whose file name is not UTF-8 is read by its real name, not
+/// skipped as gone: the lossy name shown (`st\u{FFFD}.yaml`) names no file.
+#[cfg(unix)]
+#[test]
+fn a_manifest_named_in_another_encoding_is_read() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = folder("latin1-name", &[]);
+    let name = std::ffi::OsStr::from_bytes(b"st\xe9.yaml");
+    std::fs::write(dir.join(name), MEMORY).unwrap_or_else(|e| panic!("{e}"));
+    let texts = match read_manifest_texts(&dir) {
+        Ok(texts) => texts,
+        Err(problems) => panic!("{problems}"),
+    };
+    let (manifests, found) = parse_manifests(&texts, "checkout", &registry());
+    assert!(found.problems.is_empty(), "{}", found.problems);
+    assert_eq!(manifests.components.len(), 1, "{:?}", texts.0);
+    assert!(manifests
+        .components
+        .contains_key(&ComponentKey::new("state", "mem")));
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+}
