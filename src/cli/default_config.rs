@@ -41,6 +41,14 @@ pub enum DataFiles {
 /// The built-in configuration document, its data files under `home`
 /// (created empty when missing with [`DataFiles::Create`]).
 pub fn default_config(home: &Path, files: DataFiles) -> std::io::Result<Vec<u8>> {
+    // The document names the data files in JSON strings: checked before
+    // anything is created there.
+    if home.to_str().is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the folder's path is not UTF-8: set REWIRE_HOME to a UTF-8 path",
+        ));
+    }
     let (configuration, secrets) = match files {
         DataFiles::Create => data_files(home, CONFIG_STORE_FILE)?,
         DataFiles::Name => (home.join(CONFIG_STORE_FILE), home.join(SECRETS_FILE)),

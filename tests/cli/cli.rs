@@ -444,3 +444,28 @@ fn validate_and_graph_of_the_built_in_default_write_no_file() {
         assert!(!home.exists(), "{command} created {}", home.display());
     }
 }
+
+/// A data folder whose path is not UTF-8 cannot be named in the built-in
+/// default's JSON: a clear error naming the variable to set (exit 1),
+/// never a panic.
+#[test]
+fn a_built_in_default_home_that_is_not_utf8_is_an_error_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join(std::ffi::OsStr::from_bytes(b"r\xff"));
+    for command in ["validate", "graph"] {
+        let (code, _, stderr) = output(
+            rewire()
+                .arg(command)
+                .current_dir(dir.path())
+                .env("REWIRE_HOME", &home),
+        );
+        assert_eq!(code, 1, "{command}: {stderr}");
+        assert!(
+            stderr.starts_with("error: cannot prepare the built-in default in ")
+                && stderr.contains("r\u{FFFD}: the folder's path is not UTF-8: set REWIRE_HOME"),
+            "{command}: {stderr}"
+        );
+    }
+    assert!(!home.exists(), "created before the check");
+}
