@@ -49,10 +49,19 @@ pub fn choose(config: Option<PathBuf>, dapr: DaprSourceArgs) -> Source {
     })
 }
 
-/// The configuration file chosen: `given`, else `./rewire.json` when it
-/// exists; `None` means the built-in default.
+/// The configuration file chosen: `given`, else `./rewire.json` when
+/// there is such an entry; `None` means the built-in default. An entry
+/// that cannot be read (a dangling symlink, no permission) is chosen, so
+/// that its error is said: falling back to the default would run on
+/// in-memory stores and lose their data at the next restart.
 pub fn chosen(given: Option<PathBuf>) -> Option<PathBuf> {
-    given.or_else(|| Some(PathBuf::from("rewire.json")).filter(|p| p.exists()))
+    given.or_else(|| {
+        let local = PathBuf::from("rewire.json");
+        match local.symlink_metadata() {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            _ => Some(local),
+        }
+    })
 }
 
 /// The chosen configuration, validated; `None` after printing why it

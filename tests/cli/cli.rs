@@ -469,3 +469,25 @@ fn a_built_in_default_home_that_is_not_utf8_is_an_error_not_a_panic() {
     }
     assert!(!home.exists(), "created before the check");
 }
+
+/// A `./rewire.json` that is there but cannot be read (here a dangling
+/// symlink) is the configuration chosen: its error is said (exit 1)
+/// instead of running the built-in default's in-memory stores, whose data
+/// a restart loses.
+#[test]
+fn a_local_rewire_json_that_cannot_be_read_is_an_error_not_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("missing.json", dir.path().join("rewire.json")).unwrap();
+    for command in ["validate", "graph"] {
+        let (code, stdout, stderr) = output(
+            rewire()
+                .arg(command)
+                .current_dir(dir.path())
+                .env("REWIRE_HOME", home.path()),
+        );
+        assert_eq!(code, 1, "{command}: {stdout}");
+        assert!(stderr.contains("rewire.json"), "{command}: {stderr}");
+        assert!(!stdout.contains("built-in default"), "{command}: {stdout}");
+    }
+}
