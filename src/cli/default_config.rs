@@ -83,12 +83,29 @@ fn data_files(dir: &Path, config_store_file: &str) -> std::io::Result<(PathBuf, 
     std::fs::create_dir_all(dir)?;
     let configuration = dir.join(config_store_file);
     let secrets = dir.join(SECRETS_FILE);
-    for file in [&configuration, &secrets] {
-        if !file.exists() {
-            std::fs::write(file, "{}\n")?;
-        }
+    // The secrets file is where a newcomer puts passwords: only its owner
+    // reads it.
+    for (file, mode) in [(&configuration, 0o644), (&secrets, 0o600)] {
+        create_empty(file, mode)?;
     }
     Ok((configuration, secrets))
+}
+
+/// Writes `{}` to `file` with permissions `mode` (less the umask), unless
+/// it exists: what the user wrote there is kept.
+fn create_empty(file: &Path, mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    match options.open(file) {
+        Ok(mut created) => created.write_all(b"{}\n"),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 fn document(configuration: &Path, secrets: &Path) -> serde_json::Value {

@@ -211,6 +211,12 @@ fn run_starts_on_the_built_in_default_and_stops_on_sigterm() {
         rest.join("\n")
     );
     assert!(home.path().join("config-store.json").exists());
+    // Where a newcomer puts passwords: readable by its owner only.
+    let secrets = std::fs::metadata(home.path().join("secrets.json")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&secrets.permissions()) & 0o077,
+        0
+    );
 }
 
 #[test]
@@ -490,4 +496,24 @@ fn a_local_rewire_json_that_cannot_be_read_is_an_error_not_the_default() {
         assert!(stderr.contains("rewire.json"), "{command}: {stderr}");
         assert!(!stdout.contains("built-in default"), "{command}: {stdout}");
     }
+}
+
+/// The secrets file the default creates (where a newcomer puts passwords)
+/// is readable by its owner only (`run`'s data folder: see
+/// `run_starts_on_the_built_in_default_and_stops_on_sigterm`).
+#[test]
+fn init_writes_a_secrets_file_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = output(rewire().arg("init").arg(dir.path()));
+    assert_eq!(code, 0, "{stderr}");
+    let secrets = dir.path().join("secrets.json");
+    assert_eq!(mode(&secrets) & 0o077, 0, "{:o}", mode(&secrets));
+    assert_eq!(std::fs::read_to_string(&secrets).unwrap(), "{}\n");
 }
