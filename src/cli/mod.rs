@@ -77,9 +77,10 @@ enum Command {
         sidecar older than this CLI cannot amend: apply then applies nothing and exits 1 (use \
         `--replace`).\n\n\
         Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
-        (nothing changed), or the sidecar could not be reached; 2 bad arguments; 3 queued: the \
-        sidecar answered before the reload was done, and will still apply or reject the push \
-        (follow it with `rewire status`; pushing again is not needed)."
+        (nothing changed), or the sidecar could not be connected to; 2 bad arguments; 3 queued: \
+        the sidecar answered before the reload was done, and will still apply or reject the push \
+        (follow it with `rewire status`; pushing again is not needed); 4 outcome unknown: sent, \
+        but no answer came (it may be in force: check `rewire status` before pushing again)."
     )]
     Apply(apply::ApplyArgs),
     /// Show the running sidecar's generation, components and last reloads.
