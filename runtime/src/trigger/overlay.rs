@@ -220,7 +220,7 @@ async fn watch_overlay_round(
     // writes while this task waited): then it is subscribed to again, a
     // moment later (longer while subscriptions end without a change),
     // and read again.
-    let mut resubscribe = super::watched_refs::Resubscribe::default();
+    let mut resubscribe = super::resubscribe::Resubscribe::default();
     loop {
         let mut subscription = loop {
             match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
@@ -445,7 +445,7 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
         store.write(text(2));
-        let within = super::super::watched_refs::RESUBSCRIBE_AFTER + 2 * MIN_STORE_CALL;
+        let within = super::super::resubscribe::RESUBSCRIBE_AFTER + 2 * MIN_STORE_CALL;
         let again = tokio::time::timeout(within, next_sent(&mut queued)).await;
         assert_eq!(
             again.ok(),

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::overlay::watch_overlay;
+use super::resubscribe::Resubscribe;
 use super::store_calls::store_call_bound;
 use super::TriggerContext;
 use crate::assemble::is_the_ref;
@@ -326,32 +327,6 @@ async fn watch_configuration(
     }
 }
 
-/// How long a watch waits before subscribing again after its store let
-/// the subscription go; doubled while subscriptions end without a change
-/// (a store that ends every subscription at once is not asked in a tight
-/// loop), up to [`RESUBSCRIBE_AT_MOST`].
-pub(super) const RESUBSCRIBE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
-/// The longest wait before subscribing again.
-const RESUBSCRIBE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The waits before subscribing again, growing while subscriptions end
-/// without delivering a change.
-#[derive(Default)]
-pub(super) struct Resubscribe {
-    ended: u32,
-}
-
-impl Resubscribe {
-    /// The wait before the next subscribe, counting this end.
-    pub(super) fn next_wait(&mut self) -> std::time::Duration {
-        let wait = RESUBSCRIBE_AFTER
-            .saturating_mul(1 << self.ended.min(16))
-            .min(RESUBSCRIBE_AT_MOST);
-        self.ended = self.ended.saturating_add(1);
-        wait
-    }
-}
-
 /// Subscribes to the watched configurationRef `r`; a subscribe that does
 /// not answer is abandoned and asked again (a store that hangs once does
 /// not end the watch). `None` when the store refuses it (it is gone, or
@@ -617,7 +592,7 @@ mod tests {
             value: "C".into(),
             ..a
         }]);
-        let within = RESUBSCRIBE_AFTER + 2 * MIN_STORE_CALL;
+        let within = super::super::resubscribe::RESUBSCRIBE_AFTER + 2 * MIN_STORE_CALL;
         match tokio::time::timeout(within, queued.recv()).await {
             Ok(Some(Queued::Reload(request))) => {
                 assert_eq!(request.forced, BTreeSet::from([component]));
@@ -638,18 +613,6 @@ mod tests {
         assert_eq!(
             secret_poll_period(std::time::Duration::from_secs(3)),
             std::time::Duration::from_secs(3)
-        );
-    }
-
-    #[test]
-    fn the_wait_before_subscribing_again_doubles_up_to_its_bound() {
-        let mut resubscribe = Resubscribe::default();
-        let waits: Vec<u64> = (0..12)
-            .map(|_| resubscribe.next_wait().as_millis() as u64)
-            .collect();
-        assert_eq!(
-            waits,
-            [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000, 30000]
         );
     }
 
