@@ -193,6 +193,15 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
         // passed) has its cause as a source, not in its message; one the
         // sidecar sent has none.
         match std::error::Error::source(&status) {
+            // A connection made again for the call that failed (the one
+            // connected first had dropped), or a stream the sidecar
+            // refused unread: nothing was sent.
+            Some(cause) if never_sent(cause) => Failed::Refused(format!(
+                "{:?}: {}: {}",
+                status.code(),
+                status.message(),
+                super::remote::error_chain(cause)
+            )),
             Some(cause) => Failed::Unanswered(format!(
                 "{:?}: {}: {}",
                 status.code(),
@@ -202,6 +211,31 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
             None => Failed::Refused(format!("{:?}: {}", status.code(), status.message())),
         }
     })
+}
+
+/// Whether `cause`, a call's failure made on this side, says the request
+/// never reached the sidecar: a connection that could not be made (tonic
+/// connects again for a call when the first connection dropped), or an
+/// HTTP/2 stream the sidecar refused before reading it (`REFUSED_STREAM`).
+fn never_sent(cause: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(cause);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{AddrNotAvailable, ConnectionRefused, NotFound};
+            if matches!(io.kind(), ConnectionRefused | AddrNotAvailable | NotFound) {
+                return true;
+            }
+        }
+        let text = error.to_string();
+        if text.contains("tcp connect error")
+            || text.contains("dns error")
+            || text.contains("refused stream before processing")
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// Why an amendment was not sent to a sidecar that predates
@@ -358,6 +392,37 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error whose text is `text`, caused by `source`.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, Option<std::io::Error>);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_ref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_connection_not_made_or_a_stream_refused_unread_was_never_sent() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(never_sent(&Wrapped("transport error", Some(refused))));
+        assert!(never_sent(&Wrapped("tcp connect error", None)));
+        assert!(never_sent(&Wrapped(
+            "stream error received: refused stream before processing any application logic",
+            None
+        )));
+        // A connection that broke, or an answer that never came: unknown.
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!never_sent(&Wrapped("connection error", Some(reset))));
+        assert!(!never_sent(&Wrapped("keep-alive timed out", None)));
+    }
 
     fn answer(accepted: bool, outcome: &str) -> ApplyConfigurationResponse {
         ApplyConfigurationResponse {

@@ -137,13 +137,17 @@ fn listen_on_this_thread(
             Some(by) => {
                 match runtime.block_on(async { tokio::time::timeout_at(by.into(), next).await }) {
                     Ok(signal) => signal,
-                    Err(_) if *start.phase() == Phase::Abandoning => {
-                        eprintln!(
-                        "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
-                    );
-                        std::process::exit(1);
-                    }
                     Err(_) => {
+                        // Held to the exit: the main thread cannot say it
+                        // unwound (and return from `main`) meanwhile.
+                        let phase = start.phase();
+                        if *phase == Phase::Abandoning {
+                            eprintln!(
+                                "error: the abandoned start-up did not unwind within {ABANDON_WITHIN:?} (an `init` that blocks its thread?): exiting anyway"
+                            );
+                            std::process::exit(1);
+                        }
+                        drop(phase);
                         abandon_by = None;
                         continue;
                     }
