@@ -115,6 +115,9 @@ struct Running {
     open_api: Option<Arc<OpenApiClient>>,
     /// Taken by each write for its whole run (see [`write_turn_of`]).
     writing: Arc<tokio::sync::Mutex<WriteTurn>>,
+    /// Held (shared) by each write this instance runs, for its whole run:
+    /// its close waits for its own writes, not for a successor's.
+    own_writes: Arc<tokio::sync::RwLock<()>>,
     /// Stops following the TLS files when the store goes.
     _follow: Option<tokio_util::sync::DropGuard>,
 }
@@ -215,9 +218,11 @@ impl ApolloConfigStore {
         let refresher = Arc::clone(&running.refresher);
         // Waits as long as the caller does: the sidecar cuts a call after
         // its request timeout (or the caller's deadline), dropping this.
+        let own = Arc::clone(&running.own_writes).read_owned().await;
         let turn = Arc::clone(&running.writing).lock_owned().await;
         let (answer, answered) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
+            let _own = own;
             let mut read_back = ReadBack::new(&refresher, open_api.request_timeout());
             let result = writes::write(&open_api, &mut read_back, &edits).await;
             drop(turn);
@@ -231,14 +236,16 @@ impl ApolloConfigStore {
         })
     }
 
-    /// Waits (bounded) for the write in flight, if any, so that closing
-    /// (at shutdown, the last thing before the process ends) does not cut
-    /// it between an edit and its release or undo.
+    /// Waits (bounded) for this instance's writes in flight, if any, so
+    /// that closing (at shutdown, the last thing before the process ends)
+    /// does not cut one between an edit and its release or undo. A
+    /// successor's writes are not waited for (the old instance closes
+    /// after a rebuild while the new one may be writing).
     async fn wait_for_writes(&self) {
         let Some(running) = &self.running else {
             return;
         };
-        let turn = tokio::time::timeout(CLOSE_WAITS_FOR_WRITE, running.writing.lock()).await;
+        let turn = tokio::time::timeout(CLOSE_WAITS_FOR_WRITE, running.own_writes.write()).await;
         if turn.is_err() {
             warn!(
                 component = %running.refresher.key,

@@ -175,6 +175,7 @@ impl ApolloConfigStore {
                 refresher: Arc::new(refresher),
                 open_api,
                 writing: super::write_turn_of(cx),
+                own_writes: Arc::default(),
                 _follow: None,
             },
             followed,
