@@ -538,6 +538,18 @@ impl RedisLock {
     /// registers.
     fn register(&self) {
         self.grace.registered.get_or_init(|| {
+            // The predecessors granted locks on the namespace this store
+            // consults until now (the reload may have waited long for
+            // readiness since init): its grace runs from here, stored
+            // before they follow this store. Unless a newer change
+            // replaced it meanwhile.
+            if let Some(adopted) = self.grace.previous.load_full() {
+                let renewed =
+                    Previous::for_grace(adopted.namespace.clone(), adopted.earlier.clone());
+                self.grace
+                    .previous
+                    .compare_and_swap(&Some(adopted), Some(renewed));
+            }
             let this = Arc::new(Arc::downgrade(&self.grace));
             for predecessor in self.grace.predecessors.get().into_iter().flatten() {
                 if let Some(predecessor) = predecessor.upgrade() {
