@@ -243,9 +243,11 @@ mod tests {
         }
     }
 
-    /// A client of a [`HeadersOnly`] app on a free port, over a channel
-    /// as the sidecar's (whose timeout bounds only the answer's headers).
-    async fn stalling_app() -> AppCallbackClient<Channel> {
+    /// A free local port, and the connections it accepts (for a test app).
+    async fn free_port() -> (
+        u16,
+        impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -254,6 +256,13 @@ mod tests {
             let accepted = listener.accept().await.map(|(stream, _)| stream);
             Some((accepted, listener))
         });
+        (port, incoming)
+    }
+
+    /// A client of a [`HeadersOnly`] app on a free port, over a channel
+    /// as the sidecar's (whose timeout bounds only the answer's headers).
+    async fn stalling_app() -> AppCallbackClient<Channel> {
+        let (port, incoming) = free_port().await;
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(HeadersOnly)
@@ -340,14 +349,7 @@ mod tests {
         AppCallbackClient<Channel>,
         std::sync::Arc<std::sync::atomic::AtomicUsize>,
     ) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("port").port();
-        let incoming = futures_util::stream::unfold(listener, |listener| async move {
-            let accepted = listener.accept().await.map(|(stream, _)| stream);
-            Some((accepted, listener))
-        });
+        let (port, incoming) = free_port().await;
         let calls = std::sync::Arc::default();
         let app = FailingFirst {
             failures: std::sync::Mutex::new(failures),
