@@ -498,8 +498,9 @@ impl RedisLock {
     /// component in this runtime, newest first): when one of them is on
     /// another namespace (a rebuild after a change — of server, database,
     /// `keyPrefix`, or of the app id or anything else its key base holds),
-    /// or still consults one, this store consults it for [`MAX_GRACE`], so
-    /// that a lock held there is not taken here. It becomes their
+    /// or still consults one, this store consults it for [`MAX_GRACE`] (and
+    /// the one it consults, while that grace lasts), so that a lock held
+    /// there is not taken here. It becomes their
     /// successor (see `follow_changes`) only when it first serves (see
     /// [`RedisLock::register`]).
     fn adopt(&self, predecessors: &[Arc<Grace>]) {
@@ -508,7 +509,12 @@ impl RedisLock {
         for predecessor in predecessors {
             if let Some(theirs) = predecessor.serving() {
                 if !theirs.same(&current) {
-                    found = Some(Previous::for_grace(theirs, None));
+                    // With the grace of an in-place change it is still in:
+                    // locks held where it was before count as well.
+                    let earlier = predecessor
+                        .previous()
+                        .filter(|earlier| !earlier.namespace.same(&current));
+                    found = Some(Previous::for_grace(theirs, earlier));
                     break;
                 }
             }

@@ -883,6 +883,36 @@ async fn a_rebuild_for_a_new_app_id_honours_locks_held_under_the_old_one() {
     assert_eq!(owner_at(&server, "lock||b||r").await.as_deref(), Some("B"));
 }
 
+/// A rebuild (to a third server) within the grace of an in-place change
+/// (first → second): a lock another sidecar holds on the first server is
+/// still not granted by the rebuilt store, and its owner still releases
+/// it through it. Before: the rebuilt store consulted only the second
+/// server, where its predecessor was, and granted the lock.
+#[tokio::test]
+async fn a_rebuild_within_the_grace_of_an_in_place_change_honours_both_namespaces() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let third = RedisServer::start().await;
+    let other_sidecar = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(
+        other_sidecar.try_lock(lock("r", "A", MINUTE)).await,
+        Ok(true)
+    );
+
+    let runtime = Handover::new();
+    let old = lock_in(&runtime, "moved-twice", &first).await;
+    change(&old, json!({"redisHost": second.addr()})).await;
+    let new = lock_in(&runtime, "moved-twice", &third).await;
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&third, "lock||test||r").await, None);
+    assert_eq!(
+        new.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+}
+
 /// Two changes (first → second → third server) while a try-lock that
 /// read the first waits on its look-up in the one before (held up):
 /// between them another try-lock takes `r` on the second. The late one,
