@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 
+use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
@@ -145,6 +146,7 @@ async fn apply(
     declares: Declares,
     wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
+    let bytes = req.encoded_len();
     let config = req
         .component_config
         .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
@@ -176,7 +178,7 @@ async fn apply(
             }
         }
     };
-    let waited = wait.0.run(wait.1, reload).await?;
+    let waited = wait.0.run(wait.1, bytes, reload).await?;
     // A component the push added is running now.
     label_if_running(&call, &key);
     answer(&call, waited)
@@ -190,9 +192,10 @@ async fn remove(
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
     label_if_running(&call, &key);
+    let bytes = req.encoded_len();
     let runtime = call.runtime().clone();
     let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
-    answer(&call, wait.0.run(wait.1, reload).await?)
+    answer(&call, wait.0.run(wait.1, bytes, reload).await?)
 }
 
 /// `ReleaseComponent`: lets go of a push, answering ACK or NACK.
@@ -203,13 +206,14 @@ async fn release(
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
     label_if_running(&call, &key);
+    let bytes = req.encoded_len();
     let runtime = call.runtime().clone();
     let reload = async move {
         runtime
             .release_component(key, req.based_on_generation)
             .await
     };
-    answer(&call, wait.0.run(wait.1, reload).await?)
+    answer(&call, wait.0.run(wait.1, bytes, reload).await?)
 }
 
 /// Labels the call's metric with `key` only when it names a component
@@ -234,7 +238,8 @@ fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
     }
 }
 
-/// The push queue and the caller's request metadata (its deadline).
+/// The push queue (bounded: a push past its backlog is
+/// `RESOURCE_EXHAUSTED`) and the caller's request metadata (its deadline).
 type Wait<'a> = (&'a PushQueue, &'a MetadataMap);
 
 /// The answer to a reload: ACK with the record, NACK with every reason, or

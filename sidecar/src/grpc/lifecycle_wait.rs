@@ -10,10 +10,15 @@
 //! The Lifecycle timeout is at least the runtime's init timeout plus
 //! [`INIT_MARGIN`], so a push whose own component hangs in `init` gets its
 //! rolled-back NACK in time when nothing else is queued.
+//!
+//! A push answered `queued` frees its call, but its task keeps its patch
+//! until its turn: the backlog is bounded ([`MAX_PENDING_PUSHES`],
+//! [`MAX_PENDING_BYTES`]) and a push beyond it is refused with
+//! `RESOURCE_EXHAUSTED`, so a client looping short-deadline pushes can
+//! neither grow memory without end nor starve every later reload.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
@@ -27,6 +32,17 @@ pub(super) const INIT_MARGIN: Duration = Duration::from_secs(15);
 
 /// The least time kept between the answer and the deadline.
 const MIN_MARGIN: Duration = Duration::from_millis(50);
+
+/// Most pushes of this API not finished at once. Reloads are serialised,
+/// so a backlog this deep is already minutes of work at a slow init; a
+/// control plane pushing every component of a sidecar at once fits (as
+/// many as a subscriber's queue holds, 64 messages).
+pub(super) const MAX_PENDING_PUSHES: usize = 64;
+
+/// Most request bytes the unfinished pushes hold together (each patch is
+/// kept until its turn): as much as all subscriber queues together, where
+/// 64 pushes of the 4 MiB request limit would hold 256 MiB.
+pub(super) const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 
 /// What became of a push when its answer was due.
 pub(super) enum Waited {
@@ -44,16 +60,29 @@ pub(super) enum Waited {
 /// The pushes of this API that have not finished.
 #[derive(Clone)]
 pub(super) struct PushQueue {
-    pending: Arc<AtomicUsize>,
+    backlog: Arc<Mutex<Backlog>>,
     timeout: Duration,
 }
 
-/// Counts a push as pending until its reload ends (or its task is dropped).
-struct Pending(Arc<AtomicUsize>);
+/// How many pushes are unfinished, and the bytes of their requests.
+#[derive(Default)]
+struct Backlog {
+    pushes: usize,
+    bytes: usize,
+}
+
+/// Counts a push (and its bytes) as pending until its reload ends (or its
+/// task is dropped).
+struct Pending {
+    backlog: Arc<Mutex<Backlog>>,
+    bytes: usize,
+}
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+        backlog.pushes -= 1;
+        backlog.bytes -= self.bytes;
     }
 }
 
@@ -61,19 +90,25 @@ impl PushQueue {
     /// Pushes answered within `timeout` at most.
     pub(super) fn new(timeout: Duration) -> Self {
         Self {
-            pending: Arc::new(AtomicUsize::new(0)),
+            backlog: Arc::default(),
             timeout,
         }
     }
 
-    /// Runs `reload` to its end in its own task; waits for it until the
-    /// answer is due for a caller whose request carried `metadata`.
-    pub(super) async fn run<F>(&self, metadata: &MetadataMap, reload: F) -> Result<Waited, Status>
+    /// Runs `reload` (of a request of `bytes`) to its end in its own task;
+    /// waits for it until the answer is due for a caller whose request
+    /// carried `metadata`. `RESOURCE_EXHAUSTED`, and nothing run, when the
+    /// backlog is full.
+    pub(super) async fn run<F>(
+        &self,
+        metadata: &MetadataMap,
+        bytes: usize,
+        reload: F,
+    ) -> Result<Waited, Status>
     where
         F: Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static,
     {
-        let ahead = self.pending.fetch_add(1, Ordering::AcqRel);
-        let pending = Pending(Arc::clone(&self.pending));
+        let (ahead, pending) = self.admit(bytes)?;
         let task = tokio::spawn(async move {
             let _pending = pending;
             reload.await
@@ -86,6 +121,36 @@ impl PushQueue {
             ))),
             Err(_) => Ok(Waited::Queued { ahead, waited: due }),
         }
+    }
+
+    /// Counts a push of `bytes` as pending, checked and counted under one
+    /// lock (no race past the limits): the pushes ahead of it, or
+    /// `RESOURCE_EXHAUSTED` naming the limit and the backlog. A push is
+    /// always taken when nothing is pending.
+    fn admit(&self, bytes: usize) -> Result<(usize, Pending), Status> {
+        let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+        let ahead = backlog.pushes;
+        if ahead >= MAX_PENDING_PUSHES {
+            return Err(Status::resource_exhausted(format!(
+                "{ahead} pushes are already queued, the most this API keeps pending \
+                 ({MAX_PENDING_PUSHES}): push again once they are applied (see GetStatus)"
+            )));
+        }
+        if ahead > 0 && backlog.bytes.saturating_add(bytes) > MAX_PENDING_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "the {ahead} pushes already queued hold {} bytes; this one's {bytes} would pass \
+                 the {MAX_PENDING_BYTES} bytes this API keeps pending: push again once they \
+                 are applied (see GetStatus)",
+                backlog.bytes
+            )));
+        }
+        backlog.pushes += 1;
+        backlog.bytes += bytes;
+        let pending = Pending {
+            backlog: Arc::clone(&self.backlog),
+            bytes,
+        };
+        Ok((ahead, pending))
     }
 }
 
@@ -180,7 +245,7 @@ mod tests {
         let queue = PushQueue::new(Duration::from_millis(100));
         let (done, finished) = tokio::sync::oneshot::channel();
         let waited = queue
-            .run(&MetadataMap::new(), async move {
+            .run(&MetadataMap::new(), 0, async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let _ = done.send(());
                 Err(ReloadError::Stopped)
@@ -189,5 +254,91 @@ mod tests {
             .expect("answered");
         assert!(matches!(waited, Waited::Queued { ahead: 0, .. }));
         finished.await.expect("the reload ran to its end");
+    }
+
+    /// A reload that ends (stopped) only once `release` says so.
+    fn pending_until(
+        release: &tokio::sync::watch::Receiver<bool>,
+    ) -> impl Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static {
+        let mut release = release.clone();
+        async move {
+            let _ = release.wait_for(|go| *go).await;
+            Err(ReloadError::Stopped)
+        }
+    }
+
+    /// Waits (5 s at most) until nothing is pending.
+    async fn drained(queue: &PushQueue) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while queue.backlog.lock().expect("unpoisoned").pushes > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the pending pushes finished within 5 s");
+    }
+
+    #[tokio::test]
+    async fn pushes_past_the_backlog_are_refused_until_it_drains() {
+        let queue = PushQueue::new(Duration::from_secs(45));
+        let (release, held) = tokio::sync::watch::channel(false);
+        for n in 0..MAX_PENDING_PUSHES {
+            let waited = queue
+                .run(&with_timeout("1m"), 10, pending_until(&held))
+                .await
+                .expect("within the backlog");
+            assert!(matches!(waited, Waited::Queued { ahead, .. } if ahead == n));
+        }
+        let refused = queue
+            .run(&with_timeout("1m"), 10, pending_until(&held))
+            .await
+            .err()
+            .expect("one past the backlog is refused");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("64 pushes are already queued")
+                && refused.message().contains("(64)"),
+            "names the backlog and the limit: {refused:?}"
+        );
+        release.send(true).expect("the reloads listen");
+        drained(&queue).await;
+        let taken = queue
+            .run(&with_timeout("1S"), 10, async { Err(ReloadError::Stopped) })
+            .await
+            .expect("taken once the backlog drained");
+        assert!(matches!(taken, Waited::Done(Err(ReloadError::Stopped))));
+    }
+
+    #[tokio::test]
+    async fn pushes_past_the_backlogs_bytes_are_refused_but_one_alone_is_taken() {
+        let queue = PushQueue::new(Duration::from_secs(45));
+        let (release, held) = tokio::sync::watch::channel(false);
+        let half = MAX_PENDING_BYTES / 2;
+        for _ in 0..2 {
+            queue
+                .run(&with_timeout("1m"), half, pending_until(&held))
+                .await
+                .expect("within the bytes");
+        }
+        let refused = queue
+            .run(&with_timeout("1m"), 1, pending_until(&held))
+            .await
+            .err()
+            .expect("one byte past the backlog's bytes is refused");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(refused.message().contains("67108864 bytes"), "{refused:?}");
+        release.send(true).expect("the reloads listen");
+        drained(&queue).await;
+        assert_eq!(queue.backlog.lock().expect("unpoisoned").bytes, 0);
+        let alone = queue
+            .run(&with_timeout("1S"), MAX_PENDING_BYTES + 1, async {
+                Err(ReloadError::Stopped)
+            })
+            .await;
+        assert!(
+            alone.is_ok(),
+            "a push alone is always taken: {:?}",
+            alone.err()
+        );
     }
 }
