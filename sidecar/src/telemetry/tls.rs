@@ -125,7 +125,9 @@ impl TlsContents {
                 let file = named(CA[1], &self.files.ca);
                 let certificates = CertificateDer::pem_slice_iter(&pem)
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("{file}: {e}"))?;
+                    // Fixed words: the library's message can quote the line,
+                    // which in a combined bundle may be key material.
+                    .map_err(|e| format!("{file}: {}", crate::tls::pem_error_reason(&e)))?;
                 if certificates.is_empty() {
                     return Err(format!("{file}: the file holds no certificate"));
                 }
@@ -183,8 +185,9 @@ impl ExportTls {
         mut builder: reqwest::ClientBuilder,
     ) -> Result<reqwest::ClientBuilder, String> {
         if let Some(ca) = &self.ca {
-            let roots =
-                reqwest::Certificate::from_pem_bundle(ca).map_err(|e| format!("{}: {e}", CA[1]))?;
+            // Fixed words, as for every PEM error: never the file's text.
+            let roots = reqwest::Certificate::from_pem_bundle(ca)
+                .map_err(|_| format!("{}: the certificates cannot be loaded", CA[1]))?;
             builder = builder.tls_certs_only(roots);
         }
         if let Some((cert, key)) = &self.identity {
@@ -483,6 +486,25 @@ pub(super) mod tests {
             missing.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn a_malformed_pem_file_is_refused_without_its_text() {
+        // A one-line PEM: the library's own message would print the rest
+        // of the line (as a list of bytes) as the missing end marker.
+        let dir = std::env::temp_dir().join(format!("rewire-otlp-pem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE----- c2VjcmV0 -----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let error = trusting_path(ca.to_str().unwrap()).load().err().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(error.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{error}");
+        assert!(!error.contains("c2VjcmV0"), "{error}");
+        assert!(!error.contains("99, 50, 86"), "{error}");
     }
 
     fn trusting_path(path: &str) -> ExportTlsFiles {

@@ -265,8 +265,9 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// Why a PEM text did not parse, in fixed words: the library's own
-/// message can quote the offending line, which may be key material.
-fn pem_error_reason(err: &rustls::pki_types::pem::Error) -> &'static str {
+/// message can quote the offending line, which may be key material (also
+/// used for the span exporter's files).
+pub(crate) fn pem_error_reason(err: &rustls::pki_types::pem::Error) -> &'static str {
     use rustls::pki_types::pem::Error;
     match err {
         Error::MissingSectionEnd { .. } => "a PEM section has no `-----END` line",
