@@ -1,7 +1,8 @@
 //! Layotto's `Lifecycle.ApplyConfiguration`, served by rewire's own
 //! Lifecycle implementation: the push is the same reload, through the same
 //! queue, with the same deadline. Layotto's answer has no fields, so a push
-//! rewire does not take is a gRPC error carrying every reason.
+//! rewire does not take is a gRPC error carrying every reason (made inside
+//! the observed call: cut to fit in trailers, counted with its code).
 //!
 //! Layotto's `ComponentConfig` carries metadata only: its push sets the
 //! fields it gives, laid over what the file (or overlay) declares, whose
@@ -61,19 +62,19 @@ impl Lifecycle for LayottoLifecycleApi {
             component_config,
             based_on_generation: None,
         };
-        let answer = self
-            .rewire
+        // The NACK becomes an error inside the observed call, so it is
+        // counted with its code and fitted to trailers.
+        self.rewire
             .apply_configuration_with(
                 "ApplyConfiguration",
                 Request::from_parts(metadata, extensions, push),
                 Declares::Fields,
+                |answer| match status_of(&answer) {
+                    None => Ok(pb::ApplyConfigurationResponse {}),
+                    Some(status) => Err(status),
+                },
             )
-            .await?
-            .into_inner();
-        match status_of(&answer) {
-            None => Ok(Response::new(pb::ApplyConfigurationResponse {})),
-            Some(status) => Err(status),
-        }
+            .await
     }
 }
 
@@ -155,6 +156,37 @@ mod tests {
         // An empty kind or name is refused by rewire's own check.
         assert!(required(&config("", "s", &[])).is_ok());
         assert!(required(&config("state", "", &[])).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_rejected_push_quoting_a_long_name_fits_in_trailers_and_counts_its_code() {
+        let state = crate::ApiState::empty().await;
+        let rewire = LifecycleApi::new(state.clone(), std::time::Duration::from_secs(45));
+        let layotto = LayottoLifecycleApi::new(Arc::new(rewire));
+        let push = pb::DynamicConfiguration {
+            component_config: Some(pb::ComponentConfig {
+                kind: "state".into(),
+                name: "n".repeat(100_000),
+                metadata: [("redisHost".to_string(), "h:6379".to_string())].into(),
+            }),
+        };
+        let refused = layotto
+            .apply_configuration(Request::new(push))
+            .await
+            .expect_err("a component not in force is refused");
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        let cap = super::super::observe::MAX_STATUS_MESSAGE + '…'.len_utf8();
+        assert!(
+            refused.message().len() <= cap && refused.message().ends_with('…'),
+            "cut to fit in trailers: {} bytes",
+            refused.message().len()
+        );
+        let text = state.metrics.render(&state.runtime);
+        assert!(
+            text.contains(r#"method="ApplyConfiguration",store="",code="INVALID_ARGUMENT"} 1"#),
+            "counted with the code it answered: {text}"
+        );
+        state.runtime.shutdown().await;
     }
 
     #[test]

@@ -51,20 +51,22 @@ impl LifecycleApi {
     /// declares the component whole, its `AmendConfiguration` the fields it
     /// gives (or the component whole when not in force), Layotto's the
     /// fields it sets. `method` names the call in metrics and logs.
-    pub(super) async fn apply_configuration_with(
+    /// `answer` turns the push's answer into the call's, inside the
+    /// observed call: an error it makes (Layotto's NACK) is counted with
+    /// its own code and fitted to trailers as every call's error is.
+    pub(super) async fn apply_configuration_with<T>(
         &self,
         method: &'static str,
         request: Request<pb::DynamicConfiguration>,
         declares: Declares,
-    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        answer: impl FnOnce(pb::ApplyConfigurationResponse) -> Result<T, Status>,
+    ) -> Result<Response<T>, Status> {
         let metadata = request.metadata().clone();
-        observed(&self.state, method, caller(&request), |call| {
-            apply(
-                call,
-                request.into_inner(),
-                declares,
-                (&self.pushes, &metadata),
-            )
+        observed(&self.state, method, caller(&request), |call| async move {
+            let wait = (&self.pushes, &metadata);
+            apply(call, request.into_inner(), declares, wait)
+                .await
+                .and_then(answer)
         })
         .await
         .map(Response::new)
@@ -79,7 +81,7 @@ impl Lifecycle for LifecycleApi {
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         // The push is the component whole: its refs are declared, none
         // when its lists are empty (proto3 cannot tell them from absent).
-        self.apply_configuration_with("ApplyConfiguration", request, Declares::Whole)
+        self.apply_configuration_with("ApplyConfiguration", request, Declares::Whole, Ok)
             .await
     }
 
@@ -87,7 +89,7 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::DynamicConfiguration>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
-        self.apply_configuration_with("AmendConfiguration", request, Declares::FieldsOrNew)
+        self.apply_configuration_with("AmendConfiguration", request, Declares::FieldsOrNew, Ok)
             .await
     }
 
