@@ -150,6 +150,9 @@ pub(crate) struct TokenInterceptor {
     /// once (each login is a bcrypt check and a raft proposal in etcd);
     /// holds the failure of the last attempt, if it failed.
     login_turn: Arc<tokio::sync::Mutex<Option<LoginFailure>>>,
+    /// Set while the last login found authentication off, so that it is
+    /// logged once each time it turns off, not at every login.
+    auth_off: Arc<AtomicBool>,
 }
 
 /// A login attempt that failed: the member it ran on, and the error its
@@ -224,6 +227,22 @@ impl TokenInterceptor {
         LoginMark {
             generation: self.generation(),
             attempts: self.attempts.load(Ordering::Acquire),
+        }
+    }
+
+    /// Keeps the token of a login that succeeded, or none when the login
+    /// found authentication off on `member` (etcd refuses a token then).
+    fn logged_in(&self, token: Option<AsciiMetadataValue>, member: &str) {
+        let auth_off = token.is_none();
+        *self.token.write().unwrap_or_else(|p| p.into_inner()) = token;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if auth_off && !self.auth_off.swap(true, Ordering::AcqRel) {
+            tracing::info!(
+                member,
+                "etcd has authentication off: calls go without a token until it is on again"
+            );
+        } else if !auth_off {
+            self.auth_off.store(false, Ordering::Release);
         }
     }
 }
@@ -463,7 +482,10 @@ impl Client {
     }
 
     /// Logs in on member `index` with the client's user (sending no
-    /// token) and keeps the token for later calls.
+    /// token) and keeps the token for later calls. On an etcd with
+    /// authentication off (it refuses the login) calls go without a token:
+    /// a user configured for a cluster that has none, or one turned off
+    /// under the client, is no error.
     async fn login(&self, index: usize) -> Result<(), Error> {
         let Some(user) = &self.user else {
             return Ok(());
@@ -472,15 +494,23 @@ impl Client {
             name: user.0.clone(),
             password: user.1.clone(),
         };
-        let mut auth = self.auth(self.members().login_channel(index));
-        let response = self.bounded(auth.authenticate(request)).await?;
+        let members = self.members();
+        let mut auth = self.auth(members.login_channel(index));
+        let response = match self.bounded(auth.authenticate(request)).await {
+            Ok(response) => response,
+            // As etcd's Go client does: no token, and calls carry on.
+            Err(err) if err.is_auth_not_enabled() => {
+                self.token.logged_in(None, members.url(index));
+                return Ok(());
+            }
+            Err(err) => return Err(err),
+        };
         let token = AsciiMetadataValue::try_from(response.token.as_str()).map_err(|_| {
             Error::Status(tonic::Status::internal(
                 "the server sent an auth token that is not ASCII",
             ))
         })?;
-        *self.token.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token);
-        self.token.generation.fetch_add(1, Ordering::AcqRel);
+        self.token.logged_in(Some(token), members.url(index));
         Ok(())
     }
 

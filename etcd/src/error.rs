@@ -98,18 +98,34 @@ impl Error {
     }
 
     /// Whether the server refused the auth token as expired or unknown,
-    /// or as issued before the auth settings changed: a fresh login helps.
+    /// as issued before the auth settings changed, or missing (sent none
+    /// while authentication was off, and it is on again): a fresh login
+    /// helps.
     pub(crate) fn is_invalid_token(&self) -> bool {
         self.status().is_some_and(|s| match s.code() {
             tonic::Code::Unauthenticated => s.message().contains("invalid auth token"),
-            tonic::Code::InvalidArgument => s.message().contains(AUTH_OLD_REVISION),
+            tonic::Code::InvalidArgument => {
+                s.message().contains(AUTH_OLD_REVISION) || s.message().contains(USER_EMPTY)
+            }
             _ => false,
+        })
+    }
+
+    /// Whether the server refused a login because it has authentication
+    /// off: calls need no token there.
+    pub(crate) fn is_auth_not_enabled(&self) -> bool {
+        self.status().is_some_and(|s| {
+            s.code() == tonic::Code::FailedPrecondition
+                && s.message().contains("authentication is not enabled")
         })
     }
 }
 
 /// etcd's message when a token predates a change of users or roles.
 const AUTH_OLD_REVISION: &str = "revision of auth store is old";
+
+/// etcd's message for a call without a token while authentication is on.
+const USER_EMPTY: &str = "user name is empty";
 
 /// Whether the reason etcd gave for canceling a watch in its stream says
 /// the token was refused — unknown or expired (`invalid auth token`; etcd
@@ -120,7 +136,7 @@ pub(crate) fn is_auth_cancel(reason: &str) -> bool {
         "invalid auth token",
         "permission denied",
         AUTH_OLD_REVISION,
-        "user name is empty",
+        USER_EMPTY,
         "Unauthenticated",
     ]
     .iter()

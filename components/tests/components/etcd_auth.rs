@@ -180,3 +180,57 @@ async fn calls_refused_together_for_their_token_log_in_once() {
         "64 calls refused together made {made} logins"
     );
 }
+
+/// The options of a client logging in as root.
+fn as_root() -> rewire_etcd::ConnectOptions {
+    rewire_etcd::ConnectOptions {
+        user: Some(("root".into(), ROOT_PASSWORD.into())),
+        ..rewire_etcd::ConnectOptions::default()
+    }
+}
+
+/// A user configured for an etcd with authentication off (etcd refuses
+/// the login: "authentication is not enabled") is no error: the client
+/// carries on without a token, as etcd's Go client does.
+#[tokio::test]
+async fn a_user_against_etcd_without_auth_connects_and_reads() {
+    let server = EtcdServer::start().await;
+    server.put("/k", "1").await;
+    let client = rewire_etcd::Client::connect(&[server.url()], as_root())
+        .await
+        .expect("connect");
+    let read = client.get("/k").await.expect("get");
+    assert_eq!(read.kvs[0].value, b"1");
+}
+
+/// Authentication turned off under a logged-in client: etcd 3.4 refuses
+/// its old token ("invalid auth token") and its login; the call runs again
+/// without a token. Turned on again, the call refused for having no token
+/// ("user name is empty") logs in.
+#[tokio::test]
+async fn calls_go_on_when_authentication_is_turned_off_and_on() {
+    let server = server_with_auth().await;
+    server.put("/k", "1").await;
+    let client = rewire_etcd::Client::connect(&[server.url()], as_root())
+        .await
+        .expect("connect");
+    client.get("/k").await.expect("get with auth on");
+    server
+        .client()
+        .await
+        .auth_disable()
+        .await
+        .expect("auth disable");
+    let read = client.get("/k").await.expect("get with auth off");
+    assert_eq!(read.kvs[0].value, b"1");
+    client.put("/k", "2").await.expect("put with auth off");
+    let anonymous = rewire_etcd::ConnectOptions::default();
+    rewire_etcd::Client::connect(&[server.url()], anonymous)
+        .await
+        .expect("connect")
+        .auth_enable()
+        .await
+        .expect("auth enable");
+    let read = client.get("/k").await.expect("get with auth on again");
+    assert_eq!(read.kvs[0].value, b"2");
+}
