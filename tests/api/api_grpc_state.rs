@@ -208,6 +208,40 @@ async fn bulk_get_answers_every_key() {
     sidecar.stop().await;
 }
 
+/// daprd's `GetBulkState` refuses only keys with `||`: an empty key is
+/// asked of the store and answered like any missing key, the others as
+/// usual (it was refused as a whole, `INVALID_ARGUMENT`).
+#[tokio::test]
+async fn bulk_get_answers_an_empty_key_as_the_store_does() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    save(&mut client, vec![item("a", b"1")]).await.unwrap();
+    let request = GetBulkStateRequest {
+        store_name: "orders".into(),
+        keys: vec!["a".into(), String::new(), "missing".into()],
+        ..GetBulkStateRequest::default()
+    };
+    let items = client
+        .get_bulk_state(request)
+        .await
+        .expect("an empty key is not refused")
+        .into_inner()
+        .items;
+    let found: Vec<(&str, &[u8], &str)> = items
+        .iter()
+        .map(|i| (i.key.as_str(), i.data.as_slice(), i.error.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("a", &b"1"[..], ""),
+            ("", &b""[..], ""),
+            ("missing", &b""[..], "")
+        ]
+    );
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn an_unknown_store_is_an_invalid_argument_naming_it() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;

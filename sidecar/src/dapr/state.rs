@@ -223,7 +223,9 @@ impl StateOps<'_> {
     /// error, in the order asked. A key asked for twice is read once; the
     /// whole answer (repeats included, each item with its framing) must fit
     /// `budget`, else nothing is answered ([`StateOpError::BulkTooLarge`]).
-    /// Too many keys, or one Dapr refuses, is refused before any is read.
+    /// Too many keys, or one with Dapr's `||` separator, is refused before
+    /// any is read; an empty key is asked of the store and answered as it
+    /// answers (daprd's `GetBulkState` and HTTP bulk refuse only `||`).
     /// With request `metadata`, each key is read by a get carrying it (as
     /// Dapr passes it to every get; the store's bulk read takes none).
     pub async fn bulk_get(
@@ -233,7 +235,11 @@ impl StateOps<'_> {
         mut budget: ResponseBudget,
     ) -> Result<Vec<BulkGetItem>, StateOpError> {
         check_item_count(("state store", self.name), keys.len())?;
-        self.check_keys(keys.iter().map(String::as_str))?;
+        for (index, key) in keys.iter().enumerate() {
+            if !key.is_empty() {
+                self.check_key(index, key)?;
+            }
+        }
         // Each distinct key's slot (first-asked order), and each asked
         // key's slot: the one dedup structure.
         let mut slot_of: HashMap<&str, usize> = HashMap::with_capacity(keys.len());
