@@ -108,6 +108,14 @@ impl ApolloConfigStore {
                 "metadata field `namespace_name` names no namespace".into(),
             ));
         }
+        let fields = settings.tls_fields(cx.config_dir.as_deref());
+        if fields.ca_cert.is_none() && !fields.insecure_skip_verify {
+            // Read here, off the workers: the clients built next trust
+            // them (an announced config service may be `https://`).
+            if let Err(err) = crate::tls::system_roots::preload().await {
+                warn!(component = %cx.key, "{err}: `https://` Apollo servers are refused.");
+            }
+        }
         let (tls, followed) = self.tls_config(cx)?;
         let instance = InstanceSettings {
             app_id: app_id.to_string(),

@@ -41,6 +41,11 @@ impl EtcdCounters {
     /// the limit on each request. With the store's credentials and TLS
     /// settings.
     pub async fn connect(settings: &EtcdSettings) -> Result<Self, String> {
+        if let Some(tls) = &settings.tls {
+            tls.preload_system_roots()
+                .await
+                .map_err(|err| err.to_string())?;
+        }
         let options = ConnectOptions {
             connect_timeout: settings.dial,
             timeout: settings.dial,
@@ -551,7 +556,7 @@ fn parse_record(value: &[u8]) -> Option<(i64, i64)> {
 /// The client's TLS options for `tls`.
 fn tls_options(tls: &ClientTls) -> TlsOptions {
     TlsOptions {
-        ca_pem: tls.ca_pem.clone(),
+        ca_pem: tls.ca_or_system_roots_pem(),
         identity: tls.identity.clone(),
         domain: None,
     }

@@ -337,6 +337,14 @@ impl EtcdConfigStore {
 impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
         let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
+        if let Some(tls) = &settings.tls {
+            tls.preload_system_roots().await.map_err(|err| {
+                ComponentError::new(format!(
+                    "etcd at {} (`endpoints`): {err}",
+                    settings.endpoints_text()
+                ))
+            })?;
+        }
         let layout = KeyLayout::new(settings.key_prefix.clone());
         let hub = Arc::new(Subscribers::default());
         let limit = settings.connect_limit();

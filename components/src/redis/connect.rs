@@ -110,6 +110,15 @@ pub async fn open(settings: &ConnectionSettings) -> Result<Opened, ConnectError>
 }
 
 async fn open_unbounded(settings: &ConnectionSettings) -> Result<Opened, ConnectError> {
+    if let Some(material) = &settings.tls {
+        material
+            .preload_system_roots()
+            .await
+            .map_err(|err| ConnectError::Unreachable {
+                host: settings.host(),
+                message: err.to_string(),
+            })?;
+    }
     if settings.cluster {
         return open_cluster(settings).await;
     }

@@ -28,7 +28,10 @@ pub fn mode(tls: &ClientTls) -> TlsMode {
     }
 }
 
-/// The certificates as the redis client takes them.
+/// The certificates as the redis client takes them. Without `caCert`, the
+/// system's roots as the connection's opening read them
+/// ([`ClientTls::preload_system_roots`]): left to the redis client, they
+/// would be read again at every connection, on a runtime worker.
 pub fn certificates(tls: &ClientTls) -> TlsCertificates {
     TlsCertificates {
         client_tls: tls
@@ -38,6 +41,6 @@ pub fn certificates(tls: &ClientTls) -> TlsCertificates {
                 client_cert: cert.clone(),
                 client_key: key.clone(),
             }),
-        root_cert: tls.ca_pem.clone(),
+        root_cert: tls.ca_or_system_roots_pem(),
     }
 }

@@ -10,6 +10,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::pem::{certificates, private_key, PemSource, TlsError};
+use super::system_roots;
 
 /// A component's TLS fields as declared: each certificate a [`PemSource`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -161,6 +162,31 @@ impl ClientTls {
         }
     }
 
+    /// Reads the system's roots off the async workers
+    /// ([`system_roots::preload`]) when this material trusts them (TLS
+    /// verified, no `caCert`): call it in the async start of the client,
+    /// before building it.
+    pub async fn preload_system_roots(&self) -> Result<(), TlsError> {
+        if self.ca_pem.is_none() && !self.insecure_skip_verify {
+            system_roots::preload().await?;
+        }
+        Ok(())
+    }
+
+    /// The CA bundle, else (TLS verified) the system's roots as PEM, as
+    /// last read ([`ClientTls::preload_system_roots`]): for clients that
+    /// would read the system's roots themselves, on whatever thread
+    /// builds a connection. `None` with `insecureSkipVerify`, or when no
+    /// read of the system's roots succeeded.
+    pub fn ca_or_system_roots_pem(&self) -> Option<Vec<u8>> {
+        if self.ca_pem.is_some() || self.insecure_skip_verify {
+            return self.ca_pem.clone();
+        }
+        system_roots::cached()
+            .filter(|roots| !roots.certificates.is_empty())
+            .map(|roots| roots.pem.clone())
+    }
+
     fn roots(&self) -> Result<RootCertStore, TlsError> {
         let mut roots = RootCertStore::empty();
         match &self.ca_pem {
@@ -174,8 +200,9 @@ impl ClientTls {
                 }
             }
             None => {
+                let system = system_roots::now();
                 let (added, _ignored) =
-                    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+                    roots.add_parsable_certificates(system.certificates.iter().cloned());
                 if added == 0 {
                     return Err(TlsError::Config(
                         "no system root certificates found: set `caCert`".into(),
@@ -199,7 +226,8 @@ pub fn http_config(tls: Option<&ClientTls>) -> Result<ClientConfig, TlsError> {
         Some(tls) => tls.rustls_config(),
         None => {
             let mut roots = RootCertStore::empty();
-            let _ = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            let system = system_roots::now();
+            let _ = roots.add_parsable_certificates(system.certificates.iter().cloned());
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
                 .map(|b| b.with_root_certificates(roots).with_no_client_auth())

@@ -16,10 +16,13 @@
 //!   running component and swapping in a client built with new material
 //!   (content that failed waits [`FIRST_RETRY`], doubled at each failure up
 //!   to [`REFUSED_RETRY`], unless it changes).
+//! * [`system_roots`]: the system's root certificates, read off the async
+//!   workers once for every client that trusts them.
 
 mod client;
 mod follow;
 mod pem;
+pub mod system_roots;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
 pub use follow::{

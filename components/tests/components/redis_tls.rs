@@ -381,3 +381,53 @@ async fn pubsub_over_tls_with_ca_and_client_certificate() {
         "{refused}"
     );
 }
+
+/// Set in the child process the system-roots test runs itself in: the
+/// TLS server's address, the client certificate's file (its key beside).
+const SYSTEM_ROOTS_CHILD: &str = "REWIRE_TEST_REDIS_SYSTEM_ROOTS";
+
+/// `enableTLS` without `caCert` trusts the system's roots: here
+/// `SSL_CERT_FILE`, the test CA, set for a child process alone. The roots
+/// are read once, off the workers, and handed to the redis client as PEM
+/// (the client read them itself at every connection before): the PEM
+/// made of them must pass the server's certificate, and a state round
+/// trip works.
+#[tokio::test]
+async fn without_ca_cert_a_server_signed_by_a_system_root_is_trusted() {
+    const NAME: &str = "redis_tls::without_ca_cert_a_server_signed_by_a_system_root_is_trusted";
+    if let Ok(child) = std::env::var(SYSTEM_ROOTS_CHILD) {
+        let (addr, cert_path) = child.split_once(' ').expect("address and file");
+        let key_path = std::path::Path::new(cert_path).with_extension("key");
+        let metadata = json!({
+            "redisHost": addr, "enableTLS": true,
+            "clientCert": cert_path, "clientKey": key_path,
+        });
+        let store = store(metadata).await.unwrap_or_else(|e| panic!("{e}"));
+        round_trip(&*store, "k", "trusted by the system's roots").await;
+        return;
+    }
+    let ca = TestCa::new("redis-system-ca");
+    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let client = ca.client("app");
+    let cert_path = ca.dir().join("app.crt");
+    std::fs::write(&cert_path, &client.cert_pem).expect("cert");
+    std::fs::write(cert_path.with_extension("key"), &client.key_pem).expect("key");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    child
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(
+            SYSTEM_ROOTS_CHILD,
+            format!("{} {}", server.addr(), cert_path.display()),
+        )
+        .env("SSL_CERT_FILE", &ca.ca_path)
+        .env_remove("SSL_CERT_DIR");
+    let output = tokio::task::spawn_blocking(move || testkit::output(&mut child))
+        .await
+        .expect("the child ran");
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains("1 passed"),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
