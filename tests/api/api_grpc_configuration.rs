@@ -16,8 +16,9 @@ use grpc::dapr::{
     UnsubscribeConfigurationRequest, UnsubscribeConfigurationResponse,
 };
 use rewire::config::parse;
+use rewire::prelude::{async_trait, Component, ConfigError, ConfigQuery, ConfigStore};
 use rewire::sidecar::ApiOptions;
-use rewire::{Action, ComponentKey, ConfigItem};
+use rewire::{Action, ComponentKey, ConfigItem, ConfigSubscription};
 use sidecar::Sidecar;
 use tonic::{Code, Streaming};
 
@@ -388,5 +389,48 @@ async fn keys_past_the_sidecars_bounds_are_invalid_argument() {
         .expect("the stream ended")
         .expect("the stream failed");
     assert!(!first.id.is_empty(), "the first message carries the id");
+    sidecar.stop().await;
+}
+
+/// A config store whose `subscribe` fails (a backend that refuses it).
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.dapr.failing_subscribe")]
+struct FailingSubscribe {}
+
+#[async_trait]
+impl Component for FailingSubscribe {}
+
+#[async_trait]
+impl ConfigStore for FailingSubscribe {
+    async fn get(&self, _query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        Ok(Vec::new())
+    }
+
+    async fn subscribe(&self, _query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        Err(ConfigError::Backend("watch refused by the server".into()))
+    }
+}
+
+/// A store whose subscribe fails is daprd's `INVALID_ARGUMENT` (its
+/// `SubscribeConfiguration` answers so for any store error), naming the
+/// store and the store's reason; failed before the fix: `INTERNAL`.
+#[tokio::test]
+async fn a_failed_store_subscribe_is_invalid_argument_as_daprd() {
+    let config = r#"{"appId": "shop", "components": {
+        "config_store": {"broken": {"type": "test.dapr.failing_subscribe"}}}}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let err = client
+        .subscribe_configuration(SubscribeConfigurationRequest {
+            store_name: "broken".into(),
+            ..subscribe_request(&["host"])
+        })
+        .await
+        .expect_err("the store's subscribe fails");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("`broken`") && err.message().contains("watch refused"),
+        "{err:?}"
+    );
     sidecar.stop().await;
 }

@@ -15,7 +15,7 @@ use super::open_subscriptions::UnsubscribeError;
 use super::proto::dapr::proto::common::v1::ConfigurationItem;
 use super::proto::dapr::proto::runtime::v1 as pb;
 use super::subscriptions::{SubscriptionStream, Subscriptions};
-use crate::dapr::{check_request_metadata, Call, ResponseBudget};
+use crate::dapr::{check_request_metadata, Call, ConfigOpError, ResponseBudget};
 
 /// `GetConfiguration`: the items of the keys asked for (all when none),
 /// within `budget`.
@@ -65,8 +65,18 @@ pub(super) async fn subscribe(
         metadata: req.metadata,
         ..ConfigQuery::default()
     };
-    let subscription = store.subscribe(query).await?;
+    let subscription = store.subscribe(query).await.map_err(subscribe_status)?;
     subscriptions.open(&req.store_name, subscription, peer)
+}
+
+/// daprd answers `INVALID_ARGUMENT` for any error of its store's
+/// `Subscribe` (a backend's included), not the code the error would have
+/// on a get; the other refusals keep theirs.
+fn subscribe_status(err: ConfigOpError) -> Status {
+    match err {
+        ConfigOpError::Subscribe { .. } => Status::invalid_argument(err.to_string()),
+        other => other.into(),
+    }
 }
 
 /// `UnsubscribeConfiguration`: ends the stream of subscription `id`; when
