@@ -236,3 +236,49 @@ async fn transactions_over_grpc_are_all_or_nothing() {
     );
     sidecar.stop().await;
 }
+
+/// A delete's `ttlInSeconds` is not read, as daprd hands a delete's
+/// metadata to the store unread: a malformed one neither fails the
+/// transaction nor keeps the key (failed before the fix: `INTERNAL`, "not
+/// a whole number of seconds", and nothing deleted); an upsert's still
+/// fails it.
+#[tokio::test]
+async fn a_deletes_ttl_is_ignored_as_daprd() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let with_ttl = |mut operation: TransactionalStateOperation| {
+        if let Some(item) = operation.request.as_mut() {
+            item.metadata = [("ttlInSeconds".to_string(), "bogus".to_string())].into();
+        }
+        operation
+    };
+    client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![op("upsert", "a", "1", None), op("upsert", "b", "2", None)],
+        ))
+        .await
+        .expect("transaction");
+    client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![with_ttl(op("delete", "a", "", None))],
+        ))
+        .await
+        .expect("a delete's ttlInSeconds is not read");
+    let after = read(&mut client, &["a", "b"]).await;
+    assert_eq!((after[0].1.as_str(), after[1].1.as_str()), ("", "2"));
+    let refused = client
+        .execute_state_transaction(transaction(
+            "orders",
+            vec![
+                op("delete", "b", "", None),
+                with_ttl(op("upsert", "c", "3", None)),
+            ],
+        ))
+        .await
+        .expect_err("an upsert's malformed ttlInSeconds");
+    assert!(refused.message().contains("ttlInSeconds"), "{refused:?}");
+    assert_eq!(read(&mut client, &["b"]).await[0].1, "2");
+    sidecar.stop().await;
+}

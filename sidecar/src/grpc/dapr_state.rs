@@ -125,14 +125,24 @@ pub(super) async fn delete_bulk(call: Call, req: pb::DeleteBulkStateRequest) -> 
 pub(super) fn set_request(item: StateItem) -> Result<SetRequest, StateError> {
     let ttl = ttl_of(&item.key, &item.metadata)?;
     Ok(SetRequest {
+        ttl,
+        ..untimed_request(item)
+    })
+}
+
+/// A `StateItem` as a request without its `ttlInSeconds` read: what a
+/// transaction's delete takes (daprd hands a delete's metadata to the
+/// store unread, so a TTL there, even a malformed one, is no error).
+pub(super) fn untimed_request(item: StateItem) -> SetRequest {
+    SetRequest {
         etag: etag_of(item.etag),
         concurrency: concurrency_of(item.options.as_ref()),
         consistency: consistency_of(item.options.as_ref()),
-        ttl,
+        ttl: None,
         metadata: item.metadata,
         value: item.value,
         key: item.key,
-    })
+    }
 }
 
 /// An etag given with an empty value counts as none.

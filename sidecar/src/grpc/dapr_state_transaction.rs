@@ -7,7 +7,7 @@ use tonic::Status;
 
 use rewire_runtime::{echoed, StateError, TransactionRequest};
 
-use super::dapr_state::set_request;
+use super::dapr_state::{set_request, untimed_request};
 use super::proto::dapr::proto::runtime::v1 as pb;
 use crate::dapr::{check_request_metadata, transaction_operation, Call};
 
@@ -30,7 +30,12 @@ pub(super) async fn execute(
                     echoed(&operation.operation_type)
                 )))
             })?;
-            let write = set_request(item).map_err(|e| store.transaction_failed(e))?;
+            // A delete's `ttlInSeconds` is not read, as daprd's.
+            let write = if operation.operation_type == "delete" {
+                untimed_request(item)
+            } else {
+                set_request(item).map_err(|e| store.transaction_failed(e))?
+            };
             transaction_operation(&operation.operation_type, write)
         })
         .collect::<Result<Vec<_>, _>>()?;
