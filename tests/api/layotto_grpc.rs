@@ -736,6 +736,63 @@ async fn a_subscription_stream_ends_unavailable_when_its_store_is_removed() {
     sidecar.stop().await;
 }
 
+/// An item with `tags` (other than `version`, which answers carry) is
+/// refused, `INVALID_ARGUMENT` naming the store, the key and the field,
+/// and nothing of the request is written: no store keeps tags, and the
+/// client must not be told they were saved (failed before the fix: saved,
+/// the tags dropped).
+#[tokio::test]
+async fn a_save_with_tags_is_refused_naming_the_field_and_nothing_is_written() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let tagged = layotto::ConfigurationItem {
+        tags: HashMap::from([("owner".to_string(), "team-a".to_string())]),
+        ..item("pool", "10", "db", "prod")
+    };
+    let refused = client
+        .save_configuration(layotto::SaveConfigurationRequest {
+            store_name: "settings".into(),
+            items: vec![item("timeout", "5s", "db", "prod"), tagged],
+            ..Default::default()
+        })
+        .await
+        .expect_err("tags are refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    for part in ["`settings`", "`pool`", "`tags`"] {
+        assert!(refused.message().contains(part), "{part}: {refused:?}");
+    }
+    let items = client
+        .get_configuration(layotto::GetConfigurationRequest {
+            store_name: "settings".into(),
+            group: "db".into(),
+            label: "prod".into(),
+            keys: vec!["timeout".into(), "pool".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .items;
+    assert!(
+        items.is_empty(),
+        "nothing of the request is written: {items:?}"
+    );
+    // `version`, the tag answers carry, is allowed: a read item saves back.
+    let read_back = layotto::ConfigurationItem {
+        tags: HashMap::from([("version".to_string(), "7".to_string())]),
+        ..item("pool", "10", "db", "prod")
+    };
+    client
+        .save_configuration(layotto::SaveConfigurationRequest {
+            store_name: "settings".into(),
+            items: vec![read_back],
+            ..Default::default()
+        })
+        .await
+        .expect("a version tag is allowed");
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn a_blank_group_or_label_is_the_stores_default_not_a_wildcard() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;

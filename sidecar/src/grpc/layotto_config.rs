@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rewire_runtime::{ConfigItem, ConfigQuery};
+use rewire_runtime::{echoed, ConfigItem, ConfigQuery};
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
@@ -38,6 +38,10 @@ pub(super) const MAX_SUBSCRIPTIONS: usize = 4096;
 /// and labels are short names (an Apollo namespace, an etcd key segment):
 /// 1 KiB, as an extended metadata key (`MAX_EXTENDED_METADATA_KEY_BYTES`).
 const MAX_GROUP_LABEL_BYTES: usize = 1024;
+
+/// The tag an answer's item carries its store version in; the one tag a
+/// save takes (and ignores: the store sets the version).
+const VERSION_TAG: &str = "version";
 
 /// The Layotto configuration subscriptions open on one server.
 #[derive(Clone, Default)]
@@ -121,7 +125,8 @@ pub(super) async fn get(
 }
 
 /// `SaveConfiguration`: writes the items (a read-only store refuses with
-/// `UNIMPLEMENTED`).
+/// `UNIMPLEMENTED`); an item with `tags` (other than `version`) is
+/// refused, as no store keeps them.
 pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Result<(), Status> {
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.items.len())?;
@@ -132,6 +137,24 @@ pub(super) async fn save(call: Call, req: pb::SaveConfigurationRequest) -> Resul
         return Err(Status::invalid_argument(format!(
             "an item to save has no key (content of {} bytes)",
             item.content.len()
+        )));
+    }
+    // The store's items have no tags: refused, not dropped, so the client
+    // is never told tags were saved (Layotto hands them to its stores).
+    // `version` alone is taken: answers carry the store's version there,
+    // and an item read is saved back as it came.
+    let tagged = req
+        .items
+        .iter()
+        .enumerate()
+        .find(|(_, item)| item.tags.keys().any(|tag| tag != VERSION_TAG));
+    if let Some((index, item)) = tagged {
+        return Err(Status::invalid_argument(format!(
+            "configuration store `{}` keeps no tags: item {index} (key `{}`) sets field `tags` \
+             (only `{VERSION_TAG}`, which answers carry, is allowed: the store sets it); nothing of \
+             the request was saved",
+            echoed(&req.store_name),
+            echoed(&item.key)
         )));
     }
     let items = req
@@ -400,7 +423,7 @@ fn item_of(item: ConfigItem) -> pb::ConfigurationItem {
     let tags = if item.version.is_empty() {
         HashMap::new()
     } else {
-        HashMap::from([("version".to_string(), item.version)])
+        HashMap::from([(VERSION_TAG.to_string(), item.version)])
     };
     pb::ConfigurationItem {
         key: item.key,
