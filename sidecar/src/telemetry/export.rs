@@ -67,7 +67,7 @@ pub(super) fn build_exporter(
                 .to_ascii_lowercase()
                 .starts_with("https://")
             {
-                builder.with_tls_config(tls.tonic()).build()
+                builder.with_tls_config(tls.tonic(timeout)).build()
             } else {
                 builder.build()
             }

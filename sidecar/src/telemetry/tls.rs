@@ -8,6 +8,7 @@
 //! the exporter (a rotated certificate, a CA mounted late).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -206,12 +207,16 @@ impl ExportTls {
     }
 
     /// tonic's client configuration: the CA, else the system's roots; the
-    /// client identity if any.
-    pub(super) fn tonic(&self) -> tonic::transport::ClientTlsConfig {
+    /// client identity if any; the handshake cut after `handshake`. tonic
+    /// bounds a handshake only when told to, and while one is pending its
+    /// channel never dials again: a collector that accepts TCP and then
+    /// says nothing would otherwise fail every export for good.
+    pub(super) fn tonic(&self, handshake: Duration) -> tonic::transport::ClientTlsConfig {
         use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let config = ClientTlsConfig::new().timeout(handshake);
         let config = match &self.ca {
-            Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
-            None => ClientTlsConfig::new().with_native_roots(),
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+            None => config.with_native_roots(),
         };
         match &self.identity {
             Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
@@ -410,6 +415,47 @@ pub(super) mod tests {
             .await
             .unwrap_err();
         assert_eq!(exports.load(Ordering::SeqCst), 1, "{error}");
+    }
+
+    /// A collector reached through a listener that takes the first
+    /// connection and never answers it (a peer that accepts TCP and then
+    /// stalls the TLS handshake): the handshake is cut, the channel dials
+    /// again and later exports arrive.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_grpc_handshake_is_cut_and_later_exports_arrive() {
+        crate::crypto::install_ring_provider();
+        let ca = TestCa::new("otlp-grpc-stall");
+        let (collector, exports) = grpc_collector(&ca.server("collector")).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut stalled = Vec::new();
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                if stalled.is_empty() {
+                    stalled.push(tcp);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(collector).await {
+                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
+                    }
+                });
+            }
+        });
+        let mut grpc = settings(OtelProtocol::Grpc, trusting(&ca));
+        grpc.export_timeout = Duration::from_millis(500);
+        let endpoint = format!("https://localhost:{port}");
+        let exporter = build_exporter(&grpc, &endpoint, &grpc.tls.load().unwrap()).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while exports.load(Ordering::SeqCst) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no export arrived past the stalled handshake"
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(2), exporter.inner.export(Vec::new()))
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
