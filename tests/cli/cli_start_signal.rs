@@ -132,15 +132,16 @@ fn holds_open(pid: u32, path: &std::path::Path) -> bool {
         .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
 }
 
-/// SIGTERM reaches `rewire run --workers 1` while a component's `init`
-/// blocks the only worker thread (here the Apollo store reading the
-/// system roots from `SSL_CERT_FILE`, a FIFO that never ends: a stuck
-/// network mount): the signal is listened for on a thread of its own, so
-/// the start is abandoned and the process exits, 1 (the unwinding did not
-/// finish) within the 10 s it gives the unwinding, instead of staying
-/// until SIGKILL (the worker would drive the signal and timer drivers).
+/// `rewire run --workers 1` with an Apollo store whose read of the
+/// system's roots never ends (`SSL_CERT_FILE` a FIFO that never ends: a
+/// stuck network mount): the read runs on a thread of its own, not on the
+/// only worker, so SIGTERM abandons the start, the unwinding finishes, and
+/// the process exits 0. Before, the store read the roots on the worker:
+/// the start could not unwind, and the process exited 1 after the 10 s it
+/// gives the unwinding (the signal itself was heard, on a thread of its
+/// own).
 #[test]
-fn sigterm_while_an_init_blocks_the_only_worker_still_exits_in_bounded_time() {
+fn sigterm_while_the_system_roots_read_hangs_unwinds_and_exits_0_on_one_worker() {
     let dir = tempfile::tempdir().unwrap();
     let roots = dir.path().join("roots.pem");
     let _held = never_ending_file(&roots);
@@ -169,7 +170,8 @@ fn sigterm_while_an_init_blocks_the_only_worker_still_exits_in_bounded_time() {
     sidecar
         .start_until_logged(DIALS_WITHIN, "Loading configuration.")
         .unwrap_or_else(|err| panic!("the sidecar did not start: {err}"));
-    // The init is under way: it opened the roots and blocks reading them.
+    // The init is under way: it opened the roots and a thread blocks
+    // reading them.
     let pid = sidecar.pid().expect("the sidecar runs");
     let deadline = Instant::now() + DIALS_WITHIN;
     while !holds_open(pid, &roots) {
@@ -184,13 +186,14 @@ fn sigterm_while_an_init_blocks_the_only_worker_still_exits_in_bounded_time() {
     let exited = sidecar.terminate_within(EXIT_WITHIN);
     let log = sidecar.log();
     let status = exited.unwrap_or_else(|err| panic!("did not exit: {err}\n{log}"));
-    assert_eq!(status.code(), Some(1), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
     assert!(
         log.contains("SIGTERM during start-up: start-up abandoned"),
         "{log}"
     );
+    assert!(!log.contains("did not unwind"), "{log}");
     assert!(
-        log.contains("did not unwind within 10s") && log.contains("exiting anyway"),
+        log.contains("start-up cancelled: every component started was closed"),
         "{log}"
     );
     assert!(!log.contains("Runtime started."), "{log}");
