@@ -59,7 +59,8 @@ pub(crate) struct Reloader {
     history: Mutex<History>,
     /// Held for the whole of a reload: reloads are serialised.
     serial: tokio::sync::Mutex<()>,
-    /// Cancelled at shutdown: no reload starts after it.
+    /// Cancelled at shutdown: no reload starts after it, and the one in
+    /// progress is cut short (its assembly's stop is a child of it).
     stopped: CancellationToken,
     events: broadcast::Sender<ReloadRecord>,
     /// What reloads replaced, closing once let go.
@@ -163,10 +164,12 @@ impl Reloader {
         self.events.subscribe()
     }
 
-    /// Waits for a reload in progress, refuses any later one, closes what
-    /// reloads replaced (without waiting for their users, all at once,
-    /// each bounded by `CLOSE_TIMEOUT`: they may use the components in
-    /// force, not the other way round) and only then every component.
+    /// Cuts short a reload in progress (its resolves, `init`s and
+    /// readiness waits: it rolls back, its undo bounded) and waits for it,
+    /// refuses any later one, closes what reloads replaced (without
+    /// waiting for their users, all at once, each bounded by
+    /// `CLOSE_TIMEOUT`: they may use the components in force, not the
+    /// other way round) and only then every component.
     /// Returns how many closes were abandoned (timed out or panicked).
     pub(crate) async fn shutdown(&self) -> usize {
         self.stopped.cancel();

@@ -153,8 +153,10 @@ impl Reloader {
             redactor: self.redactor.clone(),
             config_dir: candidate.config.base_dir.clone(),
             handover: self.running.handover().clone(),
-            // A reload is not cancelled: past its deadline it is dropped.
-            stop: tokio_util::sync::CancellationToken::new(),
+            // Cut short by shutdown, as a start-up is: a resolve, `init` or
+            // readiness wait against a dead backend cannot hold SIGTERM
+            // for the init timeout; the reload then rolls back.
+            stop: self.stopped.child_token(),
             abandoned_closes: Arc::default(),
         };
         let generation = snapshot.generation;

@@ -359,6 +359,9 @@ impl Plan<'_> {
     }
 }
 
+/// Why a component whose reload was cut short did not take its change.
+const CUT_BY_SHUTDOWN: &str = "the reload was cut short by shutdown";
+
 /// Keeps, updates in place, or rebuilds one impacted component; `now`: an
 /// update left to the commit is made at once instead.
 async fn decide_and_run(
@@ -369,7 +372,14 @@ async fn decide_and_run(
     now: bool,
     cx: &AssemblyContext,
 ) -> Result<Step, ComponentFailure> {
-    let resolved = resolve_metadata(&spec, cx).await?;
+    // Cut short by shutdown, as `init` and readiness are.
+    let resolved = tokio::select! {
+        biased;
+        resolved = resolve_metadata(&spec, cx) => resolved?,
+        () = cx.stop.cancelled() => {
+            return Err(cx.fail(&spec.key, FailedStep::Cancelled, CUT_BY_SHUTDOWN));
+        }
+    };
     let Some(previous) = previous else {
         let assembled = assemble_resolved(&spec, descriptor, resolved, cx).await?;
         return Ok(Step::Built {

@@ -605,10 +605,11 @@ impl Runtime {
         ComponentHandle::new(key, self.live_generation().clone())
     }
 
-    /// Stops the triggers, waits for a reload in progress, closes the
-    /// instances reloads replaced that are still draining (without waiting
-    /// for their users), then every component (users before the stores
-    /// they use) and publishes an empty generation. Returns how many
+    /// Stops the triggers, cuts short a reload in progress (it rolls back)
+    /// and waits for it, closes the instances reloads replaced that are
+    /// still draining (without waiting for their users), then every
+    /// component (users before the stores they use) and publishes an
+    /// empty generation. Returns how many
     /// closes were abandoned (timed out or panicked): a component that may
     /// not have released what it holds (a lock, a consumer, a file).
     pub async fn shutdown(&self) -> usize {

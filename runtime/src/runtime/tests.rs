@@ -620,3 +620,5 @@ async fn control_plane_changes_waiting_on_a_queued_reload_keep_their_order() {
     }
     runtime.shutdown().await;
 }
+
+mod reload_bounds;
