@@ -3,7 +3,7 @@
 //! updates that were not staged, and either commit it whole or undo
 //! everything.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use imbl::OrdSet;
@@ -160,14 +160,14 @@ impl Plan<'_> {
                 .run_level(level, &now, &mut progress, registry, cx)
                 .await;
             if !failures.is_empty() {
-                return Err(Self::fail(progress, failures, cx).await);
+                return Err(Self::fail(progress, failures, &levels, cx).await);
             }
         }
         // Last, once everything else succeeded: a reload that failed above
         // never touched these instances.
         let committed = self.at_commit(&levels, &mut progress, registry, cx);
         if let Err(failures) = committed.await {
-            return Err(Self::fail(progress, failures, cx).await);
+            return Err(Self::fail(progress, failures, &levels, cx).await);
         }
         Ok(self.retire(progress))
     }
@@ -176,6 +176,7 @@ impl Plan<'_> {
     async fn fail(
         progress: Progress,
         failures: Vec<ComponentFailure>,
+        levels: &[Vec<ComponentKey>],
         cx: &AssemblyContext,
     ) -> Failed {
         let mut actions = progress.actions;
@@ -184,7 +185,7 @@ impl Plan<'_> {
                 actions.insert(component.clone(), Action::Failed);
             }
         }
-        undo(progress.done, cx).await;
+        undo(progress.done, levels, cx).await;
         let serving = progress.next.key_set();
         Failed {
             failures,
@@ -539,29 +540,54 @@ async fn revert(
     tracing::error!(component = %key, error = %why, "In-place update could not be reverted; the component may keep (part of) its new metadata.");
 }
 
-/// Undoes a failed transaction: closes what was built, newest first, and
-/// re-applies the previous metadata of in-place updates.
-async fn undo(done: Vec<Step>, cx: &AssemblyContext) {
-    for step in done.into_iter().rev() {
-        if let Step::InPlace {
-            running,
-            update: Update::AtCommit(span),
-            ..
-        } = &step
-        {
-            // Never made: nothing to roll back, the component was kept.
-            tracing::info!(component = %running.spec.key, "In-place update left to the commit not made.");
-            trace::record_action(span, Action::Unchanged, std::time::Instant::now());
-            continue;
+/// Undoes a failed transaction: closes what was built and re-applies the
+/// previous metadata of in-place updates, a level at a time, last level
+/// first (users before the stores they may use), the steps of one level at
+/// once, each on a task of its own. So the closes of a level share one
+/// deadline (`CLOSE_TIMEOUT` from their start) and its reverts one init
+/// timeout: a rollback holds the reload lock for a bound per level, not
+/// one per component (100 closes that hang would hold it 100 times over).
+async fn undo(done: Vec<Step>, levels: &[Vec<ComponentKey>], cx: &AssemblyContext) {
+    let level_of: HashMap<&ComponentKey, usize> = levels
+        .iter()
+        .enumerate()
+        .flat_map(|(at, level)| level.iter().map(move |key| (key, at)))
+        .collect();
+    let mut by_level: BTreeMap<usize, Vec<Step>> = BTreeMap::new();
+    for step in done {
+        // Every step's key is in a level; one that were not is a store's.
+        let at = level_of.get(&step.running().spec.key).copied();
+        by_level.entry(at.unwrap_or(0)).or_default().push(step);
+    }
+    for (_, steps) in by_level.into_iter().rev() {
+        let mut undoing = tokio::task::JoinSet::new();
+        for step in steps {
+            if let Step::InPlace {
+                running,
+                update: Update::AtCommit(span),
+                ..
+            } = &step
+            {
+                // Never made: nothing to roll back, the component was kept.
+                tracing::info!(component = %running.spec.key, "In-place update left to the commit not made.");
+                trace::record_action(span, Action::Unchanged, std::time::Instant::now());
+                continue;
+            }
+            let spec = &step.running().spec;
+            let span = trace::rolled_back_span(&spec.key, &spec.type_name);
+            undoing.spawn(undo_one(step, cx.clone()).instrument(span));
         }
-        let spec = &step.running().spec;
-        let span = trace::rolled_back_span(&spec.key, &spec.type_name);
-        undo_one(step, cx).instrument(span).await;
+        while let Some(undone) = undoing.join_next().await {
+            // Not reached: each close and revert catches its own panic.
+            if let Err(err) = undone {
+                tracing::error!(error = %err, "Undoing a step of a rolled-back reload failed.");
+            }
+        }
     }
 }
 
 /// Undoes one step of a failed transaction.
-async fn undo_one(step: Step, cx: &AssemblyContext) {
+async fn undo_one(step: Step, cx: AssemblyContext) {
     match step {
         Step::Kept(_) => {}
         Step::Built { running, .. } => {
@@ -592,7 +618,7 @@ async fn undo_one(step: Step, cx: &AssemblyContext) {
             hook,
         } => {
             let component = running.assembled.instance.component();
-            revert(&running.spec.key, component, hook, previous, cx).await;
+            revert(&running.spec.key, component, hook, previous, &cx).await;
         }
     }
 }

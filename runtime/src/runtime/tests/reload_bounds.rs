@@ -62,3 +62,53 @@ async fn a_shutdown_cuts_short_a_reload_whose_init_hangs_and_it_rolls_back() {
     closed.sort();
     assert_eq!(closed, ["cut-hang", "cut-store"], "each closed once");
 }
+
+/// Built by the rolled-back reload, each slow to close past the close
+/// timeout: one after another they would hold it 10 × 5 s.
+const SLOW: [&str; 10] = [
+    "undo-slow0",
+    "undo-slow1",
+    "undo-slow2",
+    "undo-slow3",
+    "undo-slow4",
+    "undo-slow5",
+    "undo-slow6",
+    "undo-slow7",
+    "undo-slow8",
+    "undo-slow9",
+];
+
+#[tokio::test(start_paused = true)]
+async fn a_rollback_closes_a_levels_built_instances_at_once_users_first() {
+    let runtime = started(&[("undo-base", &[])]).await;
+    // Levels: the slow ones; a user of one; one that fails, last.
+    let mut uses: Vec<(&str, &[&str])> = vec![("undo-base", &[])];
+    uses.extend(SLOW.iter().map(|name| (*name, &[] as &[&str])));
+    uses.push(("undo-user", &["undo-slow0"]));
+    uses.push(("undo-last-fails", &["undo-user"]));
+    let close_ms: Vec<(&str, u64)> = SLOW.iter().map(|name| (*name, 60_000)).collect();
+
+    let asked = tokio::time::Instant::now();
+    let reloaded = runtime.apply(candidate(&uses, &close_ms)).await;
+    let took = asked.elapsed();
+
+    assert!(
+        matches!(reloaded, Err(ReloadError::RolledBack(_))),
+        "{reloaded:?}"
+    );
+    // One close timeout for the slow level, not ten.
+    let bound = crate::closing::CLOSE_TIMEOUT * 2;
+    assert!(took < bound, "the rollback took {took:?}");
+    let closed = of(&CLOSED, "undo");
+    let at = |name: &str| closed.iter().position(|c| c == name);
+    for slow in SLOW {
+        assert!(at(slow).is_some(), "{slow} was not closed: {closed:?}");
+        assert!(
+            at("undo-user") < at(slow),
+            "a store closed before its user: {closed:?}"
+        );
+    }
+    assert_eq!(at("undo-base"), None, "a kept component was closed");
+    assert_eq!(runtime.history()[0].outcome, Outcome::RolledBack);
+    runtime.shutdown().await;
+}
