@@ -102,8 +102,14 @@ fn id_of(range: &RangeRequest) -> RangeId {
     )
 }
 
-/// Reads the distinct ranges of `round` and answers each read.
-async fn answer_round(client: &Client, round: Vec<Queued>) {
+/// Reads the distinct ranges of `round` and answers each read. Reads
+/// whose callers gave up while queued (a bounded get, a closed store) are
+/// left out: nobody would take their answers.
+async fn answer_round(client: &Client, mut round: Vec<Queued>) {
+    round.retain(|queued| !queued.answer.is_closed());
+    if round.is_empty() {
+        return;
+    }
     let mut distinct: Vec<RangeRequest> = Vec::new();
     let mut index: HashMap<RangeId, usize> = HashMap::new();
     let wanted: Vec<Vec<usize>> = round
@@ -272,6 +278,63 @@ mod tests {
                 Ok(_) => panic!("{what}: read over the limit"),
             }
         }
+        stop.cancel();
+    }
+
+    /// The `Range` and `Txn` requests `server` has answered.
+    async fn requests(server: &EtcdServer) -> (u64, u64) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let endpoint = server.endpoint();
+        let mut stream = tokio::net::TcpStream::connect(&endpoint)
+            .await
+            .unwrap_or_else(|e| panic!("connect {endpoint}: {e}"));
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.expect("read");
+        let handled = |method: &str| {
+            let method = format!("grpc_method=\"{method}\"");
+            text.lines()
+                .filter(|line| line.starts_with("grpc_server_handled_total{"))
+                .filter(|line| line.contains(&method))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        };
+        (handled("Range"), handled("Txn"))
+    }
+
+    #[tokio::test]
+    async fn reads_given_up_while_queued_are_not_asked_for() {
+        let server = EtcdServer::start().await;
+        let client = Client::connect(&[server.url()], ConnectOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stop = CancellationToken::new();
+        let (reads, _task) = Reads::start(client, stop.clone());
+        let (ranges_before, txns_before) = requests(&server).await;
+
+        // Queued, then dropped before the read task runs (this test's
+        // runtime has one thread, and nothing here yields to it).
+        for key in ["gone-1", "gone-2"] {
+            let read = reads.read(vec![range(key)]);
+            tokio::select! {
+                biased;
+                _ = read => panic!("{key}: answered before the read task ran"),
+                () = std::future::ready(()) => {}
+            }
+        }
+        reads
+            .read(vec![range("live")])
+            .await
+            .expect("the read task runs")
+            .unwrap_or_else(|e| panic!("read of live: {e}"));
+
+        let (ranges, txns) = requests(&server).await;
+        assert_eq!(
+            (ranges - ranges_before, txns - txns_before),
+            (1, 0),
+            "(Range, Txn) requests for one read still wanted"
+        );
         stop.cancel();
     }
 }
