@@ -5,10 +5,13 @@
 //! change a new configuration is built; only if every file parses and the
 //! key matches the certificate is it swapped in, so a half-written
 //! rotation (certificate replaced, key not yet) is refused, shown in
-//! status, and retried on the next change. A certificate not valid yet
-//! (notBefore more than `material::NOT_BEFORE_SKEW`, 5 minutes, ahead of
-//! this clock) is refused too, but the same files are tried again every
-//! second, so it is swapped in once it is valid. The next handshake uses whatever is in
+//! status, and retried on the next change. A certificate not valid yet is
+//! refused too, but the same files are tried again every second, so it is
+//! swapped in once it is valid: in a rotation, once its notBefore has
+//! passed on this clock (clients on this host share it), unless the
+//! certificate in force has expired or expires within
+//! `material::NOT_BEFORE_SKEW` (5 minutes), the allowance a clock behind
+//! the issuer's gets at start-up. The next handshake uses whatever is in
 //! force; open connections keep the one they started with.
 
 use std::sync::{Arc, Mutex};
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use x509_parser::time::ASN1Time;
 
-use super::material::{Built, Files, Refused};
+use super::material::{Built, Files, Refused, NOT_BEFORE_SKEW};
 use super::settings::{ListenerTls, TlsSettings};
 
 /// How often the files are compared with what was loaded.
@@ -67,6 +70,8 @@ struct Loaded {
     /// pass with time, so every recheck tries them again); kept only so
     /// that their refusal is logged once, not every second.
     waiting: Option<Vec<Vec<u8>>>,
+    /// The notAfter of the certificate in force (Unix seconds).
+    not_after: i64,
 }
 
 impl LiveTls {
@@ -91,7 +96,8 @@ impl LiveTls {
             config,
             fingerprint,
             lifecycle,
-        } = files.server_config(&contents, ASN1Time::now())?;
+            not_after,
+        } = files.server_config(&contents, ASN1Time::now(), NOT_BEFORE_SKEW)?;
         let status = TlsStatus {
             listener: listener.to_string(),
             cert_file: files.cert.display().to_string(),
@@ -110,6 +116,7 @@ impl LiveTls {
                 contents,
                 refused: None,
                 waiting: None,
+                not_after,
             }),
         }))
     }
@@ -194,18 +201,31 @@ impl LiveTls {
             }
             return;
         }
+        // The allowance for a clock behind the issuer's only when the
+        // certificate in force is expired or about to be: otherwise clients
+        // on this host (same clock) would refuse the new one as not valid
+        // yet while the old one still serves, so the new one waits for its
+        // notBefore (the same files are tried every second).
+        let allowance = i64::try_from(NOT_BEFORE_SKEW.as_secs()).unwrap_or(i64::MAX);
+        let skew = if loaded.not_after <= now.timestamp().saturating_add(allowance) {
+            NOT_BEFORE_SKEW
+        } else {
+            Duration::ZERO
+        };
         // Built from the bytes just compared, not from a second read: a
         // file caught mid-rewrite by that read would refuse a good set for
         // good (later checks see the same contents and never retry).
-        match self.files.server_config(&contents, now) {
+        match self.files.server_config(&contents, now, skew) {
             Ok(Built {
                 config,
                 fingerprint,
                 lifecycle,
+                not_after,
             }) => {
                 loaded.contents = contents;
                 loaded.refused = None;
                 loaded.waiting = None;
+                loaded.not_after = not_after;
                 self.config.store(Arc::new(config));
                 self.lifecycle.store(Arc::new(lifecycle));
                 let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
@@ -219,9 +239,10 @@ impl LiveTls {
                 not_yet_valid: true,
             }) => {
                 // Not taken as built from: these same files pass with time
-                // (a clock behind the issuer's by more than the skew
-                // allowed), so the next recheck builds them again. Logged
-                // once for these contents; status shows why meanwhile.
+                // (a renewed certificate waiting for its notBefore, a clock
+                // behind the issuer's), so the next recheck builds them
+                // again. Logged once for these contents; status shows why
+                // meanwhile.
                 let first = loaded.waiting.as_ref() != Some(&contents);
                 loaded.waiting = Some(contents);
                 let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
@@ -462,7 +483,7 @@ mod tests {
             rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
         let at = |secs: i64| ASN1Time::from_timestamp(secs).expect("time").to_datetime();
         params.not_before = at(not_before);
-        params.not_after = at(not_before + 365 * 24 * 3600);
+        params.not_after = at(not_before + YEAR);
         let certificate = params.self_signed(&key).expect("certificate");
         (certificate.pem(), key.serialize_pem())
     }
@@ -474,6 +495,8 @@ mod tests {
         super::super::material::fingerprint(&chain[0])
     }
 
+    const YEAR: i64 = 365 * 24 * 3600;
+
     #[test]
     fn a_certificate_issued_by_a_clock_ahead_is_accepted_within_the_skew() {
         let ca = testkit::certs::TestCa::new("live-tls-skew");
@@ -483,18 +506,87 @@ mod tests {
             key: server.key_path.clone(),
             client_ca: None,
         };
-        let live = LiveTls::load("grpc", &settings, None).expect("loads");
-        // Issued "now" by a clock two minutes ahead of this one.
-        let (cert, key) = certificate_from(ASN1Time::now().timestamp() + 120);
+        let now = ASN1Time::now().timestamp();
+        let at = |secs: i64| ASN1Time::from_timestamp(secs).expect("time");
+        // At start-up: issued "now" by a clock two minutes ahead of this one.
+        let (cert, key) = certificate_from(now + 120);
         std::fs::write(&server.key_path, &key).expect("key");
         std::fs::write(&server.cert_path, &cert).expect("cert");
-        live.recheck();
+        let live = LiveTls::load("grpc", &settings, None).expect("loads within the skew");
+        assert_eq!(live.status().certificate_sha256, fingerprint_of(&cert));
+        // In a rotation once the certificate in force has expired: one
+        // ending a minute from now, replaced a second after it ended.
+        let (expiring, key) = certificate_from(now - YEAR + 60);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &expiring).expect("cert");
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        let (cert, key) = certificate_from(now + 180);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &cert).expect("cert");
+        live.recheck_at(at(now + 61));
         let status = live.status();
         assert_eq!(status.error, None, "{status:?}");
         assert_eq!(status.loads, 2, "{status:?}");
         assert_eq!(status.certificate_sha256, fingerprint_of(&cert));
-        // At start-up too.
-        LiveTls::load("grpc", &settings, None).expect("loads within the skew");
+    }
+
+    /// A renewed certificate not valid yet on this clock waits while the
+    /// one in force is still valid: a client on this host (same clock)
+    /// trusting both still completes its handshake, with the old one.
+    #[tokio::test]
+    async fn a_renewed_certificate_waits_for_its_not_before_while_the_old_one_serves() {
+        crate::crypto::install_ring_provider();
+        let ca = testkit::certs::TestCa::new("live-tls-rotation");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, None).expect("loads");
+        let old = fingerprint_of(&server.cert_pem);
+        let now = ASN1Time::now().timestamp();
+        let (renewed, key) = certificate_from(now + 120);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &renewed).expect("cert");
+        live.recheck();
+        let status = live.status();
+        assert_eq!(status.loads, 1, "{status:?}");
+        assert_eq!(status.certificate_sha256, old);
+        let mut roots = rustls::RootCertStore::empty();
+        for pem in [ca.ca_pem.as_str(), renewed.as_str()] {
+            for certificate in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(certificate.expect("pem")).expect("root");
+            }
+        }
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let (near, far) = tokio::io::duplex(64 * 1024);
+        let acceptor = live.acceptor();
+        let served = tokio::spawn(async move { acceptor.accept(far).await.map(|_| ()) });
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let connected = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, near),
+        )
+        .await
+        .expect("handshake within 10 s")
+        .expect("handshake with the certificate in force");
+        let presented = connected.get_ref().1.peer_certificates().expect("peer")[0].clone();
+        assert_eq!(super::super::material::fingerprint(&presented), old);
+        drop(connected);
+        let _ = tokio::time::timeout(Duration::from_secs(10), served).await;
+        // Once valid on this clock, the same files are swapped in.
+        live.recheck_at(ASN1Time::from_timestamp(now + 120).expect("time"));
+        let status = live.status();
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!(status.loads, 2, "{status:?}");
+        assert_eq!(status.certificate_sha256, fingerprint_of(&renewed));
     }
 
     #[test]
@@ -574,7 +666,7 @@ mod tests {
         }
         let built = live
             .files
-            .server_config(&contents, ASN1Time::now())
+            .server_config(&contents, ASN1Time::now(), NOT_BEFORE_SKEW)
             .expect("built from the read");
         let chain = CertificateDer::pem_slice_iter(rotated.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()

@@ -18,7 +18,11 @@ const MAX_PEM_BYTES: usize = 1024 * 1024;
 /// whose notBefore is at most this far ahead of "now" is accepted. A
 /// certificate issued "now" and caught by the 1 s recheck while this
 /// clock lags by a second would otherwise be refused. notAfter gets no
-/// such allowance: an expired certificate stays refused.
+/// such allowance: an expired certificate stays refused. Allowed at
+/// start-up, but in a rotation only when the certificate in force has
+/// expired or expires within it: clients on this host share its clock and
+/// would refuse the new certificate as not valid yet while the old one
+/// still serves (see `LiveTls::recheck_at`).
 pub(super) const NOT_BEFORE_SKEW: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// Why a set of files was refused.
@@ -82,16 +86,19 @@ impl Files {
     /// with the SHA-256 fingerprint of the leaf certificate and the
     /// Lifecycle API's verifier (from the optional CA, if any). A leaf
     /// outside its validity window at `now` (expired, or not yet valid
-    /// beyond [`NOT_BEFORE_SKEW`]) is refused.
+    /// beyond `skew`: [`NOT_BEFORE_SKEW`] or none) is refused.
     pub(super) fn server_config(
         &self,
         contents: &[Vec<u8>],
         now: x509_parser::time::ASN1Time,
+        skew: std::time::Duration,
     ) -> Result<Built, Refused> {
         let read = self.split(contents)?;
         let chain = certificates(&self.cert, read.cert)?;
-        check_validity(&self.cert, &chain[0], now, NOT_BEFORE_SKEW)?;
-        Ok(self.build(&read, chain)?)
+        let not_after = check_validity(&self.cert, &chain[0], now, skew)?;
+        let mut built = self.build(&read, chain)?;
+        built.not_after = not_after;
+        Ok(built)
     }
 
     /// The configuration from files already read and a leaf already
@@ -123,6 +130,7 @@ impl Files {
             config,
             fingerprint,
             lifecycle,
+            not_after: i64::MAX,
         })
     }
 
@@ -177,6 +185,8 @@ pub(super) struct Built {
     pub(super) fingerprint: String,
     /// The Lifecycle API's client verifier, with a Lifecycle CA.
     pub(super) lifecycle: Option<Arc<dyn ClientCertVerifier>>,
+    /// The leaf's notAfter (Unix seconds).
+    pub(super) not_after: i64,
 }
 
 /// The bytes read of each file.
@@ -191,13 +201,13 @@ struct Read<'a> {
 /// (after notAfter) or not yet valid (notBefore more than `skew` after
 /// `now`: this clock may lag the issuer's). The error names the file and
 /// the bound passed; a not-yet-valid refusal says so
-/// ([`Refused::not_yet_valid`]).
+/// ([`Refused::not_yet_valid`]). Accepted: the notAfter (Unix seconds).
 pub(super) fn check_validity(
     path: &Path,
     certificate: &CertificateDer<'_>,
     now: x509_parser::time::ASN1Time,
     skew: std::time::Duration,
-) -> Result<(), Refused> {
+) -> Result<i64, Refused> {
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
         .map_err(|_| format!("`{}`: the certificate is not valid X.509", path.display()))?;
     let validity = parsed.validity();
@@ -220,7 +230,7 @@ pub(super) fn check_validity(
         )
         .into());
     }
-    Ok(())
+    Ok(validity.not_after.timestamp())
 }
 
 /// A verifier of client certificates chaining to the CA bundle `bytes`
