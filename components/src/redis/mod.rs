@@ -29,6 +29,7 @@ pub mod lock;
 pub mod metadata;
 pub mod pubsub;
 mod pubsub_connected;
+mod pubsub_in_flight;
 pub mod pubsub_metadata;
 mod pubsub_reader;
 pub mod scripts;

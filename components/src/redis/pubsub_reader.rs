@@ -9,8 +9,9 @@
 //! Asked to drain (its broker was replaced), it closes the broker's
 //! publish gate (waiting for `XADD`s under way), delivers the consumer's
 //! own pending entries (handed back `RETRY`, left by an earlier process,
-//! or whose `XACK` failed; not those awaiting their outcome here or at
-//! another reader of this process on the same server, group and topic),
+//! or whose `XACK` failed; not those read and not yet settled here or at
+//! another reader of this process on the same server, group and topic:
+//! awaiting their outcome, or a permit to be handed on),
 //! reads new entries until the stream has been quiet for [`DRAIN_LINGER`] since
 //! the last batch was delivered and a last read finds nothing (a
 //! publisher still on this server), waits for the outcomes of what it
@@ -26,7 +27,7 @@
 //! without the group gets it again (`NOGROUP`, below).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::any_connection::AnyConnection;
@@ -41,6 +42,7 @@ use tracing::{info, warn};
 use super::connect::{open, suggests_failover};
 use super::metadata::ConnectionSettings;
 use super::pubsub_connected::Connected;
+use super::pubsub_in_flight::{in_flight_at_peers, join_peers, InFlight, ReadBatch};
 use super::pubsub_metadata::Tunables;
 use crate::backoff::Backoff;
 use crate::pubsub::PublishGate;
@@ -144,107 +146,6 @@ impl Permits {
     }
 }
 
-/// The ids delivered and awaiting their outcome, each with how many of its
-/// deliveries await it (a reclaim may deliver again an id still awaited),
-/// and the server they were read from.
-pub(super) struct InFlight(
-    tokio::sync::watch::Sender<HashMap<String, usize>>,
-    Mutex<String>,
-);
-
-impl Default for InFlight {
-    fn default() -> Self {
-        Self(
-            tokio::sync::watch::Sender::new(HashMap::new()),
-            Mutex::default(),
-        )
-    }
-}
-
-/// The readers of this process by consumer group, topic and database: a
-/// drain skips the entries any of them on its server awaits (they share
-/// the consumer name; a new reader after a rebuild on the same server is
-/// one of them).
-type Peers = Mutex<HashMap<(String, String, u32), Vec<Weak<InFlight>>>>;
-
-fn peers() -> &'static Peers {
-    static PEERS: OnceLock<Peers> = OnceLock::new();
-    PEERS.get_or_init(Peers::default)
-}
-
-/// Adds `reader` to the readers of `key`, dropping those that ended.
-fn join_peers(key: (String, String, u32), reader: &Arc<InFlight>) {
-    let mut peers = peers()
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    peers.retain(|_, readers| {
-        readers.retain(|reader| reader.strong_count() > 0);
-        !readers.is_empty()
-    });
-    peers.entry(key).or_default().push(Arc::downgrade(reader));
-}
-
-/// The ids awaiting their outcome at the readers of `key` on `server`.
-fn in_flight_at_peers(key: &(String, String, u32), server: &str) -> HashSet<String> {
-    let readers: Vec<Arc<InFlight>> = peers()
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(key)
-        .map(|readers| readers.iter().filter_map(Weak::upgrade).collect())
-        .unwrap_or_default();
-    readers
-        .iter()
-        .filter(|reader| reader.server() == server)
-        .flat_map(|reader| reader.ids())
-        .collect()
-}
-
-impl InFlight {
-    fn server(&self) -> String {
-        self.1
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn set_server(&self, server: &str) {
-        server.clone_into(
-            &mut self
-                .1
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-    }
-
-    fn add(&self, id: &str) {
-        self.0
-            .send_modify(|ids| *ids.entry(id.to_string()).or_default() += 1);
-    }
-
-    /// One delivery of `id` settled.
-    fn settled(&self, id: &str) {
-        self.0.send_modify(|ids| {
-            if let Some(count) = ids.get_mut(id) {
-                *count -= 1;
-                if *count == 0 {
-                    ids.remove(id);
-                }
-            }
-        });
-    }
-
-    fn ids(&self) -> HashSet<String> {
-        self.0.borrow().keys().cloned().collect()
-    }
-
-    /// Until every delivery settled (whatever the permits are resized to
-    /// meanwhile).
-    async fn all_settled(&self) {
-        let mut changes = self.0.subscribe();
-        let _ = changes.wait_for(HashMap::is_empty).await;
-    }
-}
-
 pub(super) struct Reader {
     pub(super) connected: Connected,
     pub(super) reading: AnyConnection,
@@ -264,7 +165,7 @@ pub(super) struct Reader {
     pub(super) feed: SubscriptionFeed,
     /// How many deliveries may await their outcome.
     pub(super) permits: Arc<Permits>,
-    /// The ids delivered and awaiting their outcome.
+    /// The ids read and not yet settled (see [`InFlight`]).
     pub(super) in_flight_ids: Arc<InFlight>,
 }
 
@@ -425,23 +326,18 @@ impl Reader {
                     drain.pending_after = entries.last().map(|(id, _)| id.clone());
                 }
             }
-            for (id, fields) in entries {
-                let Some(fields) = fields else {
-                    // Pending, but trimmed from the stream: nothing to
-                    // deliver any more.
-                    ack(&self.connected, &self.topic, &id).await;
-                    continue;
-                };
-                if in_flight_before
-                    .as_ref()
-                    .is_some_and(|ids| ids.contains(&id))
-                {
-                    continue;
-                }
-                let message = self.message(id, fields);
-                if !self.deliver(&in_flight, message).await {
-                    return;
-                }
+            // Taken again after the read too: a peer whose `XREADGROUP`
+            // reply was on its way during the read records its entries
+            // only once it has it.
+            let held_by_peers = in_flight_before.map(|mut ids| {
+                ids.extend(self.in_flight_now());
+                ids
+            });
+            let entries = entries.into_iter().filter(|(id, fields)| {
+                fields.is_none() || !held_by_peers.as_ref().is_some_and(|ids| ids.contains(id))
+            });
+            if !self.hand_on(&in_flight, entries.collect()).await {
+                return;
             }
             // The quiet is counted from when the pending entries were all
             // delivered, and from the last batch delivered: delivering
@@ -608,17 +504,8 @@ impl Reader {
             .arg(&found)
             .query_async(&mut self.reading())
             .await?;
-        for (id, fields) in entries_of(claimed) {
-            let Some(fields) = fields else {
-                // Pending, but trimmed from the stream: nothing to deliver
-                // any more.
-                ack(&self.connected, &self.topic, &id).await;
-                continue;
-            };
-            let message = self.message(id, fields);
-            if !self.deliver(in_flight, message).await {
-                return Ok(None);
-            }
+        if !self.hand_on(in_flight, entries_of(claimed)).await {
+            return Ok(None);
         }
         Ok(next)
     }
@@ -656,10 +543,45 @@ impl Reader {
         }
     }
 
-    /// Hands `message` on and settles it in the background. False when
-    /// the subscription is gone.
+    /// Hands on the entries of a read, in order, each as a permit is
+    /// free; their ids are in flight from the start (see [`ReadBatch`]).
+    /// Entries trimmed from the stream while pending are acknowledged:
+    /// nothing to deliver any more. False when the subscription is gone
+    /// or stopped: what was not handed on stays pending in the group, no
+    /// longer in flight here, for a later drain or reclaim to deliver.
+    async fn hand_on(&self, in_flight: &Arc<Semaphore>, entries: Vec<Entry>) -> bool {
+        let ids = entries
+            .iter()
+            .filter(|(_, fields)| fields.is_some())
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut batch = ReadBatch::record(&self.in_flight_ids, ids);
+        for (id, fields) in entries {
+            let Some(fields) = fields else {
+                ack(&self.connected, &self.topic, &id).await;
+                continue;
+            };
+            let message = self.message(id, fields);
+            let id = message.id.clone();
+            if !self.deliver(in_flight, message).await {
+                return false;
+            }
+            batch.handed_on(&id);
+        }
+        true
+    }
+
+    /// Hands `message` (its id recorded in flight, see [`ReadBatch`]) on
+    /// once a permit is free, and settles it in the background. False when
+    /// the subscription is gone or stopped (or the sidecar shuts down)
+    /// first: it was not handed on.
     async fn deliver(&self, in_flight: &Arc<Semaphore>, message: Message) -> bool {
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+        let permit = tokio::select! {
+            permit = in_flight.clone().acquire_owned() => permit,
+            () = self.feed.stopped() => return false,
+            () = self.connected.shutdown.cancelled() => return false,
+        };
+        let Ok(permit) = permit else {
             return false;
         };
         let feed = self.feed.clone();
@@ -667,9 +589,7 @@ impl Reader {
         let topic = self.topic.clone();
         let in_flight_ids = self.in_flight_ids.clone();
         let forget = move |id: &str| in_flight_ids.settled(id);
-        self.in_flight_ids.add(&message.id);
         let Some(mut outcome) = feed.deliver(message.clone()).await else {
-            forget(&message.id);
             return false;
         };
         tokio::spawn(async move {
@@ -839,33 +759,4 @@ async fn ack(connected: &Connected, topic: &str, id: &str) {
 /// turned replica (`UNBLOCKED`).
 fn master_may_have_moved(err: &RedisError) -> bool {
     suggests_failover(err) || err.code() == Some("UNBLOCKED")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::InFlight;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn an_id_delivered_twice_is_in_flight_until_both_settle() {
-        let in_flight = std::sync::Arc::new(InFlight::default());
-        in_flight.add("1-0");
-        in_flight.add("1-0");
-        in_flight.add("2-0");
-        in_flight.settled("1-0");
-        assert!(in_flight.ids().contains("1-0"));
-        in_flight.settled("2-0");
-        let waiting = tokio::spawn({
-            let in_flight = in_flight.clone();
-            async move { in_flight.all_settled().await }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "one delivery of 1-0 still awaits");
-        in_flight.settled("1-0");
-        tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .expect("settled")
-            .expect("joined");
-        assert!(in_flight.ids().is_empty());
-    }
 }

@@ -520,6 +520,89 @@ async fn a_drain_does_not_deliver_again_what_a_reader_on_the_same_server_awaits(
     );
 }
 
+/// A reader of `broker` (`concurrency` 1) that read `a`, `b` and `c` in
+/// one `XREADGROUP` and handed on `a`, held unsettled here: `b` and `c`
+/// wait for a permit, pending for the consumer name every reader of the
+/// group shares.
+async fn reader_holding_a_with_b_and_c_read(
+    broker: &Arc<dyn PubSub>,
+) -> (PubSubSubscription, rewire_runtime::Delivery) {
+    for data in ["a", "b", "c"] {
+        broker
+            .publish(publish("orders", data))
+            .await
+            .expect("published");
+    }
+    let mut sub = subscribe(broker, "orders").await;
+    let a = tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+        .await
+        .expect("a delivery")
+        .expect("open");
+    assert_eq!(a.message.data, b"a");
+    (sub, a)
+}
+
+/// Until nothing of `orders` is pending in group `app` (5 s at most).
+async fn assert_nothing_pending_soon(server: &RedisServer) {
+    let mut pending = Vec::new();
+    for _ in 0..100 {
+        pending = server
+            .query(&["XPENDING", "orders", "app"])
+            .await
+            .unwrap_or_default();
+        if pending.first().map(String::as_str) == Some("0") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("still pending: {pending:?}");
+}
+
+#[tokio::test]
+async fn a_drain_does_not_deliver_what_a_reader_on_the_same_server_read_and_has_yet_to_hand_on() {
+    // A rebuild on the same server (a rotated password): the new reader
+    // read a burst and hands it on `concurrency` at a time as the old one
+    // drains the pending entries of the consumer name they share.
+    let server = RedisServer::start().await;
+    let metadata = json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": 1});
+    let new = broker(metadata.clone()).await;
+    let (mut new_sub, a) = reader_holding_a_with_b_and_c_read(&new).await;
+    let old = broker(metadata).await;
+    let mut old_sub = subscribe(&old, "orders").await;
+    old_sub.drain();
+    assert_eq!(until_ended(&mut old_sub).await, Vec::<String>::new());
+    a.settle(DeliveryOutcome::Success);
+    let limit = std::time::Duration::from_secs(10);
+    for expected in ["b", "c"] {
+        assert_eq!(
+            next_within(&mut new_sub, limit, DeliveryOutcome::Success).await,
+            expected
+        );
+    }
+    let again =
+        tokio::time::timeout(std::time::Duration::from_secs(1), new_sub.deliveries.recv()).await;
+    assert!(again.is_err(), "delivered again: {again:?}");
+    assert_nothing_pending_soon(&server).await;
+}
+
+#[tokio::test]
+async fn entries_a_stopped_reader_read_but_never_handed_on_are_delivered_by_a_later_drain() {
+    let server = RedisServer::start().await;
+    let metadata = json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": 1});
+    let stopped = broker(metadata.clone()).await;
+    let (stopped_sub, a) = reader_holding_a_with_b_and_c_read(&stopped).await;
+    // Stopped with `a` still awaited: `b` and `c` will never be handed on
+    // there, and must not stay held from the drain below.
+    stopped_sub.stop();
+    let later = broker(metadata).await;
+    let mut later_sub = subscribe(&later, "orders").await;
+    later_sub.drain();
+    assert_eq!(until_ended(&mut later_sub).await, ["b", "c"]);
+    // A delivery handed out before the stop can still be settled.
+    a.settle(DeliveryOutcome::Success);
+    assert_nothing_pending_soon(&server).await;
+}
+
 /// Leaves `count` entries of `topic` pending for consumer `dead` of group
 /// `app` (a process that read them and died), each idle for an hour.
 async fn leave_pending(server: &RedisServer, topic: &str, count: usize) {
