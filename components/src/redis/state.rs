@@ -23,7 +23,7 @@ use rewire_runtime::{
 use tracing::debug;
 
 use super::bounded::BoundedConnection;
-use super::connection::{Exclusive, PrefixedKey, Reached, RedisConnection, Session};
+use super::connection::{Exclusive, PrefixedKey, RedisConnection, Session};
 use super::metadata::RedisMetadata;
 use super::scripts;
 use super::state_args::{etag_arg, ttl_arg};
@@ -260,10 +260,9 @@ impl StateStore for RedisStateStore {
             .arg(first_write)
             .arg(&req.value)
             .arg(ttl_ms);
-        let mut strong = match req.consistency {
-            rewire_runtime::Consistency::Strong => Some(self.strong(&session, &req.key).await?),
-            _ => None,
-        };
+        let mut strong = self
+            .strict_if_strong(&session, &conn, req.consistency, &req.key)
+            .await?;
         let writer = match &mut strong {
             Some(exclusive) => exclusive.connection(),
             None => &mut conn,
@@ -289,10 +288,9 @@ impl StateStore for RedisStateStore {
         let (session, mut conn) = self.session()?;
         let etag = etag_arg(&req.key, req.etag.as_deref())?;
         let key = format!("{}{}", &*self.key_base(&session), req.key);
-        let mut strong = match req.consistency {
-            rewire_runtime::Consistency::Strong => Some(self.strong(&session, &req.key).await?),
-            _ => None,
-        };
+        let mut strong = self
+            .strict_if_strong(&session, &conn, req.consistency, &req.key)
+            .await?;
         let writer = match &mut strong {
             Some(exclusive) => exclusive.connection(),
             None => &mut conn,
@@ -391,49 +389,36 @@ const STRONG_WAIT_MS: u64 = 1000;
 /// for the one before it.
 const STRONG_WAIT: std::time::Duration = std::time::Duration::from_millis(STRONG_WAIT_MS);
 
-/// The replicas a strong write waits for: the most the master has had
-/// connected since the store began reaching it on its line of connections
-/// (see [`Session::reached`]). A replica added later counts from the next
-/// strong write on; one that drops out (killed, unreachable) still counts,
-/// so a strong write fails while it is gone instead of succeeding
-/// unreplicated (as Dapr, which counts the replicas once, at init).
-///
-/// A reload that keeps the connection (`ttlInSeconds`, `keyPrefix`, any
-/// field but the connection's) and a TLS file rotation keep the count. It
-/// starts again only when the store reaches another server or connects
-/// anew: a change of `redisHost`, `redisDB`, sentinels, cluster seeds,
-/// password, user, timeouts or TLS settings (a new connection, made and
-/// verified for the new settings), or a failover to another master.
-#[derive(Debug, Default)]
-struct Replicas {
-    seen: std::sync::Mutex<Option<(Reached, usize)>>,
-}
-
-impl Replicas {
-    /// How many replicas a strong write in `session` waits for, now that
-    /// the master reports `connected` replicas.
-    fn wanted(&self, session: &Session, connected: usize) -> usize {
-        let Some(reached) = session.reached() else {
-            return connected;
-        };
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let most = match &*seen {
-            Some((before, most)) if before.same_as(&reached) => (*most).max(connected),
-            _ => connected,
-        };
-        *seen = Some((reached, most));
-        most
-    }
-}
-
 impl RedisStateStore {
-    /// For a write of `key` asking for strong consistency, the session's
+    /// For a write of `key` asking for `consistency`: the connection for
+    /// strong writes when it must take the strict path (see
+    /// [`Replicas::path`]); `None` when it goes on `conn`, the shared
+    /// connection, as any write — eventual, or strong while the master has
+    /// had no replica.
+    async fn strict_if_strong<'s>(
+        &self,
+        session: &'s Session,
+        conn: &BoundedConnection,
+        consistency: rewire_runtime::Consistency,
+        key: &str,
+    ) -> Result<Option<Exclusive<'s>>, StateError> {
+        if !matches!(consistency, rewire_runtime::Consistency::Strong) {
+            return Ok(None);
+        }
+        match self.replicas.path(session, conn).await {
+            StrongPath::Plain => Ok(None),
+            StrongPath::Strict => self.strong(session, key).await.map(Some),
+        }
+    }
+
+    /// For a write of `key` taking the strict path, the session's
     /// connection for strong writes ([`Session::exclusive`]): the write
     /// and its `WAIT` run there, one strong write at a time, since Redis
     /// holds the connection that sent a `WAIT` until it answers (up to
     /// [`STRONG_WAIT_MS`] while a replica lags), and on the connection
     /// every other request shares that would stall them all. Other writes
-    /// go on the shared connection.
+    /// (strong ones too, while the master has had no replica) go on the
+    /// shared connection.
     async fn strong<'s>(
         &self,
         session: &'s Session,
@@ -524,8 +509,13 @@ async fn on_writer(conn: &mut BoundedConnection, cmd: &redis::Cmd) -> RedisResul
     }
 }
 
+mod replicas;
+use replicas::{Replicas, StrongPath};
+
 #[cfg(test)]
 mod strong_tests;
+#[cfg(test)]
+mod strong_without_replicas_tests;
 
 /// `connected_slaves` of an `INFO replication` answer; of a cluster's
 /// answers (one per master), the fewest.

@@ -245,3 +245,107 @@ async fn a_strong_write_without_replicas_succeeds_at_once() {
     };
     assert_eq!(store.delete(delete).await, Ok(()));
 }
+
+/// How many times `server` ran `command` since its stats were reset
+/// (`INFO commandstats`).
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server
+        .query(&["INFO", "commandstats"])
+        .await
+        .expect("INFO commandstats")
+        .concat();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count of calls"))
+}
+
+/// Strong writes on a master that never had a replica check the count
+/// (`INFO replication`) about once a second, not once per write: the Dapr
+/// Go SDK and Layotto's SDKs ask for strong on every write by default.
+/// Before: every strong save and delete sent its own `INFO`, one at a time
+/// on the connection for strong writes.
+#[tokio::test]
+async fn strong_writes_without_replicas_check_the_count_once_not_per_write() {
+    let master = RedisServer::start().await;
+    let store = match common::start("state", "redis", json!({"redisHost": master.addr()})).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    };
+    master
+        .query(&["CONFIG", "RESETSTAT"])
+        .await
+        .expect("CONFIG RESETSTAT");
+    let writes: Vec<_> = (0..20)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let key = format!("k{n}");
+                store.set(write(&key, Consistency::Strong)).await?;
+                let delete = DeleteRequest {
+                    key,
+                    consistency: Consistency::Strong,
+                    ..DeleteRequest::default()
+                };
+                store.delete(delete).await
+            })
+        })
+        .collect();
+    for write in writes {
+        assert_eq!(write.await.expect("a write's task"), Ok(()));
+    }
+    assert_eq!(calls(&master, "del").await, 20, "the deletes ran");
+    let info = calls(&master, "info").await;
+    assert!((1..=2).contains(&info), "{info} INFO for 40 strong writes");
+    assert_eq!(calls(&master, "wait").await, 0);
+}
+
+/// A replica attached after strong writes went without one is counted
+/// within about a second: strong writes then wait for it (and fail while
+/// it is paused), as they would had it been there from the start.
+#[tokio::test]
+async fn a_replica_attached_later_is_waited_for_within_about_a_second() {
+    let master = RedisServer::start().await;
+    let store = match common::start("state", "redis", json!({"redisHost": master.addr()})).await {
+        Ok(Instance::State(store)) => store,
+        Ok(other) => panic!("expected a state store, got {other:?}"),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(store.set(write("k", Consistency::Strong)).await, Ok(()));
+    let replica = RedisServer::start_replica_of(master.port()).await;
+    eventually("the replica in sync", Duration::from_secs(10), || async {
+        replica
+            .query(&["INFO", "replication"])
+            .await
+            .is_ok_and(|info| info.concat().contains("master_link_status:up"))
+    })
+    .await;
+    let pid = pid(&replica).await;
+    signal(&pid, "-STOP");
+    // Within the count's second (plus a `WAIT` of one), a strong write
+    // waits for the paused replica and fails.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let failed = loop {
+        let result = store.set(write("k", Consistency::Strong)).await;
+        if result.is_err() || tokio::time::Instant::now() >= deadline {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let next = store.set(write("k", Consistency::Strong)).await;
+    signal(&pid, "-CONT");
+    not_replicated(failed);
+    not_replicated(next);
+    eventually(
+        "strong writes replicated again",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.set(write("k", Consistency::Strong)).await.is_ok() }
+        },
+    )
+    .await;
+}
