@@ -21,6 +21,10 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 const CONFIG_RESYNC: Duration = Duration::from_secs(30);
 /// How long the spans still queued at shutdown may take to export.
 const SPAN_FLUSH: Duration = Duration::from_secs(3);
+/// How long the shutdown may take to close every component (and cut short
+/// a reload in progress) before the process exits anyway: counted as an
+/// abandoned close.
+const CLOSE_BOUND: Duration = Duration::from_secs(60);
 
 /// Arguments of `rewire run`.
 #[derive(Debug, Args)]
@@ -164,7 +168,15 @@ async fn serve_until_stopped(
             Ok(())
         }
     };
-    let abandoned = runtime.shutdown().await;
+    // Bounded inside by level (each close, the undo of a reload cut short),
+    // not as a whole: a deep graph of closes that hang must still exit.
+    let abandoned = match tokio::time::timeout(CLOSE_BOUND, runtime.shutdown()).await {
+        Ok(abandoned) => abandoned,
+        Err(_) => {
+            tracing::error!(waited = ?CLOSE_BOUND, "Components did not all close in time; exiting without them.");
+            1
+        }
+    };
     // The last calls' and the shutdown's spans, exported within a bound.
     if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
         tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
