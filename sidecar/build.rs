@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/dapr/proto/runtime/v1/pubsub.proto",
         "proto/dapr/proto/runtime/v1/dapr.proto",
         "proto/rewire/lifecycle/v1/lifecycle.proto",
+        "proto/layotto/runtime/v1/appcallback.proto",
         "proto/layotto/runtime/v1/runtime.proto",
         "proto/layotto/runtime/v1/lifecycle.proto",
     ];

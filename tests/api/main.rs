@@ -56,3 +56,4 @@ mod dapr_python_sdk;
 mod layotto_grpc;
 mod layotto_grpc_backends;
 mod layotto_grpc_blocks;
+mod layotto_app_callback;

@@ -1,11 +1,13 @@
 //! [`GrpcRoute`]: an event delivered through the app's gRPC
 //! `AppCallback.OnTopicEvent` (`--app-protocol grpc`), answered with
-//! Dapr's status values; a failed call retries. The app's subscriptions
-//! come from `AppCallback.ListTopicSubscriptions`. Each call is bounded
-//! whole, body and trailers included (the channel has no timeout of its
-//! own): a delivery by the `within` it is given (the pub/sub's inbound
-//! resiliency timeout, else [`ANSWER_WITHIN`](crate::dapr::ANSWER_WITHIN)),
-//! the listing by [`APP_CALL_TIMEOUT`].
+//! Dapr's status values; a failed call retries. Dapr's
+//! `dapr.proto.runtime.v1.AppCallback` calls are here; which service the
+//! app serves (Dapr's or Layotto's) is found by
+//! [`GrpcApp`](super::grpc_app::GrpcApp). Each call is bounded whole,
+//! body and trailers included (the channel has no timeout of its own): a
+//! delivery by the `within` it is given (the pub/sub's inbound resiliency
+//! timeout, else [`ANSWER_WITHIN`](crate::dapr::ANSWER_WITHIN)), the
+//! listing by [`APP_CALL_TIMEOUT`](super::APP_CALL_TIMEOUT).
 
 use std::time::Duration;
 
@@ -13,10 +15,8 @@ use rewire_runtime::config::{RawRoutes, RawRule, SubscriptionRoutes};
 use rewire_runtime::DeliveryOutcome;
 use tonic::transport::Channel;
 
-use tokio_util::sync::CancellationToken;
-
-use super::subscriptions::{ask_until_answered, Listing, ASK_FOR};
-use super::{AppSubscription, APP_CALL_TIMEOUT};
+use super::grpc_app::{delivered, traced, Delivered, GrpcApp};
+use super::AppSubscription;
 use crate::dapr::{EventSink, TopicEvent};
 use crate::grpc::proto::dapr::proto::runtime::v1 as pb;
 use pb::app_callback_client::AppCallbackClient;
@@ -24,7 +24,7 @@ use pb::topic_event_response::TopicEventResponseStatus;
 
 /// One subscription's deliveries over the app's gRPC channel.
 pub struct GrpcRoute {
-    client: AppCallbackClient<Channel>,
+    app: GrpcApp,
     path: String,
 }
 
@@ -32,7 +32,7 @@ impl GrpcRoute {
     /// Delivers over `channel`, naming `path` (the subscription's route).
     pub fn new(channel: Channel, path: String) -> Self {
         Self {
-            client: AppCallbackClient::new(channel),
+            app: GrpcApp::new(channel),
             path,
         }
     }
@@ -41,7 +41,7 @@ impl GrpcRoute {
 #[tonic::async_trait]
 impl EventSink for GrpcRoute {
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
-        on_topic_event(&self.client, &self.path, event, within).await
+        self.app.deliver(&self.path, event, within).await
     }
 
     async fn closed(&self) {
@@ -49,16 +49,17 @@ impl EventSink for GrpcRoute {
     }
 }
 
-/// Delivers `event` with `OnTopicEvent`, naming `path` (the route chosen
-/// for it); the app's answer (a retry when none comes `within`, which the
-/// app is told as the call's `grpc-timeout`).
+/// Delivers `event` with Dapr's `OnTopicEvent`, naming `path` (the route
+/// chosen for it); the app's answer (a retry when none comes `within`,
+/// which the app is told as the call's `grpc-timeout`), or that it does
+/// not implement the call.
 pub(super) async fn on_topic_event(
     client: &AppCallbackClient<Channel>,
     path: &str,
     event: &TopicEvent,
     within: Duration,
-) -> DeliveryOutcome {
-    let mut request = tonic::Request::new(pb::TopicEventRequest {
+) -> Delivered {
+    let message = pb::TopicEventRequest {
         id: event.id.clone(),
         source: event.field("source"),
         r#type: event.field("type"),
@@ -69,77 +70,29 @@ pub(super) async fn on_topic_event(
         pubsub_name: event.pubsub_name.clone(),
         path: path.to_string(),
         extensions: Some(event.extensions()),
-    });
-    // The publisher's trace goes on to the app in the call's metadata, as
-    // Dapr passes it, when it is one (see `delivered_trace`). Only valid
-    // values are sent: a field of the event that is not one must not fail
-    // every attempt at the event.
-    let (traceparent, tracestate) = crate::telemetry::propagation::delivered_trace(
-        Some(&event.field("traceparent")),
-        Some(&event.field("tracestate")),
-    );
-    for (name, value) in [("traceparent", traceparent), ("tracestate", tracestate)] {
-        let Some(value) = value.filter(|v| !v.is_empty()) else {
-            continue;
-        };
-        if let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_str()) {
-            request.metadata_mut().insert(name, value);
-        }
-    }
-    request.set_timeout(within);
-    let answered = tokio::time::timeout(within, client.clone().on_topic_event(request)).await;
-    let Ok(answered) = answered else {
-        tracing::debug!(id = %event.id, "OnTopicEvent did not complete within {within:?}; retried.");
-        return DeliveryOutcome::Retry;
     };
-    match answered {
-        Ok(answer) => match TopicEventResponseStatus::try_from(answer.into_inner().status) {
+    let request = traced(message, event, within);
+    let call = async { client.clone().on_topic_event(request).await };
+    delivered(event, within, call, |answer: pb::TopicEventResponse| {
+        match TopicEventResponseStatus::try_from(answer.status) {
             Ok(TopicEventResponseStatus::Success) => DeliveryOutcome::Success,
             Ok(TopicEventResponseStatus::Drop) => DeliveryOutcome::Drop,
             _ => DeliveryOutcome::Retry,
-        },
-        // As Dapr's publishMessageGRPC: an app that does not implement
-        // the call has the event acknowledged (retrying it would not
-        // help), not dead-lettered.
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            tracing::warn!(id = %event.id, message = status.message(), "The app does not implement OnTopicEvent; the event is acknowledged undelivered.");
-            DeliveryOutcome::Success
         }
-        Err(status) => {
-            tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
-            DeliveryOutcome::Retry
-        }
-    }
-}
-
-/// The app's subscriptions from `ListTopicSubscriptions`, asked with
-/// [`ask_until_answered`]: none when the app does not implement it (as
-/// Dapr) or gives no usable answer for [`ASK_FOR`], each call bounded by
-/// [`APP_CALL_TIMEOUT`]; `None` once `shutdown` is cancelled.
-pub(super) async fn ask_app(
-    client: &AppCallbackClient<Channel>,
-    shutdown: &CancellationToken,
-) -> Option<Vec<AppSubscription>> {
-    ask_until_answered("ListTopicSubscriptions", ASK_FOR, shutdown, || {
-        ask_once(client, APP_CALL_TIMEOUT)
     })
     .await
 }
 
-/// One `ListTopicSubscriptions`, bounded whole by `within`.
-async fn ask_once(client: &AppCallbackClient<Channel>, within: Duration) -> Listing {
-    let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(())).await;
-    let Ok(listed) = listed else {
-        return Listing::Unanswered(format!("no answer within {within:?}"));
-    };
-    match listed {
-        Ok(answer) => Listing::Answered(listed_subscriptions(answer.into_inner())),
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            tracing::info!(message = status.message(), "The app does not implement ListTopicSubscriptions; it has no programmatic subscriptions.");
-            Listing::Answered(Vec::new())
-        }
-        Err(status) => Listing::Unanswered(format!("{:?}: {}", status.code(), status.message())),
-    }
+/// One Dapr `ListTopicSubscriptions`, bounded whole by `within` (no
+/// answer in time is `DEADLINE_EXCEEDED`).
+pub(super) async fn list_once(
+    client: &AppCallbackClient<Channel>,
+    within: Duration,
+) -> Result<Vec<AppSubscription>, tonic::Status> {
+    let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(()))
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded(format!("no answer within {within:?}")))??;
+    Ok(listed_subscriptions(listed.into_inner()))
 }
 
 /// The subscriptions of the app's answer to take (at most
@@ -193,10 +146,14 @@ fn listed_subscriptions(answer: pb::ListTopicSubscriptionsResponse) -> Vec<AppSu
 
 #[cfg(test)]
 mod tests {
+    use super::super::grpc_app::ask_app;
+    use super::super::subscriptions::Listing;
     use super::*;
+    use crate::grpc::proto::spec::proto::runtime::v1 as layotto;
     use std::convert::Infallible;
     use std::pin::Pin;
     use std::task::{Context, Poll};
+    use tokio_util::sync::CancellationToken;
     use tonic::body::Body;
     use tonic::codegen::http;
 
@@ -261,7 +218,7 @@ mod tests {
 
     /// A client of a [`HeadersOnly`] app on a free port, over a channel
     /// as the sidecar's (whose timeout bounds only the answer's headers).
-    async fn stalling_app() -> AppCallbackClient<Channel> {
+    async fn stalling_app() -> GrpcApp {
         let (port, incoming) = free_port().await;
         tokio::spawn(
             tonic::transport::Server::builder()
@@ -271,7 +228,7 @@ mod tests {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
             .expect("endpoint")
             .timeout(Duration::from_secs(60));
-        AppCallbackClient::new(endpoint.connect_lazy())
+        GrpcApp::new(endpoint.connect_lazy())
     }
 
     /// Fails (rather than hangs) a call that outlives every deadline.
@@ -293,9 +250,9 @@ mod tests {
             topic: "orders".into(),
         };
         let within = Duration::from_millis(300);
-        let outcome = bounded(on_topic_event(&client, "/orders", &event, within)).await;
+        let outcome = bounded(client.deliver("/orders", &event, within)).await;
         assert_eq!(outcome, DeliveryOutcome::Retry);
-        let listed = bounded(ask_once(&client, within)).await;
+        let listed = bounded(client.list_once(within)).await;
         assert!(
             matches!(listed, Listing::Unanswered(_)),
             "a stalled listing is no answer"
@@ -345,10 +302,7 @@ mod tests {
     /// its count of listing calls.
     async fn app_failing_first(
         failures: Vec<tonic::Code>,
-    ) -> (
-        AppCallbackClient<Channel>,
-        std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    ) {
+    ) -> (GrpcApp, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         let (port, incoming) = free_port().await;
         let calls = std::sync::Arc::default();
         let app = FailingFirst {
@@ -362,7 +316,7 @@ mod tests {
         );
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
             .expect("endpoint");
-        (AppCallbackClient::new(endpoint.connect_lazy()), calls)
+        (GrpcApp::new(endpoint.connect_lazy()), calls)
     }
 
     /// A first `UNAVAILABLE` (a mesh proxy before the app is up) is asked
@@ -387,5 +341,68 @@ mod tests {
             .expect("not stopped");
         assert!(listed.is_empty());
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A Layotto app: only Layotto's `AppCallback`, whose `OnTopicEvent`
+    /// answers `status` to everything.
+    struct LayottoApp {
+        status: layotto::topic_event_response::TopicEventResponseStatus,
+    }
+
+    #[tonic::async_trait]
+    impl layotto::app_callback_server::AppCallback for LayottoApp {
+        async fn list_topic_subscriptions(
+            &self,
+            _: tonic::Request<()>,
+        ) -> Result<tonic::Response<layotto::ListTopicSubscriptionsResponse>, tonic::Status>
+        {
+            Err(tonic::Status::unimplemented("events only"))
+        }
+
+        async fn on_topic_event(
+            &self,
+            _: tonic::Request<layotto::TopicEventRequest>,
+        ) -> Result<tonic::Response<layotto::TopicEventResponse>, tonic::Status> {
+            Ok(tonic::Response::new(layotto::TopicEventResponse {
+                status: self.status as i32,
+            }))
+        }
+    }
+
+    /// Dapr's `OnTopicEvent` unimplemented is not the end of an event when
+    /// the app serves Layotto's: its answer (here RETRY) is the outcome,
+    /// not an acknowledgement; an app serving neither has the event
+    /// acknowledged, as daprd.
+    #[tokio::test]
+    async fn an_event_dapr_s_callback_does_not_implement_goes_to_layotto_s() {
+        use layotto::topic_event_response::TopicEventResponseStatus as Status;
+        let (port, incoming) = free_port().await;
+        let app = LayottoApp {
+            status: Status::Retry,
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(layotto::app_callback_server::AppCallbackServer::new(app))
+                .serve_with_incoming(incoming),
+        );
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint");
+        let app = GrpcApp::new(endpoint.connect_lazy());
+        let event = TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        };
+        let within = Duration::from_secs(10);
+        for attempt in 0..2 {
+            let outcome = bounded(app.deliver("", &event, within)).await;
+            assert_eq!(outcome, DeliveryOutcome::Retry, "attempt {attempt}");
+        }
+        let (neither, _) = app_failing_first(Vec::new()).await;
+        let outcome = bounded(neither.deliver("", &event, within)).await;
+        assert_eq!(outcome, DeliveryOutcome::Success);
     }
 }

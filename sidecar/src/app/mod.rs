@@ -9,14 +9,17 @@
 //! engine ([`TopicDelivery`](crate::dapr::TopicDelivery)), which follows
 //! the pub/sub across reloads. With [`AppProtocol::Grpc`], the app is
 //! Dapr's `AppCallback` service instead: `ListTopicSubscriptions`, then
-//! `OnTopicEvent` per event, naming the chosen route as `path`.
+//! `OnTopicEvent` per event, naming the chosen route as `path`; or
+//! Layotto's, when the app serves that one ([`grpc_app`]).
 //! Configuration updates of HTTP subscriptions are posted to an HTTP app
 //! too ([`config_updates`]).
 
 pub mod config_updates;
 mod follow;
+mod grpc_app;
 mod grpc_route;
 mod http_route;
+mod layotto_route;
 mod listing;
 mod routed;
 mod subscriptions;
@@ -165,7 +168,7 @@ pub fn serve_app(
             AppTarget::Http { client, .. } => {
                 subscriptions::ask_app(client, &channel, &shutdown).await
             }
-            AppTarget::Grpc(client) => grpc_route::ask_app(client, &shutdown).await,
+            AppTarget::Grpc(app) => grpc_app::ask_app(app, &shutdown).await,
         };
         let Some(own) = own else {
             return;

@@ -9,11 +9,10 @@ use std::time::Duration;
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::DeliveryOutcome;
 use tokio::sync::watch;
-use tonic::transport::Channel;
 
-use super::{grpc_route, http_route, AppChannel, AppProtocol, APP_CALL_TIMEOUT};
+use super::grpc_app::GrpcApp;
+use super::{http_route, AppChannel, AppProtocol, APP_CALL_TIMEOUT};
 use crate::dapr::{EventSink, TopicEvent};
-use crate::grpc::proto::dapr::proto::runtime::v1::app_callback_client::AppCallbackClient;
 
 /// The app, as events are delivered to it.
 #[derive(Clone)]
@@ -23,8 +22,8 @@ pub(super) enum AppTarget {
         client: reqwest::Client,
         channel: AppChannel,
     },
-    /// `AppCallback.OnTopicEvent`, naming the path.
-    Grpc(AppCallbackClient<Channel>),
+    /// `AppCallback.OnTopicEvent` (Dapr's, naming the path, or Layotto's).
+    Grpc(Box<GrpcApp>),
 }
 
 impl AppTarget {
@@ -64,7 +63,7 @@ impl AppTarget {
                 });
                 match endpoint {
                     Ok(endpoint) => {
-                        Some(Self::Grpc(AppCallbackClient::new(endpoint.connect_lazy())))
+                        Some(Self::Grpc(Box::new(GrpcApp::new(endpoint.connect_lazy()))))
                     }
                     Err(err) => {
                         tracing::error!(error = %err, app = %channel.address, "Cannot address the app over gRPC.");
@@ -80,7 +79,7 @@ impl AppTarget {
             Self::Http { client, channel } => {
                 http_route::post_event(client, &channel.url(path), event, within).await
             }
-            Self::Grpc(client) => grpc_route::on_topic_event(client, path, event, within).await,
+            Self::Grpc(app) => app.deliver(path, event, within).await,
         }
     }
 }

@@ -111,7 +111,7 @@ fn response_of(
 /// publisher's own fields), as Layotto's `metadata`: text as it is, numbers
 /// and booleans as text; a null, list or object field has no text form
 /// there and is left out.
-fn metadata_of(extensions: Option<prost_types::Struct>) -> HashMap<String, String> {
+pub(crate) fn metadata_of(extensions: Option<prost_types::Struct>) -> HashMap<String, String> {
     use prost_types::value::Kind;
     let fields = extensions.map(|e| e.fields).unwrap_or_default();
     fields

@@ -53,7 +53,7 @@ mod layotto_convert;
 mod layotto_date;
 mod layotto_file;
 mod layotto_lifecycle;
-mod layotto_pubsub;
+pub(crate) mod layotto_pubsub;
 mod lifecycle;
 mod lifecycle_patch;
 mod lifecycle_wait;

@@ -1,0 +1,227 @@
+//! [`GrpcApp`]: the app over gRPC (`--app-protocol grpc`), which serves
+//! Dapr's `dapr.proto.runtime.v1.AppCallback` ([`grpc_route`]) or
+//! Layotto's `spec.proto.runtime.v1.AppCallback` ([`layotto_route`]: what
+//! Layotto's SDKs register, and only that). Dapr's is called first; a call
+//! the app answers `UNIMPLEMENTED` is made again with the other service,
+//! and when that one answers, the app is taken to speak it from then on
+//! (the clones of one app's [`GrpcApp`] share what was found). So a
+//! Layotto app's subscriptions are taken and its events delivered, rather
+//! than none listed and each event acknowledged undelivered.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewire_runtime::DeliveryOutcome;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use super::subscriptions::{ask_until_answered, Listing, ASK_FOR};
+use super::{grpc_route, layotto_route, AppSubscription, APP_CALL_TIMEOUT};
+use crate::dapr::TopicEvent;
+use crate::grpc::proto::dapr::proto::runtime::v1::app_callback_client::AppCallbackClient as DaprCallback;
+use crate::grpc::proto::spec::proto::runtime::v1::app_callback_client::AppCallbackClient as LayottoCallback;
+
+/// Which `AppCallback` service the app serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavour {
+    Dapr,
+    Layotto,
+}
+
+impl Flavour {
+    fn other(self) -> Self {
+        match self {
+            Flavour::Dapr => Flavour::Layotto,
+            Flavour::Layotto => Flavour::Dapr,
+        }
+    }
+
+    fn service(self) -> &'static str {
+        match self {
+            Flavour::Dapr => "dapr.proto.runtime.v1.AppCallback",
+            Flavour::Layotto => "spec.proto.runtime.v1.AppCallback",
+        }
+    }
+}
+
+/// How one `OnTopicEvent` call went.
+pub(super) enum Delivered {
+    /// The app's answer (a retry when it failed or none came in time).
+    Answered(DeliveryOutcome),
+    /// The app does not serve this service's `OnTopicEvent`; why.
+    Unimplemented(String),
+}
+
+/// The app's two `AppCallback` clients over one channel, and which of them
+/// it serves (Dapr's until found otherwise).
+#[derive(Clone)]
+pub struct GrpcApp {
+    dapr: DaprCallback<Channel>,
+    layotto: LayottoCallback<Channel>,
+    speaks_layotto: Arc<AtomicBool>,
+}
+
+impl GrpcApp {
+    /// The app behind `channel`.
+    pub fn new(channel: Channel) -> Self {
+        Self {
+            dapr: DaprCallback::new(channel.clone()),
+            layotto: LayottoCallback::new(channel),
+            speaks_layotto: Arc::default(),
+        }
+    }
+
+    fn flavour(&self) -> Flavour {
+        if self.speaks_layotto.load(Ordering::Relaxed) {
+            Flavour::Layotto
+        } else {
+            Flavour::Dapr
+        }
+    }
+
+    fn speaks(&self, flavour: Flavour) {
+        let was = self
+            .speaks_layotto
+            .swap(flavour == Flavour::Layotto, Ordering::Relaxed);
+        if was != (flavour == Flavour::Layotto) {
+            tracing::info!(
+                service = flavour.service(),
+                "The app serves this AppCallback; its events are delivered through it."
+            );
+        }
+    }
+
+    /// Delivers `event` (routed to `path`, which only Dapr's request
+    /// names) with the app's `OnTopicEvent`, all within `within`: the
+    /// other service's when the app does not implement the one it was
+    /// thought to serve. An app implementing neither has the event
+    /// acknowledged undelivered, as daprd (and Layotto) do with an
+    /// `UNIMPLEMENTED` answer: retrying would not help.
+    pub(super) async fn deliver(
+        &self,
+        path: &str,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> DeliveryOutcome {
+        let deadline = Instant::now() + within;
+        let first = self.flavour();
+        if let Delivered::Answered(outcome) = self.call(first, path, event, within).await {
+            return outcome;
+        }
+        let other = first.other();
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.call(other, path, event, left).await {
+            Delivered::Answered(outcome) => {
+                self.speaks(other);
+                outcome
+            }
+            Delivered::Unimplemented(message) => {
+                tracing::warn!(id = %event.id, %message, "The app implements neither Dapr's nor Layotto's OnTopicEvent; the event is acknowledged undelivered.");
+                DeliveryOutcome::Success
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        flavour: Flavour,
+        path: &str,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Delivered {
+        match flavour {
+            Flavour::Dapr => grpc_route::on_topic_event(&self.dapr, path, event, within).await,
+            Flavour::Layotto => layotto_route::on_topic_event(&self.layotto, event, within).await,
+        }
+    }
+
+    /// One listing, bounded by `within` per call: Dapr's
+    /// `ListTopicSubscriptions`, else (answered `UNIMPLEMENTED`) Layotto's,
+    /// whose answer makes the app a Layotto one. Neither implemented: no
+    /// programmatic subscriptions, as Dapr.
+    pub(super) async fn list_once(&self, within: Duration) -> Listing {
+        let unimplemented = match grpc_route::list_once(&self.dapr, within).await {
+            Ok(listed) => return Listing::Answered(listed),
+            Err(status) if status.code() == tonic::Code::Unimplemented => status,
+            Err(status) => return unanswered(&status),
+        };
+        match layotto_route::list_once(&self.layotto, within).await {
+            Ok(listed) => {
+                self.speaks(Flavour::Layotto);
+                Listing::Answered(listed)
+            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(message = unimplemented.message(), "The app implements neither Dapr's nor Layotto's ListTopicSubscriptions; it has no programmatic subscriptions.");
+                Listing::Answered(Vec::new())
+            }
+            Err(status) => unanswered(&status),
+        }
+    }
+}
+
+fn unanswered(status: &tonic::Status) -> Listing {
+    Listing::Unanswered(format!("{:?}: {}", status.code(), status.message()))
+}
+
+/// The app's subscriptions from `ListTopicSubscriptions`, asked with
+/// [`ask_until_answered`]: none when the app implements it in neither
+/// flavour (as Dapr) or gives no usable answer for [`ASK_FOR`], each call
+/// bounded by [`APP_CALL_TIMEOUT`]; `None` once `shutdown` is cancelled.
+pub(super) async fn ask_app(
+    app: &GrpcApp,
+    shutdown: &CancellationToken,
+) -> Option<Vec<AppSubscription>> {
+    ask_until_answered("ListTopicSubscriptions", ASK_FOR, shutdown, || {
+        app.list_once(APP_CALL_TIMEOUT)
+    })
+    .await
+}
+
+/// The outcome of an `OnTopicEvent` `call` bounded by `within` whose
+/// answer's status is read with `status_of`: a retry when it fails or no
+/// answer comes in time.
+pub(super) async fn delivered<T>(
+    event: &TopicEvent,
+    within: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    status_of: impl FnOnce(T) -> DeliveryOutcome,
+) -> Delivered {
+    let Ok(answered) = tokio::time::timeout(within, call).await else {
+        tracing::debug!(id = %event.id, "OnTopicEvent did not complete within {within:?}; retried.");
+        return Delivered::Answered(DeliveryOutcome::Retry);
+    };
+    match answered {
+        Ok(answer) => Delivered::Answered(status_of(answer.into_inner())),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            Delivered::Unimplemented(status.message().to_string())
+        }
+        Err(status) => {
+            tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
+            Delivered::Answered(DeliveryOutcome::Retry)
+        }
+    }
+}
+
+/// `request`, bounded by `within` (told to the app as its `grpc-timeout`),
+/// carrying the publisher's trace in its metadata, as Dapr passes it,
+/// when it is one (see `delivered_trace`). Only valid values are sent: a
+/// field of the event that is not one must not fail every attempt at it.
+pub(super) fn traced<T>(message: T, event: &TopicEvent, within: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let (traceparent, tracestate) = crate::telemetry::propagation::delivered_trace(
+        Some(&event.field("traceparent")),
+        Some(&event.field("tracestate")),
+    );
+    for (name, value) in [("traceparent", traceparent), ("tracestate", tracestate)] {
+        let Some(value) = value.filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        if let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_str()) {
+            request.metadata_mut().insert(name, value);
+        }
+    }
+    request.set_timeout(within);
+    request
+}
