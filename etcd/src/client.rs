@@ -30,7 +30,8 @@ pub(crate) type Service = InterceptedService<Channel, TokenInterceptor>;
 /// shows the user name but never the password.
 #[derive(Clone)]
 pub struct ConnectOptions {
-    /// Limit on opening a connection.
+    /// Limit on opening a connection: on the TCP connect, and again on
+    /// the TLS handshake.
     pub connect_timeout: Duration,
     /// Limit on each call (for a watch: on opening the stream).
     pub timeout: Duration,
@@ -83,8 +84,15 @@ impl std::fmt::Debug for TlsOptions {
 }
 
 impl TlsOptions {
-    fn tonic(&self) -> ClientTlsConfig {
-        let mut config = ClientTlsConfig::new();
+    /// The tonic configuration, its handshake bounded by `handshake`.
+    ///
+    /// tonic's `connect_timeout` covers the TCP connect only: without this
+    /// bound a peer that accepts the connection and then says nothing (a
+    /// host dead mid-handshake, a proxy holding the socket) keeps the
+    /// channel connecting for ever, never dialling again — every call on
+    /// that member would time out until the channels are rebuilt.
+    fn tonic(&self, handshake: Duration) -> ClientTlsConfig {
+        let mut config = ClientTlsConfig::new().timeout(handshake);
         config = match &self.ca_pem {
             Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
             // The system's roots (tonic's `tls-native-roots`; without
@@ -861,7 +869,20 @@ impl Client {
     }
 }
 
+/// Idle time before TCP keep-alive probes start. Set whatever
+/// `keep_alive` says: without HTTP/2 pings, a connection whose peer
+/// vanished without a FIN or RST (conntrack dropped the flow, the host
+/// died) would otherwise stay open, and waited on, until the kernel's
+/// two-hour default; with the probes below it ends within about a minute.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// Interval between unanswered probes.
+const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// Unanswered probes before the connection is given up.
+const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
 /// The endpoint for `url`, with the limits, keep-alive and TLS of `options`.
+/// Opening a connection may take `connect_timeout` for TCP and as long
+/// again for the TLS handshake.
 fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
     let invalid = |reason: String| Error::Endpoint {
         endpoint: url.to_string(),
@@ -869,7 +890,10 @@ fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
     };
     let mut endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| invalid(e.to_string()))?
-        .connect_timeout(options.connect_timeout);
+        .connect_timeout(options.connect_timeout)
+        .tcp_keepalive(Some(TCP_KEEPALIVE))
+        .tcp_keepalive_interval(Some(TCP_KEEPALIVE_INTERVAL))
+        .tcp_keepalive_retries(Some(TCP_KEEPALIVE_RETRIES));
     if let Some((interval, wait)) = options.keep_alive {
         endpoint = endpoint
             .http2_keep_alive_interval(interval)
@@ -877,7 +901,11 @@ fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
             .keep_alive_while_idle(true);
     }
     if url.starts_with("https://") {
-        let tls = options.tls.clone().unwrap_or_default().tonic();
+        let tls = options
+            .tls
+            .clone()
+            .unwrap_or_default()
+            .tonic(options.connect_timeout);
         endpoint = endpoint
             .tls_config(tls)
             .map_err(|e| invalid(e.to_string()))?;

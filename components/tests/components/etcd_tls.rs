@@ -7,7 +7,9 @@
 //! without a reload: writes and reads succeed, and the watch resumes
 //! without missing the change made while the store was cut off; and when
 //! the new material reaches a re-created etcd, the watch re-reads its
-//! prefix rather than resume in another history.
+//! prefix rather than resume in another history. A TLS handshake the
+//! peer never answers is given up after `connect_timeout` and the member
+//! dialled again.
 
 use crate::common;
 use crate::support::file_opens::warnings_over_rereads;
@@ -320,4 +322,86 @@ async fn new_tls_material_reaching_a_re_created_etcd_re_reads_the_prefix() {
         etcd_server::show(&after)
     );
     assert_eq!(value_of(&*store, "k").await.as_deref(), Some("b"));
+}
+
+/// A relay to `upstream` that accepts its first connection and holds it
+/// without a byte either way — a peer that ACKs the ClientHello and goes
+/// silent — and forwards every later one. Returns its address and the
+/// count of connections accepted.
+async fn relay_holding_the_first(
+    upstream: String,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the relay");
+    let address = listener.local_addr().expect("relay address").to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        // Kept open, unread, until the runtime ends with the test.
+        let mut held = Vec::new();
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                held.push(inbound);
+                continue;
+            }
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (address, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_handshake_that_never_answers_is_given_up_and_dialled_again() {
+    use rewire_etcd::{Client, ConnectOptions, TlsOptions};
+    use std::sync::atomic::Ordering;
+    use tokio::time::{sleep, timeout, Instant};
+
+    let ca = TestCa::new("etcd-ca");
+    let tls = tls_of(&ca);
+    let server = EtcdServer::start_tls(tls.clone()).await;
+    let (relay, accepted) = relay_holding_the_first(server.endpoint()).await;
+    let options = ConnectOptions {
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_millis(500),
+        tls: Some(TlsOptions {
+            ca_pem: Some(tls.ca_pem.clone().into_bytes()),
+            identity: Some((
+                tls.client.cert_pem.clone().into_bytes(),
+                tls.client.key_pem.clone().into_bytes(),
+            )),
+            domain: None,
+        }),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&[format!("https://{relay}")], options)
+        .await
+        .expect("connect (lazy)");
+
+    // Without a bound on the handshake the channel waits on the held
+    // connection for ever and never dials again: every call times out.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let last = match timeout(Duration::from_secs(2), client.status()).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => "status hung past its own timeout".to_string(),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "no answer through the relay within 10s ({} connections); last: {last}",
+            accepted.load(Ordering::SeqCst)
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        accepted.load(Ordering::SeqCst) >= 2,
+        "the answer came without the held connection being given up"
+    );
 }
