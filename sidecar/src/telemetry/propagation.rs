@@ -125,26 +125,30 @@ impl Extractor for Given<'_> {
 
 /// The trace headers a published event carries, from the publisher's
 /// `traceparent` and `tracestate`: the caller's when its `traceparent` is
-/// valid W3C (its `tracestate` cut to whole members within 512 bytes and
-/// 32 members),
+/// valid W3C, written as version `00` (its `tracestate` cut to whole
+/// members within 512 bytes and 32 members),
 /// else the call's own span's (when traced) and no `tracestate`. Text that
 /// is not a trace context is not copied into every event of a bulk publish
-/// and on to every subscriber.
+/// and on to every subscriber; nor is a later version's tail, which W3C
+/// lets run on without bound (55 bytes are written, whatever was given).
 pub fn event_trace(
     traceparent: Option<&str>,
     tracestate: Option<&str>,
 ) -> (Option<String>, Option<String>) {
-    let valid = traceparent.filter(|_| {
-        let cx = TraceContextPropagator::new().extract(&Given(traceparent, None));
-        cx.span().span_context().is_valid()
-    });
-    let Some(traceparent) = valid else {
+    let Some(given) = valid_context(traceparent) else {
         return (current_traceparent(), None);
     };
     (
-        Some(traceparent.to_string()),
+        Some(w3c_traceparent(&given)),
         tracestate.and_then(bounded_tracestate),
     )
+}
+
+/// The span context `traceparent` gives, when it is valid W3C.
+fn valid_context(traceparent: Option<&str>) -> Option<SpanContext> {
+    let cx = TraceContextPropagator::new().extract(&Given(Some(traceparent?), None));
+    let context = cx.span().span_context().clone();
+    context.is_valid().then_some(context)
 }
 
 /// `state` cut as W3C asks: whole members kept from the left (the most
@@ -208,12 +212,7 @@ pub fn delivered_trace(
     traceparent: Option<&str>,
     tracestate: Option<&str>,
 ) -> (Option<String>, Option<String>) {
-    let given = traceparent.and_then(|given| {
-        let cx = TraceContextPropagator::new().extract(&Given(Some(given), None));
-        let context = cx.span().span_context().clone();
-        context.is_valid().then_some(context)
-    });
-    let Some(given) = given else {
+    let Some(given) = valid_context(traceparent) else {
         return (current_traceparent(), None);
     };
     let traceparent = current_traceparent().unwrap_or_else(|| w3c_traceparent(&given));
@@ -288,6 +287,25 @@ mod tests {
         assert_eq!(
             event_trace(Some(VALID), Some(&big)).1,
             Some("a=1".to_string())
+        );
+    }
+
+    /// A later version's `traceparent` may carry any tail after the flags;
+    /// a bulk publish would copy it into each of its events (twice per
+    /// CloudEvent). What is carried is the context as read, version `00`.
+    #[test]
+    fn a_published_event_carries_the_trace_context_not_its_text() {
+        let future = format!(
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-{}",
+            "x".repeat(20_000)
+        );
+        assert_eq!(
+            event_trace(Some(&future), Some("vendor=abc")),
+            (Some(VALID.to_string()), Some("vendor=abc".to_string()))
+        );
+        assert_eq!(
+            event_trace(Some(&format!("{VALID}\n")), None).0,
+            Some(VALID.to_string())
         );
     }
 
