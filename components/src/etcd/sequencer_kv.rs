@@ -556,7 +556,7 @@ fn parse_record(value: &[u8]) -> Option<(i64, i64)> {
 /// The client's TLS options for `tls`.
 fn tls_options(tls: &ClientTls) -> TlsOptions {
     TlsOptions {
-        ca_pem: tls.ca_or_system_roots_pem(),
+        ca_pem: tls.roots_pem(),
         identity: tls.identity.clone(),
         domain: None,
     }

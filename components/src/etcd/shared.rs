@@ -235,7 +235,7 @@ fn options(settings: &EtcdSettings) -> ConnectOptions {
 /// The client's TLS options for the material of `settings`.
 pub(crate) fn tls_options(settings: &EtcdSettings) -> Option<rewire_etcd::TlsOptions> {
     settings.tls.as_ref().map(|tls| rewire_etcd::TlsOptions {
-        ca_pem: tls.ca_or_system_roots_pem(),
+        ca_pem: tls.roots_pem(),
         identity: tls.identity.clone(),
         domain: None,
     })

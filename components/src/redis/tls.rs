@@ -28,10 +28,14 @@ pub fn mode(tls: &ClientTls) -> TlsMode {
     }
 }
 
-/// The certificates as the redis client takes them. Without `caCert`, the
-/// system's roots as the connection's opening read them
-/// ([`ClientTls::preload_system_roots`]): left to the redis client, they
-/// would be read again at every connection, on a runtime worker.
+/// The certificates as the redis client takes them: always the roots to
+/// check the server against ([`ClientTls::roots_pem`]; without `caCert`,
+/// the system's roots as the connection's opening read them). The redis
+/// client is built with its `webpki-roots` feature so that it never reads
+/// the system's roots itself: without it, it read them at every TLS
+/// connection, on a runtime worker, even with `caCert` (and failed when
+/// `SSL_CERT_FILE` named a missing file); its bundled roots are never
+/// used, as a root store is always given.
 pub fn certificates(tls: &ClientTls) -> TlsCertificates {
     TlsCertificates {
         client_tls: tls
@@ -41,6 +45,6 @@ pub fn certificates(tls: &ClientTls) -> TlsCertificates {
                 client_cert: cert.clone(),
                 client_key: key.clone(),
             }),
-        root_cert: tls.ca_or_system_roots_pem(),
+        root_cert: tls.roots_pem(),
     }
 }

@@ -165,26 +165,32 @@ impl ClientTls {
     /// Reads the system's roots off the async workers
     /// ([`system_roots::preload`]) when this material trusts them (TLS
     /// verified, no `caCert`): call it in the async start of the client,
-    /// before building it.
+    /// before building it. None found is an error naming `caCert`.
     pub async fn preload_system_roots(&self) -> Result<(), TlsError> {
         if self.ca_pem.is_none() && !self.insecure_skip_verify {
-            system_roots::preload().await?;
+            let roots = system_roots::preload().await?;
+            if roots.certificates.is_empty() {
+                return Err(TlsError::Config(
+                    "no system root certificates found: set `caCert`".into(),
+                ));
+            }
         }
         Ok(())
     }
 
-    /// The CA bundle, else (TLS verified) the system's roots as PEM, as
-    /// last read ([`ClientTls::preload_system_roots`]): for clients that
-    /// would read the system's roots themselves, on whatever thread
-    /// builds a connection. `None` with `insecureSkipVerify`, or when no
-    /// read of the system's roots succeeded.
-    pub fn ca_or_system_roots_pem(&self) -> Option<Vec<u8>> {
+    /// The roots a client checks the server against, as PEM: the CA
+    /// bundle, else (TLS verified) the system's roots as last read
+    /// ([`ClientTls::preload_system_roots`]) — empty when none were read,
+    /// so the handshake fails rather than trust roots of the client's own
+    /// (the Redis client's bundled ones) or read them on whatever thread
+    /// builds a connection (tonic's native roots). `None` with
+    /// `insecureSkipVerify`.
+    pub fn roots_pem(&self) -> Option<Vec<u8>> {
         if self.ca_pem.is_some() || self.insecure_skip_verify {
             return self.ca_pem.clone();
         }
-        system_roots::cached()
-            .filter(|roots| !roots.certificates.is_empty())
-            .map(|roots| roots.pem.clone())
+        let system = system_roots::cached();
+        Some(system.map(|roots| roots.pem.clone()).unwrap_or_default())
     }
 
     fn roots(&self) -> Result<RootCertStore, TlsError> {

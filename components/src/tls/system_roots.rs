@@ -111,8 +111,10 @@ impl Cache {
             return Ok(roots);
         }
         // One read at a time: a caller that waited finds the one before
-        // it answered (or given up, when an older read still serves).
-        let turn = tokio::time::timeout(self.deadline, self.turn.lock()).await;
+        // it answered (or given up, when an older read still serves). The
+        // wait for the turn and the read share one deadline.
+        let until = tokio::time::Instant::now() + self.deadline;
+        let turn = tokio::time::timeout_at(until, self.turn.lock()).await;
         let _turn = match turn {
             Ok(turn) => turn,
             Err(_) => return self.older(format!("did not finish within {:?}", self.deadline)),
@@ -121,7 +123,8 @@ impl Cache {
             return Ok(roots);
         }
         let load = self.load;
-        match self.reader.read_within(self.deadline, load).await {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        match self.reader.read_within(left, load).await {
             Ok(certificates) => {
                 let roots = Arc::new(SystemRoots::of(certificates));
                 self.last.store(Some(roots.clone()));

@@ -382,44 +382,52 @@ async fn pubsub_over_tls_with_ca_and_client_certificate() {
     );
 }
 
-/// Set in the child process the system-roots test runs itself in: the
-/// TLS server's address, the client certificate's file (its key beside).
+/// Set in the child process a system-roots test runs itself in: the TLS
+/// server's address, the client certificate's file (its key beside), and
+/// the CA file to name as `caCert` or `-` for none.
 const SYSTEM_ROOTS_CHILD: &str = "REWIRE_TEST_REDIS_SYSTEM_ROOTS";
 
-/// `enableTLS` without `caCert` trusts the system's roots: here
-/// `SSL_CERT_FILE`, the test CA, set for a child process alone. The roots
-/// are read once, off the workers, and handed to the redis client as PEM
-/// (the client read them itself at every connection before): the PEM
-/// made of them must pass the server's certificate, and a state round
-/// trip works.
-#[tokio::test]
-async fn without_ca_cert_a_server_signed_by_a_system_root_is_trusted() {
-    const NAME: &str = "redis_tls::without_ca_cert_a_server_signed_by_a_system_root_is_trusted";
-    if let Ok(child) = std::env::var(SYSTEM_ROOTS_CHILD) {
-        let (addr, cert_path) = child.split_once(' ').expect("address and file");
-        let key_path = std::path::Path::new(cert_path).with_extension("key");
-        let metadata = json!({
-            "redisHost": addr, "enableTLS": true,
-            "clientCert": cert_path, "clientKey": key_path,
-        });
-        let store = store(metadata).await.unwrap_or_else(|e| panic!("{e}"));
-        round_trip(&*store, "k", "trusted by the system's roots").await;
-        return;
+/// In the child: a state round trip on the TLS server `child` names.
+async fn round_trip_in_child(child: &str) {
+    let mut parts = child.split(' ');
+    let (addr, cert_path, ca) = (
+        parts.next().expect("address"),
+        parts.next().expect("client certificate"),
+        parts.next().expect("CA or -"),
+    );
+    let key_path = std::path::Path::new(cert_path).with_extension("key");
+    let mut metadata = json!({
+        "redisHost": addr, "enableTLS": true,
+        "clientCert": cert_path, "clientKey": key_path,
+    });
+    if ca != "-" {
+        metadata["caCert"] = json!(ca);
     }
-    let ca = TestCa::new("redis-system-ca");
-    let server = RedisServer::start_tls(tls_of(&ca), None).await;
+    let store = store(metadata).await.unwrap_or_else(|e| panic!("{e}"));
+    round_trip(&*store, "k", "over tls").await;
+}
+
+/// Runs test `name` of this binary in a child process with `SSL_CERT_FILE`
+/// set to `roots`, against a TLS server from `ca`, naming `caCert` when
+/// `with_ca`; the child must pass.
+async fn in_child_with_roots(name: &str, ca: &TestCa, roots: &std::path::Path, with_ca: bool) {
+    let server = RedisServer::start_tls(tls_of(ca), None).await;
     let client = ca.client("app");
     let cert_path = ca.dir().join("app.crt");
     std::fs::write(&cert_path, &client.cert_pem).expect("cert");
     std::fs::write(cert_path.with_extension("key"), &client.key_pem).expect("key");
+    let named_ca = match with_ca {
+        true => ca.ca_path.display().to_string(),
+        false => "-".to_string(),
+    };
     let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"));
     child
-        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(
             SYSTEM_ROOTS_CHILD,
-            format!("{} {}", server.addr(), cert_path.display()),
+            format!("{} {} {named_ca}", server.addr(), cert_path.display()),
         )
-        .env("SSL_CERT_FILE", &ca.ca_path)
+        .env("SSL_CERT_FILE", roots)
         .env_remove("SSL_CERT_DIR");
     let output = tokio::task::spawn_blocking(move || testkit::output(&mut child))
         .await
@@ -430,4 +438,34 @@ async fn without_ca_cert_a_server_signed_by_a_system_root_is_trusted() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// `enableTLS` without `caCert` trusts the system's roots: here
+/// `SSL_CERT_FILE`, the test CA, set for a child process alone. The roots
+/// are read once, off the workers, and handed to the redis client as PEM:
+/// the PEM made of them must pass the server's certificate.
+#[tokio::test]
+async fn without_ca_cert_a_server_signed_by_a_system_root_is_trusted() {
+    const NAME: &str = "redis_tls::without_ca_cert_a_server_signed_by_a_system_root_is_trusted";
+    if let Ok(child) = std::env::var(SYSTEM_ROOTS_CHILD) {
+        return round_trip_in_child(&child).await;
+    }
+    let ca = TestCa::new("redis-system-ca");
+    in_child_with_roots(NAME, &ca, &ca.ca_path, false).await;
+}
+
+/// With `caCert`, the system's roots are not read at all: `SSL_CERT_FILE`
+/// naming a file that does not exist changes nothing. Before, the redis
+/// client read the system's roots at every TLS connection (on a runtime
+/// worker: a hung file stalled it) and failed when that read reported an
+/// error, `caCert` or not.
+#[tokio::test]
+async fn with_ca_cert_an_unreadable_system_bundle_changes_nothing() {
+    const NAME: &str = "redis_tls::with_ca_cert_an_unreadable_system_bundle_changes_nothing";
+    if let Ok(child) = std::env::var(SYSTEM_ROOTS_CHILD) {
+        return round_trip_in_child(&child).await;
+    }
+    let ca = TestCa::new("redis-ca-no-system");
+    let missing = ca.dir().join("no-such-bundle.pem");
+    in_child_with_roots(NAME, &ca, &missing, true).await;
 }
