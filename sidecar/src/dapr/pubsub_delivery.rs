@@ -284,7 +284,7 @@ impl TopicDelivery {
                     delivery = subscription.deliveries.recv() => match delivery {
                         Some(delivery) => delivery,
                         None => {
-                            tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "Pub/sub subscription ended.");
+                            tracing::info!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), "Pub/sub subscription ended.");
                             return;
                         }
                     },
@@ -321,7 +321,7 @@ impl TopicDelivery {
                 break;
             }
         }
-        tracing::info!(pubsub = %self.pubsub_name, topic = %self.topic, "A replaced subscription delivered what it held; ended.");
+        tracing::info!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), "A replaced subscription delivered what it held; ended.");
     }
 
     /// Claims, delivers and settles one message; one handed back to the
@@ -374,14 +374,14 @@ impl TopicDelivery {
         if super::event_expiry::has_expired(&event.cloud_event) {
             // As Dapr: not delivered; sent to the dead-letter topic when
             // one is set, and acknowledged.
-            tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Dropping an event past its expiration.");
+            tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Dropping an event past its expiration.");
             return self.set_aside(&event, delivery, handle).await.into();
         }
         if !to.sink.takes(&event) {
             // As Dapr: an event no route takes (and with no default route)
             // is not delivered; it goes to the dead-letter topic when one
             // is set, and is acknowledged.
-            tracing::debug!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "No route takes the event.");
+            tracing::debug!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "No route takes the event.");
             return Handled {
                 outcome: self.set_aside(&event, delivery, handle).await,
                 unrouted: true,
@@ -433,7 +433,7 @@ impl TopicDelivery {
             match outcome {
                 DeliveryOutcome::Success => return DeliveryOutcome::Success,
                 DeliveryOutcome::Drop => {
-                    tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, "Subscriber dropped an event.");
+                    tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Subscriber dropped an event.");
                     // As Dapr: one its dead-letter topic did not take goes
                     // back to the broker (acknowledged, it was in neither
                     // topic).
@@ -511,7 +511,7 @@ impl TopicDelivery {
             Err(NotPublished::Gone) => PubSubError::Backend("the pub/sub was removed".into()),
             Err(NotPublished::Refused(err)) => err,
         };
-        tracing::warn!(pubsub = %self.pubsub_name, topic = %self.topic, id = %event.id, dead_letter_topic = %topic, error = %err, "Sending an event to the dead-letter topic failed.");
+        tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), dead_letter_topic = %logged(&topic), error = %logged(&err.to_string()), "Sending an event to the dead-letter topic failed.");
         DeadLetter::Failed
     }
 }
@@ -654,6 +654,22 @@ async fn settled_then_silent(in_flight: &Semaphore, grace: Duration) {
         Err(_) => std::future::pending::<()>().await,
     }
     tokio::time::sleep(grace).await;
+}
+
+/// `text` as a delivery's log line shows it: cut by [`echoed`], control
+/// characters escaped. An event's `id` is whatever its publisher wrote
+/// (of any length, `\n` included), and a log writer escapes no newline:
+/// raw, one id could forge log lines or write a MiB per warning.
+pub(crate) fn logged(text: &str) -> String {
+    let mut shown = String::new();
+    for c in echoed(text).chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 /// Resolves at `until`, never without one.
@@ -1164,4 +1180,5 @@ mod tests {
     mod dead_letters;
     mod handed_back;
     mod handed_back_while_busy;
+    mod logged_ids;
 }
