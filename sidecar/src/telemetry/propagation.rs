@@ -59,8 +59,14 @@ pub fn caller_of_grpc(metadata: &MetadataMap) -> Option<Context> {
         .flatten()
 }
 
+/// The trace context in `extractor` when its `traceparent` is valid, its
+/// `tracestate` cut as a published event's: the parent-based sampler
+/// copies it onto every child span, and a caller's 16 KB on each would
+/// swell export batches past what collectors take.
 fn remote(extractor: &dyn Extractor) -> Option<Context> {
-    let cx = TraceContextPropagator::new().extract(extractor);
+    let state = extractor.get("tracestate").and_then(bounded_tracestate);
+    let given = Given(extractor.get("traceparent"), state.as_deref());
+    let cx = TraceContextPropagator::new().extract(&given);
     cx.span().span_context().is_valid().then_some(cx)
 }
 
@@ -191,8 +197,7 @@ pub fn delivery_span(
         messaging.destination.name = topic,
         rewire.component = pubsub,
     );
-    let state = tracestate.and_then(bounded_tracestate);
-    if let Some(parent) = remote(&Given(traceparent, state.as_deref())) {
+    if let Some(parent) = remote(&Given(traceparent, tracestate)) {
         // Only fails once the span has started, which it has not.
         let _ = span.set_parent(parent);
     }
@@ -288,6 +293,22 @@ mod tests {
             event_trace(Some(VALID), Some(&big)).1,
             Some("a=1".to_string())
         );
+    }
+
+    /// A caller's `tracestate` is cut before its context parents the
+    /// call's span (and, through the sampler, every span under it).
+    #[test]
+    fn a_callers_tracestate_is_bounded() {
+        let member = |n: usize| format!("k{n:02}{}={}", "a".repeat(245), "v".repeat(251));
+        let state = (0..32).map(member).collect::<Vec<_>>().join(",");
+        assert_eq!(member(0).len(), 500);
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", VALID.parse().unwrap());
+        headers.insert("tracestate", state.parse().unwrap());
+        let cx = remote(&Headers(&headers)).expect("a valid traceparent");
+        let kept = cx.span().span_context().trace_state().header();
+        assert_eq!(kept, member(0));
+        assert!(kept.len() <= MAX_EVENT_TRACESTATE_BYTES, "{}", kept.len());
     }
 
     /// A later version's `traceparent` may carry any tail after the flags;
