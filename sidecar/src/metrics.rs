@@ -67,6 +67,9 @@ impl EncodeLabelValue for ResultCode {
     }
 }
 
+/// Buckets of the request latency histogram, doubling from 50 µs.
+const REQUEST_BUCKETS: u16 = 22;
+
 /// The sidecar's metrics registry.
 pub struct ApiMetrics {
     registry: Mutex<Registry>,
@@ -105,8 +108,11 @@ impl ApiMetrics {
         let generation = Gauge::default();
         let components = Family::<KindLabels, Gauge>::default();
         let requests = Family::<RequestLabels, Counter>::default();
+        // 50 µs to 105 s: a call that times out (30 s by default, a
+        // Lifecycle push 45 s) lands in a bucket of its own, not in `+Inf`
+        // where every percentile past it would read the top bucket.
         let request_seconds = Family::<LatencyLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.00005, 2.0, 18))
+            Histogram::new(exponential_buckets(0.00005, 2.0, REQUEST_BUCKETS))
         });
         registry.register("reloads", "Reloads by outcome and trigger", reloads.clone());
         registry.register(
@@ -292,6 +298,32 @@ mod tests {
         let first = first.unwrap_or_else(|| panic!("no bucket counts it:\n{text}"));
         assert_ne!(first, "+Inf", "{text}");
         assert!(first.parse::<f64>().unwrap() >= longest, "{text}");
+    }
+
+    /// A call as long as the API's longest wait (the request timeout, a
+    /// Lifecycle push's) counts in a finite bucket at least as long.
+    #[test]
+    fn a_request_as_long_as_the_api_timeouts_has_a_bucket_of_its_own() {
+        let options = crate::ApiOptions::default();
+        let longest = options.request_timeout.max(options.push_timeout);
+        let metrics = ApiMetrics::new();
+        let code = ResultCode::Grpc("DEADLINE_EXCEEDED");
+        metrics.observe_request("grpc", "PublishEvent", None, code, longest);
+        let mut text = String::new();
+        encode(&mut text, &metrics.registry.lock().unwrap()).unwrap();
+        let first = text
+            .lines()
+            .filter(|line| line.starts_with("rewire_request_duration_seconds_bucket{"))
+            .find(|line| line.ends_with("} 1"))
+            .and_then(|line| line.split_once("le=\""))
+            .and_then(|(_, le)| le.split_once('"'))
+            .map(|(le, _)| le.to_string());
+        let first = first.unwrap_or_else(|| panic!("no bucket counts it:\n{text}"));
+        assert_ne!(first, "+Inf", "{text}");
+        assert!(
+            first.parse::<f64>().unwrap() >= longest.as_secs_f64(),
+            "{text}"
+        );
     }
 
     /// Components of the test's configuration.
