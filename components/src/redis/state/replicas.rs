@@ -48,7 +48,16 @@ pub(super) struct Replicas {
     seen: std::sync::Mutex<Option<Seen>>,
     /// Held by the one strong write checking the count, so that the
     /// writes of a busy store do not all send `INFO` when it expires.
-    checking: tokio::sync::Mutex<()>,
+    checking: tokio::sync::Mutex<Checks>,
+}
+
+/// What the writes waiting for a check learn from it besides the count.
+#[derive(Debug, Default)]
+struct Checks {
+    /// When a check last failed: the writes that waited for it take the
+    /// strict path rather than each checking again or trusting an ever
+    /// older count.
+    failed: Option<Instant>,
 }
 
 /// The count for one line of connections.
@@ -117,11 +126,12 @@ impl Replicas {
     /// How a strong write in `session` goes: [`StrongPath::Plain`] while
     /// the master has had no replica, checked (on `conn`, the shared
     /// connection) when the last check is over [`NONE_TRUSTED_FOR`] old —
-    /// by one write at a time, the others meanwhile going by the last
-    /// count or, with none yet, waiting for the check (at most
-    /// [`CHECK_LIMIT`]). Strict on a Redis Cluster (a write `ASK`ed to an
-    /// importing master counts that master's replicas, which only the
-    /// strict path sees), and whenever the check fails.
+    /// by one write at a time, the others waiting for that check (at most
+    /// [`CHECK_LIMIT`]) rather than going by a count no longer trusted.
+    /// Strict on a Redis Cluster (a write `ASK`ed to an importing master
+    /// counts that master's replicas, which only the strict path sees),
+    /// past the wait, and whenever the check fails, for the write that ran
+    /// it and those that waited for it.
     pub(super) async fn path(&self, session: &Session, conn: &BoundedConnection) -> StrongPath {
         if conn.is_cluster() {
             return StrongPath::Strict;
@@ -129,17 +139,19 @@ impl Replicas {
         let Some(reached) = session.reached() else {
             return StrongPath::Strict;
         };
-        let checking = match self.known(&reached) {
+        let mut checking = match self.known(&reached) {
             Known::Some => return StrongPath::Strict,
             Known::NoneLately => return StrongPath::Plain,
-            Known::NoneBefore => match self.checking.try_lock() {
-                Ok(checking) => checking,
-                Err(_) => return StrongPath::Plain,
-            },
-            Known::Unknown => match tokio::time::timeout(CHECK_LIMIT, self.checking.lock()).await {
-                Ok(checking) => checking,
-                Err(_) => return StrongPath::Strict,
-            },
+            Known::NoneBefore | Known::Unknown => {
+                let asked = Instant::now();
+                match tokio::time::timeout(CHECK_LIMIT, self.checking.lock()).await {
+                    Ok(checking) if checking.failed.is_some_and(|failed| failed >= asked) => {
+                        return StrongPath::Strict;
+                    }
+                    Ok(checking) => checking,
+                    Err(_) => return StrongPath::Strict,
+                }
+            }
         };
         // Another write may have checked while this one waited.
         match self.known(&reached) {
@@ -156,9 +168,45 @@ impl Replicas {
         };
         let path = match connected.map(|connected| self.wanted(session, connected)) {
             Some(0) => StrongPath::Plain,
-            _ => StrongPath::Strict,
+            Some(_) => StrongPath::Strict,
+            None => {
+                checking.failed = Some(Instant::now());
+                StrongPath::Strict
+            }
         };
         drop(checking);
         path
+    }
+}
+
+#[cfg(test)]
+impl Replicas {
+    /// Records that the master `session` reaches had no replica, as
+    /// checked at `checked`.
+    pub(super) fn none_checked_at(&self, session: &Session, checked: Instant) {
+        let reached = session.reached().expect("a session that reached a server");
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Seen {
+            reached,
+            most: 0,
+            checked,
+        });
+    }
+
+    /// Holds the check, as a strong write checking the count does; `fail`
+    /// on the guard ends it as a failed check.
+    pub(super) async fn hold_check(&self) -> HeldCheck<'_> {
+        HeldCheck(self.checking.lock().await)
+    }
+}
+
+/// A check held by a test (see [`Replicas::hold_check`]).
+#[cfg(test)]
+pub(super) struct HeldCheck<'a>(tokio::sync::MutexGuard<'a, Checks>);
+
+#[cfg(test)]
+impl HeldCheck<'_> {
+    /// Ends the check as one that failed.
+    pub(super) fn fail(mut self) {
+        self.0.failed = Some(Instant::now());
     }
 }

@@ -63,3 +63,49 @@ async fn strong_writes_without_replicas_need_not_the_connection_for_strong_write
     );
     held.keep();
 }
+
+/// A count of no replicas older than it is trusted for, as another write
+/// checks it: a strong write waits for that check, not going plain on the
+/// old count. Before: it went plain for as long as the check ran.
+#[tokio::test]
+async fn strong_writes_wait_for_a_running_check_of_an_old_count() {
+    let server = RedisServer::start().await;
+    let store = store_on(&server).await;
+    let (session, conn) = store.session().unwrap_or_else(|e| panic!("{e}"));
+    let old = tokio::time::Instant::now() - Duration::from_secs(2);
+    store.replicas.none_checked_at(&session, old);
+    let _check = store.replicas.hold_check().await;
+
+    let path = tokio::time::timeout(PATIENCE, store.replicas.path(&session, &conn)).await;
+    assert_eq!(
+        path,
+        Ok(StrongPath::Strict),
+        "a write went by an old count while another checked it"
+    );
+}
+
+/// A check that fails sends the writes that waited for it the strict way,
+/// not each to check again or to go by the old count.
+#[tokio::test]
+async fn writes_that_waited_for_a_failed_check_take_the_strict_path() {
+    let server = RedisServer::start().await;
+    let store = store_on(&server).await;
+    let (session, conn) = store.session().unwrap_or_else(|e| panic!("{e}"));
+    let old = tokio::time::Instant::now() - Duration::from_secs(2);
+    store.replicas.none_checked_at(&session, old);
+    let check = store.replicas.hold_check().await;
+
+    let fail = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        check.fail();
+    };
+    let (path, ()) = tokio::join!(
+        tokio::time::timeout(PATIENCE, store.replicas.path(&session, &conn)),
+        fail
+    );
+    assert_eq!(
+        path,
+        Ok(StrongPath::Strict),
+        "a write that waited for a failed check did not take the strict path"
+    );
+}
