@@ -63,7 +63,8 @@ pub struct ReloadRecord {
     pub attempt: u32,
     /// How it ended.
     pub outcome: Outcome,
-    /// Why it was rejected or rolled back (secret values scrubbed).
+    /// Why it was rejected or rolled back (secret values scrubbed; at most
+    /// 32 lines of about 1 KiB each, a longer line cut in its middle).
     pub error: Option<String>,
     /// Per component (`kind/name`), what was done (or would have been, for a
     /// rolled-back reload).

@@ -26,7 +26,8 @@ pub(super) struct Ending {
     /// Every component serving after it (or that would have): each one
     /// `actions` does not name was kept, unchanged.
     pub(super) serving: OrdSet<ComponentKey>,
-    /// Why it did not apply (scrubbed before it is kept).
+    /// Why it did not apply (scrubbed, then [`bounded`], before it is
+    /// kept).
     pub(super) error: Option<String>,
 }
 
@@ -59,7 +60,7 @@ impl Reloader {
             trigger: recording.trigger,
             attempt: recording.attempt,
             outcome: ending.outcome,
-            error: ending.error.map(|e| self.redactor.scrub(&e)),
+            error: ending.error.map(|e| bounded(&self.redactor.scrub(&e))),
             actions: Actions::new(ending.actions, ending.serving),
             duration_ms: u64::try_from(recording.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at_unix_ms: now_unix_ms(),
@@ -94,6 +95,50 @@ impl Reloader {
     }
 }
 
+/// The longest line of a record's error: longer ones keep their start
+/// and their end (the key or location, and what is wrong with it).
+const ERROR_LINE_LIMIT: usize = 1024;
+/// The most lines a record's error keeps; the rest are counted.
+const ERROR_LINES_LIMIT: usize = 32;
+
+/// `error` as a record keeps it: at most [`ERROR_LINES_LIMIT`] lines (then
+/// `… and N more lines`), each at most about [`ERROR_LINE_LIMIT`] bytes,
+/// its middle cut to `…`. An error quotes names and values of the
+/// candidate, which have no length bound: whole, a multi-MB name is kept
+/// 100 times in the history, logged at each push, exported as the span's
+/// status and returned by every status call (past gRPC's 4 MB limit).
+/// Cut after scrubbing, so no secret is cut short of being recognised.
+fn bounded(error: &str) -> String {
+    let mut kept = String::new();
+    let mut lines = error.lines();
+    for line in lines.by_ref().take(ERROR_LINES_LIMIT) {
+        if !kept.is_empty() {
+            kept.push('\n');
+        }
+        if line.len() <= ERROR_LINE_LIMIT {
+            kept.push_str(line);
+        } else {
+            let half = ERROR_LINE_LIMIT / 2;
+            let mut head = half;
+            while !line.is_char_boundary(head) {
+                head -= 1;
+            }
+            let mut tail = line.len() - half;
+            while !line.is_char_boundary(tail) {
+                tail += 1;
+            }
+            kept.push_str(&line[..head]);
+            kept.push('…');
+            kept.push_str(&line[tail..]);
+        }
+    }
+    let more = lines.count();
+    if more > 0 {
+        kept.push_str(&format!("\n… and {more} more lines"));
+    }
+    kept
+}
+
 fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -114,5 +159,23 @@ fn log_record(record: &ReloadRecord) {
         Some(error) => {
             tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload not applied.")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many problems keep their first lines and a count of the rest; a
+    /// short error is kept as it is.
+    #[test]
+    fn an_error_of_many_lines_keeps_the_first_and_counts_the_rest() {
+        assert_eq!(bounded("a: bad\nb: worse"), "a: bad\nb: worse");
+        let many: Vec<String> = (0..1000).map(|i| format!("custom/c{i}: bad")).collect();
+        let kept = bounded(&many.join("\n"));
+        let lines: Vec<&str> = kept.lines().collect();
+        assert_eq!(lines.len(), ERROR_LINES_LIMIT + 1, "{kept}");
+        assert_eq!(lines[0], "custom/c0: bad");
+        assert_eq!(lines[ERROR_LINES_LIMIT], "… and 968 more lines");
     }
 }
