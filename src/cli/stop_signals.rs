@@ -281,7 +281,12 @@ pub(super) async fn start_unless_stopped(
     }
     let code = match started {
         // Started just before the cancel: closed as a stop would.
-        Ok(Ok(runtime)) => cancelled_exit(runtime.shutdown().await),
+        // Bounded as the start's unwinding is: the signal thread exits the
+        // process not long after.
+        Ok(Ok(runtime)) => {
+            let within = Runtime::CANCELLED_START_UNWIND;
+            cancelled_exit(super::run::shut_down_within(&runtime, within).await)
+        }
         Ok(Err(StartError::Cancelled { abandoned })) => cancelled_exit(abandoned),
         Ok(Err(err)) => {
             eprintln!("error: start-up failed:\n{err}");

@@ -59,18 +59,23 @@ impl Drains {
     /// drain left behind as one. Drains that ended before are not counted
     /// (their abandoned closes were logged then): the count does not
     /// depend on whether a later reload happened to let go of them.
-    pub(crate) async fn finish(&self) -> usize {
+    /// With `by`, it waits no later than then either.
+    pub(crate) async fn finish(&self, by: Option<tokio::time::Instant>) -> usize {
         let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         while tasks.try_join_next().is_some() {}
         self.hurry.cancel();
         let mut abandoned = 0;
-        let joined = tokio::time::timeout(FINISH_WITHIN, async {
+        let started = tokio::time::Instant::now();
+        let until = by.map_or(started + FINISH_WITHIN, |by| {
+            by.min(started + FINISH_WITHIN)
+        });
+        let joined = tokio::time::timeout_at(until, async {
             while let Some(drained) = tasks.join_next().await {
                 abandoned += drained.unwrap_or(1);
             }
         });
         if joined.await.is_err() {
-            tracing::warn!(waited = ?FINISH_WITHIN, "Replaced instances still closing at shutdown; left to close in the background.");
+            tracing::warn!(waited = ?started.elapsed(), "Replaced instances still closing at shutdown; left to close in the background.");
             abandoned += tasks.len();
             tasks.detach_all();
         }
@@ -273,7 +278,7 @@ mod tests {
         let drains = Drains::default();
         drains.spawn(vec![(key, running)], grace);
         let asked = tokio::time::Instant::now();
-        drains.finish().await;
+        drains.finish(None).await;
         assert!(finished.is_cancelled(), "not closed when finish returned");
         assert!(asked.elapsed() < grace, "finish waited for the user");
         drop(plain);
@@ -311,7 +316,7 @@ mod tests {
         let plain = retired("plain", Instance::Custom(Arc::new(Plain)));
         let drains = Drains::default();
         drains.spawn(vec![hangs, panics, plain], Duration::from_secs(10));
-        assert_eq!(drains.finish().await, 2, "hung and panicked closes");
+        assert_eq!(drains.finish(None).await, 2, "hung and panicked closes");
     }
 
     #[tokio::test(start_paused = true)]
@@ -328,7 +333,7 @@ mod tests {
         let drains = Drains::default();
         drains.spawn(vec![hangs()], grace);
         tokio::time::sleep(ended).await;
-        let alone = drains.finish().await;
+        let alone = drains.finish(None).await;
         let drains = Drains::default();
         drains.spawn(vec![hangs()], grace);
         tokio::time::sleep(ended).await;
@@ -336,7 +341,7 @@ mod tests {
             vec![retired("plain", Instance::Custom(Arc::new(Plain)))],
             grace,
         );
-        let after_another = drains.finish().await;
+        let after_another = drains.finish(None).await;
         assert_eq!(
             (alone, after_another),
             (0, 0),

@@ -171,11 +171,34 @@ impl Reloader {
     /// `CLOSE_TIMEOUT`: they may use the components in force, not the
     /// other way round) and only then every component.
     /// Returns how many closes were abandoned (timed out or panicked).
-    pub(crate) async fn shutdown(&self) -> usize {
+    ///
+    /// With a deadline `by`, the whole of it ends by then and the stores
+    /// are still closed: the reload is waited for until half the time
+    /// left (past it, it is left behind, counted as one abandoned close,
+    /// and the components in force are closed all the same), the drains
+    /// for at most half of what is then left, and every level of the
+    /// components closes within its share of the rest (see
+    /// `close_in_reverse`), the first level, the stores, included.
+    pub(crate) async fn shutdown(&self, by: Option<tokio::time::Instant>) -> usize {
         self.stopped.cancel();
-        let _serial = self.serial.lock().await;
-        let retired = self.drains.finish().await;
-        retired + self.running.close_all().await
+        let half_left = |by: tokio::time::Instant| {
+            let now = tokio::time::Instant::now();
+            now + by.saturating_duration_since(now) / 2
+        };
+        let serial = match by {
+            None => Some(self.serial.lock().await),
+            Some(by) => {
+                let until = half_left(by);
+                let serial = tokio::time::timeout_at(until, self.serial.lock()).await;
+                serial.ok()
+            }
+        };
+        let left_behind = usize::from(serial.is_none());
+        if serial.is_none() {
+            tracing::error!("The reload in progress did not end in time at shutdown; closing the components in force without it.");
+        }
+        let retired = self.drains.finish(by.map(half_left)).await;
+        left_behind + retired + self.running.close_all(by).await
     }
 }
 

@@ -230,7 +230,9 @@ impl RunningSet {
 
     /// Publishes an empty generation and closes every component, users
     /// before the stores they use; returns how many closes were abandoned.
-    pub(crate) async fn close_all(&self) -> usize {
+    /// With a deadline `by`, every level closes within its share of it, so
+    /// the stores are closed too however many levels hang.
+    pub(crate) async fn close_all(&self, by: Option<tokio::time::Instant>) -> usize {
         let (levels, components) = {
             let mut state = self.state();
             let levels = state.config.graph.levels();
@@ -241,7 +243,7 @@ impl RunningSet {
             (levels, std::mem::take(&mut state.components))
         };
         let mut components = Arc::unwrap_or_clone(components);
-        close::close_in_reverse(&levels, &mut components, None).await
+        close::close_in_reverse(&levels, &mut components, by).await
     }
 }
 

@@ -614,7 +614,19 @@ impl Runtime {
     /// not have released what it holds (a lock, a consumer, a file).
     pub async fn shutdown(&self) -> usize {
         self.inner.stopped.cancel();
-        self.reloader().shutdown().await
+        self.reloader().shutdown(None).await
+    }
+
+    /// [`shutdown`](Self::shutdown), ended by `by`: a reload that does not
+    /// let go, or closes that hang level after level, cannot keep the
+    /// first level (the stores: their locks, consumer groups, leases) from
+    /// being closed in time. A reload still in progress at half the time
+    /// left is left behind (counted as one abandoned close); each level
+    /// then closes within its share of the time left, the last one first.
+    /// A deadline already past still asks each close, then abandons it.
+    pub async fn shutdown_by(&self, by: tokio::time::Instant) -> usize {
+        self.inner.stopped.cancel();
+        self.reloader().shutdown(Some(by)).await
     }
 }
 

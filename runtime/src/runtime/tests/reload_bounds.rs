@@ -15,7 +15,12 @@ fn candidate(components: &[(&str, &[&str])], close_ms: &[(&str, u64)]) -> crate:
 }
 
 async fn started(components: &[(&str, &[&str])]) -> Runtime {
-    let config = valid(&json!({"components": {"custom": declared(components, &[])}}));
+    started_slow(components, &[]).await
+}
+
+/// [`started`], each named in `close_ms` slow to close.
+async fn started_slow(components: &[(&str, &[&str])], close_ms: &[(&str, u64)]) -> Runtime {
+    let config = valid(&json!({"components": {"custom": declared(components, close_ms)}}));
     Runtime::start(config, registry(), RuntimeOptions::default())
         .await
         .unwrap_or_else(|e| panic!("{e}"))
@@ -111,4 +116,46 @@ async fn a_rollback_closes_a_levels_built_instances_at_once_users_first() {
     assert_eq!(at("undo-base"), None, "a kept component was closed");
     assert_eq!(runtime.history()[0].outcome, Outcome::RolledBack);
     runtime.shutdown().await;
+}
+
+/// A store, then a chain of users, each of the one before.
+static CHAIN: [&str; 14] = [
+    "deep-store",
+    "deep-1",
+    "deep-2",
+    "deep-3",
+    "deep-4",
+    "deep-5",
+    "deep-6",
+    "deep-7",
+    "deep-8",
+    "deep-9",
+    "deep-10",
+    "deep-11",
+    "deep-12",
+    "deep-13",
+];
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_by_a_deadline_closes_the_stores_under_levels_of_closes_that_hang() {
+    // Thirteen levels whose close hangs: one close timeout each (65 s)
+    // would leave the store, closed last, past the deadline.
+    let mut uses: Vec<(&str, &[&str])> = vec![(CHAIN[0], &[])];
+    uses.extend(CHAIN.windows(2).map(|pair| (pair[1], &pair[..1])));
+    let close_ms: Vec<(&str, u64)> = CHAIN[1..].iter().map(|name| (*name, 60_000)).collect();
+    let runtime = started_slow(&uses, &close_ms).await;
+
+    let bound = Duration::from_secs(60);
+    let asked = tokio::time::Instant::now();
+    let abandoned = runtime.shutdown_by(asked + bound).await;
+    let took = asked.elapsed();
+
+    assert!(took <= bound, "the shutdown took {took:?}");
+    let closed = of(&CLOSED, "deep");
+    assert!(
+        closed.iter().any(|c| c == "deep-store"),
+        "the store was never closed: {closed:?}"
+    );
+    assert_eq!(closed.len(), CHAIN.len(), "each asked once: {closed:?}");
+    assert_eq!(abandoned, CHAIN.len() - 1, "each hanging close counted");
 }
