@@ -11,8 +11,10 @@
 //! passed on this clock (clients on this host share it), unless the
 //! certificate in force has expired or expires within
 //! `material::NOT_BEFORE_SKEW` (5 minutes), the allowance a clock behind
-//! the issuer's gets at start-up. The next handshake uses whatever is in
-//! force; open connections keep the one they started with.
+//! the issuer's gets at start-up. A change that keeps the leaf in force
+//! (a CA rotated) keeps that allowance too: the leaf already serves. The
+//! next handshake uses whatever is in force; open connections keep the
+//! one they started with.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -206,8 +208,15 @@ impl LiveTls {
         // on this host (same clock) would refuse the new one as not valid
         // yet while the old one still serves, so the new one waits for its
         // notBefore (the same files are tried every second).
+        // The leaf in force keeps the allowance it was loaded with: a
+        // change of the CA files alone must not refuse it as not valid yet.
         let allowance = i64::try_from(NOT_BEFORE_SKEW.as_secs()).unwrap_or(i64::MAX);
-        let skew = if loaded.not_after <= now.timestamp().saturating_add(allowance) {
+        let in_force = self.status().certificate_sha256;
+        let same_leaf = contents
+            .first()
+            .and_then(|cert| leaf_fingerprint(cert))
+            .is_some_and(|leaf| leaf == in_force);
+        let skew = if same_leaf || loaded.not_after <= now.timestamp().saturating_add(allowance) {
             NOT_BEFORE_SKEW
         } else {
             Duration::ZERO
@@ -267,6 +276,16 @@ impl LiveTls {
             status.error = Some(err);
         }
     }
+}
+
+/// The SHA-256 fingerprint of the first certificate in `cert` (a
+/// certificate file's bytes), if it parses.
+fn leaf_fingerprint(cert: &[u8]) -> Option<String> {
+    use rustls::pki_types::pem::PemObject;
+    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(cert)
+        .next()?
+        .ok()?;
+    Some(super::material::fingerprint(&leaf))
 }
 
 /// The TLS in force on both listeners (`None`: plain text).
@@ -524,6 +543,33 @@ mod tests {
         std::fs::write(&server.key_path, &key).expect("key");
         std::fs::write(&server.cert_path, &cert).expect("cert");
         live.recheck_at(at(now + 61));
+        let status = live.status();
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!(status.loads, 2, "{status:?}");
+        assert_eq!(status.certificate_sha256, fingerprint_of(&cert));
+    }
+
+    /// A leaf loaded at start-up under the allowance, its notBefore still
+    /// ahead: a change of the client CA alone is taken, the leaf kept.
+    /// Before: rebuilt with no allowance, the unchanged leaf was refused
+    /// as not valid yet.
+    #[test]
+    fn a_ca_rotation_keeps_the_allowance_of_the_leaf_in_force() {
+        let ca = testkit::certs::TestCa::new("live-tls-ca-rotation");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: Some(ca.ca_path.clone()),
+        };
+        let now = ASN1Time::now().timestamp();
+        let (cert, key) = certificate_from(now + 120);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &cert).expect("cert");
+        let live = LiveTls::load("grpc", &settings, None).expect("loads within the skew");
+        let other = testkit::certs::TestCa::new("live-tls-ca-rotation-new");
+        std::fs::write(&ca.ca_path, &other.ca_pem).expect("client CA");
+        live.recheck();
         let status = live.status();
         assert_eq!(status.error, None, "{status:?}");
         assert_eq!(status.loads, 2, "{status:?}");
