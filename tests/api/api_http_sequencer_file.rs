@@ -343,14 +343,21 @@ async fn an_upload_larger_than_the_listeners_budget_of_request_bytes_passes() {
     let dir = tempfile::tempdir().unwrap();
     // The default budget: 64 MiB of request bytes across the listener.
     let sidecar = sidecar(&dir, ApiOptions::default()).await;
-    let mut stream = open_put(&sidecar, "/v1.0/rewire/file/files/big.bin", SIZE).await;
-    send_generated(&mut stream, SIZE).await;
-    let (status, body) = answer(&mut stream).await;
-    assert!(status.contains(" 200 "), "{status}: {body}");
-    let info: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(info["size"], SIZE);
-    let stored = std::fs::metadata(dir.path().join("files/big.bin")).unwrap();
-    assert_eq!(stored.len(), SIZE as u64);
+    // A path that needs cleaning is routed as an upload, so it is charged
+    // as one too.
+    for (path, name) in [
+        ("/v1.0/rewire/file/files/big.bin", "big.bin"),
+        ("//v1.0/rewire/./file/files/big2.bin", "big2.bin"),
+    ] {
+        let mut stream = open_put(&sidecar, path, SIZE).await;
+        send_generated(&mut stream, SIZE).await;
+        let (status, body) = answer(&mut stream).await;
+        assert!(status.contains(" 200 "), "{path}: {status}: {body}");
+        let info: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(info["size"], SIZE);
+        let stored = std::fs::metadata(dir.path().join("files").join(name)).unwrap();
+        assert_eq!(stored.len(), SIZE as u64, "{path}");
+    }
     sidecar.stop().await;
 }
 

@@ -99,8 +99,16 @@ impl CountedBody for axum::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
+    /// By the path the router will see: cleaned as the hot path cleans
+    /// it, so `//v1.0/rewire/file/…` is served as an upload and charged as
+    /// one (else it would be charged whole and fail past the budget).
     fn read_as(method: &Method, path: &str) -> BodyRead {
-        if method == Method::PUT && path.as_bytes().starts_with(HTTP_FILES.as_bytes()) {
+        if method != Method::PUT {
+            return BodyRead::Whole;
+        }
+        let cleaned = crate::http::cleaned_path(path);
+        let routed = cleaned.as_deref().unwrap_or(path);
+        if routed.as_bytes().starts_with(HTTP_FILES.as_bytes()) {
             BodyRead::Upload
         } else {
             BodyRead::Whole
@@ -321,6 +329,11 @@ mod tests {
 
         let http = |bytes: &'static [u8]| axum::body::Body::from(bytes);
         assert!(charged(Method::PUT, "/v1.0/rewire/file/files/a/b", http(b"x")).await);
+        // Charged by the path the router sees, cleaned.
+        assert!(charged(Method::PUT, "//v1.0/rewire/file/files/a", http(b"x")).await);
+        assert!(charged(Method::PUT, "/v1.0/./rewire//file/files/a", http(b"x")).await);
+        assert!(charged(Method::PUT, "/v1.0/x/../rewire/file/files/a", http(b"x")).await);
+        assert!(!charged(Method::PUT, "/v1.0/rewire/file/../../state/s", http(b"x")).await);
         assert!(!charged(Method::POST, "/v1.0/state/store", http(b"x")).await);
         assert!(!charged(Method::GET, "/v1.0/rewire/file/files/a", http(b"x")).await);
         assert!(!charged(Method::PUT, "/v1.0/state/store", http(b"x")).await);

@@ -20,6 +20,8 @@
 mod clean_path;
 mod key_route;
 
+pub(crate) use clean_path::cleaned as cleaned_path;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;

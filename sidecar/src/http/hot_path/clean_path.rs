@@ -41,8 +41,9 @@ pub(super) fn set_path(request: &mut Request, path: String) {
 }
 
 /// `path` as Go's `path.Clean` leaves it, or `None` when that is `path`
-/// itself (or `path` is not rooted, as `*` is).
-pub(super) fn cleaned(path: &str) -> Option<String> {
+/// itself (or `path` is not rooted, as `*` is). Also how the connection
+/// layer tells an upload, before the path is cleaned for routing.
+pub(crate) fn cleaned(path: &str) -> Option<String> {
     let rest = path.strip_prefix('/')?;
     if rest.is_empty() || !has_dirty_segment(rest.as_bytes()) {
         return None;
