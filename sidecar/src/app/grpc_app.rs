@@ -3,7 +3,8 @@
 //! Layotto's `spec.proto.runtime.v1.AppCallback` ([`layotto_route`]: what
 //! Layotto's SDKs register, and only that). Dapr's is called first; a call
 //! the app answers `UNIMPLEMENTED` is made again with the other service,
-//! and when that one answers, the app is taken to speak it from then on
+//! and when that one answers (a response, not a timeout or an error), the
+//! app is taken to speak it from then on
 //! (the clones of one app's [`GrpcApp`] share what was found). So a
 //! Layotto app's subscriptions are taken and its events delivered, rather
 //! than none listed and each event acknowledged undelivered.
@@ -25,7 +26,7 @@ use crate::grpc::proto::spec::proto::runtime::v1::app_callback_client::AppCallba
 
 /// Which `AppCallback` service the app serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Flavour {
+pub(super) enum Flavour {
     Dapr,
     Layotto,
 }
@@ -48,8 +49,12 @@ impl Flavour {
 
 /// How one `OnTopicEvent` call went.
 pub(super) enum Delivered {
-    /// The app's answer (a retry when it failed or none came in time).
+    /// The app's answer: it serves this service.
     Answered(DeliveryOutcome),
+    /// No answer: a timeout, a transport failure or an error status (a
+    /// retry). Says nothing of which service the app serves, so it never
+    /// switches the app's flavour.
+    Failed(DeliveryOutcome),
     /// The app does not serve this service's `OnTopicEvent`; why.
     Unimplemented(String),
 }
@@ -73,7 +78,7 @@ impl GrpcApp {
         }
     }
 
-    fn flavour(&self) -> Flavour {
+    pub(super) fn flavour(&self) -> Flavour {
         if self.speaks_layotto.load(Ordering::Relaxed) {
             Flavour::Layotto
         } else {
@@ -107,8 +112,9 @@ impl GrpcApp {
     ) -> DeliveryOutcome {
         let deadline = Instant::now() + within;
         let first = self.flavour();
-        if let Delivered::Answered(outcome) = self.call(first, path, event, within).await {
-            return outcome;
+        match self.call(first, path, event, within).await {
+            Delivered::Answered(outcome) | Delivered::Failed(outcome) => return outcome,
+            Delivered::Unimplemented(_) => {}
         }
         let other = first.other();
         let left = deadline.saturating_duration_since(Instant::now());
@@ -117,6 +123,7 @@ impl GrpcApp {
                 self.speaks(other);
                 outcome
             }
+            Delivered::Failed(outcome) => outcome,
             Delivered::Unimplemented(message) => {
                 tracing::warn!(id = %event.id, %message, "The app implements neither Dapr's nor Layotto's OnTopicEvent; the event is acknowledged undelivered.");
                 DeliveryOutcome::Success
@@ -190,7 +197,7 @@ pub(super) async fn delivered<T>(
 ) -> Delivered {
     let Ok(answered) = tokio::time::timeout(within, call).await else {
         tracing::debug!(id = %event.id, "OnTopicEvent did not complete within {within:?}; retried.");
-        return Delivered::Answered(DeliveryOutcome::Retry);
+        return Delivered::Failed(DeliveryOutcome::Retry);
     };
     match answered {
         Ok(answer) => Delivered::Answered(status_of(answer.into_inner())),
@@ -199,7 +206,7 @@ pub(super) async fn delivered<T>(
         }
         Err(status) => {
             tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
-            Delivered::Answered(DeliveryOutcome::Retry)
+            Delivered::Failed(DeliveryOutcome::Retry)
         }
     }
 }

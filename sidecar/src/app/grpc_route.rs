@@ -405,4 +405,61 @@ mod tests {
         let outcome = bounded(neither.deliver("", &event, within)).await;
         assert_eq!(outcome, DeliveryOutcome::Success);
     }
+
+    /// Layotto's `AppCallback` whose `OnTopicEvent` never answers (a hung
+    /// handler, a proxy holding the call).
+    struct UnansweringLayotto;
+
+    #[tonic::async_trait]
+    impl layotto::app_callback_server::AppCallback for UnansweringLayotto {
+        async fn list_topic_subscriptions(
+            &self,
+            _: tonic::Request<()>,
+        ) -> Result<tonic::Response<layotto::ListTopicSubscriptionsResponse>, tonic::Status>
+        {
+            Err(tonic::Status::unimplemented("events only"))
+        }
+
+        async fn on_topic_event(
+            &self,
+            _: tonic::Request<layotto::TopicEventRequest>,
+        ) -> Result<tonic::Response<layotto::TopicEventResponse>, tonic::Status> {
+            std::future::pending().await
+        }
+    }
+
+    /// Dapr's `OnTopicEvent` answered `UNIMPLEMENTED` and Layotto's not
+    /// answered in time: the event is retried and the app is still taken
+    /// to speak Dapr's. Before: the timeout counted as Layotto's answer
+    /// and switched the app to Layotto's for every later event.
+    #[tokio::test]
+    async fn the_other_service_timing_out_does_not_switch_the_app_s_flavour() {
+        let (port, incoming) = free_port().await;
+        let dapr = FailingFirst {
+            failures: std::sync::Mutex::new(Vec::new()),
+            calls: std::sync::Arc::default(),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::app_callback_server::AppCallbackServer::new(dapr))
+                .add_service(layotto::app_callback_server::AppCallbackServer::new(
+                    UnansweringLayotto,
+                ))
+                .serve_with_incoming(incoming),
+        );
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint");
+        let app = GrpcApp::new(endpoint.connect_lazy());
+        let event = TopicEvent {
+            cloud_event: serde_json::Map::new(),
+            id: "e1".into(),
+            data_content_type: "text/plain".into(),
+            data: b"x".to_vec(),
+            pubsub_name: "bus".into(),
+            topic: "orders".into(),
+        };
+        let outcome = bounded(app.deliver("/orders", &event, Duration::from_millis(300))).await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
+        assert_eq!(app.flavour(), super::super::grpc_app::Flavour::Dapr);
+    }
 }
