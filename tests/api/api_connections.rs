@@ -392,3 +392,63 @@ async fn an_answer_the_client_grants_no_window_for_ends_its_connection() {
     );
     sidecar.stop().await;
 }
+
+/// A client whose every request the server must reset (a malformed
+/// `content-length`, a stream error the service never sees) is cut once it
+/// has drawn 1,024 resets, with GOAWAY ENHANCE_YOUR_CALM, rather than
+/// drawing resets for as long as it likes (RUSTSEC-2024-0003).
+#[tokio::test]
+async fn a_grpc_client_drawing_endless_stream_resets_is_cut() {
+    const HEADERS: u8 = 0x1;
+    const RST_STREAM: u8 = 0x3;
+    const GOAWAY: u8 = 0x7;
+    const ENHANCE_YOUR_CALM: u32 = 0xb;
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut frame = u32::try_from(payload.len()).unwrap().to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[kind, flags]);
+        frame.extend_from_slice(&stream.to_be_bytes());
+        frame.extend_from_slice(payload);
+        frame
+    };
+    // HPACK: `:method POST`, `:scheme http`, `:path /` (static entries),
+    // then `content-length: x`, a literal on static name 28.
+    let block = [0x83, 0x86, 0x84, 0x0f, 0x0d, 0x01, b'x'];
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = TcpStream::connect(sidecar.grpc_addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // END_STREAM | END_HEADERS on streams 1, 3, 5, ...: past the cap.
+    for n in 0..1_200u32 {
+        out.extend(frame(HEADERS, 0x5, 2 * n + 1, &block));
+    }
+    // The server may stop reading once it has cut the connection.
+    let _ = client.write_all(&out).await;
+    let (mut resets, mut goaway) = (0, None);
+    let read = tokio::time::timeout(grpc::PATIENCE, async {
+        let mut head = [0u8; 9];
+        while client.read_exact(&mut head).await.is_ok() {
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if client.read_exact(&mut payload).await.is_err() {
+                break;
+            }
+            match head[3] {
+                RST_STREAM => resets += 1,
+                GOAWAY => {
+                    goaway = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()));
+                    break;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        goaway,
+        Some(ENHANCE_YOUR_CALM),
+        "{resets} streams reset, and no GOAWAY ENHANCE_YOUR_CALM (timed out: {})",
+        read.is_err()
+    );
+    assert!(resets <= 1_024, "{resets} streams reset past the cap");
+    sidecar.stop().await;
+}

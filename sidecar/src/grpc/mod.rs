@@ -93,6 +93,9 @@ use proto::spec::proto::runtime::v1::runtime_server::RuntimeServer as LayottoRun
 const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Header bytes one request may carry.
 const MAX_HEADER_BYTES: u32 = 16 * 1024;
+/// Streams one connection may make the server reset for its own protocol
+/// errors before it is closed: h2's own default, which tonic turns off.
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
 /// Serves gRPC on `listener` until `shutdown` is cancelled; in-flight calls
 /// finish first (within `shutdown_grace`, then every connection is cut),
@@ -164,6 +167,10 @@ pub async fn serve(
         // Per-connection bounds: streams (subscriptions) and header bytes.
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_BYTES)
+        // h2's cap on streams the server resets for a client's errors
+        // (RUSTSEC-2024-0003): tonic passes `None`, no cap, unless told;
+        // past it the connection ends with GOAWAY ENHANCE_YOUR_CALM.
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
         // Each call counts in its connection's requests in flight, and
         // its body in the listener's budget.
         .layer(CountRequestsLayer(options.body_budget()))
