@@ -452,3 +452,47 @@ async fn a_grpc_client_drawing_endless_stream_resets_is_cut() {
     assert!(resets <= 1_024, "{resets} streams reset past the cap");
     sidecar.stop().await;
 }
+
+/// An HTTP/1 request head is buffered up to 80 KiB, not hyper's default
+/// 400 KiB: a head of 100 KiB of headers, sent and then stalled, is
+/// refused at once (431, the connection closed) instead of being held
+/// until the idle timeout; a URI near hyper's own 64 KiB limit is served.
+#[tokio::test]
+async fn an_http1_head_past_the_buffer_is_refused_not_held() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut long_uri = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    let key = "k".repeat(63 * 1024);
+    let head = format!("GET /v1.0/state/orders/{key} HTTP/1.1\r\nHost: x\r\n\r\n");
+    long_uri.write_all(head.as_bytes()).await.unwrap();
+    let answer = answer_head(&mut long_uri).await;
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+
+    let mut stalled = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    let mut head = b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n".to_vec();
+    for n in 0..100 {
+        head.extend_from_slice(format!("x-pad-{n}: {}\r\n", "p".repeat(1000)).as_bytes());
+    }
+    // No blank line: the head never ends. The server may stop reading.
+    let _ = stalled.write_all(&head).await;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "a 100 KiB head was held, the connection open"
+    );
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    sidecar.stop().await;
+}

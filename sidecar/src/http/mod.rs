@@ -54,7 +54,17 @@ pub(crate) use hot_path::cleaned_path;
 
 use hot_path::HotPath;
 
-use crate::connection::{accept_loop, ConnectionLimits, CountRequestsPerConnection};
+use axum::extract::Request;
+use axum::serve::Listener;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use tonic::transport::server::Connected;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::connection::{accept_loop, ConnectionLimits, CountRequestsLayer};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -140,6 +150,13 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
         .with_state(state)
 }
 
+/// Bytes of an HTTP/1 request head hyper buffers at most: a URI at
+/// hyper's own limit (64 KiB) and 16 KiB of headers. hyper's default
+/// (about 400 KiB) let a head sent nearly whole and then stalled hold that
+/// much on each connection, without a token, until the idle timeout; a
+/// longer head is answered 431 and the connection closed.
+const MAX_HEAD_BUFFER: usize = 80 * 1024;
+
 /// Serves HTTP on `listener` until `shutdown` is cancelled; calls in
 /// flight finish first (within `shutdown_grace`, then every connection is
 /// cut). Connections are bounded ([`crate::connection`]).
@@ -155,14 +172,47 @@ pub async fn serve(
         .check_against(&state.options.tls)
         .map_err(ApiError::Tls)?;
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
-    let accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
+    let mut accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     let budget = state.options.body_budget();
     let router = router_until(state.clone(), shutdown.child_token());
-    let service = HotPath::new(router, state);
-    axum::serve(accepted, CountRequestsPerConnection::new(service, budget))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|e| ApiError::Http(e.to_string()))
+    let service = CountRequestsLayer(budget).layer(HotPath::new(router, state));
+    // axum's own loop (`axum::serve`), but with hyper's builder in hand:
+    // axum's cannot bound the HTTP/1 head buffer.
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http1().max_buf_size(MAX_HEAD_BUFFER);
+    builder.http2().enable_connect_protocol();
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (connection, _) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = Listener::accept(&mut accepted) => accepted,
+        };
+        // Each request counts in its connection's requests in flight
+        // (found in its `PeerInfo`, as tonic's are).
+        let peer = connection.connect_info();
+        let service = service.clone();
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let (mut service, peer) = (service.clone(), peer.clone());
+            async move {
+                let mut request = request.map(axum::body::Body::new);
+                request.extensions_mut().insert(peer);
+                std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+                service.call(request).await
+            }
+        });
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
+        tokio::spawn(async move {
+            let served = builder.serve_connection_with_upgrades(TokioIo::new(connection), service);
+            if let Err(error) = watcher.watch(served).await {
+                tracing::trace!(error = %error, "HTTP connection ended with an error.");
+            }
+        });
+    }
+    // Stop accepting (the loop holds the listener), then let the calls in
+    // flight finish: the shutdown grace cuts the connections after that.
+    drop(accepted);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 async fn not_found(method: Method, uri: Uri) -> HttpError {
