@@ -2,7 +2,8 @@
 //! component is ready and 500 listing the ones that are not (also one that
 //! never answers, within a bounded time); a degraded component is healthy
 //! even when its own bounded check takes most of the wait; `?appid=` other
-//! than the app's is Dapr's `ERR_HEALTH_APPID_NOT_MATCH`;
+//! than the app's is Dapr's `ERR_HEALTH_APPID_NOT_MATCH`; concurrent calls
+//! share one check, its outcome reused for 500 ms;
 //! `/v1.0/healthz/outbound` is 204; `/v1.0/metadata` lists the components
 //! as Dapr does.
 
@@ -53,6 +54,12 @@ async fn body_json(response: Response) -> Value {
     response.json().await.expect("not JSON")
 }
 
+/// Past the 500 ms a finished check answers later calls for: the next
+/// call checks again.
+async fn after_freshness() {
+    tokio::time::sleep(Duration::from_millis(600)).await;
+}
+
 #[tokio::test]
 async fn healthz_lists_components_that_are_not_ready() {
     let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
@@ -65,6 +72,7 @@ async fn healthz_lists_components_that_are_not_ready() {
     assert_eq!(outbound.status(), StatusCode::NO_CONTENT);
 
     PROBE_STATE.store(NOT_READY, Ordering::SeqCst);
+    after_freshness().await;
     let not_ready = get(&client, healthz.clone()).await;
     assert_eq!(not_ready.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body = body_json(not_ready).await;
@@ -73,6 +81,7 @@ async fn healthz_lists_components_that_are_not_ready() {
 
     // A component that never answers is reported, and healthz still answers.
     PROBE_STATE.store(SILENT, Ordering::SeqCst);
+    after_freshness().await;
     let silent = get(&client, healthz.clone()).await;
     assert_eq!(silent.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body = body_json(silent).await;
@@ -80,6 +89,7 @@ async fn healthz_lists_components_that_are_not_ready() {
     assert!(reason.starts_with("probe/p: no readiness answer"), "{body}");
 
     PROBE_STATE.store(READY, Ordering::SeqCst);
+    after_freshness().await;
     assert_eq!(get(&client, healthz).await.status(), StatusCode::NO_CONTENT);
 
     let metadata = get(&client, format!("{}/v1.0/metadata", sidecar.http_url())).await;
@@ -178,5 +188,57 @@ async fn healthz_refuses_an_appid_that_is_not_this_apps() {
     assert_eq!(own.status(), StatusCode::NO_CONTENT);
     let none = get(&client, healthz).await;
     assert_eq!(none.status(), StatusCode::NO_CONTENT);
+    sidecar.stop().await;
+}
+
+/// A probe that counts its readiness checks, each taking 100 ms.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.health.counted")]
+struct Counted {}
+
+static COUNTED_CHECKS: AtomicUsize = AtomicUsize::new(0);
+
+#[async_trait]
+impl Component for Counted {
+    async fn readiness(&self) -> Readiness {
+        COUNTED_CHECKS.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Readiness::Ready
+    }
+}
+
+#[tokio::test]
+async fn concurrent_healthz_calls_share_one_check() {
+    let config = r#"{"components": {"probe": {"c": {"type": "test.health.counted"}}}}"#;
+    let sidecar = Sidecar::start(config, ApiOptions::default()).await;
+    let client = Client::new();
+    let url = format!("{}/v1.0/healthz", sidecar.http_url());
+    // Start-up's own check is over before the flood.
+    after_freshness().await;
+    let before = COUNTED_CHECKS.load(Ordering::SeqCst);
+    let calls: Vec<_> = (0..1_000)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { client.get(url).send().await.map(|r| r.status()) })
+        })
+        .collect();
+    let answered = tokio::time::timeout(Duration::from_secs(30), async {
+        for call in calls {
+            let status = call.await.unwrap().expect("healthz answered");
+            assert_eq!(status, StatusCode::NO_CONTENT);
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "1,000 healthz calls not answered in 30 s");
+    let checks = COUNTED_CHECKS.load(Ordering::SeqCst) - before;
+    assert!(
+        (1..=5).contains(&checks),
+        "1,000 concurrent healthz calls made {checks} readiness checks"
+    );
+    // Once the outcome is stale, the next call checks again.
+    after_freshness().await;
+    let status = get(&client, url).await.status();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(COUNTED_CHECKS.load(Ordering::SeqCst) - before, checks + 1);
     sidecar.stop().await;
 }

@@ -16,14 +16,22 @@
 //! redis readiness before its timed-out `PING` starts following a
 //! failover. A component that has not answered within the wait broke that
 //! contract (its check hangs, not its backend) and counts as not ready.
+//!
+//! healthz needs no token, so its fan-out to every backend is shared:
+//! calls arriving while a check of the same generation runs wait for that
+//! check, and its outcome answers the calls of the next [`FRESH_FOR`]
+//! too. A flood of probes (200 streams on each of 1,024 connections)
+//! costs the backends one check at a time, not one per call.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use tokio::sync::OnceCell;
 use tokio::task::JoinSet;
 
-use rewire_runtime::Readiness;
+use rewire_runtime::{Generation, Readiness};
 
 use super::auth::authenticated;
 use super::error::HttpError;
@@ -38,6 +46,11 @@ use crate::ApiState;
 /// status's (`rewire_runtime`'s `READINESS_TIMEOUT`).
 pub const READINESS_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a finished check's outcome answers later healthz calls: short
+/// enough for a probe to see a backend's change at once, long enough that
+/// a flood of probes cannot turn into a flood of backend checks.
+pub const FRESH_FOR: Duration = Duration::from_millis(500);
+
 /// Dapr's error for an `appid` that is not this app's.
 const APPID_NOT_MATCH: &str = "ERR_HEALTH_APPID_NOT_MATCH";
 
@@ -47,7 +60,8 @@ const APPID_NOT_MATCH: &str = "ERR_HEALTH_APPID_NOT_MATCH";
 /// else: backend addresses and errors are not for unauthenticated callers.
 /// Then, as Dapr: with `?appid=` other than this app's id, 500
 /// `ERR_HEALTH_APPID_NOT_MATCH` (a name resolver checking that the address
-/// still serves the app it registered).
+/// still serves the app it registered). Concurrent calls share one check of
+/// the components, and its outcome is reused for [`FRESH_FOR`] (500 ms).
 pub async fn healthz(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -74,6 +88,74 @@ async fn check_components(
     headers: &HeaderMap,
     call: &Call,
 ) -> Result<(), HttpError> {
+    let not_ready = match shared_check(state, call) {
+        Some(check) => {
+            let (_, not_ready) = check.get_or_init(|| run_check(call)).await;
+            Arc::clone(not_ready)
+        }
+        // A reload between the call's start and now: checked alone.
+        None => run_check(call).await.1,
+    };
+    if not_ready.is_empty() {
+        return Ok(());
+    }
+    if !authenticated(&state.options, headers) {
+        return Err(HttpError::NotReadyWithheld);
+    }
+    Err(HttpError::NotReady(not_ready.to_vec()))
+}
+
+/// A check's outcome: when it finished, and the not-ready lines (sorted,
+/// scrubbed).
+type Outcome = (Instant, Arc<Vec<String>>);
+
+/// One generation's check, running or finished. The `Weak` keeps the
+/// generation's allocation (not the generation) alive, so its address
+/// names no other generation while the entry exists.
+struct SharedCheck {
+    generation: Weak<Generation>,
+    outcome: Arc<OnceCell<Outcome>>,
+}
+
+/// The checks of every served generation (few: one per sidecar in the
+/// process, two during a reload).
+static CHECKS: Mutex<Vec<SharedCheck>> = Mutex::new(Vec::new());
+
+/// The check of the call's generation to wait for: the one running, or
+/// finished less than [`FRESH_FOR`] ago, else a new one. `None` when the
+/// call's generation is no longer the runtime's.
+fn shared_check(state: &ApiState, call: &Call) -> Option<Arc<OnceCell<Outcome>>> {
+    let generation = state.runtime.generation();
+    if !std::ptr::eq(Arc::as_ptr(&generation), call.generation()) {
+        return None;
+    }
+    let mut checks = CHECKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    checks.retain(|check| {
+        check.generation.strong_count() > 0
+            && check
+                .outcome
+                .get()
+                .is_none_or(|(finished, _)| finished.elapsed() < FRESH_FOR)
+    });
+    let found = checks
+        .iter()
+        .find(|check| std::ptr::eq(check.generation.as_ptr(), Arc::as_ptr(&generation)));
+    if let Some(check) = found {
+        return Some(Arc::clone(&check.outcome));
+    }
+    let outcome = Arc::new(OnceCell::new());
+    checks.push(SharedCheck {
+        generation: Arc::downgrade(&generation),
+        outcome: Arc::clone(&outcome),
+    });
+    Some(outcome)
+}
+
+/// Asks every component of the call's generation, all at once, each within
+/// [`READINESS_WAIT`].
+async fn run_check(call: &Call) -> Outcome {
     let mut checks = JoinSet::new();
     for (key, instance) in call.generation().iter() {
         let (key, component) = (key.clone(), instance.component());
@@ -95,14 +177,8 @@ async fn check_components(
             Err(error) => not_ready.push(format!("a readiness check failed: {error}")),
         }
     }
-    if not_ready.is_empty() {
-        return Ok(());
-    }
-    if !authenticated(&state.options, headers) {
-        return Err(HttpError::NotReadyWithheld);
-    }
     not_ready.sort();
-    Err(HttpError::NotReady(not_ready))
+    (Instant::now(), Arc::new(not_ready))
 }
 
 /// `GET /v1.0/healthz/outbound`: 204.
