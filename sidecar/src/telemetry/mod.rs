@@ -346,7 +346,7 @@ impl Telemetry {
         let on = exporter.is_some();
         self.sampler.set(settings.sampler);
         self.exporter.send_replace(exporter);
-        let calls = on && settings.sampler != SamplerChoice::AlwaysOff;
+        let calls = on && settings.traces_calls();
         let switched = self.enabled.swap(on, Ordering::Relaxed) != on;
         if self.calls.swap(calls, Ordering::Relaxed) != calls || switched {
             // Every callsite asks `WhenTracing` again.

@@ -79,7 +79,7 @@ impl TraceSettings {
                 endpoint = Some(signal_url(&base, protocol));
             }
             if let Some(rate) = section.sampling_rate {
-                sampler = SamplerChoice::ParentBased(ParentBasedRoot::Ratio(rate));
+                sampler = rate_sampler(rate);
             }
         }
         let service_name = var("OTEL_SERVICE_NAME").unwrap_or_else(|| {
@@ -110,6 +110,12 @@ impl TraceSettings {
     pub fn enabled(&self) -> bool {
         self.endpoint.is_some()
     }
+
+    /// Whether calls may be traced: tracing is on and the sampler is not
+    /// `always_off` (else a call makes no span and parses no header).
+    pub fn traces_calls(&self) -> bool {
+        self.enabled() && self.sampler != SamplerChoice::AlwaysOff
+    }
 }
 
 /// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, as the specification
@@ -130,6 +136,17 @@ fn env_sampler(var: &dyn Fn(&str) -> Option<String>) -> SamplerChoice {
             SamplerChoice::ParentBased(ParentBasedRoot::Ratio(ratio()))
         }
         _ => SamplerChoice::ParentBased(ParentBasedRoot::AlwaysOn),
+    }
+}
+
+/// The sampler of the file's `samplingRate`: rate 0 turns call tracing off
+/// as Dapr's does (no span, a caller's sampled trace not continued either);
+/// a reload's trace is still made.
+fn rate_sampler(rate: f64) -> SamplerChoice {
+    if rate <= 0.0 {
+        SamplerChoice::AlwaysOff
+    } else {
+        SamplerChoice::ParentBased(ParentBasedRoot::Ratio(rate))
     }
 }
 
@@ -258,7 +275,7 @@ mod tests {
     #[test]
     fn the_file_wins_over_the_environment() {
         let section = TracingSection {
-            sampling_rate: Some(0.0),
+            sampling_rate: Some(0.25),
             otel: Some(OtelExport {
                 endpoint_address: "otel:4318".into(),
                 protocol: OtelProtocol::Http,
@@ -276,8 +293,34 @@ mod tests {
         );
         assert_eq!(
             settings.sampler,
-            SamplerChoice::ParentBased(ParentBasedRoot::Ratio(0.0))
+            SamplerChoice::ParentBased(ParentBasedRoot::Ratio(0.25))
         );
+    }
+
+    /// Dapr's `samplingRate: "0"` means no call tracing: not a parent-based
+    /// ratio 0, under which every call still made a span and a caller's
+    /// sampled trace was continued and exported.
+    #[test]
+    fn a_sampling_rate_of_zero_turns_call_tracing_off() {
+        let section = TracingSection {
+            sampling_rate: Some(0.0),
+            otel: Some(OtelExport {
+                endpoint_address: "otel:4318".into(),
+                protocol: OtelProtocol::Http,
+                is_secure: false,
+            }),
+        };
+        let settings = TraceSettings::resolve(&env(&[]), Some(&section), "");
+        assert_eq!(settings.sampler, SamplerChoice::AlwaysOff);
+        assert!(!settings.traces_calls());
+        // Reloads are still exported.
+        assert!(settings.enabled());
+        let section = TracingSection {
+            sampling_rate: Some(0.25),
+            ..section
+        };
+        let settings = TraceSettings::resolve(&env(&[]), Some(&section), "");
+        assert!(settings.traces_calls());
     }
 
     #[test]
