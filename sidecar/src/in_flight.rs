@@ -25,7 +25,7 @@
 //! atomic additions and a load, no clock read, no allocation.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -39,6 +39,9 @@ pub struct InFlight(Arc<Counts>);
 #[derive(Debug)]
 struct Counts {
     open: AtomicUsize,
+    /// Whether a request has ever started (a connection that never starts
+    /// one is closed sooner than an idle one).
+    started: AtomicBool,
     /// Responses waiting for the client, by the epoch they began waiting
     /// in.
     waiting: [AtomicUsize; 2],
@@ -55,6 +58,7 @@ impl InFlight {
     pub fn new() -> Self {
         Self(Arc::new(Counts {
             open: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
             waiting: [AtomicUsize::new(0), AtomicUsize::new(0)],
             epoch: AtomicUsize::new(0),
             idle_from: AtomicU64::new(0),
@@ -64,6 +68,11 @@ impl InFlight {
 
     /// Counts a request until the guard is dropped.
     pub fn start(&self) -> RequestGuard {
+        // Before the count: a reader seeing a request open sees it started.
+        // A load first, so later requests write nothing more.
+        if !self.0.started.load(Ordering::Relaxed) {
+            self.0.started.store(true, Ordering::Release);
+        }
         self.0.open.fetch_add(1, Ordering::AcqRel);
         RequestGuard {
             in_flight: self.clone(),
@@ -96,6 +105,12 @@ impl InFlight {
         self.0.epoch.store(older, Ordering::Release);
         epoch.opened = now;
         Some(now + idle_timeout)
+    }
+
+    /// Whether the connection has never had a request (its first request
+    /// head, or HTTP/2 preface and first HEADERS, not yet complete).
+    pub(crate) fn never_started(&self) -> bool {
+        !self.0.started.load(Ordering::Acquire)
     }
 
     /// Since when the connection has had no request in flight; `None`

@@ -21,6 +21,12 @@ use crate::tls::LiveTls;
 /// The longest a client may take to complete the TLS handshake.
 pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
+/// The longest a connection may take to start its first request (after
+/// the handshake, with TLS): a slot is taken before each accept, so
+/// silent connections at the cap would lock every client out for the
+/// idle timeout.
+pub const FIRST_REQUEST_LIMIT: Duration = Duration::from_secs(10);
+
 /// The first wait after an accept error.
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 /// The longest wait between accept attempts after errors.
@@ -209,6 +215,7 @@ mod tests {
         let limits = ConnectionLimits {
             max_connections: 4,
             idle_timeout: Duration::from_secs(60),
+            first_request_timeout: FIRST_REQUEST_LIMIT,
             cut: CancellationToken::new(),
         };
         let stop = CancellationToken::new();

@@ -2,7 +2,8 @@
 //! write that has waited longer than the idle timeout fails with
 //! `TimedOut` — counted from the last byte while a request is in flight,
 //! from the end of the last request (or the connection's arrival) while
-//! none is, whatever bytes move then ([`InFlight`]), and from when the
+//! none is, whatever bytes move then ([`InFlight`]), the first-request
+//! timeout from its arrival while it has never started one, and from when the
 //! oldest response still waiting for the client handed over its last chunk,
 //! whatever bytes move then (a client that grants no window) —, and every one fails
 //! once the shutdown cut comes, so the server drops the connection either
@@ -81,6 +82,8 @@ impl AsyncWrite for Transport {
 pub struct Connection {
     stream: Transport,
     idle_timeout: Duration,
+    /// Until its first request starts, closed at this.
+    first_request_by: Instant,
     /// When a byte last moved.
     last_moved: Instant,
     /// Fires at the idle deadline it was last armed for (at or before the
@@ -105,11 +108,13 @@ impl Connection {
         slot: OwnedSemaphorePermit,
     ) -> Self {
         let now = Instant::now();
+        let first_request_by = now + limits.first_request_timeout.min(limits.idle_timeout);
         Self {
             stream,
             idle_timeout: limits.idle_timeout,
+            first_request_by,
             last_moved: now,
-            idle: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
+            idle: Box::pin(tokio::time::sleep_until(first_request_by)),
             in_flight: InFlight::new(),
             epoch: Epoch::new(now),
             cut_token: limits.cut.clone(),
@@ -134,10 +139,12 @@ impl Connection {
             ));
         }
         if waiting && self.idle_for_too_long(cx) {
-            return Some(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("connection idle for {:?}", self.idle_timeout),
-            ));
+            let message = if self.in_flight.never_started() {
+                "connection started no request in time".to_owned()
+            } else {
+                format!("connection idle for {:?}", self.idle_timeout)
+            };
+            return Some(io::Error::new(io::ErrorKind::TimedOut, message));
         }
         None
     }
@@ -149,13 +156,19 @@ impl Connection {
 
     /// Whether the connection has been idle for the idle timeout: no
     /// request in flight since then, or, while one is, no byte moved, or
-    /// a response waited that long for the client (whatever bytes moved).
+    /// a response waited that long for the client (whatever bytes moved);
+    /// or it has started no request by its first-request deadline.
     /// Until then the timer is left armed for the deadline as it stands.
     fn idle_for_too_long(&mut self, cx: &mut Context<'_>) -> bool {
         while self.idle.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
-            let from = self.in_flight.idle_since().unwrap_or(self.last_moved);
+            let idle_since = self.in_flight.idle_since();
+            let from = idle_since.unwrap_or(self.last_moved);
             let mut deadline = from + self.idle_timeout;
+            // None open (read first), and none ever started.
+            if idle_since.is_some() && self.in_flight.never_started() {
+                deadline = deadline.min(self.first_request_by);
+            }
             if let Some(waited_out) =
                 self.in_flight
                     .waited_out_at(&mut self.epoch, now, self.idle_timeout)
@@ -285,6 +298,14 @@ mod tests {
 
     /// A connection accepted with `idle_timeout`, and its client.
     async fn accepted(idle_timeout: Duration) -> (Connection, TcpStream) {
+        accepted_with(idle_timeout, idle_timeout).await
+    }
+
+    /// [`accepted`], its first request due within `first_request_timeout`.
+    async fn accepted_with(
+        idle_timeout: Duration,
+        first_request_timeout: Duration,
+    ) -> (Connection, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr"))
             .await
@@ -293,6 +314,7 @@ mod tests {
         let limits = ConnectionLimits {
             max_connections: 1,
             idle_timeout,
+            first_request_timeout,
             cut: CancellationToken::new(),
         };
         let slot = Arc::new(Semaphore::new(1))
@@ -363,5 +385,42 @@ mod tests {
         assert!(reader.is_finished(), "kept open by bytes alone");
         let error = reader.await.expect("reader");
         assert_eq!(error, Some(std::io::ErrorKind::TimedOut));
+    }
+
+    /// How long `server` stays open, reading until it ends, and how it ends.
+    async fn open_for(mut server: Connection) -> (Duration, Option<std::io::ErrorKind>) {
+        let since = std::time::Instant::now();
+        let mut buf = [0u8; 16];
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match server.read(&mut buf).await {
+                    Ok(0) => return None,
+                    Ok(_) => {}
+                    Err(err) => return Some(err.kind()),
+                }
+            }
+        })
+        .await
+        .expect("closed within 5 s");
+        (since.elapsed(), ended)
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_starts_no_request_is_closed_at_the_first_request_limit() {
+        let first = Duration::from_millis(200);
+        let (server, _client) = accepted_with(Duration::from_secs(60), first).await;
+        let (open, ended) = open_for(server).await;
+        assert_eq!(ended, Some(std::io::ErrorKind::TimedOut));
+        assert!(open >= first - Duration::from_millis(60), "{open:?}");
+    }
+
+    #[tokio::test]
+    async fn once_a_request_has_started_the_idle_timeout_applies() {
+        let (idle, first) = (Duration::from_millis(900), Duration::from_millis(100));
+        let (server, _client) = accepted_with(idle, first).await;
+        drop(server.in_flight().start());
+        let (open, ended) = open_for(server).await;
+        assert_eq!(ended, Some(std::io::ErrorKind::TimedOut));
+        assert!(open >= idle - Duration::from_millis(100), "{open:?}");
     }
 }

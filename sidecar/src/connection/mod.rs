@@ -5,8 +5,10 @@
 //! without a request in flight (whatever bytes move: keepalive pings, a
 //! request head trickled in) or, while one is, without a byte read or
 //! written, and every one cut once the shutdown
-//! grace has passed. Accept errors (`EMFILE` at the descriptor limit) are
-//! backed off, never spun on.
+//! grace has passed. One that has not started its first request within
+//! [`FIRST_REQUEST_LIMIT`] is closed then (silent connections would
+//! otherwise hold every slot for the idle timeout). Accept errors
+//! (`EMFILE` at the descriptor limit) are backed off, never spun on.
 //!
 //! * `accept`: the accept loop, one task per listener, handing connections
 //!   to the server through a channel.
@@ -27,7 +29,7 @@ mod grpc_framing;
 mod io;
 mod reader_pump;
 
-pub use accept::{accept_loop, Accepted, Backoff, HANDSHAKE_LIMIT};
+pub use accept::{accept_loop, Accepted, Backoff, FIRST_REQUEST_LIMIT, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
 pub use count_requests::{
     BodyRead, CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer,
@@ -54,6 +56,7 @@ impl ConnectionLimits {
         Self {
             max_connections: options.max_connections,
             idle_timeout: options.idle_timeout,
+            first_request_timeout: FIRST_REQUEST_LIMIT,
             cut,
         }
     }
@@ -67,6 +70,10 @@ pub struct ConnectionLimits {
     /// Closed after this long without a request in flight or, while one
     /// is, without a byte read or written.
     pub idle_timeout: Duration,
+    /// Closed after this long (or the idle timeout, if shorter) when its
+    /// first request has not started: request head not read (HTTP/1), or
+    /// preface and first HEADERS not (HTTP/2).
+    pub first_request_timeout: Duration,
     /// Cancelled when every connection must end now.
     pub cut: CancellationToken,
 }
