@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::in_place;
 use super::trace;
-use super::transaction::{settle, Plan, Progress, Step, Update};
+use super::transaction::{settle, unless_cut, Plan, Progress, Step, Update, CUT_BY_SHUTDOWN};
 use crate::assemble::{assemble_resolved, AssemblyContext, ComponentFailure, FailedStep};
 use crate::assembly_tasks::ComponentTasks;
 use crate::component::ComponentKey;
@@ -214,8 +214,9 @@ async fn update_or_rebuild(
     let component = running.assembled.instance.component();
     let resolved = running.assembled.resolved.clone();
     let within = cx.timeouts.init;
-    let answer =
-        in_place::update_staged(component.clone(), hook, resolved, cx.staged.clone(), within).await;
+    let updating =
+        in_place::update_staged(component.clone(), hook, resolved, cx.staged.clone(), within);
+    let answer = unless_cut(updating, cx).await;
     if settle(&key, component, hook, &previous, answer, cx).await {
         return Ok(Step::InPlace {
             running,
@@ -223,6 +224,10 @@ async fn update_or_rebuild(
             previous,
             hook,
         });
+    }
+    if cx.stop.is_cancelled() {
+        // Not rebuilt: the reload rolls back.
+        return Err(cx.fail(&key, FailedStep::Cancelled, CUT_BY_SHUTDOWN));
     }
     let Some(descriptor) = descriptor else {
         let message = format!("unknown type `{}`", running.spec.type_name);

@@ -16,7 +16,7 @@ use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
 };
 use crate::assembly_tasks::ComponentTasks;
-use crate::closing::close_one;
+use crate::closing::{close_one, CLOSE_TIMEOUT};
 use crate::component::{Component, ComponentKey, InPlace, PendingInPlace, StagedInPlace};
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::metadata::Metadata;
@@ -361,7 +361,21 @@ impl Plan<'_> {
 }
 
 /// Why a component whose reload was cut short did not take its change.
-const CUT_BY_SHUTDOWN: &str = "the reload was cut short by shutdown";
+pub(super) const CUT_BY_SHUTDOWN: &str = "the reload was cut short by shutdown";
+
+/// `answering`'s answer, or `None` once shutdown cuts the reload short
+/// first (the call is then dropped, which aborts it): an in-place update
+/// against a dead backend cannot hold SIGTERM for the init timeout.
+pub(super) async fn unless_cut<T>(
+    answering: impl std::future::Future<Output = Answer<T>>,
+    cx: &AssemblyContext,
+) -> Option<Answer<T>> {
+    tokio::select! {
+        biased;
+        answer = answering => Some(answer),
+        () = cx.stop.cancelled() => None,
+    }
+}
 
 /// Keeps, updates in place, or rebuilds one impacted component; `now`: an
 /// update left to the commit is made at once instead.
@@ -399,7 +413,12 @@ async fn decide_and_run(
             let staged = stage(
                 &spec.key, component, &previous, descriptor, &resolved, now, cx,
             );
-            if let Some(update) = staged.await {
+            let staged = staged.await;
+            if staged.is_none() && cx.stop.is_cancelled() {
+                // Not rebuilt: the reload rolls back.
+                return Err(cx.fail(&spec.key, FailedStep::Cancelled, CUT_BY_SHUTDOWN));
+            }
+            if let Some(update) = staged {
                 let old_metadata = previous.assembled.resolved.clone();
                 let mut updated = previous;
                 updated.spec = spec;
@@ -444,7 +463,14 @@ async fn stage(
         cx.staged.clone(),
         within,
     );
-    match staging.await {
+    let Some(answer) = unless_cut(staging, cx).await else {
+        // Abandoned mid-way: it may have been half made.
+        tracing::warn!(component = %key, "In-place update cut short by shutdown; re-applying the previous metadata.");
+        let previous = previous.assembled.resolved.clone();
+        revert(key, component, hook, previous, cx).await;
+        return None;
+    };
+    match answer {
         Answer::Answered(Ok(StagedInPlace::Applied)) => Some(Update::InForce),
         Answer::Answered(Ok(StagedInPlace::Deferred(pending))) => Some(Update::Staged(pending)),
         Answer::Answered(Ok(StagedInPlace::AtCommit)) if now => {
@@ -452,8 +478,9 @@ async fn stage(
             let previous = &previous.assembled.resolved;
             let metadata = resolved.clone();
             let staged = cx.staged.clone();
-            let answer =
-                in_place::update_staged(component.clone(), hook, metadata, staged, within).await;
+            let updating =
+                in_place::update_staged(component.clone(), hook, metadata, staged, within);
+            let answer = unless_cut(updating, cx).await;
             settle(key, component, hook, previous, answer, cx)
                 .await
                 .then_some(Update::InForce)
@@ -483,19 +510,25 @@ async fn stage(
     }
 }
 
-/// Whether an update made at once (`answer`) left the running `component`
-/// with the new metadata; `false`: it is to be rebuilt instead. A panic or
-/// a timeout first re-applies `previous`, since the update may have been
-/// half made on the instance that keeps serving.
+/// Whether an update made at once (`answer`; `None`: cut short by
+/// shutdown) left the running `component` with the new metadata; `false`:
+/// it is to be rebuilt instead (or, cut short, the reload rolls back). A
+/// panic, a timeout or a cut first re-applies `previous`, since the update
+/// may have been half made on the instance that keeps serving.
 pub(super) async fn settle(
     key: &ComponentKey,
     component: Arc<dyn Component>,
     hook: Option<InPlaceHook>,
     previous: &Metadata,
-    answer: Answer<InPlace>,
+    answer: Option<Answer<InPlace>>,
     cx: &AssemblyContext,
 ) -> bool {
     let within = cx.timeouts.init;
+    let Some(answer) = answer else {
+        tracing::warn!(component = %key, "In-place update cut short by shutdown; re-applying the previous metadata.");
+        revert(key, component, hook, previous.clone(), cx).await;
+        return false;
+    };
     match answer {
         Answer::Answered(Ok(InPlace::Applied)) => true,
         Answer::Answered(Ok(InPlace::NeedsRebuild)) => false,
@@ -519,7 +552,10 @@ pub(super) async fn settle(
 }
 
 /// Re-applies `previous` to the running `component`, best effort (a panic
-/// or an error is logged, not raised).
+/// or an error is logged, not raised), within the init timeout; once
+/// shutdown cuts the reload short, within `CLOSE_TIMEOUT` of that (as a
+/// close is), then abandoned: a dead backend cannot hold SIGTERM for an
+/// init timeout per level.
 async fn revert(
     key: &ComponentKey,
     component: Arc<dyn Component>,
@@ -527,14 +563,29 @@ async fn revert(
     previous: Metadata,
     cx: &AssemblyContext,
 ) {
-    let why = match in_place::update(component, hook, previous, cx.timeouts.init).await {
+    let started = tokio::time::Instant::now();
+    let mut reverting = std::pin::pin!(in_place::update(
+        component,
+        hook,
+        previous,
+        cx.timeouts.init
+    ));
+    let answer = tokio::select! {
+        biased;
+        answer = &mut reverting => answer,
+        () = cx.stop.cancelled() => {
+            let hurried = tokio::time::timeout(CLOSE_TIMEOUT, &mut reverting).await;
+            hurried.unwrap_or(Answer::TimedOut)
+        }
+    };
+    let why = match answer {
         Answer::Answered(Ok(InPlace::Applied)) => {
             tracing::info!(component = %key, "In-place update reverted.");
             return;
         }
         Answer::Answered(Ok(InPlace::NeedsRebuild)) => "it asked for a rebuild".to_string(),
         Answer::Answered(Err(err)) => cx.redactor.scrub(&err.to_string()),
-        Answer::TimedOut => format!("no answer within {:?}", cx.timeouts.init),
+        Answer::TimedOut => format!("no answer within {:?}", started.elapsed()),
         Answer::Panicked(message) => format!("it panicked: {}", cx.redactor.scrub(&message)),
     };
     tracing::error!(component = %key, error = %why, "In-place update could not be reverted; the component may keep (part of) its new metadata.");

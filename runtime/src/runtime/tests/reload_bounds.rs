@@ -159,3 +159,87 @@ async fn a_shutdown_by_a_deadline_closes_the_stores_under_levels_of_closes_that_
     assert_eq!(closed.len(), CHAIN.len(), "each asked once: {closed:?}");
     assert_eq!(abandoned, CHAIN.len() - 1, "each hanging close counted");
 }
+
+/// An in-place component whose backend is gone: neither its staging nor
+/// its updates (the revert included) ever answer. Its staging tells
+/// `stuck`'s stop.
+struct Stuck;
+
+#[async_trait]
+impl Component for Stuck {
+    fn as_in_place(&self) -> Option<&dyn crate::component::InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::component::InPlaceUpdate for Stuck {
+    async fn update_in_place(
+        &self,
+        _metadata: &Metadata,
+    ) -> Result<crate::component::InPlace, ComponentError> {
+        std::future::pending().await
+    }
+
+    async fn stage_in_place(
+        &self,
+        _metadata: &Metadata,
+    ) -> Result<crate::component::StagedInPlace, ComponentError> {
+        stop_of("stuck").notify_one();
+        std::future::pending().await
+    }
+}
+
+impl Inject for Stuck {}
+
+impl Buildable for Stuck {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::Custom(Arc::new(*self))
+    }
+}
+
+/// `stuck-one`, a [`Stuck`], at `version`.
+fn stuck_config(version: &str) -> Value {
+    json!({"components": {"custom": {"stuck-one": {"type": "stuck", "metadata": {"version": version}}}}})
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_cuts_short_an_in_place_update_that_never_answers() {
+    let mut registry = registry();
+    registry.register(ComponentDescriptor {
+        kind: "custom",
+        type_name: "stuck",
+        description: "",
+        example_metadata: "{}",
+        validate: any_metadata,
+        build: |_| Ok(Box::new(Stuck)),
+        check_refs: None,
+        in_place: None,
+    });
+    let text = stuck_config("1").to_string();
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let config = validate(config, &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let changed = parse(stuck_config("2").to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+
+    let reload = runtime.apply(changed);
+    let shutdown = async {
+        stopped("stuck").await;
+        let asked = tokio::time::Instant::now();
+        runtime.shutdown().await;
+        asked.elapsed()
+    };
+    let (reloaded, took) = tokio::join!(reload, shutdown);
+
+    // Staging, then its revert, each an init timeout (60 s) before.
+    assert!(
+        took < CUT_SHORT,
+        "the shutdown waited {took:?} for the update"
+    );
+    assert!(
+        reloaded.is_err(),
+        "the update was not cut short: {reloaded:?}"
+    );
+}
