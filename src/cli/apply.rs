@@ -78,10 +78,16 @@ pub const EXIT_QUEUED: u8 = 3;
 /// runs each reload in its own task, so the push may be in force or not.
 pub const EXIT_UNKNOWN: u8 = 4;
 
+/// Exit status of a push the sidecar refused `RESOURCE_EXHAUSTED` (its
+/// backlog of pending pushes is full): nothing was applied, and unlike a
+/// rejection the same push may pass once the backlog drains.
+pub const EXIT_BUSY: u8 = 5;
+
 /// Sends the component's configuration (or its release); exits 1 on a
 /// rejection, printing every reason, [`EXIT_QUEUED`] when the sidecar
-/// answered before the reload was done, and [`EXIT_UNKNOWN`] when no answer
-/// came to a request sent.
+/// answered before the reload was done, [`EXIT_UNKNOWN`] when no answer
+/// came to a request sent, and [`EXIT_BUSY`] when the sidecar's backlog
+/// of pushes was full.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     if let Some(error) = repeated_field(&args.metadata) {
         eprintln!("error: {error}");
@@ -93,6 +99,13 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
         Err(Failed::Refused(error)) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE
+        }
+        Err(Failed::Busy(error)) => {
+            eprintln!(
+                "error: {key}: the sidecar is busy ({error}): nothing applied; push again later \
+                 (follow its backlog with `rewire status`)"
+            );
+            ExitCode::from(EXIT_BUSY)
         }
         Err(Failed::Unanswered(error)) => {
             eprintln!(
@@ -113,6 +126,10 @@ enum Failed {
     /// Sent, then the call failed on this side (the connection broke, a
     /// ping or the call's deadline passed): the outcome is unknown.
     Unanswered(String),
+    /// Refused `RESOURCE_EXHAUSTED` by the sidecar (its backlog of pending
+    /// pushes is full): nothing was applied, and the same push may pass
+    /// later.
+    Busy(String),
 }
 
 /// The first metadata field given twice (`-m key=a -m key=b`), said: a
@@ -208,9 +225,19 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
                 status.message(),
                 super::remote::error_chain(cause)
             )),
-            None => Failed::Refused(format!("{:?}: {}", status.code(), status.message())),
+            None => refused_by_sidecar(&status),
         }
     })
+}
+
+/// A status the sidecar sent: busy for `RESOURCE_EXHAUSTED` (see
+/// [`Failed::Busy`]), else a refusal.
+fn refused_by_sidecar(status: &tonic::Status) -> Failed {
+    let said = format!("{:?}: {}", status.code(), status.message());
+    match status.code() {
+        tonic::Code::ResourceExhausted => Failed::Busy(said),
+        _ => Failed::Refused(said),
+    }
 }
 
 /// Whether `cause`, a call's failure made on this side, says the request
@@ -463,6 +490,14 @@ mod tests {
             !error.contains("old-pw") && !error.contains("new-pw"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn only_resource_exhausted_from_the_sidecar_is_busy() {
+        let busy = refused_by_sidecar(&tonic::Status::resource_exhausted("64 pushes"));
+        assert!(matches!(busy, Failed::Busy(ref said) if said == "ResourceExhausted: 64 pushes"));
+        let refused = refused_by_sidecar(&tonic::Status::invalid_argument("no kind"));
+        assert!(matches!(refused, Failed::Refused(_)), "{refused:?}");
     }
 
     #[test]

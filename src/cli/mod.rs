@@ -80,7 +80,9 @@ enum Command {
         (nothing changed), or the sidecar could not be connected to; 2 bad arguments; 3 queued: \
         the sidecar answered before the reload was done, and will still apply or reject the push \
         (follow it with `rewire status`; pushing again is not needed); 4 outcome unknown: sent, \
-        but no answer came (it may be in force: check `rewire status` before pushing again)."
+        but no answer came (it may be in force: check `rewire status` before pushing again); 5 \
+        busy: the sidecar's backlog of pending pushes is full (`RESOURCE_EXHAUSTED`), nothing \
+        applied: push again later."
     )]
     Apply(apply::ApplyArgs),
     /// Show the running sidecar's generation, components and last reloads.

@@ -512,6 +512,8 @@ fn apply_and_status_send_the_app_token_from_rewire_api_token() {
 #[derive(Clone, Default)]
 struct QueuedLifecycle {
     amends: bool,
+    /// Refuses every amendment as a sidecar whose backlog is full.
+    backlog_full: bool,
     /// `ApplyConfiguration` calls received.
     applied: Arc<AtomicUsize>,
 }
@@ -565,6 +567,12 @@ impl lifecycle_stub::Lifecycle for QueuedLifecycle {
         &self,
         _: tonic::Request<lifecycle_stub::DynamicConfiguration>,
     ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
+        if self.backlog_full {
+            return Err(tonic::Status::resource_exhausted(
+                "64 pushes are already queued, the most this API keeps pending (64): push again \
+                 once they are applied (see GetStatus)",
+            ));
+        }
         match self.amends {
             true => Ok(Self::queued()),
             false => Err(tonic::Status::unimplemented("")),
@@ -631,6 +639,44 @@ async fn a_queued_push_is_not_reported_as_a_rejection() {
         !stderr.contains("keeps serving"),
         "worded as a rejection: {stderr}"
     );
+}
+
+/// A push refused `RESOURCE_EXHAUSTED` (the sidecar's backlog of pushes
+/// is full) is told apart from a rejection: exit status 5, saying nothing
+/// was applied and to push again later. Before: exit 1, as a rejection.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_refused_for_a_full_backlog_exits_busy() {
+    let stub = QueuedLifecycle {
+        backlog_full: true,
+        ..QueuedLifecycle::default()
+    };
+    let (addr, server) = stub.serve().await;
+    let out = tokio::task::spawn_blocking(move || {
+        rewire(&[
+            "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
+        ])
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stderr.starts_with(
+            "error: state/orders: the sidecar is busy (ResourceExhausted: 64 pushes are already \
+             queued"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nothing applied; push again later"),
+        "{stderr}"
+    );
+    assert_eq!(stdout, "");
 }
 
 /// A sidecar older than `AmendConfiguration` (it answers `UNIMPLEMENTED`)
