@@ -125,7 +125,7 @@ impl GrpcApp {
             }
             Delivered::Failed(outcome) => outcome,
             Delivered::Unimplemented(message) => {
-                tracing::warn!(id = %event.id, %message, "The app implements neither Dapr's nor Layotto's OnTopicEvent; the event is acknowledged undelivered.");
+                tracing::warn!(id = %crate::dapr::logged(&event.id), %message, "The app implements neither Dapr's nor Layotto's OnTopicEvent; the event is acknowledged undelivered.");
                 DeliveryOutcome::Success
             }
         }
@@ -196,7 +196,7 @@ pub(super) async fn delivered<T>(
     status_of: impl FnOnce(T) -> DeliveryOutcome,
 ) -> Delivered {
     let Ok(answered) = tokio::time::timeout(within, call).await else {
-        tracing::debug!(id = %event.id, "OnTopicEvent did not complete within {within:?}; retried.");
+        tracing::debug!(id = %crate::dapr::logged(&event.id), "OnTopicEvent did not complete within {within:?}; retried.");
         return Delivered::Failed(DeliveryOutcome::Retry);
     };
     match answered {

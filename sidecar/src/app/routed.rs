@@ -101,7 +101,7 @@ impl EventSink for RoutedSink {
                 // ([`EventSink::takes`]: to the dead-letter topic, else
                 // acknowledged, as Dapr); this is only reached when the
                 // routes changed in between.
-                tracing::debug!(id = %event.id, topic = %event.topic, "No route matches the event and there is no default route; acknowledged.");
+                tracing::debug!(id = %crate::dapr::logged(&event.id), topic = %crate::dapr::logged(&event.topic), "No route matches the event and there is no default route; acknowledged.");
                 DeliveryOutcome::Success
             }
         }

@@ -51,6 +51,7 @@ pub use metadata::{
     MAX_EXTENDED_METADATA_VALUE_BYTES,
 };
 pub use pubsub::{PubSubOpError, PubSubOps, PublishEvent};
+pub(crate) use pubsub_delivery::logged;
 pub use pubsub_delivery::{EventSink, TopicDelivery, ANSWER_WITHIN, MAX_ATTEMPTS};
 pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};
 pub use request_limits::{
