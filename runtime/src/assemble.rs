@@ -141,13 +141,14 @@ pub struct AssemblyContext {
     pub stop: CancellationToken,
     /// Counts the closes of components that did not start (a failed or
     /// cut-short `init`, a failed readiness) that were abandoned (timed
-    /// out or panicked): a cancelled start-up reports them.
+    /// out or panicked), and a rolled-back reload's undone closes: a
+    /// cancelled start-up, and a reload cut short by shutdown, report them.
     pub abandoned_closes: Arc<AtomicUsize>,
 }
 
 impl AssemblyContext {
     /// Counts `closed` in [`abandoned_closes`](Self::abandoned_closes).
-    fn count(&self, closed: Closed) {
+    pub(crate) fn count(&self, closed: Closed) {
         if closed == Closed::Abandoned {
             self.abandoned_closes.fetch_add(1, Ordering::Relaxed);
         }

@@ -23,6 +23,7 @@ mod steps;
 mod trace;
 mod transaction;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -65,6 +66,10 @@ pub(crate) struct Reloader {
     events: broadcast::Sender<ReloadRecord>,
     /// What reloads replaced, closing once let go.
     drains: drain::Drains,
+    /// Closes abandoned by a reload cut short by shutdown (its failed
+    /// assemblies' and its undo's): the shutdown counts them. Those of a
+    /// reload that rolled back on its own were logged then, not counted.
+    abandoned_when_cut: AtomicUsize,
 }
 
 impl Reloader {
@@ -86,6 +91,7 @@ impl Reloader {
             stopped: CancellationToken::new(),
             events: broadcast::channel(64).0,
             drains: drain::Drains::default(),
+            abandoned_when_cut: AtomicUsize::new(0),
         }
     }
 
@@ -197,8 +203,10 @@ impl Reloader {
         if serial.is_none() {
             tracing::error!("The reload in progress did not end in time at shutdown; closing the components in force without it.");
         }
+        // Told before the reload let go of the lock, if it ended.
+        let cut = self.abandoned_when_cut.swap(0, Ordering::Relaxed);
         let retired = self.drains.finish(by.map(half_left)).await;
-        left_behind + retired + self.running.close_all(by).await
+        left_behind + cut + retired + self.running.close_all(by).await
     }
 }
 

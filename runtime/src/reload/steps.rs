@@ -157,8 +157,10 @@ impl Reloader {
             // readiness wait against a dead backend cannot hold SIGTERM
             // for the init timeout; the reload then rolls back.
             stop: self.stopped.child_token(),
+            // Its own: counted at shutdown only if shutdown cut it short.
             abandoned_closes: Arc::default(),
         };
+        let abandoned = Arc::clone(&cx.abandoned_closes);
         let generation = snapshot.generation;
         let plan = transaction::Plan {
             current: snapshot.components,
@@ -167,7 +169,13 @@ impl Reloader {
             diff,
             forced: request.forced.clone(),
         };
-        plan.prepare(&self.registry, &cx).await.map_err(|failed| {
+        let prepared = plan.prepare(&self.registry, &cx).await;
+        if self.stopped.is_cancelled() {
+            let abandoned = abandoned.load(std::sync::atomic::Ordering::Relaxed);
+            let counted = &self.abandoned_when_cut;
+            counted.fetch_add(abandoned, std::sync::atomic::Ordering::Relaxed);
+        }
+        prepared.map_err(|failed| {
             let ending = Ending {
                 outcome: Outcome::RolledBack,
                 generation,

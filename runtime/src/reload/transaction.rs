@@ -642,12 +642,9 @@ async fn undo_one(step: Step, cx: AssemblyContext) {
     match step {
         Step::Kept(_) => {}
         Step::Built { running, .. } => {
-            close_one(
-                &running.spec.key,
-                &running.assembled.instance,
-                &running.assembled.shutdown,
-            )
-            .await;
+            let assembled = &running.assembled;
+            let closed = close_one(&running.spec.key, &assembled.instance, &assembled.shutdown);
+            cx.count(closed.await);
         }
         Step::InPlace {
             running,

@@ -32,8 +32,10 @@ const CUT_SHORT: Duration = Duration::from_secs(10);
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_cuts_short_a_reload_whose_init_hangs_and_it_rolls_back() {
     let runtime = started(&[("cut-store", &[])]).await;
-    // Added by the reload, its `init` never ends (it tells `cut`'s stop).
-    let adding = candidate(&[("cut-store", &[]), ("cut-hang", &["cut-store"])], &[]);
+    // Added by the reload, its `init` never ends (it tells `cut`'s stop),
+    // nor does its close.
+    let uses: [(&str, &[&str]); 2] = [("cut-store", &[]), ("cut-hang", &["cut-store"])];
+    let adding = candidate(&uses, &[("cut-hang", 60_000)]);
 
     let reload = runtime.apply(adding);
     let shutdown = async {
@@ -49,7 +51,7 @@ async fn a_shutdown_cuts_short_a_reload_whose_init_hangs_and_it_rolls_back() {
         took < CUT_SHORT,
         "the shutdown waited {took:?} for the reload"
     );
-    assert_eq!(abandoned, 0);
+    assert_eq!(abandoned, 1, "the reload's close that hung is not counted");
     let Err(ReloadError::RolledBack(failures)) = reloaded else {
         panic!("the reload should roll back, got {reloaded:?}");
     };
@@ -66,6 +68,32 @@ async fn a_shutdown_cuts_short_a_reload_whose_init_hangs_and_it_rolls_back() {
     let mut closed = of(&CLOSED, "cut");
     closed.sort();
     assert_eq!(closed, ["cut-hang", "cut-store"], "each closed once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_its_undo_abandons_when_shutdown_cuts_a_reload_short_is_counted() {
+    let runtime = started(&[("severed-store", &[])]).await;
+    // Built beside the one whose `init` never ends, it is undone; its
+    // close never ends.
+    let uses: [(&str, &[&str]); 3] = [
+        ("severed-store", &[]),
+        ("severed-built", &["severed-store"]),
+        ("severed-hang", &["severed-store"]),
+    ];
+    let adding = candidate(&uses, &[("severed-built", 60_000)]);
+
+    let reload = runtime.apply(adding);
+    let shutdown = async {
+        stopped("severed").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        runtime.shutdown().await
+    };
+    let (reloaded, abandoned) = tokio::join!(reload, shutdown);
+
+    assert!(reloaded.is_err(), "{reloaded:?}");
+    assert_eq!(abandoned, 1, "the undo's close that hung is not counted");
+    let closed = of(&CLOSED, "severed");
+    assert!(closed.iter().any(|c| c == "severed-built"), "{closed:?}");
 }
 
 /// Built by the rolled-back reload, each slow to close past the close
