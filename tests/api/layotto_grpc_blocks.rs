@@ -670,3 +670,110 @@ async fn listed_and_stated_files_carry_size_date_and_mode_as_layottos_local_stor
     );
     sidecar.stop().await;
 }
+
+/// A `PutFileRequest` with a field Layotto's has not (number 1000): the
+/// sidecar's decoder drops it, so it weighs on the wire what the decoded
+/// message does not.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PaddedPutFile {
+    #[prost(string, tag = "1")]
+    store_name: String,
+    #[prost(string, tag = "2")]
+    name: String,
+    #[prost(bytes = "vec", tag = "3")]
+    data: Vec<u8>,
+    #[prost(bytes = "vec", tag = "1000")]
+    padding: Vec<u8>,
+}
+
+/// A `PutFile` is charged to the listener's budget by its messages' wire
+/// bytes and lets go of as many once the store takes them: messages padded
+/// with unknown fields (1 MiB each, dropped by the decoder) pin nothing,
+/// so an open upload does not refuse every other call's body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_file_padded_with_unknown_fields_pins_no_budget() {
+    const MIB: usize = 1 << 20;
+    let config = r#"{"appId": "shop", "components": {
+        "file": {"files": {"type": "memory"}},
+        "state": {"orders": {"type": "memory"}}
+    }}"#;
+    // A budget of 8 MiB of request bytes across the listener.
+    let options = ApiOptions {
+        max_request_bytes_in_flight: 8 * MIB,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(config, options).await;
+    let mut uploader = tonic::client::Grpc::new(grpc::channel(sidecar.grpc_url()).await);
+    let (sender, receiver) = tokio::sync::mpsc::channel(1);
+    let upload = tokio::spawn(async move {
+        uploader.ready().await.unwrap();
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+            "/spec.proto.runtime.v1.Runtime/PutFile",
+        );
+        let codec = tonic_prost::ProstCodec::<PaddedPutFile, ()>::default();
+        let messages = tokio_stream::wrappers::ReceiverStream::new(receiver);
+        uploader
+            .client_streaming(tonic::Request::new(messages), path, codec)
+            .await
+    });
+    // 6 MiB of padding on the wire, 6 bytes of contents.
+    for i in 0..6 {
+        let (store_name, name) = match i {
+            0 => ("files".into(), "padded.bin".into()),
+            _ => (String::new(), String::new()),
+        };
+        let message = PaddedPutFile {
+            store_name,
+            name,
+            data: vec![b'x'],
+            padding: vec![0; MIB],
+        };
+        sender.send(message).await.unwrap();
+    }
+    // The upload stays open; a 3 MiB save (6 + 3 past the 8 MiB budget,
+    // were the padding still held) passes once the store has taken them.
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let save = grpc::dapr::SaveStateRequest {
+        store_name: "orders".into(),
+        states: vec![grpc::common::StateItem {
+            key: "k".into(),
+            value: vec![7; 3 * MIB],
+            ..Default::default()
+        }],
+    };
+    let saved = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            match client.save_state(save.clone()).await {
+                Ok(_) => return,
+                Err(status) if status.code() == Code::ResourceExhausted => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(status) => panic!("{status:?}"),
+            }
+        }
+    })
+    .await;
+    assert!(saved.is_ok(), "an open upload's padding kept the budget");
+    drop(sender);
+    let stored = tokio::time::timeout(grpc::PATIENCE, upload)
+        .await
+        .expect("the upload ended within the test's patience")
+        .unwrap();
+    assert!(stored.is_ok(), "{stored:?}");
+    let mut runtime = runtime(&sidecar).await;
+    let mut read = runtime
+        .get_file(layotto::GetFileRequest {
+            store_name: "files".into(),
+            name: "padded.bin".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut contents = Vec::new();
+    while let Some(chunk) = read.message().await.unwrap() {
+        contents.extend(chunk.data);
+    }
+    assert_eq!(contents, b"xxxxxx");
+    sidecar.stop().await;
+}

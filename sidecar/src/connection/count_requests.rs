@@ -1,9 +1,11 @@
 //! The service layer in front of both servers: it counts each request in
 //! its connection's [`InFlight`] from the call until its response body
 //! ends, and charges its body to the listener's [`BodyBudget`] as it is
-//! read (an upload's [`BodyCharge`] in the request's extensions, for its
-//! reader that streams it on; other bodies hold their charge inline, so
-//! an ordinary request allocates nothing here). The same for both servers, which differ in how a request finds
+//! read (an HTTP upload's [`BodyCharge`] in the request's extensions, for
+//! its reader that streams it on; a gRPC request stream, Layotto's
+//! `PutFile` among them, by its messages' wire framing; other bodies hold
+//! their charge inline, so an ordinary request allocates nothing here).
+//! The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
 //! their body type.
@@ -45,18 +47,20 @@ pub enum BodyRead {
     /// what it took.
     Upload,
     /// A gRPC request stream as long as its call (a subscription's
-    /// requests and acknowledgements): charged for the message being read.
+    /// requests and acknowledgements, a `PutFile`'s chunks): charged for
+    /// the message being read, each whole one let go of by its length
+    /// prefix once decoded (not by its decoded size, which drops unknown
+    /// fields and would leave their bytes charged).
     Messages,
 }
 
-/// Layotto's client-streaming upload.
-const LAYOTTO_PUT_FILE: &str = "/spec.proto.runtime.v1.Runtime/PutFile";
-
-/// The gRPC calls whose requests are a stream for the life of the call.
-const REQUEST_STREAMS: [&str; 3] = [
+/// The gRPC calls whose requests are a stream for the life of the call;
+/// an upload's messages are decoded only as the store takes them.
+const REQUEST_STREAMS: [&str; 4] = [
     "/dapr.proto.runtime.v1.Dapr/SubscribeTopicEventsAlpha1",
     "/spec.proto.runtime.v1.Runtime/SubscribeTopicEvents",
     "/spec.proto.runtime.v1.Runtime/SubscribeConfiguration",
+    "/spec.proto.runtime.v1.Runtime/PutFile",
 ];
 
 /// The HTTP file route's prefix (`PUT` on it is an upload).
@@ -68,9 +72,7 @@ impl CountedBody for tonic::body::Body {
     }
 
     fn read_as(_: &Method, path: &str) -> BodyRead {
-        if path.as_bytes() == LAYOTTO_PUT_FILE.as_bytes() {
-            BodyRead::Upload
-        } else if REQUEST_STREAMS.contains(&path) {
+        if REQUEST_STREAMS.contains(&path) {
             BodyRead::Messages
         } else {
             BodyRead::Whole
@@ -264,6 +266,9 @@ where
 mod tests {
     use super::*;
 
+    /// Layotto's client-streaming upload.
+    const LAYOTTO_PUT_FILE: &str = "/spec.proto.runtime.v1.Runtime/PutFile";
+
     /// Answers whether the request it was given carried a [`BodyCharge`].
     #[derive(Clone)]
     struct SeesCharge;
@@ -304,12 +309,15 @@ mod tests {
         response.headers()["charged"] == "true"
     }
 
-    /// Only uploads get a shared charge in their extensions; other
-    /// requests (a GetState's) hold theirs inline, allocating nothing.
+    /// Only HTTP uploads get a shared charge in their extensions; other
+    /// requests (a GetState's) hold theirs inline, allocating nothing, and
+    /// a gRPC upload is charged by its messages' framing.
     #[tokio::test]
     async fn only_uploads_carry_a_body_charge() {
         let grpc = |bytes: &'static [u8]| tonic::body::Body::new(axum::body::Body::from(bytes));
-        assert!(charged(Method::POST, LAYOTTO_PUT_FILE, grpc(b"x")).await);
+        let put_file = tonic::body::Body::read_as(&Method::POST, LAYOTTO_PUT_FILE);
+        assert_eq!(put_file, BodyRead::Messages);
+        assert!(!charged(Method::POST, LAYOTTO_PUT_FILE, grpc(b"x")).await);
         assert!(
             !charged(
                 Method::POST,

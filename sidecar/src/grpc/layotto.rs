@@ -328,11 +328,10 @@ impl Runtime for LayottoApi {
         // as long as it needs (the store bounds the file's size), and is
         // cut when no chunk arrives for `request_timeout`.
         let caller = caller(&request);
-        let charge = request.extensions().get().cloned();
         let incoming = request.into_inner();
         let idle = self.state.options.request_timeout;
         observed(&self.state, "layotto.PutFile", caller, |call| {
-            layotto_file::put(call, incoming, charge, idle)
+            layotto_file::put(call, incoming, idle)
         })
         .await
         .map(Response::new)

@@ -16,7 +16,7 @@ use tonic::{Code, Status, Streaming};
 use super::endable_stream::{EndableStream, StreamEnd};
 use super::layotto_date::go_time_string;
 use super::proto::spec::proto::runtime::v1 as pb;
-use crate::connection::{pump, BodyCharge, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
+use crate::connection::{pump, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
 use crate::dapr::{Call, FileOpError, SequencerOpError, UploadError};
 use tonic::codegen::Bytes;
 
@@ -85,12 +85,12 @@ fn increment(options: Option<pb::SequencerOptions>) -> Result<Increment, Status>
 /// takes while chunks keep coming (the store bounds its size); cut with
 /// `DEADLINE_EXCEEDED` when none arrives for `idle` (`request_timeout`).
 /// Each message handed on stops counting against the listener's budget of
-/// request bytes (`charge`): an upload holds only what it has read and not
-/// yet passed on, so it may be larger than that budget.
+/// request bytes, by its wire framing (`crate::connection`'s `Messages`),
+/// once the store asks for the next: an upload holds only what it has read
+/// and not yet passed on, so it may be larger than that budget.
 pub(super) async fn put(
     call: Call,
     mut incoming: Streaming<pb::PutFileRequest>,
-    charge: Option<BodyCharge>,
     idle: Duration,
 ) -> Result<(), Status> {
     let first = tokio::time::timeout(idle, incoming.message())
@@ -107,20 +107,8 @@ pub(super) async fn put(
         return Ok(());
     };
     let store = call.file_store(&first.store_name)?;
-    // A message's bytes on the wire: its frame's 5-byte header, then it.
-    let taken = move |message: &pb::PutFileRequest| {
-        if let Some(charge) = &charge {
-            charge.taken(5 + prost::Message::encoded_len(message));
-        }
-    };
-    taken(&first);
     let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
-    let rest = incoming.map(move |message| {
-        message.map(|message| {
-            taken(&message);
-            message.data
-        })
-    });
+    let rest = incoming.map(|message| message.map(|message| message.data));
     let chunks = tokio_stream::once(Ok(first.data)).chain(rest).map(|chunk| {
         chunk
             .map(Bytes::from)
