@@ -65,7 +65,8 @@ pub enum FailedStep {
     /// Building or initialising it panicked.
     Panicked,
     /// The start-up was cancelled while it was assembled (see
-    /// [`Runtime::start_until`](crate::Runtime::start_until)).
+    /// [`Runtime::start_until`](crate::Runtime::start_until)), or shutdown
+    /// cut the reload short: the message says which.
     Cancelled,
 }
 
@@ -79,7 +80,7 @@ impl fmt::Display for FailedStep {
             FailedStep::InitTimeout => "init timed out",
             FailedStep::NotReady => "not ready in time",
             FailedStep::Panicked => "panicked",
-            FailedStep::Cancelled => "start-up cancelled",
+            FailedStep::Cancelled => "cancelled",
         })
     }
 }

@@ -16,7 +16,7 @@ use super::record::{Ending, Recording};
 use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
 use super::Reloader;
-use crate::assemble::{failure_lines, AssemblyContext};
+use crate::assemble::{failure_lines, AssemblyContext, ComponentFailure, FailedStep};
 use crate::component::{ComponentKey, Handover, LeftMark};
 use crate::config::{validate_reload, ConfigDiff, LayerChange, Problems, ValidConfig};
 use crate::handle::Generation;
@@ -175,7 +175,8 @@ impl Reloader {
             let counted = &self.abandoned_when_cut;
             counted.fetch_add(abandoned, std::sync::atomic::Ordering::Relaxed);
         }
-        prepared.map_err(|failed| {
+        prepared.map_err(|mut failed| {
+            let cut = self.stopped.is_cancelled() && told_cut(&mut failed.failures);
             let ending = Ending {
                 outcome: Outcome::RolledBack,
                 generation,
@@ -183,7 +184,12 @@ impl Reloader {
                 serving: failed.serving,
                 error: Some(failure_lines(&failed.failures)),
             };
-            (ending, ReloadError::RolledBack(failed.failures))
+            // Not a rejection of the change: the runtime is going away.
+            let error = match cut {
+                true => ReloadError::Stopped,
+                false => ReloadError::RolledBack(failed.failures),
+            };
+            (ending, error)
         })
     }
 
@@ -233,6 +239,20 @@ impl Reloader {
             error: None,
         }
     }
+}
+
+/// Whether shutdown cut the reload short: a component of it was cancelled.
+/// Their failures then say so in a reload's words, not in the start-up's
+/// the assembly shares with it.
+fn told_cut(failures: &mut [ComponentFailure]) -> bool {
+    let mut cut = false;
+    for failure in failures.iter_mut() {
+        if failure.step == FailedStep::Cancelled {
+            failure.message = transaction::CUT_BY_SHUTDOWN.to_string();
+            cut = true;
+        }
+    }
+    cut
 }
 
 /// The components whose declaration a reload ends: removed, or declared
