@@ -12,8 +12,7 @@
 //!
 //! [`PeerInfo`]: crate::tls::PeerInfo
 
-use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -21,7 +20,7 @@ use std::task::{Context, Poll};
 use http_body::Body as _;
 use tonic::codegen::http::{Method, Request, Response};
 
-use super::{Accepted, BodyBudget, BodyCharge, Budgeted};
+use super::{BodyBudget, BodyCharge, Budgeted};
 use crate::in_flight::{Counted, InFlight, RequestGuard};
 
 /// A server's body type (requests' and responses' alike), which can carry
@@ -165,38 +164,16 @@ impl<S> tower_layer::Layer<S> for CountRequestsLayer {
     }
 }
 
-/// Makes, for each connection axum serves, a [`CountRequests`] around a
-/// clone of `inner` holding the connection's count.
-#[derive(Clone)]
-pub struct CountRequestsPerConnection<S> {
-    inner: S,
-    budget: Arc<BodyBudget>,
-}
-
-impl<S> CountRequestsPerConnection<S> {
-    /// `inner` for each connection, bodies charged to `budget`.
-    pub fn new(inner: S, budget: Arc<BodyBudget>) -> Self {
-        Self { inner, budget }
-    }
-}
-
-impl<S: Clone> tower_service::Service<axum::serve::IncomingStream<'_, Accepted>>
-    for CountRequestsPerConnection<S>
-{
-    type Response = CountRequests<S>;
-    type Error = Infallible;
-    type Future = Ready<Result<CountRequests<S>, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, connection: axum::serve::IncomingStream<'_, Accepted>) -> Self::Future {
-        ready(Ok(CountRequests {
-            inner: self.inner.clone(),
-            counter: Counter::Connection(connection.io().in_flight().clone()),
-            budget: Arc::clone(&self.budget),
-        }))
+impl<S> CountRequests<S> {
+    /// `inner` for one connection's requests, counted in its `in_flight`
+    /// (held here: no per-request look-up, nothing added to a request's
+    /// extensions), bodies charged to `budget`.
+    pub fn for_connection(inner: S, in_flight: InFlight, budget: Arc<BodyBudget>) -> Self {
+        Self {
+            inner,
+            counter: Counter::Connection(in_flight),
+            budget,
+        }
     }
 }
 
@@ -265,6 +242,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::convert::Infallible;
+    use std::future::{ready, Ready};
 
     /// Layotto's client-streaming upload.
     const LAYOTTO_PUT_FILE: &str = "/spec.proto.runtime.v1.Runtime/PutFile";

@@ -31,10 +31,7 @@ mod reader_pump;
 
 pub use accept::{accept_loop, Accepted, Backoff, FIRST_REQUEST_LIMIT, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
-pub use count_requests::{
-    BodyRead, CountRequests, CountRequestsLayer, CountRequestsPerConnection, CountedAnswer,
-    CountedBody,
-};
+pub use count_requests::{BodyRead, CountRequests, CountRequestsLayer, CountedAnswer, CountedBody};
 pub use io::{Connection, Transport};
 pub(crate) use reader_pump::{pump, pumped, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
 

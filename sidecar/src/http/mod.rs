@@ -54,17 +54,17 @@ pub(crate) use hot_path::cleaned_path;
 
 use hot_path::HotPath;
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::serve::Listener;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
-use tonic::transport::server::Connected;
-use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::connection::{accept_loop, ConnectionLimits, CountRequestsLayer};
+use crate::connection::{accept_loop, ConnectionLimits, CountRequests};
 use crate::{ApiError, ApiState};
 
 /// The HTTP API as a router (for serving, or for tests that drive it
@@ -175,7 +175,7 @@ pub async fn serve(
     let mut accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     let budget = state.options.body_budget();
     let router = router_until(state.clone(), shutdown.child_token());
-    let service = CountRequestsLayer(budget).layer(HotPath::new(router, state));
+    let hot_path = HotPath::new(router, state);
     // axum's own loop (`axum::serve`), but with hyper's builder in hand:
     // axum's cannot bound the HTTP/1 head buffer.
     let mut builder = Builder::new(TokioExecutor::new());
@@ -187,15 +187,18 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
             accepted = Listener::accept(&mut accepted) => accepted,
         };
-        // Each request counts in its connection's requests in flight
-        // (found in its `PeerInfo`, as tonic's are).
-        let peer = connection.connect_info();
-        let service = service.clone();
+        // Each request counts in its connection's requests in flight,
+        // held by the connection's service (nothing looked up or added
+        // per request).
+        let counted = CountRequests::for_connection(
+            hot_path.clone(),
+            connection.in_flight().clone(),
+            Arc::clone(&budget),
+        );
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let (mut service, peer) = (service.clone(), peer.clone());
+            let mut service = counted.clone();
             async move {
-                let mut request = request.map(axum::body::Body::new);
-                request.extensions_mut().insert(peer);
+                let request = request.map(axum::body::Body::new);
                 std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
                 service.call(request).await
             }
