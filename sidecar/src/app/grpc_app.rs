@@ -18,9 +18,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+use super::callback_call::Delivered;
 use super::subscriptions::{ask_until_answered, Listing, ASK_FOR};
 use super::{grpc_route, layotto_route, AppSubscription, APP_CALL_TIMEOUT};
-use crate::dapr::TopicEvent;
+use crate::dapr::{EventSink, TopicEvent};
 use crate::grpc::proto::dapr::proto::runtime::v1::app_callback_client::AppCallbackClient as DaprCallback;
 use crate::grpc::proto::spec::proto::runtime::v1::app_callback_client::AppCallbackClient as LayottoCallback;
 
@@ -47,16 +48,31 @@ impl Flavour {
     }
 }
 
-/// How one `OnTopicEvent` call went.
-pub(super) enum Delivered {
-    /// The app's answer: it serves this service.
-    Answered(DeliveryOutcome),
-    /// No answer: a timeout, a transport failure or an error status (a
-    /// retry). Says nothing of which service the app serves, so it never
-    /// switches the app's flavour.
-    Failed(DeliveryOutcome),
-    /// The app does not serve this service's `OnTopicEvent`; why.
-    Unimplemented(String),
+/// One subscription's deliveries over the app's gRPC channel.
+pub struct GrpcRoute {
+    app: GrpcApp,
+    path: String,
+}
+
+impl GrpcRoute {
+    /// Delivers over `channel`, naming `path` (the subscription's route).
+    pub fn new(channel: Channel, path: String) -> Self {
+        Self {
+            app: GrpcApp::new(channel),
+            path,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl EventSink for GrpcRoute {
+    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        self.app.deliver(&self.path, event, within).await
+    }
+
+    async fn closed(&self) {
+        std::future::pending().await
+    }
 }
 
 /// The app's two `AppCallback` clients over one channel, and which of them
@@ -186,49 +202,6 @@ pub(super) async fn ask_app(
     .await
 }
 
-/// The outcome of an `OnTopicEvent` `call` bounded by `within` whose
-/// answer's status is read with `status_of`: a retry when it fails or no
-/// answer comes in time.
-pub(super) async fn delivered<T>(
-    event: &TopicEvent,
-    within: Duration,
-    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    status_of: impl FnOnce(T) -> DeliveryOutcome,
-) -> Delivered {
-    let Ok(answered) = tokio::time::timeout(within, call).await else {
-        tracing::debug!(id = %crate::dapr::logged(&event.id), "OnTopicEvent did not complete within {within:?}; retried.");
-        return Delivered::Failed(DeliveryOutcome::Retry);
-    };
-    match answered {
-        Ok(answer) => Delivered::Answered(status_of(answer.into_inner())),
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            Delivered::Unimplemented(status.message().to_string())
-        }
-        Err(status) => {
-            tracing::debug!(code = ?status.code(), "OnTopicEvent failed; retried.");
-            Delivered::Failed(DeliveryOutcome::Retry)
-        }
-    }
-}
-
-/// `request`, bounded by `within` (told to the app as its `grpc-timeout`),
-/// carrying the publisher's trace in its metadata, as Dapr passes it,
-/// when it is one (see `delivered_trace`). Only valid values are sent: a
-/// field of the event that is not one must not fail every attempt at it.
-pub(super) fn traced<T>(message: T, event: &TopicEvent, within: Duration) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    let (traceparent, tracestate) = crate::telemetry::propagation::delivered_trace(
-        Some(&event.field("traceparent")),
-        Some(&event.field("tracestate")),
-    );
-    for (name, value) in [("traceparent", traceparent), ("tracestate", tracestate)] {
-        let Some(value) = value.filter(|v| !v.is_empty()) else {
-            continue;
-        };
-        if let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_str()) {
-            request.metadata_mut().insert(name, value);
-        }
-    }
-    request.set_timeout(within);
-    request
-}
+#[cfg(test)]
+#[path = "grpc_app_tests.rs"]
+mod tests;

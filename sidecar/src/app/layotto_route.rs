@@ -11,7 +11,7 @@ use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::DeliveryOutcome;
 use tonic::transport::Channel;
 
-use super::grpc_app::{delivered, traced, Delivered};
+use super::callback_call::{delivered, traced, Delivered};
 use super::AppSubscription;
 use crate::dapr::TopicEvent;
 use crate::grpc::layotto_pubsub::metadata_of;

@@ -14,6 +14,7 @@
 //! Configuration updates of HTTP subscriptions are posted to an HTTP app
 //! too ([`config_updates`]).
 
+mod callback_call;
 pub mod config_updates;
 mod follow;
 mod grpc_app;
@@ -33,7 +34,7 @@ use crate::dapr::{AppConnection, ProgrammaticSubscriptions};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use grpc_route::GrpcRoute;
+pub use grpc_app::GrpcRoute;
 pub use http_route::HttpRoute;
 pub use subscriptions::{parse_subscriptions, AppSubscription};
 
