@@ -11,6 +11,7 @@ mod graph;
 mod remote;
 mod run;
 mod serve_tls;
+mod shutdown;
 mod status;
 mod stop_signals;
 mod validate;

@@ -148,7 +148,7 @@ async fn serve_until_stopped(
         Ok(server) => server,
         Err(err) => {
             eprintln!("error: {err}");
-            shut_down_within(&runtime, CLOSE_BOUND).await;
+            super::shutdown::shut_down_within(&runtime, CLOSE_BOUND).await;
             return ExitCode::FAILURE;
         }
     };
@@ -168,7 +168,7 @@ async fn serve_until_stopped(
             Ok(())
         }
     };
-    let abandoned = shut_down_within(&runtime, CLOSE_BOUND).await;
+    let abandoned = super::shutdown::shut_down_within(&runtime, CLOSE_BOUND).await;
     // The last calls' and the shutdown's spans, exported within a bound.
     if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
         tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
@@ -192,19 +192,4 @@ async fn serve_until_stopped(
             ExitCode::FAILURE
         }
     }
-}
-
-/// Shuts `runtime` down by `within` from now: a deep graph of closes that
-/// hang, or a reload that does not let go, must still let the process exit
-/// with its stores closed (dropping the shutdown at a bound instead would
-/// skip the stores, closed last). Every shutdown of `rewire run` goes
-/// through here. Returns how many closes were abandoned.
-pub(super) async fn shut_down_within(runtime: &Runtime, within: Duration) -> usize {
-    let abandoned = runtime
-        .shutdown_by(tokio::time::Instant::now() + within)
-        .await;
-    if abandoned > 0 {
-        tracing::warn!(abandoned, bound = ?within, "Component close(s) abandoned at shutdown.");
-    }
-    abandoned
 }

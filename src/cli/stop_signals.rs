@@ -285,7 +285,7 @@ pub(super) async fn start_unless_stopped(
         // process not long after.
         Ok(Ok(runtime)) => {
             let within = Runtime::CANCELLED_START_UNWIND;
-            cancelled_exit(super::run::shut_down_within(&runtime, within).await)
+            cancelled_exit(super::shutdown::shut_down_within(&runtime, within).await)
         }
         Ok(Err(StartError::Cancelled { abandoned })) => cancelled_exit(abandoned),
         Ok(Err(err)) => {
