@@ -160,6 +160,10 @@ async fn serve_until_stopped(
     }
     let signal = stop.wait().await;
     tracing::info!(signal, "Stopping.");
+    // Before the servers stop: a push whose reload is in progress is
+    // answered UNAVAILABLE (cut short) while its connection is still up,
+    // not held for the grace and then cut, nothing in force.
+    runtime.stop_reloads();
     stop_serving.cancel();
     let served = match tokio::time::timeout(serving_bound, server.stopped()).await {
         Ok(served) => served,

@@ -170,6 +170,13 @@ impl Reloader {
         self.events.subscribe()
     }
 
+    /// Cuts short a reload in progress (it answers
+    /// [`ReloadError::Stopped`]) and refuses any later one, without waiting
+    /// or closing anything: the components keep serving.
+    pub(crate) fn stop(&self) {
+        self.stopped.cancel();
+    }
+
     /// Cuts short a reload in progress (its resolves, `init`s and
     /// readiness waits: it rolls back, its undo bounded) and waits for it,
     /// refuses any later one, closes what reloads replaced (without

@@ -212,10 +212,10 @@ impl Runtime {
     /// components at once, each level within its share of the time left),
     /// and the start returns [`StartError::Cancelled`], all within
     /// [`CANCELLED_START_UNWIND`](Self::CANCELLED_START_UNWIND) of `stop`.
-    /// Cancelled while the configured overlay is laid, it lets that reload
-    /// end (bounded as reloads are, not by `CANCELLED_START_UNWIND`), then
-    /// closes as [`shutdown`](Self::shutdown) does, the instances the
-    /// overlay replaced included.
+    /// Cancelled while the configured overlay is laid, it cuts that reload
+    /// short (it rolls back, its undo bounded by the close timeout), then
+    /// closes as [`shutdown_by`](Self::shutdown_by) does, by
+    /// `CANCELLED_START_UNWIND` from the stop.
     ///
     /// Dropping the future of `start` or `start_until` instead abandons the
     /// start without waiting: a component still starting (in its `init` or
@@ -289,12 +289,26 @@ impl Runtime {
                 control_turn: tokio::sync::Mutex::new(()),
             }),
         };
+        let mut stop_seen = None;
         if let Some(spec) = overlay {
-            runtime.apply_initial_overlay(&spec, &app_id).await;
+            let mut laying = pin!(runtime.apply_initial_overlay(&spec, &app_id));
+            tokio::select! {
+                () = &mut laying => {}
+                () = cancelled.cancelled() => {
+                    // Cut short as a reload at shutdown is: it rolls back.
+                    stop_seen = Some(tokio::time::Instant::now());
+                    runtime.stop_reloads();
+                    laying.await;
+                }
+            }
         }
         if cancelled.is_cancelled() {
-            // While the overlay was laid: closed as a shutdown closes.
-            let abandoned = runtime.shutdown().await;
+            // While the overlay was laid: closed as a shutdown closes, by
+            // the unwinding's bound from the stop.
+            let from = stop_seen.unwrap_or_else(tokio::time::Instant::now);
+            let abandoned = runtime
+                .shutdown_by(from + Self::CANCELLED_START_UNWIND)
+                .await;
             return Err(StartError::Cancelled { abandoned });
         }
         worker::spawn_worker(
@@ -603,6 +617,16 @@ impl Runtime {
     /// A handle to any component.
     pub fn component(&self, key: ComponentKey) -> ComponentHandle {
         ComponentHandle::new(key, self.live_generation().clone())
+    }
+
+    /// Cuts short a reload in progress and refuses every later one (each
+    /// answers [`ReloadError::Stopped`]) while the components keep
+    /// serving: the first step of a shutdown, taken as the stop signal
+    /// arrives, so a reload pushed over an API is answered while its
+    /// connection is still up, not cut with it when the servers stop.
+    /// [`shutdown`](Self::shutdown) does it too.
+    pub fn stop_reloads(&self) {
+        self.reloader().stop();
     }
 
     /// Stops the triggers, cuts short a reload in progress (it rolls back)

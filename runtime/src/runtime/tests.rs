@@ -480,6 +480,44 @@ async fn an_instance_the_start_up_overlay_replaced_is_closed_before_a_cancelled_
     );
 }
 
+/// A stop while the start-up overlay is laid cuts its reload short: an
+/// `init` of it that never ends cannot hold the start for the init timeout.
+#[tokio::test(start_paused = true)]
+async fn a_stop_while_the_start_up_overlay_is_laid_cuts_its_reload_short() {
+    let overlay = json!({"components": {"custom": {"stall-user": {
+        "type": "recorder", "metadata": {"name": "stall-new", "hangs": true},
+    }}}});
+    let config = valid(&json!({
+        "components": {
+            "custom": {"stall-user": {"type": "recorder", "metadata": {"name": "stall-old"}}},
+            "config_store": {"cfg": {"type": "overlay", "metadata": {"overlay": overlay.to_string()}}},
+        },
+        "overlay": {"store": "cfg", "key": "rewire.components"},
+    }));
+    let asked = tokio::time::Instant::now();
+    let started = Runtime::start_until(
+        config,
+        registry(),
+        RuntimeOptions::default(),
+        stopped("stall"),
+    )
+    .await;
+    let took = asked.elapsed();
+
+    assert!(
+        matches!(started, Err(StartError::Cancelled { abandoned: 0 })),
+        "{:?}",
+        started.err()
+    );
+    assert!(
+        took <= Runtime::CANCELLED_START_UNWIND,
+        "took {took:?}: the overlay's reload was not cut short"
+    );
+    let mut closed = of(&CLOSED, "stall");
+    closed.sort();
+    assert_eq!(closed, ["stall-new", "stall-old"], "each closed once");
+}
+
 /// A component whose `init` failed is closed under the init timeout; a
 /// stop arriving during that close leaves it [`CLOSE_TIMEOUT`] more, so
 /// the stores of the levels before are still closed within the bound.

@@ -271,3 +271,39 @@ async fn a_shutdown_cuts_short_an_in_place_update_that_never_answers() {
         "the update was not cut short: {reloaded:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn stopping_reloads_cuts_one_whose_init_hangs_while_the_components_serve() {
+    let runtime = started(&[("halt-store", &[])]).await;
+    let uses: [(&str, &[&str]); 2] = [("halt-store", &[]), ("halt-hang", &["halt-store"])];
+
+    let reload = runtime.apply(candidate(&uses, &[]));
+    let stop = async {
+        stopped("halt").await;
+        runtime.stop_reloads();
+        tokio::time::Instant::now()
+    };
+    let (reloaded, asked) = tokio::join!(reload, stop);
+
+    assert!(
+        asked.elapsed() < CUT_SHORT,
+        "the reload held on {:?} after the stop",
+        asked.elapsed()
+    );
+    assert!(
+        matches!(reloaded, Err(ReloadError::Stopped)),
+        "the reload should say the runtime stopped, got {reloaded:?}"
+    );
+    // Still serving the generation in force; a later reload is refused.
+    let key = ComponentKey::new("custom", "halt-store");
+    assert!(runtime.generation().get(&key).is_some(), "not serving");
+    assert_eq!(
+        of(&CLOSED, "halt"),
+        ["halt-hang"],
+        "only the undone one closed"
+    );
+    let later = runtime.apply(candidate(&[("halt-store", &[])], &[])).await;
+    assert!(matches!(later, Err(ReloadError::Stopped)), "{later:?}");
+    runtime.shutdown().await;
+    assert_eq!(of(&CLOSED, "halt"), ["halt-hang", "halt-store"]);
+}
