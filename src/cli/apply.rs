@@ -78,8 +78,8 @@ pub const EXIT_QUEUED: u8 = 3;
 /// runs each reload in its own task, so the push may be in force or not.
 pub const EXIT_UNKNOWN: u8 = 4;
 
-/// Exit status of a push the sidecar refused `RESOURCE_EXHAUSTED` (its
-/// backlog of pending pushes is full): nothing was applied, and unlike a
+/// Exit status of a push the sidecar refused `RESOURCE_EXHAUSTED` for its
+/// full backlog of pending pushes (marked [`PUSH_BACKLOG_FULL`]): nothing was applied, and unlike a
 /// rejection the same push may pass once the backlog drains.
 pub const EXIT_BUSY: u8 = 5;
 
@@ -126,8 +126,8 @@ enum Failed {
     /// Sent, then the call failed on this side (the connection broke, a
     /// ping or the call's deadline passed): the outcome is unknown.
     Unanswered(String),
-    /// Refused `RESOURCE_EXHAUSTED` by the sidecar (its backlog of pending
-    /// pushes is full): nothing was applied, and the same push may pass
+    /// Refused `RESOURCE_EXHAUSTED` by the sidecar, marked
+    /// [`PUSH_BACKLOG_FULL`] (its backlog of pending pushes is full): nothing was applied, and the same push may pass
     /// later.
     Busy(String),
 }
@@ -230,14 +230,89 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
     })
 }
 
-/// A status the sidecar sent: busy for `RESOURCE_EXHAUSTED` (see
-/// [`Failed::Busy`]), else a refusal.
+/// A status the sidecar sent: busy for a push refused for a full backlog
+/// (see [`Failed::Busy`]), else a refusal — a request over the sidecar's
+/// `max_request_bytes` is `RESOURCE_EXHAUSTED` too, but pushing it again
+/// can never pass, so a script retrying on busy would loop.
 fn refused_by_sidecar(status: &tonic::Status) -> Failed {
     let said = format!("{:?}: {}", status.code(), status.message());
-    match status.code() {
-        tonic::Code::ResourceExhausted => Failed::Busy(said),
-        _ => Failed::Refused(said),
+    if status.code() == tonic::Code::ResourceExhausted && marked_backlog_full(status.details()) {
+        Failed::Busy(said)
+    } else {
+        Failed::Refused(said)
     }
+}
+
+/// `ErrorInfo` (reason, domain) the sidecar marks a push refused for its
+/// full backlog with (its `lifecycle_wait::PUSH_BACKLOG_FULL`).
+const PUSH_BACKLOG_FULL: (&str, &str) = ("PUSH_BACKLOG_FULL", "rewire");
+
+/// Whether `details`, a status's encoded `google.rpc.Status`, carries the
+/// [`PUSH_BACKLOG_FULL`] `ErrorInfo`. Read by hand: the CLI has no protobuf
+/// runtime of its own for three fields.
+fn marked_backlog_full(details: &[u8]) -> bool {
+    const ERROR_INFO: &[u8] = b"type.googleapis.com/google.rpc.ErrorInfo";
+    let Some(status) = len_fields(details) else {
+        return false;
+    };
+    // google.rpc.Status: `details` (3) are `Any`s: `type_url` (1), `value` (2);
+    // ErrorInfo: `reason` (1), `domain` (2).
+    status.iter().filter(|(n, _)| *n == 3).any(|(_, any)| {
+        let Some(any) = len_fields(any) else {
+            return false;
+        };
+        let info = match field(&any, 2).map(len_fields) {
+            Some(Some(info)) if field(&any, 1) == Some(ERROR_INFO) => info,
+            _ => return false,
+        };
+        field(&info, 1) == Some(PUSH_BACKLOG_FULL.0.as_bytes())
+            && field(&info, 2) == Some(PUSH_BACKLOG_FULL.1.as_bytes())
+    })
+}
+
+/// The bytes of field `number` in `fields`.
+fn field<'a>(fields: &[(u64, &'a [u8])], number: u64) -> Option<&'a [u8]> {
+    fields
+        .iter()
+        .find(|(n, _)| *n == number)
+        .map(|(_, bytes)| *bytes)
+}
+
+/// The length-delimited fields of the protobuf `message`, as (number,
+/// bytes), other wire types skipped; `None` when it is malformed.
+fn len_fields(mut message: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    let mut fields = Vec::new();
+    while !message.is_empty() {
+        let key = varint(&mut message)?;
+        match key & 7 {
+            0 => {
+                varint(&mut message)?;
+            }
+            1 => message = message.get(8..)?,
+            2 => {
+                let len = usize::try_from(varint(&mut message)?).ok()?;
+                fields.push((key >> 3, message.get(..len)?));
+                message = &message[len..];
+            }
+            5 => message = message.get(4..)?,
+            _ => return None,
+        }
+    }
+    Some(fields)
+}
+
+/// The protobuf varint at the start of `bytes`, consumed.
+fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = bytes.split_first()?;
+        *bytes = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// Whether `cause`, a call's failure made on this side, says the request
@@ -493,9 +568,30 @@ mod tests {
     }
 
     #[test]
-    fn only_resource_exhausted_from_the_sidecar_is_busy() {
-        let busy = refused_by_sidecar(&tonic::Status::resource_exhausted("64 pushes"));
+    fn only_a_backlog_marked_refusal_is_busy() {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let marked = |reason: &str, domain: &str| {
+            let info = ErrorDetails::with_error_info(reason, domain, HashMap::new());
+            tonic::Status::with_error_details(tonic::Code::ResourceExhausted, "64 pushes", info)
+        };
+        let busy = refused_by_sidecar(&marked("PUSH_BACKLOG_FULL", "rewire"));
         assert!(matches!(busy, Failed::Busy(ref said) if said == "ResourceExhausted: 64 pushes"));
+        // Over max_request_bytes (the sidecar's `ClearLimit`): never passes.
+        let too_large = refused_by_sidecar(&tonic::Status::resource_exhausted(
+            "request message of 9000000 bytes is larger than the sidecar accepts (4194304 \
+             bytes, max_request_bytes)",
+        ));
+        assert!(
+            matches!(too_large, Failed::Refused(ref said) if said.contains("9000000 bytes")),
+            "{too_large:?}"
+        );
+        for other in [
+            marked("QUOTA", "rewire"),
+            marked("PUSH_BACKLOG_FULL", "dapr.io"),
+        ] {
+            let refused = refused_by_sidecar(&other);
+            assert!(matches!(refused, Failed::Refused(_)), "{refused:?}");
+        }
         let refused = refused_by_sidecar(&tonic::Status::invalid_argument("no kind"));
         assert!(matches!(refused, Failed::Refused(_)), "{refused:?}");
     }

@@ -568,9 +568,18 @@ impl lifecycle_stub::Lifecycle for QueuedLifecycle {
         _: tonic::Request<lifecycle_stub::DynamicConfiguration>,
     ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
         if self.backlog_full {
-            return Err(tonic::Status::resource_exhausted(
+            // Marked as the sidecar marks it: the CLI is busy for it alone.
+            use tonic_types::{ErrorDetails, StatusExt};
+            let info = ErrorDetails::with_error_info(
+                "PUSH_BACKLOG_FULL",
+                "rewire",
+                std::collections::HashMap::new(),
+            );
+            return Err(tonic::Status::with_error_details(
+                tonic::Code::ResourceExhausted,
                 "64 pushes are already queued, the most this API keeps pending (64): push again \
                  once they are applied (see GetStatus)",
+                info,
             ));
         }
         match self.amends {
@@ -641,9 +650,10 @@ async fn a_queued_push_is_not_reported_as_a_rejection() {
     );
 }
 
-/// A push refused `RESOURCE_EXHAUSTED` (the sidecar's backlog of pushes
-/// is full) is told apart from a rejection: exit status 5, saying nothing
-/// was applied and to push again later. Before: exit 1, as a rejection.
+/// A push refused `RESOURCE_EXHAUSTED` marked `PUSH_BACKLOG_FULL` (the
+/// sidecar's backlog of pushes is full) is told apart from a rejection:
+/// exit status 5, saying nothing was applied and to push again later.
+/// Before: exit 1, as a rejection.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_refused_for_a_full_backlog_exits_busy() {
     let stub = QueuedLifecycle {

@@ -17,12 +17,14 @@
 //! `RESOURCE_EXHAUSTED`, so a client looping short-deadline pushes can
 //! neither grow memory without end nor starve every later reload.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
-use tonic::Status;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 use rewire_runtime::{ReloadError, ReloadRecord};
 
@@ -131,13 +133,13 @@ impl PushQueue {
         let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
         let ahead = backlog.pushes;
         if ahead >= MAX_PENDING_PUSHES {
-            return Err(Status::resource_exhausted(format!(
+            return Err(backlog_full(format!(
                 "{ahead} pushes are already queued, the most this API keeps pending \
                  ({MAX_PENDING_PUSHES}): push again once they are applied (see GetStatus)"
             )));
         }
         if ahead > 0 && backlog.bytes.saturating_add(bytes) > MAX_PENDING_BYTES {
-            return Err(Status::resource_exhausted(format!(
+            return Err(backlog_full(format!(
                 "the {ahead} pushes already queued hold {} bytes; this one's {bytes} would pass \
                  the {MAX_PENDING_BYTES} bytes this API keeps pending: push again once they \
                  are applied (see GetStatus)",
@@ -152,6 +154,21 @@ impl PushQueue {
         };
         Ok((ahead, pending))
     }
+}
+
+/// `ErrorInfo.reason` of a push refused for a full backlog, with domain
+/// [`REFUSAL_DOMAIN`]: the one `RESOURCE_EXHAUSTED` of the Lifecycle API a
+/// client may retry as is (`rewire apply` exits busy only for it; a request
+/// over `max_request_bytes` is `RESOURCE_EXHAUSTED` too, and never passes).
+pub(super) const PUSH_BACKLOG_FULL: &str = "PUSH_BACKLOG_FULL";
+
+/// `ErrorInfo.domain` of [`PUSH_BACKLOG_FULL`].
+pub(super) const REFUSAL_DOMAIN: &str = "rewire";
+
+/// `RESOURCE_EXHAUSTED` saying `message`, marked [`PUSH_BACKLOG_FULL`].
+fn backlog_full(message: String) -> Status {
+    let details = ErrorDetails::with_error_info(PUSH_BACKLOG_FULL, REFUSAL_DOMAIN, HashMap::new());
+    Status::with_error_details(Code::ResourceExhausted, message, details)
 }
 
 /// How long a Lifecycle call may take: `push_timeout`, and at least the
@@ -295,6 +312,11 @@ mod tests {
             .err()
             .expect("one past the backlog is refused");
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        let info = refused.get_details_error_info().expect("marked retryable");
+        assert_eq!(
+            (info.reason.as_str(), info.domain.as_str()),
+            (PUSH_BACKLOG_FULL, "rewire")
+        );
         assert!(
             refused.message().contains("64 pushes are already queued")
                 && refused.message().contains("(64)"),
@@ -327,6 +349,8 @@ mod tests {
             .expect("one byte past the backlog's bytes is refused");
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert!(refused.message().contains("67108864 bytes"), "{refused:?}");
+        let info = refused.get_details_error_info().expect("marked retryable");
+        assert_eq!(info.reason, PUSH_BACKLOG_FULL);
         release.send(true).expect("the reloads listen");
         drained(&queue).await;
         assert_eq!(queue.backlog.lock().expect("unpoisoned").bytes, 0);
