@@ -15,6 +15,9 @@ use crate::component::ComponentKey;
 /// a level that does not let go leaves at least this much (or an even
 /// share of what is left, if less) to each level after it.
 const LEVEL_RESERVE: Duration = Duration::from_secs(1);
+/// The least a level is given, the deadline passed or not: its closes'
+/// tasks must run to be asked at all (aborted unpolled, none would be).
+const LEVEL_FLOOR: Duration = Duration::from_millis(100);
 
 /// Closes the components of `levels` found in `components`, last level
 /// first, each level's at once, each `close` bounded by `CLOSE_TIMEOUT`;
@@ -65,14 +68,15 @@ async fn close_level(closing: Vec<(ComponentKey, Arc<Running>)>, within: Duratio
 /// How long the next of `left` levels (counting it) may take to close, so
 /// that all are closed by `by`: up to `CLOSE_TIMEOUT`, leaving each later
 /// level [`LEVEL_RESERVE`], or an even share of the time left if that is
-/// less. Nothing when `by` has passed.
+/// less; never under [`LEVEL_FLOOR`], so a deadline near or past still
+/// asks each close (each level may then run that much past `by`).
 fn level_share(by: Instant, left: usize) -> Duration {
     let remaining = by.saturating_duration_since(Instant::now());
     let left = u32::try_from(left.max(1)).unwrap_or(u32::MAX);
     let reserve = LEVEL_RESERVE.min(remaining / left);
     remaining
         .saturating_sub(reserve * (left - 1))
-        .min(CLOSE_TIMEOUT)
+        .clamp(LEVEL_FLOOR, CLOSE_TIMEOUT)
 }
 
 #[cfg(test)]
@@ -87,6 +91,6 @@ mod tests {
         assert_eq!(level_share(by, 5), Duration::from_secs(4), "4 s kept");
         assert_eq!(level_share(by, 16), Duration::from_millis(500), "even");
         tokio::time::sleep(Duration::from_secs(9)).await;
-        assert_eq!(level_share(by, 2), Duration::ZERO, "past the deadline");
+        assert_eq!(level_share(by, 2), LEVEL_FLOOR, "past the deadline");
     }
 }

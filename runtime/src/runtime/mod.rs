@@ -647,7 +647,8 @@ impl Runtime {
     /// being closed in time. A reload still in progress at half the time
     /// left is left behind (counted as one abandoned close); each level
     /// then closes within its share of the time left, the last one first.
-    /// A deadline already past still asks each close, then abandons it.
+    /// A deadline already past still asks each close (each level is given
+    /// 100 ms), then abandons it.
     pub async fn shutdown_by(&self, by: tokio::time::Instant) -> usize {
         self.inner.stopped.cancel();
         self.reloader().shutdown(Some(by)).await

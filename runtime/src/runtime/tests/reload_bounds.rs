@@ -307,3 +307,18 @@ async fn stopping_reloads_cuts_one_whose_init_hangs_while_the_components_serve()
     runtime.shutdown().await;
     assert_eq!(of(&CLOSED, "halt"), ["halt-hang", "halt-store"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_by_a_deadline_already_past_still_asks_each_close() {
+    let uses: [(&str, &[&str]); 2] = [("past-store", &[]), ("past-user", &["past-store"])];
+    let runtime = started(&uses).await;
+
+    let abandoned = runtime.shutdown_by(tokio::time::Instant::now()).await;
+
+    assert_eq!(abandoned, 0, "each close ends at once");
+    assert_eq!(
+        of(&CLOSED, "past"),
+        ["past-user", "past-store"],
+        "a close was never asked"
+    );
+}
