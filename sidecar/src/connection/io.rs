@@ -3,7 +3,8 @@
 //! `TimedOut` — counted from the last byte while a request is in flight,
 //! from the end of the last request (or the connection's arrival) while
 //! none is, whatever bytes move then ([`InFlight`]), the first-request
-//! timeout from its arrival while it has never started one, and from when the
+//! timeout from its arrival while it has never started one (once extended
+//! by [`FIRST_REQUEST_GRACE`] for bytes read at that deadline), and from when the
 //! oldest response still waiting for the client handed over its last chunk,
 //! whatever bytes move then (a client that grants no window) —, and every one fails
 //! once the shutdown cut comes, so the server drops the connection either
@@ -27,6 +28,12 @@ use tonic::transport::server::Connected;
 use super::ConnectionLimits;
 use crate::in_flight::{Epoch, InFlight};
 use crate::tls::PeerInfo;
+
+/// How long a connection that had not started its first request by its
+/// deadline is kept, once, when bytes were read at or after the deadline:
+/// a request starts when its service is first polled, after the read, so
+/// one read just then would otherwise be dropped unanswered.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 /// The socket of a connection: plain, or TLS after the handshake.
 pub enum Transport {
@@ -84,6 +91,9 @@ pub struct Connection {
     idle_timeout: Duration,
     /// Until its first request starts, closed at this.
     first_request_by: Instant,
+    /// Until when [`FIRST_REQUEST_GRACE`] keeps it past `first_request_by`,
+    /// once granted (never again).
+    first_request_grace: Option<Instant>,
     /// When a byte last moved.
     last_moved: Instant,
     /// Fires at the idle deadline it was last armed for (at or before the
@@ -113,6 +123,7 @@ impl Connection {
             stream,
             idle_timeout: limits.idle_timeout,
             first_request_by,
+            first_request_grace: None,
             last_moved: now,
             idle: Box::pin(tokio::time::sleep_until(first_request_by)),
             in_flight: InFlight::new(),
@@ -168,6 +179,14 @@ impl Connection {
             // None open (read first), and none ever started.
             if idle_since.is_some() && self.in_flight.never_started() {
                 deadline = deadline.min(self.first_request_by);
+                // Bytes read at or after the deadline: once, time for the
+                // request they may hold to start.
+                if self.last_moved >= deadline && self.first_request_grace.is_none() {
+                    self.first_request_grace = Some(self.last_moved + FIRST_REQUEST_GRACE);
+                }
+                if let Some(grace) = self.first_request_grace {
+                    deadline = deadline.max(grace);
+                }
             }
             if let Some(waited_out) =
                 self.in_flight
@@ -412,6 +431,29 @@ mod tests {
         let (open, ended) = open_for(server).await;
         assert_eq!(ended, Some(std::io::ErrorKind::TimedOut));
         assert!(open >= first - Duration::from_millis(60), "{open:?}");
+    }
+
+    /// A request read just after the first-request deadline, before its
+    /// service was polled (which marks it started), is not cut unanswered:
+    /// the connection gets one grace, and is closed after it all the same.
+    #[tokio::test]
+    async fn a_first_request_read_after_its_deadline_gets_one_grace() {
+        let first = Duration::from_millis(200);
+        let (mut server, mut client) = accepted_with(Duration::from_secs(60), first).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 64];
+        let read = server.read(&mut buf).await.expect("the request is read");
+        assert_eq!(&buf[..read], b"GET / HTTP/1.1\r\n\r\n");
+        let next = tokio::time::timeout(Duration::from_millis(100), server.read(&mut buf)).await;
+        assert!(next.is_err(), "cut with the request read: {next:?}");
+        // Never started: closed once the grace is over.
+        let (open, ended) = open_for(server).await;
+        assert_eq!(ended, Some(std::io::ErrorKind::TimedOut));
+        assert!(open < Duration::from_secs(2), "{open:?}");
     }
 
     #[tokio::test]
