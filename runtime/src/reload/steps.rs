@@ -94,8 +94,34 @@ impl Reloader {
             };
             self.running.live().warm(next).await;
         }
-        let ending = self.commit(config, layers, prepared, ended);
-        Ok(self.finish(recording, ending))
+        // Warming takes seconds: a shutdown may have left this reload
+        // behind meanwhile and closed the components in force.
+        let committed = match self.stopped.is_cancelled() {
+            true => Err(Box::new(Cut::of(prepared))),
+            false => self.commit(config, layers, prepared, ended),
+        };
+        match committed {
+            Ok(ending) => Ok(self.finish(recording, ending)),
+            Err(cut) => Err(self.undo_cut(recording, cut).await),
+        }
+    }
+
+    /// Undoes a prepared generation a shutdown cut short before its commit
+    /// (its closes abandoned counted at shutdown) and records it.
+    async fn undo_cut(&self, recording: Recording, cut: Box<Cut>) -> ReloadError {
+        tracing::warn!("A reload prepared when shutdown began is undone, not committed.");
+        let abandoned = cut.undo.run().await;
+        let counted = &self.abandoned_when_cut;
+        counted.fetch_add(abandoned, std::sync::atomic::Ordering::Relaxed);
+        let ending = Ending {
+            outcome: Outcome::RolledBack,
+            generation: self.running.generation_number(),
+            actions: cut.actions,
+            serving: cut.serving,
+            error: Some(transaction::CUT_BY_SHUTDOWN.to_string()),
+        };
+        self.finish(recording, ending);
+        ReloadError::Stopped
     }
 
     /// Checks `request` is not stale, lays its changes over the running
@@ -196,27 +222,38 @@ impl Reloader {
     /// Commits `prepared` as the running set, puts the in-place updates it
     /// staged in force right after the swap, forgets what the components
     /// it `ended` left for their own type, and drains what it replaced,
-    /// users before the stores they use.
+    /// users before the stores they use. Once the running set is closed
+    /// (a shutdown left this reload behind), it is not made: what undoes
+    /// `prepared` is given back.
     fn commit(
         &self,
         config: ValidConfig,
         layers: RunningLayers,
         prepared: Prepared,
         ended: Ended,
-    ) -> Ending {
+    ) -> Result<Ending, Box<Cut>> {
         let sections_changed = self.running.sections_differ(&config.config.sections);
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
         let serving = prepared.components.key_set();
         let components = Arc::new(prepared.components);
-        let generation = self.running.commit(Commit {
+        let committed = self.running.commit(Commit {
             config,
             layers,
             components: components.clone(),
             acted_on: prepared.actions.keys().cloned().collect(),
             publish: changed,
         });
+        let Ok(generation) = committed else {
+            // The instances retired were closed with the set; the staged
+            // updates are discarded with `prepared.deferred`.
+            return Err(Box::new(Cut {
+                undo: prepared.undo,
+                actions: prepared.actions,
+                serving,
+            }));
+        };
         in_place::apply_deferred(prepared.deferred);
         ended.forget(self.running.handover());
         let mut retired = prepared.retired;
@@ -227,7 +264,7 @@ impl Reloader {
             .collect();
         retired.sort_by_key(|(key, _)| std::cmp::Reverse(position.get(key).copied()));
         self.drains.spawn(retired, self.settings.drain_grace);
-        Ending {
+        Ok(Ending {
             outcome: if changed {
                 Outcome::Applied
             } else {
@@ -237,6 +274,24 @@ impl Reloader {
             actions: prepared.actions,
             serving,
             error: None,
+        })
+    }
+}
+
+/// A prepared generation a shutdown cut short before its commit: what
+/// undoes it, and what to record.
+struct Cut {
+    undo: transaction::Undo,
+    actions: BTreeMap<ComponentKey, Action>,
+    serving: OrdSet<ComponentKey>,
+}
+
+impl Cut {
+    fn of(prepared: Prepared) -> Self {
+        Self {
+            serving: prepared.components.key_set(),
+            undo: prepared.undo,
+            actions: prepared.actions,
         }
     }
 }

@@ -104,6 +104,32 @@ pub(crate) struct Prepared {
     pub(crate) deferred: Vec<(ComponentKey, PendingInPlace)>,
     /// The old configuration's start order (retired users close first).
     pub(crate) old_order: Vec<ComponentKey>,
+    /// Undoes it, should it not be committed after all.
+    pub(crate) undo: Undo,
+}
+
+/// What undoes a prepared generation that is not committed after all (a
+/// shutdown cut the reload short after its preparation): closes what was
+/// built and re-applies the previous metadata of in-place updates in
+/// force, as a failed transaction's undo does (a staged update is
+/// discarded with [`Prepared::deferred`]).
+pub(crate) struct Undo {
+    done: Vec<Step>,
+    levels: Vec<Vec<ComponentKey>>,
+    cx: AssemblyContext,
+}
+
+impl Undo {
+    /// Returns how many of its closes were abandoned.
+    pub(crate) async fn run(self) -> usize {
+        let count = || {
+            let closes = &self.cx.abandoned_closes;
+            closes.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = count();
+        undo(self.done, &self.levels, &self.cx).await;
+        count().saturating_sub(before)
+    }
 }
 
 /// A transaction that failed and was undone.
@@ -169,7 +195,7 @@ impl Plan<'_> {
         if let Err(failures) = committed.await {
             return Err(Self::fail(progress, failures, &levels, cx).await);
         }
-        Ok(self.retire(progress))
+        Ok(self.retire(progress, levels, cx))
     }
 
     /// Undoes `progress` after `failures`.
@@ -316,7 +342,12 @@ impl Plan<'_> {
     }
 
     /// The replaced and removed instances, to drain after the commit.
-    fn retire(self, progress: Progress) -> Prepared {
+    fn retire(
+        self,
+        progress: Progress,
+        levels: Vec<Vec<ComponentKey>>,
+        cx: &AssemblyContext,
+    ) -> Prepared {
         let Progress {
             next,
             mut actions,
@@ -324,17 +355,25 @@ impl Plan<'_> {
         } = progress;
         let mut retired = Vec::new();
         let mut deferred = Vec::new();
+        let mut undone = Vec::new();
         for step in done {
             match step {
-                Step::Built {
-                    replaced: Some(old),
-                    ..
-                } => retired.push((old.spec.key.clone(), Arc::new(*old))),
+                Step::Built { running, replaced } => {
+                    if let Some(old) = replaced {
+                        retired.push((old.spec.key.clone(), Arc::new(*old)));
+                    }
+                    let replaced = None;
+                    undone.push(Step::Built { running, replaced });
+                }
                 Step::InPlace {
                     running,
                     update: Update::Staged(pending),
                     ..
                 } => deferred.push((running.spec.key.clone(), pending)),
+                Step::InPlace {
+                    update: Update::InForce,
+                    ..
+                } => undone.push(step),
                 _ => {}
             }
         }
@@ -356,6 +395,11 @@ impl Plan<'_> {
             retired,
             deferred,
             old_order,
+            undo: Undo {
+                done: undone,
+                levels,
+                cx: cx.clone(),
+            },
         }
     }
 }

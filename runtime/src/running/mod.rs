@@ -70,6 +70,9 @@ struct State {
     config: Arc<ValidConfig>,
     layers: RunningLayers,
     components: Arc<Components>,
+    /// Set by [`RunningSet::close_all`]: no commit after it (a reload a
+    /// shutdown left behind would publish instances nobody closes).
+    closed: bool,
 }
 
 /// The owner of the running set.
@@ -117,6 +120,7 @@ impl RunningSet {
             layers: RunningLayers::FileOnly,
             config: Arc::new(config),
             components,
+            closed: false,
         };
         let plan = watch::channel(Arc::new(WatchPlan::of(
             1,
@@ -191,9 +195,14 @@ impl RunningSet {
 
     /// Makes `commit` the running set: publishes its generation (when an
     /// instance changed) together with its configuration and layers, then
-    /// tells the triggers what to watch. Returns the generation serving.
-    pub(crate) fn commit(&self, commit: Commit) -> u64 {
+    /// tells the triggers what to watch. Returns the generation serving;
+    /// gives `commit` back, not made, once [`close_all`](Self::close_all)
+    /// has run.
+    pub(crate) fn commit(&self, commit: Commit) -> Result<u64, Box<Commit>> {
         let mut state = self.state();
+        if state.closed {
+            return Err(Box::new(commit));
+        }
         let mut number = self.generation_number();
         // A new app id alone (no component running) changes no instance,
         // but the generation's description: republished under its number.
@@ -214,13 +223,14 @@ impl RunningSet {
                 config: Arc::new(commit.config),
                 layers: commit.layers,
                 components,
+                closed: false,
             },
         );
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
         self.plan.send_replace(Arc::new(plan));
         drop(state);
         drop_aside((replaced.config, replaced.layers, replaced.components));
-        number
+        Ok(number)
     }
 
     /// What the triggers should watch, republished after every commit.
@@ -235,6 +245,7 @@ impl RunningSet {
     pub(crate) async fn close_all(&self, by: Option<tokio::time::Instant>) -> usize {
         let (levels, components) = {
             let mut state = self.state();
+            state.closed = true;
             let levels = state.config.graph.levels();
             let number = self.generation_number() + 1;
             let app_id = state.config.config.app_id.clone();

@@ -322,3 +322,36 @@ async fn a_shutdown_by_a_deadline_already_past_still_asks_each_close() {
         "a close was never asked"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_a_shutdown_leaves_behind_while_it_warms_is_undone_not_committed() {
+    let runtime = started(&[("warm-store", &[])]).await;
+    // A subscription that never answers holds the reload in its warm
+    // (5 s), past the shutdown's wait for it (half of 4 s).
+    let (mut deaf, _) = runtime.running().live().warmer();
+    let uses: [(&str, &[&str]); 2] = [("warm-store", &[]), ("warm-new", &["warm-store"])];
+
+    let reload = runtime.apply(candidate(&uses, &[]));
+    let shutdown = async {
+        let offered = deaf.recv().await;
+        let abandoned = runtime
+            .shutdown_by(tokio::time::Instant::now() + Duration::from_secs(4))
+            .await;
+        (abandoned, offered)
+    };
+    let (reloaded, (abandoned, _offered)) = tokio::join!(reload, shutdown);
+
+    assert!(
+        matches!(reloaded, Err(ReloadError::Stopped)),
+        "the reload should say the runtime stopped, got {reloaded:?}"
+    );
+    assert_eq!(abandoned, 1, "the reload left behind is counted");
+    assert!(
+        runtime.generation().is_empty(),
+        "a generation was published after the empty one"
+    );
+    let mut closed = of(&CLOSED, "warm");
+    closed.sort();
+    assert_eq!(closed, ["warm-new", "warm-store"], "each closed once");
+    assert_eq!(runtime.history()[0].outcome, Outcome::RolledBack);
+}
