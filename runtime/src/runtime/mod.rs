@@ -645,8 +645,9 @@ impl Runtime {
     /// let go, or closes that hang level after level, cannot keep the
     /// first level (the stores: their locks, consumer groups, leases) from
     /// being closed in time. A reload still in progress at half the time
-    /// left is left behind (counted as one abandoned close); each level
-    /// then closes within its share of the time left, the last one first.
+    /// left is left behind (counted as one abandoned close; when it ends,
+    /// what it built is undone, never committed); each level then closes
+    /// within its share of the time left, the last one first.
     /// A deadline already past still asks each close (each level is given
     /// 100 ms), then abandons it.
     pub async fn shutdown_by(&self, by: tokio::time::Instant) -> usize {
