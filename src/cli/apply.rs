@@ -236,7 +236,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
 /// can never pass, so a script retrying on busy would loop.
 fn refused_by_sidecar(status: &tonic::Status) -> Failed {
     let said = format!("{:?}: {}", status.code(), status.message());
-    if status.code() == tonic::Code::ResourceExhausted && marked_backlog_full(status.details()) {
+    if status.code() == tonic::Code::ResourceExhausted && marked_backlog_full(status) {
         Failed::Busy(said)
     } else {
         Failed::Refused(said)
@@ -247,72 +247,12 @@ fn refused_by_sidecar(status: &tonic::Status) -> Failed {
 /// full backlog with (its `lifecycle_wait::PUSH_BACKLOG_FULL`).
 const PUSH_BACKLOG_FULL: (&str, &str) = ("PUSH_BACKLOG_FULL", "rewire");
 
-/// Whether `details`, a status's encoded `google.rpc.Status`, carries the
-/// [`PUSH_BACKLOG_FULL`] `ErrorInfo`. Read by hand: the CLI has no protobuf
-/// runtime of its own for three fields.
-fn marked_backlog_full(details: &[u8]) -> bool {
-    const ERROR_INFO: &[u8] = b"type.googleapis.com/google.rpc.ErrorInfo";
-    let Some(status) = len_fields(details) else {
-        return false;
-    };
-    // google.rpc.Status: `details` (3) are `Any`s: `type_url` (1), `value` (2);
-    // ErrorInfo: `reason` (1), `domain` (2).
-    status.iter().filter(|(n, _)| *n == 3).any(|(_, any)| {
-        let Some(any) = len_fields(any) else {
-            return false;
-        };
-        let info = match field(&any, 2).map(len_fields) {
-            Some(Some(info)) if field(&any, 1) == Some(ERROR_INFO) => info,
-            _ => return false,
-        };
-        field(&info, 1) == Some(PUSH_BACKLOG_FULL.0.as_bytes())
-            && field(&info, 2) == Some(PUSH_BACKLOG_FULL.1.as_bytes())
-    })
-}
-
-/// The bytes of field `number` in `fields`.
-fn field<'a>(fields: &[(u64, &'a [u8])], number: u64) -> Option<&'a [u8]> {
-    fields
-        .iter()
-        .find(|(n, _)| *n == number)
-        .map(|(_, bytes)| *bytes)
-}
-
-/// The length-delimited fields of the protobuf `message`, as (number,
-/// bytes), other wire types skipped; `None` when it is malformed.
-fn len_fields(mut message: &[u8]) -> Option<Vec<(u64, &[u8])>> {
-    let mut fields = Vec::new();
-    while !message.is_empty() {
-        let key = varint(&mut message)?;
-        match key & 7 {
-            0 => {
-                varint(&mut message)?;
-            }
-            1 => message = message.get(8..)?,
-            2 => {
-                let len = usize::try_from(varint(&mut message)?).ok()?;
-                fields.push((key >> 3, message.get(..len)?));
-                message = &message[len..];
-            }
-            5 => message = message.get(4..)?,
-            _ => return None,
-        }
-    }
-    Some(fields)
-}
-
-/// The protobuf varint at the start of `bytes`, consumed.
-fn varint(bytes: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&byte, rest) = bytes.split_first()?;
-        *bytes = rest;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some(value);
-        }
-    }
-    None
+/// Whether `status` carries the [`PUSH_BACKLOG_FULL`] `ErrorInfo`.
+fn marked_backlog_full(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    status
+        .get_details_error_info()
+        .is_some_and(|info| (info.reason.as_str(), info.domain.as_str()) == PUSH_BACKLOG_FULL)
 }
 
 /// Whether `cause`, a call's failure made on this side, says the request
