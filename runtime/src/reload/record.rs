@@ -95,6 +95,16 @@ impl Reloader {
     }
 }
 
+impl ReloadRecord {
+    /// What a record keeps of an `error` (already scrubbed): at most 32
+    /// lines of about 1 KiB each, the middle of a longer one cut to `…`,
+    /// then `… and N more lines`. For comparing a record with the whole
+    /// error a validation gives.
+    pub fn kept_error(error: &str) -> String {
+        bounded(error)
+    }
+}
+
 /// The longest line of a record's error: longer ones keep their start
 /// and their end (the key or location, and what is wrong with it).
 const ERROR_LINE_LIMIT: usize = 1024;
