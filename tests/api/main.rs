@@ -54,7 +54,7 @@ mod api_state_redis_plain;
 mod api_topic_stream_requests;
 mod api_topic_streams;
 mod dapr_python_sdk;
+mod layotto_app_callback;
 mod layotto_grpc;
 mod layotto_grpc_backends;
 mod layotto_grpc_blocks;
-mod layotto_app_callback;
