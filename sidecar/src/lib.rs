@@ -16,6 +16,7 @@
 
 pub mod app;
 pub mod auth;
+mod clean_path;
 pub mod connection;
 mod crypto;
 pub mod dapr;
@@ -24,6 +25,7 @@ pub mod http;
 pub mod in_flight;
 pub mod metrics;
 mod options;
+mod pem_reason;
 mod server;
 pub mod telemetry;
 pub mod tls;

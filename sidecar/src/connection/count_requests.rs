@@ -107,7 +107,7 @@ impl CountedBody for axum::body::Body {
         if method != Method::PUT {
             return BodyRead::Whole;
         }
-        let cleaned = crate::http::cleaned_path(path);
+        let cleaned = crate::clean_path::cleaned(path);
         let routed = cleaned.as_deref().unwrap_or(path);
         if routed.as_bytes().starts_with(HTTP_FILES.as_bytes()) {
             BodyRead::Upload

@@ -17,10 +17,8 @@
 //! and a key named like a state route (`bulk`, `transaction`) is read or
 //! deleted as Dapr's router does ([`key_route`]).
 
-mod clean_path;
+use crate::clean_path;
 mod key_route;
-
-pub(crate) use clean_path::cleaned as cleaned_path;
 
 use std::convert::Infallible;
 use std::future::Future;

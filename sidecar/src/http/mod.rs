@@ -50,7 +50,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use error::HttpError;
-pub(crate) use hot_path::cleaned_path;
 
 use hot_path::HotPath;
 

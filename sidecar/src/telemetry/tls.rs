@@ -128,7 +128,7 @@ impl TlsContents {
                     .collect::<Result<Vec<_>, _>>()
                     // Fixed words: the library's message can quote the line,
                     // which in a combined bundle may be key material.
-                    .map_err(|e| format!("{file}: {}", crate::tls::pem_error_reason(&e)))?;
+                    .map_err(|e| format!("{file}: {}", crate::pem_reason::pem_error_reason(&e)))?;
                 if certificates.is_empty() {
                     return Err(format!("{file}: the file holds no certificate"));
                 }

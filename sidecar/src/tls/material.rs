@@ -274,20 +274,6 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
     })
 }
 
-/// Why a PEM text did not parse, in fixed words: the library's own
-/// message can quote the offending line, which may be key material (also
-/// used for the span exporter's files).
-pub(crate) fn pem_error_reason(err: &rustls::pki_types::pem::Error) -> &'static str {
-    use rustls::pki_types::pem::Error;
-    match err {
-        Error::MissingSectionEnd { .. } => "a PEM section has no `-----END` line",
-        Error::IllegalSectionStart { .. } => "a PEM `-----BEGIN` line is malformed",
-        Error::Base64Decode(_) => "a PEM section is not valid base64",
-        Error::NoItemsFound => "no PEM section of the expected kind",
-        _ => "the PEM text is malformed",
-    }
-}
-
 /// The certificates in `bytes`, read from `path` (named in errors).
 fn certificates(path: &Path, bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let chain = CertificateDer::pem_slice_iter(bytes)
@@ -296,7 +282,7 @@ fn certificates(path: &Path, bytes: &[u8]) -> Result<Vec<CertificateDer<'static>
             format!(
                 "`{}`: not a PEM certificate: {}",
                 path.display(),
-                pem_error_reason(&e)
+                crate::pem_reason::pem_error_reason(&e)
             )
         })?;
     if chain.is_empty() {

@@ -18,7 +18,6 @@ mod peer;
 mod settings;
 
 pub use live::{LiveTls, ServingTls, TlsStatus};
-pub(crate) use material::pem_error_reason;
 pub use peer::{PeerInfo, RequireClientCert};
 pub use settings::{ListenerTls, TlsSettings};
 

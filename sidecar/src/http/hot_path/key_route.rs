@@ -12,7 +12,7 @@
 use axum::extract::Request;
 use axum::http::Method;
 
-use super::clean_path::set_path;
+use crate::clean_path::set_path;
 use crate::http::routes;
 
 /// Routes a `GET`, `HEAD` or `DELETE` of a state key named like a state

@@ -16,7 +16,7 @@ use axum::http::Uri;
 
 /// Routes `request` by its cleaned path; its query, and the scheme and
 /// authority of an HTTP/2 request, are kept. A clean path is untouched.
-pub(super) fn clean(request: &mut Request) {
+pub(crate) fn clean(request: &mut Request) {
     if let Some(path) = cleaned(request.uri().path()) {
         set_path(request, path);
     }
@@ -24,7 +24,7 @@ pub(super) fn clean(request: &mut Request) {
 
 /// Routes `request` by `path` (a valid path) instead of its own; its query,
 /// and the scheme and authority of an HTTP/2 request, are kept.
-pub(super) fn set_path(request: &mut Request, path: String) {
+pub(crate) fn set_path(request: &mut Request, path: String) {
     let path_and_query = match request.uri().query() {
         Some(query) => format!("{path}?{query}"),
         None => path,
