@@ -97,8 +97,10 @@ pub(super) fn spawn_worker(
 /// new input is tried alone, so a part that keeps rolling back (a backend
 /// not up yet) does not hold back later changes; the retry then stays on
 /// its own backoff. The backoff starts over only when the new input
-/// replaces what the retry carried (another file, other overlay
-/// documents).
+/// replaces the documents the retry carried (another file, other overlay
+/// documents). A component forced again is new input (a forced reload
+/// reads its store again: a corrected value must not wait for the
+/// backoff), but its backoff goes on.
 async fn run_round<F, Fut>(
     retry: Option<Retry>,
     new: Vec<ReloadRequest>,
@@ -128,9 +130,16 @@ where
         return Some(retry);
     };
     let Some(kept) = kept else {
-        // The new input replaces everything the retry carried.
+        // The new input replaces everything the retry carried: its
+        // documents (the backoff starts over), or only components it
+        // forces again (the backoff goes on).
+        let attempts = if retry.request.changes.is_empty() {
+            retry.attempts + 1
+        } else {
+            1
+        };
         let (ran, outcome) = reload_narrowing(new, &mut reload).await;
-        return rolled_back(&outcome).then(|| next_retry(ran, 1));
+        return rolled_back(&outcome).then(|| next_retry(ran, attempts));
     };
     let together = coalesce(vec![kept.clone(), new.clone()]);
     let whole = together.changes.len();
@@ -156,7 +165,8 @@ where
 /// input does not replace (`None`: nothing), and what of the new input the
 /// retry does not carry already (`None`: nothing). A file or overlay change
 /// replaces the retry's own unless it is the same; a component forced by
-/// both is kept with the retry.
+/// both goes with the new input (its store is read again: it may hold a
+/// new value).
 fn split(
     retried: ReloadRequest,
     mut new: ReloadRequest,
@@ -182,7 +192,7 @@ fn split(
             None => kept.changes.push(change),
         }
     }
-    new.forced.retain(|key| !kept.forced.contains(key));
+    kept.forced.retain(|key| !new.forced.contains(key));
     let carries = |r: &ReloadRequest| !r.changes.is_empty() || !r.forced.is_empty();
     (carries(&kept).then_some(kept), carries(&new).then_some(new))
 }
@@ -419,6 +429,38 @@ mod tests {
         assert_eq!(ran.lock().unwrap().len(), 2);
         assert_eq!(shown(&kept.request), ["f2", "y"]);
         assert_eq!(kept.attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn a_component_forced_again_runs_at_once_beside_its_retry() {
+        // `x`'s bad value rolled back five times; its store now holds a
+        // good one (a forced reload reads the store again).
+        let ran = Mutex::new(Vec::new());
+        let retry = Some(next_retry(forced("x"), 5));
+        let after = run_round(retry, vec![forced("x")], rolling_back_on("never", &ran)).await;
+        assert!(after.is_none(), "applied: nothing left to retry");
+        assert_eq!(*ran.lock().unwrap(), [vec!["x"]], "at once");
+
+        // Still bad: its backoff goes on rather than starting over.
+        let ran = Mutex::new(Vec::new());
+        let retry = Some(next_retry(forced("x"), 5));
+        let kept = run_round(retry, vec![forced("x")], rolling_back_on("x", &ran))
+            .await
+            .expect("x to retry");
+        assert_eq!(*ran.lock().unwrap(), [vec!["x"]]);
+        assert_eq!(kept.attempts, 6);
+
+        // Beside a file that keeps rolling back: `x` is tried alone and
+        // leaves the retry.
+        let ran = Mutex::new(Vec::new());
+        let mut retry = next_retry(file("f2"), 2);
+        retry.request.forced.extend(forced("x").forced);
+        let kept = run_round(Some(retry), vec![forced("x")], rolling_back_on("f2", &ran))
+            .await
+            .expect("F2 to retry");
+        assert_eq!(*ran.lock().unwrap(), [vec!["f2", "x"], vec!["x"]]);
+        assert_eq!(shown(&kept.request), ["f2"]);
+        assert_eq!(kept.attempts, 3);
     }
 
     #[tokio::test]
