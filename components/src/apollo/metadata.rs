@@ -36,6 +36,12 @@ pub struct ApolloMetadata {
         rename = "metaRefreshIntervalMs"
     )]
     pub meta_refresh_interval_ms: u64,
+    /// How often every namespace is fetched whether or not a long poll
+    /// announced a release, in milliseconds (default 300 000, the Java
+    /// client's 5 min): a release the long poll cannot announce (the
+    /// service's notification ids below ours) is still followed.
+    #[serde(default = "default_refresh_interval_ms", rename = "refreshIntervalMs")]
+    pub refresh_interval_ms: u64,
     /// The Apollo app id; defaults to the runtime's `appId`.
     #[serde(default)]
     pub app_id: Option<String>,
@@ -115,6 +121,10 @@ fn default_meta_refresh_interval_ms() -> u64 {
     60_000
 }
 
+fn default_refresh_interval_ms() -> u64 {
+    300_000
+}
+
 /// `config_server` as a comma-separated string, or a JSON array of
 /// strings (kept joined by commas).
 fn server_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
@@ -182,6 +192,7 @@ impl ApolloMetadata {
             config_server: config_server.into(),
             meta_server: None,
             meta_refresh_interval_ms: default_meta_refresh_interval_ms(),
+            refresh_interval_ms: default_refresh_interval_ms(),
             app_id: None,
             cluster: default_cluster(),
             namespace_name: default_namespace(),
@@ -258,6 +269,10 @@ impl ApolloMetadata {
         Duration::from_millis(self.meta_refresh_interval_ms.max(1))
     }
 
+    pub(crate) fn refresh_interval(&self) -> Duration {
+        Duration::from_millis(self.refresh_interval_ms.max(1))
+    }
+
     pub(crate) fn retry_interval(&self) -> Duration {
         Duration::from_millis(self.retry_interval_ms.max(1))
     }
@@ -281,6 +296,7 @@ impl fmt::Debug for ApolloMetadata {
             .field("config_server", &shown_addresses(&self.config_server))
             .field("meta_server", &shown(&self.meta_server))
             .field("meta_refresh_interval_ms", &self.meta_refresh_interval_ms)
+            .field("refresh_interval_ms", &self.refresh_interval_ms)
             .field("app_id", &self.app_id)
             .field("cluster", &self.cluster)
             .field("namespace_name", &self.namespace_name)
@@ -328,6 +344,7 @@ mod tests {
         assert!(!decoded.is_backup_config);
         assert_eq!(decoded.long_poll_timeout(), Duration::from_millis(1500));
         assert_eq!(decoded.env, "DEV");
+        assert_eq!(decoded.refresh_interval(), Duration::from_secs(300));
     }
 
     #[cfg(unix)]

@@ -18,7 +18,12 @@
 //!   subscribers, removed keys with an empty value. Failures back off
 //!   exponentially from `retryIntervalMs` to `maxRetryIntervalMs`, keeping
 //!   the last good configuration. The task stops on the runtime's shutdown
-//!   token and in `close`.
+//!   token and in `close`. Every `refreshIntervalMs` (default 5 min) each
+//!   namespace is also fetched with its release key (usually a 304), as
+//!   the Java client does: a release the poll never announces (the
+//!   service's notification ids below ours, after a database restore or a
+//!   move to another Apollo) is still served, and polling starts over
+//!   from the service's ids (see `periodic.rs`).
 //! * **Several config services.** `config_server` may list instances
 //!   (comma-separated, or a JSON array), or `meta_server` names Apollo's
 //!   meta server, whose `/services/config` lists them (asked at start,
@@ -65,6 +70,7 @@ mod error;
 mod metadata;
 mod namespaces;
 mod open_api;
+mod periodic;
 mod poller;
 mod private_folder;
 mod refresh;
@@ -289,6 +295,7 @@ impl Component for ApolloConfigStore {
             Arc::clone(&refresher),
             backoff,
             self.settings.retry_interval(),
+            self.settings.refresh_interval(),
             cx.shutdown.child_token(),
         );
         let follow = task.stop_token().child_token();

@@ -68,6 +68,8 @@ pub(crate) struct LiveNamespaces {
     merged: Mutex<Merged>,
     /// Since when, and why, the long poll has been failing, if it is.
     poll_failing: Mutex<Option<(Instant, String)>>,
+    /// Since when, and why, the periodic refresh has been failing, if it is.
+    refresh_failing: Mutex<Option<(Instant, String)>>,
     merged_hub: SubscriptionHub,
     grouped_hub: SubscriptionHub,
 }
@@ -98,6 +100,7 @@ impl LiveNamespaces {
             state: Mutex::new(state),
             merged: Mutex::new(Merged::new()),
             poll_failing: Mutex::new(None),
+            refresh_failing: Mutex::new(None),
             merged_hub: SubscriptionHub::default(),
             grouped_hub: SubscriptionHub::default(),
         }
@@ -232,6 +235,24 @@ impl LiveNamespaces {
         }
     }
 
+    /// Forgets the notification id of `namespace` (back to -1), so that
+    /// the next long poll is answered at once with the config service's
+    /// current id: after a release the poll never announced, the service's
+    /// ids may be below ours (a restored database, another Apollo), and it
+    /// would answer a poll only past ours.
+    pub(crate) fn forget_notification_id(&self, namespace: &str) {
+        self.set_notification_id(namespace, -1);
+    }
+
+    /// Forgets every notification id (see
+    /// [`forget_notification_id`](Self::forget_notification_id)): the
+    /// store moved to other config service instances.
+    pub(crate) fn forget_notification_ids(&self) {
+        for ns in self.state().iter_mut() {
+            ns.notification_id = -1;
+        }
+    }
+
     /// The served namespaces a notification for `name` is about: those
     /// whose name is `name` once a `.properties` suffix is stripped from
     /// both (Apollo answers `application` for `application.properties`),
@@ -268,6 +289,12 @@ impl LiveNamespaces {
         *self.poll_failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
+    /// Records that the periodic refresh failed with `reason` (the
+    /// streak's start is kept), or, with `None`, that it succeeded.
+    pub(crate) fn refresh_failed(&self, reason: Option<&str>) {
+        failing_since(&self.refresh_failing, reason);
+    }
+
     /// Ready unless a namespace is served from the backup cache or the
     /// long poll keeps failing (degraded: the last releases are served,
     /// new ones are not followed).
@@ -281,9 +308,20 @@ impl LiveNamespaces {
         }
         drop(state);
         let failing = self.poll_failing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((since, reason)) = &*failing {
+            return Readiness::Degraded(format!(
+                "long polling failing for {}s: {reason}; serving the last releases, new ones are not followed",
+                since.elapsed().as_secs()
+            ));
+        }
+        drop(failing);
+        let failing = self
+            .refresh_failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         match &*failing {
             Some((since, reason)) => Readiness::Degraded(format!(
-                "long polling failing for {}s: {reason}; serving the last releases, new ones are not followed",
+                "periodic refresh failing for {}s: {reason}; serving the last releases",
                 since.elapsed().as_secs()
             )),
             None => Readiness::Ready,
@@ -354,6 +392,18 @@ impl LiveNamespaces {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Sets `slot` to `reason` (keeping the start of a streak already going
+/// on), or clears it with `None`.
+fn failing_since(slot: &Mutex<Option<(Instant, String)>>, reason: Option<&str>) {
+    let mut failing = slot.lock().unwrap_or_else(|p| p.into_inner());
+    *failing = reason.map(|reason| {
+        let since = failing
+            .as_ref()
+            .map_or_else(Instant::now, |(since, _)| *since);
+        (since, reason.to_string())
+    });
 }
 
 /// The entries of `map` named by `keys`, in their order (a key named

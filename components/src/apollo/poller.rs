@@ -24,6 +24,13 @@
 //! answers with notifications is followed by the next one at once: real
 //! changes are never held back.
 //!
+//! Notification ids are Apollo's own (one database's message ids): a poll
+//! is answered only past the id sent. When the meta server announces other
+//! instances, every id is forgotten (-1) before the next poll, which the
+//! service then answers at once with its current ids; a release behind a
+//! poll that never answers is found by the periodic refresh
+//! ([`periodic`](super::periodic)).
+//!
 //! When new TLS material is swapped in (see [`ConfigServices::replace_tls`](super::services::ConfigServices::replace_tls)),
 //! the round in progress is dropped (a poll held on the old client, or a
 //! backoff wait) and a new one starts at once on the new clients, with the
@@ -45,18 +52,28 @@ use crate::backoff::Backoff;
 pub(crate) struct PollerTask {
     stop: CancellationToken,
     task: JoinHandle<()>,
+    /// The periodic refresh (see [`periodic`](super::periodic)).
+    refreshing: JoinHandle<()>,
 }
 
 impl PollerTask {
     /// Starts polling for `refresher`; stops when `stop` is cancelled.
     /// `min_gap` is the least time between sending two polls when the
-    /// first answered with nothing new (the retry interval).
+    /// first answered with nothing new (the retry interval); every
+    /// `refresh_every`, each namespace is also fetched whether or not a
+    /// poll announced a release (see [`periodic`](super::periodic)).
     pub(crate) fn start(
         refresher: Arc<Refresher>,
         backoff: Backoff,
         min_gap: Duration,
+        refresh_every: Duration,
         stop: CancellationToken,
     ) -> Self {
+        let refreshing = tokio::spawn(super::periodic::run(
+            Arc::clone(&refresher),
+            refresh_every,
+            stop.clone(),
+        ));
         let poller = Poller {
             refresher,
             backoff,
@@ -64,7 +81,11 @@ impl PollerTask {
             failing: None,
         };
         let task = tokio::spawn(poller.run(stop.clone()));
-        Self { stop, task }
+        Self {
+            stop,
+            task,
+            refreshing,
+        }
     }
 
     /// The token that stops the task (cancelled in `close`).
@@ -76,6 +97,7 @@ impl PollerTask {
     pub(crate) async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
+        let _ = self.refreshing.await;
     }
 }
 
@@ -217,6 +239,13 @@ impl Poller {
     async fn round(refresher: &Refresher) -> Result<Polled, ApolloError> {
         for namespace in refresher.live.unconfirmed() {
             refresher.refresh(&namespace).await?;
+        }
+        // Asked here rather than by the poll, so that the poll carries the
+        // ids for the instances it goes to: other instances may be another
+        // Apollo, whose ids are below ours and would never answer it.
+        refresher.client.discover_if_due().await?;
+        if refresher.client.take_moved() {
+            refresher.live.forget_notification_ids();
         }
         let known = refresher.live.notifications();
         let sent = tokio::time::Instant::now();

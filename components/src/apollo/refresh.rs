@@ -81,6 +81,20 @@ impl Refresher {
         Ok(changed)
     }
 
+    /// The periodic refresh of `namespace` (as the Java client's
+    /// `schedulePeriodicRefresh`): fetches it with the release key held,
+    /// usually a 304. A release found this way is one the long poll never
+    /// announced — the config service's notification ids are below the
+    /// one held (its database restored, or another Apollo behind the
+    /// instance now in use), and it answers a poll only past ours — so the
+    /// namespace's id is forgotten (-1), in the namespace's turn: the next
+    /// poll learns the service's current id. Returns how many keys changed.
+    pub(crate) async fn revisit(&self, namespace: &str) -> Result<usize, ApolloError> {
+        let (changed, backup) = self.take_in_as(namespace, None, true).await?;
+        backup.write().await;
+        Ok(changed)
+    }
+
     /// Fetches `namespace` and serves the answer; its backup is left to
     /// the caller ([`PendingBackup::write`]), which holds the namespace's
     /// turn until then. Returns how many keys changed.
@@ -88,6 +102,17 @@ impl Refresher {
         &self,
         namespace: &str,
         messages: Option<&serde_json::Value>,
+    ) -> Result<(usize, PendingBackup<'_>), ApolloError> {
+        self.take_in_as(namespace, messages, false).await
+    }
+
+    /// [`take_in`](Self::take_in); `unannounced`: a new release found is
+    /// one the long poll did not announce (see [`revisit`](Self::revisit)).
+    async fn take_in_as(
+        &self,
+        namespace: &str,
+        messages: Option<&serde_json::Value>,
+        unannounced: bool,
     ) -> Result<(usize, PendingBackup<'_>), ApolloError> {
         let serialised = self.lock_of(namespace).lock().await;
         let mut backup = PendingBackup {
@@ -121,6 +146,17 @@ impl Refresher {
         );
         let release_key = config.release_key.clone();
         backup.config = Some(config);
+        if unannounced && held.as_deref() != Some(release_key.as_str()) {
+            self.live.forget_notification_id(namespace);
+            warn!(
+                component = %self.key,
+                server = %self.client.server(),
+                namespace,
+                held = held.as_deref().unwrap_or(""),
+                release_key = %release_key,
+                "Apollo release found by the periodic refresh, never announced by the long poll (the config service's notification ids are below ours: a restored or another Apollo); polling again from its current id."
+            );
+        }
         if source == Source::NotReleased && applied.previous != Source::NotReleased {
             warn!(
                 component = %self.key,

@@ -16,6 +16,9 @@
 //! asked at start, again every `metaRefreshIntervalMs`, and whenever every
 //! known instance failed a request. An answer that cannot be used (meta
 //! server down, malformed, empty list) keeps the instances known so far.
+//! When it announces other instances, the long poll forgets its
+//! notification ids ([`take_moved`](ConfigServices::take_moved)): they may
+//! be another Apollo's, whose ids are below ours.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,6 +96,9 @@ pub(crate) struct ConfigServices {
     /// The `http://` instances announced while TLS is configured, each
     /// warned about once.
     warned_plaintext: Mutex<Vec<String>>,
+    /// Set when the meta server announced other instances than the ones
+    /// in use (taken by [`take_moved`](Self::take_moved)).
+    moved: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ConfigServices {
@@ -154,12 +160,15 @@ impl ConfigServices {
             discovery,
             replaced: tokio::sync::watch::Sender::new(0),
             warned_plaintext: Mutex::new(Vec::new()),
+            moved: std::sync::atomic::AtomicBool::new(false),
         };
         // Not answering: the first request asks again (and the store may
         // start from its backup cache meanwhile).
         if let Err(err) = services.discover().await {
             warn!(error = %err, servers = %services.servers(), "Apollo meta server not answering.");
         }
+        // Nothing was learnt from the instances `config_server` named.
+        services.moved.store(false, Ordering::Release);
         Ok(services)
     }
 
@@ -282,13 +291,15 @@ impl ConfigServices {
         Arc::clone(&self.instances.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Runs `request` on the instance in use, then on each next one while
-    /// the instance is down.
-    async fn failover<R, F, Fut>(&self, request: F) -> Result<R, ApolloError>
-    where
-        F: Fn(Arc<ConfigServiceClient>) -> Fut,
-        Fut: std::future::Future<Output = Result<R, ApolloError>>,
-    {
+    /// Whether the meta server announced other instances since last asked
+    /// (once): another Apollo, maybe, whose notification ids are not ours.
+    pub(crate) fn take_moved(&self) -> bool {
+        self.moved.swap(false, Ordering::AcqRel)
+    }
+
+    /// Asks the meta server for the instances if it is time to (see the
+    /// module docs); `Err` when no instance is known.
+    pub(crate) async fn discover_if_due(&self) -> Result<(), ApolloError> {
         if self.discovery_due() || self.list().is_empty() {
             if let Err(err) = self.discover().await {
                 if self.list().is_empty() {
@@ -297,6 +308,17 @@ impl ConfigServices {
                 warn!(error = %err, servers = %self.servers(), "Apollo meta server not answering; keeping the known config services.");
             }
         }
+        Ok(())
+    }
+
+    /// Runs `request` on the instance in use, then on each next one while
+    /// the instance is down.
+    async fn failover<R, F, Fut>(&self, request: F) -> Result<R, ApolloError>
+    where
+        F: Fn(Arc<ConfigServiceClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<R, ApolloError>>,
+    {
+        self.discover_if_due().await?;
         let list = self.list();
         let mut last = None;
         for _ in 0..list.len() {
@@ -476,6 +498,7 @@ impl ConfigServices {
             *instances = Arc::new(clients);
         }
         self.current.store(keep, Ordering::Release);
+        self.moved.store(true, Ordering::Release);
         info!(meta_server = %shown_url(&discovery.url), servers = %shown_addresses(&urls.join(",")), "Apollo config services discovered.");
         Ok(())
     }

@@ -290,3 +290,89 @@ async fn a_long_poll_that_keeps_failing_degrades_readiness() {
     assert!(ready, "not ready again once polls succeed");
     started.store.close().await.unwrap();
 }
+
+/// Releases `count` times on `server`, so that its notification id (and
+/// the id a store following it holds) is `count`.
+fn release_many(server: &ApolloServer, count: usize) {
+    for n in 1..=count {
+        server.release("application", &[("password", &format!("a{n}"))]);
+    }
+}
+
+/// The store moves to another Apollo (a DR site, or a restored database)
+/// whose notification ids are below the one it holds: that service never
+/// answers its long poll, yet the periodic refresh finds the release, and
+/// polling starts over from the service's ids (its next release wakes the
+/// held poll).
+#[tokio::test]
+async fn a_release_behind_notification_ids_below_ours_is_found_by_the_periodic_refresh() {
+    let (first, dr) = (ApolloServer::start().await, ApolloServer::start().await);
+    release_many(&first, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let servers = format!("{},{}", first.url(), dr.url());
+    let meta = with(
+        metadata(&servers, dir.path()),
+        json!({"refreshIntervalMs": 1_000}),
+    );
+    let started = start(meta).await.expect("start");
+    let store = started.store.clone();
+    let mut sub = subscribe(&store, ConfigQuery::default()).await;
+    assert!(first.wait_for_held_poll(PATIENCE).await, "no poll held");
+    assert_eq!(value_of(&store, "password").await.as_deref(), Some("a20"));
+
+    let _stopped = first.stop().await;
+    dr.set_hold(Duration::from_millis(300));
+    dr.release("application", &[("password", "rotated")]);
+    expect_change(&mut sub, "password", "rotated").await;
+
+    // Following the DR site's releases through the long poll again: past
+    // the poll in flight (id 20), one answered at once (id -1), then one
+    // held (the DR site's id).
+    let polled = dr.requests(Route::Notifications);
+    eventually("a poll with the DR site's id held", || {
+        dr.requests(Route::Notifications) >= polled + 2 && dr.outstanding_polls() > 0
+    })
+    .await;
+    dr.release("application", &[("password", "rotated-again")]);
+    expect_change(&mut sub, "password", "rotated-again").await;
+    assert!(dr.held_polls_notified() >= 1, "the held poll was not woken");
+    started.store.close().await.unwrap();
+}
+
+/// The meta server announces other instances (another Apollo, ids below
+/// ours): every notification id is forgotten before the next poll, so a
+/// release there is followed at once, without waiting for the periodic
+/// refresh.
+#[tokio::test]
+async fn instances_the_meta_server_moves_the_store_to_are_polled_from_their_own_ids() {
+    let (first, dr, meta_server) = (
+        ApolloServer::start().await,
+        ApolloServer::start().await,
+        ApolloServer::start().await,
+    );
+    release_many(&first, 20);
+    meta_server.announce_config_services(&[first.url()]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = json!({
+        "meta_server": meta_server.url(),
+        "app_id": apollo_server::APP_ID,
+        "backup_config_path": dir.path().display().to_string(),
+        "metaRefreshIntervalMs": 200,
+        "refreshIntervalMs": 600_000,
+        "requestTimeoutMs": 2_000,
+        "retryIntervalMs": 50,
+        "maxRetryIntervalMs": 400,
+    });
+    first.set_hold(Duration::from_millis(300));
+    dr.set_hold(Duration::from_millis(300));
+    let started = start(meta).await.expect("start");
+    let store = started.store.clone();
+    let mut sub = subscribe(&store, ConfigQuery::default()).await;
+    assert_eq!(value_of(&store, "password").await.as_deref(), Some("a20"));
+    assert!(first.wait_for_held_poll(PATIENCE).await, "no poll held");
+
+    dr.release("application", &[("password", "dr")]);
+    meta_server.announce_config_services(&[dr.url()]);
+    expect_change(&mut sub, "password", "dr").await;
+    started.store.close().await.unwrap();
+}
