@@ -221,7 +221,11 @@ pub async fn canonicalize_within(path: &Path, deadline: Duration) -> std::io::Re
 /// after `deadline`; while an earlier call on `path` given up has not
 /// returned, refused at once. Calls on a path that is not stuck run side by
 /// side.
-async fn on_path_within<T, C>(path: &Path, deadline: Duration, call: C) -> std::io::Result<T>
+pub(crate) async fn on_path_within<T, C>(
+    path: &Path,
+    deadline: Duration,
+    call: C,
+) -> std::io::Result<T>
 where
     T: Send + 'static,
     C: FnOnce() -> std::io::Result<T> + Send + 'static,

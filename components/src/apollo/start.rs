@@ -23,12 +23,12 @@ pub(super) type Followed = Option<(crate::tls::ClientTlsFields, crate::tls::Clie
 
 impl ApolloConfigStore {
     /// The TLS configuration of both clients: the metadata's CA, client
-    /// certificate and key (read now), else the system's roots (also when
-    /// every server configured is `http://`: a meta server may announce
-    /// `https://` config services).
+    /// certificate and key (read now, off the async workers), else the
+    /// system's roots (also when every server configured is `http://`: a
+    /// meta server may announce `https://` config services).
     /// Also returns the fields and the material read, when TLS is on, to
     /// follow the files among them.
-    fn tls_config(
+    async fn tls_config(
         &self,
         cx: &InitContext,
     ) -> Result<(rustls::ClientConfig, Followed), ApolloError> {
@@ -43,7 +43,12 @@ impl ApolloConfigStore {
             warn!(component = %cx.key, "insecureSkipVerify: the Apollo servers' certificates are NOT verified. For tests only.");
         }
         let material = match https || fields != crate::tls::ClientTlsFields::default() {
-            true => Some(fields.load().map_err(tls_error)?),
+            true => Some(
+                fields
+                    .load_within(crate::tls::FILE_READ_DEADLINE)
+                    .await
+                    .map_err(tls_error)?,
+            ),
             false => None,
         };
         let config = crate::tls::http_config(material.as_ref()).map_err(tls_error)?;
@@ -116,7 +121,7 @@ impl ApolloConfigStore {
                 warn!(component = %cx.key, "{err}: `https://` Apollo servers are refused.");
             }
         }
-        let (tls, followed) = self.tls_config(cx)?;
+        let (tls, followed) = self.tls_config(cx).await?;
         let instance = InstanceSettings {
             app_id: app_id.to_string(),
             cluster: settings.cluster.clone(),

@@ -99,8 +99,38 @@ impl EtcdMetadata {
     }
 
     /// As [`settings`](Self::settings), certificate paths relative to
-    /// `dir` (the configuration file's folder); reads the TLS material.
+    /// `dir` (the configuration file's folder); reads the TLS material on
+    /// this thread (blocking: async code calls
+    /// [`read_settings_in`](Self::read_settings_in)).
     pub fn settings_in(
+        &self,
+        dir: Option<&std::path::Path>,
+    ) -> Result<EtcdSettings, EtcdMetadataError> {
+        let mut settings = self.unread_settings_in(dir)?;
+        if let Some(fields) = &settings.tls_fields {
+            settings.tls = Some(fields.load()?);
+        }
+        Ok(settings)
+    }
+
+    /// [`settings_in`](Self::settings_in) with the TLS files read off the
+    /// async workers, within [`crate::tls::FILE_READ_DEADLINE`]: a file on
+    /// a hung mount fails the caller (a component's start) instead of
+    /// stalling a worker.
+    pub async fn read_settings_in(
+        &self,
+        dir: Option<&std::path::Path>,
+    ) -> Result<EtcdSettings, EtcdMetadataError> {
+        let mut settings = self.unread_settings_in(dir)?;
+        if let Some(fields) = &settings.tls_fields {
+            let deadline = crate::tls::FILE_READ_DEADLINE;
+            settings.tls = Some(fields.load_within(deadline).await?);
+        }
+        Ok(settings)
+    }
+
+    /// The settings checked, the TLS material not read yet (`tls` none).
+    fn unread_settings_in(
         &self,
         dir: Option<&std::path::Path>,
     ) -> Result<EtcdSettings, EtcdMetadataError> {
@@ -127,14 +157,9 @@ impl EtcdMetadata {
             0 => DEFAULT_WATCH_RETRY_MS,
             ms => ms,
         };
-        let tls_fields = self.tls_fields(dir);
-        let tls = match &tls_fields {
-            Some(fields) => Some(fields.load()?),
-            None => None,
-        };
         Ok(EtcdSettings {
-            tls,
-            tls_fields,
+            tls: None,
+            tls_fields: self.tls_fields(dir),
             endpoints,
             key_prefix: self.key_prefix.clone(),
             credentials,

@@ -279,7 +279,8 @@ impl Component for EtcdSequencer {
         let settings = self
             .metadata
             .connection()
-            .settings_in(cx.config_dir.as_deref())?;
+            .read_settings_in(cx.config_dir.as_deref())
+            .await?;
         let counters = EtcdCounters::connect(&settings).await.map_err(|err| {
             ComponentError::new(format!(
                 "etcd at {} (`endpoints`): {err}",

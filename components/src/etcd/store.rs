@@ -336,7 +336,10 @@ impl EtcdConfigStore {
 #[rewire_runtime::prelude::async_trait]
 impl Component for EtcdConfigStore {
     async fn init(&mut self, cx: &InitContext) -> Result<(), ComponentError> {
-        let settings = self.metadata.settings_in(cx.config_dir.as_deref())?;
+        let settings = self
+            .metadata
+            .read_settings_in(cx.config_dir.as_deref())
+            .await?;
         if let Some(tls) = &settings.tls {
             tls.preload_system_roots().await.map_err(|err| {
                 ComponentError::new(format!(

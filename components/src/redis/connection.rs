@@ -363,7 +363,7 @@ impl RedisConnection {
         if config_dir.is_some() {
             Arc::make_mut(&mut metadata).config_dir = config_dir.map(std::path::Path::to_path_buf);
         }
-        let settings = metadata.connection_settings()?;
+        let settings = metadata.read_connection_settings().await?;
         let opened = open(&settings).await?;
         info!(component = %key, host = %settings.host(), server = %opened.server, db = settings.db, "Redis connected.");
         self.shared.session.store(Arc::new(Session {
@@ -392,7 +392,7 @@ impl RedisConnection {
         let connection = Self::new(metadata);
         let _ = connection.shared.label.set(label.to_string());
         let metadata = connection.session().metadata.clone();
-        let settings = metadata.connection_settings()?;
+        let settings = metadata.read_connection_settings().await?;
         let opened = open(&settings).await?;
         connection.shared.session.store(Arc::new(Session {
             metadata,
@@ -451,7 +451,8 @@ impl RedisConnection {
         let rejected =
             |err: &dyn fmt::Display| ComponentError::new(format!("new metadata rejected: {err}"));
         let settings = metadata
-            .connection_settings()
+            .read_connection_settings()
+            .await
             .map_err(|err| rejected(&err))?;
         let link = match &current.link {
             Some(link) if link.settings == settings => {

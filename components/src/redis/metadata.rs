@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
 use crate::time_limits::deserialize_optional_ttl_seconds;
-use crate::tls::{ClientTls, ClientTlsFields, PemSource, TlsError};
+use crate::tls::{ClientTls, ClientTlsFields, PemSource, TlsError, FILE_READ_DEADLINE};
 
 /// `dialTimeout` when none is given (go-redis's default, as in Dapr).
 pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,10 +107,17 @@ pub struct RedisMetadata {
 }
 
 impl RedisMetadata {
-    /// The TLS material of the TLS fields, read; `None` without
+    /// The TLS material of the TLS fields, read (blocking; async code
+    /// reads it with [`read_connection_settings`](Self::read_connection_settings));
+    /// `None` without `enableTLS`.
+    pub fn client_tls(&self) -> Result<Option<ClientTls>, TlsError> {
+        self.tls_fields()?.map(|fields| fields.load()).transpose()
+    }
+
+    /// The TLS fields, relative paths resolved; `None` without
     /// `enableTLS`. Certificate fields without `enableTLS` are an error
     /// rather than silently plain text.
-    pub fn client_tls(&self) -> Result<Option<ClientTls>, TlsError> {
+    fn tls_fields(&self) -> Result<Option<ClientTlsFields>, TlsError> {
         let fields = [
             ("caCert", &self.ca_cert),
             ("clientCert", &self.client_cert),
@@ -135,10 +142,7 @@ impl RedisMetadata {
             client_key: PemSource::parse(&self.client_key),
             insecure_skip_verify: self.insecure_skip_verify,
         };
-        declared
-            .resolved(self.config_dir.as_deref())
-            .load()
-            .map(Some)
+        Ok(Some(declared.resolved(self.config_dir.as_deref())))
     }
 
     /// Metadata for the server at `redis_host`, everything else default.
@@ -180,8 +184,32 @@ impl RedisMetadata {
     }
 
     /// The settings that decide the connection (everything but the key
-    /// prefix and the TTL), checked.
+    /// prefix and the TTL), checked; the TLS files read on this thread
+    /// (blocking: async code calls
+    /// [`read_connection_settings`](Self::read_connection_settings)).
     pub fn connection_settings(&self) -> Result<ConnectionSettings, RedisMetadataError> {
+        let (mut settings, fields) = self.unread_connection_settings()?;
+        settings.tls = fields.map(|fields| fields.load()).transpose()?;
+        Ok(settings)
+    }
+
+    /// [`connection_settings`](Self::connection_settings) with the TLS
+    /// files read off the async workers, within
+    /// [`FILE_READ_DEADLINE`]: a file on a hung mount fails the caller
+    /// (a component's start) instead of stalling a worker.
+    pub async fn read_connection_settings(&self) -> Result<ConnectionSettings, RedisMetadataError> {
+        let (mut settings, fields) = self.unread_connection_settings()?;
+        if let Some(fields) = fields {
+            settings.tls = Some(fields.load_within(FILE_READ_DEADLINE).await?);
+        }
+        Ok(settings)
+    }
+
+    /// The connection settings checked, without TLS material, and the TLS
+    /// fields to read it from.
+    fn unread_connection_settings(
+        &self,
+    ) -> Result<(ConnectionSettings, Option<ClientTlsFields>), RedisMetadataError> {
         if looks_like_connection_string(&self.redis_host) {
             return Err(RedisMetadataError::ConnectionString);
         }
@@ -190,7 +218,7 @@ impl RedisMetadata {
                 host: shown_addresses(&self.redis_host),
                 reason,
             })?;
-        let tls = self.client_tls()?;
+        let tls_fields = self.tls_fields()?;
         let cluster = self.redis_type == RedisType::Cluster;
         if cluster {
             self.check_cluster_fields()?;
@@ -214,7 +242,7 @@ impl RedisMetadata {
         };
         let read = effective(self.read_timeout);
         let write = effective(self.write_timeout);
-        Ok(ConnectionSettings {
+        let settings = ConnectionSettings {
             addresses,
             password: self.redis_password.clone(),
             username: self.redis_username.clone(),
@@ -225,8 +253,9 @@ impl RedisMetadata {
                 .failover
                 .then(|| self.sentinel_master_name.trim().to_string()),
             cluster,
-            tls,
-        })
+            tls: None,
+        };
+        Ok((settings, tls_fields))
     }
 
     /// A Redis Cluster has no sentinels and only database 0.

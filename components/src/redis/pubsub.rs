@@ -94,7 +94,11 @@ impl Component for RedisPubSub {
             .map_err(|e| ComponentError::new(format!("{key}: {e}")))?;
         self.tunables.store(Arc::new(tunables));
         self.metadata.config_dir.clone_from(&cx.config_dir);
-        let settings = self.metadata.connection().connection_settings()?;
+        let settings = self
+            .metadata
+            .connection()
+            .read_connection_settings()
+            .await?;
         let connection =
             RedisConnection::open_following_failover(&key.to_string(), self.metadata.connection())
                 .await?;

@@ -70,6 +70,8 @@ impl ClientTlsFields {
     /// client certificate and key come together and parse. Each file is
     /// read once: the bytes checked are the bytes kept (a second read
     /// could catch a file mid-rewrite, and keep what was never checked).
+    /// Blocks on the files: async code calls
+    /// [`load_within`](Self::load_within).
     pub fn load(&self) -> Result<ClientTls, TlsError> {
         self.checked(self.read()?)
     }
@@ -90,7 +92,7 @@ impl ClientTlsFields {
     }
 
     /// The material of the bytes `read`, checked.
-    fn checked(&self, read: ReadFields) -> Result<ClientTls, TlsError> {
+    pub(super) fn checked(&self, read: ReadFields) -> Result<ClientTls, TlsError> {
         let ca_pem = match (&self.ca_cert, read.ca) {
             (Some(source), Some(bytes)) => {
                 source.certificates_in("caCert", &bytes)?;
@@ -127,10 +129,10 @@ impl ClientTlsFields {
 }
 
 /// The bytes of each field, as read once.
-struct ReadFields {
-    ca: Option<Vec<u8>>,
-    cert: Option<Vec<u8>>,
-    key: Option<Vec<u8>>,
+pub(super) struct ReadFields {
+    pub(super) ca: Option<Vec<u8>>,
+    pub(super) cert: Option<Vec<u8>>,
+    pub(super) key: Option<Vec<u8>>,
 }
 
 impl ClientTls {

@@ -12,6 +12,9 @@
 //! * `client`: [`ClientTlsFields`] (the fields as a component declares
 //!   them) → [`ClientTls`] (the material read) → rustls / tonic
 //!   configurations.
+//! * `read_within`: [`ClientTlsFields::load_within`], the files read off
+//!   the async workers within [`FILE_READ_DEADLINE`] (a component's
+//!   start reads them so: a hung mount fails it, never stalls a worker).
 //! * `follow`: [`follow`] and [`follow_files`], re-reading the files of a
 //!   running component and swapping in a client built with new material
 //!   (content that failed waits [`FIRST_RETRY`], doubled at each failure up
@@ -22,6 +25,7 @@
 mod client;
 mod follow;
 mod pem;
+mod read_within;
 pub mod system_roots;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
@@ -30,6 +34,7 @@ pub use follow::{
     RECHECK_EVERY, REFUSED_RETRY,
 };
 pub use pem::{pem_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYTES};
+pub use read_within::FILE_READ_DEADLINE;
 
 /// Installs rustls's ring provider as the process default, once (later
 /// calls are no-ops). Libraries that build rustls configurations without

@@ -96,7 +96,7 @@ pub fn pem_error_reason(err: &rustls_pki_types::pem::Error) -> &'static str {
 
 /// Why a certificate file could not be read, without its path (the
 /// error names the field and the path itself).
-fn read_error_reason(err: &rewire_runtime::FileReadError) -> String {
+pub(super) fn read_error_reason(err: &rewire_runtime::FileReadError) -> String {
     use rewire_runtime::FileReadError;
     match err {
         FileReadError::Io { source, .. } => source.to_string(),
