@@ -49,7 +49,10 @@ impl From<InPlace> for StagedInPlace {
 /// prepared but did not make visible.
 ///
 /// [`apply`](Self::apply) puts it in force: synchronously, and it cannot
-/// fail (everything that could was done while staging). Dropping it
+/// fail (everything that could was done while staging). Should it panic
+/// all the same, the reload (committed by then) re-applies the previous
+/// metadata with `update_in_place`, keeps the component on its previous
+/// declaration and records its update failed. Dropping it
 /// unapplied discards the change: whatever staging set aside must be
 /// released then (a guard the closure owns does it).
 #[must_use = "a pending in-place update does nothing until applied"]

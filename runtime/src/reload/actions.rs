@@ -26,7 +26,10 @@ pub enum Action {
     Added,
     /// Component gone.
     Removed,
-    /// Its new instance or in-place update failed: the reload rolled back.
+    /// Its new instance or in-place update failed: the reload rolled back;
+    /// or, in a reload applied, its staged in-place update panicked when
+    /// applied at the commit: it kept its instance and its previous
+    /// declaration (the record's error says so).
     Failed,
 }
 

@@ -41,7 +41,9 @@ impl fmt::Display for Trigger {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
-    /// A new generation is serving.
+    /// A new generation is serving. A component whose staged update
+    /// panicked when applied is [`Action::Failed`](super::Action::Failed)
+    /// and named in the error.
     Applied,
     /// Nothing differed from the running configuration.
     NoChange,
@@ -63,7 +65,8 @@ pub struct ReloadRecord {
     pub attempt: u32,
     /// How it ended.
     pub outcome: Outcome,
-    /// Why it was rejected or rolled back (secret values scrubbed; at most
+    /// Why it was rejected or rolled back, or, applied, which component's
+    /// update failed after the commit (secret values scrubbed; at most
     /// 32 lines of about 1 KiB each, a longer line cut in its middle).
     pub error: Option<String>,
     /// Per component (`kind/name`), what was done (or would have been, for a

@@ -13,6 +13,7 @@ use crate::handle::{with_staged, Generation};
 use crate::metadata::Metadata;
 use crate::redact::Redactor;
 use crate::registry::{in_place_of, InPlaceHook};
+use crate::running::Running;
 
 /// Stages `metadata` on the running `component`, handles resolving in
 /// `staged` (the generation being built).
@@ -68,39 +69,114 @@ async fn update_call(
     }
 }
 
+/// An in-place update a reload staged, to put in force at its commit.
+pub(crate) struct StagedUpdate {
+    pub(crate) key: ComponentKey,
+    pub(crate) pending: PendingInPlace,
+    /// The entry its key had before the reload: what the running set goes
+    /// back to should applying panic.
+    pub(crate) previous: Arc<Running>,
+    /// The type's declared in-place update, to re-apply `previous` with.
+    pub(crate) hook: Option<InPlaceHook>,
+}
+
+/// A staged update that panicked when applied: committed, but not (or
+/// only partly) in force.
+pub(crate) struct Unapplied {
+    pub(crate) key: ComponentKey,
+    pub(crate) previous: Arc<Running>,
+    pub(crate) hook: Option<InPlaceHook>,
+    /// The panic's message, secrets scrubbed.
+    pub(crate) message: String,
+}
+
 /// Puts in force the in-place updates a committed reload staged. Called
 /// right after the swap: nothing they make visible can belong to a
 /// generation that did not commit. Applying cannot fail; a panic (a bug in
-/// the component) is logged and the next update is applied all the same.
-pub(super) fn apply_deferred(deferred: Vec<(ComponentKey, PendingInPlace)>) {
-    for (key, pending) in deferred {
+/// the component) is logged, the next update is applied all the same, and
+/// the update is returned, for the reload to put the component back.
+pub(super) fn apply_deferred(deferred: Vec<StagedUpdate>) -> Vec<Unapplied> {
+    let mut unapplied = Vec::new();
+    for staged in deferred {
+        let StagedUpdate {
+            key,
+            pending,
+            previous,
+            hook,
+        } = staged;
         let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.apply()));
         match applied {
             Ok(()) => tracing::debug!(component = %key, "Staged in-place update applied."),
             Err(panic) => {
                 let message = Redactor::shared().scrub(panic_message(&*panic));
                 tracing::error!(component = %key, error = %message, "Staged in-place update panicked when applied.");
+                unapplied.push(Unapplied {
+                    key,
+                    previous,
+                    hook,
+                    message,
+                });
             }
         }
     }
+    unapplied
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::assemble::Assembled;
+    use crate::handle::Instance;
     use crate::logged::Logged;
+
+    #[derive(Debug)]
+    struct Plain;
+    impl Component for Plain {}
+
+    /// `custom/{name}` as it ran before a reload.
+    fn previous(name: &str) -> Arc<Running> {
+        let text = format!(r#"{{"components": {{"custom": {{"{name}": {{"type": "t"}}}}}}}}"#);
+        let config = crate::config::parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let spec = config.components[&ComponentKey::new("custom", name)].clone();
+        let assembled = Assembled {
+            instance: Instance::Custom(Arc::new(Plain)),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            resolved: Metadata::default(),
+        };
+        Arc::new(Running { spec, assembled })
+    }
+
+    fn staged(name: &str, apply: impl FnOnce() + Send + 'static) -> StagedUpdate {
+        StagedUpdate {
+            key: ComponentKey::new("custom", name),
+            pending: PendingInPlace::new(apply),
+            previous: previous(name),
+            hook: None,
+        }
+    }
 
     #[test]
     fn a_panic_applying_a_staged_update_is_logged_without_the_secret_it_quotes() {
         Redactor::shared().remember("app1y-panic-s3cret");
         let logged = Logged::default();
-        let pending = PendingInPlace::new(|| panic!("cannot apply password app1y-panic-s3cret"));
-        let key = ComponentKey::new("custom", "careless");
-        tracing::subscriber::with_default(logged.clone(), || {
-            apply_deferred(vec![(key, pending)]);
+        let careless = staged("careless", || {
+            panic!("cannot apply password app1y-panic-s3cret")
+        });
+        let applied = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fine = staged("fine", {
+            let applied = Arc::clone(&applied);
+            move || applied.store(true, std::sync::atomic::Ordering::SeqCst)
+        });
+        let unapplied = tracing::subscriber::with_default(logged.clone(), || {
+            apply_deferred(vec![careless, fine])
         });
         let text = logged.text();
         assert!(text.contains("cannot apply password [redacted]"), "{text}");
         assert!(!text.contains("s3cret"), "a secret reached the log: {text}");
+        // The one that panicked is handed back, scrubbed; the next applied.
+        assert!(applied.load(std::sync::atomic::Ordering::SeqCst));
+        let keys: Vec<String> = unapplied.iter().map(|u| u.key.to_string()).collect();
+        assert_eq!(keys, ["custom/careless"]);
+        assert_eq!(unapplied[0].message, "cannot apply password [redacted]");
     }
 }

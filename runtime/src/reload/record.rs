@@ -26,8 +26,8 @@ pub(super) struct Ending {
     /// Every component serving after it (or that would have): each one
     /// `actions` does not name was kept, unchanged.
     pub(super) serving: OrdSet<ComponentKey>,
-    /// Why it did not apply (scrubbed, then [`bounded`], before it is
-    /// kept).
+    /// Why it did not apply, or which of its updates failed after the
+    /// commit (scrubbed, then [`bounded`], before it is kept).
     pub(super) error: Option<String>,
 }
 
@@ -165,6 +165,9 @@ fn log_record(record: &ReloadRecord) {
     match &record.error {
         None => {
             tracing::info!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, duration_ms = record.duration_ms, "Reload finished.")
+        }
+        Some(error) if record.outcome == Outcome::Applied => {
+            tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload applied, but not all of it.")
         }
         Some(error) => {
             tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload not applied.")

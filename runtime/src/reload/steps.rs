@@ -12,6 +12,7 @@ use tracing::{Instrument, Span};
 use super::actions::Action;
 use super::history::{Outcome, ReloadRecord};
 use super::in_place;
+use super::put_back::PutBack;
 use super::record::{Ending, Recording};
 use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
@@ -101,7 +102,12 @@ impl Reloader {
             false => self.commit(config, layers, prepared, ended),
         };
         match committed {
-            Ok(ending) => Ok(self.finish(recording, ending)),
+            Ok((mut ending, put_back)) => {
+                if let Some(put_back) = put_back {
+                    self.put_back(put_back, &mut ending).await;
+                }
+                Ok(self.finish(recording, ending))
+            }
             Err(cut) => Err(self.undo_cut(recording, cut).await),
         }
     }
@@ -222,16 +228,17 @@ impl Reloader {
     /// Commits `prepared` as the running set, puts the in-place updates it
     /// staged in force right after the swap, forgets what the components
     /// it `ended` left for their own type, and drains what it replaced,
-    /// users before the stores they use. Once the running set is closed
-    /// (a shutdown left this reload behind), it is not made: what undoes
-    /// `prepared` is given back.
+    /// users before the stores they use; gives back the staged updates
+    /// that panicked when applied, to put back. Once the running set is
+    /// closed (a shutdown left this reload behind), it is not made: what
+    /// undoes `prepared` is given back.
     fn commit(
         &self,
         config: ValidConfig,
         layers: RunningLayers,
         prepared: Prepared,
         ended: Ended,
-    ) -> Result<Ending, Box<Cut>> {
+    ) -> Result<(Ending, Option<PutBack>), Box<Cut>> {
         let sections_changed = self.running.sections_differ(&config.config.sections);
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
@@ -254,7 +261,11 @@ impl Reloader {
                 serving,
             }));
         };
-        in_place::apply_deferred(prepared.deferred);
+        let unapplied = in_place::apply_deferred(prepared.deferred);
+        let put_back = (!unapplied.is_empty()).then(|| PutBack {
+            unapplied,
+            cx: prepared.undo.context().clone(),
+        });
         ended.forget(self.running.handover());
         let mut retired = prepared.retired;
         let position: std::collections::HashMap<_, _> = old_order
@@ -264,7 +275,7 @@ impl Reloader {
             .collect();
         retired.sort_by_key(|(key, _)| std::cmp::Reverse(position.get(key).copied()));
         self.drains.spawn(retired, self.settings.drain_grace);
-        Ok(Ending {
+        let ending = Ending {
             outcome: if changed {
                 Outcome::Applied
             } else {
@@ -274,7 +285,8 @@ impl Reloader {
             actions: prepared.actions,
             serving,
             error: None,
-        })
+        };
+        Ok((ending, put_back))
     }
 }
 

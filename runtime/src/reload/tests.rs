@@ -18,6 +18,8 @@ use crate::handle::Instance;
 use crate::metadata::{Metadata, MetadataError};
 use crate::registry::{Buildable, ComponentDescriptor, Inject};
 
+mod staged_panic;
+
 /// `fail`s or `panic`s in `init` when told; else starts.
 struct TestComponent {
     fail: bool,

@@ -46,7 +46,9 @@ pub(super) fn reload_span(trigger: &Trigger, attempt: u32) -> Span {
 pub(super) fn record_ending(span: &Span, record: &ReloadRecord) {
     span.record("rewire.outcome", outcome_name(record.outcome));
     span.record("rewire.generation", record.generation);
-    if matches!(record.outcome, Outcome::RolledBack | Outcome::Rejected) {
+    // An applied reload with an error: a component's update failed after
+    // the commit (see `put_back`).
+    if matches!(record.outcome, Outcome::RolledBack | Outcome::Rejected) || record.error.is_some() {
         record_error(span, record.error.as_deref().unwrap_or_default());
     }
 }

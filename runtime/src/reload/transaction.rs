@@ -101,7 +101,7 @@ pub(crate) struct Prepared {
     /// Old instances to drain and close after the swap.
     pub(crate) retired: Vec<(ComponentKey, Arc<Running>)>,
     /// In-place updates staged to be put in force once the swap is done.
-    pub(crate) deferred: Vec<(ComponentKey, PendingInPlace)>,
+    pub(crate) deferred: Vec<in_place::StagedUpdate>,
     /// The old configuration's start order (retired users close first).
     pub(crate) old_order: Vec<ComponentKey>,
     /// Undoes it, should it not be committed after all.
@@ -120,6 +120,11 @@ pub(crate) struct Undo {
 }
 
 impl Undo {
+    /// The reload's context (its timeouts, its stop).
+    pub(crate) fn context(&self) -> &AssemblyContext {
+        &self.cx
+    }
+
     /// Returns how many of its closes were abandoned.
     pub(crate) async fn run(self) -> usize {
         let count = || {
@@ -368,8 +373,22 @@ impl Plan<'_> {
                 Step::InPlace {
                     running,
                     update: Update::Staged(pending),
+                    hook,
                     ..
-                } => deferred.push((running.spec.key.clone(), pending)),
+                } => {
+                    let key = running.spec.key.clone();
+                    // An in-place step always replaces a running entry.
+                    if let Some(previous) = self.current.get(&key) {
+                        let previous = Arc::clone(previous);
+                        let staged = in_place::StagedUpdate {
+                            key,
+                            pending,
+                            previous,
+                            hook,
+                        };
+                        deferred.push(staged);
+                    }
+                }
                 Step::InPlace {
                     update: Update::InForce,
                     ..
@@ -596,17 +615,17 @@ pub(super) async fn settle(
 }
 
 /// Re-applies `previous` to the running `component`, best effort (a panic
-/// or an error is logged, not raised), within the init timeout; once
-/// shutdown cuts the reload short, within `CLOSE_TIMEOUT` of that (as a
-/// close is), then abandoned: a dead backend cannot hold SIGTERM for an
-/// init timeout per level.
-async fn revert(
+/// or an error is logged, not raised: `false` then), within the init
+/// timeout; once shutdown cuts the reload short, within `CLOSE_TIMEOUT`
+/// of that (as a close is), then abandoned: a dead backend cannot hold
+/// SIGTERM for an init timeout per level.
+pub(super) async fn revert(
     key: &ComponentKey,
     component: Arc<dyn Component>,
     hook: Option<InPlaceHook>,
     previous: Metadata,
     cx: &AssemblyContext,
-) {
+) -> bool {
     let started = tokio::time::Instant::now();
     let mut reverting = std::pin::pin!(in_place::update(
         component,
@@ -625,7 +644,7 @@ async fn revert(
     let why = match answer {
         Answer::Answered(Ok(InPlace::Applied)) => {
             tracing::info!(component = %key, "In-place update reverted.");
-            return;
+            return true;
         }
         Answer::Answered(Ok(InPlace::NeedsRebuild)) => "it asked for a rebuild".to_string(),
         Answer::Answered(Err(err)) => cx.redactor.scrub(&err.to_string()),
@@ -633,6 +652,7 @@ async fn revert(
         Answer::Panicked(message) => format!("it panicked: {}", cx.redactor.scrub(&message)),
     };
     tracing::error!(component = %key, error = %why, "In-place update could not be reverted; the component may keep (part of) its new metadata.");
+    false
 }
 
 /// Undoes a failed transaction: closes what was built and re-applies the

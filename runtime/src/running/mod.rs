@@ -6,6 +6,7 @@
 mod close;
 mod components;
 mod layers;
+mod restore;
 mod start;
 mod status;
 mod watch_plan;

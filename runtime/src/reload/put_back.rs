@@ -1,0 +1,63 @@
+//! After the commit: putting back the components whose staged in-place
+//! update panicked when applied. The reload is committed (its other
+//! changes serve) and the component kept its instance, so it is not
+//! rebuilt there; it goes back to its previous metadata and declaration,
+//! as a reload's other panics in an in-place update revert it, and the
+//! record says its update failed. The layers still declare the change, so
+//! the same candidate reloaded again tries it again.
+
+use super::actions::Action;
+use super::in_place::Unapplied;
+use super::record::Ending;
+use super::transaction::revert;
+use super::Reloader;
+use crate::assemble::AssemblyContext;
+
+/// What a commit left to put back, and the reload's context to do it in
+/// (its init timeout, cut short by shutdown as the reload is).
+pub(super) struct PutBack {
+    pub(super) unapplied: Vec<Unapplied>,
+    pub(super) cx: AssemblyContext,
+}
+
+impl Reloader {
+    /// Makes each unapplied component's previous entry the running set's
+    /// again, re-applies its previous metadata on the instance (the
+    /// update may have been half made), and marks it failed in `ending`,
+    /// with why.
+    pub(super) async fn put_back(&self, put_back: PutBack, ending: &mut Ending) {
+        let PutBack { unapplied, cx } = put_back;
+        let mut lines = Vec::new();
+        for Unapplied {
+            key,
+            previous,
+            hook,
+            message,
+        } in unapplied
+        {
+            let component = previous.assembled.instance.component();
+            let metadata = previous.assembled.resolved.clone();
+            // Recorded first: the revert may take up to the init timeout.
+            let kept = match self.running.restore(previous) {
+                Ok(()) => "its previous declaration stays in force; reload the change to try again"
+                    .to_string(),
+                Err(why) => format!("its previous declaration could not be restored ({why})"),
+            };
+            let reverted = revert(&key, component, hook, metadata, &cx).await;
+            let metadata = match reverted {
+                true => "its previous metadata was re-applied",
+                false => "re-applying its previous metadata failed too: it may run with part of the new one",
+            };
+            tracing::error!(component = %key, "Staged in-place update panicked when applied; {metadata}; {kept}.");
+            lines.push(format!(
+                "{key}: staged in-place update panicked when applied: {message}; {metadata}; {kept}"
+            ));
+            ending.actions.insert(key, Action::Failed);
+        }
+        let error = lines.join("\n");
+        ending.error = Some(match ending.error.take() {
+            Some(earlier) => format!("{earlier}\n{error}"),
+            None => error,
+        });
+    }
+}
