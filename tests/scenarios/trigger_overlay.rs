@@ -136,6 +136,40 @@ async fn reverting_an_overlay_that_rolls_back_ends_its_retry() {
     runtime.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlay_field_wins_over_the_files_configuration_ref_that_fills_it() {
+    // The file fills `value` from a watched configurationRef; the DR
+    // overlay sets `value` itself.
+    let config = json!({"appId": "shop", "components": {
+        "config_store": {"cfg": {"type": "memory", "metadata": {"items": {"orders.value": "main"}}}},
+        "probe": {"p": {"type": "test.reload.probe", "metadata": {"tag": "overlay-over-ref"},
+            "configurationRef": [{"store": "cfg", "key": "orders.value", "injectAs": "value", "watch": true}]}}
+    }, "overlay": {"store": "cfg", "key": "rewire.components"}});
+    let runtime = support::reload::start(&config.to_string()).await;
+    let value = || support::reload::probe(&runtime, "p").meta().value;
+    assert_eq!(value().as_deref(), Some("main"));
+
+    set(
+        &runtime,
+        "rewire.components",
+        r#"{"components": {"probe": {"p": {"metadata": {"value": "dr"}}}}}"#,
+    )
+    .await;
+    applied_after(&runtime, Trigger::Overlay, 0).await;
+    assert_eq!(value().as_deref(), Some("dr"), "{:#?}", runtime.history());
+    let status = runtime.status().await;
+    let sources = status
+        .components
+        .iter()
+        .find(|c| c.name == "p")
+        .map(|c| c.sources.clone());
+    assert_eq!(
+        sources.and_then(|s| s.metadata.get("value").copied()),
+        Some(Layer::Overlay)
+    );
+    runtime.shutdown().await;
+}
+
 /// How many reads [`HangingStore`] was asked for.
 static HANGING_GETS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

@@ -274,11 +274,15 @@ struct Effective {
 }
 
 impl Effective {
-    /// Lays one overlay component over what is there, field by field.
+    /// Lays one overlay component over what is there, field by field: a
+    /// field it sets wins over an inherited ref that would fill it (the
+    /// assembly would otherwise overwrite the field with the ref's value).
     fn overlay(&mut self, layer: Layer, key: &ComponentKey, component: &ComponentPatch) {
         let added = match self.config.components.get_mut(key) {
             Some(spec) => {
-                component.apply_to(Arc::make_mut(spec));
+                let spec = Arc::make_mut(spec);
+                component.apply_to(spec);
+                yield_to_pushed_fields(component, spec);
                 false
             }
             None => {
@@ -340,9 +344,6 @@ impl Effective {
                     return;
                 }
                 self.overlay(Layer::ControlPlane, key, patch);
-                if let Some(spec) = self.config.components.get_mut(key) {
-                    yield_to_pushed_fields(patch, Arc::make_mut(spec));
-                }
             }
             Push::AmendOrDeclare(patch) => {
                 // Not stored by `Layers::apply`; set in `pushes` directly,
@@ -387,7 +388,7 @@ fn inherited(patch: &ComponentPatch, below: &ComponentSpec, spec: &mut Component
 
 /// Drops the secretRefs and configurationRefs `spec` keeps from below
 /// (those `patch` leaves unsaid) that fill a metadata field `patch` sets:
-/// the push's value wins, as the top layer.
+/// the overlay's or push's value wins, as the higher layer.
 fn yield_to_pushed_fields(patch: &ComponentPatch, spec: &mut ComponentSpec) {
     let pushed = |field: &str| patch.metadata.get(field).is_some_and(|v| !v.is_null());
     if patch.secret_refs.is_none() {
@@ -450,6 +451,44 @@ mod tests {
 
     fn file(text: &str) -> Config {
         parse(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn an_overlay_field_wins_over_the_files_ref_that_fills_it() {
+        let s = ComponentKey::new("state", "orders");
+        let mut layers = Layers::new(file(
+            r#"{"components": {"state": {"orders": {"type": "redis",
+                "metadata": {"redisDB": 3},
+                "secretRef": [{"store": "vault", "name": "redis", "key": "password", "injectAs": "redisPassword"}],
+                "configurationRef": [{"store": "etcd", "key": "orders.redisHost", "injectAs": "redisHost", "watch": true}]}}}}"#,
+        ));
+        layers.overlay = Some(patch(
+            r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
+        ));
+        let (config, sources) = layers.effective();
+        let spec = &config.components[&s];
+        assert!(
+            spec.configuration_refs.is_empty(),
+            "the ref filling the overlay's field gives way: {:?}",
+            spec.configuration_refs
+        );
+        assert_eq!(spec.metadata["redisHost"], "dr:6379");
+        assert_eq!(sources[&s].metadata["redisHost"], Layer::Overlay);
+        assert_eq!(
+            spec.secret_refs.len(),
+            1,
+            "a ref filling another field stays"
+        );
+
+        // An overlay that gives its own refs keeps them.
+        layers.overlay = Some(patch(
+            r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"},
+                "configurationRef": [{"store": "etcd", "key": "dr.redisHost", "injectAs": "redisHost"}]}}}}"#,
+        ));
+        let config = layers.effective_config();
+        let refs = &config.components[&s].configuration_refs;
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].key, "dr.redisHost");
     }
 
     #[test]
