@@ -15,8 +15,9 @@ pub struct RuntimeOptions {
     /// How many reload records are kept.
     pub history_capacity: usize,
     /// How often watched secretRefs are polled (secret stores cannot
-    /// notify); at least every 10 ms (a shorter interval, zero included,
-    /// is raised to it).
+    /// notify), and watched configurationRefs whose store refuses to
+    /// subscribe; at least every 10 ms (a shorter interval, zero
+    /// included, is raised to it).
     pub secret_poll_interval: Duration,
 }
 

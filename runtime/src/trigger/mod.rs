@@ -42,7 +42,8 @@ pub(crate) struct TriggerContext {
     pub(crate) stopped: CancellationToken,
     /// The published generation, to reach the stores being watched.
     pub(crate) live: LiveGeneration,
-    /// How often watched secretRefs are polled.
+    /// How often watched secretRefs are polled (and configurationRefs
+    /// whose store refuses to subscribe).
     pub(crate) secret_poll_interval: Duration,
     /// The overlay documents last sent (one per runtime).
     pub(crate) overlay_tried: Arc<OverlayTried>,

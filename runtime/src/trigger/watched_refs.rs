@@ -1,6 +1,7 @@
 //! Keeps the watches of the running configuration in place: `watch: true`
-//! configurationRefs (subscribed), `watch: true` secretRefs (polled, since
-//! secret stores cannot notify), and the overlay keys. Whenever a new
+//! configurationRefs (subscribed; polled when their store refuses to
+//! subscribe), `watch: true` secretRefs (polled, since secret stores
+//! cannot notify), and the overlay keys. Whenever a new
 //! generation is committed the watches follow its plan: a watch that
 //! stays keeps its subscription and compares what arrives with the value
 //! its component now runs with; a new watch subscribes, then compares the
@@ -15,6 +16,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+mod polled_configuration;
+
+use self::polled_configuration::poll_configuration;
 use super::overlay::watch_overlay;
 use super::resubscribe::Resubscribe;
 use super::store_calls::store_call_bound;
@@ -253,9 +257,12 @@ async fn watch_configuration(
         metadata: HashMap::new(),
     };
     let within = store_call_bound(None);
-    let Some(mut subscription) = subscribe_configuration(&handle, &query, &component, &r).await
-    else {
-        return;
+    let mut subscription = match subscribe_configuration(&handle, &query, &component, &r).await {
+        Ok(subscription) => subscription,
+        Err(refused) => {
+            return poll_configuration(cx, &component, &handle, &query, &r, &refused, expected)
+                .await
+        }
     };
     let mut forced = Forced::default();
     let mut resubscribe = Resubscribe::default();
@@ -289,8 +296,11 @@ async fn watch_configuration(
                     tracing::warn!(component = %component, store = %r.store, key = %r.key, after = ?wait, "The watched configurationRef's subscription ended; subscribing again.");
                     tokio::time::sleep(wait).await;
                     match subscribe_configuration(&handle, &query, &component, &r).await {
-                        Some(again) => subscription = again,
-                        None => return,
+                        Ok(again) => subscription = again,
+                        Err(refused) => {
+                            return poll_configuration(cx, &component, &handle, &query, &r, &refused, expected)
+                                .await
+                        }
                     }
                     to_read = true;
                     continue;
@@ -329,22 +339,18 @@ async fn watch_configuration(
 
 /// Subscribes to the watched configurationRef `r`; a subscribe that does
 /// not answer is abandoned and asked again (a store that hangs once does
-/// not end the watch). `None` when the store refuses it (it is gone, or
-/// cannot watch): the watch ends.
+/// not end the watch). The store's error when it refuses (it cannot
+/// watch, or it is gone): the value is polled instead.
 async fn subscribe_configuration(
     handle: &ConfigStoreHandle,
     query: &ConfigQuery,
     component: &ComponentKey,
     r: &ConfigurationRef,
-) -> Option<crate::kinds::ConfigSubscription> {
+) -> Result<crate::kinds::ConfigSubscription, crate::kinds::ConfigError> {
     let within = store_call_bound(None);
     loop {
         match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
-            Ok(Ok(subscription)) => return Some(subscription),
-            Ok(Err(err)) => {
-                tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %err, "Cannot watch configurationRef.");
-                return None;
-            }
+            Ok(answer) => return answer,
             Err(_) => {
                 tracing::warn!(component = %component, store = %r.store, key = %r.key, timeout = ?within, "Subscribing to a watched configurationRef did not answer in time; asking again.");
             }
@@ -453,11 +459,13 @@ mod tests {
     use crate::reload::queue::Queued;
 
     /// A config store holding one key's value, set without telling the
-    /// subscribers; its next get, once told so, fails.
+    /// subscribers; its next get, once told so, fails; it refuses to
+    /// subscribe when told so.
     #[derive(Default)]
     struct FlakyStore {
         value: Mutex<String>,
         fail_next: AtomicBool,
+        refuses_subscribe: bool,
         hub: SubscriptionHub,
     }
 
@@ -478,6 +486,9 @@ mod tests {
         }
 
         async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            if self.refuses_subscribe {
+                return Err(ConfigError::Unsupported("subscribe".into()));
+            }
             Ok(self.hub.subscribe(query))
         }
     }
@@ -488,6 +499,8 @@ mod tests {
         runs_with: watch::Sender<Option<Value>>,
         queued: crate::reload::queue::QueueReceiver,
         component: ComponentKey,
+        /// How often a polled value is read.
+        poll_interval: Duration,
         stop: CancellationToken,
         task: tokio::task::JoinHandle<()>,
     }
@@ -504,6 +517,7 @@ mod tests {
             )]),
         ));
         let (cx, queued) = TriggerContext::for_tests(live, "shop");
+        let poll_interval = cx.secret_poll_interval;
         let reference = ConfigurationRef {
             store: "cfg".into(),
             key: "k".into(),
@@ -526,9 +540,44 @@ mod tests {
             runs_with,
             queued,
             component,
+            poll_interval,
             stop,
             task,
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_value_whose_store_refuses_to_subscribe_is_polled() {
+        let store = Arc::new(FlakyStore {
+            refuses_subscribe: true,
+            ..FlakyStore::default()
+        });
+        let Watching {
+            runs_with: _runs_with,
+            mut queued,
+            component,
+            poll_interval,
+            stop,
+            task: watching,
+        } = watching_k(&store);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(queued.try_recv().is_err(), "A is in force");
+        // The value moves on; the store tells nobody.
+        *store.value.lock().unwrap_or_else(|p| p.into_inner()) = "B".into();
+        let within = 2 * poll_interval;
+        match tokio::time::timeout(within, queued.recv()).await {
+            Ok(Some(Queued::Reload(request))) => {
+                assert_eq!(request.trigger, Trigger::WatchedRef);
+                assert_eq!(request.forced, BTreeSet::from([component]));
+            }
+            other => panic!("B not asked for within {within:?}: {other:?}"),
+        }
+        // Asked once: later polls of the same value ask nothing more.
+        tokio::time::sleep(3 * poll_interval).await;
+        assert!(queued.try_recv().is_err(), "B asked for again");
+        assert!(!watching.is_finished(), "the watch goes on polling");
+        stop.cancel();
+        let _ = watching.await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -540,6 +589,7 @@ mod tests {
             component,
             stop,
             task: watching,
+            ..
         } = watching_k(&store);
         // Subscribed, and the store's A read: nothing to ask.
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -572,6 +622,7 @@ mod tests {
             component,
             stop,
             task: watching,
+            ..
         } = watching_k(&store);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(queued.try_recv().is_err(), "A is in force");

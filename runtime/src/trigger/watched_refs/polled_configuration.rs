@@ -1,0 +1,56 @@
+//! A watched configurationRef whose store refuses to subscribe (a custom
+//! store that cannot notify): its value is polled instead, as secretRefs
+//! are, so `watch: true` still follows it.
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::{read_configuration, secret_poll_period, Forced, Read};
+use crate::component::ComponentKey;
+use crate::config::ConfigurationRef;
+use crate::handle::ConfigStoreHandle;
+use crate::kinds::{ConfigError, ConfigQuery};
+use crate::trigger::store_calls::store_call_bound;
+use crate::trigger::TriggerContext;
+
+/// Reads `r` every secret poll period and asks for a reload of `component`
+/// when the value differs from the one it runs with (once per value, as
+/// the subscription does). Ends when the store is gone; a new generation
+/// that keeps the store leaves it polling.
+pub(super) async fn poll_configuration(
+    cx: &TriggerContext,
+    component: &ComponentKey,
+    handle: &ConfigStoreHandle,
+    query: &ConfigQuery,
+    r: &ConfigurationRef,
+    refused: &ConfigError,
+    mut expected: watch::Receiver<Option<Value>>,
+) {
+    if handle.load().is_err() {
+        // Refused because the store is gone: nothing to poll.
+        tracing::debug!(component = %component, store = %r.store, key = %r.key, error = %refused, "The watched configurationRef's store is not running; the watch ends.");
+        return;
+    }
+    let period = secret_poll_period(cx.secret_poll_interval);
+    let within = store_call_bound(Some(period));
+    tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %refused, every = ?period, "The store refused to subscribe to a watched configurationRef; polling it instead.");
+    let mut ticks = tokio::time::interval(period);
+    // After a read abandoned at `within`, the next one waits a period
+    // (not a burst of the ticks missed meanwhile).
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut forced = Forced::default();
+    loop {
+        ticks.tick().await;
+        if expected.has_changed().unwrap_or(false) {
+            expected.mark_unchanged();
+            forced = Forced::default();
+        }
+        if handle.load().is_err() {
+            return;
+        }
+        // A read that fails or does not answer is tried at the next tick.
+        if let Read::Value(now) = read_configuration(handle, query, r, within).await {
+            forced.check(cx, component, &expected, now);
+        }
+    }
+}
