@@ -418,6 +418,11 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
         for (component, action) in actions {
             println!("  {component}: {action}");
         }
+        // Applied, but a component's update failed after the commit: it
+        // runs as before, and pushing again retries it.
+        for error in answer.errors {
+            eprintln!("  {error}");
+        }
         code
     } else {
         eprintln!(

@@ -22,7 +22,7 @@ use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use rewire_runtime::{ComponentKey, Outcome, ReloadError};
+use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
 
 use super::lifecycle_patch::{patch_of, Declares};
 use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
@@ -256,17 +256,7 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
         }
     };
     match result {
-        Ok(record) => Ok(pb::ApplyConfigurationResponse {
-            accepted: true,
-            generation: record.generation,
-            errors: Vec::new(),
-            outcome: snake_case(&record.outcome),
-            actions: record
-                .actions
-                .iter()
-                .map(|(component, action)| (component.to_string(), snake_case(action)))
-                .collect(),
-        }),
+        Ok(record) => Ok(ack(&record, |line| call.runtime().redact(line))),
         Err(ReloadError::Invalid(problems)) => Ok(nack(
             call,
             Outcome::Rejected,
@@ -281,6 +271,28 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
             failures.iter().map(ToString::to_string).collect(),
         )),
         Err(err @ ReloadError::Stopped) => Err(Status::unavailable(err.to_string())),
+    }
+}
+
+/// An ACK: the record's generation, outcome and actions, and, when a
+/// component's update failed after the commit (a staged in-place update
+/// that panicked: it runs as before), the reason, one line each.
+fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfigurationResponse {
+    pb::ApplyConfigurationResponse {
+        accepted: true,
+        generation: record.generation,
+        errors: record
+            .error
+            .iter()
+            .flat_map(|e| e.lines())
+            .map(redact)
+            .collect(),
+        outcome: snake_case(&record.outcome),
+        actions: record
+            .actions
+            .iter()
+            .map(|(component, action)| (component.to_string(), snake_case(action)))
+            .collect(),
     }
 }
 
@@ -314,6 +326,31 @@ mod tests {
         assert_eq!(snake_case(&Outcome::RolledBack), "rolled_back");
         assert_eq!(snake_case(&Outcome::NoChange), "no_change");
         assert_eq!(snake_case(&Action::UpdatedInPlace), "updated_in_place");
+    }
+
+    #[test]
+    fn an_applied_reload_whose_update_failed_after_the_commit_says_why() {
+        let mut record = ReloadRecord {
+            generation: 3,
+            trigger: rewire_runtime::Trigger::Api,
+            attempt: 0,
+            outcome: Outcome::Applied,
+            error: None,
+            actions: Default::default(),
+            duration_ms: 1,
+            at_unix_ms: 1,
+        };
+        let clean = ack(&record, str::to_string);
+        assert!(clean.accepted && clean.errors.is_empty(), "{clean:?}");
+
+        record.error = Some("custom/s: staged update panicked: hunter2\nsecond".into());
+        let answer = ack(&record, |line| line.replace("hunter2", "***"));
+        assert!(answer.accepted);
+        assert_eq!(answer.outcome, "applied");
+        assert_eq!(
+            answer.errors,
+            ["custom/s: staged update panicked: ***", "second"]
+        );
     }
 
     #[test]
