@@ -1,6 +1,7 @@
 //! A runtime started from a configuration file in one call, for programs
 //! that host rewire as a library (a sidecar binary calls `rewire::main()`
-//! instead).
+//! instead). It sets up what `rewire run` sets up besides the APIs: ring as
+//! the process's rustls provider and, with the sidecar, trace export.
 
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -14,10 +15,19 @@ use rewire_runtime::{
 
 /// How often a followed file is re-read in case a change event was lost.
 const RESYNC: Duration = Duration::from_secs(30);
+/// How long the spans still queued at shutdown may take to export (here
+/// and in `rewire run`).
+#[cfg(feature = "sidecar")]
+pub(crate) const SPAN_FLUSH: Duration = Duration::from_secs(3);
 
 /// A [`Runtime`] started from a file and following it: every edit of the
 /// file is validated and applied as a reload, until [`Host::shutdown`].
 /// Derefs to the runtime, so everything `Runtime` offers is at hand.
+///
+/// With the `sidecar` feature, spans are exported as `rewire run` exports
+/// them: as the `OTEL_*` variables and the file's `tracing` section say,
+/// re-read after every reload, the last ones flushed at shutdown (call
+/// `rewire::init_logging` first: it installs the layer that records them).
 ///
 /// ```no_run
 /// use rewire::{ComponentKey, Host};
@@ -40,6 +50,9 @@ pub struct Host {
     runtime: Runtime,
     /// Ends with the host: the file is followed while it lives.
     _watch: FileWatch,
+    /// Ends with the host: the tracing settings are followed while it lives.
+    #[cfg(feature = "sidecar")]
+    _tracing: rewire_sidecar::telemetry::Following,
 }
 
 impl Host {
@@ -56,11 +69,18 @@ impl Host {
         registry: Registry,
         options: RuntimeOptions,
     ) -> Result<Self, StartError> {
+        // Clients that build a rustls configuration without naming a
+        // provider (redis-rs, at every connect) find ring; without a
+        // default, rustls panics when another dependency enables
+        // aws-lc-rs too. A provider installed before stands.
+        rewire_components::tls::install_ring_provider();
         let path = absolute(path.as_ref());
         let config = ValidConfig::from_path(&path, &registry).map_err(StartError::Invalid)?;
         let runtime = Runtime::start(config, registry, options).await?;
         let watch = runtime.watch_config_file(path, RESYNC);
         Ok(Self {
+            #[cfg(feature = "sidecar")]
+            _tracing: rewire_sidecar::telemetry::follow(&runtime),
             runtime,
             _watch: watch,
         })
@@ -88,9 +108,16 @@ impl Host {
     }
 
     /// Stops following the file and closes every component; returns how
-    /// many closes were abandoned (see [`Runtime::shutdown`]).
+    /// many closes were abandoned (see [`Runtime::shutdown`]). The spans
+    /// still queued are then exported, within 3 s (with the `sidecar`
+    /// feature).
     pub async fn shutdown(self) -> usize {
-        self.runtime.shutdown().await
+        let abandoned = self.runtime.shutdown().await;
+        #[cfg(feature = "sidecar")]
+        if !rewire_sidecar::telemetry::flush(SPAN_FLUSH).await {
+            tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
+        }
+        abandoned
     }
 }
 

@@ -13,14 +13,13 @@ use tokio_util::sync::CancellationToken;
 use super::config_source::{self, DaprSourceArgs, Source};
 use super::default_config::{default_home, DataFiles};
 use super::stop_signals::{start_unless_stopped, StopSignals};
+use crate::host::SPAN_FLUSH;
 
 /// How much longer than the shutdown grace the servers may take to stop.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// How often the configuration file is re-read even without a change event.
 const CONFIG_RESYNC: Duration = Duration::from_secs(30);
-/// How long the spans still queued at shutdown may take to export.
-const SPAN_FLUSH: Duration = Duration::from_secs(3);
 /// How long the shutdown may take to cut short a reload in progress and
 /// close every component: each level closes within its share of it, so
 /// the stores are closed too (see [`Runtime::shutdown_by`]).

@@ -19,5 +19,6 @@ mod docs_compile;
 mod embedded;
 mod example_custom_component;
 mod graph_mermaid;
+mod host_library;
 mod layotto_files;
 mod tracing_otlp;

@@ -4,7 +4,8 @@
 //! its own with a span per component action; the config file's `tracing`
 //! section turns export on without a restart; a reload is traced even
 //! when requests are sampled at rate 0. A call's span names the generation
-//! that served it. No span attribute holds a secret.
+//! that served it. No span attribute holds a secret. A program hosting
+//! the runtime as a library (`Host`) exports its reloads alike.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -572,4 +573,61 @@ async fn wait_logged(sidecar: &ChildProcess, line: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Set in the child process the `Host` tracing test runs itself in.
+const HOST_CHILD: &str = "REWIRE_TEST_HOST_TRACING_CHILD";
+
+/// A program hosting the runtime as a library (`Host`, no `rewire run`)
+/// exports spans as its file's `tracing` section says: a change applied in
+/// code is a `rewire.reload` span at the collector. Batches go every 10
+/// minutes, so only the flush of `Host::shutdown` sends it. In a child
+/// process: logging and the tracing pipeline are process-wide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_exports_its_reloads_as_its_file_says_and_flushes_at_shutdown() {
+    if !crate::support::child::is_child(HOST_CHILD) {
+        return crate::support::child::run_alone(
+            "tracing_otlp::a_host_exports_its_reloads_as_its_file_says_and_flushes_at_shutdown",
+            HOST_CHILD,
+            &[("OTEL_BSP_SCHEDULE_DELAY", "600000")],
+            &[
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_TRACES_SAMPLER",
+            ],
+        )
+        .await;
+    }
+    rewire::init_logging();
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let file = |ttl: u32| {
+        serde_json::json!({
+            "appId": "hosted",
+            "tracing": {
+                "samplingRate": "1",
+                "otel": {"endpointAddress": receiver.addr.to_string(), "protocol": "http", "isSecure": false}
+            },
+            "components": {"state": {"cache": {"type": "memory", "metadata": {"defaultTtlInSeconds": ttl}}}}
+        })
+        .to_string()
+    };
+    std::fs::write(&config, file(10)).unwrap();
+    let host = rewire::Host::start(&config).await.unwrap();
+    let changed = rewire::config::parse(file(20).as_bytes()).unwrap();
+    host.apply(changed).await.unwrap();
+    host.shutdown().await;
+
+    let reload = receiver.all().into_iter().find(|s| {
+        s.name == "rewire.reload" && attribute(s, "rewire.outcome").as_deref() == Some("applied")
+    });
+    let reload = reload.unwrap_or_else(|| {
+        let names: Vec<String> = receiver.all().into_iter().map(|s| s.name).collect();
+        panic!("no applied reload's span exported by shutdown; spans received: {names:?}")
+    });
+    assert_eq!(
+        attribute(&reload, "rewire.generation").as_deref(),
+        Some("2")
+    );
 }

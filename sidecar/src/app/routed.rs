@@ -30,6 +30,10 @@ impl AppTarget {
     /// The app's client for `channel`'s protocol (`None`, said in the log,
     /// when it cannot be built).
     pub(super) fn connect(channel: &AppChannel) -> Option<Self> {
+        // reqwest (built without a provider of its own) panics at `build`
+        // when no rustls provider is installed: a library host that serves
+        // the app without `rewire::main()` or the APIs installed none.
+        crate::crypto::install_ring_provider();
         match channel.protocol {
             // Redirects are not followed, as Dapr's app client
             // (`CheckRedirect: http.ErrUseLastResponse`): a `3xx` is the
@@ -188,5 +192,34 @@ mod tests {
                 "the {status} was followed"
             );
         }
+    }
+
+    /// Set in the child process the test below runs itself in.
+    const PROVIDER_CHILD: &str = "REWIRE_TEST_APP_CLIENT_PROVIDER_CHILD";
+
+    /// The app's HTTP client is built in a process where nothing installed
+    /// a rustls provider (a library host serving the app without the
+    /// APIs): reqwest, built without one of its own, panicked there. Run
+    /// in a fresh process, as the provider is set once per process.
+    #[test]
+    fn the_apps_http_client_is_built_without_a_provider_installed_before() {
+        const NAME: &str =
+            "app::routed::tests::the_apps_http_client_is_built_without_a_provider_installed_before";
+        if std::env::var_os(PROVIDER_CHILD).is_some() {
+            assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+            assert!(AppTarget::connect(&AppChannel::local(1)).is_some());
+            return;
+        }
+        let output = testkit::output(
+            std::process::Command::new(std::env::current_exe().expect("test binary"))
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(PROVIDER_CHILD, "1"),
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "the child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }

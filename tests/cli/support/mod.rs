@@ -1,5 +1,6 @@
 //! Shared helpers of this test binary.
 
+pub mod child;
 pub mod corpus;
 pub mod grpc;
 // The CLI tests use no HTTP address.

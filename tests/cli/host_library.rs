@@ -1,0 +1,45 @@
+//! What `Host` sets up for a program using rewire as a library, which
+//! never runs `rewire::main()`.
+
+use rustls::crypto::CryptoProvider;
+
+use crate::support::child;
+
+/// Set in the child process the test runs itself in.
+const CHILD: &str = "REWIRE_TEST_HOST_PROVIDER_CHILD";
+
+/// `Host::start` installs ring as the process's rustls provider, as
+/// `rewire::main()` does: redis-rs builds its TLS configuration at every
+/// connect without naming one, and without a process default rustls
+/// panics there when another dependency of the host (reqwest 0.13 with
+/// its defaults) enables aws-lc-rs too. In a fresh process, where nothing
+/// installed one before.
+#[tokio::test]
+async fn starting_a_host_installs_the_ring_provider() {
+    if !child::is_child(CHILD) {
+        return child::run_alone(
+            "host_library::starting_a_host_installs_the_ring_provider",
+            CHILD,
+            &[],
+            &[],
+        )
+        .await;
+    }
+    assert!(
+        CryptoProvider::get_default().is_none(),
+        "a provider was installed before the host started"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    std::fs::write(
+        &config,
+        r#"{"components": {"state": {"cache": {"type": "memory"}}}}"#,
+    )
+    .unwrap();
+    let host = rewire::Host::start(&config).await.unwrap();
+    assert!(
+        CryptoProvider::get_default().is_some(),
+        "no process rustls provider once the host started"
+    );
+    host.shutdown().await;
+}
