@@ -23,6 +23,10 @@
 //! response still counted in the older epoch an idle timeout after the
 //! newer one opened has waited at least that long. A chunk costs two
 //! atomic additions and a load, no clock read, no allocation.
+//!
+//! The connection's budget of reply bytes not yet taken by the client
+//! ([`crate::reply_budget`]) is kept here too, where each request finds
+//! it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -31,6 +35,8 @@ use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
+
+use crate::reply_budget::{ConnectionReplies, ReplyLimits};
 
 /// One connection's count, shared by the connection and its requests.
 #[derive(Clone, Debug)]
@@ -51,11 +57,19 @@ struct Counts {
     /// nanoseconds since `base`.
     idle_from: AtomicU64,
     base: Instant,
+    /// Reply bytes held for the connection, and its listener's.
+    replies: ConnectionReplies,
 }
 
 impl InFlight {
-    /// A connection that arrived now, with no request yet.
+    /// A connection that arrived now, with no request yet and no bound
+    /// on the replies it holds.
     pub fn new() -> Self {
+        Self::with_replies(&ReplyLimits::unbounded())
+    }
+
+    /// A connection that arrived now, its replies bounded by `limits`.
+    pub fn with_replies(limits: &ReplyLimits) -> Self {
         Self(Arc::new(Counts {
             open: AtomicUsize::new(0),
             started: AtomicBool::new(false),
@@ -63,7 +77,13 @@ impl InFlight {
             epoch: AtomicUsize::new(0),
             idle_from: AtomicU64::new(0),
             base: Instant::now(),
+            replies: limits.for_connection(),
         }))
+    }
+
+    /// The connection's reply budget (and its listener's).
+    pub fn replies(&self) -> &ConnectionReplies {
+        &self.0.replies
     }
 
     /// Counts a request until the guard is dropped.
@@ -156,6 +176,11 @@ pub struct RequestGuard {
 }
 
 impl RequestGuard {
+    /// The connection it counts in.
+    pub fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
     /// Its response handed the server a chunk: it waits for the client
     /// until it is polled again.
     #[inline]

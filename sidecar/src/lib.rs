@@ -9,6 +9,8 @@
 //!   back (`tonic::Status`, Dapr's JSON errors).
 //! * [`connection`]: both listeners' connections, capped, idle-timed and
 //!   cut after the shutdown grace; accept errors backed off.
+//! * [`reply_budget`]: the reply bytes held for clients that have not
+//!   taken them, bounded per connection and per listener.
 //! * [`tls`]: TLS on the listeners, mutual TLS, the Lifecycle API's
 //!   client CA, certificates followed live.
 //! * [`telemetry`]: distributed tracing (W3C trace context, OTLP export).
@@ -26,6 +28,7 @@ pub mod in_flight;
 pub mod metrics;
 mod options;
 mod pem_reason;
+pub mod reply_budget;
 mod server;
 pub mod telemetry;
 pub mod tls;

@@ -36,6 +36,17 @@ pub struct ApiOptions {
     /// configuration answers over it are refused (`RESOURCE_EXHAUSTED`,
     /// HTTP 413), and a subscriber may have at most this many bytes queued.
     pub max_response_bytes: usize,
+    /// Reply bytes one listener holds for clients that have not taken
+    /// them yet (a client granting no HTTP/2 window, or not reading),
+    /// across all its connections, at most: a reply of known size that
+    /// would pass it is dropped and refused (`RESOURCE_EXHAUSTED`, HTTP
+    /// 429 `ERR_TOO_MANY_REQUESTS`, retry) unless the listener holds
+    /// nothing else. Streamed replies (files, subscriptions) are bounded
+    /// by their own queues instead.
+    pub max_response_bytes_in_flight: usize,
+    /// The same bound for each connection: a client that does not read
+    /// holds this much at most, whatever streams it opens.
+    pub max_response_bytes_in_flight_per_connection: usize,
     /// Longest a unary call of the Dapr API may take.
     pub request_timeout: Duration,
     /// Connections open at once per listener (gRPC, HTTP), at most; beyond
@@ -78,6 +89,8 @@ impl Default for ApiOptions {
             max_request_bytes: 4 * 1024 * 1024,
             max_request_bytes_in_flight: 64 * 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
+            max_response_bytes_in_flight: 256 * 1024 * 1024,
+            max_response_bytes_in_flight_per_connection: 64 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             push_timeout: Duration::from_secs(45),
             max_connections: 1024,
@@ -96,6 +109,14 @@ impl ApiOptions {
     pub(crate) fn body_budget(&self) -> std::sync::Arc<crate::connection::BodyBudget> {
         let one_body = self.max_request_bytes.saturating_add(64 * 1024);
         crate::connection::BodyBudget::new(self.max_request_bytes_in_flight.max(one_body))
+    }
+
+    /// The reply budgets of one listener's connections.
+    pub(crate) fn reply_limits(&self) -> crate::reply_budget::ReplyLimits {
+        crate::reply_budget::ReplyLimits::new(
+            self.max_response_bytes_in_flight_per_connection,
+            self.max_response_bytes_in_flight,
+        )
     }
 
     /// The runtime's options for serving these APIs: a replaced instance

@@ -45,6 +45,7 @@ mod api_pubsub_broker_switch;
 mod api_pubsub_declarative;
 mod api_pubsub_handover;
 mod api_redis_cluster;
+mod api_reply_budget;
 mod api_request_errors;
 mod api_request_limits;
 mod api_state_bulk_get_metadata;

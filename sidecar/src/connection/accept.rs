@@ -217,6 +217,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             first_request_timeout: FIRST_REQUEST_LIMIT,
             cut: CancellationToken::new(),
+            replies: crate::reply_budget::ReplyLimits::unbounded(),
         };
         let stop = CancellationToken::new();
         let (sender, _receiver) = mpsc::channel(1);

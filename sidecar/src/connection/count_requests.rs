@@ -5,6 +5,9 @@
 //! its reader that streams it on; a gRPC request stream, Layotto's
 //! `PutFile` among them, by its messages' wire framing; other bodies hold
 //! their charge inline, so an ordinary request allocates nothing here).
+//! A response of known size is charged to its connection's and listener's
+//! reply budgets until the server takes its bytes ([`Replying`]), or
+//! refused in its place when it would pass either.
 //! The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
@@ -20,14 +23,25 @@ use std::task::{Context, Poll};
 use http_body::Body as _;
 use tonic::codegen::http::{Method, Request, Response};
 
-use super::{BodyBudget, BodyCharge, Budgeted};
+use super::{BodyBudget, BodyCharge, Budgeted, ReplyCharge, Replying};
 use crate::in_flight::{Counted, InFlight, RequestGuard};
+use crate::reply_budget::ReplyRefused;
 
 /// A server's body type (requests' and responses' alike), which can carry
 /// a request's guard or be charged to a budget.
 pub trait CountedBody: Sized {
     /// `self`, keeping `guard` until it ends.
     fn counted(self, guard: RequestGuard) -> Self;
+
+    /// A response's size, when known before it is sent.
+    fn reply_size(&self) -> Option<u64>;
+
+    /// `self`, keeping `guard` until it ends and `charge` until the server
+    /// takes its bytes.
+    fn counted_replying(self, guard: RequestGuard, charge: ReplyCharge) -> Self;
+
+    /// The answer in place of a reply the budgets cannot hold.
+    fn refusal(refused: ReplyRefused) -> Response<Self>;
 
     /// How a request of this server has its body read.
     fn read_as(method: &Method, path: &str) -> BodyRead;
@@ -70,6 +84,22 @@ impl CountedBody for tonic::body::Body {
         Self::new(Counted::new(self, guard))
     }
 
+    /// Known for the hot path's answers (`unary_body`); tonic's codec
+    /// encodes its answers only as they are sent.
+    fn reply_size(&self) -> Option<u64> {
+        self.size_hint().exact()
+    }
+
+    /// Its size kept from hyper, which would send it as `content-length`
+    /// (gRPC answers have gone without one).
+    fn counted_replying(self, guard: RequestGuard, charge: ReplyCharge) -> Self {
+        Self::new(Counted::new(Replying::new(self, charge, false), guard))
+    }
+
+    fn refusal(refused: ReplyRefused) -> Response<Self> {
+        tonic::Status::resource_exhausted(refused.to_string()).into_http()
+    }
+
     fn read_as(_: &Method, path: &str) -> BodyRead {
         if REQUEST_STREAMS.contains(&path) {
             BodyRead::Messages
@@ -98,6 +128,29 @@ impl CountedBody for tonic::body::Body {
 impl CountedBody for axum::body::Body {
     fn counted(self, guard: RequestGuard) -> Self {
         Self::new(Counted::new(self, guard))
+    }
+
+    fn reply_size(&self) -> Option<u64> {
+        self.size_hint().exact()
+    }
+
+    fn counted_replying(self, guard: RequestGuard, charge: ReplyCharge) -> Self {
+        Self::new(Counted::new(Replying::new(self, charge, true), guard))
+    }
+
+    /// Dapr's error shape, as the request body budget refuses.
+    fn refusal(refused: ReplyRefused) -> Response<Self> {
+        let body = serde_json::json!({
+            "errorCode": "ERR_TOO_MANY_REQUESTS",
+            "message": refused.to_string(),
+        });
+        let mut response = Response::new(Self::from(body.to_string()));
+        *response.status_mut() = tonic::codegen::http::StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(
+            tonic::codegen::http::header::CONTENT_TYPE,
+            tonic::codegen::http::HeaderValue::from_static("application/json"),
+        );
+        response
     }
 
     /// By the path the router will see: cleaned as the hot path cleans
@@ -232,10 +285,28 @@ where
             Poll::Ready(Ok(response)) => response,
             other => return other,
         };
-        Poll::Ready(Ok(match self.guard.take() {
-            Some(guard) => response.map(|body| body.counted(guard)),
-            None => response,
-        }))
+        let Some(guard) = self.guard.take() else {
+            return Poll::Ready(Ok(response));
+        };
+        Poll::Ready(Ok(replying(response, guard)))
+    }
+}
+
+/// `response`, counted by `guard` and, when its size is known, charged to
+/// its connection's reply budgets, or refused (its body dropped at once)
+/// when it would pass either.
+fn replying<B: CountedBody>(response: Response<B>, guard: RequestGuard) -> Response<B> {
+    let size = response.body().reply_size().unwrap_or(0);
+    if size == 0 {
+        return response.map(|body| body.counted(guard));
+    }
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    match ReplyCharge::take(guard.in_flight(), size) {
+        Ok(charge) => response.map(|body| body.counted_replying(guard, charge)),
+        Err(refused) => {
+            drop(response);
+            B::refusal(refused).map(|body| body.counted(guard))
+        }
     }
 }
 

@@ -126,7 +126,7 @@ impl Connection {
             first_request_grace: None,
             last_moved: now,
             idle: Box::pin(tokio::time::sleep_until(first_request_by)),
-            in_flight: InFlight::new(),
+            in_flight: InFlight::with_replies(&limits.replies),
             epoch: Epoch::new(now),
             cut_token: limits.cut.clone(),
             cut: Box::pin(limits.cut.clone().cancelled_owned()),
@@ -335,6 +335,7 @@ mod tests {
             idle_timeout,
             first_request_timeout,
             cut: CancellationToken::new(),
+            replies: crate::reply_budget::ReplyLimits::unbounded(),
         };
         let slot = Arc::new(Semaphore::new(1))
             .acquire_owned()

@@ -21,6 +21,9 @@
 //!   its idle timer, the shutdown cut and its slot under the cap.
 //! * `reader_pump`: a file sent to a client, let go of when the client
 //!   takes no chunk for a while (both file APIs).
+//! * `replying`: a reply of known size, charged to its connection's and
+//!   listener's [reply budgets](crate::reply_budget) until the server
+//!   takes its bytes.
 
 mod accept;
 mod body_budget;
@@ -28,12 +31,14 @@ mod count_requests;
 mod grpc_framing;
 mod io;
 mod reader_pump;
+mod replying;
 
 pub use accept::{accept_loop, Accepted, Backoff, FIRST_REQUEST_LIMIT, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
 pub use count_requests::{BodyRead, CountRequests, CountRequestsLayer, CountedAnswer, CountedBody};
 pub use io::{Connection, Transport};
 pub(crate) use reader_pump::{pump, pumped, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
+pub use replying::{ReplyCharge, Replying, SLICE};
 
 use std::time::Duration;
 
@@ -55,6 +60,7 @@ impl ConnectionLimits {
             idle_timeout: options.idle_timeout,
             first_request_timeout: FIRST_REQUEST_LIMIT,
             cut,
+            replies: options.reply_limits(),
         }
     }
 }
@@ -73,4 +79,7 @@ pub struct ConnectionLimits {
     pub first_request_timeout: Duration,
     /// Cancelled when every connection must end now.
     pub cut: CancellationToken,
+    /// Reply bytes held for clients that have not taken them, per
+    /// connection and for the listener.
+    pub replies: crate::reply_budget::ReplyLimits,
 }

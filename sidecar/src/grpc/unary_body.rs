@@ -102,6 +102,14 @@ impl http_body::Body for OneMessage {
     fn is_end_stream(&self) -> bool {
         self.frame.is_none() && self.trailers.is_none()
     }
+
+    /// Exact: the connection layer charges the answer to its reply budgets
+    /// by it (and keeps it from hyper, which would send it as
+    /// `content-length`).
+    fn size_hint(&self) -> http_body::SizeHint {
+        let len = self.frame.as_ref().map_or(0, Bytes::len);
+        http_body::SizeHint::with_exact(len as u64)
+    }
 }
 
 /// A request body whose first bytes were already read: those, then the
