@@ -6,7 +6,9 @@
 //!
 //! Bounds: the broker answers the subscribe within [`SUBSCRIBE_WITHIN`]
 //! (else it is refused, and its caller tries again later); at most
-//! [`MAX_IN_FLIGHT`] events per subscription await their answer; each attempt gets [`ANSWER_WITHIN`]; an event answered `RETRY`
+//! [`MAX_IN_FLIGHT`] events per subscription await their answer; each
+//! attempt gets [`ANSWER_WITHIN`] (a stream instead ends once its client
+//! makes no progress for that long); an event answered `RETRY`
 //! (or not answered in time) is tried again with a backoff, up to
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
@@ -88,8 +90,10 @@ mod retiring;
 pub const MAX_IN_FLIGHT: usize = 32;
 /// Attempts at one event before it is dead-lettered or handed back.
 pub const MAX_ATTEMPTS: u32 = 5;
-/// How long a subscriber on a stream has to take an event off it and to
-/// answer it (what an app gets to answer an event delivered over HTTP).
+/// How long an app has to answer an event delivered to its callback, and
+/// how long a streamed subscriber with events outstanding may go without
+/// taking or answering any (not a bound per event: its client handles
+/// them one at a time while the rest wait in the stream).
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// How long the broker has to answer a subscription's subscribe: the
 /// longest bound the runtime gives a slow broker's subscribe (its
@@ -117,6 +121,15 @@ pub trait EventSink: Send + Sync + 'static {
     /// Hands `event` to the subscriber; its answer (`RETRY` when none
     /// comes `within`).
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome;
+
+    /// The bound on one attempt when no inbound policy sets a timeout:
+    /// [`ANSWER_WITHIN`]. A sink that bounds its subscriber's progress
+    /// rather than each event (a stream, whose SDK client handles one
+    /// event at a time while the rest wait in the stream) answers `None`,
+    /// and its attempts then get [`Duration::MAX`].
+    fn default_within(&self) -> Option<Duration> {
+        Some(ANSWER_WITHIN)
+    }
 
     /// Resolves when the subscriber is gone for good.
     async fn closed(&self);
@@ -587,15 +600,19 @@ impl Subscriber<'_> {
             .inbound(self.pubsub_name)
     }
 
-    /// One attempt at `event` under `policy`: its timeout (else
-    /// [`ANSWER_WITHIN`]) is the sink's to keep, so a sink that ends its
-    /// own wait cleans up after it; its breaker admits the attempt and
-    /// counts how it ended. Not cut when the subscription stops: an
-    /// attempt sent ends within its bound with the subscriber's answer,
-    /// which settles the event (cut, a subscriber that handled it would
-    /// get it again, and the breaker would count the cut as a failure).
+    /// One attempt at `event` under `policy`: its timeout (else the
+    /// sink's [`EventSink::default_within`]) is the sink's to keep, so a
+    /// sink that ends its own wait cleans up after it; its breaker admits
+    /// the attempt and counts how it ended. Not cut when the subscription
+    /// stops: an attempt sent ends within its bound with the subscriber's
+    /// answer, which settles the event (cut, a subscriber that handled it
+    /// would get it again, and the breaker would count the cut as a
+    /// failure).
     async fn attempt(&self, event: &TopicEvent, policy: Option<&Applied>) -> Attempt {
-        let within = policy.and_then(Applied::timeout).unwrap_or(ANSWER_WITHIN);
+        let within = policy
+            .and_then(Applied::timeout)
+            .or_else(|| self.sink.default_within())
+            .unwrap_or(Duration::MAX);
         let Some(policy) = policy.filter(|_| self.sink.takes(event)) else {
             return Attempt::Answered(self.send(event, within).await);
         };
@@ -1177,6 +1194,7 @@ mod tests {
         runtime.shutdown().await;
     }
 
+    mod answer_bounds;
     mod dead_letters;
     mod handed_back;
     mod handed_back_while_busy;

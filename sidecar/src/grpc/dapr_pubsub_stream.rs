@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rewire_runtime::{echoed, DeliveryOutcome};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -36,10 +37,17 @@ pub(super) type TopicEventStream =
 /// in-flight limit besides).
 const OUTGOING: usize = 64;
 
-/// How long the client has to send its initial request, to take an event
-/// off the stream and to answer it: what an app gets to handle an event
-/// delivered over HTTP. A client past it has its stream ended (the event
-/// is retried), so a stuck client holds neither events nor the topic.
+/// How long the client has to send its initial request, and how long it
+/// may go, with events outstanding, without taking one off the stream or
+/// answering one: what an app gets to handle an event delivered over HTTP.
+/// A progress limit, not a bound per event (as daprd, which waits on the
+/// stream's context alone): the Dapr SDKs handle one event at a time while
+/// the rest wait in the stream, so a per-event timer, started when an
+/// event is queued, would cut a busy serial client mid-backlog, hand
+/// every event back, and do so again on each resubscribe. A client past
+/// it has its stream ended (its events retried), so a stuck client holds
+/// neither events nor the topic. An inbound resiliency policy's `timeout`,
+/// when set, bounds each event besides.
 const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
 
 /// Most bytes a streamed subscription's pub/sub name, topic or dead-letter
@@ -174,9 +182,49 @@ pub(super) async fn subscribe(
         Arc::clone(&sink),
         shutdown.clone(),
     ));
-    let outgoing = EndableStream::new(outgoing, &sink.end);
+    let outgoing = taken_by_client(EndableStream::new(outgoing, &sink.end), &sink.progress);
     tokio::spawn(read_answers(incoming, sink, shutdown));
     Ok(Box::pin(outgoing))
+}
+
+/// `outgoing`, marking `progress` whenever the client takes a message.
+fn taken_by_client(
+    outgoing: EndableStream<pb::SubscribeTopicEventsResponseAlpha1>,
+    progress: &Progress,
+) -> impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Send + Unpin {
+    let progress = progress.clone();
+    outgoing.map(move |message| {
+        progress.made();
+        message
+    })
+}
+
+/// When the client last took an event off the stream or answered one.
+#[derive(Clone)]
+struct Progress(Arc<Mutex<Instant>>);
+
+impl Progress {
+    fn new() -> Self {
+        Self(Arc::new(Mutex::new(Instant::now())))
+    }
+
+    fn made(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Resolves once [`CLIENT_WITHIN`] has passed with no progress since
+    /// `since` (when the event waiting on it was sent: a client is not
+    /// held to an idle spell before it).
+    async fn stalled(&self, since: Instant) {
+        loop {
+            let last = *self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let deadline = last.max(since) + CLIENT_WITHIN;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
 }
 
 /// Refuses an initial request without a pub/sub name or a topic before it
@@ -278,6 +326,8 @@ struct StreamSink {
     waiting: Mutex<HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>,
     /// Closed when the client left, ended when the server gave up on it.
     end: StreamEnd,
+    /// The client's last take or answer, which outstanding events wait on.
+    progress: Progress,
     /// The topic and pub/sub, for that status.
     subscription: String,
     /// The stream's place among the [`TopicStreams`] and its entry in
@@ -296,6 +346,7 @@ impl StreamSink {
             out,
             waiting: Mutex::new(HashMap::new()),
             end: StreamEnd::default(),
+            progress: Progress::new(),
             subscription,
             _place: place,
         }
@@ -315,6 +366,7 @@ impl StreamSink {
         if let Some(queue) = waiting.get_mut(id) {
             if let Some(waiter) = queue.pop_front() {
                 let _ = waiter.send(outcome);
+                self.progress.made();
             }
             if queue.is_empty() {
                 waiting.remove(id);
@@ -325,7 +377,10 @@ impl StreamSink {
 
 #[tonic::async_trait]
 impl EventSink for StreamSink {
+    /// Bounded by the client's progress ([`CLIENT_WITHIN`]), and by
+    /// `within` only when an inbound policy sets it.
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        let sent_at = Instant::now();
         let (waiter, answer) = oneshot::channel();
         self.waiting()
             .entry(event.id.clone())
@@ -338,10 +393,19 @@ impl EventSink for StreamSink {
         };
         let late = |what: &str| {
             Status::deadline_exceeded(format!(
-                "event `{}` of the {} was not {what} within {within:?}: \
-                 the stream is ended and the event will be delivered again",
+                "event `{}` of the {} was not {what} within {within:?} (the inbound \
+                 resiliency policy's timeout): the stream is ended and the event will be \
+                 delivered again",
                 echoed(&event.id),
                 self.subscription
+            ))
+        };
+        let stalled = || {
+            Status::deadline_exceeded(format!(
+                "the client neither took nor answered an event of the {} for {CLIENT_WITHIN:?} \
+                 while event `{}` waited: the stream is ended and its events will be delivered again",
+                self.subscription,
+                echoed(&event.id)
             ))
         };
         tokio::select! {
@@ -351,6 +415,10 @@ impl EventSink for StreamSink {
                 }
             }
             () = self.end.closed() => return DeliveryOutcome::Retry,
+            () = self.progress.stalled(sent_at) => {
+                self.end.end(stalled());
+                return DeliveryOutcome::Retry;
+            }
             () = tokio::time::sleep(within) => {
                 self.end.end(late("read"));
                 return DeliveryOutcome::Retry;
@@ -359,11 +427,19 @@ impl EventSink for StreamSink {
         tokio::select! {
             answer = answer => answer.unwrap_or(DeliveryOutcome::Retry),
             () = self.end.closed() => DeliveryOutcome::Retry,
+            () = self.progress.stalled(sent_at) => {
+                self.end.end(stalled());
+                DeliveryOutcome::Retry
+            }
             () = tokio::time::sleep(within) => {
                 self.end.end(late("answered"));
                 DeliveryOutcome::Retry
             }
         }
+    }
+
+    fn default_within(&self) -> Option<Duration> {
+        None
     }
 
     async fn closed(&self) {
@@ -403,7 +479,7 @@ mod tests {
         queued: usize,
     ) -> (
         Arc<StreamSink>,
-        EndableStream<pb::SubscribeTopicEventsResponseAlpha1>,
+        impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Unpin,
     ) {
         let (out, outgoing) = mpsc::channel(queued);
         let sink = Arc::new(StreamSink::new(
@@ -411,7 +487,7 @@ mod tests {
             "topic `orders` of pub/sub `bus`".into(),
             None,
         ));
-        let outgoing = EndableStream::new(outgoing, &sink.end);
+        let outgoing = taken_by_client(EndableStream::new(outgoing, &sink.end), &sink.progress);
         (sink, outgoing)
     }
 
@@ -434,9 +510,88 @@ mod tests {
             .expect("ended long after every deadline")
     }
 
+    /// `id` sent as the engine sends it without an inbound policy.
     fn sent(sink: &Arc<StreamSink>, id: &str) -> tokio::task::JoinHandle<DeliveryOutcome> {
+        sent_within(sink, id, Duration::MAX)
+    }
+
+    fn sent_within(
+        sink: &Arc<StreamSink>,
+        id: &str,
+        within: Duration,
+    ) -> tokio::task::JoinHandle<DeliveryOutcome> {
         let (sink, event) = (Arc::clone(sink), event(id));
-        tokio::spawn(async move { sink.send(&event, CLIENT_WITHIN).await })
+        tokio::spawn(async move { sink.send(&event, within).await })
+    }
+
+    /// The id of the event the client reads next.
+    async fn read(
+        outgoing: &mut (impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>
+                  + Unpin),
+    ) -> String {
+        match bounded(outgoing.next()).await {
+            Some(Ok(pb::SubscribeTopicEventsResponseAlpha1 {
+                subscribe_topic_events_response_type: Some(ResponseType::EventMessage(event)),
+            })) => event.id,
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_serial_client_working_through_a_backlog_keeps_its_stream() {
+        let (sink, mut outgoing) = stream(64);
+        let first = sent(&sink, "e1");
+        let second = sent(&sink, "e2");
+        assert_eq!(read(&mut outgoing).await, "e1");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        sink.answer("e1", DeliveryOutcome::Success);
+        assert_eq!(read(&mut outgoing).await, "e2");
+        // 40 s after e2 was sent, but only 20 s after the client's last
+        // answer: it is making progress.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        sink.answer("e2", DeliveryOutcome::Success);
+        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Success));
+        assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Success));
+        assert!(!sink.end.is_closed(), "the stream stays open");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_answering_is_cut_once_it_makes_no_progress_for_the_limit() {
+        let (sink, mut outgoing) = stream(64);
+        let first = sent(&sink, "e1");
+        let second = sent(&sink, "e2");
+        let start = Instant::now();
+        assert_eq!(read(&mut outgoing).await, "e1");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        sink.answer("e1", DeliveryOutcome::Success);
+        assert_eq!(read(&mut outgoing).await, "e2");
+        // No answer to e2, ever.
+        assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Retry));
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(20) + CLIENT_WITHIN,
+            "cut the limit after the last answer"
+        );
+        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Success));
+        let Some(Err(status)) = bounded(outgoing.next()).await else {
+            panic!("the stream must end with a status");
+        };
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(status.message().contains("`e2`"), "{}", status.message());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_inbound_policy_timeout_still_bounds_each_event() {
+        let (sink, mut outgoing) = stream(64);
+        let delivery = sent_within(&sink, "e1", Duration::from_secs(5));
+        let start = Instant::now();
+        assert_eq!(read(&mut outgoing).await, "e1");
+        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        let Some(Err(status)) = bounded(outgoing.next()).await else {
+            panic!("the stream must end with a status");
+        };
+        assert!(status.message().contains("5s"), "{}", status.message());
     }
 
     #[tokio::test(start_paused = true)]
