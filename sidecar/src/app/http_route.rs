@@ -3,8 +3,10 @@
 //! no body, a body that is not JSON, no or an empty `status`, or
 //! `{"status": "SUCCESS"}` acknowledges; `{"status": "RETRY"}`, any other
 //! `status` value, any other status code (or no answer) retries;
-//! `{"status": "DROP"}` and `404` drop. At most [`MAX_ANSWER_BYTES`] of
-//! the answer are read: a larger one is not such a document (acknowledges).
+//! `{"status": "DROP"}` and `404` drop. The body is read as Go's
+//! `encoding/json` decodes Dapr's `AppResponse` from it (see
+//! [`said_status`]). At most [`MAX_ANSWER_BYTES`] of the answer are read:
+//! a larger one is not such a document (acknowledges).
 
 use std::time::Duration;
 
@@ -62,21 +64,81 @@ pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
     if !status.is_success() {
         return DeliveryOutcome::Retry;
     }
-    // A body that is not such a document acknowledges, as in Dapr.
-    let said = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.get("status")
-                .and_then(|s| s.as_str())
-                .map(str::to_ascii_uppercase)
-        });
-    match said.as_deref() {
+    // A body that is not such a document acknowledges, as in Dapr. The
+    // values are Dapr's (`pubsub.AppResponseStatus`), compared as they are.
+    match said_status(body).as_deref() {
         None | Some("" | "SUCCESS") => DeliveryOutcome::Success,
         Some("DROP") => DeliveryOutcome::Drop,
-        // An app that answers a status it should not is not taken as
-        // having handled the event (Dapr retries it too).
+        // `RETRY`, and a status Dapr does not know (`retry`, `drop` too):
+        // not taken as having handled the event (Dapr retries it too).
         Some(_) => DeliveryOutcome::Retry,
     }
+}
+
+/// The `status` an app's answer says, read as daprd reads it (Go's
+/// `json.NewDecoder(body).Decode(&appResponse)`): the first JSON value
+/// only (what follows it is not read); its key `status` in any case, as
+/// Go matches a field's name (the last such key wins, and a `null` one
+/// changes nothing). `None` when Go's decode fails (not JSON, not an
+/// object, a `status` that is not a string), which Dapr acknowledges.
+fn said_status(body: &[u8]) -> Option<String> {
+    serde_json::Deserializer::from_slice(body)
+        .into_iter::<StatusField>()
+        .next()?
+        .ok()?
+        .0
+}
+
+/// An answer's `status` field (see [`said_status`]).
+struct StatusField(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for StatusField {
+    fn deserialize<D: serde::Deserializer<'de>>(answer: D) -> Result<Self, D::Error> {
+        answer.deserialize_any(StatusFieldVisitor)
+    }
+}
+
+struct StatusFieldVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StatusFieldVisitor {
+    type Value = StatusField;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_unit<E>(self) -> Result<StatusField, E> {
+        // Go's decoder leaves the struct as it is for `null`.
+        Ok(StatusField(None))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StatusField, A::Error> {
+        let mut status = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if !names_status(&key) {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            match map.next_value::<serde_json::Value>()? {
+                serde_json::Value::String(said) => status = Some(said),
+                serde_json::Value::Null => {}
+                _ => return Err(serde::de::Error::custom("status is not a string")),
+            }
+        }
+        Ok(StatusField(status))
+    }
+}
+
+/// Whether `key` names the `status` field for Go's `encoding/json`: equal
+/// to it under Unicode case folding (`bytes.EqualFold`), where the only
+/// letters of `status` with other forms are ASCII, and `ſ` (U+017F) folds
+/// to `s`.
+fn names_status(key: &str) -> bool {
+    let folded = key.chars().map(|c| match c {
+        '\u{017F}' => 's',
+        c => c.to_ascii_lowercase(),
+    });
+    folded.eq("status".chars())
 }
 
 #[tonic::async_trait]
@@ -249,9 +311,72 @@ pub(super) mod tests {
             outcome_of(StatusCode::NOT_FOUND, b""),
             DeliveryOutcome::Drop
         );
+        // Dapr's values, as they are: one in other letters is unknown.
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"drop"}"#),
+            DeliveryOutcome::Retry
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"success"}"#),
+            DeliveryOutcome::Retry
+        );
         assert_eq!(
             outcome_of(StatusCode::INTERNAL_SERVER_ERROR, b""),
             DeliveryOutcome::Retry
+        );
+    }
+
+    #[test]
+    fn the_status_key_is_matched_in_any_case_as_go_matches_it() {
+        // A Go app's untagged `Status` field.
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"Status":"RETRY"}"#),
+            DeliveryOutcome::Retry
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"STATUS":"DROP"}"#),
+            DeliveryOutcome::Drop
+        );
+        // The last key naming it wins; `null` changes nothing.
+        assert_eq!(
+            outcome_of(
+                StatusCode::OK,
+                br#"{"status":"RETRY","Status":"DROP","stAtus":null}"#
+            ),
+            DeliveryOutcome::Drop
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"Status":"DROP","status":"SUCCESS"}"#),
+            DeliveryOutcome::Success
+        );
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"statuses":"DROP"}"#),
+            DeliveryOutcome::Success
+        );
+        // A status that is not a string fails Go's decode: acknowledged.
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"RETRY","Status":1}"#),
+            DeliveryOutcome::Success
+        );
+    }
+
+    #[test]
+    fn only_the_first_json_value_is_read_as_gos_decoder_reads_it() {
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"DROP"} x"#),
+            DeliveryOutcome::Drop
+        );
+        assert_eq!(
+            outcome_of(
+                StatusCode::OK,
+                b"{\"status\":\"RETRY\"}\n{\"status\":\"SUCCESS\"}"
+            ),
+            DeliveryOutcome::Retry
+        );
+        // A first value cut short is not one.
+        assert_eq!(
+            outcome_of(StatusCode::OK, br#"{"status":"RETRY""#),
+            DeliveryOutcome::Success
         );
     }
 
