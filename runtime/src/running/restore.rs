@@ -17,7 +17,9 @@ impl RunningSet {
     /// configuration itself, is kept apart), so they still declare the
     /// change and the next reload laid from them tries it again. No
     /// generation is published (the instance did not change); the watch
-    /// plan is.
+    /// plan is, with the values the commit tried for the refs it watched:
+    /// a watched value that panicked is asked for again only once the
+    /// store's value moves on, or by the next reload (not back to back).
     ///
     /// Refused, with why, when the key no longer runs that instance or the
     /// set is closed, or when the previous declaration's references would
@@ -60,11 +62,14 @@ impl RunningSet {
             state.layers = RunningLayers::Laid(Arc::new(file));
         }
         let mut components = Components::clone(&state.components);
-        components.insert(key, previous);
+        components.insert(key.clone(), previous);
         state.config = Arc::new(config);
         state.components = Arc::new(components);
         let number = self.generation_number();
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
+        // The watch's view of its values stays the commit's: told the old
+        // value, it would ask for the one that panicked again at once.
+        let plan = plan.keeping_tried(&key, &self.plan.borrow());
         self.plan.send_replace(Arc::new(plan));
         Ok(())
     }

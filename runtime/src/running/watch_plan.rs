@@ -41,6 +41,23 @@ impl WatchPlan {
         self.app_id == other.app_id && self.overlay == other.overlay && self.refs == other.refs
     }
 
+    /// Takes, for `component`'s refs that `published` watched too, the
+    /// values `published` had for them: after a put-back, the value the
+    /// commit tried stays the one the watch takes as asked for, so it
+    /// does not ask for it again at once (a later value still asks).
+    pub(super) fn keeping_tried(mut self, component: &ComponentKey, published: &WatchPlan) -> Self {
+        for watched in self.refs.iter_mut().filter(|w| w.component == *component) {
+            let tried = published
+                .refs
+                .iter()
+                .find(|p| p.component == watched.component && p.reference == watched.reference);
+            if let Some(tried) = tried {
+                watched.resolved = tried.resolved.clone();
+            }
+        }
+        self
+    }
+
     /// The plan for a running set.
     pub(super) fn of(
         generation: u64,

@@ -9,6 +9,8 @@ use super::*;
 use crate::component::{PendingInPlace, StagedInPlace};
 use crate::config::{ComponentPatch, LayerChange, Push};
 
+mod watched_ref;
+
 /// What a [`Staging`] runs with, shared with the updates it stages.
 struct Applied {
     rev: AtomicU64,
@@ -17,7 +19,8 @@ struct Applied {
 }
 
 /// Stages every update; one whose metadata says `panicApply` takes its
-/// `rev`, then panics when applied, the first time only.
+/// `rev`, then panics when applied, the first time only; one whose `rev`
+/// is its metadata's `panicAtRev` does so every time.
 struct Staging {
     applied: Arc<Applied>,
 }
@@ -29,11 +32,17 @@ impl Staging {
     }
 }
 
+/// `field` of `metadata` as a number: declared as one, or injected from a
+/// ref (a string).
+fn number_of(metadata: &Metadata, field: &str) -> Option<u64> {
+    match metadata.get(field)? {
+        Value::String(text) => text.parse().ok(),
+        value => value.as_u64(),
+    }
+}
+
 fn rev_of(metadata: &Metadata) -> u64 {
-    metadata
-        .get("rev")
-        .and_then(Value::as_u64)
-        .unwrap_or_default()
+    number_of(metadata, "rev").unwrap_or_default()
 }
 
 #[async_trait]
@@ -52,11 +61,12 @@ impl InPlaceUpdate for Staging {
 
     async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
         let (rev, panics) = (rev_of(metadata), metadata.contains_key("panicApply"));
+        let always = number_of(metadata, "panicAtRev") == Some(rev);
         let applied = Arc::clone(&self.applied);
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
             // Half made, then the panic.
             applied.rev.store(rev, Ordering::SeqCst);
-            if panics && applied.armed.swap(false, Ordering::SeqCst) {
+            if always || (panics && applied.armed.swap(false, Ordering::SeqCst)) {
                 panic!("staged update {rev} exploded when applied");
             }
         })))
