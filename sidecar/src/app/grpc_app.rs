@@ -126,6 +126,9 @@ impl GrpcApp {
         event: &TopicEvent,
         within: Duration,
     ) -> DeliveryOutcome {
+        if let Some(outcome) = event.unreadable_over_grpc() {
+            return outcome;
+        }
         let deadline = Instant::now() + within;
         let first = self.flavour();
         match self.call(first, path, event, within).await {

@@ -104,6 +104,7 @@ async fn an_app_that_answers_headers_then_stalls_is_given_up_on_within_the_deadl
         id: "e1".into(),
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
+        data_unreadable: None,
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };
@@ -115,6 +116,28 @@ async fn an_app_that_answers_headers_then_stalls_is_given_up_on_within_the_deadl
         matches!(listed, Listing::Unanswered(_)),
         "a stalled listing is no answer"
     );
+}
+
+#[tokio::test]
+async fn an_event_whose_payload_cannot_be_read_is_retried_without_calling_the_app() {
+    let client = stalling_app().await;
+    let event = TopicEvent {
+        cloud_event: serde_json::Map::new(),
+        id: "e1".into(),
+        data_content_type: "application/octet-stream".into(),
+        data: Vec::new(),
+        data_unreadable: Some("its `data_base64` is not base64".into()),
+        pubsub_name: "bus".into(),
+        topic: "orders".into(),
+    };
+    // Called, the stalling app would hold the delivery for its minute.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.deliver("/orders", &event, Duration::from_secs(60)),
+    )
+    .await
+    .expect("answered without calling the app");
+    assert_eq!(outcome, DeliveryOutcome::Retry);
 }
 
 /// An app whose `ListTopicSubscriptions` answers each status of
@@ -250,6 +273,7 @@ async fn an_event_dapr_s_callback_does_not_implement_goes_to_layotto_s() {
         id: "e1".into(),
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
+        data_unreadable: None,
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };
@@ -311,6 +335,7 @@ async fn the_other_service_timing_out_does_not_switch_the_app_s_flavour() {
         id: "e1".into(),
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
+        data_unreadable: None,
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };

@@ -167,6 +167,7 @@ mod tests {
             id: "e1".into(),
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),
+            data_unreadable: None,
             pubsub_name: "bus".into(),
             topic: "orders".into(),
         }

@@ -309,9 +309,18 @@ pub struct TopicEvent {
     pub id: String,
     /// `datacontenttype`.
     pub data_content_type: String,
-    /// The payload bytes: JSON data as JSON text, a string as its bytes,
-    /// `data_base64` decoded.
+    /// The payload bytes, as daprd fills a gRPC `TopicEventRequest`'s:
+    /// `data_base64` decoded when the event has one; else `data` of a JSON
+    /// content type (`application/json`, `…+json`, a CloudEvent's) as JSON
+    /// text (a string too, quoted: its content type says the bytes are
+    /// JSON), any other string as its bytes, other JSON as JSON text.
     pub data: Vec<u8>,
+    /// Why the payload could not be read (a `data_base64` that is not
+    /// base64, or not a string); `data` is then empty. Such an event is
+    /// not sent over gRPC: it is retried, and dead-lettered once its
+    /// retries run out, as daprd answers it with a retriable error. (An
+    /// HTTP subscriber gets the CloudEvent as it is.)
+    pub data_unreadable: Option<String>,
     /// The pub/sub of the subscription it is delivered on (not what the
     /// event's own text says: a dead-lettered event still names the topic
     /// it was first published to).
@@ -358,24 +367,36 @@ impl TopicEvent {
                 .unwrap_or_default()
                 .to_string()
         };
-        let data = match (cloud_event.get("data"), cloud_event.get("data_base64")) {
-            (Some(Value::String(s)), _) => s.as_bytes().to_vec(),
-            (Some(Value::Null) | None, Some(Value::String(b64))) => {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .unwrap_or_default()
-            }
-            (Some(Value::Null) | None, _) => Vec::new(),
-            (Some(json), _) => json.to_string().into_bytes(),
+        let data_content_type = text("datacontenttype");
+        let (data, data_unreadable) = match payload_of(&cloud_event, &data_content_type) {
+            Ok(data) => (data, None),
+            Err(why) => (Vec::new(), Some(why)),
         };
         Self {
             id: text("id"),
-            data_content_type: text("datacontenttype"),
+            data_content_type,
             data,
+            data_unreadable,
             cloud_event,
             pubsub_name: pubsub_name.to_string(),
             topic: topic.to_string(),
         }
+    }
+
+    /// `RETRY`, with a warning naming the event, when its payload cannot
+    /// be read ([`Self::data_unreadable`]): what a gRPC subscriber's sink
+    /// answers instead of sending it.
+    pub fn unreadable_over_grpc(&self) -> Option<rewire_runtime::DeliveryOutcome> {
+        let why = self.data_unreadable.as_deref()?;
+        tracing::warn!(
+            id = %super::logged(&self.id),
+            pubsub = %super::logged(&self.pubsub_name),
+            topic = %super::logged(&self.topic),
+            reason = why,
+            "The event's payload cannot be read: it is not sent to the gRPC subscriber, \
+             and is retried (then dead-lettered, as Dapr)."
+        );
+        Some(rewire_runtime::DeliveryOutcome::Retry)
     }
 
     /// A field of the CloudEvent, as text.
@@ -409,6 +430,32 @@ impl TopicEvent {
             .map(|(key, value)| (key.clone(), protobuf_value(value)))
             .collect();
         prost_types::Struct { fields }
+    }
+}
+
+/// The payload of `event` (see [`TopicEvent::data`]), as daprd's
+/// `GRPCEnvelopeFromSubscriptionMessage` reads it; why not, when its
+/// `data_base64` cannot be read.
+fn payload_of(event: &Map<String, Value>, content_type: &str) -> Result<Vec<u8>, String> {
+    match (event.get("data_base64"), event.get("data")) {
+        (Some(Value::String(encoded)), _) => {
+            // Go's decoder skips line breaks.
+            let encoded = encoded.replace(['\r', '\n'], "");
+            GO_STD_BASE64
+                .decode(encoded)
+                .map_err(|err| format!("its `data_base64` is not base64 ({err})"))
+        }
+        (Some(Value::Null) | None, None | Some(Value::Null)) => Ok(Vec::new()),
+        (Some(Value::Null) | None, Some(Value::String(text)))
+            if !is_json(content_type) && !is_cloud_event_content_type(content_type) =>
+        {
+            Ok(text.as_bytes().to_vec())
+        }
+        (Some(Value::Null) | None, Some(json)) => Ok(json.to_string().into_bytes()),
+        (Some(other), _) => Err(format!(
+            "its `data_base64` is {}, not a string",
+            json_kind(other)
+        )),
     }
 }
 
@@ -540,6 +587,66 @@ mod tests {
             TopicEvent::of(&message, "pubsub", "orders").data,
             br#"{"a":1}"#
         );
+    }
+
+    /// The event a message holding the CloudEvent `fields` reads as.
+    fn delivered(fields: serde_json::Value) -> TopicEvent {
+        let message = rewire_runtime::Message {
+            data: fields.to_string().into_bytes(),
+            ..Default::default()
+        };
+        TopicEvent::of(&message, "pubsub", "orders")
+    }
+
+    fn cloud_event(content_type: &str, data: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"specversion": "1.0", "id": "e1", "source": "s", "type": "t",
+            "datacontenttype": content_type, "data": data})
+    }
+
+    #[test]
+    fn string_data_of_a_json_content_type_is_its_json_text_as_daprd_sends_it() {
+        for content_type in [
+            "application/json",
+            "application/json; charset=utf-8",
+            CLOUD_EVENT_CONTENT_TYPE,
+            "application/vnd.orders+json",
+        ] {
+            let event = delivered(cloud_event(content_type, "hello".into()));
+            assert_eq!(event.data, br#""hello""#, "{content_type}");
+            assert_eq!(event.data_unreadable, None);
+        }
+        let event = delivered(cloud_event("text/plain", "hello".into()));
+        assert_eq!(event.data, b"hello", "text stays its bytes");
+        let event = delivered(cloud_event("application/json", serde_json::json!([1, "a"])));
+        assert_eq!(event.data, br#"[1,"a"]"#);
+    }
+
+    #[test]
+    fn data_base64_is_preferred_and_one_that_is_not_base64_is_unreadable() {
+        let mut fields = cloud_event("text/plain", "from data".into());
+        fields["data_base64"] = "aGVs\nbG8=".into();
+        let event = delivered(fields.clone());
+        assert_eq!(
+            event.data, b"hello",
+            "data_base64 wins, line breaks skipped"
+        );
+
+        fields["data_base64"] = "not base64!".into();
+        let event = delivered(fields.clone());
+        assert!(event.data.is_empty());
+        let why = event.data_unreadable.clone().expect("unreadable");
+        assert!(why.contains("data_base64"), "{why}");
+        assert_eq!(
+            event.unreadable_over_grpc(),
+            Some(rewire_runtime::DeliveryOutcome::Retry)
+        );
+
+        fields["data_base64"] = serde_json::json!(7);
+        assert!(delivered(fields.clone()).data_unreadable.is_some());
+        fields["data_base64"] = serde_json::Value::Null;
+        let event = delivered(fields);
+        assert_eq!(event.data, b"from data", "a null data_base64 is none");
+        assert_eq!(event.unreadable_over_grpc(), None);
     }
 
     #[test]

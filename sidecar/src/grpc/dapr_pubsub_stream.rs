@@ -380,6 +380,9 @@ impl EventSink for StreamSink {
     /// Bounded by the client's progress ([`CLIENT_WITHIN`]), and by
     /// `within` only when an inbound policy sets it.
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        if let Some(outcome) = event.unreadable_over_grpc() {
+            return outcome;
+        }
         let sent_at = Instant::now();
         let (waiter, answer) = oneshot::channel();
         self.waiting()
@@ -497,6 +500,7 @@ mod tests {
             id: id.into(),
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),
+            data_unreadable: None,
             pubsub_name: "bus".into(),
             topic: "orders".into(),
         }
@@ -535,6 +539,25 @@ mod tests {
             })) => event.id,
             other => panic!("expected an event, got {other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_whose_payload_cannot_be_read_is_retried_unsent() {
+        let (sink, mut outgoing) = stream(4);
+        let unreadable = TopicEvent {
+            data: Vec::new(),
+            data_unreadable: Some("its `data_base64` is not base64".into()),
+            ..event("bad")
+        };
+        let outcome = bounded(sink.send(&unreadable, Duration::MAX)).await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
+        // Not sent (an empty payload would be taken as the event's), and
+        // the stream goes on with the next event.
+        let next = sent(&sink, "e2");
+        assert_eq!(read(&mut outgoing).await, "e2");
+        sink.answer("e2", DeliveryOutcome::Success);
+        assert_eq!(bounded(next).await.ok(), Some(DeliveryOutcome::Success));
+        assert!(!sink.end.is_closed());
     }
 
     #[tokio::test(start_paused = true)]
