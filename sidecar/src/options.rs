@@ -38,14 +38,20 @@ pub struct ApiOptions {
     pub max_response_bytes: usize,
     /// Reply bytes one listener holds for clients that have not taken
     /// them yet (a client granting no HTTP/2 window, or not reading),
-    /// across all its connections, at most: a reply of known size that
-    /// would pass it is dropped and refused (`RESOURCE_EXHAUSTED`, HTTP
-    /// 429 `ERR_TOO_MANY_REQUESTS`, retry) unless the listener holds
-    /// nothing else. Streamed replies (files, subscriptions) are bounded
-    /// by their own queues instead.
+    /// across all its connections: the answer of a repeatable read (a
+    /// state value, a secret, configuration) of known size that would
+    /// pass it is dropped and refused (`RESOURCE_EXHAUSTED`, HTTP 429
+    /// `ERR_TOO_MANY_REQUESTS`, retry) unless its connection holds
+    /// nothing, so a client that reads is served whatever others hold:
+    /// the bound is this plus one answer per connection. Answers of calls
+    /// that changed state are counted but always sent. Streamed replies
+    /// (files, subscriptions) are bounded by their own queues instead.
     pub max_response_bytes_in_flight: usize,
-    /// The same bound for each connection: a client that does not read
-    /// holds this much at most, whatever streams it opens.
+    /// The same bound for each connection (refused past it unless the
+    /// connection holds nothing): a client that does not read holds about
+    /// this much at most, whatever streams it opens. The default takes 32
+    /// concurrent answers of the largest value `max_request_bytes` lets a
+    /// client save (an SDK's fan-out on one channel).
     pub max_response_bytes_in_flight_per_connection: usize,
     /// Longest a unary call of the Dapr API may take.
     pub request_timeout: Duration,
@@ -89,8 +95,8 @@ impl Default for ApiOptions {
             max_request_bytes: 4 * 1024 * 1024,
             max_request_bytes_in_flight: 64 * 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
-            max_response_bytes_in_flight: 256 * 1024 * 1024,
-            max_response_bytes_in_flight_per_connection: 64 * 1024 * 1024,
+            max_response_bytes_in_flight: 512 * 1024 * 1024,
+            max_response_bytes_in_flight_per_connection: 128 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             push_timeout: Duration::from_secs(45),
             max_connections: 1024,

@@ -6,8 +6,12 @@
 //! `PutFile` among them, by its messages' wire framing; other bodies hold
 //! their charge inline, so an ordinary request allocates nothing here).
 //! A response of known size is charged to its connection's and listener's
-//! reply budgets until the server takes its bytes ([`Replying`]), or
-//! refused in its place when it would pass either.
+//! reply budgets until the server takes its bytes ([`Replying`]). Only the
+//! answer of a read the client can repeat without effect (a state value,
+//! a secret, configuration, metadata: [`CountedBody::refusable`]) is
+//! refused in its place when it would pass either; any other answer (a
+//! lock taken, an id spent, a subscription opened) is charged and sent,
+//! since refusing it would hide a change already made.
 //! The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
@@ -43,6 +47,10 @@ pub trait CountedBody: Sized {
     /// The answer in place of a reply the budgets cannot hold.
     fn refusal(refused: ReplyRefused) -> Response<Self>;
 
+    /// Whether the answer to this request may be refused when the reply
+    /// budgets are full: a read the client can repeat without effect.
+    fn refusable(method: &Method, path: &str) -> bool;
+
     /// How a request of this server has its body read.
     fn read_as(method: &Method, path: &str) -> BodyRead;
 
@@ -76,6 +84,57 @@ const REQUEST_STREAMS: [&str; 4] = [
     "/spec.proto.runtime.v1.Runtime/PutFile",
 ];
 
+/// The gRPC reads whose answers the hot path builds whole (so they are
+/// charged) and that a client can repeat without effect: only their
+/// answers are refused past the reply budgets. Other hot-path calls
+/// (saves, locks, publishing, Layotto's `GetNextId`) change state before
+/// answering; tonic's codec answers are not charged.
+const GRPC_REPEATABLE_READS: [&str; 9] = [
+    "/dapr.proto.runtime.v1.Dapr/GetState",
+    "/dapr.proto.runtime.v1.Dapr/GetBulkState",
+    "/dapr.proto.runtime.v1.Dapr/GetSecret",
+    "/dapr.proto.runtime.v1.Dapr/GetBulkSecret",
+    "/dapr.proto.runtime.v1.Dapr/GetConfigurationAlpha1",
+    "/dapr.proto.runtime.v1.Dapr/GetConfiguration",
+    "/dapr.proto.runtime.v1.Dapr/GetMetadata",
+    "/spec.proto.runtime.v1.Runtime/GetState",
+    "/spec.proto.runtime.v1.Runtime/GetBulkState",
+];
+
+/// The HTTP reads a client can repeat without effect, by method and
+/// route (`*` is one path segment, a final `**` one or more): only their
+/// answers are refused past the reply budgets. Not the `GET`s that change
+/// state: the sequencer's next id, configuration (un)subscribe.
+const HTTP_REPEATABLE_READS: [(Method, &str); 9] = [
+    (Method::GET, "/v1.0/state/*/*"),
+    (Method::POST, "/v1.0/state/*/bulk"),
+    (Method::PUT, "/v1.0/state/*/bulk"),
+    (Method::GET, "/v1.0/secrets/*/*"),
+    (Method::GET, "/v1.0/configuration/*"),
+    (Method::GET, "/v1.0-alpha1/configuration/*"),
+    (Method::GET, "/v1.0/metadata"),
+    (Method::GET, "/v1.0/rewire/file/*"),
+    (Method::GET, "/v1.0/rewire/file/*/**"),
+];
+
+/// Whether `path` (a clean one) is `route`'s (see
+/// [`HTTP_REPEATABLE_READS`]).
+fn route_matches(route: &str, path: &str) -> bool {
+    let mut segments = path.split('/');
+    for wanted in route.split('/') {
+        let Some(segment) = segments.next() else {
+            return false;
+        };
+        match wanted {
+            "**" => return !segment.is_empty(),
+            "*" if !segment.is_empty() => {}
+            _ if wanted == segment => {}
+            _ => return false,
+        }
+    }
+    segments.next().is_none()
+}
+
 /// The HTTP file route's prefix (`PUT` on it is an upload).
 const HTTP_FILES: &str = "/v1.0/rewire/file/";
 
@@ -98,6 +157,10 @@ impl CountedBody for tonic::body::Body {
 
     fn refusal(refused: ReplyRefused) -> Response<Self> {
         tonic::Status::resource_exhausted(refused.to_string()).into_http()
+    }
+
+    fn refusable(_: &Method, path: &str) -> bool {
+        GRPC_REPEATABLE_READS.contains(&path)
     }
 
     fn read_as(_: &Method, path: &str) -> BodyRead {
@@ -151,6 +214,19 @@ impl CountedBody for axum::body::Body {
             tonic::codegen::http::HeaderValue::from_static("application/json"),
         );
         response
+    }
+
+    /// By the path the router will see (cleaned as the hot path cleans
+    /// it: `//v1.0/rewire/sequencer/…` is no state read).
+    fn refusable(method: &Method, path: &str) -> bool {
+        if !HTTP_REPEATABLE_READS.iter().any(|(read, _)| read == method) {
+            return false;
+        }
+        let cleaned = crate::clean_path::cleaned(path);
+        let routed = cleaned.as_deref().unwrap_or(path);
+        HTTP_REPEATABLE_READS
+            .iter()
+            .any(|(read, route)| read == method && route_matches(route, routed))
     }
 
     /// By the path the router will see: cleaned as the hot path cleans
@@ -255,6 +331,7 @@ where
         };
         let (mut parts, body) = request.into_parts();
         let read = RequestBody::read_as(&parts.method, parts.uri.path());
+        let refusable = guard.is_some() && ResponseBody::refusable(&parts.method, parts.uri.path());
         let (body, charge) = body.budgeted(&self.budget, read);
         if let Some(charge) = charge {
             parts.extensions.insert(charge);
@@ -263,6 +340,7 @@ where
         CountedAnswer {
             answer: self.inner.call(request),
             guard,
+            refusable,
         }
     }
 }
@@ -271,6 +349,8 @@ where
 pub struct CountedAnswer<F> {
     answer: F,
     guard: Option<RequestGuard>,
+    /// Whether the answer may be refused past the reply budgets.
+    refusable: bool,
 }
 
 impl<F, ResponseBody, E> Future for CountedAnswer<F>
@@ -288,19 +368,27 @@ where
         let Some(guard) = self.guard.take() else {
             return Poll::Ready(Ok(response));
         };
-        Poll::Ready(Ok(replying(response, guard)))
+        Poll::Ready(Ok(replying(response, guard, self.refusable)))
     }
 }
 
 /// `response`, counted by `guard` and, when its size is known, charged to
-/// its connection's reply budgets, or refused (its body dropped at once)
-/// when it would pass either.
-fn replying<B: CountedBody>(response: Response<B>, guard: RequestGuard) -> Response<B> {
+/// its connection's reply budgets; when `refusable` (a repeatable read's),
+/// refused instead (its body dropped at once) when it would pass either.
+fn replying<B: CountedBody>(
+    response: Response<B>,
+    guard: RequestGuard,
+    refusable: bool,
+) -> Response<B> {
     let size = response.body().reply_size().unwrap_or(0);
     if size == 0 {
         return response.map(|body| body.counted(guard));
     }
     let size = usize::try_from(size).unwrap_or(usize::MAX);
+    if !refusable {
+        let charge = ReplyCharge::anyway(guard.in_flight(), size);
+        return response.map(|body| body.counted_replying(guard, charge));
+    }
     match ReplyCharge::take(guard.in_flight(), size) {
         Ok(charge) => response.map(|body| body.counted_replying(guard, charge)),
         Err(refused) => {
@@ -395,5 +483,45 @@ mod tests {
         assert!(!charged(Method::POST, "/v1.0/state/store", http(b"x")).await);
         assert!(!charged(Method::GET, "/v1.0/rewire/file/files/a", http(b"x")).await);
         assert!(!charged(Method::PUT, "/v1.0/state/store", http(b"x")).await);
+    }
+
+    /// Only reads a client can repeat are refused past the reply budgets;
+    /// the calls that change state (a lock, an id, a subscription) are
+    /// answered whatever the budgets hold.
+    #[test]
+    fn only_repeatable_reads_may_be_refused() {
+        let http = |method: Method, path: &str| axum::body::Body::refusable(&method, path);
+        assert!(http(Method::GET, "/v1.0/state/orders/key"));
+        assert!(http(Method::GET, "/v1.0/state/orders/bulk"));
+        assert!(http(Method::POST, "/v1.0/state/orders/bulk"));
+        assert!(http(Method::GET, "/v1.0/secrets/vault/bulk"));
+        assert!(http(Method::GET, "/v1.0-alpha1/configuration/config"));
+        assert!(http(Method::GET, "/v1.0/metadata"));
+        assert!(http(Method::GET, "/v1.0/rewire/file/files/a/b"));
+        assert!(http(Method::GET, "//v1.0/state/./orders/key"));
+        assert!(!http(Method::POST, "/v1.0-alpha1/lock/locks"));
+        assert!(!http(Method::POST, "/v1.0-alpha1/unlock/locks"));
+        assert!(!http(Method::GET, "/v1.0/rewire/sequencer/ids/orders"));
+        assert!(!http(
+            Method::GET,
+            "/v1.0/state/x/../../rewire/sequencer/ids/k"
+        ));
+        assert!(!http(Method::GET, "/v1.0/configuration/config/subscribe"));
+        assert!(!http(
+            Method::GET,
+            "/v1.0/configuration/config/id/unsubscribe"
+        ));
+        assert!(!http(Method::POST, "/v1.0/state/orders"));
+        assert!(!http(Method::POST, "/v1.0/state/orders/transaction"));
+        assert!(!http(Method::DELETE, "/v1.0/state/orders/key"));
+        assert!(!http(Method::POST, "/v1.0/publish/bulk/pubsub/topic"));
+        assert!(!http(Method::GET, "/v1.0/state/orders/key/more"));
+
+        let grpc = |path: &str| tonic::body::Body::refusable(&Method::POST, path);
+        assert!(grpc("/dapr.proto.runtime.v1.Dapr/GetState"));
+        assert!(grpc("/spec.proto.runtime.v1.Runtime/GetBulkState"));
+        assert!(!grpc("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"));
+        assert!(!grpc("/dapr.proto.runtime.v1.Dapr/SaveState"));
+        assert!(!grpc("/spec.proto.runtime.v1.Runtime/GetNextId"));
     }
 }

@@ -46,6 +46,16 @@ impl ReplyCharge {
         })
     }
 
+    /// `bytes` charged to `in_flight`'s connection and listener whatever
+    /// they hold: the answer of a call that changed state, always sent.
+    pub fn anyway(in_flight: &InFlight, bytes: usize) -> Self {
+        in_flight.replies().charge_anyway(bytes);
+        Self {
+            in_flight: in_flight.clone(),
+            held: bytes,
+        }
+    }
+
     /// `bytes` were handed to the server: let them go (at most what is
     /// held).
     fn taken(&mut self, bytes: usize) {

@@ -98,21 +98,32 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
         .route(routes::CONFIGURATION_ALPHA1, get(configuration::get))
         // The subscriptions' state only on their routes: a layer on the
         // whole router would clone it into every request's extensions.
+        // A `GET` that changes state is not served to a `HEAD` (axum's
+        // default), whose answer, stripped of its body, would hide the
+        // change: here and on the sequencer's route.
         .route(
             routes::CONFIGURATION_SUBSCRIBE,
-            get(configuration::subscribe).layer(Extension(updates.clone())),
+            get(configuration::subscribe)
+                .head(not_found)
+                .layer(Extension(updates.clone())),
         )
         .route(
             routes::CONFIGURATION_SUBSCRIBE_ALPHA1,
-            get(configuration::subscribe).layer(Extension(updates.clone())),
+            get(configuration::subscribe)
+                .head(not_found)
+                .layer(Extension(updates.clone())),
         )
         .route(
             routes::CONFIGURATION_UNSUBSCRIBE,
-            get(configuration::unsubscribe).layer(Extension(updates.clone())),
+            get(configuration::unsubscribe)
+                .head(not_found)
+                .layer(Extension(updates.clone())),
         )
         .route(
             routes::CONFIGURATION_UNSUBSCRIBE_ALPHA1,
-            get(configuration::unsubscribe).layer(Extension(updates)),
+            get(configuration::unsubscribe)
+                .head(not_found)
+                .layer(Extension(updates)),
         )
         .route(routes::PUBLISH, post(pubsub::publish).put(pubsub::publish))
         .route(
@@ -129,7 +140,9 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
         .route(routes::STATUS, get(status::get))
         .route(
             routes::SEQUENCER,
-            post(sequencer::next_id).get(sequencer::next_id),
+            post(sequencer::next_id)
+                .get(sequencer::next_id)
+                .head(not_found),
         )
         .route(routes::FILES, get(file::list))
         .route(
