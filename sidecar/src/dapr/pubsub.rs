@@ -426,7 +426,7 @@ impl PubSubOps {
 /// A `rawPayload` value read as Dapr reads it: absent or empty is no, else
 /// one of Go's `strconv.ParseBool` spellings (`1 t T TRUE true True`, `0 f
 /// F FALSE false False`); anything else is refused, with Dapr's reason.
-fn parse_raw_payload(value: Option<&str>) -> Result<bool, String> {
+pub(super) fn parse_raw_payload(value: Option<&str>) -> Result<bool, String> {
     match value {
         None | Some("") => Ok(false),
         Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),

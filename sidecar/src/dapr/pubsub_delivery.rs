@@ -186,6 +186,10 @@ impl TopicDelivery {
             let name = echoed(&self.pubsub_name).into_owned();
             return Err(PubSubOpError::NotFound(name));
         }
+        // As Dapr's subscriber: a value that is no boolean is not one.
+        let raw_payload =
+            super::pubsub::parse_raw_payload(metadata.get("rawPayload").map(String::as_str))
+                .unwrap_or(false);
         let request = SubscribeRequest {
             topic: self.topic.clone(),
             metadata,
@@ -218,6 +222,7 @@ impl TopicDelivery {
             handle,
             subscription,
             sink,
+            raw_payload,
             shutdown,
         )))
     }
@@ -228,6 +233,7 @@ impl TopicDelivery {
         handle: PubSubHandle,
         mut subscription: PubSubSubscription,
         sink: Arc<dyn EventSink>,
+        raw_payload: bool,
         shutdown: CancellationToken,
     ) {
         let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -312,6 +318,7 @@ impl TopicDelivery {
                         sink: sink.as_ref(),
                         runtime: &runtime,
                         pubsub_name: &this.pubsub_name,
+                        raw_payload,
                         stop: &stop,
                     };
                     this.settle(delivery, to, &handle, &handover).await;
@@ -383,7 +390,10 @@ impl TopicDelivery {
         to: Subscriber<'_>,
         handle: &PubSubHandle,
     ) -> Handled {
-        let event = TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic);
+        let event = match to.raw_payload {
+            true => TopicEvent::of_raw_payload(&delivery.message, &self.pubsub_name, &self.topic),
+            false => TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic),
+        };
         if super::event_expiry::has_expired(&event.cloud_event) {
             // As Dapr: not delivered; sent to the dead-letter topic when
             // one is set, and acknowledged.
@@ -570,6 +580,9 @@ struct Subscriber<'a> {
     sink: &'a dyn EventSink,
     runtime: &'a Runtime,
     pubsub_name: &'a str,
+    /// The subscription's `rawPayload`: each message is the payload as
+    /// published, wrapped as Dapr's `FromRawPayload` wraps it.
+    raw_payload: bool,
     stop: &'a CancellationToken,
 }
 
@@ -1199,4 +1212,5 @@ mod tests {
     mod handed_back;
     mod handed_back_while_busy;
     mod logged_ids;
+    mod raw_payload;
 }

@@ -330,6 +330,33 @@ pub struct TopicEvent {
 }
 
 impl TopicEvent {
+    /// The event of a message delivered on a `rawPayload` subscription to
+    /// `topic` of `pubsub_name`: whatever the message holds (a CloudEvent
+    /// too) wrapped as Dapr's `FromRawPayload` wraps it: a new `id`,
+    /// `source` `Dapr`, Dapr's `type`, `datacontenttype`
+    /// `application/octet-stream`, the payload in `data_base64`.
+    pub fn of_raw_payload(
+        message: &rewire_runtime::Message,
+        pubsub_name: &str,
+        topic: &str,
+    ) -> Self {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&message.data);
+        let cloud_event = Map::from_iter([
+            ("id".to_string(), Value::String(new_event_id())),
+            ("specversion".to_string(), Value::String("1.0".into())),
+            (
+                "datacontenttype".to_string(),
+                Value::String("application/octet-stream".into()),
+            ),
+            ("source".to_string(), Value::String("Dapr".into())),
+            ("type".to_string(), Value::String(EVENT_TYPE.into())),
+            ("topic".to_string(), Value::String(message.topic.clone())),
+            ("pubsubname".to_string(), Value::String(pubsub_name.into())),
+            ("data_base64".to_string(), Value::String(encoded)),
+        ]);
+        Self::of_cloud_event(cloud_event, pubsub_name, topic)
+    }
+
     /// The event of a message delivered on the subscription to `topic` of
     /// `pubsub_name`: its CloudEvent, or (a raw payload) one made around
     /// it, as Dapr does for `rawPayload`.
@@ -360,6 +387,10 @@ impl TopicEvent {
                 }
             }
         };
+        Self::of_cloud_event(cloud_event, pubsub_name, topic)
+    }
+
+    fn of_cloud_event(cloud_event: Map<String, Value>, pubsub_name: &str, topic: &str) -> Self {
         let text = |key: &str| {
             cloud_event
                 .get(key)
@@ -647,6 +678,27 @@ mod tests {
         let event = delivered(fields);
         assert_eq!(event.data, b"from data", "a null data_base64 is none");
         assert_eq!(event.unreadable_over_grpc(), None);
+    }
+
+    #[test]
+    fn a_raw_payload_is_wrapped_as_daprs_from_raw_payload() {
+        let message = rewire_runtime::Message {
+            topic: "orders".into(),
+            data: br#"{"specversion":"1.0","id":"given","data":"x"}"#.to_vec(),
+            content_type: Some("application/json".into()),
+            ..Default::default()
+        };
+        let event = TopicEvent::of_raw_payload(&message, "pubsub", "orders");
+        assert_eq!(event.data, message.data);
+        assert_eq!(event.data_content_type, "application/octet-stream");
+        assert_eq!(event.id.len(), 36);
+        assert_eq!(
+            event.cloud_event["data_base64"],
+            base64::engine::general_purpose::STANDARD.encode(&message.data)
+        );
+        assert_eq!(event.field("source"), "Dapr");
+        assert_eq!(event.field("topic"), "orders");
+        assert!(event.cloud_event.get("data").is_none());
     }
 
     #[test]
