@@ -170,6 +170,14 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
 /// longer head is answered 431 and the connection closed.
 const MAX_HEAD_BUFFER: usize = 80 * 1024;
 
+/// Bytes of an answer h2 buffers per stream ahead of the client's window
+/// (h2's default: 400 KiB). hyper hands h2 the next slice of an answer
+/// whenever the stream has room in this buffer, and bytes handed on leave
+/// the reply budget: a client granting a huge window and then not reading
+/// the socket would hold this much per stream outside the budget (about
+/// 80 MiB per connection over hyper's 200 streams at h2's default).
+const MAX_SEND_BUFFER_PER_STREAM: usize = 64 * 1024;
+
 /// Serves HTTP on `listener` until `shutdown` is cancelled; calls in
 /// flight finish first (within `shutdown_grace`, then every connection is
 /// cut). Connections are bounded ([`crate::connection`]).
@@ -198,7 +206,10 @@ pub async fn serve(
     // axum's cannot bound the HTTP/1 head buffer.
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().max_buf_size(MAX_HEAD_BUFFER);
-    builder.http2().enable_connect_protocol();
+    builder
+        .http2()
+        .enable_connect_protocol()
+        .max_send_buf_size(MAX_SEND_BUFFER_PER_STREAM);
     loop {
         let (connection, _) = tokio::select! {
             () = shutdown.cancelled() => break,
