@@ -105,6 +105,8 @@ async fn an_app_that_answers_headers_then_stalls_is_given_up_on_within_the_deadl
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
         data_unreadable: None,
+        body: Vec::new(),
+        metadata: Default::default(),
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };
@@ -127,6 +129,8 @@ async fn an_event_whose_payload_cannot_be_read_is_retried_without_calling_the_ap
         data_content_type: "application/octet-stream".into(),
         data: Vec::new(),
         data_unreadable: Some("its `data_base64` is not base64".into()),
+        body: Vec::new(),
+        metadata: Default::default(),
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };
@@ -274,6 +278,8 @@ async fn an_event_dapr_s_callback_does_not_implement_goes_to_layotto_s() {
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
         data_unreadable: None,
+        body: Vec::new(),
+        metadata: Default::default(),
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };
@@ -336,6 +342,8 @@ async fn the_other_service_timing_out_does_not_switch_the_app_s_flavour() {
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
         data_unreadable: None,
+        body: Vec::new(),
+        metadata: Default::default(),
         pubsub_name: "bus".into(),
         topic: "orders".into(),
     };

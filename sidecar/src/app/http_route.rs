@@ -160,11 +160,22 @@ pub(super) async fn post_event(
     event: &TopicEvent,
     within: Duration,
 ) -> DeliveryOutcome {
-    let body = serde_json::Value::Object(event.cloud_event.clone()).to_string();
+    // The CloudEvent as it came (see `TopicEvent::body`), as daprd posts it.
+    let body = event.body.clone();
     let mut request = client
         .post(url)
         .timeout(within)
         .header("content-type", "application/cloudevents+json");
+    // The message's metadata, as daprd's `WithCustomHTTPMetadata` passes
+    // it; a name or value that is no valid header is left out.
+    for (name, value) in super::callback_call::passed_on(event) {
+        if let (Ok(name), Ok(value)) = (
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+            reqwest::header::HeaderValue::from_str(value),
+        ) {
+            request = request.header(name, value);
+        }
+    }
     // `pubsubname` names the subscription's pub/sub, as Dapr's; the
     // publisher's trace goes on to the app, as Dapr passes it, when it is
     // one (see `delivered_trace`). Only valid header values are sent: a
@@ -206,6 +217,7 @@ pub(super) async fn post_event(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     /// An app answering every request `200` with a JSON document saying
     /// `RETRY` padded to `total` bytes, chunked; how many bytes of it it
@@ -380,6 +392,75 @@ pub(super) mod tests {
         );
     }
 
+    /// An app that records the body and headers of the first request it
+    /// gets and answers `SUCCESS`.
+    async fn app_recording_the_request() -> (
+        u16,
+        tokio::sync::oneshot::Receiver<(Vec<u8>, axum::http::HeaderMap)>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let tx = std::sync::Arc::new(std::sync::Mutex::new(Some(tx)));
+        let app = axum::Router::new().fallback(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                if let Some(tx) = tx.lock().expect("lock").take() {
+                    let _ = tx.send((body.to_vec(), headers));
+                }
+                axum::Json(serde_json::json!({ "status": "SUCCESS" }))
+            },
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (port, rx)
+    }
+
+    #[tokio::test]
+    async fn the_cloud_event_is_posted_as_it_came_with_the_messages_metadata_as_headers() {
+        crate::tls::install_ring_provider();
+        // A number past 64 bits, a duplicate key: re-serialised, both
+        // would change.
+        let published = br#"{"specversion":"1.0","id":"e1","source":"s","type":"t","datacontenttype":"application/json","data":{"n":123456789012345678901234567890,"k":1,"k":2}}"#;
+        let message = rewire_runtime::Message {
+            topic: "orders".into(),
+            data: published.to_vec(),
+            metadata: HashMap::from([
+                ("X-Tenant".to_string(), "acme".to_string()),
+                ("dapr-api-token".to_string(), "not passed".to_string()),
+                ("content-type".to_string(), "text/evil".to_string()),
+                ("bad name".to_string(), "v".to_string()),
+                ("multi".to_string(), "line\nvalue".to_string()),
+            ]),
+            ..Default::default()
+        };
+        let event = TopicEvent::of(&message, "bus", "orders");
+        let (port, request) = app_recording_the_request().await;
+        let url = format!("http://127.0.0.1:{port}/orders");
+        let outcome = post_event(
+            &reqwest::Client::new(),
+            &url,
+            &event,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(
+            outcome,
+            DeliveryOutcome::Success,
+            "invalid headers fail nothing"
+        );
+        let (body, headers) = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .expect("the app got the request")
+            .expect("recorded");
+        assert_eq!(body, published, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(headers["x-tenant"], "acme");
+        assert_eq!(headers["content-type"], "application/cloudevents+json");
+        assert_eq!(headers["pubsubname"], "bus");
+        assert!(headers.get("dapr-api-token").is_none());
+        assert!(headers.get("multi").is_none());
+    }
+
     /// A one-byte plain-text event of topic `orders` on `bus`.
     fn plain_event() -> TopicEvent {
         TopicEvent {
@@ -388,6 +469,8 @@ pub(super) mod tests {
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),
             data_unreadable: None,
+            body: Vec::new(),
+            metadata: Default::default(),
             pubsub_name: "bus".into(),
             topic: "orders".into(),
         }

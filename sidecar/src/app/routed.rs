@@ -168,6 +168,8 @@ mod tests {
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),
             data_unreadable: None,
+            body: Vec::new(),
+            metadata: Default::default(),
             pubsub_name: "bus".into(),
             topic: "orders".into(),
         }

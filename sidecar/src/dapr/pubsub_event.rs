@@ -321,6 +321,14 @@ pub struct TopicEvent {
     /// retries run out, as daprd answers it with a retriable error. (An
     /// HTTP subscriber gets the CloudEvent as it is.)
     pub data_unreadable: Option<String>,
+    /// The CloudEvent as an HTTP subscriber is sent it: the message's own
+    /// bytes when it is one, as daprd posts them (re-serialised, a number
+    /// past 64 bits would lose digits and a duplicate key be dropped);
+    /// else the envelope made around the payload.
+    pub body: Vec<u8>,
+    /// The broker message's metadata, which daprd passes to the app as
+    /// HTTP headers or gRPC metadata.
+    pub metadata: HashMap<String, String>,
     /// The pub/sub of the subscription it is delivered on (not what the
     /// event's own text says: a dead-lettered event still names the topic
     /// it was first published to).
@@ -354,7 +362,8 @@ impl TopicEvent {
             ("pubsubname".to_string(), Value::String(pubsub_name.into())),
             ("data_base64".to_string(), Value::String(encoded)),
         ]);
-        Self::of_cloud_event(cloud_event, pubsub_name, topic)
+        let body = serde_json::to_vec(&cloud_event).unwrap_or_default();
+        Self::of_cloud_event(cloud_event, body, message, pubsub_name, topic)
     }
 
     /// The event of a message delivered on the subscription to `topic` of
@@ -364,8 +373,8 @@ impl TopicEvent {
         let parsed = serde_json::from_slice::<Map<String, Value>>(&message.data)
             .ok()
             .filter(|e| e.contains_key("specversion") && e.contains_key("id"));
-        let cloud_event = match parsed {
-            Some(event) => event,
+        let (cloud_event, body) = match parsed {
+            Some(event) => (event, message.data.clone()),
             None => {
                 let cx = EnvelopeContext {
                     pubsub_name,
@@ -381,16 +390,24 @@ impl TopicEvent {
                 let given = Some(content_type)
                     .filter(|c| is_cloud_event_content_type(c))
                     .and_then(|_| given_cloud_event(&message.data).ok());
-                match build_envelope(&message.data, Some(content_type), given, &cx) {
+                let event = match build_envelope(&message.data, Some(content_type), given, &cx) {
                     Value::Object(event) => event,
                     _ => Map::new(),
-                }
+                };
+                let body = serde_json::to_vec(&event).unwrap_or_default();
+                (event, body)
             }
         };
-        Self::of_cloud_event(cloud_event, pubsub_name, topic)
+        Self::of_cloud_event(cloud_event, body, message, pubsub_name, topic)
     }
 
-    fn of_cloud_event(cloud_event: Map<String, Value>, pubsub_name: &str, topic: &str) -> Self {
+    fn of_cloud_event(
+        cloud_event: Map<String, Value>,
+        body: Vec<u8>,
+        message: &rewire_runtime::Message,
+        pubsub_name: &str,
+        topic: &str,
+    ) -> Self {
         let text = |key: &str| {
             cloud_event
                 .get(key)
@@ -408,6 +425,8 @@ impl TopicEvent {
             data_content_type,
             data,
             data_unreadable,
+            body,
+            metadata: message.metadata.clone(),
             cloud_event,
             pubsub_name: pubsub_name.to_string(),
             topic: topic.to_string(),
