@@ -5,7 +5,6 @@
 
 mod support;
 
-mod api_connection_eviction;
 mod api_connection_first_request;
 mod api_connections;
 mod api_grpc_auth;

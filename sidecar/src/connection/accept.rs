@@ -1,9 +1,6 @@
-//! The accept loop: takes a connection, then a slot under the cap — at the
-//! cap, evicting the connection idle the longest ([`OpenConnections`]) or,
-//! while every one is busy, waiting for one to free (the connection taken
-//! waits, unserved, as the ones behind it wait in the kernel's backlog);
-//! on an accept error (`EMFILE`, `ENFILE`, `ENOBUFS`...) waits with a
-//! doubling backoff instead of retrying at once, logging once per streak.
+//! The accept loop: takes a slot under the cap, then a connection; on an
+//! accept error (`EMFILE`, `ENFILE`, `ENOBUFS`...) waits with a doubling
+//! backoff instead of retrying at once, logging once per streak.
 
 use std::future::Future;
 use std::io;
@@ -14,11 +11,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 
-use super::open::{OpenConnections, Slot};
 use super::{Connection, ConnectionLimits, Transport};
 use crate::tls::LiveTls;
 
@@ -30,16 +26,6 @@ pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// silent connections at the cap would lock every client out for the
 /// idle timeout.
 pub const FIRST_REQUEST_LIMIT: Duration = Duration::from_secs(10);
-
-/// How often a new client at the cap looks again for an idle connection
-/// to evict while every one is busy.
-const SLOT_RECHECK: Duration = Duration::from_millis(100);
-
-/// How long a new client at the cap waits for the slot of the connection
-/// it evicted before evicting another: that one closes within a second
-/// (HTTP/2: once its GOAWAY's ping is answered, or by its socket), unless
-/// a request raced the eviction, which it serves first.
-const EVICTED_SLOT_WITHIN: Duration = Duration::from_secs(2);
 
 /// The first wait after an accept error.
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
@@ -80,7 +66,6 @@ impl Backoff {
 pub struct Accepted {
     receiver: mpsc::Receiver<(Connection, SocketAddr)>,
     local: SocketAddr,
-    open: Arc<OpenConnections>,
 }
 
 /// Accepts on `listener` under `limits` until `stop` is cancelled; with
@@ -101,67 +86,31 @@ pub fn accept_loop(
         let listener = Arc::clone(&listener);
         async move { listener.accept().await }
     };
-    let open = OpenConnections::new(limits.max_connections);
-    let serving = Serving {
-        limits,
-        open: Arc::clone(&open),
-        sender,
-        tls,
-    };
-    tokio::spawn(run(accept, serving, stop));
-    Accepted {
-        receiver,
-        local,
-        open,
-    }
-}
-
-/// Where the loop's connections go, and how they are bounded.
-struct Serving {
-    limits: ConnectionLimits,
-    open: Arc<OpenConnections>,
-    sender: mpsc::Sender<(Connection, SocketAddr)>,
-    tls: Option<Arc<LiveTls>>,
-}
-
-/// A slot for a client that was accepted: a free one, or at the cap the
-/// one of the connection idle the longest, evicted for it; while every
-/// connection is busy, the first that frees. `None` once `stop` comes.
-async fn slot_for_a_new_client(
-    open: &Arc<OpenConnections>,
-    stop: &CancellationToken,
-) -> Option<Slot> {
-    if let Some(slot) = open.try_slot() {
-        return Some(slot);
-    }
-    loop {
-        let wait = if open.evict_longest_idle() {
-            EVICTED_SLOT_WITHIN
-        } else {
-            SLOT_RECHECK
-        };
-        tokio::select! {
-            () = stop.cancelled() => return None,
-            slot = open.slot() => return slot,
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
+    tokio::spawn(run(accept, limits, stop, sender, tls));
+    Accepted { receiver, local }
 }
 
 /// The loop itself, over any accept function (tests give a failing one).
-async fn run<F, Fut>(mut accept: F, serving: Serving, stop: CancellationToken)
-where
+async fn run<F, Fut>(
+    mut accept: F,
+    limits: ConnectionLimits,
+    stop: CancellationToken,
+    sender: mpsc::Sender<(Connection, SocketAddr)>,
+    tls: Option<Arc<LiveTls>>,
+) where
     F: FnMut() -> Fut,
     Fut: Future<Output = io::Result<(TcpStream, SocketAddr)>>,
 {
-    let Serving {
-        limits,
-        open,
-        sender,
-        tls,
-    } = serving;
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut backoff = Backoff::default();
     loop {
+        let slot = tokio::select! {
+            () = stop.cancelled() => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
             accepted = accept() => accepted,
@@ -169,9 +118,6 @@ where
         match accepted {
             Ok((stream, peer)) => {
                 backoff.succeeded();
-                let Some(slot) = slot_for_a_new_client(&open, &stop).await else {
-                    return;
-                };
                 // Small answers and stream messages go out at once: with
                 // Nagle, an event written right after another answer on
                 // the same connection waited for the client's delayed ACK
@@ -212,14 +158,6 @@ where
                 }
             }
         }
-    }
-}
-
-impl Accepted {
-    /// The listener's open connections (to drain them when the server
-    /// stops).
-    pub fn open(&self) -> &Arc<OpenConnections> {
-        &self.open
     }
 }
 
@@ -280,17 +218,10 @@ mod tests {
             first_request_timeout: FIRST_REQUEST_LIMIT,
             cut: CancellationToken::new(),
             replies: crate::reply_budget::ReplyLimits::unbounded(),
-            evicted_close_after: Duration::ZERO,
         };
         let stop = CancellationToken::new();
         let (sender, _receiver) = mpsc::channel(1);
-        let serving = Serving {
-            open: OpenConnections::new(limits.max_connections),
-            limits,
-            sender,
-            tls: None,
-        };
-        let loop_task = tokio::spawn(run(accept, serving, stop.clone()));
+        let loop_task = tokio::spawn(run(accept, limits, stop.clone(), sender, None));
         tokio::time::sleep(Duration::from_secs(10)).await;
         stop.cancel();
         tokio::time::timeout(Duration::from_secs(60), loop_task)

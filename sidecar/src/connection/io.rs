@@ -8,9 +8,7 @@
 //! oldest response still waiting for the client handed over its last chunk,
 //! whatever bytes move then (a client that grants no window) —, and every one fails
 //! once the shutdown cut comes, so the server drops the connection either
-//! way. A connection evicted at the cap ([`super::open`]) fails the same
-//! way once it is idle: [`EVICTION_SETTLE`] after its last byte, and no
-//! sooner than its listener's `evicted_close_after`.
+//! way.
 
 use std::future::Future;
 use std::io;
@@ -21,12 +19,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
-use super::open::{Membership, Slot};
 use super::ConnectionLimits;
 use crate::in_flight::{Epoch, InFlight};
 use crate::tls::PeerInfo;
@@ -36,12 +34,6 @@ use crate::tls::PeerInfo;
 /// a request starts when its service is first polled, after the read, so
 /// one read just then would otherwise be dropped unanswered.
 const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
-
-/// How long an evicted connection must have read nothing before it is
-/// closed: a request whose bytes were just read starts when its service is
-/// first polled (on HTTP/2 in a task of its own), so a close at once could
-/// cut a request that raced the eviction.
-pub const EVICTION_SETTLE: Duration = Duration::from_millis(100);
 
 /// The socket of a connection: plain, or TLS after the handshake.
 pub enum Transport {
@@ -115,21 +107,18 @@ pub struct Connection {
     cut_token: CancellationToken,
     /// Its wait, polled when the socket is not ready.
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
-    /// When it was seen to be evicted at the cap.
-    evicted_at: Option<Instant>,
-    /// How long after that an idle evicted connection is closed here
-    /// (its server may close it gracefully before).
-    evicted_close_after: Duration,
-    /// Its place among the listener's connections, and its slot.
-    membership: Membership,
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Connection {
     /// `stream`, bounded by `limits`, holding `slot`.
-    pub(super) fn new(stream: Transport, limits: &ConnectionLimits, slot: Slot) -> Self {
+    pub(super) fn new(
+        stream: Transport,
+        limits: &ConnectionLimits,
+        slot: OwnedSemaphorePermit,
+    ) -> Self {
         let now = Instant::now();
         let first_request_by = now + limits.first_request_timeout.min(limits.idle_timeout);
-        let in_flight = InFlight::with_replies(&limits.replies);
         Self {
             stream,
             idle_timeout: limits.idle_timeout,
@@ -137,20 +126,12 @@ impl Connection {
             first_request_grace: None,
             last_moved: now,
             idle: Box::pin(tokio::time::sleep_until(first_request_by)),
-            membership: slot.join(&in_flight),
-            in_flight,
+            in_flight: InFlight::with_replies(&limits.replies),
             epoch: Epoch::new(now),
             cut_token: limits.cut.clone(),
             cut: Box::pin(limits.cut.clone().cancelled_owned()),
-            evicted_at: None,
-            evicted_close_after: limits.evicted_close_after,
+            _slot: slot,
         }
-    }
-
-    /// What the connection is asked to do (its server shuts it down
-    /// gracefully when asked).
-    pub fn notice(&self) -> Arc<super::open::Notice> {
-        Arc::clone(self.membership.notice())
     }
 
     /// The error for a connection that must end, if it must. When the
@@ -168,25 +149,9 @@ impl Connection {
                 "the server is shutting down",
             ));
         }
-        if waiting {
-            if self.evicted_at.is_none() && self.membership.notice().poll_evicted(cx) {
-                self.evicted_at = Some(Instant::now());
-            }
-            // Evicted, and idle now (a request that raced the eviction may
-            // have just ended): the timer fires by the close at the latest.
-            if self.evicted_at.is_some() {
-                if let Some(close_at) = self.evicted_close_at(self.in_flight.idle_since()) {
-                    if self.idle.deadline() > close_at {
-                        self.idle.as_mut().reset(close_at);
-                    }
-                }
-            }
-        }
         if waiting && self.idle_for_too_long(cx) {
             let message = if self.in_flight.never_started() {
                 "connection started no request in time".to_owned()
-            } else if self.evicted_at.is_some() && self.in_flight.idle_since().is_some() {
-                "connection idle the longest, closed for a new client at the cap".to_owned()
             } else {
                 format!("connection idle for {:?}", self.idle_timeout)
             };
@@ -229,24 +194,12 @@ impl Connection {
             {
                 deadline = deadline.min(waited_out);
             }
-            if let Some(close_at) = self.evicted_close_at(idle_since) {
-                deadline = deadline.min(close_at);
-            }
             if deadline <= now {
                 return true;
             }
             self.idle.as_mut().reset(deadline);
         }
         false
-    }
-
-    /// When an evicted connection is closed here, given since when it has
-    /// had no request in flight: once settled, never while a request is in
-    /// flight (it ends first); `None` if not evicted or not idle.
-    fn evicted_close_at(&self, idle_since: Option<Instant>) -> Option<Instant> {
-        let evicted_at = self.evicted_at?;
-        let settled = self.last_moved + EVICTION_SETTLE;
-        idle_since.map(|_| settled.max(evicted_at + self.evicted_close_after))
     }
 
     /// A byte moved: the idle deadline counts from now.
@@ -356,10 +309,11 @@ mod tests {
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::Semaphore;
     use tokio_util::sync::CancellationToken;
 
     use super::{Connection, Transport};
-    use crate::connection::{ConnectionLimits, OpenConnections};
+    use crate::connection::ConnectionLimits;
 
     /// A connection accepted with `idle_timeout`, and its client.
     async fn accepted(idle_timeout: Duration) -> (Connection, TcpStream) {
@@ -368,20 +322,6 @@ mod tests {
 
     /// [`accepted`], its first request due within `first_request_timeout`.
     async fn accepted_with(
-        idle_timeout: Duration,
-        first_request_timeout: Duration,
-    ) -> (Connection, TcpStream) {
-        accepted_among(
-            &OpenConnections::new(1),
-            idle_timeout,
-            first_request_timeout,
-        )
-        .await
-    }
-
-    /// [`accepted_with`], one of `open`.
-    async fn accepted_among(
-        open: &Arc<OpenConnections>,
         idle_timeout: Duration,
         first_request_timeout: Duration,
     ) -> (Connection, TcpStream) {
@@ -396,9 +336,11 @@ mod tests {
             first_request_timeout,
             cut: CancellationToken::new(),
             replies: crate::reply_budget::ReplyLimits::unbounded(),
-            evicted_close_after: Duration::ZERO,
         };
-        let slot = open.try_slot().expect("slot");
+        let slot = Arc::new(Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .expect("slot");
         (
             Connection::new(Transport::Plain(server), &limits, slot),
             client,
@@ -525,31 +467,5 @@ mod tests {
         let (open, ended) = open_for(server).await;
         assert_eq!(ended, Some(std::io::ErrorKind::TimedOut));
         assert!(open >= idle - Duration::from_millis(100), "{open:?}");
-    }
-
-    /// Evicted at the cap while idle, then a request raced the eviction:
-    /// the connection is kept until that request ends, then closed once
-    /// settled.
-    #[tokio::test]
-    async fn an_evicted_connection_closes_once_idle_never_with_a_request_in_flight() {
-        let open = OpenConnections::new(1);
-        let idle = Duration::from_secs(60);
-        let (server, mut client) = accepted_among(&open, idle, idle).await;
-        let in_flight = server.in_flight().clone();
-        drop(in_flight.start());
-        assert!(open.evict_longest_idle());
-        let racing = in_flight.start();
-        let closing = tokio::spawn(open_for(server));
-        tokio::time::sleep(super::EVICTION_SETTLE * 3).await;
-        assert!(!closing.is_finished(), "closed with a request in flight");
-        // Its answer goes out and the server reads on (here: a byte read).
-        drop(racing);
-        let answered = std::time::Instant::now();
-        client.write_all(b"x").await.expect("write");
-        let (_, ended) = closing.await.expect("reader");
-        assert_eq!(ended, Some(std::io::ErrorKind::TimedOut));
-        let closed_after = answered.elapsed();
-        assert!(closed_after < Duration::from_secs(1), "{closed_after:?}");
-        assert!(open.try_slot().is_some(), "its slot is free");
     }
 }

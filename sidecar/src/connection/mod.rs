@@ -7,11 +7,8 @@
 //! written, and every one cut once the shutdown
 //! grace has passed. One that has not started its first request within
 //! [`FIRST_REQUEST_LIMIT`] is closed then (silent connections would
-//! otherwise hold every slot for the idle timeout). At the cap, a new
-//! client evicts the connection idle the longest (a request done, none in
-//! flight), so idle keep-alive connections do not lock it out either.
-//! Accept errors (`EMFILE` at the descriptor limit) are backed off, never
-//! spun on.
+//! otherwise hold every slot for the idle timeout). Accept errors
+//! (`EMFILE` at the descriptor limit) are backed off, never spun on.
 //!
 //! * `accept`: the accept loop, one task per listener, handing connections
 //!   to the server through a channel.
@@ -22,8 +19,6 @@
 //!   messages, so that a long-lived one holds only the message being read.
 //! * `io`: the connection itself, a `TcpStream` (or its TLS stream) with
 //!   its idle timer, the shutdown cut and its slot under the cap.
-//! * `open`: one listener's open connections and slots, the one evicted at
-//!   the cap, and the graceful close asked of each when the server stops.
 //! * `reader_pump`: a file sent to a client, let go of when the client
 //!   takes no chunk for a while (both file APIs).
 //! * `replying`: a reply of known size, charged to its connection's and
@@ -35,15 +30,13 @@ mod body_budget;
 mod count_requests;
 mod grpc_framing;
 mod io;
-mod open;
 mod reader_pump;
 mod replying;
 
 pub use accept::{accept_loop, Accepted, Backoff, FIRST_REQUEST_LIMIT, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
 pub use count_requests::{BodyRead, CountRequests, CountRequestsLayer, CountedAnswer, CountedBody};
-pub use io::{Connection, Transport, EVICTION_SETTLE};
-pub use open::{Notice, OpenConnections};
+pub use io::{Connection, Transport};
 pub(crate) use reader_pump::{pump, pumped, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
 pub use replying::{ReplyCharge, Replying, SLICE};
 
@@ -68,7 +61,6 @@ impl ConnectionLimits {
             first_request_timeout: FIRST_REQUEST_LIMIT,
             cut,
             replies: options.reply_limits(),
-            evicted_close_after: Duration::ZERO,
         }
     }
 }
@@ -90,9 +82,4 @@ pub struct ConnectionLimits {
     /// Reply bytes held for clients that have not taken them, per
     /// connection and for the listener.
     pub replies: crate::reply_budget::ReplyLimits,
-    /// How long after its eviction at the cap an idle connection is closed
-    /// by its socket: zero where the server cannot shut one connection down
-    /// gracefully (tonic); longer where it does (HTTP: hyper's GOAWAY and
-    /// close), the socket closing only one that did not go by then.
-    pub evicted_close_after: Duration,
 }

@@ -53,15 +53,14 @@ pub use error::HttpError;
 
 use hot_path::HotPath;
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::Request;
 use axum::serve::Listener;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
 use tower_service::Service;
 
 use crate::connection::{accept_loop, ConnectionLimits, CountRequests};
@@ -192,13 +191,8 @@ pub async fn serve(
         .tls
         .check_against(&state.options.tls)
         .map_err(ApiError::Tls)?;
-    let mut limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
-    // hyper closes an evicted connection itself (below); the socket only
-    // one that has not gone by then (a client not answering the GOAWAY's
-    // ping).
-    limits.evicted_close_after = EVICTED_CLOSE_AFTER;
+    let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
     let mut accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
-    let open = Arc::clone(accepted.open());
     let budget = state.options.body_budget();
     let router = router_until(state.clone(), shutdown.child_token());
     let hot_path = HotPath::new(router, state);
@@ -210,6 +204,7 @@ pub async fn serve(
         .http2()
         .enable_connect_protocol()
         .max_send_buf_size(MAX_SEND_BUFFER_PER_STREAM);
+    let graceful = GracefulShutdown::new();
     loop {
         let (connection, _) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -231,23 +226,10 @@ pub async fn serve(
                 service.call(request).await
             }
         });
-        let (builder, notice) = (builder.clone(), connection.notice());
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
         tokio::spawn(async move {
             let served = builder.serve_connection_with_upgrades(TokioIo::new(connection), service);
-            tokio::pin!(served);
-            // Asked to close (evicted at the cap, or the server stops):
-            // an idle HTTP/1 connection closes, HTTP/2 sends GOAWAY and
-            // closes once its streams are done.
-            let mut asked = false;
-            let ended = std::future::poll_fn(|cx| {
-                if !asked && notice.poll_close(cx) {
-                    asked = true;
-                    served.as_mut().graceful_shutdown();
-                }
-                served.as_mut().poll(cx)
-            })
-            .await;
-            if let Err(error) = ended {
+            if let Err(error) = watcher.watch(served).await {
                 tracing::trace!(error = %error, "HTTP connection ended with an error.");
             }
         });
@@ -255,15 +237,9 @@ pub async fn serve(
     // Stop accepting (the loop holds the listener), then let the calls in
     // flight finish: the shutdown grace cuts the connections after that.
     drop(accepted);
-    open.drain();
-    open.closed().await;
+    graceful.shutdown().await;
     Ok(())
 }
-
-/// How long after its eviction at the cap an idle HTTP connection still
-/// open is closed by its socket: hyper closes an HTTP/1 one at once, an
-/// HTTP/2 one after its GOAWAY's ping is answered.
-const EVICTED_CLOSE_AFTER: Duration = Duration::from_secs(1);
 
 async fn not_found(method: Method, uri: Uri) -> HttpError {
     HttpError::RouteNotFound {
