@@ -138,9 +138,18 @@ fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
         return "NotFound";
     };
     // A `HEAD` is answered by the route's `GET` (axum's rule), except on
-    // a file, where it is a stat of its own.
+    // a file, where it is a stat of its own, and on a `GET` that changes
+    // state, which refuses it as an unknown call.
     let method = match (method.as_str(), path) {
         ("HEAD", routes::FILE) => "HEAD",
+        (
+            "HEAD",
+            routes::SEQUENCER
+            | routes::CONFIGURATION_SUBSCRIBE
+            | routes::CONFIGURATION_SUBSCRIBE_ALPHA1
+            | routes::CONFIGURATION_UNSUBSCRIBE
+            | routes::CONFIGURATION_UNSUBSCRIBE_ALPHA1,
+        ) => return "NotFound",
         ("HEAD", _) => "GET",
         (method, _) => method,
     };
