@@ -5,10 +5,11 @@
 //! holding the config service's own answer (`appId`, `cluster`,
 //! `namespaceName`, `configurations`, `releaseKey`). A file is written to a
 //! temporary name, synced, renamed over the old one, and the folder
-//! synced, all in one blocking task (a caller dropped half-way, as a first
-//! load cut by the readiness timeout, leaves no temporary file): a reader
-//! never sees half of it, and after a crash the file is the old release or
-//! the new one, never empty. A namespace without release is stored with no configuration and
+//! synced, all in one blocking call (run by the store's backup writer,
+//! [`super::backup_writer`], off the long poll; nothing stops it
+//! half-way, so no temporary file is left): a reader never sees half of
+//! it, and after a crash the file is the old release or the new one,
+//! never empty. A namespace without release is stored with no configuration and
 //! an empty `releaseKey`.
 //!
 //! The files hold released values (often passwords) and are served as the
@@ -77,8 +78,27 @@ impl BackupCache {
         self.dir.join(name)
     }
 
-    /// Replaces the file of `config.namespace_name` with `config`.
+    /// Replaces the file of `config.namespace_name` with `config` (in a
+    /// blocking task: see [`write_blocking`](Self::write_blocking)).
+    #[cfg(test)]
     pub(crate) async fn write(&self, config: &ApolloConfig) -> Result<(), ApolloError> {
+        let (cache, config) = (self.clone(), config.clone());
+        tokio::task::spawn_blocking(move || cache.write_blocking(&config))
+            .await
+            .unwrap_or_else(|err| {
+                Err(ApolloError::Cache {
+                    path: self.dir.clone(),
+                    message: err.to_string(),
+                })
+            })
+    }
+
+    /// Replaces the file of `config.namespace_name` with `config`: every
+    /// step (folder created and checked, file written, renamed, folder
+    /// synced) blocking, so that the caller (the backup writer's blocking
+    /// task) bounds them all with one deadline, and nothing can stop it
+    /// half-way (a temporary file of ours is removed when a step fails).
+    pub(crate) fn write_blocking(&self, config: &ApolloConfig) -> Result<(), ApolloError> {
         let path = self.path(&config.namespace_name);
         let failed = |message: String| ApolloError::Cache {
             path: path.clone(),
@@ -86,11 +106,8 @@ impl BackupCache {
         };
         let text = serde_json::to_string_pretty(config).map_err(|err| failed(err.to_string()))?;
         private_folder::create(&self.dir)
-            .await
             .map_err(|err| failed(format!("cannot create the directory: {err}")))?;
-        private_folder::check(&self.dir, true)
-            .await
-            .map_err(|problem| self.refused(problem))?;
+        private_folder::check_blocking(&self.dir, true).map_err(|problem| self.refused(problem))?;
         let file_name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -100,16 +117,8 @@ impl BackupCache {
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let (target, dir, bytes) = (path.clone(), self.dir.clone(), text.into_bytes());
-        // One blocking task from the first byte to the clean-up: were the
-        // file written by one task and renamed or removed by the caller,
-        // a caller dropped in between (a first load cut by the readiness
-        // timeout) would leave the temporary file behind.
-        let replaced =
-            tokio::task::spawn_blocking(move || replace_privately(&temp, &target, &dir, &bytes))
-                .await
-                .unwrap_or_else(|err| Err(Failed::Write(std::io::Error::other(err))));
-        replaced.map_err(|failure| failed(failure.to_string()))
+        replace_privately(&temp, &path, &self.dir, text.as_bytes())
+            .map_err(|failure| failed(failure.to_string()))
     }
 
     /// The stored release of `namespace`; `None` when there is no file.

@@ -37,7 +37,11 @@
 //!   signature fails init at once, naming the server and the status.
 //! * **Backup cache.** With `is_backup_config` (default), each release is
 //!   written to `{backup_config_path}/{appId}+{cluster}+{namespace}.json`
-//!   (write + rename). If the config service cannot be reached at init,
+//!   (write + rename) by a writer task of the store, off the long poll:
+//!   each write has a deadline, a failed or hung one is retried until the
+//!   latest release is on disk, meanwhile the store reports `Degraded`
+//!   ("backup cache behind"); `close` waits for it, bounded (see
+//!   `backup_writer.rs`). If the config service cannot be reached at init,
 //!   the store starts from those files and reports
 //!   `Degraded("serving from backup cache: config service unreachable")`
 //!   until the service answers. The first load is bounded by the readiness
@@ -64,6 +68,7 @@
 //! * **Metadata changes** rebuild the store (`update_in_place` answers
 //!   `NeedsRebuild`); the new instance starts from the service or the cache.
 
+mod backup_writer;
 mod cache;
 mod client;
 mod error;
@@ -150,8 +155,9 @@ fn write_turn_of(cx: &InitContext) -> Arc<tokio::sync::Mutex<WriteTurn>> {
     fresh
 }
 
-/// How long `close` waits for a write in flight: inside the runtime's
-/// 5 s bound on `close`, so that the store can say what it left.
+/// How long `close` waits for a write in flight, and for the backups
+/// (together): inside the runtime's 5 s bound on `close`, so that the
+/// store can say what it left.
 const CLOSE_WAITS_FOR_WRITE: Duration = Duration::from_millis(4_500);
 
 impl ApolloConfigStore {
@@ -233,7 +239,6 @@ impl ApolloConfigStore {
             let result = writes::write(&open_api, &mut read_back, &edits).await;
             drop(turn);
             let _ = answer.send(result);
-            read_back.write_backups().await;
         });
         answered.await.unwrap_or_else(|_| {
             Err(ConfigError::Backend(
@@ -257,6 +262,21 @@ impl ApolloConfigStore {
                 component = %running.refresher.key,
                 waited_ms = CLOSE_WAITS_FOR_WRITE.as_millis() as u64,
                 "Apollo write still running at close; if it is cut short, its edits may be left in the namespace's draft."
+            );
+        }
+    }
+
+    /// Waits (up to `deadline`) until every release served is in the
+    /// backup cache, so that a restart without config service serves the
+    /// last one.
+    async fn flush_backups(&self, deadline: tokio::time::Instant) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        if !running.refresher.flush_backups(deadline).await {
+            warn!(
+                component = %running.refresher.key,
+                "Apollo backup cache not written by close (failing or hung); the files may hold older releases."
             );
         }
     }
@@ -331,10 +351,12 @@ impl Component for ApolloConfigStore {
     }
 
     async fn close(&self) -> Result<(), ComponentError> {
+        let deadline = tokio::time::Instant::now() + CLOSE_WAITS_FOR_WRITE;
         if let Some(task) = self.take_poller() {
             task.stop().await;
         }
         self.wait_for_writes().await;
+        self.flush_backups(deadline).await;
         Ok(())
     }
 

@@ -54,6 +54,9 @@ pub(crate) fn notification_name(namespace: &str) -> &str {
     }
 }
 
+/// Since when, and why, something has been failing, if it is.
+type Failing = Mutex<Option<(Instant, String)>>;
+
 /// Key → (value, namespace, release key) of the merged view.
 type Merged = BTreeMap<String, (String, String, String)>;
 
@@ -67,9 +70,11 @@ pub(crate) struct LiveNamespaces {
     /// its keys directly without merging or copying the namespaces.
     merged: Mutex<Merged>,
     /// Since when, and why, the long poll has been failing, if it is.
-    poll_failing: Mutex<Option<(Instant, String)>>,
+    poll_failing: Failing,
     /// Since when, and why, the periodic refresh has been failing, if it is.
-    refresh_failing: Mutex<Option<(Instant, String)>>,
+    refresh_failing: Failing,
+    /// Since when, and why, the backup cache has not been written, if so.
+    backup_failing: Failing,
     merged_hub: SubscriptionHub,
     grouped_hub: SubscriptionHub,
 }
@@ -101,6 +106,7 @@ impl LiveNamespaces {
             merged: Mutex::new(Merged::new()),
             poll_failing: Mutex::new(None),
             refresh_failing: Mutex::new(None),
+            backup_failing: Mutex::new(None),
             merged_hub: SubscriptionHub::default(),
             grouped_hub: SubscriptionHub::default(),
         }
@@ -295,9 +301,16 @@ impl LiveNamespaces {
         failing_since(&self.refresh_failing, reason);
     }
 
-    /// Ready unless a namespace is served from the backup cache or the
-    /// long poll keeps failing (degraded: the last releases are served,
-    /// new ones are not followed).
+    /// Records that the backup cache could not be written, with `reason`,
+    /// or, with `None`, that every release served is written.
+    pub(crate) fn backup_failed(&self, reason: Option<&str>) {
+        failing_since(&self.backup_failing, reason);
+    }
+
+    /// Ready unless a namespace is served from the backup cache, the long
+    /// poll or the periodic refresh keeps failing (degraded: the last
+    /// releases are served, new ones may not be followed), or the backup
+    /// cache is behind the releases served.
     pub(crate) fn readiness(&self) -> Readiness {
         let state = self.state();
         if state.iter().any(|ns| ns.source == Source::Backup) {
@@ -307,25 +320,33 @@ impl LiveNamespaces {
             return Readiness::NotReady("waiting for the config service's first answer".into());
         }
         drop(state);
-        let failing = self.poll_failing.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((since, reason)) = &*failing {
-            return Readiness::Degraded(format!(
-                "long polling failing for {}s: {reason}; serving the last releases, new ones are not followed",
-                since.elapsed().as_secs()
-            ));
+        let troubles: [(&Failing, &str, &str); 3] = [
+            (
+                &self.poll_failing,
+                "long polling failing",
+                "serving the last releases, new ones are not followed",
+            ),
+            (
+                &self.refresh_failing,
+                "periodic refresh failing",
+                "serving the last releases",
+            ),
+            (
+                &self.backup_failing,
+                "backup cache behind",
+                "the releases are served; a start without config service would serve older ones",
+            ),
+        ];
+        for (slot, what, meaning) in troubles {
+            let failing = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((since, reason)) = &*failing {
+                return Readiness::Degraded(format!(
+                    "{what} for {}s: {reason}; {meaning}",
+                    since.elapsed().as_secs()
+                ));
+            }
         }
-        drop(failing);
-        let failing = self
-            .refresh_failing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match &*failing {
-            Some((since, reason)) => Readiness::Degraded(format!(
-                "periodic refresh failing for {}s: {reason}; serving the last releases",
-                since.elapsed().as_secs()
-            )),
-            None => Readiness::Ready,
-        }
+        Readiness::Ready
     }
 
     /// The items matching `query` (group already checked to be served),
@@ -396,7 +417,7 @@ impl LiveNamespaces {
 
 /// Sets `slot` to `reason` (keeping the start of a streak already going
 /// on), or clears it with `None`.
-fn failing_since(slot: &Mutex<Option<(Instant, String)>>, reason: Option<&str>) {
+fn failing_since(slot: &Failing, reason: Option<&str>) {
     let mut failing = slot.lock().unwrap_or_else(|p| p.into_inner());
     *failing = reason.map(|reason| {
         let since = failing

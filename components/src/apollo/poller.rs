@@ -237,6 +237,9 @@ impl Poller {
     /// One round: catch up on unconfirmed namespaces, then one long poll
     /// and the fetches it calls for.
     async fn round(refresher: &Refresher) -> Result<Polled, ApolloError> {
+        // A backup left behind by a failed write is tried again each
+        // round (never waited for here).
+        refresher.retry_backups();
         for namespace in refresher.live.unconfirmed() {
             refresher.refresh(&namespace).await?;
         }

@@ -65,19 +65,35 @@ pub(crate) async fn check(_path: &Path, _folder: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// [`check`], blocking (for the backup writer's blocking step).
+#[cfg(unix)]
+pub(crate) fn check_blocking(path: &Path, folder: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|err| format!("cannot inspect {}: {err}", path.display()))?;
+    let Some(uid) = process_uid() else {
+        return Err("cannot tell which user this process runs as; refused".into());
+    };
+    match problem(meta.uid(), meta.mode(), uid, folder) {
+        Some(problem) => Err(problem),
+        None => Ok(()),
+    }
+}
+
+/// Elsewhere than on Unix: nothing checked.
+#[cfg(not(unix))]
+pub(crate) fn check_blocking(_path: &Path, _folder: bool) -> Result<(), String> {
+    Ok(())
+}
+
 /// Creates `dir` (and missing parents) `0700`; an existing one is left as
-/// it is (and checked by the caller).
-pub(crate) async fn create(dir: &Path) -> std::io::Result<()> {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&dir)
-    })
-    .await
-    .unwrap_or_else(|err| Err(std::io::Error::other(err)))
+/// it is (and checked by the caller). Blocking.
+pub(crate) fn create(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@
 //! same namespace); fetches of different namespaces run side by side (the
 //! first load asks them all at once).
 //!
-//! A fetched release is served first, then written to the backup cache
-//! (still in the namespace's turn, so backups keep the fetches' order). A
-//! write's read-back takes the release in without waiting for the backup
-//! ([`Refresher::take_in`]): a hung backup folder must not hold the
-//! store's write turn.
+//! A fetched release is served first, then handed to the store's backup
+//! writer (still in the namespace's turn, so backups keep the fetches'
+//! order), which writes it off the fetch: a hung backup folder holds
+//! neither the long poll, nor a namespace's turn, nor the store's write
+//! turn (see [`BackupWriter`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use rewire_runtime::ComponentKey;
 use tracing::{info, warn};
 
+use super::backup_writer::BackupWriter;
 use super::cache::BackupCache;
 use super::client::{ApolloConfig, Fetched};
 use super::error::ApolloError;
@@ -31,6 +32,8 @@ pub(crate) struct Refresher {
     pub(crate) client: ConfigServices,
     pub(crate) live: Arc<LiveNamespaces>,
     pub(crate) cache: Option<BackupCache>,
+    /// Writes `cache` (when on), off the fetches.
+    backups: Option<BackupWriter>,
     pub(crate) app_id: String,
     pub(crate) cluster: String,
     /// One per served namespace, in `live`'s order, then one for any
@@ -51,11 +54,15 @@ impl Refresher {
         let locks = (0..=live.order().len())
             .map(|_| tokio::sync::Mutex::new(()))
             .collect();
+        let backups = cache
+            .clone()
+            .map(|cache| BackupWriter::start(key.clone(), cache, Arc::clone(&live)));
         Self {
             key,
             client,
             live,
             cache,
+            backups,
             app_id: app_id.to_string(),
             cluster: cluster.to_string(),
             locks,
@@ -76,9 +83,7 @@ impl Refresher {
         namespace: &str,
         messages: Option<&serde_json::Value>,
     ) -> Result<usize, ApolloError> {
-        let (changed, backup) = self.take_in(namespace, messages).await?;
-        backup.write().await;
-        Ok(changed)
+        self.take_in(namespace, messages, false).await
     }
 
     /// The periodic refresh of `namespace` (as the Java client's
@@ -90,37 +95,44 @@ impl Refresher {
     /// namespace's id is forgotten (-1), in the namespace's turn: the next
     /// poll learns the service's current id. Returns how many keys changed.
     pub(crate) async fn revisit(&self, namespace: &str) -> Result<usize, ApolloError> {
-        let (changed, backup) = self.take_in_as(namespace, None, true).await?;
-        backup.write().await;
-        Ok(changed)
+        self.take_in(namespace, None, true).await
     }
 
-    /// Fetches `namespace` and serves the answer; its backup is left to
-    /// the caller ([`PendingBackup::write`]), which holds the namespace's
-    /// turn until then. Returns how many keys changed.
-    pub(crate) async fn take_in(
-        &self,
-        namespace: &str,
-        messages: Option<&serde_json::Value>,
-    ) -> Result<(usize, PendingBackup<'_>), ApolloError> {
-        self.take_in_as(namespace, messages, false).await
+    /// The same refresher writing its backups through `backups` (a seam).
+    #[cfg(test)]
+    pub(crate) fn with_backup_writer(mut self, backups: BackupWriter) -> Self {
+        self.backups = Some(backups);
+        self
     }
 
-    /// [`take_in`](Self::take_in); `unannounced`: a new release found is
-    /// one the long poll did not announce (see [`revisit`](Self::revisit)).
-    async fn take_in_as(
+    /// Has a backup that failed tried again now (see [`BackupWriter::retry`]).
+    pub(crate) fn retry_backups(&self) {
+        if let Some(backups) = &self.backups {
+            backups.retry();
+        }
+    }
+
+    /// Waits, up to `deadline`, until every release served is backed up;
+    /// whether it was (true without backup cache).
+    pub(crate) async fn flush_backups(&self, deadline: tokio::time::Instant) -> bool {
+        match &self.backups {
+            Some(backups) => backups.flush(deadline).await,
+            None => true,
+        }
+    }
+
+    /// Fetches `namespace` and serves the answer, then hands it to the
+    /// backup writer (in the namespace's turn, so backups keep the
+    /// fetches' order; never waiting for the disk). `unannounced`: a new
+    /// release found is one the long poll did not announce (see
+    /// [`revisit`](Self::revisit)). Returns how many keys changed.
+    async fn take_in(
         &self,
         namespace: &str,
         messages: Option<&serde_json::Value>,
         unannounced: bool,
-    ) -> Result<(usize, PendingBackup<'_>), ApolloError> {
-        let serialised = self.lock_of(namespace).lock().await;
-        let mut backup = PendingBackup {
-            refresher: self,
-            namespace: namespace.to_string(),
-            config: None,
-            _serialised: serialised,
-        };
+    ) -> Result<usize, ApolloError> {
+        let _serialised = self.lock_of(namespace).lock().await;
         let held = self.live.release_key(namespace);
         let fetched = self
             .client
@@ -130,7 +142,7 @@ impl Refresher {
             Fetched::Unchanged => {
                 let previous = self.live.confirm(namespace);
                 self.log_confirmed(namespace, previous);
-                return Ok((0, backup));
+                return Ok(0);
             }
             Fetched::Released(mut config) => {
                 config.namespace_name = namespace.to_string();
@@ -145,7 +157,9 @@ impl Refresher {
             source,
         );
         let release_key = config.release_key.clone();
-        backup.config = Some(config);
+        if let Some(backups) = &self.backups {
+            backups.offer(config);
+        }
         if unannounced && held.as_deref() != Some(release_key.as_str()) {
             self.live.forget_notification_id(namespace);
             warn!(
@@ -184,7 +198,7 @@ impl Refresher {
                 "Apollo namespace updated."
             );
         }
-        Ok((applied.changed, backup))
+        Ok(applied.changed)
     }
 
     /// The lock serialising the fetches of `namespace`.
@@ -218,15 +232,6 @@ impl Refresher {
         }
     }
 
-    async fn back_up(&self, config: &ApolloConfig) {
-        let Some(cache) = &self.cache else {
-            return;
-        };
-        if let Err(err) = cache.write(config).await {
-            warn!(component = %self.key, error = %err, "Apollo backup cache not written.");
-        }
-    }
-
     fn log_confirmed(&self, namespace: &str, previous: Source) {
         if previous == Source::Backup {
             info!(
@@ -235,33 +240,6 @@ impl Refresher {
                 namespace,
                 "Config service answered; no longer serving the backup cache."
             );
-        }
-    }
-}
-
-/// A release [`Refresher::take_in`] served, not backed up yet: holds the
-/// namespace's turn until [`write`](Self::write) (or drop), so no later
-/// fetch of it is backed up before this one.
-#[must_use = "the release is backed up by `write`"]
-pub(crate) struct PendingBackup<'a> {
-    refresher: &'a Refresher,
-    namespace: String,
-    /// `None` when there is nothing new to write.
-    config: Option<ApolloConfig>,
-    _serialised: tokio::sync::MutexGuard<'a, ()>,
-}
-
-impl PendingBackup<'_> {
-    /// The namespace fetched.
-    pub(crate) fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// Writes the release to the backup cache (if on), then lets the
-    /// next fetch of the namespace in.
-    pub(crate) async fn write(self) {
-        if let Some(config) = &self.config {
-            self.refresher.back_up(config).await;
         }
     }
 }

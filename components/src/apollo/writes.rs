@@ -24,8 +24,8 @@
 //! * **Reading back.** A released namespace is read back in the write's
 //!   turn, all read-backs of a write within `requestTimeoutMs` in total
 //!   (one left over is the long poll's to catch up). Their backup files
-//!   are written after the turn is given up ([`ReadBack`]), so a hung
-//!   backup folder holds no write.
+//!   are left to the store's backup writer, so a hung backup folder holds
+//!   no write.
 //! * **Undo failing too.** If putting one back fails (the portal went down
 //!   mid-write), the error names the keys that may be left edited in the
 //!   draft: they stay unreleased until someone releases or reverts the
@@ -58,7 +58,7 @@ use tracing::warn;
 use super::error::ApolloError;
 use super::namespaces::LiveNamespaces;
 use super::open_api::OpenApiClient;
-use super::refresh::{PendingBackup, Refresher};
+use super::refresh::Refresher;
 
 /// One item edit: `value` `None` deletes `key` of `namespace`.
 #[derive(Debug, Clone)]
@@ -125,15 +125,12 @@ fn namespaces_of(edits: &[Edit]) -> Vec<&str> {
 }
 
 /// The read-backs of one write: bounded together by `budget` (counted
-/// from the first), their backups kept for [`write_backups`]
-/// (after the write's turn).
-///
-/// [`write_backups`]: Self::write_backups
+/// from the first); each namespace read back once.
 pub(crate) struct ReadBack<'r> {
     refresher: &'r Refresher,
     budget: Duration,
     deadline: Option<Instant>,
-    backups: Vec<PendingBackup<'r>>,
+    read: Vec<String>,
 }
 
 impl<'r> ReadBack<'r> {
@@ -143,22 +140,22 @@ impl<'r> ReadBack<'r> {
             refresher,
             budget,
             deadline: None,
-            backups: Vec::new(),
+            read: Vec::new(),
         }
     }
 
     /// Reads `namespace` back, if the budget allows; a failed or cut
     /// read-back is left to the long poll.
     async fn namespace(&mut self, namespace: &str) {
-        if self.backups.iter().any(|b| b.namespace() == namespace) {
+        if self.read.iter().any(|n| n == namespace) {
             return;
         }
         let deadline = *self
             .deadline
             .get_or_insert_with(|| Instant::now() + self.budget);
-        let fetched = tokio::time::timeout_at(deadline, self.refresher.take_in(namespace, None));
+        let fetched = tokio::time::timeout_at(deadline, self.refresher.refresh(namespace));
         let err = match fetched.await {
-            Ok(Ok((_, backup))) => return self.backups.push(backup),
+            Ok(Ok(_)) => return self.read.push(namespace.to_string()),
             Ok(Err(err)) => err.to_string(),
             Err(_) => format!(
                 "no answer within requestTimeoutMs ({:?}) for the write's read-backs",
@@ -166,13 +163,6 @@ impl<'r> ReadBack<'r> {
             ),
         };
         warn!(component = %self.refresher.key, namespace, error = %err, "Released, but reading the namespace back failed; the long poll will catch up.");
-    }
-
-    /// Writes the backups of the namespaces read back, in order.
-    pub(crate) async fn write_backups(self) {
-        for backup in self.backups {
-            backup.write().await;
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::support::apollo_server;
 
-use apollo_server::harness::{metadata, start, value_of, with};
+use apollo_server::harness::{eventually, metadata, start, value_of, with};
 use apollo_server::{ApolloServer, Route};
 use rewire_runtime::{ConfigError, ConfigQuery, Readiness, Registry};
 use serde_json::{json, Value};
@@ -69,10 +69,12 @@ async fn keys_come_from_two_namespaces_in_order_and_an_unreleased_one_is_empty()
 
     let unreleased = store.get(&grouped("unreleased", &[])).await;
     assert_eq!(unreleased, Ok(Vec::new()));
-    assert!(
-        dir.path().join("checkout+default+unreleased.json").exists(),
-        "an unreleased namespace is backed up (empty) too"
-    );
+    // Backups are written off the fetches, by the store's writer task.
+    let unreleased_file = dir.path().join("checkout+default+unreleased.json");
+    eventually("an unreleased namespace is backed up (empty) too", || {
+        unreleased_file.exists()
+    })
+    .await;
     assert!(server.requests(Route::Configs) >= 3);
     started.store.close().await.unwrap();
 }
