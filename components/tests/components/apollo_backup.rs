@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apollo_server::harness::{
-    expect_change, logs, metadata, start, start_within, subscribe, value_of, with, PATIENCE,
+    eventually, expect_change, logs, metadata, start, start_within, subscribe, value_of, with,
+    PATIENCE,
 };
 use apollo_server::ApolloServer;
 use rewire_runtime::{ConfigQuery, ConfigStore, Readiness};
@@ -226,4 +227,51 @@ async fn a_service_that_never_answers_starts_many_namespaces_from_the_backup_in_
     assert_eq!(value_of(&second.store, "k").await.as_deref(), Some("v0"));
     second.store.close().await.unwrap();
     server.set_fault(Route::Configs, None);
+}
+
+/// A backup write that fails once (the file's name taken by a directory:
+/// the rename fails, even as root) is not left stale: the store reports
+/// the backup behind, and once the name is free again the file is written
+/// with the release served, without a new release.
+#[tokio::test]
+async fn a_failed_backup_write_is_written_again_once_the_folder_recovers() {
+    let server = ApolloServer::start().await;
+    server.set_hold(Duration::from_millis(300));
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&server.url(), dir.path()))
+        .await
+        .expect("start");
+    let store = &started.store;
+    let file = dir.path().join("checkout+default+application.json");
+    eventually("the first release backed up", || file.is_file()).await;
+    assert!(server.wait_for_held_poll(PATIENCE).await);
+
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let mut sub = subscribe(store, ConfigQuery::default()).await;
+    let second_key = server.release("application", &[("k", "v2")]);
+    expect_change(&mut sub, "k", "v2").await;
+    let mut reason = String::new();
+    for _ in 0..500 {
+        if let Readiness::Degraded(why) = store.readiness().await {
+            reason = why;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(reason.starts_with("backup cache behind"), "{reason:?}");
+    assert!(reason.contains("cannot replace"), "{reason}");
+
+    std::fs::remove_dir(&file).unwrap();
+    eventually("the served release backed up", || {
+        std::fs::read_to_string(&file).is_ok_and(|text| text.contains(&second_key))
+    })
+    .await;
+    assert_eq!(
+        backup(dir.path(), "application")["configurations"],
+        json!({"k": "v2"})
+    );
+    wait_ready(store).await;
+    started.store.close().await.unwrap();
 }
