@@ -80,10 +80,11 @@ async fn a_new_instance_starts_from_the_backup_and_recovers_when_the_server_retu
     let server = stopped.restart().await;
     expect_change(&mut sub, "k", "v2").await;
     wait_ready(store).await;
-    assert_eq!(
-        backup(dir.path(), "application")["releaseKey"],
-        json!(second_key)
-    );
+    // Written by the store's backup writer, off the fetch.
+    eventually("the new release backed up", || {
+        backup(dir.path(), "application")["releaseKey"] == json!(second_key)
+    })
+    .await;
 
     // And it follows releases again.
     assert!(server.wait_for_held_poll(PATIENCE).await);
