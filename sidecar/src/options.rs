@@ -39,17 +39,20 @@ pub struct ApiOptions {
     /// Reply bytes one listener holds for clients that have not taken
     /// them yet (a client granting no HTTP/2 window, or not reading),
     /// across all its connections: the answer of a repeatable read (a
-    /// state value, a secret, configuration) of known size that would
-    /// pass it is dropped and refused (`RESOURCE_EXHAUSTED`, HTTP 429
+    /// state value, a secret, configuration) that would pass it is
+    /// dropped and refused (`RESOURCE_EXHAUSTED`, HTTP 429
     /// `ERR_TOO_MANY_REQUESTS`, retry) unless its connection holds
     /// nothing, so a client that reads is served whatever others hold:
-    /// the bound is this plus one answer per connection. Answers of calls
+    /// the bound is this plus one answer per connection. A gRPC read
+    /// answered by tonic's codec (the fast path declined it) is charged
+    /// as it is produced, and refused in its trailers. Answers of calls
     /// that changed state are counted but always sent. Streamed replies
     /// (files, subscriptions) are bounded by their own queues instead.
     pub max_response_bytes_in_flight: usize,
     /// The same bound for each connection (refused past it unless the
     /// connection holds nothing): a client that does not read holds about
-    /// this much at most, whatever streams it opens. The default takes 32
+    /// this much at most, whatever streams it opens and however it asks
+    /// (a `grpc-encoding`, extra messages). The default takes 32
     /// concurrent answers of the largest value `max_request_bytes` lets a
     /// client save (an SDK's fan-out on one channel).
     pub max_response_bytes_in_flight_per_connection: usize,

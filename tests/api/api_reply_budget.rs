@@ -24,7 +24,7 @@ pub(crate) const CONFIG: &str = r#"{"components": {"state": {"orders": {"type": 
 pub(crate) const MIB: usize = 1024 * 1024;
 /// The value the tests ask for, and its gRPC answer's size (the value,
 /// the message's framing).
-const VALUE: usize = MIB;
+pub(crate) const VALUE: usize = MIB;
 
 /// Saves `len` bytes under `big` through the gRPC API.
 pub(crate) async fn save_big(sidecar: &Sidecar, len: usize) {
@@ -98,16 +98,31 @@ impl NotReading {
         path: &str,
         message: &impl Message,
     ) -> Response<h2::RecvStream> {
+        self.grpc_as(path, message, &[], &[]).await
+    }
+
+    /// [`Self::grpc`] with the extra `headers` and `after` the message
+    /// frame in the body (ways a client may ask for the same call).
+    pub(crate) async fn grpc_as(
+        &mut self,
+        path: &str,
+        message: &impl Message,
+        headers: &[(&str, &str)],
+        after: &[u8],
+    ) -> Response<h2::RecvStream> {
         let message = message.encode_to_vec();
         let mut framed = vec![0u8];
         framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
         framed.extend_from_slice(&message);
-        let request = Request::post(format!("http://{}{path}", self.addr))
+        framed.extend_from_slice(after);
+        let mut request = Request::post(format!("http://{}{path}", self.addr))
             .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        self.send(request, Bytes::from(framed)).await
+            .header("te", "trailers");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request.body(()).unwrap(), Bytes::from(framed))
+            .await
     }
 
     /// Sends `method` `path` (an HTTP API call) with `body` and waits for
@@ -163,7 +178,7 @@ pub(crate) fn refused_with(answer: &Response<h2::RecvStream>) -> Option<String> 
 }
 
 /// Every data byte of an answer, counted.
-async fn read_whole(answer: Response<h2::RecvStream>) -> usize {
+pub(crate) async fn read_whole(answer: Response<h2::RecvStream>) -> usize {
     read_body(answer).await.len()
 }
 
@@ -185,7 +200,7 @@ pub(crate) async fn read_body(answer: Response<h2::RecvStream>) -> Vec<u8> {
 
 /// A reading client's `GetState` of `big`: the value's length, or the
 /// refusal.
-async fn get_big(sidecar: &Sidecar) -> Result<usize, tonic::Status> {
+pub(crate) async fn get_big(sidecar: &Sidecar) -> Result<usize, tonic::Status> {
     let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
     let answer = client
         .get_state(grpc::dapr::GetStateRequest {

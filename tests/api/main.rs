@@ -47,6 +47,7 @@ mod api_pubsub_declarative;
 mod api_pubsub_handover;
 mod api_redis_cluster;
 mod api_reply_budget;
+mod api_reply_budget_off_hot_path;
 mod api_reply_budget_send_buffer;
 mod api_reply_budget_writes;
 mod api_request_errors;

@@ -6,7 +6,9 @@
 //! `PutFile` among them, by its messages' wire framing; other bodies hold
 //! their charge inline, so an ordinary request allocates nothing here).
 //! A response of known size is charged to its connection's and listener's
-//! reply budgets until the server takes its bytes ([`Replying`]). Only the
+//! reply budgets until the server takes its bytes ([`Replying`]), and a
+//! gRPC read's answer of unknown size (tonic's codec) as it is produced
+//! ([`ChargedAsSent`]). Only the
 //! answer of a read the client can repeat without effect (a state value,
 //! a secret, configuration, metadata: [`CountedBody::refusable`]) is
 //! refused in its place when it would pass either; any other answer (a
@@ -27,6 +29,7 @@ use std::task::{Context, Poll};
 use http_body::Body as _;
 use tonic::codegen::http::{Method, Request, Response};
 
+use super::replying::ChargedAsSent;
 use super::{BodyBudget, BodyCharge, Budgeted, ReplyCharge, Replying};
 use crate::in_flight::{Counted, InFlight, RequestGuard};
 use crate::reply_budget::ReplyRefused;
@@ -43,6 +46,12 @@ pub trait CountedBody: Sized {
     /// `self`, keeping `guard` until it ends and `charge` until the server
     /// takes its bytes.
     fn counted_replying(self, guard: RequestGuard, charge: ReplyCharge) -> Self;
+
+    /// `self` (the answer of unknown size to a repeatable read), keeping
+    /// `guard` until it ends and charged to its reply budgets as it is
+    /// produced, where the server lets a client move a read off the path
+    /// that builds answers whole.
+    fn counted_charged_as_sent(self, guard: RequestGuard) -> Self;
 
     /// The answer in place of a reply the budgets cannot hold.
     fn refusal(refused: ReplyRefused) -> Response<Self>;
@@ -88,7 +97,8 @@ const REQUEST_STREAMS: [&str; 4] = [
 /// charged) and that a client can repeat without effect: only their
 /// answers are refused past the reply budgets. Other hot-path calls
 /// (saves, locks, publishing, Layotto's `GetNextId`) change state before
-/// answering; tonic's codec answers are not charged.
+/// answering. When tonic's codec answers one of them (the hot path
+/// declined the call), its answer is charged as it is produced.
 const GRPC_REPEATABLE_READS: [&str; 9] = [
     "/dapr.proto.runtime.v1.Dapr/GetState",
     "/dapr.proto.runtime.v1.Dapr/GetBulkState",
@@ -155,6 +165,13 @@ impl CountedBody for tonic::body::Body {
         Self::new(Counted::new(Replying::new(self, charge, false), guard))
     }
 
+    /// A read the hot path declined (a `grpc-encoding`, a second
+    /// message), answered by tonic's codec.
+    fn counted_charged_as_sent(self, guard: RequestGuard) -> Self {
+        let in_flight = guard.in_flight().clone();
+        Self::new(Counted::new(ChargedAsSent::new(self, in_flight), guard))
+    }
+
     fn refusal(refused: ReplyRefused) -> Response<Self> {
         tonic::Status::resource_exhausted(refused.to_string()).into_http()
     }
@@ -199,6 +216,12 @@ impl CountedBody for axum::body::Body {
 
     fn counted_replying(self, guard: RequestGuard, charge: ReplyCharge) -> Self {
         Self::new(Counted::new(Replying::new(self, charge, true), guard))
+    }
+
+    /// Streamed answers (file downloads) bound what they queue by their
+    /// own pumps.
+    fn counted_charged_as_sent(self, guard: RequestGuard) -> Self {
+        self.counted(guard)
     }
 
     /// Dapr's error shape, as the request body budget refuses.
@@ -374,13 +397,19 @@ where
 
 /// `response`, counted by `guard` and, when its size is known, charged to
 /// its connection's reply budgets; when `refusable` (a repeatable read's),
-/// refused instead (its body dropped at once) when it would pass either.
+/// refused instead (its body dropped at once) when it would pass either,
+/// and charged as it is produced when its size is not known.
 fn replying<B: CountedBody>(
     response: Response<B>,
     guard: RequestGuard,
     refusable: bool,
 ) -> Response<B> {
-    let size = response.body().reply_size().unwrap_or(0);
+    let Some(size) = response.body().reply_size() else {
+        if refusable {
+            return response.map(|body| body.counted_charged_as_sent(guard));
+        }
+        return response.map(|body| body.counted(guard));
+    };
     if size == 0 {
         return response.map(|body| body.counted(guard));
     }

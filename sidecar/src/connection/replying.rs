@@ -14,11 +14,18 @@
 //! and sit in the server's buffers instead.
 //! Streamed replies (file downloads, subscriptions) have no exact size and
 //! are not charged: their own pumps bound what they queue.
+//!
+//! A gRPC read the hot path declines (a `grpc-encoding` it does not take,
+//! a body of more than one message) is answered by tonic's codec, whose
+//! answer has no exact size: [`ChargedAsSent`] charges it frame by frame
+//! as it is produced, so a client cannot leave the budget by choosing how
+//! it asks.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
+use tonic::codegen::http::{header, HeaderMap};
 use tonic::codegen::Bytes;
 
 use crate::in_flight::InFlight;
@@ -157,6 +164,120 @@ where
     }
 }
 
+/// A gRPC answer of unknown size to a repeatable read (tonic's codec
+/// encodes it only as it is sent), charged as [`Replying`] charges one of
+/// known size, but frame by frame: each data frame is charged when the
+/// inner body yields it and handed on in slices, let go of as the server
+/// asks for the next. Only the first data frame may be refused (nothing of
+/// the answer sent yet): the answer then ends at once with trailers
+/// `grpc-status: 8`, valid gRPC after headers sent without a status. Later
+/// frames of an answer begun are charged whatever the budgets hold.
+pub struct ChargedAsSent<B> {
+    body: B,
+    in_flight: InFlight,
+    /// The rest of a data frame larger than a slice.
+    rest: Bytes,
+    /// Bytes of the last slice, held by the server until it asks for the
+    /// next.
+    handed: usize,
+    /// What the frame being handed on holds.
+    charge: Option<ReplyCharge>,
+    /// Whether a data frame was charged already.
+    begun: bool,
+    /// Whether the answer ended with a refusal.
+    refused: bool,
+}
+
+impl<B> ChargedAsSent<B> {
+    /// `body`, charged to `in_flight`'s connection and listener.
+    pub fn new(body: B, in_flight: InFlight) -> Self {
+        Self {
+            body,
+            in_flight,
+            rest: Bytes::new(),
+            handed: 0,
+            charge: None,
+            begun: false,
+            refused: false,
+        }
+    }
+
+    /// `bytes` charged: refusable for the answer's first data frame.
+    fn charge(&mut self, bytes: usize) -> Result<ReplyCharge, ReplyRefused> {
+        if std::mem::replace(&mut self.begun, true) {
+            return Ok(ReplyCharge::anyway(&self.in_flight, bytes));
+        }
+        ReplyCharge::take(&self.in_flight, bytes)
+    }
+
+    /// The first slice of `data` (the rest kept for the next poll).
+    fn slice(&mut self, mut data: Bytes) -> Frame<Bytes> {
+        if data.len() > SLICE {
+            self.rest = data.split_off(SLICE);
+        }
+        self.handed = data.len();
+        Frame::data(data)
+    }
+}
+
+/// The trailers ending an answer refused for `refused`: its status and
+/// message as tonic writes them (the hot path's refusal's words).
+fn refusal_trailers(refused: ReplyRefused) -> HeaderMap {
+    let status = tonic::Status::resource_exhausted(refused.to_string());
+    let mut trailers = status.into_http::<()>().into_parts().0.headers;
+    trailers.remove(header::CONTENT_TYPE);
+    trailers
+}
+
+impl<B> Body for ChargedAsSent<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        // Asked for more: the server has passed the last slice on.
+        let handed = std::mem::take(&mut this.handed);
+        if let Some(charge) = &mut this.charge {
+            charge.taken(handed);
+        }
+        if !this.rest.is_empty() {
+            let rest = std::mem::take(&mut this.rest);
+            return Poll::Ready(Some(Ok(this.slice(rest))));
+        }
+        this.charge = None;
+        if this.refused {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) if data.is_empty() => Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(data) => match this.charge(data.len()) {
+                    Ok(charge) => {
+                        this.charge = Some(charge);
+                        Poll::Ready(Some(Ok(this.slice(data))))
+                    }
+                    Err(refused) => {
+                        this.refused = true;
+                        Poll::Ready(Some(Ok(Frame::trailers(refusal_trailers(refused)))))
+                    }
+                },
+                Err(other) => Poll::Ready(Some(Ok(other))),
+            },
+            polled => polled,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty() && (self.refused || self.body.is_end_stream())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +322,42 @@ mod tests {
         assert_eq!(unread.size_hint().exact(), None);
         assert_eq!(limits.listener().held(), len);
         drop(unread);
+        assert_eq!(limits.listener().held(), 0);
+    }
+
+    async fn next_frame(body: &mut ChargedAsSent<axum::body::Body>) -> Option<Frame<Bytes>> {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
+        Some(frame.expect("a frame"))
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_unknown_size_is_charged_as_produced_or_ends_refused() {
+        let limits = ReplyLimits::new(SLICE, 1 << 20);
+        let in_flight = InFlight::with_replies(&limits);
+        let len = SLICE + 10;
+        let mut answer = ChargedAsSent::new(one_frame(len), in_flight.clone());
+        assert_eq!(in_flight.replies().held(), 0, "nothing charged unproduced");
+        let first = next_frame(&mut answer).await.expect("a slice");
+        assert_eq!(first.data_ref().map(Bytes::len), Some(SLICE));
+        // Holding nothing before, the frame past the budget passes.
+        assert_eq!(in_flight.replies().held(), len);
+        // Another answer's first frame is refused while this one holds.
+        let mut refused = ChargedAsSent::new(one_frame(1), in_flight.clone());
+        let trailers = next_frame(&mut refused).await.expect("the refusal");
+        let trailers = trailers.into_trailers().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "8");
+        let message = trailers["grpc-message"].to_str().expect("text");
+        assert!(
+            message.contains("max_response_bytes_in_flight_per_connection"),
+            "{message}"
+        );
+        assert!(refused.is_end_stream());
+        assert!(next_frame(&mut refused).await.is_none());
+        assert_eq!(in_flight.replies().held(), len, "the refused frame let go");
+        let rest = next_frame(&mut answer).await.expect("the rest");
+        assert_eq!(rest.data_ref().map(Bytes::len), Some(10));
+        assert_eq!(in_flight.replies().held(), 10);
+        assert!(next_frame(&mut answer).await.is_none());
         assert_eq!(limits.listener().held(), 0);
     }
 }
