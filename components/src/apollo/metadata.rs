@@ -38,8 +38,9 @@ pub struct ApolloMetadata {
     pub meta_refresh_interval_ms: u64,
     /// How often every namespace is fetched whether or not a long poll
     /// announced a release, in milliseconds (default 300 000, the Java
-    /// client's 5 min): a release the long poll cannot announce (the
-    /// service's notification ids below ours) is still followed.
+    /// client's 5 min; at least 1 000): a release the long poll cannot
+    /// announce (the service's notification ids below ours) is still
+    /// followed.
     #[serde(default = "default_refresh_interval_ms", rename = "refreshIntervalMs")]
     pub refresh_interval_ms: u64,
     /// The Apollo app id; defaults to the runtime's `appId`.

@@ -101,6 +101,10 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 pub use client::MAX_ANSWER_BYTES;
 pub use metadata::ApolloMetadata;
+
+/// The least `refreshIntervalMs`: each interval fetches every namespace,
+/// so 0 (perhaps meant as "off") would ask the config service non-stop.
+const MIN_REFRESH_INTERVAL_MS: u64 = 1_000;
 use open_api::OpenApiClient;
 use poller::PollerTask;
 use refresh::Refresher;
@@ -307,6 +311,12 @@ impl Component for ApolloConfigStore {
             return Err(ComponentError::new(
                 "metadata field `app_id` is required (the runtime has no appId either)",
             ));
+        }
+        if self.settings.refresh_interval_ms < MIN_REFRESH_INTERVAL_MS {
+            return Err(ComponentError::new(format!(
+                "metadata field `refreshIntervalMs`: {} is below the least allowed, {MIN_REFRESH_INTERVAL_MS} (1 s): every namespace is fetched at each interval",
+                self.settings.refresh_interval_ms
+            )));
         }
         let (mut running, followed) = self.connect(cx, &app_id).await?;
         let refresher = Arc::clone(&running.refresher);

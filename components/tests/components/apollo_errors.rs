@@ -269,3 +269,34 @@ async fn a_404_after_a_release_keeps_the_release_and_its_backup() {
     expect_change(&mut sub, "k", "v2").await;
     started.store.close().await.unwrap();
 }
+
+/// `refreshIntervalMs` fetches every namespace at each interval: 0 (meant,
+/// perhaps, as "off") would ask the config service non-stop, so it is
+/// refused naming the field, before anything is asked.
+#[tokio::test]
+async fn a_refresh_interval_below_a_second_is_refused_naming_the_field() {
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    for below in [0, 999] {
+        let declared = with(
+            metadata(&server.url(), dir.path()),
+            json!({"refreshIntervalMs": below}),
+        );
+        let err = start_within(declared, PATIENCE)
+            .await
+            .err()
+            .unwrap_or_default();
+        assert!(
+            err.contains("`refreshIntervalMs`") && err.contains(&format!("{below} is below")),
+            "{err}"
+        );
+    }
+    assert_eq!(server.requests(Route::Configs), 0, "asked before refusing");
+    let declared = with(
+        metadata(&server.url(), dir.path()),
+        json!({"refreshIntervalMs": 1_000}),
+    );
+    let started = start_within(declared, PATIENCE).await.expect("start");
+    started.store.close().await.unwrap();
+}
