@@ -38,16 +38,18 @@ pub(super) type TopicEventStream =
 const OUTGOING: usize = 64;
 
 /// How long the client has to send its initial request, and how long it
-/// may go, with events outstanding, without taking one off the stream or
-/// answering one: what an app gets to handle an event delivered over HTTP.
-/// A progress limit, not a bound per event (as daprd, which waits on the
-/// stream's context alone): the Dapr SDKs handle one event at a time while
-/// the rest wait in the stream, so a per-event timer, started when an
-/// event is queued, would cut a busy serial client mid-backlog, hand
-/// every event back, and do so again on each resubscribe. A client past
-/// it has its stream ended (its events retried), so a stuck client holds
-/// neither events nor the topic. An inbound resiliency policy's `timeout`,
-/// when set, bounds each event besides.
+/// may go, with events outstanding, without answering one: what an app
+/// gets to handle an event delivered over HTTP. A progress limit, not a
+/// bound per event (as daprd, which waits on the stream's context alone):
+/// the Dapr SDKs handle one event at a time while the rest wait in the
+/// stream, so a per-event timer, started when an event is queued, would
+/// cut a busy serial client mid-backlog, hand every event back, and do so
+/// again on each resubscribe. Only answers count: tonic takes events off
+/// the stream into its encoder before the client reads them, so a take
+/// says nothing of the client. A client past it has its stream ended (its
+/// events retried), so a stuck client does not hold the topic. An inbound
+/// resiliency policy's `timeout`, when set, is the limit instead, and
+/// bounds each event too (a slow handler given more time gets it).
 const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
 
 /// Most bytes a streamed subscription's pub/sub name, topic or dead-letter
@@ -182,24 +184,12 @@ pub(super) async fn subscribe(
         Arc::clone(&sink),
         shutdown.clone(),
     ));
-    let outgoing = taken_by_client(EndableStream::new(outgoing, &sink.end), &sink.progress);
+    let outgoing = EndableStream::new(outgoing, &sink.end);
     tokio::spawn(read_answers(incoming, sink, shutdown));
     Ok(Box::pin(outgoing))
 }
 
-/// `outgoing`, marking `progress` whenever the client takes a message.
-fn taken_by_client(
-    outgoing: EndableStream<pb::SubscribeTopicEventsResponseAlpha1>,
-    progress: &Progress,
-) -> impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Send + Unpin {
-    let progress = progress.clone();
-    outgoing.map(move |message| {
-        progress.made();
-        message
-    })
-}
-
-/// When the client last took an event off the stream or answered one.
+/// When the client last answered an event.
 #[derive(Clone)]
 struct Progress(Arc<Mutex<Instant>>);
 
@@ -212,13 +202,13 @@ impl Progress {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
-    /// Resolves once [`CLIENT_WITHIN`] has passed with no progress since
-    /// `since` (when the event waiting on it was sent: a client is not
-    /// held to an idle spell before it).
-    async fn stalled(&self, since: Instant) {
+    /// Resolves once `limit` has passed with no answer since `since` (when
+    /// the event waiting on it was sent: a client is not held to an idle
+    /// spell before it).
+    async fn stalled(&self, since: Instant, limit: Duration) {
         loop {
             let last = *self.0.lock().unwrap_or_else(|p| p.into_inner());
-            let deadline = last.max(since) + CLIENT_WITHIN;
+            let deadline = last.max(since) + limit;
             if Instant::now() >= deadline {
                 return;
             }
@@ -377,13 +367,19 @@ impl StreamSink {
 
 #[tonic::async_trait]
 impl EventSink for StreamSink {
-    /// Bounded by the client's progress ([`CLIENT_WITHIN`]), and by
-    /// `within` only when an inbound policy sets it.
+    /// Bounded by the client's progress ([`CLIENT_WITHIN`], or `within`
+    /// instead when an inbound policy sets it), and by `within`.
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         if let Some(outcome) = event.unreadable_over_grpc() {
             return outcome;
         }
         let sent_at = Instant::now();
+        // No policy: `within` is unbounded (`Duration::MAX`).
+        let limit = if within == Duration::MAX {
+            CLIENT_WITHIN
+        } else {
+            within
+        };
         let (waiter, answer) = oneshot::channel();
         self.waiting()
             .entry(event.id.clone())
@@ -405,8 +401,8 @@ impl EventSink for StreamSink {
         };
         let stalled = || {
             Status::deadline_exceeded(format!(
-                "the client neither took nor answered an event of the {} for {CLIENT_WITHIN:?} \
-                 while event `{}` waited: the stream is ended and its events will be delivered again",
+                "the client answered no event of the {} for {limit:?} while event `{}` \
+                 waited: the stream is ended and its events will be delivered again",
                 self.subscription,
                 echoed(&event.id)
             ))
@@ -418,7 +414,7 @@ impl EventSink for StreamSink {
                 }
             }
             () = self.end.closed() => return DeliveryOutcome::Retry,
-            () = self.progress.stalled(sent_at) => {
+            () = self.progress.stalled(sent_at, limit) => {
                 self.end.end(stalled());
                 return DeliveryOutcome::Retry;
             }
@@ -430,7 +426,7 @@ impl EventSink for StreamSink {
         tokio::select! {
             answer = answer => answer.unwrap_or(DeliveryOutcome::Retry),
             () = self.end.closed() => DeliveryOutcome::Retry,
-            () = self.progress.stalled(sent_at) => {
+            () = self.progress.stalled(sent_at, limit) => {
                 self.end.end(stalled());
                 DeliveryOutcome::Retry
             }
@@ -490,7 +486,7 @@ mod tests {
             "topic `orders` of pub/sub `bus`".into(),
             None,
         ));
-        let outgoing = taken_by_client(EndableStream::new(outgoing, &sink.end), &sink.progress);
+        let outgoing = EndableStream::new(outgoing, &sink.end);
         (sink, outgoing)
     }
 
@@ -603,6 +599,44 @@ mod tests {
         };
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
         assert!(status.message().contains("`e2`"), "{}", status.message());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_policy_timeout_longer_than_the_limit_is_the_limit_instead() {
+        // A slow handler given 2 min by an inbound policy: 45 s on one
+        // event is not a stall.
+        let (sink, mut outgoing) = stream(64);
+        let delivery = sent_within(&sink, "e1", Duration::from_secs(120));
+        assert_eq!(read(&mut outgoing).await, "e1");
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        sink.answer("e1", DeliveryOutcome::Success);
+        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Success));
+        assert!(!sink.end.is_closed(), "the stream goes on");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_taken_but_never_answered_are_no_progress() {
+        // A frozen client: tonic takes each event into its encoder, but
+        // nothing is answered; a publish every 20 s must not keep e1 held.
+        let (sink, mut outgoing) = stream(64);
+        let first = sent(&sink, "e1");
+        let start = Instant::now();
+        assert_eq!(read(&mut outgoing).await, "e1");
+        let mut later = Vec::new();
+        for id in ["e2", "e3"] {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            later.push(sent(&sink, id));
+            if !sink.end.is_closed() {
+                assert_eq!(read(&mut outgoing).await, id);
+            }
+        }
+        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+        assert_eq!(
+            start.elapsed().as_secs(),
+            40,
+            "cut 30 s after e1, its take no progress"
+        );
+        assert!(sink.end.is_closed());
     }
 
     #[tokio::test(start_paused = true)]
