@@ -4,9 +4,7 @@
 //! * `GET /configs/{appId}/{cluster}/{namespace}?releaseKey=..&ip=..` —
 //!   200 with the namespace's released configuration, 304 when
 //!   `releaseKey` is still the current release, 404 when the namespace has
-//!   no release. A 404 for a namespace whose release the store holds is
-//!   that instance's failure ([`ApolloError::ReleaseMissing`]: the next
-//!   instance is asked, the last release and its backup kept).
+//!   no release.
 //! * `GET /notifications/v2?appId=..&cluster=..&notifications=[..]` — the
 //!   long poll: the service holds it (up to 60 s) until one of the
 //!   namespaces has a notification id above the one sent, then answers 200
@@ -117,8 +115,7 @@ pub(crate) enum Fetched {
     Released(ApolloConfig),
     /// 304: the release we have is current.
     Unchanged,
-    /// 404 while no release is held: the namespace has no release
-    /// (served as empty).
+    /// 404: the namespace has no release (served as empty).
     NotReleased,
 }
 
@@ -310,15 +307,6 @@ impl ConfigServiceClient {
                 .map(Fetched::Released)
                 .map_err(|err| self.malformed(&url, &err)),
             StatusCode::NOT_MODIFIED => Ok(Fetched::Unchanged),
-            // A release held: this instance lost it (or is another
-            // Apollo), not a namespace without release.
-            StatusCode::NOT_FOUND if release_key.is_some_and(|k| !k.is_empty()) => {
-                Err(ApolloError::ReleaseMissing {
-                    server: self.label.clone(),
-                    path: url.path().to_string(),
-                    namespace: namespace.to_string(),
-                })
-            }
             StatusCode::NOT_FOUND => Ok(Fetched::NotReleased),
             other => Err(self.unexpected(&url, other, &body)),
         }

@@ -70,19 +70,6 @@ pub enum ApolloError {
         /// The most bytes read.
         limit: usize,
     },
-    /// A 404 for a namespace whose release the store holds: the instance
-    /// lost its releases (a ConfigDB restored or emptied) or is another
-    /// Apollo. Taken as that instance down (the next one is asked); the
-    /// last release and its backup are kept.
-    #[error("{server} answered HTTP 404 on {path}: namespace `{namespace}` has no release there, though one is held; keeping the last release (a restored or other Apollo behind this instance?)")]
-    ReleaseMissing {
-        /// The config service address.
-        server: String,
-        /// The route asked for (no query).
-        path: String,
-        /// The namespace.
-        namespace: String,
-    },
     /// The backup file could not be read or written.
     #[error("backup cache `{}`: {message}", .path.display())]
     Cache {
@@ -119,11 +106,10 @@ impl ApolloError {
     }
 
     /// Whether the server that answered (or did not) is down, so that
-    /// another instance may answer: no connection or answer, HTTP 5xx, or
-    /// a release held missing there.
+    /// another instance may answer: no connection or answer, or HTTP 5xx.
     pub(crate) fn is_instance_down(&self) -> bool {
         match self {
-            Self::Unreachable { .. } | Self::ReleaseMissing { .. } => true,
+            Self::Unreachable { .. } => true,
             Self::Status { status, .. } => *status >= 500,
             _ => false,
         }

@@ -6,10 +6,6 @@
 //! * **Reads.** At init every namespace of `namespace_name`
 //!   (comma-separated) is fetched from `GET /configs/{appId}/{cluster}/{ns}`.
 //!   A namespace without release (404) is served empty, with a warning.
-//!   Once a namespace has a release, a 404 for it is that instance's
-//!   failure (a restored or other Apollo): the next instance is asked, the
-//!   last release and its backup are kept, and the store reports
-//!   `Degraded` with the reason until the release is found again.
 //!   `get`/`subscribe` with a `group` read that namespace; without a group
 //!   they read all namespaces merged, the first namespace in
 //!   `namespace_name` that has a key winning. Keys narrow the query (none =

@@ -228,48 +228,6 @@ async fn init_gives_up_on_a_failing_service_after_the_readiness_timeout() {
     started.store.close().await.unwrap();
 }
 
-/// A 404 for a namespace that has a release (its instance lost it: a
-/// ConfigDB restored without it, or another Apollo) is that instance's
-/// failure: the last release stays served, its backup is not overwritten,
-/// and the store reports degraded with the reason.
-#[tokio::test]
-async fn a_404_after_a_release_keeps_the_release_and_its_backup() {
-    let server = ApolloServer::start().await;
-    server.release("application", &[("k", "v1")]);
-    let dir = tempfile::tempdir().unwrap();
-    let started = start(metadata(&server.url(), dir.path()))
-        .await
-        .expect("start");
-    let store = &started.store;
-    let file = dir.path().join("checkout+default+application.json");
-    eventually("the release backed up", || file.is_file()).await;
-    let backed_up = std::fs::read_to_string(&file).unwrap();
-    assert!(server.wait_for_held_poll(PATIENCE).await);
-
-    server.set_fault(Route::Configs, Some(Fault::NotFound));
-    let fetches = server.requests(Route::Configs);
-    server.release("application", &[("k", "v2")]);
-    eventually("the 404 fetch is retried", || {
-        server.requests(Route::Configs) >= fetches + 2
-    })
-    .await;
-    assert_eq!(value_of(store, "k").await.as_deref(), Some("v1"));
-    match store.readiness().await {
-        rewire_runtime::Readiness::Degraded(reason) => {
-            assert!(reason.contains("HTTP 404"), "{reason}");
-            assert!(reason.contains("`application`"), "{reason}");
-        }
-        other => panic!("a lost release must be reported: {other:?}"),
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), backed_up);
-
-    let mut sub = subscribe(store, ConfigQuery::default()).await;
-    server.set_fault(Route::Configs, None);
-    expect_change(&mut sub, "k", "v2").await;
-    started.store.close().await.unwrap();
-}
-
 /// `refreshIntervalMs` fetches every namespace at each interval: 0 (meant,
 /// perhaps, as "off") would ask the config service non-stop, so it is
 /// refused naming the field, before anything is asked.

@@ -265,13 +265,6 @@ async fn fault(app: &AppState, route: Route) -> Option<Response> {
         Fault::ServerError => {
             Some((StatusCode::INTERNAL_SERVER_ERROR, "injected failure").into_response())
         }
-        Fault::NotFound => Some(
-            (
-                StatusCode::NOT_FOUND,
-                Json(json!({"status": 404, "message": "injected: no release"})),
-            )
-                .into_response(),
-        ),
         Fault::MalformedJson => Some(
             (
                 StatusCode::OK,

@@ -67,9 +67,6 @@ pub enum Fault {
     /// Answer 200 with a body of this many bytes (spaces, with its
     /// `Content-Length`): an answer no client should hold.
     Oversized(usize),
-    /// Answer 404 as Apollo does for a namespace without release (a
-    /// ConfigDB restored without it, or another Apollo).
-    NotFound,
 }
 
 /// An item of a namespace's draft.
