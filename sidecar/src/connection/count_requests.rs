@@ -93,13 +93,13 @@ const REQUEST_STREAMS: [&str; 4] = [
     "/spec.proto.runtime.v1.Runtime/PutFile",
 ];
 
-/// The gRPC reads whose answers the hot path builds whole (so they are
-/// charged) and that a client can repeat without effect: only their
-/// answers are refused past the reply budgets. Other hot-path calls
-/// (saves, locks, publishing, Layotto's `GetNextId`) change state before
-/// answering. When tonic's codec answers one of them (the hot path
-/// declined the call), its answer is charged as it is produced.
-const GRPC_REPEATABLE_READS: [&str; 9] = [
+/// The gRPC reads a client can repeat without effect: only their answers
+/// are refused past the reply budgets. An answer the hot path builds whole
+/// is charged when built; one tonic's codec encodes (the hot path declined
+/// the call, or never takes it: Layotto's secrets and `GetConfiguration`)
+/// is charged as it is produced. Other calls (saves, locks, publishing,
+/// Layotto's `GetNextId`) change state before answering.
+const GRPC_REPEATABLE_READS: [&str; 12] = [
     "/dapr.proto.runtime.v1.Dapr/GetState",
     "/dapr.proto.runtime.v1.Dapr/GetBulkState",
     "/dapr.proto.runtime.v1.Dapr/GetSecret",
@@ -109,6 +109,9 @@ const GRPC_REPEATABLE_READS: [&str; 9] = [
     "/dapr.proto.runtime.v1.Dapr/GetMetadata",
     "/spec.proto.runtime.v1.Runtime/GetState",
     "/spec.proto.runtime.v1.Runtime/GetBulkState",
+    "/spec.proto.runtime.v1.Runtime/GetSecret",
+    "/spec.proto.runtime.v1.Runtime/GetBulkSecret",
+    "/spec.proto.runtime.v1.Runtime/GetConfiguration",
 ];
 
 /// The HTTP reads a client can repeat without effect, by method and
@@ -549,6 +552,13 @@ mod tests {
         let grpc = |path: &str| tonic::body::Body::refusable(&Method::POST, path);
         assert!(grpc("/dapr.proto.runtime.v1.Dapr/GetState"));
         assert!(grpc("/spec.proto.runtime.v1.Runtime/GetBulkState"));
+        assert!(grpc("/spec.proto.runtime.v1.Runtime/GetSecret"));
+        assert!(grpc("/spec.proto.runtime.v1.Runtime/GetBulkSecret"));
+        assert!(grpc("/spec.proto.runtime.v1.Runtime/GetConfiguration"));
+        assert!(!grpc("/spec.proto.runtime.v1.Runtime/SaveConfiguration"));
+        assert!(!grpc(
+            "/spec.proto.runtime.v1.Runtime/SubscribeConfiguration"
+        ));
         assert!(!grpc("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"));
         assert!(!grpc("/dapr.proto.runtime.v1.Dapr/SaveState"));
         assert!(!grpc("/spec.proto.runtime.v1.Runtime/GetNextId"));

@@ -11,7 +11,10 @@
 //! A reply is handed on in slices of at most [`SLICE`] bytes: hyper takes
 //! a chunk whatever window the client grants, and h2 takes all of it for
 //! a window of one byte, so one large chunk would leave the budget at once
-//! and sit in the server's buffers instead.
+//! and sit in the server's buffers instead. Slices of a larger frame are
+//! copies, its whole length charged until the last is handed on
+//! ([`slices`]): a slice sharing the frame's allocation would keep all of
+//! it while charged for a slice.
 //! Streamed replies (file downloads, subscriptions) have no exact size and
 //! are not charged: their own pumps bound what they queue.
 //!
@@ -30,6 +33,10 @@ use tonic::codegen::Bytes;
 
 use crate::in_flight::InFlight;
 use crate::reply_budget::ReplyRefused;
+
+mod slices;
+
+use slices::Slices;
 
 /// The largest piece of a reply handed to the server at once: HTTP/2's
 /// default frame size.
@@ -84,11 +91,7 @@ impl Drop for ReplyCharge {
 /// bytes, handed on in slices of at most [`SLICE`].
 pub struct Replying<B> {
     body: B,
-    /// The rest of a data frame larger than a slice.
-    rest: Bytes,
-    /// Bytes of the last slice, held by the server until it asks for the
-    /// next.
-    handed: usize,
+    slices: Slices,
     charge: ReplyCharge,
     /// Whether the server may see the body's exact size (HTTP: its
     /// `content-length`); a gRPC answer goes out without one, as before.
@@ -100,21 +103,10 @@ impl<B> Replying<B> {
     pub fn new(body: B, charge: ReplyCharge, reveal_size: bool) -> Self {
         Self {
             body,
-            rest: Bytes::new(),
-            handed: 0,
+            slices: Slices::default(),
             charge,
             reveal_size,
         }
-    }
-
-    /// The first slice of `data` (the rest kept for the next poll), its
-    /// bytes let go of when the next is asked for.
-    fn slice(&mut self, mut data: Bytes) -> Frame<Bytes> {
-        if data.len() > SLICE {
-            self.rest = data.split_off(SLICE);
-        }
-        self.handed = data.len();
-        Frame::data(data)
     }
 }
 
@@ -130,15 +122,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
-        // Asked for more: the server has passed the last slice on.
-        this.charge.taken(std::mem::take(&mut this.handed));
-        if !this.rest.is_empty() {
-            let rest = std::mem::take(&mut this.rest);
-            return Poll::Ready(Some(Ok(this.slice(rest))));
+        if let Some(slice) = this.slices.next(&mut this.charge) {
+            return Poll::Ready(Some(Ok(slice)));
         }
         match Pin::new(&mut this.body).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => Poll::Ready(Some(Ok(this.slice(data)))),
+                Ok(data) => Poll::Ready(Some(Ok(this.slices.first(data, &mut this.charge)))),
                 Err(other) => Poll::Ready(Some(Ok(other))),
             },
             polled => polled,
@@ -146,7 +135,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rest.is_empty() && self.body.is_end_stream()
+        self.slices.rest_len() == 0 && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -154,7 +143,7 @@ where
             return SizeHint::default();
         }
         let inner = self.body.size_hint();
-        let rest = self.rest.len() as u64;
+        let rest = self.slices.rest_len() as u64;
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower().saturating_add(rest));
         if let Some(upper) = inner.upper() {
@@ -167,19 +156,16 @@ where
 /// A gRPC answer of unknown size to a repeatable read (tonic's codec
 /// encodes it only as it is sent), charged as [`Replying`] charges one of
 /// known size, but frame by frame: each data frame is charged when the
-/// inner body yields it and handed on in slices, let go of as the server
-/// asks for the next. Only the first data frame may be refused (nothing of
-/// the answer sent yet): the answer then ends at once with trailers
-/// `grpc-status: 8`, valid gRPC after headers sent without a status. Later
-/// frames of an answer begun are charged whatever the budgets hold.
+/// inner body yields it and handed on in slices, let go of once the
+/// server asks for the one after its last. Only the first data frame may
+/// be refused (nothing of the answer sent yet): the answer then ends at
+/// once with trailers `grpc-status: 8`, valid gRPC after headers sent
+/// without a status. Later frames of an answer begun are charged whatever
+/// the budgets hold.
 pub struct ChargedAsSent<B> {
     body: B,
     in_flight: InFlight,
-    /// The rest of a data frame larger than a slice.
-    rest: Bytes,
-    /// Bytes of the last slice, held by the server until it asks for the
-    /// next.
-    handed: usize,
+    slices: Slices,
     /// What the frame being handed on holds.
     charge: Option<ReplyCharge>,
     /// Whether a data frame was charged already.
@@ -194,8 +180,7 @@ impl<B> ChargedAsSent<B> {
         Self {
             body,
             in_flight,
-            rest: Bytes::new(),
-            handed: 0,
+            slices: Slices::default(),
             charge: None,
             begun: false,
             refused: false,
@@ -208,15 +193,6 @@ impl<B> ChargedAsSent<B> {
             return Ok(ReplyCharge::anyway(&self.in_flight, bytes));
         }
         ReplyCharge::take(&self.in_flight, bytes)
-    }
-
-    /// The first slice of `data` (the rest kept for the next poll).
-    fn slice(&mut self, mut data: Bytes) -> Frame<Bytes> {
-        if data.len() > SLICE {
-            self.rest = data.split_off(SLICE);
-        }
-        self.handed = data.len();
-        Frame::data(data)
     }
 }
 
@@ -241,14 +217,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
-        // Asked for more: the server has passed the last slice on.
-        let handed = std::mem::take(&mut this.handed);
         if let Some(charge) = &mut this.charge {
-            charge.taken(handed);
-        }
-        if !this.rest.is_empty() {
-            let rest = std::mem::take(&mut this.rest);
-            return Poll::Ready(Some(Ok(this.slice(rest))));
+            if let Some(slice) = this.slices.next(charge) {
+                return Poll::Ready(Some(Ok(slice)));
+            }
         }
         this.charge = None;
         if this.refused {
@@ -258,9 +230,10 @@ where
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                 Ok(data) if data.is_empty() => Poll::Ready(Some(Ok(Frame::data(data)))),
                 Ok(data) => match this.charge(data.len()) {
-                    Ok(charge) => {
+                    Ok(mut charge) => {
+                        let slice = this.slices.first(data, &mut charge);
                         this.charge = Some(charge);
-                        Poll::Ready(Some(Ok(this.slice(data))))
+                        Poll::Ready(Some(Ok(slice)))
                     }
                     Err(refused) => {
                         this.refused = true;
@@ -274,7 +247,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rest.is_empty() && (self.refused || self.body.is_end_stream())
+        self.slices.rest_len() == 0 && (self.refused || self.body.is_end_stream())
     }
 }
 
@@ -282,6 +255,8 @@ where
 mod tests {
     use super::*;
     use crate::reply_budget::ReplyLimits;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     /// A body of one data frame of `len` bytes.
     fn one_frame(len: usize) -> axum::body::Body {
@@ -307,10 +282,11 @@ mod tests {
         assert_eq!(reply.size_hint().exact(), Some(len as u64));
         assert_eq!(next(&mut reply).await, Some(SLICE));
         assert_eq!(reply.size_hint().exact(), Some((len - SLICE) as u64));
-        // The slice handed on is held until the next is asked for.
+        // The frame is held whole until its last slice is handed on, which
+        // is held until the next is asked for.
         assert_eq!(limits.listener().held(), len);
         assert_eq!(next(&mut reply).await, Some(SLICE));
-        assert_eq!(limits.listener().held(), len - SLICE);
+        assert_eq!(limits.listener().held(), len);
         assert_eq!(next(&mut reply).await, Some(10));
         assert_eq!(in_flight.replies().held(), 10);
         assert_eq!(next(&mut reply).await, None);
@@ -359,5 +335,108 @@ mod tests {
         assert_eq!(in_flight.replies().held(), 10);
         assert!(next_frame(&mut answer).await.is_none());
         assert_eq!(limits.listener().held(), 0);
+    }
+
+    /// A frame's bytes, telling when they are dropped.
+    struct Owned {
+        bytes: Vec<u8>,
+        dropped: Arc<AtomicBool>,
+    }
+
+    impl AsRef<[u8]> for Owned {
+        fn as_ref(&self) -> &[u8] {
+            &self.bytes
+        }
+    }
+
+    impl Drop for Owned {
+        fn drop(&mut self) {
+            self.dropped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A frame of `len` bytes, and whether its allocation was dropped.
+    fn owned_frame(len: usize) -> (Bytes, Arc<AtomicBool>) {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let bytes = vec![7; len];
+        let frame = Bytes::from_owner(Owned {
+            bytes,
+            dropped: Arc::clone(&dropped),
+        });
+        (frame, dropped)
+    }
+
+    async fn next_data<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> Option<Bytes> {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
+        let frame = frame.map_err(|_| "an error").expect("a frame");
+        Some(frame.into_data().expect("data"))
+    }
+
+    /// Hands every slice of `body` (one frame of `len` bytes, whose
+    /// allocation tells when it is dropped) on, keeping the last as h2
+    /// does waiting for window: while any of the frame's allocation is
+    /// held, all of it stays charged; the slices are copies, so it is
+    /// dropped once the last is handed on.
+    async fn all_of_a_large_frame_held_stays_charged<B>(
+        mut body: B,
+        len: usize,
+        dropped: &AtomicBool,
+        in_flight: &InFlight,
+    ) where
+        B: Body<Data = Bytes> + Unpin,
+    {
+        let mut handed = 0;
+        let mut held_by_server = None;
+        while let Some(slice) = next_data(&mut body).await {
+            assert!(slice.len() <= SLICE);
+            handed += slice.len();
+            held_by_server = Some(slice);
+            let held = in_flight.replies().held();
+            assert!(
+                dropped.load(Ordering::SeqCst) || held >= len,
+                "{held} bytes charged for a {len}-byte allocation, {handed} handed on"
+            );
+        }
+        assert_eq!(handed, len);
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the last slice held keeps the whole frame"
+        );
+        assert_eq!(in_flight.replies().held(), 0);
+        drop(held_by_server);
+        drop(body);
+        assert_eq!(in_flight.replies().held(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_stays_charged_whole_while_any_of_its_allocation_is_held() {
+        let limits = ReplyLimits::new(4 << 20, 4 << 20);
+        let in_flight = InFlight::with_replies(&limits);
+        let len = 1 << 20;
+        let (frame, dropped) = owned_frame(len);
+        let charge = ReplyCharge::take(&in_flight, len).expect("charged");
+        let reply = Replying::new(axum::body::Body::from(frame), charge, false);
+        all_of_a_large_frame_held_stays_charged(reply, len, &dropped, &in_flight).await;
+
+        let (frame, dropped) = owned_frame(len);
+        let answer = ChargedAsSent::new(axum::body::Body::from(frame), in_flight.clone());
+        all_of_a_large_frame_held_stays_charged(answer, len, &dropped, &in_flight).await;
+        assert_eq!(limits.listener().held(), 0);
+    }
+
+    /// A frame of one slice (the hot path's usual answer) is handed on as
+    /// it is, not copied.
+    #[tokio::test]
+    async fn a_frame_of_one_slice_is_handed_on_uncopied() {
+        let limits = ReplyLimits::new(1 << 20, 1 << 20);
+        let in_flight = InFlight::with_replies(&limits);
+        let frame = Bytes::from(vec![7; SLICE]);
+        let charge = ReplyCharge::take(&in_flight, SLICE).expect("charged");
+        let mut reply = Replying::new(axum::body::Body::from(frame.clone()), charge, false);
+        let handed = next_data(&mut reply).await.expect("the frame");
+        assert_eq!(handed.as_ptr(), frame.as_ptr());
+        assert_eq!(in_flight.replies().held(), SLICE);
+        assert!(next_data(&mut reply).await.is_none());
+        assert_eq!(in_flight.replies().held(), 0);
     }
 }
