@@ -357,7 +357,11 @@ where
         };
         let (mut parts, body) = request.into_parts();
         let read = RequestBody::read_as(&parts.method, parts.uri.path());
-        let refusable = guard.is_some() && ResponseBody::refusable(&parts.method, parts.uri.path());
+        // Classified only if its answer needs it (unknown size, or past a
+        // budget): a clone of each here costs less than the route match.
+        let asked = guard
+            .is_some()
+            .then(|| (parts.method.clone(), parts.uri.clone()));
         let (body, charge) = body.budgeted(&self.budget, read);
         if let Some(charge) = charge {
             parts.extensions.insert(charge);
@@ -366,7 +370,7 @@ where
         CountedAnswer {
             answer: self.inner.call(request),
             guard,
-            refusable,
+            asked,
         }
     }
 }
@@ -375,8 +379,9 @@ where
 pub struct CountedAnswer<F> {
     answer: F,
     guard: Option<RequestGuard>,
-    /// Whether the answer may be refused past the reply budgets.
-    refusable: bool,
+    /// The request's method and target, which say whether its answer may
+    /// be refused past the reply budgets (a repeatable read's).
+    asked: Option<(Method, tonic::codegen::http::Uri)>,
 }
 
 impl<F, ResponseBody, E> Future for CountedAnswer<F>
@@ -394,7 +399,12 @@ where
         let Some(guard) = self.guard.take() else {
             return Poll::Ready(Ok(response));
         };
-        Poll::Ready(Ok(replying(response, guard, self.refusable)))
+        let refusable = || {
+            self.asked
+                .as_ref()
+                .is_some_and(|(method, uri)| ResponseBody::refusable(method, uri.path()))
+        };
+        Poll::Ready(Ok(replying(response, guard, refusable)))
     }
 }
 
@@ -405,10 +415,10 @@ where
 fn replying<B: CountedBody>(
     response: Response<B>,
     guard: RequestGuard,
-    refusable: bool,
+    refusable: impl FnOnce() -> bool,
 ) -> Response<B> {
     let Some(size) = response.body().reply_size() else {
-        if refusable {
+        if refusable() {
             return response.map(|body| body.counted_charged_as_sent(guard));
         }
         return response.map(|body| body.counted(guard));
@@ -417,15 +427,17 @@ fn replying<B: CountedBody>(
         return response.map(|body| body.counted(guard));
     }
     let size = usize::try_from(size).unwrap_or(usize::MAX);
-    if !refusable {
-        let charge = ReplyCharge::anyway(guard.in_flight(), size);
-        return response.map(|body| body.counted_replying(guard, charge));
-    }
     match ReplyCharge::take(guard.in_flight(), size) {
         Ok(charge) => response.map(|body| body.counted_replying(guard, charge)),
-        Err(refused) => {
+        // Past a budget: only a repeatable read's answer is refused; any
+        // other call has had its effect, and its answer is sent.
+        Err(refused) if refusable() => {
             drop(response);
             B::refusal(refused).map(|body| body.counted(guard))
+        }
+        Err(_) => {
+            let charge = ReplyCharge::anyway(guard.in_flight(), size);
+            response.map(|body| body.counted_replying(guard, charge))
         }
     }
 }
