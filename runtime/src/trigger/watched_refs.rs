@@ -202,6 +202,45 @@ fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
     asked.max(MIN_SECRET_POLL)
 }
 
+/// The ticks of a watch that polls its store (a secretRef; a
+/// configurationRef whose store cannot subscribe): one read per secret
+/// poll period, each bounded, and the values already asked for forgotten
+/// once the component's value moves on.
+struct Polling {
+    ticks: tokio::time::Interval,
+    /// How long one read may take.
+    within: std::time::Duration,
+    forced: Forced,
+}
+
+impl Polling {
+    fn every(cx: &TriggerContext) -> Self {
+        let period = secret_poll_period(cx.secret_poll_interval);
+        let mut ticks = tokio::time::interval(period);
+        // After a read abandoned at `within`, the next one waits a period
+        // (not a burst of the ticks missed meanwhile).
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            ticks,
+            within: store_call_bound(Some(period)),
+            forced: Forced::default(),
+        }
+    }
+
+    fn period(&self) -> std::time::Duration {
+        self.ticks.period()
+    }
+
+    /// Waits for the next read's turn.
+    async fn tick(&mut self, expected: &mut watch::Receiver<Option<Value>>) {
+        self.ticks.tick().await;
+        if expected.has_changed().unwrap_or(false) {
+            expected.mark_unchanged();
+            self.forced = Forced::default();
+        }
+    }
+}
+
 /// What a watch saw last and asked to apply, so that one new value asks
 /// once (until the component's value moves on, or the store's value comes
 /// back to the component's: a later change away from it asks again).
@@ -407,19 +446,10 @@ async fn watch_secret(
         ComponentKey::new(Kind::SecretStore, &r.store),
         cx.live.clone(),
     );
-    let period = secret_poll_period(cx.secret_poll_interval);
-    let within = store_call_bound(Some(period));
-    let mut ticks = tokio::time::interval(period);
-    // After a read abandoned at `within`, the next one waits a period
-    // (not a burst of the ticks missed meanwhile).
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut forced = Forced::default();
+    let mut polling = Polling::every(cx);
+    let within = polling.within;
     loop {
-        ticks.tick().await;
-        if expected.has_changed().unwrap_or(false) {
-            expected.mark_unchanged();
-            forced = Forced::default();
-        }
+        polling.tick(&mut expected).await;
         let Ok(store) = handle.load() else {
             return;
         };
@@ -431,7 +461,7 @@ async fn watch_secret(
         }
         if let Ok(Ok(secret)) = read {
             if let Some(now) = secret.get(&r.key) {
-                forced.check(
+                polling.forced.check(
                     cx,
                     &component,
                     &expected,

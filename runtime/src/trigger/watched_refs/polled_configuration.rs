@@ -5,12 +5,11 @@
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{read_configuration, secret_poll_period, Forced, Read};
+use super::{read_configuration, Polling, Read};
 use crate::component::ComponentKey;
 use crate::config::ConfigurationRef;
 use crate::handle::ConfigStoreHandle;
 use crate::kinds::{ConfigError, ConfigQuery};
-use crate::trigger::store_calls::store_call_bound;
 use crate::trigger::TriggerContext;
 
 /// Reads `r` every secret poll period and asks for a reload of `component`
@@ -31,26 +30,16 @@ pub(super) async fn poll_configuration(
         tracing::debug!(component = %component, store = %r.store, key = %r.key, error = %refused, "The watched configurationRef's store is not running; the watch ends.");
         return;
     }
-    let period = secret_poll_period(cx.secret_poll_interval);
-    let within = store_call_bound(Some(period));
-    tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %refused, every = ?period, "The store refused to subscribe to a watched configurationRef; polling it instead.");
-    let mut ticks = tokio::time::interval(period);
-    // After a read abandoned at `within`, the next one waits a period
-    // (not a burst of the ticks missed meanwhile).
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut forced = Forced::default();
+    let mut polling = Polling::every(cx);
+    tracing::warn!(component = %component, store = %r.store, key = %r.key, error = %refused, every = ?polling.period(), "The store refused to subscribe to a watched configurationRef; polling it instead.");
     loop {
-        ticks.tick().await;
-        if expected.has_changed().unwrap_or(false) {
-            expected.mark_unchanged();
-            forced = Forced::default();
-        }
+        polling.tick(&mut expected).await;
         if handle.load().is_err() {
             return;
         }
         // A read that fails or does not answer is tried at the next tick.
-        if let Read::Value(now) = read_configuration(handle, query, r, within).await {
-            forced.check(cx, component, &expected, now);
+        if let Read::Value(now) = read_configuration(handle, query, r, polling.within).await {
+            polling.forced.check(cx, component, &expected, now);
         }
     }
 }
