@@ -112,6 +112,10 @@ impl Host {
     /// still queued are then exported, within 3 s (with the `sidecar`
     /// feature).
     pub async fn shutdown(self) -> usize {
+        // Stop following first: the closed runtime reads as "no tracing",
+        // which would turn the exporter off and drop the spans queued.
+        #[cfg(feature = "sidecar")]
+        drop(self._tracing);
         let abandoned = self.runtime.shutdown().await;
         #[cfg(feature = "sidecar")]
         if !rewire_sidecar::telemetry::flush(SPAN_FLUSH).await {
