@@ -98,7 +98,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     drop(generation);
     // Tracing as the environment and the file's `tracing` section say,
     // re-read after every reload.
-    let _tracing = rewire::sidecar::telemetry::follow(&runtime);
+    let tracing_follower = rewire::sidecar::telemetry::follow(&runtime);
     // Edits of the file or of a manifest (ConfigMap updates included)
     // reload the runtime.
     let _watches = match source {
@@ -108,7 +108,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .collect(),
         Source::Sources(sources) => runtime.watch_config_sources(sources, CONFIG_RESYNC),
     };
-    serve_until_stopped(runtime, &args, tls, stop).await
+    serve_until_stopped(runtime, &args, tls, stop, tracing_follower).await
 }
 
 /// Serves the sidecar APIs until a stop signal; then stops accepting, lets
@@ -119,6 +119,7 @@ async fn serve_until_stopped(
     args: &RunArgs,
     tls: rewire::sidecar::tls::TlsSettings,
     mut stop: StopSignals,
+    tracing_follower: rewire::sidecar::telemetry::Following,
 ) -> ExitCode {
     let stop_serving = CancellationToken::new();
     let app_channel = args.app_port.map(|port| {
@@ -171,6 +172,9 @@ async fn serve_until_stopped(
             Ok(())
         }
     };
+    // Stop following first: the closed runtime reads as "no tracing", and
+    // a follower that saw it would turn the exporter off before the flush.
+    drop(tracing_follower);
     let abandoned = super::shutdown::shut_down_within(&runtime, CLOSE_BOUND).await;
     // The last calls' and the shutdown's spans, exported within a bound.
     if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
