@@ -219,4 +219,4 @@ impl Reloader {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

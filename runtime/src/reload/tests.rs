@@ -18,7 +18,9 @@ use crate::handle::Instance;
 use crate::metadata::{Metadata, MetadataError};
 use crate::registry::{Buildable, ComponentDescriptor, Inject};
 
-mod staged_panic;
+// Its staging component is shared with the runtime's tests (a watched ref
+// after a staged update panics).
+pub(crate) mod staged_panic;
 
 /// `fail`s or `panic`s in `init` when told; else starts.
 struct TestComponent {
@@ -83,7 +85,7 @@ impl Buildable for TestComponent {
     }
 }
 
-fn any_metadata(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
+pub(crate) fn any_metadata(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
     Ok(())
 }
 
@@ -179,7 +181,7 @@ struct Recorded {
 /// a current-thread runtime (every task is polled on this thread). Spans
 /// named `disabled` are not wanted.
 #[derive(Clone, Default)]
-struct Capture {
+pub(crate) struct Capture {
     spans: Arc<Mutex<Vec<Recorded>>>,
     entered: Arc<Mutex<Vec<Id>>>,
     disabled: Option<&'static str>,

@@ -660,3 +660,4 @@ async fn control_plane_changes_waiting_on_a_queued_reload_keep_their_order() {
 }
 
 mod reload_bounds;
+mod watched_ref_after_staged_panic;

@@ -9,8 +9,6 @@ use super::*;
 use crate::component::{PendingInPlace, StagedInPlace};
 use crate::config::{ComponentPatch, LayerChange, Push};
 
-mod watched_ref;
-
 /// What a [`Staging`] runs with, shared with the updates it stages.
 struct Applied {
     rev: AtomicU64,
@@ -21,13 +19,13 @@ struct Applied {
 /// Stages every update; one whose metadata says `panicApply` takes its
 /// `rev`, then panics when applied, the first time only; one whose `rev`
 /// is its metadata's `panicAtRev` does so every time.
-struct Staging {
+pub(crate) struct Staging {
     applied: Arc<Applied>,
 }
 
 impl Staging {
     /// What a request reads: the `rev` in force.
-    fn rev(&self) -> u64 {
+    pub(crate) fn rev(&self) -> u64 {
         self.applied.rev.load(Ordering::SeqCst)
     }
 }
@@ -82,7 +80,7 @@ impl Buildable for Staging {
 }
 
 /// The test registry, with `custom` type `staging` ([`Staging`]).
-fn staging_registry() -> Registry {
+pub(crate) fn staging_registry() -> Registry {
     let mut registry = registry();
     registry.register(ComponentDescriptor {
         kind: "custom",

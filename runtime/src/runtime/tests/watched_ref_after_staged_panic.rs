@@ -5,15 +5,27 @@
 //! component ran the old value again, so the watch asked for the new one
 //! back to back, for ever (a generation, an error and a record each time).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::*;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::component::Component;
+use crate::config::{parse, validate};
+use crate::handle::Instance;
 use crate::kinds::{
     ConfigError, ConfigItem, ConfigQuery, ConfigStore, ConfigSubscription, SecretError, SecretMap,
     SecretStore, SecretString, SubscriptionHub,
 };
+use crate::registry::{Buildable, ComponentDescriptor, Inject, Registry};
+// The reload tests' staging component and span capture: this test starts
+// a whole runtime, so it lives here and borrows them (runtime uses
+// reload, never the other way round).
+use crate::reload::tests::staged_panic::{staging_registry, Staging};
+use crate::reload::tests::{any_metadata, Capture};
+use crate::reload::{Action, Outcome, ReloadRecord, Trigger};
 use crate::runtime::{Runtime, RuntimeOptions};
 
 /// A config store holding its metadata's `items` in memory; `set` tells
@@ -242,7 +254,7 @@ impl Watched {
 /// Sets the `watched` value to 2 (its update panics), then, after
 /// `settle`, to 3 (it applies): 2 is asked for once, not again and again.
 async fn asked_once_then_applied(watched: Watched, options: RuntimeOptions, settle: Duration) {
-    // A subscriber of its own (see the test above on callsites).
+    // A subscriber of its own (see the reload tests' note on callsites).
     let _default = tracing::subscriber::set_default(Capture::default());
     let runtime = start(watched.reference(), options).await;
     assert_eq!(served(&runtime), 1);
