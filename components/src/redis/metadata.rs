@@ -431,6 +431,13 @@ pub enum RedisMetadataError {
     },
 }
 
+impl RedisMetadataError {
+    /// Whether a TLS file's read hung ([`TlsError::is_hung`]).
+    pub fn is_hung(&self) -> bool {
+        matches!(self, Self::Tls(tls) if tls.is_hung())
+    }
+}
+
 /// Parses `redisHost`: `host:port` (port defaults to 6379), `[v6]:port`,
 /// or several of them comma-separated. An error never quotes credentials
 /// written in it: with an `@` anywhere, the error names only what follows

@@ -1,5 +1,6 @@
 //! Following a component's TLS files: every second the files are read
-//! again (on a blocking thread, never a runtime worker); when their
+//! again, as a component's start reads them (each on a thread of its own,
+//! never a runtime worker, within [`FILE_READ_DEADLINE`]); when their
 //! content differs from the material in force, the component builds a
 //! new client with it, checks that it works and swaps it in. New material
 //! that cannot be read or used (half-written, corrupt, a key that does
@@ -11,14 +12,19 @@
 //! failure that passes (a server restarting, unreachable for a moment)
 //! holds good files back seconds, not a minute; a server that learns to
 //! trust refused files later gets them; files that change are tried at
-//! the next read. PEM text never reaches a log: errors name fields and
-//! paths.
+//! the next read. A read that hangs (an NFS or FUSE mount that stopped
+//! answering) is given up at the deadline with one warning, and while it
+//! has not returned the file is not read again (each turn is refused at
+//! once): a hung mount pins one thread per file, not one more a second,
+//! and the material in force stays. PEM text never reaches a log: errors
+//! name fields and paths.
 //!
 //! [`follow`] runs the loop for any [`Followed`] component (the Redis
 //! state store and pub/sub); [`follow_files`] for a client built from
 //! [`ClientTlsFields`] (Apollo, etcd).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +34,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::client::{ClientTls, ClientTlsFields};
+use super::pem::TlsError;
+use super::read_within::{read_pem_file, ReadFile, FILE_READ_DEADLINE};
 
 /// How often the files are read again.
 pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
@@ -42,8 +50,28 @@ pub const FIRST_RETRY: Duration = Duration::from_secs(5);
 /// [`FIRST_RETRY`] up to this.
 pub const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
-/// The reading of the files, run on a blocking thread.
-pub type ReadFiles<T> = Box<dyn FnOnce() -> Result<T, String> + Send>;
+/// The reading of the files: off the async workers and bounded in time
+/// ([`ClientTlsFields::load_within`]).
+pub type ReadFiles<T> = Pin<Box<dyn Future<Output = Result<T, Unread>> + Send>>;
+
+/// Why a turn's reading gave no content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unread {
+    /// What went wrong, naming fields and paths, never PEM text.
+    pub message: String,
+    /// A file's read hung ([`TlsError::is_hung`]): warned about once for
+    /// as long as the hang lasts, not at every turn.
+    pub hung: bool,
+}
+
+impl From<TlsError> for Unread {
+    fn from(err: TlsError) -> Self {
+        Self {
+            hung: err.is_hung(),
+            message: err.to_string(),
+        }
+    }
+}
 
 /// What a follower does in one turn.
 pub enum Turn<T> {
@@ -90,6 +118,7 @@ pub struct FollowCounts {
     turns: AtomicU64,
     attempts: AtomicU64,
     superseded: AtomicU64,
+    warnings: AtomicU64,
 }
 
 impl FollowCounts {
@@ -107,6 +136,12 @@ impl FollowCounts {
     /// ([`Applied::Superseded`]).
     pub fn superseded(&self) -> u64 {
         self.superseded.load(Ordering::SeqCst)
+    }
+
+    /// How many warnings the follower logged (one per refused content,
+    /// read error or hang).
+    pub fn warnings(&self) -> u64 {
+        self.warnings.load(Ordering::SeqCst)
     }
 }
 
@@ -135,8 +170,7 @@ pub fn follow<F: Followed>(
             };
             let loaded = tokio::select! {
                 () = stop.cancelled() => return,
-                loaded = tokio::task::spawn_blocking(read) => loaded
-                    .unwrap_or_else(|err| Err(format!("reading the TLS files failed: {err}"))),
+                loaded = read => loaded,
             };
             counts.turns.fetch_add(1, Ordering::SeqCst);
             let content = match loaded {
@@ -146,8 +180,12 @@ pub fn follow<F: Followed>(
                 }
                 Ok(content) if refusals.holds_back(&content) => continue,
                 Ok(content) => content,
-                Err(error) => {
-                    refusals.note(&label, backend, Err(error.clone()), &error);
+                Err(unread) => {
+                    let refused = match unread.hung {
+                        true => Refused::Hung,
+                        false => Refused::Unread(unread.message.clone()),
+                    };
+                    refusals.note(&label, backend, refused, &unread.message, &counts);
                     continue;
                 }
             };
@@ -166,7 +204,8 @@ pub fn follow<F: Followed>(
                 }
                 Err(error) => {
                     refusals.hold(&content);
-                    refusals.note(&label, backend, Ok(content), &error);
+                    let refused = Refused::Content(content);
+                    refusals.note(&label, backend, refused, &error, &counts);
                 }
             }
         }
@@ -175,12 +214,23 @@ pub fn follow<F: Followed>(
 
 /// What a follower remembers of refusals.
 struct Refusals<T> {
-    /// The content (or the read error) last refused, warned about once.
-    warned: Option<Result<T, String>>,
+    /// What was last refused, warned about once.
+    warned: Option<Refused<T>>,
     /// The content last refused when tried: not tried again before
     /// `until` while the files still hold it; `wait` is how long it was
     /// held back after its last failure.
     held: Option<Held<T>>,
+}
+
+/// What a turn refused.
+#[derive(PartialEq)]
+enum Refused<T> {
+    /// New content, which failed when applied.
+    Content(T),
+    /// The files, which could not be read or used (this error).
+    Unread(String),
+    /// A file whose read hung (given up, or still not returned).
+    Hung,
 }
 
 /// Content held back after it failed.
@@ -223,14 +273,26 @@ impl<T: PartialEq + Clone> Refusals<T> {
     }
 
     /// Logs the refusal of `refused` for `error`: a warning the first
-    /// time, then at debug level.
-    fn note(&mut self, label: &str, backend: &str, refused: Result<T, String>, error: &str) {
+    /// time (counted in `counts`), then at debug level.
+    fn note(
+        &mut self,
+        label: &str,
+        backend: &str,
+        refused: Refused<T>,
+        error: &str,
+        counts: &FollowCounts,
+    ) {
         if self.warned.as_ref() == Some(&refused) {
             debug!(component = %label, error = %error, "New {backend} TLS files still refused.");
+            return;
+        }
+        if let Refused::Hung = refused {
+            warn!(component = %label, error = %error, "Reading the {backend} TLS files hung; the client in force keeps serving, and the file is not read again until that read returns.");
         } else {
             warn!(component = %label, error = %error, "New {backend} TLS files refused; the client in force keeps serving.");
-            self.warned = Some(refused);
         }
+        counts.warnings.fetch_add(1, Ordering::SeqCst);
+        self.warned = Some(refused);
     }
 }
 
@@ -252,13 +314,29 @@ where
     F: FnMut(ClientTls) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), String>> + Send,
 {
+    let followed = FieldFiles {
+        fields,
+        in_force,
+        apply,
+        deadline: FILE_READ_DEADLINE,
+        read: read_pem_file,
+    };
+    follow_field_files(label, backend, stop, followed)
+}
+
+/// [`follow_files`] of `followed` (its read and deadline chosen).
+fn follow_field_files<F, Fut>(
+    label: String,
+    backend: &'static str,
+    stop: CancellationToken,
+    followed: FieldFiles<F>,
+) -> Arc<FollowCounts>
+where
+    F: FnMut(ClientTls) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), String>> + Send,
+{
     let counts = Arc::new(FollowCounts::default());
-    if !fields.files().is_empty() {
-        let followed = FieldFiles {
-            fields,
-            in_force,
-            apply,
-        };
+    if !followed.fields.files().is_empty() {
         follow(label, backend, stop, followed, counts.clone());
     }
     counts
@@ -269,6 +347,10 @@ struct FieldFiles<F> {
     fields: ClientTlsFields,
     in_force: ClientTls,
     apply: F,
+    /// The bound of one turn's reads ([`FILE_READ_DEADLINE`]).
+    deadline: Duration,
+    /// How a file is read ([`read_pem_file`] but in tests).
+    read: ReadFile,
 }
 
 impl<F, Fut> Followed for FieldFiles<F>
@@ -279,9 +361,10 @@ where
     type Content = ClientTls;
 
     fn turn(&mut self) -> Turn<ClientTls> {
-        let fields = self.fields.clone();
-        Turn::Read(Box::new(move || {
-            fields.load().map_err(|err| err.to_string())
+        let (fields, deadline, read) = (self.fields.clone(), self.deadline, self.read);
+        Turn::Read(Box::pin(async move {
+            let loaded = fields.load_with(deadline, read).await;
+            loaded.map_err(Unread::from)
         }))
     }
 
@@ -297,11 +380,40 @@ where
 }
 
 #[cfg(test)]
+mod hung_read_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::tls::PemSource;
     use std::sync::Mutex;
     use testkit::certs::TestCa;
+
+    /// [`FieldFiles`] whose files are read in the follower's task: a read
+    /// on a thread of its own is not seen by the paused clock, which would
+    /// move on (seconds of held-back retries) while the read runs.
+    struct ReadInPlace<F>(FieldFiles<F>);
+
+    impl<F, Fut> Followed for ReadInPlace<F>
+    where
+        F: FnMut(ClientTls) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), String>> + Send,
+    {
+        type Content = ClientTls;
+
+        fn turn(&mut self) -> Turn<ClientTls> {
+            let loaded = self.0.fields.load().map_err(Unread::from);
+            Turn::Read(Box::pin(std::future::ready(loaded)))
+        }
+
+        fn in_force(&self, content: &ClientTls) -> bool {
+            self.0.in_force(content)
+        }
+
+        async fn apply(&mut self, content: ClientTls) -> Result<Applied, String> {
+            self.0.apply(content).await
+        }
+    }
 
     /// Waits (on the paused clock, which moves on by itself) until `done`.
     async fn until(mut done: impl FnMut() -> bool) {
@@ -335,13 +447,10 @@ mod tests {
         let applied = Arc::new(Mutex::new(Vec::<(ClientTls, Instant)>::new()));
         let good_client = ca.client("app-3");
         let trusted = good_client.cert_pem.clone().into_bytes();
-        let counts = follow_files(
-            "test".into(),
-            "Test",
-            fields.clone(),
+        let followed = FieldFiles {
+            fields: fields.clone(),
             in_force,
-            CancellationToken::new(),
-            {
+            apply: {
                 let applied = applied.clone();
                 move |material: ClientTls| {
                     let trusted = material
@@ -355,6 +464,17 @@ mod tests {
                     async move { trusted.then_some(()).ok_or_else(|| "refused".to_string()) }
                 }
             },
+            deadline: FILE_READ_DEADLINE,
+            read: read_pem_file,
+        };
+        let counts = Arc::new(FollowCounts::default());
+        let followed = ReadInPlace(followed);
+        follow(
+            "test".into(),
+            "Test",
+            CancellationToken::new(),
+            followed,
+            counts.clone(),
         );
         let times_applied = |material: &ClientTls| {
             let applied = applied.lock().unwrap_or_else(|p| p.into_inner());

@@ -16,9 +16,11 @@
 //!   the async workers within [`FILE_READ_DEADLINE`] (a component's
 //!   start reads them so: a hung mount fails it, never stalls a worker).
 //! * `follow`: [`follow`] and [`follow_files`], re-reading the files of a
-//!   running component and swapping in a client built with new material
-//!   (content that failed waits [`FIRST_RETRY`], doubled at each failure up
-//!   to [`REFUSED_RETRY`], unless it changes).
+//!   running component (read as `read_within` reads them: a hung file is
+//!   given up, and not read again until that read returns) and swapping
+//!   in a client built with new material (content that failed waits
+//!   [`FIRST_RETRY`], doubled at each failure up to [`REFUSED_RETRY`],
+//!   unless it changes).
 //! * [`system_roots`]: the system's root certificates, read off the async
 //!   workers once for every client that trusts them.
 
@@ -30,7 +32,7 @@ pub mod system_roots;
 
 pub use client::{http_config, ClientTls, ClientTlsFields};
 pub use follow::{
-    follow, follow_files, Applied, FollowCounts, Followed, ReadFiles, Turn, FIRST_RETRY,
+    follow, follow_files, Applied, FollowCounts, Followed, ReadFiles, Turn, Unread, FIRST_RETRY,
     RECHECK_EVERY, REFUSED_RETRY,
 };
 pub use pem::{pem_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYTES};

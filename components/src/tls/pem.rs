@@ -22,6 +22,18 @@ pub enum TlsError {
         /// Why (never the file's content nor its path).
         reason: String,
     },
+    /// A file's read did not finish within its deadline (a hung NFS or
+    /// FUSE mount?), or an earlier read of it, given up, has not returned
+    /// yet (no other was started).
+    #[error("metadata field `{field}`: cannot read `{path}`: {reason}")]
+    Hung {
+        /// The field.
+        field: &'static str,
+        /// The file, as [`shown_path`] shows it.
+        path: String,
+        /// Which of the two.
+        reason: String,
+    },
     /// The value (or the file) holds no usable PEM of the expected kind.
     #[error("metadata field `{field}`{}: {reason}", .path.as_ref().map(|p| format!(" (`{p}`)")).unwrap_or_default())]
     Invalid {
@@ -36,6 +48,14 @@ pub enum TlsError {
     /// the combination.
     #[error("{0}")]
     Config(String),
+}
+
+impl TlsError {
+    /// Whether a file's read hung ([`Hung`](Self::Hung)): a follower warns
+    /// once for as long as it lasts, not at every turn.
+    pub fn is_hung(&self) -> bool {
+        matches!(self, Self::Hung { .. })
+    }
 }
 
 /// Largest "path" shown in an error, status or `Debug` output; a longer

@@ -26,9 +26,9 @@ pub const FILE_READ_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Reads one PEM file, blocking: [`rewire_runtime::read_bounded`] but in
 /// tests.
-type ReadFile = fn(&Path) -> Result<Vec<u8>, FileReadError>;
+pub(super) type ReadFile = fn(&Path) -> Result<Vec<u8>, FileReadError>;
 
-fn read_pem_file(path: &Path) -> Result<Vec<u8>, FileReadError> {
+pub(super) fn read_pem_file(path: &Path) -> Result<Vec<u8>, FileReadError> {
     rewire_runtime::read_bounded(path, MAX_PEM_BYTES)
 }
 
@@ -41,7 +41,11 @@ impl ClientTlsFields {
         self.load_with(deadline, read_pem_file).await
     }
 
-    async fn load_with(&self, deadline: Duration, read: ReadFile) -> Result<ClientTls, TlsError> {
+    pub(super) async fn load_with(
+        &self,
+        deadline: Duration,
+        read: ReadFile,
+    ) -> Result<ClientTls, TlsError> {
         let until = Instant::now() + deadline;
         let field = |source, name| read_field(source, name, deadline, until, read);
         let read = ReadFields {
@@ -72,30 +76,35 @@ async fn read_field(
         path: shown_path(path),
         reason,
     };
+    let hung = |reason| TlsError::Hung {
+        field,
+        path: shown_path(path),
+        reason,
+    };
     let left = until.saturating_duration_since(Instant::now());
     let owned = path.clone();
     let call = move || Ok(read(&owned));
     match crate::component_file::on_path_within(path, left, call).await {
         Ok(Ok(bytes)) => Ok(Some(bytes)),
         Ok(Err(err)) => Err(failed(read_error_reason(&err))),
-        Err(err) if err.kind() == std::io::ErrorKind::TimedOut => Err(failed(format!(
+        Err(err) if err.kind() == std::io::ErrorKind::TimedOut => Err(hung(format!(
             "reading it timed out after {} s (a hung mount?)",
             deadline.as_secs_f64()
         ))),
         // Not started: an earlier read of the file, given up, is stuck.
-        Err(err) => Err(failed(err.to_string())),
+        Err(err) => Err(hung(err.to_string())),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::{mpsc, Arc};
 
     /// A FIFO at a fresh path in `dir`: a plain read of it blocks until a
     /// writer comes, as a read on a hung mount never returns.
-    fn fifo(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+    pub(in crate::tls) fn fifo(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
         let path = dir.path().join(name);
         let made = std::process::Command::new("mkfifo").arg(&path).status();
         assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");

@@ -1,6 +1,7 @@
 //! Following the TLS files of a `redis` component (`caCert`, `clientCert`,
 //! `clientKey` given as paths) with [`crate::tls::follow`]: every second
-//! the files are read again (off the runtime); when their content
+//! the files are read again (off the runtime, within
+//! [`crate::tls::FILE_READ_DEADLINE`]); when their content
 //! changed, a new connection is made with it and verified, then swapped
 //! in over the session it was made for (a metadata change or a failover
 //! installed meanwhile wins, and the files are compared with it at the
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Link, RedisConnection, Session, Shared, StrongSlot};
 use crate::redis::connect::open;
 use crate::redis::metadata::{ConnectionSettings, RedisMetadata};
-use crate::tls::{Applied, Followed, PemSource, Turn};
+use crate::tls::{Applied, Followed, PemSource, Turn, Unread};
 
 /// Whether `metadata` names any TLS file.
 pub(in crate::redis) fn names_files(metadata: &RedisMetadata) -> bool {
@@ -34,10 +35,12 @@ pub(in crate::redis) fn names_files(metadata: &RedisMetadata) -> bool {
 
 /// The reading of the files `metadata` names, for a follower's turn.
 pub(in crate::redis) fn read_settings(metadata: Arc<RedisMetadata>) -> Turn<ConnectionSettings> {
-    Turn::Read(Box::new(move || {
-        metadata
-            .connection_settings()
-            .map_err(|err| err.to_string())
+    Turn::Read(Box::pin(async move {
+        let read = metadata.read_connection_settings().await;
+        read.map_err(|err| Unread {
+            hung: err.is_hung(),
+            message: err.to_string(),
+        })
     }))
 }
 
