@@ -13,8 +13,11 @@
 //!
 //! A push the runtime does not take is not a gRPC error: it is answered
 //! `accepted = false` with every reason (a NACK, as in Envoy's xDS), and the
-//! running generation keeps serving. Only a request that names no component
-//! is refused (`INVALID_ARGUMENT`).
+//! running generation keeps serving. Only a request that names no component,
+//! or gives more refs of a kind than a push may, is refused
+//! (`INVALID_ARGUMENT`). Every answer gives at most [`MAX_REASONS`]
+//! reasons, each cut as a reload record's error lines are: a push cannot
+//! make its answer larger than itself.
 
 use std::collections::HashMap;
 
@@ -24,7 +27,7 @@ use tonic::{Request, Response, Status};
 
 use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
 
-use super::lifecycle_patch::{patch_of, Declares};
+use super::lifecycle_patch::{held_bytes, patch_of, too_many_refs, Declares};
 use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
 use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
@@ -148,12 +151,18 @@ async fn apply(
     declares: Declares,
     wait: Wait<'_>,
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
-    let bytes = req.encoded_len();
+    let wire = req.encoded_len();
     let config = req
         .component_config
         .ok_or_else(|| Status::invalid_argument("component_config is required"))?;
     let key = key_of(&config.kind, &config.name)?;
     label_if_running(&call, &key);
+    if let Some(reason) = too_many_refs(&config) {
+        return Err(Status::invalid_argument(format!("{key}: {reason}")));
+    }
+    // Counted in the backlog as parsed, before parsing: pushes being
+    // parsed together cannot pass the budget either.
+    let admitted = wait.0.admit(held_bytes(&config, wire))?;
     // The push stores only what it declares: an empty type keeps the type
     // in force, scopes (and unsaid refs) stay the lower layers', and
     // whether an amendment amends or declares the component whole, all
@@ -162,8 +171,8 @@ async fn apply(
     let patch = match patch_of(config, declares) {
         Ok(patch) => patch,
         Err(problems) => {
-            let errors = problems.iter().map(|p| format!("{key}: {p}")).collect();
-            return Ok(nack(&call, Outcome::Rejected, errors));
+            let reasons = problems.iter().map(|p| format!("{key}: {p}"));
+            return Ok(nack(&call, Outcome::Rejected, reasons));
         }
     };
     let runtime = call.runtime().clone();
@@ -180,7 +189,7 @@ async fn apply(
             }
         }
     };
-    let waited = wait.0.run(wait.1, bytes, reload).await?;
+    let waited = wait.0.run(wait.1, admitted, reload).await?;
     // A component the push added is running now.
     label_if_running(&call, &key);
     answer(&call, waited)
@@ -194,10 +203,10 @@ async fn remove(
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
     label_if_running(&call, &key);
-    let bytes = req.encoded_len();
+    let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
     let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
-    answer(&call, wait.0.run(wait.1, bytes, reload).await?)
+    answer(&call, wait.0.run(wait.1, admitted, reload).await?)
 }
 
 /// `ReleaseComponent`: lets go of a push, answering ACK or NACK.
@@ -208,14 +217,14 @@ async fn release(
 ) -> Result<pb::ApplyConfigurationResponse, Status> {
     let key = key_of(&req.kind, &req.name)?;
     label_if_running(&call, &key);
-    let bytes = req.encoded_len();
+    let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
     let reload = async move {
         runtime
             .release_component(key, req.based_on_generation)
             .await
     };
-    answer(&call, wait.0.run(wait.1, bytes, reload).await?)
+    answer(&call, wait.0.run(wait.1, admitted, reload).await?)
 }
 
 /// Labels the call's metric with `key` only when it names a component
@@ -250,26 +259,20 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
     let result = match waited {
         Waited::Done(result) => result,
         Waited::Queued { ahead, waited } => {
-            let mut queued = nack(call, Outcome::Rejected, vec![queued_reason(ahead, waited)]);
+            let mut queued = nack(call, Outcome::Rejected, [queued_reason(ahead, waited)]);
             queued.outcome = "queued".to_string();
             return Ok(queued);
         }
     };
     match result {
         Ok(record) => Ok(ack(&record, |line| call.runtime().redact(line))),
-        Err(ReloadError::Invalid(problems)) => Ok(nack(
-            call,
-            Outcome::Rejected,
-            problems.iter().map(ToString::to_string).collect(),
-        )),
+        Err(ReloadError::Invalid(problems)) => Ok(nack(call, Outcome::Rejected, problems.iter())),
         Err(err @ ReloadError::Stale { .. }) => {
-            Ok(nack(call, Outcome::Rejected, vec![err.to_string()]))
+            Ok(nack(call, Outcome::Rejected, [err.to_string()]))
         }
-        Err(ReloadError::RolledBack(failures)) => Ok(nack(
-            call,
-            Outcome::RolledBack,
-            failures.iter().map(ToString::to_string).collect(),
-        )),
+        Err(ReloadError::RolledBack(failures)) => {
+            Ok(nack(call, Outcome::RolledBack, failures.iter()))
+        }
         Err(err @ ReloadError::Stopped) => Err(Status::unavailable(err.to_string())),
     }
 }
@@ -278,15 +281,11 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
 /// component's update failed after the commit (a staged in-place update
 /// that panicked: it runs as before), the reason, one line each.
 fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfigurationResponse {
+    let lines = record.error.iter().flat_map(|e| e.lines());
     pb::ApplyConfigurationResponse {
         accepted: true,
         generation: record.generation,
-        errors: record
-            .error
-            .iter()
-            .flat_map(|e| e.lines())
-            .map(redact)
-            .collect(),
+        errors: bounded_reasons(lines, redact),
         outcome: snake_case(&record.outcome),
         actions: record
             .actions
@@ -296,16 +295,46 @@ fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfi
     }
 }
 
-/// A NACK: the generation still serving, and every reason (secret values
-/// scrubbed).
-fn nack(call: &Call, outcome: Outcome, errors: Vec<String>) -> pb::ApplyConfigurationResponse {
+/// A NACK: the generation still serving, and the reasons (secret values
+/// scrubbed; bounded as [`bounded_reasons`] says).
+fn nack<R: ToString>(
+    call: &Call,
+    outcome: Outcome,
+    reasons: impl IntoIterator<Item = R>,
+) -> pb::ApplyConfigurationResponse {
     pb::ApplyConfigurationResponse {
         accepted: false,
         generation: call.runtime().generation().number,
-        errors: errors.iter().map(|e| call.runtime().redact(e)).collect(),
+        errors: bounded_reasons(reasons, |r| call.runtime().redact(r)),
         outcome: snake_case(&outcome),
         actions: HashMap::new(),
     }
+}
+
+/// Most reasons an answer gives: as many lines as a reload record keeps of
+/// its error (32, then one counting the rest).
+const MAX_REASONS: usize = 33;
+
+/// `reasons` as an answer gives them: the first [`MAX_REASONS`], each
+/// scrubbed by `redact` then cut as a record's error lines are
+/// ([`ReloadRecord::kept_error`]: about 1 KiB, the middle cut to `…`),
+/// then `… and N more`. Only those kept are made into text, scrubbed or
+/// copied: a push can give hundreds of thousands.
+fn bounded_reasons<R: ToString>(
+    reasons: impl IntoIterator<Item = R>,
+    redact: impl Fn(&str) -> String,
+) -> Vec<String> {
+    let mut reasons = reasons.into_iter();
+    let mut kept: Vec<String> = reasons
+        .by_ref()
+        .take(MAX_REASONS)
+        .map(|reason| ReloadRecord::kept_error(&redact(&reason.to_string())))
+        .collect();
+    let more = reasons.count();
+    if more > 0 {
+        kept.push(format!("… and {more} more"));
+    }
+    kept
 }
 
 /// The serde name of an outcome or action (`rolled_back`, `updated_in_place`).
@@ -315,6 +344,9 @@ fn snake_case<T: serde::Serialize>(value: &T) -> String {
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod bounds_tests;
 
 #[cfg(test)]
 mod tests {

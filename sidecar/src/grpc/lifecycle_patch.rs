@@ -16,6 +16,13 @@
 //! no entry of is left unsaid (`None`); the reload declares it whole
 //! (unsaid refs: none) when it is not in force or changes type. Layotto's
 //! push carries metadata only, so its refs are always unsaid.
+//!
+//! A push is bounded before anything is built from it: at most
+//! [`MAX_REFS_PER_KIND`] refs of each kind, at most [`MAX_PROBLEMS`]
+//! problems reported (the rest counted), and the backlog is charged with
+//! what its patch will hold ([`held_bytes`]) before it is parsed.
+
+use std::mem::size_of;
 
 use serde_json::{Map, Value};
 
@@ -40,15 +47,122 @@ pub(super) enum Declares {
     FieldsOrNew,
 }
 
+/// Most refs of each kind one push may give: far more than a component
+/// uses, and few enough that checking and reporting them costs little (an
+/// empty `SecretRef` is 2 bytes on the wire: a 4 MiB push could give 2 M).
+pub(super) const MAX_REFS_PER_KIND: usize = 1_000;
+
+/// Most problems a push's NACK reports (as many lines as a reload record
+/// keeps of its error); the rest are counted in a last one.
+pub(super) const MAX_PROBLEMS: usize = 32;
+
+/// Why `config` is refused whole, before anything is built from it: a kind
+/// of ref given more than [`MAX_REFS_PER_KIND`] times, naming the field.
+pub(super) fn too_many_refs(config: &pb::ComponentConfig) -> Option<String> {
+    [
+        ("component_refs", config.component_refs.len()),
+        ("secret_refs", config.secret_refs.len()),
+        ("configuration_refs", config.configuration_refs.len()),
+    ]
+    .into_iter()
+    .find(|(_, given)| *given > MAX_REFS_PER_KIND)
+    .map(|(field, given)| {
+        format!("`{field}` gives {given} refs, more than the {MAX_REFS_PER_KIND} a push may give")
+    })
+}
+
+/// The slot a JSON value takes in the patch: twice a `Value`, as an array
+/// or map grows by doubling (up to half its room spare).
+const VALUE_SLOT: usize = 2 * size_of::<Value>();
+
+/// The slot an object member's key takes besides its value's, likewise.
+const KEY_SLOT: usize = 2 * size_of::<String>();
+
+/// About the most memory `config`'s patch takes until its reload runs,
+/// known before anything is parsed, so the backlog can be charged for it
+/// first: the request's `wire` bytes (the text the patch copies), the JSON
+/// text once more (held with what it parses into while parsing), a
+/// [`VALUE_SLOT`] per value and a [`KEY_SLOT`] per key, and the refs. Wire
+/// bytes alone undercount 16–32 times: `{"a":[0,0,…]}` parses into a
+/// 32-byte value per 2 bytes of text.
+pub(super) fn held_bytes(config: &pb::ComponentConfig, wire: usize) -> usize {
+    let (values, members) = json_values_and_members(&config.metadata_json);
+    let fields = config.metadata.len();
+    let refs = config.component_refs.len() * size_of::<ComponentRef>()
+        + config.secret_refs.len() * size_of::<SecretRef>()
+        + config.configuration_refs.len() * size_of::<ConfigurationRef>();
+    wire + config.metadata_json.len()
+        + (values + fields) * VALUE_SLOT
+        + (members + fields) * KEY_SLOT
+        + refs
+}
+
+/// At least how many values and object members `text` parses into,
+/// counted without parsing (invalid JSON too): a value starts the text,
+/// follows each `[`, `,` and `:` outside strings; a member, each `:`.
+fn json_values_and_members(text: &str) -> (usize, usize) {
+    let (mut values, mut members) = (1, 0);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b',' => values += 1,
+            b':' => {
+                values += 1;
+                members += 1;
+            }
+            _ => {}
+        }
+    }
+    (values, members)
+}
+
+/// A push's problems: the first [`MAX_PROBLEMS`], the rest counted.
+#[derive(Default)]
+struct Problems {
+    kept: Vec<String>,
+    more: usize,
+}
+
+impl Problems {
+    fn push(&mut self, problem: impl FnOnce() -> String) {
+        if self.kept.len() < MAX_PROBLEMS {
+            self.kept.push(problem());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// Every problem kept, then how many more there were; `None` when
+    /// there is none.
+    fn into_reasons(self) -> Option<Vec<String>> {
+        let mut kept = self.kept;
+        if self.more > 0 {
+            kept.push(format!("… and {} more problems", self.more));
+        }
+        Some(kept).filter(|k| !k.is_empty())
+    }
+}
+
 /// The patch `config` declares, its refs said when it declares the
-/// component whole, or every reason it cannot be taken.
+/// component whole, or why it cannot be taken (at most [`MAX_PROBLEMS`]
+/// reasons, then how many more).
 pub(super) fn patch_of(
     config: pb::ComponentConfig,
     declares: Declares,
 ) -> Result<ComponentPatch, Vec<String>> {
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     let mut metadata = metadata_of(&config.metadata_json).unwrap_or_else(|problem| {
-        problems.push(problem);
+        problems.push(|| problem);
         Map::new()
     });
     for (field, value) in config.metadata {
@@ -57,8 +171,8 @@ pub(super) fn patch_of(
     let component_refs = component_refs_of(config.component_refs, &mut problems);
     let secret_refs = secret_refs_of(config.secret_refs, &mut problems);
     let configuration_refs = configuration_refs_of(config.configuration_refs, &mut problems);
-    if !problems.is_empty() {
-        return Err(problems);
+    if let Some(reasons) = problems.into_reasons() {
+        return Err(reasons);
     }
     let type_name = Some(config.r#type).filter(|t| !t.is_empty());
     Ok(ComponentPatch {
@@ -82,12 +196,12 @@ fn said<T>(refs: Vec<T>, declares: Declares) -> Option<Vec<T>> {
 }
 
 /// The component refs of a push; each one missing a field is a problem.
-fn component_refs_of(refs: Vec<pb::ComponentRef>, problems: &mut Vec<String>) -> Vec<ComponentRef> {
+fn component_refs_of(refs: Vec<pb::ComponentRef>, problems: &mut Problems) -> Vec<ComponentRef> {
     refs.into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
             let missing = required(&[("kind", &r.kind), ("name", &r.name)]);
-            report(problems, &format!("component_refs[{i}]"), missing)?;
+            report(problems, || format!("component_refs[{i}]"), missing)?;
             Some(ComponentRef {
                 key: ComponentKey::new(r.kind, r.name),
             })
@@ -97,12 +211,12 @@ fn component_refs_of(refs: Vec<pb::ComponentRef>, problems: &mut Vec<String>) ->
 
 /// The secret refs of a push (`inject_as` defaults to the key); each one
 /// missing a field is a problem.
-fn secret_refs_of(refs: Vec<pb::SecretRef>, problems: &mut Vec<String>) -> Vec<SecretRef> {
+fn secret_refs_of(refs: Vec<pb::SecretRef>, problems: &mut Problems) -> Vec<SecretRef> {
     refs.into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
             let missing = required(&[("store", &r.store), ("name", &r.name), ("key", &r.key)]);
-            report(problems, &format!("secret_refs[{i}]"), missing)?;
+            report(problems, || format!("secret_refs[{i}]"), missing)?;
             Some(SecretRef {
                 inject_as: or_default(r.inject_as, &r.key),
                 store: r.store,
@@ -118,13 +232,13 @@ fn secret_refs_of(refs: Vec<pb::SecretRef>, problems: &mut Vec<String>) -> Vec<S
 /// empty group and label are none); each one missing a field is a problem.
 fn configuration_refs_of(
     refs: Vec<pb::ConfigurationRef>,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Vec<ConfigurationRef> {
     refs.into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
             let missing = required(&[("store", &r.store), ("key", &r.key)]);
-            report(problems, &format!("configuration_refs[{i}]"), missing)?;
+            report(problems, || format!("configuration_refs[{i}]"), missing)?;
             Some(ConfigurationRef {
                 inject_as: or_default(r.inject_as, &r.key),
                 group: Some(r.group).filter(|g| !g.is_empty()),
@@ -165,16 +279,22 @@ fn required(fields: &[(&'static str, &str)]) -> Vec<&'static str> {
 }
 
 /// Records a problem for `what` when fields are missing; `None` then.
-fn report(problems: &mut Vec<String>, what: &str, missing: Vec<&'static str>) -> Option<()> {
+fn report(
+    problems: &mut Problems,
+    what: impl FnOnce() -> String,
+    missing: Vec<&'static str>,
+) -> Option<()> {
     if missing.is_empty() {
         return Some(());
     }
-    let fields = missing
-        .iter()
-        .map(|f| format!("`{f}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    problems.push(format!("{what}: {fields} must not be empty"));
+    problems.push(|| {
+        let fields = missing
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("{}: {fields} must not be empty", what())
+    });
     None
 }
 
@@ -283,6 +403,26 @@ mod tests {
             (None, None)
         );
         assert_eq!(amended.type_name, None);
+    }
+
+    #[test]
+    fn a_push_is_charged_at_least_what_its_parsed_json_takes() {
+        let mut c = config();
+        c.metadata_json = format!(
+            r#"{{"a":[{}], "b": "x,[:y"}}"#,
+            vec!["0"; 100_000].join(",")
+        );
+        let wire = c.metadata_json.len();
+        let charged = held_bytes(&c, wire);
+        let patch = patch_of(c, Declares::Whole).expect("valid");
+        let zeros = patch.metadata["a"].as_array().expect("an array");
+        let parsed = zeros.capacity() * size_of::<Value>();
+        assert!(
+            charged >= wire + parsed,
+            "charged {charged} for {wire} bytes of text parsed into {parsed}"
+        );
+        // About as much: a string's commas and colons are not values.
+        assert!(charged < wire * 2 + 2 * parsed + 1024, "{charged}");
     }
 
     #[test]

@@ -41,9 +41,9 @@ const MIN_MARGIN: Duration = Duration::from_millis(50);
 /// many as a subscriber's queue holds, 64 messages).
 pub(super) const MAX_PENDING_PUSHES: usize = 64;
 
-/// Most request bytes the unfinished pushes hold together (each patch is
-/// kept until its turn): as much as all subscriber queues together, where
-/// 64 pushes of the 4 MiB request limit would hold 256 MiB.
+/// Most bytes the unfinished pushes hold together (each patch is kept
+/// until its turn, charged as parsed, not as sent: a JSON array of `0`s
+/// takes 16–32 times its text): as much as all subscriber queues together.
 pub(super) const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 
 /// What became of a push when its answer was due.
@@ -97,20 +97,19 @@ impl PushQueue {
         }
     }
 
-    /// Runs `reload` (of a request of `bytes`) to its end in its own task;
+    /// Runs the `admitted` push's `reload` to its end in its own task;
     /// waits for it until the answer is due for a caller whose request
-    /// carried `metadata`. `RESOURCE_EXHAUSTED`, and nothing run, when the
-    /// backlog is full.
+    /// carried `metadata`.
     pub(super) async fn run<F>(
         &self,
         metadata: &MetadataMap,
-        bytes: usize,
+        admitted: Admitted,
         reload: F,
     ) -> Result<Waited, Status>
     where
         F: Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static,
     {
-        let (ahead, pending) = self.admit(bytes)?;
+        let Admitted { ahead, pending } = admitted;
         let task = tokio::spawn(async move {
             let _pending = pending;
             reload.await
@@ -125,11 +124,12 @@ impl PushQueue {
         }
     }
 
-    /// Counts a push of `bytes` as pending, checked and counted under one
-    /// lock (no race past the limits): the pushes ahead of it, or
-    /// `RESOURCE_EXHAUSTED` naming the limit and the backlog. A push is
-    /// always taken when nothing is pending.
-    fn admit(&self, bytes: usize) -> Result<(usize, Pending), Status> {
+    /// Counts a push holding `bytes` as pending, checked and counted under
+    /// one lock (no race past the limits), before it is parsed (so pushes
+    /// being parsed together cannot pass the budget either): the pushes
+    /// ahead of it, or `RESOURCE_EXHAUSTED` naming the limit and the
+    /// backlog. A push is always taken when nothing is pending.
+    pub(super) fn admit(&self, bytes: usize) -> Result<Admitted, Status> {
         let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
         let ahead = backlog.pushes;
         if ahead >= MAX_PENDING_PUSHES {
@@ -140,9 +140,9 @@ impl PushQueue {
         }
         if ahead > 0 && backlog.bytes.saturating_add(bytes) > MAX_PENDING_BYTES {
             return Err(backlog_full(format!(
-                "the {ahead} pushes already queued hold {} bytes; this one's {bytes} would pass \
-                 the {MAX_PENDING_BYTES} bytes this API keeps pending: push again once they \
-                 are applied (see GetStatus)",
+                "the {ahead} pushes already queued hold {} bytes; this one would hold {bytes} \
+                 (parsed), past the {MAX_PENDING_BYTES} bytes this API keeps pending: push \
+                 again once they are applied (see GetStatus)",
                 backlog.bytes
             )));
         }
@@ -152,8 +152,16 @@ impl PushQueue {
             backlog: Arc::clone(&self.backlog),
             bytes,
         };
-        Ok((ahead, pending))
+        Ok(Admitted { ahead, pending })
     }
+}
+
+/// A push counted in the backlog, to [`run`](PushQueue::run); dropped
+/// unrun (a push refused once parsed), it leaves the backlog.
+pub(super) struct Admitted {
+    /// Pushes of this API ahead of it when it arrived.
+    ahead: usize,
+    pending: Pending,
 }
 
 /// `ErrorInfo.reason` of a push refused for a full backlog, with domain
@@ -219,6 +227,22 @@ pub(super) fn queued_reason(ahead: usize, waited: Duration) -> String {
 mod tests {
     use super::*;
 
+    impl PushQueue {
+        /// Admits a push holding `bytes`, then runs it.
+        async fn push<F>(
+            &self,
+            metadata: &MetadataMap,
+            bytes: usize,
+            reload: F,
+        ) -> Result<Waited, Status>
+        where
+            F: Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static,
+        {
+            let admitted = self.admit(bytes)?;
+            self.run(metadata, admitted, reload).await
+        }
+    }
+
     fn with_timeout(value: &'static str) -> MetadataMap {
         let mut map = MetadataMap::new();
         map.insert("grpc-timeout", value.parse().expect("ascii"));
@@ -262,7 +286,7 @@ mod tests {
         let queue = PushQueue::new(Duration::from_millis(100));
         let (done, finished) = tokio::sync::oneshot::channel();
         let waited = queue
-            .run(&MetadataMap::new(), 0, async move {
+            .push(&MetadataMap::new(), 0, async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let _ = done.send(());
                 Err(ReloadError::Stopped)
@@ -301,13 +325,13 @@ mod tests {
         let (release, held) = tokio::sync::watch::channel(false);
         for n in 0..MAX_PENDING_PUSHES {
             let waited = queue
-                .run(&with_timeout("1m"), 10, pending_until(&held))
+                .push(&with_timeout("1m"), 10, pending_until(&held))
                 .await
                 .expect("within the backlog");
             assert!(matches!(waited, Waited::Queued { ahead, .. } if ahead == n));
         }
         let refused = queue
-            .run(&with_timeout("1m"), 10, pending_until(&held))
+            .push(&with_timeout("1m"), 10, pending_until(&held))
             .await
             .err()
             .expect("one past the backlog is refused");
@@ -325,7 +349,7 @@ mod tests {
         release.send(true).expect("the reloads listen");
         drained(&queue).await;
         let taken = queue
-            .run(&with_timeout("1S"), 10, async { Err(ReloadError::Stopped) })
+            .push(&with_timeout("1S"), 10, async { Err(ReloadError::Stopped) })
             .await
             .expect("taken once the backlog drained");
         assert!(matches!(taken, Waited::Done(Err(ReloadError::Stopped))));
@@ -338,12 +362,12 @@ mod tests {
         let half = MAX_PENDING_BYTES / 2;
         for _ in 0..2 {
             queue
-                .run(&with_timeout("1m"), half, pending_until(&held))
+                .push(&with_timeout("1m"), half, pending_until(&held))
                 .await
                 .expect("within the bytes");
         }
         let refused = queue
-            .run(&with_timeout("1m"), 1, pending_until(&held))
+            .push(&with_timeout("1m"), 1, pending_until(&held))
             .await
             .err()
             .expect("one byte past the backlog's bytes is refused");
@@ -355,7 +379,7 @@ mod tests {
         drained(&queue).await;
         assert_eq!(queue.backlog.lock().expect("unpoisoned").bytes, 0);
         let alone = queue
-            .run(&with_timeout("1S"), MAX_PENDING_BYTES + 1, async {
+            .push(&with_timeout("1S"), MAX_PENDING_BYTES + 1, async {
                 Err(ReloadError::Stopped)
             })
             .await;
