@@ -28,6 +28,11 @@ pub(super) async fn configs(
     uri: Uri,
 ) -> Response {
     app.shared.count(Route::Configs);
+    app.shared.record_config_request(super::ConfigRequest {
+        namespace: namespace.clone(),
+        release_key: query.get("releaseKey").cloned(),
+        messages: query.get("messages").cloned(),
+    });
     if let Err(refused) = check_signature(&app, &app_id, &headers, &uri) {
         return *refused;
     }
@@ -172,7 +177,8 @@ fn filter_namespace_name(namespace: &str) -> &str {
     }
 }
 
-/// The watched namespaces whose latest release message is newer than the
+/// The watched namespaces whose latest release message (a release, or
+/// its deletion) is newer than the
 /// client's notification id (names answered without `.properties`).
 fn newer(app: &AppState, app_id: &str, cluster: &str, watched: &[Watched]) -> Vec<Notified> {
     watched
@@ -180,13 +186,13 @@ fn newer(app: &AppState, app_id: &str, cluster: &str, watched: &[Watched]) -> Ve
         .filter_map(|w| {
             let name = filter_namespace_name(&w.namespace_name).to_string();
             let ns = (app_id.to_string(), cluster.to_string(), name.clone());
-            let current = app.shared.current_of(&ns)?;
-            (current.notification_id > w.notification_id).then(|| {
+            let latest = app.shared.message_id_of(&ns)?;
+            (latest > w.notification_id).then(|| {
                 let watch_key = format!("{app_id}+{cluster}+{name}");
                 Notified {
                     namespace_name: name,
-                    notification_id: current.notification_id,
-                    messages: json!({"details": {watch_key: current.notification_id}}),
+                    notification_id: latest,
+                    messages: json!({"details": {watch_key: latest}}),
                 }
             })
         })

@@ -7,6 +7,8 @@
 //! release key) and the notification id of that release (a global message
 //! id, as Apollo's `ReleaseMessage.id`). A release copies the draft, gives it
 //! a new release key and notification id, and wakes every held long poll.
+//! Deleting a namespace (as the portal does) drops its releases and
+//! announces a new notification id, after which `/configs` answers 404.
 //! Fault switches make config service routes answer 500, hang, send
 //! malformed JSON or an oversized body; counters record requests per route.
 
@@ -107,6 +109,21 @@ type NamespaceId = (String, String, String);
 struct Data {
     namespaces: BTreeMap<NamespaceId, Namespace>,
     last_message_id: i64,
+    /// The latest release message id of each namespace (Apollo's
+    /// `ReleaseMessage` table): what long polls announce. Kept when the
+    /// namespace is deleted, which sends a message of its own.
+    messages: BTreeMap<NamespaceId, i64>,
+}
+
+/// One `GET /configs` request, as the server received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigRequest {
+    /// The namespace asked for.
+    pub namespace: String,
+    /// The `releaseKey` parameter, if any.
+    pub release_key: Option<String>,
+    /// The `messages` parameter (JSON text), if any.
+    pub messages: Option<String>,
 }
 
 /// The server's state, kept across a stop and restart.
@@ -120,6 +137,8 @@ pub struct Shared {
     secret: Mutex<Option<String>>,
     open_api_token: Mutex<Option<String>>,
     counters: Mutex<HashMap<Route, u64>>,
+    /// Every `/configs` request, oldest first.
+    config_requests: Mutex<Vec<ConfigRequest>>,
     /// The config service instances the meta route announces.
     config_services: Mutex<Vec<String>>,
     outstanding_polls: AtomicUsize,
@@ -161,6 +180,7 @@ impl Shared {
             secret: Mutex::new(None),
             open_api_token: Mutex::new(None),
             counters: Mutex::default(),
+            config_requests: Mutex::default(),
             config_services: Mutex::default(),
             outstanding_polls: AtomicUsize::new(0),
             held_polls_notified: AtomicU64::new(0),
@@ -224,10 +244,34 @@ impl Shared {
                     .collect(),
             };
             namespace.releases.push(record.clone());
+            data.messages.insert(ns.clone(), message_id);
             record
         };
         self.released.send_modify(|n| *n += 1);
         Some(record)
+    }
+
+    /// Deletes `namespace` (draft and releases), as the portal does: a
+    /// release message announces it to long polls, and `/configs` answers
+    /// 404 for it until it is released again. Returns the message's
+    /// notification id.
+    pub fn delete_namespace(&self, namespace: &str) -> i64 {
+        let message_id = {
+            let mut data = lock(&self.data);
+            data.namespaces.remove(&id(namespace));
+            data.last_message_id += 1;
+            let message_id = data.last_message_id;
+            data.messages.insert(id(namespace), message_id);
+            message_id
+        };
+        self.released.send_modify(|n| *n += 1);
+        message_id
+    }
+
+    /// The notification id long polls announce for `ns`, if any message
+    /// was sent for it.
+    fn message_id_of(&self, ns: &NamespaceId) -> Option<i64> {
+        lock(&self.data).messages.get(ns).copied()
     }
 
     /// The current release of `namespace`.
@@ -365,6 +409,19 @@ impl Shared {
 
     fn count(&self, route: Route) {
         *lock(&self.counters).entry(route).or_insert(0) += 1;
+    }
+
+    /// Every `/configs` request received for `namespace`, oldest first.
+    pub fn config_requests(&self, namespace: &str) -> Vec<ConfigRequest> {
+        lock(&self.config_requests)
+            .iter()
+            .filter(|r| r.namespace == namespace)
+            .cloned()
+            .collect()
+    }
+
+    fn record_config_request(&self, request: ConfigRequest) {
+        lock(&self.config_requests).push(request);
     }
 
     /// Long polls being held right now.
