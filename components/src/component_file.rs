@@ -275,6 +275,61 @@ where
     })
 }
 
+/// The blocking calls on one path whose order matters (writes of a file
+/// that must not land after a later one), by path; kept while a caller or
+/// a call's thread holds them.
+static IN_TURN: LazyLock<Mutex<HashMap<PathBuf, std::sync::Weak<InTurn>>>> =
+    LazyLock::new(Default::default);
+
+/// The turn and the one reader of a path's calls in turn.
+#[derive(Debug, Default)]
+struct InTurn {
+    turn: tokio::sync::Mutex<()>,
+    reader: DetachedReader,
+}
+
+/// Runs `call`, a blocking call on `path`, on a thread of its own, given up
+/// after `deadline`, as [`on_path_within`] does, but strictly in turn: the
+/// calls on `path` run one at a time (waiting for the turn at most
+/// `deadline`), and while one given up (at its deadline, or by a caller
+/// that stopped waiting) has not returned, every later one is refused at
+/// once and none is ever tried again beside it. So a call never starts
+/// before every earlier one ended (a late write cannot land over a later
+/// one), and a hung mount pins one thread per path, however many callers
+/// give up.
+pub(crate) async fn on_path_in_turn<T, C>(
+    path: &Path,
+    deadline: Duration,
+    call: C,
+) -> Result<T, Abandoned>
+where
+    T: Send + 'static,
+    C: FnOnce() -> T + Send + 'static,
+{
+    let in_turn = {
+        let mut paths = IN_TURN.lock().unwrap_or_else(|p| p.into_inner());
+        match paths.get(path).and_then(std::sync::Weak::upgrade) {
+            Some(in_turn) => in_turn,
+            None => {
+                paths.retain(|_, in_turn| in_turn.strong_count() > 0);
+                let in_turn = Arc::new(InTurn::default());
+                paths.insert(path.to_path_buf(), Arc::downgrade(&in_turn));
+                in_turn
+            }
+        }
+    };
+    let Ok(_turn) = tokio::time::timeout(deadline, in_turn.turn.lock()).await else {
+        return Err(Abandoned::TimedOut(deadline));
+    };
+    // The thread keeps the path's reader (busy while it runs) registered.
+    let kept = Arc::clone(&in_turn);
+    let call = move || {
+        let _kept = kept;
+        call()
+    };
+    in_turn.reader.read_within(deadline, call).await
+}
+
 /// A file at `path` whose first read answers `content` and whose later
 /// reads hang (as on a hung mount) until the sender is dropped or sent to
 /// (10 s at most), given up after 50 ms; with the count of reads started.

@@ -41,14 +41,31 @@
 //! a refused key leaves nothing there. A file that is larger, or not readable, stops the
 //! sequencer from starting (starting at 0 could repeat ids) with an error
 //! saying what to do.
+//!
+//! Every operation on a file (a look at it, a read, a whole write with its
+//! fsyncs and rename) runs off the async workers, bounded by
+//! [`HIGH_WATER_FILE_DEADLINE`], and one at a time per file
+//! ([`on_path_in_turn`]): on a hung mount, one operation is given up and
+//! pins one thread; until it returns, requests needing the file fail at
+//! once (a backend error naming `highWaterFile`) instead of each pinning
+//! another thread, and no write starts before an earlier one ended, so a
+//! late write never lands over a later reservation. A write given up is a
+//! reservation not made: no id is handed out under it.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Weak};
+use std::time::Duration;
 
-use rewire_runtime::{IdRange, InitContext, SequencerError};
+use rewire_runtime::{Abandoned, IdRange, InitContext, SequencerError};
 use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::component_file::{on_path_in_turn, COMPONENT_FILE_READ_DEADLINE};
+
+/// How long one operation on a high-water file may take (a look at it, a
+/// read, a write with its fsyncs): 5 s, as a component file read.
+pub const HIGH_WATER_FILE_DEADLINE: Duration = COMPONENT_FILE_READ_DEADLINE;
 
 /// Ids reserved per file write, beyond what the request needs.
 pub const RESERVE_BLOCK: i64 = 1_000;
@@ -120,7 +137,7 @@ pub fn check_key_prefix(key_prefix: &str) -> Result<(), String> {
     }
 }
 
-/// Why a high-water file could not be read.
+/// Why a high-water file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[error("metadata field `highWaterFile`: {path}: {reason}")]
 pub struct HighWaterFileError {
@@ -128,6 +145,20 @@ pub struct HighWaterFileError {
     pub path: String,
     /// What is wrong with it.
     pub reason: String,
+    /// The file did not answer in time (a hung mount), or an earlier
+    /// operation on it that did not has not returned: nothing is known to
+    /// be wrong with its content.
+    pub not_answering: bool,
+}
+
+impl HighWaterFileError {
+    fn new(path: &Path, reason: String) -> Self {
+        Self {
+            path: path.display().to_string(),
+            reason,
+            not_answering: false,
+        }
+    }
 }
 
 /// What to do when a file cannot be read at start.
@@ -302,15 +333,6 @@ impl FileState {
             .map(|stamp| (stamp, entries));
     }
 
-    /// Remembers the file at `path` as just written with `entries`.
-    async fn written(&mut self, path: &Path, entries: BTreeMap<String, i64>) {
-        let stamp = tokio::fs::metadata(path)
-            .await
-            .ok()
-            .map(|meta| Stamp::of(&meta));
-        self.remember(stamp, entries);
-    }
-
     /// Whether the file at `path` holds `key`: from what is known while the
     /// file looks as it did, else read (under the lock held on `self`).
     async fn holds(&mut self, path: &Path, key: &str) -> Result<bool, HighWaterFileError> {
@@ -349,10 +371,7 @@ fn file_lock(path: &Path) -> Arc<Mutex<FileState>> {
 /// file shares one lock; off the async thread and given up after 5 s (a
 /// hung mount), failing the init.
 async fn canonical(path: &Path) -> Result<PathBuf, HighWaterFileError> {
-    let failed = |reason: String| HighWaterFileError {
-        path: path.display().to_string(),
-        reason,
-    };
+    let failed = |reason: String| HighWaterFileError::new(path, reason);
     let name = path
         .file_name()
         .ok_or_else(|| failed("not a file name".into()))?;
@@ -414,9 +433,12 @@ impl HighWater {
                     let (entries, stamp) =
                         read_file_stamped(&path)
                             .await
-                            .map_err(|err| HighWaterFileError {
-                                reason: format!("{}; {UNREADABLE_HELP}", err.reason),
-                                ..err
+                            .map_err(|err| match err.not_answering {
+                                true => err,
+                                false => HighWaterFileError {
+                                    reason: format!("{}; {UNREADABLE_HELP}", err.reason),
+                                    ..err
+                                },
                             })?;
                     state.remember(stamp, entries);
                 }
@@ -471,10 +493,7 @@ impl HighWater {
         }
         let lock = file_lock(path);
         let mut state = lock.lock().await;
-        let failed = |reason: String| HighWaterFileError {
-            path: path.display().to_string(),
-            reason,
-        };
+        let failed = |reason: String| HighWaterFileError::new(path, reason);
         let mut all = read_file(path).await?;
         for (key, interval) in &mut held {
             // Whether `reserved` holds in every other live file.
@@ -500,10 +519,8 @@ impl HighWater {
                 held.len()
             )));
         }
-        write_file(path, &text)
-            .await
-            .map_err(|err| failed(err.to_string()))?;
-        state.written(path, all).await;
+        let stamp = write_file(path, text).await?;
+        state.remember(stamp, all);
         Ok(())
     }
 
@@ -755,9 +772,7 @@ impl HighWater {
             interval.epoch = epoch;
             return Ok(());
         }
-        let failed = |path: &Path, err: &dyn std::fmt::Display| {
-            SequencerError::Backend(format!("high-water file {}: {err}", path.display()))
-        };
+        let failed = |err: HighWaterFileError| SequencerError::Backend(err.to_string());
         // In path order: two reservations never wait on each other.
         let locks: Vec<_> = files.iter().map(|path| file_lock(path)).collect();
         let mut turns = Vec::with_capacity(locks.len());
@@ -767,7 +782,7 @@ impl HighWater {
         let mut contents = Vec::with_capacity(files.len());
         let mut theirs = 0;
         for path in files {
-            let all = read_file(path).await.map_err(|err| failed(path, &err))?;
+            let all = read_file(path).await.map_err(failed)?;
             theirs = theirs.max(all.get(key).copied().unwrap_or(0));
             contents.push(all);
         }
@@ -789,7 +804,8 @@ impl HighWater {
         let reserved = top.saturating_add(span).saturating_add(RESERVE_BLOCK);
         for ((path, mut all), state) in files.iter().zip(contents).zip(&mut turns) {
             let new_key = all.insert(key.to_string(), reserved).is_none();
-            let text = serde_json::to_vec(&all).map_err(|err| failed(path, &err))?;
+            let text = serde_json::to_vec(&all)
+                .map_err(|err| failed(HighWaterFileError::new(path, err.to_string())))?;
             let limit = if new_key {
                 NEW_KEY_FILE_BYTES
             } else {
@@ -798,10 +814,11 @@ impl HighWater {
             if text.len() as u64 > limit {
                 return Err(file_full(path, limit, key));
             }
-            write_file(path, &text)
-                .await
-                .map_err(|err| failed(path, &err))?;
-            state.written(path, all).await;
+            // Given up, the write may still land, or not: the reservation
+            // is not made, and no other operation on the file starts
+            // before it ended.
+            let stamp = write_file(path, text).await.map_err(failed)?;
+            state.remember(stamp, all);
         }
         interval.reserved = reserved;
         interval.epoch = epoch;
@@ -848,15 +865,54 @@ fn next_range(key: &str, floor: i64, size: u32) -> Result<IdRange, SequencerErro
     Ok(IdRange { from, to })
 }
 
+/// Runs `op` on the high-water file at `path` off the async workers,
+/// bounded and in turn with every other operation on the file (see
+/// [`on_path_in_turn`]); `what` says what it does, for the error.
+async fn on_file<T: Send + 'static>(
+    path: &Path,
+    what: &str,
+    op: impl FnOnce(&Path) -> Result<T, String> + Send + 'static,
+) -> Result<T, HighWaterFileError> {
+    let owned = path.to_path_buf();
+    let outcome = on_path_in_turn(path, deadline(path), move || op(&owned)).await;
+    let abandoned = match outcome {
+        Ok(done) => return done.map_err(|reason| HighWaterFileError::new(path, reason)),
+        Err(Abandoned::Failed(reason)) => return Err(HighWaterFileError::new(path, reason)),
+        Err(abandoned) => abandoned,
+    };
+    let reason = match abandoned {
+        Abandoned::StillReading => "an earlier operation on it, given up, has not returned \
+             yet; none is started until it does"
+            .to_string(),
+        abandoned => format!("{what} {abandoned}; given up"),
+    };
+    Err(HighWaterFileError {
+        reason: format!("not answering (a hung mount?): {reason}"),
+        not_answering: true,
+        ..HighWaterFileError::new(path, String::new())
+    })
+}
+
+/// The bound of one operation on the file at `path`.
+fn deadline(path: &Path) -> Duration {
+    #[cfg(test)]
+    if let Some(short) = tests::short_deadline(path) {
+        return short;
+    }
+    let _ = path;
+    HIGH_WATER_FILE_DEADLINE
+}
+
 /// How the file at `path` looks now (`None`: there is none).
 async fn stamp(path: &Path) -> Result<Option<Stamp>, HighWaterFileError> {
-    match tokio::fs::metadata(path).await {
+    on_file(path, "a look at it", stamp_now).await
+}
+
+fn stamp_now(path: &Path) -> Result<Option<Stamp>, String> {
+    match std::fs::metadata(path) {
         Ok(meta) => Ok(Some(Stamp::of(&meta))),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(HighWaterFileError {
-            path: path.display().to_string(),
-            reason: err.to_string(),
-        }),
+        Err(err) => Err(err.to_string()),
     }
 }
 
@@ -869,58 +925,65 @@ async fn read_file(path: &Path) -> Result<BTreeMap<String, i64>, HighWaterFileEr
 async fn read_file_stamped(
     path: &Path,
 ) -> Result<(BTreeMap<String, i64>, Option<Stamp>), HighWaterFileError> {
-    let failed = |reason: String| HighWaterFileError {
-        path: path.display().to_string(),
-        reason,
-    };
-    let stamp = match stamp(path).await? {
+    on_file(path, "reading it", read_now).await
+}
+
+fn read_now(path: &Path) -> Result<(BTreeMap<String, i64>, Option<Stamp>), String> {
+    let stamp = match stamp_now(path)? {
         None => return Ok((BTreeMap::new(), None)),
         Some(stamp) if stamp.len > MAX_FILE_BYTES => {
-            return Err(failed(format!("larger than {MAX_FILE_BYTES} bytes")))
+            return Err(format!("larger than {MAX_FILE_BYTES} bytes"))
         }
         Some(stamp) => stamp,
     };
     #[cfg(test)]
     tests::count_read(path);
-    let text = tokio::fs::read(path)
-        .await
-        .map_err(|err| failed(err.to_string()))?;
-    let entries = serde_json::from_slice(&text).map_err(|err| {
-        failed(format!(
-            "not a JSON object of key → highest reserved id: {err}"
-        ))
-    })?;
+    let text = std::fs::read(path).map_err(|err| err.to_string())?;
+    let entries = serde_json::from_slice(&text)
+        .map_err(|err| format!("not a JSON object of key → highest reserved id: {err}"))?;
     Ok((entries, Some(stamp)))
+}
+
+/// Writes `text` over the file at `path` (see [`write_now`]), and says how
+/// it looks then.
+async fn write_file(path: &Path, text: Vec<u8>) -> Result<Option<Stamp>, HighWaterFileError> {
+    on_file(path, "writing it", move |path| {
+        write_now(path, &text).map_err(|err| err.to_string())?;
+        Ok(stamp_now(path).ok().flatten())
+    })
+    .await
 }
 
 /// Writes `text` to a temp file beside `path`, syncs it, renames it over
 /// `path`, then syncs the folder: a crash leaves the old file or the new
 /// one, never half, and a completed write survives it.
-async fn write_file(path: &Path, text: &[u8]) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
+fn write_now(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let mut temp = path.as_os_str().to_owned();
     temp.push(".tmp");
     let temp = PathBuf::from(temp);
-    let mut file = tokio::fs::File::create(&temp).await?;
-    file.write_all(text).await?;
-    file.sync_all().await?;
+    #[cfg(test)]
+    tests::before_write(path);
+    let mut file = std::fs::File::create(&temp)?;
+    file.write_all(text)?;
+    file.sync_all()?;
     drop(file);
-    tokio::fs::rename(&temp, path).await?;
-    sync_folder(path).await
+    std::fs::rename(&temp, path)?;
+    sync_folder(path)
 }
 
 /// Syncs the folder of `path`, so that a rename in it is durable.
 #[cfg(unix)]
-async fn sync_folder(path: &Path) -> std::io::Result<()> {
+fn sync_folder(path: &Path) -> std::io::Result<()> {
     match path.parent() {
-        Some(folder) => tokio::fs::File::open(folder).await?.sync_all().await,
+        Some(folder) => std::fs::File::open(folder)?.sync_all(),
         None => Ok(()),
     }
 }
 
 /// Folders cannot be opened to sync them here; the rename stands alone.
 #[cfg(not(unix))]
-async fn sync_folder(_path: &Path) -> std::io::Result<()> {
+fn sync_folder(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -938,6 +1001,231 @@ mod tests {
 
     fn reads(path: &Path) -> usize {
         READS.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    /// Bounds shorter than 5 s, by file.
+    static SHORT_DEADLINES: LazyLock<std::sync::Mutex<HashMap<PathBuf, Duration>>> =
+        LazyLock::new(Default::default);
+
+    pub(super) fn short_deadline(path: &Path) -> Option<Duration> {
+        SHORT_DEADLINES.lock().unwrap().get(path).copied()
+    }
+
+    /// Writes of a file that hang until the sender is dropped or sent to
+    /// (10 s at most), as on a hung mount.
+    static HUNG_WRITES: LazyLock<std::sync::Mutex<HashMap<PathBuf, Hung>>> =
+        LazyLock::new(Default::default);
+
+    /// What a hung write waits on.
+    type Hung = Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>;
+
+    pub(super) fn before_write(path: &Path) {
+        let hung = HUNG_WRITES.lock().unwrap().get(path).cloned();
+        if let Some(hung) = hung {
+            let _ = hung.lock().unwrap().recv_timeout(Duration::from_secs(10));
+        }
+    }
+
+    /// A write given up may land later, or not: no id is handed out under
+    /// its reservation, no other write starts before it ended (so it
+    /// cannot land over a later one), and once it did, ids go on above
+    /// every id handed out, and a restart on the file too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_given_up_reserves_nothing_and_lands_before_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = HighWater::load(Some(dir.path().join("marks.json")), &BTreeMap::new())
+            .await
+            .unwrap();
+        let path = marks.file().unwrap().to_path_buf();
+        let mut handed = vec![marks.take("k", 1).await.unwrap().to];
+        SHORT_DEADLINES
+            .lock()
+            .unwrap()
+            .insert(path.clone(), Duration::from_millis(50));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = Arc::new(std::sync::Mutex::new(hung));
+        HUNG_WRITES.lock().unwrap().insert(path.clone(), hung);
+        let file_top = || -> i64 {
+            let all: BTreeMap<String, i64> =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            all["k"]
+        };
+        let written = file_top();
+        // Past the reservation: the write hangs and is given up.
+        let given_up = marks.take("k", 5_000).await;
+        assert!(not_answering(&given_up), "{given_up:?}");
+        assert!(not_answering(&marks.take("k", 5_000).await));
+        assert!(not_answering(&marks.take("other", 1).await));
+        // Under the reservation written before: still handed out, the
+        // ids of the one given up are not.
+        let under = marks.take("k", 1).await.unwrap();
+        assert!(under.to <= written, "{under:?} above {written}");
+        handed.push(under.to);
+        // The hung write lands; the next one starts only then.
+        HUNG_WRITES.lock().unwrap().remove(&path);
+        release.send(()).unwrap();
+        let next = testkit::soon("a request once the write returned", async {
+            loop {
+                match marks.take("k", 5_000).await {
+                    result if not_answering(&result) => {
+                        tokio::time::sleep(Duration::from_millis(5)).await
+                    }
+                    other => break other,
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert!(
+            next.from > *handed.iter().max().unwrap(),
+            "{next:?} {handed:?}"
+        );
+        assert!(file_top() >= next.to, "the file is below {next:?}");
+        handed.push(next.to);
+        drop(marks);
+        let restarted = HighWater::load(Some(path), &BTreeMap::new()).await.unwrap();
+        let after = restarted.take("k", 1).await.unwrap();
+        assert!(
+            after.from > *handed.iter().max().unwrap(),
+            "{after:?} {handed:?}"
+        );
+    }
+
+    /// A file that does not answer at start fails the init at the bound,
+    /// naming the field (without the help for a broken file); inits
+    /// meanwhile are refused at once, without another read; once it
+    /// answers, an init goes through.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_init_on_a_hung_file_fails_at_the_bound_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().canonicalize().unwrap().join("marks.json");
+        fifo(&path);
+        SHORT_DEADLINES
+            .lock()
+            .unwrap()
+            .insert(path.clone(), Duration::from_millis(50));
+        let none = BTreeMap::new();
+        for _ in 0..3 {
+            let load = HighWater::load(Some(path.clone()), &none);
+            let loaded = tokio::time::timeout(Duration::from_secs(2), load).await;
+            let err = loaded.expect("the init is bounded").unwrap_err();
+            let text = err.to_string();
+            assert!(err.not_answering, "{text}");
+            assert!(
+                text.contains("`highWaterFile`") && text.contains("not answering (a hung mount?)"),
+                "{text}"
+            );
+            assert!(!text.contains(UNREADABLE_HELP), "{text}");
+        }
+        assert_eq!(reads(&path), 1, "reads started");
+        let writer = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        drop(writer);
+        std::fs::remove_file(&path).unwrap();
+        testkit::soon("an init once the file answers", async {
+            while HighWater::load(Some(path.clone()), &none).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Makes a FIFO at `path`: a look at it answers, a read blocks in the
+    /// open until a writer comes, as on a hung mount.
+    fn fifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo").arg(path).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    }
+
+    /// Whether `result` is the refusal of a file not answering, naming the
+    /// field.
+    fn not_answering<T: std::fmt::Debug>(result: &Result<T, SequencerError>) -> bool {
+        matches!(result, Err(SequencerError::Backend(message))
+            if message.contains("`highWaterFile`") && message.contains("not answering (a hung mount?)"))
+    }
+
+    /// A hung file (a FIFO): the first operation on it is given up and
+    /// pins one thread; requests needing the file meanwhile fail at once
+    /// naming `highWaterFile` without starting another (50 new keys, each
+    /// given up by its caller as a request timeout does), ids already
+    /// reserved go on; once the operation returns, requests go on, above
+    /// every id handed out, and a restart on the file too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_file_pins_one_thread_and_fails_requests_at_once_until_it_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = HighWater::load(Some(dir.path().join("marks.json")), &BTreeMap::new())
+            .await
+            .unwrap();
+        let path = marks.file().unwrap().to_path_buf();
+        let mut handed = vec![marks.take("k", 1).await.unwrap().to];
+        let saved = std::fs::read(&path).unwrap();
+        let deadline = Duration::from_millis(50);
+        SHORT_DEADLINES
+            .lock()
+            .unwrap()
+            .insert(path.clone(), deadline);
+        std::fs::remove_file(&path).unwrap();
+        fifo(&path);
+        let before = reads(&path);
+        let mut outcomes = Vec::new();
+        for n in 0..50 {
+            let key = format!("new-{n}");
+            let asked = marks.take(&key, 1);
+            outcomes.push(tokio::time::timeout(Duration::from_millis(100), asked).await);
+        }
+        assert!(
+            reads(&path) - before <= 1,
+            "{} reads started",
+            reads(&path) - before
+        );
+        for outcome in &outcomes {
+            assert!(
+                matches!(outcome, Ok(result) if not_answering(result)),
+                "{outcome:?}"
+            );
+        }
+        assert!(not_answering(&marks.has_room("new-x").await));
+        assert!(not_answering(&marks.take("k", 5_000).await));
+        // Ids already reserved do not need the file.
+        handed.push(marks.take("k", 1).await.unwrap().to);
+        // The mount answers again: the hung read returns.
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, &saved).unwrap();
+        let writer = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        drop(writer);
+        std::fs::rename(&real, &path).unwrap();
+        let next = testkit::soon("a request once the file answers", async {
+            loop {
+                match marks.take("k", 5_000).await {
+                    result if not_answering(&result) => {
+                        tokio::time::sleep(Duration::from_millis(5)).await
+                    }
+                    other => break other,
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert!(
+            next.from > *handed.iter().max().unwrap(),
+            "{next:?} {handed:?}"
+        );
+        handed.push(next.to);
+        assert!(marks.take("new-0", 1).await.is_ok());
+        drop(marks);
+        let restarted = HighWater::load(Some(path), &BTreeMap::new()).await.unwrap();
+        let after = restarted.take("k", 1).await.unwrap();
+        assert!(
+            after.from > *handed.iter().max().unwrap(),
+            "{after:?} {handed:?}"
+        );
     }
 
     #[tokio::test]
