@@ -1,7 +1,7 @@
 //! [`ConfigServiceClient`]: the two routes of Apollo's config service that
 //! a client uses.
 //!
-//! * `GET /configs/{appId}/{cluster}/{namespace}?releaseKey=..&ip=..` —
+//! * `GET /configs/{appId}/{cluster}/{namespace}?releaseKey=..&ip=..&messages=..` —
 //!   200 with the namespace's released configuration, 304 when
 //!   `releaseKey` is still the current release, 404 when the namespace has
 //!   no release.
@@ -115,7 +115,8 @@ pub(crate) enum Fetched {
     Released(ApolloConfig),
     /// 304: the release we have is current.
     Unchanged,
-    /// 404: the namespace has no release (served as empty).
+    /// 404: the namespace has no release there (served as empty when
+    /// none is held; a release held is kept).
     NotReleased,
 }
 
@@ -272,10 +273,11 @@ impl ConfigServiceClient {
     }
 
     /// Fetches `namespace`; `release_key` is the release we hold, if any;
-    /// `messages`, those of the notification that calls for the fetch: a
-    /// config service whose release cache predates them reloads it rather
-    /// than answer 304 for a release it has not seen yet (Apollo's
-    /// `ConfigServiceWithCache`, as the Java client uses it).
+    /// `messages`, the release messages the long poll last brought for it:
+    /// a config service whose release cache predates them reloads it
+    /// rather than answer an older release, or 304 for a release it has
+    /// not seen yet (Apollo's `ConfigServiceWithCache`, as the Java client
+    /// uses it).
     pub(crate) async fn fetch(
         &self,
         namespace: &str,

@@ -6,6 +6,11 @@
 //! * **Reads.** At init every namespace of `namespace_name`
 //!   (comma-separated) is fetched from `GET /configs/{appId}/{cluster}/{ns}`.
 //!   A namespace without release (404) is served empty, with a warning.
+//!   A 404 for a namespace that has served a release (deleted in the
+//!   portal, or an instance that lost it) keeps its last release and its
+//!   backup, as the Java client does: warned about once, the store
+//!   `Degraded` naming the namespace, its notification id advanced so the
+//!   long poll of the others goes on; a later release is taken as usual.
 //!   `get`/`subscribe` with a `group` read that namespace; without a group
 //!   they read all namespaces merged, the first namespace in
 //!   `namespace_name` that has a key winning. Keys narrow the query (none =
@@ -23,7 +28,11 @@
 //!   the Java client does: a release the poll never announces (the
 //!   service's notification ids below ours, after a database restore or a
 //!   move to another Apollo) is still served, and polling starts over
-//!   from the service's ids (see `periodic.rs`).
+//!   from the service's ids (see `periodic.rs`). Every fetch, the
+//!   periodic one included, sends the release messages the poll last
+//!   brought for its namespace, so that a config service whose release
+//!   cache lags answers the latest release, not the one before; an answer
+//!   naming the release key held is not taken again.
 //! * **Several config services.** `config_server` may list instances
 //!   (comma-separated, or a JSON array), or `meta_server` names Apollo's
 //!   meta server, whose `/services/config` lists them (asked at start,
@@ -74,6 +83,7 @@ mod client;
 mod error;
 mod metadata;
 mod namespaces;
+mod notified;
 mod open_api;
 mod periodic;
 mod poller;

@@ -16,6 +16,7 @@ use std::time::Instant;
 use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, Readiness, SubscriptionHub};
 
 use super::client::Notification;
+use super::notified::Notified;
 
 /// The readiness reason while a namespace is served from the backup cache.
 pub(crate) const BACKUP_REASON: &str = "serving from backup cache: config service unreachable";
@@ -29,6 +30,11 @@ pub(crate) enum Source {
     Server,
     /// The config service said the namespace has no release (served empty).
     NotReleased,
+    /// The config service answered 404 for a namespace with a release
+    /// held (deleted in the portal, or an instance that lost it): its last
+    /// release is kept, as the Java client keeps it, until a release (or
+    /// an instance that has the one held) answers.
+    Missing,
     /// The backup cache; the config service has not answered yet.
     Backup,
 }
@@ -37,7 +43,7 @@ pub(crate) enum Source {
 struct Namespace {
     values: BTreeMap<String, String>,
     release_key: String,
-    notification_id: i64,
+    notified: Notified,
     source: Source,
 }
 
@@ -96,7 +102,7 @@ impl LiveNamespaces {
             .map(|_| Namespace {
                 values: BTreeMap::new(),
                 release_key: String::new(),
-                notification_id: -1,
+                notified: Notified::default(),
                 source: Source::Pending,
             })
             .collect();
@@ -187,7 +193,7 @@ impl LiveNamespaces {
         };
         let mut state = self.state();
         let previous = state[index].source;
-        if previous == Source::Backup || previous == Source::Pending {
+        if matches!(previous, Source::Backup | Source::Pending | Source::Missing) {
             state[index].source = if state[index].release_key.is_empty() {
                 Source::NotReleased
             } else {
@@ -195,6 +201,17 @@ impl LiveNamespaces {
             };
         }
         previous
+    }
+
+    /// Records that the config service answered 404 for `namespace`
+    /// while a release is held: the release stays served (see
+    /// [`Source::Missing`]). Returns the source before.
+    pub(crate) fn missing(&self, namespace: &str) -> Source {
+        let Some(index) = self.index(namespace) else {
+            return Source::Pending;
+        };
+        let mut state = self.state();
+        std::mem::replace(&mut state[index].source, Source::Missing)
     }
 
     /// The value of `key` in the release held for `namespace`, if any.
@@ -228,34 +245,53 @@ impl LiveNamespaces {
             .zip(state.iter())
             .map(|(name, ns)| Notification {
                 namespace_name: notification_name(name).to_string(),
-                notification_id: ns.notification_id,
+                notification_id: ns.notified.id,
                 messages: None,
             })
             .collect()
     }
 
-    /// Records the notification id of `namespace` once its release is in.
-    pub(crate) fn set_notification_id(&self, namespace: &str, id: i64) {
+    /// Records the notification id of `namespace` once its release is in
+    /// (or its 404 taken). Returns the id held when it was last forgotten
+    /// by [`forget_notification_id`](Self::forget_notification_id), if it
+    /// was since the last id: the caller compares the two.
+    pub(crate) fn set_notification_id(&self, namespace: &str, id: i64) -> Option<i64> {
+        let index = self.index(namespace)?;
+        self.state()[index].notified.learn(id)
+    }
+
+    /// Takes in the release `messages` of a notification of `namespace`
+    /// (merged into those held), to be sent with its every fetch.
+    pub(crate) fn note_messages(&self, namespace: &str, messages: &serde_json::Value) {
         if let Some(index) = self.index(namespace) {
-            self.state()[index].notification_id = id;
+            self.state()[index].notified.note(messages);
         }
     }
 
-    /// Forgets the notification id of `namespace` (back to -1), so that
-    /// the next long poll is answered at once with the config service's
-    /// current id: after a release the poll never announced, the service's
-    /// ids may be below ours (a restored database, another Apollo), and it
-    /// would answer a poll only past ours.
-    pub(crate) fn forget_notification_id(&self, namespace: &str) {
-        self.set_notification_id(namespace, -1);
+    /// The release messages to send with a fetch of `namespace`, if any.
+    pub(crate) fn messages(&self, namespace: &str) -> Option<serde_json::Value> {
+        let index = self.index(namespace)?;
+        self.state()[index].notified.messages.clone()
     }
 
-    /// Forgets every notification id (see
-    /// [`forget_notification_id`](Self::forget_notification_id)): the
-    /// store moved to other config service instances.
+    /// Forgets the notification id of `namespace` (back to -1) and its
+    /// messages, so that the next long poll is answered at once with the
+    /// config service's current id: after a release the poll had not
+    /// announced, the service's ids may be below ours (a restored
+    /// database, another Apollo), and it would answer a poll only past
+    /// ours — or the poll was just late (see
+    /// [`set_notification_id`](Self::set_notification_id)).
+    pub(crate) fn forget_notification_id(&self, namespace: &str) {
+        if let Some(index) = self.index(namespace) {
+            self.state()[index].notified.forget();
+        }
+    }
+
+    /// Forgets every notification id and messages: the store moved to
+    /// other config service instances.
     pub(crate) fn forget_notification_ids(&self) {
         for ns in self.state().iter_mut() {
-            ns.notification_id = -1;
+            ns.notified.reset();
         }
     }
 
@@ -309,8 +345,10 @@ impl LiveNamespaces {
 
     /// Ready unless a namespace is served from the backup cache, the long
     /// poll or the periodic refresh keeps failing (degraded: the last
-    /// releases are served, new ones may not be followed), or the backup
-    /// cache is behind the releases served.
+    /// releases are served, new ones may not be followed), the backup
+    /// cache is behind the releases served, or a namespace's release is
+    /// gone from the config service (degraded: its last release is
+    /// served, the others are followed as usual).
     pub(crate) fn readiness(&self) -> Readiness {
         let state = self.state();
         if state.iter().any(|ns| ns.source == Source::Backup) {
@@ -319,6 +357,13 @@ impl LiveNamespaces {
         if state.iter().any(|ns| ns.source == Source::Pending) {
             return Readiness::NotReady("waiting for the config service's first answer".into());
         }
+        let missing: Vec<String> = self
+            .order
+            .iter()
+            .zip(state.iter())
+            .filter(|(_, ns)| ns.source == Source::Missing)
+            .map(|(name, _)| format!("`{name}`"))
+            .collect();
         drop(state);
         let troubles: [(&Failing, &str, &str); 3] = [
             (
@@ -345,6 +390,12 @@ impl LiveNamespaces {
                     since.elapsed().as_secs()
                 ));
             }
+        }
+        if !missing.is_empty() {
+            return Readiness::Degraded(format!(
+                "namespace(s) {} answered HTTP 404 (no release at the config service: deleted, or an instance that lost it); serving their last release, the other namespaces are followed",
+                missing.join(", ")
+            ));
         }
         Readiness::Ready
     }
@@ -643,6 +694,32 @@ mod tests {
             other => panic!("{other:?}"),
         }
         live.poll_recovered();
+        assert_eq!(live.readiness(), Readiness::Ready);
+    }
+
+    #[test]
+    fn a_missing_release_is_kept_reported_and_cleared_by_an_answer() {
+        let live = LiveNamespaces::new(vec!["app".into(), "common".into()]);
+        live.apply("app", values(&[("a", "1")]), "r1", Source::Server);
+        live.apply("common", values(&[("c", "1")]), "c1", Source::Server);
+        assert_eq!(live.missing("app"), Source::Server);
+        assert_eq!(live.missing("app"), Source::Missing);
+        assert_eq!(live.value("app", "a").as_deref(), Some("1"));
+        assert_eq!(live.release_key("app").as_deref(), Some("r1"));
+        assert!(live.unconfirmed().is_empty(), "not fetched every round");
+        match live.readiness() {
+            Readiness::Degraded(reason) => {
+                assert!(reason.contains("`app`"), "{reason}");
+                assert!(!reason.contains("`common`"), "{reason}");
+                assert!(!reason.contains('1'), "no values: {reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An instance that has the release (304) or a new release clears it.
+        assert_eq!(live.confirm("app"), Source::Missing);
+        assert_eq!(live.readiness(), Readiness::Ready);
+        live.missing("app");
+        live.apply("app", values(&[("a", "2")]), "r2", Source::Server);
         assert_eq!(live.readiness(), Readiness::Ready);
     }
 

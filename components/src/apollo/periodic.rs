@@ -1,7 +1,10 @@
 //! The periodic refresh: every `refreshIntervalMs` (default 5 min) each
-//! namespace is fetched with the release key held, whether or not a long
-//! poll announced a release — as the Java client's
-//! `schedulePeriodicRefresh`. Usually a 304.
+//! namespace is fetched with the release key and the release messages
+//! held, whether or not a long poll announced a release — as the Java
+//! client's `schedulePeriodicRefresh`. Usually a 304. The messages make a
+//! config service whose release cache lags reload it rather than answer
+//! the release before the one served (which would be served until the
+//! next poll).
 //!
 //! Why: Apollo answers a long poll only when its latest notification id is
 //! above the one the client sends (`NotificationControllerV2`). After its
@@ -10,7 +13,15 @@
 //! every poll is a 304 and no release would ever be learnt. A release
 //! found here is served, and its namespace's id forgotten (see
 //! [`Refresher::revisit`]), so the next poll learns the service's current
-//! id and follows releases again.
+//! id and follows releases again (and the poller warns only if that id is
+//! below ours: a release found just before the poll announces it is
+//! not a sign of it).
+//!
+//! What is left: an instance whose database (not its cache) is behind —
+//! a replica lagging, or a restored one — answers an older release under
+//! another release key; neither the key nor the messages tell it from a
+//! newer one, and it is served until an instance that has the latest
+//! answers (the next notification or refresh there).
 //!
 //! A pass that fails is retried at the next interval; the failure is
 //! logged (a warning once per streak) and reported as `Degraded` until a

@@ -4,13 +4,15 @@
 //! Each round first re-fetches the namespaces still served from the backup
 //! cache, then long-polls `notifications/v2` with the ids known so far. A
 //! namespace's new id is kept only once its release is in, so a failed
-//! fetch is retried by the next poll (which answers at once). The fetch
-//! carries the notification's `messages`, so that a config service whose
-//! release cache lags reloads it rather than answer 304 for the release
-//! just notified. Names are matched without their `.properties` suffix,
-//! which Apollo strips; a notification that matches no served namespace is
-//! a failure (the ids cannot advance, so polling again at once would
-//! loop). Failures wait
+//! fetch is retried by the next poll (which answers at once); a 404 for a
+//! namespace with a release held is an answer (the release is kept, see
+//! [`Refresher`]), so its id advances and the poll is held again. The
+//! fetch carries the notification's `messages` (kept for the namespace's
+//! later fetches too), so that a config service whose release cache lags
+//! reloads it rather than answer 304 for the release just notified. Names
+//! are matched without their `.properties` suffix, which Apollo strips; a
+//! notification that matches no served namespace is a failure (the ids
+//! cannot advance, so polling again at once would loop). Failures wait
 //! with exponential backoff; the first failure of a streak is logged as a
 //! warning, the recovery as info. The task ends when its token is
 //! cancelled (the runtime's shutdown, or `close`).
@@ -29,7 +31,10 @@
 //! instances, every id is forgotten (-1) before the next poll, which the
 //! service then answers at once with its current ids; a release behind a
 //! poll that never answers is found by the periodic refresh
-//! ([`periodic`](super::periodic)).
+//! ([`periodic`](super::periodic)), which forgets the namespace's id. The
+//! id the next poll learns tells why: below the one forgotten, the
+//! service's ids are below ours (warned about); at or above it, the poll
+//! was only late (nothing to say).
 //!
 //! When new TLS material is swapped in (see [`ConfigServices::replace_tls`](super::services::ConfigServices::replace_tls)),
 //! the round in progress is dropped (a poll held on the old client, or a
@@ -126,6 +131,25 @@ enum Polled {
 /// service held (60 s in Apollo) needs none.
 fn early_answer_wait(elapsed: Duration, min_gap: Duration) -> Option<Duration> {
     Some(min_gap.saturating_sub(elapsed)).filter(|wait| !wait.is_zero())
+}
+
+/// Warns when the id the service announced for `namespace` is below the
+/// one `forgotten` after the periodic refresh found a release the poll had
+/// not announced: the service's ids are below ours (a restored database,
+/// another Apollo), which the poll alone would never have followed. At or
+/// above it, the poll was merely late: nothing to say.
+fn warn_if_ids_went_back(refresher: &Refresher, namespace: &str, forgotten: Option<i64>, id: i64) {
+    let Some(held) = forgotten.filter(|held| id < *held) else {
+        return;
+    };
+    warn!(
+        component = %refresher.key,
+        server = %refresher.client.server(),
+        namespace,
+        held,
+        announced = id,
+        "Apollo release found by the periodic refresh, never announced by the long poll: the config service's notification ids are below ours (a restored or another Apollo); following releases from its ids."
+    );
 }
 
 /// Resolves when new TLS material is next swapped in.
@@ -276,16 +300,20 @@ impl Poller {
                 continue;
             }
             for namespace in served {
-                // The notification's messages go with the fetch, so a
-                // config service answers from the release they name rather
-                // than from a release cache that predates it: a 304 then
-                // means the release is the one we hold, and the id is kept.
+                // The notification's messages go with the fetch (and every
+                // later one), so a config service answers from the release
+                // they name rather than from a release cache that predates
+                // it: a 304 then means the release is the one we hold, and
+                // the id is kept. A 404 with a release held is an answer
+                // too (the release is kept): the id advances, else every
+                // poll would be answered at once with it.
                 let messages = notification.messages.as_ref();
                 match refresher.refresh_notified(namespace, messages).await {
                     Ok(_) => {
                         let id = notification.notification_id;
                         advanced |= before.get(namespace).is_none_or(|held| id > *held);
-                        refresher.live.set_notification_id(namespace, id);
+                        let forgotten = refresher.live.set_notification_id(namespace, id);
+                        warn_if_ids_went_back(refresher, namespace, forgotten, id);
                     }
                     Err(err) => {
                         first_error.get_or_insert(err);

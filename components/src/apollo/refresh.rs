@@ -6,6 +6,19 @@
 //! same namespace); fetches of different namespaces run side by side (the
 //! first load asks them all at once).
 //!
+//! Every fetch carries the release messages the long poll last brought
+//! for its namespace (see [`super::notified`]), as the Java client's do, so
+//! that a config service whose release cache lags reloads it rather than
+//! answer an older release. An answer naming the release key already held
+//! is not taken again.
+//!
+//! A 404 for a namespace whose release is held (deleted in the portal, or
+//! an instance that lost it) keeps that release and its backup, as the
+//! Java client does: warned about once, reported in the readiness, and
+//! taken as an answer (the caller advances the notification id, so the
+//! long poll of the other namespaces goes on). A later release is taken as
+//! usual. A namespace that never had a release is served empty.
+//!
 //! A fetched release is served first, then handed to the store's backup
 //! writer (still in the namespace's turn, so backups keep the fetches'
 //! order), which writes it off the fetch: a hung backup folder holds
@@ -16,7 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rewire_runtime::ComponentKey;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::backup_writer::BackupWriter;
 use super::cache::BackupCache;
@@ -76,26 +89,32 @@ impl Refresher {
     }
 
     /// [`refresh`](Self::refresh) for a notification carrying `messages`
-    /// (sent with the fetch, so that a stale release cache is not
-    /// believed).
+    /// (merged into the namespace's, which every fetch sends, so that a
+    /// stale release cache is not believed).
     pub(crate) async fn refresh_notified(
         &self,
         namespace: &str,
         messages: Option<&serde_json::Value>,
     ) -> Result<usize, ApolloError> {
-        self.take_in(namespace, messages, false).await
+        if let Some(messages) = messages {
+            self.live.note_messages(namespace, messages);
+        }
+        self.take_in(namespace, false).await
     }
 
     /// The periodic refresh of `namespace` (as the Java client's
-    /// `schedulePeriodicRefresh`): fetches it with the release key held,
-    /// usually a 304. A release found this way is one the long poll never
-    /// announced — the config service's notification ids are below the
-    /// one held (its database restored, or another Apollo behind the
-    /// instance now in use), and it answers a poll only past ours — so the
+    /// `schedulePeriodicRefresh`): fetches it with the release key and
+    /// messages held, usually a 304. A release found this way is one the
+    /// long poll has not announced: either not yet (it is on its way), or
+    /// never — the config service's notification ids are below the one
+    /// held (its database restored, or another Apollo behind the instance
+    /// now in use), and it answers a poll only past ours. So the
     /// namespace's id is forgotten (-1), in the namespace's turn: the next
-    /// poll learns the service's current id. Returns how many keys changed.
+    /// poll learns the service's current id, and the poller tells the two
+    /// cases apart by comparing it with the id forgotten. Returns how many
+    /// keys changed.
     pub(crate) async fn revisit(&self, namespace: &str) -> Result<usize, ApolloError> {
-        self.take_in(namespace, None, true).await
+        self.take_in(namespace, true).await
     }
 
     /// The same refresher writing its backups through `backups` (a seam).
@@ -121,32 +140,38 @@ impl Refresher {
         }
     }
 
-    /// Fetches `namespace` and serves the answer, then hands it to the
-    /// backup writer (in the namespace's turn, so backups keep the
-    /// fetches' order; never waiting for the disk). `unannounced`: a new
-    /// release found is one the long poll did not announce (see
-    /// [`revisit`](Self::revisit)). Returns how many keys changed.
-    async fn take_in(
-        &self,
-        namespace: &str,
-        messages: Option<&serde_json::Value>,
-        unannounced: bool,
-    ) -> Result<usize, ApolloError> {
+    /// Fetches `namespace` (with its release key and messages) and serves
+    /// the answer, then hands it to the backup writer (in the namespace's
+    /// turn, so backups keep the fetches' order; never waiting for the
+    /// disk). `unannounced`: a new release found is one the long poll has
+    /// not announced (see [`revisit`](Self::revisit)). Returns how many
+    /// keys changed.
+    async fn take_in(&self, namespace: &str, unannounced: bool) -> Result<usize, ApolloError> {
         let _serialised = self.lock_of(namespace).lock().await;
         let held = self.live.release_key(namespace);
+        let messages = self.live.messages(namespace);
         let fetched = self
             .client
-            .fetch(namespace, held.as_deref(), messages)
+            .fetch(namespace, held.as_deref(), messages.as_ref())
             .await?;
         let (config, source) = match fetched {
+            Fetched::Released(config) if held.as_deref() == Some(config.release_key.as_str()) => {
+                // The release served (a service or proxy that answers 200
+                // where Apollo answers 304): nothing to take again.
+                self.confirmed(namespace);
+                return Ok(0);
+            }
             Fetched::Unchanged => {
-                let previous = self.live.confirm(namespace);
-                self.log_confirmed(namespace, previous);
+                self.confirmed(namespace);
                 return Ok(0);
             }
             Fetched::Released(mut config) => {
                 config.namespace_name = namespace.to_string();
                 (config, Source::Server)
+            }
+            Fetched::NotReleased if held.is_some() => {
+                self.keep_missing(namespace);
+                return Ok(0);
             }
             Fetched::NotReleased => (self.empty(namespace), Source::NotReleased),
         };
@@ -160,15 +185,17 @@ impl Refresher {
         if let Some(backups) = &self.backups {
             backups.offer(config);
         }
-        if unannounced && held.as_deref() != Some(release_key.as_str()) {
+        if unannounced && source == Source::Server {
+            // Warned about by the poller once the service's id is known:
+            // a poll just late announces an id at or above the one held.
             self.live.forget_notification_id(namespace);
-            warn!(
+            debug!(
                 component = %self.key,
                 server = %self.client.server(),
                 namespace,
                 held = held.as_deref().unwrap_or(""),
                 release_key = %release_key,
-                "Apollo release found by the periodic refresh, never announced by the long poll (the config service's notification ids are below ours: a restored or another Apollo); polling again from its current id."
+                "Apollo release found by the periodic refresh before the long poll announced it; polling again from the service's current id."
             );
         }
         if source == Source::NotReleased && applied.previous != Source::NotReleased {
@@ -232,14 +259,42 @@ impl Refresher {
         }
     }
 
+    /// The release held is the service's: confirmed, and said so when it
+    /// was served from the backup or missing there.
+    fn confirmed(&self, namespace: &str) {
+        let previous = self.live.confirm(namespace);
+        self.log_confirmed(namespace, previous);
+    }
+
+    /// A 404 while a release is held: the release is kept (not written
+    /// over in the backup either), warned about once per streak (the
+    /// name, never values).
+    fn keep_missing(&self, namespace: &str) {
+        if self.live.missing(namespace) != Source::Missing {
+            warn!(
+                component = %self.key,
+                server = %self.client.server(),
+                namespace,
+                "Apollo namespace answered HTTP 404 though it had a release (deleted in the portal, or an instance that lost it); keeping its last release (and its backup) until it is released again."
+            );
+        }
+    }
+
     fn log_confirmed(&self, namespace: &str, previous: Source) {
-        if previous == Source::Backup {
-            info!(
+        match previous {
+            Source::Backup => info!(
                 component = %self.key,
                 server = %self.client.server(),
                 namespace,
                 "Config service answered; no longer serving the backup cache."
-            );
+            ),
+            Source::Missing => info!(
+                component = %self.key,
+                server = %self.client.server(),
+                namespace,
+                "Apollo namespace's release found again at the config service."
+            ),
+            _ => {}
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::support::apollo_server;
 use std::time::Duration;
 
 use apollo_server::harness::{
-    eventually, expect_change, metadata, start, subscribe, value_of, with, PATIENCE,
+    eventually, expect_change, logs, metadata, start, subscribe, value_of, with, PATIENCE,
 };
 use apollo_server::{ApolloServer, Route};
 use rewire_runtime::{ConfigQuery, Readiness};
@@ -303,9 +303,11 @@ fn release_many(server: &ApolloServer, count: usize) {
 /// whose notification ids are below the one it holds: that service never
 /// answers its long poll, yet the periodic refresh finds the release, and
 /// polling starts over from the service's ids (its next release wakes the
-/// held poll).
+/// held poll); once the service's id is learnt, below the one held, that
+/// is warned about.
 #[tokio::test]
 async fn a_release_behind_notification_ids_below_ours_is_found_by_the_periodic_refresh() {
+    logs::capture();
     let (first, dr) = (ApolloServer::start().await, ApolloServer::start().await);
     release_many(&first, 20);
     let dir = tempfile::tempdir().unwrap();
@@ -336,6 +338,11 @@ async fn a_release_behind_notification_ids_below_ours_is_found_by_the_periodic_r
     dr.release("application", &[("password", "rotated-again")]);
     expect_change(&mut sub, "password", "rotated-again").await;
     assert!(dr.held_polls_notified() >= 1, "the held poll was not woken");
+    assert!(
+        logs::any(&[&dr.url(), "never announced", "held=20", "announced=1"]),
+        "the ids below ours are not warned about: {:?}",
+        logs::lines()
+    );
     started.store.close().await.unwrap();
 }
 

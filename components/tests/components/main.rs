@@ -11,6 +11,8 @@ mod apollo_errors;
 mod apollo_fetch;
 mod apollo_long_poll;
 mod apollo_open_api;
+mod apollo_periodic_refresh;
+mod apollo_release_gone;
 mod apollo_signature;
 mod apollo_tls;
 mod component_files;
