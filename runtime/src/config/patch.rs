@@ -10,7 +10,13 @@ use super::Sections;
 use crate::component::ComponentKey;
 
 /// A partial component declaration: what is absent is left as it was.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// Its `Debug` shows the metadata as [`ComponentSpec`]'s does (fields
+/// named like a secret as `[secret]`, URLs without credentials): a push
+/// or an overlay may carry a password inline, and every type holding a
+/// patch ([`ConfigPatch`], `Push`, `LayerChange`, `Layers`, a reload
+/// request) derives its `Debug` from this one.
+#[derive(Clone, Default, PartialEq)]
 pub struct ComponentPatch {
     /// A new `type`, if given.
     pub type_name: Option<String>,
@@ -24,6 +30,20 @@ pub struct ComponentPatch {
     pub configuration_refs: Option<Vec<ConfigurationRef>>,
     /// New `scopes`, replacing the old ones, if given.
     pub scopes: Option<Vec<ComponentKey>>,
+}
+
+impl std::fmt::Debug for ComponentPatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let metadata = crate::redact::shown_fields(&self.metadata, &Default::default());
+        f.debug_struct("ComponentPatch")
+            .field("type_name", &self.type_name)
+            .field("metadata", &metadata)
+            .field("component_refs", &self.component_refs)
+            .field("secret_refs", &self.secret_refs)
+            .field("configuration_refs", &self.configuration_refs)
+            .field("scopes", &self.scopes)
+            .finish()
+    }
 }
 
 impl ComponentPatch {
@@ -96,6 +116,7 @@ impl ComponentPatch {
 }
 
 /// A parsed document of the configuration's shape, every part optional.
+/// Its `Debug` hides inline secrets (see [`ComponentPatch`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigPatch {
     /// `appId`, if given.
@@ -156,5 +177,73 @@ mod tests {
             1,
             "refs not given in the patch are kept"
         );
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+    use crate::config::{LayerChange, Layers, Push};
+    use crate::reload::queue::Queued;
+    use crate::reload::{ReloadRequest, Trigger};
+
+    /// A patch of `state/orders` setting `field` to `value` inline, and a
+    /// URL with credentials.
+    fn patch_with(field: &str, value: &str) -> ComponentPatch {
+        let metadata = serde_json::json!({
+            field: value,
+            "redisHost": format!("redis://:{value}-in-url@db:6379"),
+            "redisDB": 3,
+        });
+        ComponentPatch {
+            type_name: Some("redis".into()),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            ..ComponentPatch::default()
+        }
+    }
+
+    #[test]
+    fn no_type_holding_a_patch_shows_an_inline_secret_in_its_debug() {
+        let key = ComponentKey::new("state", "orders");
+        let patch = patch_with("redisPassword", "hunter2");
+        let document = ConfigPatch {
+            components: BTreeMap::from([(key.clone(), patch.clone())]),
+            has_components: true,
+            ..ConfigPatch::default()
+        };
+        let push = Push::Amend(patch.clone());
+        let change = LayerChange::Push(key.clone(), push.clone());
+        let layers = Layers {
+            overlay: Some(document.clone()),
+            pushes: BTreeMap::from([(key.clone(), Push::Declare(patch.clone()))]),
+            ..Layers::default()
+        };
+        let request = ReloadRequest::of_changes(
+            Trigger::Api,
+            vec![
+                change.clone(),
+                LayerChange::Overlay(Some(document.clone()), None),
+                LayerChange::File(document.clone().into_config()),
+            ],
+        );
+        let queued = Queued::Reload(request.clone());
+        let shown = [
+            ("ComponentPatch", format!("{patch:?}")),
+            ("ConfigPatch", format!("{document:?}")),
+            ("Push", format!("{push:?}")),
+            ("LayerChange", format!("{change:?}")),
+            ("Layers", format!("{layers:?}")),
+            ("ReloadRequest", format!("{request:?}")),
+            ("Queued", format!("{queued:#?}")),
+        ];
+        for (type_name, text) in shown {
+            assert!(!text.contains("hunter2"), "{type_name}: {text}");
+            assert!(text.contains("[secret]"), "{type_name}: {text}");
+            // The rest is still there to debug with.
+            assert!(
+                text.contains("redisDB") && text.contains("db:6379"),
+                "{type_name}: {text}"
+            );
+        }
     }
 }
