@@ -83,11 +83,19 @@ pub const EXIT_UNKNOWN: u8 = 4;
 /// rejection the same push may pass once the backlog drains.
 pub const EXIT_BUSY: u8 = 5;
 
+/// Exit status of a push the sidecar applied (a new generation) in which
+/// a component's update failed after the commit (a staged in-place update
+/// that panicked when applied): that component runs as before, or with
+/// part of the new configuration, so the push is not wholly in force. Not
+/// 0: a script must not take the new configuration for in force.
+pub const EXIT_UPDATE_FAILED: u8 = 6;
+
 /// Sends the component's configuration (or its release); exits 1 on a
 /// rejection, printing every reason, [`EXIT_QUEUED`] when the sidecar
 /// answered before the reload was done, [`EXIT_UNKNOWN`] when no answer
-/// came to a request sent, and [`EXIT_BUSY`] when the sidecar's backlog
-/// of pushes was full.
+/// came to a request sent, [`EXIT_BUSY`] when the sidecar's backlog of
+/// pushes was full, and [`EXIT_UPDATE_FAILED`] when it was applied but a
+/// component's update failed after the commit.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     if let Some(error) = repeated_field(&args.metadata) {
         eprintln!("error: {error}");
@@ -364,6 +372,9 @@ fn with_token<T>(mut request: Request<T>) -> Result<Request<T>, String> {
 enum Answered {
     /// Applied (or nothing to change).
     Done,
+    /// Applied, but a component's update failed after the commit (an
+    /// action `failed`, or the errors an ACK carries only then).
+    UpdateFailed,
     /// Still waiting behind other reloads: it will be applied or rejected.
     Queued,
     /// Rejected or rolled back: nothing changed.
@@ -373,6 +384,7 @@ enum Answered {
 impl Answered {
     fn of(answer: &ApplyConfigurationResponse) -> Self {
         match (answer.accepted, answer.outcome.as_str()) {
+            (true, _) if update_failed(answer) => Answered::UpdateFailed,
             (true, _) => Answered::Done,
             (false, "queued") => Answered::Queued,
             (false, _) => Answered::Refused,
@@ -384,12 +396,21 @@ impl Answered {
             Answered::Done => 0,
             Answered::Refused => 1,
             Answered::Queued => EXIT_QUEUED,
+            Answered::UpdateFailed => EXIT_UPDATE_FAILED,
         }
     }
 }
 
+/// Whether an ACK says a component's update failed after the commit: an
+/// action `failed`, or errors (an ACK carries them only for such a
+/// failure).
+fn update_failed(answer: &ApplyConfigurationResponse) -> bool {
+    !answer.errors.is_empty() || answer.actions.values().any(|action| action == "failed")
+}
+
 /// Prints the sidecar's answer about `key`; exits 1 on a rejection,
-/// [`EXIT_QUEUED`] when the push is queued.
+/// [`EXIT_QUEUED`] when the push is queued, [`EXIT_UPDATE_FAILED`] when a
+/// component's update failed after the commit.
 fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
     let answered = Answered::of(&answer);
     let code = ExitCode::from(answered.exit_code());
@@ -419,7 +440,16 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
             println!("  {component}: {action}");
         }
         // Applied, but a component's update failed after the commit: it
-        // runs as before, and pushing again retries it.
+        // runs as before (or with part of the new configuration), and
+        // pushing again retries it.
+        if answered == Answered::UpdateFailed {
+            eprintln!(
+                "error: {key}: generation {} applied, but a component's update failed after the \
+                 commit: the new configuration is not wholly in force (check `rewire status`; \
+                 pushing again retries it)",
+                answer.generation
+            );
+        }
         for error in answer.errors {
             eprintln!("  {error}");
         }
@@ -556,5 +586,24 @@ mod tests {
                 "{outcome}"
             );
         }
+    }
+
+    #[test]
+    fn an_update_failed_after_the_commit_is_not_done() {
+        let failed = ApplyConfigurationResponse {
+            actions: [("state/orders".to_string(), "failed".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(Answered::of(&failed), Answered::UpdateFailed);
+        let with_errors = ApplyConfigurationResponse {
+            errors: vec!["state/orders: update panicked".into()],
+            ..answer(true, "applied")
+        };
+        assert_eq!(Answered::of(&with_errors).exit_code(), EXIT_UPDATE_FAILED);
+        let clean = ApplyConfigurationResponse {
+            actions: [("state/orders".to_string(), "updated_in_place".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(Answered::of(&clean), Answered::Done);
     }
 }

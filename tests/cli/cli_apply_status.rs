@@ -514,6 +514,9 @@ struct QueuedLifecycle {
     amends: bool,
     /// Refuses every amendment as a sidecar whose backlog is full.
     backlog_full: bool,
+    /// Applies every amendment, but the component's update fails after
+    /// the commit (its staged in-place update panicked).
+    update_fails: bool,
     /// `ApplyConfiguration` calls received.
     applied: Arc<AtomicUsize>,
 }
@@ -528,6 +531,22 @@ impl QueuedLifecycle {
             ],
             outcome: "queued".into(),
             ..Default::default()
+        })
+    }
+
+    /// The ACK of a reload applied in which `state/orders`'s staged
+    /// in-place update panicked at the commit, as the sidecar sends it.
+    fn applied_but_update_failed() -> tonic::Response<lifecycle_stub::ApplyConfigurationResponse> {
+        tonic::Response::new(lifecycle_stub::ApplyConfigurationResponse {
+            accepted: true,
+            generation: 8,
+            errors: vec![
+                "state/orders: its staged in-place update panicked when applied: it keeps its \
+                 instance and its previous declaration"
+                    .into(),
+            ],
+            outcome: "applied".into(),
+            actions: [("state/orders".to_string(), "failed".to_string())].into(),
         })
     }
 
@@ -581,6 +600,9 @@ impl lifecycle_stub::Lifecycle for QueuedLifecycle {
                  once they are applied (see GetStatus)",
                 info,
             ));
+        }
+        if self.update_fails {
+            return Ok(Self::applied_but_update_failed());
         }
         match self.amends {
             true => Ok(Self::queued()),
@@ -687,6 +709,50 @@ async fn a_push_refused_for_a_full_backlog_exits_busy() {
         "{stderr}"
     );
     assert_eq!(stdout, "");
+}
+
+/// A push applied in which the component's update failed after the commit
+/// (the sidecar ACKs it `applied`, the action `failed`, with the reason) is
+/// not reported as in force: exit status 6 and an error line, the reason
+/// printed. Before: exit 0, so a script took the new configuration for in
+/// force.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_applied_whose_update_failed_after_the_commit_exits_non_zero() {
+    let stub = QueuedLifecycle {
+        update_fails: true,
+        ..QueuedLifecycle::default()
+    };
+    let (addr, server) = stub.serve().await;
+    let out = tokio::task::spawn_blocking(move || {
+        rewire(&[
+            "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
+        ])
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stdout.contains("state/orders: applied (generation 8)")
+            && stdout.contains("  state/orders: failed"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.starts_with(
+            "error: state/orders: generation 8 applied, but a component's update failed after \
+             the commit"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("  state/orders: its staged in-place update panicked"),
+        "{stderr}"
+    );
 }
 
 /// A sidecar older than `AmendConfiguration` (it answers `UNIMPLEMENTED`)
