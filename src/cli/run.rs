@@ -159,7 +159,39 @@ async fn serve_until_stopped(
         tracing::warn!("The configuration declares subscriptions but no --app-port is given: their events are not delivered.");
     }
     let signal = stop.wait().await;
-    tracing::info!(signal, "Stopping.");
+    tracing::info!(signal, "Stopping (a second signal exits at once).");
+    let shutdown = shut_down(
+        &runtime,
+        server,
+        &stop_serving,
+        serving_bound,
+        tracing_follower,
+    );
+    // The shutdown may take over a minute (the serving bound, every
+    // close's bound, the span flush): a second signal is the user giving
+    // up on it, as during start-up.
+    tokio::select! {
+        code = shutdown => code,
+        again = stop.wait() => {
+            tracing::error!(
+                signal = again,
+                "Shutdown cut short by a second signal: exiting at once; components still closing may not have released what they hold."
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// After the stop signal: stops serving (within `serving_bound`), closes
+/// every component (within [`CLOSE_BOUND`]) and flushes the spans; the
+/// exit code says whether everything stopped and closed in time.
+async fn shut_down(
+    runtime: &Runtime,
+    server: ApiServer,
+    stop_serving: &CancellationToken,
+    serving_bound: Duration,
+    tracing_follower: rewire::sidecar::telemetry::Following,
+) -> ExitCode {
     // Before the servers stop: a push whose reload is in progress is
     // answered UNAVAILABLE (cut short) while its connection is still up,
     // not held for the grace and then cut, nothing in force.
@@ -175,7 +207,7 @@ async fn serve_until_stopped(
     // Stop following first: the closed runtime reads as "no tracing", and
     // a follower that saw it would turn the exporter off before the flush.
     drop(tracing_follower);
-    let abandoned = super::shutdown::shut_down_within(&runtime, CLOSE_BOUND).await;
+    let abandoned = super::shutdown::shut_down_within(runtime, CLOSE_BOUND).await;
     // The last calls' and the shutdown's spans, exported within a bound.
     if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
         tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");

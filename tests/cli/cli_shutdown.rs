@@ -114,3 +114,59 @@ async fn sigterm_exits_in_bounded_time_despite_stalled_clients() {
     assert!(log.contains("Stopped."), "{log}");
     drop(stream);
 }
+
+/// A second signal to exit, at most: at once, with slack for a loaded
+/// machine (the shutdown it cuts short waits 5 s for the call in flight
+/// alone).
+const SECOND_SIGNAL_EXITS_WITHIN: Duration = Duration::from_secs(3);
+
+/// A second signal during the shutdown (here held by a call in flight,
+/// given the 5 s grace; a close that hangs holds it up to a minute) cuts
+/// it short: the process exits 1 at once, saying so, as a second signal
+/// during start-up does. Before: the second signal was ignored and the
+/// process exited only when the shutdown was done.
+#[tokio::test]
+async fn a_second_signal_during_the_shutdown_exits_1_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let document = serde_json::json!({"components": {
+        "state": {"orders": {"type": "memory"}}
+    }});
+    std::fs::write(&config, document.to_string()).unwrap();
+    let grpc_addr = format!("127.0.0.1:{}", free_port());
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = start(&config, &grpc_addr, &http_addr);
+    // A call in flight: its head sent, its body never finished.
+    let mut in_flight = TcpStream::connect(&http_addr).await.unwrap();
+    in_flight
+        .write_all(
+            b"POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n[{\"key\"",
+        )
+        .await
+        .unwrap();
+
+    let pid = sidecar.pid().expect("the sidecar runs").to_string();
+    let interrupted = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(interrupted.success(), "kill -INT {pid}: {interrupted}");
+    let deadline = std::time::Instant::now() + grpc::PATIENCE;
+    while !sidecar.log().contains("Stopping") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no shutdown after SIGINT:\n{}",
+            sidecar.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let exited = sidecar.terminate_within(SECOND_SIGNAL_EXITS_WITHIN);
+    let log = sidecar.log();
+    let status = exited.unwrap_or_else(|err| panic!("{err}\n{log}"));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("Shutdown cut short by a second signal"),
+        "{log}"
+    );
+    assert!(!log.contains("Stopped."), "{log}");
+    drop(in_flight);
+}
