@@ -19,8 +19,9 @@ pub struct TracingSection {
     pub otel: Option<OtelExport>,
 }
 
-/// `tracing.otel`: the OTLP collector spans are sent to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `tracing.otel`: the OTLP collector spans are sent to. Its `Debug`
+/// shows the address without URL credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub struct OtelExport {
     /// `endpointAddress`: `host:port` or a URL.
     pub endpoint_address: String,
@@ -28,6 +29,19 @@ pub struct OtelExport {
     pub protocol: OtelProtocol,
     /// `isSecure`: TLS when the address has no scheme.
     pub is_secure: bool,
+}
+
+impl std::fmt::Debug for OtelExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OtelExport")
+            .field(
+                "endpoint_address",
+                &crate::redact::without_credentials(&self.endpoint_address),
+            )
+            .field("protocol", &self.protocol)
+            .field("is_secure", &self.is_secure)
+            .finish()
+    }
 }
 
 /// How spans travel to the collector.
@@ -139,6 +153,17 @@ pub(crate) fn decode_optional(value: Option<&Value>) -> Result<Option<TracingSec
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn debug_shows_the_endpoint_without_its_credentials() {
+        let section = decode_tracing(&json!({
+            "otel": {"endpointAddress": "https://bot:hunter2@collector:4318"}
+        }))
+        .unwrap_or_else(|p| panic!("{p}"));
+        let shown = format!("{section:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("collector:4318"), "{shown}");
+    }
 
     #[test]
     fn dapr_shape_decodes() {
