@@ -5,18 +5,30 @@
 //! `status` value, any other status code (or no answer) retries;
 //! `{"status": "DROP"}` and `404` drop. The body is read as Go's
 //! `encoding/json` decodes Dapr's `AppResponse` from it (see
-//! [`said_status`]). At most [`MAX_ANSWER_BYTES`] of the answer are read:
-//! a larger one is not such a document (acknowledges).
+//! [`AppResponseScanner`]), as it comes and in constant memory: an answer
+//! of any size is read to the end of its first JSON value (or less, once
+//! nothing after can change its outcome), never held whole. The outcome
+//! does not wait for what follows; a little of it is taken in the
+//! background so that the connection is kept (see [`let_go`]). An answer
+//! that fails midway is one Go cannot decode (acknowledges); one still
+//! coming at the delivery's deadline retries, as daprd's timed-out
+//! delivery does.
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use reqwest::StatusCode;
 use rewire_runtime::DeliveryOutcome;
 
 use crate::dapr::{EventSink, TopicEvent};
 
-/// The most of an app's answer to a delivery read (its status): an
-/// answer of gigabytes is never held.
+mod app_response;
+
+use app_response::AppResponseScanner;
+
+/// The most of an answer read after its outcome is known (a trailing
+/// newline, a `404`'s text), so that its connection is kept when it ends
+/// there (see [`let_go`]); an answer longer still is let go unread.
 pub(super) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// The body of the app's `answer`, read to at most `limit` bytes: `None`
@@ -40,6 +52,60 @@ pub(super) async fn answer_body(mut answer: reqwest::Response, limit: usize) -> 
     }
 }
 
+/// The outcome a `2xx` `answer` means, read as it comes until decided
+/// (see [`AppResponseScanner`]); within the request's own deadline.
+async fn read_outcome(mut answer: reqwest::Response) -> DeliveryOutcome {
+    let mut scanner = AppResponseScanner::default();
+    loop {
+        match answer.chunk().await {
+            Ok(Some(chunk)) => {
+                if let Some(outcome) = scanner.feed(&chunk) {
+                    let_go(answer);
+                    return outcome;
+                }
+            }
+            Ok(None) => return scanner.end(),
+            // Not answered within the delivery's deadline.
+            Err(err) if err.is_timeout() => return DeliveryOutcome::Retry,
+            // Go's decode fails on a body that fails: daprd acknowledges.
+            Err(_) => return DeliveryOutcome::Success,
+        }
+    }
+}
+
+/// How long the rest of an answer whose outcome is known is awaited, in
+/// the background (see [`let_go`]).
+const REST_AWAITED_FOR: Duration = Duration::from_secs(1);
+
+/// Reads the rest of `answer` to its end, up to [`MAX_ANSWER_BYTES`] and
+/// for at most [`REST_AWAITED_FOR`], so that its connection is kept for
+/// the next delivery when the answer ends soon after its first value (a
+/// trailing newline, a last chunk); otherwise the connection is let go.
+/// The delivery's outcome does not wait for it: what has not arrived yet
+/// is awaited in the background.
+fn let_go(mut answer: reqwest::Response) {
+    let mut taken = 0;
+    // What has arrived, at once: most answers end there.
+    loop {
+        if taken > MAX_ANSWER_BYTES {
+            return;
+        }
+        match answer.chunk().now_or_never() {
+            Some(Ok(Some(chunk))) => taken += chunk.len(),
+            Some(Ok(None) | Err(_)) => return,
+            None => break,
+        }
+    }
+    tokio::spawn(tokio::time::timeout(REST_AWAITED_FOR, async move {
+        while taken <= MAX_ANSWER_BYTES {
+            match answer.chunk().await {
+                Ok(Some(chunk)) => taken += chunk.len(),
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }));
+}
+
 /// One route of the app.
 pub struct HttpRoute {
     client: reqwest::Client,
@@ -53,92 +119,19 @@ impl HttpRoute {
     }
 }
 
-/// The outcome an app's answer means.
-pub fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
+/// The outcome an answer's status code means, unless its body says (a
+/// `2xx`).
+fn code_outcome(status: StatusCode) -> Option<DeliveryOutcome> {
     // As current Dapr's HTTP postman (`ErrMessageDropped`): dropped, so to
     // the dead-letter topic when one is set. (Older releases returned nil
     // there: acknowledged, not dead-lettered.)
     if status == StatusCode::NOT_FOUND {
-        return DeliveryOutcome::Drop;
+        return Some(DeliveryOutcome::Drop);
     }
     if !status.is_success() {
-        return DeliveryOutcome::Retry;
+        return Some(DeliveryOutcome::Retry);
     }
-    // A body that is not such a document acknowledges, as in Dapr. The
-    // values are Dapr's (`pubsub.AppResponseStatus`), compared as they are.
-    match said_status(body).as_deref() {
-        None | Some("" | "SUCCESS") => DeliveryOutcome::Success,
-        Some("DROP") => DeliveryOutcome::Drop,
-        // `RETRY`, and a status Dapr does not know (`retry`, `drop` too):
-        // not taken as having handled the event (Dapr retries it too).
-        Some(_) => DeliveryOutcome::Retry,
-    }
-}
-
-/// The `status` an app's answer says, read as daprd reads it (Go's
-/// `json.NewDecoder(body).Decode(&appResponse)`): the first JSON value
-/// only (what follows it is not read); its key `status` in any case, as
-/// Go matches a field's name (the last such key wins, and a `null` one
-/// changes nothing). `None` when Go's decode fails (not JSON, not an
-/// object, a `status` that is not a string), which Dapr acknowledges.
-fn said_status(body: &[u8]) -> Option<String> {
-    serde_json::Deserializer::from_slice(body)
-        .into_iter::<StatusField>()
-        .next()?
-        .ok()?
-        .0
-}
-
-/// An answer's `status` field (see [`said_status`]).
-struct StatusField(Option<String>);
-
-impl<'de> serde::Deserialize<'de> for StatusField {
-    fn deserialize<D: serde::Deserializer<'de>>(answer: D) -> Result<Self, D::Error> {
-        answer.deserialize_any(StatusFieldVisitor)
-    }
-}
-
-struct StatusFieldVisitor;
-
-impl<'de> serde::de::Visitor<'de> for StatusFieldVisitor {
-    type Value = StatusField;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_unit<E>(self) -> Result<StatusField, E> {
-        // Go's decoder leaves the struct as it is for `null`.
-        Ok(StatusField(None))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StatusField, A::Error> {
-        let mut status = None;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if !names_status(&key) {
-                map.next_value::<serde::de::IgnoredAny>()?;
-                continue;
-            }
-            match map.next_value::<serde_json::Value>()? {
-                serde_json::Value::String(said) => status = Some(said),
-                serde_json::Value::Null => {}
-                _ => return Err(serde::de::Error::custom("status is not a string")),
-            }
-        }
-        Ok(StatusField(status))
-    }
-}
-
-/// Whether `key` names the `status` field for Go's `encoding/json`: equal
-/// to it under Unicode case folding (`bytes.EqualFold`), where the only
-/// letters of `status` with other forms are ASCII, and `ſ` (U+017F) folds
-/// to `s`.
-fn names_status(key: &str) -> bool {
-    let folded = key.chars().map(|c| match c {
-        '\u{017F}' => 's',
-        c => c.to_ascii_lowercase(),
-    });
-    folded.eq("status".chars())
+    None
 }
 
 #[tonic::async_trait]
@@ -199,14 +192,13 @@ pub(super) async fn post_event(
     }
     let sent = request.body(body).send().await;
     match sent {
-        Ok(answer) => {
-            let status = answer.status();
-            // Larger than read: not a status document.
-            let body = answer_body(answer, MAX_ANSWER_BYTES)
-                .await
-                .unwrap_or_default();
-            outcome_of(status, &body)
-        }
+        Ok(answer) => match code_outcome(answer.status()) {
+            Some(outcome) => {
+                let_go(answer);
+                outcome
+            }
+            None => read_outcome(answer).await,
+        },
         Err(err) => {
             tracing::debug!(url = %url, error = %err, "Delivering to the app failed; retried.");
             DeliveryOutcome::Retry
@@ -219,11 +211,37 @@ pub(super) mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// An app answering every request `200` with a JSON document saying
-    /// `RETRY` padded to `total` bytes, chunked; how many bytes of it it
-    /// sent before the client let go, and whether it sent them all.
-    pub(in crate::app) async fn app_answering_a_huge_document(
-        total: usize,
+    /// The outcome an app's whole answer means, read at once, and read a
+    /// byte at a time: both must agree.
+    fn outcome_of(status: StatusCode, body: &[u8]) -> DeliveryOutcome {
+        let Some(outcome) = code_outcome(status) else {
+            let mut whole = AppResponseScanner::default();
+            let at_once = whole.feed(body).unwrap_or_else(|| whole.end());
+            let mut bytes = AppResponseScanner::default();
+            let by_byte = body
+                .iter()
+                .find_map(|byte| bytes.feed(&[*byte]))
+                .unwrap_or_else(|| bytes.end());
+            assert_eq!(at_once, by_byte, "{}", String::from_utf8_lossy(body));
+            return at_once;
+        };
+        outcome
+    }
+
+    /// A piece of an app's answer.
+    enum Piece {
+        Text(&'static [u8]),
+        /// This many `x`s.
+        Xs(usize),
+        /// Nothing more, and the answer never ends.
+        Stall,
+    }
+
+    /// An app answering one request `200` with `pieces`, chunked; how many
+    /// bytes it sent before the client let go, and whether it sent them
+    /// all.
+    async fn app_answering_in_pieces(
+        pieces: Vec<Piece>,
     ) -> (u16, tokio::task::JoinHandle<(usize, bool)>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -239,56 +257,234 @@ pub(super) mod tests {
                 assert!(n > 0, "the request ended early");
                 head.extend_from_slice(&buf[..n]);
             }
-            let open = br#"{"status":"RETRY","pad":""#;
-            let pad = vec![b'x'; 64 * 1024];
-            let mut answer =
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
-                    .to_vec();
-            answer.extend_from_slice(format!("{:x}\r\n", open.len()).as_bytes());
-            answer.extend_from_slice(open);
-            answer.extend_from_slice(b"\r\n");
-            if socket.write_all(&answer).await.is_err() {
+            let answer =
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+            if socket.write_all(answer).await.is_err() {
                 return (0, false);
             }
-            let mut sent = open.len();
-            while sent + pad.len() < total {
-                let mut chunk = format!("{:x}\r\n", pad.len()).into_bytes();
-                chunk.extend_from_slice(&pad);
-                chunk.extend_from_slice(b"\r\n");
-                if socket.write_all(&chunk).await.is_err() {
-                    return (sent, false);
+            let xs = vec![b'x'; 64 * 1024];
+            let mut sent = 0;
+            for piece in pieces {
+                let (bytes, mut left): (&[u8], usize) = match piece {
+                    Piece::Text(text) => (text, text.len()),
+                    Piece::Xs(n) => (&xs, n),
+                    Piece::Stall => std::future::pending().await,
+                };
+                while left > 0 {
+                    let part = &bytes[..left.min(bytes.len())];
+                    let mut chunk = format!("{:x}\r\n", part.len()).into_bytes();
+                    chunk.extend_from_slice(part);
+                    chunk.extend_from_slice(b"\r\n");
+                    if socket.write_all(&chunk).await.is_err() {
+                        return (sent, false);
+                    }
+                    sent += part.len();
+                    left -= part.len();
                 }
-                sent += pad.len();
             }
-            let end = b"2\r\n\"}\r\n0\r\n\r\n";
-            let whole = socket.write_all(end).await.is_ok();
-            (sent + 2, whole)
+            let whole = socket.write_all(b"0\r\n\r\n").await.is_ok();
+            (sent, whole)
         });
         (port, served)
     }
 
-    #[tokio::test]
-    async fn an_answer_larger_than_read_acknowledges_and_is_not_read_through() {
-        let total = 32 * 1024 * 1024;
-        let (port, served) = app_answering_a_huge_document(total).await;
-        let event = plain_event();
+    /// An app answering one request `200` with a JSON document saying
+    /// `RETRY` padded to `total` bytes, chunked (see
+    /// [`app_answering_in_pieces`]).
+    pub(in crate::app) async fn app_answering_a_huge_document(
+        total: usize,
+    ) -> (u16, tokio::task::JoinHandle<(usize, bool)>) {
+        let open = br#"{"status":"RETRY","pad":""#;
+        let end = br#""}"#;
+        app_answering_in_pieces(vec![
+            Piece::Text(open),
+            Piece::Xs(total - open.len() - end.len()),
+            Piece::Text(end),
+        ])
+        .await
+    }
+
+    /// `pieces` delivered to an app answering with them: the outcome, how
+    /// many bytes the app sent, whether it sent them all.
+    async fn delivered_to_an_app_answering(
+        pieces: Vec<Piece>,
+        within: Duration,
+    ) -> (DeliveryOutcome, usize, bool) {
+        let (port, served) = app_answering_in_pieces(pieces).await;
         crate::tls::install_ring_provider();
         let client = reqwest::Client::new();
         let url = format!("http://127.0.0.1:{port}/orders");
         let outcome = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            post_event(&client, &url, &event, std::time::Duration::from_secs(30)),
+            Duration::from_secs(20),
+            post_event(&client, &url, &plain_event(), within),
         )
         .await
         .expect("answered in time");
-        // Read whole, it would say RETRY.
-        assert_eq!(outcome, DeliveryOutcome::Success);
-        let (sent, whole) = tokio::time::timeout(std::time::Duration::from_secs(10), served)
+        let (sent, whole) = tokio::time::timeout(Duration::from_secs(10), served)
             .await
             .expect("the app saw the client let go")
             .expect("no panic");
-        assert!(!whole, "the whole answer was read ({sent} bytes)");
-        assert!(sent < total / 2, "{sent} bytes were taken");
+        (outcome, sent, whole)
+    }
+
+    const MIB: usize = 1024 * 1024;
+
+    #[tokio::test]
+    async fn a_huge_first_value_decides_and_what_follows_it_is_not_read() {
+        // An app echoing the event back: read whole, as daprd reads it.
+        let (outcome, sent, whole) = delivered_to_an_app_answering(
+            vec![
+                Piece::Text(br#"{"status":"RETRY","echo":""#),
+                Piece::Xs(4 * MIB),
+                Piece::Text(br#""}"#),
+                Piece::Xs(32 * MIB),
+            ],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
+        assert!(
+            !whole,
+            "what follows the first value was read ({sent} bytes)"
+        );
+        assert!(sent < 16 * MIB, "{sent} bytes were taken");
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_64_kib_says_its_status_as_go_decodes_it() {
+        let cases: [(&[&'static [u8]], DeliveryOutcome); 4] = [
+            (
+                &[br#"{"status":"RETRY","echo":""#, br#""}"#],
+                DeliveryOutcome::Retry,
+            ),
+            (
+                &[br#"{"echo":""#, br#"","Status":"DROP"}"#],
+                DeliveryOutcome::Drop,
+            ),
+            (
+                &[
+                    br#"{"status":"RETRY","echo":""#,
+                    br#"","status":"SUCCESS"}"#,
+                ],
+                DeliveryOutcome::Success,
+            ),
+            // Not JSON at its end: Go's decode fails, daprd acknowledges.
+            (
+                &[br#"{"status":"RETRY","echo":""#, br#""]"#],
+                DeliveryOutcome::Success,
+            ),
+        ];
+        for (texts, expected) in cases {
+            let said = format!(
+                "{}...{}",
+                String::from_utf8_lossy(texts[0]),
+                String::from_utf8_lossy(texts[1])
+            );
+            let (outcome, sent, whole) = delivered_to_an_app_answering(
+                vec![Piece::Text(texts[0]), Piece::Xs(MIB), Piece::Text(texts[1])],
+                Duration::from_secs(30),
+            )
+            .await;
+            assert_eq!(outcome, expected, "{said}");
+            assert!(whole, "{said}: read whole to decide ({sent} bytes)");
+        }
+    }
+
+    /// An app answering every request on a connection `200` with
+    /// `answer` (written at once); how many connections it took.
+    async fn app_keeping_connections(
+        answer: &'static [u8],
+    ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.expect("accept");
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut held = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Some(end) = held.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            let n = socket.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            held.extend_from_slice(&buf[..n]);
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&held[..end]).to_ascii_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().expect("length"));
+                        while held.len() < end + 4 + length {
+                            let n = socket.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            held.extend_from_slice(&buf[..n]);
+                        }
+                        held.drain(..end + 4 + length);
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    #[tokio::test]
+    async fn the_connection_is_kept_when_the_answer_ends_after_its_first_value() {
+        let answers: [&'static [u8]; 2] = [
+            // As Go's `json.NewEncoder(w).Encode` answers: a newline follows.
+            b"HTTP/1.1 200 OK\r\ncontent-length: 18\r\n\r\n{\"status\":\"DROP\"}\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n11\r\n{\"status\":\"DROP\"}\r\n1\r\n\n\r\n0\r\n\r\n",
+        ];
+        crate::tls::install_ring_provider();
+        for answer in answers {
+            let (port, accepted) = app_keeping_connections(answer).await;
+            let client = reqwest::Client::new();
+            let url = format!("http://127.0.0.1:{port}/orders");
+            for _ in 0..3 {
+                let outcome =
+                    post_event(&client, &url, &plain_event(), Duration::from_secs(10)).await;
+                assert_eq!(outcome, DeliveryOutcome::Drop);
+                // The rest is taken in the background.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let connections = accepted.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(connections, 1, "{}", String::from_utf8_lossy(answer));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_still_coming_at_the_deadline_retries() {
+        let started = std::time::Instant::now();
+        let (port, _served) = app_answering_in_pieces(vec![
+            Piece::Text(br#"{"status":"SUCCESS","echo":""#),
+            Piece::Xs(MIB),
+            Piece::Stall,
+        ])
+        .await;
+        crate::tls::install_ring_provider();
+        let url = format!("http://127.0.0.1:{port}/orders");
+        let outcome = post_event(
+            &reqwest::Client::new(),
+            &url,
+            &plain_event(),
+            Duration::from_millis(500),
+        )
+        .await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
