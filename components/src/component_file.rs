@@ -495,6 +495,42 @@ mod tests {
         assert_eq!(calls.load(SeqCst), 2, "reads started");
     }
 
+    /// Callers that stop waiting (a request timeout) before the deadline
+    /// leave one thread stuck, not one each; later calls are refused at
+    /// once until it returns, then run.
+    #[tokio::test]
+    async fn calls_in_turn_pin_one_thread_however_many_callers_give_up() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = Arc::new(Mutex::new(hung));
+        let path = Path::new("/hung/in-turn");
+        let deadline = Duration::from_secs(5);
+        for _ in 0..5 {
+            let (calls, hung) = (Arc::clone(&calls), Arc::clone(&hung));
+            let call = move || {
+                calls.fetch_add(1, SeqCst);
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(10));
+            };
+            let waited = Duration::from_millis(20);
+            let _ = tokio::time::timeout(waited, on_path_in_turn(path, deadline, call)).await;
+        }
+        assert_eq!(calls.load(SeqCst), 1, "calls started");
+        let refused = on_path_in_turn(path, deadline, || ()).await;
+        assert!(
+            matches!(refused, Err(Abandoned::StillReading)),
+            "{refused:?}"
+        );
+        let _ = release.send(());
+        testkit::soon("a call once the hung one returned", async {
+            while on_path_in_turn(path, deadline, || ()).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+
     #[tokio::test]
     async fn a_hung_call_on_a_path_pins_one_thread_and_leaves_other_paths_alone() {
         use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
