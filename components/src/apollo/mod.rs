@@ -11,6 +11,8 @@
 //!   backup, as the Java client does: warned about once, the store
 //!   `Degraded` naming the namespace, its notification id advanced so the
 //!   long poll of the others goes on; a later release is taken as usual.
+//!   The same after a restart or rebuild, from the backup file's release
+//!   (the file is not written over).
 //!   `get`/`subscribe` with a `group` read that namespace; without a group
 //!   they read all namespaces merged, the first namespace in
 //!   `namespace_name` that has a key winning. Keys narrow the query (none =

@@ -214,6 +214,14 @@ impl LiveNamespaces {
         std::mem::replace(&mut state[index].source, Source::Missing)
     }
 
+    /// Where the configuration served for `namespace` came from.
+    pub(crate) fn source(&self, namespace: &str) -> Source {
+        match self.index(namespace) {
+            Some(index) => self.state()[index].source,
+            None => Source::Pending,
+        }
+    }
+
     /// The value of `key` in the release held for `namespace`, if any.
     pub(crate) fn value(&self, namespace: &str, key: &str) -> Option<String> {
         let index = self.index(namespace)?;
@@ -274,13 +282,15 @@ impl LiveNamespaces {
         self.state()[index].notified.messages.clone()
     }
 
-    /// Forgets the notification id of `namespace` (back to -1) and its
-    /// messages, so that the next long poll is answered at once with the
+    /// Forgets the notification id of `namespace` (back to -1; its
+    /// messages are kept, see [`Notified::forget`]), so that the next long poll is answered at once with the
     /// config service's current id: after a release the poll had not
     /// announced, the service's ids may be below ours (a restored
     /// database, another Apollo), and it would answer a poll only past
     /// ours — or the poll was just late (see
     /// [`set_notification_id`](Self::set_notification_id)).
+    ///
+    /// [`Notified::forget`]: super::notified::Notified::forget
     pub(crate) fn forget_notification_id(&self, namespace: &str) {
         if let Some(index) = self.index(namespace) {
             self.state()[index].notified.forget();

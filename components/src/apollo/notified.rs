@@ -45,18 +45,21 @@ impl Notified {
         });
     }
 
-    /// Forgets the id (back to -1) and the messages (they may be another
-    /// Apollo's), remembering the id held, if any, for
-    /// [`learn`](Self::learn).
+    /// Forgets the id (back to -1), remembering the id held, if any, for
+    /// [`learn`](Self::learn). The messages are kept: a notification
+    /// merged while the fetch that forgets was under way must still go
+    /// with the next fetch, or a lagging instance may answer it an older
+    /// release. Messages above another Apollo's ids only make it reload
+    /// its release cache.
     pub(crate) fn forget(&mut self) {
         if self.id >= 0 {
             self.forgotten_from = Some(self.id);
         }
         self.id = -1;
-        self.messages = None;
     }
 
-    /// Forgets everything: the store moved to other instances.
+    /// Forgets everything, messages included: the store moved to other
+    /// instances.
     pub(crate) fn reset(&mut self) {
         *self = Self::default();
     }
@@ -122,7 +125,11 @@ mod tests {
         notified.note(&json!({"details": {"k": 4}}));
         notified.forget();
         notified.forget();
-        assert_eq!((notified.id, notified.messages.clone()), (-1, None));
+        assert_eq!(
+            (notified.id, notified.messages.clone()),
+            (-1, Some(json!({"details": {"k": 4}}))),
+            "the messages outlive a forgotten id"
+        );
         assert_eq!(notified.learn(2), Some(4));
         assert_eq!(notified.learn(3), None);
         notified.reset();

@@ -17,7 +17,11 @@
 //! Java client does: warned about once, reported in the readiness, and
 //! taken as an answer (the caller advances the notification id, so the
 //! long poll of the other namespaces goes on). A later release is taken as
-//! usual. A namespace that never had a release is served empty.
+//! usual. A store that holds no release yet (just started, or rebuilt
+//! by a metadata change) takes the backup file's release for the one
+//! held: served, kept and not written over, as the Java client falls back
+//! to its local file. A namespace that never had a release is served
+//! empty.
 //!
 //! A fetched release is served first, then handed to the store's backup
 //! writer (still in the namespace's turn, so backups keep the fetches'
@@ -96,10 +100,7 @@ impl Refresher {
         namespace: &str,
         messages: Option<&serde_json::Value>,
     ) -> Result<usize, ApolloError> {
-        if let Some(messages) = messages {
-            self.live.note_messages(namespace, messages);
-        }
-        self.take_in(namespace, false).await
+        self.take_in(namespace, false, messages).await
     }
 
     /// The periodic refresh of `namespace` (as the Java client's
@@ -114,7 +115,7 @@ impl Refresher {
     /// cases apart by comparing it with the id forgotten. Returns how many
     /// keys changed.
     pub(crate) async fn revisit(&self, namespace: &str) -> Result<usize, ApolloError> {
-        self.take_in(namespace, true).await
+        self.take_in(namespace, true, None).await
     }
 
     /// The same refresher writing its backups through `backups` (a seam).
@@ -144,10 +145,24 @@ impl Refresher {
     /// the answer, then hands it to the backup writer (in the namespace's
     /// turn, so backups keep the fetches' order; never waiting for the
     /// disk). `unannounced`: a new release found is one the long poll has
-    /// not announced (see [`revisit`](Self::revisit)). Returns how many
-    /// keys changed.
-    async fn take_in(&self, namespace: &str, unannounced: bool) -> Result<usize, ApolloError> {
+    /// not announced (see [`revisit`](Self::revisit)). `notified`: the
+    /// messages of the notification that asked for this fetch, merged in
+    /// the namespace's turn, just before they are read: merged before it,
+    /// a fetch in progress could drop them (see [`Notified::forget`]) and
+    /// this one would go without them, to be answered an older release by
+    /// a lagging instance. Returns how many keys changed.
+    ///
+    /// [`Notified::forget`]: super::notified::Notified::forget
+    async fn take_in(
+        &self,
+        namespace: &str,
+        unannounced: bool,
+        notified: Option<&serde_json::Value>,
+    ) -> Result<usize, ApolloError> {
         let _serialised = self.lock_of(namespace).lock().await;
+        if let Some(notified) = notified {
+            self.live.note_messages(namespace, notified);
+        }
         let held = self.live.release_key(namespace);
         let messages = self.live.messages(namespace);
         let fetched = self
@@ -173,7 +188,10 @@ impl Refresher {
                 self.keep_missing(namespace);
                 return Ok(0);
             }
-            Fetched::NotReleased => (self.empty(namespace), Source::NotReleased),
+            Fetched::NotReleased => match self.backed_up_release(namespace).await {
+                Some(backup) => return Ok(self.serve_missing_backup(namespace, backup)),
+                None => (self.empty(namespace), Source::NotReleased),
+            },
         };
         let applied = self.live.apply(
             namespace,
@@ -266,6 +284,50 @@ impl Refresher {
         self.log_confirmed(namespace, previous);
     }
 
+    /// The release backed up for `namespace`, for a 404 met before any
+    /// release of it is held (the store just started or was rebuilt,
+    /// every namespace Pending): the backup holds the last release this
+    /// app served, kept as a release held in memory is (as the Java
+    /// client's `LocalFileConfigRepository` falls back to its file when
+    /// the sync fails). `None` without cache, file or release in it; a
+    /// file that cannot be read is warned about (the namespace is then
+    /// served empty, as without file).
+    async fn backed_up_release(&self, namespace: &str) -> Option<ApolloConfig> {
+        if !matches!(
+            self.live.source(namespace),
+            Source::Pending | Source::Backup
+        ) {
+            return None;
+        }
+        match self.cache.as_ref()?.read(namespace).await {
+            Ok(found) => found.filter(|config| !config.release_key.is_empty()),
+            Err(err) => {
+                warn!(component = %self.key, namespace, error = %err, "Apollo backup cache unusable.");
+                None
+            }
+        }
+    }
+
+    /// Serves `backup` as [`Source::Missing`] (warned about once; later
+    /// 404s meet it held), without handing it to the backup writer: the
+    /// file stays as it is. Returns how many keys changed.
+    fn serve_missing_backup(&self, namespace: &str, backup: ApolloConfig) -> usize {
+        let applied = self.live.apply(
+            namespace,
+            backup.configurations,
+            &backup.release_key,
+            Source::Missing,
+        );
+        warn!(
+            component = %self.key,
+            server = %self.client.server(),
+            namespace,
+            release_key = %backup.release_key,
+            "Apollo namespace answered HTTP 404 before any release of it was held (deleted in the portal, or an instance that lost it); serving its last release from the backup cache (kept as it is) until it is released again."
+        );
+        applied.changed
+    }
+
     /// A 404 while a release is held: the release is kept (not written
     /// over in the backup either), warned about once per streak (the
     /// name, never values).
@@ -298,3 +360,6 @@ impl Refresher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

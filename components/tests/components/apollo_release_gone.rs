@@ -147,3 +147,46 @@ async fn a_404_after_starting_from_the_backup_keeps_the_backed_up_release() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), backed_up);
     second.store.close().await.unwrap();
 }
+
+/// A store started (or rebuilt by a metadata change) while a namespace
+/// answers 404 holds no release of it yet: it serves the backup's release
+/// (as the Java client falls back to its local file), says why in its
+/// readiness, and leaves the file as it is — before, it served the
+/// namespace empty and wrote the empty answer over the backup.
+#[tokio::test]
+async fn a_store_started_during_a_404_serves_the_backed_up_release_and_keeps_the_file() {
+    logs::capture();
+    let server = ApolloServer::start().await;
+    server.release("application", &[("k", "v1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = metadata(&server.url(), dir.path());
+    let first = start(meta.clone()).await.expect("start");
+    let file = dir.path().join("checkout+default+application.json");
+    eventually("the release backed up", || file.is_file()).await;
+    first.store.close().await.unwrap();
+    let backed_up = std::fs::read(&file).unwrap();
+
+    server.delete_namespace("application");
+    let second = start(meta).await.expect("start during the 404");
+    let store = &second.store;
+    assert_eq!(value_of(store, "k").await.as_deref(), Some("v1"));
+    match store.readiness().await {
+        Readiness::Degraded(reason) => {
+            assert!(reason.contains("`application`"), "{reason}");
+            assert!(reason.contains("HTTP 404"), "{reason}");
+        }
+        other => panic!("the missing release is not reported: {other:?}"),
+    }
+    assert!(server.wait_for_held_poll(PATIENCE).await, "no poll held");
+    second.store.close().await.unwrap();
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        backed_up,
+        "backup written over"
+    );
+    let warned = logs::lines()
+        .iter()
+        .filter(|line| line.contains(&server.url()) && line.contains("HTTP 404 before any release"))
+        .count();
+    assert_eq!(warned, 1, "warned once");
+}
