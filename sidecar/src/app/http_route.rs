@@ -6,8 +6,9 @@
 //! `{"status": "DROP"}` and `404` drop. The body is read as Go's
 //! `encoding/json` decodes Dapr's `AppResponse` from it (see
 //! [`AppResponseScanner`]), as it comes and in constant memory: an answer
-//! of any size is read to the end of its first JSON value (or less, once
-//! nothing after can change its outcome), never held whole. The outcome
+//! is read to the end of its first JSON value (or less, once nothing
+//! after can change its outcome), never held whole; a first value past
+//! daprd's 4 MiB body limit acknowledges, as in daprd. The outcome
 //! does not wait for what follows; a little of it is taken in the
 //! background so that the connection is kept (see [`let_go`]). An answer
 //! that fails midway is one Go cannot decode (acknowledges); one still
@@ -52,16 +53,35 @@ pub(super) async fn answer_body(mut answer: reqwest::Response, limit: usize) -> 
     }
 }
 
+/// The most of an answer its outcome is read from, as daprd reads it
+/// (its `--max-body-size`, 4 MiB by default, wraps the app's answer): a
+/// first value longer than this is one Go's decoder fails on, and daprd
+/// acknowledges it. Also bounds the CPU a first value that never ends
+/// costs.
+const MAX_DECIDING_BYTES: usize = 4 * 1024 * 1024;
+
 /// The outcome a `2xx` `answer` means, read as it comes until decided
 /// (see [`AppResponseScanner`]); within the request's own deadline.
-async fn read_outcome(mut answer: reqwest::Response) -> DeliveryOutcome {
+async fn read_outcome(answer: reqwest::Response) -> DeliveryOutcome {
+    read_outcome_within(answer, MAX_DECIDING_BYTES).await
+}
+
+/// [`read_outcome`], deciding from at most `limit` bytes of the answer.
+async fn read_outcome_within(mut answer: reqwest::Response, limit: usize) -> DeliveryOutcome {
     let mut scanner = AppResponseScanner::default();
+    let mut left = limit;
     loop {
         match answer.chunk().await {
             Ok(Some(chunk)) => {
-                if let Some(outcome) = scanner.feed(&chunk) {
+                let fed = &chunk[..chunk.len().min(left)];
+                left -= fed.len();
+                if let Some(outcome) = scanner.feed(fed) {
                     let_go(answer);
                     return outcome;
+                }
+                if left == 0 {
+                    // Past daprd's limit, undecided: Go's decode fails.
+                    return DeliveryOutcome::Success;
                 }
             }
             Ok(None) => return scanner.end(),
@@ -335,7 +355,7 @@ pub(super) mod tests {
         let (outcome, sent, whole) = delivered_to_an_app_answering(
             vec![
                 Piece::Text(br#"{"status":"RETRY","echo":""#),
-                Piece::Xs(4 * MIB),
+                Piece::Xs(3 * MIB),
                 Piece::Text(br#""}"#),
                 Piece::Xs(32 * MIB),
             ],
@@ -348,6 +368,30 @@ pub(super) mod tests {
             "what follows the first value was read ({sent} bytes)"
         );
         assert!(sent < 16 * MIB, "{sent} bytes were taken");
+    }
+
+    #[tokio::test]
+    async fn a_first_value_past_daprds_body_limit_acknowledges_as_daprd_does() {
+        let (outcome, _, _) = delivered_to_an_app_answering(
+            vec![
+                Piece::Text(br#"{"status":"RETRY","echo":""#),
+                Piece::Xs(MAX_DECIDING_BYTES),
+                Piece::Text(br#""}"#),
+            ],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(outcome, DeliveryOutcome::Success);
+    }
+
+    #[tokio::test]
+    async fn a_first_value_ending_at_the_limit_still_decides() {
+        let said = br#"{"status":"RETRY"}"#;
+        let answer = |body: &'static [u8]| reqwest::Response::from(axum::http::Response::new(body));
+        let exactly = read_outcome_within(answer(said), said.len()).await;
+        assert_eq!(exactly, DeliveryOutcome::Retry);
+        let short = read_outcome_within(answer(said), said.len() - 1).await;
+        assert_eq!(short, DeliveryOutcome::Success);
     }
 
     #[tokio::test]
