@@ -178,7 +178,9 @@ pub(crate) async fn resolve_metadata(
     spec: &Arc<ComponentSpec>,
     cx: &AssemblyContext,
 ) -> Result<Metadata, ComponentFailure> {
-    cx.redactor.remember_secret_fields(&spec.metadata);
+    cx.redactor
+        .try_remember_secret_fields(&spec.metadata)
+        .map_err(|full| cx.fail(&spec.key, FailedStep::Resolve, full))?;
     // Lent by the declaration: the first ref's value copies it.
     let mut metadata = Metadata::lent(spec.clone());
     // A store that does not answer must not hold the reload (and every
@@ -206,7 +208,12 @@ pub(crate) async fn resolve_metadata(
             }
             InjectedRef::Configuration(..) => {
                 if is_secret_field(reference.inject_as()) {
-                    cx.redactor.remember(&value);
+                    cx.redactor
+                        .try_remember_all([value.as_str()])
+                        .map_err(|full| {
+                            let at = reference.position();
+                            cx.fail(&spec.key, FailedStep::Resolve, format!("{at}: {full}"))
+                        })?;
                 }
                 metadata.insert(reference.inject_as(), Value::String(value));
             }
@@ -244,7 +251,9 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
                     r.name, r.store, r.key
                 )
             })?;
-            cx.redactor.remember(value.expose());
+            cx.redactor
+                .try_remember_all([value.expose()])
+                .map_err(|full| format!("{at}: {full}"))?;
             Ok(value.expose().to_string())
         }
         (InjectedRef::Configuration(_, r), Some(Instance::ConfigStore(store))) => {
@@ -623,6 +632,63 @@ mod tests {
         assert_eq!(resolved.get("redisPassword"), Some(&json!("hunter2")));
         let failure = cx.fail(&spec.key, FailedStep::Init, "AUTH hunter2 refused (app||)");
         assert_eq!(failure.message, "AUTH [redacted] refused (app||)");
+    }
+
+    #[tokio::test]
+    async fn a_component_whose_secrets_would_pass_the_redactors_limits_is_refused() {
+        let cx = AssemblyContext {
+            app_id: "app".into(),
+            live: crate::handle::Live::new(),
+            staged: Arc::new(Generation::default()),
+            timeouts: StartTimeouts::default(),
+            redactor: Redactor::default(),
+            config_dir: None,
+            handover: Handover::new(),
+            stop: CancellationToken::new(),
+            abandoned_closes: Arc::default(),
+        };
+        let spec = |name: &str, password: &str| {
+            let metadata = json!({"redisHost": "h:6379", "redisPassword": password});
+            Arc::new(ComponentSpec {
+                key: ComponentKey::new("state", name),
+                type_name: "redis".into(),
+                metadata: metadata.as_object().cloned().unwrap_or_default(),
+                component_refs: Vec::new(),
+                secret_refs: Vec::new(),
+                configuration_refs: Vec::new(),
+                scopes: None,
+            })
+        };
+        // Filled up by earlier components' secrets, to the last bytes.
+        let mut filled = 0;
+        for size in [60 * 1024, 4096, 256, 16, 4] {
+            // Each size fills what the one before left in fewer than 64.
+            for _ in 0..64 {
+                let value = format!("{filled:0size$}");
+                if cx.redactor.try_remember_all([value.as_str()]).is_err() {
+                    break;
+                }
+                filled += 1;
+            }
+        }
+        assert!(filled > 0);
+        let failure = match resolve_metadata(&spec("late", "hunter2-new"), &cx).await {
+            Ok(_) => panic!("a secret past the limits was taken"),
+            Err(failure) => failure,
+        };
+        assert_eq!(failure.component, Some(ComponentKey::new("state", "late")));
+        assert!(
+            failure
+                .message
+                .contains("cannot remember its secret values (new forms: 1,"),
+            "{}",
+            failure.message
+        );
+        // A component whose secrets are remembered already still starts: a
+        // reload keeping a component's values is not refused.
+        let known = format!("{:0size$}", 0, size = 60 * 1024);
+        let resolved = resolve_metadata(&spec("kept", &known), &cx).await;
+        assert!(resolved.is_ok());
     }
 
     /// A config store that answers a read of a key with every group's item

@@ -3,6 +3,8 @@
 //! ([`is_secret_field`]), and the credentials of URLs
 //! ([`without_credentials`]).
 
+mod limits;
+mod matcher;
 mod panics;
 mod secret_fields;
 mod url_credentials;
@@ -10,10 +12,13 @@ mod url_credentials;
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::ops::Range;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
+pub(crate) use limits::too_many_secret_values;
+use matcher::Matcher;
 pub use panics::redact_panics;
 pub use secret_fields::is_secret_field;
 pub(crate) use secret_fields::shown_fields;
@@ -25,9 +30,56 @@ pub use url_credentials::without_credentials;
 const MIN_SCRUBBED_LEN: usize = 4;
 
 /// The secret values seen so far, and how to scrub them from text.
+///
+/// A value is never forgotten (a retired component's value may still be
+/// printed, by a task it left, in a log line): the forms remembered are
+/// bounded instead (`limits`), and a component whose values would pass
+/// the bound is refused.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    values: Arc<RwLock<BTreeSet<String>>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// The forms remembered; one writer at a time makes the next finder.
+    forms: Mutex<Forms>,
+    /// What finds `forms` in a text, as last made. Scrubbing reads it
+    /// without a lock: the panic hook scrubs, maybe while the panicking
+    /// thread holds `forms`.
+    finder: ArcSwap<Finder>,
+}
+
+/// Forms remembered since the matcher was built, searched one by one, at
+/// most this many: a start assembling many components with a secret each
+/// rebuilds the matcher once every so many forms, not once each.
+const PENDING_MAX: usize = 64;
+
+/// What [`Redactor::scrub`] searches for: the forms in the matcher, and
+/// those remembered since it was built.
+#[derive(Debug, Default)]
+struct Finder {
+    matcher: Arc<Matcher>,
+    pending: Vec<String>,
+}
+
+impl Finder {
+    /// Where the forms occur in `text`, overlapping spans not merged.
+    fn spans(&self, text: &str) -> Vec<Range<usize>> {
+        let mut spans = self.matcher.covered(text);
+        for form in &self.pending {
+            #[cfg(test)]
+            matcher::tests::count_steps(text.len());
+            spans.extend(occurrences(text, form));
+        }
+        spans
+    }
+}
+
+#[derive(Debug, Default)]
+struct Forms {
+    set: BTreeSet<String>,
+    bytes: usize,
 }
 
 impl Redactor {
@@ -38,35 +90,74 @@ impl Redactor {
         SHARED.get_or_init(Redactor::default).clone()
     }
 
-    /// Remembers a secret value, and the forms in which it may be printed:
-    /// JSON-escaped (an error quoting a document) and Debug-escaped (an
-    /// error quoting a string), where they differ from the raw value; and
-    /// the same for the value trimmed, where blanks around it (a secret
-    /// file's last newline) differ: a lenient number or flag is read, and
-    /// quoted when bad, trimmed.
+    /// Remembers a secret value (see [`Redactor::try_remember_all`]).
+    #[cfg(test)]
     pub fn remember(&self, value: &str) {
-        let mut forms = Vec::new();
-        for value in [value, value.trim()] {
-            if value.len() >= MIN_SCRUBBED_LEN {
-                forms.extend(printed_forms(value));
-            }
+        if let Err(full) = self.try_remember_all([value]) {
+            panic!("{full}");
         }
+    }
+
+    /// Remembers secret values, and the forms in which each may be
+    /// printed: JSON-escaped (an error quoting a document) and
+    /// Debug-escaped (an error quoting a string), where they differ from
+    /// the raw value; and the same for the value trimmed, where blanks
+    /// around it (a secret file's last newline) differ: a lenient number
+    /// or flag is read, and quoted when bad, trimmed. All of them, or none
+    /// with an error where they would pass the process's limits (`limits`:
+    /// 256 Ki forms, 2 MiB): the caller refuses the component that would
+    /// use them.
+    pub fn try_remember_all<'a>(
+        &self,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), String> {
+        // Built before the lock is taken.
+        let forms: BTreeSet<String> = values.into_iter().flat_map(forms_to_scrub).collect();
         if forms.is_empty() {
-            return;
+            return Ok(());
         }
-        // Built before the lock is taken: nothing panics while it is held
-        // (the panic hook scrubs, and would wait on it).
-        let mut values = self.values.write().unwrap_or_else(|p| p.into_inner());
-        values.extend(forms);
+        let mut held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<String> = forms
+            .into_iter()
+            .filter(|form| !held.set.contains(form))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let bytes: usize = new.iter().map(String::len).sum();
+        limits::check_room(held.set.len(), held.bytes, new.len(), bytes)?;
+        // Made here, one writer at a time, so that no value remembered is
+        // missing from the finder in force once this returns; readers go
+        // on with the last one meanwhile. Made before anything changes: a
+        // panic (none is expected: allocation failure aborts) leaves the
+        // set and the finder as they were.
+        let last = self.shared.finder.load_full();
+        let finder = if last.pending.len() + new.len() <= PENDING_MAX {
+            let mut pending = last.pending.clone();
+            pending.extend(new.iter().cloned());
+            Finder {
+                matcher: last.matcher.clone(),
+                pending,
+            }
+        } else {
+            Finder {
+                matcher: Arc::new(Matcher::new(held.set.iter().chain(&new))),
+                pending: Vec::new(),
+            }
+        };
+        self.shared.finder.store(Arc::new(finder));
+        held.bytes += bytes;
+        held.set.extend(new);
+        Ok(())
     }
 
     /// Remembers the inline values of the fields of `metadata` named like
-    /// a secret ([`is_secret_field`]), so that an error or log echoing one
-    /// is scrubbed as a secretRef value is.
-    pub fn remember_secret_fields(&self, metadata: &Map<String, Value>) {
-        for value in secret_fields::secret_field_values(metadata) {
-            self.remember(&value);
-        }
+    /// a secret, so that an error or log echoing one is scrubbed as a
+    /// secretRef value is; an error where they would pass the limits
+    /// ([`Redactor::try_remember_all`]).
+    pub fn try_remember_secret_fields(&self, metadata: &Map<String, Value>) -> Result<(), String> {
+        let values = secret_fields::secret_field_values(metadata);
+        self.try_remember_all(values.iter().map(String::as_str))
     }
 
     /// `text` without URL credentials ([`without_credentials`]) and with
@@ -74,14 +165,11 @@ impl Redactor {
     /// occurrence of every value, and every URL credential, is found in
     /// the text as given first (a remembered URL is found whole, not only
     /// its password), and the overlapping or adjacent ones are replaced as
-    /// one: no part of a secret survives next to another.
+    /// one: no part of a secret survives next to another. One pass over
+    /// the text finds every value, however many are remembered.
     pub fn scrub(&self, text: &str) -> String {
         let mut spans = url_credentials::credential_spans(text);
-        let values = self.values.read().unwrap_or_else(|p| p.into_inner());
-        for value in values.iter() {
-            spans.extend(occurrences(text, value));
-        }
-        drop(values);
+        spans.extend(self.shared.finder.load().spans(text));
         if spans.is_empty() {
             return text.to_string();
         }
@@ -111,6 +199,18 @@ fn occurrences<'a>(text: &'a str, value: &'a str) -> impl Iterator<Item = Range<
         from = start + text[start..].chars().next().map_or(1, char::len_utf8);
         Some(start..start + value.len())
     })
+}
+
+/// The forms of `value` to scrub: those it may be printed in, and those
+/// of it trimmed; none shorter than [`MIN_SCRUBBED_LEN`].
+fn forms_to_scrub(value: &str) -> Vec<String> {
+    let mut forms = Vec::new();
+    for value in [value, value.trim()] {
+        if value.len() >= MIN_SCRUBBED_LEN {
+            forms.extend(printed_forms(value));
+        }
+    }
+    forms
 }
 
 /// `value` as written raw, inside a JSON string, and by `{:?}` (quotes
@@ -202,6 +302,30 @@ mod tests {
     }
 
     #[test]
+    fn overlapping_secrets_are_scrubbed_whole_by_the_matcher_too() {
+        // Remembered with more than are searched one by one: in the matcher.
+        let redactor = Redactor::default();
+        let fillers: Vec<String> = (0..PENDING_MAX).map(|i| format!("filler-{i}")).collect();
+        let values = ["abcdef", "defghi", "abab", "hunter2", "hunter2-extra"];
+        let all = fillers.iter().map(String::as_str).chain(values);
+        assert_eq!(redactor.try_remember_all(all), Ok(()));
+        assert!(redactor.shared.finder.load().pending.is_empty());
+        assert_eq!(redactor.scrub("x abcdefghi y"), "x [redacted] y");
+        assert_eq!(redactor.scrub("abcdefdefghi!"), "[redacted]!");
+        assert_eq!(redactor.scrub("ababab."), "[redacted].");
+        assert_eq!(redactor.scrub("é abcdef é"), "é [redacted] é");
+        assert_eq!(
+            redactor.scrub("auth hunter2-extra then hunter2, ab"),
+            "auth [redacted] then [redacted], ab"
+        );
+        // One more is searched alone until the next build, then merged
+        // with the matcher's spans.
+        redactor.remember("ghi-jkl");
+        assert_eq!(redactor.shared.finder.load().pending.len(), 1);
+        assert_eq!(redactor.scrub("abcdefghi-jkl."), "[redacted].");
+    }
+
+    #[test]
     fn scrub_removes_url_credentials_even_unremembered() {
         let redactor = Redactor::default();
         redactor.remember("p@ss word");
@@ -250,11 +374,71 @@ mod tests {
     fn remembers_the_inline_values_of_secret_fields() {
         let redactor = Redactor::default();
         let metadata = serde_json::json!({"redisPassword": "hunter2", "keyPrefix": "app||"});
-        redactor.remember_secret_fields(metadata.as_object().unwrap_or(&Map::new()));
+        let fields = metadata.as_object().cloned().unwrap_or_default();
+        assert_eq!(redactor.try_remember_secret_fields(&fields), Ok(()));
         assert_eq!(
             redactor.scrub("auth hunter2 failed for app||"),
             "auth [redacted] failed for app||"
         );
+    }
+
+    #[test]
+    fn scrubbing_takes_one_pass_whatever_the_number_of_values() {
+        // A pushed store's 150,000 secret-named fields: each scrub used to
+        // search the text once a value.
+        let redactor = Redactor::default();
+        let values: Vec<String> = (0..150_000).map(|i| format!("v{i:06}")).collect();
+        let fit = redactor.try_remember_all(values.iter().map(String::as_str));
+        assert_eq!(fit, Ok(()));
+        let mut text = "status line, nothing secret; ".repeat(360);
+        text.push_str("v149999 and v000000 and v07500");
+        assert!(text.len() >= 10 * 1024);
+        let mut scrubbed = String::new();
+        let steps = matcher::tests::steps_of(|| scrubbed = redactor.scrub(&text));
+        assert!(
+            scrubbed.ends_with("; [redacted] and [redacted] and v07500"),
+            "{}",
+            &scrubbed[scrubbed.len() - 60..]
+        );
+        // At most 2 transitions a byte, each comparing up to 256 siblings,
+        // and a search for each form remembered since the matcher's build.
+        let bound = (2 * 257 + PENDING_MAX) * text.len();
+        assert!(steps <= bound, "{steps} steps");
+    }
+
+    #[test]
+    fn values_past_the_limits_are_refused_not_others_forgotten() {
+        let redactor = Redactor::default();
+        redactor.remember("hunter2-kept");
+        let huge = "k".repeat(limits::MAX_BYTES);
+        let refused = redactor.try_remember_all(["another-one", huge.as_str()]);
+        let Err(message) = refused else {
+            panic!("{} bytes of secrets remembered", huge.len());
+        };
+        assert!(
+            message.contains("cannot remember its secret values (new forms: 2,"),
+            "{message}"
+        );
+        assert!(!message.contains("kkkk"), "{message}");
+        // All or none: what fits stays, nothing of the refused is kept.
+        assert_eq!(
+            redactor.scrub("hunter2-kept another-one"),
+            "[redacted] another-one"
+        );
+        let many: Vec<String> = (0..=limits::MAX_FORMS).map(|i| format!("{i:07}")).collect();
+        assert!(redactor
+            .try_remember_all(many.iter().map(String::as_str))
+            .is_err());
+    }
+
+    #[test]
+    fn scrubbing_never_waits_on_a_value_being_remembered() {
+        // The panic hook scrubs: a panic while remembering must not leave
+        // it waiting on the lock the panicking thread holds.
+        let redactor = Redactor::default();
+        redactor.remember("hunter2-held");
+        let _held = redactor.shared.forms.lock();
+        assert_eq!(redactor.scrub("auth hunter2-held"), "auth [redacted]");
     }
 
     #[test]

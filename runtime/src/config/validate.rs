@@ -398,6 +398,9 @@ fn check_component(
         }
     }
     report_repeated_refs(spec, problems);
+    if let Some(too_many) = crate::redact::too_many_secret_values(&spec.metadata) {
+        problems.push(Problem::component(key, too_many));
+    }
     if let Some(descriptions) = registry.submitted_twice(key.kind.as_str(), &spec.type_name) {
         problems.push(Problem::component(key, submitted_twice(spec, descriptions)));
         return;

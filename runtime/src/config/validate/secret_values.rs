@@ -175,6 +175,31 @@ mod tests {
     }
 
     #[test]
+    fn a_component_with_too_many_secret_values_to_remember_is_refused() {
+        // A store whose items are 150,000 fields named like a secret:
+        // every value would be remembered, and scrubbed from every text.
+        let items: Vec<String> = (0..150_000)
+            .map(|i| format!(r#""token{i:06}": "v{i:06}""#))
+            .collect();
+        let found = problems(&format!(
+            r#"{{"api_token": 5, "items": {{{}}}}}"#,
+            items.join(",")
+        ));
+        assert!(
+            found.iter().any(|p| p.starts_with(
+                "probe/p: metadata holds 150000 values in fields named like a secret"
+            )),
+            "{found:?}"
+        );
+        // A few are fine.
+        let found = problems(r#"{"api_token": 5, "items": {"token1": "v0000001"}}"#);
+        assert!(
+            !found.iter().any(|p| p.contains("named like a secret")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
     fn a_bad_secret_value_is_named_not_quoted() {
         let found = problems(r#"{"api_token": "tok-1234-abcd"}"#);
         assert_eq!(
