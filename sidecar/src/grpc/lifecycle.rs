@@ -27,7 +27,7 @@ use tonic::{Request, Response, Status};
 
 use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
 
-use super::lifecycle_patch::{held_bytes, patch_of, too_many_refs, Declares};
+use super::lifecycle_patch::{held_bytes, malformed, patch_of, too_many_refs, Declares};
 use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
 use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
@@ -160,19 +160,28 @@ async fn apply(
     if let Some(reason) = too_many_refs(&config) {
         return Err(Status::invalid_argument(format!("{key}: {reason}")));
     }
+    // A malformed push is a NACK at once, full backlog or not: only a push
+    // that may be taken is worth retrying as is.
+    if let Some(problems) = malformed(&config) {
+        return Ok(nack(&call, Outcome::Rejected, named(&call, &key, problems)));
+    }
     // Counted in the backlog as parsed, before parsing: pushes being
-    // parsed together cannot pass the budget either.
-    let admitted = wait.0.admit(held_bytes(&config, wire))?;
+    // parsed together cannot pass the budget either. The JSON text is
+    // given back once parsed (the patch holds what it parsed into).
+    let mut admitted = wait.0.admit(held_bytes(&config, wire))?;
+    let text = config.metadata_json.len();
     // The push stores only what it declares: an empty type keeps the type
     // in force, scopes (and unsaid refs) stay the lower layers', and
     // whether an amendment amends or declares the component whole, all
     // resolved inside the serialised reload (against the layers as a file
     // reload queued first left them).
     let patch = match patch_of(config, declares) {
-        Ok(patch) => patch,
+        Ok(patch) => {
+            admitted.give_back(text);
+            patch
+        }
         Err(problems) => {
-            let reasons = problems.iter().map(|p| format!("{key}: {p}"));
-            return Ok(nack(&call, Outcome::Rejected, reasons));
+            return Ok(nack(&call, Outcome::Rejected, named(&call, &key, problems)));
         }
     };
     let runtime = call.runtime().clone();
@@ -225,6 +234,14 @@ async fn release(
             .await
     };
     answer(&call, wait.0.run(wait.1, admitted, reload).await?)
+}
+
+/// The push's own `problems`, each after `key` scrubbed, made one line and
+/// cut once (a name may be megabytes, and each reason is scrubbed whole
+/// before it is cut).
+fn named(call: &Call, key: &ComponentKey, problems: Vec<String>) -> Vec<String> {
+    let key = one_line_kept(&call.runtime().redact(&key.to_string()));
+    problems.iter().map(|p| format!("{key}: {p}")).collect()
 }
 
 /// Labels the call's metric with `key` only when it names a component
@@ -316,10 +333,11 @@ fn nack<R: ToString>(
 const MAX_REASONS: usize = 33;
 
 /// `reasons` as an answer gives them: the first [`MAX_REASONS`], each
-/// scrubbed by `redact` then cut as a record's error lines are
-/// ([`ReloadRecord::kept_error`]: about 1 KiB, the middle cut to `…`),
-/// then `… and N more`. Only those kept are made into text, scrubbed or
-/// copied: a push can give hundreds of thousands.
+/// scrubbed by `redact`, made one line (its line breaks spaces) then cut
+/// as a record's error lines are ([`ReloadRecord::kept_error`]: about
+/// 1 KiB, the middle cut to `…`), then `… and N more`: about 34 KiB in
+/// all. Only those kept are made into text, scrubbed or copied: a push
+/// can give hundreds of thousands.
 fn bounded_reasons<R: ToString>(
     reasons: impl IntoIterator<Item = R>,
     redact: impl Fn(&str) -> String,
@@ -328,13 +346,19 @@ fn bounded_reasons<R: ToString>(
     let mut kept: Vec<String> = reasons
         .by_ref()
         .take(MAX_REASONS)
-        .map(|reason| ReloadRecord::kept_error(&redact(&reason.to_string())))
+        .map(|reason| one_line_kept(&redact(&reason.to_string())))
         .collect();
     let more = reasons.count();
     if more > 0 {
         kept.push(format!("… and {more} more"));
     }
     kept
+}
+
+/// A scrubbed reason made one line (a line break is a space) and cut as
+/// a record's error line is: a reason of many lines would be kept as 32.
+fn one_line_kept(scrubbed: &str) -> String {
+    ReloadRecord::kept_error(&scrubbed.replace(['\n', '\r'], " "))
 }
 
 /// The serde name of an outcome or action (`rolled_back`, `updated_in_place`).

@@ -71,37 +71,83 @@ pub(super) fn too_many_refs(config: &pb::ComponentConfig) -> Option<String> {
     })
 }
 
-/// The slot a JSON value takes in the patch: twice a `Value`, as an array
-/// or map grows by doubling (up to half its room spare).
+/// The heap a string or other allocation takes past its bytes: glibc's
+/// smallest chunk is 32 bytes (a 1-byte key takes that), a larger one at
+/// most 23 over its size.
+const ALLOC: usize = 32;
+
+/// The slot a JSON value takes in an array: twice a `Value`, as an array
+/// grows by doubling (up to half its room spare).
 const VALUE_SLOT: usize = 2 * size_of::<Value>();
 
-/// The slot an object member's key takes besides its value's, likewise.
-const KEY_SLOT: usize = 2 * size_of::<String>();
+/// An array's first allocation: room for 4 values, however few it holds.
+const ARRAY_FIRST: usize = 4 * size_of::<Value>() + ALLOC;
 
-/// About the most memory `config`'s patch takes until its reload runs,
-/// known before anything is parsed, so the backlog can be charged for it
-/// first: the request's `wire` bytes (the text the patch copies), the JSON
-/// text once more (held with what it parses into while parsing), a
-/// [`VALUE_SLOT`] per value and a [`KEY_SLOT`] per key, and the refs. Wire
-/// bytes alone undercount 16–32 times: `{"a":[0,0,…]}` parses into a
-/// 32-byte value per 2 bytes of text.
+/// A node of a JSON object's members (serde_json's `Map` is a `BTreeMap`):
+/// room for 11 keys and values, its parent link and lengths, and an inner
+/// node's 12 edges. An object's first member allocates a whole one.
+const OBJECT_NODE: usize =
+    11 * (size_of::<String>() + size_of::<Value>()) + 16 + 12 * size_of::<usize>() + ALLOC;
+
+/// A member's share of the nodes past its object's first: each of them
+/// holds at least 5 members.
+const MEMBER_SLOT: usize = OBJECT_NODE.div_ceil(5);
+
+/// At least the memory `config`'s patch takes until its reload runs, known
+/// before anything is parsed, so the backlog can be charged for it first:
+/// the request's `wire` bytes (the strings the patch moves or copies out of
+/// it), the JSON text once more (held while it is parsed: given back
+/// then), and per JSON value, array, object, member and string what
+/// serde_json allocates for it ([`VALUE_SLOT`], [`ARRAY_FIRST`],
+/// [`OBJECT_NODE`], [`MEMBER_SLOT`], [`ALLOC`]); likewise for the
+/// `metadata` fields and the refs. Wire bytes alone undercount 16–32 times
+/// (`{"a":[0,0,…]}` parses into a 32-byte value per 2 bytes of text), and
+/// objects 100 times (`{"":0}` parses into a 632-byte node).
 pub(super) fn held_bytes(config: &pb::ComponentConfig, wire: usize) -> usize {
-    let (values, members) = json_values_and_members(&config.metadata_json);
+    let json = json_shape(&config.metadata_json);
     let fields = config.metadata.len();
-    let refs = config.component_refs.len() * size_of::<ComponentRef>()
-        + config.secret_refs.len() * size_of::<SecretRef>()
-        + config.configuration_refs.len() * size_of::<ConfigurationRef>();
+    let refs = refs_held(&config.component_refs)
+        + refs_held(&config.secret_refs)
+        + refs_held(&config.configuration_refs);
     wire + config.metadata_json.len()
-        + (values + fields) * VALUE_SLOT
-        + (members + fields) * KEY_SLOT
+        + json.values * VALUE_SLOT
+        + json.arrays * ARRAY_FIRST
+        // The metadata map's own first node, when the text gives none.
+        + (json.objects + 1) * OBJECT_NODE
+        + (json.members + fields) * MEMBER_SLOT
+        + (json.strings + 2 * fields) * ALLOC
         + refs
 }
 
-/// At least how many values and object members `text` parses into,
-/// counted without parsing (invalid JSON too): a value starts the text,
-/// follows each `[`, `,` and `:` outside strings; a member, each `:`.
-fn json_values_and_members(text: &str) -> (usize, usize) {
-    let (mut values, mut members) = (1, 0);
+/// What a kind of ref holds as built: a slot of a doubling list (room for
+/// any kind), a copy of its text (an `inject_as` defaulted to its key) and
+/// its strings' allocations.
+fn refs_held<R: prost::Message>(refs: &[R]) -> usize {
+    const SLOT: usize =
+        2 * (size_of::<ComponentRef>() + size_of::<SecretRef>() + size_of::<ConfigurationRef>());
+    const STRINGS: usize = 6;
+    refs.iter().map(|r| r.encoded_len()).sum::<usize>() + refs.len() * (SLOT + STRINGS * ALLOC)
+}
+
+/// At least how many of each thing a JSON text parses into.
+#[derive(Debug, Default)]
+struct JsonShape {
+    values: usize,
+    arrays: usize,
+    objects: usize,
+    members: usize,
+    strings: usize,
+}
+
+/// `text`'s shape counted without parsing (invalid JSON too), outside
+/// strings: a value starts the text and follows each `[` and `,`; each `[`
+/// is an array, `{` an object, `:` a member and `"` a string (keys too).
+/// A `,` between members is counted as a value too: more, never less.
+fn json_shape(text: &str) -> JsonShape {
+    let mut shape = JsonShape {
+        values: 1,
+        ..JsonShape::default()
+    };
     let (mut in_string, mut escaped) = (false, false);
     for byte in text.bytes() {
         if in_string {
@@ -114,16 +160,21 @@ fn json_values_and_members(text: &str) -> (usize, usize) {
             continue;
         }
         match byte {
-            b'"' => in_string = true,
-            b'[' | b',' => values += 1,
-            b':' => {
-                values += 1;
-                members += 1;
+            b'"' => {
+                in_string = true;
+                shape.strings += 1;
             }
+            b'[' => {
+                shape.arrays += 1;
+                shape.values += 1;
+            }
+            b',' => shape.values += 1,
+            b'{' => shape.objects += 1,
+            b':' => shape.members += 1,
             _ => {}
         }
     }
-    (values, members)
+    shape
 }
 
 /// A push's problems: the first [`MAX_PROBLEMS`], the rest counted.
@@ -151,6 +202,40 @@ impl Problems {
         }
         Some(kept).filter(|k| !k.is_empty())
     }
+}
+
+/// Why `config` cannot be taken, found without building anything from it
+/// (so it is answered at once, even when the backlog is full): its
+/// `metadata_json` is not a JSON object, or a ref misses a field. As
+/// [`patch_of`] says them; `None` when there is none.
+pub(super) fn malformed(config: &pb::ComponentConfig) -> Option<Vec<String>> {
+    let mut problems = Problems::default();
+    if let Err(problem) = check_metadata_json(&config.metadata_json) {
+        problems.push(|| problem);
+    }
+    for (i, r) in config.component_refs.iter().enumerate() {
+        report(
+            &mut problems,
+            || format!("component_refs[{i}]"),
+            component_ref_misses(r),
+        );
+    }
+    for (i, r) in config.secret_refs.iter().enumerate() {
+        report(
+            &mut problems,
+            || format!("secret_refs[{i}]"),
+            secret_ref_misses(r),
+        );
+    }
+    for (i, r) in config.configuration_refs.iter().enumerate() {
+        let missing = configuration_ref_misses(r);
+        report(
+            &mut problems,
+            || format!("configuration_refs[{i}]"),
+            missing,
+        );
+    }
+    problems.into_reasons()
 }
 
 /// The patch `config` declares, its refs said when it declares the
@@ -200,8 +285,11 @@ fn component_refs_of(refs: Vec<pb::ComponentRef>, problems: &mut Problems) -> Ve
     refs.into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
-            let missing = required(&[("kind", &r.kind), ("name", &r.name)]);
-            report(problems, || format!("component_refs[{i}]"), missing)?;
+            report(
+                problems,
+                || format!("component_refs[{i}]"),
+                component_ref_misses(&r),
+            )?;
             Some(ComponentRef {
                 key: ComponentKey::new(r.kind, r.name),
             })
@@ -215,8 +303,11 @@ fn secret_refs_of(refs: Vec<pb::SecretRef>, problems: &mut Problems) -> Vec<Secr
     refs.into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
-            let missing = required(&[("store", &r.store), ("name", &r.name), ("key", &r.key)]);
-            report(problems, || format!("secret_refs[{i}]"), missing)?;
+            report(
+                problems,
+                || format!("secret_refs[{i}]"),
+                secret_ref_misses(&r),
+            )?;
             Some(SecretRef {
                 inject_as: or_default(r.inject_as, &r.key),
                 store: r.store,
@@ -237,7 +328,7 @@ fn configuration_refs_of(
     refs.into_iter()
         .enumerate()
         .filter_map(|(i, r)| {
-            let missing = required(&[("store", &r.store), ("key", &r.key)]);
+            let missing = configuration_ref_misses(&r);
             report(problems, || format!("configuration_refs[{i}]"), missing)?;
             Some(ConfigurationRef {
                 inject_as: or_default(r.inject_as, &r.key),
@@ -251,22 +342,53 @@ fn configuration_refs_of(
         .collect()
 }
 
+fn component_ref_misses(r: &pb::ComponentRef) -> Vec<&'static str> {
+    required(&[("kind", &r.kind), ("name", &r.name)])
+}
+
+fn secret_ref_misses(r: &pb::SecretRef) -> Vec<&'static str> {
+    required(&[("store", &r.store), ("name", &r.name), ("key", &r.key)])
+}
+
+fn configuration_ref_misses(r: &pb::ConfigurationRef) -> Vec<&'static str> {
+    required(&[("store", &r.store), ("key", &r.key)])
+}
+
 /// The fields of `metadata_json` (empty text: none).
 fn metadata_of(text: &str) -> Result<Map<String, Value>, String> {
     if text.trim().is_empty() {
         return Ok(Map::new());
     }
-    // Only the position is kept from a parse error: its text may quote the
-    // input, which may hold a secret.
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(fields)) => Ok(fields),
-        Ok(_) => Err("metadata_json: expected a JSON object".to_string()),
-        Err(err) => Err(format!(
-            "metadata_json: not valid JSON (at line {}, column {})",
-            err.line(),
-            err.column()
-        )),
+        Ok(_) => Err(NOT_AN_OBJECT.to_string()),
+        Err(err) => Err(not_json(&err)),
     }
+}
+
+/// What [`metadata_of`] finds wrong with `text`, found without building
+/// anything (empty text is no object: none).
+fn check_metadata_json(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|err| not_json(&err))?;
+    match text.trim_start().starts_with('{') {
+        true => Ok(()),
+        false => Err(NOT_AN_OBJECT.to_string()),
+    }
+}
+
+const NOT_AN_OBJECT: &str = "metadata_json: expected a JSON object";
+
+/// Only the position is kept from a parse error: its text may quote the
+/// input, which may hold a secret.
+fn not_json(err: &serde_json::Error) -> String {
+    format!(
+        "metadata_json: not valid JSON (at line {}, column {})",
+        err.line(),
+        err.column()
+    )
 }
 
 /// The names of the empty fields among `fields`.
@@ -423,6 +545,47 @@ mod tests {
         );
         // About as much: a string's commas and colons are not values.
         assert!(charged < wire * 2 + 2 * parsed + 1024, "{charged}");
+    }
+
+    #[test]
+    fn a_push_of_many_small_objects_is_charged_a_node_each() {
+        // Each `{"":0}` is 7 bytes of text and a B-tree node of 11 slots.
+        let n = 100_000;
+        let mut c = config();
+        c.metadata_json = format!(r#"{{"a":[{}]}}"#, vec![r#"{"":0}"#; n].join(","));
+        let node = 11 * (size_of::<String>() + size_of::<Value>());
+        assert!(held_bytes(&c, c.metadata_json.len()) >= n * node);
+        // Nested, one object inside another.
+        let mut c = config();
+        c.metadata_json = format!("{}0{}", r#"{"":"#.repeat(100), "}".repeat(100));
+        assert!(held_bytes(&c, c.metadata_json.len()) >= 100 * node);
+        // An array of one value takes room for 4.
+        let mut c = config();
+        c.metadata_json = format!(r#"{{"a":[{}]}}"#, vec!["[0]"; n].join(","));
+        let array = 4 * size_of::<Value>();
+        assert!(held_bytes(&c, c.metadata_json.len()) >= n * (array + size_of::<Value>()));
+    }
+
+    #[test]
+    fn a_malformed_push_is_found_without_parsing_as_patch_of_finds_it() {
+        let mut c = config();
+        for text in ["{", "[1, 2]", " \n [1,", "0", r#"{"a": 1} x"#] {
+            c.metadata_json = text.into();
+            let found = malformed(&c).expect("malformed");
+            let parsed = patch_of(c.clone(), Declares::Whole).expect_err("invalid");
+            assert_eq!(found, parsed, "{text:?}");
+        }
+        c.metadata_json = r#" {"a": [1, {"b": null}]} "#.into();
+        c.secret_refs.push(pb::SecretRef::default());
+        c.configuration_refs.push(pb::ConfigurationRef::default());
+        let found = malformed(&c).expect("refs miss fields");
+        assert_eq!(
+            found,
+            patch_of(c.clone(), Declares::Whole).expect_err("invalid")
+        );
+        c.secret_refs.clear();
+        c.configuration_refs.clear();
+        assert_eq!(malformed(&c), None);
     }
 
     #[test]

@@ -164,6 +164,21 @@ pub(super) struct Admitted {
     pending: Pending,
 }
 
+impl Admitted {
+    /// Gives back `bytes` of the push's charge (at most all of it): what it
+    /// held only while it was parsed.
+    pub(super) fn give_back(&mut self, bytes: usize) {
+        let bytes = bytes.min(self.pending.bytes);
+        let mut backlog = self
+            .pending
+            .backlog
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        backlog.bytes -= bytes;
+        self.pending.bytes -= bytes;
+    }
+}
+
 /// `ErrorInfo.reason` of a push refused for a full backlog, with domain
 /// [`REFUSAL_DOMAIN`]: the one `RESOURCE_EXHAUSTED` of the Lifecycle API a
 /// client may retry as is (`rewire apply` exits busy only for it; a request
@@ -353,6 +368,19 @@ mod tests {
             .await
             .expect("taken once the backlog drained");
         assert!(matches!(taken, Waited::Done(Err(ReloadError::Stopped))));
+    }
+
+    #[test]
+    fn a_push_gives_back_what_it_held_only_while_parsed() {
+        let queue = PushQueue::new(Duration::from_secs(45));
+        let bytes = || queue.backlog.lock().expect("unpoisoned").bytes;
+        let mut admitted = queue.admit(100).expect("alone");
+        admitted.give_back(40);
+        assert_eq!(bytes(), 60);
+        admitted.give_back(1_000);
+        assert_eq!(bytes(), 0, "never more than it was charged");
+        drop(admitted);
+        assert_eq!(bytes(), 0);
     }
 
     #[tokio::test]

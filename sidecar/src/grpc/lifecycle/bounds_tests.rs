@@ -13,7 +13,7 @@ use rewire_runtime::prelude::async_trait;
 use rewire_runtime::{Component, ComponentError, InitContext, Registry, Runtime, RuntimeOptions};
 
 use super::super::lifecycle_patch::{MAX_PROBLEMS, MAX_REFS_PER_KIND};
-use super::super::lifecycle_wait::MAX_PENDING_BYTES;
+use super::super::lifecycle_wait::{MAX_PENDING_BYTES, MAX_PENDING_PUSHES};
 use super::*;
 
 /// Set while a holder's `init` is to wait (its reload with it).
@@ -239,5 +239,84 @@ async fn pushes_held_behind_a_reload_are_charged_as_parsed() {
     assert!(refused.message().contains("(parsed)"), "{refused:?}");
     HOLDING.store(false, Ordering::SeqCst);
     let _ = holding.await;
+    state.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_push_named_in_many_lines_gets_one_line_reasons_and_a_small_answer() {
+    let state = ApiState::empty().await;
+    let api = LifecycleApi::new(state.clone(), Duration::from_secs(45));
+    // 32 lines of 1 KiB in a name, and 1,000 refs missing their fields:
+    // 33 reasons of 32 lines each (1 MB) before.
+    let name = format!("{}\n", "x".repeat(1000)).repeat(32);
+    let mut config = component("state", &name, "memory");
+    config.secret_refs = vec![pb::SecretRef::default(); MAX_REFS_PER_KIND];
+    let request = push(config, "10S");
+    let pushed = request.get_ref().encoded_len();
+    let nack = api
+        .apply_configuration(request)
+        .await
+        .expect("a NACK")
+        .into_inner();
+    assert_eq!(nack.errors.len(), MAX_PROBLEMS + 1);
+    assert!(
+        nack.errors.iter().all(|e| !e.contains(['\n', '\r'])),
+        "the first reason has {} lines",
+        nack.errors[0].lines().count()
+    );
+    assert!(
+        nack.encoded_len() <= pushed.min(64 * 1024),
+        "{} bytes answered to a {pushed}-byte push",
+        nack.encoded_len()
+    );
+    assert!(nack.errors[0].ends_with("secret_refs[0]: `store`, `name`, `key` must not be empty"));
+    state.runtime.shutdown().await;
+}
+
+#[test]
+fn an_answer_of_many_long_lined_reasons_stays_small() {
+    let reason = format!("state/s: {}\n", "x".repeat(1000)).repeat(32);
+    let kept = bounded_reasons(vec![reason; 100], str::to_string);
+    let bytes: usize = kept.iter().map(String::len).sum();
+    assert!(
+        bytes <= 64 * 1024,
+        "{bytes} bytes in {} reasons",
+        kept.len()
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_push_is_answered_at_once_when_the_backlog_is_full() {
+    let state = ApiState::empty().await;
+    let api = LifecycleApi::new(state.clone(), Duration::from_secs(45));
+    let _full: Vec<_> = (0..MAX_PENDING_PUSHES)
+        .map(|_| api.pushes.admit(1).expect("room"))
+        .collect();
+    for text in ["{", "[0]"] {
+        let mut config = component("state", "s", "memory");
+        config.metadata_json = text.into();
+        let nack = api
+            .apply_configuration(push(config, "10S"))
+            .await
+            .unwrap_or_else(|refused| panic!("{text:?}: not retryable: {refused:?}"))
+            .into_inner();
+        assert!(!nack.accepted);
+        assert_eq!(nack.outcome, "rejected");
+        assert!(
+            nack.errors[0].starts_with("state/s: metadata_json: "),
+            "{:?}",
+            nack.errors
+        );
+    }
+    let mut config = component("state", "s", "memory");
+    config.secret_refs = vec![pb::SecretRef::default()];
+    let nack = api.apply_configuration(push(config, "10S")).await;
+    assert_eq!(
+        nack.map(|n| n.into_inner().outcome).ok().as_deref(),
+        Some("rejected")
+    );
+    let well_formed = component("state", "s", "memory");
+    let busy = api.apply_configuration(push(well_formed, "10S")).await;
+    assert_eq!(busy.err().map(|s| s.code()), Some(Code::ResourceExhausted));
     state.runtime.shutdown().await;
 }
