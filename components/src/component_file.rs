@@ -22,6 +22,10 @@ use std::time::Duration;
 
 use rewire_runtime::{Abandoned, DetachedReader, FileReadError};
 
+use stuck_paths::Ended;
+
+mod stuck_paths;
+
 /// The largest component file read: 16 MiB. Secrets and configuration
 /// files are a few KiB; anything near this is a mistake or an attack.
 pub const MAX_COMPONENT_FILE_BYTES: usize = 16 << 20;
@@ -186,30 +190,6 @@ impl ComponentFile {
     }
 }
 
-/// The paths whose last blocking call was given up and may still be stuck:
-/// the next call on such a path waits its turn on that call's reader
-/// (refused at once while it is stuck), so a hung mount pins one thread
-/// per path however often a component retries its init. A path stuck for
-/// [`TRY_AGAIN_AFTER`] is tried once more on a thread of its own (a mount
-/// lazily unmounted and mounted again leaves the first thread stuck for
-/// good), at most [`MAX_STUCK_PER_PATH`] threads in all.
-static STUCK: LazyLock<Mutex<HashMap<PathBuf, Stuck>>> = LazyLock::new(Default::default);
-
-/// How long a stuck path is refused before a call is tried again on it.
-const TRY_AGAIN_AFTER: Duration = Duration::from_secs(300);
-/// The most threads calls on one path may leave stuck.
-const MAX_STUCK_PER_PATH: u32 = 4;
-
-/// A path whose last call was given up.
-struct Stuck {
-    /// The reader of that call (busy while it stays stuck).
-    reader: Arc<DetachedReader>,
-    /// When it was given up.
-    since: tokio::time::Instant,
-    /// How many calls on the path were given up (threads maybe stuck).
-    given_up: u32,
-}
-
 /// `path` canonicalised (`std::fs::canonicalize`, which blocks on a hung
 /// mount) on a thread of its own, given up after `deadline`.
 pub async fn canonicalize_within(path: &Path, deadline: Duration) -> std::io::Result<PathBuf> {
@@ -218,9 +198,13 @@ pub async fn canonicalize_within(path: &Path, deadline: Duration) -> std::io::Re
 }
 
 /// Runs `call`, a blocking call on `path`, on a thread of its own, given up
-/// after `deadline`; while an earlier call on `path` given up has not
-/// returned, refused at once. Calls on a path that is not stuck run side by
-/// side.
+/// after `deadline`; while an earlier call on `path` given up (at its
+/// deadline, or by a caller that stopped waiting) has not returned, refused
+/// at once ([`std::io::ErrorKind::WouldBlock`]), but tried again now and
+/// then ([`stuck_paths`]: a path is never refused for good). Calls on a
+/// path that is not stuck run side by side. A call given up at the
+/// deadline fails with [`std::io::ErrorKind::TimedOut`]; one whose thread
+/// could not start or panicked, with [`std::io::ErrorKind::Other`].
 pub(crate) async fn on_path_within<T, C>(
     path: &Path,
     deadline: Duration,
@@ -230,48 +214,26 @@ where
     T: Send + 'static,
     C: FnOnce() -> std::io::Result<T> + Send + 'static,
 {
-    let stuck = || STUCK.lock().unwrap_or_else(|p| p.into_inner());
-    let (reader, given_up) = {
-        let mut stuck = stuck();
-        match stuck.get_mut(path) {
-            None => (Arc::default(), 0),
-            Some(s) if s.since.elapsed() >= TRY_AGAIN_AFTER && s.given_up < MAX_STUCK_PER_PATH => {
-                // The try again, shared by calls made meanwhile (refused
-                // while it runs): one new thread, not one per caller.
-                s.reader = Arc::default();
-                s.since = tokio::time::Instant::now();
-                s.given_up += 1;
-                (Arc::clone(&s.reader), s.given_up - 1)
-            }
-            Some(s) => (Arc::clone(&s.reader), s.given_up),
-        }
+    let (reader, live, pending) = stuck_paths::start(path);
+    let call = move || {
+        let _live = live;
+        call()
     };
     let outcome = reader.read_within(deadline, call).await;
-    match &outcome {
-        Err(Abandoned::TimedOut(_)) => {
-            let since = tokio::time::Instant::now();
-            let given_up = given_up + 1;
-            let entry = Stuck {
-                reader,
-                since,
-                given_up,
-            };
-            stuck().insert(path.to_path_buf(), entry);
-        }
-        Err(Abandoned::StillReading) => {}
-        Ok(_) | Err(Abandoned::Failed(_)) => {
-            stuck().remove(path);
-        }
-    }
-    let kind = match &outcome {
-        Err(Abandoned::TimedOut(_)) => std::io::ErrorKind::TimedOut,
-        _ => std::io::ErrorKind::WouldBlock,
+    let (ended, kind) = match &outcome {
+        Ok(_) => (Ended::Answered, std::io::ErrorKind::Other),
+        Err(Abandoned::TimedOut(_)) => (Ended::GivenUp, std::io::ErrorKind::TimedOut),
+        Err(Abandoned::StillReading) => (Ended::Refused, std::io::ErrorKind::WouldBlock),
+        // No thread left behind: nothing stuck.
+        Err(Abandoned::Failed(_)) => (Ended::Answered, std::io::ErrorKind::Other),
     };
+    pending.settle(ended);
     outcome.unwrap_or_else(|abandoned| {
-        Err(std::io::Error::new(
-            kind,
-            format!("given up (a hung mount?): the call {abandoned}"),
-        ))
+        let message = match abandoned {
+            Abandoned::Failed(reason) => format!("the call failed: {reason}"),
+            hung => format!("given up (a hung mount?): the call {hung}"),
+        };
+        Err(std::io::Error::new(kind, message))
     })
 }
 
@@ -362,6 +324,7 @@ pub(crate) fn hanging_after_first_read(
 
 #[cfg(test)]
 mod tests {
+    use super::stuck_paths::TRY_AGAIN_AFTER;
     use super::*;
 
     fn dir() -> tempfile::TempDir {

@@ -13,11 +13,12 @@
 //! holds good files back seconds, not a minute; a server that learns to
 //! trust refused files later gets them; files that change are tried at
 //! the next read. A read that hangs (an NFS or FUSE mount that stopped
-//! answering) is given up at the deadline with one warning, and while it
-//! has not returned the file is not read again (each turn is refused at
-//! once): a hung mount pins one thread per file, not one more a second,
-//! and the material in force stays. PEM text never reaches a log: errors
-//! name fields and paths.
+//! answering) is given up at the deadline with one warning per hung
+//! file, and while it has not returned the file is not read again (each
+//! turn is refused at once; tried again only after minutes, growing to an
+//! hour, see [`crate::component_file`]): a hung mount pins a few threads
+//! per file, not one more a second, and the material in force stays. PEM
+//! text never reaches a log: errors name fields and paths.
 //!
 //! [`follow`] runs the loop for any [`Followed`] component (the Redis
 //! state store and pub/sub); [`follow_files`] for a client built from
@@ -182,7 +183,7 @@ pub fn follow<F: Followed>(
                 Ok(content) => content,
                 Err(unread) => {
                     let refused = match unread.hung {
-                        true => Refused::Hung,
+                        true => Refused::Hung(hung_file(&unread.message).to_owned()),
                         false => Refused::Unread(unread.message.clone()),
                     };
                     refusals.note(&label, backend, refused, &unread.message, &counts);
@@ -229,8 +230,18 @@ enum Refused<T> {
     Content(T),
     /// The files, which could not be read or used (this error).
     Unread(String),
-    /// A file whose read hung (given up, or still not returned).
-    Hung,
+    /// A file whose read hung (given up, or still not returned): its
+    /// field and path, as the error names them ([`hung_file`]), so a hang
+    /// of another file is warned about too.
+    Hung(String),
+}
+
+/// The field and file a [`TlsError::Hung`]'s message names: the message
+/// up to its last ": " ("metadata field `caCert`: cannot read `ca.pem`"),
+/// the same whether the read timed out or is not started while it hangs
+/// (the reasons of a hang hold no ": ").
+fn hung_file(message: &str) -> &str {
+    message.rsplit_once(": ").map_or(message, |(file, _)| file)
 }
 
 /// Content held back after it failed.
@@ -286,8 +297,8 @@ impl<T: PartialEq + Clone> Refusals<T> {
             debug!(component = %label, error = %error, "New {backend} TLS files still refused.");
             return;
         }
-        if let Refused::Hung = refused {
-            warn!(component = %label, error = %error, "Reading the {backend} TLS files hung; the client in force keeps serving, and the file is not read again until that read returns.");
+        if let Refused::Hung(_) = refused {
+            warn!(component = %label, error = %error, "Reading the {backend} TLS files hung; the client in force keeps serving, and the file is not read again while that read hangs.");
         } else {
             warn!(component = %label, error = %error, "New {backend} TLS files refused; the client in force keeps serving.");
         }

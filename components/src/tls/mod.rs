@@ -17,7 +17,8 @@
 //!   start reads them so: a hung mount fails it, never stalls a worker).
 //! * `follow`: [`follow`] and [`follow_files`], re-reading the files of a
 //!   running component (read as `read_within` reads them: a hung file is
-//!   given up, and not read again until that read returns) and swapping
+//!   given up, and not read again until that read returns, but for a
+//!   try now and then after minutes) and swapping
 //!   in a client built with new material (content that failed waits
 //!   [`FIRST_RETRY`], doubled at each failure up to [`REFUSED_RETRY`],
 //!   unless it changes).

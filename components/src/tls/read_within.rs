@@ -7,9 +7,10 @@
 //! file is read on a thread of its own, through the per-path reader of
 //! [`crate::component_file`] (a path whose read was given up pins one
 //! thread however often the component retries), and the files of one load
-//! share [`FILE_READ_DEADLINE`]: a read not finished by then fails the
-//! load with an error naming the field and the file. Each file is still
-//! read once: the bytes checked are the bytes kept.
+//! share [`FILE_READ_DEADLINE`] (each file gets at least
+//! [`FILE_READ_FLOOR`] of its own): a read not finished by then fails the
+//! load with an error naming the field, the file and the time it had.
+//! Each file is still read once: the bytes checked are the bytes kept.
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,6 +24,13 @@ use super::pem::{read_error_reason, shown_path, PemSource, TlsError, MAX_PEM_BYT
 /// How long the reads of one load's TLS files may take in all: as long as
 /// the system's roots get, well under the init timeout (30 s).
 pub const FILE_READ_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The least time one file's read gets, however little of the load's
+/// deadline the files before it left (but never more than the deadline):
+/// a slow `caCert` does not leave `clientCert` to be given up, and blamed
+/// for a hang, with no time of its own. The three files of a load take at
+/// most [`FILE_READ_DEADLINE`] and twice this.
+const FILE_READ_FLOOR: Duration = Duration::from_secs(1);
 
 /// Reads one PEM file, blocking: [`rewire_runtime::read_bounded`] but in
 /// tests.
@@ -58,7 +66,8 @@ impl ClientTlsFields {
 }
 
 /// The bytes of `source` (field `field`), a file read on a thread of its
-/// own until `until` (`deadline` after the load began).
+/// own until `until` (`deadline` after the load began), or for
+/// [`FILE_READ_FLOOR`] (at most `deadline`) if that is later.
 async fn read_field(
     source: &Option<PemSource>,
     field: &'static str,
@@ -82,19 +91,29 @@ async fn read_field(
         reason,
     };
     let left = until.saturating_duration_since(Instant::now());
+    let bound = left.max(FILE_READ_FLOOR.min(deadline));
     let owned = path.clone();
     let call = move || Ok(read(&owned));
-    match crate::component_file::on_path_within(path, left, call).await {
+    match crate::component_file::on_path_within(path, bound, call).await {
         Ok(Ok(bytes)) => Ok(Some(bytes)),
         Ok(Err(err)) => Err(failed(read_error_reason(&err))),
+        // The time this file had, to the millisecond: `0.3 s`, `10 s`.
         Err(err) if err.kind() == std::io::ErrorKind::TimedOut => Err(hung(format!(
             "reading it timed out after {} s (a hung mount?)",
-            deadline.as_secs_f64()
+            (bound.as_secs_f64() * 1000.0).round() / 1000.0
         ))),
         // Not started: an earlier read of the file, given up, is stuck.
-        Err(err) => Err(hung(err.to_string())),
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => Err(hung(STILL_READING.into())),
+        // No thread could start, or the read panicked: nothing hangs.
+        Err(err) => Err(failed(err.to_string())),
     }
 }
+
+/// Why a file is not read while an earlier read of it, given up, has not
+/// returned. Like every reason of [`TlsError::Hung`], without ": " (a
+/// follower tells the hung file by the message before the last ": ").
+const STILL_READING: &str =
+    "an earlier read of it, given up, has not returned yet (a hung mount?); not read again meanwhile";
 
 #[cfg(test)]
 pub(super) mod tests {
@@ -113,7 +132,7 @@ pub(super) mod tests {
 
     /// A plain read, blocking (a FIFO with no writer: for ever), standing
     /// for a read on a hung mount (`read_bounded` refuses a FIFO at once).
-    fn plain_read(path: &Path) -> Result<Vec<u8>, FileReadError> {
+    pub(in crate::tls) fn plain_read(path: &Path) -> Result<Vec<u8>, FileReadError> {
         std::fs::read(path).map_err(|source| FileReadError::Io {
             path: path.display().to_string(),
             source,
@@ -122,7 +141,7 @@ pub(super) mod tests {
 
     /// Lets a blocked [`plain_read`] of `fifo` return, so its thread ends
     /// (on a thread: the write waits for the reader to open the FIFO).
-    fn release(fifo: &Path) {
+    pub(in crate::tls) fn release(fifo: &Path) {
         let fifo = fifo.to_path_buf();
         std::thread::spawn(move || std::fs::write(fifo, b"released"));
     }
@@ -218,5 +237,64 @@ pub(super) mod tests {
             .await
             .expect_err("the garbled files themselves are refused");
         assert!(err.to_string().contains("`caCert`"), "{err}");
+    }
+
+    /// A read that panics (as would a thread that cannot start) fails the
+    /// load as a read error, not as a hang: nothing is left stuck, and the
+    /// file is read again at the next load.
+    #[tokio::test]
+    async fn a_read_that_panics_is_a_read_error_not_a_hang() {
+        fn panics(_: &Path) -> Result<Vec<u8>, FileReadError> {
+            panic!("a read that panics");
+        }
+        let fields = ClientTlsFields {
+            ca_cert: Some(PemSource::File("/panics/ca.pem".into())),
+            ..ClientTlsFields::default()
+        };
+        for _ in 0..2 {
+            let err = fields
+                .load_with(FILE_READ_DEADLINE, panics)
+                .await
+                .expect_err("a read that panics");
+            assert!(!err.is_hung(), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("`caCert`") && text.contains("without an answer"),
+                "{text}"
+            );
+        }
+    }
+
+    /// Sleeps 250 ms for `ca.pem`, 100 ms for any other file, then reads
+    /// it: a slow file before others.
+    fn slow_ca_read(path: &Path) -> Result<Vec<u8>, FileReadError> {
+        let ca = path.file_name().is_some_and(|name| name == "ca.pem");
+        std::thread::sleep(Duration::from_millis(if ca { 250 } else { 100 }));
+        read_pem_file(path)
+    }
+
+    /// A slow `caCert` that uses up most of the load's deadline leaves
+    /// `clientCert` time of its own: not given up, nor blamed for a hang.
+    #[tokio::test]
+    async fn a_file_after_a_slow_one_still_gets_time_of_its_own() {
+        let ca = testkit::certs::TestCa::new("tls-read-within-slow-ca");
+        let client = ca.client("client");
+        let dir = tempfile::tempdir().expect("dir");
+        let (ca_path, cert, key) = (
+            dir.path().join("ca.pem"),
+            dir.path().join("client.crt"),
+            dir.path().join("client.key"),
+        );
+        std::fs::write(&ca_path, &ca.ca_pem).expect("write the CA");
+        client.install_at(&cert, &key);
+        let fields = ClientTlsFields {
+            ca_cert: Some(PemSource::File(ca_path)),
+            client_cert: Some(PemSource::File(cert)),
+            client_key: Some(PemSource::Inline(client.key_pem.clone())),
+            insecure_skip_verify: false,
+        };
+        let deadline = Duration::from_millis(300);
+        let loaded = fields.load_with(deadline, slow_ca_read).await;
+        assert!(loaded.is_ok(), "{:?}", loaded.err());
     }
 }

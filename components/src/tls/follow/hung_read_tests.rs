@@ -113,3 +113,70 @@ async fn a_hung_file_is_given_up_once_not_read_again_while_it_hangs_and_a_later_
     assert_eq!(counts.warnings(), 1);
     stop.cancel();
 }
+
+/// Replaces the FIFO at `fifo`, whose read hangs, with a regular file
+/// holding `content`; the hung read returns (its writer comes and goes).
+async fn answer_again(fifo: &Path, content: &str) {
+    let (fifo, content) = (fifo.to_path_buf(), content.to_owned());
+    let replaced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let next = fifo.with_extension("next");
+        std::fs::write(&next, content)?;
+        // Opened at once: the hung read has the FIFO open for reading.
+        let writer = std::fs::OpenOptions::new().write(true).open(&fifo)?;
+        std::fs::rename(&next, &fifo)?;
+        drop(writer);
+        Ok(())
+    });
+    let replaced = testkit::soon("the FIFO replaced", replaced).await;
+    replaced.expect("joined").expect("replaced");
+}
+
+/// `caCert` hangs (one warning), answers again, then `clientKey` hangs:
+/// a hang of another file is warned about too.
+#[tokio::test]
+async fn a_hang_of_another_file_is_warned_about_too() {
+    let ca = TestCa::new("follow-hung-other");
+    let client = ca.client("app");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ca_path, cert, key) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("client.crt"),
+        dir.path().join("client.key"),
+    );
+    std::fs::write(&ca_path, &ca.ca_pem).expect("write the CA");
+    client.install_at(&cert, &key);
+    let fields = ClientTlsFields {
+        ca_cert: Some(PemSource::File(ca_path.clone())),
+        client_cert: Some(PemSource::File(cert)),
+        client_key: Some(PemSource::File(key.clone())),
+        insecure_skip_verify: false,
+    };
+    let in_force = fields.load().expect("material");
+    std::fs::remove_file(&ca_path).expect("remove the CA");
+    fifo(&dir, "ca.pem");
+    let followed = FieldFiles {
+        fields,
+        in_force,
+        apply: |_: ClientTls| async { Ok(()) },
+        deadline: Duration::from_millis(200),
+        read: crate::tls::read_within::tests::plain_read,
+    };
+    let stop = CancellationToken::new();
+    let counts = follow_field_files("custom/hung-other".into(), "Test", stop.clone(), followed);
+    until("the caCert hang warned about", || counts.warnings() >= 1).await;
+
+    // clientKey's mount hangs, then caCert's answers again.
+    std::fs::remove_file(&key).expect("remove the key");
+    fifo(&dir, "client.key");
+    answer_again(&ca_path, &ca.ca_pem).await;
+    until("the clientKey hang warned about", || counts.warnings() >= 2).await;
+    let turns = counts.turns();
+    until("turns while clientKey hangs", || {
+        counts.turns() >= turns + 2
+    })
+    .await;
+    assert_eq!(counts.warnings(), 2, "one warning per hung file");
+    assert_eq!(counts.attempts(), 0, "the material in force is kept");
+    stop.cancel();
+    answer_again(&key, &client.key_pem).await;
+}
