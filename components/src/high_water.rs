@@ -43,14 +43,19 @@
 //! saying what to do.
 //!
 //! Every operation on a file (a look at it, a read, a whole write with its
-//! fsyncs and rename) runs off the async workers, bounded by
-//! [`HIGH_WATER_FILE_DEADLINE`], and one at a time per file
-//! ([`on_path_in_turn`]): on a hung mount, one operation is given up and
-//! pins one thread; until it returns, requests needing the file fail at
-//! once (a backend error naming `highWaterFile`) instead of each pinning
-//! another thread, and no write starts before an earlier one ended, so a
-//! late write never lands over a later reservation. A write given up is a
-//! reservation not made: no id is handed out under it.
+//! fsyncs and rename) runs off the async workers, one at a time per file
+//! ([`on_path_in_turn`]), bounded by [`HIGH_WATER_FILE_DEADLINE`] (a look,
+//! a read) or [`HIGH_WATER_WRITE_DEADLINE`] (a write), once waiting for
+//! its turn and once running, so up to twice that: on a hung mount, one
+//! operation is given up and pins one thread; until it returns, requests
+//! needing the file fail at once (a backend error naming `highWaterFile`)
+//! instead of each pinning another thread, and no write starts before an
+//! earlier one ended, so a late write never lands over a later
+//! reservation. A write given up is a reservation not made: no id is
+//! handed out under it. An operation that never returns (a lazily
+//! unmounted NFS mount, its thread in D state) keeps requests needing the
+//! file failing until a restart, or until `highWaterFile` names another
+//! file.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -63,9 +68,21 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::component_file::{on_path_in_turn, COMPONENT_FILE_READ_DEADLINE};
 
-/// How long one operation on a high-water file may take (a look at it, a
-/// read, a write with its fsyncs): 5 s, as a component file read.
+/// How long a look at, or a read of, a high-water file may take (and
+/// wait for its turn): 5 s, as a component file read.
 pub const HIGH_WATER_FILE_DEADLINE: Duration = COMPONENT_FILE_READ_DEADLINE;
+
+/// How long a whole write of a high-water file may take (and wait for its
+/// turn): temp file, fsync, rename and fsync of the folder, up to
+/// [`MAX_FILE_BYTES`] — 30 s, for storage that is slow but working (NFS,
+/// a throttled cloud disk, a writeback stall). A write given up is a
+/// reservation not made, and once it lands its value is read back as
+/// another instance's, so the floor jumps above it: on storage where every
+/// whole write takes longer than this, every reservation fails, each
+/// skipping at least [`RESERVE_BLOCK`] ids, until writes get faster. (An
+/// init that brings a file, writing it, is also held to the runtime's init
+/// timeout, 30 s by default.)
+pub const HIGH_WATER_WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Ids reserved per file write, beyond what the request needs.
 pub const RESERVE_BLOCK: i64 = 1_000;
@@ -145,18 +162,38 @@ pub struct HighWaterFileError {
     pub path: String,
     /// What is wrong with it.
     pub reason: String,
-    /// The file did not answer in time (a hung mount), or an earlier
-    /// operation on it that did not has not returned: nothing is known to
-    /// be wrong with its content.
-    pub not_answering: bool,
+    /// Whether the file itself is at fault.
+    pub kind: HighWaterFileErrorKind,
+}
+
+/// Whether a high-water file is at fault, or only could not be used now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HighWaterFileErrorKind {
+    /// Its content, or the system's answer about it (missing folder,
+    /// permissions, not JSON, too large): the operator has to act on it.
+    File,
+    /// It did not answer in time (a hung mount), or an earlier operation
+    /// on it that did not has not returned: nothing is known to be wrong
+    /// with its content.
+    NotAnswering,
+    /// Another operation on it, still running, held it past the bound:
+    /// this one was not started.
+    Busy,
+    /// The operation could not run (no thread could be started, or it
+    /// panicked): nothing is known to be wrong with the file.
+    NotRun,
 }
 
 impl HighWaterFileError {
     fn new(path: &Path, reason: String) -> Self {
+        Self::of_kind(path, HighWaterFileErrorKind::File, reason)
+    }
+
+    fn of_kind(path: &Path, kind: HighWaterFileErrorKind, reason: String) -> Self {
         Self {
             path: path.display().to_string(),
             reason,
-            not_answering: false,
+            kind,
         }
     }
 }
@@ -433,12 +470,12 @@ impl HighWater {
                     let (entries, stamp) =
                         read_file_stamped(&path)
                             .await
-                            .map_err(|err| match err.not_answering {
-                                true => err,
-                                false => HighWaterFileError {
+                            .map_err(|err| match err.kind {
+                                HighWaterFileErrorKind::File => HighWaterFileError {
                                     reason: format!("{}; {UNREADABLE_HELP}", err.reason),
                                     ..err
                                 },
+                                _ => err,
                             })?;
                     state.remember(stamp, entries);
                 }
@@ -866,35 +903,64 @@ fn next_range(key: &str, floor: i64, size: u32) -> Result<IdRange, SequencerErro
 }
 
 /// Runs `op` on the high-water file at `path` off the async workers,
-/// bounded and in turn with every other operation on the file (see
-/// [`on_path_in_turn`]); `what` says what it does, for the error.
+/// in turn with every other operation on the file (see
+/// [`on_path_in_turn`]), waiting for its turn at most `bound` and given up
+/// `bound` after it started; `what` says what it does, for the error.
 async fn on_file<T: Send + 'static>(
     path: &Path,
     what: &str,
+    bound: Duration,
     op: impl FnOnce(&Path) -> Result<T, String> + Send + 'static,
 ) -> Result<T, HighWaterFileError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use HighWaterFileErrorKind::{Busy, NotAnswering, NotRun};
     let owned = path.to_path_buf();
-    let outcome = on_path_in_turn(path, deadline(path), move || op(&owned)).await;
-    let abandoned = match outcome {
-        Ok(done) => return done.map_err(|reason| HighWaterFileError::new(path, reason)),
-        Err(Abandoned::Failed(reason)) => return Err(HighWaterFileError::new(path, reason)),
-        Err(abandoned) => abandoned,
-    };
-    let reason = match abandoned {
-        Abandoned::StillReading => "an earlier operation on it, given up, has not returned \
-             yet; none is started until it does"
-            .to_string(),
-        abandoned => format!("{what} {abandoned}; given up"),
-    };
-    Err(HighWaterFileError {
-        reason: format!("not answering (a hung mount?): {reason}"),
-        not_answering: true,
-        ..HighWaterFileError::new(path, String::new())
+    // Set once `op` runs: a bound passed before, it only waited its turn.
+    let started = Arc::new(AtomicBool::new(false));
+    let starts = Arc::clone(&started);
+    let outcome = on_path_in_turn(path, bound, move || {
+        starts.store(true, Ordering::Release);
+        op(&owned)
     })
+    .await;
+    let (kind, reason) = match outcome {
+        Ok(done) => return done.map_err(|reason| HighWaterFileError::new(path, reason)),
+        Err(Abandoned::Failed(reason)) => (
+            NotRun,
+            format!("{what} could not run ({reason}); nothing is known to be wrong with the file"),
+        ),
+        Err(Abandoned::StillReading) => (
+            NotAnswering,
+            "not answering (a hung mount?): an earlier operation on it, given up, has not \
+             returned yet; none is started until it does"
+                .to_string(),
+        ),
+        Err(_) if !started.load(Ordering::Acquire) => (
+            Busy,
+            format!(
+                "busy: {what} waited {} for an earlier operation on it, still running, \
+                 and was not started",
+                shown(bound)
+            ),
+        ),
+        Err(abandoned) => (
+            NotAnswering,
+            format!("not answering (a hung mount?): {what} {abandoned}; given up"),
+        ),
+    };
+    Err(HighWaterFileError::of_kind(path, kind, reason))
 }
 
-/// The bound of one operation on the file at `path`.
-fn deadline(path: &Path) -> Duration {
+/// `d` as people write it: `5 s`, `50 ms`.
+fn shown(d: Duration) -> String {
+    match d.subsec_nanos() {
+        0 => format!("{} s", d.as_secs()),
+        _ => format!("{} ms", d.as_millis()),
+    }
+}
+
+/// The bound of a look at, or a read of, the file at `path`.
+fn read_bound(path: &Path) -> Duration {
     #[cfg(test)]
     if let Some(short) = tests::short_deadline(path) {
         return short;
@@ -903,9 +969,16 @@ fn deadline(path: &Path) -> Duration {
     HIGH_WATER_FILE_DEADLINE
 }
 
+/// The bound of a whole write of the file at `path`: as much longer than
+/// a read's as [`HIGH_WATER_WRITE_DEADLINE`] is (in tests too).
+fn write_bound(path: &Path) -> Duration {
+    let times = HIGH_WATER_WRITE_DEADLINE.as_millis() / HIGH_WATER_FILE_DEADLINE.as_millis();
+    read_bound(path).saturating_mul(u32::try_from(times).unwrap_or(u32::MAX))
+}
+
 /// How the file at `path` looks now (`None`: there is none).
 async fn stamp(path: &Path) -> Result<Option<Stamp>, HighWaterFileError> {
-    on_file(path, "a look at it", stamp_now).await
+    on_file(path, "a look at it", read_bound(path), stamp_now).await
 }
 
 fn stamp_now(path: &Path) -> Result<Option<Stamp>, String> {
@@ -925,7 +998,7 @@ async fn read_file(path: &Path) -> Result<BTreeMap<String, i64>, HighWaterFileEr
 async fn read_file_stamped(
     path: &Path,
 ) -> Result<(BTreeMap<String, i64>, Option<Stamp>), HighWaterFileError> {
-    on_file(path, "reading it", read_now).await
+    on_file(path, "reading it", read_bound(path), read_now).await
 }
 
 fn read_now(path: &Path) -> Result<(BTreeMap<String, i64>, Option<Stamp>), String> {
@@ -938,6 +1011,8 @@ fn read_now(path: &Path) -> Result<(BTreeMap<String, i64>, Option<Stamp>), Strin
     };
     #[cfg(test)]
     tests::count_read(path);
+    #[cfg(test)]
+    tests::maybe_panic(path);
     let text = std::fs::read(path).map_err(|err| err.to_string())?;
     let entries = serde_json::from_slice(&text)
         .map_err(|err| format!("not a JSON object of key → highest reserved id: {err}"))?;
@@ -947,7 +1022,7 @@ fn read_now(path: &Path) -> Result<(BTreeMap<String, i64>, Option<Stamp>), Strin
 /// Writes `text` over the file at `path` (see [`write_now`]), and says how
 /// it looks then.
 async fn write_file(path: &Path, text: Vec<u8>) -> Result<Option<Stamp>, HighWaterFileError> {
-    on_file(path, "writing it", move |path| {
+    on_file(path, "writing it", write_bound(path), move |path| {
         write_now(path, &text).map_err(|err| err.to_string())?;
         Ok(stamp_now(path).ok().flatten())
     })
@@ -1019,11 +1094,146 @@ mod tests {
     /// What a hung write waits on.
     type Hung = Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>;
 
+    /// Writes of a file that take this long each (slow but working
+    /// storage), with the number of them started.
+    static SLOW_WRITES: LazyLock<std::sync::Mutex<HashMap<PathBuf, (Duration, usize)>>> =
+        LazyLock::new(Default::default);
+
+    /// Files whose reads panic (an operation that cannot run).
+    static PANICKING_READS: LazyLock<std::sync::Mutex<Vec<PathBuf>>> =
+        LazyLock::new(Default::default);
+
+    pub(super) fn maybe_panic(path: &Path) {
+        if PANICKING_READS.lock().unwrap().iter().any(|p| p == path) {
+            panic!("a read of {} panicked (test)", path.display());
+        }
+    }
+
     pub(super) fn before_write(path: &Path) {
         let hung = HUNG_WRITES.lock().unwrap().get(path).cloned();
         if let Some(hung) = hung {
             let _ = hung.lock().unwrap().recv_timeout(Duration::from_secs(10));
         }
+        let slow = SLOW_WRITES
+            .lock()
+            .unwrap()
+            .get_mut(path)
+            .map(|(took, started)| {
+                *started += 1;
+                *took
+            });
+        if let Some(took) = slow {
+            std::thread::sleep(took);
+        }
+    }
+
+    fn slow_writes_started(path: &Path) -> usize {
+        SLOW_WRITES.lock().unwrap().get(path).map_or(0, |(_, n)| *n)
+    }
+
+    /// Storage that is slow but working: every write takes longer than a
+    /// read's bound (80 ms against 50 ms), and still well within a
+    /// write's. Reservations are made; before, every write was given up
+    /// at the read's bound, landed, was read back as another instance's
+    /// reservation, and the next one was given up again: every request
+    /// failed, for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_but_working_storage_makes_reservations() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = HighWater::load(Some(dir.path().join("marks.json")), &BTreeMap::new())
+            .await
+            .unwrap();
+        let path = marks.file().unwrap().to_path_buf();
+        let first = marks.take("k", 1).await.unwrap();
+        SHORT_DEADLINES
+            .lock()
+            .unwrap()
+            .insert(path.clone(), Duration::from_millis(50));
+        let took = Duration::from_millis(80);
+        SLOW_WRITES.lock().unwrap().insert(path.clone(), (took, 0));
+        let mut made = Vec::new();
+        let mut failed = Vec::new();
+        for _ in 0..20 {
+            match marks.take("k", 5_000).await {
+                Ok(range) => made.push(range),
+                Err(err) => failed.push(err),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!made.is_empty(), "every reservation failed: {failed:?}");
+        assert!(slow_writes_started(&path) > 0, "no slow write");
+        assert!(made[0].from > first.to, "{made:?} {first:?}");
+        // Durable: a restart on the file starts above every id.
+        drop(marks);
+        let restarted = HighWater::load(Some(path), &BTreeMap::new()).await.unwrap();
+        let after = restarted.take("k", 1).await.unwrap();
+        let top = made.iter().map(|range| range.to).max().unwrap();
+        assert!(after.from > top, "{after:?} {made:?}");
+    }
+
+    /// An operation that waited its turn past its bound behind another,
+    /// still running (a slow write), was not started: it says the file is
+    /// busy, not that reading it did not finish.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_operation_that_only_waited_its_turn_reports_the_file_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = Arc::new(
+            HighWater::load(Some(dir.path().join("marks.json")), &BTreeMap::new())
+                .await
+                .unwrap(),
+        );
+        let path = marks.file().unwrap().to_path_buf();
+        marks.take("k", 1).await.unwrap();
+        SHORT_DEADLINES
+            .lock()
+            .unwrap()
+            .insert(path.clone(), Duration::from_millis(50));
+        SLOW_WRITES
+            .lock()
+            .unwrap()
+            .insert(path.clone(), (Duration::from_millis(250), 0));
+        let writer = Arc::clone(&marks);
+        let write = tokio::spawn(async move { writer.take("k", 5_000).await });
+        testkit::soon("the slow write starts", async {
+            while slow_writes_started(&path) == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await;
+        let err = stamp(&path).await.unwrap_err();
+        assert_eq!(err.kind, HighWaterFileErrorKind::Busy, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("`highWaterFile`")
+                && text.contains("busy")
+                && text.contains("not started"),
+            "{text}"
+        );
+        assert!(!text.contains("did not finish"), "{text}");
+        assert!(write.await.unwrap().is_ok());
+    }
+
+    /// A read that cannot run (here it panics; or no thread starts): the
+    /// init fails saying so, without the help for a broken file (fixing,
+    /// trimming or replacing a sound file would be wrong, and risky).
+    #[tokio::test]
+    async fn an_operation_that_could_not_run_does_not_blame_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().canonicalize().unwrap().join("marks.json");
+        std::fs::write(&path, r#"{"k": 5}"#).unwrap();
+        PANICKING_READS.lock().unwrap().push(path.clone());
+        let err = HighWater::load(Some(path.clone()), &BTreeMap::new())
+            .await
+            .unwrap_err();
+        PANICKING_READS.lock().unwrap().retain(|p| p != &path);
+        let text = err.to_string();
+        assert_eq!(err.kind, HighWaterFileErrorKind::NotRun, "{text}");
+        assert!(
+            text.contains("`highWaterFile`") && text.contains("could not run"),
+            "{text}"
+        );
+        assert!(!text.contains(UNREADABLE_HELP), "{text}");
+        assert!(HighWater::load(Some(path), &BTreeMap::new()).await.is_ok());
     }
 
     /// A write given up may land later, or not: no id is handed out under
@@ -1110,7 +1320,7 @@ mod tests {
             let loaded = tokio::time::timeout(Duration::from_secs(2), load).await;
             let err = loaded.expect("the init is bounded").unwrap_err();
             let text = err.to_string();
-            assert!(err.not_answering, "{text}");
+            assert_eq!(err.kind, HighWaterFileErrorKind::NotAnswering, "{text}");
             assert!(
                 text.contains("`highWaterFile`") && text.contains("not answering (a hung mount?)"),
                 "{text}"
