@@ -173,16 +173,20 @@ impl AssemblyContext {
 /// Resolves every secretRef and configurationRef of `spec` from the staged
 /// stores into a copy of its metadata: all of them or an error. The values
 /// of secretRefs, and those of fields named like a secret (inline or from
-/// a configurationRef), are remembered to be scrubbed from errors and logs.
+/// a configurationRef), are remembered to be scrubbed from errors and logs,
+/// held by the metadata returned: while the component started with it (or
+/// a copy) runs, and a grace after.
 pub(crate) async fn resolve_metadata(
     spec: &Arc<ComponentSpec>,
     cx: &AssemblyContext,
 ) -> Result<Metadata, ComponentFailure> {
-    cx.redactor
+    let inline = cx
+        .redactor
         .try_remember_secret_fields(&spec.metadata)
         .map_err(|full| cx.fail(&spec.key, FailedStep::Resolve, full))?;
     // Lent by the declaration: the first ref's value copies it.
     let mut metadata = Metadata::lent(spec.clone());
+    metadata.hold_secrets(inline);
     // A store that does not answer must not hold the reload (and every
     // later one) forever: the reads together have one init timeout (not
     // one each: a slow store read by many refs would hold it that many
@@ -191,7 +195,8 @@ pub(crate) async fn resolve_metadata(
     let mut deadline = None;
     for reference in spec.injected_refs() {
         let by = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + cx.timeouts.init);
-        let value = tokio::time::timeout_at(by, read_injected(&reference, cx))
+        let read = read_injected(&reference, cx, &mut metadata);
+        let value = tokio::time::timeout_at(by, read)
             .await
             .unwrap_or_else(|_| {
                 Err(format!(
@@ -208,12 +213,14 @@ pub(crate) async fn resolve_metadata(
             }
             InjectedRef::Configuration(..) => {
                 if is_secret_field(reference.inject_as()) {
-                    cx.redactor
+                    let held = cx
+                        .redactor
                         .try_remember_all([value.as_str()])
                         .map_err(|full| {
                             let at = reference.position();
                             cx.fail(&spec.key, FailedStep::Resolve, format!("{at}: {full}"))
                         })?;
+                    metadata.hold_secrets(held);
                 }
                 metadata.insert(reference.inject_as(), Value::String(value));
             }
@@ -235,8 +242,13 @@ pub(crate) fn is_the_ref(r: &ConfigurationRef, item: &ConfigItem) -> bool {
 }
 
 /// Reads the value of one ref from its staged store; an error says which
-/// ref and why.
-async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<String, String> {
+/// ref and why. A secret's value is held by `metadata` from the moment it
+/// is read.
+async fn read_injected(
+    reference: &InjectedRef,
+    cx: &AssemblyContext,
+    metadata: &mut Metadata,
+) -> Result<String, String> {
     let at = reference.position();
     let store = cx.staged.get(&reference.store());
     match (reference, store) {
@@ -251,9 +263,11 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
                     r.name, r.store, r.key
                 )
             })?;
-            cx.redactor
+            let held = cx
+                .redactor
                 .try_remember_all([value.expose()])
                 .map_err(|full| format!("{at}: {full}"))?;
+            metadata.hold_secrets(held);
             Ok(value.expose().to_string())
         }
         (InjectedRef::Configuration(_, r), Some(Instance::ConfigStore(store))) => {
@@ -665,8 +679,9 @@ mod tests {
             // Each size fills what the one before left in fewer than 64.
             for _ in 0..64 {
                 let value = format!("{filled:0size$}");
-                if cx.redactor.try_remember_all([value.as_str()]).is_err() {
-                    break;
+                match cx.redactor.try_remember_all([value.as_str()]) {
+                    Ok(held) => held.keep_for_good(),
+                    Err(_) => break,
                 }
                 filled += 1;
             }

@@ -3,6 +3,7 @@
 //! ([`is_secret_field`]), and the credentials of URLs
 //! ([`without_credentials`]).
 
+mod held;
 mod limits;
 mod matcher;
 mod panics;
@@ -13,10 +14,13 @@ use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
+use held::HeldForms;
+pub use held::HeldSecrets;
 pub(crate) use limits::too_many_secret_values;
 use matcher::Matcher;
 pub use panics::redact_panics;
@@ -29,25 +33,46 @@ pub use url_credentials::without_credentials;
 /// be secrets anyway.
 const MIN_SCRUBBED_LEN: usize = 4;
 
-/// The secret values seen so far, and how to scrub them from text.
+/// The secret values in force, and how to scrub them from text.
 ///
-/// A value is never forgotten (a retired component's value may still be
-/// printed, by a task it left, in a log line): the forms remembered are
-/// bounded instead (`limits`), and a component whose values would pass
-/// the bound is refused.
+/// A value is remembered while a guard ([`HeldSecrets`]) holds it: the
+/// metadata of the component that uses it, until the component is
+/// retired. It is forgotten once no guard has held it for a grace
+/// (`held::FORGET_AFTER`, 10 minutes: a retired component's close and the
+/// tasks it left may still print it meanwhile), when a later value is
+/// remembered (at most once a minute, `held::FORGET_EVERY`, unless the
+/// room is needed). The forms remembered are bounded too (`limits`,
+/// counting only those held or within their grace): a component whose
+/// values would pass the bound is refused.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     /// The forms remembered; one writer at a time makes the next finder.
-    forms: Mutex<Forms>,
+    forms: Mutex<HeldForms>,
     /// What finds `forms` in a text, as last made. Scrubbing reads it
     /// without a lock: the panic hook scrubs, maybe while the panicking
     /// thread holds `forms`.
     finder: ArcSwap<Finder>,
+    /// How long a form no guard holds is still scrubbed.
+    grace: Duration,
+    /// How often forms past their grace are forgotten, unless their room
+    /// is needed.
+    forget_every: Duration,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            forms: Mutex::default(),
+            finder: ArcSwap::default(),
+            grace: held::FORGET_AFTER,
+            forget_every: held::FORGET_EVERY,
+        }
+    }
 }
 
 /// Forms remembered since the matcher was built, searched one by one, at
@@ -76,12 +101,6 @@ impl Finder {
     }
 }
 
-#[derive(Debug, Default)]
-struct Forms {
-    set: BTreeSet<String>,
-    bytes: usize,
-}
-
 impl Redactor {
     /// The process-wide redactor every runtime uses, so that one log writer
     /// ([`RedactingWriter`]) can scrub the secrets of all of them.
@@ -90,12 +109,43 @@ impl Redactor {
         SHARED.get_or_init(Redactor::default).clone()
     }
 
-    /// Remembers a secret value (see [`Redactor::try_remember_all`]).
+    /// A redactor that forgets a value no guard holds `grace` after it
+    /// was let go (at most every `grace / 10`, unless the room is needed).
+    #[cfg(test)]
+    pub(crate) fn forgetting_after(grace: Duration) -> Self {
+        Self::forgetting_every(grace, grace / 10)
+    }
+
+    /// A redactor that forgets a value no guard holds `grace` after it
+    /// was let go, at most every `every` unless the room is needed.
+    #[cfg(test)]
+    pub(crate) fn forgetting_every(grace: Duration, every: Duration) -> Self {
+        let shared = Shared {
+            grace,
+            forget_every: every,
+            ..Shared::default()
+        };
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// Remembers a secret value for good (see
+    /// [`Redactor::try_remember_all`]).
     #[cfg(test)]
     pub fn remember(&self, value: &str) {
-        if let Err(full) = self.try_remember_all([value]) {
-            panic!("{full}");
+        match self.try_remember_all([value]) {
+            Ok(held) => held.keep_for_good(),
+            Err(full) => panic!("{full}"),
         }
+    }
+
+    /// How many forms are remembered (held, or let go within the grace),
+    /// and how many of them a guard holds.
+    #[cfg(test)]
+    pub(crate) fn forms_remembered(&self) -> (usize, usize) {
+        let held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
+        (held.len(), held.held())
     }
 
     /// Remembers secret values, and the forms in which each may be
@@ -103,59 +153,84 @@ impl Redactor {
     /// Debug-escaped (an error quoting a string), where they differ from
     /// the raw value; and the same for the value trimmed, where blanks
     /// around it (a secret file's last newline) differ: a lenient number
-    /// or flag is read, and quoted when bad, trimmed. All of them, or none
-    /// with an error where they would pass the process's limits (`limits`:
-    /// 256 Ki forms, 2 MiB): the caller refuses the component that would
-    /// use them.
+    /// or flag is read, and quoted when bad, trimmed. All of them, held
+    /// by the guard returned (scrubbed while it lives, and a grace after),
+    /// or none with an error where they would pass the process's limits
+    /// (`limits`: 256 Ki forms, 2 MiB, counting the forms held or within
+    /// their grace): the caller refuses the component that would use them.
+    /// The forms let go of longer ago than the grace are forgotten first
+    /// (at most once a minute, unless their room is needed).
     pub fn try_remember_all<'a>(
         &self,
         values: impl IntoIterator<Item = &'a str>,
-    ) -> Result<(), String> {
+    ) -> Result<HeldSecrets, String> {
         // Built before the lock is taken.
         let forms: BTreeSet<String> = values.into_iter().flat_map(forms_to_scrub).collect();
         if forms.is_empty() {
-            return Ok(());
+            return Ok(HeldSecrets::default());
         }
         let mut held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
-        let new: Vec<String> = forms
-            .into_iter()
-            .filter(|form| !held.set.contains(form))
-            .collect();
-        if new.is_empty() {
-            return Ok(());
+        let (now, grace) = (Instant::now(), self.shared.grace);
+        let mut forgot = held.forget_released(now, grace, self.shared.forget_every);
+        let mut room = room_for(&held, &forms);
+        if room.is_err() && !forgot {
+            // The room is needed: what is past its grace goes now.
+            forgot = held.forget_released(now, grace, Duration::ZERO);
+            room = room_for(&held, &forms);
         }
-        let bytes: usize = new.iter().map(String::len).sum();
-        limits::check_room(held.set.len(), held.bytes, new.len(), bytes)?;
+        let (added, refused) = match room {
+            Ok(new) => (new, None),
+            Err(full) => (Vec::new(), Some(full)),
+        };
         // Made here, one writer at a time, so that no value remembered is
         // missing from the finder in force once this returns; readers go
-        // on with the last one meanwhile. Made before anything changes: a
-        // panic (none is expected: allocation failure aborts) leaves the
-        // set and the finder as they were.
+        // on with the last one meanwhile. (A panic while it is made, none
+        // expected: allocation failure aborts, leaves a finder that finds
+        // forms forgotten: more is scrubbed, never less.)
+        if forgot || !added.is_empty() {
+            let finder = self.next_finder(&held, &added, forgot);
+            self.shared.finder.store(Arc::new(finder));
+        }
+        if let Some(full) = refused {
+            return Err(full);
+        }
+        let kept = forms.iter().map(|form| held.hold(form)).collect();
+        Ok(HeldSecrets::new(self.shared.clone(), kept))
+    }
+
+    /// The finder of the forms `held` and those `added`: the last one
+    /// with `added` searched one by one, up to [`PENDING_MAX`] of them,
+    /// else a matcher built anew (always when forms were `forgot`ten, so
+    /// that they are no longer scrubbed).
+    fn next_finder(&self, held: &HeldForms, added: &[&String], forgot: bool) -> Finder {
         let last = self.shared.finder.load_full();
-        let finder = if last.pending.len() + new.len() <= PENDING_MAX {
+        if !forgot && last.pending.len() + added.len() <= PENDING_MAX {
             let mut pending = last.pending.clone();
-            pending.extend(new.iter().cloned());
-            Finder {
+            pending.extend(added.iter().map(|form| form.to_string()));
+            return Finder {
                 matcher: last.matcher.clone(),
                 pending,
-            }
-        } else {
-            Finder {
-                matcher: Arc::new(Matcher::new(held.set.iter().chain(&new))),
-                pending: Vec::new(),
-            }
-        };
-        self.shared.finder.store(Arc::new(finder));
-        held.bytes += bytes;
-        held.set.extend(new);
-        Ok(())
+            };
+        }
+        let all = held
+            .forms()
+            .map(|form| &**form)
+            .chain(added.iter().map(|form| form.as_str()));
+        Finder {
+            matcher: Arc::new(Matcher::new(all)),
+            pending: Vec::new(),
+        }
     }
 
     /// Remembers the inline values of the fields of `metadata` named like
     /// a secret, so that an error or log echoing one is scrubbed as a
     /// secretRef value is; an error where they would pass the limits
-    /// ([`Redactor::try_remember_all`]).
-    pub fn try_remember_secret_fields(&self, metadata: &Map<String, Value>) -> Result<(), String> {
+    /// ([`Redactor::try_remember_all`]); held while the guard returned
+    /// lives.
+    pub fn try_remember_secret_fields(
+        &self,
+        metadata: &Map<String, Value>,
+    ) -> Result<HeldSecrets, String> {
         let values = secret_fields::secret_field_values(metadata);
         self.try_remember_all(values.iter().map(String::as_str))
     }
@@ -188,6 +263,15 @@ impl Redactor {
         out.push_str(&text[copied..]);
         out
     }
+}
+
+/// The forms of `forms` that `held` does not remember, if they fit in the
+/// process's limits with those it does.
+fn room_for<'f>(held: &HeldForms, forms: &'f BTreeSet<String>) -> Result<Vec<&'f String>, String> {
+    let new: Vec<&String> = forms.iter().filter(|form| !held.contains(form)).collect();
+    let bytes: usize = new.iter().map(|form| form.len()).sum();
+    limits::check_room(held.len(), held.bytes(), new.len(), bytes)?;
+    Ok(new)
 }
 
 /// Where `value` occurs in `text`, overlapping occurrences included.
@@ -308,7 +392,7 @@ mod tests {
         let fillers: Vec<String> = (0..PENDING_MAX).map(|i| format!("filler-{i}")).collect();
         let values = ["abcdef", "defghi", "abab", "hunter2", "hunter2-extra"];
         let all = fillers.iter().map(String::as_str).chain(values);
-        assert_eq!(redactor.try_remember_all(all), Ok(()));
+        let _held = redactor.try_remember_all(all).expect("fits");
         assert!(redactor.shared.finder.load().pending.is_empty());
         assert_eq!(redactor.scrub("x abcdefghi y"), "x [redacted] y");
         assert_eq!(redactor.scrub("abcdefdefghi!"), "[redacted]!");
@@ -375,7 +459,7 @@ mod tests {
         let redactor = Redactor::default();
         let metadata = serde_json::json!({"redisPassword": "hunter2", "keyPrefix": "app||"});
         let fields = metadata.as_object().cloned().unwrap_or_default();
-        assert_eq!(redactor.try_remember_secret_fields(&fields), Ok(()));
+        let _held = redactor.try_remember_secret_fields(&fields).expect("fits");
         assert_eq!(
             redactor.scrub("auth hunter2 failed for app||"),
             "auth [redacted] failed for app||"
@@ -389,7 +473,7 @@ mod tests {
         let redactor = Redactor::default();
         let values: Vec<String> = (0..150_000).map(|i| format!("v{i:06}")).collect();
         let fit = redactor.try_remember_all(values.iter().map(String::as_str));
-        assert_eq!(fit, Ok(()));
+        let _held = fit.expect("fits");
         let mut text = "status line, nothing secret; ".repeat(360);
         text.push_str("v149999 and v000000 and v07500");
         assert!(text.len() >= 10 * 1024);

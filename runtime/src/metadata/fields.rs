@@ -8,6 +8,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::redact::HeldSecrets;
+
 /// A component's metadata, as declared or as resolved: a JSON object, read
 /// as a [`Map`] through `Deref`.
 ///
@@ -26,6 +28,10 @@ pub struct Metadata {
     lent: Option<Arc<dyn LendsMetadata>>,
     /// The fields a secretRef filled (whatever their names).
     from_secrets: BTreeSet<String>,
+    /// Keeps the secret values resolved into it scrubbed from logs and
+    /// errors as long as a copy lives (the running component's, and the
+    /// previous one an update may put back), and a grace after.
+    secrets: HeldSecrets,
 }
 
 /// Whatever holds metadata that a [`Metadata`] may share instead of
@@ -42,7 +48,14 @@ impl Metadata {
             own: Map::new(),
             lent: Some(owner),
             from_secrets: BTreeSet::new(),
+            secrets: HeldSecrets::default(),
         }
+    }
+
+    /// Holds `secrets` (the values resolved into it) as long as it, or a
+    /// copy, lives.
+    pub(crate) fn hold_secrets(&mut self, secrets: HeldSecrets) {
+        self.secrets.join(secrets);
     }
 
     /// Decodes into `T` (see the module docs for the rules).
@@ -108,6 +121,7 @@ impl From<Map<String, Value>> for Metadata {
             own: map,
             lent: None,
             from_secrets: BTreeSet::new(),
+            secrets: HeldSecrets::default(),
         }
     }
 }

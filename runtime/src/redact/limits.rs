@@ -1,10 +1,13 @@
-//! How many secret forms the redactor remembers: bounded, as they are
-//! never forgotten (a retired component's value may still be printed).
+//! How many secret forms the redactor remembers: bounded, counting those
+//! a component holds and those let go of within the grace (a retired
+//! component's value may still be printed meanwhile); older ones are
+//! forgotten, so values rotated in and out keep within the bound.
 //!
 //! A form costs its bytes, about 100 bytes held in the set, and at most
 //! 20 bytes a byte in the matcher, rebuilt (linear in the bytes) when a
-//! new value is remembered: at the limits, about 25 MiB of set and 40 MiB
-//! of matcher. Past them a component is refused, never a value forgotten:
+//! new value is remembered or old ones forgotten: at the limits, about
+//! 25 MiB of set and 40 MiB of matcher. Past them a component is refused,
+//! never a value in force forgotten:
 //! one whose own inline secret values would take more than a component's
 //! share at validation, one whose values would fill the process's room
 //! when it starts.
@@ -35,9 +38,10 @@ pub(super) fn check_room(
     }
     Err(format!(
         "cannot remember its secret values (new forms: {new}, {new_bytes} bytes) to scrub from logs \
-         and errors: the process already remembers {held} ({held_bytes} bytes), and holds at most {MAX_FORMS} \
-         ({MAX_BYTES} bytes); secret values are never forgotten while the process runs (a retired \
-         one may still be printed): restart it to forget those no longer used"
+         and errors: the process already remembers {held} ({held_bytes} bytes: those of the components \
+         running, and of those retired in the last {grace} minutes, which may still be printed), and holds \
+         at most {MAX_FORMS} ({MAX_BYTES} bytes)",
+        grace = super::held::FORGET_AFTER.as_secs() / 60
     ))
 }
 

@@ -62,12 +62,13 @@ fn index(n: usize) -> u32 {
 
 impl Matcher {
     /// The automaton over `forms` (each at least one byte long).
-    pub(super) fn new<'a>(forms: impl IntoIterator<Item = &'a String>) -> Self {
+    pub(super) fn new<S: AsRef<str>>(forms: impl IntoIterator<Item = S>) -> Self {
         let mut matcher = Self {
             states: vec![State::new(0)],
             root_children: vec![NONE; 256],
         };
         for form in forms {
+            let form = form.as_ref();
             let mut state = ROOT;
             for &byte in form.as_bytes() {
                 state = match matcher.child(state, byte) {

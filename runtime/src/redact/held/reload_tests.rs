@@ -1,0 +1,211 @@
+//! A component's secretRef value rotated by reloads: each retired
+//! instance (or the metadata an update in place replaced) lets go of its
+//! value, so the redactor holds the values in force only, however many
+//! rotations.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::super::{forms_to_scrub, Redactor};
+use crate::assemble::StartTimeouts;
+use crate::component::Component;
+use crate::config::{parse, validate, Config};
+use crate::handle::Instance;
+use crate::kinds::{SecretError, SecretMap, SecretStore, SecretString};
+use crate::registry::{Buildable, ComponentDescriptor, Inject, Registry};
+use crate::reload::tests::any_metadata;
+use crate::reload::tests::staged_panic::staging_registry;
+use crate::reload::{Action, ReloadRequest, ReloadSettings, Reloader, Trigger};
+use crate::running::RunningSet;
+
+/// A secret store whose secret `cert` (key `cert`) is its metadata's
+/// `value`.
+struct Fixed {
+    value: String,
+}
+
+#[async_trait]
+impl Component for Fixed {}
+
+#[async_trait]
+impl SecretStore for Fixed {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _: &HashMap<String, String>,
+    ) -> Result<SecretMap, SecretError> {
+        if name != "cert" {
+            return Err(SecretError::NotFound(name.to_string()));
+        }
+        let value = SecretString::new(self.value.clone());
+        Ok(SecretMap::from([("cert".to_string(), value)]))
+    }
+
+    async fn bulk_get_secret(
+        &self,
+        metadata: &HashMap<String, String>,
+    ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
+        let cert = self.get_secret("cert", metadata).await?;
+        Ok(BTreeMap::from([("cert".to_string(), cert)]))
+    }
+}
+
+impl Inject for Fixed {}
+
+impl Buildable for Fixed {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::SecretStore(Arc::new(*self))
+    }
+}
+
+/// Uses what it is given.
+struct User;
+
+#[async_trait]
+impl Component for User {}
+
+impl Inject for User {}
+
+impl Buildable for User {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::Custom(Arc::new(*self))
+    }
+}
+
+/// `secret_store` type `fixed` ([`Fixed`]), `custom` types `user`
+/// (rebuilt by a change) and `staging` (updated in place).
+fn registry() -> Registry {
+    let mut registry = staging_registry();
+    registry.register(ComponentDescriptor {
+        kind: "secret_store",
+        type_name: "fixed",
+        description: "",
+        example_metadata: "{}",
+        validate: any_metadata,
+        build: |m| {
+            let value = m.get("value").and_then(Value::as_str).unwrap_or_default();
+            let value = value.to_string();
+            Ok(Box::new(Fixed { value }))
+        },
+        check_refs: None,
+        in_place: None,
+    });
+    registry.register(ComponentDescriptor {
+        kind: "custom",
+        type_name: "user",
+        description: "",
+        example_metadata: "{}",
+        validate: any_metadata,
+        build: |_| Ok(Box::new(User)),
+        check_refs: None,
+        in_place: None,
+    });
+    registry
+}
+
+/// `custom/tls` (type `user`) injected the `vault`'s `cert`, `value`;
+/// and `others` components with an inline password each.
+fn config(user: &str, value: &str, others: usize) -> Config {
+    let mut custom = serde_json::Map::new();
+    custom.insert(
+        "tls".into(),
+        json!({"type": user, "secretRef": [
+            {"store": "vault", "name": "cert", "key": "cert", "injectAs": "cert"}
+        ]}),
+    );
+    for i in 0..others {
+        let metadata = json!({"password": format!("hunter2-other-{i}")});
+        custom.insert(
+            format!("other{i}"),
+            json!({"type": "user", "metadata": metadata}),
+        );
+    }
+    let text = json!({"components": {
+        "secret_store": {"vault": {"type": "fixed", "metadata": {"value": value}}},
+        "custom": custom,
+    }});
+    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// A certificate key of about 3 KiB, distinct for each `i`.
+fn pem(i: usize) -> String {
+    let body = format!("{i:08}").repeat(380);
+    format!("-----BEGIN KEY-----\n{body}\n-----END KEY-----\n")
+}
+
+/// How many forms `redactor` holds once they settle to `expected` (the
+/// retired instance is closed on its own schedule), or after 5 s.
+async fn held_settled(redactor: &Redactor, expected: usize) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, held) = redactor.forms_remembered();
+        if held == expected || tokio::time::Instant::now() >= deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Rotates the value `custom/tls` (type `user`) is injected 20 times,
+/// each reload doing `action` to it: the forms held stay those of the
+/// value in force.
+async fn rotated(user: &str, action: Action) {
+    let registry = registry();
+    let redactor = Redactor::forgetting_after(Duration::ZERO);
+    let valid = validate(config(user, &pem(0), 0), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let timeouts = StartTimeouts::default();
+    let running = RunningSet::start(valid, &registry, timeouts, &redactor).await;
+    let running = running.unwrap_or_else(|f| panic!("{f:?}"));
+    let settings = ReloadSettings {
+        timeouts,
+        drain_grace: Duration::from_secs(1),
+    };
+    let reloader = Arc::new(Reloader::new(
+        running,
+        Arc::new(registry),
+        settings,
+        redactor.clone(),
+        10,
+    ));
+    let forms_of_one = forms_to_scrub(&pem(0)).len();
+    assert_eq!(held_settled(&redactor, forms_of_one).await, forms_of_one);
+
+    for i in 1..=20 {
+        let request = ReloadRequest::new(config(user, &pem(i), 0), Trigger::Api);
+        let record = reloader.reload(request).await;
+        let record = record.unwrap_or_else(|e| panic!("rotation {i}: {e}"));
+        assert_eq!(record.error, None, "rotation {i}");
+        assert_eq!(record.actions.get("custom/tls"), Some(&action));
+        let held = held_settled(&redactor, forms_of_one).await;
+        assert_eq!(held, forms_of_one, "rotation {i}: forms held");
+        // The value in force and the one just let go of, at most.
+        let (remembered, _) = redactor.forms_remembered();
+        assert!(remembered <= 2 * forms_of_one, "rotation {i}: {remembered}");
+        assert_eq!(redactor.scrub(&pem(i)), "[redacted]");
+    }
+    assert_eq!(redactor.scrub(&pem(5)), pem(5), "forgotten");
+
+    // A reload that keeps `custom/tls` keeps its value held: remembering
+    // another component's value (which forgets what was let go) leaves it
+    // scrubbed.
+    let request = ReloadRequest::new(config(user, &pem(20), 1), Trigger::Api);
+    let record = reloader.reload(request).await;
+    assert_eq!(record.map(|r| r.error).ok(), Some(None));
+    assert_eq!(redactor.scrub(&pem(20)), "[redacted]");
+    assert_eq!(redactor.scrub("hunter2-other-0"), "[redacted]");
+    reloader.shutdown(None).await;
+}
+
+#[tokio::test]
+async fn a_secret_rotated_by_reloads_is_let_go_by_each_retired_instance() {
+    rotated("user", Action::Rebuilt).await;
+}
+
+#[tokio::test]
+async fn a_secret_rotated_by_updates_in_place_is_let_go_by_each_replaced_metadata() {
+    rotated("staging", Action::UpdatedInPlace).await;
+}
