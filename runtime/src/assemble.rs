@@ -176,17 +176,18 @@ impl AssemblyContext {
 /// a configurationRef), are remembered to be scrubbed from errors and logs,
 /// held by the metadata returned: while the component started with it (or
 /// a copy) runs, and a grace after.
+///
+/// They are remembered together once all are read (each call that
+/// remembers new values makes the redactor a new finder), all or none:
+/// a component refused keeps none. No value is used or printed before:
+/// an error met on the way is scrubbed of those read so far.
 pub(crate) async fn resolve_metadata(
     spec: &Arc<ComponentSpec>,
     cx: &AssemblyContext,
 ) -> Result<Metadata, ComponentFailure> {
-    let inline = cx
-        .redactor
-        .try_remember_secret_fields(&spec.metadata)
-        .map_err(|full| cx.fail(&spec.key, FailedStep::Resolve, full))?;
+    let mut secrets = crate::redact::secret_field_values(&spec.metadata);
     // Lent by the declaration: the first ref's value copies it.
     let mut metadata = Metadata::lent(spec.clone());
-    metadata.hold_secrets(inline);
     // A store that does not answer must not hold the reload (and every
     // later one) forever: the reads together have one init timeout (not
     // one each: a slow store read by many refs would hold it that many
@@ -195,7 +196,7 @@ pub(crate) async fn resolve_metadata(
     let mut deadline = None;
     for reference in spec.injected_refs() {
         let by = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + cx.timeouts.init);
-        let read = read_injected(&reference, cx, &mut metadata);
+        let read = read_injected(&reference, cx);
         let value = tokio::time::timeout_at(by, read)
             .await
             .unwrap_or_else(|_| {
@@ -206,26 +207,28 @@ pub(crate) async fn resolve_metadata(
                     cx.timeouts.init
                 ))
             })
-            .map_err(|message| cx.fail(&spec.key, FailedStep::Resolve, message))?;
+            .map_err(|message| {
+                let message = cx.redactor.scrub_with(&message, secrets.iter().map(String::as_str));
+                cx.fail(&spec.key, FailedStep::Resolve, message)
+            })?;
         match reference {
             InjectedRef::Secret(..) => {
+                secrets.push(value.clone());
                 metadata.insert_secret(reference.inject_as(), Value::String(value))
             }
             InjectedRef::Configuration(..) => {
                 if is_secret_field(reference.inject_as()) {
-                    let held = cx
-                        .redactor
-                        .try_remember_all([value.as_str()])
-                        .map_err(|full| {
-                            let at = reference.position();
-                            cx.fail(&spec.key, FailedStep::Resolve, format!("{at}: {full}"))
-                        })?;
-                    metadata.hold_secrets(held);
+                    secrets.push(value.clone());
                 }
                 metadata.insert(reference.inject_as(), Value::String(value));
             }
         }
     }
+    let held = cx
+        .redactor
+        .try_remember_all(secrets.iter().map(String::as_str))
+        .map_err(|full| cx.fail(&spec.key, FailedStep::Resolve, full))?;
+    metadata.hold_secrets(held);
     Ok(metadata)
 }
 
@@ -242,13 +245,8 @@ pub(crate) fn is_the_ref(r: &ConfigurationRef, item: &ConfigItem) -> bool {
 }
 
 /// Reads the value of one ref from its staged store; an error says which
-/// ref and why. A secret's value is held by `metadata` from the moment it
-/// is read.
-async fn read_injected(
-    reference: &InjectedRef,
-    cx: &AssemblyContext,
-    metadata: &mut Metadata,
-) -> Result<String, String> {
+/// ref and why.
+async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<String, String> {
     let at = reference.position();
     let store = cx.staged.get(&reference.store());
     match (reference, store) {
@@ -263,11 +261,6 @@ async fn read_injected(
                     r.name, r.store, r.key
                 )
             })?;
-            let held = cx
-                .redactor
-                .try_remember_all([value.expose()])
-                .map_err(|full| format!("{at}: {full}"))?;
-            metadata.hold_secrets(held);
             Ok(value.expose().to_string())
         }
         (InjectedRef::Configuration(_, r), Some(Instance::ConfigStore(store))) => {
@@ -675,10 +668,10 @@ mod tests {
         };
         // Filled up by earlier components' secrets, to the last bytes.
         let mut filled = 0;
-        for size in [60 * 1024, 4096, 256, 16, 4] {
+        for size in [256 * 1024, 16 * 1024, 1024, 64, 0] {
             // Each size fills what the one before left in fewer than 64.
             for _ in 0..64 {
-                let value = format!("{filled:0size$}");
+                let value = format!("{}{filled:08}", "0".repeat(size));
                 match cx.redactor.try_remember_all([value.as_str()]) {
                     Ok(held) => held.keep_for_good(),
                     Err(_) => break,
@@ -701,7 +694,7 @@ mod tests {
         );
         // A component whose secrets are remembered already still starts: a
         // reload keeping a component's values is not refused.
-        let known = format!("{:0size$}", 0, size = 60 * 1024);
+        let known = format!("{}{:08}", "0".repeat(256 * 1024), 0);
         let resolved = resolve_metadata(&spec("kept", &known), &cx).await;
         assert!(resolved.is_ok());
     }
@@ -816,6 +809,102 @@ mod tests {
             took >= init && took < 2 * init,
             "three refs took {took:?} for an init timeout of {init:?}"
         );
+    }
+
+    /// A config store whose key `first` holds a token, and whose read of
+    /// any other key fails quoting it (as a store echoing its last answer
+    /// might).
+    struct EchoesTheFirst;
+
+    #[async_trait::async_trait]
+    impl crate::component::Component for EchoesTheFirst {}
+
+    #[async_trait::async_trait]
+    impl crate::kinds::ConfigStore for EchoesTheFirst {
+        async fn get(
+            &self,
+            query: &ConfigQuery,
+        ) -> Result<Vec<ConfigItem>, crate::kinds::ConfigError> {
+            if query.keys == ["first"] {
+                let item = ConfigItem {
+                    key: "first".into(),
+                    value: "tok-first-1234".into(),
+                    ..ConfigItem::default()
+                };
+                return Ok(vec![item]);
+            }
+            Err(crate::kinds::ConfigError::Invalid(
+                "no such key after tok-first-1234".into(),
+            ))
+        }
+
+        async fn subscribe(
+            &self,
+            _: ConfigQuery,
+        ) -> Result<crate::kinds::ConfigSubscription, crate::kinds::ConfigError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_component_refused_partway_keeps_no_value_and_its_error_quotes_none() {
+        let store: Arc<dyn crate::kinds::ConfigStore> = Arc::new(EchoesTheFirst);
+        let instances = std::collections::BTreeMap::from([(
+            ComponentKey::new(crate::component::Kind::ConfigStore, "cfg"),
+            Instance::ConfigStore(store),
+        )]);
+        let cx = AssemblyContext {
+            app_id: "app".into(),
+            live: crate::handle::Live::new(),
+            staged: Arc::new(Generation::new(1, instances)),
+            timeouts: StartTimeouts::default(),
+            redactor: Redactor::default(),
+            config_dir: None,
+            handover: Handover::new(),
+            stop: CancellationToken::new(),
+            abandoned_closes: Arc::default(),
+        };
+        let reference = |key: &str, inject_as: &str| ConfigurationRef {
+            store: "cfg".into(),
+            key: key.into(),
+            group: None,
+            label: None,
+            inject_as: inject_as.into(),
+            watch: false,
+        };
+        let metadata = json!({"redisPassword": "hunter2-inline"});
+        let spec = Arc::new(ComponentSpec {
+            key: ComponentKey::new("state", "s"),
+            type_name: "memory".into(),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            component_refs: Vec::new(),
+            secret_refs: Vec::new(),
+            configuration_refs: vec![reference("first", "apiToken"), reference("second", "x")],
+            scopes: None,
+        });
+        let failure = resolve_metadata(&spec, &cx)
+            .await
+            .expect_err("the second ref fails");
+        assert_eq!(failure.step, FailedStep::Resolve, "{failure}");
+        assert!(
+            failure.message.ends_with("no such key after [redacted]"),
+            "{failure}"
+        );
+        // All or none: nothing of the refused component stays remembered.
+        assert_eq!(cx.redactor.forms_remembered(), (0, 0));
+        // Resolved, its values are remembered in one go.
+        let spec = Arc::new(ComponentSpec {
+            configuration_refs: vec![reference("first", "apiToken")],
+            ..(*spec).clone()
+        });
+        let resolved = resolve_metadata(&spec, &cx).await;
+        let resolved = resolved.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cx.redactor.scrub("tok-first-1234 hunter2-inline"),
+            "[redacted] [redacted]"
+        );
+        assert_eq!(cx.redactor.forms_remembered(), (2, 2));
+        drop(resolved);
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 //! ([`is_secret_field`]), and the credentials of URLs
 //! ([`without_credentials`]).
 
+mod finder;
 mod held;
 mod limits;
 mod matcher;
@@ -17,15 +18,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use serde_json::{Map, Value};
 
+use finder::Finder;
+#[cfg(test)]
+use finder::PENDING_MAX;
 use held::HeldForms;
 pub use held::HeldSecrets;
 pub(crate) use limits::too_many_secret_values;
-use matcher::Matcher;
 pub use panics::redact_panics;
 pub use secret_fields::is_secret_field;
-pub(crate) use secret_fields::shown_fields;
+pub(crate) use secret_fields::{secret_field_values, shown_fields};
 pub use url_credentials::without_credentials;
 
 /// Secret values shorter than this are not scrubbed from text (scrubbing a
@@ -72,32 +74,6 @@ impl Default for Shared {
             grace: held::FORGET_AFTER,
             forget_every: held::FORGET_EVERY,
         }
-    }
-}
-
-/// Forms remembered since the matcher was built, searched one by one, at
-/// most this many: a start assembling many components with a secret each
-/// rebuilds the matcher once every so many forms, not once each.
-const PENDING_MAX: usize = 64;
-
-/// What [`Redactor::scrub`] searches for: the forms in the matcher, and
-/// those remembered since it was built.
-#[derive(Debug, Default)]
-struct Finder {
-    matcher: Arc<Matcher>,
-    pending: Vec<String>,
-}
-
-impl Finder {
-    /// Where the forms occur in `text`, overlapping spans not merged.
-    fn spans(&self, text: &str) -> Vec<Range<usize>> {
-        let mut spans = self.matcher.covered(text);
-        for form in &self.pending {
-            #[cfg(test)]
-            matcher::tests::count_steps(text.len());
-            spans.extend(occurrences(text, form));
-        }
-        spans
     }
 }
 
@@ -156,10 +132,12 @@ impl Redactor {
     /// or flag is read, and quoted when bad, trimmed. All of them, held
     /// by the guard returned (scrubbed while it lives, and a grace after),
     /// or none with an error where they would pass the process's limits
-    /// (`limits`: 256 Ki forms, 2 MiB, counting the forms held or within
-    /// their grace): the caller refuses the component that would use them.
-    /// The forms let go of longer ago than the grace are forgotten first
-    /// (at most once a minute, unless their room is needed).
+    /// (`limits`: 256 Ki forms, 8 MiB, counting the forms held or within
+    /// their grace; one value of up to 1 MiB of text always fits alone):
+    /// the caller refuses the component that would use them. The forms let
+    /// go of longer ago than the grace are forgotten first (at most once a
+    /// minute, unless their room is needed). Give a component's values in
+    /// one call: each call that remembers new forms makes a new finder.
     pub fn try_remember_all<'a>(
         &self,
         values: impl IntoIterator<Item = &'a str>,
@@ -178,8 +156,11 @@ impl Redactor {
             forgot = held.forget_released(now, grace, Duration::ZERO);
             room = room_for(&held, &forms);
         }
-        let (added, refused) = match room {
-            Ok(new) => (new, None),
+        let (added, refused): (Vec<Arc<str>>, _) = match room {
+            Ok(new) => (
+                new.into_iter().map(|f| Arc::from(f.as_str())).collect(),
+                None,
+            ),
             Err(full) => (Vec::new(), Some(full)),
         };
         // Made here, one writer at a time, so that no value remembered is
@@ -187,52 +168,28 @@ impl Redactor {
         // on with the last one meanwhile. (A panic while it is made, none
         // expected: allocation failure aborts, leaves a finder that finds
         // forms forgotten: more is scrubbed, never less.)
-        if forgot || !added.is_empty() {
-            let finder = self.next_finder(&held, &added, forgot);
+        if forgot {
+            // Built whole, so that the forgotten are no longer scrubbed.
+            let all = held.forms().cloned().chain(added.iter().cloned());
+            let finder = Finder::of_all(all.collect());
+            self.shared.finder.store(Arc::new(finder));
+        } else if !added.is_empty() {
+            let finder = self.shared.finder.load().with(added.clone());
             self.shared.finder.store(Arc::new(finder));
         }
         if let Some(full) = refused {
             return Err(full);
         }
-        let kept = forms.iter().map(|form| held.hold(form)).collect();
+        // The new forms kept as the finder has them, not copied again.
+        let mut added = added.into_iter().peekable();
+        let kept = forms
+            .iter()
+            .map(|form| {
+                let new = added.next_if(|new| **new == **form);
+                held.hold(form, new)
+            })
+            .collect();
         Ok(HeldSecrets::new(self.shared.clone(), kept))
-    }
-
-    /// The finder of the forms `held` and those `added`: the last one
-    /// with `added` searched one by one, up to [`PENDING_MAX`] of them,
-    /// else a matcher built anew (always when forms were `forgot`ten, so
-    /// that they are no longer scrubbed).
-    fn next_finder(&self, held: &HeldForms, added: &[&String], forgot: bool) -> Finder {
-        let last = self.shared.finder.load_full();
-        if !forgot && last.pending.len() + added.len() <= PENDING_MAX {
-            let mut pending = last.pending.clone();
-            pending.extend(added.iter().map(|form| form.to_string()));
-            return Finder {
-                matcher: last.matcher.clone(),
-                pending,
-            };
-        }
-        let all = held
-            .forms()
-            .map(|form| &**form)
-            .chain(added.iter().map(|form| form.as_str()));
-        Finder {
-            matcher: Arc::new(Matcher::new(all)),
-            pending: Vec::new(),
-        }
-    }
-
-    /// Remembers the inline values of the fields of `metadata` named like
-    /// a secret, so that an error or log echoing one is scrubbed as a
-    /// secretRef value is; an error where they would pass the limits
-    /// ([`Redactor::try_remember_all`]); held while the guard returned
-    /// lives.
-    pub fn try_remember_secret_fields(
-        &self,
-        metadata: &Map<String, Value>,
-    ) -> Result<HeldSecrets, String> {
-        let values = secret_fields::secret_field_values(metadata);
-        self.try_remember_all(values.iter().map(String::as_str))
     }
 
     /// `text` without URL credentials ([`without_credentials`]) and with
@@ -243,7 +200,29 @@ impl Redactor {
     /// one: no part of a secret survives next to another. One pass over
     /// the text finds every value, however many are remembered.
     pub fn scrub(&self, text: &str) -> String {
-        let mut spans = url_credentials::credential_spans(text);
+        self.scrub_spans(text, Vec::new())
+    }
+
+    /// `text` scrubbed as by [`Redactor::scrub`], and of `values` too
+    /// (in all their forms), which are not remembered: for an error met
+    /// while a component's values are read, before they are remembered
+    /// together.
+    pub(crate) fn scrub_with<'a>(
+        &self,
+        text: &str,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> String {
+        let mut spans = Vec::new();
+        for form in values.into_iter().flat_map(forms_to_scrub) {
+            spans.extend(occurrences(text, &form));
+        }
+        self.scrub_spans(text, spans)
+    }
+
+    /// `text` with `spans`, the remembered forms and URL credentials
+    /// replaced, the overlapping or adjacent ones as one.
+    fn scrub_spans(&self, text: &str, mut spans: Vec<Range<usize>>) -> String {
+        spans.extend(url_credentials::credential_spans(text));
         spans.extend(self.shared.finder.load().spans(text));
         if spans.is_empty() {
             return text.to_string();
@@ -393,7 +372,7 @@ mod tests {
         let values = ["abcdef", "defghi", "abab", "hunter2", "hunter2-extra"];
         let all = fillers.iter().map(String::as_str).chain(values);
         let _held = redactor.try_remember_all(all).expect("fits");
-        assert!(redactor.shared.finder.load().pending.is_empty());
+        assert_eq!(redactor.shared.finder.load().pending(), 0);
         assert_eq!(redactor.scrub("x abcdefghi y"), "x [redacted] y");
         assert_eq!(redactor.scrub("abcdefdefghi!"), "[redacted]!");
         assert_eq!(redactor.scrub("ababab."), "[redacted].");
@@ -405,7 +384,7 @@ mod tests {
         // One more is searched alone until the next build, then merged
         // with the matcher's spans.
         redactor.remember("ghi-jkl");
-        assert_eq!(redactor.shared.finder.load().pending.len(), 1);
+        assert_eq!(redactor.shared.finder.load().pending(), 1);
         assert_eq!(redactor.scrub("abcdefghi-jkl."), "[redacted].");
     }
 
@@ -459,7 +438,10 @@ mod tests {
         let redactor = Redactor::default();
         let metadata = serde_json::json!({"redisPassword": "hunter2", "keyPrefix": "app||"});
         let fields = metadata.as_object().cloned().unwrap_or_default();
-        let _held = redactor.try_remember_secret_fields(&fields).expect("fits");
+        let values = secret_field_values(&fields);
+        let _held = redactor
+            .try_remember_all(values.iter().map(String::as_str))
+            .expect("fits");
         assert_eq!(
             redactor.scrub("auth hunter2 failed for app||"),
             "auth [redacted] failed for app||"

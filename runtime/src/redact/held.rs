@@ -60,8 +60,9 @@ impl HeldForms {
     }
 
     /// Takes one more hold on `form`, remembered from now on if it was
-    /// not; the form as kept, for the guard to let go of.
-    pub(super) fn hold(&mut self, form: &str) -> Arc<str> {
+    /// not (as `new`, if given, else copied); the form as kept, for the
+    /// guard to let go of.
+    pub(super) fn hold(&mut self, form: &str, new: Option<Arc<str>>) -> Arc<str> {
         if let Some((kept, _)) = self.entries.get_key_value(form) {
             let kept = kept.clone();
             if let Some(entry) = self.entries.get_mut(form) {
@@ -70,7 +71,7 @@ impl HeldForms {
             }
             return kept;
         }
-        let kept: Arc<str> = Arc::from(form);
+        let kept: Arc<str> = new.unwrap_or_else(|| Arc::from(form));
         self.bytes += kept.len();
         let entry = Entry {
             holders: 1,

@@ -4,13 +4,23 @@
 //! forgotten, so values rotated in and out keep within the bound.
 //!
 //! A form costs its bytes, about 100 bytes held in the set, and at most
-//! 20 bytes a byte in the matcher, rebuilt (linear in the bytes) when a
-//! new value is remembered or old ones forgotten: at the limits, about
-//! 25 MiB of set and 40 MiB of matcher. Past them a component is refused,
-//! never a value in force forgotten:
-//! one whose own inline secret values would take more than a component's
-//! share at validation, one whose values would fill the process's room
-//! when it starts.
+//! 20 bytes a byte in the matchers (one state a byte at worst, far fewer
+//! where forms share their beginnings, as a value's forms do), built
+//! anew in part when values are remembered (`finder`) and whole when old
+//! ones are forgotten, the finder in use kept meanwhile: at the limits
+//! about 25 MiB of set plus 8 MiB of forms, and at worst 160 MiB of
+//! matchers (twice that while one is built whole). Past them a component
+//! is refused, never a value in force forgotten: one whose own inline
+//! secret values would take more than a component's share at
+//! validation, one whose values would fill the process's room when it
+//! starts.
+//!
+//! One value of up to [`ONE_VALUE_FITS`] (1 MiB) always fits in a
+//! process that holds nothing else, where its JSON and Debug escapes add
+//! at most half its size each (any text of line breaks, tabs and quotes:
+//! a PEM chain, a CA bundle, a kubeconfig: its 4 forms, raw, escaped and
+//! both trimmed, take about 4.1 times its size); one of control
+//! characters, escaped 6 bytes a byte, up to 8 MiB / 26 (315 KiB).
 
 use std::collections::BTreeSet;
 
@@ -19,7 +29,10 @@ use serde_json::{Map, Value};
 /// The forms the process remembers at most.
 pub(super) const MAX_FORMS: usize = 256 * 1024;
 /// Their bytes at most.
-pub(super) const MAX_BYTES: usize = 2 * 1024 * 1024;
+pub(super) const MAX_BYTES: usize = 8 * 1024 * 1024;
+/// A value of text this long fits alone (see the module's docs): its 4
+/// forms take at most 2 * (1 + 1.5 + 1.5) times it, [`MAX_BYTES`].
+pub(super) const ONE_VALUE_FITS: usize = MAX_BYTES / 8;
 /// The forms one component's inline secret values may take.
 const COMPONENT_MAX_FORMS: usize = 4096;
 /// Their bytes at most.
@@ -36,11 +49,21 @@ pub(super) fn check_room(
     if held + new <= MAX_FORMS && held_bytes + new_bytes <= MAX_BYTES {
         return Ok(());
     }
-    Err(format!(
+    let wanted = format!(
         "cannot remember its secret values (new forms: {new}, {new_bytes} bytes) to scrub from logs \
-         and errors: the process already remembers {held} ({held_bytes} bytes: those of the components \
-         running, and of those retired in the last {grace} minutes, which may still be printed), and holds \
-         at most {MAX_FORMS} ({MAX_BYTES} bytes)",
+         and errors"
+    );
+    let most = format!(
+        "a process remembers at most {MAX_FORMS} forms ({MAX_BYTES} bytes; a value of text up to \
+         {ONE_VALUE_FITS} bytes takes about 4 times its size)"
+    );
+    if new > MAX_FORMS || new_bytes > MAX_BYTES {
+        return Err(format!("{wanted}: more than {most}"));
+    }
+    Err(format!(
+        "{wanted}: the process remembers {held} already ({held_bytes} bytes: those of the components \
+         running, and of those retired in the last {grace} minutes, which may still be printed; \
+         room is freed as these age out), and {most}",
         grace = super::held::FORGET_AFTER.as_secs() / 60
     ))
 }
@@ -50,8 +73,15 @@ pub(super) fn check_room(
 /// ([`COMPONENT_MAX_FORMS`], [`COMPONENT_MAX_BYTES`]); `None` where they
 /// fit. Counted in the forms the redactor would remember.
 pub(crate) fn too_many_secret_values(metadata: &Map<String, Value>) -> Option<String> {
-    let values = super::secret_fields::secret_field_values(metadata);
-    let raw_bytes: usize = values.iter().map(String::len).sum();
+    let all = super::secret_fields::secret_field_values(metadata);
+    // Those that take forms, each once (the same key in several fields
+    // is remembered once; one too short to scrub, not at all).
+    let values: BTreeSet<&str> = all
+        .iter()
+        .map(String::as_str)
+        .filter(|value| value.len() >= super::MIN_SCRUBBED_LEN)
+        .collect();
+    let raw_bytes: usize = values.iter().map(|value| value.len()).sum();
     // Each value takes a form or more, of its bytes or more: past the
     // limits without building them.
     let past_already = values.len() > COMPONENT_MAX_FORMS || raw_bytes > COMPONENT_MAX_BYTES;
@@ -68,9 +98,84 @@ pub(crate) fn too_many_secret_values(metadata: &Map<String, Value>) -> Option<St
         return None;
     }
     Some(format!(
-        "metadata holds {} values in fields named like a secret, {forms}{at_least} forms \
+        "metadata holds {} distinct values in fields named like a secret, {forms}{at_least} forms \
          ({bytes}{at_least} bytes) to remember to scrub them from logs and errors: a component \
          may have at most {COMPONENT_MAX_FORMS} ({COMPONENT_MAX_BYTES} bytes)",
         values.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::redact::Redactor;
+
+    /// A PEM chain of about `size` bytes, with line breaks inside and a
+    /// last one: 4 forms (raw, JSON-escaped, both trimmed).
+    fn pem_chain(size: usize) -> String {
+        let line = "MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ\n";
+        let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+        let mut i = 0;
+        while pem.len() < size {
+            // Distinct lines, as a real chain's are.
+            pem.push_str(&format!("{i:08}{}", &line[8..]));
+            i += 1;
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+        pem
+    }
+
+    #[test]
+    fn one_large_pem_chain_fits_in_a_fresh_process() {
+        for size in [600 * 1000, ONE_VALUE_FITS - 64] {
+            let pem = pem_chain(size);
+            let held = Redactor::default().try_remember_all([pem.as_str()]);
+            assert!(held.is_ok(), "{size}: {}", held.err().unwrap_or_default());
+        }
+    }
+
+    #[test]
+    fn a_refusal_says_what_the_limit_is_and_promises_no_restart() {
+        let alone = check_room(0, 0, 4, MAX_BYTES + 1).err().unwrap_or_default();
+        assert!(
+            alone.contains("more than a process remembers at most"),
+            "{alone}"
+        );
+        let full = check_room(10, MAX_BYTES - 5, 1, 10)
+            .err()
+            .unwrap_or_default();
+        assert!(full.contains("room is freed as these age out"), "{full}");
+        assert!(full.contains(&format!("at most {MAX_FORMS} forms ({MAX_BYTES} bytes")));
+        for message in [alone, full] {
+            assert!(!message.contains("restart"), "{message}");
+        }
+    }
+
+    #[test]
+    fn values_too_short_to_scrub_or_repeated_are_not_counted() {
+        // 5,000 secret-named fields left empty take no form at all.
+        let empty: Map<String, Value> = (0..5_000)
+            .map(|i| (format!("token{i}"), json!("")))
+            .collect();
+        assert_eq!(too_many_secret_values(&empty), None);
+        // The same 100 KiB key in three fields is remembered once.
+        let key = "k".repeat(100 * 1024);
+        let three: Map<String, Value> = ["apiKey", "secretKey", "privateKey"]
+            .into_iter()
+            .map(|name| (name.to_string(), json!(key)))
+            .collect();
+        assert_eq!(too_many_secret_values(&three), None);
+        // Three distinct ones are 300 KiB: past a component's share.
+        let distinct: Map<String, Value> = ["apiKey", "secretKey", "privateKey"]
+            .into_iter()
+            .map(|name| (name.to_string(), json!(format!("{name}{key}"))))
+            .collect();
+        let problem = too_many_secret_values(&distinct).unwrap_or_default();
+        assert!(
+            problem.starts_with("metadata holds 3 distinct values"),
+            "{problem}"
+        );
+    }
 }
