@@ -200,11 +200,13 @@ pub async fn canonicalize_within(path: &Path, deadline: Duration) -> std::io::Re
 /// Runs `call`, a blocking call on `path`, on a thread of its own, given up
 /// after `deadline`; while an earlier call on `path` given up (at its
 /// deadline, or by a caller that stopped waiting) has not returned, refused
-/// at once ([`std::io::ErrorKind::WouldBlock`]), but tried again now and
-/// then ([`stuck_paths`]: a path is never refused for good). Calls on a
-/// path that is not stuck run side by side. A call given up at the
-/// deadline fails with [`std::io::ErrorKind::TimedOut`]; one whose thread
-/// could not start or panicked, with [`std::io::ErrorKind::Other`].
+/// at once ([`std::io::ErrorKind::WouldBlock`]), but tried again on a
+/// thread of its own after 5 min, then up to every 60 min, and every 6 h
+/// once 8 such retries are stuck too ([`stuck_paths`]). Calls on a path
+/// that is not stuck (or whose given-up call returned) run side by side.
+/// A call given up at the deadline fails with
+/// [`std::io::ErrorKind::TimedOut`]; one whose thread could not start or
+/// panicked, with [`std::io::ErrorKind::Other`].
 pub(crate) async fn on_path_within<T, C>(
     path: &Path,
     deadline: Duration,

@@ -5,13 +5,19 @@
 //!
 //! While a path is stuck, its calls wait their turn on the stuck call's
 //! reader (refused at once while it is busy), so a hung mount pins one
-//! thread per path however often a component retries. A thread stuck for
-//! good (a mount lazily unmounted and mounted again) must not refuse the
-//! path for the life of the process: after [`TRY_AGAIN_AFTER`] a call is
-//! tried once more on a thread of its own, then after twice as long each
-//! time up to [`LONGEST_WAIT`], as long as fewer than
-//! [`MAX_LIVE_PER_PATH`] threads of the path's calls are alive (a thread
-//! that returns, late, frees its place).
+//! thread per path however often a component retries. Once the stuck call
+//! returns (a slow read, not a hang), the record goes: calls run side by
+//! side again. A thread stuck for good (a mount lazily unmounted and
+//! mounted again) must not refuse the path for the life of the process:
+//! after [`TRY_AGAIN_AFTER`] a call is tried once more on a thread of its
+//! own (a retry), then after twice as long each time up to
+//! [`LONGEST_WAIT`]; once [`MAX_RETRIES_ALIVE`] retries of the path are
+//! alive (stuck for good too), every [`WAIT_AT_THE_CAP`]. Only retries
+//! count: the threads of callers in flight when the path first hung (K
+//! components sharing one file) use up none. So a mount hung for good pins
+//! per path those threads, 8 retries in the first ~5 h, then 4 more a day,
+//! however often components try; a retry thread that returns, late, frees
+//! its place.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,9 +36,14 @@ pub(super) const TRY_AGAIN_AFTER: Duration = Duration::from_secs(300);
 /// wait doubles from [`TRY_AGAIN_AFTER`] up to this.
 pub(super) const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
-/// The most threads of calls on one path alive at once for a stuck path to
-/// be tried again: the threads a hung mount may pin per path.
-pub(super) const MAX_LIVE_PER_PATH: u32 = 8;
+/// How many retry threads (calls tried again on a stuck path) of one path
+/// may be alive before its retries slow to every [`WAIT_AT_THE_CAP`].
+pub(super) const MAX_RETRIES_ALIVE: u32 = 8;
+
+/// The wait between two retries of a stuck path while
+/// [`MAX_RETRIES_ALIVE`] of its retries are alive: the path is never
+/// refused for good, and a mount hung for good pins 4 more threads a day.
+pub(super) const WAIT_AT_THE_CAP: Duration = Duration::from_secs(6 * 3600);
 
 /// The paths with a call's thread alive or a call given up.
 static PATHS: LazyLock<Mutex<HashMap<PathBuf, PathCalls>>> = LazyLock::new(Default::default);
@@ -47,6 +58,8 @@ struct PathCalls {
     /// Threads of calls on the path that have not returned (or calls not
     /// yet started or refused).
     live: u32,
+    /// Of these, the retries: calls tried again on the path while stuck.
+    retries: u32,
     /// The last call given up, while the path is taken for stuck.
     stuck: Option<Stuck>,
 }
@@ -59,6 +72,9 @@ struct Stuck {
     try_again_at: Instant,
     /// The wait that led to `try_again_at`.
     wait: Duration,
+    /// Set when the thread of the call on `reader` returns: the record is
+    /// stale (the call was slow, not hung) and goes at the next start.
+    returned: Arc<AtomicBool>,
 }
 
 /// Starts a call on `path`: the reader to run it on (the stuck call's, or a
@@ -66,27 +82,42 @@ struct Stuck {
 /// thread keeps while it runs, and the guard of its caller.
 pub(super) fn start(path: &Path) -> (Arc<DetachedReader>, Live, Pending) {
     let now = Instant::now();
+    let returned = Arc::new(AtomicBool::new(false));
     let mut paths = paths();
     let calls = paths.entry(path.to_path_buf()).or_default();
-    let live = calls.live;
+    if calls
+        .stuck
+        .as_ref()
+        .is_some_and(|s| s.returned.load(Ordering::Acquire))
+    {
+        calls.stuck = None;
+    }
+    let mut retry = false;
     let reader = match &mut calls.stuck {
         None => Arc::default(),
-        Some(s) if now >= s.try_again_at && live < MAX_LIVE_PER_PATH => {
+        Some(s) if now >= s.try_again_at => {
             // The try again, shared by calls made meanwhile (refused
             // while it runs): one new thread, not one per caller.
+            retry = true;
+            calls.retries += 1;
             s.reader = Arc::default();
-            s.wait = (s.wait * 2).min(LONGEST_WAIT);
+            s.returned = Arc::clone(&returned);
+            s.wait = if calls.retries >= MAX_RETRIES_ALIVE {
+                WAIT_AT_THE_CAP
+            } else {
+                (s.wait * 2).min(LONGEST_WAIT)
+            };
             s.try_again_at = now + s.wait;
             Arc::clone(&s.reader)
         }
         Some(s) => Arc::clone(&s.reader),
     };
     calls.live += 1;
-    let returned = Arc::new(AtomicBool::new(false));
     let path = path.to_path_buf();
     let live = Live {
         path: path.clone(),
         returned: Arc::clone(&returned),
+        retry,
     };
     let pending = Pending {
         path,
@@ -102,6 +133,8 @@ pub(super) fn start(path: &Path) -> (Arc<DetachedReader>, Live, Pending) {
 pub(super) struct Live {
     path: PathBuf,
     returned: Arc<AtomicBool>,
+    /// Whether the call is a retry of a stuck path.
+    retry: bool,
 }
 
 impl Drop for Live {
@@ -112,6 +145,9 @@ impl Drop for Live {
             return;
         };
         calls.live = calls.live.saturating_sub(1);
+        if self.retry {
+            calls.retries = calls.retries.saturating_sub(1);
+        }
         if calls.live == 0 && calls.stuck.is_none() {
             paths.remove(&self.path);
         }
@@ -145,7 +181,7 @@ impl Pending {
         self.settled = true;
         match ended {
             Ended::Answered => answered(&self.path),
-            Ended::GivenUp => given_up(&self.path, &self.reader),
+            Ended::GivenUp => given_up(&self.path, &self.reader, &self.returned),
             Ended::Refused => {}
         }
     }
@@ -158,7 +194,7 @@ impl Drop for Pending {
         }
         let mut paths = paths();
         if !self.returned.load(Ordering::Acquire) {
-            record_stuck(&mut paths, &self.path, &self.reader);
+            record_stuck(&mut paths, &self.path, &self.reader, &self.returned);
         }
     }
 }
@@ -175,25 +211,35 @@ fn answered(path: &Path) {
     }
 }
 
-/// A call on `path`, run by `reader`, was given up.
-fn given_up(path: &Path, reader: &Arc<DetachedReader>) {
-    record_stuck(&mut paths(), path, reader);
+/// A call on `path`, run by `reader`, was given up; `returned` is set when
+/// its thread returns.
+fn given_up(path: &Path, reader: &Arc<DetachedReader>, returned: &Arc<AtomicBool>) {
+    record_stuck(&mut paths(), path, reader, returned);
 }
 
-/// Takes `path` for stuck on `reader`, unless it already is (a try again
-/// given up keeps the wait it was tried with).
+/// Takes `path` for stuck on `reader` (whose call sets `returned` when its
+/// thread returns), unless it already is (a try again given up keeps the
+/// wait it was tried with).
 fn record_stuck(
     paths: &mut HashMap<PathBuf, PathCalls>,
     path: &Path,
     reader: &Arc<DetachedReader>,
+    returned: &Arc<AtomicBool>,
 ) {
     let calls = paths.entry(path.to_path_buf()).or_default();
-    if calls.stuck.is_none() {
-        calls.stuck = Some(Stuck {
-            reader: Arc::clone(reader),
-            try_again_at: Instant::now() + TRY_AGAIN_AFTER,
-            wait: TRY_AGAIN_AFTER,
-        });
+    match &mut calls.stuck {
+        None => {
+            calls.stuck = Some(Stuck {
+                reader: Arc::clone(reader),
+                try_again_at: Instant::now() + TRY_AGAIN_AFTER,
+                wait: TRY_AGAIN_AFTER,
+                returned: Arc::clone(returned),
+            })
+        }
+        // This call ran on the stuck reader (its last call returned just
+        // before): the reader is busy with this one now.
+        Some(s) if Arc::ptr_eq(&s.reader, reader) => s.returned = Arc::clone(returned),
+        Some(_) => {}
     }
 }
 
@@ -201,6 +247,12 @@ fn record_stuck(
 #[cfg(test)]
 pub(super) fn live_calls(path: &Path) -> u32 {
     paths().get(path).map_or(0, |calls| calls.live)
+}
+
+/// How many retries of `path` have not returned.
+#[cfg(test)]
+pub(super) fn live_retries(path: &Path) -> u32 {
+    paths().get(path).map_or(0, |calls| calls.retries)
 }
 
 #[cfg(test)]
@@ -235,11 +287,11 @@ mod tests {
 
     /// A path whose calls hang, thread after thread (a mount lazily
     /// unmounted leaves each stuck for good), is tried again after 5, 10,
-    /// 20, 40 then 60 min while fewer than 8 of its threads are alive;
-    /// then refused until one returns, and then tried again: never
-    /// refused for good.
+    /// 20, 40 then every 60 min while fewer than 8 of its retries are
+    /// alive; then every 6 h: never refused for good, though no thread
+    /// ever returns.
     #[tokio::test]
-    async fn a_stuck_path_is_tried_again_at_growing_intervals_while_few_threads_are_stuck() {
+    async fn a_stuck_path_is_tried_again_at_growing_intervals_then_every_six_hours() {
         let path = Path::new("/hung/for-good");
         let deadline = Duration::from_millis(50);
         let mut releases = Vec::new();
@@ -251,7 +303,7 @@ mod tests {
         let err = hang().await.expect_err("hung");
         assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
         let mut wait = TRY_AGAIN_AFTER;
-        for tried in 1..MAX_LIVE_PER_PATH {
+        for tried in 1..=MAX_RETRIES_ALIVE + 1 {
             advance(wait - Duration::from_secs(1)).await;
             let err = on_path_within(path, deadline, || Ok(())).await;
             let err = err.expect_err("refused before the wait passed");
@@ -259,27 +311,80 @@ mod tests {
             advance(Duration::from_secs(1)).await;
             let err = hang().await.expect_err("tried again, hung");
             assert_eq!(err.kind(), ErrorKind::TimedOut, "try {tried}: {err}");
-            wait = (wait * 2).min(LONGEST_WAIT);
+            wait = if tried >= MAX_RETRIES_ALIVE {
+                WAIT_AT_THE_CAP
+            } else {
+                (wait * 2).min(LONGEST_WAIT)
+            };
         }
-        assert_eq!(live_calls(path), MAX_LIVE_PER_PATH);
-        // As many threads stuck as a path may pin: not tried again.
-        advance(LONGEST_WAIT).await;
+        assert_eq!(live_retries(path), MAX_RETRIES_ALIVE + 1);
+        assert_eq!(live_calls(path), MAX_RETRIES_ALIVE + 2);
+        // Past the cap, no thread returned: refused until 6 h passed, then
+        // tried again, and the path answers.
+        advance(WAIT_AT_THE_CAP - Duration::from_secs(1)).await;
         let err = on_path_within(path, deadline, || Ok(())).await;
-        let err = err.expect_err("refused at the bound");
+        let err = err.expect_err("refused before 6 h passed");
         assert_eq!(err.kind(), ErrorKind::WouldBlock, "{err}");
-        // The first thread returns at last: the path is tried again.
-        let _ = releases[0].send(());
-        testkit::soon("the first thread counted out", async {
-            while live_calls(path) >= MAX_LIVE_PER_PATH {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
+        advance(Duration::from_secs(1)).await;
         let again = on_path_within(path, deadline, || Ok(())).await;
         assert!(again.is_ok(), "{again:?}");
         let after = on_path_within(path, deadline, || Ok(())).await;
         assert!(after.is_ok(), "no longer stuck: {after:?}");
         drop(releases);
+    }
+
+    /// Eight callers in flight on a path when it hangs (eight components
+    /// sharing one caCert) pin eight threads before the path is taken for
+    /// stuck: they use up no retries, and the path is tried again.
+    #[tokio::test]
+    async fn callers_in_flight_at_the_first_hang_use_up_no_retries() {
+        let path = Path::new("/hung/shared-ca.pem");
+        let deadline = Duration::from_millis(50);
+        let (calls, releases): (Vec<_>, Vec<_>) =
+            (0..MAX_RETRIES_ALIVE).map(|_| hung_call()).unzip();
+        let mut hangs = tokio::task::JoinSet::new();
+        for call in calls {
+            hangs.spawn(on_path_within(path, deadline, call));
+        }
+        while let Some(outcome) = hangs.join_next().await {
+            let err = outcome.unwrap_or_else(|e| panic!("{e}")).expect_err("hung");
+            assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+        }
+        assert_eq!(live_calls(path), MAX_RETRIES_ALIVE);
+        advance(LONGEST_WAIT * 4).await;
+        let again = on_path_within(path, deadline, || Ok(())).await;
+        assert!(again.is_ok(), "tried again: {again:?}");
+        drop(releases);
+    }
+
+    /// A caller that stops waiting while its read of a slow but healthy
+    /// file runs leaves the path taken for stuck; once that read returned,
+    /// two reads at once (two components sharing the file) both run.
+    #[tokio::test]
+    async fn a_given_up_read_that_returned_refuses_no_later_reads() {
+        let path = Path::new("/slow/ca.pem");
+        let slow = || {
+            || {
+                std::thread::sleep(Duration::from_millis(100));
+                Ok(())
+            }
+        };
+        let deadline = Duration::from_secs(5);
+        let waited = Duration::from_millis(10);
+        let gone = tokio::time::timeout(waited, on_path_within(path, deadline, slow())).await;
+        assert!(gone.is_err(), "the slow read answered within 10 ms");
+        testkit::soon("the slow read returned", async {
+            while live_calls(path) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let (first, second) = tokio::join!(
+            on_path_within(path, deadline, slow()),
+            on_path_within(path, deadline, slow()),
+        );
+        assert!(first.is_ok(), "{first:?}");
+        assert!(second.is_ok(), "{second:?}");
     }
 
     /// A caller that stops waiting before the deadline (a follower
