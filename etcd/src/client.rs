@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -13,14 +13,14 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::error::Error;
+use crate::error::{Error, PERMISSION_DENIED};
 use crate::pb::{
     auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
     watch_client::WatchClient, AuthDisableRequest, AuthEnableRequest, AuthRoleAddRequest,
     AuthRoleGrantPermissionRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
-    AuthenticateRequest, CompactionRequest, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest,
-    TxnResponse,
+    AuthUserRevokeRoleRequest, AuthenticateRequest, CompactionRequest, DeleteRangeRequest,
+    DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, StatusRequest,
+    StatusResponse, TxnRequest, TxnResponse,
 };
 
 /// The channel with the auth token attached to every request.
@@ -161,7 +161,28 @@ pub(crate) struct TokenInterceptor {
     /// Set while the last login found authentication off, so that it is
     /// logged once each time it turns off, not at every login.
     auth_off: Arc<AtomicBool>,
+    /// The last refusal of a watch's token or permissions that asked for a
+    /// login, while the streak goes on: see
+    /// [`refused_watch`](Self::refused_watch).
+    refused: Arc<std::sync::Mutex<Option<RefusedWatch>>>,
 }
+
+/// A watch refused for its token or permissions, which asked for a login.
+#[derive(Debug, Clone, Copy)]
+struct RefusedWatch {
+    /// The login generation of the refused token.
+    generation: u64,
+    /// When the login was asked for.
+    at: Instant,
+}
+
+/// How long a streak of watches refused with `permission denied` despite a
+/// fresh token goes without asking for another login: etcd's default
+/// token TTL. Older etcd releases say `permission denied` for an expired token
+/// too (a JWT's lifetime, unlike a simple token's, does not grow with
+/// use), so one login per this long, not none, keeps such a token from
+/// being kept for ever.
+const REFUSED_WATCH_RELOGIN: Duration = Duration::from_secs(5 * 60);
 
 /// A login attempt that failed: the member it ran on, and the error its
 /// call returned.
@@ -220,13 +241,53 @@ impl TokenInterceptor {
         self.stale.store(true, Ordering::Release);
     }
 
+    /// A watch opened with the token of login `generation` was canceled
+    /// for `reason` (an auth reason, see `is_auth_cancel`): asks for a
+    /// fresh login unless it would not help.
+    ///
+    /// `permission denied` is ambiguous: older etcd releases say it for a token
+    /// unknown or expired as well as for a user whose roles do not cover
+    /// the keys. So it asks for a login unless the token is one logged in
+    /// for after an earlier refusal of the streak (of either kind): then
+    /// the roles are at fault, and a login per retry — a bcrypt check and
+    /// a raft proposal each, for as long as the watch is retried — would
+    /// only load the server. The streak ends once a watch is created, or
+    /// fails otherwise ([`watch_went_on`](Self::watch_went_on)); meanwhile
+    /// it asks again at most once per [`REFUSED_WATCH_RELOGIN`]. Any other
+    /// auth reason (`invalid auth token`, …) asks every time: the token is
+    /// at fault.
+    pub(crate) fn refused_watch(&self, generation: u64, reason: &str) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(streak) = *refused {
+            let fresh = generation > streak.generation;
+            if reason.contains(PERMISSION_DENIED)
+                && fresh
+                && streak.at.elapsed() < REFUSED_WATCH_RELOGIN
+            {
+                return;
+            }
+        }
+        let generation = refused.map_or(generation, |streak| streak.generation.max(generation));
+        *refused = Some(RefusedWatch {
+            generation,
+            at: Instant::now(),
+        });
+        self.mark_stale();
+    }
+
+    /// A watch was created, or failed other than for its token or
+    /// permissions: a later refusal starts a new streak.
+    pub(crate) fn watch_went_on(&self) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// Whether a fresh login was asked for.
     fn is_stale(&self) -> bool {
         self.stale.load(Ordering::Acquire)
     }
 
     /// How many logins succeeded so far.
-    fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
@@ -828,6 +889,21 @@ impl Client {
         .map(drop)
     }
 
+    /// Revokes `role` from `user`.
+    pub async fn user_revoke_role(&self, user: &str, role: &str) -> Result<(), Error> {
+        let request = AuthUserRevokeRoleRequest {
+            name: user.into(),
+            role: role.into(),
+        };
+        self.call(|s| {
+            let mut api = self.auth(s);
+            let request = request.clone();
+            async move { api.user_revoke_role(request).await }
+        })
+        .await
+        .map(drop)
+    }
+
     /// Lets `role` read and write the keys starting with `prefix`.
     pub async fn role_grant_prefix(&self, role: &str, prefix: &str) -> Result<(), Error> {
         let (key, range_end) = prefix_range(prefix.as_bytes().to_vec());
@@ -993,6 +1069,44 @@ mod tests {
         let login = StaleUntilLoggedIn::take(&token);
         assert!(!token.is_stale(), "cleared while logging in");
         login.disarm();
+        assert!(!token.is_stale());
+    }
+
+    /// Whether a login was asked for; if so, one that succeeded.
+    fn logged_in_anew(token: &TokenInterceptor) -> bool {
+        let login = StaleUntilLoggedIn::take(token);
+        let asked = login.was_stale;
+        login.disarm();
+        asked
+    }
+
+    #[test]
+    fn a_watch_denied_again_with_a_fresh_token_asks_for_no_more_logins() {
+        let token = TokenInterceptor::default();
+        let denied = "etcdserver: permission denied";
+        let invalid = "etcdserver: invalid auth token";
+        // Refused with the token of the connect's login (generation 1):
+        // perhaps expired (older etcd releases say so for it too): a login.
+        token.refused_watch(1, denied);
+        assert!(logged_in_anew(&token));
+        // Refused again with the token of that login: the roles.
+        for _ in 0..3 {
+            token.refused_watch(2, denied);
+            assert!(!token.is_stale(), "a login per retry");
+        }
+        // An invalid token still asks each time...
+        token.refused_watch(2, invalid);
+        assert!(logged_in_anew(&token));
+        token.refused_watch(3, invalid);
+        assert!(logged_in_anew(&token));
+        // ... and the token it brings is fresh too.
+        token.refused_watch(4, denied);
+        assert!(!token.is_stale());
+        // A watch created ends the streak.
+        token.watch_went_on();
+        token.refused_watch(4, denied);
+        assert!(logged_in_anew(&token));
+        token.refused_watch(5, denied);
         assert!(!token.is_stale());
     }
 

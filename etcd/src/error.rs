@@ -127,14 +127,19 @@ const AUTH_OLD_REVISION: &str = "revision of auth store is old";
 /// etcd's message for a call without a token while authentication is on.
 const USER_EMPTY: &str = "user name is empty";
 
+/// etcd's reason for a watch its user's roles do not cover — and, in older
+/// releases, for any token it refuses.
+pub(crate) const PERMISSION_DENIED: &str = "permission denied";
+
 /// Whether the reason etcd gave for canceling a watch in its stream says
-/// the token was refused — unknown or expired (`invalid auth token`; etcd
-/// 3.4 may say `permission denied` for it), issued before the auth
-/// settings changed, or missing — so that logging in again may help.
+/// the token was refused — unknown or expired (`invalid auth token`; older
+/// etcd releases say `permission denied` for it, as for a user whose
+/// roles do not cover the keys), issued before the auth settings changed,
+/// or missing — so that logging in again may help.
 pub(crate) fn is_auth_cancel(reason: &str) -> bool {
     [
         "invalid auth token",
-        "permission denied",
+        PERMISSION_DENIED,
         AUTH_OLD_REVISION,
         USER_EMPTY,
         "Unauthenticated",

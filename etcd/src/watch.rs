@@ -22,6 +22,10 @@ pub struct WatchStream {
     members: Arc<Members>,
     member: usize,
     token: TokenInterceptor,
+    /// The login generation of the token the watch was opened with (read
+    /// just before it was sent: a login in between makes it look older,
+    /// which at worst asks for one login more).
+    generation: u64,
 }
 
 impl WatchStream {
@@ -31,16 +35,28 @@ impl WatchStream {
     /// refuses an unknown or expired one (after a restart, or once the
     /// token's TTL lapsed) by canceling the watch in the stream rather than
     /// failing the call. Such a cancel makes the client log in again before
-    /// its next call, so that the next watch carries a fresh token.
+    /// its next call, so that the next watch carries a fresh token — but
+    /// `permission denied` for a token logged in for after an earlier
+    /// refusal does not: the user's roles do not cover the keys, and a
+    /// login per retry would not change that (see
+    /// `TokenInterceptor::refused_watch`).
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
         let next = self.responses.message().await.map_err(Error::Status);
         match &next {
-            Ok(Some(response)) => {
-                if response.canceled && is_auth_cancel(&response.cancel_reason) {
-                    self.token.mark_stale();
+            Ok(Some(response)) if response.canceled => {
+                if is_auth_cancel(&response.cancel_reason) {
+                    self.token
+                        .refused_watch(self.generation, &response.cancel_reason);
+                } else {
+                    self.token.watch_went_on();
                 }
             }
-            _ => self.members.skip(self.member),
+            Ok(Some(response)) if response.created => self.token.watch_went_on(),
+            Ok(Some(_)) => {}
+            _ => {
+                self.token.watch_went_on();
+                self.members.skip(self.member);
+            }
         }
         next
     }
@@ -56,10 +72,11 @@ impl Client {
         // The member failover runs the call on, not the one in use when the
         // call reads it (another call may have moved on meanwhile): a
         // failure of this stream must skip this member.
-        let (stream, member) = self
+        let (stream, member, generation) = self
             .call_on(|member, s| {
                 let mut watch_api = self.watch_api(s);
                 let create = create.clone();
+                let generation = self.token().generation();
                 async move {
                     let (requests, receiver) = mpsc::channel(1);
                     let first = WatchRequest {
@@ -73,7 +90,7 @@ impl Client {
                         tonic::metadata::AsciiMetadataValue::from_static("true"),
                     );
                     let response = watch_api.watch(request).await?;
-                    Ok(response.map(|responses| ((requests, responses), member)))
+                    Ok(response.map(|responses| ((requests, responses), member, generation)))
                 }
             })
             .await?;
@@ -84,6 +101,7 @@ impl Client {
             members,
             member,
             token: self.token().clone(),
+            generation,
         })
     }
 }

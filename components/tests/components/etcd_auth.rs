@@ -9,7 +9,7 @@ use crate::support::etcd_server;
 use std::time::Duration;
 
 use etcd_server::{items_until, values_of, EtcdServer};
-use rewire_runtime::{ConfigItem, ConfigQuery, Instance};
+use rewire_runtime::{ConfigItem, ConfigQuery, Instance, Readiness};
 use serde_json::json;
 use tokio::time::timeout;
 
@@ -233,4 +233,84 @@ async fn calls_go_on_when_authentication_is_turned_off_and_on() {
         .expect("auth enable");
     let read = client.get("/k").await.expect("get with auth on again");
     assert_eq!(read.kvs[0].value, b"2");
+}
+
+/// The Watch streams etcd has opened since it started.
+async fn watches(server: &EtcdServer) -> u64 {
+    let text = etcd_server::metrics(server).await;
+    text.lines()
+        .filter(|line| {
+            line.starts_with("grpc_server_started_total{") && line.contains("grpc_method=\"Watch\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+const LIMITED_PASSWORD: &str = "limited-pw-42";
+
+/// The store's user loses the role covering its `keyPrefix`; etcd
+/// restarts (forgetting its tokens), so the watch is made again: etcd
+/// cancels it for the token ("invalid auth token") and the client logs in,
+/// then cancels each retry with "permission denied" — what older etcd
+/// releases say for a token they no longer know as well. Refused with the
+/// token it just logged in for, the client logs in no more: a login is a
+/// bcrypt check and a raft proposal in etcd, and the watch is retried for
+/// as long as the store runs. Readiness names the refusal, never the
+/// password.
+#[tokio::test]
+async fn a_watch_its_roles_refuse_logs_in_once_not_at_every_retry() {
+    let mut server = server_with_auth().await;
+    let root = server.client().await;
+    root.role_add("denied-reader").await.expect("role add");
+    root.role_grant_prefix("denied-reader", "/denied/")
+        .await
+        .expect("grant");
+    root.user_add("limited", LIMITED_PASSWORD)
+        .await
+        .expect("user add");
+    root.user_grant_role("limited", "denied-reader")
+        .await
+        .expect("grant role");
+    server.put("/denied/k", "1").await;
+    let metadata = json!({
+        "endpoints": server.endpoint(), "keyPrefix": "/denied/",
+        "username": "limited", "password": LIMITED_PASSWORD,
+        "dialTimeout": "1s", "watchRetryMs": 10
+    });
+    let store = match common::start("config_store", "etcd", metadata).await {
+        Ok(Instance::ConfigStore(store)) => store,
+        other => panic!("start: {other:?}"),
+    };
+    let mut sub = store
+        .subscribe(ConfigQuery::keys(["k"]))
+        .await
+        .expect("subscribe");
+    server.put("/denied/k", "2").await;
+    items_until(&mut sub, "k=2", PATIENCE, |items| !items.is_empty()).await;
+
+    root.user_revoke_role("limited", "denied-reader")
+        .await
+        .expect("revoke role");
+    // The watch is made again, first with a token etcd no longer knows.
+    server.restart_gracefully().await;
+    let (logins_before, watches_before) = (logins(&server).await, watches(&server).await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while watches(&server).await < watches_before + 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch was not retried"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let made = logins(&server).await - logins_before;
+    assert!(made <= 1, "4 refused watches made {made} logins");
+    // Reads of the prefix need the same permission: not ready, saying why.
+    match store.readiness().await {
+        Readiness::NotReady(reason) | Readiness::Degraded(reason) => {
+            assert!(reason.contains("permission denied"), "{reason}");
+            assert!(!reason.contains(LIMITED_PASSWORD), "{reason}");
+        }
+        Readiness::Ready => panic!("ready while every watch is refused"),
+    }
+    store.close().await.expect("close");
 }
