@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, Slot};
+use redis::cluster_routing::Slot;
 use redis::{
     Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
@@ -197,17 +197,6 @@ impl AnyConnection {
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(..))
-    }
-
-    /// `cmd` sent where `routing` says on a Redis Cluster (the cluster
-    /// client's own routing of `cmd` set aside: it sends `PING`, `INFO` and
-    /// `WAIT` to every master, and one master down fails them all); to the
-    /// one server otherwise. Sent once, as every command here.
-    pub async fn route_command(&self, cmd: &Cmd, routing: RoutingInfo) -> RedisResult<Value> {
-        match self {
-            Self::Node(manager) => manager.clone().req_packed_command(cmd).await,
-            Self::Cluster(cluster, _) => cluster.clone().route_command(cmd.clone(), routing).await,
-        }
     }
 
     /// `cmd` sent to the cluster node at `host:port` right behind `ASKING`

@@ -47,7 +47,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
@@ -105,27 +104,6 @@ impl BoundedConnection {
                 .unwrap_or_else(|_| Err(limit.timed_out())),
             None => sent.await,
         })
-    }
-
-    /// `cmd` sent once, within the limit, to the master of `key`'s hash
-    /// slot on a Redis Cluster (to the one server otherwise): for the
-    /// commands about the master that wrote `key` (`INFO replication`,
-    /// `WAIT`), which the cluster client would send to every master — one
-    /// master down, even another's, would fail them.
-    pub async fn on_master_of(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        let slot = super::any_connection::slot_of(key);
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-            Route::with_slot(slot, SlotAddr::Master),
-        ));
-        let sent = self.inner.route_command(cmd, routing);
-        let span = command_span(Some(cmd), 1);
-        match self.limit {
-            Some(limit) => tokio::time::timeout(limit.total(), sent)
-                .instrument(span)
-                .await
-                .unwrap_or_else(|_| Err(limit.timed_out())),
-            None => sent.instrument(span).await,
-        }
     }
 
     /// The same connection (and the node its last command was `ASK`ed

@@ -254,8 +254,7 @@ impl StateStore for RedisStateStore {
             (Concurrency::FirstWrite, true) => "1",
             _ => "0",
         };
-        let full_key = format!("{}{}", &*self.key_base(&session), req.key);
-        let mut script = scripts::SET.key(&full_key);
+        let mut script = scripts::SET.key(format!("{}{}", &*self.key_base(&session), req.key));
         script
             .arg(&etag)
             .arg(first_write)
@@ -280,10 +279,7 @@ impl StateStore for RedisStateStore {
         }
         debug!(key = %req.key, etag = version, ttl_ms, "State written.");
         match strong {
-            Some(exclusive) => {
-                self.replicated(&session, exclusive, &req.key, &full_key)
-                    .await
-            }
+            Some(exclusive) => self.replicated(&session, exclusive, &req.key).await,
             None => Ok(()),
         }
     }
@@ -316,7 +312,7 @@ impl StateStore for RedisStateStore {
                 Err(StateError::EtagMismatch(req.key))
             }
             Ok(_) => match strong {
-                Some(exclusive) => self.replicated(&session, exclusive, &req.key, &key).await,
+                Some(exclusive) => self.replicated(&session, exclusive, &req.key).await,
                 None => Ok(()),
             },
             Err(err) => Err(StateError::Backend(
@@ -441,12 +437,10 @@ impl RedisStateStore {
     /// had (see [`Replicas`]) acknowledged it, at most [`STRONG_WAIT_MS`];
     /// fewer is an error naming how many did. Without replicas there is
     /// nothing to wait for. (On a Redis Cluster both `INFO` and `WAIT` go
-    /// to the master of the key's slot, which wrote it, and its replicas
-    /// count (see [`Replicas::wanted`]): sent as the cluster client sends
-    /// them, to every master, they would fail while any other master is
-    /// down. After a write that followed `ASK` to a master importing the
-    /// key's slot, both go to that master, on the component's own
-    /// connection that wrote (see [`BoundedConnection::on_last_asked_node`]).
+    /// to every master and the fewest counts — except after a write that
+    /// followed `ASK` to a master importing the key's slot: both go to
+    /// that master, on the component's own connection that wrote (see
+    /// [`BoundedConnection::on_last_asked_node`]), and its replicas count.
     /// Through the cluster connection they would miss it — a master
     /// importing its first slots is not in the slot map the cluster client
     /// reads — or reach it on a connection that wrote nothing, which `WAIT`
@@ -461,7 +455,6 @@ impl RedisStateStore {
         session: &std::sync::Arc<Session>,
         mut exclusive: Exclusive<'_>,
         key: &str,
-        stored_key: &str,
     ) -> Result<(), StateError> {
         let failed = |err: redis::RedisError| {
             StateError::Backend(format!(
@@ -472,17 +465,16 @@ impl RedisStateStore {
             ))
         };
         let conn = exclusive.connection();
-        let info = on_writer(conn, redis::cmd("INFO").arg("replication"), stored_key)
+        let info = on_writer(conn, redis::cmd("INFO").arg("replication"))
             .await
             .map_err(failed)?;
-        let master = conn.is_cluster().then(|| replication_id(&info)).flatten();
         let connected = connected_replicas(info).ok_or_else(|| {
             StateError::Backend(format!(
                 "key `{key}` was written but its strong consistency could not be checked: \
                  `INFO replication` names no `connected_slaves`"
             ))
         })?;
-        let wanted = self.replicas.wanted(session, connected, master.as_deref());
+        let wanted = self.replicas.wanted(session, connected);
         if wanted == 0 {
             exclusive.keep();
             return Ok(());
@@ -491,7 +483,6 @@ impl RedisStateStore {
         let acknowledged: i64 = on_writer(
             &mut waiting,
             redis::cmd("WAIT").arg(wanted).arg(STRONG_WAIT_MS),
-            stored_key,
         )
         .await
         .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
@@ -509,18 +500,11 @@ impl RedisStateStore {
     }
 }
 
-/// `cmd` sent where the last command on `conn`, a write of `stored_key`,
-/// was written: on the node an `ASK` sent it to, over the same connection,
-/// or else to the master of its slot on a Redis Cluster, or else through
-/// `conn`.
-async fn on_writer(
-    conn: &mut BoundedConnection,
-    cmd: &redis::Cmd,
-    stored_key: &str,
-) -> RedisResult<redis::Value> {
+/// `cmd` sent where the last command on `conn` was written: on the node an
+/// `ASK` sent it to, over the same connection, or else through `conn`.
+async fn on_writer(conn: &mut BoundedConnection, cmd: &redis::Cmd) -> RedisResult<redis::Value> {
     match conn.on_last_asked_node(cmd).await {
         Some(reply) => reply,
-        None if conn.is_cluster() => conn.on_master_of(cmd, stored_key).await,
         None => cmd.query_async(conn).await,
     }
 }
@@ -532,16 +516,6 @@ use replicas::{Replicas, StrongPath};
 mod strong_tests;
 #[cfg(test)]
 mod strong_without_replicas_tests;
-
-/// `master_replid` of an `INFO replication` answer from one master: which
-/// master it is, on a Redis Cluster (a replica promoted in a failover takes
-/// a new one).
-fn replication_id(info: &redis::Value) -> Option<String> {
-    let text = redis::from_redis_value_ref::<String>(info).ok()?;
-    text.lines()
-        .find_map(|line| line.trim().strip_prefix("master_replid:"))
-        .map(|id| id.trim().to_string())
-}
 
 /// `connected_slaves` of an `INFO replication` answer; of a cluster's
 /// answers (one per master), the fewest.

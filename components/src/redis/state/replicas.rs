@@ -7,7 +7,6 @@
 //! strong is the common case: it must cost what a plain write costs, not
 //! two round trips one at a time on one connection.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -44,11 +43,6 @@ const CHECK_LIMIT: Duration = Duration::from_secs(1);
 /// anew: a change of `redisHost`, `redisDB`, sentinels, cluster seeds,
 /// password, user, timeouts or TLS settings (a new connection, made and
 /// verified for the new settings), or a failover to another master.
-///
-/// On a Redis Cluster each master is counted apart (by its replication id,
-/// which a replica promoted in a failover takes anew): a strong write waits
-/// for the replicas of the master of its key's slot, however many the
-/// other masters have.
 #[derive(Debug, Default)]
 pub(super) struct Replicas {
     seen: std::sync::Mutex<Option<Seen>>,
@@ -72,14 +66,7 @@ struct Seen {
     reached: Reached,
     most: usize,
     checked: Instant,
-    /// On a Redis Cluster, the most of each master, by replication id
-    /// ([`MASTERS_KEPT`] at most).
-    masters: HashMap<String, usize>,
 }
-
-/// How many masters of a Redis Cluster [`Seen`] keeps a count of: past it
-/// (failovers give masters new ids) the counts start again.
-const MASTERS_KEPT: usize = 1024;
 
 /// How a strong write goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,42 +93,22 @@ enum Known {
 
 impl Replicas {
     /// How many replicas a strong write in `session` waits for, now that
-    /// the master reports `connected` replicas; `master`: its replication
-    /// id, on a Redis Cluster (see [`Replicas`]).
-    pub(super) fn wanted(
-        &self,
-        session: &Session,
-        connected: usize,
-        master: Option<&str>,
-    ) -> usize {
+    /// the master reports `connected` replicas.
+    pub(super) fn wanted(&self, session: &Session, connected: usize) -> usize {
         let Some(reached) = session.reached() else {
             return connected;
         };
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (most, mut masters) = match seen.take() {
-            Some(before) if before.reached.same_as(&reached) => {
-                (before.most.max(connected), before.masters)
-            }
-            _ => (connected, HashMap::new()),
-        };
-        let wanted = match master {
-            Some(master) => {
-                if masters.len() >= MASTERS_KEPT && !masters.contains_key(master) {
-                    masters.clear();
-                }
-                let count = masters.entry(master.to_string()).or_default();
-                *count = (*count).max(connected);
-                *count
-            }
-            None => most,
+        let most = match &*seen {
+            Some(before) if before.reached.same_as(&reached) => before.most.max(connected),
+            _ => connected,
         };
         *seen = Some(Seen {
             reached,
             most,
             checked: Instant::now(),
-            masters,
         });
-        wanted
+        most
     }
 
     fn known(&self, reached: &Reached) -> Known {
@@ -199,7 +166,7 @@ impl Replicas {
             Ok(Ok(info)) => connected_replicas(info),
             _ => None,
         };
-        let path = match connected.map(|connected| self.wanted(session, connected, None)) {
+        let path = match connected.map(|connected| self.wanted(session, connected)) {
             Some(0) => StrongPath::Plain,
             Some(_) => StrongPath::Strict,
             None => {
@@ -222,7 +189,6 @@ impl Replicas {
             reached,
             most: 0,
             checked,
-            masters: HashMap::new(),
         });
     }
 
@@ -242,41 +208,5 @@ impl HeldCheck<'_> {
     /// Ends the check as one that failed.
     pub(super) fn fail(mut self) {
         self.0.failed = Some(Instant::now());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::redis::{RedisConnection, RedisMetadata};
-    use rewire_runtime::Metadata;
-    use serde_json::json;
-    use testkit::redis::RedisServer;
-
-    /// On a Redis Cluster each master's replicas count apart: a master
-    /// with fewer replicas than another is not made to wait for the
-    /// other's; one that lost a replica still waits for it; a master seen
-    /// for the first time (a promoted replica) starts from what it has.
-    #[tokio::test]
-    async fn each_cluster_master_is_counted_apart() {
-        let server = RedisServer::start().await;
-        let metadata = Metadata::from(
-            json!({"redisHost": server.addr()})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        )
-        .decode::<RedisMetadata>()
-        .unwrap_or_else(|e| panic!("{e}"));
-        let connection = RedisConnection::open_following_failover("state/test", metadata)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let session = connection.session();
-        let replicas = Replicas::default();
-        assert_eq!(replicas.wanted(&session, 2, Some("a")), 2);
-        assert_eq!(replicas.wanted(&session, 1, Some("b")), 1);
-        assert_eq!(replicas.wanted(&session, 0, Some("a")), 2);
-        assert_eq!(replicas.wanted(&session, 0, Some("promoted")), 0);
-        assert_eq!(replicas.wanted(&session, 1, Some("b")), 1);
     }
 }
