@@ -266,7 +266,7 @@ fn occurrences<'a>(text: &'a str, value: &'a str) -> impl Iterator<Item = Range<
 
 /// The forms of `value` to scrub: those it may be printed in, and those
 /// of it trimmed; none shorter than [`MIN_SCRUBBED_LEN`].
-fn forms_to_scrub(value: &str) -> Vec<String> {
+pub(crate) fn forms_to_scrub(value: &str) -> Vec<String> {
     let mut forms = Vec::new();
     for value in [value, value.trim()] {
         if value.len() >= MIN_SCRUBBED_LEN {

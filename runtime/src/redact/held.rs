@@ -202,6 +202,3 @@ impl Drop for Hold {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod reload_tests;

@@ -10,12 +10,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::super::{forms_to_scrub, Redactor};
 use crate::assemble::StartTimeouts;
 use crate::component::Component;
 use crate::config::{parse, validate, Config};
 use crate::handle::Instance;
 use crate::kinds::{SecretError, SecretMap, SecretStore, SecretString};
+use crate::redact::{forms_to_scrub, Redactor};
 use crate::registry::{Buildable, ComponentDescriptor, Inject, Registry};
 use crate::reload::tests::any_metadata;
 use crate::reload::tests::staged_panic::staging_registry;
