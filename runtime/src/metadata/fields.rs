@@ -58,6 +58,12 @@ impl Metadata {
         self.secrets.join(secrets);
     }
 
+    /// A hold on the secret values resolved into it, for what must keep
+    /// them scrubbed as long as it does.
+    pub(crate) fn held_secrets(&self) -> HeldSecrets {
+        self.secrets.clone()
+    }
+
     /// Decodes into `T` (see the module docs for the rules).
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, super::MetadataError> {
         super::decode(self)

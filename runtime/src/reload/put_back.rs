@@ -37,6 +37,12 @@ impl Reloader {
         {
             let component = previous.assembled.instance.component();
             let metadata = previous.assembled.resolved.clone();
+            // The values of the update put back, which the instance may
+            // still use if the revert fails: held meanwhile, then with the
+            // restored entry (its own metadata holds only the old ones).
+            let updated = self.running.snapshot().components.get(&key).cloned();
+            let new_values = updated.map(|u| u.assembled.resolved.held_secrets());
+            let instance = previous.assembled.instance.clone();
             // Recorded first: the revert may take up to the init timeout.
             let kept = match self.running.restore(previous) {
                 Ok(()) => "its previous declaration stays in force; reload the change to try again"
@@ -44,6 +50,9 @@ impl Reloader {
                 Err(why) => format!("its previous declaration could not be restored ({why})"),
             };
             let reverted = revert(&key, component, hook, metadata, &cx).await;
+            if let (false, Some(new_values)) = (reverted, new_values) {
+                self.running.hold_too(&key, &instance, new_values);
+            }
             let metadata = match reverted {
                 true => "its previous metadata was re-applied",
                 false => "re-applying its previous metadata failed too: it may run with part of the new one",

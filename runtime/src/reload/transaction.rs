@@ -467,8 +467,13 @@ async fn decide_and_run(
     };
     if !change.needs_rebuild() {
         if resolved == previous.assembled.resolved {
+            // The same fields, maybe filled otherwise (an inline value moved
+            // to a secretRef): the new metadata holds the values in force
+            // and knows which came from a secret; the old one goes with the
+            // record it leaves.
             let mut kept = previous;
             kept.spec = spec;
+            kept.assembled.resolved = resolved;
             return Ok(Step::Kept(kept));
         }
         let component = previous.assembled.instance.component();

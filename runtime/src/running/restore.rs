@@ -7,7 +7,10 @@
 use std::sync::Arc;
 
 use super::{Components, Running, RunningLayers, RunningSet, WatchPlan};
+use crate::component::ComponentKey;
 use crate::config::{DependencyGraph, Layers, ValidConfig};
+use crate::handle::Instance;
+use crate::redact::HeldSecrets;
 
 impl RunningSet {
     /// Makes `previous` (the entry its key had before the last commit, with
@@ -72,5 +75,24 @@ impl RunningSet {
         let plan = plan.keeping_tried(&key, &self.plan.borrow());
         self.plan.send_replace(Arc::new(plan));
         Ok(())
+    }
+
+    /// Makes the running entry of `key`, while it runs `instance`, hold
+    /// `secrets` too: the values of an update put back but not reverted,
+    /// which the instance may still use, stay scrubbed as long as it runs.
+    /// Nothing else changes (no generation, no watch plan).
+    pub(crate) fn hold_too(&self, key: &ComponentKey, instance: &Instance, secrets: HeldSecrets) {
+        let mut state = self.state();
+        let Some(current) = state.components.get(key) else {
+            return;
+        };
+        if !current.assembled.instance.same_as(instance) {
+            return;
+        }
+        let mut holding = Running::clone(current);
+        holding.assembled.resolved.hold_secrets(secrets);
+        let mut components = Components::clone(&state.components);
+        components.insert(key.clone(), Arc::new(holding));
+        state.components = Arc::new(components);
     }
 }

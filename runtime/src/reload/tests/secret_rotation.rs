@@ -11,10 +11,13 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::assemble::StartTimeouts;
-use crate::component::Component;
+use crate::component::{
+    Component, ComponentError, InPlace, InPlaceUpdate, PendingInPlace, StagedInPlace,
+};
 use crate::config::{parse, validate, Config};
 use crate::handle::Instance;
 use crate::kinds::{SecretError, SecretMap, SecretStore, SecretString};
+use crate::metadata::Metadata;
 use crate::redact::{forms_to_scrub, Redactor};
 use crate::registry::{Buildable, ComponentDescriptor, Inject, Registry};
 use crate::reload::tests::any_metadata;
@@ -208,4 +211,148 @@ async fn a_secret_rotated_by_reloads_is_let_go_by_each_retired_instance() {
 #[tokio::test]
 async fn a_secret_rotated_by_updates_in_place_is_let_go_by_each_replaced_metadata() {
     rotated("staging", Action::UpdatedInPlace).await;
+}
+
+/// A reloader over `config` with `redactor`.
+async fn reloader_of(config: Config, registry: Registry, redactor: &Redactor) -> Arc<Reloader> {
+    let valid = validate(config, &registry).unwrap_or_else(|p| panic!("{p}"));
+    let timeouts = StartTimeouts::default();
+    let running = RunningSet::start(valid, &registry, timeouts, redactor).await;
+    let running = running.unwrap_or_else(|f| panic!("{f:?}"));
+    let settings = ReloadSettings {
+        timeouts,
+        drain_grace: Duration::from_secs(1),
+    };
+    Arc::new(Reloader::new(
+        running,
+        Arc::new(registry),
+        settings,
+        redactor.clone(),
+        10,
+    ))
+}
+
+fn parsed(text: Value) -> Config {
+    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// Past `redactor`'s grace (50 ms), another value remembered: what no
+/// guard holds is forgotten.
+async fn past_the_grace(redactor: &Redactor) {
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    redactor.remember("another-value-to-remember");
+}
+
+const CONN: &str = "tok-abcd-1234";
+
+#[tokio::test]
+async fn an_inline_value_moved_to_a_secret_ref_with_the_same_value_stays_held_by_the_kept_component(
+) {
+    let redactor = Redactor::forgetting_after(Duration::from_millis(50));
+    let vault = json!({"type": "fixed", "metadata": {"value": CONN}});
+    // `conn` is not named like a secret: inline, it is not remembered.
+    let inline = json!({"components": {
+        "secret_store": {"vault": vault},
+        "custom": {"c": {"type": "user", "metadata": {"conn": CONN}}},
+    }});
+    let reloader = reloader_of(parsed(inline), registry(), &redactor).await;
+    let from_secret = json!({"components": {
+        "secret_store": {"vault": vault},
+        "custom": {"c": {"type": "user", "secretRef": [
+            {"store": "vault", "name": "cert", "key": "cert", "injectAs": "conn"}
+        ]}},
+    }});
+    let request = ReloadRequest::new(parsed(from_secret), Trigger::Api);
+    let record = reloader.reload(request).await;
+    let record = record.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.error, None);
+    assert_eq!(record.actions.get("custom/c"), Some(&Action::Unchanged));
+
+    past_the_grace(&redactor).await;
+    assert_eq!(redactor.scrub(CONN), "[redacted]", "forgotten while in use");
+    let key = crate::ComponentKey::new("custom", "c");
+    let snapshot = reloader.running().snapshot();
+    let running = snapshot.components.get(&key).map(|r| &r.assembled.resolved);
+    let shown = format!("{running:?}");
+    assert!(!shown.contains(CONN), "{shown}");
+    reloader.shutdown(None).await;
+}
+
+/// Updates in place: the update staged panics when applied, and so does
+/// re-applying the previous metadata.
+struct Exploding;
+
+#[async_trait]
+impl Component for Exploding {
+    fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl InPlaceUpdate for Exploding {
+    async fn update_in_place(&self, _: &Metadata) -> Result<InPlace, ComponentError> {
+        panic!("re-applying exploded too");
+    }
+
+    async fn stage_in_place(&self, _: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        let apply = PendingInPlace::new(|| panic!("staged update exploded when applied"));
+        Ok(StagedInPlace::Deferred(apply))
+    }
+}
+
+impl Inject for Exploding {}
+
+impl Buildable for Exploding {
+    fn into_instance(self: Box<Self>) -> Instance {
+        Instance::Custom(Arc::new(*self))
+    }
+}
+
+#[tokio::test]
+async fn the_new_values_of_an_update_put_back_but_not_reverted_stay_held() {
+    let mut registry = registry();
+    registry.register(ComponentDescriptor {
+        kind: "custom",
+        type_name: "exploding",
+        description: "",
+        example_metadata: "{}",
+        validate: any_metadata,
+        build: |_| Ok(Box::new(Exploding)),
+        check_refs: None,
+        in_place: None,
+    });
+    let redactor = Redactor::forgetting_after(Duration::from_millis(50));
+    let with = |password: &str| {
+        parsed(json!({"components": {"custom": {
+            "e": {"type": "exploding", "metadata": {"password": password}},
+        }}}))
+    };
+    let reloader = reloader_of(with("pw-old-1111"), registry, &redactor).await;
+    let request = ReloadRequest::new(with("pw-new-2222"), Trigger::Api);
+    let record = reloader.reload(request).await;
+    let record = record.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.actions.get("custom/e"), Some(&Action::Failed));
+    let error = record.error.unwrap_or_default();
+    assert!(
+        error.contains("it may run with part of the new one"),
+        "{error}"
+    );
+
+    // The next generation published (another component added, `e`
+    // declared as it runs) no longer shares the updated record.
+    let next = json!({"components": {"custom": {
+        "e": {"type": "exploding", "metadata": {"password": "pw-old-1111"}},
+        "k": {"type": "user"},
+    }}});
+    let request = ReloadRequest::new(parsed(next), Trigger::Api);
+    let record = reloader.reload(request).await;
+    let record = record.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.error, None);
+    assert_eq!(record.actions.get("custom/e"), Some(&Action::Unchanged));
+    past_the_grace(&redactor).await;
+    for value in ["pw-old-1111", "pw-new-2222"] {
+        assert_eq!(redactor.scrub(value), "[redacted]", "{value} forgotten");
+    }
+    reloader.shutdown(None).await;
 }
