@@ -55,6 +55,11 @@ pub struct Redactor {
 struct Shared {
     /// The forms remembered; one writer at a time makes the next finder.
     forms: Mutex<HeldForms>,
+    /// The forms guards let go of, and when, oldest first: counted in
+    /// `forms` by the next writer. A guard dropped on a runtime worker
+    /// takes only this lock, never held long, not `forms`, held while a
+    /// finder is built (maybe hundreds of milliseconds after a forget).
+    released: Mutex<Vec<(Instant, Vec<Arc<str>>)>>,
     /// What finds `forms` in a text, as last made. Scrubbing reads it
     /// without a lock: the panic hook scrubs, maybe while the panicking
     /// thread holds `forms`.
@@ -70,9 +75,27 @@ impl Default for Shared {
     fn default() -> Self {
         Self {
             forms: Mutex::default(),
+            released: Mutex::default(),
             finder: ArcSwap::default(),
             grace: held::FORGET_AFTER,
             forget_every: held::FORGET_EVERY,
+        }
+    }
+}
+
+impl Shared {
+    /// Counts in `held` the forms guards let go of since last counted, in
+    /// the order they did: a form let go of and held again meanwhile is
+    /// still held once counted, never forgotten.
+    fn count_released(&self, held: &mut HeldForms) {
+        let released = {
+            let mut queue = self.released.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *queue)
+        };
+        for (at, forms) in released {
+            for form in &forms {
+                held.release(form, at);
+            }
         }
     }
 }
@@ -120,7 +143,8 @@ impl Redactor {
     /// and how many of them a guard holds.
     #[cfg(test)]
     pub(crate) fn forms_remembered(&self) -> (usize, usize) {
-        let held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.count_released(&mut held);
         (held.len(), held.held())
     }
 
@@ -133,7 +157,9 @@ impl Redactor {
     /// by the guard returned (scrubbed while it lives, and a grace after),
     /// or none with an error where they would pass the process's limits
     /// (`limits`: 256 Ki forms, 8 MiB, counting the forms held or within
-    /// their grace; one value of up to 1 MiB of text always fits alone):
+    /// their grace; one value of up to 1 MiB of text always fits alone,
+    /// and one of up to 512 KiB can be replaced by another as large, both
+    /// held at once while the replacement starts):
     /// the caller refuses the component that would use them. The forms let
     /// go of longer ago than the grace are forgotten first (at most once a
     /// minute, unless their room is needed). Give a component's values in
@@ -148,6 +174,7 @@ impl Redactor {
             return Ok(HeldSecrets::default());
         }
         let mut held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.count_released(&mut held);
         let (now, grace) = (Instant::now(), self.shared.grace);
         let mut forgot = held.forget_released(now, grace, self.shared.forget_every);
         let mut room = room_for(&held, &forms);

@@ -82,7 +82,7 @@ impl HeldForms {
     }
 
     /// Lets go of one hold on `form`, at `now`.
-    fn release(&mut self, form: &Arc<str>, now: Instant) {
+    pub(super) fn release(&mut self, form: &Arc<str>, now: Instant) {
         let Some(entry) = self.entries.get_mut(form) else {
             return;
         };
@@ -188,15 +188,18 @@ impl fmt::Debug for HeldSecrets {
     }
 }
 
+/// Queued for the next writer to count (`Shared::released`): a drop never
+/// waits for a finder being built.
 impl Drop for Hold {
     fn drop(&mut self) {
-        let now = Instant::now();
-        // Never held by this thread here: the redactor takes no guard's
-        // drop while it holds the forms.
-        let mut held = self.shared.forms.lock().unwrap_or_else(|p| p.into_inner());
-        for form in &self.forms {
-            held.release(form, now);
-        }
+        let forms = std::mem::take(&mut self.forms);
+        let mut released = self
+            .shared
+            .released
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Stamped under the lock: the queue stays oldest first.
+        released.push((Instant::now(), forms));
     }
 }
 

@@ -21,6 +21,15 @@
 //! a PEM chain, a CA bundle, a kubeconfig: its 4 forms, raw, escaped and
 //! both trimmed, take about 4.1 times its size); one of control
 //! characters, escaped 6 bytes a byte, up to 8 MiB / 26 (315 KiB).
+//!
+//! Replacing a value (a secret rotated) holds the old and the new at
+//! once: the replacement's values are remembered before the component it
+//! replaces lets go of its own. One value of text up to [`ROTATES`]
+//! (512 KiB: even escaped 2 bytes a byte, the 4 forms of two such take
+//! 6 MiB) can always be replaced in a process that holds nothing else; a
+//! PEM chain or CA bundle (4.03 times its size) up to 960 KiB too
+//! (7.6 MiB). A larger one fits, but a value as large cannot replace it
+//! while it runs: the refusal says so.
 
 use std::collections::BTreeSet;
 
@@ -33,6 +42,10 @@ pub(super) const MAX_BYTES: usize = 8 * 1024 * 1024;
 /// A value of text this long fits alone (see the module's docs): its 4
 /// forms take at most 2 * (1 + 1.5 + 1.5) times it, [`MAX_BYTES`].
 pub(super) const ONE_VALUE_FITS: usize = MAX_BYTES / 8;
+/// A value of text this long can be replaced by another as long (see the
+/// module's docs): both held at once, their forms take at most
+/// 2 * 2 * (1 + 2) times it, 6 MiB.
+pub(super) const ROTATES: usize = MAX_BYTES / 16;
 /// The forms one component's inline secret values may take.
 const COMPONENT_MAX_FORMS: usize = 4096;
 /// Their bytes at most.
@@ -55,16 +68,29 @@ pub(super) fn check_room(
     );
     let most = format!(
         "a process remembers at most {MAX_FORMS} forms ({MAX_BYTES} bytes; a value of text up to \
-         {ONE_VALUE_FITS} bytes takes about 4 times its size)"
+         {ONE_VALUE_FITS} bytes takes about 4 times its size and fits alone, one up to {ROTATES} \
+         bytes can also be replaced)"
     );
     if new > MAX_FORMS || new_bytes > MAX_BYTES {
         return Err(format!("{wanted}: more than {most}"));
     }
+    let grace = super::held::FORGET_AFTER.as_secs() / 60;
+    let remembered = format!(
+        "the process remembers {held} already ({held_bytes} bytes: those of the components \
+         running, the values of the one this replaces among them, and of those retired in the \
+         last {grace} minutes, which may still be printed)"
+    );
+    if 2 * new_bytes > MAX_BYTES || 2 * new > MAX_FORMS {
+        // Whatever ages out, values as large as these held by a running
+        // component (the one being replaced) leave no room for them.
+        return Err(format!(
+            "{wanted}: {remembered}; these take more than half of what {most}: replacing values \
+             this large needs room for the old and the new at once"
+        ));
+    }
     Err(format!(
-        "{wanted}: the process remembers {held} already ({held_bytes} bytes: those of the components \
-         running, and of those retired in the last {grace} minutes, which may still be printed; \
-         room is freed as these age out), and {most}",
-        grace = super::held::FORGET_AFTER.as_secs() / 60
+        "{wanted}: {remembered}; replacing values needs room for the old and the new at once, and \
+         only the retired ones' is freed (as they age out); {most}"
     ))
 }
 
@@ -136,6 +162,47 @@ mod tests {
         }
     }
 
+    /// Text of `size` bytes that escapes 2 bytes a byte but at its ends,
+    /// which are not blank: its 4 forms take about 6 times its size.
+    fn quotes(size: usize, first: char) -> String {
+        format!("{first}{}{first}\n", "\"".repeat(size - 3))
+    }
+
+    #[test]
+    fn a_value_of_the_size_that_rotates_can_be_replaced_by_another_as_large() {
+        let pems = (
+            pem_chain(960 * 1024 - 64),
+            pem_chain(960 * 1024 - 64).replace('0', "1"),
+        );
+        let texts = (quotes(ROTATES, 'a'), quotes(ROTATES, 'b'));
+        for (old, new) in [pems, texts] {
+            assert_eq!(old.len(), new.len());
+            let redactor = Redactor::default();
+            let _running = redactor
+                .try_remember_all([old.as_str()])
+                .expect("fits alone");
+            let replacing = redactor.try_remember_all([new.as_str()]);
+            assert!(replacing.is_ok(), "{}", replacing.err().unwrap_or_default());
+        }
+        // Past it, a PEM chain fits alone but cannot be replaced.
+        let (old, new) = (
+            pem_chain(ONE_VALUE_FITS - 64),
+            pem_chain(ONE_VALUE_FITS - 64).replace('0', "1"),
+        );
+        let redactor = Redactor::default();
+        let _running = redactor
+            .try_remember_all([old.as_str()])
+            .expect("fits alone");
+        let refused = redactor
+            .try_remember_all([new.as_str()])
+            .err()
+            .unwrap_or_default();
+        assert!(
+            refused.contains("needs room for the old and the new at once"),
+            "{refused}"
+        );
+    }
+
     #[test]
     fn a_refusal_says_what_the_limit_is_and_promises_no_restart() {
         let alone = check_room(0, 0, 4, MAX_BYTES + 1).err().unwrap_or_default();
@@ -146,9 +213,21 @@ mod tests {
         let full = check_room(10, MAX_BYTES - 5, 1, 10)
             .err()
             .unwrap_or_default();
-        assert!(full.contains("room is freed as these age out"), "{full}");
+        assert!(full.contains("only the retired ones' is freed"), "{full}");
+        assert!(
+            full.contains("room for the old and the new at once"),
+            "{full}"
+        );
+        let large = check_room(4, ONE_VALUE_FITS * 4, 4, ONE_VALUE_FITS * 4 + 64)
+            .err()
+            .unwrap_or_default();
+        assert!(
+            large.contains("replacing values this large needs room for the old and the new"),
+            "{large}"
+        );
+        assert!(!large.contains("freed"), "{large}");
         assert!(full.contains(&format!("at most {MAX_FORMS} forms ({MAX_BYTES} bytes")));
-        for message in [alone, full] {
+        for message in [alone, full, large] {
             assert!(!message.contains("restart"), "{message}");
         }
     }

@@ -121,3 +121,39 @@ fn forms_past_their_grace_are_forgotten_once_a_while_or_when_their_room_is_neede
     assert_eq!(redactor.scrub(&a), a, "forgotten");
     assert_eq!(redactor.scrub(&b), "[redacted]");
 }
+
+#[test]
+fn a_guard_let_go_while_a_finder_is_built_does_not_wait_for_it() {
+    let redactor = Redactor::forgetting_after(Duration::ZERO);
+    let held = redactor
+        .try_remember_all(["hunter2-dropped"])
+        .expect("fits");
+    // Held as while a finder is built.
+    let building = redactor.shared.forms.lock();
+    let (dropped, done) = std::sync::mpsc::channel();
+    let dropping = std::thread::spawn(move || {
+        drop(held);
+        let _ = dropped.send(());
+    });
+    let waited = done.recv_timeout(Duration::from_secs(2));
+    drop(building);
+    let _ = dropping.join();
+    assert!(waited.is_ok(), "the guard's drop waited for the build");
+    // Counted by the next writer: past its grace (zero), forgotten.
+    let _other = redactor.try_remember_all(["other-value"]).expect("fits");
+    assert_eq!(redactor.scrub("hunter2-dropped"), "hunter2-dropped");
+    assert_eq!(redactor.forms_remembered(), (1, 1));
+}
+
+#[test]
+fn a_form_let_go_by_one_guard_while_another_holds_it_is_not_forgotten_when_counted() {
+    let redactor = Redactor::forgetting_after(Duration::ZERO);
+    let one = redactor.try_remember_all(["hunter2-both"]).expect("fits");
+    let two = redactor.try_remember_all(["hunter2-both"]).expect("fits");
+    drop(one);
+    let _other = redactor.try_remember_all(["other-value"]).expect("fits");
+    assert_eq!(redactor.scrub("hunter2-both"), "[redacted]");
+    drop(two);
+    let _another = redactor.try_remember_all(["another-value"]).expect("fits");
+    assert_eq!(redactor.scrub("hunter2-both"), "hunter2-both");
+}
