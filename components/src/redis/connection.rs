@@ -25,6 +25,7 @@ use rewire_runtime::{ComponentError, ComponentKey, InPlace, Readiness};
 use serde::{Deserialize, Deserializer};
 use tracing::{info, warn};
 
+mod cluster_readiness;
 pub(super) mod tls_files;
 
 use super::any_connection::AnyConnection;
@@ -483,7 +484,9 @@ impl RedisConnection {
         }))
     }
 
-    /// `PING` within a short limit.
+    /// `PING` within a short limit. On a Redis Cluster, the cluster's
+    /// state as a connected node sees it (see [`cluster_readiness`]): one
+    /// master down makes it `Degraded`, not `NotReady`.
     pub async fn readiness(&self) -> Readiness {
         let session = self.session();
         let Some(link) = &session.link else {
@@ -491,6 +494,13 @@ impl RedisConnection {
         };
         let mut conn = link.connection.clone();
         let limit = link.settings.dial.min(READINESS_PING_LIMIT);
+        if conn.is_cluster() {
+            return match cluster_readiness::readiness(&conn, limit, session.server()).await {
+                Readiness::NotReady(why) => Readiness::NotReady(session.scrub(&why)),
+                Readiness::Degraded(why) => Readiness::Degraded(session.scrub(&why)),
+                Readiness::Ready => Readiness::Ready,
+            };
+        }
         match tokio::time::timeout(limit, ping(&mut conn)).await {
             Ok(Ok(())) => Readiness::Ready,
             Ok(Err(err)) => Readiness::NotReady(self.describe(&session, &err)),

@@ -36,6 +36,7 @@ mod memory_lock;
 mod memory_state_store;
 mod redis_cluster;
 mod redis_cluster_ask;
+mod redis_cluster_master_down;
 mod redis_dynamic;
 mod redis_failover;
 mod redis_init;
