@@ -1,5 +1,10 @@
 //! Compiles the sidecar's protos with protox, so no system `protoc` is
-//! needed.
+//! needed, and keeps their descriptors (without comments) for the check
+//! of a request's decoded size (`grpc::decoded`).
+
+use std::path::PathBuf;
+
+use prost::Message as _;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
@@ -16,10 +21,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
     let descriptors = protox::compile(protos, ["proto"])?;
+    let mut schemas = descriptors.clone();
+    for file in &mut schemas.file {
+        file.source_code_info = None;
+    }
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out_dir.join("request_schemas.bin"), schemas.encode_to_vec())?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_transport(false)
         .build_server(true)
+        // prost's decoding, after the decoded-size check of a call's request.
+        .codec_path("crate::grpc::checked_codec::CheckedCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

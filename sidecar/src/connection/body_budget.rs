@@ -62,6 +62,22 @@ impl BodyBudget {
         self.in_use.fetch_sub(bytes, Ordering::AcqRel);
     }
 
+    /// Takes `bytes` that a decoded request holds (not a body being read),
+    /// unless that would pass the limit; [`Self::let_go`] gives them back.
+    pub(crate) fn hold_decoded(&self, bytes: usize) -> bool {
+        self.charge(bytes)
+    }
+
+    /// Gives back `bytes` taken by [`Self::hold_decoded`].
+    pub(crate) fn let_go(&self, bytes: usize) {
+        self.release(bytes);
+    }
+
+    /// The most this budget holds at once.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Bytes held now.
     pub fn in_use(&self) -> usize {
         self.in_use.load(Ordering::Acquire)

@@ -185,7 +185,10 @@ pub(super) async fn subscribe(
         shutdown.clone(),
     ));
     let outgoing = EndableStream::new(outgoing, &sink.end);
-    tokio::spawn(read_answers(incoming, sink, shutdown));
+    // The answers are read there, charged as the call's (`decoded`).
+    tokio::spawn(super::decoded::carried(read_answers(
+        incoming, sink, shutdown,
+    )));
     Ok(Box::pin(outgoing))
 }
 

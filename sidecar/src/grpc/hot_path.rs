@@ -169,6 +169,10 @@ impl Answering {
         F: FnOnce(tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
+        // What it holds decoded is charged first, as tonic's codec does.
+        if let Err(status) = super::decoded::admit(&framed[PREFIX..]) {
+            return Answered::Here(status.into_http());
+        }
         let Ok(message) = Req::decode(&framed[PREFIX..]) else {
             return by_tonic(parts, Replayed::new(framed, Body::empty()));
         };

@@ -214,7 +214,8 @@ pub(super) fn subscribe(
     let label = "Layotto configuration stream".to_string();
     let limit = state.options.max_response_bytes;
     let (answers, stream) = queue(label, limit, queued);
-    tokio::spawn(serve_stream(
+    // Its requests are read there, charged as the call's (`decoded`).
+    tokio::spawn(super::decoded::carried(serve_stream(
         Served {
             state,
             answers,
@@ -223,7 +224,7 @@ pub(super) fn subscribe(
             caller,
         },
         requests,
-    ));
+    )));
     Box::pin(stream)
 }
 

@@ -36,6 +36,7 @@
 
 mod auth;
 mod call_bound;
+mod checked_codec;
 mod dapr;
 mod dapr_config;
 mod dapr_lock;
@@ -45,6 +46,7 @@ mod dapr_pubsub_stream;
 mod dapr_secrets;
 mod dapr_state;
 mod dapr_state_transaction;
+mod decoded;
 mod endable_stream;
 mod hot_path;
 mod layotto;
@@ -78,6 +80,7 @@ use crate::tls::RequireClientCert;
 use crate::{ApiError, ApiState};
 use auth::{Refusal, RequireToken};
 use call_bound::CallBoundLayer;
+use decoded::HoldDecodedLayer;
 use dapr::DaprApi;
 use hot_path::HotPathLayer;
 use layotto::LayottoApi;
@@ -160,6 +163,7 @@ pub async fn serve(
     let admin_cert = RequireClientCert::for_state(&state);
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
     let ping = options.idle_timeout / 3;
+    let body_budget = options.body_budget();
     let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());
     Server::builder()
         .http2_keepalive_interval(Some(ping))
@@ -173,7 +177,7 @@ pub async fn serve(
         .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
         // Each call counts in its connection's requests in flight, and
         // its body in the listener's budget.
-        .layer(CountRequestsLayer(options.body_budget()))
+        .layer(CountRequestsLayer(std::sync::Arc::clone(&body_budget)))
         // Every call but an upload within the longer of `request_timeout`
         // and the Lifecycle timeout; each method bounds itself more tightly
         // where it can (an upload by inactivity). Not tonic's `timeout`,
@@ -182,6 +186,9 @@ pub async fn serve(
         .layer(CallBoundLayer::new(
             options.request_timeout.max(push_timeout),
         ))
+        // What each call's request holds decoded, charged to the same
+        // budget before it is decoded (`decoded`).
+        .layer(HoldDecodedLayer::new(body_budget))
         // `GetState` in its plain form skips the routes (`hot_path`).
         .layer(hot_path)
         .add_service(InterceptedService::new(

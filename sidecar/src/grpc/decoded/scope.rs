@@ -1,0 +1,289 @@
+//! Each call's charge for what its request holds decoded: a task-local
+//! scope around the call, which the codec and the hot path consult before
+//! they decode.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::Either;
+use tonic::codegen::http::{Method, Request};
+use tonic::codegen::Service;
+use tonic::Status;
+
+use super::estimate::decoded_bytes;
+use super::schema::{MessageId, Schemas};
+use crate::connection::{BodyBudget, BodyRead, CountedBody};
+
+tokio::task_local! {
+    /// The call being served, while its future runs.
+    static CALL: CallCharge;
+}
+
+/// What a call's decoded requests hold of the listener's budget.
+pub(in crate::grpc) struct CallCharge {
+    /// The method's request message.
+    request: MessageId,
+    budget: Arc<BodyBudget>,
+    /// A request stream holds its latest message only.
+    per_message: bool,
+    held: Cell<usize>,
+}
+
+impl CallCharge {
+    fn new(request: MessageId, budget: Arc<BodyBudget>, per_message: bool) -> Self {
+        Self {
+            request,
+            budget,
+            per_message,
+            held: Cell::new(0),
+        }
+    }
+
+    /// Charges what `message` holds decoded, or says why it may not be.
+    fn admit(&self, message: &[u8]) -> Result<(), Status> {
+        let schemas = Schemas::embedded();
+        // Not protobuf prost decodes: prost refuses it and says why.
+        let Ok(decoded) = decoded_bytes(schemas, self.request, message) else {
+            return Ok(());
+        };
+        let decoded = usize::try_from(decoded).unwrap_or(usize::MAX);
+        let limit = self.budget.limit();
+        if decoded > limit {
+            return Err(Status::resource_exhausted(format!(
+                "the request message of {} bytes would hold about {decoded} bytes once \
+                 decoded, more than the {limit} bytes of requests the sidecar holds at once \
+                 (max_request_bytes_in_flight)",
+                message.len()
+            )));
+        }
+        if self.per_message {
+            self.budget.let_go(self.held.replace(0));
+        }
+        if !self.budget.hold_decoded(decoded) {
+            return Err(Status::resource_exhausted(format!(
+                "the sidecar holds as many request bytes as it can at once ({limit} bytes \
+                 across its connections): try again shortly"
+            )));
+        }
+        self.held.set(self.held.get() + decoded);
+        Ok(())
+    }
+}
+
+impl Drop for CallCharge {
+    fn drop(&mut self) {
+        self.budget.let_go(self.held.get());
+    }
+}
+
+/// Charges what `message` (one request message of the call being served,
+/// without its prefix) holds decoded, before it is decoded; outside a
+/// call, nothing is measured.
+pub(in crate::grpc) fn admit(message: &[u8]) -> Result<(), Status> {
+    CALL.try_with(|call| call.admit(message)).unwrap_or(Ok(()))
+}
+
+/// `future`, which reads the requests of the call being served from
+/// another task (a request stream's reader), charged as the call is.
+pub(in crate::grpc) fn carried<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    let charge = CALL
+        .try_with(|call| CallCharge::new(call.request, Arc::clone(&call.budget), true))
+        .ok();
+    match charge {
+        Some(charge) => Either::Left(CALL.scope(charge, future)),
+        None => Either::Right(future),
+    }
+}
+
+/// Puts each call to a method of the protos in a charge of its own.
+#[derive(Clone)]
+pub(in crate::grpc) struct HoldDecodedLayer {
+    budget: Arc<BodyBudget>,
+}
+
+impl HoldDecodedLayer {
+    /// Calls' decoded requests charged to `budget`.
+    pub(in crate::grpc) fn new(budget: Arc<BodyBudget>) -> Self {
+        Self { budget }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for HoldDecodedLayer {
+    type Service = HoldDecoded<S>;
+
+    fn layer(&self, inner: S) -> HoldDecoded<S> {
+        HoldDecoded {
+            inner,
+            budget: Arc::clone(&self.budget),
+        }
+    }
+}
+
+/// The gRPC services, each call in its charge.
+#[derive(Clone)]
+pub(in crate::grpc) struct HoldDecoded<S> {
+    inner: S,
+    budget: Arc<BodyBudget>,
+}
+
+impl<S> Service<Request<tonic::body::Body>> for HoldDecoded<S>
+where
+    S: Service<Request<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Either<tokio::task::futures::TaskLocalFuture<CallCharge, S::Future>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<tonic::body::Body>) -> Self::Future {
+        let path = request.uri().path();
+        let Some(message) = Schemas::embedded().request_of(path) else {
+            return Either::Right(self.inner.call(request));
+        };
+        let per_message =
+            <tonic::body::Body as CountedBody>::read_as(&Method::POST, path) == BodyRead::Messages;
+        let charge = CallCharge::new(message, Arc::clone(&self.budget), per_message);
+        Either::Left(CALL.scope(charge, self.inner.call(request)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message as _;
+    use tonic::Code;
+
+    use super::*;
+    use crate::grpc::proto::dapr::proto::common::v1 as common;
+    use crate::grpc::proto::dapr::proto::runtime::v1 as dapr;
+
+    const KIB: usize = 1024;
+
+    fn save_request() -> MessageId {
+        Schemas::embedded()
+            .request_of("/dapr.proto.runtime.v1.Dapr/SaveState")
+            .expect("served")
+    }
+
+    /// A save of one value of `bytes` bytes, encoded.
+    fn save_of(bytes: usize) -> Vec<u8> {
+        dapr::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![common::StateItem {
+                key: "k".into(),
+                value: vec![7; bytes],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[tokio::test]
+    async fn a_call_holds_what_its_request_holds_decoded_until_it_ends() {
+        let budget = BodyBudget::new(1024 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
+        CALL.scope(charge, async {
+            admit(&save_of(100 * KIB)).expect("fits");
+            let one = budget.in_use();
+            assert!((100 * KIB..110 * KIB).contains(&one), "{one}");
+            admit(&save_of(100 * KIB)).expect("fits");
+            assert_eq!(budget.in_use(), 2 * one, "a unary call's charges add up");
+        })
+        .await;
+        assert_eq!(budget.in_use(), 0, "let go when the call ended");
+    }
+
+    #[tokio::test]
+    async fn a_request_stream_holds_its_latest_message_only() {
+        let budget = BodyBudget::new(1024 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), true);
+        CALL.scope(charge, async {
+            admit(&save_of(100 * KIB)).expect("fits");
+            let one = budget.in_use();
+            for _ in 0..20 {
+                admit(&save_of(100 * KIB)).expect("fits");
+            }
+            assert_eq!(budget.in_use(), one);
+        })
+        .await;
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_message_that_could_never_fit_is_refused_naming_its_decoded_size() {
+        let budget = BodyBudget::new(1024 * KIB);
+        // 100,000 empty items: ~200 KB on the wire, ~10 MB decoded.
+        let empty_items = dapr::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![common::StateItem::default(); 100_000],
+        }
+        .encode_to_vec();
+        assert!(empty_items.len() < 256 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
+        let refused = CALL
+            .scope(charge, async { admit(&empty_items) })
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        let message = refused.message();
+        assert!(message.contains("once decoded"), "{message}");
+        assert!(message.contains("max_request_bytes_in_flight"), "{message}");
+        assert!(
+            message.contains(&empty_items.len().to_string()),
+            "{message}"
+        );
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_message_that_does_not_fit_now_may_be_retried() {
+        let budget = BodyBudget::new(1024 * KIB);
+        assert!(budget.hold_decoded(1000 * KIB));
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
+        let refused = CALL
+            .scope(charge, async { admit(&save_of(100 * KIB)) })
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("try again"),
+            "{}",
+            refused.message()
+        );
+        assert_eq!(budget.in_use(), 1000 * KIB);
+        budget.let_go(1000 * KIB);
+    }
+
+    #[tokio::test]
+    async fn a_reader_in_another_task_is_charged_as_its_call() {
+        let budget = BodyBudget::new(1024 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
+        let (read, keep) = tokio::sync::oneshot::channel::<()>();
+        let reader = CALL
+            .scope(charge, async {
+                tokio::spawn(carried(async move {
+                    admit(&save_of(100 * KIB)).expect("fits");
+                    let _ = keep.await;
+                }))
+            })
+            .await;
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while budget.in_use() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the reader was charged");
+        assert!(budget.in_use() >= 100 * KIB);
+        drop(read);
+        reader.await.expect("ran");
+        assert_eq!(budget.in_use(), 0, "let go when the reader ended");
+        // Outside any call, nothing is measured or charged.
+        admit(&save_of(2048 * KIB)).expect("not measured");
+        assert_eq!(budget.in_use(), 0);
+    }
+}
