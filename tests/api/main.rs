@@ -9,6 +9,7 @@ mod api_connection_first_request;
 mod api_connections;
 mod api_grpc_auth;
 mod api_grpc_configuration;
+mod api_grpc_decoded_size;
 mod api_grpc_delete_bulk_state;
 mod api_grpc_hot_path;
 mod api_grpc_lifecycle;
