@@ -55,19 +55,19 @@ pub struct CheckedDecoder<U> {
     _decodes: PhantomData<U>,
 }
 
-impl<U: Message + Default> Decoder for CheckedDecoder<U> {
+impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
     type Item = U;
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         // tonic holds a message in one buffer: its first chunk is all of it.
         if buf.chunk().len() == buf.remaining() {
-            decoded::admit(buf.chunk())?;
+            decoded::admit::<U>(buf.chunk())?;
             return self.prost.decode(buf);
         }
         // Never so in tonic 0.14, but measured all the same.
         let message = buf.copy_to_bytes(buf.remaining());
-        decoded::admit(&message)?;
+        decoded::admit::<U>(&message)?;
         U::decode(message)
             .map(Some)
             .map_err(|error| Status::internal(error.to_string()))

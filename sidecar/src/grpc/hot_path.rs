@@ -164,13 +164,13 @@ impl Answering {
     /// why.
     async fn unary<Req, Resp, F, Fut>(framed: Bytes, parts: Parts, method: F) -> Answered
     where
-        Req: prost::Message + Default,
+        Req: prost::Message + Default + 'static,
         Resp: prost::Message,
         F: FnOnce(tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
         // What it holds decoded is charged first, as tonic's codec does.
-        if let Err(status) = super::decoded::admit(&framed[PREFIX..]) {
+        if let Err(status) = super::decoded::admit::<Req>(&framed[PREFIX..]) {
             return Answered::Here(status.into_http());
         }
         let Ok(message) = Req::decode(&framed[PREFIX..]) else {

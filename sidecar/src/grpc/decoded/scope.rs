@@ -2,6 +2,7 @@
 //! scope around the call, which the codec and the hot path consult before
 //! they decode.
 
+use std::any::TypeId;
 use std::cell::Cell;
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +30,10 @@ pub(in crate::grpc) struct CallCharge {
     /// A request stream holds its latest message only.
     per_message: bool,
     held: Cell<usize>,
+    /// The type the call's requests decode as, bound by the first decoded:
+    /// anything else decoded in the call (an answer to a call its handler
+    /// made to the app) is not its request, and is not measured.
+    decodes: Cell<Option<TypeId>>,
 }
 
 impl CallCharge {
@@ -38,11 +43,18 @@ impl CallCharge {
             budget,
             per_message,
             held: Cell::new(0),
+            decodes: Cell::new(None),
         }
     }
 
-    /// Charges what `message` holds decoded, or says why it may not be.
-    fn admit(&self, message: &[u8]) -> Result<(), Status> {
+    /// Charges what `message`, to be decoded as `decoded_as`, holds
+    /// decoded, or says why it may not be.
+    fn admit(&self, message: &[u8], decoded_as: TypeId) -> Result<(), Status> {
+        match self.decodes.get() {
+            None => self.decodes.set(Some(decoded_as)),
+            Some(request) if request != decoded_as => return Ok(()),
+            Some(_) => {}
+        }
         let schemas = Schemas::embedded();
         // Not protobuf prost decodes: prost refuses it and says why.
         let Ok(decoded) = decoded_bytes(schemas, self.request, message) else {
@@ -79,17 +91,22 @@ impl Drop for CallCharge {
 }
 
 /// Charges what `message` (one request message of the call being served,
-/// without its prefix) holds decoded, before it is decoded; outside a
-/// call, nothing is measured.
-pub(in crate::grpc) fn admit(message: &[u8]) -> Result<(), Status> {
-    CALL.try_with(|call| call.admit(message)).unwrap_or(Ok(()))
+/// without its prefix, to be decoded as `M`) holds decoded, before it is
+/// decoded; outside a call, nothing is measured.
+pub(in crate::grpc) fn admit<M: 'static>(message: &[u8]) -> Result<(), Status> {
+    CALL.try_with(|call| call.admit(message, TypeId::of::<M>()))
+        .unwrap_or(Ok(()))
 }
 
 /// `future`, which reads the requests of the call being served from
 /// another task (a request stream's reader), charged as the call is.
 pub(in crate::grpc) fn carried<F: Future>(future: F) -> impl Future<Output = F::Output> {
     let charge = CALL
-        .try_with(|call| CallCharge::new(call.request, Arc::clone(&call.budget), true))
+        .try_with(|call| {
+            let charge = CallCharge::new(call.request, Arc::clone(&call.budget), true);
+            charge.decodes.set(call.decodes.get());
+            charge
+        })
         .ok();
     match charge {
         Some(charge) => Either::Left(CALL.scope(charge, future)),
@@ -187,10 +204,10 @@ mod tests {
         let budget = BodyBudget::new(1024 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         CALL.scope(charge, async {
-            admit(&save_of(100 * KIB)).expect("fits");
+            admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
             let one = budget.in_use();
             assert!((100 * KIB..110 * KIB).contains(&one), "{one}");
-            admit(&save_of(100 * KIB)).expect("fits");
+            admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
             assert_eq!(budget.in_use(), 2 * one, "a unary call's charges add up");
         })
         .await;
@@ -198,14 +215,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_answer_decoded_in_the_call_is_not_taken_for_its_request() {
+        let budget = BodyBudget::new(1024 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
+        CALL.scope(charge, async {
+            admit::<dapr::SaveStateRequest>(&save_of(KIB)).expect("fits");
+            let held = budget.in_use();
+            // An app's answer to a call the handler made, of another type,
+            // which read as a save would hold more than the budget.
+            let empty_items = dapr::SaveStateRequest {
+                store_name: "orders".into(),
+                states: vec![common::StateItem::default(); 100_000],
+            }
+            .encode_to_vec();
+            admit::<dapr::GetStateResponse>(&empty_items).expect("not measured");
+            assert_eq!(budget.in_use(), held);
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn a_request_stream_holds_its_latest_message_only() {
         let budget = BodyBudget::new(1024 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), true);
         CALL.scope(charge, async {
-            admit(&save_of(100 * KIB)).expect("fits");
+            admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
             let one = budget.in_use();
             for _ in 0..20 {
-                admit(&save_of(100 * KIB)).expect("fits");
+                admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
             }
             assert_eq!(budget.in_use(), one);
         })
@@ -225,7 +262,9 @@ mod tests {
         assert!(empty_items.len() < 256 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         let refused = CALL
-            .scope(charge, async { admit(&empty_items) })
+            .scope(charge, async {
+                admit::<dapr::SaveStateRequest>(&empty_items)
+            })
             .await
             .expect_err("refused");
         assert_eq!(refused.code(), Code::ResourceExhausted);
@@ -245,7 +284,9 @@ mod tests {
         assert!(budget.hold_decoded(1000 * KIB));
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         let refused = CALL
-            .scope(charge, async { admit(&save_of(100 * KIB)) })
+            .scope(charge, async {
+                admit::<dapr::SaveStateRequest>(&save_of(100 * KIB))
+            })
             .await
             .expect_err("refused");
         assert_eq!(refused.code(), Code::ResourceExhausted);
@@ -266,7 +307,7 @@ mod tests {
         let reader = CALL
             .scope(charge, async {
                 tokio::spawn(carried(async move {
-                    admit(&save_of(100 * KIB)).expect("fits");
+                    admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
                     let _ = keep.await;
                 }))
             })
@@ -283,7 +324,7 @@ mod tests {
         reader.await.expect("ran");
         assert_eq!(budget.in_use(), 0, "let go when the reader ended");
         // Outside any call, nothing is measured or charged.
-        admit(&save_of(2048 * KIB)).expect("not measured");
+        admit::<dapr::SaveStateRequest>(&save_of(2048 * KIB)).expect("not measured");
         assert_eq!(budget.in_use(), 0);
     }
 }
