@@ -8,9 +8,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
 
-use rewire_runtime::{LockError, UnlockStatus};
+use rewire_runtime::{echoed, LockError, UnlockStatus};
 
 use super::error::HttpError;
 use super::input::{json_body, RawBody};
@@ -101,20 +100,52 @@ fn unlock_number(status: UnlockStatus) -> i32 {
     }
 }
 
-/// A JSON number, or a string holding one (protobuf JSON's int64 form).
+/// A JSON number, or a string holding one (protobuf JSON's int64 form);
+/// `null` is 0. Read as it comes, without building a value: an array or
+/// object is refused at its first byte, and a value quoted in the error is
+/// cut short.
 fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
-    match Value::deserialize(deserializer)? {
-        Value::Number(n) => n
-            .as_i64()
-            .ok_or_else(|| serde::de::Error::custom(format!("`{n}` is not a whole number"))),
-        Value::String(s) => s
-            .trim()
-            .parse()
-            .map_err(|_| serde::de::Error::custom(format!("`{s}` is not a whole number"))),
-        Value::Null => Ok(0),
-        other => Err(serde::de::Error::custom(format!(
-            "`{other}` is not a whole number"
-        ))),
+    deserializer.deserialize_any(WholeNumber)
+}
+
+/// The visitor of [`whole_number`].
+struct WholeNumber;
+
+impl WholeNumber {
+    fn not_whole<E: serde::de::Error>(shown: &str) -> E {
+        E::custom(format!("`{}` is not a whole number", echoed(shown)))
+    }
+}
+
+impl serde::de::Visitor<'_> for WholeNumber {
+    type Value = i64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a whole number, or a string holding one")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<i64, E> {
+        Ok(n)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<i64, E> {
+        i64::try_from(n).map_err(|_| Self::not_whole(&n.to_string()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<i64, E> {
+        Err(Self::not_whole(&n.to_string()))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<i64, E> {
+        s.trim().parse().map_err(|_| Self::not_whole(s))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<i64, E> {
+        Ok(0)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<i64, E> {
+        Ok(0)
     }
 }
 
@@ -179,6 +210,26 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(snake.expiry_in_seconds, 5);
         assert!(serde_json::from_str::<TryLock>(r#"{"expiryInSeconds": 1.5}"#).is_err());
+        let null: TryLock =
+            serde_json::from_str(r#"{"expiryInSeconds": null}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(null.expiry_in_seconds, 0);
+    }
+
+    #[test]
+    fn an_expiry_that_is_no_number_is_refused_quoted_short() {
+        let long = "9".repeat(100_000) + "x";
+        let body = serde_json::json!({"resourceId": "r", "expiryInSeconds": long}).to_string();
+        let error = serde_json::from_str::<TryLock>(&body).expect_err("no number");
+        let shown = error.to_string();
+        assert!(shown.contains("is not a whole number"), "{shown}");
+        assert!(shown.len() < 1_000, "quoted whole: {} bytes", shown.len());
+        let huge = format!("{{\"expiryInSeconds\": 1e300}}");
+        let error = serde_json::from_str::<TryLock>(&huge).expect_err("no whole number");
+        assert!(error.to_string().len() < 1_000, "{error}");
+        // An array is refused as it starts, whatever follows.
+        let array = format!("{{\"expiryInSeconds\": [{}", "[".repeat(10_000));
+        let error = serde_json::from_str::<TryLock>(&array).expect_err("an array");
+        assert!(error.to_string().contains("whole number"), "{error}");
     }
 
     #[test]
