@@ -622,6 +622,20 @@ mod tests {
         assert_eq!(walk(), Err(listing::too_large(19)));
     }
 
+    #[test]
+    fn the_deepest_name_a_store_takes_is_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let deepest = vec!["d"; crate::file_store::names::MAX_PARTS].join("/");
+        let path = dir.path().join(&deepest);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "x").unwrap();
+        let root = Arc::new(beneath::open_root(dir.path()).unwrap());
+        let (_stop, walk) = list_task(root, ListRequest::default(), listing::LIST_ENTRIES);
+        let page = walk().unwrap();
+        let names: Vec<&str> = page.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, [deepest.as_str()]);
+    }
+
     #[tokio::test]
     async fn a_listing_carries_no_metadata_and_a_stat_the_files_mode() {
         use std::os::unix::fs::PermissionsExt;

@@ -9,6 +9,11 @@ pub const MAX_NAME_BYTES: usize = 1_024;
 /// most file systems take as one file or folder name.
 pub const MAX_PART_BYTES: usize = 255;
 
+/// Most parts a name has: a file at most 63 folders deep, within what a
+/// listing walks (`local::listing::MAX_DEPTH`), so every file stored can be
+/// listed.
+pub const MAX_PARTS: usize = 64;
+
 /// Prefix of the temporary files a put writes (never listed, never a name).
 pub const TEMP_PREFIX: &str = ".rewire-tmp-";
 
@@ -33,6 +38,13 @@ pub fn parts(name: &str) -> Result<Vec<&str>, FileError> {
         return Err(refuse("is absolute"));
     }
     let parts: Vec<&str> = name.split('/').collect();
+    if parts.len() > MAX_PARTS {
+        return Err(refuse(&format!(
+            "has {} parts, more than {MAX_PARTS} (a file at most {} folders deep)",
+            parts.len(),
+            MAX_PARTS - 1
+        )));
+    }
     for part in &parts {
         match *part {
             "" => return Err(refuse("has an empty part")),
@@ -59,6 +71,17 @@ fn printable(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_has_at_most_as_many_parts_as_a_listing_walks() {
+        let deepest = vec!["d"; MAX_PARTS].join("/");
+        assert_eq!(parts(&deepest).unwrap().len(), MAX_PARTS);
+        let deeper = vec!["d"; MAX_PARTS + 1].join("/");
+        let Err(FileError::Invalid(why)) = parts(&deeper) else {
+            panic!("accepted {} parts", MAX_PARTS + 1);
+        };
+        assert!(why.contains("more than 64"), "{why}");
+    }
 
     #[test]
     fn escapes_are_refused_and_plain_names_pass() {

@@ -20,8 +20,9 @@ use super::beneath::{self, Entry, Kind, Later};
 use super::info;
 use crate::file_store::names::TEMP_PREFIX;
 
-/// Deepest folder nesting walked.
+/// Deepest folder nesting walked: every name a store takes is within it.
 pub(super) const MAX_DEPTH: usize = 64;
+const _: () = assert!(crate::file_store::names::MAX_PARTS <= MAX_DEPTH + 1);
 
 /// Most entries (files, folders, temporary files) one page reads.
 pub(super) const LIST_ENTRIES: usize = 100_000;
