@@ -3,7 +3,8 @@
 //! see [`TopicDelivery`](crate::dapr::TopicDelivery)). A replaced one is
 //! *retired* ([`Retire`]) rather than stopped: it delivers what its broker
 //! holds for it, and ends once it reaches an event a later one of its
-//! lineage took ([`Delivered`], matched by CloudEvent `source` and `id`).
+//! lineage took ([`Delivered`], matched by [`event_key`]: the CloudEvent's
+//! bytes, not its `id` alone, which publishers reuse).
 //!
 //! While one of a lineage retires, each event is *claimed* before it is
 //! sent: an event another one of the lineage has in flight waits for that
@@ -305,36 +306,37 @@ impl Drop for Claimed {
     }
 }
 
-/// The fields of a CloudEvent that name it, borrowed from the payload.
+/// The fields that make a payload a CloudEvent, borrowed from it.
 #[derive(serde::Deserialize)]
 struct Named<'a> {
     #[serde(borrow)]
     specversion: Option<Cow<'a, str>>,
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    source: Option<Cow<'a, str>>,
 }
 
-/// The key of a message: its CloudEvent's `source` and `id` (unique to
-/// the event, and the same on every subscription of its topic, whatever
-/// the broker). None for a payload that is no CloudEvent: the same bytes
-/// published twice are two events, and a broker's own id need not be
-/// shared by the subscription's successor (another pub/sub), so such
-/// events never mark a hand-over as caught up (its grace or limit ends
-/// it).
+/// The key of a message: a hash of its payload's bytes, when the payload
+/// is a CloudEvent (it has a `specversion` and an `id`). The subscriptions
+/// of a lineage read the same pub/sub and topic, so an event comes to
+/// each with the same bytes. Its `source` and `id` alone do not name it:
+/// publishers of their own CloudEvents reuse an id (an order's id for its
+/// created, paid and shipped events; an event received and published
+/// again), and Dapr never de-duplicates by id, so events sharing them are
+/// each delivered. The very same bytes published again are one event to
+/// the hand-over (nothing tells the copies apart). None for a payload
+/// that is no CloudEvent: the same bytes published twice are two events,
+/// and a broker's own id need not be shared by the subscription's
+/// successor (another pub/sub), so such events never mark a hand-over as
+/// caught up (its grace or limit ends it).
 pub(crate) fn event_key(message: &rewire_runtime::Message) -> Option<u64> {
     static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
     let named: Named<'_> = serde_json::from_slice(&message.data).ok()?;
-    let (Some(_), Some(id)) = (named.specversion, named.id) else {
+    let (Some(_), Some(_)) = (named.specversion, named.id) else {
         return None;
     };
-    let source = named.source.unwrap_or_default();
     let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
-    hasher.write(source.as_bytes());
-    hasher.write_u8(0xff);
-    hasher.write(id.as_bytes());
+    hasher.write(&message.data);
     Some(hasher.finish())
 }
 
@@ -385,6 +387,37 @@ mod tests {
             .await
             .unwrap_or_else(|_| panic!("{id} waited"))
             .unwrap_or_else(|| panic!("{id} stopped"))
+    }
+
+    fn message(payload: serde_json::Value) -> rewire_runtime::Message {
+        rewire_runtime::Message {
+            data: payload.to_string().into_bytes(),
+            ..event("unused")
+        }
+    }
+
+    /// Events that reuse a CloudEvent's `source` and `id` (an order's id
+    /// for its created and paid events) are two events to the hand-over:
+    /// keyed alike, the second was acknowledged unsent as delivered by the
+    /// first. The same bytes are the same event; a raw payload has no key.
+    #[test]
+    fn events_sharing_source_and_id_but_not_their_bytes_have_distinct_keys() {
+        let created = message(serde_json::json!({"specversion": "1.0", "id": "x",
+            "source": "orders", "type": "created", "data": 1}));
+        let paid = message(serde_json::json!({"specversion": "1.0", "id": "x",
+            "source": "orders", "type": "paid", "data": 2}));
+        let (created_key, paid_key) = (event_key(&created), event_key(&paid));
+        assert!(
+            created_key.is_some() && paid_key.is_some(),
+            "CloudEvents keyed"
+        );
+        assert_ne!(created_key, paid_key, "two events, one key");
+        assert_eq!(event_key(&created), created_key, "one event, two keys");
+        let raw = rewire_runtime::Message {
+            data: b"x".to_vec(),
+            ..event("unused")
+        };
+        assert_eq!(event_key(&raw), None, "a raw payload keyed");
     }
 
     /// An event another subscription of the lineage has in flight waits

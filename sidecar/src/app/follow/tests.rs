@@ -880,4 +880,5 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
 }
 
 mod replaced_routes;
+mod reused_ids;
 mod takeover_chain;
