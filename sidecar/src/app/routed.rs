@@ -101,12 +101,15 @@ impl EventSink for RoutedSink {
         match routes.path_for(&event.cloud_event) {
             Some(path) => self.app.deliver(path, event, within).await,
             None => {
-                // The engine sets such an event aside before it is sent
+                // The engine sets such an event aside before each attempt
                 // ([`EventSink::takes`]: to the dead-letter topic, else
                 // acknowledged, as Dapr); this is only reached when the
-                // routes changed in between.
-                tracing::debug!(id = %crate::dapr::logged(&event.id), topic = %crate::dapr::logged(&event.topic), "No route matches the event and there is no default route; acknowledged.");
-                DeliveryOutcome::Success
+                // routes changed in between. Asked again, not answered
+                // SUCCESS: the engine finds no route then and sets it
+                // aside (acknowledged unsent, it skipped its dead-letter
+                // topic and counted as delivered for a hand-over).
+                tracing::debug!(id = %crate::dapr::logged(&event.id), topic = %crate::dapr::logged(&event.topic), "No route matches the event any more; asked again.");
+                DeliveryOutcome::Retry
             }
         }
     }
@@ -195,6 +198,28 @@ mod tests {
                 "the {status} was followed"
             );
         }
+    }
+
+    /// An event whose routes a reload changed between the engine's check
+    /// and the send (no rule matches, no default) is asked again, so the
+    /// engine sets it aside (to the dead-letter topic when one is set);
+    /// it was answered SUCCESS: acknowledged unsent, no dead letter.
+    #[tokio::test]
+    async fn an_event_no_route_takes_when_sent_is_asked_again() {
+        let (_routes_now, routes) = watch::channel(Arc::new(SubscriptionRoutes {
+            rules: Vec::new(),
+            default: None,
+        }));
+        let sink = RoutedSink {
+            app: AppTarget::Http {
+                client: testkit::http_client(),
+                channel: AppChannel::local(1),
+            },
+            routes,
+        };
+        assert!(!sink.takes(&event()), "no route takes it");
+        let outcome = sink.send(&event(), Duration::from_secs(10)).await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
     }
 
     /// Set in the child process the test below runs itself in.

@@ -15,14 +15,15 @@
 //! delivers it again later. `DROP` acknowledges it once the dead-letter
 //! topic, when one is set, took it; one it did not take goes back to the
 //! broker (as Dapr: acknowledged, it was in neither topic). An event past
-//! its `expiration` or one no route of the sink takes is not sent, goes
-//! to the dead-letter topic when one is set, and is acknowledged (as
-//! Dapr), also when its dead-letter publish fails (as Dapr, which ignores
-//! that error: handed back, the event would come back and fail the same
-//! way for ever), with a warning naming it. A dead letter is the message
-//! as it came (content type and metadata kept) and follows its broker
-//! across a reload as the publish API does. The dead-letter topic can be
-//! changed while the subscription runs.
+//! its `expiration` or one no route of the sink takes (asked before every
+//! attempt: a reload may change the routes while an event is retried) is
+//! not sent (again), goes to the dead-letter topic when one is set, and
+//! is acknowledged (as Dapr), also when its dead-letter publish fails (as
+//! Dapr, which ignores that error: handed back, the event would come back
+//! and fail the same way for ever), with a warning naming it. A dead
+//! letter is the message as it came (content type and metadata kept) and
+//! follows its broker across a reload as the publish API does. The
+//! dead-letter topic can be changed while the subscription runs.
 //!
 //! A `resiliency` policy targeted at the pub/sub's deliveries
 //! (`targets.components.NAME.inbound`, read from the generation at each
@@ -51,7 +52,7 @@
 //! A subscription replaced by another (its settings changed) is *retired*
 //! ([`Retire`]) rather than stopped: it goes on delivering what its broker
 //! holds for it, and ends once it reaches an event a later subscription of
-//! its lineage delivered (the same CloudEvent `source` and `id`; see
+//! its lineage delivered (the same CloudEvent, by its bytes; see
 //! [`handover`](super::handover), which also keeps the two from sending
 //! the same event) and has read again every event it handed back to its
 //! broker since it was retired (or, owing one, its broker gave it nothing
@@ -400,36 +401,29 @@ impl TopicDelivery {
             tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Dropping an event past its expiration.");
             return self.set_aside(&event, delivery, handle).await.into();
         }
-        if !to.sink.takes(&event) {
-            // As Dapr: an event no route takes (and with no default route)
-            // is not delivered; it goes to the dead-letter topic when one
-            // is set, and is acknowledged.
-            tracing::debug!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "No route takes the event.");
-            return Handled {
-                outcome: self.set_aside(&event, delivery, handle).await,
-                unrouted: true,
-            };
-        }
-        self.deliver_routed(&event, delivery, to, handle)
-            .await
-            .into()
+        self.deliver_routed(&event, delivery, to, handle).await
     }
 
-    /// Sends an event the sink's routes take, with retries; the outcome
-    /// for the broker.
+    /// Sends an event by the sink's routes, with retries: set aside as
+    /// unrouted once no route takes it, asked before every attempt (a
+    /// reload may change the routes while the event is retried) and once
+    /// its attempts ran out.
     async fn deliver_routed(
         &self,
         event: &TopicEvent,
         delivery: &Delivery,
         to: Subscriber<'_>,
         handle: &PubSubHandle,
-    ) -> DeliveryOutcome {
+    ) -> Handled {
         // The retry policy the waits follow (`None`: the defaults); a
         // reload that changes it applies from the next attempt.
         let mut retry: Option<RetryPolicy> = None;
         let mut backoff = default_backoff();
         let mut attempt: u32 = 0;
         loop {
+            if !to.sink.takes(event) {
+                return self.unrouted(event, delivery, handle).await;
+            }
             let policy = to.policy();
             let current = policy.as_deref().and_then(Applied::retry_policy);
             if current != retry.as_ref() {
@@ -447,35 +441,59 @@ impl TopicDelivery {
                     // The breaker is open: the event waits, its attempts
                     // kept, until it lets calls through again.
                     if !to.wait(BREAKER_POLL).await {
-                        return DeliveryOutcome::Retry;
+                        return DeliveryOutcome::Retry.into();
                     }
                     continue;
                 }
             };
             attempt = attempt.saturating_add(1);
             match outcome {
-                DeliveryOutcome::Success => return DeliveryOutcome::Success,
+                DeliveryOutcome::Success => return DeliveryOutcome::Success.into(),
                 DeliveryOutcome::Drop => {
                     tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Subscriber dropped an event.");
                     // As Dapr: one its dead-letter topic did not take goes
                     // back to the broker (acknowledged, it was in neither
                     // topic).
-                    return match self.dead_letter(event, delivery, handle).await {
+                    let outcome = match self.dead_letter(event, delivery, handle).await {
                         DeadLetter::Failed => DeliveryOutcome::Retry,
                         DeadLetter::NoTopic | DeadLetter::Sent => DeliveryOutcome::Drop,
                     };
+                    return outcome.into();
                 }
                 DeliveryOutcome::Retry if attempts.is_none_or(|most| attempt < most) => {
                     if !to.wait(backoff.next_wait()).await {
-                        return DeliveryOutcome::Retry;
+                        return DeliveryOutcome::Retry.into();
                     }
                 }
                 DeliveryOutcome::Retry => break,
             }
         }
-        match self.dead_letter(event, delivery, handle).await {
+        // Its routes changed during the last attempt (the sink answers
+        // RETRY to one it finds no route for when sending).
+        if !to.sink.takes(event) {
+            return self.unrouted(event, delivery, handle).await;
+        }
+        let outcome = match self.dead_letter(event, delivery, handle).await {
             DeadLetter::Sent => DeliveryOutcome::Success,
             DeadLetter::NoTopic | DeadLetter::Failed => DeliveryOutcome::Retry,
+        };
+        outcome.into()
+    }
+
+    /// An event no route of the sink takes (and with no default route),
+    /// as Dapr: not delivered; it goes to the dead-letter topic when one
+    /// is set, and is acknowledged, but is not delivered for the rest of
+    /// its lineage (each decides by its own routes).
+    async fn unrouted(
+        &self,
+        event: &TopicEvent,
+        delivery: &Delivery,
+        handle: &PubSubHandle,
+    ) -> Handled {
+        tracing::debug!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "No route takes the event.");
+        Handled {
+            outcome: self.set_aside(event, delivery, handle).await,
+            unrouted: true,
         }
     }
 

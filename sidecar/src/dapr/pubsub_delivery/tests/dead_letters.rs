@@ -2,7 +2,8 @@
 //! acknowledged only once its dead-letter topic took it (as Dapr; else it
 //! was in neither topic, though acknowledged to its publisher), and a
 //! dead letter refused by a broker a reload retired goes to the broker
-//! serving now, as the publish API's publishes do.
+//! serving now, as the publish API's publishes do; an event whose routes
+//! a reload changed while it was retried is set aside as unrouted.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -56,6 +57,102 @@ async fn a_dropped_event_its_dead_letter_topic_refuses_goes_back_to_the_broker()
     let (_task, _retire) = deliver_to(&runtime, "dropping-plain", sink).await;
     let outcome = feed_event("dropping-plain", "d3").await;
     assert_eq!(settled(outcome).await, DeliveryOutcome::Drop);
+    runtime.shutdown().await;
+}
+
+/// A subscriber whose routes a reload replaces by ones that take no event
+/// while an event is retried: it answers RETRY until attempt `swap_at`,
+/// whose answer (RETRY) comes once the routes no longer take it; asked
+/// again, it answers SUCCESS, as its app client did for an event no route
+/// took any more when sent.
+struct RoutesSwappedWhileRetried {
+    swap_at: u32,
+    sent: AtomicU32,
+    routed: AtomicBool,
+}
+
+impl RoutesSwappedWhileRetried {
+    fn at(swap_at: u32) -> Arc<Self> {
+        Arc::new(Self {
+            swap_at,
+            sent: AtomicU32::new(0),
+            routed: AtomicBool::new(true),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl EventSink for RoutesSwappedWhileRetried {
+    async fn send(&self, _: &TopicEvent, _: Duration) -> DeliveryOutcome {
+        let attempt = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
+        if attempt == self.swap_at {
+            self.routed.store(false, Ordering::SeqCst);
+        }
+        match self.routed.load(Ordering::SeqCst) || attempt == self.swap_at {
+            true => DeliveryOutcome::Retry,
+            false => DeliveryOutcome::Success,
+        }
+    }
+
+    async fn closed(&self) {
+        std::future::pending().await
+    }
+
+    fn takes(&self, _: &TopicEvent) -> bool {
+        self.routed.load(Ordering::SeqCst)
+    }
+}
+
+/// An event being retried when a reload changes its subscription's routes
+/// so that none takes it (after its first attempt, or during its last) is
+/// unrouted, as if the new routes had been there first: it goes to the
+/// dead-letter topic, is not sent again, and is not counted delivered for
+/// its lineage, so the running subscription sends it by its own routes.
+/// Before, the next attempt was acknowledged unsent (no dead letter), or
+/// the last one's dead letter counted as delivered.
+#[tokio::test(start_paused = true)]
+async fn an_event_whose_routes_change_while_it_is_retried_is_set_aside_as_unrouted() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    for (case, swap_at) in [("first", 1), ("last", MAX_ATTEMPTS)] {
+        let lineage = Arc::new(crate::dapr::handover::Lineage::default());
+        let (old_topic, dead_topic) = (format!("reroute-{case}"), format!("reroute-{case}-dead"));
+        let new_topic = format!("reroute-{case}-running");
+        let old_sink = RoutesSwappedWhileRetried::at(swap_at);
+        let new_sink = Arc::new(Counting::default());
+        let (_old, _retire_old) = deliver_in(
+            &runtime,
+            &old_topic,
+            Some(&dead_topic),
+            lineage.member(),
+            old_sink.clone(),
+        )
+        .await;
+        let (_new, _retire_new) = deliver_in(
+            &runtime,
+            &new_topic,
+            None,
+            lineage.member(),
+            new_sink.clone(),
+        )
+        .await;
+        lineage.remember(true);
+
+        let outcome = feed_event(&old_topic, "r1").await;
+        assert_eq!(settled(outcome).await, DeliveryOutcome::Success, "{case}");
+        assert_eq!(published_to(&dead_topic), 1, "{case}: dead-lettered");
+        assert_eq!(
+            old_sink.sent.load(Ordering::SeqCst),
+            swap_at,
+            "{case}: sent once no route took it"
+        );
+        let sent = feed_event(&new_topic, "r1").await;
+        assert_eq!(settled(sent).await, DeliveryOutcome::Success, "{case}");
+        assert_eq!(
+            new_sink.sent.load(Ordering::SeqCst),
+            1,
+            "{case}: counted delivered, the running one did not send it"
+        );
+    }
     runtime.shutdown().await;
 }
 
