@@ -7,10 +7,19 @@
 //! being read hold no more than `maxTotalSize` together (a put replacing a
 //! file counts on that file's bytes coming free): parallel puts cannot
 //! buffer `maxFileSize` each past the total.
+//!
+//! What is reserved is what is allocated: a put keeps its bytes in pieces
+//! of at most [`CHUNK`] bytes, each reserved as it is allocated (so a put
+//! being read may hold up to one piece more than it has read, never more
+//! than the room left), and the file is stored as those very pieces, never
+//! copied whole nor grown by doubling.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::ops::Bound;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use rewire_runtime::{
@@ -18,8 +27,9 @@ use rewire_runtime::{
     InitContext, ListPage, ListRequest, Metadata, PendingInPlace, PutFileRequest, StagedInPlace,
 };
 use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{copy_bounded, deserialize_size, names, page_size};
+use super::{copy_bounded, deserialize_size, names, page_size, CHUNK};
 
 /// Go's `os.FileMode` of a folder with permissions 0755 (`ModeDir` is bit
 /// 31), as a `local` stat of one answers it.
@@ -46,9 +56,57 @@ impl Default for MemoryFileMetadata {
     }
 }
 
+/// A file's contents: the pieces its put read them into, each allocated
+/// at exactly the size it holds.
+#[derive(Debug, Clone)]
+struct Contents {
+    pieces: Arc<[Box<[u8]>]>,
+    len: u64,
+}
+
+impl Contents {
+    /// Bytes held.
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// Reads [`Contents`] from its start: a get's body.
+struct ContentsReader {
+    contents: Contents,
+    /// The piece being read.
+    piece: usize,
+    /// Where in that piece.
+    offset: usize,
+}
+
+impl AsyncRead for ContentsReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        while buf.remaining() > 0 {
+            let Some(piece) = this.contents.pieces.get(this.piece) else {
+                break;
+            };
+            let rest = &piece[this.offset..];
+            let taken = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..taken]);
+            this.offset += taken;
+            if this.offset == piece.len() {
+                this.piece += 1;
+                this.offset = 0;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 #[derive(Debug)]
 struct Stored {
-    data: Arc<[u8]>,
+    data: Contents,
     modified: SystemTime,
 }
 
@@ -68,25 +126,25 @@ struct Reading<'a> {
 }
 
 impl Reading<'_> {
-    /// Takes `more` bytes for `name`, unless the stored files and every
-    /// put being read would then pass `limit` (the file `name` replaces
-    /// counted as gone).
-    fn grow(&mut self, name: &str, more: u64, limit: u64) -> Result<(), FileError> {
+    /// Takes between `least` and `most` more bytes for `name`, as many as
+    /// the stored files and every put being read leave free under `limit`
+    /// (the file `name` replaces counted as gone); refused when fewer than
+    /// `least` are. Answers the bytes taken.
+    fn grow(&mut self, name: &str, least: u64, most: u64, limit: u64) -> Result<u64, FileError> {
         let mut files = self.store.files();
-        let replaced = files
-            .by_name
-            .get(name)
-            .map_or(0, |old| old.data.len() as u64);
-        let held = files.total - replaced + files.reading + more;
-        if held > limit {
+        let replaced = files.by_name.get(name).map_or(0, |old| old.data.len());
+        let held = files.total - replaced + files.reading;
+        let room = limit.saturating_sub(held);
+        if room < least {
             return Err(FileError::TooLarge {
                 name: name.to_string(),
                 limit,
             });
         }
+        let more = most.max(least).min(room);
         files.reading += more;
         self.bytes += more;
-        Ok(())
+        Ok(more)
     }
 
     /// Lets go of the reservation, under `files`' lock.
@@ -101,6 +159,111 @@ impl Drop for Reading<'_> {
             let mut files = self.store.files();
             self.end(&mut files);
         }
+    }
+}
+
+/// A put's contents as it reads them: the pieces filled, and the one being
+/// filled, whose whole capacity is reserved (against `maxTotalSize`) when
+/// it is allocated, so the put never holds more than it has reserved.
+struct PutBuffer<'a> {
+    reading: Reading<'a>,
+    name: String,
+    limits: MemoryFileMetadata,
+    /// Pieces filled to their capacity.
+    filled: Vec<Box<[u8]>>,
+    /// The piece being filled (allocated at its reserved capacity).
+    filling: Vec<u8>,
+    len: u64,
+    /// Why a write was refused (the copy only sees an I/O error).
+    refused: Option<FileError>,
+}
+
+impl<'a> PutBuffer<'a> {
+    /// An empty buffer for a put of `name` to `store`, within `limits`.
+    fn new(store: &'a MemoryFileStore, name: String, limits: MemoryFileMetadata) -> Self {
+        Self {
+            reading: Reading { store, bytes: 0 },
+            name,
+            limits,
+            filled: Vec::new(),
+            filling: Vec::new(),
+            len: 0,
+            refused: None,
+        }
+    }
+
+    /// Appends `bytes`: what the piece being filled has room for, the rest
+    /// into a new piece, of up to [`CHUNK`] bytes (never past `maxFileSize`
+    /// nor the room left under `maxTotalSize`), reserved first.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), FileError> {
+        let spare = self.filling.capacity() - self.filling.len();
+        let (fits, spill) = bytes.split_at(spare.min(bytes.len()));
+        self.filling.extend_from_slice(fits);
+        if !spill.is_empty() {
+            let file_room = self.limits.max_file_size.saturating_sub(self.reading.bytes);
+            let capacity = self.reading.grow(
+                &self.name,
+                spill.len() as u64,
+                file_room.min(CHUNK as u64),
+                self.limits.max_total_size,
+            )?;
+            let piece = std::mem::replace(&mut self.filling, Vec::with_capacity(capacity as usize));
+            if !piece.is_empty() {
+                // Full: its capacity is its length, so this does not copy.
+                self.filled.push(piece.into_boxed_slice());
+            }
+            self.filling.extend_from_slice(spill);
+        }
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// The contents read, the last piece trimmed to what it holds, and the
+    /// reservation (to let go of once stored or refused).
+    fn finish(mut self) -> (Contents, Reading<'a>) {
+        let last = std::mem::take(&mut self.filling);
+        if !last.is_empty() {
+            self.filled.push(last.into_boxed_slice());
+        }
+        let contents = Contents {
+            pieces: self.filled.into(),
+            len: self.len,
+        };
+        (contents, self.reading)
+    }
+
+    /// Bytes allocated for contents: the pieces' capacities.
+    #[cfg(test)]
+    fn capacity(&self) -> u64 {
+        let filled: usize = self.filled.iter().map(|piece| piece.len()).sum();
+        (filled + self.filling.capacity()) as u64
+    }
+}
+
+impl AsyncWrite for PutBuffer<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        Poll::Ready(match this.append(buf) {
+            Ok(()) => Ok(buf.len()),
+            Err(refused) => {
+                this.refused = Some(refused);
+                Err(io::Error::other(
+                    "refused by the memory file store's bounds",
+                ))
+            }
+        })
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -190,7 +353,7 @@ impl MemoryFileStore {
     fn info(name: &str, stored: &Stored) -> FileInfo {
         FileInfo {
             name: name.to_string(),
-            size: stored.data.len() as u64,
+            size: stored.data.len(),
             modified: stored.modified,
             metadata: BTreeMap::new(),
         }
@@ -243,36 +406,34 @@ impl FileStore for MemoryFileStore {
         // a clashing name may have been stored meanwhile).
         Self::refuse_clash(&self.files(), &req.name, true)?;
         let limits = self.limits();
-        let mut data = Vec::new();
-        let mut reading = Reading {
-            store: self,
-            bytes: 0,
-        };
-        let name = req.name.clone();
-        copy_bounded(
+        let max_total_size = limits.max_total_size;
+        let mut buffer = PutBuffer::new(self, req.name.clone(), limits.clone());
+        // The buffer reserves as it allocates.
+        let copied = copy_bounded(
             &req.name,
             req.body,
-            &mut data,
+            &mut buffer,
             limits.max_file_size,
-            |more| reading.grow(&name, more, limits.max_total_size),
+            |_| Ok(()),
         )
-        .await?;
+        .await;
+        if let Err(err) = copied {
+            return Err(buffer.refused.take().unwrap_or(err));
+        }
+        let (data, mut reading) = buffer.finish();
         let mut files = self.files();
         reading.end(&mut files);
         Self::refuse_clash(&files, &req.name, true)?;
-        let replaced = files
-            .by_name
-            .get(&req.name)
-            .map_or(0, |old| old.data.len() as u64);
-        let total = files.total - replaced + data.len() as u64;
-        if total > limits.max_total_size {
+        let replaced = files.by_name.get(&req.name).map_or(0, |old| old.data.len());
+        let total = files.total - replaced + data.len();
+        if total > max_total_size {
             return Err(FileError::TooLarge {
                 name: req.name,
-                limit: limits.max_total_size,
+                limit: max_total_size,
             });
         }
         let stored = Stored {
-            data: data.into(),
+            data,
             modified: SystemTime::now(),
         };
         let info = Self::info(&req.name, &stored);
@@ -291,7 +452,11 @@ impl FileStore for MemoryFileStore {
             .ok_or_else(|| FileError::NotFound(name.to_string()))?;
         Ok(FileRead {
             info: Self::info(name, stored),
-            body: Box::pin(std::io::Cursor::new(stored.data.clone())),
+            body: Box::pin(ContentsReader {
+                contents: stored.data.clone(),
+                piece: 0,
+                offset: 0,
+            }),
         })
     }
 
@@ -340,7 +505,157 @@ impl FileStore for MemoryFileStore {
             .by_name
             .remove(name)
             .ok_or_else(|| FileError::NotFound(name.to_string()))?;
-        files.total -= removed.data.len() as u64;
+        files.total -= removed.data.len();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use tokio::io::AsyncReadExt;
+
+    /// Read sizes a body may come in: tiny frames, whole chunks, and what
+    /// lies between.
+    const UNEVEN: [usize; 7] = [1, 7, 3_000, CHUNK, CHUNK - 1, 2, 40_000];
+
+    fn store(max_file_size: u64, max_total_size: u64) -> MemoryFileStore {
+        MemoryFileStore::new(MemoryFileMetadata {
+            max_file_size,
+            max_total_size,
+        })
+    }
+
+    /// `len` bytes of a pattern that tells pieces apart.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|at| (at % 251) as u8).collect()
+    }
+
+    /// A body giving `data` in reads of the [`UNEVEN`] sizes in turn.
+    struct UnevenBody {
+        data: Vec<u8>,
+        at: usize,
+        reads: usize,
+    }
+
+    impl AsyncRead for UnevenBody {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let size = UNEVEN[this.reads % UNEVEN.len()];
+            let end = this.data.len().min(this.at + size.min(buf.remaining()));
+            buf.put_slice(&this.data[this.at..end]);
+            this.at = end;
+            this.reads += 1;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn put_request(name: &str, data: Vec<u8>) -> PutFileRequest {
+        PutFileRequest {
+            name: name.to_string(),
+            body: Box::pin(UnevenBody {
+                data,
+                at: 0,
+                reads: 0,
+            }),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_put_never_holds_more_than_it_has_reserved_and_stores_what_it_read() {
+        let store = store(1 << 20, 1 << 20);
+        let data = pattern(600_000);
+        let mut buffer = PutBuffer::new(&store, "f".to_string(), store.limits());
+        let mut allocated = BTreeSet::new();
+        let (mut at, mut reads) = (0, 0);
+        while at < data.len() {
+            let end = data.len().min(at + UNEVEN[reads % UNEVEN.len()]);
+            buffer.append(&data[at..end]).unwrap();
+            (at, reads) = (end, reads + 1);
+            allocated.insert(buffer.filling.as_ptr() as usize);
+            let reserved = store.files().reading;
+            assert!(
+                buffer.capacity() <= reserved,
+                "{} bytes allocated for {reserved} reserved, after {at} read",
+                buffer.capacity()
+            );
+            assert!(
+                reserved - at as u64 <= CHUNK as u64,
+                "at most one piece ahead"
+            );
+        }
+        let (contents, mut reading) = buffer.finish();
+        assert_eq!(contents.len(), data.len() as u64);
+        assert_eq!(contents.pieces.concat(), data);
+        // Stored as the very pieces read into (the last one trimmed): no
+        // copy of the whole file.
+        let (_last, kept) = contents.pieces.split_last().unwrap();
+        for piece in kept {
+            assert!(
+                allocated.contains(&(piece.as_ptr() as usize)),
+                "a piece was copied"
+            );
+        }
+        reading.end(&mut store.files());
+        assert_eq!(store.files().reading, 0);
+    }
+
+    #[tokio::test]
+    async fn a_file_put_in_uneven_reads_is_read_back_whole_across_its_pieces() {
+        let store = store(1 << 20, 1 << 20);
+        let data = pattern(300_001);
+        let info = store.put(put_request("dir/f", data.clone())).await.unwrap();
+        assert_eq!(info.size, data.len() as u64);
+        {
+            let files = store.files();
+            assert_eq!((files.total, files.reading), (data.len() as u64, 0));
+            assert!(files.by_name["dir/f"].data.pieces.len() > 1);
+        }
+        // Read back in small reads, crossing the pieces' ends.
+        let mut body = store.get("dir/f").await.unwrap().body;
+        let mut read = Vec::new();
+        let mut small = [0u8; 1_000];
+        loop {
+            let n = body.read(&mut small).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            read.extend_from_slice(&small[..n]);
+        }
+        assert_eq!(read, data);
+        let mut whole = Vec::new();
+        let mut body = store.get("dir/f").await.unwrap().body;
+        body.read_to_end(&mut whole).await.unwrap();
+        assert_eq!(whole, data);
+        let empty = store.put(put_request("empty", Vec::new())).await.unwrap();
+        assert_eq!(empty.size, 0);
+        let mut body = store.get("empty").await.unwrap().body;
+        assert_eq!(body.read(&mut small).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_file_filling_the_total_exactly_fits_though_a_whole_piece_would_not() {
+        // The second piece may only take the room left: 34,464 bytes.
+        let store = store(1 << 20, 100_000);
+        let info = store.put(put_request("f", pattern(100_000))).await.unwrap();
+        assert_eq!(info.size, 100_000);
+        let over = store.put(put_request("g", pattern(1))).await;
+        assert!(
+            matches!(over, Err(FileError::TooLarge { limit: 100_000, .. })),
+            "{over:?}"
+        );
+        let over = store.put(put_request("f", pattern(100_001))).await;
+        assert!(
+            matches!(over, Err(FileError::TooLarge { limit: 100_000, .. })),
+            "{over:?}"
+        );
+        let files = store.files();
+        assert_eq!((files.total, files.reading), (100_000, 0));
     }
 }
