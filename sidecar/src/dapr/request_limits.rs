@@ -74,7 +74,9 @@ pub fn metadata_bytes<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Str
 }
 
 /// Collects request metadata for component `kind`/`name`, refusing it as
-/// soon as it is over a bound.
+/// soon as it is over a bound. A name given twice keeps its first value,
+/// as Dapr's `getMetadataFromRequest` does (`value[0]`); every pair still
+/// counts toward the bytes bound, so repeats cannot grow past it.
 pub fn collect_request_metadata<'a>(
     (kind, name): (&str, &str),
     entries: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -88,7 +90,9 @@ pub fn collect_request_metadata<'a>(
                 component: component(kind, name),
             });
         }
-        metadata.insert(k.to_string(), v.to_string());
+        metadata
+            .entry(k.to_string())
+            .or_insert_with(|| v.to_string());
         if metadata.len() > MAX_REQUEST_METADATA_ENTRIES {
             return Err(RequestLimitError::MetadataEntries {
                 component: component(kind, name),
@@ -184,6 +188,26 @@ mod tests {
         assert!(err.to_string().contains("16384 bytes"), "{err}");
         let pairs = map.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         assert!(collect_request_metadata(STORE, pairs).is_err());
+    }
+
+    #[test]
+    fn a_repeated_metadata_name_keeps_its_first_value_as_dapr_does() {
+        let pairs = [("rawPayload", "true"), ("rawPayload", "false"), ("b", "1")];
+        let metadata = collect_request_metadata(STORE, pairs).unwrap();
+        assert_eq!(metadata["rawPayload"], "true");
+        assert_eq!(metadata.len(), 2);
+    }
+
+    #[test]
+    fn a_repeated_metadata_name_still_counts_toward_the_bytes_bound() {
+        // One name repeated: one entry, but every pair's bytes count.
+        let value = "v".repeat(1024);
+        let pairs = vec![("k", value.as_str()); MAX_REQUEST_METADATA_BYTES / 1024 + 1];
+        let err = collect_request_metadata(STORE, pairs).expect_err("too large");
+        assert!(
+            matches!(err, RequestLimitError::MetadataBytes { .. }),
+            "{err}"
+        );
     }
 
     #[test]
