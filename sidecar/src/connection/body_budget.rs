@@ -49,13 +49,16 @@ impl BodyBudget {
     }
 
     /// Takes `bytes`, unless that would pass the limit.
+    /// (Checked before it is added: a refused charge never shows, so it
+    /// cannot make a concurrent one fail.)
     fn charge(&self, bytes: usize) -> bool {
-        let before = self.in_use.fetch_add(bytes, Ordering::AcqRel);
-        if before.saturating_add(bytes) <= self.limit {
-            return true;
-        }
-        self.in_use.fetch_sub(bytes, Ordering::AcqRel);
-        false
+        self.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |in_use| {
+                in_use
+                    .checked_add(bytes)
+                    .filter(|after| *after <= self.limit)
+            })
+            .is_ok()
     }
 
     fn release(&self, bytes: usize) {
@@ -288,6 +291,34 @@ mod tests {
 
     fn chunks(sizes: &[usize]) -> Chunks {
         Chunks(sizes.iter().map(|n| Bytes::from(vec![7; *n])).collect())
+    }
+
+    #[test]
+    fn a_refused_charge_never_makes_a_concurrent_one_fail() {
+        let budget = BodyBudget::new(1000);
+        assert!(budget.charge(1));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refusing = {
+            let (budget, done) = (Arc::clone(&budget), Arc::clone(&done));
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    assert!(!budget.hold_decoded(1000), "past the limit");
+                }
+            })
+        };
+        let refused = (0..2_000_000)
+            .filter(|_| {
+                let charged = budget.charge(1);
+                if charged {
+                    budget.release(1);
+                }
+                !charged
+            })
+            .count();
+        done.store(true, Ordering::Relaxed);
+        refusing.join().unwrap();
+        assert_eq!(refused, 0, "a charge of 1 beside 1 of 1,000 was refused");
+        assert_eq!(budget.in_use(), 1);
     }
 
     #[tokio::test]

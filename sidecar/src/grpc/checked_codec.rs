@@ -62,12 +62,12 @@ impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         // tonic holds a message in one buffer: its first chunk is all of it.
         if buf.chunk().len() == buf.remaining() {
-            decoded::admit::<U>(buf.chunk())?;
+            decoded::admit::<U>(buf.chunk(), true)?;
             return self.prost.decode(buf);
         }
         // Never so in tonic 0.14, but measured all the same.
         let message = buf.copy_to_bytes(buf.remaining());
-        decoded::admit::<U>(&message)?;
+        decoded::admit::<U>(&message, true)?;
         U::decode(message)
             .map(Some)
             .map_err(|error| Status::internal(error.to_string()))

@@ -169,8 +169,9 @@ impl Answering {
         F: FnOnce(tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
-        // What it holds decoded is charged first, as tonic's codec does.
-        if let Err(status) = super::decoded::admit::<Req>(&framed[PREFIX..]) {
+        // What it holds decoded is charged first, as tonic's codec does
+        // (its body, read whole, was let go of).
+        if let Err(status) = super::decoded::admit::<Req>(&framed[PREFIX..], false) {
             return Answered::Here(status.into_http());
         }
         let Ok(message) = Req::decode(&framed[PREFIX..]) else {

@@ -3,20 +3,20 @@
 //!
 //! The pass is more lenient than prost: whatever it calls malformed,
 //! prost refuses too (so a message it cannot measure is left to prost,
-//! which says why). What it measures is an upper estimate of what prost
-//! builds, not counting the spare capacity of growing vectors and maps
-//! (at most as much again): each message struct at its estimated size,
-//! each string and bytes value copied, each map entry with a control
-//! byte's slack, each packed number at 8 bytes.
+//! which says why). What it measures is an upper estimate of the memory
+//! prost's decoding takes at its peak: each message struct at its
+//! estimated size; each string and bytes value as the allocator holds it
+//! (its bytes, at least 8, in a chunk of at least 32); each repeated
+//! field's array at the capacity a vector grows to (the next power of two)
+//! and each map's table at hashbrown's (the next power of two of 8/7 of
+//! its entries, a control byte each), half again for the old array or
+//! table still held while it grows.
 
 use super::schema::{FieldKind, MessageId, Schemas};
 
 /// Nested messages measured at most: more than prost decodes (100), so a
 /// message nested too deep for this is one prost refuses.
 const DEPTH_LIMIT: u32 = 128;
-/// Bytes a hash map spends per entry beyond the entry (control byte and
-/// alignment, rounded up).
-const MAP_ENTRY_SLACK: u64 = 8;
 /// Bytes a decoded number takes at most.
 const NUMBER_BYTES: u64 = 8;
 /// A vector's header, as an element of a repeated string or bytes field.
@@ -36,6 +36,17 @@ pub(super) fn decoded_bytes(
     Ok(schemas.message(id).struct_bytes.saturating_add(fields))
 }
 
+/// The elements one repeated field holds in one message: its array is
+/// charged once, at the capacity they make it grow to.
+struct Elements {
+    number: u32,
+    count: u64,
+    /// Bytes of one element in the array.
+    element: u64,
+    /// A map's table rather than a vector.
+    map: bool,
+}
+
 /// What the fields in `bytes` of message `id` hold beyond its struct.
 fn fields_bytes(
     schemas: &Schemas,
@@ -45,53 +56,75 @@ fn fields_bytes(
 ) -> Result<u64, Malformed> {
     let shape = schemas.message(id);
     let mut total: u64 = 0;
+    let mut arrays: Vec<Elements> = Vec::new();
+    let mut add = |number: u32, count: u64, element: u64, map: bool| match arrays
+        .iter_mut()
+        .find(|array| array.number == number)
+    {
+        Some(array) => array.count = array.count.saturating_add(count),
+        None => arrays.push(Elements {
+            number,
+            count,
+            element,
+            map,
+        }),
+    };
     while !bytes.is_empty() {
         let (number, wire_type) = key(&mut bytes)?;
         let field = shape.field(number);
         let repeated = field.is_some_and(|field| field.repeated);
         let cost = match wire_type {
-            0 => {
-                varint(&mut bytes)?;
-                if repeated {
-                    NUMBER_BYTES
-                } else {
-                    0
+            0 | 1 | 5 => {
+                match wire_type {
+                    0 => {
+                        varint(&mut bytes)?;
+                    }
+                    1 => {
+                        take(&mut bytes, 8)?;
+                    }
+                    _ => {
+                        take(&mut bytes, 4)?;
+                    }
                 }
-            }
-            1 | 5 => {
-                take(&mut bytes, if wire_type == 1 { 8 } else { 4 })?;
                 if repeated {
-                    NUMBER_BYTES
-                } else {
-                    0
+                    add(number, 1, NUMBER_BYTES, false);
                 }
+                0
             }
             2 => {
                 let length = varint(&mut bytes)?;
                 let value = take(&mut bytes, length)?;
-                match field {
-                    None => 0,
-                    Some(field) => match field.kind {
-                        FieldKind::Text if field.repeated => VEC_BYTES + value.len() as u64,
-                        FieldKind::Text => value.len() as u64,
-                        // Packed numbers: one byte each at least.
-                        FieldKind::Scalar if field.repeated => value.len() as u64 * NUMBER_BYTES,
-                        FieldKind::Scalar => 0,
-                        FieldKind::Message(inner) => {
-                            let nested = depth.checked_sub(1).ok_or(Malformed)?;
-                            let message = schemas.message(inner);
-                            let slack = if message.map_entry {
-                                MAP_ENTRY_SLACK
-                            } else {
-                                0
-                            };
-                            // A singular message is counted again though
-                            // its struct is inline: an upper estimate.
-                            message.struct_bytes
-                                + slack
-                                + fields_bytes(schemas, inner, value, nested)?
+                let Some(field) = field else {
+                    // Unknown: prost skips it.
+                    continue;
+                };
+                match field.kind {
+                    FieldKind::Text => {
+                        if field.repeated {
+                            add(number, 1, VEC_BYTES, false);
                         }
-                    },
+                        heap_bytes(value.len() as u64)
+                    }
+                    // Packed numbers: one byte each at least.
+                    FieldKind::Scalar if field.repeated => {
+                        add(number, value.len() as u64, NUMBER_BYTES, false);
+                        0
+                    }
+                    FieldKind::Scalar => 0,
+                    FieldKind::Message(inner) => {
+                        let nested = depth.checked_sub(1).ok_or(Malformed)?;
+                        let message = schemas.message(inner);
+                        let within = fields_bytes(schemas, inner, value, nested)?;
+                        if field.repeated {
+                            add(number, 1, message.struct_bytes, message.map_entry);
+                            within
+                        } else {
+                            // Inline in its parent's struct, or boxed
+                            // (a message inside itself): counted again,
+                            // an upper estimate either way.
+                            message.struct_bytes.saturating_add(within)
+                        }
+                    }
                 }
             }
             3 => {
@@ -102,7 +135,65 @@ fn fields_bytes(
         };
         total = total.saturating_add(cost);
     }
+    for array in &arrays {
+        let held = if array.map {
+            table_bytes(array.count, array.element)
+        } else {
+            vector_bytes(array.count, array.element)
+        };
+        total = total.saturating_add(held);
+    }
     Ok(total)
+}
+
+/// What the allocator holds for `bytes` of a string or bytes value: at
+/// least 8 (a vector's first capacity), in a chunk of at least 32 with 8
+/// bytes of header, rounded to 16 (glibc's malloc).
+fn heap_bytes(bytes: u64) -> u64 {
+    if bytes == 0 {
+        return 0;
+    }
+    let chunk = bytes.max(8).saturating_add(8 + 15) & !15;
+    chunk.max(32)
+}
+
+/// What a vector of `count` elements of `element` bytes holds at its peak:
+/// its capacity (doubled as it grew, from 4 or 8), and half again for the
+/// old array while it grows.
+fn vector_bytes(count: u64, element: u64) -> u64 {
+    if count == 0 || element == 0 {
+        return 0;
+    }
+    let first = if element == 1 { 8 } else { 4 };
+    let capacity = count
+        .max(first)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX);
+    let array = heap_bytes(capacity.saturating_mul(element));
+    array.saturating_add(array / 2)
+}
+
+/// What a hash map of `count` entries of `entry` bytes holds at its peak:
+/// hashbrown's buckets (the next power of two of 8/7 of its entries, 4 or
+/// 8 for a few), an entry and a control byte each and a group's width,
+/// and half again for the old table while it grows.
+fn table_bytes(count: u64, entry: u64) -> u64 {
+    if count == 0 {
+        return 0;
+    }
+    let buckets = match count {
+        0..4 => 4,
+        4..8 => 8,
+        _ => (count.saturating_mul(8) / 7)
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX),
+    };
+    let table = heap_bytes(
+        buckets
+            .saturating_mul(entry.saturating_add(1))
+            .saturating_add(16),
+    );
+    table.saturating_add(table / 2)
 }
 
 /// Skips a group's fields up to its end (prost skips unknown groups).

@@ -11,8 +11,12 @@
 //! size, and one that does not fit now with `RESOURCE_EXHAUSTED` the client
 //! may retry.
 //!
-//! A unary call holds its request's charge until it ends; a request
-//! stream holds its latest message's. Messages decoded outside a call (an
+//! A unary call holds its request's charge until its handler answers; a
+//! request stream's messages are checked against what is free as each is
+//! decoded, and not held (its reader handles one before it reads the next,
+//! and a stream gone quiet must not pin the budget). While tonic's codec
+//! decodes, the message's bytes are still charged as a body being read,
+//! and count toward what could fit. Messages decoded outside a call (an
 //! app's answers to the sidecar's own calls) are not measured.
 
 mod estimate;

@@ -27,8 +27,12 @@ pub(in crate::grpc) struct CallCharge {
     /// The method's request message.
     request: MessageId,
     budget: Arc<BodyBudget>,
-    /// A request stream holds its latest message only.
-    per_message: bool,
+    /// A request stream's messages are checked against what is free as
+    /// they are decoded, and not held: its reader handles each and drops
+    /// it before it reads the next (holding the latest would let a stream
+    /// that goes quiet pin its charge for its life).
+    stream: bool,
+    /// What the call's request holds decoded (a unary call holds one).
     held: Cell<usize>,
     /// The type the call's requests decode as, bound by the first decoded:
     /// anything else decoded in the call (an answer to a call its handler
@@ -37,19 +41,21 @@ pub(in crate::grpc) struct CallCharge {
 }
 
 impl CallCharge {
-    fn new(request: MessageId, budget: Arc<BodyBudget>, per_message: bool) -> Self {
+    fn new(request: MessageId, budget: Arc<BodyBudget>, stream: bool) -> Self {
         Self {
             request,
             budget,
-            per_message,
+            stream,
             held: Cell::new(0),
             decodes: Cell::new(None),
         }
     }
 
     /// Charges what `message`, to be decoded as `decoded_as`, holds
-    /// decoded, or says why it may not be.
-    fn admit(&self, message: &[u8], decoded_as: TypeId) -> Result<(), Status> {
+    /// decoded, or says why it may not be; `still_read`: its bytes are
+    /// still charged as a body being read (tonic's codec decodes before
+    /// it lets go of the body), so they count toward what could fit.
+    fn admit(&self, message: &[u8], decoded_as: TypeId, still_read: bool) -> Result<(), Status> {
         match self.decodes.get() {
             None => self.decodes.set(Some(decoded_as)),
             Some(request) if request != decoded_as => return Ok(()),
@@ -62,7 +68,8 @@ impl CallCharge {
         };
         let decoded = usize::try_from(decoded).unwrap_or(usize::MAX);
         let limit = self.budget.limit();
-        if decoded > limit {
+        let read = if still_read { message.len() } else { 0 };
+        if decoded.saturating_add(read) > limit {
             return Err(Status::resource_exhausted(format!(
                 "the request message of {} bytes would hold about {decoded} bytes once \
                  decoded, more than the {limit} bytes of requests the sidecar holds at once \
@@ -70,16 +77,20 @@ impl CallCharge {
                 message.len()
             )));
         }
-        if self.per_message {
-            self.budget.let_go(self.held.replace(0));
-        }
+        // A unary call holds one request: the latest measured (a message
+        // handed back to tonic's codec is measured again, not twice).
+        self.budget.let_go(self.held.replace(0));
         if !self.budget.hold_decoded(decoded) {
             return Err(Status::resource_exhausted(format!(
                 "the sidecar holds as many request bytes as it can at once ({limit} bytes \
                  across its connections): try again shortly"
             )));
         }
-        self.held.set(self.held.get() + decoded);
+        if self.stream {
+            self.budget.let_go(decoded);
+        } else {
+            self.held.set(decoded);
+        }
         Ok(())
     }
 }
@@ -92,9 +103,10 @@ impl Drop for CallCharge {
 
 /// Charges what `message` (one request message of the call being served,
 /// without its prefix, to be decoded as `M`) holds decoded, before it is
-/// decoded; outside a call, nothing is measured.
-pub(in crate::grpc) fn admit<M: 'static>(message: &[u8]) -> Result<(), Status> {
-    CALL.try_with(|call| call.admit(message, TypeId::of::<M>()))
+/// decoded; outside a call, nothing is measured. `still_read`: the
+/// message's bytes are still charged as a body being read.
+pub(in crate::grpc) fn admit<M: 'static>(message: &[u8], still_read: bool) -> Result<(), Status> {
+    CALL.try_with(|call| call.admit(message, TypeId::of::<M>(), still_read))
         .unwrap_or(Ok(()))
 }
 
@@ -123,6 +135,8 @@ pub(in crate::grpc) struct HoldDecodedLayer {
 impl HoldDecodedLayer {
     /// Calls' decoded requests charged to `budget`.
     pub(in crate::grpc) fn new(budget: Arc<BodyBudget>) -> Self {
+        // Read the schemas now, not in the first call.
+        Schemas::embedded();
         Self { budget }
     }
 }
@@ -162,9 +176,9 @@ where
         let Some(message) = Schemas::embedded().request_of(path) else {
             return Either::Right(self.inner.call(request));
         };
-        let per_message =
+        let stream =
             <tonic::body::Body as CountedBody>::read_as(&Method::POST, path) == BodyRead::Messages;
-        let charge = CallCharge::new(message, Arc::clone(&self.budget), per_message);
+        let charge = CallCharge::new(message, Arc::clone(&self.budget), stream);
         Either::Left(CALL.scope(charge, self.inner.call(request)))
     }
 }
@@ -199,19 +213,53 @@ mod tests {
         .encode_to_vec()
     }
 
+    /// 100,000 empty items: ~200 KB on the wire, ~10 MB decoded.
+    fn empty_items() -> Vec<u8> {
+        dapr::SaveStateRequest {
+            store_name: "orders".into(),
+            states: vec![common::StateItem::default(); 100_000],
+        }
+        .encode_to_vec()
+    }
+
+    fn save(message: &[u8]) -> Result<(), Status> {
+        admit::<dapr::SaveStateRequest>(message, false)
+    }
+
     #[tokio::test]
-    async fn a_call_holds_what_its_request_holds_decoded_until_it_ends() {
+    async fn a_unary_call_holds_its_request_decoded_until_it_ends() {
         let budget = BodyBudget::new(1024 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         CALL.scope(charge, async {
-            admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
+            save(&save_of(100 * KIB)).expect("fits");
             let one = budget.in_use();
-            assert!((100 * KIB..110 * KIB).contains(&one), "{one}");
-            admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
-            assert_eq!(budget.in_use(), 2 * one, "a unary call's charges add up");
+            assert!((100 * KIB..160 * KIB).contains(&one), "{one}");
+            // Measured again (handed back to tonic's codec): held once.
+            save(&save_of(100 * KIB)).expect("fits");
+            assert_eq!(budget.in_use(), one);
         })
         .await;
         assert_eq!(budget.in_use(), 0, "let go when the call ended");
+    }
+
+    #[tokio::test]
+    async fn a_request_streams_messages_are_checked_and_not_held() {
+        let budget = BodyBudget::new(1024 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), true);
+        CALL.scope(charge, async {
+            for _ in 0..20 {
+                save(&save_of(100 * KIB)).expect("fits");
+            }
+            assert_eq!(budget.in_use(), 0, "a quiet stream pins nothing");
+            assert!(budget.hold_decoded(1000 * KIB));
+            let refused = save(&save_of(100 * KIB)).expect_err("not free now");
+            assert!(refused.message().contains("try again"), "{refused:?}");
+            budget.let_go(1000 * KIB);
+            let refused = save(&empty_items()).expect_err("could never fit");
+            assert!(refused.message().contains("once decoded"), "{refused:?}");
+        })
+        .await;
+        assert_eq!(budget.in_use(), 0);
     }
 
     #[tokio::test]
@@ -219,52 +267,24 @@ mod tests {
         let budget = BodyBudget::new(1024 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         CALL.scope(charge, async {
-            admit::<dapr::SaveStateRequest>(&save_of(KIB)).expect("fits");
+            save(&save_of(KIB)).expect("fits");
             let held = budget.in_use();
             // An app's answer to a call the handler made, of another type,
             // which read as a save would hold more than the budget.
-            let empty_items = dapr::SaveStateRequest {
-                store_name: "orders".into(),
-                states: vec![common::StateItem::default(); 100_000],
-            }
-            .encode_to_vec();
-            admit::<dapr::GetStateResponse>(&empty_items).expect("not measured");
+            admit::<dapr::GetStateResponse>(&empty_items(), false).expect("not measured");
             assert_eq!(budget.in_use(), held);
         })
         .await;
     }
 
     #[tokio::test]
-    async fn a_request_stream_holds_its_latest_message_only() {
-        let budget = BodyBudget::new(1024 * KIB);
-        let charge = CallCharge::new(save_request(), Arc::clone(&budget), true);
-        CALL.scope(charge, async {
-            admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
-            let one = budget.in_use();
-            for _ in 0..20 {
-                admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
-            }
-            assert_eq!(budget.in_use(), one);
-        })
-        .await;
-        assert_eq!(budget.in_use(), 0);
-    }
-
-    #[tokio::test]
     async fn a_message_that_could_never_fit_is_refused_naming_its_decoded_size() {
         let budget = BodyBudget::new(1024 * KIB);
-        // 100,000 empty items: ~200 KB on the wire, ~10 MB decoded.
-        let empty_items = dapr::SaveStateRequest {
-            store_name: "orders".into(),
-            states: vec![common::StateItem::default(); 100_000],
-        }
-        .encode_to_vec();
+        let empty_items = empty_items();
         assert!(empty_items.len() < 256 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         let refused = CALL
-            .scope(charge, async {
-                admit::<dapr::SaveStateRequest>(&empty_items)
-            })
+            .scope(charge, async { save(&empty_items) })
             .await
             .expect_err("refused");
         assert_eq!(refused.code(), Code::ResourceExhausted);
@@ -279,14 +299,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn bytes_still_read_count_toward_what_could_fit() {
+        // 600 KiB decoded fits 1 MiB alone, not beside its 600 KiB read.
+        let budget = BodyBudget::new(1024 * KIB);
+        let message = save_of(600 * KIB);
+        let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
+        CALL.scope(charge, async {
+            save(&message).expect("its body was let go of");
+            let refused = admit::<dapr::SaveStateRequest>(&message, true).expect_err("never fits");
+            assert!(refused.message().contains("once decoded"), "{refused:?}");
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn a_message_that_does_not_fit_now_may_be_retried() {
         let budget = BodyBudget::new(1024 * KIB);
         assert!(budget.hold_decoded(1000 * KIB));
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
         let refused = CALL
-            .scope(charge, async {
-                admit::<dapr::SaveStateRequest>(&save_of(100 * KIB))
-            })
+            .scope(charge, async { save(&save_of(100 * KIB)) })
             .await
             .expect_err("refused");
         assert_eq!(refused.code(), Code::ResourceExhausted);
@@ -300,31 +332,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_reader_in_another_task_is_charged_as_its_call() {
+    async fn a_reader_in_another_task_is_checked_as_a_stream_of_its_call() {
         let budget = BodyBudget::new(1024 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
-        let (read, keep) = tokio::sync::oneshot::channel::<()>();
         let reader = CALL
             .scope(charge, async {
-                tokio::spawn(carried(async move {
-                    admit::<dapr::SaveStateRequest>(&save_of(100 * KIB)).expect("fits");
-                    let _ = keep.await;
+                tokio::spawn(carried(async {
+                    let fits = save(&save_of(100 * KIB));
+                    let never = save(&empty_items());
+                    (fits, never)
                 }))
             })
             .await;
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while budget.in_use() == 0 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the reader was charged");
-        assert!(budget.in_use() >= 100 * KIB);
-        drop(read);
-        reader.await.expect("ran");
-        assert_eq!(budget.in_use(), 0, "let go when the reader ended");
-        // Outside any call, nothing is measured or charged.
-        admit::<dapr::SaveStateRequest>(&save_of(2048 * KIB)).expect("not measured");
+        let (fits, never) = reader.await.expect("ran");
+        fits.expect("fits");
+        never.expect_err("could never fit");
         assert_eq!(budget.in_use(), 0);
+        // Outside any call, nothing is measured or charged.
+        save(&empty_items()).expect("not measured");
     }
 }
