@@ -3,13 +3,17 @@
 //! reads as ([`TopicEvent::of`]).
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use super::json_text::{checked_raw, CheckedKind, JsonKind};
+pub(super) use super::pubsub_bulk_event::bulk_event_bytes;
 
 /// The `type` of events Dapr publishes.
 pub const EVENT_TYPE: &str = "com.dapr.event.sent";
@@ -56,8 +60,39 @@ fn is_binary(content_type: &str) -> bool {
 #[error("{0}")]
 pub struct NotACloudEvent(pub String);
 
+/// A CloudEvent as published: its members, each as its JSON text, written
+/// in the order of their keys (as a `serde_json::Map` writes them). Data
+/// and a given CloudEvent's members are their text as sent, not a parsed
+/// tree (which would hold up to ~90 times the text).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(transparent)]
+pub struct Envelope(BTreeMap<String, Box<RawValue>>);
+
+impl Envelope {
+    /// The members, each parsed (for a subscriber's routes and
+    /// extensions); one that does not parse (none: each was checked as
+    /// JSON) is left out.
+    fn into_values(self) -> Map<String, Value> {
+        self.0
+            .into_iter()
+            .filter_map(|(key, raw)| Some((key, serde_json::from_str(raw.get()).ok()?)))
+            .collect()
+    }
+}
+
+/// A string member's JSON text.
+fn text_member(text: &str) -> Box<RawValue> {
+    serde_json::value::to_raw_value(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+/// A member's text, when it is a JSON string.
+fn member_text(member: &RawValue) -> Option<String> {
+    serde_json::from_str(member.get()).ok()
+}
+
 /// The CloudEvent Dapr publishes for `data` of `content_type` (default
-/// `text/plain`, as Dapr's): JSON data is embedded as JSON,
+/// `text/plain`, as Dapr's): JSON data is embedded as JSON (its text as
+/// sent, checked as `serde_json::Value` reads it, see [`json_data`]),
 /// `application/octet-stream` as `data_base64`, anything else as a string
 /// (as Dapr; bytes that are not UTF-8, which Dapr would mangle, go to
 /// `data_base64` instead). A payload that is itself a
@@ -71,7 +106,7 @@ pub fn envelope(
     data: &[u8],
     content_type: Option<&str>,
     cx: &EnvelopeContext<'_>,
-) -> Result<Value, NotACloudEvent> {
+) -> Result<Envelope, NotACloudEvent> {
     let content_type = content_type.filter(|c| !c.is_empty());
     let given = match content_type {
         Some(c) if is_cloud_event_content_type(c) => Some(given_cloud_event(data)?),
@@ -86,7 +121,7 @@ pub fn envelope(
 pub fn check_cloud_event(data: &[u8], content_type: Option<&str>) -> Result<(), NotACloudEvent> {
     match content_type {
         Some(c) if !c.is_empty() && is_cloud_event_content_type(c) => {
-            given_cloud_event(data).map(drop)
+            first_object_end(data).map(drop)
         }
         _ => Ok(()),
     }
@@ -95,29 +130,36 @@ pub fn check_cloud_event(data: &[u8], content_type: Option<&str>) -> Result<(), 
 /// Whether `content_type` is `application/cloudevents+json`, as Dapr's
 /// `IsCloudEventContentType`: the whole type, or what precedes its first
 /// `;`, in any case (no spaces trimmed).
-fn is_cloud_event_content_type(content_type: &str) -> bool {
+pub(super) fn is_cloud_event_content_type(content_type: &str) -> bool {
     is_content_type(content_type, CLOUD_EVENT_CONTENT_TYPE)
 }
 
 /// Dapr's `isContentType`: `content_type` lowercased is `expected`, or
 /// what precedes its first `;` is.
-fn is_content_type(content_type: &str, expected: &str) -> bool {
+pub(super) fn is_content_type(content_type: &str, expected: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or_default();
     essence.eq_ignore_ascii_case(expected)
 }
 
 /// The fields of a payload sent as a CloudEvent: the first JSON value of
 /// `data`, which must be an object (as Go's decoder, what follows it is
-/// not read).
-fn given_cloud_event(data: &[u8]) -> Result<Map<String, Value>, NotACloudEvent> {
-    let first = serde_json::Deserializer::from_slice(data)
-        .into_iter::<Value>()
-        .next();
-    match first {
-        Some(Ok(Value::Object(fields))) => Ok(fields),
-        Some(Ok(other)) => Err(NotACloudEvent(format!(
+/// not read); each field is its JSON text as sent (no tree is built).
+fn given_cloud_event(data: &[u8]) -> Result<BTreeMap<String, Box<RawValue>>, NotACloudEvent> {
+    let end = first_object_end(data)?;
+    // Checked as a `Value` reads it: its members read.
+    serde_json::from_slice(&data[..end]).map_err(|err| NotACloudEvent(err.to_string()))
+}
+
+/// Where the first JSON value of `data` ends, when it is an object read
+/// as a `Value` would be (the same errors otherwise), checked without
+/// building it.
+fn first_object_end(data: &[u8]) -> Result<usize, NotACloudEvent> {
+    let mut values = serde_json::Deserializer::from_slice(data).into_iter::<CheckedKind>();
+    match values.next() {
+        Some(Ok(CheckedKind(JsonKind::Object))) => Ok(values.byte_offset()),
+        Some(Ok(CheckedKind(other))) => Err(NotACloudEvent(format!(
             "a CloudEvent must be a JSON object, not {}",
-            json_kind(&other)
+            other.described()
         ))),
         Some(Err(err)) => Err(NotACloudEvent(err.to_string())),
         None => Err(NotACloudEvent("the CloudEvent is empty".into())),
@@ -139,18 +181,17 @@ fn json_kind(value: &Value) -> &'static str {
 fn build_envelope(
     data: &[u8],
     content_type: Option<&str>,
-    given: Option<Map<String, Value>>,
+    given: Option<BTreeMap<String, Box<RawValue>>>,
     cx: &EnvelopeContext<'_>,
-) -> Value {
-    let mut event = Map::new();
+) -> Envelope {
+    let mut event = BTreeMap::new();
     let content_type = match given {
         Some(fields) => {
             event = fields;
             event
                 .get("datacontenttype")
-                .and_then(Value::as_str)
-                .unwrap_or("application/json")
-                .to_string()
+                .and_then(|member| member_text(member))
+                .unwrap_or_else(|| "application/json".to_string())
         }
         None => {
             let content_type = content_type.unwrap_or("text/plain").to_string();
@@ -165,103 +206,66 @@ fn build_envelope(
     if let Some(metadata) = cx.metadata {
         apply_ttl(&mut event, metadata);
     }
-    let mut fill = |key: &str, value: Value| {
-        event.entry(key.to_string()).or_insert(value);
+    let mut fill = |key: &str, value: &str| {
+        event
+            .entry(key.to_string())
+            .or_insert_with(|| text_member(value));
     };
-    fill("id", Value::String(new_event_id()));
-    fill("source", Value::String(cx.app_id.to_string()));
-    fill("type", Value::String(EVENT_TYPE.into()));
-    fill("specversion", Value::String("1.0".into()));
-    fill("datacontenttype", Value::String(content_type));
-    fill("time", Value::String(rfc3339_now()));
+    fill("id", &new_event_id());
+    fill("source", cx.app_id);
+    fill("type", EVENT_TYPE);
+    fill("specversion", "1.0");
+    fill("datacontenttype", &content_type);
+    fill("time", &rfc3339_now());
     if let Some(traceparent) = cx.traceparent {
-        fill("traceid", Value::String(traceparent.to_string()));
-        fill("traceparent", Value::String(traceparent.to_string()));
+        fill("traceid", traceparent);
+        fill("traceparent", traceparent);
     }
     if let Some(tracestate) = cx.tracestate {
-        fill("tracestate", Value::String(tracestate.to_string()));
+        fill("tracestate", tracestate);
     }
-    event.insert("topic".into(), Value::String(cx.topic.to_string()));
-    event.insert(
-        "pubsubname".into(),
-        Value::String(cx.pubsub_name.to_string()),
-    );
-    Value::Object(event)
+    event.insert("topic".into(), text_member(cx.topic));
+    event.insert("pubsubname".into(), text_member(cx.pubsub_name));
+    Envelope(event)
 }
 
-fn put_data(event: &mut Map<String, Value>, data: &[u8], content_type: &str) {
+fn put_data(event: &mut BTreeMap<String, Box<RawValue>>, data: &[u8], content_type: &str) {
     if is_json(content_type) {
-        if let Ok(json) = serde_json::from_slice::<Value>(data) {
+        if let Some(json) = json_data(data) {
             event.insert("data".into(), json);
             return;
         }
     }
     match std::str::from_utf8(data) {
         Ok(text) if !is_binary(content_type) => {
-            event.insert("data".into(), Value::String(text.to_string()));
+            event.insert("data".into(), text_member(text));
         }
         _ => {
             let encoded = base64::engine::general_purpose::STANDARD.encode(data);
-            event.insert("data_base64".into(), Value::String(encoded));
+            event.insert("data_base64".into(), text_member(&encoded));
         }
     }
 }
 
-/// Dapr's reason for an `event` its `contentType` does not take.
-const EVENT_MISMATCH: &str = "error: mismatch between contentType and event";
+/// JSON data as embedded in an envelope: its text as sent (whitespace
+/// around it left out), when `serde_json::Value` reads it (the same input
+/// as before, when it was parsed and written again); checked without
+/// building a tree, so it takes about its own size, not up to ~90 times.
+/// Dapr writes the value it decoded (members sorted, a repeated key once,
+/// numbers as sent): a subscriber reads the same JSON.
+fn json_data(data: &[u8]) -> Option<Box<RawValue>> {
+    checked_raw(data)
+}
 
 /// Go's `base64.StdEncoding` for decoding: padded, other bits of the last
 /// symbol ignored.
-const GO_STD_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new()
-        .with_decode_allow_trailing_bits(true)
-        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
-);
-
-/// A bulk entry's `event` as the bytes published, by its `contentType`, as
-/// Dapr's `ConvertEventToBytes`: `application/octet-stream` takes a
-/// base64 string, decoded; `text/*` and `application/xml` a string, as
-/// is; `application/json` and `application/cloudevents+json` any JSON,
-/// written as JSON; any other type (none given too) is refused.
-pub(super) fn bulk_event_bytes(event: Value, content_type: &str) -> Result<Vec<u8>, String> {
-    if is_content_type(content_type, "application/octet-stream") {
-        let Value::String(text) = event else {
-            return Err(EVENT_MISMATCH.into());
-        };
-        // Go's decoder skips line breaks.
-        let text = text.replace(['\r', '\n'], "");
-        return base64::Engine::decode(&GO_STD_BASE64, &text).map_err(|err| {
-            let at = match err {
-                base64::DecodeError::InvalidByte(at, _)
-                | base64::DecodeError::InvalidLastSymbol(at, _) => at,
-                base64::DecodeError::InvalidLength(_) | base64::DecodeError::InvalidPadding => {
-                    text.len()
-                }
-            };
-            // Dapr's wording, its spelling kept.
-            format!(
-                "error: unable to decode base64 application/octect-stream data: \
-                 illegal base64 data at input byte {at}"
-            )
-        });
-    }
-    let text_type = content_type
-        .get(..5)
-        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("text/"));
-    if text_type || is_content_type(content_type, "application/xml") {
-        return match event {
-            Value::String(text) => Ok(text.into_bytes()),
-            _ => Err(EVENT_MISMATCH.into()),
-        };
-    }
-    if is_content_type(content_type, "application/json")
-        || is_cloud_event_content_type(content_type)
-    {
-        return serde_json::to_vec(&event).map_err(|err| format!("{EVENT_MISMATCH}: {err}"));
-    }
-    Err(EVENT_MISMATCH.into())
-}
+pub(super) const GO_STD_BASE64: base64::engine::GeneralPurpose =
+    base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+    );
 
 /// The most `ttlInSeconds` taken (Dapr's limit, a 32-bit count).
 const MAX_TTL_SECONDS: u64 = 2_147_483_647;
@@ -269,14 +273,17 @@ const MAX_TTL_SECONDS: u64 = 2_147_483_647;
 /// Dapr's envelope overrides from publish metadata, for an envelope it
 /// builds (not a given CloudEvent): `cloudevent.id`, `cloudevent.source`,
 /// `cloudevent.type` (non-empty ones).
-fn apply_overrides(event: &mut Map<String, Value>, metadata: &HashMap<String, String>) {
+fn apply_overrides(
+    event: &mut BTreeMap<String, Box<RawValue>>,
+    metadata: &HashMap<String, String>,
+) {
     for (key, field) in [
         ("cloudevent.id", "id"),
         ("cloudevent.source", "source"),
         ("cloudevent.type", "type"),
     ] {
         if let Some(value) = metadata.get(key).filter(|v| !v.is_empty()) {
-            event.insert(field.into(), Value::String(value.clone()));
+            event.insert(field.into(), text_member(value));
         }
     }
 }
@@ -284,7 +291,7 @@ fn apply_overrides(event: &mut Map<String, Value>, metadata: &HashMap<String, St
 /// `expiration` (now + `ttlInSeconds`, RFC 3339 UTC) for a positive
 /// `ttlInSeconds`, on any envelope (as Dapr's `ApplyMetadata`); a
 /// `ttlInSeconds` that is not one is ignored, as Dapr ignores it here.
-fn apply_ttl(event: &mut Map<String, Value>, metadata: &HashMap<String, String>) {
+fn apply_ttl(event: &mut BTreeMap<String, Box<RawValue>>, metadata: &HashMap<String, String>) {
     let ttl = metadata
         .get("ttlInSeconds")
         .and_then(|v| v.parse::<u64>().ok())
@@ -295,7 +302,7 @@ fn apply_ttl(event: &mut Map<String, Value>, metadata: &HashMap<String, String>)
             .map_or(0, |d| d.as_secs());
         event.insert(
             "expiration".into(),
-            Value::String(rewire_runtime::rfc3339_utc(now.saturating_add(ttl))),
+            text_member(&rewire_runtime::rfc3339_utc(now.saturating_add(ttl))),
         );
     }
 }
@@ -368,11 +375,15 @@ impl TopicEvent {
 
     /// The event of a message delivered on the subscription to `topic` of
     /// `pubsub_name`: its CloudEvent, or (a raw payload) one made around
-    /// it, as Dapr does for `rawPayload`.
+    /// it, as Dapr does for `rawPayload`. The message's members are read
+    /// as text first, and parsed only when it is a CloudEvent (each on its
+    /// own: a member as deep as the JSON limit, which an envelope around
+    /// such data has, is read too).
     pub fn of(message: &rewire_runtime::Message, pubsub_name: &str, topic: &str) -> Self {
-        let parsed = serde_json::from_slice::<Map<String, Value>>(&message.data)
+        let parsed = serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(&message.data)
             .ok()
-            .filter(|e| e.contains_key("specversion") && e.contains_key("id"));
+            .filter(|e| e.contains_key("specversion") && e.contains_key("id"))
+            .and_then(parsed_members);
         let (cloud_event, body) = match parsed {
             Some(event) => (event, message.data.clone()),
             None => {
@@ -390,12 +401,9 @@ impl TopicEvent {
                 let given = Some(content_type)
                     .filter(|c| is_cloud_event_content_type(c))
                     .and_then(|_| given_cloud_event(&message.data).ok());
-                let event = match build_envelope(&message.data, Some(content_type), given, &cx) {
-                    Value::Object(event) => event,
-                    _ => Map::new(),
-                };
-                let body = serde_json::to_vec(&event).unwrap_or_default();
-                (event, body)
+                let envelope = build_envelope(&message.data, Some(content_type), given, &cx);
+                let body = serde_json::to_vec(&envelope).unwrap_or_default();
+                (envelope.into_values(), body)
             }
         };
         Self::of_cloud_event(cloud_event, body, message, pubsub_name, topic)
@@ -481,6 +489,15 @@ impl TopicEvent {
             .collect();
         prost_types::Struct { fields }
     }
+}
+
+/// A CloudEvent's `members` parsed, each dropped once parsed; `None` when
+/// one is not JSON a `Value` reads.
+fn parsed_members(members: BTreeMap<String, Box<RawValue>>) -> Option<Map<String, Value>> {
+    members
+        .into_iter()
+        .map(|(key, raw)| Some((key, serde_json::from_str(raw.get()).ok()?)))
+        .collect()
 }
 
 /// The payload of `event` (see [`TopicEvent::data`]), as daprd's
@@ -604,6 +621,15 @@ mod tests {
         assert_eq!(tags.values.len(), 3);
     }
 
+    /// The envelope [`super::envelope`] makes, as JSON (to read fields).
+    fn envelope(
+        data: &[u8],
+        content_type: Option<&str>,
+        cx: &EnvelopeContext<'_>,
+    ) -> Result<Value, NotACloudEvent> {
+        super::envelope(data, content_type, cx).map(|e| serde_json::to_value(e).expect("JSON"))
+    }
+
     fn cx() -> EnvelopeContext<'static> {
         EnvelopeContext {
             app_id: "checkout",
@@ -613,6 +639,87 @@ mod tests {
             tracestate: None,
             metadata: None,
         }
+    }
+
+    /// JSON data is spliced into the envelope as the text sent (checked,
+    /// not parsed into a tree: a 4 MiB body of `{"":0}` objects would
+    /// be ~380 MB of nodes), the envelope's own members as before, in key
+    /// order; a subscriber reads the same JSON.
+    #[test]
+    fn json_data_is_embedded_as_sent_without_a_tree() {
+        let sent = r#"{"z": [1.0, 1e2, 12345678901234567890123], "a": {"k":1,"k":2}}"#;
+        let raw = json_data(format!(" {sent}\n").as_bytes()).expect("JSON data");
+        assert_eq!(raw.get(), sent, "the text, whitespace around it left out");
+
+        let published =
+            super::envelope(sent.as_bytes(), Some("application/json"), &cx()).expect("envelope");
+        let bytes = serde_json::to_vec(&published).expect("JSON");
+        let text = String::from_utf8_lossy(&bytes);
+        let data_at = text.find(r#""data":"#).expect("data");
+        assert!(
+            text[data_at..].starts_with(&format!(r#""data":{sent},"#)),
+            "{text}"
+        );
+        assert!(
+            text.starts_with(r#"{"data":"#),
+            "members in key order: {text}"
+        );
+        assert!(
+            text.contains(r#","datacontenttype":"application/json","#),
+            "{text}"
+        );
+
+        let delivered = TopicEvent::of(
+            &rewire_runtime::Message {
+                data: bytes.clone(),
+                ..Default::default()
+            },
+            "pubsub",
+            "orders",
+        );
+        assert_eq!(delivered.body, bytes, "delivered as published");
+        let parsed: Value = serde_json::from_str(sent).expect("JSON");
+        assert_eq!(delivered.cloud_event["data"], parsed);
+        assert_eq!(delivered.data, parsed.to_string().into_bytes());
+
+        // What `Value` refuses stays text, as before.
+        for refused in ["1e400", r#""\ud800""#, "[1] x", "{\"a\" 1}"] {
+            assert!(json_data(refused.as_bytes()).is_none(), "{refused}");
+            let event =
+                envelope(refused.as_bytes(), Some("application/json"), &cx()).expect("an envelope");
+            assert_eq!(event["data"], refused, "{refused}");
+        }
+    }
+
+    /// A given CloudEvent's members are kept as sent too.
+    #[test]
+    fn a_given_cloud_event_keeps_its_members_as_sent() {
+        let given = r#"{"id":"mine", "data": {"z": 1, "a": [2.50]}, "ext": [ 1 ]}"#;
+        let envelope = super::envelope(given.as_bytes(), Some(CLOUD_EVENT_CONTENT_TYPE), &cx())
+            .expect("an envelope");
+        let text = String::from_utf8(serde_json::to_vec(&envelope).expect("JSON")).expect("UTF-8");
+        assert!(text.contains(r#""data":{"z": 1, "a": [2.50]},"#), "{text}");
+        assert!(text.contains(r#""ext":[ 1 ],"#), "{text}");
+        assert!(text.contains(r#""id":"mine","#), "{text}");
+    }
+
+    /// Data as deep as serde_json reads (127 levels) makes an envelope one
+    /// level deeper: its members are read one by one, so it is delivered
+    /// as the CloudEvent it is (it was wrapped again, as a payload).
+    #[test]
+    fn an_envelope_around_data_as_deep_as_json_allows_is_delivered_as_itself() {
+        let deepest = format!("{}{}", "[".repeat(127), "]".repeat(127));
+        let event =
+            envelope(deepest.as_bytes(), Some("application/json"), &cx()).expect("an envelope");
+        assert!(event["data"].is_array(), "embedded as JSON");
+        let message = rewire_runtime::Message {
+            data: serde_json::to_vec(&event).expect("JSON"),
+            content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+            ..Default::default()
+        };
+        let delivered = TopicEvent::of(&message, "pubsub", "orders");
+        assert_eq!(delivered.id, event["id"].as_str().expect("an id"));
+        assert_eq!(delivered.data, deepest.as_bytes());
     }
 
     #[test]
@@ -913,48 +1020,6 @@ mod tests {
         assert_eq!(
             (&event["topic"], &event["pubsubname"]),
             (&Value::from("orders"), &Value::from("pubsub"))
-        );
-    }
-
-    #[test]
-    fn bulk_events_are_converted_by_content_type_as_dapr() {
-        use serde_json::json;
-        let ok = |event: Value, content_type: &str| {
-            bulk_event_bytes(event, content_type).unwrap_or_else(|e| panic!("{content_type}: {e}"))
-        };
-        assert_eq!(ok(json!("aGVsbG8="), "application/octet-stream"), b"hello");
-        assert_eq!(
-            ok(json!("aGVs\nbG8="), "Application/Octet-Stream; x=1"),
-            b"hello"
-        );
-        assert_eq!(ok(json!("aGVsbG8="), "text/plain"), b"aGVsbG8=");
-        assert_eq!(ok(json!("<a/>"), "application/xml"), b"<a/>");
-        assert_eq!(ok(json!({"n": 1}), "application/json"), br#"{"n":1}"#);
-        assert_eq!(ok(json!("s"), "application/json; charset=utf-8"), br#""s""#);
-        assert_eq!(ok(json!([1]), "application/cloudevents+json"), b"[1]");
-
-        for (event, content_type) in [
-            (json!({"n": 1}), "text/plain"),
-            (json!(1), "text/plain"),
-            (json!({"n": 1}), "application/octet-stream"),
-            (json!("x"), ""),
-            (json!("x"), "application/problem+json"),
-            (json!("x"), "image/png"),
-        ] {
-            assert_eq!(
-                bulk_event_bytes(event, content_type),
-                Err(EVENT_MISMATCH.to_string()),
-                "{content_type}"
-            );
-        }
-        let not_base64 = bulk_event_bytes(json!("hello!"), "application/octet-stream");
-        assert_eq!(
-            not_base64,
-            Err(
-                "error: unable to decode base64 application/octect-stream data: \
-                 illegal base64 data at input byte 5"
-                    .to_string()
-            )
         );
     }
 }

@@ -8,15 +8,15 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::Query;
 use axum::http::StatusCode;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
-use serde_json::Value;
 
 mod json_items;
 
 pub use json_items::Items;
 
 use super::error::HttpError;
+use crate::dapr::json_text::NormalisedJson;
 use crate::dapr::{collect_request_metadata, RequestLimitError};
 
 /// The query string as name/value pairs (a name may repeat).
@@ -103,19 +103,103 @@ pub fn request_metadata(
 }
 
 /// A metadata map whose values may be JSON strings, numbers or booleans
-/// (SDKs send strings; people write `"ttlInSeconds": 60`).
+/// (SDKs send strings; people write `"ttlInSeconds": 60`); a `null` value
+/// is no entry, an array or object its JSON text as serde_json writes it
+/// (compact, members by key), read without building it (see
+/// [`LenientText`]).
 pub fn lenient_metadata<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<HashMap<String, String>, D::Error> {
-    let map = Option::<HashMap<String, Value>>::deserialize(deserializer)?.unwrap_or_default();
+    let map = Option::<HashMap<String, LenientText>>::deserialize(deserializer)?;
     Ok(map
+        .unwrap_or_default()
         .into_iter()
-        .filter(|(_, v)| !v.is_null())
-        .map(|(k, v)| match v {
-            Value::String(s) => (k, s),
-            other => (k, other.to_string()),
-        })
+        .filter_map(|(k, LenientText(v))| Some((k, v?)))
         .collect())
+}
+
+/// A lenient metadata value as text: a string as itself, `null` as none,
+/// anything else as the JSON text a `serde_json::Value` of it writes,
+/// written as it is read ([`NormalisedJson`]): an array of small objects
+/// takes about its text's size, not a tree's ~90 times.
+struct LenientText(Option<String>);
+
+impl<'de> Deserialize<'de> for LenientText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LenientVisitor)
+    }
+}
+
+/// Reads a [`LenientText`].
+struct LenientVisitor;
+
+impl LenientVisitor {
+    /// The JSON text `write` writes.
+    fn json<E: serde::de::Error>(
+        write: impl FnOnce(NormalisedJson<'_>) -> Result<(), E>,
+    ) -> Result<LenientText, E> {
+        let mut out = Vec::new();
+        write(NormalisedJson { out: &mut out })?;
+        String::from_utf8(out)
+            .map(|text| LenientText(Some(text)))
+            .map_err(E::custom)
+    }
+}
+
+impl<'de> Visitor<'de> for LenientVisitor {
+    type Value = LenientText;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<LenientText, E> {
+        Self::json(|json| json.visit_bool(value))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<LenientText, E> {
+        Self::json(|json| json.visit_i64(value))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<LenientText, E> {
+        Self::json(|json| json.visit_u64(value))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<LenientText, E> {
+        match value.is_finite() {
+            true => Self::json(|json| json.visit_f64(value)),
+            // As a `Value` holds it: `null`, no entry.
+            false => Ok(LenientText(None)),
+        }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<LenientText, E> {
+        Ok(LenientText(Some(value.to_string())))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, value: String) -> Result<LenientText, E> {
+        Ok(LenientText(Some(value)))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<LenientText, E> {
+        Ok(LenientText(None))
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<LenientText, D::Error> {
+        LenientText::deserialize(deserializer)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<LenientText, E> {
+        Ok(LenientText(None))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<LenientText, A::Error> {
+        Self::json(|json| json.visit_seq(seq))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LenientText, A::Error> {
+        Self::json(|json| json.visit_map(map))
+    }
 }
 
 #[cfg(test)]
@@ -157,5 +241,59 @@ mod tests {
         assert_eq!(item.metadata["ttlInSeconds"], "60");
         assert_eq!(item.metadata["a"], "b");
         assert!(!item.metadata.contains_key("n"));
+    }
+
+    /// Metadata as read before: each value parsed into a tree, then a
+    /// string as itself and anything else (but `null`) as its JSON text.
+    fn metadata_as_parsed(text: &str) -> Result<HashMap<String, String>, String> {
+        #[derive(Deserialize)]
+        struct Item {
+            #[serde(default)]
+            metadata: Option<HashMap<String, serde_json::Value>>,
+        }
+        let item: Item = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        Ok(item
+            .metadata
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect())
+    }
+
+    /// Every value reads as it did when parsed into a tree (nested arrays
+    /// and objects as the same JSON text), now written as read.
+    #[test]
+    fn lenient_metadata_reads_as_a_parsed_value_did() {
+        #[derive(Deserialize)]
+        struct Item {
+            #[serde(default, deserialize_with = "lenient_metadata")]
+            metadata: HashMap<String, String>,
+        }
+        let deep = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let mut texts: Vec<String> = [
+            r#"{"metadata": {"ttl": 60, "f": 1.0, "e": 1e2, "big": 123456789012345678901234}}"#,
+            r#"{"metadata": {"t": true, "s": "a\u0041", "n": null, "s": null}}"#,
+            r#"{"metadata": {"o": {"z": [1, {"y": 2, "x": "\n"}], "a": 1, "a": 2}}}"#,
+            r#"{"metadata": {"l": [{"":0},{"":0}], "u": "\ud800"}}"#,
+            r#"{"metadata": {"x": 1e400}}"#,
+            r#"{"metadata": null}"#,
+            r#"{}"#,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        for depth in [124, 125, 126] {
+            texts.push(format!(r#"{{"metadata": {{"d": {}}}}}"#, deep(depth)));
+        }
+        for text in texts {
+            let lenient = serde_json::from_str::<Item>(&text)
+                .map(|item| item.metadata)
+                .map_err(|e| e.to_string());
+            assert_eq!(lenient, metadata_as_parsed(&text), "{text}");
+        }
     }
 }

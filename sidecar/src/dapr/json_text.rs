@@ -1,0 +1,483 @@
+//! JSON read without building a `serde_json::Value` (a tree holds up to
+//! ~90 times its text: `{"":0}` parses into a 632-byte map node): checked
+//! as a `Value` would be read ([`JsonCheck`], the same input accepted and
+//! the same errors), kept as its raw text ([`checked_raw`]), or written
+//! back as a `Value` would write it ([`NormalisedJson`]).
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// serde_json's recursion limit: its depth budget at the top of a
+/// document (a value at most 127 arrays and objects deep is read).
+pub(crate) const TOP_DEPTH: usize = 128;
+
+/// The kind of a JSON value, for errors naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JsonKind {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool,
+    /// A number.
+    Number,
+    /// A string.
+    String,
+    /// An array.
+    Array,
+    /// An object.
+    Object,
+}
+
+impl JsonKind {
+    /// The kind as a phrase (`an array`).
+    pub(crate) fn described(self) -> &'static str {
+        match self {
+            Self::Null => "null",
+            Self::Bool => "a boolean",
+            Self::Number => "a number",
+            Self::String => "a string",
+            Self::Array => "an array",
+            Self::Object => "an object",
+        }
+    }
+}
+
+/// Reads one JSON value as `serde_json::Value` reads it (the same calls on
+/// the deserializer: the same input accepted, the same errors) and keeps
+/// nothing but its kind: no string, key, array or map is allocated.
+/// `depth_left` is serde_json's depth budget where the value starts
+/// ([`TOP_DEPTH`] at the top of a document, one less inside each array or
+/// object), so a value read out of its document on its own is held to the
+/// depth it had there.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JsonCheck {
+    /// serde_json's depth budget left where the value starts.
+    pub(crate) depth_left: usize,
+}
+
+impl JsonCheck {
+    /// A check of a whole document.
+    pub(crate) const TOP: Self = Self {
+        depth_left: TOP_DEPTH,
+    };
+
+    /// The check of a member or element of an array or object: one level
+    /// of the budget less, refused as serde_json refuses it when none is
+    /// left (serde_json's own limit answers first when the budgets agree).
+    fn nested<E: serde::de::Error>(self) -> Result<Self, E> {
+        match self.depth_left.saturating_sub(1) {
+            0 => Err(E::custom("recursion limit exceeded")),
+            depth_left => Ok(Self { depth_left }),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for JsonCheck {
+    type Value = JsonKind;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<JsonKind, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for JsonCheck {
+    type Value = JsonKind;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<JsonKind, E> {
+        Ok(JsonKind::Bool)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<JsonKind, E> {
+        Ok(JsonKind::Number)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<JsonKind, E> {
+        Ok(JsonKind::Number)
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<JsonKind, E> {
+        // As `Value`: a float that is no number is `null`.
+        Ok(match value.is_finite() {
+            true => JsonKind::Number,
+            false => JsonKind::Null,
+        })
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<JsonKind, E> {
+        Ok(JsonKind::String)
+    }
+
+    fn visit_none<E>(self) -> Result<JsonKind, E> {
+        Ok(JsonKind::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<JsonKind, D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_unit<E>(self) -> Result<JsonKind, E> {
+        Ok(JsonKind::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<JsonKind, A::Error> {
+        let element = self.nested()?;
+        while seq.next_element_seed(element)?.is_some() {}
+        Ok(JsonKind::Array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonKind, A::Error> {
+        let member = self.nested()?;
+        while map.next_key_seed(KeyCheck)?.is_some() {
+            map.next_value_seed(member)?;
+        }
+        Ok(JsonKind::Object)
+    }
+}
+
+/// A member's key read as `Value` reads it (a string), not kept.
+struct KeyCheck;
+
+impl<'de> DeserializeSeed<'de> for KeyCheck {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyCheck {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// A whole document's top value, checked by [`JsonCheck`]: its kind (for
+/// readers that take a `Deserialize` type, as `StreamDeserializer`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckedKind(pub(crate) JsonKind);
+
+impl<'de> Deserialize<'de> for CheckedKind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        JsonCheck::TOP.deserialize(deserializer).map(Self)
+    }
+}
+
+/// `data` as a raw JSON value when `serde_json::from_slice::<Value>` would
+/// read it (one value, with whitespace around it at most), else `None`.
+/// No tree is built: the text is checked, then copied once (its
+/// surrounding whitespace left out), so it takes about its own size.
+pub(crate) fn checked_raw(data: &[u8]) -> Option<Box<RawValue>> {
+    let mut deserializer = serde_json::Deserializer::from_slice(data);
+    JsonCheck::TOP.deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    // JSON that reads is UTF-8 (serde_json checks every string).
+    let text = std::str::from_utf8(data).ok()?;
+    serde_json::from_str::<&RawValue>(text)
+        .ok()
+        .map(ToOwned::to_owned)
+}
+
+/// The reason of a serde_json error, without the position it adds (` at
+/// line L column C`), to report it again at another position.
+pub(crate) fn reason_of(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    let position = format!(" at line {} column {}", err.line(), err.column());
+    text.strip_suffix(&position).unwrap_or(&text).to_string()
+}
+
+/// Writes a JSON value to `out` as `serde_json::Value` would read and then
+/// write it (compact, an object's members by key with a repeated key's
+/// last value, numbers and strings as serde_json prints them), without
+/// building it: arrays and scalars are written as they are read, and an
+/// object's members are held as text (with an index entry each) until it
+/// closes, so the memory is about the text's size, not a tree's. It reads
+/// in the document's own deserializer: the depth is serde_json's.
+pub(crate) struct NormalisedJson<'o> {
+    /// Where the JSON text goes.
+    pub(crate) out: &'o mut Vec<u8>,
+}
+
+impl NormalisedJson<'_> {
+    /// Writes `value` with serde_json's serializer.
+    fn write<T: serde::Serialize + ?Sized, E: serde::de::Error>(self, value: &T) -> Result<(), E> {
+        serde_json::to_writer(&mut *self.out, value).map_err(E::custom)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for NormalisedJson<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NormalisedJson<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<(), E> {
+        self.write(&value)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<(), E> {
+        self.write(&value)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<(), E> {
+        self.write(&value)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<(), E> {
+        // serde_json writes a float that is no number as `null`, as
+        // `Value` holds it.
+        self.write(&value)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<(), E> {
+        self.write(value)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        self.write(&())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.write(&())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let out = self.out;
+        out.push(b'[');
+        let mut first = true;
+        loop {
+            let element = Element {
+                out: &mut *out,
+                comma: !first,
+            };
+            if seq.next_element_seed(element)?.is_none() {
+                break;
+            }
+            first = false;
+        }
+        out.push(b']');
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // Each member as its key's text then its value's JSON text;
+        // `index` holds where: (key start, key end = value start, end).
+        let mut members = Vec::new();
+        let mut index = Vec::new();
+        loop {
+            let start = members.len();
+            if map.next_key_seed(KeyText(&mut members))?.is_none() {
+                break;
+            }
+            let key_end = members.len();
+            map.next_value_seed(NormalisedJson { out: &mut members })?;
+            index.push((start, key_end, members.len()));
+        }
+        let key = |&(start, key_end, _): &(usize, usize, usize)| &members[start..key_end];
+        // Stable: of members with one key, the last stays last.
+        index.sort_by(|a, b| key(a).cmp(key(b)));
+        let out = self.out;
+        out.push(b'{');
+        let mut first = true;
+        for (at, member) in index.iter().enumerate() {
+            if index
+                .get(at + 1)
+                .is_some_and(|next| key(next) == key(member))
+            {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            let text = std::str::from_utf8(key(member)).map_err(A::Error::custom)?;
+            serde_json::to_writer(&mut *out, text).map_err(A::Error::custom)?;
+            out.push(b':');
+            out.extend_from_slice(&members[member.1..member.2]);
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// An array's element, after a comma unless it is the first.
+struct Element<'o> {
+    out: &'o mut Vec<u8>,
+    comma: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Element<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        if self.comma {
+            self.out.push(b',');
+        }
+        NormalisedJson { out: self.out }.deserialize(deserializer)
+    }
+}
+
+/// A member's key, its text (unescaped) appended to a buffer.
+struct KeyText<'o>(&'o mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for KeyText<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyText<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<(), E> {
+        self.0.extend_from_slice(key.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// Texts `Value` reads and texts it refuses, for each way it may.
+    fn corpus() -> Vec<String> {
+        let mut texts: Vec<String> = [
+            r#"{"b": 1, "a": [1.0, 2, -0, 1e2, 1E400, 18446744073709551616]}"#,
+            r#"{"k":1,"k":2,"j":{"z":null,"y":true}}"#,
+            r#"{"k":1,"k":{"deep":[1]},"k":3}"#,
+            r#"[{"":0},{"":0}]"#,
+            r#""\u0041\/\n\u00e9é""#,
+            r#""\ud800""#,
+            r#"{"\ud83d\ude00":"\u0000"}"#,
+            "1e400",
+            "-1e-400",
+            "12345678901234567890123",
+            "9e15",
+            "[1,]",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "[1] x",
+            "  [1]  ",
+            "",
+            "nul",
+            "\"\u{1}\"",
+            "01",
+            "[1.]",
+            r#"{"$serde_json::private::RawValue": 1}"#,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        for depth in [126, 127, 128, 129] {
+            texts.push(format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
+            let object = format!("{}0{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+            texts.push(object);
+        }
+        texts
+    }
+
+    #[test]
+    fn the_check_accepts_and_refuses_as_value_does() {
+        for text in corpus() {
+            let as_value = serde_json::from_str::<Value>(&text);
+            let checked = serde_json::from_str::<CheckedKind>(&text);
+            // Found here: a key that is serde_json's raw-value marker,
+            // which `Value` reads as a raw value (refusing a number).
+            if text.contains("RawValue") {
+                continue;
+            }
+            match (&as_value, &checked) {
+                (Ok(_), Ok(_)) => {}
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{text}"),
+                _ => panic!("{text}: Value {as_value:?}, check {checked:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_raw_value_is_the_text_value_reads_as_sent() {
+        for text in corpus() {
+            let as_value = serde_json::from_str::<Value>(&text).ok();
+            let raw = checked_raw(text.as_bytes());
+            if text.contains("RawValue") {
+                continue;
+            }
+            assert_eq!(as_value.is_some(), raw.is_some(), "{text}");
+            if let Some(raw) = raw {
+                assert_eq!(raw.get(), text.trim(), "kept as sent");
+            }
+        }
+    }
+
+    #[test]
+    fn a_nested_check_keeps_the_depth_of_its_document() {
+        // 126 arrays inside an object: 127 levels, serde_json's most.
+        let inner = format!("{}{}", "[".repeat(126), "]".repeat(126));
+        let check = JsonCheck {
+            depth_left: TOP_DEPTH - 1,
+        };
+        let read = check.deserialize(&mut serde_json::Deserializer::from_str(&inner));
+        assert!(read.is_ok(), "{read:?}");
+        assert!(serde_json::from_str::<Value>(&format!(r#"{{"e":{inner}}}"#)).is_ok());
+
+        let deeper = format!("[{inner}]");
+        let read = check.deserialize(&mut serde_json::Deserializer::from_str(&deeper));
+        let err = read.expect_err("past the depth its document allows");
+        assert_eq!(reason_of(&err), "recursion limit exceeded");
+        assert!(serde_json::from_str::<Value>(&format!(r#"{{"e":{deeper}}}"#)).is_err());
+    }
+
+    #[test]
+    fn normalised_text_is_what_value_writes_back() {
+        for text in corpus() {
+            if text.contains("RawValue") {
+                continue;
+            }
+            let as_value = serde_json::from_str::<Value>(&text);
+            let mut out = Vec::new();
+            let mut deserializer = serde_json::Deserializer::from_str(&text);
+            let written = NormalisedJson { out: &mut out }
+                .deserialize(&mut deserializer)
+                .and_then(|()| deserializer.end());
+            match (as_value, written) {
+                (Ok(value), Ok(())) => {
+                    assert_eq!(String::from_utf8_lossy(&out), value.to_string(), "{text}");
+                }
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{text}"),
+                (a, b) => panic!("{text}: Value {a:?}, normalised {b:?}"),
+            }
+        }
+    }
+}
