@@ -83,6 +83,9 @@ pub struct ApiMetrics {
     request_series: RequestSeries,
     subscribers_dropped: Counter,
     breakers: breakers::BreakerMetrics,
+    /// The uploads running (both servers'), counted against
+    /// `ApiOptions::max_uploads`.
+    uploads: crate::dapr::UploadSlots,
 }
 
 impl std::fmt::Debug for ApiMetrics {
@@ -159,7 +162,14 @@ impl ApiMetrics {
             requests,
             request_seconds,
             request_series: RequestSeries::default(),
+            uploads: crate::dapr::UploadSlots::default(),
         }
+    }
+
+    /// The uploads running, HTTP file `PUT`s and Layotto `PutFile`s
+    /// together: each takes a place for as long as it runs.
+    pub fn uploads(&self) -> &crate::dapr::UploadSlots {
+        &self.uploads
     }
 
     /// Counts every reload of `runtime` from now on (in the background).

@@ -81,6 +81,12 @@ pub struct ApiOptions {
     /// together; each holds a broker subscription, with Redis a
     /// connection of its own); one more is refused `RESOURCE_EXHAUSTED`.
     pub max_topic_streams: usize,
+    /// File uploads running at once (the HTTP file `PUT` and Layotto's
+    /// `PutFile` together; each holds its store's write, with the `local`
+    /// store two open files, for as long as its client keeps sending); one
+    /// more is refused (HTTP 429 `ERR_TOO_MANY_REQUESTS`, gRPC
+    /// `RESOURCE_EXHAUSTED`), its place given back when an upload ends.
+    pub max_uploads: usize,
     /// TLS on the listeners (default: none, plain text).
     pub tls: TlsSettings,
     /// The app (`--app-port`), to which configuration updates of HTTP
@@ -106,6 +112,7 @@ impl Default for ApiOptions {
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(5),
             max_topic_streams: 1024,
+            max_uploads: 256,
             tls: TlsSettings::default(),
             app_channel: None,
         }

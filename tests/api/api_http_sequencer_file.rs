@@ -453,3 +453,161 @@ async fn a_file_dated_before_1970_is_listed_and_stated() {
     assert_eq!(json_of(listed).await["files"][0]["lastModified"], epoch);
     sidecar.stop().await;
 }
+
+/// A sidecar whose `files` store (local, in `dir`) is targeted by the
+/// resiliency policies `outbound` (`short`: a 1 s timeout; `cb`: a breaker
+/// that trips at 2 consecutive failures).
+async fn guarded_sidecar(dir: &tempfile::TempDir, outbound: Value, options: ApiOptions) -> Sidecar {
+    let config = json!({
+        "appId": "shop",
+        "components": {
+            "file": {"files": {"type": "local", "metadata": {"root": dir.path().join("files")}}}
+        },
+        "resiliency": {
+            "policies": {
+                "timeouts": {"short": "1s"},
+                "circuitBreakers": {"cb": {"trip": "consecutiveFailures >= 2", "timeout": "60s"}}
+            },
+            "targets": {"components": {"files": {"outbound": outbound}}}
+        }
+    });
+    Sidecar::start(&config.to_string(), options).await
+}
+
+/// The entries of `folder` now (a put's temporary file among them).
+fn entries(folder: &std::path::Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(folder)
+        .map(|read| read.filter_map(|e| Some(e.ok()?.file_name())).collect())
+        .unwrap_or_default()
+}
+
+/// Waits, up to 10 s, until `folder` holds `count` entries.
+async fn holds(folder: &std::path::Path, count: usize, what: &str) {
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while entries(folder).len() != count {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{what}: {:?}", entries(folder));
+}
+
+#[tokio::test]
+async fn an_upload_outlasts_its_stores_resiliency_timeout_while_it_keeps_sending() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = guarded_sidecar(&dir, json!({"timeout": "short"}), ApiOptions::default()).await;
+    // A piece every 300 ms for 3 s: three times the store's 1 s timeout.
+    let pieces: Vec<Vec<u8>> = (0..10u8).map(|i| vec![b'a' + i; 1000]).collect();
+    let whole = pieces.concat();
+    let (status, body) = put_slowly(
+        &sidecar,
+        "steady.bin",
+        whole.len(),
+        pieces,
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert_eq!(
+        std::fs::read(dir.path().join("files/steady.bin")).unwrap(),
+        whole
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn uploads_their_client_breaks_off_do_not_open_the_stores_breaker() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ApiOptions {
+        request_timeout: std::time::Duration::from_secs(1),
+        ..ApiOptions::default()
+    };
+    let sidecar = guarded_sidecar(&dir, json!({"circuitBreaker": "cb"}), options).await;
+    let root = dir.path().join("files");
+    // Three uploads, past the breaker's trip at 2, each broken off by its
+    // client once the store writes it; then one that goes silent.
+    for i in 0..3 {
+        let mut upload = open_put(
+            &sidecar,
+            &format!("/v1.0/rewire/file/files/cut{i}.bin"),
+            2000,
+        )
+        .await;
+        send_generated(&mut upload, 1000).await;
+        holds(
+            &root,
+            1,
+            &format!("the store writes cut{i}.bin (its breaker closed)"),
+        )
+        .await;
+        drop(upload);
+        holds(&root, 0, &format!("cut{i}.bin is abandoned, nothing kept")).await;
+    }
+    let (status, body) = put_slowly(
+        &sidecar,
+        "stalled.bin",
+        2000,
+        vec![vec![b'x'; 1000]],
+        std::time::Duration::from_millis(10),
+    )
+    .await;
+    assert!(status.contains(" 408 "), "{status}: {body}");
+    holds(&root, 0, "stalled.bin is abandoned, nothing kept").await;
+    let put = Client::new()
+        .put(format!(
+            "{}/v1.0/rewire/file/files/whole.txt",
+            sidecar.http_url()
+        ))
+        .body("whole")
+        .send()
+        .await
+        .unwrap();
+    let status = put.status();
+    assert_eq!(status, StatusCode::OK, "{}", put.text().await.unwrap());
+    assert_eq!(std::fs::read(root.join("whole.txt")).unwrap(), b"whole");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn uploads_past_max_uploads_are_refused_until_one_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ApiOptions {
+        max_uploads: 2,
+        ..ApiOptions::default()
+    };
+    let sidecar = sidecar(&dir, options).await;
+    let root = dir.path().join("files");
+    let path = |name: &str| format!("/v1.0/rewire/file/files/{name}");
+    let mut first = open_put(&sidecar, &path("one.bin"), 2000).await;
+    send_generated(&mut first, 1000).await;
+    let mut second = open_put(&sidecar, &path("two.bin"), 2000).await;
+    send_generated(&mut second, 1000).await;
+    holds(&root, 2, "both uploads are being written").await;
+    let client = Client::new();
+    let put = |name: &str| {
+        client
+            .put(format!("{}{}", sidecar.http_url(), path(name)))
+            .body("third")
+            .send()
+    };
+    let refused = put("three.bin").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body = json_of(refused).await;
+    assert_eq!(body["errorCode"], "ERR_TOO_MANY_REQUESTS", "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("max_uploads: 2") && message.contains("file `three.bin`"),
+        "{message}"
+    );
+    send_generated(&mut first, 1000).await;
+    let (status, body) = answer(&mut first).await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    let passed = put("three.bin").await.unwrap();
+    assert_eq!(passed.status(), StatusCode::OK);
+    send_generated(&mut second, 1000).await;
+    let (status, body) = answer(&mut second).await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert_eq!(std::fs::read(root.join("three.bin")).unwrap(), b"third");
+    sidecar.stop().await;
+}

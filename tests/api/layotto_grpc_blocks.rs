@@ -777,3 +777,232 @@ async fn put_file_padded_with_unknown_fields_pins_no_budget() {
     assert_eq!(contents, b"xxxxxx");
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn put_file_and_get_next_id_metadata_past_the_bound_is_refused_naming_it() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let metadata: std::collections::HashMap<String, String> =
+        (0..65).map(|i| (format!("k{i}"), "v".into())).collect();
+    let put = client
+        .put_file(tokio_stream::iter(vec![layotto::PutFileRequest {
+            store_name: "files".into(),
+            name: "tagged.txt".into(),
+            data: b"abc".to_vec(),
+            metadata: metadata.clone(),
+        }]))
+        .await
+        .expect_err("too much metadata");
+    assert_eq!(put.code(), Code::InvalidArgument, "{put:?}");
+    assert!(
+        put.message().contains("more than 64 entries")
+            && put.message().contains("file store `files`"),
+        "{}",
+        put.message()
+    );
+    let stored = client
+        .get_file_meta(layotto::GetFileMetaRequest {
+            request: Some(layotto::FileRequest {
+                store_name: "files".into(),
+                name: "tagged.txt".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("nothing stored");
+    assert_eq!(stored.code(), Code::NotFound);
+    let id = client
+        .get_next_id(layotto::GetNextIdRequest {
+            store_name: "ids".into(),
+            key: "orders".into(),
+            metadata,
+            ..Default::default()
+        })
+        .await
+        .expect_err("too much metadata");
+    assert_eq!(id.code(), Code::InvalidArgument, "{id:?}");
+    assert!(
+        id.message().contains("more than 64 entries") && id.message().contains("sequencer `ids`"),
+        "{}",
+        id.message()
+    );
+    sidecar.stop().await;
+}
+
+/// A sidecar whose `files` store is local (in `dir`), with `options`, the
+/// store targeted by the resiliency `outbound` if any (`short`: a 1 s
+/// timeout; `cb`: a breaker that trips at 2 consecutive failures).
+async fn local_files(
+    dir: &tempfile::TempDir,
+    outbound: Option<serde_json::Value>,
+    options: ApiOptions,
+) -> Sidecar {
+    let mut config = serde_json::json!({
+        "appId": "shop",
+        "components": {
+            "file": {"files": {"type": "local", "metadata": {"root": dir.path().join("files")}}}
+        }
+    });
+    if let Some(outbound) = outbound {
+        config["resiliency"] = serde_json::json!({
+            "policies": {
+                "timeouts": {"short": "1s"},
+                "circuitBreakers": {"cb": {"trip": "consecutiveFailures >= 2", "timeout": "60s"}}
+            },
+            "targets": {"components": {"files": {"outbound": outbound}}}
+        });
+    }
+    Sidecar::start(&config.to_string(), options).await
+}
+
+#[tokio::test]
+async fn put_file_outlasts_its_stores_resiliency_timeout_while_it_keeps_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = local_files(
+        &dir,
+        Some(serde_json::json!({"timeout": "short"})),
+        ApiOptions::default(),
+    )
+    .await;
+    let mut client = runtime(&sidecar).await;
+    // A chunk every 300 ms for 3 s: three times the store's timeout.
+    let steady = upload(
+        "steady.bin",
+        10,
+        std::time::Duration::from_millis(300),
+        false,
+    );
+    client.put_file(steady).await.expect("a steady upload");
+    let whole: Vec<u8> = (0..10u8).flat_map(|i| vec![b'a' + i; 1000]).collect();
+    assert_eq!(
+        std::fs::read(dir.path().join("files/steady.bin")).unwrap(),
+        whole
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_put_file_past_max_uploads_is_refused_until_the_running_one_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ApiOptions {
+        max_uploads: 1,
+        ..ApiOptions::default()
+    };
+    let sidecar = local_files(&dir, None, options).await;
+    let mut client = runtime(&sidecar).await;
+    let message = |name: &str| layotto::PutFileRequest {
+        store_name: "files".into(),
+        name: name.into(),
+        data: b"abc".to_vec(),
+        ..Default::default()
+    };
+    // One upload, kept open: its first chunk sent, no end.
+    let (sender, receiver) = tokio::sync::mpsc::channel(1);
+    sender.send(message("one.bin")).await.unwrap();
+    let mut running = client.clone();
+    let first = tokio::spawn(async move {
+        running
+            .put_file(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+    });
+    let root = dir.path().join("files");
+    let writing = tokio::time::timeout(grpc::PATIENCE, async {
+        while std::fs::read_dir(&root).map_or(0, Iterator::count) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(writing.is_ok(), "the store writes the first upload");
+    let refused = client
+        .put_file(tokio_stream::iter(vec![message("two.bin")]))
+        .await
+        .expect_err("no place left");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("max_uploads: 1")
+            && refused.message().contains("file `two.bin`"),
+        "{}",
+        refused.message()
+    );
+    drop(sender);
+    tokio::time::timeout(grpc::PATIENCE, first)
+        .await
+        .expect("the first upload ends with its stream")
+        .unwrap()
+        .expect("stored");
+    client
+        .put_file(tokio_stream::iter(vec![message("two.bin")]))
+        .await
+        .expect("a place was given back");
+    assert_eq!(std::fs::read(root.join("two.bin")).unwrap(), b"abc");
+    sidecar.stop().await;
+}
+
+/// Waits, up to the test's patience, until `folder` holds `count` entries
+/// (a put's temporary file among them).
+async fn holds(folder: &std::path::Path, count: usize, what: &str) {
+    let count_now = || std::fs::read_dir(folder).map_or(0, Iterator::count);
+    let waited = tokio::time::timeout(grpc::PATIENCE, async {
+        while count_now() != count {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{what}: {} entries", count_now());
+}
+
+#[tokio::test]
+async fn put_files_their_client_cancels_do_not_open_the_stores_breaker() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = local_files(
+        &dir,
+        Some(serde_json::json!({"circuitBreaker": "cb"})),
+        ApiOptions::default(),
+    )
+    .await;
+    let client = runtime(&sidecar).await;
+    let root = dir.path().join("files");
+    // Three uploads, past the breaker's trip at 2, each cancelled by its
+    // client (the call dropped: the stream reset) once the store writes it.
+    for i in 0..3 {
+        let name = format!("cut{i}.bin");
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        sender
+            .send(layotto::PutFileRequest {
+                store_name: "files".into(),
+                name: name.clone(),
+                data: vec![b'x'; 1000],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut uploading = client.clone();
+        let call = tokio::spawn(async move {
+            uploading
+                .put_file(tokio_stream::wrappers::ReceiverStream::new(receiver))
+                .await
+        });
+        holds(
+            &root,
+            1,
+            &format!("the store writes {name} (its breaker closed)"),
+        )
+        .await;
+        call.abort();
+        let _ = call.await;
+        holds(&root, 0, &format!("{name} is abandoned, nothing kept")).await;
+        drop(sender);
+    }
+    client
+        .clone()
+        .put_file(tokio_stream::iter(vec![layotto::PutFileRequest {
+            store_name: "files".into(),
+            name: "whole.txt".into(),
+            data: b"whole".to_vec(),
+            ..Default::default()
+        }]))
+        .await
+        .expect("the breaker is closed");
+    assert_eq!(std::fs::read(root.join("whole.txt")).unwrap(), b"whole");
+    sidecar.stop().await;
+}

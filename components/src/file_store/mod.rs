@@ -49,7 +49,10 @@ pub(crate) fn page_size(req: &ListRequest) -> usize {
 
 /// Copies `body` into `sink` chunk by chunk; fails with
 /// [`FileError::TooLarge`] as soon as more than `limit` bytes arrive, or
-/// with `reserve`'s error (asked before each chunk is written).
+/// with `reserve`'s error (asked before each chunk is written). A body
+/// that fails (its client broke off, or sent nothing for the sidecar's
+/// idle bound) is [`FileError::Invalid`], the request's fault: never a
+/// `Backend` failure a circuit breaker would count against the store.
 pub(crate) async fn copy_bounded<W: AsyncWrite + Unpin>(
     name: &str,
     mut body: FileBody,
@@ -63,7 +66,7 @@ pub(crate) async fn copy_bounded<W: AsyncWrite + Unpin>(
         let read = body
             .read(&mut chunk)
             .await
-            .map_err(|err| FileError::Backend(format!("reading the body of `{name}`: {err}")))?;
+            .map_err(|err| FileError::Invalid(format!("reading the body of `{name}`: {err}")))?;
         if read == 0 {
             break;
         }
@@ -83,4 +86,41 @@ pub(crate) async fn copy_bounded<W: AsyncWrite + Unpin>(
         .await
         .map_err(|err| FileError::Backend(format!("writing `{name}`: {err}")))?;
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use rewire_runtime::resilience::Failure;
+
+    use super::*;
+
+    /// A body whose client resets its connection before sending a byte.
+    struct Reset;
+
+    impl tokio::io::AsyncRead for Reset {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the client reset the connection",
+            )))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_breaks_off_is_the_requests_fault_not_a_store_failure() {
+        let mut sink = Vec::new();
+        let copied = copy_bounded("a.bin", Box::pin(Reset), &mut sink, 1024, |_| Ok(())).await;
+        let Err(error @ FileError::Invalid(_)) = copied else {
+            panic!("{copied:?}");
+        };
+        assert!(!error.is_failure(), "{error}");
+        assert!(
+            error.to_string().contains("reading the body of `a.bin`"),
+            "{error}"
+        );
+    }
 }

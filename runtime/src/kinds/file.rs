@@ -90,7 +90,9 @@ pub enum FileError {
     /// No file of that name.
     #[error("file `{0}` not found")]
     NotFound(String),
-    /// The name or request is malformed, or leaves the store.
+    /// The name or request is malformed, or leaves the store; or the
+    /// request's body failed to read (its client broke off, or went idle):
+    /// the request's fault, never counted against the store.
     #[error("invalid request: {0}")]
     Invalid(String),
     /// The file is larger than the store accepts.
@@ -101,7 +103,8 @@ pub enum FileError {
         /// The store's limit, in bytes.
         limit: u64,
     },
-    /// The backend failed (or the body being written failed).
+    /// The backend failed (a circuit breaker counts it against the
+    /// store).
     #[error("{0}")]
     Backend(String),
 }

@@ -118,10 +118,11 @@ impl Call {
         self.unguarded(answer, refused)
     }
 
-    /// Runs `call`, a call of component `kind/name` that cannot be
-    /// repeated (its request is consumed), once under the timeout and
-    /// circuit breaker targeted at it; see [`Call::guarded`].
-    pub(super) async fn guarded_once<T, E: Failure>(
+    /// Runs `call`, a call of component `kind/name` its client may abandon
+    /// (an upload, bounded by the client's inactivity instead), once under
+    /// the circuit breaker targeted at it alone: no timeout; dropped before
+    /// it ends, it counts neither way. See [`Call::guarded`].
+    pub(super) async fn guarded_admitted<T, E: Failure>(
         &self,
         (kind, name): (Kind, &str),
         call: impl Future<Output = Result<T, E>>,
@@ -134,7 +135,7 @@ impl Call {
         let Some(applied) = policies.get(&ComponentKey::new(kind, name)) else {
             return call.await;
         };
-        let answer = Box::pin(applied.run_once(call)).await;
+        let answer = Box::pin(applied.run_admitted_unless_dropped(call)).await;
         self.unguarded(answer, refused)
     }
 

@@ -1,12 +1,11 @@
-//! The file operations (Layotto's File API), for every transport: put and
-//! get streamed, list a page, stat, delete.
+//! The file operations (Layotto's File API), for every transport: get
+//! streamed, list a page, stat, delete; a put is an upload
+//! (`file_upload`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rewire_runtime::{
-    echoed, FileBody, FileError, FileInfo, FileRead, FileStore, Instance, Kind, ListPage,
-    ListRequest, PutFileRequest,
+    echoed, FileError, FileInfo, FileRead, FileStore, Instance, Kind, ListPage, ListRequest,
 };
 
 use super::call::Call;
@@ -69,26 +68,6 @@ impl FileOps {
     /// The store's name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Writes `body` as `name` (all or nothing, within the store's bound).
-    pub async fn put(
-        &self,
-        name: String,
-        body: FileBody,
-        metadata: BTreeMap<String, String>,
-    ) -> Result<FileInfo, FileOpError> {
-        let action = format!("put file `{}`", echoed(&name));
-        let request = PutFileRequest {
-            name,
-            body,
-            metadata,
-        };
-        let put = self
-            .call
-            .guarded_once(self.target(), self.store.put(request), FileError::Backend)
-            .await;
-        put.map_err(|e| self.failed(action, e))
     }
 
     /// Opens `name` for reading.
@@ -169,11 +148,23 @@ impl FileOps {
         deleted.map_err(|e| self.failed(format!("delete file `{}`", echoed(name)), e))
     }
 
-    fn target(&self) -> (Kind, &str) {
+    /// The store itself (an upload writes to it: `file_upload`).
+    pub(super) fn store(&self) -> &Arc<dyn FileStore> {
+        &self.store
+    }
+
+    /// The call the operations belong to.
+    pub(super) fn call(&self) -> &Call {
+        &self.call
+    }
+
+    /// The component the policies target.
+    pub(super) fn target(&self) -> (Kind, &str) {
         (Kind::File, &self.name)
     }
 
-    fn failed(&self, action: String, error: FileError) -> FileOpError {
+    /// The store's `error` doing `action`, scrubbed.
+    pub(super) fn failed(&self, action: String, error: FileError) -> FileOpError {
         let call = &self.call;
         let source = match error {
             FileError::NotFound(m) => FileError::NotFound(call.scrub(&m)),

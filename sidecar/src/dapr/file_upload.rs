@@ -7,6 +7,13 @@
 //! [`UploadError::Idle`]. A store that itself stops taking bytes is given
 //! twice the bound after its last progress, then the upload is abandoned
 //! ([`UploadError::StoreStalled`]).
+//!
+//! The store's write runs under the file store's circuit breaker alone,
+//! not its resiliency `timeout` (which would cut an upload that keeps
+//! sending): a write the store fails, or a store that stalls, counts as
+//! its failure; a write cut by the client (its body broke off, or went
+//! idle, or its call was dropped) counts neither way, so no client can
+//! open the breaker on everyone else's calls.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,7 +24,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use rewire_runtime::FileInfo;
+use rewire_runtime::resilience::Failure;
+use rewire_runtime::{echoed, FileError, FileInfo, FileStore, PutFileRequest};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::Stream;
 
@@ -52,18 +60,86 @@ pub enum UploadError {
         /// How long it made none.
         waited: Duration,
     },
+    /// As many uploads as `ApiOptions::max_uploads` run already.
+    #[error(
+        "uploading file `{name}` to file store `{store}`: the sidecar's bound on uploads running \
+         at once (max_uploads: {max}, HTTP file PUTs and Layotto PutFile calls together) is \
+         reached; retry once one has finished"
+    )]
+    TooMany {
+        /// The store.
+        store: String,
+        /// The file.
+        name: String,
+        /// The bound.
+        max: usize,
+    },
     /// The store refused or failed the write.
     #[error(transparent)]
     File(#[from] FileOpError),
 }
 
-/// When the upload last moved: a chunk taken, or the store asking for one.
+/// How the store's write of an upload failed, as its breaker counts it:
+/// the store's failures, not the client's.
+#[derive(Debug)]
+enum WriteFailed {
+    /// The store's own error: a failure when it is one.
+    Store(FileError),
+    /// The store's error while the client's body had failed (broken off,
+    /// or idle): the client's doing, never the store's failure.
+    ClientBody(FileError),
+    /// The store took no bytes for the grace it is given: its failure.
+    Stalled,
+}
+
+impl WriteFailed {
+    /// A policy's refusal (an open breaker), as the store's error.
+    fn refused(reason: String) -> Self {
+        Self::Store(FileError::Backend(reason))
+    }
+}
+
+impl Failure for WriteFailed {
+    fn is_failure(&self) -> bool {
+        match self {
+            Self::Store(error) => error.is_failure(),
+            Self::ClientBody(_) => false,
+            Self::Stalled => true,
+        }
+    }
+
+    /// A write the client's body cut short says nothing of the store:
+    /// counted neither way (not a success closing a half-open breaker).
+    fn tells_of_component(&self) -> bool {
+        !matches!(self, Self::ClientBody(_))
+    }
+}
+
+/// When the upload last moved: a chunk taken, or the store asking for one;
+/// and whether the client's body failed.
 struct Progress {
     last: Mutex<Instant>,
+    /// No bytes arrived for the idle bound.
     idle: AtomicBool,
+    /// The client's body ended in an error (its connection or stream
+    /// broke off).
+    broken: AtomicBool,
 }
 
 impl Progress {
+    fn new() -> Self {
+        Self {
+            last: Mutex::new(Instant::now()),
+            idle: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the client's body failed: idle, or broken off.
+    fn client_failed(&self) -> bool {
+        self.idle.load(Ordering::Acquire) || self.broken.load(Ordering::Acquire)
+    }
+
     fn touch(&self) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
@@ -112,6 +188,9 @@ where
                     }
                 }
                 Poll::Ready(chunk) => {
+                    if matches!(chunk, Some(Err(_))) {
+                        this.progress.broken.store(true, Ordering::Release);
+                    }
                     this.waiting = false;
                     this.progress.touch();
                     return Poll::Ready(chunk);
@@ -139,8 +218,9 @@ impl<S> IdleBounded<S> {
 }
 
 impl FileOps {
-    /// Writes `chunks` as `name`, cut when no chunk arrives for `idle`
-    /// while the store waits for one (see the module's notes).
+    /// Writes `chunks` as `name` (all or nothing, within the store's
+    /// bound), cut when no chunk arrives for `idle` while the store waits
+    /// for one (see the module's notes).
     pub async fn put_streamed<S>(
         &self,
         name: String,
@@ -151,10 +231,7 @@ impl FileOps {
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin + Send + 'static,
     {
-        let progress = Arc::new(Progress {
-            last: Mutex::new(Instant::now()),
-            idle: AtomicBool::new(false),
-        });
+        let progress = Arc::new(Progress::new());
         let bounded = IdleBounded {
             chunks,
             idle,
@@ -162,25 +239,17 @@ impl FileOps {
             waiting: false,
             progress: Arc::clone(&progress),
         };
-        let body = Box::pin(tokio_util::io::StreamReader::new(bounded));
-        let store_grace = idle.saturating_mul(2);
-        let put = self.put(name.clone(), body, metadata);
-        tokio::pin!(put);
-        let stalled = loop {
-            let due = progress.last() + store_grace;
-            tokio::select! {
-                put = &mut put => break put.map_err(UploadError::from),
-                () = tokio::time::sleep_until(due) => {
-                    if progress.last() + store_grace <= Instant::now() {
-                        break Err(UploadError::StoreStalled {
-                            store: self.name().to_string(),
-                            name: name.clone(),
-                            waited: store_grace,
-                        });
-                    }
-                }
-            }
+        let request = PutFileRequest {
+            name: name.clone(),
+            body: Box::pin(tokio_util::io::StreamReader::new(bounded)),
+            metadata,
         };
+        let store_grace = idle.saturating_mul(2);
+        let write = watched_write(self.store(), request, &progress, store_grace);
+        let written = self
+            .call()
+            .guarded_admitted(self.target(), write, WriteFailed::refused)
+            .await;
         if progress.idle.load(Ordering::Acquire) {
             return Err(UploadError::Idle {
                 store: self.name().to_string(),
@@ -188,7 +257,57 @@ impl FileOps {
                 idle,
             });
         }
-        stalled
+        let action = || format!("put file `{}`", echoed(&name));
+        match written {
+            Ok(info) => Ok(info),
+            Err(WriteFailed::Stalled) => Err(UploadError::StoreStalled {
+                store: self.name().to_string(),
+                name: name.clone(),
+                waited: store_grace,
+            }),
+            Err(WriteFailed::Store(error)) => Err(self.failed(action(), error).into()),
+            // The client's own doing: answered as a bad request whatever
+            // the store made of it.
+            Err(WriteFailed::ClientBody(error)) => {
+                let error = match error {
+                    FileError::Backend(reason) => FileError::Invalid(reason),
+                    other => other,
+                };
+                Err(self.failed(action(), error).into())
+            }
+        }
+    }
+}
+
+/// The store's write of `request`, given up on when the store makes no
+/// progress for `grace` ([`WriteFailed::Stalled`]); its error told apart
+/// by whether the client's body had failed.
+async fn watched_write(
+    store: &Arc<dyn FileStore>,
+    request: PutFileRequest,
+    progress: &Progress,
+    grace: Duration,
+) -> Result<FileInfo, WriteFailed> {
+    let put = store.put(request);
+    tokio::pin!(put);
+    loop {
+        let due = progress.last() + grace;
+        tokio::select! {
+            put = &mut put => {
+                return put.map_err(|error| {
+                    if progress.client_failed() {
+                        WriteFailed::ClientBody(error)
+                    } else {
+                        WriteFailed::Store(error)
+                    }
+                });
+            }
+            () = tokio::time::sleep_until(due) => {
+                if progress.last() + grace <= Instant::now() {
+                    return Err(WriteFailed::Stalled);
+                }
+            }
+        }
     }
 }
 
@@ -205,10 +324,7 @@ mod tests {
     async fn chunks_that_keep_coming_pass_and_a_pause_longer_than_the_bound_fails() {
         let idle = Duration::from_secs(1);
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
-        let progress = Arc::new(Progress {
-            last: Mutex::new(Instant::now()),
-            idle: AtomicBool::new(false),
-        });
+        let progress = Arc::new(Progress::new());
         let mut bounded = IdleBounded {
             chunks: tokio_stream::wrappers::ReceiverStream::new(receiver),
             idle,

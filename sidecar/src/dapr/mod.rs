@@ -36,6 +36,7 @@ mod secrets;
 mod sequencer;
 mod state;
 mod state_transaction;
+mod upload_slots;
 
 pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
@@ -64,3 +65,4 @@ pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use sequencer::{SequencerOpError, SequencerOps};
 pub use state::{StateOpError, StateOps};
 pub use state_transaction::{transaction_operation, MAX_TRANSACTION_OPERATIONS};
+pub use upload_slots::{UploadSlot, UploadSlots};

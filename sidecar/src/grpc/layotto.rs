@@ -329,9 +329,9 @@ impl Runtime for LayottoApi {
         // cut when no chunk arrives for `request_timeout`.
         let caller = caller(&request);
         let incoming = request.into_inner();
-        let idle = self.state.options.request_timeout;
-        observed(&self.state, "layotto.PutFile", caller, |call| {
-            layotto_file::put(call, incoming, idle)
+        let state = &self.state;
+        observed(state, "layotto.PutFile", caller, |call| {
+            layotto_file::put(call, incoming, state)
         })
         .await
         .map(Response::new)

@@ -6,7 +6,6 @@
 //! a get is sent as it is read, never held whole.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
 use tokio::sync::mpsc;
@@ -17,7 +16,8 @@ use super::endable_stream::{EndableStream, StreamEnd};
 use super::layotto_date::go_time_string;
 use super::proto::spec::proto::runtime::v1 as pb;
 use crate::connection::{pump, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
-use crate::dapr::{Call, FileOpError, SequencerOpError, UploadError};
+use crate::dapr::{check_request_metadata, Call, FileOpError, SequencerOpError, UploadError};
+use crate::ApiState;
 use tonic::codegen::Bytes;
 
 /// Bytes per `GetFileResponse`.
@@ -56,6 +56,7 @@ pub(super) async fn next_id(
             return Err(not_found.into());
         }
     };
+    check_request_metadata(("sequencer", &req.store_name), &req.metadata)?;
     let increment = increment(req.options)?;
     let metadata: BTreeMap<_, _> = req.metadata.into_iter().collect();
     let next_id = sequencer.next_id(req.key, increment, metadata).await?;
@@ -87,12 +88,16 @@ fn increment(options: Option<pb::SequencerOptions>) -> Result<Increment, Status>
 /// Each message handed on stops counting against the listener's budget of
 /// request bytes, by its wire framing (`crate::connection`'s `Messages`),
 /// once the store asks for the next: an upload holds only what it has read
-/// and not yet passed on, so it may be larger than that budget.
+/// and not yet passed on, so it may be larger than that budget. The first
+/// message's metadata is held to the request bounds, and the upload takes
+/// a place among `max_uploads` for as long as it runs
+/// (`RESOURCE_EXHAUSTED` when none is left).
 pub(super) async fn put(
     call: Call,
     mut incoming: Streaming<pb::PutFileRequest>,
-    idle: Duration,
+    state: &ApiState,
 ) -> Result<(), Status> {
+    let idle = state.options.request_timeout;
     let first = tokio::time::timeout(idle, incoming.message())
         .await
         .map_err(|_| {
@@ -106,7 +111,13 @@ pub(super) async fn put(
     let Some(first) = first else {
         return Ok(());
     };
+    check_request_metadata(("file store", &first.store_name), &first.metadata)?;
     let store = call.file_store(&first.store_name)?;
+    let _place =
+        state
+            .metrics
+            .uploads()
+            .take(state.options.max_uploads, store.name(), &first.name)?;
     let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
     let rest = incoming.map(|message| message.map(|message| message.data));
     let chunks = tokio_stream::once(Ok(first.data)).chain(rest).map(|chunk| {
@@ -246,7 +257,8 @@ impl From<FileOpError> for Status {
 }
 
 /// An upload cut for inactivity (the client's or the store's) is
-/// `DEADLINE_EXCEEDED`; a failed write is the store's error.
+/// `DEADLINE_EXCEEDED`, one refused for too many running
+/// `RESOURCE_EXHAUSTED`; a failed write is the store's error.
 impl From<UploadError> for Status {
     fn from(err: UploadError) -> Self {
         match err {
@@ -254,6 +266,7 @@ impl From<UploadError> for Status {
             idle @ (UploadError::Idle { .. } | UploadError::StoreStalled { .. }) => {
                 Status::deadline_exceeded(idle.to_string())
             }
+            busy @ UploadError::TooMany { .. } => Status::resource_exhausted(busy.to_string()),
         }
     }
 }

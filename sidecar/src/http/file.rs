@@ -3,7 +3,8 @@
 //!
 //! * `PUT /v1.0/rewire/file/{store}/{*name}`: the body is the file →
 //!   `{"name", "size", "lastModified"}`; bounded by inactivity, not as a
-//!   whole: 408 when no bytes arrive for `request_timeout`;
+//!   whole: 408 when no bytes arrive for `request_timeout`; 429 when
+//!   `max_uploads` run already;
 //! * `GET` the same path: the file (`Content-Length`, `Last-Modified`);
 //! * `HEAD`: the same headers, no body (stat);
 //! * `DELETE`: 204;
@@ -58,7 +59,8 @@ fn info_headers(info: &FileInfo) -> HeaderMap {
 /// cut with 408 when none arrive for `request_timeout`. Each chunk the
 /// store is handed stops counting against the listener's budget of request
 /// bytes ([`BodyCharge`]): an upload holds only what it has read and not
-/// yet passed on, so it may be larger than that budget.
+/// yet passed on, so it may be larger than that budget. It takes a place
+/// among `max_uploads` for as long as it runs (429 when none is left).
 pub async fn put(
     State(state): State<ApiState>,
     call: Call,
@@ -72,6 +74,10 @@ pub async fn put(
         .into_iter()
         .collect();
     let ops = call.file_store(&store)?;
+    let _place = state
+        .metrics
+        .uploads()
+        .take(state.options.max_uploads, ops.name(), &name)?;
     let charge = charge.map(|Extension(charge)| charge);
     let chunks = body.into_data_stream().map(move |chunk| {
         if let (Ok(bytes), Some(charge)) = (&chunk, &charge) {

@@ -23,7 +23,8 @@ pub enum RewireHttpError {
     /// A file operation failed.
     #[error(transparent)]
     File(#[from] FileOpError),
-    /// An upload was cut for inactivity (the client's or the store's).
+    /// An upload was cut for inactivity (the client's or the store's), or
+    /// refused for too many running.
     #[error(transparent)]
     Upload(UploadError),
 }
@@ -67,6 +68,9 @@ impl RewireHttpError {
                 FileError::TooLarge { .. } => ("ERR_FILE_TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE),
                 FileError::Backend(_) => ("ERR_FILE_STORE", StatusCode::INTERNAL_SERVER_ERROR),
             },
+            Self::Upload(UploadError::TooMany { .. }) => {
+                ("ERR_TOO_MANY_REQUESTS", StatusCode::TOO_MANY_REQUESTS)
+            }
             Self::Upload(UploadError::StoreStalled { .. }) => {
                 ("ERR_TIMEOUT", StatusCode::GATEWAY_TIMEOUT)
             }

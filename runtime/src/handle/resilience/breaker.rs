@@ -77,11 +77,14 @@ pub(crate) struct Admitted {
 /// An admitted call in flight: reports its end to the breaker, and a call
 /// dropped before it ended (cancelled by the request's deadline or its
 /// client) as a failure, so a half-open breaker never waits for a trial
-/// call that is gone.
+/// call that is gone; or, [`InFlight::released_when_dropped`], hands its
+/// admission back without a verdict.
 #[derive(Debug)]
 pub(crate) struct InFlight<'a> {
     breaker: &'a Breaker,
     admitted: Option<Admitted>,
+    /// Whether a drop before the end counts as a failure.
+    dropped_fails: bool,
 }
 
 impl InFlight<'_> {
@@ -91,12 +94,33 @@ impl InFlight<'_> {
             self.breaker.record(admitted, success);
         }
     }
+
+    /// Reports nothing of the call, its admission handed back (a
+    /// half-open breaker admits another trial call): it ended without
+    /// telling anything of the component.
+    pub(crate) fn release(mut self) {
+        if let Some(admitted) = self.admitted.take() {
+            self.breaker.release(admitted);
+        }
+    }
+
+    /// Dropped before it ended, the call reports nothing and hands its
+    /// admission back (a half-open breaker admits another trial call): for
+    /// a call its client may abandon, which says nothing of the component.
+    pub(crate) fn released_when_dropped(mut self) -> Self {
+        self.dropped_fails = false;
+        self
+    }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if let Some(admitted) = self.admitted.take() {
-            self.breaker.record(admitted, false);
+            if self.dropped_fails {
+                self.breaker.record(admitted, false);
+            } else {
+                self.breaker.release(admitted);
+            }
         }
     }
 }
@@ -152,7 +176,19 @@ impl Breaker {
         self.admit().map(|admitted| InFlight {
             breaker: self,
             admitted: Some(admitted),
+            dropped_fails: true,
         })
+    }
+
+    /// Hands back the admission of a call that ended without a verdict:
+    /// counted neither way; its trial place, while half-open in the same
+    /// epoch, is free again.
+    fn release(&self, admitted: Admitted) {
+        let mut counts = self.counts();
+        counts.refresh(&self.policy, Instant::now());
+        if counts.epoch == admitted.epoch && counts.state == BreakerState::HalfOpen {
+            counts.requests = counts.requests.saturating_sub(1);
+        }
     }
 
     /// Reports how an admitted call ended.

@@ -63,6 +63,14 @@ impl Retries {
 pub trait Failure {
     /// Whether the error is the component failing.
     fn is_failure(&self) -> bool;
+
+    /// Whether the error tells anything of the component (by default, it
+    /// does: an answer about the request is the component answering). One
+    /// that does not, a call its own client cut short (an upload whose
+    /// body broke off), is counted neither way by a breaker.
+    fn tells_of_component(&self) -> bool {
+        true
+    }
 }
 
 macro_rules! backend_is_failure {
@@ -319,6 +327,20 @@ impl Applied {
             .map_err(|(error, _)| error)
     }
 
+    /// Runs `call` once under the breaker alone, as
+    /// [`Applied::run_admitted`], for a call its client may abandon (an
+    /// upload, bounded by the client's inactivity rather than as a whole):
+    /// only how it ended counts; dropped before it ends (its client gone),
+    /// it counts neither way and hands its admission back.
+    pub async fn run_admitted_unless_dropped<T, E: Failure>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, Guarded<E>> {
+        self.attempt_with(None, OnDrop::Release, || call)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
     /// One attempt (`call` is made only once admitted): admitted by the
     /// breaker, within `timeout` if any, its end reported to the breaker.
     /// An error comes with whether it is a failure of the component (so
@@ -328,8 +350,22 @@ impl Applied {
         timeout: Option<&Named<Duration>>,
         call: impl FnOnce() -> Fut,
     ) -> Result<T, (Guarded<E>, bool)> {
+        self.attempt_with(timeout, OnDrop::Fail, call).await
+    }
+
+    /// [`Applied::attempt`], a drop before the end reported as `on_drop`
+    /// says.
+    async fn attempt_with<T, E: Failure, Fut: Future<Output = Result<T, E>>>(
+        &self,
+        timeout: Option<&Named<Duration>>,
+        on_drop: OnDrop,
+        call: impl FnOnce() -> Fut,
+    ) -> Result<T, (Guarded<E>, bool)> {
         let in_flight = match &self.breaker {
             Some((policy, breaker)) => match breaker.enter() {
+                Some(in_flight) if on_drop == OnDrop::Release => {
+                    Some(in_flight.released_when_dropped())
+                }
                 Some(in_flight) => Some(in_flight),
                 None => {
                     let refusal = Refusal::BreakerOpen {
@@ -356,8 +392,14 @@ impl Applied {
             Ok(Err(err)) => err.is_failure(),
             Err(_) => true,
         };
-        if let Some(in_flight) = in_flight {
-            in_flight.finish(!failed);
+        let tells = match &outcome {
+            Ok(Err(err)) => err.tells_of_component(),
+            _ => true,
+        };
+        match in_flight {
+            Some(in_flight) if tells => in_flight.finish(!failed),
+            Some(in_flight) => in_flight.release(),
+            None => {}
         }
         match outcome {
             Ok(Ok(value)) => Ok(value),
@@ -365,6 +407,15 @@ impl Applied {
             Err(refusal) => Err((Guarded::Refused(refusal), true)),
         }
     }
+}
+
+/// How an admitted call dropped before its end is reported to the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnDrop {
+    /// As a failure: a call cut by its deadline, or a trial call gone.
+    Fail,
+    /// Not at all, its admission handed back: a call its client abandoned.
+    Release,
 }
 
 /// The waits of a retry policy: constant, or doubling up to `maxInterval`.

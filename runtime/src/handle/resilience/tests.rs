@@ -219,3 +219,111 @@ async fn a_breaker_survives_a_rebuild_of_the_policies_while_its_settings_are_unc
     assert!(untargeted.get(&orders()).is_none());
     assert_eq!(untargeted.breakers().count(), 0);
 }
+
+/// A call that never ends, cut (dropped) by its caller after `after`.
+async fn abandoned<F: Future<Output = ()>>(after: Duration, call: F) {
+    assert!(
+        tokio::time::timeout(after, call).await.is_err(),
+        "the call never ends"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_its_client_abandons_counts_neither_way_and_hands_back_its_trial_place() {
+    let policies = policies(
+        target(json!({"circuitBreaker": "cb", "timeout": "short"})),
+        &Policies::default(),
+    );
+    let never = || std::future::pending::<Result<u32, StateError>>();
+    let state = |p: &Policies| {
+        applied(p)
+            .breaker_status()
+            .map(|s| (s.state, s.consecutive_failures))
+    };
+    // Three abandoned calls, past the trip at 2 and the 1 s timeout: the
+    // breaker stays closed, nothing counted, nothing cut by the timeout.
+    for _ in 0..3 {
+        abandoned(Duration::from_secs(5), async {
+            let _ = applied(&policies)
+                .run_admitted_unless_dropped(never())
+                .await;
+        })
+        .await;
+    }
+    assert_eq!(state(&policies), Some((BreakerState::Closed, 0)));
+    // Abandoned under `run_admitted`, a call is a failure, as before.
+    abandoned(Duration::from_secs(5), async {
+        let _ = applied(&policies).run_admitted(never()).await;
+    })
+    .await;
+    assert_eq!(state(&policies), Some((BreakerState::Closed, 1)));
+    // A failure it ends with still counts: the breaker opens.
+    let calls = AtomicU32::new(0);
+    let failed = applied(&policies)
+        .run_admitted_unless_dropped(flaky(1, &calls)())
+        .await;
+    assert!(matches!(failed, Err(Guarded::Failed(_))), "{failed:?}");
+    assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Open));
+    // Half-open, one trial place: the abandoned trial hands it back, so
+    // the next call is admitted (and closes the breaker).
+    tokio::time::advance(Duration::from_secs(30)).await;
+    abandoned(Duration::from_secs(5), async {
+        let _ = applied(&policies)
+            .run_admitted_unless_dropped(never())
+            .await;
+    })
+    .await;
+    assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::HalfOpen));
+    let answer = applied(&policies)
+        .run_admitted_unless_dropped(flaky(0, &calls)())
+        .await;
+    assert!(answer.is_ok(), "{answer:?}");
+    assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Closed));
+}
+
+/// An error the call's own client caused: it says nothing of the
+/// component.
+#[derive(Debug)]
+struct CutByClient;
+
+impl Failure for CutByClient {
+    fn is_failure(&self) -> bool {
+        false
+    }
+
+    fn tells_of_component(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_that_tells_nothing_of_the_component_counts_neither_way() {
+    let policies = policies(
+        target(json!({"circuitBreaker": "cb"})),
+        &Policies::default(),
+    );
+    let state = |p: &Policies| {
+        applied(p)
+            .breaker_status()
+            .map(|s| (s.state, s.consecutive_failures))
+    };
+    let fail = || async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
+    let cut = || async { Err::<u32, _>(CutByClient) };
+    let _ = applied(&policies).run_admitted_unless_dropped(fail()).await;
+    // Not a success: the consecutive failure stays counted.
+    let answer = applied(&policies).run_admitted_unless_dropped(cut()).await;
+    assert!(matches!(answer, Err(Guarded::Failed(CutByClient))));
+    assert_eq!(state(&policies), Some((BreakerState::Closed, 1)));
+    let _ = applied(&policies).run_admitted_unless_dropped(fail()).await;
+    assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Open));
+    // Half-open, one trial place: a trial the client cut short neither
+    // closes the breaker nor keeps the place.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let _ = applied(&policies).run_admitted_unless_dropped(cut()).await;
+    assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::HalfOpen));
+    let answer = applied(&policies)
+        .run_admitted_unless_dropped(async { Ok::<u32, StateError>(7) })
+        .await;
+    assert!(matches!(answer, Ok(7)), "{answer:?}");
+    assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Closed));
+}
