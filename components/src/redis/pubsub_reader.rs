@@ -4,10 +4,14 @@
 //! looked for as it starts and every `redeliverInterval`, each time through
 //! the whole pending list (`XPENDING … IDLE` from a cursor, then `XCLAIM`
 //! of those found, one page between reads of new entries, no larger than
-//! the free permits).
+//! the free permits). A read takes no more entries than the free permits
+//! and one (at most `queueDepth`): while a slow app holds the permits, at
+//! most one entry read waits in memory for one, not a whole `queueDepth`.
 //!
-//! Asked to drain (its broker was replaced), it closes the broker's
-//! publish gate (waiting for `XADD`s under way), delivers the consumer's
+//! Asked to drain (its broker was replaced), it hands on nothing more (the
+//! rest of a batch waiting for permits stays pending, for the drain), closes
+//! the broker's publish gate (waiting for `XADD`s under way: the runtime's
+//! drain grace starts only at a delivery after that), delivers the consumer's
 //! own pending entries (handed back `RETRY`, left by an earlier process,
 //! or whose `XACK` failed; not those read and not yet settled here or at
 //! another reader of this process on the same server, group and topic:
@@ -292,8 +296,13 @@ impl Reader {
             // Not cut short by a drain: a read cut after the server
             // answered would leave its entries pending, undelivered.
             let mut reading = self.reading();
+            // No more than the free permits and one: the rest stays on the
+            // server until the app answers.
+            let count = (in_flight.available_permits() + 1)
+                .min(tunables.queue_depth)
+                .max(1);
             let read = tokio::select! {
-                read = read_group(&mut reading, &self.connected.group, &self.topic, tunables.queue_depth, block, &after) => read,
+                read = read_group(&mut reading, &self.connected.group, &self.topic, count, block, &after) => read,
                 () = self.feed.stopped() => return,
                 () = self.connected.shutdown.cancelled() => return,
             };
@@ -336,7 +345,10 @@ impl Reader {
             let entries = entries.into_iter().filter(|(id, fields)| {
                 fields.is_none() || !held_by_peers.as_ref().is_some_and(|ids| ids.contains(id))
             });
-            if !self.hand_on(&in_flight, entries.collect()).await {
+            if !self
+                .hand_on(&in_flight, entries.collect(), drain.is_none())
+                .await
+            {
                 return;
             }
             // The quiet is counted from when the pending entries were all
@@ -504,7 +516,7 @@ impl Reader {
             .arg(&found)
             .query_async(&mut self.reading())
             .await?;
-        if !self.hand_on(in_flight, entries_of(claimed)).await {
+        if !self.hand_on(in_flight, entries_of(claimed), true).await {
             return Ok(None);
         }
         Ok(next)
@@ -549,7 +561,15 @@ impl Reader {
     /// nothing to deliver any more. False when the subscription is gone
     /// or stopped: what was not handed on stays pending in the group, no
     /// longer in flight here, for a later drain or reclaim to deliver.
-    async fn hand_on(&self, in_flight: &Arc<Semaphore>, entries: Vec<Entry>) -> bool {
+    /// With `drain_first` (not draining yet), a drain asked for ends it
+    /// too (true): the loop closes the publish gate before anything more
+    /// is handed on, and the drain delivers the rest (pending here).
+    async fn hand_on(
+        &self,
+        in_flight: &Arc<Semaphore>,
+        entries: Vec<Entry>,
+        drain_first: bool,
+    ) -> bool {
         let ids = entries
             .iter()
             .filter(|(_, fields)| fields.is_some())
@@ -563,34 +583,50 @@ impl Reader {
             };
             let message = self.message(id, fields);
             let id = message.id.clone();
-            if !self.deliver(in_flight, message).await {
-                return false;
+            match self.deliver(in_flight, message, drain_first).await {
+                Handing::HandedOn => batch.handed_on(&id),
+                Handing::DrainFirst => return true,
+                Handing::Gone => return false,
             }
-            batch.handed_on(&id);
         }
         true
     }
 
     /// Hands `message` (its id recorded in flight, see [`ReadBatch`]) on
-    /// once a permit is free, and settles it in the background. False when
-    /// the subscription is gone or stopped (or the sidecar shuts down)
-    /// first: it was not handed on.
-    async fn deliver(&self, in_flight: &Arc<Semaphore>, message: Message) -> bool {
+    /// once a permit is free, and settles it in the background. Not handed
+    /// on when the subscription is gone or stopped (or the sidecar shuts
+    /// down) first, nor, with `drain_first`, when a drain is asked for
+    /// first.
+    async fn deliver(
+        &self,
+        in_flight: &Arc<Semaphore>,
+        message: Message,
+        drain_first: bool,
+    ) -> Handing {
         let permit = tokio::select! {
+            biased;
+            () = self.feed.stopped() => return Handing::Gone,
+            () = self.connected.shutdown.cancelled() => return Handing::Gone,
+            () = self.feed.draining(), if drain_first => return Handing::DrainFirst,
             permit = in_flight.clone().acquire_owned() => permit,
-            () = self.feed.stopped() => return false,
-            () = self.connected.shutdown.cancelled() => return false,
         };
         let Ok(permit) = permit else {
-            return false;
+            return Handing::Gone;
         };
         let feed = self.feed.clone();
         let connected = self.connected.clone();
         let topic = self.topic.clone();
         let in_flight_ids = self.in_flight_ids.clone();
         let forget = move |id: &str| in_flight_ids.settled(id);
-        let Some(mut outcome) = feed.deliver(message.clone()).await else {
-            return false;
+        // A send waiting for room is given up for a drain asked meanwhile
+        // (nothing sent).
+        let delivered = tokio::select! {
+            biased;
+            () = self.feed.draining(), if drain_first => return Handing::DrainFirst,
+            delivered = feed.deliver(message.clone()) => delivered,
+        };
+        let Some(mut outcome) = delivered else {
+            return Handing::Gone;
         };
         tokio::spawn(async move {
             loop {
@@ -615,8 +651,18 @@ impl Reader {
             forget(&message.id);
             drop(permit);
         });
-        true
+        Handing::HandedOn
     }
+}
+
+/// What became of an entry [`Reader::deliver`] was to hand on.
+enum Handing {
+    HandedOn,
+    /// A drain was asked for first: not handed on.
+    DrainFirst,
+    /// The subscription is gone or stopped, or the sidecar shuts down:
+    /// not handed on.
+    Gone,
 }
 
 /// Up to `count` entries for `group` on `topic` (`XREADGROUP`): new ones

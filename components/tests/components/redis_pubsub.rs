@@ -520,14 +520,14 @@ async fn a_drain_does_not_deliver_again_what_a_reader_on_the_same_server_awaits(
     );
 }
 
-/// A reader of `broker` (`concurrency` 1) that read `a`, `b` and `c` in
-/// one `XREADGROUP` and handed on `a`, held unsettled here: `b` and `c`
-/// wait for a permit, pending for the consumer name every reader of the
-/// group shares.
-async fn reader_holding_a_with_b_and_c_read(
+/// A reader of `broker` (`concurrency` 1) that read `a` and `b` in one
+/// `XREADGROUP` (the free permit and one) and handed on `a`, held
+/// unsettled here: `b` waits for a permit, pending for the consumer name
+/// every reader of the group shares.
+async fn reader_holding_a_with_b_read(
     broker: &Arc<dyn PubSub>,
 ) -> (PubSubSubscription, rewire_runtime::Delivery) {
-    for data in ["a", "b", "c"] {
+    for data in ["a", "b"] {
         broker
             .publish(publish("orders", data))
             .await
@@ -566,14 +566,14 @@ async fn a_drain_does_not_deliver_what_a_reader_on_the_same_server_read_and_has_
     let server = RedisServer::start().await;
     let metadata = json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": 1});
     let new = broker(metadata.clone()).await;
-    let (mut new_sub, a) = reader_holding_a_with_b_and_c_read(&new).await;
+    let (mut new_sub, a) = reader_holding_a_with_b_read(&new).await;
     let old = broker(metadata).await;
     let mut old_sub = subscribe(&old, "orders").await;
     old_sub.drain();
     assert_eq!(until_ended(&mut old_sub).await, Vec::<String>::new());
     a.settle(DeliveryOutcome::Success);
     let limit = std::time::Duration::from_secs(10);
-    for expected in ["b", "c"] {
+    for expected in ["b"] {
         assert_eq!(
             next_within(&mut new_sub, limit, DeliveryOutcome::Success).await,
             expected
@@ -590,14 +590,14 @@ async fn entries_a_stopped_reader_read_but_never_handed_on_are_delivered_by_a_la
     let server = RedisServer::start().await;
     let metadata = json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": 1});
     let stopped = broker(metadata.clone()).await;
-    let (stopped_sub, a) = reader_holding_a_with_b_and_c_read(&stopped).await;
-    // Stopped with `a` still awaited: `b` and `c` will never be handed on
+    let (stopped_sub, a) = reader_holding_a_with_b_read(&stopped).await;
+    // Stopped with `a` still awaited: `b` will never be handed on
     // there, and must not stay held from the drain below.
     stopped_sub.stop();
     let later = broker(metadata).await;
     let mut later_sub = subscribe(&later, "orders").await;
     later_sub.drain();
-    assert_eq!(until_ended(&mut later_sub).await, ["b", "c"]);
+    assert_eq!(until_ended(&mut later_sub).await, ["b"]);
     // A delivery handed out before the stop can still be settled.
     a.settle(DeliveryOutcome::Success);
     assert_nothing_pending_soon(&server).await;
@@ -1209,4 +1209,94 @@ async fn renewed_files_reach_a_reader_whose_reclaim_waits_for_a_permit() {
         )
         .await;
     }
+}
+
+/// The first delivery of `sub`, held (not settled).
+async fn held_delivery(sub: &mut PubSubSubscription) -> rewire_runtime::Delivery {
+    tokio::time::timeout(std::time::Duration::from_secs(10), sub.deliveries.recv())
+        .await
+        .expect("a delivery within 10 s")
+        .expect("subscription open")
+}
+
+/// Waits until `server` has answered `count` `XREADGROUP`s (bounded).
+async fn reads_done(server: &RedisServer, count: u64) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while calls_of(server, &["xreadgroup"]).await < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than {count} reads within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_read_takes_no_more_entries_than_the_free_permits_and_one() {
+    // `concurrency` 1 and an app that never answers: the reader holds the
+    // one delivery and at most one more entry read, not a whole
+    // `queueDepth` (100) kept in memory while it waits for a permit.
+    let server = RedisServer::start().await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "concurrency": 1
+    }))
+    .await;
+    for i in 0..100 {
+        broker
+            .publish(publish("orders", &i.to_string()))
+            .await
+            .expect("published");
+    }
+    let mut sub = subscribe(&broker, "orders").await;
+    let held = held_delivery(&mut sub).await;
+    reads_done(&server, 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(pending_by_consumer(&server, "orders").await, ["app=2"]);
+    held.settle(DeliveryOutcome::Success);
+    let mut seen = 1;
+    while seen < 100 {
+        next_text(&mut sub, DeliveryOutcome::Success).await;
+        seen += 1;
+    }
+}
+
+#[tokio::test]
+async fn a_drain_asked_while_a_read_entry_waits_for_a_permit_closes_publishing_at_once() {
+    // `concurrency` 1 and the one delivery held: the next entry read
+    // waits for a permit. The drain hands nothing more on before it closed
+    // publishing (the runtime's drain grace starts at a delivery after
+    // that); the entry waiting is delivered by the drain.
+    let server = RedisServer::start().await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "concurrency": 1
+    }))
+    .await;
+    for i in 0..3 {
+        broker
+            .publish(publish("orders", &i.to_string()))
+            .await
+            .expect("published");
+    }
+    let mut sub = subscribe(&broker, "orders").await;
+    let held = held_delivery(&mut sub).await;
+    reads_done(&server, 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    sub.drain();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match broker.publish(publish("orders", "late")).await {
+            Err(PubSubError::Retired) => break,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "publishes still taken while the delivery is held: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(String::from_utf8_lossy(&held.message.data), "0");
+    held.settle(DeliveryOutcome::Success);
+    let mut rest = until_ended(&mut sub).await;
+    rest.retain(|text| text != "late");
+    assert_eq!(rest, ["1", "2"]);
+    assert_nothing_pending_soon(&server).await;
 }

@@ -25,13 +25,21 @@
 //!    read, the subscriber is served (and let go when it leaves) and a new
 //!    publish is followed (a subscribe on a broker replaced meanwhile is
 //!    abandoned) while it is waited for;
-//! 4. a draining source that delivers nothing for [`DRAIN_GRACE`] while
-//!    the subscriber keeps up (time the subscriber is behind does not
-//!    count), or still draining [`DRAIN_LIMIT`] after its replacement, is
-//!    stopped; it is let go once its broker closes its side, or
-//!    [`STOP_GRACE`] later. A slow subscriber with a large backlog thus
-//!    gets all of it, as long as the old broker keeps delivering.
+//! 4. a draining source is stopped once it has been silent for
+//!    [`DRAIN_GRACE`], or is still draining [`DRAIN_LIMIT`] after its
+//!    replacement; it is let go once its broker closes its side, or
+//!    [`STOP_GRACE`] later. Silent means: it delivered since the drain
+//!    began (not counting what it had sent before; until then, the broker
+//!    may be waiting for publishes under way to end, as a Redis one does:
+//!    only the limit applies), none of its deliveries awaits its outcome
+//!    (a broker such as Redis hands out `concurrency` deliveries, then
+//!    waits for their outcomes before it sends more: a slow app holds it
+//!    back), and its last delivery or outcome is [`DRAIN_GRACE`] old, not
+//!    counting the time the subscriber is behind. A slow subscriber with a
+//!    large backlog thus gets all of it, as long as the old broker keeps
+//!    delivering, within the limit.
 
+mod outstanding;
 mod resubscribe;
 
 use std::future::{poll_fn, Future};
@@ -40,22 +48,27 @@ use std::sync::{Arc, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use super::warm::WarmRequest;
 use super::{Instance, PubSubHandle};
 use crate::kinds::{Delivery, PubSub, PubSubError, PubSubSubscription, SubscribeRequest};
+use outstanding::Outstanding;
 use resubscribe::Resubscribe;
 pub use resubscribe::RESUBSCRIBE_DEADLINE;
 
 /// Deliveries a handle subscription buffers for its subscriber.
 pub const HANDLE_SUBSCRIPTION_BUFFER: usize = 64;
-/// How long a replaced broker may go without a delivery, while its
-/// subscriber keeps up, before it is stopped.
+/// How long a replaced broker may go without a delivery or an outcome,
+/// once it delivered since its drain began, while none of its deliveries
+/// awaits its outcome and its subscriber keeps up, before it is stopped.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// How long a replaced broker is read from at most, however steadily it
-/// delivers (a broker redelivering a refused message forever ends too).
+/// delivers (a broker redelivering a refused message forever ends too);
+/// also how long one is waited for that never delivers after its drain
+/// began, or whose deliveries never settle. The runtime closes a
+/// replaced broker this long (and [`STOP_GRACE`]) after its replacement.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long a stopped broker may take to close its side.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -125,10 +138,12 @@ impl PubSubHandle {
             .map_err(|e| PubSubError::Backend(e.to_string()))?;
         let subscription = broker.subscribe(req.clone()).await?;
         let (outer, feed) = PubSubSubscription::channel(HANDLE_SUBSCRIPTION_BUFFER);
+        let settled = Arc::new(Notify::new());
         let forwarder = Forwarder {
             handle: self.clone(),
             req,
-            current: Some(Source::new(broker, subscription)),
+            current: Some(Source::new(broker, subscription, &settled)),
+            settled,
             resubscribe: None,
             subscribing: None,
             slow: None,
@@ -156,20 +171,57 @@ struct Subscribing {
 struct Source {
     broker: Arc<dyn PubSub>,
     subscription: PubSubSubscription,
-    /// When draining: when it is stopped, then when it is let go.
+    /// Its deliveries handed on and not yet settled.
+    outstanding: Arc<Outstanding>,
+    /// When draining: when its grace ends (counted only while none of its
+    /// deliveries awaits its outcome; `None` until it delivered since the
+    /// drain began); once stopped, when it is let go.
     stop_at: Option<Instant>,
     /// When draining: when it is stopped however it delivers.
     drain_until: Option<Instant>,
+    /// When draining: how many of the deliveries still to be read it sent
+    /// before the drain was asked for (they do not start its grace).
+    sent_before_drain: usize,
     stopped: bool,
 }
 
 impl Source {
-    /// A draining source delivered: its grace starts again (within its
-    /// limit).
+    /// A draining source delivered: its grace starts (again, within its
+    /// limit), unless the delivery was sent before the drain was asked.
+    fn drain_delivered(&mut self, now: Instant) {
+        if self.sent_before_drain > 0 {
+            self.sent_before_drain -= 1;
+            return;
+        }
+        self.drain_progressed(now);
+    }
+
+    /// A draining source made progress: its grace starts again (within
+    /// its limit).
     fn drain_progressed(&mut self, now: Instant) {
         if let (Some(limit), false) = (self.drain_until, self.stopped) {
             self.stop_at = Some((now + DRAIN_GRACE).min(limit));
         }
+    }
+
+    /// One of a draining source's deliveries settled: its grace starts
+    /// again, once it delivered since the drain began.
+    fn drain_settled(&mut self, now: Instant) {
+        if self.stop_at.is_some() {
+            self.drain_progressed(now);
+        }
+    }
+
+    /// When a draining source is stopped (its grace, when it runs, or its
+    /// limit), or a stopped one let go; `None` when it is not draining, or
+    /// its subscriber is `behind` (then no source is read).
+    fn deadline(&self, behind: bool) -> Option<Instant> {
+        if self.stopped {
+            return self.stop_at;
+        }
+        let limit = self.drain_until.filter(|_| !behind)?;
+        let grace = self.stop_at.filter(|_| self.outstanding.count() == 0);
+        Some(grace.map_or(limit, |at| at.min(limit)))
     }
 
     /// The forwarder waited `waited` on the subscriber, reading no source:
@@ -180,12 +232,19 @@ impl Source {
         }
     }
 
-    fn new(broker: Arc<dyn PubSub>, subscription: PubSubSubscription) -> Self {
+    /// A source whose outcomes wake `settled`.
+    fn new(
+        broker: Arc<dyn PubSub>,
+        subscription: PubSubSubscription,
+        settled: &Arc<Notify>,
+    ) -> Self {
         Self {
             broker,
             subscription,
+            outstanding: Outstanding::new(settled.clone()),
             stop_at: None,
             drain_until: None,
+            sent_before_drain: 0,
             stopped: false,
         }
     }
@@ -196,6 +255,8 @@ struct Forwarder {
     req: SubscribeRequest,
     /// On the broker serving; `None` while it refuses the subscription.
     current: Option<Source>,
+    /// Woken when a delivery of any source settles.
+    settled: Arc<Notify>,
     /// The next try at subscribing to the broker serving, if any.
     resubscribe: Option<Resubscribe>,
     /// The subscribe under way at a publish, if any.
@@ -223,6 +284,8 @@ enum Event {
     Delivery(Delivery, Which),
     /// The subscriber took the pending delivery.
     HandedOn,
+    /// A delivery of some source settled.
+    Settled,
     Ended(Which),
     /// The subscribe under way answered, or did not in time.
     Subscribed(Answer),
@@ -257,6 +320,7 @@ impl Forwarder {
                     Err(_) => Event::Leave,
                 },
                 Some(request) = warm.recv() => Event::Warm(request),
+                () = self.settled.notified() => Event::Settled,
                 () = sleep_until(deadline) => Event::Deadline,
                 answer = subscribed(&mut self.subscribing), if self.subscribing.is_some() => Event::Subscribed(answer),
                 permit = self.feed.sender().reserve(), if pending.is_some() => match (permit, pending.take()) {
@@ -272,11 +336,15 @@ impl Forwarder {
                 Event::Delivery(delivery, which) => {
                     pending_since = Instant::now();
                     if let Which::Draining(i) = which {
-                        self.draining[i].drain_progressed(pending_since);
+                        self.draining[i].drain_delivered(pending_since);
                     }
-                    pending = Some(delivery);
+                    pending = Some(match self.source(which) {
+                        Some(source) => source.outstanding.relay(delivery),
+                        None => delivery,
+                    });
                 }
                 Event::HandedOn => self.subscriber_caught_up(pending_since.elapsed()),
+                Event::Settled => self.drains_settled(),
                 Event::Ended(which) => {
                     if !self.ended(which) {
                         return;
@@ -299,6 +367,25 @@ impl Forwarder {
                     }
                 }
                 Event::Leave => return,
+            }
+        }
+    }
+
+    /// The source `which` names.
+    fn source(&self, which: Which) -> Option<&Source> {
+        match which {
+            Which::Current => self.current.as_ref(),
+            Which::Warmed => self.warmed.as_ref(),
+            Which::Draining(i) => self.draining.get(i),
+        }
+    }
+
+    /// Deliveries settled: the drains they were of start their grace again.
+    fn drains_settled(&mut self) {
+        let now = Instant::now();
+        for source in &mut self.draining {
+            if source.outstanding.take_settled() {
+                source.drain_settled(now);
             }
         }
     }
@@ -363,7 +450,9 @@ impl Forwarder {
                 "the broker did not answer within {SUBSCRIBE_BOUND:?}"
             )))
         }) {
-            Ok(subscription) => self.warmed = Some(Source::new(next.clone(), subscription)),
+            Ok(subscription) => {
+                self.warmed = Some(Source::new(next.clone(), subscription, &self.settled));
+            }
             Err(err) => {
                 tracing::warn!(topic = %self.req.topic, error = %err, "Subscribing to a rebuilt broker before its publish failed; retried at the publish.");
             }
@@ -453,7 +542,7 @@ impl Forwarder {
         match answer {
             Some(Ok(subscription)) => {
                 self.slow = None;
-                self.current = Some(Source::new(now, subscription));
+                self.current = Some(Source::new(now, subscription, &self.settled));
                 tracing::info!(topic = %self.req.topic, refused = attempt.refused, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
             }
             Some(Err(err)) => match attempt.after_refusal() {
@@ -482,12 +571,17 @@ impl Forwarder {
         }
     }
 
+    /// Asks `source` to drain; its grace starts at its first delivery
+    /// sent from then on (those it already sent, waiting to be read, are
+    /// counted out: a Redis broker sends nothing after them until it has
+    /// closed its publishes).
     fn retire(&mut self, source: Source) {
         source.subscription.drain();
-        let now = Instant::now();
+        source.outstanding.take_settled();
         self.draining.push(Source {
-            stop_at: Some(now + DRAIN_GRACE),
-            drain_until: Some(now + DRAIN_LIMIT),
+            stop_at: None,
+            drain_until: Some(Instant::now() + DRAIN_LIMIT),
+            sent_before_drain: source.subscription.deliveries.len(),
             ..source
         });
     }
@@ -501,29 +595,28 @@ impl Forwarder {
     }
 
     /// The next drain, stop or retry deadline; a drain grace does not run
-    /// while the subscriber is `behind`.
+    /// while the subscriber is `behind` (see [`Source::deadline`]).
     fn next_deadline(&self, behind: bool) -> Option<Instant> {
         let retry = self.resubscribe.map(|r| r.at);
         self.draining
             .iter()
-            .filter(|s| s.stopped || !behind)
-            .filter_map(|s| s.stop_at)
+            .filter_map(|s| s.deadline(behind))
             .chain(retry)
             .min()
     }
 
-    /// Stops sources past their drain grace (unless the subscriber is
-    /// `behind`); lets go of stopped ones past their stop grace.
+    /// Stops sources past their drain grace or limit (unless the
+    /// subscriber is `behind`); lets go of stopped ones past their stop
+    /// grace.
     fn expire(&mut self, behind: bool) {
         let now = Instant::now();
-        self.draining.retain_mut(|source| match source.stop_at {
-            Some(_) if behind && !source.stopped => true,
+        self.draining.retain_mut(|source| match source.deadline(behind) {
             Some(at) if at <= now && source.stopped => {
                 tracing::warn!("A replaced broker did not close its subscription in time; let go.");
                 false
             }
             Some(at) if at <= now => {
-                tracing::warn!(grace = ?DRAIN_GRACE, limit = ?DRAIN_LIMIT, "A replaced broker delivered nothing for the grace, or drained past the limit; stopped.");
+                tracing::warn!(grace = ?DRAIN_GRACE, limit = ?DRAIN_LIMIT, outstanding = source.outstanding.count(), "A replaced broker was silent for the grace with nothing awaiting its outcome, or drained past the limit; stopped.");
                 source.subscription.stop();
                 source.stopped = true;
                 source.stop_at = Some(now + STOP_GRACE);

@@ -36,6 +36,12 @@ struct QueueBroker {
     /// Whether a drain is ignored: the subscription delivers on until
     /// stopped.
     ignores_drain: bool,
+    /// Whether each message is delivered only once the one before it
+    /// settled (a Redis subscription with `concurrency` 1).
+    one_at_a_time: bool,
+    /// How long a drain waits before it delivers (a Redis one waits for
+    /// the publishes under way to end).
+    drain_delay: Duration,
 }
 
 impl QueueBroker {
@@ -63,6 +69,20 @@ impl QueueBroker {
     fn ignoring_drains() -> Arc<Self> {
         Arc::new(Self {
             ignores_drain: true,
+            ..Self::default()
+        })
+    }
+
+    fn one_at_a_time() -> Arc<Self> {
+        Arc::new(Self {
+            one_at_a_time: true,
+            ..Self::default()
+        })
+    }
+
+    fn draining_after(delay: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            drain_delay: delay,
             ..Self::default()
         })
     }
@@ -110,8 +130,12 @@ impl PubSub for QueueBroker {
             .push(queue);
         let (subscription, feed) = PubSubSubscription::channel(16);
         let (pace, ignores_drain) = (self.pace, self.ignores_drain);
+        let (one_at_a_time, drain_delay) = (self.one_at_a_time, self.drain_delay);
         tokio::spawn(async move {
             let mut draining = false;
+            // A message whose send was given up for a drain: sent first
+            // after the drain's wait.
+            let mut held: Option<Message> = None;
             loop {
                 let message = tokio::select! {
                     biased;
@@ -119,14 +143,35 @@ impl PubSub for QueueBroker {
                     () = feed.draining(), if !draining && !ignores_drain => {
                         draining = true;
                         messages.close();
+                        tokio::select! {
+                            () = feed.stopped() => return,
+                            () = tokio::time::sleep(drain_delay) => {}
+                        }
                         continue;
                     }
+                    message = async { held.take() }, if held.is_some() => message,
                     message = messages.recv() => message,
                 };
                 let Some(message) = message else { return };
                 tokio::time::sleep(pace).await;
-                if feed.deliver(message).await.is_none() {
+                // As a Redis reader: a send waiting for room is given up
+                // for a drain asked meanwhile, and made after its wait.
+                let sent = tokio::select! {
+                    biased;
+                    () = feed.draining(), if !draining && !ignores_drain => {
+                        held = Some(message);
+                        continue;
+                    }
+                    sent = feed.deliver(message.clone()) => sent,
+                };
+                let Some(outcome) = sent else {
                     return;
+                };
+                if one_at_a_time {
+                    tokio::select! {
+                        () = feed.stopped() => return,
+                        _ = outcome => {}
+                    }
                 }
             }
         });
@@ -335,14 +380,57 @@ async fn the_time_a_subscriber_is_behind_does_not_count_against_the_drain() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_replaced_broker_silent_for_the_grace_is_let_go() {
+async fn a_replaced_broker_silent_for_the_grace_after_delivering_is_let_go() {
+    let live = Live::new();
+    let old = QueueBroker::ignoring_drains();
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    old.send("old-0");
+    assert_eq!(next(&mut sub).await.as_deref(), Some("old-0"));
+    tokio::time::sleep(DRAIN_GRACE + STOP_GRACE + Duration::from_secs(1)).await;
+    assert_eq!(old.subscriptions(), 0, "a silent old broker is held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_that_never_delivers_is_let_go_at_the_limit() {
     let live = Live::new();
     let old = QueueBroker::ignoring_drains();
     publish(&live, 1, &old);
     let _sub = subscribe(&live).await;
     publish(&live, 2, &Arc::new(QueueBroker::default()));
-    tokio::time::sleep(DRAIN_GRACE + STOP_GRACE + Duration::from_secs(1)).await;
+    tokio::time::sleep(DRAIN_LIMIT + STOP_GRACE + Duration::from_secs(1)).await;
     assert_eq!(old.subscriptions(), 0, "a silent old broker is held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_waiting_for_outcomes_of_a_slow_subscriber_drains_its_backlog() {
+    let live = Live::new();
+    // Hands out the next message only once the one before it settled.
+    let old = QueueBroker::one_at_a_time();
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for data in numbered("old", 5) {
+        old.send(&data);
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    // Each delivery settles past the grace after it arrived.
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), sub.deliveries.recv())
+            .await
+            .expect("no delivery within 30 s")
+            .expect("the subscription ended");
+        let data = String::from_utf8_lossy(&delivery.message.data).to_string();
+        tokio::time::sleep(DRAIN_GRACE + Duration::from_secs(1)).await;
+        delivery.settle(DeliveryOutcome::Success);
+        seen.push(data);
+    }
+    assert_eq!(seen, numbered("old", 5));
 }
 
 #[tokio::test(start_paused = true)]
@@ -376,6 +464,62 @@ async fn a_replaced_broker_delivering_forever_is_let_go_at_the_limit() {
     );
     feeding.abort();
     reading.abort();
+}
+
+/// A drain's wait before it delivers: past the grace (a Redis broker
+/// waits for the publishes under way, up to its dialTimeout + readTimeout
+/// + writeTimeout, ~11 s by default).
+const SLOW_GATE: Duration = Duration::from_secs(8);
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_that_starts_its_drain_after_the_grace_drains_its_backlog() {
+    let live = Live::new();
+    let old = QueueBroker::draining_after(SLOW_GATE);
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    // More than the forwarder and the broker's channel hold: some are in
+    // the broker's channel at the drain (sent before it), the rest only
+    // come after its wait.
+    for data in numbered("old", 100) {
+        old.send(&data);
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    new.send("new-0");
+    // The new broker's message comes while the old one waits.
+    let mut seen = read(&mut sub, 101, Duration::ZERO).await;
+    seen.retain(|data| data != "new-0");
+    assert_eq!(seen, numbered("old", 100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outcome_settled_before_a_replaced_broker_starts_its_drain_does_not_start_its_grace() {
+    let live = Live::new();
+    // `concurrency` 1, and a drain that waits before it delivers.
+    let old = Arc::new(QueueBroker {
+        one_at_a_time: true,
+        drain_delay: SLOW_GATE,
+        ..QueueBroker::default()
+    });
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for data in numbered("old", 3) {
+        old.send(&data);
+    }
+    let held = tokio::time::timeout(Duration::from_secs(30), sub.deliveries.recv())
+        .await
+        .expect("no delivery within 30 s")
+        .expect("the subscription ended");
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    held.settle(DeliveryOutcome::Success);
+    assert_eq!(
+        read(&mut sub, 2, Duration::ZERO).await,
+        numbered("old", 3)[1..]
+    );
 }
 
 /// A rebuilt broker whose subscribe does not answer, or answers slowly:
