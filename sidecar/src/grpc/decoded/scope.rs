@@ -332,6 +332,8 @@ mod tests {
     }
 
     #[tokio::test]
+    // The reader's handle is awaited outside the call.
+    #[allow(clippy::async_yields_async)]
     async fn a_reader_in_another_task_is_checked_as_a_stream_of_its_call() {
         let budget = BodyBudget::new(1024 * KIB);
         let charge = CallCharge::new(save_request(), Arc::clone(&budget), false);
