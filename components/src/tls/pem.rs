@@ -65,16 +65,15 @@ const MAX_SHOWN_PATH: usize = 1024;
 /// Largest PEM file read.
 pub const MAX_PEM_BYTES: usize = 1024 * 1024;
 
-/// Longest part between slashes of a path shown when the path is all
-/// base64 (a key's DER in base64 on one line has longer runs).
+/// Longest part between slashes of a path shown when what follows one of
+/// its slashes is all base64 (a key's DER in base64 on one line has longer runs).
 const MAX_SHOWN_BASE64_RUN: usize = 40;
 
 /// A path as errors, status and `Debug` output show it: as is, unless it
 /// may be key material given without its `-----BEGIN` line — it holds a
-/// line break or a control character, is longer than 1 KiB, or is base64
-/// on one line (only base64 characters, with a run of more than 40 between
-/// slashes, or 40 or more starting `M`: DER) — then `<value>` stands for
-/// it.
+/// line break or a control character, is longer than 1 KiB, or ends in
+/// base64 on one line (see [`is_base64_line`]) — then `<value>` stands
+/// for it.
 pub fn shown_path(path: &Path) -> String {
     let text = path.to_string_lossy();
     if text.len() > MAX_SHOWN_PATH || text.chars().any(char::is_control) || is_base64_line(&text) {
@@ -84,18 +83,45 @@ pub fn shown_path(path: &Path) -> String {
     }
 }
 
-/// Whether `text` looks like base64 (standard or URL-safe) rather than a
-/// file name: only base64 characters, and a run between slashes longer
-/// than any file name part of that alphabet is likely to be.
+/// Whether `text`, or what follows one of its slashes, looks like base64
+/// (standard or URL-safe) rather than a file name: only base64 characters,
+/// with a run between slashes longer than any file name part of that
+/// alphabet is likely to be, or 40 characters or more opening as DER
+/// does. Every such ending is checked, not only the whole text: a value
+/// written relative (a key taken for a path) is shown joined to the
+/// configuration's folder, and neither that folder's own characters (a
+/// `.`, a space) nor its leading `/` may let the key through.
 fn is_base64_line(text: &str) -> bool {
     let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
-    text.chars().all(base64)
-        && (text.split('/').any(|run| run.len() > MAX_SHOWN_BASE64_RUN)
-            || (text.starts_with('M') && text.len() >= MIN_HIDDEN_DER))
+    let parts = text.split('/');
+    let mut longest_run = 0;
+    let mut ending_len = 0;
+    // The endings that start at a slash, shortest first: once a part is
+    // not base64, every longer ending holds it too.
+    for (index, part) in parts.rev().enumerate() {
+        if !part.chars().all(base64) {
+            return false;
+        }
+        longest_run = longest_run.max(part.len());
+        ending_len += part.len() + usize::from(index > 0);
+        if longest_run > MAX_SHOWN_BASE64_RUN
+            || (opens_as_der(part) && ending_len >= MIN_HIDDEN_DER)
+        {
+            return true;
+        }
+    }
+    false
 }
 
-/// Shortest DER in base64 hidden whatever its runs between slashes (a DER
-/// structure opens with a SEQUENCE, `0x30`, which is `M` in base64; an
+/// Whether `text` opens as a DER structure in base64 does: a SEQUENCE
+/// (`0x30`, `M`) then its length's first bits (a short length, up to
+/// 127, gives `A` to `H`; a long one, `0x81` to `0x84`, gives `I`).
+fn opens_as_der(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next() == Some('M') && matches!(chars.next(), Some('A'..='I'))
+}
+
+/// Shortest DER in base64 hidden whatever its runs between slashes (an
 /// Ed25519 key is 64 characters, and `/` being a base64 character, its
 /// runs between slashes may all be short).
 const MIN_HIDDEN_DER: usize = 40;
@@ -380,6 +406,87 @@ mod tests {
             "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
             "/etc/ssl/private/redis-client-key",
             "/vault/secrets/0123456789abcdef0123456789abcdef/tls",
+        ] {
+            assert_eq!(shown_path(Path::new(path)), path);
+        }
+    }
+
+    /// An Ed25519 key's DER in base64 on one line: its runs between
+    /// slashes are all short.
+    const ED25519_B64: &str = "MC4CAQAwBQYDK2VwBCIEIJx/1d9kq0f+Tq3a8mW/7h2rS9yP/Lb5vZ+eQxNc0aHk";
+    /// An EC key's DER in base64 on one line.
+    const EC_B64: &str = "MHcCAQEEIIrYSSNQFaA2Hwf1duRSxKtLYX5CB04fSeQ6tF1aY/zuoAoGCCqGSM49AwEHoUQDQgAEPR3tU2Fd5Yk0wGAtIEbgFbX7n0zhY3kkdLcxGmlpUxbfJtHhAWu/R0JhMBa2TgvY9gSpyJpxXM7sbnNcCQ==";
+    /// An RSA key's DER in base64 on one line (cut short).
+    const RSA_B64: &str = "MIIBOwIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8QuKUpRKfFLfRYC9AIKjbJTWit+CqvjWYzvQwECAwEAAQJAIJLixBy2qpFoS4DSmoEmo3qGy0t6z09AIJtH+5OeRV1be+N4cDYJKffGzDa88vQENZiRm0GRq6a+HPGQMd2kTQIhAKMSvzIBnni7ot";
+
+    /// A one-line base64 key given where a path is expected (`clientKey`
+    /// in a file, or `rewire apply -m clientKey=…`) is taken for a
+    /// relative path and joined to the configuration's folder: the joined
+    /// path is hidden too, whatever the folder holds (a leading `/`, a
+    /// `.`, a `-`, a space), in every error, `Debug` included.
+    #[test]
+    fn a_key_taken_for_a_relative_path_never_shows_once_resolved() {
+        for key in [ED25519_B64, EC_B64, RSA_B64] {
+            for dir in [
+                "/etc/rewire",
+                "/home/u/.config/rewire",
+                "/opt/app-1.2",
+                "/srv/my app",
+            ] {
+                let source = PemSource::parse(key)
+                    .expect("a value")
+                    .resolved(Some(Path::new(dir)));
+                assert_eq!(source.path(), Some(Path::new(dir).join(key).as_path()));
+                let errors = [
+                    source.certificates("clientKey").map(drop),
+                    source.private_key("clientKey").map(drop),
+                    source.read("clientKey").map(drop),
+                ];
+                let mut texts = vec![format!("{source:?}")];
+                for err in errors.into_iter().filter_map(Result::err) {
+                    texts.push(err.to_string());
+                    texts.push(format!("{err:?}"));
+                }
+                assert_eq!(texts.len(), 7, "every read fails: no such file");
+                for text in texts {
+                    assert!(!text.contains(&key[..8]), "{dir}: {text}");
+                    assert!(!text.contains(&key[key.len() - 8..]), "{dir}: {text}");
+                    assert!(text.contains("<value>"), "{dir}: {text}");
+                }
+            }
+        }
+    }
+
+    /// A file found at such a joined path (not PEM) names it hidden as
+    /// well; a path as the read-with-a-deadline shows it, too.
+    #[test]
+    fn a_found_file_named_as_a_key_is_not_shown() {
+        let dir = std::env::temp_dir().join(format!("rewire-pem-key-{}.d", std::process::id()));
+        let path = dir.join(ED25519_B64);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("dir");
+        std::fs::write(&path, "not PEM").expect("write");
+        let source = PemSource::parse(ED25519_B64)
+            .expect("a value")
+            .resolved(Some(&dir));
+        let err = source.private_key("clientKey").expect_err("not PEM");
+        assert!(matches!(err, TlsError::Invalid { .. }), "{err:?}");
+        for text in [err.to_string(), format!("{err:?}"), shown_path(&path)] {
+            assert!(!text.contains("MC4CAQAw"), "{text}");
+            assert!(text.contains("<value>"), "{text}");
+        }
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// File names stay shown in folders with a `.`, a `-` or a space, even
+    /// with a part opening with `M`.
+    #[test]
+    fn file_names_in_any_folder_stay_shown() {
+        for path in [
+            "/home/u/.config/rewire/certs/client.key",
+            "/home/u/.config/rewire/Microsoft/Azure/Redis/ClientCertificate",
+            "/opt/app-1.2/Media/production/redis/client/tls/key",
+            "/srv/my app/MIGRATED/key",
+            "/var/lib/rewire/certs/redis-client-key",
         ] {
             assert_eq!(shown_path(Path::new(path)), path);
         }
