@@ -315,19 +315,19 @@ struct Named<'a> {
     id: Option<Cow<'a, str>>,
 }
 
-/// The key of a message: a hash of its payload's bytes, when the payload
-/// is a CloudEvent (it has a `specversion` and an `id`). The subscriptions
-/// of a lineage read the same pub/sub and topic, so an event comes to
-/// each with the same bytes. Its `source` and `id` alone do not name it:
-/// publishers of their own CloudEvents reuse an id (an order's id for its
-/// created, paid and shipped events; an event received and published
-/// again), and Dapr never de-duplicates by id, so events sharing them are
-/// each delivered. The very same bytes published again are one event to
-/// the hand-over (nothing tells the copies apart). None for a payload
-/// that is no CloudEvent: the same bytes published twice are two events,
-/// and a broker's own id need not be shared by the subscription's
-/// successor (another pub/sub), so such events never mark a hand-over as
-/// caught up (its grace or limit ends it).
+/// The key of a message: a hash of the broker's id of it and its
+/// payload's bytes, when the payload is a CloudEvent (it has a
+/// `specversion` and an `id`). The subscriptions of a lineage read the
+/// same pub/sub and topic, so an event comes to each with the same id and
+/// bytes (the memory broker's ids are shared with its predecessors, a
+/// Redis stream's are its entries'). Neither the CloudEvent's `source`
+/// and `id` alone (publishers of their own CloudEvents reuse an id: an
+/// order's id for its created, paid and shipped events) nor its bytes
+/// alone (a publish repeated within the second the sidecar stamps, an
+/// event forwarded again) name it: Dapr never de-duplicates, so each
+/// publish is delivered. None for a payload that is no CloudEvent: such
+/// events never mark a hand-over as caught up (its grace or limit ends
+/// it).
 pub(crate) fn event_key(message: &rewire_runtime::Message) -> Option<u64> {
     static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
@@ -336,6 +336,9 @@ pub(crate) fn event_key(message: &rewire_runtime::Message) -> Option<u64> {
         return None;
     };
     let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
+    hasher.write(message.id.as_bytes());
+    // The id's end, so that no id and payload run into each other.
+    hasher.write_u8(0xff);
     hasher.write(&message.data);
     Some(hasher.finish())
 }
@@ -418,6 +421,12 @@ mod tests {
             ..event("unused")
         };
         assert_eq!(event_key(&raw), None, "a raw payload keyed");
+        // The same bytes published twice are two events.
+        let again = rewire_runtime::Message {
+            id: format!("{}-again", created.id),
+            ..created.clone()
+        };
+        assert_ne!(event_key(&again), created_key, "two publishes, one key");
     }
 
     /// An event another subscription of the lineage has in flight waits
