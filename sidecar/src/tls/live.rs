@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use x509_parser::time::ASN1Time;
 
+use super::follow_reads::{FollowerReads, Pace, ReadFiles, READ_DEADLINE, TRY_AGAIN_AFTER};
 use super::material::{Built, Files, Refused, NOT_BEFORE_SKEW};
 use super::settings::{ListenerTls, TlsSettings};
 
@@ -77,11 +78,27 @@ struct Loaded {
 }
 
 impl LiveTls {
-    /// Loads `settings` (and the Lifecycle CA, if any) for `listener`.
+    /// Loads `settings` (and the Lifecycle CA, if any) for `listener`. The
+    /// files are read on a thread of their own, given up after
+    /// [`READ_DEADLINE`]: a hung mount fails the start (naming the files)
+    /// instead of holding it, and the signals that would stop it, for ever.
     pub fn load(
         listener: &str,
         settings: &ListenerTls,
         lifecycle_ca: Option<&std::path::Path>,
+    ) -> Result<Arc<Self>, String> {
+        Self::load_with(listener, settings, lifecycle_ca, READ_DEADLINE, |files| {
+            files.contents()
+        })
+    }
+
+    /// [`LiveTls::load`] reading with `read`, given up after `deadline`.
+    fn load_with(
+        listener: &str,
+        settings: &ListenerTls,
+        lifecycle_ca: Option<&std::path::Path>,
+        deadline: Duration,
+        read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         let files = Files {
             cert: settings.cert.clone(),
@@ -93,7 +110,7 @@ impl LiveTls {
                 _ => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             },
         };
-        let contents = files.contents()?;
+        let contents = read_within(&files, deadline, read)?;
         let Built {
             config,
             fingerprint,
@@ -158,21 +175,56 @@ impl LiveTls {
             .clone()
     }
 
-    /// Follows the files until `stop` is cancelled.
+    /// Follows the files until `stop` is cancelled. Each read is given up
+    /// after [`READ_DEADLINE`] (a hung mount), and tried again on a new
+    /// thread at growing intervals while it stays stuck (see
+    /// `follow_reads`); `stop` ends the follower even mid-read.
     pub fn follow(self: &Arc<Self>, stop: CancellationToken) {
+        let files = self.files.clone();
+        let pace = Pace {
+            every: RECHECK_EVERY,
+            deadline: READ_DEADLINE,
+            try_again_after: TRY_AGAIN_AFTER,
+        };
+        drop(self.follow_with(stop, pace, Arc::new(move || files.contents())));
+    }
+
+    /// [`LiveTls::follow`] reading with `read`, paced by `pace`.
+    fn follow_with(
+        self: &Arc<Self>,
+        stop: CancellationToken,
+        pace: Pace,
+        read: ReadFiles,
+    ) -> tokio::task::JoinHandle<()> {
         let live = Arc::clone(self);
+        let files = format!(
+            "the {} listener's TLS files ({})",
+            live.status().listener,
+            live.files.shown()
+        );
+        let mut reads = FollowerReads::new(read, pace, files);
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
-                    () = tokio::time::sleep(RECHECK_EVERY) => {}
+                    () = tokio::time::sleep(pace.every) => {}
                 }
-                // Reading files may block (a slow disk): off the async
-                // workers.
+                let contents = tokio::select! {
+                    () = stop.cancelled() => return,
+                    contents = reads.read() => contents,
+                };
+                // Parsing and checking the files read: no I/O, but CPU,
+                // so off the async workers.
                 let again = Arc::clone(&live);
-                let _ = tokio::task::spawn_blocking(move || again.recheck()).await;
+                let checked = tokio::task::spawn_blocking(move || {
+                    again.apply(contents, ASN1Time::now());
+                });
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = checked => {}
+                }
             }
-        });
+        })
     }
 
     /// Reloads if the files changed since the last load (or the last
@@ -184,7 +236,14 @@ impl LiveTls {
 
     /// [`LiveTls::recheck`] with the validity window checked at `now`.
     fn recheck_at(&self, now: ASN1Time) {
-        let contents = match self.files.contents() {
+        self.apply(self.files.contents(), now);
+    }
+
+    /// Reloads if `read` (the files' bytes, or why they were not read)
+    /// differs from the last load (or the last refused attempt), or holds
+    /// a certificate that was not valid yet, checked at `now`.
+    fn apply(&self, read: Result<Vec<Vec<u8>>, String>, now: ASN1Time) {
+        let contents = match read {
             Ok(contents) => contents,
             Err(err) => return self.refuse(err),
         };
@@ -276,6 +335,33 @@ impl LiveTls {
             status.error = Some(err);
         }
     }
+}
+
+/// `read(files)` run on a thread of its own, detached, given up after
+/// `deadline` (the thread is left to end, or not, on its own).
+fn read_within(
+    files: &Files,
+    deadline: Duration,
+    read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
+) -> Result<Vec<Vec<u8>>, String> {
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    let owned = files.clone();
+    std::thread::Builder::new()
+        .name("rewire-tls-read".into())
+        .spawn(move || {
+            let _ = answer.send(read(owned));
+        })
+        .map_err(|e| format!("cannot start a thread to read {}: {e}", files.shown()))?;
+    answered.recv_timeout(deadline).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => format!(
+            "reading {} took longer than {deadline:?}; given up (a hung mount?)",
+            files.shown()
+        ),
+        std::sync::mpsc::RecvTimeoutError::Disconnected => format!(
+            "reading {}: the reading thread ended without an answer",
+            files.shown()
+        ),
+    })?
 }
 
 /// The SHA-256 fingerprint of the first certificate in `cert` (a
@@ -418,6 +504,175 @@ mod tests {
         std::fs::write(&server.cert_path, &other.cert_pem).expect("restore");
         live.recheck();
         assert_eq!(live.status().error.as_deref(), Some(refused.as_str()));
+    }
+
+    /// Reads of `files` whose first `hangs` calls block (as on a hung
+    /// mount) until the sender is dropped (30 s at most), later ones read
+    /// the files; and the count of calls.
+    fn reads_hanging_first(
+        files: Files,
+        hangs: usize,
+    ) -> (
+        ReadFiles,
+        Arc<std::sync::atomic::AtomicUsize>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let hung = Mutex::new(hung);
+        let counted = Arc::clone(&calls);
+        let read: ReadFiles = Arc::new(move || {
+            if counted.fetch_add(1, SeqCst) < hangs {
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(30));
+            }
+            files.contents()
+        });
+        (read, calls, release)
+    }
+
+    fn settings_of(server: &testkit::certs::CertFiles) -> ListenerTls {
+        ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        }
+    }
+
+    /// A mount that hangs for good, lazily unmounted and mounted again
+    /// with a renewed pair: the stuck read is given up, the files are read
+    /// again on a new thread, and the renewed pair is loaded. Before: the
+    /// follower waited on the stuck read for ever, the old certificate
+    /// served until it expired.
+    #[tokio::test]
+    async fn a_hung_read_is_given_up_and_a_new_thread_loads_the_rotated_pair() {
+        let ca = testkit::certs::TestCa::new("live-tls-hung-rotation");
+        let server = ca.server("localhost");
+        let live = LiveTls::load("grpc", &settings_of(&server), None).expect("loads");
+        let rotated = ca.server("rotated");
+        rotated.install_at(&server.cert_path, &server.key_path);
+        let (read, calls, release) = reads_hanging_first(live.files.clone(), 1);
+        let pace = Pace {
+            every: Duration::from_millis(10),
+            deadline: Duration::from_millis(100),
+            try_again_after: Duration::from_millis(200),
+        };
+        let stop = CancellationToken::new();
+        let following = live.follow_with(stop.clone(), pace, read);
+        testkit::soon("the rotated pair loaded", async {
+            while live.status().loads < 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let status = live.status();
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!(status.certificate_sha256, fingerprint_of(&rotated.cert_pem));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+        stop.cancel();
+        testkit::soon("the follower ends", following)
+            .await
+            .expect("ended");
+        drop(release);
+    }
+
+    /// While a read hangs, turns start no other thread (until the wait
+    /// before trying again), status says why, and the certificate in force
+    /// stays.
+    #[tokio::test]
+    async fn a_hung_read_pins_one_thread_and_status_says_why() {
+        let ca = testkit::certs::TestCa::new("live-tls-hung-one-thread");
+        let server = ca.server("localhost");
+        let live = LiveTls::load("grpc", &settings_of(&server), None).expect("loads");
+        let (read, calls, release) = reads_hanging_first(live.files.clone(), usize::MAX);
+        let pace = Pace {
+            every: Duration::from_millis(10),
+            deadline: Duration::from_millis(50),
+            try_again_after: Duration::from_secs(3600),
+        };
+        let stop = CancellationToken::new();
+        let following = live.follow_with(stop.clone(), pace, read);
+        let error = testkit::soon("a later turn refused", async {
+            loop {
+                if let Some(error) = live.status().error {
+                    if error.contains("are not read again yet") {
+                        return error;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let cert = server.cert_path.display().to_string();
+        assert!(
+            error.contains("grpc listener") && error.contains(&cert),
+            "{error}"
+        );
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(live.status().loads, 1);
+        stop.cancel();
+        testkit::soon("the follower ends", following)
+            .await
+            .expect("ended");
+        drop(release);
+    }
+
+    /// Stopped while its read hangs (within the read's deadline), the
+    /// follower ends. Before: it waited on the stuck read, past shutdown.
+    #[tokio::test]
+    async fn stop_ends_the_follower_while_its_read_hangs() {
+        let ca = testkit::certs::TestCa::new("live-tls-hung-stop");
+        let server = ca.server("localhost");
+        let live = LiveTls::load("grpc", &settings_of(&server), None).expect("loads");
+        let (read, calls, release) = reads_hanging_first(live.files.clone(), usize::MAX);
+        let pace = Pace {
+            every: Duration::from_millis(10),
+            deadline: Duration::from_secs(3600),
+            try_again_after: Duration::from_secs(3600),
+        };
+        let stop = CancellationToken::new();
+        let following = live.follow_with(stop.clone(), pace, read);
+        testkit::soon("a read started", async {
+            while calls.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        stop.cancel();
+        testkit::soon("the follower ends mid-read", following)
+            .await
+            .expect("ended");
+        drop(release);
+    }
+
+    /// A hung read at start-up fails the load, naming the listener's files,
+    /// instead of holding the start for ever.
+    #[test]
+    fn a_hung_read_at_start_up_is_given_up() {
+        let ca = testkit::certs::TestCa::new("live-tls-hung-start");
+        let server = ca.server("localhost");
+        let settings = settings_of(&server);
+        let (read, _calls, release) = reads_hanging_first(
+            Files {
+                cert: settings.cert.clone(),
+                key: settings.key.clone(),
+                required_ca: None,
+                optional_ca: None,
+                alpn: Vec::new(),
+            },
+            1,
+        );
+        let deadline = Duration::from_millis(50);
+        let err = LiveTls::load_with("grpc", &settings, None, deadline, move |_| read())
+            .err()
+            .expect("given up");
+        let cert = server.cert_path.display().to_string();
+        assert!(
+            err.contains("took longer than") && err.contains(&cert),
+            "{err}"
+        );
+        drop(release);
     }
 
     #[test]

@@ -74,6 +74,16 @@ impl Files {
         paths
     }
 
+    /// Every path, as messages name them: `` `cert.pem`, `key.pem` ``.
+    pub(super) fn shown(&self) -> String {
+        let paths: Vec<String> = self
+            .paths()
+            .into_iter()
+            .map(|path| format!("`{}`", path.display()))
+            .collect();
+        paths.join(", ")
+    }
+
     /// The bytes of every file, in [`Files::paths`] order (what a change
     /// is detected on).
     pub(super) fn contents(&self) -> Result<Vec<Vec<u8>>, String> {

@@ -9,9 +9,13 @@
 //!   changes: the next handshake uses the new certificate, connections
 //!   already open keep theirs, and a bad new file is refused (the old
 //!   configuration stays) and shown in status.
+//! * `follow_reads`: the follower's reads, bounded in time: a hung mount
+//!   is given up after 5 s and read again on a new thread at growing
+//!   intervals, never more than one thread per listener between tries.
 //! * `peer`: what a handshake proved about the client, for the Lifecycle
 //!   API's certificate check.
 
+mod follow_reads;
 mod live;
 mod material;
 mod peer;
