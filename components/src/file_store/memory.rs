@@ -193,8 +193,11 @@ impl<'a> PutBuffer<'a> {
     }
 
     /// Appends `bytes`: what the piece being filled has room for, the rest
-    /// into a new piece, of up to [`CHUNK`] bytes (never past `maxFileSize`
-    /// nor the room left under `maxTotalSize`), reserved first.
+    /// into a new piece, reserved first: as large as what the put has read
+    /// so far (pieces double from the first read's size, so a put reserves
+    /// at most twice what it has read, and small concurrent puts are not
+    /// refused for 64 KiB each reserved unused), at most [`CHUNK`] bytes,
+    /// never past `maxFileSize` nor the room left under `maxTotalSize`.
     fn append(&mut self, bytes: &[u8]) -> Result<(), FileError> {
         let spare = self.filling.capacity() - self.filling.len();
         let (fits, spill) = bytes.split_at(spare.min(bytes.len()));
@@ -204,7 +207,7 @@ impl<'a> PutBuffer<'a> {
             let capacity = self.reading.grow(
                 &self.name,
                 spill.len() as u64,
-                file_room.min(CHUNK as u64),
+                file_room.min(CHUNK as u64).min(self.len.max(1)),
                 self.limits.max_total_size,
             )?;
             let piece = std::mem::replace(&mut self.filling, Vec::with_capacity(capacity as usize));
@@ -603,6 +606,31 @@ mod tests {
             );
         }
         reading.end(&mut store.files());
+        assert_eq!(store.files().reading, 0);
+    }
+
+    #[test]
+    fn concurrent_small_puts_reserve_at_most_twice_what_they_read() {
+        // Ten puts of 5,000 bytes in 1,000-byte reads, side by side, in a
+        // store of 100,000: each reserves at most twice what it read, so
+        // all fit. (A 64 KiB piece reserved at each put's first read
+        // refused the third.)
+        let store = store(1 << 20, 100_000);
+        let data = pattern(5_000);
+        let mut puts: Vec<PutBuffer<'_>> = (0..10)
+            .map(|i| PutBuffer::new(&store, format!("f{i}"), store.limits()))
+            .collect();
+        for frame in data.chunks(1_000) {
+            for put in &mut puts {
+                put.append(frame).expect("room for all");
+            }
+        }
+        assert!(store.files().reading <= 2 * 10 * 5_000);
+        for put in puts {
+            let (contents, mut reading) = put.finish();
+            assert_eq!(contents.pieces.concat(), data);
+            reading.end(&mut store.files());
+        }
         assert_eq!(store.files().reading, 0);
     }
 
