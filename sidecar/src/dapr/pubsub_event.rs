@@ -60,13 +60,13 @@ fn is_binary(content_type: &str) -> bool {
 #[error("{0}")]
 pub struct NotACloudEvent(pub String);
 
-/// A CloudEvent as published: its members, each as its JSON text, written
-/// in the order of their keys (as a `serde_json::Map` writes them). Data
-/// and a given CloudEvent's members are their text as sent, not a parsed
-/// tree (which would hold up to ~90 times the text).
+/// A CloudEvent as published: its members, written in the order of
+/// their keys (as a `serde_json::Map` writes them). JSON data and a given
+/// CloudEvent's members are their text as sent, not a parsed tree (which
+/// would hold up to ~90 times the text).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[serde(transparent)]
-pub struct Envelope(BTreeMap<String, Box<RawValue>>);
+pub struct Envelope(BTreeMap<String, Member>);
 
 impl Envelope {
     /// The members, each parsed (for a subscriber's routes and
@@ -75,19 +75,44 @@ impl Envelope {
     fn into_values(self) -> Map<String, Value> {
         self.0
             .into_iter()
-            .filter_map(|(key, raw)| Some((key, serde_json::from_str(raw.get()).ok()?)))
+            .filter_map(|(key, member)| match member {
+                Member::Text(text) => Some((key, Value::String(text))),
+                Member::Json(raw) => Some((key, serde_json::from_str(raw.get()).ok()?)),
+            })
             .collect()
     }
 }
 
-/// A string member's JSON text.
-fn text_member(text: &str) -> Box<RawValue> {
-    serde_json::value::to_raw_value(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
+/// A member of an [`Envelope`].
+#[derive(Debug, Clone)]
+enum Member {
+    /// A string, escaped only as the envelope is written (so a text
+    /// payload is held once, not also escaped).
+    Text(String),
+    /// JSON text as sent.
+    Json(Box<RawValue>),
+}
+
+impl serde::Serialize for Member {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Text(text) => serializer.serialize_str(text),
+            Self::Json(raw) => raw.serialize(serializer),
+        }
+    }
+}
+
+/// A string member.
+fn text_member(text: &str) -> Member {
+    Member::Text(text.to_string())
 }
 
 /// A member's text, when it is a JSON string.
-fn member_text(member: &RawValue) -> Option<String> {
-    serde_json::from_str(member.get()).ok()
+fn member_text(member: &Member) -> Option<String> {
+    match member {
+        Member::Text(text) => Some(text.clone()),
+        Member::Json(raw) => serde_json::from_str(raw.get()).ok(),
+    }
 }
 
 /// The CloudEvent Dapr publishes for `data` of `content_type` (default
@@ -187,10 +212,13 @@ fn build_envelope(
     let mut event = BTreeMap::new();
     let content_type = match given {
         Some(fields) => {
-            event = fields;
+            event = fields
+                .into_iter()
+                .map(|(key, raw)| (key, Member::Json(raw)))
+                .collect();
             event
                 .get("datacontenttype")
-                .and_then(|member| member_text(member))
+                .and_then(member_text)
                 .unwrap_or_else(|| "application/json".to_string())
         }
         None => {
@@ -229,10 +257,10 @@ fn build_envelope(
     Envelope(event)
 }
 
-fn put_data(event: &mut BTreeMap<String, Box<RawValue>>, data: &[u8], content_type: &str) {
+fn put_data(event: &mut BTreeMap<String, Member>, data: &[u8], content_type: &str) {
     if is_json(content_type) {
         if let Some(json) = json_data(data) {
-            event.insert("data".into(), json);
+            event.insert("data".into(), Member::Json(json));
             return;
         }
     }
@@ -242,7 +270,7 @@ fn put_data(event: &mut BTreeMap<String, Box<RawValue>>, data: &[u8], content_ty
         }
         _ => {
             let encoded = base64::engine::general_purpose::STANDARD.encode(data);
-            event.insert("data_base64".into(), text_member(&encoded));
+            event.insert("data_base64".into(), Member::Text(encoded));
         }
     }
 }
@@ -273,10 +301,7 @@ const MAX_TTL_SECONDS: u64 = 2_147_483_647;
 /// Dapr's envelope overrides from publish metadata, for an envelope it
 /// builds (not a given CloudEvent): `cloudevent.id`, `cloudevent.source`,
 /// `cloudevent.type` (non-empty ones).
-fn apply_overrides(
-    event: &mut BTreeMap<String, Box<RawValue>>,
-    metadata: &HashMap<String, String>,
-) {
+fn apply_overrides(event: &mut BTreeMap<String, Member>, metadata: &HashMap<String, String>) {
     for (key, field) in [
         ("cloudevent.id", "id"),
         ("cloudevent.source", "source"),
@@ -291,7 +316,7 @@ fn apply_overrides(
 /// `expiration` (now + `ttlInSeconds`, RFC 3339 UTC) for a positive
 /// `ttlInSeconds`, on any envelope (as Dapr's `ApplyMetadata`); a
 /// `ttlInSeconds` that is not one is ignored, as Dapr ignores it here.
-fn apply_ttl(event: &mut BTreeMap<String, Box<RawValue>>, metadata: &HashMap<String, String>) {
+fn apply_ttl(event: &mut BTreeMap<String, Member>, metadata: &HashMap<String, String>) {
     let ttl = metadata
         .get("ttlInSeconds")
         .and_then(|v| v.parse::<u64>().ok())
