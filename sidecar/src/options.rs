@@ -26,11 +26,12 @@ pub struct ApiOptions {
     pub admin_token: Option<ApiToken>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,
-    /// Request body bytes one listener holds while reading them, across
-    /// all its connections and streams, at most (at least one largest
-    /// body); a body that would pass it is refused (`RESOURCE_EXHAUSTED`,
-    /// retry), so clients parking bodies cannot hold connections × streams
-    /// × `max_request_bytes`.
+    /// Request bytes one listener holds, across all its connections and
+    /// streams, at most: bodies being read, and gRPC requests by what they
+    /// hold decoded while their calls run (at least one largest body read
+    /// and decoded, twice `max_request_bytes`); a request that would pass
+    /// it is refused (`RESOURCE_EXHAUSTED`, retry), so clients parking
+    /// bodies cannot hold connections × streams × `max_request_bytes`.
     pub max_request_bytes_in_flight: usize,
     /// Largest answer built for a client, in bytes: bulk state and
     /// configuration answers over it are refused (`RESOURCE_EXHAUSTED`,
@@ -120,10 +121,14 @@ impl Default for ApiOptions {
 }
 
 impl ApiOptions {
-    /// The budget of request body bytes of one listener: at least one
-    /// largest body and its framing.
+    /// The budget of request bytes of one listener: at least one largest
+    /// body and its framing, read and decoded (while tonic's codec decodes
+    /// a message, its bytes are still charged as read).
     pub(crate) fn body_budget(&self) -> std::sync::Arc<crate::connection::BodyBudget> {
-        let one_body = self.max_request_bytes.saturating_add(64 * 1024);
+        let one_body = self
+            .max_request_bytes
+            .saturating_mul(2)
+            .saturating_add(64 * 1024);
         crate::connection::BodyBudget::new(self.max_request_bytes_in_flight.max(one_body))
     }
 

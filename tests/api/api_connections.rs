@@ -179,8 +179,9 @@ async fn a_grpc_connection_without_calls_is_closed_though_it_answers_pings() {
 
 #[tokio::test]
 async fn bodies_parked_past_the_listeners_budget_are_refused_until_they_go() {
-    // One body at most 16 KiB; the listener holds 16 + 64 KiB of bodies
-    // being read (its budget: one largest body and its framing, at least).
+    // One body at most 16 KiB; the listener holds 2 × 16 + 64 KiB of
+    // bodies being read (its budget: one largest body and its framing,
+    // read and decoded, at least).
     let options = ApiOptions {
         max_request_bytes: 16 * 1024,
         max_request_bytes_in_flight: 0,
@@ -193,9 +194,9 @@ async fn bodies_parked_past_the_listeners_budget_are_refused_until_they_go() {
         "POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
-    // Five clients park a body each, all but its last byte sent.
+    // Six clients park a body each, all but its last byte sent.
     let mut parked = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..6 {
         let mut client = TcpStream::connect(sidecar.http_addr).await.unwrap();
         client.write_all(head.as_bytes()).await.unwrap();
         client

@@ -141,8 +141,9 @@ async fn a_long_subscription_s_acknowledgements_do_not_use_up_the_request_budget
     let mut sub = StreamSubscriber::open(sidecar.grpc_url(), "pubsub", "orders")
         .await
         .expect("subscribed");
-    // The budget is at least one body and its framing (68 KiB here);
-    // 3,000 acknowledgements of about 45 bytes are twice that.
+    // The budget is at least one body read and decoded and its framing
+    // (72 KiB here); 3,000 acknowledgements of about 45 bytes are nearly
+    // twice that.
     for n in 0..3_000 {
         client
             .publish_event(publish("orders", n.to_string().as_bytes(), "text/plain"))
