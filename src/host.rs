@@ -19,6 +19,10 @@ const RESYNC: Duration = Duration::from_secs(30);
 /// and in `rewire run`).
 #[cfg(feature = "sidecar")]
 pub(crate) const SPAN_FLUSH: Duration = Duration::from_secs(3);
+/// How long a host's shutdown may take to cut short a reload in progress
+/// and close every component, the stores included (see
+/// [`Runtime::shutdown_by`]); `rewire run` gives its own the same 60 s.
+pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 
 /// A [`Runtime`] started from a file and following it: every edit of the
 /// file is validated and applied as a reload, until [`Host::shutdown`].
@@ -28,6 +32,13 @@ pub(crate) const SPAN_FLUSH: Duration = Duration::from_secs(3);
 /// them: as the `OTEL_*` variables and the file's `tracing` section say,
 /// re-read after every reload, the last ones flushed at shutdown (call
 /// `rewire::init_logging` first: it installs the layer that records them).
+///
+/// End it with [`Host::shutdown`] (or [`Host::run_until_stopped`]). A host
+/// dropped without it (an error returned between its start and its
+/// shutdown) logs an error and starts the same bounded shutdown on the
+/// tokio runtime it is dropped in, without waiting for it: its components
+/// are closed (their readers, watchers and locks' keep-alives end) rather
+/// than left running beside the next host.
 ///
 /// ```no_run
 /// use rewire::{ComponentKey, Host};
@@ -46,13 +57,18 @@ pub(crate) const SPAN_FLUSH: Duration = Duration::from_secs(3);
 ///     Ok(())
 /// }
 /// ```
+#[must_use = "a host runs until `Host::shutdown`; dropped, it shuts down in the background"]
 pub struct Host {
     runtime: Runtime,
     /// Ends with the host: the file is followed while it lives.
     _watch: FileWatch,
-    /// Ends with the host: the tracing settings are followed while it lives.
+    /// The tracing settings are followed while it is here (taken at
+    /// shutdown, before the components close).
     #[cfg(feature = "sidecar")]
-    _tracing: rewire_sidecar::telemetry::Following,
+    tracing: Option<rewire_sidecar::telemetry::Following>,
+    /// Set once [`Host::shutdown`] finished: dropping the host then does
+    /// nothing more.
+    shut_down: bool,
 }
 
 impl Host {
@@ -80,9 +96,10 @@ impl Host {
         let watch = runtime.watch_config_file(path, RESYNC);
         Ok(Self {
             #[cfg(feature = "sidecar")]
-            _tracing: rewire_sidecar::telemetry::follow(&runtime),
+            tracing: Some(rewire_sidecar::telemetry::follow(&runtime)),
             runtime,
             _watch: watch,
+            shut_down: false,
         })
     }
 
@@ -100,29 +117,71 @@ impl Host {
             .load_as::<T>()
     }
 
-    /// Waits for Ctrl-C (or SIGTERM on Unix), then shuts down: components
-    /// close users first.
+    /// Waits for Ctrl-C (or SIGTERM on Unix), then shuts down (see
+    /// [`Host::shutdown`]): components close users first.
     pub async fn run_until_stopped(self) {
         stopped().await;
         self.shutdown().await;
     }
 
-    /// Stops following the file and closes every component; returns how
-    /// many closes were abandoned (see [`Runtime::shutdown`]). The spans
-    /// still queued are then exported, within 3 s (with the `sidecar`
-    /// feature).
-    pub async fn shutdown(self) -> usize {
+    /// Stops following the file and closes every component, within 60 s
+    /// (see [`Runtime::shutdown_by`]); returns how many
+    /// closes were abandoned. The spans still queued are then exported,
+    /// within 3 s (with the `sidecar` feature). Cut short (the future
+    /// dropped), the host's drop starts the shutdown again in the
+    /// background.
+    pub async fn shutdown(mut self) -> usize {
         // Stop following first: the closed runtime reads as "no tracing",
         // which would turn the exporter off and drop the spans queued.
         #[cfg(feature = "sidecar")]
-        drop(self._tracing);
-        let abandoned = self.runtime.shutdown().await;
-        #[cfg(feature = "sidecar")]
-        if !rewire_sidecar::telemetry::flush(SPAN_FLUSH).await {
-            tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
-        }
+        drop(self.tracing.take());
+        let abandoned = shut_down_within(&self.runtime, CLOSE_BOUND).await;
+        self.shut_down = true;
         abandoned
     }
+}
+
+impl Drop for Host {
+    /// A host not shut down starts its bounded shutdown on the current
+    /// tokio runtime (its components' tasks run there); outside of one,
+    /// it can only say so.
+    fn drop(&mut self) {
+        if self.shut_down {
+            return;
+        }
+        #[cfg(feature = "sidecar")]
+        drop(self.tracing.take());
+        match tokio::runtime::Handle::try_current() {
+            Ok(tokio) => {
+                tracing::error!(bound = ?CLOSE_BOUND, "A Host was dropped without `Host::shutdown`; closing its components in the background.");
+                let runtime = self.runtime.clone();
+                tokio.spawn(async move {
+                    shut_down_within(&runtime, CLOSE_BOUND).await;
+                });
+            }
+            Err(_) => {
+                self.runtime.stop_reloads();
+                tracing::error!("A Host was dropped without `Host::shutdown`, outside of a tokio runtime: its components could not be closed.");
+            }
+        }
+    }
+}
+
+/// Closes every component of `runtime` by `within` from now, then exports
+/// the spans still queued (with the `sidecar` feature); returns how many
+/// closes were abandoned.
+async fn shut_down_within(runtime: &Runtime, within: Duration) -> usize {
+    let abandoned = runtime
+        .shutdown_by(tokio::time::Instant::now() + within)
+        .await;
+    if abandoned > 0 {
+        tracing::warn!(abandoned, bound = ?within, "Component close(s) abandoned at shutdown.");
+    }
+    #[cfg(feature = "sidecar")]
+    if !rewire_sidecar::telemetry::flush(SPAN_FLUSH).await {
+        tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
+    }
+    abandoned
 }
 
 impl Deref for Host {

@@ -1,6 +1,10 @@
 //! What `Host` sets up for a program using rewire as a library, which
 //! never runs `rewire::main()`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rewire::prelude::*;
 use rustls::crypto::CryptoProvider;
 
 use crate::support::child;
@@ -42,4 +46,50 @@ async fn starting_a_host_installs_the_ring_provider() {
         "no process rustls provider once the host started"
     );
     host.shutdown().await;
+}
+
+/// Set when a [`ClosedOnDrop`] is closed.
+static CLOSED_ON_DROP: AtomicBool = AtomicBool::new(false);
+
+/// Records its close.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.closed-on-drop")]
+struct ClosedOnDrop {}
+
+#[async_trait]
+impl Component for ClosedOnDrop {
+    async fn close(&self) -> Result<(), ComponentError> {
+        CLOSED_ON_DROP.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A host dropped without `Host::shutdown` (an error returned between its
+/// start and its shutdown) still closes its components, in the
+/// background: their tasks do not run on beside the next host.
+#[tokio::test]
+async fn a_host_dropped_without_shutdown_closes_its_components() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    std::fs::write(
+        &config,
+        r#"{"components": {"probe": {"dropped": {"type": "test.closed-on-drop"}}}}"#,
+    )
+    .unwrap();
+    let host = rewire::Host::start(&config).await.unwrap();
+    assert!(
+        !CLOSED_ON_DROP.load(Ordering::SeqCst),
+        "closed while running"
+    );
+    drop(host);
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while !CLOSED_ON_DROP.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the dropped host's component was not closed within 5 s"
+    );
 }
