@@ -21,7 +21,7 @@ const RESYNC: Duration = Duration::from_secs(30);
 pub(crate) const SPAN_FLUSH: Duration = Duration::from_secs(3);
 /// How long a host's shutdown may take to cut short a reload in progress
 /// and close every component, the stores included (see
-/// [`Runtime::shutdown_by`]); `rewire run` gives its own the same 60 s.
+/// [`Runtime::shutdown_by`]); `rewire run` uses it too.
 pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 
 /// A [`Runtime`] started from a file and following it: every edit of the

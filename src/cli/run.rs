@@ -22,8 +22,9 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 const CONFIG_RESYNC: Duration = Duration::from_secs(30);
 /// How long the shutdown may take to cut short a reload in progress and
 /// close every component: each level closes within its share of it, so
-/// the stores are closed too (see [`Runtime::shutdown_by`]).
-const CLOSE_BOUND: Duration = Duration::from_secs(60);
+/// the stores are closed too (see [`Runtime::shutdown_by`]); the same as
+/// a library host's.
+use crate::host::CLOSE_BOUND;
 
 /// Arguments of `rewire run`.
 #[derive(Debug, Args)]
