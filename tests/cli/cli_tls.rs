@@ -175,6 +175,17 @@ fn apply_and_status_over_tls_and_the_lifecycle_ca_refuses_other_clients() {
         !foreign.status.success(),
         "a client certificate from another CA"
     );
+    // Refused by the Lifecycle API (UNAUTHENTICATED), not at the handshake:
+    // the same certificate calls the Dapr API, which needs none (a mesh
+    // client that always sends its own). Before: the handshake failed
+    // (UnknownIssuer) and the Dapr API was unreachable.
+    assert!(
+        text(&foreign.stderr).contains("not from the Lifecycle API's CA"),
+        "{}",
+        text(&foreign.stderr)
+    );
+    let state = get_state_presenting(&sidecar, &ca, &intruder);
+    assert!(state.is_ok(), "{state:?}");
 
     let applied = apply(
         &sidecar,
@@ -194,6 +205,46 @@ fn apply_and_status_over_tls_and_the_lifecycle_ca_refuses_other_clients() {
         "{}",
         text(&applied.stdout)
     );
+}
+
+/// A Dapr GetState over gRPC to `sidecar`, trusting `ca`, presenting
+/// `client`'s certificate.
+fn get_state_presenting(
+    sidecar: &Sidecar,
+    ca: &TestCa,
+    client: &testkit::certs::CertFiles,
+) -> Result<(), String> {
+    use crate::support::grpc::dapr::{dapr_client::DaprClient, GetStateRequest};
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&ca.ca_pem))
+            .identity(Identity::from_pem(&client.cert_pem, &client.key_pem))
+            .timeout(Duration::from_secs(10));
+        let channel = Endpoint::from_shared(format!("https://{}", sidecar.grpc))
+            .map_err(|e| e.to_string())?
+            .tls_config(tls)
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let request = GetStateRequest {
+            store_name: "orders".into(),
+            key: "k".into(),
+            ..GetStateRequest::default()
+        };
+        DaprClient::new(channel)
+            .get_state(request)
+            .await
+            .map(drop)
+            .map_err(|status| status.to_string())
+    })
 }
 
 /// `rewire apply` with a client certificate but no `--tls-ca` trusts the

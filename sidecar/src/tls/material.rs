@@ -56,8 +56,10 @@ impl From<Refused> for String {
 pub(super) struct Files {
     pub(super) cert: PathBuf,
     pub(super) key: PathBuf,
-    /// Client CA bundles: required ones (mutual TLS), and optional ones
-    /// (offered certificates are verified; the Lifecycle CA).
+    /// Client CA bundles: required ones (mutual TLS: every handshake
+    /// verifies against both), and optional ones (the Lifecycle CA: alone,
+    /// any certificate offered is taken at the handshake and the Lifecycle
+    /// API checks it per call).
     pub(super) required_ca: Option<PathBuf>,
     pub(super) optional_ca: Option<PathBuf>,
     /// The ALPN protocols offered: `h2` only on the gRPC listener (tonic
@@ -178,13 +180,18 @@ impl Files {
         if roots.is_empty() {
             return Ok(None);
         }
-        let builder =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider));
-        let builder = match self.required_ca {
-            Some(_) => builder,
-            None => builder.allow_unauthenticated(),
-        };
-        builder.build().map(Some).map_err(|e| e.to_string())
+        if self.required_ca.is_none() {
+            // Only the Lifecycle CA: app calls need no certificate, and one
+            // from another CA must not abort the handshake (verified
+            // against these roots, it would). The Lifecycle API checks the
+            // chain per call.
+            let offered = super::offered_cert::OfferedCertificate::new(roots.subjects(), provider);
+            return Ok(Some(Arc::new(offered)));
+        }
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+            .build()
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -12,12 +12,16 @@
 //! * `follow_reads`: the follower's reads, bounded in time: a hung mount
 //!   is given up after 5 s and read again on a new thread at growing
 //!   intervals, never more than one thread per listener between tries.
+//! * `offered_cert`: the gRPC listener's client verifier with only a
+//!   Lifecycle CA: any certificate offered is taken at the handshake (its
+//!   key proven), the Lifecycle API checks it per call.
 //! * `peer`: what a handshake proved about the client, for the Lifecycle
 //!   API's certificate check.
 
 mod follow_reads;
 mod live;
 mod material;
+mod offered_cert;
 mod peer;
 mod settings;
 
