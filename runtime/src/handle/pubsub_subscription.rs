@@ -216,12 +216,31 @@ impl Source {
     /// limit), or a stopped one let go; `None` when it is not draining, or
     /// its subscriber is `behind` (then no source is read).
     fn deadline(&self, behind: bool) -> Option<Instant> {
+        self.deadline_when(behind, self.outstanding.count() == 0)
+    }
+
+    /// [`deadline`](Self::deadline), its grace running when `idle` (none
+    /// of its deliveries awaits its outcome).
+    fn deadline_when(&self, behind: bool, idle: bool) -> Option<Instant> {
         if self.stopped {
             return self.stop_at;
         }
         let limit = self.drain_until.filter(|_| !behind)?;
-        let grace = self.stop_at.filter(|_| self.outstanding.count() == 0);
+        let grace = self.stop_at.filter(|_| idle);
         Some(grace.map_or(limit, |at| at.min(limit)))
+    }
+
+    /// [`deadline`](Self::deadline) at `now`, once the outcomes that
+    /// arrived are seen to: its count is read first, then whether one
+    /// settled (an outcome marks that before it lowers the count), so an
+    /// outcome that brought the count to 0 restarts the grace before the
+    /// grace is looked at, never a stale one running out.
+    fn deadline_at(&mut self, behind: bool, now: Instant) -> Option<Instant> {
+        let idle = self.outstanding.count() == 0;
+        if self.outstanding.take_settled() {
+            self.drain_settled(now);
+        }
+        self.deadline_when(behind, idle)
     }
 
     /// The forwarder waited `waited` on the subscriber, reading no source:
@@ -255,7 +274,8 @@ struct Forwarder {
     req: SubscribeRequest,
     /// On the broker serving; `None` while it refuses the subscription.
     current: Option<Source>,
-    /// Woken when a delivery of any source settles.
+    /// Woken when the last delivery of a draining source awaiting its
+    /// outcome settles.
     settled: Arc<Notify>,
     /// The next try at subscribing to the broker serving, if any.
     resubscribe: Option<Resubscribe>,
@@ -284,7 +304,8 @@ enum Event {
     Delivery(Delivery, Which),
     /// The subscriber took the pending delivery.
     HandedOn,
-    /// A delivery of some source settled.
+    /// The last delivery of a draining source awaiting its outcome
+    /// settled.
     Settled,
     Ended(Which),
     /// The subscribe under way answered, or did not in time.
@@ -339,7 +360,7 @@ impl Forwarder {
                         self.draining[i].drain_delivered(pending_since);
                     }
                     pending = Some(match self.source(which) {
-                        Some(source) => source.outstanding.relay(delivery),
+                        Some(source) => source.outstanding.watch(delivery),
                         None => delivery,
                     });
                 }
@@ -577,7 +598,7 @@ impl Forwarder {
     /// closed its publishes).
     fn retire(&mut self, source: Source) {
         source.subscription.drain();
-        source.outstanding.take_settled();
+        source.outstanding.drain();
         self.draining.push(Source {
             stop_at: None,
             drain_until: Some(Instant::now() + DRAIN_LIMIT),
@@ -610,7 +631,7 @@ impl Forwarder {
     /// grace.
     fn expire(&mut self, behind: bool) {
         let now = Instant::now();
-        self.draining.retain_mut(|source| match source.deadline(behind) {
+        self.draining.retain_mut(|source| match source.deadline_at(behind, now) {
             Some(at) if at <= now && source.stopped => {
                 tracing::warn!("A replaced broker did not close its subscription in time; let go.");
                 false

@@ -10,6 +10,7 @@
 //! ([`SubscriptionFeed::stopped`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -73,6 +74,37 @@ pub struct Delivery {
     /// The message.
     pub message: Message,
     ack: Option<oneshot::Sender<DeliveryOutcome>>,
+    /// Told once the delivery is settled (after its outcome was sent) or
+    /// dropped unsettled; none for most deliveries.
+    watch: Option<SettleGuard>,
+}
+
+/// Told when a delivery it watches ([`Delivery::watched`]) is settled or
+/// dropped: a count of deliveries awaiting their outcome, kept without a
+/// task or a second channel per delivery.
+pub(crate) trait SettleWatch: Send + Sync {
+    /// The delivery was settled (its outcome sent) or dropped unsettled;
+    /// called once per delivery watched.
+    fn settled(&self);
+}
+
+/// Tells its watch when dropped (with the delivery holding it).
+struct SettleGuard {
+    watch: Arc<dyn SettleWatch>,
+    /// A watch the delivery carried before this one (told after it).
+    _earlier: Option<Box<SettleGuard>>,
+}
+
+impl Drop for SettleGuard {
+    fn drop(&mut self) {
+        self.watch.settled();
+    }
+}
+
+impl std::fmt::Debug for SettleGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SettleGuard")
+    }
 }
 
 impl Delivery {
@@ -83,16 +115,29 @@ impl Delivery {
             Self {
                 message,
                 ack: Some(ack),
+                watch: None,
             },
             outcome,
         )
     }
 
-    /// Settles the delivery.
+    /// Settles the delivery (its watch, if any, is told after the outcome
+    /// was sent).
     pub fn settle(mut self, outcome: DeliveryOutcome) {
         if let Some(ack) = self.ack.take() {
             let _ = ack.send(outcome);
         }
+    }
+
+    /// The delivery, telling `watch` once it is settled or dropped
+    /// unsettled (with a watch it carried already, both are told).
+    pub(crate) fn watched(mut self, watch: Arc<dyn SettleWatch>) -> Self {
+        let earlier = self.watch.take().map(Box::new);
+        self.watch = Some(SettleGuard {
+            watch,
+            _earlier: earlier,
+        });
+        self
     }
 }
 

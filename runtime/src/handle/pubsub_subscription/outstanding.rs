@@ -1,35 +1,44 @@
 //! The deliveries of one source handed on and not yet settled: each one the
-//! forwarder hands on is relayed (its subscriber settles a copy, whose
-//! outcome goes to the broker's delivery), so the forwarder knows how many
-//! still await their outcome and when one settled.
+//! forwarder hands on carries a watch ([`Delivery::watched`]) that counts
+//! it out once its subscriber settled it (its outcome already sent to the
+//! broker) or dropped it unsettled. No task and no second channel per
+//! delivery; a source that is not draining never wakes the forwarder.
 //!
 //! A broker such as Redis hands out `concurrency` deliveries, then waits for
 //! their outcomes before it sends more: while a slow app works, such a
 //! source sends nothing, though it has more. A draining source is not
-//! silent while anything of it awaits its outcome.
+//! silent while anything of it awaits its outcome; the forwarder is woken
+//! when the last of them settles (its grace starts then).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use crate::kinds::pubsub::SettleWatch;
 use crate::kinds::Delivery;
 
 /// The count of one source's deliveries awaiting their outcome.
 #[derive(Debug)]
 pub(super) struct Outstanding {
     count: AtomicUsize,
-    /// Whether one settled since the forwarder last looked.
+    /// Whether the source drains: only then do its outcomes concern the
+    /// forwarder.
+    draining: AtomicBool,
+    /// Whether one settled while draining since the forwarder last looked.
+    /// Set before the count drops: a forwarder that reads the count, then
+    /// this, sees the outcome that brought the count to what it read.
     settled: AtomicBool,
-    /// The forwarder's: woken when any of its deliveries settles.
+    /// The forwarder's: woken when a draining source's count drops to 0.
     wake: Arc<Notify>,
 }
 
 impl Outstanding {
-    /// A count that wakes `wake` at each outcome.
+    /// A count that wakes `wake` when it drops to 0 while draining.
     pub(super) fn new(wake: Arc<Notify>) -> Arc<Self> {
         Arc::new(Self {
             count: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
             settled: AtomicBool::new(false),
             wake,
         })
@@ -40,38 +49,38 @@ impl Outstanding {
         self.count.load(Ordering::SeqCst)
     }
 
-    /// Whether one settled since the last call.
+    /// Whether one settled while draining since the last call.
     pub(super) fn take_settled(&self) -> bool {
         self.settled.swap(false, Ordering::SeqCst)
+    }
+
+    /// The source drains from now on: its outcomes are looked at (those
+    /// before are not).
+    pub(super) fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.settled.store(false, Ordering::SeqCst);
     }
 
     /// `delivery`, counted until its subscriber settles it (or drops it
     /// unsettled, which reads as `Retry` at the broker, as before). The
     /// outcome reaches the broker first; the count drops after.
-    pub(super) fn relay(self: &Arc<Self>, mut delivery: Delivery) -> Delivery {
-        let message = std::mem::take(&mut delivery.message);
-        let (relayed, outcome) = Delivery::new(message);
+    pub(super) fn watch(self: &Arc<Self>, delivery: Delivery) -> Delivery {
         self.count.fetch_add(1, Ordering::SeqCst);
-        let settled = Settled(self.clone());
-        tokio::spawn(async move {
-            if let Ok(outcome) = outcome.await {
-                delivery.settle(outcome);
-            }
-            drop(settled);
-        });
-        relayed
+        let watch: Arc<dyn SettleWatch> = self.clone();
+        delivery.watched(watch)
     }
 }
 
-/// Counts one delivery out when dropped: its outcome went to the broker,
-/// or it was dropped unsettled (also when the runtime drops the relay).
-struct Settled(Arc<Outstanding>);
-
-impl Drop for Settled {
-    fn drop(&mut self) {
-        self.0.count.fetch_sub(1, Ordering::SeqCst);
-        self.0.settled.store(true, Ordering::SeqCst);
-        self.0.wake.notify_one();
+impl SettleWatch for Outstanding {
+    fn settled(&self) {
+        let draining = self.draining.load(Ordering::SeqCst);
+        if draining {
+            self.settled.store(true, Ordering::SeqCst);
+        }
+        let before = self.count.fetch_sub(1, Ordering::SeqCst);
+        if draining && before == 1 {
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -82,28 +91,82 @@ mod tests {
     use super::*;
     use crate::kinds::{DeliveryOutcome, Message};
 
-    #[tokio::test]
-    async fn a_relayed_delivery_is_counted_until_its_outcome_reaches_the_broker() {
+    fn delivery(data: &str) -> (Delivery, tokio::sync::oneshot::Receiver<DeliveryOutcome>) {
+        Delivery::new(Message {
+            data: data.as_bytes().to_vec(),
+            ..Message::default()
+        })
+    }
+
+    /// Whether `wake` was notified (a stored permit; virtual time).
+    async fn woken(wake: &Notify) -> bool {
+        tokio::time::timeout(Duration::from_secs(1), wake.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watched_delivery_is_counted_until_its_outcome_reaches_the_broker() {
         let wake = Arc::new(Notify::new());
         let outstanding = Outstanding::new(wake.clone());
-        let message = Message {
-            data: b"x".to_vec(),
-            ..Message::default()
-        };
-        let (delivery, at_broker) = Delivery::new(message);
-        let relayed = outstanding.relay(delivery);
-        assert_eq!(relayed.message.data, b"x");
+        outstanding.drain();
+        let (delivery, mut at_broker) = delivery("x");
+        let watched = outstanding.watch(delivery);
+        assert_eq!(watched.message.data, b"x");
         assert_eq!(outstanding.count(), 1);
         assert!(!outstanding.take_settled());
-        relayed.settle(DeliveryOutcome::Drop);
-        let outcome = tokio::time::timeout(Duration::from_secs(10), at_broker)
-            .await
-            .expect("the outcome reached the broker in time");
-        assert_eq!(outcome, Ok(DeliveryOutcome::Drop));
-        tokio::time::timeout(Duration::from_secs(10), wake.notified())
-            .await
-            .expect("the forwarder was woken in time");
+        watched.settle(DeliveryOutcome::Drop);
+        // Sent before the count dropped: nothing to wait for.
+        assert_eq!(at_broker.try_recv(), Ok(DeliveryOutcome::Drop));
         assert_eq!(outstanding.count(), 0);
         assert!(outstanding.take_settled());
+        assert!(woken(&wake).await, "the forwarder was not woken");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watched_delivery_dropped_unsettled_is_counted_out_as_a_retry() {
+        let wake = Arc::new(Notify::new());
+        let outstanding = Outstanding::new(wake.clone());
+        let (delivery, mut at_broker) = delivery("x");
+        drop(outstanding.watch(delivery));
+        assert!(at_broker.try_recv().is_err(), "read as Retry by the broker");
+        assert_eq!(outstanding.count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outcomes_of_a_source_not_draining_do_not_wake_the_forwarder() {
+        let wake = Arc::new(Notify::new());
+        let outstanding = Outstanding::new(wake.clone());
+        for _ in 0..3 {
+            let (delivery, _at_broker) = delivery("x");
+            outstanding.watch(delivery).settle(DeliveryOutcome::Success);
+        }
+        assert_eq!(outstanding.count(), 0);
+        assert!(!outstanding.take_settled());
+        assert!(!woken(&wake).await, "woken for a source not draining");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_draining_source_wakes_the_forwarder_only_when_its_last_outcome_arrives() {
+        let wake = Arc::new(Notify::new());
+        let outstanding = Outstanding::new(wake.clone());
+        let first = outstanding.watch(delivery("a").0);
+        let second = outstanding.watch(delivery("b").0);
+        outstanding.drain();
+        first.settle(DeliveryOutcome::Success);
+        assert_eq!(outstanding.count(), 1);
+        assert!(!woken(&wake).await, "woken with an outcome still awaited");
+        second.settle(DeliveryOutcome::Success);
+        assert!(woken(&wake).await, "not woken at the last outcome");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_watched_twice_is_counted_out_of_both() {
+        let wake = Arc::new(Notify::new());
+        let (inner, outer) = (Outstanding::new(wake.clone()), Outstanding::new(wake));
+        let delivery = outer.watch(inner.watch(delivery("x").0));
+        assert_eq!((inner.count(), outer.count()), (1, 1));
+        delivery.settle(DeliveryOutcome::Success);
+        assert_eq!((inner.count(), outer.count()), (0, 0));
     }
 }

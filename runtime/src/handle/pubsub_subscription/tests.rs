@@ -830,3 +830,89 @@ mod hanging_subscribe {
         delivery.settle(DeliveryOutcome::Success);
     }
 }
+
+/// What a delivery costs: no task of its own while its subscriber holds
+/// it, and an outcome that reaches a drain's grace in time.
+mod outcomes {
+    use tokio::sync::Notify;
+    use tokio::time::Instant;
+
+    use super::super::{Forwarder, Source};
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn deliveries_held_by_a_slow_subscriber_cost_no_task_each() {
+        let live = Live::new();
+        let broker = Arc::new(QueueBroker::default());
+        publish(&live, 1, &broker);
+        let mut sub = subscribe(&live).await;
+        broker.send("first");
+        assert_eq!(next(&mut sub).await.as_deref(), Some("first"));
+        let tasks = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        for data in numbered("held", 20) {
+            broker.send(&data);
+        }
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            let delivery = tokio::time::timeout(Duration::from_secs(30), sub.deliveries.recv())
+                .await
+                .expect("no delivery within 30 s")
+                .expect("the subscription ended");
+            held.push(delivery);
+        }
+        let alive = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        assert_eq!(alive, tasks, "20 held deliveries cost tasks of their own");
+        for delivery in held {
+            delivery.settle(DeliveryOutcome::Success);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outcome_that_ended_a_drains_wait_restarts_its_grace_before_it_is_looked_at() {
+        let live = Live::new();
+        let broker = Arc::new(QueueBroker::default());
+        publish(&live, 1, &broker);
+        let req = SubscribeRequest {
+            topic: "t".into(),
+            ..SubscribeRequest::default()
+        };
+        let subscription = broker.subscribe(req.clone()).await.expect("subscribed");
+        let settled = Arc::new(Notify::new());
+        let mut source = Source::new(broker.clone(), subscription, &settled);
+        // Draining, its grace run out while a delivery awaited its
+        // outcome, which has just arrived; the forwarder has not yet seen
+        // to it.
+        source.outstanding.drain();
+        let (delivery, _at_broker) = crate::kinds::Delivery::new(Message::default());
+        source
+            .outstanding
+            .watch(delivery)
+            .settle(DeliveryOutcome::Success);
+        let now = Instant::now();
+        source.drain_until = Some(now + DRAIN_LIMIT);
+        source.stop_at = Some(now - Duration::from_secs(1));
+        let (_outer, feed) = PubSubSubscription::channel(1);
+        let mut forwarder = Forwarder {
+            handle: PubSubHandle::new(key(), live.clone()),
+            req,
+            current: None,
+            settled,
+            resubscribe: None,
+            subscribing: None,
+            slow: None,
+            warmed: None,
+            draining: vec![source],
+            feed,
+        };
+        forwarder.expire(false);
+        assert!(
+            !forwarder.draining[0].stopped,
+            "stopped on a grace the outcome restarted"
+        );
+        assert!(forwarder.draining[0].stop_at > Some(now));
+    }
+}
