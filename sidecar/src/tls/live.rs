@@ -252,13 +252,22 @@ impl LiveTls {
             // Unchanged since the last build: what status shows is that
             // build's outcome, not a read error seen in between (a file
             // briefly missing while being replaced).
+            // A certificate in force that has expired since is shown too
+            // (every handshake fails until new files come), warned once.
             loaded.waiting = None;
+            let expired = self.expired_in_force(loaded.not_after, now);
+            let shown = match (loaded.refused.clone(), expired.clone()) {
+                (Some(refused), Some(expired)) => Some(format!("{refused}; {expired}")),
+                (refused, expired) => refused.or(expired),
+            };
             let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            if status.error != loaded.refused {
-                if loaded.refused.is_none() {
+            if status.error != shown {
+                if let Some(expired) = &expired {
+                    tracing::warn!(listener = %status.listener, error = %expired, "The TLS certificate in force has expired: handshakes fail until valid files are written.");
+                } else if shown.is_none() {
                     tracing::info!(listener = %status.listener, "TLS files readable again and unchanged; the certificate in force stays.");
                 }
-                status.error = loaded.refused.clone();
+                status.error = shown;
             }
             return;
         }
@@ -326,6 +335,20 @@ impl LiveTls {
                 self.refuse(reason);
             }
         }
+    }
+
+    /// Why the certificate in force, valid until `not_after` (Unix
+    /// seconds), no longer serves at `now`: `None` while it is valid.
+    fn expired_in_force(&self, not_after: i64, now: ASN1Time) -> Option<String> {
+        if now.timestamp() <= not_after {
+            return None;
+        }
+        let at = ASN1Time::from_timestamp(not_after)
+            .map_or_else(|_| format!("{not_after} (Unix time)"), |at| at.to_string());
+        Some(format!(
+            "the certificate in force (from `{}`) expired at {at}; every handshake fails until a valid one is written",
+            self.files.cert.display()
+        ))
     }
 
     fn refuse(&self, err: String) {
@@ -673,6 +696,40 @@ mod tests {
             "{err}"
         );
         drop(release);
+    }
+
+    /// Unchanged files whose certificate in force has expired since: status
+    /// says so, naming the file. Before: no error, nothing logged, while
+    /// every handshake failed.
+    #[test]
+    fn a_certificate_in_force_that_expired_is_shown_in_status() {
+        let ca = testkit::certs::TestCa::new("live-tls-expired-in-force");
+        let server = ca.server("localhost");
+        let live = LiveTls::load("grpc", &settings_of(&server), None).expect("loads");
+        let not_after = live.loaded.lock().expect("lock").not_after;
+        let at = |secs: i64| ASN1Time::from_timestamp(secs).expect("time");
+        live.recheck_at(at(not_after));
+        assert_eq!(live.status().error, None, "valid until its notAfter");
+        live.recheck_at(at(not_after + 1));
+        let status = live.status();
+        let error = status.error.expect("expired shown");
+        let cert = server.cert_path.display().to_string();
+        assert!(
+            error.contains("certificate in force")
+                && error.contains("expired at")
+                && error.contains(&cert),
+            "{error}"
+        );
+        assert_eq!(status.loads, 1);
+        // With a refused change shown too.
+        std::fs::write(&server.cert_path, "not a certificate").expect("garble");
+        live.recheck_at(at(not_after + 2));
+        live.recheck_at(at(not_after + 3));
+        let error = live.status().error.expect("refused and expired");
+        assert!(
+            error.contains("holds no PEM certificate") && error.contains("certificate in force"),
+            "{error}"
+        );
     }
 
     #[test]
