@@ -65,52 +65,73 @@ const MAX_SHOWN_PATH: usize = 1024;
 /// Largest PEM file read.
 pub const MAX_PEM_BYTES: usize = 1024 * 1024;
 
-/// Longest part between slashes of a path shown when what follows one of
-/// its slashes is all base64 (a key's DER in base64 on one line has longer runs).
+/// Longest run of base64 characters (see [`in_run`]) shown when it holds
+/// upper- and lower-case letters and digits (see [`looks_like_base64`]):
+/// a key's DER in base64 has longer runs, a file name's words do not
+/// look like that.
 const MAX_SHOWN_BASE64_RUN: usize = 40;
 
 /// A path as errors, status and `Debug` output show it: as is, unless it
 /// may be key material given without its `-----BEGIN` line — it holds a
-/// line break or a control character, is longer than 1 KiB, or ends in
-/// base64 on one line (see [`is_base64_line`]) — then `<value>` stands
-/// for it.
+/// line break or a control character, is longer than 1 KiB, or holds
+/// base64 that looks like a key's (see [`may_hold_key_base64`]) — then
+/// `<value>` stands for it.
 pub fn shown_path(path: &Path) -> String {
     let text = path.to_string_lossy();
-    if text.len() > MAX_SHOWN_PATH || text.chars().any(char::is_control) || is_base64_line(&text) {
+    if text.len() > MAX_SHOWN_PATH
+        || text.chars().any(char::is_control)
+        || may_hold_key_base64(&text)
+    {
         "<value>".into()
     } else {
         text.into_owned()
     }
 }
 
-/// Whether `text`, or what follows one of its slashes, looks like base64
-/// (standard or URL-safe) rather than a file name: only base64 characters,
-/// with a run between slashes longer than any file name part of that
-/// alphabet is likely to be, or 40 characters or more opening as DER
-/// does. Every such ending is checked, not only the whole text: a value
+/// Whether `text` holds, anywhere, base64 (standard or URL-safe) that
+/// looks like a key's rather than a file name: a run of base64
+/// characters longer than [`MAX_SHOWN_BASE64_RUN`], or a run opening as
+/// DER does followed by 40 base64 characters or more, counted to the end
+/// of the text across any separator (`/`, a space, a quote, a `,`…) — in
+/// both cases holding upper- and lower-case letters and digits. A value
 /// written relative (a key taken for a path) is shown joined to the
-/// configuration's folder, and neither that folder's own characters (a
-/// `.`, a space) nor its leading `/` may let the key through.
-fn is_base64_line(text: &str) -> bool {
-    let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
-    let parts = text.split('/');
-    let mut longest_run = 0;
-    let mut ending_len = 0;
-    // The endings that start at a slash, shortest first: once a part is
-    // not base64, every longer ending holds it too.
-    for (index, part) in parts.rev().enumerate() {
-        if !part.chars().all(base64) {
-            return false;
-        }
-        longest_run = longest_run.max(part.len());
-        ending_len += part.len() + usize::from(index > 0);
-        if longest_run > MAX_SHOWN_BASE64_RUN
-            || (opens_as_der(part) && ending_len >= MIN_HIDDEN_DER)
-        {
-            return true;
-        }
-    }
-    false
+/// configuration's folder; a plain YAML scalar over several lines is
+/// folded into one with spaces; a key may be quoted or followed by a
+/// `,` or a `;`: none of these lets it through.
+fn may_hold_key_base64(text: &str) -> bool {
+    let long_run = text
+        .split(|c: char| !in_run(c))
+        .any(|run| run.len() > MAX_SHOWN_BASE64_RUN && looks_like_base64(run));
+    long_run
+        || text.char_indices().any(|(at, _)| {
+            let opens_a_run = text[..at].chars().next_back().is_none_or(|c| !in_run(c));
+            opens_a_run && opens_as_der(&text[at..]) && {
+                let counted: String = text[at..].chars().filter(|&c| is_base64(c)).collect();
+                counted.len() >= MIN_HIDDEN_DER && looks_like_base64(&counted)
+            }
+        })
+}
+
+/// Whether `c` is part of a run of base64 characters: a letter, a digit
+/// or a `+`. A `/` (a path's separator too), the `-` and `_` of URL-safe
+/// base64 (a file name's word separators), and the padding `=` end a run.
+fn in_run(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '+'
+}
+
+/// Whether `c` is a base64 character, standard or URL-safe.
+fn is_base64(c: char) -> bool {
+    in_run(c) || matches!(c, '/' | '=' | '-' | '_')
+}
+
+/// Whether `text` mixes upper- and lower-case letters and digits, as a
+/// key's base64 does (an Ed25519 key's DER header alone does; an EC
+/// key's 112 random characters lack a digit with odds under 1 in 10^8),
+/// and words, a hexadecimal digest or a name in capitals do not.
+fn looks_like_base64(text: &str) -> bool {
+    text.chars().any(|c| c.is_ascii_uppercase())
+        && text.chars().any(|c| c.is_ascii_lowercase())
+        && text.chars().any(|c| c.is_ascii_digit())
 }
 
 /// Whether `text` opens as a DER structure in base64 does: a SEQUENCE
@@ -121,9 +142,9 @@ fn opens_as_der(text: &str) -> bool {
     chars.next() == Some('M') && matches!(chars.next(), Some('A'..='I'))
 }
 
-/// Shortest DER in base64 hidden whatever its runs between slashes (an
-/// Ed25519 key is 64 characters, and `/` being a base64 character, its
-/// runs between slashes may all be short).
+/// Shortest DER in base64 hidden whatever its runs (an Ed25519 key is 64
+/// characters, and `/` being a base64 character, its runs may all be
+/// short; a folded or quoted key's runs are cut by spaces or quotes).
 const MIN_HIDDEN_DER: usize = 40;
 
 /// Why a PEM text did not parse, in fixed words: the library's own
@@ -487,8 +508,107 @@ mod tests {
             "/opt/app-1.2/Media/production/redis/client/tls/key",
             "/srv/my app/MIGRATED/key",
             "/var/lib/rewire/certs/redis-client-key",
+            // A last part over 40 characters of letters and `-`.
+            "/home/u/.config/rewire/production-redis-cluster-client-private-key",
+            // A folder opening as DER does (`ME`), 40 characters and more of
+            // words after it.
+            "/data/MEDIA/certificates/redis/production/client",
+            // A SHA-256 digest in hexadecimal: 64 characters, one case.
+            "/vault/secrets/9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08/tls",
         ] {
             assert_eq!(shown_path(Path::new(path)), path);
+        }
+    }
+
+    /// `key` with a space every `width` characters: a plain YAML scalar
+    /// written over several lines, folded.
+    fn folded(key: &str, width: usize) -> String {
+        let chars: Vec<char> = key.chars().collect();
+        let lines: Vec<String> = chars
+            .chunks(width)
+            .map(|line| line.iter().collect())
+            .collect();
+        lines.join(" ")
+    }
+
+    /// A one-line key with spaces in it (a folded YAML scalar), in quotes,
+    /// or followed by a `,` or a `;` is taken for a relative path too: the
+    /// path stays hidden once joined to the configuration's folder, in
+    /// every error, `Debug` included.
+    #[test]
+    fn a_key_with_spaces_quotes_or_punctuation_never_shows() {
+        for key in [ED25519_B64, EC_B64, RSA_B64] {
+            for width in [64, 16] {
+                let folded = folded(key, width);
+                for value in [
+                    folded.clone(),
+                    format!("\"{folded}\""),
+                    format!("'{folded}'"),
+                    format!("{folded},"),
+                    format!("{folded};"),
+                    format!("clientKey={folded}"),
+                ] {
+                    for dir in [None, Some("/etc/rewire"), Some("/home/u/.config/rewire")] {
+                        let source = PemSource::parse(&value)
+                            .expect("a value")
+                            .resolved(dir.map(Path::new));
+                        assert!(source.path().is_some(), "taken for a path");
+                        let errors = [
+                            source.certificates("clientKey").map(drop),
+                            source.private_key("clientKey").map(drop),
+                        ];
+                        let mut texts = vec![format!("{source:?}"), PemSource::shown(&value)];
+                        for err in errors.into_iter().filter_map(Result::err) {
+                            texts.push(err.to_string());
+                            texts.push(format!("{err:?}"));
+                        }
+                        for text in texts {
+                            assert!(!text.contains(&key[..8]), "{dir:?}: {text}");
+                            assert!(text.contains("<value>"), "{dir:?}: {text}");
+                        }
+                    }
+                }
+            }
+        }
+        // The reviewer's case: the EC key folded at 64 characters, joined.
+        let joined = Path::new("/etc/rewire").join(folded(EC_B64, 64));
+        assert!(!shown_path(&joined).contains(&EC_B64[..8]));
+    }
+
+    /// Keys of random bytes (a fixed sequence, the same at every run) after
+    /// the Ed25519 and EC DER headers, folded at any width, quoted or not,
+    /// joined to a folder: none shows.
+    #[test]
+    fn random_keys_in_any_disguise_never_show() {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut state: u64 = 0x5eed_6773_008a;
+        let mut next = move |bound: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % bound
+        };
+        for round in 0..2000 {
+            let (header, random) = if round % 2 == 0 {
+                ("MC4CAQAwBQYDK2VwBCIEI", 43)
+            } else {
+                ("MHcCAQEEI", 112)
+            };
+            let body: String = (0..random)
+                .map(|_| char::from(ALPHABET[next(ALPHABET.len())]))
+                .collect();
+            let key = format!("{header}{body}");
+            let folded = folded(&key, 4 + next(61));
+            let value = match next(4) {
+                0 => folded,
+                1 => format!("\"{folded}\""),
+                2 => format!("{folded},"),
+                _ => format!("'{folded}';"),
+            };
+            let path = Path::new("/home/u/.config/rewire").join(&value);
+            let shown = shown_path(&path);
+            assert_eq!(shown, "<value>", "{value}");
+            assert_eq!(shown_path(Path::new(&value)), "<value>", "{value}");
         }
     }
 
