@@ -15,6 +15,12 @@
 //! (a CA rotated) keeps that allowance too: the leaf already serves. The
 //! next handshake uses whatever is in force; open connections keep the
 //! one they started with.
+//!
+//! A read that hangs (a hung NFS, FUSE or CSI mount) is given up after 5 s,
+//! at start-up too; while it stays stuck the files are read again on a new
+//! thread at growing intervals, so a remounted path's renewed pair is
+//! loaded (`follow_reads`). A certificate in force that expires while the
+//! files stay unchanged is shown in status and warned once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -592,7 +598,8 @@ mod tests {
         let status = live.status();
         assert_eq!(status.error, None, "{status:?}");
         assert_eq!(status.certificate_sha256, fingerprint_of(&rotated.cert_pem));
-        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // The hung thread, and at least the retry that read the pair.
+        assert!(calls.load(std::sync::atomic::Ordering::SeqCst) >= 2);
         stop.cancel();
         testkit::soon("the follower ends", following)
             .await
