@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use rewire_runtime::resilience::{Failure, Guarded, Refusal, Retries};
 use rewire_runtime::{ComponentKey, Generation, Instance, Kind, Runtime};
@@ -120,12 +121,18 @@ impl Call {
 
     /// Runs `call`, a call of component `kind/name` its client may abandon
     /// (an upload, bounded by the client's inactivity instead), once under
-    /// the circuit breaker targeted at it alone: no timeout; dropped before
-    /// it ends, it counts neither way. See [`Call::guarded`].
+    /// the circuit breaker targeted at it alone: no timeout cuts it; past
+    /// the timeout policy's duration (without one, `grace`) it hands its
+    /// trial place back, and dropped before it ends it is the component's
+    /// failure only if the component held it up that long (`held_up`, see
+    /// [`Applied::run_admitted_unless_dropped`]). See [`Call::guarded`].
+    ///
+    /// [`Applied::run_admitted_unless_dropped`]: rewire_runtime::resilience::Applied::run_admitted_unless_dropped
     pub(super) async fn guarded_admitted<T, E: Failure>(
         &self,
         (kind, name): (Kind, &str),
         call: impl Future<Output = Result<T, E>>,
+        (held_up, grace): (impl Fn() -> Option<Duration>, Duration),
         refused: fn(String) -> E,
     ) -> Result<T, E> {
         let policies = self.generation.policies();
@@ -135,7 +142,7 @@ impl Call {
         let Some(applied) = policies.get(&ComponentKey::new(kind, name)) else {
             return call.await;
         };
-        let answer = Box::pin(applied.run_admitted_unless_dropped(call)).await;
+        let answer = Box::pin(applied.run_admitted_unless_dropped(call, held_up, grace)).await;
         self.unguarded(answer, refused)
     }
 

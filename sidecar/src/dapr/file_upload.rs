@@ -12,8 +12,14 @@
 //! not its resiliency `timeout` (which would cut an upload that keeps
 //! sending): a write the store fails, or a store that stalls, counts as
 //! its failure; a write cut by the client (its body broke off, or went
-//! idle, or its call was dropped) counts neither way, so no client can
-//! open the breaker on everyone else's calls.
+//! idle) counts neither way, so no client can open the breaker on
+//! everyone else's calls. The timeout (without one, the store's grace)
+//! still bounds what the breaker waits for: past it, an upload hands its
+//! half-open trial place back and runs on (one trickling upload never
+//! blocks the store's other calls); and an upload whose call is dropped
+//! (its client gave up) is the store's failure if the store had kept it
+//! waiting that long (a hung store opens its breaker), else counted
+//! neither way (the store was waiting for the client).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -118,7 +124,7 @@ impl Failure for WriteFailed {
 /// When the upload last moved: a chunk taken, or the store asking for one;
 /// and whether the client's body failed.
 struct Progress {
-    last: Mutex<Instant>,
+    last: Mutex<Moved>,
     /// No bytes arrived for the idle bound.
     idle: AtomicBool,
     /// The client's body ended in an error (its connection or stream
@@ -126,10 +132,22 @@ struct Progress {
     broken: AtomicBool,
 }
 
+/// The upload's last move.
+#[derive(Clone, Copy)]
+struct Moved {
+    at: Instant,
+    /// Whether the store then asked for a chunk (it waits for the client)
+    /// rather than took one (the client waits for the store).
+    store_asked: bool,
+}
+
 impl Progress {
     fn new() -> Self {
         Self {
-            last: Mutex::new(Instant::now()),
+            last: Mutex::new(Moved {
+                at: Instant::now(),
+                store_asked: false,
+            }),
             idle: AtomicBool::new(false),
             broken: AtomicBool::new(false),
         }
@@ -140,12 +158,29 @@ impl Progress {
         self.idle.load(Ordering::Acquire) || self.broken.load(Ordering::Acquire)
     }
 
-    fn touch(&self) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    /// The upload moves now: the store asks for a chunk (`store_asked`),
+    /// or takes one (or the body's end).
+    fn moved(&self, store_asked: bool) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Moved {
+            at: Instant::now(),
+            store_asked,
+        };
     }
 
     fn last(&self) -> Instant {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).at
+    }
+
+    /// How long the store has kept the client waiting on it (writing the
+    /// last chunk it took, or committing the file); `None` while the store
+    /// waits for the client, or once the client's body failed: a client
+    /// giving up then says nothing of the store.
+    fn store_held_up_for(&self) -> Option<Duration> {
+        if self.client_failed() {
+            return None;
+        }
+        let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        (!last.store_asked).then(|| last.at.elapsed())
     }
 }
 
@@ -176,7 +211,7 @@ where
             // is not the client's.
             this.timer.as_mut().reset(Instant::now() + this.idle);
             this.waiting = true;
-            this.progress.touch();
+            this.progress.moved(true);
         }
         loop {
             match Pin::new(&mut this.chunks).poll_next(cx) {
@@ -192,7 +227,7 @@ where
                         this.progress.broken.store(true, Ordering::Release);
                     }
                     this.waiting = false;
-                    this.progress.touch();
+                    this.progress.moved(false);
                     return Poll::Ready(chunk);
                 }
                 Poll::Pending => break,
@@ -246,9 +281,15 @@ impl FileOps {
         };
         let store_grace = idle.saturating_mul(2);
         let write = watched_write(self.store(), request, &progress, store_grace);
+        let held_up = || progress.store_held_up_for();
         let written = self
             .call()
-            .guarded_admitted(self.target(), write, WriteFailed::refused)
+            .guarded_admitted(
+                self.target(),
+                write,
+                (held_up, store_grace),
+                WriteFailed::refused,
+            )
             .await;
         if progress.idle.load(Ordering::Acquire) {
             return Err(UploadError::Idle {
@@ -349,5 +390,148 @@ mod tests {
         assert!(progress.idle.load(Ordering::Acquire));
         assert!(bounded.next().await.is_none());
         sending.abort();
+    }
+
+    /// A store that never reads the body it is given (a black-holed
+    /// backend, a hung write).
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "file", type = "test.upload.deaf")]
+    struct DeafFiles {}
+
+    /// A store that reads its body to the end, then keeps it.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "file", type = "test.upload.reading")]
+    struct ReadingFiles {}
+
+    #[rewire_runtime::prelude::async_trait]
+    impl rewire_runtime::Component for DeafFiles {}
+
+    #[rewire_runtime::prelude::async_trait]
+    impl rewire_runtime::Component for ReadingFiles {}
+
+    #[rewire_runtime::prelude::async_trait]
+    impl FileStore for DeafFiles {
+        async fn put(&self, _: PutFileRequest) -> Result<FileInfo, FileError> {
+            std::future::pending().await
+        }
+        async fn get(&self, name: &str) -> Result<rewire_runtime::FileRead, FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+        async fn list(
+            &self,
+            _: rewire_runtime::ListRequest,
+        ) -> Result<rewire_runtime::ListPage, FileError> {
+            Ok(rewire_runtime::ListPage::default())
+        }
+        async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+        async fn delete(&self, name: &str) -> Result<(), FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+    }
+
+    #[rewire_runtime::prelude::async_trait]
+    impl FileStore for ReadingFiles {
+        async fn put(&self, mut req: PutFileRequest) -> Result<FileInfo, FileError> {
+            use tokio::io::AsyncReadExt;
+            let mut whole = Vec::new();
+            req.body
+                .read_to_end(&mut whole)
+                .await
+                .map_err(|e| FileError::Invalid(e.to_string()))?;
+            std::future::pending().await
+        }
+        async fn get(&self, name: &str) -> Result<rewire_runtime::FileRead, FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+        async fn list(
+            &self,
+            _: rewire_runtime::ListRequest,
+        ) -> Result<rewire_runtime::ListPage, FileError> {
+            Ok(rewire_runtime::ListPage::default())
+        }
+        async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+        async fn delete(&self, name: &str) -> Result<(), FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+    }
+
+    /// A runtime whose file store `files` is of `type_name`, under a 1 s
+    /// timeout and a breaker that opens at 2 consecutive failures.
+    async fn guarded_store(type_name: &str) -> rewire_runtime::Runtime {
+        use rewire_runtime::config::{parse, validate};
+        let config = serde_json::json!({
+            "appId": "app",
+            "components": {"file": {"files": {"type": type_name}}},
+            "resiliency": {
+                "policies": {
+                    "timeouts": {"short": "1s"},
+                    "circuitBreakers": {"cb": {"trip": "consecutiveFailures >= 2",
+                                               "timeout": "60s"}}
+                },
+                "targets": {"components": {"files": {"outbound": {
+                    "timeout": "short", "circuitBreaker": "cb"
+                }}}}
+            }
+        });
+        let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = rewire_runtime::Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let options = rewire_runtime::RuntimeOptions::default();
+        rewire_runtime::Runtime::start(config, registry, options)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Uploads to `files`, the client sending one chunk then nothing more
+    /// (its stream kept open), dropped by its client after 5 s (the
+    /// sidecar's idle bound, 30 s, never reached); then the breaker's
+    /// state and consecutive failures.
+    async fn abandoned_uploads(
+        runtime: &rewire_runtime::Runtime,
+        count: usize,
+    ) -> (rewire_runtime::resilience::BreakerState, u32) {
+        let call = crate::dapr::Call::new(runtime, crate::dapr::StoreLabel::default());
+        let files = call.file_store("files").unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..count {
+            let chunks = tokio_stream::iter(vec![chunk("x")]).chain(tokio_stream::pending());
+            let upload = files.put_streamed(
+                format!("cut{i}.bin"),
+                chunks,
+                BTreeMap::new(),
+                Duration::from_secs(30),
+            );
+            let cut = tokio::time::timeout(Duration::from_secs(5), upload).await;
+            assert!(cut.is_err(), "the upload never ends: {cut:?}");
+        }
+        let key = rewire_runtime::ComponentKey::new(rewire_runtime::Kind::File, "files");
+        let generation = runtime.generation();
+        let status = generation
+            .policies()
+            .get(&key)
+            .and_then(|applied| applied.breaker_status())
+            .unwrap_or_else(|| panic!("`files` has a breaker"));
+        (status.state, status.consecutive_failures)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn uploads_abandoned_while_the_store_holds_them_up_open_its_breaker() {
+        use rewire_runtime::resilience::BreakerState;
+        let runtime = guarded_store("test.upload.deaf").await;
+        let state = abandoned_uploads(&runtime, 2).await;
+        assert_eq!(state, (BreakerState::Open, 0), "a hung store opens it");
+        runtime.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn uploads_abandoned_while_the_store_waits_for_their_client_count_neither_way() {
+        use rewire_runtime::resilience::BreakerState;
+        let runtime = guarded_store("test.upload.reading").await;
+        let state = abandoned_uploads(&runtime, 3).await;
+        assert_eq!(state, (BreakerState::Closed, 0), "the clients gave up");
+        runtime.shutdown().await;
     }
 }

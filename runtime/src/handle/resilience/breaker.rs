@@ -77,14 +77,16 @@ pub(crate) struct Admitted {
 /// An admitted call in flight: reports its end to the breaker, and a call
 /// dropped before it ended (cancelled by the request's deadline or its
 /// client) as a failure, so a half-open breaker never waits for a trial
-/// call that is gone; or, [`InFlight::released_when_dropped`], hands its
-/// admission back without a verdict.
+/// call that is gone. A call that may run long (an upload) can hand its
+/// trial place back early ([`InFlight::hand_back_trial_place`]) and still
+/// report how it ends.
 #[derive(Debug)]
 pub(crate) struct InFlight<'a> {
     breaker: &'a Breaker,
     admitted: Option<Admitted>,
-    /// Whether a drop before the end counts as a failure.
-    dropped_fails: bool,
+    /// Whether it still holds its place among the breaker's admitted
+    /// calls (a half-open breaker's trial places).
+    holds_place: bool,
 }
 
 impl InFlight<'_> {
@@ -99,28 +101,26 @@ impl InFlight<'_> {
     /// half-open breaker admits another trial call): it ended without
     /// telling anything of the component.
     pub(crate) fn release(mut self) {
-        if let Some(admitted) = self.admitted.take() {
-            self.breaker.release(admitted);
-        }
+        self.hand_back_trial_place();
+        self.admitted = None;
     }
 
-    /// Dropped before it ended, the call reports nothing and hands its
-    /// admission back (a half-open breaker admits another trial call): for
-    /// a call its client may abandon, which says nothing of the component.
-    pub(crate) fn released_when_dropped(mut self) -> Self {
-        self.dropped_fails = false;
-        self
+    /// Hands back its trial place (a half-open breaker admits another
+    /// trial call) while the call runs on, still to report how it ends:
+    /// a call that may outlast its breaker's patience without being the
+    /// component's fault (an upload that keeps sending).
+    pub(crate) fn hand_back_trial_place(&mut self) {
+        if let (Some(admitted), true) = (self.admitted, self.holds_place) {
+            self.holds_place = false;
+            self.breaker.release(admitted);
+        }
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if let Some(admitted) = self.admitted.take() {
-            if self.dropped_fails {
-                self.breaker.record(admitted, false);
-            } else {
-                self.breaker.release(admitted);
-            }
+            self.breaker.record(admitted, false);
         }
     }
 }
@@ -176,7 +176,7 @@ impl Breaker {
         self.admit().map(|admitted| InFlight {
             breaker: self,
             admitted: Some(admitted),
-            dropped_fails: true,
+            holds_place: true,
         })
     }
 
@@ -334,6 +334,35 @@ mod tests {
             .unwrap_or_else(|| panic!("half-open again"))
             .finish(true);
         assert_eq!(state(&breaker), BreakerState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trial_place_handed_back_is_given_back_once() {
+        let breaker = Breaker::new(policy(1, 1, 0));
+        fail(&breaker);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let mut long = breaker.enter().unwrap_or_else(|| panic!("half-open"));
+        assert!(breaker.enter().is_none(), "one trial call at a time");
+        long.hand_back_trial_place();
+        long.hand_back_trial_place();
+        let next = breaker
+            .enter()
+            .unwrap_or_else(|| panic!("its place was handed back"));
+        long.release();
+        assert!(breaker.enter().is_none(), "`next` holds the only place");
+        next.finish(true);
+        assert_eq!(state(&breaker), BreakerState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_handed_back_its_place_still_reports_its_end() {
+        let breaker = Breaker::new(policy(1, 1, 0));
+        fail(&breaker);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let mut long = breaker.enter().unwrap_or_else(|| panic!("half-open"));
+        long.hand_back_trial_place();
+        long.finish(false);
+        assert_eq!(state(&breaker), BreakerState::Open);
     }
 
     #[tokio::test(start_paused = true)]

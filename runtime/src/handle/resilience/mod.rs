@@ -327,18 +327,55 @@ impl Applied {
             .map_err(|(error, _)| error)
     }
 
-    /// Runs `call` once under the breaker alone, as
-    /// [`Applied::run_admitted`], for a call its client may abandon (an
-    /// upload, bounded by the client's inactivity rather than as a whole):
-    /// only how it ended counts; dropped before it ends (its client gone),
-    /// it counts neither way and hands its admission back.
+    /// Runs `call` once under the breaker alone, for a call its client may
+    /// abandon (an upload, bounded by the client's inactivity rather than
+    /// as a whole): no timeout cuts it. Its bound, the timeout policy's
+    /// duration (without one, `grace`), serves the breaker instead: past
+    /// it, the call hands its trial place back (a half-open breaker admits
+    /// another call while it runs on), and dropped before it ends, the
+    /// call is the component's failure if the component has held it up
+    /// that long (`held_up`: how long the component has kept the call
+    /// waiting on it, or `None` while it waits for the client); else it
+    /// counts neither way (its client gave up). Only how it ends counts
+    /// otherwise, an error that tells nothing of the component neither way.
     pub async fn run_admitted_unless_dropped<T, E: Failure>(
         &self,
         call: impl Future<Output = Result<T, E>>,
+        held_up: impl Fn() -> Option<Duration>,
+        grace: Duration,
     ) -> Result<T, Guarded<E>> {
-        self.attempt_with(None, OnDrop::Release, || call)
-            .await
-            .map_err(|(error, _)| error)
+        let Some((policy, breaker)) = &self.breaker else {
+            return call.await.map_err(Guarded::Failed);
+        };
+        let Some(in_flight) = breaker.enter() else {
+            return Err(Guarded::Refused(Refusal::BreakerOpen {
+                component: self.key.clone(),
+                policy: policy.clone(),
+            }));
+        };
+        let bound = self.timeout().unwrap_or(grace);
+        let mut abandonable = Abandonable {
+            in_flight: Some(in_flight),
+            held_up,
+            bound,
+        };
+        tokio::pin!(call);
+        let outcome = tokio::select! {
+            biased;
+            outcome = &mut call => outcome,
+            () = tokio::time::sleep(bound) => {
+                abandonable.hand_back_trial_place();
+                call.await
+            }
+        };
+        let in_flight = abandonable.in_flight.take();
+        match (in_flight, &outcome) {
+            (Some(in_flight), Err(err)) if !err.tells_of_component() => in_flight.release(),
+            (Some(in_flight), Err(err)) => in_flight.finish(!err.is_failure()),
+            (Some(in_flight), Ok(_)) => in_flight.finish(true),
+            (None, _) => {}
+        }
+        outcome.map_err(Guarded::Failed)
     }
 
     /// One attempt (`call` is made only once admitted): admitted by the
@@ -350,22 +387,8 @@ impl Applied {
         timeout: Option<&Named<Duration>>,
         call: impl FnOnce() -> Fut,
     ) -> Result<T, (Guarded<E>, bool)> {
-        self.attempt_with(timeout, OnDrop::Fail, call).await
-    }
-
-    /// [`Applied::attempt`], a drop before the end reported as `on_drop`
-    /// says.
-    async fn attempt_with<T, E: Failure, Fut: Future<Output = Result<T, E>>>(
-        &self,
-        timeout: Option<&Named<Duration>>,
-        on_drop: OnDrop,
-        call: impl FnOnce() -> Fut,
-    ) -> Result<T, (Guarded<E>, bool)> {
         let in_flight = match &self.breaker {
             Some((policy, breaker)) => match breaker.enter() {
-                Some(in_flight) if on_drop == OnDrop::Release => {
-                    Some(in_flight.released_when_dropped())
-                }
                 Some(in_flight) => Some(in_flight),
                 None => {
                     let refusal = Refusal::BreakerOpen {
@@ -409,13 +432,40 @@ impl Applied {
     }
 }
 
-/// How an admitted call dropped before its end is reported to the breaker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OnDrop {
-    /// As a failure: a call cut by its deadline, or a trial call gone.
-    Fail,
-    /// Not at all, its admission handed back: a call its client abandoned.
-    Release,
+/// A call its client may abandon, while it runs: dropped unfinished, it
+/// is judged by how long the component has held it up.
+struct Abandonable<'a, H: Fn() -> Option<Duration>> {
+    in_flight: Option<breaker::InFlight<'a>>,
+    /// How long the component has kept the call waiting on it; `None`
+    /// while the call waits for its client.
+    held_up: H,
+    /// Held up this long, the component is to blame.
+    bound: Duration,
+}
+
+impl<H: Fn() -> Option<Duration>> Abandonable<'_, H> {
+    /// Past its bound: its trial place is handed back, the call runs on.
+    fn hand_back_trial_place(&mut self) {
+        if let Some(in_flight) = &mut self.in_flight {
+            in_flight.hand_back_trial_place();
+        }
+    }
+}
+
+impl<H: Fn() -> Option<Duration>> Drop for Abandonable<'_, H> {
+    /// Dropped unfinished: the component's failure if it held the call up
+    /// for the bound (a hung store its clients gave up on); else its
+    /// client gave up on it, counted neither way.
+    fn drop(&mut self) {
+        let Some(in_flight) = self.in_flight.take() else {
+            return;
+        };
+        if (self.held_up)().is_some_and(|held| held >= self.bound) {
+            in_flight.finish(false);
+        } else {
+            in_flight.release();
+        }
+    }
 }
 
 /// The waits of a retry policy: constant, or doubling up to `maxInterval`.

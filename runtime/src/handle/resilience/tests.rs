@@ -220,6 +220,15 @@ async fn a_breaker_survives_a_rebuild_of_the_policies_while_its_settings_are_unc
     assert_eq!(untargeted.breakers().count(), 0);
 }
 
+/// The bound of a call its client may abandon, without a timeout policy.
+const GRACE: Duration = Duration::from_secs(60);
+
+/// A call its component is not holding up: the component waits for the
+/// call's client.
+fn client_awaited() -> Option<Duration> {
+    None
+}
+
 /// A call that never ends, cut (dropped) by its caller after `after`.
 async fn abandoned<F: Future<Output = ()>>(after: Duration, call: F) {
     assert!(
@@ -245,7 +254,7 @@ async fn a_call_its_client_abandons_counts_neither_way_and_hands_back_its_trial_
     for _ in 0..3 {
         abandoned(Duration::from_secs(5), async {
             let _ = applied(&policies)
-                .run_admitted_unless_dropped(never())
+                .run_admitted_unless_dropped(never(), client_awaited, GRACE)
                 .await;
         })
         .await;
@@ -260,7 +269,7 @@ async fn a_call_its_client_abandons_counts_neither_way_and_hands_back_its_trial_
     // A failure it ends with still counts: the breaker opens.
     let calls = AtomicU32::new(0);
     let failed = applied(&policies)
-        .run_admitted_unless_dropped(flaky(1, &calls)())
+        .run_admitted_unless_dropped(flaky(1, &calls)(), client_awaited, GRACE)
         .await;
     assert!(matches!(failed, Err(Guarded::Failed(_))), "{failed:?}");
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Open));
@@ -269,13 +278,13 @@ async fn a_call_its_client_abandons_counts_neither_way_and_hands_back_its_trial_
     tokio::time::advance(Duration::from_secs(30)).await;
     abandoned(Duration::from_secs(5), async {
         let _ = applied(&policies)
-            .run_admitted_unless_dropped(never())
+            .run_admitted_unless_dropped(never(), client_awaited, GRACE)
             .await;
     })
     .await;
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::HalfOpen));
     let answer = applied(&policies)
-        .run_admitted_unless_dropped(flaky(0, &calls)())
+        .run_admitted_unless_dropped(flaky(0, &calls)(), client_awaited, GRACE)
         .await;
     assert!(answer.is_ok(), "{answer:?}");
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Closed));
@@ -309,21 +318,138 @@ async fn an_error_that_tells_nothing_of_the_component_counts_neither_way() {
     };
     let fail = || async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
     let cut = || async { Err::<u32, _>(CutByClient) };
-    let _ = applied(&policies).run_admitted_unless_dropped(fail()).await;
+    let _ = applied(&policies)
+        .run_admitted_unless_dropped(fail(), client_awaited, GRACE)
+        .await;
     // Not a success: the consecutive failure stays counted.
-    let answer = applied(&policies).run_admitted_unless_dropped(cut()).await;
+    let answer = applied(&policies)
+        .run_admitted_unless_dropped(cut(), client_awaited, GRACE)
+        .await;
     assert!(matches!(answer, Err(Guarded::Failed(CutByClient))));
     assert_eq!(state(&policies), Some((BreakerState::Closed, 1)));
-    let _ = applied(&policies).run_admitted_unless_dropped(fail()).await;
+    let _ = applied(&policies)
+        .run_admitted_unless_dropped(fail(), client_awaited, GRACE)
+        .await;
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Open));
     // Half-open, one trial place: a trial the client cut short neither
     // closes the breaker nor keeps the place.
     tokio::time::advance(Duration::from_secs(30)).await;
-    let _ = applied(&policies).run_admitted_unless_dropped(cut()).await;
+    let _ = applied(&policies)
+        .run_admitted_unless_dropped(cut(), client_awaited, GRACE)
+        .await;
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::HalfOpen));
     let answer = applied(&policies)
-        .run_admitted_unless_dropped(async { Ok::<u32, StateError>(7) })
+        .run_admitted_unless_dropped(async { Ok::<u32, StateError>(7) }, client_awaited, GRACE)
         .await;
     assert!(matches!(answer, Ok(7)), "{answer:?}");
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Closed));
+}
+
+/// Policies for `orders`: a 1 s timeout, and a breaker that opens at the
+/// first failure, one trial call while half-open.
+fn tripping_at_once() -> Policies {
+    let section = json!({
+        "policies": {
+            "timeouts": {"short": "1s"},
+            "circuitBreakers": {"cb": {"trip": "consecutiveFailures >= 1", "timeout": "30s",
+                                       "maxRequests": 1}}
+        },
+        "targets": {"components": {"orders": {"outbound": {
+            "circuitBreaker": "cb", "timeout": "short"
+        }}}}
+    });
+    policies(section, &Policies::default())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_upload_that_runs_on_hands_back_its_trial_place_after_the_timeout() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    let fail = async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
+    let _ = applied.run_once(fail).await;
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Open)
+    );
+    tokio::time::advance(Duration::from_secs(30)).await;
+    // The trial call: an upload that keeps its client's pace forever.
+    let trickling = applied.run_admitted_unless_dropped(
+        std::future::pending::<Result<u32, StateError>>(),
+        client_awaited,
+        GRACE,
+    );
+    let others = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let early = applied.run_once(async { Ok::<u32, StateError>(1) }).await;
+        assert!(
+            matches!(early, Err(Guarded::Refused(Refusal::BreakerOpen { .. }))),
+            "the trial holds its place within the timeout: {early:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        applied.run_once(async { Ok::<u32, StateError>(1) }).await
+    };
+    let answer = tokio::select! {
+        _ = trickling => panic!("the upload never ends"),
+        answer = others => answer,
+    };
+    assert!(
+        matches!(answer, Ok(1)),
+        "admitted past the timeout: {answer:?}"
+    );
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Closed)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_its_component_held_it_up_past_the_timeout_is_a_failure() {
+    let policies = policies(
+        target(json!({"circuitBreaker": "cb", "timeout": "short"})),
+        &Policies::default(),
+    );
+    let applied = applied(&policies);
+    // A store that never takes the first chunk: it has held the call up
+    // since it started.
+    for _ in 0..2 {
+        let started = Instant::now();
+        abandoned(Duration::from_secs(5), async {
+            let _ = applied
+                .run_admitted_unless_dropped(
+                    std::future::pending::<Result<u32, StateError>>(),
+                    || Some(started.elapsed()),
+                    GRACE,
+                )
+                .await;
+        })
+        .await;
+    }
+    let status = applied.breaker_status().map(|s| (s.state, s.trips));
+    assert_eq!(
+        status,
+        Some((BreakerState::Open, 1)),
+        "two failures trip it"
+    );
+    // Held up for less than the timeout when its client gave up: neither.
+    let policies = self::policies(
+        target(json!({"circuitBreaker": "cb", "timeout": "short"})),
+        &Policies::default(),
+    );
+    let applied = self::applied(&policies);
+    for _ in 0..3 {
+        abandoned(Duration::from_secs(5), async {
+            let _ = applied
+                .run_admitted_unless_dropped(
+                    std::future::pending::<Result<u32, StateError>>(),
+                    || Some(Duration::from_millis(900)),
+                    GRACE,
+                )
+                .await;
+        })
+        .await;
+    }
+    let status = applied
+        .breaker_status()
+        .map(|s| (s.state, s.consecutive_failures));
+    assert_eq!(status, Some((BreakerState::Closed, 0)));
 }
