@@ -10,8 +10,11 @@
 //!
 //! Asked to drain (its broker was replaced), it hands on nothing more (the
 //! rest of a batch waiting for permits stays pending, for the drain), closes
-//! the broker's publish gate (waiting for `XADD`s under way: the runtime's
-//! drain grace starts only at a delivery after that), delivers the consumer's
+//! the broker's publish gate (waiting for `XADD`s under way, at most
+//! `GATE_CLOSE_LIMIT`, then refusing publishes without them; a stop or a
+//! shutdown meanwhile ends the reader: the runtime's drain grace starts
+//! only at a delivery after that, a `RETRY` settled meanwhile is delivered
+//! again only then too), delivers the consumer's
 //! own pending entries (handed back `RETRY`, left by an earlier process,
 //! or whose `XACK` failed; not those read and not yet settled here or at
 //! another reader of this process on the same server, group and topic:
@@ -85,8 +88,14 @@ const DRAIN_LINGER: Duration = Duration::from_secs(3);
 /// Draining, entries are read for this long at most (the runtime's drain
 /// limit), however steadily they come.
 const DRAIN_READ_LIMIT: Duration = Duration::from_secs(120);
-/// How soon a message settled `RETRY` during a drain is delivered again.
+/// How soon a message settled `RETRY` during a drain is delivered again
+/// (once the publish gate is closed: nothing is handed on between a drain
+/// request and then).
 const DRAIN_RETRY_AFTER: Duration = Duration::from_millis(200);
+/// How long a drain waits at most for the publishes under way to end
+/// (one whose server stopped answering, with no `readTimeout`, may never
+/// end); then it refuses publishes without waiting, and drains.
+const GATE_CLOSE_LIMIT: Duration = DRAIN_READ_LIMIT;
 
 /// Creates consumer group `group` on `topic` at the start of the stream
 /// (creating the stream too), unless it exists.
@@ -211,10 +220,9 @@ impl Reader {
                 // stopped (dropped) is drained too, and stopped first, and
                 // the gate is the whole broker's (closed, every later
                 // publish to it is refused as retired).
-                if self.feed.is_stopped() {
+                if self.feed.is_stopped() || !self.close_publishing().await {
                     return;
                 }
-                self.gate.close().await;
                 let now = Instant::now();
                 drain = Some(Drain {
                     pending_after: Some("0-0".into()),
@@ -364,6 +372,27 @@ impl Reader {
         tokio::select! {
             () = self.in_flight_ids.all_settled() => {}
             () = self.feed.stopped() => {}
+        }
+    }
+
+    /// Closes the broker's publish gate for a drain, waiting for the
+    /// publishes under way, within [`GATE_CLOSE_LIMIT`] (then publishes
+    /// are refused without waiting for them, and the drain goes on). False
+    /// when the subscription is stopped (publishes refused) or the sidecar
+    /// shuts down first: the reader ends.
+    async fn close_publishing(&self) -> bool {
+        tokio::select! {
+            () = self.gate.close() => true,
+            () = self.feed.stopped() => {
+                self.gate.refuse_publishes();
+                false
+            }
+            () = self.connected.shutdown.cancelled() => false,
+            () = tokio::time::sleep(GATE_CLOSE_LIMIT) => {
+                warn!(component = %self.connected.label, topic = %self.topic, limit = ?GATE_CLOSE_LIMIT, "Publishes under way did not end in time for the drain; later ones are refused, and the drain goes on without waiting for them.");
+                self.gate.refuse_publishes();
+                true
+            }
         }
     }
 
@@ -615,6 +644,7 @@ impl Reader {
         };
         let feed = self.feed.clone();
         let connected = self.connected.clone();
+        let gate = self.gate.clone();
         let topic = self.topic.clone();
         let in_flight_ids = self.in_flight_ids.clone();
         let forget = move |id: &str| in_flight_ids.settled(id);
@@ -637,8 +667,15 @@ impl Reader {
                     }
                     // Left pending: redelivered after `processingTimeout`,
                     // or now when draining (nobody will read this server
-                    // again).
+                    // again), once the publish gate is closed: the
+                    // runtime's drain grace starts at a delivery after
+                    // that, and the publishes under way are read after it.
                     DeliveryOutcome::Retry if feed.is_draining() && !feed.is_stopped() => {
+                        tokio::select! {
+                            () = gate.closed() => {}
+                            () = feed.stopped() => break,
+                            () = connected.shutdown.cancelled() => break,
+                        }
                         tokio::time::sleep(DRAIN_RETRY_AFTER).await;
                         match feed.deliver(message.clone()).await {
                             Some(next) => outcome = next,

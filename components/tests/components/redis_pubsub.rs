@@ -1300,3 +1300,189 @@ async fn a_drain_asked_while_a_read_entry_waits_for_a_permit_closes_publishing_a
     assert_eq!(rest, ["1", "2"]);
     assert_nothing_pending_soon(&server).await;
 }
+
+/// A TCP proxy to a server whose connections made before a mark can be
+/// frozen: what their clients send is held, not forwarded (a publish
+/// whose server stopped answering), while later connections (a reader's)
+/// go on; thawed, the held bytes go through.
+struct FreezingProxy {
+    port: u16,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections numbered below this are frozen.
+    frozen_below: tokio::sync::watch::Sender<usize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FreezingProxy {
+    async fn to(server: &RedisServer) -> Self {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("a free port");
+        let port = listener.local_addr().expect("bound").port();
+        let target = server.addr();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (frozen_below, frozen) = tokio::sync::watch::channel(0);
+        let task = tokio::spawn({
+            let accepted = accepted.clone();
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let index = accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Ok(upstream) = tokio::net::TcpStream::connect(&target).await else {
+                        continue;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (upstream_read, upstream_write) = upstream.into_split();
+                    let frozen = frozen.clone();
+                    tokio::spawn(pump(client_read, upstream_write, Some((index, frozen))));
+                    tokio::spawn(pump(upstream_read, client_write, None));
+                }
+            }
+        });
+        Self {
+            port,
+            accepted,
+            frozen_below,
+            task,
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// How many connections it has taken so far.
+    fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Holds what connections numbered below `below` send.
+    fn freeze_below(&self, below: usize) {
+        self.frozen_below.send_replace(below);
+    }
+
+    fn thaw(&self) {
+        self.frozen_below.send_replace(0);
+    }
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies `from` to `to`; with a gate, each chunk waits while connection
+/// `index` is frozen.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut gate: Option<(usize, tokio::sync::watch::Receiver<usize>)>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let read = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        if let Some((index, frozen)) = gate.as_mut() {
+            if frozen.wait_for(|below| *index >= *below).await.is_err() {
+                return;
+            }
+        }
+        if to.write_all(&buf[..read]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A broker (no reply timeouts) through `proxy` with `a` published and a
+/// subscription to it; the publish after it hangs: its connection frozen,
+/// it holds the broker's publish gate open. The subscription holds `a`.
+async fn publish_hanging_after_a(
+    proxy: &FreezingProxy,
+) -> (
+    Arc<dyn PubSub>,
+    PubSubSubscription,
+    rewire_runtime::Delivery,
+    tokio::task::JoinHandle<Result<(), PubSubError>>,
+) {
+    let broker = broker(json!({
+        "redisHost": proxy.addr(), "consumerID": "app",
+        "readTimeout": "-1", "writeTimeout": "-1"
+    }))
+    .await;
+    broker
+        .publish(publish("orders", "a"))
+        .await
+        .expect("published");
+    // The broker's own connections; the reader's comes after.
+    let broker_connections = proxy.connections();
+    let mut sub = subscribe(&broker, "orders").await;
+    let a = held_delivery(&mut sub).await;
+    assert_eq!(String::from_utf8_lossy(&a.message.data), "a");
+    proxy.freeze_below(broker_connections);
+    let hanging = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.publish(publish("orders", "b")).await }
+    });
+    // Under way: in the gate, its `XADD` held.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!hanging.is_finished(), "the publish did not hang");
+    (broker, sub, a, hanging)
+}
+
+#[tokio::test]
+async fn a_retry_during_a_drain_is_not_delivered_again_before_publishing_is_closed() {
+    let server = RedisServer::start().await;
+    let proxy = FreezingProxy::to(&server).await;
+    let (_broker, mut sub, a, hanging) = publish_hanging_after_a(&proxy).await;
+    sub.drain();
+    a.settle(DeliveryOutcome::Retry);
+    // Nothing is handed on between the drain request and the closed gate:
+    // the runtime would take it for a delivery of the drain, start its
+    // grace and stop the drain before it read what the publish writes.
+    let early =
+        tokio::time::timeout(std::time::Duration::from_secs(1), sub.deliveries.recv()).await;
+    assert!(
+        early.is_err(),
+        "delivered again while a publish held the gate open: {:?}",
+        early.map(|d| d.map(|d| String::from_utf8_lossy(&d.message.data).to_string()))
+    );
+    proxy.thaw();
+    testkit::soon("the publish", hanging)
+        .await
+        .expect("joined")
+        .expect("published");
+    let mut drained = until_ended(&mut sub).await;
+    drained.sort();
+    assert_eq!(drained, ["a", "b"]);
+}
+
+#[tokio::test]
+async fn a_drain_stopped_while_a_publish_hangs_ends_its_reader_at_once() {
+    let server = RedisServer::start().await;
+    let proxy = FreezingProxy::to(&server).await;
+    let (broker, mut sub, a, hanging) = publish_hanging_after_a(&proxy).await;
+    // Settled before the drain: its settling does not hold the channel.
+    a.settle(DeliveryOutcome::Retry);
+    sub.drain();
+    // The reader's blocking read (1 s) answered: it waits for the gate.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    sub.stop();
+    // Within the runtime's stop grace (2 s): not held by the publish.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        while sub.deliveries.recv().await.is_some() {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stopped reader waits for a hanging publish"
+    );
+    // Later publishes are refused: they go to the broker that replaced it.
+    assert_eq!(
+        testkit::soon("a later publish", broker.publish(publish("orders", "c"))).await,
+        Err(PubSubError::Retired)
+    );
+    hanging.abort();
+}
