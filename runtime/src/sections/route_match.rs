@@ -80,6 +80,36 @@ impl RouteMatch {
     pub fn matches(&self, event: &Map<String, Value>) -> bool {
         eval(&self.expr, event) == Some(Value::Bool(true))
     }
+
+    /// The fields of the event the expression reads, each as its path
+    /// (`["data", "order"]` for `event.data.order`; empty for `event`
+    /// itself) and whether its value is read (`true`) or only whether it
+    /// is there (`false`, `has(…)`). An event holding these fields (and,
+    /// of a field read only for its presence, any value) matches as the
+    /// whole event does: a caller may build no more of it than that.
+    pub fn fields_read(&self) -> Vec<(&[String], bool)> {
+        let mut read = Vec::new();
+        fields_of(&self.expr, &mut read);
+        read
+    }
+}
+
+/// The fields `expr` reads, appended to `read` (see
+/// [`RouteMatch::fields_read`]).
+fn fields_of<'e>(expr: &'e Expr, read: &mut Vec<(&'e [String], bool)>) {
+    match expr {
+        Expr::Literal(_) => {}
+        Expr::Field(path) => read.push((path, true)),
+        Expr::Has(path) => read.push((path, false)),
+        Expr::Not(inner) => fields_of(inner, read),
+        Expr::Or(left, right)
+        | Expr::And(left, right)
+        | Expr::Compare(left, _, right)
+        | Expr::Method(left, _, right) => {
+            fields_of(left, read);
+            fields_of(right, read);
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -514,6 +544,40 @@ mod tests {
             r#"event.type.startsWith("wid") && event.source.contains("out")"#
         ));
         assert!(matches("event.data.priority > -1"));
+    }
+
+    #[test]
+    fn the_fields_read_are_named_with_how_they_are_read() {
+        let rule = RouteMatch::parse(
+            "event.type == 'a' && (has(event.data.tier) || event.data.order.priority > 3) \
+             && !event.source.startsWith(event.subject)",
+        )
+        .expect("parsed");
+        let read: Vec<(String, bool)> = rule
+            .fields_read()
+            .into_iter()
+            .map(|(path, value)| (path.join("."), value))
+            .collect();
+        let expected = [
+            ("type", true),
+            ("data.tier", false),
+            ("data.order.priority", true),
+            ("source", true),
+            ("subject", true),
+        ];
+        assert_eq!(
+            read,
+            expected.map(|(path, value)| (path.to_string(), value))
+        );
+        let whole = RouteMatch::parse("event == event").expect("parsed");
+        assert!(whole
+            .fields_read()
+            .iter()
+            .all(|(path, value)| path.is_empty() && *value));
+        assert!(RouteMatch::parse("true")
+            .expect("parsed")
+            .fields_read()
+            .is_empty());
     }
 
     #[test]

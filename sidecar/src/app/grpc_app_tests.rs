@@ -100,7 +100,8 @@ async fn bounded<T>(call: impl std::future::Future<Output = T>) -> T {
 async fn an_app_that_answers_headers_then_stalls_is_given_up_on_within_the_deadline() {
     let client = stalling_app().await;
     let event = TopicEvent {
-        cloud_event: serde_json::Map::new(),
+        cloud_event: Default::default(),
+        routed: Default::default(),
         id: "e1".into(),
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
@@ -124,7 +125,8 @@ async fn an_app_that_answers_headers_then_stalls_is_given_up_on_within_the_deadl
 async fn an_event_whose_payload_cannot_be_read_is_retried_without_calling_the_app() {
     let client = stalling_app().await;
     let event = TopicEvent {
-        cloud_event: serde_json::Map::new(),
+        cloud_event: Default::default(),
+        routed: Default::default(),
         id: "e1".into(),
         data_content_type: "application/octet-stream".into(),
         data: Vec::new(),
@@ -273,7 +275,8 @@ async fn an_event_dapr_s_callback_does_not_implement_goes_to_layotto_s() {
         .expect("endpoint");
     let app = GrpcApp::new(endpoint.connect_lazy());
     let event = TopicEvent {
-        cloud_event: serde_json::Map::new(),
+        cloud_event: Default::default(),
+        routed: Default::default(),
         id: "e1".into(),
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),
@@ -337,7 +340,8 @@ async fn the_other_service_timing_out_does_not_switch_the_app_s_flavour() {
         .expect("endpoint");
     let app = GrpcApp::new(endpoint.connect_lazy());
     let event = TopicEvent {
-        cloud_event: serde_json::Map::new(),
+        cloud_event: Default::default(),
+        routed: Default::default(),
         id: "e1".into(),
         data_content_type: "text/plain".into(),
         data: b"x".to_vec(),

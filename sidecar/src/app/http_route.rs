@@ -704,7 +704,8 @@ pub(super) mod tests {
     /// A one-byte plain-text event of topic `orders` on `bus`.
     fn plain_event() -> TopicEvent {
         TopicEvent {
-            cloud_event: serde_json::Map::new(),
+            cloud_event: Default::default(),
+            routed: Default::default(),
             id: "e1".into(),
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),

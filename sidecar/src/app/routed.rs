@@ -98,7 +98,7 @@ pub(super) struct RoutedSink {
 impl EventSink for RoutedSink {
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         let routes = self.routes.borrow().clone();
-        match routes.path_for(&event.cloud_event) {
+        match event.routed_path(&routes) {
             Some(path) => self.app.deliver(path, event, within).await,
             None => {
                 // The engine sets such an event aside before each attempt
@@ -119,7 +119,7 @@ impl EventSink for RoutedSink {
     }
 
     fn takes(&self, event: &TopicEvent) -> bool {
-        self.routes.borrow().path_for(&event.cloud_event).is_some()
+        event.routed_path(&self.routes.borrow()).is_some()
     }
 }
 
@@ -166,7 +166,8 @@ mod tests {
 
     fn event() -> TopicEvent {
         TopicEvent {
-            cloud_event: serde_json::Map::new(),
+            cloud_event: Default::default(),
+            routed: Default::default(),
             id: "e1".into(),
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),

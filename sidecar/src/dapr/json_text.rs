@@ -2,13 +2,18 @@
 //! ~90 times its text: `{"":0}` parses into a 632-byte map node): checked
 //! as a `Value` would be read ([`JsonCheck`], the same input accepted and
 //! the same errors), kept as its raw text ([`checked_raw`]), or written
-//! back as a `Value` would write it ([`NormalisedJson`]).
+//! back as a `Value` would write it ([`NormalisedJson`]), or only the
+//! parts of it a reader names built ([`Wanted`]).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::Value;
 
 /// serde_json's recursion limit: its depth budget at the top of a
 /// document (a value at most 127 arrays and objects deep is read).
@@ -188,6 +193,127 @@ pub(crate) fn checked_raw(data: &[u8]) -> Option<Box<RawValue>> {
     serde_json::from_str::<&RawValue>(text)
         .ok()
         .map(ToOwned::to_owned)
+}
+
+/// The parts of a JSON value a reader needs (a routing rule's fields):
+/// the whole value, or some of its members (when it is an object), each
+/// a [`Wanted`] again; with neither, only whether the value is there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    /// The whole value is read.
+    pub(crate) whole: bool,
+    /// The members read of it, when it is an object.
+    pub(crate) members: BTreeMap<String, Wanted>,
+}
+
+impl Wanted {
+    /// Adds the field at `path` below this value: its value read
+    /// (`whole`), or only whether it is there.
+    pub(crate) fn add(&mut self, path: &[String], whole: bool) {
+        match path.split_first() {
+            None => self.whole |= whole,
+            Some((first, rest)) => self
+                .members
+                .entry(first.clone())
+                .or_default()
+                .add(rest, whole),
+        }
+    }
+
+    /// Nothing of the value is read but whether it is there.
+    pub(crate) fn is_presence(&self) -> bool {
+        !self.whole && self.members.is_empty()
+    }
+
+    /// The wanted parts of the JSON value `text` (read as `Value` reads
+    /// it, `None` when it does not): the whole value, or an object of its
+    /// wanted members only (the rest skipped, no tree built for them); a
+    /// value read for its presence only, or for members it cannot have
+    /// (not an object), is `null`. So a field path reads in the result as
+    /// it reads in the whole value (`has` as `has`), but only the values
+    /// named are built: a rule on `event.data.x` builds `x`, not `data`.
+    pub(crate) fn read_from(&self, text: &str) -> Option<Value> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let value = self.deserialize(&mut deserializer).ok()?;
+        deserializer.end().ok()?;
+        Some(value)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for &Wanted {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if self.whole {
+            Value::deserialize(deserializer)
+        } else if self.members.is_empty() {
+            IgnoredAny::deserialize(deserializer).map(|_| Value::Null)
+        } else {
+            deserializer.deserialize_any(self)
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for &Wanted {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Value::Null)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match self.members.get(&key) {
+                // A repeated key: its last value, as `Value` keeps.
+                Some(wanted) => {
+                    let value = map.next_value_seed(wanted)?;
+                    members.insert(key, value);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(members))
+    }
 }
 
 /// The reason of a serde_json error, without the position it adds (` at
@@ -457,6 +583,50 @@ mod tests {
         let err = read.expect_err("past the depth its document allows");
         assert_eq!(reason_of(&err), "recursion limit exceeded");
         assert!(serde_json::from_str::<Value>(&format!(r#"{{"e":{deeper}}}"#)).is_err());
+    }
+
+    /// Only the members named are built; a path reads in the result as
+    /// in the whole value (a missing one missing, `has` as `has`).
+    #[test]
+    fn only_the_wanted_parts_are_built_and_read_as_in_the_whole() {
+        let text = r#"{"big":[{"":0},{"":0}],"x":{"y":[1],"z":2},"k":1,"k":{"deep":true},"s":"t","n":null}"#;
+        let whole: Value = serde_json::from_str(text).expect("JSON");
+        let mut wanted = Wanted::default();
+        let paths: [(&[&str], bool); 6] = [
+            (&["x", "y"], true),
+            (&["k", "deep"], true),
+            (&["s", "t"], true),
+            (&["n"], false),
+            (&["missing"], true),
+            (&["x", "z", "w"], false),
+        ];
+        for (path, read) in paths {
+            let path: Vec<String> = path.iter().map(ToString::to_string).collect();
+            wanted.add(&path, read);
+        }
+        let part = wanted.read_from(text).expect("read");
+        assert_eq!(
+            part,
+            serde_json::json!({"x": {"y": [1], "z": null}, "k": {"deep": true}, "s": null, "n": null}),
+            "`big` skipped, the rest as named"
+        );
+        for (path, _) in paths {
+            assert_eq!(
+                path.iter()
+                    .try_fold(&part, |v, key| v.as_object()?.get(*key))
+                    .is_some(),
+                path.iter()
+                    .try_fold(&whole, |v, key| v.as_object()?.get(*key))
+                    .is_some(),
+                "{path:?}"
+            );
+        }
+        let everything = Wanted {
+            whole: true,
+            ..Wanted::default()
+        };
+        assert_eq!(everything.read_from(text), Some(whole));
+        assert_eq!(Wanted::default().read_from("[1,"), None, "not JSON");
     }
 
     #[test]

@@ -395,7 +395,7 @@ impl TopicDelivery {
             true => TopicEvent::of_raw_payload(&delivery.message, &self.pubsub_name, &self.topic),
             false => TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic),
         };
-        if super::event_expiry::has_expired(&event.cloud_event) {
+        if super::event_expiry::has_expired(&event.cloud_event.parsed(&["expiration"])) {
             // As Dapr: not delivered; sent to the dead-letter topic when
             // one is set, and acknowledged.
             tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Dropping an event past its expiration.");
@@ -664,17 +664,15 @@ impl Subscriber<'_> {
     /// sink's trace headers continue (as Dapr's: a child of the event's
     /// trace, when it carries a valid one).
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
-        let text = |key| {
-            event
-                .cloud_event
-                .get(key)
-                .and_then(serde_json::Value::as_str)
-        };
+        let (traceparent, tracestate) = (
+            event.cloud_event.text("traceparent"),
+            event.cloud_event.text("tracestate"),
+        );
         let span = crate::telemetry::propagation::delivery_span(
             self.pubsub_name,
             &event.topic,
-            text("traceparent"),
-            text("tracestate"),
+            traceparent.as_deref(),
+            tracestate.as_deref(),
         );
         self.sink.send(event, within).instrument(span).await
     }

@@ -6,13 +6,16 @@ use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
+use rewire_runtime::config::SubscriptionRoutes;
+use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::json_text::{checked_raw, CheckedKind, JsonKind};
+use super::json_text::{checked_raw, CheckedKind, JsonCheck, JsonKind, NormalisedJson, Wanted};
 pub(super) use super::pubsub_bulk_event::bulk_event_bytes;
 
 /// The `type` of events Dapr publishes.
@@ -60,25 +63,49 @@ fn is_binary(content_type: &str) -> bool {
 #[error("{0}")]
 pub struct NotACloudEvent(pub String);
 
-/// A CloudEvent as published: its members, written in the order of
-/// their keys (as a `serde_json::Map` writes them). JSON data and a given
-/// CloudEvent's members are their text as sent, not a parsed tree (which
-/// would hold up to ~90 times the text).
-#[derive(Debug, Clone, Default, serde::Serialize)]
+/// A CloudEvent as published, or as delivered: its members, written in
+/// the order of their keys (as a `serde_json::Map` writes them). JSON data
+/// and a CloudEvent's members are their text as sent, not a parsed tree
+/// (which would hold up to ~90 times the text): a member is parsed only
+/// where it is read ([`Self::text`], [`Self::parsed`], the parts of it a
+/// route reads).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 #[serde(transparent)]
 pub struct Envelope(BTreeMap<String, Member>);
 
 impl Envelope {
-    /// The members, each parsed (for a subscriber's routes and
-    /// extensions); one that does not parse (none: each was checked as
-    /// JSON) is left out.
-    fn into_values(self) -> Map<String, Value> {
-        self.0
-            .into_iter()
-            .filter_map(|(key, member)| match member {
-                Member::Text(text) => Some((key, Value::String(text))),
-                Member::Json(raw) => Some((key, serde_json::from_str(raw.get()).ok()?)),
-            })
+    /// Whether the CloudEvent has the member `key`.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    /// The member `key`'s text, when it is a JSON string.
+    pub fn text(&self, key: &str) -> Option<String> {
+        self.0.get(key).and_then(member_text)
+    }
+
+    /// The members named by `keys` that it has, each parsed (for small
+    /// members: `expiration`, an extension).
+    pub fn parsed(&self, keys: &[&str]) -> Map<String, Value> {
+        keys.iter()
+            .filter_map(|key| Some((key.to_string(), self.0.get(*key)?.value()?)))
+            .collect()
+    }
+
+    /// The parts of the members `wanted` names (see [`Wanted`]): a member
+    /// named whole parsed, of another only what is named of it.
+    fn wanted(&self, wanted: &Wanted) -> Map<String, Value> {
+        if wanted.whole {
+            return self
+                .0
+                .iter()
+                .filter_map(|(key, member)| Some((key.clone(), member.value()?)))
+                .collect();
+        }
+        wanted
+            .members
+            .iter()
+            .filter_map(|(key, wanted)| Some((key.clone(), self.0.get(key)?.wanted(wanted)?)))
             .collect()
     }
 }
@@ -91,6 +118,74 @@ enum Member {
     Text(String),
     /// JSON text as sent.
     Json(Box<RawValue>),
+}
+
+impl PartialEq for Member {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Text(a), Self::Text(b)) => a == b,
+            (Self::Json(a), Self::Json(b)) => a.get() == b.get(),
+            _ => false,
+        }
+    }
+}
+
+impl Member {
+    /// The member parsed (a string member as its string); `None` when it
+    /// does not parse (none does: each was checked as JSON).
+    fn value(&self) -> Option<Value> {
+        match self {
+            Self::Text(text) => Some(Value::String(text.clone())),
+            Self::Json(raw) => {
+                #[cfg(test)]
+                tests::parsed_whole(raw.get());
+                serde_json::from_str(raw.get()).ok()
+            }
+        }
+    }
+
+    /// Its kind, read without building it.
+    fn kind(&self) -> Option<JsonKind> {
+        match self {
+            Self::Text(_) => Some(JsonKind::String),
+            Self::Json(raw) => {
+                let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+                JsonCheck::TOP.deserialize(&mut deserializer).ok()
+            }
+        }
+    }
+
+    /// The parts of it `wanted` names (see [`Wanted::read_from`]).
+    fn wanted(&self, wanted: &Wanted) -> Option<Value> {
+        match self {
+            _ if wanted.whole => self.value(),
+            Self::Text(_) => Some(Value::Null),
+            Self::Json(_) if wanted.is_presence() => Some(Value::Null),
+            Self::Json(raw) => wanted.read_from(raw.get()),
+        }
+    }
+
+    /// The member as JSON text as a `Value` of it writes itself (compact,
+    /// members by key, a repeated key's last value), written without
+    /// building it.
+    fn normalised(&self) -> Option<Vec<u8>> {
+        match self {
+            Self::Text(text) => serde_json::to_vec(text).ok(),
+            Self::Json(raw) => {
+                let mut out = Vec::with_capacity(raw.get().len());
+                let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+                NormalisedJson { out: &mut out }
+                    .deserialize(&mut deserializer)
+                    .ok()?;
+                Some(out)
+            }
+        }
+    }
+
+    /// Its text, when it is a JSON string (parsed as one string only).
+    fn string(&self) -> Option<String> {
+        member_text(self)
+    }
 }
 
 impl serde::Serialize for Member {
@@ -188,17 +283,6 @@ fn first_object_end(data: &[u8]) -> Result<usize, NotACloudEvent> {
         ))),
         Some(Err(err)) => Err(NotACloudEvent(err.to_string())),
         None => Err(NotACloudEvent("the CloudEvent is empty".into())),
-    }
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -333,10 +417,14 @@ fn apply_ttl(event: &mut BTreeMap<String, Member>, metadata: &HashMap<String, St
 }
 
 /// A delivered message as its subscriber sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TopicEvent {
-    /// The whole CloudEvent (what an HTTP subscriber receives).
-    pub cloud_event: Map<String, Value>,
+    /// The whole CloudEvent's members, each its JSON text (the message's,
+    /// or the envelope's made around a payload): no tree is built of it
+    /// on delivery (of a 4 MiB `[{"":0},…]` payload, ~380 MB), a member is
+    /// parsed where it is read (`expiration`, the extensions, what the
+    /// routes read: [`Self::routed_members`]).
+    pub cloud_event: Envelope,
     /// `id`.
     pub id: String,
     /// `datacontenttype`.
@@ -367,6 +455,46 @@ pub struct TopicEvent {
     pub pubsub_name: String,
     /// The topic of the subscription it is delivered on.
     pub topic: String,
+    /// What its routes read of it, parsed once for all its rules and
+    /// attempts ([`Self::routed_members`]).
+    pub routed: RoutedMembers,
+}
+
+/// The members a subscription's routes read of an event, parsed (only the
+/// parts they name), with what was read: kept for the delivery's later
+/// attempts, read again only when the routes (reloaded) read other
+/// fields. A cache: events compare equal whatever it holds.
+#[derive(Default)]
+pub struct RoutedMembers(Mutex<Option<RoutedRead>>);
+
+/// What routes read of an event ([`RoutedMembers`]): the fields named, and
+/// the members parsed with only those.
+type RoutedRead = (Wanted, Arc<Map<String, Value>>);
+
+impl RoutedMembers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<RoutedRead>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Clone for RoutedMembers {
+    fn clone(&self) -> Self {
+        Self(Mutex::new(self.lock().clone()))
+    }
+}
+
+impl PartialEq for RoutedMembers {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for RoutedMembers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RoutedMembers")
+    }
 }
 
 impl TopicEvent {
@@ -381,19 +509,19 @@ impl TopicEvent {
         topic: &str,
     ) -> Self {
         let encoded = base64::engine::general_purpose::STANDARD.encode(&message.data);
-        let cloud_event = Map::from_iter([
-            ("id".to_string(), Value::String(new_event_id())),
-            ("specversion".to_string(), Value::String("1.0".into())),
+        let cloud_event = Envelope(BTreeMap::from_iter([
+            ("id".to_string(), Member::Text(new_event_id())),
+            ("specversion".to_string(), text_member("1.0")),
             (
                 "datacontenttype".to_string(),
-                Value::String("application/octet-stream".into()),
+                text_member("application/octet-stream"),
             ),
-            ("source".to_string(), Value::String("Dapr".into())),
-            ("type".to_string(), Value::String(EVENT_TYPE.into())),
-            ("topic".to_string(), Value::String(message.topic.clone())),
-            ("pubsubname".to_string(), Value::String(pubsub_name.into())),
-            ("data_base64".to_string(), Value::String(encoded)),
-        ]);
+            ("source".to_string(), text_member("Dapr")),
+            ("type".to_string(), text_member(EVENT_TYPE)),
+            ("topic".to_string(), text_member(&message.topic)),
+            ("pubsubname".to_string(), text_member(pubsub_name)),
+            ("data_base64".to_string(), Member::Text(encoded)),
+        ]));
         let body = serde_json::to_vec(&cloud_event).unwrap_or_default();
         Self::of_cloud_event(cloud_event, body, message, pubsub_name, topic)
     }
@@ -401,14 +529,14 @@ impl TopicEvent {
     /// The event of a message delivered on the subscription to `topic` of
     /// `pubsub_name`: its CloudEvent, or (a raw payload) one made around
     /// it, as Dapr does for `rawPayload`. The message's members are read
-    /// as text first, and parsed only when it is a CloudEvent (each on its
-    /// own: a member as deep as the JSON limit, which an envelope around
-    /// such data has, is read too).
+    /// as text, and each checked as a `Value` reads it (on its own: a
+    /// member as deep as the JSON limit, which an envelope around such
+    /// data has, is read too); none is parsed into a tree here.
     pub fn of(message: &rewire_runtime::Message, pubsub_name: &str, topic: &str) -> Self {
         let parsed = serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(&message.data)
             .ok()
             .filter(|e| e.contains_key("specversion") && e.contains_key("id"))
-            .and_then(parsed_members);
+            .and_then(checked_members);
         let (cloud_event, body) = match parsed {
             Some(event) => (event, message.data.clone()),
             None => {
@@ -428,26 +556,20 @@ impl TopicEvent {
                     .and_then(|_| given_cloud_event(&message.data).ok());
                 let envelope = build_envelope(&message.data, Some(content_type), given, &cx);
                 let body = serde_json::to_vec(&envelope).unwrap_or_default();
-                (envelope.into_values(), body)
+                (envelope, body)
             }
         };
         Self::of_cloud_event(cloud_event, body, message, pubsub_name, topic)
     }
 
     fn of_cloud_event(
-        cloud_event: Map<String, Value>,
+        cloud_event: Envelope,
         body: Vec<u8>,
         message: &rewire_runtime::Message,
         pubsub_name: &str,
         topic: &str,
     ) -> Self {
-        let text = |key: &str| {
-            cloud_event
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
+        let text = |key: &str| cloud_event.text(key).unwrap_or_default();
         let data_content_type = text("datacontenttype");
         let (data, data_unreadable) = match payload_of(&cloud_event, &data_content_type) {
             Ok(data) => (data, None),
@@ -463,7 +585,40 @@ impl TopicEvent {
             cloud_event,
             pubsub_name: pubsub_name.to_string(),
             topic: topic.to_string(),
+            routed: RoutedMembers::default(),
         }
+    }
+
+    /// The members `routes` read of the event, parsed: of each field a
+    /// rule reads, its value, of one read by `has`, that it is there, and
+    /// nothing else (a rule on `event.data.x` builds `x`, not `data`; one
+    /// on `event.data` or `event` itself builds what it names, as it
+    /// compares it). Read once for all the rules, and kept for the later
+    /// attempts while the routes read the same fields. What routes
+    /// choose ([`SubscriptionRoutes::path_for`]) from these members is
+    /// what they choose from the whole event.
+    pub fn routed_members(&self, routes: &SubscriptionRoutes) -> Arc<Map<String, Value>> {
+        let mut wanted = Wanted::default();
+        for matcher in routes.rules.iter().filter_map(|rule| rule.matcher.as_ref()) {
+            for (path, whole) in matcher.fields_read() {
+                wanted.add(path, whole);
+            }
+        }
+        let mut routed = self.routed.lock();
+        if let Some((read, members)) = routed.as_ref() {
+            if *read == wanted {
+                return members.clone();
+            }
+        }
+        let members = Arc::new(self.cloud_event.wanted(&wanted));
+        *routed = Some((wanted, members.clone()));
+        members
+    }
+
+    /// The path `routes` choose for the event (see
+    /// [`Self::routed_members`]).
+    pub fn routed_path<'r>(&self, routes: &'r SubscriptionRoutes) -> Option<&'r str> {
+        routes.path_for(&self.routed_members(routes))
     }
 
     /// `RETRY`, with a warning naming the event, when its payload cannot
@@ -484,11 +639,7 @@ impl TopicEvent {
 
     /// A field of the CloudEvent, as text.
     pub fn field(&self, key: &str) -> String {
-        self.cloud_event
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+        self.cloud_event.text(key).unwrap_or_default()
     }
 
     /// The CloudEvent's fields other than those a gRPC `TopicEventRequest`
@@ -508,45 +659,60 @@ impl TopicEvent {
         ];
         let fields = self
             .cloud_event
+            .0
             .iter()
             .filter(|(key, _)| !OWN_FIELDS.contains(&key.as_str()))
-            .map(|(key, value)| (key.clone(), protobuf_value(value)))
+            .filter_map(|(key, member)| Some((key.clone(), protobuf_value(&member.value()?))))
             .collect();
         prost_types::Struct { fields }
     }
 }
 
-/// A CloudEvent's `members` parsed, each dropped once parsed; `None` when
-/// one is not JSON a `Value` reads.
-fn parsed_members(members: BTreeMap<String, Box<RawValue>>) -> Option<Map<String, Value>> {
+/// A CloudEvent's `members` as their text, when each is JSON a `Value`
+/// reads (checked on its own, as it was parsed on its own); `None` when
+/// one is not.
+fn checked_members(members: BTreeMap<String, Box<RawValue>>) -> Option<Envelope> {
     members
         .into_iter()
-        .map(|(key, raw)| Some((key, serde_json::from_str(raw.get()).ok()?)))
-        .collect()
+        .map(|(key, raw)| {
+            let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+            JsonCheck::TOP.deserialize(&mut deserializer).ok()?;
+            deserializer.end().ok()?;
+            Some((key, Member::Json(raw)))
+        })
+        .collect::<Option<_>>()
+        .map(Envelope)
 }
 
 /// The payload of `event` (see [`TopicEvent::data`]), as daprd's
 /// `GRPCEnvelopeFromSubscriptionMessage` reads it; why not, when its
-/// `data_base64` cannot be read.
-fn payload_of(event: &Map<String, Value>, content_type: &str) -> Result<Vec<u8>, String> {
-    match (event.get("data_base64"), event.get("data")) {
-        (Some(Value::String(encoded)), _) => {
+/// `data_base64` cannot be read. JSON data is written as a `Value` of it
+/// writes itself, without building one.
+fn payload_of(event: &Envelope, content_type: &str) -> Result<Vec<u8>, String> {
+    let kind = |key: &str| event.0.get(key).map(|m| (m, m.kind()));
+    match (kind("data_base64"), kind("data")) {
+        (Some((encoded, Some(JsonKind::String))), _) => {
+            let encoded = encoded.string().unwrap_or_default();
             // Go's decoder skips line breaks.
             let encoded = encoded.replace(['\r', '\n'], "");
             GO_STD_BASE64
                 .decode(encoded)
                 .map_err(|err| format!("its `data_base64` is not base64 ({err})"))
         }
-        (Some(Value::Null) | None, None | Some(Value::Null)) => Ok(Vec::new()),
-        (Some(Value::Null) | None, Some(Value::String(text)))
+        (Some((_, Some(JsonKind::Null))) | None, None | Some((_, Some(JsonKind::Null)))) => {
+            Ok(Vec::new())
+        }
+        (Some((_, Some(JsonKind::Null))) | None, Some((text, Some(JsonKind::String))))
             if !is_json(content_type) && !is_cloud_event_content_type(content_type) =>
         {
-            Ok(text.as_bytes().to_vec())
+            Ok(text.string().unwrap_or_default().into_bytes())
         }
-        (Some(Value::Null) | None, Some(json)) => Ok(json.to_string().into_bytes()),
-        (Some(other), _) => Err(format!(
+        (Some((_, Some(JsonKind::Null))) | None, Some((json, _))) => {
+            Ok(json.normalised().unwrap_or_default())
+        }
+        (Some((_, kind)), _) => Err(format!(
             "its `data_base64` is {}, not a string",
-            json_kind(other)
+            kind.map_or("not JSON", JsonKind::described)
         )),
     }
 }
@@ -610,7 +776,236 @@ fn rfc3339_now() -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use super::*;
+
+    thread_local! {
+        /// The JSON members parsed whole on this thread, as their text.
+        static PARSED_WHOLE: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Records that the JSON member `text` is parsed whole.
+    pub(super) fn parsed_whole(text: &str) {
+        PARSED_WHOLE.with(|parsed| parsed.borrow_mut().push(text.to_string()));
+    }
+
+    /// The JSON members parsed whole on this thread since the last call.
+    fn taken_parsed_whole() -> Vec<String> {
+        PARSED_WHOLE.with(|parsed| std::mem::take(&mut *parsed.borrow_mut()))
+    }
+
+    /// Routes of `rules` (`match`, path), with the default `/default`.
+    fn routes(rules: &[(&str, &str)]) -> SubscriptionRoutes {
+        SubscriptionRoutes {
+            rules: rules
+                .iter()
+                .map(|(matcher, path)| rewire_runtime::config::RouteRule {
+                    matcher: Some(
+                        rewire_runtime::config::RouteMatch::parse(matcher).expect("a match"),
+                    ),
+                    path: path.to_string(),
+                })
+                .collect(),
+            default: Some("/default".into()),
+        }
+    }
+
+    /// A delivered event's `data` is held as its text: delivering it (its
+    /// HTTP body, its gRPC fields, its extensions, its expiry, routes on
+    /// other fields) parses no tree of it; a rule on `event.data.x` builds
+    /// `x` only, once for all the rules and attempts.
+    #[test]
+    fn delivered_data_is_held_as_text_and_routes_build_only_what_they_read() {
+        let objects = vec![r#"{"":0}"#; 1000].join(",");
+        let data = format!(r#"{{"x":{{"tier":"gold"}},"items":[{objects}]}}"#);
+        let message = rewire_runtime::Message {
+            data: format!(
+                r#"{{"specversion":"1.0","id":"e1","source":"s","type":"t","datacontenttype":"application/json","data":{data},"prio":3}}"#
+            )
+            .into_bytes(),
+            ..Default::default()
+        };
+        taken_parsed_whole();
+        let event = TopicEvent::of(&message, "pubsub", "orders");
+        assert!(
+            matches!(event.cloud_event.0.get("data"), Some(Member::Json(raw)) if raw.get() == data),
+            "held as its text"
+        );
+        assert_eq!(event.body, message.data);
+        let normalised = serde_json::from_str::<Value>(&data)
+            .expect("JSON")
+            .to_string();
+        assert!(
+            event.data == normalised.as_bytes(),
+            "the gRPC data as before"
+        );
+        let _ = (
+            event.extensions(),
+            event.field("type"),
+            event.cloud_event.parsed(&["expiration"]),
+        );
+        let by_type = routes(&[
+            ("event.type == 'u'", "/u"),
+            ("has(event.data) && event.prio > 2", "/p"),
+        ]);
+        assert_eq!(event.routed_path(&by_type), Some("/p"));
+        assert!(
+            taken_parsed_whole()
+                .iter()
+                .all(|text| !text.contains("items")),
+            "no tree of `data` built"
+        );
+        assert!(
+            !event.routed_members(&by_type)["data"].is_object(),
+            "only that it is there"
+        );
+
+        let by_data = routes(&[
+            ("event.data.x.tier == 'silver'", "/silver"),
+            ("event.data.x.tier == 'gold'", "/gold"),
+            ("has(event.data.items)", "/items"),
+        ]);
+        for _attempt in 0..3 {
+            assert_eq!(event.routed_path(&by_data), Some("/gold"));
+        }
+        let members = event.routed_members(&by_data);
+        assert_eq!(
+            members["data"],
+            serde_json::json!({"x": {"tier": "gold"}, "items": null}),
+            "`x.tier` built, `items` only found"
+        );
+        assert!(
+            Arc::ptr_eq(&members, &event.routed_members(&by_data)),
+            "read once"
+        );
+        assert!(taken_parsed_whole().is_empty(), "no member parsed whole");
+
+        // A rule on `event.data` itself compares it: it is built.
+        let whole = routes(&[("event.data == event.data", "/whole")]);
+        assert_eq!(event.routed_path(&whole), Some("/whole"));
+        assert_eq!(taken_parsed_whole(), [data]);
+    }
+
+    /// What subscribers receive of an event (the HTTP body, the gRPC
+    /// fields) is what it was when the whole event was parsed into a
+    /// `Value`: checked against that, for JSON data (with whitespace,
+    /// repeated keys, long numbers), text, binary, a given CloudEvent and
+    /// a raw payload.
+    #[test]
+    fn what_subscribers_receive_is_what_the_parsed_event_gave() {
+        let cloud_event = |data: &str, content_type: &str| {
+            format!(
+                r#"{{"specversion":"1.0","id":"e1","source":"s","type":"t","datacontenttype":"{content_type}","data":{data}, "traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","ext":{{"b":[1, 2.50],"a":null}}}}"#
+            )
+        };
+        let messages: Vec<(Vec<u8>, Option<&str>)> = vec![
+            (cloud_event(r#"{"z": 1, "a": [1.0, 1e2], "k":1, "k":2}"#, "application/json").into_bytes(), None),
+            (cloud_event(" \"quoted\" ", "application/json").into_bytes(), None),
+            (cloud_event(r#""plain text""#, "text/plain").into_bytes(), None),
+            (cloud_event(r#"12345678901234567890123"#, "application/json").into_bytes(), None),
+            (br#"{"specversion":"1.0","id":"b","data_base64":"/wA=","datacontenttype":"application/octet-stream"}"#.to_vec(), None),
+            (br#"{"specversion":"1.0","id":"n","data_base64":null,"data":{"b":1,"a":2}}"#.to_vec(), None),
+            (br#"{"specversion":"1.0","id":"x","data_base64":[1]}"#.to_vec(), None),
+            (br#"{"id":"mine", "data": {"z": 1, "a": [2.50]}, "ext": [ 1 ]}"#.to_vec(), Some(CLOUD_EVENT_CONTENT_TYPE)),
+            (br#" {"a" : [1, 2]} "#.to_vec(), Some("application/json")),
+            (b"hello".to_vec(), Some("text/plain")),
+            (vec![0xff, 0], Some("application/octet-stream")),
+            (b"{not json".to_vec(), Some("application/json")),
+        ];
+        for (data, content_type) in messages {
+            let message = rewire_runtime::Message {
+                topic: "orders".into(),
+                data,
+                content_type: content_type.map(Into::into),
+                metadata: HashMap::from([("k".to_string(), "v".to_string())]),
+                ..Default::default()
+            };
+            let label = String::from_utf8_lossy(&message.data).to_string();
+            for raw_payload in [false, true] {
+                let event = match raw_payload {
+                    true => TopicEvent::of_raw_payload(&message, "pubsub", "orders"),
+                    false => TopicEvent::of(&message, "pubsub", "orders"),
+                };
+                // The whole event parsed, as it was held before.
+                let parsed: Map<String, Value> =
+                    serde_json::from_slice(&event.body).expect("the body is JSON");
+                let expected_payload = expected_payload(&parsed);
+                assert_eq!(
+                    (event.data.clone(), event.data_unreadable.is_some()),
+                    (
+                        expected_payload.clone().unwrap_or_default(),
+                        expected_payload.is_none()
+                    ),
+                    "{label}"
+                );
+                let text = |key: &str| {
+                    parsed
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                assert_eq!(event.id, text("id"), "{label}");
+                assert_eq!(event.data_content_type, text("datacontenttype"), "{label}");
+                for key in ["source", "type", "specversion", "traceparent", "tracestate"] {
+                    assert_eq!(event.field(key), text(key), "{label} {key}");
+                }
+                let mut extensions: Vec<_> = event.extensions().fields.into_iter().collect();
+                extensions.sort_by(|a, b| a.0.cmp(&b.0));
+                let expected: Vec<_> = parsed
+                    .iter()
+                    .filter(|(key, _)| {
+                        ![
+                            "id",
+                            "source",
+                            "type",
+                            "specversion",
+                            "datacontenttype",
+                            "data",
+                            "data_base64",
+                        ]
+                        .contains(&key.as_str())
+                    })
+                    .map(|(key, value)| (key.clone(), protobuf_value(value)))
+                    .collect();
+                assert_eq!(extensions, expected, "{label}");
+                if raw_payload {
+                    // Written as the parsed map of its strings was.
+                    let written = serde_json::to_vec(&parsed).expect("JSON");
+                    assert_eq!(event.body, written, "{label}");
+                }
+                if !raw_payload
+                    && serde_json::from_slice::<Map<String, Value>>(&message.data)
+                        .is_ok_and(|e| e.contains_key("id") && e.contains_key("specversion"))
+                {
+                    assert_eq!(event.body, message.data, "{label}: posted as it came");
+                }
+            }
+        }
+    }
+
+    /// The payload as it was read from the parsed event (the code this
+    /// replaced): `None` when unreadable.
+    fn expected_payload(event: &Map<String, Value>) -> Option<Vec<u8>> {
+        let content_type = event
+            .get("datacontenttype")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match (event.get("data_base64"), event.get("data")) {
+            (Some(Value::String(encoded)), _) => {
+                GO_STD_BASE64.decode(encoded.replace(['\r', '\n'], "")).ok()
+            }
+            (Some(Value::Null) | None, None | Some(Value::Null)) => Some(Vec::new()),
+            (Some(Value::Null) | None, Some(Value::String(text)))
+                if !is_json(content_type) && !is_cloud_event_content_type(content_type) =>
+            {
+                Some(text.as_bytes().to_vec())
+            }
+            (Some(Value::Null) | None, Some(json)) => Some(json.to_string().into_bytes()),
+            (Some(_), _) => None,
+        }
+    }
 
     #[test]
     fn extensions_are_the_fields_a_topic_event_request_has_none_for() {
@@ -704,7 +1099,7 @@ mod tests {
         );
         assert_eq!(delivered.body, bytes, "delivered as published");
         let parsed: Value = serde_json::from_str(sent).expect("JSON");
-        assert_eq!(delivered.cloud_event["data"], parsed);
+        assert_eq!(delivered.cloud_event.parsed(&["data"])["data"], parsed);
         assert_eq!(delivered.data, parsed.to_string().into_bytes());
 
         // What `Value` refuses stays text, as before.
@@ -844,12 +1239,12 @@ mod tests {
         assert_eq!(event.data_content_type, "application/octet-stream");
         assert_eq!(event.id.len(), 36);
         assert_eq!(
-            event.cloud_event["data_base64"],
+            event.cloud_event.text("data_base64").unwrap_or_default(),
             base64::engine::general_purpose::STANDARD.encode(&message.data)
         );
         assert_eq!(event.field("source"), "Dapr");
         assert_eq!(event.field("topic"), "orders");
-        assert!(event.cloud_event.get("data").is_none());
+        assert!(!event.cloud_event.contains_key("data"));
     }
 
     #[test]

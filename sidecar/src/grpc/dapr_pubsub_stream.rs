@@ -495,7 +495,8 @@ mod tests {
 
     fn event(id: &str) -> TopicEvent {
         TopicEvent {
-            cloud_event: serde_json::Map::new(),
+            cloud_event: Default::default(),
+            routed: Default::default(),
             id: id.into(),
             data_content_type: "text/plain".into(),
             data: b"x".to_vec(),
