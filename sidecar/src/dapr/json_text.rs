@@ -1,8 +1,8 @@
 //! JSON read without building a `serde_json::Value` (a tree holds up to
 //! ~90 times its text: `{"":0}` parses into a 632-byte map node): checked
 //! as a `Value` would be read ([`JsonCheck`], the same input accepted and
-//! the same errors), kept as its raw text ([`checked_raw`]), or written
-//! back as a `Value` would write it ([`NormalisedJson`]), or only the
+//! the same errors), written back as a `Value` would write it
+//! ([`NormalisedJson`], [`normalised_raw`]), or only the
 //! parts of it a reader names built ([`Wanted`]).
 
 use std::collections::BTreeMap;
@@ -139,33 +139,47 @@ impl<'de> Visitor<'de> for JsonCheck {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonKind, A::Error> {
         let member = self.nested()?;
-        while map.next_key_seed(KeyCheck)?.is_some() {
+        let mut first = true;
+        while let Some(marker) = map.next_key_seed(KeyCheck)? {
+            // serde_json's `Value` reads an object opening with its raw
+            // value marker as the JSON its string holds: a subscriber's
+            // `Value` would read another value than every other reader.
+            if first && marker {
+                return Err(serde::de::Error::custom(
+                    "an object opening with serde_json's raw value marker",
+                ));
+            }
+            first = false;
             map.next_value_seed(member)?;
         }
         Ok(JsonKind::Object)
     }
 }
 
-/// A member's key read as `Value` reads it (a string), not kept.
+/// serde_json's marker of a raw value, as an object's first key.
+const RAW_VALUE_MARKER: &str = "$serde_json::private::RawValue";
+
+/// A member's key read as `Value` reads it (a string), not kept: whether
+/// it is serde_json's raw value marker.
 struct KeyCheck;
 
 impl<'de> DeserializeSeed<'de> for KeyCheck {
-    type Value = ();
+    type Value = bool;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
         deserializer.deserialize_str(self)
     }
 }
 
 impl<'de> Visitor<'de> for KeyCheck {
-    type Value = ();
+    type Value = bool;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string key")
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
+    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
+        Ok(key == RAW_VALUE_MARKER)
     }
 }
 
@@ -180,19 +194,23 @@ impl<'de> Deserialize<'de> for CheckedKind {
     }
 }
 
-/// `data` as a raw JSON value when `serde_json::from_slice::<Value>` would
-/// read it (one value, with whitespace around it at most), else `None`.
-/// No tree is built: the text is checked, then copied once (its
-/// surrounding whitespace left out), so it takes about its own size.
-pub(crate) fn checked_raw(data: &[u8]) -> Option<Box<RawValue>> {
+/// `data` as JSON text written as `serde_json::Value` would read and write
+/// it (compact, members by key, a repeated key's last value: what the
+/// envelope held when data was parsed and written again, and what Dapr
+/// writes), when `Value` reads it, else `None`. Written without building
+/// a tree ([`NormalisedJson`]), so it takes about the text's size. Every
+/// reader of the envelope (HTTP and gRPC subscribers, route rules) sees
+/// one value: data as sent could repeat a key that readers resolve apart.
+pub(crate) fn normalised_raw(data: &[u8]) -> Option<Box<RawValue>> {
     let mut deserializer = serde_json::Deserializer::from_slice(data);
     JsonCheck::TOP.deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
-    // JSON that reads is UTF-8 (serde_json checks every string).
-    let text = std::str::from_utf8(data).ok()?;
-    serde_json::from_str::<&RawValue>(text)
-        .ok()
-        .map(ToOwned::to_owned)
+    let mut out = Vec::with_capacity(data.len());
+    let mut deserializer = serde_json::Deserializer::from_slice(data);
+    NormalisedJson { out: &mut out }
+        .deserialize(&mut deserializer)
+        .ok()?;
+    RawValue::from_string(String::from_utf8(out).ok()?).ok()
 }
 
 /// The parts of a JSON value a reader needs (a routing rule's fields):
@@ -553,16 +571,17 @@ mod tests {
     }
 
     #[test]
-    fn a_raw_value_is_the_text_value_reads_as_sent() {
+    fn normalised_data_is_what_value_writes_back() {
         for text in corpus() {
             let as_value = serde_json::from_str::<Value>(&text).ok();
-            let raw = checked_raw(text.as_bytes());
+            let raw = normalised_raw(text.as_bytes());
             if text.contains("RawValue") {
+                assert!(raw.is_none(), "the raw value marker is no data: {text}");
                 continue;
             }
             assert_eq!(as_value.is_some(), raw.is_some(), "{text}");
-            if let Some(raw) = raw {
-                assert_eq!(raw.get(), text.trim(), "kept as sent");
+            if let (Some(value), Some(raw)) = (as_value, raw) {
+                assert_eq!(raw.get(), value.to_string(), "{text}");
             }
         }
     }

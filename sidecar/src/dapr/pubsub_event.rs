@@ -15,7 +15,7 @@ use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::json_text::{checked_raw, CheckedKind, JsonCheck, JsonKind, NormalisedJson, Wanted};
+use super::json_text::{normalised_raw, CheckedKind, JsonCheck, JsonKind, NormalisedJson, Wanted};
 pub(super) use super::pubsub_bulk_event::bulk_event_bytes;
 
 /// The `type` of events Dapr publishes.
@@ -296,9 +296,14 @@ fn build_envelope(
     let mut event = BTreeMap::new();
     let content_type = match given {
         Some(fields) => {
+            // Each member as `Value` wrote it (a repeated key inside
+            // `data` read once by every reader).
             event = fields
                 .into_iter()
-                .map(|(key, raw)| (key, Member::Json(raw)))
+                .map(|(key, raw)| {
+                    let member = normalised_raw(raw.get().as_bytes()).unwrap_or(raw);
+                    (key, Member::Json(member))
+                })
                 .collect();
             event
                 .get("datacontenttype")
@@ -359,14 +364,13 @@ fn put_data(event: &mut BTreeMap<String, Member>, data: &[u8], content_type: &st
     }
 }
 
-/// JSON data as embedded in an envelope: its text as sent (whitespace
-/// around it left out), when `serde_json::Value` reads it (the same input
-/// as before, when it was parsed and written again); checked without
+/// JSON data as embedded in an envelope, when `serde_json::Value` reads
+/// it: written as `Value` wrote it (compact, members by key, a repeated
+/// key's last value), as Dapr writes the value it decoded, so HTTP and
+/// gRPC subscribers and route rules read one value; written without
 /// building a tree, so it takes about its own size, not up to ~90 times.
-/// Dapr writes the value it decoded (members sorted, a repeated key once,
-/// numbers as sent): a subscriber reads the same JSON.
 fn json_data(data: &[u8]) -> Option<Box<RawValue>> {
-    checked_raw(data)
+    normalised_raw(data)
 }
 
 /// Go's `base64.StdEncoding` for decoding: padded, other bits of the last
@@ -1069,7 +1073,13 @@ mod tests {
     fn json_data_is_embedded_as_sent_without_a_tree() {
         let sent = r#"{"z": [1.0, 1e2, 12345678901234567890123], "a": {"k":1,"k":2}}"#;
         let raw = json_data(format!(" {sent}\n").as_bytes()).expect("JSON data");
-        assert_eq!(raw.get(), sent, "the text, whitespace around it left out");
+        let parsed: Value = serde_json::from_str(sent).expect("JSON");
+        let written = parsed.to_string();
+        assert_eq!(
+            raw.get(),
+            written,
+            "as `Value` wrote it: one `k`, members by key"
+        );
 
         let published =
             super::envelope(sent.as_bytes(), Some("application/json"), &cx()).expect("envelope");
@@ -1077,7 +1087,7 @@ mod tests {
         let text = String::from_utf8_lossy(&bytes);
         let data_at = text.find(r#""data":"#).expect("data");
         assert!(
-            text[data_at..].starts_with(&format!(r#""data":{sent},"#)),
+            text[data_at..].starts_with(&format!(r#""data":{written},"#)),
             "{text}"
         );
         assert!(
@@ -1098,7 +1108,6 @@ mod tests {
             "orders",
         );
         assert_eq!(delivered.body, bytes, "delivered as published");
-        let parsed: Value = serde_json::from_str(sent).expect("JSON");
         assert_eq!(delivered.cloud_event.parsed(&["data"])["data"], parsed);
         assert_eq!(delivered.data, parsed.to_string().into_bytes());
 
@@ -1113,14 +1122,56 @@ mod tests {
 
     /// A given CloudEvent's members are kept as sent too.
     #[test]
-    fn a_given_cloud_event_keeps_its_members_as_sent() {
-        let given = r#"{"id":"mine", "data": {"z": 1, "a": [2.50]}, "ext": [ 1 ]}"#;
+    fn a_given_cloud_event_has_its_members_written_as_value_wrote_them() {
+        let given = r#"{"id":"mine", "data": {"z": 1, "a": [2.50], "z": 3}, "ext": [ 1 ]}"#;
         let envelope = super::envelope(given.as_bytes(), Some(CLOUD_EVENT_CONTENT_TYPE), &cx())
             .expect("an envelope");
         let text = String::from_utf8(serde_json::to_vec(&envelope).expect("JSON")).expect("UTF-8");
-        assert!(text.contains(r#""data":{"z": 1, "a": [2.50]},"#), "{text}");
-        assert!(text.contains(r#""ext":[ 1 ],"#), "{text}");
+        assert!(text.contains(r#""data":{"a":[2.5],"z":3},"#), "{text}");
+        assert!(text.contains(r#""ext":[1],"#), "{text}");
         assert!(text.contains(r#""id":"mine","#), "{text}");
+    }
+
+    /// A repeated key inside JSON data is one value to every reader: the
+    /// HTTP subscriber's body, the gRPC subscriber's data and the route
+    /// rules (as sent, readers that take a key's first value read another
+    /// value than those that take its last).
+    #[test]
+    fn a_repeated_key_in_json_data_reads_alike_for_every_subscriber() {
+        for content_type in ["application/json", CLOUD_EVENT_CONTENT_TYPE] {
+            let sent = match content_type {
+                "application/json" => r#"{"amount":1,"amount":1000}"#.to_string(),
+                _ => r#"{"id":"e","data":{"amount":1,"amount":1000}}"#.to_string(),
+            };
+            let published =
+                super::envelope(sent.as_bytes(), Some(content_type), &cx()).expect("envelope");
+            let bytes = serde_json::to_vec(&published).expect("JSON");
+            let delivered = TopicEvent::of(
+                &rewire_runtime::Message {
+                    data: bytes,
+                    ..Default::default()
+                },
+                "pubsub",
+                "orders",
+            );
+            let body = String::from_utf8(delivered.body.clone()).expect("UTF-8");
+            assert!(
+                body.contains(r#""data":{"amount":1000}"#),
+                "{content_type}: {body}"
+            );
+            assert_eq!(delivered.data, br#"{"amount":1000}"#, "{content_type}");
+        }
+    }
+
+    /// An object opening with serde_json's raw value marker is no JSON
+    /// data: a subscriber's `serde_json::Value` would read it as the JSON
+    /// its string holds, every other reader as the object.
+    #[test]
+    fn data_opening_with_serde_jsons_raw_value_marker_is_text() {
+        let sent = r#"{"$serde_json::private::RawValue":"{\"amount\":1}"}"#;
+        assert!(json_data(sent.as_bytes()).is_none());
+        let event = envelope(sent.as_bytes(), Some("application/json"), &cx()).expect("envelope");
+        assert_eq!(event["data"], Value::String(sent.to_string()));
     }
 
     /// Data as deep as serde_json reads (127 levels) makes an envelope one
