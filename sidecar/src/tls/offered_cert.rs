@@ -8,6 +8,12 @@
 //! against its CA, per call (`RequireClientCert`). The handshake still
 //! proves that the client holds the certificate's key: its signature is
 //! verified with the ring provider's algorithms.
+//!
+//! The chain taken is bounded ([`MAX_OFFERED_INTERMEDIATES`],
+//! [`MAX_OFFERED_CHAIN_BYTES`]): the Lifecycle API builds a path through
+//! it, and a client offering many self-minted intermediates with one
+//! subject would make each path search run to webpki's budget. A
+//! Lifecycle client needs at most a few intermediates.
 
 use std::sync::Arc;
 
@@ -15,10 +21,31 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
+
+/// Most intermediates a client chain may carry (refused at the handshake
+/// beyond, and by the Lifecycle API's per-call check).
+pub(super) const MAX_OFFERED_INTERMEDIATES: usize = 4;
+
+/// Most bytes (DER, end entity and intermediates together) a client chain
+/// may have (refused at the handshake beyond, and by the Lifecycle API's
+/// per-call check).
+pub(super) const MAX_OFFERED_CHAIN_BYTES: usize = 16 * 1024;
+
+/// Whether a client chain of `end_entity` and `intermediates` is within
+/// [`MAX_OFFERED_INTERMEDIATES`] and [`MAX_OFFERED_CHAIN_BYTES`].
+pub(super) fn within_offered_limits(
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+) -> bool {
+    let bytes = intermediates
+        .iter()
+        .fold(end_entity.len(), |sum, c| sum.saturating_add(c.len()));
+    intermediates.len() <= MAX_OFFERED_INTERMEDIATES && bytes <= MAX_OFFERED_CHAIN_BYTES
+}
 
 /// Asks for a client certificate without requiring one, and accepts any
-/// chain offered whose key signs the handshake.
+/// chain offered, within the limits, whose key signs the handshake.
 #[derive(Debug)]
 pub(super) struct OfferedCertificate {
     /// The Lifecycle CA's subjects, hinted to clients so that one holding
@@ -53,12 +80,18 @@ impl ClientCertVerifier for OfferedCertificate {
 
     fn verify_client_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
     ) -> Result<ClientCertVerified, Error> {
-        // Taken as offered: the Lifecycle API verifies the chain per call.
-        // The certificate is parsed when the handshake signature is checked.
+        // Taken as offered, if small enough: the Lifecycle API verifies the
+        // chain per call. The certificate is parsed when the handshake
+        // signature is checked.
+        if !within_offered_limits(end_entity, intermediates) {
+            return Err(Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ));
+        }
         Ok(ClientCertVerified::assertion())
     }
 
@@ -219,5 +252,72 @@ mod tests {
         let (admin, thief) = (admins.client("admin"), admins.client("thief"));
         let refused = handshake(&live, &ca.ca_pem, &admin.cert_pem, &thief.key_pem).await;
         assert!(refused.is_err(), "{refused:?}");
+    }
+
+    /// An end entity and `count` self-issued intermediates sharing one
+    /// subject, each with a key of its own, none from a configured CA
+    /// (what makes a path search run to its budget): the chain's PEM, end
+    /// entity first, and the end entity's key.
+    fn same_subject_intermediates(count: usize) -> (String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let mut issuers = Vec::new();
+        let mut pem = String::new();
+        for _ in 0..count {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "offered-junk-intermediate");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let certificate = params.self_signed(&key).expect("intermediate");
+            pem.push_str(&certificate.pem());
+            issuers.push(Issuer::new(params, key));
+        }
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "offered-junk-client");
+        let leaf = params.signed_by(&key, &issuers[0]).expect("leaf");
+        (format!("{}{pem}", leaf.pem()), key.serialize_pem())
+    }
+
+    /// A chain of an end entity and 30 self-issued intermediates with one
+    /// subject is refused by the verifier and at the handshake; one within
+    /// the limits still passes. Before: taken, and the Lifecycle API ran a
+    /// path search through it on every call.
+    #[tokio::test]
+    async fn a_chain_beyond_the_limits_is_refused_at_the_handshake() {
+        crate::crypto::install_ring_provider();
+        let ca = testkit::certs::TestCa::new("offered-limits-server-ca");
+        let admins = testkit::certs::TestCa::new("offered-limits-admin-ca");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, Some(&admins.ca_path)).expect("loads");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let offered = OfferedCertificate::new(Vec::new(), &provider);
+        let (long, key) = same_subject_intermediates(30);
+        let long_chain = chain(&long);
+        assert!(offered
+            .verify_client_cert(&long_chain[0], &long_chain[1..], UnixTime::now())
+            .is_err());
+        let refused = handshake(&live, &ca.ca_pem, &long, &key).await;
+        assert!(refused.is_err(), "{refused:?}");
+        // Too many bytes, in few certificates.
+        let big = CertificateDer::from(vec![0u8; MAX_OFFERED_CHAIN_BYTES]);
+        assert!(offered
+            .verify_client_cert(&long_chain[0], std::slice::from_ref(&big), UnixTime::now())
+            .is_err());
+        let (short, key) = same_subject_intermediates(MAX_OFFERED_INTERMEDIATES);
+        let short_chain = chain(&short);
+        assert!(offered
+            .verify_client_cert(&short_chain[0], &short_chain[1..], UnixTime::now())
+            .is_ok());
+        let seen = handshake(&live, &ca.ca_pem, &short, &key).await;
+        assert_eq!(seen, Ok(short_chain));
     }
 }

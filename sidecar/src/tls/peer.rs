@@ -1,15 +1,24 @@
 //! What a connection's handshake proved about the client, and the
 //! Lifecycle API's check of it.
+//!
+//! The check's verdict is kept per connection (its chain) and verifier in
+//! force for [`VERDICT_FOR`]: one connection's calls (up to 256 streams
+//! at once, without end) cost one path search a second, not one each,
+//! while an expired client certificate or a rotated Lifecycle CA still
+//! applies within that second.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
 use tonic::service::Interceptor;
 use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Status};
 
 use super::live::LiveTls;
+use super::offered_cert::within_offered_limits;
 use crate::metrics::ResultCode;
 use crate::ApiMetrics;
 
@@ -26,6 +35,14 @@ pub struct PeerInfo {
     pub in_flight: crate::in_flight::InFlight,
 }
 
+/// How long a connection's verdict is reused before its chain is
+/// verified again (so a client certificate's expiry applies).
+const VERDICT_FOR: Duration = Duration::from_secs(1);
+
+/// Most verdicts kept; beyond (after dropping those of closed connections
+/// and stale ones), calls are verified without keeping the verdict.
+const MAX_VERDICTS: usize = 4096;
+
 /// Rejects a call whose connection did not present a certificate chaining
 /// to the Lifecycle CA in force (`UNAUTHENTICATED`).
 #[derive(Clone)]
@@ -36,6 +53,66 @@ pub struct RequireClientCert {
     /// options also dropped the token fallback on the strength of the CA.
     ca_configured: bool,
     metrics: Arc<ApiMetrics>,
+    /// Recent verdicts, shared by the interceptor's clones.
+    verdicts: Arc<Verdicts>,
+}
+
+/// Recent verdicts, by the address of the connection's chain.
+#[derive(Default)]
+struct Verdicts(Mutex<HashMap<usize, Verdict>>);
+
+/// One connection's verdict. The weak references keep both addresses
+/// taken while the entry lives: a later chain or verifier can never be
+/// mistaken for these.
+struct Verdict {
+    chain: Weak<Vec<CertificateDer<'static>>>,
+    verifier: Weak<dyn ClientCertVerifier>,
+    checked_at: Instant,
+    verified: bool,
+}
+
+impl Verdicts {
+    /// Whether `chain` verifies with `verifier`: the verdict kept for both
+    /// if it is younger than [`VERDICT_FOR`], else `verify`'s (kept).
+    fn verified(
+        &self,
+        chain: &Arc<Vec<CertificateDer<'static>>>,
+        verifier: &Arc<dyn ClientCertVerifier>,
+        verify: impl FnOnce() -> bool,
+    ) -> bool {
+        let key = Arc::as_ptr(chain) as usize;
+        {
+            let verdicts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(kept) = verdicts.get(&key) {
+                if std::ptr::addr_eq(kept.chain.as_ptr(), Arc::as_ptr(chain))
+                    && std::ptr::addr_eq(kept.verifier.as_ptr(), Arc::as_ptr(verifier))
+                    && kept.checked_at.elapsed() < VERDICT_FOR
+                {
+                    return kept.verified;
+                }
+            }
+        }
+        // Verified outside the lock: other connections' calls go on.
+        let verified = verify();
+        let mut verdicts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if verdicts.len() >= MAX_VERDICTS && !verdicts.contains_key(&key) {
+            verdicts.retain(|_, kept| {
+                kept.chain.strong_count() > 0 && kept.checked_at.elapsed() < VERDICT_FOR
+            });
+        }
+        if verdicts.len() < MAX_VERDICTS || verdicts.contains_key(&key) {
+            verdicts.insert(
+                key,
+                Verdict {
+                    chain: Arc::downgrade(chain),
+                    verifier: Arc::downgrade(verifier),
+                    checked_at: Instant::now(),
+                    verified,
+                },
+            );
+        }
+        verified
+    }
 }
 
 impl RequireClientCert {
@@ -47,6 +124,7 @@ impl RequireClientCert {
             tls,
             ca_configured: false,
             metrics,
+            verdicts: Arc::default(),
         }
     }
 
@@ -58,6 +136,7 @@ impl RequireClientCert {
             tls: state.tls.grpc.clone(),
             ca_configured: state.options.tls.lifecycle_client_ca.is_some(),
             metrics: state.metrics.clone(),
+            verdicts: Arc::default(),
         }
     }
 
@@ -85,10 +164,21 @@ impl RequireClientCert {
         let (end_entity, intermediates) = chain
             .split_first()
             .ok_or("the Lifecycle API requires a client certificate")?;
-        verifier
-            .verify_client_cert(end_entity, intermediates, UnixTime::now())
-            .map(drop)
-            .map_err(|_| "the client certificate is not from the Lifecycle API's CA")
+        // Bounded here too: with mutual TLS the handshake's verifier takes
+        // any chain reaching the app CA, however long.
+        if !within_offered_limits(end_entity, intermediates) {
+            return Err("the client certificate chain is longer than the Lifecycle API takes");
+        }
+        let verified = self.verdicts.verified(&chain, &verifier, || {
+            verifier
+                .verify_client_cert(end_entity, intermediates, UnixTime::now())
+                .is_ok()
+        });
+        if verified {
+            Ok(())
+        } else {
+            Err("the client certificate is not from the Lifecycle API's CA")
+        }
     }
 }
 
@@ -160,5 +250,47 @@ mod tests {
         assert!(RequireClientCert::for_state(&state)
             .verified(&Request::new(()))
             .is_ok());
+    }
+
+    /// A connection's verdict is reused for its later calls (one path
+    /// search, not one per call), not for another connection with the same
+    /// chain, and not once another verifier is in force (a rotated CA).
+    /// Before: every call searched a path.
+    #[test]
+    fn a_connections_verdict_is_reused_until_the_verifier_changes() {
+        let ca = testkit::certs::TestCa::new("peer-verdict-ca");
+        let admins = testkit::certs::TestCa::new("peer-verdict-admin-ca");
+        let server = ca.server("localhost");
+        let settings = ListenerTls {
+            cert: server.cert_path.clone(),
+            key: server.key_path.clone(),
+            client_ca: None,
+        };
+        let live = LiveTls::load("grpc", &settings, Some(&admins.ca_path)).expect("loads");
+        let verifier = live.lifecycle_verifier().expect("a verifier");
+        let admin = admins.client("admin");
+        let chain: Vec<CertificateDer<'static>> =
+            rustls::pki_types::pem::PemObject::pem_slice_iter(admin.cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("pem");
+        let connection = Arc::new(chain.clone());
+        let verdicts = Verdicts::default();
+        let searches = std::cell::Cell::new(0);
+        let search = |verdict: bool| {
+            searches.set(searches.get() + 1);
+            verdict
+        };
+        for _ in 0..100 {
+            assert!(verdicts.verified(&connection, &verifier, || search(true)));
+        }
+        assert_eq!(searches.get(), 1, "one search for the connection's calls");
+        let other_connection = Arc::new(chain);
+        assert!(!verdicts.verified(&other_connection, &verifier, || search(false)));
+        assert_eq!(searches.get(), 2, "another connection is searched");
+        let rotated =
+            super::super::material::ca_verifier(&admins.ca_path, admins.ca_pem.as_bytes())
+                .expect("verifier");
+        assert!(!verdicts.verified(&connection, &rotated, || search(false)));
+        assert_eq!(searches.get(), 3, "another verifier is searched");
     }
 }
