@@ -107,6 +107,11 @@ pub const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(40);
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between attempts without a retry policy.
 const LAST_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a dead letter's publish may take (the broker's, followed
+/// across a reload): one that hangs (a black-holed server with no read
+/// timeout) fails, and the event goes back to its broker, as any failed
+/// dead letter; the drain of a replaced broker waits for it no longer.
+pub(crate) const DEAD_LETTER_WITHIN: Duration = Duration::from_secs(30);
 /// How often an event waiting on an open circuit breaker asks it again.
 const BREAKER_POLL: Duration = Duration::from_millis(250);
 /// A retired subscription whose broker delivers nothing for this long,
@@ -543,7 +548,14 @@ impl TopicDelivery {
                     let request = request.clone();
                     async move { broker.publish(request).await }
                 };
-                follow_retired(broker, serving, publish).await
+                let following = follow_retired(broker, serving, publish);
+                match tokio::time::timeout(DEAD_LETTER_WITHIN, following).await {
+                    Ok(published) => published,
+                    Err(_) => Err(NotPublished::Refused(PubSubError::Backend(format!(
+                        "the dead-letter topic's broker did not answer within \
+                         {DEAD_LETTER_WITHIN:?}"
+                    )))),
+                }
             }
             Err(err) => Err(NotPublished::Refused(PubSubError::Backend(err.to_string()))),
         };

@@ -283,3 +283,56 @@ async fn a_dead_letter_a_replaced_broker_refuses_reaches_the_one_serving() {
     assert_eq!(served, ["reloading-dead"], "on the broker serving");
     runtime.shutdown().await;
 }
+
+/// A broker whose publishes never answer (a black-holed server with no
+/// read timeout).
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.delivery.hanging")]
+struct HangingBroker {}
+
+#[async_trait]
+impl Component for HangingBroker {}
+
+#[async_trait]
+impl PubSub for HangingBroker {
+    async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+        std::future::pending().await
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        Ok(PubSubSubscription::channel(1).0)
+    }
+}
+
+/// A dead letter whose broker never answers fails within its bound (the
+/// event goes back to its broker), rather than holding the delivery, and
+/// a replaced broker's drain, for ever.
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_whose_broker_never_answers_fails_within_its_bound() {
+    let registry = Registry::collected();
+    let config = validate(broker_config("test.delivery.hanging"), &registry)
+        .unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let delivery = TopicDelivery {
+        pubsub_name: "p".into(),
+        topic: "hanging".into(),
+        dead_letter_topic: watch::channel(Some("hanging-dead".to_string())).1,
+        retire: Retire::channel().1,
+        delivered: Default::default(),
+    };
+    let (message, _outcome) = Delivery::new(event_message("hanging", "h1"));
+    let event = TopicEvent::of(&message.message, "p", "hanging");
+    let handle = runtime.pubsub("p");
+    let started = tokio::time::Instant::now();
+    let sent = tokio::time::timeout(
+        DEAD_LETTER_WITHIN + Duration::from_secs(1),
+        delivery.dead_letter(&event, &message, &handle),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the dead letter waited past its bound"));
+    assert!(matches!(sent, DeadLetter::Failed));
+    assert!(started.elapsed() >= DEAD_LETTER_WITHIN);
+    runtime.shutdown().await;
+}
