@@ -12,15 +12,16 @@
 //! certificate in force has expired or expires within
 //! `material::NOT_BEFORE_SKEW` (5 minutes), the allowance a clock behind
 //! the issuer's gets at start-up. A change that keeps the leaf in force
-//! (a CA rotated) keeps that allowance too: the leaf already serves. The
-//! next handshake uses whatever is in force; open connections keep the
-//! one they started with.
+//! (a CA rotated) is not checked against its window again: the leaf
+//! already serves, and expired it must not hold back a new Lifecycle CA.
+//! The next handshake uses whatever is in force; open connections keep
+//! the one they started with.
 //!
 //! A read that hangs (a hung NFS, FUSE or CSI mount) is given up after 5 s,
 //! at start-up too; while it stays stuck the files are read again on a new
 //! thread at growing intervals, so a remounted path's renewed pair is
-//! loaded (`follow_reads`). A certificate in force that expires while the
-//! files stay unchanged is shown in status and warned once.
+//! loaded (`follow_reads`). A certificate in force that has expired is
+//! shown in status (beside any refusal or read error) and warned once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -81,6 +82,9 @@ struct Loaded {
     waiting: Option<Vec<Vec<u8>>>,
     /// The notAfter of the certificate in force (Unix seconds).
     not_after: i64,
+    /// The notAfter whose passing was warned of: once per certificate,
+    /// however often reads fail and succeed again meanwhile.
+    expiry_warned: Option<i64>,
 }
 
 impl LiveTls {
@@ -142,6 +146,7 @@ impl LiveTls {
                 refused: None,
                 waiting: None,
                 not_after,
+                expiry_warned: None,
             }),
         }))
     }
@@ -249,11 +254,11 @@ impl LiveTls {
     /// differs from the last load (or the last refused attempt), or holds
     /// a certificate that was not valid yet, checked at `now`.
     fn apply(&self, read: Result<Vec<Vec<u8>>, String>, now: ASN1Time) {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let contents = match read {
             Ok(contents) => contents,
-            Err(err) => return self.refuse(err),
+            Err(err) => return self.refuse(&mut loaded, err, now),
         };
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if loaded.contents == contents {
             // Unchanged since the last build: what status shows is that
             // build's outcome, not a read error seen in between (a file
@@ -261,16 +266,14 @@ impl LiveTls {
             // A certificate in force that has expired since is shown too
             // (every handshake fails until new files come), warned once.
             loaded.waiting = None;
-            let expired = self.expired_in_force(loaded.not_after, now);
-            let shown = match (loaded.refused.clone(), expired.clone()) {
+            let expired = self.expired_in_force(&mut loaded, now);
+            let shown = match (loaded.refused.clone(), expired) {
                 (Some(refused), Some(expired)) => Some(format!("{refused}; {expired}")),
                 (refused, expired) => refused.or(expired),
             };
             let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
             if status.error != shown {
-                if let Some(expired) = &expired {
-                    tracing::warn!(listener = %status.listener, error = %expired, "The TLS certificate in force has expired: handshakes fail until valid files are written.");
-                } else if shown.is_none() {
+                if shown.is_none() {
                     tracing::info!(listener = %status.listener, "TLS files readable again and unchanged; the certificate in force stays.");
                 }
                 status.error = shown;
@@ -282,15 +285,16 @@ impl LiveTls {
         // on this host (same clock) would refuse the new one as not valid
         // yet while the old one still serves, so the new one waits for its
         // notBefore (the same files are tried every second).
-        // The leaf in force keeps the allowance it was loaded with: a
-        // change of the CA files alone must not refuse it as not valid yet.
+        // The leaf in force is not checked again at all (below): a change
+        // of the CA files alone must not refuse it as not valid yet, nor as
+        // expired.
         let allowance = i64::try_from(NOT_BEFORE_SKEW.as_secs()).unwrap_or(i64::MAX);
         let in_force = self.status().certificate_sha256;
         let same_leaf = contents
             .first()
             .and_then(|cert| leaf_fingerprint(cert))
             .is_some_and(|leaf| leaf == in_force);
-        let skew = if same_leaf || loaded.not_after <= now.timestamp().saturating_add(allowance) {
+        let skew = if loaded.not_after <= now.timestamp().saturating_add(allowance) {
             NOT_BEFORE_SKEW
         } else {
             Duration::ZERO
@@ -298,7 +302,15 @@ impl LiveTls {
         // Built from the bytes just compared, not from a second read: a
         // file caught mid-rewrite by that read would refuse a good set for
         // good (later checks see the same contents and never retry).
-        match self.files.server_config(&contents, now, skew) {
+        // The leaf in force is not checked again: it already serves, and
+        // expired it must not hold back a change of the CA files (an old,
+        // maybe compromised, Lifecycle CA would stay trusted).
+        let built = if same_leaf {
+            self.files.server_config_keeping_leaf(&contents)
+        } else {
+            self.files.server_config(&contents, now, skew)
+        };
+        match built {
             Ok(Built {
                 config,
                 fingerprint,
@@ -311,10 +323,12 @@ impl LiveTls {
                 loaded.not_after = not_after;
                 self.config.store(Arc::new(config));
                 self.lifecycle.store(Arc::new(lifecycle));
+                // Only a kept leaf can have expired.
+                let expired = self.expired_in_force(&mut loaded, now);
                 let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 status.certificate_sha256 = fingerprint;
                 status.loads += 1;
-                status.error = None;
+                status.error = expired;
                 tracing::info!(listener = %status.listener, certificate_sha256 = %status.certificate_sha256, "TLS certificate reloaded; new handshakes use it.");
             }
             Err(Refused {
@@ -328,40 +342,59 @@ impl LiveTls {
                 // meanwhile.
                 let first = loaded.waiting.as_ref() != Some(&contents);
                 loaded.waiting = Some(contents);
+                let expired = self.expired_in_force(&mut loaded, now);
                 let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 if first {
                     tracing::warn!(listener = %status.listener, error = %reason, "New TLS files refused until their certificate is valid (checked again every second); the certificate in force stays.");
                 }
-                status.error = Some(reason);
+                status.error = Some(match expired {
+                    Some(expired) => format!("{reason}; {expired}"),
+                    None => reason,
+                });
             }
             Err(Refused { reason, .. }) => {
                 loaded.contents = contents;
                 loaded.refused = Some(reason.clone());
                 loaded.waiting = None;
-                self.refuse(reason);
+                self.refuse(&mut loaded, reason, now);
             }
         }
     }
 
-    /// Why the certificate in force, valid until `not_after` (Unix
-    /// seconds), no longer serves at `now`: `None` while it is valid.
-    fn expired_in_force(&self, not_after: i64, now: ASN1Time) -> Option<String> {
+    /// Why the certificate in force (`loaded.not_after`) no longer serves
+    /// at `now`: `None` while it is valid. Warned once per certificate
+    /// (however often reads fail and succeed again meanwhile).
+    fn expired_in_force(&self, loaded: &mut Loaded, now: ASN1Time) -> Option<String> {
+        let not_after = loaded.not_after;
         if now.timestamp() <= not_after {
             return None;
         }
         let at = ASN1Time::from_timestamp(not_after)
             .map_or_else(|_| format!("{not_after} (Unix time)"), |at| at.to_string());
-        Some(format!(
+        let expired = format!(
             "the certificate in force (from `{}`) expired at {at}; every handshake fails until a valid one is written",
             self.files.cert.display()
-        ))
+        );
+        if loaded.expiry_warned != Some(not_after) {
+            loaded.expiry_warned = Some(not_after);
+            let listener = self.status().listener;
+            tracing::warn!(listener = %listener, error = %expired, "The TLS certificate in force has expired: handshakes fail until valid files are written.");
+        }
+        Some(expired)
     }
 
-    fn refuse(&self, err: String) {
+    /// Shows `err` (why new files were refused, or not read) in status,
+    /// with the expiry of the certificate in force if it has expired at
+    /// `now`; the certificate in force stays.
+    fn refuse(&self, loaded: &mut Loaded, err: String, now: ASN1Time) {
+        let shown = match self.expired_in_force(loaded, now) {
+            Some(expired) => format!("{err}; {expired}"),
+            None => err.clone(),
+        };
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        if status.error.as_deref() != Some(err.as_str()) {
+        if status.error.as_deref() != Some(shown.as_str()) {
             tracing::warn!(listener = %status.listener, error = %err, "New TLS files refused; the certificate in force stays.");
-            status.error = Some(err);
+            status.error = Some(shown);
         }
     }
 }
@@ -736,6 +769,72 @@ mod tests {
         assert!(
             error.contains("holds no PEM certificate") && error.contains("certificate in force"),
             "{error}"
+        );
+    }
+
+    /// A Lifecycle CA rotated while the certificate in force has expired
+    /// is taken: the old CA's clients are refused, the new one's verified,
+    /// and status still says the certificate in force expired. Before: the
+    /// build refused the expired leaf, so the old (maybe compromised) CA
+    /// stayed trusted.
+    #[test]
+    fn a_lifecycle_ca_rotation_is_taken_while_the_certificate_in_force_is_expired() {
+        use rustls::pki_types::UnixTime;
+        crate::crypto::install_ring_provider();
+        let ca = testkit::certs::TestCa::new("live-tls-expired-ca-rotation");
+        let old_admins = testkit::certs::TestCa::new("live-tls-expired-ca-old");
+        let new_admins = testkit::certs::TestCa::new("live-tls-expired-ca-new");
+        let server = ca.server("localhost");
+        let live =
+            LiveTls::load("grpc", &settings_of(&server), Some(&old_admins.ca_path)).expect("loads");
+        let not_after = live.loaded.lock().expect("lock").not_after;
+        std::fs::write(&old_admins.ca_path, &new_admins.ca_pem).expect("rotate the CA");
+        live.recheck_at(ASN1Time::from_timestamp(not_after + 1).expect("time"));
+        let verifier = live.lifecycle_verifier().expect("a verifier");
+        let verifies = |client: &testkit::certs::CertFiles| {
+            let chain = CertificateDer::pem_slice_iter(client.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .expect("pem");
+            verifier
+                .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
+                .is_ok()
+        };
+        assert!(!verifies(&old_admins.client("old-admin")), "old CA refused");
+        assert!(verifies(&new_admins.client("new-admin")), "new CA taken");
+        let status = live.status();
+        assert_eq!(status.loads, 2, "{status:?}");
+        let error = status.error.expect("expired shown");
+        assert!(error.contains("certificate in force"), "{error}");
+    }
+
+    /// While the certificate in force has expired, status says so also
+    /// when new files wait for their notBefore and when the files cannot
+    /// be read. Before: only the reason they were refused was shown.
+    #[test]
+    fn an_expired_certificate_in_force_is_shown_beside_any_refusal() {
+        let ca = testkit::certs::TestCa::new("live-tls-expired-beside");
+        let server = ca.server("localhost");
+        let live = LiveTls::load("grpc", &settings_of(&server), None).expect("loads");
+        let not_after = live.loaded.lock().expect("lock").not_after;
+        let at = |secs: i64| ASN1Time::from_timestamp(secs).expect("time");
+        let (cert, key) = certificate_from(not_after + 1 + 3600);
+        std::fs::write(&server.key_path, &key).expect("key");
+        std::fs::write(&server.cert_path, &cert).expect("cert");
+        live.recheck_at(at(not_after + 1));
+        let error = live.status().error.expect("waiting and expired");
+        assert!(
+            error.contains("not valid before") && error.contains("certificate in force"),
+            "{error}"
+        );
+        live.apply(Err("cannot read `cert.pem`".into()), at(not_after + 2));
+        let error = live.status().error.expect("unread and expired");
+        assert!(
+            error.contains("cannot read") && error.contains("certificate in force"),
+            "{error}"
+        );
+        assert_eq!(
+            live.loaded.lock().expect("lock").expiry_warned,
+            Some(not_after)
         );
     }
 

@@ -113,6 +113,23 @@ impl Files {
         Ok(built)
     }
 
+    /// [`Files::server_config`] for files whose leaf is the one in force
+    /// (only the key's bytes or the CA files changed): its validity window
+    /// is not checked, as it already serves. An expired leaf in force must
+    /// not hold a CA change back (a compromised Lifecycle CA would stay
+    /// trusted until a new certificate came). The notAfter is still read.
+    pub(super) fn server_config_keeping_leaf(
+        &self,
+        contents: &[Vec<u8>],
+    ) -> Result<Built, Refused> {
+        let read = self.split(contents)?;
+        let chain = certificates(&self.cert, read.cert)?;
+        let not_after = validity_of(&self.cert, &chain[0])?.not_after.timestamp();
+        let mut built = self.build(&read, chain)?;
+        built.not_after = not_after;
+        Ok(built)
+    }
+
     /// The configuration from files already read and a leaf already
     /// checked.
     fn build(&self, read: &Read<'_>, chain: Vec<CertificateDer<'static>>) -> Result<Built, String> {
@@ -225,9 +242,7 @@ pub(super) fn check_validity(
     now: x509_parser::time::ASN1Time,
     skew: std::time::Duration,
 ) -> Result<i64, Refused> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
-        .map_err(|_| format!("`{}`: the certificate is not valid X.509", path.display()))?;
-    let validity = parsed.validity();
+    let validity = validity_of(path, certificate)?;
     let skew = i64::try_from(skew.as_secs()).unwrap_or(i64::MAX);
     if now.timestamp().saturating_add(skew) < validity.not_before.timestamp() {
         return Err(Refused {
@@ -248,6 +263,17 @@ pub(super) fn check_validity(
         .into());
     }
     Ok(validity.not_after.timestamp())
+}
+
+/// The validity window of `certificate` (read from `path`, named in the
+/// error).
+fn validity_of(
+    path: &Path,
+    certificate: &CertificateDer<'_>,
+) -> Result<x509_parser::certificate::Validity, String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
+        .map_err(|_| format!("`{}`: the certificate is not valid X.509", path.display()))?;
+    Ok(parsed.validity().clone())
 }
 
 /// A verifier of client certificates chaining to the CA bundle `bytes`

@@ -13,10 +13,11 @@
 //!   is given up after 5 s and read again on a new thread at growing
 //!   intervals, never more than one thread per listener between tries.
 //! * `offered_cert`: the gRPC listener's client verifier with only a
-//!   Lifecycle CA: any certificate offered is taken at the handshake (its
-//!   key proven), the Lifecycle API checks it per call.
+//!   Lifecycle CA: any certificate offered, within 4 intermediates and
+//!   16 KiB, is taken at the handshake (its key proven), the Lifecycle
+//!   API checks it per call.
 //! * `peer`: what a handshake proved about the client, for the Lifecycle
-//!   API's certificate check.
+//!   API's certificate check (its verdict kept per connection for 1 s).
 
 mod follow_reads;
 mod live;
