@@ -40,7 +40,7 @@ use rewire_runtime::{
     PubSub, PubSubError, PubSubSubscription, PublishRequest, Readiness, StagedInPlace,
     SubscribeRequest,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use super::connect::open;
 use super::connection::RedisConnection;
@@ -48,6 +48,10 @@ use super::pubsub_connected::Connected;
 use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
 use super::pubsub_reader::{ensure_group, reading_settings, Permits, Reader};
 use crate::pubsub::PublishGate;
+
+/// How long a close waits for the publishes under way (each bounded by
+/// the connection's timeouts, unless `readTimeout` is -1).
+const CLOSE_GATE_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// A pub/sub broker on Redis Streams, compatible with Dapr's
 /// `pubsub.redis`.
@@ -127,10 +131,25 @@ impl Component for RedisPubSub {
         connected.connection.readiness().await
     }
 
+    /// Waits for the publishes under way (within [`CLOSE_GATE_WITHIN`],
+    /// then later ones are refused without them), then ends the
+    /// connection's tasks, which also end if the runtime gives up on the
+    /// close before (its future dropped).
     async fn close(&self) -> Result<(), ComponentError> {
-        self.gate.close().await;
+        let _ends = self
+            .connected
+            .get()
+            .map(|connected| connected.shutdown.clone().drop_guard());
+        if tokio::time::timeout(CLOSE_GATE_WITHIN, self.gate.close())
+            .await
+            .is_err()
+        {
+            self.gate.refuse_publishes();
+            if let Some(connected) = self.connected.get() {
+                warn!(component = %connected.label, limit = ?CLOSE_GATE_WITHIN, "Publishes under way did not end before the close; later ones are refused, and the broker closes without them.");
+            }
+        }
         if let Some(connected) = self.connected.get() {
-            connected.shutdown.cancel();
             info!(component = %connected.label, server = %connected.server(), "Redis pub/sub closed.");
         }
         Ok(())

@@ -1486,3 +1486,41 @@ async fn a_drain_stopped_while_a_publish_hangs_ends_its_reader_at_once() {
     );
     hanging.abort();
 }
+
+/// Whether a client of `server` is reading a stream (`XREADGROUP`).
+async fn a_reader_is_connected(server: &RedisServer) -> bool {
+    let lines = server
+        .query(&["CLIENT", "LIST"])
+        .await
+        .expect("CLIENT LIST");
+    lines
+        .iter()
+        .flat_map(|text| text.lines())
+        .any(|line| line.contains("cmd=xreadgroup"))
+}
+
+/// A close given up on by the runtime (its future dropped) while a
+/// publish under way hangs still ends the broker's connection tasks: its
+/// reader lets go of its connection.
+#[tokio::test]
+async fn a_close_given_up_on_while_a_publish_hangs_still_ends_the_brokers_tasks() {
+    let server = RedisServer::start().await;
+    let proxy = FreezingProxy::to(&server).await;
+    // `a` held unsettled: its acknowledgement would go on a frozen
+    // connection.
+    let (broker, _sub, _a, hanging) = publish_hanging_after_a(&proxy).await;
+    assert!(a_reader_is_connected(&server).await, "the reader reads");
+    let closing = tokio::time::timeout(std::time::Duration::from_millis(500), broker.close()).await;
+    assert!(closing.is_err(), "the close waited for the hanging publish");
+    let gone = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while a_reader_is_connected(&server).await {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "the broker's reader outlived its abandoned close"
+    );
+    hanging.abort();
+}
