@@ -3,10 +3,17 @@
 //! instead). It sets up what `rewire run` sets up besides the APIs: ring as
 //! the process's rustls provider and, with the sidecar, trace export.
 
+use std::future::Future;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::task::{JoinError, JoinHandle};
+use tracing::Instrument;
 
 use rewire_runtime::{
     Component, ComponentKey, FileWatch, HandleError, Registry, Runtime, RuntimeOptions, StartError,
@@ -35,10 +42,13 @@ pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 ///
 /// End it with [`Host::shutdown`] (or [`Host::run_until_stopped`]). A host
 /// dropped without it (an error returned between its start and its
-/// shutdown) logs an error and starts the same bounded shutdown on the
-/// tokio runtime it is dropped in, without waiting for it: its components
-/// are closed (their readers, watchers and locks' keep-alives end) rather
-/// than left running beside the next host.
+/// shutdown) logs an error and runs the same bounded shutdown on the tokio
+/// runtime it is dropped in: its components are closed (their readers,
+/// watchers and locks' keep-alives end) rather than left running beside
+/// the next host. On a multi-thread runtime the drop waits for it (so a
+/// host dropped as `main` returns is closed before the runtime ends); on a
+/// current-thread runtime it cannot wait, and the shutdown runs in the
+/// background, to its end only if the runtime keeps running.
 ///
 /// ```no_run
 /// use rewire::{ComponentKey, Host};
@@ -57,7 +67,7 @@ pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 ///     Ok(())
 /// }
 /// ```
-#[must_use = "a host runs until `Host::shutdown`; dropped, it shuts down in the background"]
+#[must_use = "a host runs until `Host::shutdown`; dropped without it, it logs an error and shuts down from its drop"]
 pub struct Host {
     runtime: Runtime,
     /// Ends with the host: the file is followed while it lives.
@@ -66,9 +76,10 @@ pub struct Host {
     /// shutdown, before the components close).
     #[cfg(feature = "sidecar")]
     tracing: Option<rewire_sidecar::telemetry::Following>,
-    /// Set once [`Host::shutdown`] finished: dropping the host then does
-    /// nothing more.
-    shut_down: bool,
+    /// Set once [`Host::shutdown`] started its shutdown task: that task
+    /// runs to its bound even if the caller stops waiting, so dropping the
+    /// host then does nothing more.
+    shutdown_started: bool,
 }
 
 impl Host {
@@ -99,7 +110,7 @@ impl Host {
             tracing: Some(rewire_sidecar::telemetry::follow(&runtime)),
             runtime,
             _watch: watch,
-            shut_down: false,
+            shutdown_started: false,
         })
     }
 
@@ -127,43 +138,101 @@ impl Host {
     /// Stops following the file and closes every component, within 60 s
     /// (see [`Runtime::shutdown_by`]); returns how many
     /// closes were abandoned. The spans still queued are then exported,
-    /// within 3 s (with the `sidecar` feature). Cut short (the future
-    /// dropped), the host's drop starts the shutdown again in the
-    /// background.
+    /// within 3 s (with the `sidecar` feature).
+    ///
+    /// The shutdown runs in a task of its own: cut short (this future
+    /// dropped, by a timeout say), it goes on to its bound, so the stores,
+    /// closed last, are still closed. Should the tokio runtime end first,
+    /// the shutdown left undone counts as one abandoned close; a panic in
+    /// it is resumed here.
     pub async fn shutdown(mut self) -> usize {
         // Stop following first: the closed runtime reads as "no tracing",
         // which would turn the exporter off and drop the spans queued.
         #[cfg(feature = "sidecar")]
         drop(self.tracing.take());
-        let abandoned = shut_down_within(&self.runtime, CLOSE_BOUND).await;
-        self.shut_down = true;
-        abandoned
+        self.shutdown_started = true;
+        match spawn_shutdown(&Handle::current(), &self.runtime).await {
+            Ok(abandoned) => abandoned,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => {
+                log_unfinished(&error);
+                1
+            }
+        }
     }
 }
 
 impl Drop for Host {
-    /// A host not shut down starts its bounded shutdown on the current
-    /// tokio runtime (its components' tasks run there); outside of one,
-    /// it can only say so.
+    /// A host whose shutdown never started runs it on the current tokio
+    /// runtime (its components' tasks run there): waiting for it on a
+    /// multi-thread runtime, in the background on a current-thread one
+    /// (where blocking would stop the very tasks it waits for). Outside of
+    /// a runtime, or while it shuts down, it can only stop the reloads and
+    /// say so.
     fn drop(&mut self) {
-        if self.shut_down {
+        if self.shutdown_started {
             return;
         }
         #[cfg(feature = "sidecar")]
         drop(self.tracing.take());
-        match tokio::runtime::Handle::try_current() {
-            Ok(tokio) => {
-                tracing::error!(bound = ?CLOSE_BOUND, "A Host was dropped without `Host::shutdown`; closing its components in the background.");
-                let runtime = self.runtime.clone();
-                tokio.spawn(async move {
-                    shut_down_within(&runtime, CLOSE_BOUND).await;
-                });
+        let Ok(tokio) = Handle::try_current() else {
+            return self.not_closed();
+        };
+        let mut closing = spawn_shutdown(&tokio, &self.runtime);
+        if closing.is_finished() {
+            // Already over: cancelled as it was spawned (the runtime is
+            // shutting down), or run to its end by another worker.
+            let ended = poll_once(&mut closing);
+            if matches!(&ended, Poll::Ready(Err(error)) if error.is_cancelled()) {
+                return self.not_closed();
             }
-            Err(_) => {
-                self.runtime.stop_reloads();
-                tracing::error!("A Host was dropped without `Host::shutdown`, outside of a tokio runtime: its components could not be closed.");
+            tracing::error!(
+                "A Host was dropped without `Host::shutdown`; its components were closed."
+            );
+            if let Poll::Ready(Err(error)) = ended {
+                log_unfinished(&error);
             }
+            return;
         }
+        if tokio.runtime_flavor() == RuntimeFlavor::MultiThread {
+            tracing::error!(bound = ?CLOSE_BOUND, "A Host was dropped without `Host::shutdown`; closing its components before the drop returns.");
+            // The runtime's other workers run the shutdown (and this
+            // worker's tasks) while this thread waits.
+            let closed = tokio::task::block_in_place(|| tokio.block_on(closing));
+            if let Err(error) = closed {
+                log_unfinished(&error);
+            }
+        } else {
+            tracing::error!(bound = ?CLOSE_BOUND, "A Host was dropped without `Host::shutdown` on a current-thread tokio runtime; closing its components in the background, which completes only if the runtime keeps running.");
+        }
+    }
+}
+
+impl Host {
+    /// What a drop does when no runtime can close the components.
+    fn not_closed(&self) {
+        self.runtime.stop_reloads();
+        tracing::error!("A Host was dropped without `Host::shutdown`, outside of a running tokio runtime: its components could not be closed.");
+    }
+}
+
+/// Starts the bounded shutdown of `runtime` as a task of `tokio`.
+fn spawn_shutdown(tokio: &Handle, runtime: &Runtime) -> JoinHandle<usize> {
+    let runtime = runtime.clone();
+    tokio.spawn(async move { shut_down_within(&runtime, CLOSE_BOUND).await }.in_current_span())
+}
+
+/// Polls `task` once, without a waker to call back.
+fn poll_once<T>(task: &mut JoinHandle<T>) -> Poll<Result<T, JoinError>> {
+    Pin::new(task).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Says why a host's shutdown task ended without closing everything.
+fn log_unfinished(error: &JoinError) {
+    if error.is_cancelled() {
+        tracing::error!("The tokio runtime ended before the Host's components were all closed.");
+    } else {
+        tracing::error!(%error, "The Host's shutdown panicked; some components may not be closed.");
     }
 }
 

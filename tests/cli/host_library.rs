@@ -93,3 +93,151 @@ async fn a_host_dropped_without_shutdown_closes_its_components() {
         "the dropped host's component was not closed within 5 s"
     );
 }
+
+/// Waits up to 5 s for `flag`; whether it was set by then.
+async fn set_within_5s(flag: &AtomicBool) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !flag.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Writes `config` as `rewire.json` in a new folder; the folder (kept
+/// while the host runs) and the file's path.
+fn config_file(config: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rewire.json");
+    std::fs::write(&path, config).unwrap();
+    (dir, path)
+}
+
+/// Set when a [`UsedStore`] is closed.
+static USED_STORE_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// A component another one uses (closed after it), recording its close.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.used-store")]
+struct UsedStore {}
+
+#[async_trait]
+impl Component for UsedStore {
+    async fn close(&self) -> Result<(), ComponentError> {
+        USED_STORE_CLOSED.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A user of a [`UsedStore`] whose close takes 2 s.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.slow-user")]
+struct SlowUser {
+    /// The store it uses.
+    #[inject]
+    _store: Option<ComponentHandle>,
+}
+
+#[async_trait]
+impl Component for SlowUser {
+    async fn close(&self) -> Result<(), ComponentError> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok(())
+    }
+}
+
+/// A `Host::shutdown` cut short (its future dropped by a timeout) while a
+/// user's close runs still closes the store it uses: the close goes on
+/// in the background, to its bound. Before, the levels not reached yet
+/// (the stores) were dropped without a close, and the drop's shutdown
+/// found nothing left to close.
+#[tokio::test]
+async fn a_shutdown_cut_short_still_closes_the_stores() {
+    let (_dir, config) = config_file(
+        r#"{"components": {"probe": {
+            "store": {"type": "test.host.used-store"},
+            "user": {"type": "test.host.slow-user",
+                     "componentRef": [{"type": "probe", "name": "store"}]}
+        }}}"#,
+    );
+    let host = rewire::Host::start(&config).await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(100), host.shutdown()).await;
+    assert!(cut.is_err(), "the shutdown ended before the user's close");
+    assert!(
+        set_within_5s(&USED_STORE_CLOSED).await,
+        "the store was not closed within 5 s of the cut-short shutdown"
+    );
+}
+
+/// Set when a [`SlowToClose`] is closed.
+static SLOW_TO_CLOSE_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Records its close, 200 ms after it is asked.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.slow-to-close")]
+struct SlowToClose {}
+
+#[async_trait]
+impl Component for SlowToClose {
+    async fn close(&self) -> Result<(), ComponentError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        SLOW_TO_CLOSE_CLOSED.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A host dropped at the end of `main` (an error returned by `?` after its
+/// start) on a multi-thread runtime closes its components before the drop
+/// returns, so before the runtime ends. Before, the drop only spawned the
+/// shutdown, which the runtime's end cancelled at its first wait.
+#[test]
+fn a_host_dropped_as_main_returns_closes_its_components_before_the_runtime_ends() {
+    let (_dir, config) =
+        config_file(r#"{"components": {"probe": {"slow": {"type": "test.host.slow-to-close"}}}}"#);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let _host = rewire::Host::start(&config).await.unwrap();
+    });
+    drop(runtime);
+    assert!(
+        SLOW_TO_CLOSE_CLOSED.load(Ordering::SeqCst),
+        "the component was not closed before the runtime ended"
+    );
+}
+
+/// A host held by a task the multi-thread runtime drops as it shuts down
+/// neither panics nor holds the runtime's end: with the runtime going,
+/// its drop can only stop the reloads and say so.
+#[test]
+fn a_host_dropped_as_its_runtime_shuts_down_lets_it_end() {
+    let (_dir, config) = config_file(r#"{"components": {"state": {"cache": {"type": "memory"}}}}"#);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (started, host_started) = tokio::sync::oneshot::channel();
+    runtime.spawn(async move {
+        let _host = rewire::Host::start(&config).await.unwrap();
+        let _ = started.send(());
+        std::future::pending::<()>().await;
+    });
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), host_started).await })
+        .expect("the host did not start within 10 s")
+        .unwrap();
+    let (ended, runtime_ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(runtime);
+        let _ = ended.send(());
+    });
+    assert!(
+        runtime_ended.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the runtime did not end within 10 s of its shutdown"
+    );
+}
