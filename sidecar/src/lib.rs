@@ -32,6 +32,7 @@ pub mod reply_budget;
 mod server;
 pub mod telemetry;
 pub mod tls;
+pub mod upload_slots;
 
 pub use auth::ApiToken;
 pub use metrics::ApiMetrics;

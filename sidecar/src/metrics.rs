@@ -85,7 +85,7 @@ pub struct ApiMetrics {
     breakers: breakers::BreakerMetrics,
     /// The uploads running (both servers'), counted against
     /// `ApiOptions::max_uploads`.
-    uploads: crate::dapr::UploadSlots,
+    uploads: crate::upload_slots::UploadSlots,
 }
 
 impl std::fmt::Debug for ApiMetrics {
@@ -162,13 +162,13 @@ impl ApiMetrics {
             requests,
             request_seconds,
             request_series: RequestSeries::default(),
-            uploads: crate::dapr::UploadSlots::default(),
+            uploads: crate::upload_slots::UploadSlots::default(),
         }
     }
 
     /// The uploads running, HTTP file `PUT`s and Layotto `PutFile`s
     /// together: each takes a place for as long as it runs.
-    pub fn uploads(&self) -> &crate::dapr::UploadSlots {
+    pub fn uploads(&self) -> &crate::upload_slots::UploadSlots {
         &self.uploads
     }
 

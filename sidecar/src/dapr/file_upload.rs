@@ -85,6 +85,13 @@ pub enum UploadError {
     File(#[from] FileOpError),
 }
 
+impl From<crate::upload_slots::UploadsFull> for UploadError {
+    fn from(full: crate::upload_slots::UploadsFull) -> Self {
+        let crate::upload_slots::UploadsFull { store, name, max } = full;
+        Self::TooMany { store, name, max }
+    }
+}
+
 /// How the store's write of an upload failed, as its breaker counts it:
 /// the store's failures, not the client's.
 #[derive(Debug)]

@@ -36,8 +36,8 @@ mod secrets;
 mod sequencer;
 mod state;
 mod state_transaction;
-mod upload_slots;
 
+pub use crate::upload_slots::{UploadSlot, UploadSlots};
 pub use budget::{OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
 pub(crate) use configuration::config_item_bytes;
@@ -65,4 +65,3 @@ pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use sequencer::{SequencerOpError, SequencerOps};
 pub use state::{StateOpError, StateOps};
 pub use state_transaction::{transaction_operation, MAX_TRANSACTION_OPERATIONS};
-pub use upload_slots::{UploadSlot, UploadSlots};

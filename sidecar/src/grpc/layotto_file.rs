@@ -113,11 +113,11 @@ pub(super) async fn put(
     };
     check_request_metadata(("file store", &first.store_name), &first.metadata)?;
     let store = call.file_store(&first.store_name)?;
-    let _place =
-        state
-            .metrics
-            .uploads()
-            .take(state.options.max_uploads, store.name(), &first.name)?;
+    let _place = state
+        .metrics
+        .uploads()
+        .take(state.options.max_uploads, store.name(), &first.name)
+        .map_err(UploadError::from)?;
     let metadata: BTreeMap<_, _> = first.metadata.into_iter().collect();
     let rest = incoming.map(|message| message.map(|message| message.data));
     let chunks = tokio_stream::once(Ok(first.data)).chain(rest).map(|chunk| {

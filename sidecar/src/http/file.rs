@@ -77,7 +77,8 @@ pub async fn put(
     let _place = state
         .metrics
         .uploads()
-        .take(state.options.max_uploads, ops.name(), &name)?;
+        .take(state.options.max_uploads, ops.name(), &name)
+        .map_err(crate::dapr::UploadError::from)?;
     let charge = charge.map(|Extension(charge)| charge);
     let chunks = body.into_data_stream().map(move |chunk| {
         if let (Ok(bytes), Some(charge)) = (&chunk, &charge) {

@@ -9,7 +9,16 @@ use std::sync::Arc;
 
 use rewire_runtime::echoed;
 
-use super::file_upload::UploadError;
+/// An upload refused: `max` run already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadsFull {
+    /// The store, as quoted.
+    pub store: String,
+    /// The file, as quoted.
+    pub name: String,
+    /// The bound.
+    pub max: usize,
+}
 
 /// The uploads running now, counted against a bound.
 #[derive(Debug, Default)]
@@ -26,13 +35,13 @@ pub struct UploadSlot {
 
 impl UploadSlots {
     /// A place for the upload of `name` to file store `store`, if fewer
-    /// than `max` run; else [`UploadError::TooMany`].
-    pub fn take(&self, max: usize, store: &str, name: &str) -> Result<UploadSlot, UploadError> {
+    /// than `max` run; else [`UploadsFull`].
+    pub fn take(&self, max: usize, store: &str, name: &str) -> Result<UploadSlot, UploadsFull> {
         self.running
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
                 (running < max).then_some(running + 1)
             })
-            .map_err(|_| UploadError::TooMany {
+            .map_err(|_| UploadsFull {
                 store: echoed(store).into_owned(),
                 name: echoed(name).into_owned(),
                 max,
@@ -64,7 +73,7 @@ mod tests {
         let first = slots.take(2, "files", "a.bin").expect("room");
         let _second = slots.take(2, "files", "b.bin").expect("room");
         let refused = slots.take(2, "files", "c.bin").expect_err("full");
-        let text = refused.to_string();
+        let text = crate::dapr::UploadError::from(refused).to_string();
         assert!(
             text.contains("max_uploads: 2")
                 && text.contains("file `c.bin`")
