@@ -329,15 +329,18 @@ impl Applied {
 
     /// Runs `call` once under the breaker alone, for a call its client may
     /// abandon (an upload, bounded by the client's inactivity rather than
-    /// as a whole): no timeout cuts it. Its bound, the timeout policy's
-    /// duration (without one, `grace`), serves the breaker instead: past
-    /// it, the call hands its trial place back (a half-open breaker admits
-    /// another call while it runs on), and dropped before it ends, the
-    /// call is the component's failure if the component has held it up
-    /// that long (`held_up`: how long the component has kept the call
-    /// waiting on it, or `None` while it waits for the client); else it
-    /// counts neither way (its client gave up). Only how it ends counts
-    /// otherwise, an error that tells nothing of the component neither way.
+    /// as a whole): no timeout cuts it. The timeout policy's duration
+    /// (without one, `grace`) serves the breaker instead: past it, the
+    /// call hands its trial place back (a half-open breaker admits another
+    /// call while it runs on) as soon as it waits for its client
+    /// (`held_up`: how long the component has kept the call waiting on it,
+    /// or `None` while it waits for the client); a component holding it up
+    /// keeps the place, as any slow call does. Dropped before it ends, the
+    /// call is the component's failure if the component has held it up for
+    /// that bound (as a call cut by its timeout would be: a chunk or a
+    /// commit taking longer than the policy allows); else it counts neither
+    /// way. Only how it ends counts otherwise, an error that tells nothing
+    /// of the component neither way.
     pub async fn run_admitted_unless_dropped<T, E: Failure>(
         &self,
         call: impl Future<Output = Result<T, E>>,
@@ -357,15 +360,22 @@ impl Applied {
         let mut abandonable = Abandonable {
             in_flight: Some(in_flight),
             held_up,
-            bound,
+            blame_after: bound,
         };
         tokio::pin!(call);
-        let outcome = tokio::select! {
-            biased;
-            outcome = &mut call => outcome,
-            () = tokio::time::sleep(bound) => {
-                abandonable.hand_back_trial_place();
-                call.await
+        let mut next_look = bound;
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                outcome = &mut call => break outcome,
+                () = tokio::time::sleep(next_look) => {
+                    if (abandonable.held_up)().is_none() {
+                        abandonable.hand_back_trial_place();
+                        break call.await;
+                    }
+                    // Held up by the component: looked at again.
+                    next_look = bound.min(HELD_UP_LOOK);
+                }
             }
         };
         let in_flight = abandonable.in_flight.take();
@@ -432,6 +442,11 @@ impl Applied {
     }
 }
 
+/// How often a call its client may abandon, past its bound and held up by
+/// the component, is looked at again to hand its trial place back once it
+/// waits for its client.
+const HELD_UP_LOOK: Duration = Duration::from_secs(1);
+
 /// A call its client may abandon, while it runs: dropped unfinished, it
 /// is judged by how long the component has held it up.
 struct Abandonable<'a, H: Fn() -> Option<Duration>> {
@@ -440,7 +455,7 @@ struct Abandonable<'a, H: Fn() -> Option<Duration>> {
     /// while the call waits for its client.
     held_up: H,
     /// Held up this long, the component is to blame.
-    bound: Duration,
+    blame_after: Duration,
 }
 
 impl<H: Fn() -> Option<Duration>> Abandonable<'_, H> {
@@ -460,7 +475,7 @@ impl<H: Fn() -> Option<Duration>> Drop for Abandonable<'_, H> {
         let Some(in_flight) = self.in_flight.take() else {
             return;
         };
-        if (self.held_up)().is_some_and(|held| held >= self.bound) {
+        if (self.held_up)().is_some_and(|held| held >= self.blame_after) {
             in_flight.finish(false);
         } else {
             in_flight.release();

@@ -453,3 +453,45 @@ async fn a_call_dropped_while_its_component_held_it_up_past_the_timeout_is_a_fai
         .map(|s| (s.state, s.consecutive_failures));
     assert_eq!(status, Some((BreakerState::Closed, 0)));
 }
+
+/// Past its timeout, a trial call the component holds up (a hung store
+/// that never takes the upload's body) keeps its trial place: a half-open
+/// breaker admits no pile of uploads into it; once the call waits for its
+/// client, the place is handed back.
+#[tokio::test(start_paused = true)]
+async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_for_its_client() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    let fail = async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
+    let _ = applied.run_once(fail).await;
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let started = Instant::now();
+    let waiting_for_client = std::sync::atomic::AtomicBool::new(false);
+    let held_up = || {
+        (!waiting_for_client.load(std::sync::atomic::Ordering::SeqCst)).then(|| started.elapsed())
+    };
+    let trial = applied.run_admitted_unless_dropped(
+        std::future::pending::<Result<u32, StateError>>(),
+        held_up,
+        GRACE,
+    );
+    let others = async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let held = applied.run_once(async { Ok::<u32, StateError>(1) }).await;
+        assert!(
+            matches!(held, Err(Guarded::Refused(Refusal::BreakerOpen { .. }))),
+            "a held-up trial gave its place away: {held:?}"
+        );
+        waiting_for_client.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        applied.run_once(async { Ok::<u32, StateError>(1) }).await
+    };
+    let answer = tokio::select! {
+        _ = trial => panic!("the upload never ends"),
+        answer = others => answer,
+    };
+    assert!(
+        matches!(answer, Ok(1)),
+        "handed back once it waited: {answer:?}"
+    );
+}
