@@ -17,6 +17,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug)]
 pub struct PublishGate {
     open: RwLock<bool>,
+    /// Set as a close begins: later publishes are refused at once, not
+    /// queued behind the close (a dead letter so queued outlived its
+    /// bound, and was lost, while the drain waited for publishes under
+    /// way).
+    closing: AtomicBool,
     /// Set when a close was given up on: publishes are refused, though
     /// one under way may still be running.
     refusing: AtomicBool,
@@ -28,6 +33,7 @@ impl Default for PublishGate {
     fn default() -> Self {
         Self {
             open: RwLock::new(true),
+            closing: AtomicBool::new(false),
             refusing: AtomicBool::new(false),
             shut: CancellationToken::new(),
         }
@@ -40,6 +46,9 @@ pub type PublishPass<'a> = RwLockReadGuard<'a, bool>;
 impl PublishGate {
     /// Enters for one publish; `Retired` once the gate is closed.
     pub async fn enter(&self) -> Result<PublishPass<'_>, PubSubError> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(PubSubError::Retired);
+        }
         let pass = self.open.read().await;
         if *pass && !self.refusing.load(Ordering::SeqCst) {
             Ok(pass)
@@ -50,6 +59,7 @@ impl PublishGate {
 
     /// Closes the gate once the publishes under way are done.
     pub async fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
         *self.open.write().await = false;
         self.shut.cancel();
     }
@@ -119,5 +129,28 @@ mod tests {
         testkit::soon("the wait", gate.closed()).await;
         assert_eq!(gate.enter().await.err(), Some(PubSubError::Retired));
         assert!(!gate.is_open().await);
+    }
+
+    /// A publish that comes while a close waits for those under way is
+    /// refused at once (it goes to the broker serving now), not queued
+    /// behind the close.
+    #[tokio::test]
+    async fn a_publish_while_a_close_waits_is_refused_at_once() {
+        let gate = std::sync::Arc::new(PublishGate::default());
+        let pass = gate.enter().await.expect("open");
+        let closing = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.close().await }
+        });
+        tokio::task::yield_now().await;
+        let entered = tokio::time::timeout(std::time::Duration::from_millis(100), gate.enter())
+            .await
+            .map(|entered| entered.map(|_| ()));
+        assert!(
+            matches!(entered, Ok(Err(PubSubError::Retired))),
+            "queued behind the close: {entered:?}"
+        );
+        drop(pass);
+        closing.await.expect("closed");
     }
 }

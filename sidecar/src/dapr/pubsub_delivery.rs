@@ -400,7 +400,7 @@ impl TopicDelivery {
             true => TopicEvent::of_raw_payload(&delivery.message, &self.pubsub_name, &self.topic),
             false => TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic),
         };
-        if super::event_expiry::has_expired(&event.cloud_event.parsed(&["expiration"])) {
+        if super::event_expiry::has_expired(event.expiration().as_deref()) {
             // As Dapr: not delivered; sent to the dead-letter topic when
             // one is set, and acknowledged.
             tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Dropping an event past its expiration.");

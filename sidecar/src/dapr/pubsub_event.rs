@@ -646,6 +646,13 @@ impl TopicEvent {
         self.cloud_event.text(key).unwrap_or_default()
     }
 
+    /// The CloudEvent's `expiration`, when it is a string: read as one
+    /// string only, so one that is no string (an array of megabytes) is
+    /// refused at its first byte, not built.
+    pub fn expiration(&self) -> Option<String> {
+        self.cloud_event.text("expiration")
+    }
+
     /// The CloudEvent's fields other than those a gRPC `TopicEventRequest`
     /// has its own for (`id`, `source`, `type`, `specversion`,
     /// `datacontenttype`, `data`, `data_base64`): its `extensions`, as
@@ -1492,5 +1499,27 @@ mod tests {
             (&event["topic"], &event["pubsubname"]),
             (&Value::from("orders"), &Value::from("pubsub"))
         );
+    }
+
+    #[test]
+    fn an_expiration_that_is_no_string_is_not_built() {
+        let huge = format!("[{}{{\"\":0}}]", "{\"\":0},".repeat(10_000));
+        let given = format!(r#"{{"specversion":"1.0","id":"x","expiration":{huge}}}"#);
+        let message = rewire_runtime::Message {
+            data: given.into_bytes(),
+            content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+            ..Default::default()
+        };
+        let event = TopicEvent::of(&message, "pubsub", "orders");
+        taken_parsed_whole();
+        assert_eq!(event.expiration(), None);
+        assert!(taken_parsed_whole().is_empty(), "the expiration was built");
+        let timed = rewire_runtime::Message {
+            data: br#"{"specversion":"1.0","id":"y","expiration":"2026-12-06T01:00:00Z"}"#.to_vec(),
+            content_type: Some(CLOUD_EVENT_CONTENT_TYPE.into()),
+            ..Default::default()
+        };
+        let event = TopicEvent::of(&timed, "pubsub", "orders");
+        assert_eq!(event.expiration().as_deref(), Some("2026-12-06T01:00:00Z"));
     }
 }
