@@ -139,17 +139,17 @@ impl<'de> Visitor<'de> for JsonCheck {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonKind, A::Error> {
         let member = self.nested()?;
-        let mut first = true;
         while let Some(marker) = map.next_key_seed(KeyCheck)? {
             // serde_json's `Value` reads an object opening with its raw
             // value marker as the JSON its string holds: a subscriber's
             // `Value` would read another value than every other reader.
-            if first && marker {
+            // Refused wherever it stands, since writing members by key
+            // puts it first.
+            if marker {
                 return Err(serde::de::Error::custom(
-                    "an object opening with serde_json's raw value marker",
+                    "an object holding serde_json's raw value marker",
                 ));
             }
-            first = false;
             map.next_value_seed(member)?;
         }
         Ok(JsonKind::Object)

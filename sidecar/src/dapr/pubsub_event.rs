@@ -1177,6 +1177,10 @@ mod tests {
     fn data_opening_with_serde_jsons_raw_value_marker_is_text() {
         let sent = r#"{"$serde_json::private::RawValue":"{\"amount\":1}"}"#;
         assert!(json_data(sent.as_bytes()).is_none());
+        // Anywhere: written by key, it would open the object.
+        assert!(json_data(br#"{"b":1,"$serde_json::private::RawValue":"x"}"#).is_none());
+        let given = br#"{"specversion":"1.0","id":"x","$serde_json::private::RawValue":"1"}"#;
+        assert!(envelope(given, Some(CLOUD_EVENT_CONTENT_TYPE), &cx()).is_err());
         let event = envelope(sent.as_bytes(), Some("application/json"), &cx()).expect("envelope");
         assert_eq!(event["data"], Value::String(sent.to_string()));
     }
