@@ -118,8 +118,12 @@ impl EventSink for RoutedSink {
         std::future::pending().await
     }
 
+    /// The routes are taken out of the watch first: reading the event's
+    /// members (up to megabytes) under its lock would hold up a reload's
+    /// new routes.
     fn takes(&self, event: &TopicEvent) -> bool {
-        event.routed_path(&self.routes.borrow()).is_some()
+        let routes = self.routes.borrow().clone();
+        event.routed_path(&routes).is_some()
     }
 }
 
