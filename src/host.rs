@@ -170,7 +170,9 @@ impl Drop for Host {
     /// a runtime, or while it shuts down, it can only stop the reloads and
     /// say so.
     fn drop(&mut self) {
-        if self.shutdown_started {
+        // Shut down by this host, or through its `Runtime` (`shutdown_by`
+        // reached by deref): nothing left to close.
+        if self.shutdown_started || self.runtime.is_shutting_down() {
             return;
         }
         #[cfg(feature = "sidecar")]

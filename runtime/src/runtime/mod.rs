@@ -654,6 +654,13 @@ impl Runtime {
         self.inner.stopped.cancel();
         self.reloader().shutdown(Some(by)).await
     }
+
+    /// Whether a shutdown was asked for ([`shutdown`](Self::shutdown) or
+    /// [`shutdown_by`](Self::shutdown_by) called, whether or not it has
+    /// ended).
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.stopped.is_cancelled()
+    }
 }
 
 #[cfg(test)]

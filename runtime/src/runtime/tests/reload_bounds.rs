@@ -361,3 +361,13 @@ async fn a_reload_a_shutdown_leaves_behind_while_it_warms_is_undone_not_committe
     assert_eq!(closed, ["warm-new", "warm-store"], "each closed once");
     assert_eq!(runtime.history()[0].outcome, Outcome::RolledBack);
 }
+
+/// A shutdown asked for is seen by whoever holds the runtime (a host that
+/// then need not shut it down again).
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_asked_for_is_seen() {
+    let runtime = started(&[("seen-store", &[])]).await;
+    assert!(!runtime.is_shutting_down());
+    runtime.shutdown().await;
+    assert!(runtime.is_shutting_down());
+}
