@@ -9,11 +9,15 @@
 //! proves that the client holds the certificate's key: its signature is
 //! verified with the ring provider's algorithms.
 //!
-//! The chain taken is bounded ([`MAX_OFFERED_INTERMEDIATES`],
-//! [`MAX_OFFERED_CHAIN_BYTES`]): the Lifecycle API builds a path through
-//! it, and a client offering many self-minted intermediates with one
-//! subject would make each path search run to webpki's budget. A
-//! Lifecycle client needs at most a few intermediates.
+//! What the Lifecycle API checks is bounded ([`MAX_OFFERED_INTERMEDIATES`],
+//! [`MAX_OFFERED_CHAIN_BYTES`]): it builds a path through the chain, and a
+//! client offering many self-minted intermediates with one subject would
+//! make each path search run to webpki's budget; a Lifecycle client needs
+//! at most a few intermediates. The handshake takes more
+//! ([`HANDSHAKE_MAX_INTERMEDIATES`], [`HANDSHAKE_MAX_CHAIN_BYTES`]): it
+//! builds no path, and an app client whose mesh chain is longer, or whose
+//! post-quantum certificates are larger, needs no certificate at all; the
+//! bound only caps what a connection holds.
 
 use std::sync::Arc;
 
@@ -23,25 +27,46 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 
-/// Most intermediates a client chain may carry (refused at the handshake
-/// beyond, and by the Lifecycle API's per-call check).
+/// Most intermediates a client chain may carry for the Lifecycle API's
+/// per-call check (refused beyond).
 pub(super) const MAX_OFFERED_INTERMEDIATES: usize = 4;
 
 /// Most bytes (DER, end entity and intermediates together) a client chain
-/// may have (refused at the handshake beyond, and by the Lifecycle API's
-/// per-call check).
+/// may have for the Lifecycle API's per-call check (refused beyond).
 pub(super) const MAX_OFFERED_CHAIN_BYTES: usize = 16 * 1024;
 
+/// Most intermediates a chain may carry at the handshake.
+pub(super) const HANDSHAKE_MAX_INTERMEDIATES: usize = 16;
+
+/// Most bytes a chain may have at the handshake.
+pub(super) const HANDSHAKE_MAX_CHAIN_BYTES: usize = 64 * 1024;
+
 /// Whether a client chain of `end_entity` and `intermediates` is within
-/// [`MAX_OFFERED_INTERMEDIATES`] and [`MAX_OFFERED_CHAIN_BYTES`].
+/// [`MAX_OFFERED_INTERMEDIATES`] and [`MAX_OFFERED_CHAIN_BYTES`] (what
+/// the Lifecycle API checks).
 pub(super) fn within_offered_limits(
     end_entity: &CertificateDer<'_>,
     intermediates: &[CertificateDer<'_>],
 ) -> bool {
-    let bytes = intermediates
+    within(
+        end_entity,
+        intermediates,
+        MAX_OFFERED_INTERMEDIATES,
+        MAX_OFFERED_CHAIN_BYTES,
+    )
+}
+
+/// Whether a chain has at most `most` intermediates and `bytes` bytes.
+fn within(
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    most: usize,
+    bytes: usize,
+) -> bool {
+    let total = intermediates
         .iter()
         .fold(end_entity.len(), |sum, c| sum.saturating_add(c.len()));
-    intermediates.len() <= MAX_OFFERED_INTERMEDIATES && bytes <= MAX_OFFERED_CHAIN_BYTES
+    intermediates.len() <= most && total <= bytes
 }
 
 /// Asks for a client certificate without requiring one, and accepts any
@@ -87,7 +112,12 @@ impl ClientCertVerifier for OfferedCertificate {
         // Taken as offered, if small enough: the Lifecycle API verifies the
         // chain per call. The certificate is parsed when the handshake
         // signature is checked.
-        if !within_offered_limits(end_entity, intermediates) {
+        if !within(
+            end_entity,
+            intermediates,
+            HANDSHAKE_MAX_INTERMEDIATES,
+            HANDSHAKE_MAX_CHAIN_BYTES,
+        ) {
             return Err(Error::InvalidCertificate(
                 CertificateError::ApplicationVerificationFailure,
             ));
@@ -287,7 +317,8 @@ mod tests {
     /// the limits still passes. Before: taken, and the Lifecycle API ran a
     /// path search through it on every call.
     #[tokio::test]
-    async fn a_chain_beyond_the_limits_is_refused_at_the_handshake() {
+    async fn a_chain_beyond_the_handshakes_limits_is_refused_and_an_app_clients_longer_one_passes()
+    {
         crate::crypto::install_ring_provider();
         let ca = testkit::certs::TestCa::new("offered-limits-server-ca");
         let admins = testkit::certs::TestCa::new("offered-limits-admin-ca");
@@ -308,16 +339,16 @@ mod tests {
         let refused = handshake(&live, &ca.ca_pem, &long, &key).await;
         assert!(refused.is_err(), "{refused:?}");
         // Too many bytes, in few certificates.
-        let big = CertificateDer::from(vec![0u8; MAX_OFFERED_CHAIN_BYTES]);
+        let big = CertificateDer::from(vec![0u8; HANDSHAKE_MAX_CHAIN_BYTES]);
         assert!(offered
             .verify_client_cert(&long_chain[0], std::slice::from_ref(&big), UnixTime::now())
             .is_err());
-        let (short, key) = same_subject_intermediates(MAX_OFFERED_INTERMEDIATES);
-        let short_chain = chain(&short);
-        assert!(offered
-            .verify_client_cert(&short_chain[0], &short_chain[1..], UnixTime::now())
-            .is_ok());
-        let seen = handshake(&live, &ca.ca_pem, &short, &key).await;
-        assert_eq!(seen, Ok(short_chain));
+        // An app client's longer chain (more than the Lifecycle API takes)
+        // passes the handshake: it needs no certificate.
+        let (longer, key) = same_subject_intermediates(MAX_OFFERED_INTERMEDIATES + 2);
+        let longer_chain = chain(&longer);
+        assert!(!within_offered_limits(&longer_chain[0], &longer_chain[1..]));
+        let seen = handshake(&live, &ca.ca_pem, &longer, &key).await;
+        assert_eq!(seen, Ok(longer_chain));
     }
 }
