@@ -170,9 +170,10 @@ impl Drop for Host {
     /// a runtime, or while it shuts down, it can only stop the reloads and
     /// say so.
     fn drop(&mut self) {
-        // Shut down by this host, or through its `Runtime` (`shutdown_by`
-        // reached by deref): nothing left to close.
-        if self.shutdown_started || self.runtime.is_shutting_down() {
+        // Shut down by this host. (A shutdown through its `Runtime`, by
+        // deref, may have been cut short before closing anything: shut
+        // down again, which closes what is left.)
+        if self.shutdown_started {
             return;
         }
         #[cfg(feature = "sidecar")]

@@ -332,10 +332,10 @@ impl Applied {
     /// as a whole): no timeout cuts it. The timeout policy's duration
     /// (without one, `grace`) serves the breaker instead: past it, the
     /// call hands its trial place back (a half-open breaker admits another
-    /// call while it runs on) as soon as it waits for its client
-    /// (`held_up`: how long the component has kept the call waiting on it,
-    /// or `None` while it waits for the client); a component holding it up
-    /// keeps the place, as any slow call does. Dropped before it ends, the
+    /// call while it runs on) unless the component has stalled it for that
+    /// long (`held_up`: how long the component has kept the call waiting
+    /// on it, or `None` while it waits for the client): a stalled call
+    /// keeps the place until it moves again. Dropped before it ends, the
     /// call is the component's failure if the component has held it up for
     /// that bound (as a call cut by its timeout would be: a chunk or a
     /// commit taking longer than the policy allows); else it counts neither
@@ -369,12 +369,15 @@ impl Applied {
                 biased;
                 outcome = &mut call => break outcome,
                 () = tokio::time::sleep(next_look) => {
-                    if (abandonable.held_up)().is_none() {
+                    // Handed back unless the component has stalled it for
+                    // the bound (a store taking chunks as they come, busy
+                    // or waiting for its client, has not).
+                    if (abandonable.held_up)().is_none_or(|held| held < bound) {
                         abandonable.hand_back_trial_place();
                         break call.await;
                     }
-                    // Held up by the component: looked at again.
-                    next_look = bound.min(HELD_UP_LOOK);
+                    // Stalled by the component: looked at again.
+                    next_look = HELD_UP_LOOK;
                 }
             }
         };

@@ -495,3 +495,32 @@ async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_fo
         "handed back once it waited: {answer:?}"
     );
 }
+
+/// A trial upload to a store that is busy but taking its chunks (held up
+/// a few milliseconds at a time) hands its place back past the timeout:
+/// only a stalled one keeps it.
+#[tokio::test(start_paused = true)]
+async fn a_trial_upload_to_a_busy_store_hands_its_place_back_past_the_timeout() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    let fail = async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
+    let _ = applied.run_once(fail).await;
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let trial = applied.run_admitted_unless_dropped(
+        std::future::pending::<Result<u32, StateError>>(),
+        || Some(Duration::from_millis(5)),
+        GRACE,
+    );
+    let others = async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        applied.run_once(async { Ok::<u32, StateError>(1) }).await
+    };
+    let answer = tokio::select! {
+        _ = trial => panic!("the upload never ends"),
+        answer = others => answer,
+    };
+    assert!(
+        matches!(answer, Ok(1)),
+        "a busy store's trial kept its place: {answer:?}"
+    );
+}
