@@ -361,10 +361,9 @@ fn tripping_at_once() -> Policies {
     policies(section, &Policies::default())
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_trial_upload_that_runs_on_hands_back_its_trial_place_after_the_timeout() {
-    let policies = tripping_at_once();
-    let applied = applied(&policies);
+/// Trips a breaker that trips at once (`tripping_at_once`) and waits until
+/// it is half-open.
+async fn half_open(applied: &Applied) {
     let fail = async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
     let _ = applied.run_once(fail).await;
     assert_eq!(
@@ -372,6 +371,24 @@ async fn a_trial_upload_that_runs_on_hands_back_its_trial_place_after_the_timeou
         Some(BreakerState::Open)
     );
     tokio::time::advance(Duration::from_secs(30)).await;
+}
+
+/// What `others` answers while `upload`, which never ends, runs.
+async fn beside_an_endless_upload<T, U>(
+    upload: impl std::future::Future<Output = U>,
+    others: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::select! {
+        _ = upload => panic!("the upload never ends"),
+        answer = others => answer,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_upload_that_runs_on_hands_back_its_trial_place_after_the_timeout() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    half_open(&applied).await;
     // The trial call: an upload that keeps its client's pace forever.
     let trickling = applied.run_admitted_unless_dropped(
         std::future::pending::<Result<u32, StateError>>(),
@@ -388,10 +405,7 @@ async fn a_trial_upload_that_runs_on_hands_back_its_trial_place_after_the_timeou
         tokio::time::sleep(Duration::from_secs(1)).await;
         applied.run_once(async { Ok::<u32, StateError>(1) }).await
     };
-    let answer = tokio::select! {
-        _ = trickling => panic!("the upload never ends"),
-        answer = others => answer,
-    };
+    let answer = beside_an_endless_upload(trickling, others).await;
     assert!(
         matches!(answer, Ok(1)),
         "admitted past the timeout: {answer:?}"
@@ -462,9 +476,7 @@ async fn a_call_dropped_while_its_component_held_it_up_past_the_timeout_is_a_fai
 async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_for_its_client() {
     let policies = tripping_at_once();
     let applied = applied(&policies);
-    let fail = async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
-    let _ = applied.run_once(fail).await;
-    tokio::time::advance(Duration::from_secs(30)).await;
+    half_open(&applied).await;
     let started = Instant::now();
     let waiting_for_client = std::sync::atomic::AtomicBool::new(false);
     let held_up = || {
@@ -486,10 +498,7 @@ async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_fo
         tokio::time::sleep(Duration::from_secs(2)).await;
         applied.run_once(async { Ok::<u32, StateError>(1) }).await
     };
-    let answer = tokio::select! {
-        _ = trial => panic!("the upload never ends"),
-        answer = others => answer,
-    };
+    let answer = beside_an_endless_upload(trial, others).await;
     assert!(
         matches!(answer, Ok(1)),
         "handed back once it waited: {answer:?}"
@@ -503,9 +512,7 @@ async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_fo
 async fn a_trial_upload_to_a_busy_store_hands_its_place_back_past_the_timeout() {
     let policies = tripping_at_once();
     let applied = applied(&policies);
-    let fail = async { Err::<u32, _>(StateError::Backend("connection refused".into())) };
-    let _ = applied.run_once(fail).await;
-    tokio::time::advance(Duration::from_secs(30)).await;
+    half_open(&applied).await;
     let trial = applied.run_admitted_unless_dropped(
         std::future::pending::<Result<u32, StateError>>(),
         || Some(Duration::from_millis(5)),
@@ -515,10 +522,7 @@ async fn a_trial_upload_to_a_busy_store_hands_its_place_back_past_the_timeout() 
         tokio::time::sleep(Duration::from_secs(5)).await;
         applied.run_once(async { Ok::<u32, StateError>(1) }).await
     };
-    let answer = tokio::select! {
-        _ = trial => panic!("the upload never ends"),
-        answer = others => answer,
-    };
+    let answer = beside_an_endless_upload(trial, others).await;
     assert!(
         matches!(answer, Ok(1)),
         "a busy store's trial kept its place: {answer:?}"

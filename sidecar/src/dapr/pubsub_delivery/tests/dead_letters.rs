@@ -213,6 +213,26 @@ impl PubSub for ServingBroker {
     }
 }
 
+/// A runtime whose pub/sub `p` is of `broker_type`, started.
+async fn started_with_broker(broker_type: &str) -> Runtime {
+    let registry = Registry::collected();
+    let config = validate(broker_config(broker_type), &registry).unwrap_or_else(|p| panic!("{p}"));
+    Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The delivery of `topic` on `p`, dead-lettering to `{topic}-dead`.
+fn dead_lettering(topic: &str) -> TopicDelivery {
+    TopicDelivery {
+        pubsub_name: "p".into(),
+        topic: topic.into(),
+        dead_letter_topic: watch::channel(Some(format!("{topic}-dead"))).1,
+        retire: Retire::channel().1,
+        delivered: Default::default(),
+    }
+}
+
 /// A configuration whose pub/sub `p` is of `broker_type`.
 fn broker_config(broker_type: &str) -> rewire_runtime::config::Config {
     let file = serde_json::json!({"appId": "app",
@@ -225,19 +245,8 @@ fn broker_config(broker_type: &str) -> rewire_runtime::config::Config {
 /// lost, and an expired or unrouted event acknowledged without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_a_replaced_broker_refuses_reaches_the_one_serving() {
-    let registry = Registry::collected();
-    let config = validate(broker_config("test.delivery.retiring"), &registry)
-        .unwrap_or_else(|p| panic!("{p}"));
-    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let delivery = TopicDelivery {
-        pubsub_name: "p".into(),
-        topic: "reloading".into(),
-        dead_letter_topic: watch::channel(Some("reloading-dead".to_string())).1,
-        retire: Retire::channel().1,
-        delivered: Default::default(),
-    };
+    let runtime = started_with_broker("test.delivery.retiring").await;
+    let delivery = dead_lettering("reloading");
     let (message, _outcome) = Delivery::new(event_message("reloading", "r1"));
     let event = TopicEvent::of(&message.message, "p", "reloading");
     let handle = runtime.pubsub("p");
@@ -309,19 +318,8 @@ impl PubSub for HangingBroker {
 /// a replaced broker's drain, for ever.
 #[tokio::test(start_paused = true)]
 async fn a_dead_letter_whose_broker_never_answers_fails_within_its_bound() {
-    let registry = Registry::collected();
-    let config = validate(broker_config("test.delivery.hanging"), &registry)
-        .unwrap_or_else(|p| panic!("{p}"));
-    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let delivery = TopicDelivery {
-        pubsub_name: "p".into(),
-        topic: "hanging".into(),
-        dead_letter_topic: watch::channel(Some("hanging-dead".to_string())).1,
-        retire: Retire::channel().1,
-        delivered: Default::default(),
-    };
+    let runtime = started_with_broker("test.delivery.hanging").await;
+    let delivery = dead_lettering("hanging");
     let (message, _outcome) = Delivery::new(event_message("hanging", "h1"));
     let event = TopicEvent::of(&message.message, "p", "hanging");
     let handle = runtime.pubsub("p");
