@@ -388,7 +388,7 @@ async fn beside_an_endless_upload<T, U>(
 async fn a_trial_upload_that_runs_on_hands_back_its_trial_place_after_the_timeout() {
     let policies = tripping_at_once();
     let applied = applied(&policies);
-    half_open(&applied).await;
+    half_open(applied).await;
     // The trial call: an upload that keeps its client's pace forever.
     let trickling = applied.run_admitted_unless_dropped(
         std::future::pending::<Result<u32, StateError>>(),
@@ -476,7 +476,7 @@ async fn a_call_dropped_while_its_component_held_it_up_past_the_timeout_is_a_fai
 async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_for_its_client() {
     let policies = tripping_at_once();
     let applied = applied(&policies);
-    half_open(&applied).await;
+    half_open(applied).await;
     let started = Instant::now();
     let waiting_for_client = std::sync::atomic::AtomicBool::new(false);
     let held_up = || {
@@ -512,7 +512,7 @@ async fn a_trial_upload_the_component_holds_up_keeps_its_place_until_it_waits_fo
 async fn a_trial_upload_to_a_busy_store_hands_its_place_back_past_the_timeout() {
     let policies = tripping_at_once();
     let applied = applied(&policies);
-    half_open(&applied).await;
+    half_open(applied).await;
     let trial = applied.run_admitted_unless_dropped(
         std::future::pending::<Result<u32, StateError>>(),
         || Some(Duration::from_millis(5)),
