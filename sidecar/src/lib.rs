@@ -29,6 +29,7 @@ pub mod metrics;
 mod options;
 mod pem_reason;
 pub mod reply_budget;
+pub mod result_code;
 mod server;
 pub mod telemetry;
 pub mod tls;

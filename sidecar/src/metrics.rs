@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,6 +14,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use rewire_runtime::Runtime;
+
+use crate::result_code::ResultCode;
 
 mod breakers;
 mod request_series;
@@ -46,25 +48,6 @@ struct RequestLabels {
 struct LatencyLabels {
     api: &'static str,
     method: &'static str,
-}
-
-/// How a request ended, as its metric shows it: an HTTP status (`200`)
-/// or the name of a gRPC code (`NOT_FOUND`).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum ResultCode {
-    /// An HTTP status code.
-    Http(u16),
-    /// A gRPC code's name.
-    Grpc(&'static str),
-}
-
-impl EncodeLabelValue for ResultCode {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        match self {
-            Self::Http(status) => EncodeLabelValue::encode(status, encoder),
-            Self::Grpc(name) => EncodeLabelValue::encode(name, encoder),
-        }
-    }
 }
 
 /// Buckets of the request latency histogram, doubling from 50 µs.

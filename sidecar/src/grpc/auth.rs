@@ -12,7 +12,7 @@ use tonic::{Code, Request, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::dapr::DAPR_DOMAIN;
-use crate::metrics::ResultCode;
+use crate::result_code::ResultCode;
 use crate::{ApiMetrics, ApiState, ApiToken};
 
 /// How a call without the token is answered.

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::status::code_name;
 use crate::dapr::{Call, StoreLabel};
-use crate::metrics::ResultCode;
+use crate::result_code::ResultCode;
 use crate::ApiState;
 
 /// The trace a call's `traceparent`/`tracestate` metadata continues

@@ -21,7 +21,7 @@ use tracing::Instrument;
 use super::error::HttpError;
 use super::{auth, deadline, routes};
 use crate::dapr::StoreLabel;
-use crate::metrics::ResultCode;
+use crate::result_code::ResultCode;
 use crate::ApiState;
 
 /// Middleware, the only one: runs every call in its trace span (continuing

@@ -67,7 +67,7 @@ impl RequestSeries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::ResultCode;
+    use crate::result_code::ResultCode;
 
     fn labels(store: Option<&str>, status: u16) -> RequestLabels {
         RequestLabels {

@@ -19,7 +19,7 @@ use tonic::{Request, Status};
 
 use super::live::LiveTls;
 use super::offered_cert::within_offered_limits;
-use crate::metrics::ResultCode;
+use crate::result_code::ResultCode;
 use crate::ApiMetrics;
 
 /// A gRPC connection's peer: its address, and the certificate chain it
