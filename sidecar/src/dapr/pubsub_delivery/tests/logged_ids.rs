@@ -33,10 +33,21 @@ impl Captured {
     }
 }
 
+/// A second dispatcher alive for the whole test run. While only one is
+/// registered, tracing decides a new callsite's interest by the default
+/// of the thread that reaches it first: another test's thread, without a
+/// subscriber, would turn a warning off for the thread capturing it. With
+/// two, it asks every registered one (and rechecks per event).
+fn keep_interest_per_event() {
+    static NONE: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+}
+
 /// The process's log format writing to `captured`, events only (a
 /// subscriber taking spans would turn on the `rewire.*` spans other tests
 /// assert off).
 fn log_to(captured: &Captured) -> tracing::subscriber::DefaultGuard {
+    keep_interest_per_event();
     let writer = captured.clone();
     let events_only = tracing_subscriber::filter::dynamic_filter_fn(|m, _| m.is_event())
         .with_callsite_filter(|m| {
