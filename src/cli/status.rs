@@ -67,10 +67,13 @@ pub async fn status_command(
 }
 
 /// An HTTP client, over TLS (rustls, ring) when `tls` asks for it, that
-/// follows no redirect: the token headers would go along.
+/// follows no redirect and goes through no proxy from the environment
+/// (`HTTP_PROXY`, `ALL_PROXY`, which reqwest reads by default): the token
+/// headers would go along.
 fn http_client(tls: &super::client_tls::ClientTlsArgs) -> Result<reqwest::Client, String> {
     let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .connect_timeout(super::remote::CONNECT_TIMEOUT)
         .timeout(super::remote::STATUS_TIMEOUT);
     let builder = match tls.scheme() {

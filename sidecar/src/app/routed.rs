@@ -39,10 +39,14 @@ impl AppTarget {
             // (`CheckRedirect: http.ErrUseLastResponse`): a `3xx` is the
             // app's answer, and not a `2xx`, so an event is retried, not
             // acknowledged by a login page an auth proxy sent it to (nor
-            // posted again to another host).
+            // posted again to another host). Nor is a proxy from the
+            // environment (`HTTP_PROXY`, `ALL_PROXY`, which reqwest reads
+            // by default): the app is on this host, and every event and
+            // listing would go to the proxy instead.
             AppProtocol::Http => match reqwest::Client::builder()
                 .timeout(APP_CALL_TIMEOUT)
                 .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
                 .build()
             {
                 Ok(client) => Some(Self::Http {
