@@ -26,9 +26,13 @@
 //!    publish is followed (a subscribe on a broker replaced meanwhile is
 //!    abandoned) while it is waited for;
 //! 4. a draining source is stopped once it has been silent for
-//!    [`DRAIN_GRACE`], or is still draining [`DRAIN_LIMIT`] after its
-//!    replacement; it is let go once its broker closes its side, or
-//!    [`STOP_GRACE`] later. Silent means: it delivered since the drain
+//!    [`DRAIN_GRACE`], once it made no progress for [`DRAIN_LIMIT`] (no
+//!    delivery of it read, no outcome of one of its deliveries; the time
+//!    the subscriber is behind not counted), or once it is still draining
+//!    [`DRAIN_CAP`] after its replacement, however steadily it delivers;
+//!    it is let go once its broker closes its side, or [`STOP_GRACE`]
+//!    later. While it is draining, the runtime's close of the replaced
+//!    instance waits for it ([`drained`]). Silent means: it delivered since the drain
 //!    began (not counting what it had sent before; until then, the broker
 //!    may be waiting for publishes under way to end, as a Redis one does:
 //!    only the limit applies), none of its deliveries awaits its outcome
@@ -37,8 +41,9 @@
 //!    back), and its last delivery or outcome is [`DRAIN_GRACE`] old, not
 //!    counting the time the subscriber is behind. A slow subscriber with a
 //!    large backlog thus gets all of it, as long as the old broker keeps
-//!    delivering, within the limit.
+//!    delivering, within the cap.
 
+mod draining;
 mod outstanding;
 mod resubscribe;
 
@@ -54,6 +59,8 @@ use tokio::time::Instant;
 use super::warm::WarmRequest;
 use super::{Instance, PubSubHandle};
 use crate::kinds::{Delivery, PubSub, PubSubError, PubSubSubscription, SubscribeRequest};
+pub(crate) use draining::drained;
+use draining::DrainMark;
 use outstanding::Outstanding;
 use resubscribe::Resubscribe;
 pub use resubscribe::RESUBSCRIBE_DEADLINE;
@@ -64,12 +71,24 @@ pub const HANDLE_SUBSCRIPTION_BUFFER: usize = 64;
 /// once it delivered since its drain began, while none of its deliveries
 /// awaits its outcome and its subscriber keeps up, before it is stopped.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
-/// How long a replaced broker is read from at most, however steadily it
-/// delivers (a broker redelivering a refused message forever ends too);
-/// also how long one is waited for that never delivers after its drain
-/// began, or whose deliveries never settle. The runtime closes a
-/// replaced broker this long (and [`STOP_GRACE`]) after its replacement.
+/// How long a replaced broker may make no progress (no delivery of it
+/// read, no outcome of one of its deliveries, not counting the time its
+/// subscriber is behind) before it is stopped, whether or not it has
+/// delivered since its drain began: also how long one is waited for that
+/// never delivers after its drain began, or whose deliveries never
+/// settle. The runtime closes a replaced broker no subscription drains
+/// any more this long (and [`STOP_GRACE`]) after its replacement at the
+/// latest.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long a replaced broker is read from at most, however steadily it
+/// delivers: a backlog of up to this much app work (2,000 Redis entries
+/// at 100 ms each with `concurrency` 1 take 200 s) is delivered whole,
+/// and a broker redelivering a refused message forever still ends. The
+/// runtime closes a replaced broker a subscription still drains this
+/// long (and [`STOP_GRACE`]) after its replacement at the latest, and as
+/// soon as none drains it. A Redis reader bounds its drain's reads by it
+/// too ([`PubSubHandle::DRAIN_CAP`]).
+pub const DRAIN_CAP: Duration = Duration::from_secs(30 * 60);
 /// How long a stopped broker may take to close its side.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long the forwarder first waits for a new broker to answer a
@@ -104,6 +123,11 @@ fn same_broker(a: &Arc<dyn PubSub>, b: &Arc<dyn PubSub>) -> bool {
 }
 
 impl PubSubHandle {
+    /// [`DRAIN_CAP`], for brokers: how long a subscription through the
+    /// handle reads from a replaced broker at most, and the runtime waits
+    /// to close it.
+    pub const DRAIN_CAP: Duration = DRAIN_CAP;
+
     /// Subscribes through the handle: the subscription keeps delivering
     /// across reloads that update or rebuild the broker (see the module
     /// docs). It ends when the broker is removed, the runtime stops, the
@@ -177,8 +201,15 @@ struct Source {
     /// deliveries awaits its outcome; `None` until it delivered since the
     /// drain began); once stopped, when it is let go.
     stop_at: Option<Instant>,
-    /// When draining: when it is stopped however it delivers.
+    /// When draining: when it is stopped however it delivers (its
+    /// [`DRAIN_CAP`]).
     drain_until: Option<Instant>,
+    /// When draining: when it is stopped if it makes no progress
+    /// meanwhile (its [`DRAIN_LIMIT`]), within `drain_until`.
+    stall_at: Option<Instant>,
+    /// When draining: tells the runtime's close of its broker that it is
+    /// drained (let go with the source).
+    _drain_mark: Option<DrainMark>,
     /// When draining: how many of the deliveries still to be read it sent
     /// before the drain was asked for (they do not start its grace).
     sent_before_drain: usize,
@@ -186,9 +217,11 @@ struct Source {
 }
 
 impl Source {
-    /// A draining source delivered: its grace starts (again, within its
-    /// limit), unless the delivery was sent before the drain was asked.
+    /// A draining source delivered: its no-progress limit starts again,
+    /// and its grace (within its cap), unless the delivery was sent before
+    /// the drain was asked.
     fn drain_delivered(&mut self, now: Instant) {
+        self.drain_moved(now);
         if self.sent_before_drain > 0 {
             self.sent_before_drain -= 1;
             return;
@@ -196,24 +229,34 @@ impl Source {
         self.drain_progressed(now);
     }
 
-    /// A draining source made progress: its grace starts again (within
-    /// its limit).
-    fn drain_progressed(&mut self, now: Instant) {
-        if let (Some(limit), false) = (self.drain_until, self.stopped) {
-            self.stop_at = Some((now + DRAIN_GRACE).min(limit));
+    /// A draining source moved (a delivery of it read, or an outcome of
+    /// one): its no-progress limit starts again (within its cap).
+    fn drain_moved(&mut self, now: Instant) {
+        if let (Some(cap), false) = (self.drain_until, self.stopped) {
+            self.stall_at = Some((now + DRAIN_LIMIT).min(cap));
         }
     }
 
-    /// One of a draining source's deliveries settled: its grace starts
-    /// again, once it delivered since the drain began.
+    /// A draining source made progress: its grace starts again (within
+    /// its cap).
+    fn drain_progressed(&mut self, now: Instant) {
+        if let (Some(cap), false) = (self.drain_until, self.stopped) {
+            self.stop_at = Some((now + DRAIN_GRACE).min(cap));
+        }
+    }
+
+    /// One of a draining source's deliveries settled: its no-progress
+    /// limit starts again, and its grace, once it delivered since the
+    /// drain began.
     fn drain_settled(&mut self, now: Instant) {
+        self.drain_moved(now);
         if self.stop_at.is_some() {
             self.drain_progressed(now);
         }
     }
 
-    /// When a draining source is stopped (its grace, when it runs, or its
-    /// limit), or a stopped one let go; `None` when it is not draining, or
+    /// When a draining source is stopped (its grace, when it runs, its
+    /// no-progress limit or its cap), or a stopped one let go; `None` when it is not draining, or
     /// its subscriber is `behind` (then no source is read).
     fn deadline(&self, behind: bool) -> Option<Instant> {
         self.deadline_when(behind, self.outstanding.count() == 0)
@@ -225,7 +268,8 @@ impl Source {
         if self.stopped {
             return self.stop_at;
         }
-        let limit = self.drain_until.filter(|_| !behind)?;
+        let cap = self.drain_until.filter(|_| !behind)?;
+        let limit = self.stall_at.map_or(cap, |stall| stall.min(cap));
         let grace = self.stop_at.filter(|_| idle);
         Some(grace.map_or(limit, |at| at.min(limit)))
     }
@@ -244,10 +288,17 @@ impl Source {
     }
 
     /// The forwarder waited `waited` on the subscriber, reading no source:
-    /// that time does not count against a draining source's grace.
+    /// that time does not count against a draining source's grace, nor
+    /// its no-progress limit.
     fn drain_paused(&mut self, waited: Duration) {
-        if let (Some(limit), Some(at), false) = (self.drain_until, self.stop_at, self.stopped) {
-            self.stop_at = Some((at + waited).min(limit));
+        let Some(cap) = self.drain_until.filter(|_| !self.stopped) else {
+            return;
+        };
+        if let Some(at) = self.stop_at {
+            self.stop_at = Some((at + waited).min(cap));
+        }
+        if let Some(at) = self.stall_at {
+            self.stall_at = Some((at + waited).min(cap));
         }
     }
 
@@ -263,6 +314,8 @@ impl Source {
             outstanding: Outstanding::new(settled.clone()),
             stop_at: None,
             drain_until: None,
+            stall_at: None,
+            _drain_mark: None,
             sent_before_drain: 0,
             stopped: false,
         }
@@ -595,13 +648,17 @@ impl Forwarder {
     /// Asks `source` to drain; its grace starts at its first delivery
     /// sent from then on (those it already sent, waiting to be read, are
     /// counted out: a Redis broker sends nothing after them until it has
-    /// closed its publishes).
+    /// closed its publishes); its no-progress limit at once; its broker
+    /// is marked drained until it is let go.
     fn retire(&mut self, source: Source) {
         source.subscription.drain();
         source.outstanding.drain();
+        let now = Instant::now();
         self.draining.push(Source {
             stop_at: None,
-            drain_until: Some(Instant::now() + DRAIN_LIMIT),
+            drain_until: Some(now + DRAIN_CAP),
+            stall_at: Some(now + DRAIN_LIMIT),
+            _drain_mark: Some(DrainMark::new(&source.broker)),
             sent_before_drain: source.subscription.deliveries.len(),
             ..source
         });
@@ -626,8 +683,8 @@ impl Forwarder {
             .min()
     }
 
-    /// Stops sources past their drain grace or limit (unless the
-    /// subscriber is `behind`); lets go of stopped ones past their stop
+    /// Stops sources past their drain grace, no-progress limit or cap
+    /// (unless the subscriber is `behind`); lets go of stopped ones past their stop
     /// grace.
     fn expire(&mut self, behind: bool) {
         let now = Instant::now();
@@ -637,7 +694,7 @@ impl Forwarder {
                 false
             }
             Some(at) if at <= now => {
-                tracing::warn!(grace = ?DRAIN_GRACE, limit = ?DRAIN_LIMIT, outstanding = source.outstanding.count(), "A replaced broker was silent for the grace with nothing awaiting its outcome, or drained past the limit; stopped.");
+                tracing::warn!(grace = ?DRAIN_GRACE, limit = ?DRAIN_LIMIT, cap = ?DRAIN_CAP, outstanding = source.outstanding.count(), "A replaced broker was silent for the grace with nothing awaiting its outcome, made no progress for the limit, or drained past the cap; stopped.");
                 source.subscription.stop();
                 source.stopped = true;
                 source.stop_at = Some(now + STOP_GRACE);

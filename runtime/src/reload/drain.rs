@@ -1,9 +1,11 @@
 //! Retiring replaced instances: each is closed once its last in-flight user
 //! has let go, or after a grace period. A replaced pub/sub broker is held
 //! by the subscriptions still draining it, which let go of it as soon as
-//! its backlog is delivered or it stops delivering: its grace stretches to
-//! theirs, so the drain, not the clock, decides when it closes. Drains
-//! are kept: a shutdown hurries them and waits for their closes.
+//! its backlog is delivered or it stops making progress: its grace
+//! stretches to their no-progress limit, and past it for as long as one
+//! still drains it (up to their cap), so the drain, not the clock, decides
+//! when it closes. Drains are kept: a shutdown hurries them and waits for
+//! their closes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +16,9 @@ use tracing::Instrument;
 
 use crate::closing::{close_one, Closed, CLOSE_TIMEOUT};
 use crate::component::ComponentKey;
-use crate::handle::{Instance, PUBSUB_DRAIN_LIMIT, PUBSUB_STOP_GRACE};
+use crate::handle::{
+    pubsub_drained, Instance, PUBSUB_DRAIN_CAP, PUBSUB_DRAIN_LIMIT, PUBSUB_STOP_GRACE,
+};
 use crate::running::Running;
 
 /// How often the holders of a retired instance are counted.
@@ -125,7 +129,8 @@ async fn drain(
     abandoned
 }
 
-/// Waits until the users of `instance` let go of it, its grace passes or
+/// Waits until the users of `instance` let go of it, its grace passes
+/// (for a pub/sub broker a subscription still drains, its drain's cap) or
 /// `hurry` is cancelled; warns when closing it still in use.
 async fn wait_for_users(
     key: &ComponentKey,
@@ -133,10 +138,16 @@ async fn wait_for_users(
     grace: Duration,
     hurry: &CancellationToken,
 ) {
-    let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
+    let started = tokio::time::Instant::now();
+    let deadline = started + grace_for(instance, grace);
+    let drained_until = started + PUBSUB_DRAIN_CAP + PUBSUB_STOP_GRACE;
     // One holder is the `Running` itself.
-    while instance.holders() > 1 && tokio::time::Instant::now() < deadline && !hurry.is_cancelled()
-    {
+    while instance.holders() > 1 && !hurry.is_cancelled() {
+        let now = tokio::time::Instant::now();
+        let waited_for = now < deadline || (now < drained_until && still_drained(instance));
+        if !waited_for {
+            break;
+        }
         tokio::select! {
             () = tokio::time::sleep(POLL) => {}
             () = hurry.cancelled() => {}
@@ -154,8 +165,18 @@ async fn close_retired(key: ComponentKey, running: Arc<Running>) -> Closed {
     close_one(&key, &assembled.instance, &assembled.shutdown).await
 }
 
+/// Whether `instance` is a pub/sub broker a handle subscription still
+/// drains (it is waited for up to the drain's cap).
+fn still_drained(instance: &Instance) -> bool {
+    match instance {
+        Instance::PubSub(broker) => pubsub_drained(broker),
+        _ => false,
+    }
+}
+
 /// How long the users of `instance` are waited for: `grace`, or for a
-/// pub/sub broker, as long as its subscriptions may drain it.
+/// pub/sub broker, as long as its subscriptions may drain it without
+/// progress (longer while one still drains it: [`still_drained`]).
 fn grace_for(instance: &Instance, grace: Duration) -> Duration {
     match instance {
         Instance::PubSub(_) => grace.max(PUBSUB_DRAIN_LIMIT + PUBSUB_STOP_GRACE),
@@ -170,9 +191,13 @@ mod tests {
     use async_trait::async_trait;
     use tokio_util::sync::CancellationToken;
 
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::assemble::Assembled;
     use crate::component::Component;
+    use crate::handle::{Generation, Live, PubSubHandle};
+    use crate::kinds::{DeliveryOutcome, Message};
     use crate::kinds::{PubSub, PubSubError, PubSubSubscription, PublishRequest, SubscribeRequest};
     use crate::metadata::Metadata;
 
@@ -234,6 +259,71 @@ mod tests {
         drop(broker);
         tokio::time::sleep(POLL * 2).await;
         assert!(closed.is_cancelled(), "not closed once let go");
+    }
+
+    /// A broker whose subscriptions, once asked to drain, deliver one
+    /// message every [`Backlog::EVERY`] for [`Backlog::FOR`], then end.
+    struct Backlog;
+    impl Backlog {
+        /// Within the drains' grace (5 s of silence).
+        const EVERY: Duration = Duration::from_secs(2);
+        /// Past the drain's no-progress limit, twice over.
+        const FOR: Duration = Duration::from_secs(300);
+    }
+    impl Component for Backlog {}
+    #[async_trait]
+    impl PubSub for Backlog {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            let (subscription, feed) = PubSubSubscription::channel(1);
+            tokio::spawn(async move {
+                feed.draining().await;
+                let mut sent = Duration::ZERO;
+                while sent < Backlog::FOR {
+                    tokio::time::sleep(Backlog::EVERY).await;
+                    sent += Backlog::EVERY;
+                    if feed.deliver(Message::default()).await.is_none() {
+                        return;
+                    }
+                }
+            });
+            Ok(subscription)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_is_closed_once_its_subscriptions_drain_ends_not_while_it_progresses() {
+        let key = ComponentKey::new("pubsub", "orders");
+        let old: Arc<dyn PubSub> = Arc::new(Backlog);
+        let live = Live::new();
+        let instances = |broker: &Arc<dyn PubSub>| {
+            BTreeMap::from([(key.clone(), Instance::PubSub(broker.clone()))])
+        };
+        live.publish(Generation::new(1, instances(&old)));
+        let handle = PubSubHandle::new(key.clone(), live.clone());
+        let mut sub = handle
+            .subscribe(SubscribeRequest::default())
+            .await
+            .expect("subscribed");
+        let reading = tokio::spawn(async move {
+            while let Some(delivery) = sub.deliveries.recv().await {
+                delivery.settle(DeliveryOutcome::Success);
+            }
+        });
+        let new: Arc<dyn PubSub> = Arc::new(Backlog);
+        live.publish(Generation::new(2, instances(&new)));
+        // The test holds the old broker too: only the drain decides.
+        let (_, running) = retired("orders", Instance::PubSub(old.clone()));
+        let closed = running.assembled.shutdown.clone();
+        let drains = Drains::default();
+        drains.spawn(vec![(key, running)], Duration::from_secs(10));
+        tokio::time::sleep(Backlog::FOR - Backlog::EVERY).await;
+        assert!(!closed.is_cancelled(), "closed while its drain progresses");
+        tokio::time::sleep(Backlog::EVERY + PUBSUB_STOP_GRACE + POLL * 2).await;
+        assert!(closed.is_cancelled(), "held once its drain ended");
+        reading.abort();
     }
 
     #[tokio::test(start_paused = true)]

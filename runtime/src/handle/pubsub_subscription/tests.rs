@@ -2,8 +2,8 @@
 //! broker holds is delivered even while the new one is busy, and a new
 //! broker that refuses a subscribe at first is subscribed again; warming
 //! misses no subscription and subscribes to no retired broker; a drain
-//! lasts as long as the old broker delivers (not counting the time its
-//! subscriber is behind), up to a limit. Paused clock: every wait is
+//! lasts as long as the old broker makes progress (not counting the time
+//! its subscriber is behind), up to a cap. Paused clock: every wait is
 //! virtual and bounded.
 
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::super::{Generation, Instance, Live, LiveGeneration, PubSubHandle};
-use super::{DRAIN_GRACE, DRAIN_LIMIT, STOP_GRACE};
+use super::{drained, DRAIN_CAP, DRAIN_GRACE, DRAIN_LIMIT, STOP_GRACE};
 use crate::component::{Component, ComponentKey};
 use crate::kinds::{
     DeliveryOutcome, Message, PubSub, PubSubError, PubSubSubscription, PublishRequest,
@@ -433,8 +433,76 @@ async fn a_replaced_broker_waiting_for_outcomes_of_a_slow_subscriber_drains_its_
     assert_eq!(seen, numbered("old", 5));
 }
 
+/// Takes `count` deliveries, each settled `Success` `work` after it
+/// arrived (an app working on it); their data.
+async fn work_through(sub: &mut PubSubSubscription, count: usize, work: Duration) -> Vec<String> {
+    let mut seen = Vec::new();
+    for _ in 0..count {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), sub.deliveries.recv())
+            .await
+            .expect("no delivery within 30 s")
+            .expect("the subscription ended");
+        seen.push(String::from_utf8_lossy(&delivery.message.data).to_string());
+        tokio::time::sleep(work).await;
+        delivery.settle(DeliveryOutcome::Success);
+    }
+    seen
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_replaced_broker_delivering_forever_is_let_go_at_the_limit() {
+async fn a_replaced_broker_delivering_steadily_past_the_no_progress_limit_drains_its_whole_backlog()
+{
+    let live = Live::new();
+    // `concurrency` 1: the next message only once the one before settled.
+    let old = QueueBroker::one_at_a_time();
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    // 30 messages of 10 s of app work each: 300 s of backlog, past the
+    // no-progress limit (120 s).
+    for data in numbered("old", 30) {
+        old.send(&data);
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    let work = Duration::from_secs(10);
+    assert!(work * 30 > DRAIN_LIMIT * 2);
+    assert_eq!(work_through(&mut sub, 30, work).await, numbered("old", 30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_that_stops_making_progress_is_stopped_the_limit_after_its_last() {
+    let live = Live::new();
+    let old = QueueBroker::one_at_a_time();
+    publish(&live, 1, &old);
+    let mut sub = subscribe(&live).await;
+    for data in numbered("old", 21) {
+        old.send(&data);
+    }
+    let new = Arc::new(QueueBroker::default());
+    publish(&live, 2, &new);
+    subscribed(&new).await;
+    // 200 s of steady progress, past the limit after the replacement.
+    let seen = work_through(&mut sub, 20, Duration::from_secs(10)).await;
+    assert_eq!(seen, numbered("old", 20));
+    // The app hangs on the last one: nothing moves from its arrival on.
+    let hung = tokio::time::timeout(Duration::from_secs(30), sub.deliveries.recv())
+        .await
+        .expect("no delivery within 30 s")
+        .expect("the subscription ended");
+    let broker: Arc<dyn PubSub> = old.clone();
+    tokio::time::sleep(DRAIN_LIMIT - Duration::from_secs(10)).await;
+    assert!(drained(&broker), "stopped while within the limit");
+    tokio::time::sleep(Duration::from_secs(10) + STOP_GRACE + Duration::from_secs(1)).await;
+    assert!(
+        !drained(&broker),
+        "held past the limit after its last progress"
+    );
+    drop(hung);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_broker_delivering_forever_is_let_go_at_the_cap() {
     let live = Live::new();
     let old = QueueBroker::ignoring_drains();
     publish(&live, 1, &old);
@@ -454,14 +522,10 @@ async fn a_replaced_broker_delivering_forever_is_let_go_at_the_limit() {
             delivery.settle(DeliveryOutcome::Success);
         }
     });
-    tokio::time::sleep(DRAIN_LIMIT / 2).await;
+    tokio::time::sleep(DRAIN_CAP - Duration::from_secs(10)).await;
     assert_eq!(old.subscriptions(), 1, "a delivering old broker is read on");
-    tokio::time::sleep(DRAIN_LIMIT / 2 + STOP_GRACE + Duration::from_secs(1)).await;
-    assert_eq!(
-        old.subscriptions(),
-        0,
-        "an old broker is read past the limit"
-    );
+    tokio::time::sleep(Duration::from_secs(10) + STOP_GRACE + Duration::from_secs(1)).await;
+    assert_eq!(old.subscriptions(), 0, "an old broker is read past the cap");
     feeding.abort();
     reading.abort();
 }
