@@ -193,9 +193,44 @@ impl StreamingSubscriptions {
         }
     }
 
-    /// The streams open, oldest first.
-    pub fn listed(&self) -> Vec<ListedSubscription> {
-        self.lock().values().cloned().collect()
+    /// The streams open, oldest first, as many as fit in `budget` bytes
+    /// of answer, each counted as JSON writes it, escapes included
+    /// (protobuf takes less). Every stream that fits bare (no metadata)
+    /// is listed; what the budget has left then gives the oldest their
+    /// metadata, each whole or not at all. A client controls what its
+    /// streams carry (up to 16 KiB of metadata each), so the answer stays
+    /// bounded however many it opens.
+    pub fn listed_within(&self, budget: usize) -> Vec<ListedSubscription> {
+        let open = self.lock();
+        let mut left = budget;
+        let mut fitting = Vec::new();
+        for stream in open.values() {
+            let Some(rest) = left.checked_sub(stream.answer_bytes_without_metadata()) else {
+                break;
+            };
+            left = rest;
+            fitting.push(stream);
+        }
+        fitting
+            .into_iter()
+            .map(|stream| {
+                let metadata = match left.checked_sub(metadata_answer_bytes(&stream.metadata)) {
+                    Some(rest) => {
+                        left = rest;
+                        stream.metadata.clone()
+                    }
+                    None => BTreeMap::new(),
+                };
+                ListedSubscription {
+                    pubsub_name: stream.pubsub_name.clone(),
+                    topic: stream.topic.clone(),
+                    metadata,
+                    rules: stream.rules.clone(),
+                    dead_letter_topic: stream.dead_letter_topic.clone(),
+                    origin: stream.origin,
+                }
+            })
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ListedSubscription>> {
@@ -316,6 +351,46 @@ impl ListedSubscription {
     }
 }
 
+impl ListedSubscription {
+    /// What the subscription takes in a JSON answer without its metadata
+    /// (field names and punctuation counted generously).
+    fn answer_bytes_without_metadata(&self) -> usize {
+        let rules: usize = self
+            .rules
+            .iter()
+            .map(|(matcher, path)| json_text_bytes(matcher) + json_text_bytes(path) + 24)
+            .sum();
+        json_text_bytes(&self.pubsub_name)
+            + json_text_bytes(&self.topic)
+            + self.dead_letter_topic.as_deref().map_or(2, json_text_bytes)
+            + rules
+            + 96
+    }
+}
+
+/// What `metadata` takes in a JSON answer.
+fn metadata_answer_bytes(metadata: &BTreeMap<String, String>) -> usize {
+    metadata
+        .iter()
+        .map(|(key, value)| json_text_bytes(key) + json_text_bytes(value) + 2)
+        .sum::<usize>()
+        + 16
+}
+
+/// The length of `text` as a JSON string, quotes and escapes included (a
+/// control character takes six bytes, `\u00XX`).
+fn json_text_bytes(text: &str) -> usize {
+    let escapes: usize = text
+        .bytes()
+        .map(|byte| match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            0..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    text.len() + escapes + 2
+}
+
 /// The app's own subscriptions as the app service took them (its list, and
 /// those given in code), booked on the app channel for the metadata: one
 /// book shared by the channel's clones. Empty until the app has been
@@ -425,7 +500,8 @@ pub fn metadata(call: &Call, state: &ApiState) -> SidecarMetadata {
         ));
         subscriptions.extend(channel.listed().get().iter().cloned());
     }
-    subscriptions.extend(StreamingSubscriptions::of(&state.metrics).listed());
+    let streams_budget = state.options.max_response_bytes / 2;
+    subscriptions.extend(StreamingSubscriptions::of(&state.metrics).listed_within(streams_budget));
     let components = generation
         .iter()
         .map(|(key, instance)| RegisteredComponent {

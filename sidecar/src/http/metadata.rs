@@ -177,3 +177,41 @@ pub async fn get(State(state): State<ApiState>, call: Call) -> Json<Metadata> {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dapr::StreamingSubscriptions;
+
+    /// 1,024 topic streams, each with 16 KiB of metadata of control
+    /// characters (six bytes each in JSON, about 100 MB listed whole):
+    /// the answer's subscriptions stay within their budget, every stream
+    /// listed, the first ones with their metadata.
+    #[test]
+    fn streams_with_escaped_metadata_stay_within_the_answer_budget() {
+        let owner = Arc::new(0_u8);
+        let streams = StreamingSubscriptions::of(&owner);
+        let metadata: BTreeMap<String, String> = (0..4)
+            .map(|i| (format!("k{i}"), "\u{1}".repeat(4096)))
+            .collect();
+        let _open: Vec<_> = (0..1024)
+            .map(|i| {
+                let topic = format!("topic-{i}");
+                let dead_letter = Some("\u{1}".repeat(64));
+                streams.open("pubsub", &topic, metadata.clone(), dead_letter)
+            })
+            .collect();
+        let budget = 2 << 20;
+
+        let listed = streams.listed_within(budget);
+        let answer: Vec<Subscription> = listed.iter().cloned().map(Into::into).collect();
+        let bytes = serde_json::to_vec(&answer).map_or(usize::MAX, |json| json.len());
+
+        assert!(bytes <= budget, "{bytes} bytes listed, budget {budget}");
+        assert_eq!(listed.len(), 1024, "every stream listed");
+        assert_eq!(listed[0].metadata, metadata, "the oldest whole");
+        assert!(listed[1023].metadata.is_empty(), "the newest bare");
+    }
+}
