@@ -195,21 +195,40 @@ struct Previous {
     until: Instant,
     /// Limit on each look-up in it.
     limit: Duration,
-    /// A grace this one did not end: consulted too while it lasts (a
-    /// closed successor's namespace handed back to an instance still in
-    /// the grace of an in-place change).
+    /// A grace this one did not end: consulted too while it lasts (the
+    /// grace an in-place change found in force, of an earlier change or
+    /// adopted by a rebuilt store; or, for a closed successor's namespace
+    /// handed back, the grace its predecessor was still in).
     earlier: Option<Arc<Previous>>,
 }
 
 impl Previous {
-    /// `namespace`, consulted for [`MAX_GRACE`] from now (with `earlier`,
-    /// while its own grace lasts).
+    /// `namespace`, consulted for [`MAX_GRACE`] from now (with `earlier`
+    /// and the graces it keeps, each while it lasts).
+    ///
+    /// Only the graces of `earlier` that still last are kept (at most
+    /// [`MAX_SUCCESSORS`] in all, as [`Previous::chain`] looks at): changes
+    /// coming quicker than the grace, one after another, would otherwise
+    /// keep every namespace ever left, and its connection, reachable.
     fn for_grace(namespace: Namespace, earlier: Option<Arc<Previous>>) -> Arc<Self> {
+        let live: Vec<Arc<Previous>> = earlier.iter().flat_map(Previous::chain).collect();
+        let kept = live
+            .iter()
+            .take(MAX_SUCCESSORS - 1)
+            .rev()
+            .fold(None, |kept, grace| {
+                Some(Arc::new(Self {
+                    namespace: grace.namespace.clone(),
+                    until: grace.until,
+                    limit: grace.limit,
+                    earlier: kept,
+                }))
+            });
         Arc::new(Self {
             limit: previous_limit(namespace.session.metadata()),
             namespace,
             until: Instant::now() + MAX_GRACE,
-            earlier: earlier.filter(|earlier| earlier.live()),
+            earlier: kept,
         })
     }
 
@@ -688,11 +707,18 @@ impl InPlaceUpdate for RedisLock {
             // a try-lock in between took on the new namespace a lock held
             // on the old one).
             let consulted = moved && old.is_connected();
+            // The grace in force before (an earlier change's, or one a
+            // rebuilt store adopted) goes on with it: a lock another
+            // sidecar holds two namespaces back still counts while that
+            // grace lasts. Read once, before the store below replaces it.
+            let earlier = grace
+                .previous()
+                .filter(|earlier| !earlier.namespace.same(&new));
             let consult = |session: Arc<Session>| {
                 let namespace = naming.namespace(session);
                 grace
                     .previous
-                    .store(Some(Previous::for_grace(namespace, None)));
+                    .store(Some(Previous::for_grace(namespace, earlier.clone())));
             };
             if consulted {
                 consult(old.clone());

@@ -1069,3 +1069,61 @@ async fn a_closed_successor_keeps_the_grace_its_predecessor_was_in() {
         Some("P")
     );
 }
+
+/// Two in-place changes within the grace (first → second → third server)
+/// while another sidecar holds `r` on the first: the first is still
+/// consulted after the second change, so `r` is not granted on the third,
+/// and its owner still releases it through this store. Before: the second
+/// change kept only the second server, `r` was granted on the third, and
+/// the owner's unlock answered `LockDoesNotExist`.
+#[tokio::test]
+async fn two_quick_changes_still_honour_a_lock_held_two_namespaces_back() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let third = RedisServer::start().await;
+    let other_sidecar = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(
+        other_sidecar.try_lock(lock("r", "A", MINUTE)).await,
+        Ok(true)
+    );
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    change(&store, json!({"redisHost": second.addr()})).await;
+    change(&store, json!({"redisHost": third.addr()})).await;
+
+    assert_eq!(store.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&third, "lock||test||r").await, None);
+    assert_eq!(
+        store.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(owner_at(&first, "lock||test||r").await, None);
+    assert_eq!(store.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
+}
+
+/// A rebuilt store (second server) in the grace it adopted of its
+/// predecessor's namespace (first server), then changed in place to a
+/// third: a lock another sidecar holds on the first is still not granted.
+/// Before: the in-place change replaced the adopted grace with the second
+/// server alone.
+#[tokio::test]
+async fn an_in_place_change_of_a_rebuilt_store_keeps_the_grace_it_adopted() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let third = RedisServer::start().await;
+    let other_sidecar = lock_in(&Handover::new(), "adopted", &first).await;
+    assert_eq!(
+        other_sidecar.try_lock(lock("r", "A", MINUTE)).await,
+        Ok(true)
+    );
+    let runtime = Handover::new();
+    let _old = lock_in(&runtime, "adopted", &first).await;
+    let new = lock_in(&runtime, "adopted", &second).await;
+    change(&new, json!({"redisHost": third.addr()})).await;
+
+    assert_eq!(new.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&third, "lock||test||r").await, None);
+    assert_eq!(
+        new.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+}
