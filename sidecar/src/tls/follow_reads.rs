@@ -1,6 +1,6 @@
 //! The follower's reads of one listener's TLS files, bounded in time: a
 //! hung mount (NFS, FUSE, a CSI volume) must neither stop rotation for
-//! good nor keep the follower past shutdown.
+//! good nor keep the follower past shutdown, nor pile up threads.
 //!
 //! Each read runs on a thread of its own ([`DetachedReader`]) and is given
 //! up after [`READ_DEADLINE`]. While a read given up has not returned, the
@@ -9,13 +9,20 @@
 //! mounted again, where a fresh read would answer) must not freeze the
 //! certificate in force until it expires: after [`TRY_AGAIN_AFTER`] the
 //! read is tried again on a new thread, then after twice as long each time
-//! up to [`LONGEST_WAIT`]; once [`MAX_RETRIES_ALIVE`] retries are stuck
-//! too, every [`WAIT_AT_THE_CAP`]. The schedule is that of component TLS
-//! files (`rewire_components`' `component_file::stuck_paths`), here per
-//! listener: only its follower reads its files.
+//! up to [`LONGEST_WAIT`] (the schedule of component TLS files,
+//! `rewire_components`' `component_file::stuck_paths`).
+//!
+//! A hard ceiling bounds what a mount hung for good can pin: at most
+//! [`MAX_READS_ALIVE_PER_FILE`] reads of one file are alive at once in the
+//! process ([`ReadAlive`]: the start-up reads and every listener's follower
+//! naming the file count together). At the ceiling no read of the file is
+//! started (the turn is refused, naming the file; status and the log say
+//! so) and the certificate in force keeps serving; once one of those reads
+//! returns, the schedule goes on.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rewire_runtime::{Abandoned, DetachedReader};
@@ -32,17 +39,77 @@ pub(super) const TRY_AGAIN_AFTER: Duration = Duration::from_secs(300);
 /// doubles from [`TRY_AGAIN_AFTER`] up to this.
 pub(super) const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
-/// How many retry threads may be stuck before retries slow to every
-/// [`WAIT_AT_THE_CAP`].
-pub(super) const MAX_RETRIES_ALIVE: u32 = 8;
-
-/// The wait between two retries while [`MAX_RETRIES_ALIVE`] are stuck: a
-/// mount hung for good pins 4 more threads a day, and is never given up.
-pub(super) const WAIT_AT_THE_CAP: Duration = Duration::from_secs(6 * 3600);
+/// How many reads of one file may be alive at once in the process: 8. A
+/// mount hung for good pins at most these threads (and open files) per
+/// file, reached about 4 h 15 min into the hang by one follower's
+/// schedule; no other read of the file is started until one returns.
+pub(super) const MAX_READS_ALIVE_PER_FILE: u32 = 8;
 
 /// What reads a listener's files: their bytes in `Files::paths` order, or
 /// an error naming the file. `Files::contents` but in tests.
 pub(super) type ReadFiles = Arc<dyn Fn() -> Result<Vec<Vec<u8>>, String> + Send + Sync>;
+
+/// Reads alive (started, not returned) per file, in the process.
+static READS_ALIVE: LazyLock<Mutex<HashMap<PathBuf, u32>>> = LazyLock::new(Default::default);
+
+fn reads_alive() -> MutexGuard<'static, HashMap<PathBuf, u32>> {
+    READS_ALIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One read of some files, counted in [`READS_ALIVE`] until dropped: kept
+/// by the reading thread, so counted out when the read returns (or at
+/// once, if no thread starts).
+pub(super) struct ReadAlive {
+    /// The files read, each once.
+    paths: Vec<PathBuf>,
+}
+
+impl ReadAlive {
+    /// Counts a read of `paths` in, unless one of them already has
+    /// [`MAX_READS_ALIVE_PER_FILE`] reads alive: then an error saying so,
+    /// naming that file; `files` names the whole set in it.
+    pub(super) fn count_in(paths: &[&Path], files: &str) -> Result<Self, String> {
+        let mut paths: Vec<PathBuf> = paths.iter().map(|path| path.to_path_buf()).collect();
+        paths.sort();
+        paths.dedup();
+        let mut alive = reads_alive();
+        let full = paths.iter().find(|path| {
+            alive
+                .get(*path)
+                .is_some_and(|n| *n >= MAX_READS_ALIVE_PER_FILE)
+        });
+        if let Some(full) = full {
+            return Err(format!(
+                "{files} are not read: {MAX_READS_ALIVE_PER_FILE} reads of `{}` have not returned (a hung mount?); no other read of it is started until one does",
+                full.display()
+            ));
+        }
+        for path in &paths {
+            *alive.entry(path.clone()).or_default() += 1;
+        }
+        Ok(Self { paths })
+    }
+
+    /// Reads of `path` alive now (tests).
+    #[cfg(test)]
+    pub(super) fn of(path: &Path) -> u32 {
+        reads_alive().get(path).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for ReadAlive {
+    fn drop(&mut self) {
+        let mut alive = reads_alive();
+        for path in &self.paths {
+            if let Some(count) = alive.get_mut(path) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    alive.remove(path);
+                }
+            }
+        }
+    }
+}
 
 /// How a follower paces itself.
 #[derive(Debug, Clone, Copy)]
@@ -61,11 +128,11 @@ pub(super) struct FollowerReads {
     pace: Pace,
     /// What messages name: the listener and its files (never content).
     files: String,
+    /// The files read, counted in [`READS_ALIVE`] while a read runs.
+    paths: Vec<PathBuf>,
     /// Runs the current read; replaced by a new one to try again.
     reader: DetachedReader,
     stuck: Option<Stuck>,
-    /// Retry threads that have not returned.
-    retries_alive: Arc<AtomicU32>,
 }
 
 /// The last read was given up and may still be stuck.
@@ -76,79 +143,67 @@ struct Stuck {
     wait: Duration,
 }
 
-/// Kept by a retry's thread: counts it out when it returns.
-struct RetryAlive(Arc<AtomicU32>);
-
-impl Drop for RetryAlive {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl FollowerReads {
-    /// Reads with `read`, paced by `pace`; `files` names what is read in
-    /// messages.
-    pub(super) fn new(read: ReadFiles, pace: Pace, files: String) -> Self {
+    /// Reads `paths` with `read`, paced by `pace`; `files` names what is
+    /// read in messages.
+    pub(super) fn new(read: ReadFiles, pace: Pace, files: String, paths: Vec<PathBuf>) -> Self {
         Self {
             read,
             pace,
             files,
+            paths,
             reader: DetachedReader::default(),
             stuck: None,
-            retries_alive: Arc::default(),
         }
     }
 
     /// The files' bytes, or why they were not read this turn (naming the
     /// files). Never waits longer than the deadline.
     pub(super) async fn read(&mut self) -> Result<Vec<Vec<u8>>, String> {
-        let read = Arc::clone(&self.read);
-        match self
-            .reader
-            .read_within(self.pace.deadline, move || read())
-            .await
-        {
+        let read = self.counted_read()?;
+        match self.reader.read_within(self.pace.deadline, read).await {
             Err(Abandoned::StillReading) => self.try_again().await,
             outcome => self.settle(outcome),
         }
     }
 
+    /// A read of the files counted in [`READS_ALIVE`] until it returns (or
+    /// is dropped unstarted), or why none may start: the ceiling reached.
+    fn counted_read(
+        &self,
+    ) -> Result<impl FnOnce() -> Result<Vec<Vec<u8>>, String> + Send + 'static, String> {
+        let paths: Vec<&Path> = self.paths.iter().map(PathBuf::as_path).collect();
+        let counted = ReadAlive::count_in(&paths, &self.files)
+            .map_err(|err| format!("{err}; the certificate in force stays"))?;
+        let read = Arc::clone(&self.read);
+        Ok(move || {
+            let _counted = counted;
+            read()
+        })
+    }
+
     /// The reader is busy with a read given up: refused, or tried again on
-    /// a new thread once the wait has passed.
+    /// a new thread once the wait has passed and the ceiling allows it.
     async fn try_again(&mut self) -> Result<Vec<Vec<u8>>, String> {
         let now = Instant::now();
-        let still_reading = || {
-            format!(
+        let due = self
+            .stuck
+            .as_ref()
+            .is_some_and(|stuck| now >= stuck.try_again_at);
+        if !due {
+            return Err(format!(
                 "{} are not read again yet: an earlier read, given up after {:?}, has not returned (a hung mount?); tried again on a new thread after {:?}, then at doubling intervals; the certificate in force stays",
                 self.files, self.pace.deadline, self.pace.try_again_after
-            )
-        };
-        let Some(stuck) = self.stuck.as_mut() else {
-            return Err(still_reading());
-        };
-        if now < stuck.try_again_at {
-            return Err(still_reading());
+            ));
         }
-        let alive = self.retries_alive.fetch_add(1, Ordering::AcqRel) + 1;
-        stuck.wait = if alive >= MAX_RETRIES_ALIVE {
-            WAIT_AT_THE_CAP
-        } else {
-            (stuck.wait * 2).min(LONGEST_WAIT)
-        };
-        stuck.try_again_at = now + stuck.wait;
-        tracing::info!(files = %self.files, retries_stuck = alive - 1, "TLS files read again on a new thread: an earlier read is still stuck.");
+        let read = self.counted_read()?;
+        if let Some(stuck) = self.stuck.as_mut() {
+            stuck.wait = (stuck.wait * 2).min(LONGEST_WAIT);
+            stuck.try_again_at = now + stuck.wait;
+        }
+        tracing::info!(files = %self.files, "TLS files read again on a new thread: an earlier read is still stuck.");
         self.reader = DetachedReader::default();
-        let read = Arc::clone(&self.read);
-        // Dropped with the closure: when the thread returns, or at once if
-        // none starts.
-        let counted = RetryAlive(Arc::clone(&self.retries_alive));
-        let outcome = self
-            .reader
-            .read_within(self.pace.deadline, move || {
-                let _counted = counted;
-                read()
-            })
-            .await;
+        let outcome = self.reader.read_within(self.pace.deadline, read).await;
         self.settle(outcome)
     }
 
@@ -182,8 +237,8 @@ impl FollowerReads {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::{mpsc, Mutex};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
 
     use super::*;
 
@@ -194,49 +249,118 @@ mod tests {
         tokio::time::resume();
     }
 
-    /// Files whose reads all hang (a mount lazily unmounted leaves each
-    /// thread stuck for good) are read again on a new thread after 5, 10,
-    /// 20, 40, then every 60 min while fewer than 8 retries are stuck;
-    /// then every 6 h. In between, turns start no thread.
-    #[tokio::test]
-    async fn stuck_reads_are_tried_again_at_growing_intervals_then_every_six_hours() {
+    /// Reads that all hang (a mount lazily unmounted leaves each thread
+    /// stuck for good) until a message is sent (one read returns per
+    /// message) or the sender is dropped (all return), 30 s at most; and
+    /// the count of reads started.
+    fn hanging_reads() -> (ReadFiles, Arc<AtomicUsize>, mpsc::Sender<()>) {
         let started = Arc::new(AtomicUsize::new(0));
         let (release, hung) = mpsc::channel::<()>();
         let hung = Arc::new(Mutex::new(hung));
-        let read: ReadFiles = {
-            let started = Arc::clone(&started);
-            Arc::new(move || {
-                started.fetch_add(1, Ordering::SeqCst);
-                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = hung.recv_timeout(Duration::from_secs(30));
-                Ok(Vec::new())
-            })
-        };
+        let counted = Arc::clone(&started);
+        let read: ReadFiles = Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = hung.recv_timeout(Duration::from_secs(30));
+            Ok(Vec::new())
+        });
+        (read, started, release)
+    }
+
+    /// Paths no other test reads (the ceiling is per file, process-wide).
+    fn paths_of(test: &str) -> Vec<PathBuf> {
+        let dir = PathBuf::from(format!("/rewire-follow-reads-test/{test}"));
+        vec![dir.join("cert.pem"), dir.join("key.pem")]
+    }
+
+    /// Files whose reads all hang are read again on a new thread after 5,
+    /// 10, 20, 40, then every 60 min, until 8 reads of the file are alive:
+    /// then no read is started however long the hang lasts (a month here),
+    /// by this follower or another one naming the file (the other
+    /// listener), and the refusal names the file. Once one read returns,
+    /// the next try starts one again. In between, turns start no thread.
+    /// Before: a read tried again every 6 h at the cap, for ever (4 more
+    /// threads a day).
+    #[tokio::test]
+    async fn stuck_reads_are_tried_again_at_growing_intervals_up_to_eight_alive_per_file() {
+        let (read, started, release) = hanging_reads();
         let pace = Pace {
             every: Duration::from_secs(1),
             deadline: Duration::from_millis(50),
             try_again_after: TRY_AGAIN_AFTER,
         };
-        let mut reads = FollowerReads::new(read, pace, "the grpc listener's files".into());
+        let paths = paths_of("ceiling");
+        let files = "the grpc listener's files";
+        let mut reads = FollowerReads::new(Arc::clone(&read), pace, files.into(), paths.clone());
         let err = reads.read().await.expect_err("hung");
         assert!(err.contains("did not finish within 50 ms"), "{err}");
         let mut wait = TRY_AGAIN_AFTER;
-        for tried in 1..=MAX_RETRIES_ALIVE + 1 {
+        for tried in 1..MAX_READS_ALIVE_PER_FILE as usize {
             advance(wait - Duration::from_secs(1)).await;
             let err = reads.read().await.expect_err("refused");
             assert!(err.contains("has not returned"), "try {tried}: {err}");
-            assert_eq!(started.load(Ordering::SeqCst), tried as usize, "threads");
+            assert_eq!(started.load(Ordering::SeqCst), tried, "threads");
             advance(Duration::from_secs(1)).await;
             let err = reads.read().await.expect_err("tried again, hung");
             assert!(err.contains("did not finish"), "try {tried}: {err}");
-            assert_eq!(started.load(Ordering::SeqCst), tried as usize + 1);
-            wait = if tried >= MAX_RETRIES_ALIVE {
-                WAIT_AT_THE_CAP
-            } else {
-                (wait * 2).min(LONGEST_WAIT)
-            };
+            assert_eq!(started.load(Ordering::SeqCst), tried + 1);
+            wait = (wait * 2).min(LONGEST_WAIT);
         }
-        assert_eq!(wait, WAIT_AT_THE_CAP);
+        assert_eq!(wait, LONGEST_WAIT);
+        let ceiling = MAX_READS_ALIVE_PER_FILE as usize;
+        assert_eq!(ReadAlive::of(&paths[0]), MAX_READS_ALIVE_PER_FILE);
+        for later in [LONGEST_WAIT, 6 * LONGEST_WAIT, 30 * 24 * LONGEST_WAIT] {
+            advance(later).await;
+            let err = reads.read().await.expect_err("at the ceiling");
+            assert!(
+                err.contains(
+                    "8 reads of `/rewire-follow-reads-test/ceiling/cert.pem` have not returned"
+                ) && err.contains("certificate in force stays"),
+                "{err}"
+            );
+            assert_eq!(
+                started.load(Ordering::SeqCst),
+                ceiling,
+                "no read past the ceiling"
+            );
+        }
+        let other_listener = "the http listener's files".to_string();
+        let mut other = FollowerReads::new(Arc::clone(&read), pace, other_listener, paths.clone());
+        let err = other.read().await.expect_err("at the ceiling too");
+        assert!(err.contains("8 reads of"), "{err}");
+        assert_eq!(started.load(Ordering::SeqCst), ceiling);
+        // One stuck read returns: a place is free, the next try takes it.
+        release.send(()).expect("release one");
+        testkit::soon("one read counted out", async {
+            while ReadAlive::of(&paths[0]) == MAX_READS_ALIVE_PER_FILE {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let err = reads.read().await.expect_err("tried again, hung");
+        assert!(err.contains("did not finish"), "{err}");
+        assert_eq!(started.load(Ordering::SeqCst), ceiling + 1);
+        assert_eq!(ReadAlive::of(&paths[0]), MAX_READS_ALIVE_PER_FILE);
         drop(release);
+    }
+
+    /// A file named twice in one set (a combined PEM as certificate and
+    /// key) counts once per read; a read that returns counts out.
+    #[tokio::test]
+    async fn a_read_counts_once_per_file_and_out_when_it_returns() {
+        let file = PathBuf::from("/rewire-follow-reads-test/once/combined.pem");
+        let read: ReadFiles = Arc::new(|| Ok(vec![b"pem".to_vec()]));
+        let pace = Pace {
+            every: Duration::from_secs(1),
+            deadline: Duration::from_secs(10),
+            try_again_after: TRY_AGAIN_AFTER,
+        };
+        let paths = vec![file.clone(), file.clone()];
+        let counted = ReadAlive::count_in(&[file.as_path(), file.as_path()], "f").expect("in");
+        assert_eq!(ReadAlive::of(&file), 1);
+        drop(counted);
+        let mut reads = FollowerReads::new(read, pace, "files".into(), paths);
+        assert_eq!(reads.read().await.expect("read"), vec![b"pem".to_vec()]);
+        assert_eq!(ReadAlive::of(&file), 0);
     }
 }

@@ -18,10 +18,12 @@
 //! the one they started with.
 //!
 //! A read that hangs (a hung NFS, FUSE or CSI mount) is given up after 5 s,
-//! at start-up too; while it stays stuck the files are read again on a new
-//! thread at growing intervals, so a remounted path's renewed pair is
-//! loaded (`follow_reads`). A certificate in force that has expired is
-//! shown in status (beside any refusal or read error) and warned once.
+//! at start-up too (where [`ServingTls::start_off_workers`] awaits it
+//! without holding an async worker); while it stays stuck the files are
+//! read again on a new thread at growing intervals, so a remounted path's
+//! renewed pair is loaded, with at most 8 reads of one file alive at once
+//! (`follow_reads`). A certificate in force that has expired is shown in
+//! status (beside any refusal or read error) and warned once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +37,11 @@ use tokio_util::sync::CancellationToken;
 
 use x509_parser::time::ASN1Time;
 
-use super::follow_reads::{FollowerReads, Pace, ReadFiles, READ_DEADLINE, TRY_AGAIN_AFTER};
+use rewire_runtime::{Abandoned, DetachedReader};
+
+use super::follow_reads::{
+    FollowerReads, Pace, ReadAlive, ReadFiles, READ_DEADLINE, TRY_AGAIN_AFTER,
+};
 use super::material::{Built, Files, Refused, NOT_BEFORE_SKEW};
 use super::settings::{ListenerTls, TlsSettings};
 
@@ -92,6 +98,8 @@ impl LiveTls {
     /// files are read on a thread of their own, given up after
     /// [`READ_DEADLINE`]: a hung mount fails the start (naming the files)
     /// instead of holding it, and the signals that would stop it, for ever.
+    /// The calling thread waits for the read, up to that deadline: in async
+    /// code, [`LiveTls::load_off_workers`].
     pub fn load(
         listener: &str,
         settings: &ListenerTls,
@@ -110,17 +118,45 @@ impl LiveTls {
         deadline: Duration,
         read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
     ) -> Result<Arc<Self>, String> {
-        let files = Files {
-            cert: settings.cert.clone(),
-            key: settings.key.clone(),
-            required_ca: settings.client_ca.clone(),
-            optional_ca: lifecycle_ca.map(std::path::Path::to_path_buf),
-            alpn: match listener {
-                "grpc" => vec![b"h2".to_vec()],
-                _ => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-            },
-        };
+        let files = files_of(listener, settings, lifecycle_ca);
         let contents = read_within(&files, deadline, read)?;
+        Self::from_contents(listener, files, contents)
+    }
+
+    /// [`LiveTls::load`] for async code: the read's thread is awaited, not
+    /// waited for, so a hung mount at start-up holds no async worker (other
+    /// tasks run meanwhile, even on a current-thread runtime or with one
+    /// worker) until the load fails after [`READ_DEADLINE`].
+    pub async fn load_off_workers(
+        listener: &str,
+        settings: &ListenerTls,
+        lifecycle_ca: Option<&std::path::Path>,
+    ) -> Result<Arc<Self>, String> {
+        let read = |files: Files| files.contents();
+        Self::load_off_workers_with(listener, settings, lifecycle_ca, READ_DEADLINE, read).await
+    }
+
+    /// [`LiveTls::load_off_workers`] reading with `read`, given up after
+    /// `deadline`.
+    async fn load_off_workers_with(
+        listener: &str,
+        settings: &ListenerTls,
+        lifecycle_ca: Option<&std::path::Path>,
+        deadline: Duration,
+        read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
+    ) -> Result<Arc<Self>, String> {
+        let files = files_of(listener, settings, lifecycle_ca);
+        let contents = read_off_workers(&files, deadline, read).await?;
+        Self::from_contents(listener, files, contents)
+    }
+
+    /// The configuration built from `contents`, the bytes of `files` read
+    /// at start-up; refused if they do not make one.
+    fn from_contents(
+        listener: &str,
+        files: Files,
+        contents: Vec<Vec<u8>>,
+    ) -> Result<Arc<Self>, String> {
         let Built {
             config,
             fingerprint,
@@ -213,7 +249,8 @@ impl LiveTls {
             live.status().listener,
             live.files.shown()
         );
-        let mut reads = FollowerReads::new(read, pace, files);
+        let paths = live.files.paths().into_iter().map(Into::into).collect();
+        let mut reads = FollowerReads::new(read, pace, files, paths);
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -399,31 +436,87 @@ impl LiveTls {
     }
 }
 
+/// The files one listener's configuration is made of: `settings`, and the
+/// Lifecycle CA on the gRPC listener.
+fn files_of(
+    listener: &str,
+    settings: &ListenerTls,
+    lifecycle_ca: Option<&std::path::Path>,
+) -> Files {
+    Files {
+        cert: settings.cert.clone(),
+        key: settings.key.clone(),
+        required_ca: settings.client_ca.clone(),
+        optional_ca: lifecycle_ca.map(std::path::Path::to_path_buf),
+        alpn: match listener {
+            "grpc" => vec![b"h2".to_vec()],
+            _ => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        },
+    }
+}
+
+/// `read(files)` as a start-up read: counted among the reads alive of each
+/// file (refused at once, naming the file, while the ceiling of reads
+/// stuck on it is reached), to run on a thread of its own.
+fn counted_start_up_read(
+    files: &Files,
+    read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
+) -> Result<impl FnOnce() -> Result<Vec<Vec<u8>>, String> + Send + 'static, String> {
+    let counted = ReadAlive::count_in(&files.paths(), &files.shown())?;
+    let owned = files.clone();
+    Ok(move || {
+        let _counted = counted;
+        read(owned)
+    })
+}
+
+/// Why a start-up read of `files` was given up at `deadline`.
+fn took_longer(files: &Files, deadline: Duration) -> String {
+    format!(
+        "reading {} took longer than {deadline:?}; given up (a hung mount?)",
+        files.shown()
+    )
+}
+
 /// `read(files)` run on a thread of its own, detached, given up after
-/// `deadline` (the thread is left to end, or not, on its own).
+/// `deadline` (the thread is left to end, or not, on its own). The calling
+/// thread waits.
 fn read_within(
     files: &Files,
     deadline: Duration,
     read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
 ) -> Result<Vec<Vec<u8>>, String> {
+    let read = counted_start_up_read(files, read)?;
     let (answer, answered) = std::sync::mpsc::sync_channel(1);
-    let owned = files.clone();
     std::thread::Builder::new()
         .name("rewire-tls-read".into())
         .spawn(move || {
-            let _ = answer.send(read(owned));
+            let _ = answer.send(read());
         })
         .map_err(|e| format!("cannot start a thread to read {}: {e}", files.shown()))?;
     answered.recv_timeout(deadline).map_err(|e| match e {
-        std::sync::mpsc::RecvTimeoutError::Timeout => format!(
-            "reading {} took longer than {deadline:?}; given up (a hung mount?)",
-            files.shown()
-        ),
+        std::sync::mpsc::RecvTimeoutError::Timeout => took_longer(files, deadline),
         std::sync::mpsc::RecvTimeoutError::Disconnected => format!(
             "reading {}: the reading thread ended without an answer",
             files.shown()
         ),
     })?
+}
+
+/// [`read_within`] awaited: the caller's async worker is free meanwhile.
+async fn read_off_workers(
+    files: &Files,
+    deadline: Duration,
+    read: impl FnOnce(Files) -> Result<Vec<Vec<u8>>, String> + Send + 'static,
+) -> Result<Vec<Vec<u8>>, String> {
+    let read = counted_start_up_read(files, read)?;
+    DetachedReader::default()
+        .read_within(deadline, read)
+        .await
+        .map_err(|abandoned| match abandoned {
+            Abandoned::TimedOut(_) => took_longer(files, deadline),
+            other => format!("reading {}: {other}", files.shown()),
+        })?
 }
 
 /// The SHA-256 fingerprint of the first certificate in `cert` (a
@@ -434,6 +527,14 @@ fn leaf_fingerprint(cert: &[u8]) -> Option<String> {
         .next()?
         .ok()?;
     Some(super::material::fingerprint(&leaf))
+}
+
+/// Refuses a Lifecycle client CA without TLS on the gRPC listener.
+fn refuse_a_lifecycle_ca_without_grpc_tls(settings: &TlsSettings) -> Result<(), String> {
+    if settings.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
+        return Err("a Lifecycle client CA needs TLS on the gRPC listener (--tls-cert and --tls-key, or --grpc-tls-cert and --grpc-tls-key)".into());
+    }
+    Ok(())
 }
 
 /// The TLS in force on both listeners (`None`: plain text).
@@ -447,28 +548,68 @@ pub struct ServingTls {
 
 impl ServingTls {
     /// Loads what `settings` asks for and follows the files until `stop`.
+    /// The calling thread waits for the reads (up to [`READ_DEADLINE`] per
+    /// listener): in async code, [`ServingTls::start_off_workers`].
     pub fn start(settings: &super::TlsSettings, stop: &CancellationToken) -> Result<Self, String> {
-        if settings.lifecycle_client_ca.is_some() && settings.grpc.is_none() {
-            return Err("a Lifecycle client CA needs TLS on the gRPC listener (--tls-cert and --tls-key, or --grpc-tls-cert and --grpc-tls-key)".into());
-        }
+        refuse_a_lifecycle_ca_without_grpc_tls(settings)?;
         let load = |listener: &str, tls: &Option<ListenerTls>, lifecycle| {
             tls.as_ref()
                 .map(|tls| {
-                    let live = LiveTls::load(listener, tls, lifecycle)
-                        .map_err(|err| format!("TLS on the {listener} listener: {err}"))?;
-                    live.follow(stop.clone());
-                    Ok::<_, String>(live)
+                    LiveTls::load(listener, tls, lifecycle)
+                        .map_err(|err| format!("TLS on the {listener} listener: {err}"))
                 })
                 .transpose()
         };
-        Ok(Self {
-            grpc: load(
-                "grpc",
-                &settings.grpc,
-                settings.lifecycle_client_ca.as_deref(),
-            )?,
-            http: load("http", &settings.http, None)?,
-        })
+        let grpc = load(
+            "grpc",
+            &settings.grpc,
+            settings.lifecycle_client_ca.as_deref(),
+        )?;
+        let http = load("http", &settings.http, None)?;
+        Ok(Self::following(grpc, http, stop))
+    }
+
+    /// [`ServingTls::start`] for async code: each listener's files are read
+    /// on a thread of their own and awaited, so TLS files hanging at
+    /// start-up hold no async worker (the signals that stop a start, other
+    /// tasks, run meanwhile) until the start fails after [`READ_DEADLINE`].
+    pub async fn start_off_workers(
+        settings: &super::TlsSettings,
+        stop: &CancellationToken,
+    ) -> Result<Self, String> {
+        refuse_a_lifecycle_ca_without_grpc_tls(settings)?;
+        let on =
+            |listener: &'static str| move |err| format!("TLS on the {listener} listener: {err}");
+        let grpc = match &settings.grpc {
+            Some(tls) => Some(
+                LiveTls::load_off_workers("grpc", tls, settings.lifecycle_client_ca.as_deref())
+                    .await
+                    .map_err(on("grpc"))?,
+            ),
+            None => None,
+        };
+        let http = match &settings.http {
+            Some(tls) => Some(
+                LiveTls::load_off_workers("http", tls, None)
+                    .await
+                    .map_err(on("http"))?,
+            ),
+            None => None,
+        };
+        Ok(Self::following(grpc, http, stop))
+    }
+
+    /// The listeners loaded, their files followed until `stop` (only once
+    /// both loaded: a failed start leaves no follower behind).
+    fn following(
+        grpc: Option<Arc<LiveTls>>,
+        http: Option<Arc<LiveTls>>,
+        stop: &CancellationToken,
+    ) -> Self {
+        for live in grpc.iter().chain(http.iter()) {
+            live.follow(stop.clone());
+        }
+        Self { grpc, http }
     }
 
     /// Refuses TLS in force that is not what `settings` (the serving
@@ -736,6 +877,146 @@ mod tests {
             "{err}"
         );
         drop(release);
+    }
+
+    /// A start-up read that hangs holds no async worker: on a
+    /// current-thread runtime another task runs meanwhile (here the one
+    /// that lets the read answer), and the load completes. Before: the
+    /// read was waited for on the worker (`recv_timeout`), no other task
+    /// ran, and the load failed at its deadline.
+    #[tokio::test]
+    async fn a_hung_start_up_read_leaves_the_worker_to_other_tasks() {
+        let ca = testkit::certs::TestCa::new("live-tls-hung-start-async");
+        let server = ca.server("localhost");
+        let settings = settings_of(&server);
+        let (answer, hung) = std::sync::mpsc::channel::<()>();
+        let read = move |files: Files| {
+            let _ = hung.recv_timeout(Duration::from_secs(30));
+            files.contents()
+        };
+        let other_task = tokio::spawn(async move { answer.send(()).expect("the read waits") });
+        let deadline = Duration::from_secs(10);
+        let live = LiveTls::load_off_workers_with("grpc", &settings, None, deadline, read)
+            .await
+            .expect("loaded once the other task let the read answer");
+        other_task.await.expect("the other task ran");
+        assert_eq!(live.status().loads, 1);
+        assert_eq!(
+            live.status().certificate_sha256,
+            fingerprint_of(&server.cert_pem)
+        );
+    }
+
+    /// A start-up read awaited off the workers is given up at its deadline,
+    /// naming the listener's files (paused clock: no real wait).
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_start_up_read_off_the_workers_is_given_up() {
+        let ca = testkit::certs::TestCa::new("live-tls-hung-start-given-up");
+        let server = ca.server("localhost");
+        let settings = settings_of(&server);
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let read = move |files: Files| {
+            let _ = hung.recv_timeout(Duration::from_secs(30));
+            files.contents()
+        };
+        let err = LiveTls::load_off_workers_with("grpc", &settings, None, READ_DEADLINE, read)
+            .await
+            .err()
+            .expect("given up");
+        let cert = server.cert_path.display().to_string();
+        assert!(
+            err.contains("took longer than 5s") && err.contains(&cert),
+            "{err}"
+        );
+        drop(release);
+    }
+
+    /// While 8 reads of a listener's certificate are stuck (held here by
+    /// their counts), a start-up load of it starts no other read and fails
+    /// at once naming the file; once they return, it loads.
+    #[tokio::test]
+    async fn a_start_up_read_past_the_ceiling_of_stuck_reads_is_refused_at_once() {
+        let ca = testkit::certs::TestCa::new("live-tls-start-ceiling");
+        let server = ca.server("localhost");
+        let settings = settings_of(&server);
+        let stuck: Vec<ReadAlive> = (0..super::super::follow_reads::MAX_READS_ALIVE_PER_FILE)
+            .map(|_| ReadAlive::count_in(&[server.cert_path.as_path()], "stuck").expect("counted"))
+            .collect();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counting = |calls: &Arc<std::sync::atomic::AtomicUsize>| {
+            let calls = Arc::clone(calls);
+            move |files: Files| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                files.contents()
+            }
+        };
+        let err = LiveTls::load_off_workers_with(
+            "http",
+            &settings,
+            None,
+            READ_DEADLINE,
+            counting(&calls),
+        )
+        .await
+        .err()
+        .expect("refused at the ceiling");
+        let cert = server.cert_path.display().to_string();
+        assert!(
+            err.contains(&format!("8 reads of `{cert}` have not returned")),
+            "{err}"
+        );
+        let err = LiveTls::load_with("http", &settings, None, READ_DEADLINE, counting(&calls))
+            .err()
+            .expect("refused at the ceiling, blocking load too");
+        assert!(err.contains("8 reads of"), "{err}");
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no read started"
+        );
+        drop(stuck);
+        LiveTls::load_off_workers_with("http", &settings, None, READ_DEADLINE, counting(&calls))
+            .await
+            .expect("loads once they returned");
+    }
+
+    /// Both listeners loaded off the workers and followed; a Lifecycle CA
+    /// without TLS on gRPC refused.
+    #[tokio::test]
+    async fn start_off_workers_loads_both_listeners() {
+        let ca = testkit::certs::TestCa::new("live-tls-start-off-workers");
+        let server = ca.server("localhost");
+        let listener = settings_of(&server);
+        let stop = CancellationToken::new();
+        let serving = ServingTls::start_off_workers(
+            &TlsSettings {
+                grpc: Some(listener.clone()),
+                http: Some(listener.clone()),
+                lifecycle_client_ca: Some(ca.ca_path.clone()),
+            },
+            &stop,
+        )
+        .await
+        .expect("loads");
+        let status = serving.status();
+        assert_eq!(status.len(), 2, "{status:?}");
+        assert!(serving
+            .grpc
+            .as_ref()
+            .is_some_and(|g| g.lifecycle_ca_configured()));
+        let err = ServingTls::start_off_workers(
+            &TlsSettings {
+                http: Some(listener),
+                lifecycle_client_ca: Some(ca.ca_path.clone()),
+                ..TlsSettings::default()
+            },
+            &stop,
+        )
+        .await
+        .err()
+        .expect("refused");
+        assert!(err.contains("needs TLS on the gRPC listener"), "{err}");
+        stop.cancel();
     }
 
     /// Unchanged files whose certificate in force has expired since: status
