@@ -106,6 +106,54 @@ async fn a_bulk_of_one_large_key_repeated_is_refused_naming_the_limit_on_http_an
     sidecar.stop().await;
 }
 
+/// Values of control bytes saved over gRPC fit the limit as stored (4 ×
+/// 14 KiB of 64 KiB), but HTTP writes each byte as `\u0001`, six times
+/// that: the HTTP bulk answer is refused naming the limit, gRPC's served.
+#[tokio::test]
+async fn a_bulk_answer_is_counted_as_http_writes_it_escapes_included() {
+    let config = r#"{"appId": "shop", "components": {"state": {"orders": {"type": "memory"}}}}"#;
+    let sidecar = Sidecar::start(config, options()).await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let keys: Vec<String> = (0..4).map(|i| format!("k{i}")).collect();
+    let states = keys
+        .iter()
+        .map(|key| StateItem {
+            key: key.clone(),
+            value: vec![1; 14 * 1024],
+            ..StateItem::default()
+        })
+        .collect();
+    dapr.save_state(SaveStateRequest {
+        store_name: "orders".into(),
+        states,
+    })
+    .await
+    .expect("saved");
+
+    let served = dapr
+        .get_bulk_state(GetBulkStateRequest {
+            store_name: "orders".into(),
+            keys: keys.clone(),
+            ..GetBulkStateRequest::default()
+        })
+        .await
+        .expect("within the limit as stored");
+    assert_eq!(served.into_inner().items.len(), 4);
+    let url = format!("{}/v1.0/state/orders/bulk", sidecar.http_url());
+    let refused = Client::new()
+        .post(url)
+        .json(&json!({ "keys": keys }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["errorCode"], "ERR_RESPONSE_TOO_LARGE");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_response_bytes"), "{message}");
+    sidecar.stop().await;
+}
+
 const CONFIG: &str = r#"{"appId": "shop", "components": {"config_store": {"config": {"type": "memory",
     "metadata": {"items": {"small": "s"}}}}}}"#;
 

@@ -41,9 +41,39 @@ impl ResponseBudget {
     }
 }
 
+/// What `text` takes as a JSON string, quotes and escapes included (a
+/// control character takes six bytes, `\u00XX`): an answer written as
+/// JSON is counted by it, not by the raw bytes.
+pub fn json_string_bytes(text: &str) -> usize {
+    let escapes: usize = text
+        .bytes()
+        .map(|byte| match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            0..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    text.len() + escapes + 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_string_is_counted_as_serde_json_writes_it() {
+        for text in [
+            "",
+            "plain",
+            "\u{1}\u{1f}",
+            "\"\\\n\r\t\u{8}\u{c}",
+            "é\u{7f}ü",
+            "a\u{0}b",
+        ] {
+            let written = serde_json::to_string(text).map_or(0, |json| json.len());
+            assert_eq!(json_string_bytes(text), written, "{text:?}");
+        }
+    }
 
     #[test]
     fn refuses_once_the_total_exceeds_the_limit() {

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::{Instance, Kind};
 
+use super::budget::json_string_bytes;
 use super::call::Call;
 use crate::ApiState;
 
@@ -358,11 +359,14 @@ impl ListedSubscription {
         let rules: usize = self
             .rules
             .iter()
-            .map(|(matcher, path)| json_text_bytes(matcher) + json_text_bytes(path) + 24)
+            .map(|(matcher, path)| json_string_bytes(matcher) + json_string_bytes(path) + 24)
             .sum();
-        json_text_bytes(&self.pubsub_name)
-            + json_text_bytes(&self.topic)
-            + self.dead_letter_topic.as_deref().map_or(2, json_text_bytes)
+        json_string_bytes(&self.pubsub_name)
+            + json_string_bytes(&self.topic)
+            + self
+                .dead_letter_topic
+                .as_deref()
+                .map_or(2, json_string_bytes)
             + rules
             + 96
     }
@@ -372,23 +376,9 @@ impl ListedSubscription {
 fn metadata_answer_bytes(metadata: &BTreeMap<String, String>) -> usize {
     metadata
         .iter()
-        .map(|(key, value)| json_text_bytes(key) + json_text_bytes(value) + 2)
+        .map(|(key, value)| json_string_bytes(key) + json_string_bytes(value) + 2)
         .sum::<usize>()
         + 16
-}
-
-/// The length of `text` as a JSON string, quotes and escapes included (a
-/// control character takes six bytes, `\u00XX`).
-fn json_text_bytes(text: &str) -> usize {
-    let escapes: usize = text
-        .bytes()
-        .map(|byte| match byte {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
-            0..=0x1f => 5,
-            _ => 0,
-        })
-        .sum();
-    text.len() + escapes + 2
 }
 
 /// The app's own subscriptions as the app service took them (its list, and

@@ -38,7 +38,7 @@ mod state;
 mod state_transaction;
 
 pub use crate::upload_slots::{UploadSlot, UploadSlots};
-pub use budget::{OverBudget, ResponseBudget};
+pub use budget::{json_string_bytes, OverBudget, ResponseBudget};
 pub use call::{Call, StoreLabel};
 pub(crate) use configuration::config_item_bytes;
 pub use configuration::{ConfigOpError, ConfigOps};

@@ -27,8 +27,8 @@ use super::input::{
 };
 use super::path_params::PathParams;
 use crate::dapr::{
-    check_item_count, check_metadata_copies, check_request_metadata, Call, ResponseBudget,
-    StateOps, MAX_BULK_ITEMS,
+    check_item_count, check_metadata_copies, check_request_metadata, json_string_bytes, Call,
+    ResponseBudget, StateOpError, StateOps, MAX_BULK_ITEMS,
 };
 use crate::ApiState;
 
@@ -261,7 +261,39 @@ pub async fn bulk_get(
     let items = store
         .bulk_get(request.keys.kept, &request.metadata, budget)
         .await?;
-    Ok(Json(items.into_iter().map(bulk_item).collect()))
+    // The budget above counts stored bytes; written as JSON, bytes that
+    // are no JSON become an escaped string (a control byte takes six).
+    let mut written = ResponseBudget::new(state.options.max_response_bytes);
+    let mut answer = Vec::with_capacity(items.len());
+    for item in items {
+        let item = bulk_item(item);
+        written
+            .take(item.json_bytes())
+            .map_err(|source| StateOpError::BulkTooLarge {
+                store: store_name.clone(),
+                source,
+            })?;
+        answer.push(item);
+    }
+    Ok(Json(answer))
+}
+
+impl BulkItem {
+    /// What the item takes in the JSON answer (punctuation counted
+    /// generously).
+    fn json_bytes(&self) -> usize {
+        let metadata: usize = self
+            .metadata
+            .iter()
+            .map(|(key, value)| json_string_bytes(key) + json_string_bytes(value) + 2)
+            .sum();
+        json_string_bytes(&self.key)
+            + self.data.as_ref().map_or(0, |data| data.get().len())
+            + self.etag.as_deref().map_or(0, json_string_bytes)
+            + self.error.as_deref().map_or(0, json_string_bytes)
+            + metadata
+            + 64
+    }
 }
 
 /// One result, its error already scrubbed by the shared operation.
