@@ -170,6 +170,43 @@ async fn an_overlay_field_wins_over_the_files_configuration_ref_that_fills_it() 
     runtime.shutdown().await;
 }
 
+/// The operator removes the `overlay` section (and puts the value the
+/// overlay held into the file): the overlay documents stop being in force
+/// with that reload, not at the next restart (no overlay watch is left to
+/// clear them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_without_the_overlay_section_drops_the_overlay_documents() {
+    let section = r#", "overlay": {"store": "cfg", "key": "rewire.components"}"#;
+    let with = r#"{"appId": "shop", "components": {
+        "config_store": {"cfg": {"type": "memory", "metadata": {"items": {
+            "rewire.components": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 30}}}}}
+        }}}},
+        "state": {"s": {"type": "memory", "metadata": {"defaultTtlInSeconds": 10}}}
+    }OVERLAY}"#;
+    let runtime = support::start(&with.replace("OVERLAY", section))
+        .await
+        .unwrap();
+    assert_eq!(
+        running_field(&runtime, &s(), "defaultTtlInSeconds"),
+        Some(json!(30)),
+        "{:#?}",
+        runtime.history()
+    );
+
+    let without = rewire::config::parse(with.replace("OVERLAY", "").as_bytes()).unwrap();
+    let record = runtime.apply(without).await.unwrap();
+    assert_eq!(record.outcome, Outcome::Applied, "{record:#?}");
+    assert_eq!(
+        running_field(&runtime, &s(), "defaultTtlInSeconds"),
+        Some(json!(10)),
+        "the removed overlay is still in force"
+    );
+    let layers = runtime.layers();
+    assert!(layers.overlay.is_none(), "{:?}", layers.overlay);
+    assert!(layers.overlay_app.is_none(), "{:?}", layers.overlay_app);
+    runtime.shutdown().await;
+}
+
 /// How many reads [`HangingStore`] was asked for.
 static HANGING_GETS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

@@ -131,20 +131,27 @@ impl Layers {
         }
     }
 
-    /// Lays `change` over these layers. A push without `type` keeps the
-    /// type in force now (read here, inside the serialised reload, so a
-    /// concurrent type change is not undone); removing, releasing or
-    /// amending a component the layers do not have is refused (checked
-    /// here too, so a removal queued first is not raced), and so is an
-    /// amendment that sets nothing. `AmendOrDeclare` is resolved here,
-    /// against the layers as they are now.
+    /// Lays `change` over these layers. A file that names no overlay drops
+    /// the overlay documents (see [`Self::changed`]). A push without
+    /// `type` keeps the type in force now (read here, inside the
+    /// serialised reload, so a concurrent type change is not undone);
+    /// removing, releasing or amending a component the layers do not
+    /// have is refused (checked here too, so a removal queued first is not
+    /// raced), and so is an amendment that sets nothing. `AmendOrDeclare`
+    /// is resolved here, against the layers as they are now.
     pub fn apply(&mut self, change: LayerChange) -> Result<(), Problem> {
         match change {
             LayerChange::Push(key, Push::AmendOrDeclare(patch)) => {
                 let push = Push::amend_or_declare(patch, self.type_in_force(&key).as_deref());
                 return self.apply(LayerChange::Push(key, push));
             }
-            LayerChange::File(file) => self.file = file,
+            LayerChange::File(file) => {
+                if file.overlay.is_none() {
+                    self.overlay = None;
+                    self.overlay_app = None;
+                }
+                self.file = file;
+            }
             LayerChange::Overlay(common, app) => {
                 self.overlay = common;
                 self.overlay_app = app;
@@ -200,13 +207,17 @@ impl Layers {
     }
 
     /// A copy of these layers with `change` laid over them; a new file
-    /// replaces the old one without copying it first.
+    /// replaces the old one without copying it first. A file that names no
+    /// overlay drops the overlay documents (no watch is left to clear
+    /// them); one that names an overlay, even at another key or store,
+    /// keeps them until the watch of the overlay it names replaces them.
     pub fn changed(&self, change: LayerChange) -> Result<Self, Problem> {
         if let LayerChange::File(file) = change {
+            let overlaid = file.overlay.is_some();
             return Ok(Self {
                 file,
-                overlay: self.overlay.clone(),
-                overlay_app: self.overlay_app.clone(),
+                overlay: self.overlay.clone().filter(|_| overlaid),
+                overlay_app: self.overlay_app.clone().filter(|_| overlaid),
                 pushes: self.pushes.clone(),
             });
         }
