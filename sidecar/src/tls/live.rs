@@ -980,24 +980,26 @@ mod tests {
             .expect("loads once they returned");
     }
 
-    /// Both listeners loaded off the workers and followed; a Lifecycle CA
-    /// without TLS on gRPC refused.
+    /// Both listeners loaded off the workers (on a spawned task) and
+    /// followed; a Lifecycle CA without TLS on gRPC refused.
     #[tokio::test]
     async fn start_off_workers_loads_both_listeners() {
         let ca = testkit::certs::TestCa::new("live-tls-start-off-workers");
         let server = ca.server("localhost");
         let listener = settings_of(&server);
         let stop = CancellationToken::new();
-        let serving = ServingTls::start_off_workers(
-            &TlsSettings {
-                grpc: Some(listener.clone()),
-                http: Some(listener.clone()),
-                lifecycle_client_ca: Some(ca.ca_path.clone()),
-            },
-            &stop,
-        )
-        .await
-        .expect("loads");
+        let settings = TlsSettings {
+            grpc: Some(listener.clone()),
+            http: Some(listener.clone()),
+            lifecycle_client_ca: Some(ca.ca_path.clone()),
+        };
+        // Spawned: the start is `Send`, as `ApiServer::bind`'s must be.
+        let starting = stop.clone();
+        let serving =
+            tokio::spawn(async move { ServingTls::start_off_workers(&settings, &starting).await })
+                .await
+                .expect("ran")
+                .expect("loads");
         let status = serving.status();
         assert_eq!(status.len(), 2, "{status:?}");
         assert!(serving
