@@ -12,6 +12,28 @@ use redis::Script;
 /// Reply of [`SET`] and [`DELETE_IF_VERSION`] when the condition fails.
 pub const MISMATCH: i64 = -1;
 
+/// Lua shared by [`SET`] and [`TRANSACTION`]: whether a stored `version`
+/// is one they can increment (`HINCRBY` takes digits without a leading
+/// zero; the transaction counts it exactly in a Lua number, so below
+/// 2^53 - 1), and the error refusing a write of a key whose version is
+/// not, sent before anything is written (Redis does not roll back a
+/// script's writes done before a command fails). The error names the key,
+/// not the stored value.
+macro_rules! version_check_lua {
+    () => {
+        r#"
+local function countable(version)
+  return (version == "0" or string.match(version, "^[1-9]%d*$") ~= nil)
+    and #version <= 16 and tonumber(version) < 9007199254740991
+end
+local function invalid_version(key)
+  return redis.error_reply("ERR the stored `version` of state key " .. key ..
+    " is not a whole number this store can increment; nothing was written")
+end
+"#
+    };
+}
+
 /// Writes a state key if its condition holds; replies with the new version,
 /// or [`MISMATCH`].
 ///
@@ -22,9 +44,12 @@ pub const MISMATCH: i64 = -1;
 /// `0`: leave the key's TTL as it is).
 ///
 /// A key that is not a hash (an old plain value) has no version: it is
-/// replaced by an unconditional write and fails a conditional one.
+/// replaced by an unconditional write and fails a conditional one. A
+/// stored version that is not a whole number it can increment (`abc`,
+/// `1.5`) fails the write with an error, nothing written.
 pub static SET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        version_check_lua!(),
         r#"
 local version = redis.pcall("HGET", KEYS[1], "version")
 if type(version) ~= "string" then version = false end
@@ -34,6 +59,7 @@ if ARGV[1] ~= "" then
 elseif ARGV[2] == "1" and exists then
   return -1
 end
+if version and not countable(version) then return invalid_version(KEYS[1]) end
 if exists and not version then redis.call("DEL", KEYS[1]) end
 redis.call("HSET", KEYS[1], "data", ARGV[3])
 local new = redis.call("HINCRBY", KEYS[1], "version", 1)
@@ -45,7 +71,7 @@ elseif ttl < 0 then
 end
 return new
 "#,
-    )
+    ))
 });
 
 /// Deletes a state key if its version is `ARGV[1]`; replies `1`, `0` when
@@ -127,12 +153,17 @@ return 1
 /// condition fails; then nothing is changed. A delete with an etag of a
 /// key that is missing at its turn holds (as [`DELETE_IF_VERSION`]).
 ///
+/// A write of a key whose stored version (at its turn) is not a whole
+/// number the script can increment fails the transaction with an error,
+/// nothing written, as [`SET`] does.
+///
 /// `KEYS[i]`: the key of operation `i` (a key may repeat). Per operation,
 /// five values of `ARGV`: `"s"` (write) or `"d"` (delete),
 /// the expected version (`""`: none), `"1"` for first-write, the data, the
 /// TTL in milliseconds (as for [`SET`]).
 pub static TRANSACTION: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        version_check_lua!(),
         r#"
 local versions, exists = {}, {}
 for i = 1, #KEYS do
@@ -151,6 +182,7 @@ for i = 1, #KEYS do
     return i
   end
   if ARGV[base + 1] == "s" then
+    if version and not countable(version) then return invalid_version(key) end
     versions[key] = string.format("%d", (version and tonumber(version) or 0) + 1)
     exists[key] = true
   else
@@ -178,5 +210,5 @@ for i = 1, #KEYS do
 end
 return 0
 "#,
-    )
+    ))
 });

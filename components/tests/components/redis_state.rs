@@ -508,3 +508,79 @@ async fn a_delete_with_an_etag_of_a_missing_key_succeeds() {
         Err(StateError::EtagMismatch("plain".into()))
     );
 }
+
+/// A stored `version` that is not a whole number the store can increment
+/// (`abc`, `1.5`, a leading zero, empty, past 2^53 - 1): a transaction
+/// writing that key, or a single write of it, fails before anything is
+/// written, with an error that names the key and not the stored value.
+/// Before: the scripts read it as 0, wrote the keys before it (and its
+/// `data`), then failed at its `HINCRBY`, and Redis kept those writes.
+#[tokio::test]
+async fn a_stored_version_that_is_not_a_whole_number_fails_the_write_before_any_change() {
+    let server = RedisServer::start().await;
+    let store = store(json!({"redisHost": server.addr(), "keyPrefix": "none"})).await;
+    let mut raw = server.connection().await;
+    let hset = |key: &'static str, version: &'static str| {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(key)
+            .arg("data")
+            .arg("kept")
+            .arg("version")
+            .arg(version);
+        cmd
+    };
+    let _: i64 = hset("b", "abc").query_async(&mut raw).await.unwrap();
+    let req = TransactionRequest {
+        operations: vec![
+            TransactionOperation::Upsert(write("a", "new", None)),
+            TransactionOperation::Upsert(write("b", "new", None)),
+        ],
+        ..TransactionRequest::default()
+    };
+    let failed = store.transact(req).await;
+    assert!(
+        matches!(&failed, Err(StateError::Backend(m)) if m.contains("`version` of state key b ") && !m.contains("abc")),
+        "{failed:?}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("a")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the transaction wrote `a`");
+    assert_eq!(
+        raw_fields(&server, "b").await,
+        (Some("kept".into()), Some("abc".into()))
+    );
+
+    for version in [
+        "1.5",
+        "007",
+        "",
+        "-1",
+        "9007199254740991",
+        "99999999999999999999",
+    ] {
+        let _: i64 = hset("c", version).query_async(&mut raw).await.unwrap();
+        let failed = store.set(write("c", "new", None)).await;
+        assert!(
+            matches!(&failed, Err(StateError::Backend(m)) if m.contains("`version`")),
+            "{version}: {failed:?}"
+        );
+        assert_eq!(
+            raw_fields(&server, "c").await,
+            (Some("kept".into()), Some(version.into())),
+            "{version}"
+        );
+    }
+    // The largest version counted exactly is still written over.
+    let _: i64 = hset("c", "9007199254740990")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    put(&*store, write("c", "new", None)).await;
+    assert_eq!(
+        raw_fields(&server, "c").await,
+        (Some("new".into()), Some("9007199254740991".into()))
+    );
+}
