@@ -73,9 +73,13 @@ fn parse_field(text: &str) -> Result<(String, String), String> {
 /// will still be applied or rejected (pushing again is not needed).
 pub const EXIT_QUEUED: u8 = 3;
 
-/// Exit status of a push sent to the sidecar whose answer never came (the
-/// connection broke or went silent after the request left): the sidecar
-/// runs each reload in its own task, so the push may be in force or not.
+/// Exit status of a push sent to the sidecar whose outcome is unknown: its
+/// answer never came (the connection broke or went silent after the
+/// request left), or a status came that does not say the push was not
+/// processed (`DEADLINE_EXCEEDED`, `CANCELLED`, `UNKNOWN`, `INTERNAL`,
+/// `ABORTED`, an `UNAVAILABLE` not marked [`RELOAD_CUT_SHORT`], from the
+/// sidecar or a proxy on the way): the sidecar runs each reload in its own
+/// task, so the push may be in force or not.
 pub const EXIT_UNKNOWN: u8 = 4;
 
 /// Exit status of a push the sidecar refused `RESOURCE_EXHAUSTED` for its
@@ -93,7 +97,8 @@ pub const EXIT_UPDATE_FAILED: u8 = 6;
 /// Sends the component's configuration (or its release); exits 1 on a
 /// rejection, printing every reason, [`EXIT_QUEUED`] when the sidecar
 /// answered before the reload was done, [`EXIT_UNKNOWN`] when no answer
-/// came to a request sent, [`EXIT_BUSY`] when the sidecar's backlog of
+/// came to a request sent or a status that does not say whether it was
+/// processed, [`EXIT_BUSY`] when the sidecar's backlog of
 /// pushes was full, and [`EXIT_UPDATE_FAILED`] when it was applied but a
 /// component's update failed after the commit.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
@@ -122,6 +127,14 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
             );
             ExitCode::from(EXIT_UNKNOWN)
         }
+        Err(Failed::Unknown(error)) => {
+            eprintln!(
+                "error: {key}: the call failed ({error}), which does not say whether the push \
+                 was applied: it may or may not be in force; check `rewire status` before \
+                 pushing again"
+            );
+            ExitCode::from(EXIT_UNKNOWN)
+        }
     }
 }
 
@@ -129,7 +142,8 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
 #[derive(Debug)]
 enum Failed {
     /// Nothing was applied: not sent (no connection, a bad token, a
-    /// sidecar that cannot amend), or refused by the sidecar with a status.
+    /// sidecar that cannot amend), or refused with a status that says the
+    /// push was not processed (see [`failed_by_status`]).
     Refused(String),
     /// Sent, then the call failed on this side (the connection broke, a
     /// ping or the call's deadline passed): the outcome is unknown.
@@ -138,6 +152,10 @@ enum Failed {
     /// [`PUSH_BACKLOG_FULL`] (its backlog of pending pushes is full): nothing was applied, and the same push may pass
     /// later.
     Busy(String),
+    /// A status that does not say whether the push was processed (a
+    /// deadline passed, an internal error, an `UNAVAILABLE` from a proxy):
+    /// the outcome is unknown.
+    Unknown(String),
 }
 
 /// The first metadata field given twice (`-m key=a -m key=b`), said: a
@@ -233,21 +251,34 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
                 status.message(),
                 super::remote::error_chain(cause)
             )),
-            None => refused_by_sidecar(&status),
+            None => failed_by_status(&status),
         }
     })
 }
 
-/// A status the sidecar sent: busy for a push refused for a full backlog
-/// (see [`Failed::Busy`]), else a refusal — a request over the sidecar's
-/// `max_request_bytes` is `RESOURCE_EXHAUSTED` too, but pushing it again
-/// can never pass, so a script retrying on busy would loop.
-fn refused_by_sidecar(status: &tonic::Status) -> Failed {
+/// A status that came as the answer (the sidecar's, or a proxy's on the
+/// way): busy for a push refused for a full backlog (see [`Failed::Busy`]);
+/// a refusal only for the codes that say the push was not processed
+/// (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `PERMISSION_DENIED`,
+/// `UNIMPLEMENTED`, `FAILED_PRECONDITION`, any other `RESOURCE_EXHAUSTED` —
+/// a request over the sidecar's `max_request_bytes` is one, and pushing it
+/// again can never pass, so a script retrying on busy would loop — and the
+/// sidecar's `UNAVAILABLE` marked [`RELOAD_CUT_SHORT`]); any other
+/// (`DEADLINE_EXCEEDED`, `INTERNAL`, an unmarked `UNAVAILABLE`, ...) leaves
+/// the outcome unknown.
+fn failed_by_status(status: &tonic::Status) -> Failed {
+    use tonic::Code;
     let said = format!("{:?}: {}", status.code(), status.message());
-    if status.code() == tonic::Code::ResourceExhausted && marked_backlog_full(status) {
-        Failed::Busy(said)
-    } else {
-        Failed::Refused(said)
+    match status.code() {
+        Code::ResourceExhausted if marked(status, PUSH_BACKLOG_FULL) => Failed::Busy(said),
+        Code::InvalidArgument
+        | Code::Unauthenticated
+        | Code::PermissionDenied
+        | Code::Unimplemented
+        | Code::FailedPrecondition
+        | Code::ResourceExhausted => Failed::Refused(said),
+        Code::Unavailable if marked(status, RELOAD_CUT_SHORT) => Failed::Refused(said),
+        _ => Failed::Unknown(said),
     }
 }
 
@@ -255,12 +286,17 @@ fn refused_by_sidecar(status: &tonic::Status) -> Failed {
 /// full backlog with (its `lifecycle_wait::PUSH_BACKLOG_FULL`).
 const PUSH_BACKLOG_FULL: (&str, &str) = ("PUSH_BACKLOG_FULL", "rewire");
 
-/// Whether `status` carries the [`PUSH_BACKLOG_FULL`] `ErrorInfo`.
-fn marked_backlog_full(status: &tonic::Status) -> bool {
+/// `ErrorInfo` (reason, domain) the sidecar marks the `UNAVAILABLE` of a
+/// push its shutdown cut short with (its `lifecycle_wait::RELOAD_CUT_SHORT`):
+/// nothing of the push is in force.
+const RELOAD_CUT_SHORT: (&str, &str) = ("RELOAD_CUT_SHORT", "rewire");
+
+/// Whether `status` carries the `ErrorInfo` `mark` (reason, domain).
+fn marked(status: &tonic::Status, mark: (&str, &str)) -> bool {
     use tonic_types::StatusExt;
     status
         .get_details_error_info()
-        .is_some_and(|info| (info.reason.as_str(), info.domain.as_str()) == PUSH_BACKLOG_FULL)
+        .is_some_and(|info| (info.reason.as_str(), info.domain.as_str()) == mark)
 }
 
 /// Whether `cause`, a call's failure made on this side, says the request
@@ -549,10 +585,10 @@ mod tests {
             let info = ErrorDetails::with_error_info(reason, domain, HashMap::new());
             tonic::Status::with_error_details(tonic::Code::ResourceExhausted, "64 pushes", info)
         };
-        let busy = refused_by_sidecar(&marked("PUSH_BACKLOG_FULL", "rewire"));
+        let busy = failed_by_status(&marked("PUSH_BACKLOG_FULL", "rewire"));
         assert!(matches!(busy, Failed::Busy(ref said) if said == "ResourceExhausted: 64 pushes"));
         // Over max_request_bytes (the sidecar's `ClearLimit`): never passes.
-        let too_large = refused_by_sidecar(&tonic::Status::resource_exhausted(
+        let too_large = failed_by_status(&tonic::Status::resource_exhausted(
             "request message of 9000000 bytes is larger than the sidecar accepts (4194304 \
              bytes, max_request_bytes)",
         ));
@@ -564,11 +600,45 @@ mod tests {
             marked("QUOTA", "rewire"),
             marked("PUSH_BACKLOG_FULL", "dapr.io"),
         ] {
-            let refused = refused_by_sidecar(&other);
+            let refused = failed_by_status(&other);
             assert!(matches!(refused, Failed::Refused(_)), "{refused:?}");
         }
-        let refused = refused_by_sidecar(&tonic::Status::invalid_argument("no kind"));
+        let refused = failed_by_status(&tonic::Status::invalid_argument("no kind"));
         assert!(matches!(refused, Failed::Refused(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn only_a_status_saying_the_push_was_not_processed_is_a_refusal() {
+        use tonic::Code;
+        use tonic_types::{ErrorDetails, StatusExt};
+        for code in [
+            Code::InvalidArgument,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+            Code::Unimplemented,
+            Code::FailedPrecondition,
+            Code::ResourceExhausted,
+        ] {
+            let failed = failed_by_status(&tonic::Status::new(code, "said"));
+            assert!(matches!(failed, Failed::Refused(_)), "{code:?}: {failed:?}");
+        }
+        for code in [
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::Internal,
+            Code::Aborted,
+            Code::Unavailable,
+        ] {
+            let failed = failed_by_status(&tonic::Status::new(code, "said"));
+            assert!(matches!(failed, Failed::Unknown(_)), "{code:?}: {failed:?}");
+        }
+        // The sidecar's own "cut short by shutdown": nothing in force.
+        let info = ErrorDetails::with_error_info("RELOAD_CUT_SHORT", "rewire", HashMap::new());
+        let cut_short =
+            tonic::Status::with_error_details(Code::Unavailable, "reload stopped", info);
+        let failed = failed_by_status(&cut_short);
+        assert!(matches!(failed, Failed::Refused(_)), "{failed:?}");
     }
 
     #[test]

@@ -78,12 +78,15 @@ enum Command {
         sidecar older than this CLI cannot amend: apply then applies nothing and exits 1 (use \
         `--replace`).\n\n\
         Exit status: 0 applied (or nothing to change); 1 rejected or rolled back \
-        (nothing changed), or the sidecar could not be connected to; 2 bad arguments; 3 queued: \
-        the sidecar answered before the reload was done, and will still apply or reject the push \
-        (follow it with `rewire status`; pushing again is not needed); 4 outcome unknown: sent, \
-        but no answer came (it may be in force: check `rewire status` before pushing again); 5 \
-        busy: the sidecar's backlog of pending pushes is full (`RESOURCE_EXHAUSTED`), nothing \
-        applied: push again later."
+        (nothing changed), refused unprocessed (invalid, unauthenticated, not permitted, cut \
+        short by the sidecar's shutdown, ...), or the sidecar could not be connected to; 2 bad \
+        arguments; 3 queued: the sidecar answered before the reload was done, and will still \
+        apply or reject the push (follow it with `rewire status`; pushing again is not needed); \
+        4 outcome unknown: sent, but no answer came, or a status that does not say it was not \
+        processed (DEADLINE_EXCEEDED, INTERNAL, a proxy's UNAVAILABLE, ...): it may be in force: \
+        check `rewire status` before pushing again; 5 busy: the sidecar's backlog of pending \
+        pushes is full (`RESOURCE_EXHAUSTED`), nothing applied: push again later; 6 applied, but \
+        a component's update failed after the commit: not wholly in force."
     )]
     Apply(apply::ApplyArgs),
     /// Show the running sidecar's generation, components and last reloads.

@@ -517,6 +517,9 @@ struct QueuedLifecycle {
     /// Applies every amendment, but the component's update fails after
     /// the commit (its staged in-place update panicked).
     update_fails: bool,
+    /// Answers every amendment with this status code (as the sidecar, or
+    /// a proxy on the way, may).
+    fails_with: Option<tonic::Code>,
     /// `ApplyConfiguration` calls received.
     applied: Arc<AtomicUsize>,
 }
@@ -586,6 +589,9 @@ impl lifecycle_stub::Lifecycle for QueuedLifecycle {
         &self,
         _: tonic::Request<lifecycle_stub::DynamicConfiguration>,
     ) -> Result<tonic::Response<lifecycle_stub::ApplyConfigurationResponse>, tonic::Status> {
+        if let Some(code) = self.fails_with {
+            return Err(tonic::Status::new(code, "the push's deadline passed"));
+        }
         if self.backlog_full {
             // Marked as the sidecar marks it: the CLI is busy for it alone.
             use tonic_types::{ErrorDetails, StatusExt};
@@ -708,6 +714,42 @@ async fn a_push_refused_for_a_full_backlog_exits_busy() {
         stderr.contains("nothing applied; push again later"),
         "{stderr}"
     );
+    assert_eq!(stdout, "");
+}
+
+/// A push answered `DEADLINE_EXCEEDED` (by the sidecar, or a proxy on the
+/// way) may have been applied or not: exit status 4, outcome unknown, not
+/// 1 ("rejected or rolled back, nothing changed"), so a script checks
+/// `rewire status` rather than taking it for refused. Before: exit 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_answered_deadline_exceeded_exits_outcome_unknown() {
+    let stub = QueuedLifecycle {
+        fails_with: Some(tonic::Code::DeadlineExceeded),
+        ..QueuedLifecycle::default()
+    };
+    let (addr, server) = stub.serve().await;
+    let out = tokio::task::spawn_blocking(move || {
+        rewire(&[
+            "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
+        ])
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stderr.starts_with(
+            "error: state/orders: the call failed (DeadlineExceeded: the push's deadline \
+             passed), which does not say whether the push was applied"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("check `rewire status`"), "{stderr}");
     assert_eq!(stdout, "");
 }
 

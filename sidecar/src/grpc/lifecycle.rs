@@ -28,7 +28,7 @@ use tonic::{Request, Response, Status};
 use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
 
 use super::lifecycle_patch::{held_bytes, malformed, patch_of, too_many_refs, Declares};
-use super::lifecycle_wait::{queued_reason, PushQueue, Waited};
+use super::lifecycle_wait::{cut_short, queued_reason, PushQueue, Waited};
 use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
 use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle;
@@ -290,7 +290,7 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
         Err(ReloadError::RolledBack(failures)) => {
             Ok(nack(call, Outcome::RolledBack, failures.iter()))
         }
-        Err(err @ ReloadError::Stopped) => Err(Status::unavailable(err.to_string())),
+        Err(err @ ReloadError::Stopped) => Err(cut_short(err.to_string())),
     }
 }
 

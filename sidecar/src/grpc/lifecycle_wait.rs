@@ -194,6 +194,19 @@ fn backlog_full(message: String) -> Status {
     Status::with_error_details(Code::ResourceExhausted, message, details)
 }
 
+/// `ErrorInfo.reason` of a push whose reload the sidecar's shutdown cut
+/// short (nothing of it in force), with domain [`REFUSAL_DOMAIN`]: the one
+/// `UNAVAILABLE` of the Lifecycle API that says what became of the push
+/// (`rewire apply` takes any other `UNAVAILABLE`, a proxy's or a
+/// connection's, for an outcome unknown).
+pub(super) const RELOAD_CUT_SHORT: &str = "RELOAD_CUT_SHORT";
+
+/// `UNAVAILABLE` saying `message`, marked [`RELOAD_CUT_SHORT`].
+pub(super) fn cut_short(message: String) -> Status {
+    let details = ErrorDetails::with_error_info(RELOAD_CUT_SHORT, REFUSAL_DOMAIN, HashMap::new());
+    Status::with_error_details(Code::Unavailable, message, details)
+}
+
 /// How long a Lifecycle call may take: `push_timeout`, and at least the
 /// runtime's init timeout plus [`INIT_MARGIN`].
 pub(super) fn lifecycle_timeout(state: &crate::ApiState) -> Duration {

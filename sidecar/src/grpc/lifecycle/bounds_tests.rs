@@ -320,3 +320,26 @@ async fn a_malformed_push_is_answered_at_once_when_the_backlog_is_full() {
     assert_eq!(busy.err().map(|s| s.code()), Some(Code::ResourceExhausted));
     state.runtime.shutdown().await;
 }
+
+/// A push the sidecar's shutdown cuts short (or refuses, its reloads
+/// stopped) is `UNAVAILABLE` marked `RELOAD_CUT_SHORT`: `rewire apply`
+/// tells it (nothing in force) from a proxy's or a connection's
+/// `UNAVAILABLE`, whose outcome is unknown. Before: unmarked.
+#[tokio::test]
+async fn a_push_cut_short_by_shutdown_is_marked_so() {
+    use tonic_types::StatusExt;
+    let (api, state) = api().await;
+    state.runtime.stop_reloads();
+    let refused = api
+        .apply_configuration(push(component("state", "s", "memory"), "10S"))
+        .await
+        .err()
+        .expect("refused once the reloads are stopped");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    let info = refused.get_details_error_info().expect("marked");
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        ("RELOAD_CUT_SHORT", "rewire")
+    );
+    state.runtime.shutdown().await;
+}
