@@ -2,12 +2,17 @@
 //! HTTP file `PUT` and Layotto's `PutFile` together. An upload holds what
 //! its store writes with (a `local` store's put, two open files) for as
 //! long as its client keeps sending, so trickling clients could otherwise
-//! take every file descriptor of the process.
+//! take every file descriptor of the process. The place is kept until the
+//! upload's store has ended all its work, not just the upload's handler: a
+//! `local` store's blocking write or sync runs on after its client gave up
+//! (a hung disk), holding its open files, so the store keeps the place
+//! ([`UploadSlot::held_through`]) until that write returns.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rewire_runtime::echoed;
+use rewire_runtime::{echoed, PutFileRequest};
 
 /// An upload refused: `max` run already.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +62,16 @@ impl UploadSlots {
     }
 }
 
+impl UploadSlot {
+    /// Runs `put` (the upload's store write) holding this place, given
+    /// back once `put` has ended or been dropped and the store's work it
+    /// left running (a `local` store's blocking write) has ended too
+    /// ([`PutFileRequest::holding`]).
+    pub async fn held_through<F: Future>(self, put: F) -> F::Output {
+        PutFileRequest::holding(Arc::new(self), put).await
+    }
+}
+
 impl Drop for UploadSlot {
     fn drop(&mut self) {
         self.running.fetch_sub(1, Ordering::AcqRel);
@@ -87,5 +102,21 @@ mod tests {
             .take(2, "files", "c.bin")
             .expect("a place was given back");
         assert_eq!(slots.running(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_place_held_through_a_put_is_kept_by_the_work_its_store_left_running() {
+        let slots = UploadSlots::default();
+        let place = slots.take(1, "files", "a.bin").expect("room");
+        // A store's blocking write that outlives the put keeps the hold.
+        let left_running = place
+            .held_through(async { PutFileRequest::upload_hold() })
+            .await
+            .expect("the put sees its upload's hold");
+        assert_eq!(slots.running(), 1);
+        slots.take(1, "files", "b.bin").expect_err("still taken");
+        drop(left_running);
+        assert_eq!(slots.running(), 0);
+        assert_eq!(PutFileRequest::upload_hold().map(|_| ()), None, "outside");
     }
 }

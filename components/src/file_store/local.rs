@@ -25,7 +25,12 @@
 //! background, never one this process is writing (a put whose client
 //! stalled mid-body, when a reload inits a store on the same root). A
 //! temporary file removed all the same (by another process) fails the put
-//! with a backend error saying so, not "not found".
+//! with a backend error saying so, not "not found". A put's blocking work
+//! (its writes, syncs, rename, and the removal of an abandoned put's
+//! temporary file) keeps the upload's hold (the sidecar's `max_uploads`
+//! place) until it has returned, however long after the put's future is
+//! gone ([`held`]): a hung disk never has more puts' blocking writes than
+//! uploads admitted.
 //!
 //! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
@@ -51,9 +56,11 @@ use super::{copy_bounded, deserialize_size, page_size, DEFAULT_MAX_FILE_SIZE};
 
 mod beneath;
 mod go_mode;
+mod held;
 mod listing;
 
 use beneath::{Entry, Kind};
+use held::{Held, HeldFile};
 
 /// A temporary file untouched this long is a dead put's, whoever wrote it.
 pub const STALE_TEMP: Duration = Duration::from_secs(5 * 60);
@@ -202,6 +209,8 @@ struct TempFile {
     placed: bool,
     /// Keeps the sweep off the file until it is placed or removed.
     writing: Option<Writing>,
+    /// The upload's hold, kept by the rename or the removal until done.
+    held: Held,
 }
 
 /// The temporary files this process is writing now (their names, unique
@@ -290,9 +299,12 @@ impl Drop for TempFile {
         }
         let (folder, name) = (Arc::clone(&self.folder), std::mem::take(&mut self.name));
         let writing = self.writing.take();
+        let held = std::mem::take(&mut self.held);
         let remove = move || {
             let _ = beneath::remove(folder.as_fd(), &name);
             drop(writing);
+            drop(folder);
+            drop(held);
         };
         // Off the runtime when there is one (an unlink can be slow on a
         // network volume); synchronously otherwise.
@@ -504,8 +516,12 @@ impl Component for LocalFileStore {
 impl FileStore for LocalFileStore {
     async fn put(&self, req: PutFileRequest) -> Result<FileInfo, FileError> {
         let name = req.name.as_str();
+        let held = Held::of_upload();
+        let kept = held.clone();
+        // The hold goes with the closure: kept while the folders are
+        // opened and the file created, however long after this put is gone.
         let (temp, file, last) = self
-            .beneath(name, true, |folder, name, last| {
+            .beneath(name, true, move |folder, name, last| {
                 if let Ok(Entry::Link | Entry::Folder(_) | Entry::Other) =
                     beneath::look(folder.as_fd(), last)
                 {
@@ -525,23 +541,17 @@ impl FileStore for LocalFileStore {
                     name: temp,
                     placed: false,
                     writing: Some(writing),
+                    held: kept,
                 };
                 Ok((temp, file, last.to_string()))
             })
             .await?;
-        let mut file = tokio::fs::File::from_std(file);
+        let mut file = HeldFile::new(file, held.clone());
         let limit = self.metadata.max_file_size;
         copy_bounded(name, req.body, &mut file, limit, |_| Ok(())).await?;
-        file.sync_all()
-            .await
-            .map_err(|err| backend("syncing", name, err))?;
         // What was written, from the file itself: after the rename, the
         // name may already be another put's.
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|err| backend("reading", name, err))?;
-        drop(file);
+        let meta = file.sync_and_close(name).await?;
         // A missing file here is the temporary one (removed by another
         // process), never the name: not "not found" on a put.
         let folder = temp.place(last).await.map_err(|err| match err.kind() {
@@ -553,7 +563,7 @@ impl FileStore for LocalFileStore {
         })?;
         // The rename is durable once the folder is synced.
         let synced = name.to_string();
-        blocking(move || {
+        held.blocking(move || {
             beneath::sync(folder.as_fd())
                 .map_err(|err| backend("syncing the folder of", &synced, err))
         })
@@ -634,6 +644,46 @@ mod tests {
         let page = walk().unwrap();
         let names: Vec<&str> = page.files.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, [deepest.as_str()]);
+    }
+
+    #[tokio::test]
+    async fn a_put_abandoned_on_a_hung_disk_keeps_its_upload_hold_until_its_write_returns() {
+        const WITHIN: Duration = Duration::from_secs(30);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(LocalFileStore {
+            metadata: LocalFileMetadata {
+                root: dir.path().display().to_string(),
+                max_file_size: DEFAULT_MAX_FILE_SIZE,
+            },
+            root: Arc::new(beneath::open_root(dir.path()).unwrap()).into(),
+        });
+        let (disk, mut probes) = held::HungDisk::new();
+        let put = tokio::spawn(async move {
+            let req = PutFileRequest {
+                name: "slow.bin".into(),
+                body: Box::pin(&b"contents"[..]),
+                metadata: Default::default(),
+            };
+            PutFileRequest::holding(Arc::new(disk), store.put(req)).await
+        });
+        tokio::time::timeout(WITHIN, probes.stalled.recv())
+            .await
+            .expect("within the deadline")
+            .expect("the write reaches the hung disk");
+        // The client gives up: the put's future is gone, its write is not.
+        put.abort();
+        assert!(put.await.expect_err("aborted").is_cancelled());
+        assert!(
+            probes.released.try_recv().is_err(),
+            "the upload's hold was let go while its blocking write still runs"
+        );
+        drop(probes.open);
+        tokio::time::timeout(WITHIN, probes.released.recv())
+            .await
+            .expect("within the deadline")
+            .expect("the hold is let go once the write has returned");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "the abandoned put left {left:?}");
     }
 
     #[tokio::test]

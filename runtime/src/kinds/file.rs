@@ -2,8 +2,11 @@
 //! Layotto's File API. Contents are streamed both ways, so a large file
 //! never sits whole in memory.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -22,6 +25,35 @@ pub struct PutFileRequest {
     pub body: FileBody,
     /// Per-request options for the backend.
     pub metadata: BTreeMap<String, String>,
+}
+
+tokio::task_local! {
+    /// The hold of the upload whose put the task runs
+    /// ([`PutFileRequest::holding`]).
+    static UPLOAD_HOLD: Arc<dyn Any + Send + Sync>;
+}
+
+impl PutFileRequest {
+    /// Runs `put` (a call ending in a store's [`FileStore::put`], polled in
+    /// this task) with `hold` as its upload's hold: what the caller keeps
+    /// taken while any of the put's work runs (the sidecar's place among
+    /// `max_uploads`). It is let go of when `put` ends or is dropped, unless
+    /// the store took a clone for work that outlives its put's future (a
+    /// `local` store's blocking write or sync, which runs on when its
+    /// client gave up): then when that work ends too. The hold goes with
+    /// the task, not the request (a task-local), so the request's fields
+    /// and every other call are as they were.
+    pub async fn holding<F: Future>(hold: Arc<dyn Any + Send + Sync>, put: F) -> F::Output {
+        UPLOAD_HOLD.scope(hold, put).await
+    }
+
+    /// The hold of the upload whose put the calling task runs
+    /// ([`PutFileRequest::holding`]), for a store to keep until work its
+    /// put leaves behind (blocking writes) has ended; `None` outside an
+    /// upload. Stores whose work ends with their put's future ignore it.
+    pub fn upload_hold() -> Option<Arc<dyn Any + Send + Sync>> {
+        UPLOAD_HOLD.try_with(Arc::clone).ok()
+    }
 }
 
 impl std::fmt::Debug for PutFileRequest {

@@ -90,8 +90,8 @@ fn increment(options: Option<pb::SequencerOptions>) -> Result<Increment, Status>
 /// once the store asks for the next: an upload holds only what it has read
 /// and not yet passed on, so it may be larger than that budget. The first
 /// message's metadata is held to the request bounds, and the upload takes
-/// a place among `max_uploads` for as long as it runs
-/// (`RESOURCE_EXHAUSTED` when none is left).
+/// a place among `max_uploads` for as long as it runs, and the store's
+/// blocking work it left behind (`RESOURCE_EXHAUSTED` when none is left).
 pub(super) async fn put(
     call: Call,
     mut incoming: Streaming<pb::PutFileRequest>,
@@ -113,7 +113,7 @@ pub(super) async fn put(
     };
     check_request_metadata(("file store", &first.store_name), &first.metadata)?;
     let store = call.file_store(&first.store_name)?;
-    let _place = state
+    let place = state
         .metrics
         .uploads()
         .take(state.options.max_uploads, store.name(), &first.name)
@@ -125,9 +125,8 @@ pub(super) async fn put(
             .map(Bytes::from)
             .map_err(|status| std::io::Error::other(status.message().to_string()))
     });
-    store
-        .put_streamed(first.name, chunks, metadata, idle)
-        .await?;
+    let put = store.put_streamed(first.name, chunks, metadata, idle);
+    place.held_through(put).await?;
     Ok(())
 }
 

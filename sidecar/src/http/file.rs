@@ -60,7 +60,8 @@ fn info_headers(info: &FileInfo) -> HeaderMap {
 /// store is handed stops counting against the listener's budget of request
 /// bytes ([`BodyCharge`]): an upload holds only what it has read and not
 /// yet passed on, so it may be larger than that budget. It takes a place
-/// among `max_uploads` for as long as it runs (429 when none is left).
+/// among `max_uploads` for as long as it runs, and the store's blocking
+/// work it left behind (429 when none is left).
 pub async fn put(
     State(state): State<ApiState>,
     call: Call,
@@ -74,7 +75,7 @@ pub async fn put(
         .into_iter()
         .collect();
     let ops = call.file_store(&store)?;
-    let _place = state
+    let place = state
         .metrics
         .uploads()
         .take(state.options.max_uploads, ops.name(), &name)
@@ -87,7 +88,8 @@ pub async fn put(
         chunk.map_err(std::io::Error::other)
     });
     let idle = state.options.request_timeout;
-    let info = ops.put_streamed(name, chunks, metadata, idle).await?;
+    let put = ops.put_streamed(name, chunks, metadata, idle);
+    let info = place.held_through(put).await?;
     Ok(Json(info_json(&info)))
 }
 
@@ -152,4 +154,177 @@ pub async fn list(
         body["marker"] = json!(marker);
     }
     Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::Duration;
+
+    use axum::http::{Method, Request};
+    use rewire_runtime::prelude::async_trait;
+    use rewire_runtime::{FileError, FileInfo, FileStore, PutFileRequest};
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::Notify;
+    use tower_service::Service;
+
+    use super::*;
+
+    /// Every wait of these tests ends within this.
+    const WITHIN: Duration = Duration::from_secs(30);
+
+    /// The disk of the `test.upload.hung_disk` store: while hung, a write
+    /// blocks on it (for a minute at most).
+    struct Disk {
+        hung: Mutex<bool>,
+        moved: Condvar,
+        /// Told when a write blocks on the hung disk.
+        stuck: Notify,
+        /// Told when a write has returned and let go of its upload's hold.
+        returned: Notify,
+        /// Set once a put's future has run to its end.
+        answered: AtomicBool,
+    }
+
+    static DISK: Disk = Disk {
+        hung: Mutex::new(true),
+        moved: Condvar::new(),
+        stuck: Notify::const_new(),
+        returned: Notify::const_new(),
+        answered: AtomicBool::new(false),
+    };
+
+    impl Disk {
+        /// A blocking write: waits while the disk is hung.
+        fn write(&self) {
+            let hung = self.hung.lock().unwrap_or_else(|p| p.into_inner());
+            if *hung {
+                self.stuck.notify_one();
+            }
+            let _ = self
+                .moved
+                .wait_timeout_while(hung, Duration::from_secs(60), |hung| *hung);
+        }
+
+        fn recover(&self) {
+            *self.hung.lock().unwrap_or_else(|p| p.into_inner()) = false;
+            self.moved.notify_all();
+        }
+    }
+
+    /// A store whose put reads its body, then writes it on the blocking
+    /// pool, as the `local` store does: the blocking write keeps the
+    /// upload's hold until it returns, and runs on when the put's future
+    /// is dropped.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "file", type = "test.upload.hung_disk")]
+    struct HungDiskFiles {}
+
+    #[async_trait]
+    impl rewire_runtime::Component for HungDiskFiles {}
+
+    #[async_trait]
+    impl FileStore for HungDiskFiles {
+        async fn put(&self, mut req: PutFileRequest) -> Result<FileInfo, FileError> {
+            let mut whole = Vec::new();
+            req.body
+                .read_to_end(&mut whole)
+                .await
+                .map_err(|e| FileError::Invalid(e.to_string()))?;
+            let hold = PutFileRequest::upload_hold();
+            tokio::task::spawn_blocking(move || {
+                DISK.write();
+                drop(hold);
+                DISK.returned.notify_one();
+            })
+            .await
+            .map_err(|e| FileError::Backend(e.to_string()))?;
+            DISK.answered.store(true, Ordering::Release);
+            Ok(FileInfo {
+                name: req.name,
+                size: whole.len() as u64,
+                modified: std::time::SystemTime::now(),
+                metadata: Default::default(),
+            })
+        }
+        async fn get(&self, name: &str) -> Result<rewire_runtime::FileRead, FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+        async fn list(&self, _: ListRequest) -> Result<rewire_runtime::ListPage, FileError> {
+            Ok(rewire_runtime::ListPage::default())
+        }
+        async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+        async fn delete(&self, name: &str) -> Result<(), FileError> {
+            Err(FileError::NotFound(name.into()))
+        }
+    }
+
+    /// The API state of a runtime whose file store `files` writes to the
+    /// hung disk, one upload at a time.
+    async fn one_upload_at_a_time() -> ApiState {
+        use rewire_runtime::config::{parse, validate};
+        let config = serde_json::json!({
+            "appId": "app",
+            "components": {"file": {"files": {"type": "test.upload.hung_disk"}}},
+        });
+        let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = rewire_runtime::Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let options = rewire_runtime::RuntimeOptions::default();
+        let runtime = rewire_runtime::Runtime::start(config, registry, options)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        ApiState {
+            runtime,
+            options: Arc::new(crate::ApiOptions {
+                max_uploads: 1,
+                ..crate::ApiOptions::default()
+            }),
+            ..ApiState::empty().await
+        }
+    }
+
+    fn upload(name: &str) -> Request<Body> {
+        Request::builder()
+            .method(Method::PUT)
+            .uri(format!("/v1.0/rewire/file/files/{name}"))
+            .body(Body::from("contents"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn an_uploads_place_is_kept_until_its_stores_blocking_write_on_a_hung_disk_returns() {
+        let state = one_upload_at_a_time().await;
+        let mut router = crate::http::router(state.clone());
+        // The first upload's write hangs; its client gives up.
+        let first = router.call(upload("one.bin"));
+        tokio::select! {
+            answer = first => panic!("answered on a hung disk: {answer:?}"),
+            () = DISK.stuck.notified() => {}
+            () = tokio::time::sleep(WITHIN) => panic!("the write never reached the disk"),
+        }
+        assert!(!DISK.answered.load(Ordering::Acquire));
+        // Its handler is gone; its blocking write is not: no place yet.
+        let refused = tokio::time::timeout(WITHIN, router.call(upload("two.bin")))
+            .await
+            .expect("refused at once, never sent to the hung store")
+            .unwrap_or_else(|e| match e {});
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(state.metrics.uploads().running(), 1);
+        // The disk recovers: the write returns and gives the place back.
+        DISK.recover();
+        tokio::time::timeout(WITHIN, DISK.returned.notified())
+            .await
+            .expect("the stuck write returns");
+        assert_eq!(state.metrics.uploads().running(), 0);
+        let admitted = tokio::time::timeout(WITHIN, router.call(upload("three.bin")))
+            .await
+            .expect("answered")
+            .unwrap_or_else(|e| match e {});
+        assert_eq!(admitted.status(), StatusCode::OK);
+        state.runtime.shutdown().await;
+    }
 }
