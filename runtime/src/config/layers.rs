@@ -288,6 +288,11 @@ impl Effective {
     /// Lays one overlay component over what is there, field by field: a
     /// field it sets wins over an inherited ref that would fill it (the
     /// assembly would otherwise overwrite the field with the ref's value).
+    /// One that nothing below declares is added only when it gives its
+    /// type: an amendment without one (of a component the file stopped
+    /// declaring, say) is skipped, as a [`Push::Amend`] of it is, rather
+    /// than adding the component from the amended fields alone, typed by
+    /// its name.
     fn overlay(&mut self, layer: Layer, key: &ComponentKey, component: &ComponentPatch) {
         let added = match self.config.components.get_mut(key) {
             Some(spec) => {
@@ -296,6 +301,7 @@ impl Effective {
                 yield_to_pushed_fields(component, spec);
                 false
             }
+            None if component.type_name.is_none() => return,
             None => {
                 let spec = component.clone().into_spec(key.clone());
                 self.config.components.insert(key.clone(), Arc::new(spec));
@@ -500,6 +506,47 @@ mod tests {
         let refs = &config.components[&s].configuration_refs;
         assert_eq!(refs.len(), 1);
         assert_eq!(refs[0].key, "dr.redisHost");
+    }
+
+    /// An overlay that amends components the file does not declare (it
+    /// stopped declaring them) adds nothing: not `state/orders`, whose
+    /// type would be taken from its name and fail every later reload, nor
+    /// `state/redis`, which would be built from the overlay's fields alone.
+    #[test]
+    fn an_untyped_overlay_component_nothing_below_declares_is_skipped() {
+        let mut layers = Layers::new(file(r#"{"components": {}}"#));
+        layers
+            .apply(LayerChange::Overlay(
+                Some(patch(
+                    r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}},
+                        "redis": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
+                )),
+                None,
+            ))
+            .unwrap();
+        let (config, sources) = layers.effective();
+        for key in [
+            ComponentKey::new("state", "orders"),
+            ComponentKey::new("state", "redis"),
+        ] {
+            assert!(!config.components.contains_key(&key), "{key} added");
+            assert!(!sources.contains_key(&key), "{key} has sources");
+            assert!(!layers.effective_config().components.contains_key(&key));
+        }
+        // Declared by the file again, the amendment lays over it.
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {"state": {"orders": {"type": "redis",
+                    "metadata": {"redisHost": "a:6379"}}}},
+                    "overlay": {"store": "cfg", "key": "rewire.components"}}"#,
+            )))
+            .unwrap();
+        let config = layers.effective_config();
+        let orders = &config.components[&ComponentKey::new("state", "orders")];
+        assert_eq!(orders.metadata["redisHost"], "dr:6379");
+        assert!(!config
+            .components
+            .contains_key(&ComponentKey::new("state", "redis")));
     }
 
     #[test]
