@@ -22,6 +22,7 @@ use tracing::Instrument;
 use rewire_runtime::without_credentials;
 
 use super::error::{excerpt, ApolloError};
+use super::release_messages::ReleaseMessages;
 use super::signing;
 use crate::json_text::value_text;
 use crate::redacted::shown_addresses;
@@ -98,14 +99,15 @@ fn text_values<'de, D: Deserializer<'de>>(
 
 /// A namespace and the last notification id the client knows of it (-1
 /// for none yet). In an answer, `messages` holds the release messages
-/// behind the notification, sent back with the fetch it calls for.
+/// behind the notification (read narrowly, see [`ReleaseMessages`]), sent
+/// back with the fetch it calls for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Notification {
     pub namespace_name: String,
     pub notification_id: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub messages: Option<Value>,
+    pub messages: Option<ReleaseMessages>,
 }
 
 /// What the config service said about a namespace.
@@ -282,7 +284,7 @@ impl ConfigServiceClient {
         &self,
         namespace: &str,
         release_key: Option<&str>,
-        messages: Option<&Value>,
+        messages: Option<&ReleaseMessages>,
     ) -> Result<Fetched, ApolloError> {
         let mut url = join(
             &self.server,
@@ -296,8 +298,8 @@ impl ConfigServiceClient {
             if let Some(ip) = &self.ip {
                 query.append_pair("ip", ip);
             }
-            if let Some(messages) = messages {
-                query.append_pair("messages", &messages.to_string());
+            if let Some(messages) = messages.filter(|m| !m.is_empty()) {
+                query.append_pair("messages", &messages.query_text());
             }
         }
         if url.query() == Some("") {
@@ -588,8 +590,8 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed[0].notification_id, 7);
         assert_eq!(
-            parsed[0].messages,
-            Some(serde_json::json!({"details": {"a+default+application": 7}}))
+            parsed[0].messages.as_ref().map(ReleaseMessages::query_text),
+            Some(r#"{"details":{"a+default+application":7}}"#.to_string())
         );
         let sent = Notification {
             messages: None,

@@ -115,6 +115,14 @@ impl ApolloError {
         }
     }
 
+    /// Whether the server refused the request itself (HTTP 4xx other than
+    /// 401/403, which are [`Unauthorized`](Self::Unauthorized), and 404,
+    /// an answer): a request line too long, a parameter it cannot read.
+    /// The same request will be refused again; another one may not.
+    pub(crate) fn is_refused_request(&self) -> bool {
+        matches!(self, Self::Status { status, .. } if (400..500).contains(status))
+    }
+
     /// An error for a failed request `err` to `server` on `path`.
     pub(crate) fn transport(
         server: &str,

@@ -34,13 +34,16 @@
 //!   periodic one included, sends the release messages the poll last
 //!   brought for its namespace, so that a config service whose release
 //!   cache lags answers the latest release, not the one before; an answer
-//!   naming the release key held is not taken again.
+//!   naming the release key held is not taken again. The messages kept
+//!   are bounded (see `release_messages.rs`), and a fetch refused with
+//!   them (HTTP 4xx) is made again without them, which are dropped.
 //! * **Several config services.** `config_server` may list instances
 //!   (comma-separated, or a JSON array), or `meta_server` names Apollo's
 //!   meta server, whose `/services/config` lists them (asked at start,
-//!   every `metaRefreshIntervalMs`, and when every instance failed).
-//!   Fetches and long polls go to one instance and move on at once to the
-//!   next when it is down (no connection, timeout, HTTP 5xx); when all
+//!   every `metaRefreshIntervalMs`, and when every instance failed; its
+//!   first 64 distinct instances are taken). Fetches and long polls go to
+//!   one instance and move on at once to the next when it is down (no
+//!   connection, timeout, HTTP 5xx), at most three per request; when those
 //!   are down, the usual backoff applies and the last good configuration
 //!   (or the backup cache, at start) is served. See `services.rs`.
 //! * **Access key.** With `secret`, every config service request is signed
@@ -91,6 +94,7 @@ mod periodic;
 mod poller;
 mod private_folder;
 mod refresh;
+mod release_messages;
 mod services;
 mod signing;
 mod start;

@@ -17,6 +17,7 @@ use rewire_runtime::{ConfigItem, ConfigQuery, ConfigSubscription, Readiness, Sub
 
 use super::client::Notification;
 use super::notified::Notified;
+use super::release_messages::ReleaseMessages;
 
 /// The readiness reason while a namespace is served from the backup cache.
 pub(crate) const BACKUP_REASON: &str = "serving from backup cache: config service unreachable";
@@ -270,16 +271,25 @@ impl LiveNamespaces {
 
     /// Takes in the release `messages` of a notification of `namespace`
     /// (merged into those held), to be sent with its every fetch.
-    pub(crate) fn note_messages(&self, namespace: &str, messages: &serde_json::Value) {
+    pub(crate) fn note_messages(&self, namespace: &str, messages: &ReleaseMessages) {
         if let Some(index) = self.index(namespace) {
             self.state()[index].notified.note(messages);
         }
     }
 
     /// The release messages to send with a fetch of `namespace`, if any.
-    pub(crate) fn messages(&self, namespace: &str) -> Option<serde_json::Value> {
+    pub(crate) fn messages(&self, namespace: &str) -> Option<ReleaseMessages> {
         let index = self.index(namespace)?;
-        self.state()[index].notified.messages.clone()
+        Some(self.state()[index].notified.messages.clone()).filter(|m| !m.is_empty())
+    }
+
+    /// Drops the release messages of `namespace`: a config service
+    /// refused a fetch carrying them (see
+    /// [`Refresher`](super::refresh::Refresher)).
+    pub(crate) fn drop_messages(&self, namespace: &str) {
+        if let Some(index) = self.index(namespace) {
+            self.state()[index].notified.drop_messages();
+        }
     }
 
     /// Forgets the notification id of `namespace` (back to -1; its

@@ -9,7 +9,11 @@
 //! Every fetch carries the release messages the long poll last brought
 //! for its namespace (see [`super::notified`]), as the Java client's do, so
 //! that a config service whose release cache lags reloads it rather than
-//! answer an older release. An answer naming the release key already held
+//! answer an older release. A fetch refused while carrying them (HTTP 4xx
+//! other than 401/403/404: a request line too long for a proxy or Tomcat,
+//! messages it cannot read) is made again at once without them, and they
+//! are dropped (warned about): they cannot stop the namespace from
+//! following its releases. An answer naming the release key already held
 //! is not taken again.
 //!
 //! A 404 for a namespace whose release is held (deleted in the portal, or
@@ -40,6 +44,7 @@ use super::cache::BackupCache;
 use super::client::{ApolloConfig, Fetched};
 use super::error::ApolloError;
 use super::namespaces::{LiveNamespaces, Source};
+use super::release_messages::ReleaseMessages;
 use super::services::ConfigServices;
 
 /// Keeps [`LiveNamespaces`] in line with the config service.
@@ -98,7 +103,7 @@ impl Refresher {
     pub(crate) async fn refresh_notified(
         &self,
         namespace: &str,
-        messages: Option<&serde_json::Value>,
+        messages: Option<&ReleaseMessages>,
     ) -> Result<usize, ApolloError> {
         self.take_in(namespace, false, messages).await
     }
@@ -157,7 +162,7 @@ impl Refresher {
         &self,
         namespace: &str,
         unannounced: bool,
-        notified: Option<&serde_json::Value>,
+        notified: Option<&ReleaseMessages>,
     ) -> Result<usize, ApolloError> {
         let _serialised = self.lock_of(namespace).lock().await;
         if let Some(notified) = notified {
@@ -165,10 +170,24 @@ impl Refresher {
         }
         let held = self.live.release_key(namespace);
         let messages = self.live.messages(namespace);
-        let fetched = self
+        let fetched = match self
             .client
             .fetch(namespace, held.as_deref(), messages.as_ref())
-            .await?;
+            .await
+        {
+            Err(err) if messages.is_some() && err.is_refused_request() => {
+                self.live.drop_messages(namespace);
+                warn!(
+                    component = %self.key,
+                    server = %self.client.server(),
+                    namespace,
+                    error = %err,
+                    "Apollo config service refused a fetch carrying the release messages; they are dropped and the fetch made again without them."
+                );
+                self.client.fetch(namespace, held.as_deref(), None).await?
+            }
+            other => other?,
+        };
         let (config, source) = match fetched {
             Fetched::Released(config) if held.as_deref() == Some(config.release_key.as_str()) => {
                 // The release served (a service or proxy that answers 200

@@ -5,22 +5,28 @@
 //! Every fetch and long poll goes to one instance (the first to begin
 //! with). When that instance is down — no connection, no answer within
 //! the limit, or an HTTP 5xx — the request is made at once on the next
-//! one, each instance at most once per request; later requests stay on the
-//! instance that answered. When every instance failed, the error goes back
-//! to the caller, whose retries back off (`retryIntervalMs` doubling up to
-//! `maxRetryIntervalMs`) while the store serves the last good
-//! configuration or the backup cache.
+//! one, each instance at most once per request and at most
+//! [`MAX_INSTANCES_PER_REQUEST`] per request (so a request waits for at
+//! most that many timeouts); later requests stay on the instance that
+//! answered, or go on from the next one untried. When the instances tried
+//! all failed, the error goes back to the caller, whose retries back off
+//! (`retryIntervalMs` doubling up to `maxRetryIntervalMs`) while the store
+//! serves the last good configuration or the backup cache.
 //!
 //! With `meta_server`, `GET {meta_server}/services/config?appId=..` lists
 //! the instances (`[{"homepageUrl": "http://host:8080/"}, ..]`). It is
-//! asked at start, again every `metaRefreshIntervalMs`, and whenever every
-//! known instance failed a request. An answer that cannot be used (meta
-//! server down, malformed, empty list) keeps the instances known so far.
+//! asked at start, again every `metaRefreshIntervalMs`, and whenever the
+//! instances a request tried all failed. An answer that cannot be used
+//! (meta server down, malformed, empty list) keeps the instances known so
+//! far. Of a longer list, the first [`MAX_INSTANCES`] distinct addresses
+//! (each at most [`MAX_ADDRESS_BYTES`] long) are taken, warned about once;
+//! logs name at most [`LOGGED_ADDRESSES`] of them.
 //! When it announces other instances, the long poll forgets its
 //! notification ids ([`take_moved`](ConfigServices::take_moved)): they may
 //! be another Apollo's, whose ids are below ours.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +40,28 @@ use super::client::{
     ConfigServiceClient, Fetched, Notification, MAX_ANSWER_BYTES,
 };
 use super::error::{excerpt, ApolloError};
+use super::release_messages::ReleaseMessages;
 use crate::redacted::shown_addresses;
+
+/// The most config service instances taken from the meta server's answer
+/// (its first distinct ones): a real Apollo runs a handful, and each one
+/// costs an HTTP client (its own connection pool).
+pub(crate) const MAX_INSTANCES: usize = 64;
+
+/// The longest instance address taken from the meta server's answer;
+/// longer ones are skipped.
+pub(crate) const MAX_ADDRESS_BYTES: usize = 2048;
+
+/// The most instances one request tries before its error goes back to
+/// the caller (who backs off): a request waits for at most this many
+/// timeouts, however many instances are down.
+pub(crate) const MAX_INSTANCES_PER_REQUEST: usize = 3;
+
+/// The most addresses a log line names (then how many more there are).
+const LOGGED_ADDRESSES: usize = 8;
+
+/// The most characters of one address a log line shows.
+const LOGGED_ADDRESS_CHARS: usize = 200;
 
 /// What every instance's client is built with.
 #[derive(Clone)]
@@ -96,6 +123,10 @@ pub(crate) struct ConfigServices {
     /// The `http://` instances announced while TLS is configured, each
     /// warned about once.
     warned_plaintext: Mutex<Vec<String>>,
+    /// Set once an answer of the meta server was cut down to
+    /// [`MAX_INSTANCES`] (warned about once; cleared by an answer that was
+    /// not).
+    warned_trimmed: AtomicBool,
     /// Set when the meta server announced other instances than the ones
     /// in use (taken by [`take_moved`](Self::take_moved)).
     moved: std::sync::atomic::AtomicBool,
@@ -160,6 +191,7 @@ impl ConfigServices {
             discovery,
             replaced: tokio::sync::watch::Sender::new(0),
             warned_plaintext: Mutex::new(Vec::new()),
+            warned_trimmed: AtomicBool::new(false),
             moved: std::sync::atomic::AtomicBool::new(false),
         };
         // Not answering: the first request asks again (and the store may
@@ -204,7 +236,7 @@ impl ConfigServices {
         &self,
         namespace: &str,
         release_key: Option<&str>,
-        messages: Option<&serde_json::Value>,
+        messages: Option<&ReleaseMessages>,
     ) -> Result<Fetched, ApolloError> {
         self.failover(|client| async move { client.fetch(namespace, release_key, messages).await })
             .await
@@ -312,7 +344,8 @@ impl ConfigServices {
     }
 
     /// Runs `request` on the instance in use, then on each next one while
-    /// the instance is down.
+    /// the instance is down, trying at most
+    /// [`MAX_INSTANCES_PER_REQUEST`] instances.
     async fn failover<R, F, Fut>(&self, request: F) -> Result<R, ApolloError>
     where
         F: Fn(Arc<ConfigServiceClient>) -> Fut,
@@ -321,7 +354,7 @@ impl ConfigServices {
         self.discover_if_due().await?;
         let list = self.list();
         let mut last = None;
-        for _ in 0..list.len() {
+        for _ in 0..list.len().min(MAX_INSTANCES_PER_REQUEST) {
             let index = self.current.load(Ordering::Acquire) % list.len();
             match request(Arc::clone(&list[index])).await {
                 Err(err) if err.is_instance_down() => {
@@ -340,7 +373,7 @@ impl ConfigServices {
                 other => return other,
             }
         }
-        // Every instance failed: the meta server may know others by now
+        // Every instance tried failed: the meta server may know others by now
         // (asked at most once per `retryIntervalMs` through the caller's
         // backoff).
         if let Some(discovery) = &self.discovery {
@@ -412,16 +445,17 @@ impl ConfigServices {
                 path: path.clone(),
                 message: err.to_string(),
             })?;
-        let mut urls: Vec<String> = Vec::new();
-        for instance in announced {
-            let url = instance
-                .homepage_url
-                .trim()
-                .trim_end_matches('/')
-                .to_string();
-            if !url.is_empty() && !urls.contains(&url) {
-                urls.push(url);
-            }
+        let (urls, trimmed) = distinct_addresses(announced.iter().map(|i| i.homepage_url.as_str()));
+        drop(announced);
+        if !trimmed {
+            self.warned_trimmed.store(false, Ordering::Release);
+        } else if !self.warned_trimmed.swap(true, Ordering::AcqRel) {
+            warn!(
+                meta_server = %shown_url(&discovery.url),
+                taken = urls.len(),
+                servers = %listed(&urls),
+                "Apollo meta server announced more config services than are used: only the first {MAX_INSTANCES} distinct addresses (each at most {MAX_ADDRESS_BYTES} bytes) are taken."
+            );
         }
         if urls.is_empty() {
             return Err(ApolloError::Malformed {
@@ -435,11 +469,12 @@ impl ConfigServices {
                 .warned_plaintext
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            for url in newly_plaintext(&mut warned, &urls) {
+            let plaintext = newly_plaintext(&mut warned, &urls);
+            if !plaintext.is_empty() {
                 warn!(
                     meta_server = %shown_url(&discovery.url),
-                    server = %shown_addresses(&url),
-                    "Apollo meta server announced a plain-text (http://) config service while TLS is configured: requests to it are not encrypted."
+                    servers = %listed(&plaintext),
+                    "Apollo meta server announced plain-text (http://) config services while TLS is configured: requests to them are not encrypted."
                 );
             }
         }
@@ -474,10 +509,7 @@ impl ConfigServices {
             return Err(ApolloError::Malformed {
                 server: label,
                 path,
-                message: format!(
-                    "no usable config service announced: {}",
-                    shown_addresses(&urls.join(","))
-                ),
+                message: format!("no usable config service announced: {}", listed(&urls)),
             });
         }
         let keep = clients
@@ -499,9 +531,57 @@ impl ConfigServices {
         }
         self.current.store(keep, Ordering::Release);
         self.moved.store(true, Ordering::Release);
-        info!(meta_server = %shown_url(&discovery.url), servers = %shown_addresses(&urls.join(",")), "Apollo config services discovered.");
+        info!(meta_server = %shown_url(&discovery.url), count = urls.len(), servers = %listed(&urls), "Apollo config services discovered.");
         Ok(())
     }
+}
+
+/// The distinct addresses among `announced` (trimmed, without trailing
+/// `/`; empty ones and ones longer than [`MAX_ADDRESS_BYTES`] skipped), in
+/// their order, at most [`MAX_INSTANCES`]; and whether any was left out
+/// for the bounds. Stops once [`MAX_INSTANCES`] are taken: the rest of a
+/// huge answer is not looked at.
+fn distinct_addresses<'a>(announced: impl Iterator<Item = &'a str>) -> (Vec<String>, bool) {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut urls = Vec::new();
+    let mut trimmed = false;
+    for url in announced {
+        let url = url.trim().trim_end_matches('/');
+        if url.is_empty() || seen.contains(url) {
+            continue;
+        }
+        if urls.len() == MAX_INSTANCES {
+            return (urls, true);
+        }
+        if url.len() > MAX_ADDRESS_BYTES {
+            trimmed = true;
+            continue;
+        }
+        seen.insert(url);
+        urls.push(url.to_string());
+    }
+    (urls, trimmed)
+}
+
+/// `urls` for a log line, without credentials: the first
+/// [`LOGGED_ADDRESSES`], each cut to [`LOGGED_ADDRESS_CHARS`], then how
+/// many more there are.
+fn listed(urls: &[String]) -> String {
+    let mut shown: Vec<String> = urls
+        .iter()
+        .take(LOGGED_ADDRESSES)
+        .map(|url| {
+            let text = shown_addresses(url);
+            match text.char_indices().nth(LOGGED_ADDRESS_CHARS) {
+                Some((cut, _)) => format!("{}…", &text[..cut]),
+                None => text,
+            }
+        })
+        .collect();
+    if urls.len() > LOGGED_ADDRESSES {
+        shown.push(format!("… ({} more)", urls.len() - LOGGED_ADDRESSES));
+    }
+    shown.join(",")
 }
 
 /// The `http://` URLs among `urls` not in `warned` yet (added to it);
@@ -608,6 +688,140 @@ mod tests {
             "the announced instance's client was built again with the new material"
         );
         assert_eq!(*services.replacements().borrow(), 1);
+    }
+
+    /// Serves every connection `answer` (a whole HTTP response), counting
+    /// the requests; the base URL.
+    async fn answering(answer: Arc<Vec<u8>>, requests: Arc<AtomicUsize>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let answer = Arc::clone(&answer);
+                let requests = Arc::clone(&requests);
+                tokio::spawn(async move {
+                    let mut request = [0; 4096];
+                    if stream.read(&mut request).await.unwrap_or(0) > 0 {
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        let _ = stream.write_all(&answer).await;
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    fn http_answer(status: &str, body: &str) -> Arc<Vec<u8>> {
+        Arc::new(
+            format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    }
+
+    /// A meta server announcing 300,000 distinct instances (12 MiB): the
+    /// first [`MAX_INSTANCES`] are taken at once. Deduplicating the whole
+    /// list pairwise and building a client per entry held the thread for
+    /// minutes.
+    #[test]
+    fn a_huge_announcement_is_cut_to_the_first_instances() {
+        let body = format!(
+            "[{}]",
+            (0..300_000)
+                .map(|n| format!(r#"{{"homepageUrl":"http://10.255.255.1/{n}"}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let outcome = runtime.block_on(async {
+                let meta = answering(http_answer("200 OK", &body), Arc::default()).await;
+                let services =
+                    ConfigServices::new("", Some(&meta), Duration::from_secs(60), settings())
+                        .await?;
+                Ok::<_, ApolloError>((services.list().len(), services.servers()))
+            });
+            let _ = done.send(outcome);
+        });
+        let (taken, servers) = finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("ConfigServices::new did not finish within 20 s")
+            .unwrap();
+        assert_eq!(taken, MAX_INSTANCES);
+        assert_eq!(servers.split(',').count(), MAX_INSTANCES);
+        assert!(
+            servers.starts_with("http://10.255.255.1/0,http://10.255.255.1/1,"),
+            "the first ones, in order: {servers}"
+        );
+    }
+
+    #[test]
+    fn announced_addresses_are_distinct_bounded_and_listed_briefly() {
+        let long = format!("http://h/{}", "x".repeat(MAX_ADDRESS_BYTES));
+        let announced = ["http://a/", " http://a", "", &long, "http://b"];
+        let (urls, trimmed) = distinct_addresses(announced.into_iter());
+        assert_eq!(urls, vec!["http://a".to_string(), "http://b".to_string()]);
+        assert!(trimmed, "the long address was left out");
+        let many: Vec<String> = (0..100)
+            .map(|n| format!("http://u:pw@h{n}/{}", "p".repeat(500)))
+            .collect();
+        let shown = listed(&many);
+        assert!(
+            shown.len() < LOGGED_ADDRESSES * (LOGGED_ADDRESS_CHARS + 8) + 40,
+            "{}",
+            shown.len()
+        );
+        assert!(shown.ends_with("… (92 more)"), "{shown}");
+        assert!(!shown.contains("pw"), "{shown}");
+    }
+
+    /// Five instances all down (HTTP 503): a request tries
+    /// [`MAX_INSTANCES_PER_REQUEST`] of them, the next one goes on from
+    /// the next one untried.
+    #[tokio::test]
+    async fn a_request_tries_a_bounded_number_of_instances() {
+        let counts: Vec<Arc<AtomicUsize>> = (0..5).map(|_| Arc::default()).collect();
+        let mut addresses = Vec::new();
+        for count in &counts {
+            addresses.push(
+                answering(
+                    http_answer("503 Service Unavailable", ""),
+                    Arc::clone(count),
+                )
+                .await,
+            );
+        }
+        let services = ConfigServices::new(
+            &addresses.join(","),
+            None,
+            Duration::from_secs(60),
+            settings(),
+        )
+        .await
+        .unwrap();
+        let tried = || {
+            counts
+                .iter()
+                .map(|c| c.load(Ordering::SeqCst))
+                .collect::<Vec<_>>()
+        };
+        let err = services
+            .fetch("application", None, None)
+            .await
+            .expect_err("all down");
+        assert!(err.is_instance_down(), "{err}");
+        assert_eq!(tried(), vec![1, 1, 1, 0, 0]);
+        services
+            .fetch("application", None, None)
+            .await
+            .expect_err("all down");
+        assert_eq!(tried(), vec![2, 1, 1, 1, 1]);
     }
 
     #[test]

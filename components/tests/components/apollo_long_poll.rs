@@ -383,3 +383,191 @@ async fn instances_the_meta_server_moves_the_store_to_are_polled_from_their_own_
     expect_change(&mut sub, "password", "dr").await;
     started.store.close().await.unwrap();
 }
+
+/// A notification whose `messages` hold 64 KiB (thousands of keys) from a
+/// config service that, like Apollo's Tomcat, refuses (HTTP 400) request
+/// lines over 8 KiB: the messages kept, and sent with every fetch, are
+/// bounded, so the fetches are not refused and a later release is applied.
+#[tokio::test]
+async fn huge_release_messages_do_not_stop_later_releases() {
+    let service = strict::Service::start(strict::Refuse::LongRequestLines).await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&service.url, dir.path()))
+        .await
+        .expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    eventually("the huge notification taken", || service.polled_past(1)).await;
+    service.release();
+    expect_change(&mut sub, "k", "v2").await;
+    assert_eq!(service.refused(), 0, "a request line over 8 KiB was sent");
+    started.store.close().await.unwrap();
+}
+
+/// A config service (or proxy) that refuses (HTTP 400) every fetch
+/// carrying release messages: the fetch is made again without them, so
+/// the notified release is still applied.
+#[tokio::test]
+async fn a_fetch_refused_for_its_messages_is_made_again_without_them() {
+    let service = strict::Service::start(strict::Refuse::Messages).await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(metadata(&service.url, dir.path()))
+        .await
+        .expect("start");
+    let mut sub = subscribe(&started.store, ConfigQuery::default()).await;
+    eventually("the first notification taken", || service.polled_past(1)).await;
+    service.release();
+    expect_change(&mut sub, "k", "v2").await;
+    assert!(service.refused() >= 1, "no fetch carried messages");
+    started.store.close().await.unwrap();
+}
+
+/// A config service of one namespace (`application`, release `n` holding
+/// `k` = `v{n}`, notification id `n`) that refuses some requests with
+/// HTTP 400. Its first notification carries 64 KiB of messages.
+mod strict {
+    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::apollo_server::APP_ID;
+
+    /// Apollo's Tomcat refuses request lines longer than this.
+    const MAX_REQUEST_LINE: usize = 8 << 10;
+
+    /// What the service refuses with HTTP 400.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub enum Refuse {
+        /// Request lines over 8 KiB.
+        LongRequestLines,
+        /// Those too, and every fetch carrying `messages`.
+        Messages,
+    }
+
+    #[derive(Default)]
+    struct State {
+        release: AtomicI64,
+        /// The highest notification id a poll was sent with.
+        polled: AtomicI64,
+        refused: AtomicUsize,
+    }
+
+    pub struct Service {
+        pub url: String,
+        state: Arc<State>,
+    }
+
+    impl Service {
+        /// Starts the service with release 1.
+        pub async fn start(refuse: Refuse) -> Self {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let state = Arc::new(State::default());
+            state.release.store(1, Ordering::SeqCst);
+            state.polled.store(-1, Ordering::SeqCst);
+            let serving = Arc::clone(&state);
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(answer(stream, Arc::clone(&serving), refuse));
+                }
+            });
+            Self { url, state }
+        }
+
+        /// Releases the next version.
+        pub fn release(&self) {
+            self.state.release.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// Whether a poll was sent with a notification id of `id` or more.
+        pub fn polled_past(&self, id: i64) -> bool {
+            self.state.polled.load(Ordering::SeqCst) >= id
+        }
+
+        /// How many requests were refused.
+        pub fn refused(&self) -> usize {
+            self.state.refused.load(Ordering::SeqCst)
+        }
+    }
+
+    /// The messages of the notification of release `id`: for the first,
+    /// 64 KiB of them.
+    fn messages(id: i64) -> Value {
+        let mut details = serde_json::Map::new();
+        details.insert(format!("{APP_ID}+default+application"), json!(id));
+        if id == 1 {
+            for n in 0..2_000 {
+                details.insert(format!("{APP_ID}+cluster-{n:05}+application"), json!(id));
+            }
+        }
+        json!({ "details": details })
+    }
+
+    async fn answer(mut stream: TcpStream, state: Arc<State>, refuse: Refuse) {
+        let mut head = Vec::new();
+        let mut buffer = [0; 16 << 10];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 1 << 20 {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => head.extend_from_slice(&buffer[..read]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        let line = head.lines().next().unwrap_or_default();
+        let target = line.split(' ').nth(1).unwrap_or_default();
+        let url = reqwest::Url::parse(&format!("http://service{target}")).unwrap();
+        let query = |name: &str| {
+            url.query_pairs()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.into_owned())
+        };
+        let release = state.release.load(Ordering::SeqCst);
+        let refused = line.len() > MAX_REQUEST_LINE
+            || (refuse == Refuse::Messages
+                && url.path().starts_with("/configs/")
+                && query("messages").is_some());
+        let (status, body) = if refused {
+            state.refused.fetch_add(1, Ordering::SeqCst);
+            ("400 Bad Request", String::new())
+        } else if url.path().starts_with("/configs/") {
+            if query("releaseKey") == Some(format!("r{release}")) {
+                ("304 Not Modified", String::new())
+            } else {
+                let config = json!({
+                    "appId": APP_ID,
+                    "cluster": "default",
+                    "namespaceName": "application",
+                    "configurations": {"k": format!("v{release}")},
+                    "releaseKey": format!("r{release}"),
+                });
+                ("200 OK", config.to_string())
+            }
+        } else {
+            let known: Value = serde_json::from_str(&query("notifications").unwrap_or_default())
+                .unwrap_or(Value::Null);
+            let id = known[0]["notificationId"].as_i64().unwrap_or(-1);
+            state.polled.fetch_max(id, Ordering::SeqCst);
+            if id < release {
+                let notification = json!([{
+                    "namespaceName": "application",
+                    "notificationId": release,
+                    "messages": messages(release),
+                }]);
+                ("200 OK", notification.to_string())
+            } else {
+                // A short hold, then nothing new.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                ("304 Not Modified", String::new())
+            }
+        };
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
+}

@@ -9,6 +9,7 @@ use testkit::apollo::{ApolloServer, Fault, Route, APP_ID, CLUSTER};
 
 use super::Refresher;
 use crate::apollo::namespaces::LiveNamespaces;
+use crate::apollo::release_messages::ReleaseMessages;
 use crate::apollo::services::{ConfigServices, InstanceSettings};
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -64,7 +65,9 @@ async fn a_notification_during_a_periodic_fetch_sends_its_messages() {
         .expect("released")
         .notification_id;
     let watch_key = format!("{APP_ID}+{CLUSTER}+application");
-    let messages = json!({"details": {watch_key.clone(): announced}});
+    let messages: ReleaseMessages =
+        serde_json::from_value(json!({"details": {watch_key.clone(): announced}}))
+            .unwrap_or_else(|e| panic!("{e}"));
 
     server.set_fault(Route::Configs, Some(Fault::Hang));
     let revisit = tokio::spawn({
