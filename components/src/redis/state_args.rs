@@ -27,10 +27,12 @@ pub(super) fn etag_arg(key: &str, etag: Option<&str>) -> Result<String, StateErr
 /// The TTL argument of the set script, in milliseconds: `> 0` expire,
 /// `< 0` never expire (clear an older TTL), `0` leave the TTL alone.
 ///
-/// The first of these that is set decides: the request's `ttl` (zero:
-/// never expire), its `ttlInSeconds` metadata, the store's `ttlInSeconds`
-/// (for both, zero or negative, like Dapr's `-1`: never expire). Each is
-/// at most [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
+/// The first of these that is set decides: the request's `ttl` (exactly
+/// zero: never expire; under a millisecond: 1 ms), its `ttlInSeconds`
+/// metadata (`-1` or more, as Dapr's `ParseTTL`), the store's
+/// `ttlInSeconds` (for both, zero or negative, like Dapr's `-1`: never
+/// expire). Each is at most
+/// [`MAX_TTL_SECONDS`](crate::time_limits::MAX_TTL_SECONDS).
 pub(super) fn ttl_arg(
     key: &str,
     ttl: Option<Duration>,
@@ -40,22 +42,20 @@ pub(super) fn ttl_arg(
     let invalid = |message: String| StateError::Invalid(format!("key `{key}`: {message}"));
     if let Some(ttl) = ttl {
         let ttl = check_ttl("ttl", ttl).map_err(invalid)?;
-        // At most MAX_TTL: the milliseconds fit in an i64.
-        return Ok(match ttl.as_millis() {
-            0 => -1,
-            ms => i64::try_from(ms).unwrap_or(i64::MAX),
-        });
+        // Only an exact zero never expires; a sub-millisecond TTL rounds
+        // up to 1 ms (it still expires). At most MAX_TTL: the milliseconds
+        // fit in an i64.
+        if ttl.is_zero() {
+            return Ok(-1);
+        }
+        return Ok(i64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX));
     }
     let requested = metadata
         .get(TTL_METADATA_KEY)
         .map(|t| t.trim())
         .filter(|t| !t.is_empty());
     let seconds = match requested {
-        Some(text) => Some(text.parse::<i64>().map_err(|_| {
-            StateError::Invalid(format!(
-                "metadata `{TTL_METADATA_KEY}` of key `{key}` is not a whole number of seconds: `{text}`"
-            ))
-        })?),
+        Some(text) => Some(requested_seconds(key, text)?),
         None => default_ttl_in_seconds,
     };
     let seconds = seconds
@@ -66,6 +66,22 @@ pub(super) fn ttl_arg(
         Some(s) if s <= 0 => -1,
         Some(s) => s.saturating_mul(1000),
     })
+}
+
+/// A request's `ttlInSeconds` metadata: a whole number of seconds, `-1`
+/// or more (`-1` and `0`: never expire), as Dapr's `ParseTTL` takes it.
+fn requested_seconds(key: &str, text: &str) -> Result<i64, StateError> {
+    let seconds = text.parse::<i64>().map_err(|_| {
+        StateError::Invalid(format!(
+            "metadata `{TTL_METADATA_KEY}` of key `{key}` is not a whole number of seconds: `{text}`"
+        ))
+    })?;
+    if seconds < -1 {
+        return Err(StateError::Invalid(format!(
+            "metadata `{TTL_METADATA_KEY}` of key `{key}` must be -1 (never expire) or greater: `{text}`"
+        )));
+    }
+    Ok(seconds)
 }
 
 #[cfg(test)]
@@ -101,6 +117,36 @@ mod tests {
             assert!(
                 matches!(&err, Err(StateError::Invalid(m)) if m.contains("2147483647")),
                 "{err:?}"
+            );
+        }
+    }
+
+    /// Only an exact zero never expires: a TTL under a millisecond expires
+    /// after 1 ms, and a fraction of a millisecond rounds up. Before: under
+    /// a millisecond read as 0 ms, which meant never expire.
+    #[test]
+    fn a_sub_millisecond_ttl_still_expires() {
+        let none = HashMap::new();
+        let ttl = |ttl: Duration| ttl_arg("k", Some(ttl), &none, None);
+        assert_eq!(ttl(Duration::ZERO), Ok(-1));
+        assert_eq!(ttl(Duration::from_nanos(1)), Ok(1));
+        assert_eq!(ttl(Duration::from_micros(999)), Ok(1));
+        assert_eq!(ttl(Duration::from_micros(1001)), Ok(2));
+        assert_eq!(ttl(Duration::from_millis(1)), Ok(1));
+    }
+
+    /// A request's `ttlInSeconds` below -1 is refused naming the field, as
+    /// Dapr's `ParseTTL` refuses it; -1 and 0 still mean never expire.
+    /// Before: any negative value was taken as never expire.
+    #[test]
+    fn a_requested_ttl_in_seconds_below_minus_one_is_refused() {
+        assert_eq!(ttl_arg("k", None, &meta("-1"), None), Ok(-1));
+        assert_eq!(ttl_arg("k", None, &meta("0"), None), Ok(-1));
+        for text in ["-2", &i64::MIN.to_string()] {
+            let err = ttl_arg("k", None, &meta(text), Some(7));
+            assert!(
+                matches!(&err, Err(StateError::Invalid(m)) if m.contains("`ttlInSeconds`") && m.contains("-1")),
+                "{text}: {err:?}"
             );
         }
     }
