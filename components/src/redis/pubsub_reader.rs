@@ -19,10 +19,15 @@
 //! or whose `XACK` failed; not those read and not yet settled here or at
 //! another reader of this process on the same server, group and topic:
 //! awaiting their outcome, or a permit to be handed on),
-//! reads new entries until the stream has been quiet for [`DRAIN_LINGER`] since
-//! the last batch was delivered and a last read finds nothing (a
-//! publisher still on this server), waits for the outcomes of what it
-//! delivered (delivering again what is settled `RETRY`), then ends.
+//! reads new entries: the backlog, up to the stream's last id as the gate
+//! closed (taken once then: nothing of this broker is added after it),
+//! however long the app takes over it (within the runtime's drain cap,
+//! `PubSubHandle::DRAIN_CAP`), then on until the stream has been quiet for
+//! [`DRAIN_LINGER`] since the last batch was delivered and a last read
+//! finds nothing (a publisher still on this server, within
+//! [`DRAIN_READ_LIMIT`] of the backlog's end), waits for the outcomes of
+//! what it delivered (delivering again what is settled `RETRY`), then
+//! ends.
 //!
 //! With `failover` (Redis Sentinel), a read that fails in a way that
 //! suggests the master moved (connection refused or dropped, a timeout,
@@ -41,7 +46,7 @@ use super::any_connection::AnyConnection;
 use super::bounded::BoundedConnection;
 use arc_swap::ArcSwap;
 use redis::{RedisError, Value};
-use rewire_runtime::{DeliveryOutcome, Message, SubscriptionFeed};
+use rewire_runtime::{DeliveryOutcome, Message, PubSubHandle, SubscriptionFeed};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -85,9 +90,13 @@ const REOPEN_RETRY: Duration = Duration::from_secs(5);
 /// Shorter than the runtime's drain grace (5 s without a delivery), so the
 /// reader ends on its own rather than being stopped.
 const DRAIN_LINGER: Duration = Duration::from_secs(3);
-/// Draining, entries are read for this long at most (the runtime's drain
-/// limit), however steadily they come.
+/// Draining, entries past the backlog (added by a publisher still on this
+/// server) are read for this long at most after the backlog's end was
+/// read (the runtime's no-progress limit), however steadily they come.
 const DRAIN_READ_LIMIT: Duration = Duration::from_secs(120);
+/// Draining, entries are read for this long at most, the backlog
+/// included: the runtime's drain cap, after which it stops the drain.
+const DRAIN_CAP: Duration = PubSubHandle::DRAIN_CAP;
 /// How soon a message settled `RETRY` during a drain is delivered again
 /// (once the publish gate is closed: nothing is handed on between a drain
 /// request and then).
@@ -190,8 +199,82 @@ struct Drain {
     /// When the last batch was delivered (or the pending entries were all
     /// delivered, or the drain began).
     quiet_since: Instant,
-    /// When reading stops, however steadily entries come.
+    /// The stream's last id as the publish gate closed: new entries up to
+    /// it are the backlog, read within [`DRAIN_CAP`]. `None` once an entry
+    /// at or past it was read, or a read of new entries found none (what
+    /// is left went to other consumers of the group), or when it is not
+    /// known (an empty stream, or the look failed).
+    backlog_end: Option<(u64, u64)>,
+    /// When the drain began plus [`DRAIN_CAP`].
+    cap_at: Instant,
+    /// When reading stops, however steadily entries come: the cap while
+    /// the backlog is read, [`DRAIN_READ_LIMIT`] after its end was read.
     read_until: Instant,
+}
+
+impl Drain {
+    /// A drain beginning `now`, its backlog ending at stream id
+    /// `backlog_end` (`None`: unknown or empty).
+    fn new(now: Instant, backlog_end: Option<&str>) -> Self {
+        let backlog_end = backlog_end.and_then(stream_id);
+        let cap_at = now + DRAIN_CAP;
+        let mut drain = Self {
+            pending_after: Some("0-0".into()),
+            quiet_since: now,
+            backlog_end,
+            cap_at,
+            read_until: cap_at,
+        };
+        if drain.backlog_end.is_none() {
+            drain.backlog_read(now);
+        }
+        drain
+    }
+
+    /// New entries were read `now`, the last of them `last` (`None`: none
+    /// were): once the backlog's end is reached, the read limit counts
+    /// from then.
+    fn read_new(&mut self, last: Option<&str>, now: Instant) {
+        let Some(end) = self.backlog_end else {
+            return;
+        };
+        // An id that does not parse is taken as past the end.
+        let reached = last.is_none_or(|id| stream_id(id).is_none_or(|id| id >= end));
+        if reached {
+            self.backlog_end = None;
+            self.backlog_read(now);
+        }
+    }
+
+    /// The backlog was read (or is unknown): entries are read on for
+    /// [`DRAIN_READ_LIMIT`] at most, within the cap.
+    fn backlog_read(&mut self, now: Instant) {
+        self.read_until = (now + DRAIN_READ_LIMIT).min(self.cap_at);
+    }
+}
+
+/// A stream entry id (`<ms>-<seq>`) as a pair that orders as the stream
+/// does; `None` when it is not one.
+fn stream_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The id of the last entry of stream `topic` (`XREVRANGE + - COUNT 1`);
+/// `None` when it has none.
+async fn stream_last_id(
+    conn: &mut impl redis::aio::ConnectionLike,
+    topic: &str,
+) -> Result<Option<String>, RedisError> {
+    let reply: Value = redis::cmd("XREVRANGE")
+        .arg(topic)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(conn)
+        .await?;
+    Ok(entries_of(reply).into_iter().next().map(|(id, _)| id))
 }
 
 impl Reader {
@@ -223,12 +306,8 @@ impl Reader {
                 if self.feed.is_stopped() || !self.close_publishing().await {
                     return;
                 }
-                let now = Instant::now();
-                drain = Some(Drain {
-                    pending_after: Some("0-0".into()),
-                    quiet_since: now,
-                    read_until: now + DRAIN_READ_LIMIT,
-                });
+                let backlog_end = self.backlog_end().await;
+                drain = Some(Drain::new(Instant::now(), backlog_end.as_deref()));
             }
             // New TLS material in force: the reading connection is opened
             // again with it (the old one would reconnect with the old).
@@ -339,8 +418,11 @@ impl Reader {
             let own_pending = after != ">";
             let got_any = !entries.is_empty();
             if let Some(drain) = drain.as_mut() {
+                let last = entries.last().map(|(id, _)| id.as_str());
                 if own_pending {
-                    drain.pending_after = entries.last().map(|(id, _)| id.clone());
+                    drain.pending_after = last.map(str::to_string);
+                } else {
+                    drain.read_new(last, Instant::now());
                 }
             }
             // Taken again after the read too: a peer whose `XREADGROUP`
@@ -394,6 +476,23 @@ impl Reader {
                 true
             }
         }
+    }
+
+    /// The stream's last id, looked at once the publish gate closed: the
+    /// end of the drain's backlog. `None` when the stream is empty, or the
+    /// look failed (then the backlog is read within [`DRAIN_READ_LIMIT`],
+    /// as entries past it are).
+    async fn backlog_end(&self) -> Option<String> {
+        let mut reading = self.reading();
+        let looked = tokio::select! {
+            looked = stream_last_id(&mut reading, &self.topic) => looked,
+            () = self.feed.stopped() => return None,
+            () = self.connected.shutdown.cancelled() => return None,
+        };
+        looked.unwrap_or_else(|err| {
+            warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), limit = ?DRAIN_READ_LIMIT, "Looking up the stream's last entry for the drain failed; its backlog is read within the limit.");
+            None
+        })
     }
 
     /// `err`, met by a read, as a backend error: with the server read,
@@ -842,4 +941,80 @@ async fn ack(connected: &Connected, topic: &str, id: &str) {
 /// turned replica (`UNBLOCKED`).
 fn master_may_have_moved(err: &RedisError) -> bool {
     suggests_failover(err) || err.code() == Some("UNBLOCKED")
+}
+
+#[cfg(test)]
+mod tests {
+    //! The drain's read limits (paused clock), and the backlog's end as a
+    //! real `redis-server` gives it.
+
+    use super::*;
+    use testkit::redis::RedisServer;
+
+    #[test]
+    fn stream_ids_order_as_the_stream_does() {
+        assert!(stream_id("99-10") < stream_id("100-0"));
+        assert!(stream_id("100-1") > stream_id("100-0"));
+        assert_eq!(stream_id("nope"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_reads_its_backlog_past_the_read_limit_then_entries_after_it_within_it() {
+        let began = Instant::now();
+        let mut drain = Drain::new(began, Some("1000-0"));
+        // 2,000 entries, one every 100 ms (`concurrency` 1): 200 s.
+        for i in 0..2_000u64 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drain.read_new(Some(&format!("{}-{}", i / 2, i % 2)), Instant::now());
+            assert!(
+                Instant::now() < drain.read_until,
+                "cut at entry {i} after {:?}",
+                began.elapsed()
+            );
+        }
+        assert!(began.elapsed() > DRAIN_READ_LIMIT);
+        assert_eq!(
+            drain.read_until,
+            began + DRAIN_CAP,
+            "the backlog ended early"
+        );
+        drain.read_new(Some("1000-0"), Instant::now());
+        assert_eq!(drain.read_until, Instant::now() + DRAIN_READ_LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_whose_backlog_is_gone_or_unknown_reads_within_the_read_limit() {
+        let began = Instant::now();
+        // Other consumers of the group took the rest: a read finds none.
+        let mut taken = Drain::new(began, Some("1000-0"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        taken.read_new(None, Instant::now());
+        assert_eq!(taken.read_until, Instant::now() + DRAIN_READ_LIMIT);
+        // An empty stream, or the look failed: as before.
+        assert_eq!(Drain::new(began, None).read_until, began + DRAIN_READ_LIMIT);
+        // The limit after the backlog stays within the cap.
+        let mut late = Drain::new(began, Some("1-0"));
+        tokio::time::sleep(DRAIN_CAP - Duration::from_secs(1)).await;
+        late.read_new(Some("1-0"), Instant::now());
+        assert_eq!(late.read_until, began + DRAIN_CAP);
+    }
+
+    #[tokio::test]
+    async fn the_backlog_ends_at_the_streams_last_entry() {
+        let server = RedisServer::start().await;
+        let mut conn = server.connection().await;
+        assert_eq!(stream_last_id(&mut conn, "orders").await, Ok(None));
+        let mut last = String::new();
+        for data in ["a", "b", "c"] {
+            last = redis::cmd("XADD")
+                .arg("orders")
+                .arg("*")
+                .arg("data")
+                .arg(data)
+                .query_async(&mut conn)
+                .await
+                .expect("XADD");
+        }
+        assert_eq!(stream_last_id(&mut conn, "orders").await, Ok(Some(last)));
+    }
 }
