@@ -468,3 +468,100 @@ async fn a_ref_read_through_a_kept_store_sees_the_update_of_what_the_store_uses(
     );
     runtime.shutdown().await;
 }
+
+/// Set: every read of [`DownSecrets`] fails (the Vault is down).
+static SECRETS_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[derive(Debug, Default, Deserialize)]
+struct DownSecretsMeta {}
+
+/// A secret store serving `pw` for every secret, or failing every read
+/// while [`SECRETS_DOWN`] is set.
+#[derive(rewire::Component)]
+#[component(kind = "secret_store", type = "test.dependents.down_secrets")]
+struct DownSecrets {
+    #[metadata]
+    _meta: DownSecretsMeta,
+}
+
+#[async_trait]
+impl Component for DownSecrets {}
+
+#[async_trait]
+impl SecretStore for DownSecrets {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _: &std::collections::HashMap<String, String>,
+    ) -> Result<rewire::SecretMap, rewire::SecretError> {
+        if SECRETS_DOWN.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(rewire::SecretError::Backend("vault is sealed".into()));
+        }
+        Ok(rewire::SecretMap::from([(
+            name.to_string(),
+            SecretString::new("pw"),
+        )]))
+    }
+
+    async fn bulk_get_secret(
+        &self,
+        _: &std::collections::HashMap<String, String>,
+    ) -> Result<BTreeMap<String, rewire::SecretMap>, rewire::SecretError> {
+        Err(rewire::SecretError::Backend("not served".into()))
+    }
+}
+
+/// The state store `s` at `ttl`, `mid` using it, and `user` using `mid`
+/// with a secretRef to the secret store `vault`.
+fn down_secrets_config(ttl: u32) -> String {
+    format!(
+        r#"{{"appId": "dependents-down-secrets", "components": {{
+            "secret_store": {{"vault": {{"type": "test.dependents.down_secrets"}}}},
+            "state": {{"s": {{"type": "memory", "metadata": {{"defaultTtlInSeconds": {ttl}}}}}}},
+            "probe": {{
+                "mid": {{"type": "test.reload.probe", "metadata": {{"tag": "dep-down-mid"}},
+                         "componentRef": [{{"type": "state", "name": "s"}}]}},
+                "user": {{"type": "test.reload.probe", "metadata": {{"tag": "dep-down-user"}},
+                          "componentRef": [{{"type": "probe", "name": "mid"}}],
+                          "secretRef": [{{"store": "vault", "name": "p", "key": "p", "injectAs": "value"}}]}}
+            }}
+        }}}}"#
+    )
+}
+
+/// A change of a dependency (a DR switch of the state store, say) applies
+/// although a secret store read by a (transitive) dependent is down: the
+/// dependents, whose own declaration and stores did not change, keep
+/// their instances without reading their refs again, so the unrelated
+/// store cannot roll the reload back (retried forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependents_down_secret_store_does_not_roll_back_a_change_of_its_dependency() {
+    let runtime = start(&down_secrets_config(10)).await;
+    assert_eq!(probe(&runtime, "user").meta().value.as_deref(), Some("pw"));
+    let (mid, user) = (
+        instance(&runtime, "probe/mid"),
+        instance(&runtime, "probe/user"),
+    );
+    SECRETS_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    let record = runtime
+        .apply(reload_support::candidate(&down_secrets_config(20)))
+        .await;
+    SECRETS_DOWN.store(false, std::sync::atomic::Ordering::SeqCst);
+    let record = record.expect("reload failed");
+    assert_eq!(record.outcome, Outcome::Applied, "{record:#?}");
+    assert_eq!(
+        actions(&record),
+        [
+            ("probe/mid".to_string(), Action::Unchanged),
+            ("probe/user".to_string(), Action::Unchanged),
+            ("secret_store/vault".to_string(), Action::Unchanged),
+            ("state/s".to_string(), Action::UpdatedInPlace),
+        ]
+    );
+    assert!(instance(&runtime, "probe/mid").same_as(&mid));
+    assert!(instance(&runtime, "probe/user").same_as(&user));
+    assert_eq!(probe(&runtime, "user").meta().value.as_deref(), Some("pw"));
+    assert_eq!((inits("dep-down-mid"), inits("dep-down-user")), (1, 1));
+    runtime.shutdown().await;
+}

@@ -62,10 +62,32 @@ impl Plan<'_> {
         now
     }
 
+    /// The components of `impact` kept as they run, their refs not
+    /// resolved again: those this reload may not build (see
+    /// [`Self::may_build`]). They are impacted only as users of a changed
+    /// component, which they reach through its handle (as before: a
+    /// dependent whose own values are the same keeps its instance); their
+    /// refs read stores this reload leaves alone, so reading them again
+    /// could only bring a value rotated out of band (to rebuild them with,
+    /// against a dependency whose update is left to the commit), or a
+    /// failure of a store unrelated to the change (rolling the reload
+    /// back).
+    pub(super) fn kept_as_they_run(
+        &self,
+        impact: &BTreeSet<ComponentKey>,
+    ) -> BTreeSet<ComponentKey> {
+        impact
+            .iter()
+            .filter(|key| !self.may_build(key, impact))
+            .cloned()
+            .collect()
+    }
+
     /// Whether this reload may build a new instance of `key` (one of
     /// `impact`): it is added, its declaration changed, it is forced, or
-    /// it reads a store of the impact. Otherwise its resolved metadata is
-    /// that of its running instance, which it keeps.
+    /// it reads a store of the impact. Otherwise it keeps its running
+    /// instance and the metadata resolved for it
+    /// ([`Self::kept_as_they_run`]).
     fn may_build(&self, key: &ComponentKey, impact: &BTreeSet<ComponentKey>) -> bool {
         let Some(spec) = self.candidate.config.components.get(key) else {
             return false;

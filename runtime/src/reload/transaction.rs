@@ -184,11 +184,12 @@ impl Plan<'_> {
             .collect();
         let impact = self.candidate.graph.with_dependents(&roots);
         let now = self.updated_now(&impact);
+        let kept = self.kept_as_they_run(&impact);
         let mut progress = self.keep_unimpacted(&impact);
         let levels = self.candidate.graph.levels_within(&impact);
         for level in &levels {
             let failures = self
-                .run_level(level, &now, &mut progress, registry, cx)
+                .run_level(level, &now, &kept, &mut progress, registry, cx)
                 .await;
             if !failures.is_empty() {
                 return Err(Self::fail(progress, failures, &levels, cx).await);
@@ -260,10 +261,13 @@ impl Plan<'_> {
 
     /// Runs the impacted components of one level concurrently, against the
     /// instances the new generation holds so far; returns the failures.
+    /// `now`: those whose update left to the commit is made at once;
+    /// `kept`: those kept as they run, their refs not resolved again.
     async fn run_level(
         &self,
         level: &[ComponentKey],
         now: &BTreeSet<ComponentKey>,
+        kept: &BTreeSet<ComponentKey>,
         progress: &mut Progress,
         registry: &Registry,
         cx: &AssemblyContext,
@@ -284,6 +288,7 @@ impl Plan<'_> {
             let previous = self.current.get(&key).map(|r| Running::clone(r));
             let descriptor = registry.get(key.kind.as_str(), &spec.type_name).copied();
             let now = now.contains(&key);
+            let keep = kept.contains(&key);
             let level_cx = level_cx.clone();
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
@@ -291,6 +296,14 @@ impl Plan<'_> {
             spans.insert(key.clone(), (span.clone(), started));
             let named = key.clone();
             let task = async move {
+                let previous = match (keep, previous) {
+                    (true, Some(mut running)) => {
+                        // Written differently maybe (scopes), declared alike.
+                        running.spec = spec;
+                        return Ok(Step::Kept(running));
+                    }
+                    (_, previous) => previous,
+                };
                 let Some(descriptor) = descriptor else {
                     return Err(level_cx.fail(
                         &key,
