@@ -32,16 +32,16 @@
 //!    [`DRAIN_CAP`] after its replacement, however steadily it delivers;
 //!    it is let go once its broker closes its side, or [`STOP_GRACE`]
 //!    later. While it is draining, the runtime's close of the replaced
-//!    instance waits for it ([`drained`]). Silent means: it delivered since the drain
-//!    began (not counting what it had sent before; until then, the broker
-//!    may be waiting for publishes under way to end, as a Redis one does:
-//!    only the limit applies), none of its deliveries awaits its outcome
-//!    (a broker such as Redis hands out `concurrency` deliveries, then
-//!    waits for their outcomes before it sends more: a slow app holds it
-//!    back), and its last delivery or outcome is [`DRAIN_GRACE`] old, not
-//!    counting the time the subscriber is behind. A slow subscriber with a
-//!    large backlog thus gets all of it, as long as the old broker keeps
-//!    delivering, within the cap.
+//!    instance waits for it ([`drained`]). Silent means: it delivered
+//!    since the drain began (not counting what it had sent before; until
+//!    then, the broker may be waiting for publishes under way to end, as
+//!    a Redis one does: only the limits apply), none of its deliveries
+//!    awaits its outcome (a broker such as Redis hands out `concurrency`
+//!    deliveries, then waits for their outcomes before it sends more: a
+//!    slow app holds it back), and its last delivery or outcome is
+//!    [`DRAIN_GRACE`] old, not counting the time the subscriber is behind.
+//!    A slow subscriber with a large backlog thus gets all of it, as long
+//!    as the old broker keeps delivering, within the cap.
 
 mod draining;
 mod outstanding;
